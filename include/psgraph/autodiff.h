@@ -1,0 +1,19 @@
+/* Automatic differentiation: adds the backward nodes to the graph.
+ * Gradients are graph nodes like any other: they can be placed, cut and sent. */
+#ifndef PSGRAPH_AUTODIFF_H
+#define PSGRAPH_AUTODIFF_H
+
+#include "psgraph/graph.h"
+
+/* Adds nodes computing d(sum of ys)/d(xs[i]) and writes their endpoints into
+ * grads[i]. grad_ys (may be NULL) gives the incoming gradient of each y (NULL
+ * or an invalid endpoint: ones of y's shape). Gradients arriving at a node by
+ * several paths are summed (AddN). An x that no y depends on gets
+ * PSG_NO_ENDPOINT. Nodes that do not depend on any x are not differentiated.
+ * The new nodes live under the scope "gradients" (or "gradients_1", ...).
+ * Returns 0, or -1 with the error naming the node whose op has no gradient. */
+int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
+                  const psg_endpoint_t *grad_ys, int n_xs, const psg_endpoint_t *xs,
+                  psg_endpoint_t *grads);
+
+#endif

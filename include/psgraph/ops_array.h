@@ -1,0 +1,63 @@
+/* Builders for the array and state ops: constants, placeholders, identity,
+ * reshape, variables, assignment, sums of tensors. Each returns the new
+ * node's output endpoint, or PSG_NO_ENDPOINT with the graph's error set. */
+#ifndef PSGRAPH_OPS_ARRAY_H
+#define PSGRAPH_OPS_ARRAY_H
+
+#include "psgraph/graph.h"
+
+/* A constant holding *value (taken: *value is set NULL). */
+psg_endpoint_t psg_const(psg_graph_t *g, const char *name, psg_tensor_t **value);
+psg_endpoint_t psg_const_scalar(psg_graph_t *g, const char *name, float v);
+/* A placeholder to be fed; dims may be -1. */
+psg_endpoint_t psg_placeholder(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                               const psg_shape_t *shape);
+psg_endpoint_t psg_identity(psg_graph_t *g, const char *name, psg_endpoint_t x);
+/* Stops gradients: identity forward, no gradient backward. */
+psg_endpoint_t psg_stop_gradient(psg_graph_t *g, const char *name, psg_endpoint_t x);
+/* Reshape to `shape`; one dim may be -1 (inferred). */
+psg_endpoint_t psg_reshape(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                           const psg_shape_t *shape);
+/* Sum of n tensors of one shape. n == 1 returns an identity. */
+psg_endpoint_t psg_add_n(psg_graph_t *g, const char *name, int n, const psg_endpoint_t *xs);
+/* Ones / zeros shaped like x (x's shape may be partly unknown). */
+psg_endpoint_t psg_ones_like(psg_graph_t *g, const char *name, psg_endpoint_t x);
+psg_endpoint_t psg_zeros_like(psg_graph_t *g, const char *name, psg_endpoint_t x);
+/* A tensor of x's shape filled with `value`. */
+psg_endpoint_t psg_fill_like(psg_graph_t *g, const char *name, psg_endpoint_t x, float value);
+/* Sums x down to the shape of `like` (the adjoint of broadcasting `like` to
+ * x's shape): used by the gradients of broadcasting ops. */
+psg_endpoint_t psg_sum_to_shape_of(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                   psg_endpoint_t like);
+
+/* ---- variables ---- */
+
+/* Variable initializers, by name: "zeros", "ones", "constant" (value),
+ * "uniform" (-scale, scale), "normal" (stddev scale), "truncated_normal",
+ * "glorot_uniform" (scale ignored; from fan-in and fan-out of the shape). */
+typedef struct {
+    const char *kind;
+    double scale;
+    uint64_t seed;
+} psg_initializer_t;
+
+/* A variable `name` (its handle, dtype PSG_DT_RESOURCE, shape = the
+ * variable's). Adds an initializer op to the "init" collection and the handle
+ * to "variables" (and "trainable_variables" when trainable). The variable is
+ * shared by name with every graph run in the same resource manager. */
+psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                            const psg_shape_t *shape, psg_initializer_t init, bool trainable);
+/* The handle of variable `name` without an initializer (for a graph that uses
+ * a variable another graph creates). */
+psg_endpoint_t psg_var_handle(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                              const psg_shape_t *shape);
+/* The variable's current value (no copy: updates later in the step are not
+ * ordered after the read unless the graph orders them). */
+psg_endpoint_t psg_read_variable(psg_graph_t *g, const char *name, psg_endpoint_t handle);
+/* Assign / add to a variable; the node has no outputs: returns the node id or -1. */
+int psg_assign(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t value);
+int psg_assign_add(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t value);
+/* A node with no outputs that depends on all `n` nodes (by control edges). */
+int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes);
+
+#endif
