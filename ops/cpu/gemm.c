@@ -40,7 +40,6 @@ void psg_gemm_f32(psg_threadpool_t *pool, bool trans_a, bool trans_b, int64_t M,
         return;
     }
     int64_t n = j.split_rows ? M : N;
-    /* slices in multiples of 16 rows/cols keep OpenBLAS's kernels on full tiles */
-    int64_t grain = (n / threads + 15) / 16 * 16;
+    int64_t grain = n / threads;
     psg_parallel_for(pool, n, grain > 0 ? grain : 1, gemm_slice, &j);
 }
