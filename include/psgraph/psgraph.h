@@ -11,5 +11,7 @@
 #include "psgraph/autodiff.h"
 #include "psgraph/session.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/serialize.h"
+#include "psgraph/msgpack_check.h"
 
 #endif
