@@ -12,6 +12,10 @@
 #include "psgraph/session.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/serialize.h"
+#include "psgraph/device_name.h"
+#include "psgraph/rendezvous.h"
+#include "psgraph/placement.h"
+#include "psgraph/partition.h"
 #include "psgraph/msgpack_check.h"
 
 #endif
