@@ -189,10 +189,12 @@ void psg_partition_set_destroy(psg_partition_set_t **sp) {
 }
 
 int psg_partition_set_find(const psg_partition_set_t *set, const char *device) {
-    char canon[PSG_DEVICE_NAME_MAX];
-    if (psg_device_name_canonical(device, canon, sizeof canon) < 0) return -1;
+    psg_device_name_t want, have;
+    if (psg_device_name_parse(device, &want) < 0) return -1;
     for (int i = 0; i < set->num_partitions; i++)
-        if (!strcmp(set->partitions[i].device, canon)) return i;
+        if (psg_device_name_parse(set->partitions[i].device, &have) == 0 &&
+            psg_device_name_compatible(&want, &have))
+            return i;
     return -1;
 }
 

@@ -55,7 +55,9 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
                                          const int *targets, const psg_partition_options_t *opt);
 void psg_partition_set_destroy(psg_partition_set_t **set);
 
-/* The index of the partition on `device` (canonical or not), or -1. */
+/* The index of the first partition whose device matches `device`, a full
+ * or partial spec in any accepted form ("/job:ps/task:1" matches that task's
+ * first device), or -1 (also for a name that does not parse, error set). */
 int psg_partition_set_find(const psg_partition_set_t *set, const char *device);
 
 #endif

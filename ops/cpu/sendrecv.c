@@ -32,7 +32,8 @@ static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
         psg_async_op_done(a, -1);
         return;
     }
-    psg_dtype_t dt = (psg_dtype_t)psg_node_get_int(n, "dtype", PSG_DT_INVALID);
+    const psg_attr_t *dta = psg_node_attr(n, "dtype");
+    psg_dtype_t dt = dta && dta->type == PSG_ATTR_DTYPE ? dta->u.dtype : PSG_DT_INVALID;
     const psg_attr_t *sh = psg_node_attr(n, "shape");
     if (t->dtype != dt || (sh && !psg_shape_compatible(&t->shape, &sh->u.shape))) {
         char key[PSG_RENDEZVOUS_KEY_MAX], a1[PSG_SHAPE_STR_MAX], a2[PSG_SHAPE_STR_MAX];
