@@ -13,7 +13,7 @@ static psg_tensor_t *run_graph(int n, psg_tensor_t **vals, psg_gradcheck_build_f
     psg_graph_t *g = psg_graph_new();
     psg_endpoint_t ph[8];
     for (int i = 0; i < n; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "in%d", i);
         ph[i] = psg_placeholder(g, name, PSG_DT_F32, &vals[i]->shape);
     }
