@@ -9,8 +9,15 @@
 #include <string.h>
 
 /* Bytes of the im2col buffer of one chunk of images: about a core's L2, so
- * the GEMM reads the columns im2col has just written from cache. */
-#define COL_TARGET_BYTES (768 * 1024)
+ * the GEMM reads the columns im2col has just written from cache. The filter
+ * gradient takes larger chunks: its GEMM's inner dim is the chunk's rows,
+ * and a short one costs a read and write of the whole (K, OC) result each. */
+#ifndef PSG_CONV_COL_BYTES
+#define PSG_CONV_COL_BYTES (768 * 1024)
+#endif
+#ifndef PSG_CONV_FILTER_COL_BYTES
+#define PSG_CONV_FILTER_COL_BYTES (4 * 1024 * 1024)
+#endif
 
 typedef struct {
     psg_nn_geom_t g;
@@ -92,7 +99,7 @@ static bool is_pointwise(const psg_nn_geom_t *g) {
 
 /* Decides how the batch is split: over the pool by images when there are
  * at least two, else one slice whose GEMMs are split over the pool. */
-static void plan_job(conv_job_t *j, psg_threadpool_t *pool) {
+static void plan_job(conv_job_t *j, psg_threadpool_t *pool, int64_t col_bytes) {
     const psg_nn_geom_t *g = &j->g;
     int64_t threads = psg_threadpool_size(pool);
     j->k = g->kh * g->kw * g->c;
@@ -100,7 +107,7 @@ static void plan_job(conv_job_t *j, psg_threadpool_t *pool) {
     if (j->parts < 1) j->parts = 1;
     j->gemm_pool = j->parts == 1 ? pool : NULL;
     int64_t per_image = g->oh * g->ow * j->k * (int64_t)sizeof(float);
-    j->chunk = per_image > 0 ? COL_TARGET_BYTES / per_image : 1;
+    j->chunk = per_image > 0 ? col_bytes / per_image : 1;
     if (j->chunk < 1) j->chunk = 1;
 }
 
@@ -142,19 +149,20 @@ static void forward_part(void *ctx, int64_t part, int64_t part_end) {
 }
 
 static int conv_setup(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shape_t *filter,
-                      conv_job_t *j) {
+                      int64_t col_bytes, conv_job_t *j) {
     psg_nn_attrs_t a;
     memset(j, 0, sizeof *j);
     if (psg_nn_read_attrs(c->node, false, &a) < 0) return -1;
     if (psg_nn_geom(in, filter->dims[0], filter->dims[1], filter->dims[3], &a, &j->g) < 0)
         return -1;
-    plan_job(j, c->pool);
+    plan_job(j, c->pool, col_bytes);
     return 0;
 }
 
 int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
     conv_job_t j;
-    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &j) < 0) return -1;
+    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_COL_BYTES, &j) < 0)
+        return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     j.x = psg_tensor_f32(c->inputs[0]);
@@ -196,10 +204,39 @@ static void backprop_input_part(void *ctx, int64_t part, int64_t part_end) {
     }
 }
 
+/* With stride 1, dx is a forward conv of dy with the filter turned 180
+ * degrees and its channels swapped, padded by KH-1-pt (top) and KW-1-pl
+ * (left): one GEMM of inner dim KH*KW*OC per chunk and no scatter, faster
+ * than col2im's GEMM of inner dim OC. */
+static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
+    const psg_nn_geom_t *g = &j->g;
+    conv_job_t t = {.x = j->dy, .y = j->dx};
+    t.g = (psg_nn_geom_t){.n = g->n, .h = g->oh, .w = g->ow, .c = g->oc, .kh = g->kh,
+                          .kw = g->kw, .oc = g->c, .oh = g->h, .ow = g->w, .sh = 1, .sw = 1,
+                          .pt = g->kh - 1 - g->pt, .pl = g->kw - 1 - g->pl};
+    plan_job(&t, c->pool, PSG_CONV_COL_BYTES);
+    psg_buffer_t *fb = psg_buffer_new(sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc));
+    if (!fb) return -1;
+    /* wf is (KH, KW, OC, C): wf[kh][kw][o][i] = w[KH-1-kh][KW-1-kw][i][o] */
+    float *restrict wf = fb->data;
+    for (int64_t kh = 0; kh < g->kh; kh++)
+        for (int64_t kw = 0; kw < g->kw; kw++) {
+            const float *restrict src = j->w + ((g->kh - 1 - kh) * g->kw + g->kw - 1 - kw) * g->c * g->oc;
+            float *restrict dst = wf + (kh * g->kw + kw) * g->oc * g->c;
+            for (int64_t i = 0; i < g->c; i++)
+                for (int64_t o = 0; o < g->oc; o++) dst[o * g->c + i] = src[i * g->oc + o];
+        }
+    t.w = wf;
+    psg_parallel_for(c->pool, t.parts, 1, forward_part, &t);
+    psg_buffer_unref(&fb);
+    return t.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
+}
+
 /* inputs: x (only its shape is read), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
 int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
     conv_job_t j;
-    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &j) < 0) return -1;
+    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_COL_BYTES, &j) < 0)
+        return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     j.w = psg_tensor_f32(c->inputs[1]);
@@ -211,6 +248,7 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
                      j.w, g->oc, 0.0f, j.dx, g->c);
         return 0;
     }
+    if (g->sh == 1 && g->sw == 1) return backprop_input_stride1(c, &j);
     psg_parallel_for(c->pool, j.parts, 1, backprop_input_part, &j);
     return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
 }
@@ -246,7 +284,9 @@ static void backprop_filter_part(void *ctx, int64_t part, int64_t part_end) {
 /* inputs: x (N, H, W, C), filter (only its shape is read), dy (N, OH, OW, OC) */
 int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
     conv_job_t j;
-    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &j) < 0) return -1;
+    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_FILTER_COL_BYTES,
+                   &j) < 0)
+        return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     j.x = psg_tensor_f32(c->inputs[0]);
