@@ -16,7 +16,7 @@
 #define PSG_CONV_COL_BYTES (768 * 1024)
 #endif
 #ifndef PSG_CONV_FILTER_COL_BYTES
-#define PSG_CONV_FILTER_COL_BYTES (4 * 1024 * 1024)
+#define PSG_CONV_FILTER_COL_BYTES (2 * 1024 * 1024)
 #endif
 
 typedef struct {
