@@ -127,6 +127,8 @@ static const conv_case_t conv_cases[] = {
     {5, 9, 9, 3, 5, 5, 4, 1, 1, true},   /* uneven split of the batch */
     {3, 32, 32, 16, 3, 3, 8, 1, 1, true}, /* several im2col chunks per slice */
     {2, 17, 17, 3, 3, 3, 4, 2, 2, false},
+    {2, 6, 7, 16, 3, 2, 4, 1, 1, false}, /* dx as a conv with the flipped filter, VALID */
+    {2, 6, 7, 16, 4, 4, 5, 1, 1, true},  /* ... SAME with an odd padding total */
 };
 
 static void test_conv2d_values(void) {

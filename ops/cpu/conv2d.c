@@ -207,7 +207,8 @@ static void backprop_input_part(void *ctx, int64_t part, int64_t part_end) {
 /* With stride 1, dx is a forward conv of dy with the filter turned 180
  * degrees and its channels swapped, padded by KH-1-pt (top) and KW-1-pl
  * (left): one GEMM of inner dim KH*KW*OC per chunk and no scatter, faster
- * than col2im's GEMM of inner dim OC. */
+ * than col2im's GEMM of inner dim OC, unless C (this GEMM's width) is so
+ * small that the GEMM is a matrix-vector product over a huge column buffer. */
 static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
     const psg_nn_geom_t *g = &j->g;
     conv_job_t t = {.x = j->dy, .y = j->dx};
@@ -248,7 +249,7 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
                      j.w, g->oc, 0.0f, j.dx, g->c);
         return 0;
     }
-    if (g->sh == 1 && g->sw == 1) return backprop_input_stride1(c, &j);
+    if (g->sh == 1 && g->sw == 1 && g->c >= 16) return backprop_input_stride1(c, &j);
     psg_parallel_for(c->pool, j.parts, 1, backprop_input_part, &j);
     return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
 }
