@@ -3,7 +3,8 @@
  * zmq_send/zmq_recv of one message of the same size, same processes, same run).
  * Prints one JSON line per result. Not a benchmark of a training step (that is the ps/'s).
  *
- *   transport [--sizes 4096,1048576,...] [--chunk BYTES] [--sweep-chunk] [--rtt-iters N]
+ *   transport [--sizes 4096,1048576,...] [--chunk BYTES] [--chunk-above BYTES]
+ *             [--sweep-chunk] [--rtt-iters N] [--only push|pull]
  */
 #include "psgraph/wire.h"
 
@@ -242,8 +243,8 @@ static int run(const size_t *sizes, int nsizes, const psg_wire_opts_t *opts, int
                 break;
             }
             printf("{\"bench\":\"transport\",\"op\":\"%s\",\"bytes\":%zu,\"chunk_bytes\":%zu,"
-                   "\"psgraph_MBps\":%.0f,\"raw_MBps\":%.0f,\"ratio\":%.2f}\n",
-                   op, size, opts->chunk_bytes, ps, raw, ps / raw);
+                   "\"chunk_above\":%zu,\"psgraph_MBps\":%.0f,\"raw_MBps\":%.0f,\"ratio\":%.2f}\n",
+                   op, size, opts->chunk_bytes, opts->chunk_above, ps, raw, ps / raw);
             fflush(stdout);
         }
         psg_tensor_destroy(&t);
@@ -269,6 +270,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) {
             opts.chunk_bytes = strtoull(argv[++i], NULL, 0);
+        } else if (strcmp(argv[i], "--chunk-above") == 0 && i + 1 < argc) {
+            opts.chunk_above = strtoull(argv[++i], NULL, 0);
         } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
             nsizes = 0;
             for (char *s = argv[++i]; *s && nsizes < 16; s += *s == ',') {
@@ -286,18 +289,18 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
-            fprintf(stderr, "usage: transport [--sizes N,N...] [--chunk BYTES] [--sweep-chunk] "
+            fprintf(stderr, "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
                             "[--rtt-iters N] [--only push|pull]\n");
             return 2;
         }
     }
     if (!sweep) return run(sizes, nsizes, &opts, rtt_iters, only);
-    /* The chunk size sweep: the large sizes only, no round trips. */
+    /* The chunk size sweep: every large size chunked (chunk_above = chunk), no round trips. */
     size_t chunks[] = {512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20};
-    size_t big[] = {16 << 20, 64 << 20};
+    size_t big[] = {16 << 20, 32 << 20, 64 << 20};
     for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
-        opts.chunk_bytes = chunks[k];
-        if (run(big, 2, &opts, 0, only) != 0) return 1;
+        opts.chunk_bytes = opts.chunk_above = chunks[k];
+        if (run(big, 3, &opts, 0, only) != 0) return 1;
     }
     return 0;
 }

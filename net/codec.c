@@ -121,8 +121,8 @@ static int check_outgoing(const psg_msg_t *m, const psg_wire_opts_t *o, bool *ch
     if (m->body && m->body->size > PSG_WIRE_MAX_FRAME)
         return psg_error_set("body of %zu bytes is over the frame limit of %zu", m->body->size,
                              PSG_WIRE_MAX_FRAME);
-    size_t chunk = o->chunk_bytes;
-    if (chunk == 0 || chunk > PSG_WIRE_MAX_FRAME) chunk = PSG_WIRE_MAX_FRAME;
+    size_t above = o->chunk_above ? o->chunk_above : o->chunk_bytes;
+    if (above == 0 || above > PSG_WIRE_MAX_FRAME) above = PSG_WIRE_MAX_FRAME;
     for (int i = 0; i < m->ntensors; i++) {
         const psg_tensor_t *t = m->tensors[i];
         if (!t || t->dtype <= PSG_DT_INVALID || t->dtype >= PSG_DT_COUNT ||
@@ -132,7 +132,7 @@ static int check_outgoing(const psg_msg_t *m, const psg_wire_opts_t *o, bool *ch
         if (m->names[i] && strlen(m->names[i]) > PSG_WIRE_MAX_KEY)
             return psg_error_set("tensor %d: name over %d bytes", i, PSG_WIRE_MAX_KEY);
         size_t nb = psg_tensor_nbytes(t);
-        chunked[i] = nb > chunk;
+        chunked[i] = nb > above;
         total += nb;
     }
     if (total > o->max_msg_bytes)

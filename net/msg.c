@@ -8,6 +8,7 @@
 
 psg_wire_opts_t psg_wire_opts_default(void) {
     return (psg_wire_opts_t){
+        .chunk_above = (size_t)24 << 20,
         .chunk_bytes = (size_t)4 << 20,
         .max_msg_bytes = (size_t)4 << 30,
         .timeout_ms = 30000,

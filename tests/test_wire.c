@@ -159,8 +159,8 @@ static void test_round_trip(void) {
         {PSG_DT_BF16, {1, {7}}},
         {PSG_DT_F16, {2, {100, 100}}},
         {PSG_DT_BOOL, {1, {9}}},
-        {PSG_DT_F32, {2, {1024, 4096}}},              /* 16 MB: 4 chunks */
-        {PSG_DT_F32, {1, {(16 << 20) + 1}}},          /* 64 MB + 4 bytes: 17 chunks */
+        {PSG_DT_F32, {2, {1024, 4096}}},              /* 16 MB: whole */
+        {PSG_DT_F32, {1, {(16 << 20) + 1}}},          /* 64 MB + 4 bytes: 17 chunks of 4 MB */
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -184,7 +184,12 @@ static void test_round_trip(void) {
         psg_tensor_destroy(&t);
     }
 
-    /* Several tensors, inline and chunked mixed, and a body, in one message. */
+    /* Several tensors, inline and chunked mixed, and a body, in one message; 1 MB chunks
+     * on the way there (the last one of 1 byte), whole tensors on the way back. */
+    psg_wire_opts_t small = psg_wire_opts_default();
+    small.chunk_above = small.chunk_bytes = 1 << 20;
+    psg_client_destroy(&c);
+    c = psg_client_new(e.endpoint, &small);
     psg_tensor_t *a = patterned(PSG_DT_F32, psg_shape_1d(3), 1);
     psg_tensor_t *b = patterned(PSG_DT_F32, psg_shape_1d(3 << 20), 2); /* 12 MB, chunked */
     psg_tensor_t *cc = patterned(PSG_DT_I64, psg_shape_2d(2, 2), 3);
@@ -707,7 +712,7 @@ static void test_limits_and_api(void) {
     CHECK(out.n == 0);
     /* The frames of a message keep its tensors alive until sent or cleared. */
     o = psg_wire_opts_default();
-    o.chunk_bytes = 1024;
+    o.chunk_bytes = o.chunk_above = 1024;
     CHECK(psg_codec_encode(m, NULL, &o, &out) == 0);
     CHECK(out.n == 1 + 4 * 2); /* header, then 4 chunks (3 of 1024 bytes, 1 of 928) as [header, data] */
     psg_msg_destroy(&m);

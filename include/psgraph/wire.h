@@ -74,12 +74,14 @@ psg_tensor_t *psg_msg_tensor(const psg_msg_t *m, const char *name);
 
 /* Transport settings shared by servers and clients. */
 typedef struct {
-    size_t chunk_bytes;   /* a tensor larger than this travels in chunks of this size */
+    size_t chunk_above;   /* a tensor larger than this travels in chunks (0: chunk_bytes) */
+    size_t chunk_bytes;   /* the size of those chunks */
     size_t max_msg_bytes; /* the most tensor + body bytes one message may carry */
     int timeout_ms;       /* default wait for a reply, a send, a message's missing chunks */
 } psg_wire_opts_t;
 
-/* The defaults: 4 MiB chunks (see docs/wire.md), 4 GiB messages, 30 s timeout. */
+/* The defaults, measured (docs/wire.md): tensors up to 24 MiB whole, larger ones in 4 MiB
+ * chunks; messages up to 4 GiB; 30 s timeout. */
 psg_wire_opts_t psg_wire_opts_default(void);
 
 /* ---- server: a ROUTER bound to one endpoint ---------------------------------------- */
