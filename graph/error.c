@@ -24,7 +24,10 @@ int psg_error_wrap(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, error_message, sizeof old);
-    snprintf(error_message, sizeof error_message, "%s: %s", prefix, old);
+    /* both halves are bounded: a long chain of context is cut at the end */
+    size_t n = strnlen(prefix, PSG_ERROR_MAX / 2);
+    memcpy(error_message, prefix, n);
+    snprintf(error_message + n, sizeof error_message - n, ": %s", old);
     return -1;
 }
 

@@ -106,7 +106,7 @@ static int check_shape(psg_dtype_t dt, const psg_shape_t *shape, size_t *nbytes)
 
 psg_tensor_t *psg_tensor_from_buffer(psg_dtype_t dt, const psg_shape_t *shape,
                                      psg_buffer_t *buf, size_t offset) {
-    size_t nbytes;
+    size_t nbytes = 0;
     if (check_shape(dt, shape, &nbytes) < 0) return NULL;
     if (offset > buf->size || nbytes > buf->size - offset) {
         psg_error_set("tensor of %zu bytes at offset %zu does not fit in a buffer of %zu bytes",
@@ -127,7 +127,7 @@ psg_tensor_t *psg_tensor_from_buffer(psg_dtype_t dt, const psg_shape_t *shape,
 }
 
 psg_tensor_t *psg_tensor_new(psg_dtype_t dt, const psg_shape_t *shape) {
-    size_t nbytes;
+    size_t nbytes = 0;
     if (check_shape(dt, shape, &nbytes) < 0) return NULL;
     psg_buffer_t *buf = psg_buffer_new(nbytes);
     if (!buf) return NULL;

@@ -1,0 +1,461 @@
+/* The executor: dependency counting, a ready queue shared by the calling
+ * thread and pool helpers, kernels run with their concrete shapes inferred,
+ * and every buffer released as soon as its last consumer is done.
+ * Not placement or partitioning: a plan runs on this process's CPU. */
+#include "graph/executor.h"
+#include "graph/graph_internal.h"
+#include "psgraph/error.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const psg_node_t *node;
+    int slot_base;    /* first output slot */
+    int *input_slots; /* one per input */
+    int *consumers;   /* plan-local ids of nodes that wait on this one (with repeats removed) */
+    int num_consumers;
+    int num_deps;     /* distinct producers + control inputs inside the plan */
+    bool fed;         /* not executed: its outputs are fed */
+} plan_node_t;
+
+struct psg_plan {
+    const psg_graph_t *g;
+    plan_node_t *nodes; /* executed and fed nodes, in topological order */
+    int num_nodes, num_exec;
+    int num_slots;
+    int *slot_uses; /* consumers + fetches per slot */
+    int n_feeds, n_fetches;
+    int *feed_slots, *fetch_slots;
+    int *initial_ready;
+    int num_initial_ready;
+    /* per-run state, reused */
+    psg_tensor_t **slots;
+    atomic_int *pending;
+    atomic_int *uses_left;
+};
+
+/* ---- building a plan ---- */
+
+static int slot_of(const psg_plan_t *p, const int *local_of, psg_endpoint_t e) {
+    return p->nodes[local_of[e.node]].slot_base + e.index;
+}
+
+psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
+                         int n_fetches, const psg_endpoint_t *fetches, int n_targets,
+                         const int *targets) {
+    int total = g->num_nodes;
+    psg_plan_t *p = calloc(1, sizeof *p);
+    int *local_of = malloc(sizeof(int) * (size_t)(total + 1));
+    char *fed = calloc((size_t)total + 1, 1);
+    char *state = calloc((size_t)total + 1, 1); /* 0 new, 1 on stack, 2 done */
+    int *stack = malloc(sizeof(int) * (size_t)(2 * total + 2));
+    if (!p || !local_of || !fed || !state || !stack) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    p->g = g;
+    for (int i = 0; i < total; i++) local_of[i] = -1;
+    for (int i = 0; i < n_feeds; i++) {
+        if (feeds[i].node < 0 || feeds[i].node >= total ||
+            feeds[i].index >= g->nodes[feeds[i].node]->num_outputs) {
+            psg_error_set("feed %d refers to a missing output", i);
+            goto fail;
+        }
+        fed[feeds[i].node] = 1;
+    }
+    /* Iterative DFS post-order from fetches and targets: a topological order. */
+    p->nodes = calloc((size_t)total + 1, sizeof(plan_node_t));
+    if (!p->nodes) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    int roots = n_fetches + n_targets;
+    for (int r = 0; r < roots; r++) {
+        int root = r < n_fetches ? fetches[r].node : targets[r - n_fetches];
+        if (root < 0 || root >= total ||
+            (r < n_fetches && fetches[r].index >= g->nodes[root]->num_outputs)) {
+            psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
+                          r < n_fetches ? r : r - n_fetches);
+            goto fail;
+        }
+        if (state[root] == 2) continue;
+        int sp = 0;
+        stack[sp++] = root;
+        while (sp) {
+            int id = stack[sp - 1];
+            const psg_node_t *n = g->nodes[id];
+            if (state[id] == 0) {
+                state[id] = 1;
+                if (!fed[id]) {
+                    for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
+                        int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
+                        if (state[dep] == 1) {
+                            psg_error_set("node '%s' (%s): the graph has a cycle through '%s'",
+                                          n->name, psg_node_op(n), g->nodes[dep]->name);
+                            goto fail;
+                        }
+                        if (state[dep] == 0) stack[sp++] = dep;
+                    }
+                }
+            } else {
+                sp--;
+                if (state[id] == 2) continue;
+                state[id] = 2;
+                local_of[id] = p->num_nodes;
+                plan_node_t *pn = &p->nodes[p->num_nodes++];
+                pn->node = n;
+                pn->fed = fed[id];
+                pn->slot_base = p->num_slots;
+                p->num_slots += n->num_outputs;
+            }
+        }
+    }
+    p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
+    p->slots = calloc((size_t)p->num_slots + 1, sizeof(psg_tensor_t *));
+    p->uses_left = calloc((size_t)p->num_slots + 1, sizeof(atomic_int));
+    p->pending = calloc((size_t)p->num_nodes + 1, sizeof(atomic_int));
+    p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
+    if (!p->slot_uses || !p->slots || !p->uses_left || !p->pending || !p->initial_ready) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    /* Inputs, consumers and use counts. Consumer lists are built by counting first. */
+    int *consumer_count = calloc((size_t)p->num_nodes + 1, sizeof(int));
+    if (!consumer_count) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    for (int li = 0; li < p->num_nodes; li++) {
+        plan_node_t *pn = &p->nodes[li];
+        const psg_node_t *n = pn->node;
+        if (pn->fed) continue;
+        p->num_exec++;
+        if (!n->def->cpu) {
+            psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
+            free(consumer_count);
+            goto fail;
+        }
+        if (n->def->flags & PSG_OP_SOURCE_FEED) {
+            psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
+            free(consumer_count);
+            goto fail;
+        }
+        pn->input_slots = malloc(sizeof(int) * (size_t)(n->num_inputs + 1));
+        PSG_ASSERT(pn->input_slots);
+        for (int i = 0; i < n->num_inputs; i++) {
+            pn->input_slots[i] = slot_of(p, local_of, n->inputs[i]);
+            p->slot_uses[pn->input_slots[i]]++;
+        }
+        /* distinct producers: mark by last-seen */
+        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
+            int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
+            int dl = local_of[dep];
+            bool seen = false;
+            for (int k = 0; k < i && !seen; k++) {
+                int prev = k < n->num_inputs ? n->inputs[k].node : n->controls[k - n->num_inputs];
+                seen = prev == dep;
+            }
+            if (seen || p->nodes[dl].fed) continue;
+            pn->num_deps++;
+            consumer_count[dl]++;
+        }
+    }
+    for (int li = 0; li < p->num_nodes; li++) {
+        p->nodes[li].consumers = malloc(sizeof(int) * (size_t)(consumer_count[li] + 1));
+        PSG_ASSERT(p->nodes[li].consumers);
+    }
+    free(consumer_count);
+    for (int li = 0; li < p->num_nodes; li++) {
+        plan_node_t *pn = &p->nodes[li];
+        const psg_node_t *n = pn->node;
+        if (pn->fed) continue;
+        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
+            int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
+            int dl = local_of[dep];
+            bool seen = false;
+            for (int k = 0; k < i && !seen; k++) {
+                int prev = k < n->num_inputs ? n->inputs[k].node : n->controls[k - n->num_inputs];
+                seen = prev == dep;
+            }
+            if (seen || p->nodes[dl].fed) continue;
+            p->nodes[dl].consumers[p->nodes[dl].num_consumers++] = li;
+        }
+        if (pn->num_deps == 0) p->initial_ready[p->num_initial_ready++] = li;
+    }
+    p->n_feeds = n_feeds;
+    p->n_fetches = n_fetches;
+    p->feed_slots = malloc(sizeof(int) * (size_t)(n_feeds + 1));
+    p->fetch_slots = malloc(sizeof(int) * (size_t)(n_fetches + 1));
+    PSG_ASSERT(p->feed_slots && p->fetch_slots);
+    for (int i = 0; i < n_feeds; i++) {
+        /* a feed the fetches do not need is accepted and ignored */
+        p->feed_slots[i] = local_of[feeds[i].node] >= 0 ? slot_of(p, local_of, feeds[i]) : -1;
+    }
+    for (int i = 0; i < n_fetches; i++) {
+        p->fetch_slots[i] = slot_of(p, local_of, fetches[i]);
+        p->slot_uses[p->fetch_slots[i]]++;
+    }
+    /* a fed node's outputs that are needed must all be fed */
+    for (int li = 0; li < p->num_nodes; li++) {
+        plan_node_t *pn = &p->nodes[li];
+        if (!pn->fed) continue;
+        for (int o = 0; o < pn->node->num_outputs; o++) {
+            if (!p->slot_uses[pn->slot_base + o]) continue;
+            bool is_fed = false;
+            for (int i = 0; i < n_feeds && !is_fed; i++)
+                is_fed = p->feed_slots[i] == pn->slot_base + o;
+            if (!is_fed) {
+                psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
+                              pn->node->name, psg_node_op(pn->node), o);
+                goto fail;
+            }
+        }
+    }
+    free(local_of);
+    free(fed);
+    free(state);
+    free(stack);
+    return p;
+fail:
+    free(local_of);
+    free(fed);
+    free(state);
+    free(stack);
+    psg_plan_destroy(&p);
+    return NULL;
+}
+
+void psg_plan_destroy(psg_plan_t **pp) {
+    if (!pp || !*pp) return;
+    psg_plan_t *p = *pp;
+    *pp = NULL;
+    for (int i = 0; p->nodes && i < p->num_nodes; i++) {
+        free(p->nodes[i].input_slots);
+        free(p->nodes[i].consumers);
+    }
+    free(p->nodes);
+    free(p->slot_uses);
+    free(p->feed_slots);
+    free(p->fetch_slots);
+    free(p->initial_ready);
+    free(p->slots);
+    free(p->pending);
+    free(p->uses_left);
+    free(p);
+}
+
+int psg_plan_num_nodes(const psg_plan_t *p) { return p->num_exec; }
+
+/* ---- running a plan ---- */
+
+typedef struct {
+    psg_plan_t *p;
+    psg_threadpool_t *pool;
+    psg_resource_mgr_t *rm;
+    int64_t step_id;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int *ready; /* LIFO stack of plan-local ids */
+    int num_ready;
+    int remaining;  /* nodes not yet finished */
+    int running;    /* nodes being executed */
+    int helpers;    /* pool helpers inside run_loop */
+    int max_threads;
+    bool failed;
+    char error[1024];
+} run_t;
+
+static void release_slot(psg_plan_t *p, int slot) {
+    if (atomic_fetch_sub(&p->uses_left[slot], 1) == 1) psg_tensor_destroy(&p->slots[slot]);
+}
+
+/* Runs one node's kernel; returns 0 or -1 with the error naming the node. */
+static int execute_node(run_t *r, plan_node_t *pn) {
+    psg_plan_t *p = r->p;
+    const psg_node_t *n = pn->node;
+    int ni = n->num_inputs, no = n->num_outputs;
+    psg_tensor_t *inputs[ni + 1];
+    psg_dtype_t in_dt[ni + 1], out_dt[PSG_MAX_OUTPUTS];
+    psg_shape_t in_sh[ni + 1], out_sh[PSG_MAX_OUTPUTS];
+    psg_tensor_t *outputs[PSG_MAX_OUTPUTS] = {0};
+    for (int i = 0; i < ni; i++) {
+        inputs[i] = p->slots[pn->input_slots[i]];
+        PSG_ASSERT(inputs[i]);
+        in_dt[i] = inputs[i]->dtype;
+        /* a resource handle's runtime tensor is a scalar; its shape is the variable's */
+        in_sh[i] = in_dt[i] == PSG_DT_RESOURCE ? p->g->nodes[n->inputs[i].node]->out_shapes[n->inputs[i].index]
+                                               : inputs[i]->shape;
+    }
+    for (int o = 0; o < no; o++) {
+        out_dt[o] = PSG_DT_INVALID;
+        out_sh[o] = psg_shape_unknown();
+    }
+    psg_infer_ctx_t ic = {n, ni, in_dt, in_sh, no, out_dt, out_sh};
+    int rc = n->def->infer(&ic);
+    for (int o = 0; rc == 0 && o < no; o++) {
+        if (out_dt[o] != PSG_DT_RESOURCE && !psg_shape_is_complete(&out_sh[o])) {
+            char b[PSG_SHAPE_STR_MAX];
+            rc = psg_error_set("output %d has no complete shape at run time (%s)", o,
+                               psg_shape_str(&out_sh[o], b, sizeof b));
+        }
+    }
+    if (rc == 0) {
+        psg_kernel_ctx_t kc = {n, ni, inputs, no, outputs, out_dt, out_sh, r->rm, r->pool, r->step_id};
+        rc = n->def->cpu(&kc);
+        for (int o = 0; rc == 0 && o < no; o++)
+            if (!outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
+    }
+    if (rc < 0) {
+        for (int o = 0; o < no; o++) psg_tensor_destroy(&outputs[o]);
+        return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
+    }
+    for (int o = 0; o < no; o++) {
+        int s = pn->slot_base + o;
+        if (p->slot_uses[s])
+            p->slots[s] = outputs[o];
+        else
+            psg_tensor_destroy(&outputs[o]); /* nobody reads it */
+    }
+    for (int i = 0; i < ni; i++) release_slot(p, pn->input_slots[i]);
+    return 0;
+}
+
+static void run_loop(run_t *r);
+
+static void helper_main(void *arg) {
+    run_t *r = arg;
+    run_loop(r);
+    pthread_mutex_lock(&r->lock);
+    r->helpers--;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Called with the lock held: wakes pool helpers for ready work beyond what
+ * the threads already running can take. */
+static void maybe_spawn(run_t *r) {
+    while (r->num_ready > 1 && 1 + r->helpers < r->max_threads && r->helpers < r->num_ready - 1) {
+        r->helpers++;
+        psg_threadpool_submit(r->pool, helper_main, r);
+    }
+}
+
+/* The caller runs this until the step is done; helpers run it until no work
+ * is ready (they never wait, so they never hold a pool thread idle). */
+static void run_loop(run_t *r) {
+    psg_plan_t *p = r->p;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        if (r->failed || r->remaining == 0) break;
+        if (r->num_ready == 0) break;
+        int li = r->ready[--r->num_ready];
+        r->running++;
+        maybe_spawn(r);
+        pthread_mutex_unlock(&r->lock);
+
+        int rc = execute_node(r, &p->nodes[li]);
+
+        pthread_mutex_lock(&r->lock);
+        r->running--;
+        r->remaining--;
+        if (rc < 0) {
+            if (!r->failed) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
+            r->failed = true;
+        } else {
+            plan_node_t *pn = &p->nodes[li];
+            for (int k = 0; k < pn->num_consumers; k++) {
+                int c = pn->consumers[k];
+                if (atomic_fetch_sub(&p->pending[c], 1) == 1) r->ready[r->num_ready++] = c;
+            }
+        }
+        pthread_cond_broadcast(&r->changed);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, int64_t step_id,
+                 psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
+    for (int i = 0; i < p->n_fetches; i++) fetched[i] = NULL;
+    for (int i = 0; i < p->n_feeds; i++) {
+        int s = p->feed_slots[i];
+        if (s < 0) continue;
+        const psg_tensor_t *t = feed_values[i];
+        if (!t) return psg_error_set("feed %d is NULL", i);
+        /* find the fed node to check the value against its static dtype and shape */
+        for (int li = 0; li < p->num_nodes; li++) {
+            plan_node_t *pn = &p->nodes[li];
+            if (s < pn->slot_base || s >= pn->slot_base + pn->node->num_outputs) continue;
+            const psg_node_t *n = pn->node;
+            int o = s - pn->slot_base;
+            if (t->dtype != n->out_dtypes[o] || !psg_shape_compatible(&t->shape, &n->out_shapes[o])) {
+                char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+                return psg_error_set("node '%s' (%s): fed %s%s, expects %s%s", n->name,
+                                     psg_node_op(n), psg_dtype_name(t->dtype),
+                                     psg_shape_str(&t->shape, a, sizeof a),
+                                     psg_dtype_name(n->out_dtypes[o]),
+                                     psg_shape_str(&n->out_shapes[o], b, sizeof b));
+            }
+            break;
+        }
+    }
+    for (int s = 0; s < p->num_slots; s++) {
+        p->slots[s] = NULL;
+        atomic_init(&p->uses_left[s], p->slot_uses[s]);
+    }
+    for (int i = 0; i < p->n_feeds; i++) {
+        int s = p->feed_slots[i];
+        if (s >= 0 && p->slot_uses[s] && !p->slots[s]) p->slots[s] = psg_tensor_ref(feed_values[i]);
+    }
+    for (int li = 0; li < p->num_nodes; li++) atomic_init(&p->pending[li], p->nodes[li].num_deps);
+
+    run_t r = {.p = p, .pool = pool, .rm = rm, .step_id = step_id};
+    pthread_mutex_init(&r.lock, NULL);
+    pthread_cond_init(&r.changed, NULL);
+    r.ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
+    PSG_ASSERT(r.ready);
+    for (int i = p->num_initial_ready - 1; i >= 0; i--) r.ready[r.num_ready++] = p->initial_ready[i];
+    r.remaining = p->num_exec;
+    r.max_threads = psg_threadpool_size(pool);
+
+    pthread_mutex_lock(&r.lock);
+    for (;;) {
+        if (r.num_ready > 0 && !r.failed) {
+            pthread_mutex_unlock(&r.lock);
+            run_loop(&r);
+            pthread_mutex_lock(&r.lock);
+            continue;
+        }
+        if ((r.remaining == 0 || r.failed || r.running == 0) && r.helpers == 0 && r.running == 0) break;
+        pthread_cond_wait(&r.changed, &r.lock);
+    }
+    pthread_mutex_unlock(&r.lock);
+    int rc = 0;
+    if (r.failed) {
+        rc = psg_error_set("%s", r.error);
+    } else if (r.remaining != 0) {
+        rc = psg_error_set("executor stalled with %d nodes left (internal error)", r.remaining);
+    } else {
+        for (int i = 0; i < p->n_fetches; i++) fetched[i] = psg_tensor_ref(p->slots[p->fetch_slots[i]]);
+    }
+    for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&p->slots[s]);
+    free(r.ready);
+    pthread_mutex_destroy(&r.lock);
+    pthread_cond_destroy(&r.changed);
+    return rc;
+}
+
+/* ---- the kernel context's helpers ---- */
+
+psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i) {
+    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
+    ctx->outputs[i] = psg_tensor_new(ctx->out_dtypes[i], &ctx->out_shapes[i]);
+    return ctx->outputs[i];
+}
+
+void psg_kernel_set_output(psg_kernel_ctx_t *ctx, int i, psg_tensor_t *t) {
+    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
+    ctx->outputs[i] = psg_tensor_ref(t);
+}

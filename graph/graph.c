@@ -1,0 +1,511 @@
+/* The graph IR: nodes, names and scopes, attributes, collections, device
+ * functions, and the node builder that infers shapes as nodes are added.
+ * Not execution (executor.c) and not the wire form (serialize.c). */
+#include "graph/graph_internal.h"
+#include "psgraph/error.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *xstrdup(const char *s) {
+    char *d = strdup(s ? s : "");
+    PSG_ASSERT(d);
+    return d;
+}
+
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    PSG_ASSERT(q); /* out of memory while growing graph metadata: no sane recovery */
+    return q;
+}
+
+/* ---- attributes ---- */
+
+void psg_attr_free(psg_attr_t *a) {
+    free(a->key);
+    switch (a->type) {
+    case PSG_ATTR_STR: free(a->u.s); break;
+    case PSG_ATTR_INTS: free(a->u.ints.v); break;
+    case PSG_ATTR_FLOATS: free(a->u.floats.v); break;
+    case PSG_ATTR_TENSOR: psg_tensor_destroy(&a->u.tensor); break;
+    default: break;
+    }
+    memset(a, 0, sizeof *a);
+}
+
+int psg_attr_copy(psg_attr_t *dst, const psg_attr_t *src) {
+    *dst = *src;
+    dst->key = xstrdup(src->key);
+    switch (src->type) {
+    case PSG_ATTR_STR: dst->u.s = xstrdup(src->u.s); break;
+    case PSG_ATTR_INTS:
+        dst->u.ints.v = xrealloc(NULL, sizeof(int64_t) * (size_t)src->u.ints.n);
+        if (src->u.ints.n) memcpy(dst->u.ints.v, src->u.ints.v, sizeof(int64_t) * (size_t)src->u.ints.n);
+        break;
+    case PSG_ATTR_FLOATS:
+        dst->u.floats.v = xrealloc(NULL, sizeof(double) * (size_t)src->u.floats.n);
+        if (src->u.floats.n)
+            memcpy(dst->u.floats.v, src->u.floats.v, sizeof(double) * (size_t)src->u.floats.n);
+        break;
+    case PSG_ATTR_TENSOR: dst->u.tensor = psg_tensor_ref(src->u.tensor); break;
+    default: break;
+    }
+    return 0;
+}
+
+/* ---- names ---- */
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int psg_graph_find(const psg_graph_t *g, const char *name) {
+    if (!g->num_slots) return -1;
+    size_t mask = (size_t)g->num_slots - 1;
+    for (size_t i = hash_str(name) & mask;; i = (i + 1) & mask) {
+        int slot = g->name_slots[i];
+        if (!slot) return -1;
+        if (strcmp(g->nodes[slot - 1]->name, name) == 0) return slot - 1;
+    }
+}
+
+static void name_insert(psg_graph_t *g, int id) {
+    if ((g->num_nodes + 1) * 2 > g->num_slots) {
+        int old_n = g->num_slots;
+        int *old = g->name_slots;
+        g->num_slots = old_n ? old_n * 2 : 64;
+        g->name_slots = calloc((size_t)g->num_slots, sizeof(int));
+        PSG_ASSERT(g->name_slots);
+        for (int i = 0; i < old_n; i++) {
+            if (!old[i]) continue;
+            size_t mask = (size_t)g->num_slots - 1;
+            size_t j = hash_str(g->nodes[old[i] - 1]->name) & mask;
+            while (g->name_slots[j]) j = (j + 1) & mask;
+            g->name_slots[j] = old[i];
+        }
+        free(old);
+    }
+    size_t mask = (size_t)g->num_slots - 1;
+    size_t j = hash_str(g->nodes[id]->name) & mask;
+    while (g->name_slots[j]) j = (j + 1) & mask;
+    g->name_slots[j] = id + 1;
+}
+
+static bool valid_name_part(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.' || c == '/'))
+            return false;
+    }
+    return true;
+}
+
+/* ---- the graph ---- */
+
+psg_graph_t *psg_graph_new(void) {
+    psg_graph_t *g = calloc(1, sizeof *g);
+    if (!g) psg_error_set("out of memory");
+    return g;
+}
+
+static void node_free(psg_node_t *n) {
+    if (!n) return;
+    free(n->name);
+    free(n->inputs);
+    free(n->controls);
+    for (int i = 0; i < n->num_attrs; i++) psg_attr_free(&n->attrs[i]);
+    free(n->attrs);
+    free(n->device);
+    free(n->assigned_device);
+    free(n);
+}
+
+void psg_graph_destroy(psg_graph_t **gp) {
+    if (!gp || !*gp) return;
+    psg_graph_t *g = *gp;
+    *gp = NULL;
+    for (int i = 0; i < g->num_nodes; i++) node_free(g->nodes[i]);
+    free(g->nodes);
+    free(g->name_slots);
+    for (int i = 0; i < g->num_scopes; i++) free(g->scopes[i]);
+    free(g->scopes);
+    for (int i = 0; i < g->num_devices; i++) free(g->devices[i].fixed);
+    free(g->devices);
+    for (int i = 0; i < g->num_collections; i++) {
+        free(g->collections[i].name);
+        free(g->collections[i].ids);
+    }
+    free(g->collections);
+    free(g->error);
+    free(g);
+}
+
+int psg_graph_num_nodes(const psg_graph_t *g) { return g->num_nodes; }
+
+const psg_node_t *psg_graph_node(const psg_graph_t *g, int id) {
+    return (id >= 0 && id < g->num_nodes) ? g->nodes[id] : NULL;
+}
+
+const char *psg_graph_error(const psg_graph_t *g) { return g->error; }
+
+static void graph_record_error(psg_graph_t *g) {
+    if (!g->error) g->error = xstrdup(psg_error_message());
+}
+
+int psg_graph_push_scope(psg_graph_t *g, const char *scope) {
+    if (!scope || !valid_name_part(scope) || scope[0] == '/')
+        return psg_error_set("invalid name scope '%s'", scope ? scope : "(null)");
+    if (g->num_scopes == g->cap_scopes) {
+        g->cap_scopes = g->cap_scopes ? g->cap_scopes * 2 : 8;
+        g->scopes = xrealloc(g->scopes, sizeof(char *) * (size_t)g->cap_scopes);
+    }
+    const char *outer = g->num_scopes ? g->scopes[g->num_scopes - 1] : NULL;
+    size_t len = (outer ? strlen(outer) + 1 : 0) + strlen(scope) + 1;
+    char *full = xrealloc(NULL, len);
+    snprintf(full, len, "%s%s%s", outer ? outer : "", outer ? "/" : "", scope);
+    g->scopes[g->num_scopes++] = full;
+    return 0;
+}
+
+void psg_graph_pop_scope(psg_graph_t *g) {
+    PSG_ASSERT(g->num_scopes > 0);
+    free(g->scopes[--g->num_scopes]);
+}
+
+static const char *fixed_device_fn(void *ctx, const psg_graph_t *g, const psg_node_t *n) {
+    (void)g;
+    (void)n;
+    return ctx;
+}
+
+void psg_graph_push_device_fn(psg_graph_t *g, psg_device_fn fn, void *ctx) {
+    if (g->num_devices == g->cap_devices) {
+        g->cap_devices = g->cap_devices ? g->cap_devices * 2 : 4;
+        g->devices = xrealloc(g->devices, sizeof *g->devices * (size_t)g->cap_devices);
+    }
+    g->devices[g->num_devices++] = (psg_device_frame_t){fn, ctx, NULL};
+}
+
+void psg_graph_push_device(psg_graph_t *g, const char *device) {
+    char *copy = xstrdup(device);
+    psg_graph_push_device_fn(g, fixed_device_fn, copy);
+    g->devices[g->num_devices - 1].fixed = copy;
+}
+
+void psg_graph_pop_device(psg_graph_t *g) {
+    PSG_ASSERT(g->num_devices > 0);
+    free(g->devices[--g->num_devices].fixed);
+}
+
+static psg_collection_t *collection_get(const psg_graph_t *g, const char *name) {
+    for (int i = 0; i < g->num_collections; i++)
+        if (strcmp(g->collections[i].name, name) == 0) return &g->collections[i];
+    return NULL;
+}
+
+int psg_graph_add_to_collection(psg_graph_t *g, const char *collection, int id) {
+    if (id < 0 || id >= g->num_nodes)
+        return psg_error_set("collection '%s': node id %d out of range", collection, id);
+    psg_collection_t *c = collection_get(g, collection);
+    if (!c) {
+        g->collections = xrealloc(g->collections, sizeof *c * (size_t)(g->num_collections + 1));
+        c = &g->collections[g->num_collections++];
+        *c = (psg_collection_t){.name = xstrdup(collection)};
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 8;
+        c->ids = xrealloc(c->ids, sizeof(int) * (size_t)c->cap);
+    }
+    c->ids[c->n++] = id;
+    return 0;
+}
+
+const int *psg_graph_collection(const psg_graph_t *g, const char *collection, int *n) {
+    psg_collection_t *c = collection_get(g, collection);
+    *n = c ? c->n : 0;
+    return c ? c->ids : NULL;
+}
+
+/* ---- the builder ---- */
+
+struct psg_node_builder {
+    psg_graph_t *g;
+    psg_node_t *node;
+    int cap_inputs, cap_attrs;
+    bool bad_input; /* an input came from a failed build: keep its error */
+};
+
+psg_node_builder_t *psg_node_begin(psg_graph_t *g, const char *op, const char *name) {
+    psg_node_builder_t *b = calloc(1, sizeof *b);
+    psg_node_t *n = calloc(1, sizeof *n);
+    PSG_ASSERT(b && n);
+    b->g = g;
+    b->node = n;
+    n->def = psg_op_lookup(op);
+    const char *outer = g->num_scopes ? g->scopes[g->num_scopes - 1] : NULL;
+    const char *base = name ? name : op;
+    size_t len = (outer ? strlen(outer) + 1 : 0) + strlen(base) + 1;
+    n->name = xrealloc(NULL, len);
+    snprintf(n->name, len, "%s%s%s", outer ? outer : "", outer ? "/" : "", base);
+    n->device = xstrdup("");
+    n->assigned_device = xstrdup("");
+    /* remember the op name for the error if it is unknown */
+    if (!n->def) psg_node_attr_str(b, "_unknown_op", op);
+    return b;
+}
+
+void psg_node_add_input(psg_node_builder_t *b, psg_endpoint_t in) {
+    psg_node_t *n = b->node;
+    if (!psg_endpoint_valid(in)) b->bad_input = true;
+    if (n->num_inputs == b->cap_inputs) {
+        b->cap_inputs = b->cap_inputs ? b->cap_inputs * 2 : 4;
+        n->inputs = xrealloc(n->inputs, sizeof(psg_endpoint_t) * (size_t)b->cap_inputs);
+    }
+    n->inputs[n->num_inputs++] = in;
+}
+
+void psg_node_add_control(psg_node_builder_t *b, int node_id) {
+    psg_node_t *n = b->node;
+    if (node_id < 0) b->bad_input = true;
+    n->controls = xrealloc(n->controls, sizeof(int) * (size_t)(n->num_controls + 1));
+    n->controls[n->num_controls++] = node_id;
+}
+
+void psg_node_set_device(psg_node_builder_t *b, const char *device) {
+    free(b->node->device);
+    b->node->device = xstrdup(device);
+}
+
+static psg_attr_t *attr_slot(psg_node_builder_t *b, const char *key, psg_attr_type_t type) {
+    psg_node_t *n = b->node;
+    for (int i = 0; i < n->num_attrs; i++) {
+        if (strcmp(n->attrs[i].key, key) == 0) {
+            psg_attr_free(&n->attrs[i]);
+            n->attrs[i].key = xstrdup(key);
+            n->attrs[i].type = type;
+            return &n->attrs[i];
+        }
+    }
+    if (n->num_attrs == b->cap_attrs) {
+        b->cap_attrs = b->cap_attrs ? b->cap_attrs * 2 : 4;
+        n->attrs = xrealloc(n->attrs, sizeof(psg_attr_t) * (size_t)b->cap_attrs);
+    }
+    psg_attr_t *a = &n->attrs[n->num_attrs++];
+    memset(a, 0, sizeof *a);
+    a->key = xstrdup(key);
+    a->type = type;
+    return a;
+}
+
+void psg_node_attr_int(psg_node_builder_t *b, const char *key, int64_t v) {
+    attr_slot(b, key, PSG_ATTR_INT)->u.i = v;
+}
+void psg_node_attr_float(psg_node_builder_t *b, const char *key, double v) {
+    attr_slot(b, key, PSG_ATTR_FLOAT)->u.f = v;
+}
+void psg_node_attr_bool(psg_node_builder_t *b, const char *key, bool v) {
+    attr_slot(b, key, PSG_ATTR_BOOL)->u.b = v;
+}
+void psg_node_attr_str(psg_node_builder_t *b, const char *key, const char *v) {
+    attr_slot(b, key, PSG_ATTR_STR)->u.s = xstrdup(v);
+}
+void psg_node_attr_ints(psg_node_builder_t *b, const char *key, int n, const int64_t *v) {
+    psg_attr_t *a = attr_slot(b, key, PSG_ATTR_INTS);
+    a->u.ints.n = n;
+    a->u.ints.v = xrealloc(NULL, sizeof(int64_t) * (size_t)n);
+    if (n) memcpy(a->u.ints.v, v, sizeof(int64_t) * (size_t)n);
+}
+void psg_node_attr_floats(psg_node_builder_t *b, const char *key, int n, const double *v) {
+    psg_attr_t *a = attr_slot(b, key, PSG_ATTR_FLOATS);
+    a->u.floats.n = n;
+    a->u.floats.v = xrealloc(NULL, sizeof(double) * (size_t)n);
+    if (n) memcpy(a->u.floats.v, v, sizeof(double) * (size_t)n);
+}
+void psg_node_attr_shape(psg_node_builder_t *b, const char *key, const psg_shape_t *v) {
+    attr_slot(b, key, PSG_ATTR_SHAPE)->u.shape = *v;
+}
+void psg_node_attr_dtype(psg_node_builder_t *b, const char *key, psg_dtype_t v) {
+    attr_slot(b, key, PSG_ATTR_DTYPE)->u.dtype = v;
+}
+void psg_node_attr_tensor(psg_node_builder_t *b, const char *key, psg_tensor_t **t) {
+    psg_attr_t *a = attr_slot(b, key, PSG_ATTR_TENSOR);
+    a->u.tensor = *t;
+    *t = NULL;
+    if (!a->u.tensor) b->bad_input = true;
+}
+
+/* Picks the final name: the requested one, or with "_1", "_2"... if taken. */
+static void uniquify_name(psg_graph_t *g, psg_node_t *n) {
+    if (psg_graph_find(g, n->name) < 0) return;
+    size_t len = strlen(n->name) + 24;
+    char *cand = xrealloc(NULL, len);
+    for (int k = 1;; k++) {
+        snprintf(cand, len, "%s_%d", n->name, k);
+        if (psg_graph_find(g, cand) < 0) break;
+    }
+    free(n->name);
+    n->name = cand;
+}
+
+static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
+    const psg_op_def_t *def = n->def;
+    if (!def)
+        return psg_error_set("unknown op '%s'", psg_node_get_str(n, "_unknown_op", "?"));
+    if (def->num_inputs >= 0 && n->num_inputs != def->num_inputs)
+        return psg_error_set("takes %d inputs, given %d", def->num_inputs, n->num_inputs);
+    if (def->num_inputs < 0 && n->num_inputs < 1)
+        return psg_error_set("takes at least one input, given none");
+    psg_dtype_t in_dt[n->num_inputs + 1];
+    psg_shape_t in_sh[n->num_inputs + 1];
+    for (int i = 0; i < n->num_inputs; i++) {
+        psg_endpoint_t e = n->inputs[i];
+        if (e.node >= g->num_nodes || e.index < 0 || e.index >= g->nodes[e.node]->num_outputs)
+            return psg_error_set("input %d refers to a missing output %d:%d", i, e.node, e.index);
+        in_dt[i] = g->nodes[e.node]->out_dtypes[e.index];
+        in_sh[i] = g->nodes[e.node]->out_shapes[e.index];
+    }
+    for (int i = 0; i < n->num_controls; i++)
+        if (n->controls[i] >= g->num_nodes)
+            return psg_error_set("control input %d refers to a missing node %d", i, n->controls[i]);
+    n->num_outputs = def->num_outputs;
+    PSG_ASSERT(n->num_outputs <= PSG_MAX_OUTPUTS);
+    for (int i = 0; i < n->num_outputs; i++) {
+        n->out_dtypes[i] = PSG_DT_INVALID;
+        n->out_shapes[i] = psg_shape_unknown();
+    }
+    psg_infer_ctx_t c = {n, n->num_inputs, in_dt, in_sh, n->num_outputs, n->out_dtypes, n->out_shapes};
+    if (def->infer(&c) < 0) return -1;
+    for (int i = 0; i < n->num_outputs; i++)
+        PSG_ASSERT(n->out_dtypes[i] != PSG_DT_INVALID); /* an infer fn that forgot an output */
+    return 0;
+}
+
+int psg_node_finish(psg_node_builder_t *b) {
+    psg_graph_t *g = b->g;
+    psg_node_t *n = b->node;
+    bool bad_input = b->bad_input;
+    free(b);
+    if (n->def && n->num_attrs && strcmp(n->attrs[n->num_attrs - 1].key, "_unknown_op") == 0)
+        psg_attr_free(&n->attrs[--n->num_attrs]);
+    int rc;
+    if (bad_input) {
+        /* An input came from a failed build: the graph already holds that error. */
+        if (!g->error) {
+            psg_error_set("node '%s' (%s): an input is invalid", n->name,
+                          n->def ? n->def->name : "?");
+            graph_record_error(g);
+        } else {
+            psg_error_set("%s", g->error);
+        }
+        node_free(n);
+        return -1;
+    }
+    uniquify_name(g, n);
+    rc = check_and_infer(g, n);
+    if (rc < 0) {
+        psg_error_wrap("node '%s' (%s)", n->name,
+                       n->def ? n->def->name : psg_node_get_str(n, "_unknown_op", "?"));
+        graph_record_error(g);
+        node_free(n);
+        return -1;
+    }
+    n->id = g->num_nodes;
+    if (!n->device[0] && g->num_devices) {
+        psg_device_frame_t *f = &g->devices[g->num_devices - 1];
+        const char *d = f->fn(f->ctx, g, n);
+        if (d) {
+            free(n->device);
+            n->device = xstrdup(d);
+        }
+    }
+    if (g->num_nodes == g->cap_nodes) {
+        g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 64;
+        g->nodes = xrealloc(g->nodes, sizeof(psg_node_t *) * (size_t)g->cap_nodes);
+    }
+    g->nodes[g->num_nodes] = n;
+    name_insert(g, n->id);
+    g->num_nodes++;
+    return n->id;
+}
+
+psg_endpoint_t psg_node_finish_ep(psg_node_builder_t *b) {
+    int id = psg_node_finish(b);
+    return id < 0 ? PSG_NO_ENDPOINT : (psg_endpoint_t){id, 0};
+}
+
+/* ---- reading ---- */
+
+int psg_node_id(const psg_node_t *n) { return n->id; }
+const char *psg_node_name(const psg_node_t *n) { return n->name; }
+const char *psg_node_op(const psg_node_t *n) { return n->def ? n->def->name : "?"; }
+const psg_op_def_t *psg_node_def(const psg_node_t *n) { return n->def; }
+int psg_node_num_inputs(const psg_node_t *n) { return n->num_inputs; }
+psg_endpoint_t psg_node_input(const psg_node_t *n, int i) { return n->inputs[i]; }
+int psg_node_num_controls(const psg_node_t *n) { return n->num_controls; }
+int psg_node_control(const psg_node_t *n, int i) { return n->controls[i]; }
+int psg_node_num_outputs(const psg_node_t *n) { return n->num_outputs; }
+psg_dtype_t psg_node_output_dtype(const psg_node_t *n, int i) { return n->out_dtypes[i]; }
+const psg_shape_t *psg_node_output_shape(const psg_node_t *n, int i) { return &n->out_shapes[i]; }
+const char *psg_node_device(const psg_node_t *n) { return n->device; }
+const char *psg_node_assigned_device(const psg_node_t *n) { return n->assigned_device; }
+int psg_node_num_attrs(const psg_node_t *n) { return n->num_attrs; }
+const psg_attr_t *psg_node_attr_at(const psg_node_t *n, int i) { return &n->attrs[i]; }
+
+const psg_attr_t *psg_node_attr(const psg_node_t *n, const char *key) {
+    for (int i = 0; i < n->num_attrs; i++)
+        if (strcmp(n->attrs[i].key, key) == 0) return &n->attrs[i];
+    return NULL;
+}
+
+int64_t psg_node_get_int(const psg_node_t *n, const char *key, int64_t dflt) {
+    const psg_attr_t *a = psg_node_attr(n, key);
+    if (!a) return dflt;
+    if (a->type == PSG_ATTR_INT) return a->u.i;
+    if (a->type == PSG_ATTR_BOOL) return a->u.b;
+    return dflt;
+}
+
+double psg_node_get_float(const psg_node_t *n, const char *key, double dflt) {
+    const psg_attr_t *a = psg_node_attr(n, key);
+    if (!a) return dflt;
+    if (a->type == PSG_ATTR_FLOAT) return a->u.f;
+    if (a->type == PSG_ATTR_INT) return (double)a->u.i;
+    return dflt;
+}
+
+bool psg_node_get_bool(const psg_node_t *n, const char *key, bool dflt) {
+    const psg_attr_t *a = psg_node_attr(n, key);
+    if (!a) return dflt;
+    if (a->type == PSG_ATTR_BOOL) return a->u.b;
+    if (a->type == PSG_ATTR_INT) return a->u.i != 0;
+    return dflt;
+}
+
+const char *psg_node_get_str(const psg_node_t *n, const char *key, const char *dflt) {
+    const psg_attr_t *a = psg_node_attr(n, key);
+    return (a && a->type == PSG_ATTR_STR) ? a->u.s : dflt;
+}
+
+int psg_graph_set_assigned_device(psg_graph_t *g, int node_id, const char *device) {
+    if (node_id < 0 || node_id >= g->num_nodes)
+        return psg_error_set("node id %d out of range", node_id);
+    psg_node_t *n = g->nodes[node_id];
+    free(n->assigned_device);
+    n->assigned_device = xstrdup(device);
+    return 0;
+}
+
+const psg_shape_t *psg_graph_shape(const psg_graph_t *g, psg_endpoint_t e) {
+    PSG_ASSERT(e.node >= 0 && e.node < g->num_nodes);
+    return &g->nodes[e.node]->out_shapes[e.index];
+}
+
+psg_dtype_t psg_graph_dtype(const psg_graph_t *g, psg_endpoint_t e) {
+    PSG_ASSERT(e.node >= 0 && e.node < g->num_nodes);
+    return g->nodes[e.node]->out_dtypes[e.index];
+}

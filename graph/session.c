@@ -1,0 +1,105 @@
+/* The single-process session: a thread pool, a resource manager and cached
+ * plans. The distributed session (worker/) wraps the same plans per task. */
+#include "graph/executor.h"
+#include "graph/graph_internal.h"
+#include "psgraph/error.h"
+#include "psgraph/session.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+struct psg_session {
+    psg_graph_t *g;
+    psg_threadpool_t *pool;
+    psg_resource_mgr_t *rm;
+    bool owns_rm;
+    int64_t next_step;
+};
+
+struct psg_callable {
+    psg_session_t *s;
+    psg_plan_t *plan;
+};
+
+psg_session_t *psg_session_new(psg_graph_t *g, const psg_session_options_t *opt,
+                               psg_resource_mgr_t *rm) {
+    psg_session_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    int threads = opt && opt->num_threads > 0 ? opt->num_threads : 1;
+    /* psgraph parallelizes GEMMs itself on its pool: OpenBLAS's own threads
+     * would compete with the executor's for the same cores. */
+    openblas_set_num_threads(1);
+    s->g = g;
+    s->pool = psg_threadpool_new(threads);
+    s->rm = rm ? rm : psg_resource_mgr_new();
+    s->owns_rm = !rm;
+    if (!s->pool || !s->rm) {
+        psg_session_destroy(&s);
+        return NULL;
+    }
+    return s;
+}
+
+void psg_session_destroy(psg_session_t **sp) {
+    if (!sp || !*sp) return;
+    psg_session_t *s = *sp;
+    *sp = NULL;
+    psg_threadpool_destroy(&s->pool);
+    if (s->owns_rm) psg_resource_mgr_destroy(&s->rm);
+    free(s);
+}
+
+psg_resource_mgr_t *psg_session_resources(psg_session_t *s) { return s->rm; }
+
+psg_callable_t *psg_session_make_callable(psg_session_t *s, int n_feeds,
+                                          const psg_endpoint_t *feeds, int n_fetches,
+                                          const psg_endpoint_t *fetches, int n_targets,
+                                          const int *targets) {
+    if (s->g->error) {
+        psg_error_set("the graph has a build error: %s", s->g->error);
+        return NULL;
+    }
+    psg_callable_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    c->s = s;
+    c->plan = psg_plan_new(s->g, n_feeds, feeds, n_fetches, fetches, n_targets, targets);
+    if (!c->plan) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void psg_callable_destroy(psg_callable_t **cp) {
+    if (!cp || !*cp) return;
+    psg_plan_destroy(&(*cp)->plan);
+    free(*cp);
+    *cp = NULL;
+}
+
+int psg_callable_run(psg_callable_t *c, psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
+    return psg_plan_run(c->plan, c->s->pool, c->s->rm, c->s->next_step++, feed_values, fetched);
+}
+
+int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
+                    psg_tensor_t *const *feed_values, int n_fetches, const psg_endpoint_t *fetches,
+                    psg_tensor_t **fetched, int n_targets, const int *targets) {
+    psg_callable_t *c = psg_session_make_callable(s, n_feeds, feeds, n_fetches, fetches, n_targets, targets);
+    if (!c) return -1;
+    int rc = psg_callable_run(c, feed_values, fetched);
+    psg_callable_destroy(&c);
+    return rc;
+}
+
+int psg_session_run_init(psg_session_t *s) {
+    int n;
+    const int *init = psg_graph_collection(s->g, "init", &n);
+    if (n == 0) return 0;
+    return psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, n, init);
+}

@@ -1,0 +1,17 @@
+/* psgraph's public C API: include this one header. */
+#ifndef PSGRAPH_H
+#define PSGRAPH_H
+
+#include "psgraph/error.h"
+#include "psgraph/tensor.h"
+#include "psgraph/threadpool.h"
+#include "psgraph/graph.h"
+#include "psgraph/op.h"
+#include "psgraph/resource.h"
+#include "psgraph/autodiff.h"
+#include "psgraph/session.h"
+#include "psgraph/ops_array.h"
+#include "psgraph/serialize.h"
+#include "psgraph/msgpack_check.h"
+
+#endif

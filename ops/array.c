@@ -1,0 +1,448 @@
+/* The array and state ops: Const, Placeholder, Identity, StopGradient,
+ * Reshape(Like), AddN, FillLike, SumToShapeOf / BroadcastLike (the pair that
+ * broadcasting gradients need), variables (VarHandle, ReadVariable, Assign,
+ * AssignAdd), random initializers and NoOp: defs, shape inference,
+ * gradients and graph builders. Kernels: ops/cpu/array.c. */
+#include "ops/cpu/array.h"
+#include "psgraph/error.h"
+#include "psgraph/ops_array.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- inference ---- */
+
+static int infer_const(psg_infer_ctx_t *c) {
+    const psg_attr_t *a = psg_node_attr(c->node, "value");
+    if (!a || a->type != PSG_ATTR_TENSOR) return psg_error_set("missing tensor attribute 'value'");
+    c->out_dtypes[0] = a->u.tensor->dtype;
+    c->out_shapes[0] = a->u.tensor->shape;
+    return 0;
+}
+
+static int infer_placeholder(psg_infer_ctx_t *c) {
+    const psg_attr_t *dt = psg_node_attr(c->node, "dtype");
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    if (!dt || dt->type != PSG_ATTR_DTYPE || psg_dtype_size(dt->u.dtype) == 0)
+        return psg_error_set("missing or invalid attribute 'dtype'");
+    c->out_dtypes[0] = dt->u.dtype;
+    c->out_shapes[0] = (sh && sh->type == PSG_ATTR_SHAPE) ? sh->u.shape : psg_shape_unknown();
+    return 0;
+}
+
+static int infer_same_as_input0(psg_infer_ctx_t *c) {
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = c->in_shapes[0];
+    return 0;
+}
+
+static int infer_reshape(psg_infer_ctx_t *c) {
+    const psg_attr_t *a = psg_node_attr(c->node, "shape");
+    if (!a || a->type != PSG_ATTR_SHAPE) return psg_error_set("missing shape attribute 'shape'");
+    psg_shape_t out = a->u.shape;
+    int unknown_at = -1;
+    int64_t known = 1;
+    for (int i = 0; i < out.rank; i++) {
+        if (out.dims[i] < 0) {
+            if (unknown_at >= 0) return psg_error_set("at most one dim of the new shape may be -1");
+            unknown_at = i;
+        } else {
+            known *= out.dims[i];
+        }
+    }
+    int64_t n = psg_shape_numel(&c->in_shapes[0]);
+    char a1[PSG_SHAPE_STR_MAX], a2[PSG_SHAPE_STR_MAX];
+    if (n >= 0) {
+        if (unknown_at >= 0) {
+            if (known == 0 || n % known)
+                return psg_error_set("cannot reshape %s to %s",
+                                     psg_shape_str(&c->in_shapes[0], a1, sizeof a1),
+                                     psg_shape_str(&out, a2, sizeof a2));
+            out.dims[unknown_at] = n / known;
+        } else if (known != n) {
+            return psg_error_set("cannot reshape %s (%lld elements) to %s (%lld elements)",
+                                 psg_shape_str(&c->in_shapes[0], a1, sizeof a1), (long long)n,
+                                 psg_shape_str(&out, a2, sizeof a2), (long long)known);
+        }
+    }
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = out;
+    return 0;
+}
+
+static int infer_reshape_like(psg_infer_ctx_t *c) {
+    int64_t a = psg_shape_numel(&c->in_shapes[0]), b = psg_shape_numel(&c->in_shapes[1]);
+    if (a >= 0 && b >= 0 && a != b)
+        return psg_error_set("cannot reshape %lld elements to %lld", (long long)a, (long long)b);
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = c->in_shapes[1];
+    return 0;
+}
+
+static int infer_add_n(psg_infer_ctx_t *c) {
+    psg_shape_t s = c->in_shapes[0];
+    for (int i = 1; i < c->num_inputs; i++) {
+        if (c->in_dtypes[i] != c->in_dtypes[0])
+            return psg_error_set("input %d is %s, input 0 is %s", i, psg_dtype_name(c->in_dtypes[i]),
+                                 psg_dtype_name(c->in_dtypes[0]));
+        if (!psg_shape_compatible(&s, &c->in_shapes[i])) {
+            char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+            return psg_error_set("input %d has shape %s, input 0 has %s", i,
+                                 psg_shape_str(&c->in_shapes[i], a, sizeof a),
+                                 psg_shape_str(&s, b, sizeof b));
+        }
+        if (s.rank < 0) s = c->in_shapes[i];
+        for (int d = 0; d < s.rank && c->in_shapes[i].rank == s.rank; d++)
+            if (s.dims[d] < 0) s.dims[d] = c->in_shapes[i].dims[d];
+    }
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = s;
+    return 0;
+}
+
+static int infer_sum_to_shape_of(psg_infer_ctx_t *c) {
+    psg_shape_t b;
+    if (psg_shape_broadcast(&c->in_shapes[1], &c->in_shapes[0], &b) < 0) return -1;
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = c->in_shapes[1];
+    return 0;
+}
+
+static int infer_broadcast_like(psg_infer_ctx_t *c) {
+    psg_shape_t b;
+    if (psg_shape_broadcast(&c->in_shapes[0], &c->in_shapes[1], &b) < 0) return -1;
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = b;
+    return 0;
+}
+
+static int infer_var_handle(psg_infer_ctx_t *c) {
+    const psg_attr_t *dt = psg_node_attr(c->node, "dtype");
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    if (!dt || dt->type != PSG_ATTR_DTYPE || psg_dtype_size(dt->u.dtype) == 0)
+        return psg_error_set("missing or invalid attribute 'dtype'");
+    if (!sh || sh->type != PSG_ATTR_SHAPE || !psg_shape_is_complete(&sh->u.shape))
+        return psg_error_set("a variable needs a complete shape");
+    if (!psg_node_get_str(c->node, "shared_name", NULL))
+        return psg_error_set("missing attribute 'shared_name'");
+    c->out_dtypes[0] = PSG_DT_RESOURCE;
+    c->out_shapes[0] = sh->u.shape;
+    return 0;
+}
+
+static int infer_read_variable(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    const psg_attr_t *dt = psg_node_attr(c->node, "dtype");
+    c->out_dtypes[0] = dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32;
+    c->out_shapes[0] = c->in_shapes[0];
+    return 0;
+}
+
+static int infer_assign(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (!psg_shape_compatible(&c->in_shapes[0], &c->in_shapes[1])) {
+        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("value of shape %s does not fit variable of shape %s",
+                             psg_shape_str(&c->in_shapes[1], a, sizeof a),
+                             psg_shape_str(&c->in_shapes[0], b, sizeof b));
+    }
+    return 0;
+}
+
+static int infer_none(psg_infer_ctx_t *c) {
+    (void)c;
+    return 0;
+}
+
+static int infer_random(psg_infer_ctx_t *c) {
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    if (!sh || sh->type != PSG_ATTR_SHAPE || !psg_shape_is_complete(&sh->u.shape))
+        return psg_error_set("a random op needs a complete 'shape'");
+    const char *dist = psg_node_get_str(c->node, "distribution", "");
+    if (strcmp(dist, "uniform") && strcmp(dist, "normal") && strcmp(dist, "truncated_normal"))
+        return psg_error_set("unknown distribution '%s'", dist);
+    c->out_dtypes[0] = PSG_DT_F32;
+    c->out_shapes[0] = sh->u.shape;
+    return 0;
+}
+
+/* ---- gradients ---- */
+
+static int grad_identity(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                         psg_endpoint_t *dx) {
+    (void)g;
+    (void)n;
+    dx[0] = dy[0];
+    return 0;
+}
+
+/* For ops whose output does not vary with their inputs (FillLike, shapes). */
+static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                     psg_endpoint_t *dx) {
+    (void)g;
+    (void)dy;
+    for (int i = 0; i < psg_node_num_inputs(n); i++) dx[i] = PSG_NO_ENDPOINT;
+    return 0;
+}
+
+static psg_endpoint_t reshape_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
+    psg_node_builder_t *b = psg_node_begin(g, "ReshapeLike", NULL);
+    psg_node_add_input(b, x);
+    psg_node_add_input(b, like);
+    return psg_node_finish_ep(b);
+}
+
+static int grad_reshape(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                        psg_endpoint_t *dx) {
+    dx[0] = reshape_like(g, dy[0], psg_node_input(n, 0));
+    return psg_endpoint_valid(dx[0]) ? 0 : -1;
+}
+
+static int grad_reshape_like(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                             psg_endpoint_t *dx) {
+    dx[0] = reshape_like(g, dy[0], psg_node_input(n, 0));
+    dx[1] = PSG_NO_ENDPOINT;
+    return psg_endpoint_valid(dx[0]) ? 0 : -1;
+}
+
+static int grad_add_n(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                      psg_endpoint_t *dx) {
+    (void)g;
+    for (int i = 0; i < psg_node_num_inputs(n); i++) dx[i] = dy[0];
+    return 0;
+}
+
+static psg_endpoint_t broadcast_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
+    psg_node_builder_t *b = psg_node_begin(g, "BroadcastLike", NULL);
+    psg_node_add_input(b, x);
+    psg_node_add_input(b, like);
+    return psg_node_finish_ep(b);
+}
+
+static int grad_sum_to_shape_of(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                                psg_endpoint_t *dx) {
+    dx[0] = broadcast_like(g, dy[0], psg_node_input(n, 0));
+    dx[1] = PSG_NO_ENDPOINT;
+    return psg_endpoint_valid(dx[0]) ? 0 : -1;
+}
+
+static int grad_broadcast_like(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                               psg_endpoint_t *dx) {
+    dx[0] = psg_sum_to_shape_of(g, NULL, dy[0], psg_node_input(n, 0));
+    dx[1] = PSG_NO_ENDPOINT;
+    return psg_endpoint_valid(dx[0]) ? 0 : -1;
+}
+
+/* ---- defs ---- */
+
+static const psg_op_def_t op_const = {"Const", 0, 1, 0, infer_const, grad_none, psg_cpu_const, NULL};
+static const psg_op_def_t op_placeholder = {"Placeholder", 0, 1, PSG_OP_SOURCE_FEED,
+                                            infer_placeholder, grad_none, psg_cpu_placeholder, NULL};
+static const psg_op_def_t op_identity = {"Identity", 1, 1, 0, infer_same_as_input0,
+                                         grad_identity, psg_cpu_identity, NULL};
+static const psg_op_def_t op_stop_gradient = {"StopGradient", 1, 1, 0, infer_same_as_input0,
+                                              grad_none, psg_cpu_identity, NULL};
+static const psg_op_def_t op_reshape = {"Reshape", 1, 1, 0, infer_reshape, grad_reshape,
+                                        psg_cpu_reshape, NULL};
+static const psg_op_def_t op_reshape_like = {"ReshapeLike", 2, 1, 0, infer_reshape_like,
+                                             grad_reshape_like, psg_cpu_reshape, NULL};
+static const psg_op_def_t op_add_n = {"AddN", -1, 1, 0, infer_add_n, grad_add_n, psg_cpu_add_n, NULL};
+static const psg_op_def_t op_fill_like = {"FillLike", 1, 1, 0, infer_same_as_input0, grad_none,
+                                          psg_cpu_fill_like, NULL};
+static const psg_op_def_t op_sum_to_shape_of = {"SumToShapeOf", 2, 1, 0, infer_sum_to_shape_of,
+                                                grad_sum_to_shape_of, psg_cpu_sum_to_shape_of, NULL};
+static const psg_op_def_t op_broadcast_like = {"BroadcastLike", 2, 1, 0, infer_broadcast_like,
+                                               grad_broadcast_like, psg_cpu_broadcast_like, NULL};
+static const psg_op_def_t op_var_handle = {"VarHandle", 0, 1, PSG_OP_VARIABLE | PSG_OP_STATEFUL,
+                                           infer_var_handle, grad_none, psg_cpu_var_handle, NULL};
+static const psg_op_def_t op_read_variable = {"ReadVariable", 1, 1, PSG_OP_STATEFUL,
+                                              infer_read_variable, grad_identity,
+                                              psg_cpu_read_variable, NULL};
+static const psg_op_def_t op_assign = {"Assign", 2, 0, PSG_OP_STATEFUL, infer_assign, NULL,
+                                       psg_cpu_assign, NULL};
+static const psg_op_def_t op_assign_add = {"AssignAdd", 2, 0, PSG_OP_STATEFUL, infer_assign, NULL,
+                                           psg_cpu_assign_add, NULL};
+static const psg_op_def_t op_no_op = {"NoOp", 0, 0, 0, infer_none, NULL, psg_cpu_no_op, NULL};
+static const psg_op_def_t op_random = {"Random", 0, 1, PSG_OP_STATEFUL, infer_random, grad_none,
+                                       psg_cpu_random, NULL};
+
+const psg_op_def_t *const psg_array_ops[] = {
+    &op_const,      &op_placeholder,       &op_identity,       &op_stop_gradient,
+    &op_reshape,    &op_reshape_like,      &op_add_n,          &op_fill_like,
+    &op_sum_to_shape_of, &op_broadcast_like, &op_var_handle,   &op_read_variable,
+    &op_assign,     &op_assign_add,        &op_no_op,          &op_random,
+    NULL,
+};
+
+/* ---- builders ---- */
+
+psg_endpoint_t psg_const(psg_graph_t *g, const char *name, psg_tensor_t **value) {
+    psg_node_builder_t *b = psg_node_begin(g, "Const", name);
+    psg_node_attr_tensor(b, "value", value);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_const_scalar(psg_graph_t *g, const char *name, float v) {
+    psg_tensor_t *t = psg_tensor_scalar_f32(v);
+    return psg_const(g, name, &t);
+}
+
+psg_endpoint_t psg_placeholder(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                               const psg_shape_t *shape) {
+    psg_node_builder_t *b = psg_node_begin(g, "Placeholder", name);
+    psg_node_attr_dtype(b, "dtype", dt);
+    psg_node_attr_shape(b, "shape", shape);
+    return psg_node_finish_ep(b);
+}
+
+static psg_endpoint_t unary(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
+    psg_node_add_input(b, x);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_identity(psg_graph_t *g, const char *name, psg_endpoint_t x) {
+    return unary(g, "Identity", name, x);
+}
+
+psg_endpoint_t psg_stop_gradient(psg_graph_t *g, const char *name, psg_endpoint_t x) {
+    return unary(g, "StopGradient", name, x);
+}
+
+psg_endpoint_t psg_reshape(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                           const psg_shape_t *shape) {
+    psg_node_builder_t *b = psg_node_begin(g, "Reshape", name);
+    psg_node_add_input(b, x);
+    psg_node_attr_shape(b, "shape", shape);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_add_n(psg_graph_t *g, const char *name, int n, const psg_endpoint_t *xs) {
+    if (n == 1) return psg_identity(g, name, xs[0]);
+    psg_node_builder_t *b = psg_node_begin(g, "AddN", name);
+    for (int i = 0; i < n; i++) psg_node_add_input(b, xs[i]);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_fill_like(psg_graph_t *g, const char *name, psg_endpoint_t x, float value) {
+    psg_node_builder_t *b = psg_node_begin(g, "FillLike", name);
+    psg_node_add_input(b, x);
+    psg_node_attr_float(b, "value", value);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_ones_like(psg_graph_t *g, const char *name, psg_endpoint_t x) {
+    return psg_fill_like(g, name ? name : "OnesLike", x, 1.0f);
+}
+
+psg_endpoint_t psg_zeros_like(psg_graph_t *g, const char *name, psg_endpoint_t x) {
+    return psg_fill_like(g, name ? name : "ZerosLike", x, 0.0f);
+}
+
+psg_endpoint_t psg_sum_to_shape_of(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                   psg_endpoint_t like) {
+    psg_node_builder_t *b = psg_node_begin(g, "SumToShapeOf", name);
+    psg_node_add_input(b, x);
+    psg_node_add_input(b, like);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_var_handle(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                              const psg_shape_t *shape) {
+    psg_node_builder_t *b = psg_node_begin(g, "VarHandle", name);
+    psg_node_attr_dtype(b, "dtype", dt);
+    psg_node_attr_shape(b, "shape", shape);
+    /* the resource's name is the node's full name; finish may uniquify the
+     * node name, so set shared_name from the scoped name first */
+    psg_node_attr_str(b, "shared_name", "");
+    int id = psg_node_finish(b);
+    if (id < 0) return PSG_NO_ENDPOINT;
+    return (psg_endpoint_t){id, 0};
+}
+
+psg_endpoint_t psg_read_variable(psg_graph_t *g, const char *name, psg_endpoint_t handle) {
+    psg_node_builder_t *b = psg_node_begin(g, "ReadVariable", name);
+    psg_node_add_input(b, handle);
+    if (psg_endpoint_valid(handle))
+        psg_node_attr_dtype(b, "dtype",
+                            psg_node_get_int(psg_graph_node(g, handle.node), "dtype", PSG_DT_F32));
+    return psg_node_finish_ep(b);
+}
+
+static int assign_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t handle,
+                     psg_endpoint_t value) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
+    psg_node_add_input(b, handle);
+    psg_node_add_input(b, value);
+    return psg_node_finish(b);
+}
+
+int psg_assign(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t value) {
+    return assign_op(g, "Assign", name, handle, value);
+}
+
+int psg_assign_add(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t value) {
+    return assign_op(g, "AssignAdd", name, handle, value);
+}
+
+int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes) {
+    psg_node_builder_t *b = psg_node_begin(g, "NoOp", name);
+    for (int i = 0; i < n; i++) psg_node_add_control(b, nodes[i]);
+    return psg_node_finish(b);
+}
+
+static psg_endpoint_t random_init(psg_graph_t *g, const char *dist, const psg_shape_t *shape,
+                                  double scale, uint64_t seed) {
+    psg_node_builder_t *b = psg_node_begin(g, "Random", "initial_value");
+    psg_node_attr_str(b, "distribution", dist);
+    psg_node_attr_shape(b, "shape", shape);
+    psg_node_attr_float(b, "scale", scale);
+    psg_node_attr_int(b, "seed", (int64_t)seed);
+    return psg_node_finish_ep(b);
+}
+
+static psg_endpoint_t initial_value(psg_graph_t *g, const psg_shape_t *shape,
+                                    psg_initializer_t init) {
+    const char *k = init.kind ? init.kind : "zeros";
+    if (!strcmp(k, "zeros") || !strcmp(k, "ones") || !strcmp(k, "constant")) {
+        double v = !strcmp(k, "zeros") ? 0.0 : !strcmp(k, "ones") ? 1.0 : init.scale;
+        psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, shape);
+        if (!t) return PSG_NO_ENDPOINT;
+        float *d = psg_tensor_f32(t);
+        for (int64_t i = 0; i < psg_tensor_numel(t); i++) d[i] = (float)v;
+        return psg_const(g, "initial_value", &t);
+    }
+    if (!strcmp(k, "uniform") || !strcmp(k, "normal") || !strcmp(k, "truncated_normal"))
+        return random_init(g, k, shape, init.scale, init.seed);
+    if (!strcmp(k, "glorot_uniform")) {
+        /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
+        double receptive = 1;
+        for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
+        double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
+                                         : (double)shape->dims[0];
+        double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
+                                          : (double)shape->dims[0];
+        return random_init(g, "uniform", shape, sqrt(6.0 / (fan_in + fan_out)), init.seed);
+    }
+    psg_error_set("unknown initializer '%s'", k);
+    return PSG_NO_ENDPOINT;
+}
+
+psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                            const psg_shape_t *shape, psg_initializer_t init, bool trainable) {
+    psg_endpoint_t h = psg_var_handle(g, name, dt, shape);
+    if (!psg_endpoint_valid(h)) return h;
+    const char *full = psg_node_name(psg_graph_node(g, h.node));
+    if (psg_graph_push_scope(g, full) < 0) return PSG_NO_ENDPOINT;
+    psg_endpoint_t v = initial_value(g, shape, init);
+    int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;
+    psg_graph_pop_scope(g);
+    if (assign < 0) {
+        psg_error_wrap("initializer of variable '%s'", full);
+        return PSG_NO_ENDPOINT;
+    }
+    psg_graph_add_to_collection(g, "variables", h.node);
+    if (trainable) psg_graph_add_to_collection(g, "trainable_variables", h.node);
+    psg_graph_add_to_collection(g, "init", assign);
+    return h;
+}

@@ -1,0 +1,34 @@
+/* The op registry: every op family lists its defs in a NULL-terminated array;
+ * this file knows the families. Adding a family adds one line below. */
+#include "psgraph/op.h"
+
+#include <string.h>
+
+extern const psg_op_def_t *const psg_array_ops[];
+
+static const psg_op_def_t *const *const families[] = {
+    psg_array_ops,
+};
+
+#define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))
+
+const psg_op_def_t *psg_op_lookup(const char *name) {
+    for (int f = 0; f < NUM_FAMILIES; f++)
+        for (const psg_op_def_t *const *d = families[f]; *d; d++)
+            if (strcmp((*d)->name, name) == 0) return *d;
+    return NULL;
+}
+
+int psg_op_count(void) {
+    int n = 0;
+    for (int f = 0; f < NUM_FAMILIES; f++)
+        for (const psg_op_def_t *const *d = families[f]; *d; d++) n++;
+    return n;
+}
+
+const psg_op_def_t *psg_op_at(int i) {
+    for (int f = 0; f < NUM_FAMILIES; f++)
+        for (const psg_op_def_t *const *d = families[f]; *d; d++)
+            if (i-- == 0) return *d;
+    return NULL;
+}

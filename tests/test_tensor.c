@@ -1,0 +1,77 @@
+/* Tensors, shapes, buffers and the buffer cache. */
+#include "tests/testutil.h"
+
+static void test_shapes(void) {
+    psg_shape_t a = psg_shape_2d(3, 4), b = psg_shape_1d(4), o;
+    CHECK(psg_shape_numel(&a) == 12);
+    CHECK(psg_shape_broadcast(&a, &b, &o) == 0 && psg_shape_equal(&o, &a));
+    psg_shape_t c = psg_shape_1d(5);
+    CHECK(psg_shape_broadcast(&a, &c, &o) < 0);
+    CHECK_ERROR_HAS("cannot broadcast");
+    char buf[PSG_SHAPE_STR_MAX];
+    psg_shape_t u = psg_shape_2d(-1, 10);
+    CHECK(strcmp(psg_shape_str(&u, buf, sizeof buf), "[?, 10]") == 0);
+    CHECK(!psg_shape_is_complete(&u));
+    CHECK(psg_shape_compatible(&u, &(psg_shape_t){2, {7, 10}}));
+    CHECK(!psg_shape_compatible(&u, &(psg_shape_t){2, {7, 11}}));
+}
+
+static void test_tensor_lifetime(void) {
+    psg_shape_t s = psg_shape_2d(2, 3);
+    psg_tensor_t *t = psg_tensor_zeros(PSG_DT_F32, &s);
+    CHECK(t && psg_tensor_nbytes(t) == 24);
+    CHECK(((uintptr_t)t->data % 64) == 0);
+    psg_tensor_t *r = psg_tensor_reshaped(t, &(psg_shape_t){1, {6}});
+    CHECK(r && r->data == t->data);
+    psg_tensor_f32(t)[5] = 7;
+    CHECK(psg_tensor_f32(r)[5] == 7);
+    CHECK(psg_tensor_reshaped(t, &(psg_shape_t){1, {7}}) == NULL);
+    CHECK_ERROR_HAS("cannot reshape");
+    psg_tensor_destroy(&t);
+    CHECK(t == NULL);
+    CHECK(psg_tensor_f32(r)[5] == 7); /* still alive through r */
+    psg_tensor_destroy(&r);
+    psg_tensor_destroy(&r); /* NULL-safe */
+    CHECK(psg_tensor_new(PSG_DT_F32, &(psg_shape_t){1, {-1}}) == NULL);
+    CHECK_ERROR_HAS("not complete");
+}
+
+static int freed;
+static void count_free(void *data, void *hint) {
+    (void)data;
+    (void)hint;
+    freed++;
+}
+
+static void test_wrapped_buffer(void) {
+    static float external[4] = {1, 2, 3, 4};
+    psg_buffer_t *b = psg_buffer_wrap(external, sizeof external, count_free, NULL);
+    psg_tensor_t *t = psg_tensor_from_buffer(PSG_DT_F32, &(psg_shape_t){1, {4}}, b, 0);
+    psg_buffer_unref(&b);
+    CHECK(freed == 0 && psg_tensor_f32(t)[3] == 4);
+    CHECK(psg_tensor_from_buffer(PSG_DT_F32, &(psg_shape_t){1, {5}}, t->buf, 0) == NULL);
+    psg_tensor_destroy(&t);
+    CHECK(freed == 1);
+}
+
+static void test_cache_reuse(void) {
+    psg_shape_t s = psg_shape_1d(1 << 20);
+    psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, &s);
+    void *first = t->data;
+    psg_tensor_destroy(&t);
+    size_t cached = psg_buffer_cached_bytes();
+    CHECK(cached >= (size_t)4 << 20);
+    t = psg_tensor_new(PSG_DT_F32, &s);
+    CHECK(t->data == first); /* the same block came back */
+    psg_tensor_destroy(&t);
+    psg_buffer_cache_trim();
+    CHECK(psg_buffer_cached_bytes() == 0);
+}
+
+int main(void) {
+    RUN_TEST(test_shapes);
+    RUN_TEST(test_tensor_lifetime);
+    RUN_TEST(test_wrapped_buffer);
+    RUN_TEST(test_cache_reuse);
+    return psg_test_summary();
+}
