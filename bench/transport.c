@@ -152,9 +152,9 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* MB/s of `mode` at `size`: the median of 3 rounds of enough iterations for ~128 MB. */
+/* MB/s of `mode` at `size`: the median of 3 rounds of enough iterations for ~64 MB. */
 static double throughput(peer_t *p, int mode, size_t size, psg_tensor_t *t) {
-    int iters = (int)((128u << 20) / size);
+    int iters = (int)((64u << 20) / size);
     if (iters < 3) iters = 3;
     if (iters > 1000) iters = 1000;
     double rates[3];
@@ -263,7 +263,7 @@ static int run(const size_t *sizes, int nsizes, const psg_wire_opts_t *opts, int
 
 int main(int argc, char **argv) {
     size_t sizes[16] = {4096, 1 << 20, 16 << 20, 64 << 20};
-    int nsizes = 4, rtt_iters = 5000;
+    int nsizes = 4, rtt_iters = 3000;
     bool sweep = false;
     const char *only = NULL;
     psg_wire_opts_t opts = psg_wire_opts_default();

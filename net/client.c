@@ -154,7 +154,7 @@ psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms) {
     char op[PSG_WIRE_MAX_OP + 1];
     snprintf(op, sizeof op, "%s", *req && (*req)->op ? (*req)->op : "request");
     int64_t deadline = psg_codec_now_ms() + timeout_ms;
-    uint64_t id;
+    uint64_t id = 0;
     if (send_with_timeout(c, req, &id, timeout_ms) < 0) return NULL;
     for (;;) {
         psg_msg_t *m = NULL;

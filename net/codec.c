@@ -37,7 +37,8 @@ int psg_codec_poll(void *sock, int fd, int64_t wait_ms) {
         if (errno == EINTR) return 0;
         return psg_error_set("poll failed: %s", zmq_strerror(errno));
     }
-    return rc > 0;
+    return rc > 0 ? ((items[0].revents & ZMQ_POLLIN) ? 1 : 0) | ((items[1].revents & ZMQ_POLLIN) ? 2 : 0)
+                  : 0;
 }
 
 int psg_codec_endpoint(const char *in, char *out, size_t size) {

@@ -95,7 +95,7 @@ size_t psg_codec_rx_pending_bytes(const psg_codec_rx_t *rx);
  * tcp://, ipc:// and inproc:// pass as they are. -1 with the error set otherwise. */
 int psg_codec_endpoint(const char *in, char *out, size_t size);
 /* Waits up to wait_ms (-1: forever) for sock to be readable, or fd when fd >= 0.
- * Returns 1 if something is readable, 0 on timeout or a signal, -1 on failure. */
+ * Returns a mask (1: sock readable, 2: fd readable), 0 on timeout or a signal, -1 on failure. */
 int psg_codec_poll(void *sock, int fd, int64_t wait_ms);
 /* Milliseconds left until deadline (-1 deadline: forever, returned as -1); never below 0. */
 int64_t psg_codec_left(int64_t deadline);

@@ -255,7 +255,8 @@ int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms) {
         if (left == 0) return 0;
         /* Wake at least once a second while partial messages wait, to expire them. */
         int64_t wait = psg_codec_rx_pending_bytes(s->rx) && (left < 0 || left > 1000) ? 1000 : left;
-        if (psg_codec_poll(s->sock, s->wake_fd, wait) < 0) return -1;
-        if (flush_outbox(s, true) < 0) return -1;
+        int ready = psg_codec_poll(s->sock, s->wake_fd, wait);
+        if (ready < 0) return -1;
+        if ((ready & 2) && flush_outbox(s, true) < 0) return -1;
     }
 }
