@@ -13,5 +13,6 @@
 #include "psgraph/ops_array.h"
 #include "psgraph/serialize.h"
 #include "psgraph/msgpack_check.h"
+#include "psgraph/ops_math.h"
 
 #endif
