@@ -10,6 +10,8 @@ extern const psg_op_def_t *const psg_math_ops[];
 static const psg_op_def_t *const *const families[] = {
     psg_array_ops,
     psg_math_ops,
+extern const psg_op_def_t *const psg_nn_ops[];
+    psg_nn_ops,
 };
 
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))

@@ -14,5 +14,6 @@
 #include "psgraph/serialize.h"
 #include "psgraph/msgpack_check.h"
 #include "psgraph/ops_math.h"
+#include "psgraph/ops_nn.h"
 
 #endif
