@@ -11,5 +11,6 @@
 #include "psgraph/autodiff.h"
 #include "psgraph/session.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/optimizer.h"
 
 #endif
