@@ -12,5 +12,6 @@
 #include "psgraph/session.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/optimizer.h"
+#include "psgraph/data.h"
 
 #endif
