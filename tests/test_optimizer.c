@@ -364,6 +364,32 @@ static void test_nan_policy(void) {
     }
 }
 
+/* A big gradient is scanned by several threads: the first bad element is named. */
+static void test_nan_in_big_gradient(void) {
+    enum { BIG = 200000 };
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t s = psg_shape_1d(BIG);
+    psg_endpoint_t w = psg_variable(g, "big", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t grad = psg_placeholder(g, "grad", PSG_DT_F32, &s);
+    int upd = psg_apply_gradient_descent(g, "sgd", w, psg_const_scalar(g, "lr", 0.5f), grad);
+    psg_session_options_t so = {.num_threads = 4};
+    psg_session_t *sess = psg_session_new(g, &so, NULL);
+    CHECK(psg_session_run_init(sess) == 0);
+    psg_tensor_t *gv = psg_tensor_zeros(PSG_DT_F32, &s);
+    psg_tensor_f32(gv)[190000] = NAN;
+    psg_tensor_f32(gv)[70001] = -INFINITY;
+    CHECK(psg_session_run(sess, 1, &grad, &gv, 0, NULL, NULL, 1, &upd) < 0);
+    CHECK_ERROR_HAS("variable 'big': element 70001 is Inf");
+    psg_tensor_f32(gv)[70001] = 1.0f;
+    psg_tensor_f32(gv)[190000] = 2.0f;
+    CHECK(psg_session_run(sess, 1, &grad, &gv, 0, NULL, NULL, 1, &upd) == 0);
+    const float *v = var_data(sess, "big");
+    CHECK(v[0] == 1.0f && v[70001] == 0.5f && v[190000] == 0.0f);
+    psg_tensor_destroy(&gv);
+    psg_session_destroy(&sess);
+    psg_graph_destroy(&g);
+}
+
 static void test_shape_errors(void) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_2d(2, 3), wrong = psg_shape_1d(3), open = psg_shape_1d(-1);
@@ -466,6 +492,7 @@ int main(void) {
     RUN_TEST(test_converges_quadratic);
     RUN_TEST(test_minimize_least_squares);
     RUN_TEST(test_nan_policy);
+    RUN_TEST(test_nan_in_big_gradient);
     RUN_TEST(test_shape_errors);
     RUN_TEST(test_exponential_decay);
     return psg_test_summary();

@@ -7,6 +7,7 @@
 #include "psgraph/error.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* One update over elements [begin, end): w, s1, s2 and g are all (n). */
@@ -43,6 +44,29 @@ static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
     return 0;
 }
 
+/* The check_numerics scan: the lowest index of a NaN or Inf, or n. */
+typedef struct {
+    const float *g;           /* (n) */
+    _Atomic int64_t first_bad; /* starts at n */
+} scan_t;
+
+static void scan_range(void *ctx, int64_t b, int64_t e) {
+    scan_t *sc = ctx;
+    /* an all-ones exponent is Inf or NaN; an integer OR-reduction vectorizes */
+    uint32_t any = 0;
+    for (int64_t i = b; i < e; i++) {
+        uint32_t u;
+        memcpy(&u, &sc->g[i], sizeof u);
+        any |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!any) return;
+    int64_t i = b;
+    while (isfinite(sc->g[i])) i++;
+    int64_t cur = atomic_load(&sc->first_bad);
+    while (i < cur && !atomic_compare_exchange_weak(&sc->first_bad, &cur, i)) {
+    }
+}
+
 /* Resolves the variable (input 0), its `nslots` slots (inputs 1..nslots) and
  * the gradient (input gi); checks shapes and, when the node's check_numerics
  * attr is on (the default), that every gradient element is finite. */
@@ -67,12 +91,13 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
     }
     const float *gd = psg_tensor_f32(g);
     if (psg_node_get_bool(c->node, "check_numerics", true)) {
-        int64_t n = psg_tensor_numel(g);
-        for (int64_t i = 0; i < n; i++)
-            if (!isfinite(gd[i]))
-                return psg_error_set("non-finite gradient for variable '%s': element %lld is %s "
-                                     "(check_numerics; the variable was not updated)",
-                                     v->name, (long long)i, isnan(gd[i]) ? "NaN" : "Inf");
+        scan_t sc = {gd, psg_tensor_numel(g)};
+        psg_parallel_for(c->pool, sc.first_bad, UPDATE_GRAIN, scan_range, &sc);
+        int64_t i = atomic_load(&sc.first_bad);
+        if (i < psg_tensor_numel(g))
+            return psg_error_set("non-finite gradient for variable '%s': element %lld is %s "
+                                 "(check_numerics; the variable was not updated)",
+                                 v->name, (long long)i, isnan(gd[i]) ? "NaN" : "Inf");
     }
     memset(u, 0, sizeof *u);
     u->w = psg_tensor_f32(v->value);
