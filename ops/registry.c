@@ -12,6 +12,8 @@ static const psg_op_def_t *const *const families[] = {
     psg_math_ops,
 extern const psg_op_def_t *const psg_nn_ops[];
     psg_nn_ops,
+extern const psg_op_def_t *const psg_train_ops[];
+    psg_train_ops,
 };
 
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))

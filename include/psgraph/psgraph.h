@@ -15,5 +15,7 @@
 #include "psgraph/msgpack_check.h"
 #include "psgraph/ops_math.h"
 #include "psgraph/ops_nn.h"
+#include "psgraph/optimizer.h"
+#include "psgraph/data.h"
 
 #endif
