@@ -17,5 +17,7 @@
 #include "psgraph/ops_nn.h"
 #include "psgraph/optimizer.h"
 #include "psgraph/data.h"
+#include "psgraph/models.h"
+#include "psgraph/trainer.h"
 
 #endif
