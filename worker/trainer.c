@@ -16,7 +16,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define EVAL_BATCH 1000
+/* Evaluation batches stay small enough that the cnn's activations do not
+ * double the training RSS. */
+#define EVAL_BATCH 250
 #define WARMUP_STEPS 20
 
 void psg_train_config_defaults(psg_train_config_t *c) {
@@ -77,6 +79,7 @@ static int evaluate(psg_callable_t *eval, const psg_dataset_t *test, double *acc
         if (rc < 0) break;
     }
     psg_batch_iter_destroy(&it);
+    psg_buffer_cache_trim(); /* evaluation's block sizes are not the training step's */
     if (rc < 0) return psg_error_wrap("evaluation");
     *accuracy = seen ? correct / (double)seen : 0.0;
     return 0;
