@@ -2,10 +2,10 @@
  * with slot variables named as TensorFlow's, Adam's beta powers, the global
  * step and one NoOp train op. Builds graph nodes only; it computes nothing
  * and is not the training loop. */
+#include "psgraph/optimizer.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
-#include "psgraph/optimizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,20 +52,28 @@ psg_optimizer_config_t psg_optimizer_defaults(const char *kind) {
 
 psg_optimizer_t *psg_optimizer_new(const psg_optimizer_config_t *cfg) {
     int k = 0;
-    while (k < NUM_KINDS && !(cfg->kind && !strcmp(cfg->kind, kinds[k].kind))) k++;
+    while (k < NUM_KINDS && !(cfg->kind && !strcmp(cfg->kind, kinds[k].kind)))
+        k++;
     if (k == NUM_KINDS) {
         psg_error_set("unknown optimizer '%s' (sgd, momentum, rmsprop, adam, adagrad)",
                       cfg->kind ? cfg->kind : "(null)");
         return NULL;
     }
     const char *bad = NULL;
-    if (!(cfg->learning_rate >= 0) || !isfinite(cfg->learning_rate)) bad = "learning_rate";
-    else if (!(cfg->momentum >= 0) || !isfinite(cfg->momentum)) bad = "momentum";
-    else if (!(cfg->rho >= 0 && cfg->rho <= 1)) bad = "rho";
-    else if (!(cfg->epsilon >= 0) || !isfinite(cfg->epsilon)) bad = "epsilon";
-    else if (!(cfg->beta1 >= 0 && cfg->beta1 < 1)) bad = "beta1";
-    else if (!(cfg->beta2 >= 0 && cfg->beta2 < 1)) bad = "beta2";
-    else if (k == OPT_ADAGRAD && !(cfg->initial_accumulator > 0)) bad = "initial_accumulator";
+    if (!(cfg->learning_rate >= 0) || !isfinite(cfg->learning_rate))
+        bad = "learning_rate";
+    else if (!(cfg->momentum >= 0) || !isfinite(cfg->momentum))
+        bad = "momentum";
+    else if (!(cfg->rho >= 0 && cfg->rho <= 1))
+        bad = "rho";
+    else if (!(cfg->epsilon >= 0) || !isfinite(cfg->epsilon))
+        bad = "epsilon";
+    else if (!(cfg->beta1 >= 0 && cfg->beta1 < 1))
+        bad = "beta1";
+    else if (!(cfg->beta2 >= 0 && cfg->beta2 < 1))
+        bad = "beta2";
+    else if (k == OPT_ADAGRAD && !(cfg->initial_accumulator > 0))
+        bad = "initial_accumulator";
     if (bad) {
         psg_error_set("optimizer '%s': %s is out of range", cfg->kind, bad);
         return NULL;
@@ -92,7 +100,9 @@ void psg_optimizer_set_learning_rate_tensor(psg_optimizer_t *opt, psg_endpoint_t
     opt->lr_tensor = lr;
 }
 
-const char *psg_optimizer_name(const psg_optimizer_t *opt) { return kinds[opt->kind].name; }
+const char *psg_optimizer_name(const psg_optimizer_t *opt) {
+    return kinds[opt->kind].name;
+}
 
 /* ---- graph helpers ---- */
 
@@ -107,7 +117,8 @@ psg_endpoint_t psg_global_step(psg_graph_t *g) {
     if (n > 0) return (psg_endpoint_t){ids[0], 0};
     psg_shape_t s = psg_shape_scalar();
     psg_endpoint_t h = psg_var_handle(g, "global_step", PSG_DT_I64, &s);
-    if (!psg_endpoint_valid(h) || psg_graph_push_scope(g, "global_step") < 0) return PSG_NO_ENDPOINT;
+    if (!psg_endpoint_valid(h) || psg_graph_push_scope(g, "global_step") < 0)
+        return PSG_NO_ENDPOINT;
     psg_tensor_t *zero = psg_tensor_scalar_i64(0);
     psg_endpoint_t v = zero ? psg_const(g, "initial_value", &zero) : PSG_NO_ENDPOINT;
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;
@@ -150,9 +161,12 @@ static int after_all(psg_graph_t *g, const char *op, const char *name, psg_endpo
                      psg_endpoint_t factor, int n, const int *controls) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
     psg_node_add_input(b, var);
-    if (psg_endpoint_valid(factor)) psg_node_add_input(b, factor);
-    else psg_node_attr_int(b, "by", 1);
-    for (int i = 0; i < n; i++) psg_node_add_control(b, controls[i]);
+    if (psg_endpoint_valid(factor))
+        psg_node_add_input(b, factor);
+    else
+        psg_node_attr_int(b, "by", 1);
+    for (int i = 0; i < n; i++)
+        psg_node_add_control(b, controls[i]);
     return psg_node_finish(b);
 }
 
@@ -163,7 +177,8 @@ typedef struct {
 
 static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_var, hyper_t *h) {
     const psg_optimizer_config_t *c = &o->cfg;
-    for (psg_endpoint_t *e = &h->lr; e <= &h->b2p_var; e++) *e = PSG_NO_ENDPOINT;
+    for (psg_endpoint_t *e = &h->lr; e <= &h->b2p_var; e++)
+        *e = PSG_NO_ENDPOINT;
     if (o->kind == OPT_ADAM) {
         /* beside the first variable, as TensorFlow colocates them */
         const char *dev = psg_node_device(psg_graph_node(g, first_var.node));
@@ -179,13 +194,17 @@ static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_v
         if (dev[0]) psg_graph_pop_device(g);
         if (!is_var_handle(g, h->b1p_var) || !is_var_handle(g, h->b2p_var))
             return psg_error_set("cannot make Adam's beta power variables: %s",
-                                 psg_graph_error(g) ? psg_graph_error(g) : "a node of that name exists");
+                                 psg_graph_error(g) ? psg_graph_error(g)
+                                                    : "a node of that name exists");
     }
     if (psg_graph_push_scope(g, kinds[o->kind].name) < 0) return -1;
-    h->lr = psg_endpoint_valid(o->lr_tensor) ? o->lr_tensor
-                                             : psg_const_scalar(g, "learning_rate", c->learning_rate);
+    h->lr = psg_endpoint_valid(o->lr_tensor)
+                ? o->lr_tensor
+                : psg_const_scalar(g, "learning_rate", c->learning_rate);
     switch (o->kind) {
-    case OPT_MOMENTUM: h->momentum = psg_const_scalar(g, "momentum", c->momentum); break;
+    case OPT_MOMENTUM:
+        h->momentum = psg_const_scalar(g, "momentum", c->momentum);
+        break;
     case OPT_RMSPROP:
         h->rho = psg_const_scalar(g, "rho", c->rho);
         h->momentum = psg_const_scalar(g, "momentum", c->momentum);
@@ -198,7 +217,8 @@ static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_v
         h->beta1_power = psg_read_variable(g, "beta1_power", h->b1p_var);
         h->beta2_power = psg_read_variable(g, "beta2_power", h->b2p_var);
         break;
-    default: break;
+    default:
+        break;
     }
     psg_graph_pop_scope(g);
     return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
@@ -214,7 +234,9 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
     char suffix2[32];
     snprintf(suffix2, sizeof suffix2, "%s_1", name);
     switch (o->kind) {
-    case OPT_MOMENTUM: s1 = slot_variable(g, var, name, "zeros", 0); break;
+    case OPT_MOMENTUM:
+        s1 = slot_variable(g, var, name, "zeros", 0);
+        break;
     case OPT_RMSPROP:
         s1 = slot_variable(g, var, name, "ones", 1);
         s2 = slot_variable(g, var, suffix2, "zeros", 0);
@@ -226,12 +248,15 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
     case OPT_ADAGRAD:
         s1 = slot_variable(g, var, name, "constant", o->cfg.initial_accumulator);
         break;
-    default: break;
+    default:
+        break;
     }
     psg_endpoint_t in[10];
     int n = 0;
     switch (o->kind) {
-    case OPT_SGD: n = 3, in[0] = var, in[1] = h->lr, in[2] = grad; break;
+    case OPT_SGD:
+        n = 3, in[0] = var, in[1] = h->lr, in[2] = grad;
+        break;
     case OPT_MOMENTUM:
         n = 5, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad, in[4] = h->momentum;
         break;
@@ -240,11 +265,12 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
         in[5] = h->momentum, in[6] = h->epsilon, in[7] = grad;
         break;
     case OPT_ADAM:
-        n = 10, in[0] = var, in[1] = s1, in[2] = s2, in[3] = h->beta1_power,
-        in[4] = h->beta2_power, in[5] = h->lr, in[6] = h->beta1, in[7] = h->beta2,
-        in[8] = h->epsilon, in[9] = grad;
+        n = 10, in[0] = var, in[1] = s1, in[2] = s2, in[3] = h->beta1_power, in[4] = h->beta2_power,
+        in[5] = h->lr, in[6] = h->beta1, in[7] = h->beta2, in[8] = h->epsilon, in[9] = grad;
         break;
-    case OPT_ADAGRAD: n = 4, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad; break;
+    case OPT_ADAGRAD:
+        n = 4, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad;
+        break;
     }
     const char *vname = psg_node_name(psg_graph_node(g, var.node));
     size_t len = strlen(vname) + 8;
@@ -306,10 +332,13 @@ int psg_optimizer_apply_gradients(psg_optimizer_t *opt, psg_graph_t *g, int n,
     int updates = m;
     if (psg_graph_push_scope(g, name) < 0) goto out;
     if (opt->kind == OPT_ADAM) {
-        ids[m++] = after_all(g, "ScaleVariable", "update_beta1_power", h.b1p_var, h.beta1, updates, ids);
-        ids[m++] = after_all(g, "ScaleVariable", "update_beta2_power", h.b2p_var, h.beta2, updates, ids);
+        ids[m++] =
+            after_all(g, "ScaleVariable", "update_beta1_power", h.b1p_var, h.beta1, updates, ids);
+        ids[m++] =
+            after_all(g, "ScaleVariable", "update_beta2_power", h.b2p_var, h.beta2, updates, ids);
     }
-    int inc = after_all(g, "IncrementVariable", "update_global_step", gstep, PSG_NO_ENDPOINT, m, ids);
+    int inc =
+        after_all(g, "IncrementVariable", "update_global_step", gstep, PSG_NO_ENDPOINT, m, ids);
     psg_graph_pop_scope(g);
     ids[m++] = inc;
     for (int i = 0; i < m; i++)
@@ -330,7 +359,8 @@ int psg_optimizer_minimize(psg_optimizer_t *opt, psg_graph_t *g, psg_endpoint_t 
     psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)n);
     if (!vars) return psg_error_set("out of memory");
     psg_endpoint_t *grads = vars + n;
-    for (int i = 0; i < n; i++) vars[i] = (psg_endpoint_t){ids[i], 0};
+    for (int i = 0; i < n; i++)
+        vars[i] = (psg_endpoint_t){ids[i], 0};
     int rc = psg_gradients(g, 1, &loss, NULL, n, vars, grads);
     if (rc == 0) rc = psg_optimizer_apply_gradients(opt, g, n, grads, vars, train_op);
     free(vars);

@@ -20,9 +20,10 @@ typedef struct {
 
 static const char *const gd_names[] = {"var", "lr", "grad"};
 static const char *const momentum_names[] = {"var", "accum", "lr", "grad", "momentum"};
-static const char *const rmsprop_names[] = {"var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad"};
-static const char *const adam_names[] = {"var", "m", "v", "beta1_power", "beta2_power", "lr",
-                                         "beta1", "beta2", "epsilon", "grad"};
+static const char *const rmsprop_names[] = {"var", "ms",       "mom",     "lr",
+                                            "rho", "momentum", "epsilon", "grad"};
+static const char *const adam_names[] = {"var", "m",     "v",     "beta1_power", "beta2_power",
+                                         "lr",  "beta1", "beta2", "epsilon",     "grad"};
 static const char *const adagrad_names[] = {"var", "accum", "lr", "grad"};
 
 static const apply_sig_t sig_gd = {0, 2, gd_names};
@@ -74,11 +75,21 @@ static int infer_apply(psg_infer_ctx_t *c, const apply_sig_t *sig) {
     return 0;
 }
 
-static int infer_gd(psg_infer_ctx_t *c) { return infer_apply(c, &sig_gd); }
-static int infer_momentum(psg_infer_ctx_t *c) { return infer_apply(c, &sig_momentum); }
-static int infer_rmsprop(psg_infer_ctx_t *c) { return infer_apply(c, &sig_rmsprop); }
-static int infer_adam(psg_infer_ctx_t *c) { return infer_apply(c, &sig_adam); }
-static int infer_adagrad(psg_infer_ctx_t *c) { return infer_apply(c, &sig_adagrad); }
+static int infer_gd(psg_infer_ctx_t *c) {
+    return infer_apply(c, &sig_gd);
+}
+static int infer_momentum(psg_infer_ctx_t *c) {
+    return infer_apply(c, &sig_momentum);
+}
+static int infer_rmsprop(psg_infer_ctx_t *c) {
+    return infer_apply(c, &sig_rmsprop);
+}
+static int infer_adam(psg_infer_ctx_t *c) {
+    return infer_apply(c, &sig_adam);
+}
+static int infer_adagrad(psg_infer_ctx_t *c) {
+    return infer_apply(c, &sig_adagrad);
+}
 
 static int infer_scale_variable(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
@@ -104,29 +115,35 @@ static int infer_exponential_decay(psg_infer_ctx_t *c) {
 
 /* ---- defs: no outputs, no gradients (like Assign) ---- */
 
-static const psg_op_def_t op_gd = {"ApplyGradientDescent", 3, 0, PSG_OP_STATEFUL, infer_gd, NULL,
-                                   psg_cpu_apply_gradient_descent, NULL};
-static const psg_op_def_t op_momentum = {"ApplyMomentum", 5, 0, PSG_OP_STATEFUL, infer_momentum,
-                                         NULL, psg_cpu_apply_momentum, NULL};
-static const psg_op_def_t op_rmsprop = {"ApplyRMSProp", 8, 0, PSG_OP_STATEFUL, infer_rmsprop, NULL,
-                                        psg_cpu_apply_rmsprop, NULL};
-static const psg_op_def_t op_adam = {"ApplyAdam", 10, 0, PSG_OP_STATEFUL, infer_adam, NULL,
+static const psg_op_def_t op_gd = {
+    "ApplyGradientDescent",         3,   0, PSG_OP_STATEFUL, infer_gd, NULL,
+    psg_cpu_apply_gradient_descent, NULL};
+static const psg_op_def_t op_momentum = {
+    "ApplyMomentum", 5, 0, PSG_OP_STATEFUL, infer_momentum, NULL, psg_cpu_apply_momentum, NULL};
+static const psg_op_def_t op_rmsprop = {
+    "ApplyRMSProp", 8, 0, PSG_OP_STATEFUL, infer_rmsprop, NULL, psg_cpu_apply_rmsprop, NULL};
+static const psg_op_def_t op_adam = {"ApplyAdam",        10,  0, PSG_OP_STATEFUL, infer_adam, NULL,
                                      psg_cpu_apply_adam, NULL};
-static const psg_op_def_t op_adagrad = {"ApplyAdagrad", 4, 0, PSG_OP_STATEFUL, infer_adagrad, NULL,
-                                        psg_cpu_apply_adagrad, NULL};
-static const psg_op_def_t op_scale_variable = {"ScaleVariable", 2, 0, PSG_OP_STATEFUL,
-                                               infer_scale_variable, NULL, psg_cpu_scale_variable,
-                                               NULL};
-static const psg_op_def_t op_increment_variable = {"IncrementVariable", 1, 0, PSG_OP_STATEFUL,
-                                                   infer_increment_variable, NULL,
-                                                   psg_cpu_increment_variable, NULL};
-static const psg_op_def_t op_exponential_decay = {"ExponentialDecay", 1, 1, 0,
-                                                  infer_exponential_decay, NULL,
-                                                  psg_cpu_exponential_decay, NULL};
+static const psg_op_def_t op_adagrad = {
+    "ApplyAdagrad", 4, 0, PSG_OP_STATEFUL, infer_adagrad, NULL, psg_cpu_apply_adagrad, NULL};
+static const psg_op_def_t op_scale_variable = {
+    "ScaleVariable",        2,   0, PSG_OP_STATEFUL, infer_scale_variable, NULL,
+    psg_cpu_scale_variable, NULL};
+static const psg_op_def_t op_increment_variable = {
+    "IncrementVariable",        1,   0, PSG_OP_STATEFUL, infer_increment_variable, NULL,
+    psg_cpu_increment_variable, NULL};
+static const psg_op_def_t op_exponential_decay = {
+    "ExponentialDecay", 1, 1, 0, infer_exponential_decay, NULL, psg_cpu_exponential_decay, NULL};
 
 const psg_op_def_t *const psg_train_ops[] = {
-    &op_gd,     &op_momentum,         &op_rmsprop,           &op_adam,
-    &op_adagrad, &op_scale_variable, &op_increment_variable, &op_exponential_decay,
+    &op_gd,
+    &op_momentum,
+    &op_rmsprop,
+    &op_adam,
+    &op_adagrad,
+    &op_scale_variable,
+    &op_increment_variable,
+    &op_exponential_decay,
     NULL,
 };
 
@@ -143,7 +160,8 @@ int psg_apply_update(psg_graph_t *g, const char *op, const char *name, int n,
                      const psg_endpoint_t *inputs, bool check_numerics, bool use_nesterov,
                      int control) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
-    for (int i = 0; i < n; i++) psg_node_add_input(b, inputs[i]);
+    for (int i = 0; i < n; i++)
+        psg_node_add_input(b, inputs[i]);
     if (control >= 0) psg_node_add_control(b, control);
     psg_node_attr_str(b, "var_name", n > 0 ? psg_variable_name(g, inputs[0]) : "?");
     psg_node_attr_bool(b, "check_numerics", check_numerics);

@@ -21,8 +21,8 @@ static const float *var_data(psg_session_t *s, const char *name) {
 }
 
 /* The reference: the documented formulas, step by step, in float. */
-static void reference(const psg_optimizer_config_t *c, float *w, float *s1, float *s2,
-                      float *b1p, float *b2p, const float *g, float lr) {
+static void reference(const psg_optimizer_config_t *c, float *w, float *s1, float *s2, float *b1p,
+                      float *b2p, const float *g, float lr) {
     const char *k = c->kind;
     for (int i = 0; i < N; i++) {
         if (!strcmp(k, "sgd")) {
@@ -53,7 +53,8 @@ static void reference(const psg_optimizer_config_t *c, float *w, float *s1, floa
 /* A variable set to w0 (an Assign after init, since initializers are uniform). */
 static psg_endpoint_t make_w(psg_graph_t *g, int *set) {
     psg_shape_t s = psg_shape_1d(N);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_tensor_t *t = psg_test_tensor(&s, w0);
     *set = psg_assign(g, "set_w", w, psg_const(g, "w0", &t));
     return w;
@@ -80,13 +81,15 @@ static void check_rule(psg_optimizer_config_t cfg, const char *slot1, const char
     float rw[N], r1[N], r2[N], b1p = cfg.beta1, b2p = cfg.beta2;
     memcpy(rw, w0, sizeof rw);
     for (int i = 0; i < N; i++) {
-        r1[i] = !strcmp(cfg.kind, "rmsprop") ? 1.0f
-                : !strcmp(cfg.kind, "adagrad") ? cfg.initial_accumulator : 0.0f;
+        r1[i] = !strcmp(cfg.kind, "rmsprop")   ? 1.0f
+                : !strcmp(cfg.kind, "adagrad") ? cfg.initial_accumulator
+                                               : 0.0f;
         r2[i] = 0;
     }
     psg_endpoint_t feeds[2] = {grad, lr};
     for (int step = 0; step < 3; step++) {
-        psg_tensor_t *vals[2] = {psg_test_tensor(&s, grads[step]), psg_tensor_scalar_f32(lrs[step])};
+        psg_tensor_t *vals[2] = {psg_test_tensor(&s, grads[step]),
+                                 psg_tensor_scalar_f32(lrs[step])};
         CHECK(psg_session_run(sess, 2, feeds, vals, 0, NULL, NULL, 1, &train) == 0);
         reference(&cfg, rw, r1, r2, &b1p, &b2p, grads[step], lrs[step]);
         psg_tensor_destroy(&vals[0]);
@@ -156,12 +159,14 @@ static void test_slots_init_and_devices(void) {
     psg_shape_t s = psg_shape_2d(2, 3), sb = psg_shape_1d(3);
     psg_graph_push_device(g, "/job:ps/task:1/cpu:0");
     psg_graph_push_scope(g, "layer");
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
     psg_graph_pop_scope(g);
     psg_graph_pop_device(g);
-    psg_endpoint_t b = psg_variable(g, "b", PSG_DT_F32, &sb, (psg_initializer_t){"zeros", 0, 0}, true);
-    psg_endpoint_t frozen = psg_variable(g, "frozen", PSG_DT_F32, &sb,
-                                         (psg_initializer_t){"zeros", 0, 0}, false);
+    psg_endpoint_t b =
+        psg_variable(g, "b", PSG_DT_F32, &sb, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t frozen =
+        psg_variable(g, "frozen", PSG_DT_F32, &sb, (psg_initializer_t){"zeros", 0, 0}, false);
     psg_endpoint_t reads[2] = {psg_read_variable(g, NULL, b), psg_read_variable(g, NULL, frozen)};
     /* a linear loss of b and frozen (not of w): every gradient is ones */
     psg_endpoint_t loss = psg_add_n(g, "loss", 2, reads);
@@ -179,7 +184,8 @@ static void test_slots_init_and_devices(void) {
     CHECK(in_collection(g, "init", init_of(g, ms)) && in_collection(g, "init", init_of(g, mom)));
     CHECK(in_collection(g, "variables", ms) && !in_collection(g, "trainable_variables", ms));
     psg_endpoint_t gs = psg_global_step(g);
-    CHECK(psg_endpoint_valid(gs) && !strcmp(psg_node_name(psg_graph_node(g, gs.node)), "global_step"));
+    CHECK(psg_endpoint_valid(gs) &&
+          !strcmp(psg_node_name(psg_graph_node(g, gs.node)), "global_step"));
     CHECK(in_collection(g, "init", init_of(g, gs.node)));
 
     /* slots and updates beside their variable: Adam over w by a fed gradient */
@@ -212,24 +218,34 @@ static void test_slots_init_and_devices(void) {
     psg_graph_destroy(&g);
 }
 
+/* Minimizes loss with an optimizer of config c for `steps` steps; returns
+ * the session (the caller destroys it). */
+static psg_session_t *minimize_steps(psg_graph_t *g, psg_endpoint_t loss,
+                                     const psg_optimizer_config_t *c, int steps) {
+    psg_optimizer_t *opt = psg_optimizer_new(c);
+    int train = -1;
+    CHECK(opt && psg_optimizer_minimize(opt, g, loss, &train) == 0);
+    psg_optimizer_destroy(&opt);
+    psg_session_t *sess = psg_session_new(g, NULL, NULL);
+    CHECK(psg_session_run_init(sess) == 0);
+    for (int i = 0; i < steps; i++)
+        CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &train) == 0);
+    return sess;
+}
+
 /* Minimizes a linear loss with SGD: each step moves w by exactly lr. */
 static void test_minimize_sgd_linear(void) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_1d(3);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
     psg_endpoint_t r = psg_read_variable(g, NULL, w);
     psg_endpoint_t two[2] = {r, r};
     psg_endpoint_t loss = psg_add_n(g, "loss", 2, two); /* d/dw = 2 */
     psg_optimizer_config_t c = psg_optimizer_defaults("sgd");
     c.learning_rate = 0.125f;
-    psg_optimizer_t *opt = psg_optimizer_new(&c);
-    int train;
-    CHECK(psg_optimizer_minimize(opt, g, loss, &train) == 0);
-    psg_session_t *sess = psg_session_new(g, NULL, NULL);
-    CHECK(psg_session_run_init(sess) == 0);
-    for (int i = 0; i < 4; i++) CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &train) == 0);
+    psg_session_t *sess = minimize_steps(g, loss, &c, 4);
     CHECK(var_data(sess, "w")[1] == 0.0f);
-    psg_optimizer_destroy(&opt);
     psg_session_destroy(&sess);
     psg_graph_destroy(&g);
 }
@@ -246,7 +262,8 @@ static void test_converges_quadratic(void) {
         psg_endpoint_t w = make_w(g, &set);
         psg_shape_t s = psg_shape_1d(N);
         float neg[N];
-        for (int i = 0; i < N; i++) neg[i] = -target[i];
+        for (int i = 0; i < N; i++)
+            neg[i] = -target[i];
         psg_tensor_t *t = psg_test_tensor(&s, neg);
         psg_endpoint_t both[2] = {psg_read_variable(g, NULL, w), psg_const(g, "minus_t", &t)};
         psg_endpoint_t grad = psg_add_n(g, "grad", 2, both);
@@ -260,10 +277,12 @@ static void test_converges_quadratic(void) {
         CHECK(psg_session_run_init(sess) == 0);
         CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &set) == 0);
         psg_callable_t *call = psg_session_make_callable(sess, 0, NULL, 0, NULL, 1, &train);
-        for (int step = 0; step < 2000; step++) CHECK(psg_callable_run(call, NULL, NULL) == 0);
+        for (int step = 0; step < 2000; step++)
+            CHECK(psg_callable_run(call, NULL, NULL) == 0);
         const float *v = var_data(sess, "w");
         double err = 0;
-        for (int i = 0; i < N; i++) err = fmax(err, fabs(v[i] - target[i]));
+        for (int i = 0; i < N; i++)
+            err = fmax(err, fabs(v[i] - target[i]));
         if (err > 1e-2) fprintf(stderr, "%s: max error %g\n", kinds[k], err);
         CHECK(err <= 1e-2);
         psg_callable_destroy(&call);
@@ -296,11 +315,13 @@ static void test_minimize_least_squares(void) {
     psg_tensor_destroy(&xr);
     for (int i = 0; i < M; i++) {
         y[i] = 0;
-        for (int j = 0; j < D; j++) y[i] += x[i * D + j] * wt[j];
+        for (int j = 0; j < D; j++)
+            y[i] += x[i * D + j] * wt[j];
     }
     psg_graph_t *g = psg_graph_new();
     psg_shape_t ws = psg_shape_2d(D, 1);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &ws, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &ws, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_tensor_t *xt = psg_test_tensor(&(psg_shape_t){2, {M, D}}, x);
     psg_tensor_t *yt = psg_test_tensor(&(psg_shape_t){2, {M, 1}}, y);
     psg_endpoint_t pred = binop(g, "MatMul", psg_const(g, "x", &xt), psg_read_variable(g, NULL, w));
@@ -309,16 +330,10 @@ static void test_minimize_least_squares(void) {
     CHECK(psg_endpoint_valid(loss));
     psg_optimizer_config_t c = psg_optimizer_defaults("momentum");
     c.learning_rate = 0.005f;
-    psg_optimizer_t *opt = psg_optimizer_new(&c);
-    int train;
-    CHECK(psg_optimizer_minimize(opt, g, loss, &train) == 0);
-    psg_session_t *sess = psg_session_new(g, NULL, NULL);
-    CHECK(psg_session_run_init(sess) == 0);
-    for (int step = 0; step < 500; step++)
-        CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &train) == 0);
+    psg_session_t *sess = minimize_steps(g, loss, &c, 500);
     const float *v = var_data(sess, "w");
-    for (int j = 0; v && j < D; j++) CHECK_NEAR(v[j], wt[j], 1e-3);
-    psg_optimizer_destroy(&opt);
+    for (int j = 0; v && j < D; j++)
+        CHECK_NEAR(v[j], wt[j], 1e-3);
     psg_session_destroy(&sess);
     psg_graph_destroy(&g);
 }
@@ -347,7 +362,8 @@ static void test_nan_policy(void) {
             CHECK(rc < 0);
             CHECK_ERROR_HAS("node 'Momentum/update_w' (ApplyMomentum)");
             CHECK_ERROR_HAS("non-finite gradient for variable 'w': element 1 is NaN");
-            for (int i = 0; i < N; i++) CHECK(v[i] == w0[i] && acc[i] == 0.0f);
+            for (int i = 0; i < N; i++)
+                CHECK(v[i] == w0[i] && acc[i] == 0.0f);
             CHECK(psg_tensor_i64(gs->value)[0] == 0);
             bad[1] = INFINITY;
             memcpy(gv->data, bad, sizeof bad);
@@ -369,7 +385,8 @@ static void test_nan_in_big_gradient(void) {
     enum { BIG = 200000 };
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_1d(BIG);
-    psg_endpoint_t w = psg_variable(g, "big", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "big", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
     psg_endpoint_t grad = psg_placeholder(g, "grad", PSG_DT_F32, &s);
     int upd = psg_apply_gradient_descent(g, "sgd", w, psg_const_scalar(g, "lr", 0.5f), grad);
     psg_session_options_t so = {.num_threads = 4};
@@ -393,7 +410,8 @@ static void test_nan_in_big_gradient(void) {
 static void test_shape_errors(void) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_2d(2, 3), wrong = psg_shape_1d(3), open = psg_shape_1d(-1);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_endpoint_t lr = psg_const_scalar(g, "lr", 0.1f);
     psg_endpoint_t gbad = psg_placeholder(g, "gbad", PSG_DT_F32, &wrong);
     CHECK(psg_apply_gradient_descent(g, "sgd_w", w, lr, gbad) < 0);
@@ -401,14 +419,16 @@ static void test_shape_errors(void) {
     CHECK_ERROR_HAS("gradient of shape [3] does not match variable 'w' of shape [2, 3]");
     /* a non-scalar learning rate */
     psg_graph_t *g2 = psg_graph_new();
-    psg_endpoint_t w2 = psg_variable(g2, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w2 =
+        psg_variable(g2, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_endpoint_t vec = psg_placeholder(g2, "lrv", PSG_DT_F32, &wrong);
     psg_endpoint_t gw = psg_placeholder(g2, "gw", PSG_DT_F32, &s);
     CHECK(psg_apply_gradient_descent(g2, "sgd", w2, vec, gw) < 0);
     CHECK_ERROR_HAS("lr (input 1) must be a scalar f32");
     /* through the optimizer: the update node and the variable are named */
     psg_graph_t *g3 = psg_graph_new();
-    psg_endpoint_t w3 = psg_variable(g3, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w3 =
+        psg_variable(g3, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_endpoint_t g3bad = psg_placeholder(g3, "g", PSG_DT_F32, &wrong);
     psg_optimizer_config_t c = psg_optimizer_defaults("adam");
     psg_optimizer_t *opt = psg_optimizer_new(&c);
@@ -418,7 +438,8 @@ static void test_shape_errors(void) {
     CHECK_ERROR_HAS("variable 'w'");
     /* known only at run time: the executor names the node, the kernel the variable */
     psg_graph_t *g4 = psg_graph_new();
-    psg_endpoint_t w4 = psg_variable(g4, "w", PSG_DT_F32, &wrong, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w4 =
+        psg_variable(g4, "w", PSG_DT_F32, &wrong, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_endpoint_t g4open = psg_placeholder(g4, "g", PSG_DT_F32, &open);
     int upd = psg_apply_gradient_descent(g4, "sgd_w", w4, psg_const_scalar(g4, "lr", 1), g4open);
     CHECK(upd >= 0);
@@ -456,7 +477,8 @@ static void test_exponential_decay(void) {
     psg_endpoint_t smooth = psg_exponential_decay(g, "lr_smooth", 0.1f, step, 2, 0.5f, false);
     psg_shape_t s = psg_shape_1d(N);
     psg_tensor_t *ones = psg_tensor_new(PSG_DT_F32, &s);
-    for (int i = 0; i < N; i++) psg_tensor_f32(ones)[i] = 1;
+    for (int i = 0; i < N; i++)
+        psg_tensor_f32(ones)[i] = 1;
     psg_endpoint_t grad = psg_const(g, "grad", &ones);
     psg_optimizer_config_t c = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&c);

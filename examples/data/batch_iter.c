@@ -17,7 +17,7 @@ typedef struct {
     int64_t epoch, next; /* the next batch to make */
     int64_t *order;      /* of order_epoch */
     int64_t order_epoch;
-    int64_t *idx;        /* one batch's example ids (batch_size) */
+    int64_t *idx; /* one batch's example ids (batch_size) */
 } producer_t;
 
 typedef struct {
@@ -29,8 +29,8 @@ typedef struct {
 
 struct psg_batch_iter {
     producer_t p;
-    int64_t epoch;      /* of the batch last returned */
-    int final_status;   /* once the end or an error came: 0 or -1; else 1 */
+    int64_t epoch;    /* of the batch last returned */
+    int final_status; /* once the end or an error came: 0 or -1; else 1 */
     char *final_err;
     /* prefetch: a ring of cap items */
     bool threaded;
@@ -42,7 +42,9 @@ struct psg_batch_iter {
     bool stop;
 };
 
-static int64_t shards(const psg_batch_iter_options_t *o) { return o->num_shards > 1 ? o->num_shards : 1; }
+static int64_t shards(const psg_batch_iter_options_t *o) {
+    return o->num_shards > 1 ? o->num_shards : 1;
+}
 
 static int64_t batches_per_epoch(int64_t n, const psg_batch_iter_options_t *o) {
     int64_t s = shards(o), b = o->batch_size;
@@ -60,9 +62,11 @@ static int produce(producer_t *p, item_t *it) {
         psg_data_epoch_order(n, p->opt.seed, p->epoch, p->opt.shuffle, p->order);
         p->order_epoch = p->epoch;
     }
-    int64_t start = (p->next * shards(&p->opt) + (p->opt.num_shards > 1 ? p->opt.shard_index : 0)) * b;
+    int64_t start =
+        (p->next * shards(&p->opt) + (p->opt.num_shards > 1 ? p->opt.shard_index : 0)) * b;
     int64_t count = n - start < b ? n - start : b;
-    for (int64_t i = 0; i < count; i++) p->idx[i] = p->order[start + i];
+    for (int64_t i = 0; i < count; i++)
+        p->idx[i] = p->order[start + i];
     it->epoch = p->epoch;
     if (psg_dataset_gather(p->ds, (int)count, p->idx, &it->images, &it->labels) < 0) {
         it->err = strdup(psg_error_message());
@@ -79,7 +83,8 @@ static void *prefetch_main(void *arg) {
     psg_batch_iter_t *it = arg;
     for (;;) {
         pthread_mutex_lock(&it->lock);
-        while (it->count == it->cap && !it->stop) pthread_cond_wait(&it->not_full, &it->lock);
+        while (it->count == it->cap && !it->stop)
+            pthread_cond_wait(&it->not_full, &it->lock);
         bool stop = it->stop;
         pthread_mutex_unlock(&it->lock);
         if (stop) break;
@@ -96,8 +101,12 @@ static void *prefetch_main(void *arg) {
 }
 
 psg_batch_iter_options_t psg_batch_iter_train_options(int batch_size, uint64_t seed) {
-    return (psg_batch_iter_options_t){.batch_size = batch_size, .shuffle = true, .seed = seed,
-                                      .drop_remainder = true, .num_shards = 1, .prefetch = 2};
+    return (psg_batch_iter_options_t){.batch_size = batch_size,
+                                      .shuffle = true,
+                                      .seed = seed,
+                                      .drop_remainder = true,
+                                      .num_shards = 1,
+                                      .prefetch = 2};
 }
 
 psg_batch_iter_options_t psg_batch_iter_eval_options(int batch_size) {
@@ -157,13 +166,15 @@ oom:
 int psg_batch_iter_next(psg_batch_iter_t *it, psg_tensor_t **images, psg_tensor_t **labels) {
     *images = *labels = NULL;
     if (it->final_status != 1) {
-        if (it->final_status < 0) psg_error_set("%s", it->final_err ? it->final_err : "out of memory");
+        if (it->final_status < 0)
+            psg_error_set("%s", it->final_err ? it->final_err : "out of memory");
         return it->final_status;
     }
     item_t item;
     if (it->threaded) {
         pthread_mutex_lock(&it->lock);
-        while (it->count == 0) pthread_cond_wait(&it->not_empty, &it->lock);
+        while (it->count == 0)
+            pthread_cond_wait(&it->not_empty, &it->lock);
         item = it->ring[it->head];
         it->head = (it->head + 1) % it->cap;
         it->count--;
@@ -184,8 +195,12 @@ int psg_batch_iter_next(psg_batch_iter_t *it, psg_tensor_t **images, psg_tensor_
     return 1;
 }
 
-int64_t psg_batch_iter_epoch(const psg_batch_iter_t *it) { return it->epoch; }
-int64_t psg_batch_iter_batches_per_epoch(const psg_batch_iter_t *it) { return it->p.per_epoch; }
+int64_t psg_batch_iter_epoch(const psg_batch_iter_t *it) {
+    return it->epoch;
+}
+int64_t psg_batch_iter_batches_per_epoch(const psg_batch_iter_t *it) {
+    return it->p.per_epoch;
+}
 
 void psg_batch_iter_destroy(psg_batch_iter_t **itp) {
     if (!itp || !*itp) return;

@@ -57,7 +57,8 @@ psg_tensor_t *psg_idx_read(const char *path) {
         shape.dims[i] = ((int64_t)p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
         total *= shape.dims[i];
         if (shape.dims[i] == 0 || total > IDX_MAX_BYTES) {
-            psg_error_set("'%s': corrupt header: dim %d is %lld", path, i, (long long)shape.dims[i]);
+            psg_error_set("'%s': corrupt header: dim %d is %lld", path, i,
+                          (long long)shape.dims[i]);
             goto out;
         }
     }
@@ -100,7 +101,8 @@ psg_tensor_t *psg_idx_load_images(const char *path) {
     if (t) {
         const uint8_t *src = raw->data;
         float *dst = psg_tensor_f32(t);
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++) dst[i] = (float)src[i] * (1.0f / 255.0f);
+        for (int64_t i = 0; i < psg_tensor_numel(t); i++)
+            dst[i] = (float)src[i] * (1.0f / 255.0f);
     }
     psg_tensor_destroy(&raw);
     return t;
@@ -112,7 +114,8 @@ psg_tensor_t *psg_idx_load_labels(const char *path) {
     psg_tensor_t *t = psg_tensor_new(PSG_DT_I32, &raw->shape);
     if (t) {
         const uint8_t *src = raw->data;
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++) psg_tensor_i32(t)[i] = src[i];
+        for (int64_t i = 0; i < psg_tensor_numel(t); i++)
+            psg_tensor_i32(t)[i] = src[i];
     }
     psg_tensor_destroy(&raw);
     return t;

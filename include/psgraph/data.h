@@ -69,8 +69,8 @@ int psg_dataset_num_classes(const psg_dataset_t *ds);
 int psg_dataset_gather(const psg_dataset_t *ds, int n, const int64_t *indices,
                        psg_tensor_t **images, psg_tensor_t **labels);
 /* The examples [start, start + count) in order, as psg_dataset_gather. */
-int psg_dataset_slice(const psg_dataset_t *ds, int64_t start, int64_t count,
-                      psg_tensor_t **images, psg_tensor_t **labels);
+int psg_dataset_slice(const psg_dataset_t *ds, int64_t start, int64_t count, psg_tensor_t **images,
+                      psg_tensor_t **labels);
 
 /* The order of epoch `epoch` over n examples: 0..n-1 when !shuffle, else a
  * permutation that depends only on (seed, epoch). order holds n entries. */
@@ -79,8 +79,8 @@ void psg_data_epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle,
 /* ---- batch iterators ---- */
 
 typedef struct {
-    int batch_size;      /* > 0 */
-    bool shuffle;        /* each epoch in psg_data_epoch_order(seed, epoch) */
+    int batch_size; /* > 0 */
+    bool shuffle;   /* each epoch in psg_data_epoch_order(seed, epoch) */
     uint64_t seed;
     bool drop_remainder; /* only full batches (training); false keeps the tail */
     int num_shards;      /* workers reading this dataset (<= 1: one) */

@@ -80,15 +80,15 @@ psg_endpoint_t psg_global_step(psg_graph_t *g);
 /* ---- optimizers ---- */
 
 typedef struct {
-    const char *kind;        /* "sgd", "momentum", "rmsprop", "adam", "adagrad" */
-    float learning_rate;     /* used unless a learning-rate tensor is set */
-    float momentum;          /* momentum: 0.9; rmsprop: 0.0 (Inception: 0.9) */
-    bool use_nesterov;       /* momentum only */
-    float rho;               /* rmsprop's decay: 0.9 */
-    float epsilon;           /* rmsprop: 1e-10 (Inception: 1.0); adam: 1e-8 */
-    float beta1, beta2;      /* adam: 0.9, 0.999 */
+    const char *kind;          /* "sgd", "momentum", "rmsprop", "adam", "adagrad" */
+    float learning_rate;       /* used unless a learning-rate tensor is set */
+    float momentum;            /* momentum: 0.9; rmsprop: 0.0 (Inception: 0.9) */
+    bool use_nesterov;         /* momentum only */
+    float rho;                 /* rmsprop's decay: 0.9 */
+    float epsilon;             /* rmsprop: 1e-10 (Inception: 1.0); adam: 1e-8 */
+    float beta1, beta2;        /* adam: 0.9, 0.999 */
     float initial_accumulator; /* adagrad's accumulator start: 0.1 */
-    bool check_numerics;     /* fail the step on a NaN/Inf gradient: true */
+    bool check_numerics;       /* fail the step on a NaN/Inf gradient: true */
 } psg_optimizer_config_t;
 
 typedef struct psg_optimizer psg_optimizer_t;

@@ -46,7 +46,7 @@ static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
 
 /* The check_numerics scan: the lowest index of a NaN or Inf, or n. */
 typedef struct {
-    const float *g;           /* (n) */
+    const float *g;            /* (n) */
     _Atomic int64_t first_bad; /* starts at n */
 } scan_t;
 
@@ -61,7 +61,8 @@ static void scan_range(void *ctx, int64_t b, int64_t e) {
     }
     if (!any) return;
     int64_t i = b;
-    while (isfinite(sc->g[i])) i++;
+    while (isfinite(sc->g[i]))
+        i++;
     int64_t cur = atomic_load(&sc->first_bad);
     while (i < cur && !atomic_compare_exchange_weak(&sc->first_bad, &cur, i)) {
     }
@@ -121,7 +122,8 @@ static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, u
 
 static void sgd_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
-    for (int64_t i = b; i < e; i++) u->w[i] -= u->lr * u->g[i];
+    for (int64_t i = b; i < e; i++)
+        u->w[i] -= u->lr * u->g[i];
 }
 
 /* accum = momentum*accum + g; var -= lr*accum
@@ -234,7 +236,8 @@ int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
     if (f32_variable(c, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
-    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++) w[i] *= f;
+    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++)
+        w[i] *= f;
     pthread_mutex_unlock(&v->lock);
     return 0;
 }
@@ -250,13 +253,16 @@ int psg_cpu_increment_variable(psg_kernel_ctx_t *c) {
     pthread_mutex_lock(&v->lock);
     switch (v->dtype) {
     case PSG_DT_I64:
-        for (int64_t i = 0; i < n; i++) psg_tensor_i64(v->value)[i] += by;
+        for (int64_t i = 0; i < n; i++)
+            psg_tensor_i64(v->value)[i] += by;
         break;
     case PSG_DT_I32:
-        for (int64_t i = 0; i < n; i++) psg_tensor_i32(v->value)[i] += (int32_t)by;
+        for (int64_t i = 0; i < n; i++)
+            psg_tensor_i32(v->value)[i] += (int32_t)by;
         break;
     case PSG_DT_F32:
-        for (int64_t i = 0; i < n; i++) psg_tensor_f32(v->value)[i] += (float)by;
+        for (int64_t i = 0; i < n; i++)
+            psg_tensor_f32(v->value)[i] += (float)by;
         break;
     default:
         rc = psg_error_set("cannot increment variable '%s' of dtype %s", v->name,
@@ -273,10 +279,17 @@ int psg_cpu_exponential_decay(psg_kernel_ctx_t *c) {
     const psg_tensor_t *t = c->inputs[0];
     double step;
     switch (t->dtype) {
-    case PSG_DT_I64: step = (double)psg_tensor_i64(t)[0]; break;
-    case PSG_DT_I32: step = (double)psg_tensor_i32(t)[0]; break;
-    case PSG_DT_F32: step = (double)psg_tensor_f32(t)[0]; break;
-    default: return psg_error_set("step must be i64, i32 or f32, got %s", psg_dtype_name(t->dtype));
+    case PSG_DT_I64:
+        step = (double)psg_tensor_i64(t)[0];
+        break;
+    case PSG_DT_I32:
+        step = (double)psg_tensor_i32(t)[0];
+        break;
+    case PSG_DT_F32:
+        step = (double)psg_tensor_f32(t)[0];
+        break;
+    default:
+        return psg_error_set("step must be i64, i32 or f32, got %s", psg_dtype_name(t->dtype));
     }
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
