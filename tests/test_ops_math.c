@@ -401,7 +401,7 @@ static void test_reductions(void) {
                 char label[64];
                 snprintf(label, sizeof label, "%s case %zu keep %d", mean ? "Mean" : "Sum", k, keep);
                 op_ctx_t ctx = {.op = mean ? "Mean" : "Sum", .b1 = keep, .n_axes = cases[k].n};
-                memcpy(ctx.axes, cases[k].axes, sizeof ctx.axes);
+                memcpy(ctx.axes, cases[k].axes, sizeof cases[k].axes);
                 CHECK(check_grad(label, &ctx, 1, &x, NULL) == 0);
             }
         }
