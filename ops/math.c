@@ -3,8 +3,8 @@
  * layer, Concat/Slice, Dropout, Cast, ArgMax, Equal: defs, shape inference,
  * gradients (as graph nodes) and builders. Kernels: ops/cpu/math*.c, matmul.c.
  * Not the nn ops (conv, pool, batch norm, bias_add). */
-#include "ops/cpu/array.h"
 #include "ops/cpu/math.h"
+#include "ops/cpu/array.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
@@ -89,7 +89,8 @@ static int infer_scalar_f32(psg_infer_ctx_t *c) {
 int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced) {
     const psg_attr_t *a = psg_node_attr(node, "axes");
     int n = a && a->type == PSG_ATTR_INTS ? a->u.ints.n : 0;
-    for (int i = 0; i < rank; i++) reduced[i] = n == 0;
+    for (int i = 0; i < rank; i++)
+        reduced[i] = n == 0;
     for (int k = 0; k < n; k++) {
         int64_t ax = a->u.ints.v[k];
         if (ax < -rank || ax >= rank)
@@ -145,7 +146,8 @@ static int infer_expand_dims(psg_infer_ctx_t *c) {
         return 0;
     }
     int rank = x->rank + n;
-    if (rank > PSG_MAX_RANK) return psg_error_set("rank %d is over the limit %d", rank, PSG_MAX_RANK);
+    if (rank > PSG_MAX_RANK)
+        return psg_error_set("rank %d is over the limit %d", rank, PSG_MAX_RANK);
     psg_shape_t out = {.rank = rank};
     bool inserted[PSG_MAX_RANK] = {0};
     for (int k = 0; k < n; k++) {
@@ -154,7 +156,8 @@ static int infer_expand_dims(psg_infer_ctx_t *c) {
             return psg_error_set("axes must be sorted, distinct and in [0, %d)", rank);
         inserted[ax] = true;
     }
-    for (int i = 0, j = 0; i < rank; i++) out.dims[i] = inserted[i] ? 1 : x->dims[j++];
+    for (int i = 0, j = 0; i < rank; i++)
+        out.dims[i] = inserted[i] ? 1 : x->dims[j++];
     c->out_shapes[0] = out;
     return 0;
 }
@@ -275,7 +278,8 @@ static int infer_concat(psg_infer_ctx_t *c) {
             return psg_error_set("input %d has shape %s, which does not fit %s along axis %lld", i,
                                  psg_shape_str(s, sa, sizeof sa),
                                  psg_shape_str(&c->in_shapes[0], sb, sizeof sb), (long long)axis);
-        if (out.dims[axis] >= 0) out.dims[axis] = s->dims[axis] < 0 ? -1 : out.dims[axis] + s->dims[axis];
+        if (out.dims[axis] >= 0)
+            out.dims[axis] = s->dims[axis] < 0 ? -1 : out.dims[axis] + s->dims[axis];
     }
     c->out_shapes[0] = out;
     return 0;
@@ -285,11 +289,13 @@ static int infer_concat(psg_infer_ctx_t *c) {
  * shape in *out. */
 static int slice_shape(const psg_node_t *node, const psg_shape_t *x, psg_shape_t *out) {
     const psg_attr_t *b = psg_node_attr(node, "begin"), *s = psg_node_attr(node, "size");
-    if (!b || b->type != PSG_ATTR_INTS || !s || s->type != PSG_ATTR_INTS || b->u.ints.n != s->u.ints.n)
+    if (!b || b->type != PSG_ATTR_INTS || !s || s->type != PSG_ATTR_INTS ||
+        b->u.ints.n != s->u.ints.n)
         return psg_error_set("needs int lists 'begin' and 'size' of one length");
     int rank = b->u.ints.n;
     if (x->rank >= 0 && x->rank != rank)
-        return psg_error_set("begin and size have %d entries, the input has rank %d", rank, x->rank);
+        return psg_error_set("begin and size have %d entries, the input has rank %d", rank,
+                             x->rank);
     *out = (psg_shape_t){.rank = rank};
     for (int i = 0; i < rank; i++) {
         int64_t beg = b->u.ints.v[i], size = s->u.ints.v[i];
@@ -349,7 +355,9 @@ static int infer_cast(psg_infer_ctx_t *c) {
 
 /* ---- gradients ---- */
 
-static psg_endpoint_t out0(const psg_node_t *n) { return (psg_endpoint_t){psg_node_id(n), 0}; }
+static psg_endpoint_t out0(const psg_node_t *n) {
+    return (psg_endpoint_t){psg_node_id(n), 0};
+}
 
 /* True when input i is known to have the output's shape at run time, so its
  * gradient needs no reduction: every dim equal, and an unknown dim only where
@@ -409,7 +417,9 @@ static int grad_div(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *d
     return done2(dx);
 }
 
-static int done1(const psg_endpoint_t *dx) { return psg_endpoint_valid(dx[0]) ? 0 : -1; }
+static int done1(const psg_endpoint_t *dx) {
+    return psg_endpoint_valid(dx[0]) ? 0 : -1;
+}
 
 static int grad_neg(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                     psg_endpoint_t *dx) {
@@ -647,7 +657,8 @@ static int grad_concat(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t
     int64_t axis = psg_node_get_int(n, "axis", 0);
     if (axis < 0) axis += out->rank;
     int64_t begin[PSG_MAX_RANK] = {0}, size[PSG_MAX_RANK];
-    for (int i = 0; i < out->rank; i++) size[i] = -1;
+    for (int i = 0; i < out->rank; i++)
+        size[i] = -1;
     for (int k = 0; k < psg_node_num_inputs(n); k++) {
         const psg_shape_t *s = psg_graph_shape(g, psg_node_input(n, k));
         if (s->rank < 0 || s->dims[axis] < 0)
@@ -712,7 +723,7 @@ static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 /* ---- defs ---- */
 
-#define DEF(var, name, nin, nout, infer, grad, cpu) \
+#define DEF(var, name, nin, nout, infer, grad, cpu)                                                \
     static const psg_op_def_t var = {name, nin, nout, 0, infer, grad, cpu, NULL};
 
 DEF(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_add)
@@ -751,18 +762,22 @@ DEF(op_concat, "Concat", -1, 1, infer_concat, grad_concat, psg_cpu_concat)
 DEF(op_slice, "Slice", 1, 1, infer_slice, grad_slice, psg_cpu_slice)
 DEF(op_slice_grad, "SliceGrad", 2, 1, infer_slice_grad, grad_slice_grad, psg_cpu_slice_grad)
 DEF(op_cast, "Cast", 1, 1, infer_cast, grad_cast, psg_cpu_cast)
-static const psg_op_def_t op_dropout = {"Dropout", 1, 2, PSG_OP_STATEFUL, infer_dropout,
-                                        grad_dropout, psg_cpu_dropout, NULL};
+static const psg_op_def_t op_dropout = {
+    "Dropout", 1, 2, PSG_OP_STATEFUL, infer_dropout, grad_dropout, psg_cpu_dropout, NULL};
 
 const psg_op_def_t *const psg_math_ops[] = {
-    &op_add,     &op_sub,           &op_mul,        &op_div,          &op_neg,
-    &op_square,  &op_sqrt,          &op_exp,        &op_log,          &op_pow,
-    &op_scale,   &op_relu,          &op_sigmoid,    &op_tanh,         &op_relu_grad,
-    &op_sigmoid_grad, &op_tanh_grad, &op_softmax,   &op_log_softmax,  &op_xent,
-    &op_l2_loss, &op_sum,           &op_mean,       &op_reduction_size, &op_expand_dims,
-    &op_argmax,  &op_equal,         &op_matmul,     &op_dense,        &op_dense_backprop,
-    &op_concat,  &op_slice,         &op_slice_grad, &op_cast,         &op_dropout,
-    NULL,
+    &op_add,          &op_sub,       &op_mul,
+    &op_div,          &op_neg,       &op_square,
+    &op_sqrt,         &op_exp,       &op_log,
+    &op_pow,          &op_scale,     &op_relu,
+    &op_sigmoid,      &op_tanh,      &op_relu_grad,
+    &op_sigmoid_grad, &op_tanh_grad, &op_softmax,
+    &op_log_softmax,  &op_xent,      &op_l2_loss,
+    &op_sum,          &op_mean,      &op_reduction_size,
+    &op_expand_dims,  &op_argmax,    &op_equal,
+    &op_matmul,       &op_dense,     &op_dense_backprop,
+    &op_concat,       &op_slice,     &op_slice_grad,
+    &op_cast,         &op_dropout,   NULL,
 };
 
 /* ---- builders ---- */
@@ -832,14 +847,16 @@ psg_endpoint_t psg_sigmoid(psg_graph_t *g, const char *name, psg_endpoint_t x) {
 psg_endpoint_t psg_tanh(psg_graph_t *g, const char *name, psg_endpoint_t x) {
     return build1(g, "Tanh", name, x);
 }
-psg_endpoint_t psg_relu_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy, psg_endpoint_t y) {
+psg_endpoint_t psg_relu_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
+                             psg_endpoint_t y) {
     return build2(g, "ReluGrad", name, dy, y);
 }
 psg_endpoint_t psg_sigmoid_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
                                 psg_endpoint_t y) {
     return build2(g, "SigmoidGrad", name, dy, y);
 }
-psg_endpoint_t psg_tanh_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy, psg_endpoint_t y) {
+psg_endpoint_t psg_tanh_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
+                             psg_endpoint_t y) {
     return build2(g, "TanhGrad", name, dy, y);
 }
 psg_endpoint_t psg_softmax(psg_graph_t *g, const char *name, psg_endpoint_t logits) {
@@ -914,7 +931,8 @@ psg_endpoint_t psg_dense(psg_graph_t *g, const char *name, psg_endpoint_t x, psg
 psg_endpoint_t psg_concat(psg_graph_t *g, const char *name, int n, const psg_endpoint_t *xs,
                           int axis) {
     psg_node_builder_t *b = psg_node_begin(g, "Concat", name);
-    for (int i = 0; i < n; i++) psg_node_add_input(b, xs[i]);
+    for (int i = 0; i < n; i++)
+        psg_node_add_input(b, xs[i]);
     psg_node_attr_int(b, "axis", axis);
     return psg_node_finish_ep(b);
 }

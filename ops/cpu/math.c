@@ -18,30 +18,30 @@ typedef struct {
     bin_loop_fn vv, vs, sv;
 } bin_loops_t;
 
-#define DEF_BINARY(name, EXPR)                                                                  \
-    static void name##_vv(const float *restrict a, const float *restrict b, float *restrict o, \
-                          int64_t n) {                                                          \
-        for (int64_t i = 0; i < n; i++) {                                                       \
-            float x = a[i], y = b[i];                                                           \
-            o[i] = (EXPR);                                                                      \
-        }                                                                                       \
-    }                                                                                           \
-    static void name##_vs(const float *restrict a, const float *restrict b, float *restrict o, \
-                          int64_t n) {                                                          \
-        float y = b[0];                                                                         \
-        for (int64_t i = 0; i < n; i++) {                                                       \
-            float x = a[i];                                                                     \
-            o[i] = (EXPR);                                                                      \
-        }                                                                                       \
-    }                                                                                           \
-    static void name##_sv(const float *restrict a, const float *restrict b, float *restrict o, \
-                          int64_t n) {                                                          \
-        float x = a[0];                                                                         \
-        for (int64_t i = 0; i < n; i++) {                                                       \
-            float y = b[i];                                                                     \
-            o[i] = (EXPR);                                                                      \
-        }                                                                                       \
-    }                                                                                           \
+#define DEF_BINARY(name, EXPR)                                                                     \
+    static void name##_vv(const float *restrict a, const float *restrict b, float *restrict o,     \
+                          int64_t n) {                                                             \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float x = a[i], y = b[i];                                                              \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    }                                                                                              \
+    static void name##_vs(const float *restrict a, const float *restrict b, float *restrict o,     \
+                          int64_t n) {                                                             \
+        float y = b[0];                                                                            \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float x = a[i];                                                                        \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    }                                                                                              \
+    static void name##_sv(const float *restrict a, const float *restrict b, float *restrict o,     \
+                          int64_t n) {                                                             \
+        float x = a[0];                                                                            \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float y = b[i];                                                                        \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    }                                                                                              \
     static const bin_loops_t name##_loops = {name##_vv, name##_vs, name##_sv};
 
 DEF_BINARY(add, x + y)
@@ -50,8 +50,8 @@ DEF_BINARY(mul, x *y)
 DEF_BINARY(div, x / y)
 /* x is the incoming gradient dy, y the forward output */
 DEF_BINARY(relu_grad, y > 0.0f ? x : 0.0f)
-DEF_BINARY(sigmoid_grad, x *y * (1.0f - y))
-DEF_BINARY(tanh_grad, x * (1.0f - y * y))
+DEF_BINARY(sigmoid_grad, x *y *(1.0f - y))
+DEF_BINARY(tanh_grad, x *(1.0f - y * y))
 
 /* The broadcast as a loop nest over the output, after dropping size-1 dims
  * and merging neighbours that both inputs walk contiguously (or not at all). */
@@ -106,7 +106,8 @@ static void bin_inner(const bin_job_t *j, int64_t oa, int64_t ob, int64_t begin,
         j->loops->sv(a, b, o, n);
     } else {
         j->loops->vs(a, b, o, 1);
-        for (int64_t i = 1; i < n; i++) o[i] = o[0];
+        for (int64_t i = 1; i < n; i++)
+            o[i] = o[0];
     }
 }
 
@@ -144,8 +145,8 @@ static int binary(psg_kernel_ctx_t *c, const bin_loops_t *loops) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    bin_job_t j = {.a = psg_tensor_f32(a), .b = psg_tensor_f32(b), .o = psg_tensor_f32(out),
-                   .loops = loops};
+    bin_job_t j = {
+        .a = psg_tensor_f32(a), .b = psg_tensor_f32(b), .o = psg_tensor_f32(out), .loops = loops};
     bin_plan(&j, &a->shape, &b->shape, &out->shape);
     int64_t n = psg_tensor_numel(out);
     if (n == 0) return 0;
@@ -160,26 +161,40 @@ static int binary(psg_kernel_ctx_t *c, const bin_loops_t *loops) {
     return 0;
 }
 
-int psg_cpu_add(psg_kernel_ctx_t *c) { return binary(c, &add_loops); }
-int psg_cpu_sub(psg_kernel_ctx_t *c) { return binary(c, &sub_loops); }
-int psg_cpu_mul(psg_kernel_ctx_t *c) { return binary(c, &mul_loops); }
-int psg_cpu_div(psg_kernel_ctx_t *c) { return binary(c, &div_loops); }
-int psg_cpu_relu_grad(psg_kernel_ctx_t *c) { return binary(c, &relu_grad_loops); }
-int psg_cpu_sigmoid_grad(psg_kernel_ctx_t *c) { return binary(c, &sigmoid_grad_loops); }
-int psg_cpu_tanh_grad(psg_kernel_ctx_t *c) { return binary(c, &tanh_grad_loops); }
+int psg_cpu_add(psg_kernel_ctx_t *c) {
+    return binary(c, &add_loops);
+}
+int psg_cpu_sub(psg_kernel_ctx_t *c) {
+    return binary(c, &sub_loops);
+}
+int psg_cpu_mul(psg_kernel_ctx_t *c) {
+    return binary(c, &mul_loops);
+}
+int psg_cpu_div(psg_kernel_ctx_t *c) {
+    return binary(c, &div_loops);
+}
+int psg_cpu_relu_grad(psg_kernel_ctx_t *c) {
+    return binary(c, &relu_grad_loops);
+}
+int psg_cpu_sigmoid_grad(psg_kernel_ctx_t *c) {
+    return binary(c, &sigmoid_grad_loops);
+}
+int psg_cpu_tanh_grad(psg_kernel_ctx_t *c) {
+    return binary(c, &tanh_grad_loops);
+}
 
 /* ---- unary ---- */
 
 /* p is the op's constant (exponent, scale), unused by most. */
 typedef void (*un_loop_fn)(const float *restrict x, float *restrict o, int64_t n, float p);
 
-#define DEF_UNARY(name, EXPR)                                                                  \
-    static void name##_loop(const float *restrict xs, float *restrict o, int64_t n, float p) { \
-        (void)p;                                                                               \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            float x = xs[i];                                                                   \
-            o[i] = (EXPR);                                                                     \
-        }                                                                                      \
+#define DEF_UNARY(name, EXPR)                                                                      \
+    static void name##_loop(const float *restrict xs, float *restrict o, int64_t n, float p) {     \
+        (void)p;                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float x = xs[i];                                                                       \
+            o[i] = (EXPR);                                                                         \
+        }                                                                                          \
     }
 
 DEF_UNARY(neg, -x)
@@ -217,14 +232,30 @@ static int unary(psg_kernel_ctx_t *c, un_loop_fn fn, float p) {
     return 0;
 }
 
-int psg_cpu_neg(psg_kernel_ctx_t *c) { return unary(c, neg_loop, 0); }
-int psg_cpu_square(psg_kernel_ctx_t *c) { return unary(c, square_loop, 0); }
-int psg_cpu_sqrt(psg_kernel_ctx_t *c) { return unary(c, sqrt_loop, 0); }
-int psg_cpu_exp(psg_kernel_ctx_t *c) { return unary(c, exp_loop, 0); }
-int psg_cpu_log(psg_kernel_ctx_t *c) { return unary(c, log_loop, 0); }
-int psg_cpu_relu(psg_kernel_ctx_t *c) { return unary(c, relu_loop, 0); }
-int psg_cpu_sigmoid(psg_kernel_ctx_t *c) { return unary(c, sigmoid_loop, 0); }
-int psg_cpu_tanh(psg_kernel_ctx_t *c) { return unary(c, tanh_loop, 0); }
+int psg_cpu_neg(psg_kernel_ctx_t *c) {
+    return unary(c, neg_loop, 0);
+}
+int psg_cpu_square(psg_kernel_ctx_t *c) {
+    return unary(c, square_loop, 0);
+}
+int psg_cpu_sqrt(psg_kernel_ctx_t *c) {
+    return unary(c, sqrt_loop, 0);
+}
+int psg_cpu_exp(psg_kernel_ctx_t *c) {
+    return unary(c, exp_loop, 0);
+}
+int psg_cpu_log(psg_kernel_ctx_t *c) {
+    return unary(c, log_loop, 0);
+}
+int psg_cpu_relu(psg_kernel_ctx_t *c) {
+    return unary(c, relu_loop, 0);
+}
+int psg_cpu_sigmoid(psg_kernel_ctx_t *c) {
+    return unary(c, sigmoid_loop, 0);
+}
+int psg_cpu_tanh(psg_kernel_ctx_t *c) {
+    return unary(c, tanh_loop, 0);
+}
 
 int psg_cpu_pow(psg_kernel_ctx_t *c) {
     return unary(c, pow_loop, (float)psg_node_get_float(c->node, "exponent", 1.0));
@@ -271,7 +302,8 @@ int psg_cpu_dropout(psg_kernel_ctx_t *c) {
     for (const char *p = psg_node_name(c->node); *p; p++)
         key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
     key = mix64(key ^ mix64((uint64_t)c->step_id + 0x632be59bd9b4e019ull));
-    dropout_job_t j = {psg_tensor_f32(c->inputs[0]), psg_tensor_f32(y), psg_tensor_f32(mask), key,
+    dropout_job_t j = {psg_tensor_f32(c->inputs[0]),  psg_tensor_f32(y),
+                       psg_tensor_f32(mask),          key,
                        (uint32_t)(rate * 16777216.0), (float)(1.0 / (1.0 - rate))};
     int64_t n = psg_tensor_numel(y);
     if (n < PSG_MATH_PARALLEL_MIN)
@@ -285,13 +317,19 @@ int psg_cpu_dropout(psg_kernel_ctx_t *c) {
 
 static double load_as_double(const void *p, psg_dtype_t dt, int64_t i) {
     switch (dt) {
-    case PSG_DT_F32: return ((const float *)p)[i];
-    case PSG_DT_F64: return ((const double *)p)[i];
-    case PSG_DT_I32: return ((const int32_t *)p)[i];
-    case PSG_DT_I64: return (double)((const int64_t *)p)[i];
+    case PSG_DT_F32:
+        return ((const float *)p)[i];
+    case PSG_DT_F64:
+        return ((const double *)p)[i];
+    case PSG_DT_I32:
+        return ((const int32_t *)p)[i];
+    case PSG_DT_I64:
+        return (double)((const int64_t *)p)[i];
     case PSG_DT_BOOL:
-    case PSG_DT_U8: return ((const uint8_t *)p)[i];
-    default: return 0;
+    case PSG_DT_U8:
+        return ((const uint8_t *)p)[i];
+    default:
+        return 0;
     }
 }
 
@@ -317,23 +355,27 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
         float *o = psg_tensor_f32(out);
         if (x->dtype == PSG_DT_I32) {
             const int32_t *s = psg_tensor_i32(x);
-            for (int64_t i = 0; i < n; i++) o[i] = (float)s[i];
+            for (int64_t i = 0; i < n; i++)
+                o[i] = (float)s[i];
         } else {
-            for (int64_t i = 0; i < n; i++) o[i] = (float)load_as_double(x->data, x->dtype, i);
+            for (int64_t i = 0; i < n; i++)
+                o[i] = (float)load_as_double(x->data, x->dtype, i);
         }
         return 0;
     }
     case PSG_DT_I32: {
         int32_t *o = psg_tensor_i32(out);
         for (int64_t i = 0; i < n; i++)
-            o[i] = (int32_t)to_int(load_as_double(x->data, x->dtype, i), -2147483648.0, 2147483647.0);
+            o[i] =
+                (int32_t)to_int(load_as_double(x->data, x->dtype, i), -2147483648.0, 2147483647.0);
         return 0;
     }
     case PSG_DT_I64: {
         int64_t *o = psg_tensor_i64(out);
         if (x->dtype == PSG_DT_I32) {
             const int32_t *s = psg_tensor_i32(x);
-            for (int64_t i = 0; i < n; i++) o[i] = s[i];
+            for (int64_t i = 0; i < n; i++)
+                o[i] = s[i];
         } else {
             /* 2^63 is exact in double; the largest double below it is the top */
             for (int64_t i = 0; i < n; i++)
@@ -342,7 +384,8 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
         }
         return 0;
     }
-    default: return psg_error_set("Cast to %s is not supported", psg_dtype_name(out->dtype));
+    default:
+        return psg_error_set("Cast to %s is not supported", psg_dtype_name(out->dtype));
     }
 }
 
@@ -357,9 +400,11 @@ int psg_cpu_equal(psg_kernel_ctx_t *c) {
     const char *pa = a->data, *pb = b->data;
     if (a->dtype == PSG_DT_F32) {
         const float *fa = psg_tensor_f32(a), *fb = psg_tensor_f32(b);
-        for (int64_t i = 0; i < n; i++) o[i] = fa[i] == fb[i * sb];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = fa[i] == fb[i * sb];
     } else {
-        for (int64_t i = 0; i < n; i++) o[i] = memcmp(pa + i * es, pb + i * sb * es, es) == 0;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = memcmp(pa + i * es, pb + i * sb * es, es) == 0;
     }
     return 0;
 }

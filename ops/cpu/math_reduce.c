@@ -15,10 +15,13 @@ static float sum_contig(const float *restrict x, int64_t n) {
     float lane[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) lane[k] += x[i + k];
+        for (int k = 0; k < 8; k++)
+            lane[k] += x[i + k];
     float s = 0;
-    for (; i < n; i++) s += x[i];
-    for (int k = 0; k < 8; k++) s += lane[k];
+    for (; i < n; i++)
+        s += x[i];
+    for (int k = 0; k < 8; k++)
+        s += lane[k];
     return s;
 }
 
@@ -41,13 +44,16 @@ static void reduce_block(const reduce_job_t *j, int64_t a0, int64_t a1, int64_t 
             o[0] = sum_contig(x, R) * j->scale;
             continue;
         }
-        for (int64_t b = 0; b < nb; b++) o[b] = x[b];
+        for (int64_t b = 0; b < nb; b++)
+            o[b] = x[b];
         for (int64_t r = 1; r < R; r++) {
             const float *restrict xr = x + r * B;
-            for (int64_t b = 0; b < nb; b++) o[b] += xr[b];
+            for (int64_t b = 0; b < nb; b++)
+                o[b] += xr[b];
         }
         if (j->scale != 1.0f)
-            for (int64_t b = 0; b < nb; b++) o[b] *= j->scale;
+            for (int64_t b = 0; b < nb; b++)
+                o[b] *= j->scale;
     }
 }
 
@@ -94,7 +100,8 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
     float scale = mean ? (m ? (float)((double)m / (double)n) : 0.0f) : 1.0f;
     if (n == 0) {
         /* the mean of nothing is NaN, as numpy says; the sum is 0 */
-        for (int64_t i = 0; i < m; i++) psg_tensor_f32(out)[i] = mean ? NAN : 0.0f;
+        for (int64_t i = 0; i < m; i++)
+            psg_tensor_f32(out)[i] = mean ? NAN : 0.0f;
         return 0;
     }
     reduce_job_t j = {psg_tensor_f32(x), psg_tensor_f32(out), 1, 1, 1, scale, true};
@@ -104,7 +111,8 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
             if (reduced[i]) keep.dims[i] = 1;
         psg_reduce_to_shape_f32(j.x, &x->shape, j.o, &keep);
         if (mean)
-            for (int64_t i = 0; i < m; i++) j.o[i] *= scale;
+            for (int64_t i = 0; i < m; i++)
+                j.o[i] *= scale;
         return 0;
     }
     if (n < PSG_MATH_PARALLEL_MIN) {
@@ -120,8 +128,12 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
     return 0;
 }
 
-int psg_cpu_sum(psg_kernel_ctx_t *c) { return reduce(c, false); }
-int psg_cpu_mean(psg_kernel_ctx_t *c) { return reduce(c, true); }
+int psg_cpu_sum(psg_kernel_ctx_t *c) {
+    return reduce(c, false);
+}
+int psg_cpu_mean(psg_kernel_ctx_t *c) {
+    return reduce(c, true);
+}
 
 int psg_cpu_reduction_size(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
@@ -143,7 +155,7 @@ typedef struct {
     float *y;       /* y is (rows, C) */
     int64_t C;
     /* cross-entropy only */
-    float *loss;     /* loss is (rows) */
+    float *loss;        /* loss is (rows) */
     const void *labels; /* labels is (rows), i32 or i64 */
     bool labels_i64;
     int64_t *argmax; /* argmax is (rows) */
@@ -151,13 +163,15 @@ typedef struct {
 
 static float row_max(const float *restrict x, int64_t C) {
     float m = -INFINITY;
-    for (int64_t k = 0; k < C; k++) m = x[k] > m ? x[k] : m;
+    for (int64_t k = 0; k < C; k++)
+        m = x[k] > m ? x[k] : m;
     return m;
 }
 
 /* y = exp(x - max); returns the sum of y. */
 static float row_exp(const float *restrict x, float *restrict y, int64_t C, float max) {
-    for (int64_t k = 0; k < C; k++) y[k] = expf(x[k] - max);
+    for (int64_t k = 0; k < C; k++)
+        y[k] = expf(x[k] - max);
     return sum_contig(y, C);
 }
 
@@ -167,7 +181,8 @@ static void softmax_rows(void *ctx, int64_t begin, int64_t end) {
         const float *x = j->x + r * j->C;
         float *y = j->y + r * j->C;
         float inv = 1.0f / row_exp(x, y, j->C, row_max(x, j->C));
-        for (int64_t k = 0; k < j->C; k++) y[k] *= inv;
+        for (int64_t k = 0; k < j->C; k++)
+            y[k] *= inv;
     }
 }
 
@@ -178,7 +193,8 @@ static void log_softmax_rows(void *ctx, int64_t begin, int64_t end) {
         float *y = j->y + r * j->C;
         float max = row_max(x, j->C);
         float lse = max + logf(row_exp(x, y, j->C, max));
-        for (int64_t k = 0; k < j->C; k++) y[k] = x[k] - lse;
+        for (int64_t k = 0; k < j->C; k++)
+            y[k] = x[k] - lse;
     }
 }
 
@@ -196,7 +212,8 @@ static void xent_rows(void *ctx, int64_t begin, int64_t end) {
         float inv = 1.0f / sum;
         int64_t label = label_at(j, r);
         j->loss[r] = logf(sum) + max - x[label];
-        for (int64_t k = 0; k < j->C; k++) y[k] *= inv;
+        for (int64_t k = 0; k < j->C; k++)
+            y[k] *= inv;
         y[label] -= 1.0f;
     }
 }
@@ -235,13 +252,19 @@ static int softmax_like(psg_kernel_ctx_t *c, psg_range_fn fn) {
     return 0;
 }
 
-int psg_cpu_softmax(psg_kernel_ctx_t *c) { return softmax_like(c, softmax_rows); }
-int psg_cpu_log_softmax(psg_kernel_ctx_t *c) { return softmax_like(c, log_softmax_rows); }
+int psg_cpu_softmax(psg_kernel_ctx_t *c) {
+    return softmax_like(c, softmax_rows);
+}
+int psg_cpu_log_softmax(psg_kernel_ctx_t *c) {
+    return softmax_like(c, log_softmax_rows);
+}
 
 int psg_cpu_sparse_xent(psg_kernel_ctx_t *c) {
     const psg_tensor_t *logits = c->inputs[0], *labels = c->inputs[1];
     int64_t N = logits->shape.dims[0], C = logits->shape.dims[1];
-    rows_job_t j = {.x = psg_tensor_f32(logits), .C = C, .labels = labels->data,
+    rows_job_t j = {.x = psg_tensor_f32(logits),
+                    .C = C,
+                    .labels = labels->data,
                     .labels_i64 = labels->dtype == PSG_DT_I64};
     /* labels are checked before any work, so an error names the first bad row */
     for (int64_t r = 0; r < N; r++) {
@@ -282,9 +305,12 @@ int psg_cpu_l2_loss(psg_kernel_ctx_t *c) {
         float lane[8] = {0};
         int64_t i = i0;
         for (; i + 8 <= i1; i += 8)
-            for (int k = 0; k < 8; k++) lane[k] += d[i + k] * d[i + k];
-        for (; i < i1; i++) lane[0] += d[i] * d[i];
-        for (int k = 0; k < 8; k++) total += lane[k];
+            for (int k = 0; k < 8; k++)
+                lane[k] += d[i + k] * d[i + k];
+        for (; i < i1; i++)
+            lane[0] += d[i] * d[i];
+        for (int k = 0; k < 8; k++)
+            total += lane[k];
     }
     psg_tensor_f32(out)[0] = (float)(total / 2);
     return 0;
@@ -300,8 +326,10 @@ int psg_cpu_concat(psg_kernel_ctx_t *c) {
     if (axis < 0) axis += rank;
     size_t es = psg_dtype_size(out->dtype);
     int64_t outer = 1, inner = 1;
-    for (int i = 0; i < axis; i++) outer *= out->shape.dims[i];
-    for (int i = axis + 1; i < rank; i++) inner *= out->shape.dims[i];
+    for (int i = 0; i < axis; i++)
+        outer *= out->shape.dims[i];
+    for (int i = axis + 1; i < rank; i++)
+        inner *= out->shape.dims[i];
     size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es;
     char *o = out->data;
     size_t at = 0;
@@ -309,7 +337,8 @@ int psg_cpu_concat(psg_kernel_ctx_t *c) {
         const psg_tensor_t *x = c->inputs[k];
         size_t row = (size_t)(x->shape.dims[axis] * inner) * es;
         const char *src = x->data;
-        for (int64_t r = 0; r < outer; r++) memcpy(o + (size_t)r * out_row + at, src + (size_t)r * row, row);
+        for (int64_t r = 0; r < outer; r++)
+            memcpy(o + (size_t)r * out_row + at, src + (size_t)r * row, row);
         at += row;
     }
     return 0;
@@ -336,7 +365,8 @@ static void copy_block(size_t es, int rank, const int64_t *size, const char *src
     }
     for (int i = 0; i < rank; i++)
         if (size[i] == 0) return;
-    for (int i = 0; i + 1 < rank; i++) rows *= size[i];
+    for (int i = 0; i + 1 < rank; i++)
+        rows *= size[i];
     size_t run = (size_t)size[rank - 1] * es;
     for (int64_t r = 0; r < rows; r++) {
         memcpy(dst + (size_t)doff * es, src + (size_t)so * es, run);

@@ -39,7 +39,8 @@ typedef struct {
 } dense_job_t;
 
 static void dense_relu(float *restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
 /* Rows [r0, r1): y = bias, y += x w (GEMM with beta 1), then ReLU, while the
@@ -48,7 +49,8 @@ static void dense_rows(void *ctx, int64_t r0, int64_t r1) {
     const dense_job_t *j = ctx;
     int64_t M = j->M;
     float *y = j->y + r0 * M;
-    for (int64_t r = 0; r < r1 - r0; r++) memcpy(y + r * M, j->b, sizeof(float) * (size_t)M);
+    for (int64_t r = 0; r < r1 - r0; r++)
+        memcpy(y + r * M, j->b, sizeof(float) * (size_t)M);
     if (j->K > 0)
         psg_gemm_f32(NULL, false, false, r1 - r0, M, j->K, 1.0f, j->x + r0 * j->K, j->K, j->w, M,
                      1.0f, y, M);
@@ -59,9 +61,10 @@ int psg_cpu_dense(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0], *w = c->inputs[1], *b = c->inputs[2];
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    dense_job_t j = {psg_tensor_f32(x), psg_tensor_f32(w), psg_tensor_f32(b), psg_tensor_f32(out),
-                     x->shape.dims[0], x->shape.dims[1], w->shape.dims[1],
-                     psg_node_get_bool(c->node, "relu", false)};
+    dense_job_t j = {psg_tensor_f32(x), psg_tensor_f32(w),
+                     psg_tensor_f32(b), psg_tensor_f32(out),
+                     x->shape.dims[0],  x->shape.dims[1],
+                     w->shape.dims[1],  psg_node_get_bool(c->node, "relu", false)};
     if (j.N == 0 || j.M == 0) return 0;
     int threads = psg_threadpool_size(c->pool);
     double flops = 2.0 * (double)j.N * (double)j.M * (double)j.K;
@@ -94,7 +97,8 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
     const dense_back_job_t *j = ctx;
     int64_t M = j->M, n = c1 - c0;
     float *restrict db = j->db + c0;
-    for (int64_t k = 0; k < n; k++) db[k] = 0.0f;
+    for (int64_t k = 0; k < n; k++)
+        db[k] = 0.0f;
     for (int64_t r = 0; r < j->N; r++) {
         const float *restrict dy = j->dy + r * M + c0;
         if (j->dz) {
@@ -106,7 +110,8 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
                 db[k] += v;
             }
         } else {
-            for (int64_t k = 0; k < n; k++) db[k] += dy[k];
+            for (int64_t k = 0; k < n; k++)
+                db[k] += dy[k];
         }
     }
 }
