@@ -17,5 +17,11 @@
 #include "psgraph/placement.h"
 #include "psgraph/partition.h"
 #include "psgraph/msgpack_check.h"
+#include "psgraph/ops_math.h"
+#include "psgraph/ops_nn.h"
+#include "psgraph/optimizer.h"
+#include "psgraph/data.h"
+#include "psgraph/models.h"
+#include "psgraph/trainer.h"
 
 #endif

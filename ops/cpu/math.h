@@ -1,0 +1,59 @@
+/* CPU kernels of the math ops (ops/math.c holds their defs, shape inference
+ * and gradients). Elementwise and casts: cpu/math.c; reductions, softmax,
+ * losses, concat/slice: cpu/math_reduce.c; MatMul and Dense: cpu/matmul.c. */
+#ifndef PSGRAPH_OPS_CPU_MATH_H
+#define PSGRAPH_OPS_CPU_MATH_H
+
+#include "psgraph/op.h"
+
+/* Above this many elements a kernel splits its loop over the pool. */
+#define PSG_MATH_PARALLEL_MIN 32768
+
+/* elementwise binary, numpy broadcasting (cpu/math.c) */
+int psg_cpu_add(psg_kernel_ctx_t *c);
+int psg_cpu_sub(psg_kernel_ctx_t *c);
+int psg_cpu_mul(psg_kernel_ctx_t *c);
+int psg_cpu_div(psg_kernel_ctx_t *c);
+int psg_cpu_relu_grad(psg_kernel_ctx_t *c);
+int psg_cpu_sigmoid_grad(psg_kernel_ctx_t *c);
+int psg_cpu_tanh_grad(psg_kernel_ctx_t *c);
+/* elementwise unary */
+int psg_cpu_neg(psg_kernel_ctx_t *c);
+int psg_cpu_square(psg_kernel_ctx_t *c);
+int psg_cpu_sqrt(psg_kernel_ctx_t *c);
+int psg_cpu_exp(psg_kernel_ctx_t *c);
+int psg_cpu_log(psg_kernel_ctx_t *c);
+int psg_cpu_pow(psg_kernel_ctx_t *c);
+int psg_cpu_scale(psg_kernel_ctx_t *c);
+int psg_cpu_relu(psg_kernel_ctx_t *c);
+int psg_cpu_sigmoid(psg_kernel_ctx_t *c);
+int psg_cpu_tanh(psg_kernel_ctx_t *c);
+/* randomness, types, comparisons */
+int psg_cpu_dropout(psg_kernel_ctx_t *c);
+int psg_cpu_cast(psg_kernel_ctx_t *c);
+int psg_cpu_equal(psg_kernel_ctx_t *c);
+
+/* reductions, softmax, losses, layout (cpu/math_reduce.c) */
+int psg_cpu_sum(psg_kernel_ctx_t *c);
+int psg_cpu_mean(psg_kernel_ctx_t *c);
+int psg_cpu_reduction_size(psg_kernel_ctx_t *c);
+int psg_cpu_softmax(psg_kernel_ctx_t *c);
+int psg_cpu_log_softmax(psg_kernel_ctx_t *c);
+int psg_cpu_sparse_xent(psg_kernel_ctx_t *c);
+int psg_cpu_l2_loss(psg_kernel_ctx_t *c);
+int psg_cpu_argmax(psg_kernel_ctx_t *c);
+int psg_cpu_concat(psg_kernel_ctx_t *c);
+int psg_cpu_slice(psg_kernel_ctx_t *c);
+int psg_cpu_slice_grad(psg_kernel_ctx_t *c);
+
+/* matrix products (cpu/matmul.c) */
+int psg_cpu_matmul(psg_kernel_ctx_t *c);
+int psg_cpu_dense(psg_kernel_ctx_t *c);
+int psg_cpu_dense_backprop(psg_kernel_ctx_t *c);
+
+/* The reduced axes of a Sum/Mean/ReductionSize node for an input of rank
+ * `rank`: reduced[i] set for each reduced axis (attr "axes", negative from
+ * the end, empty: all). Returns 0, or -1 with the error set on a bad axis. */
+int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced);
+
+#endif
