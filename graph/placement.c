@@ -5,6 +5,7 @@
 #include "graph/graph_internal.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
+#include "psgraph/ops_math.h"
 #include "psgraph/placement.h"
 
 #include <math.h>
@@ -193,7 +194,7 @@ psg_endpoint_t psg_partitioned_read(psg_graph_t *g, const char *name,
     }
     snprintf(buf, sizeof buf, "%s/concat", pv->name);
     if (pv->num_shards == 1) return psg_identity(g, name ? name : buf, parts[0]);
-    return psg_concat_axis0(g, name ? name : buf, pv->num_shards, parts);
+    return psg_concat(g, name ? name : buf, pv->num_shards, parts, 0);
 }
 
 /* ---- the placement pass ---- */

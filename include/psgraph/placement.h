@@ -78,16 +78,11 @@ int psg_partitioned_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
                              const psg_partitioner_t *p, psg_partitioned_var_t *out);
 
 /* The whole value: each shard read beside it ("name/part_i/read"), then
- * concatenated (name, NULL: "name/concat"). The gradient of the result
- * flows back to each shard handle as its rows of the incoming gradient. */
+ * concatenated along axis 0 (the math family's Concat; name, NULL:
+ * "name/concat"). The gradient of the result flows back to each shard
+ * handle as its rows of the incoming gradient (Concat's gradient slices). */
 psg_endpoint_t psg_partitioned_read(psg_graph_t *g, const char *name,
                                     const psg_partitioned_var_t *pv);
-
-/* xs stacked along their first axis (same dtype, same other dims). */
-psg_endpoint_t psg_concat_axis0(psg_graph_t *g, const char *name, int n, const psg_endpoint_t *xs);
-/* Rows [begin, begin + size) of x (a view, no copy). */
-psg_endpoint_t psg_slice_axis0(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t begin,
-                               int64_t size);
 
 /* ---- the placement pass ---- */
 

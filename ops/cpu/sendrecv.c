@@ -1,7 +1,6 @@
-/* CPU kernels of Send (leaves its input in the step's rendezvous), Recv
- * (async: takes it when it arrives, checked against the edge's dtype and
- * shape) and the shard ops (Concat by copy, Slice as a view, no copy).
- * Not the rendezvous (graph/rendezvous.c) nor the wire. */
+/* CPU kernels of Send (leaves its input in the step's rendezvous, no copy)
+ * and Recv (async: takes it when it arrives, checked against the edge's
+ * dtype and shape). Not the rendezvous (graph/rendezvous.c) nor the wire. */
 #include "ops/cpu/sendrecv.h"
 #include "psgraph/error.h"
 #include "psgraph/rendezvous.h"
@@ -58,34 +57,5 @@ int psg_cpu_recv(psg_kernel_ctx_t *c) {
     PSG_ASSERT(c->async);
     psg_rendezvous_recv_async(c->rendezvous, c->step_id, key,
                               psg_rendezvous_default_timeout_ms(c->rendezvous), recv_done, c->async);
-    return 0;
-}
-
-int psg_cpu_concat_axis0(psg_kernel_ctx_t *c) {
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    char *o = out->data;
-    size_t at = 0, total = psg_tensor_nbytes(out);
-    for (int i = 0; i < c->num_inputs; i++) {
-        size_t nb = psg_tensor_nbytes(c->inputs[i]);
-        if (at + nb > total) return psg_error_set("input %d does not fit the output", i);
-        if (nb) memcpy(o + at, c->inputs[i]->data, nb);
-        at += nb;
-    }
-    if (at != total) return psg_error_set("inputs fill %zu of %zu bytes", at, total);
-    return 0;
-}
-
-int psg_cpu_slice_axis0(psg_kernel_ctx_t *c) {
-    /* x is (N, ...), the output (size, ...) from row begin: a view of x's buffer */
-    const psg_tensor_t *x = c->inputs[0];
-    int64_t begin = psg_node_get_int(c->node, "begin", 0);
-    int64_t row = x->shape.dims[0] ? psg_tensor_numel(x) / x->shape.dims[0] : 0;
-    size_t offset = (size_t)((char *)x->data - (char *)x->buf->data) +
-                    (size_t)(begin * row) * psg_dtype_size(x->dtype);
-    psg_tensor_t *t = psg_tensor_from_buffer(x->dtype, &c->out_shapes[0], x->buf, offset);
-    if (!t) return -1;
-    psg_kernel_set_output(c, 0, t);
-    psg_tensor_destroy(&t);
     return 0;
 }

@@ -1,5 +1,4 @@
-/* CPU kernels of the Send/Recv ops and of the shard ops ConcatAxis0 and
- * SliceAxis0 (ops/sendrecv.c holds their defs). */
+/* CPU kernels of the Send/Recv ops (ops/sendrecv.c holds their defs). */
 #ifndef PSGRAPH_OPS_CPU_SENDRECV_H
 #define PSGRAPH_OPS_CPU_SENDRECV_H
 
@@ -7,8 +6,6 @@
 
 int psg_cpu_send(psg_kernel_ctx_t *c);
 int psg_cpu_recv(psg_kernel_ctx_t *c);
-int psg_cpu_concat_axis0(psg_kernel_ctx_t *c);
-int psg_cpu_slice_axis0(psg_kernel_ctx_t *c);
 
 /* The rendezvous key of a Send or Recv node, from its attributes, into buf. */
 char *psg_sendrecv_key(const psg_node_t *n, char *buf, size_t size);
