@@ -300,6 +300,97 @@ out:
     psg_replica_setter_destroy(&s);
 }
 
+/* A training step with an optimizer (Momentum: slots, Apply ops taking the
+ * handle as input 0, a global step) and a partitioned variable: its slots,
+ * its Apply ops and its gradient slices land on the right ps, and the
+ * partitioned run trains exactly as the whole graph does. */
+static void test_partitioned_training_matches(void) {
+    psg_replica_setter_options_t so = {.ps_tasks = 2, .worker_device = "/job:worker/task:0"};
+    psg_replica_setter_t *s = psg_replica_setter_new(&so);
+    psg_graph_t *g = psg_graph_new();
+    psg_graph_push_replica_setter(g, s);
+    psg_shape_t s43 = psg_shape_2d(4, 3), s3 = psg_shape_1d(3);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &s43);
+    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s3, (psg_initializer_t){"uniform", 1.0, 5}, true);
+    psg_partitioned_var_t emb;
+    CHECK(psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43, (psg_initializer_t){"uniform", 1.0, 6},
+                                   true, &(psg_partitioner_t){.num_shards = 2}, &emb) == 0);
+    psg_endpoint_t xw = psg_mul(g, "xw", x, psg_read_variable(g, "w/read", w));
+    psg_endpoint_t xe = psg_mul(g, "xe", x, psg_partitioned_read(g, NULL, &emb));
+    psg_endpoint_t both[2] = {psg_square(g, NULL, xw), xe};
+    psg_endpoint_t loss = psg_sum(g, "loss", psg_add_n(g, NULL, 2, both), 0, NULL, false);
+    psg_optimizer_config_t cfg = psg_optimizer_defaults("momentum");
+    cfg.learning_rate = 0.05;
+    psg_optimizer_t *opt = psg_optimizer_new(&cfg);
+    int train = -1;
+    CHECK(opt && psg_optimizer_minimize(opt, g, loss, &train) == 0);
+    psg_graph_pop_device(g);
+    CHECK(psg_graph_error(g) == NULL);
+    /* slots beside their variables, each shard's on its shard's ps */
+    const char *names[3] = {"w", "emb/part_0", "emb/part_1"};
+    for (int i = 0; i < 3; i++) {
+        char slot[64];
+        snprintf(slot, sizeof slot, "%s/Momentum", names[i]);
+        int v = psg_graph_find(g, names[i]), sl = psg_graph_find(g, slot);
+        CHECK(v >= 0 && sl >= 0);
+        if (v >= 0 && sl >= 0)
+            CHECK(!strcmp(psg_node_device(psg_graph_node(g, v)), psg_node_device(psg_graph_node(g, sl))));
+    }
+    CHECK(strcmp(psg_node_device(psg_graph_node(g, emb.shards[0].node)),
+                 psg_node_device(psg_graph_node(g, emb.shards[1].node))));
+    psg_placement_options_t po = {.default_device = "/job:worker/replica:0/task:0/device:CPU:0"};
+    CHECK(psg_place(g, &po) == 0);
+    for (int i = 0; i < psg_graph_num_nodes(g); i++) {
+        const psg_node_t *n = psg_graph_node(g, i);
+        if (!strncmp(psg_node_op(n), "Apply", 5))
+            CHECK(!strncmp(psg_node_assigned_device(n), "/job:ps/", 8));
+    }
+
+    psg_session_t *ref = psg_session_new(g, NULL, NULL);
+    CHECK(psg_session_run_init(ref) == 0);
+    int n_init;
+    const int *init = psg_graph_collection(g, "init", &n_init);
+    psg_partition_set_t *init_set = psg_partition_graph(g, 0, NULL, 0, NULL, n_init, init, NULL);
+    psg_partition_set_t *set = psg_partition_graph(g, 1, &x, 1, &loss, 1, &train, NULL);
+    CHECK(init_set && set);
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    if (init_set && set) {
+        round_trip_partitions(set);
+        CHECK(run_set(init_set, &cl, rv, 0, NULL, NULL, 1, NULL) == 0);
+        unsigned seed = 7;
+        for (int step = 1; step <= 3; step++) {
+            psg_tensor_t *xt = psg_test_random(&s43, -1, 1, &seed), *want = NULL, *got = NULL;
+            CHECK(psg_session_run(ref, 1, &x, &xt, 1, &loss, &want, 1, &train) == 0);
+            CHECK(run_set(set, &cl, rv, step, &xt, &got, 2, NULL) == 0);
+            compare_tensors(got, want);
+            psg_tensor_destroy(&got);
+            psg_tensor_destroy(&want);
+            psg_tensor_destroy(&xt);
+        }
+        psg_resource_mgr_t *rref = psg_session_resources(ref);
+        int found = 0;
+        for (int i = 0; i < psg_resource_num_variables(rref); i++) {
+            psg_variable_t *v = psg_resource_variable_at(rref, i);
+            for (int t = 0; t < cl.num_tasks; t++) {
+                psg_variable_t *pv = psg_resource_find_variable(cl.tasks[t].rm, v->name);
+                if (!pv) continue;
+                found++;
+                compare_tensors(pv->value, v->value);
+            }
+        }
+        CHECK(found == psg_resource_num_variables(rref));
+    }
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+    psg_partition_set_destroy(&set);
+    psg_partition_set_destroy(&init_set);
+    psg_optimizer_destroy(&opt);
+    psg_session_destroy(&ref);
+    psg_graph_destroy(&g);
+    psg_replica_setter_destroy(&s);
+}
+
 /* v on ps 0, its read sent to the worker, which fetches v + v. */
 static psg_graph_t *build_small(psg_endpoint_t *fetch) {
     psg_graph_t *g = psg_graph_new();
@@ -501,6 +592,7 @@ int main(void) {
     RUN_TEST(test_rendezvous);
     RUN_TEST(test_rendezvous_destroy_fails_waiters);
     RUN_TEST(test_partitioned_model_matches);
+    RUN_TEST(test_partitioned_training_matches);
     RUN_TEST(test_recv_timeout_names_the_key);
     RUN_TEST(test_failed_partition_aborts_the_step);
     RUN_TEST(test_partition_errors);
