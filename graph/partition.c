@@ -399,6 +399,10 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
         int pi = c.part_of[targets[i]];
         add_target(&c.set->partitions[pi], &target_caps[pi], c.copy_of[targets[i]]);
     }
+    goto done;
+fail:
+    psg_partition_set_destroy(&c.set);
+done:
     free(fed);
     free(needed);
     free(c.part_of);
@@ -408,15 +412,4 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
     free(fetch_caps);
     free(feed_caps);
     return c.set;
-fail:
-    free(fed);
-    free(needed);
-    free(c.part_of);
-    free(c.copy_of);
-    free(c.edges);
-    free(target_caps);
-    free(fetch_caps);
-    free(feed_caps);
-    psg_partition_set_destroy(&c.set);
-    return NULL;
 }

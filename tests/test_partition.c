@@ -77,13 +77,12 @@ static int run_set(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_
         runs[k].env = (psg_run_env_t){pools[k], task_rm(cl, p->task), step, rv};
         for (int i = 0; i < p->num_feeds; i++) runs[k].feeds[i] = feeds[p->feed_index[i]];
     }
-    for (int k = 0; rc == 0 && k < np; k++)
-        if (runs[k].plan) pthread_create(&th[k], NULL, part_main, &runs[k]);
+    bool started = rc == 0;
+    for (int k = 0; started && k < np; k++)
+        if (runs[k].plan) PSG_ASSERT(pthread_create(&th[k], NULL, part_main, &runs[k]) == 0);
     for (int k = 0; k < np; k++) {
         if (!runs[k].plan) continue;
-        if (rc == 0 || th[k]) {
-            if (th[k]) pthread_join(th[k], NULL);
-        }
+        if (started) pthread_join(th[k], NULL);
         psg_partition_t *p = &set->partitions[k];
         if (runs[k].rc < 0 && !error[0]) snprintf(error, sizeof error, "%s", runs[k].error);
         if (runs[k].rc < 0) rc = -1;
@@ -203,6 +202,23 @@ static void compare_tensors(const psg_tensor_t *a, const psg_tensor_t *b) {
     CHECK(psg_tensor_nbytes(a) == psg_tensor_nbytes(b) && !memcmp(a->data, b->data, psg_tensor_nbytes(a)));
 }
 
+/* Compares every variable of the single-process run with its copy in the
+ * fake cluster; returns how many copies there are (each must be on a ps). */
+static int compare_variables(psg_resource_mgr_t *rref, const fake_cluster_t *cl) {
+    int found = 0;
+    for (int i = 0; i < psg_resource_num_variables(rref); i++) {
+        psg_variable_t *v = psg_resource_variable_at(rref, i);
+        for (int t = 0; t < cl->num_tasks; t++) {
+            psg_variable_t *pv = psg_resource_find_variable(cl->tasks[t].rm, v->name);
+            if (!pv) continue;
+            found++;
+            CHECK(strncmp(cl->tasks[t].task, "/job:ps/", 8) == 0);
+            compare_tensors(pv->value, v->value);
+        }
+    }
+    return found;
+}
+
 static void test_partitioned_model_matches(void) {
     psg_replica_setter_options_t so = {.ps_tasks = 2, .worker_device = "/job:worker/task:0"};
     psg_replica_setter_t *s = psg_replica_setter_new(&so);
@@ -277,17 +293,7 @@ static void test_partitioned_model_matches(void) {
     /* every variable ends where the single process left it, on its own ps only */
     CHECK(cl.num_tasks == 3);
     psg_resource_mgr_t *rref = psg_session_resources(ref);
-    int found = 0;
-    for (int i = 0; i < psg_resource_num_variables(rref); i++) {
-        psg_variable_t *v = psg_resource_variable_at(rref, i);
-        for (int t = 0; t < cl.num_tasks; t++) {
-            psg_variable_t *pv = psg_resource_find_variable(cl.tasks[t].rm, v->name);
-            if (!pv) continue;
-            found++;
-            CHECK(strncmp(cl.tasks[t].task, "/job:ps/", 8) == 0);
-            compare_tensors(pv->value, v->value);
-        }
-    }
+    int found = compare_variables(rref, &cl);
     CHECK(found == psg_resource_num_variables(rref) && found == 4);
     psg_rendezvous_destroy(&rv);
     fake_cluster_free(&cl);
@@ -369,17 +375,7 @@ static void test_partitioned_training_matches(void) {
             psg_tensor_destroy(&xt);
         }
         psg_resource_mgr_t *rref = psg_session_resources(ref);
-        int found = 0;
-        for (int i = 0; i < psg_resource_num_variables(rref); i++) {
-            psg_variable_t *v = psg_resource_variable_at(rref, i);
-            for (int t = 0; t < cl.num_tasks; t++) {
-                psg_variable_t *pv = psg_resource_find_variable(cl.tasks[t].rm, v->name);
-                if (!pv) continue;
-                found++;
-                compare_tensors(pv->value, v->value);
-            }
-        }
-        CHECK(found == psg_resource_num_variables(rref));
+        CHECK(compare_variables(rref, &cl) == psg_resource_num_variables(rref));
     }
     psg_rendezvous_destroy(&rv);
     fake_cluster_free(&cl);
