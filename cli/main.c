@@ -1,13 +1,21 @@
 /* The psgraph binary: one entry point, one subcommand per verb. */
-#include "psgraph/error.h"
+#include "cli/commands.h"
 
 #include <stdio.h>
 #include <string.h>
 
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"train", psg_cmd_train, "train a model (psgraph train --help)"},
+};
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: psgraph <command> [options]\n"
-               "commands:\n"
-               "  train     train a model (psgraph train --help)\n");
+    fprintf(f, "usage: psgraph <command> [options]\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv) {
@@ -15,6 +23,8 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "psgraph: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

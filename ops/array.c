@@ -363,9 +363,11 @@ psg_endpoint_t psg_var_handle(psg_graph_t *g, const char *name, psg_dtype_t dt,
 psg_endpoint_t psg_read_variable(psg_graph_t *g, const char *name, psg_endpoint_t handle) {
     psg_node_builder_t *b = psg_node_begin(g, "ReadVariable", name);
     psg_node_add_input(b, handle);
-    if (psg_endpoint_valid(handle))
-        psg_node_attr_dtype(b, "dtype",
-                            psg_node_get_int(psg_graph_node(g, handle.node), "dtype", PSG_DT_F32));
+    if (psg_endpoint_valid(handle)) {
+        /* the handle's dtype attr is a DTYPE, which psg_node_get_int does not read */
+        const psg_attr_t *dt = psg_node_attr(psg_graph_node(g, handle.node), "dtype");
+        psg_node_attr_dtype(b, "dtype", dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
+    }
     return psg_node_finish_ep(b);
 }
 

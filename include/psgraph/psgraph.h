@@ -11,6 +11,13 @@
 #include "psgraph/autodiff.h"
 #include "psgraph/session.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/serialize.h"
+#include "psgraph/msgpack_check.h"
 #include "psgraph/ops_math.h"
+#include "psgraph/ops_nn.h"
+#include "psgraph/optimizer.h"
+#include "psgraph/data.h"
+#include "psgraph/models.h"
+#include "psgraph/trainer.h"
 
 #endif

@@ -1,0 +1,7 @@
+/* The subcommands of the psgraph binary; each returns the process's exit code. */
+#ifndef PSGRAPH_CLI_COMMANDS_H
+#define PSGRAPH_CLI_COMMANDS_H
+
+int psg_cmd_train(int argc, char **argv);
+
+#endif

@@ -1,0 +1,86 @@
+/* `psgraph train`: parses the options into a psg_train_config_t and runs it. */
+#include "cli/commands.h"
+#include "psgraph/error.h"
+#include "psgraph/trainer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: psgraph train [options]\n"
+            "  --model mlp|cnn          the model (default cnn)\n"
+            "  --data fashion-mnist|synthetic\n"
+            "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
+            "  --epochs E               passes over the training set (default 2)\n"
+            "  --steps N                stop after N steps (overrides --epochs)\n"
+            "  --batch B                batch size (mlp 128, cnn 64)\n"
+            "  --lr X                   learning rate (mlp 0.05, cnn 0.01)\n"
+            "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad (default momentum)\n"
+            "  --momentum M             momentum (default 0.9)\n"
+            "  --seed S                 seed of initialization and shuffling (default 1)\n"
+            "  --threads T              compute threads in all (default 1)\n"
+            "  --logdir DIR             write DIR/metrics.jsonl\n"
+            "  --log-every N            progress line every N steps (default 100)\n");
+}
+
+/* Parses a number option; on error names the option. */
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return psg_error_set("%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+int psg_cmd_train(int argc, char **argv) {
+    psg_train_config_t c;
+    psg_train_config_defaults(&c);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            train_usage(stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) || i + 1 >= argc) {
+            fprintf(stderr, "psgraph train: %s '%s'\n", i + 1 >= argc ? "missing value for" : "unexpected argument", a);
+            train_usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        double x = 0;
+        int rc = 0;
+        if (!strcmp(a, "--model")) c.model = v;
+        else if (!strcmp(a, "--data")) c.data = v;
+        else if (!strcmp(a, "--data-dir")) c.data_dir = v;
+        else if (!strcmp(a, "--optimizer")) c.optimizer = v;
+        else if (!strcmp(a, "--logdir")) c.logdir = v;
+        else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
+        else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
+        else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }
+        else if (!strcmp(a, "--lr")) { rc = parse_num(a, v, 1e-12, 1e6, &x); c.lr = x; }
+        else if (!strcmp(a, "--momentum")) { rc = parse_num(a, v, 0, 1, &x); c.momentum = x; }
+        else if (!strcmp(a, "--seed")) { rc = parse_num(a, v, 0, 1e18, &x); c.seed = (uint64_t)x; }
+        else if (!strcmp(a, "--threads")) { rc = parse_num(a, v, 1, 1024, &x); c.threads = (int)x; }
+        else if (!strcmp(a, "--log-every")) { rc = parse_num(a, v, 1, 1e9, &x); c.log_every = (int)x; }
+        else {
+            fprintf(stderr, "psgraph train: unknown option '%s'\n", a);
+            train_usage(stderr);
+            return 2;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "psgraph train: %s\n", psg_error_message());
+            return 2;
+        }
+    }
+    psg_train_result_t r;
+    if (psg_train(&c, &r) < 0) {
+        fprintf(stderr, "psgraph train: %s\n", psg_error_message());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,87 @@
+/* The mlp and cnn of `psgraph train`, built from graph ops: the same layers,
+ * initialization and loss as the PyTorch peer (../shared/peers/torch_ref.py). */
+#include "psgraph/error.h"
+#include "psgraph/models.h"
+#include "psgraph/ops_array.h"
+#include "psgraph/ops_math.h"
+#include "psgraph/ops_nn.h"
+
+#include <math.h>
+#include <string.h>
+
+int psg_model_defaults(const char *name, psg_model_defaults_t *d) {
+    if (!strcmp(name, "mlp")) {
+        *d = (psg_model_defaults_t){128, 0.05, 0.9};
+        return 0;
+    }
+    if (!strcmp(name, "cnn")) {
+        *d = (psg_model_defaults_t){64, 0.01, 0.9};
+        return 0;
+    }
+    return psg_error_set("unknown model '%s' (known: mlp, cnn)", name);
+}
+
+/* PyTorch's default init of Linear and Conv2d: weights and biases uniform in
+ * +-1/sqrt(fan_in) (kaiming_uniform with a = sqrt(5) reduces to this). */
+static psg_endpoint_t param(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                            int64_t fan_in, uint64_t seed) {
+    psg_initializer_t init = {"uniform", 1.0 / sqrt((double)fan_in), seed};
+    return psg_variable(g, name, PSG_DT_F32, shape, init, true);
+}
+
+/* A fully connected layer: x (N, in) -> (N, out), fused bias and ReLU. */
+static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t in,
+                            int64_t out, bool relu, uint64_t seed) {
+    if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
+    psg_endpoint_t w = param(g, "weights", &(psg_shape_t){2, {in, out}}, in, seed);
+    psg_endpoint_t b = param(g, "biases", &(psg_shape_t){1, {out}}, in, seed + 1);
+    psg_endpoint_t y = psg_dense(g, NULL, x, psg_read_variable(g, NULL, w),
+                                 psg_read_variable(g, NULL, b), relu);
+    psg_graph_pop_scope(g);
+    return y;
+}
+
+/* conv k x k SAME + bias + ReLU + maxpool 2: x (N, H, W, in) -> (N, H/2, W/2, out). */
+static psg_endpoint_t conv_block(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t k,
+                                 int64_t in, int64_t out, uint64_t seed) {
+    if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
+    psg_endpoint_t w = param(g, "weights", &(psg_shape_t){4, {k, k, in, out}}, k * k * in, seed);
+    psg_endpoint_t b = param(g, "biases", &(psg_shape_t){1, {out}}, k * k * in, seed + 1);
+    psg_endpoint_t y = psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
+    y = psg_bias_add(g, NULL, y, psg_read_variable(g, NULL, b));
+    y = psg_relu(g, NULL, y);
+    y = psg_max_pool(g, NULL, y, 2, 2, 2, 2, PSG_PADDING_VALID);
+    psg_graph_pop_scope(g);
+    return y;
+}
+
+int psg_model_build(psg_graph_t *g, const char *name, int height, int width, int channels,
+                    int classes, uint64_t seed, psg_model_t *m) {
+    psg_model_defaults_t d;
+    if (psg_model_defaults(name, &d) < 0) return -1;
+    m->images = psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, height, width, channels}});
+    m->labels = psg_placeholder(g, "labels", PSG_DT_I32, &(psg_shape_t){1, {-1}});
+    if (psg_graph_push_scope(g, "model") < 0) return -1;
+    int64_t pixels = (int64_t)height * width * channels;
+    if (!strcmp(name, "mlp")) {
+        psg_endpoint_t x = psg_reshape(g, "flatten", m->images, &(psg_shape_t){2, {-1, pixels}});
+        x = dense(g, "fc1", x, pixels, 256, true, seed * 16 + 1);
+        x = dense(g, "fc2", x, 256, 256, true, seed * 16 + 3);
+        m->logits = dense(g, "fc3", x, 256, classes, false, seed * 16 + 5);
+    } else {
+        psg_endpoint_t x = conv_block(g, "conv1", m->images, 5, channels, 32, seed * 16 + 1);
+        x = conv_block(g, "conv2", x, 5, 32, 64, seed * 16 + 3);
+        int64_t flat = (int64_t)(height / 4) * (width / 4) * 64;
+        x = psg_reshape(g, "flatten", x, &(psg_shape_t){2, {-1, flat}});
+        x = dense(g, "fc1", x, flat, 512, true, seed * 16 + 5);
+        m->logits = dense(g, "fc2", x, 512, classes, false, seed * 16 + 7);
+    }
+    psg_graph_pop_scope(g);
+    psg_endpoint_t xent = psg_sparse_softmax_cross_entropy(g, "xent", m->logits, m->labels);
+    m->loss = psg_mean(g, "loss", xent, 0, NULL, false);
+    psg_endpoint_t pred = psg_cast(g, "predicted", psg_argmax(g, "argmax", m->logits), PSG_DT_I32);
+    psg_endpoint_t hits = psg_cast(g, "hits", psg_equal(g, "equal", pred, m->labels), PSG_DT_F32);
+    m->correct = psg_sum(g, "correct", hits, 0, NULL, false);
+    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    return 0;
+}

@@ -1,0 +1,60 @@
+/* The cluster: TensorFlow's TF_CONFIG (jobs of task addresses, and this process's task),
+ * parsed strictly, from a string, the environment or a file, and TensorFlow device names.
+ * Not the launcher (which writes TF_CONFIG) nor the sockets (wire.h) that connect tasks. */
+#ifndef PSGRAPH_CLUSTER_H
+#define PSGRAPH_CLUSTER_H
+
+#include <stddef.h>
+
+typedef struct psg_cluster psg_cluster_t;
+
+/* One task of the cluster. The strings belong to the cluster. */
+typedef struct {
+    const char *job;     /* "ps", "worker", "chief", ... */
+    int index;           /* its index in the job */
+    const char *address; /* "host:port" as written in the spec */
+} psg_task_t;
+
+/* Parses a TF_CONFIG document:
+ *   {"cluster": {"ps": ["127.0.0.1:2222"], "worker": [...], "chief": [...]},
+ *    "task": {"type": "worker", "index": 0}}
+ * "task" may be absent (then no task is set); "environment" and "rpc_layer" are accepted
+ * and ignored, as TensorFlow does; any other field is an error (a typo would otherwise
+ * pass silently). `origin` ("TF_CONFIG", a file name) starts every error message.
+ * NULL with the error set, naming the field, on malformed JSON, a job that is not a list
+ * of "host:port" strings, an empty job, a duplicate address, more than one chief, a task
+ * type that is not a job, or an index out of range. The caller owns the result. */
+psg_cluster_t *psg_cluster_parse(const char *json, const char *origin);
+/* As psg_cluster_parse, from the TF_CONFIG environment variable. NULL with the error set
+ * when it is unset or invalid. */
+psg_cluster_t *psg_cluster_from_env(void);
+/* As psg_cluster_parse, from a file (as `--cluster FILE`); then, when job is not NULL,
+ * sets this process's task to (job, index) as `--job` and `--task` do, overriding the
+ * file's "task". NULL with the error set (naming the file) on failure. */
+psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int index);
+/* Frees the cluster; sets *c to NULL. NULL-safe. */
+void psg_cluster_destroy(psg_cluster_t **c);
+
+/* Sets this process's task. -1 with the error set on an unknown job or an index out of range. */
+int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index);
+/* This process's task; .job is NULL when none is set. */
+psg_task_t psg_cluster_task(const psg_cluster_t *c);
+
+/* The number of jobs, and the name of job i (jobs sorted by name, as TensorFlow does). */
+int psg_cluster_num_jobs(const psg_cluster_t *c);
+const char *psg_cluster_job(const psg_cluster_t *c, int i);
+/* Tasks of a job; 0 for a job the cluster does not have (no error). */
+int psg_cluster_num_tasks(const psg_cluster_t *c, const char *job);
+/* The address "host:port" of a task. NULL with the error set on an unknown job or an
+ * index out of range. */
+const char *psg_cluster_address(const psg_cluster_t *c, const char *job, int index);
+/* Every task, jobs in name order then by index, into out (room for max); returns how many
+ * there are (which may exceed max: then only max are written). */
+int psg_cluster_tasks(const psg_cluster_t *c, psg_task_t *out, int max);
+
+/* Writes a TensorFlow device name into buf: "/job:ps/task:0", with "/<device>" appended
+ * when device is not NULL ("/job:worker/task:1/gpu:0"). Returns buf (truncated to size). */
+char *psg_device_name(const char *job, int index, const char *device, char *buf, size_t size);
+#define PSG_DEVICE_NAME_MAX 128
+
+#endif

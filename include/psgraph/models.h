@@ -1,0 +1,33 @@
+/* The example models of `psgraph train`, built as graphs: placeholders for a
+ * batch of images and labels, the logits, the mean cross-entropy loss and
+ * the count of correct predictions. Not the optimizer: the caller adds it. */
+#ifndef PSGRAPH_MODELS_H
+#define PSGRAPH_MODELS_H
+
+#include "psgraph/graph.h"
+
+typedef struct {
+    psg_endpoint_t images;  /* placeholder f32 (?, 28, 28, 1) */
+    psg_endpoint_t labels;  /* placeholder i32 (?) */
+    psg_endpoint_t logits;  /* (?, classes) */
+    psg_endpoint_t loss;    /* scalar: mean cross-entropy */
+    psg_endpoint_t correct; /* scalar f32: number of correct predictions in the batch */
+} psg_model_t;
+
+/* The defaults a model trains with unless told otherwise. */
+typedef struct {
+    int batch;
+    double lr;
+    double momentum;
+} psg_model_defaults_t;
+
+/* Defaults of `name` ("mlp", "cnn"); -1 with the error set for an unknown name. */
+int psg_model_defaults(const char *name, psg_model_defaults_t *d);
+
+/* Builds model `name` into g under the scope "model": its variables are
+ * trainable and initialized as PyTorch initializes the same layers (uniform
+ * in +-1/sqrt(fan_in)), from `seed`. Returns 0 or -1 with the error set. */
+int psg_model_build(psg_graph_t *g, const char *name, int height, int width, int channels,
+                    int classes, uint64_t seed, psg_model_t *m);
+
+#endif

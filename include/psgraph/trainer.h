@@ -1,0 +1,42 @@
+/* The training loop of one process: build the model, minimize its loss,
+ * feed batches, print progress, evaluate, write metrics. The distributed
+ * trainer wraps the same loop around a cluster session. */
+#ifndef PSGRAPH_TRAINER_H
+#define PSGRAPH_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    const char *model;     /* "mlp" | "cnn" */
+    const char *data;      /* "fashion-mnist" | "synthetic" */
+    const char *data_dir;  /* Fashion-MNIST folder */
+    int epochs;            /* used when steps == 0 */
+    int64_t steps;         /* > 0: stop after this many steps */
+    int batch;             /* 0: the model's default */
+    double lr;             /* 0: the model's default */
+    const char *optimizer; /* NULL: the model's default (momentum 0.9) */
+    double momentum;
+    uint64_t seed;
+    int threads;
+    const char *logdir;    /* NULL: no metrics.jsonl */
+    int log_every;         /* progress line every N steps */
+    FILE *out;             /* progress and the final JSON line */
+} psg_train_config_t;
+
+/* Fills c with the defaults of `psgraph train`. */
+void psg_train_config_defaults(psg_train_config_t *c);
+
+/* The result a caller (or a test) checks. */
+typedef struct {
+    int64_t steps;
+    double final_loss;
+    double test_accuracy;
+    double examples_per_sec; /* training steps after the first 20, evaluation excluded */
+} psg_train_result_t;
+
+/* Trains as configured. Returns 0 and fills *r, or -1 with the error set. */
+int psg_train(const psg_train_config_t *c, psg_train_result_t *r);
+
+#endif

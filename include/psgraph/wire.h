@@ -1,0 +1,164 @@
+/* The wire: psgraph messages over ZeroMQ (a ROUTER server, a DEALER client per peer).
+ * A message is a msgpack header plus raw tensor frames, sent and received without a copy;
+ * large tensors travel as pipelined chunks. This is transport only: what a request means
+ * (RegisterGraph, RunGraph, a rendezvous Send/Recv) is decided by the task server (ps/). */
+#ifndef PSGRAPH_WIRE_H
+#define PSGRAPH_WIRE_H
+
+#include "psgraph/error.h"
+#include "psgraph/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Version of the header format; a peer speaking another version gets an error reply. */
+#define PSG_WIRE_VERSION 1
+/* Largest ZeroMQ frame a socket accepts (ZMQ_MAXMSGSIZE): a peer sending a bigger frame
+ * is disconnected by ZeroMQ itself, before the frame is allocated. */
+#define PSG_WIRE_MAX_FRAME ((size_t)64 << 20)
+/* Limits a header must respect (checked on every received header). */
+#define PSG_WIRE_MAX_OP 64          /* bytes of an op name */
+#define PSG_WIRE_MAX_KEY 4096       /* bytes of a key, a tensor name */
+#define PSG_WIRE_MAX_ERROR 4096     /* bytes of an error text */
+#define PSG_WIRE_MAX_TENSORS 4096   /* tensors in one message */
+#define PSG_WIRE_MAX_ROUTE 255      /* bytes of a ZeroMQ routing id */
+
+typedef enum {
+    PSG_MSG_INVALID = 0,
+    PSG_MSG_REQUEST = 1, /* client -> server; the server answers with a REPLY or an ERROR */
+    PSG_MSG_REPLY = 2,   /* server -> client, same id as the request */
+    PSG_MSG_ERROR = 3,   /* server -> client, same id; `error` says why */
+    PSG_MSG_KIND_COUNT
+} psg_msg_kind_t;
+
+/* Who sent a message to a server: the ZeroMQ routing id, opaque. A reply goes back by it. */
+typedef struct {
+    uint8_t len;
+    uint8_t id[PSG_WIRE_MAX_ROUTE];
+} psg_route_t;
+
+/* One logical message. Plain data with owned members: build it with psg_msg_new and the
+ * psg_msg_add_* / psg_msg_set_* helpers, free it with psg_msg_destroy. Every string is
+ * owned by the message (NULL when absent); every tensor holds one reference. */
+typedef struct psg_msg {
+    psg_msg_kind_t kind;
+    uint64_t id;           /* request id: set by the client, echoed by the reply */
+    char *op;              /* what a request asks for: "RunGraph", "Recv", ... */
+    char *key;             /* a rendezvous key, a resource name, a graph handle */
+    int64_t step;          /* a step id; 0 when unused */
+    char *error;           /* the reason, in an ERROR message */
+    psg_buffer_t *body;    /* opaque bytes (a serialized graph, a status report); may be NULL */
+    int ntensors;
+    psg_tensor_t **tensors; /* ntensors references */
+    char **names;           /* ntensors names, each may be NULL */
+    psg_route_t route;      /* on a server: the sender; set by psg_server_recv */
+    char peer[64];          /* on a server: the sender's address, for error messages */
+} psg_msg_t;
+
+/* A new message of `kind` with a copy of `op` (may be NULL). NULL on out of memory. */
+psg_msg_t *psg_msg_new(psg_msg_kind_t kind, const char *op);
+/* Frees the message, its strings and its tensor references; sets *m to NULL. NULL-safe. */
+void psg_msg_destroy(psg_msg_t **m);
+/* Appends a tensor (takes a new reference; the caller keeps its own) under a name copied
+ * from `name` (may be NULL). -1 with the error set on a bad dtype or too many tensors. */
+int psg_msg_add_tensor(psg_msg_t *m, const char *name, psg_tensor_t *t);
+/* Replaces the key with a copy of `key`. -1 on out of memory or a key too long. */
+int psg_msg_set_key(psg_msg_t *m, const char *key);
+/* Replaces the error text with a formatted copy (truncated to PSG_WIRE_MAX_ERROR). */
+int psg_msg_set_error(psg_msg_t *m, const char *fmt, ...) PSG_PRINTF(2, 3);
+/* Replaces the body with a copy of `size` bytes at `data`. -1 on out of memory. */
+int psg_msg_set_body(psg_msg_t *m, const void *data, size_t size);
+/* The tensor named `name`, or NULL (no error set). The message keeps its reference. */
+psg_tensor_t *psg_msg_tensor(const psg_msg_t *m, const char *name);
+
+/* Transport settings shared by servers and clients. */
+typedef struct {
+    size_t chunk_above;   /* a tensor larger than this travels in chunks (0: chunk_bytes) */
+    size_t chunk_bytes;   /* the size of those chunks */
+    size_t max_msg_bytes; /* the most tensor + body bytes one message may carry */
+    int timeout_ms;       /* default wait for a reply, a send, a message's missing chunks */
+} psg_wire_opts_t;
+
+/* The defaults, measured (docs/wire.md): tensors up to 24 MiB whole, larger ones in 4 MiB
+ * chunks; messages up to 4 GiB; 30 s timeout. */
+psg_wire_opts_t psg_wire_opts_default(void);
+
+/* ---- server: a ROUTER bound to one endpoint ---------------------------------------- */
+
+typedef struct psg_server psg_server_t;
+
+/* What a server has seen, for tests and the inspect request. */
+typedef struct {
+    uint64_t received;  /* good messages returned by psg_server_recv */
+    uint64_t rejected;  /* bad messages answered with an error */
+    uint64_t dropped;   /* bad messages dropped without a reply (no way to address one) */
+    uint64_t replies_lost; /* replies whose peer was gone */
+} psg_server_stats_t;
+
+/* Binds a ROUTER to `endpoint` ("tcp://127.0.0.1:2222", "tcp://127.0.0.1:0" or
+ * "tcp://127.0.0.1:*" for a free port, "ipc:///tmp/x"). `opts` may be NULL for the
+ * defaults. NULL with the error set (naming the endpoint) if the bind fails. The thread
+ * that calls psg_server_new is the server's thread: only it may call psg_server_recv and
+ * psg_server_destroy. */
+psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts);
+/* Closes the socket, dropping queued replies. NULL-safe; sets *s to NULL. */
+void psg_server_destroy(psg_server_t **s);
+/* The endpoint actually bound, with the port resolved ("tcp://127.0.0.1:41234"). */
+const char *psg_server_endpoint(const psg_server_t *s);
+/* The bound TCP port; 0 for an ipc:// endpoint. */
+int psg_server_port(const psg_server_t *s);
+/* Waits up to timeout_ms (-1: forever, 0: poll) for the next complete request, and sends
+ * the replies other threads queued meanwhile. Returns 1 and sets *out (the caller owns
+ * it), or 0 when the time ran out, or -1 with the error set on a failure of the socket
+ * itself. A bad message from a peer is never returned: it is answered with an ERROR reply
+ * naming what was wrong (or dropped when it cannot be addressed), counted in the stats,
+ * and the wait goes on. */
+int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms);
+/* Sends *reply to the sender of `req`, with req's id; consumes *reply (sets it to NULL).
+ * kind must be PSG_MSG_REPLY or PSG_MSG_ERROR. Callable from any thread: from another
+ * thread the reply is queued and sent by the server's thread in psg_server_recv. -1 with
+ * the error set if the reply cannot be encoded or sent (a vanished peer is not an error
+ * here: it is counted in replies_lost). */
+int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply);
+/* Sends an ERROR reply with a formatted text to the sender of `req`. As psg_server_reply. */
+int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...)
+    PSG_PRINTF(3, 4);
+psg_server_stats_t psg_server_stats(const psg_server_t *s);
+/* The ZeroMQ socket, for zmq_poll beside other sockets (readable: call psg_server_recv
+ * with timeout 0). Owned by the server. */
+void *psg_server_socket(psg_server_t *s);
+
+/* ---- client: a DEALER connected to one server ---------------------------------------- */
+
+typedef struct psg_client psg_client_t;
+
+/* Connects a DEALER to `endpoint` ("tcp://host:port", or "host:port" as in a cluster
+ * spec). The connection is made in the background and re-made when the peer restarts;
+ * nothing waits here. NULL with the error set on a malformed endpoint. */
+psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts);
+/* Closes the socket, dropping what is queued. NULL-safe; sets *c to NULL. */
+void psg_client_destroy(psg_client_t **c);
+/* The peer's endpoint, as connected ("tcp://127.0.0.1:2222"). */
+const char *psg_client_endpoint(const psg_client_t *c);
+/* Sends a request and waits up to timeout_ms (-1: the opts' timeout) for the reply with
+ * its id; consumes *req. Returns the reply (the caller owns it). Returns NULL with the
+ * error set when: the peer cannot be reached or does not answer in time (the message
+ * names the peer's endpoint), the reply is malformed, or the peer answered with an ERROR
+ * (the message is "<endpoint>: <peer's error>"). After a timeout the connection is reset,
+ * so a late reply or a queued request cannot leak into the next call. */
+psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
+/* The asynchronous half of psg_client_call: gives *req a fresh id (returned in *id when
+ * id is not NULL), sends it and consumes it. -1 with the error set if the peer cannot be
+ * reached within the opts' timeout. */
+int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id);
+/* Waits up to timeout_ms (-1: forever, 0: poll) for the next complete reply, whatever its
+ * id; an ERROR reply is returned as a message of kind PSG_MSG_ERROR. Returns 1 and sets
+ * *out, 0 when the time ran out (error set, naming the peer), -1 on a malformed reply. */
+int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms);
+/* Drops the connection and what is queued on it, and connects again. */
+int psg_client_reset(psg_client_t *c);
+/* The ZeroMQ socket, for zmq_poll beside other clients. Owned by the client. */
+void *psg_client_socket(psg_client_t *c);
+
+#endif

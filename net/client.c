@@ -1,0 +1,184 @@
+/* The wire's client side: a czmq DEALER connected to one server, with request ids, timeouts
+ * that name the peer, and a reset that drops a dead connection's leftovers.
+ * Not a session: it does not know what the requests mean, nor which tasks exist. */
+#include "net/codec.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <string.h>
+
+struct psg_client {
+    zsock_t *zs;
+    void *sock;
+    psg_wire_opts_t opts;
+    char endpoint[256];
+    psg_codec_rx_t *rx;
+    uint64_t next_id;
+    int sndtimeo; /* as last set on the socket */
+};
+
+static int client_connect(psg_client_t *c) {
+    c->zs = zsock_new(ZMQ_DEALER);
+    if (!c->zs) return psg_error_set("cannot create a ZeroMQ DEALER socket");
+    c->sock = zsock_resolve(c->zs);
+    /* IMMEDIATE: queue nothing for a peer that is not connected, so a dead peer makes a
+     * send time out instead of piling requests up to be delivered to its successor. */
+    zsock_set_immediate(c->zs, 1);
+    zsock_set_linger(c->zs, 0);
+    zsock_set_maxmsgsize(c->zs, (int)PSG_WIRE_MAX_FRAME);
+    zsock_set_reconnect_ivl(c->zs, 50);
+    zsock_set_reconnect_ivl_max(c->zs, 1000);
+    zsock_set_sndhwm(c->zs, 100000);
+    c->sndtimeo = c->opts.timeout_ms;
+    zsock_set_sndtimeo(c->zs, c->sndtimeo);
+    if (zmq_connect(c->sock, c->endpoint) < 0)
+        return psg_error_set("cannot connect to %s: %s", c->endpoint, zmq_strerror(errno));
+    if (!(c->rx = psg_codec_rx_new(&c->opts))) return -1;
+    return 0;
+}
+
+static void client_disconnect(psg_client_t *c) {
+    zsock_destroy(&c->zs);
+    c->sock = NULL;
+    psg_codec_rx_destroy(&c->rx);
+}
+
+psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts) {
+    psg_client_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    c->opts = opts ? *opts : psg_wire_opts_default();
+    if (psg_codec_endpoint(endpoint, c->endpoint, sizeof c->endpoint) < 0) {
+        free(c);
+        return NULL;
+    }
+    psg_codec_init_czmq();
+    if (client_connect(c) < 0) {
+        psg_client_destroy(&c);
+        return NULL;
+    }
+    return c;
+}
+
+void psg_client_destroy(psg_client_t **cp) {
+    if (!cp || !*cp) return;
+    psg_client_t *c = *cp;
+    *cp = NULL;
+    client_disconnect(c);
+    free(c);
+}
+
+const char *psg_client_endpoint(const psg_client_t *c) { return c->endpoint; }
+void *psg_client_socket(psg_client_t *c) { return c->sock; }
+
+int psg_client_reset(psg_client_t *c) {
+    client_disconnect(c);
+    return client_connect(c);
+}
+
+static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int timeout_ms) {
+    psg_msg_t *m = *req;
+    *req = NULL;
+    if (!m) return psg_error_set("psg_client_send: NULL request");
+    m->kind = PSG_MSG_REQUEST;
+    m->id = ++c->next_id;
+    if (id) *id = m->id;
+    psg_codec_out_t out = {0};
+    int rc = psg_codec_encode(m, NULL, &c->opts, &out);
+    char op[PSG_WIRE_MAX_OP + 1];
+    snprintf(op, sizeof op, "%s", m->op ? m->op : "request");
+    psg_msg_destroy(&m);
+    if (rc < 0) return psg_error_wrap("%s: cannot encode %s", c->endpoint, op);
+    if (timeout_ms != c->sndtimeo) {
+        c->sndtimeo = timeout_ms;
+        zsock_set_sndtimeo(c->zs, timeout_ms);
+    }
+    rc = psg_codec_send(c->sock, &out);
+    int e = errno;
+    psg_codec_out_clear(&out);
+    if (rc < 0) {
+        if (e == EAGAIN)
+            psg_error_set("%s: cannot reach the peer within %d ms to send %s (is it up?)",
+                          c->endpoint, timeout_ms, op);
+        else
+            psg_error_wrap("%s: sending %s", c->endpoint, op);
+        /* A multipart message may be half sent: start over on a clean connection. */
+        psg_client_reset(c);
+        return -1;
+    }
+    return 0;
+}
+
+int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id) {
+    return send_with_timeout(c, req, id, c->opts.timeout_ms);
+}
+
+int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
+    *out = NULL;
+    int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
+    for (;;) {
+        psg_msg_t *m = NULL;
+        uint64_t bad_id;
+        psg_route_t no_route;
+        char peer[64];
+        psg_rx_result_t r =
+            psg_codec_rx_read(c->rx, c->sock, false, &m, &bad_id, &no_route, peer, sizeof peer);
+        if (r == PSG_RX_MSG) {
+            if (m->kind == PSG_MSG_REQUEST) {
+                psg_msg_destroy(&m);
+                return psg_error_set("%s: sent a request to a client", c->endpoint);
+            }
+            snprintf(m->peer, sizeof m->peer, "%.*s", (int)sizeof m->peer - 1, c->endpoint);
+            *out = m;
+            return 1;
+        }
+        if (r == PSG_RX_BAD || r == PSG_RX_FAIL)
+            return psg_error_wrap("%s: bad reply (id %llu)", c->endpoint, (unsigned long long)bad_id);
+        if (r == PSG_RX_NONE) continue;
+        if (psg_codec_rx_expire(c->rx, NULL, NULL) > 0)
+            return psg_error_set("%s: a reply stayed incomplete for %d ms", c->endpoint,
+                                 c->opts.timeout_ms);
+        int64_t left = psg_codec_left(deadline);
+        if (left == 0)
+            return psg_error_set("%s: no reply within %d ms (peer down or busy)", c->endpoint,
+                                 timeout_ms),
+                   0;
+        if (psg_codec_poll(c->sock, -1, left) < 0) return psg_error_wrap("%s", c->endpoint);
+    }
+}
+
+psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms) {
+    if (timeout_ms < 0) timeout_ms = c->opts.timeout_ms;
+    char op[PSG_WIRE_MAX_OP + 1];
+    snprintf(op, sizeof op, "%s", *req && (*req)->op ? (*req)->op : "request");
+    int64_t deadline = psg_codec_now_ms() + timeout_ms;
+    uint64_t id = 0;
+    if (send_with_timeout(c, req, &id, timeout_ms) < 0) return NULL;
+    for (;;) {
+        psg_msg_t *m = NULL;
+        int r = psg_client_recv(c, &m, (int)psg_codec_left(deadline));
+        if (r < 0) {
+            psg_client_reset(c);
+            return NULL;
+        }
+        if (r == 0) {
+            psg_error_set("%s: no reply to %s within %d ms (peer down or busy)", c->endpoint, op,
+                          timeout_ms);
+            /* The request may still sit in a queue, or its reply come late: drop both. */
+            psg_client_reset(c);
+            return NULL;
+        }
+        if (m->id != id) { /* the late reply of an earlier request: not ours */
+            psg_msg_destroy(&m);
+            continue;
+        }
+        if (m->kind == PSG_MSG_ERROR) {
+            psg_error_set("%s: %s", c->endpoint, m->error ? m->error : "error without a text");
+            psg_msg_destroy(&m);
+            return NULL;
+        }
+        return m;
+    }
+}

@@ -1,0 +1,284 @@
+/* The cluster spec behind include/psgraph/cluster.h: TF_CONFIG checked field by field, so
+ * that a typo in a launch script is an error naming the field, not a task that hangs.
+ * Not the JSON reader (net/json.c) nor anything that opens a socket. */
+#include "psgraph/cluster.h"
+
+#include "net/json.h"
+#include "psgraph/error.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_JOBS 64
+#define MAX_TASKS 100000
+#define MAX_FILE_BYTES ((size_t)1 << 20)
+
+typedef struct {
+    char *name;
+    int ntasks;
+    char **addrs;
+} job_t;
+
+struct psg_cluster {
+    int njobs;
+    job_t jobs[MAX_JOBS];
+    int task_job; /* -1: no task set */
+    int task_index;
+};
+
+void psg_cluster_destroy(psg_cluster_t **cp) {
+    if (!cp || !*cp) return;
+    psg_cluster_t *c = *cp;
+    *cp = NULL;
+    for (int j = 0; j < c->njobs; j++) {
+        for (int t = 0; t < c->jobs[j].ntasks; t++) free(c->jobs[j].addrs[t]);
+        free(c->jobs[j].addrs);
+        free(c->jobs[j].name);
+    }
+    free(c);
+}
+
+/* A job name as TensorFlow accepts it: a letter, then letters, digits and '_'. */
+static bool valid_job_name(const char *s) {
+    if (!isalpha((unsigned char)*s)) return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_') return false;
+    return true;
+}
+
+/* "host:port", "[v6]:port": a non-empty host without spaces, a port in 1..65535. */
+static bool valid_address(const char *s) {
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s) return false;
+    if (s[0] == '[' && colon[-1] != ']') return false;
+    for (const char *q = s; q < colon; q++)
+        if (isspace((unsigned char)*q) || *q == '/') return false;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    return colon[1] && *end == '\0' && errno == 0 && port >= 1 && port <= 65535 &&
+           isdigit((unsigned char)colon[1]);
+}
+
+static int find_job(const psg_cluster_t *c, const char *name) {
+    for (int j = 0; j < c->njobs; j++)
+        if (strcmp(c->jobs[j].name, name) == 0) return j;
+    return -1;
+}
+
+static int cmp_job(const void *a, const void *b) {
+    return strcmp(((const job_t *)a)->name, ((const job_t *)b)->name);
+}
+
+static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
+    if (cl->type != PSG_JSON_OBJECT)
+        return psg_error_set("\"cluster\" is %s, not an object of jobs", psg_json_type_name(cl->type));
+    if (cl->count == 0) return psg_error_set("\"cluster\" has no job");
+    if (cl->count > MAX_JOBS) return psg_error_set("\"cluster\" has over %d jobs", MAX_JOBS);
+    for (int j = 0; j < cl->count; j++) {
+        const psg_json_t *job = cl->items[j];
+        if (!valid_job_name(job->key))
+            return psg_error_set("cluster job \"%.64s\": not a valid job name", job->key);
+        job_t *dst = &c->jobs[c->njobs];
+        if (!(dst->name = strdup(job->key))) return psg_error_set("out of memory");
+        c->njobs++;
+        if (job->type != PSG_JSON_ARRAY)
+            return psg_error_set("cluster.%s is %s, not a list of \"host:port\" addresses",
+                                 job->key, psg_json_type_name(job->type));
+        if (job->count == 0) return psg_error_set("cluster.%s has no task", job->key);
+        if (job->count > MAX_TASKS) return psg_error_set("cluster.%s has over %d tasks", job->key, MAX_TASKS);
+        if (strcmp(job->key, "chief") == 0 && job->count > 1)
+            return psg_error_set("cluster.chief has %d tasks; there is at most one chief", job->count);
+        if (!(dst->addrs = calloc((size_t)job->count, sizeof *dst->addrs))) return psg_error_set("out of memory");
+        for (int t = 0; t < job->count; t++) {
+            const psg_json_t *a = job->items[t];
+            if (a->type != PSG_JSON_STRING)
+                return psg_error_set("cluster.%s[%d] is %s, not a \"host:port\" string", job->key, t,
+                                     psg_json_type_name(a->type));
+            if (!valid_address(a->string))
+                return psg_error_set("cluster.%s[%d] = \"%.100s\" is not host:port (port 1-65535)",
+                                     job->key, t, a->string);
+            for (int pj = 0; pj <= j; pj++) {
+                const job_t *other = &c->jobs[pj];
+                int upto = pj == j ? t : other->ntasks;
+                for (int pt = 0; pt < upto; pt++)
+                    if (strcmp(other->addrs[pt], a->string) == 0)
+                        return psg_error_set("cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: "
+                                             "duplicate address",
+                                             job->key, t, a->string, other->name, pt);
+            }
+            if (!(dst->addrs[t] = strdup(a->string))) return psg_error_set("out of memory");
+            dst->ntasks = t + 1;
+        }
+    }
+    qsort(c->jobs, (size_t)c->njobs, sizeof c->jobs[0], cmp_job);
+    return 0;
+}
+
+static int parse_task(psg_cluster_t *c, const psg_json_t *task) {
+    if (task->type != PSG_JSON_OBJECT)
+        return psg_error_set("\"task\" is %s, not an object", psg_json_type_name(task->type));
+    const char *type = NULL;
+    int index = 0;
+    for (int i = 0; i < task->count; i++) {
+        const psg_json_t *f = task->items[i];
+        if (strcmp(f->key, "type") == 0) {
+            if (f->type != PSG_JSON_STRING)
+                return psg_error_set("task.type is %s, not a string", psg_json_type_name(f->type));
+            type = f->string;
+        } else if (strcmp(f->key, "index") == 0) {
+            if (f->type != PSG_JSON_NUMBER || !f->integral || f->number < 0 || f->number > MAX_TASKS)
+                return psg_error_set("task.index is not a task index (a non-negative integer)");
+            index = (int)f->number;
+        } else if (strcmp(f->key, "trial") != 0) {
+            return psg_error_set("task.%.64s: unknown field (expected type, index)", f->key);
+        }
+    }
+    if (!type) return psg_error_set("task.type is missing");
+    if (psg_cluster_set_task(c, type, index) < 0) return psg_error_wrap("task");
+    return 0;
+}
+
+psg_cluster_t *psg_cluster_parse(const char *json, const char *origin) {
+    if (!origin) origin = "cluster spec";
+    psg_cluster_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    c->task_job = -1;
+    psg_json_t *doc = psg_json_parse(json);
+    if (!doc) goto fail;
+    if (doc->type != PSG_JSON_OBJECT) {
+        psg_error_set("the document is %s, not an object", psg_json_type_name(doc->type));
+        goto fail;
+    }
+    for (int i = 0; i < doc->count; i++) {
+        const char *k = doc->items[i]->key;
+        if (strcmp(k, "cluster") && strcmp(k, "task") && strcmp(k, "environment") &&
+            strcmp(k, "rpc_layer")) {
+            psg_error_set("unknown field \"%.64s\" (expected cluster, task)", k);
+            goto fail;
+        }
+    }
+    const psg_json_t *cl = psg_json_get(doc, "cluster");
+    if (!cl) {
+        psg_error_set("\"cluster\" is missing");
+        goto fail;
+    }
+    if (parse_cluster(c, cl) < 0) goto fail;
+    const psg_json_t *task = psg_json_get(doc, "task");
+    if (task && parse_task(c, task) < 0) goto fail;
+    psg_json_free(doc);
+    return c;
+fail:
+    psg_error_wrap("%s", origin);
+    psg_json_free(doc);
+    psg_cluster_destroy(&c);
+    return NULL;
+}
+
+psg_cluster_t *psg_cluster_from_env(void) {
+    const char *s = getenv("TF_CONFIG");
+    if (!s || !*s) {
+        psg_error_set("TF_CONFIG is not set");
+        return NULL;
+    }
+    return psg_cluster_parse(s, "TF_CONFIG");
+}
+
+psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int index) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        psg_error_set("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = malloc(MAX_FILE_BYTES + 1);
+    size_t n = text ? fread(text, 1, MAX_FILE_BYTES + 1, f) : 0;
+    bool err = ferror(f);
+    fclose(f);
+    if (!text || err || n > MAX_FILE_BYTES) {
+        psg_error_set("%s: %s", path, !text ? "out of memory" : err ? "read error" : "over 1 MiB");
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    if (memchr(text, '\0', n)) {
+        free(text);
+        psg_error_set("%s: contains a NUL byte", path);
+        return NULL;
+    }
+    psg_cluster_t *c = psg_cluster_parse(text, path);
+    free(text);
+    if (c && job && psg_cluster_set_task(c, job, index) < 0) {
+        psg_error_wrap("%s: --job %s --task %d", path, job, index);
+        psg_cluster_destroy(&c);
+    }
+    return c;
+}
+
+int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index) {
+    int j = job ? find_job(c, job) : -1;
+    if (j < 0) {
+        char known[256] = "";
+        for (int i = 0; i < c->njobs; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                     c->jobs[i].name);
+        return psg_error_set("job \"%.64s\" is not in the cluster (jobs: %s)", job ? job : "(null)",
+                             known);
+    }
+    if (index < 0 || index >= c->jobs[j].ntasks)
+        return psg_error_set("index %d is out of range: job %s has %d task%s (0..%d)", index, job,
+                             c->jobs[j].ntasks, c->jobs[j].ntasks == 1 ? "" : "s",
+                             c->jobs[j].ntasks - 1);
+    c->task_job = j;
+    c->task_index = index;
+    return 0;
+}
+
+psg_task_t psg_cluster_task(const psg_cluster_t *c) {
+    if (c->task_job < 0) return (psg_task_t){NULL, -1, NULL};
+    const job_t *j = &c->jobs[c->task_job];
+    return (psg_task_t){j->name, c->task_index, j->addrs[c->task_index]};
+}
+
+int psg_cluster_num_jobs(const psg_cluster_t *c) { return c->njobs; }
+
+const char *psg_cluster_job(const psg_cluster_t *c, int i) {
+    return i >= 0 && i < c->njobs ? c->jobs[i].name : NULL;
+}
+
+int psg_cluster_num_tasks(const psg_cluster_t *c, const char *job) {
+    int j = find_job(c, job);
+    return j < 0 ? 0 : c->jobs[j].ntasks;
+}
+
+const char *psg_cluster_address(const psg_cluster_t *c, const char *job, int index) {
+    int j = find_job(c, job);
+    if (j < 0) {
+        psg_error_set("job \"%.64s\" is not in the cluster", job);
+        return NULL;
+    }
+    if (index < 0 || index >= c->jobs[j].ntasks) {
+        psg_error_set("/job:%s/task:%d: index out of range (the job has %d tasks)", job, index,
+                      c->jobs[j].ntasks);
+        return NULL;
+    }
+    return c->jobs[j].addrs[index];
+}
+
+int psg_cluster_tasks(const psg_cluster_t *c, psg_task_t *out, int max) {
+    int n = 0;
+    for (int j = 0; j < c->njobs; j++)
+        for (int t = 0; t < c->jobs[j].ntasks; t++, n++)
+            if (n < max) out[n] = (psg_task_t){c->jobs[j].name, t, c->jobs[j].addrs[t]};
+    return n;
+}
+
+char *psg_device_name(const char *job, int index, const char *device, char *buf, size_t size) {
+    snprintf(buf, size, "/job:%s/task:%d%s%s", job, index, device ? "/" : "", device ? device : "");
+    return buf;
+}

@@ -1,0 +1,309 @@
+/* A small strict JSON reader behind net/json.h: recursive descent with a depth limit,
+ * positions in every error, duplicate keys refused. Not a general-purpose library: no
+ * writer, no streaming, numbers as doubles. */
+#include "net/json.h"
+
+#include "psgraph/error.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define MAX_BYTES ((size_t)16 << 20)
+
+typedef struct {
+    const char *start, *p;
+    int depth;
+} parser_t;
+
+static int fail(parser_t *ps, const char *what) {
+    int line = 1, col = 1;
+    for (const char *q = ps->start; q < ps->p; q++) {
+        if (*q == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    return psg_error_set("line %d, column %d: %s", line, col, what);
+}
+
+static void skip_ws(parser_t *ps) {
+    while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r') ps->p++;
+}
+
+void psg_json_free(psg_json_t *j) {
+    if (!j) return;
+    for (int i = 0; i < j->count; i++) psg_json_free(j->items[i]);
+    free(j->items);
+    free(j->string);
+    free(j->key);
+    free(j);
+}
+
+static psg_json_t *parse_value(parser_t *ps);
+
+static int hex4(const char *s, unsigned *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16u;
+        if (d == 16) return -1;
+        *v = *v * 16 + d;
+    }
+    return 0;
+}
+
+static size_t put_utf8(char *out, unsigned cp) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xc0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    out[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* A string at ps->p (on its opening quote); returns a malloc'd copy, unescaped. */
+static char *parse_string(parser_t *ps) {
+    const char *q = ++ps->p;
+    size_t raw = 0;
+    while (q[raw] && q[raw] != '"') raw += q[raw] == '\\' && q[raw + 1] ? 2 : 1;
+    char *out = malloc(raw + 1); /* unescaping never grows the text */
+    if (!out) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    size_t n = 0;
+    for (;;) {
+        unsigned char c = (unsigned char)*ps->p;
+        if (c == '"') break;
+        if (c == '\0') {
+            fail(ps, "unterminated string");
+            goto bad;
+        }
+        if (c < 0x20) {
+            fail(ps, "control character in a string");
+            goto bad;
+        }
+        if (c != '\\') {
+            out[n++] = (char)c;
+            ps->p++;
+            continue;
+        }
+        char e = ps->p[1];
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (e && simple) {
+            out[n++] = "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            ps->p += 2;
+            continue;
+        }
+        unsigned cp;
+        if (e != 'u' || hex4(ps->p + 2, &cp) < 0) {
+            fail(ps, "bad escape in a string");
+            goto bad;
+        }
+        ps->p += 6;
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            unsigned lo;
+            if (ps->p[0] != '\\' || ps->p[1] != 'u' || hex4(ps->p + 2, &lo) < 0 || lo < 0xdc00 ||
+                lo > 0xdfff) {
+                fail(ps, "unpaired surrogate in a string");
+                goto bad;
+            }
+            ps->p += 6;
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        } else if ((cp >= 0xdc00 && cp <= 0xdfff) || cp == 0) {
+            fail(ps, cp ? "unpaired surrogate in a string" : "\\u0000 in a string");
+            goto bad;
+        }
+        n += put_utf8(out + n, cp);
+    }
+    ps->p++;
+    out[n] = '\0';
+    return out;
+bad:
+    free(out);
+    return NULL;
+}
+
+static int parse_number(parser_t *ps, psg_json_t *j) {
+    const char *s = ps->p, *q = s;
+    if (*q == '-') q++;
+    if (*q == '0') {
+        q++;
+    } else if (*q >= '1' && *q <= '9') {
+        while (*q >= '0' && *q <= '9') q++;
+    } else {
+        return fail(ps, "expected a value");
+    }
+    j->integral = true;
+    if (*q == '.') {
+        j->integral = false;
+        if (!(*++q >= '0' && *q <= '9')) return fail(ps, "expected a digit after '.'");
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    if (*q == 'e' || *q == 'E') {
+        j->integral = false;
+        q++;
+        if (*q == '+' || *q == '-') q++;
+        if (!(*q >= '0' && *q <= '9')) return fail(ps, "expected a digit in the exponent");
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    j->number = strtod(s, NULL);
+    ps->p = q;
+    return 0;
+}
+
+static int push_item(psg_json_t *j, psg_json_t *item) {
+    if ((j->count & (j->count - 1)) == 0) { /* full at powers of two */
+        int cap = j->count ? 2 * j->count : 1;
+        psg_json_t **items = realloc(j->items, (size_t)cap * sizeof *items);
+        if (!items) return psg_error_set("out of memory");
+        j->items = items;
+    }
+    j->items[j->count++] = item;
+    return 0;
+}
+
+static int parse_container(parser_t *ps, psg_json_t *j, bool object) {
+    char close = object ? '}' : ']';
+    ps->p++;
+    skip_ws(ps);
+    if (*ps->p == close) {
+        ps->p++;
+        return 0;
+    }
+    for (;;) {
+        char *key = NULL;
+        if (object) {
+            skip_ws(ps);
+            if (*ps->p != '"') return fail(ps, "expected a string key");
+            if (!(key = parse_string(ps))) return -1;
+            for (int i = 0; i < j->count; i++) {
+                if (strcmp(j->items[i]->key, key) == 0) {
+                    free(key);
+                    char what[160];
+                    snprintf(what, sizeof what, "duplicate key \"%.100s\"", j->items[i]->key);
+                    return fail(ps, what);
+                }
+            }
+            skip_ws(ps);
+            if (*ps->p != ':') {
+                free(key);
+                return fail(ps, "expected ':'");
+            }
+            ps->p++;
+        }
+        psg_json_t *item = parse_value(ps);
+        if (!item) {
+            free(key);
+            return -1;
+        }
+        item->key = key;
+        if (push_item(j, item) < 0) {
+            psg_json_free(item);
+            return -1;
+        }
+        skip_ws(ps);
+        if (*ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (*ps->p == close) {
+            ps->p++;
+            return 0;
+        }
+        return fail(ps, object ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static psg_json_t *parse_value(parser_t *ps) {
+    skip_ws(ps);
+    if (++ps->depth > MAX_DEPTH) {
+        fail(ps, "nested too deep");
+        return NULL;
+    }
+    psg_json_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    int rc = 0;
+    char c = *ps->p;
+    if (c == '{' || c == '[') {
+        j->type = c == '{' ? PSG_JSON_OBJECT : PSG_JSON_ARRAY;
+        rc = parse_container(ps, j, c == '{');
+    } else if (c == '"') {
+        j->type = PSG_JSON_STRING;
+        rc = (j->string = parse_string(ps)) ? 0 : -1;
+    } else if (strncmp(ps->p, "true", 4) == 0 || strncmp(ps->p, "false", 5) == 0) {
+        j->type = PSG_JSON_BOOL;
+        j->boolean = c == 't';
+        ps->p += j->boolean ? 4 : 5;
+    } else if (strncmp(ps->p, "null", 4) == 0) {
+        j->type = PSG_JSON_NULL;
+        ps->p += 4;
+    } else {
+        j->type = PSG_JSON_NUMBER;
+        rc = parse_number(ps, j);
+    }
+    ps->depth--;
+    if (rc < 0) {
+        psg_json_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+psg_json_t *psg_json_parse(const char *text) {
+    if (!text) {
+        psg_error_set("no JSON text");
+        return NULL;
+    }
+    if (strlen(text) > MAX_BYTES) {
+        psg_error_set("JSON text over %zu bytes", MAX_BYTES);
+        return NULL;
+    }
+    parser_t ps = {text, text, 0};
+    psg_json_t *j = parse_value(&ps);
+    if (!j) return NULL;
+    skip_ws(&ps);
+    if (*ps.p) {
+        fail(&ps, "unexpected text after the document");
+        psg_json_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+const psg_json_t *psg_json_get(const psg_json_t *obj, const char *key) {
+    if (!obj || obj->type != PSG_JSON_OBJECT) return NULL;
+    for (int i = 0; i < obj->count; i++)
+        if (strcmp(obj->items[i]->key, key) == 0) return obj->items[i];
+    return NULL;
+}
+
+const char *psg_json_type_name(psg_json_type_t t) {
+    static const char *names[] = {"null", "a boolean", "a number", "a string", "an array",
+                                  "an object"};
+    return t <= PSG_JSON_OBJECT ? names[t] : "unknown";
+}

@@ -1,0 +1,111 @@
+/* psg_msg_t, the logical wire message: construction, ownership and the transport defaults.
+ * Not its encoding (net/header.c, net/codec.c). */
+#include "psgraph/wire.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+psg_wire_opts_t psg_wire_opts_default(void) {
+    return (psg_wire_opts_t){
+        .chunk_above = (size_t)24 << 20,
+        .chunk_bytes = (size_t)4 << 20,
+        .max_msg_bytes = (size_t)4 << 30,
+        .timeout_ms = 30000,
+    };
+}
+
+psg_msg_t *psg_msg_new(psg_msg_kind_t kind, const char *op) {
+    psg_msg_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    m->kind = kind;
+    if (op && !(m->op = strdup(op))) {
+        free(m);
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    return m;
+}
+
+void psg_msg_destroy(psg_msg_t **mp) {
+    if (!mp || !*mp) return;
+    psg_msg_t *m = *mp;
+    *mp = NULL;
+    for (int i = 0; i < m->ntensors; i++) {
+        psg_tensor_destroy(&m->tensors[i]);
+        free(m->names[i]);
+    }
+    free(m->tensors);
+    free(m->names);
+    free(m->op);
+    free(m->key);
+    free(m->error);
+    psg_buffer_unref(&m->body);
+    free(m);
+}
+
+int psg_msg_add_tensor(psg_msg_t *m, const char *name, psg_tensor_t *t) {
+    if (!t) return psg_error_set("psg_msg_add_tensor: NULL tensor");
+    if (m->ntensors >= PSG_WIRE_MAX_TENSORS)
+        return psg_error_set("a message holds at most %d tensors", PSG_WIRE_MAX_TENSORS);
+    if (t->dtype <= PSG_DT_INVALID || t->dtype >= PSG_DT_COUNT || t->dtype == PSG_DT_RESOURCE)
+        return psg_error_set("a %s tensor cannot cross the wire", psg_dtype_name(t->dtype));
+    if (name && strlen(name) > PSG_WIRE_MAX_KEY)
+        return psg_error_set("tensor name over %d bytes", PSG_WIRE_MAX_KEY);
+    /* Grow by powers of two: n is a power of two exactly when the arrays are full. */
+    int n = m->ntensors;
+    if ((n & (n - 1)) == 0) {
+        int cap = n ? 2 * n : 1;
+        psg_tensor_t **ts = realloc(m->tensors, (size_t)cap * sizeof *ts);
+        if (!ts) return psg_error_set("out of memory");
+        m->tensors = ts;
+        char **ns = realloc(m->names, (size_t)cap * sizeof *ns);
+        if (!ns) return psg_error_set("out of memory");
+        m->names = ns;
+    }
+    char *copy = NULL;
+    if (name && !(copy = strdup(name))) return psg_error_set("out of memory");
+    m->tensors[n] = psg_tensor_ref(t);
+    m->names[n] = copy;
+    m->ntensors = n + 1;
+    return 0;
+}
+
+int psg_msg_set_key(psg_msg_t *m, const char *key) {
+    if (key && strlen(key) > PSG_WIRE_MAX_KEY) return psg_error_set("key over %d bytes", PSG_WIRE_MAX_KEY);
+    char *copy = NULL;
+    if (key && !(copy = strdup(key))) return psg_error_set("out of memory");
+    free(m->key);
+    m->key = copy;
+    return 0;
+}
+
+int psg_msg_set_error(psg_msg_t *m, const char *fmt, ...) {
+    char *text = malloc(PSG_WIRE_MAX_ERROR + 1);
+    if (!text) return psg_error_set("out of memory");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, PSG_WIRE_MAX_ERROR + 1, fmt, ap);
+    va_end(ap);
+    free(m->error);
+    m->error = text;
+    return 0;
+}
+
+int psg_msg_set_body(psg_msg_t *m, const void *data, size_t size) {
+    psg_buffer_t *b = psg_buffer_new(size);
+    if (!b) return -1;
+    if (size) memcpy(b->data, data, size);
+    psg_buffer_unref(&m->body);
+    m->body = b;
+    return 0;
+}
+
+psg_tensor_t *psg_msg_tensor(const psg_msg_t *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->names[i] && name && strcmp(m->names[i], name) == 0) return m->tensors[i];
+    return NULL;
+}

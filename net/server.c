@@ -1,0 +1,262 @@
+/* The wire's server side: a czmq ROUTER that returns complete, validated requests and sends
+ * replies, from any thread, back to their sender. It answers malformed input itself.
+ * Not the task server (ps/): it knows no op, no graph, no rendezvous. */
+#include "net/codec.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+typedef struct outbox_item {
+    psg_codec_out_t out;
+    struct outbox_item *next;
+} outbox_item_t;
+
+struct psg_server {
+    zsock_t *zs;
+    void *sock;
+    psg_wire_opts_t opts;
+    char endpoint[256];
+    int port;
+    psg_codec_rx_t *rx;
+    pthread_t owner;
+    pthread_mutex_t lock; /* guards the outbox */
+    outbox_item_t *head, **tail;
+    int wake_fd; /* an eventfd another thread writes after queueing a reply */
+    atomic_uint_fast64_t received, rejected, dropped, replies_lost;
+};
+
+psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) {
+    char ep[256];
+    if (psg_codec_endpoint(endpoint, ep, sizeof ep) < 0) return NULL;
+    psg_codec_init_czmq();
+    psg_server_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    s->opts = opts ? *opts : psg_wire_opts_default();
+    s->owner = pthread_self();
+    s->wake_fd = -1;
+    s->tail = &s->head;
+    pthread_mutex_init(&s->lock, NULL);
+    s->zs = zsock_new(ZMQ_ROUTER);
+    if (!s->zs) {
+        psg_error_set("cannot create a ZeroMQ ROUTER socket");
+        goto fail;
+    }
+    s->sock = zsock_resolve(s->zs);
+    zsock_set_router_mandatory(s->zs, 1);
+    zsock_set_maxmsgsize(s->zs, (int)PSG_WIRE_MAX_FRAME);
+    zsock_set_sndtimeo(s->zs, s->opts.timeout_ms);
+    zsock_set_linger(s->zs, 0);
+    zsock_set_sndhwm(s->zs, 100000);
+    if (zmq_bind(s->sock, ep) < 0) {
+        psg_error_set("cannot bind %s: %s", ep, zmq_strerror(errno));
+        goto fail;
+    }
+    char *last = zsock_last_endpoint(s->zs);
+    snprintf(s->endpoint, sizeof s->endpoint, "%s", last ? last : ep);
+    freen(last);
+    const char *colon = strrchr(s->endpoint, ':');
+    s->port = strncmp(s->endpoint, "tcp://", 6) == 0 && colon ? atoi(colon + 1) : 0;
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0) {
+        psg_error_set("eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    if (!(s->rx = psg_codec_rx_new(&s->opts))) goto fail;
+    return s;
+fail:
+    psg_server_destroy(&s);
+    return NULL;
+}
+
+static void outbox_free(outbox_item_t *it) {
+    while (it) {
+        outbox_item_t *next = it->next;
+        psg_codec_out_clear(&it->out);
+        free(it);
+        it = next;
+    }
+}
+
+void psg_server_destroy(psg_server_t **sp) {
+    if (!sp || !*sp) return;
+    psg_server_t *s = *sp;
+    *sp = NULL;
+    zsock_destroy(&s->zs);
+    outbox_free(s->head);
+    psg_codec_rx_destroy(&s->rx);
+    if (s->wake_fd >= 0) close(s->wake_fd);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+const char *psg_server_endpoint(const psg_server_t *s) { return s->endpoint; }
+int psg_server_port(const psg_server_t *s) { return s->port; }
+void *psg_server_socket(psg_server_t *s) { return s->sock; }
+
+psg_server_stats_t psg_server_stats(const psg_server_t *s) {
+    return (psg_server_stats_t){
+        .received = atomic_load(&s->received),
+        .rejected = atomic_load(&s->rejected),
+        .dropped = atomic_load(&s->dropped),
+        .replies_lost = atomic_load(&s->replies_lost),
+    };
+}
+
+/* Sends encoded frames from the server's thread. A vanished or stuck peer only costs the
+ * reply (counted); a failure of the socket itself is an error. */
+static int send_out(psg_server_t *s, psg_codec_out_t *out) {
+    if (psg_codec_send(s->sock, out) == 0) return 0;
+    if (errno == EHOSTUNREACH || errno == EAGAIN) {
+        atomic_fetch_add(&s->replies_lost, 1);
+        return 0;
+    }
+    return -1;
+}
+
+/* Sends the queued replies; with drain_fd, first resets the wake-up eventfd (only after a
+ * poll saw it readable, so that a wake-up is never lost between the queue and the fd). */
+static int flush_outbox(psg_server_t *s, bool drain_fd) {
+    uint64_t ignored;
+    if (drain_fd && read(s->wake_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+        return psg_error_set("cannot read the wake-up eventfd: %s", strerror(errno));
+    pthread_mutex_lock(&s->lock);
+    outbox_item_t *list = s->head;
+    s->head = NULL;
+    s->tail = &s->head;
+    pthread_mutex_unlock(&s->lock);
+    int rc = 0;
+    for (outbox_item_t *it = list; it; it = it->next)
+        if (send_out(s, &it->out) < 0) rc = -1;
+    outbox_free(list);
+    return rc;
+}
+
+/* Encodes a reply to (route, id) and sends or queues it. Consumes *reply. */
+static int reply_to(psg_server_t *s, const psg_route_t *route, uint64_t id, psg_msg_t **reply) {
+    psg_msg_t *r = *reply;
+    *reply = NULL;
+    if (!r) return psg_error_set("psg_server_reply: NULL reply");
+    if (r->kind != PSG_MSG_REPLY && r->kind != PSG_MSG_ERROR) {
+        psg_msg_destroy(&r);
+        return psg_error_set("psg_server_reply: a reply must be of kind REPLY or ERROR");
+    }
+    r->id = id;
+    outbox_item_t *it = calloc(1, sizeof *it);
+    if (!it) {
+        psg_msg_destroy(&r);
+        return psg_error_set("out of memory");
+    }
+    int rc = psg_codec_encode(r, route, &s->opts, &it->out);
+    psg_msg_destroy(&r);
+    if (rc < 0) {
+        free(it);
+        return psg_error_wrap("cannot encode the reply");
+    }
+    if (pthread_equal(pthread_self(), s->owner)) {
+        rc = send_out(s, &it->out);
+        psg_codec_out_clear(&it->out);
+        free(it);
+        return rc;
+    }
+    pthread_mutex_lock(&s->lock);
+    *s->tail = it;
+    s->tail = &it->next;
+    pthread_mutex_unlock(&s->lock);
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        return psg_error_set("cannot wake the server thread: %s", strerror(errno));
+    return 0;
+}
+
+int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply) {
+    return reply_to(s, &req->route, req->id, reply);
+}
+
+static int error_to(psg_server_t *s, const psg_route_t *route, uint64_t id, const char *text) {
+    psg_msg_t *r = psg_msg_new(PSG_MSG_ERROR, NULL);
+    if (!r || psg_msg_set_error(r, "%s", text) < 0) {
+        psg_msg_destroy(&r);
+        return -1;
+    }
+    return reply_to(s, route, id, &r);
+}
+
+int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...) {
+    char text[PSG_WIRE_MAX_ERROR];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return error_to(s, &req->route, req->id, text);
+}
+
+/* A bad message: answered with an error when it can be addressed, else dropped. */
+static void reject(psg_server_t *s, const psg_route_t *route, uint64_t id, const char *why) {
+    if (route->len == 0) {
+        atomic_fetch_add(&s->dropped, 1);
+        return;
+    }
+    atomic_fetch_add(&s->rejected, 1);
+    char text[PSG_WIRE_MAX_ERROR];
+    snprintf(text, sizeof text, "%s rejected the message: %s", s->endpoint, why);
+    error_to(s, route, id, text); /* a failure here is a lost reply, already counted */
+}
+
+static void on_expired(void *ctx, const psg_route_t *route, uint64_t id, const char *peer,
+                       const char *why) {
+    (void)peer;
+    reject(ctx, route, id, why);
+}
+
+int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms) {
+    *out = NULL;
+    int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
+    for (;;) {
+        if (flush_outbox(s, false) < 0) return -1;
+        psg_msg_t *m = NULL;
+        uint64_t bad_id;
+        psg_route_t bad_route;
+        char peer[64];
+        psg_rx_result_t r =
+            psg_codec_rx_read(s->rx, s->sock, true, &m, &bad_id, &bad_route, peer, sizeof peer);
+        if (r == PSG_RX_FAIL) return -1;
+        if (r == PSG_RX_BAD) {
+            char why[PSG_WIRE_MAX_ERROR];
+            snprintf(why, sizeof why, "%s", psg_error_message());
+            reject(s, &bad_route, bad_id, why);
+            continue;
+        }
+        if (r == PSG_RX_MSG) {
+            if (m->kind == PSG_MSG_REQUEST) {
+                atomic_fetch_add(&s->received, 1);
+                *out = m;
+                return 1;
+            }
+            /* Never answer an error with an error: two peers could ping-pong forever. */
+            if (m->kind == PSG_MSG_ERROR)
+                atomic_fetch_add(&s->dropped, 1);
+            else
+                reject(s, &m->route, m->id, "a server takes requests, not replies");
+            psg_msg_destroy(&m);
+            continue;
+        }
+        if (r == PSG_RX_NONE) continue;
+        psg_codec_rx_expire(s->rx, on_expired, s);
+        int64_t left = psg_codec_left(deadline);
+        if (left == 0) return 0;
+        /* Wake at least once a second while partial messages wait, to expire them. */
+        int64_t wait = psg_codec_rx_pending_bytes(s->rx) && (left < 0 || left > 1000) ? 1000 : left;
+        int ready = psg_codec_poll(s->sock, s->wake_fd, wait);
+        if (ready < 0) return -1;
+        if ((ready & 2) && flush_outbox(s, true) < 0) return -1;
+    }
+}

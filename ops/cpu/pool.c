@@ -1,0 +1,195 @@
+/* CPU kernels of MaxPool, AvgPool and their gradients (NHWC, f32): loops over
+ * the window with the channels innermost (contiguous, vectorized), split over
+ * the pool by output rows (forward) or images (backward, which scatters).
+ * Not the defs (ops/nn.c). */
+#include "ops/cpu/nn.h"
+#include "psgraph/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    psg_nn_geom_t g;
+    const float *x;  /* input (N, H, W, C) */
+    const float *dy; /* output gradient (N, OH, OW, C) */
+    float *y;        /* output (N, OH, OW, C) */
+    float *dx;       /* input gradient (N, H, W, C) */
+    int failed;
+} pool_job_t;
+
+/* The valid window rows [*lo, *hi) of a window starting at input row i0. */
+static void window(int64_t i0, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
+    *lo = i0 < 0 ? -i0 : 0;
+    *hi = i0 + k > n ? n - i0 : k;
+    if (*hi < *lo) *hi = *lo;
+}
+
+static int pool_setup(psg_kernel_ctx_t *c, pool_job_t *j) {
+    psg_nn_attrs_t a;
+    memset(j, 0, sizeof *j);
+    if (psg_nn_read_attrs(c->node, true, &a) < 0) return -1;
+    const psg_shape_t *in = &c->inputs[0]->shape;
+    return psg_nn_geom(in, a.kh, a.kw, in->dims[3], &a, &j->g);
+}
+
+/* ---- forward: one output row (n, oh) per item ---- */
+
+static void max_pool_rows(void *ctx, int64_t begin, int64_t end) {
+    pool_job_t *j = ctx;
+    const psg_nn_geom_t *g = &j->g;
+    const int64_t C = g->c;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n = r / g->oh, oh = r % g->oh, ih0 = oh * g->sh - g->pt, hlo, hhi;
+        window(ih0, g->kh, g->h, &hlo, &hhi);
+        for (int64_t ow = 0; ow < g->ow; ow++) {
+            int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
+            window(iw0, g->kw, g->w, &wlo, &whi);
+            float *restrict o = j->y + (r * g->ow + ow) * C;
+            for (int64_t ch = 0; ch < C; ch++) o[ch] = -INFINITY;
+            for (int64_t kh = hlo; kh < hhi; kh++) {
+                for (int64_t kw = wlo; kw < whi; kw++) {
+                    const float *restrict xi = j->x + ((n * g->h + ih0 + kh) * g->w + iw0 + kw) * C;
+                    for (int64_t ch = 0; ch < C; ch++) o[ch] = xi[ch] > o[ch] ? xi[ch] : o[ch];
+                }
+            }
+        }
+    }
+}
+
+static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) {
+    pool_job_t *j = ctx;
+    const psg_nn_geom_t *g = &j->g;
+    const int64_t C = g->c;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n = r / g->oh, oh = r % g->oh, ih0 = oh * g->sh - g->pt, hlo, hhi;
+        window(ih0, g->kh, g->h, &hlo, &hhi);
+        for (int64_t ow = 0; ow < g->ow; ow++) {
+            int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
+            window(iw0, g->kw, g->w, &wlo, &whi);
+            float *restrict o = j->y + (r * g->ow + ow) * C;
+            for (int64_t ch = 0; ch < C; ch++) o[ch] = 0.0f;
+            for (int64_t kh = hlo; kh < hhi; kh++) {
+                for (int64_t kw = wlo; kw < whi; kw++) {
+                    const float *restrict xi = j->x + ((n * g->h + ih0 + kh) * g->w + iw0 + kw) * C;
+                    for (int64_t ch = 0; ch < C; ch++) o[ch] += xi[ch];
+                }
+            }
+            /* SAME padding: only the cells inside the input count, as TensorFlow */
+            int64_t count = (hhi - hlo) * (whi - wlo);
+            float inv = count > 0 ? 1.0f / (float)count : 0.0f;
+            for (int64_t ch = 0; ch < C; ch++) o[ch] *= inv;
+        }
+    }
+}
+
+static int run_forward(psg_kernel_ctx_t *c, psg_range_fn fn) {
+    pool_job_t j;
+    if (pool_setup(c, &j) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    j.x = psg_tensor_f32(c->inputs[0]);
+    j.y = psg_tensor_f32(out);
+    int64_t rows = j.g.n * j.g.oh, work = j.g.ow * j.g.c * j.g.kh * j.g.kw;
+    int64_t grain = work > 0 ? 32768 / work + 1 : rows;
+    psg_parallel_for(c->pool, rows, grain, fn, &j);
+    return 0;
+}
+
+/* inputs: x (N, H, W, C); output (N, OH, OW, C) */
+int psg_cpu_max_pool(psg_kernel_ctx_t *c) { return run_forward(c, max_pool_rows); }
+int psg_cpu_avg_pool(psg_kernel_ctx_t *c) { return run_forward(c, avg_pool_rows); }
+
+/* ---- backward: one image per item (windows overlap, so dx rows are shared) ---- */
+
+static void max_pool_grad_images(void *ctx, int64_t begin, int64_t end) {
+    pool_job_t *j = ctx;
+    const psg_nn_geom_t *g = &j->g;
+    const int64_t C = g->c, img = g->h * g->w * C;
+    float *best = malloc(sizeof(float) * (size_t)C);
+    int64_t *arg = malloc(sizeof(int64_t) * (size_t)C);
+    if (!best || !arg) {
+        j->failed = 1;
+        free(best);
+        free(arg);
+        return;
+    }
+    for (int64_t n = begin; n < end; n++) {
+        const float *restrict x = j->x + n * img;
+        float *restrict dx = j->dx + n * img;
+        memset(dx, 0, sizeof(float) * (size_t)img);
+        for (int64_t oh = 0; oh < g->oh; oh++) {
+            int64_t ih0 = oh * g->sh - g->pt, hlo, hhi;
+            window(ih0, g->kh, g->h, &hlo, &hhi);
+            for (int64_t ow = 0; ow < g->ow; ow++) {
+                int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
+                window(iw0, g->kw, g->w, &wlo, &whi);
+                for (int64_t ch = 0; ch < C; ch++) {
+                    best[ch] = -INFINITY;
+                    arg[ch] = -1;
+                }
+                /* the first maximum in window order wins, as TensorFlow */
+                for (int64_t kh = hlo; kh < hhi; kh++) {
+                    for (int64_t kw = wlo; kw < whi; kw++) {
+                        int64_t off = ((ih0 + kh) * g->w + iw0 + kw) * C;
+                        const float *restrict xi = x + off;
+                        for (int64_t ch = 0; ch < C; ch++) {
+                            bool gt = xi[ch] > best[ch] || arg[ch] < 0;
+                            best[ch] = gt ? xi[ch] : best[ch];
+                            arg[ch] = gt ? off + ch : arg[ch];
+                        }
+                    }
+                }
+                const float *restrict d = j->dy + ((n * g->oh + oh) * g->ow + ow) * C;
+                for (int64_t ch = 0; ch < C; ch++)
+                    if (arg[ch] >= 0) dx[arg[ch]] += d[ch];
+            }
+        }
+    }
+    free(best);
+    free(arg);
+}
+
+static void avg_pool_grad_images(void *ctx, int64_t begin, int64_t end) {
+    pool_job_t *j = ctx;
+    const psg_nn_geom_t *g = &j->g;
+    const int64_t C = g->c, img = g->h * g->w * C;
+    for (int64_t n = begin; n < end; n++) {
+        float *restrict dx = j->dx + n * img;
+        memset(dx, 0, sizeof(float) * (size_t)img);
+        for (int64_t oh = 0; oh < g->oh; oh++) {
+            int64_t ih0 = oh * g->sh - g->pt, hlo, hhi;
+            window(ih0, g->kh, g->h, &hlo, &hhi);
+            for (int64_t ow = 0; ow < g->ow; ow++) {
+                int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
+                window(iw0, g->kw, g->w, &wlo, &whi);
+                int64_t count = (hhi - hlo) * (whi - wlo);
+                float inv = count > 0 ? 1.0f / (float)count : 0.0f;
+                const float *restrict d = j->dy + ((n * g->oh + oh) * g->ow + ow) * C;
+                for (int64_t kh = hlo; kh < hhi; kh++) {
+                    for (int64_t kw = wlo; kw < whi; kw++) {
+                        float *restrict o = dx + ((ih0 + kh) * g->w + iw0 + kw) * C;
+                        for (int64_t ch = 0; ch < C; ch++) o[ch] += d[ch] * inv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static int run_backward(psg_kernel_ctx_t *c, psg_range_fn fn) {
+    pool_job_t j;
+    if (pool_setup(c, &j) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    j.x = psg_tensor_f32(c->inputs[0]);
+    j.dy = psg_tensor_f32(c->inputs[1]);
+    j.dx = psg_tensor_f32(out);
+    psg_parallel_for(c->pool, j.g.n, 1, fn, &j);
+    return j.failed ? psg_error_set("out of memory") : 0;
+}
+
+/* inputs: x (N, H, W, C), dy (N, OH, OW, C); output dx (N, H, W, C) */
+int psg_cpu_max_pool_grad(psg_kernel_ctx_t *c) { return run_backward(c, max_pool_grad_images); }
+/* inputs: x (only its shape is read), dy (N, OH, OW, C); output dx (N, H, W, C) */
+int psg_cpu_avg_pool_grad(psg_kernel_ctx_t *c) { return run_backward(c, avg_pool_grad_images); }

@@ -1,0 +1,303 @@
+/* CPU kernels of the training ops: each optimizer update rule (TensorFlow's
+ * ResourceApply* formulas) applied in place to a variable and its slots under
+ * the variable's lock, plus ScaleVariable, IncrementVariable, ExponentialDecay.
+ * Not the builders or shape inference (ops/train.c). */
+#include "ops/cpu/train.h"
+#include "ops/cpu/array.h"
+#include "psgraph/error.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* One update over elements [begin, end): w, s1, s2 and g are all (n). */
+typedef struct {
+    float *w;       /* the variable, (n) */
+    float *s1, *s2; /* slots, (n) each, or NULL */
+    const float *g; /* the gradient, (n) */
+    float lr, a, b, eps;
+    bool nesterov;
+} update_t;
+
+/* Big variables are updated by several threads; small ones inline. */
+#define UPDATE_GRAIN 32768
+
+static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, float *out) {
+    const psg_tensor_t *t = c->inputs[i];
+    if (t->dtype != PSG_DT_F32 || psg_tensor_numel(t) != 1) {
+        char b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("%s (input %d) must be a scalar f32, got %s%s", what, i,
+                             psg_dtype_name(t->dtype), psg_shape_str(&t->shape, b, sizeof b));
+    }
+    *out = psg_tensor_f32(t)[0];
+    return 0;
+}
+
+static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
+    psg_variable_t *v = psg_kernel_variable(c, i);
+    if (v->dtype != PSG_DT_F32)
+        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name,
+                             psg_dtype_name(v->dtype));
+    if (!v->initialized)
+        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+    *out = v;
+    return 0;
+}
+
+/* The check_numerics scan: the lowest index of a NaN or Inf, or n. */
+typedef struct {
+    const float *g;            /* (n) */
+    _Atomic int64_t first_bad; /* starts at n */
+} scan_t;
+
+static void scan_range(void *ctx, int64_t b, int64_t e) {
+    scan_t *sc = ctx;
+    /* an all-ones exponent is Inf or NaN; an integer OR-reduction vectorizes */
+    uint32_t any = 0;
+    for (int64_t i = b; i < e; i++) {
+        uint32_t u;
+        memcpy(&u, &sc->g[i], sizeof u);
+        any |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!any) return;
+    int64_t i = b;
+    while (isfinite(sc->g[i]))
+        i++;
+    int64_t cur = atomic_load(&sc->first_bad);
+    while (i < cur && !atomic_compare_exchange_weak(&sc->first_bad, &cur, i)) {
+    }
+}
+
+/* Resolves the variable (input 0), its `nslots` slots (inputs 1..nslots) and
+ * the gradient (input gi); checks shapes and, when the node's check_numerics
+ * attr is on (the default), that every gradient element is finite. */
+static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var, update_t *u) {
+    psg_variable_t *v = NULL, *s[2] = {NULL, NULL};
+    if (f32_variable(c, 0, &v) < 0) return -1;
+    for (int k = 0; k < nslots; k++) {
+        if (f32_variable(c, 1 + k, &s[k]) < 0) return -1;
+        if (!psg_shape_equal(&s[k]->shape, &v->shape)) {
+            char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+            return psg_error_set("slot '%s' %s does not match variable '%s' %s", s[k]->name,
+                                 psg_shape_str(&s[k]->shape, a, sizeof a), v->name,
+                                 psg_shape_str(&v->shape, b, sizeof b));
+        }
+    }
+    const psg_tensor_t *g = c->inputs[gi];
+    if (g->dtype != PSG_DT_F32 || !psg_shape_equal(&g->shape, &v->shape)) {
+        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("gradient %s%s does not match variable '%s' f32%s",
+                             psg_dtype_name(g->dtype), psg_shape_str(&g->shape, a, sizeof a),
+                             v->name, psg_shape_str(&v->shape, b, sizeof b));
+    }
+    const float *gd = psg_tensor_f32(g);
+    if (psg_node_get_bool(c->node, "check_numerics", true)) {
+        scan_t sc = {gd, psg_tensor_numel(g)};
+        psg_parallel_for(c->pool, sc.first_bad, UPDATE_GRAIN, scan_range, &sc);
+        int64_t i = atomic_load(&sc.first_bad);
+        if (i < psg_tensor_numel(g))
+            return psg_error_set("non-finite gradient for variable '%s': element %lld is %s "
+                                 "(check_numerics; the variable was not updated)",
+                                 v->name, (long long)i, isnan(gd[i]) ? "NaN" : "Inf");
+    }
+    memset(u, 0, sizeof *u);
+    u->w = psg_tensor_f32(v->value);
+    u->s1 = s[0] ? psg_tensor_f32(s[0]->value) : NULL;
+    u->s2 = s[1] ? psg_tensor_f32(s[1]->value) : NULL;
+    u->g = gd;
+    *var = v;
+    return 0;
+}
+
+/* Runs fn over the variable's elements under its lock. The slots are written
+ * only by their variable's update op, so the variable's lock covers them. */
+static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, update_t *u) {
+    pthread_mutex_lock(&v->lock);
+    psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
+    pthread_mutex_unlock(&v->lock);
+    return 0;
+}
+
+/* ---- the rules ---- */
+
+static void sgd_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    for (int64_t i = b; i < e; i++)
+        u->w[i] -= u->lr * u->g[i];
+}
+
+/* accum = momentum*accum + g; var -= lr*accum
+ * (nesterov: var -= lr*g + lr*momentum*accum) */
+static void momentum_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    for (int64_t i = b; i < e; i++) {
+        float a = u->s1[i] * u->a + u->g[i];
+        u->s1[i] = a;
+        u->w[i] -= u->nesterov ? u->g[i] * u->lr + a * u->a * u->lr : u->lr * a;
+    }
+}
+
+/* ms = rho*ms + (1-rho)*g^2; mom = momentum*mom + lr*g/sqrt(ms+eps); var -= mom */
+static void rmsprop_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    for (int64_t i = b; i < e; i++) {
+        float g = u->g[i];
+        float ms = u->a * u->s1[i] + (1.0f - u->a) * g * g;
+        float mom = u->b * u->s2[i] + u->lr * g / sqrtf(ms + u->eps);
+        u->s1[i] = ms;
+        u->s2[i] = mom;
+        u->w[i] -= mom;
+    }
+}
+
+/* m += (g-m)*(1-beta1); v += (g^2-v)*(1-beta2); var -= lr_t*m/(sqrt(v)+eps),
+ * lr_t (in u->lr) = lr*sqrt(1-beta2_power)/(1-beta1_power) */
+static void adam_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    for (int64_t i = b; i < e; i++) {
+        float g = u->g[i];
+        float m = u->s1[i] + (g - u->s1[i]) * (1.0f - u->a);
+        float v = u->s2[i] + (g * g - u->s2[i]) * (1.0f - u->b);
+        u->s1[i] = m;
+        u->s2[i] = v;
+        u->w[i] -= u->lr * m / (sqrtf(v) + u->eps);
+    }
+}
+
+/* accum += g^2; var -= lr*g/sqrt(accum) */
+static void adagrad_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    for (int64_t i = b; i < e; i++) {
+        float g = u->g[i];
+        float a = u->s1[i] + g * g;
+        u->s1[i] = a;
+        u->w[i] -= u->lr * g / sqrtf(a);
+    }
+}
+
+/* inputs: var (resource, shape S), lr (scalar), grad (S) */
+int psg_cpu_apply_gradient_descent(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    update_t u;
+    if (prepare(c, 0, 2, &v, &u) < 0 || scalar_input(c, 1, "lr", &u.lr) < 0) return -1;
+    return run_update(c, v, sgd_range, &u);
+}
+
+/* inputs: var (S), accum (S), lr (scalar), grad (S), momentum (scalar) */
+int psg_cpu_apply_momentum(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    update_t u;
+    if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0 ||
+        scalar_input(c, 4, "momentum", &u.a) < 0)
+        return -1;
+    u.nesterov = psg_node_get_bool(c->node, "use_nesterov", false);
+    return run_update(c, v, momentum_range, &u);
+}
+
+/* inputs: var (S), ms (S), mom (S), lr, rho, momentum, epsilon (scalars), grad (S) */
+int psg_cpu_apply_rmsprop(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    update_t u;
+    if (prepare(c, 2, 7, &v, &u) < 0 || scalar_input(c, 3, "lr", &u.lr) < 0 ||
+        scalar_input(c, 4, "rho", &u.a) < 0 || scalar_input(c, 5, "momentum", &u.b) < 0 ||
+        scalar_input(c, 6, "epsilon", &u.eps) < 0)
+        return -1;
+    return run_update(c, v, rmsprop_range, &u);
+}
+
+/* inputs: var (S), m (S), v (S), beta1_power, beta2_power, lr, beta1, beta2,
+ * epsilon (scalars), grad (S) */
+int psg_cpu_apply_adam(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    update_t u;
+    float b1p = 0, b2p = 0, lr = 0;
+    if (prepare(c, 2, 9, &v, &u) < 0 || scalar_input(c, 3, "beta1_power", &b1p) < 0 ||
+        scalar_input(c, 4, "beta2_power", &b2p) < 0 || scalar_input(c, 5, "lr", &lr) < 0 ||
+        scalar_input(c, 6, "beta1", &u.a) < 0 || scalar_input(c, 7, "beta2", &u.b) < 0 ||
+        scalar_input(c, 8, "epsilon", &u.eps) < 0)
+        return -1;
+    if (b1p == 1.0f) return psg_error_set("beta1_power is 1: Adam's bias correction divides by 0");
+    u.lr = lr * sqrtf(1.0f - b2p) / (1.0f - b1p);
+    return run_update(c, v, adam_range, &u);
+}
+
+/* inputs: var (S), accum (S), lr (scalar), grad (S) */
+int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    update_t u;
+    if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0) return -1;
+    return run_update(c, v, adagrad_range, &u);
+}
+
+/* inputs: var (resource, f32 S), factor (scalar f32): var *= factor */
+int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    float f = 0;
+    if (f32_variable(c, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
+    pthread_mutex_lock(&v->lock);
+    float *w = psg_tensor_f32(v->value);
+    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++)
+        w[i] *= f;
+    pthread_mutex_unlock(&v->lock);
+    return 0;
+}
+
+/* inputs: var (resource, i64, i32 or f32, any shape): var += attr "by" */
+int psg_cpu_increment_variable(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = psg_kernel_variable(c, 0);
+    if (!v->initialized)
+        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+    int64_t by = psg_node_get_int(c->node, "by", 1);
+    int64_t n = psg_tensor_numel(v->value);
+    int rc = 0;
+    pthread_mutex_lock(&v->lock);
+    switch (v->dtype) {
+    case PSG_DT_I64:
+        for (int64_t i = 0; i < n; i++)
+            psg_tensor_i64(v->value)[i] += by;
+        break;
+    case PSG_DT_I32:
+        for (int64_t i = 0; i < n; i++)
+            psg_tensor_i32(v->value)[i] += (int32_t)by;
+        break;
+    case PSG_DT_F32:
+        for (int64_t i = 0; i < n; i++)
+            psg_tensor_f32(v->value)[i] += (float)by;
+        break;
+    default:
+        rc = psg_error_set("cannot increment variable '%s' of dtype %s", v->name,
+                           psg_dtype_name(v->dtype));
+    }
+    pthread_mutex_unlock(&v->lock);
+    return rc;
+}
+
+/* input: step (scalar i64, i32 or f32); output: scalar f32
+ * learning_rate * decay_rate ^ (step / decay_steps), the exponent floored
+ * when staircase. */
+int psg_cpu_exponential_decay(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *t = c->inputs[0];
+    double step;
+    switch (t->dtype) {
+    case PSG_DT_I64:
+        step = (double)psg_tensor_i64(t)[0];
+        break;
+    case PSG_DT_I32:
+        step = (double)psg_tensor_i32(t)[0];
+        break;
+    case PSG_DT_F32:
+        step = (double)psg_tensor_f32(t)[0];
+        break;
+    default:
+        return psg_error_set("step must be i64, i32 or f32, got %s", psg_dtype_name(t->dtype));
+    }
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    double lr = psg_node_get_float(c->node, "learning_rate", 0.0);
+    double steps = psg_node_get_float(c->node, "decay_steps", 1.0);
+    double rate = psg_node_get_float(c->node, "decay_rate", 1.0);
+    double p = step / steps;
+    if (psg_node_get_bool(c->node, "staircase", false)) p = floor(p);
+    psg_tensor_f32(out)[0] = (float)(lr * pow(rate, p));
+    return 0;
+}

@@ -1,0 +1,577 @@
+/* The nn ops: values against naive loops (a plain 7-loop convolution, pooling
+ * by brute force, a two-pass batch norm), finite-difference gradient checks of
+ * every differentiable op, and shape errors that name the node. */
+#include "tests/gradcheck.h"
+#include "tests/testutil.h"
+
+#include <stdlib.h>
+
+/* ---- running one small graph ---- */
+
+static psg_tensor_t *run_graph(int n, psg_tensor_t **vals, psg_gradcheck_build_fn build, void *ctx,
+                               int threads) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t ph[8];
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "in%d", i);
+        ph[i] = psg_placeholder(g, name, PSG_DT_F32, &vals[i]->shape);
+    }
+    psg_endpoint_t y = build(g, ph, ctx);
+    psg_tensor_t *out = NULL;
+    if (psg_endpoint_valid(y)) {
+        psg_session_options_t opt = {.num_threads = threads};
+        psg_session_t *s = psg_session_new(g, &opt, NULL);
+        if (psg_session_run(s, n, ph, vals, 1, &y, &out, 0, NULL) < 0) out = NULL;
+        psg_session_destroy(&s);
+    }
+    CHECK(out != NULL);
+    psg_graph_destroy(&g);
+    return out;
+}
+
+/* max |a - ref| <= tol * (1 + max |ref|) */
+static void check_close(const char *what, const float *a, const float *ref, int64_t n, double tol) {
+    double worst = 0, scale = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > worst) worst = d, at = i;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    psg_test_checks++;
+    if (!(worst <= tol * (1 + scale))) {
+        psg_test_failures++;
+        fprintf(stderr, "%s: element %lld is %g, reference %g\n", what, (long long)at, a[at],
+                ref[at]);
+    }
+}
+
+/* ---- convolution ---- */
+
+typedef struct {
+    int n, h, w, c, kh, kw, oc, sh, sw;
+    bool same;
+} conv_case_t;
+
+/* TensorFlow's arithmetic, written out again independently of ops/nn.c. */
+static void out_and_pad(int in, int k, int s, bool same, int *out, int *pad) {
+    *out = same ? (in + s - 1) / s : (in - k + s) / s;
+    int total = (*out - 1) * s + k - in;
+    *pad = same && total > 0 ? total / 2 : 0;
+}
+
+typedef struct {
+    const conv_case_t *k;
+    int oh, ow, pt, pl;
+} geom_t;
+
+static geom_t geom_of(const conv_case_t *k) {
+    geom_t g = {.k = k};
+    out_and_pad(k->h, k->kh, k->sh, k->same, &g.oh, &g.pt);
+    out_and_pad(k->w, k->kw, k->sw, k->same, &g.ow, &g.pl);
+    return g;
+}
+
+/* The 7 loops; mode 0: y = conv(x, w), 1: dx from dy, 2: dw from x and dy.
+ * x is (N, H, W, C), w (KH, KW, C, OC), y / dy (N, OH, OW, OC) */
+static void naive_conv(const geom_t *g, int mode, float *x, float *w, float *y) {
+    const conv_case_t *k = g->k;
+    if (mode == 1) memset(x, 0, sizeof(float) * (size_t)(k->n * k->h * k->w * k->c));
+    if (mode == 2) memset(w, 0, sizeof(float) * (size_t)(k->kh * k->kw * k->c * k->oc));
+    for (int n = 0; n < k->n; n++)
+        for (int oh = 0; oh < g->oh; oh++)
+            for (int ow = 0; ow < g->ow; ow++)
+                for (int oc = 0; oc < k->oc; oc++) {
+                    float *yo = &y[((n * g->oh + oh) * g->ow + ow) * k->oc + oc];
+                    double s = 0;
+                    for (int kh = 0; kh < k->kh; kh++)
+                        for (int kw = 0; kw < k->kw; kw++)
+                            for (int c = 0; c < k->c; c++) {
+                                int ih = oh * k->sh - g->pt + kh, iw = ow * k->sw - g->pl + kw;
+                                if (ih < 0 || ih >= k->h || iw < 0 || iw >= k->w) continue;
+                                float *xi = &x[((n * k->h + ih) * k->w + iw) * k->c + c];
+                                float *wi = &w[((kh * k->kw + kw) * k->c + c) * k->oc + oc];
+                                if (mode == 0) s += (double)*xi * *wi;
+                                if (mode == 1) *xi += *yo * *wi;
+                                if (mode == 2) *wi += *yo * *xi;
+                            }
+                    if (mode == 0) *yo = (float)s;
+                }
+}
+
+static psg_padding_t pad_of(bool same) { return same ? PSG_PADDING_SAME : PSG_PADDING_VALID; }
+
+static psg_endpoint_t build_conv(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    const conv_case_t *k = ctx;
+    return psg_conv2d(g, "conv", in[0], in[1], k->sh, k->sw, pad_of(k->same));
+}
+
+static psg_endpoint_t build_conv_bi(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    const conv_case_t *k = ctx;
+    return psg_conv2d_backprop_input(g, "bi", in[0], in[1], in[2], k->sh, k->sw, pad_of(k->same));
+}
+
+static psg_endpoint_t build_conv_bf(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    const conv_case_t *k = ctx;
+    return psg_conv2d_backprop_filter(g, "bf", in[0], in[1], in[2], k->sh, k->sw, pad_of(k->same));
+}
+
+static const conv_case_t conv_cases[] = {
+    {2, 7, 9, 3, 3, 3, 4, 1, 1, true},   {2, 7, 9, 3, 3, 3, 4, 2, 2, true},
+    {1, 8, 8, 2, 3, 3, 3, 2, 2, true},   /* odd padding total: the extra cell goes after */
+    {1, 8, 8, 2, 4, 4, 3, 2, 2, true},   {2, 7, 9, 3, 3, 2, 4, 2, 1, false},
+    {1, 9, 9, 2, 1, 7, 3, 1, 1, true},   {1, 9, 9, 2, 7, 1, 3, 1, 1, true},
+    {3, 5, 5, 4, 1, 1, 6, 1, 1, false},  /* 1x1: one GEMM */
+    {2, 6, 6, 4, 1, 1, 5, 2, 2, true},   {1, 4, 4, 2, 5, 5, 3, 1, 1, true},
+    {5, 9, 9, 3, 5, 5, 4, 1, 1, true},   /* uneven split of the batch */
+    {3, 32, 32, 16, 3, 3, 8, 1, 1, true}, /* several im2col chunks per slice */
+    {2, 17, 17, 3, 3, 3, 4, 2, 2, false},
+};
+
+static void test_conv2d_values(void) {
+    unsigned seed = 7;
+    for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) {
+        const conv_case_t *k = &conv_cases[i];
+        geom_t g = geom_of(k);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
+                    sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
+        int64_t nx = psg_shape_numel(&sx), nw = psg_shape_numel(&sw), ny = psg_shape_numel(&sy);
+        float *ref_y = malloc(sizeof(float) * (size_t)ny), *ref_dx = malloc(sizeof(float) * (size_t)nx);
+        float *ref_dw = malloc(sizeof(float) * (size_t)nw);
+        naive_conv(&g, 0, psg_tensor_f32(x), psg_tensor_f32(w), ref_y);
+        naive_conv(&g, 1, ref_dx, psg_tensor_f32(w), psg_tensor_f32(dy));
+        naive_conv(&g, 2, psg_tensor_f32(x), ref_dw, psg_tensor_f32(dy));
+        for (int threads = 1; threads <= 2; threads++) {
+            char what[96];
+            psg_tensor_t *fw[2] = {x, w}, *b3[3] = {x, w, dy};
+            psg_tensor_t *y = run_graph(2, fw, build_conv, (void *)k, threads);
+            psg_tensor_t *dx = run_graph(3, b3, build_conv_bi, (void *)k, threads);
+            psg_tensor_t *dw = run_graph(3, b3, build_conv_bf, (void *)k, threads);
+            snprintf(what, sizeof what, "conv case %zu, %d threads: y", i, threads);
+            if (y) CHECK(psg_shape_equal(&y->shape, &sy));
+            if (y) check_close(what, psg_tensor_f32(y), ref_y, ny, 1e-5);
+            snprintf(what, sizeof what, "conv case %zu, %d threads: dx", i, threads);
+            if (dx) check_close(what, psg_tensor_f32(dx), ref_dx, nx, 1e-5);
+            snprintf(what, sizeof what, "conv case %zu, %d threads: dw", i, threads);
+            if (dw) check_close(what, psg_tensor_f32(dw), ref_dw, nw, 1e-5);
+            psg_tensor_destroy(&y);
+            psg_tensor_destroy(&dx);
+            psg_tensor_destroy(&dw);
+        }
+        free(ref_y);
+        free(ref_dx);
+        free(ref_dw);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&w);
+        psg_tensor_destroy(&dy);
+    }
+}
+
+static void test_same_padding_arithmetic(void) {
+    /* TensorFlow: out = ceil(in / s); total = max((out - 1) * s + k - in, 0); before = total / 2 */
+    int out, pad;
+    out_and_pad(28, 5, 1, true, &out, &pad);
+    CHECK(out == 28 && pad == 2);
+    out_and_pad(8, 3, 2, true, &out, &pad);
+    CHECK(out == 4 && pad == 0); /* total 1: all of it after */
+    out_and_pad(7, 3, 2, true, &out, &pad);
+    CHECK(out == 4 && pad == 1);
+    out_and_pad(299, 3, 2, false, &out, &pad);
+    CHECK(out == 149 && pad == 0);
+    /* and the op agrees on the shapes */
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {-1, 299, 299, 3}});
+    psg_endpoint_t w = psg_placeholder(g, "w", PSG_DT_F32, &(psg_shape_t){4, {3, 3, 3, 32}});
+    psg_endpoint_t y = psg_conv2d(g, "c", x, w, 2, 2, PSG_PADDING_VALID);
+    const psg_shape_t *s = psg_graph_shape(g, y);
+    CHECK(s->dims[0] == -1 && s->dims[1] == 149 && s->dims[2] == 149 && s->dims[3] == 32);
+    psg_endpoint_t p = psg_max_pool(g, "p", y, 3, 3, 2, 2, PSG_PADDING_SAME);
+    s = psg_graph_shape(g, p);
+    CHECK(s->dims[1] == 75 && s->dims[2] == 75 && s->dims[3] == 32);
+    psg_graph_destroy(&g);
+}
+
+/* ---- pooling ---- */
+
+typedef struct {
+    int n, h, w, c, kh, kw, sh, sw;
+    bool same, avg;
+} pool_case_t;
+
+/* Brute force; mode 0: y from x, 1: dx from x and dy. */
+static void naive_pool(const pool_case_t *k, int mode, const float *x, float *y, float *dx,
+                       const float *dy) {
+    int oh_n, ow_n, pt, pl;
+    out_and_pad(k->h, k->kh, k->sh, k->same, &oh_n, &pt);
+    out_and_pad(k->w, k->kw, k->sw, k->same, &ow_n, &pl);
+    if (mode == 1) memset(dx, 0, sizeof(float) * (size_t)(k->n * k->h * k->w * k->c));
+    for (int n = 0; n < k->n; n++)
+        for (int oh = 0; oh < oh_n; oh++)
+            for (int ow = 0; ow < ow_n; ow++)
+                for (int c = 0; c < k->c; c++) {
+                    double sum = 0;
+                    float best = -INFINITY;
+                    int count = 0, arg = -1;
+                    for (int kh = 0; kh < k->kh; kh++)
+                        for (int kw = 0; kw < k->kw; kw++) {
+                            int ih = oh * k->sh - pt + kh, iw = ow * k->sw - pl + kw;
+                            if (ih < 0 || ih >= k->h || iw < 0 || iw >= k->w) continue;
+                            int at = ((n * k->h + ih) * k->w + iw) * k->c + c;
+                            sum += x[at];
+                            count++;
+                            if (x[at] > best) best = x[at], arg = at;
+                        }
+                    int o = ((n * oh_n + oh) * ow_n + ow) * k->c + c;
+                    if (mode == 0) y[o] = k->avg ? (float)(sum / count) : best;
+                    if (mode == 1 && !k->avg) dx[arg] += dy[o];
+                    for (int kh = 0; mode == 1 && k->avg && kh < k->kh; kh++)
+                        for (int kw = 0; kw < k->kw; kw++) {
+                            int ih = oh * k->sh - pt + kh, iw = ow * k->sw - pl + kw;
+                            if (ih < 0 || ih >= k->h || iw < 0 || iw >= k->w) continue;
+                            dx[((n * k->h + ih) * k->w + iw) * k->c + c] += dy[o] / count;
+                        }
+                }
+}
+
+static psg_endpoint_t build_pool(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    const pool_case_t *k = ctx;
+    return (k->avg ? psg_avg_pool : psg_max_pool)(g, "pool", in[0], k->kh, k->kw, k->sh, k->sw,
+                                                  pad_of(k->same));
+}
+
+static psg_endpoint_t build_pool_grad(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    const pool_case_t *k = ctx;
+    return (k->avg ? psg_avg_pool_grad : psg_max_pool_grad)(g, "pool_grad", in[0], in[1], k->kh,
+                                                            k->kw, k->sh, k->sw, pad_of(k->same));
+}
+
+static const pool_case_t pool_cases[] = {
+    {2, 7, 9, 3, 2, 2, 2, 2, false, false}, {2, 7, 9, 3, 3, 3, 2, 2, true, false},
+    {1, 8, 8, 2, 3, 3, 2, 2, true, false},  {2, 5, 6, 3, 3, 3, 1, 1, true, false},
+    {1, 28, 28, 4, 2, 2, 2, 2, true, false}, {1, 35, 35, 2, 3, 3, 2, 2, false, false},
+    {2, 7, 9, 3, 2, 2, 2, 2, false, true},  {2, 7, 9, 3, 3, 3, 2, 2, true, true},
+    {1, 8, 8, 2, 3, 3, 2, 2, true, true},   {2, 5, 6, 3, 3, 3, 1, 1, true, true},
+    {3, 8, 8, 5, 8, 8, 1, 1, false, true},  /* global average */
+};
+
+static void test_pool_values(void) {
+    unsigned seed = 11;
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
+        const pool_case_t *k = &pool_cases[i];
+        int oh, ow, pad;
+        out_and_pad(k->h, k->kh, k->sh, k->same, &oh, &pad);
+        out_and_pad(k->w, k->kw, k->sw, k->same, &ow, &pad);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c), sy = psg_shape_4d(k->n, oh, ow, k->c);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *dy = psg_test_random(&sy, -1, 1, &seed);
+        int64_t nx = psg_shape_numel(&sx), ny = psg_shape_numel(&sy);
+        float *ref_y = malloc(sizeof(float) * (size_t)ny), *ref_dx = malloc(sizeof(float) * (size_t)nx);
+        naive_pool(k, 0, psg_tensor_f32(x), ref_y, NULL, NULL);
+        naive_pool(k, 1, psg_tensor_f32(x), NULL, ref_dx, psg_tensor_f32(dy));
+        psg_tensor_t *b2[2] = {x, dy};
+        psg_tensor_t *y = run_graph(1, &x, build_pool, (void *)k, 2);
+        psg_tensor_t *dx = run_graph(2, b2, build_pool_grad, (void *)k, 2);
+        char what[64];
+        snprintf(what, sizeof what, "pool case %zu: y", i);
+        if (y) CHECK(psg_shape_equal(&y->shape, &sy));
+        if (y) check_close(what, psg_tensor_f32(y), ref_y, ny, 1e-6);
+        snprintf(what, sizeof what, "pool case %zu: dx", i);
+        if (dx) check_close(what, psg_tensor_f32(dx), ref_dx, nx, 1e-6);
+        psg_tensor_destroy(&y);
+        psg_tensor_destroy(&dx);
+        free(ref_y);
+        free(ref_dx);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&dy);
+    }
+}
+
+/* ---- bias add ---- */
+
+static psg_endpoint_t build_bias_add(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    (void)ctx;
+    return psg_bias_add(g, "bias", in[0], in[1]);
+}
+
+static psg_endpoint_t build_bias_add_grad(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    (void)ctx;
+    return psg_bias_add_grad(g, "bias_grad", in[0]);
+}
+
+static void test_bias_add_values(void) {
+    unsigned seed = 3;
+    const psg_shape_t shapes[] = {{3, {37, 5, 3}}, {2, {3000, 130}}};
+    for (int i = 0; i < 2; i++) {
+        const psg_shape_t *s = &shapes[i];
+        int64_t C = s->dims[s->rank - 1], n = psg_shape_numel(s), rows = n / C;
+        psg_tensor_t *x = psg_test_random(s, -1, 1, &seed);
+        psg_tensor_t *b = psg_test_random(&(psg_shape_t){1, {C}}, -1, 1, &seed);
+        psg_tensor_t *in[2] = {x, b};
+        psg_tensor_t *y = run_graph(2, in, build_bias_add, NULL, 2);
+        psg_tensor_t *db = run_graph(1, &x, build_bias_add_grad, NULL, 2);
+        float *ref = malloc(sizeof(float) * (size_t)n), ref_db[130] = {0};
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < C; c++) {
+                ref[r * C + c] = psg_tensor_f32(x)[r * C + c] + psg_tensor_f32(b)[c];
+                ref_db[c] += psg_tensor_f32(x)[r * C + c];
+            }
+        if (y) check_close("bias_add", psg_tensor_f32(y), ref, n, 1e-6);
+        if (db) check_close("bias_add_grad", psg_tensor_f32(db), ref_db, C, 1e-5);
+        free(ref);
+        psg_tensor_destroy(&y);
+        psg_tensor_destroy(&db);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&b);
+    }
+}
+
+/* ---- batch norm ---- */
+
+typedef struct {
+    bool training;
+    int output;
+} bn_ctx_t;
+
+static psg_endpoint_t build_bn(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
+    const bn_ctx_t *b = ctx;
+    psg_batch_norm_t r = psg_fused_batch_norm(g, "bn", in[0], in[1], in[2],
+                                              b->training ? PSG_NO_ENDPOINT : in[3],
+                                              b->training ? PSG_NO_ENDPOINT : in[4], 1e-3f,
+                                              b->training);
+    psg_endpoint_t outs[5] = {r.y, r.batch_mean, r.batch_var, r.saved_mean, r.saved_inv_std};
+    return outs[b->output];
+}
+
+static void test_batch_norm_values(void) {
+    unsigned seed = 5;
+    const int64_t rows = 2 * 9 * 7 * 10, C = 6; /* large enough to split over threads */
+    psg_shape_t sx = psg_shape_4d(2 * 10, 9, 7, C), sc = psg_shape_1d(C);
+    psg_tensor_t *x = psg_test_random(&sx, -2, 3, &seed);
+    psg_tensor_t *scale = psg_test_random(&sc, 0.5f, 1.5f, &seed);
+    psg_tensor_t *offset = psg_test_random(&sc, -1, 1, &seed);
+    psg_tensor_t *mean = psg_test_random(&sc, -0.5f, 0.5f, &seed);
+    psg_tensor_t *var = psg_test_random(&sc, 0.5f, 2, &seed);
+    const float *xd = psg_tensor_f32(x), *sd = psg_tensor_f32(scale), *od = psg_tensor_f32(offset);
+    float m[6], v[6], vu[6], inv[6];
+    for (int c = 0; c < C; c++) { /* two passes, in double */
+        double s = 0, q = 0;
+        for (int64_t r = 0; r < rows; r++) s += xd[r * C + c];
+        double mu = s / rows;
+        for (int64_t r = 0; r < rows; r++) q += (xd[r * C + c] - mu) * (xd[r * C + c] - mu);
+        m[c] = (float)mu;
+        v[c] = (float)(q / rows);
+        vu[c] = (float)(q / (rows - 1));
+        inv[c] = (float)(1 / sqrt(q / rows + 1e-3));
+    }
+    float *ref = malloc(sizeof(float) * (size_t)(rows * C));
+    psg_tensor_t *in[5] = {x, scale, offset, mean, var};
+    for (int training = 1; training >= 0; training--) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int c = 0; c < C; c++) {
+                float mu = training ? m[c] : psg_tensor_f32(mean)[c];
+                double is = training ? inv[c] : 1 / sqrt(psg_tensor_f32(var)[c] + 1e-3);
+                ref[r * C + c] = (float)((xd[r * C + c] - mu) * is * sd[c] + od[c]);
+            }
+        bn_ctx_t b = {training, 0};
+        psg_tensor_t *y = run_graph(5, in, build_bn, &b, 2);
+        if (y) check_close(training ? "bn train y" : "bn inference y", psg_tensor_f32(y), ref,
+                           rows * C, 1e-5);
+        psg_tensor_destroy(&y);
+    }
+    bn_ctx_t b = {true, 1};
+    psg_tensor_t *bm = run_graph(5, in, build_bn, &b, 2);
+    b.output = 2;
+    psg_tensor_t *bv = run_graph(5, in, build_bn, &b, 2);
+    b.output = 4;
+    psg_tensor_t *bi = run_graph(5, in, build_bn, &b, 2);
+    if (bm) check_close("bn batch_mean", psg_tensor_f32(bm), m, C, 1e-5);
+    if (bv) check_close("bn batch_var (unbiased)", psg_tensor_f32(bv), vu, C, 1e-5);
+    if (bi) check_close("bn saved_inv_std", psg_tensor_f32(bi), inv, C, 1e-5);
+    (void)v;
+    psg_tensor_destroy(&bm);
+    psg_tensor_destroy(&bv);
+    psg_tensor_destroy(&bi);
+    free(ref);
+    psg_tensor_destroy(&x);
+    psg_tensor_destroy(&scale);
+    psg_tensor_destroy(&offset);
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&var);
+}
+
+/* ---- gradients ---- */
+
+static const conv_case_t grad_conv_cases[] = {
+    {1, 4, 5, 2, 3, 3, 2, 1, 1, true}, {2, 5, 5, 2, 3, 3, 2, 2, 2, true},
+    {1, 5, 6, 2, 2, 3, 2, 2, 1, false}, {1, 4, 6, 1, 1, 3, 2, 1, 1, true},
+    {1, 5, 4, 2, 3, 1, 2, 1, 1, true}, {2, 3, 3, 3, 1, 1, 2, 1, 1, false},
+};
+
+static void test_conv2d_gradients(void) {
+    unsigned seed = 21;
+    for (size_t i = 0; i < sizeof grad_conv_cases / sizeof grad_conv_cases[0]; i++) {
+        const conv_case_t *k = &grad_conv_cases[i];
+        geom_t g = geom_of(k);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
+                    sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
+        char label[64];
+        snprintf(label, sizeof label, "Conv2D case %zu", i);
+        psg_gradcheck_input_t fw[2] = {{x, true}, {w, true}};
+        CHECK(psg_gradcheck(label, 2, fw, build_conv, (void *)k, 1e-2) == 0);
+        snprintf(label, sizeof label, "Conv2DBackpropInput case %zu", i);
+        psg_gradcheck_input_t bi[3] = {{x, false}, {w, true}, {dy, true}};
+        CHECK(psg_gradcheck(label, 3, bi, build_conv_bi, (void *)k, 1e-2) == 0);
+        snprintf(label, sizeof label, "Conv2DBackpropFilter case %zu", i);
+        psg_gradcheck_input_t bf[3] = {{x, true}, {w, false}, {dy, true}};
+        CHECK(psg_gradcheck(label, 3, bf, build_conv_bf, (void *)k, 1e-2) == 0);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&w);
+        psg_tensor_destroy(&dy);
+    }
+}
+
+static void test_pool_gradients(void) {
+    static const pool_case_t cases[] = {
+        {2, 4, 5, 2, 2, 2, 2, 2, false, false}, {1, 5, 5, 2, 3, 3, 2, 2, true, false},
+        {2, 4, 5, 2, 2, 2, 2, 2, false, true},  {1, 5, 5, 2, 3, 3, 2, 2, true, true},
+        {1, 4, 4, 3, 3, 3, 1, 1, true, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const pool_case_t *k = &cases[i];
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c);
+        psg_tensor_t *x = psg_tensor_new(PSG_DT_F32, &sx);
+        /* distinct values 0.05 apart, shuffled: no ties a finite difference could flip */
+        int64_t n = psg_tensor_numel(x);
+        float *d = psg_tensor_f32(x);
+        for (int64_t j = 0; j < n; j++) d[j] = 0.05f * (float)((j * 37) % n) - 1.0f;
+        char label[64];
+        snprintf(label, sizeof label, "%s case %zu", k->avg ? "AvgPool" : "MaxPool", i);
+        psg_gradcheck_input_t in[1] = {{x, true}};
+        CHECK(psg_gradcheck(label, 1, in, build_pool, (void *)k, 1e-2) == 0);
+        if (k->avg) {
+            int oh, ow, pad;
+            out_and_pad(k->h, k->kh, k->sh, k->same, &oh, &pad);
+            out_and_pad(k->w, k->kw, k->sw, k->same, &ow, &pad);
+            unsigned seed = 9;
+            psg_tensor_t *dy = psg_test_random(&(psg_shape_t){4, {k->n, oh, ow, k->c}}, -1, 1, &seed);
+            snprintf(label, sizeof label, "AvgPoolGrad case %zu", i);
+            psg_gradcheck_input_t gin[2] = {{x, false}, {dy, true}};
+            CHECK(psg_gradcheck(label, 2, gin, build_pool_grad, (void *)k, 1e-2) == 0);
+            psg_tensor_destroy(&dy);
+        }
+        psg_tensor_destroy(&x);
+    }
+}
+
+static void test_bias_add_gradients(void) {
+    unsigned seed = 4;
+    psg_tensor_t *x = psg_test_random(&(psg_shape_t){3, {2, 3, 4}}, -1, 1, &seed);
+    psg_tensor_t *b = psg_test_random(&(psg_shape_t){1, {4}}, -1, 1, &seed);
+    psg_gradcheck_input_t in[2] = {{x, true}, {b, true}};
+    CHECK(psg_gradcheck("BiasAdd", 2, in, build_bias_add, NULL, 1e-2) == 0);
+    CHECK(psg_gradcheck("BiasAddGrad", 1, in, build_bias_add_grad, NULL, 1e-2) == 0); /* x only */
+    psg_tensor_destroy(&x);
+    psg_tensor_destroy(&b);
+}
+
+static void test_batch_norm_gradients(void) {
+    unsigned seed = 8;
+    psg_shape_t sc = psg_shape_1d(3);
+    psg_tensor_t *x = psg_test_random(&(psg_shape_t){4, {2, 3, 2, 3}}, -1, 2, &seed);
+    psg_tensor_t *scale = psg_test_random(&sc, 0.5f, 1.5f, &seed);
+    psg_tensor_t *offset = psg_test_random(&sc, -1, 1, &seed);
+    psg_tensor_t *mean = psg_test_random(&sc, -0.5f, 0.5f, &seed);
+    psg_tensor_t *var = psg_test_random(&sc, 0.5f, 2, &seed);
+    psg_gradcheck_input_t in[5] = {{x, true}, {scale, true}, {offset, true}, {mean, false}, {var, false}};
+    bn_ctx_t train = {true, 0}, infer = {false, 0};
+    CHECK(psg_gradcheck("FusedBatchNorm training", 5, in, build_bn, &train, 2e-2) == 0);
+    CHECK(psg_gradcheck("FusedBatchNorm inference", 5, in, build_bn, &infer, 1e-2) == 0);
+    psg_tensor_destroy(&x);
+    psg_tensor_destroy(&scale);
+    psg_tensor_destroy(&offset);
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&var);
+}
+
+/* ---- shape errors ---- */
+
+static void test_shape_errors(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {2, 8, 8, 3}});
+    psg_endpoint_t w = psg_placeholder(g, "w", PSG_DT_F32, &(psg_shape_t){4, {3, 3, 4, 5}});
+    CHECK(!psg_endpoint_valid(psg_conv2d(g, "conv1", x, w, 1, 1, PSG_PADDING_SAME)));
+    CHECK_ERROR_HAS("node 'conv1' (Conv2D)");
+    CHECK_ERROR_HAS("[2, 8, 8, 3] has 3 channels");
+    CHECK_ERROR_HAS("[3, 3, 4, 5]");
+    psg_graph_destroy(&g);
+
+    g = psg_graph_new();
+    x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {2, 3, 3, 1}});
+    w = psg_placeholder(g, "w", PSG_DT_F32, &(psg_shape_t){4, {5, 5, 1, 2}});
+    CHECK(!psg_endpoint_valid(psg_conv2d(g, "big", x, w, 1, 1, PSG_PADDING_VALID)));
+    CHECK_ERROR_HAS("node 'big' (Conv2D)");
+    CHECK_ERROR_HAS("does not fit");
+    psg_graph_destroy(&g);
+
+    g = psg_graph_new();
+    x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {2, 8, 8, 1}});
+    w = psg_placeholder(g, "w", PSG_DT_F32, &(psg_shape_t){4, {3, 3, 1, 2}});
+    psg_node_builder_t *b = psg_node_begin(g, "Conv2D", "dilated");
+    psg_node_add_input(b, x);
+    psg_node_add_input(b, w);
+    psg_node_attr_ints(b, "strides", 4, (int64_t[]){1, 1, 1, 1});
+    psg_node_attr_ints(b, "dilations", 4, (int64_t[]){1, 2, 2, 1});
+    psg_node_attr_str(b, "padding", "SAME");
+    CHECK(psg_node_finish(b) < 0);
+    CHECK_ERROR_HAS("node 'dilated' (Conv2D): dilation 2 is not supported");
+    b = psg_node_begin(g, "MaxPool", "badpad");
+    psg_node_add_input(b, x);
+    psg_node_attr_ints(b, "ksize", 2, (int64_t[]){2, 2});
+    psg_node_attr_ints(b, "strides", 2, (int64_t[]){2, 2});
+    psg_node_attr_str(b, "padding", "FULL");
+    CHECK(psg_node_finish(b) < 0);
+    CHECK_ERROR_HAS("node 'badpad' (MaxPool): padding must be SAME or VALID, got 'FULL'");
+    CHECK(!psg_endpoint_valid(psg_max_pool(g, "zero", x, 0, 2, 1, 1, PSG_PADDING_SAME)));
+    CHECK_ERROR_HAS("'ksize' must be positive");
+    psg_endpoint_t dy = psg_placeholder(g, "dy", PSG_DT_F32, &(psg_shape_t){4, {2, 5, 5, 1}});
+    CHECK(!psg_endpoint_valid(psg_max_pool_grad(g, "mpg", x, dy, 2, 2, 2, 2, PSG_PADDING_SAME)));
+    CHECK_ERROR_HAS("node 'mpg' (MaxPoolGrad): dy [2, 5, 5, 1] does not match the forward output [2, 4, 4, 1]");
+    psg_graph_destroy(&g);
+
+    g = psg_graph_new();
+    x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){2, {4, 5}});
+    psg_endpoint_t bias = psg_placeholder(g, "b", PSG_DT_F32, &(psg_shape_t){1, {6}});
+    CHECK(!psg_endpoint_valid(psg_bias_add(g, "add_bias", x, bias)));
+    CHECK_ERROR_HAS("node 'add_bias' (BiasAdd): bias [6] does not match the last dim of x [4, 5]");
+    psg_graph_destroy(&g);
+
+    g = psg_graph_new();
+    x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {2, 4, 4, 3}});
+    psg_endpoint_t s3 = psg_placeholder(g, "s", PSG_DT_F32, &(psg_shape_t){1, {3}});
+    psg_endpoint_t s4 = psg_placeholder(g, "s4", PSG_DT_F32, &(psg_shape_t){1, {4}});
+    psg_batch_norm_t r = psg_fused_batch_norm(g, "bn", x, s3, s4, PSG_NO_ENDPOINT,
+                                              PSG_NO_ENDPOINT, 1e-3f, true);
+    CHECK(!psg_endpoint_valid(r.y));
+    CHECK_ERROR_HAS("node 'bn' (FusedBatchNorm): offset [4] does not match");
+    psg_graph_destroy(&g);
+}
+
+int main(void) {
+    RUN_TEST(test_same_padding_arithmetic);
+    RUN_TEST(test_conv2d_values);
+    RUN_TEST(test_pool_values);
+    RUN_TEST(test_bias_add_values);
+    RUN_TEST(test_batch_norm_values);
+    RUN_TEST(test_conv2d_gradients);
+    RUN_TEST(test_pool_gradients);
+    RUN_TEST(test_bias_add_gradients);
+    RUN_TEST(test_batch_norm_gradients);
+    RUN_TEST(test_shape_errors);
+    return psg_test_summary();
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what psgraph needs from Debian's packages, only what is missing
+# (a fresh Debian 12 machine, as root). Quiet when everything is there.
+set -euo pipefail
+pkgs=(gcc g++ make pkg-config meson ninja-build python3
+      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev
+      dataset-fashion-mnist)
+if [ "${PSG_WITH_PEERS:-0}" = 1 ]; then
+  # the PyTorch peer of the benchmarks, on the OpenMP build of OpenBLAS
+  pkgs+=(python3-torch python3-torchvision libopenblas0-openmp)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds psgraph and runs every test twice: a release build, then a debug
+# build under AddressSanitizer + UndefinedBehaviorSanitizer. Ends with the
+# line "N passed, N failed". PSG_NO_ASAN=1 skips the sanitizer pass.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+passed=0
+failed=0
+run_suite() { # name builddir meson-options...
+  local name=$1 dir=$2
+  shift 2
+  if ! bash tools/build.sh "$dir" "$@"; then
+    echo "$name: build failed"
+    failed=$((failed + 1))
+    return
+  fi
+  local log
+  log=$(meson test -C "$dir" --print-errorlogs --num-processes 2 2>&1)
+  echo "$log" | grep -E '^ *[0-9]+/[0-9]+ ' | sed "s/^/[$name] /"
+  echo "$log" | grep -E -A40 '^=+ [0-9]+/[0-9]+ =+$' | head -200 || true
+  local ok fail
+  ok=$(echo "$log" | awk '/^Ok:/ {print $2}')
+  fail=$(echo "$log" | awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $2} END {print s + 0}')
+  passed=$((passed + ${ok:-0}))
+  failed=$((failed + fail))
+}
+run_suite release build
+if [ "${PSG_NO_ASAN:-0}" != 1 ]; then
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_suite asan build-asan -Db_sanitize=address,undefined -Dbuildtype=debug
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,265 @@
+/* The single-process training loop behind `psgraph train`: model, optimizer,
+ * session, batches from a prefetching iterator, progress lines, evaluation
+ * after every epoch, metrics.jsonl, and one final JSON line. */
+#include "psgraph/data.h"
+#include "psgraph/error.h"
+#include "psgraph/models.h"
+#include "psgraph/ops_array.h"
+#include "psgraph/optimizer.h"
+#include "psgraph/session.h"
+#include "psgraph/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* Evaluation batches stay small enough that the cnn's activations do not
+ * double the training RSS. */
+#define EVAL_BATCH 250
+#define WARMUP_STEPS 20
+
+void psg_train_config_defaults(psg_train_config_t *c) {
+    memset(c, 0, sizeof *c);
+    c->model = "cnn";
+    c->data = "fashion-mnist";
+    c->data_dir = "/usr/share/datasets/fashion-mnist";
+    c->epochs = 2;
+    c->seed = 1;
+    c->threads = 1;
+    c->log_every = 100;
+    c->momentum = 0.9;
+    c->out = stdout;
+}
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Current RSS from /proc/self/statm, in MB (0 if unreadable). */
+static double rss_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (double)resident * 4096.0 / (1024.0 * 1024.0);
+}
+
+/* Test accuracy over the whole evaluation set, in batches (tail included). */
+static int evaluate(psg_callable_t *eval, const psg_dataset_t *test, double *accuracy) {
+    psg_batch_iter_options_t o = psg_batch_iter_eval_options(EVAL_BATCH);
+    psg_batch_iter_t *it = psg_batch_iter_new(test, &o);
+    if (!it) return -1;
+    double correct = 0;
+    int64_t seen = 0;
+    psg_tensor_t *images = NULL, *labels = NULL;
+    int rc;
+    while ((rc = psg_batch_iter_next(it, &images, &labels)) == 1) {
+        psg_tensor_t *feeds[2] = {images, labels}, *out = NULL;
+        rc = psg_callable_run(eval, feeds, &out);
+        if (rc == 0) {
+            correct += psg_tensor_f32(out)[0];
+            seen += labels->shape.dims[0];
+        }
+        psg_tensor_destroy(&out);
+        psg_tensor_destroy(&images);
+        psg_tensor_destroy(&labels);
+        if (rc < 0) break;
+    }
+    psg_batch_iter_destroy(&it);
+    psg_buffer_cache_trim(); /* evaluation's block sizes are not the training step's */
+    if (rc < 0) return psg_error_wrap("evaluation");
+    *accuracy = seen ? correct / (double)seen : 0.0;
+    return 0;
+}
+
+static FILE *open_metrics(const char *logdir) {
+    if (!logdir) return NULL;
+    if (mkdir(logdir, 0755) < 0 && errno != EEXIST) {
+        psg_error_set("--logdir %s: %s", logdir, strerror(errno));
+        return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir);
+    FILE *f = fopen(path, "a");
+    if (!f) psg_error_set("%s: %s", path, strerror(errno));
+    return f;
+}
+
+typedef struct {
+    psg_graph_t *g;
+    psg_session_t *sess;
+    psg_optimizer_t *opt;
+    psg_dataset_t *train, *test;
+    psg_batch_iter_t *it;
+    psg_callable_t *step, *eval;
+    FILE *metrics;
+} trainer_t;
+
+static void trainer_free(trainer_t *t) {
+    psg_callable_destroy(&t->step);
+    psg_callable_destroy(&t->eval);
+    psg_batch_iter_destroy(&t->it);
+    psg_dataset_destroy(&t->train);
+    psg_dataset_destroy(&t->test);
+    psg_optimizer_destroy(&t->opt);
+    psg_session_destroy(&t->sess);
+    psg_graph_destroy(&t->g);
+    if (t->metrics) fclose(t->metrics);
+}
+
+static int load_data(const psg_train_config_t *c, trainer_t *t) {
+    if (!strcmp(c->data, "fashion-mnist")) {
+        t->train = psg_dataset_fashion_mnist(c->data_dir, true);
+        t->test = t->train ? psg_dataset_fashion_mnist(c->data_dir, false) : NULL;
+    } else if (!strcmp(c->data, "synthetic")) {
+        psg_shape_t ex = {3, {28, 28, 1}};
+        t->train = psg_dataset_synthetic(60000, &ex, 10, c->seed);
+        t->test = t->train ? psg_dataset_synthetic(10000, &ex, 10, c->seed + 1) : NULL;
+    } else {
+        return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)", c->data);
+    }
+    return t->train && t->test ? 0 : -1;
+}
+
+int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
+    trainer_t t = {0};
+    memset(r, 0, sizeof *r);
+    FILE *out = c->out ? c->out : stdout;
+    psg_model_defaults_t d;
+    if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
+    int batch = c->batch > 0 ? c->batch : d.batch;
+    double lr = c->lr > 0 ? c->lr : d.lr;
+    const char *opt_kind = c->optimizer ? c->optimizer : "momentum";
+    int rc = -1;
+    if (load_data(c, &t) < 0) goto done;
+    psg_shape_t ex = psg_dataset_example_shape(t.train);
+    if (ex.rank != 3) {
+        psg_error_set("data set examples must be (height, width, channels)");
+        goto done;
+    }
+    t.g = psg_graph_new();
+    psg_model_t m;
+    if (psg_model_build(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
+                        psg_dataset_num_classes(t.train), c->seed, &m) < 0)
+        goto done;
+    psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
+    oc.learning_rate = (float)lr;
+    if (!strcmp(opt_kind, "momentum")) oc.momentum = (float)c->momentum;
+    t.opt = psg_optimizer_new(&oc);
+    if (!t.opt) {
+        psg_error_wrap("--optimizer");
+        goto done;
+    }
+    int train_op;
+    if (psg_optimizer_minimize(t.opt, t.g, m.loss, &train_op) < 0) goto done;
+    psg_session_options_t so = {.num_threads = c->threads};
+    t.sess = psg_session_new(t.g, &so, NULL);
+    if (!t.sess || psg_session_run_init(t.sess) < 0) goto done;
+    psg_endpoint_t feeds[2] = {m.images, m.labels};
+    t.step = psg_session_make_callable(t.sess, 2, feeds, 1, &m.loss, 1, &train_op);
+    t.eval = t.step ? psg_session_make_callable(t.sess, 2, feeds, 1, &m.correct, 0, NULL) : NULL;
+    if (!t.eval) goto done;
+    psg_batch_iter_options_t io = psg_batch_iter_train_options(batch, c->seed);
+    t.it = psg_batch_iter_new(t.train, &io);
+    if (!t.it) goto done;
+    if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
+
+    int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
+    int64_t total = c->steps > 0 ? c->steps : per_epoch * c->epochs;
+    fprintf(out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads\n",
+            c->model, c->data, batch, opt_kind, lr, (long long)total, (long long)per_epoch, c->threads);
+    fflush(out);
+    double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
+    int64_t steady_examples = 0, interval_steps = 0;
+    double rss_at_100 = 0;
+    for (int64_t step = 0; step < total; step++) {
+        psg_tensor_t *images = NULL, *labels = NULL, *loss = NULL;
+        double t0 = now_sec();
+        int got = psg_batch_iter_next(t.it, &images, &labels);
+        if (got <= 0) {
+            if (got == 0) psg_error_set("the training data ended early");
+            goto done;
+        }
+        psg_tensor_t *fv[2] = {images, labels};
+        int src = psg_callable_run(t.step, fv, &loss);
+        psg_tensor_destroy(&images);
+        psg_tensor_destroy(&labels);
+        if (src < 0) {
+            psg_error_wrap("step %lld", (long long)step);
+            goto done;
+        }
+        last_loss = psg_tensor_f32(loss)[0];
+        psg_tensor_destroy(&loss);
+        if (!isfinite(last_loss)) {
+            psg_error_set("step %lld: the loss is %g", (long long)step, last_loss);
+            goto done;
+        }
+        double t1 = now_sec();
+        if (step >= WARMUP_STEPS) {
+            steady_time += t1 - t0;
+            steady_examples += batch;
+        }
+        if (step + 1 == 100) rss_at_100 = rss_mb();
+        loss_sum += last_loss;
+        interval_steps++;
+        bool epoch_end = (step + 1) % per_epoch == 0;
+        if ((step + 1) % c->log_every == 0 || step + 1 == total) {
+            double dt = t1 - interval_start;
+            double eps = interval_steps * batch / dt;
+            fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f\n",
+                    (long long)(step + 1), (double)(step + 1) / (double)per_epoch,
+                    loss_sum / interval_steps, eps, dt / interval_steps);
+            fflush(out);
+            if (t.metrics)
+                fprintf(t.metrics, "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f}\n",
+                        (long long)(step + 1), (double)(step + 1) / (double)per_epoch,
+                        loss_sum / interval_steps, lr, eps, rss_mb());
+            loss_sum = 0;
+            interval_steps = 0;
+            interval_start = now_sec();
+        }
+        if (epoch_end || step + 1 == total) {
+            double acc = 0;
+            if (evaluate(t.eval, t.test, &acc) < 0) goto done;
+            r->test_accuracy = acc;
+            fprintf(out, "epoch %lld  test accuracy %.4f\n", (long long)((step + 1 + per_epoch - 1) / per_epoch), acc);
+            fflush(out);
+            if (t.metrics)
+                fprintf(t.metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
+                        (long long)(step + 1), (double)(step + 1) / (double)per_epoch, acc);
+            interval_start = now_sec(); /* evaluation is not training time */
+        }
+        r->steps = step + 1;
+    }
+    r->final_loss = last_loss;
+    r->examples_per_sec = steady_time > 0 ? (double)steady_examples / steady_time : 0;
+    char line[1024];
+    snprintf(line, sizeof line,
+             "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",\"steps\":%lld,\"batch\":%d,"
+             "\"threads\":%d,\"final_loss\":%.6f,\"test_accuracy\":%.4f,\"examples_per_sec\":%.1f,"
+             "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f}",
+             c->model, c->data, (long long)r->steps, batch, c->threads, r->final_loss,
+             r->test_accuracy, r->examples_per_sec, peak_rss_mb(), rss_at_100, rss_mb());
+    fprintf(out, "%s\n", line);
+    fflush(out);
+    if (t.metrics) fprintf(t.metrics, "%s\n", line);
+    rc = 0;
+done:
+    if (rc < 0 && t.g && psg_graph_error(t.g) && !strstr(psg_error_message(), psg_graph_error(t.g)))
+        psg_error_set("%s", psg_graph_error(t.g));
+    trainer_free(&t);
+    return rc;
+}
