@@ -232,7 +232,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             interval_start = now_sec();
         }
         if (epoch_end || step + 1 == total) {
-            double acc = 0;
+            double acc = 0, eval_start = now_sec();
             if (evaluate(t.eval, t.test, &acc) < 0) goto done;
             r->test_accuracy = acc;
             fprintf(out, "epoch %lld  test accuracy %.4f\n", (long long)((step + 1 + per_epoch - 1) / per_epoch), acc);
@@ -240,7 +240,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             if (t.metrics)
                 fprintf(t.metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
                         (long long)(step + 1), (double)(step + 1) / (double)per_epoch, acc);
-            interval_start = now_sec(); /* evaluation is not training time */
+            interval_start += now_sec() - eval_start; /* evaluation is not training time */
         }
         r->steps = step + 1;
     }
