@@ -69,6 +69,7 @@ psg_buffer_t *psg_buffer_new(size_t size) {
     atomic_init(&blk->pub.refcount, 1);
     blk->pub.free_fn = NULL;
     blk->pub.hint = NULL;
+    blk->pub.device = 0;
     atomic_fetch_add(&live_bytes, blk->capacity);
     return &blk->pub;
 }
@@ -84,6 +85,7 @@ psg_buffer_t *psg_buffer_wrap(void *data, size_t size, psg_free_fn free_fn, void
     atomic_init(&buf->refcount, 1);
     buf->free_fn = free_fn;
     buf->hint = hint;
+    buf->device = 0;
     return buf;
 }
 

@@ -1,9 +1,13 @@
 /* The executor: dependency counting, a ready queue shared by the calling
  * thread and pool helpers, kernels run with their concrete shapes inferred,
- * and every buffer released as soon as its last consumer is done.
- * Not placement or partitioning: a plan runs on this process's CPU. */
+ * and every buffer released as soon as its last consumer is done. A node
+ * assigned to a GPU runs its CUDA kernel on device tensors (its CPU kernel on
+ * host copies when the op has none); tensors are copied where an edge
+ * crosses devices. Not placement or partitioning. */
 #include "graph/executor.h"
 #include "graph/graph_internal.h"
+#include "psgraph/device.h"
+#include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/rendezvous.h"
 
@@ -20,6 +24,8 @@ typedef struct {
     int num_consumers;
     int num_deps;     /* distinct producers + control inputs inside the plan */
     bool fed;         /* not executed: its outputs are fed */
+    int device;       /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
+    psg_kernel_fn kernel;
 } plan_node_t;
 
 struct psg_plan {
@@ -42,6 +48,30 @@ struct psg_plan {
 
 static int slot_of(const psg_plan_t *p, const int *local_of, psg_endpoint_t e) {
     return p->nodes[local_of[e.node]].slot_base + e.index;
+}
+
+/* The kernel and device of a node from its assigned device: a GPU's CUDA
+ * kernel, the CPU kernel on the host for a GPU op without one (Send, Recv,
+ * Random), the CPU kernel for every CPU device of the process. */
+static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
+    psg_device_name_t d;
+    pn->device = PSG_DEVICE_HOST;
+    pn->kernel = n->def->cpu;
+    if (n->assigned_device && n->assigned_device[0] &&
+        psg_device_name_parse(n->assigned_device, &d) == 0 && d.has_type &&
+        !strcmp(d.type, "GPU")) {
+        int gpu = d.has_id ? d.id : 0;
+        if (gpu >= psg_gpu_count())
+            return psg_error_set("node '%s' (%s): assigned to '%s', but this process has no GPU %d (%s)",
+                                 n->name, psg_node_op(n), n->assigned_device, gpu, psg_gpu_status());
+        if (n->def->cuda) {
+            pn->device = PSG_DEVICE_GPU(gpu);
+            pn->kernel = n->def->cuda;
+        }
+    }
+    if (!pn->kernel)
+        return psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
+    return 0;
 }
 
 psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
@@ -134,8 +164,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         const psg_node_t *n = pn->node;
         if (pn->fed) continue;
         p->num_exec++;
-        if (!n->def->cpu) {
-            psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
+        if (choose_kernel(n, pn) < 0) {
             free(consumer_count);
             goto fail;
         }
@@ -305,11 +334,19 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     psg_dtype_t in_dt[ni + 1], out_dt[PSG_MAX_OUTPUTS];
     psg_shape_t in_sh[ni + 1], out_sh[PSG_MAX_OUTPUTS];
     psg_tensor_t *sync_outputs[PSG_MAX_OUTPUTS] = {0};
+    psg_tensor_t *moved[ni + 1]; /* inputs copied to this node's device, owned here */
     psg_async_op_t *a = NULL;
     psg_tensor_t **outputs = sync_outputs;
+    int rc = 0;
     for (int i = 0; i < ni; i++) {
         inputs[i] = p->slots[pn->input_slots[i]];
         PSG_ASSERT(inputs[i]);
+        moved[i] = NULL;
+        if (inputs[i]->buf->device != pn->device && inputs[i]->dtype != PSG_DT_RESOURCE) {
+            moved[i] = psg_tensor_to_device(inputs[i], pn->device);
+            if (!moved[i]) rc = psg_error_wrap("input %d", i);
+            else inputs[i] = moved[i];
+        }
         in_dt[i] = inputs[i]->dtype;
         /* a resource handle's runtime tensor is a scalar; its shape is the variable's */
         in_sh[i] = in_dt[i] == PSG_DT_RESOURCE ? p->g->nodes[n->inputs[i].node]->out_shapes[n->inputs[i].index]
@@ -320,7 +357,7 @@ static int execute_node(run_t *r, plan_node_t *pn) {
         out_sh[o] = psg_shape_unknown();
     }
     psg_infer_ctx_t ic = {n, ni, in_dt, in_sh, no, out_dt, out_sh};
-    int rc = n->def->infer(&ic);
+    if (rc == 0) rc = n->def->infer(&ic);
     for (int o = 0; rc == 0 && !async && o < no; o++) {
         if (out_dt[o] != PSG_DT_RESOURCE && !psg_shape_is_complete(&out_sh[o])) {
             char b[PSG_SHAPE_STR_MAX];
@@ -339,13 +376,16 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     }
     if (rc == 0) {
         psg_kernel_ctx_t kc = {n,       ni,     inputs,       no,           outputs, out_dt,
-                               out_sh,  r->rm,  r->pool,      r->step_id,   r->rendezvous, a};
-        rc = n->def->cpu(&kc);
+                               out_sh,  r->rm,  r->pool,      r->step_id,   r->rendezvous, a,
+                               pn->device - 1};
+        rc = pn->kernel(&kc);
+        for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
         if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */
         for (int o = 0; rc == 0 && o < no; o++)
             if (!outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
     }
     if (rc < 0) {
+        for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
         for (int o = 0; o < no; o++) psg_tensor_destroy(&outputs[o]);
         free(a);
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
@@ -519,7 +559,12 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     } else if (r.remaining != 0) {
         rc = psg_error_set("executor stalled with %d nodes left (internal error)", r.remaining);
     } else {
-        for (int i = 0; i < p->n_fetches; i++) fetched[i] = psg_tensor_ref(p->slots[p->fetch_slots[i]]);
+        /* fetches come back in host memory, as every caller reads them there */
+        for (int i = 0; i < p->n_fetches && rc == 0; i++) {
+            fetched[i] = psg_tensor_to_host(p->slots[p->fetch_slots[i]]);
+            if (!fetched[i]) rc = psg_error_wrap("fetch %d", i);
+        }
+        for (int i = 0; rc < 0 && i < p->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
     }
     for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&p->slots[s]);
     free(r.ready);
@@ -532,7 +577,9 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
 
 psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i) {
     PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = psg_tensor_new(ctx->out_dtypes[i], &ctx->out_shapes[i]);
+    ctx->outputs[i] = ctx->device >= 0
+                          ? psg_gpu_tensor_new(ctx->device, ctx->out_dtypes[i], &ctx->out_shapes[i])
+                          : psg_tensor_new(ctx->out_dtypes[i], &ctx->out_shapes[i]);
     return ctx->outputs[i];
 }
 

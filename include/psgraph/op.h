@@ -82,10 +82,12 @@ struct psg_kernel_ctx {
     int64_t step_id;
     struct psg_rendezvous *rendezvous; /* the step's, for Send/Recv; NULL when the run has none */
     psg_async_op_t *async;             /* set for PSG_OP_ASYNC ops only */
+    int device; /* -1: a CPU kernel on host tensors; k: a CUDA kernel on GPU k's tensors */
 };
 
-/* Allocates output i with its inferred dtype and shape (uninitialized) and
- * returns it (still owned by the ctx). NULL with the error set on failure. */
+/* Allocates output i with its inferred dtype and shape (uninitialized), in
+ * host memory or on the kernel's GPU (ctx->device), and returns it (still
+ * owned by the ctx). NULL with the error set on failure. */
 psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i);
 /* Makes output i an alias of t (takes a new reference). */
 void psg_kernel_set_output(psg_kernel_ctx_t *ctx, int i, psg_tensor_t *t);

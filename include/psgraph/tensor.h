@@ -65,6 +65,7 @@ typedef struct psg_buffer {
     atomic_int refcount;
     psg_free_fn free_fn; /* NULL: psgraph's own allocator */
     void *hint;
+    int device; /* 0: host memory (every buffer made here); GPU k: k + 1 (device.h) */
 } psg_buffer_t;
 
 /* A new buffer of `size` bytes, uninitialized, refcount 1. NULL on out of memory
@@ -113,7 +114,7 @@ psg_tensor_t *psg_tensor_scalar_f32(float v);
 psg_tensor_t *psg_tensor_scalar_i64(int64_t v);
 /* A tensor sharing t's buffer with another shape of the same element count. */
 psg_tensor_t *psg_tensor_reshaped(psg_tensor_t *t, const psg_shape_t *shape);
-/* A deep copy (new buffer). */
+/* A deep copy (new buffer) of a host tensor (device.h copies GPU tensors). */
 psg_tensor_t *psg_tensor_copy(const psg_tensor_t *t);
 psg_tensor_t *psg_tensor_ref(psg_tensor_t *t);
 /* Drops one reference, frees on the last, sets *t to NULL. NULL-safe. */
