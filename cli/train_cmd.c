@@ -23,7 +23,9 @@ static void train_usage(FILE *f) {
             "  --seed S                 seed of initialization and shuffling (default 1)\n"
             "  --threads T              compute threads in all (default 1)\n"
             "  --logdir DIR             write DIR/metrics.jsonl\n"
-            "  --log-every N            progress line every N steps (default 100)\n");
+            "  --log-every N            progress line every N steps (default 100)\n"
+            "  --device cpu|gpu         where the towers run (default cpu; gpu without a GPU: cpu)\n"
+            "  --towers K               model copies, one per device, each on 1/K of the batch (default 1)\n");
 }
 
 /* Parses a number option; on error names the option. */
@@ -59,6 +61,11 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--data-dir")) c.data_dir = v;
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
+        else if (!strcmp(a, "--device")) {
+            c.device = v;
+            if (strcmp(v, "cpu") && strcmp(v, "gpu")) rc = psg_error_set("--device: '%s' is not cpu or gpu", v);
+        }
+        else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }

@@ -22,9 +22,15 @@ int psg_model_defaults(const char *name, psg_model_defaults_t *d) {
 }
 
 /* PyTorch's default init of Linear and Conv2d: weights and biases uniform in
- * +-1/sqrt(fan_in) (kaiming_uniform with a = sqrt(5) reduces to this). */
-static psg_endpoint_t param(psg_graph_t *g, const char *name, const psg_shape_t *shape,
-                            int64_t fan_in, uint64_t seed) {
+ * +-1/sqrt(fan_in) (kaiming_uniform with a = sqrt(5) reduces to this). The
+ * variable "model/<layer>/<name>" is reused when g has it (another tower). */
+static psg_endpoint_t param(psg_graph_t *g, const char *layer, const char *name,
+                            const psg_shape_t *shape, int64_t fan_in, uint64_t seed) {
+    char full[160];
+    snprintf(full, sizeof full, "model/%s/%s", layer, name);
+    int id = psg_graph_find(g, full);
+    if (id >= 0 && !strcmp(psg_node_op(psg_graph_node(g, id)), "VarHandle"))
+        return (psg_endpoint_t){id, 0};
     psg_initializer_t init = {"uniform", 1.0 / sqrt((double)fan_in), seed};
     return psg_variable(g, name, PSG_DT_F32, shape, init, true);
 }
@@ -33,8 +39,8 @@ static psg_endpoint_t param(psg_graph_t *g, const char *name, const psg_shape_t 
 static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t in,
                             int64_t out, bool relu, uint64_t seed) {
     if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
-    psg_endpoint_t w = param(g, "weights", &(psg_shape_t){2, {in, out}}, in, seed);
-    psg_endpoint_t b = param(g, "biases", &(psg_shape_t){1, {out}}, in, seed + 1);
+    psg_endpoint_t w = param(g, scope, "weights", &(psg_shape_t){2, {in, out}}, in, seed);
+    psg_endpoint_t b = param(g, scope, "biases", &(psg_shape_t){1, {out}}, in, seed + 1);
     psg_endpoint_t y = psg_dense(g, NULL, x, psg_read_variable(g, NULL, w),
                                  psg_read_variable(g, NULL, b), relu);
     psg_graph_pop_scope(g);
@@ -45,8 +51,8 @@ static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x,
 static psg_endpoint_t conv_block(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t k,
                                  int64_t in, int64_t out, uint64_t seed) {
     if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
-    psg_endpoint_t w = param(g, "weights", &(psg_shape_t){4, {k, k, in, out}}, k * k * in, seed);
-    psg_endpoint_t b = param(g, "biases", &(psg_shape_t){1, {out}}, k * k * in, seed + 1);
+    psg_endpoint_t w = param(g, scope, "weights", &(psg_shape_t){4, {k, k, in, out}}, k * k * in, seed);
+    psg_endpoint_t b = param(g, scope, "biases", &(psg_shape_t){1, {out}}, k * k * in, seed + 1);
     psg_endpoint_t y = psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
     y = psg_bias_add(g, NULL, y, psg_read_variable(g, NULL, b));
     y = psg_relu(g, NULL, y);

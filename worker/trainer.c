@@ -2,11 +2,13 @@
  * session, batches from a prefetching iterator, progress lines, evaluation
  * after every epoch, metrics.jsonl, and one final JSON line. */
 #include "psgraph/data.h"
+#include "psgraph/device.h"
 #include "psgraph/error.h"
 #include "psgraph/models.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/optimizer.h"
 #include "psgraph/session.h"
+#include "psgraph/towers.h"
 #include "psgraph/trainer.h"
 
 #include <errno.h>
@@ -31,6 +33,8 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->threads = 1;
     c->log_every = 100;
     c->momentum = 0.9;
+    c->device = "cpu";
+    c->towers = 1;
     c->out = stdout;
 }
 
@@ -106,6 +110,7 @@ typedef struct {
     psg_batch_iter_t *it;
     psg_callable_t *step, *eval;
     FILE *metrics;
+    psg_towers_t *towers; /* NULL: the single-device graph */
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
@@ -117,6 +122,7 @@ static void trainer_free(trainer_t *t) {
     psg_optimizer_destroy(&t->opt);
     psg_session_destroy(&t->sess);
     psg_graph_destroy(&t->g);
+    free(t->towers);
     if (t->metrics) fclose(t->metrics);
 }
 
@@ -152,9 +158,6 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     t.g = psg_graph_new();
     psg_model_t m;
-    if (psg_model_build(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
-                        psg_dataset_num_classes(t.train), c->seed, &m) < 0)
-        goto done;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
     oc.learning_rate = (float)lr;
     if (!strcmp(opt_kind, "momentum")) oc.momentum = (float)c->momentum;
@@ -163,13 +166,37 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_error_wrap("--optimizer");
         goto done;
     }
-    int train_op;
-    if (psg_optimizer_minimize(t.opt, t.g, m.loss, &train_op) < 0) goto done;
+    int train_op, n_feeds = 2;
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS], loss_ep;
+    bool gpu = c->device && !strcmp(c->device, "gpu");
+    if (gpu && psg_gpu_count() == 0) {
+        fprintf(out, "psgraph train: --device gpu: %s; running on the CPU\n", psg_gpu_status());
+        gpu = false;
+    }
+    if (gpu || c->towers > 1) {
+        psg_towers_config_t tc = {c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
+                                  psg_dataset_num_classes(t.train), c->seed, c->towers,
+                                  gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
+        t.towers = calloc(1, sizeof *t.towers);
+        if (!t.towers || psg_towers_build(t.g, &tc, t.opt, t.towers) < 0) goto done;
+        m = t.towers->towers[0];
+        train_op = t.towers->train_op;
+        loss_ep = t.towers->loss;
+        n_feeds = 2 * c->towers;
+        psg_towers_feeds(t.towers, feeds);
+    } else {
+        if (psg_model_build(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
+                            psg_dataset_num_classes(t.train), c->seed, &m) < 0)
+            goto done;
+        if (psg_optimizer_minimize(t.opt, t.g, m.loss, &train_op) < 0) goto done;
+        loss_ep = m.loss;
+        feeds[0] = m.images;
+        feeds[1] = m.labels;
+    }
     psg_session_options_t so = {.num_threads = c->threads};
     t.sess = psg_session_new(t.g, &so, NULL);
     if (!t.sess || psg_session_run_init(t.sess) < 0) goto done;
-    psg_endpoint_t feeds[2] = {m.images, m.labels};
-    t.step = psg_session_make_callable(t.sess, 2, feeds, 1, &m.loss, 1, &train_op);
+    t.step = psg_session_make_callable(t.sess, n_feeds, feeds, 1, &loss_ep, 1, &train_op);
     t.eval = t.step ? psg_session_make_callable(t.sess, 2, feeds, 1, &m.correct, 0, NULL) : NULL;
     if (!t.eval) goto done;
     psg_batch_iter_options_t io = psg_batch_iter_train_options(batch, c->seed);
@@ -179,8 +206,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
 
     int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
     int64_t total = c->steps > 0 ? c->steps : per_epoch * c->epochs;
-    fprintf(out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads\n",
-            c->model, c->data, batch, opt_kind, lr, (long long)total, (long long)per_epoch, c->threads);
+    fprintf(out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
+            c->model, c->data, batch, opt_kind, lr, (long long)total, (long long)per_epoch, c->threads,
+            c->towers, gpu ? "GPU" : "CPU", c->towers == 1 ? "" : "s");
     fflush(out);
     double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
     int64_t steady_examples = 0, interval_steps = 0;
@@ -193,8 +221,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             if (got == 0) psg_error_set("the training data ended early");
             goto done;
         }
-        psg_tensor_t *fv[2] = {images, labels};
-        int src = psg_callable_run(t.step, fv, &loss);
+        psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {images, labels};
+        int src = t.towers ? psg_towers_split(t.towers, images, labels, fv) : 0;
+        if (src == 0) src = psg_callable_run(t.step, fv, &loss);
+        for (int i = 0; t.towers && i < n_feeds; i++) psg_tensor_destroy(&fv[i]);
         psg_tensor_destroy(&images);
         psg_tensor_destroy(&labels);
         if (src < 0) {

@@ -26,7 +26,10 @@ int psg_model_defaults(const char *name, psg_model_defaults_t *d);
 
 /* Builds model `name` into g under the scope "model": its variables are
  * trainable and initialized as PyTorch initializes the same layers (uniform
- * in +-1/sqrt(fan_in)), from `seed`. Returns 0 or -1 with the error set. */
+ * in +-1/sqrt(fan_in)), from `seed`. A variable that g already has under its
+ * name ("model/fc1/weights") is reused, as TensorFlow's AUTO_REUSE: a second
+ * build under another scope is a tower sharing the first one's parameters.
+ * Returns 0 or -1 with the error set. */
 int psg_model_build(psg_graph_t *g, const char *name, int height, int width, int channels,
                     int classes, uint64_t seed, psg_model_t *m);
 

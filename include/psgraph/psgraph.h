@@ -23,5 +23,7 @@
 #include "psgraph/data.h"
 #include "psgraph/models.h"
 #include "psgraph/trainer.h"
+#include "psgraph/device.h"
+#include "psgraph/towers.h"
 
 #endif

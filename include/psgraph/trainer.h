@@ -22,6 +22,8 @@ typedef struct {
     int threads;
     const char *logdir;    /* NULL: no metrics.jsonl */
     int log_every;         /* progress line every N steps */
+    const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
+    int towers;            /* model copies, one per device (towers.h); 1: no towers */
     FILE *out;             /* progress and the final JSON line */
 } psg_train_config_t;
 

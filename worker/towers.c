@@ -1,0 +1,169 @@
+/* Towers on the devices of one process: the model built once per device with
+ * shared variables, per-tower gradients averaged in-graph on the variables'
+ * device, one optimizer update per variable; and the split of a batch into
+ * the towers' feeds. Not the training loop (trainer.c), which calls these. */
+#include "psgraph/autodiff.h"
+#include "psgraph/device.h"
+#include "psgraph/error.h"
+#include "psgraph/ops_array.h"
+#include "psgraph/ops_math.h"
+#include "psgraph/op.h"
+#include "psgraph/placement.h"
+#include "psgraph/towers.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The device function of one tower: ops that create or use a variable go to
+ * the variables' device, everything else to the tower's; an explicit device
+ * wins. */
+typedef struct {
+    const char *tower_device;
+    const char *variable_device;
+} tower_place_t;
+
+static const char *tower_device_fn(void *ctx, const psg_graph_t *g, const psg_node_t *n) {
+    const tower_place_t *tp = ctx;
+    if (psg_node_device(n)[0]) return NULL;
+    if (psg_node_def(n) && (psg_node_def(n)->flags & PSG_OP_VARIABLE)) return tp->variable_device;
+    for (int i = 0; i < psg_node_num_inputs(n); i++) {
+        psg_endpoint_t e = psg_node_input(n, i);
+        if (psg_graph_dtype(g, e) == PSG_DT_RESOURCE) return psg_node_device(psg_graph_node(g, e.node));
+    }
+    return tp->tower_device;
+}
+
+static int check_config(const psg_towers_config_t *c) {
+    if (c->num_towers < 1 || c->num_towers > PSG_MAX_TOWERS)
+        return psg_error_set("--towers %d: must be 1..%d", c->num_towers, PSG_MAX_TOWERS);
+    if (c->device == PSG_TOWERS_GPU && psg_gpu_count() < c->num_towers)
+        return psg_error_set("%d GPU tower%s asked for, this process has %d GPU%s (%s)",
+                             c->num_towers, c->num_towers == 1 ? "" : "s", psg_gpu_count(),
+                             psg_gpu_count() == 1 ? "" : "s", psg_gpu_status());
+    return 0;
+}
+
+/* Tower k's model (and its gradients with respect to vars, once they are
+ * known: n_vars 0 on tower 0's first pass) under its device function. */
+static int build_tower(psg_graph_t *g, const psg_towers_config_t *c, int k, tower_place_t *tp,
+                       psg_model_t *m) {
+    char scope[32];
+    snprintf(scope, sizeof scope, "tower_%d", k);
+    psg_graph_push_device_fn(g, tower_device_fn, tp);
+    int rc = 0;
+    if (k > 0) rc = psg_graph_push_scope(g, scope);
+    if (rc == 0) {
+        rc = psg_model_build(g, c->model, c->height, c->width, c->channels, c->classes, c->seed, m);
+        if (k > 0) psg_graph_pop_scope(g);
+    }
+    psg_graph_pop_device(g);
+    return rc < 0 ? psg_error_wrap("tower %d", k) : 0;
+}
+
+static int tower_gradients(psg_graph_t *g, int k, tower_place_t *tp, const psg_model_t *m, int n,
+                           const psg_endpoint_t *vars, psg_endpoint_t *grads) {
+    char scope[32];
+    snprintf(scope, sizeof scope, "tower_%d", k);
+    psg_graph_push_device_fn(g, tower_device_fn, tp);
+    int rc = k > 0 ? psg_graph_push_scope(g, scope) : 0;
+    if (rc == 0) {
+        rc = psg_gradients(g, 1, &m->loss, NULL, n, vars, grads);
+        if (k > 0) psg_graph_pop_scope(g);
+    }
+    psg_graph_pop_device(g);
+    return rc < 0 ? psg_error_wrap("gradients of tower %d", k) : 0;
+}
+
+/* mean over the towers of xs[k] (one endpoint per tower), named name/... */
+static psg_endpoint_t tower_mean(psg_graph_t *g, const char *name, int k, const psg_endpoint_t *xs,
+                                 bool scale) {
+    if (k == 1) return xs[0];
+    char buf[160];
+    snprintf(buf, sizeof buf, "%.150s/sum", name);
+    psg_endpoint_t s = psg_add_n(g, buf, k, xs);
+    if (!scale) return s;
+    snprintf(buf, sizeof buf, "%.150s/mean", name);
+    return psg_scale(g, buf, s, 1.0 / k);
+}
+
+int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer_t *opt,
+                     psg_towers_t *t) {
+    memset(t, 0, sizeof *t);
+    if (check_config(c) < 0) return -1;
+    int K = c->num_towers;
+    const char *type = c->device == PSG_TOWERS_GPU ? "GPU" : "CPU";
+    char devs[PSG_MAX_TOWERS][32];
+    tower_place_t tp[PSG_MAX_TOWERS];
+    snprintf(t->variable_device, sizeof t->variable_device, "/device:%s:0", type);
+    for (int k = 0; k < K; k++) {
+        snprintf(devs[k], sizeof devs[k], "/device:%s:%d", type, k);
+        tp[k] = (tower_place_t){devs[k], t->variable_device};
+    }
+    t->num_towers = K;
+    for (int k = 0; k < K; k++)
+        if (build_tower(g, c, k, &tp[k], &t->towers[k]) < 0) return -1;
+    int n = 0;
+    const int *ids = psg_graph_collection(g, "trainable_variables", &n);
+    if (n == 0) return psg_error_set("the model has no trainable variables");
+    psg_endpoint_t vars[n], grads[PSG_MAX_TOWERS][n], avg[n], per_tower[PSG_MAX_TOWERS];
+    for (int i = 0; i < n; i++) vars[i] = (psg_endpoint_t){ids[i], 0};
+    for (int k = 0; k < K; k++)
+        if (tower_gradients(g, k, &tp[k], &t->towers[k], n, vars, grads[k]) < 0) return -1;
+    /* the average, the update and the summaries sit beside the variables */
+    psg_graph_push_device_fn(g, tower_device_fn, &tp[0]);
+    for (int i = 0; i < n; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "average_gradients/%d", i);
+        for (int k = 0; k < K; k++) per_tower[k] = grads[k][i];
+        avg[i] = psg_endpoint_valid(per_tower[0]) ? tower_mean(g, name, K, per_tower, true)
+                                                  : PSG_NO_ENDPOINT;
+    }
+    int rc = psg_optimizer_apply_gradients(opt, g, n, avg, vars, &t->train_op);
+    for (int k = 0; k < K; k++) per_tower[k] = t->towers[k].loss;
+    t->loss = tower_mean(g, "towers/loss", K, per_tower, true);
+    for (int k = 0; k < K; k++) per_tower[k] = t->towers[k].correct;
+    t->correct = tower_mean(g, "towers/correct", K, per_tower, false);
+    psg_graph_pop_device(g);
+    if (rc < 0) return -1;
+    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    psg_placement_options_t po = {.allow_soft_placement = true};
+    return psg_place(g, &po);
+}
+
+void psg_towers_feeds(const psg_towers_t *t, psg_endpoint_t *feeds) {
+    for (int k = 0; k < t->num_towers; k++) {
+        feeds[2 * k] = t->towers[k].images;
+        feeds[2 * k + 1] = t->towers[k].labels;
+    }
+}
+
+/* rows [r0, r1) of x as a view of its buffer */
+static psg_tensor_t *row_view(psg_tensor_t *x, int64_t r0, int64_t r1) {
+    psg_shape_t s = x->shape;
+    int64_t row_elems = s.dims[0] ? psg_tensor_numel(x) / s.dims[0] : 0;
+    size_t off = (size_t)((char *)x->data - (char *)x->buf->data) +
+                 (size_t)(r0 * row_elems) * psg_dtype_size(x->dtype);
+    s.dims[0] = r1 - r0;
+    return psg_tensor_from_buffer(x->dtype, &s, x->buf, off);
+}
+
+int psg_towers_split(const psg_towers_t *t, psg_tensor_t *images, psg_tensor_t *labels,
+                     psg_tensor_t **values) {
+    int K = t->num_towers;
+    if (images->shape.rank < 1 || labels->shape.rank != 1 ||
+        images->shape.dims[0] != labels->shape.dims[0])
+        return psg_error_set("a batch needs images (N, ...) and labels (N) of the same N");
+    int64_t N = images->shape.dims[0];
+    if (N < K) return psg_error_set("a batch of %lld rows cannot feed %d towers", (long long)N, K);
+    for (int k = 0; k < 2 * K; k++) values[k] = NULL;
+    for (int k = 0; k < K; k++) {
+        int64_t r0 = N * k / K, r1 = N * (k + 1) / K;
+        values[2 * k] = row_view(images, r0, r1);
+        values[2 * k + 1] = values[2 * k] ? row_view(labels, r0, r1) : NULL;
+        if (!values[2 * k + 1]) {
+            for (int j = 0; j < 2 * K; j++) psg_tensor_destroy(&values[j]);
+            return psg_error_wrap("splitting the batch");
+        }
+    }
+    return 0;
+}
