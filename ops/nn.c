@@ -3,6 +3,7 @@
  * window geometry, shape inference, gradients (as graph nodes) and builders.
  * Kernels: ops/cpu/{conv2d,pool,bias_add,batch_norm}.c. */
 #include "ops/cpu/nn.h"
+#include "ops/cuda/kernels.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_nn.h"
 
@@ -376,31 +377,31 @@ static int grad_fused_batch_norm(psg_graph_t *g, const psg_node_t *n, const psg_
 
 /* MaxPoolGrad and FusedBatchNormGrad have no gradient (no second order). */
 static const psg_op_def_t op_conv2d = {"Conv2D", 2, 1, 0, infer_conv2d, grad_conv2d,
-                                       psg_cpu_conv2d, NULL};
+                                       psg_cpu_conv2d, PSG_GPU_KERNEL(psg_gpu_conv2d)};
 static const psg_op_def_t op_conv2d_bi = {"Conv2DBackpropInput", 3, 1, 0,
                                           infer_conv2d_backprop_input, grad_conv2d_backprop_input,
-                                          psg_cpu_conv2d_backprop_input, NULL};
+                                          psg_cpu_conv2d_backprop_input, PSG_GPU_KERNEL(psg_gpu_conv2d_backprop_input)};
 static const psg_op_def_t op_conv2d_bf = {"Conv2DBackpropFilter", 3, 1, 0,
                                           infer_conv2d_backprop_filter,
                                           grad_conv2d_backprop_filter,
-                                          psg_cpu_conv2d_backprop_filter, NULL};
+                                          psg_cpu_conv2d_backprop_filter, PSG_GPU_KERNEL(psg_gpu_conv2d_backprop_filter)};
 static const psg_op_def_t op_max_pool = {"MaxPool", 1, 1, 0, infer_pool, grad_max_pool,
-                                         psg_cpu_max_pool, NULL};
+                                         psg_cpu_max_pool, PSG_GPU_KERNEL(psg_gpu_max_pool)};
 static const psg_op_def_t op_max_pool_grad = {"MaxPoolGrad", 2, 1, 0, infer_pool_grad, NULL,
-                                              psg_cpu_max_pool_grad, NULL};
+                                              psg_cpu_max_pool_grad, PSG_GPU_KERNEL(psg_gpu_max_pool_grad)};
 static const psg_op_def_t op_avg_pool = {"AvgPool", 1, 1, 0, infer_pool, grad_avg_pool,
-                                         psg_cpu_avg_pool, NULL};
+                                         psg_cpu_avg_pool, PSG_GPU_KERNEL(psg_gpu_avg_pool)};
 static const psg_op_def_t op_avg_pool_grad = {"AvgPoolGrad", 2, 1, 0, infer_pool_grad,
-                                              grad_avg_pool_grad, psg_cpu_avg_pool_grad, NULL};
+                                              grad_avg_pool_grad, psg_cpu_avg_pool_grad, PSG_GPU_KERNEL(psg_gpu_avg_pool_grad)};
 static const psg_op_def_t op_bias_add = {"BiasAdd", 2, 1, 0, infer_bias_add, grad_bias_add,
-                                         psg_cpu_bias_add, NULL};
+                                         psg_cpu_bias_add, PSG_GPU_KERNEL(psg_gpu_bias_add)};
 static const psg_op_def_t op_bias_add_grad = {"BiasAddGrad", 1, 1, 0, infer_bias_add_grad,
-                                              grad_bias_add_grad, psg_cpu_bias_add_grad, NULL};
+                                              grad_bias_add_grad, psg_cpu_bias_add_grad, PSG_GPU_KERNEL(psg_gpu_bias_add_grad)};
 static const psg_op_def_t op_fused_bn = {"FusedBatchNorm", -1, 5, 0, infer_fused_batch_norm,
-                                         grad_fused_batch_norm, psg_cpu_fused_batch_norm, NULL};
+                                         grad_fused_batch_norm, psg_cpu_fused_batch_norm, PSG_GPU_KERNEL(psg_gpu_fused_batch_norm)};
 static const psg_op_def_t op_fused_bn_grad = {"FusedBatchNormGrad", 5, 3, 0,
                                               infer_fused_batch_norm_grad, NULL,
-                                              psg_cpu_fused_batch_norm_grad, NULL};
+                                              psg_cpu_fused_batch_norm_grad, PSG_GPU_KERNEL(psg_gpu_fused_batch_norm_grad)};
 
 const psg_op_def_t *const psg_nn_ops[] = {
     &op_conv2d,   &op_conv2d_bi,     &op_conv2d_bf, &op_max_pool,      &op_max_pool_grad,

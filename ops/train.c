@@ -5,6 +5,7 @@
  * defs, shape inference and builders. Kernels: ops/cpu/train.c. Not the
  * optimizer objects that wire them to gradients (ops/optimizer.c). */
 #include "ops/cpu/train.h"
+#include "ops/cuda/kernels.h"
 #include "psgraph/error.h"
 #include "psgraph/optimizer.h"
 
@@ -117,23 +118,23 @@ static int infer_exponential_decay(psg_infer_ctx_t *c) {
 
 static const psg_op_def_t op_gd = {
     "ApplyGradientDescent",         3,   0, PSG_OP_STATEFUL, infer_gd, NULL,
-    psg_cpu_apply_gradient_descent, NULL};
+    psg_cpu_apply_gradient_descent, PSG_GPU_KERNEL(psg_gpu_apply_gradient_descent)};
 static const psg_op_def_t op_momentum = {
-    "ApplyMomentum", 5, 0, PSG_OP_STATEFUL, infer_momentum, NULL, psg_cpu_apply_momentum, NULL};
+    "ApplyMomentum", 5, 0, PSG_OP_STATEFUL, infer_momentum, NULL, psg_cpu_apply_momentum, PSG_GPU_KERNEL(psg_gpu_apply_momentum)};
 static const psg_op_def_t op_rmsprop = {
-    "ApplyRMSProp", 8, 0, PSG_OP_STATEFUL, infer_rmsprop, NULL, psg_cpu_apply_rmsprop, NULL};
+    "ApplyRMSProp", 8, 0, PSG_OP_STATEFUL, infer_rmsprop, NULL, psg_cpu_apply_rmsprop, PSG_GPU_KERNEL(psg_gpu_apply_rmsprop)};
 static const psg_op_def_t op_adam = {"ApplyAdam",        10,  0, PSG_OP_STATEFUL, infer_adam, NULL,
-                                     psg_cpu_apply_adam, NULL};
+                                     psg_cpu_apply_adam, PSG_GPU_KERNEL(psg_gpu_apply_adam)};
 static const psg_op_def_t op_adagrad = {
-    "ApplyAdagrad", 4, 0, PSG_OP_STATEFUL, infer_adagrad, NULL, psg_cpu_apply_adagrad, NULL};
+    "ApplyAdagrad", 4, 0, PSG_OP_STATEFUL, infer_adagrad, NULL, psg_cpu_apply_adagrad, PSG_GPU_KERNEL(psg_gpu_apply_adagrad)};
 static const psg_op_def_t op_scale_variable = {
     "ScaleVariable",        2,   0, PSG_OP_STATEFUL, infer_scale_variable, NULL,
-    psg_cpu_scale_variable, NULL};
+    psg_cpu_scale_variable, PSG_GPU_KERNEL(psg_gpu_scale_variable)};
 static const psg_op_def_t op_increment_variable = {
     "IncrementVariable",        1,   0, PSG_OP_STATEFUL, infer_increment_variable, NULL,
-    psg_cpu_increment_variable, NULL};
+    psg_cpu_increment_variable, PSG_GPU_KERNEL(psg_gpu_increment_variable)};
 static const psg_op_def_t op_exponential_decay = {
-    "ExponentialDecay", 1, 1, 0, infer_exponential_decay, NULL, psg_cpu_exponential_decay, NULL};
+    "ExponentialDecay", 1, 1, 0, infer_exponential_decay, NULL, psg_cpu_exponential_decay, PSG_GPU_KERNEL(psg_gpu_exponential_decay)};
 
 const psg_op_def_t *const psg_train_ops[] = {
     &op_gd,

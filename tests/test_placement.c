@@ -299,13 +299,16 @@ static void test_placement_errors(void) {
     psg_graph_destroy(&g);
 
     g = psg_graph_new();
-    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &sh);
+    psg_placeholder(g, "x", PSG_DT_F32, &sh);
     psg_graph_push_device(g, "/gpu:0");
-    psg_endpoint_t xs[2] = {x, x};
-    psg_add_n(g, "sum", 2, xs);
+    /* Random has no GPU kernel in any build (AddN has one with CUDA) */
+    psg_node_builder_t *rb = psg_node_begin(g, "Random", "sum");
+    psg_node_attr_str(rb, "distribution", "uniform");
+    psg_node_attr_shape(rb, "shape", &sh);
+    psg_node_finish(rb);
     psg_graph_pop_device(g);
     CHECK(psg_place(g, &opt) < 0);
-    CHECK_ERROR_HAS("node 'sum' (AddN): no GPU kernel for this op");
+    CHECK_ERROR_HAS("node 'sum' (Random): no GPU kernel for this op");
     opt.allow_soft_placement = true;
     CHECK(psg_place(g, &opt) == 0);
     CHECK(!strcmp(assigned(g, "sum"), "/job:worker/replica:0/task:0/device:CPU:0"));

@@ -1,0 +1,370 @@
+/* Conv2D and its two gradients through cuDNN (the one file that includes
+ * it): NHWC f32 in FMA math (no TF32, as the CPU's f32), the filter turned
+ * from psgraph's (KH, KW, C, OC) to cuDNN's (OC, KH, KW, C), SAME padding
+ * that is larger after than before made even by a zero-padded copy of the
+ * input, and per shape the descriptors and each direction's algorithm
+ * (cudnnFind*Ex once, heuristics as the fallback) cached for the process. */
+#include "ops/cuda/common.h"
+
+#include <cudnn.h>
+#include <stdlib.h>
+
+/* A cuDNN call that must succeed, as PSG_CUDA_CHECK. */
+#define PSG_CUDNN_CHECK(call)                                                                      \
+    do {                                                                                           \
+        cudnnStatus_t psg_s_ = (call);                                                             \
+        if (psg_s_ != CUDNN_STATUS_SUCCESS)                                                        \
+            return psg_error_set("%s: %s (%d)", #call, cudnnGetErrorString(psg_s_), (int)psg_s_);  \
+    } while (0)
+
+/* The most workspace an algorithm may ask for. */
+#define WORKSPACE_MAX ((size_t)512 << 20)
+
+/* ---- handles ---- */
+
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudnnHandle_t handles[PSG_CUDA_MAX_GPUS];
+
+/* gpu's cuDNN handle on its compute stream; the caller holds d->lock, which
+ * serializes every cuBLAS and cuDNN call of the GPU. */
+static int handle_of(int gpu, psg_cuda_dev_t *d, cudnnHandle_t *h) {
+    pthread_mutex_lock(&handles_lock);
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    if (!handles[gpu]) {
+        s = cudnnCreate(&handles[gpu]);
+        if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetStream(handles[gpu], d->compute);
+        if (s != CUDNN_STATUS_SUCCESS && handles[gpu]) {
+            cudnnDestroy(handles[gpu]);
+            handles[gpu] = NULL;
+        }
+    }
+    *h = handles[gpu];
+    pthread_mutex_unlock(&handles_lock);
+    PSG_CUDNN_CHECK(s);
+    return 0;
+}
+
+/* ---- per-shape plans ---- */
+
+enum { FWD, BWD_DATA, BWD_FILTER };
+
+typedef struct plan {
+    int gpu;
+    psg_cu_geom_t g;
+    int64_t eh, ew; /* rows / columns of zeros added after the input */
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    bool found[3];
+    int algo[3];
+    size_t workspace[3];
+    struct plan *next;
+} plan_t;
+
+static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
+static plan_t *plans;
+
+static bool same_geom(const psg_cu_geom_t *a, const psg_cu_geom_t *b) {
+    return a->n == b->n && a->h == b->h && a->w == b->w && a->c == b->c && a->kh == b->kh &&
+           a->kw == b->kw && a->oc == b->oc && a->oh == b->oh && a->ow == b->ow && a->sh == b->sh &&
+           a->sw == b->sw && a->pt == b->pt && a->pl == b->pl;
+}
+
+static bool fits_int(const psg_cu_geom_t *g) {
+    const int64_t v[] = {g->n, g->h, g->w, g->c, g->kh, g->kw, g->oc, g->oh, g->ow, g->sh, g->sw};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i] > INT32_MAX || v[i] < 0) return false;
+    return true;
+}
+
+static int plan_init(plan_t *p) {
+    const psg_cu_geom_t *g = &p->g;
+    int64_t e = (g->oh - 1) * g->sh + g->kh - g->h - 2 * g->pt;
+    p->eh = e > 0 ? e : 0;
+    e = (g->ow - 1) * g->sw + g->kw - g->w - 2 * g->pl;
+    p->ew = e > 0 ? e : 0;
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->xd));
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yd));
+    PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->wd));
+    PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->cd));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                               (int)g->c, (int)(g->h + p->eh), (int)(g->w + p->ew)));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                               (int)g->oc, (int)g->oh, (int)g->ow));
+    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                               (int)g->oc, (int)g->c, (int)g->kh, (int)g->kw));
+    PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->cd, (int)g->pt, (int)g->pl, (int)g->sh,
+                                                    (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                    CUDNN_DATA_FLOAT));
+    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+    int n, c, h, w;
+    PSG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &h, &w));
+    if (h != g->oh || w != g->ow)
+        return psg_error_set("cuDNN's output %dx%d differs from %lldx%lld (internal error)", h, w,
+                             (long long)g->oh, (long long)g->ow);
+    return 0;
+}
+
+static void plan_free(plan_t *p) {
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    free(p);
+}
+
+/* The plan of one geometry on one GPU, made on first use. NULL with the error set. */
+static plan_t *plan_get(int gpu, const psg_cu_geom_t *g) {
+    if (!fits_int(g)) {
+        psg_error_set("convolution too large for cuDNN's 32-bit dims");
+        return NULL;
+    }
+    pthread_mutex_lock(&plans_lock);
+    plan_t *p = plans;
+    while (p && !(p->gpu == gpu && same_geom(&p->g, g))) p = p->next;
+    if (!p) {
+        p = (plan_t *)calloc(1, sizeof *p);
+        if (!p) {
+            psg_error_set("out of memory");
+        } else {
+            p->gpu = gpu;
+            p->g = *g;
+            if (plan_init(p) < 0) {
+                plan_free(p);
+                p = NULL;
+            } else {
+                p->next = plans;
+                plans = p;
+            }
+        }
+    }
+    pthread_mutex_unlock(&plans_lock);
+    return p;
+}
+
+/* ---- algorithms ---- */
+
+/* The buffers of one call, in cuDNN's layouts. */
+typedef struct {
+    const float *x;  /* (N, H+eh, W+ew, C) */
+    const float *w;  /* (OC, KH, KW, C) */
+    const float *dy; /* (N, OH, OW, OC) */
+    float *y;        /* forward output (N, OH, OW, OC) */
+    float *dx;       /* (N, H+eh, W+ew, C) */
+    float *dw;       /* (OC, KH, KW, C) */
+} bufs_t;
+
+/* Picks p's algorithm for `dir` once: cudnnFind*Ex on these buffers within
+ * WORKSPACE_MAX (their contents are then overwritten by the real call),
+ * else the heuristics' first that fits. Caller holds the GPU's lock. */
+static int find_algo(cudnnHandle_t h, plan_t *p, int dir, const bufs_t *b) {
+    if (p->found[dir]) return 0;
+    void *hint = NULL;
+    size_t ws = WORKSPACE_MAX;
+    void *work = psg_cuda_alloc(p->gpu, ws, &hint);
+    if (!work) {
+        ws = 0;
+        psg_error_clear();
+    }
+    int got = 0;
+    cudnnStatus_t s;
+    size_t need = 0;
+    int algo = -1;
+    if (dir == FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[8];
+        s = cudnnFindConvolutionForwardAlgorithmEx(h, p->xd, b->x, p->wd, b->w, p->cd, p->yd, b->y, 8,
+                                                   &got, r, work, ws);
+        for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS) algo = r[i].algo, need = r[i].memory;
+        if (algo < 0) {
+            s = cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd, 8, &got, r);
+            for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
+                if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= ws)
+                    algo = r[i].algo, need = r[i].memory;
+        }
+    } else if (dir == BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[8];
+        s = cudnnFindConvolutionBackwardDataAlgorithmEx(h, p->wd, b->w, p->yd, b->dy, p->cd, p->xd,
+                                                        b->dx, 8, &got, r, work, ws);
+        for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS) algo = r[i].algo, need = r[i].memory;
+        if (algo < 0) {
+            s = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd, 8, &got, r);
+            for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
+                if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= ws)
+                    algo = r[i].algo, need = r[i].memory;
+        }
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[8];
+        s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->xd, b->x, p->yd, b->dy, p->cd, p->wd,
+                                                          b->dw, 8, &got, r, work, ws);
+        for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS) algo = r[i].algo, need = r[i].memory;
+        if (algo < 0) {
+            s = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd, 8, &got,
+                                                              r);
+            for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
+                if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= ws)
+                    algo = r[i].algo, need = r[i].memory;
+        }
+    }
+    if (work) psg_cuda_free(work, hint);
+    PSG_CUDNN_CHECK(s);
+    if (algo < 0) return psg_error_set("cuDNN has no algorithm for this convolution");
+    p->algo[dir] = algo;
+    p->workspace[dir] = need;
+    p->found[dir] = true;
+    return 0;
+}
+
+/* Runs p in direction dir on b under the GPU's lock. */
+static int run_conv(int gpu, plan_t *p, int dir, const bufs_t *b) {
+    PSG_CUDA_DEV(d, gpu);
+    const float one = 1.0f, zero = 0.0f;
+    pthread_mutex_lock(&d->lock);
+    cudnnHandle_t h;
+    int rc = handle_of(gpu, d, &h);
+    if (rc == 0) rc = find_algo(h, p, dir, b);
+    void *work = NULL, *hint = NULL;
+    if (rc == 0 && p->workspace[dir] > 0) {
+        work = psg_cuda_alloc(gpu, p->workspace[dir], &hint);
+        if (!work) rc = -1;
+    }
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    if (rc == 0 && dir == FWD)
+        s = cudnnConvolutionForward(h, &one, p->xd, b->x, p->wd, b->w, p->cd,
+                                    (cudnnConvolutionFwdAlgo_t)p->algo[dir], work,
+                                    p->workspace[dir], &zero, p->yd, b->y);
+    else if (rc == 0 && dir == BWD_DATA)
+        s = cudnnConvolutionBackwardData(h, &one, p->wd, b->w, p->yd, b->dy, p->cd,
+                                         (cudnnConvolutionBwdDataAlgo_t)p->algo[dir], work,
+                                         p->workspace[dir], &zero, p->xd, b->dx);
+    else if (rc == 0)
+        s = cudnnConvolutionBackwardFilter(h, &one, p->xd, b->x, p->yd, b->dy, p->cd,
+                                           (cudnnConvolutionBwdFilterAlgo_t)p->algo[dir], work,
+                                           p->workspace[dir], &zero, p->wd, b->dw);
+    if (work) psg_cuda_free(work, hint); /* stream-ordered: reused only by later work */
+    pthread_mutex_unlock(&d->lock);
+    if (rc < 0) return -1;
+    PSG_CUDNN_CHECK(s);
+    return 0;
+}
+
+/* ---- layouts ---- */
+
+/* to (OC, KH*KW*C) from w (KH*KW*C, OC), or back when back */
+__global__ static void filter_transpose(const float *from, float *to, int64_t khwc, int64_t oc,
+                                        bool back) {
+    PSG_GRID_STRIDE(i, khwc * oc) {
+        int64_t o = i / khwc, r = i % khwc; /* i indexes (OC, KHWC) */
+        if (back)
+            to[r * oc + o] = from[i];
+        else
+            to[i] = from[r * oc + o];
+    }
+}
+
+static int transpose(int gpu, const float *from, float *to, const psg_cu_geom_t *g, bool back) {
+    PSG_CUDA_DEV(d, gpu);
+    int64_t khwc = g->kh * g->kw * g->c, n = khwc * g->oc;
+    if (n == 0) return 0;
+    filter_transpose<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(from, to, khwc, g->oc,
+                                                                              back);
+    PSG_CUDA_LAUNCHED("filter_transpose");
+    return 0;
+}
+
+/* Device scratch of one call, freed (stream-ordered) at the end. */
+typedef struct {
+    void *p[3], *hint[3];
+    int n;
+} scratch_t;
+
+static float *scratch(int gpu, scratch_t *s, int64_t floats) {
+    void *p = psg_cuda_alloc(gpu, sizeof(float) * (size_t)(floats > 0 ? floats : 1), &s->hint[s->n]);
+    if (p) s->p[s->n++] = p;
+    return (float *)p;
+}
+
+static void scratch_free(scratch_t *s) {
+    for (int i = 0; i < s->n; i++) psg_cuda_free(s->p[i], s->hint[i]);
+    s->n = 0;
+}
+
+/* x with eh rows and ew columns of zeros after: into xe, (N, H+eh, W+ew, C) */
+static int pad_input(int gpu, const plan_t *p, const float *x, float *xe) {
+    const psg_cu_geom_t *g = &p->g;
+    int64_t size[4] = {g->n, g->h, g->w, g->c}, full[4] = {g->n, g->h + p->eh, g->w + p->ew, g->c};
+    int64_t zero[4] = {0, 0, 0, 0};
+    if (psg_cuda_memset0(gpu, xe, sizeof(float) * (size_t)(full[0] * full[1] * full[2] * full[3])) < 0)
+        return -1;
+    return psg_cuda_copy_block(gpu, 4, 4, size, x, size, zero, xe, full, zero);
+}
+
+extern "C" int psg_cuda_conv2d(int gpu, const psg_cu_geom_t *g, const float *x, const float *w,
+                               float *y) {
+    if (g->n * g->oh * g->ow * g->oc == 0) return 0;
+    plan_t *p = plan_get(gpu, g);
+    if (!p) return -1;
+    scratch_t s = {{NULL}, {NULL}, 0};
+    bufs_t b = {x, NULL, NULL, y, NULL, NULL};
+    float *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc);
+    int rc = wk ? transpose(gpu, w, wk, g, false) : -1;
+    b.w = wk;
+    if (rc == 0 && (p->eh || p->ew)) {
+        float *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c);
+        rc = xe ? pad_input(gpu, p, x, xe) : -1;
+        b.x = xe;
+    }
+    if (rc == 0) rc = run_conv(gpu, p, FWD, &b);
+    scratch_free(&s);
+    return rc;
+}
+
+extern "C" int psg_cuda_conv2d_backprop_input(int gpu, const psg_cu_geom_t *g, const float *w,
+                                              const float *dy, float *dx) {
+    if (g->n * g->h * g->w * g->c == 0) return 0;
+    plan_t *p = plan_get(gpu, g);
+    if (!p) return -1;
+    scratch_t s = {{NULL}, {NULL}, 0};
+    bufs_t b = {NULL, NULL, dy, NULL, dx, NULL};
+    float *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc);
+    int rc = wk ? transpose(gpu, w, wk, g, false) : -1;
+    b.w = wk;
+    bool padded = p->eh || p->ew;
+    if (rc == 0 && padded) {
+        b.dx = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c);
+        if (!b.dx) rc = -1;
+    }
+    if (rc == 0) rc = run_conv(gpu, p, BWD_DATA, &b);
+    if (rc == 0 && padded) {
+        /* the padding's rows and columns are dropped */
+        int64_t size[4] = {g->n, g->h, g->w, g->c}, zero[4] = {0, 0, 0, 0};
+        int64_t full[4] = {g->n, g->h + p->eh, g->w + p->ew, g->c};
+        rc = psg_cuda_copy_block(gpu, 4, 4, size, b.dx, full, zero, dx, size, zero);
+    }
+    scratch_free(&s);
+    return rc;
+}
+
+extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, const psg_cu_geom_t *g, const float *x,
+                                               const float *dy, float *dw) {
+    int64_t nw = g->kh * g->kw * g->c * g->oc;
+    if (nw == 0) return 0;
+    if (g->n == 0) return psg_cuda_memset0(gpu, dw, sizeof(float) * (size_t)nw);
+    plan_t *p = plan_get(gpu, g);
+    if (!p) return -1;
+    scratch_t s = {{NULL}, {NULL}, 0};
+    bufs_t b = {x, NULL, dy, NULL, NULL, NULL};
+    b.dw = scratch(gpu, &s, nw);
+    int rc = b.dw ? 0 : -1;
+    if (rc == 0 && (p->eh || p->ew)) {
+        float *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c);
+        rc = xe ? pad_input(gpu, p, x, xe) : -1;
+        b.x = xe;
+    }
+    if (rc == 0) rc = run_conv(gpu, p, BWD_FILTER, &b);
+    if (rc == 0) rc = transpose(gpu, b.dw, dw, g, true);
+    scratch_free(&s);
+    return rc;
+}

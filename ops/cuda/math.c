@@ -1,0 +1,304 @@
+/* CUDA kernels (C glue) of the math ops: elementwise with broadcasting,
+ * reductions (as (A, R, B) when the axes allow), row-wise softmax and
+ * cross-entropy, MatMul and the fused Dense through cuBLAS, concat, slices,
+ * casts, dropout. Each mirrors its CPU kernel in ops/cpu/math*.c and matmul.c. */
+#include "ops/cpu/broadcast.h"
+#include "ops/cpu/math.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/runtime.h"
+#include "psgraph/device.h"
+#include "psgraph/error.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- elementwise ---- */
+
+static int binary(psg_kernel_ctx_t *c, psg_cu_binary_t op) {
+    const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    psg_cu_bcast_t bc = {.rank = out->shape.rank};
+    memcpy(bc.dims, out->shape.dims, sizeof(int64_t) * (size_t)out->shape.rank);
+    psg_broadcast_strides(&a->shape, &out->shape, bc.sa);
+    psg_broadcast_strides(&b->shape, &out->shape, bc.sb);
+    return psg_cuda_binary(c->device, op, psg_tensor_f32(a), psg_tensor_f32(b), psg_tensor_f32(out),
+                           &bc);
+}
+
+int psg_gpu_add(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_ADD); }
+int psg_gpu_sub(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_SUB); }
+int psg_gpu_mul(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_MUL); }
+int psg_gpu_div(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_DIV); }
+int psg_gpu_relu_grad(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_RELU_GRAD); }
+int psg_gpu_sigmoid_grad(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_SIGMOID_GRAD); }
+int psg_gpu_tanh_grad(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_TANH_GRAD); }
+
+static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_unary(c->device, op, p, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(out),
+                          psg_tensor_numel(out));
+}
+
+int psg_gpu_neg(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_NEG, 0); }
+int psg_gpu_square(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_SQUARE, 0); }
+int psg_gpu_sqrt(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_SQRT, 0); }
+int psg_gpu_exp(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_EXP, 0); }
+int psg_gpu_log(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_LOG, 0); }
+int psg_gpu_relu(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_RELU, 0); }
+int psg_gpu_sigmoid(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_SIGMOID, 0); }
+int psg_gpu_tanh(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_TANH, 0); }
+int psg_gpu_pow(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_POW, (float)psg_node_get_float(c->node, "exponent", 1.0));
+}
+int psg_gpu_scale(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_SCALE, (float)psg_node_get_float(c->node, "scale", 1.0));
+}
+
+/* ---- reductions ---- */
+
+/* As math_reduce.c's: true (A, R, B set) for the patterns K, R, KR, RK, KRK. */
+static bool as_arb(const psg_shape_t *s, const bool *reduced, int64_t *A, int64_t *R, int64_t *B) {
+    int64_t size[PSG_MAX_RANK];
+    bool red[PSG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dims[i] == 1) continue;
+        if (n > 0 && red[n - 1] == reduced[i]) {
+            size[n - 1] *= s->dims[i];
+        } else {
+            size[n] = s->dims[i];
+            red[n++] = reduced[i];
+        }
+    }
+    *A = *R = *B = 1;
+    int k = 0;
+    if (k < n && !red[k]) *A = size[k++];
+    if (k < n && red[k]) *R = size[k++];
+    if (k < n && !red[k]) *B = size[k++];
+    return k == n;
+}
+
+int psg_gpu_reduce_axes(int gpu, const psg_tensor_t *x, const bool *reduced, psg_tensor_t *out,
+                        float scale) {
+    int64_t A, R, B;
+    if (as_arb(&x->shape, reduced, &A, &R, &B))
+        return psg_cuda_reduce_arb(gpu, psg_tensor_f32(x), psg_tensor_f32(out), A, R, B, scale);
+    return psg_cuda_reduce(gpu, psg_tensor_f32(x), x->shape.dims, x->shape.rank, reduced,
+                           psg_tensor_f32(out), scale);
+}
+
+static int reduce(psg_kernel_ctx_t *c, bool mean) {
+    const psg_tensor_t *x = c->inputs[0];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    bool reduced[PSG_MAX_RANK];
+    if (psg_math_reduced_axes(c->node, x->shape.rank, reduced) < 0) return -1;
+    int64_t n = psg_tensor_numel(x), m = psg_tensor_numel(out);
+    if (n == 0) /* the mean of nothing is NaN, as numpy says; the sum is 0 */
+        return psg_cuda_fill(c->device, PSG_CU_F32, out->data, m, mean ? (double)NAN : 0.0);
+    float scale = mean ? (float)((double)m / (double)n) : 1.0f;
+    return psg_gpu_reduce_axes(c->device, x, reduced, out, scale);
+}
+
+int psg_gpu_sum(psg_kernel_ctx_t *c) { return reduce(c, false); }
+int psg_gpu_mean(psg_kernel_ctx_t *c) { return reduce(c, true); }
+
+int psg_gpu_reduction_size(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *x = c->inputs[0];
+    bool reduced[PSG_MAX_RANK];
+    if (psg_math_reduced_axes(c->node, x->shape.rank, reduced) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t count = 1;
+    for (int i = 0; i < x->shape.rank; i++)
+        if (reduced[i]) count *= x->shape.dims[i];
+    return psg_cuda_fill(c->device, PSG_CU_F32, out->data, 1, (double)count);
+}
+
+int psg_gpu_l2_loss(psg_kernel_ctx_t *c) {
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_sum_squares(c->device, psg_tensor_f32(c->inputs[0]),
+                                psg_tensor_numel(c->inputs[0]), 0.5f, psg_tensor_f32(out));
+}
+
+/* ---- rows ---- */
+
+static int64_t last_dim(const psg_tensor_t *t) {
+    return t->shape.rank ? t->shape.dims[t->shape.rank - 1] : 1;
+}
+
+static int softmax_like(psg_kernel_ctx_t *c, bool log) {
+    const psg_tensor_t *x = c->inputs[0];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t C = last_dim(x);
+    if (C == 0) return 0;
+    return psg_cuda_softmax(c->device, psg_tensor_f32(x), psg_tensor_f32(out),
+                            psg_tensor_numel(x) / C, C, log);
+}
+
+int psg_gpu_softmax(psg_kernel_ctx_t *c) { return softmax_like(c, false); }
+int psg_gpu_log_softmax(psg_kernel_ctx_t *c) { return softmax_like(c, true); }
+
+/* Labels are not checked before the work, as the CPU kernel does: that
+ * needs them on the host. A label outside [0, C) gives NaN on its row. */
+int psg_gpu_sparse_xent(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *logits = c->inputs[0], *labels = c->inputs[1];
+    psg_tensor_t *loss = psg_kernel_alloc_output(c, 0);
+    psg_tensor_t *back = loss ? psg_kernel_alloc_output(c, 1) : NULL;
+    if (!back) return -1;
+    return psg_cuda_sparse_xent(c->device, psg_tensor_f32(logits), labels->data,
+                                labels->dtype == PSG_DT_I64, psg_tensor_f32(loss),
+                                psg_tensor_f32(back), logits->shape.dims[0], logits->shape.dims[1]);
+}
+
+int psg_gpu_argmax(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *x = c->inputs[0];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t C = last_dim(x);
+    if (C == 0) return psg_error_set("ArgMax over an empty axis");
+    return psg_cuda_argmax(c->device, psg_tensor_f32(x), psg_tensor_i64(out),
+                           psg_tensor_numel(x) / C, C);
+}
+
+int psg_gpu_equal(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_equal(c->device, (int)a->dtype, (int)psg_dtype_size(a->dtype), a->data, b->data,
+                          psg_tensor_numel(b) == 1, out->data, psg_tensor_numel(out));
+}
+
+/* ---- matrix products ---- */
+
+int psg_gpu_matmul(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
+    bool ta = psg_node_get_bool(c->node, "transpose_a", false);
+    bool tb = psg_node_get_bool(c->node, "transpose_b", false);
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t M = out->shape.dims[0], N = out->shape.dims[1];
+    int64_t K = ta ? a->shape.dims[0] : a->shape.dims[1];
+    return psg_cuda_gemm(c->device, ta, tb, M, N, K, 1.0f, psg_tensor_f32(a), a->shape.dims[1],
+                         psg_tensor_f32(b), b->shape.dims[1], 0.0f, psg_tensor_f32(out), N);
+}
+
+/* y = x w, then bias and ReLU in one pass over y */
+int psg_gpu_dense(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *x = c->inputs[0], *w = c->inputs[1], *b = c->inputs[2];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t N = x->shape.dims[0], K = x->shape.dims[1], M = w->shape.dims[1];
+    if (psg_cuda_gemm(c->device, false, false, N, M, K, 1.0f, psg_tensor_f32(x), K,
+                      psg_tensor_f32(w), M, 0.0f, psg_tensor_f32(out), M) < 0)
+        return -1;
+    return psg_cuda_bias_add(c->device, psg_tensor_f32(out), psg_tensor_f32(b), psg_tensor_f32(out),
+                             N, M, psg_node_get_bool(c->node, "relu", false));
+}
+
+/* inputs dy, y (N, M): dz = dy masked by y > 0 (relu) or dy itself; db = column sums of dz */
+int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
+    bool relu = psg_node_get_bool(c->node, "relu", false);
+    psg_tensor_t *dz = NULL;
+    if (relu) {
+        dz = psg_kernel_alloc_output(c, 0);
+        if (!dz) return -1;
+        psg_cu_bcast_t bc = {.rank = 1, .dims = {psg_tensor_numel(dy)}, .sa = {1}, .sb = {1}};
+        if (psg_cuda_binary(c->device, PSG_CU_RELU_GRAD, psg_tensor_f32(dy), psg_tensor_f32(y),
+                            psg_tensor_f32(dz), &bc) < 0)
+            return -1;
+    } else {
+        psg_kernel_set_output(c, 0, c->inputs[0]);
+        dz = c->outputs[0];
+    }
+    psg_tensor_t *db = psg_kernel_alloc_output(c, 1);
+    if (!db) return -1;
+    return psg_cuda_reduce_arb(c->device, psg_tensor_f32(dz), psg_tensor_f32(db), 1,
+                               dy->shape.dims[0], dy->shape.dims[1], 1.0f);
+}
+
+/* ---- layout ---- */
+
+int psg_gpu_concat(psg_kernel_ctx_t *c) {
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int rank = out->shape.rank;
+    int axis = (int)psg_node_get_int(c->node, "axis", 0);
+    if (axis < 0) axis += rank;
+    size_t es = psg_dtype_size(out->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < axis; i++) outer *= out->shape.dims[i];
+    for (int i = axis + 1; i < rank; i++) inner *= out->shape.dims[i];
+    size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es, at = 0;
+    for (int k = 0; k < c->num_inputs; k++) {
+        const psg_tensor_t *x = c->inputs[k];
+        size_t row = (size_t)(x->shape.dims[axis] * inner) * es;
+        if (psg_cuda_memcpy2d(c->device, (char *)out->data + at, out_row, x->data, row, row,
+                              (size_t)outer) < 0)
+            return -1;
+        at += row;
+    }
+    return 0;
+}
+
+static const int64_t *slice_begin(const psg_node_t *n) { return psg_node_attr(n, "begin")->u.ints.v; }
+
+int psg_gpu_slice(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *x = c->inputs[0];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t zero[PSG_MAX_RANK] = {0};
+    return psg_cuda_copy_block(c->device, (int)psg_dtype_size(x->dtype), x->shape.rank,
+                               out->shape.dims, x->data, x->shape.dims, slice_begin(c->node),
+                               out->data, out->shape.dims, zero);
+}
+
+int psg_gpu_slice_grad(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *dy = c->inputs[0];
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t zero[PSG_MAX_RANK] = {0};
+    if (psg_cuda_memset0(c->device, out->data, psg_tensor_nbytes(out)) < 0) return -1;
+    return psg_cuda_copy_block(c->device, (int)psg_dtype_size(dy->dtype), dy->shape.rank,
+                               dy->shape.dims, dy->data, dy->shape.dims, zero, out->data,
+                               out->shape.dims, slice_begin(c->node));
+}
+
+int psg_gpu_cast(psg_kernel_ctx_t *c) {
+    const psg_tensor_t *x = c->inputs[0];
+    if (x->dtype == c->out_dtypes[0]) {
+        psg_kernel_set_output(c, 0, c->inputs[0]);
+        return 0;
+    }
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_cast(c->device, (int)x->dtype, x->data, (int)out->dtype, out->data,
+                         psg_tensor_numel(out));
+}
+
+/* The CPU kernel's key and threshold: the same mask on either device. */
+int psg_gpu_dropout(psg_kernel_ctx_t *c) {
+    psg_tensor_t *y = psg_kernel_alloc_output(c, 0);
+    psg_tensor_t *mask = y ? psg_kernel_alloc_output(c, 1) : NULL;
+    if (!mask) return -1;
+    double rate = psg_node_get_float(c->node, "rate", 0.0);
+    uint64_t key = (uint64_t)psg_node_get_int(c->node, "seed", 0) * 0x100000001b3ull;
+    for (const char *p = psg_node_name(c->node); *p; p++)
+        key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
+    uint64_t z = (uint64_t)c->step_id + 0x632be59bd9b4e019ull;
+    for (int r = 0; r < 2; r++) { /* mix64(key ^ mix64(z)), as the CPU kernel */
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        if (r == 0) z ^= key;
+    }
+    return psg_cuda_dropout(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(y),
+                            psg_tensor_f32(mask), psg_tensor_numel(y), z,
+                            (uint32_t)(rate * 16777216.0), (float)(1.0 / (1.0 - rate)));
+}

@@ -1,0 +1,147 @@
+/* CUDA kernels (C glue) of the nn ops: Conv2D and its gradients (cuDNN,
+ * cudnn.cu), pooling (pool.cu), BiasAdd and its gradient, fused batch norm.
+ * The geometry comes from the same psg_nn_geom as the CPU kernels. */
+#include "ops/cpu/nn.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
+#include "psgraph/error.h"
+
+static void to_cu(const psg_nn_geom_t *g, psg_cu_geom_t *o) {
+    *o = (psg_cu_geom_t){g->n,  g->h,  g->w,  g->c,  g->kh, g->kw, g->oc,
+                         g->oh, g->ow, g->sh, g->sw, g->pt, g->pl};
+}
+
+/* The geometry of a conv from its input shape `in` and filter shape `filter`. */
+static int conv_geom(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shape_t *filter,
+                     psg_cu_geom_t *g) {
+    psg_nn_attrs_t a;
+    psg_nn_geom_t ng;
+    if (psg_nn_read_attrs(c->node, false, &a) < 0 ||
+        psg_nn_geom(in, filter->dims[0], filter->dims[1], filter->dims[3], &a, &ng) < 0)
+        return -1;
+    to_cu(&ng, g);
+    return 0;
+}
+
+/* inputs: x (N, H, W, C), filter (KH, KW, C, OC) */
+int psg_gpu_conv2d(psg_kernel_ctx_t *c) {
+    psg_cu_geom_t g;
+    if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_conv2d(c->device, &g, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(c->inputs[1]),
+                           psg_tensor_f32(out));
+}
+
+/* inputs: x (only its shape), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
+int psg_gpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
+    psg_cu_geom_t g;
+    if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_conv2d_backprop_input(c->device, &g, psg_tensor_f32(c->inputs[1]),
+                                          psg_tensor_f32(c->inputs[2]), psg_tensor_f32(out));
+}
+
+/* inputs: x (N, H, W, C), filter (only its shape), dy (N, OH, OW, OC) */
+int psg_gpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
+    psg_cu_geom_t g;
+    if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_conv2d_backprop_filter(c->device, &g, psg_tensor_f32(c->inputs[0]),
+                                           psg_tensor_f32(c->inputs[2]), psg_tensor_f32(out));
+}
+
+static int pool_geom(psg_kernel_ctx_t *c, psg_cu_geom_t *g) {
+    psg_nn_attrs_t a;
+    psg_nn_geom_t ng;
+    const psg_shape_t *in = &c->inputs[0]->shape;
+    if (psg_nn_read_attrs(c->node, true, &a) < 0 ||
+        psg_nn_geom(in, a.kh, a.kw, in->dims[3], &a, &ng) < 0)
+        return -1;
+    to_cu(&ng, g);
+    return 0;
+}
+
+static int pool(psg_kernel_ctx_t *c, bool max) {
+    psg_cu_geom_t g;
+    if (pool_geom(c, &g) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_pool(c->device, max, &g, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(out));
+}
+
+/* inputs: x (N, H, W, C) [, dy (N, OH, OW, C)] */
+static int pool_grad(psg_kernel_ctx_t *c, bool max) {
+    psg_cu_geom_t g;
+    if (pool_geom(c, &g) < 0) return -1;
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    return psg_cuda_pool_grad(c->device, max, &g, psg_tensor_f32(c->inputs[0]),
+                              psg_tensor_f32(c->inputs[1]), psg_tensor_f32(out));
+}
+
+int psg_gpu_max_pool(psg_kernel_ctx_t *c) { return pool(c, true); }
+int psg_gpu_avg_pool(psg_kernel_ctx_t *c) { return pool(c, false); }
+int psg_gpu_max_pool_grad(psg_kernel_ctx_t *c) { return pool_grad(c, true); }
+int psg_gpu_avg_pool_grad(psg_kernel_ctx_t *c) { return pool_grad(c, false); }
+
+/* rows and channels of a (..., C) tensor */
+static void rows_c(const psg_tensor_t *x, int64_t *rows, int64_t *ch) {
+    const psg_shape_t *s = &x->shape;
+    *ch = s->dims[s->rank - 1];
+    *rows = *ch > 0 ? psg_tensor_numel(x) / *ch : 0;
+}
+
+/* inputs: x (..., C), bias (C) */
+int psg_gpu_bias_add(psg_kernel_ctx_t *c) {
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t rows, ch;
+    rows_c(c->inputs[0], &rows, &ch);
+    return psg_cuda_bias_add(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(c->inputs[1]),
+                             psg_tensor_f32(out), rows, ch, false);
+}
+
+/* input: dy (..., C); output (C) */
+int psg_gpu_bias_add_grad(psg_kernel_ctx_t *c) {
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return -1;
+    int64_t rows, ch;
+    rows_c(c->inputs[0], &rows, &ch);
+    return psg_cuda_reduce_arb(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(out), 1, rows,
+                               ch, 1.0f);
+}
+
+/* As psg_cpu_fused_batch_norm. */
+int psg_gpu_fused_batch_norm(psg_kernel_ctx_t *c) {
+    bool training = psg_node_get_bool(c->node, "is_training", true);
+    float eps = (float)psg_node_get_float(c->node, "epsilon", 1e-3);
+    for (int o = 0; o < 5; o++)
+        if (!psg_kernel_alloc_output(c, o)) return -1;
+    int64_t rows, ch;
+    rows_c(c->inputs[0], &rows, &ch);
+    const float *mean = c->num_inputs > 3 ? psg_tensor_f32(c->inputs[3]) : NULL;
+    const float *var = c->num_inputs > 4 ? psg_tensor_f32(c->inputs[4]) : NULL;
+    if (!training && (!mean || !var)) return psg_error_set("inference needs the mean and variance inputs");
+    return psg_cuda_batch_norm(c->device, training, eps, rows, ch, psg_tensor_f32(c->inputs[0]),
+                               psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]), mean, var,
+                               psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]),
+                               psg_tensor_f32(c->outputs[2]), psg_tensor_f32(c->outputs[3]),
+                               psg_tensor_f32(c->outputs[4]));
+}
+
+/* As psg_cpu_fused_batch_norm_grad. */
+int psg_gpu_fused_batch_norm_grad(psg_kernel_ctx_t *c) {
+    bool training = psg_node_get_bool(c->node, "is_training", true);
+    for (int o = 0; o < 3; o++)
+        if (!psg_kernel_alloc_output(c, o)) return -1;
+    int64_t rows, ch;
+    rows_c(c->inputs[0], &rows, &ch);
+    return psg_cuda_batch_norm_grad(c->device, training, rows, ch, psg_tensor_f32(c->inputs[0]),
+                                    psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]),
+                                    psg_tensor_f32(c->inputs[3]), psg_tensor_f32(c->inputs[4]),
+                                    psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]),
+                                    psg_tensor_f32(c->outputs[2]));
+}

@@ -1,0 +1,103 @@
+/* CUDA kernels of MaxPool, AvgPool and their gradients (NHWC, f32) with
+ * TensorFlow's window rules, which cuDNN's pooling cannot give for SAME
+ * padding that is uneven (more after than before): forward a thread per
+ * output, backward a thread per input cell gathering from the windows that
+ * hold it (no atomics: deterministic). Not convolution (cudnn.cu). */
+#include "ops/cuda/common.h"
+
+#include <math.h>
+
+/* The valid window rows [*lo, *hi) of a window starting at input row i0. */
+__device__ static inline void window(int64_t i0, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
+    *lo = i0 < 0 ? -i0 : 0;
+    *hi = i0 + k > n ? n - i0 : k;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* y (N, OH, OW, C) from x (N, H, W, C) */
+__global__ static void pool_kernel(bool max, psg_cu_geom_t g, const float *x, float *y, int64_t n) {
+    PSG_GRID_STRIDE(i, n) {
+        int64_t ch = i % g.c, ow = (i / g.c) % g.ow, oh = (i / (g.c * g.ow)) % g.oh;
+        int64_t b = i / (g.c * g.ow * g.oh);
+        int64_t ih0 = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl, hlo, hhi, wlo, whi;
+        window(ih0, g.kh, g.h, &hlo, &hhi);
+        window(iw0, g.kw, g.w, &wlo, &whi);
+        float acc = max ? -INFINITY : 0.0f;
+        for (int64_t kh = hlo; kh < hhi; kh++)
+            for (int64_t kw = wlo; kw < whi; kw++) {
+                float v = x[((b * g.h + ih0 + kh) * g.w + iw0 + kw) * g.c + ch];
+                acc = max ? (v > acc ? v : acc) : acc + v;
+            }
+        int64_t count = (hhi - hlo) * (whi - wlo);
+        y[i] = max ? acc : (count > 0 ? acc * (1.0f / (float)count) : 0.0f);
+    }
+}
+
+extern "C" int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const float *x, float *y) {
+    PSG_CUDA_DEV(d, gpu);
+    int64_t n = g->n * g->oh * g->ow * g->c;
+    if (n == 0) return 0;
+    pool_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(max, *g, x, y, n);
+    PSG_CUDA_LAUNCHED("pool");
+    return 0;
+}
+
+/* The input offset of the first maximum of output window (b, oh, ow, ch), -1 if empty. */
+__device__ static int64_t window_argmax(const psg_cu_geom_t &g, const float *x, int64_t b,
+                                        int64_t oh, int64_t ow, int64_t ch) {
+    int64_t ih0 = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl, hlo, hhi, wlo, whi;
+    window(ih0, g.kh, g.h, &hlo, &hhi);
+    window(iw0, g.kw, g.w, &wlo, &whi);
+    int64_t arg = -1;
+    float best = -INFINITY;
+    for (int64_t kh = hlo; kh < hhi; kh++)
+        for (int64_t kw = wlo; kw < whi; kw++) {
+            int64_t off = ((b * g.h + ih0 + kh) * g.w + iw0 + kw) * g.c + ch;
+            if (arg < 0 || x[off] > best) arg = off, best = x[off];
+        }
+    return arg;
+}
+
+/* dx (N, H, W, C): each input cell sums dy over the windows that hold it
+ * (max: only those whose first maximum it is). x (N, H, W, C), dy (N, OH, OW, C) */
+__global__ static void pool_grad_kernel(bool max, psg_cu_geom_t g, const float *x,
+                                        const float *dy, float *dx, int64_t n) {
+    PSG_GRID_STRIDE(i, n) {
+        int64_t ch = i % g.c, iw = (i / g.c) % g.w, ih = (i / (g.c * g.w)) % g.h;
+        int64_t b = i / (g.c * g.w * g.h);
+        /* output rows whose window [oh*sh - pt, oh*sh - pt + kh) holds ih */
+        int64_t oh0 = ih + g.pt - g.kh + 1, oh1 = ih + g.pt;
+        oh0 = oh0 <= 0 ? 0 : (oh0 + g.sh - 1) / g.sh;
+        oh1 = oh1 < 0 ? -1 : oh1 / g.sh;
+        if (oh1 >= g.oh) oh1 = g.oh - 1;
+        int64_t ow0 = iw + g.pl - g.kw + 1, ow1 = iw + g.pl;
+        ow0 = ow0 <= 0 ? 0 : (ow0 + g.sw - 1) / g.sw;
+        ow1 = ow1 < 0 ? -1 : ow1 / g.sw;
+        if (ow1 >= g.ow) ow1 = g.ow - 1;
+        float acc = 0.0f;
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++) {
+                float d = dy[((b * g.oh + oh) * g.ow + ow) * g.c + ch];
+                if (max) {
+                    if (window_argmax(g, x, b, oh, ow, ch) == i) acc += d;
+                } else {
+                    int64_t hlo, hhi, wlo, whi;
+                    window(oh * g.sh - g.pt, g.kh, g.h, &hlo, &hhi);
+                    window(ow * g.sw - g.pl, g.kw, g.w, &wlo, &whi);
+                    int64_t count = (hhi - hlo) * (whi - wlo);
+                    acc += count > 0 ? d * (1.0f / (float)count) : 0.0f;
+                }
+            }
+        dx[i] = acc;
+    }
+}
+
+extern "C" int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, const float *x,
+                                  const float *dy, float *dx) {
+    PSG_CUDA_DEV(d, gpu);
+    int64_t n = g->n * g->h * g->w * g->c;
+    if (n == 0) return 0;
+    pool_grad_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(max, *g, x, dy, dx, n);
+    PSG_CUDA_LAUNCHED("pool_grad");
+    return 0;
+}
