@@ -22,3 +22,52 @@ extern "C" int psg_cuda_gemm(int gpu, bool ta, bool tb, int64_t m, int64_t n, in
     PSG_CUBLAS_CHECK(s);
     return 0;
 }
+
+/* ---- the benchmark peer: cuBLAS alone ---- */
+
+extern "C" double psg_cuda_peer_gemm_seconds(int gpu, int64_t m, int64_t n, int64_t k, bool ta,
+                                             bool tb, int iters) {
+    if (!psg_cuda_dev(gpu)) return -1;
+    cublasHandle_t h = NULL;
+    cudaStream_t st = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float *a = NULL, *b = NULL, *c = NULL, ms = 0;
+    const float one = 1.0f, zero = 0.0f;
+    double sec = -1;
+    int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+    if (cudaStreamCreate(&st) != cudaSuccess || cublasCreate(&h) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&a, sizeof(float) * (size_t)(m * k)) != cudaSuccess ||
+        cudaMalloc(&b, sizeof(float) * (size_t)(k * n)) != cudaSuccess ||
+        cudaMalloc(&c, sizeof(float) * (size_t)(m * n)) != cudaSuccess ||
+        cudaMemset(a, 0, sizeof(float) * (size_t)(m * k)) != cudaSuccess ||
+        cudaMemset(b, 0, sizeof(float) * (size_t)(k * n)) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        psg_error_set("peer GEMM: setting up cuBLAS, a stream or buffers failed");
+        goto done;
+    }
+    for (int i = -3; i < iters; i++) {
+        if (i == 0) cudaEventRecord(e0, st);
+        if (cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+                        (int)m, (int)k, &one, b, ldb, a, lda, &zero, c, (int)n) !=
+            CUBLAS_STATUS_SUCCESS) {
+            psg_error_set("peer GEMM: cublasSgemm failed");
+            goto done;
+        }
+    }
+    cudaEventRecord(e1, st);
+    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+        psg_error_set("peer GEMM: timing failed");
+        goto done;
+    }
+    sec = (double)ms * 1e-3 / (iters > 0 ? iters : 1);
+done:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    if (h) cublasDestroy(h);
+    if (st) cudaStreamDestroy(st);
+    return sec;
+}

@@ -368,3 +368,123 @@ extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, const psg_cu_geom_t *g, 
     scratch_free(&s);
     return rc;
 }
+
+/* ---- the benchmark peer: cuDNN alone ---- */
+
+typedef struct {
+    cudnnHandle_t h;
+    cudaStream_t st;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    float *x, *w, *y;
+    void *work;
+    size_t ws;
+} peer_t;
+
+static int peer_setup(int gpu, const psg_cu_geom_t *g, peer_t *p) {
+    if (!fits_int(g)) return psg_error_set("convolution too large for cuDNN's 32-bit dims");
+    if (!psg_cuda_dev(gpu)) return -1;
+    PSG_CUDA_CHECK(cudaStreamCreate(&p->st));
+    PSG_CUDNN_CHECK(cudnnCreate(&p->h));
+    PSG_CUDNN_CHECK(cudnnSetStream(p->h, p->st));
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->xd));
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yd));
+    PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->wd));
+    PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->cd));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                               (int)g->c, (int)g->h, (int)g->w));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                               (int)g->oc, (int)g->oh, (int)g->ow));
+    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                               (int)g->oc, (int)g->c, (int)g->kh, (int)g->kw));
+    PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->cd, (int)g->pt, (int)g->pl, (int)g->sh,
+                                                    (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                    CUDNN_DATA_FLOAT));
+    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+    PSG_CUDA_CHECK(cudaMalloc(&p->x, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c)));
+    PSG_CUDA_CHECK(cudaMalloc(&p->w, sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc)));
+    PSG_CUDA_CHECK(cudaMalloc(&p->y, sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc)));
+    PSG_CUDA_CHECK(cudaMemset(p->x, 0, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c)));
+    PSG_CUDA_CHECK(cudaMemset(p->w, 0, sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc)));
+    PSG_CUDA_CHECK(cudaMemset(p->y, 0, sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc)));
+    p->ws = WORKSPACE_MAX;
+    PSG_CUDA_CHECK(cudaMalloc(&p->work, p->ws));
+    return 0;
+}
+
+static void peer_free(peer_t *p) {
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    cudaFree(p->x);
+    cudaFree(p->w);
+    cudaFree(p->y);
+    cudaFree(p->work);
+    if (p->h) cudnnDestroy(p->h);
+    if (p->st) cudaStreamDestroy(p->st);
+}
+
+/* One call of the best algorithm of dir (found by the first call). */
+static int peer_run(peer_t *p, int dir, int *algo) {
+    const float one = 1.0f, zero = 0.0f;
+    int got = 0;
+    if (*algo < 0) {
+        if (dir == 0) {
+            cudnnConvolutionFwdAlgoPerf_t r;
+            PSG_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(p->h, p->xd, p->x, p->wd, p->w, p->cd,
+                                                                   p->yd, p->y, 1, &got, &r, p->work, p->ws));
+            *algo = got ? (int)r.algo : 0;
+        } else if (dir == 1) {
+            cudnnConvolutionBwdDataAlgoPerf_t r;
+            PSG_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+                p->h, p->wd, p->w, p->yd, p->y, p->cd, p->xd, p->x, 1, &got, &r, p->work, p->ws));
+            *algo = got ? (int)r.algo : 0;
+        } else {
+            cudnnConvolutionBwdFilterAlgoPerf_t r;
+            PSG_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                p->h, p->xd, p->x, p->yd, p->y, p->cd, p->wd, p->w, 1, &got, &r, p->work, p->ws));
+            *algo = got ? (int)r.algo : 0;
+        }
+    }
+    if (dir == 0)
+        PSG_CUDNN_CHECK(cudnnConvolutionForward(p->h, &one, p->xd, p->x, p->wd, p->w, p->cd,
+                                                (cudnnConvolutionFwdAlgo_t)*algo, p->work, p->ws,
+                                                &zero, p->yd, p->y));
+    else if (dir == 1)
+        PSG_CUDNN_CHECK(cudnnConvolutionBackwardData(p->h, &one, p->wd, p->w, p->yd, p->y, p->cd,
+                                                     (cudnnConvolutionBwdDataAlgo_t)*algo, p->work,
+                                                     p->ws, &zero, p->xd, p->x));
+    else
+        PSG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p->h, &one, p->xd, p->x, p->yd, p->y, p->cd,
+                                                       (cudnnConvolutionBwdFilterAlgo_t)*algo, p->work,
+                                                       p->ws, &zero, p->wd, p->w));
+    return 0;
+}
+
+extern "C" double psg_cuda_peer_conv_seconds(int gpu, const psg_cu_geom_t *g, int dir, int iters) {
+    peer_t p;
+    memset(&p, 0, sizeof p);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double sec = -1;
+    int algo = -1, rc = peer_setup(gpu, g, &p);
+    if (rc == 0 && (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess))
+        rc = psg_error_set("peer conv: cudaEventCreate failed");
+    for (int i = -3; rc == 0 && i < iters; i++) {
+        if (i == 0) cudaEventRecord(e0, p.st);
+        rc = peer_run(&p, dir, &algo);
+    }
+    float ms = 0;
+    if (rc == 0) {
+        cudaEventRecord(e1, p.st);
+        if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+            sec = (double)ms * 1e-3 / (iters > 0 ? iters : 1);
+        else
+            psg_error_set("peer conv: timing failed");
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    peer_free(&p);
+    return sec;
+}

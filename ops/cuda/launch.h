@@ -160,6 +160,19 @@ int psg_cuda_increment(int gpu, int dtype, void *v, int64_t n, int64_t by);
 int psg_cuda_exponential_decay(int gpu, int dtype, const void *step, float *out, double lr,
                                double steps, double rate, bool staircase);
 
+/* ---- benchmark peers: the libraries called directly, psgraph not involved ---- */
+
+/* Seconds per cublasSgemm of the row-major product (m, k) x (k, n) (ta, tb
+ * as psg_cuda_gemm) on its own handle, stream and cudaMalloc'd buffers, over
+ * `iters` calls after warm-up, timed with CUDA events. -1 with the error set. */
+double psg_cuda_peer_gemm_seconds(int gpu, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                                  int iters);
+/* Seconds per call of cuDNN's fastest algorithm (cudnnFind*Ex) for `dir` (0
+ * forward, 1 backprop data, 2 backprop filter) of the NHWC f32 convolution g
+ * (symmetric padding pt, pl), FMA math as psgraph's, its own handle and
+ * buffers. -1 with the error set. */
+double psg_cuda_peer_conv_seconds(int gpu, const psg_cu_geom_t *g, int dir, int iters);
+
 #ifdef __cplusplus
 }
 #endif

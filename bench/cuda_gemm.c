@@ -1,0 +1,52 @@
+/* bench_cuda_gemm: psgraph's MatMul on GPU 0 (a session running the node,
+ * inputs already on the GPU) beside cublasSgemm called directly, in the same
+ * run: GFLOP/s of each and their ratio, one JSON line per shape. Exits 0
+ * with a "skipped" line when there is no GPU. */
+#include "bench/cuda_bench.h"
+#ifdef PSG_HAVE_CUDA
+#include "ops/cuda/launch.h"
+#endif
+
+#include <stdio.h>
+
+typedef struct {
+    const char *workload;
+    int64_t m, k, n;
+    bool ta, tb;
+} shape_t;
+
+static const shape_t shapes[] = {
+    {"mlp fc1", 128, 784, 256, false, false},      {"cnn fc1", 64, 3136, 512, false, false},
+    {"cnn fc1 dW", 3136, 64, 512, true, false},    {"cnn fc1 dX", 64, 512, 3136, false, true},
+    {"square 1024", 1024, 1024, 1024, false, false}, {"square 4096", 4096, 4096, 4096, false, false},
+};
+
+int main(int argc, char **argv) {
+    int iters = argc > 1 ? atoi(argv[1]) : 50;
+    if (psg_bench_no_gpu("cuda_gemm")) return 0;
+#ifdef PSG_HAVE_CUDA
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape_t *s = &shapes[i];
+        psg_graph_t *g = psg_graph_new();
+        psg_graph_push_device(g, "/device:GPU:0");
+        psg_shape_t as = s->ta ? psg_shape_2d(s->k, s->m) : psg_shape_2d(s->m, s->k);
+        psg_shape_t bs = s->tb ? psg_shape_2d(s->n, s->k) : psg_shape_2d(s->k, s->n);
+        psg_endpoint_t y = psg_matmul(g, "y", psg_bench_input(g, "a", &as),
+                                      psg_bench_input(g, "b", &bs), s->ta, s->tb);
+        psg_graph_pop_device(g);
+        double ours = psg_bench_gpu_seconds(g, y.node, iters);
+        double peer = psg_cuda_peer_gemm_seconds(0, s->m, s->n, s->k, s->ta, s->tb, iters);
+        double flop = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+        if (ours > 0 && peer > 0)
+            printf("{\"bench\":\"cuda_gemm\",\"workload\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,"
+                   "\"psgraph_gflops\":%.1f,\"cublas_gflops\":%.1f,\"ratio\":%.3f}\n",
+                   s->workload, (long long)s->m, (long long)s->k, (long long)s->n, flop / ours * 1e-9,
+                   flop / peer * 1e-9, peer / ours);
+        else
+            printf("{\"bench\":\"cuda_gemm\",\"workload\":\"%s\",\"error\":\"%s\"}\n", s->workload,
+                   psg_error_message());
+        psg_graph_destroy(&g);
+    }
+#endif
+    return 0;
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Training throughput of the cnn (and mlp) on one GPU, psgraph beside the
+# same model in PyTorch on the same GPU when torch with CUDA is installed:
+# one JSON line per workload with images/sec of each and the ratio; then
+# psgraph's --towers scaling over every GPU of the machine.
+#   bench/cuda_train.sh [steps]
+# Without a GPU it prints one "skipped" line and exits 0.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-300}
+bash tools/build.sh build || exit 1
+gpus=$(build/bench/bench_cuda_gemm 0 | grep -c skipped)
+if [ "$gpus" != 0 ]; then
+  build/bench/bench_cuda_gemm 0 | sed 's/"cuda_gemm"/"cuda_train"/'
+  exit 0
+fi
+have_torch=0
+/usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && have_torch=1
+[ $have_torch = 1 ] || echo '{"bench":"cuda_train","note":"python3-torch with CUDA is missing: peer skipped"}'
+
+torch_peer() { # model batch steps -> images/sec
+  /usr/bin/python3 - "$@" <<'PY'
+import sys, time, torch, torch.nn as nn
+model, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+dev = torch.device("cuda")
+torch.backends.cudnn.benchmark = True
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+if model == "mlp":
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+else:
+    net = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                        nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+net = net.to(dev)
+opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+x = torch.rand(batch, 1, 28, 28, device=dev)
+y = torch.randint(0, 10, (batch,), device=dev)
+for i in range(steps + 20):
+    if i == 20:
+        torch.cuda.synchronize(); t0 = time.time()
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(net(x), y)
+    loss.backward()
+    opt.step()
+    loss.item()
+torch.cuda.synchronize()
+print(steps * batch / (time.time() - t0))
+PY
+}
+
+for w in cnn mlp; do
+  batch=$([ $w = cnn ] && echo 64 || echo 128)
+  ours=$(build/cli/psgraph train --model $w --data synthetic --device gpu --steps "$steps" \
+         --log-every 1000000 | grep '"event":"done"' | tail -1)
+  theirs=""
+  [ $have_torch = 1 ] && theirs=$(torch_peer $w $batch "$steps" 2>/dev/null | tail -1)
+  OURS="$ours" THEIRS="$theirs" W="$w" python3 - <<'PY'
+import json, os
+ours = json.loads(os.environ["OURS"]) if os.environ["OURS"] else {}
+out = {"bench": "cuda_train", "workload": os.environ["W"], "device": "gpu:0",
+       "psgraph_images_per_sec": ours.get("examples_per_sec")}
+if os.environ["THEIRS"]:
+    out["torch_images_per_sec"] = float(os.environ["THEIRS"])
+    if ours.get("examples_per_sec"):
+        out["ratio"] = round(ours["examples_per_sec"] / out["torch_images_per_sec"], 3)
+print(json.dumps(out))
+PY
+done
+
+# towers: 1, 2, ... GPUs, batch 64 per tower
+n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+base=""
+for k in $(seq 1 "${n:-1}"); do
+  r=$(build/cli/psgraph train --model cnn --data synthetic --device gpu --towers "$k" \
+      --batch $((64 * k)) --steps "$steps" --log-every 1000000 | grep '"event":"done"' | tail -1)
+  eps=$(echo "$r" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("examples_per_sec", 0))' 2>/dev/null || echo 0)
+  [ -z "$base" ] && base=$eps
+  python3 -c "import json; print(json.dumps({'bench': 'cuda_train_towers', 'towers': $k, 'images_per_sec': $eps, 'scaling': round($eps / $base, 3) if $base else None}))"
+done
