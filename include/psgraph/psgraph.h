@@ -23,5 +23,6 @@
 #include "psgraph/data.h"
 #include "psgraph/models.h"
 #include "psgraph/trainer.h"
+#include "psgraph/sync_resources.h"
 
 #endif
