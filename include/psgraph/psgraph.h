@@ -24,5 +24,7 @@
 #include "psgraph/models.h"
 #include "psgraph/trainer.h"
 #include "psgraph/sync_resources.h"
+#include "psgraph/sync_replicas.h"
+#include "psgraph/straggler.h"
 
 #endif
