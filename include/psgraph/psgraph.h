@@ -18,6 +18,7 @@
 #include "psgraph/optimizer.h"
 #include "psgraph/data.h"
 #include "psgraph/models.h"
+#include "psgraph/inception3.h"
 #include "psgraph/trainer.h"
 
 #endif
