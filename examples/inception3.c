@@ -323,8 +323,14 @@ static psg_endpoint_t aux_head(builder_t *b, psg_endpoint_t x) {
 /* Mean over the batch of the cross-entropy against the smoothed target
  * t = (1 - e) * onehot(label) + e / C:
  * -sum_c t_c log p_c = (1 - e) * xent(label) + (e / C) * sum_c -log p_c. */
-static psg_endpoint_t smoothed_xent(psg_graph_t *g, const char *scope, psg_endpoint_t logits,
-                                    psg_endpoint_t labels, double e, int64_t classes) {
+psg_endpoint_t psg_smoothed_xent(psg_graph_t *g, const char *scope, psg_endpoint_t logits,
+                                 psg_endpoint_t labels, double e) {
+    const psg_shape_t *ls = psg_graph_shape(g, logits);
+    int64_t classes = ls && ls->rank == 2 ? ls->dims[1] : -1;
+    if (e > 0 && classes <= 0) {
+        psg_error_set("smoothed cross-entropy: the logits must be (N, classes) with classes known");
+        return PSG_NO_ENDPOINT;
+    }
     if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
     psg_endpoint_t xent = psg_sparse_softmax_cross_entropy(g, "xent", logits, labels);
     psg_endpoint_t per_example = xent;
@@ -394,12 +400,12 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
     if (psg_graph_error(g)) return build_error(g, &b);
 
     double e = cfg->label_smoothing;
-    m->xent = smoothed_xent(g, "xent", m->logits, m->labels, e, cfg->classes);
+    m->xent = psg_smoothed_xent(g, "xent", m->logits, m->labels, e);
     int n_terms = 0;
     psg_endpoint_t terms[3];
     terms[n_terms++] = m->xent;
     if (cfg->aux_logits) {
-        psg_endpoint_t aux = smoothed_xent(g, "aux_xent", m->aux_logits, m->labels, e, cfg->classes);
+        psg_endpoint_t aux = psg_smoothed_xent(g, "aux_xent", m->aux_logits, m->labels, e);
         terms[n_terms++] = psg_scale(g, "aux_loss", aux, cfg->aux_weight);
     }
     if (cfg->is_training && cfg->weight_decay > 0 && b.n_decayed > 0) {
@@ -505,12 +511,12 @@ static int init_node(psg_graph_t *g, int var) {
     return -1;
 }
 
-/* ReadVariable of h ordered after node `after` (-1: unordered). */
-static psg_endpoint_t read_after(psg_graph_t *g, psg_endpoint_t h, int after) {
+/* ReadVariable of h (dtype dt) ordered after node `after` (-1: unordered). */
+static psg_endpoint_t read_after(psg_graph_t *g, psg_endpoint_t h, int after, psg_dtype_t dt) {
     psg_node_builder_t *nb = psg_node_begin(g, "ReadVariable", NULL);
     psg_node_add_input(nb, h);
     if (after >= 0) psg_node_add_control(nb, after);
-    psg_node_attr_dtype(nb, "dtype", PSG_DT_F32);
+    psg_node_attr_dtype(nb, "dtype", dt);
     return psg_node_finish_ep(nb);
 }
 
@@ -520,7 +526,7 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
     psg_endpoint_t gs = psg_global_step(g); /* outside the scope: found or made by its root name */
     if (psg_graph_push_scope(g, "ExponentialMovingAverage") < 0) return -1;
     /* d = min(decay, (1 + step) / (10 + step)); min(a, b) = (a + b - |a - b|) / 2 */
-    psg_endpoint_t step = psg_cast(g, "step", psg_read_variable(g, NULL, gs), PSG_DT_F32);
+    psg_endpoint_t step = psg_cast(g, "step", read_after(g, gs, after, PSG_DT_I64), PSG_DT_F32);
     psg_endpoint_t one = psg_const_scalar(g, "one", 1.0f), ten = psg_const_scalar(g, "ten", 10.0f);
     psg_endpoint_t ratio = psg_div(g, "ratio", psg_add(g, NULL, step, one), psg_add(g, NULL, step, ten));
     psg_endpoint_t dc = psg_const_scalar(g, "decay", (float)decay);
@@ -546,12 +552,12 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
         /* the shadow starts as the variable's initial value */
         char iname[600];
         snprintf(iname, sizeof iname, "%s/init", sname);
-        int init = psg_assign(g, iname, sh, read_after(g, vars[i], init_node(g, vars[i].node)));
+        int init = psg_assign(g, iname, sh, read_after(g, vars[i], init_node(g, vars[i].node), PSG_DT_F32));
         psg_graph_add_to_collection(g, "variables", sh.node);
         psg_graph_add_to_collection(g, "init", init);
         psg_graph_add_to_collection(g, "moving_average_variables", sh.node);
-        psg_endpoint_t v = read_after(g, vars[i], after);
-        psg_endpoint_t s = read_after(g, sh, after);
+        psg_endpoint_t v = read_after(g, vars[i], after, PSG_DT_F32);
+        psg_endpoint_t s = read_after(g, sh, after, PSG_DT_F32);
         snprintf(iname, sizeof iname, "%s/update", sname);
         updates[i] = psg_assign_add(g, iname, sh, psg_mul(g, NULL, psg_sub(g, NULL, v, s), rate));
         if (init < 0 || updates[i] < 0) rc = -1;

@@ -54,6 +54,14 @@ psg_inception3_config_t psg_inception3_defaults(void);
  * -1 with the error set (the first failing node's message). */
 int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg_inception3_t *m);
 
+/* The mean over the batch of the cross-entropy of logits (N, C) against the
+ * smoothed target t = (1 - smoothing) * onehot(labels) + smoothing / C,
+ * built under `scope` as (1 - s) * sparse_xent + (s / C) * sum_c -log_softmax
+ * (equal to the dense form, without a one-hot tensor). labels: i32 (N). A
+ * scalar, or PSG_NO_ENDPOINT with the error set. */
+psg_endpoint_t psg_smoothed_xent(psg_graph_t *g, const char *scope, psg_endpoint_t logits,
+                                 psg_endpoint_t labels, double smoothing);
+
 /* The size of a model, from its graph. */
 typedef struct {
     int64_t params;          /* elements of every variable in "variables" (Keras's

@@ -19,6 +19,7 @@
 #include "psgraph/data.h"
 #include "psgraph/models.h"
 #include "psgraph/inception3.h"
+#include "psgraph/simulate.h"
 #include "psgraph/trainer.h"
 
 #endif
