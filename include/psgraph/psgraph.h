@@ -20,6 +20,8 @@
 #include "psgraph/models.h"
 #include "psgraph/inception3.h"
 #include "psgraph/simulate.h"
+#include "psgraph/tfrecord.h"
+#include "psgraph/imagenet.h"
 #include "psgraph/trainer.h"
 
 #endif
