@@ -5,6 +5,7 @@
 #include "graph/executor.h"
 #include "graph/graph_internal.h"
 #include "psgraph/error.h"
+#include "psgraph/rendezvous.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -256,6 +257,7 @@ typedef struct {
     psg_threadpool_t *pool;
     psg_resource_mgr_t *rm;
     int64_t step_id;
+    psg_rendezvous_t *rendezvous;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *ready; /* LIFO stack of plan-local ids */
@@ -272,15 +274,39 @@ static void release_slot(psg_plan_t *p, int slot) {
     if (atomic_fetch_sub(&p->uses_left[slot], 1) == 1) psg_tensor_destroy(&p->slots[slot]);
 }
 
-/* Runs one node's kernel; returns 0 or -1 with the error naming the node. */
+/* A PSG_OP_ASYNC node between its kernel's start and its psg_async_op_done. */
+struct psg_async_op {
+    run_t *r;
+    int li;
+    psg_tensor_t *outputs[PSG_MAX_OUTPUTS];
+};
+
+/* Keeps the outputs that someone reads and releases the node's inputs. */
+static void store_outputs(psg_plan_t *p, plan_node_t *pn, psg_tensor_t **outputs) {
+    const psg_node_t *n = pn->node;
+    for (int o = 0; o < n->num_outputs; o++) {
+        int s = pn->slot_base + o;
+        if (p->slot_uses[s])
+            p->slots[s] = outputs[o];
+        else
+            psg_tensor_destroy(&outputs[o]); /* nobody reads it */
+    }
+    for (int i = 0; i < n->num_inputs; i++) release_slot(p, pn->input_slots[i]);
+}
+
+/* Runs one node's kernel; returns 0, 1 when an async kernel has started (its
+ * psg_async_op_done finishes the node), or -1 with the error naming the node. */
 static int execute_node(run_t *r, plan_node_t *pn) {
     psg_plan_t *p = r->p;
     const psg_node_t *n = pn->node;
+    bool async = n->def->flags & PSG_OP_ASYNC;
     int ni = n->num_inputs, no = n->num_outputs;
     psg_tensor_t *inputs[ni + 1];
     psg_dtype_t in_dt[ni + 1], out_dt[PSG_MAX_OUTPUTS];
     psg_shape_t in_sh[ni + 1], out_sh[PSG_MAX_OUTPUTS];
-    psg_tensor_t *outputs[PSG_MAX_OUTPUTS] = {0};
+    psg_tensor_t *sync_outputs[PSG_MAX_OUTPUTS] = {0};
+    psg_async_op_t *a = NULL;
+    psg_tensor_t **outputs = sync_outputs;
     for (int i = 0; i < ni; i++) {
         inputs[i] = p->slots[pn->input_slots[i]];
         PSG_ASSERT(inputs[i]);
@@ -295,32 +321,90 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     }
     psg_infer_ctx_t ic = {n, ni, in_dt, in_sh, no, out_dt, out_sh};
     int rc = n->def->infer(&ic);
-    for (int o = 0; rc == 0 && o < no; o++) {
+    for (int o = 0; rc == 0 && !async && o < no; o++) {
         if (out_dt[o] != PSG_DT_RESOURCE && !psg_shape_is_complete(&out_sh[o])) {
             char b[PSG_SHAPE_STR_MAX];
             rc = psg_error_set("output %d has no complete shape at run time (%s)", o,
                                psg_shape_str(&out_sh[o], b, sizeof b));
         }
     }
+    if (rc == 0 && async) {
+        a = calloc(1, sizeof *a);
+        if (!a) rc = psg_error_set("out of memory");
+        else {
+            a->r = r;
+            a->li = (int)(pn - p->nodes);
+            outputs = a->outputs;
+        }
+    }
     if (rc == 0) {
-        psg_kernel_ctx_t kc = {n, ni, inputs, no, outputs, out_dt, out_sh, r->rm, r->pool, r->step_id};
+        psg_kernel_ctx_t kc = {n,       ni,     inputs,       no,           outputs, out_dt,
+                               out_sh,  r->rm,  r->pool,      r->step_id,   r->rendezvous, a};
         rc = n->def->cpu(&kc);
+        if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */
         for (int o = 0; rc == 0 && o < no; o++)
             if (!outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
     }
     if (rc < 0) {
         for (int o = 0; o < no; o++) psg_tensor_destroy(&outputs[o]);
+        free(a);
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     }
-    for (int o = 0; o < no; o++) {
-        int s = pn->slot_base + o;
-        if (p->slot_uses[s])
-            p->slots[s] = outputs[o];
-        else
-            psg_tensor_destroy(&outputs[o]); /* nobody reads it */
-    }
-    for (int i = 0; i < ni; i++) release_slot(p, pn->input_slots[i]);
+    store_outputs(p, pn, outputs);
     return 0;
+}
+
+/* Aborts the step in the rendezvous (without r->lock: the abort runs the
+ * callbacks of waiting Recvs, which take it) so no partition waits for a
+ * tensor this failed node will never send. */
+static void abort_step(run_t *r) {
+    if (r->rendezvous) psg_rendezvous_abort_step(r->rendezvous, r->step_id, psg_error_message());
+}
+
+/* Called with r->lock held once node li has finished: records the error, or
+ * makes its consumers ready. */
+static void node_finished(run_t *r, int li, int rc) {
+    psg_plan_t *p = r->p;
+    r->running--;
+    r->remaining--;
+    if (rc < 0) {
+        if (!r->failed) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
+        r->failed = true;
+    } else {
+        plan_node_t *pn = &p->nodes[li];
+        for (int k = 0; k < pn->num_consumers; k++) {
+            int c = pn->consumers[k];
+            if (atomic_fetch_sub(&p->pending[c], 1) == 1) r->ready[r->num_ready++] = c;
+        }
+    }
+    pthread_cond_broadcast(&r->changed);
+}
+
+void psg_async_op_set_output(psg_async_op_t *a, int i, psg_tensor_t *t) {
+    PSG_ASSERT(i >= 0 && i < PSG_MAX_OUTPUTS && !a->outputs[i]);
+    a->outputs[i] = psg_tensor_ref(t);
+}
+
+const psg_node_t *psg_async_op_node(const psg_async_op_t *a) { return a->r->p->nodes[a->li].node; }
+
+void psg_async_op_done(psg_async_op_t *a, int rc) {
+    run_t *r = a->r;
+    plan_node_t *pn = &r->p->nodes[a->li];
+    const psg_node_t *n = pn->node;
+    for (int o = 0; rc == 0 && o < n->num_outputs; o++)
+        if (!a->outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
+    if (rc < 0) {
+        for (int o = 0; o < n->num_outputs; o++) psg_tensor_destroy(&a->outputs[o]);
+        psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
+        abort_step(r);
+    } else {
+        store_outputs(r->p, pn, a->outputs);
+    }
+    pthread_mutex_lock(&r->lock);
+    node_finished(r, a->li, rc);
+    /* r may be gone as soon as the lock is released */
+    pthread_mutex_unlock(&r->lock);
+    free(a);
 }
 
 static void run_loop(run_t *r);
@@ -357,27 +441,23 @@ static void run_loop(run_t *r) {
         pthread_mutex_unlock(&r->lock);
 
         int rc = execute_node(r, &p->nodes[li]);
+        if (rc < 0) abort_step(r);
 
         pthread_mutex_lock(&r->lock);
-        r->running--;
-        r->remaining--;
-        if (rc < 0) {
-            if (!r->failed) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
-            r->failed = true;
-        } else {
-            plan_node_t *pn = &p->nodes[li];
-            for (int k = 0; k < pn->num_consumers; k++) {
-                int c = pn->consumers[k];
-                if (atomic_fetch_sub(&p->pending[c], 1) == 1) r->ready[r->num_ready++] = c;
-            }
-        }
-        pthread_cond_broadcast(&r->changed);
+        if (rc != 1) node_finished(r, li, rc);
     }
     pthread_mutex_unlock(&r->lock);
 }
 
 int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, int64_t step_id,
                  psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
+    psg_run_env_t env = {pool, rm, step_id, NULL};
+    return psg_plan_run_with(p, &env, feed_values, fetched);
+}
+
+int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
+                      psg_tensor_t **fetched) {
+    psg_threadpool_t *pool = env->pool;
     for (int i = 0; i < p->n_fetches; i++) fetched[i] = NULL;
     for (int i = 0; i < p->n_feeds; i++) {
         int s = p->feed_slots[i];
@@ -411,7 +491,8 @@ int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, 
     }
     for (int li = 0; li < p->num_nodes; li++) atomic_init(&p->pending[li], p->nodes[li].num_deps);
 
-    run_t r = {.p = p, .pool = pool, .rm = rm, .step_id = step_id};
+    run_t r = {.p = p, .pool = pool, .rm = env->rm, .step_id = env->step_id,
+               .rendezvous = env->rendezvous};
     pthread_mutex_init(&r.lock, NULL);
     pthread_cond_init(&r.changed, NULL);
     r.ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));

@@ -28,4 +28,21 @@ int psg_plan_num_nodes(const psg_plan_t *p);
 int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, int64_t step_id,
                  psg_tensor_t *const *feed_values, psg_tensor_t **fetched);
 
+struct psg_rendezvous;
+
+/* Where a run happens: what psg_plan_run takes, and the rendezvous that
+ * the Send/Recv kernels of a partition use (NULL: none; they then fail). */
+typedef struct {
+    psg_threadpool_t *pool;
+    psg_resource_mgr_t *rm;
+    int64_t step_id;
+    struct psg_rendezvous *rendezvous;
+} psg_run_env_t;
+
+/* As psg_plan_run, in env. When a node fails and env->rendezvous is set,
+ * the step is aborted there (psg_rendezvous_abort_step) so that the Recvs
+ * of this and the other partitions of the step fail at once, not by timeout. */
+int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
+                      psg_tensor_t **fetched);
+
 #endif

@@ -2,6 +2,7 @@
  * functions, and the node builder that infers shapes as nodes are added.
  * Not execution (executor.c) and not the wire form (serialize.c). */
 #include "graph/graph_internal.h"
+#include "psgraph/device_name.h"
 #include "psgraph/error.h"
 
 #include <stdarg.h>
@@ -177,10 +178,18 @@ void psg_graph_pop_scope(psg_graph_t *g) {
     free(g->scopes[--g->num_scopes]);
 }
 
+/* A fixed spec, as tf.device("..."): fills what the node's device leaves
+ * open (its own fields win). A name that does not parse is returned as is,
+ * so that placement reports it with the node. */
 static const char *fixed_device_fn(void *ctx, const psg_graph_t *g, const psg_node_t *n) {
+    static _Thread_local char merged[PSG_DEVICE_NAME_MAX];
     (void)g;
-    (void)n;
-    return ctx;
+    if (!n->device[0]) return ctx;
+    psg_device_name_t outer, inner;
+    if (psg_device_name_parse(n->device, &inner) < 0) return n->device;
+    if (psg_device_name_parse(ctx, &outer) < 0) return ctx;
+    psg_device_name_merge(&outer, &inner, &outer);
+    return psg_device_name_str(&outer, merged, sizeof merged);
 }
 
 void psg_graph_push_device_fn(psg_graph_t *g, psg_device_fn fn, void *ctx) {
@@ -415,12 +424,14 @@ int psg_node_finish(psg_node_builder_t *b) {
         return -1;
     }
     n->id = g->num_nodes;
-    if (!n->device[0] && g->num_devices) {
-        psg_device_frame_t *f = &g->devices[g->num_devices - 1];
-        const char *d = f->fn(f->ctx, g, n);
-        if (d) {
+    /* Device functions, innermost first, as TensorFlow applies them: each
+     * sees the device the node has so far and may replace it (NULL: keep). */
+    for (int f = g->num_devices - 1; f >= 0; f--) {
+        const char *d = g->devices[f].fn(g->devices[f].ctx, g, n);
+        if (d && d != n->device) {
+            char *copy = xstrdup(d);
             free(n->device);
-            n->device = xstrdup(d);
+            n->device = copy;
         }
     }
     if (g->num_nodes == g->cap_nodes) {

@@ -8,12 +8,14 @@ extern const psg_op_def_t *const psg_array_ops[];
 extern const psg_op_def_t *const psg_math_ops[];
 extern const psg_op_def_t *const psg_nn_ops[];
 extern const psg_op_def_t *const psg_train_ops[];
+extern const psg_op_def_t *const psg_sendrecv_ops[];
 
 static const psg_op_def_t *const *const families[] = {
     psg_array_ops,
     psg_math_ops,
     psg_nn_ops,
     psg_train_ops,
+    psg_sendrecv_ops,
 };
 
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))

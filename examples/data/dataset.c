@@ -149,7 +149,8 @@ psg_dataset_t *psg_dataset_synthetic(int64_t n, const psg_shape_t *example_shape
     }
     uint64_t st = seed;
     float *im = psg_tensor_f32(ds->images);
-    for (int64_t i = 0; i < psg_tensor_numel(ds->images); i++)
+    int64_t total = psg_tensor_numel(ds->images);
+    for (int64_t i = 0; i < total; i++)
         im[i] = (float)(splitmix64(&st) >> 40) * (1.0f / 16777216.0f);
     for (int64_t i = 0; i < n; i++)
         psg_tensor_i32(ds->labels)[i] = (int32_t)(splitmix64(&st) % (uint64_t)num_classes);

@@ -79,13 +79,15 @@ const char *psg_graph_error(const psg_graph_t *g);
 int psg_graph_push_scope(psg_graph_t *g, const char *scope);
 void psg_graph_pop_scope(psg_graph_t *g);
 
-/* Device functions, as `with tf.device(...)`: the innermost function decides
- * the requested device of each node built while it is pushed. It returns a
- * device string (which must outlive the call only until the node is built) or
- * NULL to leave the node's device unset. */
+/* Device functions, as `with tf.device(...)`: every pushed function runs on
+ * each node built while it is pushed, innermost first; each sees the device
+ * the node has so far (psg_node_device: explicit, or set by an inner
+ * function) and returns the new one (a string that must outlive the call
+ * only until the node is built) or NULL to keep it. */
 typedef const char *(*psg_device_fn)(void *ctx, const psg_graph_t *g, const psg_node_t *node);
 void psg_graph_push_device_fn(psg_graph_t *g, psg_device_fn fn, void *ctx);
-/* Pushes a fixed device string (copied). */
+/* Pushes a fixed device spec (copied): it fills the fields the node's device
+ * leaves open, as nested tf.device specs merge (the inner wins). */
 void psg_graph_push_device(psg_graph_t *g, const char *device);
 void psg_graph_pop_device(psg_graph_t *g);
 

@@ -44,7 +44,8 @@ typedef int (*psg_kernel_fn)(psg_kernel_ctx_t *ctx);
 enum {
     PSG_OP_STATEFUL = 1u << 0,   /* touches resources or randomness: never folded or merged */
     PSG_OP_VARIABLE = 1u << 1,   /* creates or names a variable: placed on a ps by the setter */
-    PSG_OP_SOURCE_FEED = 1u << 2 /* a placeholder: must be fed */
+    PSG_OP_SOURCE_FEED = 1u << 2, /* a placeholder: must be fed */
+    PSG_OP_ASYNC = 1u << 3        /* the kernel finishes later (Recv): see psg_async_op_done */
 };
 
 struct psg_op_def {
@@ -64,6 +65,9 @@ const psg_op_def_t *psg_op_lookup(const char *name);
 int psg_op_count(void);
 const psg_op_def_t *psg_op_at(int i);
 
+struct psg_rendezvous;
+typedef struct psg_async_op psg_async_op_t;
+
 /* What a kernel sees for one run of one node. */
 struct psg_kernel_ctx {
     const psg_node_t *node;
@@ -76,6 +80,8 @@ struct psg_kernel_ctx {
     psg_resource_mgr_t *resources;
     psg_threadpool_t *pool;            /* for psg_parallel_for; may be NULL */
     int64_t step_id;
+    struct psg_rendezvous *rendezvous; /* the step's, for Send/Recv; NULL when the run has none */
+    psg_async_op_t *async;             /* set for PSG_OP_ASYNC ops only */
 };
 
 /* Allocates output i with its inferred dtype and shape (uninitialized) and
@@ -83,6 +89,19 @@ struct psg_kernel_ctx {
 psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i);
 /* Makes output i an alias of t (takes a new reference). */
 void psg_kernel_set_output(psg_kernel_ctx_t *ctx, int i, psg_tensor_t *t);
+
+/* An op flagged PSG_OP_ASYNC: its kernel returns 0 once it has started the
+ * work (or -1 with the error set if it could not, and then never calls done),
+ * keeps ctx->async (the ctx itself is gone after the call) and later, from
+ * any thread, sets each output and calls psg_async_op_done exactly once.
+ * The outputs' shapes come from the data: no completeness check is made. */
+/* Makes output i of the pending op t (takes a new reference). */
+void psg_async_op_set_output(psg_async_op_t *a, int i, psg_tensor_t *t);
+/* The node the pending op runs (for messages and attributes). */
+const psg_node_t *psg_async_op_node(const psg_async_op_t *a);
+/* Finishes the op: rc 0, or -1 with the error set on the calling thread.
+ * Frees a. */
+void psg_async_op_done(psg_async_op_t *a, int rc);
 
 /* ---- helpers for infer functions ---- */
 

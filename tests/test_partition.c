@@ -1,0 +1,596 @@
+/* Partitioning a placed graph and running the pieces in one process, each
+ * on its own thread, through one rendezvous: the same values as the whole
+ * graph; the rendezvous itself; Recv timeouts and step aborts. */
+#include "graph/executor.h"
+#include "tests/testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* ---- running a partition set in this process ---- */
+
+#define MAX_TASKS 8
+
+typedef struct {
+    char task[PSG_DEVICE_NAME_MAX];
+    psg_resource_mgr_t *rm;
+} task_state_t;
+
+typedef struct {
+    task_state_t tasks[MAX_TASKS];
+    int num_tasks;
+} fake_cluster_t;
+
+static psg_resource_mgr_t *task_rm(fake_cluster_t *c, const char *task) {
+    for (int i = 0; i < c->num_tasks; i++)
+        if (!strcmp(c->tasks[i].task, task)) return c->tasks[i].rm;
+    PSG_ASSERT(c->num_tasks < MAX_TASKS);
+    task_state_t *t = &c->tasks[c->num_tasks++];
+    snprintf(t->task, sizeof t->task, "%s", task);
+    t->rm = psg_resource_mgr_new();
+    return t->rm;
+}
+
+static void fake_cluster_free(fake_cluster_t *c) {
+    for (int i = 0; i < c->num_tasks; i++) psg_resource_mgr_destroy(&c->tasks[i].rm);
+    c->num_tasks = 0;
+}
+
+typedef struct {
+    psg_plan_t *plan;
+    psg_run_env_t env;
+    psg_tensor_t *feeds[8];
+    psg_tensor_t *fetched[8];
+    int rc;
+    char error[1024];
+} part_run_t;
+
+static void *part_main(void *arg) {
+    part_run_t *r = arg;
+    r->rc = psg_plan_run_with(r->plan, &r->env, r->feeds, r->fetched);
+    if (r->rc < 0) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
+    return NULL;
+}
+
+/* Runs every partition of set (only: those listed in `only` when not NULL)
+ * for step `step` on its own thread; fetched[i] gets the step's fetch i.
+ * threads: the executor threads of each partition (1: no pool). */
+static int run_set(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_t *rv, int64_t step,
+                   psg_tensor_t *const *feeds, psg_tensor_t **fetched, int threads, const bool *only) {
+    int np = set->num_partitions, rc = 0;
+    part_run_t *runs = calloc((size_t)np, sizeof *runs);
+    pthread_t *th = calloc((size_t)np, sizeof *th);
+    psg_threadpool_t **pools = calloc((size_t)np, sizeof *pools);
+    char error[1024] = "";
+    for (int k = 0; k < np; k++) {
+        psg_partition_t *p = &set->partitions[k];
+        if (only && !only[k]) continue;
+        runs[k].plan = psg_plan_new(p->graph, p->num_feeds, p->feeds, p->num_fetches, p->fetches,
+                                    p->num_targets, p->targets);
+        if (!runs[k].plan) {
+            rc = -1;
+            snprintf(error, sizeof error, "%s", psg_error_message());
+            continue;
+        }
+        if (threads > 1) pools[k] = psg_threadpool_new(threads);
+        runs[k].env = (psg_run_env_t){pools[k], task_rm(cl, p->task), step, rv};
+        for (int i = 0; i < p->num_feeds; i++) runs[k].feeds[i] = feeds[p->feed_index[i]];
+    }
+    bool started = rc == 0;
+    for (int k = 0; started && k < np; k++)
+        if (runs[k].plan) PSG_ASSERT(pthread_create(&th[k], NULL, part_main, &runs[k]) == 0);
+    for (int k = 0; k < np; k++) {
+        if (!runs[k].plan) continue;
+        if (started) pthread_join(th[k], NULL);
+        psg_partition_t *p = &set->partitions[k];
+        if (runs[k].rc < 0 && !error[0]) snprintf(error, sizeof error, "%s", runs[k].error);
+        if (runs[k].rc < 0) rc = -1;
+        for (int i = 0; i < p->num_fetches; i++) fetched[p->fetch_index[i]] = runs[k].fetched[i];
+        psg_plan_destroy(&runs[k].plan);
+        psg_threadpool_destroy(&pools[k]);
+    }
+    psg_rendezvous_cleanup_step(rv, step);
+    free(runs);
+    free(th);
+    free(pools);
+    if (rc < 0) psg_error_set("%s", error);
+    return rc;
+}
+
+/* Replaces each partition's graph by its serialized-and-read-back copy,
+ * checking that the copy serializes to the same bytes. */
+static void round_trip_partitions(psg_partition_set_t *set) {
+    for (int k = 0; k < set->num_partitions; k++) {
+        psg_partition_t *p = &set->partitions[k];
+        char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        CHECK(psg_graph_serialize(p->graph, &a, &la) == 0);
+        psg_graph_t *back = psg_graph_deserialize(a, la);
+        CHECK(back != NULL);
+        if (back) {
+            CHECK(psg_graph_num_nodes(back) == psg_graph_num_nodes(p->graph));
+            CHECK(psg_graph_serialize(back, &b, &lb) == 0);
+            CHECK(la == lb && b && !memcmp(a, b, la));
+            for (int i = 0; i < psg_graph_num_nodes(back); i++) {
+                const psg_node_t *x = psg_graph_node(p->graph, i), *y = psg_graph_node(back, i);
+                CHECK(!strcmp(psg_node_name(x), psg_node_name(y)) && !strcmp(psg_node_op(x), psg_node_op(y)));
+                CHECK(!strcmp(psg_node_assigned_device(y), p->device));
+            }
+            psg_graph_destroy(&p->graph);
+            p->graph = back;
+        }
+        free(a);
+        free(b);
+    }
+}
+
+/* ---- the model ---- */
+
+typedef struct {
+    psg_endpoint_t x;
+    psg_endpoint_t fetches[5];
+    int train;
+} model_t;
+
+static int assign_after(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t h,
+                        psg_endpoint_t v, int after) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
+    psg_node_add_input(b, h);
+    psg_node_add_input(b, v);
+    psg_node_add_control(b, after);
+    return psg_node_finish(b);
+}
+
+/* 2 ps + 1 worker: variables on the ps, the arithmetic on the worker,
+ * updates back on the ps, ordered by control edges that cross devices. */
+static psg_graph_t *build_model(model_t *m, psg_replica_setter_t *s) {
+    psg_graph_t *g = psg_graph_new();
+    psg_graph_push_replica_setter(g, s);
+    psg_shape_t s23 = psg_shape_2d(2, 3), s6 = psg_shape_1d(6), s43 = psg_shape_2d(4, 3);
+    m->x = psg_placeholder(g, "x", PSG_DT_F32, &s23);
+    psg_endpoint_t w1 = psg_variable(g, "w1", PSG_DT_F32, &s23, (psg_initializer_t){"uniform", 1.0, 1}, true);
+    psg_endpoint_t w2 = psg_variable(g, "w2", PSG_DT_F32, &s6, (psg_initializer_t){"normal", 1.0, 2}, true);
+    psg_partitioned_var_t emb;
+    psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43, (psg_initializer_t){"uniform", 0.5, 3}, true,
+                             &(psg_partitioner_t){.num_shards = 2}, &emb);
+    psg_endpoint_t r1 = psg_read_variable(g, "r1", w1);
+    psg_endpoint_t three[3] = {m->x, r1, r1};
+    psg_endpoint_t y = psg_add_n(g, "y", 3, three);
+    psg_endpoint_t flat = psg_reshape(g, "flat", y, &s6);
+    psg_endpoint_t r2 = psg_read_variable(g, "r2", w2);
+    psg_endpoint_t two[2] = {flat, r2};
+    psg_endpoint_t z = psg_add_n(g, "z", 2, two);
+    psg_endpoint_t e = psg_partitioned_read(g, NULL, &emb);
+    int upd1 = assign_after(g, "AssignAdd", "upd1", w1, m->x, y.node);
+    int upd2 = psg_assign(g, "upd2", w2, z);
+    int upd3 = assign_after(g, "AssignAdd", "upd3", emb.shards[1], m->x, e.node);
+    psg_node_builder_t *b = psg_node_begin(g, "ReadVariable", "after2");
+    psg_node_add_input(b, w2);
+    psg_node_attr_dtype(b, "dtype", PSG_DT_F32);
+    psg_node_add_control(b, upd2);
+    psg_endpoint_t after2 = psg_node_finish_ep(b);
+    psg_endpoint_t after2_w = psg_identity(g, "after2_w", after2);
+    psg_graph_pop_device(g);
+    /* the worker's copy must run on the worker though it reads a ps tensor */
+    int ups[3] = {upd1, upd2, upd3};
+    psg_graph_push_device(g, "/job:worker/task:0");
+    m->train = psg_group(g, "train", 3, ups);
+    psg_graph_pop_device(g);
+    m->fetches[0] = flat;
+    m->fetches[1] = z;
+    m->fetches[2] = e;
+    m->fetches[3] = after2;
+    m->fetches[4] = after2_w;
+    CHECK(psg_graph_error(g) == NULL);
+    return g;
+}
+
+static int count_recvs_of(const psg_graph_t *g, const char *edge) {
+    int n = 0;
+    for (int i = 0; i < psg_graph_num_nodes(g); i++) {
+        const psg_node_t *nd = psg_graph_node(g, i);
+        if (!strcmp(psg_node_op(nd), "Recv") && !strcmp(psg_node_get_str(nd, "tensor_name", ""), edge)) n++;
+    }
+    return n;
+}
+
+static void compare_tensors(const psg_tensor_t *a, const psg_tensor_t *b) {
+    CHECK(a && b);
+    if (!a || !b) return;
+    CHECK(a->dtype == b->dtype && psg_shape_equal(&a->shape, &b->shape));
+    CHECK(psg_tensor_nbytes(a) == psg_tensor_nbytes(b) && !memcmp(a->data, b->data, psg_tensor_nbytes(a)));
+}
+
+/* Compares every variable of the single-process run with its copy in the
+ * fake cluster; returns how many copies there are (each must be on a ps). */
+static int compare_variables(psg_resource_mgr_t *rref, const fake_cluster_t *cl) {
+    int found = 0;
+    for (int i = 0; i < psg_resource_num_variables(rref); i++) {
+        psg_variable_t *v = psg_resource_variable_at(rref, i);
+        for (int t = 0; t < cl->num_tasks; t++) {
+            psg_variable_t *pv = psg_resource_find_variable(cl->tasks[t].rm, v->name);
+            if (!pv) continue;
+            found++;
+            CHECK(strncmp(cl->tasks[t].task, "/job:ps/", 8) == 0);
+            compare_tensors(pv->value, v->value);
+        }
+    }
+    return found;
+}
+
+static void test_partitioned_model_matches(void) {
+    psg_replica_setter_options_t so = {.ps_tasks = 2, .worker_device = "/job:worker/task:0"};
+    psg_replica_setter_t *s = psg_replica_setter_new(&so);
+    model_t m;
+    psg_graph_t *g = build_model(&m, s);
+    psg_placement_options_t po = {.default_device = "/job:worker/replica:0/task:0/device:CPU:0"};
+    CHECK(psg_place(g, &po) == 0);
+    const char *ps0 = "/job:ps/replica:0/task:0/device:CPU:0", *ps1 = "/job:ps/replica:0/task:1/device:CPU:0",
+               *wk = "/job:worker/replica:0/task:0/device:CPU:0";
+
+    /* the reference: the whole graph in one session */
+    psg_session_t *ref = psg_session_new(g, NULL, NULL);
+    CHECK(psg_session_run_init(ref) == 0);
+
+    int n_init;
+    const int *init = psg_graph_collection(g, "init", &n_init);
+    psg_partition_set_t *init_set = psg_partition_graph(g, 0, NULL, 0, NULL, n_init, init, NULL);
+    psg_partition_set_t *set = psg_partition_graph(g, 1, &m.x, 5, m.fetches, 1, &m.train, NULL);
+    CHECK(init_set && set);
+    if (!init_set || !set) goto out;
+    CHECK(init_set->num_partitions == 2); /* initializers live beside their variables */
+    CHECK(set->num_partitions == 3);
+    int kps0 = psg_partition_set_find(set, ps0), kps1 = psg_partition_set_find(set, "/job:ps/task:1/cpu:0"),
+        kwk = psg_partition_set_find(set, wk);
+    CHECK(kps0 >= 0 && kps1 >= 0 && kwk >= 0);
+    if (kps0 < 0 || kps1 < 0 || kwk < 0) goto out;
+    CHECK(!strcmp(set->partitions[kps1].device, ps1));
+    CHECK(!strcmp(set->partitions[kps0].task, "/job:ps/replica:0/task:0"));
+    /* r1 feeds two inputs of y on the worker: sent once */
+    CHECK(count_recvs_of(set->partitions[kwk].graph, "r1:0") == 1);
+    /* x goes to both ps (upd1, upd3), once each */
+    CHECK(count_recvs_of(set->partitions[kps0].graph, "x:0") == 1);
+    CHECK(count_recvs_of(set->partitions[kps1].graph, "x:0") == 1);
+    /* control edges: y -> upd1 on ps0, upd* -> train on the worker */
+    CHECK(count_recvs_of(set->partitions[kps0].graph, "^y") == 1);
+    CHECK(count_recvs_of(set->partitions[kwk].graph, "^upd1") == 1);
+    CHECK(set->partitions[kwk].num_feeds == 1 && set->partitions[kwk].num_fetches == 4);
+    CHECK(set->partitions[kps1].num_fetches == 1 && set->partitions[kps1].fetch_index[0] == 3);
+    int sends = 0, recvs = 0;
+    for (int k = 0; k < set->num_partitions; k++) {
+        sends += set->partitions[k].num_sends;
+        recvs += set->partitions[k].num_recvs;
+    }
+    CHECK(sends == recvs && sends > 0);
+    round_trip_partitions(init_set);
+    round_trip_partitions(set);
+
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    CHECK(run_set(init_set, &cl, rv, 0, NULL, NULL, 1, NULL) == 0);
+    CHECK(cl.num_tasks == 2);
+    for (int step = 1; step <= 4; step++) {
+        float xv[6];
+        for (int i = 0; i < 6; i++) xv[i] = (float)(step * 10 + i) * 0.25f;
+        psg_tensor_t *xt = psg_test_tensor(&(psg_shape_t){2, {2, 3}}, xv);
+        psg_tensor_t *want[5] = {0}, *got[5] = {0};
+        CHECK(psg_session_run(ref, 1, &m.x, &xt, 5, m.fetches, want, 1, &m.train) == 0);
+        for (int i = 0; i < 5; i++) {
+            psg_tensor_t *copy = want[i] ? psg_tensor_copy(want[i]) : NULL;
+            psg_tensor_destroy(&want[i]);
+            want[i] = copy;
+        }
+        CHECK(run_set(set, &cl, rv, step, &xt, got, step % 2 ? 1 : 3, NULL) == 0);
+        for (int i = 0; i < 5; i++) {
+            compare_tensors(got[i], want[i]);
+            psg_tensor_destroy(&got[i]);
+            psg_tensor_destroy(&want[i]);
+        }
+        psg_tensor_destroy(&xt);
+        CHECK(psg_rendezvous_num_pending(rv) == 0);
+    }
+    /* every variable ends where the single process left it, on its own ps only */
+    CHECK(cl.num_tasks == 3);
+    psg_resource_mgr_t *rref = psg_session_resources(ref);
+    int found = compare_variables(rref, &cl);
+    CHECK(found == psg_resource_num_variables(rref) && found == 4);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+out:
+    psg_partition_set_destroy(&set);
+    psg_partition_set_destroy(&init_set);
+    CHECK(set == NULL);
+    psg_session_destroy(&ref);
+    psg_graph_destroy(&g);
+    psg_replica_setter_destroy(&s);
+}
+
+/* A training step with an optimizer (Momentum: slots, Apply ops taking the
+ * handle as input 0, a global step) and a partitioned variable: its slots,
+ * its Apply ops and its gradient slices land on the right ps, and the
+ * partitioned run trains exactly as the whole graph does. */
+static void test_partitioned_training_matches(void) {
+    psg_replica_setter_options_t so = {.ps_tasks = 2, .worker_device = "/job:worker/task:0"};
+    psg_replica_setter_t *s = psg_replica_setter_new(&so);
+    psg_graph_t *g = psg_graph_new();
+    psg_graph_push_replica_setter(g, s);
+    psg_shape_t s43 = psg_shape_2d(4, 3), s3 = psg_shape_1d(3);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &s43);
+    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s3, (psg_initializer_t){"uniform", 1.0, 5}, true);
+    psg_partitioned_var_t emb;
+    CHECK(psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43, (psg_initializer_t){"uniform", 1.0, 6},
+                                   true, &(psg_partitioner_t){.num_shards = 2}, &emb) == 0);
+    psg_endpoint_t xw = psg_mul(g, "xw", x, psg_read_variable(g, "w/read", w));
+    psg_endpoint_t xe = psg_mul(g, "xe", x, psg_partitioned_read(g, NULL, &emb));
+    psg_endpoint_t both[2] = {psg_square(g, NULL, xw), xe};
+    psg_endpoint_t loss = psg_sum(g, "loss", psg_add_n(g, NULL, 2, both), 0, NULL, false);
+    psg_optimizer_config_t cfg = psg_optimizer_defaults("momentum");
+    cfg.learning_rate = 0.05;
+    psg_optimizer_t *opt = psg_optimizer_new(&cfg);
+    int train = -1;
+    CHECK(opt && psg_optimizer_minimize(opt, g, loss, &train) == 0);
+    psg_graph_pop_device(g);
+    CHECK(psg_graph_error(g) == NULL);
+    /* slots beside their variables, each shard's on its shard's ps */
+    const char *names[3] = {"w", "emb/part_0", "emb/part_1"};
+    for (int i = 0; i < 3; i++) {
+        char slot[64];
+        snprintf(slot, sizeof slot, "%s/Momentum", names[i]);
+        int v = psg_graph_find(g, names[i]), sl = psg_graph_find(g, slot);
+        CHECK(v >= 0 && sl >= 0);
+        if (v >= 0 && sl >= 0)
+            CHECK(!strcmp(psg_node_device(psg_graph_node(g, v)), psg_node_device(psg_graph_node(g, sl))));
+    }
+    CHECK(strcmp(psg_node_device(psg_graph_node(g, emb.shards[0].node)),
+                 psg_node_device(psg_graph_node(g, emb.shards[1].node))));
+    psg_placement_options_t po = {.default_device = "/job:worker/replica:0/task:0/device:CPU:0"};
+    CHECK(psg_place(g, &po) == 0);
+    for (int i = 0; i < psg_graph_num_nodes(g); i++) {
+        const psg_node_t *n = psg_graph_node(g, i);
+        if (!strncmp(psg_node_op(n), "Apply", 5))
+            CHECK(!strncmp(psg_node_assigned_device(n), "/job:ps/", 8));
+    }
+
+    psg_session_t *ref = psg_session_new(g, NULL, NULL);
+    CHECK(psg_session_run_init(ref) == 0);
+    int n_init;
+    const int *init = psg_graph_collection(g, "init", &n_init);
+    psg_partition_set_t *init_set = psg_partition_graph(g, 0, NULL, 0, NULL, n_init, init, NULL);
+    psg_partition_set_t *set = psg_partition_graph(g, 1, &x, 1, &loss, 1, &train, NULL);
+    CHECK(init_set && set);
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    if (init_set && set) {
+        round_trip_partitions(set);
+        CHECK(run_set(init_set, &cl, rv, 0, NULL, NULL, 1, NULL) == 0);
+        unsigned seed = 7;
+        for (int step = 1; step <= 3; step++) {
+            psg_tensor_t *xt = psg_test_random(&s43, -1, 1, &seed), *want = NULL, *got = NULL;
+            CHECK(psg_session_run(ref, 1, &x, &xt, 1, &loss, &want, 1, &train) == 0);
+            CHECK(run_set(set, &cl, rv, step, &xt, &got, 2, NULL) == 0);
+            compare_tensors(got, want);
+            psg_tensor_destroy(&got);
+            psg_tensor_destroy(&want);
+            psg_tensor_destroy(&xt);
+        }
+        psg_resource_mgr_t *rref = psg_session_resources(ref);
+        CHECK(compare_variables(rref, &cl) == psg_resource_num_variables(rref));
+    }
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+    psg_partition_set_destroy(&set);
+    psg_partition_set_destroy(&init_set);
+    psg_optimizer_destroy(&opt);
+    psg_session_destroy(&ref);
+    psg_graph_destroy(&g);
+    psg_replica_setter_destroy(&s);
+}
+
+/* v on ps 0, its read sent to the worker, which fetches v + v. */
+static psg_graph_t *build_small(psg_endpoint_t *fetch) {
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t sh = psg_shape_1d(3);
+    psg_graph_push_device(g, "/job:ps/task:0");
+    psg_endpoint_t v = psg_variable(g, "v", PSG_DT_F32, &sh, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t r = psg_read_variable(g, "v/read", v);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, "/job:worker/task:0");
+    psg_endpoint_t two[2] = {r, r};
+    *fetch = psg_add_n(g, "sum", 2, two);
+    psg_graph_pop_device(g);
+    return g;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void test_recv_timeout_names_the_key(void) {
+    psg_endpoint_t sum;
+    psg_graph_t *g = build_small(&sum);
+    CHECK(psg_place(g, NULL) == 0);
+    psg_partition_set_t *set = psg_partition_graph(g, 0, NULL, 1, &sum, 0, NULL, NULL);
+    CHECK(set && set->num_partitions == 2);
+    if (!set) goto out;
+    int kwk = psg_partition_set_find(set, "/job:worker/task:0/cpu:0");
+    CHECK(kwk >= 0);
+    bool only[2] = {false, false};
+    only[kwk] = true;
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(100);
+    psg_tensor_t *out = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(run_set(set, &cl, rv, 7, NULL, &out, 1, only) < 0);
+    CHECK(seconds_since(&t0) < 5.0);
+    CHECK_ERROR_HAS("node 'v/read/_recv_0' (Recv)");
+    CHECK_ERROR_HAS("timed out after 100 ms waiting for key '/job:ps/replica:0/task:0/device:CPU:0;"
+                    "0000000000000000;/job:worker/replica:0/task:0/device:CPU:0;v/read:0;0:0' (step 7)");
+    CHECK(out == NULL);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+out:
+    psg_partition_set_destroy(&set);
+    psg_graph_destroy(&g);
+}
+
+/* The ps partition fails (v is not initialized): the worker's Recv is
+ * woken by the step's abort at once, not by its (long) timeout. */
+static void test_failed_partition_aborts_the_step(void) {
+    psg_endpoint_t sum;
+    psg_graph_t *g = build_small(&sum);
+    CHECK(psg_place(g, NULL) == 0);
+    psg_partition_set_t *set = psg_partition_graph(g, 0, NULL, 1, &sum, 0, NULL, NULL);
+    CHECK(set != NULL);
+    if (!set) goto out;
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(60000);
+    psg_tensor_t *out = NULL;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(run_set(set, &cl, rv, 3, NULL, &out, 1, NULL) < 0);
+    CHECK(seconds_since(&t0) < 10.0);
+    CHECK_ERROR_HAS("variable 'v' is not initialized");
+    CHECK(out == NULL);
+    CHECK(psg_rendezvous_num_pending(rv) == 0);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+out:
+    psg_partition_set_destroy(&set);
+    psg_graph_destroy(&g);
+}
+
+static void test_partition_errors(void) {
+    psg_endpoint_t sum;
+    psg_graph_t *g = build_small(&sum);
+    CHECK(psg_partition_graph(g, 0, NULL, 1, &sum, 0, NULL, NULL) == NULL);
+    CHECK_ERROR_HAS("has no complete assigned device");
+    CHECK_ERROR_HAS("run psg_place first");
+    CHECK(psg_place(g, NULL) == 0);
+    /* a handle used on another device than its variable's */
+    int r = psg_graph_find(g, "v/read");
+    psg_graph_set_assigned_device(g, r, "/job:worker/replica:0/task:0/device:CPU:0");
+    CHECK(psg_partition_graph(g, 0, NULL, 1, &sum, 0, NULL, NULL) == NULL);
+    CHECK_ERROR_HAS("node 'v' (VarHandle): its resource handle is used on '/job:worker/replica:0/task:0/device:CPU:0'");
+    psg_endpoint_t bad = {999, 0};
+    CHECK(psg_partition_graph(g, 0, NULL, 1, &bad, 0, NULL, NULL) == NULL);
+    CHECK_ERROR_HAS("fetch 0 refers to a missing node");
+    psg_graph_destroy(&g);
+}
+
+static void *late_sender(void *arg) {
+    psg_rendezvous_t *rv = arg;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    psg_tensor_t *t = psg_tensor_scalar_f32(42.0f);
+    psg_rendezvous_send(rv, 5, "late", &t);
+    return NULL;
+}
+
+static void *waiter(void *arg) {
+    psg_rendezvous_t *rv = arg;
+    psg_tensor_t *t = NULL;
+    int rc = psg_rendezvous_recv(rv, 9, "never", 0, &t);
+    static char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc < 0 ? psg_error_message() : "received?");
+    return msg;
+}
+
+static void test_rendezvous(void) {
+    psg_rendezvous_t *rv = psg_rendezvous_new(0);
+    psg_tensor_t *t = psg_tensor_scalar_f32(1.5f), *out = NULL;
+    /* send first, then receive */
+    CHECK(psg_rendezvous_send(rv, 1, "a", &t) == 0 && t == NULL);
+    CHECK(psg_rendezvous_num_pending(rv) == 1);
+    CHECK(psg_rendezvous_recv(rv, 1, "a", 100, &out) == 0 && out && psg_tensor_f32(out)[0] == 1.5f);
+    psg_tensor_destroy(&out);
+    /* the same key in another step is another entry */
+    t = psg_tensor_scalar_f32(1);
+    CHECK(psg_rendezvous_send(rv, 2, "a", &t) == 0);
+    t = psg_tensor_scalar_f32(2);
+    CHECK(psg_rendezvous_send(rv, 2, "a", &t) < 0 && t == NULL);
+    CHECK_ERROR_HAS("key 'a' sent twice in step 2");
+    CHECK(psg_rendezvous_recv(rv, 3, "a", 30, &out) < 0);
+    CHECK_ERROR_HAS("timed out after 30 ms waiting for key 'a' (step 3)");
+    psg_rendezvous_cleanup_step(rv, 2);
+    CHECK(psg_rendezvous_num_pending(rv) == 0);
+    /* receive first, the send arrives from another thread */
+    pthread_t th;
+    pthread_create(&th, NULL, late_sender, rv);
+    CHECK(psg_rendezvous_recv(rv, 5, "late", 5000, &out) == 0 && out && psg_tensor_f32(out)[0] == 42.0f);
+    psg_tensor_destroy(&out);
+    pthread_join(th, NULL);
+    /* a step abort fails that step only */
+    psg_rendezvous_abort_step(rv, 4, "worker 1 died");
+    CHECK(psg_rendezvous_recv(rv, 4, "x", 0, &out) < 0);
+    CHECK_ERROR_HAS("aborted (worker 1 died) while waiting for key 'x' (step 4)");
+    t = psg_tensor_scalar_f32(1);
+    CHECK(psg_rendezvous_send(rv, 4, "x", &t) < 0);
+    CHECK_ERROR_HAS("while sending key 'x'");
+    t = psg_tensor_scalar_f32(1);
+    CHECK(psg_rendezvous_send(rv, 6, "x", &t) == 0);
+    psg_rendezvous_cleanup_step(rv, 4);
+    t = psg_tensor_scalar_f32(1);
+    CHECK(psg_rendezvous_send(rv, 4, "x", &t) == 0);
+    /* an abort wakes a receiver that waits with no limit, naming its key */
+    pthread_create(&th, NULL, waiter, rv);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    psg_rendezvous_abort(rv, "shutting down");
+    void *msg = NULL;
+    pthread_join(th, &msg);
+    CHECK(msg && strstr(msg, "aborted (shutting down) while waiting for key 'never' (step 9)"));
+    CHECK(psg_rendezvous_num_pending(rv) == 0);
+    psg_rendezvous_destroy(&rv);
+    CHECK(rv == NULL);
+    psg_rendezvous_destroy(&rv);
+
+    /* keys */
+    char key[PSG_RENDEZVOUS_KEY_MAX];
+    psg_rendezvous_key("/job:ps/replica:0/task:1/device:CPU:0", 0xabcdef, "/job:worker/replica:0/task:0/device:CPU:0",
+                       "layer/w/read:0", key, sizeof key);
+    CHECK(!strcmp(key, "/job:ps/replica:0/task:1/device:CPU:0;0000000000abcdef;"
+                       "/job:worker/replica:0/task:0/device:CPU:0;layer/w/read:0;0:0"));
+    psg_rendezvous_key_t k;
+    CHECK(psg_rendezvous_key_parse(key, &k) == 0);
+    CHECK(!strcmp(k.src_device, "/job:ps/replica:0/task:1/device:CPU:0") && k.src_incarnation == 0xabcdef);
+    CHECK(!strcmp(k.dst_device, "/job:worker/replica:0/task:0/device:CPU:0") && !strcmp(k.edge_name, "layer/w/read:0"));
+    CHECK(psg_rendezvous_key_parse("a;b;c", &k) < 0);
+    CHECK_ERROR_HAS("malformed rendezvous key 'a;b;c'");
+    CHECK(psg_rendezvous_key_parse("a;000000000000000g;c;d;0:0", &k) < 0);
+    CHECK_ERROR_HAS("incarnation");
+    CHECK(psg_rendezvous_key_parse(";0000000000000000;c;d;0:0", &k) < 0);
+}
+
+/* A destroyed rendezvous fails its waiters rather than leaving them hanging. */
+static void done_count(void *arg, psg_tensor_t *t, const char *error) {
+    int *n = arg;
+    if (!t && error && strstr(error, "rendezvous destroyed")) (*n)++;
+    psg_tensor_destroy(&t);
+}
+
+static void test_rendezvous_destroy_fails_waiters(void) {
+    psg_rendezvous_t *rv = psg_rendezvous_new(0);
+    int failed = 0;
+    psg_rendezvous_recv_async(rv, 1, "k1", 0, done_count, &failed);
+    psg_rendezvous_recv_async(rv, 1, "k2", 60000, done_count, &failed);
+    psg_tensor_t *t = psg_tensor_scalar_f32(1);
+    psg_rendezvous_send(rv, 1, "unreceived", &t);
+    CHECK(psg_rendezvous_num_pending(rv) == 3);
+    psg_rendezvous_destroy(&rv);
+    CHECK(failed == 2);
+}
+
+int main(void) {
+    RUN_TEST(test_rendezvous);
+    RUN_TEST(test_rendezvous_destroy_fails_waiters);
+    RUN_TEST(test_partitioned_model_matches);
+    RUN_TEST(test_partitioned_training_matches);
+    RUN_TEST(test_recv_timeout_names_the_key);
+    RUN_TEST(test_failed_partition_aborts_the_step);
+    RUN_TEST(test_partition_errors);
+    return psg_test_summary();
+}
