@@ -10,6 +10,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"train", psg_cmd_train, "train a model (psgraph train --help)"},
+    {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
+    {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
 };
 
 static void usage(FILE *f) {
