@@ -408,10 +408,11 @@ static void test_equivalence_with_one_process(void) {
     cluster_free(&cl);
 }
 
-/* N = 2, b = 1, worker 2 delayed each step: every step completes at the
- * pace of the other two, and its gradients are counted as dropped. */
+/* N = 2, b = 1, every worker computes 20 ms a step, worker 2 250 ms more:
+ * every step completes at the pace of the other two, and its gradients are
+ * counted as dropped. */
 static void test_backup_worker_drops_the_straggler(void) {
-    const int k = 8, delay = 250;
+    const int k = 20, delay = 250, compute = 20;
     cluster_t cl;
     cluster_init(&cl);
     psg_sync_config_t cfg;
@@ -421,7 +422,8 @@ static void test_backup_worker_drops_the_straggler(void) {
     cfg.total_steps = k;
     cfg.timeout_ms = 10000;
     job_t job = {.n = 3};
-    job.w[2].delay_ms = delay;
+    job.w[0].delay_ms = job.w[1].delay_ms = compute;
+    job.w[2].delay_ms = compute + delay;
     job_run(&job, &cl, &cfg, NULL);
     CHECK(job.chief_rc == 0 && job.chief_steps == k && global_step_of(&cl) == k);
     for (int i = 0; i < 3; i++) {
@@ -432,7 +434,7 @@ static void test_backup_worker_drops_the_straggler(void) {
     CHECK(job.w[2].stats.steps >= 1 && job.w[2].stats.used == 0 &&
           job.w[2].stats.dropped == job.w[2].stats.steps);
     /* the fast two never waited for the straggler's 250 ms a step */
-    CHECK(job.w[0].seconds < k * delay * 1e-3 / 2);
+    CHECK(job.w[0].seconds < k * (compute + delay) * 1e-3 / 2);
     /* the ps counted the dropped gradients too */
     int64_t dropped = 0;
     for (int p = 0; p < NUM_PS; p++) {
