@@ -40,7 +40,8 @@ static int infer_accumulator(psg_infer_ctx_t *c) {
 static int infer_apply(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     if (expect_scalar(c, 1, PSG_DT_I64, "local_step") < 0) return -1;
-    if (c->in_dtypes[2] != PSG_DT_F32 || !psg_shape_compatible(&c->in_shapes[2], &c->in_shapes[0])) {
+    if (c->in_dtypes[2] != PSG_DT_F32 ||
+        !psg_shape_compatible(&c->in_shapes[2], &c->in_shapes[0])) {
         char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
         return psg_error_set("gradient %s%s does not fit the accumulator's f32%s",
                              psg_dtype_name(c->in_dtypes[2]),
@@ -103,9 +104,9 @@ static int infer_count_accepted(psg_infer_ctx_t *c) {
 
 /* ---- defs: none is differentiable ---- */
 
-#define SYNC_OP(var, name, nin, nout, flags, infer, kernel)                                       \
-    static const psg_op_def_t var = {name, nin, nout, PSG_OP_STATEFUL | (flags), infer, NULL,     \
-                                     kernel, NULL}
+#define SYNC_OP(var, name, nin, nout, flags, infer, kernel)                                        \
+    static const psg_op_def_t var = {name,  nin,  nout,   PSG_OP_STATEFUL | (flags),               \
+                                     infer, NULL, kernel, NULL}
 
 SYNC_OP(op_accumulator, "AccumulatorHandle", 0, 1, 0, infer_accumulator, psg_cpu_accumulator);
 SYNC_OP(op_apply, "AccumulatorApplyGradient", 3, 1, 0, infer_apply, psg_cpu_accumulator_apply);
@@ -128,9 +129,10 @@ static const psg_op_def_t op_count_accepted = {
     "CountAccepted", -1, 1, 0, infer_count_accepted, NULL, psg_cpu_count_accepted, NULL};
 
 const psg_op_def_t *const psg_sync_ops[] = {
-    &op_accumulator,   &op_apply,         &op_take,         &op_set_global_step,
-    &op_num_accumulated, &op_accumulator_close, &op_token_queue, &op_enqueue_many,
-    &op_dequeue,       &op_token_queue_close, &op_count_accepted, NULL,
+    &op_accumulator,       &op_apply,           &op_take,
+    &op_set_global_step,   &op_num_accumulated, &op_accumulator_close,
+    &op_token_queue,       &op_enqueue_many,    &op_dequeue,
+    &op_token_queue_close, &op_count_accepted,  NULL,
 };
 
 /* ---- builders ---- */
@@ -138,7 +140,8 @@ const psg_op_def_t *const psg_sync_ops[] = {
 static psg_node_builder_t *begin(psg_graph_t *g, const char *op, const char *name, int n,
                                  const psg_endpoint_t *inputs) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
-    for (int i = 0; i < n; i++) psg_node_add_input(b, inputs[i]);
+    for (int i = 0; i < n; i++)
+        psg_node_add_input(b, inputs[i]);
     return b;
 }
 

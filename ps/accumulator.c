@@ -2,6 +2,7 @@
  * ConditionalAccumulator, with a cap): it sums the gradients computed for
  * its current global step, drops older (stale) and surplus ones, and hands
  * the mean to a pending take. Not the graph ops (ops/sync.c). */
+#include "ps/handle.h"
 #include "ps/timer.h"
 #include "psgraph/error.h"
 #include "psgraph/sync_resources.h"
@@ -65,22 +66,28 @@ static void *create_accumulator(void *ctx) {
     return a;
 }
 
-/* The manager destroys it once no step runs: a pending take fails. */
-static void destroy_accumulator(void *obj) {
-    psg_accumulator_t *a = obj;
+/* Closes a (when `close`) and fails its pending take, if any, with
+ * "accumulator 'NAME' <why>". */
+static void fail_take(psg_accumulator_t *a, bool close, const char *why) {
     pthread_mutex_lock(&a->lock);
+    a->closed = a->closed || close;
     bool waiting = a->waiting;
     a->waiting = false;
     uint64_t id = a->timer_id;
     psg_accumulator_take_fn done = a->done;
     void *arg = a->arg;
     pthread_mutex_unlock(&a->lock);
+    if (!waiting) return;
     psg_timer_cancel(a->timer, id, true);
-    if (waiting) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "accumulator '%s' destroyed while a take waited", a->name);
-        done(arg, NULL, msg);
-    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "accumulator '%s' %s", a->name, why);
+    done(arg, NULL, msg);
+}
+
+/* The manager destroys it once no step runs: a pending take fails. */
+static void destroy_accumulator(void *obj) {
+    psg_accumulator_t *a = obj;
+    fail_take(a, true, "destroyed while a take waited");
     psg_tensor_destroy(&a->sum);
     pthread_mutex_destroy(&a->lock);
     a->magic = 0;
@@ -98,9 +105,8 @@ psg_accumulator_t *psg_accumulator_get(psg_resource_mgr_t *rm, const char *name,
     psg_timer_t *timer = psg_timer_of(rm);
     if (!timer) return NULL;
     create_args_t c = {name, *shape, num_required, timer};
-    psg_accumulator_t *a = psg_resource_lookup_or_create(rm, name, "accumulator",
-                                                         create_accumulator, &c,
-                                                         destroy_accumulator);
+    psg_accumulator_t *a = psg_resource_lookup_or_create(
+        rm, name, "accumulator", create_accumulator, &c, destroy_accumulator);
     if (a && !psg_shape_equal(&a->shape, shape)) {
         char s1[PSG_SHAPE_STR_MAX], s2[PSG_SHAPE_STR_MAX];
         psg_error_set("accumulator '%s' exists with shape %s, asked for %s", name,
@@ -115,25 +121,16 @@ psg_accumulator_t *psg_accumulator_get(psg_resource_mgr_t *rm, const char *name,
     return a;
 }
 
-const char *psg_accumulator_name(const psg_accumulator_t *a) { return a->name; }
+const char *psg_accumulator_name(const psg_accumulator_t *a) {
+    return a->name;
+}
 
 psg_tensor_t *psg_accumulator_handle(psg_accumulator_t *a) {
-    psg_shape_t scalar = psg_shape_scalar();
-    psg_tensor_t *h = psg_tensor_new(PSG_DT_RESOURCE, &scalar);
-    if (h) memcpy(h->data, &a, sizeof a);
-    return h;
+    return psg_ps_handle_new(a);
 }
 
 psg_accumulator_t *psg_accumulator_from_handle(const psg_tensor_t *h) {
-    void *p = NULL;
-    uint32_t magic = 0;
-    if (h && h->dtype == PSG_DT_RESOURCE) memcpy(&p, h->data, sizeof p);
-    if (p) memcpy(&magic, p, sizeof magic);
-    if (magic != ACCUMULATOR_MAGIC) {
-        psg_error_set("input is not an accumulator handle");
-        return NULL;
-    }
-    return p;
+    return psg_ps_handle_object(h, ACCUMULATOR_MAGIC, "an accumulator");
 }
 
 /* With the lock held and count >= want: the mean of the step, the sum
@@ -143,7 +140,8 @@ static psg_tensor_t *take_mean_locked(psg_accumulator_t *a) {
     a->sum = NULL;
     float *m = psg_tensor_f32(mean);
     float n = (float)a->count;
-    for (int64_t i = 0; i < a->numel; i++) m[i] /= n;
+    for (int64_t i = 0; i < a->numel; i++)
+        m[i] /= n;
     a->count = 0;
     a->step++;
     a->counts.takes++;
@@ -204,7 +202,8 @@ int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_te
             memcpy(a->sum->data, g, sizeof(float) * (size_t)a->numel);
         } else {
             float *s = psg_tensor_f32(a->sum);
-            for (int64_t i = 0; i < a->numel; i++) s[i] += g[i];
+            for (int64_t i = 0; i < a->numel; i++)
+                s[i] += g[i];
         }
         a->count++;
         a->counts.accepted++;
@@ -300,7 +299,8 @@ int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout
     pthread_cond_init(&w.cond, NULL);
     psg_accumulator_take_async(a, num_required, timeout_ms, take_wait_done, &w);
     pthread_mutex_lock(&w.lock);
-    while (!w.done) pthread_cond_wait(&w.cond, &w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
     pthread_mutex_unlock(&w.lock);
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);
@@ -339,17 +339,5 @@ void psg_accumulator_counts(psg_accumulator_t *a, psg_accumulator_counts_t *out)
 }
 
 void psg_accumulator_close(psg_accumulator_t *a) {
-    pthread_mutex_lock(&a->lock);
-    a->closed = true;
-    bool waiting = a->waiting;
-    a->waiting = false;
-    uint64_t id = a->timer_id;
-    psg_accumulator_take_fn done = a->done;
-    void *arg = a->arg;
-    pthread_mutex_unlock(&a->lock);
-    if (!waiting) return;
-    psg_timer_cancel(a->timer, id, true);
-    char msg[512];
-    snprintf(msg, sizeof msg, "accumulator '%s' is closed: " PSG_SYNC_CLOSED_TEXT, a->name);
-    done(arg, NULL, msg);
+    fail_take(a, true, "is closed: " PSG_SYNC_CLOSED_TEXT);
 }

@@ -2,6 +2,7 @@
  * the new global step; a worker takes the first token newer than its local
  * step before its next step, waiting without a thread, with a timeout.
  * Not the accumulators (ps/accumulator.c) and not the ops (ops/sync.c). */
+#include "ps/handle.h"
 #include "ps/timer.h"
 #include "psgraph/error.h"
 #include "psgraph/sync_resources.h"
@@ -32,7 +33,7 @@ struct psg_token_queue {
     int n, cap;
     int64_t last_released; /* the newest token enqueued, -1 before the first */
     bool closed;
-    char *error; /* the close's error; NULL: closed cleanly */
+    char *error;       /* the close's error; NULL: closed cleanly */
     waiter_t *waiters; /* in arrival order */
 };
 
@@ -70,25 +71,16 @@ psg_token_queue_t *psg_token_queue_get(psg_resource_mgr_t *rm, const char *name)
                                          destroy_queue);
 }
 
-const char *psg_token_queue_name(const psg_token_queue_t *q) { return q->name; }
+const char *psg_token_queue_name(const psg_token_queue_t *q) {
+    return q->name;
+}
 
 psg_tensor_t *psg_token_queue_handle(psg_token_queue_t *q) {
-    psg_shape_t scalar = psg_shape_scalar();
-    psg_tensor_t *h = psg_tensor_new(PSG_DT_RESOURCE, &scalar);
-    if (h) memcpy(h->data, &q, sizeof q);
-    return h;
+    return psg_ps_handle_new(q);
 }
 
 psg_token_queue_t *psg_token_queue_from_handle(const psg_tensor_t *h) {
-    void *p = NULL;
-    uint32_t magic = 0;
-    if (h && h->dtype == PSG_DT_RESOURCE) memcpy(&p, h->data, sizeof p);
-    if (p) memcpy(&magic, p, sizeof magic);
-    if (magic != TOKEN_QUEUE_MAGIC) {
-        psg_error_set("input is not a token queue handle");
-        return NULL;
-    }
-    return p;
+    return psg_ps_handle_object(h, TOKEN_QUEUE_MAGIC, "a token queue");
 }
 
 /* A waiter served or failed, finished after the lock is released. */
@@ -133,7 +125,8 @@ static int serve_locked(psg_token_queue_t *q, served_t *out) {
 
 static int count_waiters_locked(psg_token_queue_t *q) {
     int n = 0;
-    for (waiter_t *w = q->waiters; w; w = w->next) n++;
+    for (waiter_t *w = q->waiters; w; w = w->next)
+        n++;
     return n;
 }
 
@@ -181,7 +174,8 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
             q->cap = cap;
         }
         for (int i = 0; i < n; i++)
-            for (int r = 0; r < repeat; r++) q->tokens[q->n++] = tokens[i];
+            for (int r = 0; r < repeat; r++)
+                q->tokens[q->n++] = tokens[i];
         if (hi > q->last_released) q->last_released = hi;
     }
     int nw = count_waiters_locked(q);
@@ -239,14 +233,16 @@ void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t aft
         waiter_t *w = calloc(1, sizeof *w);
         if (w) {
             *w = (waiter_t){worker, after_step, timeout_ms, 0, done, arg, NULL};
-            if (timeout_ms > 0) w->timer_id = psg_timer_add(q->timer, timeout_ms, dequeue_timed_out, q);
+            if (timeout_ms > 0)
+                w->timer_id = psg_timer_add(q->timer, timeout_ms, dequeue_timed_out, q);
         }
         if (!w || (timeout_ms > 0 && w->timer_id == 0)) {
             free(w);
             snprintf(msg, sizeof msg, "token queue '%s': out of memory", q->name);
         } else {
             waiter_t **p = &q->waiters;
-            while (*p) p = &(*p)->next;
+            while (*p)
+                p = &(*p)->next;
             *p = w;
             pthread_mutex_unlock(&q->lock);
             return;
@@ -281,7 +277,8 @@ int psg_token_queue_dequeue(psg_token_queue_t *q, int worker, int64_t after_step
     pthread_cond_init(&w.cond, NULL);
     psg_token_queue_dequeue_async(q, worker, after_step, timeout_ms, dequeue_wait_done, &w);
     pthread_mutex_lock(&w.lock);
-    while (!w.done) pthread_cond_wait(&w.cond, &w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
     pthread_mutex_unlock(&w.lock);
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);

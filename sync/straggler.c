@@ -42,16 +42,22 @@ static int parse_number(const char *text, const char *key, const char *val, doub
 }
 
 enum { F_WORKER, F_DIST, F_DELAY, F_MEAN, F_MEDIAN, F_MU, F_SIGMA, F_PROB, NUM_FIELDS };
-static const char *const field_names[NUM_FIELDS] = {"worker", "dist", "delay_ms", "mean_ms",
-                                                    "median_ms", "mu", "sigma", "prob"};
+static const char *const field_names[NUM_FIELDS] = {"worker",    "dist", "delay_ms", "mean_ms",
+                                                    "median_ms", "mu",   "sigma",    "prob"};
 
 /* Which fields each distribution takes (worker, dist, prob: all). */
 static bool field_allowed(psg_straggler_dist_t d, int f) {
     switch (f) {
-    case F_DELAY: return d == PSG_STRAGGLER_FIXED;
-    case F_MEAN: return d == PSG_STRAGGLER_EXPONENTIAL;
-    case F_MEDIAN: case F_MU: case F_SIGMA: return d == PSG_STRAGGLER_LOGNORMAL;
-    default: return true;
+    case F_DELAY:
+        return d == PSG_STRAGGLER_FIXED;
+    case F_MEAN:
+        return d == PSG_STRAGGLER_EXPONENTIAL;
+    case F_MEDIAN:
+    case F_MU:
+    case F_SIGMA:
+        return d == PSG_STRAGGLER_LOGNORMAL;
+    default:
+        return true;
     }
 }
 
@@ -69,17 +75,28 @@ static int parse_field(const char *text, int f, const char *val, psg_straggler_s
         o->worker = (int)x;
         return 0;
     case F_DIST:
-        if (!strcmp(val, "fixed")) o->dist = PSG_STRAGGLER_FIXED;
-        else if (!strcmp(val, "exponential")) o->dist = PSG_STRAGGLER_EXPONENTIAL;
-        else if (!strcmp(val, "lognormal")) o->dist = PSG_STRAGGLER_LOGNORMAL;
-        else return field_error(text, "dist", "unknown distribution (fixed, exponential, lognormal)", val);
+        if (!strcmp(val, "fixed"))
+            o->dist = PSG_STRAGGLER_FIXED;
+        else if (!strcmp(val, "exponential"))
+            o->dist = PSG_STRAGGLER_EXPONENTIAL;
+        else if (!strcmp(val, "lognormal"))
+            o->dist = PSG_STRAGGLER_LOGNORMAL;
+        else
+            return field_error(text, "dist", "unknown distribution (fixed, exponential, lognormal)",
+                               val);
         return 0;
-    case F_DELAY: return parse_number(text, "delay_ms", val, 0, MAX_DELAY_MS, &o->delay_ms);
-    case F_MEAN: return parse_number(text, "mean_ms", val, 0, MAX_DELAY_MS, &o->mean_ms);
-    case F_MEDIAN: return parse_number(text, "median_ms", val, 1e-3, MAX_DELAY_MS, median);
-    case F_MU: return parse_number(text, "mu", val, -20, 20, &o->mu);
-    case F_SIGMA: return parse_number(text, "sigma", val, 0, 10, &o->sigma);
-    default: return parse_number(text, "prob", val, 1e-9, 1, &o->prob);
+    case F_DELAY:
+        return parse_number(text, "delay_ms", val, 0, MAX_DELAY_MS, &o->delay_ms);
+    case F_MEAN:
+        return parse_number(text, "mean_ms", val, 0, MAX_DELAY_MS, &o->mean_ms);
+    case F_MEDIAN:
+        return parse_number(text, "median_ms", val, 1e-3, MAX_DELAY_MS, median);
+    case F_MU:
+        return parse_number(text, "mu", val, -20, 20, &o->mu);
+    case F_SIGMA:
+        return parse_number(text, "sigma", val, 0, 10, &o->sigma);
+    default:
+        return parse_number(text, "prob", val, 1e-9, 1, &o->prob);
     }
 }
 
@@ -99,10 +116,13 @@ int psg_straggler_parse(const char *text, psg_straggler_spec_t *out) {
         }
         *eq = '\0';
         int f = 0;
-        while (f < NUM_FIELDS && strcmp(field_names[f], tok)) f++;
+        while (f < NUM_FIELDS && strcmp(field_names[f], tok))
+            f++;
         if (f == NUM_FIELDS)
-            rc = field_error(text, tok, "unknown field (worker, dist, delay_ms, mean_ms, median_ms, "
-                                        "mu, sigma, prob)", NULL);
+            rc = field_error(text, tok,
+                             "unknown field (worker, dist, delay_ms, mean_ms, median_ms, "
+                             "mu, sigma, prob)",
+                             NULL);
         else if (seen[f])
             rc = field_error(text, tok, "given twice", NULL);
         else {
@@ -164,7 +184,9 @@ int psg_straggler_add(psg_straggler_t *s, const char *text) {
     return 0;
 }
 
-int psg_straggler_count(const psg_straggler_t *s) { return s ? s->n : 0; }
+int psg_straggler_count(const psg_straggler_t *s) {
+    return s ? s->n : 0;
+}
 
 const psg_straggler_spec_t *psg_straggler_at(const psg_straggler_t *s, int i) {
     return s && i >= 0 && i < s->n ? &s->specs[i] : NULL;
@@ -196,8 +218,12 @@ double psg_straggler_delay_ms(const psg_straggler_t *s, int worker, int64_t step
         if (p->prob < 1 && uniform(s->seed, i, worker, step, 0) >= p->prob) continue;
         double u1 = uniform(s->seed, i, worker, step, 1), u2 = uniform(s->seed, i, worker, step, 2);
         switch (p->dist) {
-        case PSG_STRAGGLER_FIXED: total += p->delay_ms; break;
-        case PSG_STRAGGLER_EXPONENTIAL: total += -p->mean_ms * log(u1); break;
+        case PSG_STRAGGLER_FIXED:
+            total += p->delay_ms;
+            break;
+        case PSG_STRAGGLER_EXPONENTIAL:
+            total += -p->mean_ms * log(u1);
+            break;
         case PSG_STRAGGLER_LOGNORMAL: {
             double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
             total += exp(p->mu + p->sigma * z);

@@ -2,10 +2,10 @@
  * graph of a worker built by the chosen variant, per-step statistics and
  * the chief's runner thread. Not the protocol's graph itself
  * (sync/variant_sync.c) and not the resources (ps/). */
-#include "sync/variant.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
 #include "psgraph/sync_resources.h"
+#include "sync/variant.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -62,8 +62,9 @@ psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_
         return NULL;
     }
     if (cfg->num_workers < 1 || cfg->backup_workers < 0) {
-        psg_error_set("sync replicas: num_workers must be >= 1 and backup_workers >= 0 (got %d, %d)",
-                      cfg->num_workers, cfg->backup_workers);
+        psg_error_set(
+            "sync replicas: num_workers must be >= 1 and backup_workers >= 0 (got %d, %d)",
+            cfg->num_workers, cfg->backup_workers);
         return NULL;
     }
     if (n < 1 || n + cfg->backup_workers > cfg->num_workers) {
@@ -100,9 +101,13 @@ void psg_sync_replicas_destroy(psg_sync_replicas_t **sr) {
     *sr = NULL;
 }
 
-const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr) { return sr->variant->name; }
+const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr) {
+    return sr->variant->name;
+}
 
-int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) { return sr->num_required; }
+int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
+    return sr->num_required;
+}
 
 psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_endpoint_t gstep,
                                          int after) {
@@ -116,9 +121,17 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
 int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, int n,
                                       const psg_endpoint_t *grads, const psg_endpoint_t *vars,
                                       psg_sync_graph_t *out) {
-    *out = (psg_sync_graph_t){PSG_NO_ENDPOINT, -1, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT,
-                              PSG_NO_ENDPOINT, 0,  PSG_NO_ENDPOINT, -1,
-                              PSG_NO_ENDPOINT, -1, -1};
+    *out = (psg_sync_graph_t){PSG_NO_ENDPOINT,
+                              -1,
+                              PSG_NO_ENDPOINT,
+                              PSG_NO_ENDPOINT,
+                              PSG_NO_ENDPOINT,
+                              0,
+                              PSG_NO_ENDPOINT,
+                              -1,
+                              PSG_NO_ENDPOINT,
+                              -1,
+                              -1};
     psg_endpoint_t *kept = malloc(sizeof *kept * 2 * (size_t)(n > 0 ? n : 1));
     if (!kept) return psg_error_set("out of memory");
     int k = 0;
@@ -140,9 +153,15 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
     } else if (!psg_endpoint_valid(gstep)) {
         psg_error_wrap("sync replicas: global step");
     } else {
-        psg_sync_build_t b = {&sr->cfg, sr->num_required,
+        psg_sync_build_t b = {&sr->cfg,
+                              sr->num_required,
                               sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
-                              sr->opt, g, k, kept, kept + n, gstep};
+                              sr->opt,
+                              g,
+                              k,
+                              kept,
+                              kept + n,
+                              gstep};
         out->num_vars = k;
         rc = sr->variant->build(&b, out);
         if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
@@ -161,7 +180,8 @@ int psg_sync_replicas_minimize(psg_sync_replicas_t *sr, psg_graph_t *g, psg_endp
     psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)n);
     if (!vars) return psg_error_set("out of memory");
     psg_endpoint_t *grads = vars + n;
-    for (int i = 0; i < n; i++) vars[i] = (psg_endpoint_t){ids[i], 0};
+    for (int i = 0; i < n; i++)
+        vars[i] = (psg_endpoint_t){ids[i], 0};
     int rc = psg_gradients(g, 1, &loss, NULL, n, vars, grads);
     if (rc == 0) rc = psg_sync_replicas_apply_gradients(sr, g, n, grads, vars, out);
     free(vars);
@@ -186,8 +206,8 @@ static int fetched_scalar(psg_tensor_t *const *fetched, int i, psg_dtype_t dt, c
     return 0;
 }
 
-int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
-                       int64_t local_step, double step_sec, psg_sync_step_t *st) {
+int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
+                       double step_sec, psg_sync_step_t *st) {
     memset(st, 0, sizeof *st);
     st->local_step = local_step;
     st->next_step = local_step + 1;

@@ -11,7 +11,7 @@
 /* What a build gets: the config with N resolved, and the gradients. */
 typedef struct {
     const psg_sync_config_t *cfg;
-    int num_required; /* N */
+    int num_required;   /* N */
     int64_t timeout_ms; /* resolved: > 0, or <= 0 for no limit */
     psg_optimizer_t *opt;
     psg_graph_t *g;

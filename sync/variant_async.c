@@ -7,7 +7,8 @@
 static int build_async(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     if (psg_optimizer_apply_gradients(b->opt, b->g, b->n, b->grads, b->vars, &out->train_op) < 0)
         return -1;
-    out->global_step = psg_sync_read_global_step(b->g, "sync_replicas/global_step", b->global_step, -1);
+    out->global_step =
+        psg_sync_read_global_step(b->g, "sync_replicas/global_step", b->global_step, -1);
     return psg_endpoint_valid(out->global_step) ? 0 : -1;
 }
 

@@ -55,16 +55,17 @@ static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     for (int i = 0; i < n; i++) {
         bool pushed = push_device_of(g, b->vars[i]);
         const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
-        t.accums[i] =
-            psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
-                               b->num_required);
-        t.applied[i] = psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
-                                                t.accums[i], out->local_step, b->grads[i]);
+        t.accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
+                                         b->num_required);
+        t.applied[i] =
+            psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
+                                     t.accums[i], out->local_step, b->grads[i]);
         t.applies[i] = t.applied[i].node;
-        t.means[i] = psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
-                                             t.accums[i], b->num_required, b->timeout_ms);
-        t.closes[i] = psg_accumulator_close_op(g, var_name(b, i, "grad_accum/close", name, sizeof name),
-                                               t.accums[i]);
+        t.means[i] =
+            psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
+                                    t.accums[i], b->num_required, b->timeout_ms);
+        t.closes[i] = psg_accumulator_close_op(
+            g, var_name(b, i, "grad_accum/close", name, sizeof name), t.accums[i]);
         if (pushed) psg_graph_pop_device(g);
         if (psg_graph_error(g)) goto out;
     }
@@ -77,7 +78,8 @@ static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_node_add_input(nb, out->local_step);
     psg_node_attr_int(nb, "worker", b->cfg->worker_index);
     psg_node_attr_int(nb, "timeout_ms", b->timeout_ms);
-    for (int i = 0; i < n; i++) psg_node_add_control(nb, t.applies[i]);
+    for (int i = 0; i < n; i++)
+        psg_node_add_control(nb, t.applies[i]);
     psg_endpoint_t token = psg_node_finish_ep(nb);
     int close_queue = psg_token_queue_close_op(g, "sync_replicas/close_token_q", queue, "");
     if (pushed) psg_graph_pop_device(g);
@@ -93,11 +95,11 @@ static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     int update = -1;
     if (psg_optimizer_apply_gradients(b->opt, g, n, t.means, b->vars, &update) < 0) goto out;
     if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
-    out->chief_global_step = psg_sync_read_global_step(g, "global_step_after_update",
-                                                       b->global_step, update);
-    out->chief_op = psg_token_queue_enqueue_many_op(g, "release_tokens", queue,
-                                                    out->chief_global_step,
-                                                    b->cfg->num_workers, b->cfg->total_steps);
+    out->chief_global_step =
+        psg_sync_read_global_step(g, "global_step_after_update", b->global_step, update);
+    out->chief_op =
+        psg_token_queue_enqueue_many_op(g, "release_tokens", queue, out->chief_global_step,
+                                        b->cfg->num_workers, b->cfg->total_steps);
     /* the chief's init: accumulators at the global step (a restarted chief) */
     out->global_step = psg_sync_read_global_step(g, "global_step", b->global_step, -1);
     psg_graph_pop_scope(g);

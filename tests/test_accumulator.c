@@ -210,7 +210,8 @@ static void test_token_queue_wakes_waiters(void) {
     psg_token_queue_t *q = psg_token_queue_get(rm, "q");
     dequeuer_t d[3] = {{q, 0, 0, -2}, {q, 0, 0, -2}, {q, 3, 0, -2}};
     pthread_t th[3];
-    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
     sleep_ms(20);
     int64_t one = 1;
     CHECK(psg_token_queue_enqueue_many(q, &one, 1, 2, 0) == 0);
@@ -260,18 +261,22 @@ static void test_ops_in_a_session(void) {
         psg_tensor_destroy(&sv);
     }
     psg_tensor_t *out = NULL;
-    CHECK(psg_session_run(s, 0, NULL, NULL, 1, &n, &out, 0, NULL) == 0 && psg_tensor_i32(out)[0] == 2);
+    CHECK(psg_session_run(s, 0, NULL, NULL, 1, &n, &out, 0, NULL) == 0 &&
+          psg_tensor_i32(out)[0] == 2);
     psg_tensor_destroy(&out);
     CHECK(psg_session_run(s, 0, NULL, NULL, 1, &mean, &out, 0, NULL) == 0);
     CHECK(out && psg_tensor_f32(out)[0] == 0.5f && psg_tensor_f32(out)[1] == 1.0f);
     psg_tensor_destroy(&out);
     /* stale now: the op says 0 */
-    psg_tensor_t *gv = vec3(1, 1, 1), *s0 = psg_tensor_scalar_i64(0), *s4 = psg_tensor_scalar_i64(4);
+    psg_tensor_t *gv = vec3(1, 1, 1), *s0 = psg_tensor_scalar_i64(0),
+                 *s4 = psg_tensor_scalar_i64(4);
     psg_tensor_t *fv[2] = {gv, s0};
-    CHECK(psg_session_run(s, 2, feeds, fv, 1, &ok, &out, 0, NULL) == 0 && psg_tensor_i32(out)[0] == 0);
+    CHECK(psg_session_run(s, 2, feeds, fv, 1, &ok, &out, 0, NULL) == 0 &&
+          psg_tensor_i32(out)[0] == 0);
     psg_tensor_destroy(&out);
     CHECK(psg_session_run(s, 2, feeds, fv, 1, &bad, &out, 0, NULL) < 0);
-    CHECK_ERROR_HAS("node 'bad_apply' (AccumulatorApplyGradient): input is not an accumulator handle");
+    CHECK_ERROR_HAS(
+        "node 'bad_apply' (AccumulatorApplyGradient): input is not an accumulator handle");
     /* tokens: enqueue 4 three times, dequeue one newer than step 0 */
     CHECK(psg_session_run(s, 1, &step, &s4, 0, NULL, NULL, 1, &enq) == 0);
     psg_tensor_t *got[2] = {NULL, NULL};
@@ -286,7 +291,8 @@ static void test_ops_in_a_session(void) {
     CHECK(got[0] && psg_tensor_i64(got[0])[0] == -1);
     psg_tensor_destroy(&got[0]);
     psg_tensor_destroy(&got[1]);
-    psg_accumulator_t *acc = psg_resource_find(psg_session_resources(s), "w/grad_accum", "accumulator");
+    psg_accumulator_t *acc =
+        psg_resource_find(psg_session_resources(s), "w/grad_accum", "accumulator");
     CHECK(acc && psg_accumulator_global_step(acc) == 4);
     psg_tensor_destroy(&gv);
     psg_tensor_destroy(&s0);

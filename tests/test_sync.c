@@ -15,9 +15,9 @@
 
 #define NUM_PS 2
 #define MAX_WORKERS 4
-#define B 4    /* each worker's batch */
-#define IN 4   /* features */
-#define OUT 2  /* targets */
+#define B 4   /* each worker's batch */
+#define IN 4  /* features */
+#define OUT 2 /* targets */
 #define LR 0.1f
 
 /* ---- a fake cluster: one resource manager per task, one rendezvous ---- */
@@ -32,15 +32,19 @@ static _Atomic int64_t next_step_id = 1; /* step ids are unique across workers a
 
 static void cluster_init(cluster_t *c) {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < NUM_PS; i++) c->ps[i] = psg_resource_mgr_new();
-    for (int i = 0; i < MAX_WORKERS; i++) c->workers[i] = psg_resource_mgr_new();
+    for (int i = 0; i < NUM_PS; i++)
+        c->ps[i] = psg_resource_mgr_new();
+    for (int i = 0; i < MAX_WORKERS; i++)
+        c->workers[i] = psg_resource_mgr_new();
     c->rv = psg_rendezvous_new(20000); /* longer than any sync timeout */
 }
 
 static void cluster_free(cluster_t *c) {
     psg_rendezvous_destroy(&c->rv);
-    for (int i = 0; i < NUM_PS; i++) psg_resource_mgr_destroy(&c->ps[i]);
-    for (int i = 0; i < MAX_WORKERS; i++) psg_resource_mgr_destroy(&c->workers[i]);
+    for (int i = 0; i < NUM_PS; i++)
+        psg_resource_mgr_destroy(&c->ps[i]);
+    for (int i = 0; i < MAX_WORKERS; i++)
+        psg_resource_mgr_destroy(&c->workers[i]);
 }
 
 static psg_resource_mgr_t *task_rm(cluster_t *c, const char *task) {
@@ -80,7 +84,8 @@ static prepared_t *prepare(cluster_t *cl, psg_graph_t *g, int n_feeds, const psg
 static void prepared_free(prepared_t **pp) {
     prepared_t *p = *pp;
     if (!p) return;
-    for (int k = 0; p->set && k < p->set->num_partitions; k++) psg_plan_destroy(&p->plans[k]);
+    for (int k = 0; p->set && k < p->set->num_partitions; k++)
+        psg_plan_destroy(&p->plans[k]);
     free(p->plans);
     psg_partition_set_destroy(&p->set);
     free(p);
@@ -115,11 +120,14 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
         psg_partition_t *pt = &p->set->partitions[k];
         runs[k].plan = p->plans[k];
         runs[k].env = (psg_run_env_t){NULL, task_rm(p->cl, pt->task), step, p->cl->rv};
-        for (int i = 0; i < pt->num_feeds; i++) runs[k].feeds[i] = feeds[pt->feed_index[i]];
+        for (int i = 0; i < pt->num_feeds; i++)
+            runs[k].feeds[i] = feeds[pt->feed_index[i]];
     }
-    for (int k = 0; k < np - 1; k++) PSG_ASSERT(pthread_create(&th[k], NULL, part_main, &runs[k]) == 0);
+    for (int k = 0; k < np - 1; k++)
+        PSG_ASSERT(pthread_create(&th[k], NULL, part_main, &runs[k]) == 0);
     part_main(&runs[np - 1]);
-    for (int k = 0; k < np - 1; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < np - 1; k++)
+        pthread_join(th[k], NULL);
     const char *error = NULL;
     for (int k = 0; k < np; k++) {
         psg_partition_t *pt = &p->set->partitions[k];
@@ -129,7 +137,8 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
             if (!error || (strstr(error, "aborted (") && !strstr(runs[k].error, "aborted (")))
                 error = runs[k].error;
         }
-        for (int i = 0; i < pt->num_fetches; i++) fetched[pt->fetch_index[i]] = runs[k].fetched[i];
+        for (int i = 0; i < pt->num_fetches; i++)
+            fetched[pt->fetch_index[i]] = runs[k].fetched[i];
     }
     psg_rendezvous_cleanup_step(p->cl->rv, step);
     return rc < 0 ? psg_error_set("%s", error) : 0;
@@ -160,11 +169,15 @@ static void build_model(model_t *m, int batch, int worker, const psg_sync_config
     psg_shape_t sw = psg_shape_2d(IN, OUT), sb = psg_shape_1d(OUT);
     m->x = psg_placeholder(g, "x", PSG_DT_F32, &sx);
     m->y = psg_placeholder(g, "y", PSG_DT_F32, &sy);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &sw, (psg_initializer_t){"uniform", 1, 11}, true);
-    psg_endpoint_t b = psg_variable(g, "b", PSG_DT_F32, &sb, (psg_initializer_t){"uniform", 1, 12}, true);
-    psg_endpoint_t pred = psg_bias_add(g, "pred", psg_matmul(g, "xw", m->x, psg_read_variable(g, "w/read", w), false, false),
-                                       psg_read_variable(g, "b/read", b));
-    m->loss = psg_mean(g, "loss", psg_square(g, NULL, psg_sub(g, NULL, pred, m->y)), 0, NULL, false);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &sw, (psg_initializer_t){"uniform", 1, 11}, true);
+    psg_endpoint_t b =
+        psg_variable(g, "b", PSG_DT_F32, &sb, (psg_initializer_t){"uniform", 1, 12}, true);
+    psg_endpoint_t pred = psg_bias_add(
+        g, "pred", psg_matmul(g, "xw", m->x, psg_read_variable(g, "w/read", w), false, false),
+        psg_read_variable(g, "b/read", b));
+    m->loss =
+        psg_mean(g, "loss", psg_square(g, NULL, psg_sub(g, NULL, pred, m->y)), 0, NULL, false);
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     oc.learning_rate = LR;
     m->opt = psg_optimizer_new(&oc);
@@ -193,8 +206,10 @@ static void model_free(model_t *m) {
  * fixed data order every run. */
 static void global_batch(int j, int rows, float *x, float *y) {
     unsigned seed = 1000u + (unsigned)j;
-    for (int i = 0; i < rows * IN; i++) x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
-    for (int i = 0; i < rows * OUT; i++) y[i] = (float)rand_r(&seed) / (float)RAND_MAX;
+    for (int i = 0; i < rows * IN; i++)
+        x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
+    for (int i = 0; i < rows * OUT; i++)
+        y[i] = (float)rand_r(&seed) / (float)RAND_MAX;
 }
 
 static void shard_batch(int j, int shard, int num_shards, psg_tensor_t **x, psg_tensor_t **y) {
@@ -210,8 +225,8 @@ static void shard_batch(int j, int shard, int num_shards, psg_tensor_t **x, psg_
 typedef struct {
     cluster_t *cl;
     psg_sync_config_t cfg;
-    int batches;   /* of data, then it runs the close op; 0: no end */
-    int delay_ms;  /* before each step: a straggler */
+    int batches;  /* of data, then it runs the close op; 0: no end */
+    int delay_ms; /* before each step: a straggler */
     model_t m;
     prepared_t *step, *gs, *chief, *close;
     /* results */
@@ -272,14 +287,16 @@ static void *worker_main(void *arg) {
         double s0 = now_sec();
         w->rc = prepared_run(w->step, feeds, out);
         psg_sync_step_t st;
-        if (w->rc == 0) w->rc = psg_sync_step_read(&w->m.sg, out + 1, local_step, now_sec() - s0, &st);
+        if (w->rc == 0)
+            w->rc = psg_sync_step_read(&w->m.sg, out + 1, local_step, now_sec() - s0, &st);
         if (w->rc == 0) {
             psg_sync_stats_add(&w->stats, &st);
             w->iterations++;
             w->last_next_step = st.next_step;
             local_step = st.next_step;
         }
-        for (int i = 0; i < 4; i++) psg_tensor_destroy(&out[i]);
+        for (int i = 0; i < 4; i++)
+            psg_tensor_destroy(&out[i]);
         psg_tensor_destroy(&x);
         psg_tensor_destroy(&y);
         psg_tensor_destroy(&ls);
@@ -332,11 +349,13 @@ static void job_run(job_t *job, cluster_t *cl, const psg_sync_config_t *cfg, con
     for (int i = 0; i < job->n; i++)
         if (!run || run[i]) pthread_join(th[i], NULL);
     job->chief_rc = psg_sync_chief_join(&runner, &job->chief_steps);
-    if (job->chief_rc < 0) snprintf(job->chief_error, sizeof job->chief_error, "%s", psg_error_message());
+    if (job->chief_rc < 0)
+        snprintf(job->chief_error, sizeof job->chief_error, "%s", psg_error_message());
 }
 
 static void job_free(job_t *job) {
-    for (int i = 0; i < job->n; i++) worker_free(&job->w[i]);
+    for (int i = 0; i < job->n; i++)
+        worker_free(&job->w[i]);
 }
 
 static int64_t global_step_of(cluster_t *cl) {
@@ -349,17 +368,23 @@ static int64_t global_step_of(cluster_t *cl) {
 
 /* ---- the tests ---- */
 
+static psg_sync_config_t sync_config(int workers, int backups, int64_t total, int64_t timeout_ms) {
+    psg_sync_config_t cfg;
+    psg_sync_config_defaults(&cfg);
+    cfg.num_workers = workers;
+    cfg.backup_workers = backups;
+    cfg.total_steps = total;
+    cfg.timeout_ms = timeout_ms;
+    return cfg;
+}
+
 /* N = 2, b = 0, SGD, fixed data order: the variables after k steps are
  * those of one process with batch 2·B. */
 static void test_equivalence_with_one_process(void) {
     const int k = 6;
     cluster_t cl;
     cluster_init(&cl);
-    psg_sync_config_t cfg;
-    psg_sync_config_defaults(&cfg);
-    cfg.num_workers = 2;
-    cfg.total_steps = k;
-    cfg.timeout_ms = 10000;
+    psg_sync_config_t cfg = sync_config(2, 0, k, 10000);
     job_t job = {.n = 2};
     job_run(&job, &cl, &cfg, NULL);
     CHECK(job.chief_rc == 0 && job.chief_steps == k);
@@ -391,7 +416,8 @@ static void test_equivalence_with_one_process(void) {
     for (int v = 0; v < 2; v++) {
         psg_variable_t *want = psg_resource_find_variable(psg_session_resources(s), names[v]);
         psg_variable_t *got = NULL;
-        for (int p = 0; p < NUM_PS && !got; p++) got = psg_resource_find_variable(cl.ps[p], names[v]);
+        for (int p = 0; p < NUM_PS && !got; p++)
+            got = psg_resource_find_variable(cl.ps[p], names[v]);
         CHECK(want && got);
         if (!want || !got) continue;
         const float *a = psg_tensor_f32(want->value), *g = psg_tensor_f32(got->value);
@@ -415,12 +441,7 @@ static void test_backup_worker_drops_the_straggler(void) {
     const int k = 20, delay = 250, compute = 20;
     cluster_t cl;
     cluster_init(&cl);
-    psg_sync_config_t cfg;
-    psg_sync_config_defaults(&cfg);
-    cfg.num_workers = 3;
-    cfg.backup_workers = 1;
-    cfg.total_steps = k;
-    cfg.timeout_ms = 10000;
+    psg_sync_config_t cfg = sync_config(3, 1, k, 10000);
     job_t job = {.n = 3};
     job.w[0].delay_ms = job.w[1].delay_ms = compute;
     job.w[2].delay_ms = compute + delay;
@@ -457,11 +478,7 @@ static void test_backup_worker_drops_the_straggler(void) {
 static void test_dead_worker_fails_within_the_timeout(void) {
     cluster_t cl;
     cluster_init(&cl);
-    psg_sync_config_t cfg;
-    psg_sync_config_defaults(&cfg);
-    cfg.num_workers = 2;
-    cfg.total_steps = 5;
-    cfg.timeout_ms = 300;
+    psg_sync_config_t cfg = sync_config(2, 0, 5, 300);
     job_t job = {.n = 2};
     bool run[2] = {true, false};
     double t0 = now_sec();
@@ -469,7 +486,9 @@ static void test_dead_worker_fails_within_the_timeout(void) {
     double took = now_sec() - t0;
     CHECK(took < 5.0);
     CHECK(job.w[0].rc < 0);
-    CHECK(strstr(job.w[0].error, "token queue 'sync_token_q': worker 0 got no token for a step after 0 within 300 ms"));
+    CHECK(strstr(
+        job.w[0].error,
+        "token queue 'sync_token_q': worker 0 got no token for a step after 0 within 300 ms"));
     CHECK(job.chief_rc < 0 && strstr(job.chief_error, "of 2 gradients for step 0 after 300 ms"));
     printf("  dead worker: worker 0: %s\n  chief: %s\n", job.w[0].error, job.chief_error);
     job_free(&job);
@@ -482,10 +501,7 @@ static void test_end_of_data_ends_cleanly(void) {
     for (int uneven = 0; uneven < 2; uneven++) {
         cluster_t cl;
         cluster_init(&cl);
-        psg_sync_config_t cfg;
-        psg_sync_config_defaults(&cfg);
-        cfg.num_workers = 2;
-        cfg.timeout_ms = 10000;
+        psg_sync_config_t cfg = sync_config(2, 0, 0, 10000);
         job_t job = {.n = 2};
         job.w[0].batches = 4;
         job.w[1].batches = uneven ? 2 : 4;

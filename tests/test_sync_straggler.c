@@ -9,10 +9,12 @@ static void test_parse(void) {
     CHECK(s.worker == 2 && s.dist == PSG_STRAGGLER_FIXED && s.delay_ms == 300 && s.prob == 1);
     CHECK(psg_straggler_parse("worker=all,dist=exponential,mean_ms=20", &s) == 0);
     CHECK(s.worker == -1 && s.dist == PSG_STRAGGLER_EXPONENTIAL && s.mean_ms == 20);
-    CHECK(psg_straggler_parse("worker=all,dist=lognormal,median_ms=10,sigma=0.5,prob=0.25", &s) == 0);
+    CHECK(psg_straggler_parse("worker=all,dist=lognormal,median_ms=10,sigma=0.5,prob=0.25", &s) ==
+          0);
     CHECK(s.dist == PSG_STRAGGLER_LOGNORMAL && fabs(s.mu - log(10.0)) < 1e-12 && s.sigma == 0.5 &&
           s.prob == 0.25);
-    CHECK(psg_straggler_parse("worker=1,mu=2,sigma=1", &s) == 0 && s.dist == PSG_STRAGGLER_LOGNORMAL);
+    CHECK(psg_straggler_parse("worker=1,mu=2,sigma=1", &s) == 0 &&
+          s.dist == PSG_STRAGGLER_LOGNORMAL);
 
     static const struct {
         const char *text, *error;
@@ -25,7 +27,8 @@ static void test_parse(void) {
         {"worker=1,delay_ms=-5", "delay_ms: must be in [0, "},
         {"worker=1", "delay_ms: missing"},
         {"worker=1,worker=2,delay_ms=1", "worker: given twice"},
-        {"worker=1,dist=gamma", "dist: unknown distribution (fixed, exponential, lognormal) ('gamma')"},
+        {"worker=1,dist=gamma",
+         "dist: unknown distribution (fixed, exponential, lognormal) ('gamma')"},
         {"worker=1,dist=fixed,mean_ms=3", "mean_ms: not a parameter of this distribution"},
         {"worker=1,dist=lognormal,sigma=1", "median_ms: give exactly one of median_ms and mu"},
         {"worker=1,median_ms=5", "sigma: missing"},
@@ -61,13 +64,15 @@ static void test_sampler(void) {
     psg_straggler_t *ln = psg_straggler_new(7);
     CHECK(psg_straggler_add(ln, "worker=all,median_ms=20,sigma=1") == 0);
     int below = 0;
-    for (int step = 0; step < n; step++) below += psg_straggler_delay_ms(ln, 3, step) < 20.0;
+    for (int step = 0; step < n; step++)
+        below += psg_straggler_delay_ms(ln, 3, step) < 20.0;
     CHECK_NEAR((double)below / n, 0.5, 0.02);
     /* prob: about that share of steps are delayed */
     psg_straggler_t *p = psg_straggler_new(9);
     CHECK(psg_straggler_add(p, "worker=1,delay_ms=5,prob=0.1") == 0);
     int delayed = 0;
-    for (int step = 0; step < n; step++) delayed += psg_straggler_delay_ms(p, 1, step) > 0;
+    for (int step = 0; step < n; step++)
+        delayed += psg_straggler_delay_ms(p, 1, step) > 0;
     CHECK_NEAR((double)delayed / n, 0.1, 0.01);
     CHECK(psg_straggler_delay_ms(p, 0, 3) == 0);
     CHECK(psg_straggler_sleep(NULL, 0, 0) == 0);

@@ -18,8 +18,8 @@ typedef enum {
 typedef struct {
     int worker; /* a task index, or -1 for every worker ("all") */
     psg_straggler_dist_t dist;
-    double delay_ms; /* fixed */
-    double mean_ms;  /* exponential */
+    double delay_ms;  /* fixed */
+    double mean_ms;   /* exponential */
     double mu, sigma; /* lognormal */
     double prob;      /* the chance a step is delayed at all, in (0, 1]; default 1 */
 } psg_straggler_spec_t;

@@ -24,8 +24,8 @@ typedef struct {
     int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
     int backup_workers;        /* b >= 0 */
     int worker_index;          /* this worker, in [0, num_workers); 0 is the chief */
-    int64_t total_steps;       /* the chief ends training when the global step reaches it; 0: never */
-    int64_t timeout_ms;        /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
+    int64_t total_steps; /* the chief ends training when the global step reaches it; 0: never */
+    int64_t timeout_ms;  /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
 } psg_sync_config_t;
 
 /* Fills c for one worker and no backups: variant "sync", 60 s timeout. */
@@ -103,8 +103,8 @@ typedef struct {
  * that order). Returns 0, or -1 with the error set on a missing or
  * malformed tensor. A variant with no fetches gives used, next_step =
  * local_step + 1. */
-int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
-                       int64_t local_step, double step_sec, psg_sync_step_t *st);
+int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
+                       double step_sec, psg_sync_step_t *st);
 
 typedef struct {
     int64_t steps, used, dropped;

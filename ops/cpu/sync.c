@@ -37,9 +37,8 @@ static int output_scalar_i32(psg_kernel_ctx_t *c, int32_t v) {
 
 int psg_cpu_accumulator(psg_kernel_ctx_t *c) {
     const psg_attr_t *sh = psg_node_attr(c->node, "shape");
-    psg_accumulator_t *a =
-        psg_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
-                            (int)psg_node_get_int(c->node, "num_required", 0));
+    psg_accumulator_t *a = psg_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
+                                               (int)psg_node_get_int(c->node, "num_required", 0));
     return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
 }
 
@@ -118,8 +117,8 @@ static void dequeue_done(void *arg, int64_t token, const char *error) {
     psg_async_op_t *op = d->op;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    double waited = (double)(now.tv_sec - d->start.tv_sec) +
-                    (double)(now.tv_nsec - d->start.tv_nsec) * 1e-9;
+    double waited =
+        (double)(now.tv_sec - d->start.tv_sec) + (double)(now.tv_nsec - d->start.tv_nsec) * 1e-9;
     free(d);
     if (error) {
         psg_error_set("%s", error);
