@@ -10,6 +10,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"train", psg_cmd_train, "train a model (psgraph train --help)"},
+    {"inspect", psg_cmd_inspect, "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
+    {"plot", psg_cmd_plot, "draw LOGDIR/metrics.jsonl to a PNG with gnuplot (psgraph plot LOGDIR)"},
 };
 
 static void usage(FILE *f) {
