@@ -42,6 +42,7 @@ static void report_skip(void *ctx, const char *path, const char *why) {
 
 static int restore(psg_train_hooks_t *h, int64_t *start_step) {
     psg_checkpoint_t *ck = NULL;
+    double t0 = now_sec();
     int found = psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck);
     if (found <= 0) return found;
     psg_resource_mgr_t *rm = psg_session_resources(h->sess);
@@ -53,8 +54,8 @@ static int restore(psg_train_hooks_t *h, int64_t *start_step) {
     if (rc == 0) {
         *start_step = psg_checkpoint_step(ck);
         h->last_saved = *start_step;
-        fprintf(h->out, "restored %s: global step %lld, %d tensors, values verified against its crc32\n",
-                psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck));
+        fprintf(h->out, "restored %s: global step %lld, %d tensors, values verified against its crc32 (%.3f s)\n",
+                psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck), now_sec() - t0);
         fflush(h->out);
     }
     psg_checkpoint_destroy(&ck);
