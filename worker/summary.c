@@ -1,12 +1,12 @@
-/* TensorBoard event files behind psgraph/summary.h: CRC-32C, TFRecord
- * framing, and the few protobuf fields of Event / Summary / Summary.Value that
- * scalars need, encoded by hand. Not a general protobuf encoder. */
+/* TensorBoard event files behind psgraph/summary.h: the few protobuf fields
+ * of Event / Summary / Summary.Value that scalars need, encoded by hand, each
+ * Event one TFRecord (psgraph/tfrecord.h). Not a general protobuf encoder. */
 #include "psgraph/summary.h"
 
 #include "psgraph/error.h"
+#include "psgraph/tfrecord.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,43 +16,9 @@
 #include <unistd.h>
 
 struct psg_summary_writer {
-    FILE *f;
+    psg_tfrecord_writer_t *rec;
     char *path;
 };
-
-/* ---- CRC-32C, reflected polynomial 0x82f63b78, slicing by 8 ---- */
-
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
-}
-
-uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n) {
-    pthread_once(&crc_once, crc_init);
-    const uint8_t *p = data;
-    uint32_t c = ~crc;
-    while (n >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
-            crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^
-            crc_table[0][p[7]];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xff];
-    return ~c;
-}
-
-uint32_t psg_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 /* ---- protobuf by hand ---- */
 
@@ -119,21 +85,11 @@ static void event_header(pb_t *e, int64_t step) {
     pb_varint(e, (uint64_t)step);
 }
 
-/* One TFRecord: u64 length, masked crc32c of the length, data, masked crc32c of the data. */
+/* One Event as one TFRecord, flushed so that TensorBoard sees it. */
 static int write_record(psg_summary_writer_t *w, const pb_t *data) {
     if (data->oom) return psg_error_set("%s: out of memory", w->path);
-    uint8_t head[12];
-    uint64_t n = data->len;
-    for (int i = 0; i < 8; i++) head[i] = (uint8_t)(n >> (8 * i));
-    uint32_t lc = psg_crc32c_mask(psg_crc32c(0, head, 8));
-    for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(lc >> (8 * i));
-    uint32_t dc = psg_crc32c_mask(psg_crc32c(0, data->b, data->len));
-    uint8_t tail[4];
-    for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(dc >> (8 * i));
-    if (fwrite(head, 1, 12, w->f) != 12 || fwrite(data->b, 1, data->len, w->f) != data->len ||
-        fwrite(tail, 1, 4, w->f) != 4 || fflush(w->f) != 0)
-        return psg_error_set("%s: write: %s", w->path, strerror(errno));
-    return 0;
+    if (psg_tfrecord_write(w->rec, data->b, data->len) < 0) return -1;
+    return psg_tfrecord_writer_flush(w->rec);
 }
 
 psg_summary_writer_t *psg_summary_writer_new(const char *logdir) {
@@ -154,9 +110,7 @@ psg_summary_writer_t *psg_summary_writer_new(const char *logdir) {
     }
     snprintf(w->path, n, "%s/events.out.tfevents.%010lld.%s.%ld", logdir, (long long)time(NULL), host,
              (long)getpid());
-    w->f = fopen(w->path, "wb");
-    if (!w->f) {
-        psg_error_set("%s: %s", w->path, strerror(errno));
+    if (!(w->rec = psg_tfrecord_writer_new(w->path))) {
         psg_summary_writer_destroy(&w);
         return NULL;
     }
@@ -173,7 +127,7 @@ psg_summary_writer_t *psg_summary_writer_new(const char *logdir) {
 void psg_summary_writer_destroy(psg_summary_writer_t **pw) {
     if (!pw || !*pw) return;
     psg_summary_writer_t *w = *pw;
-    if (w->f) fclose(w->f);
+    psg_tfrecord_writer_close(&w->rec);
     free(w->path);
     free(w);
     *pw = NULL;

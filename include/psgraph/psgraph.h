@@ -22,6 +22,10 @@
 #include "psgraph/optimizer.h"
 #include "psgraph/data.h"
 #include "psgraph/models.h"
+#include "psgraph/inception3.h"
+#include "psgraph/simulate.h"
+#include "psgraph/tfrecord.h"
+#include "psgraph/imagenet.h"
 #include "psgraph/trainer.h"
 
 #endif

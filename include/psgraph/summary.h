@@ -1,5 +1,5 @@
-/* TensorBoard event files: TFRecord framing (with CRC-32C) around Event
- * protocol buffers written by hand, holding scalar summaries. Not a protobuf
+/* TensorBoard event files: Event protocol buffers written by hand, holding
+ * scalar summaries, in TFRecord framing (psgraph/tfrecord.h). Not a protobuf
  * library, not images or histograms, and not a reader (the tests parse the
  * files back on their own). */
 #ifndef PSGRAPH_SUMMARY_H
@@ -27,10 +27,5 @@ int psg_summary_scalars(psg_summary_writer_t *w, int64_t step, int n, const char
                         const float *values);
 /* As psg_summary_scalars with one value. */
 int psg_summary_scalar(psg_summary_writer_t *w, int64_t step, const char *tag, float value);
-
-/* CRC-32C (Castagnoli), continuing crc (0 to start): the checksum of TFRecord. */
-uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n);
-/* TFRecord's masking of a CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
-uint32_t psg_crc32c_mask(uint32_t crc);
 
 #endif
