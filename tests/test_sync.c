@@ -119,7 +119,8 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
     for (int k = 0; k < np; k++) {
         psg_partition_t *pt = &p->set->partitions[k];
         runs[k].plan = p->plans[k];
-        runs[k].env = (psg_run_env_t){NULL, task_rm(p->cl, pt->task), step, p->cl->rv};
+        runs[k].env = (psg_run_env_t){
+            .rm = task_rm(p->cl, pt->task), .step_id = step, .rendezvous = p->cl->rv};
         for (int i = 0; i < pt->num_feeds; i++)
             runs[k].feeds[i] = feeds[pt->feed_index[i]];
     }
