@@ -1,6 +1,8 @@
 /* `psgraph train`: parses the options into a psg_train_config_t and runs it. */
 #include "cli/commands.h"
+#include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/trace.h"
 #include "psgraph/trainer.h"
 
 #include <errno.h>
@@ -11,7 +13,7 @@
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: psgraph train [options]\n"
-            "  --model mlp|cnn          the model (default cnn)\n"
+            "  --model mlp|cnn          the model (default cnn; inception3: psgraph train --model inception3 --help)\n"
             "  --data fashion-mnist|synthetic\n"
             "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
             "  --epochs E               passes over the training set (default 2)\n"
@@ -25,7 +27,12 @@ static void train_usage(FILE *f) {
             "  --logdir DIR             write DIR/metrics.jsonl\n"
             "  --log-every N            progress line every N steps (default 100)\n"
             "  --device cpu|gpu         where the towers run (default cpu; gpu without a GPU: cpu)\n"
-            "  --towers K               model copies, one per device, each on 1/K of the batch (default 1)\n");
+            "  --towers K               model copies, one per device, each on 1/K of the batch (default 1)\n"
+            "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
+            "                           a run with the same --logdir resumes from the latest checkpoint\n"
+            "  --keep K                 checkpoints kept (default 5)\n"
+            "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
+            "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
 }
 
 /* Parses a number option; on error names the option. */
@@ -40,6 +47,9 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 }
 
 int psg_cmd_train(int argc, char **argv) {
+    /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "inception3")) return psg_cmd_train_inception3(argc, argv);
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     for (int i = 1; i < argc; i++) {
@@ -74,6 +84,17 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { rc = parse_num(a, v, 0, 1e18, &x); c.seed = (uint64_t)x; }
         else if (!strcmp(a, "--threads")) { rc = parse_num(a, v, 1, 1024, &x); c.threads = (int)x; }
         else if (!strcmp(a, "--log-every")) { rc = parse_num(a, v, 1, 1e9, &x); c.log_every = (int)x; }
+        /* checkpoints and the timeline (psgraph/checkpoint.h, psgraph/trace.h) */
+        else if (!strcmp(a, "--checkpoint-every")) {
+            psg_checkpoint_policy_t p;
+            c.checkpoint_every = v;
+            if ((rc = psg_checkpoint_policy_parse(v, &p)) < 0) psg_error_wrap("%s", a);
+        }
+        else if (!strcmp(a, "--keep")) { rc = parse_num(a, v, 1, 1e6, &x); c.keep = (int)x; }
+        else if (!strcmp(a, "--trace")) c.trace_path = v;
+        else if (!strcmp(a, "--trace-steps")) {
+            if ((rc = psg_trace_parse_steps(v, &c.trace_first, &c.trace_last)) < 0) psg_error_wrap("%s", a);
+        }
         else {
             fprintf(stderr, "psgraph train: unknown option '%s'\n", a);
             train_usage(stderr);
@@ -84,6 +105,7 @@ int psg_cmd_train(int argc, char **argv) {
             return 2;
         }
     }
+    if (c.trace_path && c.trace_first == 0) c.trace_first = 5, c.trace_last = 6;
     psg_train_result_t r;
     if (psg_train(&c, &r) < 0) {
         fprintf(stderr, "psgraph train: %s\n", psg_error_message());

@@ -1,15 +1,25 @@
 /* The resource manager: variables by name, shared by every graph run in one
- * process. Accumulators and queues of sync replicas join it later. */
+ * process, and a registry of other named objects (accumulators, queues) with
+ * a type tag and a destroy function. Not the objects themselves (ps/). */
 #include "psgraph/error.h"
 #include "psgraph/resource.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct {
+    char *name;
+    const char *type;
+    void *obj;
+    psg_resource_destroy_fn destroy;
+} named_resource_t;
+
 struct psg_resource_mgr {
     pthread_mutex_t lock;
     psg_variable_t **vars;
     int num_vars, cap_vars;
+    named_resource_t *named;
+    int num_named, cap_named;
 };
 
 psg_resource_mgr_t *psg_resource_mgr_new(void) {
@@ -26,6 +36,11 @@ void psg_resource_mgr_destroy(psg_resource_mgr_t **rmp) {
     if (!rmp || !*rmp) return;
     psg_resource_mgr_t *rm = *rmp;
     *rmp = NULL;
+    for (int i = rm->num_named - 1; i >= 0; i--) {
+        if (rm->named[i].destroy) rm->named[i].destroy(rm->named[i].obj);
+        free(rm->named[i].name);
+    }
+    free(rm->named);
     for (int i = 0; i < rm->num_vars; i++) {
         psg_variable_t *v = rm->vars[i];
         free(v->name);
@@ -36,6 +51,12 @@ void psg_resource_mgr_destroy(psg_resource_mgr_t **rmp) {
     free(rm->vars);
     pthread_mutex_destroy(&rm->lock);
     free(rm);
+}
+
+static named_resource_t *find_named_locked(psg_resource_mgr_t *rm, const char *name) {
+    for (int i = 0; i < rm->num_named; i++)
+        if (strcmp(rm->named[i].name, name) == 0) return &rm->named[i];
+    return NULL;
 }
 
 static psg_variable_t *find_locked(psg_resource_mgr_t *rm, const char *name) {
@@ -65,6 +86,12 @@ psg_variable_t *psg_resource_variable(psg_resource_mgr_t *rm, const char *name, 
             return NULL;
         }
         return v;
+    }
+    if (find_named_locked(rm, name)) {
+        pthread_mutex_unlock(&rm->lock);
+        psg_error_set("variable '%s': the name belongs to a resource of type '%s'", name,
+                      find_named_locked(rm, name)->type);
+        return NULL;
     }
     v = calloc(1, sizeof *v);
     psg_tensor_t *value = v ? psg_tensor_zeros(dt, shape) : NULL;
@@ -102,4 +129,87 @@ psg_variable_t *psg_resource_variable_at(psg_resource_mgr_t *rm, int i) {
     psg_variable_t *v = (i >= 0 && i < rm->num_vars) ? rm->vars[i] : NULL;
     pthread_mutex_unlock(&rm->lock);
     return v;
+}
+
+/* ---- other named resources ---- */
+
+void *psg_resource_find(psg_resource_mgr_t *rm, const char *name, const char *type) {
+    pthread_mutex_lock(&rm->lock);
+    named_resource_t *r = find_named_locked(rm, name);
+    void *obj = r && !strcmp(r->type, type) ? r->obj : NULL;
+    pthread_mutex_unlock(&rm->lock);
+    return obj;
+}
+
+/* Returns the registered object of `name` (-1 when of another kind, error
+ * set), or 0 with *obj NULL when the name is free. Called with the lock. */
+static int lookup_locked(psg_resource_mgr_t *rm, const char *name, const char *type, void **obj) {
+    *obj = NULL;
+    if (find_locked(rm, name))
+        return psg_error_set("resource '%s' is a variable, not a %s", name, type);
+    named_resource_t *r = find_named_locked(rm, name);
+    if (r && strcmp(r->type, type))
+        return psg_error_set("resource '%s' is a %s, not a %s", name, r->type, type);
+    if (r) *obj = r->obj;
+    return 0;
+}
+
+void *psg_resource_lookup_or_create(psg_resource_mgr_t *rm, const char *name, const char *type,
+                                    psg_resource_create_fn create, void *ctx,
+                                    psg_resource_destroy_fn destroy) {
+    void *obj;
+    pthread_mutex_lock(&rm->lock);
+    int rc = lookup_locked(rm, name, type, &obj);
+    pthread_mutex_unlock(&rm->lock);
+    if (rc < 0 || obj) return obj;
+    void *made = create(ctx);
+    if (!made) {
+        psg_error_wrap("%s '%s'", type, name);
+        return NULL;
+    }
+    char *copy = strdup(name);
+    pthread_mutex_lock(&rm->lock);
+    rc = lookup_locked(rm, name, type, &obj);
+    if (rc == 0 && !obj && copy) {
+        if (rm->num_named == rm->cap_named) {
+            int cap = rm->cap_named ? rm->cap_named * 2 : 16;
+            named_resource_t *nr = realloc(rm->named, sizeof *nr * (size_t)cap);
+            PSG_ASSERT(nr);
+            rm->named = nr;
+            rm->cap_named = cap;
+        }
+        rm->named[rm->num_named++] = (named_resource_t){copy, type, made, destroy};
+        obj = made;
+        made = NULL;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&rm->lock);
+    /* lost a race (or out of memory): the registered one wins */
+    if (made && destroy) destroy(made);
+    free(copy);
+    if (!obj && rc == 0) psg_error_set("%s '%s': out of memory", type, name);
+    return obj;
+}
+
+int psg_resource_count(psg_resource_mgr_t *rm, const char *type) {
+    pthread_mutex_lock(&rm->lock);
+    int n = 0;
+    for (int i = 0; i < rm->num_named; i++)
+        if (!type || !strcmp(rm->named[i].type, type)) n++;
+    pthread_mutex_unlock(&rm->lock);
+    return n;
+}
+
+void *psg_resource_at(psg_resource_mgr_t *rm, const char *type, int i, const char **name) {
+    void *obj = NULL;
+    pthread_mutex_lock(&rm->lock);
+    for (int k = 0; k < rm->num_named && !obj; k++) {
+        if (type && strcmp(rm->named[k].type, type)) continue;
+        if (i-- == 0) {
+            obj = rm->named[k].obj;
+            if (name) *name = rm->named[k].name;
+        }
+    }
+    pthread_mutex_unlock(&rm->lock);
+    return obj;
 }

@@ -9,6 +9,7 @@ extern const psg_op_def_t *const psg_math_ops[];
 extern const psg_op_def_t *const psg_nn_ops[];
 extern const psg_op_def_t *const psg_train_ops[];
 extern const psg_op_def_t *const psg_sendrecv_ops[];
+extern const psg_op_def_t *const psg_sync_ops[];
 
 static const psg_op_def_t *const *const families[] = {
     psg_array_ops,
@@ -16,6 +17,7 @@ static const psg_op_def_t *const *const families[] = {
     psg_nn_ops,
     psg_train_ops,
     psg_sendrecv_ops,
+    psg_sync_ops,
 };
 
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))

@@ -22,6 +22,9 @@ check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
 check 1 "unknown model 'vgg'" "$psgraph" train --model vgg --steps 1
 check 1 "/nowhere/train-images-idx3-ubyte.gz" "$psgraph" train --data-dir /nowhere --steps 1
+check 0 '"params":23851784' "$psgraph" bench inception3 --print-model
+check 2 "--workers: 'x' is not a list of counts" "$psgraph" simulate --workers x
+check 0 '"simulate":"sync_replicas","workers":8,"backups":1' "$psgraph" simulate --workers 8 --backups 0,1
 out=$("$psgraph" train --model mlp --data synthetic --steps 25 --log-every 10 --threads 2 2>&1)
 rc=$?
 last=$(tail -1 <<<"$out")
@@ -31,4 +34,26 @@ else
   echo "FAIL: short run: $out" | head -20
   fails=$((fails + 1))
 fi
+# checkpoints, inspect, plot (docs/checkpoints.md)
+check 2 "--checkpoint-every: 'often'" "$psgraph" train --checkpoint-every often
+check 2 "--trace-steps: '5:4'" "$psgraph" train --trace-steps 5:4
+check 2 "usage: psgraph inspect" "$psgraph" inspect
+check 1 "/nowhere.safetensors: missing" "$psgraph" inspect /nowhere.safetensors
+ckdir=$(mktemp -d)
+"$psgraph" train --model mlp --data synthetic --steps 30 --log-every 10 --checkpoint-every 15 --logdir "$ckdir" >/dev/null 2>&1
+check 0 "global step 30, 13 tensors" "$psgraph" inspect "$ckdir/model.ckpt-30.index.json"
+check 0 "model/fc1/weights/Momentum" "$psgraph" inspect "$ckdir"
+check 0 "global_step                              i64" "$psgraph" inspect "$ckdir/model.ckpt-15-00000-of-00001.safetensors"
+printf 'x' | dd of="$ckdir/model.ckpt-30-00000-of-00001.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+check 1 "model.ckpt-30-00000-of-00001.safetensors: data crc32" "$psgraph" inspect "$ckdir/model.ckpt-30.index.json"
+check 0 "global step 15" "$psgraph" inspect "$ckdir"
+check 1 "gnuplot is not on PATH" env PATH=/nonexistent "$psgraph" plot "$ckdir"
+if command -v gnuplot >/dev/null; then
+  check 0 "metrics.png: loss and examples/sec at 3 steps" "$psgraph" plot "$ckdir"
+  [ -s "$ckdir/metrics.png" ] || { echo "FAIL: no metrics.png"; fails=$((fails + 1)); }
+else
+  echo "skip psgraph plot: gnuplot is not installed"
+fi
+rm -rf "$ckdir"
+
 [ $fails = 0 ]

@@ -22,8 +22,15 @@
 #include "psgraph/optimizer.h"
 #include "psgraph/data.h"
 #include "psgraph/models.h"
+#include "psgraph/inception3.h"
+#include "psgraph/simulate.h"
+#include "psgraph/tfrecord.h"
+#include "psgraph/imagenet.h"
 #include "psgraph/trainer.h"
 #include "psgraph/device.h"
 #include "psgraph/towers.h"
+#include "psgraph/sync_resources.h"
+#include "psgraph/sync_replicas.h"
+#include "psgraph/straggler.h"
 
 #endif

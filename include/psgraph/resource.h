@@ -1,7 +1,8 @@
 /* The resource manager: state that outlives a step and is shared by name
- * across the graphs that run in one process (variables first; accumulators
- * and queues come with sync replicas). Not thread-safe for one resource's
- * contents: update ops on a variable are ordered by the graph. */
+ * across the graphs that run in one process: variables, and a generic
+ * registry of named resources of other types (gradient accumulators, token
+ * queues). Not thread-safe for one variable's contents: update ops on a
+ * variable are ordered by the graph; registry objects lock themselves. */
 #ifndef PSGRAPH_RESOURCE_H
 #define PSGRAPH_RESOURCE_H
 
@@ -34,5 +35,31 @@ psg_variable_t *psg_resource_find_variable(psg_resource_mgr_t *rm, const char *n
 /* Number of variables and the i-th one, in creation order (for inspect and checkpoints). */
 int psg_resource_num_variables(psg_resource_mgr_t *rm);
 psg_variable_t *psg_resource_variable_at(psg_resource_mgr_t *rm, int i);
+
+/* ---- other named resources ----
+ * Any object by name, with a type tag (a static string such as
+ * "accumulator") and the function that frees it. The manager owns each
+ * registered object and destroys them, in reverse order of registration,
+ * when it is destroyed (after nothing runs on it any more). */
+
+typedef void (*psg_resource_destroy_fn)(void *obj);
+/* Makes the object for psg_resource_lookup_or_create: NULL with the error set. */
+typedef void *(*psg_resource_create_fn)(void *ctx);
+
+/* The object registered as `name`: created with create(ctx) and registered
+ * when absent (create runs without the manager's lock, so it may register
+ * other resources; if another thread registers the name first, the new
+ * object is destroyed and the other one returned). Fails, with the error
+ * naming the resource, when `name` exists with another type (or is a
+ * variable) or create fails. */
+void *psg_resource_lookup_or_create(psg_resource_mgr_t *rm, const char *name, const char *type,
+                                    psg_resource_create_fn create, void *ctx,
+                                    psg_resource_destroy_fn destroy);
+/* The object registered as `name` with type `type`, or NULL (no error set). */
+void *psg_resource_find(psg_resource_mgr_t *rm, const char *name, const char *type);
+/* Number of registered objects of `type` (NULL: all types) and the i-th of
+ * them in registration order, with its name in *name (may be NULL). */
+int psg_resource_count(psg_resource_mgr_t *rm, const char *type);
+void *psg_resource_at(psg_resource_mgr_t *rm, const char *type, int i, const char **name);
 
 #endif

@@ -25,6 +25,11 @@ typedef struct {
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     FILE *out;             /* progress and the final JSON line */
+    /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
+    const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
+    int keep;                        /* checkpoints kept; 0: 5 */
+    const char *trace_path;          /* NULL: no timeline */
+    int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
 } psg_train_config_t;
 
 /* Fills c with the defaults of `psgraph train`. */

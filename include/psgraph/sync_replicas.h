@@ -1,0 +1,137 @@
+/* Sync replicas with backup workers (tf.train.SyncReplicasOptimizer, with
+ * the dropped gradients made visible): a wrapper around an optimizer that
+ * builds, in each worker's graph, the step that offers the worker's
+ * gradients to per-variable accumulators and takes its next token, and the
+ * chief's step that averages the first N gradients, applies them, advances
+ * the global step and releases N + b tokens; per-step statistics; and the
+ * chief's runner. Other ways to agree (async, ...) are variants behind the
+ * same calls (sync/variant.h). Not the resources (sync_resources.h) and not
+ * the training loop. */
+#ifndef PSGRAPH_SYNC_REPLICAS_H
+#define PSGRAPH_SYNC_REPLICAS_H
+
+#include "psgraph/graph.h"
+#include "psgraph/optimizer.h"
+#include "psgraph/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *variant;       /* "sync" (NULL: "sync"), "async"; psg_sync_variant_names() */
+    int num_workers;           /* N + b: all the job's workers, >= 1 */
+    int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
+    int backup_workers;        /* b >= 0 */
+    int worker_index;          /* this worker, in [0, num_workers); 0 is the chief */
+    int64_t total_steps; /* the chief ends training when the global step reaches it; 0: never */
+    int64_t timeout_ms;  /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
+} psg_sync_config_t;
+
+/* Fills c for one worker and no backups: variant "sync", 60 s timeout. */
+void psg_sync_config_defaults(psg_sync_config_t *c);
+
+/* What a variant builds into one worker's graph. Endpoints a variant does
+ * not use are PSG_NO_ENDPOINT and ops -1. */
+typedef struct {
+    /* the worker's step: feed local_step (i64 scalar) with the worker's
+     * local step (its first: the value of global_step; then each step's
+     * next_step), run train_op and fetch psg_sync_graph_fetches */
+    psg_endpoint_t local_step;
+    int train_op;
+    psg_endpoint_t num_accepted; /* i32 scalar: accumulators that kept this step's gradient */
+    psg_endpoint_t next_step;    /* i64 scalar: the token taken, -1 once training is over */
+    psg_endpoint_t token_wait;   /* f32 scalar: seconds the token took */
+    int num_vars;                /* variables with a gradient */
+    psg_endpoint_t global_step;  /* i64 scalar: the global step's value */
+    /* the chief: run chief_init_op once after init, then chief_op in a loop
+     * (psg_sync_chief_start) fetching chief_global_step, the global step
+     * after the update */
+    int chief_op;
+    psg_endpoint_t chief_global_step;
+    int chief_init_op;
+    /* run by a worker whose data ended: later takes, gradients and tokens
+     * end training cleanly */
+    int close_op;
+} psg_sync_graph_t;
+
+typedef struct psg_sync_replicas psg_sync_replicas_t;
+
+/* A wrapper of opt (borrowed: it must outlive the wrapper) with a copy of
+ * *cfg. NULL with the error naming the field on a bad config (unknown
+ * variant, N < 1 or N + b > num_workers, worker_index out of range). */
+psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg);
+void psg_sync_replicas_destroy(psg_sync_replicas_t **sr);
+/* The variant's name and N (gradients averaged per step). */
+const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr);
+int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr);
+
+/* Builds this worker's graph for grads[i] of vars[i] (handles; a pair
+ * without a gradient is skipped) into g and fills *out. Build it under the
+ * same replica device setter as the model, as every worker builds its own
+ * graph (between-graph replication): the accumulators sit beside their
+ * variables ("<var>/grad_accum"), the token queue beside the global step
+ * ("sync_token_q"). Returns 0, or -1 with the error set. */
+int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, int n,
+                                      const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                                      psg_sync_graph_t *out);
+/* The gradients of loss for every trainable variable, then apply_gradients. */
+int psg_sync_replicas_minimize(psg_sync_replicas_t *sr, psg_graph_t *g, psg_endpoint_t loss,
+                               psg_sync_graph_t *out);
+
+/* The variants known, comma-separated ("sync, async"). */
+const char *psg_sync_variant_names(void);
+
+/* ---- statistics of a worker's steps ---- */
+
+/* The endpoints a worker fetches with each step, after its own (at most 3:
+ * num_accepted, next_step, token_wait, the ones the variant has). Returns
+ * how many it wrote. */
+int psg_sync_graph_fetches(const psg_sync_graph_t *sg, psg_endpoint_t *out);
+
+typedef struct {
+    int64_t local_step; /* the step its gradient was computed for */
+    int64_t next_step;  /* its next local step; -1: training is over */
+    bool used;          /* every accumulator kept the gradient */
+    int num_accepted, num_vars;
+    double step_sec;       /* the whole step, as the worker timed it */
+    double token_wait_sec; /* of which waiting for the token */
+    double compute_sec;    /* the rest: reads, compute, sends */
+} psg_sync_step_t;
+
+/* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
+ * that order). Returns 0, or -1 with the error set on a missing or
+ * malformed tensor. A variant with no fetches gives used, next_step =
+ * local_step + 1. */
+int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
+                       double step_sec, psg_sync_step_t *st);
+
+typedef struct {
+    int64_t steps, used, dropped;
+    double compute_sec, token_wait_sec;
+} psg_sync_stats_t;
+
+void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st);
+/* One metrics.jsonl line (no newline) for worker's step: {"event":"sync_step", ...}.
+ * Returns the length, as snprintf. */
+int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size);
+
+/* ---- the chief's runner ---- */
+
+/* Runs the chief's step once (chief_op, fetching chief_global_step into
+ * *global_step). Returns 0, or -1 with the error set. */
+typedef int (*psg_sync_run_fn)(void *ctx, int64_t *global_step);
+
+typedef struct psg_sync_chief psg_sync_chief_t;
+
+/* Starts a thread that calls run until the global step reaches total_steps
+ * (> 0), run fails because training was closed (a clean end), or run fails
+ * otherwise. ctx is borrowed until psg_sync_chief_join. NULL with the
+ * error set when the thread cannot start. */
+psg_sync_chief_t *psg_sync_chief_start(psg_sync_run_fn run, void *ctx, int64_t total_steps);
+/* Waits for the runner (make sure it ends: reach total_steps or run the
+ * close_op), frees it and sets *steps (may be NULL) to the chief steps it
+ * ran. Returns 0 on a clean end, or -1 with the runner's error. */
+int psg_sync_chief_join(psg_sync_chief_t **c, int64_t *steps);
+
+#endif

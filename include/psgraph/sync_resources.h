@@ -1,0 +1,182 @@
+/* The resources of sync replicas, kept by a parameter server's resource
+ * manager: the gradient accumulator of one variable (TensorFlow's
+ * ConditionalAccumulator: gradients for an old step are dropped as stale,
+ * the first num_required of a step are averaged) and the token queue that
+ * releases each step to the workers. Thread-safe. Not the graph ops that
+ * drive them (ops/sync.c) and not the protocol (sync_replicas.h). */
+#ifndef PSGRAPH_SYNC_RESOURCES_H
+#define PSGRAPH_SYNC_RESOURCES_H
+
+#include "psgraph/graph.h"
+#include "psgraph/resource.h"
+#include "psgraph/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Every "closed" error (a take or dequeue ended by psg_*_close without an
+ * error: training is over) contains this text. */
+#define PSG_SYNC_CLOSED_TEXT "training is over"
+
+/* True when msg reports a clean close (PSG_SYNC_CLOSED_TEXT), not a failure. */
+bool psg_sync_error_is_closed(const char *msg);
+
+/* ---- the gradient accumulator ---- */
+
+typedef struct psg_accumulator psg_accumulator_t;
+
+/* Counts since creation, for statistics and tests. */
+typedef struct {
+    int64_t accepted; /* gradients averaged into a step */
+    int64_t stale;    /* dropped: computed for a step older than the accumulator's */
+    int64_t late;     /* dropped: the step already had its num_required gradients */
+    int64_t closed;   /* dropped: the accumulator was closed */
+    int64_t takes;    /* means returned */
+} psg_accumulator_counts_t;
+
+/* The accumulator `name` of rm, created when absent for f32 gradients of
+ * `shape` (complete), at global step 0. num_required > 0 caps the gradients
+ * a step keeps: once a step has that many, later ones for it are dropped
+ * (the slowest replicas); 0: no cap until a take sets one. Fails, naming
+ * it, when it exists with another shape or the name is taken by another
+ * kind of resource. The manager owns it. */
+psg_accumulator_t *psg_accumulator_get(psg_resource_mgr_t *rm, const char *name,
+                                       const psg_shape_t *shape, int num_required);
+const char *psg_accumulator_name(const psg_accumulator_t *a);
+/* A handle to a (a scalar RESOURCE tensor, as a variable's), new; NULL on
+ * out of memory. */
+psg_tensor_t *psg_accumulator_handle(psg_accumulator_t *a);
+/* The accumulator behind handle h; NULL with the error set when h is not
+ * an accumulator's handle (a variable's, say). */
+psg_accumulator_t *psg_accumulator_from_handle(const psg_tensor_t *h);
+
+/* Offers a gradient (f32, the accumulator's shape) computed for local_step:
+ * *accepted is true when it counts toward the current step's mean; false
+ * when it is dropped: local_step is older than the accumulator's global
+ * step (stale), the step is full, or the accumulator is closed. A gradient
+ * that completes a pending take returns its mean from this call. Returns 0,
+ * or -1 with the error naming the accumulator on a dtype or shape mismatch
+ * (nothing counted). */
+int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *grad,
+                          bool *accepted);
+
+/* Receives a take's mean (a reference the callee owns) and error NULL, or
+ * mean NULL and the reason (valid during the call only). */
+typedef void (*psg_accumulator_take_fn)(void *arg, psg_tensor_t *mean, const char *error);
+
+/* Asks for the mean of num_required (>= 1) gradients of the current step:
+ * done runs once, at once if they are in, else from the psg_accumulator_apply
+ * that brings the last one, from the timer after timeout_ms (<= 0: no limit)
+ * with an error that says how many came, or from psg_accumulator_close. On
+ * success the sum is reset and the global step advances by one, so
+ * gradients still computed for the old step are stale. One take at a time:
+ * a second one fails at once. */
+void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
+                                psg_accumulator_take_fn done, void *arg);
+/* Blocking take: *mean gets the mean (caller owns it). Returns 0 or -1 with
+ * the error set. */
+int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
+                         psg_tensor_t **mean);
+
+/* Sets the global step (a chief that restarts sets it from the global step
+ * variable); gradients accumulated for another step are dropped. */
+void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step);
+int64_t psg_accumulator_global_step(psg_accumulator_t *a);
+/* Gradients of the current step accumulated so far. */
+int psg_accumulator_num_accumulated(psg_accumulator_t *a);
+void psg_accumulator_counts(psg_accumulator_t *a, psg_accumulator_counts_t *out);
+/* Ends it: a pending take fails with PSG_SYNC_CLOSED_TEXT, later gradients
+ * are dropped and later takes fail the same way. Idempotent. */
+void psg_accumulator_close(psg_accumulator_t *a);
+
+/* ---- the token queue ---- */
+
+typedef struct psg_token_queue psg_token_queue_t;
+
+/* The token queue `name` of rm, created empty when absent. The manager owns it. */
+psg_token_queue_t *psg_token_queue_get(psg_resource_mgr_t *rm, const char *name);
+const char *psg_token_queue_name(const psg_token_queue_t *q);
+/* Handles, as for accumulators. */
+psg_tensor_t *psg_token_queue_handle(psg_token_queue_t *q);
+psg_token_queue_t *psg_token_queue_from_handle(const psg_tensor_t *h);
+
+/* Appends each of tokens[0..n) `repeat` times (the chief releases N + b
+ * tokens carrying the new global step). Tokens older than the oldest new
+ * one are dropped first: a step started from them could only be stale.
+ * When end_step > 0 and a token is >= end_step, the queue is closed
+ * instead (training is over) and nothing is appended. Waiting dequeues are
+ * served. Returns 0, or -1 with the error set when the queue was closed by
+ * an error. Enqueueing into a cleanly closed queue does nothing. */
+int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, int n, int repeat,
+                                 int64_t end_step);
+
+/* Receives a dequeued token (-1: the queue is closed, training is over)
+ * and error NULL, or the reason of a failure (valid during the call only). */
+typedef void (*psg_token_fn)(void *arg, int64_t token, const char *error);
+
+/* Asks for the first token greater than after_step (the worker's local
+ * step: a worker never takes two tokens of one step); `worker` names the
+ * worker in messages. done runs once: at once when such a token is there or
+ * the queue is closed, else when one is enqueued, on close, or after
+ * timeout_ms (<= 0: no limit) with an error naming the queue, the worker
+ * and the step it waits for. */
+void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t after_step,
+                                   int64_t timeout_ms, psg_token_fn done, void *arg);
+/* Blocking dequeue into *token. Returns 0 or -1 with the error set. */
+int psg_token_queue_dequeue(psg_token_queue_t *q, int worker, int64_t after_step,
+                            int64_t timeout_ms, int64_t *token);
+/* Closes it: error NULL ends training cleanly (waiters and later dequeues
+ * get -1); else they fail with `error`. The first close wins. */
+void psg_token_queue_close(psg_token_queue_t *q, const char *error);
+/* Tokens held now. */
+int psg_token_queue_size(psg_token_queue_t *q);
+
+/* ---- the graph ops (ops/sync.c) ----
+ * Each builder returns the node's output endpoint (or its id for ops with no
+ * outputs), or PSG_NO_ENDPOINT / -1 with the graph's error set. Resources
+ * are named by the handle node's full name and shared by every graph run in
+ * the same resource manager; every op that takes a handle runs beside it
+ * (placement keeps users of a RESOURCE with its producer). */
+
+/* AccumulatorHandle: the accumulator `name` for f32 gradients of `shape`,
+ * capped at num_required per step (0: none until a take). */
+psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                  int num_required);
+/* AccumulatorApplyGradient(handle, local_step i64 scalar, grad f32): an i32
+ * scalar, 1 when the gradient counts toward the step's mean, 0 when dropped. */
+psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                        psg_endpoint_t local_step, psg_endpoint_t grad);
+/* AccumulatorTakeGradient(handle): the mean of num_required gradients, waiting
+ * without a thread; fails after timeout_ms (<= 0: never) or when closed. */
+psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       int num_required, int64_t timeout_ms);
+/* AccumulatorSetGlobalStep(handle, step i64 scalar). */
+int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       psg_endpoint_t step);
+/* AccumulatorNumAccumulated(handle): an i32 scalar. */
+psg_endpoint_t psg_accumulator_num_accumulated_op(psg_graph_t *g, const char *name,
+                                                  psg_endpoint_t handle);
+/* AccumulatorClose(handle). */
+int psg_accumulator_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle);
+
+/* TokenQueueHandle: the token queue `name`. */
+psg_endpoint_t psg_token_queue_op(psg_graph_t *g, const char *name);
+/* TokenQueueEnqueueMany(handle, tokens i64, any shape): each token `repeat`
+ * times; closes the queue instead when a token reaches end_step (> 0). */
+int psg_token_queue_enqueue_many_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                    psg_endpoint_t tokens, int repeat, int64_t end_step);
+/* TokenQueueDequeue(handle, after_step i64 scalar): output 0 the token (i64
+ * scalar, -1 when training is over), output 1 the seconds it waited (f32
+ * scalar). `worker` names the caller in errors; fails after timeout_ms. */
+psg_endpoint_t psg_token_queue_dequeue_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                          psg_endpoint_t after_step, int worker,
+                                          int64_t timeout_ms);
+/* TokenQueueClose(handle): error "" ends training cleanly, else fails the
+ * waiters with it. */
+int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                             const char *error);
+/* CountAccepted(flags...): how many of n i32 scalars are nonzero (i32 scalar). */
+psg_endpoint_t psg_count_accepted(psg_graph_t *g, const char *name, int n,
+                                  const psg_endpoint_t *flags);
+
+#endif

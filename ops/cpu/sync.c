@@ -1,0 +1,173 @@
+/* CPU kernels of the sync-replicas ops: thin calls into the accumulators
+ * and token queues of the task's resource manager (ps/). Take and dequeue
+ * are asynchronous: they hold no thread while they wait. */
+#include "ops/cpu/sync.h"
+#include "psgraph/error.h"
+#include "psgraph/sync_resources.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+/* The resource's name: the shared_name attr, else the node's name. */
+static const char *resource_name(const psg_node_t *n) {
+    const char *shared = psg_node_get_str(n, "shared_name", "");
+    return shared[0] ? shared : psg_node_name(n);
+}
+
+static int set_handle(psg_kernel_ctx_t *c, psg_tensor_t *h) {
+    if (!h) return psg_error_set("out of memory");
+    c->outputs[0] = h;
+    return 0;
+}
+
+static int scalar_i64(psg_kernel_ctx_t *c, int i, int64_t *out) {
+    const psg_tensor_t *t = c->inputs[i];
+    if (t->dtype != PSG_DT_I64 || psg_tensor_numel(t) != 1)
+        return psg_error_set("input %d must be a scalar i64, got %s", i, psg_dtype_name(t->dtype));
+    *out = psg_tensor_i64(t)[0];
+    return 0;
+}
+
+static int output_scalar_i32(psg_kernel_ctx_t *c, int32_t v) {
+    psg_tensor_t *o = psg_kernel_alloc_output(c, 0);
+    if (!o) return -1;
+    psg_tensor_i32(o)[0] = v;
+    return 0;
+}
+
+int psg_cpu_accumulator(psg_kernel_ctx_t *c) {
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    psg_accumulator_t *a = psg_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
+                                               (int)psg_node_get_int(c->node, "num_required", 0));
+    return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
+}
+
+int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    int64_t step = 0;
+    bool accepted;
+    if (!a || scalar_i64(c, 1, &step) < 0) return -1;
+    if (psg_accumulator_apply(a, step, c->inputs[2], &accepted) < 0) return -1;
+    return output_scalar_i32(c, accepted ? 1 : 0);
+}
+
+static void take_done(void *arg, psg_tensor_t *mean, const char *error) {
+    psg_async_op_t *op = arg;
+    if (!mean) {
+        psg_error_set("%s", error);
+        psg_async_op_done(op, -1);
+        return;
+    }
+    psg_async_op_set_output(op, 0, mean);
+    psg_tensor_destroy(&mean);
+    psg_async_op_done(op, 0);
+}
+
+int psg_cpu_accumulator_take(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    if (!a) return -1;
+    PSG_ASSERT(c->async);
+    psg_accumulator_take_async(a, (int)psg_node_get_int(c->node, "num_required", 1),
+                               psg_node_get_int(c->node, "timeout_ms", 0), take_done, c->async);
+    return 0;
+}
+
+int psg_cpu_accumulator_set_global_step(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    int64_t step = 0;
+    if (!a || scalar_i64(c, 1, &step) < 0) return -1;
+    psg_accumulator_set_global_step(a, step);
+    return 0;
+}
+
+int psg_cpu_accumulator_num_accumulated(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    return a ? output_scalar_i32(c, psg_accumulator_num_accumulated(a)) : -1;
+}
+
+int psg_cpu_accumulator_close(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    if (!a) return -1;
+    psg_accumulator_close(a);
+    return 0;
+}
+
+int psg_cpu_token_queue(psg_kernel_ctx_t *c) {
+    psg_token_queue_t *q = psg_token_queue_get(c->resources, resource_name(c->node));
+    return q ? set_handle(c, psg_token_queue_handle(q)) : -1;
+}
+
+int psg_cpu_token_queue_enqueue_many(psg_kernel_ctx_t *c) {
+    psg_token_queue_t *q = psg_token_queue_from_handle(c->inputs[0]);
+    const psg_tensor_t *t = c->inputs[1];
+    if (!q) return -1;
+    if (t->dtype != PSG_DT_I64) return psg_error_set("tokens must be i64");
+    return psg_token_queue_enqueue_many(q, psg_tensor_i64(t), (int)psg_tensor_numel(t),
+                                        (int)psg_node_get_int(c->node, "repeat", 1),
+                                        psg_node_get_int(c->node, "end_step", 0));
+}
+
+typedef struct {
+    psg_async_op_t *op;
+    struct timespec start;
+} dequeue_t;
+
+static void dequeue_done(void *arg, int64_t token, const char *error) {
+    dequeue_t *d = arg;
+    psg_async_op_t *op = d->op;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double waited =
+        (double)(now.tv_sec - d->start.tv_sec) + (double)(now.tv_nsec - d->start.tv_nsec) * 1e-9;
+    free(d);
+    if (error) {
+        psg_error_set("%s", error);
+        psg_async_op_done(op, -1);
+        return;
+    }
+    psg_tensor_t *t = psg_tensor_scalar_i64(token), *w = psg_tensor_scalar_f32((float)waited);
+    if (!t || !w) {
+        psg_tensor_destroy(&t);
+        psg_tensor_destroy(&w);
+        psg_error_set("out of memory");
+        psg_async_op_done(op, -1);
+        return;
+    }
+    psg_async_op_set_output(op, 0, t);
+    psg_async_op_set_output(op, 1, w);
+    psg_tensor_destroy(&t);
+    psg_tensor_destroy(&w);
+    psg_async_op_done(op, 0);
+}
+
+int psg_cpu_token_queue_dequeue(psg_kernel_ctx_t *c) {
+    psg_token_queue_t *q = psg_token_queue_from_handle(c->inputs[0]);
+    int64_t after = 0;
+    if (!q || scalar_i64(c, 1, &after) < 0) return -1;
+    PSG_ASSERT(c->async);
+    dequeue_t *d = malloc(sizeof *d);
+    if (!d) return psg_error_set("out of memory");
+    d->op = c->async;
+    clock_gettime(CLOCK_MONOTONIC, &d->start);
+    psg_token_queue_dequeue_async(q, (int)psg_node_get_int(c->node, "worker", 0), after,
+                                  psg_node_get_int(c->node, "timeout_ms", 0), dequeue_done, d);
+    return 0;
+}
+
+int psg_cpu_token_queue_close(psg_kernel_ctx_t *c) {
+    psg_token_queue_t *q = psg_token_queue_from_handle(c->inputs[0]);
+    if (!q) return -1;
+    const char *error = psg_node_get_str(c->node, "error", "");
+    psg_token_queue_close(q, error[0] ? error : NULL);
+    return 0;
+}
+
+int psg_cpu_count_accepted(psg_kernel_ctx_t *c) {
+    int32_t n = 0;
+    for (int i = 0; i < c->num_inputs; i++) {
+        if (c->inputs[i]->dtype != PSG_DT_I32 || psg_tensor_numel(c->inputs[i]) != 1)
+            return psg_error_set("input %d must be a scalar i32", i);
+        n += psg_tensor_i32(c->inputs[i])[0] != 0;
+    }
+    return output_scalar_i32(c, n);
+}

@@ -1,0 +1,19 @@
+/* CPU kernels of the sync-replicas ops (ops/sync.c holds their defs). */
+#ifndef PSGRAPH_OPS_CPU_SYNC_H
+#define PSGRAPH_OPS_CPU_SYNC_H
+
+#include "psgraph/op.h"
+
+int psg_cpu_accumulator(psg_kernel_ctx_t *c);
+int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c);
+int psg_cpu_accumulator_take(psg_kernel_ctx_t *c);
+int psg_cpu_accumulator_set_global_step(psg_kernel_ctx_t *c);
+int psg_cpu_accumulator_num_accumulated(psg_kernel_ctx_t *c);
+int psg_cpu_accumulator_close(psg_kernel_ctx_t *c);
+int psg_cpu_token_queue(psg_kernel_ctx_t *c);
+int psg_cpu_token_queue_enqueue_many(psg_kernel_ctx_t *c);
+int psg_cpu_token_queue_dequeue(psg_kernel_ctx_t *c);
+int psg_cpu_token_queue_close(psg_kernel_ctx_t *c);
+int psg_cpu_count_accepted(psg_kernel_ctx_t *c);
+
+#endif

@@ -1,0 +1,218 @@
+/* The sync-replicas ops: handles to gradient accumulators and token
+ * queues, applying and taking gradients, releasing and taking tokens
+ * (TensorFlow's ConditionalAccumulator and FIFOQueue ops of
+ * SyncReplicasOptimizer): defs, shape inference and builders. Kernels:
+ * ops/cpu/sync.c; the resources: ps/; the protocol: sync/. */
+#include "ops/cpu/sync.h"
+#include "psgraph/error.h"
+#include "psgraph/sync_resources.h"
+
+#include <string.h>
+
+/* ---- inference ---- */
+
+static int expect_scalar(psg_infer_ctx_t *c, int i, psg_dtype_t dt, const char *what) {
+    const psg_shape_t *s = &c->in_shapes[i];
+    if (c->in_dtypes[i] != dt || (s->rank > 0 && psg_shape_numel(s) != 1)) {
+        char b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("%s (input %d) must be a scalar %s, got %s%s", what, i,
+                             psg_dtype_name(dt), psg_dtype_name(c->in_dtypes[i]),
+                             psg_shape_str(s, b, sizeof b));
+    }
+    return 0;
+}
+
+static void set_output(psg_infer_ctx_t *c, int o, psg_dtype_t dt, psg_shape_t s) {
+    c->out_dtypes[o] = dt;
+    c->out_shapes[o] = s;
+}
+
+static int infer_accumulator(psg_infer_ctx_t *c) {
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    if (!sh || sh->type != PSG_ATTR_SHAPE || !psg_shape_is_complete(&sh->u.shape))
+        return psg_error_set("an accumulator needs a complete 'shape'");
+    if (psg_node_get_int(c->node, "num_required", 0) < 0)
+        return psg_error_set("num_required must be >= 0");
+    set_output(c, 0, PSG_DT_RESOURCE, sh->u.shape);
+    return 0;
+}
+
+static int infer_apply(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "local_step") < 0) return -1;
+    if (c->in_dtypes[2] != PSG_DT_F32 ||
+        !psg_shape_compatible(&c->in_shapes[2], &c->in_shapes[0])) {
+        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("gradient %s%s does not fit the accumulator's f32%s",
+                             psg_dtype_name(c->in_dtypes[2]),
+                             psg_shape_str(&c->in_shapes[2], a, sizeof a),
+                             psg_shape_str(&c->in_shapes[0], b, sizeof b));
+    }
+    set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_take(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (psg_node_get_int(c->node, "num_required", 0) < 1)
+        return psg_error_set("num_required must be >= 1");
+    set_output(c, 0, PSG_DT_F32, c->in_shapes[0]);
+    return 0;
+}
+
+static int infer_set_global_step(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    return expect_scalar(c, 1, PSG_DT_I64, "step");
+}
+
+static int infer_num_accumulated(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_handle_only(psg_infer_ctx_t *c) {
+    return psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE);
+}
+
+static int infer_token_queue(psg_infer_ctx_t *c) {
+    set_output(c, 0, PSG_DT_RESOURCE, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_enqueue_many(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (psg_infer_expect_dtype(c, 1, PSG_DT_I64) < 0) return -1;
+    if (psg_node_get_int(c->node, "repeat", 1) < 1) return psg_error_set("repeat must be >= 1");
+    return 0;
+}
+
+static int infer_dequeue(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "after_step") < 0) return -1;
+    set_output(c, 0, PSG_DT_I64, psg_shape_scalar());
+    set_output(c, 1, PSG_DT_F32, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_count_accepted(psg_infer_ctx_t *c) {
+    for (int i = 0; i < c->num_inputs; i++)
+        if (expect_scalar(c, i, PSG_DT_I32, "flag") < 0) return -1;
+    set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
+    return 0;
+}
+
+/* ---- defs: none is differentiable ---- */
+
+#define SYNC_OP(var, name, nin, nout, flags, infer, kernel)                                        \
+    static const psg_op_def_t var = {name,  nin,  nout,   PSG_OP_STATEFUL | (flags),               \
+                                     infer, NULL, kernel, NULL}
+
+SYNC_OP(op_accumulator, "AccumulatorHandle", 0, 1, 0, infer_accumulator, psg_cpu_accumulator);
+SYNC_OP(op_apply, "AccumulatorApplyGradient", 3, 1, 0, infer_apply, psg_cpu_accumulator_apply);
+SYNC_OP(op_take, "AccumulatorTakeGradient", 1, 1, PSG_OP_ASYNC, infer_take,
+        psg_cpu_accumulator_take);
+SYNC_OP(op_set_global_step, "AccumulatorSetGlobalStep", 2, 0, 0, infer_set_global_step,
+        psg_cpu_accumulator_set_global_step);
+SYNC_OP(op_num_accumulated, "AccumulatorNumAccumulated", 1, 1, 0, infer_num_accumulated,
+        psg_cpu_accumulator_num_accumulated);
+SYNC_OP(op_accumulator_close, "AccumulatorClose", 1, 0, 0, infer_handle_only,
+        psg_cpu_accumulator_close);
+SYNC_OP(op_token_queue, "TokenQueueHandle", 0, 1, 0, infer_token_queue, psg_cpu_token_queue);
+SYNC_OP(op_enqueue_many, "TokenQueueEnqueueMany", 2, 0, 0, infer_enqueue_many,
+        psg_cpu_token_queue_enqueue_many);
+SYNC_OP(op_dequeue, "TokenQueueDequeue", 2, 2, PSG_OP_ASYNC, infer_dequeue,
+        psg_cpu_token_queue_dequeue);
+SYNC_OP(op_token_queue_close, "TokenQueueClose", 1, 0, 0, infer_handle_only,
+        psg_cpu_token_queue_close);
+static const psg_op_def_t op_count_accepted = {
+    "CountAccepted", -1, 1, 0, infer_count_accepted, NULL, psg_cpu_count_accepted, NULL};
+
+const psg_op_def_t *const psg_sync_ops[] = {
+    &op_accumulator,       &op_apply,           &op_take,
+    &op_set_global_step,   &op_num_accumulated, &op_accumulator_close,
+    &op_token_queue,       &op_enqueue_many,    &op_dequeue,
+    &op_token_queue_close, &op_count_accepted,  NULL,
+};
+
+/* ---- builders ---- */
+
+static psg_node_builder_t *begin(psg_graph_t *g, const char *op, const char *name, int n,
+                                 const psg_endpoint_t *inputs) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
+    for (int i = 0; i < n; i++)
+        psg_node_add_input(b, inputs[i]);
+    return b;
+}
+
+psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                  int num_required) {
+    psg_node_builder_t *b = psg_node_begin(g, "AccumulatorHandle", name);
+    psg_node_attr_shape(b, "shape", shape);
+    psg_node_attr_int(b, "num_required", num_required);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                        psg_endpoint_t local_step, psg_endpoint_t grad) {
+    psg_endpoint_t in[3] = {handle, local_step, grad};
+    return psg_node_finish_ep(begin(g, "AccumulatorApplyGradient", name, 3, in));
+}
+
+psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       int num_required, int64_t timeout_ms) {
+    psg_node_builder_t *b = begin(g, "AccumulatorTakeGradient", name, 1, &handle);
+    psg_node_attr_int(b, "num_required", num_required);
+    psg_node_attr_int(b, "timeout_ms", timeout_ms);
+    return psg_node_finish_ep(b);
+}
+
+int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       psg_endpoint_t step) {
+    psg_endpoint_t in[2] = {handle, step};
+    return psg_node_finish(begin(g, "AccumulatorSetGlobalStep", name, 2, in));
+}
+
+psg_endpoint_t psg_accumulator_num_accumulated_op(psg_graph_t *g, const char *name,
+                                                  psg_endpoint_t handle) {
+    return psg_node_finish_ep(begin(g, "AccumulatorNumAccumulated", name, 1, &handle));
+}
+
+int psg_accumulator_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle) {
+    return psg_node_finish(begin(g, "AccumulatorClose", name, 1, &handle));
+}
+
+psg_endpoint_t psg_token_queue_op(psg_graph_t *g, const char *name) {
+    return psg_node_finish_ep(psg_node_begin(g, "TokenQueueHandle", name));
+}
+
+int psg_token_queue_enqueue_many_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                    psg_endpoint_t tokens, int repeat, int64_t end_step) {
+    psg_endpoint_t in[2] = {handle, tokens};
+    psg_node_builder_t *b = begin(g, "TokenQueueEnqueueMany", name, 2, in);
+    psg_node_attr_int(b, "repeat", repeat);
+    psg_node_attr_int(b, "end_step", end_step);
+    return psg_node_finish(b);
+}
+
+psg_endpoint_t psg_token_queue_dequeue_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                          psg_endpoint_t after_step, int worker,
+                                          int64_t timeout_ms) {
+    psg_endpoint_t in[2] = {handle, after_step};
+    psg_node_builder_t *b = begin(g, "TokenQueueDequeue", name, 2, in);
+    psg_node_attr_int(b, "worker", worker);
+    psg_node_attr_int(b, "timeout_ms", timeout_ms);
+    return psg_node_finish_ep(b);
+}
+
+int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                             const char *error) {
+    psg_node_builder_t *b = begin(g, "TokenQueueClose", name, 1, &handle);
+    psg_node_attr_str(b, "error", error ? error : "");
+    return psg_node_finish(b);
+}
+
+psg_endpoint_t psg_count_accepted(psg_graph_t *g, const char *name, int n,
+                                  const psg_endpoint_t *flags) {
+    return psg_node_finish_ep(begin(g, "CountAccepted", name, n, flags));
+}

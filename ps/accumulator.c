@@ -1,0 +1,343 @@
+/* The gradient accumulator of one variable (TensorFlow's
+ * ConditionalAccumulator, with a cap): it sums the gradients computed for
+ * its current global step, drops older (stale) and surplus ones, and hands
+ * the mean to a pending take. Not the graph ops (ops/sync.c). */
+#include "ps/handle.h"
+#include "ps/timer.h"
+#include "psgraph/error.h"
+#include "psgraph/sync_resources.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ACCUMULATOR_MAGIC 0x75636361u /* "accu" */
+
+struct psg_accumulator {
+    uint32_t magic; /* first: tells a handle to an accumulator from others */
+    pthread_mutex_t lock;
+    char *name;
+    psg_shape_t shape;
+    int64_t numel;
+    psg_timer_t *timer; /* the manager's; outlives this accumulator */
+    int64_t step;       /* the global step gradients must be computed for */
+    int count;          /* gradients summed for `step` */
+    int num_required;   /* cap per step; 0: none */
+    psg_tensor_t *sum;  /* f32, the shape; valid when count > 0 */
+    bool closed;
+    psg_accumulator_counts_t counts;
+    /* the pending take */
+    bool waiting;
+    int want;
+    int64_t timeout_ms;
+    uint64_t timer_id;
+    psg_accumulator_take_fn done;
+    void *arg;
+};
+
+bool psg_sync_error_is_closed(const char *msg) {
+    return msg && strstr(msg, PSG_SYNC_CLOSED_TEXT) != NULL;
+}
+
+typedef struct {
+    const char *name;
+    psg_shape_t shape;
+    int num_required;
+    psg_timer_t *timer;
+} create_args_t;
+
+static void destroy_accumulator(void *obj);
+
+static void *create_accumulator(void *ctx) {
+    create_args_t *c = ctx;
+    psg_accumulator_t *a = calloc(1, sizeof *a);
+    if (!a || !(a->name = strdup(c->name))) {
+        free(a);
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&a->lock, NULL);
+    a->magic = ACCUMULATOR_MAGIC;
+    a->shape = c->shape;
+    a->numel = psg_shape_numel(&c->shape);
+    a->num_required = c->num_required > 0 ? c->num_required : 0;
+    a->timer = c->timer;
+    return a;
+}
+
+/* Closes a (when `close`) and fails its pending take, if any, with
+ * "accumulator 'NAME' <why>". */
+static void fail_take(psg_accumulator_t *a, bool close, const char *why) {
+    pthread_mutex_lock(&a->lock);
+    a->closed = a->closed || close;
+    bool waiting = a->waiting;
+    a->waiting = false;
+    uint64_t id = a->timer_id;
+    psg_accumulator_take_fn done = a->done;
+    void *arg = a->arg;
+    pthread_mutex_unlock(&a->lock);
+    if (!waiting) return;
+    psg_timer_cancel(a->timer, id, true);
+    char msg[512];
+    snprintf(msg, sizeof msg, "accumulator '%s' %s", a->name, why);
+    done(arg, NULL, msg);
+}
+
+/* The manager destroys it once no step runs: a pending take fails. */
+static void destroy_accumulator(void *obj) {
+    psg_accumulator_t *a = obj;
+    fail_take(a, true, "destroyed while a take waited");
+    psg_tensor_destroy(&a->sum);
+    pthread_mutex_destroy(&a->lock);
+    a->magic = 0;
+    free(a->name);
+    free(a);
+}
+
+psg_accumulator_t *psg_accumulator_get(psg_resource_mgr_t *rm, const char *name,
+                                       const psg_shape_t *shape, int num_required) {
+    if (!psg_shape_is_complete(shape)) {
+        psg_error_set("accumulator '%s': needs a complete shape", name);
+        return NULL;
+    }
+    /* the timer is registered first, so the manager destroys it last */
+    psg_timer_t *timer = psg_timer_of(rm);
+    if (!timer) return NULL;
+    create_args_t c = {name, *shape, num_required, timer};
+    psg_accumulator_t *a = psg_resource_lookup_or_create(
+        rm, name, "accumulator", create_accumulator, &c, destroy_accumulator);
+    if (a && !psg_shape_equal(&a->shape, shape)) {
+        char s1[PSG_SHAPE_STR_MAX], s2[PSG_SHAPE_STR_MAX];
+        psg_error_set("accumulator '%s' exists with shape %s, asked for %s", name,
+                      psg_shape_str(&a->shape, s1, sizeof s1), psg_shape_str(shape, s2, sizeof s2));
+        return NULL;
+    }
+    if (a && num_required > 0) {
+        pthread_mutex_lock(&a->lock);
+        a->num_required = num_required;
+        pthread_mutex_unlock(&a->lock);
+    }
+    return a;
+}
+
+const char *psg_accumulator_name(const psg_accumulator_t *a) {
+    return a->name;
+}
+
+psg_tensor_t *psg_accumulator_handle(psg_accumulator_t *a) {
+    return psg_ps_handle_new(a);
+}
+
+psg_accumulator_t *psg_accumulator_from_handle(const psg_tensor_t *h) {
+    return psg_ps_handle_object(h, ACCUMULATOR_MAGIC, "an accumulator");
+}
+
+/* With the lock held and count >= want: the mean of the step, the sum
+ * reset and the step advanced. NULL on out of memory (error set). */
+static psg_tensor_t *take_mean_locked(psg_accumulator_t *a) {
+    psg_tensor_t *mean = a->sum;
+    a->sum = NULL;
+    float *m = psg_tensor_f32(mean);
+    float n = (float)a->count;
+    for (int64_t i = 0; i < a->numel; i++)
+        m[i] /= n;
+    a->count = 0;
+    a->step++;
+    a->counts.takes++;
+    return mean;
+}
+
+/* A take that can complete: detaches it. Called with the lock held; the
+ * caller finishes it (finish_take) after unlocking. */
+typedef struct {
+    psg_accumulator_take_fn done;
+    void *arg;
+    uint64_t timer_id;
+    psg_tensor_t *mean;
+} finished_take_t;
+
+static bool complete_if_ready_locked(psg_accumulator_t *a, finished_take_t *f) {
+    if (!a->waiting || a->count < a->want) return false;
+    f->done = a->done;
+    f->arg = a->arg;
+    f->timer_id = a->timer_id;
+    f->mean = take_mean_locked(a);
+    a->waiting = false;
+    return true;
+}
+
+static void finish_take(psg_accumulator_t *a, finished_take_t *f) {
+    psg_timer_cancel(a->timer, f->timer_id, true);
+    f->done(f->arg, f->mean, NULL);
+}
+
+int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *grad,
+                          bool *accepted) {
+    *accepted = false;
+    if (grad->dtype != PSG_DT_F32 || !psg_shape_equal(&grad->shape, &a->shape)) {
+        char s1[PSG_SHAPE_STR_MAX], s2[PSG_SHAPE_STR_MAX];
+        return psg_error_set("accumulator '%s' takes f32%s gradients, got %s%s", a->name,
+                             psg_shape_str(&a->shape, s1, sizeof s1), psg_dtype_name(grad->dtype),
+                             psg_shape_str(&grad->shape, s2, sizeof s2));
+    }
+    finished_take_t f;
+    bool finished = false;
+    pthread_mutex_lock(&a->lock);
+    if (a->closed) {
+        a->counts.closed++;
+    } else if (local_step < a->step) {
+        a->counts.stale++;
+    } else if (a->num_required > 0 && a->count >= a->num_required) {
+        a->counts.late++;
+    } else {
+        const float *g = psg_tensor_f32(grad);
+        if (a->count == 0) {
+            psg_tensor_destroy(&a->sum);
+            a->sum = psg_tensor_new(PSG_DT_F32, &a->shape);
+            if (!a->sum) {
+                pthread_mutex_unlock(&a->lock);
+                return psg_error_wrap("accumulator '%s'", a->name);
+            }
+            memcpy(a->sum->data, g, sizeof(float) * (size_t)a->numel);
+        } else {
+            float *s = psg_tensor_f32(a->sum);
+            for (int64_t i = 0; i < a->numel; i++)
+                s[i] += g[i];
+        }
+        a->count++;
+        a->counts.accepted++;
+        *accepted = true;
+        finished = complete_if_ready_locked(a, &f);
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (finished) finish_take(a, &f);
+    return 0;
+}
+
+static void take_timed_out(void *arg, uint64_t id) {
+    psg_accumulator_t *a = arg;
+    pthread_mutex_lock(&a->lock);
+    if (!a->waiting || a->timer_id != id) {
+        pthread_mutex_unlock(&a->lock);
+        return;
+    }
+    a->waiting = false;
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "accumulator '%s': %d of %d gradients for step %lld after %lld ms (a worker is "
+             "dead, or slower than the timeout)",
+             a->name, a->count, a->want, (long long)a->step, (long long)a->timeout_ms);
+    psg_accumulator_take_fn done = a->done;
+    void *darg = a->arg;
+    pthread_mutex_unlock(&a->lock);
+    done(darg, NULL, msg);
+}
+
+void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
+                                psg_accumulator_take_fn done, void *arg) {
+    char msg[512] = "";
+    finished_take_t f;
+    bool finished = false;
+    pthread_mutex_lock(&a->lock);
+    if (num_required < 1)
+        snprintf(msg, sizeof msg, "accumulator '%s': num_required must be >= 1, got %d", a->name,
+                 num_required);
+    else if (a->closed)
+        snprintf(msg, sizeof msg, "accumulator '%s' is closed: " PSG_SYNC_CLOSED_TEXT, a->name);
+    else if (a->waiting)
+        snprintf(msg, sizeof msg, "accumulator '%s': a take is already waiting", a->name);
+    if (msg[0]) {
+        pthread_mutex_unlock(&a->lock);
+        done(arg, NULL, msg);
+        return;
+    }
+    a->num_required = num_required;
+    a->waiting = true;
+    a->want = num_required;
+    a->done = done;
+    a->arg = arg;
+    a->timer_id = 0;
+    a->timeout_ms = timeout_ms;
+    finished = complete_if_ready_locked(a, &f);
+    if (!finished && timeout_ms > 0) {
+        a->timer_id = psg_timer_add(a->timer, timeout_ms, take_timed_out, a);
+        if (a->timer_id == 0) {
+            a->waiting = false;
+            snprintf(msg, sizeof msg, "accumulator '%s': %s", a->name, psg_error_message());
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (finished) finish_take(a, &f);
+    if (msg[0]) done(arg, NULL, msg);
+}
+
+/* ---- blocking take ---- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    psg_tensor_t *mean;
+    char error[512];
+} take_wait_t;
+
+static void take_wait_done(void *arg, psg_tensor_t *mean, const char *error) {
+    take_wait_t *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->mean = mean;
+    if (error) snprintf(w->error, sizeof w->error, "%s", error);
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
+                         psg_tensor_t **mean) {
+    take_wait_t w = {.done = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    psg_accumulator_take_async(a, num_required, timeout_ms, take_wait_done, &w);
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    *mean = w.mean;
+    return w.mean ? 0 : psg_error_set("%s", w.error);
+}
+
+void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step) {
+    pthread_mutex_lock(&a->lock);
+    if (step != a->step) {
+        a->step = step;
+        a->count = 0;
+        psg_tensor_destroy(&a->sum);
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+int64_t psg_accumulator_global_step(psg_accumulator_t *a) {
+    pthread_mutex_lock(&a->lock);
+    int64_t s = a->step;
+    pthread_mutex_unlock(&a->lock);
+    return s;
+}
+
+int psg_accumulator_num_accumulated(psg_accumulator_t *a) {
+    pthread_mutex_lock(&a->lock);
+    int n = a->count;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+void psg_accumulator_counts(psg_accumulator_t *a, psg_accumulator_counts_t *out) {
+    pthread_mutex_lock(&a->lock);
+    *out = a->counts;
+    pthread_mutex_unlock(&a->lock);
+}
+
+void psg_accumulator_close(psg_accumulator_t *a) {
+    fail_take(a, true, "is closed: " PSG_SYNC_CLOSED_TEXT);
+}

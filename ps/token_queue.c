@@ -1,0 +1,313 @@
+/* The token queue of sync replicas: the chief puts N + b tokens carrying
+ * the new global step; a worker takes the first token newer than its local
+ * step before its next step, waiting without a thread, with a timeout.
+ * Not the accumulators (ps/accumulator.c) and not the ops (ops/sync.c). */
+#include "ps/handle.h"
+#include "ps/timer.h"
+#include "psgraph/error.h"
+#include "psgraph/sync_resources.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct waiter {
+    int worker;
+    int64_t after_step;
+    int64_t timeout_ms;
+    uint64_t timer_id;
+    psg_token_fn done;
+    void *arg;
+    struct waiter *next;
+} waiter_t;
+
+#define TOKEN_QUEUE_MAGIC 0x716b6f74u /* "tokq" */
+
+struct psg_token_queue {
+    uint32_t magic; /* first: tells a handle to a token queue from others */
+    pthread_mutex_t lock;
+    char *name;
+    psg_timer_t *timer;
+    int64_t *tokens; /* FIFO: tokens[0..n) */
+    int n, cap;
+    int64_t last_released; /* the newest token enqueued, -1 before the first */
+    bool closed;
+    char *error;       /* the close's error; NULL: closed cleanly */
+    waiter_t *waiters; /* in arrival order */
+};
+
+static void *create_queue(void *ctx) {
+    const void *const *c = ctx;
+    psg_token_queue_t *q = calloc(1, sizeof *q);
+    if (!q || !(q->name = strdup(c[0]))) {
+        free(q);
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&q->lock, NULL);
+    q->magic = TOKEN_QUEUE_MAGIC;
+    q->timer = (psg_timer_t *)c[1];
+    q->last_released = -1;
+    return q;
+}
+
+static void destroy_queue(void *obj) {
+    psg_token_queue_t *q = obj;
+    psg_token_queue_close(q, "token queue destroyed");
+    pthread_mutex_destroy(&q->lock);
+    q->magic = 0;
+    free(q->tokens);
+    free(q->error);
+    free(q->name);
+    free(q);
+}
+
+psg_token_queue_t *psg_token_queue_get(psg_resource_mgr_t *rm, const char *name) {
+    psg_timer_t *timer = psg_timer_of(rm);
+    if (!timer) return NULL;
+    const void *c[2] = {name, timer};
+    return psg_resource_lookup_or_create(rm, name, "token queue", create_queue, (void *)c,
+                                         destroy_queue);
+}
+
+const char *psg_token_queue_name(const psg_token_queue_t *q) {
+    return q->name;
+}
+
+psg_tensor_t *psg_token_queue_handle(psg_token_queue_t *q) {
+    return psg_ps_handle_new(q);
+}
+
+psg_token_queue_t *psg_token_queue_from_handle(const psg_tensor_t *h) {
+    return psg_ps_handle_object(h, TOKEN_QUEUE_MAGIC, "a token queue");
+}
+
+/* A waiter served or failed, finished after the lock is released. */
+typedef struct {
+    waiter_t *w;
+    int64_t token;
+} served_t;
+
+/* The index of the first token > after, or -1. */
+static int find_token_locked(psg_token_queue_t *q, int64_t after) {
+    for (int i = 0; i < q->n; i++)
+        if (q->tokens[i] > after) return i;
+    return -1;
+}
+
+static void remove_token_locked(psg_token_queue_t *q, int i) {
+    memmove(&q->tokens[i], &q->tokens[i + 1], sizeof(int64_t) * (size_t)(q->n - i - 1));
+    q->n--;
+}
+
+/* Detaches every waiter the queue can answer now into out (room for all). */
+static int serve_locked(psg_token_queue_t *q, served_t *out) {
+    int k = 0;
+    for (waiter_t **p = &q->waiters; *p;) {
+        waiter_t *w = *p;
+        int i = q->closed ? -1 : find_token_locked(q, w->after_step);
+        if (!q->closed && i < 0) {
+            p = &w->next;
+            continue;
+        }
+        *p = w->next;
+        out[k].w = w;
+        out[k].token = -1;
+        if (i >= 0) {
+            out[k].token = q->tokens[i];
+            remove_token_locked(q, i);
+        }
+        k++;
+    }
+    return k;
+}
+
+static int count_waiters_locked(psg_token_queue_t *q) {
+    int n = 0;
+    for (waiter_t *w = q->waiters; w; w = w->next)
+        n++;
+    return n;
+}
+
+/* Runs the detached waiters' callbacks; error: the queue's close error. */
+static void finish_served(psg_token_queue_t *q, served_t *s, int k, const char *error) {
+    for (int i = 0; i < k; i++) {
+        psg_timer_cancel(q->timer, s[i].w->timer_id, true);
+        s[i].w->done(s[i].w->arg, error ? 0 : s[i].token, error);
+        free(s[i].w);
+    }
+}
+
+int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, int n, int repeat,
+                                 int64_t end_step) {
+    if (n < 0 || repeat < 1)
+        return psg_error_set("token queue '%s': bad count %d x %d", q->name, n, repeat);
+    pthread_mutex_lock(&q->lock);
+    if (q->closed) {
+        int rc = q->error ? psg_error_set("token queue '%s' is closed: %s", q->name, q->error) : 0;
+        pthread_mutex_unlock(&q->lock);
+        return rc;
+    }
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int i = 0; i < n; i++) {
+        lo = tokens[i] < lo ? tokens[i] : lo;
+        hi = tokens[i] > hi ? tokens[i] : hi;
+    }
+    if (n > 0 && end_step > 0 && hi >= end_step) {
+        q->closed = true; /* the last step is done: training is over */
+        q->n = 0;
+    } else if (n > 0) {
+        int keep = 0;
+        for (int i = 0; i < q->n; i++)
+            if (q->tokens[i] >= lo) q->tokens[keep++] = q->tokens[i];
+        q->n = keep;
+        int need = q->n + n * repeat;
+        if (need > q->cap) {
+            int cap = need > 2 * q->cap ? need : 2 * q->cap;
+            int64_t *t = realloc(q->tokens, sizeof(int64_t) * (size_t)cap);
+            if (!t) {
+                pthread_mutex_unlock(&q->lock);
+                return psg_error_set("token queue '%s': out of memory", q->name);
+            }
+            q->tokens = t;
+            q->cap = cap;
+        }
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < repeat; r++)
+                q->tokens[q->n++] = tokens[i];
+        if (hi > q->last_released) q->last_released = hi;
+    }
+    int nw = count_waiters_locked(q);
+    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
+    int k = s ? serve_locked(q, s) : 0;
+    pthread_mutex_unlock(&q->lock);
+    finish_served(q, s, k, NULL);
+    free(s);
+    return 0;
+}
+
+static void dequeue_timed_out(void *arg, uint64_t id) {
+    psg_token_queue_t *q = arg;
+    pthread_mutex_lock(&q->lock);
+    waiter_t *w = NULL;
+    for (waiter_t **p = &q->waiters; *p; p = &(*p)->next) {
+        if ((*p)->timer_id != id) continue;
+        w = *p;
+        *p = w->next;
+        break;
+    }
+    int64_t last = q->last_released;
+    pthread_mutex_unlock(&q->lock);
+    if (!w) return;
+    char msg[512];
+    if (last < 0)
+        snprintf(msg, sizeof msg,
+                 "token queue '%s': worker %d got no token for a step after %lld within %lld ms "
+                 "(no step has completed yet: a worker or the chief is dead, or slower than the "
+                 "timeout)",
+                 q->name, w->worker, (long long)w->after_step, (long long)w->timeout_ms);
+    else
+        snprintf(msg, sizeof msg,
+                 "token queue '%s': worker %d got no token for a step after %lld within %lld ms "
+                 "(the last tokens released were for step %lld: a worker or the chief is dead, or "
+                 "slower than the timeout)",
+                 q->name, w->worker, (long long)w->after_step, (long long)w->timeout_ms,
+                 (long long)last);
+    w->done(w->arg, 0, msg);
+    free(w);
+}
+
+void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t after_step,
+                                   int64_t timeout_ms, psg_token_fn done, void *arg) {
+    char msg[512] = "";
+    int64_t token = -1;
+    pthread_mutex_lock(&q->lock);
+    int i = q->closed ? -1 : find_token_locked(q, after_step);
+    if (i >= 0) {
+        token = q->tokens[i];
+        remove_token_locked(q, i);
+    } else if (q->closed && q->error) {
+        snprintf(msg, sizeof msg, "token queue '%s' is closed: %s", q->name, q->error);
+    } else if (!q->closed) {
+        waiter_t *w = calloc(1, sizeof *w);
+        if (w) {
+            *w = (waiter_t){worker, after_step, timeout_ms, 0, done, arg, NULL};
+            if (timeout_ms > 0)
+                w->timer_id = psg_timer_add(q->timer, timeout_ms, dequeue_timed_out, q);
+        }
+        if (!w || (timeout_ms > 0 && w->timer_id == 0)) {
+            free(w);
+            snprintf(msg, sizeof msg, "token queue '%s': out of memory", q->name);
+        } else {
+            waiter_t **p = &q->waiters;
+            while (*p)
+                p = &(*p)->next;
+            *p = w;
+            pthread_mutex_unlock(&q->lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    done(arg, msg[0] ? 0 : token, msg[0] ? msg : NULL);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    int64_t token;
+    char error[512];
+} dequeue_wait_t;
+
+static void dequeue_wait_done(void *arg, int64_t token, const char *error) {
+    dequeue_wait_t *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->token = token;
+    if (error) snprintf(w->error, sizeof w->error, "%s", error);
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int psg_token_queue_dequeue(psg_token_queue_t *q, int worker, int64_t after_step,
+                            int64_t timeout_ms, int64_t *token) {
+    dequeue_wait_t w = {.done = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    psg_token_queue_dequeue_async(q, worker, after_step, timeout_ms, dequeue_wait_done, &w);
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    *token = w.token;
+    return w.error[0] ? psg_error_set("%s", w.error) : 0;
+}
+
+void psg_token_queue_close(psg_token_queue_t *q, const char *error) {
+    pthread_mutex_lock(&q->lock);
+    if (q->closed) {
+        pthread_mutex_unlock(&q->lock);
+        return;
+    }
+    q->closed = true;
+    q->n = 0;
+    if (error) q->error = strdup(error);
+    int nw = count_waiters_locked(q);
+    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
+    int k = s ? serve_locked(q, s) : 0;
+    char *err = q->error ? strdup(q->error) : NULL;
+    pthread_mutex_unlock(&q->lock);
+    finish_served(q, s, k, error ? (err ? err : error) : NULL);
+    free(err);
+    free(s);
+}
+
+int psg_token_queue_size(psg_token_queue_t *q) {
+    pthread_mutex_lock(&q->lock);
+    int n = q->n;
+    pthread_mutex_unlock(&q->lock);
+    return n;
+}

@@ -1,0 +1,311 @@
+/* The sync-replicas wrapper: config checks, the table of variants, the
+ * graph of a worker built by the chosen variant, per-step statistics and
+ * the chief's runner thread. Not the protocol's graph itself
+ * (sync/variant_sync.c) and not the resources (ps/). */
+#include "psgraph/autodiff.h"
+#include "psgraph/error.h"
+#include "psgraph/sync_resources.h"
+#include "sync/variant.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_MS 60000
+
+/* Adding a variant: its file, and one line here. */
+static const psg_sync_variant_t *const variants[] = {
+    &psg_sync_variant_sync,
+    &psg_sync_variant_async,
+};
+#define NUM_VARIANTS ((int)(sizeof variants / sizeof variants[0]))
+
+struct psg_sync_replicas {
+    psg_sync_config_t cfg;
+    const psg_sync_variant_t *variant;
+    psg_optimizer_t *opt;
+    int num_required;
+};
+
+void psg_sync_config_defaults(psg_sync_config_t *c) {
+    memset(c, 0, sizeof *c);
+    c->variant = "sync";
+    c->num_workers = 1;
+}
+
+const char *psg_sync_variant_names(void) {
+    static char names[256];
+    if (!names[0]) {
+        size_t len = 0;
+        for (int i = 0; i < NUM_VARIANTS; i++)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                                    variants[i]->name);
+    }
+    return names;
+}
+
+psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg) {
+    const char *name = cfg->variant ? cfg->variant : "sync";
+    const psg_sync_variant_t *v = NULL;
+    for (int i = 0; i < NUM_VARIANTS && !v; i++)
+        if (!strcmp(variants[i]->name, name)) v = variants[i];
+    int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
+                                           : cfg->num_workers - cfg->backup_workers;
+    if (!v) {
+        psg_error_set("sync replicas: unknown variant '%s' (known: %s)", name,
+                      psg_sync_variant_names());
+        return NULL;
+    }
+    if (!opt) {
+        psg_error_set("sync replicas: no optimizer to wrap");
+        return NULL;
+    }
+    if (cfg->num_workers < 1 || cfg->backup_workers < 0) {
+        psg_error_set(
+            "sync replicas: num_workers must be >= 1 and backup_workers >= 0 (got %d, %d)",
+            cfg->num_workers, cfg->backup_workers);
+        return NULL;
+    }
+    if (n < 1 || n + cfg->backup_workers > cfg->num_workers) {
+        psg_error_set("sync replicas: replicas_to_aggregate %d + backup_workers %d must be at "
+                      "least 1 and at most the %d workers",
+                      n, cfg->backup_workers, cfg->num_workers);
+        return NULL;
+    }
+    if (cfg->worker_index < 0 || cfg->worker_index >= cfg->num_workers) {
+        psg_error_set("sync replicas: worker_index %d is not in [0, %d)", cfg->worker_index,
+                      cfg->num_workers);
+        return NULL;
+    }
+    if (cfg->total_steps < 0) {
+        psg_error_set("sync replicas: total_steps must be >= 0");
+        return NULL;
+    }
+    psg_sync_replicas_t *sr = calloc(1, sizeof *sr);
+    if (!sr) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    sr->cfg = *cfg;
+    sr->cfg.variant = v->name;
+    sr->variant = v;
+    sr->opt = opt;
+    sr->num_required = n;
+    return sr;
+}
+
+void psg_sync_replicas_destroy(psg_sync_replicas_t **sr) {
+    if (!sr || !*sr) return;
+    free(*sr);
+    *sr = NULL;
+}
+
+const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr) {
+    return sr->variant->name;
+}
+
+int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
+    return sr->num_required;
+}
+
+psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_endpoint_t gstep,
+                                         int after) {
+    psg_node_builder_t *b = psg_node_begin(g, "ReadVariable", name);
+    psg_node_add_input(b, gstep);
+    psg_node_attr_dtype(b, "dtype", PSG_DT_I64);
+    if (after >= 0) psg_node_add_control(b, after);
+    return psg_node_finish_ep(b);
+}
+
+int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, int n,
+                                      const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                                      psg_sync_graph_t *out) {
+    *out = (psg_sync_graph_t){PSG_NO_ENDPOINT,
+                              -1,
+                              PSG_NO_ENDPOINT,
+                              PSG_NO_ENDPOINT,
+                              PSG_NO_ENDPOINT,
+                              0,
+                              PSG_NO_ENDPOINT,
+                              -1,
+                              PSG_NO_ENDPOINT,
+                              -1,
+                              -1};
+    psg_endpoint_t *kept = malloc(sizeof *kept * 2 * (size_t)(n > 0 ? n : 1));
+    if (!kept) return psg_error_set("out of memory");
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!psg_endpoint_valid(grads[i])) continue;
+        if (vars[i].node < 0 || vars[i].node >= psg_graph_num_nodes(g) ||
+            strcmp(psg_node_op(psg_graph_node(g, vars[i].node)), "VarHandle")) {
+            free(kept);
+            return psg_error_set("sync replicas: vars[%d] is not a variable handle", i);
+        }
+        kept[k] = grads[i];
+        kept[n + k] = vars[i];
+        k++;
+    }
+    int rc = -1;
+    psg_endpoint_t gstep = psg_global_step(g);
+    if (k == 0) {
+        psg_error_set("sync replicas: no gradient for any of %d variables", n);
+    } else if (!psg_endpoint_valid(gstep)) {
+        psg_error_wrap("sync replicas: global step");
+    } else {
+        psg_sync_build_t b = {&sr->cfg,
+                              sr->num_required,
+                              sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
+                              sr->opt,
+                              g,
+                              k,
+                              kept,
+                              kept + n,
+                              gstep};
+        out->num_vars = k;
+        rc = sr->variant->build(&b, out);
+        if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
+            psg_error_wrap("%s", psg_graph_error(g));
+        if (rc < 0) psg_error_wrap("sync replicas (%s)", sr->variant->name);
+    }
+    free(kept);
+    return rc;
+}
+
+int psg_sync_replicas_minimize(psg_sync_replicas_t *sr, psg_graph_t *g, psg_endpoint_t loss,
+                               psg_sync_graph_t *out) {
+    int n;
+    const int *ids = psg_graph_collection(g, "trainable_variables", &n);
+    if (n == 0) return psg_error_set("sync replicas: no trainable variables");
+    psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)n);
+    if (!vars) return psg_error_set("out of memory");
+    psg_endpoint_t *grads = vars + n;
+    for (int i = 0; i < n; i++)
+        vars[i] = (psg_endpoint_t){ids[i], 0};
+    int rc = psg_gradients(g, 1, &loss, NULL, n, vars, grads);
+    if (rc == 0) rc = psg_sync_replicas_apply_gradients(sr, g, n, grads, vars, out);
+    free(vars);
+    return rc;
+}
+
+/* ---- statistics ---- */
+
+int psg_sync_graph_fetches(const psg_sync_graph_t *sg, psg_endpoint_t *out) {
+    int k = 0;
+    if (psg_endpoint_valid(sg->num_accepted)) out[k++] = sg->num_accepted;
+    if (psg_endpoint_valid(sg->next_step)) out[k++] = sg->next_step;
+    if (psg_endpoint_valid(sg->token_wait)) out[k++] = sg->token_wait;
+    return k;
+}
+
+static int fetched_scalar(psg_tensor_t *const *fetched, int i, psg_dtype_t dt, const char *what) {
+    const psg_tensor_t *t = fetched[i];
+    if (!t || t->dtype != dt || psg_tensor_numel(t) != 1)
+        return psg_error_set("sync step: fetch %d (%s) is not a scalar %s", i, what,
+                             psg_dtype_name(dt));
+    return 0;
+}
+
+int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
+                       double step_sec, psg_sync_step_t *st) {
+    memset(st, 0, sizeof *st);
+    st->local_step = local_step;
+    st->next_step = local_step + 1;
+    st->num_vars = sg->num_vars;
+    st->num_accepted = sg->num_vars;
+    st->step_sec = step_sec;
+    int k = 0;
+    if (psg_endpoint_valid(sg->num_accepted)) {
+        if (fetched_scalar(fetched, k, PSG_DT_I32, "num_accepted") < 0) return -1;
+        st->num_accepted = psg_tensor_i32(fetched[k++])[0];
+    }
+    if (psg_endpoint_valid(sg->next_step)) {
+        if (fetched_scalar(fetched, k, PSG_DT_I64, "next_step") < 0) return -1;
+        st->next_step = psg_tensor_i64(fetched[k++])[0];
+    }
+    if (psg_endpoint_valid(sg->token_wait)) {
+        if (fetched_scalar(fetched, k, PSG_DT_F32, "token_wait") < 0) return -1;
+        st->token_wait_sec = psg_tensor_f32(fetched[k++])[0];
+    }
+    st->used = st->num_accepted == st->num_vars;
+    st->compute_sec = step_sec > st->token_wait_sec ? step_sec - st->token_wait_sec : 0;
+    return 0;
+}
+
+void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
+    s->steps++;
+    if (st->used)
+        s->used++;
+    else
+        s->dropped++;
+    s->compute_sec += st->compute_sec;
+    s->token_wait_sec += st->token_wait_sec;
+}
+
+int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size) {
+    return snprintf(buf, size,
+                    "{\"event\":\"sync_step\",\"worker\":%d,\"local_step\":%lld,\"next_step\":%lld,"
+                    "\"gradient\":\"%s\",\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
+                    "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f}",
+                    worker, (long long)st->local_step, (long long)st->next_step,
+                    st->used ? "used" : "dropped", st->num_accepted, st->num_vars, st->step_sec,
+                    st->compute_sec, st->token_wait_sec);
+}
+
+/* ---- the chief's runner ---- */
+
+struct psg_sync_chief {
+    pthread_t thread;
+    psg_sync_run_fn run;
+    void *ctx;
+    int64_t total_steps, steps;
+    int rc;
+    char error[1024];
+};
+
+static void *chief_main(void *arg) {
+    psg_sync_chief_t *c = arg;
+    for (;;) {
+        int64_t gs = 0;
+        if (c->run(c->ctx, &gs) < 0) {
+            const char *msg = psg_error_message();
+            if (!psg_sync_error_is_closed(msg)) {
+                c->rc = -1;
+                snprintf(c->error, sizeof c->error, "chief step %lld: %s", (long long)c->steps,
+                         msg);
+            }
+            break;
+        }
+        c->steps++;
+        if (c->total_steps > 0 && gs >= c->total_steps) break;
+    }
+    return NULL;
+}
+
+psg_sync_chief_t *psg_sync_chief_start(psg_sync_run_fn run, void *ctx, int64_t total_steps) {
+    psg_sync_chief_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    c->run = run;
+    c->ctx = ctx;
+    c->total_steps = total_steps;
+    if (pthread_create(&c->thread, NULL, chief_main, c) != 0) {
+        free(c);
+        psg_error_set("sync replicas: cannot start the chief's runner thread");
+        return NULL;
+    }
+    return c;
+}
+
+int psg_sync_chief_join(psg_sync_chief_t **cp, int64_t *steps) {
+    if (!cp || !*cp) return 0;
+    psg_sync_chief_t *c = *cp;
+    *cp = NULL;
+    pthread_join(c->thread, NULL);
+    if (steps) *steps = c->steps;
+    int rc = c->rc < 0 ? psg_error_set("%s", c->error) : 0;
+    free(c);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/* The "sync" variant: synchronous SGD with backup workers. A worker offers
+ * its gradients, computed for its local step, to each variable's
+ * accumulator and takes its next token; the chief takes the mean of the
+ * first N of every accumulator, applies it with the wrapped optimizer,
+ * advances the global step and releases N + b tokens carrying it. */
+#include "psgraph/error.h"
+#include "psgraph/ops_array.h"
+#include "psgraph/sync_resources.h"
+#include "sync/variant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "<var>/<suffix>", in buf. */
+static const char *var_name(const psg_sync_build_t *b, int i, const char *suffix, char *buf,
+                            size_t size) {
+    snprintf(buf, size, "%s/%s", psg_node_name(psg_graph_node(b->g, b->vars[i].node)), suffix);
+    return buf;
+}
+
+/* Pushes the device the node of `e` asked for (so the replica setter keeps
+ * what it decided for the variable); returns whether it pushed. */
+static bool push_device_of(psg_graph_t *g, psg_endpoint_t e) {
+    const char *dev = psg_node_device(psg_graph_node(g, e.node));
+    if (dev[0]) psg_graph_push_device(g, dev);
+    return dev[0] != 0;
+}
+
+typedef struct {
+    psg_endpoint_t *accums, *applied, *means;
+    int *applies, *closes, *sets;
+} nodes_t;
+
+static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
+    psg_graph_t *g = b->g;
+    int n = b->n, rc = -1;
+    nodes_t t;
+    void *mem = calloc((size_t)(n + 1), 3 * sizeof(psg_endpoint_t) + 3 * sizeof(int));
+    if (!mem) return psg_error_set("out of memory");
+    t.accums = mem;
+    t.applied = t.accums + n + 1;
+    t.means = t.applied + n + 1;
+    t.applies = (int *)(t.means + n + 1);
+    t.closes = t.applies + n + 1;
+    t.sets = t.closes + n + 1;
+    char name[1024];
+    psg_shape_t scalar = psg_shape_scalar();
+
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
+    out->local_step = psg_placeholder(g, "local_step", PSG_DT_I64, &scalar);
+    psg_graph_pop_scope(g);
+
+    /* per variable, beside it: the accumulator, the worker's apply, the chief's take */
+    for (int i = 0; i < n; i++) {
+        bool pushed = push_device_of(g, b->vars[i]);
+        const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
+        t.accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
+                                         b->num_required);
+        t.applied[i] =
+            psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
+                                     t.accums[i], out->local_step, b->grads[i]);
+        t.applies[i] = t.applied[i].node;
+        t.means[i] =
+            psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
+                                    t.accums[i], b->num_required, b->timeout_ms);
+        t.closes[i] = psg_accumulator_close_op(
+            g, var_name(b, i, "grad_accum/close", name, sizeof name), t.accums[i]);
+        if (pushed) psg_graph_pop_device(g);
+        if (psg_graph_error(g)) goto out;
+    }
+
+    /* the token queue beside the global step; the worker's dequeue after all its applies */
+    bool pushed = push_device_of(g, b->global_step);
+    psg_endpoint_t queue = psg_token_queue_op(g, "sync_token_q");
+    psg_node_builder_t *nb = psg_node_begin(g, "TokenQueueDequeue", "sync_replicas/dequeue_token");
+    psg_node_add_input(nb, queue);
+    psg_node_add_input(nb, out->local_step);
+    psg_node_attr_int(nb, "worker", b->cfg->worker_index);
+    psg_node_attr_int(nb, "timeout_ms", b->timeout_ms);
+    for (int i = 0; i < n; i++)
+        psg_node_add_control(nb, t.applies[i]);
+    psg_endpoint_t token = psg_node_finish_ep(nb);
+    int close_queue = psg_token_queue_close_op(g, "sync_replicas/close_token_q", queue, "");
+    if (pushed) psg_graph_pop_device(g);
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
+    out->num_accepted = psg_count_accepted(g, "num_accepted", n, t.applied);
+    psg_graph_pop_scope(g);
+    if (psg_graph_error(g)) goto out;
+    out->next_step = token;
+    out->token_wait = (psg_endpoint_t){token.node, 1};
+    out->train_op = token.node;
+
+    /* the chief: apply the means, advance the global step, release N + b tokens */
+    int update = -1;
+    if (psg_optimizer_apply_gradients(b->opt, g, n, t.means, b->vars, &update) < 0) goto out;
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
+    out->chief_global_step =
+        psg_sync_read_global_step(g, "global_step_after_update", b->global_step, update);
+    out->chief_op =
+        psg_token_queue_enqueue_many_op(g, "release_tokens", queue, out->chief_global_step,
+                                        b->cfg->num_workers, b->cfg->total_steps);
+    /* the chief's init: accumulators at the global step (a restarted chief) */
+    out->global_step = psg_sync_read_global_step(g, "global_step", b->global_step, -1);
+    psg_graph_pop_scope(g);
+    for (int i = 0; i < n; i++)
+        t.sets[i] = psg_accumulator_set_global_step_op(
+            g, var_name(b, i, "grad_accum/set_global_step", name, sizeof name), t.accums[i],
+            out->global_step);
+    t.closes[n] = close_queue;
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
+    out->chief_init_op = psg_group(g, "chief_init", n, t.sets);
+    out->close_op = psg_group(g, "close", n + 1, t.closes);
+    psg_graph_pop_scope(g);
+    rc = psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+out:
+    free(mem);
+    return rc;
+}
+
+const psg_sync_variant_t psg_sync_variant_sync = {
+    "sync",
+    "synchronous SGD: the mean of the first N of N + b gradients per step, the b slowest dropped",
+    build_sync,
+};

@@ -1,0 +1,313 @@
+/* The resources of sync replicas on their own: the gradient accumulator
+ * (mean of a step, stale and surplus gradients dropped and counted, takes
+ * that wait, time out or are closed) and the token queue; then the same
+ * through their graph ops in a session. */
+#include "psgraph/sync_resources.h"
+#include "tests/testutil.h"
+
+#include <pthread.h>
+#include <time.h>
+
+static psg_tensor_t *vec3(float a, float b, float c) {
+    float v[3] = {a, b, c};
+    psg_shape_t s = psg_shape_1d(3);
+    return psg_test_tensor(&s, v);
+}
+
+static bool apply3(psg_accumulator_t *acc, int64_t step, float a, float b, float c) {
+    psg_tensor_t *g = vec3(a, b, c);
+    bool accepted = false;
+    CHECK(psg_accumulator_apply(acc, step, g, &accepted) == 0);
+    psg_tensor_destroy(&g);
+    return accepted;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void test_mean_and_stale(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "w/grad_accum", &s3, 0);
+    CHECK(acc && psg_accumulator_global_step(acc) == 0);
+    CHECK(psg_accumulator_get(rm, "w/grad_accum", &s3, 0) == acc);
+    CHECK(apply3(acc, 0, 1, 2, 3) && apply3(acc, 0, 3, 4, 5));
+    CHECK(psg_accumulator_num_accumulated(acc) == 2);
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && mean);
+    if (mean) {
+        const float *m = psg_tensor_f32(mean);
+        CHECK(m[0] == 2.0f && m[1] == 3.0f && m[2] == 4.0f);
+    }
+    psg_tensor_destroy(&mean);
+    CHECK(psg_accumulator_global_step(acc) == 1 && psg_accumulator_num_accumulated(acc) == 0);
+    /* a gradient of step 0 arrives after the take: stale, dropped, counted */
+    CHECK(!apply3(acc, 0, 100, 100, 100));
+    CHECK(psg_accumulator_num_accumulated(acc) == 0);
+    /* a newer local step is accepted (TensorFlow's rule) */
+    CHECK(apply3(acc, 5, 1, 1, 1));
+    psg_accumulator_counts_t c;
+    psg_accumulator_counts(acc, &c);
+    CHECK(c.accepted == 3 && c.stale == 1 && c.late == 0 && c.takes == 1);
+    /* set_global_step drops what was summed for another step */
+    psg_accumulator_set_global_step(acc, 7);
+    CHECK(psg_accumulator_global_step(acc) == 7 && psg_accumulator_num_accumulated(acc) == 0);
+    CHECK(!apply3(acc, 6, 1, 1, 1));
+    psg_resource_mgr_destroy(&rm);
+}
+
+static void test_cap_drops_the_slowest(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 2);
+    CHECK(apply3(acc, 0, 1, 1, 1) && apply3(acc, 0, 3, 3, 3));
+    CHECK(!apply3(acc, 0, 50, 50, 50)); /* the third of N = 2: the backup's, dropped */
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 0, &mean) == 0 && psg_tensor_f32(mean)[1] == 2.0f);
+    psg_tensor_destroy(&mean);
+    psg_accumulator_counts_t c;
+    psg_accumulator_counts(acc, &c);
+    CHECK(c.accepted == 2 && c.late == 1);
+    psg_resource_mgr_destroy(&rm);
+}
+
+typedef struct {
+    psg_accumulator_t *acc;
+    int rc;
+    psg_tensor_t *mean;
+    char error[512];
+} taker_t;
+
+static void *taker_main(void *arg) {
+    taker_t *t = arg;
+    t->rc = psg_accumulator_take(t->acc, 2, 5000, &t->mean);
+    if (t->rc < 0) snprintf(t->error, sizeof t->error, "%s", psg_error_message());
+    return NULL;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_take_waits_times_out_and_closes(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 0);
+    /* the take waits until the second gradient comes */
+    taker_t t = {.acc = acc};
+    pthread_t th;
+    pthread_create(&th, NULL, taker_main, &t);
+    CHECK(apply3(acc, 0, 2, 2, 2));
+    sleep_ms(20);
+    CHECK(apply3(acc, 0, 4, 4, 4));
+    pthread_join(th, NULL);
+    CHECK(t.rc == 0 && t.mean && psg_tensor_f32(t.mean)[0] == 3.0f);
+    psg_tensor_destroy(&t.mean);
+    CHECK(!apply3(acc, 0, 4, 4, 4)); /* the take completed inside apply: step 0 is over */
+    /* a take that cannot complete times out, saying how many came */
+    CHECK(apply3(acc, 1, 1, 1, 1));
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 50, &mean) < 0 && !mean);
+    CHECK(seconds_since(&t0) < 2.0);
+    CHECK_ERROR_HAS("accumulator 'acc': 1 of 2 gradients for step 1 after 50 ms");
+    CHECK(!psg_sync_error_is_closed(psg_error_message()));
+    /* the gradient stays: a later take can still complete the step */
+    CHECK(psg_accumulator_num_accumulated(acc) == 1);
+    /* close wakes a waiting take with a clean "training is over" */
+    taker_t t2 = {.acc = acc};
+    pthread_create(&th, NULL, taker_main, &t2);
+    sleep_ms(20);
+    psg_accumulator_close(acc);
+    pthread_join(th, NULL);
+    CHECK(t2.rc < 0 && strstr(t2.error, "accumulator 'acc' is closed"));
+    CHECK(psg_sync_error_is_closed(t2.error));
+    CHECK(!apply3(acc, 1, 1, 1, 1));
+    psg_accumulator_counts_t c;
+    psg_accumulator_counts(acc, &c);
+    CHECK(c.closed == 1);
+    CHECK(psg_accumulator_take(acc, 1, 0, &mean) < 0);
+    CHECK_ERROR_HAS(PSG_SYNC_CLOSED_TEXT);
+    psg_resource_mgr_destroy(&rm);
+}
+
+static void test_accumulator_errors(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3), s2 = psg_shape_1d(2);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 0);
+    CHECK(psg_accumulator_get(rm, "acc", &s2, 0) == NULL);
+    CHECK_ERROR_HAS("accumulator 'acc' exists with shape [3], asked for [2]");
+    CHECK(psg_resource_variable(rm, "v", PSG_DT_F32, &s2) != NULL);
+    CHECK(psg_accumulator_get(rm, "v", &s2, 0) == NULL);
+    CHECK_ERROR_HAS("resource 'v' is a variable, not a accumulator");
+    CHECK(psg_resource_variable(rm, "acc", PSG_DT_F32, &s2) == NULL);
+    CHECK_ERROR_HAS("the name belongs to a resource of type 'accumulator'");
+    psg_token_queue_t *q = psg_token_queue_get(rm, "q");
+    CHECK(q && psg_token_queue_get(rm, "acc") == NULL);
+    CHECK_ERROR_HAS("resource 'acc' is a accumulator, not a token queue");
+    CHECK(psg_resource_count(rm, "accumulator") == 1 && psg_resource_count(rm, NULL) == 3);
+    const char *name = NULL;
+    CHECK(psg_resource_at(rm, "token queue", 0, &name) == q && name && !strcmp(name, "q"));
+    psg_tensor_t *g = psg_tensor_zeros(PSG_DT_F32, &s2);
+    bool accepted = true;
+    CHECK(psg_accumulator_apply(acc, 0, g, &accepted) < 0 && !accepted);
+    CHECK_ERROR_HAS("accumulator 'acc' takes f32[3] gradients, got f32[2]");
+    psg_tensor_destroy(&g);
+    psg_tensor_t *h = psg_token_queue_handle(q);
+    CHECK(psg_accumulator_from_handle(h) == NULL);
+    CHECK_ERROR_HAS("not an accumulator handle");
+    CHECK(psg_token_queue_from_handle(h) == q);
+    psg_tensor_destroy(&h);
+    psg_resource_mgr_destroy(&rm);
+}
+
+static void test_token_queue(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_token_queue_t *q = psg_token_queue_get(rm, "sync_token_q");
+    int64_t tok = 0, one = 1, two = 2, five = 5;
+    CHECK(psg_token_queue_enqueue_many(q, &one, 1, 3, 0) == 0 && psg_token_queue_size(q) == 3);
+    CHECK(psg_token_queue_dequeue(q, 0, 0, 100, &tok) == 0 && tok == 1);
+    /* a worker at step 1 never takes a second token of step 1 */
+    CHECK(psg_token_queue_dequeue(q, 0, 1, 30, &tok) < 0);
+    CHECK_ERROR_HAS("token queue 'sync_token_q': worker 0 got no token for a step after 1 "
+                    "within 30 ms (the last tokens released were for step 1");
+    CHECK(psg_token_queue_size(q) == 2);
+    /* new tokens drop the older ones nobody took (a dead worker's) */
+    CHECK(psg_token_queue_enqueue_many(q, &two, 1, 3, 0) == 0 && psg_token_queue_size(q) == 3);
+    CHECK(psg_token_queue_dequeue(q, 1, 0, 100, &tok) == 0 && tok == 2);
+    /* the step that reaches end_step closes the queue: training is over */
+    CHECK(psg_token_queue_enqueue_many(q, &five, 1, 3, 5) == 0 && psg_token_queue_size(q) == 0);
+    CHECK(psg_token_queue_dequeue(q, 1, 2, 100, &tok) == 0 && tok == -1);
+    CHECK(psg_token_queue_enqueue_many(q, &five, 1, 3, 0) == 0 && psg_token_queue_size(q) == 0);
+    /* closed by an error: dequeues fail with it */
+    psg_token_queue_t *q2 = psg_token_queue_get(rm, "q2");
+    psg_token_queue_close(q2, "the chief failed");
+    CHECK(psg_token_queue_dequeue(q2, 3, 0, 100, &tok) < 0);
+    CHECK_ERROR_HAS("token queue 'q2' is closed: the chief failed");
+    CHECK(psg_token_queue_enqueue_many(q2, &one, 1, 1, 0) < 0);
+    psg_resource_mgr_destroy(&rm);
+}
+
+typedef struct {
+    psg_token_queue_t *q;
+    int64_t after, token;
+    int rc;
+} dequeuer_t;
+
+static void *dequeuer_main(void *arg) {
+    dequeuer_t *d = arg;
+    d->rc = psg_token_queue_dequeue(d->q, 0, d->after, 5000, &d->token);
+    return NULL;
+}
+
+static void test_token_queue_wakes_waiters(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_token_queue_t *q = psg_token_queue_get(rm, "q");
+    dequeuer_t d[3] = {{q, 0, 0, -2}, {q, 0, 0, -2}, {q, 3, 0, -2}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
+    sleep_ms(20);
+    int64_t one = 1;
+    CHECK(psg_token_queue_enqueue_many(q, &one, 1, 2, 0) == 0);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    CHECK(d[0].rc == 0 && d[0].token == 1 && d[1].rc == 0 && d[1].token == 1);
+    psg_token_queue_close(q, NULL); /* the one waiting for a step after 3 gets -1 */
+    pthread_join(th[2], NULL);
+    CHECK(d[2].rc == 0 && d[2].token == -1);
+    psg_resource_mgr_destroy(&rm);
+}
+
+/* The ops in a session: apply twice, take the mean, release and take tokens. */
+static void test_ops_in_a_session(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t s3 = psg_shape_1d(3), sc = psg_shape_scalar();
+    psg_endpoint_t grad = psg_placeholder(g, "grad", PSG_DT_F32, &s3);
+    psg_endpoint_t step = psg_placeholder(g, "step", PSG_DT_I64, &sc);
+    psg_endpoint_t h = psg_accumulator_op(g, "w/grad_accum", &s3, 2);
+    psg_endpoint_t ok = psg_accumulator_apply_op(g, "apply", h, step, grad);
+    psg_endpoint_t mean = psg_accumulator_take_op(g, "take", h, 2, 2000);
+    psg_endpoint_t n = psg_accumulator_num_accumulated_op(g, "n", h);
+    psg_endpoint_t flags[2] = {ok, ok};
+    psg_endpoint_t count = psg_count_accepted(g, "count", 2, flags);
+    psg_endpoint_t q = psg_token_queue_op(g, "sync_token_q");
+    int enq = psg_token_queue_enqueue_many_op(g, "enqueue", q, step, 3, 0);
+    psg_endpoint_t deq = psg_token_queue_dequeue_op(g, "dequeue", q, step, 0, 2000);
+    psg_endpoint_t wait = {deq.node, 1};
+    int set = psg_accumulator_set_global_step_op(g, "set_step", h, step);
+    int close_q = psg_token_queue_close_op(g, "close_q", q, "");
+    CHECK(psg_graph_error(g) == NULL && enq >= 0 && set >= 0 && close_q >= 0);
+    /* a variable's handle is not an accumulator's */
+    psg_endpoint_t v = psg_var_handle(g, "v", PSG_DT_F32, &s3);
+    psg_endpoint_t bad = psg_accumulator_apply_op(g, "bad_apply", v, step, grad);
+    CHECK(psg_endpoint_valid(bad));
+    psg_session_t *s = psg_session_new(g, NULL, NULL);
+    psg_endpoint_t feeds[2] = {grad, step};
+    for (int i = 0; i < 2; i++) {
+        psg_tensor_t *gv = vec3((float)i, 2.0f * (float)i, 1), *sv = psg_tensor_scalar_i64(0);
+        psg_tensor_t *fv[2] = {gv, sv}, *out[2] = {NULL, NULL};
+        psg_endpoint_t fetch[2] = {ok, count};
+        CHECK(psg_session_run(s, 2, feeds, fv, 2, fetch, out, 0, NULL) == 0);
+        CHECK(out[0] && psg_tensor_i32(out[0])[0] == 1 && psg_tensor_i32(out[1])[0] == 2);
+        psg_tensor_destroy(&out[0]);
+        psg_tensor_destroy(&out[1]);
+        psg_tensor_destroy(&gv);
+        psg_tensor_destroy(&sv);
+    }
+    psg_tensor_t *out = NULL;
+    CHECK(psg_session_run(s, 0, NULL, NULL, 1, &n, &out, 0, NULL) == 0 &&
+          psg_tensor_i32(out)[0] == 2);
+    psg_tensor_destroy(&out);
+    CHECK(psg_session_run(s, 0, NULL, NULL, 1, &mean, &out, 0, NULL) == 0);
+    CHECK(out && psg_tensor_f32(out)[0] == 0.5f && psg_tensor_f32(out)[1] == 1.0f);
+    psg_tensor_destroy(&out);
+    /* stale now: the op says 0 */
+    psg_tensor_t *gv = vec3(1, 1, 1), *s0 = psg_tensor_scalar_i64(0),
+                 *s4 = psg_tensor_scalar_i64(4);
+    psg_tensor_t *fv[2] = {gv, s0};
+    CHECK(psg_session_run(s, 2, feeds, fv, 1, &ok, &out, 0, NULL) == 0 &&
+          psg_tensor_i32(out)[0] == 0);
+    psg_tensor_destroy(&out);
+    CHECK(psg_session_run(s, 2, feeds, fv, 1, &bad, &out, 0, NULL) < 0);
+    CHECK_ERROR_HAS(
+        "node 'bad_apply' (AccumulatorApplyGradient): input is not an accumulator handle");
+    /* tokens: enqueue 4 three times, dequeue one newer than step 0 */
+    CHECK(psg_session_run(s, 1, &step, &s4, 0, NULL, NULL, 1, &enq) == 0);
+    psg_tensor_t *got[2] = {NULL, NULL};
+    psg_endpoint_t dq[2] = {deq, wait};
+    CHECK(psg_session_run(s, 1, &step, &s0, 2, dq, got, 0, NULL) == 0);
+    CHECK(got[0] && psg_tensor_i64(got[0])[0] == 4 && psg_tensor_f32(got[1])[0] >= 0);
+    psg_tensor_destroy(&got[0]);
+    psg_tensor_destroy(&got[1]);
+    CHECK(psg_session_run(s, 1, &step, &s4, 0, NULL, NULL, 1, &set) == 0);
+    CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &close_q) == 0);
+    CHECK(psg_session_run(s, 1, &step, &s4, 2, dq, got, 0, NULL) == 0);
+    CHECK(got[0] && psg_tensor_i64(got[0])[0] == -1);
+    psg_tensor_destroy(&got[0]);
+    psg_tensor_destroy(&got[1]);
+    psg_accumulator_t *acc =
+        psg_resource_find(psg_session_resources(s), "w/grad_accum", "accumulator");
+    CHECK(acc && psg_accumulator_global_step(acc) == 4);
+    psg_tensor_destroy(&gv);
+    psg_tensor_destroy(&s0);
+    psg_tensor_destroy(&s4);
+    psg_session_destroy(&s);
+    psg_graph_destroy(&g);
+}
+
+int main(void) {
+    RUN_TEST(test_mean_and_stale);
+    RUN_TEST(test_cap_drops_the_slowest);
+    RUN_TEST(test_take_waits_times_out_and_closes);
+    RUN_TEST(test_accumulator_errors);
+    RUN_TEST(test_token_queue);
+    RUN_TEST(test_token_queue_wakes_waiters);
+    RUN_TEST(test_ops_in_a_session);
+    return psg_test_summary();
+}
