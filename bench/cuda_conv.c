@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
 #ifdef PSG_HAVE_CUDA
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         const conv_t *v = &convs[i];
-        psg_cu_geom_t geo = {v->n, v->h, v->w, v->c, v->k, v->k, v->oc,
+        psg_cu_geom_t geo = {v->n, v->h, v->w, v->c, v->k,           v->k,          v->oc,
                              v->h, v->w, 1,    1,    (v->k - 1) / 2, (v->k - 1) / 2};
         for (int dir = 0; dir < 3; dir++) {
             psg_graph_t *g = psg_graph_new();
@@ -57,7 +57,8 @@ int main(int argc, char **argv) {
                        "\"psgraph_gflops\":%.1f,\"cudnn_gflops\":%.1f,\"ratio\":%.3f}\n",
                        v->workload, dirs[dir], flop / ours * 1e-9, flop / peer * 1e-9, peer / ours);
             else
-                printf("{\"bench\":\"cuda_conv\",\"workload\":\"%s\",\"direction\":\"%s\",\"error\":\"%s\"}\n",
+                printf("{\"bench\":\"cuda_conv\",\"workload\":\"%s\",\"direction\":\"%s\","
+                       "\"error\":\"%s\"}\n",
                        v->workload, dirs[dir], psg_error_message());
             psg_graph_destroy(&g);
         }

@@ -16,9 +16,12 @@ typedef struct {
 } shape_t;
 
 static const shape_t shapes[] = {
-    {"mlp fc1", 128, 784, 256, false, false},      {"cnn fc1", 64, 3136, 512, false, false},
-    {"cnn fc1 dW", 3136, 64, 512, true, false},    {"cnn fc1 dX", 64, 512, 3136, false, true},
-    {"square 1024", 1024, 1024, 1024, false, false}, {"square 4096", 4096, 4096, 4096, false, false},
+    {"mlp fc1", 128, 784, 256, false, false},
+    {"cnn fc1", 64, 3136, 512, false, false},
+    {"cnn fc1 dW", 3136, 64, 512, true, false},
+    {"cnn fc1 dX", 64, 512, 3136, false, true},
+    {"square 1024", 1024, 1024, 1024, false, false},
+    {"square 4096", 4096, 4096, 4096, false, false},
 };
 
 int main(int argc, char **argv) {
@@ -40,8 +43,8 @@ int main(int argc, char **argv) {
         if (ours > 0 && peer > 0)
             printf("{\"bench\":\"cuda_gemm\",\"workload\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,"
                    "\"psgraph_gflops\":%.1f,\"cublas_gflops\":%.1f,\"ratio\":%.3f}\n",
-                   s->workload, (long long)s->m, (long long)s->k, (long long)s->n, flop / ours * 1e-9,
-                   flop / peer * 1e-9, peer / ours);
+                   s->workload, (long long)s->m, (long long)s->k, (long long)s->n,
+                   flop / ours * 1e-9, flop / peer * 1e-9, peer / ours);
         else
             printf("{\"bench\":\"cuda_gemm\",\"workload\":\"%s\",\"error\":\"%s\"}\n", s->workload,
                    psg_error_message());

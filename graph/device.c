@@ -16,9 +16,13 @@ static pthread_once_t status_once = PTHREAD_ONCE_INIT;
 static char status[512];
 static int count;
 
-static void find_gpus(void) { count = psg_cuda_detect(status, sizeof status); }
+static void find_gpus(void) {
+    count = psg_cuda_detect(status, sizeof status);
+}
 
-bool psg_cuda_available(void) { return true; }
+bool psg_cuda_available(void) {
+    return true;
+}
 
 int psg_gpu_count(void) {
     pthread_once(&status_once, find_gpus);
@@ -106,8 +110,12 @@ int psg_gpu_synchronize(int gpu) {
     return psg_cuda_synchronize(gpu);
 }
 
-size_t psg_gpu_live_bytes(int gpu) { return psg_cuda_live_bytes(gpu); }
-size_t psg_gpu_cached_bytes(int gpu) { return psg_cuda_cached_bytes(gpu); }
+size_t psg_gpu_live_bytes(int gpu) {
+    return psg_cuda_live_bytes(gpu);
+}
+size_t psg_gpu_cached_bytes(int gpu) {
+    return psg_cuda_cached_bytes(gpu);
+}
 
 void psg_gpu_cache_trim(void) {
     if (psg_gpu_count() > 0) psg_cuda_trim();
@@ -117,9 +125,15 @@ void psg_gpu_cache_trim(void) {
 
 #define NO_CUDA "built without CUDA (meson -Dcuda=disabled, or no toolkit found)"
 
-bool psg_cuda_available(void) { return false; }
-int psg_gpu_count(void) { return 0; }
-const char *psg_gpu_status(void) { return NO_CUDA; }
+bool psg_cuda_available(void) {
+    return false;
+}
+int psg_gpu_count(void) {
+    return 0;
+}
+const char *psg_gpu_status(void) {
+    return NO_CUDA;
+}
 
 psg_tensor_t *psg_gpu_tensor_new(int gpu, psg_dtype_t dt, const psg_shape_t *shape) {
     (void)dt;
@@ -134,7 +148,9 @@ psg_tensor_t *psg_tensor_to_device(psg_tensor_t *t, int device) {
     return NULL;
 }
 
-int psg_gpu_synchronize(int gpu) { return psg_error_set("GPU %d: %s", gpu, NO_CUDA); }
+int psg_gpu_synchronize(int gpu) {
+    return psg_error_set("GPU %d: %s", gpu, NO_CUDA);
+}
 size_t psg_gpu_live_bytes(int gpu) {
     (void)gpu;
     return 0;
@@ -147,4 +163,6 @@ void psg_gpu_cache_trim(void) {}
 
 #endif
 
-psg_tensor_t *psg_tensor_to_host(psg_tensor_t *t) { return psg_tensor_to_device(t, PSG_DEVICE_HOST); }
+psg_tensor_t *psg_tensor_to_host(psg_tensor_t *t) {
+    return psg_tensor_to_device(t, PSG_DEVICE_HOST);
+}

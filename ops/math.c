@@ -741,11 +741,15 @@ DEF(op_scale, "Scale", 1, 1, infer_unary, grad_scale, psg_cpu_scale, psg_gpu_sca
 DEF(op_relu, "Relu", 1, 1, infer_unary, grad_relu, psg_cpu_relu, psg_gpu_relu)
 DEF(op_sigmoid, "Sigmoid", 1, 1, infer_unary, grad_sigmoid, psg_cpu_sigmoid, psg_gpu_sigmoid)
 DEF(op_tanh, "Tanh", 1, 1, infer_unary, grad_tanh, psg_cpu_tanh, psg_gpu_tanh)
-DEF(op_relu_grad, "ReluGrad", 2, 1, infer_act_grad, grad_relu_grad, psg_cpu_relu_grad, psg_gpu_relu_grad)
-DEF(op_sigmoid_grad, "SigmoidGrad", 2, 1, infer_act_grad, grad_sigmoid_grad, psg_cpu_sigmoid_grad, psg_gpu_sigmoid_grad)
-DEF(op_tanh_grad, "TanhGrad", 2, 1, infer_act_grad, grad_tanh_grad, psg_cpu_tanh_grad, psg_gpu_tanh_grad)
+DEF(op_relu_grad, "ReluGrad", 2, 1, infer_act_grad, grad_relu_grad, psg_cpu_relu_grad,
+    psg_gpu_relu_grad)
+DEF(op_sigmoid_grad, "SigmoidGrad", 2, 1, infer_act_grad, grad_sigmoid_grad, psg_cpu_sigmoid_grad,
+    psg_gpu_sigmoid_grad)
+DEF(op_tanh_grad, "TanhGrad", 2, 1, infer_act_grad, grad_tanh_grad, psg_cpu_tanh_grad,
+    psg_gpu_tanh_grad)
 DEF(op_softmax, "Softmax", 1, 1, infer_softmax, grad_softmax, psg_cpu_softmax, psg_gpu_softmax)
-DEF(op_log_softmax, "LogSoftmax", 1, 1, infer_softmax, grad_log_softmax, psg_cpu_log_softmax, psg_gpu_log_softmax)
+DEF(op_log_softmax, "LogSoftmax", 1, 1, infer_softmax, grad_log_softmax, psg_cpu_log_softmax,
+    psg_gpu_log_softmax)
 DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
     psg_cpu_sparse_xent, psg_gpu_sparse_xent)
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
@@ -753,19 +757,27 @@ DEF(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_sum, psg_gpu_sum)
 DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
-DEF(op_expand_dims, "ExpandDims", 1, 1, infer_expand_dims, grad_expand_dims, psg_cpu_reshape, psg_cpu_reshape)
+DEF(op_expand_dims, "ExpandDims", 1, 1, infer_expand_dims, grad_expand_dims, psg_cpu_reshape,
+    psg_cpu_reshape)
 DEF(op_argmax, "ArgMax", 1, 1, infer_argmax, grad_none, psg_cpu_argmax, psg_gpu_argmax)
 DEF(op_equal, "Equal", 2, 1, infer_equal, grad_none, psg_cpu_equal, psg_gpu_equal)
 DEF(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul)
 DEF(op_dense, "Dense", 3, 1, infer_dense, grad_dense, psg_cpu_dense, psg_gpu_dense)
-DEF(op_dense_backprop, "DenseBackprop", 2, 2, infer_dense_backprop, NULL, psg_cpu_dense_backprop, psg_gpu_dense_backprop)
+DEF(op_dense_backprop, "DenseBackprop", 2, 2, infer_dense_backprop, NULL, psg_cpu_dense_backprop,
+    psg_gpu_dense_backprop)
 DEF(op_concat, "Concat", -1, 1, infer_concat, grad_concat, psg_cpu_concat, psg_gpu_concat)
 DEF(op_slice, "Slice", 1, 1, infer_slice, grad_slice, psg_cpu_slice, psg_gpu_slice)
-DEF(op_slice_grad, "SliceGrad", 2, 1, infer_slice_grad, grad_slice_grad, psg_cpu_slice_grad, psg_gpu_slice_grad)
+DEF(op_slice_grad, "SliceGrad", 2, 1, infer_slice_grad, grad_slice_grad, psg_cpu_slice_grad,
+    psg_gpu_slice_grad)
 DEF(op_cast, "Cast", 1, 1, infer_cast, grad_cast, psg_cpu_cast, psg_gpu_cast)
-static const psg_op_def_t op_dropout = {
-    "Dropout", 1, 2, PSG_OP_STATEFUL, infer_dropout, grad_dropout, psg_cpu_dropout,
-    PSG_GPU_KERNEL(psg_gpu_dropout)};
+static const psg_op_def_t op_dropout = {"Dropout",
+                                        1,
+                                        2,
+                                        PSG_OP_STATEFUL,
+                                        infer_dropout,
+                                        grad_dropout,
+                                        psg_cpu_dropout,
+                                        PSG_GPU_KERNEL(psg_gpu_dropout)};
 
 const psg_op_def_t *const psg_math_ops[] = {
     &op_add,          &op_sub,       &op_mul,

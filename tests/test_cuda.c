@@ -23,30 +23,79 @@ typedef struct {
     bool grad; /* also compare d(sum(w * y))/d(each f32 input) */
 } op_case_t;
 
-#define SHAPE1(a) {1, {a}}
-#define SHAPE2(a, b) {2, {a, b}}
-#define SHAPE4(a, b, c, d) {4, {a, b, c, d}}
+#define SHAPE1(a)                                                                                  \
+    {                                                                                              \
+        1, {                                                                                       \
+            a                                                                                      \
+        }                                                                                          \
+    }
+#define SHAPE2(a, b)                                                                               \
+    {                                                                                              \
+        2, {                                                                                       \
+            a, b                                                                                   \
+        }                                                                                          \
+    }
+#define SHAPE4(a, b, c, d)                                                                         \
+    {                                                                                              \
+        4, {                                                                                       \
+            a, b, c, d                                                                             \
+        }                                                                                          \
+    }
 
-static psg_endpoint_t b_add(psg_graph_t *g, const psg_endpoint_t *x) { return psg_add(g, "y", x[0], x[1]); }
-static psg_endpoint_t b_sub(psg_graph_t *g, const psg_endpoint_t *x) { return psg_sub(g, "y", x[0], x[1]); }
-static psg_endpoint_t b_mul(psg_graph_t *g, const psg_endpoint_t *x) { return psg_mul(g, "y", x[0], x[1]); }
-static psg_endpoint_t b_div(psg_graph_t *g, const psg_endpoint_t *x) { return psg_div(g, "y", x[0], x[1]); }
-static psg_endpoint_t b_neg(psg_graph_t *g, const psg_endpoint_t *x) { return psg_neg(g, "y", x[0]); }
-static psg_endpoint_t b_square(psg_graph_t *g, const psg_endpoint_t *x) { return psg_square(g, "y", x[0]); }
-static psg_endpoint_t b_sqrt(psg_graph_t *g, const psg_endpoint_t *x) { return psg_sqrt(g, "y", x[0]); }
-static psg_endpoint_t b_exp(psg_graph_t *g, const psg_endpoint_t *x) { return psg_exp(g, "y", x[0]); }
-static psg_endpoint_t b_log(psg_graph_t *g, const psg_endpoint_t *x) { return psg_log(g, "y", x[0]); }
-static psg_endpoint_t b_pow(psg_graph_t *g, const psg_endpoint_t *x) { return psg_pow(g, "y", x[0], 1.5); }
-static psg_endpoint_t b_scale(psg_graph_t *g, const psg_endpoint_t *x) { return psg_scale(g, "y", x[0], -0.25); }
-static psg_endpoint_t b_relu(psg_graph_t *g, const psg_endpoint_t *x) { return psg_relu(g, "y", x[0]); }
-static psg_endpoint_t b_sigmoid(psg_graph_t *g, const psg_endpoint_t *x) { return psg_sigmoid(g, "y", x[0]); }
-static psg_endpoint_t b_tanh(psg_graph_t *g, const psg_endpoint_t *x) { return psg_tanh(g, "y", x[0]); }
-static psg_endpoint_t b_softmax(psg_graph_t *g, const psg_endpoint_t *x) { return psg_softmax(g, "y", x[0]); }
-static psg_endpoint_t b_log_softmax(psg_graph_t *g, const psg_endpoint_t *x) { return psg_log_softmax(g, "y", x[0]); }
+static psg_endpoint_t b_add(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_add(g, "y", x[0], x[1]);
+}
+static psg_endpoint_t b_sub(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_sub(g, "y", x[0], x[1]);
+}
+static psg_endpoint_t b_mul(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_mul(g, "y", x[0], x[1]);
+}
+static psg_endpoint_t b_div(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_div(g, "y", x[0], x[1]);
+}
+static psg_endpoint_t b_neg(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_neg(g, "y", x[0]);
+}
+static psg_endpoint_t b_square(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_square(g, "y", x[0]);
+}
+static psg_endpoint_t b_sqrt(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_sqrt(g, "y", x[0]);
+}
+static psg_endpoint_t b_exp(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_exp(g, "y", x[0]);
+}
+static psg_endpoint_t b_log(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_log(g, "y", x[0]);
+}
+static psg_endpoint_t b_pow(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_pow(g, "y", x[0], 1.5);
+}
+static psg_endpoint_t b_scale(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_scale(g, "y", x[0], -0.25);
+}
+static psg_endpoint_t b_relu(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_relu(g, "y", x[0]);
+}
+static psg_endpoint_t b_sigmoid(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_sigmoid(g, "y", x[0]);
+}
+static psg_endpoint_t b_tanh(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_tanh(g, "y", x[0]);
+}
+static psg_endpoint_t b_softmax(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_softmax(g, "y", x[0]);
+}
+static psg_endpoint_t b_log_softmax(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_log_softmax(g, "y", x[0]);
+}
 static psg_endpoint_t b_xent(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_sparse_softmax_cross_entropy(g, "y", x[0], x[1]);
 }
-static psg_endpoint_t b_l2(psg_graph_t *g, const psg_endpoint_t *x) { return psg_l2_loss(g, "y", x[0]); }
+static psg_endpoint_t b_l2(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_l2_loss(g, "y", x[0]);
+}
 static psg_endpoint_t b_sum_rows(psg_graph_t *g, const psg_endpoint_t *x) {
     int64_t ax[1] = {1};
     return psg_sum(g, "y", x[0], 1, ax, false);
@@ -59,35 +108,64 @@ static psg_endpoint_t b_mean_02(psg_graph_t *g, const psg_endpoint_t *x) {
     int64_t ax[2] = {0, 2}; /* not an (A, R, B) pattern: the general reduction */
     return psg_mean(g, "y", x[0], 2, ax, false);
 }
-static psg_endpoint_t b_mean_all(psg_graph_t *g, const psg_endpoint_t *x) { return psg_mean(g, "y", x[0], 0, NULL, false); }
+static psg_endpoint_t b_mean_all(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_mean(g, "y", x[0], 0, NULL, false);
+}
 static psg_endpoint_t b_argmax(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_cast(g, "y", psg_argmax(g, "am", x[0]), PSG_DT_F32);
 }
 static psg_endpoint_t b_equal(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_cast(g, "y", psg_equal(g, "eq", psg_relu(g, "r", x[0]), x[0]), PSG_DT_F32);
 }
-static psg_endpoint_t b_matmul(psg_graph_t *g, const psg_endpoint_t *x) { return psg_matmul(g, "y", x[0], x[1], false, false); }
-static psg_endpoint_t b_matmul_tt(psg_graph_t *g, const psg_endpoint_t *x) { return psg_matmul(g, "y", x[0], x[1], true, true); }
-static psg_endpoint_t b_dense(psg_graph_t *g, const psg_endpoint_t *x) { return psg_dense(g, "y", x[0], x[1], x[2], true); }
-static psg_endpoint_t b_concat(psg_graph_t *g, const psg_endpoint_t *x) { return psg_concat(g, "y", 2, x, 1); }
+static psg_endpoint_t b_matmul(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_matmul(g, "y", x[0], x[1], false, false);
+}
+static psg_endpoint_t b_matmul_tt(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_matmul(g, "y", x[0], x[1], true, true);
+}
+static psg_endpoint_t b_dense(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_dense(g, "y", x[0], x[1], x[2], true);
+}
+static psg_endpoint_t b_concat(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_concat(g, "y", 2, x, 1);
+}
 static psg_endpoint_t b_slice(psg_graph_t *g, const psg_endpoint_t *x) {
     int64_t begin[2] = {1, 2}, size[2] = {3, -1};
     return psg_slice(g, "y", x[0], 2, begin, size);
 }
 static psg_endpoint_t b_cast(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_cast(g, "y", psg_cast(g, "i", psg_scale(g, "s", x[0], 10.0), PSG_DT_I32), PSG_DT_F32);
+    return psg_cast(g, "y", psg_cast(g, "i", psg_scale(g, "s", x[0], 10.0), PSG_DT_I32),
+                    PSG_DT_F32);
 }
-static psg_endpoint_t b_conv_same(psg_graph_t *g, const psg_endpoint_t *x) { return psg_conv2d(g, "y", x[0], x[1], 1, 1, PSG_PADDING_SAME); }
-static psg_endpoint_t b_conv_s2(psg_graph_t *g, const psg_endpoint_t *x) { return psg_conv2d(g, "y", x[0], x[1], 2, 2, PSG_PADDING_SAME); }
-static psg_endpoint_t b_conv_valid(psg_graph_t *g, const psg_endpoint_t *x) { return psg_conv2d(g, "y", x[0], x[1], 2, 1, PSG_PADDING_VALID); }
-static psg_endpoint_t b_maxpool(psg_graph_t *g, const psg_endpoint_t *x) { return psg_max_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME); }
-static psg_endpoint_t b_avgpool(psg_graph_t *g, const psg_endpoint_t *x) { return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME); }
-static psg_endpoint_t b_maxpool2(psg_graph_t *g, const psg_endpoint_t *x) { return psg_max_pool(g, "y", x[0], 2, 2, 2, 2, PSG_PADDING_VALID); }
-static psg_endpoint_t b_bias(psg_graph_t *g, const psg_endpoint_t *x) { return psg_bias_add(g, "y", x[0], x[1]); }
+static psg_endpoint_t b_conv_same(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_conv2d(g, "y", x[0], x[1], 1, 1, PSG_PADDING_SAME);
+}
+static psg_endpoint_t b_conv_s2(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_conv2d(g, "y", x[0], x[1], 2, 2, PSG_PADDING_SAME);
+}
+static psg_endpoint_t b_conv_valid(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_conv2d(g, "y", x[0], x[1], 2, 1, PSG_PADDING_VALID);
+}
+static psg_endpoint_t b_maxpool(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_max_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME);
+}
+static psg_endpoint_t b_avgpool(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME);
+}
+static psg_endpoint_t b_maxpool2(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_max_pool(g, "y", x[0], 2, 2, 2, 2, PSG_PADDING_VALID);
+}
+static psg_endpoint_t b_bias(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_bias_add(g, "y", x[0], x[1]);
+}
 static psg_endpoint_t b_bn(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_fused_batch_norm(g, "y", x[0], x[1], x[2], PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f, true).y;
+    return psg_fused_batch_norm(g, "y", x[0], x[1], x[2], PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f,
+                                true)
+        .y;
 }
-static psg_endpoint_t b_addn(psg_graph_t *g, const psg_endpoint_t *x) { return psg_add_n(g, "y", 3, x); }
+static psg_endpoint_t b_addn(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_add_n(g, "y", 3, x);
+}
 
 static const op_case_t cases[] = {
     {"Add broadcast", 2, {SHAPE2(5, 3), SHAPE1(3)}, {F32, F32}, b_add, 1e-5, true},
@@ -116,19 +194,49 @@ static const op_case_t cases[] = {
     {"Equal", 1, {SHAPE2(6, 6)}, {F32}, b_equal, 0, false},
     {"MatMul", 2, {SHAPE2(17, 33), SHAPE2(33, 9)}, {F32, F32}, b_matmul, 1e-4, true},
     {"MatMul transposed", 2, {SHAPE2(33, 17), SHAPE2(9, 33)}, {F32, F32}, b_matmul_tt, 1e-4, true},
-    {"Dense relu", 3, {SHAPE2(16, 20), SHAPE2(20, 12), SHAPE1(12)}, {F32, F32, F32}, b_dense, 1e-4, true},
+    {"Dense relu",
+     3,
+     {SHAPE2(16, 20), SHAPE2(20, 12), SHAPE1(12)},
+     {F32, F32, F32},
+     b_dense,
+     1e-4,
+     true},
     {"AddN", 3, {SHAPE2(4, 4), SHAPE2(4, 4), SHAPE2(4, 4)}, {F32, F32, F32}, b_addn, 1e-5, true},
     {"Concat", 2, {SHAPE2(3, 2), SHAPE2(3, 5)}, {F32, F32}, b_concat, 0, true},
     {"Slice", 1, {SHAPE2(5, 6)}, {F32}, b_slice, 0, true},
     {"Cast f32-i32-f32", 1, {SHAPE2(5, 6)}, {F32}, b_cast, 0, false},
-    {"Conv2D 5x5 SAME", 2, {SHAPE4(2, 9, 9, 3), SHAPE4(5, 5, 3, 4)}, {F32, F32}, b_conv_same, 1e-4, true},
-    {"Conv2D 3x3 s2 SAME uneven", 2, {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)}, {F32, F32}, b_conv_s2, 1e-4, true},
-    {"Conv2D 3x2 VALID s2x1", 2, {SHAPE4(1, 9, 7, 2), SHAPE4(3, 2, 2, 3)}, {F32, F32}, b_conv_valid, 1e-4, true},
+    {"Conv2D 5x5 SAME",
+     2,
+     {SHAPE4(2, 9, 9, 3), SHAPE4(5, 5, 3, 4)},
+     {F32, F32},
+     b_conv_same,
+     1e-4,
+     true},
+    {"Conv2D 3x3 s2 SAME uneven",
+     2,
+     {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)},
+     {F32, F32},
+     b_conv_s2,
+     1e-4,
+     true},
+    {"Conv2D 3x2 VALID s2x1",
+     2,
+     {SHAPE4(1, 9, 7, 2), SHAPE4(3, 2, 2, 3)},
+     {F32, F32},
+     b_conv_valid,
+     1e-4,
+     true},
     {"MaxPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {F32}, b_maxpool, 1e-6, true},
     {"AvgPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {F32}, b_avgpool, 1e-5, true},
     {"MaxPool 2x2 VALID", 1, {SHAPE4(2, 7, 7, 4)}, {F32}, b_maxpool2, 1e-6, true},
     {"BiasAdd", 2, {SHAPE4(2, 3, 3, 5), SHAPE1(5)}, {F32, F32}, b_bias, 1e-5, true},
-    {"FusedBatchNorm", 3, {SHAPE4(4, 3, 3, 6), SHAPE1(6), SHAPE1(6)}, {F32, POSITIVE, F32}, b_bn, 1e-4, true},
+    {"FusedBatchNorm",
+     3,
+     {SHAPE4(4, 3, 3, 6), SHAPE1(6), SHAPE1(6)},
+     {F32, POSITIVE, F32},
+     b_bn,
+     1e-4,
+     true},
 };
 
 /* Assigns every node with a CUDA kernel (placeholders aside) to GPU 0. */
@@ -157,7 +265,8 @@ static int run_case(const op_case_t *c, psg_tensor_t *const *values, bool gpu, p
     if (c->grad && psg_endpoint_valid(fetch[0])) {
         unsigned seed = 99;
         psg_tensor_t *w = psg_test_random(psg_graph_shape(g, fetch[0]), -1, 1, &seed);
-        psg_endpoint_t loss = psg_sum(g, "loss", psg_mul(g, "wy", fetch[0], psg_const(g, "w", &w)), 0, NULL, false);
+        psg_endpoint_t loss =
+            psg_sum(g, "loss", psg_mul(g, "wy", fetch[0], psg_const(g, "w", &w)), 0, NULL, false);
         if (psg_gradients(g, 1, &loss, NULL, nx, xs, fetch + 1) == 0) nf += nx;
     }
     if (gpu) place_on_gpu(g);
@@ -191,7 +300,8 @@ static void test_ops_against_cpu(void) {
                 for (int64_t j = 0; j < psg_tensor_numel(values[i]); j++)
                     psg_tensor_i32(values[i])[j] = (int32_t)(rand_r(&seed) % 10);
             } else {
-                values[i] = psg_test_random(&c->shapes[i], c->kinds[i] == POSITIVE ? 0.5f : -1.0f, 1.5f, &seed);
+                values[i] = psg_test_random(&c->shapes[i], c->kinds[i] == POSITIVE ? 0.5f : -1.0f,
+                                            1.5f, &seed);
             }
         }
         int n1 = run_case(c, values, false, cpu), n2 = run_case(c, values, true, gpu);
@@ -204,13 +314,14 @@ static void test_ops_against_cpu(void) {
         }
         bool ok = n1 > 0 && n1 == n2 && worst <= c->tol;
         CHECK(ok);
-        printf("  %-28s %s  outputs %d  max rel diff %.2g (tol %.0e)\n", c->name, ok ? "ok  " : "FAIL",
-               n1, worst, c->tol);
+        printf("  %-28s %s  outputs %d  max rel diff %.2g (tol %.0e)\n", c->name,
+               ok ? "ok  " : "FAIL", n1, worst, c->tol);
         for (int i = 0; i < 5; i++) {
             psg_tensor_destroy(&cpu[i]);
             psg_tensor_destroy(&gpu[i]);
         }
-        for (int i = 0; i < 4; i++) psg_tensor_destroy(&values[i]);
+        for (int i = 0; i < 4; i++)
+            psg_tensor_destroy(&values[i]);
     }
 }
 
@@ -248,7 +359,8 @@ static void check_model(const char *model) {
         oc.learning_rate = 0.05f;
         psg_optimizer_t *opt = psg_optimizer_new(&oc);
         psg_towers_t t;
-        psg_towers_config_t tc = {model, 28, 28, 1, 10, 3, 1, dev ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
+        psg_towers_config_t tc = {model, 28, 28, 1,
+                                  10,    3,  1,  dev ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
         CHECK(psg_towers_build(g, &tc, opt, &t) == 0);
         psg_session_t *s = psg_session_new(g, NULL, NULL);
         CHECK(s && psg_session_run_init(s) == 0);
@@ -257,8 +369,10 @@ static void check_model(const char *model) {
         unsigned seed = 21;
         for (int step = 0; s && step < 2; step++) {
             psg_shape_t is = psg_shape_4d(16, 28, 28, 1), ls = psg_shape_1d(16);
-            psg_tensor_t *v[2] = {psg_test_random(&is, 0, 1, &seed), psg_tensor_new(PSG_DT_I32, &ls)};
-            for (int i = 0; i < 16; i++) psg_tensor_i32(v[1])[i] = (int32_t)(rand_r(&seed) % 10);
+            psg_tensor_t *v[2] = {psg_test_random(&is, 0, 1, &seed),
+                                  psg_tensor_new(PSG_DT_I32, &ls)};
+            for (int i = 0; i < 16; i++)
+                psg_tensor_i32(v[1])[i] = (int32_t)(rand_r(&seed) % 10);
             psg_tensor_t *out = NULL;
             CHECK(psg_session_run(s, 2, feeds, v, 1, &t.loss, &out, 1, &t.train_op) == 0);
             if (out) loss[dev] = psg_tensor_f32(out)[0];
@@ -266,7 +380,8 @@ static void check_model(const char *model) {
             psg_tensor_destroy(&v[0]);
             psg_tensor_destroy(&v[1]);
         }
-        psg_variable_t *var = s ? psg_resource_find_variable(psg_session_resources(s), "model/fc1/weights") : NULL;
+        psg_variable_t *var =
+            s ? psg_resource_find_variable(psg_session_resources(s), "model/fc1/weights") : NULL;
         CHECK(var != NULL);
         if (var) w[dev] = psg_tensor_to_host(var->value);
         psg_session_destroy(&s);
@@ -285,8 +400,12 @@ static void check_model(const char *model) {
     psg_tensor_destroy(&w[1]);
 }
 
-static void test_mlp_step(void) { check_model("mlp"); }
-static void test_cnn_step(void) { check_model("cnn"); }
+static void test_mlp_step(void) {
+    check_model("mlp");
+}
+static void test_cnn_step(void) {
+    check_model("cnn");
+}
 
 /* Runs without a GPU too: a node on a GPU this process lacks is an error naming it. */
 static void test_missing_gpu_names_the_node(void) {

@@ -43,7 +43,8 @@ static int rig_step(rig_t *r, psg_tensor_t *images, psg_tensor_t *labels, float 
     psg_tensor_t *fv[2 * PSG_MAX_TOWERS], *out = NULL;
     if (psg_towers_split(&r->t, images, labels, fv) < 0) return -1;
     int rc = psg_callable_run(r->step, fv, &out);
-    for (int i = 0; i < 2 * r->t.num_towers; i++) psg_tensor_destroy(&fv[i]);
+    for (int i = 0; i < 2 * r->t.num_towers; i++)
+        psg_tensor_destroy(&fv[i]);
     if (rc == 0) *loss = psg_tensor_f32(out)[0];
     psg_tensor_destroy(&out);
     return rc;
@@ -88,7 +89,8 @@ static void check_equivalence(const char *model, int K, int B, int steps) {
         psg_shape_t is = psg_shape_4d(K * B, 28, 28, 1), ls = psg_shape_1d(K * B);
         psg_tensor_t *images = psg_test_random(&is, 0, 1, &seed);
         psg_tensor_t *labels = psg_tensor_new(PSG_DT_I32, &ls);
-        for (int i = 0; i < K * B; i++) psg_tensor_i32(labels)[i] = (int32_t)(rand_r(&seed) % 10);
+        for (int i = 0; i < K * B; i++)
+            psg_tensor_i32(labels)[i] = (int32_t)(rand_r(&seed) % 10);
         float l1 = 0, lk = 0;
         CHECK(rig_step(&one, images, labels, &l1) == 0);
         CHECK(rig_step(&many, images, labels, &lk) == 0);
@@ -112,14 +114,19 @@ static void check_equivalence(const char *model, int K, int B, int steps) {
         psg_tensor_destroy(&w0[i]);
     }
     printf("%s: %d towers of %d vs 1 of %d, %d steps: update difference %.3g relative (L2), "
-           "%.3g at the worst element\n", model, K, B, K * B, steps, worst_norm, worst_elem);
+           "%.3g at the worst element\n",
+           model, K, B, K * B, steps, worst_norm, worst_elem);
 out:
     rig_free(&one);
     rig_free(&many);
 }
 
-static void test_mlp_towers_equal_one_big_batch(void) { check_equivalence("mlp", 4, 8, 3); }
-static void test_cnn_towers_equal_one_big_batch(void) { check_equivalence("cnn", 2, 4, 2); }
+static void test_mlp_towers_equal_one_big_batch(void) {
+    check_equivalence("mlp", 4, 8, 3);
+}
+static void test_cnn_towers_equal_one_big_batch(void) {
+    check_equivalence("cnn", 2, 4, 2);
+}
 
 static void test_placement(void) {
     rig_t r;
@@ -145,15 +152,18 @@ static void test_split(void) {
     psg_towers_t t = {.num_towers = 3};
     psg_shape_t is = psg_shape_2d(7, 2), ls = psg_shape_1d(7);
     psg_tensor_t *x = psg_tensor_new(PSG_DT_F32, &is), *y = psg_tensor_new(PSG_DT_I32, &ls);
-    for (int i = 0; i < 14; i++) psg_tensor_f32(x)[i] = (float)i;
-    for (int i = 0; i < 7; i++) psg_tensor_i32(y)[i] = i;
+    for (int i = 0; i < 14; i++)
+        psg_tensor_f32(x)[i] = (float)i;
+    for (int i = 0; i < 7; i++)
+        psg_tensor_i32(y)[i] = i;
     psg_tensor_t *v[6];
     CHECK(psg_towers_split(&t, x, y, v) == 0);
     /* rows [0,2), [2,4), [4,7), sharing the batch's buffers */
     CHECK(v[0]->shape.dims[0] == 2 && v[2]->shape.dims[0] == 2 && v[4]->shape.dims[0] == 3);
     CHECK(psg_tensor_f32(v[2])[0] == 4.0f && psg_tensor_i32(v[5])[0] == 4);
     CHECK(v[4]->buf == x->buf);
-    for (int i = 0; i < 6; i++) psg_tensor_destroy(&v[i]);
+    for (int i = 0; i < 6; i++)
+        psg_tensor_destroy(&v[i]);
     psg_shape_t small = psg_shape_1d(2);
     psg_tensor_t *y2 = psg_tensor_new(PSG_DT_I32, &small);
     CHECK(psg_towers_split(&t, x, y2, v) < 0);

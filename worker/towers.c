@@ -2,14 +2,14 @@
  * shared variables, per-tower gradients averaged in-graph on the variables'
  * device, one optimizer update per variable; and the split of a batch into
  * the towers' feeds. Not the training loop (trainer.c), which calls these. */
+#include "psgraph/towers.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
+#include "psgraph/op.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
-#include "psgraph/op.h"
 #include "psgraph/placement.h"
-#include "psgraph/towers.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +28,8 @@ static const char *tower_device_fn(void *ctx, const psg_graph_t *g, const psg_no
     if (psg_node_def(n) && (psg_node_def(n)->flags & PSG_OP_VARIABLE)) return tp->variable_device;
     for (int i = 0; i < psg_node_num_inputs(n); i++) {
         psg_endpoint_t e = psg_node_input(n, i);
-        if (psg_graph_dtype(g, e) == PSG_DT_RESOURCE) return psg_node_device(psg_graph_node(g, e.node));
+        if (psg_graph_dtype(g, e) == PSG_DT_RESOURCE)
+            return psg_node_device(psg_graph_node(g, e.node));
     }
     return tp->tower_device;
 }
@@ -106,7 +107,8 @@ int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer
     const int *ids = psg_graph_collection(g, "trainable_variables", &n);
     if (n == 0) return psg_error_set("the model has no trainable variables");
     psg_endpoint_t vars[n], grads[PSG_MAX_TOWERS][n], avg[n], per_tower[PSG_MAX_TOWERS];
-    for (int i = 0; i < n; i++) vars[i] = (psg_endpoint_t){ids[i], 0};
+    for (int i = 0; i < n; i++)
+        vars[i] = (psg_endpoint_t){ids[i], 0};
     for (int k = 0; k < K; k++)
         if (tower_gradients(g, k, &tp[k], &t->towers[k], n, vars, grads[k]) < 0) return -1;
     /* the average, the update and the summaries sit beside the variables */
@@ -114,14 +116,17 @@ int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer
     for (int i = 0; i < n; i++) {
         char name[160];
         snprintf(name, sizeof name, "average_gradients/%d", i);
-        for (int k = 0; k < K; k++) per_tower[k] = grads[k][i];
+        for (int k = 0; k < K; k++)
+            per_tower[k] = grads[k][i];
         avg[i] = psg_endpoint_valid(per_tower[0]) ? tower_mean(g, name, K, per_tower, true)
                                                   : PSG_NO_ENDPOINT;
     }
     int rc = psg_optimizer_apply_gradients(opt, g, n, avg, vars, &t->train_op);
-    for (int k = 0; k < K; k++) per_tower[k] = t->towers[k].loss;
+    for (int k = 0; k < K; k++)
+        per_tower[k] = t->towers[k].loss;
     t->loss = tower_mean(g, "towers/loss", K, per_tower, true);
-    for (int k = 0; k < K; k++) per_tower[k] = t->towers[k].correct;
+    for (int k = 0; k < K; k++)
+        per_tower[k] = t->towers[k].correct;
     t->correct = tower_mean(g, "towers/correct", K, per_tower, false);
     psg_graph_pop_device(g);
     if (rc < 0) return -1;
@@ -155,13 +160,15 @@ int psg_towers_split(const psg_towers_t *t, psg_tensor_t *images, psg_tensor_t *
         return psg_error_set("a batch needs images (N, ...) and labels (N) of the same N");
     int64_t N = images->shape.dims[0];
     if (N < K) return psg_error_set("a batch of %lld rows cannot feed %d towers", (long long)N, K);
-    for (int k = 0; k < 2 * K; k++) values[k] = NULL;
+    for (int k = 0; k < 2 * K; k++)
+        values[k] = NULL;
     for (int k = 0; k < K; k++) {
         int64_t r0 = N * k / K, r1 = N * (k + 1) / K;
         values[2 * k] = row_view(images, r0, r1);
         values[2 * k + 1] = values[2 * k] ? row_view(labels, r0, r1) : NULL;
         if (!values[2 * k + 1]) {
-            for (int j = 0; j < 2 * K; j++) psg_tensor_destroy(&values[j]);
+            for (int j = 0; j < 2 * K; j++)
+                psg_tensor_destroy(&values[j]);
             return psg_error_wrap("splitting the batch");
         }
     }

@@ -17,7 +17,9 @@
 #define PSG_DEVICE_GPU(k) ((k) + 1)
 
 /* The GPU holding t's bytes, or -1 for host memory. */
-static inline int psg_tensor_gpu(const psg_tensor_t *t) { return t->buf->device - 1; }
+static inline int psg_tensor_gpu(const psg_tensor_t *t) {
+    return t->buf->device - 1;
+}
 static inline bool psg_tensor_on_host(const psg_tensor_t *t) {
     return t->buf->device == PSG_DEVICE_HOST;
 }

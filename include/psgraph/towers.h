@@ -28,9 +28,9 @@ typedef struct {
 typedef struct {
     int num_towers;
     psg_model_t towers[PSG_MAX_TOWERS]; /* each with its own images/labels placeholders */
-    psg_endpoint_t loss;    /* scalar: the mean of the towers' losses */
-    psg_endpoint_t correct; /* scalar f32: correct predictions over all towers */
-    int train_op;           /* applies the averaged gradients, advances the global step */
+    psg_endpoint_t loss;                /* scalar: the mean of the towers' losses */
+    psg_endpoint_t correct;             /* scalar f32: correct predictions over all towers */
+    int train_op;             /* applies the averaged gradients, advances the global step */
     char variable_device[64]; /* where variables, slots and the average live: tower 0's device */
 } psg_towers_t;
 

@@ -293,15 +293,19 @@ static void dropout_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+uint64_t psg_math_dropout_key(const psg_node_t *node, int64_t step_id) {
+    uint64_t key = (uint64_t)psg_node_get_int(node, "seed", 0) * 0x100000001b3ull;
+    for (const char *p = psg_node_name(node); *p; p++)
+        key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
+    return mix64(key ^ mix64((uint64_t)step_id + 0x632be59bd9b4e019ull));
+}
+
 int psg_cpu_dropout(psg_kernel_ctx_t *c) {
     psg_tensor_t *y = psg_kernel_alloc_output(c, 0);
     psg_tensor_t *mask = y ? psg_kernel_alloc_output(c, 1) : NULL;
     if (!mask) return -1;
     double rate = psg_node_get_float(c->node, "rate", 0.0);
-    uint64_t key = (uint64_t)psg_node_get_int(c->node, "seed", 0) * 0x100000001b3ull;
-    for (const char *p = psg_node_name(c->node); *p; p++)
-        key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
-    key = mix64(key ^ mix64((uint64_t)c->step_id + 0x632be59bd9b4e019ull));
+    uint64_t key = psg_math_dropout_key(c->node, c->step_id);
     dropout_job_t j = {psg_tensor_f32(c->inputs[0]),  psg_tensor_f32(y),
                        psg_tensor_f32(mask),          key,
                        (uint32_t)(rate * 16777216.0), (float)(1.0 / (1.0 - rate))};

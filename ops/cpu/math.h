@@ -56,4 +56,14 @@ int psg_cpu_dense_backprop(psg_kernel_ctx_t *c);
  * the end, empty: all). Returns 0, or -1 with the error set on a bad axis. */
 int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced);
 
+/* Coalesces the dims of s into runs of kept / reduced dims; true (with A, R,
+ * B set: x is (A, R, B), the output (A, B)) when the pattern is one of K, R,
+ * KR, RK, KRK. */
+bool psg_math_reduce_as_arb(const psg_shape_t *s, const bool *reduced, int64_t *A, int64_t *R,
+                            int64_t *B);
+
+/* Dropout's per-step key: the node's seed and name mixed with the step, so
+ * the CPU and CUDA kernels draw the same mask. */
+uint64_t psg_math_dropout_key(const psg_node_t *node, int64_t step_id);
+
 #endif

@@ -65,10 +65,8 @@ static void reduce_range(void *ctx, int64_t begin, int64_t end) {
         reduce_block(j, 0, j->A, begin, end);
 }
 
-/* Coalesces x's dims into runs of kept / reduced dims; true (with A, R, B set)
- * when the pattern is one of K, R, KR, RK, KRK. */
-static bool reduce_as_arb(const psg_shape_t *s, const bool *reduced, int64_t *A, int64_t *R,
-                          int64_t *B) {
+bool psg_math_reduce_as_arb(const psg_shape_t *s, const bool *reduced, int64_t *A, int64_t *R,
+                            int64_t *B) {
     int64_t size[PSG_MAX_RANK];
     bool red[PSG_MAX_RANK];
     int n = 0;
@@ -105,7 +103,7 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
         return 0;
     }
     reduce_job_t j = {psg_tensor_f32(x), psg_tensor_f32(out), 1, 1, 1, scale, true};
-    if (!reduce_as_arb(&x->shape, reduced, &j.A, &j.R, &j.B)) {
+    if (!psg_math_reduce_as_arb(&x->shape, reduced, &j.A, &j.R, &j.B)) {
         psg_shape_t keep = x->shape;
         for (int i = 0; i < keep.rank; i++)
             if (reduced[i]) keep.dims[i] = 1;

@@ -13,8 +13,8 @@
 #include <string.h>
 
 int psg_gpu_const(psg_kernel_ctx_t *c) {
-    psg_tensor_t *t = psg_tensor_to_device(psg_node_attr(c->node, "value")->u.tensor,
-                                           PSG_DEVICE_GPU(c->device));
+    psg_tensor_t *t =
+        psg_tensor_to_device(psg_node_attr(c->node, "value")->u.tensor, PSG_DEVICE_GPU(c->device));
     if (!t) return -1;
     psg_kernel_set_output(c, 0, t);
     psg_tensor_destroy(&t);
@@ -27,7 +27,8 @@ int psg_gpu_add_n(psg_kernel_ctx_t *c) {
     if (out->dtype != PSG_DT_F32) return psg_error_set("AddN supports f32 only");
     int64_t n = psg_tensor_numel(out);
     for (int i = 1; i < c->num_inputs; i++)
-        if (psg_tensor_numel(c->inputs[i]) != n) return psg_error_set("input %d has another size", i);
+        if (psg_tensor_numel(c->inputs[i]) != n)
+            return psg_error_set("input %d has another size", i);
     if (psg_cuda_memcpy(c->device, out->data, c->inputs[0]->data, psg_tensor_nbytes(out)) < 0)
         return -1;
     for (int i = 1; i < c->num_inputs; i++)
@@ -106,7 +107,8 @@ int psg_gpu_assign(psg_kernel_ctx_t *c) {
     psg_variable_t *v = psg_gpu_variable(c, 0);
     if (!v || check_value(v, c->inputs[1]) < 0) return -1;
     pthread_mutex_lock(&v->lock);
-    int rc = psg_cuda_memcpy(c->device, v->value->data, c->inputs[1]->data, psg_tensor_nbytes(v->value));
+    int rc =
+        psg_cuda_memcpy(c->device, v->value->data, c->inputs[1]->data, psg_tensor_nbytes(v->value));
     if (rc == 0) v->initialized = true;
     pthread_mutex_unlock(&v->lock);
     return rc;

@@ -15,9 +15,9 @@ extern "C" int psg_cuda_gemm(int gpu, bool ta, bool tb, int64_t m, int64_t n, in
     if (k == 0) return psg_cuda_fill(gpu, PSG_CU_F32, c, m * n, 0.0); /* ldc == n here */
     /* row-major C (m, n) is column-major C^T (n, m) = op(B)^T (n, k) op(A)^T (k, m) */
     pthread_mutex_lock(&d->lock);
-    cublasStatus_t s = cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, b,
-                                   (int)ldb, a, (int)lda, &beta, c, (int)ldc);
+    cublasStatus_t s =
+        cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
     pthread_mutex_unlock(&d->lock);
     PSG_CUBLAS_CHECK(s);
     return 0;
@@ -49,14 +49,15 @@ extern "C" double psg_cuda_peer_gemm_seconds(int gpu, int64_t m, int64_t n, int6
     for (int i = -3; i < iters; i++) {
         if (i == 0) cudaEventRecord(e0, st);
         if (cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
-                        (int)m, (int)k, &one, b, ldb, a, lda, &zero, c, (int)n) !=
-            CUBLAS_STATUS_SUCCESS) {
+                        (int)m, (int)k, &one, b, ldb, a, lda, &zero, c,
+                        (int)n) != CUBLAS_STATUS_SUCCESS) {
             psg_error_set("peer GEMM: cublasSgemm failed");
             goto done;
         }
     }
     cudaEventRecord(e1, st);
-    if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+    if (cudaEventSynchronize(e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
         psg_error_set("peer GEMM: timing failed");
         goto done;
     }

@@ -77,26 +77,35 @@ static bool fits_int(const psg_cu_geom_t *g) {
     return true;
 }
 
+/* The descriptors of the NHWC f32 convolution g, FMA math, on an input
+ * with eh rows and ew columns added after. */
+static int descriptors(const psg_cu_geom_t *g, int64_t eh, int64_t ew, cudnnTensorDescriptor_t *xd,
+                       cudnnTensorDescriptor_t *yd, cudnnFilterDescriptor_t *wd,
+                       cudnnConvolutionDescriptor_t *cd) {
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(xd));
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(yd));
+    PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(wd));
+    PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(cd));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                               (int)g->c, (int)(g->h + eh), (int)(g->w + ew)));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                               (int)g->oc, (int)g->oh, (int)g->ow));
+    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(*wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, (int)g->oc,
+                                               (int)g->c, (int)g->kh, (int)g->kw));
+    PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*cd, (int)g->pt, (int)g->pl, (int)g->sh,
+                                                    (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                    CUDNN_DATA_FLOAT));
+    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(*cd, CUDNN_FMA_MATH));
+    return 0;
+}
+
 static int plan_init(plan_t *p) {
     const psg_cu_geom_t *g = &p->g;
     int64_t e = (g->oh - 1) * g->sh + g->kh - g->h - 2 * g->pt;
     p->eh = e > 0 ? e : 0;
     e = (g->ow - 1) * g->sw + g->kw - g->w - 2 * g->pl;
     p->ew = e > 0 ? e : 0;
-    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->xd));
-    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yd));
-    PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->wd));
-    PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->cd));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
-                                               (int)g->c, (int)(g->h + p->eh), (int)(g->w + p->ew)));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
-                                               (int)g->oc, (int)g->oh, (int)g->ow));
-    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                               (int)g->oc, (int)g->c, (int)g->kh, (int)g->kw));
-    PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->cd, (int)g->pt, (int)g->pl, (int)g->sh,
-                                                    (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                    CUDNN_DATA_FLOAT));
-    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+    if (descriptors(g, p->eh, p->ew, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
     int n, c, h, w;
     PSG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &h, &w));
     if (h != g->oh || w != g->ow)
@@ -121,7 +130,8 @@ static plan_t *plan_get(int gpu, const psg_cu_geom_t *g) {
     }
     pthread_mutex_lock(&plans_lock);
     plan_t *p = plans;
-    while (p && !(p->gpu == gpu && same_geom(&p->g, g))) p = p->next;
+    while (p && !(p->gpu == gpu && same_geom(&p->g, g)))
+        p = p->next;
     if (!p) {
         p = (plan_t *)calloc(1, sizeof *p);
         if (!p) {
@@ -172,8 +182,8 @@ static int find_algo(cudnnHandle_t h, plan_t *p, int dir, const bufs_t *b) {
     int algo = -1;
     if (dir == FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[8];
-        s = cudnnFindConvolutionForwardAlgorithmEx(h, p->xd, b->x, p->wd, b->w, p->cd, p->yd, b->y, 8,
-                                                   &got, r, work, ws);
+        s = cudnnFindConvolutionForwardAlgorithmEx(h, p->xd, b->x, p->wd, b->w, p->cd, p->yd, b->y,
+                                                   8, &got, r, work, ws);
         for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS) algo = r[i].algo, need = r[i].memory;
         if (algo < 0) {
@@ -189,20 +199,21 @@ static int find_algo(cudnnHandle_t h, plan_t *p, int dir, const bufs_t *b) {
         for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS) algo = r[i].algo, need = r[i].memory;
         if (algo < 0) {
-            s = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd, 8, &got, r);
+            s = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd, 8, &got,
+                                                            r);
             for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
                 if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= ws)
                     algo = r[i].algo, need = r[i].memory;
         }
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[8];
-        s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->xd, b->x, p->yd, b->dy, p->cd, p->wd,
-                                                          b->dw, 8, &got, r, work, ws);
+        s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->xd, b->x, p->yd, b->dy, p->cd,
+                                                          p->wd, b->dw, 8, &got, r, work, ws);
         for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS) algo = r[i].algo, need = r[i].memory;
         if (algo < 0) {
-            s = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd, 8, &got,
-                                                              r);
+            s = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd, 8,
+                                                              &got, r);
             for (int i = 0; s == CUDNN_STATUS_SUCCESS && i < got && algo < 0; i++)
                 if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= ws)
                     algo = r[i].algo, need = r[i].memory;
@@ -281,13 +292,15 @@ typedef struct {
 } scratch_t;
 
 static float *scratch(int gpu, scratch_t *s, int64_t floats) {
-    void *p = psg_cuda_alloc(gpu, sizeof(float) * (size_t)(floats > 0 ? floats : 1), &s->hint[s->n]);
+    void *p =
+        psg_cuda_alloc(gpu, sizeof(float) * (size_t)(floats > 0 ? floats : 1), &s->hint[s->n]);
     if (p) s->p[s->n++] = p;
     return (float *)p;
 }
 
 static void scratch_free(scratch_t *s) {
-    for (int i = 0; i < s->n; i++) psg_cuda_free(s->p[i], s->hint[i]);
+    for (int i = 0; i < s->n; i++)
+        psg_cuda_free(s->p[i], s->hint[i]);
     s->n = 0;
 }
 
@@ -296,7 +309,8 @@ static int pad_input(int gpu, const plan_t *p, const float *x, float *xe) {
     const psg_cu_geom_t *g = &p->g;
     int64_t size[4] = {g->n, g->h, g->w, g->c}, full[4] = {g->n, g->h + p->eh, g->w + p->ew, g->c};
     int64_t zero[4] = {0, 0, 0, 0};
-    if (psg_cuda_memset0(gpu, xe, sizeof(float) * (size_t)(full[0] * full[1] * full[2] * full[3])) < 0)
+    if (psg_cuda_memset0(gpu, xe, sizeof(float) * (size_t)(full[0] * full[1] * full[2] * full[3])) <
+        0)
         return -1;
     return psg_cuda_copy_block(gpu, 4, 4, size, x, size, zero, xe, full, zero);
 }
@@ -388,20 +402,7 @@ static int peer_setup(int gpu, const psg_cu_geom_t *g, peer_t *p) {
     PSG_CUDA_CHECK(cudaStreamCreate(&p->st));
     PSG_CUDNN_CHECK(cudnnCreate(&p->h));
     PSG_CUDNN_CHECK(cudnnSetStream(p->h, p->st));
-    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->xd));
-    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yd));
-    PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->wd));
-    PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->cd));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
-                                               (int)g->c, (int)g->h, (int)g->w));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
-                                               (int)g->oc, (int)g->oh, (int)g->ow));
-    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                               (int)g->oc, (int)g->c, (int)g->kh, (int)g->kw));
-    PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->cd, (int)g->pt, (int)g->pl, (int)g->sh,
-                                                    (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                    CUDNN_DATA_FLOAT));
-    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+    if (descriptors(g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
     PSG_CUDA_CHECK(cudaMalloc(&p->x, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c)));
     PSG_CUDA_CHECK(cudaMalloc(&p->w, sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc)));
     PSG_CUDA_CHECK(cudaMalloc(&p->y, sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc)));
@@ -433,8 +434,8 @@ static int peer_run(peer_t *p, int dir, int *algo) {
     if (*algo < 0) {
         if (dir == 0) {
             cudnnConvolutionFwdAlgoPerf_t r;
-            PSG_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(p->h, p->xd, p->x, p->wd, p->w, p->cd,
-                                                                   p->yd, p->y, 1, &got, &r, p->work, p->ws));
+            PSG_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+                p->h, p->xd, p->x, p->wd, p->w, p->cd, p->yd, p->y, 1, &got, &r, p->work, p->ws));
             *algo = got ? (int)r.algo : 0;
         } else if (dir == 1) {
             cudnnConvolutionBwdDataAlgoPerf_t r;
@@ -458,8 +459,8 @@ static int peer_run(peer_t *p, int dir, int *algo) {
                                                      p->ws, &zero, p->xd, p->x));
     else
         PSG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(p->h, &one, p->xd, p->x, p->yd, p->y, p->cd,
-                                                       (cudnnConvolutionBwdFilterAlgo_t)*algo, p->work,
-                                                       p->ws, &zero, p->wd, p->w));
+                                                       (cudnnConvolutionBwdFilterAlgo_t)*algo,
+                                                       p->work, p->ws, &zero, p->wd, p->w));
     return 0;
 }
 
@@ -478,7 +479,8 @@ extern "C" double psg_cuda_peer_conv_seconds(int gpu, const psg_cu_geom_t *g, in
     float ms = 0;
     if (rc == 0) {
         cudaEventRecord(e1, p.st);
-        if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+        if (cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
             sec = (double)ms * 1e-3 / (iters > 0 ? iters : 1);
         else
             psg_error_set("peer conv: timing failed");

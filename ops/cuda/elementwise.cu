@@ -10,13 +10,20 @@
 
 __device__ static inline float binary_op(int op, float x, float y) {
     switch (op) {
-    case PSG_CU_ADD: return x + y;
-    case PSG_CU_SUB: return x - y;
-    case PSG_CU_MUL: return x * y;
-    case PSG_CU_DIV: return x / y;
-    case PSG_CU_RELU_GRAD: return y > 0.0f ? x : 0.0f;
-    case PSG_CU_SIGMOID_GRAD: return x * y * (1.0f - y);
-    default: return x * (1.0f - y * y); /* PSG_CU_TANH_GRAD */
+    case PSG_CU_ADD:
+        return x + y;
+    case PSG_CU_SUB:
+        return x - y;
+    case PSG_CU_MUL:
+        return x * y;
+    case PSG_CU_DIV:
+        return x / y;
+    case PSG_CU_RELU_GRAD:
+        return y > 0.0f ? x : 0.0f;
+    case PSG_CU_SIGMOID_GRAD:
+        return x * y * (1.0f - y);
+    default:
+        return x * (1.0f - y * y); /* PSG_CU_TANH_GRAD */
     }
 }
 
@@ -43,7 +50,8 @@ __global__ static void binary_bcast(int op, const float *a, const float *b, floa
 
 static int64_t bc_numel(const psg_cu_bcast_t *bc) {
     int64_t n = 1;
-    for (int d = 0; d < bc->rank; d++) n *= bc->dims[d];
+    for (int d = 0; d < bc->rank; d++)
+        n *= bc->dims[d];
     return n;
 }
 
@@ -70,7 +78,7 @@ extern "C" int psg_cuda_binary(int gpu, psg_cu_binary_t op, const float *a, cons
                                                                              out, n);
     else
         binary_bcast<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>((int)op, a, b, out,
-                                                                               *bc, n);
+                                                                              *bc, n);
     PSG_CUDA_LAUNCHED("binary");
     return 0;
 }
@@ -102,16 +110,36 @@ __global__ static void unary_kernel(int op, float p, const float *x, float *y, i
     PSG_GRID_STRIDE(i, n) {
         float v = x[i], r;
         switch (op) {
-        case PSG_CU_NEG: r = -v; break;
-        case PSG_CU_SQUARE: r = v * v; break;
-        case PSG_CU_SQRT: r = sqrtf(v); break;
-        case PSG_CU_EXP: r = expf(v); break;
-        case PSG_CU_LOG: r = logf(v); break;
-        case PSG_CU_POW: r = powf(v, p); break;
-        case PSG_CU_SCALE: r = v * p; break;
-        case PSG_CU_RELU: r = v > 0.0f ? v : 0.0f; break;
-        case PSG_CU_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-        default: r = tanhf(v); break;
+        case PSG_CU_NEG:
+            r = -v;
+            break;
+        case PSG_CU_SQUARE:
+            r = v * v;
+            break;
+        case PSG_CU_SQRT:
+            r = sqrtf(v);
+            break;
+        case PSG_CU_EXP:
+            r = expf(v);
+            break;
+        case PSG_CU_LOG:
+            r = logf(v);
+            break;
+        case PSG_CU_POW:
+            r = powf(v, p);
+            break;
+        case PSG_CU_SCALE:
+            r = v * p;
+            break;
+        case PSG_CU_RELU:
+            r = v > 0.0f ? v : 0.0f;
+            break;
+        case PSG_CU_SIGMOID:
+            r = 1.0f / (1.0f + expf(-v));
+            break;
+        default:
+            r = tanhf(v);
+            break;
         }
         y[i] = r;
     }
@@ -130,10 +158,14 @@ extern "C" int psg_cuda_unary(int gpu, psg_cu_unary_t op, float p, const float *
 
 __device__ static inline double load_as_double(const void *p, int dt, int64_t i) {
     switch (dt) {
-    case PSG_CU_F32: return ((const float *)p)[i];
-    case PSG_CU_I32: return ((const int32_t *)p)[i];
-    case PSG_CU_I64: return (double)((const int64_t *)p)[i];
-    default: return ((const uint8_t *)p)[i]; /* u8, bool */
+    case PSG_CU_F32:
+        return ((const float *)p)[i];
+    case PSG_CU_I32:
+        return ((const int32_t *)p)[i];
+    case PSG_CU_I64:
+        return (double)((const int64_t *)p)[i];
+    default:
+        return ((const uint8_t *)p)[i]; /* u8, bool */
     }
 }
 
@@ -146,12 +178,17 @@ __device__ static inline int64_t to_int(double v, double lo, double hi) {
 }
 
 /* y (n) of dtype `to` from the doubles of x (n) of dtype `from`; fill: x NULL, value v */
-__global__ static void convert_kernel(int from, const void *x, double v, int to, void *y, int64_t n) {
+__global__ static void convert_kernel(int from, const void *x, double v, int to, void *y,
+                                      int64_t n) {
     PSG_GRID_STRIDE(i, n) {
         double s = x ? load_as_double(x, from, i) : v;
         switch (to) {
-        case PSG_CU_F32: ((float *)y)[i] = (float)s; break;
-        case PSG_CU_I32: ((int32_t *)y)[i] = (int32_t)to_int(s, -2147483648.0, 2147483647.0); break;
+        case PSG_CU_F32:
+            ((float *)y)[i] = (float)s;
+            break;
+        case PSG_CU_I32:
+            ((int32_t *)y)[i] = (int32_t)to_int(s, -2147483648.0, 2147483647.0);
+            break;
         default:
             ((int64_t *)y)[i] = to_int(s, -9223372036854775808.0, 9223372036854774784.0);
             break;
@@ -159,7 +196,9 @@ __global__ static void convert_kernel(int from, const void *x, double v, int to,
     }
 }
 
-static bool convertible(int dt) { return dt == PSG_CU_F32 || dt == PSG_CU_I32 || dt == PSG_CU_I64; }
+static bool convertible(int dt) {
+    return dt == PSG_CU_F32 || dt == PSG_CU_I32 || dt == PSG_CU_I64;
+}
 
 extern "C" int psg_cuda_fill(int gpu, int dtype, void *y, int64_t n, double v) {
     PSG_CUDA_DEV(d, gpu);
@@ -188,7 +227,8 @@ __global__ static void equal_kernel(bool f32, int es, const uint8_t *a, const ui
             out[i] = ((const float *)a)[i] == ((const float *)b)[i * sb];
         } else {
             bool eq = true;
-            for (int k = 0; k < es; k++) eq = eq && a[i * es + k] == b[i * sb * es + k];
+            for (int k = 0; k < es; k++)
+                eq = eq && a[i * es + k] == b[i * sb * es + k];
             out[i] = eq;
         }
     }
@@ -228,12 +268,13 @@ __global__ static void bias_add_kernel(const float *x, const float *bias, float 
     }
 }
 
-extern "C" int psg_cuda_bias_add(int gpu, const float *x, const float *bias, float *y,
-                                 int64_t rows, int64_t c, bool relu) {
+extern "C" int psg_cuda_bias_add(int gpu, const float *x, const float *bias, float *y, int64_t rows,
+                                 int64_t c, bool relu) {
     PSG_CUDA_DEV(d, gpu);
     int64_t n = rows * c;
     if (n == 0) return 0;
-    bias_add_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(x, bias, y, n, c, relu);
+    bias_add_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(x, bias, y, n, c,
+                                                                             relu);
     PSG_CUDA_LAUNCHED("bias_add");
     return 0;
 }
@@ -287,14 +328,14 @@ __global__ static void copy_block_kernel(int es, const uint8_t *src, uint8_t *ds
             s += idx * b.ss[d];
             t += idx * b.ds[d];
         }
-        for (int k = 0; k < es; k++) dst[t * es + k] = src[s * es + k];
+        for (int k = 0; k < es; k++)
+            dst[t * es + k] = src[s * es + k];
     }
 }
 
-extern "C" int psg_cuda_copy_block(int gpu, int es, int rank, const int64_t *size,
-                                   const void *src, const int64_t *src_dims,
-                                   const int64_t *src_begin, void *dst, const int64_t *dst_dims,
-                                   const int64_t *dst_begin) {
+extern "C" int psg_cuda_copy_block(int gpu, int es, int rank, const int64_t *size, const void *src,
+                                   const int64_t *src_dims, const int64_t *src_begin, void *dst,
+                                   const int64_t *dst_dims, const int64_t *dst_begin) {
     PSG_CUDA_DEV(d, gpu);
     if (rank > PSG_CU_MAX_RANK) return psg_error_set("rank %d is above %d", rank, PSG_CU_MAX_RANK);
     block_t b;

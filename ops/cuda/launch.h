@@ -20,13 +20,26 @@ enum { PSG_CU_F32 = 1, PSG_CU_I32 = 3, PSG_CU_I64 = 4, PSG_CU_U8 = 5, PSG_CU_BOO
 /* ---- elementwise (elementwise.cu) ---- */
 
 typedef enum {
-    PSG_CU_ADD, PSG_CU_SUB, PSG_CU_MUL, PSG_CU_DIV,
-    PSG_CU_RELU_GRAD, PSG_CU_SIGMOID_GRAD, PSG_CU_TANH_GRAD /* a is dy, b the forward output */
+    PSG_CU_ADD,
+    PSG_CU_SUB,
+    PSG_CU_MUL,
+    PSG_CU_DIV,
+    PSG_CU_RELU_GRAD,
+    PSG_CU_SIGMOID_GRAD,
+    PSG_CU_TANH_GRAD /* a is dy, b the forward output */
 } psg_cu_binary_t;
 
 typedef enum {
-    PSG_CU_NEG, PSG_CU_SQUARE, PSG_CU_SQRT, PSG_CU_EXP, PSG_CU_LOG, PSG_CU_POW, PSG_CU_SCALE,
-    PSG_CU_RELU, PSG_CU_SIGMOID, PSG_CU_TANH
+    PSG_CU_NEG,
+    PSG_CU_SQUARE,
+    PSG_CU_SQRT,
+    PSG_CU_EXP,
+    PSG_CU_LOG,
+    PSG_CU_POW,
+    PSG_CU_SCALE,
+    PSG_CU_RELU,
+    PSG_CU_SIGMOID,
+    PSG_CU_TANH
 } psg_cu_unary_t;
 
 /* An output shape and, per dim, the element stride of inputs a and b over
@@ -54,8 +67,8 @@ int psg_cuda_equal(int gpu, int dtype, int es, const void *a, const void *b, boo
 /* y (n) += x (n) */
 int psg_cuda_add_into(int gpu, float *y, const float *x, int64_t n);
 /* y (rows, C) = x (rows, C) + bias (C), then max(0, .) when relu; y may be x */
-int psg_cuda_bias_add(int gpu, const float *x, const float *bias, float *y, int64_t rows,
-                      int64_t c, bool relu);
+int psg_cuda_bias_add(int gpu, const float *x, const float *bias, float *y, int64_t rows, int64_t c,
+                      bool relu);
 /* y, mask (n) from x (n): the CPU kernel's counter-based hash, so the same mask */
 int psg_cuda_dropout(int gpu, const float *x, float *y, float *mask, int64_t n, uint64_t key,
                      uint32_t threshold, float scale);
@@ -114,13 +127,13 @@ typedef struct {
 int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const float *x, float *y);
 /* dx (N, H, W, C) from x (N, H, W, C) and dy (N, OH, OW, C); max: the first
  * maximum of a window takes its gradient */
-int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, const float *x,
-                       const float *dy, float *dx);
+int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, const float *x, const float *dy,
+                       float *dx);
 /* y (N, OH, OW, OC) = x (N, H, W, C) conv w (KH, KW, C, OC) */
 int psg_cuda_conv2d(int gpu, const psg_cu_geom_t *g, const float *x, const float *w, float *y);
 /* dx (N, H, W, C) from w (KH, KW, C, OC) and dy (N, OH, OW, OC) */
-int psg_cuda_conv2d_backprop_input(int gpu, const psg_cu_geom_t *g, const float *w,
-                                   const float *dy, float *dx);
+int psg_cuda_conv2d_backprop_input(int gpu, const psg_cu_geom_t *g, const float *w, const float *dy,
+                                   float *dx);
 /* dw (KH, KW, C, OC) from x (N, H, W, C) and dy (N, OH, OW, OC) */
 int psg_cuda_conv2d_backprop_filter(int gpu, const psg_cu_geom_t *g, const float *x,
                                     const float *dy, float *dw);
@@ -130,10 +143,10 @@ int psg_cuda_conv2d_backprop_filter(int gpu, const psg_cu_geom_t *g, const float
 /* x, y (rows, C); scale, offset, mean, var, and the outputs bmean, bvar,
  * smean, sinv (C). Training: batch statistics (bvar unbiased), mean and var
  * unused; else mean and var are used. As psg_cpu_fused_batch_norm. */
-int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c,
-                        const float *x, const float *scale, const float *offset,
-                        const float *mean, const float *var, float *y, float *bmean,
-                        float *bvar, float *smean, float *sinv);
+int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c, const float *x,
+                        const float *scale, const float *offset, const float *mean,
+                        const float *var, float *y, float *bmean, float *bvar, float *smean,
+                        float *sinv);
 /* dx (rows, C), dscale, doffset (C) from dy, x (rows, C), scale, smean, sinv (C) */
 int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c, const float *dy,
                              const float *x, const float *scale, const float *smean,
@@ -141,7 +154,13 @@ int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c, co
 
 /* ---- optimizer updates (train.cu) ---- */
 
-typedef enum { PSG_CU_SGD, PSG_CU_MOMENTUM, PSG_CU_RMSPROP, PSG_CU_ADAM, PSG_CU_ADAGRAD } psg_cu_rule_t;
+typedef enum {
+    PSG_CU_SGD,
+    PSG_CU_MOMENTUM,
+    PSG_CU_RMSPROP,
+    PSG_CU_ADAM,
+    PSG_CU_ADAGRAD
+} psg_cu_rule_t;
 
 /* Updates w (n) and its slots s1, s2 (n, or NULL) by g (n) in place, as the
  * CPU rules. hp holds device pointers to the scalar hyper-parameters in the

@@ -2,8 +2,8 @@
  * reductions (as (A, R, B) when the axes allow), row-wise softmax and
  * cross-entropy, MatMul and the fused Dense through cuBLAS, concat, slices,
  * casts, dropout. Each mirrors its CPU kernel in ops/cpu/math*.c and matmul.c. */
-#include "ops/cpu/broadcast.h"
 #include "ops/cpu/math.h"
+#include "ops/cpu/broadcast.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/runtime.h"
@@ -27,13 +27,27 @@ static int binary(psg_kernel_ctx_t *c, psg_cu_binary_t op) {
                            &bc);
 }
 
-int psg_gpu_add(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_ADD); }
-int psg_gpu_sub(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_SUB); }
-int psg_gpu_mul(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_MUL); }
-int psg_gpu_div(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_DIV); }
-int psg_gpu_relu_grad(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_RELU_GRAD); }
-int psg_gpu_sigmoid_grad(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_SIGMOID_GRAD); }
-int psg_gpu_tanh_grad(psg_kernel_ctx_t *c) { return binary(c, PSG_CU_TANH_GRAD); }
+int psg_gpu_add(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_ADD);
+}
+int psg_gpu_sub(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_SUB);
+}
+int psg_gpu_mul(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_MUL);
+}
+int psg_gpu_div(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_DIV);
+}
+int psg_gpu_relu_grad(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_RELU_GRAD);
+}
+int psg_gpu_sigmoid_grad(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_SIGMOID_GRAD);
+}
+int psg_gpu_tanh_grad(psg_kernel_ctx_t *c) {
+    return binary(c, PSG_CU_TANH_GRAD);
+}
 
 static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
@@ -42,14 +56,30 @@ static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
                           psg_tensor_numel(out));
 }
 
-int psg_gpu_neg(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_NEG, 0); }
-int psg_gpu_square(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_SQUARE, 0); }
-int psg_gpu_sqrt(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_SQRT, 0); }
-int psg_gpu_exp(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_EXP, 0); }
-int psg_gpu_log(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_LOG, 0); }
-int psg_gpu_relu(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_RELU, 0); }
-int psg_gpu_sigmoid(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_SIGMOID, 0); }
-int psg_gpu_tanh(psg_kernel_ctx_t *c) { return unary(c, PSG_CU_TANH, 0); }
+int psg_gpu_neg(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_NEG, 0);
+}
+int psg_gpu_square(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_SQUARE, 0);
+}
+int psg_gpu_sqrt(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_SQRT, 0);
+}
+int psg_gpu_exp(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_EXP, 0);
+}
+int psg_gpu_log(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_LOG, 0);
+}
+int psg_gpu_relu(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_RELU, 0);
+}
+int psg_gpu_sigmoid(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_SIGMOID, 0);
+}
+int psg_gpu_tanh(psg_kernel_ctx_t *c) {
+    return unary(c, PSG_CU_TANH, 0);
+}
 int psg_gpu_pow(psg_kernel_ctx_t *c) {
     return unary(c, PSG_CU_POW, (float)psg_node_get_float(c->node, "exponent", 1.0));
 }
@@ -59,32 +89,10 @@ int psg_gpu_scale(psg_kernel_ctx_t *c) {
 
 /* ---- reductions ---- */
 
-/* As math_reduce.c's: true (A, R, B set) for the patterns K, R, KR, RK, KRK. */
-static bool as_arb(const psg_shape_t *s, const bool *reduced, int64_t *A, int64_t *R, int64_t *B) {
-    int64_t size[PSG_MAX_RANK];
-    bool red[PSG_MAX_RANK];
-    int n = 0;
-    for (int i = 0; i < s->rank; i++) {
-        if (s->dims[i] == 1) continue;
-        if (n > 0 && red[n - 1] == reduced[i]) {
-            size[n - 1] *= s->dims[i];
-        } else {
-            size[n] = s->dims[i];
-            red[n++] = reduced[i];
-        }
-    }
-    *A = *R = *B = 1;
-    int k = 0;
-    if (k < n && !red[k]) *A = size[k++];
-    if (k < n && red[k]) *R = size[k++];
-    if (k < n && !red[k]) *B = size[k++];
-    return k == n;
-}
-
 int psg_gpu_reduce_axes(int gpu, const psg_tensor_t *x, const bool *reduced, psg_tensor_t *out,
                         float scale) {
     int64_t A, R, B;
-    if (as_arb(&x->shape, reduced, &A, &R, &B))
+    if (psg_math_reduce_as_arb(&x->shape, reduced, &A, &R, &B))
         return psg_cuda_reduce_arb(gpu, psg_tensor_f32(x), psg_tensor_f32(out), A, R, B, scale);
     return psg_cuda_reduce(gpu, psg_tensor_f32(x), x->shape.dims, x->shape.rank, reduced,
                            psg_tensor_f32(out), scale);
@@ -103,8 +111,12 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
     return psg_gpu_reduce_axes(c->device, x, reduced, out, scale);
 }
 
-int psg_gpu_sum(psg_kernel_ctx_t *c) { return reduce(c, false); }
-int psg_gpu_mean(psg_kernel_ctx_t *c) { return reduce(c, true); }
+int psg_gpu_sum(psg_kernel_ctx_t *c) {
+    return reduce(c, false);
+}
+int psg_gpu_mean(psg_kernel_ctx_t *c) {
+    return reduce(c, true);
+}
 
 int psg_gpu_reduction_size(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
@@ -141,8 +153,12 @@ static int softmax_like(psg_kernel_ctx_t *c, bool log) {
                             psg_tensor_numel(x) / C, C, log);
 }
 
-int psg_gpu_softmax(psg_kernel_ctx_t *c) { return softmax_like(c, false); }
-int psg_gpu_log_softmax(psg_kernel_ctx_t *c) { return softmax_like(c, true); }
+int psg_gpu_softmax(psg_kernel_ctx_t *c) {
+    return softmax_like(c, false);
+}
+int psg_gpu_log_softmax(psg_kernel_ctx_t *c) {
+    return softmax_like(c, true);
+}
 
 /* Labels are not checked before the work, as the CPU kernel does: that
  * needs them on the host. A label outside [0, C) gives NaN on its row. */
@@ -233,8 +249,10 @@ int psg_gpu_concat(psg_kernel_ctx_t *c) {
     if (axis < 0) axis += rank;
     size_t es = psg_dtype_size(out->dtype);
     int64_t outer = 1, inner = 1;
-    for (int i = 0; i < axis; i++) outer *= out->shape.dims[i];
-    for (int i = axis + 1; i < rank; i++) inner *= out->shape.dims[i];
+    for (int i = 0; i < axis; i++)
+        outer *= out->shape.dims[i];
+    for (int i = axis + 1; i < rank; i++)
+        inner *= out->shape.dims[i];
     size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es, at = 0;
     for (int k = 0; k < c->num_inputs; k++) {
         const psg_tensor_t *x = c->inputs[k];
@@ -247,7 +265,9 @@ int psg_gpu_concat(psg_kernel_ctx_t *c) {
     return 0;
 }
 
-static const int64_t *slice_begin(const psg_node_t *n) { return psg_node_attr(n, "begin")->u.ints.v; }
+static const int64_t *slice_begin(const psg_node_t *n) {
+    return psg_node_attr(n, "begin")->u.ints.v;
+}
 
 int psg_gpu_slice(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
@@ -288,17 +308,8 @@ int psg_gpu_dropout(psg_kernel_ctx_t *c) {
     psg_tensor_t *mask = y ? psg_kernel_alloc_output(c, 1) : NULL;
     if (!mask) return -1;
     double rate = psg_node_get_float(c->node, "rate", 0.0);
-    uint64_t key = (uint64_t)psg_node_get_int(c->node, "seed", 0) * 0x100000001b3ull;
-    for (const char *p = psg_node_name(c->node); *p; p++)
-        key = (key ^ (unsigned char)*p) * 0x100000001b3ull;
-    uint64_t z = (uint64_t)c->step_id + 0x632be59bd9b4e019ull;
-    for (int r = 0; r < 2; r++) { /* mix64(key ^ mix64(z)), as the CPU kernel */
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        if (r == 0) z ^= key;
-    }
     return psg_cuda_dropout(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(y),
-                            psg_tensor_f32(mask), psg_tensor_numel(y), z,
+                            psg_tensor_f32(mask), psg_tensor_numel(y),
+                            psg_math_dropout_key(c->node, c->step_id),
                             (uint32_t)(rate * 16777216.0), (float)(1.0 / (1.0 - rate)));
 }

@@ -29,8 +29,8 @@ int psg_gpu_conv2d(psg_kernel_ctx_t *c) {
     if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    return psg_cuda_conv2d(c->device, &g, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(c->inputs[1]),
-                           psg_tensor_f32(out));
+    return psg_cuda_conv2d(c->device, &g, psg_tensor_f32(c->inputs[0]),
+                           psg_tensor_f32(c->inputs[1]), psg_tensor_f32(out));
 }
 
 /* inputs: x (only its shape), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
@@ -82,10 +82,18 @@ static int pool_grad(psg_kernel_ctx_t *c, bool max) {
                               psg_tensor_f32(c->inputs[1]), psg_tensor_f32(out));
 }
 
-int psg_gpu_max_pool(psg_kernel_ctx_t *c) { return pool(c, true); }
-int psg_gpu_avg_pool(psg_kernel_ctx_t *c) { return pool(c, false); }
-int psg_gpu_max_pool_grad(psg_kernel_ctx_t *c) { return pool_grad(c, true); }
-int psg_gpu_avg_pool_grad(psg_kernel_ctx_t *c) { return pool_grad(c, false); }
+int psg_gpu_max_pool(psg_kernel_ctx_t *c) {
+    return pool(c, true);
+}
+int psg_gpu_avg_pool(psg_kernel_ctx_t *c) {
+    return pool(c, false);
+}
+int psg_gpu_max_pool_grad(psg_kernel_ctx_t *c) {
+    return pool_grad(c, true);
+}
+int psg_gpu_avg_pool_grad(psg_kernel_ctx_t *c) {
+    return pool_grad(c, false);
+}
 
 /* rows and channels of a (..., C) tensor */
 static void rows_c(const psg_tensor_t *x, int64_t *rows, int64_t *ch) {
@@ -110,8 +118,8 @@ int psg_gpu_bias_add_grad(psg_kernel_ctx_t *c) {
     if (!out) return -1;
     int64_t rows, ch;
     rows_c(c->inputs[0], &rows, &ch);
-    return psg_cuda_reduce_arb(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(out), 1, rows,
-                               ch, 1.0f);
+    return psg_cuda_reduce_arb(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(out), 1,
+                               rows, ch, 1.0f);
 }
 
 /* As psg_cpu_fused_batch_norm. */
@@ -124,10 +132,11 @@ int psg_gpu_fused_batch_norm(psg_kernel_ctx_t *c) {
     rows_c(c->inputs[0], &rows, &ch);
     const float *mean = c->num_inputs > 3 ? psg_tensor_f32(c->inputs[3]) : NULL;
     const float *var = c->num_inputs > 4 ? psg_tensor_f32(c->inputs[4]) : NULL;
-    if (!training && (!mean || !var)) return psg_error_set("inference needs the mean and variance inputs");
+    if (!training && (!mean || !var))
+        return psg_error_set("inference needs the mean and variance inputs");
     return psg_cuda_batch_norm(c->device, training, eps, rows, ch, psg_tensor_f32(c->inputs[0]),
-                               psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]), mean, var,
-                               psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]),
+                               psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]), mean,
+                               var, psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]),
                                psg_tensor_f32(c->outputs[2]), psg_tensor_f32(c->outputs[3]),
                                psg_tensor_f32(c->outputs[4]));
 }

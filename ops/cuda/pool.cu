@@ -60,8 +60,8 @@ __device__ static int64_t window_argmax(const psg_cu_geom_t &g, const float *x, 
 
 /* dx (N, H, W, C): each input cell sums dy over the windows that hold it
  * (max: only those whose first maximum it is). x (N, H, W, C), dy (N, OH, OW, C) */
-__global__ static void pool_grad_kernel(bool max, psg_cu_geom_t g, const float *x,
-                                        const float *dy, float *dx, int64_t n) {
+__global__ static void pool_grad_kernel(bool max, psg_cu_geom_t g, const float *x, const float *dy,
+                                        float *dx, int64_t n) {
     PSG_GRID_STRIDE(i, n) {
         int64_t ch = i % g.c, iw = (i / g.c) % g.w, ih = (i / (g.c * g.w)) % g.h;
         int64_t b = i / (g.c * g.w * g.h);
@@ -97,7 +97,8 @@ extern "C" int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, con
     PSG_CUDA_DEV(d, gpu);
     int64_t n = g->n * g->h * g->w * g->c;
     if (n == 0) return 0;
-    pool_grad_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(max, *g, x, dy, dx, n);
+    pool_grad_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(max, *g, x, dy, dx,
+                                                                              n);
     PSG_CUDA_LAUNCHED("pool_grad");
     return 0;
 }

@@ -23,12 +23,14 @@ static void tmp_free(tmp_t *t) {
 }
 
 __device__ static inline float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
     return v;
 }
 
 __device__ static inline float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -50,7 +52,8 @@ __device__ static float block_sum(float v) {
 __global__ static void reduce_rows(const float *x, float *o, int64_t A, int64_t R, float scale) {
     for (int64_t a = blockIdx.x; a < A; a += gridDim.x) {
         float s = 0.0f;
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += x[a * R + r];
+        for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
+            s += x[a * R + r];
         s = block_sum(s);
         if (threadIdx.x == 0) o[a] = s * scale;
     }
@@ -64,7 +67,8 @@ __global__ static void reduce_chunks(const float *x, float *o, int64_t A, int64_
         int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
         const float *xa = x + a * R * B + b;
         float s = 0.0f;
-        for (int64_t r = r0; r < r1; r++) s += xa[r * B];
+        for (int64_t r = r0; r < r1; r++)
+            s += xa[r * B];
         o[i] = s * scale;
     }
 }
@@ -93,8 +97,8 @@ extern "C" int psg_cuda_reduce_arb(int gpu, const float *x, float *o, int64_t A,
     tmp_t t = {NULL, NULL};
     float *part = tmp_new(gpu, &t, A * P * B);
     if (!part) return -1;
-    reduce_chunks<<<psg_cuda_blocks(A * P * B), PSG_CUDA_THREADS, 0, d->compute>>>(x, part, A, R,
-                                                                                   B, P, 1.0f);
+    reduce_chunks<<<psg_cuda_blocks(A * P * B), PSG_CUDA_THREADS, 0, d->compute>>>(x, part, A, R, B,
+                                                                                   P, 1.0f);
     reduce_chunks<<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(part, o, A, P, B, 1,
                                                                                scale);
     tmp_free(&t);
@@ -105,7 +109,7 @@ extern "C" int psg_cuda_reduce_arb(int gpu, const float *x, float *o, int64_t A,
 /* ---- any set of axes ---- */
 
 typedef struct {
-    int nk, nr;                       /* kept and reduced dims */
+    int nk, nr; /* kept and reduced dims */
     int64_t kdim[PSG_CU_MAX_RANK], kstride[PSG_CU_MAX_RANK];
     int64_t rdim[PSG_CU_MAX_RANK], rstride[PSG_CU_MAX_RANK];
     int64_t rcount;
@@ -201,10 +205,12 @@ static unsigned row_blocks(int64_t rows) {
 __device__ static void row_stats(const float *x, int64_t c, float *max, float *sum) {
     int lane = threadIdx.x % 32;
     float m = -INFINITY;
-    for (int64_t k = lane; k < c; k += 32) m = fmaxf(m, x[k]);
+    for (int64_t k = lane; k < c; k += 32)
+        m = fmaxf(m, x[k]);
     m = __shfl_sync(0xffffffffu, warp_max(m), 0);
     float s = 0.0f;
-    for (int64_t k = lane; k < c; k += 32) s += expf(x[k] - m);
+    for (int64_t k = lane; k < c; k += 32)
+        s += expf(x[k] - m);
     s = __shfl_sync(0xffffffffu, warp_sum(s), 0);
     *max = m;
     *sum = s;
@@ -336,7 +342,8 @@ extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t ro
                                    float *bvar, float *smean, float *sinv) {
     PSG_CUDA_DEV(d, gpu);
     if (c == 0) return 0;
-    if (training && rows == 0) return psg_error_set("batch norm in training needs at least one row");
+    if (training && rows == 0)
+        return psg_error_set("batch norm in training needs at least one row");
     int64_t n = rows * c;
     tmp_t t = {NULL, NULL}, s = {NULL, NULL};
     float *tmp = training ? tmp_new(gpu, &t, n) : NULL;
@@ -345,8 +352,8 @@ extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t ro
     if (rc == 0 && training) {
         rc = psg_cuda_reduce_arb(gpu, x, smean, 1, rows, c, 1.0f / (float)rows);
         if (rc == 0) {
-            bn_centered<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(x, smean, NULL, NULL,
-                                                                                 true, tmp, n, c);
+            bn_centered<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
+                x, smean, NULL, NULL, true, tmp, n, c);
             rc = psg_cuda_reduce_arb(gpu, tmp, small, 1, rows, c, 1.0f);
         }
     }
@@ -368,7 +375,8 @@ extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t ro
 /* Per channel: dscale, doffset and the folded dx = dy * a + (x - mean) * b + k. */
 __global__ static void bn_grad_finalize(bool training, int64_t rows, int64_t c, const float *sdy,
                                         const float *sdyx, const float *scale, const float *inv,
-                                        float *dscale, float *doffset, float *a, float *b, float *k) {
+                                        float *dscale, float *doffset, float *a, float *b,
+                                        float *k) {
     PSG_GRID_STRIDE(i, c) {
         double m = rows > 0 ? (double)rows : 1.0;
         doffset[i] = sdy[i];

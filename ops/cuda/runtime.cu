@@ -18,8 +18,8 @@ static void detect(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= 0) {
-        snprintf(detect_msg, sizeof detect_msg, "no CUDA device: %s (%d): %s",
-                 cudaGetErrorName(e), (int)e, cudaGetErrorString(e));
+        snprintf(detect_msg, sizeof detect_msg, "no CUDA device: %s (%d): %s", cudaGetErrorName(e),
+                 (int)e, cudaGetErrorString(e));
         (void)cudaGetLastError(); /* the failure is sticky only per call */
         gpu_count = 0;
         return;
@@ -29,8 +29,8 @@ static void detect(void) {
     for (int i = 0; i < n && at < sizeof detect_msg; i++) {
         cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
-        at += (size_t)snprintf(detect_msg + at, sizeof detect_msg - at, " [%d] %s (sm_%d%d, %.0f GiB)",
-                               i, p.name, p.major, p.minor,
+        at += (size_t)snprintf(detect_msg + at, sizeof detect_msg - at,
+                               " [%d] %s (sm_%d%d, %.0f GiB)", i, p.name, p.major, p.minor,
                                (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     }
     gpu_count = n;
@@ -123,7 +123,8 @@ static dpool_t dpools[PSG_CUDA_MAX_GPUS];
 static pthread_once_t dpools_once = PTHREAD_ONCE_INIT;
 
 static void dpools_init(void) {
-    for (int i = 0; i < PSG_CUDA_MAX_GPUS; i++) pthread_mutex_init(&dpools[i].lock, NULL);
+    for (int i = 0; i < PSG_CUDA_MAX_GPUS; i++)
+        pthread_mutex_init(&dpools[i].lock, NULL);
 }
 
 /* Frees every cached block of one GPU; the pool's lock is held. */
@@ -203,22 +204,21 @@ extern "C" void psg_cuda_free(void *data, void *hint) {
     }
 }
 
-extern "C" size_t psg_cuda_live_bytes(int gpu) {
+/* One counter of gpu's pool, read under its lock (0 for a bad gpu). */
+static size_t pool_count(int gpu, bool live) {
     if (gpu < 0 || gpu >= PSG_CUDA_MAX_GPUS) return 0;
     pthread_once(&dpools_once, dpools_init);
     pthread_mutex_lock(&dpools[gpu].lock);
-    size_t n = dpools[gpu].live;
+    size_t n = live ? dpools[gpu].live : dpools[gpu].cached;
     pthread_mutex_unlock(&dpools[gpu].lock);
     return n;
 }
 
+extern "C" size_t psg_cuda_live_bytes(int gpu) {
+    return pool_count(gpu, true);
+}
 extern "C" size_t psg_cuda_cached_bytes(int gpu) {
-    if (gpu < 0 || gpu >= PSG_CUDA_MAX_GPUS) return 0;
-    pthread_once(&dpools_once, dpools_init);
-    pthread_mutex_lock(&dpools[gpu].lock);
-    size_t n = dpools[gpu].cached;
-    pthread_mutex_unlock(&dpools[gpu].lock);
-    return n;
+    return pool_count(gpu, false);
 }
 
 /* ---- pinned host blocks ---- */
@@ -369,8 +369,8 @@ extern "C" int psg_cuda_copy_h2d(int gpu, void *dst, const void *src, size_t n) 
     }
     /* dst may be a block a queued kernel still reads: wait for compute first */
     int rc = stream_wait(d->copy_in, d->compute, gpu);
-    cudaError_t e = rc == 0 ? cudaMemcpyAsync(dst, b->ptr, n, cudaMemcpyHostToDevice, d->copy_in)
-                            : cudaSuccess;
+    cudaError_t e =
+        rc == 0 ? cudaMemcpyAsync(dst, b->ptr, n, cudaMemcpyHostToDevice, d->copy_in) : cudaSuccess;
     if (rc == 0 && e == cudaSuccess) e = cudaEventRecord(b->done, d->copy_in);
     if (rc == 0 && e == cudaSuccess) e = cudaStreamWaitEvent(d->compute, b->done, 0);
     pinned_put(b);

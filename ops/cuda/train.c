@@ -53,11 +53,11 @@ static int apply(psg_kernel_ctx_t *c, psg_cu_rule_t rule, int nslots, int gi, in
     for (int k = 0; k < nhp; k++)
         if (scalar_input(c, hp_inputs[k], hp_names[k], &hp[k]) < 0) return -1;
     pthread_mutex_lock(&v->lock);
-    int rc = psg_cuda_apply(c->device, rule, psg_tensor_f32(v->value),
-                            s[0] ? psg_tensor_f32(s[0]->value) : NULL,
-                            s[1] ? psg_tensor_f32(s[1]->value) : NULL, psg_tensor_f32(g),
-                            psg_tensor_numel(g), hp, psg_node_get_bool(c->node, "use_nesterov", false),
-                            psg_node_get_bool(c->node, "check_numerics", true));
+    int rc = psg_cuda_apply(
+        c->device, rule, psg_tensor_f32(v->value), s[0] ? psg_tensor_f32(s[0]->value) : NULL,
+        s[1] ? psg_tensor_f32(s[1]->value) : NULL, psg_tensor_f32(g), psg_tensor_numel(g), hp,
+        psg_node_get_bool(c->node, "use_nesterov", false),
+        psg_node_get_bool(c->node, "check_numerics", true));
     pthread_mutex_unlock(&v->lock);
     return rc;
 }
@@ -86,7 +86,8 @@ int psg_gpu_apply_rmsprop(psg_kernel_ctx_t *c) {
 /* inputs: var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad */
 int psg_gpu_apply_adam(psg_kernel_ctx_t *c) {
     static const int in[] = {3, 4, 5, 6, 7, 8};
-    static const char *const names[] = {"beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
+    static const char *const names[] = {"beta1_power", "beta2_power", "lr",
+                                        "beta1",       "beta2",       "epsilon"};
     return apply(c, PSG_CU_ADAM, 2, 9, 6, in, names);
 }
 
@@ -115,8 +116,8 @@ int psg_gpu_increment_variable(psg_kernel_ctx_t *c) {
     if (!v->initialized)
         return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
     pthread_mutex_lock(&v->lock);
-    int rc = psg_cuda_increment(c->device, (int)v->dtype, v->value->data, psg_tensor_numel(v->value),
-                                psg_node_get_int(c->node, "by", 1));
+    int rc = psg_cuda_increment(c->device, (int)v->dtype, v->value->data,
+                                psg_tensor_numel(v->value), psg_node_get_int(c->node, "by", 1));
     pthread_mutex_unlock(&v->lock);
     return rc;
 }
