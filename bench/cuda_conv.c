@@ -4,11 +4,11 @@
  * the ratio, one JSON line per shape and direction. Exits 0 with a
  * "skipped" line when there is no GPU. */
 #include "bench/cuda_bench.h"
+#include <stdio.h>
+
 #ifdef PSG_HAVE_CUDA
 #include "ops/cuda/launch.h"
-#endif
 
-#include <stdio.h>
 
 typedef struct {
     const char *workload;
@@ -24,10 +24,12 @@ static const conv_t convs[] = {
 
 static const char *const dirs[] = {"forward", "backprop_input", "backprop_filter"};
 
+#endif
+
 int main(int argc, char **argv) {
-    int iters = argc > 1 ? atoi(argv[1]) : 30;
     if (psg_bench_no_gpu("cuda_conv")) return 0;
 #ifdef PSG_HAVE_CUDA
+    int iters = argc > 1 ? atoi(argv[1]) : 30;
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         const conv_t *v = &convs[i];
         psg_cu_geom_t geo = {v->n, v->h, v->w, v->c, v->k,           v->k,          v->oc,
@@ -63,6 +65,9 @@ int main(int argc, char **argv) {
             psg_graph_destroy(&g);
         }
     }
+#else
+    (void)argc;
+    (void)argv;
 #endif
     return 0;
 }

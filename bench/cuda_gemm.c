@@ -3,11 +3,11 @@
  * run: GFLOP/s of each and their ratio, one JSON line per shape. Exits 0
  * with a "skipped" line when there is no GPU. */
 #include "bench/cuda_bench.h"
+#include <stdio.h>
+
 #ifdef PSG_HAVE_CUDA
 #include "ops/cuda/launch.h"
-#endif
 
-#include <stdio.h>
 
 typedef struct {
     const char *workload;
@@ -24,10 +24,12 @@ static const shape_t shapes[] = {
     {"square 4096", 4096, 4096, 4096, false, false},
 };
 
+#endif
+
 int main(int argc, char **argv) {
-    int iters = argc > 1 ? atoi(argv[1]) : 50;
     if (psg_bench_no_gpu("cuda_gemm")) return 0;
 #ifdef PSG_HAVE_CUDA
+    int iters = argc > 1 ? atoi(argv[1]) : 50;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape_t *s = &shapes[i];
         psg_graph_t *g = psg_graph_new();
@@ -50,6 +52,9 @@ int main(int argc, char **argv) {
                    psg_error_message());
         psg_graph_destroy(&g);
     }
+#else
+    (void)argc;
+    (void)argv;
 #endif
     return 0;
 }
