@@ -12,8 +12,10 @@
 typedef struct psg_plan psg_plan_t;
 
 /* Prunes g to what the fetches and targets need, cut at the fed endpoints.
- * Fails naming the node if a needed placeholder is not fed, a needed op has
- * no CPU kernel, or the needed part has a cycle. The graph must outlive the
+ * A node assigned to GPU k runs its CUDA kernel there (its CPU kernel on the
+ * host when the op has none). Fails naming the node if a needed placeholder
+ * is not fed, a needed op has no CPU kernel, a node is assigned to a GPU
+ * this process lacks, or the needed part has a cycle. The graph must outlive the
  * plan; nodes added to it later are not seen by the plan. */
 psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
                          int n_fetches, const psg_endpoint_t *fetches, int n_targets,
