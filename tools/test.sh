@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 bash tools/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 passed=0
 failed=0
+skipped=0
 run_suite() { # name builddir meson-options...
   local name=$1 dir=$2
   shift 2
@@ -22,6 +23,9 @@ run_suite() { # name builddir meson-options...
   local ok fail
   ok=$(echo "$log" | awk '/^Ok:/ {print $2}')
   fail=$(echo "$log" | awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $2} END {print s + 0}')
+  local skip
+  skip=$(echo "$log" | awk '/^Skipped:/ {print $2}')
+  skipped=$((skipped + ${skip:-0}))
   passed=$((passed + ${ok:-0}))
   failed=$((failed + fail))
 }
@@ -30,5 +34,5 @@ if [ "${PSG_NO_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_suite asan build-asan -Db_sanitize=address,undefined -Dbuildtype=debug
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
