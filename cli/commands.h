@@ -3,5 +3,7 @@
 #define PSGRAPH_CLI_COMMANDS_H
 
 int psg_cmd_train(int argc, char **argv);
+int psg_cmd_server(int argc, char **argv);
+int psg_cmd_launch(int argc, char **argv);
 
 #endif

@@ -23,7 +23,12 @@ static void train_usage(FILE *f) {
             "  --seed S                 seed of initialization and shuffling (default 1)\n"
             "  --threads T              compute threads in all (default 1)\n"
             "  --logdir DIR             write DIR/metrics.jsonl\n"
-            "  --log-every N            progress line every N steps (default 100)\n");
+            "  --log-every N            progress line every N steps (default 100)\n"
+            "  --sync none|async        none: one process; async: a worker of the cluster given by\n"
+            "                           TF_CONFIG or --cluster (the default when one is given)\n"
+            "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
+            "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
+            "  --step-timeout S         a distributed step fails after S seconds (default 30)\n");
 }
 
 /* Parses a number option; on error names the option. */
@@ -59,6 +64,11 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--data-dir")) c.data_dir = v;
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
+        else if (!strcmp(a, "--sync")) c.sync = v;
+        else if (!strcmp(a, "--cluster")) c.cluster_file = v;
+        else if (!strcmp(a, "--job")) c.job = v;
+        else if (!strcmp(a, "--task")) { rc = parse_num(a, v, 0, 1e6, &x); c.task = (int)x; }
+        else if (!strcmp(a, "--step-timeout")) { rc = parse_num(a, v, 0.001, 1e6, &x); c.step_timeout_ms = (int64_t)(x * 1000); }
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }
