@@ -30,6 +30,7 @@ typedef struct {
     uint64_t handle; /* on that task */
     uint64_t pending_id;
     bool waiting;
+    bool unreachable; /* this step: the RunGraph could not be sent (send no notes) */
 } part_run_t;
 
 struct psg_dist_callable {
@@ -368,6 +369,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
     char err[2048] = "";
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
+    for (int k = 0; k < np; k++) c->runs[k].unreachable = false;
     for (int k = 0; k < np && !err[0]; k++) {
         part_run_t *run = &c->runs[k];
         if (run->peer < 0) continue;
@@ -381,6 +383,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         if (m) m->step = step;
         if (rc == 0) rc = psg_client_send(s->peers[run->peer].client, &m, &run->pending_id);
         psg_msg_destroy(&m);
+        run->unreachable = rc < 0;
         if (rc < 0)
             snprintf(err, sizeof err, "task %s: %s", s->peers[run->peer].task, psg_error_message());
         else
@@ -401,11 +404,13 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     }
     if (err[0]) /* tell the others now, so that they stop waiting for this step */
         for (int k = 0; k < np; k++)
-            if (c->runs[k].peer >= 0) send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
+            if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
+                send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
     collect(c, step, deadline, fetched, err, sizeof err);
     if (err[0] && c->local >= 0) psg_task_server_abort_step(s->server, step, err);
     for (int k = 0; k < np; k++)
-        if (c->runs[k].peer >= 0) send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, step, NULL);
+        if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
+            send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, step, NULL);
     psg_task_server_cleanup_step(s->server, step);
     if (err[0]) {
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);

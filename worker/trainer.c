@@ -146,7 +146,7 @@ static void trainer_free(trainer_t *t) {
  * rank among the workers (the chief job first), the chief, and starts the task server. */
 static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
     bool want = c->cluster_file || getenv("TF_CONFIG");
-    if (c->sync && !strcmp(c->sync, "none")) return 0;
+    if ((c->sync && !strcmp(c->sync, "none")) || (!c->sync && !want)) return 0;
     if (c->sync && strcmp(c->sync, "async"))
         return psg_error_set("--sync: unknown mode '%s' (known: none, async)", c->sync);
     if (!want)

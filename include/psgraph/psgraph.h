@@ -23,5 +23,8 @@
 #include "psgraph/data.h"
 #include "psgraph/models.h"
 #include "psgraph/trainer.h"
+#include "psgraph/cluster.h"
+#include "psgraph/task_server.h"
+#include "psgraph/dist_session.h"
 
 #endif
