@@ -11,7 +11,7 @@
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: psgraph train [options]\n"
-            "  --model mlp|cnn          the model (default cnn)\n"
+            "  --model mlp|cnn          the model (default cnn; inception3: psgraph train --model inception3 --help)\n"
             "  --data fashion-mnist|synthetic\n"
             "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
             "  --epochs E               passes over the training set (default 2)\n"
@@ -43,6 +43,9 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 }
 
 int psg_cmd_train(int argc, char **argv) {
+    /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "inception3")) return psg_cmd_train_inception3(argc, argv);
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     for (int i = 1; i < argc; i++) {

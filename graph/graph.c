@@ -173,6 +173,10 @@ int psg_graph_push_scope(psg_graph_t *g, const char *scope) {
     return 0;
 }
 
+const char *psg_graph_scope(const psg_graph_t *g) {
+    return g->num_scopes ? g->scopes[g->num_scopes - 1] : "";
+}
+
 void psg_graph_pop_scope(psg_graph_t *g) {
     PSG_ASSERT(g->num_scopes > 0);
     free(g->scopes[--g->num_scopes]);

@@ -435,7 +435,10 @@ psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     psg_endpoint_t h = psg_var_handle(g, name, dt, shape);
     if (!psg_endpoint_valid(h)) return h;
     const char *full = psg_node_name(psg_graph_node(g, h.node));
-    if (psg_graph_push_scope(g, full) < 0) return PSG_NO_ENDPOINT;
+    /* the initializer lives under the variable's own name, relative to the
+     * current scope (which the full name already starts with) */
+    size_t outer = strlen(psg_graph_scope(g));
+    if (psg_graph_push_scope(g, full + (outer ? outer + 1 : 0)) < 0) return PSG_NO_ENDPOINT;
     psg_endpoint_t v = initial_value(g, shape, init);
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;
     psg_graph_pop_scope(g);

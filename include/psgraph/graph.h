@@ -78,6 +78,8 @@ const char *psg_graph_error(const psg_graph_t *g);
 /* Name scopes: "tower0/conv1/weights". push returns -1 on a bad name. */
 int psg_graph_push_scope(psg_graph_t *g, const char *scope);
 void psg_graph_pop_scope(psg_graph_t *g);
+/* The current scope ("a/b"), "" outside any. Valid until the next push or pop. */
+const char *psg_graph_scope(const psg_graph_t *g);
 
 /* Device functions, as `with tf.device(...)`: every pushed function runs on
  * each node built while it is pushed, innermost first; each sees the device

@@ -1,0 +1,402 @@
+/* TFRecord framing with CRC-32C, a resynchronizing index of a file's
+ * records, and tf.Example's protobuf read and written by hand. Not a
+ * protobuf library: only Example / Features / Feature / BytesList /
+ * Int64List are understood; other fields are skipped by wire type. */
+#include "psgraph/tfrecord.h"
+
+#include "psgraph/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- CRC-32C: slicing by 8 over the reflected polynomial 0x82f63b78 ---- */
+
+static uint32_t crc_table[8][256];
+static int crc_ready;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+    __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
+}
+
+uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n) {
+    if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE)) crc_init(); /* idempotent: a race writes equal tables */
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^
+              crc_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+    return ~crc;
+}
+
+uint32_t psg_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+
+/* ---- writer ---- */
+
+struct psg_tfrecord_writer {
+    FILE *f;
+    char *path;
+    int failed;
+};
+
+psg_tfrecord_writer_t *psg_tfrecord_writer_new(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        psg_error_set("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    psg_tfrecord_writer_t *w = calloc(1, sizeof *w);
+    char *p = strdup(path);
+    if (!w || !p) {
+        fclose(f);
+        free(w);
+        free(p);
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    w->f = f;
+    w->path = p;
+    return w;
+}
+
+int psg_tfrecord_write(psg_tfrecord_writer_t *w, const void *data, size_t n) {
+    uint8_t head[12], foot[4];
+    put_u64(head, (uint64_t)n);
+    put_u32(head + 8, psg_crc32c_mask(psg_crc32c(0, head, 8)));
+    put_u32(foot, psg_crc32c_mask(psg_crc32c(0, data, n)));
+    if (fwrite(head, 1, 12, w->f) != 12 || (n && fwrite(data, 1, n, w->f) != n) ||
+        fwrite(foot, 1, 4, w->f) != 4) {
+        w->failed = 1;
+        return psg_error_set("%s: write failed: %s", w->path, strerror(errno));
+    }
+    return 0;
+}
+
+int psg_tfrecord_writer_close(psg_tfrecord_writer_t **w) {
+    if (!w || !*w) return 0;
+    int rc = (*w)->failed ? -1 : 0;
+    if (fclose((*w)->f) != 0 && rc == 0) rc = psg_error_set("%s: close failed: %s", (*w)->path, strerror(errno));
+    free((*w)->path);
+    free(*w);
+    *w = NULL;
+    return rc;
+}
+
+/* ---- index ---- */
+
+static void report(psg_report_fn fn, void *ctx, const char *path, int64_t off, const char *why) {
+    if (!fn) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s: byte %lld: %s", path, (long long)off, why);
+    fn(ctx, msg);
+}
+
+int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
+                       psg_report_fn fn, void *ctx) {
+    *entries = NULL;
+    *n = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return psg_error_set("%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        close(fd);
+        return psg_error_set("%s: %s", path, strerror(errno));
+    }
+    int64_t size = st.st_size, off = 0, cap = 0;
+    int problems = 0;
+    bool resyncing = false;
+    psg_tfrecord_entry_t *v = NULL;
+    while (off + 12 <= size) {
+        uint8_t head[12];
+        if (pread(fd, head, 12, off) != 12) {
+            free(v);
+            close(fd);
+            return psg_error_set("%s: byte %lld: read failed", path, (long long)off);
+        }
+        uint64_t len = get_u64(head);
+        bool ok = psg_crc32c_mask(psg_crc32c(0, head, 8)) == get_u32(head + 8);
+        if (!ok) {
+            if (!resyncing) {
+                report(fn, ctx, path, off, "corrupt record header (length CRC mismatch): skipping to the next valid header");
+                problems++;
+                resyncing = true;
+            }
+            off++;
+            continue;
+        }
+        if (size - off < 16 || len > (uint64_t)(size - off - 16)) {
+            report(fn, ctx, path, off, "record runs past the end of the file (truncated): skipped");
+            problems++;
+            break;
+        }
+        resyncing = false;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 256;
+            psg_tfrecord_entry_t *nv = realloc(v, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                close(fd);
+                return psg_error_set("out of memory indexing %s", path);
+            }
+            v = nv;
+        }
+        v[(*n)++] = (psg_tfrecord_entry_t){off, (int64_t)len};
+        off += 16 + (int64_t)len;
+    }
+    if (off < size && off + 12 > size && !resyncing) {
+        report(fn, ctx, path, off, "trailing bytes shorter than a record header: ignored");
+        problems++;
+    }
+    close(fd);
+    *entries = v;
+    return problems;
+}
+
+int psg_tfrecord_read(int fd, const char *path, const psg_tfrecord_entry_t *e, uint8_t *buf) {
+    size_t len = (size_t)e->length;
+    uint8_t foot[4];
+    ssize_t got = pread(fd, buf, len, e->offset + 12);
+    if (got != (ssize_t)len || pread(fd, foot, 4, e->offset + 12 + (int64_t)len) != 4)
+        return psg_error_set("%s: byte %lld: record cut short", path, (long long)e->offset);
+    if (psg_crc32c_mask(psg_crc32c(0, buf, len)) != get_u32(foot))
+        return psg_error_set("%s: byte %lld: corrupt record data (CRC mismatch)", path, (long long)e->offset);
+    return 0;
+}
+
+/* ---- protobuf wire format ---- */
+
+typedef struct {
+    const uint8_t *p, *end;
+} pb_t;
+
+static int varint(pb_t *b, uint64_t *v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (b->p >= b->end) return psg_error_set("malformed tf.Example: varint runs past the end");
+        uint8_t c = *b->p++;
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) return 0;
+    }
+    return psg_error_set("malformed tf.Example: varint longer than 10 bytes");
+}
+
+/* The next field: its number, wire type, and for length-delimited fields
+ * the sub-buffer; other types are consumed (value in *v for varints). */
+static int field(pb_t *b, int *num, int *type, pb_t *sub, uint64_t *v) {
+    uint64_t key;
+    if (varint(b, &key) < 0) return -1;
+    *num = (int)(key >> 3);
+    *type = (int)(key & 7);
+    switch (*type) {
+    case 0:
+        return varint(b, v);
+    case 1:
+    case 5: {
+        size_t k = *type == 1 ? 8 : 4;
+        if ((size_t)(b->end - b->p) < k) return psg_error_set("malformed tf.Example: fixed field past the end");
+        b->p += k;
+        return 0;
+    }
+    case 2: {
+        uint64_t len;
+        if (varint(b, &len) < 0) return -1;
+        if (len > (uint64_t)(b->end - b->p)) return psg_error_set("malformed tf.Example: field of %llu bytes past the end", (unsigned long long)len);
+        sub->p = b->p;
+        sub->end = b->p + len;
+        b->p += len;
+        return 0;
+    }
+    default:
+        return psg_error_set("malformed tf.Example: wire type %d", *type);
+    }
+}
+
+/* Feature { bytes_list = 1 | float_list = 2 | int64_list = 3 } */
+static int parse_feature(pb_t f, bool want_bytes, psg_example_image_t *out) {
+    while (f.p < f.end) {
+        int num, type;
+        pb_t list = {0};
+        uint64_t v;
+        if (field(&f, &num, &type, &list, &v) < 0) return -1;
+        if (type != 2) continue;
+        if (want_bytes && num == 1) {
+            while (list.p < list.end) { /* BytesList { repeated bytes value = 1 } */
+                int n2, t2;
+                pb_t val = {0};
+                if (field(&list, &n2, &t2, &val, &v) < 0) return -1;
+                if (n2 == 1 && t2 == 2 && !out->has_encoded) {
+                    out->encoded = val.p;
+                    out->encoded_len = (size_t)(val.end - val.p);
+                    out->has_encoded = true;
+                }
+            }
+        } else if (!want_bytes && num == 3) {
+            while (list.p < list.end) { /* Int64List { repeated int64 value = 1 (packed or not) } */
+                int n2, t2;
+                pb_t packed = {0};
+                if (field(&list, &n2, &t2, &packed, &v) < 0) return -1;
+                if (n2 != 1) continue;
+                if (t2 == 2) {
+                    if (packed.p < packed.end && !out->has_label) {
+                        if (varint(&packed, &v) < 0) return -1;
+                        out->label = (int64_t)v;
+                        out->has_label = true;
+                    }
+                } else if (t2 == 0 && !out->has_label) {
+                    out->label = (int64_t)v;
+                    out->has_label = true;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const char *int64_key,
+                      psg_example_image_t *out) {
+    memset(out, 0, sizeof *out);
+    pb_t ex = {buf, buf + n};
+    size_t bk = strlen(bytes_key), ik = strlen(int64_key);
+    while (ex.p < ex.end) { /* Example { Features features = 1 } */
+        int num, type;
+        pb_t feats = {0};
+        uint64_t v;
+        if (field(&ex, &num, &type, &feats, &v) < 0) return -1;
+        if (num != 1 || type != 2) continue;
+        while (feats.p < feats.end) { /* Features { map<string, Feature> feature = 1 } */
+            pb_t entry = {0};
+            if (field(&feats, &num, &type, &entry, &v) < 0) return -1;
+            if (num != 1 || type != 2) continue;
+            pb_t key = {0}, value = {0};
+            bool has_key = false, has_value = false;
+            while (entry.p < entry.end) { /* MapEntry { string key = 1; Feature value = 2 } */
+                pb_t s = {0};
+                if (field(&entry, &num, &type, &s, &v) < 0) return -1;
+                if (type != 2) continue;
+                if (num == 1) key = s, has_key = true;
+                if (num == 2) value = s, has_value = true;
+            }
+            if (!has_key || !has_value) continue;
+            size_t kl = (size_t)(key.end - key.p);
+            if (kl == bk && !memcmp(key.p, bytes_key, bk)) {
+                if (parse_feature(value, true, out) < 0) return -1;
+            } else if (kl == ik && !memcmp(key.p, int64_key, ik)) {
+                if (parse_feature(value, false, out) < 0) return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- writing a tf.Example ---- */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} out_t;
+
+static void put(out_t *o, const void *d, size_t n) {
+    if (o->oom) return;
+    if (o->n + n > o->cap) {
+        size_t c = o->cap ? o->cap : 64;
+        while (c < o->n + n) c *= 2;
+        uint8_t *np = realloc(o->p, c);
+        if (!np) {
+            o->oom = 1;
+            return;
+        }
+        o->p = np;
+        o->cap = c;
+    }
+    memcpy(o->p + o->n, d, n);
+    o->n += n;
+}
+
+static void put_varint(out_t *o, uint64_t v) {
+    uint8_t b[10];
+    int k = 0;
+    do {
+        b[k++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    put(o, b, (size_t)k);
+}
+
+static size_t varint_len(uint64_t v) {
+    size_t k = 1;
+    while (v > 0x7f) v >>= 7, k++;
+    return k;
+}
+
+/* key (num, LEN) and the length */
+static void put_len(out_t *o, int num, size_t len) {
+    put_varint(o, (uint64_t)num << 3 | 2);
+    put_varint(o, len);
+}
+
+static size_t len_field(size_t len) { return 1 + varint_len(len) + len; }
+
+int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,
+                       const char *int64_key, int64_t value, uint8_t **out, size_t *out_len) {
+    size_t bk = strlen(bytes_key), ik = strlen(int64_key);
+    /* feature 1: { key, Feature { bytes_list { value } } } */
+    size_t blist = len_field(bytes_len), bfeat = len_field(blist);
+    size_t bentry = len_field(bk) + len_field(bfeat);
+    /* feature 2: { key, Feature { int64_list { packed value } } } */
+    size_t packed = varint_len((uint64_t)value), ilist = len_field(packed), ifeat = len_field(ilist);
+    size_t ientry = len_field(ik) + len_field(ifeat);
+    size_t feats = len_field(bentry) + len_field(ientry);
+    out_t o = {0};
+    put_len(&o, 1, feats);
+    put_len(&o, 1, bentry);
+    put_len(&o, 1, bk);
+    put(&o, bytes_key, bk);
+    put_len(&o, 2, bfeat);
+    put_len(&o, 1, blist);
+    put_len(&o, 1, bytes_len);
+    put(&o, bytes, bytes_len);
+    put_len(&o, 1, ientry);
+    put_len(&o, 1, ik);
+    put(&o, int64_key, ik);
+    put_len(&o, 2, ifeat);
+    put_len(&o, 3, ilist);
+    put_len(&o, 1, packed);
+    put_varint(&o, (uint64_t)value);
+    if (o.oom) {
+        free(o.p);
+        return psg_error_set("out of memory encoding a tf.Example");
+    }
+    *out = o.p;
+    *out_len = o.n;
+    return 0;
+}

@@ -1,0 +1,152 @@
+/* The sync-replicas cluster model behind `psgraph simulate`: per-worker
+ * step times from a tail model or measured samples, the N-th order statistic
+ * of N + b workers, transfers over shared parameter-server links. Not a
+ * network simulator: no queues, no packet-level effects. */
+#include "psgraph/simulate.h"
+
+#include "psgraph/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+psg_sim_config_t psg_sim_defaults(void) {
+    return (psg_sim_config_t){
+        .step_ms = 1300,
+        .tail = PSG_SIM_TAIL_PARETO,
+        .cv = 0.03,
+        .sigma = 0.1,
+        .straggle_p = 0.02,
+        .alpha = 1.5,
+        .bytes_per_step = 4.0 * 23817352,
+        .link_gbps = 10,
+        .latency_ms = 0.07,
+        .ps = 0,
+        .overhead_ms = 2,
+        .batch = 32,
+        .steps = 2000,
+        .seed = 1,
+    };
+}
+
+static const char *const tail_names[] = {"none", "normal", "lognormal", "pareto", "samples"};
+
+int psg_sim_tail_from_name(const char *name) {
+    for (int i = 0; i < (int)(sizeof tail_names / sizeof tail_names[0]); i++)
+        if (!strcmp(name, tail_names[i])) return i;
+    return -1;
+}
+
+const char *psg_sim_tail_name(psg_sim_tail_t t) {
+    return (unsigned)t < sizeof tail_names / sizeof tail_names[0] ? tail_names[t] : "?";
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0; }
+
+static double gauss(uint64_t *s) {
+    double u1 = uniform01(s), u2 = uniform01(s);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* One compute time in ms. Always draws the same count of numbers per call,
+ * so a worker's stream stays aligned across runs. */
+static double draw(const psg_sim_config_t *c, uint64_t *s) {
+    double z = gauss(s), u = uniform01(s), v = uniform01(s);
+    switch (c->tail) {
+    case PSG_SIM_TAIL_NONE:
+        return c->step_ms;
+    case PSG_SIM_TAIL_NORMAL:
+        return fmax(0.1 * c->step_ms, c->step_ms * (1 + c->cv * z));
+    case PSG_SIM_TAIL_LOGNORMAL:
+        return c->step_ms * exp(c->sigma * z - 0.5 * c->sigma * c->sigma);
+    case PSG_SIM_TAIL_PARETO: {
+        double t = fmax(0.1 * c->step_ms, c->step_ms * (1 + c->cv * z));
+        if (u < c->straggle_p) t += c->step_ms * fmin(50.0, 0.5 * pow(v, -1.0 / c->alpha));
+        return t;
+    }
+    case PSG_SIM_TAIL_SAMPLES: {
+        int i = (int)(u * c->n_samples);
+        return c->samples[i < c->n_samples ? i : c->n_samples - 1];
+    }
+    }
+    return c->step_ms;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int check(const psg_sim_config_t *c, int workers, int backups) {
+    if (workers < 1 || backups < 0 || workers + backups > 100000)
+        return psg_error_set("simulate: %d workers + %d backups (need >= 1 worker, >= 0 backups)",
+                             workers, backups);
+    if (c->tail == PSG_SIM_TAIL_SAMPLES) {
+        if (!c->samples || c->n_samples < 1) return psg_error_set("simulate: no step-time samples");
+        for (int i = 0; i < c->n_samples; i++)
+            if (!(c->samples[i] > 0) || !isfinite(c->samples[i]))
+                return psg_error_set("simulate: step-time sample %d is %g ms (must be > 0)", i, c->samples[i]);
+    } else if (!(c->step_ms > 0) || !isfinite(c->step_ms)) {
+        return psg_error_set("simulate: step time %g ms must be > 0", c->step_ms);
+    }
+    if ((unsigned)c->tail > PSG_SIM_TAIL_SAMPLES) return psg_error_set("simulate: unknown tail model");
+    if (c->cv < 0 || c->sigma < 0 || c->straggle_p < 0 || c->straggle_p > 1 || !(c->alpha > 0))
+        return psg_error_set("simulate: tail parameters out of range (cv, sigma >= 0; p in [0, 1]; alpha > 0)");
+    if (!(c->link_gbps > 0) || c->bytes_per_step < 0 || c->latency_ms < 0 || c->overhead_ms < 0 ||
+        c->ps < 0 || c->batch < 1 || c->steps < 1)
+        return psg_error_set("simulate: link, bytes, latency, overhead, ps, batch or steps out of range");
+    return 0;
+}
+
+/* Mean step and compute over c->steps; writes the means. */
+static void simulate(const psg_sim_config_t *c, int n, int b, int ps, double *step_ms,
+                     double *compute_ms, double *transfer_ms) {
+    int m = n + b;
+    uint64_t *streams = malloc((size_t)m * sizeof *streams);
+    double *t = malloc((size_t)m * sizeof *t);
+    PSG_ASSERT(streams && t);
+    for (int k = 0; k < m; k++) streams[k] = c->seed * 0x9e3779b97f4a7c15ull + (uint64_t)k * 0x632be59bd9b4e019ull;
+    double bytes_per_ms = c->link_gbps * 1e9 / 8.0 / 1000.0;
+    double own = c->bytes_per_step / bytes_per_ms;
+    double shared = (double)m * c->bytes_per_step / ((double)ps * bytes_per_ms);
+    /* one direction; a worker pulls from and pushes to every ps in parallel */
+    double one_way = c->latency_ms + fmax(own, shared);
+    double sum = 0;
+    for (int s = 0; s < c->steps; s++) {
+        for (int k = 0; k < m; k++) t[k] = draw(c, &streams[k]);
+        if (b > 0) qsort(t, (size_t)m, sizeof *t, cmp_double);
+        double kth = t[0];
+        if (b > 0) kth = t[n - 1];
+        else
+            for (int k = 1; k < m; k++) kth = fmax(kth, t[k]);
+        sum += kth;
+    }
+    *compute_ms = sum / c->steps;
+    *transfer_ms = 2 * one_way;
+    *step_ms = *compute_ms + *transfer_ms + c->overhead_ms;
+    free(streams);
+    free(t);
+}
+
+int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r) {
+    if (check(c, workers, backups) < 0) return -1;
+    int ps = c->ps > 0 ? c->ps : (workers + backups + 3) / 4;
+    memset(r, 0, sizeof *r);
+    r->workers = workers;
+    r->backups = backups;
+    r->ps = ps;
+    simulate(c, workers, backups, ps, &r->step_ms, &r->compute_ms, &r->transfer_ms);
+    double one_step, one_compute, one_transfer;
+    simulate(c, 1, 0, c->ps > 0 ? c->ps : 1, &one_step, &one_compute, &one_transfer);
+    r->steps_per_sec = 1000.0 / r->step_ms;
+    r->images_per_sec = r->steps_per_sec * workers * c->batch;
+    r->speedup = r->images_per_sec / (1000.0 / one_step * c->batch);
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* ImageNet as TensorFlow's build_imagenet_data.py writes it (TFRecord shards
+ * of tf.Example with image/encoded JPEG and image/class/label), read into a
+ * psg_dataset_t: JPEG decoding with libjpeg-turbo on a pool of decode
+ * threads, Inception's training distortions (random crop and resize, flip)
+ * or the evaluation's central crop. Not bounding-box-aware cropping and not
+ * colour distortion. */
+#ifndef PSGRAPH_IMAGENET_H
+#define PSGRAPH_IMAGENET_H
+
+#include "psgraph/data.h"
+#include "psgraph/tfrecord.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- JPEG ---- */
+
+/* Decodes a JPEG (baseline or progressive; grayscale is expanded) into
+ * *rgb, h x w x 3 bytes, malloc'ed (the caller frees). Returns 0, or -1
+ * with the error "corrupt JPEG: why" (libjpeg's message); never prints. */
+int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, int *height);
+
+/* Encodes h x w x 3 RGB bytes as a JPEG of `quality` (1-100) into *out
+ * (malloc'ed). For tests and tools. Returns 0 or -1 with the error set. */
+int psg_jpeg_encode(const uint8_t *rgb, int width, int height, int quality, uint8_t **out,
+                    size_t *out_len);
+
+/* ---- preprocessing ---- */
+
+/* Crops the box (x0, y0, cw, ch) of an h x w x 3 image, resizes it
+ * bilinearly to size x size, flips it left-right when `flip`, and writes
+ * floats scaled to [-1, 1] into out (size * size * 3, HWC). */
+void psg_image_crop_resize(const uint8_t *rgb, int width, int height, int x0, int y0, int cw,
+                           int ch, bool flip, int size, float *out);
+
+/* Inception's random crop, as tf.image.sample_distorted_bounding_box with
+ * the whole image as the box: area in [0.05, 1] of the image, aspect ratio in
+ * [3/4, 4/3], up to 10 tries, else the whole image. *state: a PRNG state. */
+void psg_image_random_crop(int width, int height, uint64_t *state, int *x0, int *y0, int *cw,
+                           int *ch);
+
+/* ---- the data set ---- */
+
+typedef struct {
+    int image_size;      /* 299 */
+    bool train;          /* random crop + flip; false: central 87.5% crop */
+    int label_offset;    /* subtracted from image/class/label: 1 (the script's labels
+                          * run 1..1000, 0 being "background") */
+    int classes;         /* labels must fall in [0, classes): 1000 */
+    int threads;         /* decode threads: 2 */
+    uint64_t seed;       /* distortions: 1 */
+    psg_report_fn report; /* told of each skipped record or image (NULL: counted only) */
+    void *report_ctx;
+} psg_imagenet_options_t;
+
+psg_imagenet_options_t psg_imagenet_defaults(bool train);
+
+typedef struct psg_imagenet psg_imagenet_t;
+
+/* Indexes the TFRecord shards at `path`: a file, or a directory whose files
+ * named "<prefix>-*" are read in name order (prefix "train" or "validation"
+ * by o->train; every regular file when none matches). A corrupt header is
+ * reported and skipped at indexing; a record with bad data, a bad tf.Example,
+ * a missing feature, a label out of range or a corrupt JPEG is reported when
+ * first read ("file: byte N: why") and replaced by the next good record, so
+ * a batch is always full. NULL with the error set when nothing is readable. */
+psg_imagenet_t *psg_imagenet_new(const char *path, const psg_imagenet_options_t *o);
+void psg_imagenet_destroy(psg_imagenet_t **r);
+
+/* The data set over the records (borrowed: valid until destroy): examples
+ * f32 [size, size, 3] in [-1, 1], labels i32. */
+const psg_dataset_t *psg_imagenet_dataset(const psg_imagenet_t *r);
+/* Records indexed, and problems reported so far (index + reads). */
+int64_t psg_imagenet_num_records(const psg_imagenet_t *r);
+int64_t psg_imagenet_num_skipped(const psg_imagenet_t *r);
+
+#endif

@@ -1,0 +1,80 @@
+/* TFRecord files and tf.Example records, byte-compatible with TensorFlow:
+ * framing (u64 length, masked CRC-32C of the length, data, masked CRC-32C of
+ * the data), an index of a file's records that survives corrupt headers, and
+ * a hand-written protobuf reader (and writer) of tf.Example's features.
+ * Not a general protobuf library and not an input pipeline (imagenet.h). */
+#ifndef PSGRAPH_TFRECORD_H
+#define PSGRAPH_TFRECORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CRC-32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
+uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n);
+/* TensorFlow's masking: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t psg_crc32c_mask(uint32_t crc);
+
+/* Where a reader reports what it skipped ("file: byte N: why"); NULL: only counted. */
+typedef void (*psg_report_fn)(void *ctx, const char *message);
+
+/* ---- writing ---- */
+
+typedef struct psg_tfrecord_writer psg_tfrecord_writer_t;
+
+/* Creates (truncates) `path`. NULL with the error set. */
+psg_tfrecord_writer_t *psg_tfrecord_writer_new(const char *path);
+/* Appends one record. Returns 0, or -1 with the error naming the file. */
+int psg_tfrecord_write(psg_tfrecord_writer_t *w, const void *data, size_t n);
+/* Flushes and closes; sets *w NULL. Returns 0, or -1 if a write failed. NULL-safe. */
+int psg_tfrecord_writer_close(psg_tfrecord_writer_t **w);
+
+/* ---- reading ---- */
+
+/* One record of a file: its data starts at offset + 12. */
+typedef struct {
+    int64_t offset; /* of the record's header */
+    int64_t length; /* of its data */
+} psg_tfrecord_entry_t;
+
+/* Scans the headers of `path` (reading the lengths, skipping the data) and
+ * returns its records in *entries (malloc'ed, the caller frees) and their
+ * count in *n. A header whose length CRC does not match, or a record cut
+ * short by the end of the file, is reported as "path: byte OFFSET: why" and
+ * skipped: the scan looks for the next byte offset holding a valid header.
+ * Data CRCs are checked later, by psg_tfrecord_read. Returns the number of
+ * problems reported (>= 0), or -1 with the error set when the file cannot be
+ * read at all. */
+int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
+                       psg_report_fn report, void *report_ctx);
+
+/* Reads the data of record e from the open descriptor fd of file `path`
+ * into buf (at least e->length bytes) and checks its CRC. Thread-safe
+ * (pread). Returns 0, or -1 with the error "path: byte OFFSET: why". */
+int psg_tfrecord_read(int fd, const char *path, const psg_tfrecord_entry_t *e, uint8_t *buf);
+
+/* ---- tf.Example ---- */
+
+/* The two features of an ImageNet record as build_imagenet_data.py writes
+ * them. Pointers point into the parsed buffer. */
+typedef struct {
+    const uint8_t *encoded; /* image/encoded: the JPEG bytes */
+    size_t encoded_len;
+    int64_t label; /* image/class/label */
+    bool has_encoded, has_label;
+} psg_example_image_t;
+
+/* Parses a serialized tf.Example and picks the bytes feature `bytes_key`
+ * and the first value of the int64 feature `int64_key` (packed or not);
+ * other features are skipped. Returns 0 (absent features leave has_* false),
+ * or -1 with the error "malformed tf.Example: why" on bad wire data. */
+int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const char *int64_key,
+                      psg_example_image_t *out);
+
+/* Serializes a tf.Example with a bytes feature and an int64 feature (packed,
+ * as TensorFlow writes): for tests and tools. *out is malloc'ed. Returns 0 or
+ * -1 with the error set. */
+int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,
+                       const char *int64_key, int64_t value, uint8_t **out, size_t *out_len);
+
+#endif
