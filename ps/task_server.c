@@ -23,6 +23,9 @@
 
 #define LOOP_MS 50
 #define MAX_WORKERS_DONE 1024
+/* A partition without Recv and with at most this many nodes runs on the server thread:
+ * it cannot wait, and two thread hand-offs cost more than it does (docs/distributed.md). */
+#define INLINE_MAX_NODES 16
 
 typedef struct {
     char *key;
@@ -41,6 +44,7 @@ typedef struct {
     pull_spec_t *pulls;
     int n_sends;
     char **send_keys;
+    bool run_inline; /* no Recv and a few nodes: it cannot wait, the server thread runs it */
 } reg_graph_t;
 
 typedef struct job {
@@ -194,6 +198,9 @@ int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t le
     if (!rg->plan) goto fail;
     rg->n_feeds = n_feeds;
     rg->n_fetches = n_fetches;
+    rg->run_inline = psg_plan_num_nodes(rg->plan) <= INLINE_MAX_NODES;
+    for (int i = 0; i < nn && rg->run_inline; i++)
+        if (!strcmp(psg_node_op(psg_graph_node(rg->g, i)), "Recv")) rg->run_inline = false;
     pthread_mutex_lock(&ts->lock);
     if (ts->n_graphs == ts->cap_graphs) {
         int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
@@ -441,6 +448,8 @@ static bool parse_handle(const char *key, uint64_t *h) {
     return true;
 }
 
+static void run_job(psg_task_server_t *ts, job_t *j);
+
 static void handle_run(psg_task_server_t *ts, psg_msg_t **reqp) {
     psg_msg_t *req = *reqp;
     uint64_t h = 0;
@@ -466,6 +475,12 @@ static void handle_run(psg_task_server_t *ts, psg_msg_t **reqp) {
     j->req = req;
     j->rg = rg;
     *reqp = NULL;
+    if (rg->run_inline && pthread_mutex_trylock(&rg->run_lock) == 0) {
+        /* run_job takes the lock itself: hand it over by releasing it just before */
+        pthread_mutex_unlock(&rg->run_lock);
+        run_job(ts, j);
+        return;
+    }
     pthread_mutex_lock(&ts->lock);
     if (ts->jq_tail)
         ts->jq_tail->next = j;

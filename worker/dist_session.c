@@ -408,7 +408,9 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
                 send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
     collect(c, step, deadline, fetched, err, sizeof err);
     if (err[0] && c->local >= 0) psg_task_server_abort_step(s->server, step, err);
-    for (int k = 0; k < np; k++)
+    /* A step that succeeded left nothing behind: every Send was received, every pull
+     * answered. A failed one may have: tensors, waiters, an abort to forget. */
+    for (int k = 0; err[0] && k < np; k++)
         if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
             send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, step, NULL);
     psg_task_server_cleanup_step(s->server, step);
