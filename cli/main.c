@@ -14,6 +14,8 @@ static const struct {
     {"launch", psg_cmd_launch, "start a local cluster: psgraph launch --ps P --workers W -- CMD"},
     {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
     {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
+    {"inspect", psg_cmd_inspect, "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
+    {"plot", psg_cmd_plot, "draw LOGDIR/metrics.jsonl to a PNG with gnuplot (psgraph plot LOGDIR)"},
 };
 
 static void usage(FILE *f) {

@@ -1,6 +1,8 @@
 /* `psgraph train`: parses the options into a psg_train_config_t and runs it. */
 #include "cli/commands.h"
+#include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/trace.h"
 #include "psgraph/trainer.h"
 
 #include <errno.h>
@@ -28,7 +30,12 @@ static void train_usage(FILE *f) {
             "                           TF_CONFIG or --cluster (the default when one is given)\n"
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
-            "  --step-timeout S         a distributed step fails after S seconds (default 30)\n");
+            "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
+            "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
+            "                           a run with the same --logdir resumes from the latest checkpoint\n"
+            "  --keep K                 checkpoints kept (default 5)\n"
+            "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
+            "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
 }
 
 /* Parses a number option; on error names the option. */
@@ -80,6 +87,17 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { rc = parse_num(a, v, 0, 1e18, &x); c.seed = (uint64_t)x; }
         else if (!strcmp(a, "--threads")) { rc = parse_num(a, v, 1, 1024, &x); c.threads = (int)x; }
         else if (!strcmp(a, "--log-every")) { rc = parse_num(a, v, 1, 1e9, &x); c.log_every = (int)x; }
+        /* checkpoints and the timeline (psgraph/checkpoint.h, psgraph/trace.h) */
+        else if (!strcmp(a, "--checkpoint-every")) {
+            psg_checkpoint_policy_t p;
+            c.checkpoint_every = v;
+            if ((rc = psg_checkpoint_policy_parse(v, &p)) < 0) psg_error_wrap("%s", a);
+        }
+        else if (!strcmp(a, "--keep")) { rc = parse_num(a, v, 1, 1e6, &x); c.keep = (int)x; }
+        else if (!strcmp(a, "--trace")) c.trace_path = v;
+        else if (!strcmp(a, "--trace-steps")) {
+            if ((rc = psg_trace_parse_steps(v, &c.trace_first, &c.trace_last)) < 0) psg_error_wrap("%s", a);
+        }
         else {
             fprintf(stderr, "psgraph train: unknown option '%s'\n", a);
             train_usage(stderr);
@@ -90,6 +108,7 @@ int psg_cmd_train(int argc, char **argv) {
             return 2;
         }
     }
+    if (c.trace_path && c.trace_first == 0) c.trace_first = 5, c.trace_last = 6;
     psg_train_result_t r;
     if (psg_train(&c, &r) < 0) {
         fprintf(stderr, "psgraph train: %s\n", psg_error_message());

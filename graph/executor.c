@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     const psg_node_t *node;
@@ -258,6 +259,8 @@ typedef struct {
     psg_resource_mgr_t *rm;
     int64_t step_id;
     psg_rendezvous_t *rendezvous;
+    psg_node_timing_fn on_node; /* NULL: no timing */
+    void *on_node_ctx;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *ready; /* LIFO stack of plan-local ids */
@@ -278,8 +281,15 @@ static void release_slot(psg_plan_t *p, int slot) {
 struct psg_async_op {
     run_t *r;
     int li;
+    int64_t start_ns; /* for the timing hook */
     psg_tensor_t *outputs[PSG_MAX_OUTPUTS];
 };
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* Keeps the outputs that someone reads and releases the node's inputs. */
 static void store_outputs(psg_plan_t *p, plan_node_t *pn, psg_tensor_t **outputs) {
@@ -337,6 +347,8 @@ static int execute_node(run_t *r, plan_node_t *pn) {
             outputs = a->outputs;
         }
     }
+    int64_t start_ns = r->on_node ? mono_ns() : 0;
+    if (a) a->start_ns = start_ns;
     if (rc == 0) {
         psg_kernel_ctx_t kc = {n,       ni,     inputs,       no,           outputs, out_dt,
                                out_sh,  r->rm,  r->pool,      r->step_id,   r->rendezvous, a};
@@ -351,6 +363,7 @@ static int execute_node(run_t *r, plan_node_t *pn) {
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     }
     store_outputs(p, pn, outputs);
+    if (r->on_node) r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
     return 0;
 }
 
@@ -399,6 +412,8 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
         abort_step(r);
     } else {
         store_outputs(r->p, pn, a->outputs);
+        if (r->on_node)
+            r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns());
     }
     pthread_mutex_lock(&r->lock);
     node_finished(r, a->li, rc);
@@ -451,7 +466,7 @@ static void run_loop(run_t *r) {
 
 int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, int64_t step_id,
                  psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
-    psg_run_env_t env = {pool, rm, step_id, NULL};
+    psg_run_env_t env = {.pool = pool, .rm = rm, .step_id = step_id};
     return psg_plan_run_with(p, &env, feed_values, fetched);
 }
 
@@ -492,7 +507,7 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     for (int li = 0; li < p->num_nodes; li++) atomic_init(&p->pending[li], p->nodes[li].num_deps);
 
     run_t r = {.p = p, .pool = pool, .rm = env->rm, .step_id = env->step_id,
-               .rendezvous = env->rendezvous};
+               .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx};
     pthread_mutex_init(&r.lock, NULL);
     pthread_cond_init(&r.changed, NULL);
     r.ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));

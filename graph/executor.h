@@ -6,6 +6,7 @@
 
 #include "psgraph/graph.h"
 #include "psgraph/resource.h"
+#include "psgraph/session.h"
 #include "psgraph/threadpool.h"
 
 typedef struct psg_plan psg_plan_t;
@@ -37,6 +38,10 @@ typedef struct {
     psg_resource_mgr_t *rm;
     int64_t step_id;
     struct psg_rendezvous *rendezvous;
+    /* Optional, NULL: off (the default; no clock is read then). Called once per
+     * executed node, after it finished, with its start and end times. */
+    psg_node_timing_fn on_node;
+    void *on_node_ctx;
 } psg_run_env_t;
 
 /* As psg_plan_run, in env. When a node fails and env->rendezvous is set,

@@ -14,6 +14,8 @@ struct psg_session {
     psg_resource_mgr_t *rm;
     bool owns_rm;
     int64_t next_step;
+    psg_node_timing_fn on_node; /* the timeline's hook, NULL when off */
+    void *on_node_ctx;
 };
 
 struct psg_callable {
@@ -84,7 +86,15 @@ void psg_callable_destroy(psg_callable_t **cp) {
 }
 
 int psg_callable_run(psg_callable_t *c, psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
-    return psg_plan_run(c->plan, c->s->pool, c->s->rm, c->s->next_step++, feed_values, fetched);
+    psg_session_t *s = c->s;
+    psg_run_env_t env = {.pool = s->pool, .rm = s->rm, .step_id = s->next_step++,
+                         .on_node = s->on_node, .on_node_ctx = s->on_node_ctx};
+    return psg_plan_run_with(c->plan, &env, feed_values, fetched);
+}
+
+void psg_session_set_node_hook(psg_session_t *s, psg_node_timing_fn fn, void *ctx) {
+    s->on_node = fn;
+    s->on_node_ctx = fn ? ctx : NULL;
 }
 
 int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,

@@ -250,7 +250,7 @@ static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, int n
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
-        psg_run_env_t env = {ts->pool, ts->rm, step, ts->rv};
+        psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv};
         rc = psg_plan_run_with(rg->plan, &env, feeds, fetched);
     }
     pthread_mutex_unlock(&rg->run_lock);

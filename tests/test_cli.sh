@@ -34,4 +34,26 @@ else
   echo "FAIL: short run: $out" | head -20
   fails=$((fails + 1))
 fi
+# checkpoints, inspect, plot (docs/checkpoints.md)
+check 2 "--checkpoint-every: 'often'" "$psgraph" train --checkpoint-every often
+check 2 "--trace-steps: '5:4'" "$psgraph" train --trace-steps 5:4
+check 2 "usage: psgraph inspect" "$psgraph" inspect
+check 1 "/nowhere.safetensors: missing" "$psgraph" inspect /nowhere.safetensors
+ckdir=$(mktemp -d)
+"$psgraph" train --model mlp --data synthetic --steps 30 --log-every 10 --checkpoint-every 15 --logdir "$ckdir" >/dev/null 2>&1
+check 0 "global step 30, 13 tensors" "$psgraph" inspect "$ckdir/model.ckpt-30.index.json"
+check 0 "model/fc1/weights/Momentum" "$psgraph" inspect "$ckdir"
+check 0 "global_step                              i64" "$psgraph" inspect "$ckdir/model.ckpt-15-00000-of-00001.safetensors"
+printf 'x' | dd of="$ckdir/model.ckpt-30-00000-of-00001.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+check 1 "model.ckpt-30-00000-of-00001.safetensors: data crc32" "$psgraph" inspect "$ckdir/model.ckpt-30.index.json"
+check 0 "global step 15" "$psgraph" inspect "$ckdir"
+check 1 "gnuplot is not on PATH" env PATH=/nonexistent "$psgraph" plot "$ckdir"
+if command -v gnuplot >/dev/null; then
+  check 0 "metrics.png: loss and examples/sec at 3 steps" "$psgraph" plot "$ckdir"
+  [ -s "$ckdir/metrics.png" ] || { echo "FAIL: no metrics.png"; fails=$((fails + 1)); }
+else
+  echo "skip psgraph plot: gnuplot is not installed"
+fi
+rm -rf "$ckdir"
+
 [ $fails = 0 ]

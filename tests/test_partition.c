@@ -74,7 +74,7 @@ static int run_set(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_
             continue;
         }
         if (threads > 1) pools[k] = psg_threadpool_new(threads);
-        runs[k].env = (psg_run_env_t){pools[k], task_rm(cl, p->task), step, rv};
+        runs[k].env = (psg_run_env_t){.pool = pools[k], .rm = task_rm(cl, p->task), .step_id = step, .rendezvous = rv};
         for (int i = 0; i < p->num_feeds; i++) runs[k].feeds[i] = feeds[p->feed_index[i]];
     }
     bool started = rc == 0;

@@ -10,6 +10,7 @@
 #include "psgraph/optimizer.h"
 #include "psgraph/session.h"
 #include "psgraph/trainer.h"
+#include "worker/train_hooks.h"
 
 #include <errno.h>
 #include <math.h>
@@ -124,9 +125,11 @@ typedef struct {
     int num_workers, rank;
     bool chief;
     char task[PSG_DEVICE_NAME_MAX];
+    psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_train_hooks_destroy(&t->hooks);
     psg_callable_destroy(&t->step);
     psg_callable_destroy(&t->eval);
     psg_batch_iter_destroy(&t->it);
@@ -275,6 +278,16 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     t.it = psg_batch_iter_new(t.train, &io);
     if (!t.it) goto done;
     if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
+    int64_t start_step = 0;
+    /* checkpoints, summaries and traces work on a local session; in a cluster they are
+     * not wired yet (docs/distributed.md): metrics.jsonl only */
+    psg_train_config_t hc = *c;
+    if (t.cluster) {
+        hc.logdir = NULL;
+        hc.trace_path = NULL;
+    }
+    if (!(t.hooks = psg_train_hooks_new(&hc, t.sess, out, t.metrics, &start_step))) goto done;
+    r->steps = start_step;
 
     int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
     int64_t total = c->steps > 0 ? c->steps : per_epoch * c->epochs;
@@ -288,9 +301,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
     int64_t steady_examples = 0, interval_steps = 0;
     double rss_at_100 = 0;
-    for (int64_t step = 0; step < total; step++) {
+    for (int64_t step = start_step; step < total; step++) {
         psg_tensor_t *images = NULL, *labels = NULL, *loss = NULL;
         double t0 = now_sec();
+        psg_train_hooks_before_step(t.hooks, step);
         int got = psg_batch_iter_next(t.it, &images, &labels);
         if (got <= 0) {
             if (got == 0) psg_error_set("the training data ended early");
@@ -310,6 +324,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             psg_error_set("step %lld: the loss is %g", (long long)step, last_loss);
             goto done;
         }
+        if (psg_train_hooks_after_step(t.hooks, step + 1) < 0) goto done;
         double t1 = now_sec();
         if (step >= WARMUP_STEPS) {
             steady_time += t1 - t0;
@@ -330,6 +345,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                 fprintf(t.metrics, "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f}\n",
                         (long long)(step + 1), (double)(step + 1) / (double)per_epoch,
                         loss_sum / interval_steps, lr, eps, rss_mb());
+            if (psg_train_hooks_progress(t.hooks, step + 1, loss_sum / interval_steps, lr, eps) < 0) goto done;
             loss_sum = 0;
             interval_steps = 0;
             interval_start = now_sec();
@@ -344,10 +360,12 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             if (t.metrics)
                 fprintf(t.metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
                         (long long)(step + 1), (double)(step + 1) / (double)per_epoch, acc);
+            if (psg_train_hooks_eval(t.hooks, step + 1, acc) < 0) goto done;
             interval_start += now_sec() - eval_start; /* evaluation is not training time */
         }
         r->steps = step + 1;
     }
+    if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
     r->final_loss = last_loss;
     r->examples_per_sec = steady_time > 0 ? (double)steady_examples / steady_time : 0;
     if (t.cluster && finish_cluster(c, &t, r, total, per_epoch, out) < 0) goto done;

@@ -101,6 +101,14 @@ int psg_tfrecord_write(psg_tfrecord_writer_t *w, const void *data, size_t n) {
     return 0;
 }
 
+int psg_tfrecord_writer_flush(psg_tfrecord_writer_t *w) {
+    if (fflush(w->f) != 0) {
+        w->failed = 1;
+        return psg_error_set("%s: write failed: %s", w->path, strerror(errno));
+    }
+    return 0;
+}
+
 int psg_tfrecord_writer_close(psg_tfrecord_writer_t **w) {
     if (!w || !*w) return 0;
     int rc = (*w)->failed ? -1 : 0;

@@ -42,6 +42,17 @@ int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
                     psg_tensor_t *const *feed_values, int n_fetches, const psg_endpoint_t *fetches,
                     psg_tensor_t **fetched, int n_targets, const int *targets);
 
+/* A timing hook (the timeline): called once per executed node, after it
+ * finished, on the thread that finished it, with the node's name, op type,
+ * the run's step id and its start and end times (CLOCK_MONOTONIC, ns).
+ * Must be thread-safe: nodes of one step finish on several threads. */
+typedef void (*psg_node_timing_fn)(void *ctx, const char *node, const char *op, int64_t step_id,
+                                   int64_t start_ns, int64_t end_ns);
+
+/* Sets (fn != NULL) or clears the timing hook of the callables of s for the
+ * runs that start after this call. Off by default, and free when off. */
+void psg_session_set_node_hook(psg_session_t *s, psg_node_timing_fn fn, void *ctx);
+
 /* Runs every node of the graph's "init" collection. */
 int psg_session_run_init(psg_session_t *s);
 

@@ -26,6 +26,9 @@ typedef struct psg_tfrecord_writer psg_tfrecord_writer_t;
 psg_tfrecord_writer_t *psg_tfrecord_writer_new(const char *path);
 /* Appends one record. Returns 0, or -1 with the error naming the file. */
 int psg_tfrecord_write(psg_tfrecord_writer_t *w, const void *data, size_t n);
+/* Flushes the records written so far to the file (for readers that follow a
+ * growing file, as TensorBoard does). Returns 0, or -1 with the error naming the file. */
+int psg_tfrecord_writer_flush(psg_tfrecord_writer_t *w);
 /* Flushes and closes; sets *w NULL. Returns 0, or -1 if a write failed. NULL-safe. */
 int psg_tfrecord_writer_close(psg_tfrecord_writer_t **w);
 

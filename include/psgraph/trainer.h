@@ -32,6 +32,11 @@ typedef struct {
     const char *job;        /* with cluster_file: this process's job ("worker") */
     int task;               /* and index */
     int64_t step_timeout_ms; /* a distributed step fails after this long; 0: 30000 */
+    /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
+    const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
+    int keep;                        /* checkpoints kept; 0: 5 */
+    const char *trace_path;          /* NULL: no timeline */
+    int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
 } psg_train_config_t;
 
 /* Fills c with the defaults of `psgraph train`. */

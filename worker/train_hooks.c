@@ -1,0 +1,161 @@
+/* The single-process trainer's checkpoint, summary and timeline hooks
+ * (worker/train_hooks.h): the glue between the training loop and
+ * ps/checkpoint*.c, worker/summary.c and worker/trace.c. Not the multi-process
+ * runtime, where the chief asks each ps to write its shard. */
+#include "worker/train_hooks.h"
+
+#include "psgraph/checkpoint.h"
+#include "psgraph/error.h"
+#include "psgraph/summary.h"
+#include "psgraph/trace.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_KEEP 5
+#define DEFAULT_EVERY_SECS 600.0
+
+struct psg_train_hooks {
+    const psg_train_config_t *c;
+    psg_session_t *sess;
+    FILE *out, *metrics;
+    psg_checkpoint_policy_t policy;
+    int64_t last_saved;
+    double last_save_time;
+    psg_summary_writer_t *events;
+    psg_trace_t *trace;
+    bool tracing;
+};
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void report_skip(void *ctx, const char *path, const char *why) {
+    psg_train_hooks_t *h = ctx;
+    fprintf(h->out, "checkpoint %s is incomplete or corrupt, using an older one: %s\n", path, why);
+}
+
+static int restore(psg_train_hooks_t *h, int64_t *start_step) {
+    psg_checkpoint_t *ck = NULL;
+    double t0 = now_sec();
+    int found = psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck);
+    if (found <= 0) return found;
+    psg_resource_mgr_t *rm = psg_session_resources(h->sess);
+    bool match = false;
+    int rc = psg_checkpoint_restore(ck, rm, true);
+    if (rc == 0) rc = psg_checkpoint_verify_restored(ck, rm, &match);
+    if (rc == 0 && !match) rc = psg_error_set("%s: the variables differ from the checkpoint after restore",
+                                              psg_checkpoint_path(ck));
+    if (rc == 0) {
+        *start_step = psg_checkpoint_step(ck);
+        h->last_saved = *start_step;
+        fprintf(h->out, "restored %s: global step %lld, %d tensors, values verified against its crc32 (%.3f s)\n",
+                psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck), now_sec() - t0);
+        fflush(h->out);
+    }
+    psg_checkpoint_destroy(&ck);
+    return rc;
+}
+
+psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess,
+                                       FILE *out, FILE *metrics, int64_t *start_step) {
+    *start_step = 0;
+    psg_train_hooks_t *h = calloc(1, sizeof *h);
+    if (!h) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    h->c = c;
+    h->sess = sess;
+    h->out = out;
+    h->metrics = metrics;
+    h->policy.keep = c->keep > 0 ? c->keep : DEFAULT_KEEP;
+    h->policy.every_secs = DEFAULT_EVERY_SECS;
+    h->last_saved = -1;
+    h->last_save_time = now_sec();
+    if (c->checkpoint_every && psg_checkpoint_policy_parse(c->checkpoint_every, &h->policy) < 0) {
+        psg_error_wrap("--checkpoint-every");
+        goto fail;
+    }
+    if (c->logdir) {
+        if (restore(h, start_step) < 0) goto fail;
+        if (!(h->events = psg_summary_writer_new(c->logdir))) goto fail;
+    }
+    if (c->trace_path && !(h->trace = psg_trace_new(0, "/job:localhost/replica:0/task:0", "CPU:0")))
+        goto fail;
+    return h;
+fail:
+    psg_train_hooks_destroy(&h);
+    return NULL;
+}
+
+void psg_train_hooks_destroy(psg_train_hooks_t **ph) {
+    if (!ph || !*ph) return;
+    psg_train_hooks_t *h = *ph;
+    if (h->tracing) psg_session_set_node_hook(h->sess, NULL, NULL);
+    psg_summary_writer_destroy(&h->events);
+    psg_trace_destroy(&h->trace);
+    free(h);
+    *ph = NULL;
+}
+
+void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step) {
+    if (!h->trace || step + 1 < h->c->trace_first || step + 1 > h->c->trace_last) return;
+    psg_trace_set_step(h->trace, step + 1);
+    psg_session_set_node_hook(h->sess, psg_trace_node_hook, h->trace);
+    h->tracing = true;
+}
+
+static int save(psg_train_hooks_t *h, int64_t step) {
+    psg_resource_mgr_t *rm = psg_session_resources(h->sess);
+    double secs = 0;
+    if (psg_checkpoint_save(h->c->logdir, step, 1, &rm, h->policy.keep, &secs) < 0)
+        return psg_error_wrap("checkpoint at step %lld", (long long)step);
+    h->last_saved = step;
+    h->last_save_time = now_sec();
+    fprintf(h->out, "checkpoint %s/%s-%lld.index.json written in %.3f s\n", h->c->logdir, PSG_CKPT_PREFIX,
+            (long long)step, secs);
+    fflush(h->out);
+    if (h->metrics)
+        fprintf(h->metrics, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.4f}\n", (long long)step, secs);
+    return 0;
+}
+
+int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
+    if (h->tracing) {
+        psg_session_set_node_hook(h->sess, NULL, NULL);
+        h->tracing = false;
+    }
+    if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
+        return save(h, done);
+    return 0;
+}
+
+int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, double lr,
+                             double examples_per_sec) {
+    if (!h->events) return 0;
+    const char *tags[] = {"loss", "learning_rate", "examples_per_sec"};
+    float v[] = {(float)loss, (float)lr, (float)examples_per_sec};
+    return psg_summary_scalars(h->events, step, 3, tags, v);
+}
+
+int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy) {
+    return h->events ? psg_summary_scalar(h->events, step, "accuracy", (float)accuracy) : 0;
+}
+
+int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
+    if (h->c->logdir && step != h->last_saved && save(h, step) < 0) return -1;
+    if (h->trace) {
+        if (psg_trace_write(h->trace, h->c->trace_path) < 0) return psg_error_wrap("--trace");
+        fprintf(h->out, "trace: %d op events of steps %lld to %lld written to %s\n",
+                psg_trace_num_events(h->trace), (long long)h->c->trace_first, (long long)h->c->trace_last,
+                h->c->trace_path);
+        fflush(h->out);
+    }
+    return 0;
+}

@@ -1,0 +1,36 @@
+/* Internal to psgraph: what the single-process training loop does around its
+ * steps besides training — restore from and save checkpoints to --logdir,
+ * TensorBoard scalars, the timeline of chosen steps. Not the loop itself
+ * (worker/trainer.c) and not the distributed runtime's hooks. */
+#ifndef PSGRAPH_WORKER_TRAIN_HOOKS_H
+#define PSGRAPH_WORKER_TRAIN_HOOKS_H
+
+#include "psgraph/session.h"
+#include "psgraph/trainer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct psg_train_hooks psg_train_hooks_t;
+
+/* Set up after the session's init ran: restores the newest checkpoint of
+ * c->logdir that verifies (reporting skipped ones and the restore on out),
+ * opens the event file. *start_step receives the global step to go on from
+ * (0 without a checkpoint). metrics (may be NULL) gets checkpoint records.
+ * NULL with the error set on failure. */
+psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess,
+                                       FILE *out, FILE *metrics, int64_t *start_step);
+void psg_train_hooks_destroy(psg_train_hooks_t **h);
+
+/* Before step `step` (0-based) runs: turns the timeline on for traced steps. */
+void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step);
+/* After `done` steps in all: timeline off, a checkpoint when one is due. */
+int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done);
+/* TensorBoard scalars of a progress line and of an evaluation. */
+int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, double lr,
+                             double examples_per_sec);
+int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy);
+/* At the end of training at global step `step`: the last checkpoint, the trace file. */
+int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step);
+
+#endif
