@@ -41,7 +41,7 @@ elif [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   echo "skip async training of the mlp: no Fashion-MNIST in /usr/share/datasets/fashion-mnist"
 else
   "$psgraph" launch --ps 2 --workers 2 -- "$psgraph" train --model mlp --epochs 2 \
-    --optimizer adam --lr 0.001 --log-every 200 >"$tmp/train.log" 2>&1
+    --optimizer adam --lr 0.001 --batch 64 --log-every 200 >"$tmp/train.log" 2>&1
   rc=$?
   done_line=$(grep '^\[worker0\] {"event":"done"' "$tmp/train.log" | sed 's/^\[worker0\] //')
   if [ $rc = 0 ] && grep -q '^\[ps0\] ' "$tmp/train.log" && grep -q '^\[ps1\] ' "$tmp/train.log" &&
