@@ -3,6 +3,8 @@
 #define PSGRAPH_CLI_COMMANDS_H
 
 int psg_cmd_train(int argc, char **argv);
+int psg_cmd_server(int argc, char **argv);
+int psg_cmd_launch(int argc, char **argv);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
 /* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */

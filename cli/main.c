@@ -10,6 +10,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"train", psg_cmd_train, "train a model (psgraph train --help)"},
+    {"server", psg_cmd_server, "run a task server, e.g. a ps task (psgraph server --help)"},
+    {"launch", psg_cmd_launch, "start a local cluster: psgraph launch --ps P --workers W -- CMD"},
     {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
     {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
     {"inspect", psg_cmd_inspect, "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},

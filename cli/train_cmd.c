@@ -28,6 +28,11 @@ static void train_usage(FILE *f) {
             "  --log-every N            progress line every N steps (default 100)\n"
             "  --device cpu|gpu         where the towers run (default cpu; gpu without a GPU: cpu)\n"
             "  --towers K               model copies, one per device, each on 1/K of the batch (default 1)\n"
+            "  --sync none|async        none: one process; async: a worker of the cluster given by\n"
+            "                           TF_CONFIG or --cluster (the default when one is given)\n"
+            "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
+            "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
+            "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
@@ -76,6 +81,11 @@ int psg_cmd_train(int argc, char **argv) {
             if (strcmp(v, "cpu") && strcmp(v, "gpu")) rc = psg_error_set("--device: '%s' is not cpu or gpu", v);
         }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
+        else if (!strcmp(a, "--sync")) c.sync = v;
+        else if (!strcmp(a, "--cluster")) c.cluster_file = v;
+        else if (!strcmp(a, "--job")) c.job = v;
+        else if (!strcmp(a, "--task")) { rc = parse_num(a, v, 0, 1e6, &x); c.task = (int)x; }
+        else if (!strcmp(a, "--step-timeout")) { rc = parse_num(a, v, 0.001, 1e6, &x); c.step_timeout_ms = (int64_t)(x * 1000); }
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }

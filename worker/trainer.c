@@ -1,8 +1,10 @@
-/* The single-process training loop behind `psgraph train`: model, optimizer,
- * session, batches from a prefetching iterator, progress lines, evaluation
- * after every epoch, metrics.jsonl, and one final JSON line. */
+/* The training loop behind `psgraph train`: model, optimizer, session (one
+ * process, or a distributed one as a worker of a cluster), batches from a
+ * prefetching iterator, progress lines, evaluation after every epoch,
+ * metrics.jsonl, and one final JSON line. */
 #include "psgraph/data.h"
 #include "psgraph/device.h"
+#include "psgraph/dist_session.h"
 #include "psgraph/error.h"
 #include "psgraph/models.h"
 #include "psgraph/ops_array.h"
@@ -62,8 +64,15 @@ static double rss_mb(void) {
     return (double)resident * 4096.0 / (1024.0 * 1024.0);
 }
 
+/* One run of a local or a distributed callable (exactly one is set). */
+static int run_either(psg_callable_t *c, psg_dist_callable_t *dc, psg_tensor_t *const *feeds,
+                      psg_tensor_t **out) {
+    return dc ? psg_dist_callable_run(dc, feeds, out) : psg_callable_run(c, feeds, out);
+}
+
 /* Test accuracy over the whole evaluation set, in batches (tail included). */
-static int evaluate(psg_callable_t *eval, const psg_dataset_t *test, double *accuracy) {
+static int evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const psg_dataset_t *test,
+                    double *accuracy) {
     psg_batch_iter_options_t o = psg_batch_iter_eval_options(EVAL_BATCH);
     psg_batch_iter_t *it = psg_batch_iter_new(test, &o);
     if (!it) return -1;
@@ -73,7 +82,7 @@ static int evaluate(psg_callable_t *eval, const psg_dataset_t *test, double *acc
     int rc;
     while ((rc = psg_batch_iter_next(it, &images, &labels)) == 1) {
         psg_tensor_t *feeds[2] = {images, labels}, *out = NULL;
-        rc = psg_callable_run(eval, feeds, &out);
+        rc = run_either(eval, deval, feeds, &out);
         if (rc == 0) {
             correct += psg_tensor_f32(out)[0];
             seen += labels->shape.dims[0];
@@ -112,6 +121,15 @@ typedef struct {
     psg_callable_t *step, *eval;
     FILE *metrics;
     psg_towers_t *towers; /* NULL: the single-device graph */
+    /* in a cluster */
+    psg_cluster_t *cluster;
+    psg_task_server_t *server;
+    psg_replica_setter_t *setter;
+    psg_dist_session_t *dsess;
+    psg_dist_callable_t *dstep, *deval; /* owned by dsess */
+    int num_workers, rank;
+    bool chief;
+    char task[PSG_DEVICE_NAME_MAX];
     psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
 } trainer_t;
 
@@ -124,9 +142,68 @@ static void trainer_free(trainer_t *t) {
     psg_dataset_destroy(&t->test);
     psg_optimizer_destroy(&t->opt);
     psg_session_destroy(&t->sess);
+    psg_dist_session_destroy(&t->dsess);
+    psg_task_server_destroy(&t->server);
+    psg_replica_setter_destroy(&t->setter);
+    psg_cluster_destroy(&t->cluster);
     psg_graph_destroy(&t->g);
     free(t->towers);
     if (t->metrics) fclose(t->metrics);
+}
+
+/* The cluster of a distributed run (NULL config: one process). Sets this worker's place:
+ * rank among the workers (the chief job first), the chief, and starts the task server. */
+static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
+    bool want = c->cluster_file || getenv("TF_CONFIG");
+    if ((c->sync && !strcmp(c->sync, "none")) || (!c->sync && !want)) return 0;
+    if (c->sync && strcmp(c->sync, "async"))
+        return psg_error_set("--sync: unknown mode '%s' (known: none, async)", c->sync);
+    if (!want)
+        return psg_error_set("--sync async needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I");
+    t->cluster = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
+                                 : psg_cluster_from_env();
+    if (!t->cluster) return -1;
+    psg_task_t me = psg_cluster_task(t->cluster);
+    if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
+    int chiefs = psg_cluster_num_tasks(t->cluster, "chief");
+    if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
+        return psg_error_set("task %s/%d: psgraph train runs workers; a %s task runs `psgraph server`",
+                             me.job, me.index, me.job);
+    t->num_workers = chiefs + psg_cluster_num_tasks(t->cluster, "worker");
+    t->rank = !strcmp(me.job, "chief") ? 0 : chiefs + me.index;
+    t->chief = t->rank == 0;
+    psg_device_name(me.job, me.index, NULL, t->task, sizeof t->task);
+    int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
+    psg_task_server_options_t so = {.cluster = t->cluster, .num_threads = c->threads,
+                                    .recv_timeout_ms = timeout};
+    if (!(t->server = psg_task_server_new(&so))) return -1;
+    if (!(t->setter = psg_dist_replica_setter_new(t->cluster, PSG_PS_GREEDY))) return -1;
+    return 0;
+}
+
+/* Makes the step and eval callables, locally or over the cluster, and initializes the
+ * variables (the chief) or waits until they are (the other workers). The step feeds
+ * n_feeds placeholders (two per tower); evaluation feeds the first tower's two. */
+static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
+                        const psg_endpoint_t *feeds, psg_endpoint_t loss, psg_endpoint_t correct,
+                        int train_op) {
+    if (!t->cluster) {
+        psg_session_options_t so = {.num_threads = c->threads};
+        t->sess = psg_session_new(t->g, &so, NULL);
+        if (!t->sess || psg_session_run_init(t->sess) < 0) return -1;
+        t->step = psg_session_make_callable(t->sess, n_feeds, feeds, 1, &loss, 1, &train_op);
+        t->eval = t->step ? psg_session_make_callable(t->sess, 2, feeds, 1, &correct, 0, NULL) : NULL;
+        return t->eval ? 0 : -1;
+    }
+    psg_dist_session_options_t o = {.cluster = t->cluster, .server = t->server,
+                                    .step_timeout_ms = c->step_timeout_ms};
+    if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
+    if (t->chief ? psg_dist_session_run_init(t->dsess) < 0
+                 : psg_dist_session_wait_init(t->dsess, 600000) < 0)
+        return psg_error_wrap("%s", t->task);
+    t->dstep = psg_dist_session_make_callable(t->dsess, n_feeds, feeds, 1, &loss, 1, &train_op);
+    t->deval = t->dstep ? psg_dist_session_make_callable(t->dsess, 2, feeds, 1, &correct, 0, NULL) : NULL;
+    return t->deval ? 0 : psg_error_wrap("%s", t->task);
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
@@ -141,6 +218,29 @@ static int load_data(const psg_train_config_t *c, trainer_t *t) {
         return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)", c->data);
     }
     return t->train && t->test ? 0 : -1;
+}
+
+/* The end of a worker's run: the others tell the ps they are done and leave; the chief
+ * waits for them, evaluates the final variables, then says it is done too (the ps tasks
+ * exit once every worker did). */
+static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_result_t *r,
+                          int64_t total, int64_t per_epoch, FILE *out) {
+    (void)c;
+    if (!t->chief) return psg_dist_session_job_done(t->dsess);
+    if (psg_dist_session_wait_workers(t->dsess, t->num_workers - 1, 600000) < 0) {
+        fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
+        fflush(out);
+    }
+    double acc = 0;
+    if (evaluate(t->eval, t->deval, t->test, &acc) < 0) return -1;
+    r->test_accuracy = acc;
+    fprintf(out, "epoch %lld  test accuracy %.4f  (all %d workers done)\n",
+            (long long)((total + per_epoch - 1) / per_epoch), acc, t->num_workers);
+    fflush(out);
+    if (t->metrics)
+        fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
+                (long long)total, (double)total / (double)per_epoch, acc);
+    return psg_dist_session_job_done(t->dsess);
 }
 
 int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
@@ -159,7 +259,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_error_set("data set examples must be (height, width, channels)");
         goto done;
     }
+    if (join_cluster(c, &t) < 0) goto done;
     t.g = psg_graph_new();
+    if (t.setter) psg_graph_push_replica_setter(t.g, t.setter);
     psg_model_t m;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
     oc.learning_rate = (float)lr;
@@ -196,18 +298,25 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         feeds[0] = m.images;
         feeds[1] = m.labels;
     }
-    psg_session_options_t so = {.num_threads = c->threads};
-    t.sess = psg_session_new(t.g, &so, NULL);
-    if (!t.sess || psg_session_run_init(t.sess) < 0) goto done;
-    t.step = psg_session_make_callable(t.sess, n_feeds, feeds, 1, &loss_ep, 1, &train_op);
-    t.eval = t.step ? psg_session_make_callable(t.sess, 2, feeds, 1, &m.correct, 0, NULL) : NULL;
-    if (!t.eval) goto done;
+    if (t.setter) psg_graph_pop_device(t.g);
+    if (make_runners(c, &t, n_feeds, feeds, loss_ep, m.correct, train_op) < 0) goto done;
     psg_batch_iter_options_t io = psg_batch_iter_train_options(batch, c->seed);
+    if (t.cluster) {
+        io.num_shards = t.num_workers;
+        io.shard_index = t.rank;
+    }
     t.it = psg_batch_iter_new(t.train, &io);
     if (!t.it) goto done;
     if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
     int64_t start_step = 0;
-    if (!(t.hooks = psg_train_hooks_new(c, t.sess, out, t.metrics, &start_step))) goto done;
+    /* checkpoints, summaries and traces work on a local session; in a cluster they are
+     * not wired yet (docs/distributed.md): metrics.jsonl only */
+    psg_train_config_t hc = *c;
+    if (t.cluster) {
+        hc.logdir = NULL;
+        hc.trace_path = NULL;
+    }
+    if (!(t.hooks = psg_train_hooks_new(&hc, t.sess, out, t.metrics, &start_step))) goto done;
     r->steps = start_step;
 
     int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
@@ -215,6 +324,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     fprintf(out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
             c->model, c->data, batch, opt_kind, lr, (long long)total, (long long)per_epoch, c->threads,
             c->towers, gpu ? "GPU" : "CPU", c->towers == 1 ? "" : "s");
+    if (t.cluster)
+        fprintf(out, "psgraph train: %s of %d workers (%s), async, variables on %d ps tasks, shard %d\n",
+                t.task, t.num_workers, t.chief ? "chief" : "not chief",
+                psg_cluster_num_tasks(t.cluster, "ps"), t.rank);
     fflush(out);
     double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
     int64_t steady_examples = 0, interval_steps = 0;
@@ -230,7 +343,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         }
         psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {images, labels};
         int src = t.towers ? psg_towers_split(t.towers, images, labels, fv) : 0;
-        if (src == 0) src = psg_callable_run(t.step, fv, &loss);
+        if (src == 0) src = run_either(t.step, t.dstep, fv, &loss);
         for (int i = 0; t.towers && i < n_feeds; i++) psg_tensor_destroy(&fv[i]);
         psg_tensor_destroy(&images);
         psg_tensor_destroy(&labels);
@@ -270,9 +383,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             interval_steps = 0;
             interval_start = now_sec();
         }
-        if (epoch_end || step + 1 == total) {
+        if ((epoch_end && step + 1 < total && (!t.cluster || t.chief)) ||
+            (step + 1 == total && !t.cluster)) {
             double acc = 0, eval_start = now_sec();
-            if (evaluate(t.eval, t.test, &acc) < 0) goto done;
+            if (evaluate(t.eval, t.deval, t.test, &acc) < 0) goto done;
             r->test_accuracy = acc;
             fprintf(out, "epoch %lld  test accuracy %.4f\n", (long long)((step + 1 + per_epoch - 1) / per_epoch), acc);
             fflush(out);
@@ -287,12 +401,24 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
     r->final_loss = last_loss;
     r->examples_per_sec = steady_time > 0 ? (double)steady_examples / steady_time : 0;
-    char line[1024];
+    if (t.cluster && finish_cluster(c, &t, r, total, per_epoch, out) < 0) goto done;
+    if (t.cluster && !t.chief) {
+        fprintf(out, "{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"final_loss\":%.6f,"
+                     "\"examples_per_sec\":%.1f}\n",
+                t.task, (long long)r->steps, r->final_loss, r->examples_per_sec);
+        fflush(out);
+        rc = 0;
+        goto done;
+    }
+    char line[1024], cluster_desc[128] = "";
+    if (t.cluster)
+        snprintf(cluster_desc, sizeof cluster_desc, "\"sync\":\"async\",\"workers\":%d,\"ps\":%d,",
+                 t.num_workers, psg_cluster_num_tasks(t.cluster, "ps"));
     snprintf(line, sizeof line,
-             "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",\"steps\":%lld,\"batch\":%d,"
+             "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
              "\"threads\":%d,\"final_loss\":%.6f,\"test_accuracy\":%.4f,\"examples_per_sec\":%.1f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f}",
-             c->model, c->data, (long long)r->steps, batch, c->threads, r->final_loss,
+             c->model, c->data, t.cluster ? cluster_desc : "", (long long)r->steps, batch, c->threads, r->final_loss,
              r->test_accuracy, r->examples_per_sec, peak_rss_mb(), rss_at_100, rss_mb());
     fprintf(out, "%s\n", line);
     fflush(out);

@@ -32,5 +32,8 @@
 #include "psgraph/sync_resources.h"
 #include "psgraph/sync_replicas.h"
 #include "psgraph/straggler.h"
+#include "psgraph/cluster.h"
+#include "psgraph/task_server.h"
+#include "psgraph/dist_session.h"
 
 #endif

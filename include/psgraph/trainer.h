@@ -1,6 +1,7 @@
-/* The training loop of one process: build the model, minimize its loss,
- * feed batches, print progress, evaluate, write metrics. The distributed
- * trainer wraps the same loop around a cluster session. */
+/* The training loop: build the model, minimize its loss, feed batches,
+ * print progress, evaluate, write metrics; in one process, or as one worker
+ * of a cluster (async between-graph replication over a distributed session).
+ * Not the session (session.h, dist_session.h) nor the task server. */
 #ifndef PSGRAPH_TRAINER_H
 #define PSGRAPH_TRAINER_H
 
@@ -25,6 +26,14 @@ typedef struct {
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     FILE *out;             /* progress and the final JSON line */
+    /* the cluster: "async" trains as one worker of it (TF_CONFIG, or cluster_file with
+     * job and task); NULL or "none": one process (unless TF_CONFIG or cluster_file is
+     * given, which means "async") */
+    const char *sync;
+    const char *cluster_file;
+    const char *job;        /* with cluster_file: this process's job ("worker") */
+    int task;               /* and index */
+    int64_t step_timeout_ms; /* a distributed step fails after this long; 0: 30000 */
     /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
     const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
     int keep;                        /* checkpoints kept; 0: 5 */
@@ -43,7 +52,11 @@ typedef struct {
     double examples_per_sec; /* training steps after the first 20, evaluation excluded */
 } psg_train_result_t;
 
-/* Trains as configured. Returns 0 and fills *r, or -1 with the error set. */
+/* Trains as configured. In a cluster, every worker trains its own replica on its shard of
+ * the data (the workers together make `epochs` passes), the variables live on the ps
+ * tasks, the chief (worker 0) initializes them, the others wait for that; the chief
+ * evaluates, after the others are done, and prints the final line. Returns 0 and fills
+ * *r, or -1 with the error set (naming the task when one failed). */
 int psg_train(const psg_train_config_t *c, psg_train_result_t *r);
 
 #endif

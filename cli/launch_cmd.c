@@ -1,0 +1,299 @@
+/* `psgraph launch`: starts a whole cluster on this host, each task its own process with its
+ * own TF_CONFIG (ps tasks run `psgraph server`, workers run the given command), tags every
+ * output line with its task, and stops all of them on Ctrl-C or when one fails.
+ * Not ssh or Kubernetes launching, and no restarts yet. */
+#include "cli/commands.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TASKS 256
+
+typedef struct {
+    char tag[32];
+    bool is_ps;
+    pid_t pid;
+    int fd; /* the read end of its stdout+stderr, -1 once closed */
+    char line[4096];
+    size_t len;
+    bool exited, killed_by_us;
+    int code;
+} task_proc_t;
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H] -- CMD [ARGS...]\n"
+               "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
+               "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1]\n");
+}
+
+/* Binds port (0: any) on 127.0.0.1 to check it is free; returns the port or -1. */
+static int probe_port(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t len = sizeof a;
+    if (rc == 0) rc = getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return rc == 0 ? ntohs(a.sin_port) : -1;
+}
+
+static void emit(task_proc_t *t, bool flush_partial) {
+    char *start = t->line;
+    for (;;) {
+        char *nl = memchr(start, '\n', t->len - (size_t)(start - t->line));
+        if (!nl) break;
+        printf("[%s] %.*s\n", t->tag, (int)(nl - start), start);
+        start = nl + 1;
+    }
+    size_t rest = t->len - (size_t)(start - t->line);
+    if (flush_partial && rest) {
+        printf("[%s] %.*s\n", t->tag, (int)rest, start);
+        rest = 0;
+    } else if (rest == sizeof t->line) { /* a line longer than the buffer: cut it */
+        printf("[%s] %.*s\n", t->tag, (int)rest, start);
+        rest = 0;
+    }
+    memmove(t->line, start, rest);
+    t->len = rest;
+    fflush(stdout);
+}
+
+static void drain(task_proc_t *t) {
+    while (t->fd >= 0) {
+        ssize_t n = read(t->fd, t->line + t->len, sizeof t->line - t->len);
+        if (n > 0) {
+            t->len += (size_t)n;
+            emit(t, false);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        emit(t, true);
+        close(t->fd);
+        t->fd = -1;
+    }
+}
+
+static void kill_all(task_proc_t *t, int n, int sig) {
+    for (int i = 0; i < n; i++)
+        if (t[i].pid > 0 && !t[i].exited) {
+            if (sig == SIGTERM) t[i].killed_by_us = true;
+            kill(-t[i].pid, sig);
+        }
+}
+
+static int reap(task_proc_t *t, int n) {
+    int alive = 0;
+    for (int i = 0; i < n; i++) {
+        if (t[i].pid <= 0 || t[i].exited) continue;
+        int st;
+        pid_t r = waitpid(t[i].pid, &st, WNOHANG);
+        if (r == t[i].pid) {
+            t[i].exited = true;
+            t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            drain(&t[i]);
+            if (t[i].code != 0 || !t[i].killed_by_us)
+                printf("[%s] exited with code %d%s\n", t[i].tag, t[i].code,
+                       t[i].killed_by_us ? " (stopped by launch)" : "");
+            fflush(stdout);
+        } else {
+            alive++;
+        }
+    }
+    return alive;
+}
+
+int psg_cmd_launch(int argc, char **argv) {
+    int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1;
+    const char *host = "127.0.0.1";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            cmd_at = i + 1;
+            break;
+        }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) break;
+        const char *v = argv[++i];
+        char *end;
+        long x = strtol(v, &end, 10);
+        bool ok = *v && !*end;
+        if (!strcmp(argv[i - 1], "--ps") && ok && x >= 0 && x <= 64) nps = (int)x;
+        else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) nworkers = (int)x;
+        else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS) port_base = (int)x;
+        else if (!strcmp(argv[i - 1], "--host")) host = v;
+        else {
+            fprintf(stderr, "psgraph launch: bad option '%s %s'\n", argv[i - 1], v);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (nps < 0 || nworkers < 1 || cmd_at < 0 || cmd_at >= argc) {
+        fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
+        usage(stderr);
+        return 2;
+    }
+    int n = nps + nworkers;
+    task_proc_t *t = calloc((size_t)n, sizeof *t);
+    int *ports = calloc((size_t)n, sizeof *ports);
+    if (!t || !ports) {
+        fprintf(stderr, "psgraph launch: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        t[i].is_ps = i < nps;
+        snprintf(t[i].tag, sizeof t[i].tag, "%s%d", t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
+        t[i].fd = -1;
+        int want = port_base ? port_base + i : 0;
+        ports[i] = probe_port(want);
+        for (int j = 0; j < i && ports[i] > 0 && !port_base; j++)
+            if (ports[j] == ports[i]) ports[i] = probe_port(0), j = -1;
+        if (ports[i] < 0) {
+            fprintf(stderr, "psgraph launch: port %d on 127.0.0.1 (for %s) is busy: %s; "
+                            "pick another --port-base\n", want, t[i].tag, strerror(errno));
+            free(t);
+            free(ports);
+            return 1;
+        }
+    }
+    /* the cluster, as TF_CONFIG's "cluster" */
+    size_t cap = 64 + (size_t)n * 300;
+    char *cluster = malloc(cap), *cfg = malloc(cap + 128);
+    size_t len = (size_t)snprintf(cluster, cap, "{");
+    for (int pass = 0; pass < 2; pass++) {
+        int lo = pass ? nps : 0, hi = pass ? n : nps;
+        if (lo == hi) continue;
+        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "",
+                                pass ? "worker" : "ps");
+        for (int i = lo; i < hi; i++)
+            len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s:%d\"", i > lo ? ", " : "", host, ports[i]);
+        len += (size_t)snprintf(cluster + len, cap - len, "]");
+    }
+    snprintf(cluster + len, cap - len, "}");
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[sl > 0 ? sl : 0] = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(cfg, cap + 128, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
+                 cluster, t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
+        int p[2];
+        if (pipe(p) < 0) {
+            fprintf(stderr, "psgraph launch: pipe: %s\n", strerror(errno));
+            kill_all(t, i, SIGTERM);
+            break;
+        }
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setpgid(0, 0);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGHUP, SIG_DFL);
+            dup2(p[1], 1);
+            dup2(p[1], 2);
+            close(p[0]);
+            close(p[1]);
+            setenv("TF_CONFIG", cfg, 1);
+            if (t[i].is_ps) {
+                char *args[] = {self, "server", NULL};
+                execv(self, args);
+            } else {
+                execvp(argv[cmd_at], argv + cmd_at);
+            }
+            fprintf(stderr, "cannot run %s: %s\n", t[i].is_ps ? self : argv[cmd_at], strerror(errno));
+            _exit(127);
+        }
+        close(p[1]);
+        if (pid < 0) {
+            close(p[0]);
+            fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
+            kill_all(t, i, SIGTERM);
+            break;
+        }
+        setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
+        t[i].pid = pid;
+        t[i].fd = p[0];
+        fcntl(p[0], F_SETFL, O_NONBLOCK);
+    }
+    printf("psgraph launch: %d ps + %d workers, cluster %s\n", nps, nworkers, cluster);
+    fflush(stdout);
+
+    bool stopping = false;
+    double stop_at = 0, workers_done_at = 0;
+    int signaled = 0;
+    for (;;) {
+        struct pollfd pf[MAX_TASKS];
+        int idx[MAX_TASKS], np = 0;
+        for (int i = 0; i < n && np < MAX_TASKS; i++)
+            if (t[i].fd >= 0) {
+                pf[np] = (struct pollfd){t[i].fd, POLLIN, 0};
+                idx[np++] = i;
+            }
+        poll(pf, (nfds_t)np, 100);
+        for (int k = 0; k < np; k++)
+            if (pf[k].revents) drain(&t[idx[k]]);
+        int alive = reap(t, n);
+        if (alive == 0) break;
+        if (got_signal && !signaled) {
+            signaled = got_signal;
+            printf("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
+            fflush(stdout);
+        }
+        bool failed = false, workers_left = false;
+        for (int i = 0; i < n; i++) {
+            if (t[i].exited && t[i].code != 0 && !t[i].killed_by_us) failed = true;
+            if (!t[i].is_ps && !t[i].exited) workers_left = true;
+        }
+        if (!workers_left && workers_done_at == 0) workers_done_at = now_s();
+        /* the ps tasks exit once every worker said it is done; give them a few seconds */
+        bool ps_linger = workers_done_at > 0 && now_s() - workers_done_at > 10;
+        if (!stopping && (signaled || failed || ps_linger)) {
+            if (failed) printf("psgraph launch: a task failed, stopping the others\n");
+            fflush(stdout);
+            kill_all(t, n, SIGTERM);
+            stopping = true;
+            stop_at = now_s();
+        }
+        if (stopping && now_s() - stop_at > 5) kill_all(t, n, SIGKILL);
+    }
+    for (int i = 0; i < n; i++) drain(&t[i]);
+    int worst = 0;
+    for (int i = 0; i < n; i++)
+        if (!t[i].killed_by_us && t[i].code > worst) worst = t[i].code;
+    if (signaled && worst == 0) worst = 128 + signaled;
+    free(cluster);
+    free(cfg);
+    free(t);
+    free(ports);
+    return worst;
+}

@@ -1,0 +1,110 @@
+/* `psgraph server`: runs this process's task server (a ps task) until it is told to stop
+ * (Shutdown, every worker done, idle timeout, SIGINT/SIGTERM). Not the server itself
+ * (ps/task_server.c): options, the cluster, signals and the exit code only. */
+#include "cli/commands.h"
+#include "psgraph/cluster.h"
+#include "psgraph/error.h"
+#include "psgraph/task_server.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void server_usage(FILE *f) {
+    fprintf(f,
+            "usage: psgraph server [options]\n"
+            "  the task is TF_CONFIG's, or --cluster FILE --job ps --task I, or a lone\n"
+            "  --task-name /job:ps/task:0 with --listen tcp://127.0.0.1:0 (port 0: any free one)\n"
+            "  --threads T            executor threads per step (default 1)\n"
+            "  --idle-timeout S       stop after S seconds without a request (default 600; 0: never)\n"
+            "  --recv-timeout S       how long a Recv waits for its tensor (default 60)\n"
+            "  --expect-workers N     stop once N workers said they are done (default: the\n"
+            "                         cluster's workers and chief; 0: never)\n");
+}
+
+int psg_cmd_server(int argc, char **argv) {
+    const char *cluster_file = NULL, *job = NULL, *listen = NULL, *task_name = NULL;
+    int task = -1, threads = 1, expect = -1;
+    double idle = 600, recv_timeout = 60;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            server_usage(stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) || i + 1 >= argc) {
+            fprintf(stderr, "psgraph server: %s '%s'\n",
+                    i + 1 >= argc ? "missing value for" : "unexpected argument", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        double x = strtod(v, &end);
+        bool num_ok = end != v && !*end && x >= 0;
+        if (!strcmp(a, "--cluster")) cluster_file = v;
+        else if (!strcmp(a, "--job")) job = v;
+        else if (!strcmp(a, "--listen")) listen = v;
+        else if (!strcmp(a, "--task-name")) task_name = v;
+        else if (num_ok && !strcmp(a, "--task")) task = (int)x;
+        else if (num_ok && !strcmp(a, "--threads")) threads = (int)x;
+        else if (num_ok && !strcmp(a, "--expect-workers")) expect = (int)x;
+        else if (num_ok && !strcmp(a, "--idle-timeout")) idle = x;
+        else if (num_ok && x > 0 && !strcmp(a, "--recv-timeout")) recv_timeout = x;
+        else {
+            fprintf(stderr, "psgraph server: bad option '%s %s'\n", a, v);
+            server_usage(stderr);
+            return 2;
+        }
+    }
+    psg_cluster_t *c = NULL;
+    if (cluster_file) {
+        if ((job == NULL) != (task < 0)) {
+            fprintf(stderr, "psgraph server: --job and --task go together\n");
+            return 2;
+        }
+        c = psg_cluster_from_file(cluster_file, job, task);
+    } else if (getenv("TF_CONFIG") && !task_name) {
+        c = psg_cluster_from_env();
+    }
+    if ((cluster_file || (getenv("TF_CONFIG") && !task_name)) && !c) {
+        fprintf(stderr, "psgraph server: %s\n", psg_error_message());
+        return 2;
+    }
+    if (expect < 0)
+        expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;
+    psg_task_server_options_t o = {.cluster = c,
+                                   .task_name = task_name ? task_name : (c ? NULL : "/job:ps/task:0"),
+                                   .endpoint = listen,
+                                   .num_threads = threads,
+                                   .recv_timeout_ms = (int64_t)(recv_timeout * 1000),
+                                   .idle_timeout_ms = (int64_t)(idle * 1000),
+                                   .expect_workers = expect};
+    psg_task_server_t *ts = psg_task_server_new(&o);
+    if (!ts) {
+        fprintf(stderr, "psgraph server: %s\n", psg_error_message());
+        psg_cluster_destroy(&c);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    printf("psgraph server: %s serving on %s\n", psg_task_server_task(ts), psg_task_server_endpoint(ts));
+    fflush(stdout);
+    while (!stop_signal && !psg_task_server_wait(ts, 100)) {
+    }
+    if (stop_signal)
+        printf("psgraph server: stopping on signal %d\n", (int)stop_signal);
+    else
+        printf("psgraph server: stopped: %s\n", psg_task_server_stop_reason(ts));
+    fflush(stdout);
+    psg_task_server_destroy(&ts);
+    psg_cluster_destroy(&c);
+    return 0;
+}

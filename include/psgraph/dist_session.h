@@ -1,0 +1,78 @@
+/* The worker's distributed session: places a graph on the tasks of a cluster, cuts it per
+ * step signature (cached), registers each piece once with the task server that runs it,
+ * and runs a step as RunGraph on every task involved under one step id. A failed or
+ * silent task fails the step with an error naming it, never a hang.
+ * Not the task server (task_server.h) and not the training loop (trainer.h). */
+#ifndef PSGRAPH_DIST_SESSION_H
+#define PSGRAPH_DIST_SESSION_H
+
+#include "psgraph/cluster.h"
+#include "psgraph/graph.h"
+#include "psgraph/placement.h"
+#include "psgraph/task_server.h"
+
+#include <stdint.h>
+
+typedef struct psg_dist_session psg_dist_session_t;
+typedef struct psg_dist_callable psg_dist_callable_t;
+
+typedef struct {
+    const psg_cluster_t *cluster; /* borrowed; its task is this process (a worker) */
+    psg_task_server_t *server;    /* this process's task server (borrowed), which runs the
+                                     local partition and answers the peers' Recvs */
+    int64_t step_timeout_ms;      /* a step, a registration, a wait fails after this; <= 0: 30000 */
+} psg_dist_session_options_t;
+
+/* A replica device setter for this worker (variables greedily, or round-robin, over the
+ * cluster's ps tasks; everything else on this worker's task), to push on the graph before
+ * building the model (psg_graph_push_replica_setter). NULL with the error set. */
+psg_replica_setter_t *psg_dist_replica_setter_new(const psg_cluster_t *cluster,
+                                                  psg_ps_strategy_t strategy);
+
+/* A session over g (borrowed; it must outlive the session; nodes may be added between
+ * make_callable calls: the graph is placed again when it grew). NULL with the error set. */
+psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_options_t *opt);
+/* Deregisters nothing (the task servers drop graphs when they stop), closes the
+ * connections. NULL-safe. */
+void psg_dist_session_destroy(psg_dist_session_t **s);
+
+/* Places (if needed), partitions and registers the step signature. The callable belongs
+ * to the session (do not destroy it; it stays valid as long as the session). A second call
+ * with the same signature returns the same callable. NULL with the error set (placement,
+ * partitioning or a task refusing the graph, named). */
+psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
+                                                    const psg_endpoint_t *feeds, int n_fetches,
+                                                    const psg_endpoint_t *fetches,
+                                                    int n_targets, const int *targets);
+/* Runs one step: RunGraph with a fresh step id on every task with a partition, the local
+ * one on the calling thread. fetched[i] gets a new reference. Returns 0, or -1 with the
+ * error naming the task that failed or did not answer within the step timeout; the step
+ * is aborted and cleaned up on every task either way. */
+int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_values,
+                          psg_tensor_t **fetched);
+/* Tasks a callable runs on (for tests and logs). */
+int psg_dist_callable_num_tasks(const psg_dist_callable_t *c);
+
+/* One step of a signature (made and cached as make_callable). */
+int psg_dist_session_run(psg_dist_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
+                         psg_tensor_t *const *feed_values, int n_fetches,
+                         const psg_endpoint_t *fetches, psg_tensor_t **fetched, int n_targets,
+                         const int *targets);
+/* Runs the graph's "init" collection (the chief does, once). */
+int psg_dist_session_run_init(psg_dist_session_t *s);
+/* Waits until every variable of the graph is initialized on the task holding it (a
+ * non-chief worker, before its first step): one WaitInit request per task, answered by
+ * the task when its variables are ready. -1 with the error naming the task on timeout. */
+int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms);
+
+/* Tells every ps task this worker is done (JobDone). -1 naming the first task that did
+ * not answer (the others are still told). */
+int psg_dist_session_job_done(psg_dist_session_t *s);
+/* Waits until n workers told ps task 0 they are done (the chief, before it evaluates). */
+int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_ms);
+
+/* The Inspect report of a task ("/job:ps/task:1"): JSON as psg_task_server_inspect,
+ * malloc'd (the caller frees). NULL with the error set. */
+char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task);
+
+#endif

@@ -1,0 +1,93 @@
+/* The task server every psgraph process runs: one resource manager and one rendezvous per
+ * process, a ZeroMQ ROUTER answering RegisterGraph, RunGraph, Recv (a peer pulls a tensor a
+ * local Send left: TensorFlow's RecvTensor), Inspect, AbortStep, CleanupStep, WaitInit,
+ * JobDone and Shutdown. Not the worker's session (dist_session.h), which drives it. */
+#ifndef PSGRAPH_TASK_SERVER_H
+#define PSGRAPH_TASK_SERVER_H
+
+#include "psgraph/cluster.h"
+#include "psgraph/graph.h"
+#include "psgraph/rendezvous.h"
+#include "psgraph/resource.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct psg_task_server psg_task_server_t;
+
+/* The requests, as the header's `op` (docs/distributed.md has their fields). */
+#define PSG_TS_REGISTER_GRAPH "RegisterGraph"
+#define PSG_TS_DEREGISTER_GRAPH "DeregisterGraph"
+#define PSG_TS_RUN_GRAPH "RunGraph"
+#define PSG_TS_RECV "Recv"
+#define PSG_TS_INSPECT "Inspect"
+#define PSG_TS_ABORT_STEP "AbortStep"
+#define PSG_TS_CLEANUP_STEP "CleanupStep"
+#define PSG_TS_WAIT_INIT "WaitInit"
+#define PSG_TS_JOB_DONE "JobDone"
+#define PSG_TS_WAIT_DONE "WaitDone"
+#define PSG_TS_SHUTDOWN "Shutdown"
+
+typedef struct {
+    /* the cluster (borrowed, must outlive the server): the peers a Recv pulls from, and
+     * this process's task when task_name is NULL; may be NULL for a lone task */
+    const psg_cluster_t *cluster;
+    /* this process's task, "/job:ps/task:0" in any accepted form; NULL: the cluster's */
+    const char *task_name;
+    /* where to bind; NULL: the task's address in the cluster ("tcp://127.0.0.1:*" when
+     * there is no cluster) */
+    const char *endpoint;
+    int num_threads;           /* executor threads per step (<= 1: the step's own thread) */
+    int max_steps;             /* steps run at once (runner threads; <= 0: 8) */
+    int64_t recv_timeout_ms;   /* how long a Recv (local or pulled) waits; <= 0: 60000 */
+    int64_t idle_timeout_ms;   /* stop after this long without a request; 0: never */
+    int expect_workers;        /* stop once this many workers sent JobDone; 0: never */
+} psg_task_server_options_t;
+
+/* Binds the server and starts its thread; returns once it serves. NULL with the error set
+ * (naming the endpoint or the task) on a bad task, a busy port, out of memory. */
+psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt);
+/* Stops serving (fails pending Recvs and steps), joins every thread, frees all. NULL-safe. */
+void psg_task_server_destroy(psg_task_server_t **ts);
+
+/* Waits up to timeout_ms (< 0: forever) for the server to stop by itself (Shutdown, every
+ * expected worker done, idle timeout). Returns 1 when it stopped, 0 on timeout. */
+int psg_task_server_wait(psg_task_server_t *ts, int64_t timeout_ms);
+/* Why it stopped ("" while it serves): "shutdown requested by ...", "job done", "idle ...". */
+const char *psg_task_server_stop_reason(psg_task_server_t *ts);
+
+/* The bound endpoint ("tcp://127.0.0.1:41234"), its port, the canonical task name
+ * ("/job:ps/replica:0/task:0"). */
+const char *psg_task_server_endpoint(const psg_task_server_t *ts);
+int psg_task_server_port(const psg_task_server_t *ts);
+const char *psg_task_server_task(const psg_task_server_t *ts);
+psg_resource_mgr_t *psg_task_server_resources(psg_task_server_t *ts);
+psg_rendezvous_t *psg_task_server_rendezvous(psg_task_server_t *ts);
+
+/* ---- in-process calls (the worker's session uses them for its own task) ---- */
+
+/* Registers a serialized partition (psg_graph_serialize's bytes, untrusted) to be run with
+ * feeds[i] (node, index) fed, fetches[i] returned and targets[i] run; builds its plan.
+ * Sets *handle. Returns 0, or -1 with the error naming the task (a graph that does not
+ * parse, an id out of range, a Recv from a task the cluster does not have). */
+int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t len, int n_feeds,
+                             const psg_endpoint_t *feeds, int n_fetches,
+                             const psg_endpoint_t *fetches, int n_targets, const int *targets,
+                             uint64_t *handle);
+/* Runs registered graph `handle` for step `step` on the calling thread: first asks the
+ * sending tasks for the tensors its Recvs need, then runs the plan. feeds: as many as
+ * registered (checked against the placeholders' dtype and shape); fetched[i] receives new
+ * references. Returns 0, or -1 with the error "task T: ..." (and the step aborted here). */
+int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
+                        psg_tensor_t *const *feeds, psg_tensor_t **fetched);
+/* Number of fetches of a registered graph (-1 for an unknown handle). */
+int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle);
+/* Ends a step here: drops its tensors, waiters and pulls. */
+void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step);
+/* Fails a step here: its Recvs stop waiting, with `why`. */
+void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char *why);
+/* The Inspect report: JSON {"task", "variables": [{"name", "dtype", "shape", "bytes",
+ * "initialized"}], "graphs", "pending", "received", "rejected"}; malloc'd, caller frees. */
+char *psg_task_server_inspect(psg_task_server_t *ts);
+
+#endif

@@ -1,0 +1,292 @@
+/* The pulling half of cross-process Send/Recv: one thread, one DEALER per peer task, a
+ * queue of (task, step, key) to ask for, and the replies sent into the local rendezvous.
+ * Not the serving half (the Recv request in ps/task_server.c) nor the rendezvous map. */
+#include "ps/remote_rendezvous.h"
+
+#include "psgraph/device_name.h"
+#include "psgraph/error.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define RECENT_STEPS 256
+
+typedef struct {
+    uint64_t id; /* the request's id on its peer's client (0 while queued) */
+    int peer;
+    int64_t step;
+    char *key;
+} pull_t;
+
+typedef struct {
+    char task[PSG_DEVICE_NAME_MAX];
+    char address[256];
+    psg_client_t *client; /* made and used by the thread only */
+} peer_t;
+
+typedef struct {
+    pull_t *v;
+    int n, cap;
+} pull_list_t;
+
+struct psg_remote_rv {
+    psg_rendezvous_t *local;
+    int timeout_ms;
+    pthread_mutex_t lock;
+    int efd;
+    pthread_t thread;
+    bool started, stop;
+    pull_list_t queued, pending; /* under lock */
+    peer_t *peers;               /* under lock; entries never move once the thread reads them */
+    int npeers, cap_peers;
+    int64_t recent[RECENT_STEPS]; /* steps cleaned up lately: their pulls are dropped */
+    int recent_next;
+};
+
+static int list_push(pull_list_t *l, pull_t p) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        pull_t *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return psg_error_set("out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = p;
+    return 0;
+}
+
+static void list_free(pull_list_t *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i].key);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static bool recently_cleaned(const psg_remote_rv_t *r, int64_t step) {
+    for (int i = 0; i < RECENT_STEPS; i++)
+        if (r->recent[i] == step) return true;
+    return false;
+}
+
+static void wake(psg_remote_rv_t *r) {
+    uint64_t one = 1;
+    ssize_t n = write(r->efd, &one, sizeof one);
+    (void)n; /* a full counter still wakes the thread */
+}
+
+/* Under lock: the step failed on the peer or the peer is gone. */
+static void fail_pull(psg_remote_rv_t *r, const pull_t *p, const char *why) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "task %s (%s): %s", r->peers[p->peer].task, r->peers[p->peer].address,
+             why);
+    psg_rendezvous_abort_step(r->local, p->step, msg);
+}
+
+static void send_queued(psg_remote_rv_t *r) {
+    pthread_mutex_lock(&r->lock);
+    pull_list_t q = r->queued;
+    memset(&r->queued, 0, sizeof r->queued);
+    int npeers = r->npeers;
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < q.n; i++) {
+        pull_t *p = &q.v[i];
+        peer_t *peer = &r->peers[p->peer];
+        PSG_ASSERT(p->peer < npeers);
+        const char *err = NULL;
+        if (!peer->client) {
+            psg_wire_opts_t o = psg_wire_opts_default();
+            o.timeout_ms = r->timeout_ms;
+            peer->client = psg_client_new(peer->address, &o);
+            if (!peer->client) err = psg_error_message();
+        }
+        psg_msg_t *m = err ? NULL : psg_msg_new(PSG_MSG_REQUEST, "Recv");
+        if (!err && (!m || psg_msg_set_key(m, p->key) < 0)) err = "out of memory";
+        if (!err) {
+            m->step = p->step;
+            if (psg_client_send(peer->client, &m, &p->id) < 0) err = psg_error_message();
+        }
+        psg_msg_destroy(&m);
+        pthread_mutex_lock(&r->lock);
+        if (recently_cleaned(r, p->step)) {
+            free(p->key);
+        } else if (err) {
+            fail_pull(r, p, err);
+            free(p->key);
+        } else if (list_push(&r->pending, *p) < 0) {
+            fail_pull(r, p, "out of memory");
+            free(p->key);
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+    free(q.v);
+}
+
+static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->pending.n; i++) {
+        pull_t *p = &r->pending.v[i];
+        if (p->peer != peer || p->id != m->id) continue;
+        if (m->kind == PSG_MSG_REPLY && m->ntensors == 1) {
+            psg_tensor_t *t = psg_tensor_ref(m->tensors[0]);
+            if (psg_rendezvous_send(r->local, p->step, p->key, &t) < 0) {
+                /* the step was aborted here meanwhile: nothing to deliver */
+            }
+        } else {
+            fail_pull(r, p, m->kind == PSG_MSG_ERROR && m->error ? m->error
+                                                                  : "a reply to Recv without one tensor");
+        }
+        free(p->key);
+        r->pending.v[i] = r->pending.v[--r->pending.n];
+        break;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void *puller_main(void *arg) {
+    psg_remote_rv_t *r = arg;
+    zmq_pollitem_t *items = NULL;
+    int *item_peer = NULL, cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        bool stop = r->stop;
+        bool work = r->queued.n > 0;
+        int npeers = r->npeers;
+        pthread_mutex_unlock(&r->lock);
+        if (stop) break;
+        if (work) send_queued(r);
+        if (npeers + 1 > cap) {
+            cap = 2 * (npeers + 1);
+            items = realloc(items, (size_t)cap * sizeof *items);
+            item_peer = realloc(item_peer, (size_t)cap * sizeof *item_peer);
+            PSG_ASSERT(items && item_peer);
+        }
+        int n = 0;
+        items[n++] = (zmq_pollitem_t){NULL, r->efd, ZMQ_POLLIN, 0};
+        for (int i = 0; i < npeers; i++) {
+            if (!r->peers[i].client) continue;
+            item_peer[n] = i;
+            items[n++] = (zmq_pollitem_t){psg_client_socket(r->peers[i].client), 0, ZMQ_POLLIN, 0};
+        }
+        if (zmq_poll(items, n, -1) < 0) continue; /* EINTR */
+        if (items[0].revents & ZMQ_POLLIN) {
+            uint64_t v;
+            ssize_t got = read(r->efd, &v, sizeof v);
+            (void)got;
+        }
+        for (int k = 1; k < n; k++) {
+            if (!(items[k].revents & ZMQ_POLLIN)) continue;
+            psg_client_t *c = r->peers[item_peer[k]].client;
+            for (;;) {
+                psg_msg_t *m = NULL;
+                int rc = psg_client_recv(c, &m, 0);
+                if (rc <= 0) break; /* drained, or a malformed reply (dropped) */
+                take_reply(r, item_peer[k], m);
+                psg_msg_destroy(&m);
+            }
+        }
+    }
+    free(items);
+    free(item_peer);
+    for (int i = 0; i < r->npeers; i++) psg_client_destroy(&r->peers[i].client);
+    return NULL;
+}
+
+psg_remote_rv_t *psg_remote_rv_new(psg_rendezvous_t *local, int timeout_ms) {
+    psg_remote_rv_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    r->local = local;
+    r->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
+    for (int i = 0; i < RECENT_STEPS; i++) r->recent[i] = INT64_MIN;
+    pthread_mutex_init(&r->lock, NULL);
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0 || pthread_create(&r->thread, NULL, puller_main, r) != 0) {
+        psg_error_set("cannot start the Recv puller thread");
+        psg_remote_rv_destroy(&r);
+        return NULL;
+    }
+    r->started = true;
+    return r;
+}
+
+void psg_remote_rv_destroy(psg_remote_rv_t **rp) {
+    if (!rp || !*rp) return;
+    psg_remote_rv_t *r = *rp;
+    *rp = NULL;
+    if (r->started) {
+        pthread_mutex_lock(&r->lock);
+        r->stop = true;
+        pthread_mutex_unlock(&r->lock);
+        wake(r);
+        pthread_join(r->thread, NULL);
+    }
+    if (r->efd >= 0) close(r->efd);
+    list_free(&r->queued);
+    list_free(&r->pending);
+    free(r->peers);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+int psg_remote_rv_pull(psg_remote_rv_t *r, const char *task, const char *address, int64_t step,
+                       const char *key) {
+    char *k = strdup(key);
+    if (!k) return psg_error_set("out of memory");
+    pthread_mutex_lock(&r->lock);
+    int peer = -1;
+    for (int i = 0; i < r->npeers && peer < 0; i++)
+        if (!strcmp(r->peers[i].address, address)) peer = i;
+    if (peer < 0) {
+        /* the thread reads peers without the lock: grow only while it cannot be polling a
+         * stale array, i.e. make room for plenty at once and never move afterwards */
+        if (r->npeers == r->cap_peers) {
+            if (r->cap_peers) {
+                pthread_mutex_unlock(&r->lock);
+                free(k);
+                return psg_error_set("too many peer tasks (%d)", r->cap_peers);
+            }
+            r->cap_peers = 1024;
+            r->peers = calloc((size_t)r->cap_peers, sizeof *r->peers);
+            if (!r->peers) {
+                r->cap_peers = 0;
+                pthread_mutex_unlock(&r->lock);
+                free(k);
+                return psg_error_set("out of memory");
+            }
+        }
+        peer = r->npeers;
+        snprintf(r->peers[peer].task, sizeof r->peers[peer].task, "%s", task);
+        snprintf(r->peers[peer].address, sizeof r->peers[peer].address, "%s", address);
+        r->npeers++;
+    }
+    int rc = r->stop ? psg_error_set("the Recv puller is stopped")
+                     : list_push(&r->queued, (pull_t){0, peer, step, k});
+    pthread_mutex_unlock(&r->lock);
+    if (rc < 0) {
+        free(k);
+        return -1;
+    }
+    wake(r);
+    return 0;
+}
+
+void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step) {
+    pthread_mutex_lock(&r->lock);
+    r->recent[r->recent_next] = step;
+    r->recent_next = (r->recent_next + 1) % RECENT_STEPS;
+    for (int i = 0; i < r->pending.n;) {
+        if (r->pending.v[i].step == step) {
+            free(r->pending.v[i].key);
+            r->pending.v[i] = r->pending.v[--r->pending.n];
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+}

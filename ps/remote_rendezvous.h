@@ -1,0 +1,31 @@
+/* Internal to psgraph: the pulling half of cross-process Send/Recv. A Recv whose sender
+ * lives in another task asks that task's server for (step, key) (TensorFlow's RecvTensor)
+ * and the reply lands in this process's rendezvous, where the Recv op takes it.
+ * Not the rendezvous itself (graph/rendezvous.c) nor the serving half (ps/task_server.c). */
+#ifndef PSGRAPH_PS_REMOTE_RENDEZVOUS_H
+#define PSGRAPH_PS_REMOTE_RENDEZVOUS_H
+
+#include "psgraph/rendezvous.h"
+#include "psgraph/wire.h"
+
+#include <stdint.h>
+
+typedef struct psg_remote_rv psg_remote_rv_t;
+
+/* A puller feeding `local` (borrowed). One thread owns one DEALER per peer task and polls
+ * them all, so a pull that waits never holds up another. timeout_ms bounds a send to a
+ * peer that is not reachable. NULL with the error set. */
+psg_remote_rv_t *psg_remote_rv_new(psg_rendezvous_t *local, int timeout_ms);
+/* Stops and joins the thread, closes the sockets. NULL-safe. */
+void psg_remote_rv_destroy(psg_remote_rv_t **r);
+
+/* Asks the server at `address` ("host:port") of task `task` for (step, key). The tensor
+ * is sent into the local rendezvous under (step, key); an error reply, or a peer that
+ * cannot be reached, aborts the step there with a reason naming the task. Never blocks.
+ * -1 with the error set on out of memory or a stopped puller. */
+int psg_remote_rv_pull(psg_remote_rv_t *r, const char *task, const char *address, int64_t step,
+                       const char *key);
+/* Forgets the pulls of a step (their late replies are dropped). */
+void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step);
+
+#endif

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `psgraph launch` with real processes on 127.0.0.1: async training of the mlp on
+# Fashion-MNIST by 2 ps + 2 workers (>= 84% in 2 epochs), a busy port named, a failed task
+# stopping all, Ctrl-C stopping all; every process is gone afterwards.
+set -u
+psgraph=$1
+asan=${2:-}
+fails=0
+tmp=$(mktemp -d /tmp/psg_test_launch.XXXXXX)
+launch_pid=
+cleanup() {
+  [ -n "$launch_pid" ] && kill -TERM "$launch_pid" 2>/dev/null
+  [ -n "${busy_pid:-}" ] && kill -KILL "$busy_pid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# true when nothing listens on any port in [base, base+n)
+ports_free() {
+  python3 - "$1" "$2" <<'PY'
+import socket, sys
+base, n = int(sys.argv[1]), int(sys.argv[2])
+for p in range(base, base + n):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        sys.exit(1)
+    finally:
+        s.close()
+PY
+}
+
+# 1. async training: 2 ps + 2 workers, the mlp, 2 epochs (the workers together)
+if [ -n "$asan" ]; then
+  echo "skip async training of the mlp to 84%: too slow under AddressSanitizer (runs in the release suite)"
+elif [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "skip async training of the mlp: no Fashion-MNIST in /usr/share/datasets/fashion-mnist"
+else
+  "$psgraph" launch --ps 2 --workers 2 -- "$psgraph" train --model mlp --epochs 2 \
+    --optimizer adam --lr 0.001 --batch 64 --log-every 200 >"$tmp/train.log" 2>&1
+  rc=$?
+  done_line=$(grep '^\[worker0\] {"event":"done"' "$tmp/train.log" | sed 's/^\[worker0\] //')
+  if [ $rc = 0 ] && grep -q '^\[ps0\] ' "$tmp/train.log" && grep -q '^\[ps1\] ' "$tmp/train.log" &&
+     grep -q '^\[worker1\] {"event":"worker_done"' "$tmp/train.log" &&
+     grep -q '^\[ps1\] psgraph server: stopped: job done' "$tmp/train.log" &&
+     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("test accuracy", d["test_accuracy"]); assert d["sync"]=="async" and d["workers"]==2 and d["ps"]==2 and d["test_accuracy"]>=0.84' "$done_line"; then
+    ok "async training, 2 ps + 2 workers, mlp 2 epochs: >= 84%, ps tasks exit when the job is done"
+  else
+    fail "async training (rc $rc): $(grep -v "\] step " "$tmp/train.log" | tail -25)"
+  fi
+fi
+
+# 2. a busy port is named before anything starts
+busy=$(free_port)
+"$psgraph" server --listen "tcp://127.0.0.1:$busy" --task-name /job:ps/task:0 >/dev/null 2>&1 &
+busy_pid=$!
+for _ in $(seq 50); do ports_free "$busy" 1 || break; sleep 0.1; done
+out=$("$psgraph" launch --ps 1 --workers 1 --port-base "$busy" -- true 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "port $busy on 127.0.0.1 (for ps0) is busy" <<<"$out"; then
+  ok "busy port named: $(head -1 <<<"$out")"
+else
+  fail "busy port: rc $rc: $out"
+fi
+kill -TERM "$busy_pid"; wait "$busy_pid" 2>/dev/null; busy_pid=
+
+# 3. a failing worker stops every task; the exit code is the worst of the tasks
+base=$(( $(free_port) % 20000 + 30000 ))
+out=$(timeout 60 "$psgraph" launch --ps 1 --workers 2 --port-base "$base" -- "$psgraph" train --model nope 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "^\[worker0\] psgraph train: --model: unknown model 'nope'" <<<"$out" &&
+   ports_free "$base" 3; then
+  ok "a failed task stops all, exit code 1, ports free again"
+else
+  fail "failed task: rc $rc: $out"
+fi
+
+# 4. Ctrl-C stops every task (process groups killed, nothing left)
+base=$(( $(free_port) % 20000 + 30000 ))
+marker="31.$$"
+"$psgraph" launch --ps 1 --workers 2 --port-base "$base" -- sleep "$marker" >"$tmp/int.log" 2>&1 &
+launch_pid=$!
+for _ in $(seq 50); do [ "$(pgrep -f "sleep $marker" | wc -l)" = 2 ] && break; sleep 0.1; done
+kill -INT "$launch_pid"
+t0=$(date +%s)
+wait "$launch_pid"; rc=$?
+launch_pid=
+sleep 0.2
+left=$(pgrep -f "sleep $marker" | wc -l)
+if [ $rc = 130 ] && [ "$left" = 0 ] && [ $(( $(date +%s) - t0 )) -le 8 ] && ports_free "$base" 1; then
+  ok "Ctrl-C stops all: exit 130, no task left"
+else
+  fail "Ctrl-C: rc $rc, $left left: $(cat "$tmp/int.log")"
+fi
+[ $fails = 0 ]

@@ -1,0 +1,566 @@
+/* The worker's distributed session: placement with the cluster's jobs, partitions per step
+ * signature, RegisterGraph once per partition, and each step RunGraph on every task with
+ * one step id, the local partition run in process. Not the task server (ps/), and not the
+ * training loop. */
+#include "psgraph/dist_session.h"
+
+#include "net/codec.h"
+#include "psgraph/device_name.h"
+#include "psgraph/error.h"
+#include "psgraph/op.h"
+#include "psgraph/partition.h"
+#include "psgraph/serialize.h"
+#include "psgraph/wire.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+typedef struct {
+    char task[PSG_DEVICE_NAME_MAX]; /* canonical "/job:ps/replica:0/task:0" */
+    char address[256];
+    psg_client_t *client; /* NULL for this process's task */
+} peer_t;
+
+typedef struct {
+    int peer;        /* index into the session's peers; -1: local */
+    uint64_t handle; /* on that task */
+    uint64_t pending_id;
+    bool waiting;
+    bool unreachable; /* this step: the RunGraph could not be sent (send no notes) */
+} part_run_t;
+
+struct psg_dist_callable {
+    psg_dist_session_t *s;
+    int n_feeds, n_fetches, n_targets;
+    psg_endpoint_t *feeds, *fetches;
+    int *targets;
+    psg_partition_set_t *set;
+    part_run_t *runs; /* one per partition */
+    int local;        /* the partition this process runs, or -1 */
+};
+
+struct psg_dist_session {
+    psg_graph_t *g;
+    const psg_cluster_t *cluster;
+    psg_task_server_t *server;
+    int64_t timeout_ms;
+    char task[PSG_DEVICE_NAME_MAX];
+    char device[PSG_DEVICE_NAME_MAX + 16];
+    int placed_nodes; /* node count at the last placement */
+    peer_t *peers;
+    int n_peers;
+    psg_dist_callable_t **callables;
+    int n_callables;
+    int64_t step_base, step_counter;
+};
+
+psg_replica_setter_t *psg_dist_replica_setter_new(const psg_cluster_t *cluster,
+                                                  psg_ps_strategy_t strategy) {
+    psg_task_t me = psg_cluster_task(cluster);
+    if (!me.job) {
+        psg_error_set("the cluster names no task for this process");
+        return NULL;
+    }
+    char worker[PSG_DEVICE_NAME_MAX];
+    psg_device_name(me.job, me.index, NULL, worker, sizeof worker);
+    psg_replica_setter_options_t o = {.ps_tasks = psg_cluster_num_tasks(cluster, "ps"),
+                                      .ps_device = "/job:ps",
+                                      .worker_device = worker,
+                                      .strategy = strategy};
+    return psg_replica_setter_new(&o);
+}
+
+static int peer_index(psg_dist_session_t *s, const char *task) {
+    for (int i = 0; i < s->n_peers; i++)
+        if (!strcmp(s->peers[i].task, task)) return i;
+    psg_device_name_t d;
+    if (psg_device_name_parse(task, &d) < 0) return -1;
+    const char *addr = psg_cluster_address(s->cluster, d.job, d.task);
+    if (!addr) return -1;
+    peer_t *v = realloc(s->peers, (size_t)(s->n_peers + 1) * sizeof *v);
+    if (!v) return psg_error_set("out of memory");
+    s->peers = v;
+    peer_t *p = &v[s->n_peers];
+    memset(p, 0, sizeof *p);
+    snprintf(p->task, sizeof p->task, "%s", task);
+    snprintf(p->address, sizeof p->address, "%s", addr);
+    if (strcmp(task, s->task)) {
+        psg_wire_opts_t o = psg_wire_opts_default();
+        o.timeout_ms = (int)s->timeout_ms;
+        if (!(p->client = psg_client_new(addr, &o))) return psg_error_wrap("task %s", task);
+    }
+    return s->n_peers++;
+}
+
+psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_options_t *opt) {
+    psg_task_t me = psg_cluster_task(opt->cluster);
+    if (!me.job) {
+        psg_error_set("the cluster names no task for this process");
+        return NULL;
+    }
+    if (!opt->server) {
+        psg_error_set("a distributed session needs its process's task server");
+        return NULL;
+    }
+    psg_dist_session_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    s->g = g;
+    s->cluster = opt->cluster;
+    s->server = opt->server;
+    s->timeout_ms = opt->step_timeout_ms > 0 ? opt->step_timeout_ms : 30000;
+    snprintf(s->task, sizeof s->task, "%s", psg_task_server_task(opt->server));
+    snprintf(s->device, sizeof s->device, "%s/device:CPU:0", s->task);
+    /* step ids: unique across the workers sharing a ps (the task in the high bits) and
+     * across restarts of this one (a few bits of time and pid) */
+    uint64_t inc = ((uint64_t)time(NULL) ^ (uint64_t)getpid() * 2654435761u) & 0x3fff;
+    s->step_base = (int64_t)((inc << 48) | ((uint64_t)(me.index & 0xffff) << 32) |
+                             ((uint64_t)(strcmp(me.job, "worker") ? 1 : 0) << 62));
+    return s;
+}
+
+static void callable_free(psg_dist_callable_t *c) {
+    if (!c) return;
+    free(c->feeds);
+    free(c->fetches);
+    free(c->targets);
+    free(c->runs);
+    psg_partition_set_destroy(&c->set);
+    free(c);
+}
+
+void psg_dist_session_destroy(psg_dist_session_t **sp) {
+    if (!sp || !*sp) return;
+    psg_dist_session_t *s = *sp;
+    *sp = NULL;
+    for (int i = 0; i < s->n_callables; i++) callable_free(s->callables[i]);
+    free(s->callables);
+    for (int i = 0; i < s->n_peers; i++) psg_client_destroy(&s->peers[i].client);
+    free(s->peers);
+    free(s);
+}
+
+static int place(psg_dist_session_t *s) {
+    if (psg_graph_num_nodes(s->g) == s->placed_nodes) return 0;
+    int nj = psg_cluster_num_jobs(s->cluster);
+    psg_job_spec_t jobs[16];
+    if (nj > 16) return psg_error_set("too many jobs in the cluster (%d)", nj);
+    for (int i = 0; i < nj; i++) {
+        jobs[i].name = psg_cluster_job(s->cluster, i);
+        jobs[i].num_tasks = psg_cluster_num_tasks(s->cluster, jobs[i].name);
+        jobs[i].num_gpus = 0;
+    }
+    psg_placement_options_t po = {.default_device = s->device, .num_jobs = nj, .jobs = jobs};
+    if (psg_place(s->g, &po) < 0) return -1;
+    s->placed_nodes = psg_graph_num_nodes(s->g);
+    return 0;
+}
+
+static bool same_signature(const psg_dist_callable_t *c, int nf, const psg_endpoint_t *f, int nx,
+                           const psg_endpoint_t *x, int nt, const int *t) {
+    if (c->n_feeds != nf || c->n_fetches != nx || c->n_targets != nt) return false;
+    for (int i = 0; i < nf; i++)
+        if (c->feeds[i].node != f[i].node || c->feeds[i].index != f[i].index) return false;
+    for (int i = 0; i < nx; i++)
+        if (c->fetches[i].node != x[i].node || c->fetches[i].index != x[i].index) return false;
+    for (int i = 0; i < nt; i++)
+        if (c->targets[i] != t[i]) return false;
+    return true;
+}
+
+static psg_tensor_t *ids_tensor(int n, const psg_endpoint_t *e, const int *ids) {
+    psg_shape_t sh = e ? psg_shape_2d(n, 2) : psg_shape_1d(n);
+    psg_tensor_t *t = psg_tensor_new(PSG_DT_I64, &sh);
+    if (!t) return NULL;
+    for (int i = 0; i < n; i++) {
+        if (e) {
+            psg_tensor_i64(t)[2 * i] = e[i].node;
+            psg_tensor_i64(t)[2 * i + 1] = e[i].index;
+        } else {
+            psg_tensor_i64(t)[i] = ids[i];
+        }
+    }
+    return t;
+}
+
+static int register_partition(psg_dist_session_t *s, const psg_partition_t *p, part_run_t *run) {
+    char *bytes = NULL;
+    size_t len = 0;
+    if (psg_graph_serialize(p->graph, &bytes, &len) < 0) return -1;
+    int rc;
+    if (run->peer < 0) {
+        rc = psg_task_server_register(s->server, bytes, len, p->num_feeds, p->feeds, p->num_fetches,
+                                      p->fetches, p->num_targets, p->targets, &run->handle);
+    } else {
+        peer_t *peer = &s->peers[run->peer];
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REGISTER_GRAPH);
+        psg_tensor_t *f = ids_tensor(p->num_feeds, p->feeds, NULL);
+        psg_tensor_t *x = ids_tensor(p->num_fetches, p->fetches, NULL);
+        psg_tensor_t *t = ids_tensor(p->num_targets, NULL, p->targets);
+        rc = m && f && x && t && psg_msg_set_body(m, bytes, len) == 0 &&
+                     psg_msg_add_tensor(m, "feeds", f) == 0 &&
+                     psg_msg_add_tensor(m, "fetches", x) == 0 &&
+                     psg_msg_add_tensor(m, "targets", t) == 0
+                 ? 0
+                 : -1;
+        psg_tensor_destroy(&f);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&t);
+        psg_msg_t *r = rc == 0 ? psg_client_call(peer->client, &m, (int)s->timeout_ms) : NULL;
+        psg_msg_destroy(&m);
+        char *end = NULL;
+        if (r && r->key) run->handle = strtoull(r->key, &end, 10);
+        if (!r || !end || *end) {
+            rc = r ? psg_error_set("a RegisterGraph reply without a handle") : -1;
+            psg_error_wrap("task %s", peer->task);
+        }
+        psg_msg_destroy(&r);
+    }
+    free(bytes);
+    return rc;
+}
+
+psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
+                                                    const psg_endpoint_t *feeds, int n_fetches,
+                                                    const psg_endpoint_t *fetches,
+                                                    int n_targets, const int *targets) {
+    for (int i = 0; i < s->n_callables; i++)
+        if (same_signature(s->callables[i], n_feeds, feeds, n_fetches, fetches, n_targets, targets))
+            return s->callables[i];
+    if (place(s) < 0) return NULL;
+    psg_dist_callable_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    c->s = s;
+    c->n_feeds = n_feeds;
+    c->n_fetches = n_fetches;
+    c->n_targets = n_targets;
+    c->feeds = calloc((size_t)n_feeds + 1, sizeof *c->feeds);
+    c->fetches = calloc((size_t)n_fetches + 1, sizeof *c->fetches);
+    c->targets = calloc((size_t)n_targets + 1, sizeof *c->targets);
+    if (!c->feeds || !c->fetches || !c->targets) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    if (n_feeds) memcpy(c->feeds, feeds, (size_t)n_feeds * sizeof *feeds);
+    if (n_fetches) memcpy(c->fetches, fetches, (size_t)n_fetches * sizeof *fetches);
+    if (n_targets) memcpy(c->targets, targets, (size_t)n_targets * sizeof *targets);
+    c->set = psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_targets, targets, NULL);
+    if (!c->set) goto fail;
+    int np = c->set->num_partitions;
+    c->runs = calloc((size_t)np + 1, sizeof *c->runs);
+    if (!c->runs) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    c->local = -1;
+    for (int k = 0; k < np; k++) {
+        const psg_partition_t *p = &c->set->partitions[k];
+        for (int j = 0; j < k; j++)
+            if (!strcmp(c->set->partitions[j].task, p->task)) {
+                psg_error_set("task %s has partitions on two devices (%s, %s): one device per "
+                              "task is supported", p->task, c->set->partitions[j].device, p->device);
+                goto fail;
+            }
+        if (!strcmp(p->task, s->task)) {
+            c->runs[k].peer = -1;
+            c->local = k;
+        } else if ((c->runs[k].peer = peer_index(s, p->task)) < 0) {
+            goto fail;
+        }
+        if (register_partition(s, p, &c->runs[k]) < 0) goto fail;
+    }
+    psg_dist_callable_t **v = realloc(s->callables, (size_t)(s->n_callables + 1) * sizeof *v);
+    if (!v) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    s->callables = v;
+    v[s->n_callables++] = c;
+    return c;
+fail:
+    callable_free(c);
+    return NULL;
+}
+
+int psg_dist_callable_num_tasks(const psg_dist_callable_t *c) { return c->set->num_partitions; }
+
+/* Sends a request that needs no answer now (its reply is dropped by id later). */
+static void send_note(peer_t *peer, const char *op, int64_t step, const char *key) {
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, op);
+    if (!m) return;
+    m->step = step;
+    if (key) psg_msg_set_key(m, key);
+    psg_client_send(peer->client, &m, NULL);
+}
+
+/* Collects the RunGraph replies of the remote partitions until deadline. The first
+ * failure (in partition order of arrival) goes into err. */
+static void collect(psg_dist_callable_t *c, int64_t step, int64_t deadline, psg_tensor_t **fetched,
+                    char *err, size_t errsize) {
+    psg_dist_session_t *s = c->s;
+    int np = c->set->num_partitions;
+    zmq_pollitem_t items[64];
+    int item_part[64];
+    for (;;) {
+        int n = 0;
+        for (int k = 0; k < np && n < 64; k++) {
+            if (!c->runs[k].waiting) continue;
+            item_part[n] = k;
+            items[n++] = (zmq_pollitem_t){psg_client_socket(s->peers[c->runs[k].peer].client), 0,
+                                          ZMQ_POLLIN, 0};
+        }
+        if (n == 0) return;
+        int64_t left = deadline - psg_codec_now_ms();
+        if (left <= 0) break;
+        if (zmq_poll(items, n, (long)left) < 0) continue;
+        for (int i = 0; i < n; i++) {
+            if (!(items[i].revents & ZMQ_POLLIN)) continue;
+            part_run_t *run = &c->runs[item_part[i]];
+            peer_t *peer = &s->peers[run->peer];
+            for (;;) {
+                psg_msg_t *m = NULL;
+                if (psg_client_recv(peer->client, &m, 0) <= 0) break;
+                if (run->waiting && m->id == run->pending_id) {
+                    run->waiting = false;
+                    const psg_partition_t *p = &c->set->partitions[item_part[i]];
+                    if (m->kind == PSG_MSG_ERROR) {
+                        if (!err[0]) snprintf(err, errsize, "%s", m->error ? m->error : "error");
+                    } else if (m->ntensors != p->num_fetches) {
+                        if (!err[0])
+                            snprintf(err, errsize, "task %s: RunGraph replied %d tensors, expected %d",
+                                     peer->task, m->ntensors, p->num_fetches);
+                    } else {
+                        for (int j = 0; j < p->num_fetches; j++)
+                            fetched[p->fetch_index[j]] = psg_tensor_ref(m->tensors[j]);
+                    }
+                }
+                psg_msg_destroy(&m); /* late replies of earlier requests: dropped */
+            }
+        }
+    }
+    /* the deadline passed: name the first silent task */
+    for (int k = 0; k < np; k++) {
+        part_run_t *run = &c->runs[k];
+        if (!run->waiting) continue;
+        run->waiting = false;
+        peer_t *peer = &s->peers[run->peer];
+        if (!err[0])
+            snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
+                     " within %" PRId64 " ms (task down or stuck)", peer->task, peer->address,
+                     step, s->timeout_ms);
+        psg_client_reset(peer->client);
+    }
+}
+
+int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_values,
+                          psg_tensor_t **fetched) {
+    psg_dist_session_t *s = c->s;
+    int np = c->set->num_partitions;
+    int64_t step = s->step_base | (++s->step_counter & 0xffffffff);
+    int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
+    char err[2048] = "";
+    for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
+    for (int k = 0; k < np; k++) c->runs[k].unreachable = false;
+    for (int k = 0; k < np && !err[0]; k++) {
+        part_run_t *run = &c->runs[k];
+        if (run->peer < 0) continue;
+        const psg_partition_t *p = &c->set->partitions[k];
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_RUN_GRAPH);
+        char key[32];
+        snprintf(key, sizeof key, "%" PRIu64, run->handle);
+        int rc = m && psg_msg_set_key(m, key) == 0 ? 0 : -1;
+        for (int i = 0; rc == 0 && i < p->num_feeds; i++)
+            rc = psg_msg_add_tensor(m, NULL, feed_values[p->feed_index[i]]);
+        if (m) m->step = step;
+        if (rc == 0) rc = psg_client_send(s->peers[run->peer].client, &m, &run->pending_id);
+        psg_msg_destroy(&m);
+        run->unreachable = rc < 0;
+        if (rc < 0)
+            snprintf(err, sizeof err, "task %s: %s", s->peers[run->peer].task, psg_error_message());
+        else
+            run->waiting = true;
+    }
+    if (!err[0] && c->local >= 0) {
+        const psg_partition_t *p = &c->set->partitions[c->local];
+        psg_tensor_t *lf[64], *lx[64];
+        if (p->num_feeds > 64 || p->num_fetches > 64) {
+            snprintf(err, sizeof err, "too many feeds or fetches in one partition");
+        } else {
+            for (int i = 0; i < p->num_feeds; i++) lf[i] = feed_values[p->feed_index[i]];
+            if (psg_task_server_run(s->server, c->runs[c->local].handle, step, p->num_feeds, lf, lx) < 0)
+                snprintf(err, sizeof err, "%s", psg_error_message());
+            else
+                for (int i = 0; i < p->num_fetches; i++) fetched[p->fetch_index[i]] = lx[i];
+        }
+    }
+    if (err[0]) /* tell the others now, so that they stop waiting for this step */
+        for (int k = 0; k < np; k++)
+            if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
+                send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
+    collect(c, step, deadline, fetched, err, sizeof err);
+    if (err[0] && c->local >= 0) psg_task_server_abort_step(s->server, step, err);
+    /* A step that succeeded left nothing behind: every Send was received, every pull
+     * answered. A failed one may have: tensors, waiters, an abort to forget. */
+    for (int k = 0; err[0] && k < np; k++)
+        if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
+            send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, step, NULL);
+    psg_task_server_cleanup_step(s->server, step);
+    if (err[0]) {
+        for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
+        return psg_error_set("step %" PRId64 ": %s", step & 0xffffffff, err);
+    }
+    return 0;
+}
+
+int psg_dist_session_run(psg_dist_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
+                         psg_tensor_t *const *feed_values, int n_fetches,
+                         const psg_endpoint_t *fetches, psg_tensor_t **fetched, int n_targets,
+                         const int *targets) {
+    psg_dist_callable_t *c =
+        psg_dist_session_make_callable(s, n_feeds, feeds, n_fetches, fetches, n_targets, targets);
+    return c ? psg_dist_callable_run(c, feed_values, fetched) : -1;
+}
+
+int psg_dist_session_run_init(psg_dist_session_t *s) {
+    int n = 0;
+    const int *init = psg_graph_collection(s->g, "init", &n);
+    if (n == 0) return 0;
+    return psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, n, init);
+}
+
+/* A request to task `task` and its reply (NULL with the error naming the task). */
+static psg_msg_t *call_task(psg_dist_session_t *s, const char *task, psg_msg_t **m,
+                            int64_t timeout_ms) {
+    char canon[PSG_DEVICE_NAME_MAX];
+    psg_device_name_t d;
+    if (psg_device_name_parse(task, &d) < 0) {
+        psg_msg_destroy(m);
+        return NULL;
+    }
+    if (!d.has_replica) d.has_replica = true, d.replica = 0;
+    psg_device_name_task_str(&d, canon, sizeof canon);
+    int i = peer_index(s, canon);
+    if (i < 0) {
+        psg_msg_destroy(m);
+        return NULL;
+    }
+    if (!s->peers[i].client) {
+        psg_msg_destroy(m);
+        psg_error_set("task %s is this process", canon);
+        return NULL;
+    }
+    psg_msg_t *r = psg_client_call(s->peers[i].client, m, (int)timeout_ms);
+    if (!r) psg_error_wrap("task %s", canon);
+    return r;
+}
+
+int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
+    if (place(s) < 0) return -1;
+    /* the variables of the graph, grouped by the task their handle sits on */
+    int nn = psg_graph_num_nodes(s->g), rc = 0;
+    char done[64][PSG_DEVICE_NAME_MAX];
+    int ndone = 0;
+    for (int i = 0; i < nn && rc == 0; i++) {
+        const psg_node_t *n = psg_graph_node(s->g, i);
+        if (!(psg_node_def(n)->flags & PSG_OP_VARIABLE)) continue;
+        psg_device_name_t d;
+        char task[PSG_DEVICE_NAME_MAX];
+        if (psg_device_name_parse(psg_node_assigned_device(n), &d) < 0) return -1;
+        psg_device_name_task_str(&d, task, sizeof task);
+        bool seen = false;
+        for (int k = 0; k < ndone && !seen; k++) seen = !strcmp(done[k], task);
+        if (seen || !strcmp(task, s->task)) continue;
+        if (ndone < 64) snprintf(done[ndone++], sizeof done[0], "%s", task);
+        size_t cap = 4096, len = 0;
+        char *names = malloc(cap);
+        for (int j = i; j < nn && names; j++) {
+            const psg_node_t *v = psg_graph_node(s->g, j);
+            if (!(psg_node_def(v)->flags & PSG_OP_VARIABLE)) continue;
+            psg_device_name_t dv;
+            char tv[PSG_DEVICE_NAME_MAX];
+            if (psg_device_name_parse(psg_node_assigned_device(v), &dv) < 0) continue;
+            if (strcmp(psg_device_name_task_str(&dv, tv, sizeof tv), task)) continue;
+            const char *shared = psg_node_get_str(v, "shared_name", "");
+            const char *name = shared[0] ? shared : psg_node_name(v);
+            size_t l = strlen(name);
+            if (len + l + 2 > cap) {
+                char *b = realloc(names, cap = 2 * (len + l + 2));
+                if (!b) {
+                    free(names);
+                    names = NULL;
+                    break;
+                }
+                names = b;
+            }
+            memcpy(names + len, name, l);
+            len += l;
+            names[len++] = '\n';
+        }
+        psg_msg_t *m = names ? psg_msg_new(PSG_MSG_REQUEST, PSG_TS_WAIT_INIT) : NULL;
+        if (!m || psg_msg_set_body(m, names, len) < 0) {
+            psg_msg_destroy(&m);
+            free(names);
+            return psg_error_set("out of memory");
+        }
+        free(names);
+        psg_msg_t *r = call_task(s, task, &m, timeout_ms);
+        if (!r) rc = psg_error_wrap("waiting for the variables to be initialized");
+        psg_msg_destroy(&r);
+    }
+    return rc;
+}
+
+int psg_dist_session_job_done(psg_dist_session_t *s) {
+    int nps = psg_cluster_num_tasks(s->cluster, "ps"), rc = 0;
+    char first[2048] = "";
+    for (int i = 0; i < nps; i++) {
+        char task[PSG_DEVICE_NAME_MAX];
+        psg_device_name("ps", i, NULL, task, sizeof task);
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_JOB_DONE);
+        if (m) psg_msg_set_key(m, s->task);
+        psg_msg_t *r = m ? call_task(s, task, &m, 5000) : NULL;
+        if (!r && !first[0]) {
+            snprintf(first, sizeof first, "%s", psg_error_message());
+            rc = -1;
+        }
+        psg_msg_destroy(&r);
+    }
+    if (rc < 0) psg_error_set("%s", first);
+    return rc;
+}
+
+int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_ms) {
+    if (n <= 0 || psg_cluster_num_tasks(s->cluster, "ps") == 0) return 0;
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_WAIT_DONE);
+    if (!m) return psg_error_set("out of memory");
+    m->step = n;
+    psg_msg_t *r = call_task(s, "/job:ps/task:0", &m, timeout_ms);
+    if (!r) return psg_error_wrap("waiting for %d workers to finish", n);
+    psg_msg_destroy(&r);
+    return 0;
+}
+
+char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task) {
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_INSPECT);
+    psg_msg_t *r = m ? call_task(s, task, &m, s->timeout_ms) : NULL;
+    if (!r) return NULL;
+    char *out = malloc(r->body ? r->body->size + 1 : 1);
+    if (out) {
+        size_t n = r->body ? r->body->size : 0;
+        if (n) memcpy(out, r->body->data, n);
+        out[n] = 0;
+    } else {
+        psg_error_set("out of memory");
+    }
+    psg_msg_destroy(&r);
+    return out;
+}
