@@ -1,7 +1,8 @@
 /* `psgraph launch`: starts a whole cluster on this host, each task its own process with its
  * own TF_CONFIG (ps tasks run `psgraph server`, workers run the given command), tags every
  * output line with its task, and stops all of them on Ctrl-C or when one fails.
- * Not ssh or Kubernetes launching, and no restarts yet. */
+ * With --restart on-failure a task that dies is started again (bounded retries).
+ * Not ssh or Kubernetes launching. */
 #include "cli/commands.h"
 
 #include <errno.h>
@@ -29,6 +30,8 @@ typedef struct {
     size_t len;
     bool exited, killed_by_us;
     int code;
+    int restarts;
+    char *cfg; /* its TF_CONFIG */
 } task_proc_t;
 
 static volatile sig_atomic_t got_signal;
@@ -41,9 +44,11 @@ static double now_s(void) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H] -- CMD [ARGS...]\n"
+    fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H]\n"
+               "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
                "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
-               "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1]\n");
+               "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1];\n"
+               "  --restart on-failure starts a task that died again, at most R times (default 3)\n");
 }
 
 /* Binds port (0: any) on 127.0.0.1 to check it is free; returns the port or -1. */
@@ -113,9 +118,12 @@ static int reap(task_proc_t *t, int n) {
             t[i].exited = true;
             t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             drain(&t[i]);
-            if (t[i].code != 0 || !t[i].killed_by_us)
-                printf("[%s] exited with code %d%s\n", t[i].tag, t[i].code,
+            if (t[i].code != 0 || !t[i].killed_by_us) {
+                char how[64] = "";
+                if (WIFSIGNALED(st)) snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(st));
+                printf("[%s] exited with code %d%s%s\n", t[i].tag, t[i].code, how,
                        t[i].killed_by_us ? " (stopped by launch)" : "");
+            }
             fflush(stdout);
         } else {
             alive++;
@@ -124,8 +132,54 @@ static int reap(task_proc_t *t, int n) {
     return alive;
 }
 
+/* Starts task t (again): a process in its own group, TF_CONFIG t->cfg, stdout and stderr
+ * into a pipe read by the launcher. -1 (printed) when it cannot. */
+static int spawn(task_proc_t *t, const char *self, char **cmd) {
+    int p[2];
+    if (pipe(p) < 0) {
+        fprintf(stderr, "psgraph launch: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        close(p[0]);
+        close(p[1]);
+        setenv("TF_CONFIG", t->cfg, 1);
+        if (t->is_ps) {
+            char *args[] = {(char *)self, "server", NULL};
+            execv(self, args);
+        } else {
+            execvp(cmd[0], cmd);
+        }
+        fprintf(stderr, "cannot run %s: %s\n", t->is_ps ? self : cmd[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
+    if (t->fd >= 0) close(t->fd);
+    t->pid = pid;
+    t->fd = p[0];
+    t->exited = false;
+    t->len = 0;
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
 int psg_cmd_launch(int argc, char **argv) {
-    int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1;
+    int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1, max_restarts = 3;
+    bool restart = false;
     const char *host = "127.0.0.1";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -145,6 +199,9 @@ int psg_cmd_launch(int argc, char **argv) {
         else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) nworkers = (int)x;
         else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS) port_base = (int)x;
         else if (!strcmp(argv[i - 1], "--host")) host = v;
+        else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
+            restart = !strcmp(v, "on-failure");
+        else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) max_restarts = (int)x;
         else {
             fprintf(stderr, "psgraph launch: bad option '%s %s'\n", argv[i - 1], v);
             usage(stderr);
@@ -206,46 +263,14 @@ int psg_cmd_launch(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         snprintf(cfg, cap + 128, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
                  cluster, t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
-        int p[2];
-        if (pipe(p) < 0) {
-            fprintf(stderr, "psgraph launch: pipe: %s\n", strerror(errno));
+        if (!(t[i].cfg = strdup(cfg)) || spawn(&t[i], self, argv + cmd_at) < 0) {
             kill_all(t, i, SIGTERM);
             break;
         }
-        fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            setpgid(0, 0);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGHUP, SIG_DFL);
-            dup2(p[1], 1);
-            dup2(p[1], 2);
-            close(p[0]);
-            close(p[1]);
-            setenv("TF_CONFIG", cfg, 1);
-            if (t[i].is_ps) {
-                char *args[] = {self, "server", NULL};
-                execv(self, args);
-            } else {
-                execvp(argv[cmd_at], argv + cmd_at);
-            }
-            fprintf(stderr, "cannot run %s: %s\n", t[i].is_ps ? self : argv[cmd_at], strerror(errno));
-            _exit(127);
-        }
-        close(p[1]);
-        if (pid < 0) {
-            close(p[0]);
-            fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
-            kill_all(t, i, SIGTERM);
-            break;
-        }
-        setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
-        t[i].pid = pid;
-        t[i].fd = p[0];
-        fcntl(p[0], F_SETFL, O_NONBLOCK);
     }
     printf("psgraph launch: %d ps + %d workers, cluster %s\n", nps, nworkers, cluster);
+    for (int i = 0; i < n; i++)
+        if (t[i].pid > 0) printf("psgraph launch: %s pid %d\n", t[i].tag, (int)t[i].pid);
     fflush(stdout);
 
     bool stopping = false;
@@ -263,6 +288,17 @@ int psg_cmd_launch(int argc, char **argv) {
         for (int k = 0; k < np; k++)
             if (pf[k].revents) drain(&t[idx[k]]);
         int alive = reap(t, n);
+        for (int i = 0; restart && !stopping && !got_signal && i < n; i++) {
+            if (!t[i].exited || t[i].code == 0 || t[i].killed_by_us || t[i].restarts >= max_restarts) continue;
+            t[i].restarts++;
+            printf("[%s] restarting it (restart %d of at most %d, --restart on-failure)\n", t[i].tag,
+                   t[i].restarts, max_restarts);
+            if (spawn(&t[i], self, argv + cmd_at) == 0) {
+                printf("[%s] restarted: pid %d\n", t[i].tag, (int)t[i].pid);
+                alive++;
+            }
+            fflush(stdout);
+        }
         if (alive == 0) break;
         if (got_signal && !signaled) {
             signaled = got_signal;
@@ -271,7 +307,8 @@ int psg_cmd_launch(int argc, char **argv) {
         }
         bool failed = false, workers_left = false;
         for (int i = 0; i < n; i++) {
-            if (t[i].exited && t[i].code != 0 && !t[i].killed_by_us) failed = true;
+            bool died = t[i].exited && t[i].code != 0 && !t[i].killed_by_us;
+            if (died) failed = true;
             if (!t[i].is_ps && !t[i].exited) workers_left = true;
         }
         if (!workers_left && workers_done_at == 0) workers_done_at = now_s();
@@ -293,6 +330,7 @@ int psg_cmd_launch(int argc, char **argv) {
     if (signaled && worst == 0) worst = 128 + signaled;
     free(cluster);
     free(cfg);
+    for (int i = 0; i < n; i++) free(t[i].cfg);
     free(t);
     free(ports);
     return worst;

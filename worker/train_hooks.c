@@ -27,6 +27,7 @@ struct psg_train_hooks {
     psg_summary_writer_t *events;
     psg_trace_t *trace;
     bool tracing;
+    psg_cluster_ckpt_t *cluster; /* in a cluster: the chief's saver, recovery */
 };
 
 static double now_sec(void) {
@@ -100,8 +101,22 @@ void psg_train_hooks_destroy(psg_train_hooks_t **ph) {
     if (h->tracing) psg_session_set_node_hook(h->sess, NULL, NULL);
     psg_summary_writer_destroy(&h->events);
     psg_trace_destroy(&h->trace);
+    psg_cluster_ckpt_destroy(&h->cluster);
     free(h);
     *ph = NULL;
+}
+
+int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bool chief,
+                                const char *logdir) {
+    psg_cluster_ckpt_destroy(&h->cluster);
+    h->cluster = cc;
+    if (chief && logdir && !h->events && !(h->events = psg_summary_writer_new(logdir))) return -1;
+    return 0;
+}
+
+int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step) {
+    if (!h->cluster) return -1;
+    return psg_cluster_ckpt_recover(h->cluster, step);
 }
 
 void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step) {
@@ -131,6 +146,7 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
         psg_session_set_node_hook(h->sess, NULL, NULL);
         h->tracing = false;
     }
+    if (h->cluster) return psg_cluster_ckpt_after_step(h->cluster, done);
     if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
         return save(h, done);
     return 0;
@@ -149,6 +165,7 @@ int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy) {
 }
 
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
+    if (h->cluster && psg_cluster_ckpt_end(h->cluster, step) < 0) return -1;
     if (h->c->logdir && step != h->last_saved && save(h, step) < 0) return -1;
     if (h->trace) {
         if (psg_trace_write(h->trace, h->c->trace_path) < 0) return psg_error_wrap("--trace");

@@ -7,6 +7,7 @@
 
 #include "psgraph/session.h"
 #include "psgraph/trainer.h"
+#include "worker/cluster_ckpt.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,15 @@ typedef struct psg_train_hooks psg_train_hooks_t;
 psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess,
                                        FILE *out, FILE *metrics, int64_t *start_step);
 void psg_train_hooks_destroy(psg_train_hooks_t **h);
+
+/* In a cluster: the hooks take cc (owned from now on, may be NULL): after_step and end
+ * forward to it, recover calls it. The chief's hooks also write TensorBoard scalars to
+ * logdir (NULL: none). -1 with the error set when the event file cannot be made. */
+int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bool chief,
+                                const char *logdir);
+/* After step `step` (0-based) failed in a cluster: 0 when it may be retried (the cluster
+ * recovered), -1 otherwise (the error set; always -1 for one process). */
+int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step);
 
 /* Before step `step` (0-based) runs: turns the timeline on for traced steps. */
 void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step);

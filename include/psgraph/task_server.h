@@ -1,7 +1,7 @@
 /* The task server every psgraph process runs: one resource manager and one rendezvous per
  * process, a ZeroMQ ROUTER answering RegisterGraph, RunGraph, Recv (a peer pulls a tensor a
  * local Send left: TensorFlow's RecvTensor), Inspect, AbortStep, CleanupStep, WaitInit,
- * JobDone and Shutdown. Not the worker's session (dist_session.h), which drives it. */
+ * JobDone, SaveShard, RestoreShard and Shutdown. Not the worker's session (dist_session.h), which drives it. */
 #ifndef PSGRAPH_TASK_SERVER_H
 #define PSGRAPH_TASK_SERVER_H
 
@@ -27,6 +27,13 @@ typedef struct psg_task_server psg_task_server_t;
 #define PSG_TS_JOB_DONE "JobDone"
 #define PSG_TS_WAIT_DONE "WaitDone"
 #define PSG_TS_SHUTDOWN "Shutdown"
+/* Checkpoints of a cluster (docs/checkpoints.md): `step` S, `key` "k/N", body the log
+ * directory. SaveShard writes this task's variables as shard k of N of the checkpoint at S
+ * and replies key "FILE SIZE CRC32 TENSOR_BYTES", body the tensor names one a line;
+ * RestoreShard loads shard k of the committed checkpoint at S (variables created when
+ * absent) and replies key = the number of tensors restored. */
+#define PSG_TS_SAVE_SHARD "SaveShard"
+#define PSG_TS_RESTORE_SHARD "RestoreShard"
 
 typedef struct {
     /* the cluster (borrowed, must outlive the server): the peers a Recv pulls from, and
