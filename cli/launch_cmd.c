@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,8 +33,14 @@ typedef struct {
     bool exited, killed_by_us;
     int code;
     int restarts;
-    char *cfg; /* its TF_CONFIG */
+    char *cfg;          /* its TF_CONFIG */
+    char status[256];   /* on a terminal: its last line */
 } task_proc_t;
+
+/* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
+static bool on_tty;
+static int block_lines; /* lines of the block drawn last (0: none on screen) */
+static bool block_dirty;
 
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
@@ -64,20 +72,74 @@ static int probe_port(int port) {
     return rc == 0 ? ntohs(a.sin_port) : -1;
 }
 
+/* One line of task t: tagged on stdout, or its status line on a terminal. */
+static void task_line(task_proc_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void task_line(task_proc_t *t, const char *fmt, ...) {
+    char line[4200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (!on_tty) {
+        printf("[%s] %s\n", t->tag, line);
+        return;
+    }
+    size_t len = strlen(line);
+    if (len >= sizeof t->status) len = sizeof t->status - 1;
+    memcpy(t->status, line, len);
+    t->status[len] = 0;
+    block_dirty = true;
+}
+
+static void erase_block(void) {
+    if (block_lines) printf("\033[%dA\033[J", block_lines);
+    block_lines = 0;
+}
+
+/* A line of the launcher itself (above the block on a terminal). */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    erase_block();
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    block_dirty = true;
+    fflush(stdout);
+}
+
+/* The block: tag, state (pid or exit code, restarts), the task's last line cut to the
+ * terminal's width. */
+static void draw_block(const task_proc_t *t, int n) {
+    struct winsize ws;
+    int width = ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 40 ? ws.ws_col : 100;
+    erase_block();
+    for (int i = 0; i < n; i++) {
+        char state[48];
+        if (t[i].exited) snprintf(state, sizeof state, "exit %d", t[i].code);
+        else snprintf(state, sizeof state, "pid %d", (int)t[i].pid);
+        if (t[i].restarts) snprintf(state + strlen(state), sizeof state - strlen(state), " r%d", t[i].restarts);
+        printf("%-8s %-14s %.*s\n", t[i].tag, state, width - 25 > 0 ? width - 25 : 0, t[i].status);
+    }
+    block_lines = n;
+    block_dirty = false;
+    fflush(stdout);
+}
+
 static void emit(task_proc_t *t, bool flush_partial) {
     char *start = t->line;
     for (;;) {
         char *nl = memchr(start, '\n', t->len - (size_t)(start - t->line));
         if (!nl) break;
-        printf("[%s] %.*s\n", t->tag, (int)(nl - start), start);
+        task_line(t, "%.*s", (int)(nl - start), start);
         start = nl + 1;
     }
     size_t rest = t->len - (size_t)(start - t->line);
     if (flush_partial && rest) {
-        printf("[%s] %.*s\n", t->tag, (int)rest, start);
+        task_line(t, "%.*s", (int)rest, start);
         rest = 0;
     } else if (rest == sizeof t->line) { /* a line longer than the buffer: cut it */
-        printf("[%s] %.*s\n", t->tag, (int)rest, start);
+        task_line(t, "%.*s", (int)rest, start);
         rest = 0;
     }
     memmove(t->line, start, rest);
@@ -118,10 +180,10 @@ static int reap(task_proc_t *t, int n) {
             t[i].exited = true;
             t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             drain(&t[i]);
-            if (t[i].code != 0 || !t[i].killed_by_us) {
+            if (!on_tty && (t[i].code != 0 || !t[i].killed_by_us)) { /* a terminal: the state column */
                 char how[64] = "";
                 if (WIFSIGNALED(st)) snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(st));
-                printf("[%s] exited with code %d%s%s\n", t[i].tag, t[i].code, how,
+                task_line(&t[i], "exited with code %d%s%s", t[i].code, how,
                        t[i].killed_by_us ? " (stopped by launch)" : "");
             }
             fflush(stdout);
@@ -214,6 +276,7 @@ int psg_cmd_launch(int argc, char **argv) {
         return 2;
     }
     int n = nps + nworkers;
+    on_tty = isatty(1);
     task_proc_t *t = calloc((size_t)n, sizeof *t);
     int *ports = calloc((size_t)n, sizeof *ports);
     if (!t || !ports) {
@@ -274,7 +337,7 @@ int psg_cmd_launch(int argc, char **argv) {
     fflush(stdout);
 
     bool stopping = false;
-    double stop_at = 0, workers_done_at = 0;
+    double stop_at = 0, workers_done_at = 0, drawn_at = 0;
     int signaled = 0;
     for (;;) {
         struct pollfd pf[MAX_TASKS];
@@ -291,10 +354,10 @@ int psg_cmd_launch(int argc, char **argv) {
         for (int i = 0; restart && !stopping && !got_signal && i < n; i++) {
             if (!t[i].exited || t[i].code == 0 || t[i].killed_by_us || t[i].restarts >= max_restarts) continue;
             t[i].restarts++;
-            printf("[%s] restarting it (restart %d of at most %d, --restart on-failure)\n", t[i].tag,
-                   t[i].restarts, max_restarts);
+            task_line(&t[i], "restarting it (restart %d of at most %d, --restart on-failure)", t[i].restarts,
+                      max_restarts);
             if (spawn(&t[i], self, argv + cmd_at) == 0) {
-                printf("[%s] restarted: pid %d\n", t[i].tag, (int)t[i].pid);
+                task_line(&t[i], "restarted: pid %d", (int)t[i].pid);
                 alive++;
             }
             fflush(stdout);
@@ -302,7 +365,7 @@ int psg_cmd_launch(int argc, char **argv) {
         if (alive == 0) break;
         if (got_signal && !signaled) {
             signaled = got_signal;
-            printf("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
+            say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
             fflush(stdout);
         }
         bool failed = false, workers_left = false;
@@ -315,15 +378,20 @@ int psg_cmd_launch(int argc, char **argv) {
         /* the ps tasks exit once every worker said it is done; give them a few seconds */
         bool ps_linger = workers_done_at > 0 && now_s() - workers_done_at > 10;
         if (!stopping && (signaled || failed || ps_linger)) {
-            if (failed) printf("psgraph launch: a task failed, stopping the others\n");
+            if (failed) say("psgraph launch: a task failed, stopping the others\n");
             fflush(stdout);
             kill_all(t, n, SIGTERM);
             stopping = true;
             stop_at = now_s();
         }
         if (stopping && now_s() - stop_at > 5) kill_all(t, n, SIGKILL);
+        if (on_tty && block_dirty && now_s() - drawn_at > 0.2) {
+            draw_block(t, n);
+            drawn_at = now_s();
+        }
     }
     for (int i = 0; i < n; i++) drain(&t[i]);
+    if (on_tty) draw_block(t, n);
     int worst = 0;
     for (int i = 0; i < n; i++)
         if (!t[i].killed_by_us && t[i].code > worst) worst = t[i].code;

@@ -176,3 +176,14 @@ int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
     }
     return 0;
 }
+
+const char *psg_train_hooks_eta(double secs, char *buf, size_t size) {
+    long long t = secs > 0 && secs < 1e9 ? (long long)(secs + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, size, "%lldh%02lldm%02llds", t / 3600, t / 60 % 60, t % 60);
+    else if (t >= 60)
+        snprintf(buf, size, "%lldm%02llds", t / 60, t % 60);
+    else
+        snprintf(buf, size, "%llds", t);
+    return buf;
+}

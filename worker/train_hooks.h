@@ -40,6 +40,8 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done);
 int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, double lr,
                              double examples_per_sec);
 int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy);
+/* secs as "1h02m03s" / "2m03s" / "3s" into buf (returned), for the progress line's ETA. */
+const char *psg_train_hooks_eta(double secs, char *buf, size_t size);
 /* At the end of training at global step `step`: the last checkpoint, the trace file. */
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step);
 

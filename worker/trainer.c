@@ -383,9 +383,11 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         if ((step + 1) % c->log_every == 0 || step + 1 == total) {
             double dt = t1 - interval_start;
             double eps = interval_steps * batch / dt;
-            fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f\n",
+            char eta[32];
+            fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f  eta %s\n",
                     (long long)(step + 1), (double)(step + 1) / (double)per_epoch,
-                    loss_sum / interval_steps, eps, dt / interval_steps);
+                    loss_sum / interval_steps, eps, dt / interval_steps,
+                    psg_train_hooks_eta((double)(total - step - 1) * dt / interval_steps, eta, sizeof eta));
             fflush(out);
             if (t.metrics)
                 fprintf(t.metrics, "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f}\n",
