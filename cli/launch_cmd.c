@@ -239,6 +239,58 @@ static int spawn(task_proc_t *t, const char *self, char **cmd) {
     return 0;
 }
 
+/* Reads a whole file (NUL-terminated, malloc'd) or NULL. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    size_t n;
+    while (b && (n = fread(b + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len < 2) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    fclose(f);
+    if (b) b[len] = 0;
+    return b;
+}
+
+/* --trace FILE in the workers' command: every task wrote FILE.<tag>.json (its own events,
+ * its own pid); one Chrome trace FILE of all of them, each task a process track. The parts
+ * are removed once merged. Returns the number of parts merged (-1 on a write error). */
+static int merge_traces(const task_proc_t *t, int n, const char *file) {
+    char tmp[4200], part[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", file, (int)getpid());
+    FILE *out = fopen(tmp, "w");
+    if (!out) return -1;
+    fprintf(out, "{\"traceEvents\": [");
+    int parts = 0, events = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(part, sizeof part, "%s.%s.json", file, t[i].tag);
+        char *text = slurp(part);
+        char *open = text ? strchr(text, '[') : NULL, *close = text ? strrchr(text, ']') : NULL;
+        if (open && close && close > open) {
+            *close = 0;
+            const char *body = open + 1;
+            while (*body == ' ' || *body == '\n') body++;
+            if (*body) fprintf(out, "%s\n%s", events++ ? "," : "", body);
+            parts++;
+            remove(part);
+        }
+        free(text);
+    }
+    fprintf(out, "]}\n");
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, file) != 0) {
+        remove(tmp);
+        return -1;
+    }
+    return parts;
+}
+
 int psg_cmd_launch(int argc, char **argv) {
     int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1, max_restarts = 3;
     bool restart = false;
@@ -392,6 +444,12 @@ int psg_cmd_launch(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) drain(&t[i]);
     if (on_tty) draw_block(t, n);
+    for (int i = cmd_at; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--trace")) {
+            int parts = merge_traces(t, n, argv[i + 1]);
+            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", argv[i + 1], strerror(errno));
+            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, argv[i + 1]);
+        }
     int worst = 0;
     for (int i = 0; i < n; i++)
         if (!t[i].killed_by_us && t[i].code > worst) worst = t[i].code;

@@ -13,6 +13,7 @@
 #include "psgraph/op.h"
 #include "psgraph/serialize.h"
 #include "psgraph/threadpool.h"
+#include "psgraph/trace.h"
 #include "psgraph/wire.h"
 
 #include <inttypes.h>
@@ -96,6 +97,10 @@ struct psg_task_server {
     job_t *jq_head, *jq_tail;
     char *workers_done[MAX_WORKERS_DONE];
     int n_workers_done;
+
+    psg_node_timing_fn on_node; /* under lock */
+    void *on_node_ctx;
+    psg_trace_t *trace; /* a Trace request's recording; kept until the server goes */
 
     /* the server thread's own */
     waiter_list_t wait_init, wait_done;
@@ -252,6 +257,10 @@ static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, int n
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
         psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv};
+        pthread_mutex_lock(&ts->lock);
+        env.on_node = ts->on_node;
+        env.on_node_ctx = ts->on_node_ctx;
+        pthread_mutex_unlock(&ts->lock);
         rc = psg_plan_run_with(rg->plan, &env, feeds, fetched);
     }
     pthread_mutex_unlock(&rg->run_lock);
@@ -759,6 +768,48 @@ static void handle_restore_shard(psg_task_server_t *ts, const psg_msg_t *req) {
     psg_msg_destroy(&r);
 }
 
+void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx) {
+    pthread_mutex_lock(&ts->lock);
+    ts->on_node = fn;
+    ts->on_node_ctx = ctx;
+    pthread_mutex_unlock(&ts->lock);
+}
+
+static void handle_trace(psg_task_server_t *ts, const psg_msg_t *req) {
+    int pid = 0;
+    long long step = 0;
+    char path[4096], key[32];
+    if (req->key && sscanf(req->key, "start %d %lld", &pid, &step) == 2) {
+        if (!ts->trace && !(ts->trace = psg_trace_new(pid, ts->task, "CPU:0"))) {
+            reply_error(ts, req, "out of memory");
+            return;
+        }
+        psg_trace_set_step(ts->trace, step);
+        psg_task_server_set_node_hook(ts, psg_trace_node_hook, ts->trace);
+        reply_ok(ts, req, NULL);
+        return;
+    }
+    if (!req->key || strcmp(req->key, "stop") || !ts->trace || !req->body || !req->body->size ||
+        req->body->size >= sizeof path) {
+        reply_error(ts, req, "Trace needs key \"start PID STEP\", or \"stop\" after a start with a path as body");
+        return;
+    }
+    psg_task_server_set_node_hook(ts, NULL, NULL);
+    memcpy(path, req->body->data, req->body->size);
+    path[req->body->size] = 0;
+    if (psg_trace_write(ts->trace, path) < 0) {
+        reply_error(ts, req, psg_error_message());
+        return;
+    }
+    snprintf(key, sizeof key, "%d", psg_trace_num_events(ts->trace));
+    psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
+    if (r && psg_msg_set_key(r, key) == 0)
+        reply_ok(ts, req, &r);
+    else
+        reply_error(ts, req, "out of memory");
+    psg_msg_destroy(&r);
+}
+
 static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
     psg_msg_t *req = *reqp;
     const char *op = req->op ? req->op : "";
@@ -810,6 +861,8 @@ static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
         handle_save_shard(ts, req);
     } else if (!strcmp(op, PSG_TS_RESTORE_SHARD)) {
         handle_restore_shard(ts, req);
+    } else if (!strcmp(op, PSG_TS_TRACE)) {
+        handle_trace(ts, req);
     } else if (!strcmp(op, PSG_TS_SHUTDOWN)) {
         reply_ok(ts, req, NULL);
         request_stop(ts, "shutdown requested by %s", req->peer);
@@ -1027,6 +1080,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_threadpool_destroy(&ts->pool);
     psg_rendezvous_destroy(&ts->rv);
     psg_resource_mgr_destroy(&ts->rm);
+    psg_trace_destroy(&ts->trace);
     pthread_cond_destroy(&ts->cond);
     pthread_mutex_destroy(&ts->lock);
     free(ts);

@@ -45,6 +45,43 @@ else
   fail "resume (rc $rc1, $rc2): $(tail -15 "$tmp/r1.log") --- $(grep -v '\] step ' "$tmp/r2.log" | tail -15)"
 fi
 
+# 2. the timeline of a cluster: every task's part merged by launch, a track per task
+timeout 240 "$psgraph" launch --ps 2 --workers 2 -- "$psgraph" train --model mlp --data synthetic --steps 20 \
+  --log-every 50 --trace "$tmp/trace.json" --trace-steps 10:12 --step-timeout 20 >"$tmp/trace.log" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "psgraph launch: trace of 4 tasks merged into $tmp/trace.json" "$tmp/trace.log" &&
+   ! ls "$tmp"/trace.json.*.json >/dev/null 2>&1 &&
+   python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+assert sorted(names) == [0, 1, 2, 3], names
+assert any("ps" in n and "task:1" in n for n in names.values()), names
+ops = [e for e in ev if e.get("ph") == "X"]
+for pid in names:
+    assert any(e["pid"] == pid for e in ops), ("no events of", names[pid])
+    assert any(e["pid"] == pid and e["cat"] in ("Send", "Recv") for e in ops), ("no send/recv of", names[pid])
+assert {e["args"]["step"] for e in ops if e["pid"] >= 2} == {10, 11, 12}
+print(len(ops), "events")
+PY
+then
+  ok "cluster timeline: 4 tasks' ops and send/recv of steps 10-12 merged into one Chrome trace"
+else
+  fail "cluster timeline (rc $rc): $(tail -12 "$tmp/trace.log")"
+fi
+
+# 3. on a terminal, launch draws one status line per task
+if command -v script >/dev/null; then
+  out=$(timeout 120 script -qc "$psgraph launch --ps 1 --workers 1 -- $psgraph train --model mlp --data synthetic --steps 20 --log-every 10" /dev/null 2>&1)
+  if grep -q $'\033\[2A' <<<"$out" && grep -q '^worker0  exit 0 ' <<<"$(tr -d '\r' <<<"$out" | sed 's/\x1b\[[0-9]*A\x1b\[J//g')" &&
+     ! grep -q '^\[worker0\]' <<<"$out"; then
+    ok "on a terminal: a block of one status line per task, redrawn in place"
+  else
+    fail "terminal status: $(tail -c 600 <<<"$out" | cat -v)"
+  fi
+else
+  echo "skip terminal status: no script(1)"
+fi
+
 # A 2 ps + 2 workers mlp run (2 epochs, Adam) checkpointing every 50 steps; once the
 # checkpoint at step 200 is committed, SIGKILL the task named $1.
 kill_run() {
@@ -70,7 +107,7 @@ if [ -n "$asan" ]; then
 elif [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   echo "skip SIGKILL of a ps / of the chief: no Fashion-MNIST in /usr/share/datasets/fashion-mnist"
 else
-  # 2. SIGKILL ps1
+  # 4. SIGKILL ps1
   kill_run ps1 "$tmp/ps.log"; rc=$?
   lost=$(sed -n 's/.*recovery: ps1 restarted; restored its shard 1 from .* lost \([0-9]*\) steps of shard 1 .*/\1/p' "$tmp/ps.log" | head -1)
   acc=$(accuracy "$tmp/ps.log")
@@ -83,7 +120,7 @@ else
     fail "SIGKILL of ps1 (rc $rc, lost '$lost', accuracy '$acc'): $(grep -v '\] step ' "$tmp/ps.log" | cut -c1-300 | tail -25)"
   fi
 
-  # 3. SIGKILL the chief
+  # 5. SIGKILL the chief
   kill_run worker0 "$tmp/chief.log"; rc=$?
   acc=$(accuracy "$tmp/chief.log")
   if [ $rc = 0 ] && grep -q '^\[worker0\] exited with code 137 (killed by signal 9)' "$tmp/chief.log" &&

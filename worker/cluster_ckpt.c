@@ -297,3 +297,23 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
     fflush(h->out);
     return 0;
 }
+
+int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, const char *prefix) {
+    for (int i = 0; i < h->nps; i++) {
+        char task[PSG_DEVICE_NAME_MAX], key[64], path[4096];
+        ps_task(i, task, sizeof task);
+        snprintf(key, sizeof key, start ? "start %d %" PRId64 : "stop", i, step);
+        snprintf(path, sizeof path, "%s.ps%d.json", prefix, i);
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_TRACE);
+        if (!m || psg_msg_set_key(m, key) < 0 || (!start && psg_msg_set_body(m, path, strlen(path)) < 0)) {
+            psg_msg_destroy(&m);
+            return psg_error_set("out of memory");
+        }
+        psg_msg_t *r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
+        if (!r) return psg_error_wrap("--trace");
+        if (!start) fprintf(h->out, "trace: %s events of %s written to %s\n", r->key ? r->key : "?", task, path);
+        psg_msg_destroy(&r);
+    }
+    fflush(h->out);
+    return 0;
+}

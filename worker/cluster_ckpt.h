@@ -37,6 +37,9 @@ int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done);
  * chief; the others wait for the variables), registers the graphs again. 0: retry the
  * step; -1 with the error set when the cluster did not come back. */
 int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step);
+/* The chief's control of the ps tasks' timeline: start (every ps records its nodes as
+ * trace pid = its index, training step `step`) or stop (each writes PREFIX.ps<i>.json). */
+int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, const char *prefix);
 /* At the end, at step `step`: the chief's last checkpoint. */
 int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step);
 

@@ -6,6 +6,7 @@
 #define PSGRAPH_WORKER_TRAIN_HOOKS_H
 
 #include "psgraph/session.h"
+#include "psgraph/task_server.h"
 #include "psgraph/trainer.h"
 #include "worker/cluster_ckpt.h"
 
@@ -25,9 +26,13 @@ void psg_train_hooks_destroy(psg_train_hooks_t **h);
 
 /* In a cluster: the hooks take cc (owned from now on, may be NULL): after_step and end
  * forward to it, recover calls it. The chief's hooks also write TensorBoard scalars to
- * logdir (NULL: none). -1 with the error set when the event file cannot be made. */
+ * c->logdir. With c->trace_path, the traced steps' nodes of this task's server are
+ * recorded as trace pid `trace_pid`, written to "<trace_path>.<tag>.json" (tag "worker1"),
+ * and the chief has every ps record the same steps. c and server are borrowed. -1 with
+ * the error set when the event file or the trace cannot be made. */
 int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bool chief,
-                                const char *logdir);
+                                const psg_train_config_t *c, psg_task_server_t *server,
+                                int trace_pid, const char *task, const char *tag);
 /* After step `step` (0-based) failed in a cluster: 0 when it may be retried (the cluster
  * recovered), -1 otherwise (the error set; always -1 for one process). */
 int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step);

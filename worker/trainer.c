@@ -213,7 +213,11 @@ static int start_cluster(const psg_train_config_t *c, trainer_t *t, FILE *out, i
         psg_cluster_ckpt_destroy(&cc);
         return psg_error_wrap("%s", t->task);
     }
-    return psg_train_hooks_set_cluster(t->hooks, cc, t->chief, c->logdir);
+    psg_task_t me = psg_cluster_task(t->cluster);
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
+    return psg_train_hooks_set_cluster(t->hooks, cc, t->chief, c, t->server,
+                                       psg_cluster_num_tasks(t->cluster, "ps") + t->rank, t->task, tag);
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {

@@ -9,6 +9,7 @@
 #include "psgraph/graph.h"
 #include "psgraph/rendezvous.h"
 #include "psgraph/resource.h"
+#include "psgraph/session.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,6 +35,10 @@ typedef struct psg_task_server psg_task_server_t;
  * absent) and replies key = the number of tensors restored. */
 #define PSG_TS_SAVE_SHARD "SaveShard"
 #define PSG_TS_RESTORE_SHARD "RestoreShard"
+/* The timeline of a cluster: key "start PID STEP" records every node this task runs from
+ * now on as trace pid PID, training step STEP; key "stop" with the body a path writes the
+ * events recorded since to that file (a Chrome trace) and stops recording. */
+#define PSG_TS_TRACE "Trace"
 
 typedef struct {
     /* the cluster (borrowed, must outlive the server): the peers a Recv pulls from, and
@@ -87,6 +92,9 @@ int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t le
  * references. Returns 0, or -1 with the error "task T: ..." (and the step aborted here). */
 int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
                         psg_tensor_t *const *feeds, psg_tensor_t **fetched);
+/* Calls fn(ctx, ...) after each node of every partition this server runs from now on (the
+ * executor's timing hook; NULL: off). A step already running keeps the hook it started with. */
+void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx);
 /* Number of fetches of a registered graph (-1 for an unknown handle). */
 int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle);
 /* Ends a step here: drops its tensors, waiters and pulls. */
