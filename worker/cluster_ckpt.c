@@ -253,7 +253,13 @@ int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done) {
     if (!h->chief || !h->c->logdir ||
         !psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
         return 0;
-    return save(h, done);
+    if (save(h, done) == 0) return 0;
+    /* a ps down (it will be restarted): no index, the shard files written are orphans that
+     * a later prune removes; training goes on and the next save is due at the next interval */
+    fprintf(h->out, "warning: %s; not committed, training goes on\n", psg_error_message());
+    fflush(h->out);
+    h->last_save_time = now_sec();
+    return 0;
 }
 
 int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step) {

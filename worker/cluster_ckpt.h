@@ -30,7 +30,8 @@ void psg_cluster_ckpt_destroy(psg_cluster_ckpt_t **h);
  * its variables (the chief restarted, the job goes on) is left alone. Another worker waits
  * until the variables are initialized. *start_step: the latest checkpoint's step, or 0. */
 int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step);
-/* After `done` steps: the chief saves when the policy says so. */
+/* After `done` steps: the chief saves when the policy says so. A save that fails (a ps
+ * down) is reported on out and not committed; training goes on (returns 0). */
 int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done);
 /* After step `step` failed: waits (each try bounded by the step timeout, no fixed poll
  * interval) until every ps task answers, restores the shard of each ps that restarted (the
