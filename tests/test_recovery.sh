@@ -3,7 +3,8 @@
 # (docs/checkpoints.md): a job resumes from its --logdir with every ps loading its shard of
 # the step the chief names; SIGKILL of a ps under `launch --restart on-failure` rolls back
 # only that shard (at most --checkpoint-every steps, read from the log) and the mlp still
-# reaches 84%; SIGKILL of the chief: it restarts, does not re-initialize, the run finishes.
+# reaches 84%; SIGKILL of the chief: it restarts, does not re-initialize, the run finishes;
+# SIGKILL of another worker: it rejoins. The timeline of a cluster, launch on a terminal.
 # Every process is gone afterwards.
 set -u
 psgraph=$1
@@ -129,6 +130,18 @@ else
     ok "SIGKILL of the chief: restarted, took up its role without re-initializing, test accuracy $acc >= 0.84"
   else
     fail "SIGKILL of the chief (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/chief.log" | cut -c1-300 | tail -25)"
+  fi
+
+  # 6. SIGKILL a worker that is not the chief
+  kill_run worker1 "$tmp/worker.log"; rc=$?
+  acc=$(accuracy "$tmp/worker.log")
+  if [ $rc = 0 ] && grep -q '^\[worker1\] restarted: pid ' "$tmp/worker.log" &&
+     grep -q '^\[worker1\] /job:worker/task:1: going on from the checkpoint at step ' "$tmp/worker.log" &&
+     grep -q '^\[worker1\] {"event":"worker_done"' "$tmp/worker.log" &&
+     [ -n "$acc" ] && python3 -c "import sys; assert float(sys.argv[1]) >= 0.84" "$acc" && all_gone "$tmp/worker.log"; then
+    ok "SIGKILL of worker1: restarted, rejoined from the newest checkpoint's step, test accuracy $acc >= 0.84"
+  else
+    fail "SIGKILL of worker1 (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/worker.log" | cut -c1-300 | tail -25)"
   fi
 fi
 [ $fails = 0 ] || exit 1
