@@ -1,7 +1,8 @@
 /* `psgraph launch`: starts a whole cluster on this host, each task its own process with its
  * own TF_CONFIG (ps tasks run `psgraph server`, workers run the given command), tags every
  * output line with its task, and stops all of them on Ctrl-C or when one fails.
- * Not ssh or Kubernetes launching, and no restarts yet. */
+ * With --restart on-failure a task that dies is started again (bounded retries).
+ * Not ssh or Kubernetes launching. */
 #include "cli/commands.h"
 
 #include <errno.h>
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -29,7 +32,15 @@ typedef struct {
     size_t len;
     bool exited, killed_by_us;
     int code;
+    int restarts;
+    char *cfg;          /* its TF_CONFIG */
+    char status[256];   /* on a terminal: its last line */
 } task_proc_t;
+
+/* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
+static bool on_tty;
+static int block_lines; /* lines of the block drawn last (0: none on screen) */
+static bool block_dirty;
 
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
@@ -41,9 +52,11 @@ static double now_s(void) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H] -- CMD [ARGS...]\n"
+    fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H]\n"
+               "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
                "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
-               "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1]\n");
+               "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1];\n"
+               "  --restart on-failure starts a task that died again, at most R times (default 3)\n");
 }
 
 /* Binds port (0: any) on 127.0.0.1 to check it is free; returns the port or -1. */
@@ -59,20 +72,74 @@ static int probe_port(int port) {
     return rc == 0 ? ntohs(a.sin_port) : -1;
 }
 
+/* One line of task t: tagged on stdout, or its status line on a terminal. */
+static void task_line(task_proc_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void task_line(task_proc_t *t, const char *fmt, ...) {
+    char line[4200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (!on_tty) {
+        printf("[%s] %s\n", t->tag, line);
+        return;
+    }
+    size_t len = strlen(line);
+    if (len >= sizeof t->status) len = sizeof t->status - 1;
+    memcpy(t->status, line, len);
+    t->status[len] = 0;
+    block_dirty = true;
+}
+
+static void erase_block(void) {
+    if (block_lines) printf("\033[%dA\033[J", block_lines);
+    block_lines = 0;
+}
+
+/* A line of the launcher itself (above the block on a terminal). */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    erase_block();
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    block_dirty = true;
+    fflush(stdout);
+}
+
+/* The block: tag, state (pid or exit code, restarts), the task's last line cut to the
+ * terminal's width. */
+static void draw_block(const task_proc_t *t, int n) {
+    struct winsize ws;
+    int width = ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 40 ? ws.ws_col : 100;
+    erase_block();
+    for (int i = 0; i < n; i++) {
+        char state[48];
+        if (t[i].exited) snprintf(state, sizeof state, "exit %d", t[i].code);
+        else snprintf(state, sizeof state, "pid %d", (int)t[i].pid);
+        if (t[i].restarts) snprintf(state + strlen(state), sizeof state - strlen(state), " r%d", t[i].restarts);
+        printf("%-8s %-14s %.*s\n", t[i].tag, state, width - 25 > 0 ? width - 25 : 0, t[i].status);
+    }
+    block_lines = n;
+    block_dirty = false;
+    fflush(stdout);
+}
+
 static void emit(task_proc_t *t, bool flush_partial) {
     char *start = t->line;
     for (;;) {
         char *nl = memchr(start, '\n', t->len - (size_t)(start - t->line));
         if (!nl) break;
-        printf("[%s] %.*s\n", t->tag, (int)(nl - start), start);
+        task_line(t, "%.*s", (int)(nl - start), start);
         start = nl + 1;
     }
     size_t rest = t->len - (size_t)(start - t->line);
     if (flush_partial && rest) {
-        printf("[%s] %.*s\n", t->tag, (int)rest, start);
+        task_line(t, "%.*s", (int)rest, start);
         rest = 0;
     } else if (rest == sizeof t->line) { /* a line longer than the buffer: cut it */
-        printf("[%s] %.*s\n", t->tag, (int)rest, start);
+        task_line(t, "%.*s", (int)rest, start);
         rest = 0;
     }
     memmove(t->line, start, rest);
@@ -113,9 +180,12 @@ static int reap(task_proc_t *t, int n) {
             t[i].exited = true;
             t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             drain(&t[i]);
-            if (t[i].code != 0 || !t[i].killed_by_us)
-                printf("[%s] exited with code %d%s\n", t[i].tag, t[i].code,
+            if (!on_tty && (t[i].code != 0 || !t[i].killed_by_us)) { /* a terminal: the state column */
+                char how[64] = "";
+                if (WIFSIGNALED(st)) snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(st));
+                task_line(&t[i], "exited with code %d%s%s", t[i].code, how,
                        t[i].killed_by_us ? " (stopped by launch)" : "");
+            }
             fflush(stdout);
         } else {
             alive++;
@@ -124,8 +194,106 @@ static int reap(task_proc_t *t, int n) {
     return alive;
 }
 
+/* Starts task t (again): a process in its own group, TF_CONFIG t->cfg, stdout and stderr
+ * into a pipe read by the launcher. -1 (printed) when it cannot. */
+static int spawn(task_proc_t *t, const char *self, char **cmd) {
+    int p[2];
+    if (pipe(p) < 0) {
+        fprintf(stderr, "psgraph launch: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        close(p[0]);
+        close(p[1]);
+        setenv("TF_CONFIG", t->cfg, 1);
+        if (t->is_ps) {
+            char *args[] = {(char *)self, "server", NULL};
+            execv(self, args);
+        } else {
+            execvp(cmd[0], cmd);
+        }
+        fprintf(stderr, "cannot run %s: %s\n", t->is_ps ? self : cmd[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
+    if (t->fd >= 0) close(t->fd);
+    t->pid = pid;
+    t->fd = p[0];
+    t->exited = false;
+    t->len = 0;
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+/* Reads a whole file (NUL-terminated, malloc'd) or NULL. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    size_t n;
+    while (b && (n = fread(b + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len < 2) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    fclose(f);
+    if (b) b[len] = 0;
+    return b;
+}
+
+/* --trace FILE in the workers' command: every task wrote FILE.<tag>.json (its own events,
+ * its own pid); one Chrome trace FILE of all of them, each task a process track. The parts
+ * are removed once merged. Returns the number of parts merged (-1 on a write error). */
+static int merge_traces(const task_proc_t *t, int n, const char *file) {
+    char tmp[4200], part[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", file, (int)getpid());
+    FILE *out = fopen(tmp, "w");
+    if (!out) return -1;
+    fprintf(out, "{\"traceEvents\": [");
+    int parts = 0, events = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(part, sizeof part, "%s.%s.json", file, t[i].tag);
+        char *text = slurp(part);
+        char *open = text ? strchr(text, '[') : NULL, *close = text ? strrchr(text, ']') : NULL;
+        if (open && close && close > open) {
+            *close = 0;
+            const char *body = open + 1;
+            while (*body == ' ' || *body == '\n') body++;
+            if (*body) fprintf(out, "%s\n%s", events++ ? "," : "", body);
+            parts++;
+            remove(part);
+        }
+        free(text);
+    }
+    fprintf(out, "]}\n");
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, file) != 0) {
+        remove(tmp);
+        return -1;
+    }
+    return parts;
+}
+
 int psg_cmd_launch(int argc, char **argv) {
-    int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1;
+    int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1, max_restarts = 3;
+    bool restart = false;
     const char *host = "127.0.0.1";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -145,6 +313,9 @@ int psg_cmd_launch(int argc, char **argv) {
         else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) nworkers = (int)x;
         else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS) port_base = (int)x;
         else if (!strcmp(argv[i - 1], "--host")) host = v;
+        else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
+            restart = !strcmp(v, "on-failure");
+        else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) max_restarts = (int)x;
         else {
             fprintf(stderr, "psgraph launch: bad option '%s %s'\n", argv[i - 1], v);
             usage(stderr);
@@ -157,6 +328,7 @@ int psg_cmd_launch(int argc, char **argv) {
         return 2;
     }
     int n = nps + nworkers;
+    on_tty = isatty(1);
     task_proc_t *t = calloc((size_t)n, sizeof *t);
     int *ports = calloc((size_t)n, sizeof *ports);
     if (!t || !ports) {
@@ -206,50 +378,18 @@ int psg_cmd_launch(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         snprintf(cfg, cap + 128, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
                  cluster, t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
-        int p[2];
-        if (pipe(p) < 0) {
-            fprintf(stderr, "psgraph launch: pipe: %s\n", strerror(errno));
+        if (!(t[i].cfg = strdup(cfg)) || spawn(&t[i], self, argv + cmd_at) < 0) {
             kill_all(t, i, SIGTERM);
             break;
         }
-        fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            setpgid(0, 0);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGHUP, SIG_DFL);
-            dup2(p[1], 1);
-            dup2(p[1], 2);
-            close(p[0]);
-            close(p[1]);
-            setenv("TF_CONFIG", cfg, 1);
-            if (t[i].is_ps) {
-                char *args[] = {self, "server", NULL};
-                execv(self, args);
-            } else {
-                execvp(argv[cmd_at], argv + cmd_at);
-            }
-            fprintf(stderr, "cannot run %s: %s\n", t[i].is_ps ? self : argv[cmd_at], strerror(errno));
-            _exit(127);
-        }
-        close(p[1]);
-        if (pid < 0) {
-            close(p[0]);
-            fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
-            kill_all(t, i, SIGTERM);
-            break;
-        }
-        setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
-        t[i].pid = pid;
-        t[i].fd = p[0];
-        fcntl(p[0], F_SETFL, O_NONBLOCK);
     }
     printf("psgraph launch: %d ps + %d workers, cluster %s\n", nps, nworkers, cluster);
+    for (int i = 0; i < n; i++)
+        if (t[i].pid > 0) printf("psgraph launch: %s pid %d\n", t[i].tag, (int)t[i].pid);
     fflush(stdout);
 
     bool stopping = false;
-    double stop_at = 0, workers_done_at = 0;
+    double stop_at = 0, workers_done_at = 0, drawn_at = 0;
     int signaled = 0;
     for (;;) {
         struct pollfd pf[MAX_TASKS];
@@ -263,36 +403,60 @@ int psg_cmd_launch(int argc, char **argv) {
         for (int k = 0; k < np; k++)
             if (pf[k].revents) drain(&t[idx[k]]);
         int alive = reap(t, n);
+        for (int i = 0; restart && !stopping && !got_signal && i < n; i++) {
+            if (!t[i].exited || t[i].code == 0 || t[i].killed_by_us || t[i].restarts >= max_restarts) continue;
+            t[i].restarts++;
+            task_line(&t[i], "restarting it (restart %d of at most %d, --restart on-failure)", t[i].restarts,
+                      max_restarts);
+            if (spawn(&t[i], self, argv + cmd_at) == 0) {
+                task_line(&t[i], "restarted: pid %d", (int)t[i].pid);
+                alive++;
+            }
+            fflush(stdout);
+        }
         if (alive == 0) break;
         if (got_signal && !signaled) {
             signaled = got_signal;
-            printf("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
+            say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
             fflush(stdout);
         }
         bool failed = false, workers_left = false;
         for (int i = 0; i < n; i++) {
-            if (t[i].exited && t[i].code != 0 && !t[i].killed_by_us) failed = true;
+            bool died = t[i].exited && t[i].code != 0 && !t[i].killed_by_us;
+            if (died) failed = true;
             if (!t[i].is_ps && !t[i].exited) workers_left = true;
         }
         if (!workers_left && workers_done_at == 0) workers_done_at = now_s();
         /* the ps tasks exit once every worker said it is done; give them a few seconds */
         bool ps_linger = workers_done_at > 0 && now_s() - workers_done_at > 10;
         if (!stopping && (signaled || failed || ps_linger)) {
-            if (failed) printf("psgraph launch: a task failed, stopping the others\n");
+            if (failed) say("psgraph launch: a task failed, stopping the others\n");
             fflush(stdout);
             kill_all(t, n, SIGTERM);
             stopping = true;
             stop_at = now_s();
         }
         if (stopping && now_s() - stop_at > 5) kill_all(t, n, SIGKILL);
+        if (on_tty && block_dirty && now_s() - drawn_at > 0.2) {
+            draw_block(t, n);
+            drawn_at = now_s();
+        }
     }
     for (int i = 0; i < n; i++) drain(&t[i]);
+    if (on_tty) draw_block(t, n);
+    for (int i = cmd_at; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--trace")) {
+            int parts = merge_traces(t, n, argv[i + 1]);
+            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", argv[i + 1], strerror(errno));
+            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, argv[i + 1]);
+        }
     int worst = 0;
     for (int i = 0; i < n; i++)
         if (!t[i].killed_by_us && t[i].code > worst) worst = t[i].code;
     if (signaled && worst == 0) worst = 128 + signaled;
     free(cluster);
     free(cfg);
+    for (int i = 0; i < n; i++) free(t[i].cfg);
     free(t);
     free(ports);
     return worst;

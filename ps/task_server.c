@@ -7,11 +7,13 @@
 #include "graph/executor.h"
 #include "net/codec.h"
 #include "ps/remote_rendezvous.h"
+#include "psgraph/checkpoint.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
 #include "psgraph/serialize.h"
 #include "psgraph/threadpool.h"
+#include "psgraph/trace.h"
 #include "psgraph/wire.h"
 
 #include <inttypes.h>
@@ -95,6 +97,10 @@ struct psg_task_server {
     job_t *jq_head, *jq_tail;
     char *workers_done[MAX_WORKERS_DONE];
     int n_workers_done;
+
+    psg_node_timing_fn on_node; /* under lock */
+    void *on_node_ctx;
+    psg_trace_t *trace; /* a Trace request's recording; kept until the server goes */
 
     /* the server thread's own */
     waiter_list_t wait_init, wait_done;
@@ -251,6 +257,10 @@ static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, int n
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
         psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv};
+        pthread_mutex_lock(&ts->lock);
+        env.on_node = ts->on_node;
+        env.on_node_ctx = ts->on_node_ctx;
+        pthread_mutex_unlock(&ts->lock);
         rc = psg_plan_run_with(rg->plan, &env, feeds, fetched);
     }
     pthread_mutex_unlock(&rg->run_lock);
@@ -691,6 +701,115 @@ static void handle_job_done(psg_task_server_t *ts, const psg_msg_t *req) {
         request_stop(ts, "job done: %d workers finished", n);
 }
 
+/* SaveShard / RestoreShard's fields: shard k of n, the log directory (NUL-terminated). */
+static bool shard_request(const psg_msg_t *req, int *k, int *n, char *dir, size_t size) {
+    if (!req->key || sscanf(req->key, "%d/%d", k, n) != 2 || *k < 0 || *n <= *k || *n > 4096 ||
+        !req->body || req->body->size == 0 || req->body->size >= size || req->step < 0)
+        return false;
+    memcpy(dir, req->body->data, req->body->size);
+    dir[req->body->size] = 0;
+    return strlen(dir) == req->body->size;
+}
+
+/* Writes this task's variables as one shard (on the server thread: the variables are
+ * read under their locks while runner threads go on updating them). */
+static void handle_save_shard(psg_task_server_t *ts, const psg_msg_t *req) {
+    int k, n;
+    char dir[4096];
+    if (!shard_request(req, &k, &n, dir, sizeof dir)) {
+        reply_error(ts, req, "SaveShard needs step S, key \"k/N\" and the directory as body");
+        return;
+    }
+    psg_checkpoint_shard_t sh = {0};
+    if (psg_checkpoint_write_shard(ts->rm, dir, req->step, k, n, &sh) < 0) {
+        reply_error(ts, req, psg_error_message());
+        return;
+    }
+    size_t cap = 1, len = 0;
+    for (int i = 0; i < sh.num_tensors; i++) cap += strlen(sh.names[i]) + 1;
+    char *names = malloc(cap), key[PSG_CKPT_NAME_MAX + 96];
+    for (int i = 0; names && i < sh.num_tensors; i++)
+        len += (size_t)sprintf(names + len, "%s\n", sh.names[i]);
+    snprintf(key, sizeof key, "%s %" PRIu64 " %08x %" PRIu64, sh.file, sh.size, (unsigned)sh.crc32,
+             sh.tensor_bytes);
+    psg_msg_t *r = names ? psg_msg_new(PSG_MSG_REPLY, req->op) : NULL;
+    if (r && psg_msg_set_key(r, key) == 0 && psg_msg_set_body(r, names, len) == 0)
+        reply_ok(ts, req, &r);
+    else
+        reply_error(ts, req, "out of memory");
+    psg_msg_destroy(&r);
+    free(names);
+    psg_checkpoint_shard_clear(&sh);
+}
+
+/* Loads shard k of the committed checkpoint at the request's step into this task. */
+static void handle_restore_shard(psg_task_server_t *ts, const psg_msg_t *req) {
+    int k, n;
+    char dir[4096], path[4096 + PSG_CKPT_NAME_MAX];
+    if (!shard_request(req, &k, &n, dir, sizeof dir)) {
+        reply_error(ts, req, "RestoreShard needs step S, key \"k/N\" and the directory as body");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s-%" PRId64 ".index.json", dir, PSG_CKPT_PREFIX, req->step);
+    psg_checkpoint_t *ck = psg_checkpoint_open(path, k);
+    if (!ck || psg_checkpoint_restore(ck, ts->rm, false) < 0) {
+        reply_error(ts, req, psg_error_message());
+        psg_checkpoint_destroy(&ck);
+        return;
+    }
+    char key[32];
+    snprintf(key, sizeof key, "%d", psg_checkpoint_num_tensors(ck));
+    psg_checkpoint_destroy(&ck);
+    psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
+    if (r && psg_msg_set_key(r, key) == 0)
+        reply_ok(ts, req, &r);
+    else
+        reply_error(ts, req, "out of memory");
+    psg_msg_destroy(&r);
+}
+
+void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx) {
+    pthread_mutex_lock(&ts->lock);
+    ts->on_node = fn;
+    ts->on_node_ctx = ctx;
+    pthread_mutex_unlock(&ts->lock);
+}
+
+static void handle_trace(psg_task_server_t *ts, const psg_msg_t *req) {
+    int pid = 0;
+    long long step = 0;
+    char path[4096], key[32];
+    if (req->key && sscanf(req->key, "start %d %lld", &pid, &step) == 2) {
+        if (!ts->trace && !(ts->trace = psg_trace_new(pid, ts->task, "CPU:0"))) {
+            reply_error(ts, req, "out of memory");
+            return;
+        }
+        psg_trace_set_step(ts->trace, step);
+        psg_task_server_set_node_hook(ts, psg_trace_node_hook, ts->trace);
+        reply_ok(ts, req, NULL);
+        return;
+    }
+    if (!req->key || strcmp(req->key, "stop") || !ts->trace || !req->body || !req->body->size ||
+        req->body->size >= sizeof path) {
+        reply_error(ts, req, "Trace needs key \"start PID STEP\", or \"stop\" after a start with a path as body");
+        return;
+    }
+    psg_task_server_set_node_hook(ts, NULL, NULL);
+    memcpy(path, req->body->data, req->body->size);
+    path[req->body->size] = 0;
+    if (psg_trace_write(ts->trace, path) < 0) {
+        reply_error(ts, req, psg_error_message());
+        return;
+    }
+    snprintf(key, sizeof key, "%d", psg_trace_num_events(ts->trace));
+    psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
+    if (r && psg_msg_set_key(r, key) == 0)
+        reply_ok(ts, req, &r);
+    else
+        reply_error(ts, req, "out of memory");
+    psg_msg_destroy(&r);
+}
+
 static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
     psg_msg_t *req = *reqp;
     const char *op = req->op ? req->op : "";
@@ -738,6 +857,12 @@ static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
         add_waiter(ts, &ts->wait_done, reqp);
     } else if (!strcmp(op, PSG_TS_JOB_DONE)) {
         handle_job_done(ts, req);
+    } else if (!strcmp(op, PSG_TS_SAVE_SHARD)) {
+        handle_save_shard(ts, req);
+    } else if (!strcmp(op, PSG_TS_RESTORE_SHARD)) {
+        handle_restore_shard(ts, req);
+    } else if (!strcmp(op, PSG_TS_TRACE)) {
+        handle_trace(ts, req);
     } else if (!strcmp(op, PSG_TS_SHUTDOWN)) {
         reply_ok(ts, req, NULL);
         request_stop(ts, "shutdown requested by %s", req->peer);
@@ -955,6 +1080,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_threadpool_destroy(&ts->pool);
     psg_rendezvous_destroy(&ts->rv);
     psg_resource_mgr_destroy(&ts->rm);
+    psg_trace_destroy(&ts->trace);
     pthread_cond_destroy(&ts->cond);
     pthread_mutex_destroy(&ts->lock);
     free(ts);

@@ -564,3 +564,38 @@ char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task) {
     psg_msg_destroy(&r);
     return out;
 }
+
+psg_msg_t *psg_dist_session_call(psg_dist_session_t *s, const char *task, psg_msg_t **m,
+                                 int64_t timeout_ms) {
+    return call_task(s, task, m, timeout_ms);
+}
+
+int psg_dist_session_reregister(psg_dist_session_t *s) {
+    for (int i = 0; i < s->n_callables; i++) {
+        psg_dist_callable_t *c = s->callables[i];
+        for (int k = 0; k < c->set->num_partitions; k++)
+            if (c->runs[k].peer >= 0 && register_partition(s, &c->set->partitions[k], &c->runs[k]) < 0)
+                return -1;
+    }
+    return 0;
+}
+
+int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task) {
+    int n = 0;
+    const int *init = psg_graph_collection(s->g, "init", &n);
+    if (place(s) < 0) return -1;
+    psg_device_name_t want;
+    if (psg_device_name_parse(task, &want) < 0) return -1;
+    if (!want.has_replica) want.has_replica = true, want.replica = 0;
+    int *mine = calloc((size_t)n + 1, sizeof *mine), m = 0;
+    if (!mine) return psg_error_set("out of memory");
+    for (int i = 0; i < n; i++) {
+        psg_device_name_t d;
+        if (psg_device_name_parse(psg_node_assigned_device(psg_graph_node(s->g, init[i])), &d) == 0 &&
+            psg_device_name_same_task(&d, &want))
+            mine[m++] = init[i];
+    }
+    int rc = m ? psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, m, mine) : 0;
+    free(mine);
+    return rc;
+}

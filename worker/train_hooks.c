@@ -27,6 +27,13 @@ struct psg_train_hooks {
     psg_summary_writer_t *events;
     psg_trace_t *trace;
     bool tracing;
+    psg_cluster_ckpt_t *cluster; /* in a cluster: the chief's saver, recovery */
+    bool chief;
+    psg_task_server_t *server;     /* in a cluster: whose node hook traces */
+    const char *trace_path;        /* the merged trace's path (the launcher merges) */
+    int64_t trace_first, trace_last;
+    char trace_file[4200];         /* this task's part */
+    bool ps_tracing;
 };
 
 static double now_sec(void) {
@@ -97,18 +104,61 @@ fail:
 void psg_train_hooks_destroy(psg_train_hooks_t **ph) {
     if (!ph || !*ph) return;
     psg_train_hooks_t *h = *ph;
-    if (h->tracing) psg_session_set_node_hook(h->sess, NULL, NULL);
+    if (h->tracing && h->server) psg_task_server_set_node_hook(h->server, NULL, NULL);
+    else if (h->tracing) psg_session_set_node_hook(h->sess, NULL, NULL);
     psg_summary_writer_destroy(&h->events);
     psg_trace_destroy(&h->trace);
+    psg_cluster_ckpt_destroy(&h->cluster);
     free(h);
     *ph = NULL;
 }
 
+int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bool chief,
+                                const psg_train_config_t *c, psg_task_server_t *server,
+                                int trace_pid, const char *task, const char *tag) {
+    psg_cluster_ckpt_destroy(&h->cluster);
+    h->cluster = cc;
+    h->chief = chief;
+    h->server = server;
+    if (chief && c->logdir && !h->events && !(h->events = psg_summary_writer_new(c->logdir))) return -1;
+    if (c->trace_path && !h->trace) {
+        if (!(h->trace = psg_trace_new(trace_pid, task, "CPU:0"))) return psg_error_set("out of memory");
+        h->trace_path = c->trace_path;
+        h->trace_first = c->trace_first;
+        h->trace_last = c->trace_last;
+        snprintf(h->trace_file, sizeof h->trace_file, "%s.%s.json", c->trace_path, tag);
+    }
+    return 0;
+}
+
+int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step) {
+    if (!h->cluster) return -1;
+    return psg_cluster_ckpt_recover(h->cluster, step);
+}
+
 void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step) {
+    if (h->server) {
+        if (!h->trace || step + 1 < h->trace_first || step + 1 > h->trace_last) return;
+        if (h->chief && !h->ps_tracing) {
+            h->ps_tracing = psg_cluster_ckpt_trace_ps(h->cluster, true, step + 1, h->trace_path) == 0;
+            if (!h->ps_tracing) fprintf(h->out, "warning: %s\n", psg_error_message());
+        }
+        psg_trace_set_step(h->trace, step + 1);
+        psg_task_server_set_node_hook(h->server, psg_trace_node_hook, h->trace);
+        h->tracing = true;
+        return;
+    }
     if (!h->trace || step + 1 < h->c->trace_first || step + 1 > h->c->trace_last) return;
     psg_trace_set_step(h->trace, step + 1);
     psg_session_set_node_hook(h->sess, psg_trace_node_hook, h->trace);
     h->tracing = true;
+}
+
+/* The chief's stop of the ps tasks' timeline. */
+static int stop_ps_trace(psg_train_hooks_t *h) {
+    if (!h->ps_tracing) return 0;
+    h->ps_tracing = false;
+    return psg_cluster_ckpt_trace_ps(h->cluster, false, 0, h->trace_path);
 }
 
 static int save(psg_train_hooks_t *h, int64_t step) {
@@ -128,9 +178,12 @@ static int save(psg_train_hooks_t *h, int64_t step) {
 
 int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
     if (h->tracing) {
-        psg_session_set_node_hook(h->sess, NULL, NULL);
+        if (h->server) psg_task_server_set_node_hook(h->server, NULL, NULL);
+        else psg_session_set_node_hook(h->sess, NULL, NULL);
         h->tracing = false;
     }
+    if (h->server && done >= h->trace_last && stop_ps_trace(h) < 0) return -1;
+    if (h->cluster) return psg_cluster_ckpt_after_step(h->cluster, done);
     if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
         return save(h, done);
     return 0;
@@ -149,6 +202,17 @@ int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy) {
 }
 
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
+    if (h->cluster && psg_cluster_ckpt_end(h->cluster, step) < 0) return -1;
+    if (h->server) {
+        if (stop_ps_trace(h) < 0) return -1;
+        if (!h->trace) return 0;
+        if (psg_trace_write(h->trace, h->trace_file) < 0) return psg_error_wrap("--trace");
+        fprintf(h->out, "trace: %d op events of steps %lld to %lld written to %s (psgraph launch merges the tasks' files into %s)\n",
+                psg_trace_num_events(h->trace), (long long)h->trace_first, (long long)h->trace_last,
+                h->trace_file, h->trace_path);
+        fflush(h->out);
+        return 0;
+    }
     if (h->c->logdir && step != h->last_saved && save(h, step) < 0) return -1;
     if (h->trace) {
         if (psg_trace_write(h->trace, h->c->trace_path) < 0) return psg_error_wrap("--trace");
@@ -158,4 +222,15 @@ int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
         fflush(h->out);
     }
     return 0;
+}
+
+const char *psg_train_hooks_eta(double secs, char *buf, size_t size) {
+    long long t = secs > 0 && secs < 1e9 ? (long long)(secs + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, size, "%lldh%02lldm%02llds", t / 3600, t / 60 % 60, t % 60);
+    else if (t >= 60)
+        snprintf(buf, size, "%lldm%02llds", t / 60, t % 60);
+    else
+        snprintf(buf, size, "%llds", t);
+    return buf;
 }

@@ -6,7 +6,9 @@
 #define PSGRAPH_WORKER_TRAIN_HOOKS_H
 
 #include "psgraph/session.h"
+#include "psgraph/task_server.h"
 #include "psgraph/trainer.h"
+#include "worker/cluster_ckpt.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +24,19 @@ psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_
                                        FILE *out, FILE *metrics, int64_t *start_step);
 void psg_train_hooks_destroy(psg_train_hooks_t **h);
 
+/* In a cluster: the hooks take cc (owned from now on, may be NULL): after_step and end
+ * forward to it, recover calls it. The chief's hooks also write TensorBoard scalars to
+ * c->logdir. With c->trace_path, the traced steps' nodes of this task's server are
+ * recorded as trace pid `trace_pid`, written to "<trace_path>.<tag>.json" (tag "worker1"),
+ * and the chief has every ps record the same steps. c and server are borrowed. -1 with
+ * the error set when the event file or the trace cannot be made. */
+int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bool chief,
+                                const psg_train_config_t *c, psg_task_server_t *server,
+                                int trace_pid, const char *task, const char *tag);
+/* After step `step` (0-based) failed in a cluster: 0 when it may be retried (the cluster
+ * recovered), -1 otherwise (the error set; always -1 for one process). */
+int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step);
+
 /* Before step `step` (0-based) runs: turns the timeline on for traced steps. */
 void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step);
 /* After `done` steps in all: timeline off, a checkpoint when one is due. */
@@ -30,6 +45,8 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done);
 int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, double lr,
                              double examples_per_sec);
 int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy);
+/* secs as "1h02m03s" / "2m03s" / "3s" into buf (returned), for the progress line's ETA. */
+const char *psg_train_hooks_eta(double secs, char *buf, size_t size);
 /* At the end of training at global step `step`: the last checkpoint, the trace file. */
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step);
 

@@ -198,12 +198,26 @@ static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
     psg_dist_session_options_t o = {.cluster = t->cluster, .server = t->server,
                                     .step_timeout_ms = c->step_timeout_ms};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
-    if (t->chief ? psg_dist_session_run_init(t->dsess) < 0
-                 : psg_dist_session_wait_init(t->dsess, 600000) < 0)
-        return psg_error_wrap("%s", t->task);
+    /* the variables are initialized, restored or waited for by worker/cluster_ckpt.c */
     t->dstep = psg_dist_session_make_callable(t->dsess, n_feeds, feeds, 1, &loss, 1, &train_op);
     t->deval = t->dstep ? psg_dist_session_make_callable(t->dsess, 2, feeds, 1, &correct, 0, NULL) : NULL;
     return t->deval ? 0 : psg_error_wrap("%s", t->task);
+}
+
+/* In a cluster, after the hooks: the chief restores or initializes the ps tasks' variables
+ * (or finds them held: it restarted), the others wait for them; checkpoints and recovery
+ * from here on (worker/cluster_ckpt.c). */
+static int start_cluster(const psg_train_config_t *c, trainer_t *t, FILE *out, int64_t *start_step) {
+    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, t->cluster, t->dsess, t->chief, t->task, out, t->metrics);
+    if (!cc || psg_cluster_ckpt_start(cc, start_step) < 0) {
+        psg_cluster_ckpt_destroy(&cc);
+        return psg_error_wrap("%s", t->task);
+    }
+    psg_task_t me = psg_cluster_task(t->cluster);
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
+    return psg_train_hooks_set_cluster(t->hooks, cc, t->chief, c, t->server,
+                                       psg_cluster_num_tasks(t->cluster, "ps") + t->rank, t->task, tag);
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
@@ -317,6 +331,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         hc.trace_path = NULL;
     }
     if (!(t.hooks = psg_train_hooks_new(&hc, t.sess, out, t.metrics, &start_step))) goto done;
+    if (t.cluster && start_cluster(c, &t, out, &start_step) < 0) goto done;
     r->steps = start_step;
 
     int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
@@ -344,6 +359,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {images, labels};
         int src = t.towers ? psg_towers_split(t.towers, images, labels, fv) : 0;
         if (src == 0) src = run_either(t.step, t.dstep, fv, &loss);
+        for (int retry = 0; src < 0 && t.cluster && retry < 3 && psg_train_hooks_recover(t.hooks, step) == 0; retry++)
+            src = run_either(t.step, t.dstep, fv, &loss);
         for (int i = 0; t.towers && i < n_feeds; i++) psg_tensor_destroy(&fv[i]);
         psg_tensor_destroy(&images);
         psg_tensor_destroy(&labels);
@@ -370,9 +387,11 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         if ((step + 1) % c->log_every == 0 || step + 1 == total) {
             double dt = t1 - interval_start;
             double eps = interval_steps * batch / dt;
-            fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f\n",
+            char eta[32];
+            fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f  eta %s\n",
                     (long long)(step + 1), (double)(step + 1) / (double)per_epoch,
-                    loss_sum / interval_steps, eps, dt / interval_steps);
+                    loss_sum / interval_steps, eps, dt / interval_steps,
+                    psg_train_hooks_eta((double)(total - step - 1) * dt / interval_steps, eta, sizeof eta));
             fflush(out);
             if (t.metrics)
                 fprintf(t.metrics, "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f}\n",

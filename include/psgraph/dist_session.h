@@ -10,6 +10,7 @@
 #include "psgraph/graph.h"
 #include "psgraph/placement.h"
 #include "psgraph/task_server.h"
+#include "psgraph/wire.h"
 
 #include <stdint.h>
 
@@ -70,6 +71,20 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms);
 int psg_dist_session_job_done(psg_dist_session_t *s);
 /* Waits until n workers told ps task 0 they are done (the chief, before it evaluates). */
 int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_ms);
+
+/* ---- recovery (docs/checkpoints.md) ---- */
+
+/* Sends request *m (taken) to task `task` and returns its reply (caller destroys it), or
+ * NULL with the error naming the task (an ERROR reply, no reply within timeout_ms). */
+psg_msg_t *psg_dist_session_call(psg_dist_session_t *s, const char *task, psg_msg_t **m,
+                                 int64_t timeout_ms);
+/* Registers every callable's partition again on every other task (after a task restarted
+ * and lost its graphs; a task that kept them holds a second, unused copy). -1 naming the
+ * task that refused. */
+int psg_dist_session_reregister(psg_dist_session_t *s);
+/* Runs the part of the "init" collection placed on task `task` ("/job:ps/task:1"): the
+ * initializers of the variables that task holds, and of no other. */
+int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task);
 
 /* The Inspect report of a task ("/job:ps/task:1"): JSON as psg_task_server_inspect,
  * malloc'd (the caller frees). NULL with the error set. */

@@ -1,7 +1,7 @@
 /* The task server every psgraph process runs: one resource manager and one rendezvous per
  * process, a ZeroMQ ROUTER answering RegisterGraph, RunGraph, Recv (a peer pulls a tensor a
  * local Send left: TensorFlow's RecvTensor), Inspect, AbortStep, CleanupStep, WaitInit,
- * JobDone and Shutdown. Not the worker's session (dist_session.h), which drives it. */
+ * JobDone, SaveShard, RestoreShard and Shutdown. Not the worker's session (dist_session.h), which drives it. */
 #ifndef PSGRAPH_TASK_SERVER_H
 #define PSGRAPH_TASK_SERVER_H
 
@@ -9,6 +9,7 @@
 #include "psgraph/graph.h"
 #include "psgraph/rendezvous.h"
 #include "psgraph/resource.h"
+#include "psgraph/session.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,6 +28,17 @@ typedef struct psg_task_server psg_task_server_t;
 #define PSG_TS_JOB_DONE "JobDone"
 #define PSG_TS_WAIT_DONE "WaitDone"
 #define PSG_TS_SHUTDOWN "Shutdown"
+/* Checkpoints of a cluster (docs/checkpoints.md): `step` S, `key` "k/N", body the log
+ * directory. SaveShard writes this task's variables as shard k of N of the checkpoint at S
+ * and replies key "FILE SIZE CRC32 TENSOR_BYTES", body the tensor names one a line;
+ * RestoreShard loads shard k of the committed checkpoint at S (variables created when
+ * absent) and replies key = the number of tensors restored. */
+#define PSG_TS_SAVE_SHARD "SaveShard"
+#define PSG_TS_RESTORE_SHARD "RestoreShard"
+/* The timeline of a cluster: key "start PID STEP" records every node this task runs from
+ * now on as trace pid PID, training step STEP; key "stop" with the body a path writes the
+ * events recorded since to that file (a Chrome trace) and stops recording. */
+#define PSG_TS_TRACE "Trace"
 
 typedef struct {
     /* the cluster (borrowed, must outlive the server): the peers a Recv pulls from, and
@@ -80,6 +92,9 @@ int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t le
  * references. Returns 0, or -1 with the error "task T: ..." (and the step aborted here). */
 int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
                         psg_tensor_t *const *feeds, psg_tensor_t **fetched);
+/* Calls fn(ctx, ...) after each node of every partition this server runs from now on (the
+ * executor's timing hook; NULL: off). A step already running keeps the hook it started with. */
+void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx);
 /* Number of fetches of a registered graph (-1 for an unknown handle). */
 int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle);
 /* Ends a step here: drops its tensors, waiters and pulls. */

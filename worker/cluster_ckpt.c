@@ -1,0 +1,325 @@
+/* Checkpoints and recovery of a training job in a cluster (worker/cluster_ckpt.h): the
+ * chief's saver (SaveShard to every ps in parallel, then the index and the prune), the
+ * start (restore the shards of ps tasks that hold nothing, or run their initializers), and
+ * the recovery after a failed step (wait for every ps, restore the shard of a ps that
+ * restarted, register the graphs again). Not the ps side (task_server.c). */
+#include "worker/cluster_ckpt.h"
+
+#include "psgraph/checkpoint.h"
+#include "psgraph/device_name.h"
+#include "psgraph/error.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_KEEP 5
+#define DEFAULT_EVERY_SECS 600.0
+/* How long a recovery waits for a dead ps to come back, at least (launch restarts it). */
+#define MIN_RECOVERY_MS 60000
+
+struct psg_cluster_ckpt {
+    const psg_train_config_t *c;
+    psg_dist_session_t *ds;
+    bool chief;
+    const char *task;
+    FILE *out, *metrics;
+    int nps;
+    int64_t timeout_ms;
+    psg_checkpoint_policy_t policy;
+    int64_t last_saved; /* the step of the newest committed checkpoint, -1: none */
+    double last_save_time;
+};
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *ps_task(int i, char *buf, size_t size) {
+    return psg_device_name("ps", i, NULL, buf, size);
+}
+
+psg_cluster_ckpt_t *psg_cluster_ckpt_new(const psg_train_config_t *c, const psg_cluster_t *cluster,
+                                         psg_dist_session_t *ds, bool chief, const char *task,
+                                         FILE *out, FILE *metrics) {
+    psg_cluster_ckpt_t *h = calloc(1, sizeof *h);
+    if (!h) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    *h = (psg_cluster_ckpt_t){.c = c, .ds = ds, .chief = chief, .task = task, .out = out,
+                              .metrics = metrics, .nps = psg_cluster_num_tasks(cluster, "ps"),
+                              .timeout_ms = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000,
+                              .last_saved = -1, .last_save_time = now_sec()};
+    h->policy.keep = c->keep > 0 ? c->keep : DEFAULT_KEEP;
+    h->policy.every_secs = DEFAULT_EVERY_SECS;
+    if (c->checkpoint_every && psg_checkpoint_policy_parse(c->checkpoint_every, &h->policy) < 0) {
+        psg_error_wrap("--checkpoint-every");
+        psg_cluster_ckpt_destroy(&h);
+    }
+    return h;
+}
+
+void psg_cluster_ckpt_destroy(psg_cluster_ckpt_t **h) {
+    if (!h || !*h) return;
+    free(*h);
+    *h = NULL;
+}
+
+static void report_skip(void *ctx, const char *path, const char *why) {
+    psg_cluster_ckpt_t *h = ctx;
+    fprintf(h->out, "checkpoint %s is incomplete or corrupt, using an older one: %s\n", path, why);
+}
+
+/* The step of the newest checkpoint of the logdir whose every shard verifies; -1: none. */
+static int64_t latest_step(psg_cluster_ckpt_t *h) {
+    psg_checkpoint_t *ck = NULL;
+    if (!h->c->logdir || psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck) <= 0) return -1;
+    int64_t s = psg_checkpoint_step(ck);
+    psg_checkpoint_destroy(&ck);
+    return s;
+}
+
+/* Waits until ps i answers Inspect (each try bounded by the step timeout: a try returns as
+ * soon as the task is up again), up to the recovery deadline. *holds: whether it holds an
+ * initialized variable. */
+static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *holds) {
+    char task[PSG_DEVICE_NAME_MAX];
+    ps_task(i, task, sizeof task);
+    for (;;) {
+        char *json = psg_dist_session_inspect(h->ds, task);
+        if (json) {
+            *holds = strstr(json, "\"initialized\":true") != NULL;
+            free(json);
+            return 0;
+        }
+        if (now_sec() > deadline) return psg_error_wrap("recovery: %s did not come back", task);
+    }
+}
+
+/* Gives ps i its shard of the checkpoint at `step` (step < 0: runs its initializers). */
+static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) {
+    char task[PSG_DEVICE_NAME_MAX], key[32];
+    ps_task(i, task, sizeof task);
+    *tensors = 0;
+    if (step < 0) return psg_dist_session_run_init_on(h->ds, task);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_RESTORE_SHARD);
+    snprintf(key, sizeof key, "%d/%d", i, h->nps);
+    if (!m || psg_msg_set_key(m, key) < 0 ||
+        psg_msg_set_body(m, h->c->logdir, strlen(h->c->logdir)) < 0) {
+        psg_msg_destroy(&m);
+        return psg_error_set("out of memory");
+    }
+    m->step = step;
+    psg_msg_t *r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
+    if (!r) return psg_error_wrap("restoring shard %d from step %" PRId64, i, step);
+    *tensors = r->key ? atoi(r->key) : 0;
+    psg_msg_destroy(&r);
+    return 0;
+}
+
+int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
+    int64_t latest = latest_step(h);
+    *start_step = latest > 0 ? latest : 0;
+    h->last_saved = latest;
+    if (!h->chief) {
+        if (psg_dist_session_wait_init(h->ds, 600000) < 0) return psg_error_wrap("%s", h->task);
+        if (latest > 0) {
+            fprintf(h->out, "%s: going on from the checkpoint at step %" PRId64 "\n", h->task, latest);
+            fflush(h->out);
+        }
+        return 0;
+    }
+    double deadline = now_sec() + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
+    int holding = 0;
+    for (int i = 0; i < h->nps; i++) {
+        bool holds = false;
+        if (wait_ps(h, i, deadline, &holds) < 0) return -1;
+        if (holds) {
+            holding++;
+            continue;
+        }
+        int n = 0;
+        double t0 = now_sec();
+        if (restore_ps(h, i, latest, &n) < 0) return -1;
+        if (latest >= 0)
+            fprintf(h->out, "restored shard %d of %s/%s-%" PRId64 ".index.json on ps%d: %d tensors (%.3f s)\n",
+                    i, h->c->logdir, PSG_CKPT_PREFIX, latest, i, n, now_sec() - t0);
+    }
+    if (holding)
+        fprintf(h->out, "%d of %d ps tasks hold initialized variables (the chief restarted): not "
+                        "re-initializing them; going on from step %" PRId64 "\n", holding, h->nps, *start_step);
+    fflush(h->out);
+    /* variables of the chief's own task, if any (a fresh process) */
+    return psg_dist_session_run_init_on(h->ds, h->task);
+}
+
+typedef struct {
+    psg_cluster_ckpt_t *h;
+    int shard;
+    int64_t step;
+    psg_checkpoint_shard_t report;
+    int rc;
+    char error[1024];
+} save_job_t;
+
+/* Asks ps `shard` to write its shard and parses its report. */
+static void *save_one(void *arg) {
+    save_job_t *j = arg;
+    psg_cluster_ckpt_t *h = j->h;
+    char task[PSG_DEVICE_NAME_MAX], key[32];
+    ps_task(j->shard, task, sizeof task);
+    snprintf(key, sizeof key, "%d/%d", j->shard, h->nps);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_SAVE_SHARD), *r = NULL;
+    j->rc = -1;
+    if (m && psg_msg_set_key(m, key) == 0 && psg_msg_set_body(m, h->c->logdir, strlen(h->c->logdir)) == 0) {
+        m->step = j->step;
+        r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
+    }
+    psg_msg_destroy(&m);
+    unsigned crc = 0;
+    unsigned long long size = 0, bytes = 0;
+    psg_checkpoint_shard_t *s = &j->report;
+    if (!r) {
+        snprintf(j->error, sizeof j->error, "%s", psg_error_message());
+    } else if (!r->key || sscanf(r->key, "%127s %llu %x %llu", s->file, &size, &crc, &bytes) != 4) {
+        snprintf(j->error, sizeof j->error, "task %s: a SaveShard reply without its report", task);
+    } else {
+        s->size = size;
+        s->crc32 = crc;
+        s->tensor_bytes = bytes;
+        size_t n = r->body ? r->body->size : 0;
+        const char *p = r->body ? (const char *)r->body->data : "";
+        int count = 0;
+        for (size_t k = 0; k < n; k++) count += p[k] == '\n';
+        s->names = calloc((size_t)count + 1, sizeof *s->names);
+        j->rc = s->names ? 0 : -1;
+        for (size_t k = 0, at = 0; s->names && k < n; k++)
+            if (p[k] == '\n') {
+                if (!(s->names[s->num_tensors] = strndup(p + at, k - at))) j->rc = -1;
+                else s->num_tensors++;
+                at = k + 1;
+            }
+        if (j->rc < 0) snprintf(j->error, sizeof j->error, "out of memory");
+    }
+    psg_msg_destroy(&r);
+    return NULL;
+}
+
+/* The chief's save at `step`: every ps writes its shard at once, then the index, the prune. */
+static int save(psg_cluster_ckpt_t *h, int64_t step) {
+    double t0 = now_sec();
+    save_job_t *jobs = calloc((size_t)h->nps, sizeof *jobs);
+    pthread_t *th = calloc((size_t)h->nps, sizeof *th);
+    bool *started = calloc((size_t)h->nps, sizeof *started);
+    int rc = jobs && th && started ? 0 : psg_error_set("out of memory");
+    for (int i = 0; rc == 0 && i < h->nps; i++) {
+        jobs[i] = (save_job_t){.h = h, .shard = i, .step = step};
+        started[i] = pthread_create(&th[i], NULL, save_one, &jobs[i]) == 0;
+        if (!started[i]) save_one(&jobs[i]);
+    }
+    for (int i = 0; rc == 0 && i < h->nps; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+    for (int i = 0; rc == 0 && i < h->nps; i++)
+        if (jobs[i].rc < 0) rc = psg_error_set("checkpoint at step %" PRId64 ": %s", step, jobs[i].error);
+    psg_checkpoint_shard_t *reports = rc == 0 ? calloc((size_t)h->nps, sizeof *reports) : NULL;
+    for (int i = 0; reports && i < h->nps; i++) reports[i] = jobs[i].report;
+    if (rc == 0 && !reports) rc = psg_error_set("out of memory");
+    if (rc == 0 && psg_checkpoint_write_index(h->c->logdir, step, h->nps, reports) < 0) rc = -1;
+    if (rc == 0 && psg_checkpoint_prune(h->c->logdir, h->policy.keep) < 0) rc = -1;
+    free(reports);
+    for (int i = 0; jobs && i < h->nps; i++) psg_checkpoint_shard_clear(&jobs[i].report);
+    free(jobs);
+    free(th);
+    free(started);
+    if (rc < 0) return -1;
+    double secs = now_sec() - t0;
+    h->last_saved = step;
+    h->last_save_time = now_sec();
+    fprintf(h->out, "checkpoint %s/%s-%" PRId64 ".index.json written in %.3f s (%d ps shards in parallel)\n",
+            h->c->logdir, PSG_CKPT_PREFIX, step, secs, h->nps);
+    fflush(h->out);
+    if (h->metrics)
+        fprintf(h->metrics, "{\"event\":\"checkpoint\",\"step\":%" PRId64 ",\"seconds\":%.4f,\"shards\":%d}\n",
+                step, secs, h->nps);
+    return 0;
+}
+
+int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done) {
+    if (!h->chief || !h->c->logdir ||
+        !psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
+        return 0;
+    if (save(h, done) == 0) return 0;
+    /* a ps down (it will be restarted): no index, the shard files written are orphans that
+     * a later prune removes; training goes on and the next save is due at the next interval */
+    fprintf(h->out, "warning: %s; not committed, training goes on\n", psg_error_message());
+    fflush(h->out);
+    h->last_save_time = now_sec();
+    return 0;
+}
+
+int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step) {
+    if (!h->chief || !h->c->logdir || step == h->last_saved) return 0;
+    return save(h, step);
+}
+
+int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", psg_error_message());
+    fprintf(h->out, "recovery: step %" PRId64 " failed (%s); waiting for every ps task\n", step + 1, why);
+    fflush(h->out);
+    double t0 = now_sec();
+    double deadline = t0 + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
+    for (int i = 0; i < h->nps; i++) {
+        bool holds = false;
+        if (wait_ps(h, i, deadline, &holds) < 0) return -1;
+        if (holds || !h->chief) continue;
+        /* ps i restarted: only its shard rolls back, the others keep their values */
+        int n = 0;
+        if (restore_ps(h, i, h->last_saved, &n) < 0) return -1;
+        int64_t lost = h->last_saved >= 0 ? step - h->last_saved : step;
+        if (h->last_saved >= 0)
+            fprintf(h->out, "recovery: ps%d restarted; restored its shard %d from %s/%s-%" PRId64
+                            ".index.json (%d tensors); lost %" PRId64 " steps of shard %d (step %" PRId64
+                            ", checkpoint at %" PRId64 "); the other shards keep their values\n",
+                    i, i, h->c->logdir, PSG_CKPT_PREFIX, h->last_saved, n, lost, i, step, h->last_saved);
+        else
+            fprintf(h->out, "recovery: ps%d restarted before any checkpoint; re-initialized its "
+                            "variables; lost %" PRId64 " steps of shard %d\n", i, lost, i);
+        if (h->metrics)
+            fprintf(h->metrics, "{\"event\":\"recovery\",\"ps\":%d,\"step\":%" PRId64
+                                ",\"checkpoint\":%" PRId64 ",\"steps_lost\":%" PRId64 "}\n",
+                    i, step, h->last_saved, lost);
+        fflush(h->out);
+    }
+    if (!h->chief && psg_dist_session_wait_init(h->ds, (int64_t)((deadline - now_sec()) * 1e3) + h->timeout_ms) < 0)
+        return psg_error_wrap("recovery");
+    if (psg_dist_session_reregister(h->ds) < 0) return psg_error_wrap("recovery");
+    fprintf(h->out, "recovery: every ps task answers (%.2f s); retrying step %" PRId64 "\n", now_sec() - t0, step + 1);
+    fflush(h->out);
+    return 0;
+}
+
+int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, const char *prefix) {
+    for (int i = 0; i < h->nps; i++) {
+        char task[PSG_DEVICE_NAME_MAX], key[64], path[4096];
+        ps_task(i, task, sizeof task);
+        snprintf(key, sizeof key, start ? "start %d %" PRId64 : "stop", i, step);
+        snprintf(path, sizeof path, "%s.ps%d.json", prefix, i);
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_TRACE);
+        if (!m || psg_msg_set_key(m, key) < 0 || (!start && psg_msg_set_body(m, path, strlen(path)) < 0)) {
+            psg_msg_destroy(&m);
+            return psg_error_set("out of memory");
+        }
+        psg_msg_t *r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
+        if (!r) return psg_error_wrap("--trace");
+        if (!start) fprintf(h->out, "trace: %s events of %s written to %s\n", r->key ? r->key : "?", task, path);
+        psg_msg_destroy(&r);
+    }
+    fflush(h->out);
+    return 0;
+}
