@@ -417,7 +417,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     psg_task_server_cleanup_step(s->server, step);
     if (err[0]) {
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
-        return psg_error_set("step %" PRId64 ": %s", step & 0xffffffff, err);
+        return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
     }
     return 0;
 }

@@ -100,7 +100,12 @@ fail:
 void psg_sync_train_destroy(psg_sync_train_t **stp) {
     if (!stp || !*stp) return;
     psg_sync_train_t *st = *stp;
-    if (st->runner) psg_sync_chief_join(&st->runner, NULL); /* its error was reported */
+    if (st->runner) { /* the caller's error stays the one reported */
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", psg_error_message());
+        psg_sync_chief_join(&st->runner, NULL);
+        psg_error_set("%s", saved);
+    }
     psg_dist_session_destroy(&st->chief_sess);
     psg_sync_replicas_destroy(&st->sr);
     psg_straggler_destroy(&st->stragglers);
