@@ -31,6 +31,7 @@ struct psg_sync_train {
     int64_t local_step, chief_steps, total_steps;
     bool over, finished;
     double runner_start, runner_sec, straggler_sec;
+    double first_step_at, last_step_at; /* when the runner's first and last steps ended */
     psg_sync_stats_t stats;
     int64_t ps_used, ps_dropped; /* psg_sync_train_count; -1: unknown */
 };
@@ -120,6 +121,8 @@ static int chief_run(void *ctx, int64_t *global_step) {
     if (psg_dist_callable_run(st->chief_step, NULL, &gs) < 0) return -1;
     *global_step = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
+    st->last_step_at = now_sec(); /* the runner's thread only, read after the join */
+    if (st->first_step_at == 0) st->first_step_at = st->last_step_at;
     return 0;
 }
 
@@ -237,7 +240,12 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s, const psg
 }
 
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
-    double sps = st->runner_sec > 0 ? (double)st->chief_steps / st->runner_sec : 0;
+    /* the pace between the first and the last global step: not the start-up (the
+     * other workers' registration, the first step's plans) */
+    double span = st->last_step_at - st->first_step_at;
+    double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
+                 : st->runner_sec > 0           ? (double)st->chief_steps / st->runner_sec
+                                                : 0;
     snprintf(buf, size,
              "\"sync\":\"sync\",\"replicas_to_aggregate\":%d,\"backup_workers\":%d,"
              "\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64

@@ -63,8 +63,9 @@ int psg_sync_train_finish(psg_sync_train_t *st);
  * gradients used and dropped in all (-1 when none answers). */
 void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster);
 /* The chief's fields for its final JSON line, after finish and count:
- * "sync":"sync", N, b, global_steps, steps_per_sec (of the chief's
- * runner), gradients_used, gradients_dropped, each followed by a comma. */
+ * "sync":"sync", N, b, global_steps, steps_per_sec (of the chief's runner,
+ * from its first step to its last), gradients_used, gradients_dropped,
+ * each followed by a comma. */
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size);
 
 #endif
