@@ -57,7 +57,8 @@ static void job_start(job_t *j, const char *name, int nw) {
     FILE *f = fopen(j->cluster, "w");
     PSG_ASSERT(f);
     fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [", free_port());
-    for (int i = 0; i < nw; i++) fprintf(f, "%s\"127.0.0.1:%d\"", i ? ", " : "", free_port());
+    for (int i = 0; i < nw; i++)
+        fprintf(f, "%s\"127.0.0.1:%d\"", i ? ", " : "", free_port());
     fprintf(f, "]}}\n");
     fclose(f);
     j->c = psg_cluster_from_file(j->cluster, "ps", 0);
@@ -72,10 +73,11 @@ static void job_spawn(job_t *j, int i, const char *const *args) {
     snprintf(j->logs[i], sizeof j->logs[i], "%s/%s.worker%d.log", tmpdir, j->name, i);
     char task[16];
     snprintf(task, sizeof task, "%d", i);
-    const char *argv[64] = {psgraph_exe, "train", "--cluster", j->cluster, "--job", "worker",
-                            "--task", task};
+    const char *argv[64] = {psgraph_exe, "train",  "--cluster", j->cluster,
+                            "--job",     "worker", "--task",    task};
     int n = 8;
-    for (int k = 0; args[k] && n < 63; k++) argv[n++] = args[k];
+    for (int k = 0; args[k] && n < 63; k++)
+        argv[n++] = args[k];
     argv[n] = NULL;
     pid_t pid = fork();
     PSG_ASSERT(pid >= 0);
@@ -96,7 +98,8 @@ static int job_wait(job_t *j, int i, double deadline) {
     if (!j->pids[i]) return j->status[i];
     int st = 0;
     pid_t r;
-    while ((r = waitpid(j->pids[i], &st, WNOHANG)) == 0 && now_s() < deadline) usleep(20000);
+    while ((r = waitpid(j->pids[i], &st, WNOHANG)) == 0 && now_s() < deadline)
+        usleep(20000);
     if (r == 0) {
         kill(j->pids[i], SIGKILL);
         waitpid(j->pids[i], &st, 0);
@@ -109,7 +112,8 @@ static int job_wait(job_t *j, int i, double deadline) {
 }
 
 static void job_stop(job_t *j) {
-    for (int i = 0; i < j->nw; i++) job_wait(j, i, 0);
+    for (int i = 0; i < j->nw; i++)
+        job_wait(j, i, 0);
     psg_task_server_destroy(&j->ps);
     psg_cluster_destroy(&j->c);
 }
@@ -164,7 +168,8 @@ static void dump_logs(const job_t *j) {
     for (int i = 0; i < j->nw; i++) {
         char *s = job_log(j, i);
         size_t n = strlen(s);
-        fprintf(stderr, "---- %s worker %d (last lines)\n%s\n", j->name, i, s + (n > 1500 ? n - 1500 : 0));
+        fprintf(stderr, "---- %s worker %d (last lines)\n%s\n", j->name, i,
+                s + (n > 1500 ? n - 1500 : 0));
         free(s);
     }
 }
@@ -172,21 +177,25 @@ static void dump_logs(const job_t *j) {
 /* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
  * those of one worker of batch 2·B, read from the ps. */
 static void test_equivalence(void) {
-    const char *common[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd",
-                            "--steps", "4", "--seed", "3", "--step-timeout", "20"};
+    const char *common[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                            "--steps", "4",   "--seed", "3",         "--step-timeout", "20"};
     const char *sync_args[32], *one_args[32];
     int n = 0;
-    for (size_t k = 0; k < sizeof common / sizeof *common; k++) sync_args[n] = one_args[n] = common[k], n++;
+    for (size_t k = 0; k < sizeof common / sizeof *common; k++)
+        sync_args[n] = one_args[n] = common[k], n++;
     const char *s_tail[] = {"--batch", "16", "--sync", "sync", NULL};
     const char *o_tail[] = {"--batch", "32", "--sync", "async", NULL};
-    for (int k = 0; k < 5; k++) sync_args[n + k] = s_tail[k], one_args[n + k] = o_tail[k];
+    for (int k = 0; k < 5; k++)
+        sync_args[n + k] = s_tail[k], one_args[n + k] = o_tail[k];
     job_t a, b;
     job_start(&a, "equiv_sync", 2);
-    for (int i = 0; i < 2; i++) job_spawn(&a, i, sync_args);
+    for (int i = 0; i < 2; i++)
+        job_spawn(&a, i, sync_args);
     job_start(&b, "equiv_one", 1);
     job_spawn(&b, 0, one_args);
     double deadline = now_s() + (asan ? 240 : 60);
-    int ra0 = job_wait(&a, 0, deadline), ra1 = job_wait(&a, 1, deadline), rb = job_wait(&b, 0, deadline);
+    int ra0 = job_wait(&a, 0, deadline), ra1 = job_wait(&a, 1, deadline),
+        rb = job_wait(&b, 0, deadline);
     CHECK(ra0 == 0 && ra1 == 0 && rb == 0);
     if (ra0 || ra1 || rb) {
         dump_logs(&a);
@@ -217,7 +226,8 @@ static void test_equivalence(void) {
         }
         compared++;
     }
-    printf("  equivalence: %d variables, worst relative difference %.3g (absolute %.3g) after 4 steps\n",
+    printf("  equivalence: %d variables, worst relative difference %.3g (absolute %.3g) after 4 "
+           "steps\n",
            compared, worst, worst_abs);
     CHECK(compared >= 4);
     CHECK(worst <= 1e-5);
@@ -228,15 +238,33 @@ static void test_equivalence(void) {
 /* N = 2, b = 1, worker 2 delayed 300 ms a step: all steps complete at the
  * others' pace, its gradients counted as dropped (by it and by the ps). */
 static void test_backup_drops_the_straggler(void) {
-    const char *args[] = {"--model", "mlp", "--data", "synthetic", "--steps", "20", "--batch", "16",
-                          "--sync", "sync", "--backup-workers", "1", "--straggler",
-                          "worker=2,delay_ms=300", "--step-timeout", "20", "--log-every", "5", NULL};
+    const char *args[] = {"--model",
+                          "mlp",
+                          "--data",
+                          "synthetic",
+                          "--steps",
+                          "20",
+                          "--batch",
+                          "16",
+                          "--sync",
+                          "sync",
+                          "--backup-workers",
+                          "1",
+                          "--straggler",
+                          "worker=2,delay_ms=300",
+                          "--step-timeout",
+                          "20",
+                          "--log-every",
+                          "5",
+                          NULL};
     job_t j;
     job_start(&j, "backup", 3);
-    for (int i = 0; i < 3; i++) job_spawn(&j, i, args);
+    for (int i = 0; i < 3; i++)
+        job_spawn(&j, i, args);
     double deadline = now_s() + (asan ? 240 : 60);
     int rc[3];
-    for (int i = 0; i < 3; i++) rc[i] = job_wait(&j, i, deadline);
+    for (int i = 0; i < 3; i++)
+        rc[i] = job_wait(&j, i, deadline);
     CHECK(rc[0] == 0 && rc[1] == 0 && rc[2] == 0);
     char *l0 = job_log(&j, 0), *l1 = job_log(&j, 1), *l2 = job_log(&j, 2);
     const char *done = "{\"event\":\"done\"", *sum = "{\"event\":\"sync_summary\"";
@@ -248,7 +276,8 @@ static void test_backup_drops_the_straggler(void) {
     CHECK(field(l0, done, "gradients_dropped") >= 1);
     double sps = field_f(l0, done, "steps_per_sec");
     printf("  backup: worker 2 ran %lld steps, %lld dropped; 20 global steps at %.1f steps/s "
-           "(the straggler's pace would be < 3.4)\n", steps2, dropped2, sps);
+           "(the straggler's pace would be < 3.4)\n",
+           steps2, dropped2, sps);
     CHECK(asan || sps > 3.4);
     if (psg_test_failures) dump_logs(&j);
     free(l0);
@@ -260,12 +289,13 @@ static void test_backup_drops_the_straggler(void) {
 /* b = 0: worker 1 is SIGKILLed mid-run; worker 0 (the chief) fails within
  * the step timeout with an error that says what it waited for. */
 static void test_dead_worker_fails_in_time(void) {
-    const char *args[] = {"--model", "mlp", "--data", "synthetic", "--steps", "1000000",
-                          "--batch", "16", "--sync", "sync", "--step-timeout", "2",
-                          "--log-every", "10", NULL};
+    const char *args[] = {"--model",        "mlp",     "--data",      "synthetic", "--steps",
+                          "1000000",        "--batch", "16",          "--sync",    "sync",
+                          "--step-timeout", "2",       "--log-every", "10",        NULL};
     job_t j;
     job_start(&j, "dead", 2);
-    for (int i = 0; i < 2; i++) job_spawn(&j, i, args);
+    for (int i = 0; i < 2; i++)
+        job_spawn(&j, i, args);
     bool running = job_log_wait(&j, 1, "step 20 ", now_s() + (asan ? 120 : 30));
     CHECK(running);
     kill(j.pids[1], SIGKILL);
@@ -275,13 +305,15 @@ static void test_dead_worker_fails_in_time(void) {
     double took = now_s() - t0;
     char *l0 = job_log(&j, 0);
     CHECK(rc == 1);
-    bool clear = strstr(l0, "got no token for a step after") || strstr(l0, "of 2 gradients for step");
+    bool clear =
+        strstr(l0, "got no token for a step after") || strstr(l0, "of 2 gradients for step");
     CHECK(clear);
     CHECK(took < 6);
     const char *e = strstr(l0, "psgraph train: ");
-    while (e && strstr(e + 1, "psgraph train: ")) e = strstr(e + 1, "psgraph train: ");
-    printf("  dead worker (b = 0): the chief failed %.1f s after the kill (timeout 2 s): %.400s\n", took,
-           e ? e : "?");
+    while (e && strstr(e + 1, "psgraph train: "))
+        e = strstr(e + 1, "psgraph train: ");
+    printf("  dead worker (b = 0): the chief failed %.1f s after the kill (timeout 2 s): %.400s\n",
+           took, e ? e : "?");
     if (psg_test_failures) dump_logs(&j);
     free(l0);
     job_stop(&j);
@@ -299,12 +331,14 @@ static void test_killed_worker_does_not_stop_training(void) {
         printf("  skip: no Fashion-MNIST in /usr/share/datasets/fashion-mnist\n");
         return;
     }
-    const char *args[] = {"--model", "mlp", "--epochs", "3", "--sync", "sync", "--backup-workers",
-                          "1", "--step-timeout", "3", "--log-every", "20", NULL};
+    const char *args[] = {
+        "--model",        "mlp", "--epochs",    "3",  "--sync", "sync", "--backup-workers", "1",
+        "--step-timeout", "3",   "--log-every", "20", NULL};
     job_t j;
     job_start(&j, "kill", 3);
     double t0 = now_s();
-    for (int i = 0; i < 3; i++) job_spawn(&j, i, args);
+    for (int i = 0; i < 3; i++)
+        job_spawn(&j, i, args);
     bool running = job_log_wait(&j, 2, "step 100 ", now_s() + 60);
     CHECK(running);
     kill(j.pids[2], SIGKILL);
@@ -317,7 +351,8 @@ static void test_killed_worker_does_not_stop_training(void) {
     double acc = field_f(l0, done, "test_accuracy");
     long long gsteps = field(l0, done, "global_steps");
     printf("  kill (b = 1): worker 2 killed at %.1f s; %lld global steps, test accuracy %.4f, "
-           "done at %.1f s\n", tk - t0, gsteps, acc, now_s() - t0);
+           "done at %.1f s\n",
+           tk - t0, gsteps, acc, now_s() - t0);
     CHECK(gsteps > 300);
     CHECK(acc >= 0.84);
     if (psg_test_failures) dump_logs(&j);

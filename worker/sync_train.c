@@ -23,10 +23,10 @@ struct psg_sync_train {
     int64_t step_timeout_ms;
     FILE *out, *metrics;
     /* running */
-    psg_dist_callable_t *step;        /* owned by the worker's session */
-    psg_dist_session_t *chief_sess;   /* the chief's runner's own session */
-    psg_dist_callable_t *chief_step;  /* owned by chief_sess */
-    psg_dist_callable_t *close_step;  /* owned by the worker's session */
+    psg_dist_callable_t *step;       /* owned by the worker's session */
+    psg_dist_session_t *chief_sess;  /* the chief's runner's own session */
+    psg_dist_callable_t *chief_step; /* owned by chief_sess */
+    psg_dist_callable_t *close_step; /* owned by the worker's session */
     psg_sync_chief_t *runner;
     int64_t local_step, chief_steps, total_steps;
     bool over, finished;
@@ -134,8 +134,8 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     psg_endpoint_t feeds[3] = {st->images, st->labels, sg->local_step}, fetches[4] = {st->loss};
     int nf = 1 + psg_sync_graph_fetches(sg, fetches + 1);
     st->step = psg_dist_session_make_callable(s, 3, feeds, nf, fetches, 1, &sg->train_op);
-    st->close_step = st->step ? psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op)
-                              : NULL;
+    st->close_step =
+        st->step ? psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op) : NULL;
     if (!st->close_step) return psg_error_wrap("--sync sync: the worker's step");
     if (chief && psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->chief_init_op) < 0)
         return psg_error_wrap("--sync sync: the chief's init");
@@ -146,8 +146,10 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     psg_tensor_destroy(&gs);
     if (!chief) return 0;
     /* the runner's steps go on beside the chief's own: a session is one caller's */
-    psg_dist_session_options_t o = {.cluster = cluster, .server = server,
-                                    .step_timeout_ms = st->step_timeout_ms, .id_stream = 1};
+    psg_dist_session_options_t o = {.cluster = cluster,
+                                    .server = server,
+                                    .step_timeout_ms = st->step_timeout_ms,
+                                    .id_stream = 1};
     if (!(st->chief_sess = psg_dist_session_new(st->g, &o))) return -1;
     st->chief_step = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1,
                                                     &sg->chief_global_step, 1, &sg->chief_op);
@@ -182,7 +184,8 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
         *loss = fetched[0];
         fetched[0] = NULL;
     }
-    for (int i = 0; i < 4; i++) psg_tensor_destroy(&fetched[i]);
+    for (int i = 0; i < 4; i++)
+        psg_tensor_destroy(&fetched[i]);
     return rc;
 }
 
@@ -200,8 +203,9 @@ int psg_sync_train_finish(psg_sync_train_t *st) {
     }
     char line[768];
     snprintf(line, sizeof line,
-             "{\"event\":\"sync_summary\",\"worker\":%d,\"steps\":%" PRId64 ",\"gradients_used\":%" PRId64
-             ",\"gradients_dropped\":%" PRId64 ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,"
+             "{\"event\":\"sync_summary\",\"worker\":%d,\"steps\":%" PRId64
+             ",\"gradients_used\":%" PRId64 ",\"gradients_dropped\":%" PRId64
+             ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,"
              "\"straggler_sec\":%.3f}",
              st->rank, st->stats.steps, st->stats.used, st->stats.dropped, st->stats.compute_sec,
              st->stats.token_wait_sec, st->straggler_sec);
@@ -219,7 +223,8 @@ static int64_t json_int(const char *s, const char *key) {
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
-void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster) {
+void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
+                          const psg_cluster_t *cluster) {
     /* the gradients as the ps counted them: the first accumulator's (every
      * gradient is offered to every accumulator) */
     int64_t used = -1, dropped = -1;
@@ -244,8 +249,8 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
      * other workers' registration, the first step's plans) */
     double span = st->last_step_at - st->first_step_at;
     double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
-                 : st->runner_sec > 0           ? (double)st->chief_steps / st->runner_sec
-                                                : 0;
+                 : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
+                                                 : 0;
     snprintf(buf, size,
              "\"sync\":\"sync\",\"replicas_to_aggregate\":%d,\"backup_workers\":%d,"
              "\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64

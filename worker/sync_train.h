@@ -28,7 +28,8 @@ bool psg_sync_train_wanted(const psg_train_config_t *c);
  * psg_optimizer_minimize (call it under the replica device setter): the
  * gradients of loss for every trainable variable, offered to accumulators
  * beside the variables, the token queue, the chief's step. images and
- * labels are the step's feeds. opt and out are borrowed. NULL with the error set (a bad N, b or --straggler). */
+ * labels are the step's feeds. opt and out are borrowed. NULL with the error set (a bad N, b or
+ * --straggler). */
 psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
                                      psg_optimizer_t *opt, psg_endpoint_t loss,
                                      psg_endpoint_t images, psg_endpoint_t labels, int rank,
@@ -39,9 +40,9 @@ void psg_sync_train_destroy(psg_sync_train_t **st);
 
 /* After the variables are initialized (s borrowed, as the cluster, the
  * server and metrics, which may be NULL and is made line-buffered: the
- * workers of a job may append to one file): makes the step's callable and reads the first local step; the
- * chief also sets the accumulators to the global step and starts its runner
- * on a second session. Returns 0, or -1 with the error set. */
+ * workers of a job may append to one file): makes the step's callable and reads the first local
+ * step; the chief also sets the accumulators to the global step and starts its runner on a second
+ * session. Returns 0, or -1 with the error set. */
 int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster,
                          psg_task_server_t *server, bool chief, FILE *metrics);
 
@@ -61,7 +62,8 @@ int psg_sync_train_finish(psg_sync_train_t *st);
 /* The chief, once every worker is done or gone, before the ps tasks hear
  * the job is done: asks them for the accumulators' counts (Inspect), the
  * gradients used and dropped in all (-1 when none answers). */
-void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster);
+void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
+                          const psg_cluster_t *cluster);
 /* The chief's fields for its final JSON line, after finish and count:
  * "sync":"sync", N, b, global_steps, steps_per_sec (of the chief's runner,
  * from its first step to its last), gradients_used, gradients_dropped,
