@@ -23,22 +23,6 @@ static const char *psgraph_exe;
 static bool asan;
 static char tmpdir[256];
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    PSG_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-               getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* One job: a cluster file, the ps in process, workers as processes. */
 typedef struct {
     int nw;
@@ -56,9 +40,9 @@ static void job_start(job_t *j, const char *name, int nw) {
     snprintf(j->cluster, sizeof j->cluster, "%s/%s.json", tmpdir, name);
     FILE *f = fopen(j->cluster, "w");
     PSG_ASSERT(f);
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [", free_port());
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [", psg_test_free_port());
     for (int i = 0; i < nw; i++)
-        fprintf(f, "%s\"127.0.0.1:%d\"", i ? ", " : "", free_port());
+        fprintf(f, "%s\"127.0.0.1:%d\"", i ? ", " : "", psg_test_free_port());
     fprintf(f, "]}}\n");
     fclose(f);
     j->c = psg_cluster_from_file(j->cluster, "ps", 0);
@@ -98,7 +82,7 @@ static int job_wait(job_t *j, int i, double deadline) {
     if (!j->pids[i]) return j->status[i];
     int st = 0;
     pid_t r;
-    while ((r = waitpid(j->pids[i], &st, WNOHANG)) == 0 && now_s() < deadline)
+    while ((r = waitpid(j->pids[i], &st, WNOHANG)) == 0 && psg_test_now_sec() < deadline)
         usleep(20000);
     if (r == 0) {
         kill(j->pids[i], SIGKILL);
@@ -133,7 +117,7 @@ static char *job_log(const job_t *j, int i) {
 
 /* Waits until worker i's log holds `what` (true) or deadline passes. */
 static bool job_log_wait(const job_t *j, int i, const char *what, double deadline) {
-    while (now_s() < deadline) {
+    while (psg_test_now_sec() < deadline) {
         char *s = job_log(j, i);
         bool found = strstr(s, what) != NULL;
         free(s);
@@ -193,7 +177,7 @@ static void test_equivalence(void) {
         job_spawn(&a, i, sync_args);
     job_start(&b, "equiv_one", 1);
     job_spawn(&b, 0, one_args);
-    double deadline = now_s() + (asan ? 240 : 60);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     int ra0 = job_wait(&a, 0, deadline), ra1 = job_wait(&a, 1, deadline),
         rb = job_wait(&b, 0, deadline);
     CHECK(ra0 == 0 && ra1 == 0 && rb == 0);
@@ -261,7 +245,7 @@ static void test_backup_drops_the_straggler(void) {
     job_start(&j, "backup", 3);
     for (int i = 0; i < 3; i++)
         job_spawn(&j, i, args);
-    double deadline = now_s() + (asan ? 240 : 60);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     int rc[3];
     for (int i = 0; i < 3; i++)
         rc[i] = job_wait(&j, i, deadline);
@@ -296,13 +280,13 @@ static void test_dead_worker_fails_in_time(void) {
     job_start(&j, "dead", 2);
     for (int i = 0; i < 2; i++)
         job_spawn(&j, i, args);
-    bool running = job_log_wait(&j, 1, "step 20 ", now_s() + (asan ? 120 : 30));
+    bool running = job_log_wait(&j, 1, "step 20 ", psg_test_now_sec() + (asan ? 120 : 30));
     CHECK(running);
     kill(j.pids[1], SIGKILL);
-    double t0 = now_s();
+    double t0 = psg_test_now_sec();
     job_wait(&j, 1, t0 + 5);
     int rc = job_wait(&j, 0, t0 + 10);
-    double took = now_s() - t0;
+    double took = psg_test_now_sec() - t0;
     char *l0 = job_log(&j, 0);
     CHECK(rc == 1);
     bool clear =
@@ -336,13 +320,13 @@ static void test_killed_worker_does_not_stop_training(void) {
         "--step-timeout", "3",   "--log-every", "20", NULL};
     job_t j;
     job_start(&j, "kill", 3);
-    double t0 = now_s();
+    double t0 = psg_test_now_sec();
     for (int i = 0; i < 3; i++)
         job_spawn(&j, i, args);
-    bool running = job_log_wait(&j, 2, "step 100 ", now_s() + 60);
+    bool running = job_log_wait(&j, 2, "step 100 ", psg_test_now_sec() + 60);
     CHECK(running);
     kill(j.pids[2], SIGKILL);
-    double tk = now_s();
+    double tk = psg_test_now_sec();
     job_wait(&j, 2, tk + 5);
     int rc0 = job_wait(&j, 0, tk + 120), rc1 = job_wait(&j, 1, tk + 120);
     CHECK(rc0 == 0 && rc1 == 0);
@@ -352,7 +336,7 @@ static void test_killed_worker_does_not_stop_training(void) {
     long long gsteps = field(l0, done, "global_steps");
     printf("  kill (b = 1): worker 2 killed at %.1f s; %lld global steps, test accuracy %.4f, "
            "done at %.1f s\n",
-           tk - t0, gsteps, acc, now_s() - t0);
+           tk - t0, gsteps, acc, psg_test_now_sec() - t0);
     CHECK(gsteps > 300);
     CHECK(acc >= 0.84);
     if (psg_test_failures) dump_logs(&j);
