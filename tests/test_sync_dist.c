@@ -319,15 +319,31 @@ static void test_killed_worker_does_not_stop_training(void) {
         printf("  skip: no Fashion-MNIST in /usr/share/datasets/fashion-mnist\n");
         return;
     }
-    const char *args[] = {
-        "--model",        "mlp", "--epochs",    "3",  "--sync", "sync", "--backup-workers", "1",
-        "--step-timeout", "3",   "--log-every", "20", NULL};
+    const char *args[] = {"--model",
+                          "mlp",
+                          "--epochs",
+                          "3",
+                          "--optimizer",
+                          "adam",
+                          "--lr",
+                          "0.001",
+                          "--batch",
+                          "64",
+                          "--sync",
+                          "sync",
+                          "--backup-workers",
+                          "1",
+                          "--step-timeout",
+                          "5",
+                          "--log-every",
+                          "20",
+                          NULL};
     job_t j;
     job_start(&j, "kill", 3);
     double t0 = psg_test_now_sec();
     for (int i = 0; i < 3; i++)
         job_spawn(&j, i, args);
-    bool running = job_log_wait(&j, 2, "step 100 ", psg_test_now_sec() + 60);
+    bool running = job_log_wait(&j, 2, "step 200 ", psg_test_now_sec() + 60);
     CHECK(running);
     kill(j.pids[2], SIGKILL);
     double tk = psg_test_now_sec();
@@ -341,7 +357,7 @@ static void test_killed_worker_does_not_stop_training(void) {
     printf("  kill (b = 1): worker 2 killed at %.1f s; %lld global steps, test accuracy %.4f, "
            "done at %.1f s\n",
            tk - t0, gsteps, acc, psg_test_now_sec() - t0);
-    CHECK(gsteps > 300);
+    CHECK(gsteps > 600);
     CHECK(acc >= 0.84);
     if (psg_test_failures) dump_logs(&j);
     free(l0);
@@ -358,10 +374,16 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_test_sync_dist_XXXXXX");
     PSG_ASSERT(mkdtemp(tmpdir));
-    RUN_TEST(test_equivalence);
-    RUN_TEST(test_backup_drops_the_straggler);
-    RUN_TEST(test_dead_worker_fails_in_time);
-    RUN_TEST(test_killed_worker_does_not_stop_training);
+    /* PSG_TEST_ONLY=NAME runs the tests whose name holds NAME (to repeat one) */
+    const char *only = getenv("PSG_TEST_ONLY");
+#define RUN_IF(fn)                                                                                 \
+    do {                                                                                           \
+        if (!only || strstr(#fn, only)) RUN_TEST(fn);                                              \
+    } while (0)
+    RUN_IF(test_equivalence);
+    RUN_IF(test_backup_drops_the_straggler);
+    RUN_IF(test_dead_worker_fails_in_time);
+    RUN_IF(test_killed_worker_does_not_stop_training);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
