@@ -251,7 +251,6 @@ static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_r
 
 int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     trainer_t t = {0};
-    char sync_desc[384] = "";
     memset(r, 0, sizeof *r);
     FILE *out = c->out ? c->out : stdout;
     psg_model_defaults_t d;
@@ -423,7 +422,6 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         if (over) break; /* sync: the token queue closed */
     }
     if (t.sync && psg_sync_train_finish(t.sync) < 0) goto done;
-
     if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
     r->final_loss = last_loss;
     r->examples_per_sec = steady_time > 0 ? (double)steady_examples / steady_time : 0;
@@ -436,7 +434,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         rc = 0;
         goto done;
     }
-    char line[1536], cluster_desc[512] = "";
+    char line[1536], cluster_desc[512] = "", sync_desc[384] = "";
     if (t.sync) psg_sync_train_json(t.sync, sync_desc, sizeof sync_desc);
     if (t.cluster)
         snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,",
