@@ -2,7 +2,8 @@
  * runs in this process (so the test reads its variables and accumulators
  * directly), each worker is a `psgraph train` process. Equivalence with one
  * worker of batch 2·B, a delayed backup worker's gradients dropped, a dead
- * worker failing the others in time with b = 0, and a SIGKILLed worker not
+ * worker failing the others in time with b = 0 (and a dead chief with
+ * b = 1: no recovery yet), and a SIGKILLed worker not
  * stopping training with b = 1 (mlp to the accuracy bar). Every process is
  * reaped, every file removed. */
 #include "tests/testutil.h"
@@ -270,41 +271,55 @@ static void test_backup_drops_the_straggler(void) {
     job_stop(&j);
 }
 
-/* b = 0: worker 1 is SIGKILLed mid-run; worker 0 (the chief) fails within
- * the step timeout with an error that says what it waited for. */
-static void test_dead_worker_fails_in_time(void) {
+/* Workers (b backups among them) train; worker `victim` is SIGKILLed
+ * mid-run; worker `watched` fails within the step timeout with an error
+ * that says what it waited for. */
+static void dead_task_fails_in_time(const char *name, int workers, int b, int victim, int watched) {
     /* under AddressSanitizer on a busy machine a step may stall 2 s by itself */
     const int timeout = asan ? 10 : 2;
-    char ts[16];
+    char ts[16], bs[16];
     snprintf(ts, sizeof ts, "%d", timeout);
-    const char *args[] = {"--model",        "mlp",     "--data",      "synthetic", "--steps",
-                          "1000000",        "--batch", "16",          "--sync",    "sync",
-                          "--step-timeout", ts,        "--log-every", "10",        NULL};
+    snprintf(bs, sizeof bs, "%d", b);
+    const char *args[] = {"--model",     "mlp",     "--data",           "synthetic",
+                          "--steps",     "1000000", "--batch",          "16",
+                          "--sync",      "sync",    "--step-timeout",   ts,
+                          "--log-every", "10",      "--backup-workers", bs,
+                          NULL};
     job_t j;
-    job_start(&j, "dead", 2);
-    for (int i = 0; i < 2; i++)
+    job_start(&j, name, workers);
+    for (int i = 0; i < workers; i++)
         job_spawn(&j, i, args);
-    bool running = job_log_wait(&j, 1, "step 20 ", psg_test_now_sec() + (asan ? 120 : 30));
+    bool running = job_log_wait(&j, victim, "step 20 ", psg_test_now_sec() + (asan ? 120 : 30));
     CHECK(running);
-    kill(j.pids[1], SIGKILL);
+    kill(j.pids[victim], SIGKILL);
     double t0 = psg_test_now_sec();
-    job_wait(&j, 1, t0 + 5);
-    int rc = job_wait(&j, 0, t0 + 3 * timeout + 4);
+    job_wait(&j, victim, t0 + 5);
+    int rc = job_wait(&j, watched, t0 + 3 * timeout + 4);
     double took = psg_test_now_sec() - t0;
-    char *l0 = job_log(&j, 0);
+    char *l = job_log(&j, watched);
     CHECK(rc == 1);
-    bool clear =
-        strstr(l0, "got no token for a step after") || strstr(l0, "of 2 gradients for step");
+    bool clear = strstr(l, "got no token for a step after") || strstr(l, "gradients for step");
     CHECK(clear);
     CHECK(took < 1.5 * timeout + 2);
-    const char *e = strstr(l0, "psgraph train: ");
+    const char *e = strstr(l, "psgraph train: ");
     while (e && strstr(e + 1, "psgraph train: "))
         e = strstr(e + 1, "psgraph train: ");
-    printf("  dead worker (b = 0): the chief failed %.1f s after the kill (timeout %d s): %.400s\n",
-           took, timeout, e ? e : "?");
+    printf("  %s (b = %d): worker %d failed %.1f s after worker %d was killed (timeout %d s): "
+           "%.400s\n",
+           name, b, watched, took, victim, timeout, e ? e : "?");
     if (psg_test_failures) dump_logs(&j);
-    free(l0);
+    free(l);
     job_stop(&j);
+}
+
+/* b = 0: worker 1 dies; the chief fails in time. */
+static void test_dead_worker_fails_in_time(void) {
+    dead_task_fails_in_time("dead_worker", 2, 0, 1, 0);
+}
+
+/* b = 1: the chief dies (no recovery yet): the others fail in time, not hang. */
+static void test_dead_chief_fails_in_time(void) {
+    dead_task_fails_in_time("dead_chief", 3, 1, 0, 1);
 }
 
 /* b = 1: worker 2 is SIGKILLed mid-run; the others finish, and the mlp
@@ -383,6 +398,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_equivalence);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
+    RUN_IF(test_dead_chief_fails_in_time);
     RUN_IF(test_killed_worker_does_not_stop_training);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
