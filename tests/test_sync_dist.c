@@ -258,6 +258,9 @@ static void test_backup_drops_the_straggler(void) {
     CHECK(field(l0, sum, "gradients_used") == 20 && field(l1, sum, "gradients_used") == 20);
     CHECK(steps2 >= 1 && field(l2, sum, "gradients_used") == 0 && dropped2 == steps2);
     CHECK(field(l0, done, "gradients_used") == 40);
+    char per[96];
+    snprintf(per, sizeof per, "\"per_worker\":[[20,0],[20,0],[0,%lld]]", dropped2);
+    CHECK(strstr(l0, per) != NULL); /* the chief's line has every worker's counts */
     CHECK(field(l0, done, "gradients_dropped") >= 1);
     double sps = field_f(l0, done, "steps_per_sec");
     printf("  backup: worker 2 ran %lld steps, %lld dropped; 20 global steps at %.1f steps/s "
@@ -374,6 +377,7 @@ static void test_killed_worker_does_not_stop_training(void) {
            tk - t0, gsteps, acc, psg_test_now_sec() - t0);
     CHECK(gsteps > 600);
     CHECK(acc >= 0.84);
+    CHECK(strstr(l0, ",null]") != NULL); /* worker 2 never reported its counts */
     if (psg_test_failures) dump_logs(&j);
     free(l0);
     job_stop(&j);

@@ -5,6 +5,7 @@
 #include "worker/sync_train.h"
 
 #include "psgraph/error.h"
+#include "psgraph/ops_array.h"
 #include "psgraph/straggler.h"
 #include "psgraph/sync_replicas.h"
 
@@ -27,6 +28,7 @@ struct psg_sync_train {
     psg_dist_session_t *chief_sess;  /* the chief's runner's own session */
     psg_dist_callable_t *chief_step; /* owned by chief_sess */
     psg_dist_callable_t *close_step; /* owned by the worker's session */
+    psg_dist_session_t *sess;        /* the worker's (borrowed) */
     psg_sync_chief_t *runner;
     int64_t local_step, chief_steps, total_steps;
     bool over, finished;
@@ -34,6 +36,11 @@ struct psg_sync_train {
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
     psg_sync_stats_t stats;
     int64_t ps_used, ps_dropped; /* psg_sync_train_count; -1: unknown */
+    /* each worker's counts, reported at its end: a [workers, 3] f32 variable on a ps
+     * (used, dropped, reported) that each worker adds its row to */
+    psg_endpoint_t counts_delta, counts_read;
+    int counts_add;
+    float *counts; /* [workers * 3], read by the chief's count; NULL: not read */
 };
 
 static double now_sec(void) {
@@ -91,6 +98,16 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     st->num_required = psg_sync_replicas_num_required(st->sr);
     st->backups = c->backup_workers;
     if (psg_sync_replicas_minimize(st->sr, g, loss, &st->sg) < 0) goto fail;
+    psg_shape_t cs = psg_shape_2d(num_workers, 3);
+    psg_endpoint_t cv = psg_variable(g, "sync_replicas/worker_counts", PSG_DT_F32, &cs,
+                                     (psg_initializer_t){"zeros", 0, 0}, false);
+    st->counts_delta = psg_placeholder(g, "sync_replicas/worker_counts_delta", PSG_DT_F32, &cs);
+    st->counts_add = psg_assign_add(g, "sync_replicas/report_counts", cv, st->counts_delta);
+    st->counts_read = psg_read_variable(g, "sync_replicas/worker_counts/read", cv);
+    if (psg_graph_error(g)) {
+        psg_error_set("%s", psg_graph_error(g));
+        goto fail;
+    }
     return st;
 fail:
     psg_error_wrap("--sync sync");
@@ -110,6 +127,7 @@ void psg_sync_train_destroy(psg_sync_train_t **stp) {
     psg_dist_session_destroy(&st->chief_sess);
     psg_sync_replicas_destroy(&st->sr);
     psg_straggler_destroy(&st->stragglers);
+    free(st->counts);
     free(st);
     *stp = NULL;
 }
@@ -130,6 +148,7 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
                          psg_task_server_t *server, bool chief, FILE *metrics) {
     psg_sync_graph_t *sg = &st->sg;
     st->metrics = metrics;
+    st->sess = s;
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
     psg_endpoint_t feeds[3] = {st->images, st->labels, sg->local_step}, fetches[4] = {st->loss};
     int nf = 1 + psg_sync_graph_fetches(sg, fetches + 1);
@@ -196,6 +215,19 @@ int psg_sync_train_finish(psg_sync_train_t *st) {
     /* out of data before the queue closed: end it for everyone, cleanly */
     if (!st->over && psg_dist_callable_run(st->close_step, NULL, NULL) < 0)
         rc = psg_error_wrap("--sync sync: closing the token queue");
+    /* this worker's row of the job's counts, for the chief's final line */
+    psg_shape_t cs = psg_shape_2d(st->num_workers, 3);
+    psg_tensor_t *delta = psg_tensor_zeros(PSG_DT_F32, &cs);
+    if (!delta) return psg_error_set("out of memory");
+    float *row = psg_tensor_f32(delta) + 3 * st->rank;
+    row[0] = (float)st->stats.used;
+    row[1] = (float)st->stats.dropped;
+    row[2] = 1;
+    if (psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
+                             &st->counts_add) < 0 &&
+        rc == 0)
+        rc = psg_error_wrap("--sync sync: reporting the counts");
+    psg_tensor_destroy(&delta);
     if (st->runner) {
         int jr = psg_sync_chief_join(&st->runner, &st->chief_steps);
         st->runner_sec = now_sec() - st->runner_start;
@@ -242,6 +274,12 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     }
     st->ps_used = used;
     st->ps_dropped = dropped;
+    psg_tensor_t *counts = NULL;
+    if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->counts_read, &counts, 0, NULL) == 0 &&
+        psg_tensor_numel(counts) == 3 * st->num_workers &&
+        (st->counts = malloc(sizeof(float) * 3 * (size_t)st->num_workers)))
+        memcpy(st->counts, psg_tensor_f32(counts), sizeof(float) * 3 * (size_t)st->num_workers);
+    psg_tensor_destroy(&counts);
 }
 
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
@@ -256,4 +294,15 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
              "\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64
              ",\"gradients_dropped\":%" PRId64 ",",
              st->num_required, st->backups, st->chief_steps, sps, st->ps_used, st->ps_dropped);
+    /* "per_worker":[[used, dropped], ..., null (never reported: dead)] */
+    size_t len = strlen(buf);
+    for (int i = 0; st->counts && i < st->num_workers && len + 64 < size; i++) {
+        const float *r = st->counts + 3 * i;
+        len += (size_t)snprintf(buf + len, size - len, "%s", i ? "," : "\"per_worker\":[");
+        if (r[2] > 0)
+            len += (size_t)snprintf(buf + len, size - len, "[%.0f,%.0f]", r[0], r[1]);
+        else
+            len += (size_t)snprintf(buf + len, size - len, "null");
+        if (i + 1 == st->num_workers) len += (size_t)snprintf(buf + len, size - len, "],");
+    }
 }

@@ -55,19 +55,22 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
 
 /* The end of this worker's training: closes the token queue and the
  * accumulators when it stopped on its own (out of data) rather than being
- * told training is over, waits for the chief's runner, prints and logs the
- * summary line. Returns 0, or -1 with the runner's error. */
+ * told training is over, adds its counts to the job's (a variable on a ps),
+ * waits for the chief's runner, prints and logs the summary line. Returns
+ * 0, or -1 with the error. */
 int psg_sync_train_finish(psg_sync_train_t *st);
 
 /* The chief, once every worker is done or gone, before the ps tasks hear
  * the job is done: asks them for the accumulators' counts (Inspect), the
- * gradients used and dropped in all (-1 when none answers). */
+ * gradients used and dropped in all (-1 when none answers), and reads the
+ * workers' reported counts. */
 void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
                           const psg_cluster_t *cluster);
 /* The chief's fields for its final JSON line, after finish and count:
  * "sync":"sync", N, b, global_steps, steps_per_sec (of the chief's runner,
  * from its first step to its last), gradients_used, gradients_dropped,
- * each followed by a comma. */
+ * per_worker ([used, dropped] as each worker reported at its end, null for
+ * one that never did: dead), each followed by a comma. */
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size);
 
 #endif

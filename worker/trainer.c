@@ -434,7 +434,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         rc = 0;
         goto done;
     }
-    char line[1536], cluster_desc[512] = "", sync_desc[384] = "";
+    char line[2560], cluster_desc[1280] = "", sync_desc[1024] = "";
     if (t.sync) psg_sync_train_json(t.sync, sync_desc, sizeof sync_desc);
     if (t.cluster)
         snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,",
