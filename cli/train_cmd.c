@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/straggler.h"
 #include "psgraph/trace.h"
 #include "psgraph/trainer.h"
 
@@ -28,8 +29,13 @@ static void train_usage(FILE *f) {
             "  --log-every N            progress line every N steps (default 100)\n"
             "  --device cpu|gpu         where the towers run (default cpu; gpu without a GPU: cpu)\n"
             "  --towers K               model copies, one per device, each on 1/K of the batch (default 1)\n"
-            "  --sync none|async        none: one process; async: a worker of the cluster given by\n"
-            "                           TF_CONFIG or --cluster (the default when one is given)\n"
+            "  --sync none|async|sync   none: one process; async: a worker of the cluster given by\n"
+            "                           TF_CONFIG or --cluster (the default when one is given); sync:\n"
+            "                           synchronous replicas, the mean of N of the N + b gradients a step\n"
+            "  --replicas-to-aggregate N  with --sync sync: gradients averaged a step (default workers - b)\n"
+            "  --backup-workers B       with --sync sync: workers whose gradients may be dropped (default 0)\n"
+            "  --straggler SPEC         delay workers each step (repeatable): worker=2,delay_ms=300 or\n"
+            "                           worker=all,dist=lognormal,median_ms=20,sigma=1 (docs/sync.md)\n"
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
@@ -57,6 +63,7 @@ int psg_cmd_train(int argc, char **argv) {
         if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "inception3")) return psg_cmd_train_inception3(argc, argv);
     psg_train_config_t c;
     psg_train_config_defaults(&c);
+    const char *stragglers[32];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -82,6 +89,14 @@ int psg_cmd_train(int argc, char **argv) {
         }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
         else if (!strcmp(a, "--sync")) c.sync = v;
+        else if (!strcmp(a, "--replicas-to-aggregate")) { rc = parse_num(a, v, 1, 1e6, &x); c.replicas_to_aggregate = (int)x; }
+        else if (!strcmp(a, "--backup-workers")) { rc = parse_num(a, v, 0, 1e6, &x); c.backup_workers = (int)x; }
+        else if (!strcmp(a, "--straggler")) {
+            psg_straggler_spec_t sp;
+            if (c.num_stragglers == 32) rc = psg_error_set("--straggler: at most 32");
+            else if ((rc = psg_straggler_parse(v, &sp)) == 0) stragglers[c.num_stragglers++] = v;
+            c.stragglers = stragglers;
+        }
         else if (!strcmp(a, "--cluster")) c.cluster_file = v;
         else if (!strcmp(a, "--job")) c.job = v;
         else if (!strcmp(a, "--task")) { rc = parse_num(a, v, 0, 1e6, &x); c.task = (int)x; }

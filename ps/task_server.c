@@ -12,6 +12,7 @@
 #include "psgraph/error.h"
 #include "psgraph/op.h"
 #include "psgraph/serialize.h"
+#include "psgraph/sync_resources.h"
 #include "psgraph/threadpool.h"
 #include "psgraph/trace.h"
 #include "psgraph/wire.h"
@@ -354,6 +355,20 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
         sb_printf(&b, "],\"bytes\":%" PRId64 ",\"initialized\":%s}",
                   numel < 0 ? 0 : numel * (int64_t)psg_dtype_size(v->dtype),
                   v->initialized ? "true" : "false");
+    }
+    /* the sync accumulators' counts (docs/sync.md): gradients used and dropped */
+    sb_printf(&b, "],\"accumulators\":[");
+    int na = psg_resource_count(ts->rm, "accumulator");
+    for (int i = 0; i < na; i++) {
+        const char *name = NULL;
+        psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, &name);
+        psg_accumulator_counts_t c = {0};
+        if (a) psg_accumulator_counts(a, &c);
+        sb_printf(&b, "%s{\"name\":", i ? "," : "");
+        sb_json_str(&b, name ? name : "");
+        sb_printf(&b, ",\"accepted\":%" PRId64 ",\"stale\":%" PRId64 ",\"late\":%" PRId64
+                      ",\"closed\":%" PRId64 ",\"takes\":%" PRId64 "}",
+                  c.accepted, c.stale, c.late, c.closed, c.takes);
     }
     pthread_mutex_lock(&ts->lock);
     int ng = 0;

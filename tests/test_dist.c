@@ -21,22 +21,6 @@ static char cluster_path[512];
 static int ports[3]; /* ps0, ps1, worker0 */
 static pid_t ps_pid[2];
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    PSG_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-               getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static pid_t spawn_ps(int task) {
     char idx[16], log[600];
     snprintf(idx, sizeof idx, "%d", task);
@@ -73,8 +57,8 @@ static bool alive(int port) {
 }
 
 static void wait_up(int port) {
-    double t0 = now_s();
-    while (!alive(port) && now_s() - t0 < 10) {
+    double t0 = psg_test_now_sec();
+    while (!alive(port) && psg_test_now_sec() - t0 < 10) {
     }
 }
 
@@ -379,9 +363,9 @@ static int test_killed_ps(psg_dist_session_t *s, model_t *m) {
     float z[10] = {0};
     psg_shape_t s10 = psg_shape_1d(10);
     psg_tensor_t *x = psg_test_tensor(&s10, z), *out = NULL;
-    double t0 = now_s();
+    double t0 = psg_test_now_sec();
     int rc = psg_dist_session_run(s, 1, &m->x, &x, 1, &m->after, &out, 0, NULL);
-    double dt = now_s() - t0;
+    double dt = psg_test_now_sec() - t0;
     CHECK(rc < 0);
     CHECK_ERROR_HAS(task);
     printf("killed ps: the step failed after %.2f s: %s\n", dt, psg_error_message());
@@ -400,7 +384,7 @@ int main(int argc, char **argv) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_test_dist_XXXXXX");
     PSG_ASSERT(mkdtemp(tmpdir));
     snprintf(cluster_path, sizeof cluster_path, "%s/cluster.json", tmpdir);
-    for (int i = 0; i < 3; i++) ports[i] = free_port();
+    for (int i = 0; i < 3; i++) ports[i] = psg_test_free_port();
     FILE *f = fopen(cluster_path, "w");
     fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n",
             ports[0], ports[1], ports[2]);
@@ -439,8 +423,8 @@ int main(int argc, char **argv) {
             before = psg_test_failures;
             psg_dist_session_job_done(s);
             int st = -1;
-            double t0 = now_s();
-            while (now_s() - t0 < 5 && waitpid(ps_pid[other], &st, WNOHANG) == 0) usleep(20000);
+            double t0 = psg_test_now_sec();
+            while (psg_test_now_sec() - t0 < 5 && waitpid(ps_pid[other], &st, WNOHANG) == 0) usleep(20000);
             CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
             if (WIFEXITED(st)) ps_pid[other] = 0;
             printf("%s test_job_done_stops_ps\n", psg_test_failures == before ? "ok  " : "FAIL");

@@ -58,6 +58,11 @@ int psg_test_summary(void);
 /* A tensor from a float array (copied). */
 psg_tensor_t *psg_test_tensor(const psg_shape_t *shape, const float *values);
 /* A tensor of uniform random values in [lo, hi) from a seeded generator. */
+/* A TCP port on 127.0.0.1 free right now (bound to 0, then closed). */
+int psg_test_free_port(void);
+/* CLOCK_MONOTONIC, in seconds. */
+double psg_test_now_sec(void);
+
 psg_tensor_t *psg_test_random(const psg_shape_t *shape, float lo, float hi, unsigned *seed);
 
 #endif

@@ -121,7 +121,8 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
      * across restarts of this one (a few bits of time and pid) */
     uint64_t inc = ((uint64_t)time(NULL) ^ (uint64_t)getpid() * 2654435761u) & 0x3fff;
     s->step_base = (int64_t)((inc << 48) | ((uint64_t)(me.index & 0xffff) << 32) |
-                             ((uint64_t)(strcmp(me.job, "worker") ? 1 : 0) << 62));
+                             ((uint64_t)(strcmp(me.job, "worker") ? 1 : 0) << 62) |
+                             ((uint64_t)(opt->id_stream & 1) << 31));
     return s;
 }
 
@@ -365,7 +366,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
                           psg_tensor_t **fetched) {
     psg_dist_session_t *s = c->s;
     int np = c->set->num_partitions;
-    int64_t step = s->step_base | (++s->step_counter & 0xffffffff);
+    int64_t step = s->step_base | (++s->step_counter & 0x7fffffff);
     int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
     char err[2048] = "";
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
@@ -416,7 +417,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     psg_task_server_cleanup_step(s->server, step);
     if (err[0]) {
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
-        return psg_error_set("step %" PRId64 ": %s", step & 0xffffffff, err);
+        return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
     }
     return 0;
 }

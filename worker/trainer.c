@@ -12,6 +12,7 @@
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
+#include "worker/sync_train.h"
 #include "worker/train_hooks.h"
 
 #include <errno.h>
@@ -131,9 +132,11 @@ typedef struct {
     bool chief;
     char task[PSG_DEVICE_NAME_MAX];
     psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
+    psg_sync_train_t *sync;   /* --sync sync (worker/sync_train.c) */
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_sync_train_destroy(&t->sync);
     psg_train_hooks_destroy(&t->hooks);
     psg_callable_destroy(&t->step);
     psg_callable_destroy(&t->eval);
@@ -156,10 +159,11 @@ static void trainer_free(trainer_t *t) {
 static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
     bool want = c->cluster_file || getenv("TF_CONFIG");
     if ((c->sync && !strcmp(c->sync, "none")) || (!c->sync && !want)) return 0;
-    if (c->sync && strcmp(c->sync, "async"))
-        return psg_error_set("--sync: unknown mode '%s' (known: none, async)", c->sync);
+    if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "sync"))
+        return psg_error_set("--sync: unknown mode '%s' (known: none, async, sync)", c->sync);
     if (!want)
-        return psg_error_set("--sync async needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I");
+        return psg_error_set("--sync %s needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I",
+                             c->sync);
     t->cluster = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
                                  : psg_cluster_from_env();
     if (!t->cluster) return -1;
@@ -239,12 +243,14 @@ static int load_data(const psg_train_config_t *c, trainer_t *t) {
  * exit once every worker did). */
 static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_result_t *r,
                           int64_t total, int64_t per_epoch, FILE *out) {
-    (void)c;
     if (!t->chief) return psg_dist_session_job_done(t->dsess);
-    if (psg_dist_session_wait_workers(t->dsess, t->num_workers - 1, 600000) < 0) {
+    /* sync: training is over for all; a worker that died (b >= 1) never says so */
+    int64_t wait_ms = t->sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
+    if (psg_dist_session_wait_workers(t->dsess, t->num_workers - 1, wait_ms) < 0) {
         fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
         fflush(out);
     }
+    if (t->sync) psg_sync_train_count(t->sync, t->dsess, t->cluster);
     double acc = 0;
     if (evaluate(t->eval, t->deval, t->test, &acc) < 0) return -1;
     r->test_accuracy = acc;
@@ -292,6 +298,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         fprintf(out, "psgraph train: --device gpu: %s; running on the CPU\n", psg_gpu_status());
         gpu = false;
     }
+    if ((gpu || c->towers > 1) && psg_sync_train_wanted(c)) {
+        psg_error_set("--sync sync: one tower a worker for now");
+        goto done;
+    }
     if (gpu || c->towers > 1) {
         psg_towers_config_t tc = {c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
                                   psg_dataset_num_classes(t.train), c->seed, c->towers,
@@ -307,7 +317,14 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         if (psg_model_build(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
                             psg_dataset_num_classes(t.train), c->seed, &m) < 0)
             goto done;
-        if (psg_optimizer_minimize(t.opt, t.g, m.loss, &train_op) < 0) goto done;
+        if (t.cluster && psg_sync_train_wanted(c)) {
+            t.sync = psg_sync_train_new(c, t.g, t.opt, m.loss, m.images, m.labels, t.rank,
+                                        t.num_workers, out);
+            train_op = m.loss.node; /* the generic callable only evaluates */
+        } else if (psg_optimizer_minimize(t.opt, t.g, m.loss, &train_op) < 0) {
+            goto done;
+        }
+        if (psg_sync_train_wanted(c) && !t.sync) goto done;
         loss_ep = m.loss;
         feeds[0] = m.images;
         feeds[1] = m.labels;
@@ -332,6 +349,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (!(t.hooks = psg_train_hooks_new(&hc, t.sess, out, t.metrics, &start_step))) goto done;
     if (t.cluster && start_cluster(c, &t, out, &start_step) < 0) goto done;
+    /* sync replicas start once the variables are initialized, restored or found */
+    if (t.sync && psg_sync_train_start(t.sync, t.dsess, t.cluster, t.server, t.chief, t.metrics) < 0)
+        goto done;
     r->steps = start_step;
 
     int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
@@ -340,8 +360,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             c->model, c->data, batch, opt_kind, lr, (long long)total, (long long)per_epoch, c->threads,
             c->towers, gpu ? "GPU" : "CPU", c->towers == 1 ? "" : "s");
     if (t.cluster)
-        fprintf(out, "psgraph train: %s of %d workers (%s), async, variables on %d ps tasks, shard %d\n",
-                t.task, t.num_workers, t.chief ? "chief" : "not chief",
+        fprintf(out, "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
+                t.task, t.num_workers, t.chief ? "chief" : "not chief", t.sync ? "sync" : "async",
                 psg_cluster_num_tasks(t.cluster, "ps"), t.rank);
     fflush(out);
     double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
@@ -358,8 +378,14 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         }
         psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {images, labels};
         int src = t.towers ? psg_towers_split(t.towers, images, labels, fv) : 0;
-        if (src == 0) src = run_either(t.step, t.dstep, fv, &loss);
-        for (int retry = 0; src < 0 && t.cluster && retry < 3 && psg_train_hooks_recover(t.hooks, step) == 0; retry++)
+        bool over = false;
+        if (src == 0)
+            src = t.sync ? psg_sync_train_step(t.sync, images, labels, &loss, &over)
+                         : run_either(t.step, t.dstep, fv, &loss);
+        /* async: a step that hit a restarted ps is retried once the ps is back */
+        for (int retry = 0; src < 0 && t.cluster && !t.sync && retry < 3 &&
+                            psg_train_hooks_recover(t.hooks, step) == 0;
+             retry++)
             src = run_either(t.step, t.dstep, fv, &loss);
         for (int i = 0; t.towers && i < n_feeds; i++) psg_tensor_destroy(&fv[i]);
         psg_tensor_destroy(&images);
@@ -416,7 +442,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             interval_start += now_sec() - eval_start; /* evaluation is not training time */
         }
         r->steps = step + 1;
+        if (over) break; /* sync: the token queue closed */
     }
+    if (t.sync && psg_sync_train_finish(t.sync) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
     r->final_loss = last_loss;
     r->examples_per_sec = steady_time > 0 ? (double)steady_examples / steady_time : 0;
@@ -429,10 +457,12 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         rc = 0;
         goto done;
     }
-    char line[1024], cluster_desc[128] = "";
+    char line[2560], cluster_desc[1280] = "", sync_desc[1024] = "";
+    if (t.sync) psg_sync_train_json(t.sync, sync_desc, sizeof sync_desc);
     if (t.cluster)
-        snprintf(cluster_desc, sizeof cluster_desc, "\"sync\":\"async\",\"workers\":%d,\"ps\":%d,",
-                 t.num_workers, psg_cluster_num_tasks(t.cluster, "ps"));
+        snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,",
+                 t.sync ? sync_desc : "\"sync\":\"async\",", t.num_workers,
+                 psg_cluster_num_tasks(t.cluster, "ps"));
     snprintf(line, sizeof line,
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
              "\"threads\":%d,\"final_loss\":%.6f,\"test_accuracy\":%.4f,\"examples_per_sec\":%.1f,"

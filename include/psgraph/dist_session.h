@@ -22,6 +22,8 @@ typedef struct {
     psg_task_server_t *server;    /* this process's task server (borrowed), which runs the
                                      local partition and answers the peers' Recvs */
     int64_t step_timeout_ms;      /* a step, a registration, a wait fails after this; <= 0: 30000 */
+    int id_stream;                /* 0 or 1: two sessions of one process (the sync chief's
+                                     runner beside the worker's loop) draw disjoint step ids */
 } psg_dist_session_options_t;
 
 /* A replica device setter for this worker (variables greedily, or round-robin, over the

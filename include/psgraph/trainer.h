@@ -26,7 +26,7 @@ typedef struct {
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     FILE *out;             /* progress and the final JSON line */
-    /* the cluster: "async" trains as one worker of it (TF_CONFIG, or cluster_file with
+    /* the cluster: "async" (or "sync") trains as one worker of it (TF_CONFIG, or cluster_file with
      * job and task); NULL or "none": one process (unless TF_CONFIG or cluster_file is
      * given, which means "async") */
     const char *sync;
@@ -34,6 +34,11 @@ typedef struct {
     const char *job;        /* with cluster_file: this process's job ("worker") */
     int task;               /* and index */
     int64_t step_timeout_ms; /* a distributed step fails after this long; 0: 30000 */
+    /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */
+    int replicas_to_aggregate;       /* N; 0: the workers - backup_workers */
+    int backup_workers;              /* b */
+    const char *const *stragglers;   /* --straggler specs (straggler.h), borrowed */
+    int num_stragglers;
     /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
     const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
     int keep;                        /* checkpoints kept; 0: 5 */

@@ -1,0 +1,411 @@
+/* `psgraph train --sync sync` across real processes on 127.0.0.1: the ps task
+ * runs in this process (so the test reads its variables and accumulators
+ * directly), each worker is a `psgraph train` process. Equivalence with one
+ * worker of batch 2·B, a delayed backup worker's gradients dropped, a dead
+ * worker failing the others in time with b = 0 (and a dead chief with
+ * b = 1: no recovery yet), and a SIGKILLed worker not
+ * stopping training with b = 1 (mlp to the accuracy bar). Every process is
+ * reaped, every file removed. */
+#include "tests/testutil.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_W 4
+
+static const char *psgraph_exe;
+static bool asan;
+static char tmpdir[256];
+
+/* One job: a cluster file, the ps in process, workers as processes. */
+typedef struct {
+    int nw;
+    char name[32], cluster[600], logs[MAX_W][600];
+    psg_cluster_t *c;
+    psg_task_server_t *ps;
+    pid_t pids[MAX_W];
+    int status[MAX_W];
+} job_t;
+
+static void job_start(job_t *j, const char *name, int nw) {
+    memset(j, 0, sizeof *j);
+    j->nw = nw;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    snprintf(j->cluster, sizeof j->cluster, "%s/%s.json", tmpdir, name);
+    FILE *f = fopen(j->cluster, "w");
+    PSG_ASSERT(f);
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [", psg_test_free_port());
+    for (int i = 0; i < nw; i++)
+        fprintf(f, "%s\"127.0.0.1:%d\"", i ? ", " : "", psg_test_free_port());
+    fprintf(f, "]}}\n");
+    fclose(f);
+    j->c = psg_cluster_from_file(j->cluster, "ps", 0);
+    PSG_ASSERT(j->c);
+    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 5000};
+    j->ps = psg_task_server_new(&so);
+    PSG_ASSERT(j->ps);
+}
+
+/* Starts worker i: psgraph train --cluster ... --job worker --task i ARGS (NULL-ended). */
+static void job_spawn(job_t *j, int i, const char *const *args) {
+    snprintf(j->logs[i], sizeof j->logs[i], "%s/%s.worker%d.log", tmpdir, j->name, i);
+    char task[16];
+    snprintf(task, sizeof task, "%d", i);
+    const char *argv[64] = {psgraph_exe, "train",  "--cluster", j->cluster,
+                            "--job",     "worker", "--task",    task};
+    int n = 8;
+    for (int k = 0; args[k] && n < 63; k++)
+        argv[n++] = args[k];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    PSG_ASSERT(pid >= 0);
+    if (pid == 0) {
+        int fd = open(j->logs[i], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(psgraph_exe, (char *const *)argv);
+        _exit(127);
+    }
+    j->pids[i] = pid;
+}
+
+/* Waits for worker i until deadline (now_s); kills and reaps it after. Returns its
+ * exit code, 128 + signal, or -1 when it had to be killed. */
+static int job_wait(job_t *j, int i, double deadline) {
+    if (!j->pids[i]) return j->status[i];
+    int st = 0;
+    pid_t r;
+    while ((r = waitpid(j->pids[i], &st, WNOHANG)) == 0 && psg_test_now_sec() < deadline)
+        usleep(20000);
+    if (r == 0) {
+        kill(j->pids[i], SIGKILL);
+        waitpid(j->pids[i], &st, 0);
+        j->status[i] = -1;
+    } else {
+        j->status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    j->pids[i] = 0;
+    return j->status[i];
+}
+
+static void job_stop(job_t *j) {
+    for (int i = 0; i < j->nw; i++)
+        job_wait(j, i, 0);
+    psg_task_server_destroy(&j->ps);
+    psg_cluster_destroy(&j->c);
+}
+
+/* The whole log of worker i (malloc'd, "" when unreadable). */
+static char *job_log(const job_t *j, int i) {
+    FILE *f = fopen(j->logs[i], "r");
+    char *s = calloc(1, 1 << 20);
+    PSG_ASSERT(s);
+    if (f) {
+        size_t n = fread(s, 1, (1 << 20) - 1, f);
+        s[n] = 0;
+        fclose(f);
+    }
+    return s;
+}
+
+/* Waits until worker i's log holds `what` (true) or deadline passes. */
+static bool job_log_wait(const job_t *j, int i, const char *what, double deadline) {
+    while (psg_test_now_sec() < deadline) {
+        char *s = job_log(j, i);
+        bool found = strstr(s, what) != NULL;
+        free(s);
+        if (found) return true;
+        usleep(20000);
+    }
+    return false;
+}
+
+/* The integer after "key": in the line of s that starts with `line` (-1: none). */
+static long long field(const char *s, const char *line, const char *key) {
+    const char *p = strstr(s, line);
+    if (!p) return -1;
+    const char *end = strchr(p, '\n');
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *k = strstr(p, pat);
+    if (!k || (end && k > end)) return -1;
+    return strtoll(k + strlen(pat), NULL, 10);
+}
+
+static double field_f(const char *s, const char *line, const char *key) {
+    const char *p = strstr(s, line);
+    if (!p) return -1;
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *k = strstr(p, pat);
+    return k ? strtod(k + strlen(pat), NULL) : -1;
+}
+
+static void dump_logs(const job_t *j) {
+    for (int i = 0; i < j->nw; i++) {
+        char *s = job_log(j, i);
+        size_t n = strlen(s);
+        fprintf(stderr, "---- %s worker %d (last lines)\n%s\n", j->name, i,
+                s + (n > 1500 ? n - 1500 : 0));
+        free(s);
+    }
+}
+
+/* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
+ * those of one worker of batch 2·B, read from the ps. */
+static void test_equivalence(void) {
+    const char *common[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                            "--steps", "4",   "--seed", "3",         "--step-timeout", "20"};
+    const char *sync_args[32], *one_args[32];
+    int n = 0;
+    for (size_t k = 0; k < sizeof common / sizeof *common; k++)
+        sync_args[n] = one_args[n] = common[k], n++;
+    const char *s_tail[] = {"--batch", "16", "--sync", "sync", NULL};
+    const char *o_tail[] = {"--batch", "32", "--sync", "async", NULL};
+    for (int k = 0; k < 5; k++)
+        sync_args[n + k] = s_tail[k], one_args[n + k] = o_tail[k];
+    job_t a, b;
+    job_start(&a, "equiv_sync", 2);
+    for (int i = 0; i < 2; i++)
+        job_spawn(&a, i, sync_args);
+    job_start(&b, "equiv_one", 1);
+    job_spawn(&b, 0, one_args);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    int ra0 = job_wait(&a, 0, deadline), ra1 = job_wait(&a, 1, deadline),
+        rb = job_wait(&b, 0, deadline);
+    CHECK(ra0 == 0 && ra1 == 0 && rb == 0);
+    if (ra0 || ra1 || rb) {
+        dump_logs(&a);
+        dump_logs(&b);
+    }
+    char *log0 = job_log(&a, 0);
+    CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == 4);
+    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == 8);
+    CHECK(field(log0, "{\"event\":\"done\"", "gradients_dropped") == 0);
+    free(log0);
+    psg_resource_mgr_t *ra = psg_task_server_resources(a.ps), *rr = psg_task_server_resources(b.ps);
+    int nv = psg_resource_num_variables(rr), compared = 0;
+    double worst = 0, worst_abs = 0;
+    for (int i = 0; i < nv; i++) {
+        psg_variable_t *want = psg_resource_variable_at(rr, i);
+        if (want->dtype != PSG_DT_F32) continue;
+        psg_variable_t *got = psg_resource_find_variable(ra, want->name);
+        CHECK(got != NULL);
+        if (!got || !got->value || !want->value) continue;
+        const float *x = psg_tensor_f32(want->value), *y = psg_tensor_f32(got->value);
+        for (int64_t e = 0; e < psg_tensor_numel(want->value); e++) {
+            /* relative to the element; elements within 1e-3 of 0 (biases that start at 0,
+             * weights near it: the float noise of a sum is relative to its terms, not to
+             * the result) are held to 1e-5 of 1e-3, i.e. an absolute 1e-8 */
+            double d = fabs((double)x[e] - (double)y[e]);
+            worst = fmax(worst, d / fmax(fabs((double)x[e]), 1e-3));
+            worst_abs = fmax(worst_abs, d);
+        }
+        compared++;
+    }
+    printf("  equivalence: %d variables, worst relative difference %.3g (absolute %.3g) after 4 "
+           "steps\n",
+           compared, worst, worst_abs);
+    CHECK(compared >= 4);
+    CHECK(worst <= 1e-5);
+    job_stop(&a);
+    job_stop(&b);
+}
+
+/* N = 2, b = 1, worker 2 delayed 300 ms a step: all steps complete at the
+ * others' pace, its gradients counted as dropped (by it and by the ps). */
+static void test_backup_drops_the_straggler(void) {
+    const char *args[] = {"--model",
+                          "mlp",
+                          "--data",
+                          "synthetic",
+                          "--steps",
+                          "20",
+                          "--batch",
+                          "16",
+                          "--sync",
+                          "sync",
+                          "--backup-workers",
+                          "1",
+                          "--straggler",
+                          "worker=2,delay_ms=300",
+                          "--step-timeout",
+                          "20",
+                          "--log-every",
+                          "5",
+                          NULL};
+    job_t j;
+    job_start(&j, "backup", 3);
+    for (int i = 0; i < 3; i++)
+        job_spawn(&j, i, args);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    int rc[3];
+    for (int i = 0; i < 3; i++)
+        rc[i] = job_wait(&j, i, deadline);
+    CHECK(rc[0] == 0 && rc[1] == 0 && rc[2] == 0);
+    char *l0 = job_log(&j, 0), *l1 = job_log(&j, 1), *l2 = job_log(&j, 2);
+    const char *done = "{\"event\":\"done\"", *sum = "{\"event\":\"sync_summary\"";
+    long long steps2 = field(l2, sum, "steps"), dropped2 = field(l2, sum, "gradients_dropped");
+    CHECK(field(l0, done, "global_steps") == 20);
+    CHECK(field(l0, sum, "gradients_used") == 20 && field(l1, sum, "gradients_used") == 20);
+    CHECK(steps2 >= 1 && field(l2, sum, "gradients_used") == 0 && dropped2 == steps2);
+    CHECK(field(l0, done, "gradients_used") == 40);
+    char per[96];
+    snprintf(per, sizeof per, "\"per_worker\":[[20,0],[20,0],[0,%lld]]", dropped2);
+    CHECK(strstr(l0, per) != NULL); /* the chief's line has every worker's counts */
+    CHECK(field(l0, done, "gradients_dropped") >= 1);
+    double sps = field_f(l0, done, "steps_per_sec");
+    printf("  backup: worker 2 ran %lld steps, %lld dropped; 20 global steps at %.1f steps/s "
+           "(the straggler's pace would be < 3.4)\n",
+           steps2, dropped2, sps);
+    CHECK(asan || sps > 3.4);
+    if (psg_test_failures) dump_logs(&j);
+    free(l0);
+    free(l1);
+    free(l2);
+    job_stop(&j);
+}
+
+/* Workers (b backups among them) train; worker `victim` is SIGKILLed
+ * mid-run; worker `watched` fails within the step timeout with an error
+ * that says what it waited for. */
+static void dead_task_fails_in_time(const char *name, int workers, int b, int victim, int watched) {
+    /* under AddressSanitizer on a busy machine a step may stall 2 s by itself */
+    const int timeout = asan ? 10 : 2;
+    char ts[16], bs[16];
+    snprintf(ts, sizeof ts, "%d", timeout);
+    snprintf(bs, sizeof bs, "%d", b);
+    const char *args[] = {"--model",     "mlp",     "--data",           "synthetic",
+                          "--steps",     "1000000", "--batch",          "16",
+                          "--sync",      "sync",    "--step-timeout",   ts,
+                          "--log-every", "10",      "--backup-workers", bs,
+                          NULL};
+    job_t j;
+    job_start(&j, name, workers);
+    for (int i = 0; i < workers; i++)
+        job_spawn(&j, i, args);
+    bool running = job_log_wait(&j, victim, "step 20 ", psg_test_now_sec() + (asan ? 120 : 30));
+    CHECK(running);
+    kill(j.pids[victim], SIGKILL);
+    double t0 = psg_test_now_sec();
+    job_wait(&j, victim, t0 + 5);
+    int rc = job_wait(&j, watched, t0 + 3 * timeout + 4);
+    double took = psg_test_now_sec() - t0;
+    char *l = job_log(&j, watched);
+    CHECK(rc == 1);
+    bool clear = strstr(l, "got no token for a step after") || strstr(l, "gradients for step");
+    CHECK(clear);
+    CHECK(took < 1.5 * timeout + 2);
+    const char *e = strstr(l, "psgraph train: ");
+    while (e && strstr(e + 1, "psgraph train: "))
+        e = strstr(e + 1, "psgraph train: ");
+    printf("  %s (b = %d): worker %d failed %.1f s after worker %d was killed (timeout %d s): "
+           "%.400s\n",
+           name, b, watched, took, victim, timeout, e ? e : "?");
+    if (psg_test_failures) dump_logs(&j);
+    free(l);
+    job_stop(&j);
+}
+
+/* b = 0: worker 1 dies; the chief fails in time. */
+static void test_dead_worker_fails_in_time(void) {
+    dead_task_fails_in_time("dead_worker", 2, 0, 1, 0);
+}
+
+/* b = 1: the chief dies (no recovery yet): the others fail in time, not hang. */
+static void test_dead_chief_fails_in_time(void) {
+    dead_task_fails_in_time("dead_chief", 3, 1, 0, 1);
+}
+
+/* b = 1: worker 2 is SIGKILLed mid-run; the others finish, and the mlp
+ * reaches the accuracy bar (Fashion-MNIST). */
+static void test_killed_worker_does_not_stop_training(void) {
+    if (asan) {
+        printf("  skip: 3 mlp trainings on Fashion-MNIST are too slow under AddressSanitizer "
+               "(runs in the release suite)\n");
+        return;
+    }
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+        printf("  skip: no Fashion-MNIST in /usr/share/datasets/fashion-mnist\n");
+        return;
+    }
+    const char *args[] = {"--model",
+                          "mlp",
+                          "--epochs",
+                          "3",
+                          "--optimizer",
+                          "adam",
+                          "--lr",
+                          "0.001",
+                          "--batch",
+                          "64",
+                          "--sync",
+                          "sync",
+                          "--backup-workers",
+                          "1",
+                          "--step-timeout",
+                          "5",
+                          "--log-every",
+                          "20",
+                          NULL};
+    job_t j;
+    job_start(&j, "kill", 3);
+    double t0 = psg_test_now_sec();
+    for (int i = 0; i < 3; i++)
+        job_spawn(&j, i, args);
+    bool running = job_log_wait(&j, 2, "step 200 ", psg_test_now_sec() + 60);
+    CHECK(running);
+    kill(j.pids[2], SIGKILL);
+    double tk = psg_test_now_sec();
+    job_wait(&j, 2, tk + 5);
+    int rc0 = job_wait(&j, 0, tk + 120), rc1 = job_wait(&j, 1, tk + 120);
+    CHECK(rc0 == 0 && rc1 == 0);
+    char *l0 = job_log(&j, 0);
+    const char *done = "{\"event\":\"done\"";
+    double acc = field_f(l0, done, "test_accuracy");
+    long long gsteps = field(l0, done, "global_steps");
+    printf("  kill (b = 1): worker 2 killed at %.1f s; %lld global steps, test accuracy %.4f, "
+           "done at %.1f s\n",
+           tk - t0, gsteps, acc, psg_test_now_sec() - t0);
+    CHECK(gsteps > 600);
+    CHECK(acc >= 0.84);
+    CHECK(strstr(l0, ",null]") != NULL); /* worker 2 never reported its counts */
+    if (psg_test_failures) dump_logs(&j);
+    free(l0);
+    job_stop(&j);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_sync_dist PATH/TO/psgraph [asan]\n");
+        return 2;
+    }
+    psgraph_exe = argv[1];
+    asan = argc > 2 && !strcmp(argv[2], "asan");
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_test_sync_dist_XXXXXX");
+    PSG_ASSERT(mkdtemp(tmpdir));
+    /* PSG_TEST_ONLY=NAME runs the tests whose name holds NAME (to repeat one) */
+    const char *only = getenv("PSG_TEST_ONLY");
+#define RUN_IF(fn)                                                                                 \
+    do {                                                                                           \
+        if (!only || strstr(#fn, only)) RUN_TEST(fn);                                              \
+    } while (0)
+    RUN_IF(test_equivalence);
+    RUN_IF(test_backup_drops_the_straggler);
+    RUN_IF(test_dead_worker_fails_in_time);
+    RUN_IF(test_dead_chief_fails_in_time);
+    RUN_IF(test_killed_worker_does_not_stop_training);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    return psg_test_summary();
+}
