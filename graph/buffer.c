@@ -6,11 +6,17 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #define BUFFER_ALIGN 64
 #define CACHE_MAX_BYTES ((size_t)1 << 30)
 #define NUM_BUCKETS 256
+/* Blocks this large come from mmap, not malloc: glibc keeps freed memory in
+ * per-thread arenas, so with the executor's, the prefetcher's and the caller's
+ * threads each freeing activations, RSS grew to three arenas' worth on top of
+ * this cache. mmap'd blocks are held by the cache alone and unmapped when trimmed. */
+#define MMAP_MIN_BYTES ((size_t)256 << 10)
 
 /* A psgraph-owned block: the header lives in front of the data, one cache line. */
 typedef struct block {
@@ -54,7 +60,14 @@ psg_buffer_t *psg_buffer_new(size_t size) {
     }
     pthread_mutex_unlock(&cache_lock);
     if (!blk) {
-        void *mem = aligned_alloc(BUFFER_ALIGN, HEADER_BYTES + capacity);
+        void *mem;
+        if (HEADER_BYTES + capacity >= MMAP_MIN_BYTES) {
+            mem = mmap(NULL, HEADER_BYTES + capacity, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (mem == MAP_FAILED) mem = NULL;
+        } else {
+            mem = aligned_alloc(BUFFER_ALIGN, HEADER_BYTES + capacity);
+        }
         if (!mem) {
             psg_error_set("out of memory allocating a buffer of %zu bytes", size);
             return NULL;
@@ -94,6 +107,14 @@ psg_buffer_t *psg_buffer_ref(psg_buffer_t *b) {
     return b;
 }
 
+static void block_free(block_t *blk) {
+    if (!blk) return;
+    if (HEADER_BYTES + blk->capacity >= MMAP_MIN_BYTES)
+        munmap(blk, HEADER_BYTES + blk->capacity);
+    else
+        free(blk);
+}
+
 static void block_release(block_t *blk) {
     atomic_fetch_sub(&live_bytes, blk->capacity);
     pthread_mutex_lock(&cache_lock);
@@ -104,7 +125,7 @@ static void block_release(block_t *blk) {
         blk = NULL;
     }
     pthread_mutex_unlock(&cache_lock);
-    free(blk);
+    block_free(blk);
 }
 
 void psg_buffer_unref(psg_buffer_t **bp) {
@@ -135,7 +156,7 @@ void psg_buffer_cache_trim(void) {
         while (cache[b]) {
             block_t *blk = cache[b];
             cache[b] = blk->next;
-            free(blk);
+            block_free(blk);
         }
     }
     cached_bytes = 0;

@@ -5,10 +5,11 @@
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #ifdef PSG_HAVE_CUDA
-#include "ops/cuda/runtime.h"
+#include "graph/gpu_module.h"
 
 #include <pthread.h>
 
@@ -17,8 +18,17 @@ static char status[512];
 static int count;
 
 static void find_gpus(void) {
-    count = psg_cuda_detect(status, sizeof status);
+    const psg_cuda_api_t *m = psg_cuda_module();
+    if (!m) {
+        snprintf(status, sizeof status, "%s", psg_cuda_module_error());
+        count = 0;
+        return;
+    }
+    count = m->detect(status, sizeof status);
 }
+
+/* The module, once a GPU exists (every caller below checked for one). */
+#define CUDA (psg_cuda_module())
 
 bool psg_cuda_available(void) {
     return true;
@@ -52,11 +62,11 @@ psg_tensor_t *psg_gpu_tensor_new(int gpu, psg_dtype_t dt, const psg_shape_t *sha
     }
     size_t nbytes = (size_t)n * es;
     void *hint = NULL;
-    void *p = psg_cuda_alloc(gpu, nbytes ? nbytes : 1, &hint);
+    void *p = CUDA->alloc(gpu, nbytes ? nbytes : 1, &hint);
     if (!p) return NULL;
-    psg_buffer_t *buf = psg_buffer_wrap(p, nbytes, psg_cuda_free, hint);
+    psg_buffer_t *buf = psg_buffer_wrap(p, nbytes, CUDA->free, hint);
     if (!buf) {
-        psg_cuda_free(p, hint);
+        CUDA->free(p, hint);
         return NULL;
     }
     buf->device = PSG_DEVICE_GPU(gpu);
@@ -68,11 +78,11 @@ psg_tensor_t *psg_gpu_tensor_new(int gpu, psg_dtype_t dt, const psg_shape_t *sha
 /* A host tensor whose buffer is a pinned block. */
 static psg_tensor_t *pinned_tensor_new(psg_dtype_t dt, const psg_shape_t *shape, size_t nbytes) {
     void *hint = NULL;
-    void *p = psg_cuda_pinned_alloc(nbytes ? nbytes : 1, &hint);
+    void *p = CUDA->pinned_alloc(nbytes ? nbytes : 1, &hint);
     if (!p) return NULL;
-    psg_buffer_t *buf = psg_buffer_wrap(p, nbytes, psg_cuda_pinned_free, hint);
+    psg_buffer_t *buf = psg_buffer_wrap(p, nbytes, CUDA->pinned_free, hint);
     if (!buf) {
-        psg_cuda_pinned_free(p, hint);
+        CUDA->pinned_free(p, hint);
         return NULL;
     }
     psg_tensor_t *t = psg_tensor_from_buffer(dt, shape, buf, 0);
@@ -89,14 +99,14 @@ psg_tensor_t *psg_tensor_to_device(psg_tensor_t *t, int device) {
     if (device == PSG_DEVICE_HOST) {
         out = pinned_tensor_new(t->dtype, &t->shape, n);
         if (!out) return NULL;
-        rc = psg_cuda_copy_d2h(from - 1, out->data, t->data, n);
+        rc = CUDA->copy_d2h(from - 1, out->data, t->data, n);
     } else {
         out = psg_gpu_tensor_new(device - 1, t->dtype, &t->shape);
         if (!out) return NULL;
         if (from == PSG_DEVICE_HOST)
-            rc = psg_cuda_copy_h2d(device - 1, out->data, t->data, n);
+            rc = CUDA->copy_h2d(device - 1, out->data, t->data, n);
         else
-            rc = psg_cuda_copy_d2d(device - 1, out->data, from - 1, t->data, n);
+            rc = CUDA->copy_d2d(device - 1, out->data, from - 1, t->data, n);
     }
     if (rc < 0) {
         psg_tensor_destroy(&out);
@@ -107,18 +117,18 @@ psg_tensor_t *psg_tensor_to_device(psg_tensor_t *t, int device) {
 
 int psg_gpu_synchronize(int gpu) {
     if (check_gpu(gpu) < 0) return -1;
-    return psg_cuda_synchronize(gpu);
+    return CUDA->synchronize(gpu);
 }
 
 size_t psg_gpu_live_bytes(int gpu) {
-    return psg_cuda_live_bytes(gpu);
+    return psg_gpu_count() > 0 ? CUDA->live_bytes(gpu) : 0;
 }
 size_t psg_gpu_cached_bytes(int gpu) {
-    return psg_cuda_cached_bytes(gpu);
+    return psg_gpu_count() > 0 ? CUDA->cached_bytes(gpu) : 0;
 }
 
 void psg_gpu_cache_trim(void) {
-    if (psg_gpu_count() > 0) psg_cuda_trim();
+    if (psg_gpu_count() > 0) CUDA->trim();
 }
 
 #else /* no CUDA backend */

@@ -238,15 +238,15 @@ static int grad_broadcast_like(psg_graph_t *g, const psg_node_t *n, const psg_en
 
 static const psg_op_def_t op_const = {"Const", 0, 1, 0, infer_const, grad_none, psg_cpu_const, PSG_GPU_KERNEL(psg_gpu_const)};
 static const psg_op_def_t op_placeholder = {"Placeholder", 0, 1, PSG_OP_SOURCE_FEED,
-                                            infer_placeholder, grad_none, psg_cpu_placeholder, PSG_GPU_KERNEL(psg_cpu_placeholder)};
+                                            infer_placeholder, grad_none, psg_cpu_placeholder, PSG_GPU_SAME(psg_cpu_placeholder)};
 static const psg_op_def_t op_identity = {"Identity", 1, 1, 0, infer_same_as_input0,
-                                         grad_identity, psg_cpu_identity, PSG_GPU_KERNEL(psg_cpu_identity)};
+                                         grad_identity, psg_cpu_identity, PSG_GPU_SAME(psg_cpu_identity)};
 static const psg_op_def_t op_stop_gradient = {"StopGradient", 1, 1, 0, infer_same_as_input0,
-                                              grad_none, psg_cpu_identity, PSG_GPU_KERNEL(psg_cpu_identity)};
+                                              grad_none, psg_cpu_identity, PSG_GPU_SAME(psg_cpu_identity)};
 static const psg_op_def_t op_reshape = {"Reshape", 1, 1, 0, infer_reshape, grad_reshape,
-                                        psg_cpu_reshape, PSG_GPU_KERNEL(psg_cpu_reshape)};
+                                        psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
 static const psg_op_def_t op_reshape_like = {"ReshapeLike", 2, 1, 0, infer_reshape_like,
-                                             grad_reshape_like, psg_cpu_reshape, PSG_GPU_KERNEL(psg_cpu_reshape)};
+                                             grad_reshape_like, psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
 static const psg_op_def_t op_add_n = {"AddN", -1, 1, 0, infer_add_n, grad_add_n, psg_cpu_add_n, PSG_GPU_KERNEL(psg_gpu_add_n)};
 static const psg_op_def_t op_fill_like = {"FillLike", 1, 1, 0, infer_same_as_input0, grad_none,
                                           psg_cpu_fill_like, PSG_GPU_KERNEL(psg_gpu_fill_like)};
@@ -255,7 +255,7 @@ static const psg_op_def_t op_sum_to_shape_of = {"SumToShapeOf", 2, 1, 0, infer_s
 static const psg_op_def_t op_broadcast_like = {"BroadcastLike", 2, 1, 0, infer_broadcast_like,
                                                grad_broadcast_like, psg_cpu_broadcast_like, PSG_GPU_KERNEL(psg_gpu_broadcast_like)};
 static const psg_op_def_t op_var_handle = {"VarHandle", 0, 1, PSG_OP_VARIABLE | PSG_OP_STATEFUL,
-                                           infer_var_handle, grad_none, psg_cpu_var_handle, PSG_GPU_KERNEL(psg_cpu_var_handle)};
+                                           infer_var_handle, grad_none, psg_cpu_var_handle, PSG_GPU_SAME(psg_cpu_var_handle)};
 static const psg_op_def_t op_read_variable = {"ReadVariable", 1, 1, PSG_OP_STATEFUL,
                                               infer_read_variable, grad_identity,
                                               psg_cpu_read_variable, PSG_GPU_KERNEL(psg_gpu_read_variable)};
@@ -263,7 +263,7 @@ static const psg_op_def_t op_assign = {"Assign", 2, 0, PSG_OP_STATEFUL, infer_as
                                        psg_cpu_assign, PSG_GPU_KERNEL(psg_gpu_assign)};
 static const psg_op_def_t op_assign_add = {"AssignAdd", 2, 0, PSG_OP_STATEFUL, infer_assign, NULL,
                                            psg_cpu_assign_add, PSG_GPU_KERNEL(psg_gpu_assign_add)};
-static const psg_op_def_t op_no_op = {"NoOp", 0, 0, 0, infer_none, NULL, psg_cpu_no_op, PSG_GPU_KERNEL(psg_cpu_no_op)};
+static const psg_op_def_t op_no_op = {"NoOp", 0, 0, 0, infer_none, NULL, psg_cpu_no_op, PSG_GPU_SAME(psg_cpu_no_op)};
 static const psg_op_def_t op_random = {"Random", 0, 1, PSG_OP_STATEFUL, infer_random, grad_none,
                                        psg_cpu_random, NULL};
 

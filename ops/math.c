@@ -757,8 +757,9 @@ DEF(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_sum, psg_gpu_sum)
 DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
-DEF(op_expand_dims, "ExpandDims", 1, 1, infer_expand_dims, grad_expand_dims, psg_cpu_reshape,
-    psg_cpu_reshape)
+/* ExpandDims only aliases: its CPU kernel serves on a GPU too */
+static const psg_op_def_t op_expand_dims = {"ExpandDims", 1, 1, 0, infer_expand_dims, grad_expand_dims,
+                                            psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
 DEF(op_argmax, "ArgMax", 1, 1, infer_argmax, grad_none, psg_cpu_argmax, psg_gpu_argmax)
 DEF(op_equal, "Equal", 2, 1, infer_equal, grad_none, psg_cpu_equal, psg_gpu_equal)
 DEF(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul)

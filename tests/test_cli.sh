@@ -14,6 +14,13 @@ check() { # description, command..., expects exit code $expect and output contai
   fi
 }
 check 2 "usage: psgraph" "$psgraph"
+# the CUDA libraries are a module loaded on the first GPU use, never linked in
+if ldd "$psgraph" | grep -q -E 'libcublas|libcudnn|libcudart'; then
+  echo "FAIL: psgraph links CUDA libraries: $(ldd "$psgraph" | grep -E 'cublas|cudnn|cudart')"
+  fails=$((fails + 1))
+else
+  echo "ok   psgraph maps no CUDA library until a GPU is used"
+fi
 check 0 "train" "$psgraph" --help
 check 2 "unknown command 'frobnicate'" "$psgraph" frobnicate
 check 0 "--model mlp|cnn" "$psgraph" train --help

@@ -10,10 +10,22 @@
 #include "psgraph/resource.h"
 
 #ifdef PSG_HAVE_CUDA
-#define PSG_GPU_KERNEL(f) f
+/* The defs name a trampoline in libpsgraph (graph/gpu_module.c) that loads
+ * the CUDA module on its first call: a process that never uses a GPU never
+ * maps cuBLAS or cuDNN (about 150 MB of RSS). */
+#define PSG_GPU_KERNEL(f) f##_lazy
+/* a CPU kernel that serves on the GPU as well (ops that only alias) */
+#define PSG_GPU_SAME(f) f
 #else
 #define PSG_GPU_KERNEL(f) NULL
+#define PSG_GPU_SAME(f) NULL
 #endif
+
+#include "ops/cuda/kernel_list.h"
+
+#define PSG_GPU_DECLARE_LAZY(f) int f##_lazy(psg_kernel_ctx_t *c);
+PSG_GPU_KERNEL_LIST(PSG_GPU_DECLARE_LAZY)
+#undef PSG_GPU_DECLARE_LAZY
 
 /* array and state (array.c) */
 int psg_gpu_const(psg_kernel_ctx_t *c);
