@@ -12,10 +12,8 @@
 #define BUFFER_ALIGN 64
 #define CACHE_MAX_BYTES ((size_t)1 << 30)
 #define NUM_BUCKETS 256
-/* Blocks this large come from mmap, not malloc: glibc keeps freed memory in
- * per-thread arenas, so with the executor's, the prefetcher's and the caller's
- * threads each freeing activations, RSS grew to three arenas' worth on top of
- * this cache. mmap'd blocks are held by the cache alone and unmapped when trimmed. */
+/* Blocks this large come from mmap, not malloc: a trimmed block goes back to
+ * the system at once, whatever thread's malloc arena it would have come from. */
 #define MMAP_MIN_BYTES ((size_t)256 << 10)
 
 /* A psgraph-owned block: the header lives in front of the data, one cache line. */
