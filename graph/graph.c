@@ -453,6 +453,13 @@ psg_endpoint_t psg_node_finish_ep(psg_node_builder_t *b) {
     return id < 0 ? PSG_NO_ENDPOINT : (psg_endpoint_t){id, 0};
 }
 
+psg_endpoint_t psg_op_inputs(psg_graph_t *g, const char *op, const char *name, int n,
+                             const psg_endpoint_t *inputs) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
+    for (int i = 0; i < n; i++) psg_node_add_input(b, inputs[i]);
+    return psg_node_finish_ep(b);
+}
+
 /* ---- reading ---- */
 
 int psg_node_id(const psg_node_t *n) { return n->id; }

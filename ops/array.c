@@ -187,10 +187,7 @@ static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 }
 
 static psg_endpoint_t reshape_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
-    psg_node_builder_t *b = psg_node_begin(g, "ReshapeLike", NULL);
-    psg_node_add_input(b, x);
-    psg_node_add_input(b, like);
-    return psg_node_finish_ep(b);
+    return psg_op_inputs(g, "ReshapeLike", NULL, 2, (psg_endpoint_t[]){x, like});
 }
 
 static int grad_reshape(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
@@ -214,10 +211,7 @@ static int grad_add_n(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t 
 }
 
 static psg_endpoint_t broadcast_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
-    psg_node_builder_t *b = psg_node_begin(g, "BroadcastLike", NULL);
-    psg_node_add_input(b, x);
-    psg_node_add_input(b, like);
-    return psg_node_finish_ep(b);
+    return psg_op_inputs(g, "BroadcastLike", NULL, 2, (psg_endpoint_t[]){x, like});
 }
 
 static int grad_sum_to_shape_of(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
@@ -297,9 +291,7 @@ psg_endpoint_t psg_placeholder(psg_graph_t *g, const char *name, psg_dtype_t dt,
 }
 
 static psg_endpoint_t unary(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x) {
-    psg_node_builder_t *b = psg_node_begin(g, op, name);
-    psg_node_add_input(b, x);
-    return psg_node_finish_ep(b);
+    return psg_op_inputs(g, op, name, 1, &x);
 }
 
 psg_endpoint_t psg_identity(psg_graph_t *g, const char *name, psg_endpoint_t x) {
@@ -342,10 +334,7 @@ psg_endpoint_t psg_zeros_like(psg_graph_t *g, const char *name, psg_endpoint_t x
 
 psg_endpoint_t psg_sum_to_shape_of(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                    psg_endpoint_t like) {
-    psg_node_builder_t *b = psg_node_begin(g, "SumToShapeOf", name);
-    psg_node_add_input(b, x);
-    psg_node_add_input(b, like);
-    return psg_node_finish_ep(b);
+    return psg_op_inputs(g, "SumToShapeOf", name, 2, (psg_endpoint_t[]){x, like});
 }
 
 psg_endpoint_t psg_var_handle(psg_graph_t *g, const char *name, psg_dtype_t dt,

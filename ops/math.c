@@ -798,17 +798,12 @@ const psg_op_def_t *const psg_math_ops[] = {
 /* ---- builders ---- */
 
 static psg_endpoint_t build1(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x) {
-    psg_node_builder_t *b = psg_node_begin(g, op, name);
-    psg_node_add_input(b, x);
-    return psg_node_finish_ep(b);
+    return psg_op_inputs(g, op, name, 1, &x);
 }
 
 static psg_endpoint_t build2(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t a,
-                             psg_endpoint_t b2) {
-    psg_node_builder_t *b = psg_node_begin(g, op, name);
-    psg_node_add_input(b, a);
-    psg_node_add_input(b, b2);
-    return psg_node_finish_ep(b);
+                             psg_endpoint_t b) {
+    return psg_op_inputs(g, op, name, 2, (psg_endpoint_t[]){a, b});
 }
 
 psg_endpoint_t psg_add(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {

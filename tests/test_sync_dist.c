@@ -255,12 +255,17 @@ static void test_backup_drops_the_straggler(void) {
     const char *done = "{\"event\":\"done\"", *sum = "{\"event\":\"sync_summary\"";
     long long steps2 = field(l2, sum, "steps"), dropped2 = field(l2, sum, "gradients_dropped");
     CHECK(field(l0, done, "global_steps") == 20);
-    CHECK(field(l0, sum, "gradients_used") == 20 && field(l1, sum, "gradients_used") == 20);
-    CHECK(steps2 >= 1 && field(l2, sum, "gradients_used") == 0 && dropped2 == steps2);
+    /* Every global step uses exactly N = 2 gradients. The straggler's are
+     * dropped once it runs behind; only its first step, when start-up skew
+     * can leave the others just as late, may count. */
+    long long used0 = field(l0, sum, "gradients_used"), used1 = field(l1, sum, "gradients_used");
+    long long used2 = field(l2, sum, "gradients_used");
+    CHECK(used0 + used1 + used2 == 40 && used2 <= 1 && used0 >= 19 && used1 >= 19);
+    CHECK(steps2 >= 1 && dropped2 >= 1 && dropped2 + used2 == steps2);
     CHECK(field(l0, done, "gradients_used") == 40);
     char per[96];
-    snprintf(per, sizeof per, "\"per_worker\":[[20,0],[20,0],[0,%lld]]", dropped2);
-    CHECK(strstr(l0, per) != NULL); /* the chief's line has every worker's counts */
+    snprintf(per, sizeof per, "[%lld,%lld]]", used2, dropped2);
+    CHECK(strstr(l0, "\"per_worker\":[[") && strstr(l0, per)); /* every worker's counts */
     CHECK(field(l0, done, "gradients_dropped") >= 1);
     double sps = field_f(l0, done, "steps_per_sec");
     printf("  backup: worker 2 ran %lld steps, %lld dropped; 20 global steps at %.1f steps/s "

@@ -127,6 +127,12 @@ int psg_node_finish(psg_node_builder_t *b);
 /* Finish and return output 0 as an endpoint (PSG_NO_ENDPOINT on failure). */
 psg_endpoint_t psg_node_finish_ep(psg_node_builder_t *b);
 
+/* A node of `op` over n inputs with no attributes; its output 0 (or
+ * PSG_NO_ENDPOINT on failure, as psg_node_finish_ep). The shared body of the
+ * op families' small builders. */
+psg_endpoint_t psg_op_inputs(psg_graph_t *g, const char *op, const char *name, int n,
+                             const psg_endpoint_t *inputs);
+
 /* ---- reading a node ---- */
 
 int psg_node_id(const psg_node_t *n);
