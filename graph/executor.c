@@ -37,6 +37,7 @@ struct psg_plan {
     int *slot_uses; /* consumers + fetches per slot */
     int n_feeds, n_fetches;
     int *feed_slots, *fetch_slots;
+    psg_endpoint_t *feeds; /* what each feed feeds, for the per-step dtype and shape check */
     int *initial_ready;
     int num_initial_ready;
     /* per-run state, reused */
@@ -73,6 +74,18 @@ static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
     if (!pn->kernel)
         return psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
     return 0;
+}
+
+/* The i-th dependency of n (inputs first, then control inputs) in *dep;
+ * true when no earlier input or control input names the same node, so each
+ * producer is counted once. */
+static bool dep_is_first(const psg_node_t *n, int i, int *dep) {
+    *dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
+    for (int k = 0; k < i; k++) {
+        int prev = k < n->num_inputs ? n->inputs[k].node : n->controls[k - n->num_inputs];
+        if (prev == *dep) return false;
+    }
+    return true;
 }
 
 psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
@@ -180,18 +193,10 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             pn->input_slots[i] = slot_of(p, local_of, n->inputs[i]);
             p->slot_uses[pn->input_slots[i]]++;
         }
-        /* distinct producers: mark by last-seen */
-        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
-            int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
-            int dl = local_of[dep];
-            bool seen = false;
-            for (int k = 0; k < i && !seen; k++) {
-                int prev = k < n->num_inputs ? n->inputs[k].node : n->controls[k - n->num_inputs];
-                seen = prev == dep;
-            }
-            if (seen || p->nodes[dl].fed) continue;
+        for (int i = 0, dep; i < n->num_inputs + n->num_controls; i++) {
+            if (!dep_is_first(n, i, &dep) || p->nodes[local_of[dep]].fed) continue;
             pn->num_deps++;
-            consumer_count[dl]++;
+            consumer_count[local_of[dep]]++;
         }
     }
     for (int li = 0; li < p->num_nodes; li++) {
@@ -203,16 +208,10 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         plan_node_t *pn = &p->nodes[li];
         const psg_node_t *n = pn->node;
         if (pn->fed) continue;
-        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
-            int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
-            int dl = local_of[dep];
-            bool seen = false;
-            for (int k = 0; k < i && !seen; k++) {
-                int prev = k < n->num_inputs ? n->inputs[k].node : n->controls[k - n->num_inputs];
-                seen = prev == dep;
-            }
-            if (seen || p->nodes[dl].fed) continue;
-            p->nodes[dl].consumers[p->nodes[dl].num_consumers++] = li;
+        for (int i = 0, dep; i < n->num_inputs + n->num_controls; i++) {
+            if (!dep_is_first(n, i, &dep) || p->nodes[local_of[dep]].fed) continue;
+            plan_node_t *producer = &p->nodes[local_of[dep]];
+            producer->consumers[producer->num_consumers++] = li;
         }
         if (pn->num_deps == 0) p->initial_ready[p->num_initial_ready++] = li;
     }
@@ -220,7 +219,9 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
     p->n_fetches = n_fetches;
     p->feed_slots = malloc(sizeof(int) * (size_t)(n_feeds + 1));
     p->fetch_slots = malloc(sizeof(int) * (size_t)(n_fetches + 1));
-    PSG_ASSERT(p->feed_slots && p->fetch_slots);
+    p->feeds = malloc(sizeof(psg_endpoint_t) * (size_t)(n_feeds + 1));
+    PSG_ASSERT(p->feed_slots && p->fetch_slots && p->feeds);
+    if (n_feeds) memcpy(p->feeds, feeds, sizeof(psg_endpoint_t) * (size_t)n_feeds);
     for (int i = 0; i < n_feeds; i++) {
         /* a feed the fetches do not need is accepted and ignored */
         p->feed_slots[i] = local_of[feeds[i].node] >= 0 ? slot_of(p, local_of, feeds[i]) : -1;
@@ -270,6 +271,7 @@ void psg_plan_destroy(psg_plan_t **pp) {
     free(p->nodes);
     free(p->slot_uses);
     free(p->feed_slots);
+    free(p->feeds);
     free(p->fetch_slots);
     free(p->initial_ready);
     free(p->slots);
@@ -519,21 +521,16 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
         if (s < 0) continue;
         const psg_tensor_t *t = feed_values[i];
         if (!t) return psg_error_set("feed %d is NULL", i);
-        /* find the fed node to check the value against its static dtype and shape */
-        for (int li = 0; li < p->num_nodes; li++) {
-            plan_node_t *pn = &p->nodes[li];
-            if (s < pn->slot_base || s >= pn->slot_base + pn->node->num_outputs) continue;
-            const psg_node_t *n = pn->node;
-            int o = s - pn->slot_base;
-            if (t->dtype != n->out_dtypes[o] || !psg_shape_compatible(&t->shape, &n->out_shapes[o])) {
-                char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-                return psg_error_set("node '%s' (%s): fed %s%s, expects %s%s", n->name,
-                                     psg_node_op(n), psg_dtype_name(t->dtype),
-                                     psg_shape_str(&t->shape, a, sizeof a),
-                                     psg_dtype_name(n->out_dtypes[o]),
-                                     psg_shape_str(&n->out_shapes[o], b, sizeof b));
-            }
-            break;
+        /* the value against the fed output's static dtype and shape */
+        const psg_node_t *n = p->g->nodes[p->feeds[i].node];
+        int o = p->feeds[i].index;
+        if (t->dtype != n->out_dtypes[o] || !psg_shape_compatible(&t->shape, &n->out_shapes[o])) {
+            char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+            return psg_error_set("node '%s' (%s): fed %s%s, expects %s%s", n->name,
+                                 psg_node_op(n), psg_dtype_name(t->dtype),
+                                 psg_shape_str(&t->shape, a, sizeof a),
+                                 psg_dtype_name(n->out_dtypes[o]),
+                                 psg_shape_str(&n->out_shapes[o], b, sizeof b));
         }
     }
     for (int s = 0; s < p->num_slots; s++) {
