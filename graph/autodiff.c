@@ -140,3 +140,19 @@ done:
     free(to_y);
     return rc;
 }
+
+int psg_trainable_gradients(psg_graph_t *g, psg_endpoint_t loss, int *n, psg_endpoint_t **out) {
+    *out = NULL;
+    const int *ids = psg_graph_collection(g, "trainable_variables", n);
+    if (*n == 0) return psg_error_set("no trainable variables");
+    psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)*n);
+    if (!vars) return psg_error_set("out of memory");
+    for (int i = 0; i < *n; i++)
+        vars[i] = (psg_endpoint_t){ids[i], 0};
+    if (psg_gradients(g, 1, &loss, NULL, *n, vars, vars + *n) < 0) {
+        free(vars);
+        return -1;
+    }
+    *out = vars;
+    return 0;
+}

@@ -354,15 +354,9 @@ int psg_optimizer_minimize(psg_optimizer_t *opt, psg_graph_t *g, psg_endpoint_t 
                            int *train_op) {
     *train_op = -1;
     int n;
-    const int *ids = psg_graph_collection(g, "trainable_variables", &n);
-    if (n == 0) return psg_error_set("minimize: no trainable variables");
-    psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)n);
-    if (!vars) return psg_error_set("out of memory");
-    psg_endpoint_t *grads = vars + n;
-    for (int i = 0; i < n; i++)
-        vars[i] = (psg_endpoint_t){ids[i], 0};
-    int rc = psg_gradients(g, 1, &loss, NULL, n, vars, grads);
-    if (rc == 0) rc = psg_optimizer_apply_gradients(opt, g, n, grads, vars, train_op);
+    psg_endpoint_t *vars;
+    if (psg_trainable_gradients(g, loss, &n, &vars) < 0) return psg_error_wrap("minimize");
+    int rc = psg_optimizer_apply_gradients(opt, g, n, vars + n, vars, train_op);
     free(vars);
     return rc;
 }

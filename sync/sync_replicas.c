@@ -175,15 +175,9 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
 int psg_sync_replicas_minimize(psg_sync_replicas_t *sr, psg_graph_t *g, psg_endpoint_t loss,
                                psg_sync_graph_t *out) {
     int n;
-    const int *ids = psg_graph_collection(g, "trainable_variables", &n);
-    if (n == 0) return psg_error_set("sync replicas: no trainable variables");
-    psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)n);
-    if (!vars) return psg_error_set("out of memory");
-    psg_endpoint_t *grads = vars + n;
-    for (int i = 0; i < n; i++)
-        vars[i] = (psg_endpoint_t){ids[i], 0};
-    int rc = psg_gradients(g, 1, &loss, NULL, n, vars, grads);
-    if (rc == 0) rc = psg_sync_replicas_apply_gradients(sr, g, n, grads, vars, out);
+    psg_endpoint_t *vars;
+    if (psg_trainable_gradients(g, loss, &n, &vars) < 0) return psg_error_wrap("sync replicas");
+    int rc = psg_sync_replicas_apply_gradients(sr, g, n, vars + n, vars, out);
     free(vars);
     return rc;
 }

@@ -16,4 +16,10 @@ int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
                   const psg_endpoint_t *grad_ys, int n_xs, const psg_endpoint_t *xs,
                   psg_endpoint_t *grads);
 
+/* psg_gradients of `loss` with respect to every variable handle of the
+ * "trainable_variables" collection. *out (the caller frees it) holds 2 * *n
+ * endpoints: the handles, then their gradients. Returns 0, or -1 with the
+ * error set ("no trainable variables" among others) and *out NULL. */
+int psg_trainable_gradients(psg_graph_t *g, psg_endpoint_t loss, int *n, psg_endpoint_t **out);
+
 #endif
