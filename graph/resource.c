@@ -213,3 +213,11 @@ void *psg_resource_at(psg_resource_mgr_t *rm, const char *type, int i, const cha
     pthread_mutex_unlock(&rm->lock);
     return obj;
 }
+
+int psg_variable_check_value(const psg_variable_t *v, const psg_tensor_t *x) {
+    if (x->dtype == v->dtype && psg_shape_equal(&x->shape, &v->shape)) return 0;
+    char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+    return psg_error_set("value %s%s does not match variable '%s' %s%s", psg_dtype_name(x->dtype),
+                         psg_shape_str(&x->shape, a, sizeof a), v->name, psg_dtype_name(v->dtype),
+                         psg_shape_str(&v->shape, b, sizeof b));
+}

@@ -103,6 +103,15 @@ int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced) {
     return 0;
 }
 
+int64_t psg_math_reduced_count(const psg_node_t *node, const psg_shape_t *x) {
+    bool reduced[PSG_MAX_RANK];
+    if (psg_math_reduced_axes(node, x->rank, reduced) < 0) return -1;
+    int64_t count = 1;
+    for (int i = 0; i < x->rank; i++)
+        if (reduced[i]) count *= x->dims[i];
+    return count;
+}
+
 static int infer_reduce(psg_infer_ctx_t *c) {
     if (expect_f32(c) < 0) return -1;
     const psg_shape_t *x = &c->in_shapes[0];

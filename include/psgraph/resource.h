@@ -30,6 +30,10 @@ void psg_resource_mgr_destroy(psg_resource_mgr_t **rm);
  * absent. Fails if it exists with another dtype or shape. The manager owns it. */
 psg_variable_t *psg_resource_variable(psg_resource_mgr_t *rm, const char *name, psg_dtype_t dt,
                                       const psg_shape_t *shape);
+/* Checks that x has v's dtype and shape: the value an Assign or AssignAdd
+ * writes. Returns 0, or -1 with the error naming the variable. */
+int psg_variable_check_value(const psg_variable_t *v, const psg_tensor_t *x);
+
 /* The variable `name`, or NULL (no error set). */
 psg_variable_t *psg_resource_find_variable(psg_resource_mgr_t *rm, const char *name);
 /* Number of variables and the i-th one, in creation order (for inspect and checkpoints). */

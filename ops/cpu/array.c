@@ -121,20 +121,9 @@ int psg_cpu_read_variable(psg_kernel_ctx_t *c) {
     return 0;
 }
 
-static int check_value(psg_variable_t *v, const psg_tensor_t *x) {
-    if (x->dtype != v->dtype || !psg_shape_equal(&x->shape, &v->shape)) {
-        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-        return psg_error_set("value %s%s does not match variable '%s' %s%s",
-                             psg_dtype_name(x->dtype), psg_shape_str(&x->shape, a, sizeof a),
-                             v->name, psg_dtype_name(v->dtype),
-                             psg_shape_str(&v->shape, b, sizeof b));
-    }
-    return 0;
-}
-
 int psg_cpu_assign(psg_kernel_ctx_t *c) {
     psg_variable_t *v = psg_kernel_variable(c, 0);
-    if (check_value(v, c->inputs[1]) < 0) return -1;
+    if (psg_variable_check_value(v, c->inputs[1]) < 0) return -1;
     pthread_mutex_lock(&v->lock);
     if (v->value->data != c->inputs[1]->data)
         memcpy(v->value->data, c->inputs[1]->data, psg_tensor_nbytes(v->value));
@@ -145,7 +134,7 @@ int psg_cpu_assign(psg_kernel_ctx_t *c) {
 
 int psg_cpu_assign_add(psg_kernel_ctx_t *c) {
     psg_variable_t *v = psg_kernel_variable(c, 0);
-    if (check_value(v, c->inputs[1]) < 0) return -1;
+    if (psg_variable_check_value(v, c->inputs[1]) < 0) return -1;
     if (!v->initialized)
         return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
     if (v->dtype != PSG_DT_F32) return psg_error_set("AssignAdd supports f32 only");

@@ -55,6 +55,9 @@ int psg_cpu_dense_backprop(psg_kernel_ctx_t *c);
  * `rank`: reduced[i] set for each reduced axis (attr "axes", negative from
  * the end, empty: all). Returns 0, or -1 with the error set on a bad axis. */
 int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced);
+/* The number of elements a Sum/Mean/ReductionSize node over x reduces into
+ * each output element (ReductionSize's value). -1 with the error set on a bad axis. */
+int64_t psg_math_reduced_count(const psg_node_t *node, const psg_shape_t *x);
 
 /* Coalesces the dims of s into runs of kept / reduced dims; true (with A, R,
  * B set: x is (A, R, B), the output (A, B)) when the pattern is one of K, R,

@@ -134,14 +134,9 @@ int psg_cpu_mean(psg_kernel_ctx_t *c) {
 }
 
 int psg_cpu_reduction_size(psg_kernel_ctx_t *c) {
-    const psg_tensor_t *x = c->inputs[0];
-    bool reduced[PSG_MAX_RANK];
-    if (psg_math_reduced_axes(c->node, x->shape.rank, reduced) < 0) return -1;
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    int64_t count = psg_math_reduced_count(c->node, &c->inputs[0]->shape);
+    psg_tensor_t *out = count < 0 ? NULL : psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    int64_t count = 1;
-    for (int i = 0; i < x->shape.rank; i++)
-        if (reduced[i]) count *= x->shape.dims[i];
     psg_tensor_f32(out)[0] = (float)count;
     return 0;
 }
