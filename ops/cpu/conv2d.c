@@ -122,12 +122,14 @@ static float *new_col(const conv_job_t *j, psg_buffer_t **buf) {
     return *buf ? (*buf)->data : NULL;
 }
 
-/* ---- Conv2D ---- */
+/* One chunk of nb images from b0, inside the part whose images start at
+ * `begin`; col is that part's column buffer. */
+typedef void (*chunk_fn)(conv_job_t *j, int64_t part, int64_t begin, int64_t b0, int64_t nb,
+                         float *col);
 
-static void forward_part(void *ctx, int64_t part, int64_t part_end) {
-    conv_job_t *j = ctx;
-    const psg_nn_geom_t *g = &j->g;
-    const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
+/* The body of every pass: each part of [part, part_end) gets its own column
+ * buffer and walks its images chunk by chunk. */
+static void run_parts(conv_job_t *j, int64_t part, int64_t part_end, chunk_fn chunk) {
     for (; part < part_end; part++) {
         int64_t begin, end;
         part_range(j, part, &begin, &end);
@@ -137,15 +139,28 @@ static void forward_part(void *ctx, int64_t part, int64_t part_end) {
             j->failed = 1;
             return;
         }
-        for (int64_t b0 = begin; b0 < end; b0 += j->chunk) {
-            int64_t nb = end - b0 < j->chunk ? end - b0 : j->chunk;
-            for (int64_t i = 0; i < nb; i++)
-                im2col(g, j->x + (b0 + i) * in_img, col + i * rows_img * j->k);
-            psg_gemm_f32(j->gemm_pool, false, false, nb * rows_img, g->oc, j->k, 1.0f, col, j->k,
-                         j->w, g->oc, 0.0f, j->y + b0 * rows_img * g->oc, g->oc);
-        }
+        for (int64_t b0 = begin; b0 < end; b0 += j->chunk)
+            chunk(j, part, begin, b0, end - b0 < j->chunk ? end - b0 : j->chunk, col);
         psg_buffer_unref(&buf);
     }
+}
+
+/* ---- Conv2D ---- */
+
+static void forward_chunk(conv_job_t *j, int64_t part, int64_t begin, int64_t b0, int64_t nb,
+                          float *col) {
+    (void)part;
+    (void)begin;
+    const psg_nn_geom_t *g = &j->g;
+    const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
+    for (int64_t i = 0; i < nb; i++)
+        im2col(g, j->x + (b0 + i) * in_img, col + i * rows_img * j->k);
+    psg_gemm_f32(j->gemm_pool, false, false, nb * rows_img, g->oc, j->k, 1.0f, col, j->k, j->w,
+                 g->oc, 0.0f, j->y + b0 * rows_img * g->oc, g->oc);
+}
+
+static void forward_part(void *ctx, int64_t part, int64_t part_end) {
+    run_parts(ctx, part, part_end, forward_chunk);
 }
 
 static int conv_setup(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shape_t *filter,
@@ -180,28 +195,20 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
 
 /* ---- Conv2DBackpropInput: dx = col2im(dy * W^T) ---- */
 
-static void backprop_input_part(void *ctx, int64_t part, int64_t part_end) {
-    conv_job_t *j = ctx;
+static void backprop_input_chunk(conv_job_t *j, int64_t part, int64_t begin, int64_t b0,
+                                 int64_t nb, float *col) {
+    (void)part;
+    (void)begin;
     const psg_nn_geom_t *g = &j->g;
     const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
-    for (; part < part_end; part++) {
-        int64_t begin, end;
-        part_range(j, part, &begin, &end);
-        psg_buffer_t *buf;
-        float *col = new_col(j, &buf);
-        if (!col) {
-            j->failed = 1;
-            return;
-        }
-        for (int64_t b0 = begin; b0 < end; b0 += j->chunk) {
-            int64_t nb = end - b0 < j->chunk ? end - b0 : j->chunk;
-            psg_gemm_f32(j->gemm_pool, false, true, nb * rows_img, j->k, g->oc, 1.0f,
-                         j->dy + b0 * rows_img * g->oc, g->oc, j->w, g->oc, 0.0f, col, j->k);
-            for (int64_t i = 0; i < nb; i++)
-                col2im(g, col + i * rows_img * j->k, j->dx + (b0 + i) * in_img);
-        }
-        psg_buffer_unref(&buf);
-    }
+    psg_gemm_f32(j->gemm_pool, false, true, nb * rows_img, j->k, g->oc, 1.0f,
+                 j->dy + b0 * rows_img * g->oc, g->oc, j->w, g->oc, 0.0f, col, j->k);
+    for (int64_t i = 0; i < nb; i++)
+        col2im(g, col + i * rows_img * j->k, j->dx + (b0 + i) * in_img);
+}
+
+static void backprop_input_part(void *ctx, int64_t part, int64_t part_end) {
+    run_parts(ctx, part, part_end, backprop_input_chunk);
 }
 
 /* With stride 1, dx is a forward conv of dy with the filter turned 180
@@ -256,30 +263,20 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
 
 /* ---- Conv2DBackpropFilter: dW = sum over images of col^T * dy ---- */
 
-static void backprop_filter_part(void *ctx, int64_t part, int64_t part_end) {
-    conv_job_t *j = ctx;
+/* Part 0 accumulates into dw, the others into their own partial sums. */
+static void backprop_filter_chunk(conv_job_t *j, int64_t part, int64_t begin, int64_t b0,
+                                  int64_t nb, float *col) {
     const psg_nn_geom_t *g = &j->g;
     const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
-    for (; part < part_end; part++) {
-        int64_t begin, end;
-        part_range(j, part, &begin, &end);
-        float *dw = part == 0 ? j->dw : j->partial + (part - 1) * j->k * g->oc;
-        psg_buffer_t *buf;
-        float *col = new_col(j, &buf);
-        if (!col) {
-            j->failed = 1;
-            return;
-        }
-        for (int64_t b0 = begin; b0 < end; b0 += j->chunk) {
-            int64_t nb = end - b0 < j->chunk ? end - b0 : j->chunk;
-            for (int64_t i = 0; i < nb; i++)
-                im2col(g, j->x + (b0 + i) * in_img, col + i * rows_img * j->k);
-            psg_gemm_f32(j->gemm_pool, true, false, j->k, g->oc, nb * rows_img, 1.0f, col, j->k,
-                         j->dy + b0 * rows_img * g->oc, g->oc, b0 == begin ? 0.0f : 1.0f, dw,
-                         g->oc);
-        }
-        psg_buffer_unref(&buf);
-    }
+    float *dw = part == 0 ? j->dw : j->partial + (part - 1) * j->k * g->oc;
+    for (int64_t i = 0; i < nb; i++)
+        im2col(g, j->x + (b0 + i) * in_img, col + i * rows_img * j->k);
+    psg_gemm_f32(j->gemm_pool, true, false, j->k, g->oc, nb * rows_img, 1.0f, col, j->k,
+                 j->dy + b0 * rows_img * g->oc, g->oc, b0 == begin ? 0.0f : 1.0f, dw, g->oc);
+}
+
+static void backprop_filter_part(void *ctx, int64_t part, int64_t part_end) {
+    run_parts(ctx, part, part_end, backprop_filter_chunk);
 }
 
 /* inputs: x (N, H, W, C), filter (only its shape is read), dy (N, OH, OW, OC) */
