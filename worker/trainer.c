@@ -340,8 +340,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     if (!t.it) goto done;
     if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
     int64_t start_step = 0;
-    /* checkpoints, summaries and traces work on a local session; in a cluster they are
-     * not wired yet (docs/distributed.md): metrics.jsonl only */
+    /* the local hooks checkpoint and trace a local session; in a cluster the chief
+     * checkpoints through the ps tasks and traces through their servers
+     * (worker/cluster_ckpt.c, started below), so the local hooks keep out of it */
     psg_train_config_t hc = *c;
     if (t.cluster) {
         hc.logdir = NULL;
