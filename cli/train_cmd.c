@@ -39,6 +39,8 @@ static void train_usage(FILE *f) {
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
+            "  --overlap on|off         async: the next step starts while the ps applies this one's\n"
+            "                           gradients (default on; off: each step waits for its updates)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
@@ -89,6 +91,10 @@ int psg_cmd_train(int argc, char **argv) {
         }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
         else if (!strcmp(a, "--sync")) c.sync = v;
+        else if (!strcmp(a, "--overlap")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) rc = psg_error_set("--overlap: '%s' is not on or off", v);
+            c.no_overlap = !strcmp(v, "off");
+        }
         else if (!strcmp(a, "--replicas-to-aggregate")) { rc = parse_num(a, v, 1, 1e6, &x); c.replicas_to_aggregate = (int)x; }
         else if (!strcmp(a, "--backup-workers")) { rc = parse_num(a, v, 0, 1e6, &x); c.backup_workers = (int)x; }
         else if (!strcmp(a, "--straggler")) {

@@ -182,6 +182,55 @@ static void test_placement_and_steps(psg_dist_session_t *s, model_t *m) {
     psg_tensor_destroy(&r);
 }
 
+/* ---- overlapped steps (async training) ---- */
+
+static int ps_of_w_small(const model_t *m) {
+    const psg_node_t *v = psg_graph_node(m->g, psg_graph_find(m->g, "w_small"));
+    return strstr(psg_node_assigned_device(v), "/task:1/") ? 1 : 0;
+}
+
+static void test_overlap(psg_dist_session_t *s, model_t *m) {
+    psg_dist_callable_t *add = psg_dist_session_make_callable(s, 1, &m->x, 0, NULL, 1, &m->add);
+    psg_dist_callable_t *read = psg_dist_session_make_callable(s, 0, NULL, 1, &m->r_small, 0, NULL);
+    CHECK(add && read);
+    if (!add || !read) return;
+    psg_dist_callable_set_overlap(read, true);
+    CHECK(!psg_dist_callable_overlaps(read)); /* its fetch comes from a ps */
+    psg_dist_callable_set_overlap(add, true);
+    CHECK(psg_dist_callable_overlaps(add));
+    float v[10];
+    for (int i = 0; i < 10; i++) v[i] = (float)i;
+    psg_shape_t s10 = psg_shape_1d(10);
+    psg_tensor_t *x = psg_test_tensor(&s10, v), *before = NULL, *after = NULL;
+    CHECK(psg_dist_callable_run(read, NULL, &before) == 0);
+    for (int i = 0; i < 5; i++) CHECK(psg_dist_callable_run(add, &x, NULL) == 0);
+    /* another callable's run waits for the open step: every update is in */
+    CHECK(psg_dist_callable_run(read, NULL, &after) == 0);
+    if (before && after) CHECK_NEAR(psg_tensor_f32(after)[9] - psg_tensor_f32(before)[9], 2.0 * 9 * 5, 1e-3);
+    psg_tensor_destroy(&before);
+    psg_tensor_destroy(&after);
+    /* a stopped ps: the overlapped step returns at once; waiting for it names the task */
+    int k = ps_of_w_small(m);
+    char task[64];
+    snprintf(task, sizeof task, "/job:ps/replica:0/task:%d", k);
+    kill(ps_pid[k], SIGSTOP);
+    CHECK(psg_dist_callable_run(add, &x, NULL) == 0);
+    CHECK(psg_dist_session_drain(s) < 0);
+    CHECK_ERROR_HAS(task);
+    CHECK_ERROR_HAS("no reply to RunGraph");
+    CHECK(psg_dist_session_drain(s) == 0); /* reported once */
+    kill(ps_pid[k], SIGCONT);
+    /* the session goes on: its connection to that ps is made again (a step may time out
+     * while it is) */
+    psg_dist_callable_set_overlap(add, false);
+    bool ok = false;
+    for (int i = 0; i < 3 && !ok; i++) ok = psg_dist_callable_run(add, &x, NULL) == 0;
+    CHECK(ok);
+    CHECK(psg_dist_callable_run(read, NULL, &after) == 0);
+    psg_tensor_destroy(&after);
+    psg_tensor_destroy(&x);
+}
+
 /* ---- a live server fed hostile requests ---- */
 
 /* Sends raw frames on a fresh DEALER; returns whether any reply came within wait_ms. */
@@ -355,8 +404,7 @@ static void test_hostile(int port) {
 
 /* Kills the ps holding w_small; returns its index. */
 static int test_killed_ps(psg_dist_session_t *s, model_t *m) {
-    const psg_node_t *v = psg_graph_node(m->g, psg_graph_find(m->g, "w_small"));
-    int k = strstr(psg_node_assigned_device(v), "/task:1/") ? 1 : 0;
+    int k = ps_of_w_small(m);
     char task[64];
     snprintf(task, sizeof task, "/job:ps/replica:0/task:%d", k);
     reap(&ps_pid[k], SIGKILL);
@@ -411,6 +459,9 @@ int main(int argc, char **argv) {
             int before = psg_test_failures;
             test_placement_and_steps(s, &m);
             printf("%s test_placement_and_steps\n", psg_test_failures == before ? "ok  " : "FAIL");
+            before = psg_test_failures;
+            test_overlap(s, &m);
+            printf("%s test_overlap\n", psg_test_failures == before ? "ok  " : "FAIL");
             before = psg_test_failures;
             test_hostile(ports[1]);
             test_hostile(ports[0]);

@@ -107,6 +107,7 @@ static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) 
     ps_task(i, task, sizeof task);
     *tensors = 0;
     if (step < 0) return psg_dist_session_run_init_on(h->ds, task);
+    (void)psg_dist_session_drain(h->ds); /* a step open on a restarted ps failed with it */
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_RESTORE_SHARD);
     snprintf(key, sizeof key, "%d/%d", i, h->nps);
     if (!m || psg_msg_set_key(m, key) < 0 ||
@@ -213,6 +214,8 @@ static void *save_one(void *arg) {
 /* The chief's save at `step`: every ps writes its shard at once, then the index, the prune. */
 static int save(psg_cluster_ckpt_t *h, int64_t step) {
     double t0 = now_sec();
+    /* the shards hold every update of the steps before: the last overlapped one applied */
+    if (psg_dist_session_drain(h->ds) < 0) return psg_error_wrap("checkpoint at step %" PRId64, step);
     save_job_t *jobs = calloc((size_t)h->nps, sizeof *jobs);
     pthread_t *th = calloc((size_t)h->nps, sizeof *th);
     bool *started = calloc((size_t)h->nps, sizeof *started);
@@ -305,6 +308,7 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
 }
 
 int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, const char *prefix) {
+    if (psg_dist_session_drain(h->ds) < 0) return psg_error_wrap("--trace");
     for (int i = 0; i < h->nps; i++) {
         char task[PSG_DEVICE_NAME_MAX], key[64], path[4096];
         ps_task(i, task, sizeof task);

@@ -28,10 +28,20 @@ typedef struct {
 typedef struct {
     int peer;        /* index into the session's peers; -1: local */
     uint64_t handle; /* on that task */
+} part_run_t;
+
+/* A step's RunGraph requests to the remote partitions, one entry per partition. */
+typedef struct {
     uint64_t pending_id;
     bool waiting;
-    bool unreachable; /* this step: the RunGraph could not be sent (send no notes) */
-} part_run_t;
+    bool unreachable; /* the RunGraph could not be sent (send no notes) */
+    psg_msg_t *reply; /* arrived, not yet read (a reply of the other open step) */
+} part_req_t;
+
+typedef struct {
+    int64_t step;
+    part_req_t *reqs; /* one per partition */
+} step_reqs_t;
 
 struct psg_dist_callable {
     psg_dist_session_t *s;
@@ -41,6 +51,10 @@ struct psg_dist_callable {
     psg_partition_set_t *set;
     part_run_t *runs; /* one per partition */
     int local;        /* the partition this process runs, or -1 */
+    bool overlap;     /* psg_dist_callable_set_overlap, and no remote partition fetches */
+    /* cur: the step being run; open: an overlapped step whose remote partitions may
+     * still run (valid while the session's open callable is this one) */
+    step_reqs_t cur, open;
 };
 
 struct psg_dist_session {
@@ -56,6 +70,7 @@ struct psg_dist_session {
     psg_dist_callable_t **callables;
     int n_callables;
     int64_t step_base, step_counter;
+    psg_dist_callable_t *open; /* the callable with an overlapped step still open, or NULL */
 };
 
 psg_replica_setter_t *psg_dist_replica_setter_new(const psg_cluster_t *cluster,
@@ -126,8 +141,21 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
     return s;
 }
 
+static void reqs_clear(step_reqs_t *r, int np) {
+    for (int k = 0; r->reqs && k < np; k++) {
+        psg_msg_destroy(&r->reqs[k].reply);
+        r->reqs[k] = (part_req_t){0};
+    }
+}
+
 static void callable_free(psg_dist_callable_t *c) {
     if (!c) return;
+    if (c->set) {
+        reqs_clear(&c->cur, c->set->num_partitions);
+        reqs_clear(&c->open, c->set->num_partitions);
+    }
+    free(c->cur.reqs);
+    free(c->open.reqs);
     free(c->feeds);
     free(c->fetches);
     free(c->targets);
@@ -140,6 +168,7 @@ void psg_dist_session_destroy(psg_dist_session_t **sp) {
     if (!sp || !*sp) return;
     psg_dist_session_t *s = *sp;
     *sp = NULL;
+    (void)psg_dist_session_drain(s); /* the error of a step nobody waits for any more */
     for (int i = 0; i < s->n_callables; i++) callable_free(s->callables[i]);
     free(s->callables);
     for (int i = 0; i < s->n_peers; i++) psg_client_destroy(&s->peers[i].client);
@@ -227,6 +256,48 @@ static int register_partition(psg_dist_session_t *s, const psg_partition_t *p, p
     return rc;
 }
 
+/* The targets with every group (a NoOp target) replaced by its control inputs, recursively:
+ * running a group only means running its members, and a group on this worker over updates
+ * on the ps tasks would otherwise make the worker's partition wait for each update
+ * (a control Recv per update), which an overlapped step must not. Malloc'ed; NULL with the
+ * error set. */
+static int *expand_groups(const psg_graph_t *g, int n, const int *targets, int *n_out) {
+    int cap = n + 16, m = 0, top = 0;
+    int *out = malloc((size_t)cap * sizeof *out), *stack = malloc((size_t)cap * sizeof *stack);
+    if (!out || !stack) goto oom;
+    for (int i = n - 1; i >= 0; i--) stack[top++] = targets[i];
+    while (top > 0) {
+        int id = stack[--top];
+        const psg_node_t *node = id >= 0 && id < psg_graph_num_nodes(g) ? psg_graph_node(g, id) : NULL;
+        bool group = node && !strcmp(psg_node_op(node), "NoOp") && psg_node_num_inputs(node) == 0 &&
+                     psg_node_num_controls(node) > 0;
+        int need = group ? psg_node_num_controls(node) : 1;
+        if (top + need > cap || m + 1 > cap) {
+            cap = 2 * (cap + need);
+            int *o = realloc(out, (size_t)cap * sizeof *o);
+            if (o) out = o;
+            int *st = o ? realloc(stack, (size_t)cap * sizeof *st) : NULL;
+            if (!st) goto oom;
+            stack = st;
+        }
+        if (!group) {
+            bool seen = false;
+            for (int j = 0; j < m && !seen; j++) seen = out[j] == id;
+            if (!seen) out[m++] = id; /* an id out of range is the partitioner's to name */
+            continue;
+        }
+        for (int j = need - 1; j >= 0; j--) stack[top++] = psg_node_control(node, j);
+    }
+    free(stack);
+    *n_out = m;
+    return out;
+oom:
+    free(out);
+    free(stack);
+    psg_error_set("out of memory");
+    return NULL;
+}
+
 psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
                                                     const psg_endpoint_t *feeds, int n_fetches,
                                                     const psg_endpoint_t *fetches,
@@ -254,11 +325,16 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     if (n_feeds) memcpy(c->feeds, feeds, (size_t)n_feeds * sizeof *feeds);
     if (n_fetches) memcpy(c->fetches, fetches, (size_t)n_fetches * sizeof *fetches);
     if (n_targets) memcpy(c->targets, targets, (size_t)n_targets * sizeof *targets);
-    c->set = psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_targets, targets, NULL);
+    int n_run = 0, *run_targets = expand_groups(s->g, n_targets, targets, &n_run);
+    if (!run_targets) goto fail;
+    c->set = psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_run, run_targets, NULL);
+    free(run_targets);
     if (!c->set) goto fail;
     int np = c->set->num_partitions;
     c->runs = calloc((size_t)np + 1, sizeof *c->runs);
-    if (!c->runs) {
+    c->cur.reqs = calloc((size_t)np + 1, sizeof *c->cur.reqs);
+    c->open.reqs = calloc((size_t)np + 1, sizeof *c->open.reqs);
+    if (!c->runs || !c->cur.reqs || !c->open.reqs) {
         psg_error_set("out of memory");
         goto fail;
     }
@@ -303,10 +379,27 @@ static void send_note(peer_t *peer, const char *op, int64_t step, const char *ke
     psg_client_send(peer->client, &m, NULL);
 }
 
-/* Collects the RunGraph replies of the remote partitions until deadline. The first
- * failure (in partition order of arrival) goes into err. */
-static void collect(psg_dist_callable_t *c, int64_t step, int64_t deadline, psg_tensor_t **fetched,
-                    char *err, size_t errsize) {
+/* Files a reply of this callable into the open or the current step it answers; replies of
+ * neither (earlier requests that timed out) are dropped. */
+static void file_reply(psg_dist_callable_t *c, int k, psg_msg_t *m) {
+    step_reqs_t *both[2] = {&c->cur, &c->open};
+    for (int i = 0; i < 2; i++) {
+        part_req_t *q = &both[i]->reqs[k];
+        if (q->waiting && m->id == q->pending_id) {
+            q->waiting = false;
+            psg_msg_destroy(&q->reply);
+            q->reply = m;
+            return;
+        }
+    }
+    psg_msg_destroy(&m);
+}
+
+/* Collects the RunGraph replies of step r's remote partitions until deadline (replies of
+ * the callable's other step in flight are kept for later), then reads them: fetches into
+ * fetched (NULL: the step fetches nothing remotely), the first failure into err. */
+static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
+                    psg_tensor_t **fetched, char *err, size_t errsize) {
     psg_dist_session_t *s = c->s;
     int np = c->set->num_partitions;
     zmq_pollitem_t items[64];
@@ -314,63 +407,107 @@ static void collect(psg_dist_callable_t *c, int64_t step, int64_t deadline, psg_
     for (;;) {
         int n = 0;
         for (int k = 0; k < np && n < 64; k++) {
-            if (!c->runs[k].waiting) continue;
+            if (!r->reqs[k].waiting) continue;
             item_part[n] = k;
             items[n++] = (zmq_pollitem_t){psg_client_socket(s->peers[c->runs[k].peer].client), 0,
                                           ZMQ_POLLIN, 0};
         }
-        if (n == 0) return;
+        if (n == 0) break;
         int64_t left = deadline - psg_codec_now_ms();
         if (left <= 0) break;
         if (zmq_poll(items, n, (long)left) < 0) continue;
         for (int i = 0; i < n; i++) {
             if (!(items[i].revents & ZMQ_POLLIN)) continue;
-            part_run_t *run = &c->runs[item_part[i]];
-            peer_t *peer = &s->peers[run->peer];
+            peer_t *peer = &s->peers[c->runs[item_part[i]].peer];
             for (;;) {
                 psg_msg_t *m = NULL;
                 if (psg_client_recv(peer->client, &m, 0) <= 0) break;
-                if (run->waiting && m->id == run->pending_id) {
-                    run->waiting = false;
-                    const psg_partition_t *p = &c->set->partitions[item_part[i]];
-                    if (m->kind == PSG_MSG_ERROR) {
-                        if (!err[0]) snprintf(err, errsize, "%s", m->error ? m->error : "error");
-                    } else if (m->ntensors != p->num_fetches) {
-                        if (!err[0])
-                            snprintf(err, errsize, "task %s: RunGraph replied %d tensors, expected %d",
-                                     peer->task, m->ntensors, p->num_fetches);
-                    } else {
-                        for (int j = 0; j < p->num_fetches; j++)
-                            fetched[p->fetch_index[j]] = psg_tensor_ref(m->tensors[j]);
-                    }
-                }
-                psg_msg_destroy(&m); /* late replies of earlier requests: dropped */
+                file_reply(c, item_part[i], m);
             }
         }
     }
-    /* the deadline passed: name the first silent task */
     for (int k = 0; k < np; k++) {
-        part_run_t *run = &c->runs[k];
-        if (!run->waiting) continue;
-        run->waiting = false;
-        peer_t *peer = &s->peers[run->peer];
-        if (!err[0])
-            snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
-                     " within %" PRId64 " ms (task down or stuck)", peer->task, peer->address,
-                     step, s->timeout_ms);
-        psg_client_reset(peer->client);
+        part_req_t *q = &r->reqs[k];
+        if (c->runs[k].peer < 0) continue;
+        peer_t *peer = &s->peers[c->runs[k].peer];
+        const psg_partition_t *p = &c->set->partitions[k];
+        psg_msg_t *m = q->reply;
+        if (q->waiting) { /* the deadline passed: name the first silent task */
+            q->waiting = false;
+            if (!err[0])
+                snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
+                         " within %" PRId64 " ms (task down or stuck)", peer->task, peer->address,
+                         r->step, s->timeout_ms);
+            psg_client_reset(peer->client);
+        } else if (!m) {
+            continue; /* not sent */
+        } else if (m->kind == PSG_MSG_ERROR) {
+            if (!err[0]) snprintf(err, errsize, "%s", m->error ? m->error : "error");
+        } else if (m->ntensors != p->num_fetches) {
+            if (!err[0])
+                snprintf(err, errsize, "task %s: RunGraph replied %d tensors, expected %d",
+                         peer->task, m->ntensors, p->num_fetches);
+        } else if (fetched) {
+            for (int j = 0; j < p->num_fetches; j++)
+                fetched[p->fetch_index[j]] = psg_tensor_ref(m->tensors[j]);
+        }
+        psg_msg_destroy(&q->reply);
     }
 }
+
+/* The end of step r, failed (err set) or not: the other tasks abort it, the local
+ * rendezvous forgets it. A step that succeeded left nothing behind on the other tasks:
+ * every Send was received, every pull answered. A failed one may have: tensors, waiters,
+ * an abort to forget. */
+static void end_step(psg_dist_callable_t *c, step_reqs_t *r, const char *err) {
+    psg_dist_session_t *s = c->s;
+    int np = c->set->num_partitions;
+    if (err[0] && c->local >= 0) psg_task_server_abort_step(s->server, r->step, err);
+    for (int k = 0; err[0] && k < np; k++)
+        if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)
+            send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, r->step, NULL);
+    psg_task_server_cleanup_step(s->server, r->step);
+    reqs_clear(r, np);
+}
+
+/* Waits for the open step of an overlapped callable and ends it. -1 with the step's
+ * error. */
+static int close_open_step(psg_dist_callable_t *c) {
+    if (c->s->open != c) return 0;
+    c->s->open = NULL;
+    char err[2048] = "";
+    collect(c, &c->open, psg_codec_now_ms() + c->s->timeout_ms, NULL, err, sizeof err);
+    int64_t step = c->open.step;
+    end_step(c, &c->open, err);
+    if (err[0]) return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
+    return 0;
+}
+
+int psg_dist_session_drain(psg_dist_session_t *s) {
+    return s->open ? close_open_step(s->open) : 0;
+}
+
+void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
+    bool remote_fetches = false;
+    for (int k = 0; k < c->set->num_partitions; k++)
+        remote_fetches |= c->runs[k].peer >= 0 && c->set->partitions[k].num_fetches > 0;
+    c->overlap = on && !remote_fetches;
+}
+
+bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) { return c->overlap; }
 
 int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_values,
                           psg_tensor_t **fetched) {
     psg_dist_session_t *s = c->s;
+    /* another callable's open step ends first: its updates come before this step */
+    if (s->open && s->open != c && psg_dist_session_drain(s) < 0) return -1;
     int np = c->set->num_partitions;
-    int64_t step = s->step_base | (++s->step_counter & 0x7fffffff);
+    step_reqs_t *r = &c->cur;
+    r->step = s->step_base | (++s->step_counter & 0x7fffffff);
+    int64_t step = r->step;
     int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
     char err[2048] = "";
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
-    for (int k = 0; k < np; k++) c->runs[k].unreachable = false;
     for (int k = 0; k < np && !err[0]; k++) {
         part_run_t *run = &c->runs[k];
         if (run->peer < 0) continue;
@@ -382,13 +519,13 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         for (int i = 0; rc == 0 && i < p->num_feeds; i++)
             rc = psg_msg_add_tensor(m, NULL, feed_values[p->feed_index[i]]);
         if (m) m->step = step;
-        if (rc == 0) rc = psg_client_send(s->peers[run->peer].client, &m, &run->pending_id);
+        if (rc == 0) rc = psg_client_send(s->peers[run->peer].client, &m, &r->reqs[k].pending_id);
         psg_msg_destroy(&m);
-        run->unreachable = rc < 0;
+        r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
             snprintf(err, sizeof err, "task %s: %s", s->peers[run->peer].task, psg_error_message());
         else
-            run->waiting = true;
+            r->reqs[k].waiting = true;
     }
     if (!err[0] && c->local >= 0) {
         const psg_partition_t *p = &c->set->partitions[c->local];
@@ -403,20 +540,28 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
                 for (int i = 0; i < p->num_fetches; i++) fetched[p->fetch_index[i]] = lx[i];
         }
     }
+    /* the previous overlapped step: its remote partitions ran beside this one's start */
+    int64_t failed_step = step;
+    if (s->open == c && close_open_step(c) < 0 && !err[0]) {
+        snprintf(err, sizeof err, "%s", psg_error_message());
+        failed_step = -1; /* the message names its step */
+    }
     if (err[0]) /* tell the others now, so that they stop waiting for this step */
         for (int k = 0; k < np; k++)
-            if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
+            if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)
                 send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
-    collect(c, step, deadline, fetched, err, sizeof err);
-    if (err[0] && c->local >= 0) psg_task_server_abort_step(s->server, step, err);
-    /* A step that succeeded left nothing behind: every Send was received, every pull
-     * answered. A failed one may have: tensors, waiters, an abort to forget. */
-    for (int k = 0; err[0] && k < np; k++)
-        if (c->runs[k].peer >= 0 && !c->runs[k].unreachable)
-            send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, step, NULL);
-    psg_task_server_cleanup_step(s->server, step);
+    if (!err[0] && c->overlap) { /* leave it open: the next step starts now */
+        step_reqs_t t = c->open;
+        c->open = c->cur;
+        c->cur = t;
+        s->open = c;
+        return 0;
+    }
+    collect(c, r, deadline, fetched, err, sizeof err);
+    end_step(c, r, err);
     if (err[0]) {
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
+        if (failed_step < 0) return psg_error_set("%s", err);
         return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
     }
     return 0;
@@ -465,6 +610,7 @@ static psg_msg_t *call_task(psg_dist_session_t *s, const char *task, psg_msg_t *
 }
 
 int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
+    if (psg_dist_session_drain(s) < 0) return -1;
     if (place(s) < 0) return -1;
     /* the variables of the graph, grouped by the task their handle sits on */
     int nn = psg_graph_num_nodes(s->g), rc = 0;
@@ -521,6 +667,7 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
 }
 
 int psg_dist_session_job_done(psg_dist_session_t *s) {
+    if (psg_dist_session_drain(s) < 0) return -1;
     int nps = psg_cluster_num_tasks(s->cluster, "ps"), rc = 0;
     char first[2048] = "";
     for (int i = 0; i < nps; i++) {
@@ -540,6 +687,7 @@ int psg_dist_session_job_done(psg_dist_session_t *s) {
 }
 
 int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_ms) {
+    if (psg_dist_session_drain(s) < 0) return -1;
     if (n <= 0 || psg_cluster_num_tasks(s->cluster, "ps") == 0) return 0;
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_WAIT_DONE);
     if (!m) return psg_error_set("out of memory");
@@ -551,6 +699,7 @@ int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_
 }
 
 char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task) {
+    if (psg_dist_session_drain(s) < 0) return NULL;
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_INSPECT);
     psg_msg_t *r = m ? call_task(s, task, &m, s->timeout_ms) : NULL;
     if (!r) return NULL;
@@ -572,6 +721,7 @@ psg_msg_t *psg_dist_session_call(psg_dist_session_t *s, const char *task, psg_ms
 }
 
 int psg_dist_session_reregister(psg_dist_session_t *s) {
+    (void)psg_dist_session_drain(s); /* a restarted task lost that step anyway */
     for (int i = 0; i < s->n_callables; i++) {
         psg_dist_callable_t *c = s->callables[i];
         for (int k = 0; k < c->set->num_partitions; k++)

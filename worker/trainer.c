@@ -205,6 +205,9 @@ static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
     /* the variables are initialized, restored or waited for by worker/cluster_ckpt.c */
     t->dstep = psg_dist_session_make_callable(t->dsess, n_feeds, feeds, 1, &loss, 1, &train_op);
     t->deval = t->dstep ? psg_dist_session_make_callable(t->dsess, 2, feeds, 1, &correct, 0, NULL) : NULL;
+    /* async: the next step's variable reads travel while the ps applies this step's
+     * gradients (dist_session.h); sync steps are the sync-replicas runner's */
+    if (t->dstep && !t->sync && !c->no_overlap) psg_dist_callable_set_overlap(t->dstep, true);
     return t->deval ? 0 : psg_error_wrap("%s", t->task);
 }
 
@@ -445,6 +448,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         r->steps = step + 1;
         if (over) break; /* sync: the token queue closed */
     }
+    if (t.dsess && psg_dist_session_drain(t.dsess) < 0) goto done; /* the last overlapped step */
     if (t.sync && psg_sync_train_finish(t.sync) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
     r->final_loss = last_loss;

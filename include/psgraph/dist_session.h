@@ -53,6 +53,20 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
  * is aborted and cleaned up on every task either way. */
 int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_values,
                           psg_tensor_t **fetched);
+/* Overlapped steps, for async training: a run returns once this worker's partition is
+ * done, while the other tasks may still run the step (the ps applying the gradients it
+ * pulls); the next run of this callable sends its RunGraphs and runs its own partition
+ * first, then waits for that step, so that the next step's variable reads travel while the
+ * last step's updates are applied. A failure of the open step fails the next run, naming
+ * the step. The session's other requests (another callable's run, wait_init, job_done,
+ * wait_workers, inspect, destroy) first wait for the open step; psg_dist_session_call does
+ * not (threads may make calls at once to distinct tasks): drain first. Takes effect only when no other task's
+ * partition fetches a tensor. Off by default. */
+void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on);
+bool psg_dist_callable_overlaps(const psg_dist_callable_t *c);
+/* Waits for the open step of an overlapped callable, if any. -1 with its error. */
+int psg_dist_session_drain(psg_dist_session_t *s);
+
 /* Tasks a callable runs on (for tests and logs). */
 int psg_dist_callable_num_tasks(const psg_dist_callable_t *c);
 

@@ -34,6 +34,8 @@ typedef struct {
     const char *job;        /* with cluster_file: this process's job ("worker") */
     int task;               /* and index */
     int64_t step_timeout_ms; /* a distributed step fails after this long; 0: 30000 */
+    bool no_overlap;         /* async: each step waits for the ps to apply its gradients
+                                (default: the next step's reads overlap the apply) */
     /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */
     int replicas_to_aggregate;       /* N; 0: the workers - backup_workers */
     int backup_workers;              /* b */
