@@ -481,6 +481,26 @@ static void test_train_resumes(void) {
     CHECK(gs && psg_tensor_i64(gs)[0] == 60);
     psg_tensor_destroy(&gs);
     psg_checkpoint_destroy(&at60);
+    /* resuming is exact: the same variables as one run of 100 steps (the batches went on
+     * from step 60, the momentum slots were restored) */
+    char straight[64];
+    CHECK(make_tmpdir(straight, sizeof straight));
+    CHECK(run_train(straight, 100, &r, &out) == 0 && r.steps == 100);
+    free(out);
+    psg_checkpoint_t *one = NULL, *two = NULL;
+    CHECK(psg_checkpoint_open_latest(straight, -1, NULL, NULL, &one) == 1 && one);
+    CHECK(psg_checkpoint_open_latest(dir, -1, NULL, NULL, &two) == 1 && two);
+    const char *names[] = {"model/fc1/weights", "model/fc3/biases", "model/fc1/weights/Momentum"};
+    for (int i = 0; one && two && i < 3; i++) {
+        psg_tensor_t *a = psg_checkpoint_read(one, names[i]), *b = psg_checkpoint_read(two, names[i]);
+        CHECK(a && b && psg_tensor_nbytes(a) == psg_tensor_nbytes(b));
+        if (a && b) CHECK(memcmp(a->data, b->data, psg_tensor_nbytes(a)) == 0);
+        psg_tensor_destroy(&a);
+        psg_tensor_destroy(&b);
+    }
+    psg_checkpoint_destroy(&one);
+    psg_checkpoint_destroy(&two);
+    rm_rf(straight);
     /* a corrupt newest checkpoint: reported by name, the previous one used */
     snprintf(path, sizeof path, "%s/model.ckpt-100-00000-of-00001.safetensors", dir);
     damage(path, 100, false);

@@ -404,12 +404,52 @@ static void test_broken_files(void) {
     CHECK(rmdir(dir) == 0);
 }
 
+/* A resumed run reads on where it stopped: start_batch k gives the batches a fresh
+ * iterator gives after k, across an epoch's end, sharded and prefetched alike. */
+static void test_start_batch(void) {
+    psg_shape_t ex = {3, {2, 2, 1}};
+    psg_dataset_t *ds = psg_dataset_synthetic(50, &ex, 10, 5);
+    psg_batch_iter_options_t o = psg_batch_iter_train_options(4, 9);
+    o.num_shards = 2;
+    o.shard_index = 1; /* 6 batches an epoch */
+    psg_batch_iter_t *fresh = psg_batch_iter_new(ds, &o);
+    o.start_batch = 4;
+    psg_batch_iter_t *resumed = psg_batch_iter_new(ds, &o);
+    CHECK(fresh && resumed);
+    psg_tensor_t *a = NULL, *al = NULL, *b = NULL, *bl = NULL;
+    for (int i = 0; fresh && i < 4; i++) {
+        CHECK(psg_batch_iter_next(fresh, &a, &al) == 1);
+        psg_tensor_destroy(&a);
+        psg_tensor_destroy(&al);
+    }
+    for (int i = 0; fresh && resumed && i < 5; i++) {
+        CHECK(psg_batch_iter_next(fresh, &a, &al) == 1);
+        CHECK(psg_batch_iter_next(resumed, &b, &bl) == 1);
+        if (a && b) {
+            CHECK(memcmp(a->data, b->data, psg_tensor_nbytes(a)) == 0);
+            CHECK(memcmp(al->data, bl->data, psg_tensor_nbytes(al)) == 0);
+            CHECK(psg_batch_iter_epoch(fresh) == psg_batch_iter_epoch(resumed));
+        }
+        psg_tensor_destroy(&a);
+        psg_tensor_destroy(&al);
+        psg_tensor_destroy(&b);
+        psg_tensor_destroy(&bl);
+    }
+    CHECK(resumed && psg_batch_iter_epoch(resumed) == 1);
+    o.start_batch = -1;
+    CHECK(psg_batch_iter_new(ds, &o) == NULL);
+    psg_batch_iter_destroy(&fresh);
+    psg_batch_iter_destroy(&resumed);
+    psg_dataset_destroy(&ds);
+}
+
 int main(void) {
     RUN_TEST(test_fashion_mnist);
     RUN_TEST(test_epoch_order);
     RUN_TEST(test_train_batches);
     RUN_TEST(test_eval_batches_keep_the_tail);
     RUN_TEST(test_sharding);
+    RUN_TEST(test_start_batch);
     RUN_TEST(test_synthetic_and_prefetch);
     RUN_TEST(test_prefetch_propagates_errors);
     RUN_TEST(test_broken_files);

@@ -334,13 +334,6 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (t.setter) psg_graph_pop_device(t.g);
     if (make_runners(c, &t, n_feeds, feeds, loss_ep, m.correct, train_op) < 0) goto done;
-    psg_batch_iter_options_t io = psg_batch_iter_train_options(batch, c->seed);
-    if (t.cluster) {
-        io.num_shards = t.num_workers;
-        io.shard_index = t.rank;
-    }
-    t.it = psg_batch_iter_new(t.train, &io);
-    if (!t.it) goto done;
     if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
     int64_t start_step = 0;
     /* the local hooks checkpoint and trace a local session; in a cluster the chief
@@ -357,6 +350,14 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     if (t.sync && psg_sync_train_start(t.sync, t.dsess, t.cluster, t.server, t.chief, t.metrics) < 0)
         goto done;
     r->steps = start_step;
+    /* the batches go on where the restored step left them */
+    psg_batch_iter_options_t io = psg_batch_iter_train_options(batch, c->seed);
+    if (t.cluster) {
+        io.num_shards = t.num_workers;
+        io.shard_index = t.rank;
+    }
+    io.start_batch = start_step;
+    if (!(t.it = psg_batch_iter_new(t.train, &io))) goto done;
 
     int64_t per_epoch = psg_batch_iter_batches_per_epoch(t.it);
     int64_t total = c->steps > 0 ? c->steps : per_epoch * c->epochs;

@@ -115,10 +115,11 @@ psg_batch_iter_options_t psg_batch_iter_eval_options(int batch_size) {
 
 psg_batch_iter_t *psg_batch_iter_new(const psg_dataset_t *ds, const psg_batch_iter_options_t *opt) {
     int64_t n = psg_dataset_size(ds);
-    if (opt->batch_size <= 0 || opt->prefetch < 0 || opt->num_epochs < 0 ||
+    if (opt->batch_size <= 0 || opt->prefetch < 0 || opt->num_epochs < 0 || opt->start_batch < 0 ||
         (opt->num_shards > 1 && (opt->shard_index < 0 || opt->shard_index >= opt->num_shards))) {
-        psg_error_set("batch iterator: bad options (batch %d, shard %d of %d, prefetch %d)",
-                      opt->batch_size, opt->shard_index, opt->num_shards, opt->prefetch);
+        psg_error_set("batch iterator: bad options (batch %d, shard %d of %d, prefetch %d, start %lld)",
+                      opt->batch_size, opt->shard_index, opt->num_shards, opt->prefetch,
+                      (long long)opt->start_batch);
         return NULL;
     }
     int64_t per = batches_per_epoch(n, opt);
@@ -134,6 +135,8 @@ psg_batch_iter_t *psg_batch_iter_new(const psg_dataset_t *ds, const psg_batch_it
     it->p.opt = *opt;
     it->p.per_epoch = per;
     it->p.order_epoch = -1;
+    it->p.epoch = it->epoch = opt->start_batch / per;
+    it->p.next = opt->start_batch % per;
     it->p.order = malloc(sizeof(int64_t) * (size_t)n);
     it->p.idx = malloc(sizeof(int64_t) * (size_t)opt->batch_size);
     it->final_status = 1;

@@ -87,6 +87,8 @@ typedef struct {
     int shard_index;     /* this worker, in [0, num_shards) */
     int64_t num_epochs;  /* then psg_batch_iter_next returns 0; 0: forever */
     int prefetch;        /* batches a background thread keeps ready; 0: none */
+    int64_t start_batch; /* the first batch returned is this one of the sequence (0-based,
+                            epochs included): a resumed run reads on where it stopped */
 } psg_batch_iter_options_t;
 
 /* Training: shuffled by seed, full batches only, forever, 2 batches prefetched. */
