@@ -4,8 +4,36 @@
 # one JSON line per batch size with both figures and the ratio.
 #   bench/inception3.sh [batches, default 2,8] [steps, default 5]
 # The peer needs python3-torch and torchvision (PSG_WITH_PEERS=1 tools/install-deps.sh).
+# Scaling on this host: a local cluster of 1 ps and W = 1, 2 workers, then W = 2 with one
+# backup, tiny images (75x75, 10 classes), one JSON line each with the speedup over W = 1:
+#   bench/inception3.sh scaling [batch, default 4] [steps, default 4]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = scaling ]; then
+  batch=${2:-4}
+  steps=${3:-4}
+  bash tools/build.sh build >/dev/null || exit 1
+  base=""
+  for wb in 1:0 2:0 2:1; do
+    w=${wb%:*}
+    b=${wb#*:}
+    line=$(build/cli/psgraph bench inception3 --ps 1 --workers "$w" --backup-workers "$b" --image-size 75 \
+      --classes 10 --batch "$batch" --steps "$steps" --warmup 1 --log-every 1000 | grep '^{"bench"' | tail -1)
+    [ -n "$line" ] || { echo "{\"bench\":\"inception3\",\"workers\":$w,\"backup_workers\":$b,\"error\":\"no result\"}"; continue; }
+    [ -z "$base" ] && base=$line
+    LINE="$line" BASE="$base" python3 - <<'PY'
+import json, os
+d, base = json.loads(os.environ["LINE"]), json.loads(os.environ["BASE"])
+keep = ("ps", "workers", "backup_workers", "sync", "batch", "image_size", "threads", "images_per_sec",
+        "per_worker_images_per_sec", "gradients_used", "gradients_dropped", "step_ms_median", "step_ms_p90")
+out = {"bench": "inception3", "mode": "scaling", **{k: d.get(k) for k in keep}}
+out["speedup_vs_1_worker"] = round(d["images_per_sec"] / base["images_per_sec"], 3)
+out["cores"] = os.cpu_count()
+print(json.dumps(out))
+PY
+  done
+  exit 0
+fi
 batches=${1:-2,8}
 steps=${2:-5}
 bash tools/build.sh build >/dev/null || exit 1

@@ -1,26 +1,16 @@
-/* `psgraph bench inception3`: Inception-v3 training (or inference) steps on
- * synthetic images or ImageNet shards, images/sec per interval and one final
- * JSON line, as tf_cnn_benchmarks; also what `psgraph train --model
- * inception3` runs. Not the distributed or GPU benchmark (issues 3/4, 6). */
+/* `psgraph bench inception3`'s command line, as tf_cnn_benchmarks: the
+ * options and their checks, and with --ps/--workers and no cluster given, a
+ * local cluster of this binary's tasks (psg_launch_local); also what
+ * `psgraph train --model inception3` runs. The run itself is bench_run.c. */
+#include "cli/bench.h"
 #include "cli/commands.h"
 #include "psgraph/psgraph.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-typedef struct {
-    int batch, steps, warmup, image_size, classes, threads, log_every, decode_threads;
-    int workers, ps, backups, towers;
-    bool aux, print_model, forward_only;
-    const char *device, *data, *data_dir, *step_times;
-    double lr;
-    uint64_t seed;
-} bench_opts_t;
 
 static void usage(FILE *f, const char *cmd) {
     fprintf(f,
@@ -42,8 +32,18 @@ static void usage(FILE *f, const char *cmd) {
             "  --step-times FILE     write each timed step's milliseconds, one a line\n"
             "                        (input to psgraph simulate --samples)\n"
             "  --print-model         print parameters and multiply-adds, then exit\n"
-            "  --device cpu          (gpu: issue 6)   --towers K (GPU towers: issue 6)\n"
-            "  --ps P --workers W --backup-workers b  (the distributed runtime: issues 3/4)\n",
+            "  --device cpu|gpu      (default cpu; gpu without a GPU runs on the CPU, with a note)\n"
+            "  --towers K            K model copies in this process, each on B/K images, their\n"
+            "                        gradients averaged in-graph (on --device's devices)\n"
+            "a cluster (variables on the ps tasks; one worker: async, else sync replicas):\n"
+            "  --ps P --workers W    without TF_CONFIG or --cluster: starts P ps tasks and W workers\n"
+            "                        on this host (as psgraph launch); the chief prints the job's\n"
+            "                        images/sec (W x batch a global step) and the final JSON line\n"
+            "  --backup-workers b    b more workers; each step takes the first W of the W + b\n"
+            "                        gradients and drops the rest (default 0)\n"
+            "  --straggler SPEC      delay workers each step (repeatable; docs/sync.md)\n"
+            "  --step-timeout S      a distributed step fails after S seconds (default 300)\n"
+            "  --cluster FILE --job worker --task I   run as that task (or TF_CONFIG set)\n",
             cmd);
 }
 
@@ -59,13 +59,39 @@ static int num(const char *opt, const char *s, double lo, double hi, double *out
     return 0;
 }
 
+/* The combinations that make no sense, named. */
+static int check(const psg_bench_opts_t *o) {
+    bool given = o->cluster_file || getenv("TF_CONFIG"); /* run as one task of it */
+    bool cluster = given || o->ps > 0 || o->workers > 1 || o->backups > 0;
+    if (strcmp(o->device, "cpu") && strcmp(o->device, "gpu"))
+        return psg_error_set("--device: '%s' is not cpu or gpu", o->device);
+    if (o->towers > o->batch)
+        return psg_error_set("--towers %d is more than --batch %d: each tower needs at least one image",
+                             o->towers, o->batch);
+    if (o->cluster_file && !o->job)
+        return psg_error_set("--cluster %s needs --job worker --task I", o->cluster_file);
+    if (!given && (o->workers > 1 || o->backups > 0) && o->ps < 1)
+        return psg_error_set("--workers %d --backup-workers %d need --ps P >= 1: the variables live "
+                             "on the ps tasks", o->workers > 0 ? o->workers : 1, o->backups);
+    if (cluster && (o->towers > 1 || !strcmp(o->device, "gpu")))
+        return psg_error_set("--towers and --device gpu run in one process; a cluster's workers run "
+                             "one CPU tower each for now");
+    if (cluster && o->forward_only)
+        return psg_error_set("--forward-only runs in one process (a cluster trains)");
+    if (cluster && o->step_times)
+        return psg_error_set("--step-times is of one process; psgraph simulate models the cluster");
+    if (!cluster && o->num_stragglers)
+        return psg_error_set("--straggler delays the workers of a cluster (--ps, --workers)");
+    return 0;
+}
+
 /* Parses argv[first..]; returns 0, 1 for --help (printed), 2 on a bad option. */
-static int parse(int argc, char **argv, int first, const char *cmd, bench_opts_t *o) {
+static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_opts_t *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (bench_opts_t){.batch = 32, .steps = 10, .warmup = 2, .image_size = 299, .classes = 1000,
+    *o = (psg_bench_opts_t){.batch = 32, .steps = 10, .warmup = 2, .image_size = 299, .classes = 1000,
                         .threads = cores > 0 ? (int)cores : 1, .log_every = 1, .decode_threads = 2,
-                        .workers = 1, .ps = 0, .backups = 0, .towers = 1, .device = "cpu",
-                        .data = "synthetic", .lr = 0.045, .seed = 1};
+                        .workers = 0, .ps = 0, .backups = 0, .towers = 1, .device = "cpu",
+                        .data = "synthetic", .lr = 0.045, .seed = 1, .step_timeout_ms = 300000};
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -104,7 +130,20 @@ static int parse(int argc, char **argv, int first, const char *cmd, bench_opts_t
         else if (!strcmp(a, "--workers")) { rc = num(a, v, 1, 1e5, &x); o->workers = (int)x; }
         else if (!strcmp(a, "--ps")) { rc = num(a, v, 0, 1e5, &x); o->ps = (int)x; }
         else if (!strcmp(a, "--backup-workers")) { rc = num(a, v, 0, 1e5, &x); o->backups = (int)x; }
-        else if (!strcmp(a, "--towers")) { rc = num(a, v, 1, 64, &x); o->towers = (int)x; }
+        else if (!strcmp(a, "--towers")) { rc = num(a, v, 1, PSG_MAX_TOWERS, &x); o->towers = (int)x; }
+        else if (!strcmp(a, "--cluster")) o->cluster_file = v;
+        else if (!strcmp(a, "--job")) o->job = v;
+        else if (!strcmp(a, "--task")) { rc = num(a, v, 0, 1e5, &x); o->task = (int)x; }
+        else if (!strcmp(a, "--step-timeout")) { rc = num(a, v, 0.001, 1e6, &x); o->step_timeout_ms = (int64_t)(x * 1000); }
+        else if (!strcmp(a, "--straggler")) {
+            psg_straggler_spec_t sp;
+            if (o->num_stragglers == BENCH_MAX_STRAGGLERS || psg_straggler_parse(v, &sp) < 0) {
+                fprintf(stderr, "psgraph %s: --straggler: %s\n", cmd,
+                        o->num_stragglers == BENCH_MAX_STRAGGLERS ? "at most 32" : psg_error_message());
+                return 2;
+            }
+            o->stragglers[o->num_stragglers++] = v;
+        }
         else {
             fprintf(stderr, "psgraph %s: unknown option '%s'\n", cmd, a);
             usage(stderr, cmd);
@@ -112,14 +151,8 @@ static int parse(int argc, char **argv, int first, const char *cmd, bench_opts_t
         }
         if (rc < 0) return 2;
     }
-    if (strcmp(o->device, "cpu") || o->towers > 1) {
-        fprintf(stderr, "psgraph %s: --device %s --towers %d needs the CUDA path (issue 6); only --device cpu runs now\n",
-                cmd, o->device, o->towers);
-        return 2;
-    }
-    if (o->workers > 1 || o->ps > 0 || o->backups > 0) {
-        fprintf(stderr, "psgraph %s: --workers/--ps/--backup-workers need the distributed runtime (issues 3/4); "
-                        "`psgraph simulate` predicts the scaling meanwhile\n", cmd);
+    if (check(o) < 0) {
+        fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
         return 2;
     }
     if (strcmp(o->data, "synthetic") && strcmp(o->data, "imagenet")) {
@@ -133,190 +166,53 @@ static int parse(int argc, char **argv, int first, const char *cmd, bench_opts_t
     return 0;
 }
 
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void print_model(const bench_opts_t *o, const psg_model_stats_t *s) {
-    printf("inception3: %dx%dx3 input, %d classes, auxiliary head %s\n", o->image_size, o->image_size,
-           o->classes, o->aux ? "on" : "off");
-    printf("parameters: %lld (trainable %lld; batch-norm moving mean and variance %lld; "
-           "batch norm has beta only, no gamma, as Keras's conv2d_bn)\n",
-           (long long)s->params, (long long)s->trainable, (long long)(s->params - s->trainable));
-    printf("forward multiply-adds per image: %lld (%.3f G; conv and fully connected layers)\n",
-           (long long)s->macs_per_example, (double)s->macs_per_example / 1e9);
-    printf("{\"model\":\"inception3\",\"image_size\":%d,\"classes\":%d,\"aux_logits\":%s,\"params\":%lld,"
-           "\"trainable_params\":%lld,\"macs_per_image\":%lld}\n",
-           o->image_size, o->classes, o->aux ? "true" : "false", (long long)s->params,
-           (long long)s->trainable, (long long)s->macs_per_example);
-}
-
-static void on_skip(void *ctx, const char *msg) {
-    (void)ctx;
-    fprintf(stderr, "psgraph: skipped: %s\n", msg);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int run(const bench_opts_t *o, const char *cmd) {
-    psg_inception3_config_t c = psg_inception3_defaults();
-    c.image_size = o->image_size;
-    c.classes = o->classes;
-    c.aux_logits = o->aux;
-    c.is_training = !o->forward_only;
-    c.seed = o->seed;
-    psg_graph_t *g = psg_graph_new();
-    psg_session_t *sess = NULL;
-    psg_callable_t *step = NULL;
-    psg_imagenet_t *inet = NULL;
-    psg_batch_iter_t *it = NULL;
-    psg_tensor_t *img = NULL, *lab = NULL;
-    double *times = NULL;
-    int rc = 1;
-    psg_inception3_t m;
-    psg_model_stats_t st;
-    if (psg_inception3_build(g, &c, &m) < 0 || psg_model_stats(g, NULL, &st) < 0) goto fail;
-    if (o->print_model) {
-        print_model(o, &st);
-        rc = 0;
-        goto out;
+/* With --ps/--workers and no cluster given: P ps tasks and W + b workers of this same
+ * command on this host, each with its TF_CONFIG (psg_launch_local). A worker gets the
+ * cores shared out unless --threads was given. The chief's final JSON line is printed
+ * again, untagged, last. Returns the worst exit code of the tasks. */
+static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const char *cmd) {
+    bool threads_given = false;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--threads")) threads_given = true;
+    int workers = (o->workers > 0 ? o->workers : 1) + o->backups;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char self[4096], threads[32], json[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) {
+        fprintf(stderr, "psgraph %s: cannot find this binary: %s\n", cmd, strerror(errno));
+        return 1;
     }
-    psg_inception3_recipe_t r = psg_inception3_recipe_defaults();
-    r.learning_rate = o->lr;
-    r.batch = o->batch;
-    if (!strcmp(o->data, "imagenet")) {
-        psg_imagenet_options_t io = psg_imagenet_defaults(true);
-        io.image_size = o->image_size;
-        io.classes = o->classes;
-        io.threads = o->decode_threads;
-        io.seed = o->seed;
-        io.report = on_skip;
-        inet = psg_imagenet_new(o->data_dir, &io);
-        if (!inet) goto fail;
-        r.examples_per_epoch = psg_imagenet_num_records(inet);
-        psg_batch_iter_options_t bo = psg_batch_iter_train_options(o->batch, o->seed);
-        if (!(it = psg_batch_iter_new(psg_imagenet_dataset(inet), &bo))) goto fail;
-    } else {
-        /* one random batch, made once, fed every step (tf_cnn_benchmarks' synthetic input) */
-        unsigned seed = (unsigned)o->seed;
-        img = psg_tensor_new(PSG_DT_F32, &(psg_shape_t){4, {o->batch, o->image_size, o->image_size, 3}});
-        lab = psg_tensor_new(PSG_DT_I32, &(psg_shape_t){1, {o->batch}});
-        if (!img || !lab) goto fail;
-        for (int64_t i = 0; i < psg_tensor_numel(img); i++)
-            psg_tensor_f32(img)[i] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
-        for (int i = 0; i < o->batch; i++) psg_tensor_i32(lab)[i] = rand_r(&seed) % o->classes;
+    self[sl] = 0;
+    snprintf(threads, sizeof threads, "%ld", cores / workers > 1 ? cores / workers : 1);
+    char **args = calloc((size_t)argc + 4, sizeof *args);
+    if (!args) {
+        fprintf(stderr, "psgraph %s: out of memory\n", cmd);
+        return 1;
     }
-    int train_op = -1;
-    psg_endpoint_t lr = PSG_NO_ENDPOINT;
-    if (!o->forward_only && psg_inception3_train_op(g, &r, &m, &train_op, &lr) < 0) goto fail;
-    psg_session_options_t so = {.num_threads = o->threads};
-    if (!(sess = psg_session_new(g, &so, NULL)) || psg_session_run_init(sess) < 0) goto fail;
-    psg_endpoint_t feeds[2] = {m.images, m.labels};
-    psg_endpoint_t fetch[1] = {o->forward_only ? m.xent : m.loss};
-    step = psg_session_make_callable(sess, 2, feeds, 1, fetch, o->forward_only ? 0 : 1, &train_op);
-    if (!step) goto fail;
-    printf("psgraph %s: inception3 %s, %s, batch %d, %dx%d, %d classes, %d threads, %s, "
-           "%lld params, %.2f GMACs/image\n",
-           cmd, o->forward_only ? "forward" : "training", o->data, o->batch, o->image_size,
-           o->image_size, o->classes, o->threads,
-           o->forward_only ? "no optimizer"
-                           : "RMSProp(0.9, momentum 0.9, eps 1.0), lr 0.045 x0.94/2 epochs, EMA 0.9999",
-           (long long)st.params, (double)st.macs_per_example / 1e9);
-    if (!o->forward_only)
-        printf("learning rate %g, decay every %lld steps\n", o->lr, (long long)psg_inception3_decay_steps(&r));
-    printf("Step\tImg/sec\ttotal_loss\n");
+    int n = 0;
+    args[n++] = self;
+    for (int i = 0; i < argc; i++) args[n++] = argv[i];
+    if (!threads_given) {
+        args[n++] = "--threads";
+        args[n++] = threads;
+    }
+    printf("psgraph %s: a local cluster: %d ps + %d workers (%d backup), %s threads each\n", cmd,
+           o->ps, workers, o->backups, threads_given ? "--threads" : threads);
     fflush(stdout);
-    times = calloc((size_t)o->steps, sizeof *times);
-    if (!times) goto fail;
-    double loss = NAN, interval_start = 0, timed = 0;
-    int interval_steps = 0;
-    for (int s = 0; s < o->warmup + o->steps; s++) {
-        psg_tensor_t *bi = img, *bl = lab, *out = NULL;
-        double t0 = now_sec();
-        if (it) {
-            bi = bl = NULL;
-            if (psg_batch_iter_next(it, &bi, &bl) != 1) goto fail;
-        }
-        psg_tensor_t *fv[2] = {bi, bl};
-        int src = psg_callable_run(step, fv, &out);
-        if (it) {
-            psg_tensor_destroy(&bi);
-            psg_tensor_destroy(&bl);
-        }
-        if (src < 0) {
-            psg_error_wrap("step %d", s);
-            goto fail;
-        }
-        loss = psg_tensor_f32(out)[0];
-        psg_tensor_destroy(&out);
-        double dt = now_sec() - t0;
-        if (!isfinite(loss)) {
-            psg_error_set("step %d: the loss is %g", s, loss);
-            goto fail;
-        }
-        if (s < o->warmup) {
-            printf("warmup %d\t%.2f s\t%.3f\n", s + 1, dt, loss);
-            fflush(stdout);
-            continue;
-        }
-        int k = s - o->warmup;
-        times[k] = dt * 1000.0;
-        timed += dt;
-        if (interval_steps == 0) interval_start = t0;
-        interval_steps++;
-        if ((k + 1) % o->log_every == 0 || k + 1 == o->steps) {
-            double ips = interval_steps * o->batch / (now_sec() - interval_start);
-            printf("%d\timages/sec: %.2f\t%.3f\n", k + 1, ips, loss);
-            fflush(stdout);
-            interval_steps = 0;
-        }
-    }
-    double *sorted = malloc((size_t)o->steps * sizeof *sorted);
-    if (!sorted) goto fail;
-    memcpy(sorted, times, (size_t)o->steps * sizeof *sorted);
-    qsort(sorted, (size_t)o->steps, sizeof *sorted, cmp_double);
-    double median = sorted[o->steps / 2], p90 = sorted[(int)(0.9 * (o->steps - 1))];
-    free(sorted);
-    double ips = o->steps * o->batch / timed;
-    printf("total images/sec: %.2f\n", ips);
-    printf("{\"bench\":\"inception3\",\"device\":\"cpu\",\"mode\":\"%s\",\"data\":\"%s\",\"batch\":%d,"
-           "\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%d,"
-           "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
-           "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld}\n",
-           o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
-           o->threads, o->warmup, o->steps, ips, median, p90, loss, (long long)st.params,
-           (long long)st.macs_per_example,
-           ips * (double)st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
-           inet ? (long long)psg_imagenet_num_skipped(inet) : 0LL);
-    if (o->step_times) {
-        FILE *f = fopen(o->step_times, "w");
-        if (!f) {
-            psg_error_set("--step-times %s: %s", o->step_times, strerror(errno));
-            goto fail;
-        }
-        for (int k = 0; k < o->steps; k++) fprintf(f, "%.3f\n", times[k]);
-        fclose(f);
-    }
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-    rc = 1;
-out:
-    free(times);
-    psg_tensor_destroy(&img);
-    psg_tensor_destroy(&lab);
-    psg_batch_iter_destroy(&it);
-    psg_imagenet_destroy(&inet);
-    psg_callable_destroy(&step);
-    psg_session_destroy(&sess);
-    psg_graph_destroy(&g);
+    psg_launch_t l = {.ps = o->ps, .workers = workers, .cmd = args, .chief_json = json,
+                      .chief_json_size = sizeof json};
+    int rc = psg_launch_local(&l);
+    if (rc == 0 && json[0]) printf("%s\n", json);
+    free(args);
     return rc;
+}
+
+/* Runs the parsed options: a local cluster, or this process (alone or as a task). */
+static int dispatch(int argc, char **argv, const psg_bench_opts_t *o, const char *cmd) {
+    bool given = o->cluster_file || getenv("TF_CONFIG");
+    if (!given && !o->print_model && (o->ps > 0 || o->workers > 1 || o->backups > 0))
+        return launch_local(argc, argv, o, cmd);
+    return psg_bench_run(o, cmd);
 }
 
 int psg_cmd_bench(int argc, char **argv) {
@@ -328,15 +224,15 @@ int psg_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "psgraph bench: unknown benchmark '%s' (known: inception3)\n", argv[1]);
         return 2;
     }
-    bench_opts_t o;
+    psg_bench_opts_t o;
     int rc = parse(argc, argv, 2, "bench inception3", &o);
     if (rc) return rc == 1 ? 0 : 2;
-    return run(&o, "bench inception3");
+    return dispatch(argc, argv, &o, "bench inception3");
 }
 
 int psg_cmd_train_inception3(int argc, char **argv) {
-    bench_opts_t o;
+    psg_bench_opts_t o;
     int rc = parse(argc, argv, 1, "train", &o);
     if (rc) return rc == 1 ? 0 : 2;
-    return run(&o, "train");
+    return dispatch(argc, argv, &o, "train");
 }

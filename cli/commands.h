@@ -2,9 +2,29 @@
 #ifndef PSGRAPH_CLI_COMMANDS_H
 #define PSGRAPH_CLI_COMMANDS_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 int psg_cmd_train(int argc, char **argv);
 int psg_cmd_server(int argc, char **argv);
 int psg_cmd_launch(int argc, char **argv);
+
+/* A local cluster as `psgraph launch` starts it (cli/launch_cmd.c). */
+typedef struct {
+    int ps, workers;    /* P ps tasks (`psgraph server`), W workers running cmd */
+    int port_base;      /* 0: free ports */
+    const char *host;   /* NULL: 127.0.0.1 */
+    bool restart;       /* --restart on-failure, at most max_restarts times */
+    int max_restarts;
+    char **cmd;         /* the workers' command, NULL-terminated */
+    char *chief_json;   /* NULL, or gets worker 0's last line that starts with '{' */
+    size_t chief_json_size;
+} psg_launch_t;
+
+/* Starts the tasks of *o, each with its TF_CONFIG, tags and forwards their output, stops
+ * all when one fails or on a signal. Returns the worst exit code of the tasks (128 + the
+ * signal when stopped by one), after printing why. */
+int psg_launch_local(psg_launch_t *o);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
 /* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */

@@ -35,6 +35,8 @@ typedef struct {
     int restarts;
     char *cfg;          /* its TF_CONFIG */
     char status[256];   /* on a terminal: its last line */
+    char *json;         /* NULL, or where its last line starting with '{' is kept */
+    size_t json_size;
 } task_proc_t;
 
 /* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
@@ -131,6 +133,8 @@ static void emit(task_proc_t *t, bool flush_partial) {
     for (;;) {
         char *nl = memchr(start, '\n', t->len - (size_t)(start - t->line));
         if (!nl) break;
+        if (t->json && *start == '{')
+            snprintf(t->json, t->json_size, "%.*s", (int)(nl - start), start);
         task_line(t, "%.*s", (int)(nl - start), start);
         start = nl + 1;
     }
@@ -292,9 +296,8 @@ static int merge_traces(const task_proc_t *t, int n, const char *file) {
 }
 
 int psg_cmd_launch(int argc, char **argv) {
-    int nps = -1, nworkers = -1, port_base = 0, cmd_at = -1, max_restarts = 3;
-    bool restart = false;
-    const char *host = "127.0.0.1";
+    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1"};
+    int cmd_at = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
             cmd_at = i + 1;
@@ -309,24 +312,33 @@ int psg_cmd_launch(int argc, char **argv) {
         char *end;
         long x = strtol(v, &end, 10);
         bool ok = *v && !*end;
-        if (!strcmp(argv[i - 1], "--ps") && ok && x >= 0 && x <= 64) nps = (int)x;
-        else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) nworkers = (int)x;
-        else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS) port_base = (int)x;
-        else if (!strcmp(argv[i - 1], "--host")) host = v;
+        if (!strcmp(argv[i - 1], "--ps") && ok && x >= 0 && x <= 64) o.ps = (int)x;
+        else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) o.workers = (int)x;
+        else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS) o.port_base = (int)x;
+        else if (!strcmp(argv[i - 1], "--host")) o.host = v;
         else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
-            restart = !strcmp(v, "on-failure");
-        else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) max_restarts = (int)x;
+            o.restart = !strcmp(v, "on-failure");
+        else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) o.max_restarts = (int)x;
         else {
             fprintf(stderr, "psgraph launch: bad option '%s %s'\n", argv[i - 1], v);
             usage(stderr);
             return 2;
         }
     }
-    if (nps < 0 || nworkers < 1 || cmd_at < 0 || cmd_at >= argc) {
+    if (o.ps < 0 || o.workers < 1 || cmd_at < 0 || cmd_at >= argc) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
         return 2;
     }
+    o.cmd = argv + cmd_at;
+    return psg_launch_local(&o);
+}
+
+int psg_launch_local(psg_launch_t *o) {
+    int nps = o->ps, nworkers = o->workers, port_base = o->port_base, max_restarts = o->max_restarts;
+    bool restart = o->restart;
+    const char *host = o->host ? o->host : "127.0.0.1";
+    char **cmd = o->cmd;
     int n = nps + nworkers;
     on_tty = isatty(1);
     task_proc_t *t = calloc((size_t)n, sizeof *t);
@@ -339,6 +351,11 @@ int psg_cmd_launch(int argc, char **argv) {
         t[i].is_ps = i < nps;
         snprintf(t[i].tag, sizeof t[i].tag, "%s%d", t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
         t[i].fd = -1;
+        if (i == nps && o->chief_json) {
+            t[i].json = o->chief_json;
+            t[i].json_size = o->chief_json_size;
+            o->chief_json[0] = 0;
+        }
         int want = port_base ? port_base + i : 0;
         ports[i] = probe_port(want);
         for (int j = 0; j < i && ports[i] > 0 && !port_base; j++)
@@ -378,7 +395,7 @@ int psg_cmd_launch(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         snprintf(cfg, cap + 128, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
                  cluster, t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
-        if (!(t[i].cfg = strdup(cfg)) || spawn(&t[i], self, argv + cmd_at) < 0) {
+        if (!(t[i].cfg = strdup(cfg)) || spawn(&t[i], self, cmd) < 0) {
             kill_all(t, i, SIGTERM);
             break;
         }
@@ -408,7 +425,7 @@ int psg_cmd_launch(int argc, char **argv) {
             t[i].restarts++;
             task_line(&t[i], "restarting it (restart %d of at most %d, --restart on-failure)", t[i].restarts,
                       max_restarts);
-            if (spawn(&t[i], self, argv + cmd_at) == 0) {
+            if (spawn(&t[i], self, cmd) == 0) {
                 task_line(&t[i], "restarted: pid %d", (int)t[i].pid);
                 alive++;
             }
@@ -444,11 +461,11 @@ int psg_cmd_launch(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) drain(&t[i]);
     if (on_tty) draw_block(t, n);
-    for (int i = cmd_at; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--trace")) {
-            int parts = merge_traces(t, n, argv[i + 1]);
-            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", argv[i + 1], strerror(errno));
-            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, argv[i + 1]);
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        if (!strcmp(cmd[i], "--trace")) {
+            int parts = merge_traces(t, n, cmd[i + 1]);
+            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1], strerror(errno));
+            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, cmd[i + 1]);
         }
     int worst = 0;
     for (int i = 0; i < n; i++)

@@ -42,6 +42,7 @@ typedef struct {
     int n_updates, cap_updates;
     psg_endpoint_t *decayed;
     int n_decayed, cap_decayed;
+    size_t outer; /* length of the scope the model is built under ("tower_1"); 0: the root */
 } builder_t;
 
 static void push_id(int **v, int *n, int *cap, int id) {
@@ -66,16 +67,29 @@ static void push_ep(builder_t *b, psg_endpoint_t e) {
     b->decayed[b->n_decayed++] = e;
 }
 
-/* A model variable's value: the variable itself, or (read_ema) its shadow,
- * created by the training graph in the same resource manager. */
+/* The variable g already has under the name this one gets at the root, or
+ * PSG_NO_ENDPOINT: a model built under a scope (a tower, worker/towers.c)
+ * shares the variables of the one built at the root. */
+static psg_endpoint_t shared_variable(builder_t *b, const char *name) {
+    if (!b->outer) return PSG_NO_ENDPOINT;
+    char root[512];
+    snprintf(root, sizeof root, "%s/%s", psg_graph_scope(b->g) + b->outer + 1, name);
+    int id = psg_graph_find(b->g, root);
+    if (id < 0 || strcmp(psg_node_op(psg_graph_node(b->g, id)), "VarHandle")) return PSG_NO_ENDPOINT;
+    return (psg_endpoint_t){id, 0};
+}
+
+/* A model variable's value: the variable itself (shared with a model built
+ * at the root), or (read_ema) its shadow, created by the training graph in
+ * the same resource manager. */
 static psg_endpoint_t param(builder_t *b, const char *name, const psg_shape_t *shape,
                             psg_initializer_t init, bool trainable, psg_endpoint_t *handle) {
-    psg_endpoint_t h;
-    if (b->cfg->read_ema) {
+    psg_endpoint_t h = shared_variable(b, name);
+    if (!psg_endpoint_valid(h) && b->cfg->read_ema) {
         char shadow[256];
         snprintf(shadow, sizeof shadow, "%s/ExponentialMovingAverage", name);
         h = psg_var_handle(b->g, shadow, PSG_DT_F32, shape);
-    } else {
+    } else if (!psg_endpoint_valid(h)) {
         h = psg_variable(b->g, name, PSG_DT_F32, shape, init, trainable);
     }
     if (handle) *handle = h;
@@ -360,7 +374,7 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
     if (cfg->dropout_rate < 0 || cfg->dropout_rate >= 1 || cfg->label_smoothing < 0 ||
         cfg->label_smoothing >= 1)
         return psg_error_set("inception3: dropout rate and label smoothing must lie in [0, 1)");
-    builder_t b = {.g = g, .cfg = cfg, .seed = cfg->seed * 1000 + 1};
+    builder_t b = {.g = g, .cfg = cfg, .seed = cfg->seed * 1000 + 1, .outer = strlen(psg_graph_scope(g))};
     int64_t S = cfg->image_size;
     m->images = psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, S, S, 3}});
     m->labels = psg_placeholder(g, "labels", PSG_DT_I32, &(psg_shape_t){1, {-1}});
@@ -569,45 +583,66 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
     return 0;
 }
 
-int psg_inception3_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r,
-                            const psg_inception3_t *m, int *train_op, psg_endpoint_t *lr) {
-    /* the variables to average: the model's, taken before the optimizer adds slots */
+int psg_inception3_variables(const psg_graph_t *g, psg_endpoint_t **vars) {
     int nv;
     const int *vids = psg_graph_collection(g, "variables", &nv);
-    psg_endpoint_t *vars = malloc((size_t)(nv > 0 ? nv : 1) * sizeof *vars);
-    PSG_ASSERT(vars);
+    *vars = malloc((size_t)(nv > 0 ? nv : 1) * sizeof **vars);
+    if (!*vars) return psg_error_set("out of memory");
     int n = 0;
-    for (int i = 0; i < nv; i++) {
-        const psg_node_t *v = psg_graph_node(g, vids[i]);
-        if (has_prefix(psg_node_name(v), "InceptionV3/")) vars[n++] = (psg_endpoint_t){vids[i], 0};
-    }
+    for (int i = 0; i < nv; i++)
+        if (has_prefix(psg_node_name(psg_graph_node(g, vids[i])), "InceptionV3/"))
+            (*vars)[n++] = (psg_endpoint_t){vids[i], 0};
+    return n;
+}
+
+psg_optimizer_t *psg_inception3_optimizer(psg_graph_t *g, const psg_inception3_recipe_t *r,
+                                          psg_endpoint_t *lr) {
     psg_endpoint_t step = psg_read_variable(g, NULL, psg_global_step(g));
     psg_endpoint_t rate = psg_exponential_decay(g, "learning_rate", (float)r->learning_rate, step,
                                                 psg_inception3_decay_steps(r), (float)r->lr_decay, true);
+    if (!psg_endpoint_valid(rate)) {
+        psg_error_set("inception3 recipe: the learning rate: %s",
+                      psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());
+        return NULL;
+    }
     psg_optimizer_config_t oc = psg_optimizer_defaults("rmsprop");
     oc.learning_rate = (float)r->learning_rate;
     oc.rho = (float)r->rmsprop_decay;
     oc.momentum = (float)r->momentum;
     oc.epsilon = (float)r->epsilon;
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
-    int rc = -1, apply = -1;
-    if (!opt || !psg_endpoint_valid(rate)) goto done;
-    psg_optimizer_set_learning_rate_tensor(opt, rate);
-    if (psg_optimizer_minimize(opt, g, m->loss, &apply) < 0) goto done;
-    int parts[2] = {apply, m->bn_updates};
-    int step_op = psg_group(g, "train_step", m->bn_updates >= 0 ? 2 : 1, parts);
-    if (step_op < 0) goto done;
+    if (opt) psg_optimizer_set_learning_rate_tensor(opt, rate);
+    if (opt && lr) *lr = rate;
+    return opt;
+}
+
+int psg_inception3_finish_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r, int apply,
+                                   int bn_updates, int n, const psg_endpoint_t *vars,
+                                   int *train_op) {
+    int parts[2] = {apply, bn_updates};
+    int step_op = psg_group(g, "train_step", bn_updates >= 0 ? 2 : 1, parts);
     *train_op = step_op;
-    if (r->ema_decay > 0) {
+    if (step_op >= 0 && r->ema_decay > 0) {
         int ema;
-        if (psg_ema_apply(g, r->ema_decay, n, vars, step_op, &ema) < 0) goto done;
+        if (psg_ema_apply(g, r->ema_decay, n, vars, step_op, &ema) < 0) return -1;
         *train_op = psg_group(g, "train_op", 1, &ema);
-        if (*train_op < 0) goto done;
     }
-    if (lr) *lr = rate;
-    rc = 0;
-done:
-    if (rc < 0 && psg_graph_error(g)) psg_error_set("inception3 recipe: %s", psg_graph_error(g));
+    if (*train_op < 0) return psg_error_set("inception3 recipe: %s", psg_graph_error(g));
+    return 0;
+}
+
+int psg_inception3_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r,
+                            const psg_inception3_t *m, int *train_op, psg_endpoint_t *lr) {
+    /* the variables to average: the model's, taken before the optimizer adds slots */
+    psg_endpoint_t *vars;
+    int n = psg_inception3_variables(g, &vars);
+    if (n < 0) return -1;
+    psg_optimizer_t *opt = psg_inception3_optimizer(g, r, lr);
+    int rc = -1, apply = -1;
+    if (opt && psg_optimizer_minimize(opt, g, m->loss, &apply) == 0)
+        rc = psg_inception3_finish_train_op(g, r, apply, m->bn_updates, n, vars, train_op);
+    if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
+        psg_error_set("inception3 recipe: %s", psg_graph_error(g));
     psg_optimizer_destroy(&opt);
     free(vars);
     return rc;

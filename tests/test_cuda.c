@@ -359,8 +359,9 @@ static void check_model(const char *model) {
         oc.learning_rate = 0.05f;
         psg_optimizer_t *opt = psg_optimizer_new(&oc);
         psg_towers_t t;
-        psg_towers_config_t tc = {model, 28, 28, 1,
-                                  10,    3,  1,  dev ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
+        psg_towers_config_t tc = {.model = model, .height = 28, .width = 28, .channels = 1,
+                                  .classes = 10, .seed = 3, .num_towers = 1,
+                                  .device = dev ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
         CHECK(psg_towers_build(g, &tc, opt, &t) == 0);
         psg_session_t *s = psg_session_new(g, NULL, NULL);
         CHECK(s && psg_session_run_init(s) == 0);

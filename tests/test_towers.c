@@ -21,7 +21,8 @@ static int rig_new(rig_t *r, const char *model, int towers) {
     oc.learning_rate = 0.05f;
     oc.momentum = 0.9f;
     r->opt = psg_optimizer_new(&oc);
-    psg_towers_config_t tc = {model, 28, 28, 1, 10, 7, towers, PSG_TOWERS_CPU};
+    psg_towers_config_t tc = {.model = model, .height = 28, .width = 28, .channels = 1, .classes = 10,
+                              .seed = 7, .num_towers = towers, .device = PSG_TOWERS_CPU};
     if (!r->opt || psg_towers_build(r->g, &tc, r->opt, &r->t) < 0) return -1;
     psg_session_options_t so = {.num_threads = 2};
     r->s = psg_session_new(r->g, &so, NULL);
@@ -178,7 +179,8 @@ static void test_bad_config(void) {
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     psg_towers_t t;
-    psg_towers_config_t tc = {"mlp", 28, 28, 1, 10, 1, 0, PSG_TOWERS_CPU};
+    psg_towers_config_t tc = {.model = "mlp", .height = 28, .width = 28, .channels = 1, .classes = 10,
+                              .seed = 1, .num_towers = 0, .device = PSG_TOWERS_CPU};
     CHECK(psg_towers_build(g, &tc, opt, &t) < 0);
     CHECK_ERROR_HAS("--towers 0");
     tc.num_towers = psg_gpu_count() + 1;

@@ -576,11 +576,33 @@ int psg_dist_session_run(psg_dist_session_t *s, int n_feeds, const psg_endpoint_
     return c ? psg_dist_callable_run(c, feed_values, fetched) : -1;
 }
 
+/* Runs the initializers init[n] in steps of at most INIT_PART_BYTES of initial values:
+ * a constant initial value travels inside the registered graph, and one graph of a large
+ * model's (Inception-v3 with its RMSProp slots: 175 MB) is over the wire's frame limit. */
+#define INIT_PART_BYTES (PSG_WIRE_MAX_FRAME / 4)
+static int run_init_parts(psg_dist_session_t *s, int n, const int *init) {
+    int start = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const psg_node_t *a = psg_graph_node(s->g, init[i]);
+        const psg_shape_t *sh = psg_node_num_inputs(a) > 1 ? psg_graph_shape(s->g, psg_node_input(a, 1)) : NULL;
+        int64_t numel = 1;
+        for (int d = 0; sh && d < sh->rank; d++) numel *= sh->dims[d] > 0 ? sh->dims[d] : 1;
+        size_t b = (size_t)numel * sizeof(float);
+        if (i > start && bytes + b > INIT_PART_BYTES) {
+            if (psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, i - start, init + start) < 0) return -1;
+            start = i;
+            bytes = 0;
+        }
+        bytes += b;
+    }
+    return n > start ? psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, n - start, init + start) : 0;
+}
+
 int psg_dist_session_run_init(psg_dist_session_t *s) {
     int n = 0;
     const int *init = psg_graph_collection(s->g, "init", &n);
-    if (n == 0) return 0;
-    return psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, n, init);
+    return run_init_parts(s, n, init);
 }
 
 /* A request to task `task` and its reply (NULL with the error naming the task). */
@@ -746,7 +768,7 @@ int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task) {
             psg_device_name_same_task(&d, &want))
             mine[m++] = init[i];
     }
-    int rc = m ? psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, m, mine) : 0;
+    int rc = run_init_parts(s, m, mine);
     free(mine);
     return rc;
 }

@@ -20,6 +20,7 @@ struct psg_sync_train {
     psg_straggler_t *stragglers;
     psg_graph_t *g;
     psg_endpoint_t images, labels, loss;
+    int worker_op, chief_op; /* psg_sync_train_add_ops: -1 none */
     int rank, num_workers, num_required, backups;
     int64_t step_timeout_ms;
     FILE *out, *metrics;
@@ -36,12 +37,14 @@ struct psg_sync_train {
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
     psg_sync_stats_t stats;
     int64_t ps_used, ps_dropped; /* psg_sync_train_count; -1: unknown */
-    /* each worker's counts, reported at its end: a [workers, 3] f32 variable on a ps
-     * (used, dropped, reported) that each worker adds its row to */
+    /* each worker's counts, reported at its end: a [workers, 4] f32 variable on a ps
+     * (used, dropped, reported, examples/sec) that each worker adds its row to */
     psg_endpoint_t counts_delta, counts_read;
     int counts_add;
-    float *counts; /* [workers * 3], read by the chief's count; NULL: not read */
+    float *counts; /* [workers * COUNTS], read by the chief's count; NULL: not read */
 };
+
+#define COUNTS 4 /* the columns of a worker's row of counts */
 
 static double now_sec(void) {
     struct timespec ts;
@@ -68,6 +71,7 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
         return NULL;
     }
     st->g = g;
+    st->worker_op = st->chief_op = -1;
     st->images = images;
     st->labels = labels;
     st->loss = loss;
@@ -98,7 +102,7 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     st->num_required = psg_sync_replicas_num_required(st->sr);
     st->backups = c->backup_workers;
     if (psg_sync_replicas_minimize(st->sr, g, loss, &st->sg) < 0) goto fail;
-    psg_shape_t cs = psg_shape_2d(num_workers, 3);
+    psg_shape_t cs = psg_shape_2d(num_workers, COUNTS);
     psg_endpoint_t cv = psg_variable(g, "sync_replicas/worker_counts", PSG_DT_F32, &cs,
                                      (psg_initializer_t){"zeros", 0, 0}, false);
     st->counts_delta = psg_placeholder(g, "sync_replicas/worker_counts_delta", PSG_DT_F32, &cs);
@@ -113,6 +117,15 @@ fail:
     psg_error_wrap("--sync sync");
     psg_sync_train_destroy(&st);
     return NULL;
+}
+
+const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) {
+    return &st->sg;
+}
+
+void psg_sync_train_add_ops(psg_sync_train_t *st, int worker_op, int chief_op) {
+    st->worker_op = worker_op;
+    st->chief_op = chief_op;
 }
 
 void psg_sync_train_destroy(psg_sync_train_t **stp) {
@@ -152,7 +165,9 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
     psg_endpoint_t feeds[3] = {st->images, st->labels, sg->local_step}, fetches[4] = {st->loss};
     int nf = 1 + psg_sync_graph_fetches(sg, fetches + 1);
-    st->step = psg_dist_session_make_callable(s, 3, feeds, nf, fetches, 1, &sg->train_op);
+    int targets[2] = {sg->train_op, st->worker_op}, chief_targets[2] = {sg->chief_op, st->chief_op};
+    st->step = psg_dist_session_make_callable(s, 3, feeds, nf, fetches, st->worker_op >= 0 ? 2 : 1,
+                                              targets);
     st->close_step =
         st->step ? psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op) : NULL;
     if (!st->close_step) return psg_error_wrap("--sync sync: the worker's step");
@@ -171,7 +186,8 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
                                     .id_stream = 1};
     if (!(st->chief_sess = psg_dist_session_new(st->g, &o))) return -1;
     st->chief_step = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1,
-                                                    &sg->chief_global_step, 1, &sg->chief_op);
+                                                    &sg->chief_global_step,
+                                                    st->chief_op >= 0 ? 2 : 1, chief_targets);
     if (!st->chief_step) return psg_error_wrap("--sync sync: the chief's step");
     st->runner_start = now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
@@ -208,7 +224,7 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
     return rc;
 }
 
-int psg_sync_train_finish(psg_sync_train_t *st) {
+int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     if (st->finished) return 0;
     st->finished = true;
     int rc = 0;
@@ -216,13 +232,14 @@ int psg_sync_train_finish(psg_sync_train_t *st) {
     if (!st->over && psg_dist_callable_run(st->close_step, NULL, NULL) < 0)
         rc = psg_error_wrap("--sync sync: closing the token queue");
     /* this worker's row of the job's counts, for the chief's final line */
-    psg_shape_t cs = psg_shape_2d(st->num_workers, 3);
+    psg_shape_t cs = psg_shape_2d(st->num_workers, COUNTS);
     psg_tensor_t *delta = psg_tensor_zeros(PSG_DT_F32, &cs);
     if (!delta) return psg_error_set("out of memory");
-    float *row = psg_tensor_f32(delta) + 3 * st->rank;
+    float *row = psg_tensor_f32(delta) + COUNTS * st->rank;
     row[0] = (float)st->stats.used;
     row[1] = (float)st->stats.dropped;
     row[2] = 1;
+    row[3] = (float)examples_per_sec;
     if (psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
                              &st->counts_add) < 0 &&
         rc == 0)
@@ -276,9 +293,9 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     st->ps_dropped = dropped;
     psg_tensor_t *counts = NULL;
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->counts_read, &counts, 0, NULL) == 0 &&
-        psg_tensor_numel(counts) == 3 * st->num_workers &&
-        (st->counts = malloc(sizeof(float) * 3 * (size_t)st->num_workers)))
-        memcpy(st->counts, psg_tensor_f32(counts), sizeof(float) * 3 * (size_t)st->num_workers);
+        psg_tensor_numel(counts) == COUNTS * st->num_workers &&
+        (st->counts = malloc(sizeof(float) * COUNTS * (size_t)st->num_workers)))
+        memcpy(st->counts, psg_tensor_f32(counts), sizeof(float) * COUNTS * (size_t)st->num_workers);
     psg_tensor_destroy(&counts);
 }
 
@@ -297,7 +314,7 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     /* "per_worker":[[used, dropped], ..., null (never reported: dead)] */
     size_t len = strlen(buf);
     for (int i = 0; st->counts && i < st->num_workers && len + 64 < size; i++) {
-        const float *r = st->counts + 3 * i;
+        const float *r = st->counts + COUNTS * i;
         len += (size_t)snprintf(buf + len, size - len, "%s", i ? "," : "\"per_worker\":[");
         if (r[2] > 0)
             len += (size_t)snprintf(buf + len, size - len, "[%.0f,%.0f]", r[0], r[1]);
@@ -305,4 +322,12 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
             len += (size_t)snprintf(buf + len, size - len, "null");
         if (i + 1 == st->num_workers) len += (size_t)snprintf(buf + len, size - len, "],");
     }
+}
+
+int psg_sync_train_worker_rates(const psg_sync_train_t *st, double *rates) {
+    for (int i = 0; st->counts && i < st->num_workers; i++) {
+        const float *r = st->counts + COUNTS * i;
+        rates[i] = r[2] > 0 ? r[3] : -1;
+    }
+    return st->counts ? st->num_workers : 0;
 }

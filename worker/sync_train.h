@@ -12,6 +12,7 @@
 #include "psgraph/dist_session.h"
 #include "psgraph/graph.h"
 #include "psgraph/optimizer.h"
+#include "psgraph/sync_replicas.h"
 #include "psgraph/tensor.h"
 #include "psgraph/trainer.h"
 
@@ -34,6 +35,14 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
                                      psg_optimizer_t *opt, psg_endpoint_t loss,
                                      psg_endpoint_t images, psg_endpoint_t labels, int rank,
                                      int num_workers, FILE *out);
+/* The replica's sync graph, borrowed: to build around it (after the chief's
+ * update: chief_global_step's node). */
+const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st);
+/* Before start: a node run with each of this worker's steps (worker_op: the
+ * batch-norm updates of Inception-v3) and one run with each of the chief's
+ * steps (chief_op: a moving average after the update); -1: none. */
+void psg_sync_train_add_ops(psg_sync_train_t *st, int worker_op, int chief_op);
+
 /* Joins the chief's runner if it still runs (it ends by the step timeout at
  * the latest), frees. NULL-safe. */
 void psg_sync_train_destroy(psg_sync_train_t **st);
@@ -55,10 +64,10 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
 
 /* The end of this worker's training: closes the token queue and the
  * accumulators when it stopped on its own (out of data) rather than being
- * told training is over, adds its counts to the job's (a variable on a ps),
- * waits for the chief's runner, prints and logs the summary line. Returns
- * 0, or -1 with the error. */
-int psg_sync_train_finish(psg_sync_train_t *st);
+ * told training is over, adds its counts and its examples_per_sec to the
+ * job's (a variable on a ps), waits for the chief's runner, prints and logs
+ * the summary line. Returns 0, or -1 with the error. */
+int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec);
 
 /* The chief, once every worker is done or gone, before the ps tasks hear
  * the job is done: asks them for the accumulators' counts (Inspect), the
@@ -72,5 +81,10 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
  * per_worker ([used, dropped] as each worker reported at its end, null for
  * one that never did: dead), each followed by a comma. */
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size);
+
+/* The chief, after count: the examples/sec each worker reported at its end
+ * into rates[num_workers] (-1 for one that never did). Returns num_workers,
+ * or 0 when the counts could not be read. */
+int psg_sync_train_worker_rates(const psg_sync_train_t *st, double *rates);
 
 #endif

@@ -54,7 +54,9 @@ static int build_tower(psg_graph_t *g, const psg_towers_config_t *c, int k, towe
     int rc = 0;
     if (k > 0) rc = psg_graph_push_scope(g, scope);
     if (rc == 0) {
-        rc = psg_model_build(g, c->model, c->height, c->width, c->channels, c->classes, c->seed, m);
+        rc = c->build ? c->build(c->build_ctx, g, k, m)
+                      : psg_model_build(g, c->model, c->height, c->width, c->channels, c->classes,
+                                        c->seed, m);
         if (k > 0) psg_graph_pop_scope(g);
     }
     psg_graph_pop_device(g);

@@ -14,6 +14,7 @@
 #include "psgraph/trainer.h"
 #include "worker/sync_train.h"
 #include "worker/train_hooks.h"
+#include "worker/worker_task.h"
 
 #include <errno.h>
 #include <math.h>
@@ -123,14 +124,9 @@ typedef struct {
     FILE *metrics;
     psg_towers_t *towers; /* NULL: the single-device graph */
     /* in a cluster */
-    psg_cluster_t *cluster;
-    psg_task_server_t *server;
-    psg_replica_setter_t *setter;
+    psg_worker_task_t w;
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
-    int num_workers, rank;
-    bool chief;
-    char task[PSG_DEVICE_NAME_MAX];
     psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
     psg_sync_train_t *sync;   /* --sync sync (worker/sync_train.c) */
 } trainer_t;
@@ -146,43 +142,23 @@ static void trainer_free(trainer_t *t) {
     psg_optimizer_destroy(&t->opt);
     psg_session_destroy(&t->sess);
     psg_dist_session_destroy(&t->dsess);
-    psg_task_server_destroy(&t->server);
-    psg_replica_setter_destroy(&t->setter);
-    psg_cluster_destroy(&t->cluster);
+    psg_worker_task_leave(&t->w);
     psg_graph_destroy(&t->g);
     free(t->towers);
     if (t->metrics) fclose(t->metrics);
 }
 
-/* The cluster of a distributed run (NULL config: one process). Sets this worker's place:
- * rank among the workers (the chief job first), the chief, and starts the task server. */
+/* The cluster of a distributed run (NULL config: one process): this worker's place in it
+ * (worker/worker_task.c). */
 static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
-    bool want = c->cluster_file || getenv("TF_CONFIG");
+    bool want = psg_worker_task_wanted(c);
     if ((c->sync && !strcmp(c->sync, "none")) || (!c->sync && !want)) return 0;
     if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "sync"))
         return psg_error_set("--sync: unknown mode '%s' (known: none, async, sync)", c->sync);
     if (!want)
         return psg_error_set("--sync %s needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I",
                              c->sync);
-    t->cluster = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
-                                 : psg_cluster_from_env();
-    if (!t->cluster) return -1;
-    psg_task_t me = psg_cluster_task(t->cluster);
-    if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
-    int chiefs = psg_cluster_num_tasks(t->cluster, "chief");
-    if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
-        return psg_error_set("task %s/%d: psgraph train runs workers; a %s task runs `psgraph server`",
-                             me.job, me.index, me.job);
-    t->num_workers = chiefs + psg_cluster_num_tasks(t->cluster, "worker");
-    t->rank = !strcmp(me.job, "chief") ? 0 : chiefs + me.index;
-    t->chief = t->rank == 0;
-    psg_device_name(me.job, me.index, NULL, t->task, sizeof t->task);
-    int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
-    psg_task_server_options_t so = {.cluster = t->cluster, .num_threads = c->threads,
-                                    .recv_timeout_ms = timeout};
-    if (!(t->server = psg_task_server_new(&so))) return -1;
-    if (!(t->setter = psg_dist_replica_setter_new(t->cluster, PSG_PS_GREEDY))) return -1;
-    return 0;
+    return psg_worker_task_join(&t->w, c, "psgraph train");
 }
 
 /* Makes the step and eval callables, locally or over the cluster, and initializes the
@@ -191,7 +167,7 @@ static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
 static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
                         const psg_endpoint_t *feeds, psg_endpoint_t loss, psg_endpoint_t correct,
                         int train_op) {
-    if (!t->cluster) {
+    if (!t->w.cluster) {
         psg_session_options_t so = {.num_threads = c->threads};
         t->sess = psg_session_new(t->g, &so, NULL);
         if (!t->sess || psg_session_run_init(t->sess) < 0) return -1;
@@ -199,7 +175,7 @@ static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
         t->eval = t->step ? psg_session_make_callable(t->sess, 2, feeds, 1, &correct, 0, NULL) : NULL;
         return t->eval ? 0 : -1;
     }
-    psg_dist_session_options_t o = {.cluster = t->cluster, .server = t->server,
+    psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
                                     .step_timeout_ms = c->step_timeout_ms};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
     /* the variables are initialized, restored or waited for by worker/cluster_ckpt.c */
@@ -208,23 +184,23 @@ static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
     /* async: the next step's variable reads travel while the ps applies this step's
      * gradients (dist_session.h); sync steps are the sync-replicas runner's */
     if (t->dstep && !t->sync && !c->no_overlap) psg_dist_callable_set_overlap(t->dstep, true);
-    return t->deval ? 0 : psg_error_wrap("%s", t->task);
+    return t->deval ? 0 : psg_error_wrap("%s", t->w.task);
 }
 
 /* In a cluster, after the hooks: the chief restores or initializes the ps tasks' variables
  * (or finds them held: it restarted), the others wait for them; checkpoints and recovery
  * from here on (worker/cluster_ckpt.c). */
 static int start_cluster(const psg_train_config_t *c, trainer_t *t, FILE *out, int64_t *start_step) {
-    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, t->cluster, t->dsess, t->chief, t->task, out, t->metrics);
+    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, t->w.cluster, t->dsess, t->w.chief, t->w.task, out, t->metrics);
     if (!cc || psg_cluster_ckpt_start(cc, start_step) < 0) {
         psg_cluster_ckpt_destroy(&cc);
-        return psg_error_wrap("%s", t->task);
+        return psg_error_wrap("%s", t->w.task);
     }
-    psg_task_t me = psg_cluster_task(t->cluster);
+    psg_task_t me = psg_cluster_task(t->w.cluster);
     char tag[64];
     snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
-    return psg_train_hooks_set_cluster(t->hooks, cc, t->chief, c, t->server,
-                                       psg_cluster_num_tasks(t->cluster, "ps") + t->rank, t->task, tag);
+    return psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
+                                       psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag);
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
@@ -246,19 +222,19 @@ static int load_data(const psg_train_config_t *c, trainer_t *t) {
  * exit once every worker did). */
 static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_result_t *r,
                           int64_t total, int64_t per_epoch, FILE *out) {
-    if (!t->chief) return psg_dist_session_job_done(t->dsess);
+    if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
     /* sync: training is over for all; a worker that died (b >= 1) never says so */
     int64_t wait_ms = t->sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
-    if (psg_dist_session_wait_workers(t->dsess, t->num_workers - 1, wait_ms) < 0) {
+    if (psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) < 0) {
         fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
         fflush(out);
     }
-    if (t->sync) psg_sync_train_count(t->sync, t->dsess, t->cluster);
+    if (t->sync) psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
     double acc = 0;
     if (evaluate(t->eval, t->deval, t->test, &acc) < 0) return -1;
     r->test_accuracy = acc;
     fprintf(out, "epoch %lld  test accuracy %.4f  (all %d workers done)\n",
-            (long long)((total + per_epoch - 1) / per_epoch), acc, t->num_workers);
+            (long long)((total + per_epoch - 1) / per_epoch), acc, t->w.num_workers);
     fflush(out);
     if (t->metrics)
         fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
@@ -284,7 +260,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (join_cluster(c, &t) < 0) goto done;
     t.g = psg_graph_new();
-    if (t.setter) psg_graph_push_replica_setter(t.g, t.setter);
+    if (t.w.setter) psg_graph_push_replica_setter(t.g, t.w.setter);
     psg_model_t m;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
     oc.learning_rate = (float)lr;
@@ -306,9 +282,11 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         goto done;
     }
     if (gpu || c->towers > 1) {
-        psg_towers_config_t tc = {c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
-                                  psg_dataset_num_classes(t.train), c->seed, c->towers,
-                                  gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
+        psg_towers_config_t tc = {.model = c->model, .height = (int)ex.dims[0],
+                                  .width = (int)ex.dims[1], .channels = (int)ex.dims[2],
+                                  .classes = psg_dataset_num_classes(t.train), .seed = c->seed,
+                                  .num_towers = c->towers,
+                                  .device = gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
         t.towers = calloc(1, sizeof *t.towers);
         if (!t.towers || psg_towers_build(t.g, &tc, t.opt, t.towers) < 0) goto done;
         m = t.towers->towers[0];
@@ -320,9 +298,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         if (psg_model_build(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
                             psg_dataset_num_classes(t.train), c->seed, &m) < 0)
             goto done;
-        if (t.cluster && psg_sync_train_wanted(c)) {
-            t.sync = psg_sync_train_new(c, t.g, t.opt, m.loss, m.images, m.labels, t.rank,
-                                        t.num_workers, out);
+        if (t.w.cluster && psg_sync_train_wanted(c)) {
+            t.sync = psg_sync_train_new(c, t.g, t.opt, m.loss, m.images, m.labels, t.w.rank,
+                                        t.w.num_workers, out);
             train_op = m.loss.node; /* the generic callable only evaluates */
         } else if (psg_optimizer_minimize(t.opt, t.g, m.loss, &train_op) < 0) {
             goto done;
@@ -332,7 +310,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         feeds[0] = m.images;
         feeds[1] = m.labels;
     }
-    if (t.setter) psg_graph_pop_device(t.g);
+    if (t.w.setter) psg_graph_pop_device(t.g);
     if (make_runners(c, &t, n_feeds, feeds, loss_ep, m.correct, train_op) < 0) goto done;
     if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
     int64_t start_step = 0;
@@ -340,21 +318,21 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
      * checkpoints through the ps tasks and traces through their servers
      * (worker/cluster_ckpt.c, started below), so the local hooks keep out of it */
     psg_train_config_t hc = *c;
-    if (t.cluster) {
+    if (t.w.cluster) {
         hc.logdir = NULL;
         hc.trace_path = NULL;
     }
     if (!(t.hooks = psg_train_hooks_new(&hc, t.sess, out, t.metrics, &start_step))) goto done;
-    if (t.cluster && start_cluster(c, &t, out, &start_step) < 0) goto done;
+    if (t.w.cluster && start_cluster(c, &t, out, &start_step) < 0) goto done;
     /* sync replicas start once the variables are initialized, restored or found */
-    if (t.sync && psg_sync_train_start(t.sync, t.dsess, t.cluster, t.server, t.chief, t.metrics) < 0)
+    if (t.sync && psg_sync_train_start(t.sync, t.dsess, t.w.cluster, t.w.server, t.w.chief, t.metrics) < 0)
         goto done;
     r->steps = start_step;
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(batch, c->seed);
-    if (t.cluster) {
-        io.num_shards = t.num_workers;
-        io.shard_index = t.rank;
+    if (t.w.cluster) {
+        io.num_shards = t.w.num_workers;
+        io.shard_index = t.w.rank;
     }
     io.start_batch = start_step;
     if (!(t.it = psg_batch_iter_new(t.train, &io))) goto done;
@@ -364,10 +342,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     fprintf(out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
             c->model, c->data, batch, opt_kind, lr, (long long)total, (long long)per_epoch, c->threads,
             c->towers, gpu ? "GPU" : "CPU", c->towers == 1 ? "" : "s");
-    if (t.cluster)
+    if (t.w.cluster)
         fprintf(out, "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
-                t.task, t.num_workers, t.chief ? "chief" : "not chief", t.sync ? "sync" : "async",
-                psg_cluster_num_tasks(t.cluster, "ps"), t.rank);
+                t.w.task, t.w.num_workers, t.w.chief ? "chief" : "not chief", t.sync ? "sync" : "async",
+                psg_cluster_num_tasks(t.w.cluster, "ps"), t.w.rank);
     fflush(out);
     double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
     int64_t steady_examples = 0, interval_steps = 0;
@@ -388,7 +366,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             src = t.sync ? psg_sync_train_step(t.sync, images, labels, &loss, &over)
                          : run_either(t.step, t.dstep, fv, &loss);
         /* async: a step that hit a restarted ps is retried once the ps is back */
-        for (int retry = 0; src < 0 && t.cluster && !t.sync && retry < 3 &&
+        for (int retry = 0; src < 0 && t.w.cluster && !t.sync && retry < 3 &&
                             psg_train_hooks_recover(t.hooks, step) == 0;
              retry++)
             src = run_either(t.step, t.dstep, fv, &loss);
@@ -433,8 +411,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             interval_steps = 0;
             interval_start = now_sec();
         }
-        if ((epoch_end && step + 1 < total && (!t.cluster || t.chief)) ||
-            (step + 1 == total && !t.cluster)) {
+        if ((epoch_end && step + 1 < total && (!t.w.cluster || t.w.chief)) ||
+            (step + 1 == total && !t.w.cluster)) {
             double acc = 0, eval_start = now_sec();
             if (evaluate(t.eval, t.deval, t.test, &acc) < 0) goto done;
             r->test_accuracy = acc;
@@ -450,30 +428,30 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         if (over) break; /* sync: the token queue closed */
     }
     if (t.dsess && psg_dist_session_drain(t.dsess) < 0) goto done; /* the last overlapped step */
-    if (t.sync && psg_sync_train_finish(t.sync) < 0) goto done;
-    if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
     r->final_loss = last_loss;
     r->examples_per_sec = steady_time > 0 ? (double)steady_examples / steady_time : 0;
-    if (t.cluster && finish_cluster(c, &t, r, total, per_epoch, out) < 0) goto done;
-    if (t.cluster && !t.chief) {
+    if (t.sync && psg_sync_train_finish(t.sync, r->examples_per_sec) < 0) goto done;
+    if (psg_train_hooks_end(t.hooks, r->steps) < 0) goto done;
+    if (t.w.cluster && finish_cluster(c, &t, r, total, per_epoch, out) < 0) goto done;
+    if (t.w.cluster && !t.w.chief) {
         fprintf(out, "{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"final_loss\":%.6f,"
                      "\"examples_per_sec\":%.1f}\n",
-                t.task, (long long)r->steps, r->final_loss, r->examples_per_sec);
+                t.w.task, (long long)r->steps, r->final_loss, r->examples_per_sec);
         fflush(out);
         rc = 0;
         goto done;
     }
     char line[2560], cluster_desc[1280] = "", sync_desc[1024] = "";
     if (t.sync) psg_sync_train_json(t.sync, sync_desc, sizeof sync_desc);
-    if (t.cluster)
+    if (t.w.cluster)
         snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,",
-                 t.sync ? sync_desc : "\"sync\":\"async\",", t.num_workers,
-                 psg_cluster_num_tasks(t.cluster, "ps"));
+                 t.sync ? sync_desc : "\"sync\":\"async\",", t.w.num_workers,
+                 psg_cluster_num_tasks(t.w.cluster, "ps"));
     snprintf(line, sizeof line,
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
              "\"threads\":%d,\"final_loss\":%.6f,\"test_accuracy\":%.4f,\"examples_per_sec\":%.1f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f}",
-             c->model, c->data, t.cluster ? cluster_desc : "", (long long)r->steps, batch, c->threads, r->final_loss,
+             c->model, c->data, t.w.cluster ? cluster_desc : "", (long long)r->steps, batch, c->threads, r->final_loss,
              r->test_accuracy, r->examples_per_sec, peak_rss_mb(), rss_at_100, rss_mb());
     fprintf(out, "%s\n", line);
     fflush(out);

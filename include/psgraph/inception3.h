@@ -7,6 +7,7 @@
 #define PSGRAPH_INCEPTION3_H
 
 #include "psgraph/graph.h"
+#include "psgraph/optimizer.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,6 +107,30 @@ int64_t psg_inception3_decay_steps(const psg_inception3_recipe_t *r);
  * or -1 with the error set. */
 int psg_inception3_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r,
                             const psg_inception3_t *m, int *train_op, psg_endpoint_t *lr);
+
+/* The pieces of psg_inception3_train_op, for a caller that applies the
+ * gradients its own way (towers averaging them, sync replicas aggregating
+ * them on the chief). */
+
+/* The model variables the moving average covers: g's "variables" named
+ * "InceptionV3/..." (batch-norm moving statistics included). Call it before
+ * an optimizer adds its slots. *vars is malloc'd (the caller frees it).
+ * Returns their number, or -1 with the error set. */
+int psg_inception3_variables(const psg_graph_t *g, psg_endpoint_t **vars);
+
+/* The recipe's optimizer: RMSProp at the staircase-decayed learning rate, a
+ * tensor of the global step (*lr, may be NULL). New (psg_optimizer_destroy);
+ * NULL with the error set. */
+psg_optimizer_t *psg_inception3_optimizer(psg_graph_t *g, const psg_inception3_recipe_t *r,
+                                          psg_endpoint_t *lr);
+
+/* The step around an update `apply` (a node): grouped with bn_updates (-1:
+ * none) as "train_step", and after it the moving average of vars[n] when
+ * r->ema_decay > 0. *train_op: the node to run. Returns 0, or -1 with the
+ * error set. */
+int psg_inception3_finish_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r, int apply,
+                                   int bn_updates, int n, const psg_endpoint_t *vars,
+                                   int *train_op);
 
 /* Exponential moving averages, as tf.train.ExponentialMovingAverage with
  * num_updates = the global step: for each variable handle vars[i] a shadow

@@ -17,12 +17,19 @@ typedef enum {
     PSG_TOWERS_GPU,     /* tower k on "/device:GPU:k" */
 } psg_towers_device_t;
 
+/* Builds tower k's model into g, called under the tower's scope and device
+ * function; a variable g already has under its root name must be reused
+ * (tower 0's), as psg_model_build does. Returns 0, or -1 with the error set. */
+typedef int (*psg_tower_model_fn)(void *ctx, psg_graph_t *g, int k, psg_model_t *m);
+
 typedef struct {
-    const char *model; /* "mlp" | "cnn" (psg_model_build) */
+    const char *model; /* "mlp" | "cnn" (psg_model_build), unless build is set */
     int height, width, channels, classes;
     uint64_t seed;
     int num_towers; /* 1..PSG_MAX_TOWERS */
     psg_towers_device_t device;
+    psg_tower_model_fn build; /* NULL: psg_model_build of model */
+    void *build_ctx;          /* build's, borrowed */
 } psg_towers_config_t;
 
 typedef struct {

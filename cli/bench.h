@@ -1,0 +1,34 @@
+/* `psgraph bench inception3`'s options, shared by its command line
+ * (cli/bench_cmd.c: parsing, checks, starting a local cluster) and its run
+ * (cli/bench_run.c: one process, towers, or one worker task of a cluster). */
+#ifndef PSGRAPH_CLI_BENCH_H
+#define PSGRAPH_CLI_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define BENCH_MAX_STRAGGLERS 32
+
+typedef struct {
+    int batch, steps, warmup, image_size, classes, threads, log_every, decode_threads;
+    int workers, ps, backups, towers; /* workers 0: not given */
+    bool aux, print_model, forward_only;
+    const char *device, *data, *data_dir, *step_times;
+    double lr;
+    uint64_t seed;
+    /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */
+    const char *cluster_file, *job;
+    int task;
+    int64_t step_timeout_ms;
+    const char *stragglers[BENCH_MAX_STRAGGLERS]; /* --straggler specs (sync/straggler.c) */
+    int num_stragglers;
+} psg_bench_opts_t;
+
+/* Runs the benchmark as *o says, in this process: alone (towers when
+ * o->towers > 1 or on a GPU), or as the worker task of a cluster when one
+ * is given (TF_CONFIG or o->cluster_file). Prints progress and the final
+ * JSON line (the chief); cmd names the command in messages. Returns the
+ * exit code (0, or 1 after printing the error). */
+int psg_bench_run(const psg_bench_opts_t *o, const char *cmd);
+
+#endif

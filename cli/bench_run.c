@@ -1,0 +1,483 @@
+/* The run of `psgraph bench inception3`: the Inception-v3 graph with its
+ * RMSProp recipe in one process (towers splitting the batch when asked), or
+ * as one worker task of a cluster (variables on the ps tasks; async for one
+ * worker, sync replicas with backup workers otherwise); then the timed
+ * steps on one synthetic batch or ImageNet, images/sec per interval and one
+ * final JSON line. Not the option parsing or the local launch (bench_cmd.c). */
+#include "cli/bench.h"
+#include "psgraph/psgraph.h"
+#include "worker/sync_train.h"
+#include "worker/worker_task.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    const psg_bench_opts_t *o;
+    const char *cmd;
+    psg_inception3_config_t cfg;
+    psg_inception3_recipe_t recipe;
+    psg_graph_t *g;
+    psg_inception3_t m; /* tower 0's */
+    psg_model_stats_t st;
+    int train_op;
+    psg_endpoint_t *ema_vars; /* the model's variables, taken before an optimizer's slots */
+    int n_ema_vars;
+    /* one process */
+    psg_session_t *sess;
+    psg_callable_t *step;
+    psg_towers_t *towers; /* NULL: one tower */
+    bool gpu;
+    psg_inception3_t tower_models[PSG_MAX_TOWERS];
+    /* a cluster */
+    bool in_cluster;
+    psg_train_config_t tc; /* the cluster's and sync replicas' settings */
+    psg_worker_task_t w;
+    psg_dist_session_t *dsess;
+    psg_dist_callable_t *dstep; /* owned by dsess */
+    psg_sync_train_t *sync;     /* NULL: async (one worker, no backups) */
+    psg_optimizer_t *opt;       /* the sync replicas' (borrowed by sync) */
+    int num_required;           /* gradients a global step (N) */
+    /* input */
+    psg_imagenet_t *inet;
+    psg_batch_iter_t *it;
+    psg_tensor_t *img, *lab;
+} bench_t;
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void on_skip(void *ctx, const char *msg) {
+    (void)ctx;
+    fprintf(stderr, "psgraph: skipped: %s\n", msg);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Tower k of a towers graph (worker/towers.c): Inception-v3 sharing tower 0's
+ * variables; tower 0 also fixes the variables the moving average covers. */
+static int build_tower(void *ctx, psg_graph_t *g, int k, psg_model_t *mm) {
+    bench_t *b = ctx;
+    psg_inception3_t *m = &b->tower_models[k];
+    if (psg_inception3_build(g, &b->cfg, m) < 0) return -1;
+    /* tower 0's size (not the optimizer's learning-rate nodes built before it) */
+    if (k == 0 && psg_model_stats(g, "InceptionV3/", &b->st) < 0) return -1;
+    if (k == 0 && (b->n_ema_vars = psg_inception3_variables(g, &b->ema_vars)) < 0) return -1;
+    *mm = (psg_model_t){m->images, m->labels, m->logits, m->loss, m->correct};
+    return 0;
+}
+
+/* K towers on "/device:CPU:k" or "/device:GPU:k", the gradients averaged
+ * in-graph; the step also runs tower 0's batch-norm updates, then the EMA. */
+static int build_towers(bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    psg_optimizer_t *opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
+    if (!opt) return -1;
+    psg_towers_config_t tc = {.model = "inception3", .classes = o->classes, .seed = o->seed,
+                              .num_towers = o->towers,
+                              .device = b->gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU,
+                              .build = build_tower, .build_ctx = b};
+    b->towers = calloc(1, sizeof *b->towers);
+    int rc = b->towers ? psg_towers_build(b->g, &tc, opt, b->towers) : psg_error_set("out of memory");
+    psg_optimizer_destroy(&opt);
+    if (rc < 0) return -1;
+    b->m = b->tower_models[0];
+    psg_graph_push_device(b->g, b->towers->variable_device);
+    rc = psg_inception3_finish_train_op(b->g, &b->recipe, b->towers->train_op, b->m.bn_updates,
+                                        b->n_ema_vars, b->ema_vars, &b->train_op);
+    psg_graph_pop_device(b->g);
+    psg_placement_options_t po = {.allow_soft_placement = true};
+    return rc < 0 ? -1 : psg_place(b->g, &po); /* the nodes added after the towers' placement */
+}
+
+/* Joins the cluster as this worker task and builds its replica under the
+ * replica device setter: the recipe's step (async: one worker, no backups),
+ * or sync replicas aggregating N = workers - b gradients a step, whose
+ * worker step also runs the batch-norm updates and whose chief step runs the
+ * EMA after the update. */
+static int build_replica(bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    psg_train_config_t *tc = &b->tc;
+    psg_train_config_defaults(tc);
+    tc->cluster_file = o->cluster_file;
+    tc->job = o->job;
+    tc->task = o->task;
+    tc->threads = o->threads;
+    tc->seed = o->seed;
+    tc->step_timeout_ms = o->step_timeout_ms;
+    tc->steps = o->warmup + o->steps;
+    tc->backup_workers = o->backups;
+    tc->stragglers = o->stragglers;
+    tc->num_stragglers = o->num_stragglers;
+    if (psg_worker_task_join(&b->w, tc, "psgraph bench inception3") < 0) return -1;
+    int W = b->w.num_workers;
+    if (o->workers > 0 && o->workers + o->backups != W)
+        return psg_error_set("--workers %d --backup-workers %d: the cluster has %d worker tasks, "
+                             "not %d", o->workers, o->backups, W, o->workers + o->backups);
+    if (o->backups >= W)
+        return psg_error_set("--backup-workers %d: the cluster has only %d worker tasks", o->backups, W);
+    bool sync = W > 1 || o->backups > 0;
+    tc->sync = sync ? "sync" : "async";
+    b->num_required = W - o->backups;
+    b->recipe.replicas = b->num_required;
+    psg_graph_push_replica_setter(b->g, b->w.setter);
+    int rc = psg_inception3_build(b->g, &b->cfg, &b->m);
+    if (rc == 0) rc = psg_model_stats(b->g, NULL, &b->st);
+    if (rc == 0 && !sync) rc = psg_inception3_train_op(b->g, &b->recipe, &b->m, &b->train_op, NULL);
+    if (rc == 0 && sync) {
+        b->n_ema_vars = psg_inception3_variables(b->g, &b->ema_vars);
+        b->opt = b->n_ema_vars < 0 ? NULL : psg_inception3_optimizer(b->g, &b->recipe, NULL);
+        b->sync = b->opt ? psg_sync_train_new(tc, b->g, b->opt, b->m.loss, b->m.images, b->m.labels,
+                                              b->w.rank, W, stdout)
+                         : NULL;
+        int ema = -1;
+        rc = b->sync ? psg_inception3_finish_train_op(
+                           b->g, &b->recipe, psg_sync_train_graph(b->sync)->chief_global_step.node,
+                           -1, b->n_ema_vars, b->ema_vars, &ema)
+                     : -1;
+        if (rc == 0) psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
+    }
+    psg_graph_pop_device(b->g);
+    if (rc < 0) return -1;
+    psg_dist_session_options_t so = {.cluster = b->w.cluster, .server = b->w.server,
+                                     .step_timeout_ms = o->step_timeout_ms};
+    if (!(b->dsess = psg_dist_session_new(b->g, &so))) return -1;
+    psg_endpoint_t feeds[2] = {b->m.images, b->m.labels};
+    if (!sync && !(b->dstep = psg_dist_session_make_callable(b->dsess, 2, feeds, 1, &b->m.loss, 1,
+                                                             &b->train_op)))
+        return -1;
+    if (b->w.chief ? psg_dist_session_run_init(b->dsess) < 0
+                   : psg_dist_session_wait_init(b->dsess, o->step_timeout_ms) < 0)
+        return psg_error_wrap("the variables");
+    return b->sync ? psg_sync_train_start(b->sync, b->dsess, b->w.cluster, b->w.server, b->w.chief,
+                                          NULL)
+                   : 0;
+}
+
+/* The graph and its runner: a cluster's replica, towers, or the plain graph. */
+static int build(bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    if (b->in_cluster) return build_replica(b);
+    bool towers = !o->forward_only && (o->towers > 1 || b->gpu);
+    if (towers) {
+        if (build_towers(b) < 0) return -1;
+    } else if (psg_inception3_build(b->g, &b->cfg, &b->m) < 0 ||
+               psg_model_stats(b->g, NULL, &b->st) < 0 ||
+               (!o->forward_only &&
+                psg_inception3_train_op(b->g, &b->recipe, &b->m, &b->train_op, NULL) < 0)) {
+        return -1;
+    }
+    psg_session_options_t so = {.num_threads = o->threads};
+    if (!(b->sess = psg_session_new(b->g, &so, NULL)) || psg_session_run_init(b->sess) < 0) return -1;
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS] = {b->m.images, b->m.labels};
+    psg_endpoint_t fetch = o->forward_only ? b->m.xent : b->m.loss;
+    if (towers) {
+        psg_towers_feeds(b->towers, feeds);
+        fetch = b->towers->loss;
+    }
+    b->step = psg_session_make_callable(b->sess, towers ? 2 * o->towers : 2, feeds, 1, &fetch,
+                                        o->forward_only ? 0 : 1, &b->train_op);
+    return b->step ? 0 : -1;
+}
+
+/* The input: ImageNet's batches (a worker reads its shard), or one random
+ * batch made once (tf_cnn_benchmarks' synthetic data; each worker its own). */
+static int make_input(bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    int rank = b->in_cluster ? b->w.rank : 0;
+    if (b->inet) {
+        psg_batch_iter_options_t bo = psg_batch_iter_train_options(o->batch, o->seed);
+        if (b->in_cluster) {
+            bo.num_shards = b->w.num_workers;
+            bo.shard_index = rank;
+        }
+        b->it = psg_batch_iter_new(psg_imagenet_dataset(b->inet), &bo);
+        return b->it ? 0 : -1;
+    }
+    unsigned seed = (unsigned)(o->seed * 1000 + (uint64_t)rank);
+    b->img = psg_tensor_new(PSG_DT_F32, &(psg_shape_t){4, {o->batch, o->image_size, o->image_size, 3}});
+    b->lab = psg_tensor_new(PSG_DT_I32, &(psg_shape_t){1, {o->batch}});
+    if (!b->img || !b->lab) return psg_error_set("out of memory");
+    for (int64_t i = 0; i < psg_tensor_numel(b->img); i++)
+        psg_tensor_f32(b->img)[i] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
+    for (int i = 0; i < o->batch; i++) psg_tensor_i32(b->lab)[i] = rand_r(&seed) % o->classes;
+    return 0;
+}
+
+/* One step on (img, lab): *loss new; *over when sync training is over. */
+static int run_step(bench_t *b, psg_tensor_t *img, psg_tensor_t *lab, psg_tensor_t **loss, bool *over) {
+    *over = false;
+    if (b->sync) return psg_sync_train_step(b->sync, img, lab, loss, over);
+    psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {img, lab};
+    int n = 0;
+    if (b->towers) {
+        if (psg_towers_split(b->towers, img, lab, fv) < 0) return -1;
+        n = 2 * b->towers->num_towers;
+    }
+    int rc = b->dstep ? psg_dist_callable_run(b->dstep, fv, loss) : psg_callable_run(b->step, fv, loss);
+    for (int i = 0; i < n; i++) psg_tensor_destroy(&fv[i]);
+    return rc;
+}
+
+/* --step-times FILE: each timed step's milliseconds, one a line (psgraph simulate --samples). */
+static int write_step_times(const char *path, const double *ms, int64_t n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return psg_error_set("--step-times %s: %s", path, strerror(errno));
+    for (int64_t i = 0; i < n; i++) fprintf(f, "%.3f\n", ms[i]);
+    if (fclose(f) != 0) return psg_error_set("--step-times %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void print_model(const psg_bench_opts_t *o, const psg_model_stats_t *s) {
+    printf("inception3: %dx%dx3 input, %d classes, auxiliary head %s\n", o->image_size, o->image_size,
+           o->classes, o->aux ? "on" : "off");
+    printf("parameters: %lld (trainable %lld; batch-norm moving mean and variance %lld; "
+           "batch norm has beta only, no gamma, as Keras's conv2d_bn)\n",
+           (long long)s->params, (long long)s->trainable, (long long)(s->params - s->trainable));
+    printf("forward multiply-adds per image: %lld (%.3f G; conv and fully connected layers)\n",
+           (long long)s->macs_per_example, (double)s->macs_per_example / 1e9);
+    printf("{\"model\":\"inception3\",\"image_size\":%d,\"classes\":%d,\"aux_logits\":%s,\"params\":%lld,"
+           "\"trainable_params\":%lld,\"macs_per_image\":%lld}\n",
+           o->image_size, o->classes, o->aux ? "true" : "false", (long long)s->params,
+           (long long)s->trainable, (long long)s->macs_per_example);
+}
+
+static void print_header(const bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    printf("psgraph %s: inception3 %s, %s, batch %d, %dx%d, %d classes, %d threads, %s, "
+           "%lld params, %.2f GMACs/image\n",
+           b->cmd, o->forward_only ? "forward" : "training", o->data, o->batch, o->image_size,
+           o->image_size, o->classes, o->threads,
+           o->forward_only ? "no optimizer"
+                           : "RMSProp(0.9, momentum 0.9, eps 1.0), lr 0.045 x0.94/2 epochs, EMA 0.9999",
+           (long long)b->st.params, (double)b->st.macs_per_example / 1e9);
+    if (b->towers)
+        printf("%d %s towers, %d images each, gradients averaged in-graph\n", b->towers->num_towers,
+               b->gpu ? "GPU" : "CPU", o->batch / b->towers->num_towers);
+    if (b->in_cluster)
+        printf("%s of %d workers (%s), %s, variables on %d ps tasks\n", b->w.task, b->w.num_workers,
+               b->w.chief ? "chief" : "not chief",
+               b->sync ? "sync replicas" : "async", psg_cluster_num_tasks(b->w.cluster, "ps"));
+    if (b->sync)
+        printf("sync replicas: the mean of the first %d of %d gradients a step, %d backup worker%s\n",
+               b->num_required, b->w.num_workers, o->backups, o->backups == 1 ? "" : "s");
+    if (!o->forward_only)
+        printf("learning rate %g, decay every %lld steps\n", o->lr,
+               (long long)psg_inception3_decay_steps(&b->recipe));
+    printf("Step\tImg/sec\ttotal_loss\n");
+    fflush(stdout);
+}
+
+/* The cluster's fields of the chief's final line, each followed by a comma. */
+static void cluster_json(bench_t *b, int64_t steps, double own_ips, char *buf, size_t size) {
+    char sj[1024] = "";
+    int W = b->w.num_workers;
+    double *rates = malloc(sizeof *rates * (size_t)W);
+    int nr = 0;
+    if (b->sync) {
+        psg_sync_train_json(b->sync, sj, sizeof sj);
+        nr = rates ? psg_sync_train_worker_rates(b->sync, rates) : 0;
+    } else {
+        snprintf(sj, sizeof sj,
+                 "\"sync\":\"async\",\"replicas_to_aggregate\":1,\"backup_workers\":0,\"global_steps\":%lld,"
+                 "\"gradients_used\":%lld,\"gradients_dropped\":0,",
+                 (long long)steps, (long long)steps);
+        if (rates) rates[nr++] = own_ips;
+    }
+    size_t len = (size_t)snprintf(buf, size, "\"ps\":%d,\"workers\":%d,%s\"per_worker_images_per_sec\":[",
+                                  psg_cluster_num_tasks(b->w.cluster, "ps"), b->num_required, sj);
+    for (int i = 0; i < nr && len + 32 < size; i++) {
+        if (rates[i] < 0)
+            len += (size_t)snprintf(buf + len, size - len, "%snull", i ? "," : "");
+        else
+            len += (size_t)snprintf(buf + len, size - len, "%s%.3f", i ? "," : "", rates[i]);
+    }
+    if (len + 4 < size) snprintf(buf + len, size - len, "],");
+    free(rates);
+}
+
+/* After the steps, in a cluster: the sync end and counts, the chief waits for
+ * the others, everyone tells the ps tasks it is done. */
+static int finish_cluster(bench_t *b, double own_ips) {
+    if (b->sync && psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
+    if (b->w.chief) {
+        if (psg_dist_session_wait_workers(b->dsess, b->w.num_workers - 1, b->o->step_timeout_ms) < 0) {
+            printf("warning: %s; reporting anyway\n", psg_error_message());
+            fflush(stdout);
+        }
+        if (b->sync) psg_sync_train_count(b->sync, b->dsess, b->w.cluster);
+    }
+    return psg_dist_session_job_done(b->dsess);
+}
+
+static void bench_free(bench_t *b) {
+    psg_sync_train_destroy(&b->sync);
+    psg_dist_session_destroy(&b->dsess);
+    psg_worker_task_leave(&b->w);
+    psg_optimizer_destroy(&b->opt);
+    psg_tensor_destroy(&b->img);
+    psg_tensor_destroy(&b->lab);
+    psg_batch_iter_destroy(&b->it);
+    psg_imagenet_destroy(&b->inet);
+    psg_callable_destroy(&b->step);
+    psg_session_destroy(&b->sess);
+    free(b->towers);
+    free(b->ema_vars);
+    psg_graph_destroy(&b->g);
+}
+
+int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
+    bench_t b = {.o = o, .cmd = cmd, .train_op = -1};
+    b.cfg = psg_inception3_defaults();
+    b.cfg.image_size = o->image_size;
+    b.cfg.classes = o->classes;
+    b.cfg.aux_logits = o->aux;
+    b.cfg.is_training = !o->forward_only;
+    b.cfg.seed = o->seed;
+    b.recipe = psg_inception3_recipe_defaults();
+    b.recipe.learning_rate = o->lr;
+    b.recipe.batch = o->batch;
+    b.in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
+    b.gpu = !strcmp(o->device, "gpu");
+    if (b.gpu && !o->print_model && psg_gpu_count() == 0) {
+        printf("psgraph %s: --device gpu: %s; running on the CPU\n", cmd, psg_gpu_status());
+        b.gpu = false;
+    }
+    double *times = NULL;
+    int rc = 1;
+    if (!(b.g = psg_graph_new())) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    if (o->print_model) {
+        if (psg_inception3_build(b.g, &b.cfg, &b.m) < 0 || psg_model_stats(b.g, NULL, &b.st) < 0) goto fail;
+        print_model(o, &b.st);
+        rc = 0;
+        goto out;
+    }
+    if (!strcmp(o->data, "imagenet")) {
+        psg_imagenet_options_t io = psg_imagenet_defaults(true);
+        io.image_size = o->image_size;
+        io.classes = o->classes;
+        io.threads = o->decode_threads;
+        io.seed = o->seed;
+        io.report = on_skip;
+        if (!(b.inet = psg_imagenet_new(o->data_dir, &io))) goto fail;
+        b.recipe.examples_per_epoch = psg_imagenet_num_records(b.inet);
+    }
+    if (build(&b) < 0 || make_input(&b) < 0) goto fail;
+    print_header(&b);
+    /* sync: a worker steps until training is over; a fast one may take more
+     * tokens than there are global steps, never more than all of them */
+    int64_t total = o->warmup + o->steps;
+    int64_t limit = b.sync ? total * b.w.num_workers + 16 : total, cap = total, k = 0, s;
+    times = calloc((size_t)cap, sizeof *times);
+    if (!times) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    /* the chief reports the job's pace: N workers' images a global step */
+    int per_step = b.in_cluster && b.w.chief ? b.num_required * o->batch : o->batch;
+    double loss = NAN, interval_start = 0, timed = 0;
+    int interval_steps = 0;
+    bool over = false;
+    for (s = 0; s < limit && !over; s++) {
+        psg_tensor_t *bi = b.img, *bl = b.lab, *out = NULL;
+        double t0 = now_sec();
+        if (b.it) {
+            bi = bl = NULL;
+            if (psg_batch_iter_next(b.it, &bi, &bl) != 1) goto fail;
+        }
+        int src = run_step(&b, bi, bl, &out, &over);
+        if (b.it) {
+            psg_tensor_destroy(&bi);
+            psg_tensor_destroy(&bl);
+        }
+        if (src < 0) {
+            psg_error_wrap("step %lld", (long long)s);
+            goto fail;
+        }
+        loss = psg_tensor_f32(out)[0];
+        psg_tensor_destroy(&out);
+        double dt = now_sec() - t0;
+        if (!isfinite(loss)) {
+            psg_error_set("step %lld: the loss is %g", (long long)s, loss);
+            goto fail;
+        }
+        if (s < o->warmup) {
+            printf("warmup %lld\t%.2f s\t%.3f\n", (long long)s + 1, dt, loss);
+            fflush(stdout);
+            continue;
+        }
+        if (k == cap) {
+            double *nt = realloc(times, (size_t)(cap *= 2) * sizeof *times);
+            if (!nt) {
+                psg_error_set("out of memory");
+                goto fail;
+            }
+            times = nt;
+        }
+        times[k++] = dt * 1000.0;
+        timed += dt;
+        if (interval_steps == 0) interval_start = t0;
+        interval_steps++;
+        if (k % o->log_every == 0 || k == o->steps || over) {
+            double ips = interval_steps * per_step / (now_sec() - interval_start);
+            printf("%lld\timages/sec: %.2f\t%.3f\n", (long long)k, ips, loss);
+            fflush(stdout);
+            interval_steps = 0;
+        }
+    }
+    double own_ips = timed > 0 ? (double)k * o->batch / timed : 0;
+    double ips = timed > 0 ? (double)k * per_step / timed : 0;
+    if (b.in_cluster && finish_cluster(&b, own_ips) < 0) goto fail;
+    if (b.in_cluster && !b.w.chief) {
+        printf("{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"images_per_sec\":%.3f,"
+               "\"final_loss\":%.4f}\n",
+               b.w.task, (long long)s, own_ips, loss);
+        rc = 0;
+        goto out;
+    }
+    if (o->step_times && write_step_times(o->step_times, times, k) < 0) goto fail;
+    double median = 0, p90 = 0;
+    if (k > 0) {
+        qsort(times, (size_t)k, sizeof *times, cmp_double);
+        median = times[(k - 1) / 2];
+        p90 = times[(int64_t)ceil(0.9 * (double)(k - 1))];
+    }
+    char cl[2048] = "";
+    if (b.in_cluster) cluster_json(&b, s, own_ips, cl, sizeof cl);
+    printf("total images/sec: %.2f\n", ips);
+    printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
+           "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
+           "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
+           "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld}\n",
+           b.gpu ? "gpu" : "cpu", b.towers ? b.towers->num_towers : 1, cl,
+           o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
+           o->threads, o->warmup, (long long)k, ips, median, p90, loss, (long long)b.st.params,
+           (long long)b.st.macs_per_example,
+           ips * (double)b.st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
+           b.inet ? (long long)psg_imagenet_num_skipped(b.inet) : 0LL);
+    rc = 0;
+    goto out;
+fail:
+    if (b.in_cluster && b.w.task[0]) psg_error_wrap("%s", b.w.task);
+    if (b.g && psg_graph_error(b.g) && !strstr(psg_error_message(), psg_graph_error(b.g)))
+        psg_error_wrap("%s", psg_graph_error(b.g));
+    fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+    rc = 1;
+out:
+    free(times);
+    bench_free(&b);
+    return rc;
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `psgraph bench inception3` as a user runs it, with real processes on 127.0.0.1 and tiny
+# images (75x75, batch 2, 10 classes): a local cluster of 1 ps + 2 workers + 1 backup
+# (sync replicas: the final JSON line, W gradients used a global step), 2 CPU towers, the
+# GPU fallback, a task that fails naming itself, and the option combinations refused.
+set -u
+psgraph=$1
+asan=${2:-}
+fails=0
+tmp=$(mktemp -d /tmp/psg_test_bench.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tiny=(--image-size 75 --batch 2 --classes 10 --warmup 0 --log-every 1)
+check() { # exit code, text wanted, command...
+  local out rc
+  out=$("${@:3}" 2>&1); rc=$?
+  if [ "$rc" = "$1" ] && grep -qF -- "$2" <<<"$out"; then ok "${*:3}"; else fail "${*:3} -> rc $rc, wanted $1 and '$2': $(tail -5 <<<"$out")"; fi
+}
+
+# 1. a local cluster: 1 ps, 2 workers aggregated, 1 backup (under ASan: 2 workers, no backup)
+W=2; b=1
+[ -n "$asan" ] && b=0
+out=$(timeout 240 "$psgraph" bench inception3 "${tiny[@]}" --warmup 1 --steps 1 --ps 1 --workers $W --backup-workers $b 2>&1)
+rc=$?
+last=$(tail -1 <<<"$out")
+if [ $rc = 0 ] && grep -q '^\[worker1\] {"event":"worker_done"' <<<"$out" &&
+   grep -q '^\[ps0\] psgraph server: stopped: job done' <<<"$out" &&
+   python3 - "$last" "$W" "$b" <<'PY'
+import json, math, sys
+d = json.loads(sys.argv[1]); W, b = int(sys.argv[2]), int(sys.argv[3])
+print("cluster:", {k: d[k] for k in ("workers", "backup_workers", "images_per_sec", "global_steps", "gradients_used", "gradients_dropped", "per_worker_images_per_sec")})
+assert d["bench"] == "inception3" and d["ps"] == 1 and d["workers"] == W and d["backup_workers"] == b
+assert d["sync"] == "sync" and math.isfinite(d["images_per_sec"]) and d["images_per_sec"] > 0
+assert d["global_steps"] == 2 and d["gradients_used"] == W * d["global_steps"]
+assert len(d["per_worker_images_per_sec"]) == W + b and all(r > 0 for r in d["per_worker_images_per_sec"])
+assert d["step_ms_median"] > 0 and d["step_ms_p90"] >= d["step_ms_median"]
+PY
+then
+  ok "local cluster, 1 ps + $W workers + $b backup: final JSON line, $W gradients used a global step"
+else
+  fail "local cluster (rc $rc): $(grep -v '\] [0-9]' <<<"$out" | tail -25)"
+fi
+
+# 2. towers: 2 CPU towers split the batch; --device gpu without a GPU runs on the CPU
+out=$("$psgraph" bench inception3 "${tiny[@]}" --steps 1 --threads 2 --towers 2 2>&1); rc=$?
+if [ $rc = 0 ] && python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["towers"]==2 and d["images_per_sec"]>0 and d["params"]==21823274' "$(tail -1 <<<"$out")"; then
+  ok "--towers 2: two towers on one batch of 2"
+else
+  fail "--towers 2 (rc $rc): $(tail -5 <<<"$out")"
+fi
+out=$("$psgraph" bench inception3 "${tiny[@]}" --steps 1 --threads 2 --device gpu --towers 2 2>&1); rc=$?
+if [ $rc = 0 ] && { grep -q 'running on the CPU' <<<"$out" || grep -q '"device":"gpu"' <<<"$out"; }; then
+  ok "--device gpu --towers 2: $(grep -m1 -o 'running on the CPU\|"device":"gpu"' <<<"$out")"
+else
+  fail "--device gpu --towers 2 (rc $rc): $(tail -5 <<<"$out")"
+fi
+
+# 3. a task that fails names itself
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cfg="{\"cluster\": {\"ps\": [\"127.0.0.1:1\"], \"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:2\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}"
+check 1 "/job:worker/task:0: --workers 3 --backup-workers 0: the cluster has 2 worker tasks" \
+  env TF_CONFIG="$cfg" "$psgraph" bench inception3 "${tiny[@]}" --steps 1 --workers 3
+
+# 4. combinations refused before anything starts
+check 2 "--towers 3 is more than --batch 2" "$psgraph" bench inception3 "${tiny[@]}" --towers 3
+check 2 "need --ps P >= 1" "$psgraph" bench inception3 "${tiny[@]}" --workers 2
+check 2 "need --ps P >= 1" "$psgraph" bench inception3 "${tiny[@]}" --backup-workers 1
+check 2 "--towers and --device gpu run in one process" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --workers 2 --towers 2
+check 2 "--forward-only runs in one process" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --forward-only
+check 2 "--straggler delays the workers of a cluster" "$psgraph" bench inception3 "${tiny[@]}" --straggler worker=0,delay_ms=10
+check 2 "--device: 'tpu' is not cpu or gpu" "$psgraph" bench inception3 --device tpu
+check 0 "--backup-workers b" "$psgraph" bench inception3 --help
+# psgraph train --model inception3 is the same run
+check 0 '"bench":"inception3"' "$psgraph" train --model inception3 "${tiny[@]}" --steps 1 --threads 2
+[ $fails = 0 ]

@@ -1,0 +1,42 @@
+/* A worker process's place in a cluster (worker_task.h): which task it is,
+ * its rank and the chief, its task server and replica device setter. Not
+ * the session and not the training loop. */
+#include "worker/worker_task.h"
+
+#include "psgraph/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool psg_worker_task_wanted(const psg_train_config_t *c) {
+    return c->cluster_file || getenv("TF_CONFIG");
+}
+
+int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, const char *prog) {
+    memset(w, 0, sizeof *w);
+    w->cluster = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
+                                 : psg_cluster_from_env();
+    if (!w->cluster) return -1;
+    psg_task_t me = psg_cluster_task(w->cluster);
+    if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
+    int chiefs = psg_cluster_num_tasks(w->cluster, "chief");
+    if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
+        return psg_error_set("task %s/%d: %s runs workers; a %s task runs `psgraph server`", me.job,
+                             me.index, prog, me.job);
+    w->num_workers = chiefs + psg_cluster_num_tasks(w->cluster, "worker");
+    w->rank = !strcmp(me.job, "chief") ? 0 : chiefs + me.index;
+    w->chief = w->rank == 0;
+    psg_device_name(me.job, me.index, NULL, w->task, sizeof w->task);
+    int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
+    psg_task_server_options_t so = {.cluster = w->cluster, .num_threads = c->threads,
+                                    .recv_timeout_ms = timeout};
+    if (!(w->server = psg_task_server_new(&so))) return -1;
+    if (!(w->setter = psg_dist_replica_setter_new(w->cluster, PSG_PS_GREEDY))) return -1;
+    return 0;
+}
+
+void psg_worker_task_leave(psg_worker_task_t *w) {
+    psg_task_server_destroy(&w->server);
+    psg_replica_setter_destroy(&w->setter);
+    psg_cluster_destroy(&w->cluster);
+}
