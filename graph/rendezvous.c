@@ -14,6 +14,7 @@
 #include <time.h>
 
 #define NUM_BUCKETS 256
+#define ENDED_ABORTS 64 /* aborted steps remembered after their cleanup */
 
 typedef struct entry {
     int64_t step;
@@ -41,6 +42,11 @@ struct psg_rendezvous {
     int64_t default_timeout_ms;
     char *aborted; /* reason of a global abort */
     aborted_step_t *aborted_steps;
+    /* aborted steps already cleaned up, newest last in a ring: a late pull of one (a peer
+     * that was stopped or slow runs the step after this task gave it up) fails at once
+     * instead of waiting out its timeout while holding the peer's graph */
+    aborted_step_t ended[ENDED_ABORTS];
+    int ended_next;
     pthread_t timer;
     bool timer_started, stopping;
 };
@@ -147,6 +153,8 @@ static const char *step_abort_locked(psg_rendezvous_t *rv, int64_t step) {
     if (rv->aborted) return rv->aborted;
     for (aborted_step_t *a = rv->aborted_steps; a; a = a->next)
         if (a->step == step) return a->why;
+    for (int i = 0; i < ENDED_ABORTS; i++)
+        if (rv->ended[i].why && rv->ended[i].step == step) return rv->ended[i].why;
     return NULL;
 }
 
@@ -388,7 +396,11 @@ void psg_rendezvous_cleanup_step(psg_rendezvous_t *rv, int64_t step) {
             continue;
         }
         *pp = a->next;
-        free(a->why);
+        aborted_step_t *slot = &rv->ended[rv->ended_next];
+        rv->ended_next = (rv->ended_next + 1) % ENDED_ABORTS;
+        free(slot->why);
+        slot->step = step;
+        slot->why = a->why; /* moved */
         free(a);
     }
     pthread_mutex_unlock(&rv->lock);
@@ -414,6 +426,7 @@ void psg_rendezvous_destroy(psg_rendezvous_t **rvp) {
     pthread_mutex_unlock(&rv->lock);
     if (rv->timer_started) pthread_join(rv->timer, NULL);
     fail_all(list, "rendezvous destroyed");
+    for (int i = 0; i < ENDED_ABORTS; i++) free(rv->ended[i].why);
     while (rv->aborted_steps) {
         aborted_step_t *a = rv->aborted_steps;
         rv->aborted_steps = a->next;

@@ -532,9 +532,22 @@ static void test_rendezvous(void) {
     CHECK_ERROR_HAS("while sending key 'x'");
     t = psg_tensor_scalar_f32(1);
     CHECK(psg_rendezvous_send(rv, 6, "x", &t) == 0);
+    /* after its cleanup an aborted step still fails at once (a late peer's pull) */
     psg_rendezvous_cleanup_step(rv, 4);
+    CHECK(psg_rendezvous_recv(rv, 4, "x", 5000, &out) < 0);
+    CHECK_ERROR_HAS("aborted (worker 1 died)");
+    t = psg_tensor_scalar_f32(1);
+    CHECK(psg_rendezvous_send(rv, 4, "x", &t) < 0);
+    /* only the last 64 are remembered */
+    for (int64_t k = 100; k < 164; k++) {
+        psg_rendezvous_abort_step(rv, k, "gone");
+        psg_rendezvous_cleanup_step(rv, k);
+    }
     t = psg_tensor_scalar_f32(1);
     CHECK(psg_rendezvous_send(rv, 4, "x", &t) == 0);
+    CHECK(psg_rendezvous_recv(rv, 163, "x", 0, &out) < 0);
+    CHECK_ERROR_HAS("aborted (gone)");
+    psg_rendezvous_cleanup_step(rv, 4);
     /* an abort wakes a receiver that waits with no limit, naming its key */
     pthread_create(&th, NULL, waiter, rv);
     struct timespec ts = {0, 20 * 1000 * 1000};

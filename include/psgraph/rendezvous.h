@@ -52,8 +52,10 @@ void psg_rendezvous_abort(psg_rendezvous_t *rv, const char *why);
 /* Aborts one step (a failed partition): its waiters fail, its tensors are
  * dropped, its later sends and receives fail, until psg_rendezvous_cleanup_step. */
 void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *why);
-/* Ends a step: drops its unreceived tensors, fails its waiters ("step
- * ended") and forgets its abort. Call once every partition of the step ran. */
+/* Ends a step: drops its unreceived tensors and fails its waiters ("step
+ * ended"). An aborted step's later sends and receives still fail at once
+ * (the last 64 aborted steps are remembered): a peer that runs the step late
+ * is not left waiting. Call once every partition of the step ran, or gave up. */
 void psg_rendezvous_cleanup_step(psg_rendezvous_t *rv, int64_t step);
 /* Entries held (sent tensors not yet received plus waiting receivers). */
 int psg_rendezvous_num_pending(psg_rendezvous_t *rv);
