@@ -32,6 +32,12 @@ int psg_precision_parse(const char *s, psg_dtype_t *compute_dtype) {
     return 0;
 }
 
+int psg_graph_set_precision(psg_graph_t *g, const char *precision) {
+    psg_dtype_t dt = PSG_DT_F32;
+    if (precision && psg_precision_parse(precision, &dt) < 0) return -1;
+    return psg_graph_set_compute_dtype(g, dt);
+}
+
 const char *psg_precision_name(psg_dtype_t compute_dtype) {
     switch (compute_dtype) {
     case PSG_DT_BF16:

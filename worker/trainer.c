@@ -280,15 +280,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_error_set("data set examples must be (height, width, channels)");
         goto done;
     }
-    psg_dtype_t compute_dt = PSG_DT_F32;
-    if (c->precision && psg_precision_parse(c->precision, &compute_dt) < 0) {
-        psg_error_wrap("--precision");
-        goto done;
-    }
     if (join_cluster(c, &t) < 0) goto done;
     t.g = psg_graph_new();
     /* before any node: every model and gradient (towers, sync replicas) is built under it */
-    if (!t.g || psg_graph_set_compute_dtype(t.g, compute_dt) < 0) goto done;
+    if (!t.g || psg_graph_set_precision(t.g, c->precision) < 0) goto done;
     if (t.setter) psg_graph_push_replica_setter(t.g, t.setter);
     psg_model_t m;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
@@ -478,7 +473,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
              "\"examples_per_sec\":%.1f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f}",
              c->model, c->data, t.cluster ? cluster_desc : "", (long long)r->steps, batch, c->threads,
-             psg_precision_name(compute_dt), r->final_loss,
+             psg_precision_name(psg_graph_compute_dtype(t.g)), r->final_loss,
              r->test_accuracy, r->examples_per_sec, peak_rss_mb(), rss_at_100, rss_mb());
     fprintf(out, "%s\n", line);
     fflush(out);

@@ -27,6 +27,10 @@ psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g);
  * PSG_DT_BF16, "mixed-f16" -> PSG_DT_F16. Returns 0, or -1 with the error
  * set naming the bad value. */
 int psg_precision_parse(const char *s, psg_dtype_t *compute_dtype);
+/* psg_precision_parse then psg_graph_set_compute_dtype: the one call a
+ * command with a --precision option makes on its graph before building the
+ * model (NULL: f32). Returns 0, or -1 with the error set naming the value. */
+int psg_graph_set_precision(psg_graph_t *g, const char *precision);
 /* "f32", "mixed" or "mixed-f16" for a compute dtype. */
 const char *psg_precision_name(psg_dtype_t compute_dtype);
 
