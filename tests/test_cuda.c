@@ -176,24 +176,14 @@ static psg_endpoint_t in_dtype(psg_graph_t *g, psg_dtype_t dt, build_fn f, const
     psg_graph_set_compute_dtype(g, PSG_DT_F32);
     return y;
 }
-static psg_endpoint_t b_matmul_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return in_dtype(g, PSG_DT_BF16, b_matmul, x);
-}
-static psg_endpoint_t b_matmul_tt_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return in_dtype(g, PSG_DT_BF16, b_matmul_tt, x);
-}
-static psg_endpoint_t b_matmul_f16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return in_dtype(g, PSG_DT_F16, b_matmul, x);
-}
-static psg_endpoint_t b_conv_same_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return in_dtype(g, PSG_DT_BF16, b_conv_same, x);
-}
-static psg_endpoint_t b_conv_s2_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return in_dtype(g, PSG_DT_BF16, b_conv_s2, x);
-}
-static psg_endpoint_t b_conv_s2_f16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return in_dtype(g, PSG_DT_F16, b_conv_s2, x);
-}
+#define IN_DTYPE(fn, dt, f)                                                                        \
+    static psg_endpoint_t fn(psg_graph_t *g, const psg_endpoint_t *x) { return in_dtype(g, dt, f, x); }
+IN_DTYPE(b_matmul_bf16, PSG_DT_BF16, b_matmul)
+IN_DTYPE(b_matmul_tt_bf16, PSG_DT_BF16, b_matmul_tt)
+IN_DTYPE(b_matmul_f16, PSG_DT_F16, b_matmul)
+IN_DTYPE(b_conv_same_bf16, PSG_DT_BF16, b_conv_same)
+IN_DTYPE(b_conv_s2_bf16, PSG_DT_BF16, b_conv_s2)
+IN_DTYPE(b_conv_s2_f16, PSG_DT_F16, b_conv_s2)
 static psg_endpoint_t b_cast_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_cast(g, "y", psg_cast(g, "h", x[0], PSG_DT_BF16), PSG_DT_F32);
 }

@@ -13,15 +13,8 @@ extern "C" {
 #endif
 
 /* dtype codes: the values of psg_dtype_t (tensor.h is C-only: C11 atomics) */
-enum {
-    PSG_CU_F32 = 1,
-    PSG_CU_I32 = 3,
-    PSG_CU_I64 = 4,
-    PSG_CU_U8 = 5,
-    PSG_CU_F16 = 6,
-    PSG_CU_BF16 = 7,
-    PSG_CU_BOOL = 8
-};
+enum { PSG_CU_F32 = 1, PSG_CU_I32 = 3, PSG_CU_I64 = 4, PSG_CU_U8 = 5, PSG_CU_BOOL = 8 };
+enum { PSG_CU_F16 = 6, PSG_CU_BF16 = 7 }; /* the 16-bit floats of mixed precision */
 
 #define PSG_CU_MAX_RANK 8
 
