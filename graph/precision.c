@@ -1,10 +1,10 @@
 /* Mixed precision: the graph's compute dtype, the --precision names, and the
  * casts the builders of the allowlisted ops put around them. Not the Cast op
  * (ops/math.c) and not the 16-bit kernels (ops/cpu/half.c, ops/cuda/). */
+#include "psgraph/precision.h"
 #include "graph/graph_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_math.h"
-#include "psgraph/precision.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -77,8 +77,8 @@ psg_endpoint_t psg_compute_output(psg_graph_t *g, const char *name, psg_endpoint
     return cast_back ? psg_cast(g, name, y, PSG_DT_F32) : y;
 }
 
-const char *psg_compute_op_name(const psg_graph_t *g, const char *name, bool cast_back,
-                                char *buf, size_t size) {
+const char *psg_compute_op_name(const psg_graph_t *g, const char *name, bool cast_back, char *buf,
+                                size_t size) {
     if (!cast_back || !name) return name;
     snprintf(buf, size, "%s_%s", name, psg_dtype_name(psg_graph_compute_dtype(g)));
     return buf;

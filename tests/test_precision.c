@@ -25,7 +25,8 @@ static uint16_t nearest_half(double a, bool bf16, uint16_t top) {
     }
     if (lo == top) return lo;
     double below = a - (bf16 ? psg_bf16_to_f32(lo) : psg_f16_to_f32(lo));
-    double above = (bf16 ? psg_bf16_to_f32((uint16_t)(lo + 1)) : psg_f16_to_f32((uint16_t)(lo + 1))) - a;
+    double above =
+        (bf16 ? psg_bf16_to_f32((uint16_t)(lo + 1)) : psg_f16_to_f32((uint16_t)(lo + 1))) - a;
     if (below < above) return lo;
     if (above < below) return (uint16_t)(lo + 1);
     return (lo & 1) ? (uint16_t)(lo + 1) : lo;
@@ -67,10 +68,10 @@ static void test_f16_rounding(void) {
     CHECK(psg_f32_to_f16(65504.0f) == 0x7bff && psg_f32_to_f16(65519.0f) == 0x7bff);
     CHECK(psg_f32_to_f16(65520.0f) == 0x7c00); /* halfway past the largest: Inf */
     CHECK(psg_f32_to_f16(-INFINITY) == 0xfc00 && isnan(psg_f16_to_f32(psg_f32_to_f16(NAN))));
-    CHECK(psg_f32_to_f16(0x1p-24f) == 0x0001);        /* the smallest subnormal */
-    CHECK(psg_f32_to_f16(0x1p-25f) == 0x0000);        /* a tie: to even, zero */
-    CHECK(psg_f32_to_f16(0x1.8p-25f) == 0x0001);      /* past the tie */
-    CHECK(psg_f32_to_f16(3 * 0x1p-25f) == 0x0002);    /* a tie: to even, up */
+    CHECK(psg_f32_to_f16(0x1p-24f) == 0x0001);     /* the smallest subnormal */
+    CHECK(psg_f32_to_f16(0x1p-25f) == 0x0000);     /* a tie: to even, zero */
+    CHECK(psg_f32_to_f16(0x1.8p-25f) == 0x0001);   /* past the tie */
+    CHECK(psg_f32_to_f16(3 * 0x1p-25f) == 0x0002); /* a tie: to even, up */
     CHECK(psg_f16_to_f32(0x0001) == 0x1p-24f && psg_f16_to_f32(0x03ff) == 1023 * 0x1p-24f);
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
@@ -99,8 +100,8 @@ static psg_tensor_t *run1(psg_graph_t *g, psg_endpoint_t ph, psg_tensor_t *v, ps
 }
 
 static void test_cast_op(void) {
-    const float v[8] = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f,
-                        INFINITY, -INFINITY, NAN, 1e-40f};
+    const float v[8] = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, INFINITY, -INFINITY,
+                        NAN,  1e-40f};
     psg_shape_t s = psg_shape_1d(8);
     psg_tensor_t *x = psg_test_tensor(&s, v);
     for (int k = 0; k < 2; k++) {
@@ -155,8 +156,8 @@ static void test_cast_gradient(void) {
         psg_graph_t *g = psg_graph_new();
         psg_endpoint_t ph = psg_placeholder(g, "x", PSG_DT_F32, &s);
         psg_endpoint_t y = psg_cast(g, "y", psg_cast(g, "h", ph, dt), PSG_DT_F32);
-        psg_endpoint_t loss = psg_sum(g, "loss", psg_mul(g, "wy", y, psg_const(g, "w", &w)), 0,
-                                      NULL, false);
+        psg_endpoint_t loss =
+            psg_sum(g, "loss", psg_mul(g, "wy", y, psg_const(g, "w", &w)), 0, NULL, false);
         psg_endpoint_t dx;
         CHECK(psg_gradients(g, 1, &loss, NULL, 1, &ph, &dx) == 0);
         CHECK(psg_graph_dtype(g, dx) == PSG_DT_F32);
@@ -322,7 +323,8 @@ static void check_model_graph(const char *model, psg_dtype_t dt) {
         if (!strncmp(op, "Apply", 5) && any_dtype(g, n, dt)) bad_update++;
         if (!strcmp(op, "VarHandle")) {
             psg_dtype_t vdt = psg_node_attr(n, "dtype")->u.dtype;
-            bad_var += vdt != PSG_DT_F32 && vdt != PSG_DT_I64; /* weights f32, the global step i64 */
+            bad_var +=
+                vdt != PSG_DT_F32 && vdt != PSG_DT_I64; /* weights f32, the global step i64 */
         }
     }
     bool mlp = !strcmp(model, "mlp");
@@ -393,8 +395,8 @@ static void test_f16_loss_scale(void) {
     }
     for (int i = 0; i < 2 && grads[0][i] && grads[1][i]; i++) {
         double e = rel_err(grads[1][i], grads[0][i]);
-        printf("  f16 with loss scale %.0f: gradient %d within %.2g of f32\n", PSG_F16_LOSS_SCALE, i,
-               e);
+        printf("  f16 with loss scale %.0f: gradient %d within %.2g of f32\n", PSG_F16_LOSS_SCALE,
+               i, e);
         CHECK(e < 5e-3);
     }
     for (int i = 0; i < 4; i++)

@@ -53,7 +53,7 @@ psg_endpoint_t psg_compute_output(psg_graph_t *g, const char *name, psg_endpoint
                                   bool cast_back);
 /* The name of the op node itself when its output is cast back under `name`:
  * "<name>_bf16" (or _f16) in buf; NULL (the op's default) for a NULL name. */
-const char *psg_compute_op_name(const psg_graph_t *g, const char *name, bool cast_back,
-                                char *buf, size_t size);
+const char *psg_compute_op_name(const psg_graph_t *g, const char *name, bool cast_back, char *buf,
+                                size_t size);
 
 #endif

@@ -57,8 +57,8 @@ int psg_cpu_convert_half(psg_threadpool_t *pool, psg_dtype_t from, const void *x
 static psg_tensor_t *as_f32(psg_threadpool_t *pool, psg_tensor_t *t) {
     if (!psg_dtype_is_half(t->dtype)) return psg_tensor_ref(t);
     psg_tensor_t *f = psg_tensor_new(PSG_DT_F32, &t->shape);
-    if (f && psg_cpu_convert_half(pool, t->dtype, t->data, PSG_DT_F32, f->data,
-                                  psg_tensor_numel(t)) < 0)
+    if (f &&
+        psg_cpu_convert_half(pool, t->dtype, t->data, PSG_DT_F32, f->data, psg_tensor_numel(t)) < 0)
         psg_tensor_destroy(&f);
     return f;
 }
