@@ -3,11 +3,21 @@
 # same model in PyTorch on the same GPU when torch with CUDA is installed:
 # one JSON line per workload with images/sec of each and the ratio; then
 # psgraph's --towers scaling over every GPU of the machine.
-#   bench/cuda_train.sh [steps]
+#   bench/cuda_train.sh [steps] [--precision f32|mixed|mixed-f16]
+# --precision mixed: psgraph's bf16 products with f32 master weights
+# (docs/mixed_precision.md) beside PyTorch's autocast to bf16 (f16 with a
+# GradScaler for mixed-f16).
 # Without a GPU it prints one "skipped" line and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-300}
+steps=300
+precision=f32
+while [ $# -gt 0 ]; do
+  case $1 in
+    --precision) precision=$2; shift 2 ;;
+    *) steps=$1; shift ;;
+  esac
+done
 bash tools/build.sh build || exit 1
 gpus=$(build/bench/bench_cuda_gemm 0 | grep -c skipped)
 if [ "$gpus" != 0 ]; then
@@ -18,10 +28,11 @@ have_torch=0
 /usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && have_torch=1
 [ $have_torch = 1 ] || echo '{"bench":"cuda_train","note":"python3-torch with CUDA is missing: peer skipped"}'
 
-torch_peer() { # model batch steps -> images/sec
+torch_peer() { # model batch steps precision -> images/sec
   /usr/bin/python3 - "$@" <<'PY'
 import sys, time, torch, torch.nn as nn
-model, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+model, batch, steps, precision = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+half = {"mixed": torch.bfloat16, "mixed-f16": torch.float16}.get(precision)
 dev = torch.device("cuda")
 torch.backends.cudnn.benchmark = True
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -34,15 +45,18 @@ else:
                         nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
 net = net.to(dev)
 opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+scaler = torch.cuda.amp.GradScaler(enabled=half == torch.float16)
 x = torch.rand(batch, 1, 28, 28, device=dev)
 y = torch.randint(0, 10, (batch,), device=dev)
 for i in range(steps + 20):
     if i == 20:
         torch.cuda.synchronize(); t0 = time.time()
     opt.zero_grad()
-    loss = nn.functional.cross_entropy(net(x), y)
-    loss.backward()
-    opt.step()
+    with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
+        loss = nn.functional.cross_entropy(net(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
     loss.item()
 torch.cuda.synchronize()
 print(steps * batch / (time.time() - t0))
@@ -52,14 +66,14 @@ PY
 for w in cnn mlp; do
   batch=$([ $w = cnn ] && echo 64 || echo 128)
   ours=$(build/cli/psgraph train --model $w --data synthetic --device gpu --steps "$steps" \
-         --log-every 1000000 | grep '"event":"done"' | tail -1)
+         --precision "$precision" --log-every 1000000 | grep '"event":"done"' | tail -1)
   theirs=""
-  [ $have_torch = 1 ] && theirs=$(torch_peer $w $batch "$steps" 2>/dev/null | tail -1)
-  OURS="$ours" THEIRS="$theirs" W="$w" python3 - <<'PY'
+  [ $have_torch = 1 ] && theirs=$(torch_peer $w $batch "$steps" "$precision" 2>/dev/null | tail -1)
+  OURS="$ours" THEIRS="$theirs" W="$w" P="$precision" python3 - <<'PY'
 import json, os
 ours = json.loads(os.environ["OURS"]) if os.environ["OURS"] else {}
 out = {"bench": "cuda_train", "workload": os.environ["W"], "device": "gpu:0",
-       "psgraph_images_per_sec": ours.get("examples_per_sec")}
+       "precision": os.environ["P"], "psgraph_images_per_sec": ours.get("examples_per_sec")}
 if os.environ["THEIRS"]:
     out["torch_images_per_sec"] = float(os.environ["THEIRS"])
     if ours.get("examples_per_sec"):
@@ -73,8 +87,8 @@ n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 base=""
 for k in $(seq 1 "${n:-1}"); do
   r=$(build/cli/psgraph train --model cnn --data synthetic --device gpu --towers "$k" \
-      --batch $((64 * k)) --steps "$steps" --log-every 1000000 | grep '"event":"done"' | tail -1)
+      --batch $((64 * k)) --steps "$steps" --precision "$precision" --log-every 1000000 | grep '"event":"done"' | tail -1)
   eps=$(echo "$r" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("examples_per_sec", 0))' 2>/dev/null || echo 0)
   [ -z "$base" ] && base=$eps
-  python3 -c "import json; print(json.dumps({'bench': 'cuda_train_towers', 'towers': $k, 'images_per_sec': $eps, 'scaling': round($eps / $base, 3) if $base else None}))"
+  python3 -c "import json; print(json.dumps({'bench': 'cuda_train_towers', 'towers': $k, 'precision': '$precision', 'images_per_sec': $eps, 'scaling': round($eps / $base, 3) if $base else None}))"
 done

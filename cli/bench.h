@@ -14,6 +14,7 @@ typedef struct {
     int workers, ps, backups, towers; /* workers 0: not given */
     bool aux, print_model, forward_only;
     const char *device, *data, *data_dir, *step_times;
+    const char *precision; /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
     double lr;
     uint64_t seed;
     /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */

@@ -33,6 +33,8 @@ static void usage(FILE *f, const char *cmd) {
             "                        (input to psgraph simulate --samples)\n"
             "  --print-model         print parameters and multiply-adds, then exit\n"
             "  --device cpu|gpu      (default cpu; gpu without a GPU runs on the CPU, with a note)\n"
+            "  --precision P         f32 (default), mixed (bf16 products, f32 variables) or\n"
+            "                        mixed-f16 (f16 products, loss scale 1024): docs/mixed_precision.md\n"
             "  --towers K            K model copies in this process, each on B/K images, their\n"
             "                        gradients averaged in-graph (on --device's devices)\n"
             "a cluster (variables on the ps tasks; one worker: async, else sync replicas):\n"
@@ -114,6 +116,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
                 return 2;
             }
         } else if (!strcmp(a, "--device")) o->device = v;
+        else if (!strcmp(a, "--precision")) o->precision = v;
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--data-dir")) o->data_dir = v;
         else if (!strcmp(a, "--step-times")) o->step_times = v;

@@ -359,6 +359,8 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         psg_error_set("out of memory");
         goto fail;
     }
+    /* before any node: the products of every tower and gradient are built under it */
+    if (psg_graph_set_precision(b.g, o->precision) < 0) goto fail;
     if (o->print_model) {
         if (psg_inception3_build(b.g, &b.cfg, &b.m) < 0 || psg_model_stats(b.g, NULL, &b.st) < 0) goto fail;
         print_model(o, &b.st);
@@ -458,11 +460,12 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
     char cl[2048] = "";
     if (b.in_cluster) cluster_json(&b, s, own_ips, cl, sizeof cl);
     printf("total images/sec: %.2f\n", ips);
-    printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
+    printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
            "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
            "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
            "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld}\n",
-           b.gpu ? "gpu" : "cpu", b.towers ? b.towers->num_towers : 1, cl,
+           b.gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b.g)),
+           b.towers ? b.towers->num_towers : 1, cl,
            o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
            o->threads, o->warmup, (long long)k, ips, median, p90, loss, (long long)b.st.params,
            (long long)b.st.macs_per_example,

@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/precision.h"
 #include "psgraph/straggler.h"
 #include "psgraph/trace.h"
 #include "psgraph/trainer.h"
@@ -29,6 +30,9 @@ static void train_usage(FILE *f) {
             "  --log-every N            progress line every N steps (default 100)\n"
             "  --device cpu|gpu         where the towers run (default cpu; gpu without a GPU: cpu)\n"
             "  --towers K               model copies, one per device, each on 1/K of the batch (default 1)\n"
+            "  --precision f32|mixed|mixed-f16  mixed: MatMul and Conv2D (and their gradients) in bf16 with\n"
+            "                           f32 accumulation, variables and the rest f32; mixed-f16: f16 with a\n"
+            "                           static loss scale of 1024 (default f32; docs/mixed_precision.md)\n"
             "  --sync none|async|sync   none: one process; async: a worker of the cluster given by\n"
             "                           TF_CONFIG or --cluster (the default when one is given); sync:\n"
             "                           synchronous replicas, the mean of N of the N + b gradients a step\n"
@@ -88,6 +92,11 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--device")) {
             c.device = v;
             if (strcmp(v, "cpu") && strcmp(v, "gpu")) rc = psg_error_set("--device: '%s' is not cpu or gpu", v);
+        }
+        else if (!strcmp(a, "--precision")) {
+            psg_dtype_t dt;
+            c.precision = v;
+            rc = psg_precision_parse(v, &dt);
         }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
         else if (!strcmp(a, "--sync")) c.sync = v;

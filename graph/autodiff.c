@@ -5,6 +5,8 @@
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/ops_math.h"
+#include "psgraph/precision.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,20 @@ done:
     return rc;
 }
 
+int psg_loss_gradients(psg_graph_t *g, psg_endpoint_t loss, int n_xs, const psg_endpoint_t *xs,
+                       psg_endpoint_t *grads) {
+    double scale = psg_graph_loss_scale(g);
+    if (scale == 1.0) return psg_gradients(g, 1, &loss, NULL, n_xs, xs, grads);
+    psg_endpoint_t seed = psg_fill_like(g, "loss_scale", loss, (float)scale);
+    if (psg_gradients(g, 1, &loss, &seed, n_xs, xs, grads) < 0) return -1;
+    for (int i = 0; i < n_xs; i++) {
+        if (!psg_endpoint_valid(grads[i])) continue;
+        grads[i] = psg_scale(g, NULL, grads[i], 1.0 / scale);
+        if (!psg_endpoint_valid(grads[i])) return psg_error_wrap("unscaling gradient %d", i);
+    }
+    return 0;
+}
+
 int psg_trainable_gradients(psg_graph_t *g, psg_endpoint_t loss, int *n, psg_endpoint_t **out) {
     *out = NULL;
     const int *ids = psg_graph_collection(g, "trainable_variables", n);
@@ -149,7 +165,7 @@ int psg_trainable_gradients(psg_graph_t *g, psg_endpoint_t loss, int *n, psg_end
     if (!vars) return psg_error_set("out of memory");
     for (int i = 0; i < *n; i++)
         vars[i] = (psg_endpoint_t){ids[i], 0};
-    if (psg_gradients(g, 1, &loss, NULL, *n, vars, vars + *n) < 0) {
+    if (psg_loss_gradients(g, loss, *n, vars, vars + *n) < 0) {
         free(vars);
         return -1;
     }

@@ -48,6 +48,7 @@ struct psg_graph {
     psg_collection_t *collections;
     int num_collections;
     char *error; /* first build error */
+    psg_dtype_t compute_dtype; /* of the mixed-precision ops (precision.h); 0: f32 */
 };
 
 /* Builds a node from already-validated parts (deserialization): takes

@@ -10,6 +10,17 @@ int psg_infer_expect_dtype(psg_infer_ctx_t *c, int i, psg_dtype_t dt) {
     return 0;
 }
 
+int psg_infer_expect_compute_dtype(psg_infer_ctx_t *c, psg_dtype_t *dt) {
+    *dt = c->in_dtypes[0];
+    if (*dt != PSG_DT_F32 && *dt != PSG_DT_BF16 && *dt != PSG_DT_F16)
+        return psg_error_set("input 0 must be f32, bf16 or f16, got %s", psg_dtype_name(*dt));
+    for (int i = 1; i < c->num_inputs; i++)
+        if (c->in_dtypes[i] != *dt)
+            return psg_error_set("input %d is %s, input 0 is %s: cast one (mixed precision)", i,
+                                 psg_dtype_name(c->in_dtypes[i]), psg_dtype_name(*dt));
+    return 0;
+}
+
 int psg_infer_expect_rank(psg_infer_ctx_t *c, int i, int rank) {
     const psg_shape_t *s = &c->in_shapes[i];
     if (s->rank >= 0 && s->rank != rank) {

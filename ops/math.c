@@ -9,6 +9,8 @@
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
+#include "psgraph/ops_nn.h"
+#include "psgraph/precision.h"
 
 #include <math.h>
 #include <string.h>
@@ -193,8 +195,10 @@ static int infer_equal(psg_infer_ctx_t *c) {
     return same_shapes(c, &c->out_shapes[0]);
 }
 
+/* f32, or bf16 / f16 (mixed precision): the output has the inputs' dtype */
 static int infer_matmul(psg_infer_ctx_t *c) {
-    if (expect_f32(c) < 0) return -1;
+    psg_dtype_t dt;
+    if (psg_infer_expect_compute_dtype(c, &dt) < 0) return -1;
     bool ta = psg_node_get_bool(c->node, "transpose_a", false);
     bool tb = psg_node_get_bool(c->node, "transpose_b", false);
     const psg_shape_t *a = &c->in_shapes[0], *b = &c->in_shapes[1];
@@ -216,7 +220,7 @@ static int infer_matmul(psg_infer_ctx_t *c) {
                              psg_shape_str(a, sa, sizeof sa), ta ? "^T" : "",
                              psg_shape_str(b, sb, sizeof sb), tb ? "^T" : "", (long long)ka,
                              (long long)kb);
-    c->out_dtypes[0] = PSG_DT_F32;
+    c->out_dtypes[0] = dt;
     c->out_shapes[0] = psg_shape_2d(m, n);
     return 0;
 }
@@ -348,7 +352,9 @@ static int infer_dropout(psg_infer_ctx_t *c) {
 }
 
 static bool castable(psg_dtype_t dt, bool as_target) {
-    if (dt == PSG_DT_F32 || dt == PSG_DT_I32 || dt == PSG_DT_I64) return true;
+    if (dt == PSG_DT_F32 || dt == PSG_DT_I32 || dt == PSG_DT_I64 || dt == PSG_DT_BF16 ||
+        dt == PSG_DT_F16)
+        return true;
     return !as_target && (dt == PSG_DT_F64 || dt == PSG_DT_BOOL || dt == PSG_DT_U8);
 }
 
@@ -713,12 +719,18 @@ static int grad_dropout(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_
     return done1(dx);
 }
 
+static bool is_float(psg_dtype_t dt) {
+    return dt == PSG_DT_F32 || dt == PSG_DT_BF16 || dt == PSG_DT_F16;
+}
+
+/* Between float dtypes the cast is the identity up to rounding: the gradient
+ * is dy cast back to the input's dtype (mixed precision's f32 <-> bf16). */
 static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                      psg_endpoint_t *dx) {
     psg_dtype_t from = psg_graph_dtype(g, psg_node_input(n, 0));
-    if (from != PSG_DT_F32 || psg_node_output_dtype(n, 0) != PSG_DT_F32) return 0;
-    dx[0] = dy[0];
-    return 0;
+    if (!is_float(from) || !is_float(psg_node_output_dtype(n, 0))) return 0;
+    dx[0] = from == psg_graph_dtype(g, dy[0]) ? dy[0] : psg_cast(g, NULL, dy[0], from);
+    return done1(dx);
 }
 
 /* For outputs that do not vary smoothly with the inputs (ArgMax, Equal, counts). */
@@ -929,16 +941,26 @@ psg_endpoint_t psg_equal(psg_graph_t *g, const char *name, psg_endpoint_t a, psg
 
 psg_endpoint_t psg_matmul(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b,
                           bool transpose_a, bool transpose_b) {
-    psg_node_builder_t *nb = psg_node_begin(g, "MatMul", name);
-    psg_node_add_input(nb, a);
-    psg_node_add_input(nb, b);
+    psg_endpoint_t in[2] = {a, b};
+    bool back = psg_compute_inputs(g, 2, in);
+    char buf[256];
+    psg_node_builder_t *nb =
+        psg_node_begin(g, "MatMul", psg_compute_op_name(g, name, back, buf, sizeof buf));
+    psg_node_add_input(nb, in[0]);
+    psg_node_add_input(nb, in[1]);
     psg_node_attr_bool(nb, "transpose_a", transpose_a);
     psg_node_attr_bool(nb, "transpose_b", transpose_b);
-    return psg_node_finish_ep(nb);
+    return psg_compute_output(g, name, psg_node_finish_ep(nb), back);
 }
 
 psg_endpoint_t psg_dense(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_endpoint_t w,
                          psg_endpoint_t bias, bool relu) {
+    if (psg_graph_compute_dtype(g) != PSG_DT_F32) {
+        /* mixed precision: the product in the compute dtype, bias and ReLU in f32 */
+        psg_endpoint_t y = psg_matmul(g, NULL, x, w, false, false);
+        y = psg_bias_add(g, relu ? NULL : name, y, bias);
+        return relu ? psg_relu(g, name, y) : y;
+    }
     psg_node_builder_t *b = psg_node_begin(g, "Dense", name);
     psg_node_add_input(b, x);
     psg_node_add_input(b, w);

@@ -1,11 +1,12 @@
-/* The nn ops, NHWC and f32: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter,
- * MaxPool(Grad), AvgPool(Grad), BiasAdd(Grad), FusedBatchNorm(Grad): defs,
+/* The nn ops, NHWC and f32 (the Conv2D family also bf16 / f16, for mixed
+ * precision): Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool(Grad), AvgPool(Grad), BiasAdd(Grad), FusedBatchNorm(Grad): defs,
  * window geometry, shape inference, gradients (as graph nodes) and builders.
  * Kernels: ops/cpu/{conv2d,pool,bias_add,batch_norm}.c. */
 #include "ops/cpu/nn.h"
 #include "ops/cuda/kernels.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_nn.h"
+#include "psgraph/precision.h"
 
 #include <string.h>
 
@@ -92,7 +93,8 @@ static int expect_f32(psg_infer_ctx_t *c) {
 /* The output shape of a conv of input x (in_shapes[xi]) with filter
  * (in_shapes[fi]), with errors that show both shapes. */
 static int conv_out_shape(psg_infer_ctx_t *c, int xi, int fi, psg_shape_t *out) {
-    if (expect_f32(c) < 0) return -1;
+    psg_dtype_t dt;
+    if (psg_infer_expect_compute_dtype(c, &dt) < 0) return -1;
     if (psg_infer_expect_rank(c, xi, 4) < 0 || psg_infer_expect_rank(c, fi, 4) < 0) return -1;
     psg_nn_attrs_t a;
     if (psg_nn_read_attrs(c->node, false, &a) < 0) return -1;
@@ -122,8 +124,10 @@ static int expect_dy(psg_infer_ctx_t *c, int di, const psg_shape_t *expected) {
 }
 
 /* Conv2D: (x, filter) */
+/* Conv2D and its backprops run in f32, or bf16 / f16 (mixed precision): the
+ * output has the inputs' dtype. */
 static int infer_conv2d(psg_infer_ctx_t *c) {
-    c->out_dtypes[0] = PSG_DT_F32;
+    c->out_dtypes[0] = c->in_dtypes[0];
     return conv_out_shape(c, 0, 1, &c->out_shapes[0]);
 }
 
@@ -131,7 +135,7 @@ static int infer_conv2d(psg_infer_ctx_t *c) {
 static int infer_conv2d_backprop_input(psg_infer_ctx_t *c) {
     psg_shape_t y;
     if (conv_out_shape(c, 0, 1, &y) < 0 || expect_dy(c, 2, &y) < 0) return -1;
-    c->out_dtypes[0] = PSG_DT_F32;
+    c->out_dtypes[0] = c->in_dtypes[0];
     c->out_shapes[0] = c->in_shapes[0];
     return 0;
 }
@@ -140,7 +144,7 @@ static int infer_conv2d_backprop_input(psg_infer_ctx_t *c) {
 static int infer_conv2d_backprop_filter(psg_infer_ctx_t *c) {
     psg_shape_t y;
     if (conv_out_shape(c, 0, 1, &y) < 0 || expect_dy(c, 2, &y) < 0) return -1;
-    c->out_dtypes[0] = PSG_DT_F32;
+    c->out_dtypes[0] = c->in_dtypes[0];
     c->out_shapes[0] = c->in_shapes[1];
     return 0;
 }
@@ -426,24 +430,36 @@ static psg_endpoint_t window_node(psg_graph_t *g, const char *op, const char *na
     return psg_node_finish_ep(b);
 }
 
+/* A conv op under the graph's compute dtype (precision.h): f32 inputs cast
+ * to it, the result cast back to f32. */
+static psg_endpoint_t conv_node(psg_graph_t *g, const char *op, const char *name, int n,
+                                psg_endpoint_t *in, int stride_h, int stride_w,
+                                psg_padding_t padding) {
+    bool back = psg_compute_inputs(g, n, in);
+    char buf[256];
+    psg_endpoint_t y = window_node(g, op, psg_compute_op_name(g, name, back, buf, sizeof buf), n,
+                                   in, NO_KSIZE, 0, stride_h, stride_w, padding);
+    return psg_compute_output(g, name, y, back);
+}
+
 psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
                           psg_endpoint_t filter, int stride_h, int stride_w, psg_padding_t padding) {
-    return window_node(g, "Conv2D", name, 2, (psg_endpoint_t[]){x, filter}, NO_KSIZE, 0, stride_h,
-                       stride_w, padding);
+    return conv_node(g, "Conv2D", name, 2, (psg_endpoint_t[]){x, filter}, stride_h, stride_w,
+                     padding);
 }
 
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                          psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,
                                          int stride_w, psg_padding_t padding) {
-    return window_node(g, "Conv2DBackpropInput", name, 3, (psg_endpoint_t[]){x, filter, dy},
-                       NO_KSIZE, 0, stride_h, stride_w, padding);
+    return conv_node(g, "Conv2DBackpropInput", name, 3, (psg_endpoint_t[]){x, filter, dy},
+                     stride_h, stride_w, padding);
 }
 
 psg_endpoint_t psg_conv2d_backprop_filter(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                           psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,
                                           int stride_w, psg_padding_t padding) {
-    return window_node(g, "Conv2DBackpropFilter", name, 3, (psg_endpoint_t[]){x, filter, dy},
-                       NO_KSIZE, 0, stride_h, stride_w, padding);
+    return conv_node(g, "Conv2DBackpropFilter", name, 3, (psg_endpoint_t[]){x, filter, dy},
+                     stride_h, stride_w, padding);
 }
 
 psg_endpoint_t psg_max_pool(psg_graph_t *g, const char *name, psg_endpoint_t x, int kh, int kw,

@@ -49,12 +49,14 @@ if [ $rc = 0 ] && python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert
 else
   fail "--towers 2 (rc $rc): $(tail -5 <<<"$out")"
 fi
-out=$("$psgraph" bench inception3 "${tiny[@]}" --steps 1 --threads 2 --device gpu --towers 2 2>&1); rc=$?
-if [ $rc = 0 ] && { grep -q 'running on the CPU' <<<"$out" || grep -q '"device":"gpu"' <<<"$out"; }; then
-  ok "--device gpu --towers 2: $(grep -m1 -o 'running on the CPU\|"device":"gpu"' <<<"$out")"
+out=$("$psgraph" bench inception3 "${tiny[@]}" --steps 1 --threads 2 --device gpu --towers 2 --precision mixed 2>&1); rc=$?
+if [ $rc = 0 ] && { grep -q 'running on the CPU' <<<"$out" || grep -q '"device":"gpu"' <<<"$out"; } &&
+   grep -q '"precision":"mixed"' <<<"$out"; then
+  ok "--device gpu --towers 2 --precision mixed: $(grep -m1 -o 'running on the CPU\|"device":"gpu"' <<<"$out")"
 else
-  fail "--device gpu --towers 2 (rc $rc): $(tail -5 <<<"$out")"
+  fail "--device gpu --towers 2 --precision mixed (rc $rc): $(tail -5 <<<"$out")"
 fi
+check 2 "precision 'f8' is not" "$psgraph" bench inception3 "${tiny[@]}" --precision f8
 
 # 3. a task that fails names itself
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

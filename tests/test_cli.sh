@@ -29,6 +29,8 @@ check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
 check 1 "unknown model 'vgg'" "$psgraph" train --model vgg --steps 1
 check 1 "/nowhere/train-images-idx3-ubyte.gz" "$psgraph" train --data-dir /nowhere --steps 1
+check 2 "precision 'fp8' is not f32, mixed (bf16) or mixed-f16" "$psgraph" train --precision fp8
+check 0 '"precision":"mixed"' "$psgraph" train --model cnn --data synthetic --steps 3 --precision mixed --batch 8
 check 0 '"params":23851784' "$psgraph" bench inception3 --print-model
 check 2 "--workers: 'x' is not a list of counts" "$psgraph" simulate --workers x
 check 0 '"simulate":"sync_replicas","workers":8,"backups":1' "$psgraph" simulate --workers 8 --backups 0,1

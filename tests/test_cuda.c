@@ -2,7 +2,8 @@
  * shapes, tolerance), each run with its nodes on GPU 0 and on the CPU, the
  * outputs and the gradients of sum(w * y) compared; the runtime's copies and
  * allocator; and one training step of the mlp and the cnn on the GPU against
- * the CPU. Without a GPU it checks the errors, then skips (exit 77). */
+ * the CPU, in f32 and in mixed precision (bf16 / f16 products and casts).
+ * Without a GPU it checks the errors, then skips (exit 77). */
 #include "tests/testutil.h"
 
 #include <stdlib.h>
@@ -167,6 +168,28 @@ static psg_endpoint_t b_addn(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_add_n(g, "y", 3, x);
 }
 
+/* The product under a 16-bit compute dtype (precision.h): f32 inputs cast
+ * to it, the result cast back; the gradients built after run in it too. */
+static psg_endpoint_t in_dtype(psg_graph_t *g, psg_dtype_t dt, build_fn f, const psg_endpoint_t *x) {
+    psg_graph_set_compute_dtype(g, dt);
+    psg_endpoint_t y = f(g, x);
+    psg_graph_set_compute_dtype(g, PSG_DT_F32);
+    return y;
+}
+#define IN_DTYPE(fn, dt, f)                                                                        \
+    static psg_endpoint_t fn(psg_graph_t *g, const psg_endpoint_t *x) { return in_dtype(g, dt, f, x); }
+IN_DTYPE(b_matmul_bf16, PSG_DT_BF16, b_matmul)
+IN_DTYPE(b_matmul_tt_bf16, PSG_DT_BF16, b_matmul_tt)
+IN_DTYPE(b_matmul_f16, PSG_DT_F16, b_matmul)
+IN_DTYPE(b_conv_same_bf16, PSG_DT_BF16, b_conv_same)
+IN_DTYPE(b_conv_s2_bf16, PSG_DT_BF16, b_conv_s2)
+IN_DTYPE(b_conv_s2_f16, PSG_DT_F16, b_conv_s2)
+static psg_endpoint_t b_cast_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_cast(g, "y", psg_cast(g, "h", x[0], PSG_DT_BF16), PSG_DT_F32);
+}
+static psg_endpoint_t b_cast_f16(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_cast(g, "y", psg_cast(g, "h", x[0], PSG_DT_F16), PSG_DT_F32);
+}
 static const op_case_t cases[] = {
     {"Add broadcast", 2, {SHAPE2(5, 3), SHAPE1(3)}, {F32, F32}, b_add, 1e-5, true},
     {"Sub", 2, {SHAPE2(5, 3), SHAPE2(5, 3)}, {F32, F32}, b_sub, 1e-5, true},
@@ -205,6 +228,41 @@ static const op_case_t cases[] = {
     {"Concat", 2, {SHAPE2(3, 2), SHAPE2(3, 5)}, {F32, F32}, b_concat, 0, true},
     {"Slice", 1, {SHAPE2(5, 6)}, {F32}, b_slice, 0, true},
     {"Cast f32-i32-f32", 1, {SHAPE2(5, 6)}, {F32}, b_cast, 0, false},
+    /* mixed precision: the roundings are the CPU's bit for bit; a 16-bit
+     * product may differ by one ulp of its type (2^-8 bf16, 2^-11 f16) where
+     * the f32 sums, accumulated in another order, straddle a rounding edge */
+    {"Cast f32-bf16-f32", 1, {SHAPE2(50, 60)}, {F32}, b_cast_bf16, 0, true},
+    {"Cast f32-f16-f32", 1, {SHAPE2(50, 60)}, {F32}, b_cast_f16, 0, true},
+    {"MatMul bf16", 2, {SHAPE2(17, 33), SHAPE2(33, 9)}, {F32, F32}, b_matmul_bf16, 1e-2, true},
+    {"MatMul bf16 transposed",
+     2,
+     {SHAPE2(33, 17), SHAPE2(9, 33)},
+     {F32, F32},
+     b_matmul_tt_bf16,
+     1e-2,
+     true},
+    {"MatMul f16", 2, {SHAPE2(17, 33), SHAPE2(33, 9)}, {F32, F32}, b_matmul_f16, 2e-3, true},
+    {"Conv2D bf16 5x5 SAME",
+     2,
+     {SHAPE4(2, 9, 9, 3), SHAPE4(5, 5, 3, 4)},
+     {F32, F32},
+     b_conv_same_bf16,
+     1e-2,
+     true},
+    {"Conv2D bf16 3x3 s2 SAME uneven",
+     2,
+     {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)},
+     {F32, F32},
+     b_conv_s2_bf16,
+     1e-2,
+     true},
+    {"Conv2D f16 3x3 s2 SAME uneven",
+     2,
+     {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)},
+     {F32, F32},
+     b_conv_s2_f16,
+     2e-3,
+     true},
     {"Conv2D 5x5 SAME",
      2,
      {SHAPE4(2, 9, 9, 3), SHAPE4(5, 5, 3, 4)},
@@ -349,12 +407,14 @@ static void test_copies_and_allocator(void) {
     psg_tensor_destroy(&h);
 }
 
-/* One tower on GPU 0 against the same on the CPU: 2 steps of momentum. */
-static void check_model(const char *model) {
+/* One tower on GPU 0 against the same on the CPU: 2 steps of momentum,
+ * under the compute dtype dt (f32, or bf16: mixed precision, with tol). */
+static void check_model(const char *model, psg_dtype_t dt, double tol) {
     float loss[2] = {0, 0};
     psg_tensor_t *w[2] = {NULL, NULL};
     for (int dev = 0; dev < 2; dev++) {
         psg_graph_t *g = psg_graph_new();
+        psg_graph_set_compute_dtype(g, dt);
         psg_optimizer_config_t oc = psg_optimizer_defaults("momentum");
         oc.learning_rate = 0.05f;
         psg_optimizer_t *opt = psg_optimizer_new(&oc);
@@ -389,23 +449,29 @@ static void check_model(const char *model) {
         psg_optimizer_destroy(&opt);
         psg_graph_destroy(&g);
     }
-    CHECK_NEAR(loss[0], loss[1], 1e-4 * (1 + fabs(loss[0])));
+    CHECK_NEAR(loss[0], loss[1], tol * (1 + fabs(loss[0])));
     CHECK(w[0] && w[1]);
     if (w[0] && w[1]) {
         double d = max_rel_diff(w[1], w[0]);
-        printf("  %s on GPU 0 vs CPU, 2 steps: loss %.6f vs %.6f, fc1 weights differ by %.2g\n",
-               model, loss[1], loss[0], d);
-        CHECK(d < 1e-4);
+        printf("  %s (%s) on GPU 0 vs CPU, 2 steps: loss %.6f vs %.6f, fc1 weights differ by "
+               "%.2g\n",
+               model, psg_precision_name(dt), loss[1], loss[0], d);
+        CHECK(d < tol);
     }
     psg_tensor_destroy(&w[0]);
     psg_tensor_destroy(&w[1]);
 }
 
 static void test_mlp_step(void) {
-    check_model("mlp");
+    check_model("mlp", PSG_DT_F32, 1e-4);
 }
 static void test_cnn_step(void) {
-    check_model("cnn");
+    check_model("cnn", PSG_DT_F32, 1e-4);
+}
+/* bf16 products on both sides: the updates differ where a product rounds differently */
+static void test_mixed_steps(void) {
+    check_model("mlp", PSG_DT_BF16, 1e-2);
+    check_model("cnn", PSG_DT_BF16, 1e-2);
 }
 
 /* Runs without a GPU too: a node on a GPU this process lacks is an error naming it. */
@@ -438,5 +504,6 @@ int main(void) {
     RUN_TEST(test_ops_against_cpu);
     RUN_TEST(test_mlp_step);
     RUN_TEST(test_cnn_step);
+    RUN_TEST(test_mixed_steps);
     return psg_test_summary();
 }

@@ -70,7 +70,7 @@ static int tower_gradients(psg_graph_t *g, int k, tower_place_t *tp, const psg_m
     psg_graph_push_device_fn(g, tower_device_fn, tp);
     int rc = k > 0 ? psg_graph_push_scope(g, scope) : 0;
     if (rc == 0) {
-        rc = psg_gradients(g, 1, &m->loss, NULL, n, vars, grads);
+        rc = psg_loss_gradients(g, m->loss, n, vars, grads);
         if (k > 0) psg_graph_pop_scope(g);
     }
     psg_graph_pop_device(g);

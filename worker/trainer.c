@@ -9,6 +9,7 @@
 #include "psgraph/models.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/optimizer.h"
+#include "psgraph/precision.h"
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
@@ -260,6 +261,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (join_cluster(c, &t) < 0) goto done;
     t.g = psg_graph_new();
+    /* before any node: every model and gradient (towers, sync replicas) is built under it */
+    if (!t.g || psg_graph_set_precision(t.g, c->precision) < 0) goto done;
     if (t.w.setter) psg_graph_push_replica_setter(t.g, t.w.setter);
     psg_model_t m;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
@@ -449,9 +452,11 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                  psg_cluster_num_tasks(t.w.cluster, "ps"));
     snprintf(line, sizeof line,
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
-             "\"threads\":%d,\"final_loss\":%.6f,\"test_accuracy\":%.4f,\"examples_per_sec\":%.1f,"
+             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%.6f,\"test_accuracy\":%.4f,"
+             "\"examples_per_sec\":%.1f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f}",
-             c->model, c->data, t.w.cluster ? cluster_desc : "", (long long)r->steps, batch, c->threads, r->final_loss,
+             c->model, c->data, t.w.cluster ? cluster_desc : "", (long long)r->steps, batch, c->threads,
+             psg_precision_name(psg_graph_compute_dtype(t.g)), r->final_loss,
              r->test_accuracy, r->examples_per_sec, peak_rss_mb(), rss_at_100, rss_mb());
     fprintf(out, "%s\n", line);
     fflush(out);

@@ -16,7 +16,14 @@ int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
                   const psg_endpoint_t *grad_ys, int n_xs, const psg_endpoint_t *xs,
                   psg_endpoint_t *grads);
 
-/* psg_gradients of `loss` with respect to every variable handle of the
+/* d(loss)/d(xs[i]) into grads[i] as psg_gradients, under g's loss scale S
+ * (psg_graph_loss_scale, precision.h): the backward pass starts from S
+ * instead of 1, so small gradients survive f16, and each gradient is
+ * divided by S at the end, in f32. With S = 1 it is psg_gradients. */
+int psg_loss_gradients(psg_graph_t *g, psg_endpoint_t loss, int n_xs, const psg_endpoint_t *xs,
+                       psg_endpoint_t *grads);
+
+/* psg_loss_gradients of `loss` with respect to every variable handle of the
  * "trainable_variables" collection. *out (the caller frees it) holds 2 * *n
  * endpoints: the handles, then their gradients. Returns 0, or -1 with the
  * error set ("no trainable variables" among others) and *out NULL. */

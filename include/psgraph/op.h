@@ -109,6 +109,9 @@ void psg_async_op_done(psg_async_op_t *a, int rc);
 
 /* Checks input i has dtype dt; error "input i (name) must be f32, got i64". */
 int psg_infer_expect_dtype(psg_infer_ctx_t *c, int i, psg_dtype_t dt);
+/* For the ops that run in f32 or a 16-bit float (mixed precision): checks
+ * every input is f32, bf16 or f16, all one dtype, and sets *dt to it. */
+int psg_infer_expect_compute_dtype(psg_infer_ctx_t *c, psg_dtype_t *dt);
 /* Checks input i has rank r (unknown rank passes). */
 int psg_infer_expect_rank(psg_infer_ctx_t *c, int i, int rank);
 /* Numpy broadcasting of two shapes into *out; -1 with the error set if they

@@ -9,6 +9,8 @@
 #include "psgraph/op.h"
 #include "psgraph/resource.h"
 #include "psgraph/autodiff.h"
+#include "psgraph/half.h"
+#include "psgraph/precision.h"
 #include "psgraph/session.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/serialize.h"

@@ -25,6 +25,7 @@ typedef struct {
     int log_every;         /* progress line every N steps */
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
+    const char *precision; /* "f32" (NULL) | "mixed" (bf16) | "mixed-f16": precision.h */
     FILE *out;             /* progress and the final JSON line */
     /* the cluster: "async" (or "sync") trains as one worker of it (TF_CONFIG, or cluster_file with
      * job and task); NULL or "none": one process (unless TF_CONFIG or cluster_file is

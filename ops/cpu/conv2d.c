@@ -1,8 +1,10 @@
 /* CPU kernels of Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter (NHWC,
- * f32): im2col / col2im per chunk of images, so the column buffer stays in
- * cache, and one psg_gemm_f32 per chunk; 1x1 stride-1 convs are one GEMM.
+ * f32; bf16 and f16 through f32 copies, the GPU's reference): im2col /
+ * col2im per chunk of images, so the column buffer stays in cache, and one
+ * psg_gemm_f32 per chunk; 1x1 stride-1 convs are one GEMM.
  * Not the defs (ops/nn.c) and not a direct or Winograd convolution. */
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/half.h"
 #include "ops/cpu/nn.h"
 #include "psgraph/error.h"
 
@@ -175,6 +177,7 @@ static int conv_setup(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shap
 }
 
 int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
+    if (psg_dtype_is_half(c->inputs[0]->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_conv2d);
     conv_job_t j;
     if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_COL_BYTES, &j) < 0)
         return -1;
@@ -242,6 +245,8 @@ static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
 
 /* inputs: x (only its shape is read), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
 int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
+    if (psg_dtype_is_half(c->inputs[0]->dtype))
+        return psg_cpu_run_as_f32(c, psg_cpu_conv2d_backprop_input);
     conv_job_t j;
     if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_COL_BYTES, &j) < 0)
         return -1;
@@ -281,6 +286,8 @@ static void backprop_filter_part(void *ctx, int64_t part, int64_t part_end) {
 
 /* inputs: x (N, H, W, C), filter (only its shape is read), dy (N, OH, OW, OC) */
 int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
+    if (psg_dtype_is_half(c->inputs[0]->dtype))
+        return psg_cpu_run_as_f32(c, psg_cpu_conv2d_backprop_filter);
     conv_job_t j;
     if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_FILTER_COL_BYTES,
                    &j) < 0)

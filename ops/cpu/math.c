@@ -4,6 +4,8 @@
  * activation backprops, Dropout, Cast and Equal. Not reductions (math_reduce.c). */
 #include "ops/cpu/math.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/half.h"
+#include "psgraph/half.h"
 #include "psgraph/error.h"
 
 #include <math.h>
@@ -332,6 +334,10 @@ static double load_as_double(const void *p, psg_dtype_t dt, int64_t i) {
     case PSG_DT_BOOL:
     case PSG_DT_U8:
         return ((const uint8_t *)p)[i];
+    case PSG_DT_BF16:
+        return psg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PSG_DT_F16:
+        return psg_f16_to_f32(((const uint16_t *)p)[i]);
     default:
         return 0;
     }
@@ -354,6 +360,9 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t n = psg_tensor_numel(out);
+    if ((x->dtype == PSG_DT_F32 && psg_dtype_is_half(out->dtype)) ||
+        (psg_dtype_is_half(x->dtype) && out->dtype == PSG_DT_F32))
+        return psg_cpu_convert_half(c->pool, x->dtype, x->data, out->dtype, out->data, n);
     switch (out->dtype) {
     case PSG_DT_F32: {
         float *o = psg_tensor_f32(out);
@@ -385,6 +394,16 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
             for (int64_t i = 0; i < n; i++)
                 o[i] = to_int(load_as_double(x->data, x->dtype, i), -9223372036854775808.0,
                               9223372036854774784.0);
+        }
+        return 0;
+    }
+    case PSG_DT_BF16:
+    case PSG_DT_F16: {
+        /* from integers or the other 16-bit type: through f32 (an i64 past 2^24 rounds twice) */
+        uint16_t *o = out->data;
+        for (int64_t i = 0; i < n; i++) {
+            float v = (float)load_as_double(x->data, x->dtype, i);
+            o[i] = out->dtype == PSG_DT_BF16 ? psg_f32_to_bf16(v) : psg_f32_to_f16(v);
         }
         return 0;
     }

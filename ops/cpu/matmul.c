@@ -1,8 +1,10 @@
-/* CPU kernels of the matrix products: MatMul through psg_gemm_f32, and the
+/* CPU kernels of the matrix products: MatMul through psg_gemm_f32 (bf16 and
+ * f16 through f32 copies: the reference of the GPU's 16-bit GEMM), and the
  * fused Dense layer (bias and ReLU applied to each slice of rows right after
  * its GEMM, while it is in cache) with its backprop (ReLU mask and bias
  * gradient in one pass). Not convolution (the nn ops). */
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/half.h"
 #include "ops/cpu/math.h"
 #include "psgraph/error.h"
 
@@ -13,6 +15,7 @@
 
 int psg_cpu_matmul(psg_kernel_ctx_t *c) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
+    if (psg_dtype_is_half(a->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_matmul);
     bool ta = psg_node_get_bool(c->node, "transpose_a", false);
     bool tb = psg_node_get_bool(c->node, "transpose_b", false);
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);

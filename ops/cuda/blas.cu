@@ -1,6 +1,8 @@
 /* The GEMM of the CUDA kernels: row-major products through cuBLAS's
  * column-major sgemm (C^T = op(B)^T op(A)^T), on the GPU's compute stream,
- * in cuBLAS's default math (f32, no TF32), as the CPU's f32. Not convolution. */
+ * in cuBLAS's default math (f32, no TF32), as the CPU's f32; bf16 / f16
+ * products (mixed precision) through cublasGemmEx with f32 accumulation.
+ * Not convolution. */
 #include "ops/cuda/common.h"
 
 extern "C" int psg_cuda_gemm(int gpu, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -18,6 +20,31 @@ extern "C" int psg_cuda_gemm(int gpu, bool ta, bool tb, int64_t m, int64_t n, in
     cublasStatus_t s =
         cublasSgemm(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                     (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
+    pthread_mutex_unlock(&d->lock);
+    PSG_CUBLAS_CHECK(s);
+    return 0;
+}
+
+extern "C" int psg_cuda_gemm_half(int gpu, int dtype, bool ta, bool tb, int64_t m, int64_t n,
+                                  int64_t k, const void *a, int64_t lda, const void *b,
+                                  int64_t ldb, void *c, int64_t ldc) {
+    PSG_CUDA_DEV(d, gpu);
+    if (dtype != PSG_CU_BF16 && dtype != PSG_CU_F16)
+        return psg_error_set("16-bit GEMM: dtype %d is not bf16 or f16", dtype);
+    if (m == 0 || n == 0) return 0;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
+        ldc > INT32_MAX)
+        return psg_error_set("GEMM of (%lld, %lld, %lld) is too large for cublasGemmEx",
+                             (long long)m, (long long)n, (long long)k);
+    if (k == 0) return psg_cuda_memset0(gpu, c, (size_t)(m * n) * 2); /* ldc == n here */
+    cudaDataType_t t = dtype == PSG_CU_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    /* CUBLAS_COMPUTE_32F takes float alpha and beta, whatever the data type */
+    const float alpha = 1.0f, beta = 0.0f;
+    pthread_mutex_lock(&d->lock);
+    cublasStatus_t s = cublasGemmEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
+                                    b, t, (int)ldb, a, t, (int)lda, &beta, c, t, (int)ldc,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     pthread_mutex_unlock(&d->lock);
     PSG_CUBLAS_CHECK(s);
     return 0;

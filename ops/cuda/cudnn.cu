@@ -1,5 +1,6 @@
 /* Conv2D and its two gradients through cuDNN (the one file that includes
- * it): NHWC f32 in FMA math (no TF32, as the CPU's f32), the filter turned
+ * it): NHWC f32 in FMA math (no TF32, as the CPU's f32), or bf16 / f16 on
+ * tensor cores with an f32 compute type (mixed precision), the filter turned
  * from psgraph's (KH, KW, C, OC) to cuDNN's (OC, KH, KW, C), SAME padding
  * that is larger after than before made even by a zero-padded copy of the
  * input, and per shape the descriptors and each direction's algorithm
@@ -50,6 +51,7 @@ enum { FWD, BWD_DATA, BWD_FILTER };
 
 typedef struct plan {
     int gpu;
+    int dtype; /* PSG_CU_F32, PSG_CU_BF16 or PSG_CU_F16 */
     psg_cu_geom_t g;
     int64_t eh, ew; /* rows / columns of zeros added after the input */
     cudnnTensorDescriptor_t xd, yd;
@@ -77,25 +79,36 @@ static bool fits_int(const psg_cu_geom_t *g) {
     return true;
 }
 
-/* The descriptors of the NHWC f32 convolution g, FMA math, on an input
- * with eh rows and ew columns added after. */
-static int descriptors(const psg_cu_geom_t *g, int64_t eh, int64_t ew, cudnnTensorDescriptor_t *xd,
-                       cudnnTensorDescriptor_t *yd, cudnnFilterDescriptor_t *wd,
-                       cudnnConvolutionDescriptor_t *cd) {
+/* Bytes per element of a conv dtype. */
+static size_t elem_size(int dtype) {
+    return dtype == PSG_CU_F32 ? 4 : 2;
+}
+
+/* The descriptors of the NHWC convolution g on tensors of `dtype`, on an
+ * input with eh rows and ew columns added after. f32: FMA math (no TF32);
+ * bf16 / f16: cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF configs (16-bit tensors,
+ * f32 compute type) on tensor cores. */
+static int descriptors(int dtype, const psg_cu_geom_t *g, int64_t eh, int64_t ew,
+                       cudnnTensorDescriptor_t *xd, cudnnTensorDescriptor_t *yd,
+                       cudnnFilterDescriptor_t *wd, cudnnConvolutionDescriptor_t *cd) {
+    cudnnDataType_t t = dtype == PSG_CU_BF16  ? CUDNN_DATA_BFLOAT16
+                        : dtype == PSG_CU_F16 ? CUDNN_DATA_HALF
+                                              : CUDNN_DATA_FLOAT;
     PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(xd));
     PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(yd));
     PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(wd));
     PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(cd));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
-                                               (int)g->c, (int)(g->h + eh), (int)(g->w + ew)));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
-                                               (int)g->oc, (int)g->oh, (int)g->ow));
-    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(*wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, (int)g->oc,
-                                               (int)g->c, (int)g->kh, (int)g->kw));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, t, (int)g->n, (int)g->c,
+                                               (int)(g->h + eh), (int)(g->w + ew)));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*yd, CUDNN_TENSOR_NHWC, t, (int)g->n, (int)g->oc,
+                                               (int)g->oh, (int)g->ow));
+    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(*wd, t, CUDNN_TENSOR_NHWC, (int)g->oc, (int)g->c,
+                                               (int)g->kh, (int)g->kw));
     PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*cd, (int)g->pt, (int)g->pl, (int)g->sh,
                                                     (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT));
-    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(*cd, CUDNN_FMA_MATH));
+    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        *cd, dtype == PSG_CU_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     return 0;
 }
 
@@ -105,7 +118,7 @@ static int plan_init(plan_t *p) {
     p->eh = e > 0 ? e : 0;
     e = (g->ow - 1) * g->sw + g->kw - g->w - 2 * g->pl;
     p->ew = e > 0 ? e : 0;
-    if (descriptors(g, p->eh, p->ew, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
+    if (descriptors(p->dtype, g, p->eh, p->ew, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
     int n, c, h, w;
     PSG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &h, &w));
     if (h != g->oh || w != g->ow)
@@ -122,15 +135,20 @@ static void plan_free(plan_t *p) {
     free(p);
 }
 
-/* The plan of one geometry on one GPU, made on first use. NULL with the error set. */
-static plan_t *plan_get(int gpu, const psg_cu_geom_t *g) {
+/* The plan of one geometry and dtype on one GPU, made on first use. NULL
+ * with the error set. */
+static plan_t *plan_get(int gpu, int dtype, const psg_cu_geom_t *g) {
     if (!fits_int(g)) {
         psg_error_set("convolution too large for cuDNN's 32-bit dims");
         return NULL;
     }
+    if (dtype != PSG_CU_F32 && dtype != PSG_CU_BF16 && dtype != PSG_CU_F16) {
+        psg_error_set("convolution: dtype %d is not f32, bf16 or f16", dtype);
+        return NULL;
+    }
     pthread_mutex_lock(&plans_lock);
     plan_t *p = plans;
-    while (p && !(p->gpu == gpu && same_geom(&p->g, g)))
+    while (p && !(p->gpu == gpu && p->dtype == dtype && same_geom(&p->g, g)))
         p = p->next;
     if (!p) {
         p = (plan_t *)calloc(1, sizeof *p);
@@ -138,6 +156,7 @@ static plan_t *plan_get(int gpu, const psg_cu_geom_t *g) {
             psg_error_set("out of memory");
         } else {
             p->gpu = gpu;
+            p->dtype = dtype;
             p->g = *g;
             if (plan_init(p) < 0) {
                 plan_free(p);
@@ -154,14 +173,14 @@ static plan_t *plan_get(int gpu, const psg_cu_geom_t *g) {
 
 /* ---- algorithms ---- */
 
-/* The buffers of one call, in cuDNN's layouts. */
+/* The buffers of one call, in cuDNN's layouts, of the plan's dtype. */
 typedef struct {
-    const float *x;  /* (N, H+eh, W+ew, C) */
-    const float *w;  /* (OC, KH, KW, C) */
-    const float *dy; /* (N, OH, OW, OC) */
-    float *y;        /* forward output (N, OH, OW, OC) */
-    float *dx;       /* (N, H+eh, W+ew, C) */
-    float *dw;       /* (OC, KH, KW, C) */
+    const void *x;  /* (N, H+eh, W+ew, C) */
+    const void *w;  /* (OC, KH, KW, C) */
+    const void *dy; /* (N, OH, OW, OC) */
+    void *y;        /* forward output (N, OH, OW, OC) */
+    void *dx;       /* (N, H+eh, W+ew, C) */
+    void *dw;       /* (OC, KH, KW, C) */
 } bufs_t;
 
 /* Picks p's algorithm for `dir` once: cudnnFind*Ex on these buffers within
@@ -231,7 +250,7 @@ static int find_algo(cudnnHandle_t h, plan_t *p, int dir, const bufs_t *b) {
 /* Runs p in direction dir on b under the GPU's lock. */
 static int run_conv(int gpu, plan_t *p, int dir, const bufs_t *b) {
     PSG_CUDA_DEV(d, gpu);
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, zero = 0.0f; /* float scaling for f32, bf16 and f16 data alike */
     pthread_mutex_lock(&d->lock);
     cudnnHandle_t h;
     int rc = handle_of(gpu, d, &h);
@@ -263,24 +282,27 @@ static int run_conv(int gpu, plan_t *p, int dir, const bufs_t *b) {
 
 /* ---- layouts ---- */
 
-/* to (OC, KH*KW*C) from w (KH*KW*C, OC), or back when back */
-__global__ static void filter_transpose(const float *from, float *to, int64_t khwc, int64_t oc,
-                                        bool back) {
+/* to (OC, KH*KW*C) from w (KH*KW*C, OC), or back when back; elements of
+ * 4 bytes (f32, wide) or 2 (bf16, f16), moved as bits */
+__global__ static void filter_transpose(const void *from, void *to, int64_t khwc, int64_t oc,
+                                        bool back, bool wide) {
     PSG_GRID_STRIDE(i, khwc * oc) {
         int64_t o = i / khwc, r = i % khwc; /* i indexes (OC, KHWC) */
-        if (back)
-            to[r * oc + o] = from[i];
+        int64_t src = back ? i : r * oc + o, dst = back ? r * oc + o : i;
+        if (wide)
+            ((uint32_t *)to)[dst] = ((const uint32_t *)from)[src];
         else
-            to[i] = from[r * oc + o];
+            ((uint16_t *)to)[dst] = ((const uint16_t *)from)[src];
     }
 }
 
-static int transpose(int gpu, const float *from, float *to, const psg_cu_geom_t *g, bool back) {
+static int transpose(int gpu, int dtype, const void *from, void *to, const psg_cu_geom_t *g,
+                     bool back) {
     PSG_CUDA_DEV(d, gpu);
     int64_t khwc = g->kh * g->kw * g->c, n = khwc * g->oc;
     if (n == 0) return 0;
-    filter_transpose<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(from, to, khwc, g->oc,
-                                                                              back);
+    filter_transpose<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
+        from, to, khwc, g->oc, back, elem_size(dtype) == 4);
     PSG_CUDA_LAUNCHED("filter_transpose");
     return 0;
 }
@@ -291,11 +313,11 @@ typedef struct {
     int n;
 } scratch_t;
 
-static float *scratch(int gpu, scratch_t *s, int64_t floats) {
-    void *p =
-        psg_cuda_alloc(gpu, sizeof(float) * (size_t)(floats > 0 ? floats : 1), &s->hint[s->n]);
+/* A block of n elements of es bytes. */
+static void *scratch(int gpu, scratch_t *s, int64_t n, size_t es) {
+    void *p = psg_cuda_alloc(gpu, es * (size_t)(n > 0 ? n : 1), &s->hint[s->n]);
     if (p) s->p[s->n++] = p;
-    return (float *)p;
+    return p;
 }
 
 static void scratch_free(scratch_t *s) {
@@ -305,28 +327,29 @@ static void scratch_free(scratch_t *s) {
 }
 
 /* x with eh rows and ew columns of zeros after: into xe, (N, H+eh, W+ew, C) */
-static int pad_input(int gpu, const plan_t *p, const float *x, float *xe) {
+static int pad_input(int gpu, const plan_t *p, const void *x, void *xe) {
     const psg_cu_geom_t *g = &p->g;
     int64_t size[4] = {g->n, g->h, g->w, g->c}, full[4] = {g->n, g->h + p->eh, g->w + p->ew, g->c};
     int64_t zero[4] = {0, 0, 0, 0};
-    if (psg_cuda_memset0(gpu, xe, sizeof(float) * (size_t)(full[0] * full[1] * full[2] * full[3])) <
-        0)
+    size_t es = elem_size(p->dtype);
+    if (psg_cuda_memset0(gpu, xe, es * (size_t)(full[0] * full[1] * full[2] * full[3])) < 0)
         return -1;
-    return psg_cuda_copy_block(gpu, 4, 4, size, x, size, zero, xe, full, zero);
+    return psg_cuda_copy_block(gpu, (int)es, 4, size, x, size, zero, xe, full, zero);
 }
 
-extern "C" int psg_cuda_conv2d(int gpu, const psg_cu_geom_t *g, const float *x, const float *w,
-                               float *y) {
+extern "C" int psg_cuda_conv2d(int gpu, int dtype, const psg_cu_geom_t *g, const void *x,
+                               const void *w, void *y) {
     if (g->n * g->oh * g->ow * g->oc == 0) return 0;
-    plan_t *p = plan_get(gpu, g);
+    plan_t *p = plan_get(gpu, dtype, g);
     if (!p) return -1;
+    size_t es = elem_size(dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {x, NULL, NULL, y, NULL, NULL};
-    float *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc);
-    int rc = wk ? transpose(gpu, w, wk, g, false) : -1;
+    void *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc, es);
+    int rc = wk ? transpose(gpu, dtype, w, wk, g, false) : -1;
     b.w = wk;
     if (rc == 0 && (p->eh || p->ew)) {
-        float *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c);
+        void *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c, es);
         rc = xe ? pad_input(gpu, p, x, xe) : -1;
         b.x = xe;
     }
@@ -335,19 +358,20 @@ extern "C" int psg_cuda_conv2d(int gpu, const psg_cu_geom_t *g, const float *x, 
     return rc;
 }
 
-extern "C" int psg_cuda_conv2d_backprop_input(int gpu, const psg_cu_geom_t *g, const float *w,
-                                              const float *dy, float *dx) {
+extern "C" int psg_cuda_conv2d_backprop_input(int gpu, int dtype, const psg_cu_geom_t *g,
+                                              const void *w, const void *dy, void *dx) {
     if (g->n * g->h * g->w * g->c == 0) return 0;
-    plan_t *p = plan_get(gpu, g);
+    plan_t *p = plan_get(gpu, dtype, g);
     if (!p) return -1;
+    size_t es = elem_size(dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {NULL, NULL, dy, NULL, dx, NULL};
-    float *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc);
-    int rc = wk ? transpose(gpu, w, wk, g, false) : -1;
+    void *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc, es);
+    int rc = wk ? transpose(gpu, dtype, w, wk, g, false) : -1;
     b.w = wk;
     bool padded = p->eh || p->ew;
     if (rc == 0 && padded) {
-        b.dx = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c);
+        b.dx = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c, es);
         if (!b.dx) rc = -1;
     }
     if (rc == 0) rc = run_conv(gpu, p, BWD_DATA, &b);
@@ -355,30 +379,31 @@ extern "C" int psg_cuda_conv2d_backprop_input(int gpu, const psg_cu_geom_t *g, c
         /* the padding's rows and columns are dropped */
         int64_t size[4] = {g->n, g->h, g->w, g->c}, zero[4] = {0, 0, 0, 0};
         int64_t full[4] = {g->n, g->h + p->eh, g->w + p->ew, g->c};
-        rc = psg_cuda_copy_block(gpu, 4, 4, size, b.dx, full, zero, dx, size, zero);
+        rc = psg_cuda_copy_block(gpu, (int)es, 4, size, b.dx, full, zero, dx, size, zero);
     }
     scratch_free(&s);
     return rc;
 }
 
-extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, const psg_cu_geom_t *g, const float *x,
-                                               const float *dy, float *dw) {
+extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_geom_t *g,
+                                               const void *x, const void *dy, void *dw) {
     int64_t nw = g->kh * g->kw * g->c * g->oc;
+    size_t es = elem_size(dtype);
     if (nw == 0) return 0;
-    if (g->n == 0) return psg_cuda_memset0(gpu, dw, sizeof(float) * (size_t)nw);
-    plan_t *p = plan_get(gpu, g);
+    if (g->n == 0) return psg_cuda_memset0(gpu, dw, es * (size_t)nw);
+    plan_t *p = plan_get(gpu, dtype, g);
     if (!p) return -1;
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {x, NULL, dy, NULL, NULL, NULL};
-    b.dw = scratch(gpu, &s, nw);
+    b.dw = scratch(gpu, &s, nw, es);
     int rc = b.dw ? 0 : -1;
     if (rc == 0 && (p->eh || p->ew)) {
-        float *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c);
+        void *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c, es);
         rc = xe ? pad_input(gpu, p, x, xe) : -1;
         b.x = xe;
     }
     if (rc == 0) rc = run_conv(gpu, p, BWD_FILTER, &b);
-    if (rc == 0) rc = transpose(gpu, b.dw, dw, g, true);
+    if (rc == 0) rc = transpose(gpu, dtype, b.dw, dw, g, true);
     scratch_free(&s);
     return rc;
 }
@@ -402,7 +427,7 @@ static int peer_setup(int gpu, const psg_cu_geom_t *g, peer_t *p) {
     PSG_CUDA_CHECK(cudaStreamCreate(&p->st));
     PSG_CUDNN_CHECK(cudnnCreate(&p->h));
     PSG_CUDNN_CHECK(cudnnSetStream(p->h, p->st));
-    if (descriptors(g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
+    if (descriptors(PSG_CU_F32, g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
     PSG_CUDA_CHECK(cudaMalloc(&p->x, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c)));
     PSG_CUDA_CHECK(cudaMalloc(&p->w, sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc)));
     PSG_CUDA_CHECK(cudaMalloc(&p->y, sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc)));

@@ -1,8 +1,10 @@
 /* CUDA kernels of the elementwise ops: binary arithmetic with numpy
  * broadcasting (a flat fast path when no input is broadcast), unary
- * functions, casts, comparisons, fills, bias add, dropout, block copies.
- * Grid-stride loops, f32. Not reductions (reduce.cu). */
+ * functions, casts (to and from bf16 / f16 too, rounding as the CPU),
+ * comparisons, fills, bias add, dropout, block copies. Grid-stride loops,
+ * f32. Not reductions (reduce.cu). */
 #include "ops/cuda/common.h"
+#include "psgraph/half.h"
 
 #include <math.h>
 
@@ -164,6 +166,10 @@ __device__ static inline double load_as_double(const void *p, int dt, int64_t i)
         return ((const int32_t *)p)[i];
     case PSG_CU_I64:
         return (double)((const int64_t *)p)[i];
+    case PSG_CU_BF16:
+        return psg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PSG_CU_F16:
+        return psg_f16_to_f32(((const uint16_t *)p)[i]);
     default:
         return ((const uint8_t *)p)[i]; /* u8, bool */
     }
@@ -189,6 +195,12 @@ __global__ static void convert_kernel(int from, const void *x, double v, int to,
         case PSG_CU_I32:
             ((int32_t *)y)[i] = (int32_t)to_int(s, -2147483648.0, 2147483647.0);
             break;
+        case PSG_CU_BF16: /* through f32, as the CPU */
+            ((uint16_t *)y)[i] = psg_f32_to_bf16((float)s);
+            break;
+        case PSG_CU_F16:
+            ((uint16_t *)y)[i] = psg_f32_to_f16((float)s);
+            break;
         default:
             ((int64_t *)y)[i] = to_int(s, -9223372036854775808.0, 9223372036854774784.0);
             break;
@@ -197,7 +209,26 @@ __global__ static void convert_kernel(int from, const void *x, double v, int to,
 }
 
 static bool convertible(int dt) {
-    return dt == PSG_CU_F32 || dt == PSG_CU_I32 || dt == PSG_CU_I64;
+    return dt == PSG_CU_F32 || dt == PSG_CU_I32 || dt == PSG_CU_I64 || dt == PSG_CU_BF16 ||
+           dt == PSG_CU_F16;
+}
+
+static bool is_half(int dt) {
+    return dt == PSG_CU_BF16 || dt == PSG_CU_F16;
+}
+
+/* y (n) = x (n) between f32 and bf16 / f16 (mixed precision's casts), in
+ * float: memory bound, so no doubles */
+__global__ static void half_kernel(int from, const void *x, int to, void *y, int64_t n) {
+    PSG_GRID_STRIDE(i, n) {
+        if (from == PSG_CU_F32) {
+            float v = ((const float *)x)[i];
+            ((uint16_t *)y)[i] = to == PSG_CU_BF16 ? psg_f32_to_bf16(v) : psg_f32_to_f16(v);
+        } else {
+            uint16_t h = ((const uint16_t *)x)[i];
+            ((float *)y)[i] = from == PSG_CU_BF16 ? psg_bf16_to_f32(h) : psg_f16_to_f32(h);
+        }
+    }
 }
 
 extern "C" int psg_cuda_fill(int gpu, int dtype, void *y, int64_t n, double v) {
@@ -214,6 +245,11 @@ extern "C" int psg_cuda_cast(int gpu, int from, const void *x, int to, void *y, 
     PSG_CUDA_DEV(d, gpu);
     if (!convertible(to)) return psg_error_set("Cast to dtype %d is not supported", to);
     if (n == 0) return 0;
+    if ((from == PSG_CU_F32 && is_half(to)) || (is_half(from) && to == PSG_CU_F32)) {
+        half_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(from, x, to, y, n);
+        PSG_CUDA_LAUNCHED("cast");
+        return 0;
+    }
     convert_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(from, x, 0.0, to, y, n);
     PSG_CUDA_LAUNCHED("cast");
     return 0;

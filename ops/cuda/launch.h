@@ -14,6 +14,7 @@ extern "C" {
 
 /* dtype codes: the values of psg_dtype_t (tensor.h is C-only: C11 atomics) */
 enum { PSG_CU_F32 = 1, PSG_CU_I32 = 3, PSG_CU_I64 = 4, PSG_CU_U8 = 5, PSG_CU_BOOL = 8 };
+enum { PSG_CU_F16 = 6, PSG_CU_BF16 = 7 }; /* the 16-bit floats of mixed precision */
 
 #define PSG_CU_MAX_RANK 8
 
@@ -59,7 +60,8 @@ int psg_cuda_unary(int gpu, psg_cu_unary_t op, float p, const float *x, float *y
 int psg_cuda_broadcast(int gpu, const float *x, float *y, const psg_cu_bcast_t *bc);
 /* y (n) of dtype = v */
 int psg_cuda_fill(int gpu, int dtype, void *y, int64_t n, double v);
-/* y (n, dtype `to`) = x (n, dtype `from`); to ints: truncated, saturated, NaN to 0 */
+/* y (n, dtype `to`) = x (n, dtype `from`); to ints: truncated, saturated, NaN to 0;
+ * to bf16 / f16: rounded to nearest even, bit for bit as the CPU (psgraph/half.h) */
 int psg_cuda_cast(int gpu, int from, const void *x, int to, void *y, int64_t n);
 /* out (n) = a == b; a (n), b (n, or one element when b_scalar), elements of es bytes */
 int psg_cuda_equal(int gpu, int dtype, int es, const void *a, const void *b, bool b_scalar,
@@ -111,6 +113,12 @@ int psg_cuda_argmax(int gpu, const float *x, int64_t *out, int64_t rows, int64_t
 int psg_cuda_gemm(int gpu, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                   int64_t ldc);
+/* C = op(A) op(B) as psg_cuda_gemm (alpha 1, beta 0), with A, B and C of
+ * dtype PSG_CU_BF16 or PSG_CU_F16 and f32 accumulation (cublasGemmEx,
+ * CUBLAS_COMPUTE_32F: tensor cores, one rounding of each result). */
+int psg_cuda_gemm_half(int gpu, int dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const void *a, int64_t lda, const void *b, int64_t ldb, void *c,
+                       int64_t ldc);
 
 /* ---- windows: pooling (pool.cu), convolution (cudnn.cu) ---- */
 
@@ -129,14 +137,17 @@ int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const float *x, flo
  * maximum of a window takes its gradient */
 int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, const float *x, const float *dy,
                        float *dx);
+/* The convolutions take tensors of one dtype: PSG_CU_F32 (FMA math, no
+ * TF32), or PSG_CU_BF16 / PSG_CU_F16 (tensor cores, f32 compute type). */
 /* y (N, OH, OW, OC) = x (N, H, W, C) conv w (KH, KW, C, OC) */
-int psg_cuda_conv2d(int gpu, const psg_cu_geom_t *g, const float *x, const float *w, float *y);
+int psg_cuda_conv2d(int gpu, int dtype, const psg_cu_geom_t *g, const void *x, const void *w,
+                    void *y);
 /* dx (N, H, W, C) from w (KH, KW, C, OC) and dy (N, OH, OW, OC) */
-int psg_cuda_conv2d_backprop_input(int gpu, const psg_cu_geom_t *g, const float *w, const float *dy,
-                                   float *dx);
+int psg_cuda_conv2d_backprop_input(int gpu, int dtype, const psg_cu_geom_t *g, const void *w,
+                                   const void *dy, void *dx);
 /* dw (KH, KW, C, OC) from x (N, H, W, C) and dy (N, OH, OW, OC) */
-int psg_cuda_conv2d_backprop_filter(int gpu, const psg_cu_geom_t *g, const float *x,
-                                    const float *dy, float *dw);
+int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_geom_t *g, const void *x,
+                                    const void *dy, void *dw);
 
 /* ---- batch norm over the last dim (reduce.cu) ---- */
 

@@ -195,6 +195,9 @@ int psg_gpu_matmul(psg_kernel_ctx_t *c) {
     if (!out) return -1;
     int64_t M = out->shape.dims[0], N = out->shape.dims[1];
     int64_t K = ta ? a->shape.dims[0] : a->shape.dims[1];
+    if (a->dtype != PSG_DT_F32) /* bf16 or f16 (mixed precision): f32 accumulation */
+        return psg_cuda_gemm_half(c->device, (int)a->dtype, ta, tb, M, N, K, a->data,
+                                  a->shape.dims[1], b->data, b->shape.dims[1], out->data, N);
     return psg_cuda_gemm(c->device, ta, tb, M, N, K, 1.0f, psg_tensor_f32(a), a->shape.dims[1],
                          psg_tensor_f32(b), b->shape.dims[1], 0.0f, psg_tensor_f32(out), N);
 }

@@ -1,5 +1,5 @@
 /* CUDA kernels (C glue) of the nn ops: Conv2D and its gradients (cuDNN,
- * cudnn.cu), pooling (pool.cu), BiasAdd and its gradient, fused batch norm.
+ * cudnn.cu; f32, bf16 or f16 tensors), pooling (pool.cu), BiasAdd and its gradient, fused batch norm.
  * The geometry comes from the same psg_nn_geom as the CPU kernels. */
 #include "ops/cpu/nn.h"
 #include "ops/cuda/kernels.h"
@@ -29,8 +29,8 @@ int psg_gpu_conv2d(psg_kernel_ctx_t *c) {
     if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    return psg_cuda_conv2d(c->device, &g, psg_tensor_f32(c->inputs[0]),
-                           psg_tensor_f32(c->inputs[1]), psg_tensor_f32(out));
+    return psg_cuda_conv2d(c->device, (int)out->dtype, &g, c->inputs[0]->data, c->inputs[1]->data,
+                           out->data);
 }
 
 /* inputs: x (only its shape), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
@@ -39,8 +39,8 @@ int psg_gpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
     if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    return psg_cuda_conv2d_backprop_input(c->device, &g, psg_tensor_f32(c->inputs[1]),
-                                          psg_tensor_f32(c->inputs[2]), psg_tensor_f32(out));
+    return psg_cuda_conv2d_backprop_input(c->device, (int)out->dtype, &g, c->inputs[1]->data,
+                                          c->inputs[2]->data, out->data);
 }
 
 /* inputs: x (N, H, W, C), filter (only its shape), dy (N, OH, OW, OC) */
@@ -49,8 +49,8 @@ int psg_gpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
     if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    return psg_cuda_conv2d_backprop_filter(c->device, &g, psg_tensor_f32(c->inputs[0]),
-                                           psg_tensor_f32(c->inputs[2]), psg_tensor_f32(out));
+    return psg_cuda_conv2d_backprop_filter(c->device, (int)out->dtype, &g, c->inputs[0]->data,
+                                           c->inputs[2]->data, out->data);
 }
 
 static int pool_geom(psg_kernel_ctx_t *c, psg_cu_geom_t *g) {
