@@ -67,6 +67,8 @@ static int check(const psg_bench_opts_t *o) {
     bool cluster = given || o->ps > 0 || o->workers > 1 || o->backups > 0;
     if (strcmp(o->device, "cpu") && strcmp(o->device, "gpu"))
         return psg_error_set("--device: '%s' is not cpu or gpu", o->device);
+    psg_dtype_t compute;
+    if (o->precision && psg_precision_parse(o->precision, &compute) < 0) return psg_error_wrap("--precision");
     if (o->towers > o->batch)
         return psg_error_set("--towers %d is more than --batch %d: each tower needs at least one image",
                              o->towers, o->batch);
