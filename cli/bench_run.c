@@ -156,6 +156,8 @@ static int build_replica(bench_t *b) {
     if (!sync && !(b->dstep = psg_dist_session_make_callable(b->dsess, 2, feeds, 1, &b->m.loss, 1,
                                                              &b->train_op)))
         return -1;
+    /* async: the next step's reads travel while the ps applies this one (dist_session.h) */
+    if (b->dstep) psg_dist_callable_set_overlap(b->dstep, true);
     if (b->w.chief ? psg_dist_session_run_init(b->dsess) < 0
                    : psg_dist_session_wait_init(b->dsess, o->step_timeout_ms) < 0)
         return psg_error_wrap("the variables");
@@ -309,6 +311,7 @@ static void cluster_json(bench_t *b, int64_t steps, double own_ips, char *buf, s
 /* After the steps, in a cluster: the sync end and counts, the chief waits for
  * the others, everyone tells the ps tasks it is done. */
 static int finish_cluster(bench_t *b, double own_ips) {
+    if (psg_dist_session_drain(b->dsess) < 0) return -1; /* the last overlapped step */
     if (b->sync && psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
     if (b->w.chief) {
         if (psg_dist_session_wait_workers(b->dsess, b->w.num_workers - 1, b->o->step_timeout_ms) < 0) {
