@@ -16,6 +16,8 @@ typedef struct {
     const char *host;   /* NULL: 127.0.0.1 */
     bool restart;       /* --restart on-failure, at most max_restarts times */
     int max_restarts;
+    int worker_failures; /* non-chief workers that may fail without stopping the job;
+                            -1: the command's --backup-workers when it trains --sync sync */
     char **cmd;         /* the workers' command, NULL-terminated */
     char *chief_json;   /* NULL, or gets worker 0's last line that starts with '{' */
     size_t chief_json_size;

@@ -31,6 +31,7 @@ typedef struct {
     char line[4096];
     size_t len;
     bool exited, killed_by_us;
+    bool tolerated; /* a non-chief worker whose failure the job outlives */
     int code;
     int restarts;
     char *cfg;          /* its TF_CONFIG */
@@ -58,7 +59,10 @@ static void usage(FILE *f) {
                "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
                "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
                "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1];\n"
-               "  --restart on-failure starts a task that died again, at most R times (default 3)\n");
+               "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
+               "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
+               "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
+               "                      which the sync replicas can lose; else 0)\n");
 }
 
 /* Binds port (0: any) on 127.0.0.1 to check it is free; returns the port or -1. */
@@ -296,7 +300,8 @@ static int merge_traces(const task_proc_t *t, int n, const char *file) {
 }
 
 int psg_cmd_launch(int argc, char **argv) {
-    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1"};
+    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1",
+                      .worker_failures = -1};
     int cmd_at = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -319,6 +324,8 @@ int psg_cmd_launch(int argc, char **argv) {
         else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
             o.restart = !strcmp(v, "on-failure");
         else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) o.max_restarts = (int)x;
+        else if (!strcmp(argv[i - 1], "--allow-worker-failures") && ok && x >= 0 && x < MAX_TASKS)
+            o.worker_failures = (int)x;
         else {
             fprintf(stderr, "psgraph launch: bad option '%s %s'\n", argv[i - 1], v);
             usage(stderr);
@@ -334,11 +341,24 @@ int psg_cmd_launch(int argc, char **argv) {
     return psg_launch_local(&o);
 }
 
+/* The workers that sync replicas with b backup workers can lose: b, when the command
+ * trains with --sync sync --backup-workers b; else 0. */
+static int backup_workers_of(char **cmd) {
+    bool sync = false;
+    int b = 0;
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
+        if (!strcmp(cmd[i], "--sync")) sync = !strcmp(cmd[i + 1], "sync");
+        if (!strcmp(cmd[i], "--backup-workers")) b = atoi(cmd[i + 1]);
+    }
+    return sync && b > 0 ? b : 0;
+}
+
 int psg_launch_local(psg_launch_t *o) {
     int nps = o->ps, nworkers = o->workers, port_base = o->port_base, max_restarts = o->max_restarts;
     bool restart = o->restart;
     const char *host = o->host ? o->host : "127.0.0.1";
     char **cmd = o->cmd;
+    int may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(cmd), failed_workers = 0;
     int n = nps + nworkers;
     on_tty = isatty(1);
     task_proc_t *t = calloc((size_t)n, sizeof *t);
@@ -439,7 +459,18 @@ int psg_launch_local(psg_launch_t *o) {
         }
         bool failed = false, workers_left = false;
         for (int i = 0; i < n; i++) {
-            bool died = t[i].exited && t[i].code != 0 && !t[i].killed_by_us;
+            bool died = t[i].exited && t[i].code != 0 && !t[i].killed_by_us && !t[i].tolerated;
+            /* a worker other than the chief (worker 0) the job can do without: it goes on */
+            bool spare = !t[i].is_ps && i > nps && failed_workers < may_fail &&
+                         (!restart || t[i].restarts >= max_restarts);
+            if (died && spare && !stopping) {
+                t[i].tolerated = true;
+                failed_workers++;
+                task_line(&t[i], "failed with code %d; the job goes on without it (%d of at most %d "
+                                 "workers lost, --allow-worker-failures)", t[i].code, failed_workers, may_fail);
+                fflush(stdout);
+                died = false;
+            }
             if (died) failed = true;
             if (!t[i].is_ps && !t[i].exited) workers_left = true;
         }
@@ -469,7 +500,10 @@ int psg_launch_local(psg_launch_t *o) {
         }
     int worst = 0;
     for (int i = 0; i < n; i++)
-        if (!t[i].killed_by_us && t[i].code > worst) worst = t[i].code;
+        if (!t[i].killed_by_us && !t[i].tolerated && t[i].code > worst) worst = t[i].code;
+    if (failed_workers)
+        say("psgraph launch: %d worker%s failed and the job went on without %s\n", failed_workers,
+            failed_workers == 1 ? "" : "s", failed_workers == 1 ? "it" : "them");
     if (signaled && worst == 0) worst = 128 + signaled;
     free(cluster);
     free(cfg);

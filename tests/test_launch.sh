@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `psgraph launch` with real processes on 127.0.0.1: async training of the mlp on
 # Fashion-MNIST by 2 ps + 2 workers (>= 84% in 2 epochs), a busy port named, a failed task
-# stopping all, Ctrl-C stopping all; every process is gone afterwards.
+# stopping all, Ctrl-C stopping all, a worker lost with a backup worker not stopping the job;
+# every process is gone afterwards.
 set -u
 psgraph=$1
 asan=${2:-}
@@ -93,5 +94,23 @@ if [ $rc = 130 ] && [ "$left" = 0 ] && [ $(( $(date +%s) - t0 )) -le 8 ] && port
   ok "Ctrl-C stops all: exit 130, no task left"
 else
   fail "Ctrl-C: rc $rc, $left left: $(cat "$tmp/int.log")"
+fi
+# 5. sync replicas with a backup worker: a worker that dies does not stop the job
+#    (--allow-worker-failures defaults to CMD's --backup-workers with --sync sync)
+base=$(( $(free_port) % 20000 + 30000 ))
+die2='case "$TF_CONFIG" in *"\"index\": 2}"*) sleep 1; echo "worker 2 dies"; exit 3;; esac; exec "$0" "$@"'
+out=$(timeout 120 "$psgraph" launch --ps 1 --workers 3 --port-base "$base" -- sh -c "$die2" "$psgraph" train \
+      --model mlp --data synthetic --steps 300 --log-every 100 --sync sync --backup-workers 1 --step-timeout 5 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q '^\[worker2\] failed with code 3; the job goes on without it' <<<"$out" &&
+   grep -q '^\[worker0\] {"event":"done"' <<<"$out" && grep -q "1 worker failed and the job went on" <<<"$out"; then
+  ok "sync, 3 workers with 1 backup: worker 2 died, the job finished, exit code 0"
+else
+  fail "worker failure with a backup (rc $rc): $(tail -25 <<<"$out")"
+fi
+out=$(timeout 60 "$psgraph" launch --ps 1 --workers 2 --allow-worker-failures 1 -- sh -c 'exit 4' 2>&1); rc=$?
+if [ $rc = 4 ] && grep -q "a task failed, stopping the others" <<<"$out"; then
+  ok "the chief's failure still stops the job (exit code 4)"
+else
+  fail "chief failure with --allow-worker-failures 1 (rc $rc): $(tail -5 <<<"$out")"
 fi
 [ $fails = 0 ]

@@ -226,7 +226,8 @@ static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_r
     if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
     /* sync: training is over for all; a worker that died (b >= 1) never says so */
     int64_t wait_ms = t->sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
-    if (psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) < 0) {
+    bool all_done = psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) == 0;
+    if (!all_done) {
         fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
         fflush(out);
     }
@@ -234,8 +235,9 @@ static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_r
     double acc = 0;
     if (evaluate(t->eval, t->deval, t->test, &acc) < 0) return -1;
     r->test_accuracy = acc;
-    fprintf(out, "epoch %lld  test accuracy %.4f  (all %d workers done)\n",
-            (long long)((total + per_epoch - 1) / per_epoch), acc, t->w.num_workers);
+    fprintf(out, "epoch %lld  test accuracy %.4f  (%s %d workers done)\n",
+            (long long)((total + per_epoch - 1) / per_epoch), acc, all_done ? "all" : "not all",
+            t->w.num_workers);
     fflush(out);
     if (t->metrics)
         fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
