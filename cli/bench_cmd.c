@@ -204,8 +204,9 @@ static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const 
     printf("psgraph %s: a local cluster: %d ps + %d workers (%d backup), %s threads each\n", cmd,
            o->ps, workers, o->backups, threads_given ? "--threads" : threads);
     fflush(stdout);
+    /* b backup workers: the sync replicas can lose b of the workers and go on */
     psg_launch_t l = {.ps = o->ps, .workers = workers, .cmd = args, .chief_json = json,
-                      .chief_json_size = sizeof json};
+                      .chief_json_size = sizeof json, .worker_failures = o->backups};
     int rc = psg_launch_local(&l);
     if (rc == 0 && json[0]) printf("%s\n", json);
     free(args);
