@@ -126,6 +126,19 @@ static void node_free(psg_node_t *n) {
     free(n);
 }
 
+/* Device functions, innermost first, as TensorFlow applies them: each sees the
+ * device the node has so far and may replace it (NULL: keep). */
+void psg_graph_apply_device_fns(const psg_graph_t *g, psg_node_t *n) {
+    for (int f = g->num_devices - 1; f >= 0; f--) {
+        const char *d = g->devices[f].fn(g->devices[f].ctx, g, n);
+        if (d && d != n->device) {
+            char *copy = xstrdup(d);
+            free(n->device);
+            n->device = copy;
+        }
+    }
+}
+
 void psg_graph_destroy(psg_graph_t **gp) {
     if (!gp || !*gp) return;
     psg_graph_t *g = *gp;
@@ -142,6 +155,7 @@ void psg_graph_destroy(psg_graph_t **gp) {
         free(g->collections[i].ids);
     }
     free(g->collections);
+    free(g->casts);
     free(g->error);
     free(g);
 }
@@ -428,16 +442,7 @@ int psg_node_finish(psg_node_builder_t *b) {
         return -1;
     }
     n->id = g->num_nodes;
-    /* Device functions, innermost first, as TensorFlow applies them: each
-     * sees the device the node has so far and may replace it (NULL: keep). */
-    for (int f = g->num_devices - 1; f >= 0; f--) {
-        const char *d = g->devices[f].fn(g->devices[f].ctx, g, n);
-        if (d && d != n->device) {
-            char *copy = xstrdup(d);
-            free(n->device);
-            n->device = copy;
-        }
-    }
+    psg_graph_apply_device_fns(g, n);
     if (g->num_nodes == g->cap_nodes) {
         g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 64;
         g->nodes = xrealloc(g->nodes, sizeof(psg_node_t *) * (size_t)g->cap_nodes);

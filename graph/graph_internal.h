@@ -49,7 +49,21 @@ struct psg_graph {
     int num_collections;
     char *error; /* first build error */
     psg_dtype_t compute_dtype; /* of the mixed-precision ops (precision.h); 0: f32 */
+    /* the casts to compute_dtype made so far (graph/precision.c), so that a tensor
+     * feeding several products on one device is cast once */
+    struct psg_cast_memo *casts;
+    int num_casts, cap_casts;
 };
+
+typedef struct psg_cast_memo {
+    psg_endpoint_t src;
+    psg_dtype_t dtype;
+    int cast; /* the Cast node */
+} psg_cast_memo_t;
+
+/* Applies the graph's device functions to n, innermost first, as a node is finished:
+ * n->device (owned, "" when none) becomes what they decide. */
+void psg_graph_apply_device_fns(const psg_graph_t *g, psg_node_t *n);
 
 /* Builds a node from already-validated parts (deserialization): takes
  * ownership of nothing; copies everything. Returns the id or -1. */

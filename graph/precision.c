@@ -7,6 +7,7 @@
 #include "psgraph/ops_math.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt) {
@@ -57,6 +58,38 @@ static bool is_half(psg_dtype_t dt) {
     return dt == PSG_DT_BF16 || dt == PSG_DT_F16;
 }
 
+/* The cast of src to dtype: one made before when it would sit on the device a new one
+ * would get (the device functions' verdict for a Cast of src now), else a new one. A
+ * tensor that feeds several products (Inception's branches, a weight's forward and
+ * backward products) is then cast once per device, not once per product. */
+static psg_endpoint_t shared_cast(psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype) {
+    psg_node_t probe = {.id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1,
+                        .inputs = &src};
+    probe.device = strdup("");
+    if (!probe.device) return psg_cast(g, NULL, src, dtype); /* it reports the error */
+    psg_graph_apply_device_fns(g, &probe);
+    int found = -1;
+    for (int i = 0; i < g->num_casts && found < 0; i++) {
+        const psg_cast_memo_t *m = &g->casts[i];
+        if (m->src.node == src.node && m->src.index == src.index && m->dtype == dtype &&
+            !strcmp(g->nodes[m->cast]->device, probe.device))
+            found = m->cast;
+    }
+    free(probe.device);
+    if (found >= 0) return (psg_endpoint_t){found, 0};
+    psg_endpoint_t c = psg_cast(g, NULL, src, dtype);
+    if (!psg_endpoint_valid(c)) return c;
+    if (g->num_casts == g->cap_casts) {
+        int cap = g->cap_casts ? 2 * g->cap_casts : 64;
+        psg_cast_memo_t *v = realloc(g->casts, (size_t)cap * sizeof *v);
+        if (!v) return c; /* not remembered: a later product casts again */
+        g->casts = v;
+        g->cap_casts = cap;
+    }
+    g->casts[g->num_casts++] = (psg_cast_memo_t){src, dtype, c.node};
+    return c;
+}
+
 bool psg_compute_inputs(psg_graph_t *g, int n, psg_endpoint_t *ins) {
     psg_dtype_t cd = psg_graph_compute_dtype(g);
     if (cd == PSG_DT_F32) return false;
@@ -65,7 +98,7 @@ bool psg_compute_inputs(psg_graph_t *g, int n, psg_endpoint_t *ins) {
         if (!psg_endpoint_valid(ins[i])) return false; /* the builder reports it */
         psg_dtype_t dt = psg_graph_dtype(g, ins[i]);
         if (dt == PSG_DT_F32)
-            ins[i] = psg_cast(g, NULL, ins[i], cd);
+            ins[i] = shared_cast(g, ins[i], cd);
         else if (is_half(dt))
             all_f32 = false;
     }

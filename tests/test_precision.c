@@ -294,6 +294,26 @@ static bool any_dtype(const psg_graph_t *g, const psg_node_t *n, psg_dtype_t dt)
     return false;
 }
 
+/* Casts to dt in g; *twice gets the casts of a tensor already cast on the same device. */
+static int count_casts(const psg_graph_t *g, psg_dtype_t dt, int *twice) {
+    int casts = 0;
+    *twice = 0;
+    for (int i = 0; i < psg_graph_num_nodes(g); i++) {
+        const psg_node_t *n = psg_graph_node(g, i);
+        if (strcmp(psg_node_op(n), "Cast") || psg_node_output_dtype(n, 0) != dt) continue;
+        casts++;
+        for (int j = 0; j < i; j++) {
+            const psg_node_t *o = psg_graph_node(g, j);
+            if (!strcmp(psg_node_op(o), "Cast") && psg_node_output_dtype(o, 0) == dt &&
+                psg_node_input(o, 0).node == psg_node_input(n, 0).node &&
+                psg_node_input(o, 0).index == psg_node_input(n, 0).index &&
+                !strcmp(psg_node_device(o), psg_node_device(n)))
+                (*twice)++;
+        }
+    }
+    return casts;
+}
+
 /* The model and Adam built as one worker of a cluster with 2 ps tasks. */
 static void check_model_graph(const char *model, psg_dtype_t dt) {
     psg_graph_t *g = psg_graph_new();
@@ -309,6 +329,7 @@ static void check_model_graph(const char *model, psg_dtype_t dt) {
     CHECK(psg_optimizer_minimize(opt, g, m.loss, &train_op) == 0);
     psg_graph_pop_device(g);
     int fwd = 0, bwd = 0, dense = 0, half_on_ps = 0, f32_product = 0, bad_update = 0, bad_var = 0;
+    int twice = 0, casts = count_casts(g, dt, &twice);
     for (int i = 0; i < psg_graph_num_nodes(g); i++) {
         const psg_node_t *n = psg_graph_node(g, i);
         const char *op = psg_node_op(n);
@@ -328,13 +349,34 @@ static void check_model_graph(const char *model, psg_dtype_t dt) {
         }
     }
     bool mlp = !strcmp(model, "mlp");
-    printf("  %s %s: %d 16-bit products forward, %d backward\n", model, psg_dtype_name(dt), fwd,
-           bwd);
+    printf("  %s %s: %d 16-bit products forward, %d backward, %d casts to %s\n", model,
+           psg_dtype_name(dt), fwd, bwd, casts, psg_dtype_name(dt));
+    CHECK(twice == 0);
     CHECK(fwd >= (mlp ? 3 : 2) && bwd >= 2 * fwd - 1); /* the first layer's input needs no dx */
     CHECK(dense == 0 && f32_product == 0 && half_on_ps == 0 && bad_update == 0 && bad_var == 0);
     CHECK(psg_graph_dtype(g, m.loss) == PSG_DT_F32 && psg_graph_dtype(g, m.logits) == PSG_DT_F32);
     psg_optimizer_destroy(&opt);
     psg_replica_setter_destroy(&setter);
+    psg_graph_destroy(&g);
+}
+
+/* Inception's blocks feed one tensor to several branches: it is cast once. */
+static void test_inception_casts_once(void) {
+    psg_graph_t *g = psg_graph_new();
+    CHECK(psg_graph_set_compute_dtype(g, PSG_DT_BF16) == 0);
+    psg_inception3_config_t c = psg_inception3_defaults();
+    c.image_size = 75;
+    c.classes = 10;
+    psg_inception3_t m;
+    CHECK(psg_inception3_build(g, &c, &m) == 0);
+    int products = 0, twice = 0;
+    for (int i = 0; i < psg_graph_num_nodes(g); i++) {
+        const char *op = psg_node_op(psg_graph_node(g, i));
+        products += !strcmp(op, "MatMul") || !strcmp(op, "Conv2D");
+    }
+    int casts = count_casts(g, PSG_DT_BF16, &twice);
+    printf("  inception3 forward: %d products, %d casts to bf16 (two inputs a product)\n", products, casts);
+    CHECK(twice == 0 && casts < 2 * products);
     psg_graph_destroy(&g);
 }
 
@@ -441,6 +483,7 @@ int main(void) {
     RUN_TEST(test_cast_gradient);
     RUN_TEST(test_half_kernels_against_f32);
     RUN_TEST(test_models_in_mixed_precision);
+    RUN_TEST(test_inception_casts_once);
     RUN_TEST(test_f16_loss_scale);
     RUN_TEST(test_mlp_mixed_matches_f32);
     return psg_test_summary();
