@@ -29,7 +29,16 @@ static void contrib_add(contrib_t *c, psg_endpoint_t e) {
 static psg_endpoint_t contrib_sum(psg_graph_t *g, contrib_t *c) {
     if (c->n == 0) return PSG_NO_ENDPOINT;
     if (c->n == 1) return c->v[0];
-    psg_endpoint_t s = psg_add_n(g, "AddN", c->n, c->v);
+    psg_dtype_t dt = psg_graph_dtype(g, c->v[0]);
+    psg_endpoint_t s;
+    if (dt == PSG_DT_BF16 || dt == PSG_DT_F16) {
+        /* the gradients of a 16-bit tensor read by several products (mixed precision):
+         * summed in f32, rounded once */
+        for (int i = 0; i < c->n; i++) c->v[i] = psg_cast(g, "AddN/to_f32", c->v[i], PSG_DT_F32);
+        s = psg_cast(g, "AddN/to_16", psg_add_n(g, "AddN", c->n, c->v), dt);
+    } else {
+        s = psg_add_n(g, "AddN", c->n, c->v);
+    }
     c->n = 1;
     c->v[0] = s;
     return s;

@@ -447,6 +447,43 @@ static void test_f16_loss_scale(void) {
     psg_tensor_destroy(&b);
 }
 
+/* One f32 tensor read by two products: one cast, whose two gradients are summed in f32
+ * (there is no 16-bit AddN) and match the f32 graph's at bf16 tolerance. */
+static void test_shared_cast_gradient(void) {
+    psg_shape_t sa = psg_shape_2d(4, 8), sb = psg_shape_2d(8, 3), sc = psg_shape_2d(5, 8);
+    unsigned seed = 11;
+    psg_tensor_t *v[3] = {psg_test_random(&sa, -1, 1, &seed), psg_test_random(&sb, -1, 1, &seed),
+                          psg_test_random(&sc, -1, 1, &seed)};
+    psg_tensor_t *grads[2][2] = {{NULL}};
+    for (int k = 0; k < 2; k++) {
+        psg_graph_t *g = psg_graph_new();
+        psg_graph_set_compute_dtype(g, k ? PSG_DT_BF16 : PSG_DT_F32);
+        psg_endpoint_t ph[3] = {psg_placeholder(g, "a", PSG_DT_F32, &sa),
+                                psg_placeholder(g, "b", PSG_DT_F32, &sb),
+                                psg_placeholder(g, "c", PSG_DT_F32, &sc)};
+        psg_endpoint_t y1 = psg_matmul(g, "y1", ph[0], ph[1], false, false); /* b read twice */
+        psg_endpoint_t y2 = psg_matmul(g, "y2", ph[2], ph[1], false, false);
+        psg_endpoint_t loss = psg_add(g, "loss", psg_sum(g, "s1", y1, 0, NULL, false),
+                                      psg_sum(g, "s2", psg_square(g, "sq", y2), 0, NULL, false));
+        psg_endpoint_t d[2];
+        psg_endpoint_t xs[2] = {ph[1], ph[0]};
+        CHECK(psg_loss_gradients(g, loss, 2, xs, d) == 0);
+        int twice = 0;
+        if (k) CHECK(count_casts(g, PSG_DT_BF16, &twice) >= 3 && twice == 0);
+        psg_session_t *s = psg_session_new(g, NULL, NULL);
+        CHECK(s && psg_session_run(s, 3, ph, v, 2, d, grads[k], 0, NULL) == 0);
+        psg_session_destroy(&s);
+        psg_graph_destroy(&g);
+    }
+    for (int i = 0; i < 2 && grads[0][i] && grads[1][i]; i++) {
+        double e = rel_err(grads[1][i], grads[0][i]);
+        printf("  a tensor read by two bf16 products: gradient %d within %.2g of f32\n", i, e);
+        CHECK(e < 2e-2);
+    }
+    for (int i = 0; i < 4; i++) psg_tensor_destroy(&grads[i / 2][i % 2]);
+    for (int i = 0; i < 3; i++) psg_tensor_destroy(&v[i]);
+}
+
 /* ---- end to end ---- */
 
 static double train_mlp(const char *precision) {
@@ -485,6 +522,7 @@ int main(void) {
     RUN_TEST(test_models_in_mixed_precision);
     RUN_TEST(test_inception_casts_once);
     RUN_TEST(test_f16_loss_scale);
+    RUN_TEST(test_shared_cast_gradient);
     RUN_TEST(test_mlp_mixed_matches_f32);
     return psg_test_summary();
 }
