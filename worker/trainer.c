@@ -288,6 +288,10 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         fprintf(out, "psgraph train: --device gpu: %s; running on the CPU\n", psg_gpu_status());
         gpu = false;
     }
+    if (gpu && t.w.cluster) {
+        psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
+        goto done;
+    }
     if (gpu || c->towers > 1) {
         psg_towers_config_t tc = {.model = c->model,
                                   .height = (int)ex.dims[0],
