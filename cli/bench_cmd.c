@@ -75,11 +75,10 @@ static int check(const psg_bench_opts_t *o) {
     if (o->cluster_file && !o->job)
         return psg_error_set("--cluster %s needs --job worker --task I", o->cluster_file);
     if (!given && (o->workers > 1 || o->backups > 0) && o->ps < 1)
-        return psg_error_set("--workers %d --backup-workers %d need --ps P >= 1: the variables live "
-                             "on the ps tasks", o->workers > 0 ? o->workers : 1, o->backups);
-    if (cluster && (o->towers > 1 || !strcmp(o->device, "gpu")))
-        return psg_error_set("--towers and --device gpu run in one process; a cluster's workers run "
-                             "one CPU tower each for now");
+        return psg_error_set(
+            "--workers %d --backup-workers %d need --ps P >= 1: the variables live "
+            "on the ps tasks",
+            o->workers > 0 ? o->workers : 1, o->backups);
     if (cluster && o->forward_only)
         return psg_error_set("--forward-only runs in one process (a cluster trains)");
     if (cluster && o->step_times)

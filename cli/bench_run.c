@@ -77,16 +77,26 @@ static int build_tower(void *ctx, psg_graph_t *g, int k, psg_model_t *mm) {
     return 0;
 }
 
-/* K towers on "/device:CPU:k" or "/device:GPU:k", the gradients averaged
- * in-graph; the step also runs tower 0's batch-norm updates, then the EMA. */
-static int build_towers(bench_t *b) {
+/* Inception-v3 towers on "/device:CPU:k" or "/device:GPU:k"; in a cluster
+ * the variables on the ps tasks' CPUs. */
+static psg_towers_config_t towers_config(bench_t *b) {
     const psg_bench_opts_t *o = b->o;
+    return (psg_towers_config_t){.model = "inception3",
+                                 .classes = o->classes,
+                                 .seed = o->seed,
+                                 .num_towers = o->towers,
+                                 .device = b->gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU,
+                                 .build = build_tower,
+                                 .build_ctx = b,
+                                 .variable_device = b->in_cluster ? "/device:CPU:0" : NULL};
+}
+
+/* K towers, the gradients averaged in-graph; the step also runs tower 0's
+ * batch-norm updates, then the EMA. */
+static int build_towers(bench_t *b) {
     psg_optimizer_t *opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
     if (!opt) return -1;
-    psg_towers_config_t tc = {.model = "inception3", .classes = o->classes, .seed = o->seed,
-                              .num_towers = o->towers,
-                              .device = b->gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU,
-                              .build = build_tower, .build_ctx = b};
+    psg_towers_config_t tc = towers_config(b);
     b->towers = calloc(1, sizeof *b->towers);
     int rc = b->towers ? psg_towers_build(b->g, &tc, opt, b->towers) : psg_error_set("out of memory");
     psg_optimizer_destroy(&opt);
@@ -131,29 +141,56 @@ static int build_replica(bench_t *b) {
     b->num_required = W - o->backups;
     b->recipe.replicas = b->num_required;
     psg_graph_push_replica_setter(b->g, b->w.setter);
-    int rc = psg_inception3_build(b->g, &b->cfg, &b->m);
-    if (rc == 0) rc = psg_model_stats(b->g, NULL, &b->st);
-    if (rc == 0 && !sync) rc = psg_inception3_train_op(b->g, &b->recipe, &b->m, &b->train_op, NULL);
+    bool towers = o->towers > 1 || b->gpu;
+    int rc = 0, n = 0;
+    psg_endpoint_t *grads = NULL, *vars = NULL;
+    if (towers && !sync) {
+        rc = build_towers(b);
+    } else if (towers) {
+        /* K towers; the mean of their gradients goes to the accumulators */
+        psg_towers_config_t twc = towers_config(b);
+        b->towers = calloc(1, sizeof *b->towers);
+        rc = b->towers ? psg_towers_build_gradients(b->g, &twc, b->towers, &n, &grads, &vars)
+                       : psg_error_set("out of memory");
+        if (rc == 0) b->m = b->tower_models[0];
+    } else {
+        rc = psg_inception3_build(b->g, &b->cfg, &b->m);
+        if (rc == 0) rc = psg_model_stats(b->g, NULL, &b->st);
+        if (rc == 0 && sync && (b->n_ema_vars = psg_inception3_variables(b->g, &b->ema_vars)) < 0)
+            rc = -1;
+        if (rc == 0 && !sync)
+            rc = psg_inception3_train_op(b->g, &b->recipe, &b->m, &b->train_op, NULL);
+    }
     if (rc == 0 && sync) {
-        b->n_ema_vars = psg_inception3_variables(b->g, &b->ema_vars);
-        b->opt = b->n_ema_vars < 0 ? NULL : psg_inception3_optimizer(b->g, &b->recipe, NULL);
-        b->sync = b->opt ? psg_sync_train_new(tc, b->g, b->opt, b->m.loss, b->m.images, b->m.labels,
-                                              b->w.rank, W, stdout)
-                         : NULL;
+        b->opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
+        if (b->opt && towers)
+            b->sync = psg_sync_train_new_towers(tc, b->g, b->opt, b->towers, n, grads, vars,
+                                                b->w.rank, W, stdout);
+        else if (b->opt)
+            b->sync = psg_sync_train_new(tc, b->g, b->opt, b->m.loss, b->m.images, b->m.labels,
+                                         b->w.rank, W, stdout);
         int ema = -1;
         rc = b->sync ? psg_inception3_finish_train_op(
                            b->g, &b->recipe, psg_sync_train_graph(b->sync)->chief_global_step.node,
                            -1, b->n_ema_vars, b->ema_vars, &ema)
                      : -1;
+        /* a worker's step also runs tower 0's batch-norm updates */
         if (rc == 0) psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
     }
+    free(grads);
+    free(vars);
     psg_graph_pop_device(b->g);
     if (rc < 0) return -1;
     psg_dist_session_options_t so = {.cluster = b->w.cluster, .server = b->w.server,
                                      .step_timeout_ms = o->step_timeout_ms};
     if (!(b->dsess = psg_dist_session_new(b->g, &so))) return -1;
-    psg_endpoint_t feeds[2] = {b->m.images, b->m.labels};
-    if (!sync && !(b->dstep = psg_dist_session_make_callable(b->dsess, 2, feeds, 1, &b->m.loss, 1,
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS] = {b->m.images, b->m.labels}, fetch = b->m.loss;
+    if (b->towers) {
+        psg_towers_feeds(b->towers, feeds);
+        fetch = b->towers->loss;
+    }
+    int nf = b->towers ? 2 * b->towers->num_towers : 2;
+    if (!sync && !(b->dstep = psg_dist_session_make_callable(b->dsess, nf, feeds, 1, &fetch, 1,
                                                              &b->train_op)))
         return -1;
     /* async: the next step's reads travel while the ps applies this one (dist_session.h) */
@@ -358,6 +395,10 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
     }
     double *times = NULL;
     int rc = 1;
+    if (b.gpu && b.in_cluster) {
+        psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
+        goto fail;
+    }
     if (!(b.g = psg_graph_new())) {
         psg_error_set("out of memory");
         goto fail;

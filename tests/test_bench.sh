@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `psgraph bench inception3` as a user runs it, with real processes on 127.0.0.1 and tiny
 # images (75x75, batch 2, 10 classes): a local cluster of 1 ps + 2 workers + 1 backup
-# (sync replicas: the final JSON line, W gradients used a global step), 2 CPU towers, the
-# GPU fallback, a task that fails naming itself, and the option combinations refused.
+# (sync replicas: the final JSON line, W gradients used a global step), 2 CPU towers (in one
+# process and in each of 2 sync workers), the GPU fallback, a task that fails naming itself, and the option combinations refused.
 set -u
 psgraph=$1
 asan=${2:-}
@@ -57,6 +57,14 @@ else
   fail "--device gpu --towers 2 --precision mixed (rc $rc): $(tail -5 <<<"$out")"
 fi
 check 2 "precision 'f8' is not" "$psgraph" bench inception3 "${tiny[@]}" --precision f8
+# a cluster of towers: 2 sync workers of 2 CPU towers each, one averaged gradient a variable
+out=$(timeout 240 "$psgraph" bench inception3 "${tiny[@]}" --steps 2 --ps 1 --workers 2 --towers 2 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q '^\[worker1\] 2 CPU towers, 1 images each' <<<"$out" &&
+   python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["towers"]==2 and d["workers"]==2 and d["sync"]=="sync" and d["global_steps"]==2 and d["gradients_used"]==4 and d["images_per_sec"]>0' "$(tail -1 <<<"$out")"; then
+  ok "--ps 1 --workers 2 --towers 2: 2 workers of 2 CPU towers, 2 gradients a global step"
+else
+  fail "--ps 1 --workers 2 --towers 2 (rc $rc): $(grep -v '\] [0-9]' <<<"$out" | tail -15)"
+fi
 
 # 3. a task that fails names itself
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -68,7 +76,7 @@ check 1 "/job:worker/task:0: --workers 3 --backup-workers 0: the cluster has 2 w
 check 2 "--towers 3 is more than --batch 2" "$psgraph" bench inception3 "${tiny[@]}" --towers 3
 check 2 "need --ps P >= 1" "$psgraph" bench inception3 "${tiny[@]}" --workers 2
 check 2 "need --ps P >= 1" "$psgraph" bench inception3 "${tiny[@]}" --backup-workers 1
-check 2 "--towers and --device gpu run in one process" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --workers 2 --towers 2
+check 2 "--towers 3 is more than --batch 2" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --workers 2 --towers 3
 check 2 "--forward-only runs in one process" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --forward-only
 check 2 "--straggler delays the workers of a cluster" "$psgraph" bench inception3 "${tiny[@]}" --straggler worker=0,delay_ms=10
 check 2 "--device: 'tpu' is not cpu or gpu" "$psgraph" bench inception3 --device tpu

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `psgraph launch` with real processes on 127.0.0.1: async training of the mlp on
 # Fashion-MNIST by 2 ps + 2 workers (>= 84% in 2 epochs), a busy port named, a failed task
-# stopping all, Ctrl-C stopping all, a worker lost with a backup worker not stopping the job;
-# every process is gone afterwards.
+# stopping all, Ctrl-C stopping all, a worker lost with a backup worker not stopping the job,
+# sync replicas of 2 workers x 2 CPU towers; every process is gone afterwards.
 set -u
 psgraph=$1
 asan=${2:-}
@@ -106,6 +106,22 @@ if [ $rc = 0 ] && grep -q '^\[worker2\] failed with code 3; the job goes on with
   ok "sync, 3 workers with 1 backup: worker 2 died, the job finished, exit code 0"
 else
   fail "worker failure with a backup (rc $rc): $(tail -25 <<<"$out")"
+fi
+# 6. sync replicas of towers: 2 workers, each 2 CPU towers on half its batch
+base=$(( $(free_port) % 20000 + 30000 ))
+out=$(timeout 120 "$psgraph" launch --ps 1 --workers 2 --port-base "$base" -- "$psgraph" train --model mlp --data synthetic \
+      --steps 20 --batch 16 --log-every 10 --sync sync --towers 2 --step-timeout 20 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q '^\[worker1\] psgraph train: .* 2 CPU towers' <<<"$out" &&
+   grep -q '^\[worker0\] {"event":"done".*"global_steps":20,.*"gradients_used":40,' <<<"$out"; then
+  ok "sync, 2 workers x 2 CPU towers: 20 global steps, 2 gradients each"
+else
+  fail "sync with towers (rc $rc): $(tail -15 <<<"$out")"
+fi
+out=$("$psgraph" train --model mlp --data synthetic --batch 2 --towers 3 --steps 1 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q -- "--towers 3 is more than --batch 2" <<<"$out"; then
+  ok "--towers 3 --batch 2 is refused, naming both"
+else
+  fail "--towers 3 --batch 2 (rc $rc): $(tail -3 <<<"$out")"
 fi
 out=$(timeout 60 "$psgraph" launch --ps 1 --workers 2 --allow-worker-failures 1 -- sh -c 'exit 4' 2>&1); rc=$?
 if [ $rc = 4 ] && grep -q "a task failed, stopping the others" <<<"$out"; then

@@ -1,11 +1,11 @@
 /* `psgraph train --sync sync` across real processes on 127.0.0.1: the ps task
  * runs in this process (so the test reads its variables and accumulators
  * directly), each worker is a `psgraph train` process. Equivalence with one
- * worker of batch 2·B, a delayed backup worker's gradients dropped, a dead
- * worker failing the others in time with b = 0 (and a dead chief with
- * b = 1: no recovery yet), and a SIGKILLed worker not
- * stopping training with b = 1 (mlp to the accuracy bar). Every process is
- * reaped, every file removed. */
+ * worker of batch 2·B (also with 2 CPU towers a worker), a delayed backup
+ * worker's gradients dropped, a dead worker failing the others in time with
+ * b = 0 (and a dead chief with b = 1: no recovery yet), and a SIGKILLed
+ * worker not stopping training with b = 1 (mlp to the accuracy bar). Every
+ * process is reaped, every file removed. */
 #include "tests/testutil.h"
 
 #include <fcntl.h>
@@ -159,39 +159,16 @@ static void dump_logs(const job_t *j) {
     }
 }
 
-/* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
- * those of one worker of batch 2·B, read from the ps. */
-static void test_equivalence(void) {
-    const char *common[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
-                            "--steps", "4",   "--seed", "3",         "--step-timeout", "20"};
-    const char *sync_args[32], *one_args[32];
-    int n = 0;
-    for (size_t k = 0; k < sizeof common / sizeof *common; k++)
-        sync_args[n] = one_args[n] = common[k], n++;
-    const char *s_tail[] = {"--batch", "16", "--sync", "sync", NULL};
-    const char *o_tail[] = {"--batch", "32", "--sync", "async", NULL};
-    for (int k = 0; k < 5; k++)
-        sync_args[n + k] = s_tail[k], one_args[n + k] = o_tail[k];
-    job_t a, b;
-    job_start(&a, "equiv_sync", 2);
-    for (int i = 0; i < 2; i++)
-        job_spawn(&a, i, sync_args);
-    job_start(&b, "equiv_one", 1);
-    job_spawn(&b, 0, one_args);
-    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
-    int ra0 = job_wait(&a, 0, deadline), ra1 = job_wait(&a, 1, deadline),
-        rb = job_wait(&b, 0, deadline);
-    CHECK(ra0 == 0 && ra1 == 0 && rb == 0);
-    if (ra0 || ra1 || rb) {
-        dump_logs(&a);
-        dump_logs(&b);
-    }
-    char *log0 = job_log(&a, 0);
+/* The worst relative difference of job a's f32 variables from job b's (read from their ps),
+ * after checking a's chief ran 4 global steps of 2 gradients. */
+static double compare_variables(job_t *a, job_t *b, const char *what) {
+    char *log0 = job_log(a, 0);
     CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == 4);
     CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == 8);
     CHECK(field(log0, "{\"event\":\"done\"", "gradients_dropped") == 0);
     free(log0);
-    psg_resource_mgr_t *ra = psg_task_server_resources(a.ps), *rr = psg_task_server_resources(b.ps);
+    psg_resource_mgr_t *ra = psg_task_server_resources(a->ps),
+                       *rr = psg_task_server_resources(b->ps);
     int nv = psg_resource_num_variables(rr), compared = 0;
     double worst = 0, worst_abs = 0;
     for (int i = 0; i < nv; i++) {
@@ -211,12 +188,55 @@ static void test_equivalence(void) {
         }
         compared++;
     }
-    printf("  equivalence: %d variables, worst relative difference %.3g (absolute %.3g) after 4 "
-           "steps\n",
-           compared, worst, worst_abs);
+    printf("  equivalence, %s: %d variables, worst relative difference %.3g (absolute %.3g) "
+           "after 4 steps\n",
+           what, compared, worst, worst_abs);
     CHECK(compared >= 4);
-    CHECK(worst <= 1e-5);
+    return worst;
+}
+
+/* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
+ * those of one worker of batch 2·B, read from the ps; and the same with
+ * each worker's batch split over 2 CPU towers (B/2 a tower), whose mean
+ * gradient is the worker's one gradient a variable. */
+static void test_equivalence(void) {
+    const char *common[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                            "--steps", "4",   "--seed", "3",         "--step-timeout", "20"};
+    const char *sync_args[32], *tower_args[32], *one_args[32];
+    int n = 0;
+    for (size_t k = 0; k < sizeof common / sizeof *common; k++)
+        sync_args[n] = tower_args[n] = one_args[n] = common[k], n++;
+    const char *s_tail[] = {"--batch", "16", "--sync", "sync", NULL, NULL, NULL};
+    const char *t_tail[] = {"--batch", "16", "--sync", "sync", "--towers", "2", NULL};
+    const char *o_tail[] = {"--batch", "32", "--sync", "async", NULL, NULL, NULL};
+    for (int k = 0; k < 7; k++)
+        sync_args[n + k] = s_tail[k], tower_args[n + k] = t_tail[k], one_args[n + k] = o_tail[k];
+    job_t a, t, b;
+    job_start(&a, "equiv_sync", 2);
+    job_start(&t, "equiv_towers", 2);
+    for (int i = 0; i < 2; i++) {
+        job_spawn(&a, i, sync_args);
+        job_spawn(&t, i, tower_args);
+    }
+    job_start(&b, "equiv_one", 1);
+    job_spawn(&b, 0, one_args);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    int ra0 = job_wait(&a, 0, deadline), ra1 = job_wait(&a, 1, deadline),
+        rt0 = job_wait(&t, 0, deadline), rt1 = job_wait(&t, 1, deadline),
+        rb = job_wait(&b, 0, deadline);
+    CHECK(ra0 == 0 && ra1 == 0 && rt0 == 0 && rt1 == 0 && rb == 0);
+    if (ra0 || ra1 || rt0 || rt1 || rb) {
+        dump_logs(&a);
+        dump_logs(&t);
+        dump_logs(&b);
+    }
+    char *lt = job_log(&t, 0);
+    CHECK(strstr(lt, "2 CPU towers") != NULL);
+    free(lt);
+    CHECK(compare_variables(&a, &b, "2 workers x 1 tower") <= 1e-5);
+    CHECK(compare_variables(&t, &b, "2 workers x 2 CPU towers") <= 1e-5);
     job_stop(&a);
+    job_stop(&t);
     job_stop(&b);
 }
 

@@ -176,6 +176,24 @@ void psg_dist_session_destroy(psg_dist_session_t **sp) {
     free(s);
 }
 
+/* Towers on logical CPU devices ("/device:CPU:k") of this task share its host memory and
+ * kernels: they run as one partition on its CPU:0 (a task runs one partition a step). */
+static int merge_logical_cpus(psg_dist_session_t *s) {
+    for (int i = 0; i < psg_graph_num_nodes(s->g); i++) {
+        const char *a = psg_node_assigned_device(psg_graph_node(s->g, i));
+        psg_device_name_t d;
+        char task[PSG_DEVICE_NAME_MAX], dev[PSG_DEVICE_NAME_MAX];
+        if (!a || !a[0] || psg_device_name_parse(a, &d) < 0) continue;
+        if (strcmp(d.type, "CPU") || d.id == 0) continue;
+        psg_device_name_task_str(&d, task, sizeof task);
+        if (strcmp(task, s->task)) continue;
+        d.id = 0;
+        if (psg_graph_set_assigned_device(s->g, i, psg_device_name_str(&d, dev, sizeof dev)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int place(psg_dist_session_t *s) {
     if (psg_graph_num_nodes(s->g) == s->placed_nodes) return 0;
     int nj = psg_cluster_num_jobs(s->cluster);
@@ -187,7 +205,7 @@ static int place(psg_dist_session_t *s) {
         jobs[i].num_gpus = 0;
     }
     psg_placement_options_t po = {.default_device = s->device, .num_jobs = nj, .jobs = jobs};
-    if (psg_place(s->g, &po) < 0) return -1;
+    if (psg_place(s->g, &po) < 0 || merge_logical_cpus(s) < 0) return -1;
     s->placed_nodes = psg_graph_num_nodes(s->g);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "psgraph/ops_array.h"
 #include "psgraph/straggler.h"
 #include "psgraph/sync_replicas.h"
+#include "psgraph/towers.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -19,7 +20,10 @@ struct psg_sync_train {
     psg_sync_graph_t sg;
     psg_straggler_t *stragglers;
     psg_graph_t *g;
-    psg_endpoint_t images, labels, loss;
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS]; /* images, labels of each tower */
+    int num_feeds;
+    const psg_towers_t *towers; /* borrowed; NULL: one tower */
+    psg_endpoint_t loss;
     int worker_op, chief_op; /* psg_sync_train_add_ops: -1 none */
     int rank, num_workers, num_required, backups;
     int64_t step_timeout_ms;
@@ -61,10 +65,12 @@ bool psg_sync_train_wanted(const psg_train_config_t *c) {
     return c->sync && !strcmp(c->sync, "sync");
 }
 
-psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
-                                     psg_optimizer_t *opt, psg_endpoint_t loss,
-                                     psg_endpoint_t images, psg_endpoint_t labels, int rank,
-                                     int num_workers, FILE *out) {
+/* The replica's sync graph for grads of vars (NULL grads: the gradients of
+ * loss, psg_sync_replicas_minimize) and the job's counts. */
+static psg_sync_train_t *sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
+                                        psg_optimizer_t *opt, psg_endpoint_t loss, int n,
+                                        const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                                        int rank, int num_workers, FILE *out) {
     psg_sync_train_t *st = calloc(1, sizeof *st);
     if (!st) {
         psg_error_set("out of memory");
@@ -72,8 +78,6 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     }
     st->g = g;
     st->worker_op = st->chief_op = -1;
-    st->images = images;
-    st->labels = labels;
     st->loss = loss;
     st->rank = rank;
     st->num_workers = num_workers;
@@ -101,7 +105,9 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     if (!(st->sr = psg_sync_replicas_new(opt, &cfg))) goto fail;
     st->num_required = psg_sync_replicas_num_required(st->sr);
     st->backups = c->backup_workers;
-    if (psg_sync_replicas_minimize(st->sr, g, loss, &st->sg) < 0) goto fail;
+    if ((grads ? psg_sync_replicas_apply_gradients(st->sr, g, n, grads, vars, &st->sg)
+               : psg_sync_replicas_minimize(st->sr, g, loss, &st->sg)) < 0)
+        goto fail;
     psg_shape_t cs = psg_shape_2d(num_workers, COUNTS);
     psg_endpoint_t cv = psg_variable(g, "sync_replicas/worker_counts", PSG_DT_F32, &cs,
                                      (psg_initializer_t){"zeros", 0, 0}, false);
@@ -117,6 +123,35 @@ fail:
     psg_error_wrap("--sync sync");
     psg_sync_train_destroy(&st);
     return NULL;
+}
+
+psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
+                                     psg_optimizer_t *opt, psg_endpoint_t loss,
+                                     psg_endpoint_t images, psg_endpoint_t labels, int rank,
+                                     int num_workers, FILE *out) {
+    psg_sync_train_t *st = sync_train_new(c, g, opt, loss, 0, NULL, NULL, rank, num_workers, out);
+    if (!st) return NULL;
+    st->feeds[0] = images;
+    st->feeds[1] = labels;
+    st->num_feeds = 2;
+    return st;
+}
+
+psg_sync_train_t *psg_sync_train_new_towers(const psg_train_config_t *c, psg_graph_t *g,
+                                            psg_optimizer_t *opt, const psg_towers_t *t, int n,
+                                            const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                                            int rank, int num_workers, FILE *out) {
+    if (!grads) {
+        psg_error_set("--sync sync: towers without gradients");
+        return NULL;
+    }
+    psg_sync_train_t *st =
+        sync_train_new(c, g, opt, t->loss, n, grads, vars, rank, num_workers, out);
+    if (!st) return NULL;
+    st->towers = t;
+    st->num_feeds = 2 * t->num_towers;
+    psg_towers_feeds(t, st->feeds);
+    return st;
 }
 
 const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) {
@@ -163,11 +198,14 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->metrics = metrics;
     st->sess = s;
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
-    psg_endpoint_t feeds[3] = {st->images, st->labels, sg->local_step}, fetches[4] = {st->loss};
+    /* the towers' images and labels, then the local step */
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS + 1], fetches[4] = {st->loss};
+    memcpy(feeds, st->feeds, sizeof *feeds * (size_t)st->num_feeds);
+    feeds[st->num_feeds] = sg->local_step;
     int nf = 1 + psg_sync_graph_fetches(sg, fetches + 1);
     int targets[2] = {sg->train_op, st->worker_op}, chief_targets[2] = {sg->chief_op, st->chief_op};
-    st->step = psg_dist_session_make_callable(s, 3, feeds, nf, fetches, st->worker_op >= 0 ? 2 : 1,
-                                              targets);
+    st->step = psg_dist_session_make_callable(s, st->num_feeds + 1, feeds, nf, fetches,
+                                              st->worker_op >= 0 ? 2 : 1, targets);
     st->close_step =
         st->step ? psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op) : NULL;
     if (!st->close_step) return psg_error_wrap("--sync sync: the worker's step");
@@ -200,11 +238,16 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
     *over = false;
     double t0 = now_sec();
     st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->local_step) * 1e-3;
-    psg_tensor_t *ls = psg_tensor_scalar_i64(st->local_step), *fetched[4] = {0};
-    if (!ls) return psg_error_set("out of memory");
-    psg_tensor_t *fv[3] = {images, labels, ls};
-    int rc = psg_dist_callable_run(st->step, fv, fetched);
+    /* one tower: the batch itself; towers: views of its rows, then the local step */
+    psg_tensor_t *fv[2 * PSG_MAX_TOWERS + 1] = {images, labels}, *fetched[4] = {0};
+    if (st->towers && psg_towers_split(st->towers, images, labels, fv) < 0) return -1;
+    psg_tensor_t *ls = psg_tensor_scalar_i64(st->local_step);
+    int rc = ls ? 0 : psg_error_set("out of memory");
+    fv[st->num_feeds] = ls;
+    if (rc == 0) rc = psg_dist_callable_run(st->step, fv, fetched);
     psg_tensor_destroy(&ls);
+    for (int i = 0; st->towers && i < st->num_feeds; i++)
+        psg_tensor_destroy(&fv[i]);
     psg_sync_step_t s;
     if (rc == 0) rc = psg_sync_step_read(&st->sg, fetched + 1, st->local_step, now_sec() - t0, &s);
     if (rc == 0) {

@@ -14,6 +14,7 @@
 #include "psgraph/optimizer.h"
 #include "psgraph/sync_replicas.h"
 #include "psgraph/tensor.h"
+#include "psgraph/towers.h"
 #include "psgraph/trainer.h"
 
 #include <stdbool.h>
@@ -35,6 +36,15 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
                                      psg_optimizer_t *opt, psg_endpoint_t loss,
                                      psg_endpoint_t images, psg_endpoint_t labels, int rank,
                                      int num_workers, FILE *out);
+/* As psg_sync_train_new for a worker of towers (psg_towers_build_gradients):
+ * grads[i] of vars[i] (n pairs; borrowed for the call) are the towers'
+ * averaged gradients, one per variable offered to its accumulator; the step
+ * feeds the 2K tower placeholders (psg_towers_feeds) and fetches t->loss.
+ * t is borrowed and must outlive st. NULL with the error set. */
+psg_sync_train_t *psg_sync_train_new_towers(const psg_train_config_t *c, psg_graph_t *g,
+                                            psg_optimizer_t *opt, const psg_towers_t *t, int n,
+                                            const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                                            int rank, int num_workers, FILE *out);
 /* The replica's sync graph, borrowed: to build around it (after the chief's
  * update: chief_global_step's node). */
 const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st);
@@ -55,7 +65,8 @@ void psg_sync_train_destroy(psg_sync_train_t **st);
 int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster,
                          psg_task_server_t *server, bool chief, FILE *metrics);
 
-/* One worker step on (images, labels): the straggler's delay, the step,
+/* One worker step on (images, labels), the worker's whole batch (a worker
+ * of towers splits it into views, psg_towers_split): the straggler's delay, the step,
  * its statistics (a metrics.jsonl line). *loss gets the loss (new); *over
  * is set when training is over (the token queue was closed). Returns 0, or
  * -1 with the error set. */

@@ -12,6 +12,7 @@
 #include "psgraph/placement.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The device function of one tower: ops that create or use a variable go to
@@ -89,18 +90,29 @@ static psg_endpoint_t tower_mean(psg_graph_t *g, const char *name, int k, const 
     return psg_scale(g, buf, s, 1.0 / k);
 }
 
-int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer_t *opt,
-                     psg_towers_t *t) {
+/* The towers' endpoints of the same kind: loss (0) or correct (1). */
+static void tower_outputs(const psg_towers_t *t, int which, psg_endpoint_t *out) {
+    for (int k = 0; k < t->num_towers; k++)
+        out[k] = which ? t->towers[k].correct : t->towers[k].loss;
+}
+
+int psg_towers_build_gradients(psg_graph_t *g, const psg_towers_config_t *c, psg_towers_t *t,
+                               int *n_out, psg_endpoint_t **grads_out, psg_endpoint_t **vars_out) {
     memset(t, 0, sizeof *t);
+    t->train_op = -1;
+    *n_out = 0;
+    *grads_out = *vars_out = NULL;
     if (check_config(c) < 0) return -1;
     int K = c->num_towers;
     const char *type = c->device == PSG_TOWERS_GPU ? "GPU" : "CPU";
     char devs[PSG_MAX_TOWERS][32];
     tower_place_t tp[PSG_MAX_TOWERS];
     snprintf(t->variable_device, sizeof t->variable_device, "/device:%s:0", type);
+    /* in a cluster the variables' device is the ps task's CPU, not the worker's GPU 0 */
+    const char *var_dev = c->variable_device ? c->variable_device : t->variable_device;
     for (int k = 0; k < K; k++) {
         snprintf(devs[k], sizeof devs[k], "/device:%s:%d", type, k);
-        tp[k] = (tower_place_t){devs[k], t->variable_device};
+        tp[k] = (tower_place_t){devs[k], var_dev};
     }
     t->num_towers = K;
     for (int k = 0; k < K; k++)
@@ -108,14 +120,24 @@ int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer
     int n = 0;
     const int *ids = psg_graph_collection(g, "trainable_variables", &n);
     if (n == 0) return psg_error_set("the model has no trainable variables");
-    psg_endpoint_t vars[n], grads[PSG_MAX_TOWERS][n], avg[n], per_tower[PSG_MAX_TOWERS];
+    psg_endpoint_t *vars = malloc(sizeof *vars * (size_t)n), *avg = malloc(sizeof *avg * (size_t)n);
+    psg_endpoint_t(*grads)[n] = malloc(sizeof *grads * (size_t)K);
+    if (!vars || !avg || !grads) {
+        free(vars);
+        free(avg);
+        free(grads);
+        return psg_error_set("out of memory");
+    }
     for (int i = 0; i < n; i++)
         vars[i] = (psg_endpoint_t){ids[i], 0};
-    for (int k = 0; k < K; k++)
-        if (tower_gradients(g, k, &tp[k], &t->towers[k], n, vars, grads[k]) < 0) return -1;
-    /* the average, the update and the summaries sit beside the variables */
+    int rc = 0;
+    for (int k = 0; k < K && rc == 0; k++)
+        rc = tower_gradients(g, k, &tp[k], &t->towers[k], n, vars, grads[k]);
+    /* the average and the summaries sit on tower 0's device: in a cluster the
+     * worker's, so one gradient per variable crosses to the ps */
+    psg_endpoint_t per_tower[PSG_MAX_TOWERS];
     psg_graph_push_device_fn(g, tower_device_fn, &tp[0]);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == 0; i++) {
         char name[160];
         snprintf(name, sizeof name, "average_gradients/%d", i);
         for (int k = 0; k < K; k++)
@@ -123,14 +145,37 @@ int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer
         avg[i] = psg_endpoint_valid(per_tower[0]) ? tower_mean(g, name, K, per_tower, true)
                                                   : PSG_NO_ENDPOINT;
     }
-    int rc = psg_optimizer_apply_gradients(opt, g, n, avg, vars, &t->train_op);
-    for (int k = 0; k < K; k++)
-        per_tower[k] = t->towers[k].loss;
+    tower_outputs(t, 0, per_tower);
     t->loss = tower_mean(g, "towers/loss", K, per_tower, true);
-    for (int k = 0; k < K; k++)
-        per_tower[k] = t->towers[k].correct;
+    tower_outputs(t, 1, per_tower);
     t->correct = tower_mean(g, "towers/correct", K, per_tower, false);
     psg_graph_pop_device(g);
+    free(grads);
+    if (rc == 0 && psg_graph_error(g)) rc = psg_error_set("%s", psg_graph_error(g));
+    if (rc < 0) {
+        free(vars);
+        free(avg);
+        return -1;
+    }
+    *n_out = n;
+    *grads_out = avg;
+    *vars_out = vars;
+    return 0;
+}
+
+int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer_t *opt,
+                     psg_towers_t *t) {
+    int n;
+    psg_endpoint_t *grads, *vars;
+    if (psg_towers_build_gradients(g, c, t, &n, &grads, &vars) < 0) return -1;
+    /* the update beside the variables */
+    tower_place_t tp = {t->variable_device,
+                        c->variable_device ? c->variable_device : t->variable_device};
+    psg_graph_push_device_fn(g, tower_device_fn, &tp);
+    int rc = psg_optimizer_apply_gradients(opt, g, n, grads, vars, &t->train_op);
+    psg_graph_pop_device(g);
+    free(grads);
+    free(vars);
     if (rc < 0) return -1;
     if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
     psg_placement_options_t po = {.allow_soft_placement = true};

@@ -255,6 +255,12 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     double lr = c->lr > 0 ? c->lr : d.lr;
     const char *opt_kind = c->optimizer ? c->optimizer : "momentum";
     int rc = -1;
+    if (c->towers > batch) {
+        /* in a cluster too: --batch is each worker's, split over its towers */
+        psg_error_set("--towers %d is more than --batch %d: each tower needs at least one example",
+                      c->towers, batch);
+        goto done;
+    }
     if (load_data(c, &t) < 0) goto done;
     psg_shape_t ex = psg_dataset_example_shape(t.train);
     if (ex.rank != 3) {
@@ -282,20 +288,41 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         fprintf(out, "psgraph train: --device gpu: %s; running on the CPU\n", psg_gpu_status());
         gpu = false;
     }
-    if ((gpu || c->towers > 1) && psg_sync_train_wanted(c)) {
-        psg_error_set("--sync sync: one tower a worker for now");
+    if (gpu && t.w.cluster) {
+        psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
         goto done;
     }
     if (gpu || c->towers > 1) {
-        psg_towers_config_t tc = {.model = c->model, .height = (int)ex.dims[0],
-                                  .width = (int)ex.dims[1], .channels = (int)ex.dims[2],
-                                  .classes = psg_dataset_num_classes(t.train), .seed = c->seed,
+        psg_towers_config_t tc = {.model = c->model,
+                                  .height = (int)ex.dims[0],
+                                  .width = (int)ex.dims[1],
+                                  .channels = (int)ex.dims[2],
+                                  .classes = psg_dataset_num_classes(t.train),
+                                  .seed = c->seed,
                                   .num_towers = c->towers,
-                                  .device = gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
-        t.towers = calloc(1, sizeof *t.towers);
-        if (!t.towers || psg_towers_build(t.g, &tc, t.opt, t.towers) < 0) goto done;
+                                  .device = gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU,
+                                  .variable_device = t.w.cluster ? "/device:CPU:0" : NULL};
+        if (!(t.towers = calloc(1, sizeof *t.towers))) {
+            psg_error_set("out of memory");
+            goto done;
+        }
+        if (t.w.cluster && psg_sync_train_wanted(c)) {
+            /* the towers' mean gradient of each variable goes to the ps accumulators */
+            int n;
+            psg_endpoint_t *grads, *vars;
+            if (psg_towers_build_gradients(t.g, &tc, t.towers, &n, &grads, &vars) < 0) goto done;
+            t.sync = psg_sync_train_new_towers(c, t.g, t.opt, t.towers, n, grads, vars, t.w.rank,
+                                               t.w.num_workers, out);
+            free(grads);
+            free(vars);
+            if (!t.sync) goto done;
+            train_op = t.towers->loss.node; /* the generic callable only evaluates */
+        } else if (psg_towers_build(t.g, &tc, t.opt, t.towers) < 0) {
+            goto done;
+        } else {
+            train_op = t.towers->train_op;
+        }
         m = t.towers->towers[0];
-        train_op = t.towers->train_op;
         loss_ep = t.towers->loss;
         n_feeds = 2 * c->towers;
         psg_towers_feeds(t.towers, feeds);
@@ -365,7 +392,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             goto done;
         }
         psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {images, labels};
-        int src = t.towers ? psg_towers_split(t.towers, images, labels, fv) : 0;
+        /* sync replicas split the batch themselves */
+        int src = t.towers && !t.sync ? psg_towers_split(t.towers, images, labels, fv) : 0;
         bool over = false;
         if (src == 0)
             src = t.sync ? psg_sync_train_step(t.sync, images, labels, &loss, &over)
@@ -375,7 +403,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                             psg_train_hooks_recover(t.hooks, step) == 0;
              retry++)
             src = run_either(t.step, t.dstep, fv, &loss);
-        for (int i = 0; t.towers && i < n_feeds; i++) psg_tensor_destroy(&fv[i]);
+        for (int i = 0; t.towers && !t.sync && i < n_feeds; i++)
+            psg_tensor_destroy(&fv[i]);
         psg_tensor_destroy(&images);
         psg_tensor_destroy(&labels);
         if (src < 0) {

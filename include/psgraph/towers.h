@@ -12,6 +12,13 @@
 
 #define PSG_MAX_TOWERS 16
 
+/* Why a cluster's worker refuses GPU towers, for its error message: its
+ * distributed session runs one partition a task, and logical CPU devices
+ * are the only ones it can merge into one. */
+#define PSG_TOWERS_CLUSTER_GPU                                                                     \
+    "a worker's towers run on its logical CPU devices for now (the distributed session "           \
+    "runs one partition a task; GPU towers need one per GPU)"
+
 typedef enum {
     PSG_TOWERS_CPU = 0, /* tower k on "/device:CPU:k": host memory, CPU kernels */
     PSG_TOWERS_GPU,     /* tower k on "/device:GPU:k" */
@@ -30,6 +37,10 @@ typedef struct {
     psg_towers_device_t device;
     psg_tower_model_fn build; /* NULL: psg_model_build of model */
     void *build_ctx;          /* build's, borrowed */
+    /* where ops that create or use a variable go: NULL, tower 0's device; a
+     * cluster's worker gives "/device:CPU:0", so that under the replica device
+     * setter the variables sit on a ps task's CPU whatever the towers' device */
+    const char *variable_device;
 } psg_towers_config_t;
 
 typedef struct {
@@ -37,8 +48,10 @@ typedef struct {
     psg_model_t towers[PSG_MAX_TOWERS]; /* each with its own images/labels placeholders */
     psg_endpoint_t loss;                /* scalar: the mean of the towers' losses */
     psg_endpoint_t correct;             /* scalar f32: correct predictions over all towers */
-    int train_op;             /* applies the averaged gradients, advances the global step */
-    char variable_device[64]; /* where variables, slots and the average live: tower 0's device */
+    int train_op; /* applies the averaged gradients, advances the global step; -1: not built */
+    /* tower 0's device: where the average lives, and the variables and slots
+     * unless the config's variable_device says otherwise */
+    char variable_device[64];
 } psg_towers_t;
 
 /* Builds c->num_towers copies of the model into g (tower 0 under no scope,
@@ -51,6 +64,18 @@ typedef struct {
  * when this process has fewer GPUs, a build error). */
 int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer_t *opt,
                      psg_towers_t *t);
+
+/* psg_towers_build without the optimizer, for a caller that applies the
+ * gradients itself (sync replicas): builds the towers and, for each
+ * trainable variable vars[i], the towers' mean gradient grads[i] on tower
+ * 0's device (PSG_NO_ENDPOINT when the loss does not depend on it), and the
+ * towers' loss and correct; t->train_op is -1. Under the replica device
+ * setter tower 0's device is on this worker ("/job:worker/task:i/device:CPU:0"
+ * or GPU:0), so one gradient per variable goes to the ps. Does not place g.
+ * *grads and *vars are new arrays of *n the caller frees. Returns 0, or -1
+ * with the error set (and nothing to free). */
+int psg_towers_build_gradients(psg_graph_t *g, const psg_towers_config_t *c, psg_towers_t *t,
+                               int *n, psg_endpoint_t **grads, psg_endpoint_t **vars);
 
 /* The 2 * num_towers feed endpoints, in the order psg_towers_split fills:
  * images of tower 0, labels of tower 0, images of tower 1, ... */
