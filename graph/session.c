@@ -5,7 +5,6 @@
 #include "psgraph/error.h"
 #include "psgraph/session.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 
 struct psg_session {
@@ -31,9 +30,6 @@ psg_session_t *psg_session_new(psg_graph_t *g, const psg_session_options_t *opt,
         return NULL;
     }
     int threads = opt && opt->num_threads > 0 ? opt->num_threads : 1;
-    /* psgraph parallelizes GEMMs itself on its pool: OpenBLAS's own threads
-     * would compete with the executor's for the same cores. */
-    openblas_set_num_threads(1);
     s->g = g;
     s->pool = psg_threadpool_new(threads);
     s->rm = rm ? rm : psg_resource_mgr_new();
