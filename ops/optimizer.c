@@ -4,6 +4,7 @@
  * and is not the training loop. */
 #include "psgraph/optimizer.h"
 #include "psgraph/autodiff.h"
+#include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 
@@ -287,6 +288,35 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
     return id;
 }
 
+/* The task a requested device names (job and task both given), for comparing. */
+static bool task_of(const psg_node_t *node, psg_device_name_t *d) {
+    return psg_device_name_parse(psg_node_device(node), d) == 0 && d->has_job && d->has_task;
+}
+
+/* True when every op that reads a variable of vars (a consumer of its ReadVariable, which
+ * aliases the variable's buffer) is placed on another task than the variable: each reader
+ * then gets a copy over the wire, and an update cannot change a buffer a gradient still
+ * reads. So in a cluster the updates need no barrier: each applies as soon as its own
+ * gradient is in (the first layers' large updates overlap the rest of the backward pass). */
+static bool readers_remote(const psg_graph_t *g, int n, const psg_endpoint_t *vars) {
+    int nn = psg_graph_num_nodes(g);
+    for (int i = 0; i < nn; i++) {
+        const psg_node_t *x = psg_graph_node(g, i);
+        for (int k = 0; k < psg_node_num_inputs(x); k++) {
+            const psg_node_t *r = psg_graph_node(g, psg_node_input(x, k).node);
+            if (strcmp(psg_node_op(r), "ReadVariable") || psg_node_num_inputs(r) < 1) continue;
+            int h = psg_node_input(r, 0).node, v = 0;
+            while (v < n && vars[v].node != h) v++;
+            if (v == n) continue;
+            psg_device_name_t dv, dx;
+            if (!task_of(psg_graph_node(g, h), &dv) || !task_of(x, &dx) ||
+                (!strcmp(dv.job, dx.job) && dv.task == dx.task))
+                return false;
+        }
+    }
+    return true;
+}
+
 int psg_optimizer_apply_gradients(psg_optimizer_t *opt, psg_graph_t *g, int n,
                                   const psg_endpoint_t *grads, const psg_endpoint_t *vars,
                                   int *train_op) {
@@ -314,11 +344,15 @@ int psg_optimizer_apply_gradients(psg_optimizer_t *opt, psg_graph_t *g, int n,
     int m = 0, rc = -1;
     for (int i = 0; i < n; i++)
         if (psg_endpoint_valid(grads[i])) ids[m++] = grads[i].node;
-    /* updates change variables in place while a gradient may still read one */
-    if (psg_graph_push_scope(g, name) < 0) goto out;
-    int ready = psg_group(g, "gradients_ready", m, ids);
-    psg_graph_pop_scope(g);
-    if (ready < 0) goto out;
+    /* updates change variables in place while a gradient may still read one (unless
+     * every reader is on another task: readers_remote) */
+    int ready = -1;
+    if (!readers_remote(g, n, vars)) {
+        if (psg_graph_push_scope(g, name) < 0) goto out;
+        ready = psg_group(g, "gradients_ready", m, ids);
+        psg_graph_pop_scope(g);
+        if (ready < 0) goto out;
+    }
     m = 0;
     for (int i = 0; i < n; i++) {
         if (!psg_endpoint_valid(grads[i])) continue;

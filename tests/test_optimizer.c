@@ -507,6 +507,34 @@ static void test_exponential_decay(void) {
     psg_graph_destroy(&g);
 }
 
+/* The updates wait for every gradient (a barrier) where a gradient may still read a
+ * variable's buffer in place: one process, or towers on one task. In a cluster, where
+ * every reader of a variable is on a worker and the variable on a ps, each update waits
+ * only for its own gradient. */
+static bool has_barrier(bool cluster) {
+    psg_graph_t *g = psg_graph_new();
+    psg_replica_setter_options_t so = {.ps_tasks = 1, .worker_device = "/job:worker/task:0"};
+    psg_replica_setter_t *setter = cluster ? psg_replica_setter_new(&so) : NULL;
+    if (setter) psg_graph_push_replica_setter(g, setter);
+    psg_model_t m;
+    CHECK(psg_model_build(g, "mlp", 28, 28, 1, 10, 1, &m) == 0);
+    psg_optimizer_config_t oc = psg_optimizer_defaults("momentum");
+    psg_optimizer_t *opt = psg_optimizer_new(&oc);
+    int train_op = -1;
+    CHECK(psg_optimizer_minimize(opt, g, m.loss, &train_op) == 0);
+    if (setter) psg_graph_pop_device(g);
+    bool found = psg_graph_find(g, "Momentum/gradients_ready") >= 0;
+    psg_optimizer_destroy(&opt);
+    psg_replica_setter_destroy(&setter);
+    psg_graph_destroy(&g);
+    return found;
+}
+
+static void test_update_barrier(void) {
+    CHECK(has_barrier(false));
+    CHECK(!has_barrier(true));
+}
+
 int main(void) {
     RUN_TEST(test_update_rules);
     RUN_TEST(test_slots_init_and_devices);
@@ -517,5 +545,6 @@ int main(void) {
     RUN_TEST(test_nan_in_big_gradient);
     RUN_TEST(test_shape_errors);
     RUN_TEST(test_exponential_decay);
+    RUN_TEST(test_update_barrier);
     return psg_test_summary();
 }
