@@ -274,46 +274,44 @@ static int register_partition(psg_dist_session_t *s, const psg_partition_t *p, p
     return rc;
 }
 
+/* Appends id to out, or, for a group (a NoOp with only control inputs), its members;
+ * each node once. */
+static void add_members(const psg_graph_t *g, int id, char *seen, int *out, int *m) {
+    if (id < 0 || id >= psg_graph_num_nodes(g)) {
+        out[(*m)++] = id; /* the partitioner names it */
+        return;
+    }
+    if (seen[id]) return;
+    seen[id] = 1;
+    const psg_node_t *node = psg_graph_node(g, id);
+    if (strcmp(psg_node_op(node), "NoOp") || psg_node_num_inputs(node) > 0 ||
+        psg_node_num_controls(node) == 0) {
+        out[(*m)++] = id;
+        return;
+    }
+    for (int j = 0; j < psg_node_num_controls(node); j++)
+        add_members(g, psg_node_control(node, j), seen, out, m);
+}
+
 /* The targets with every group (a NoOp target) replaced by its control inputs, recursively:
  * running a group only means running its members, and a group on this worker over updates
  * on the ps tasks would otherwise make the worker's partition wait for each update
  * (a control Recv per update), which an overlapped step must not. Malloc'ed; NULL with the
  * error set. */
 static int *expand_groups(const psg_graph_t *g, int n, const int *targets, int *n_out) {
-    int cap = n + 16, m = 0, top = 0;
-    int *out = malloc((size_t)cap * sizeof *out), *stack = malloc((size_t)cap * sizeof *stack);
-    if (!out || !stack) goto oom;
-    for (int i = n - 1; i >= 0; i--) stack[top++] = targets[i];
-    while (top > 0) {
-        int id = stack[--top];
-        const psg_node_t *node = id >= 0 && id < psg_graph_num_nodes(g) ? psg_graph_node(g, id) : NULL;
-        bool group = node && !strcmp(psg_node_op(node), "NoOp") && psg_node_num_inputs(node) == 0 &&
-                     psg_node_num_controls(node) > 0;
-        int need = group ? psg_node_num_controls(node) : 1;
-        if (top + need > cap || m + 1 > cap) {
-            cap = 2 * (cap + need);
-            int *o = realloc(out, (size_t)cap * sizeof *o);
-            if (o) out = o;
-            int *st = o ? realloc(stack, (size_t)cap * sizeof *st) : NULL;
-            if (!st) goto oom;
-            stack = st;
-        }
-        if (!group) {
-            bool seen = false;
-            for (int j = 0; j < m && !seen; j++) seen = out[j] == id;
-            if (!seen) out[m++] = id; /* an id out of range is the partitioner's to name */
-            continue;
-        }
-        for (int j = need - 1; j >= 0; j--) stack[top++] = psg_node_control(node, j);
+    int nn = psg_graph_num_nodes(g), m = 0;
+    char *seen = calloc((size_t)nn + 1, 1);
+    int *out = malloc(((size_t)nn + (size_t)n + 1) * sizeof *out); /* each node once, plus bad ids */
+    if (!seen || !out) {
+        free(seen);
+        free(out);
+        psg_error_set("out of memory");
+        return NULL;
     }
-    free(stack);
+    for (int i = 0; i < n; i++) add_members(g, targets[i], seen, out, &m);
+    free(seen);
     *n_out = m;
     return out;
-oom:
-    free(out);
-    free(stack);
-    psg_error_set("out of memory");
-    return NULL;
 }
 
 psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
@@ -559,10 +557,10 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         }
     }
     /* the previous overlapped step: its remote partitions ran beside this one's start */
-    int64_t failed_step = step;
+    bool err_names_step = false;
     if (s->open == c && close_open_step(c) < 0 && !err[0]) {
-        snprintf(err, sizeof err, "%s", psg_error_message());
-        failed_step = -1; /* the message names its step */
+        snprintf(err, sizeof err, "%s", psg_error_message()); /* "step N: ..." of the open one */
+        err_names_step = true;
     }
     if (err[0]) /* tell the others now, so that they stop waiting for this step */
         for (int k = 0; k < np; k++)
@@ -579,7 +577,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     end_step(c, r, err);
     if (err[0]) {
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
-        if (failed_step < 0) return psg_error_set("%s", err);
+        if (err_names_step) return psg_error_set("%s", err);
         return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
     }
     return 0;
