@@ -48,12 +48,6 @@ typedef struct {
     psg_tensor_t *img, *lab;
 } bench_t;
 
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void on_skip(void *ctx, const char *msg) {
     (void)ctx;
     fprintf(stderr, "psgraph: skipped: %s\n", msg);
@@ -439,7 +433,7 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
     bool over = false;
     for (s = 0; s < limit && !over; s++) {
         psg_tensor_t *bi = b.img, *bl = b.lab, *out = NULL;
-        double t0 = now_sec();
+        double t0 = psg_now_sec();
         if (b.it) {
             bi = bl = NULL;
             if (psg_batch_iter_next(b.it, &bi, &bl) != 1) goto fail;
@@ -455,7 +449,7 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         }
         loss = psg_tensor_f32(out)[0];
         psg_tensor_destroy(&out);
-        double dt = now_sec() - t0;
+        double dt = psg_now_sec() - t0;
         if (!isfinite(loss)) {
             psg_error_set("step %lld: the loss is %g", (long long)s, loss);
             goto fail;
@@ -478,7 +472,7 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         if (interval_steps == 0) interval_start = t0;
         interval_steps++;
         if (k % o->log_every == 0 || k == o->steps || over) {
-            double ips = interval_steps * per_step / (now_sec() - interval_start);
+            double ips = interval_steps * per_step / (psg_now_sec() - interval_start);
             printf("%lld\timages/sec: %.2f\t%.3f\n", (long long)k, ips, loss);
             fflush(stdout);
             interval_steps = 0;

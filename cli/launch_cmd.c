@@ -4,6 +4,7 @@
  * With --restart on-failure a task that dies is started again (bounded retries).
  * Not ssh or Kubernetes launching. */
 #include "cli/commands.h"
+#include "psgraph/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,12 +48,6 @@ static bool block_dirty;
 
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H]\n"
@@ -474,20 +469,20 @@ int psg_launch_local(psg_launch_t *o) {
             if (died) failed = true;
             if (!t[i].is_ps && !t[i].exited) workers_left = true;
         }
-        if (!workers_left && workers_done_at == 0) workers_done_at = now_s();
+        if (!workers_left && workers_done_at == 0) workers_done_at = psg_now_sec();
         /* the ps tasks exit once every worker said it is done; give them a few seconds */
-        bool ps_linger = workers_done_at > 0 && now_s() - workers_done_at > 10;
+        bool ps_linger = workers_done_at > 0 && psg_now_sec() - workers_done_at > 10;
         if (!stopping && (signaled || failed || ps_linger)) {
             if (failed) say("psgraph launch: a task failed, stopping the others\n");
             fflush(stdout);
             kill_all(t, n, SIGTERM);
             stopping = true;
-            stop_at = now_s();
+            stop_at = psg_now_sec();
         }
-        if (stopping && now_s() - stop_at > 5) kill_all(t, n, SIGKILL);
-        if (on_tty && block_dirty && now_s() - drawn_at > 0.2) {
+        if (stopping && psg_now_sec() - stop_at > 5) kill_all(t, n, SIGKILL);
+        if (on_tty && block_dirty && psg_now_sec() - drawn_at > 0.2) {
             draw_block(t, n);
-            drawn_at = now_s();
+            drawn_at = psg_now_sec();
         }
     }
     for (int i = 0; i < n; i++) drain(&t[i]);

@@ -4,6 +4,7 @@
  * (ps/checkpoint.c). */
 #include "ps/checkpoint_internal.h"
 
+#include "psgraph/clock.h"
 #include "psgraph/error.h"
 
 #include <dirent.h>
@@ -16,12 +17,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 typedef struct {
     psg_resource_mgr_t *rm;
@@ -42,7 +37,7 @@ static void *shard_main(void *arg) {
 
 int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
                         psg_resource_mgr_t *const *rms, int keep, double *seconds) {
-    double t0 = now_sec();
+    double t0 = psg_now_sec();
     if (num_shards < 1) return psg_error_set("%s: no shards to save", dir);
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) return psg_error_set("%s: %s", dir, strerror(errno));
     shard_job_t *jobs = calloc((size_t)num_shards, sizeof *jobs);
@@ -76,7 +71,7 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
     free(jobs);
     free(th);
     free(started);
-    if (seconds) *seconds = now_sec() - t0;
+    if (seconds) *seconds = psg_now_sec() - t0;
     return rc;
 }
 

@@ -2,6 +2,8 @@
  * tasks without deadlock, and a 1-thread pool runs everything inline. */
 #include "tests/testutil.h"
 
+#include <time.h>
+
 #include <sched.h>
 #include <stdatomic.h>
 
@@ -74,9 +76,19 @@ static void test_inline_pool(void) {
     CHECK(psg_threadpool_size(NULL) == 1);
 }
 
+/* The clock the loops time their steps with never goes back and does advance. */
+static void test_clock(void) {
+    double a = psg_now_sec();
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    double b = psg_now_sec();
+    CHECK(b > a && b - a >= 0.0019);
+}
+
 int main(void) {
     RUN_TEST(test_covers_each_index_once);
     RUN_TEST(test_nested_no_deadlock);
     RUN_TEST(test_inline_pool);
+    RUN_TEST(test_clock);
     return psg_test_summary();
 }

@@ -6,6 +6,7 @@
 #include "worker/cluster_ckpt.h"
 
 #include "psgraph/checkpoint.h"
+#include "psgraph/clock.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 
@@ -33,12 +34,6 @@ struct psg_cluster_ckpt {
     double last_save_time;
 };
 
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static const char *ps_task(int i, char *buf, size_t size) {
     return psg_device_name("ps", i, NULL, buf, size);
 }
@@ -54,7 +49,7 @@ psg_cluster_ckpt_t *psg_cluster_ckpt_new(const psg_train_config_t *c, const psg_
     *h = (psg_cluster_ckpt_t){.c = c, .ds = ds, .chief = chief, .task = task, .out = out,
                               .metrics = metrics, .nps = psg_cluster_num_tasks(cluster, "ps"),
                               .timeout_ms = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000,
-                              .last_saved = -1, .last_save_time = now_sec()};
+                              .last_saved = -1, .last_save_time = psg_now_sec()};
     h->policy.keep = c->keep > 0 ? c->keep : DEFAULT_KEEP;
     h->policy.every_secs = DEFAULT_EVERY_SECS;
     if (c->checkpoint_every && psg_checkpoint_policy_parse(c->checkpoint_every, &h->policy) < 0) {
@@ -97,7 +92,7 @@ static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *holds) {
             free(json);
             return 0;
         }
-        if (now_sec() > deadline) return psg_error_wrap("recovery: %s did not come back", task);
+        if (psg_now_sec() > deadline) return psg_error_wrap("recovery: %s did not come back", task);
     }
 }
 
@@ -135,7 +130,7 @@ int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
         }
         return 0;
     }
-    double deadline = now_sec() + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
+    double deadline = psg_now_sec() + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
     int holding = 0;
     for (int i = 0; i < h->nps; i++) {
         bool holds = false;
@@ -145,11 +140,11 @@ int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
             continue;
         }
         int n = 0;
-        double t0 = now_sec();
+        double t0 = psg_now_sec();
         if (restore_ps(h, i, latest, &n) < 0) return -1;
         if (latest >= 0)
             fprintf(h->out, "restored shard %d of %s/%s-%" PRId64 ".index.json on ps%d: %d tensors (%.3f s)\n",
-                    i, h->c->logdir, PSG_CKPT_PREFIX, latest, i, n, now_sec() - t0);
+                    i, h->c->logdir, PSG_CKPT_PREFIX, latest, i, n, psg_now_sec() - t0);
     }
     if (holding)
         fprintf(h->out, "%d of %d ps tasks hold initialized variables (the chief restarted): not "
@@ -213,7 +208,7 @@ static void *save_one(void *arg) {
 
 /* The chief's save at `step`: every ps writes its shard at once, then the index, the prune. */
 static int save(psg_cluster_ckpt_t *h, int64_t step) {
-    double t0 = now_sec();
+    double t0 = psg_now_sec();
     /* the shards hold every update of the steps before: the last overlapped one applied */
     if (psg_dist_session_drain(h->ds) < 0) return psg_error_wrap("checkpoint at step %" PRId64, step);
     save_job_t *jobs = calloc((size_t)h->nps, sizeof *jobs);
@@ -240,9 +235,9 @@ static int save(psg_cluster_ckpt_t *h, int64_t step) {
     free(th);
     free(started);
     if (rc < 0) return -1;
-    double secs = now_sec() - t0;
+    double secs = psg_now_sec() - t0;
     h->last_saved = step;
-    h->last_save_time = now_sec();
+    h->last_save_time = psg_now_sec();
     fprintf(h->out, "checkpoint %s/%s-%" PRId64 ".index.json written in %.3f s (%d ps shards in parallel)\n",
             h->c->logdir, PSG_CKPT_PREFIX, step, secs, h->nps);
     fflush(h->out);
@@ -254,14 +249,14 @@ static int save(psg_cluster_ckpt_t *h, int64_t step) {
 
 int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done) {
     if (!h->chief || !h->c->logdir ||
-        !psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
+        !psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(), h->last_save_time))
         return 0;
     if (save(h, done) == 0) return 0;
     /* a ps down (it will be restarted): no index, the shard files written are orphans that
      * a later prune removes; training goes on and the next save is due at the next interval */
     fprintf(h->out, "warning: %s; not committed, training goes on\n", psg_error_message());
     fflush(h->out);
-    h->last_save_time = now_sec();
+    h->last_save_time = psg_now_sec();
     return 0;
 }
 
@@ -275,7 +270,7 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
     snprintf(why, sizeof why, "%s", psg_error_message());
     fprintf(h->out, "recovery: step %" PRId64 " failed (%s); waiting for every ps task\n", step + 1, why);
     fflush(h->out);
-    double t0 = now_sec();
+    double t0 = psg_now_sec();
     double deadline = t0 + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
     for (int i = 0; i < h->nps; i++) {
         bool holds = false;
@@ -299,10 +294,10 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
                     i, step, h->last_saved, lost);
         fflush(h->out);
     }
-    if (!h->chief && psg_dist_session_wait_init(h->ds, (int64_t)((deadline - now_sec()) * 1e3) + h->timeout_ms) < 0)
+    if (!h->chief && psg_dist_session_wait_init(h->ds, (int64_t)((deadline - psg_now_sec()) * 1e3) + h->timeout_ms) < 0)
         return psg_error_wrap("recovery");
     if (psg_dist_session_reregister(h->ds) < 0) return psg_error_wrap("recovery");
-    fprintf(h->out, "recovery: every ps task answers (%.2f s); retrying step %" PRId64 "\n", now_sec() - t0, step + 1);
+    fprintf(h->out, "recovery: every ps task answers (%.2f s); retrying step %" PRId64 "\n", psg_now_sec() - t0, step + 1);
     fflush(h->out);
     return 0;
 }

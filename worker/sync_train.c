@@ -4,6 +4,7 @@
  * The protocol itself is sync/variant_sync.c's; the resources are the ps's. */
 #include "worker/sync_train.h"
 
+#include "psgraph/clock.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/straggler.h"
@@ -49,12 +50,6 @@ struct psg_sync_train {
 };
 
 #define COUNTS 4 /* the columns of a worker's row of counts */
-
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The global step that ends training: --steps, or 0 (the end of the data). */
 static int64_t cfg_total(const psg_train_config_t *c) {
@@ -187,7 +182,7 @@ static int chief_run(void *ctx, int64_t *global_step) {
     if (psg_dist_callable_run(st->chief_step, NULL, &gs) < 0) return -1;
     *global_step = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
-    st->last_step_at = now_sec(); /* the runner's thread only, read after the join */
+    st->last_step_at = psg_now_sec(); /* the runner's thread only, read after the join */
     if (st->first_step_at == 0) st->first_step_at = st->last_step_at;
     return 0;
 }
@@ -227,7 +222,7 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
                                                     &sg->chief_global_step,
                                                     st->chief_op >= 0 ? 2 : 1, chief_targets);
     if (!st->chief_step) return psg_error_wrap("--sync sync: the chief's step");
-    st->runner_start = now_sec();
+    st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
     return st->runner ? 0 : -1;
 }
@@ -236,7 +231,7 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
                         psg_tensor_t **loss, bool *over) {
     *loss = NULL;
     *over = false;
-    double t0 = now_sec();
+    double t0 = psg_now_sec();
     st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->local_step) * 1e-3;
     /* one tower: the batch itself; towers: views of its rows, then the local step */
     psg_tensor_t *fv[2 * PSG_MAX_TOWERS + 1] = {images, labels}, *fetched[4] = {0};
@@ -249,7 +244,7 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
     for (int i = 0; st->towers && i < st->num_feeds; i++)
         psg_tensor_destroy(&fv[i]);
     psg_sync_step_t s;
-    if (rc == 0) rc = psg_sync_step_read(&st->sg, fetched + 1, st->local_step, now_sec() - t0, &s);
+    if (rc == 0) rc = psg_sync_step_read(&st->sg, fetched + 1, st->local_step, psg_now_sec() - t0, &s);
     if (rc == 0) {
         psg_sync_stats_add(&st->stats, &s);
         if (st->metrics) {
@@ -290,7 +285,7 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     psg_tensor_destroy(&delta);
     if (st->runner) {
         int jr = psg_sync_chief_join(&st->runner, &st->chief_steps);
-        st->runner_sec = now_sec() - st->runner_start;
+        st->runner_sec = psg_now_sec() - st->runner_start;
         if (jr < 0 && rc == 0) rc = -1;
     }
     char line[768];

@@ -5,6 +5,7 @@
 #include "worker/train_hooks.h"
 
 #include "psgraph/checkpoint.h"
+#include "psgraph/clock.h"
 #include "psgraph/error.h"
 #include "psgraph/summary.h"
 #include "psgraph/trace.h"
@@ -36,12 +37,6 @@ struct psg_train_hooks {
     bool ps_tracing;
 };
 
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void report_skip(void *ctx, const char *path, const char *why) {
     psg_train_hooks_t *h = ctx;
     fprintf(h->out, "checkpoint %s is incomplete or corrupt, using an older one: %s\n", path, why);
@@ -49,7 +44,7 @@ static void report_skip(void *ctx, const char *path, const char *why) {
 
 static int restore(psg_train_hooks_t *h, int64_t *start_step) {
     psg_checkpoint_t *ck = NULL;
-    double t0 = now_sec();
+    double t0 = psg_now_sec();
     int found = psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck);
     if (found <= 0) return found;
     psg_resource_mgr_t *rm = psg_session_resources(h->sess);
@@ -62,7 +57,7 @@ static int restore(psg_train_hooks_t *h, int64_t *start_step) {
         *start_step = psg_checkpoint_step(ck);
         h->last_saved = *start_step;
         fprintf(h->out, "restored %s: global step %lld, %d tensors, values verified against its crc32 (%.3f s)\n",
-                psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck), now_sec() - t0);
+                psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck), psg_now_sec() - t0);
         fflush(h->out);
     }
     psg_checkpoint_destroy(&ck);
@@ -84,7 +79,7 @@ psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_
     h->policy.keep = c->keep > 0 ? c->keep : DEFAULT_KEEP;
     h->policy.every_secs = DEFAULT_EVERY_SECS;
     h->last_saved = -1;
-    h->last_save_time = now_sec();
+    h->last_save_time = psg_now_sec();
     if (c->checkpoint_every && psg_checkpoint_policy_parse(c->checkpoint_every, &h->policy) < 0) {
         psg_error_wrap("--checkpoint-every");
         goto fail;
@@ -167,7 +162,7 @@ static int save(psg_train_hooks_t *h, int64_t step) {
     if (psg_checkpoint_save(h->c->logdir, step, 1, &rm, h->policy.keep, &secs) < 0)
         return psg_error_wrap("checkpoint at step %lld", (long long)step);
     h->last_saved = step;
-    h->last_save_time = now_sec();
+    h->last_save_time = psg_now_sec();
     fprintf(h->out, "checkpoint %s/%s-%lld.index.json written in %.3f s\n", h->c->logdir, PSG_CKPT_PREFIX,
             (long long)step, secs);
     fflush(h->out);
@@ -184,7 +179,7 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
     }
     if (h->server && done >= h->trace_last && stop_ps_trace(h) < 0) return -1;
     if (h->cluster) return psg_cluster_ckpt_after_step(h->cluster, done);
-    if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, now_sec(), h->last_save_time))
+    if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(), h->last_save_time))
         return save(h, done);
     return 0;
 }

@@ -2,6 +2,7 @@
  * process, or a distributed one as a worker of a cluster), batches from a
  * prefetching iterator, progress lines, evaluation after every epoch,
  * metrics.jsonl, and one final JSON line. */
+#include "psgraph/clock.h"
 #include "psgraph/data.h"
 #include "psgraph/device.h"
 #include "psgraph/dist_session.h"
@@ -42,12 +43,6 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->device = "cpu";
     c->towers = 1;
     c->out = stdout;
-}
-
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static double peak_rss_mb(void) {
@@ -379,12 +374,12 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                 t.w.task, t.w.num_workers, t.w.chief ? "chief" : "not chief", t.sync ? "sync" : "async",
                 psg_cluster_num_tasks(t.w.cluster, "ps"), t.w.rank);
     fflush(out);
-    double steady_time = 0, interval_start = now_sec(), loss_sum = 0, last_loss = NAN;
+    double steady_time = 0, interval_start = psg_now_sec(), loss_sum = 0, last_loss = NAN;
     int64_t steady_examples = 0, interval_steps = 0;
     double rss_at_100 = 0;
     for (int64_t step = start_step; step < total; step++) {
         psg_tensor_t *images = NULL, *labels = NULL, *loss = NULL;
-        double t0 = now_sec();
+        double t0 = psg_now_sec();
         psg_train_hooks_before_step(t.hooks, step);
         int got = psg_batch_iter_next(t.it, &images, &labels);
         if (got <= 0) {
@@ -418,7 +413,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             goto done;
         }
         if (psg_train_hooks_after_step(t.hooks, step + 1) < 0) goto done;
-        double t1 = now_sec();
+        double t1 = psg_now_sec();
         if (step >= WARMUP_STEPS) {
             steady_time += t1 - t0;
             steady_examples += batch;
@@ -443,11 +438,11 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
             if (psg_train_hooks_progress(t.hooks, step + 1, loss_sum / interval_steps, lr, eps) < 0) goto done;
             loss_sum = 0;
             interval_steps = 0;
-            interval_start = now_sec();
+            interval_start = psg_now_sec();
         }
         if ((epoch_end && step + 1 < total && (!t.w.cluster || t.w.chief)) ||
             (step + 1 == total && !t.w.cluster)) {
-            double acc = 0, eval_start = now_sec();
+            double acc = 0, eval_start = psg_now_sec();
             if (evaluate(t.eval, t.deval, t.test, &acc) < 0) goto done;
             r->test_accuracy = acc;
             fprintf(out, "epoch %lld  test accuracy %.4f\n", (long long)((step + 1 + per_epoch - 1) / per_epoch), acc);
@@ -456,7 +451,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                 fprintf(t.metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
                         (long long)(step + 1), (double)(step + 1) / (double)per_epoch, acc);
             if (psg_train_hooks_eval(t.hooks, step + 1, acc) < 0) goto done;
-            interval_start += now_sec() - eval_start; /* evaluation is not training time */
+            interval_start += psg_now_sec() - eval_start; /* evaluation is not training time */
         }
         r->steps = step + 1;
         if (over) break; /* sync: the token queue closed */

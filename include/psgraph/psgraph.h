@@ -3,6 +3,7 @@
 #define PSGRAPH_H
 
 #include "psgraph/error.h"
+#include "psgraph/clock.h"
 #include "psgraph/tensor.h"
 #include "psgraph/threadpool.h"
 #include "psgraph/graph.h"
