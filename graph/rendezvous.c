@@ -49,6 +49,10 @@ struct psg_rendezvous {
     int ended_next;
     pthread_t timer;
     bool timer_started, stopping;
+    /* when the timer thread wakes by itself: INT64_MAX while it waits for a signal, 0 while
+     * it is awake (it scans again before it sleeps). A waiter due earlier signals it; the
+     * others do not, so that a Recv does not cost a context switch and a scan */
+    int64_t timer_wake_ns;
 };
 
 static int64_t now_ns(void) {
@@ -196,12 +200,14 @@ static void *timer_main(void *arg) {
             pthread_mutex_lock(&rv->lock);
             continue;
         }
+        rv->timer_wake_ns = next ? next : INT64_MAX;
         if (!next) {
             pthread_cond_wait(&rv->timer_cond, &rv->lock);
         } else {
             struct timespec ts = {(time_t)(next / 1000000000), (long)(next % 1000000000)};
             pthread_cond_timedwait(&rv->timer_cond, &rv->lock, &ts);
         }
+        rv->timer_wake_ns = 0;
     }
     pthread_mutex_unlock(&rv->lock);
     return NULL;
@@ -308,7 +314,7 @@ void psg_rendezvous_recv_async(psg_rendezvous_t *rv, int64_t step, const char *k
         }
     }
     insert_locked(rv, e);
-    if (e->deadline_ns) pthread_cond_signal(&rv->timer_cond);
+    if (e->deadline_ns && e->deadline_ns < rv->timer_wake_ns) pthread_cond_signal(&rv->timer_cond);
     pthread_mutex_unlock(&rv->lock);
 }
 

@@ -89,6 +89,7 @@ struct psg_task_server {
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    pthread_cond_t jobs_cond; /* a queued job or the runners' stop: one runner per job */
     bool ready, stopped, stop_requested, runners_stop;
     char start_error[1024];
     char stop_reason[512];
@@ -512,7 +513,7 @@ static void handle_run(psg_task_server_t *ts, psg_msg_t **reqp) {
     else
         ts->jq_head = j;
     ts->jq_tail = j;
-    pthread_cond_broadcast(&ts->cond);
+    pthread_cond_signal(&ts->jobs_cond);
     pthread_mutex_unlock(&ts->lock);
 }
 
@@ -545,7 +546,7 @@ static void *runner_main(void *arg) {
     psg_task_server_t *ts = arg;
     pthread_mutex_lock(&ts->lock);
     for (;;) {
-        while (!ts->jq_head && !ts->runners_stop) pthread_cond_wait(&ts->cond, &ts->lock);
+        while (!ts->jq_head && !ts->runners_stop) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
         job_t *j = ts->jq_head;
         if (!j) break;
         ts->jq_head = j->next;
@@ -893,7 +894,7 @@ static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
 static void stop_runners(psg_task_server_t *ts) {
     pthread_mutex_lock(&ts->lock);
     ts->runners_stop = true;
-    pthread_cond_broadcast(&ts->cond);
+    pthread_cond_broadcast(&ts->jobs_cond);
     pthread_mutex_unlock(&ts->lock);
     for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     ts->n_runners = 0;
@@ -994,6 +995,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     }
     pthread_mutex_init(&ts->lock, NULL);
     pthread_cond_init(&ts->cond, NULL);
+    pthread_cond_init(&ts->jobs_cond, NULL);
     ts->cluster = opt->cluster;
     ts->num_threads = opt->num_threads;
     ts->max_steps = opt->max_steps > 0 ? opt->max_steps : 8;
@@ -1083,7 +1085,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     if (ts->n_runners) {
         pthread_mutex_lock(&ts->lock);
         ts->runners_stop = true;
-        pthread_cond_broadcast(&ts->cond);
+        pthread_cond_broadcast(&ts->jobs_cond);
         pthread_mutex_unlock(&ts->lock);
         for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     }
@@ -1097,6 +1099,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_resource_mgr_destroy(&ts->rm);
     psg_trace_destroy(&ts->trace);
     pthread_cond_destroy(&ts->cond);
+    pthread_cond_destroy(&ts->jobs_cond);
     pthread_mutex_destroy(&ts->lock);
     free(ts);
 }

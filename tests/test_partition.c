@@ -2,6 +2,7 @@
  * on its own thread, through one rendezvous: the same values as the whole
  * graph; the rendezvous itself; Recv timeouts and step aborts. */
 #include "graph/executor.h"
+#include "psgraph/clock.h"
 #include "tests/testutil.h"
 
 #include <pthread.h>
@@ -499,6 +500,18 @@ static void *waiter(void *arg) {
     return msg;
 }
 
+typedef struct {
+    bool called;
+    char error[512];
+} slow_wait_t;
+
+static void slow_done(void *arg, psg_tensor_t *t, const char *error) {
+    slow_wait_t *w = arg;
+    w->called = true;
+    snprintf(w->error, sizeof w->error, "%s", error ? error : "");
+    psg_tensor_destroy(&t);
+}
+
 static void test_rendezvous(void) {
     psg_rendezvous_t *rv = psg_rendezvous_new(0);
     psg_tensor_t *t = psg_tensor_scalar_f32(1.5f), *out = NULL;
@@ -515,6 +528,16 @@ static void test_rendezvous(void) {
     CHECK_ERROR_HAS("key 'a' sent twice in step 2");
     CHECK(psg_rendezvous_recv(rv, 3, "a", 30, &out) < 0);
     CHECK_ERROR_HAS("timed out after 30 ms waiting for key 'a' (step 3)");
+    /* a waiter due sooner than every other still wakes the timer: 30 ms behind one of 60 s */
+    slow_wait_t slow = {0};
+    psg_rendezvous_recv_async(rv, 7, "slow", 60000, slow_done, &slow);
+    double t0 = psg_now_sec();
+    CHECK(psg_rendezvous_recv(rv, 8, "soon", 30, &out) < 0);
+    CHECK_ERROR_HAS("timed out after 30 ms waiting for key 'soon' (step 8)");
+    CHECK(psg_now_sec() - t0 < 30.0); /* not the 60 s waiter's deadline */
+    CHECK(!slow.called);
+    psg_rendezvous_cleanup_step(rv, 7);
+    CHECK(slow.called && strstr(slow.error, "step ended"));
     psg_rendezvous_cleanup_step(rv, 2);
     CHECK(psg_rendezvous_num_pending(rv) == 0);
     /* receive first, the send arrives from another thread */
