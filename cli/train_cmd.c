@@ -43,6 +43,9 @@ static void train_usage(FILE *f) {
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
+            "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
+            "                           shards, each its own variable (default: 262144 in a cluster,\n"
+            "                           0, no shards, in one process)\n"
             "  --overlap on|off         async: the next step starts while the ps applies this one's\n"
             "                           gradients (default on; off: each step waits for its updates)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
@@ -98,6 +101,7 @@ int psg_cmd_train(int argc, char **argv) {
             c.precision = v;
             rc = psg_precision_parse(v, &dt);
         }
+        else if (!strcmp(a, "--shard-bytes")) { rc = parse_num(a, v, 0, 1 << 30, &x); c.dense_shard_bytes = (int64_t)x; }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
         else if (!strcmp(a, "--sync")) c.sync = v;
         else if (!strcmp(a, "--overlap")) {

@@ -7,6 +7,7 @@
 #include "psgraph/ops_nn.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 int psg_model_defaults(const char *name, psg_model_defaults_t *d) {
@@ -35,14 +36,36 @@ static psg_endpoint_t param(psg_graph_t *g, const char *layer, const char *name,
     return psg_variable(g, name, PSG_DT_F32, shape, init, true);
 }
 
-/* A fully connected layer: x (N, in) -> (N, out), fused bias and ReLU. */
+/* A fully connected layer: x (N, in) -> (N, out), fused bias and ReLU. With
+ * shard_bytes, a weight bigger than that is column shards, one product each. */
 static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t in,
-                            int64_t out, bool relu, uint64_t seed) {
+                            int64_t out, bool relu, uint64_t seed, int64_t shard_bytes) {
     if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
-    psg_endpoint_t w = param(g, scope, "weights", &(psg_shape_t){2, {in, out}}, in, seed);
     psg_endpoint_t b = param(g, scope, "biases", &(psg_shape_t){1, {out}}, in, seed + 1);
-    psg_endpoint_t y = psg_dense(g, NULL, x, psg_read_variable(g, NULL, w),
-                                 psg_read_variable(g, NULL, b), relu);
+    int64_t bytes = in * out * (int64_t)sizeof(float);
+    int n = 1;
+    if (shard_bytes > 0 && bytes > shard_bytes) {
+        int64_t want = (bytes + shard_bytes - 1) / shard_bytes;
+        n = (int)(want < PSG_MODEL_MAX_SHARDS ? want : PSG_MODEL_MAX_SHARDS);
+        if (n > out) n = (int)out;
+    }
+    psg_endpoint_t y;
+    if (n == 1) {
+        psg_endpoint_t w = param(g, scope, "weights", &(psg_shape_t){2, {in, out}}, in, seed);
+        y = psg_dense(g, NULL, x, psg_read_variable(g, NULL, w), psg_read_variable(g, NULL, b), relu);
+    } else {
+        psg_endpoint_t parts[PSG_MODEL_MAX_SHARDS];
+        for (int k = 0; k < n; k++) {
+            int64_t cols = out / n + (k < out % n); /* the first out % n get one more */
+            char name[32];
+            snprintf(name, sizeof name, "weights/part_%d", k);
+            psg_endpoint_t w = param(g, scope, name, &(psg_shape_t){2, {in, cols}}, in,
+                                     seed + 1000003u * (uint64_t)(k + 1));
+            parts[k] = psg_matmul(g, NULL, x, psg_read_variable(g, NULL, w), false, false);
+        }
+        y = psg_bias_add(g, NULL, psg_concat(g, NULL, n, parts, 1), psg_read_variable(g, NULL, b));
+        if (relu) y = psg_relu(g, NULL, y);
+    }
     psg_graph_pop_scope(g);
     return y;
 }
@@ -63,6 +86,13 @@ static psg_endpoint_t conv_block(psg_graph_t *g, const char *scope, psg_endpoint
 
 int psg_model_build(psg_graph_t *g, const char *name, int height, int width, int channels,
                     int classes, uint64_t seed, psg_model_t *m) {
+    return psg_model_build_with(g, name, height, width, channels, classes, seed, NULL, m);
+}
+
+int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width, int channels,
+                         int classes, uint64_t seed, const psg_model_options_t *opt,
+                         psg_model_t *m) {
+    int64_t shard = opt ? opt->dense_shard_bytes : 0;
     psg_model_defaults_t d;
     if (psg_model_defaults(name, &d) < 0) return -1;
     m->images = psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, height, width, channels}});
@@ -71,16 +101,16 @@ int psg_model_build(psg_graph_t *g, const char *name, int height, int width, int
     int64_t pixels = (int64_t)height * width * channels;
     if (!strcmp(name, "mlp")) {
         psg_endpoint_t x = psg_reshape(g, "flatten", m->images, &(psg_shape_t){2, {-1, pixels}});
-        x = dense(g, "fc1", x, pixels, 256, true, seed * 16 + 1);
-        x = dense(g, "fc2", x, 256, 256, true, seed * 16 + 3);
-        m->logits = dense(g, "fc3", x, 256, classes, false, seed * 16 + 5);
+        x = dense(g, "fc1", x, pixels, 256, true, seed * 16 + 1, shard);
+        x = dense(g, "fc2", x, 256, 256, true, seed * 16 + 3, shard);
+        m->logits = dense(g, "fc3", x, 256, classes, false, seed * 16 + 5, shard);
     } else {
         psg_endpoint_t x = conv_block(g, "conv1", m->images, 5, channels, 32, seed * 16 + 1);
         x = conv_block(g, "conv2", x, 5, 32, 64, seed * 16 + 3);
         int64_t flat = (int64_t)(height / 4) * (width / 4) * 64;
         x = psg_reshape(g, "flatten", x, &(psg_shape_t){2, {-1, flat}});
-        x = dense(g, "fc1", x, flat, 512, true, seed * 16 + 5);
-        m->logits = dense(g, "fc2", x, 512, classes, false, seed * 16 + 7);
+        x = dense(g, "fc1", x, flat, 512, true, seed * 16 + 5, shard);
+        m->logits = dense(g, "fc2", x, 512, classes, false, seed * 16 + 7, shard);
     }
     psg_graph_pop_scope(g);
     psg_endpoint_t xent = psg_sparse_softmax_cross_entropy(g, "xent", m->logits, m->labels);

@@ -42,6 +42,7 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->momentum = 0.9;
     c->device = "cpu";
     c->towers = 1;
+    c->dense_shard_bytes = -1;
     c->out = stdout;
 }
 
@@ -287,6 +288,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
         goto done;
     }
+    int64_t shard_bytes = c->dense_shard_bytes >= 0 ? c->dense_shard_bytes
+                          : t.w.cluster                 ? PSG_TRAIN_CLUSTER_SHARD_BYTES
+                                                        : 0;
     if (gpu || c->towers > 1) {
         psg_towers_config_t tc = {.model = c->model,
                                   .height = (int)ex.dims[0],
@@ -296,7 +300,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                                   .seed = c->seed,
                                   .num_towers = c->towers,
                                   .device = gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU,
-                                  .variable_device = t.w.cluster ? "/device:CPU:0" : NULL};
+                                  .variable_device = t.w.cluster ? "/device:CPU:0" : NULL,
+                                  .dense_shard_bytes = shard_bytes};
         if (!(t.towers = calloc(1, sizeof *t.towers))) {
             psg_error_set("out of memory");
             goto done;
@@ -322,8 +327,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         n_feeds = 2 * c->towers;
         psg_towers_feeds(t.towers, feeds);
     } else {
-        if (psg_model_build(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
-                            psg_dataset_num_classes(t.train), c->seed, &m) < 0)
+        psg_model_options_t mo = {.dense_shard_bytes = shard_bytes};
+        if (psg_model_build_with(t.g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
+                                 psg_dataset_num_classes(t.train), c->seed, &mo, &m) < 0)
             goto done;
         if (t.w.cluster && psg_sync_train_wanted(c)) {
             t.sync = psg_sync_train_new(c, t.g, t.opt, m.loss, m.images, m.labels, t.w.rank,

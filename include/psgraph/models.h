@@ -24,6 +24,20 @@ typedef struct {
 /* Defaults of `name` ("mlp", "cnn"); -1 with the error set for an unknown name. */
 int psg_model_defaults(const char *name, psg_model_defaults_t *d);
 
+/* How a model is built beyond its name and shape. */
+typedef struct {
+    /* > 0: a fully connected weight of more bytes than this is split along its output
+     * columns into shards "weights/part_k" of about this size (at most
+     * PSG_MODEL_MAX_SHARDS), and the layer is one product per shard, concatenated. Each
+     * shard is its own variable, so in a cluster it is its own transfer and update: the
+     * first shard's product runs while the next shard is still on the wire, and the last
+     * gradient's transfer is a shard's, not the whole weight's (docs/distributed.md).
+     * 0: one variable per weight. */
+    int64_t dense_shard_bytes;
+} psg_model_options_t;
+
+#define PSG_MODEL_MAX_SHARDS 8
+
 /* Builds model `name` into g under the scope "model": its variables are
  * trainable and initialized as PyTorch initializes the same layers (uniform
  * in +-1/sqrt(fan_in)), from `seed`. A variable that g already has under its
@@ -32,5 +46,9 @@ int psg_model_defaults(const char *name, psg_model_defaults_t *d);
  * Returns 0 or -1 with the error set. */
 int psg_model_build(psg_graph_t *g, const char *name, int height, int width, int channels,
                     int classes, uint64_t seed, psg_model_t *m);
+/* psg_model_build with options (NULL: the defaults, as psg_model_build). */
+int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width, int channels,
+                         int classes, uint64_t seed, const psg_model_options_t *opt,
+                         psg_model_t *m);
 
 #endif

@@ -41,6 +41,7 @@ typedef struct {
      * cluster's worker gives "/device:CPU:0", so that under the replica device
      * setter the variables sit on a ps task's CPU whatever the towers' device */
     const char *variable_device;
+    int64_t dense_shard_bytes; /* psg_model_options_t's, for psg_model_build */
 } psg_towers_config_t;
 
 typedef struct {

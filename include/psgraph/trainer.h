@@ -26,6 +26,9 @@ typedef struct {
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     const char *precision; /* "f32" (NULL) | "mixed" (bf16) | "mixed-f16": precision.h */
+    /* fully connected weights above this many bytes are column shards (models.h); -1: 256 KiB
+     * in a cluster (each shard its own transfer and update), 0 in one process */
+    int64_t dense_shard_bytes;
     FILE *out;             /* progress and the final JSON line */
     /* the cluster: "async" (or "sync") trains as one worker of it (TF_CONFIG, or cluster_file with
      * job and task); NULL or "none": one process (unless TF_CONFIG or cluster_file is
@@ -48,6 +51,10 @@ typedef struct {
     const char *trace_path;          /* NULL: no timeline */
     int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
 } psg_train_config_t;
+
+/* A cluster worker's default dense_shard_bytes: 256 KiB, measured on the mlp with 1 ps + 1
+ * worker (docs/distributed.md, "Sharded dense weights"). */
+#define PSG_TRAIN_CLUSTER_SHARD_BYTES ((int64_t)256 << 10)
 
 /* Fills c with the defaults of `psgraph train`. */
 void psg_train_config_defaults(psg_train_config_t *c);
