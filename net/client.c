@@ -141,6 +141,7 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
             return psg_error_set("%s: a reply stayed incomplete for %d ms", c->endpoint,
                                  c->opts.timeout_ms);
         int64_t left = psg_codec_left(deadline);
+        if (left == 0 && timeout_ms == 0) return 0; /* a poll found nothing: not an error */
         if (left == 0)
             return psg_error_set("%s: no reply within %d ms (peer down or busy)", c->endpoint,
                                  timeout_ms),

@@ -154,7 +154,8 @@ psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
 int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id);
 /* Waits up to timeout_ms (-1: forever, 0: poll) for the next complete reply, whatever its
  * id; an ERROR reply is returned as a message of kind PSG_MSG_ERROR. Returns 1 and sets
- * *out, 0 when the time ran out (error set, naming the peer), -1 on a malformed reply. */
+ * *out, 0 when the time ran out (error set, naming the peer; a poll that finds nothing sets
+ * none: the pullers poll after every wake-up), -1 on a malformed reply. */
 int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms);
 /* Drops the connection and what is queued on it, and connects again. */
 int psg_client_reset(psg_client_t *c);
