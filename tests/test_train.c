@@ -57,13 +57,12 @@ static int mlp_loss_grad(int64_t shard_bytes, const float *fc1, float *fc1_out, 
     psg_model_options_t mo = {.dense_shard_bytes = shard_bytes};
     if (psg_model_build_with(g, "mlp", 28, 28, 1, 10, 1, &mo, &m) < 0) return -1;
     psg_endpoint_t xs[PSG_MODEL_MAX_SHARDS], gs[PSG_MODEL_MAX_SHARDS];
-    int n = 0;
-    int plain = psg_graph_find(g, "model/fc1/weights");
+    int n = 0, plain = psg_graph_find(g, "model/fc1/weights");
     if (plain >= 0) xs[n++] = (psg_endpoint_t){plain, 0};
-    for (char name[64]; n < PSG_MODEL_MAX_SHARDS; n++) {
+    for (char name[64]; plain < 0 && n < PSG_MODEL_MAX_SHARDS; n++) {
         snprintf(name, sizeof name, "model/fc1/weights/part_%d", n);
         int id = psg_graph_find(g, name);
-        if (id < 0 || plain >= 0) break;
+        if (id < 0) break;
         xs[n] = (psg_endpoint_t){id, 0};
     }
     *nshards = n;
