@@ -14,6 +14,8 @@ typedef struct {
     int ps, workers;    /* P ps tasks (`psgraph server`), W workers running cmd */
     int port_base;      /* 0: free ports */
     const char *host;   /* NULL: 127.0.0.1 */
+    bool tcp;           /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
+                           private folder, unless port_base or host is given */
     bool restart;       /* --restart on-failure, at most max_restarts times */
     int max_restarts;
     int worker_failures; /* non-chief workers that may fail without stopping the job;

@@ -50,10 +50,12 @@ static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: psgraph launch --ps P --workers W [--port-base N] [--host H]\n"
+    fprintf(f, "usage: psgraph launch --ps P --workers W [--transport ipc|tcp] [--port-base N] [--host H]\n"
                "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
                "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
-               "  TF_CONFIG; ports N, N+1, ... (default: free ports); output lines tagged [ps0], [worker1];\n"
+               "  TF_CONFIG; output lines tagged [ps0], [worker1];\n"
+               "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
+               "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
                "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
                "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
                "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
@@ -298,6 +300,7 @@ int psg_cmd_launch(int argc, char **argv) {
     psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1",
                       .worker_failures = -1};
     int cmd_at = -1;
+    const char *transport = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
             cmd_at = i + 1;
@@ -314,8 +317,11 @@ int psg_cmd_launch(int argc, char **argv) {
         bool ok = *v && !*end;
         if (!strcmp(argv[i - 1], "--ps") && ok && x >= 0 && x <= 64) o.ps = (int)x;
         else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) o.workers = (int)x;
-        else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS) o.port_base = (int)x;
-        else if (!strcmp(argv[i - 1], "--host")) o.host = v;
+        else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
+            o.port_base = (int)x, o.tcp = true;
+        else if (!strcmp(argv[i - 1], "--host")) o.host = v, o.tcp = true;
+        else if (!strcmp(argv[i - 1], "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc")))
+            transport = v;
         else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
             o.restart = !strcmp(v, "on-failure");
         else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) o.max_restarts = (int)x;
@@ -332,6 +338,11 @@ int psg_cmd_launch(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (transport && !strcmp(transport, "ipc") && o.tcp) {
+        fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base or --host (those are TCP's)\n");
+        return 2;
+    }
+    if (transport) o.tcp = !strcmp(transport, "tcp");
     o.cmd = argv + cmd_at;
     return psg_launch_local(&o);
 }
@@ -352,6 +363,7 @@ int psg_launch_local(psg_launch_t *o) {
     int nps = o->ps, nworkers = o->workers, port_base = o->port_base, max_restarts = o->max_restarts;
     bool restart = o->restart;
     const char *host = o->host ? o->host : "127.0.0.1";
+    bool tcp = o->tcp || port_base > 0;
     char **cmd = o->cmd;
     int may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(cmd), failed_workers = 0;
     int n = nps + nworkers;
@@ -371,6 +383,7 @@ int psg_launch_local(psg_launch_t *o) {
             t[i].json_size = o->chief_json_size;
             o->chief_json[0] = 0;
         }
+        if (!tcp) continue;
         int want = port_base ? port_base + i : 0;
         ports[i] = probe_port(want);
         for (int j = 0; j < i && ports[i] > 0 && !port_base; j++)
@@ -378,6 +391,18 @@ int psg_launch_local(psg_launch_t *o) {
         if (ports[i] < 0) {
             fprintf(stderr, "psgraph launch: port %d on 127.0.0.1 (for %s) is busy: %s; "
                             "pick another --port-base\n", want, t[i].tag, strerror(errno));
+            free(t);
+            free(ports);
+            return 1;
+        }
+    }
+    /* Unix domain sockets: no TCP stack between tasks of one host (docs/distributed.md) */
+    char sock_dir[64] = "";
+    if (!tcp) {
+        snprintf(sock_dir, sizeof sock_dir, "/tmp/psgraph-launch-XXXXXX");
+        if (!mkdtemp(sock_dir)) {
+            fprintf(stderr, "psgraph launch: cannot make a folder for the tasks' sockets (%s): %s\n", sock_dir,
+                    strerror(errno));
             free(t);
             free(ports);
             return 1;
@@ -392,8 +417,13 @@ int psg_launch_local(psg_launch_t *o) {
         if (lo == hi) continue;
         len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "",
                                 pass ? "worker" : "ps");
-        for (int i = lo; i < hi; i++)
-            len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s:%d\"", i > lo ? ", " : "", host, ports[i]);
+        for (int i = lo; i < hi; i++) {
+            if (tcp)
+                len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s:%d\"", i > lo ? ", " : "", host, ports[i]);
+            else
+                len += (size_t)snprintf(cluster + len, cap - len, "%s\"ipc://%s/%s\"", i > lo ? ", " : "",
+                                        sock_dir, t[i].tag);
+        }
         len += (size_t)snprintf(cluster + len, cap - len, "]");
     }
     snprintf(cluster + len, cap - len, "}");
@@ -500,6 +530,14 @@ int psg_launch_local(psg_launch_t *o) {
         say("psgraph launch: %d worker%s failed and the job went on without %s\n", failed_workers,
             failed_workers == 1 ? "" : "s", failed_workers == 1 ? "it" : "them");
     if (signaled && worst == 0) worst = 128 + signaled;
+    if (sock_dir[0]) { /* a task killed before it closed its socket leaves the file */
+        for (int i = 0; i < n; i++) {
+            char path[128];
+            snprintf(path, sizeof path, "%s/%s", sock_dir, t[i].tag);
+            unlink(path);
+        }
+        rmdir(sock_dir);
+    }
     free(cluster);
     free(cfg);
     for (int i = 0; i < n; i++) free(t[i].cfg);

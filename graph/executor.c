@@ -27,6 +27,8 @@ typedef struct {
     bool fed;         /* not executed: its outputs are fed */
     int device;       /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
     psg_kernel_fn kernel;
+    int *groups;      /* the resource groups whose state it touches (see psg_run_order_t) */
+    int num_groups;
 } plan_node_t;
 
 struct psg_plan {
@@ -40,10 +42,12 @@ struct psg_plan {
     psg_endpoint_t *feeds; /* what each feed feeds, for the per-step dtype and shape check */
     int *initial_ready;
     int num_initial_ready;
-    /* per-run state, reused */
-    psg_tensor_t **slots;
-    atomic_int *pending;
-    atomic_int *uses_left;
+    /* Resource groups: the executed nodes that touch one resource (a variable,
+     * an accumulator, a queue), CSR: group g's nodes are
+     * group_nodes[group_start[g] .. group_start[g + 1]). */
+    int num_groups;
+    int *group_start, *group_nodes;
+    bool can_overlap; /* every stateful node is a handle, Send, Recv or a user of a group */
 };
 
 /* ---- building a plan ---- */
@@ -86,6 +90,110 @@ static bool dep_is_first(const psg_node_t *n, int i, int *dep) {
         if (prev == *dep) return false;
     }
     return true;
+}
+
+/* ---- resource groups ---- */
+
+/* The node that made the resource handle at e (a handle op: stateful, no
+ * inputs), through Identity nodes; -1 when it comes from anything else. */
+static int handle_source(const psg_graph_t *g, psg_endpoint_t e) {
+    for (int hops = 0; hops <= g->num_nodes; hops++) {
+        const psg_node_t *n = g->nodes[e.node];
+        if (n->num_inputs == 0 && (n->def->flags & PSG_OP_STATEFUL)) return e.node;
+        if (n->num_inputs != 1 || strcmp(psg_node_op(n), "Identity")) return -1;
+        e = n->inputs[0];
+    }
+    return -1;
+}
+
+typedef struct {
+    const char *op, *name; /* what the handle op names: its op and resource name */
+    int li;                /* the plan node that uses it */
+    int group;
+} resource_use_t;
+
+static int compare_use(const void *a, const void *b) {
+    const resource_use_t *x = a, *y = b;
+    int c = strcmp(x->op, y->op);
+    if (!c) c = strcmp(x->name, y->name);
+    if (!c) c = (x->li > y->li) - (x->li < y->li);
+    return c;
+}
+
+/* May runs of the plan overlap, ordered per resource? Only when every
+ * stateful node is a handle op, a Send or Recv (keyed by step), or a
+ * synchronous user of resource handles: randomness has hidden state, and an
+ * async kernel such as a token dequeue is a barrier whose order a later run
+ * must keep whole. */
+static bool stateful_node_orderable(const psg_node_t *n, bool uses_resource) {
+    if (!(n->def->flags & PSG_OP_STATEFUL)) return true;
+    const char *op = psg_node_op(n);
+    if (!strcmp(op, "Send") || !strcmp(op, "Recv")) return true;
+    if (n->num_inputs == 0) return n->num_outputs == 1 && n->out_dtypes[0] == PSG_DT_RESOURCE;
+    return uses_resource && !(n->def->flags & PSG_OP_ASYNC);
+}
+
+/* Groups the executed nodes by the resource they touch (a node that takes
+ * two handles, as ApplyMomentum, is in two groups). Two handle nodes of the
+ * same op and resource name are one resource. */
+static int find_resource_groups(psg_plan_t *p) {
+    const psg_graph_t *g = p->g;
+    int cap = 0;
+    for (int li = 0; li < p->num_nodes; li++)
+        if (!p->nodes[li].fed) cap += p->nodes[li].node->num_inputs;
+    resource_use_t *uses = malloc(sizeof *uses * (size_t)(cap + 1));
+    if (!uses) return psg_error_set("out of memory");
+    int n_uses = 0;
+    p->can_overlap = true;
+    for (int li = 0; li < p->num_nodes; li++) {
+        const plan_node_t *pn = &p->nodes[li];
+        const psg_node_t *n = pn->node;
+        if (pn->fed) continue;
+        bool uses_resource = false;
+        for (int i = 0; i < n->num_inputs; i++) {
+            psg_endpoint_t e = n->inputs[i];
+            if (g->nodes[e.node]->out_dtypes[e.index] != PSG_DT_RESOURCE) continue;
+            uses_resource = true;
+            int h = handle_source(g, e);
+            if (h < 0) {
+                p->can_overlap = false;
+                continue;
+            }
+            const psg_node_t *hn = g->nodes[h];
+            const char *shared = psg_node_get_str(hn, "shared_name", "");
+            uses[n_uses++] = (resource_use_t){psg_node_op(hn), shared[0] ? shared : hn->name, li, 0};
+        }
+        if (!stateful_node_orderable(n, uses_resource)) p->can_overlap = false;
+    }
+    qsort(uses, (size_t)n_uses, sizeof *uses, compare_use);
+    int k = 0; /* distinct (resource, node) pairs: a node taking one handle twice counts once */
+    for (int i = 0; i < n_uses; i++) {
+        bool new_group = i == 0 || strcmp(uses[i].op, uses[k - 1].op) || strcmp(uses[i].name, uses[k - 1].name);
+        if (!new_group && uses[i].li == uses[k - 1].li) continue;
+        uses[i].group = new_group ? (k ? uses[k - 1].group + 1 : 0) : uses[k - 1].group;
+        uses[k++] = uses[i];
+    }
+    p->num_groups = k ? uses[k - 1].group + 1 : 0;
+    p->group_start = calloc((size_t)p->num_groups + 1, sizeof(int));
+    p->group_nodes = malloc(sizeof(int) * (size_t)(k + 1));
+    if (!p->group_start || !p->group_nodes) {
+        free(uses);
+        return psg_error_set("out of memory");
+    }
+    for (int i = 0; i < k; i++) {
+        p->group_nodes[i] = uses[i].li;
+        p->group_start[uses[i].group + 1] = i + 1;
+        plan_node_t *pn = &p->nodes[uses[i].li];
+        int *v = realloc(pn->groups, sizeof(int) * (size_t)(pn->num_groups + 1));
+        if (!v) {
+            free(uses);
+            return psg_error_set("out of memory");
+        }
+        pn->groups = v;
+        pn->groups[pn->num_groups++] = uses[i].group;
+    }
+    free(uses);
+    return 0;
 }
 
 psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
@@ -159,11 +267,8 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         }
     }
     p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
-    p->slots = calloc((size_t)p->num_slots + 1, sizeof(psg_tensor_t *));
-    p->uses_left = calloc((size_t)p->num_slots + 1, sizeof(atomic_int));
-    p->pending = calloc((size_t)p->num_nodes + 1, sizeof(atomic_int));
     p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
-    if (!p->slot_uses || !p->slots || !p->uses_left || !p->pending || !p->initial_ready) {
+    if (!p->slot_uses || !p->initial_ready) {
         psg_error_set("out of memory");
         goto fail;
     }
@@ -246,6 +351,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             }
         }
     }
+    if (find_resource_groups(p) < 0) goto fail;
     free(local_of);
     free(fed);
     free(state);
@@ -267,6 +373,7 @@ void psg_plan_destroy(psg_plan_t **pp) {
     for (int i = 0; p->nodes && i < p->num_nodes; i++) {
         free(p->nodes[i].input_slots);
         free(p->nodes[i].consumers);
+        free(p->nodes[i].groups);
     }
     free(p->nodes);
     free(p->slot_uses);
@@ -274,9 +381,8 @@ void psg_plan_destroy(psg_plan_t **pp) {
     free(p->feeds);
     free(p->fetch_slots);
     free(p->initial_ready);
-    free(p->slots);
-    free(p->pending);
-    free(p->uses_left);
+    free(p->group_start);
+    free(p->group_nodes);
     free(p);
 }
 
@@ -284,7 +390,29 @@ int psg_plan_num_nodes(const psg_plan_t *p) { return p->num_exec; }
 
 /* ---- running a plan ---- */
 
-typedef struct {
+typedef struct run run_t;
+
+/* Runs of one plan in arrival order (docs/executor.md, "Overlapping runs").
+ * Each run holds a ticket with a gate per resource group: closed while the
+ * run before still has nodes of that group to finish. */
+struct psg_run_order {
+    const psg_plan_t *p;
+    pthread_mutex_t lock; /* taken before a run's lock, never after */
+    psg_run_ticket_t *last;
+    int tickets; /* not yet released */
+};
+
+struct psg_run_ticket {
+    psg_run_order_t *order;
+    psg_run_ticket_t *prev;  /* the run before, while its ticket is held */
+    psg_run_ticket_t *next;  /* the run after: its gates open as this run's groups end */
+    int *group_left;         /* this run's nodes of each group not finished */
+    bool *gate_closed;       /* per group: the run before still touches it */
+    int closed;              /* gates closed */
+    run_t *run;              /* while its plan runs */
+};
+
+struct run {
     psg_plan_t *p;
     psg_threadpool_t *pool;
     psg_resource_mgr_t *rm;
@@ -302,10 +430,15 @@ typedef struct {
     int max_threads;
     bool failed;
     char error[1024];
-} run_t;
+    psg_run_ticket_t *ticket; /* NULL: runs alone */
+    /* the run's own state */
+    psg_tensor_t **slots;
+    atomic_int *pending;
+    atomic_int *uses_left;
+};
 
-static void release_slot(psg_plan_t *p, int slot) {
-    if (atomic_fetch_sub(&p->uses_left[slot], 1) == 1) psg_tensor_destroy(&p->slots[slot]);
+static void release_slot(run_t *r, int slot) {
+    if (atomic_fetch_sub(&r->uses_left[slot], 1) == 1) psg_tensor_destroy(&r->slots[slot]);
 }
 
 /* A PSG_OP_ASYNC node between its kernel's start and its psg_async_op_done. */
@@ -323,16 +456,16 @@ static int64_t mono_ns(void) {
 }
 
 /* Keeps the outputs that someone reads and releases the node's inputs. */
-static void store_outputs(psg_plan_t *p, plan_node_t *pn, psg_tensor_t **outputs) {
+static void store_outputs(run_t *r, plan_node_t *pn, psg_tensor_t **outputs) {
     const psg_node_t *n = pn->node;
     for (int o = 0; o < n->num_outputs; o++) {
         int s = pn->slot_base + o;
-        if (p->slot_uses[s])
-            p->slots[s] = outputs[o];
+        if (r->p->slot_uses[s])
+            r->slots[s] = outputs[o];
         else
             psg_tensor_destroy(&outputs[o]); /* nobody reads it */
     }
-    for (int i = 0; i < n->num_inputs; i++) release_slot(p, pn->input_slots[i]);
+    for (int i = 0; i < n->num_inputs; i++) release_slot(r, pn->input_slots[i]);
 }
 
 /* Runs one node's kernel; returns 0, 1 when an async kernel has started (its
@@ -351,7 +484,7 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     psg_tensor_t **outputs = sync_outputs;
     int rc = 0;
     for (int i = 0; i < ni; i++) {
-        inputs[i] = p->slots[pn->input_slots[i]];
+        inputs[i] = r->slots[pn->input_slots[i]];
         PSG_ASSERT(inputs[i]);
         moved[i] = NULL;
         if (inputs[i]->buf->device != pn->device && inputs[i]->dtype != PSG_DT_RESOURCE) {
@@ -404,7 +537,7 @@ static int execute_node(run_t *r, plan_node_t *pn) {
         free(a);
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     }
-    store_outputs(p, pn, outputs);
+    store_outputs(r, pn, outputs);
     if (r->on_node) r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
     return 0;
 }
@@ -414,6 +547,120 @@ static int execute_node(run_t *r, plan_node_t *pn) {
  * tensor this failed node will never send. */
 static void abort_step(run_t *r) {
     if (r->rendezvous) psg_rendezvous_abort_step(r->rendezvous, r->step_id, psg_error_message());
+}
+
+/* ---- ordered runs ---- */
+
+bool psg_plan_can_overlap(const psg_plan_t *p) { return p->can_overlap; }
+
+psg_run_order_t *psg_run_order_new(const psg_plan_t *p) {
+    if (!p->can_overlap) {
+        psg_error_set("the plan's runs cannot overlap: a stateful node outside every resource group");
+        return NULL;
+    }
+    psg_run_order_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    o->p = p;
+    pthread_mutex_init(&o->lock, NULL);
+    return o;
+}
+
+void psg_run_order_destroy(psg_run_order_t **op) {
+    if (!op || !*op) return;
+    psg_run_order_t *o = *op;
+    *op = NULL;
+    PSG_ASSERT(o->tickets == 0);
+    pthread_mutex_destroy(&o->lock);
+    free(o);
+}
+
+psg_run_ticket_t *psg_run_order_take(psg_run_order_t *o) {
+    int ng = o->p->num_groups;
+    psg_run_ticket_t *t = calloc(1, sizeof *t);
+    if (t) {
+        t->group_left = malloc(sizeof(int) * (size_t)(ng + 1));
+        t->gate_closed = calloc((size_t)ng + 1, sizeof(bool));
+    }
+    if (!t || !t->group_left || !t->gate_closed) {
+        if (t) {
+            free(t->group_left);
+            free(t->gate_closed);
+        }
+        free(t);
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    t->order = o;
+    pthread_mutex_lock(&o->lock);
+    psg_run_ticket_t *prev = o->last;
+    for (int g = 0; g < ng; g++) {
+        t->group_left[g] = o->p->group_start[g + 1] - o->p->group_start[g];
+        t->gate_closed[g] = prev && prev->group_left[g] > 0;
+        t->closed += t->gate_closed[g];
+    }
+    t->prev = prev;
+    if (prev) prev->next = t;
+    o->last = t;
+    o->tickets++;
+    pthread_mutex_unlock(&o->lock);
+    return t;
+}
+
+/* With the order's lock: opens gate g of t, and makes the nodes it held back
+ * ready when t's run is under way. */
+static void open_gate(psg_run_ticket_t *t, int g) {
+    if (!t || !t->gate_closed[g]) return;
+    t->gate_closed[g] = false;
+    t->closed--;
+    run_t *r = t->run;
+    if (!r) return;
+    const psg_plan_t *p = t->order->p;
+    pthread_mutex_lock(&r->lock);
+    for (int i = p->group_start[g]; i < p->group_start[g + 1]; i++) {
+        int li = p->group_nodes[i];
+        if (atomic_fetch_sub(&r->pending[li], 1) == 1) r->ready[r->num_ready++] = li;
+    }
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Node li of r finished (or will never run): the next run may touch a group
+ * once all of this run's nodes of it are done. */
+static void groups_node_done(run_t *r, int li) {
+    const plan_node_t *pn = &r->p->nodes[li];
+    psg_run_ticket_t *t = r->ticket;
+    if (!t || !pn->num_groups) return;
+    pthread_mutex_lock(&t->order->lock);
+    for (int k = 0; k < pn->num_groups; k++)
+        if (--t->group_left[pn->groups[k]] == 0) open_gate(t->next, pn->groups[k]);
+    pthread_mutex_unlock(&t->order->lock);
+}
+
+void psg_run_ticket_release(psg_run_ticket_t **tp) {
+    if (!tp || !*tp) return;
+    psg_run_ticket_t *t = *tp;
+    *tp = NULL;
+    psg_run_order_t *o = t->order;
+    pthread_mutex_lock(&o->lock);
+    PSG_ASSERT(!t->run);
+    /* A run that failed or never ran holds nothing back any more; a run
+     * before it may still, and the run after then waits for that one. */
+    psg_run_ticket_t *prev = t->prev, *next = t->next;
+    for (int g = 0; g < o->p->num_groups; g++) {
+        t->group_left[g] = 0;
+        if (!(prev && prev->group_left[g] > 0)) open_gate(next, g);
+    }
+    if (prev) prev->next = next;
+    if (next) next->prev = prev;
+    if (o->last == t) o->last = prev;
+    o->tickets--;
+    pthread_mutex_unlock(&o->lock);
+    free(t->group_left);
+    free(t->gate_closed);
+    free(t);
 }
 
 /* Called with r->lock held once node li has finished: records the error, or
@@ -429,7 +676,7 @@ static void node_finished(run_t *r, int li, int rc) {
         plan_node_t *pn = &p->nodes[li];
         for (int k = 0; k < pn->num_consumers; k++) {
             int c = pn->consumers[k];
-            if (atomic_fetch_sub(&p->pending[c], 1) == 1) r->ready[r->num_ready++] = c;
+            if (atomic_fetch_sub(&r->pending[c], 1) == 1) r->ready[r->num_ready++] = c;
         }
     }
     pthread_cond_broadcast(&r->changed);
@@ -453,10 +700,11 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
         psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
         abort_step(r);
     } else {
-        store_outputs(r->p, pn, a->outputs);
+        store_outputs(r, pn, a->outputs);
         if (r->on_node)
             r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns());
     }
+    groups_node_done(r, a->li);
     pthread_mutex_lock(&r->lock);
     node_finished(r, a->li, rc);
     /* r may be gone as soon as the lock is released */
@@ -499,6 +747,7 @@ static void run_loop(run_t *r) {
 
         int rc = execute_node(r, &p->nodes[li]);
         if (rc < 0) abort_step(r);
+        if (rc != 1) groups_node_done(r, li);
 
         pthread_mutex_lock(&r->lock);
         if (rc != 1) node_finished(r, li, rc);
@@ -533,25 +782,47 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
                                  psg_shape_str(&n->out_shapes[o], b, sizeof b));
         }
     }
-    for (int s = 0; s < p->num_slots; s++) {
-        p->slots[s] = NULL;
-        atomic_init(&p->uses_left[s], p->slot_uses[s]);
+    run_t r = {.p = p, .pool = pool, .rm = env->rm, .step_id = env->step_id,
+               .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx,
+               .ticket = env->ticket};
+    PSG_ASSERT(!r.ticket || r.ticket->order->p == p);
+    r.slots = calloc((size_t)p->num_slots + 1, sizeof *r.slots);
+    r.uses_left = malloc(sizeof *r.uses_left * (size_t)(p->num_slots + 1));
+    r.pending = malloc(sizeof *r.pending * (size_t)(p->num_nodes + 1));
+    r.ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
+    if (!r.slots || !r.uses_left || !r.pending || !r.ready) {
+        free(r.slots);
+        free(r.uses_left);
+        free(r.pending);
+        free(r.ready);
+        return psg_error_set("out of memory");
     }
+    for (int s = 0; s < p->num_slots; s++) atomic_init(&r.uses_left[s], p->slot_uses[s]);
     for (int i = 0; i < p->n_feeds; i++) {
         int s = p->feed_slots[i];
-        if (s >= 0 && p->slot_uses[s] && !p->slots[s]) p->slots[s] = psg_tensor_ref(feed_values[i]);
+        if (s >= 0 && p->slot_uses[s] && !r.slots[s]) r.slots[s] = psg_tensor_ref(feed_values[i]);
     }
-    for (int li = 0; li < p->num_nodes; li++) atomic_init(&p->pending[li], p->nodes[li].num_deps);
-
-    run_t r = {.p = p, .pool = pool, .rm = env->rm, .step_id = env->step_id,
-               .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx};
+    for (int li = 0; li < p->num_nodes; li++) atomic_init(&r.pending[li], p->nodes[li].num_deps);
     pthread_mutex_init(&r.lock, NULL);
     pthread_cond_init(&r.changed, NULL);
-    r.ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
-    PSG_ASSERT(r.ready);
-    for (int i = p->num_initial_ready - 1; i >= 0; i--) r.ready[r.num_ready++] = p->initial_ready[i];
     r.remaining = p->num_exec;
     r.max_threads = psg_threadpool_size(pool);
+
+    /* The gates still closed hold their groups' nodes back; from here on the
+     * run before opens them (open_gate), under the order's lock. */
+    psg_run_order_t *order = r.ticket ? r.ticket->order : NULL;
+    if (order) {
+        pthread_mutex_lock(&order->lock);
+        for (int g = 0; g < p->num_groups; g++) {
+            if (!r.ticket->gate_closed[g]) continue;
+            for (int i = p->group_start[g]; i < p->group_start[g + 1]; i++)
+                atomic_fetch_add(&r.pending[p->group_nodes[i]], 1);
+        }
+        r.ticket->run = &r;
+    }
+    for (int i = p->num_initial_ready - 1; i >= 0; i--)
+        if (atomic_load(&r.pending[p->initial_ready[i]]) == 0) r.ready[r.num_ready++] = p->initial_ready[i];
+    if (order) pthread_mutex_unlock(&order->lock);
 
     pthread_mutex_lock(&r.lock);
     for (;;) {
@@ -561,10 +832,17 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
             pthread_mutex_lock(&r.lock);
             continue;
         }
-        if ((r.remaining == 0 || r.failed || r.running == 0) && r.helpers == 0 && r.running == 0) break;
+        if (r.running == 0 && r.helpers == 0 &&
+            (r.remaining == 0 || r.failed || !order || !r.ticket->closed))
+            break;
         pthread_cond_wait(&r.changed, &r.lock);
     }
     pthread_mutex_unlock(&r.lock);
+    if (order) {
+        pthread_mutex_lock(&order->lock);
+        r.ticket->run = NULL;
+        pthread_mutex_unlock(&order->lock);
+    }
     int rc = 0;
     if (r.failed) {
         rc = psg_error_set("%s", r.error);
@@ -573,12 +851,15 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     } else {
         /* fetches come back in host memory, as every caller reads them there */
         for (int i = 0; i < p->n_fetches && rc == 0; i++) {
-            fetched[i] = psg_tensor_to_host(p->slots[p->fetch_slots[i]]);
+            fetched[i] = psg_tensor_to_host(r.slots[p->fetch_slots[i]]);
             if (!fetched[i]) rc = psg_error_wrap("fetch %d", i);
         }
         for (int i = 0; rc < 0 && i < p->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
     }
-    for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&p->slots[s]);
+    for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&r.slots[s]);
+    free(r.slots);
+    free(r.uses_left);
+    free(r.pending);
     free(r.ready);
     pthread_mutex_destroy(&r.lock);
     pthread_cond_destroy(&r.changed);

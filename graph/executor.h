@@ -25,13 +25,42 @@ void psg_plan_destroy(psg_plan_t **p);
 /* Number of nodes the plan executes (fed nodes excluded). */
 int psg_plan_num_nodes(const psg_plan_t *p);
 
-/* Runs the plan once. Not reentrant: one run of a plan at a time. fetched[i]
+/* Runs the plan once. Runs of one plan may overlap only with tickets
+ * (psg_run_env_t.ticket); without, one at a time. fetched[i]
  * gets a new reference (the caller owns it). On failure returns -1 with the
  * error "node 'name' (Op): why", no fetched tensors, and no leaked buffers. */
 int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, int64_t step_id,
                  psg_tensor_t *const *feed_values, psg_tensor_t **fetched);
 
 struct psg_rendezvous;
+
+/* Overlapping runs of one plan, ordered per resource. A run of a plan whose
+ * state lives only in resources (variables, accumulators, queues: every
+ * stateful node a handle op, a Send or Recv, or a synchronous user of
+ * handles) may start before the run before it ended: each of its nodes that
+ * touches a resource waits until every node of the run before that touches
+ * the same resource is done. So each resource sees the runs one after the
+ * other, in the order their tickets were taken, while a run's first reads
+ * need not wait for the last run's every update (docs/executor.md). */
+typedef struct psg_run_order psg_run_order_t;
+typedef struct psg_run_ticket psg_run_ticket_t;
+
+/* Whether the plan's runs can overlap (see above). */
+bool psg_plan_can_overlap(const psg_plan_t *p);
+
+/* The order of p's runs; fails when p cannot overlap. p must outlive it,
+ * and every ticket must be released before it is destroyed. */
+psg_run_order_t *psg_run_order_new(const psg_plan_t *p);
+void psg_run_order_destroy(psg_run_order_t **o);
+
+/* A place in the order, taken when a run is asked for (the order of the
+ * tickets is the order in which each resource sees the runs). NULL with the
+ * error when out of memory. */
+psg_run_ticket_t *psg_run_order_take(psg_run_order_t *o);
+
+/* After the run with the ticket ended, or instead of it: the runs after it
+ * wait no more for it. */
+void psg_run_ticket_release(psg_run_ticket_t **t);
 
 /* Where a run happens: what psg_plan_run takes, and the rendezvous that
  * the Send/Recv kernels of a partition use (NULL: none; they then fail). */
@@ -44,6 +73,9 @@ typedef struct {
      * executed node, after it finished, with its start and end times. */
     psg_node_timing_fn on_node;
     void *on_node_ctx;
+    /* Optional, NULL: the caller runs the plan once at a time. Else a ticket
+     * of the plan's order, which the caller releases after the run. */
+    psg_run_ticket_t *ticket;
 } psg_run_env_t;
 
 /* As psg_plan_run, in env. When a node fails and env->rendezvous is set,

@@ -49,8 +49,18 @@ static bool valid_job_name(const char *s) {
     return true;
 }
 
-/* "host:port", "[v6]:port": a non-empty host without spaces, a port in 1..65535. */
+/* A Unix socket path fits sockaddr_un's 108 bytes with its NUL. */
+#define MAX_IPC_PATH 107
+
+/* "host:port", "[v6]:port": a non-empty host without spaces, a port in 1..65535; or
+ * "ipc://path" for tasks of one host (a Unix domain socket: no TCP stack on the way). */
 static bool valid_address(const char *s) {
+    if (!strncmp(s, "ipc://", 6)) {
+        size_t n = strlen(s + 6);
+        for (const char *q = s + 6; *q; q++)
+            if (isspace((unsigned char)*q)) return false;
+        return n > 0 && n <= MAX_IPC_PATH;
+    }
     const char *colon = strrchr(s, ':');
     if (!colon || colon == s) return false;
     if (s[0] == '[' && colon[-1] != ']') return false;
@@ -86,7 +96,7 @@ static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
         if (!(dst->name = strdup(job->key))) return psg_error_set("out of memory");
         c->njobs++;
         if (job->type != PSG_JSON_ARRAY)
-            return psg_error_set("cluster.%s is %s, not a list of \"host:port\" addresses",
+            return psg_error_set("cluster.%s is %s, not a list of \"host:port\" or \"ipc://path\" addresses",
                                  job->key, psg_json_type_name(job->type));
         if (job->count == 0) return psg_error_set("cluster.%s has no task", job->key);
         if (job->count > MAX_TASKS) return psg_error_set("cluster.%s has over %d tasks", job->key, MAX_TASKS);
@@ -96,10 +106,11 @@ static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
         for (int t = 0; t < job->count; t++) {
             const psg_json_t *a = job->items[t];
             if (a->type != PSG_JSON_STRING)
-                return psg_error_set("cluster.%s[%d] is %s, not a \"host:port\" string", job->key, t,
+                return psg_error_set("cluster.%s[%d] is %s, not a \"host:port\" or \"ipc://path\" string", job->key, t,
                                      psg_json_type_name(a->type));
             if (!valid_address(a->string))
-                return psg_error_set("cluster.%s[%d] = \"%.100s\" is not host:port (port 1-65535)",
+                return psg_error_set("cluster.%s[%d] = \"%.100s\" is not host:port (port 1-65535) "
+                                     "or ipc://path (at most 107 bytes, no spaces)",
                                      job->key, t, a->string);
             for (int pj = 0; pj <= j; pj++) {
                 const job_t *other = &c->jobs[pj];

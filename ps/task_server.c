@@ -41,7 +41,11 @@ typedef struct {
     bool dead; /* deregistered: kept until the server goes, a runner may still hold it */
     psg_graph_t *g;
     psg_plan_t *plan;
-    pthread_mutex_t run_lock; /* a plan runs one step at a time */
+    /* Steps of a plan whose state is all in resources overlap, each resource
+     * seeing them in the order they came (order); others run one at a time
+     * (run_lock). */
+    psg_run_order_t *order;
+    pthread_mutex_t run_lock;
     int n_feeds, n_fetches;
     int n_pulls;
     pull_spec_t *pulls;
@@ -53,6 +57,7 @@ typedef struct {
 typedef struct job {
     psg_msg_t *req;
     reg_graph_t *rg;
+    psg_run_ticket_t *ticket; /* taken as the request came, when rg->order */
     struct job *next;
 } job_t;
 
@@ -113,6 +118,7 @@ struct psg_task_server {
 
 static void reg_graph_free(reg_graph_t *rg) {
     if (!rg) return;
+    psg_run_order_destroy(&rg->order);
     psg_plan_destroy(&rg->plan);
     psg_graph_destroy(&rg->g);
     for (int i = 0; i < rg->n_pulls; i++) free(rg->pulls[i].key);
@@ -209,6 +215,9 @@ int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t le
     rg->run_inline = psg_plan_num_nodes(rg->plan) <= INLINE_MAX_NODES;
     for (int i = 0; i < nn && rg->run_inline; i++)
         if (!strcmp(psg_node_op(psg_graph_node(rg->g, i)), "Recv")) rg->run_inline = false;
+    /* an inline step must never wait for the step before: the server thread runs it */
+    if (!rg->run_inline && psg_plan_can_overlap(rg->plan) && !(rg->order = psg_run_order_new(rg->plan)))
+        goto fail;
     pthread_mutex_lock(&ts->lock);
     if (ts->n_graphs == ts->cap_graphs) {
         int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
@@ -245,12 +254,16 @@ int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle) {
     return rg ? rg->n_fetches : -1;
 }
 
-static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, int n_feeds,
-                     psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
-    if (n_feeds != rg->n_feeds)
+/* Runs a step of rg: with the ticket taken when it was asked for when rg's
+ * steps overlap (released here), else alone. */
+static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
+                     int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
+    if (n_feeds != rg->n_feeds) {
+        psg_run_ticket_release(&ticket);
         return psg_error_set("task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
                              ts->task, rg->handle, n_feeds, rg->n_feeds);
-    pthread_mutex_lock(&rg->run_lock);
+    }
+    if (!ticket) pthread_mutex_lock(&rg->run_lock);
     int rc = 0;
     for (int i = 0; i < rg->n_pulls && rc == 0; i++)
         rc = psg_remote_rv_pull(ts->remote, rg->pulls[i].task, rg->pulls[i].address, step,
@@ -258,14 +271,18 @@ static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, int n
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
-        psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv};
+        psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv,
+                             .ticket = ticket};
         pthread_mutex_lock(&ts->lock);
         env.on_node = ts->on_node;
         env.on_node_ctx = ts->on_node_ctx;
         pthread_mutex_unlock(&ts->lock);
         rc = psg_plan_run_with(rg->plan, &env, feeds, fetched);
     }
-    pthread_mutex_unlock(&rg->run_lock);
+    if (ticket)
+        psg_run_ticket_release(&ticket);
+    else
+        pthread_mutex_unlock(&rg->run_lock);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
         return psg_error_wrap("task %s", ts->task);
@@ -278,7 +295,9 @@ int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, in
     reg_graph_t *rg = find_graph(ts, handle);
     if (!rg)
         return psg_error_set("task %s: unknown graph handle %" PRIu64, ts->task, handle);
-    return run_graph(ts, rg, step, n_feeds, feeds, fetched);
+    psg_run_ticket_t *ticket = NULL;
+    if (rg->order && !(ticket = psg_run_order_take(rg->order))) return psg_error_wrap("task %s", ts->task);
+    return run_graph(ts, rg, ticket, step, n_feeds, feeds, fetched);
 }
 
 void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step) {
@@ -500,6 +519,11 @@ static void handle_run(psg_task_server_t *ts, psg_msg_t **reqp) {
     }
     j->req = req;
     j->rg = rg;
+    if (rg->order && !(j->ticket = psg_run_order_take(rg->order))) {
+        reply_error(ts, req, "out of memory");
+        free(j);
+        return;
+    }
     *reqp = NULL;
     if (rg->run_inline && pthread_mutex_trylock(&rg->run_lock) == 0) {
         /* run_job takes the lock itself: hand it over by releasing it just before */
@@ -522,8 +546,9 @@ static void run_job(psg_task_server_t *ts, job_t *j) {
     reg_graph_t *rg = j->rg;
     psg_tensor_t **fetched = calloc((size_t)rg->n_fetches + 1, sizeof *fetched);
     if (!fetched) {
+        psg_run_ticket_release(&j->ticket);
         reply_error(ts, req, "out of memory");
-    } else if (run_graph(ts, rg, req->step, req->ntensors, req->tensors, fetched) < 0) {
+    } else if (run_graph(ts, rg, j->ticket, req->step, req->ntensors, req->tensors, fetched) < 0) {
         psg_server_reply_error(ts->server, req, "%s", psg_error_message());
     } else {
         psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
@@ -903,6 +928,7 @@ static void stop_runners(psg_task_server_t *ts) {
         job_t *j = ts->jq_head;
         ts->jq_head = j->next;
         reply_error(ts, j->req, "the server is stopping");
+        psg_run_ticket_release(&j->ticket);
         psg_msg_destroy(&j->req);
         free(j);
     }
@@ -970,10 +996,10 @@ static void *server_main(void *arg) {
 }
 
 /* Where to bind a task's address "host:port": an IP or localhost as given, a host name on
- * every interface (ZeroMQ binds interfaces, not names). */
+ * every interface (ZeroMQ binds interfaces, not names); "ipc://path" as given. */
 static void bind_address(const char *addr, char *out, size_t size) {
     const char *colon = strrchr(addr, ':');
-    if (!colon) {
+    if (!colon || !strncmp(addr, "ipc://", 6)) {
         snprintf(out, size, "%s", addr);
         return;
     }

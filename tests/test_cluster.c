@@ -64,6 +64,13 @@ static void test_good(void) {
     CHECK(c == NULL);
     psg_cluster_destroy(&c);
 
+    /* Tasks of one host on Unix domain sockets. */
+    c = psg_cluster_parse("{\"cluster\":{\"ps\":[\"ipc:///tmp/psg/ps0\"],\"worker\":[\"h:1\"]},"
+                          "\"task\":{\"type\":\"ps\",\"index\":0}}", NULL);
+    CHECK(c && strcmp(psg_cluster_address(c, "ps", 0), "ipc:///tmp/psg/ps0") == 0 &&
+          strcmp(psg_cluster_task(c).address, "ipc:///tmp/psg/ps0") == 0);
+    psg_cluster_destroy(&c);
+
     /* No task: allowed (a launcher reads the spec before choosing). */
     c = psg_cluster_parse("{\"cluster\":{\"ps\":[\"h:1\"]}}", NULL);
     CHECK(c && psg_cluster_task(c).job == NULL && psg_cluster_task(c).index == -1);
@@ -92,12 +99,19 @@ static void test_errors(void) {
     expect_error("{\"cluster\": [\"h:1\"]}", "\"cluster\" is an array, not an object of jobs");
     expect_error("{\"cluster\": {\"ps\": \"h:1\"}}", "cluster.ps is a string, not a list");
     expect_error("{\"cluster\": {\"ps\": []}}", "cluster.ps has no task");
-    expect_error("{\"cluster\": {\"ps\": [2222]}}", "cluster.ps[0] is a number, not a \"host:port\" string");
+    expect_error("{\"cluster\": {\"ps\": [2222]}}", "cluster.ps[0] is a number, not a \"host:port\" or \"ipc://path\" string");
     expect_error("{\"cluster\": {\"ps\": [\"h:1\", \"localhost\"]}}", "cluster.ps[1] = \"localhost\" is not host:port");
     expect_error("{\"cluster\": {\"ps\": [\"h:99999\"]}}", "cluster.ps[0] = \"h:99999\" is not host:port");
     expect_error("{\"cluster\": {\"ps\": [\"h:12x\"]}}", "is not host:port");
     expect_error("{\"cluster\": {\"ps\": [\":22\"]}}", "is not host:port");
     expect_error("{\"cluster\": {\"ps\": [\"a b:22\"]}}", "is not host:port");
+    expect_error("{\"cluster\": {\"ps\": [\"ipc://\"]}}", "cluster.ps[0] = \"ipc://\" is not host:port (port 1-65535) or ipc://path");
+    expect_error("{\"cluster\": {\"ps\": [\"ipc:///tmp/a b\"]}}", "or ipc://path (at most 107 bytes, no spaces)");
+    expect_error("{\"cluster\": {\"ps\": [\"ipc:///tmp/"
+                 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"]}}",
+                 "at most 107 bytes");
+    expect_error("{\"cluster\": {\"ps\": [\"ipc:///tmp/p\"], \"worker\": [\"ipc:///tmp/p\"]}}",
+                 "cluster.worker[0] = \"ipc:///tmp/p\" is also cluster.ps[0]: duplicate address");
     expect_error("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\", \"h:1\"]}}",
                  "cluster.worker[1] = \"h:1\" is also cluster.ps[0]: duplicate address");
     expect_error("{\"cluster\": {\"ps\": [\"h:1\", \"h:1\"]}}", "cluster.ps[1] = \"h:1\" is also cluster.ps[0]");

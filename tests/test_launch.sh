@@ -55,6 +55,29 @@ else
   fi
 fi
 
+# 1b. one host: Unix domain sockets by default, in a folder removed at the end; TCP on request
+out=$(timeout 120 "$psgraph" launch --ps 1 --workers 1 -- "$psgraph" train --model mlp --data synthetic \
+      --steps 5 --log-every 5 2>&1); rc=$?
+dir=$(grep -o 'ipc://[^"]*/ps0' <<<"$out" | head -1 | sed 's|^ipc://||; s|/ps0$||')
+if [ $rc = 0 ] && [ -n "$dir" ] && [ ! -e "$dir" ] && grep -q '^\[worker0\] {"event":"done"' <<<"$out"; then
+  ok "launch on Unix domain sockets (ipc://$dir/ps0), folder removed at the end"
+else
+  fail "launch over ipc (rc $rc, folder '$dir'): $(tail -15 <<<"$out")"
+fi
+out=$(timeout 120 "$psgraph" launch --transport tcp --ps 1 --workers 1 -- "$psgraph" train --model mlp \
+      --data synthetic --steps 5 --log-every 5 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q 'cluster {"ps": \["127.0.0.1:[0-9]*"\]' <<<"$out" && grep -q '^\[worker0\] {"event":"done"' <<<"$out"; then
+  ok "launch --transport tcp: $(grep -o 'cluster .*' <<<"$out" | head -1)"
+else
+  fail "launch --transport tcp (rc $rc): $(tail -15 <<<"$out")"
+fi
+out=$("$psgraph" launch --transport ipc --port-base 4000 --ps 1 --workers 1 -- true 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q "takes no --port-base" <<<"$out"; then
+  ok "--transport ipc with --port-base refused: $out"
+else
+  fail "--transport ipc --port-base: rc $rc: $out"
+fi
+
 # 2. a busy port is named before anything starts
 busy=$(free_port)
 "$psgraph" server --listen "tcp://127.0.0.1:$busy" --task-name /job:ps/task:0 >/dev/null 2>&1 &

@@ -620,6 +620,187 @@ static void test_rendezvous_destroy_fails_waiters(void) {
     CHECK(failed == 2);
 }
 
+/* ---- overlapping runs of one plan, ordered per resource ---- */
+
+#define PS_DEVICE "/job:ps/replica:0/task:0/device:CPU:0"
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+#define WORKER_DEVICE "/job:worker/replica:0/task:0/device:CPU:0"
+
+static void edge_attrs(psg_node_builder_t *b, const char *tensor, const char *from, const char *to) {
+    psg_node_attr_str(b, "tensor_name", tensor);
+    psg_node_attr_str(b, "send_device", from);
+    psg_node_attr_int(b, "send_device_incarnation", 0);
+    psg_node_attr_str(b, "recv_device", to);
+}
+
+static char *edge_key(const char *tensor, const char *from, const char *to, char *buf) {
+    return psg_rendezvous_key(from, 0, to, tensor, buf, PSG_RENDEZVOUS_KEY_MAX);
+}
+
+/* A ps partition as async training makes them: it sends variable w (read only) and
+ * v's value now, receives x and adds it to v after the read. */
+typedef struct {
+    psg_graph_t *g;
+    psg_plan_t *plan;
+    psg_resource_mgr_t *rm;
+    psg_rendezvous_t *rv;
+    psg_run_order_t *order;
+} ps_step_t;
+
+static void ps_step_init(ps_step_t *t) {
+    psg_shape_t scalar = psg_shape_scalar();
+    psg_graph_t *init = psg_graph_new();
+    int targets[2] = {psg_assign(init, "init_v", psg_var_handle(init, "v", PSG_DT_F32, &scalar),
+                                 psg_const_scalar(init, "zero", 0)),
+                      psg_assign(init, "init_w", psg_var_handle(init, "w", PSG_DT_F32, &scalar),
+                                 psg_const_scalar(init, "seven", 7))};
+    psg_plan_t *ip = psg_plan_new(init, 0, NULL, 0, NULL, 2, targets);
+    t->rm = psg_resource_mgr_new();
+    CHECK(ip && psg_plan_run(ip, NULL, t->rm, 0, NULL, NULL) == 0);
+    psg_plan_destroy(&ip);
+    psg_graph_destroy(&init);
+
+    psg_graph_t *g = t->g = psg_graph_new();
+    psg_endpoint_t hv = psg_var_handle(g, "v", PSG_DT_F32, &scalar);
+    psg_endpoint_t hw = psg_var_handle(g, "w", PSG_DT_F32, &scalar);
+    /* a copy: the read itself aliases the variable, which the update changes in place */
+    psg_endpoint_t v_now = psg_add(g, "v_now", psg_read_variable(g, "read_v", hv), psg_const_scalar(g, "z", 0));
+    psg_node_builder_t *b = psg_node_begin(g, "Send", "send_w");
+    psg_node_add_input(b, psg_read_variable(g, "read_w", hw));
+    edge_attrs(b, "w:0", PS_DEVICE, WORKER_DEVICE);
+    int send_w = psg_node_finish(b);
+    b = psg_node_begin(g, "Recv", "recv_x");
+    edge_attrs(b, "x:0", WORKER_DEVICE, PS_DEVICE);
+    psg_node_attr_dtype(b, "dtype", PSG_DT_F32);
+    psg_node_attr_shape(b, "shape", &scalar);
+    psg_endpoint_t x = psg_node_finish_ep(b);
+    b = psg_node_begin(g, "AssignAdd", "update_v");
+    psg_node_add_input(b, hv);
+    psg_node_add_input(b, x);
+    psg_node_add_control(b, v_now.node);
+    int update = psg_node_finish(b);
+    int step_targets[2] = {send_w, update};
+    t->plan = psg_plan_new(g, 0, NULL, 1, &v_now, 2, step_targets);
+    CHECK(t->plan && psg_plan_can_overlap(t->plan));
+    t->rv = psg_rendezvous_new(10000);
+    t->order = t->plan ? psg_run_order_new(t->plan) : NULL;
+    CHECK(t->order != NULL);
+}
+
+static void ps_step_free(ps_step_t *t) {
+    psg_run_order_destroy(&t->order);
+    psg_plan_destroy(&t->plan);
+    psg_graph_destroy(&t->g);
+    psg_rendezvous_destroy(&t->rv);
+    psg_resource_mgr_destroy(&t->rm);
+}
+
+/* Starts step `step` of t with ticket on a thread. */
+static void ps_step_start(ps_step_t *t, part_run_t *r, pthread_t *th, int64_t step, psg_run_ticket_t *ticket) {
+    memset(r, 0, sizeof *r);
+    r->plan = t->plan;
+    r->env = (psg_run_env_t){.rm = t->rm, .step_id = step, .rendezvous = t->rv, .ticket = ticket};
+    PSG_ASSERT(pthread_create(th, NULL, part_main, r) == 0);
+}
+
+static float ps_step_recv_w(ps_step_t *t, int64_t step) {
+    char key[PSG_RENDEZVOUS_KEY_MAX];
+    psg_tensor_t *w = NULL;
+    if (psg_rendezvous_recv(t->rv, step, edge_key("w:0", PS_DEVICE, WORKER_DEVICE, key), 5000, &w) < 0) return -1;
+    float v = psg_tensor_f32(w)[0];
+    psg_tensor_destroy(&w);
+    return v;
+}
+
+static void ps_step_send_x(ps_step_t *t, int64_t step, float x) {
+    char key[PSG_RENDEZVOUS_KEY_MAX];
+    psg_tensor_t *tx = psg_tensor_scalar_f32(x);
+    CHECK(psg_rendezvous_send(t->rv, step, edge_key("x:0", WORKER_DEVICE, PS_DEVICE, key), &tx) == 0);
+}
+
+static float ps_step_join(part_run_t *r, pthread_t th) {
+    pthread_join(th, NULL);
+    CHECK(r->rc == 0);
+    float v = r->fetched[0] ? psg_tensor_f32(r->fetched[0])[0] : -1;
+    psg_tensor_destroy(&r->fetched[0]);
+    return v;
+}
+
+static void test_overlapping_runs_keep_each_resource_in_order(void) {
+    ps_step_t t = {0};
+    ps_step_init(&t);
+    if (!t.order) {
+        ps_step_free(&t);
+        return;
+    }
+    part_run_t r1, r2;
+    pthread_t th1, th2;
+    psg_run_ticket_t *t1 = psg_run_order_take(t.order), *t2 = psg_run_order_take(t.order);
+    ps_step_start(&t, &r1, &th1, 1, t1);
+    ps_step_start(&t, &r2, &th2, 2, t2);
+    /* step 2 sends w while step 1 still waits for its x: the runs overlap */
+    CHECK(ps_step_recv_w(&t, 2) == 7);
+    CHECK(ps_step_recv_w(&t, 1) == 7);
+    /* step 2's x first: its read and update of v must still wait for step 1's update */
+    ps_step_send_x(&t, 2, 5);
+    sleep_ms(50);
+    ps_step_send_x(&t, 1, 3);
+    CHECK(ps_step_join(&r1, th1) == 0);
+    CHECK(ps_step_join(&r2, th2) == 3);
+    psg_run_ticket_release(&t1);
+    psg_run_ticket_release(&t2);
+    CHECK(t1 == NULL);
+
+    /* A ticket released without its run (a step that failed before it ran): the run after
+     * it still waits for the one before it. v is 8 now. */
+    psg_run_ticket_t *ta = psg_run_order_take(t.order), *tb = psg_run_order_take(t.order),
+                     *tc = psg_run_order_take(t.order);
+    ps_step_start(&t, &r1, &th1, 11, ta);
+    psg_run_ticket_release(&tb);
+    ps_step_start(&t, &r2, &th2, 13, tc);
+    CHECK(ps_step_recv_w(&t, 13) == 7);
+    ps_step_send_x(&t, 13, 100);
+    sleep_ms(50);
+    ps_step_send_x(&t, 11, 1);
+    CHECK(ps_step_join(&r1, th1) == 8);
+    CHECK(ps_step_join(&r2, th2) == 9);
+    CHECK(ps_step_recv_w(&t, 11) == 7);
+    psg_run_ticket_release(&ta);
+    psg_run_ticket_release(&tc);
+
+    /* A failed run opens its gates: the run after it goes on (v is 109 now). */
+    psg_run_ticket_t *td = psg_run_order_take(t.order), *te = psg_run_order_take(t.order);
+    ps_step_start(&t, &r1, &th1, 21, td);
+    ps_step_start(&t, &r2, &th2, 22, te);
+    ps_step_send_x(&t, 22, 1);
+    psg_rendezvous_abort_step(t.rv, 21, "test: the worker of step 21 is gone");
+    pthread_join(th1, NULL);
+    CHECK(r1.rc < 0 && strstr(r1.error, "the worker of step 21 is gone"));
+    psg_run_ticket_release(&td); /* as a task server does once the run returned */
+    CHECK(ps_step_join(&r2, th2) == 109);
+    psg_run_ticket_release(&te);
+    for (int64_t s = 1; s <= 22; s++) psg_rendezvous_cleanup_step(t.rv, s);
+    ps_step_free(&t);
+}
+
+static void test_runs_with_hidden_state_do_not_overlap(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t s4 = psg_shape_make(1, (int64_t[]){4});
+    psg_tensor_t *ones = psg_tensor_new(PSG_DT_F32, &s4);
+    for (int i = 0; i < 4; i++) psg_tensor_f32(ones)[i] = 1;
+    psg_endpoint_t drop = psg_dropout(g, "drop", psg_const(g, "ones", &ones), 0.5, 1);
+    psg_plan_t *p = psg_plan_new(g, 0, NULL, 1, &drop, 0, NULL);
+    CHECK(p && !psg_plan_can_overlap(p));
+    CHECK(p && psg_run_order_new(p) == NULL);
+    CHECK_ERROR_HAS("cannot overlap");
+    psg_plan_destroy(&p);
+    psg_graph_destroy(&g);
+}
+
 int main(void) {
     RUN_TEST(test_rendezvous);
     RUN_TEST(test_rendezvous_destroy_fails_waiters);
@@ -628,5 +809,7 @@ int main(void) {
     RUN_TEST(test_recv_timeout_names_the_key);
     RUN_TEST(test_failed_partition_aborts_the_step);
     RUN_TEST(test_partition_errors);
+    RUN_TEST(test_overlapping_runs_keep_each_resource_in_order);
+    RUN_TEST(test_runs_with_hidden_state_do_not_overlap);
     return psg_test_summary();
 }
