@@ -234,44 +234,52 @@ void psg_remote_rv_destroy(psg_remote_rv_t **rp) {
     free(r);
 }
 
-int psg_remote_rv_pull(psg_remote_rv_t *r, const char *task, const char *address, int64_t step,
-                       const char *key) {
-    char *k = strdup(key);
-    if (!k) return psg_error_set("out of memory");
-    pthread_mutex_lock(&r->lock);
-    int peer = -1;
-    for (int i = 0; i < r->npeers && peer < 0; i++)
-        if (!strcmp(r->peers[i].address, address)) peer = i;
-    if (peer < 0) {
-        /* the thread reads peers without the lock: grow only while it cannot be polling a
-         * stale array, i.e. make room for plenty at once and never move afterwards */
-        if (r->npeers == r->cap_peers) {
-            if (r->cap_peers) {
-                pthread_mutex_unlock(&r->lock);
-                free(k);
-                return psg_error_set("too many peer tasks (%d)", r->cap_peers);
-            }
-            r->cap_peers = 1024;
-            r->peers = calloc((size_t)r->cap_peers, sizeof *r->peers);
-            if (!r->peers) {
-                r->cap_peers = 0;
-                pthread_mutex_unlock(&r->lock);
-                free(k);
-                return psg_error_set("out of memory");
-            }
+/* Under lock: the index of the peer at address, added when new; -1 with the error set. */
+static int peer_of(psg_remote_rv_t *r, const char *task, const char *address) {
+    for (int i = 0; i < r->npeers; i++)
+        if (!strcmp(r->peers[i].address, address)) return i;
+    /* the thread reads peers without the lock: grow only while it cannot be polling a
+     * stale array, i.e. make room for plenty at once and never move afterwards */
+    if (r->npeers == r->cap_peers) {
+        if (r->cap_peers) return psg_error_set("too many peer tasks (%d)", r->cap_peers);
+        r->cap_peers = 1024;
+        r->peers = calloc((size_t)r->cap_peers, sizeof *r->peers);
+        if (!r->peers) {
+            r->cap_peers = 0;
+            return psg_error_set("out of memory");
         }
-        peer = r->npeers;
-        snprintf(r->peers[peer].task, sizeof r->peers[peer].task, "%s", task);
-        snprintf(r->peers[peer].address, sizeof r->peers[peer].address, "%s", address);
-        r->npeers++;
     }
-    int rc = r->stop ? psg_error_set("the Recv puller is stopped")
-                     : list_push(&r->queued, (pull_t){0, peer, step, k});
+    int peer = r->npeers++;
+    snprintf(r->peers[peer].task, sizeof r->peers[peer].task, "%s", task);
+    snprintf(r->peers[peer].address, sizeof r->peers[peer].address, "%s", address);
+    return peer;
+}
+
+int psg_remote_rv_pull(psg_remote_rv_t *r, int64_t step, int n, const psg_remote_pull_t *pulls) {
+    if (n <= 0) return 0;
+    char **keys = calloc((size_t)n, sizeof *keys);
+    for (int i = 0; keys && i < n; i++)
+        if (!(keys[i] = strdup(pulls[i].key))) {
+            for (int j = 0; j < i; j++) free(keys[j]);
+            free(keys);
+            keys = NULL;
+        }
+    if (!keys) return psg_error_set("out of memory");
+    pthread_mutex_lock(&r->lock);
+    int rc = r->stop ? psg_error_set("the Recv puller is stopped") : 0;
+    int queued = r->queued.n;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        int peer = peer_of(r, pulls[i].task, pulls[i].address);
+        rc = peer < 0 ? -1 : list_push(&r->queued, (pull_t){0, peer, step, keys[i]});
+    }
+    if (rc < 0) r->queued.n = queued; /* none of them, so the caller may fail the step cleanly */
     pthread_mutex_unlock(&r->lock);
     if (rc < 0) {
-        free(k);
+        for (int i = 0; i < n; i++) free(keys[i]);
+        free(keys);
         return -1;
     }
+    free(keys);
     wake(r);
     return 0;
 }

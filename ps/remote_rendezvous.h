@@ -5,6 +5,7 @@
 #ifndef PSGRAPH_PS_REMOTE_RENDEZVOUS_H
 #define PSGRAPH_PS_REMOTE_RENDEZVOUS_H
 
+#include "psgraph/device_name.h"
 #include "psgraph/rendezvous.h"
 #include "psgraph/wire.h"
 
@@ -19,12 +20,20 @@ psg_remote_rv_t *psg_remote_rv_new(psg_rendezvous_t *local, int timeout_ms);
 /* Stops and joins the thread, closes the sockets. NULL-safe. */
 void psg_remote_rv_destroy(psg_remote_rv_t **r);
 
-/* Asks the server at `address` ("host:port") of task `task` for (step, key). The tensor
- * is sent into the local rendezvous under (step, key); an error reply, or a peer that
- * cannot be reached, aborts the step there with a reason naming the task. Never blocks.
- * -1 with the error set on out of memory or a stopped puller. */
-int psg_remote_rv_pull(psg_remote_rv_t *r, const char *task, const char *address, int64_t step,
-                       const char *key);
+/* One tensor to pull: its key, and the task (its name and address) that sends it. */
+typedef struct {
+    char *key;
+    char task[PSG_DEVICE_NAME_MAX];
+    char address[256];
+} psg_remote_pull_t;
+
+/* Asks, for each of pulls[n], the server at `address` ("host:port" or "ipc://path") of
+ * task `task` for (step, key). Each tensor is sent into the local rendezvous under (step,
+ * key); an error reply, or a peer that cannot be reached, aborts the step there with a
+ * reason naming the task. Never blocks; the pulls are queued at once, with one wake-up of
+ * the puller (one at a time, the caller and the puller took turns at the lock for each).
+ * -1 with the error set on out of memory or a stopped puller (then none was queued). */
+int psg_remote_rv_pull(psg_remote_rv_t *r, int64_t step, int n, const psg_remote_pull_t *pulls);
 /* Forgets the pulls of a step (their late replies are dropped). */
 void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step);
 

@@ -31,12 +31,6 @@
 #define INLINE_MAX_NODES 16
 
 typedef struct {
-    char *key;
-    char task[PSG_DEVICE_NAME_MAX];
-    char address[256];
-} pull_spec_t;
-
-typedef struct {
     uint64_t handle;
     bool dead; /* deregistered: kept until the server goes, a runner may still hold it */
     psg_graph_t *g;
@@ -48,7 +42,7 @@ typedef struct {
     pthread_mutex_t run_lock;
     int n_feeds, n_fetches;
     int n_pulls;
-    pull_spec_t *pulls;
+    psg_remote_pull_t *pulls;
     int n_sends;
     char **send_keys;
     bool run_inline; /* no Recv and a few nodes: it cannot wait, the server thread runs it */
@@ -169,7 +163,7 @@ static int scan_sendrecv(psg_task_server_t *ts, reg_graph_t *rg) {
                                  psg_node_name(n), psg_node_get_str(n, "send_device", ""));
         const char *addr = psg_cluster_address(ts->cluster, src.job, src.task);
         if (!addr) return psg_error_wrap("node '%s' (Recv)", psg_node_name(n));
-        pull_spec_t *p = realloc(rg->pulls, (size_t)(rg->n_pulls + 1) * sizeof *p);
+        psg_remote_pull_t *p = realloc(rg->pulls, (size_t)(rg->n_pulls + 1) * sizeof *p);
         if (!p) return psg_error_set("out of memory");
         rg->pulls = p;
         p = &rg->pulls[rg->n_pulls];
@@ -265,9 +259,7 @@ static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *t
     }
     if (!ticket) pthread_mutex_lock(&rg->run_lock);
     int rc = 0;
-    for (int i = 0; i < rg->n_pulls && rc == 0; i++)
-        rc = psg_remote_rv_pull(ts->remote, rg->pulls[i].task, rg->pulls[i].address, step,
-                                rg->pulls[i].key);
+    rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
