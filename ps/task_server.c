@@ -29,6 +29,8 @@
 /* A partition without Recv and with at most this many nodes runs on the server thread:
  * it cannot wait, and two thread hand-offs cost more than it does (docs/distributed.md). */
 #define INLINE_MAX_NODES 16
+/* Steps of one graph whose pulls may be out before they run (a worker runs one ahead). */
+#define PREPARED_STEPS 4
 
 typedef struct {
     uint64_t handle;
@@ -46,6 +48,8 @@ typedef struct {
     int n_sends;
     char **send_keys;
     bool run_inline; /* no Recv and a few nodes: it cannot wait, the server thread runs it */
+    /* steps whose pulls psg_task_server_prepare sent (0: a free slot), under ts->lock */
+    int64_t prepared[PREPARED_STEPS];
 } reg_graph_t;
 
 typedef struct job {
@@ -248,6 +252,34 @@ int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle) {
     return rg ? rg->n_fetches : -1;
 }
 
+/* Whether step's pulls went out already (psg_task_server_prepare); forgets it. */
+static bool take_prepared(psg_task_server_t *ts, reg_graph_t *rg, int64_t step) {
+    bool found = false;
+    pthread_mutex_lock(&ts->lock);
+    for (int i = 0; i < PREPARED_STEPS && !found; i++)
+        if (rg->prepared[i] == step) rg->prepared[i] = 0, found = true;
+    pthread_mutex_unlock(&ts->lock);
+    return found;
+}
+
+int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step) {
+    reg_graph_t *rg = find_graph(ts, handle);
+    if (!rg) return psg_error_set("task %s: unknown graph handle %" PRIu64, ts->task, handle);
+    if (step == 0) return psg_error_set("task %s: step 0 cannot be prepared", ts->task);
+    pthread_mutex_lock(&ts->lock);
+    int slot = -1;
+    for (int i = 0; i < PREPARED_STEPS && slot < 0; i++)
+        if (rg->prepared[i] == 0) slot = i;
+    if (slot >= 0) rg->prepared[slot] = step;
+    pthread_mutex_unlock(&ts->lock);
+    if (slot < 0) return 0; /* all taken: the step's run pulls as usual */
+    if (psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls) < 0) {
+        take_prepared(ts, rg, step);
+        return psg_error_wrap("task %s", ts->task);
+    }
+    return 0;
+}
+
 /* Runs a step of rg: with the ticket taken when it was asked for when rg's
  * steps overlap (released here), else alone. */
 static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
@@ -259,7 +291,7 @@ static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *t
     }
     if (!ticket) pthread_mutex_lock(&rg->run_lock);
     int rc = 0;
-    rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
+    if (!take_prepared(ts, rg, step)) rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
@@ -293,6 +325,11 @@ int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, in
 }
 
 void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step) {
+    pthread_mutex_lock(&ts->lock);
+    for (int g = 0; g < ts->n_graphs; g++)
+        for (int i = 0; i < PREPARED_STEPS; i++)
+            if (ts->graphs[g]->prepared[i] == step) ts->graphs[g]->prepared[i] = 0;
+    pthread_mutex_unlock(&ts->lock);
     psg_remote_rv_cleanup_step(ts->remote, step);
     psg_rendezvous_cleanup_step(ts->rv, step);
 }

@@ -52,9 +52,12 @@ struct psg_dist_callable {
     part_run_t *runs; /* one per partition */
     int local;        /* the partition this process runs, or -1 */
     bool overlap;     /* psg_dist_callable_set_overlap, and no remote partition fetches */
+    bool ahead;       /* overlap, a local partition, and no remote partition takes feeds */
     /* cur: the step being run; open: an overlapped step whose remote partitions may
-     * still run (valid while the session's open callable is this one) */
-    step_reqs_t cur, open;
+     * still run (valid while the session's open callable is this one); next: the step
+     * after cur, asked for one ahead (valid while has_next) */
+    step_reqs_t cur, open, next;
+    bool has_next;
 };
 
 struct psg_dist_session {
@@ -153,9 +156,11 @@ static void callable_free(psg_dist_callable_t *c) {
     if (c->set) {
         reqs_clear(&c->cur, c->set->num_partitions);
         reqs_clear(&c->open, c->set->num_partitions);
+        reqs_clear(&c->next, c->set->num_partitions);
     }
     free(c->cur.reqs);
     free(c->open.reqs);
+    free(c->next.reqs);
     free(c->feeds);
     free(c->fetches);
     free(c->targets);
@@ -350,7 +355,8 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     c->runs = calloc((size_t)np + 1, sizeof *c->runs);
     c->cur.reqs = calloc((size_t)np + 1, sizeof *c->cur.reqs);
     c->open.reqs = calloc((size_t)np + 1, sizeof *c->open.reqs);
-    if (!c->runs || !c->cur.reqs || !c->open.reqs) {
+    c->next.reqs = calloc((size_t)np + 1, sizeof *c->next.reqs);
+    if (!c->runs || !c->cur.reqs || !c->open.reqs || !c->next.reqs) {
         psg_error_set("out of memory");
         goto fail;
     }
@@ -398,9 +404,9 @@ static void send_note(peer_t *peer, const char *op, int64_t step, const char *ke
 /* Files a reply of this callable into the open or the current step it answers; replies of
  * neither (earlier requests that timed out) are dropped. */
 static void file_reply(psg_dist_callable_t *c, int k, psg_msg_t *m) {
-    step_reqs_t *both[2] = {&c->cur, &c->open};
-    for (int i = 0; i < 2; i++) {
-        part_req_t *q = &both[i]->reqs[k];
+    step_reqs_t *all[3] = {&c->cur, &c->open, &c->next};
+    for (int i = 0; i < 3; i++) {
+        part_req_t *q = &all[i]->reqs[k];
         if (q->waiting && m->id == q->pending_id) {
             q->waiting = false;
             psg_msg_destroy(&q->reply);
@@ -499,32 +505,45 @@ static int close_open_step(psg_dist_callable_t *c) {
     return 0;
 }
 
+/* Calls off the step asked for ahead: the other tasks abort it (their Recvs stop waiting;
+ * nothing was updated, as no gradient of it was sent), their replies are read, and every
+ * task forgets it. */
+static void cancel_next(psg_dist_callable_t *c) {
+    if (!c->has_next) return;
+    c->has_next = false;
+    psg_dist_session_t *s = c->s;
+    char why[] = "the step asked for ahead was not run";
+    for (int k = 0; k < c->set->num_partitions; k++)
+        if (c->runs[k].peer >= 0 && !c->next.reqs[k].unreachable)
+            send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, c->next.step, why);
+    char err[2048] = "";
+    collect(c, &c->next, psg_codec_now_ms() + s->timeout_ms, NULL, err, sizeof err);
+    end_step(c, &c->next, why);
+}
+
 int psg_dist_session_drain(psg_dist_session_t *s) {
-    return s->open ? close_open_step(s->open) : 0;
+    if (!s->open) return 0;
+    cancel_next(s->open);
+    return close_open_step(s->open);
 }
 
 void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
-    bool remote_fetches = false;
-    for (int k = 0; k < c->set->num_partitions; k++)
+    bool remote_fetches = false, remote_feeds = false;
+    for (int k = 0; k < c->set->num_partitions; k++) {
         remote_fetches |= c->runs[k].peer >= 0 && c->set->partitions[k].num_fetches > 0;
+        remote_feeds |= c->runs[k].peer >= 0 && c->set->partitions[k].num_feeds > 0;
+    }
     c->overlap = on && !remote_fetches;
+    c->ahead = c->overlap && !remote_feeds && c->local >= 0;
 }
 
 bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) { return c->overlap; }
 
-int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_values,
-                          psg_tensor_t **fetched) {
+/* Sends step r's RunGraph to every remote partition; the first failure into err. */
+static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t *const *feed_values,
+                            char *err, size_t errsize) {
     psg_dist_session_t *s = c->s;
-    /* another callable's open step ends first: its updates come before this step */
-    if (s->open && s->open != c && psg_dist_session_drain(s) < 0) return -1;
-    int np = c->set->num_partitions;
-    step_reqs_t *r = &c->cur;
-    r->step = s->step_base | (++s->step_counter & 0x7fffffff);
-    int64_t step = r->step;
-    int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
-    char err[2048] = "";
-    for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
-    for (int k = 0; k < np && !err[0]; k++) {
+    for (int k = 0; k < c->set->num_partitions && !err[0]; k++) {
         part_run_t *run = &c->runs[k];
         if (run->peer < 0) continue;
         const psg_partition_t *p = &c->set->partitions[k];
@@ -534,15 +553,57 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         int rc = m && psg_msg_set_key(m, key) == 0 ? 0 : -1;
         for (int i = 0; rc == 0 && i < p->num_feeds; i++)
             rc = psg_msg_add_tensor(m, NULL, feed_values[p->feed_index[i]]);
-        if (m) m->step = step;
+        if (m) m->step = r->step;
         if (rc == 0) rc = psg_client_send(s->peers[run->peer].client, &m, &r->reqs[k].pending_id);
         psg_msg_destroy(&m);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
-            snprintf(err, sizeof err, "task %s: %s", s->peers[run->peer].task, psg_error_message());
+            snprintf(err, errsize, "task %s: %s", s->peers[run->peer].task, psg_error_message());
         else
             r->reqs[k].waiting = true;
     }
+}
+
+/* Asks for the step after cur now (RunGraph to the remote tasks, the local partition's
+ * pulls), before cur's local partition runs. A ps then starts it beside cur, and each of
+ * its variable reads waits only for cur's update of that variable (the task server orders
+ * each resource's steps), so the new values leave as soon as each is updated, while this
+ * worker still runs backprop, instead of after this step ended. The values read are the
+ * same as one step at a time. Only when no remote partition takes feeds (they are
+ * not known yet). A failure here only means the next step is asked for when it runs. */
+static void ask_ahead(psg_dist_callable_t *c) {
+    psg_dist_session_t *s = c->s;
+    step_reqs_t *r = &c->next;
+    r->step = s->step_base | (++s->step_counter & 0x7fffffff);
+    char err[2048] = "";
+    send_run_graphs(c, r, NULL, err, sizeof err);
+    c->has_next = true;
+    if (!err[0] && psg_task_server_prepare(s->server, c->runs[c->local].handle, r->step) < 0)
+        snprintf(err, sizeof err, "%s", psg_error_message());
+    if (err[0]) cancel_next(c);
+}
+
+int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_values,
+                          psg_tensor_t **fetched) {
+    psg_dist_session_t *s = c->s;
+    /* another callable's open step ends first: its updates come before this step */
+    if (s->open && s->open != c && psg_dist_session_drain(s) < 0) return -1;
+    int np = c->set->num_partitions;
+    step_reqs_t *r = &c->cur;
+    int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
+    char err[2048] = "";
+    for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
+    if (c->has_next) { /* asked for ahead by the last run: its RunGraphs and pulls are out */
+        step_reqs_t t = c->cur;
+        c->cur = c->next;
+        c->next = t;
+        c->has_next = false;
+    } else {
+        r->step = s->step_base | (++s->step_counter & 0x7fffffff);
+        send_run_graphs(c, r, feed_values, err, sizeof err);
+    }
+    int64_t step = r->step;
+    if (!err[0] && c->ahead) ask_ahead(c);
     if (!err[0] && c->local >= 0) {
         const psg_partition_t *p = &c->set->partitions[c->local];
         psg_tensor_t *lf[64], *lx[64];
@@ -562,6 +623,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         snprintf(err, sizeof err, "%s", psg_error_message()); /* "step N: ..." of the open one */
         err_names_step = true;
     }
+    if (err[0]) cancel_next(c);
     if (err[0]) /* tell the others now, so that they stop waiting for this step */
         for (int k = 0; k < np; k++)
             if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)

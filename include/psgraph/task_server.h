@@ -92,6 +92,11 @@ int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t le
  * references. Returns 0, or -1 with the error "task T: ..." (and the step aborted here). */
 int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
                         psg_tensor_t *const *feeds, psg_tensor_t **fetched);
+/* Asks now for the tensors the Recvs of graph `handle` need in step `step`, which
+ * psg_task_server_run then does not ask for again: a worker that knows its next step's id
+ * has them on their way while it still runs this one. -1 with the error set on an unknown
+ * handle or when the puller is stopped. psg_task_server_cleanup_step forgets them. */
+int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step);
 /* Calls fn(ctx, ...) after each node of every partition this server runs from now on (the
  * executor's timing hook; NULL: off). A step already running keeps the hook it started with. */
 void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx);
