@@ -614,11 +614,16 @@ psg_run_ticket_t *psg_run_order_take(psg_run_order_t *o) {
 static void open_gate(psg_run_ticket_t *t, int g) {
     if (!t || !t->gate_closed[g]) return;
     t->gate_closed[g] = false;
-    t->closed--;
     run_t *r = t->run;
-    if (!r) return;
+    if (!r) {
+        t->closed--;
+        return;
+    }
     const psg_plan_t *p = t->order->p;
+    /* the run's thread reads t->closed under its lock: it must not see the gate open
+     * before the nodes it held back are ready, or it would end the run without them */
     pthread_mutex_lock(&r->lock);
+    t->closed--;
     for (int i = p->group_start[g]; i < p->group_start[g + 1]; i++) {
         int li = p->group_nodes[i];
         if (atomic_fetch_sub(&r->pending[li], 1) == 1) r->ready[r->num_ready++] = li;
