@@ -44,7 +44,7 @@ static void train_usage(FILE *f) {
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
-            "                           shards, each its own variable (default: 262144 in a cluster,\n"
+            "                           shards, each its own variable (default: 524288 in a cluster,\n"
             "                           0, no shards, in one process)\n"
             "  --overlap on|off         async: the next step starts while the ps applies this one's\n"
             "                           gradients (default on; off: each step waits for its updates)\n"

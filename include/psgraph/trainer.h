@@ -26,7 +26,7 @@ typedef struct {
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     const char *precision; /* "f32" (NULL) | "mixed" (bf16) | "mixed-f16": precision.h */
-    /* fully connected weights above this many bytes are column shards (models.h); -1: 256 KiB
+    /* fully connected weights above this many bytes are column shards (models.h); -1: 512 KiB
      * in a cluster (each shard its own transfer and update), 0 in one process */
     int64_t dense_shard_bytes;
     FILE *out;             /* progress and the final JSON line */
@@ -52,9 +52,10 @@ typedef struct {
     int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
 } psg_train_config_t;
 
-/* A cluster worker's default dense_shard_bytes: 256 KiB, measured on the mlp with 1 ps + 1
- * worker (docs/distributed.md, "Sharded dense weights"). */
-#define PSG_TRAIN_CLUSTER_SHARD_BYTES ((int64_t)256 << 10)
+/* A cluster worker's default dense_shard_bytes: 512 KiB (the mlp's fc1 in 2 shards, the
+ * cnn's in 8), measured on the mlp with 1 ps + 1 worker against 128, 256 and 384 KiB and
+ * no shards (docs/distributed.md, "Sharded dense weights"). */
+#define PSG_TRAIN_CLUSTER_SHARD_BYTES ((int64_t)512 << 10)
 
 /* Fills c with the defaults of `psgraph train`. */
 void psg_train_config_defaults(psg_train_config_t *c);
