@@ -48,6 +48,7 @@ struct psg_plan {
     int num_groups;
     int *group_start, *group_nodes;
     bool can_overlap; /* every stateful node is a handle, Send, Recv or a user of a group */
+    bool host_only;   /* no node on a GPU: any thread may run its kernels */
 };
 
 /* ---- building a plan ---- */
@@ -210,6 +211,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         goto fail;
     }
     p->g = g;
+    p->host_only = true;
     for (int i = 0; i < total; i++) local_of[i] = -1;
     for (int i = 0; i < n_feeds; i++) {
         if (feeds[i].node < 0 || feeds[i].node >= total ||
@@ -287,6 +289,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             free(consumer_count);
             goto fail;
         }
+        if (pn->device != PSG_DEVICE_HOST) p->host_only = false;
         if (n->def->flags & PSG_OP_SOURCE_FEED) {
             psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
             free(consumer_count);
@@ -431,6 +434,7 @@ struct run {
     bool failed;
     char error[1024];
     psg_run_ticket_t *ticket; /* NULL: runs alone */
+    bool continued;           /* the thread that opened a gate runs what it released */
     /* the run's own state */
     psg_tensor_t **slots;
     atomic_int *pending;
@@ -609,6 +613,39 @@ psg_run_ticket_t *psg_run_order_take(psg_run_order_t *o) {
     return t;
 }
 
+/* Continuing: the thread that opens a gate of a run whose own thread is
+ * asleep (nothing of it executing) runs the nodes it released itself, once
+ * it let go of the order's lock, instead of waking that thread. On a ps that
+ * is a variable's read and Send for the worker's next step, right after this
+ * step's update of it: one wake-up less on the step's critical path. One
+ * level only: nodes run so never continue another run. */
+static _Thread_local run_t *continuation;
+static _Thread_local bool continuing;
+
+static void run_loop(run_t *r);
+
+/* Runs the run this thread took over in open_gate, until nothing of it is ready. */
+static void run_continuation(void) {
+    run_t *r = continuation;
+    if (!r) return;
+    continuation = NULL;
+    continuing = true;
+    for (;;) {
+        run_loop(r);
+        pthread_mutex_lock(&r->lock);
+        if (r->num_ready > 0 && !r->failed && r->remaining > 0) { /* made ready meanwhile */
+            pthread_mutex_unlock(&r->lock);
+            continue;
+        }
+        r->continued = false;
+        r->helpers--;
+        pthread_cond_broadcast(&r->changed);
+        pthread_mutex_unlock(&r->lock);
+        break;
+    }
+    continuing = false;
+}
+
 /* With the order's lock: opens gate g of t, and makes the nodes it held back
  * ready when t's run is under way. */
 static void open_gate(psg_run_ticket_t *t, int g) {
@@ -628,7 +665,14 @@ static void open_gate(psg_run_ticket_t *t, int g) {
         int li = p->group_nodes[i];
         if (atomic_fetch_sub(&r->pending[li], 1) == 1) r->ready[r->num_ready++] = li;
     }
-    pthread_cond_broadcast(&r->changed);
+    if (!continuing && !continuation && !r->continued && r->running == 0 && !r->failed &&
+        r->num_ready > 0 && r->p->host_only) {
+        r->continued = true;
+        r->helpers++; /* keeps r alive, and its thread waiting, until run_continuation */
+        continuation = r;
+    } else {
+        pthread_cond_broadcast(&r->changed);
+    }
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -642,6 +686,7 @@ static void groups_node_done(run_t *r, int li) {
     for (int k = 0; k < pn->num_groups; k++)
         if (--t->group_left[pn->groups[k]] == 0) open_gate(t->next, pn->groups[k]);
     pthread_mutex_unlock(&t->order->lock);
+    run_continuation();
 }
 
 void psg_run_ticket_release(psg_run_ticket_t **tp) {
@@ -666,6 +711,7 @@ void psg_run_ticket_release(psg_run_ticket_t **tp) {
     free(t->group_left);
     free(t->gate_closed);
     free(t);
+    run_continuation();
 }
 
 /* Called with r->lock held once node li has finished: records the error, or
@@ -717,7 +763,6 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
     free(a);
 }
 
-static void run_loop(run_t *r);
 
 static void helper_main(void *arg) {
     run_t *r = arg;
@@ -831,7 +876,7 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
 
     pthread_mutex_lock(&r.lock);
     for (;;) {
-        if (r.num_ready > 0 && !r.failed) {
+        if (r.num_ready > 0 && !r.failed && !r.continued) {
             pthread_mutex_unlock(&r.lock);
             run_loop(&r);
             pthread_mutex_lock(&r.lock);
