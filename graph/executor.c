@@ -395,7 +395,7 @@ int psg_plan_num_nodes(const psg_plan_t *p) { return p->num_exec; }
 
 typedef struct run run_t;
 
-/* Runs of one plan in arrival order (docs/executor.md, "Overlapping runs").
+/* Runs of one plan in arrival order (docs/engine.md, "Overlapping runs, ordered per resource").
  * Each run holds a ticket with a gate per resource group: closed while the
  * run before still has nodes of that group to finish. */
 struct psg_run_order {
@@ -763,7 +763,6 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
     free(a);
 }
 
-
 static void helper_main(void *arg) {
     run_t *r = arg;
     run_loop(r);
@@ -836,17 +835,15 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
                .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx,
                .ticket = env->ticket};
     PSG_ASSERT(!r.ticket || r.ticket->order->p == p);
-    r.slots = calloc((size_t)p->num_slots + 1, sizeof *r.slots);
-    r.uses_left = malloc(sizeof *r.uses_left * (size_t)(p->num_slots + 1));
-    r.pending = malloc(sizeof *r.pending * (size_t)(p->num_nodes + 1));
-    r.ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
-    if (!r.slots || !r.uses_left || !r.pending || !r.ready) {
-        free(r.slots);
-        free(r.uses_left);
-        free(r.pending);
-        free(r.ready);
-        return psg_error_set("out of memory");
-    }
+    /* the run's own state, in one block: slots first (pointers), then the counters */
+    size_t ns = (size_t)p->num_slots + 1, nn = (size_t)p->num_nodes + 1;
+    void *state = calloc(1, ns * sizeof *r.slots + ns * sizeof *r.uses_left + nn * sizeof *r.pending +
+                                nn * sizeof *r.ready);
+    if (!state) return psg_error_set("out of memory");
+    r.slots = state;
+    r.uses_left = (atomic_int *)(r.slots + ns);
+    r.pending = r.uses_left + ns;
+    r.ready = (int *)(r.pending + nn);
     for (int s = 0; s < p->num_slots; s++) atomic_init(&r.uses_left[s], p->slot_uses[s]);
     for (int i = 0; i < p->n_feeds; i++) {
         int s = p->feed_slots[i];
@@ -907,10 +904,7 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
         for (int i = 0; rc < 0 && i < p->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
     }
     for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&r.slots[s]);
-    free(r.slots);
-    free(r.uses_left);
-    free(r.pending);
-    free(r.ready);
+    free(state);
     pthread_mutex_destroy(&r.lock);
     pthread_cond_destroy(&r.changed);
     return rc;

@@ -41,7 +41,7 @@ struct psg_rendezvous;
  * touches a resource waits until every node of the run before that touches
  * the same resource is done. So each resource sees the runs one after the
  * other, in the order their tickets were taken, while a run's first reads
- * need not wait for the last run's every update (docs/executor.md). */
+ * need not wait for the last run's every update (docs/engine.md). */
 typedef struct psg_run_order psg_run_order_t;
 typedef struct psg_run_ticket psg_run_ticket_t;
 

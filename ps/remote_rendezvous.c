@@ -257,29 +257,20 @@ static int peer_of(psg_remote_rv_t *r, const char *task, const char *address) {
 
 int psg_remote_rv_pull(psg_remote_rv_t *r, int64_t step, int n, const psg_remote_pull_t *pulls) {
     if (n <= 0) return 0;
-    char **keys = calloc((size_t)n, sizeof *keys);
-    for (int i = 0; keys && i < n; i++)
-        if (!(keys[i] = strdup(pulls[i].key))) {
-            for (int j = 0; j < i; j++) free(keys[j]);
-            free(keys);
-            keys = NULL;
-        }
-    if (!keys) return psg_error_set("out of memory");
     pthread_mutex_lock(&r->lock);
     int rc = r->stop ? psg_error_set("the Recv puller is stopped") : 0;
     int queued = r->queued.n;
     for (int i = 0; rc == 0 && i < n; i++) {
         int peer = peer_of(r, pulls[i].task, pulls[i].address);
-        rc = peer < 0 ? -1 : list_push(&r->queued, (pull_t){0, peer, step, keys[i]});
+        char *key = peer < 0 ? NULL : strdup(pulls[i].key);
+        if (peer >= 0 && !key) psg_error_set("out of memory");
+        rc = key ? list_push(&r->queued, (pull_t){0, peer, step, key}) : -1;
+        if (rc < 0) free(key);
     }
-    if (rc < 0) r->queued.n = queued; /* none of them, so the caller may fail the step cleanly */
+    /* on a failure none of them stays queued, so the caller may fail the step cleanly */
+    while (rc < 0 && r->queued.n > queued) free(r->queued.v[--r->queued.n].key);
     pthread_mutex_unlock(&r->lock);
-    if (rc < 0) {
-        for (int i = 0; i < n; i++) free(keys[i]);
-        free(keys);
-        return -1;
-    }
-    free(keys);
+    if (rc < 0) return -1;
     wake(r);
     return 0;
 }

@@ -539,6 +539,18 @@ void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
 
 bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) { return c->overlap; }
 
+/* A fresh step id: the task in the high bits (step_base), so that workers sharing a ps never
+ * share one. */
+static int64_t new_step_id(psg_dist_session_t *s) {
+    return s->step_base | (++s->step_counter & 0x7fffffff);
+}
+
+static void swap_reqs(step_reqs_t *a, step_reqs_t *b) {
+    step_reqs_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
 /* Sends step r's RunGraph to every remote partition; the first failure into err. */
 static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t *const *feed_values,
                             char *err, size_t errsize) {
@@ -574,7 +586,7 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t
 static void ask_ahead(psg_dist_callable_t *c) {
     psg_dist_session_t *s = c->s;
     step_reqs_t *r = &c->next;
-    r->step = s->step_base | (++s->step_counter & 0x7fffffff);
+    r->step = new_step_id(s);
     char err[2048] = "";
     send_run_graphs(c, r, NULL, err, sizeof err);
     c->has_next = true;
@@ -594,12 +606,10 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     char err[2048] = "";
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
     if (c->has_next) { /* asked for ahead by the last run: its RunGraphs and pulls are out */
-        step_reqs_t t = c->cur;
-        c->cur = c->next;
-        c->next = t;
+        swap_reqs(&c->cur, &c->next);
         c->has_next = false;
     } else {
-        r->step = s->step_base | (++s->step_counter & 0x7fffffff);
+        r->step = new_step_id(s);
         send_run_graphs(c, r, feed_values, err, sizeof err);
     }
     int64_t step = r->step;
@@ -623,15 +633,14 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         snprintf(err, sizeof err, "%s", psg_error_message()); /* "step N: ..." of the open one */
         err_names_step = true;
     }
-    if (err[0]) cancel_next(c);
-    if (err[0]) /* tell the others now, so that they stop waiting for this step */
+    if (err[0]) { /* tell the others now, so that they stop waiting for this step */
+        cancel_next(c);
         for (int k = 0; k < np; k++)
             if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)
                 send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
+    }
     if (!err[0] && c->overlap) { /* leave it open: the next step starts now */
-        step_reqs_t t = c->open;
-        c->open = c->cur;
-        c->cur = t;
+        swap_reqs(&c->open, &c->cur);
         s->open = c;
         return 0;
     }
