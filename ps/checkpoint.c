@@ -4,6 +4,7 @@
  * interval: ps/checkpoint_dir.c) and not the transport between tasks. */
 #include "ps/checkpoint_internal.h"
 
+#include "core/checked.h"
 #include "net/json.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
@@ -488,15 +489,21 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
         uint64_t numel = 1;
         for (int d = 0; d < shp->count; d++) {
             uint64_t v;
-            if (!json_uint(shp->items[d], &v) || v > ((uint64_t)1 << 40) || (v && numel > UINT64_MAX / v)) {
+            if (!json_uint(shp->items[d], &v) || v > ((uint64_t)1 << 40) || psg_ckd_mul_u64(&numel, numel, v)) {
                 rc = psg_error_set("%s: tensor '%s': bad dimension %d", path, m->key, d);
                 break;
             }
             t.shape.dims[d] = (int64_t)v;
-            numel *= v;
         }
         if (rc < 0) break;
-        if (b > e || e > data_len || e - b != numel * psg_dtype_size(t.dtype)) {
+        /* numel * dtype size wrapped to 0 once ([2^40, 2^22] f32): checked, and then bound by the file */
+        uint64_t nbytes = 0;
+        if (psg_ckd_mul_u64(&nbytes, numel, psg_dtype_size(t.dtype)) || nbytes > INT64_MAX) {
+            rc = psg_error_set("%s: tensor '%s': shape of %" PRIu64 " elements overflows its byte size", path,
+                               m->key, numel);
+            break;
+        }
+        if (b > e || e > data_len || e - b != nbytes) {
             rc = psg_error_set("%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] do not match its "
                                "shape and the %" PRIu64 " data bytes", path, m->key, b, e, data_len);
             break;
@@ -524,9 +531,10 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
     psg_json_free(j);
     if (rc < 0) return -1;
     sh->num_tensors = (size_t)ck->num_tensors - sh->first_tensor;
-    /* file order, and the data covered exactly (safetensors' own rule) */
-    ck_tensor_t *ts = ck->tensors + sh->first_tensor;
-    qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
+    /* file order, and the data covered exactly (safetensors' own rule); a `{}` header has
+     * no tensors and maybe no array yet (NULL + 0 is undefined) */
+    ck_tensor_t *ts = sh->num_tensors ? ck->tensors + sh->first_tensor : NULL;
+    if (ts) qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
     const uint8_t *at = data;
     for (size_t i = 0; i < sh->num_tensors; i++) {
         if (ts[i].data != at)
