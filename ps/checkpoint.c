@@ -5,6 +5,7 @@
 #include "ps/checkpoint_internal.h"
 
 #include "core/checked.h"
+#include "core/strbuf.h"
 #include "net/json.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
@@ -61,64 +62,13 @@ void psg_ckpt_index_name(char *buf, size_t size, int64_t step) {
     snprintf(buf, size, "%s-%lld.index.json", PSG_CKPT_PREFIX, (long long)step);
 }
 
-/* ---- a growable string ---- */
+/* ---- a growable string: core/strbuf.h ---- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} sbuf_t;
-
-static void sb_add(sbuf_t *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-static void sb_str(sbuf_t *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) PSG_PRINTF(2, 3);
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-        b->oom = true;
-        return;
-    }
-    sb_add(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal of s. */
-static void sb_json_str(sbuf_t *b, const char *s) {
-    sb_add(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            sb_add(b, e, 2);
-        } else if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
-        } else {
-            sb_add(b, (const char *)&c, 1);
-        }
-    }
-    sb_add(b, "\"", 1);
-}
+typedef psg_strbuf_t sbuf_t;
+#define sb_add psg_strbuf_add
+#define sb_str psg_strbuf_str
+#define sb_printf psg_strbuf_printf
+#define sb_json_str psg_strbuf_json_str
 
 /* ---- file helpers ---- */
 
