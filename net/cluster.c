@@ -3,8 +3,8 @@
  * Not the JSON reader (net/json.c) nor anything that opens a socket. */
 #include "psgraph/cluster.h"
 
+#include "core/json.h"
 #include "core/strmap.h"
-#include "net/json.h"
 #include "psgraph/error.h"
 
 #include <ctype.h>

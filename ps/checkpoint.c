@@ -5,8 +5,8 @@
 #include "ps/checkpoint_internal.h"
 
 #include "core/checked.h"
+#include "core/json.h"
 #include "core/strbuf.h"
-#include "net/json.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 

@@ -6,7 +6,7 @@
 #include "ps/task_server_internal.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -5,7 +5,7 @@
  * requests in task_admin.c; the wire (net/) checks every frame before this file sees it. */
 #include "ps/task_server_internal.h"
 
-#include "ps/timer.h"
+#include "ops/state/timer.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
 

@@ -5,7 +5,7 @@
 #ifndef PSGRAPH_PS_TASK_SERVER_INTERNAL_H
 #define PSGRAPH_PS_TASK_SERVER_INTERNAL_H
 
-#include "graph/executor.h"
+#include "runtime/executor.h"
 #include "net/codec.h"
 #include "ps/protocol.h"
 #include "ps/remote_rendezvous.h"

@@ -3,7 +3,7 @@
  * checks that use the map (JSON keys, cluster addresses). Issue 20's findings 2 and 6. */
 #include "core/checked.h"
 #include "core/strmap.h"
-#include "net/json.h"
+#include "core/json.h"
 #include "ops/cpu/nn.h"
 #include "testutil.h"
 

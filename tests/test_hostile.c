@@ -3,8 +3,8 @@
  * server keeps answering others; then a replay of mutated requests captured from a short
  * training run, with the server's memory checked loosely; SIGTERM ends it. Requests are
  * built through the protocol table (ps/protocol.h), as a worker builds them. */
+#include "ops/state/sync_resources.h"
 #include "ps/protocol.h"
-#include "psgraph/msgpack_check.h"
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -72,7 +72,7 @@ static psg_msg_t *call(const psg_req_t *r, int timeout_ms) {
 
 static bool alive(void) {
     psg_req_t r = {.type = PSG_REQ_INSPECT};
-    psg_msg_t *m = call(&r, 3000);
+    psg_msg_t *m = call(&r, 10000);
     bool ok = m && m->body && strstr((const char *)m->body->data, "\"task\"");
     psg_msg_destroy(&m);
     return ok;
@@ -80,7 +80,7 @@ static bool alive(void) {
 
 /* The call fails with `code` and a message containing `want`, and the server still serves. */
 static void expect_error(const psg_req_t *r, psg_err_code_t code, const char *want) {
-    psg_msg_t *m = call(r, 5000);
+    psg_msg_t *m = call(r, 20000);
     CHECK(m == NULL);
     CHECK_ERROR_HAS(want);
     if (psg_error_code() != code)
@@ -104,7 +104,7 @@ static psg_req_t register_req(psg_graph_t *g, int fetch, char **bytes) {
 static uint64_t register_graph(psg_graph_t *g, int fetch) {
     char *bytes = NULL;
     psg_req_t r = register_req(g, fetch, &bytes);
-    psg_msg_t *m = call(&r, 5000);
+    psg_msg_t *m = call(&r, 20000);
     psg_rep_t rep;
     uint64_t h = m && psg_rep_decode(m, PSG_REQ_REGISTER_GRAPH, &rep) == 0 ? rep.u.handle : 0;
     psg_msg_destroy(&m);
@@ -170,7 +170,7 @@ static void test_pending_limit(void) {
     psg_client_destroy(&c);
     for (int i = 0; i < 6; i++) {
         psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = h[i]};
-        psg_msg_t *m = call(&d, 5000);
+        psg_msg_t *m = call(&d, 20000);
         CHECK(m != NULL);
         psg_msg_destroy(&m);
     }
@@ -188,11 +188,11 @@ static void test_graphs_freed_and_bounded(void) {
     psg_client_t *c = connect_peer();
     int ok = 0;
     for (int i = 0; i < 150; i++) {
-        psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c, &m, 5000);
+        psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c, &m, 20000);
         psg_rep_t rr;
         if (rep && psg_rep_decode(rep, PSG_REQ_REGISTER_GRAPH, &rr) == 0) {
             psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = rr.u.handle};
-            psg_msg_t *dm = psg_req_encode(&d), *drep = psg_client_call(c, &dm, 5000);
+            psg_msg_t *dm = psg_req_encode(&d), *drep = psg_client_call(c, &dm, 20000);
             ok += drep != NULL;
             psg_msg_destroy(&drep);
         }
@@ -205,20 +205,20 @@ static void test_graphs_freed_and_bounded(void) {
     /* without deregistering: the 9th is refused, naming the limit */
     uint64_t kept[8];
     for (int i = 0; i < 8; i++) {
-        psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c, &m, 5000);
+        psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c, &m, 20000);
         psg_rep_t rr;
         CHECK(rep && psg_rep_decode(rep, PSG_REQ_REGISTER_GRAPH, &rr) == 0);
         kept[i] = rep ? rr.u.handle : 0;
         psg_msg_destroy(&rep);
     }
-    psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c, &m, 5000);
+    psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c, &m, 20000);
     CHECK(!rep && psg_error_code() == PSG_ERR_LIMIT);
     CHECK_ERROR_HAS("has 8 graphs registered (the limit is 8 per peer)");
     psg_msg_destroy(&rep);
     CHECK(alive()); /* another peer is still served */
     for (int i = 0; i < 8; i++) {
         psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = kept[i]};
-        psg_msg_t *dm = psg_req_encode(&d), *drep = psg_client_call(c, &dm, 5000);
+        psg_msg_t *dm = psg_req_encode(&d), *drep = psg_client_call(c, &dm, 20000);
         CHECK(drep != NULL);
         psg_msg_destroy(&drep);
     }
@@ -276,16 +276,29 @@ static void test_waiters(void) {
         psg_msg_set_body(m, names, (size_t)4 << 20); /* ignored by WaitDone, once kept */
         CHECK(psg_client_send(c, &m, NULL) == 0);
     }
-    int limited = 0;
+    /* an Inspect behind them on the same connection: answered once all 18 were handled */
+    psg_req_t in = {.type = PSG_REQ_INSPECT};
+    psg_msg_t *im = psg_req_encode(&in);
+    uint64_t inspect_id = 0;
+    CHECK(psg_client_send(c, &im, &inspect_id) == 0);
+    int limited = 0, expired = 0;
+    bool inspected = false;
     psg_msg_t *rep = NULL;
-    while (psg_client_recv(c, &rep, 1000) == 1) {
-        limited += rep->kind == PSG_MSG_ERROR && strstr(rep->error, "waits pending (the limit is 16 per peer)");
+    while (!inspected && psg_client_recv(c, &rep, 30000) == 1) {
+        inspected = rep->id == inspect_id;
+        limited += rep->kind == PSG_MSG_ERROR && rep->code == PSG_ERR_LIMIT &&
+                   strstr(rep->error, "waits pending (the limit is 16 per peer)");
         psg_msg_destroy(&rep);
     }
-    CHECK(limited == 2);
+    CHECK(inspected && limited == 2);
     double grown = server_rss_mb() - rss0;
-    printf("  18 WaitDone with 4 MiB bodies pending: RSS %+.1f MB\n", grown);
-    CHECK(grown < 40); /* the bodies were kept: 72 MB */
+    printf("  16 WaitDone with 4 MiB bodies pending: RSS %+.1f MB\n", grown);
+    CHECK(grown < 40); /* the bodies were kept: 64 MB */
+    while (expired < 16 && psg_client_recv(c, &rep, 30000) == 1) {
+        expired += rep->kind == PSG_MSG_ERROR && rep->code == PSG_ERR_TIMEOUT;
+        psg_msg_destroy(&rep);
+    }
+    CHECK(expired == 16); /* each after the Recv timeout, naming it */
     CHECK(alive());
     psg_client_destroy(&c);
     free(names);
@@ -296,7 +309,7 @@ static void test_waiters(void) {
     memset(many, 'y', (size_t)5 << 20);
     psg_msg_set_body(m, many, (size_t)5 << 20);
     psg_client_t *c2 = connect_peer();
-    CHECK(psg_client_call(c2, &m, 5000) == NULL);
+    CHECK(psg_client_call(c2, &m, 20000) == NULL);
     CHECK_ERROR_HAS("WaitInit: names of 5242880 bytes (the limit is 4194304)");
     psg_client_destroy(&c2);
     free(many);
@@ -310,11 +323,11 @@ static void test_files_under_logdir(void) {
     snprintf(save.u.shard.dir, sizeof save.u.shard.dir, "%s/../..", logdir);
     expect_error(&save, PSG_ERR_DENIED, "is not under this task's logdir");
     snprintf(save.u.shard.dir, sizeof save.u.shard.dir, "%s", logdir);
-    psg_msg_t *m = call(&save, 5000);
+    psg_msg_t *m = call(&save, 20000);
     CHECK(m != NULL); /* its own logdir: written */
     psg_msg_destroy(&m);
     psg_req_t start = {.type = PSG_REQ_TRACE, .step = 1, .u.trace = {.start = true, .pid = 1}};
-    m = call(&start, 5000);
+    m = call(&start, 20000);
     CHECK(m != NULL);
     psg_msg_destroy(&m);
     psg_req_t stop = {.type = PSG_REQ_TRACE, .u.trace = {.start = false}};
@@ -331,7 +344,7 @@ static void test_overflowing_shapes(void) {
     psg_endpoint_t h = psg_accumulator_op(g, "acc_big", &s, 1);
     char *bytes = NULL;
     psg_req_t reg = register_req(g, h.node, &bytes);
-    psg_msg_t *m = call(&reg, 5000);
+    psg_msg_t *m = call(&reg, 20000);
     /* registered or refused by name: never a crash, never undefined behaviour (UBSan) */
     CHECK(m || strstr(psg_error_message(), "RegisterGraph"));
     psg_msg_destroy(&m);

@@ -1,7 +1,7 @@
 /* libFuzzer: the cluster spec (TF_CONFIG JSON, net/cluster.c) over the JSON reader
  * (net/json.c): a launch script's typo or a hostile environment must be an error. */
 #include "fuzz_util.h"
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/cluster.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -3,7 +3,7 @@
  * pre-check accepts bytes, msgpack-c must unpack them (they agree), and no header the
  * decoder accepts may claim a tensor whose bytes disagree with its dtype and shape. */
 #include "net/codec.h"
-#include "psgraph/msgpack_check.h"
+#include "core/msgpack_check.h"
 
 #include <msgpack.h>
 #include <stdlib.h>
