@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(gcc g++ make pkg-config meson ninja-build python3
       libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev
-      dataset-fashion-mnist gnuplot-nox procps)
+      dataset-fashion-mnist gnuplot-nox procps
+      clang) # clang: the libFuzzer harnesses of tests/fuzz (tools/fuzz.sh)
 if [ "${PSG_WITH_PEERS:-0}" = 1 ]; then
   # the PyTorch peer of the benchmarks, on the OpenMP build of OpenBLAS
   pkgs+=(python3-torch python3-torchvision libopenblas0-openmp)
