@@ -5,6 +5,7 @@
  * requests in task_admin.c; the wire (net/) checks every frame before this file sees it. */
 #include "ps/task_server_internal.h"
 
+#include "ops/state/sync_resources.h"
 #include "ops/state/timer.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -253,7 +254,7 @@ static void *runner_main(void *arg) {
     for (;;) {
         while (!ts->jq_head && !ts->runners_stop) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
         job_t *j = ts->jq_head;
-        if (!j) break;
+        if (!j || ts->runners_stop) break; /* stopping: stop_runners fails what is queued */
         ts->jq_head = j->next;
         if (!ts->jq_head) ts->jq_tail = NULL;
         ts->jq_len--;
@@ -384,6 +385,19 @@ static void stop_runners(psg_task_server_t *ts) {
     ts->jq_len = 0;
 }
 
+/* Closes every accumulator and token queue: a step waiting in one fails at once. */
+static void end_sync_waits(psg_task_server_t *ts) {
+    int na = psg_resource_count(ts->rm, "accumulator"), nq = psg_resource_count(ts->rm, "token queue");
+    for (int i = 0; i < na; i++) {
+        psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, NULL);
+        if (a) psg_accumulator_close(a);
+    }
+    for (int i = 0; i < nq; i++) {
+        psg_token_queue_t *q = psg_resource_at(ts->rm, "token queue", i, NULL);
+        if (q) psg_token_queue_close(q, "the task server is stopping");
+    }
+}
+
 static void serve(psg_task_server_t *ts) {
     ts->last_request_ms = psg_codec_now_ms();
     for (;;) {
@@ -425,9 +439,11 @@ static void *server_main(void *arg) {
     pthread_mutex_unlock(&ts->lock);
     if (!ts->server) return NULL;
     serve(ts);
-    /* Fail what waits, finish what runs, and give the replies a moment to leave. */
+    /* Fail what waits, end what runs (its takes and dequeues fail now, not at their
+     * deadline), and give the replies a moment to leave. */
     psg_ts_check_waiters(ts, true);
     psg_rendezvous_abort(ts->rv, "the task server is stopping");
+    end_sync_waits(ts);
     stop_runners(ts);
     psg_remote_rv_destroy(&ts->remote);
     int64_t until = psg_codec_now_ms() + 100;

@@ -8,6 +8,8 @@
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <zmq.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -23,6 +25,7 @@ static int port;
 static int start_server(void) {
     int p[2];
     if (pipe(p) < 0) return -1;
+    fflush(stdout);
     server_pid = fork();
     if (server_pid == 0) {
         dup2(p[1], 1);
@@ -353,7 +356,7 @@ static void test_overflowing_shapes(void) {
     psg_graph_destroy(&g);
 }
 
-/* Requests captured from a short training run, mutated and replayed. */
+/* Requests captured from a short training run, mutated and replayed (below). */
 static void test_replay(void);
 
 int main(int argc, char **argv) {
@@ -391,6 +394,230 @@ int main(int argc, char **argv) {
     return psg_test_summary();
 }
 
+/* ---- the replay ---- */
+
+#define MAX_CAPTURED 4000
+#define MAX_FRAMES 16
+
+typedef struct {
+    int nframes;
+    size_t size[MAX_FRAMES];
+    uint8_t *data[MAX_FRAMES];
+} captured_t;
+
+/* A forwarder at the cluster's ps address that passes each peer's messages to the real
+ * ps (one DEALER per peer) and the replies back, keeping a copy of every request. */
+typedef struct {
+    int front_port, back_port;
+    volatile int stop;
+    captured_t *msgs;
+    int n;
+} forwarder_t;
+
+static void *forward_main(void *arg) {
+    forwarder_t *f = arg;
+    void *ctx = zmq_ctx_new();
+    void *front = zmq_socket(ctx, ZMQ_ROUTER);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", f->front_port);
+    zmq_bind(front, ep);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", f->back_port);
+    struct {
+        uint8_t id[256];
+        size_t len;
+        void *sock;
+    } peers[8];
+    int np = 0;
+    while (!f->stop) {
+        zmq_pollitem_t it[9] = {{front, 0, ZMQ_POLLIN, 0}};
+        for (int i = 0; i < np; i++) it[i + 1] = (zmq_pollitem_t){peers[i].sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(it, np + 1, 50) <= 0) continue;
+        if (it[0].revents & ZMQ_POLLIN) {
+            zmq_msg_t part[MAX_FRAMES + 1];
+            int n = 0, more = 1;
+            while (more && n <= MAX_FRAMES) {
+                zmq_msg_init(&part[n]);
+                zmq_msg_recv(&part[n], front, 0);
+                more = zmq_msg_more(&part[n++]);
+            }
+            int k = 0;
+            while (k < np && (peers[k].len != zmq_msg_size(&part[0]) ||
+                              memcmp(peers[k].id, zmq_msg_data(&part[0]), peers[k].len)))
+                k++;
+            if (k == np && np < 8) {
+                peers[np].len = zmq_msg_size(&part[0]);
+                memcpy(peers[np].id, zmq_msg_data(&part[0]), peers[np].len);
+                peers[np].sock = zmq_socket(ctx, ZMQ_DEALER);
+                zmq_connect(peers[np].sock, ep);
+                np++;
+            }
+            if (f->n < MAX_CAPTURED && n - 1 <= MAX_FRAMES) {
+                captured_t *c = &f->msgs[f->n++];
+                c->nframes = n - 1;
+                for (int i = 1; i < n; i++) {
+                    c->size[i - 1] = zmq_msg_size(&part[i]);
+                    c->data[i - 1] = malloc(c->size[i - 1] + 1);
+                    memcpy(c->data[i - 1], zmq_msg_data(&part[i]), c->size[i - 1]);
+                }
+            }
+            for (int i = 1; k < np && i < n; i++)
+                zmq_send(peers[k].sock, zmq_msg_data(&part[i]), zmq_msg_size(&part[i]), i + 1 < n ? ZMQ_SNDMORE : 0);
+            for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
+        }
+        for (int k = 0; k < np; k++) {
+            if (!(it[k + 1].revents & ZMQ_POLLIN)) continue;
+            zmq_send(front, peers[k].id, peers[k].len, ZMQ_SNDMORE);
+            for (int more = 1; more;) {
+                zmq_msg_t m;
+                zmq_msg_init(&m);
+                zmq_msg_recv(&m, peers[k].sock, 0);
+                more = zmq_msg_more(&m);
+                zmq_msg_send(&m, front, more ? ZMQ_SNDMORE : 0);
+            }
+        }
+    }
+    for (int i = 0; i < np; i++) zmq_close(peers[i].sock);
+    zmq_close(front);
+    zmq_ctx_term(ctx);
+    return NULL;
+}
+
+/* One mutation of a captured request: bytes flipped in a frame, a frame cut short,
+ * dropped or doubled, or several of these. */
+static int mutate(const captured_t *c, unsigned *seed, uint8_t **out, size_t *sizes) {
+    int n = c->nframes;
+    for (int i = 0; i < n; i++) {
+        sizes[i] = c->size[i];
+        out[i] = malloc(sizes[i] + 1);
+        memcpy(out[i], c->data[i], sizes[i]);
+    }
+    int rounds = 1 + (int)(rand_r(seed) % 3);
+    for (int r = 0; r < rounds && n > 0; r++) {
+        int f = (int)(rand_r(seed) % (unsigned)n), how = (int)(rand_r(seed) % 6);
+        if (how <= 2 && sizes[f] > 0) { /* flip bytes, mostly in the header */
+            if (rand_r(seed) % 2) f = 0;
+            for (int k = 0; k < 1 + how && sizes[f]; k++) out[f][rand_r(seed) % sizes[f]] ^= (uint8_t)(1 + rand_r(seed) % 255);
+        } else if (how == 3) {
+            sizes[f] = sizes[f] ? rand_r(seed) % sizes[f] : 0;
+        } else if (how == 4 && n > 1) {
+            free(out[f]);
+            memmove(&out[f], &out[f + 1], (size_t)(n - f - 1) * sizeof out[0]);
+            memmove(&sizes[f], &sizes[f + 1], (size_t)(n - f - 1) * sizeof sizes[0]);
+            n--;
+        } else if (n < MAX_FRAMES) {
+            out[n] = malloc(sizes[f] + 1);
+            memcpy(out[n], out[f], sizes[f]);
+            sizes[n++] = sizes[f];
+        }
+    }
+    return n;
+}
+
+/* Inspect's round trip in ms (-1: no answer within 10 s). */
+static double inspect_ms(int at_port) {
+    int saved = port;
+    port = at_port;
+    double t0 = psg_now_sec();
+    bool ok = alive();
+    port = saved;
+    return ok ? (psg_now_sec() - t0) * 1e3 : -1;
+}
+
 static void test_replay(void) {
-    printf("  (replay: see below)\n");
+    int n_replay = getenv("PSG_REPLAY") ? atoi(getenv("PSG_REPLAY")) : 3000;
+    forwarder_t fw = {.front_port = psg_test_free_port(), .back_port = psg_test_free_port()};
+    int worker_port = psg_test_free_port();
+    fw.msgs = calloc(MAX_CAPTURED, sizeof *fw.msgs);
+    char cluster[400], back[64], ps_log[400];
+    snprintf(cluster, sizeof cluster, "%s/cluster.json", tmpdir);
+    FILE *f = fopen(cluster, "w");
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}", fw.front_port, worker_port);
+    fclose(f);
+    snprintf(back, sizeof back, "tcp://127.0.0.1:%d", fw.back_port);
+    snprintf(ps_log, sizeof ps_log, "%s/replay_ps.log", tmpdir);
+    fflush(stdout);
+    pid_t ps = fork();
+    if (ps == 0) {
+        freopen(ps_log, "w", stdout);
+        dup2(1, 2);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster, "--job", "ps", "--task", "0", "--listen", back,
+              "--expect-workers", "0", "--memory-limit", "256M", "--max-graphs", "16", "--max-wait", "2",
+              "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300", (char *)NULL);
+        _exit(127);
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, forward_main, &fw);
+    /* a short training run through the forwarder: its requests are the seeds */
+    char cmd[1200], train_log[400];
+    snprintf(train_log, sizeof train_log, "%s/replay_train.log", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' train --model mlp --data synthetic --steps 30 --batch 16 --log-every 100 --cluster '%s' --job worker "
+             "--task 0 --step-timeout 10 >'%s' 2>&1",
+             psgraph_exe, cluster, train_log);
+    int rc = system(cmd);
+    CHECK(rc == 0);
+    fw.stop = 1;
+    pthread_join(th, NULL);
+    printf("  captured %d requests of a 30-step training run\n", fw.n);
+    CHECK(fw.n > 50);
+    pid_t saved_pid = server_pid;
+    server_pid = ps;
+    double rss0 = server_rss_mb(), worst_ms = 0;
+    void *ctx = zmq_ctx_new(), *d = NULL;
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", fw.back_port);
+    unsigned seed = 20;
+    int replies = 0;
+    for (int i = 0; i < n_replay && fw.n > 0; i++) {
+        if (i % 500 == 0) { /* a new connection now and then: a peer that comes back */
+            if (d) zmq_close(d);
+            d = zmq_socket(ctx, ZMQ_DEALER);
+            int linger = 0, hwm = 100000;
+            zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+            zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+            zmq_connect(d, ep);
+        }
+        uint8_t *fr[MAX_FRAMES];
+        size_t sz[MAX_FRAMES];
+        int n = mutate(&fw.msgs[rand_r(&seed) % (unsigned)fw.n], &seed, fr, sz);
+        for (int k = 0; k < n; k++) {
+            zmq_send(d, fr[k], sz[k], k + 1 < n ? ZMQ_SNDMORE | ZMQ_DONTWAIT : ZMQ_DONTWAIT);
+            free(fr[k]);
+        }
+        for (zmq_msg_t m; zmq_msg_init(&m) == 0 && zmq_msg_recv(&m, d, ZMQ_DONTWAIT) >= 0;) {
+            replies += !zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
+        if (i % 1000 == 999) {
+            double ms = inspect_ms(fw.back_port);
+            if (ms < 0 || ms > worst_ms) worst_ms = ms < 0 ? 1e9 : ms;
+        }
+    }
+    if (d) zmq_close(d);
+    zmq_ctx_term(ctx);
+    usleep(300000);
+    double last_ms = inspect_ms(fw.back_port), rss1 = server_rss_mb();
+    printf("{\"bench\":\"hostile_replay\",\"requests\":%d,\"captured\":%d,\"replies_seen\":%d,\"rss_start_mb\":%.1f,"
+           "\"rss_end_mb\":%.1f,\"inspect_ms_worst\":%.1f,\"inspect_ms_after\":%.1f}\n",
+           n_replay, fw.n, replies, rss0, rss1, worst_ms, last_ms);
+    CHECK(last_ms >= 0);          /* it still answers */
+    CHECK(rss1 - rss0 < 100);     /* loosely: the bench holds it to 50 MB */
+    double t_term = psg_now_sec();
+    kill(ps, SIGTERM);
+    int st = 0;
+    pid_t w = 0;
+    for (int i = 0; i < 2000 && (w = waitpid(ps, &st, WNOHANG)) == 0; i++) usleep(5000);
+    printf("{\"bench\":\"hostile_sigterm\",\"seconds_to_exit\":%.3f}\n", psg_now_sec() - t_term);
+    CHECK(w == ps && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (w != ps || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        snprintf(cmd, sizeof cmd, "tail -5 '%s'; gdb -p %d -batch -ex 'thread apply all bt 8' 2>/dev/null | grep -E '^#|^Thread' | head -60", ps_log, (int)ps);
+        printf("  the replayed ps (waitpid %d, status 0x%x):\n", (int)w, st);
+        fflush(stdout);
+        if (system(cmd) != 0) printf("  (no log)\n");
+    }
+    if (w != ps) kill(ps, SIGKILL), waitpid(ps, &st, 0);
+    server_pid = saved_pid;
+    for (int i = 0; i < fw.n; i++)
+        for (int k = 0; k < fw.msgs[i].nframes; k++) free(fw.msgs[i].data[k]);
+    free(fw.msgs);
 }
