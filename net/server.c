@@ -191,22 +191,26 @@ static int error_to(psg_server_t *s, const psg_route_t *route, uint64_t id, int 
     return reply_to(s, route, id, &r);
 }
 
-int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...) {
+static int verror(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, va_list ap) {
     char text[PSG_WIRE_MAX_ERROR];
+    vsnprintf(text, sizeof text, fmt, ap);
+    return error_to(s, &req->route, req->id, code, text);
+}
+
+int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    int rc = verror(s, req, PSG_ERR_UNKNOWN, fmt, ap);
     va_end(ap);
-    return error_to(s, &req->route, req->id, PSG_ERR_UNKNOWN, text);
+    return rc;
 }
 
 int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, ...) {
-    char text[PSG_WIRE_MAX_ERROR];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    int rc = verror(s, req, code, fmt, ap);
     va_end(ap);
-    return error_to(s, &req->route, req->id, code, text);
+    return rc;
 }
 
 /* A bad message: answered with an error when it can be addressed, else dropped. */
