@@ -14,6 +14,7 @@
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
+#include "worker/metrics_log.h"
 #include "worker/sync_train.h"
 #include "worker/train_hooks.h"
 #include "worker/worker_task.h"
@@ -96,19 +97,6 @@ static int evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const psg_
     if (rc < 0) return psg_error_wrap("evaluation");
     *accuracy = seen ? correct / (double)seen : 0.0;
     return 0;
-}
-
-static FILE *open_metrics(const char *logdir) {
-    if (!logdir) return NULL;
-    if (mkdir(logdir, 0755) < 0 && errno != EEXIST) {
-        psg_error_set("--logdir %s: %s", logdir, strerror(errno));
-        return NULL;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir);
-    FILE *f = fopen(path, "a");
-    if (!f) psg_error_set("%s: %s", path, strerror(errno));
-    return f;
 }
 
 typedef struct {
@@ -238,6 +226,7 @@ static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_r
     if (t->metrics)
         fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
                 (long long)total, (double)total / (double)per_epoch, acc);
+    if (psg_train_hooks_eval(t->hooks, total, acc) < 0) return -1;
     return psg_dist_session_job_done(t->dsess);
 }
 
@@ -345,7 +334,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (t.w.setter) psg_graph_pop_device(t.g);
     if (make_runners(c, &t, n_feeds, feeds, loss_ep, m.correct, train_op) < 0) goto done;
-    if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
+    if (c->logdir && !(t.metrics = psg_metrics_open_worker(c->logdir, &t.w))) goto done;
     int64_t start_step = 0;
     /* the local hooks checkpoint and trace a local session; in a cluster the chief
      * checkpoints through the ps tasks and traces through their servers
