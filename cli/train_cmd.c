@@ -51,6 +51,8 @@ static void train_usage(FILE *f) {
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
+            "  --fresh-start            when every checkpoint of --logdir fails verification, start\n"
+            "                           from step 0 (default: stop, naming each file and why)\n"
             "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
             "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
 }
@@ -78,6 +80,10 @@ int psg_cmd_train(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             train_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--fresh-start")) { /* the flags without a value */
+            c.fresh_start = true;
+            continue;
         }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
             fprintf(stderr, "psgraph train: %s '%s'\n", i + 1 >= argc ? "missing value for" : "unexpected argument", a);
