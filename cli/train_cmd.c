@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/models.h"
 #include "psgraph/precision.h"
 #include "psgraph/straggler.h"
 #include "psgraph/trace.h"
@@ -13,15 +14,19 @@
 #include <string.h>
 
 static void train_usage(FILE *f) {
+    char names[256];
+    fprintf(f, "usage: psgraph train [options]\n  --model %s  the model (default cnn):\n",
+            psg_model_names("|", names, sizeof names));
+    for (int i = 0; i < psg_model_count(); i++)
+        fprintf(f, "      %-11s batch %d, lr %g: %s\n", psg_model_info(i)->name, psg_model_info(i)->defaults.batch,
+                psg_model_info(i)->defaults.lr, psg_model_info(i)->description);
     fprintf(f,
-            "usage: psgraph train [options]\n"
-            "  --model mlp|cnn          the model (default cnn; inception3: psgraph train --model inception3 --help)\n"
             "  --data fashion-mnist|synthetic\n"
             "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
             "  --epochs E               passes over the training set (default 2)\n"
             "  --steps N                stop after N steps (overrides --epochs)\n"
-            "  --batch B                batch size (mlp 128, cnn 64)\n"
-            "  --lr X                   learning rate (mlp 0.05, cnn 0.01)\n"
+            "  --batch B                batch size (default: the model's, above)\n"
+            "  --lr X                   learning rate (default: the model's, above)\n"
             "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad (default momentum)\n"
             "  --momentum M             momentum (default 0.9)\n"
             "  --seed S                 seed of initialization and shuffling (default 1)\n"
@@ -70,8 +75,10 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 
 int psg_cmd_train(int argc, char **argv) {
     /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "inception3")) return psg_cmd_train_inception3(argc, argv);
+    for (int i = 1; i + 1 < argc; i++) {
+        const psg_model_info_t *m = !strcmp(argv[i], "--model") ? psg_model_find(argv[i + 1]) : NULL;
+        if (m && !m->built_here) return psg_cmd_train_inception3(argc, argv);
+    }
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     const char *stragglers[32];
