@@ -47,6 +47,8 @@ static void train_usage(FILE *f) {
             "                           worker=all,dist=lognormal,median_ms=20,sigma=1 (docs/sync.md)\n"
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
+            "                           (task evaluator: trains nothing, evaluates each new checkpoint\n"
+            "                           of --logdir, exits when the job ends; docs/distributed.md)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
             "                           shards, each its own variable (default: 524288 in a cluster,\n"
