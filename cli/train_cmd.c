@@ -58,6 +58,10 @@ static void train_usage(FILE *f) {
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
+            "  --init-from FILE         initial values of the variables from a safetensors file, by name\n"
+            "                           (any writer's: Python's safetensors, a psgraph shard); reports\n"
+            "                           matched, missing and unexpected names; a checkpoint of --logdir wins\n"
+            "  --strict                 with --init-from: fail on any missing or unexpected name\n"
             "  --fresh-start            when every checkpoint of --logdir fails verification, start\n"
             "                           from step 0 (default: stop, naming each file and why)\n"
             "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
@@ -90,8 +94,9 @@ int psg_cmd_train(int argc, char **argv) {
             train_usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--fresh-start")) { /* the flags without a value */
-            c.fresh_start = true;
+        if (!strcmp(a, "--fresh-start") || !strcmp(a, "--strict")) { /* the flags without a value */
+            if (a[2] == 'f') c.fresh_start = true;
+            else c.init_strict = true;
             continue;
         }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
@@ -107,6 +112,7 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--data-dir")) c.data_dir = v;
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
+        else if (!strcmp(a, "--init-from")) c.init_from = v;
         else if (!strcmp(a, "--device")) {
             c.device = v;
             if (strcmp(v, "cpu") && strcmp(v, "gpu")) rc = psg_error_set("--device: '%s' is not cpu or gpu", v);

@@ -15,6 +15,7 @@
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
 #include "worker/evaluator.h"
+#include "worker/init_from.h"
 #include "worker/metrics_log.h"
 #include "worker/sync_train.h"
 #include "worker/train_data.h"
@@ -90,9 +91,11 @@ typedef struct {
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
     psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
     psg_sync_train_t *sync;   /* --sync sync (worker/sync_train.c) */
+    psg_init_from_t *init_from; /* --init-from (worker/init_from.c) */
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_init_from_destroy(&t->init_from);
     psg_sync_train_destroy(&t->sync);
     psg_train_hooks_destroy(&t->hooks);
     psg_callable_destroy(&t->step);
@@ -223,6 +226,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     t.g = psg_graph_new();
     /* before any node: every model and gradient (towers, sync replicas) is built under it */
     if (!t.g || psg_graph_set_precision(t.g, c->precision) < 0) goto done;
+    if (c->init_from && !(t.init_from = psg_init_from_new(c->init_from, c->init_strict, t.g))) goto done;
     if (t.w.setter) psg_graph_push_replica_setter(t.g, t.w.setter);
     psg_model_t m;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
@@ -300,6 +304,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         feeds[1] = m.labels;
     }
     if (t.w.setter) psg_graph_pop_device(t.g);
+    if (t.init_from && psg_init_from_report(t.init_from, out) < 0) goto done;
     if (make_runners(c, &t, n_feeds, feeds, loss_ep, m.correct, train_op) < 0) goto done;
     if (c->logdir && !(t.metrics = psg_metrics_open_worker(c->logdir, &t.w))) goto done;
     int64_t start_step = 0;
