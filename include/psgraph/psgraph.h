@@ -22,6 +22,7 @@
 #include "psgraph/msgpack_check.h"
 #include "psgraph/ops_math.h"
 #include "psgraph/ops_nn.h"
+#include "psgraph/ops_sparse.h"
 #include "psgraph/optimizer.h"
 #include "psgraph/data.h"
 #include "psgraph/models.h"
