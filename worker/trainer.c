@@ -14,6 +14,7 @@
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
+#include "worker/ctr_train.h"
 #include "worker/sync_train.h"
 #include "worker/train_hooks.h"
 #include "worker/worker_task.h"
@@ -245,6 +246,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     trainer_t t = {0};
     memset(r, 0, sizeof *r);
     FILE *out = c->out ? c->out : stdout;
+    if (!strcmp(c->model, "wide-deep")) return psg_train_ctr(c, r);
     psg_model_defaults_t d;
     if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
     int batch = c->batch > 0 ? c->batch : d.batch;

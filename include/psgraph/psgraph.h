@@ -23,6 +23,8 @@
 #include "psgraph/ops_math.h"
 #include "psgraph/ops_nn.h"
 #include "psgraph/ops_sparse.h"
+#include "psgraph/criteo.h"
+#include "psgraph/wide_deep.h"
 #include "psgraph/optimizer.h"
 #include "psgraph/data.h"
 #include "psgraph/models.h"
