@@ -177,7 +177,11 @@ static psg_endpoint_t slices_of(psg_graph_t *g, psg_endpoint_t dy, psg_endpoint_
             return PSG_NO_ENDPOINT;
         }
     psg_shape_t flat = psg_shape_1d(-1);
-    psg_endpoint_t v = psg_reshape(g, "values", dy, &vs), i = psg_reshape(g, "indices", ix, &flat);
+    /* indices already flat are used as they are: on a ps the update then reads the very
+     * ids its gather read, sent once */
+    const psg_shape_t *is = psg_graph_shape(g, ix);
+    psg_endpoint_t v = psg_reshape(g, "values", dy, &vs);
+    psg_endpoint_t i = is->rank == 1 ? ix : psg_reshape(g, "indices", ix, &flat);
     return psg_indexed_slices(g, NULL, v, i, like);
 }
 

@@ -23,6 +23,7 @@
 
 #define EVAL_BATCH 4096
 #define WARMUP_STEPS 20
+#define BYTES_FROM 2 /* steps before the bytes a step moves are counted (registration, init) */
 
 typedef struct {
     psg_ctr_data_t *data;
@@ -206,7 +207,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     for (int64_t s = start_step + rank; s < total; s += W) {
         int64_t at = (s % per_epoch) * bs;
         psg_tensor_t *f[3], *l = NULL;
-        if (steps == WARMUP_STEPS) psg_task_server_tensor_bytes(t.w.server, &served0, &pulled0);
+        if (steps == BYTES_FROM) psg_task_server_tensor_bytes(t.w.server, &served0, &pulled0);
         double t0 = psg_now_sec();
         psg_train_hooks_before_step(t.hooks, s);
         if (batch(t.data, at, bs, f) < 0) goto done;
@@ -223,11 +224,9 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
             goto done;
         }
         if (psg_train_hooks_after_step(t.hooks, s + 1) < 0) goto done;
-        if (steps++ >= WARMUP_STEPS) {
-            steady += psg_now_sec() - t0;
-            steady_n += bs;
-            if (t.w.cluster) uniq += unique_ids(t.data, at, bs); /* outside the timed part */
-        }
+        double t1 = psg_now_sec();
+        if (steps >= WARMUP_STEPS) steady += t1 - t0, steady_n += bs;
+        if (steps++ >= BYTES_FROM && t.w.cluster) uniq += unique_ids(t.data, at, bs); /* not timed */
         if (steps % c->log_every == 0) {
             fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f\n", (long long)(s + 1),
                     (double)(s + 1) / (double)per_epoch, loss, steady > 0 ? (double)steady_n / steady : 0.0);
@@ -248,7 +247,9 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     double auc = NAN, ll = NAN;
     if ((!t.w.cluster || t.w.chief) && evaluate(&t, ntr, &auc, &ll) < 0) goto done;
     r->test_accuracy = auc;
-    int64_t counted = steps > WARMUP_STEPS ? steps - WARMUP_STEPS : 0;
+    char eval[96] = "";
+    if (!t.w.cluster || t.w.chief) snprintf(eval, sizeof eval, "\"test_auc\":%.4f,\"test_logloss\":%.4f,", auc, ll);
+    int64_t counted = steps > BYTES_FROM ? steps - BYTES_FROM : 0;
     char bytes[512] = "";
     if (t.w.cluster && counted) {
         /* the table's share: all tensor bytes less the dense variables and their gradients */
@@ -263,10 +264,10 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     fprintf(out,
             "{\"event\":\"%s\",\"model\":\"wide-deep\",\"data\":\"criteo\",\"rows\":%lld,\"buckets\":%lld,"
             "\"table_shards\":%d,%s%s\"steps\":%lld,\"batch\":%d,\"threads\":%d,\"final_loss\":%.6f,"
-            "\"test_auc\":%.4f,\"test_logloss\":%.4f,\"examples_per_sec\":%.1f}\n",
+            "%s\"examples_per_sec\":%.1f}\n",
             t.w.cluster && !t.w.chief ? "worker_done" : "done", (long long)t.data->rows, (long long)t.data->buckets,
             t.m.table.num_shards, t.w.cluster ? "\"sync\":\"async\"," : "", bytes, (long long)steps, bs, c->threads,
-            loss, auc, ll, r->examples_per_sec);
+            loss, eval, r->examples_per_sec);
     fflush(out);
     if (t.w.cluster && t.w.chief && psg_dist_session_job_done(t.dsess) < 0) goto done;
     rc = 0;
