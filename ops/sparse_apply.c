@@ -6,7 +6,7 @@
 #include "ops/cpu/sparse_apply.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_sparse.h"
-#include "psgraph/optimizer.h"
+#include "psgraph/ops_train.h"
 
 #include <string.h>
 

@@ -2,7 +2,7 @@
  * variable), Unique, UnsortedSegmentSum, DynamicStitch, PartitionIds, and the sparse
  * gradient value IndexedSlices; embedding_lookup over a partitioned variable (TensorFlow's
  * "mod" and "div" strategies) and embedding_lookup_sparse with its combiners.
- * The sparse updates (SparseApply*) are built by psg_apply_update (optimizer.h) with their
+ * The sparse updates (SparseApply*) are built by psg_apply_update (ops_train.h) with their
  * op name. Each builder returns the new node's output, or PSG_NO_ENDPOINT with the graph's
  * error set. */
 #ifndef PSGRAPH_OPS_SPARSE_H
@@ -104,7 +104,7 @@ psg_endpoint_t psg_segment_weights(psg_graph_t *g, const char *name, psg_endpoin
 /* ---- sparse updates ----
  * Each changes only the rows `indices` (n, i32 or i64) of a variable and its slots, by the
  * gradient rows `grad` (n, d...); duplicate ids are summed first. Inputs in order (build
- * them with psg_apply_update, optimizer.h, which records the variable's name):
+ * them with psg_apply_update, ops_train.h, which records the variable's name):
  *  SparseApplyGradientDescent: var, lr, grad, indices            var -= lr * g
  *  SparseApplyMomentum: var, accum, lr, grad, indices, momentum  (as ApplyMomentum)
  *  SparseApplyAdagrad: var, accum, lr, grad, indices             (as ApplyAdagrad)
