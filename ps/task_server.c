@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -282,6 +283,7 @@ static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
         psg_rep_t rep = {.type = PSG_REQ_RECV, .u.tensor = t};
         psg_msg_t *m = psg_rep_encode(PSG_REQ_RECV, &rep);
         if (m) {
+            atomic_fetch_add(&c->ts->bytes_served, (int64_t)psg_tensor_nbytes(t));
             m->step = c->req->step;
             psg_ts_reply_ok(c->ts, c->req, &m);
         } else {
@@ -681,3 +683,8 @@ int psg_task_server_port(const psg_task_server_t *ts) { return ts->port; }
 const char *psg_task_server_task(const psg_task_server_t *ts) { return ts->task; }
 psg_resource_mgr_t *psg_task_server_resources(psg_task_server_t *ts) { return ts->rm; }
 psg_rendezvous_t *psg_task_server_rendezvous(psg_task_server_t *ts) { return ts->rv; }
+
+void psg_task_server_tensor_bytes(psg_task_server_t *ts, int64_t *served, int64_t *pulled) {
+    *served = ts ? atomic_load(&ts->bytes_served) : 0;
+    *pulled = ts ? psg_remote_rv_bytes_pulled(ts->remote) : 0;
+}

@@ -103,6 +103,7 @@ struct psg_task_server {
     psg_rendezvous_t *rv;
     psg_threadpool_t *pool;
     psg_remote_rv_t *remote;
+    _Atomic int64_t bytes_served; /* tensor bytes peers pulled from this task */
     psg_server_t *server; /* made, used and destroyed by the server thread */
 
     pthread_t thread;
