@@ -58,6 +58,13 @@ static double server_rss_mb(void) {
     return kb / 1024;
 }
 
+/* Under AddressSanitizer freed memory waits in its quarantine: RSS says nothing there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECKED 0
+#else
+#define RSS_CHECKED 1
+#endif
+
 static psg_client_t *connect_peer(void) {
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
@@ -204,7 +211,7 @@ static void test_graphs_freed_and_bounded(void) {
     CHECK(ok == 150);
     double grown = server_rss_mb() - rss0;
     printf("  150 RegisterGraph + DeregisterGraph of 1 MiB graphs: RSS %+.1f MB\n", grown);
-    CHECK(grown < 60); /* kept until exit, they were 150 MB and more */
+    CHECK(!RSS_CHECKED || grown < 60); /* kept until exit, they were 150 MB and more */
     /* without deregistering: the 9th is refused, naming the limit */
     uint64_t kept[8];
     for (int i = 0; i < 8; i++) {
@@ -296,7 +303,7 @@ static void test_waiters(void) {
     CHECK(inspected && limited == 2);
     double grown = server_rss_mb() - rss0;
     printf("  16 WaitDone with 4 MiB bodies pending: RSS %+.1f MB\n", grown);
-    CHECK(grown < 40); /* the bodies were kept: 64 MB */
+    CHECK(!RSS_CHECKED || grown < 40); /* the bodies were kept: 64 MB */
     while (expired < 16 && psg_client_recv(c, &rep, 30000) == 1) {
         expired += rep->kind == PSG_MSG_ERROR && rep->code == PSG_ERR_TIMEOUT;
         psg_msg_destroy(&rep);
@@ -615,7 +622,7 @@ static void test_replay(void) {
            n_replay, fw.n, seen1 - seen0 - 1, replies, rss0, rss1, worst_ms, last_ms);
     CHECK(seen1 - seen0 > n_replay / 4); /* most reached the server's checks */
     CHECK(last_ms >= 0);          /* it still answers */
-    CHECK(rss1 - rss0 < 100);     /* loosely: the bench holds it to 50 MB */
+    CHECK(!RSS_CHECKED || rss1 - rss0 < 100); /* loosely: the bench holds it to 50 MB */
     double t_term = psg_now_sec();
     kill(ps, SIGTERM);
     int st = 0;

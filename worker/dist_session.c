@@ -531,7 +531,7 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t
         int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
-            snprintf(err, errsize, "task %s: %s", s->peers[run->peer].task, psg_error_message());
+            snprintf(err, errsize, "%s", psg_error_message()); /* names the task */
         else
             r->reqs[k].waiting = true;
     }
