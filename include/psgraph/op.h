@@ -36,6 +36,15 @@ typedef int (*psg_infer_fn)(psg_infer_ctx_t *c);
 typedef int (*psg_grad_fn)(psg_graph_t *g, const psg_node_t *node,
                            const psg_endpoint_t *grad_outputs, psg_endpoint_t *grad_inputs);
 
+/* Parses the node's attributes and derives what its kernels need (a conv's
+ * window and geometry, a MatMul's transposes, Concat's axis, an update's
+ * flags) into `params`, a zeroed plain struct of the def's params_size
+ * bytes: once per node of a plan, at psg_plan_new, and read by the CPU and
+ * the CUDA kernel alike as ctx->params. Input shapes known at build time are
+ * psg_graph_shape(g, node->inputs[i]) (unknown dims -1). Returns 0, or -1
+ * with the error set (the plan fails naming the node). */
+typedef int (*psg_prepare_fn)(const psg_graph_t *g, const psg_node_t *node, void *params);
+
 typedef struct psg_kernel_ctx psg_kernel_ctx_t;
 /* Computes the node's outputs. Returns 0, or -1 with psg_error_set (the
  * executor adds the node name). */
@@ -57,6 +66,8 @@ struct psg_op_def {
     psg_grad_fn grad;   /* NULL: not differentiable (autodiff fails if a path needs it) */
     psg_kernel_fn cpu;  /* NULL: no CPU kernel */
     psg_kernel_fn cuda; /* NULL: no CUDA kernel */
+    psg_prepare_fn prepare; /* NULL: the kernels read the node's attributes themselves */
+    size_t params_size;     /* the bytes of prepare's struct */
 };
 
 /* The registered op named `name`, or NULL. */
@@ -83,6 +94,7 @@ struct psg_kernel_ctx {
     struct psg_rendezvous *rendezvous; /* the step's, for Send/Recv; NULL when the run has none */
     psg_async_op_t *async;             /* set for PSG_OP_ASYNC ops only */
     int device; /* -1: a CPU kernel on host tensors; k: a CUDA kernel on GPU k's tensors */
+    const void *params; /* the def's prepare struct for this node; NULL without prepare */
 };
 
 /* Allocates output i with its inferred dtype and shape (uninitialized), in

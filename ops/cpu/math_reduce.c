@@ -4,6 +4,7 @@
  * Not elementwise ops (math.c) and not matrix products (matmul.c). */
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/math.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <float.h>
@@ -315,7 +316,7 @@ int psg_cpu_concat(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int rank = out->shape.rank;
-    int axis = (int)psg_node_get_int(c->node, "axis", 0);
+    int axis = ((const psg_concat_params_t *)psg_kernel_params(c))->axis;
     if (axis < 0) axis += rank;
     size_t es = psg_dtype_size(out->dtype);
     int64_t outer = 1, inner = 1;

@@ -4,6 +4,7 @@
  * Not the builders or shape inference (ops/train.c). */
 #include "ops/cpu/train.h"
 #include "ops/cpu/array.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <math.h>
@@ -91,7 +92,7 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
                              v->name, psg_shape_str(&v->shape, b, sizeof b));
     }
     const float *gd = psg_tensor_f32(g);
-    if (psg_node_get_bool(c->node, "check_numerics", true)) {
+    if (((const psg_apply_params_t *)psg_kernel_params(c))->check_numerics) {
         scan_t sc = {gd, psg_tensor_numel(g)};
         psg_parallel_for(c->pool, sc.first_bad, UPDATE_GRAIN, scan_range, &sc);
         int64_t i = atomic_load(&sc.first_bad);
@@ -190,7 +191,7 @@ int psg_cpu_apply_momentum(psg_kernel_ctx_t *c) {
     if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0 ||
         scalar_input(c, 4, "momentum", &u.a) < 0)
         return -1;
-    u.nesterov = psg_node_get_bool(c->node, "use_nesterov", false);
+    u.nesterov = ((const psg_apply_params_t *)psg_kernel_params(c))->use_nesterov;
     return run_update(c, v, momentum_range, &u);
 }
 

@@ -5,6 +5,7 @@
  * would need a host sync per variable per step. */
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/params.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
@@ -56,8 +57,8 @@ static int apply(psg_kernel_ctx_t *c, psg_cu_rule_t rule, int nslots, int gi, in
     int rc = psg_cuda_apply(
         c->device, rule, psg_tensor_f32(v->value), s[0] ? psg_tensor_f32(s[0]->value) : NULL,
         s[1] ? psg_tensor_f32(s[1]->value) : NULL, psg_tensor_f32(g), psg_tensor_numel(g), hp,
-        psg_node_get_bool(c->node, "use_nesterov", false),
-        psg_node_get_bool(c->node, "check_numerics", true));
+        ((const psg_apply_params_t *)psg_kernel_params(c))->use_nesterov,
+        ((const psg_apply_params_t *)psg_kernel_params(c))->check_numerics);
     pthread_mutex_unlock(&v->lock);
     return rc;
 }
