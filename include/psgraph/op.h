@@ -1,7 +1,8 @@
 /* The op registry: each op is registered once with its signature, its shape
  * inference, its gradient (which builds graph nodes, not numbers) and a
  * kernel per device type. Adding an op touches one file under ops/ (the def),
- * its kernels under ops/cpu/ (and ops/cuda/), and one line of ops/registry.c. */
+ * its kernels under ops/cpu/ (and ops/cuda/); a new family adds one line to
+ * ops/families.c. */
 #ifndef PSGRAPH_OP_H
 #define PSGRAPH_OP_H
 
@@ -75,6 +76,13 @@ const psg_op_def_t *psg_op_lookup(const char *name);
 /* All ops, for listing and tests: the i-th (0 <= i < psg_op_count()). */
 int psg_op_count(void);
 const psg_op_def_t *psg_op_at(int i);
+/* Adds a family of ops: defs is a NULL-terminated array, borrowed for the
+ * life of the process. The built-in families are registered when the library
+ * loads (ops/families.c); a program registers its own before it builds
+ * graphs with them. Returns 0, or -1 with the error set when a def has no
+ * name or infer function or its name is taken (then nothing is added).
+ * Thread-safe. */
+int psg_op_register_family(const psg_op_def_t *const *defs);
 
 struct psg_rendezvous;
 typedef struct psg_async_op psg_async_op_t;
