@@ -467,6 +467,17 @@ int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes) {
     return psg_node_finish(b);
 }
 
+double psg_glorot_uniform_scale(const psg_shape_t *shape) {
+    /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
+    double receptive = 1;
+    for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
+    double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
+                                     : (double)shape->dims[0];
+    double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
+                                      : (double)shape->dims[0];
+    return sqrt(6.0 / (fan_in + fan_out));
+}
+
 static psg_endpoint_t random_init(psg_graph_t *g, const char *dist, const psg_shape_t *shape,
                                   double scale, uint64_t seed) {
     psg_node_builder_t *b = psg_node_begin(g, "Random", "initial_value");
@@ -491,14 +502,7 @@ static psg_endpoint_t initial_value(psg_graph_t *g, const psg_shape_t *shape,
     if (!strcmp(k, "uniform") || !strcmp(k, "normal") || !strcmp(k, "truncated_normal"))
         return random_init(g, k, shape, init.scale, init.seed);
     if (!strcmp(k, "glorot_uniform")) {
-        /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
-        double receptive = 1;
-        for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
-        double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
-                                         : (double)shape->dims[0];
-        double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
-                                          : (double)shape->dims[0];
-        return random_init(g, "uniform", shape, sqrt(6.0 / (fan_in + fan_out)), init.seed);
+        return random_init(g, "uniform", shape, psg_glorot_uniform_scale(shape), init.seed);
     }
     psg_error_set("unknown initializer '%s'", k);
     return PSG_NO_ENDPOINT;

@@ -390,6 +390,15 @@ int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) 
     return 0;
 }
 
+psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {
+    int rank = out->shape.rank;
+    psg_concat_layout_t l = {((const psg_concat_params_t *)psg_kernel_params(c))->axis, 1, 1};
+    if (l.axis < 0) l.axis += rank;
+    for (int i = 0; i < l.axis; i++) l.outer *= out->shape.dims[i];
+    for (int i = l.axis + 1; i < rank; i++) l.inner *= out->shape.dims[i];
+    return l;
+}
+
 /* ---- gradients ---- */
 
 static psg_endpoint_t out0(const psg_node_t *n) {

@@ -44,6 +44,15 @@ typedef struct {
 
 int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
 
+/* The layout of the Concat that ctx c runs into `out`: its axis, the
+ * product of the dims before it (rows) and after it (each row's inner size). */
+typedef struct {
+    int axis;
+    int64_t outer, inner;
+} psg_concat_layout_t;
+
+psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out);
+
 /* The update ops (ApplyGradientDescent, ApplyMomentum, ...): their flags. */
 typedef struct {
     bool check_numerics;
