@@ -115,6 +115,28 @@ static int infer_exponential_decay(psg_infer_ctx_t *c) {
     return 0;
 }
 
+/* ---- the checks both kernels make (ops/cpu/train.h) ---- */
+
+int psg_update_check_variable(const psg_variable_t *v) {
+    if (!v) return -1;
+    if (v->dtype != PSG_DT_F32)
+        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name,
+                             psg_dtype_name(v->dtype));
+    if (!v->initialized)
+        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+    return 0;
+}
+
+int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what) {
+    const psg_tensor_t *t = c->inputs[i];
+    if (t->dtype != PSG_DT_F32 || psg_tensor_numel(t) != 1) {
+        char b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("%s (input %d) must be a scalar f32, got %s%s", what, i,
+                             psg_dtype_name(t->dtype), psg_shape_str(&t->shape, b, sizeof b));
+    }
+    return 0;
+}
+
 /* ---- prepare: the update's flags, once per plan node (ops/params.h) ---- */
 
 int psg_apply_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
