@@ -1,7 +1,7 @@
 /* The ops that partitioning adds: Send and Recv, the two ends of one cut
  * edge, matched through the rendezvous by key and step id. Defs and shape
  * inference; kernels in ops/cpu/sendrecv.c. Not the partitioner that
- * inserts them (graph/partition.c). */
+ * inserts them (runtime/partition.c). */
 #include "ops/cpu/sendrecv.h"
 #include "psgraph/error.h"
 

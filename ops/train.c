@@ -3,7 +3,7 @@
  * ApplyAdam, ApplyAdagrad, as TensorFlow's ResourceApply*), and the small
  * state ops around them (ScaleVariable, IncrementVariable, ExponentialDecay):
  * defs, shape inference and builders. Kernels: ops/cpu/train.c. Not the
- * optimizer objects that wire them to gradients (ops/optimizer.c). */
+ * optimizer objects that wire them to gradients (runtime/optimizer.c). */
 #include "ops/cpu/train.h"
 #include "ops/cuda/kernels.h"
 #include "ops/params.h"
