@@ -539,7 +539,8 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     }
     psg_infer_ctx_t ic = {n, ni, in_dt, in_sh, no, out_dt, out_sh};
     if (rc == 0) rc = n->def->infer(&ic);
-    for (int o = 0; rc == 0 && !async && o < no; o++) {
+    bool dynamic = n->def->flags & PSG_OP_DYNAMIC_SHAPE;
+    for (int o = 0; rc == 0 && !async && !dynamic && o < no; o++) {
         if (out_dt[o] != PSG_DT_RESOURCE && !psg_shape_is_complete(&out_sh[o])) {
             char b[PSG_SHAPE_STR_MAX];
             rc = psg_error_set("output %d has no complete shape at run time (%s)", o,
