@@ -21,8 +21,12 @@ static void train_usage(FILE *f) {
         fprintf(f, "      %-11s batch %d, lr %g: %s\n", psg_model_info(i)->name, psg_model_info(i)->defaults.batch,
                 psg_model_info(i)->defaults.lr, psg_model_info(i)->description);
     fprintf(f,
-            "  --data fashion-mnist|synthetic\n"
-            "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
+            "  --data fashion-mnist|synthetic|criteo  (wide-deep: criteo)\n"
+            "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist);\n"
+            "                           criteo: a Criteo-format file or folder (psgraph data ctr writes one)\n"
+            "  --buckets N              wide-deep: hash buckets per categorical field (default 1000000)\n"
+            "  --table-shards N         wide-deep: the embedding table's shards (default 1, or the ps tasks)\n"
+            "  --partition-strategy mod|div  wide-deep: which shard holds an id (default mod)\n"
             "  --epochs E               passes over the training set (default 2)\n"
             "  --steps N                stop after N steps (overrides --epochs)\n"
             "  --batch B                batch size (default: the model's, above)\n"
@@ -110,6 +114,9 @@ int psg_cmd_train(int argc, char **argv) {
         if (!strcmp(a, "--model")) c.model = v;
         else if (!strcmp(a, "--data")) c.data = v;
         else if (!strcmp(a, "--data-dir")) c.data_dir = v;
+        else if (!strcmp(a, "--buckets")) { rc = parse_num(a, v, 1, 1099511627776.0, &x); c.buckets = (int64_t)x; }
+        else if (!strcmp(a, "--table-shards")) { rc = parse_num(a, v, 1, 64, &x); c.table_shards = (int)x; }
+        else if (!strcmp(a, "--partition-strategy")) c.partition_strategy = v;
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
         else if (!strcmp(a, "--init-from")) c.init_from = v;

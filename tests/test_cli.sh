@@ -29,7 +29,7 @@ check 0 "inception3  batch 32, lr 0.045" "$psgraph" train --help
 check 2 "unknown option '--colour'" "$psgraph" train --colour red
 check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
-check 1 "unknown model 'vgg' (known: mlp, cnn, inception3)" "$psgraph" train --model vgg --steps 1
+check 1 "unknown model 'vgg' (known: mlp, cnn, inception3, wide-deep)" "$psgraph" train --model vgg --steps 1
 # a TF_CONFIG without a ps job (MultiWorkerMirroredStrategy's form) is refused, saying why
 check 1 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}' "$psgraph" train --model mlp --data synthetic --steps 1
 check 2 "the evaluator task runs \`psgraph train\`" env TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}' "$psgraph" server

@@ -17,6 +17,7 @@
 #include "worker/evaluator.h"
 #include "worker/init_from.h"
 #include "worker/metrics_log.h"
+#include "worker/ctr_train.h"
 #include "worker/sync_train.h"
 #include "worker/train_data.h"
 #include "worker/train_hooks.h"
@@ -204,6 +205,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     trainer_t t = {0};
     memset(r, 0, sizeof *r);
     FILE *out = c->out ? c->out : stdout;
+    if (!strcmp(c->model, "wide-deep")) return psg_train_ctr(c, r);
     psg_model_defaults_t d;
     if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
     int batch = c->batch > 0 ? c->batch : d.batch;

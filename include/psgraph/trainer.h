@@ -57,6 +57,10 @@ typedef struct {
     bool init_strict;
     const char *trace_path;          /* NULL: no timeline */
     int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
+    /* --model wide-deep (worker/ctr_train.c, docs/sparse.md) */
+    int64_t buckets;                 /* per categorical field; 0: 10^6 */
+    int table_shards;                /* the embedding table's shards; 0: 1, or the ps tasks */
+    const char *partition_strategy;  /* "mod" (NULL) or "div" */
 } psg_train_config_t;
 
 /* A cluster worker's default dense_shard_bytes: 512 KiB (the mlp's fc1 in 2 shards, the
