@@ -411,6 +411,7 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         io.classes = o->classes;
         io.threads = o->decode_threads;
         io.seed = o->seed;
+        io.compression = o->compression;
         io.report = on_skip;
         if (!(b.inet = psg_imagenet_new(o->data_dir, &io))) goto fail;
         b.recipe.examples_per_epoch = psg_imagenet_num_records(b.inet);

@@ -133,13 +133,21 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
                        psg_report_fn fn, void *ctx) {
     *entries = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return psg_error_set("%s: %s", path, strerror(errno));
+    psg_tfrecord_compression_t found;
+    char name[PSG_TFRECORD_NAME_MAX];
+    int fd = psg_tfrecord_open(path, PSG_TFRECORD_AUTO, &found, name, sizeof name);
+    if (fd < 0) return -1;
+    int rc = psg_tfrecord_index_fd(fd, name, entries, n, fn, ctx);
+    close(fd);
+    return rc;
+}
+
+int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
+                          psg_report_fn fn, void *ctx) {
+    *entries = NULL;
+    *n = 0;
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        close(fd);
-        return psg_error_set("%s: %s", path, strerror(errno));
-    }
+    if (fstat(fd, &st) < 0) return psg_error_set("%s: %s", path, strerror(errno));
     int64_t size = st.st_size, off = 0, cap = 0;
     int problems = 0;
     bool resyncing = false;
@@ -148,7 +156,6 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
         uint8_t head[12];
         if (pread(fd, head, 12, off) != 12) {
             free(v);
-            close(fd);
             return psg_error_set("%s: byte %lld: read failed", path, (long long)off);
         }
         uint64_t len = get_u64(head);
@@ -173,7 +180,6 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
             psg_tfrecord_entry_t *nv = realloc(v, (size_t)cap * sizeof *nv);
             if (!nv) {
                 free(v);
-                close(fd);
                 return psg_error_set("out of memory indexing %s", path);
             }
             v = nv;
@@ -185,7 +191,6 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
         report(fn, ctx, path, off, "trailing bytes shorter than a record header: ignored");
         problems++;
     }
-    close(fd);
     *entries = v;
     return problems;
 }
