@@ -6,6 +6,7 @@
  * final JSON line. Not the option parsing or the local launch (bench_cmd.c). */
 #include "cli/bench.h"
 #include "psgraph/psgraph.h"
+#include "worker/replica.h"
 #include "worker/sync_train.h"
 #include "worker/worker_task.h"
 
@@ -38,9 +39,9 @@ typedef struct {
     psg_train_config_t tc; /* the cluster's and sync replicas' settings */
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
-    psg_dist_callable_t *dstep; /* owned by dsess */
-    psg_sync_train_t *sync;     /* NULL: async (one worker, no backups) */
-    psg_optimizer_t *opt;       /* the sync replicas' (borrowed by sync) */
+    psg_replica_t rep;          /* the replica: model or towers, the strategy */
+    psg_sync_train_t *sync;     /* rep.sync: the strategy's worker (worker/sync_train.c) */
+    psg_optimizer_t *opt;       /* the strategy's (borrowed by sync) */
     int num_required;           /* gradients a global step (N) */
     /* input */
     psg_imagenet_t *inet;
@@ -104,11 +105,21 @@ static int build_towers(bench_t *b) {
     return rc < 0 ? -1 : psg_place(b->g, &po); /* the nodes added after the towers' placement */
 }
 
-/* Joins the cluster as this worker task and builds its replica under the
- * replica device setter: the recipe's step (async: one worker, no backups),
- * or sync replicas aggregating N = workers - b gradients a step, whose
- * worker step also runs the batch-norm updates and whose chief step runs the
- * EMA after the update. */
+/* The one-tower model of psg_replica_build: Inception-v3, its size, the variables the
+ * moving average covers (before an optimizer's slots). */
+static int build_one(void *ctx, psg_graph_t *g, psg_model_t *mm) {
+    bench_t *b = ctx;
+    if (psg_inception3_build(g, &b->cfg, &b->m) < 0 || psg_model_stats(g, NULL, &b->st) < 0 ||
+        (b->n_ema_vars = psg_inception3_variables(g, &b->ema_vars)) < 0)
+        return -1;
+    *mm = (psg_model_t){b->m.images, b->m.labels, b->m.logits, b->m.loss, b->m.correct};
+    return 0;
+}
+
+/* Joins the cluster as this worker task and builds its replica through the strategy
+ * (--sync; by default sync replicas aggregating N = workers - b gradients a step, or
+ * async for one worker and no backups): a worker's step also runs tower 0's batch-norm
+ * updates, and the moving average follows each update. */
 static int build_replica(bench_t *b) {
     const psg_bench_opts_t *o = b->o;
     psg_train_config_t *tc = &b->tc;
@@ -123,6 +134,7 @@ static int build_replica(bench_t *b) {
     tc->backup_workers = o->backups;
     tc->stragglers = o->stragglers;
     tc->num_stragglers = o->num_stragglers;
+    tc->sync_opt = o->sync_opt;
     if (psg_worker_task_join(&b->w, tc, "psgraph bench inception3") < 0) return -1;
     int W = b->w.num_workers;
     if (o->workers > 0 && o->workers + o->backups != W)
@@ -130,71 +142,37 @@ static int build_replica(bench_t *b) {
                              "not %d", o->workers, o->backups, W, o->workers + o->backups);
     if (o->backups >= W)
         return psg_error_set("--backup-workers %d: the cluster has only %d worker tasks", o->backups, W);
-    bool sync = W > 1 || o->backups > 0;
-    tc->sync = sync ? "sync" : "async";
+    tc->sync = o->sync ? o->sync : W > 1 || o->backups > 0 ? "sync" : "async";
     b->num_required = W - o->backups;
     b->recipe.replicas = b->num_required;
+    /* the optimizer's learning-rate decay reads the global step: on the ps tasks */
     psg_graph_push_replica_setter(b->g, b->w.setter);
-    bool towers = o->towers > 1 || b->gpu;
-    int rc = 0, n = 0;
-    psg_endpoint_t *grads = NULL, *vars = NULL;
-    if (towers && !sync) {
-        rc = build_towers(b);
-    } else if (towers) {
-        /* K towers; the mean of their gradients goes to the accumulators */
-        psg_towers_config_t twc = towers_config(b);
-        b->towers = calloc(1, sizeof *b->towers);
-        rc = b->towers ? psg_towers_build_gradients(b->g, &twc, b->towers, &n, &grads, &vars)
-                       : psg_error_set("out of memory");
-        if (rc == 0) b->m = b->tower_models[0];
-    } else {
-        rc = psg_inception3_build(b->g, &b->cfg, &b->m);
-        if (rc == 0) rc = psg_model_stats(b->g, NULL, &b->st);
-        if (rc == 0 && sync && (b->n_ema_vars = psg_inception3_variables(b->g, &b->ema_vars)) < 0)
-            rc = -1;
-        if (rc == 0 && !sync)
-            rc = psg_inception3_train_op(b->g, &b->recipe, &b->m, &b->train_op, NULL);
-    }
-    if (rc == 0 && sync) {
-        b->opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
-        if (b->opt && towers)
-            b->sync = psg_sync_train_new_towers(tc, b->g, b->opt, b->towers, n, grads, vars,
-                                                b->w.rank, W, stdout);
-        else if (b->opt)
-            b->sync = psg_sync_train_new(tc, b->g, b->opt, b->m.loss, b->m.images, b->m.labels,
-                                         b->w.rank, W, stdout);
-        int ema = -1;
-        rc = b->sync ? psg_inception3_finish_train_op(
-                           b->g, &b->recipe, psg_sync_train_graph(b->sync)->chief_global_step.node,
-                           -1, b->n_ema_vars, b->ema_vars, &ema)
-                     : -1;
-        /* a worker's step also runs tower 0's batch-norm updates */
-        if (rc == 0) psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
-    }
-    free(grads);
-    free(vars);
+    b->opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
+    psg_graph_pop_device(b->g);
+    if (!b->opt) return -1;
+    psg_towers_config_t twc = towers_config(b);
+    psg_replica_spec_t rs = {.c = tc, .w = &b->w, .opt = b->opt,
+                             .towers = o->towers > 1 || b->gpu ? &twc : NULL,
+                             .build_one = build_one, .ctx = b, .out = stdout};
+    if (psg_replica_build(b->g, &rs, &b->rep) < 0) return -1;
+    b->sync = b->rep.sync;
+    b->towers = b->rep.towers;
+    if (b->towers) b->m = b->tower_models[0];
+    int ema = -1;
+    psg_graph_push_replica_setter(b->g, b->w.setter);
+    int rc = psg_inception3_finish_train_op(b->g, &b->recipe, psg_sync_train_after_update(b->sync),
+                                            -1, b->n_ema_vars, b->ema_vars, &ema);
     psg_graph_pop_device(b->g);
     if (rc < 0) return -1;
+    psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
     psg_dist_session_options_t so = {.cluster = b->w.cluster, .server = b->w.server,
                                      .step_timeout_ms = o->step_timeout_ms};
     if (!(b->dsess = psg_dist_session_new(b->g, &so))) return -1;
-    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS] = {b->m.images, b->m.labels}, fetch = b->m.loss;
-    if (b->towers) {
-        psg_towers_feeds(b->towers, feeds);
-        fetch = b->towers->loss;
-    }
-    int nf = b->towers ? 2 * b->towers->num_towers : 2;
-    if (!sync && !(b->dstep = psg_dist_session_make_callable(b->dsess, nf, feeds, 1, &fetch, 1,
-                                                             &b->train_op)))
-        return -1;
-    /* async: the next step's reads travel while the ps applies this one (dist_session.h) */
-    if (b->dstep) psg_dist_callable_set_overlap(b->dstep, true);
+    if (psg_sync_train_init_local(b->sync, b->dsess) < 0) return -1;
     if (b->w.chief ? psg_dist_session_run_init(b->dsess) < 0
                    : psg_dist_session_wait_init(b->dsess, o->step_timeout_ms) < 0)
         return psg_error_wrap("the variables");
-    return b->sync ? psg_sync_train_start(b->sync, b->dsess, b->w.cluster, b->w.server, b->w.chief,
-                                          NULL)
-                   : 0;
+    return psg_sync_train_start(b->sync, b->dsess, b->w.cluster, b->w.server, b->w.chief, NULL);
 }
 
 /* The graph and its runner: a cluster's replica, towers, or the plain graph. */
@@ -257,7 +235,7 @@ static int run_step(bench_t *b, psg_tensor_t *img, psg_tensor_t *lab, psg_tensor
         if (psg_towers_split(b->towers, img, lab, fv) < 0) return -1;
         n = 2 * b->towers->num_towers;
     }
-    int rc = b->dstep ? psg_dist_callable_run(b->dstep, fv, loss) : psg_callable_run(b->step, fv, loss);
+    int rc = psg_callable_run(b->step, fv, loss);
     for (int i = 0; i < n; i++) psg_tensor_destroy(&fv[i]);
     return rc;
 }
@@ -300,8 +278,8 @@ static void print_header(const bench_t *b) {
     if (b->in_cluster)
         printf("%s of %d workers (%s), %s, variables on %d ps tasks\n", b->w.task, b->w.num_workers,
                b->w.chief ? "chief" : "not chief",
-               b->sync ? "sync replicas" : "async", psg_cluster_num_tasks(b->w.cluster, "ps"));
-    if (b->sync)
+               b->tc.sync, psg_cluster_num_tasks(b->w.cluster, "ps"));
+    if (b->sync && psg_sync_train_graph(b->sync)->chief_op >= 0)
         printf("sync replicas: the mean of the first %d of %d gradients a step, %d backup worker%s\n",
                b->num_required, b->w.num_workers, o->backups, o->backups == 1 ? "" : "s");
     if (!o->forward_only)
@@ -312,21 +290,12 @@ static void print_header(const bench_t *b) {
 }
 
 /* The cluster's fields of the chief's final line, each followed by a comma. */
-static void cluster_json(bench_t *b, int64_t steps, double own_ips, char *buf, size_t size) {
-    char sj[1024] = "";
+static void cluster_json(bench_t *b, char *buf, size_t size) {
+    char sj[1536] = "";
     int W = b->w.num_workers;
     double *rates = malloc(sizeof *rates * (size_t)W);
-    int nr = 0;
-    if (b->sync) {
-        psg_sync_train_json(b->sync, sj, sizeof sj);
-        nr = rates ? psg_sync_train_worker_rates(b->sync, rates) : 0;
-    } else {
-        snprintf(sj, sizeof sj,
-                 "\"sync\":\"async\",\"replicas_to_aggregate\":1,\"backup_workers\":0,\"global_steps\":%lld,"
-                 "\"gradients_used\":%lld,\"gradients_dropped\":0,",
-                 (long long)steps, (long long)steps);
-        if (rates) rates[nr++] = own_ips;
-    }
+    psg_sync_train_json(b->sync, sj, sizeof sj);
+    int nr = rates ? psg_sync_train_worker_rates(b->sync, rates) : 0;
     size_t len = (size_t)snprintf(buf, size, "\"ps\":%d,\"workers\":%d,%s\"per_worker_images_per_sec\":[",
                                   psg_cluster_num_tasks(b->w.cluster, "ps"), b->num_required, sj);
     for (int i = 0; i < nr && len + 32 < size; i++) {
@@ -343,19 +312,20 @@ static void cluster_json(bench_t *b, int64_t steps, double own_ips, char *buf, s
  * the others, everyone tells the ps tasks it is done. */
 static int finish_cluster(bench_t *b, double own_ips) {
     if (psg_dist_session_drain(b->dsess) < 0) return -1; /* the last overlapped step */
-    if (b->sync && psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
+    if (psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
     if (b->w.chief) {
         if (psg_dist_session_wait_workers(b->dsess, b->w.num_workers - 1, b->o->step_timeout_ms) < 0) {
             printf("warning: %s; reporting anyway\n", psg_error_message());
             fflush(stdout);
         }
-        if (b->sync) psg_sync_train_count(b->sync, b->dsess, b->w.cluster);
+        psg_sync_train_count(b->sync, b->dsess, b->w.cluster);
     }
     return psg_dist_session_job_done(b->dsess);
 }
 
 static void bench_free(bench_t *b) {
-    psg_sync_train_destroy(&b->sync);
+    if (b->towers != b->rep.towers) free(b->towers); /* one process's (build_towers) */
+    psg_replica_free(&b->rep);
     psg_dist_session_destroy(&b->dsess);
     psg_worker_task_leave(&b->w);
     psg_optimizer_destroy(&b->opt);
@@ -365,7 +335,6 @@ static void bench_free(bench_t *b) {
     psg_imagenet_destroy(&b->inet);
     psg_callable_destroy(&b->step);
     psg_session_destroy(&b->sess);
-    free(b->towers);
     free(b->ema_vars);
     psg_graph_destroy(&b->g);
 }
@@ -495,8 +464,8 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         median = times[(k - 1) / 2];
         p90 = times[(int64_t)ceil(0.9 * (double)(k - 1))];
     }
-    char cl[2048] = "";
-    if (b.in_cluster) cluster_json(&b, s, own_ips, cl, sizeof cl);
+    char cl[3072] = "";
+    if (b.in_cluster) cluster_json(&b, cl, sizeof cl);
     printf("total images/sec: %.2f\n", ips);
     printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
            "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"

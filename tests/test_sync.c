@@ -527,16 +527,21 @@ static void test_async_variant(void) {
     model_t m;
     build_model(&m, B, 1, &cfg);
     CHECK(m.sg.chief_op < 0 && !psg_endpoint_valid(m.sg.local_step) && m.sg.train_op >= 0);
-    psg_endpoint_t f[3];
-    CHECK(psg_sync_graph_fetches(&m.sg, f) == 0);
+    /* its fetches: the global step its reads saw and the one its update made */
+    psg_endpoint_t f[8];
+    CHECK(psg_sync_graph_fetches(&m.sg, f) == 2);
+    psg_tensor_t *seen[2] = {psg_tensor_scalar_i64(7), psg_tensor_scalar_i64(10)};
     psg_sync_step_t st;
-    CHECK(psg_sync_step_read(&m.sg, NULL, 4, 0.5, &st) == 0 && st.used && st.next_step == 5);
+    CHECK(psg_sync_step_read(&m.sg, seen, 4, 0.5, &st) == 0 && st.used && st.next_step == 5);
+    CHECK(st.staleness == 2); /* two other updates between its read (7) and its own (-> 10) */
+    psg_tensor_destroy(&seen[0]);
+    psg_tensor_destroy(&seen[1]);
     model_free(&m);
     cfg.variant = "bounded";
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
-    CHECK_ERROR_HAS("unknown variant 'bounded' (known: sync, async)");
+    CHECK_ERROR_HAS("unknown strategy 'bounded' (known: sync, async, ssp, local)");
     cfg.variant = "sync";
     cfg.backup_workers = 2;
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
