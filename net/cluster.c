@@ -3,7 +3,7 @@
  * Not the JSON reader (net/json.c) nor anything that opens a socket. */
 #include "psgraph/cluster.h"
 
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/error.h"
 
 #include <ctype.h>

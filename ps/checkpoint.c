@@ -4,7 +4,7 @@
  * interval: ps/checkpoint_dir.c) and not the transport between tasks. */
 #include "ps/checkpoint_internal.h"
 
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 

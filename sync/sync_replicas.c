@@ -6,7 +6,7 @@
 #include "psgraph/clock.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 #include "sync/strategy.h"
 
 #include <pthread.h>

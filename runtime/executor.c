@@ -4,7 +4,7 @@
  * assigned to a GPU runs its CUDA kernel on device tensors (its CPU kernel on
  * host copies when the op has none); tensors are copied where an edge
  * crosses devices. Not placement or partitioning. */
-#include "graph/executor.h"
+#include "runtime/executor.h"
 #include "graph/graph_internal.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
