@@ -16,13 +16,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The update's nodes and slots on the worker, beside its own variables; a node on a
+ * resource (the global step's increment, never run) beside that resource. */
+static const char *own_device_fn(void *ctx, const psg_graph_t *g, const psg_node_t *n) {
+    if (psg_node_device(n)[0]) return NULL;
+    for (int i = 0; i < psg_node_num_inputs(n); i++) {
+        psg_endpoint_t e = psg_node_input(n, i);
+        if (psg_graph_dtype(g, e) == PSG_DT_RESOURCE) return psg_node_device(psg_graph_node(g, e.node));
+    }
+    return ctx;
+}
+
 /* The optimizer's update of the worker's own variables, without the global step's
  * increment (the global step counts averages): a group of the update's other members. */
 static int local_update(const psg_sync_build_t *b, int *train_op) {
     psg_graph_t *g = b->g;
-    bool pushed = psg_sync_push_device_of(g, b->vars[0]);
+    char dev[256];
+    snprintf(dev, sizeof dev, "%s", psg_node_device(psg_graph_node(g, b->vars[0].node)));
+    psg_graph_push_device_fn(g, own_device_fn, dev);
     int update = -1, rc = psg_optimizer_apply_gradients(b->opt, g, b->n, b->grads, b->vars, &update);
-    if (pushed) psg_graph_pop_device(g);
+    psg_graph_pop_device(g);
     if (rc < 0) return -1;
     const psg_node_t *grp = psg_graph_node(g, update);
     int nc = psg_node_num_controls(grp), m = 0, *ids = malloc(sizeof *ids * (size_t)(nc + 1));
@@ -60,11 +73,13 @@ static int build_globals(const psg_sync_build_t *b, psg_endpoint_t *globals, psg
     char name[512];
     for (int i = 0; i < b->n; i++) {
         const char *v = psg_node_name(psg_graph_node(g, b->vars[i].node));
-        snprintf(name, sizeof name, "%s/global", v);
+        snprintf(name, sizeof name, "local_sgd/global/%s", v); /* not under v: beside v is the worker */
         globals[i] = psg_variable(g, name, PSG_DT_F32, psg_graph_shape(g, b->vars[i]),
                                   (psg_initializer_t){"zeros", 0, 0}, false);
-        snprintf(name, sizeof name, "%s/global/read", v);
+        snprintf(name, sizeof name, "local_sgd/global/%s/read", v);
+        bool on_ps = psg_sync_push_device_of(g, globals[i]);
         psg_endpoint_t gr = psg_read_variable(g, name, globals[i]);
+        if (on_ps) psg_graph_pop_device(g);
         bool pushed = psg_sync_push_device_of(g, b->vars[i]);
         snprintf(name, sizeof name, "%s/local/read", v);
         psg_endpoint_t lr = psg_read_variable(g, name, b->vars[i]);

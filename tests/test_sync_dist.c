@@ -159,12 +159,14 @@ static void dump_logs(const job_t *j) {
     }
 }
 
-/* The worst relative difference of job a's f32 variables from job b's (read from their ps),
- * after checking a's chief ran 4 global steps of 2 gradients. */
-static double compare_variables(job_t *a, job_t *b, const char *what) {
+/* The worst relative difference of job a's f32 variables (named prefix + b's name: local
+ * SGD's ps copies are "local_sgd/global/<var>") from job b's, read from their ps, after
+ * steps steps of a, the chief reporting global_steps and 2 gradients a step. */
+static double compare_variables_as(job_t *a, job_t *b, const char *what, const char *prefix,
+                                   int steps, int global_steps) {
     char *log0 = job_log(a, 0);
-    CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == 4);
-    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == 8);
+    CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == global_steps);
+    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == 2 * steps);
     CHECK(field(log0, "{\"event\":\"done\"", "gradients_dropped") == 0);
     free(log0);
     psg_resource_mgr_t *ra = psg_task_server_resources(a->ps),
@@ -177,7 +179,9 @@ static double compare_variables(job_t *a, job_t *b, const char *what) {
         if (want->dtype != PSG_DT_F32 || !strncmp(want->name, "sync_replicas/", 14) ||
             !strncmp(want->name, "ssp/", 4))
             continue;
-        psg_variable_t *got = psg_resource_find_variable(ra, want->name);
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", prefix, want->name);
+        psg_variable_t *got = psg_resource_find_variable(ra, name);
         CHECK(got != NULL);
         if (!got || !got->value || !want->value) continue;
         const float *x = psg_tensor_f32(want->value), *y = psg_tensor_f32(got->value);
@@ -192,10 +196,47 @@ static double compare_variables(job_t *a, job_t *b, const char *what) {
         compared++;
     }
     printf("  equivalence, %s: %d variables, worst relative difference %.3g (absolute %.3g) "
-           "after 4 steps\n",
-           what, compared, worst, worst_abs);
+           "after %d steps\n",
+           what, compared, worst, worst_abs, steps);
     CHECK(compared >= 4);
     return worst;
+}
+
+static double compare_variables(job_t *a, job_t *b, const char *what) {
+    return compare_variables_as(a, b, what, "", 4, 4);
+}
+
+/* Strategies whose answer is sync's with b = 0 (docs/sync.md), 2 workers, SGD, 20 steps of
+ * the same batches: SSP with s = 0 (bulk-synchronous: each applies its gradient / 2 once
+ * both have read the step) and local SGD with H = 1 (the average of the two copies after
+ * one step each is the averaged gradient step); the parameters on the ps within 1e-5. */
+static void test_strategies_equal_sync(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
+                          "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
+    const char *tails[3][4] = {{"sync", NULL}, {"ssp", "--staleness", "0", NULL},
+                               {"local", "--local-steps", "1", NULL}};
+    const char *names[3] = {"strat_sync", "strat_ssp", "strat_local"};
+    job_t jobs[3];
+    for (int j = 0; j < 3; j++) {
+        const char *args[32];
+        int n = 0;
+        for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
+        for (int k = 0; tails[j][k]; k++) args[n++] = tails[j][k];
+        args[n] = NULL;
+        job_start(&jobs[j], names[j], 2);
+        for (int i = 0; i < 2; i++) job_spawn(&jobs[j], i, args);
+    }
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = true;
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 2; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
+    /* ssp's global step counts each worker's update; local SGD's counts averages */
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[2], &jobs[0], "local H = 1 vs sync b = 0", "local_sgd/global/",
+                               20, 20) <= 1e-5);
+    for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
 }
 
 /* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
@@ -430,6 +471,7 @@ int main(int argc, char **argv) {
         if (!only || strstr(#fn, only)) RUN_TEST(fn);                                              \
     } while (0)
     RUN_IF(test_equivalence);
+    RUN_IF(test_strategies_equal_sync);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);
