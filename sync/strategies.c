@@ -16,6 +16,7 @@ static const psg_sync_strategy_t *const strategies[] = {
     &psg_sync_strategy_async,
     &psg_sync_strategy_ssp,
     &psg_sync_strategy_local,
+    &psg_sync_strategy_easgd,
 };
 #define NUM_STRATEGIES ((int)(sizeof strategies / sizeof strategies[0]))
 
@@ -25,17 +26,19 @@ static const psg_sync_strategy_t *const strategies[] = {
 
 static const psg_sync_option_t options[] = {
     {"--replicas-to-aggregate", "N", "gradients averaged a step (default workers - b)",
-     PSG_SYNC_OPT_CMD, 1, 1000000},
+     PSG_SYNC_OPT_CMD, 1, 1000000, false},
     {"--backup-workers", "B", "workers whose gradients may be dropped (default 0)",
-     PSG_SYNC_OPT_CMD, 0, 1000000},
+     PSG_SYNC_OPT_CMD, 0, 1000000, false},
     {"--max-staleness", "K", "let reads run up to K steps ahead of this worker's own updates "
-     "(steps asked for ahead; default 0: none)", OPT(max_staleness), 0, 1},
+     "(steps asked for ahead; default 0: none)", OPT(max_staleness), 0, 1, false},
     {"--staleness", "S", "a worker waits when more than S steps ahead of the slowest "
-     "(default 2; 0: the same as sync with b = 0)", OPT(staleness), 0, 1000000},
+     "(default 2; 0: the same as sync with b = 0)", OPT(staleness), 0, 1000000, false},
     {"--local-steps", "H", "steps on the worker's own copy between two averages (default 4)",
-     OPT(local_steps), 1, 1000000},
+     OPT(local_steps), 1, 1000000, false},
     {"--local-after", "STEPS", "plain sync steps before local SGD starts: post-local SGD "
-     "(default 0)", OPT(local_after), 0, 1000000000},
+     "(default 0)", OPT(local_after), 0, 1000000000, false},
+    {"--elastic-alpha", "A", "a copy and the center each move A of their distance toward "
+     "the other (default 0.5)", OPT(elastic_alpha), 1e-9, 1, true},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
@@ -43,6 +46,7 @@ void psg_sync_options_defaults(psg_sync_options_t *o) {
     memset(o, 0, sizeof *o);
     o->staleness = 2;
     o->local_steps = 4;
+    o->elastic_alpha = 0.5;
 }
 
 const psg_sync_strategy_t *psg_sync_strategy_find(const char *name) {
@@ -85,11 +89,14 @@ int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *v
     if (!op || op->offset == PSG_SYNC_OPT_CMD) return 0;
     char *end;
     errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (errno || end == value || *end || v < op->lo || v > op->hi)
-        return psg_error_set("%s: '%s' is not an integer in [%lld, %lld]", flag, value,
-                             (long long)op->lo, (long long)op->hi);
-    *(int64_t *)((char *)o + op->offset) = v;
+    double v = op->real ? strtod(value, &end) : (double)strtoll(value, &end, 10);
+    if (errno || end == value || *end || !(v >= op->lo && v <= op->hi))
+        return psg_error_set("%s: '%s' is not %s in [%g, %g]", flag, value,
+                             op->real ? "a number" : "an integer", op->lo, op->hi);
+    if (op->real)
+        *(double *)((char *)o + op->offset) = v;
+    else
+        *(int64_t *)((char *)o + op->offset) = (int64_t)v;
     return 1;
 }
 

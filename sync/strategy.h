@@ -43,8 +43,9 @@ typedef struct {
     const char *flag;    /* "--staleness" */
     const char *metavar; /* "S" */
     const char *help;    /* one line for --help */
-    size_t offset;       /* an int64_t in psg_sync_options_t */
-    int64_t lo, hi;      /* the range a value must be in */
+    size_t offset;       /* an int64_t (or, real: a double) in psg_sync_options_t */
+    double lo, hi;       /* the range a value must be in */
+    bool real;           /* a number with a fraction, else an integer */
 } psg_sync_option_t;
 
 typedef struct {
@@ -77,6 +78,7 @@ extern const psg_sync_strategy_t psg_sync_strategy_sync;
 extern const psg_sync_strategy_t psg_sync_strategy_async;
 extern const psg_sync_strategy_t psg_sync_strategy_ssp;
 extern const psg_sync_strategy_t psg_sync_strategy_local;
+extern const psg_sync_strategy_t psg_sync_strategy_easgd;
 
 /* The strategy named name (NULL: "sync"), or NULL with the error listing the known ones. */
 const psg_sync_strategy_t *psg_sync_strategy_find(const char *name);
@@ -99,8 +101,17 @@ int psg_sync_staleness_pair(psg_graph_t *g, psg_endpoint_t gstep, int train_op,
 /* Pushes the device the node of e asked for (so the replica setter keeps what it decided
  * for a variable); returns whether it pushed (then pop it). */
 bool psg_sync_push_device_of(psg_graph_t *g, psg_endpoint_t e);
+/* psg_sync_replicas_new with strategy s (borrowed; NULL: cfg->variant's from the table):
+ * a strategy being written, before its line in the table (tests/test_sync.c). */
+psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_sync_config_t *cfg,
+                                                const psg_sync_strategy_t *s);
 /* The strategy of a wrapper. */
 const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t *sr);
+/* A local_model strategy's pieces (sync/strategy_local.c): the optimizer's update of the
+ * worker's own variables without the global step's increment (*train_op), and a group of
+ * the initializers of the variables on device dev (the worker's own), or -1. */
+int psg_sync_local_update(const psg_sync_build_t *b, int *train_op);
+int psg_sync_local_inits(psg_graph_t *g, const char *dev);
 /* sync's graph (sync/strategy_sync.c), for a strategy that averages through it. */
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out);
 

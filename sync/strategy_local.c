@@ -29,7 +29,7 @@ static const char *own_device_fn(void *ctx, const psg_graph_t *g, const psg_node
 
 /* The optimizer's update of the worker's own variables, without the global step's
  * increment (the global step counts averages): a group of the update's other members. */
-static int local_update(const psg_sync_build_t *b, int *train_op) {
+int psg_sync_local_update(const psg_sync_build_t *b, int *train_op) {
     psg_graph_t *g = b->g;
     char dev[256];
     snprintf(dev, sizeof dev, "%s", psg_node_device(psg_graph_node(g, b->vars[0].node)));
@@ -50,7 +50,7 @@ static int local_update(const psg_sync_build_t *b, int *train_op) {
 }
 
 /* The initializers of the variables on the worker's device (its own, and their slots). */
-static int local_inits(psg_graph_t *g, const char *dev) {
+int psg_sync_local_inits(psg_graph_t *g, const char *dev) {
     int n = 0;
     const int *init = psg_graph_collection(g, "init", &n);
     int *ids = malloc(sizeof *ids * (size_t)(n + 1)), m = 0;
@@ -132,8 +132,8 @@ static int build_local(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
     char dev[256];
     snprintf(dev, sizeof dev, "%s", psg_node_device(psg_graph_node(g, b->vars[0].node)));
-    if (local_update(b, &out->train_op) < 0) return -1;
-    if ((out->local_init_op = local_inits(g, dev)) < 0) return -1;
+    if (psg_sync_local_update(b, &out->train_op) < 0) return -1;
+    if ((out->local_init_op = psg_sync_local_inits(g, dev)) < 0) return -1;
     psg_endpoint_t *mem = malloc(sizeof *mem * 2 * (size_t)b->n);
     int *pulls = malloc(sizeof *pulls * (size_t)b->n);
     int rc = mem && pulls ? build_globals(b, mem, mem + b->n, pulls) : psg_error_set("out of memory");

@@ -31,7 +31,12 @@ void psg_sync_config_defaults(psg_sync_config_t *c) {
 }
 
 psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg) {
-    const psg_sync_strategy_t *v = psg_sync_strategy_find(cfg->variant);
+    return psg_sync_replicas_new_with(opt, cfg, NULL);
+}
+
+psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_sync_config_t *cfg,
+                                                const psg_sync_strategy_t *own) {
+    const psg_sync_strategy_t *v = own ? own : psg_sync_strategy_find(cfg->variant);
     int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
                                            : cfg->num_workers - cfg->backup_workers;
     if (!v) {

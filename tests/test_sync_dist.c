@@ -163,10 +163,10 @@ static void dump_logs(const job_t *j) {
  * SGD's ps copies are "local_sgd/global/<var>") from job b's, read from their ps, after
  * steps steps of a, the chief reporting global_steps and 2 gradients a step. */
 static double compare_variables_as(job_t *a, job_t *b, const char *what, const char *prefix,
-                                   int steps, int global_steps) {
+                                   int steps, int used, int global_steps) {
     char *log0 = job_log(a, 0);
     CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == global_steps);
-    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == 2 * steps);
+    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == used);
     CHECK(field(log0, "{\"event\":\"done\"", "gradients_dropped") == 0);
     free(log0);
     psg_resource_mgr_t *ra = psg_task_server_resources(a->ps),
@@ -203,7 +203,7 @@ static double compare_variables_as(job_t *a, job_t *b, const char *what, const c
 }
 
 static double compare_variables(job_t *a, job_t *b, const char *what) {
-    return compare_variables_as(a, b, what, "", 4, 4);
+    return compare_variables_as(a, b, what, "", 4, 8, 4);
 }
 
 /* Strategies whose answer is sync's with b = 0 (docs/sync.md), 2 workers, SGD, 20 steps of
@@ -233,10 +233,39 @@ static void test_strategies_equal_sync(void) {
     CHECK(ok);
     for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
     /* ssp's global step counts each worker's update; local SGD's counts averages */
-    CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40, 40) <= 1e-5);
     CHECK(compare_variables_as(&jobs[2], &jobs[0], "local H = 1 vs sync b = 0", "local_sgd/global/",
-                               20, 20) <= 1e-5);
+                               20, 40, 20) <= 1e-5);
     for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
+}
+
+/* EASGD where its answer is known: one worker, tau = 1, alpha = 1/2, one SGD step of rate
+ * lr: the center starts at the model's initial x0 and moves half way to x0 - lr g, which is
+ * one SGD step of rate lr / 2 (async, one worker, --lr 0.025). */
+static void test_easgd_center_moves_by_alpha(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
+                          "1", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
+    const char *tails[2][8] = {{"easgd", "--elastic-alpha", "0.5", "--local-steps", "1", "--lr", "0.05", NULL},
+                               {"async", "--lr", "0.025", NULL}};
+    job_t jobs[2];
+    for (int j = 0; j < 2; j++) {
+        const char *args[32];
+        int n = 0;
+        for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
+        for (int k = 0; tails[j][k]; k++) args[n++] = tails[j][k];
+        args[n] = NULL;
+        job_start(&jobs[j], j ? "easgd_ref" : "easgd", 1);
+        job_spawn(&jobs[j], 0, args);
+    }
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = job_wait(&jobs[0], 0, deadline) == 0;
+    ok &= job_wait(&jobs[1], 0, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 2; j++) dump_logs(&jobs[j]);
+    /* easgd's global step counts nothing (its steps are local) */
+    CHECK(compare_variables_as(&jobs[0], &jobs[1], "easgd center (alpha 1/2) vs SGD at lr / 2",
+                               "easgd/center/", 1, 1, 0) <= 1e-5);
+    for (int j = 0; j < 2; j++) job_stop(&jobs[j]);
 }
 
 /* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
@@ -472,6 +501,7 @@ int main(int argc, char **argv) {
     } while (0)
     RUN_IF(test_equivalence);
     RUN_IF(test_strategies_equal_sync);
+    RUN_IF(test_easgd_center_moves_by_alpha);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);

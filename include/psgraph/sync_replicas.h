@@ -27,6 +27,7 @@ typedef struct {
     int64_t staleness;      /* ssp: the most steps a worker may be ahead of the slowest */
     int64_t local_steps;    /* local: H, steps on the worker's own copy between averages */
     int64_t local_after;    /* local: plain sync steps before local SGD starts (post-local) */
+    double elastic_alpha;   /* easgd: how far a copy and the center move toward each other */
 } psg_sync_options_t;
 
 /* The defaults of every strategy option. */
