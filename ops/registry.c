@@ -10,6 +10,7 @@ extern const psg_op_def_t *const psg_nn_ops[];
 extern const psg_op_def_t *const psg_train_ops[];
 extern const psg_op_def_t *const psg_sendrecv_ops[];
 extern const psg_op_def_t *const psg_sync_ops[];
+extern const psg_op_def_t *const psg_compress_ops[];
 
 static const psg_op_def_t *const *const families[] = {
     psg_array_ops,
@@ -18,6 +19,7 @@ static const psg_op_def_t *const *const families[] = {
     psg_train_ops,
     psg_sendrecv_ops,
     psg_sync_ops,
+    psg_compress_ops,
 };
 
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))

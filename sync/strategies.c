@@ -24,21 +24,27 @@ static const psg_sync_strategy_t *const strategies[] = {
 #define PSG_SYNC_OPT_CMD ((size_t)-1)
 #define OPT(field) offsetof(psg_sync_options_t, field)
 
+static const char *const compressions[] = {"none", "topk", NULL}; /* PSG_SYNC_COMPRESS_* */
+
 static const psg_sync_option_t options[] = {
     {"--replicas-to-aggregate", "N", "gradients averaged a step (default workers - b)",
-     PSG_SYNC_OPT_CMD, 1, 1000000, false},
+     PSG_SYNC_OPT_CMD, 1, 1000000, false, NULL},
     {"--backup-workers", "B", "workers whose gradients may be dropped (default 0)",
-     PSG_SYNC_OPT_CMD, 0, 1000000, false},
+     PSG_SYNC_OPT_CMD, 0, 1000000, false, NULL},
     {"--max-staleness", "K", "let reads run up to K steps ahead of this worker's own updates "
-     "(steps asked for ahead; default 0: none)", OPT(max_staleness), 0, 1, false},
+     "(steps asked for ahead; default 0: none)", OPT(max_staleness), 0, 1, false, NULL},
     {"--staleness", "S", "a worker waits when more than S steps ahead of the slowest "
-     "(default 2; 0: the same as sync with b = 0)", OPT(staleness), 0, 1000000, false},
+     "(default 2; 0: the same as sync with b = 0)", OPT(staleness), 0, 1000000, false, NULL},
     {"--local-steps", "H", "steps on the worker's own copy between two averages (default 4)",
-     OPT(local_steps), 1, 1000000, false},
+     OPT(local_steps), 1, 1000000, false, NULL},
     {"--local-after", "STEPS", "plain sync steps before local SGD starts: post-local SGD "
-     "(default 0)", OPT(local_after), 0, 1000000000, false},
+     "(default 0)", OPT(local_after), 0, 1000000000, false, NULL},
     {"--elastic-alpha", "A", "a copy and the center each move A of their distance toward "
-     "the other (default 0.5)", OPT(elastic_alpha), 1e-9, 1, true},
+     "the other (default 0.5)", OPT(elastic_alpha), 1e-9, 1, true, NULL},
+    {"--compress", "none|topk", "topk: send the largest entries of each gradient, the rest kept "
+     "on the worker for the next (default none)", OPT(compress), 0, 1, false, compressions},
+    {"--compress-ratio", "R", "with --compress topk: the share of entries sent (default 0.01)",
+     OPT(compress_ratio), 1e-9, 1, true, NULL},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
@@ -47,6 +53,7 @@ void psg_sync_options_defaults(psg_sync_options_t *o) {
     o->staleness = 2;
     o->local_steps = 4;
     o->elastic_alpha = 0.5;
+    o->compress_ratio = 0.01;
 }
 
 const psg_sync_strategy_t *psg_sync_strategy_find(const char *name) {
@@ -87,6 +94,14 @@ static const psg_sync_option_t *find_option(const char *flag) {
 int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *value) {
     const psg_sync_option_t *op = find_option(flag);
     if (!op || op->offset == PSG_SYNC_OPT_CMD) return 0;
+    if (op->choices) {
+        for (int64_t i = 0; op->choices[i]; i++)
+            if (!strcmp(op->choices[i], value)) {
+                *(int64_t *)((char *)o + op->offset) = i;
+                return 1;
+            }
+        return psg_error_set("%s: '%s' is not %s", flag, value, op->metavar);
+    }
     char *end;
     errno = 0;
     double v = op->real ? strtod(value, &end) : (double)strtoll(value, &end, 10);

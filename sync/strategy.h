@@ -46,6 +46,7 @@ typedef struct {
     size_t offset;       /* an int64_t (or, real: a double) in psg_sync_options_t */
     double lo, hi;       /* the range a value must be in */
     bool real;           /* a number with a fraction, else an integer */
+    const char *const *choices; /* non-NULL: one of these names, stored as its index */
 } psg_sync_option_t;
 
 typedef struct {
@@ -71,6 +72,8 @@ typedef struct {
     /* the model's variables are each worker's own (the trainer builds them under the
      * worker's device; build gets them as vars and keeps the ps's copies itself) */
     bool local_model;
+    /* takes --compress: build gets the gradients as the ps rebuilds them (sync/compress.c) */
+    bool compress;
 } psg_sync_strategy_t;
 
 /* The table (sync/strategies.c). */
@@ -112,6 +115,17 @@ const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t 
  * the initializers of the variables on device dev (the worker's own), or -1. */
 int psg_sync_local_update(const psg_sync_build_t *b, int *train_op);
 int psg_sync_local_inits(psg_graph_t *g, const char *dev);
+/* Compressed gradients (sync/compress.c): what it added. */
+typedef struct {
+    int init_op;       /* the residuals' initializers (the worker's own variables); -1 none */
+    int update_op;     /* the residuals' update, to run with each step; -1 none */
+    double push_scale; /* bytes sent for each byte of the uncompressed gradients */
+} psg_sync_compressed_t;
+/* grads[i] of vars[i] (n pairs) compressed as o says (--compress): dense[i] gets the
+ * gradient the ps rebuilds (grads[i] itself without compression). 0, or -1 with the
+ * error set. */
+int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, int n, const psg_endpoint_t *grads,
+                      const psg_endpoint_t *vars, psg_endpoint_t *dense, psg_sync_compressed_t *out);
 /* sync's graph (sync/strategy_sync.c), for a strategy that averages through it. */
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out);
 

@@ -114,7 +114,8 @@ static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
     return cfg->num_workers - num_required;
 }
 
-static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", NULL};
+static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", "--compress",
+                                           "--compress-ratio", NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_sync = {
     .name = "sync",
@@ -124,4 +125,5 @@ const psg_sync_strategy_t psg_sync_strategy_sync = {
     .lost_workers = lost_sync,
     .build = psg_sync_build_sync,
     .chief_runner = true,
+    .compress = true,
 };

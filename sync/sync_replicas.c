@@ -139,6 +139,43 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
     return psg_node_finish_ep(b);
 }
 
+/* The strategy's build on grads (compressed first when --compress asks), then the
+ * compression's residual update with each step. */
+static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, const psg_endpoint_t *grads,
+                            const psg_endpoint_t *vars, psg_endpoint_t gstep, psg_sync_graph_t *out) {
+    const psg_sync_strategy_t *v = sr->variant;
+    if (sr->cfg.opt.compress != PSG_SYNC_COMPRESS_NONE && !v->compress)
+        return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)", v->name);
+    psg_endpoint_t *dense = malloc(sizeof *dense * (size_t)k);
+    psg_sync_compressed_t cz;
+    int rc = dense ? psg_sync_compress(g, &sr->cfg.opt, k, grads, vars, dense, &cz) : psg_error_set("out of memory");
+    if (rc == 0) {
+        psg_sync_build_t b = {&sr->cfg,
+                              sr->num_required,
+                              sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
+                              sr->opt,
+                              g,
+                              k,
+                              dense,
+                              vars,
+                              gstep};
+        out->num_vars = k;
+        rc = v->build(&b, out);
+        if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
+            psg_error_wrap("%s", psg_graph_error(g));
+    }
+    if (rc == 0 && cz.update_op >= 0) {
+        int both[2] = {out->train_op, cz.update_op};
+        out->train_op = psg_group(g, "compress/step", 2, both);
+        out->local_init_op = cz.init_op;
+        out->push_scale = cz.push_scale;
+        rc = out->train_op < 0 ? -1 : 0;
+    }
+    free(dense);
+    if (rc < 0) psg_error_wrap("sync replicas (%s)", v->name);
+    return rc;
+}
+
 int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, int n,
                                       const psg_endpoint_t *grads, const psg_endpoint_t *vars,
                                       psg_sync_graph_t *out) {
@@ -169,20 +206,7 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
     } else if (!psg_endpoint_valid(gstep)) {
         psg_error_wrap("sync replicas: global step");
     } else {
-        psg_sync_build_t b = {&sr->cfg,
-                              sr->num_required,
-                              sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
-                              sr->opt,
-                              g,
-                              k,
-                              kept,
-                              kept + n,
-                              gstep};
-        out->num_vars = k;
-        rc = sr->variant->build(&b, out);
-        if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
-            psg_error_wrap("%s", psg_graph_error(g));
-        if (rc < 0) psg_error_wrap("sync replicas (%s)", sr->variant->name);
+        rc = build_compressed(sr, g, k, kept, kept + n, gstep, out);
     }
     free(kept);
     return rc;

@@ -213,11 +213,12 @@ static double compare_variables(job_t *a, job_t *b, const char *what) {
 static void test_strategies_equal_sync(void) {
     const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
                           "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
-    const char *tails[3][4] = {{"sync", NULL}, {"ssp", "--staleness", "0", NULL},
-                               {"local", "--local-steps", "1", NULL}};
-    const char *names[3] = {"strat_sync", "strat_ssp", "strat_local"};
-    job_t jobs[3];
-    for (int j = 0; j < 3; j++) {
+    const char *tails[4][6] = {{"sync", NULL}, {"ssp", "--staleness", "0", NULL},
+                               {"local", "--local-steps", "1", NULL},
+                               {"sync", "--compress", "topk", "--compress-ratio", "1", NULL}};
+    const char *names[4] = {"strat_sync", "strat_ssp", "strat_local", "strat_topk"};
+    job_t jobs[4];
+    for (int j = 0; j < 4; j++) {
         const char *args[32];
         int n = 0;
         for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
@@ -228,14 +229,51 @@ static void test_strategies_equal_sync(void) {
     }
     double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     bool ok = true;
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < 4; j++)
         for (int i = 0; i < 2; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
     CHECK(ok);
-    for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
+    for (int j = 0; !ok && j < 4; j++) dump_logs(&jobs[j]);
     /* ssp's global step counts each worker's update; local SGD's counts averages */
     CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40, 40) <= 1e-5);
     CHECK(compare_variables_as(&jobs[2], &jobs[0], "local H = 1 vs sync b = 0", "local_sgd/global/",
                                20, 40, 20) <= 1e-5);
+    /* top-k of every entry: the gradients as they were (sent as values and indices) */
+    CHECK(compare_variables_as(&jobs[3], &jobs[0], "sync, top-k ratio 1 vs sync", "", 20, 40, 20) <= 1e-5);
+    for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
+}
+
+/* Async with top-k at ratio 1 against async uncompressed (one worker: a fixed order), and
+ * at 1 %: 20x fewer bytes pushed a step, as the chief reports. */
+static void test_topk_ratio_one_is_uncompressed(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
+                          "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync", "async"};
+    const char *tails[3][5] = {{NULL}, {"--compress", "topk", "--compress-ratio", "1", NULL},
+                               {"--compress", "topk", "--compress-ratio", "0.01", NULL}};
+    const char *names[3] = {"async_dense", "async_topk1", "async_topk001"};
+    job_t jobs[3];
+    for (int j = 0; j < 3; j++) {
+        const char *args[32];
+        int n = 0;
+        for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
+        for (int k = 0; tails[j][k]; k++) args[n++] = tails[j][k];
+        args[n] = NULL;
+        job_start(&jobs[j], names[j], 1);
+        job_spawn(&jobs[j], 0, args);
+    }
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = true;
+    for (int j = 0; j < 3; j++) ok &= job_wait(&jobs[j], 0, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "async, top-k ratio 1 vs async", "", 20, 20, 20) <= 1e-5);
+    char *dense = job_log(&jobs[0], 0), *sparse = job_log(&jobs[2], 0);
+    long long full = field(dense, "{\"event\":\"done\"", "push_bytes_per_step"),
+              sent = field(sparse, "{\"event\":\"done\"", "push_bytes_per_step");
+    printf("  top-k 1%%: %lld bytes pushed a step against %lld (%.1fx fewer)\n", sent, full,
+           sent > 0 ? (double)full / (double)sent : 0);
+    CHECK(sent > 0 && full >= 20 * sent);
+    free(dense);
+    free(sparse);
     for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
 }
 
@@ -502,6 +540,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_equivalence);
     RUN_IF(test_strategies_equal_sync);
     RUN_IF(test_easgd_center_moves_by_alpha);
+    RUN_IF(test_topk_ratio_one_is_uncompressed);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);

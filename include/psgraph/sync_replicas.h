@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+enum { PSG_SYNC_COMPRESS_NONE, PSG_SYNC_COMPRESS_TOPK };
+
 /* The strategies' own settings, each a --flag of `psgraph train` (sync/strategies.c's
  * table of options; a strategy reads only the ones it lists). */
 typedef struct {
@@ -28,6 +30,8 @@ typedef struct {
     int64_t local_steps;    /* local: H, steps on the worker's own copy between averages */
     int64_t local_after;    /* local: plain sync steps before local SGD starts (post-local) */
     double elastic_alpha;   /* easgd: how far a copy and the center move toward each other */
+    int64_t compress;       /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
+    double compress_ratio;  /* topk: the share of each gradient's entries sent (default 0.01) */
 } psg_sync_options_t;
 
 /* The defaults of every strategy option. */
