@@ -339,40 +339,33 @@ static void bench_free(bench_t *b) {
     psg_graph_destroy(&b->g);
 }
 
-int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
-    bench_t b = {.o = o, .cmd = cmd, .train_op = -1};
-    b.cfg = psg_inception3_defaults();
-    b.cfg.image_size = o->image_size;
-    b.cfg.classes = o->classes;
-    b.cfg.aux_logits = o->aux;
-    b.cfg.is_training = !o->forward_only;
-    b.cfg.seed = o->seed;
-    b.recipe = psg_inception3_recipe_defaults();
-    b.recipe.learning_rate = o->lr;
-    b.recipe.batch = o->batch;
-    b.in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
-    b.gpu = !strcmp(o->device, "gpu");
-    if (b.gpu && !o->print_model && psg_gpu_count() == 0) {
-        printf("psgraph %s: --device gpu: %s; running on the CPU\n", cmd, psg_gpu_status());
-        b.gpu = false;
+/* The model's config, the recipe, the device and the input's reader; 1 after printing
+ * the model (--print-model): nothing to run. 0, 1, or -1 with the error set. */
+static int setup(bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    b->cfg = psg_inception3_defaults();
+    b->cfg.image_size = o->image_size;
+    b->cfg.classes = o->classes;
+    b->cfg.aux_logits = o->aux;
+    b->cfg.is_training = !o->forward_only;
+    b->cfg.seed = o->seed;
+    b->recipe = psg_inception3_recipe_defaults();
+    b->recipe.learning_rate = o->lr;
+    b->recipe.batch = o->batch;
+    b->in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
+    b->gpu = !strcmp(o->device, "gpu");
+    if (b->gpu && !o->print_model && psg_gpu_count() == 0) {
+        printf("psgraph %s: --device gpu: %s; running on the CPU\n", b->cmd, psg_gpu_status());
+        b->gpu = false;
     }
-    double *times = NULL;
-    int rc = 1;
-    if (b.gpu && b.in_cluster) {
-        psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
-        goto fail;
-    }
-    if (!(b.g = psg_graph_new())) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
+    if (b->gpu && b->in_cluster) return psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
+    if (!(b->g = psg_graph_new())) return psg_error_set("out of memory");
     /* before any node: the products of every tower and gradient are built under it */
-    if (psg_graph_set_precision(b.g, o->precision) < 0) goto fail;
+    if (psg_graph_set_precision(b->g, o->precision) < 0) return -1;
     if (o->print_model) {
-        if (psg_inception3_build(b.g, &b.cfg, &b.m) < 0 || psg_model_stats(b.g, NULL, &b.st) < 0) goto fail;
-        print_model(o, &b.st);
-        rc = 0;
-        goto out;
+        if (psg_inception3_build(b->g, &b->cfg, &b->m) < 0 || psg_model_stats(b->g, NULL, &b->st) < 0) return -1;
+        print_model(o, &b->st);
+        return 1;
     }
     if (!strcmp(o->data, "imagenet")) {
         psg_imagenet_options_t io = psg_imagenet_defaults(true);
@@ -381,113 +374,135 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         io.threads = o->decode_threads;
         io.seed = o->seed;
         io.report = on_skip;
-        if (!(b.inet = psg_imagenet_new(o->data_dir, &io))) goto fail;
-        b.recipe.examples_per_epoch = psg_imagenet_num_records(b.inet);
+        if (!(b->inet = psg_imagenet_new(o->data_dir, &io))) return -1;
+        b->recipe.examples_per_epoch = psg_imagenet_num_records(b->inet);
     }
-    if (build(&b) < 0 || make_input(&b) < 0) goto fail;
-    print_header(&b);
-    /* sync: a worker steps until training is over; a fast one may take more
-     * tokens than there are global steps, never more than all of them */
+    return build(b) < 0 || make_input(b) < 0 ? -1 : 0;
+}
+
+/* What the timed steps gave. */
+typedef struct {
+    double *times; /* each timed step's ms */
+    int64_t k, cap, s; /* timed steps, room, steps run */
+    double loss, timed;
+    int per_step; /* images a step as reported: the chief's are N workers' */
+} timing_t;
+
+/* One step's time (after the warmup) and the interval's images/sec line. */
+static int record(bench_t *b, timing_t *t, double t0, double dt, bool over, double *interval_start,
+                  int *interval_steps) {
+    const psg_bench_opts_t *o = b->o;
+    if (t->k == t->cap) {
+        double *nt = realloc(t->times, (size_t)(t->cap *= 2) * sizeof *t->times);
+        if (!nt) return psg_error_set("out of memory");
+        t->times = nt;
+    }
+    t->times[t->k++] = dt * 1000.0;
+    t->timed += dt;
+    if (*interval_steps == 0) *interval_start = t0;
+    (*interval_steps)++;
+    if (t->k % o->log_every == 0 || t->k == o->steps || over) {
+        double ips = *interval_steps * t->per_step / (psg_now_sec() - *interval_start);
+        printf("%lld\timages/sec: %.2f\t%.3f\n", (long long)t->k, ips, t->loss);
+        fflush(stdout);
+        *interval_steps = 0;
+    }
+    return 0;
+}
+
+/* The warmup and timed steps. */
+static int loop(bench_t *b, timing_t *t) {
+    const psg_bench_opts_t *o = b->o;
+    /* a strategy with tokens (sync): a worker steps until training is over; a fast one may
+     * take more tokens than there are global steps, never more than all of them */
     int64_t total = o->warmup + o->steps;
-    int64_t limit = b.sync ? total * b.w.num_workers + 16 : total, cap = total, k = 0, s;
-    times = calloc((size_t)cap, sizeof *times);
-    if (!times) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    /* the chief reports the job's pace: N workers' images a global step */
-    int per_step = b.in_cluster && b.w.chief ? b.num_required * o->batch : o->batch;
-    double loss = NAN, interval_start = 0, timed = 0;
+    bool tokens = b->sync && psg_sync_train_graph(b->sync)->chief_op >= 0;
+    int64_t limit = tokens ? total * b->w.num_workers + 16 : total;
+    t->cap = total;
+    if (!(t->times = calloc((size_t)t->cap, sizeof *t->times))) return psg_error_set("out of memory");
+    t->per_step = b->in_cluster && b->w.chief ? b->num_required * o->batch : o->batch;
+    t->loss = NAN;
+    double interval_start = 0;
     int interval_steps = 0;
     bool over = false;
-    for (s = 0; s < limit && !over; s++) {
-        psg_tensor_t *bi = b.img, *bl = b.lab, *out = NULL;
+    for (t->s = 0; t->s < limit && !over; t->s++) {
+        psg_tensor_t *bi = b->img, *bl = b->lab, *out = NULL;
         double t0 = psg_now_sec();
-        if (b.it) {
+        if (b->it) {
             bi = bl = NULL;
-            if (psg_batch_iter_next(b.it, &bi, &bl) != 1) goto fail;
+            if (psg_batch_iter_next(b->it, &bi, &bl) != 1) return -1;
         }
-        int src = run_step(&b, bi, bl, &out, &over);
-        if (b.it) {
+        int src = run_step(b, bi, bl, &out, &over);
+        if (b->it) {
             psg_tensor_destroy(&bi);
             psg_tensor_destroy(&bl);
         }
-        if (src < 0) {
-            psg_error_wrap("step %lld", (long long)s);
-            goto fail;
-        }
-        loss = psg_tensor_f32(out)[0];
+        if (src < 0) return psg_error_wrap("step %lld", (long long)t->s);
+        t->loss = psg_tensor_f32(out)[0];
         psg_tensor_destroy(&out);
         double dt = psg_now_sec() - t0;
-        if (!isfinite(loss)) {
-            psg_error_set("step %lld: the loss is %g", (long long)s, loss);
-            goto fail;
-        }
-        if (s < o->warmup) {
-            printf("warmup %lld\t%.2f s\t%.3f\n", (long long)s + 1, dt, loss);
+        if (!isfinite(t->loss)) return psg_error_set("step %lld: the loss is %g", (long long)t->s, t->loss);
+        if (t->s < o->warmup) {
+            printf("warmup %lld\t%.2f s\t%.3f\n", (long long)t->s + 1, dt, t->loss);
             fflush(stdout);
-            continue;
-        }
-        if (k == cap) {
-            double *nt = realloc(times, (size_t)(cap *= 2) * sizeof *times);
-            if (!nt) {
-                psg_error_set("out of memory");
-                goto fail;
-            }
-            times = nt;
-        }
-        times[k++] = dt * 1000.0;
-        timed += dt;
-        if (interval_steps == 0) interval_start = t0;
-        interval_steps++;
-        if (k % o->log_every == 0 || k == o->steps || over) {
-            double ips = interval_steps * per_step / (psg_now_sec() - interval_start);
-            printf("%lld\timages/sec: %.2f\t%.3f\n", (long long)k, ips, loss);
-            fflush(stdout);
-            interval_steps = 0;
+        } else if (record(b, t, t0, dt, over, &interval_start, &interval_steps) < 0) {
+            return -1;
         }
     }
-    double own_ips = timed > 0 ? (double)k * o->batch / timed : 0;
-    double ips = timed > 0 ? (double)k * per_step / timed : 0;
-    if (b.in_cluster && finish_cluster(&b, own_ips) < 0) goto fail;
-    if (b.in_cluster && !b.w.chief) {
+    return 0;
+}
+
+/* The end: the cluster's, then the chief's (or one process's) final JSON line. */
+static int report(bench_t *b, timing_t *t) {
+    const psg_bench_opts_t *o = b->o;
+    double own_ips = t->timed > 0 ? (double)t->k * o->batch / t->timed : 0;
+    double ips = t->timed > 0 ? (double)t->k * t->per_step / t->timed : 0;
+    if (b->in_cluster && finish_cluster(b, own_ips) < 0) return -1;
+    if (b->in_cluster && !b->w.chief) {
         printf("{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"images_per_sec\":%.3f,"
                "\"final_loss\":%.4f}\n",
-               b.w.task, (long long)s, own_ips, loss);
-        rc = 0;
-        goto out;
+               b->w.task, (long long)t->s, own_ips, t->loss);
+        return 0;
     }
-    if (o->step_times && write_step_times(o->step_times, times, k) < 0) goto fail;
+    if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
     double median = 0, p90 = 0;
-    if (k > 0) {
-        qsort(times, (size_t)k, sizeof *times, cmp_double);
-        median = times[(k - 1) / 2];
-        p90 = times[(int64_t)ceil(0.9 * (double)(k - 1))];
+    if (t->k > 0) {
+        qsort(t->times, (size_t)t->k, sizeof *t->times, cmp_double);
+        median = t->times[(t->k - 1) / 2];
+        p90 = t->times[(int64_t)ceil(0.9 * (double)(t->k - 1))];
     }
     char cl[3072] = "";
-    if (b.in_cluster) cluster_json(&b, cl, sizeof cl);
+    if (b->in_cluster) cluster_json(b, cl, sizeof cl);
     printf("total images/sec: %.2f\n", ips);
     printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
            "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
            "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
            "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld}\n",
-           b.gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b.g)),
-           b.towers ? b.towers->num_towers : 1, cl,
+           b->gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b->g)),
+           b->towers ? b->towers->num_towers : 1, cl,
            o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
-           o->threads, o->warmup, (long long)k, ips, median, p90, loss, (long long)b.st.params,
-           (long long)b.st.macs_per_example,
-           ips * (double)b.st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
-           b.inet ? (long long)psg_imagenet_num_skipped(b.inet) : 0LL);
-    rc = 0;
-    goto out;
-fail:
-    if (b.in_cluster && b.w.task[0]) psg_error_wrap("%s", b.w.task);
-    if (b.g && psg_graph_error(b.g) && !strstr(psg_error_message(), psg_graph_error(b.g)))
-        psg_error_wrap("%s", psg_graph_error(b.g));
-    fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-    rc = 1;
-out:
-    free(times);
+           o->threads, o->warmup, (long long)t->k, ips, median, p90, t->loss, (long long)b->st.params,
+           (long long)b->st.macs_per_example,
+           ips * (double)b->st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
+           b->inet ? (long long)psg_imagenet_num_skipped(b->inet) : 0LL);
+    return 0;
+}
+
+int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
+    bench_t b = {.o = o, .cmd = cmd, .train_op = -1};
+    timing_t t = {0};
+    int rc = setup(&b);
+    if (rc == 0) {
+        print_header(&b);
+        rc = loop(&b, &t) < 0 || report(&b, &t) < 0 ? -1 : 0;
+    }
+    if (rc < 0) {
+        if (b.in_cluster && b.w.task[0]) psg_error_wrap("%s", b.w.task);
+        if (b.g && psg_graph_error(b.g) && !strstr(psg_error_message(), psg_graph_error(b.g)))
+            psg_error_wrap("%s", psg_graph_error(b.g));
+        fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+    }
+    free(t.times);
     bench_free(&b);
-    return rc;
+    return rc < 0 ? 1 : 0;
 }

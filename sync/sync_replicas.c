@@ -274,6 +274,8 @@ int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
         k += 2;
     }
     st->used = st->num_accepted == st->num_vars;
+    /* the token protocol keeps only gradients computed for the current step */
+    if (st->staleness < 0 && psg_endpoint_valid(sg->next_step) && st->used) st->staleness = 0;
     st->compute_sec = step_sec > st->token_wait_sec ? step_sec - st->token_wait_sec : 0;
     return 0;
 }
