@@ -11,6 +11,8 @@ extern const psg_op_def_t *const psg_train_ops[];
 extern const psg_op_def_t *const psg_sendrecv_ops[];
 extern const psg_op_def_t *const psg_sync_ops[];
 extern const psg_op_def_t *const psg_compress_ops[];
+extern const psg_op_def_t *const psg_sparse_ops[];
+extern const psg_op_def_t *const psg_sparse_apply_ops[];
 
 static const psg_op_def_t *const *const families[] = {
     psg_array_ops,
@@ -20,6 +22,8 @@ static const psg_op_def_t *const *const families[] = {
     psg_sendrecv_ops,
     psg_sync_ops,
     psg_compress_ops,
+    psg_sparse_ops,
+    psg_sparse_apply_ops,
 };
 
 #define NUM_FAMILIES ((int)(sizeof families / sizeof families[0]))

@@ -36,5 +36,7 @@ typedef struct {
 int psg_remote_rv_pull(psg_remote_rv_t *r, int64_t step, int n, const psg_remote_pull_t *pulls);
 /* Forgets the pulls of a step (their late replies are dropped). */
 void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step);
+/* Bytes of tensor data pulled from peers so far (the wire's payload, headers excluded). */
+int64_t psg_remote_rv_bytes_pulled(psg_remote_rv_t *r);
 
 #endif

@@ -14,8 +14,13 @@
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
+#include "worker/ctr_train.h"
+#include "worker/evaluator.h"
+#include "worker/init_from.h"
+#include "worker/metrics_log.h"
 #include "worker/replica.h"
 #include "worker/sync_train.h"
+#include "worker/train_data.h"
 #include "worker/train_hooks.h"
 #include "worker/worker_task.h"
 
@@ -26,9 +31,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-/* Evaluation batches stay small enough that the cnn's activations do not
- * double the training RSS. */
-#define EVAL_BATCH 250
 #define WARMUP_STEPS 20
 
 void psg_train_config_defaults(psg_train_config_t *c) {
@@ -65,52 +67,10 @@ static double rss_mb(void) {
     return (double)resident * 4096.0 / (1024.0 * 1024.0);
 }
 
-/* One run of a local or a distributed callable (exactly one is set). */
-static int run_either(psg_callable_t *c, psg_dist_callable_t *dc, psg_tensor_t *const *feeds,
-                      psg_tensor_t **out) {
-    return dc ? psg_dist_callable_run(dc, feeds, out) : psg_callable_run(c, feeds, out);
-}
-
-/* Test accuracy over the whole evaluation set, in batches (tail included). */
+/* Test accuracy over the whole evaluation set (worker/train_data.c). */
 static int evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const psg_dataset_t *test,
                     double *accuracy) {
-    psg_batch_iter_options_t o = psg_batch_iter_eval_options(EVAL_BATCH);
-    psg_batch_iter_t *it = psg_batch_iter_new(test, &o);
-    if (!it) return -1;
-    double correct = 0;
-    int64_t seen = 0;
-    psg_tensor_t *images = NULL, *labels = NULL;
-    int rc;
-    while ((rc = psg_batch_iter_next(it, &images, &labels)) == 1) {
-        psg_tensor_t *feeds[2] = {images, labels}, *out = NULL;
-        rc = run_either(eval, deval, feeds, &out);
-        if (rc == 0) {
-            correct += psg_tensor_f32(out)[0];
-            seen += labels->shape.dims[0];
-        }
-        psg_tensor_destroy(&out);
-        psg_tensor_destroy(&images);
-        psg_tensor_destroy(&labels);
-        if (rc < 0) break;
-    }
-    psg_batch_iter_destroy(&it);
-    psg_buffer_cache_trim(); /* evaluation's block sizes are not the training step's */
-    if (rc < 0) return psg_error_wrap("evaluation");
-    *accuracy = seen ? correct / (double)seen : 0.0;
-    return 0;
-}
-
-static FILE *open_metrics(const char *logdir) {
-    if (!logdir) return NULL;
-    if (mkdir(logdir, 0755) < 0 && errno != EEXIST) {
-        psg_error_set("--logdir %s: %s", logdir, strerror(errno));
-        return NULL;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir);
-    FILE *f = fopen(path, "a");
-    if (!f) psg_error_set("%s: %s", path, strerror(errno));
-    return f;
+    return psg_train_evaluate(eval, deval, test, accuracy);
 }
 
 typedef struct {
@@ -125,6 +85,7 @@ typedef struct {
     FILE *metrics;
     psg_replica_t rep; /* the model, its towers, the strategy in a cluster (worker/replica.c) */
     psg_sync_train_t *sync; /* rep.sync: a cluster's strategy (worker/sync_train.c) */
+    psg_init_from_t *init_from; /* --init-from (worker/init_from.c) */
     /* in a cluster */
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
@@ -142,6 +103,7 @@ typedef struct {
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_init_from_destroy(&t->init_from);
     psg_replica_free(&t->rep);
     psg_train_hooks_destroy(&t->hooks);
     psg_callable_destroy(&t->step);
@@ -211,17 +173,7 @@ static int start_cluster(trainer_t *t) {
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
-    if (!strcmp(c->data, "fashion-mnist")) {
-        t->train = psg_dataset_fashion_mnist(c->data_dir, true);
-        t->test = t->train ? psg_dataset_fashion_mnist(c->data_dir, false) : NULL;
-    } else if (!strcmp(c->data, "synthetic")) {
-        psg_shape_t ex = {3, {28, 28, 1}};
-        t->train = psg_dataset_synthetic(60000, &ex, 10, c->seed);
-        t->test = t->train ? psg_dataset_synthetic(10000, &ex, 10, c->seed + 1) : NULL;
-    } else {
-        return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)", c->data);
-    }
-    return t->train && t->test ? 0 : -1;
+    return psg_train_load_data(c, &t->train, &t->test);
 }
 
 static void write_eval(trainer_t *t, int64_t step, double acc) {
@@ -266,6 +218,7 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
             t->w.num_workers);
     fflush(t->out);
     write_eval(t, t->total, acc);
+    if (psg_train_hooks_eval(t->hooks, t->total, acc) < 0) return -1;
     return psg_dist_session_job_done(t->dsess);
 }
 
@@ -303,6 +256,7 @@ static int setup(trainer_t *t) {
     t->g = psg_graph_new();
     /* before any node: every model and gradient (towers, strategies) is built under it */
     if (!t->g || psg_graph_set_precision(t->g, c->precision) < 0) return -1;
+    if (c->init_from && !(t->init_from = psg_init_from_new(c->init_from, c->init_strict, t->g))) return -1;
     psg_optimizer_config_t oc = psg_optimizer_defaults(t->opt_kind);
     oc.learning_rate = (float)t->lr;
     if (!strcmp(t->opt_kind, "momentum")) oc.momentum = (float)c->momentum;
@@ -339,14 +293,14 @@ static int build_graph(trainer_t *t) {
                              .out = t->out};
     if (psg_replica_build(t->g, &rs, &t->rep) < 0) return -1;
     t->sync = t->rep.sync;
-    return 0;
+    return t->init_from ? psg_init_from_report(t->init_from, t->out) : 0;
 }
 
 /* Runners, metrics, hooks, the cluster's start, the batches from the restored step. */
 static int start(trainer_t *t) {
     const psg_train_config_t *c = t->c;
     if (make_runners(t) < 0) return -1;
-    if (c->logdir && !(t->metrics = open_metrics(c->logdir))) return -1;
+    if (c->logdir && !(t->metrics = psg_metrics_open_worker(c->logdir, &t->w))) return -1;
     /* the local hooks checkpoint and trace a local session; in a cluster the chief
      * checkpoints through the ps tasks and traces through their servers
      * (worker/cluster_ckpt.c, started below), so the local hooks keep out of it */
@@ -503,6 +457,8 @@ static int finish(trainer_t *t, psg_train_result_t *r) {
 }
 
 int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
+    if (psg_evaluator_wanted(c)) return psg_evaluator_run(c, r); /* TF_CONFIG's evaluator task */
+    if (!strcmp(c->model, "wide-deep")) return psg_train_ctr(c, r);
     trainer_t t = {.c = c, .out = c->out ? c->out : stdout};
     memset(r, 0, sizeof *r);
     int rc = setup(&t) < 0 || build_graph(&t) < 0 || start(&t) < 0 || train_loop(&t, r) < 0 ||

@@ -45,7 +45,9 @@ enum {
     PSG_OP_STATEFUL = 1u << 0,   /* touches resources or randomness: never folded or merged */
     PSG_OP_VARIABLE = 1u << 1,   /* creates or names a variable: placed on a ps by the setter */
     PSG_OP_SOURCE_FEED = 1u << 2, /* a placeholder: must be fed */
-    PSG_OP_ASYNC = 1u << 3        /* the kernel finishes later (Recv): see psg_async_op_done */
+    PSG_OP_ASYNC = 1u << 3,       /* the kernel finishes later (Recv): see psg_async_op_done */
+    PSG_OP_DYNAMIC_SHAPE = 1u << 4 /* output shapes come from the data (Unique): the kernel
+                                      makes its outputs and sets them (psg_kernel_set_output) */
 };
 
 struct psg_op_def {

@@ -52,8 +52,19 @@ typedef struct {
     /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
     const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
     int keep;                        /* checkpoints kept; 0: 5 */
+    /* a --logdir whose checkpoints all fail verification: start from step 0 (true) or stop
+     * with each file named (false, the default; worker/resume.h) */
+    bool fresh_start;
+    /* a safetensors file whose tensors are the initial values of the variables of the same
+     * names (worker/init_from.h); init_strict: fail on a missing or unexpected name */
+    const char *init_from;
+    bool init_strict;
     const char *trace_path;          /* NULL: no timeline */
     int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
+    /* --model wide-deep (worker/ctr_train.c, docs/sparse.md) */
+    int64_t buckets;                 /* per categorical field; 0: 10^6 */
+    int table_shards;                /* the embedding table's shards; 0: 1, or the ps tasks */
+    const char *partition_strategy;  /* "mod" (NULL) or "div" */
 } psg_train_config_t;
 
 /* A cluster worker's default dense_shard_bytes: 512 KiB (the mlp's fc1 in 2 shards, the
