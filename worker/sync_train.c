@@ -18,8 +18,9 @@
 
 #define MAX_FETCH (1 + 8 + PSG_SYNC_CALL_MAX)
 /* the columns of a worker's row of counts: used, dropped, reported, examples/sec,
- * staleness n, sum, min, max */
-#define COUNTS 8
+ * staleness n, sum, min, max, tensor bytes pushed and pulled a step (as its task server
+ * counted them) */
+#define COUNTS 10
 
 struct psg_sync_train {
     psg_sync_replicas_t *sr;
@@ -46,6 +47,8 @@ struct psg_sync_train {
     psg_dist_callable_t *chief_step; /* owned by chief_sess */
     psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
     psg_dist_session_t *sess;        /* the worker's (borrowed) */
+    psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
+    int64_t served0, pulled0;        /* the counts when training started */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
     bool over, finished, chief;
@@ -281,6 +284,7 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->metrics = metrics;
     st->sess = s;
     st->chief = chief;
+    st->server = server;
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
     if (make_calls(st, s) < 0) return psg_error_wrap("--sync %s: the worker's step", st->cfg.variant);
     if (chief && sg->chief_init_op >= 0 &&
@@ -294,6 +298,7 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->w.local_step = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
     st->start_sec = psg_now_sec();
+    if (server) psg_task_server_tensor_bytes(server, &st->served0, &st->pulled0);
     if (!chief || !st->strategy->chief_runner) return 0;
     return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.variant) : 0;
 }
@@ -330,9 +335,13 @@ static int report_counts(psg_sync_train_t *st, double examples_per_sec) {
     if (!delta) return psg_error_set("out of memory");
     float *row = psg_tensor_f32(delta) + COUNTS * st->rank;
     const psg_sync_stats_t *s = &st->stats;
+    int64_t served = 0, pulled = 0;
+    if (st->server) psg_task_server_tensor_bytes(st->server, &served, &pulled);
+    double steps = s->steps > 0 ? (double)s->steps : 1;
     float r[COUNTS] = {(float)s->used, (float)s->dropped, 1, (float)examples_per_sec,
                        (float)s->stale_n, (float)s->stale_sum, (float)s->stale_min,
-                       (float)s->stale_max};
+                       (float)s->stale_max, (float)((double)(served - st->served0) / steps),
+                       (float)((double)(pulled - st->pulled0) / steps)};
     memcpy(row, r, sizeof r);
     int rc = psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
                                   &st->counts_add);
@@ -427,6 +436,22 @@ static void job_staleness(const psg_sync_train_t *st, psg_sync_stats_t *out) {
     }
 }
 
+/* The tensor bytes a worker pushed and pulled a step, as the workers' task servers counted
+ * them: the mean over the workers other than the chief (whose evaluations pull the model
+ * too), or the chief's when it is alone. */
+static void measured_bytes(const psg_sync_train_t *st, double *push, double *pull) {
+    int n = 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++)
+        for (int i = pass ? 0 : 1; st->counts && i < (pass ? 1 : st->num_workers); i++) {
+            const float *r = st->counts + COUNTS * i;
+            if (r[2] <= 0) continue;
+            *push += r[8];
+            *pull += r[9];
+            n++;
+        }
+    if (n > 0) *push /= n, *pull /= n;
+}
+
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     /* the pace between the first and the last global step: not the start-up (the other
      * workers' registration, the first step's plans) */
@@ -448,14 +473,16 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     job_staleness(st, &js);
     char stale[160];
     psg_sync_stats_staleness_json(&js, stale, sizeof stale);
-    double comm = st->sg.comm_per_step > 0 ? st->sg.comm_per_step : 1;
+    double comm = st->sg.comm_per_step > 0 ? st->sg.comm_per_step : 1, push = 0, pull = 0;
+    measured_bytes(st, &push, &pull);
     snprintf(buf, size,
              "\"sync\":\"%s\",\"replicas_to_aggregate\":%d,\"backup_workers\":%d,"
              "\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64
              ",\"gradients_dropped\":%" PRId64 ",%s,\"push_bytes_per_step\":%.0f,"
-             "\"pull_bytes_per_step\":%.0f,",
-             st->cfg.variant, st->num_required, st->backups, steps, sps, used, dropped, stale,
-             (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
+             "\"pull_bytes_per_step\":%.0f,\"model_push_bytes_per_step\":%.0f,"
+             "\"model_pull_bytes_per_step\":%.0f,",
+             st->cfg.variant, st->num_required, st->backups, steps, sps, used, dropped, stale, push,
+             pull, (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
              (double)st->model_bytes * comm);
     /* "per_worker":[[used, dropped], ..., null (never reported: dead)] */
     size_t len = strlen(buf);
