@@ -130,6 +130,18 @@ static void test_jpeg_bomb(void) {
     free(jpeg);
 }
 
+/* The records of dir as 3 classes of size x size images, problems reported into rep. */
+static psg_imagenet_t *open_dir(int size, reports_t *rep) {
+    psg_imagenet_options_t o = psg_imagenet_defaults(false);
+    o.image_size = size;
+    o.classes = 3;
+    o.report = on_report;
+    o.report_ctx = rep;
+    psg_imagenet_t *r = psg_imagenet_new(dir, &o);
+    CHECK(r != NULL);
+    return r;
+}
+
 /* Issue 20: a label of INT64_MIN minus the label offset overflowed; now a clear report. */
 static void test_extreme_label(void) {
     char path[512];
@@ -144,14 +156,8 @@ static void test_extreme_label(void) {
     free(jpeg);
     write_example(w, 1, 20, 20);
     CHECK(psg_tfrecord_writer_close(&w) == 0);
-    psg_imagenet_options_t o = psg_imagenet_defaults(false);
-    o.image_size = 8;
-    o.classes = 3;
     reports_t rep = {0};
-    o.report = on_report;
-    o.report_ctx = &rep;
-    psg_imagenet_t *r = psg_imagenet_new(dir, &o);
-    CHECK(r != NULL);
+    psg_imagenet_t *r = open_dir(8, &rep);
     psg_tensor_t *img = NULL, *lab = NULL;
     if (r) CHECK(psg_dataset_slice(psg_imagenet_dataset(r), 0, 2, &img, &lab) == 0);
     CHECK(rep.count >= 1 && strstr(rep.all, "label -9223372036854775808 outside [1, 4)"));
