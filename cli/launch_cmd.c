@@ -4,6 +4,7 @@
  * With --restart on-failure a task that dies is started again (bounded retries).
  * Not ssh or Kubernetes launching. */
 #include "cli/commands.h"
+#include "psgraph/sync_replicas.h"
 #include "psgraph/clock.h"
 
 #include <errno.h>
@@ -347,16 +348,21 @@ int psg_cmd_launch(int argc, char **argv) {
     return psg_launch_local(&o);
 }
 
-/* The workers that sync replicas with b backup workers can lose: b, when the command
- * trains with --sync sync --backup-workers b; else 0. */
-static int backup_workers_of(char **cmd) {
-    bool sync = false;
-    int b = 0;
+/* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
+ * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
+static int backup_workers_of(char **cmd, int nworkers) {
+    psg_sync_config_t c;
+    psg_sync_config_defaults(&c);
+    c.variant = NULL;
+    c.num_workers = nworkers;
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
-        if (!strcmp(cmd[i], "--sync")) sync = !strcmp(cmd[i + 1], "sync");
-        if (!strcmp(cmd[i], "--backup-workers")) b = atoi(cmd[i + 1]);
+        if (!strcmp(cmd[i], "--sync")) c.variant = cmd[i + 1];
+        if (!strcmp(cmd[i], "--backup-workers")) c.backup_workers = atoi(cmd[i + 1]);
+        if (!strcmp(cmd[i], "--replicas-to-aggregate")) c.replicas_to_aggregate = atoi(cmd[i + 1]);
     }
-    return sync && b > 0 ? b : 0;
+    if (!c.variant || !strcmp(c.variant, "none")) return 0;
+    int n = psg_sync_lost_workers_tolerated(&c);
+    return n > 0 ? n : 0;
 }
 
 int psg_launch_local(psg_launch_t *o) {
@@ -365,7 +371,7 @@ int psg_launch_local(psg_launch_t *o) {
     const char *host = o->host ? o->host : "127.0.0.1";
     bool tcp = o->tcp || port_base > 0;
     char **cmd = o->cmd;
-    int may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(cmd), failed_workers = 0;
+    int may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(cmd, o->workers), failed_workers = 0;
     int n = nps + nworkers;
     on_tty = isatty(1);
     task_proc_t *t = calloc((size_t)n, sizeof *t);

@@ -2,6 +2,7 @@
  * then per batch read, parse, decode (libjpeg-turbo) and distort each image
  * on a pool of decode threads. Bad records and images are reported and
  * replaced, never fatal. Not a general image library. */
+#include "core/rng.h"
 #include "psgraph/imagenet.h"
 
 #include "psgraph/error.h"
@@ -192,14 +193,7 @@ void psg_image_crop_resize(const uint8_t *rgb, int width, int height, int x0, in
     }
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) / 9007199254740992.0; }
+static double uniform01(uint64_t *s) { return (double)(psg_splitmix64(s) >> 11) / 9007199254740992.0; }
 
 void psg_image_random_crop(int width, int height, uint64_t *state, int *x0, int *y0, int *cw,
                            int *ch) {
@@ -293,7 +287,7 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
         bool flip = false;
         if (r->o.train) {
             psg_image_random_crop(w, h, &rng, &x0, &y0, &cw, &ch);
-            flip = splitmix64(&rng) & 1;
+            flip = psg_splitmix64(&rng) & 1;
         } else {
             cw = (int)lround(w * 0.875);
             ch = (int)lround(h * 0.875);
