@@ -4,6 +4,7 @@
 #ifndef PSGRAPH_CLI_BENCH_H
 #define PSGRAPH_CLI_BENCH_H
 
+#include "psgraph/tfrecord.h"
 #include "psgraph/sync_replicas.h"
 
 #include <stdbool.h>
@@ -17,6 +18,7 @@ typedef struct {
     bool aux, print_model, forward_only;
     const char *device, *data, *data_dir, *step_times;
     const char *precision; /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
+    psg_tfrecord_compression_t compression; /* of the ImageNet shards: auto (detected) */
     double lr;
     uint64_t seed;
     /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */

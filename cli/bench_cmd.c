@@ -24,6 +24,7 @@ static void usage(FILE *f, const char *cmd) {
             "  --forward-only        inference steps (no gradients)\n"
             "  --data synthetic|imagenet   (default synthetic: one random batch, made once)\n"
             "  --data-dir DIR        ImageNet TFRecord shards (train-*)\n"
+            "  --compression auto|none|gzip|zlib  of the shards (default auto: from each file's first bytes)\n"
             "  --decode-threads T    JPEG decode threads (default 2)\n"
             "  --threads T           compute threads (default: the cores)\n"
             "  --lr X                initial learning rate (default 0.045)\n"
@@ -123,6 +124,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         else if (!strcmp(a, "--precision")) o->precision = v;
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--data-dir")) o->data_dir = v;
+        else if (!strcmp(a, "--compression")) rc = psg_tfrecord_compression_parse(v, &o->compression);
         else if (!strcmp(a, "--step-times")) o->step_times = v;
         else if (!strcmp(a, "--batch")) { rc = num(a, v, 1, 1 << 16, &x); o->batch = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = num(a, v, 1, 1e9, &x); o->steps = (int)x; }

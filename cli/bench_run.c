@@ -373,6 +373,7 @@ static int setup(bench_t *b) {
         io.classes = o->classes;
         io.threads = o->decode_threads;
         io.seed = o->seed;
+        io.compression = o->compression;
         io.report = on_skip;
         if (!(b->inet = psg_imagenet_new(o->data_dir, &io))) return -1;
         b->recipe.examples_per_epoch = psg_imagenet_num_records(b->inet);

@@ -92,9 +92,10 @@ static int cpu_scatter_dense(psg_kernel_ctx_t *c) {
     return 0;
 }
 
-static const psg_op_def_t op_topk_abs = {"TopKAbs", 1, 2, 0, infer_topk_abs, NULL, cpu_topk_abs, NULL};
-static const psg_op_def_t op_scatter_dense = {"ScatterDense", 2, 1, 0, infer_scatter_dense, NULL,
-                                              cpu_scatter_dense, NULL};
+static const psg_op_def_t op_topk_abs = {
+    .name = "TopKAbs", .num_inputs = 1, .num_outputs = 2, .infer = infer_topk_abs, .cpu = cpu_topk_abs};
+static const psg_op_def_t op_scatter_dense = {
+    .name = "ScatterDense", .num_inputs = 2, .num_outputs = 1, .infer = infer_scatter_dense, .cpu = cpu_scatter_dense};
 
 const psg_op_def_t *const psg_compress_ops[] = {&op_topk_abs, &op_scatter_dense, NULL};
 

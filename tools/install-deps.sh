@@ -3,7 +3,7 @@
 # (a fresh Debian 12 machine, as root). Quiet when everything is there.
 set -euo pipefail
 pkgs=(gcc g++ make pkg-config meson ninja-build python3
-      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev
+      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev
       dataset-fashion-mnist gnuplot-nox procps)
 if [ "${PSG_WITH_PEERS:-0}" = 1 ]; then
   # the PyTorch peer of the benchmarks, on the OpenMP build of OpenBLAS

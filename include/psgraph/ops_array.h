@@ -41,6 +41,10 @@ typedef struct {
     uint64_t seed;
 } psg_initializer_t;
 
+/* Glorot's uniform limit sqrt(6 / (fan_in + fan_out)) for a variable of
+ * `shape` (dense [in, out]; conv [kh, kw, in, out]; a vector: its length twice). */
+double psg_glorot_uniform_scale(const psg_shape_t *shape);
+
 /* A variable `name` (its handle, dtype PSG_DT_RESOURCE, shape = the
  * variable's). Adds an initializer op to the "init" collection and the handle
  * to "variables" (and "trainable_variables" when trainable). The variable is
