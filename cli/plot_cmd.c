@@ -2,7 +2,7 @@
  * accuracy and examples/sec against the step into a PNG with gnuplot. Not a
  * plotting library: without gnuplot on PATH it fails and says how to get it. */
 #include "cli/commands.h"
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/error.h"
 
 #include <errno.h>

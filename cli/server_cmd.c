@@ -75,6 +75,12 @@ int psg_cmd_server(int argc, char **argv) {
         fprintf(stderr, "psgraph server: %s\n", psg_error_message());
         return 2;
     }
+    if (c && psg_cluster_task(c).job && !strcmp(psg_cluster_task(c).job, PSG_EVALUATOR_JOB)) {
+        fprintf(stderr, "psgraph server: the evaluator task runs `psgraph train` with the job's options "
+                        "(it evaluates the checkpoints of --logdir), not a server\n");
+        psg_cluster_destroy(&c);
+        return 2;
+    }
     if (expect < 0)
         expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;
     psg_task_server_options_t o = {.cluster = c,

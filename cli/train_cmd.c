@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/models.h"
 #include "psgraph/precision.h"
 #include "psgraph/straggler.h"
 #include "psgraph/trace.h"
@@ -13,15 +14,19 @@
 #include <string.h>
 
 static void train_usage(FILE *f) {
+    char names[256];
+    fprintf(f, "usage: psgraph train [options]\n  --model %s  the model (default cnn):\n",
+            psg_model_names("|", names, sizeof names));
+    for (int i = 0; i < psg_model_count(); i++)
+        fprintf(f, "      %-11s batch %d, lr %g: %s\n", psg_model_info(i)->name, psg_model_info(i)->defaults.batch,
+                psg_model_info(i)->defaults.lr, psg_model_info(i)->description);
     fprintf(f,
-            "usage: psgraph train [options]\n"
-            "  --model mlp|cnn          the model (default cnn; inception3: psgraph train --model inception3 --help)\n"
             "  --data fashion-mnist|synthetic\n"
             "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
             "  --epochs E               passes over the training set (default 2)\n"
             "  --steps N                stop after N steps (overrides --epochs)\n"
-            "  --batch B                batch size (mlp 128, cnn 64)\n"
-            "  --lr X                   learning rate (mlp 0.05, cnn 0.01)\n"
+            "  --batch B                batch size (default: the model's, above)\n"
+            "  --lr X                   learning rate (default: the model's, above)\n"
             "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad (default momentum)\n"
             "  --momentum M             momentum (default 0.9)\n"
             "  --seed S                 seed of initialization and shuffling (default 1)\n"
@@ -42,6 +47,8 @@ static void train_usage(FILE *f) {
             "                           worker=all,dist=lognormal,median_ms=20,sigma=1 (docs/sync.md)\n"
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
+            "                           (task evaluator: trains nothing, evaluates each new checkpoint\n"
+            "                           of --logdir, exits when the job ends; docs/distributed.md)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
             "                           shards, each its own variable (default: 524288 in a cluster,\n"
@@ -51,6 +58,12 @@ static void train_usage(FILE *f) {
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
+            "  --init-from FILE         initial values of the variables from a safetensors file, by name\n"
+            "                           (any writer's: Python's safetensors, a psgraph shard); reports\n"
+            "                           matched, missing and unexpected names; a checkpoint of --logdir wins\n"
+            "  --strict                 with --init-from: fail on any missing or unexpected name\n"
+            "  --fresh-start            when every checkpoint of --logdir fails verification, start\n"
+            "                           from step 0 (default: stop, naming each file and why)\n"
             "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
             "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
 }
@@ -68,8 +81,10 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 
 int psg_cmd_train(int argc, char **argv) {
     /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "inception3")) return psg_cmd_train_inception3(argc, argv);
+    for (int i = 1; i + 1 < argc; i++) {
+        const psg_model_info_t *m = !strcmp(argv[i], "--model") ? psg_model_find(argv[i + 1]) : NULL;
+        if (m && !m->built_here) return psg_cmd_train_inception3(argc, argv);
+    }
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     const char *stragglers[32];
@@ -78,6 +93,11 @@ int psg_cmd_train(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             train_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--fresh-start") || !strcmp(a, "--strict")) { /* the flags without a value */
+            if (a[2] == 'f') c.fresh_start = true;
+            else c.init_strict = true;
+            continue;
         }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
             fprintf(stderr, "psgraph train: %s '%s'\n", i + 1 >= argc ? "missing value for" : "unexpected argument", a);
@@ -92,6 +112,7 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--data-dir")) c.data_dir = v;
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
+        else if (!strcmp(a, "--init-from")) c.init_from = v;
         else if (!strcmp(a, "--device")) {
             c.device = v;
             if (strcmp(v, "cpu") && strcmp(v, "gpu")) rc = psg_error_set("--device: '%s' is not cpu or gpu", v);

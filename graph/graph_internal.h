@@ -53,6 +53,8 @@ struct psg_graph {
      * feeding several products on one device is cast once */
     struct psg_cast_memo *casts;
     int num_casts, cap_casts;
+    psg_initial_value_fn initial_value_fn; /* psg_graph_set_initial_value_fn */
+    void *initial_value_ctx;
 };
 
 typedef struct psg_cast_memo {

@@ -5,7 +5,7 @@
  * are in topological order (every input refers to an earlier node). */
 #include "graph/graph_internal.h"
 #include "psgraph/error.h"
-#include "psgraph/msgpack_check.h"
+#include "core/msgpack_check.h"
 #include "psgraph/serialize.h"
 
 #include <msgpack.h>

@@ -3,7 +3,7 @@
  * Not the JSON reader (net/json.c) nor anything that opens a socket. */
 #include "psgraph/cluster.h"
 
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/error.h"
 
 #include <ctype.h>
@@ -25,7 +25,7 @@ typedef struct {
 struct psg_cluster {
     int njobs;
     job_t jobs[MAX_JOBS];
-    int task_job; /* -1: no task set */
+    int task_job; /* -1: no task set; EVALUATOR_OUTSIDE: an evaluator not in the cluster */
     int task_index;
 };
 
@@ -231,8 +231,16 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
     return c;
 }
 
+#define EVALUATOR_OUTSIDE (-2)
+
 int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index) {
     int j = job ? find_job(c, job) : -1;
+    if (j < 0 && job && !strcmp(job, PSG_EVALUATOR_JOB) && index == 0) {
+        /* TensorFlow's evaluator is not a job of the cluster: it only reads checkpoints */
+        c->task_job = EVALUATOR_OUTSIDE;
+        c->task_index = 0;
+        return 0;
+    }
     if (j < 0) {
         char known[256] = "";
         for (int i = 0; i < c->njobs; i++)
@@ -251,6 +259,7 @@ int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index) {
 }
 
 psg_task_t psg_cluster_task(const psg_cluster_t *c) {
+    if (c->task_job == EVALUATOR_OUTSIDE) return (psg_task_t){PSG_EVALUATOR_JOB, c->task_index, NULL};
     if (c->task_job < 0) return (psg_task_t){NULL, -1, NULL};
     const job_t *j = &c->jobs[c->task_job];
     return (psg_task_t){j->name, c->task_index, j->addrs[c->task_index]};

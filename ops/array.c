@@ -429,7 +429,11 @@ psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
      * current scope (which the full name already starts with) */
     size_t outer = strlen(psg_graph_scope(g));
     if (psg_graph_push_scope(g, full + (outer ? outer + 1 : 0)) < 0) return PSG_NO_ENDPOINT;
-    psg_endpoint_t v = initial_value(g, shape, init);
+    bool failed = false;
+    psg_tensor_t *given = psg_graph_initial_value(g, full, dt, shape, &failed);
+    psg_endpoint_t v = given ? psg_const(g, "initial_value", &given)
+                       : failed ? PSG_NO_ENDPOINT
+                                : initial_value(g, shape, init);
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;
     psg_graph_pop_scope(g);
     if (assign < 0) {

@@ -5,7 +5,7 @@
  * ops/cpu/sync.c; the resources: ps/; the protocol: sync/. */
 #include "ops/cpu/sync.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 
 #include <string.h>
 

@@ -7,7 +7,7 @@
 #include "ops/cpu/train.h"
 #include "ops/cuda/kernels.h"
 #include "psgraph/error.h"
-#include "psgraph/optimizer.h"
+#include "psgraph/ops_train.h"
 
 #include <string.h>
 

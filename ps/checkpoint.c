@@ -4,7 +4,7 @@
  * interval: ps/checkpoint_dir.c) and not the transport between tasks. */
 #include "ps/checkpoint_internal.h"
 
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
@@ -252,6 +252,59 @@ static int build_header(sbuf_t *h, psg_variable_t **vars, int n, int64_t step, i
     return h->oom ? -1 : 0;
 }
 
+/* Host copies of the variables being written, taken a group at a time: a variable and the
+ * slots its update writes, under that variable's lock (psg_variable_lock_update), so the
+ * shard holds each variable with its slots at one update, and the bytes a crc covers are
+ * the bytes written. A copy is freed once written: the memory held is about a group's. */
+typedef struct {
+    psg_variable_t **vars, **guard; /* (n) each */
+    psg_tensor_t **copy;            /* (n), NULL until taken */
+    bool *taken;
+    int n;
+} snapshot_t;
+
+static int snapshot_new(snapshot_t *s, psg_variable_t **vars, int n) {
+    s->vars = vars;
+    s->n = n;
+    s->guard = calloc((size_t)n + 1, sizeof *s->guard);
+    s->copy = calloc((size_t)n + 1, sizeof *s->copy);
+    s->taken = calloc((size_t)n + 1, sizeof *s->taken);
+    if (!s->guard || !s->copy || !s->taken) return psg_error_set("out of memory");
+    for (int i = 0; i < n; i++) s->guard[i] = psg_variable_guard(vars[i]);
+    return 0;
+}
+
+static psg_tensor_t *host_copy(const psg_variable_t *v) {
+    /* a variable on a GPU (docs/gpu.md) is copied to the host */
+    return psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : psg_tensor_to_host(v->value);
+}
+
+/* The copy of variable i (the caller owns it), its group copied first when not yet. */
+static psg_tensor_t *snapshot_take(snapshot_t *s, int i) {
+    if (!s->taken[i]) {
+        psg_variable_t *g = s->guard[i];
+        pthread_mutex_lock(&g->lock);
+        for (int j = i; j < s->n; j++)
+            if (s->guard[j] == g && !s->taken[j]) {
+                s->copy[j] = host_copy(s->vars[j]);
+                s->taken[j] = true;
+            }
+        pthread_mutex_unlock(&g->lock);
+    }
+    psg_tensor_t *t = s->copy[i];
+    s->copy[i] = NULL;
+    if (!t) psg_error_set("out of memory for a copy of variable '%s'", s->vars[i]->name);
+    return t;
+}
+
+static void snapshot_free(snapshot_t *s) {
+    for (int i = 0; s->copy && i < s->n; i++) psg_tensor_destroy(&s->copy[i]);
+    free(s->guard);
+    free(s->copy);
+    free(s->taken);
+    memset(s, 0, sizeof *s);
+}
+
 int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t step, int shard,
                                int num_shards, psg_checkpoint_shard_t *out) {
     memset(out, 0, sizeof *out);
@@ -284,19 +337,19 @@ int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t 
     rc = write_all(fd, len8, 8, tmp);
     if (rc == 0) rc = write_all(fd, h.s, h.len, tmp);
     uint32_t dcrc = psg_ckpt_crc32(0, NULL, 0);
+    snapshot_t snap = {0};
+    if (rc == 0 && snapshot_new(&snap, vars, n) < 0) rc = psg_error_wrap("%s", tmp);
     for (int i = 0; rc == 0 && i < n; i++) {
         psg_variable_t *v = vars[i];
-        pthread_mutex_lock(&v->lock);
-        /* a variable on a GPU (docs/gpu.md) is written from a host copy */
-        psg_tensor_t *hv = psg_tensor_to_host(v->value);
+        psg_tensor_t *hv = snapshot_take(&snap, i);
         size_t nb = hv ? psg_tensor_nbytes(hv) : 0;
         if (hv) dcrc = psg_ckpt_crc32(dcrc, hv->data, nb);
-        rc = hv ? write_all(fd, hv->data, nb, tmp) : -1;
-        pthread_mutex_unlock(&v->lock);
+        rc = hv ? write_all(fd, hv->data, nb, tmp) : psg_error_wrap("%s", tmp);
         psg_tensor_destroy(&hv);
         if (rc == 0 && !(out->names[i] = strdup(v->name))) rc = psg_error_set("out of memory");
         out->num_tensors = i + 1;
     }
+    snapshot_free(&snap);
     if (rc == 0) {
         char hex[9];
         snprintf(hex, sizeof hex, "%08x", (unsigned)dcrc);

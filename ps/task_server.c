@@ -4,7 +4,7 @@
  * and not the wire (net/), which checks every frame before this file sees a request. */
 #include "psgraph/task_server.h"
 
-#include "graph/executor.h"
+#include "runtime/executor.h"
 #include "net/codec.h"
 #include "ps/remote_rendezvous.h"
 #include "psgraph/checkpoint.h"
@@ -12,7 +12,7 @@
 #include "psgraph/error.h"
 #include "psgraph/op.h"
 #include "psgraph/serialize.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 #include "psgraph/threadpool.h"
 #include "psgraph/trace.h"
 #include "psgraph/wire.h"

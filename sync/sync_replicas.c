@@ -4,7 +4,7 @@
  * (sync/variant_sync.c) and not the resources (ps/). */
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 #include "sync/variant.h"
 
 #include <pthread.h>

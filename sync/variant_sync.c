@@ -5,7 +5,7 @@
  * advances the global step and releases N + b tokens carrying it. */
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 #include "sync/variant.h"
 
 #include <stdio.h>

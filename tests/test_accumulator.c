@@ -2,7 +2,7 @@
  * (mean of a step, stale and surplus gradients dropped and counted, takes
  * that wait, time out or are closed) and the token queue; then the same
  * through their graph ops in a session. */
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 #include "tests/testutil.h"
 
 #include <pthread.h>

@@ -23,11 +23,16 @@ else
 fi
 check 0 "train" "$psgraph" --help
 check 2 "unknown command 'frobnicate'" "$psgraph" frobnicate
-check 0 "--model mlp|cnn" "$psgraph" train --help
+# the one table of models (examples/models.c) in --help and in every message
+check 0 "--model mlp|cnn|inception3" "$psgraph" train --help
+check 0 "inception3  batch 32, lr 0.045" "$psgraph" train --help
 check 2 "unknown option '--colour'" "$psgraph" train --colour red
 check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
-check 1 "unknown model 'vgg'" "$psgraph" train --model vgg --steps 1
+check 1 "unknown model 'vgg' (known: mlp, cnn, inception3)" "$psgraph" train --model vgg --steps 1
+# a TF_CONFIG without a ps job (MultiWorkerMirroredStrategy's form) is refused, saying why
+check 1 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}' "$psgraph" train --model mlp --data synthetic --steps 1
+check 2 "the evaluator task runs \`psgraph train\`" env TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}' "$psgraph" server
 check 1 "/nowhere/train-images-idx3-ubyte.gz" "$psgraph" train --data-dir /nowhere --steps 1
 check 2 "precision 'fp8' is not f32, mixed (bf16) or mixed-f16" "$psgraph" train --precision fp8
 check 0 '"precision":"mixed"' "$psgraph" train --model cnn --data synthetic --steps 3 --precision mixed --batch 8

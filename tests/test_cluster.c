@@ -1,7 +1,7 @@
 /* Tests of the cluster spec (TF_CONFIG from a string, the environment, a file) and of the
  * JSON reader under it: good specs, and a clear error naming the field for each mistake.
  * Not a test of the launcher. */
-#include "net/json.h"
+#include "core/json.h"
 #include "psgraph/cluster.h"
 #include "psgraph/error.h"
 

@@ -3,7 +3,7 @@
  * steps across processes, a live server fed hostile requests, a killed ps failing the step
  * in time with its name, the ps exiting when the job is done. Not the launcher (test_launch.sh). */
 #include "net/codec.h"
-#include "net/json.h"
+#include "core/json.h"
 #include "tests/testutil.h"
 
 #include <czmq.h>

@@ -1,7 +1,8 @@
 /* Partitioning a placed graph and running the pieces in one process, each
  * on its own thread, through one rendezvous: the same values as the whole
  * graph; the rendezvous itself; Recv timeouts and step aborts. */
-#include "graph/executor.h"
+#include "runtime/executor.h"
+#include "runtime/partition.h"
 #include "psgraph/clock.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,5 @@
 /* The msgpack form of graphs: exact round trip, and no crash on bad bytes. */
+#include "core/msgpack_check.h"
 #include "tests/testutil.h"
 
 #include <stdlib.h>

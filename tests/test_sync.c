@@ -5,7 +5,9 @@
  * runner is one more thread. Equivalence with one process of batch N·B,
  * backup workers that drop a delayed worker's gradients, a dead worker, and
  * the end of the data. */
-#include "graph/executor.h"
+#include "ops/state/sync_resources.h"
+#include "runtime/executor.h"
+#include "runtime/partition.h"
 #include "tests/testutil.h"
 
 #include <pthread.h>

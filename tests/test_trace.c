@@ -2,7 +2,7 @@
  * event for every op of a traced step, none when off) and `psgraph train
  * --trace`, each trace loaded back with Python's json. Not the launcher's
  * merge of several tasks' traces. */
-#include "graph/executor.h"
+#include "runtime/executor.h"
 #include "psgraph/trace.h"
 #include "tests/testutil.h"
 

@@ -9,6 +9,7 @@
 #include "psgraph/clock.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
+#include "worker/resume.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -65,18 +66,18 @@ void psg_cluster_ckpt_destroy(psg_cluster_ckpt_t **h) {
     *h = NULL;
 }
 
-static void report_skip(void *ctx, const char *path, const char *why) {
-    psg_cluster_ckpt_t *h = ctx;
-    fprintf(h->out, "checkpoint %s is incomplete or corrupt, using an older one: %s\n", path, why);
-}
-
-/* The step of the newest checkpoint of the logdir whose every shard verifies; -1: none. */
-static int64_t latest_step(psg_cluster_ckpt_t *h) {
+/* The step of the newest checkpoint of the logdir whose every shard verifies into *step
+ * (-1: none); -1 with the error set when there are checkpoints and none verifies (unless
+ * --fresh-start: worker/resume.h). */
+static int latest_step(psg_cluster_ckpt_t *h, int64_t *step) {
     psg_checkpoint_t *ck = NULL;
-    if (!h->c->logdir || psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck) <= 0) return -1;
-    int64_t s = psg_checkpoint_step(ck);
+    *step = -1;
+    if (!h->c->logdir) return 0;
+    int found = psg_resume_open_latest(h->c->logdir, h->c->fresh_start, h->out, &ck);
+    if (found < 0) return -1;
+    if (found > 0) *step = psg_checkpoint_step(ck);
     psg_checkpoint_destroy(&ck);
-    return s;
+    return 0;
 }
 
 /* Waits until ps i answers Inspect (each try bounded by the step timeout: a try returns as
@@ -119,7 +120,8 @@ static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) 
 }
 
 int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
-    int64_t latest = latest_step(h);
+    int64_t latest = -1;
+    if (latest_step(h, &latest) < 0) return psg_error_wrap("%s", h->task);
     *start_step = latest > 0 ? latest : 0;
     h->last_saved = latest;
     if (!h->chief) {

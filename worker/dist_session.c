@@ -8,7 +8,7 @@
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
-#include "psgraph/partition.h"
+#include "runtime/partition.h"
 #include "psgraph/serialize.h"
 #include "psgraph/wire.h"
 

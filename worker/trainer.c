@@ -14,7 +14,11 @@
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
 #include "psgraph/trainer.h"
+#include "worker/evaluator.h"
+#include "worker/init_from.h"
+#include "worker/metrics_log.h"
 #include "worker/sync_train.h"
+#include "worker/train_data.h"
 #include "worker/train_hooks.h"
 #include "worker/worker_task.h"
 
@@ -25,9 +29,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-/* Evaluation batches stay small enough that the cnn's activations do not
- * double the training RSS. */
-#define EVAL_BATCH 250
 #define WARMUP_STEPS 20
 
 void psg_train_config_defaults(psg_train_config_t *c) {
@@ -69,46 +70,10 @@ static int run_either(psg_callable_t *c, psg_dist_callable_t *dc, psg_tensor_t *
     return dc ? psg_dist_callable_run(dc, feeds, out) : psg_callable_run(c, feeds, out);
 }
 
-/* Test accuracy over the whole evaluation set, in batches (tail included). */
+/* Test accuracy over the whole evaluation set (worker/train_data.c). */
 static int evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const psg_dataset_t *test,
                     double *accuracy) {
-    psg_batch_iter_options_t o = psg_batch_iter_eval_options(EVAL_BATCH);
-    psg_batch_iter_t *it = psg_batch_iter_new(test, &o);
-    if (!it) return -1;
-    double correct = 0;
-    int64_t seen = 0;
-    psg_tensor_t *images = NULL, *labels = NULL;
-    int rc;
-    while ((rc = psg_batch_iter_next(it, &images, &labels)) == 1) {
-        psg_tensor_t *feeds[2] = {images, labels}, *out = NULL;
-        rc = run_either(eval, deval, feeds, &out);
-        if (rc == 0) {
-            correct += psg_tensor_f32(out)[0];
-            seen += labels->shape.dims[0];
-        }
-        psg_tensor_destroy(&out);
-        psg_tensor_destroy(&images);
-        psg_tensor_destroy(&labels);
-        if (rc < 0) break;
-    }
-    psg_batch_iter_destroy(&it);
-    psg_buffer_cache_trim(); /* evaluation's block sizes are not the training step's */
-    if (rc < 0) return psg_error_wrap("evaluation");
-    *accuracy = seen ? correct / (double)seen : 0.0;
-    return 0;
-}
-
-static FILE *open_metrics(const char *logdir) {
-    if (!logdir) return NULL;
-    if (mkdir(logdir, 0755) < 0 && errno != EEXIST) {
-        psg_error_set("--logdir %s: %s", logdir, strerror(errno));
-        return NULL;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir);
-    FILE *f = fopen(path, "a");
-    if (!f) psg_error_set("%s: %s", path, strerror(errno));
-    return f;
+    return psg_train_evaluate(eval, deval, test, accuracy);
 }
 
 typedef struct {
@@ -126,9 +91,11 @@ typedef struct {
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
     psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
     psg_sync_train_t *sync;   /* --sync sync (worker/sync_train.c) */
+    psg_init_from_t *init_from; /* --init-from (worker/init_from.c) */
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_init_from_destroy(&t->init_from);
     psg_sync_train_destroy(&t->sync);
     psg_train_hooks_destroy(&t->hooks);
     psg_callable_destroy(&t->step);
@@ -201,17 +168,7 @@ static int start_cluster(const psg_train_config_t *c, trainer_t *t, FILE *out, i
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
-    if (!strcmp(c->data, "fashion-mnist")) {
-        t->train = psg_dataset_fashion_mnist(c->data_dir, true);
-        t->test = t->train ? psg_dataset_fashion_mnist(c->data_dir, false) : NULL;
-    } else if (!strcmp(c->data, "synthetic")) {
-        psg_shape_t ex = {3, {28, 28, 1}};
-        t->train = psg_dataset_synthetic(60000, &ex, 10, c->seed);
-        t->test = t->train ? psg_dataset_synthetic(10000, &ex, 10, c->seed + 1) : NULL;
-    } else {
-        return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)", c->data);
-    }
-    return t->train && t->test ? 0 : -1;
+    return psg_train_load_data(c, &t->train, &t->test);
 }
 
 /* The end of a worker's run: the others tell the ps they are done and leave; the chief
@@ -238,10 +195,12 @@ static int finish_cluster(const psg_train_config_t *c, trainer_t *t, psg_train_r
     if (t->metrics)
         fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f}\n",
                 (long long)total, (double)total / (double)per_epoch, acc);
+    if (psg_train_hooks_eval(t->hooks, total, acc) < 0) return -1;
     return psg_dist_session_job_done(t->dsess);
 }
 
 int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
+    if (psg_evaluator_wanted(c)) return psg_evaluator_run(c, r); /* TF_CONFIG's evaluator task */
     trainer_t t = {0};
     memset(r, 0, sizeof *r);
     FILE *out = c->out ? c->out : stdout;
@@ -267,6 +226,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
     t.g = psg_graph_new();
     /* before any node: every model and gradient (towers, sync replicas) is built under it */
     if (!t.g || psg_graph_set_precision(t.g, c->precision) < 0) goto done;
+    if (c->init_from && !(t.init_from = psg_init_from_new(c->init_from, c->init_strict, t.g))) goto done;
     if (t.w.setter) psg_graph_push_replica_setter(t.g, t.w.setter);
     psg_model_t m;
     psg_optimizer_config_t oc = psg_optimizer_defaults(opt_kind);
@@ -344,8 +304,9 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
         feeds[1] = m.labels;
     }
     if (t.w.setter) psg_graph_pop_device(t.g);
+    if (t.init_from && psg_init_from_report(t.init_from, out) < 0) goto done;
     if (make_runners(c, &t, n_feeds, feeds, loss_ep, m.correct, train_op) < 0) goto done;
-    if (c->logdir && !(t.metrics = open_metrics(c->logdir))) goto done;
+    if (c->logdir && !(t.metrics = psg_metrics_open_worker(c->logdir, &t.w))) goto done;
     int64_t start_step = 0;
     /* the local hooks checkpoint and trace a local session; in a cluster the chief
      * checkpoints through the ps tasks and traces through their servers

@@ -23,6 +23,11 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
         return psg_error_set("task %s/%d: %s runs workers; a %s task runs `psgraph server`", me.job,
                              me.index, prog, me.job);
+    if (psg_cluster_num_tasks(w->cluster, "ps") == 0)
+        return psg_error_set("the cluster has no \"ps\" job: psgraph keeps the variables on parameter "
+                             "servers, so a cluster needs at least one ps task (a TF_CONFIG with only "
+                             "chief and worker jobs is MultiWorkerMirroredStrategy's form, which "
+                             "psgraph does not run); add \"ps\": [\"host:port\"]");
     w->num_workers = chiefs + psg_cluster_num_tasks(w->cluster, "worker");
     w->rank = !strcmp(me.job, "chief") ? 0 : chiefs + me.index;
     w->chief = w->rank == 0;

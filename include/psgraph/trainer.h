@@ -48,6 +48,13 @@ typedef struct {
     /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
     const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
     int keep;                        /* checkpoints kept; 0: 5 */
+    /* a --logdir whose checkpoints all fail verification: start from step 0 (true) or stop
+     * with each file named (false, the default; worker/resume.h) */
+    bool fresh_start;
+    /* a safetensors file whose tensors are the initial values of the variables of the same
+     * names (worker/init_from.h); init_strict: fail on a missing or unexpected name */
+    const char *init_from;
+    bool init_strict;
     const char *trace_path;          /* NULL: no timeline */
     int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
 } psg_train_config_t;

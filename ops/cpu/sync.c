@@ -3,7 +3,7 @@
  * are asynchronous: they hold no thread while they wait. */
 #include "ops/cpu/sync.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 
 #include <stdlib.h>
 #include <time.h>

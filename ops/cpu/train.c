@@ -17,6 +17,8 @@ typedef struct {
     const float *g; /* the gradient, (n) */
     float lr, a, b, eps;
     bool nesterov;
+    psg_variable_t *slots[2]; /* the slots' variables, locked with the variable's */
+    int nslots;
 } update_t;
 
 /* Big variables are updated by several threads; small ones inline. */
@@ -105,16 +107,19 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
     u->s1 = s[0] ? psg_tensor_f32(s[0]->value) : NULL;
     u->s2 = s[1] ? psg_tensor_f32(s[1]->value) : NULL;
     u->g = gd;
+    u->slots[0] = s[0];
+    u->slots[1] = s[1];
+    u->nslots = nslots;
     *var = v;
     return 0;
 }
 
-/* Runs fn over the variable's elements under its lock. The slots are written
- * only by their variable's update op, so the variable's lock covers them. */
+/* Runs fn over the variable's elements under its lock and its slots' (a checkpoint reads
+ * the variable and its slots under the variable's lock: one update, never half of one). */
 static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, update_t *u) {
-    pthread_mutex_lock(&v->lock);
+    psg_variable_lock_update(v, u->slots, u->nslots);
     psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
-    pthread_mutex_unlock(&v->lock);
+    psg_variable_unlock_update(v, u->slots, u->nslots);
     return 0;
 }
 

@@ -52,13 +52,13 @@ static int apply(psg_kernel_ctx_t *c, psg_cu_rule_t rule, int nslots, int gi, in
     const float *hp[6];
     for (int k = 0; k < nhp; k++)
         if (scalar_input(c, hp_inputs[k], hp_names[k], &hp[k]) < 0) return -1;
-    pthread_mutex_lock(&v->lock);
+    psg_variable_lock_update(v, s, nslots);
     int rc = psg_cuda_apply(
         c->device, rule, psg_tensor_f32(v->value), s[0] ? psg_tensor_f32(s[0]->value) : NULL,
         s[1] ? psg_tensor_f32(s[1]->value) : NULL, psg_tensor_f32(g), psg_tensor_numel(g), hp,
         psg_node_get_bool(c->node, "use_nesterov", false),
         psg_node_get_bool(c->node, "check_numerics", true));
-    pthread_mutex_unlock(&v->lock);
+    psg_variable_unlock_update(v, s, nslots);
     return rc;
 }
 

@@ -1,7 +1,7 @@
 /* The deadline timer behind the timeouts of accumulators and token queues:
  * a list of entries sorted by deadline and one thread that sleeps until the
  * first. Not a general event loop: entries only fire or are cancelled. */
-#include "ps/timer.h"
+#include "ops/state/timer.h"
 #include "psgraph/error.h"
 
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /* The single-process session: a thread pool, a resource manager and cached
  * plans. The distributed session (worker/) wraps the same plans per task. */
-#include "graph/executor.h"
+#include "runtime/executor.h"
 #include "graph/graph_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/session.h"

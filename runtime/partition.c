@@ -5,7 +5,7 @@
 #include "graph/graph_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
-#include "psgraph/partition.h"
+#include "runtime/partition.h"
 
 #include <stdlib.h>
 #include <string.h>

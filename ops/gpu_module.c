@@ -1,7 +1,7 @@
 /* Loads the CUDA backend (libpsgraph_cuda.so, beside libpsgraph) on first
  * use, and the trampolines the op defs name for their GPU kernels. A process
  * that never touches a GPU never maps the CUDA libraries. */
-#include "graph/gpu_module.h"
+#include "ops/gpu_module.h"
 #include "ops/cuda/kernels.h"
 #include "psgraph/error.h"
 

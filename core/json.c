@@ -1,7 +1,7 @@
 /* A small strict JSON reader behind net/json.h: recursive descent with a depth limit,
  * positions in every error, duplicate keys refused. Not a general-purpose library: no
  * writer, no streaming, numbers as doubles. */
-#include "net/json.h"
+#include "core/json.h"
 
 #include "psgraph/error.h"
 

@@ -2,10 +2,10 @@
  * the new global step; a worker takes the first token newer than its local
  * step before its next step, waiting without a thread, with a timeout.
  * Not the accumulators (ps/accumulator.c) and not the ops (ops/sync.c). */
-#include "ps/handle.h"
-#include "ps/timer.h"
+#include "ops/state/handle.h"
+#include "ops/state/timer.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 
 #include <pthread.h>
 #include <stdio.h>

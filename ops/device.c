@@ -9,7 +9,7 @@
 #include <string.h>
 
 #ifdef PSG_HAVE_CUDA
-#include "graph/gpu_module.h"
+#include "ops/gpu_module.h"
 
 #include <pthread.h>
 

@@ -2,10 +2,10 @@
  * ConditionalAccumulator, with a cap): it sums the gradients computed for
  * its current global step, drops older (stale) and surplus ones, and hands
  * the mean to a pending take. Not the graph ops (ops/sync.c). */
-#include "ps/handle.h"
-#include "ps/timer.h"
+#include "ops/state/handle.h"
+#include "ops/state/timer.h"
 #include "psgraph/error.h"
-#include "psgraph/sync_resources.h"
+#include "ops/state/sync_resources.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* Walks msgpack bytes without allocating: every header is decoded, every
  * length checked against the bytes left, nesting bounded. */
 #include "psgraph/error.h"
-#include "psgraph/msgpack_check.h"
+#include "core/msgpack_check.h"
 
 #include <stdbool.h>
 #include <stdint.h>

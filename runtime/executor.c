@@ -4,7 +4,7 @@
  * assigned to a GPU runs its CUDA kernel on device tensors (its CPU kernel on
  * host copies when the op has none); tensors are copied where an edge
  * crosses devices. Not placement or partitioning. */
-#include "graph/executor.h"
+#include "runtime/executor.h"
 #include "graph/graph_internal.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
@@ -197,35 +197,19 @@ static int find_resource_groups(psg_plan_t *p) {
     return 0;
 }
 
-psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
-                         int n_fetches, const psg_endpoint_t *fetches, int n_targets,
-                         const int *targets) {
+/* Iterative DFS post-order from the fetches and targets: p->nodes in a
+ * topological order, local_of[graph id] their index. */
+static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetches,
+                       const psg_endpoint_t *fetches, int n_targets, const int *targets) {
+    const psg_graph_t *g = p->g;
     int total = g->num_nodes;
-    psg_plan_t *p = calloc(1, sizeof *p);
-    int *local_of = malloc(sizeof(int) * (size_t)(total + 1));
-    char *fed = calloc((size_t)total + 1, 1);
     char *state = calloc((size_t)total + 1, 1); /* 0 new, 1 on stack, 2 done */
     int *stack = malloc(sizeof(int) * (size_t)(2 * total + 2));
-    if (!p || !local_of || !fed || !state || !stack) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    p->g = g;
-    p->host_only = true;
-    for (int i = 0; i < total; i++) local_of[i] = -1;
-    for (int i = 0; i < n_feeds; i++) {
-        if (feeds[i].node < 0 || feeds[i].node >= total ||
-            feeds[i].index >= g->nodes[feeds[i].node]->num_outputs) {
-            psg_error_set("feed %d refers to a missing output", i);
-            goto fail;
-        }
-        fed[feeds[i].node] = 1;
-    }
-    /* Iterative DFS post-order from fetches and targets: a topological order. */
     p->nodes = calloc((size_t)total + 1, sizeof(plan_node_t));
-    if (!p->nodes) {
+    int rc = -1;
+    if (!state || !stack || !p->nodes) {
         psg_error_set("out of memory");
-        goto fail;
+        goto done;
     }
     int roots = n_fetches + n_targets;
     for (int r = 0; r < roots; r++) {
@@ -234,7 +218,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             (r < n_fetches && fetches[r].index >= g->nodes[root]->num_outputs)) {
             psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
                           r < n_fetches ? r : r - n_fetches);
-            goto fail;
+            goto done;
         }
         if (state[root] == 2) continue;
         int sp = 0;
@@ -250,7 +234,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
                         if (state[dep] == 1) {
                             psg_error_set("node '%s' (%s): the graph has a cycle through '%s'",
                                           n->name, psg_node_op(n), g->nodes[dep]->name);
-                            goto fail;
+                            goto done;
                         }
                         if (state[dep] == 0) stack[sp++] = dep;
                     }
@@ -268,18 +252,18 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             }
         }
     }
-    p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
-    p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
-    if (!p->slot_uses || !p->initial_ready) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    /* Inputs, consumers and use counts. Consumer lists are built by counting first. */
+    rc = 0;
+done:
+    free(state);
+    free(stack);
+    return rc;
+}
+
+/* Each node's kernel, input slots and use counts, its consumers (counted
+ * first), and the nodes ready at the start. */
+static int link_nodes(psg_plan_t *p, const int *local_of) {
     int *consumer_count = calloc((size_t)p->num_nodes + 1, sizeof(int));
-    if (!consumer_count) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
+    if (!consumer_count) return psg_error_set("out of memory");
     for (int li = 0; li < p->num_nodes; li++) {
         plan_node_t *pn = &p->nodes[li];
         const psg_node_t *n = pn->node;
@@ -287,13 +271,12 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         p->num_exec++;
         if (choose_kernel(n, pn) < 0) {
             free(consumer_count);
-            goto fail;
+            return -1;
         }
         if (pn->device != PSG_DEVICE_HOST) p->host_only = false;
         if (n->def->flags & PSG_OP_SOURCE_FEED) {
-            psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
             free(consumer_count);
-            goto fail;
+            return psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
         }
         pn->input_slots = malloc(sizeof(int) * (size_t)(n->num_inputs + 1));
         PSG_ASSERT(pn->input_slots);
@@ -323,6 +306,14 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         }
         if (pn->num_deps == 0) p->initial_ready[p->num_initial_ready++] = li;
     }
+    return 0;
+}
+
+/* The slots of the feeds and fetches; fails when a fed node's needed output
+ * is not among the feeds. */
+static int bind_feeds_fetches(psg_plan_t *p, const int *local_of, int n_feeds,
+                              const psg_endpoint_t *feeds, int n_fetches,
+                              const psg_endpoint_t *fetches) {
     p->n_feeds = n_feeds;
     p->n_fetches = n_fetches;
     p->feed_slots = malloc(sizeof(int) * (size_t)(n_feeds + 1));
@@ -347,24 +338,53 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             bool is_fed = false;
             for (int i = 0; i < n_feeds && !is_fed; i++)
                 is_fed = p->feed_slots[i] == pn->slot_base + o;
-            if (!is_fed) {
-                psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
-                              pn->node->name, psg_node_op(pn->node), o);
-                goto fail;
-            }
+            if (!is_fed)
+                return psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
+                                     pn->node->name, psg_node_op(pn->node), o);
         }
     }
-    if (find_resource_groups(p) < 0) goto fail;
+    return 0;
+}
+
+psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
+                         int n_fetches, const psg_endpoint_t *fetches, int n_targets,
+                         const int *targets) {
+    int total = g->num_nodes;
+    psg_plan_t *p = calloc(1, sizeof *p);
+    int *local_of = malloc(sizeof(int) * (size_t)(total + 1));
+    char *fed = calloc((size_t)total + 1, 1);
+    if (!p || !local_of || !fed) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    p->g = g;
+    p->host_only = true;
+    for (int i = 0; i < total; i++) local_of[i] = -1;
+    for (int i = 0; i < n_feeds; i++) {
+        if (feeds[i].node < 0 || feeds[i].node >= total ||
+            feeds[i].index >= g->nodes[feeds[i].node]->num_outputs) {
+            psg_error_set("feed %d refers to a missing output", i);
+            goto fail;
+        }
+        fed[feeds[i].node] = 1;
+    }
+    if (order_nodes(p, fed, local_of, n_fetches, fetches, n_targets, targets) < 0) goto fail;
+    p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
+    p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
+    if (!p->slot_uses || !p->initial_ready) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    if (link_nodes(p, local_of) < 0 ||
+        bind_feeds_fetches(p, local_of, n_feeds, feeds, n_fetches, fetches) < 0 ||
+        find_resource_groups(p) < 0)
+        goto fail;
     free(local_of);
     free(fed);
-    free(state);
-    free(stack);
     return p;
 fail:
     free(local_of);
     free(fed);
-    free(state);
-    free(stack);
     psg_plan_destroy(&p);
     return NULL;
 }
