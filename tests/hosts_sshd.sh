@@ -36,6 +36,10 @@ StrictModes no
 PrintMotd no
 AcceptEnv none
 MaxStartups 100
+# a client gone with its link (cut, host down) ends its session within 6 s, so the remote
+# side of psgraph launch sees its stdin close and stops the task
+ClientAliveInterval 2
+ClientAliveCountMax 3
 LogLevel ERROR
 EOF
   SSH_CONFIG=$SSHD_DIR/ssh_config

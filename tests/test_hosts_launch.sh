@@ -33,10 +33,10 @@ launch_bg() {
 }
 bg=
 HOSTS_AT_EXIT+=('[ -n "$bg" ] && kill -TERM "$bg" 2>/dev/null; wait')
-# the processes on h1..h4 other than their sshd (waits up to 5 s for them to go)
+# the processes on h1..h4 other than their sshd (waits up to 10 s for them to go)
 left_on_hosts() {
   local n h p
-  for _ in $(seq 50); do
+  for _ in $(seq 100); do
     n=0
     for h in h1 h2 h3 h4; do
       for p in $(hosts_pids "$h"); do [ "$p" = "$(cat "$SSHD_DIR/$h.pid")" ] || n=$((n + 1)); done
@@ -120,6 +120,31 @@ if [ $have_data = 1 ]; then
     ok "ps0's link cut for 3 s at step 200: the job finished, test accuracy $acc"
   else
     fail "link cut (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/cut.log" | tail -20)"
+  fi
+
+  # 4b. cut for longer than the step timeout (3 s): the job stops with an error naming the
+  #     ps task and its address within the timeout + 5 s of the cut
+  launch_bg "$tmp/longcut.log" --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 800 \
+    --step-timeout 3
+  for _ in $(seq 600); do grep -q '^\[worker0\] step 200 ' "$tmp/longcut.log" && break; sleep 0.05; done
+  hosts_cut h1
+  t0=$(date +%s.%N)
+  named=
+  for _ in $(seq 200); do
+    if grep -q 'task /job:ps/replica:0/task:0 (h1:23000): no reply' "$tmp/longcut.log"; then
+      named=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+      break
+    fi
+    sleep 0.05
+  done
+  wait $bg; rc=$?
+  bg=
+  hosts_heal h1
+  if [ $rc != 0 ] && [ -n "$named" ] && python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 8)" "$named" &&
+     [ "$(left_on_hosts)" = 0 ]; then
+    ok "ps0's link cut for good: stopped (exit $rc), ps0 and h1:23000 named $named s after the cut (<= 3 + 5)"
+  else
+    fail "long cut (rc $rc, named after '$named' s): $(grep -v '\] step ' "$tmp/longcut.log" | tail -15)"
   fi
 
   # 5. SIGKILL of ps1 on its host, --restart on-failure: it restarts, the job recovers
