@@ -87,7 +87,7 @@ n=$(left_on_hosts)
 # 2. async, 2 ps + 2 workers on 4 hosts, placed by task@host from a hosts file
 printf 'ps0@h1\nps1@h2   # the second ps\nworker0@h3\nworker1@h4\n' >"$tmp/hosts"
 if [ $have_data = 1 ]; then
-  launch_t --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 800 >"$tmp/async.log" 2>&1; rc=$?
+  launch_t --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 1000 >"$tmp/async.log" 2>&1; rc=$?
   acc=$(accuracy "$tmp/async.log")
   if [ $rc = 0 ] && grep -q 'cluster {"ps": \["h1:23000", "h2:23001"\], "worker": \["h3:23002", "h4:23003"\]}' "$tmp/async.log" &&
      grep -q '^\[worker1\] {"event":"worker_done"' "$tmp/async.log" && at_least "$acc" 0.84 && [ "$(left_on_hosts)" = 0 ]; then
@@ -97,7 +97,7 @@ if [ $have_data = 1 ]; then
   fi
 
   # 3. sync with a backup worker, round-robin placement
-  launch_t --hosts h1,h2,h3,h4 --ps 2 --workers 2 -- "${train[@]}" --steps 1000 --sync sync --backup-workers 1 \
+  launch_t --hosts h1,h2,h3,h4 --ps 2 --workers 2 -- "${train[@]}" --steps 1600 --sync sync --backup-workers 1 \
     >"$tmp/sync.log" 2>&1; rc=$?
   acc=$(accuracy "$tmp/sync.log")
   if [ $rc = 0 ] && grep -q '^\[worker0\] {"event":"done".*"sync":"sync".*"backup_workers":1' "$tmp/sync.log" &&
@@ -122,29 +122,33 @@ if [ $have_data = 1 ]; then
     fail "link cut (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/cut.log" | tail -20)"
   fi
 
-  # 4b. cut for longer than the step timeout (3 s): the job stops with an error naming the
-  #     ps task and its address within the timeout + 5 s of the cut
+  # 4b. cut for good, --step-timeout 3: the step fails naming ps0 within 3 + 5 s of the cut;
+  #     the recovery then waits for ps0 to come back (60 s at least: a restarted ps comes
+  #     back) and the job stops with an error naming ps0 and its address h1:23000
   launch_bg "$tmp/longcut.log" --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 800 \
     --step-timeout 3
   for _ in $(seq 600); do grep -q '^\[worker0\] step 200 ' "$tmp/longcut.log" && break; sleep 0.05; done
   hosts_cut h1
   t0=$(date +%s.%N)
   named=
-  for _ in $(seq 200); do
-    if grep -q 'task /job:ps/replica:0/task:0 (h1:23000): no reply' "$tmp/longcut.log"; then
+  for _ in $(seq 400); do
+    if grep -q "^\[worker[01]\] recovery: step .* failed .* waiting for key '/job:ps/replica:0/task:0/" "$tmp/longcut.log"; then
       named=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
       break
     fi
     sleep 0.05
   done
+  timeout 120 tail --pid="$bg" -f /dev/null
   wait $bg; rc=$?
   bg=
+  stopped=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
   hosts_heal h1
   if [ $rc != 0 ] && [ -n "$named" ] && python3 -c "import sys; sys.exit(not float(sys.argv[1]) <= 8)" "$named" &&
+     grep -q '^\[worker[01]\] .*recovery: /job:ps/task:0 did not come back: task /job:ps/replica:0/task:0: tcp://h1:23000: ' "$tmp/longcut.log" &&
      [ "$(left_on_hosts)" = 0 ]; then
-    ok "ps0's link cut for good: stopped (exit $rc), ps0 and h1:23000 named $named s after the cut (<= 3 + 5)"
+    ok "ps0's link cut for good: a step failed naming ps0 $named s after the cut (<= 3 + 5); the job stopped (exit $rc) $stopped s after it: $(grep -o 'recovery: /job:ps/task:0 did not come back.*' "$tmp/longcut.log" | head -1 | cut -c1-130)"
   else
-    fail "long cut (rc $rc, named after '$named' s): $(grep -v '\] step ' "$tmp/longcut.log" | tail -15)"
+    fail "long cut (rc $rc, named after '$named' s, stopped after $stopped s): $(grep -v '\] step ' "$tmp/longcut.log" | cut -c1-400 | tail -15)"
   fi
 
   # 5. SIGKILL of ps1 on its host, --restart on-failure: it restarts, the job recovers
