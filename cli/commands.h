@@ -59,5 +59,7 @@ int psg_cmd_simulate(int argc, char **argv);
 int psg_cmd_train_inception3(int argc, char **argv);
 int psg_cmd_inspect(int argc, char **argv);
 int psg_cmd_plot(int argc, char **argv);
+int psg_cmd_compare(int argc, char **argv);
+int psg_cmd_data(int argc, char **argv);
 
 #endif

@@ -5,6 +5,7 @@
  * (bounded retries). Not the ssh command line (cli/launch_ssh.c) nor Kubernetes
  * (cli/launch_k8s.c). */
 #include "cli/commands.h"
+#include "psgraph/sync_replicas.h"
 #include "psgraph/clock.h"
 
 #include <errno.h>
@@ -427,16 +428,21 @@ int psg_cmd_launch(int argc, char **argv) {
     return rc;
 }
 
-/* The workers that sync replicas with b backup workers can lose: b, when the command
- * trains with --sync sync --backup-workers b; else 0. */
-static int backup_workers_of(char **cmd) {
-    bool sync = false;
-    int b = 0;
+/* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
+ * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
+static int backup_workers_of(char **cmd, int nworkers) {
+    psg_sync_config_t c;
+    psg_sync_config_defaults(&c);
+    c.variant = NULL;
+    c.num_workers = nworkers;
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
-        if (!strcmp(cmd[i], "--sync")) sync = !strcmp(cmd[i + 1], "sync");
-        if (!strcmp(cmd[i], "--backup-workers")) b = atoi(cmd[i + 1]);
+        if (!strcmp(cmd[i], "--sync")) c.variant = cmd[i + 1];
+        if (!strcmp(cmd[i], "--backup-workers")) c.backup_workers = atoi(cmd[i + 1]);
+        if (!strcmp(cmd[i], "--replicas-to-aggregate")) c.replicas_to_aggregate = atoi(cmd[i + 1]);
     }
-    return sync && b > 0 ? b : 0;
+    if (!c.variant || !strcmp(c.variant, "none")) return 0;
+    int n = psg_sync_lost_workers_tolerated(&c);
+    return n > 0 ? n : 0;
 }
 
 /* One run of the launcher: its tasks and where it is in stopping them. */
@@ -682,7 +688,7 @@ static void run_free(launch_run_t *r) {
 int psg_launch_local(psg_launch_t *o) {
     launch_run_t r = {.o = o, .nps = o->ps, .n = o->ps + o->workers};
     if (o->port_base > 0) o->tcp = true;
-    r.may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(o->cmd);
+    r.may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(o->cmd, o->workers);
     on_tty = isatty(1);
     r.t = calloc((size_t)r.n, sizeof *r.t);
     r.ports = calloc((size_t)r.n, sizeof *r.ports);

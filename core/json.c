@@ -1,4 +1,4 @@
-/* A small strict JSON reader behind net/json.h: recursive descent with a depth limit,
+/* A small strict JSON reader behind core/json.h: recursive descent with a depth limit,
  * positions in every error, duplicate keys refused. Not a general-purpose library: no
  * writer, no streaming, numbers as doubles. */
 #include "core/json.h"

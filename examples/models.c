@@ -15,6 +15,8 @@ static const psg_model_info_t models[] = {
     {"cnn", "two 5x5 conv + max pool blocks (32, 64 channels), fully connected 512, the classes", {64, 0.01, 0.9}, true},
     {"inception3", "Inception-v3, its own recipe (psgraph train --model inception3 --help)",
      {32, 0.045, 0.9}, false},
+    {"wide-deep", "wide-and-deep click model on Criteo-format data (--data criteo; worker/ctr_train.c)",
+     {512, 0.001, 0.9}, true},
 };
 
 int psg_model_count(void) { return (int)(sizeof models / sizeof models[0]); }

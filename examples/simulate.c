@@ -2,6 +2,7 @@
  * step times from a tail model or measured samples, the N-th order statistic
  * of N + b workers, transfers over shared parameter-server links. Not a
  * network simulator: no queues, no packet-level effects. */
+#include "core/rng.h"
 #include "psgraph/simulate.h"
 
 #include "psgraph/error.h"
@@ -41,24 +42,10 @@ const char *psg_sim_tail_name(psg_sim_tail_t t) {
     return (unsigned)t < sizeof tail_names / sizeof tail_names[0] ? tail_names[t] : "?";
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0; }
-
-static double gauss(uint64_t *s) {
-    double u1 = uniform01(s), u2 = uniform01(s);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 /* One compute time in ms. Always draws the same count of numbers per call,
  * so a worker's stream stays aligned across runs. */
 static double draw(const psg_sim_config_t *c, uint64_t *s) {
-    double z = gauss(s), u = uniform01(s), v = uniform01(s);
+    double z = psg_normal01(s), u = psg_uniform01(s), v = psg_uniform01(s);
     switch (c->tail) {
     case PSG_SIM_TAIL_NONE:
         return c->step_ms;

@@ -1,6 +1,6 @@
 /* The cluster spec behind include/psgraph/cluster.h: TF_CONFIG checked field by field, so
  * that a typo in a launch script is an error naming the field, not a task that hangs.
- * Not the JSON reader (net/json.c) nor anything that opens a socket. */
+ * Not the JSON reader (core/json.c) nor anything that opens a socket. */
 #include "psgraph/cluster.h"
 
 #include "core/json.h"

@@ -6,6 +6,7 @@
 #include "ops/cpu/math.h"
 #include "ops/cpu/array.h"
 #include "ops/cuda/kernels.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
@@ -367,6 +368,35 @@ static int infer_cast(psg_infer_ctx_t *c) {
     c->out_dtypes[0] = a->u.dtype;
     c->out_shapes[0] = c->in_shapes[0];
     return 0;
+}
+
+/* ---- prepare: once per plan node (ops/params.h) ---- */
+
+int psg_matmul_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_matmul_params_t *p = params;
+    p->transpose_a = psg_node_get_bool(n, "transpose_a", false);
+    p->transpose_b = psg_node_get_bool(n, "transpose_b", false);
+    p->relu = psg_node_get_bool(n, "relu", false);
+    return 0;
+}
+
+int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_concat_params_t *p = params;
+    p->axis = (int)psg_node_get_int(n, "axis", 0);
+    int rank = psg_node_output_shape(n, 0)->rank;
+    if (p->axis < 0 && rank > 0) p->axis += rank;
+    return 0;
+}
+
+psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {
+    int rank = out->shape.rank;
+    psg_concat_layout_t l = {((const psg_concat_params_t *)psg_kernel_params(c))->axis, 1, 1};
+    if (l.axis < 0) l.axis += rank;
+    for (int i = 0; i < l.axis; i++) l.outer *= out->shape.dims[i];
+    for (int i = l.axis + 1; i < rank; i++) l.inner *= out->shape.dims[i];
+    return l;
 }
 
 /* ---- gradients ---- */
@@ -745,8 +775,27 @@ static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 /* ---- defs ---- */
 
-#define DEF(var, name, nin, nout, infer, grad, cpu, cuda)                                          \
-    static const psg_op_def_t var = {name, nin, nout, 0, infer, grad, cpu, PSG_GPU_KERNEL(cuda)};
+#define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
+    static const psg_op_def_t var = {.name = op_name,                                              \
+                                     .num_inputs = nin,                                            \
+                                     .num_outputs = nout,                                          \
+                                     .infer = infer_fn,                                            \
+                                     .grad = grad_fn,                                              \
+                                     .cpu = cpu_fn,                                                \
+                                     .cuda = PSG_GPU_KERNEL(cuda_fn)};
+
+/* A def whose kernels read a prepared struct (ops/params.h). */
+#define DEF_PREPARED(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, prepare_fn,      \
+                     params_type)                                                                  \
+    static const psg_op_def_t var = {.name = op_name,                                              \
+                                     .num_inputs = nin,                                            \
+                                     .num_outputs = nout,                                          \
+                                     .infer = infer_fn,                                            \
+                                     .grad = grad_fn,                                              \
+                                     .cpu = cpu_fn,                                                \
+                                     .cuda = PSG_GPU_KERNEL(cuda_fn),                              \
+                                     .prepare = prepare_fn,                                        \
+                                     .params_size = sizeof(params_type)};
 
 DEF(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_add, psg_gpu_add)
 DEF(op_sub, "Sub", 2, 1, infer_binary, grad_sub, psg_cpu_sub, psg_gpu_sub)
@@ -779,27 +828,36 @@ DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */
-static const psg_op_def_t op_expand_dims = {"ExpandDims", 1, 1, 0, infer_expand_dims, grad_expand_dims,
-                                            psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
+static const psg_op_def_t op_expand_dims = {.name = "ExpandDims",
+                                            .num_inputs = 1,
+                                            .num_outputs = 1,
+                                            .infer = infer_expand_dims,
+                                            .grad = grad_expand_dims,
+                                            .cpu = psg_cpu_reshape,
+                                            .cuda = PSG_GPU_SAME(psg_cpu_reshape)};
 DEF(op_argmax, "ArgMax", 1, 1, infer_argmax, grad_none, psg_cpu_argmax, psg_gpu_argmax)
 DEF(op_equal, "Equal", 2, 1, infer_equal, grad_none, psg_cpu_equal, psg_gpu_equal)
-DEF(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul)
-DEF(op_dense, "Dense", 3, 1, infer_dense, grad_dense, psg_cpu_dense, psg_gpu_dense)
-DEF(op_dense_backprop, "DenseBackprop", 2, 2, infer_dense_backprop, NULL, psg_cpu_dense_backprop,
-    psg_gpu_dense_backprop)
-DEF(op_concat, "Concat", -1, 1, infer_concat, grad_concat, psg_cpu_concat, psg_gpu_concat)
+DEF_PREPARED(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul,
+             psg_matmul_prepare, psg_matmul_params_t)
+DEF_PREPARED(op_dense, "Dense", 3, 1, infer_dense, grad_dense, psg_cpu_dense, psg_gpu_dense,
+             psg_matmul_prepare, psg_matmul_params_t)
+DEF_PREPARED(op_dense_backprop, "DenseBackprop", 2, 2, infer_dense_backprop, NULL,
+             psg_cpu_dense_backprop, psg_gpu_dense_backprop, psg_matmul_prepare,
+             psg_matmul_params_t)
+DEF_PREPARED(op_concat, "Concat", -1, 1, infer_concat, grad_concat, psg_cpu_concat, psg_gpu_concat,
+             psg_concat_prepare, psg_concat_params_t)
 DEF(op_slice, "Slice", 1, 1, infer_slice, grad_slice, psg_cpu_slice, psg_gpu_slice)
 DEF(op_slice_grad, "SliceGrad", 2, 1, infer_slice_grad, grad_slice_grad, psg_cpu_slice_grad,
     psg_gpu_slice_grad)
 DEF(op_cast, "Cast", 1, 1, infer_cast, grad_cast, psg_cpu_cast, psg_gpu_cast)
-static const psg_op_def_t op_dropout = {"Dropout",
-                                        1,
-                                        2,
-                                        PSG_OP_STATEFUL,
-                                        infer_dropout,
-                                        grad_dropout,
-                                        psg_cpu_dropout,
-                                        PSG_GPU_KERNEL(psg_gpu_dropout)};
+static const psg_op_def_t op_dropout = {.name = "Dropout",
+                                        .num_inputs = 1,
+                                        .num_outputs = 2,
+                                        .flags = PSG_OP_STATEFUL,
+                                        .infer = infer_dropout,
+                                        .grad = grad_dropout,
+                                        .cpu = psg_cpu_dropout,
+                                        .cuda = PSG_GPU_KERNEL(psg_gpu_dropout)};
 
 const psg_op_def_t *const psg_math_ops[] = {
     &op_add,          &op_sub,       &op_mul,

@@ -7,6 +7,7 @@
 #include "psgraph/error.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ struct psg_remote_rv {
     pull_list_t queued, pending; /* under lock */
     peer_t *peers;               /* under lock; entries never move once the thread reads them */
     int npeers, cap_peers;
+    _Atomic int64_t bytes_pulled;
     int64_t recent[RECENT_STEPS]; /* steps cleaned up lately: their pulls are dropped */
     int recent_next;
 };
@@ -132,6 +134,7 @@ static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
         if (p->peer != peer || p->id != m->id) continue;
         if (m->kind == PSG_MSG_REPLY && m->ntensors == 1) {
             psg_tensor_t *t = psg_tensor_ref(m->tensors[0]);
+            atomic_fetch_add(&r->bytes_pulled, (int64_t)psg_tensor_nbytes(t));
             if (psg_rendezvous_send(r->local, p->step, p->key, &t) < 0) {
                 /* the step was aborted here meanwhile: nothing to deliver */
             }
@@ -289,3 +292,5 @@ void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step) {
     }
     pthread_mutex_unlock(&r->lock);
 }
+
+int64_t psg_remote_rv_bytes_pulled(psg_remote_rv_t *r) { return r ? atomic_load(&r->bytes_pulled) : 0; }

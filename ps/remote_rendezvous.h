@@ -1,7 +1,7 @@
 /* Internal to psgraph: the pulling half of cross-process Send/Recv. A Recv whose sender
  * lives in another task asks that task's server for (step, key) (TensorFlow's RecvTensor)
  * and the reply lands in this process's rendezvous, where the Recv op takes it.
- * Not the rendezvous itself (graph/rendezvous.c) nor the serving half (ps/task_server.c). */
+ * Not the rendezvous itself (ops/state/rendezvous.c) nor the serving half (ps/task_server.c). */
 #ifndef PSGRAPH_PS_REMOTE_RENDEZVOUS_H
 #define PSGRAPH_PS_REMOTE_RENDEZVOUS_H
 
@@ -36,5 +36,7 @@ typedef struct {
 int psg_remote_rv_pull(psg_remote_rv_t *r, int64_t step, int n, const psg_remote_pull_t *pulls);
 /* Forgets the pulls of a step (their late replies are dropped). */
 void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step);
+/* Bytes of tensor data pulled from peers so far (the wire's payload, headers excluded). */
+int64_t psg_remote_rv_bytes_pulled(psg_remote_rv_t *r);
 
 #endif

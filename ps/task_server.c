@@ -83,6 +83,7 @@ struct psg_task_server {
     psg_rendezvous_t *rv;
     psg_threadpool_t *pool;
     psg_remote_rv_t *remote;
+    _Atomic int64_t bytes_served; /* tensor bytes peers pulled from this task */
     psg_server_t *server; /* made, used and destroyed by the server thread */
 
     pthread_t thread;
@@ -625,6 +626,7 @@ static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
     } else {
         psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, "Recv");
         if (r && psg_msg_add_tensor(r, NULL, t) == 0) {
+            atomic_fetch_add(&c->ts->bytes_served, (int64_t)psg_tensor_nbytes(t));
             r->step = c->req->step;
             psg_server_reply(c->ts->server, c->req, &r);
         } else {
@@ -1187,3 +1189,8 @@ int psg_task_server_port(const psg_task_server_t *ts) { return ts->port; }
 const char *psg_task_server_task(const psg_task_server_t *ts) { return ts->task; }
 psg_resource_mgr_t *psg_task_server_resources(psg_task_server_t *ts) { return ts->rm; }
 psg_rendezvous_t *psg_task_server_rendezvous(psg_task_server_t *ts) { return ts->rv; }
+
+void psg_task_server_tensor_bytes(psg_task_server_t *ts, int64_t *served, int64_t *pulled) {
+    *served = ts ? atomic_load(&ts->bytes_served) : 0;
+    *pulled = ts ? psg_remote_rv_bytes_pulled(ts->remote) : 0;
+}

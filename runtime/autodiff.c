@@ -6,6 +6,7 @@
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
+#include "psgraph/ops_sparse.h"
 #include "psgraph/precision.h"
 
 #include <stdlib.h>
@@ -30,8 +31,10 @@ static psg_endpoint_t contrib_sum(psg_graph_t *g, contrib_t *c) {
     if (c->n == 0) return PSG_NO_ENDPOINT;
     if (c->n == 1) return c->v[0];
     psg_dtype_t dt = psg_graph_dtype(g, c->v[0]);
-    psg_endpoint_t s;
-    if (dt == PSG_DT_BF16 || dt == PSG_DT_F16) {
+    /* sparse gradients of one tensor: their rows and indices concatenated */
+    psg_endpoint_t s = psg_sparse_sum(g, c->n, c->v);
+    if (psg_endpoint_valid(s)) {
+    } else if (dt == PSG_DT_BF16 || dt == PSG_DT_F16) {
         /* the gradients of a 16-bit tensor read by several products (mixed precision):
          * summed in f32, rounded once */
         for (int i = 0; i < c->n; i++) c->v[i] = psg_cast(g, "AddN/to_f32", c->v[i], PSG_DT_F32);

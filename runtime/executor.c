@@ -27,6 +27,7 @@ typedef struct {
     bool fed;         /* not executed: its outputs are fed */
     int device;       /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
     psg_kernel_fn kernel;
+    void *params;     /* the def's prepare struct, or NULL */
     int *groups;      /* the resource groups whose state it touches (see psg_run_order_t) */
     int num_groups;
 } plan_node_t;
@@ -78,6 +79,16 @@ static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
     }
     if (!pn->kernel)
         return psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
+    return 0;
+}
+
+/* The def's prepare step, once for this plan node: its params for both kernels. */
+static int prepare_node(const psg_graph_t *g, const psg_node_t *n, plan_node_t *pn) {
+    if (!n->def->prepare) return 0;
+    pn->params = calloc(1, n->def->params_size ? n->def->params_size : 1);
+    if (!pn->params) return psg_error_set("out of memory");
+    if (n->def->prepare(g, n, pn->params) < 0)
+        return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     return 0;
 }
 
@@ -269,7 +280,7 @@ static int link_nodes(psg_plan_t *p, const int *local_of) {
         const psg_node_t *n = pn->node;
         if (pn->fed) continue;
         p->num_exec++;
-        if (choose_kernel(n, pn) < 0) {
+        if (choose_kernel(n, pn) < 0 || prepare_node(p->g, n, pn) < 0) {
             free(consumer_count);
             return -1;
         }
@@ -397,6 +408,7 @@ void psg_plan_destroy(psg_plan_t **pp) {
         free(p->nodes[i].input_slots);
         free(p->nodes[i].consumers);
         free(p->nodes[i].groups);
+        free(p->nodes[i].params);
     }
     free(p->nodes);
     free(p->slot_uses);
@@ -527,7 +539,8 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     }
     psg_infer_ctx_t ic = {n, ni, in_dt, in_sh, no, out_dt, out_sh};
     if (rc == 0) rc = n->def->infer(&ic);
-    for (int o = 0; rc == 0 && !async && o < no; o++) {
+    bool dynamic = n->def->flags & PSG_OP_DYNAMIC_SHAPE;
+    for (int o = 0; rc == 0 && !async && !dynamic && o < no; o++) {
         if (out_dt[o] != PSG_DT_RESOURCE && !psg_shape_is_complete(&out_sh[o])) {
             char b[PSG_SHAPE_STR_MAX];
             rc = psg_error_set("output %d has no complete shape at run time (%s)", o,
@@ -546,9 +559,20 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     int64_t start_ns = r->on_node ? mono_ns() : 0;
     if (a) a->start_ns = start_ns;
     if (rc == 0) {
-        psg_kernel_ctx_t kc = {n,       ni,     inputs,       no,           outputs, out_dt,
-                               out_sh,  r->rm,  r->pool,      r->step_id,   r->rendezvous, a,
-                               pn->device - 1};
+        psg_kernel_ctx_t kc = {.node = n,
+                               .num_inputs = ni,
+                               .inputs = inputs,
+                               .num_outputs = no,
+                               .outputs = outputs,
+                               .out_dtypes = out_dt,
+                               .out_shapes = out_sh,
+                               .resources = r->rm,
+                               .pool = r->pool,
+                               .step_id = r->step_id,
+                               .rendezvous = r->rendezvous,
+                               .async = a,
+                               .device = pn->device - 1,
+                               .params = pn->params};
         rc = pn->kernel(&kc);
         for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
         if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */

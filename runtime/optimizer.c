@@ -7,6 +7,7 @@
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/ops_sparse.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -252,7 +253,7 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
     default:
         break;
     }
-    psg_endpoint_t in[10];
+    psg_endpoint_t in[12];
     int n = 0;
     switch (o->kind) {
     case OPT_SGD:
@@ -273,13 +274,25 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
         n = 4, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad;
         break;
     }
+    /* a sparse gradient of this variable: only its rows are updated (lazy Adam for adam) */
+    const char *op = kinds[o->kind].op, *sparse_op = psg_sparse_apply_op(op);
+    psg_endpoint_t vals, ix, like;
+    if (sparse_op && psg_is_indexed_slices(g, grad, &vals, &ix, &like) && like.node == var.node) {
+        int k = 0;
+        while (k < n && !(in[k].node == grad.node && in[k].index == grad.index)) k++;
+        memmove(&in[k + 2], &in[k + 1], sizeof in[0] * (size_t)(n - k - 1));
+        in[k] = vals;
+        in[k + 1] = ix;
+        n++;
+        op = sparse_op;
+    }
     const char *vname = psg_node_name(psg_graph_node(g, var.node));
     size_t len = strlen(vname) + 8;
     char *node_name = malloc(len);
     int id = -1;
     if (node_name && psg_graph_push_scope(g, name) == 0) {
         snprintf(node_name, len, "update_%s", vname);
-        id = psg_apply_update(g, kinds[o->kind].op, node_name, n, in, o->cfg.check_numerics,
+        id = psg_apply_update(g, op, node_name, n, in, o->cfg.check_numerics,
                               o->cfg.use_nesterov && o->kind == OPT_MOMENTUM, ready);
         psg_graph_pop_scope(g);
     }
@@ -339,11 +352,21 @@ int psg_optimizer_apply_gradients(psg_optimizer_t *opt, psg_graph_t *g, int n,
     hyper_t h;
     if (make_hyper(opt, g, vars[first], &h) < 0) return -1;
 
-    int *ids = malloc(sizeof(int) * (size_t)(k + 3));
+    int *ids = malloc(sizeof(int) * (size_t)(2 * k + 3));
     if (!ids) return psg_error_set("out of memory");
     int m = 0, rc = -1;
-    for (int i = 0; i < n; i++)
-        if (psg_endpoint_valid(grads[i])) ids[m++] = grads[i].node;
+    psg_endpoint_t sv, si;
+    for (int i = 0; i < n; i++) {
+        if (!psg_endpoint_valid(grads[i])) continue;
+        /* a sparse gradient is ready when its rows and indices are (its dense value is
+         * never computed) */
+        if (psg_is_indexed_slices(g, grads[i], &sv, &si, NULL)) {
+            ids[m++] = sv.node;
+            ids[m++] = si.node;
+        } else {
+            ids[m++] = grads[i].node;
+        }
+    }
     /* updates change variables in place while a gradient may still read one (unless
      * every reader is on another task: readers_remote) */
     int ready = -1;

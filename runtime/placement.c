@@ -159,14 +159,8 @@ int psg_partitioned_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     psg_initializer_t shard_init = init;
     if (init.kind && !strcmp(init.kind, "glorot_uniform")) {
         /* the fans of the whole variable, not of a shard */
-        double receptive = 1;
-        for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
-        double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
-                                         : (double)shape->dims[0];
-        double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
-                                          : (double)shape->dims[0];
         shard_init.kind = "uniform";
-        shard_init.scale = sqrt(6.0 / (fan_in + fan_out));
+        shard_init.scale = psg_glorot_uniform_scale(shape);
     }
     int64_t at = 0;
     for (int i = 0; i < n; i++) {

@@ -29,7 +29,7 @@ check 0 "inception3  batch 32, lr 0.045" "$psgraph" train --help
 check 2 "unknown option '--colour'" "$psgraph" train --colour red
 check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
-check 1 "unknown model 'vgg' (known: mlp, cnn, inception3)" "$psgraph" train --model vgg --steps 1
+check 1 "unknown model 'vgg' (known: mlp, cnn, inception3, wide-deep)" "$psgraph" train --model vgg --steps 1
 # a TF_CONFIG without a ps job (MultiWorkerMirroredStrategy's form) is refused, saying why
 check 1 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}' "$psgraph" train --model mlp --data synthetic --steps 1
 check 2 "the evaluator task runs \`psgraph train\`" env TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}' "$psgraph" server
@@ -69,5 +69,27 @@ else
   echo "skip psgraph plot: gnuplot is not installed"
 fi
 rm -rf "$ckdir"
+
+# strategies: names and options from one table (sync/strategies.c), psgraph compare
+check 0 "--staleness S" "$psgraph" train --help
+check 2 "unknown strategy 'bsp' (known: sync, async, ssp, local, easgd)" "$psgraph" train --sync bsp
+check 2 "--local-steps: '0' is not an integer in [1, " "$psgraph" train --local-steps 0
+check 2 "unknown option '--colour'" "$psgraph" compare --colour red
+cmpdir=$(mktemp -d)
+if command -v gnuplot >/dev/null; then
+  # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
+  out=$("$psgraph" compare --data synthetic --workers 2 --variant sync --variant "ssp --staleness 1" \
+        --straggler none --target 0.01 --eval-every 5 --outdir "$cmpdir" -- --steps 10 --batch 16 2>&1)
+  n=$(grep -c '"compare":.*"exit":0,.*"time_to_target_sec":[0-9]' <<<"$out")
+  if [ "$n" = 2 ] && [ -s "$cmpdir/compare.png" ] && grep -q '"compare":"ssp --staleness 1","sync":"ssp"' <<<"$out"; then
+    echo "ok   psgraph compare: 2 variants, 2 JSON lines, compare.png"
+  else
+    echo "FAIL: psgraph compare: $out" | head -20
+    fails=$((fails + 1))
+  fi
+else
+  echo "skip psgraph compare: gnuplot is not installed"
+fi
+rm -rf "$cmpdir"
 
 [ $fails = 0 ]

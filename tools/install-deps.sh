@@ -3,7 +3,7 @@
 # (a fresh Debian 12 machine, as root). Quiet when everything is there.
 set -euo pipefail
 pkgs=(gcc g++ make pkg-config meson ninja-build python3
-      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev
+      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev
       dataset-fashion-mnist gnuplot-nox procps
       # tests over emulated hosts (tools/hosts.sh): ip, tc, an sshd in each host
       iproute2 openssh-server openssh-client python3-venv)

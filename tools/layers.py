@@ -42,11 +42,11 @@ NOT_LIBRARIES = {"api", "cli"}
 PUBLIC = {
     "core": ["error", "clock", "tensor", "threadpool", "half"],
     "graph": ["graph", "op", "resource", "serialize", "device_name"],
-    "ops": ["ops_array", "ops_math", "ops_nn", "ops_train", "precision", "device", "rendezvous"],
+    "ops": ["ops_array", "ops_math", "ops_nn", "ops_train", "ops_sparse", "precision", "device", "rendezvous"],
     "runtime": ["autodiff", "optimizer", "placement", "session", "trace"],
     "net": ["wire", "cluster"],
     "ps": ["task_server", "checkpoint"],
-    "examples": ["data", "models", "inception3", "simulate", "tfrecord", "imagenet"],
+    "examples": ["data", "models", "inception3", "simulate", "tfrecord", "imagenet", "criteo", "wide_deep"],
     "sync": ["sync_replicas", "straggler"],
     "worker": ["trainer", "towers", "dist_session", "summary"],
     "api": ["psgraph"],

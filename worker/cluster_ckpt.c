@@ -121,7 +121,7 @@ static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) 
 
 int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
     int64_t latest = -1;
-    if (latest_step(h, &latest) < 0) return psg_error_wrap("%s", h->task);
+    if (latest_step(h, &latest) < 0) return -1;
     *start_step = latest > 0 ? latest : 0;
     h->last_saved = latest;
     if (!h->chief) {

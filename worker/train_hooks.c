@@ -1,6 +1,6 @@
 /* The single-process trainer's checkpoint, summary and timeline hooks
  * (worker/train_hooks.h): the glue between the training loop and
- * ps/checkpoint*.c, worker/summary.c and worker/trace.c. Not the multi-process
+ * ps/checkpoint*.c, worker/summary.c and runtime/trace.c. Not the multi-process
  * runtime, where the chief asks each ps to write its shard. */
 #include "worker/train_hooks.h"
 

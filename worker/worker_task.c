@@ -20,6 +20,9 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     psg_task_t me = psg_cluster_task(w->cluster);
     if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
     int chiefs = psg_cluster_num_tasks(w->cluster, "chief");
+    if (!strcmp(me.job, PSG_EVALUATOR_JOB))
+        return psg_error_set("task %s/%d: %s has no evaluator task (psgraph train's evaluator "
+                             "evaluates the models it builds itself: mlp, cnn)", me.job, me.index, prog);
     if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
         return psg_error_set("task %s/%d: %s runs workers; a %s task runs `psgraph server`", me.job,
                              me.index, prog, me.job);

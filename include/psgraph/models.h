@@ -30,7 +30,7 @@ typedef struct {
     const char *name;           /* "mlp" */
     const char *description;    /* one line for --help */
     psg_model_defaults_t defaults;
-    bool built_here;            /* false: built by its own module with its own recipe and
+    bool built_here;            /* false: trained by its own command with its own recipe and
                                    options (inception3: psgraph/inception3.h, cli/bench_cmd.c) */
 } psg_model_info_t;
 

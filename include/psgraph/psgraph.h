@@ -20,6 +20,9 @@
 #include "psgraph/placement.h"
 #include "psgraph/ops_math.h"
 #include "psgraph/ops_nn.h"
+#include "psgraph/ops_sparse.h"
+#include "psgraph/criteo.h"
+#include "psgraph/wide_deep.h"
 #include "psgraph/optimizer.h"
 #include "psgraph/ops_train.h"
 #include "psgraph/data.h"
@@ -36,5 +39,8 @@
 #include "psgraph/cluster.h"
 #include "psgraph/task_server.h"
 #include "psgraph/dist_session.h"
+#include "psgraph/checkpoint.h"
+#include "psgraph/trace.h"
+#include "psgraph/summary.h"
 
 #endif

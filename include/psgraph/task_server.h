@@ -110,4 +110,9 @@ void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char 
  * "initialized"}], "graphs", "pending", "received", "rejected"}; malloc'd, caller frees. */
 char *psg_task_server_inspect(psg_task_server_t *ts);
 
+/* Tensor bytes (payload, headers excluded) that peers pulled from this task's sends
+ * (*served: a worker's pushed gradients) and that this task pulled from peers (*pulled: a
+ * worker's variable reads), since it started. */
+void psg_task_server_tensor_bytes(psg_task_server_t *ts, int64_t *served, int64_t *pulled);
+
 #endif

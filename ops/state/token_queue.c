@@ -1,7 +1,7 @@
 /* The token queue of sync replicas: the chief puts N + b tokens carrying
  * the new global step; a worker takes the first token newer than its local
  * step before its next step, waiting without a thread, with a timeout.
- * Not the accumulators (ps/accumulator.c) and not the ops (ops/sync.c). */
+ * Not the accumulators (ops/state/accumulator.c) and not the ops (ops/sync.c). */
 #include "ops/state/handle.h"
 #include "ops/state/timer.h"
 #include "psgraph/error.h"

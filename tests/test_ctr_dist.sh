@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Sparse variables across real processes (`psgraph launch`: ps tasks and workers as separate
+# processes): wide-deep on a synthetic click log with its table in 2 shards on 2 ps tasks.
+# 1 worker trains exactly as one process does (same loss, same held-out AUC); with 2
+# workers each step pulls and pushes only the unique rows its batch touched: the table's
+# bytes a step are within 1.0-1.1x unique ids x row bytes, far below the table's size.
+set -u
+psgraph=$1
+fails=0
+tmp=$(mktemp -d /tmp/psg_test_ctr.XXXXXX)
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+
+"$psgraph" data ctr --rows 20000 --out "$tmp/ctr.tsv" > "$tmp/data.json" || fail "psgraph data ctr"
+args=(train --model wide-deep --data criteo --data-dir "$tmp/ctr.tsv" --buckets 5000 --epochs 2 --lr 0.003 --log-every 1000)
+
+one=$("$psgraph" "${args[@]}" --table-shards 2 | grep '"event":"done"')
+[ -n "$one" ] || fail "one process: no done line"
+
+# 1. one worker and 2 ps tasks: the same training as one process
+"$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${args[@]}" > "$tmp/w1.log" 2>&1 || fail "launch 2 ps + 1 worker: $(tail -3 "$tmp/w1.log")"
+dist=$(grep -o '{"event":"done".*' "$tmp/w1.log")
+if [ -n "$one" ] && [ -n "$dist" ] &&
+   python3 -c 'import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); sys.exit(0 if abs(a["final_loss"]-b["final_loss"])<1e-4 and abs(a["test_auc"]-b["test_auc"])<1e-3 else 1)' "$one" "$dist"; then
+  ok "2 ps + 1 worker trains as one process (loss $(field "$dist" final_loss), AUC $(field "$dist" test_auc))"
+else
+  fail "2 ps + 1 worker differs from one process: $one / $dist"
+fi
+
+# 2. two workers: only touched rows travel
+"$psgraph" launch --ps 2 --workers 2 -- "$psgraph" "${args[@]}" > "$tmp/w2.log" 2>&1 || fail "launch 2 ps + 2 workers: $(tail -3 "$tmp/w2.log")"
+done2=$(grep -o '{"event":"done".*' "$tmp/w2.log")
+if [ -n "$done2" ] && python3 - "$done2" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+want = d["unique_ids_x_row_bytes"]
+pull, push = d["table_bytes_pulled_per_step"] / want, d["table_bytes_pushed_per_step"] / want
+table = 26 * 5000 * 17 * 4
+print(f"table bytes a step: pulled {pull:.3f}x, pushed {push:.3f}x unique ids x row bytes "
+      f"({want:.0f} B of a {table} B table); held-out AUC {d['test_auc']}")
+sys.exit(0 if 0.99 <= pull <= 1.1 and 1.0 <= push <= 1.1 and want < table / 4 and d["test_auc"] > 0.6 else 1)
+PY
+then ok "2 ps + 2 workers: only the touched rows travel"
+else fail "2 ps + 2 workers: $done2 $(tail -3 "$tmp/w2.log")"
+fi
+[ "$fails" -eq 0 ] && echo "all ctr cluster checks passed"
+exit $((fails > 0))
