@@ -622,6 +622,7 @@ static void test_a_strategy_from_the_docs(void) {
     psg_tensor_destroy(&wv);
     psg_tensor_destroy(&r.x);
     free(wk.state);
+    psg_callable_destroy(&r.step);
     psg_session_destroy(&sess);
     psg_sync_replicas_destroy(&sr);
     psg_optimizer_destroy(&opt);
