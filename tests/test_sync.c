@@ -623,6 +623,7 @@ static void test_a_strategy_from_the_docs(void) {
     psg_tensor_destroy(&r.x);
     psg_callable_destroy(&r.step);
     free(wk.state);
+    psg_callable_destroy(&r.step);
     psg_session_destroy(&sess);
     psg_sync_replicas_destroy(&sr);
     psg_optimizer_destroy(&opt);
