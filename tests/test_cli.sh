@@ -84,7 +84,7 @@ cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
   out=$("$psgraph" compare --data synthetic --workers 2 --variant sync --variant "ssp --staleness 1" \
-        --straggler none --target 0.01 --eval-every 5 --outdir "$cmpdir" -- --steps 10 --batch 16 2>&1)
+        --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir" -- --steps 6 --batch 16 2>&1)
   n=$(grep -c '"compare":.*"exit":0,.*"time_to_target_sec":[0-9]' <<<"$out")
   if [ "$n" = 2 ] && [ -s "$cmpdir/compare.png" ] && grep -q '"compare":"ssp --staleness 1","sync":"ssp"' <<<"$out"; then
     echo "ok   psgraph compare: 2 variants, 2 JSON lines, compare.png"
