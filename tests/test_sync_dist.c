@@ -206,6 +206,18 @@ static double compare_variables(job_t *a, job_t *b, const char *what) {
     return compare_variables_as(a, b, what, "", 4, 8, 4);
 }
 
+/* Starts job j (name, nw workers), each `psgraph train` with base[nb], then tail (NULL-ended). */
+static void job_start_with(job_t *j, const char *name, int nw, const char *const *base, size_t nb,
+                           const char *const *tail) {
+    const char *args[40];
+    int n = 0;
+    for (size_t k = 0; k < nb; k++) args[n++] = base[k];
+    for (int k = 0; tail[k] && n < 39; k++) args[n++] = tail[k];
+    args[n] = NULL;
+    job_start(j, name, nw);
+    for (int i = 0; i < nw; i++) job_spawn(j, i, args);
+}
+
 /* Strategies whose answer is sync's with b = 0 (docs/sync.md), 2 workers, SGD, 20 steps of
  * the same batches: SSP with s = 0 (bulk-synchronous: each applies its gradient / 2 once
  * both have read the step) and local SGD with H = 1 (the average of the two copies after
@@ -218,15 +230,8 @@ static void test_strategies_equal_sync(void) {
                                {"sync", "--compress", "topk", "--compress-ratio", "1", NULL}};
     const char *names[4] = {"strat_sync", "strat_ssp", "strat_local", "strat_topk"};
     job_t jobs[4];
-    for (int j = 0; j < 4; j++) {
-        const char *args[32];
-        int n = 0;
-        for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
-        for (int k = 0; tails[j][k]; k++) args[n++] = tails[j][k];
-        args[n] = NULL;
-        job_start(&jobs[j], names[j], 2);
-        for (int i = 0; i < 2; i++) job_spawn(&jobs[j], i, args);
-    }
+    for (int j = 0; j < 4; j++)
+        job_start_with(&jobs[j], names[j], 2, base, sizeof base / sizeof *base, tails[j]);
     double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     bool ok = true;
     for (int j = 0; j < 4; j++)
@@ -251,15 +256,8 @@ static void test_topk_ratio_one_is_uncompressed(void) {
                                {"--compress", "topk", "--compress-ratio", "0.01", NULL}};
     const char *names[3] = {"async_dense", "async_topk1", "async_topk001"};
     job_t jobs[3];
-    for (int j = 0; j < 3; j++) {
-        const char *args[32];
-        int n = 0;
-        for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
-        for (int k = 0; tails[j][k]; k++) args[n++] = tails[j][k];
-        args[n] = NULL;
-        job_start(&jobs[j], names[j], 1);
-        job_spawn(&jobs[j], 0, args);
-    }
+    for (int j = 0; j < 3; j++)
+        job_start_with(&jobs[j], names[j], 1, base, sizeof base / sizeof *base, tails[j]);
     double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     bool ok = true;
     for (int j = 0; j < 3; j++) ok &= job_wait(&jobs[j], 0, deadline) == 0;
@@ -286,15 +284,8 @@ static void test_easgd_center_moves_by_alpha(void) {
     const char *tails[2][8] = {{"easgd", "--elastic-alpha", "0.5", "--local-steps", "1", "--lr", "0.05", NULL},
                                {"async", "--lr", "0.025", NULL}};
     job_t jobs[2];
-    for (int j = 0; j < 2; j++) {
-        const char *args[32];
-        int n = 0;
-        for (size_t k = 0; k < sizeof base / sizeof *base; k++) args[n++] = base[k];
-        for (int k = 0; tails[j][k]; k++) args[n++] = tails[j][k];
-        args[n] = NULL;
-        job_start(&jobs[j], j ? "easgd_ref" : "easgd", 1);
-        job_spawn(&jobs[j], 0, args);
-    }
+    for (int j = 0; j < 2; j++)
+        job_start_with(&jobs[j], j ? "easgd_ref" : "easgd", 1, base, sizeof base / sizeof *base, tails[j]);
     double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     bool ok = job_wait(&jobs[0], 0, deadline) == 0;
     ok &= job_wait(&jobs[1], 0, deadline) == 0;
