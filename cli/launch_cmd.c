@@ -65,7 +65,7 @@ static void usage(FILE *f) {
                "  TF_CONFIG; output lines tagged [ps0], [worker1];\n"
                "  --ssh: each task on its host over OpenSSH (BatchMode; the same paths there):\n"
                "    round-robin over --hosts, or ps0@h1,worker0@h2,... ; TCP on --port-base (23000) + i;\n"
-               "  --k8s: writes a headless Service and a StatefulSet per job as YAML (docs/hosts.md);\n"
+               "  --k8s: writes a headless Service and an Indexed Job per job as YAML (docs/hosts.md);\n"
                "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
                "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
                "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
