@@ -57,6 +57,8 @@ static void usage(FILE *f) {
                "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
                "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
                "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
+               "  --keys DIR          the cluster's CURVE keys (psgraph keygen DIR) for every task; default:\n"
+               "                      a fresh pair in a private folder, removed at the end (docs/security.md)\n"
                "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
                "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
                "                      which the sync replicas can lose; else 0)\n");
@@ -320,6 +322,7 @@ int psg_cmd_launch(int argc, char **argv) {
         else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
             o.port_base = (int)x, o.tcp = true;
         else if (!strcmp(argv[i - 1], "--host")) o.host = v, o.tcp = true;
+        else if (!strcmp(argv[i - 1], "--keys")) o.keys = v;
         else if (!strcmp(argv[i - 1], "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc")))
             transport = v;
         else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
@@ -370,8 +373,11 @@ int psg_launch_local(psg_launch_t *o) {
     on_tty = isatty(1);
     task_proc_t *t = calloc((size_t)n, sizeof *t);
     int *ports = calloc((size_t)n, sizeof *ports);
-    if (!t || !ports) {
-        fprintf(stderr, "psgraph launch: out of memory\n");
+    psg_launch_keys_t keys;
+    if (!t || !ports || psg_launch_keys_prepare(&keys, o->keys) < 0) {
+        if (!t || !ports) fprintf(stderr, "psgraph launch: out of memory\n");
+        free(t);
+        free(ports);
         return 1;
     }
     for (int i = 0; i < n; i++) {
@@ -391,6 +397,7 @@ int psg_launch_local(psg_launch_t *o) {
         if (ports[i] < 0) {
             fprintf(stderr, "psgraph launch: port %d on 127.0.0.1 (for %s) is busy: %s; "
                             "pick another --port-base\n", want, t[i].tag, strerror(errno));
+            psg_launch_keys_remove(&keys);
             free(t);
             free(ports);
             return 1;
@@ -403,6 +410,7 @@ int psg_launch_local(psg_launch_t *o) {
         if (!mkdtemp(sock_dir)) {
             fprintf(stderr, "psgraph launch: cannot make a folder for the tasks' sockets (%s): %s\n", sock_dir,
                     strerror(errno));
+            psg_launch_keys_remove(&keys);
             free(t);
             free(ports);
             return 1;
@@ -446,6 +454,7 @@ int psg_launch_local(psg_launch_t *o) {
         }
     }
     printf("psgraph launch: %d ps + %d workers, cluster %s\n", nps, nworkers, cluster);
+    printf("psgraph launch: CURVE keys %s%s\n", keys.dir, keys.run[0] ? " (made for this run, removed at the end)" : "");
     for (int i = 0; i < n; i++)
         if (t[i].pid > 0) printf("psgraph launch: %s pid %d\n", t[i].tag, (int)t[i].pid);
     fflush(stdout);
@@ -538,6 +547,7 @@ int psg_launch_local(psg_launch_t *o) {
         }
         rmdir(sock_dir);
     }
+    psg_launch_keys_remove(&keys);
     free(cluster);
     free(cfg);
     for (int i = 0; i < n; i++) free(t[i].cfg);

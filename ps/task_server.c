@@ -71,6 +71,8 @@ typedef struct {
 
 struct psg_task_server {
     const psg_cluster_t *cluster;
+    const psg_curve_keys_t *keys; /* NULL: plain frames */
+    bool insecure;
     char task[PSG_DEVICE_NAME_MAX];
     psg_device_name_t task_dn;
     char bind[256];
@@ -429,7 +431,8 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
               psg_rendezvous_num_pending(ts->rv), nd);
     if (ts->server) {
         psg_server_stats_t st = psg_server_stats(ts->server);
-        sb_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64, st.received, st.rejected);
+        sb_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"refused\":%" PRIu64, st.received,
+                  st.rejected, st.refused);
     }
     sb_printf(&b, "}");
     if (b.oom) {
@@ -970,6 +973,8 @@ static void *server_main(void *arg) {
     psg_task_server_t *ts = arg;
     psg_wire_opts_t wo = psg_wire_opts_default();
     wo.max_msg_bytes = (size_t)2 << 30;
+    wo.keys = ts->keys;
+    wo.insecure = ts->insecure;
     ts->server = psg_server_new(ts->bind, &wo);
     pthread_mutex_lock(&ts->lock);
     if (!ts->server) {
@@ -1054,6 +1059,8 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     pthread_cond_init(&ts->cond, NULL);
     pthread_cond_init(&ts->jobs_cond, NULL);
     ts->cluster = opt->cluster;
+    ts->keys = opt->keys ? opt->keys : psg_cluster_keys(opt->cluster);
+    ts->insecure = opt->insecure;
     ts->num_threads = opt->num_threads;
     ts->max_steps = opt->max_steps > 0 ? opt->max_steps : 8;
     ts->recv_timeout_ms = opt->recv_timeout_ms > 0 ? opt->recv_timeout_ms : 60000;
@@ -1091,6 +1098,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->rv = psg_rendezvous_new(ts->recv_timeout_ms);
     ts->remote = ts->rv ? psg_remote_rv_new(ts->rv, 2000) : NULL;
     if (!ts->rm || !ts->remote) goto fail;
+    psg_remote_rv_set_keys(ts->remote, ts->keys);
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
     ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);
     if (!ts->runners) {

@@ -109,6 +109,7 @@ static int peer_index(psg_dist_session_t *s, const char *task) {
     if (strcmp(task, s->task)) {
         psg_wire_opts_t o = psg_wire_opts_default();
         o.timeout_ms = (int)s->timeout_ms;
+        o.keys = psg_cluster_keys(s->cluster);
         if (!(p->client = psg_client_new(addr, &o))) return psg_error_wrap("task %s", task);
     }
     return s->n_peers++;
