@@ -5,6 +5,11 @@
  *
  *   transport [--sizes 4096,1048576,...] [--chunk BYTES] [--chunk-above BYTES]
  *             [--sweep-chunk] [--rtt-iters N] [--only push|pull] [--curve]
+ *             [--server-netns /run/netns/NS --server-ip IP]
+ * --server-netns: the server process enters that network namespace (an emulated host of
+ * tools/hosts.sh) and listens on IP there; the client stays where it was started
+ * (bench/hosts.sh runs it on another emulated host). Its plain servers listen there as
+ * --insecure tasks do (psgraph/curve.h): plain frames are what they measure.
  *
  * --curve: the same two processes also hold a CURVE pair of each (psgraph's server with the
  * cluster's keys, raw ZeroMQ with the same keys, psgraph/curve.h); each line gives psgraph
@@ -15,6 +20,8 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +81,8 @@ static int psg_serve(psg_server_t *s, psg_tensor_t **pull_cache) {
     return quit;
 }
 
+static const char *server_netns, *server_ip = "127.0.0.1";
+
 /* A raw ROUTER, a CURVE server with the cluster's pair of dir when dir is not NULL. */
 static zsock_t *raw_router(const char *dir, int *port) {
     zsock_t *r = zsock_new(ZMQ_ROUTER);
@@ -89,19 +98,29 @@ static zsock_t *raw_router(const char *dir, int *port) {
         zcert_apply(cert, r);
         zcert_destroy(&cert);
     }
-    *port = r ? zsock_bind(r, "tcp://127.0.0.1:*") : -1;
+    *port = r ? zsock_bind(r, "tcp://%s:*", server_ip) : -1;
     return r;
 }
 
 /* The server process: psgraph's server and a raw ROUTER, plain; with curve_dir, a CURVE
  * pair of them too. Serves until told to quit or the parent is gone. */
 static void server_main(int port_pipe, const psg_wire_opts_t *opts, const char *curve_dir) {
+    if (server_netns) {
+        int fd = open(server_netns, O_RDONLY);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+            fprintf(stderr, "transport: cannot enter %s: %s\n", server_netns, strerror(errno));
+            _exit(1);
+        }
+        close(fd);
+    }
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://%s:*", server_ip);
     psg_curve_keys_t *keys = curve_dir ? psg_curve_keys_load(curve_dir, NULL) : NULL;
-    psg_wire_opts_t copts = *opts;
+    psg_wire_opts_t popts = *opts, copts = *opts;
+    popts.insecure = true; /* the plain peer of the measure, on loopback or an emulated host */
     copts.keys = keys;
     int n = curve_dir ? 2 : 1;
-    psg_server_t *s[2] = {psg_server_new("tcp://127.0.0.1:*", opts),
-                          keys ? psg_server_new("tcp://127.0.0.1:*", &copts) : NULL};
+    psg_server_t *s[2] = {psg_server_new(ep, &popts), keys ? psg_server_new(ep, &copts) : NULL};
     zsock_t *raw[2] = {NULL, NULL};
     int ports[4] = {-1, -1, -1, -1};
     for (int k = 0; k < n; k++) {
@@ -251,7 +270,7 @@ static int peer_open(peer_t *p, const int *ports, const psg_wire_opts_t *opts, c
     psg_wire_opts_t o = *opts;
     if (curve_dir && !(o.keys = *keys = psg_curve_keys_load(curve_dir, NULL))) return -1;
     char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[0]);
+    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[0]);
     if (!(p->c = psg_client_new(ep, &o))) return -1;
     p->raw_zs = zsock_new(ZMQ_DEALER);
     if (!p->raw_zs) return -1;
@@ -265,7 +284,7 @@ static int peer_open(peer_t *p, const int *ports, const psg_wire_opts_t *opts, c
         zcert_destroy(&cert);
     }
     p->raw = zsock_resolve(p->raw_zs);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[1]);
+    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[1]);
     zsock_connect(p->raw_zs, "%s", ep);
     p->buf = malloc(MAX_SIZE);
     if (!p->buf) return -1;
@@ -398,13 +417,17 @@ int main(int argc, char **argv) {
             sweep = true;
         } else if (strcmp(argv[i], "--curve") == 0) {
             curve = true;
+        } else if (strcmp(argv[i], "--server-netns") == 0 && i + 1 < argc) {
+            server_netns = argv[++i];
+        } else if (strcmp(argv[i], "--server-ip") == 0 && i + 1 < argc) {
+            server_ip = argv[++i];
         } else if (strcmp(argv[i], "--rtt-iters") == 0 && i + 1 < argc) {
             rtt_iters = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
             fprintf(stderr, "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
-                            "[--rtt-iters N] [--only push|pull] [--curve]\n");
+                            "[--rtt-iters N] [--only push|pull] [--curve] [--server-netns PATH --server-ip IP]\n");
             return 2;
         }
     }

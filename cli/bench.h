@@ -5,6 +5,7 @@
 #define PSGRAPH_CLI_BENCH_H
 
 #include "psgraph/tfrecord.h"
+#include "psgraph/sync_replicas.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,6 +27,8 @@ typedef struct {
     int64_t step_timeout_ms;
     const char *stragglers[BENCH_MAX_STRAGGLERS]; /* --straggler specs (sync/straggler.c) */
     int num_stragglers;
+    const char *sync;           /* --sync NAME; NULL: sync, or async for one worker and no b */
+    psg_sync_options_t sync_opt; /* the strategies' own options (sync/strategies.c) */
 } psg_bench_opts_t;
 
 /* Runs the benchmark as *o says, in this process: alone (towers when

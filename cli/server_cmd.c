@@ -33,7 +33,8 @@ static void server_usage(FILE *f) {
 
 int psg_cmd_server(int argc, char **argv) {
     const char *cluster_file = NULL, *job = NULL, *listen = NULL, *task_name = NULL, *keys_dir = NULL;
-    bool insecure = false;
+    const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
+    bool insecure = insecure_env && !strcmp(insecure_env, "1");
     int task = -1, threads = 1, expect = -1;
     double idle = 600, recv_timeout = 60;
     for (int i = 1; i < argc; i++) {

@@ -1,10 +1,12 @@
 /* `psgraph train`: parses the options into a psg_train_config_t and runs it. */
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
+#include "psgraph/curve.h"
 #include "psgraph/error.h"
 #include "psgraph/models.h"
 #include "psgraph/precision.h"
 #include "psgraph/straggler.h"
+#include "psgraph/sync_replicas.h"
 #include "psgraph/trace.h"
 #include "psgraph/trainer.h"
 
@@ -42,11 +44,6 @@ static void train_usage(FILE *f) {
             "  --precision f32|mixed|mixed-f16  mixed: MatMul and Conv2D (and their gradients) in bf16 with\n"
             "                           f32 accumulation, variables and the rest f32; mixed-f16: f16 with a\n"
             "                           static loss scale of 1024 (default f32; docs/mixed_precision.md)\n"
-            "  --sync none|async|sync   none: one process; async: a worker of the cluster given by\n"
-            "                           TF_CONFIG or --cluster (the default when one is given); sync:\n"
-            "                           synchronous replicas, the mean of N of the N + b gradients a step\n"
-            "  --replicas-to-aggregate N  with --sync sync: gradients averaged a step (default workers - b)\n"
-            "  --backup-workers B       with --sync sync: workers whose gradients may be dropped (default 0)\n"
             "  --straggler SPEC         delay workers each step (repeatable): worker=2,delay_ms=300 or\n"
             "                           worker=all,dist=lognormal,median_ms=20,sigma=1 (docs/sync.md)\n"
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
@@ -60,8 +57,9 @@ static void train_usage(FILE *f) {
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
             "                           shards, each its own variable (default: 524288 in a cluster,\n"
             "                           0, no shards, in one process)\n"
-            "  --overlap on|off         async: the next step starts while the ps applies this one's\n"
-            "                           gradients (default on; off: each step waits for its updates)\n"
+            "  --overlap on|off         async with --max-staleness 1: steps asked for ahead (default on;\n"
+            "                           off: never ahead, whatever --max-staleness says)\n"
+            "  --eval-every N           the chief also evaluates every N of its steps (default: each epoch)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
@@ -73,6 +71,7 @@ static void train_usage(FILE *f) {
             "                           from step 0 (default: stop, naming each file and why)\n"
             "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
             "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
+    psg_sync_print_help(f);
 }
 
 /* Parses a number option; on error names the option. */
@@ -95,6 +94,8 @@ int psg_cmd_train(int argc, char **argv) {
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     const char *stragglers[32];
+    const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
+    c.insecure = insecure_env && !strcmp(insecure_env, "1");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -138,7 +139,14 @@ int psg_cmd_train(int argc, char **argv) {
         }
         else if (!strcmp(a, "--shard-bytes")) { rc = parse_num(a, v, 0, 1 << 30, &x); c.dense_shard_bytes = (int64_t)x; }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
-        else if (!strcmp(a, "--sync")) c.sync = v;
+        else if (!strcmp(a, "--sync")) {
+            c.sync = v;
+            if (strcmp(v, "none")) rc = psg_sync_strategy_check_name(v);
+        }
+        else if ((rc = psg_sync_option_parse(&c.sync_opt, a, v)) != 0) {
+            if (rc > 0) rc = 0; /* a strategy's own option (sync/strategies.c) */
+        }
+        else if (!strcmp(a, "--eval-every")) { rc = parse_num(a, v, 1, 1e12, &x); c.eval_every = (int64_t)x; }
         else if (!strcmp(a, "--overlap")) {
             if (strcmp(v, "on") && strcmp(v, "off")) rc = psg_error_set("--overlap: '%s' is not on or off", v);
             c.no_overlap = !strcmp(v, "off");

@@ -4,7 +4,8 @@
 # it out) gives the mlp its initial weights, by name: the first checkpoint holds them
 # (lr 1e-9: one step moves nothing visible); the report names matched, missing and
 # unexpected tensors, --strict fails on them, a shape mismatch always fails naming both
-# shapes; in a cluster the whole fc1 weight fills the model's column shards part_0, part_1.
+# shapes; a sharded file's index (model.safetensors.index.json) loads its files; in a
+# cluster the whole fc1 weight fills the model's column shards part_0, part_1.
 set -u
 psgraph=$1
 asan=${2:-}
@@ -63,6 +64,16 @@ if sys.argv[1] == "write":
         elif a[0] == "shape":
             r, c = int(a[2]), int(a[3]); t[a[1]] = ([r, c], [0.0] * (r * c)); a = a[4:]
     save(sys.argv[2], t)
+elif sys.argv[1] == "index":  # a sharded file as Hugging Face writes it: two files + an index
+    d, t = sys.argv[2], mlp()
+    files = {"model-00001-of-00002.safetensors": ["model/fc1/weights", "model/fc1/biases"],
+             "model-00002-of-00002.safetensors": [k for k in t if not k.startswith("model/fc1/")]}
+    wmap = {}
+    for name, keys in files.items():
+        save(d + "/" + name, {k: t[k] for k in keys})
+        wmap.update({k: name for k in keys})
+    json.dump({"metadata": {"total_size": 4 * sum(math.prod(s) for s, _ in t.values())}, "weight_map": wmap},
+              open(d + "/model.safetensors.index.json", "w"))
 else:  # check CKPT_SHARD...: every mlp tensor equals the file's (shards joined by columns)
     want, got = mlp(), {}
     for p in sys.argv[2:]:
@@ -94,6 +105,25 @@ if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched, 0 missing (keep their ini
   ok "one process, --strict: $(grep -o -- '--init-from.*' <<<"$out" | head -1 | cut -c1-120); $res"
 else
   fail "one process (rc $rc): $out ${res:-}"
+fi
+
+# 1b. a sharded file with its index (model.safetensors.index.json), as Hugging Face writes one
+mkdir -p "$tmp/hf"
+st index "$tmp/hf"
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1b" --init-from "$tmp/hf/model.safetensors.index.json" --strict 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
+   res=$(st check "$tmp"/l1b/model.ckpt-1-*.safetensors 2>&1); then
+  ok "a sharded index: $res"
+else
+  fail "a sharded index (rc $rc): $out ${res:-}"
+fi
+
+# 1c. a psgraph checkpoint (its index) as the source: weights and slots, not its global_step
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1c" --init-from "$tmp/l1/model.ckpt-1.index.json" --strict 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their initializers), 0 unexpected (no such variable); its global_step is not loaded" <<<"$out"; then
+  ok "a psgraph checkpoint: $(grep -o '12 of its.*' <<<"$out")"
+else
+  fail "a psgraph checkpoint (rc $rc): $out"
 fi
 
 # 2. missing and unexpected names: reported; with --strict an error naming them

@@ -6,22 +6,32 @@
 #include "worker/init_from.h"
 
 #include "psgraph/checkpoint.h"
+#include "core/json.h"
 #include "psgraph/error.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_BASES 64
+#define MAX_INDEX_BYTES (64 << 20)
+
+/* A file's tensor: which of the files, which tensor in it. */
+typedef struct {
+    int file, tensor;
+} ref_t;
 
 struct psg_init_from {
-    psg_checkpoint_t *ck;
+    char *path;              /* as given: a .safetensors file or a sharded index */
+    psg_checkpoint_t **cks;  /* the safetensors files (one, or an index's) */
+    bool **used;             /* per file, per tensor: matched by some variable */
+    int num_files;
     psg_graph_t *g;
     bool strict;
-    bool *used;     /* (tensors of ck) matched by some variable */
     char **served;  /* names of the variables given a value */
     int num_served, cap_served;
     struct {
-        int tensor;  /* the whole weight in ck */
+        ref_t whole; /* the whole weight */
         int64_t col; /* the next shard's first column */
     } bases[MAX_BASES];
     int num_bases;
@@ -31,7 +41,12 @@ void psg_init_from_destroy(psg_init_from_t **pf) {
     if (!pf || !*pf) return;
     psg_init_from_t *f = *pf;
     if (f->g) psg_graph_set_initial_value_fn(f->g, NULL, NULL);
-    psg_checkpoint_destroy(&f->ck);
+    for (int i = 0; i < f->num_files; i++) {
+        psg_checkpoint_destroy(&f->cks[i]);
+        free(f->used[i]);
+    }
+    free(f->cks);
+    free(f->path);
     for (int i = 0; i < f->num_served; i++) free(f->served[i]);
     free(f->served);
     free(f->used);
@@ -62,7 +77,7 @@ static bool was_served(const psg_init_from_t *f, const char *name) {
 static void mismatch(const psg_init_from_t *f, const psg_checkpoint_entry_t *e, const char *var,
                      psg_dtype_t dt, const psg_shape_t *shape, const char *how) {
     char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-    psg_error_set("--init-from %s: tensor '%s' is %s%s, variable '%s' is %s%s%s", psg_checkpoint_path(f->ck),
+    psg_error_set("--init-from %s: tensor '%s' is %s%s, variable '%s' is %s%s%s", f->path,
                   e->name, psg_dtype_name(e->dtype), psg_shape_str(&e->shape, a, sizeof a), var,
                   psg_dtype_name(dt), psg_shape_str(shape, b, sizeof b), how);
 }
@@ -80,19 +95,21 @@ static bool shard_base(const char *name, char *base, size_t size) {
 }
 
 /* Variable `name` (dt, shape) is a column shard of the file's whole weight `base`. */
-static psg_tensor_t *column_block(psg_init_from_t *f, int ti, const char *name, psg_dtype_t dt,
+static psg_tensor_t *column_block(psg_init_from_t *f, ref_t whole, const char *name, psg_dtype_t dt,
                                   const psg_shape_t *shape, bool *failed) {
     psg_checkpoint_entry_t e;
-    psg_checkpoint_entry(f->ck, ti, &e);
+    psg_checkpoint_entry(f->cks[whole.file], whole.tensor, &e);
     int b = 0;
-    while (b < f->num_bases && f->bases[b].tensor != ti) b++;
+    while (b < f->num_bases &&
+           (f->bases[b].whole.file != whole.file || f->bases[b].whole.tensor != whole.tensor))
+        b++;
     if (b == f->num_bases) {
         if (b == MAX_BASES) {
             *failed = true;
             psg_error_set("--init-from: over %d sharded weights", MAX_BASES);
             return NULL;
         }
-        f->bases[f->num_bases++].tensor = ti;
+        f->bases[f->num_bases++].whole = whole;
         f->bases[b].col = 0;
     }
     int64_t col = f->bases[b].col;
@@ -115,19 +132,28 @@ static psg_tensor_t *column_block(psg_init_from_t *f, int ti, const char *name, 
     return t;
 }
 
+/* The tensor `name` in one of the files (file -1: none). */
+static ref_t find(const psg_init_from_t *f, const char *name) {
+    for (int k = 0; k < f->num_files; k++) {
+        int i = psg_checkpoint_find(f->cks[k], name);
+        if (i >= 0) return (ref_t){k, i};
+    }
+    return (ref_t){-1, -1};
+}
+
 static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt, const psg_shape_t *shape,
                                    bool *failed) {
     psg_init_from_t *f = ctx;
     char base[512];
-    int i = psg_checkpoint_find(f->ck, name);
-    bool shard = i < 0 && shard_base(name, base, sizeof base) && (i = psg_checkpoint_find(f->ck, base)) >= 0;
-    if (i < 0) return NULL;
+    ref_t r = find(f, name);
+    bool shard = r.file < 0 && shard_base(name, base, sizeof base) && (r = find(f, base)).file >= 0;
+    if (r.file < 0) return NULL;
     psg_tensor_t *t = NULL;
     if (shard) {
-        t = column_block(f, i, name, dt, shape, failed);
+        t = column_block(f, r, name, dt, shape, failed);
     } else {
         psg_checkpoint_entry_t e;
-        psg_checkpoint_entry(f->ck, i, &e);
+        psg_checkpoint_entry(f->cks[r.file], r.tensor, &e);
         if (e.dtype != dt || !psg_shape_equal(&e.shape, shape)) {
             *failed = true;
             mismatch(f, &e, name, dt, shape, "");
@@ -140,24 +166,103 @@ static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt, 
         psg_tensor_destroy(&t);
         return NULL;
     }
-    f->used[i] = true;
+    f->used[r.file][r.tensor] = true;
     return t;
+}
+
+/* Adds the safetensors file at path to f's files. */
+static int add_file(psg_init_from_t *f, const char *path) {
+    psg_checkpoint_t **c = realloc(f->cks, (size_t)(f->num_files + 1) * sizeof *c);
+    bool **u = c ? realloc(f->used, (size_t)(f->num_files + 1) * sizeof *u) : NULL;
+    if (c) f->cks = c;
+    if (u) f->used = u;
+    if (!c || !u) return psg_error_set("out of memory");
+    psg_checkpoint_t *ck = psg_checkpoint_open(path, -1);
+    if (!ck) return -1;
+    bool *used = calloc((size_t)psg_checkpoint_num_tensors(ck) + 1, sizeof *used);
+    if (!used) {
+        psg_checkpoint_destroy(&ck);
+        return psg_error_set("out of memory");
+    }
+    f->cks[f->num_files] = ck;
+    f->used[f->num_files++] = used;
+    return 0;
+}
+
+/* A sharded index as Hugging Face and safetensors' tools write it (model.safetensors.index.json:
+ * {"metadata": {...}, "weight_map": {"name": "model-00001-of-00002.safetensors", ...}}): each
+ * file it names, once. */
+static int add_index(psg_init_from_t *f, const char *path) {
+    FILE *in = fopen(path, "rb");
+    if (!in) return psg_error_set("%s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *p = cap <= MAX_INDEX_BYTES ? realloc(text, cap) : NULL;
+            if (!p) {
+                free(text);
+                fclose(in);
+                return psg_error_set("%s: over %d bytes, or out of memory", path, MAX_INDEX_BYTES);
+            }
+            text = p;
+        }
+        size_t got = fread(text + n, 1, cap - n - 1, in);
+        n += got;
+        if (got == 0) break;
+    }
+    fclose(in);
+    text[n] = 0;
+    psg_json_t *j = psg_json_parse(text);
+    free(text);
+    if (!j) return psg_error_wrap("%s", path);
+    const psg_json_t *map = psg_json_get(j, "weight_map");
+    int rc = map && map->type == PSG_JSON_OBJECT && map->count > 0
+                 ? 0
+                 : psg_error_set("%s: no \"weight_map\" of tensor names to files", path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    for (int i = 0; rc == 0 && i < map->count; i++) {
+        const psg_json_t *file = map->items[i];
+        if (file->type != PSG_JSON_STRING || !file->string[0] || strchr(file->string, '/') || file->string[0] == '.') {
+            rc = psg_error_set("%s: weight_map[\"%s\"] is not a file name beside the index", path, file->key);
+            break;
+        }
+        bool seen = false;
+        for (int k = 0; k < i && !seen; k++) seen = !strcmp(map->items[k]->string, file->string);
+        char fp[8192];
+        snprintf(fp, sizeof fp, "%s/%s", dir, file->string);
+        if (!seen && add_file(f, fp) < 0) rc = -1;
+    }
+    psg_json_free(j);
+    return rc;
 }
 
 psg_init_from_t *psg_init_from_new(const char *path, bool strict, psg_graph_t *g) {
     psg_init_from_t *f = calloc(1, sizeof *f);
-    if (!f) {
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
         psg_error_set("out of memory");
         return NULL;
     }
     f->strict = strict;
-    if (!(f->ck = psg_checkpoint_open(path, -1))) {
-        psg_error_wrap("--init-from");
-        psg_init_from_destroy(&f);
-        return NULL;
+    size_t n = strlen(path);
+    bool index = n > 5 && !strcmp(path + n - 5, ".json");
+    /* a psgraph checkpoint index opens as one checkpoint; another index is a sharded one's */
+    psg_checkpoint_t *ck = index ? psg_checkpoint_open(path, -1) : NULL;
+    int rc = 0;
+    if (ck) {
+        psg_checkpoint_destroy(&ck);
+        rc = add_file(f, path);
+    } else {
+        rc = index ? add_index(f, path) : add_file(f, path);
     }
-    if (!(f->used = calloc((size_t)psg_checkpoint_num_tensors(f->ck) + 1, sizeof *f->used))) {
-        psg_error_set("out of memory");
+    if (rc < 0) {
+        psg_error_wrap("--init-from");
         psg_init_from_destroy(&f);
         return NULL;
     }
@@ -183,25 +288,34 @@ int psg_init_from_report(psg_init_from_t *f, FILE *out) {
         n_missing++;
         add_name(missing, sizeof missing, name);
     }
-    for (int i = 0; i < psg_checkpoint_num_tensors(f->ck); i++) {
-        psg_checkpoint_entry_t e;
-        psg_checkpoint_entry(f->ck, i, &e);
-        if (f->used[i]) {
-            n_matched++;
-            continue;
+    int total = 0;
+    bool skipped_step = false;
+    for (int k = 0; k < f->num_files; k++)
+        for (int i = 0; i < psg_checkpoint_num_tensors(f->cks[k]); i++) {
+            psg_checkpoint_entry_t e;
+            psg_checkpoint_entry(f->cks[k], i, &e);
+            total++;
+            if (f->used[k][i]) {
+                n_matched++;
+                continue;
+            }
+            if (!strcmp(e.name, "global_step")) { /* a warm start, not a resume: step 0 */
+                skipped_step = true;
+                continue;
+            }
+            n_unexpected++;
+            add_name(unexpected, sizeof unexpected, e.name);
         }
-        n_unexpected++;
-        add_name(unexpected, sizeof unexpected, e.name);
-    }
     fprintf(out, "--init-from %s: %d of its %d tensors matched, %d missing (keep their initializers)%s%s, "
-                 "%d unexpected (no such variable)%s%s\n",
-            psg_checkpoint_path(f->ck), n_matched, psg_checkpoint_num_tensors(f->ck), n_missing,
-            n_missing ? ": " : "", missing, n_unexpected, n_unexpected ? ": " : "", unexpected);
+                 "%d unexpected (no such variable)%s%s%s\n",
+            f->path, n_matched, total, n_missing, n_missing ? ": " : "", missing, n_unexpected,
+            n_unexpected ? ": " : "", unexpected,
+            skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "");
     fflush(out);
     /* the values are in the graph now: later variables keep their own initializers */
     psg_graph_set_initial_value_fn(f->g, NULL, NULL);
     if (f->strict && (n_missing || n_unexpected))
-        return psg_error_set("--init-from %s --strict: %d missing%s%s; %d unexpected%s%s", psg_checkpoint_path(f->ck),
+        return psg_error_set("--init-from %s --strict: %d missing%s%s; %d unexpected%s%s", f->path,
                              n_missing, n_missing ? ": " : "", missing, n_unexpected, n_unexpected ? ": " : "",
                              unexpected);
     return 0;

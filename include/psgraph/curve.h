@@ -20,6 +20,9 @@ typedef struct psg_curve_keys psg_curve_keys_t;
 /* The environment variable naming a key folder when neither --keys nor the cluster file
  * does (`psgraph launch` sets it for the tasks it starts). */
 #define PSG_CURVE_KEYS_ENV "PSGRAPH_KEYS"
+/* Set to 1, as --insecure for `psgraph server` and `psgraph train` (the --k8s objects set it:
+ * keys as a Kubernetes Secret are not made yet; docs/security.md). */
+#define PSG_CURVE_INSECURE_ENV "PSGRAPH_INSECURE"
 
 /* Writes a new key pair NAME.key (public) and NAME.key_secret (secret, mode 0600) into dir,
  * in czmq's certificate format; name NULL is PSG_CURVE_CLUSTER. Makes dir (mode 0700) when it

@@ -64,4 +64,12 @@ int psg_assign_add(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_
 /* A node with no outputs that depends on all `n` nodes (by control edges). */
 int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes);
 
+/* Gradient compression (ops/compress.c): the k entries of x (f32) of largest magnitude,
+ * *values f32 (k) and their flat *indices i32 (k), larger first. Returns the node or -1. */
+int psg_topk_abs(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
+                 psg_endpoint_t *values, psg_endpoint_t *indices);
+/* A dense f32 tensor of *shape, zeros but values at indices (as psg_topk_abs gives). */
+psg_endpoint_t psg_scatter_dense(psg_graph_t *g, const char *name, psg_endpoint_t values,
+                                 psg_endpoint_t indices, const psg_shape_t *shape);
+
 #endif

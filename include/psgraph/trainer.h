@@ -5,6 +5,8 @@
 #ifndef PSGRAPH_TRAINER_H
 #define PSGRAPH_TRAINER_H
 
+#include "psgraph/sync_replicas.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@ typedef struct {
     int threads;
     const char *logdir;    /* NULL: no metrics.jsonl */
     int log_every;         /* progress line every N steps */
+    int64_t eval_every;    /* > 0: the chief (or one process) also evaluates every N steps */
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     const char *precision; /* "f32" (NULL) | "mixed" (bf16) | "mixed-f16": precision.h */
@@ -46,6 +49,7 @@ typedef struct {
     /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */
     int replicas_to_aggregate;       /* N; 0: the workers - backup_workers */
     int backup_workers;              /* b */
+    psg_sync_options_t sync_opt;     /* the strategies' own options (sync_replicas.h) */
     const char *const *stragglers;   /* --straggler specs (straggler.h), borrowed */
     int num_stragglers;
     /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
