@@ -331,6 +331,8 @@ int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_key
                                  "(another ZAP handler in this process?)",
                                  ZAP_ENDPOINT);
         }
+        /* a guard that died can never hang a server's start or close */
+        zsock_set_rcvtimeo(zactor_sock(guard), 5000);
     }
     unsigned long long n = ++guard_next;
     snprintf(domain, size, "psgraph-%llu", n);

@@ -110,29 +110,42 @@ static void model_free(model_t *m) {
     psg_replica_setter_destroy(&m->setter);
 }
 
-/* A worker of cluster file `file` (its own keys or none) adds `delta` to w on the ps.
- * Returns the step's status. */
+/* A worker of a cluster file: its task server and a session over the model. */
+typedef struct {
+    psg_cluster_t *c;
+    psg_task_server_t *ts;
+    model_t m;
+    psg_dist_session_t *s;
+} worker_t;
+
+/* Joins as worker 0 of `file` (its keys, or none); w->s is NULL on failure. */
+static void worker_open(worker_t *w, const char *file, int64_t timeout_ms) {
+    memset(w, 0, sizeof *w);
+    if (!(w->c = psg_cluster_from_file(file, "worker", 0))) return;
+    psg_task_server_options_t so = {.cluster = w->c, .recv_timeout_ms = timeout_ms};
+    if (!(w->ts = psg_task_server_new(&so))) return;
+    build(&w->m, w->c);
+    psg_dist_session_options_t o = {.cluster = w->c, .server = w->ts, .step_timeout_ms = timeout_ms};
+    w->s = psg_dist_session_new(w->m.g, &o);
+}
+
+static void worker_close(worker_t *w) {
+    psg_dist_session_destroy(&w->s);
+    model_free(&w->m);
+    psg_task_server_destroy(&w->ts);
+    psg_cluster_destroy(&w->c);
+}
+
+/* Adds `delta` to w on the ps as worker 0 of `file`. Returns the step's status. */
 static int add_as_worker(const char *file, float delta) {
-    psg_cluster_t *c = psg_cluster_from_file(file, "worker", 0);
-    if (!c) return -1;
-    psg_task_server_options_t so = {.cluster = c, .recv_timeout_ms = 1500};
-    psg_task_server_t *ts = psg_task_server_new(&so);
-    model_t m = {0};
-    int rc = -1;
-    if (ts) {
-        build(&m, c);
-        psg_dist_session_options_t o = {.cluster = c, .server = ts, .step_timeout_ms = 1500};
-        psg_dist_session_t *s = psg_dist_session_new(m.g, &o);
-        float v[4] = {delta, delta, delta, delta};
-        psg_shape_t s4 = psg_shape_1d(4);
-        psg_tensor_t *x = psg_test_tensor(&s4, v);
-        if (s) rc = psg_dist_session_run(s, 1, &m.x, &x, 0, NULL, NULL, 1, &m.add);
-        psg_tensor_destroy(&x);
-        psg_dist_session_destroy(&s);
-    }
-    model_free(&m);
-    psg_task_server_destroy(&ts);
-    psg_cluster_destroy(&c);
+    worker_t w;
+    worker_open(&w, file, 1500);
+    float v[4] = {delta, delta, delta, delta};
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_tensor_t *x = psg_test_tensor(&s4, v);
+    int rc = w.s ? psg_dist_session_run(w.s, 1, &w.m.x, &x, 0, NULL, NULL, 1, &w.m.add) : -1;
+    psg_tensor_destroy(&x);
+    worker_close(&w);
     return rc;
 }
 
@@ -189,18 +202,11 @@ static void test_refused_peers(void) {
               "60", "--expect-workers", "0", (char *)NULL);
         _exit(127);
     }
-    psg_cluster_t *c = psg_cluster_from_file(good, "worker", 0);
-    CHECK(c && psg_cluster_keys(c) && psg_curve_keys_allowed(psg_cluster_keys(c)) == 1);
-    psg_task_server_options_t so = {.cluster = c, .recv_timeout_ms = 5000};
-    psg_task_server_t *ts = c ? psg_task_server_new(&so) : NULL;
-    CHECK(ts != NULL);
-    model_t m = {0};
-    psg_dist_session_t *s = NULL;
-    if (ts) {
-        build(&m, c);
-        psg_dist_session_options_t o = {.cluster = c, .server = ts, .step_timeout_ms = 10000};
-        s = psg_dist_session_new(m.g, &o);
-    }
+    worker_t wk;
+    worker_open(&wk, good, 10000);
+    psg_dist_session_t *s = wk.s;
+    model_t m = wk.m;
+    CHECK(wk.c && psg_cluster_keys(wk.c) && psg_curve_keys_allowed(psg_cluster_keys(wk.c)) == 1);
     CHECK(s != NULL);
     if (!s) goto out;
     /* the good worker: w = 1 over CURVE (the ps may still be starting: init waits for it) */
@@ -268,10 +274,7 @@ static void test_refused_peers(void) {
     psg_curve_keys_destroy(&intruder);
     psg_dist_session_job_done(s);
 out:
-    psg_dist_session_destroy(&s);
-    model_free(&m);
-    psg_task_server_destroy(&ts);
-    psg_cluster_destroy(&c);
+    worker_close(&wk);
     kill(ps, SIGKILL);
     waitpid(ps, NULL, 0);
 }
