@@ -226,6 +226,31 @@ static int reap(task_proc_t *t, int n) {
     return alive;
 }
 
+/* The ps tasks write checkpoint shards into the workers' --logdir and their part of a
+ * timeline beside the workers' --trace file: those are the directories a ps may write
+ * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out (NULL-terminated). */
+static void ps_logdirs(char **cmd, char **out) {
+    static char trace_dir[4096];
+    int n = 0;
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
+        if (!strcmp(cmd[i], "--logdir")) {
+            out[n++] = "--logdir";
+            out[n++] = cmd[i + 1];
+        } else if (!strcmp(cmd[i], "--trace")) {
+            snprintf(trace_dir, sizeof trace_dir, "%s", cmd[i + 1]);
+            char *slash = strrchr(trace_dir, '/');
+            if (slash)
+                *slash = 0;
+            else
+                snprintf(trace_dir, sizeof trace_dir, ".");
+            out[n++] = "--logdir";
+            out[n++] = trace_dir;
+        }
+        if (n == 4) break;
+    }
+    out[n] = NULL;
+}
+
 /* Starts task t (again): a process in its own group, TF_CONFIG t->cfg, stdout and stderr
  * into a pipe read by the launcher; over ssh, ssh with its stdin a pipe the launcher holds
  * (argv from psg_launch_ssh_argv). -1 (printed) when it cannot. */
@@ -233,7 +258,8 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
     int p[2], in[2] = {-1, -1};
     char **argv = NULL;
     if (t->host) {
-        char *ps_cmd[] = {(char *)(o->remote_bin ? o->remote_bin : self), "server", NULL};
+        char *ps_cmd[2 + 2 * 2 + 1] = {(char *)(o->remote_bin ? o->remote_bin : self), "server"};
+        ps_logdirs(cmd, ps_cmd + 2);
         argv = psg_launch_ssh_argv(o, t->host, t->cfg, t->is_ps ? ps_cmd : cmd);
     }
     if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0)) || pipe2(p, O_CLOEXEC) < 0) {
@@ -257,7 +283,8 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
         } else {
             setenv("TF_CONFIG", t->cfg, 1);
             if (t->is_ps) {
-                char *args[] = {(char *)self, "server", NULL};
+                char *args[2 + 2 * 2 + 1] = {(char *)self, "server"};
+                ps_logdirs(cmd, args + 2);
                 execv(self, args);
             } else {
                 execvp(cmd[0], cmd);

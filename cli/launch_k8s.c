@@ -65,7 +65,9 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
          "\\\"index\\\": $JOB_COMPLETION_INDEX}}\"; exec \"$@\"");
     fprintf(f, ", \"psgraph-task\"]\n            args: [");
     if (ps) {
-        fprintf(f, "\"psgraph\", \"server\"");
+        /* the shards go to the workers' logdir: the only place a ps writes (docs/distributed.md) */
+        fprintf(f, "\"psgraph\", \"server\", \"--logdir\", ");
+        q(f, logdir_of(k->cmd));
     } else {
         for (int i = 0; k->cmd[i]; i++) {
             if (i) fputs(", ", f);

@@ -4,6 +4,7 @@
 #include "psgraph/cluster.h"
 
 #include "core/json.h"
+#include "core/strmap.h"
 #include "psgraph/curve.h"
 #include "psgraph/error.h"
 
@@ -15,6 +16,7 @@
 
 #define MAX_JOBS 64
 #define MAX_TASKS 100000
+#define TASK_SLOTS 131072 /* > MAX_TASKS: (job, task) as one int in the address map */
 #define MAX_FILE_BYTES ((size_t)1 << 20)
 
 typedef struct {
@@ -88,7 +90,18 @@ static int cmp_job(const void *a, const void *b) {
     return strcmp(((const job_t *)a)->name, ((const job_t *)b)->name);
 }
 
+static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addrs);
+
+/* The jobs of "cluster"; every address once, found by a map (linear on a 1 MB spec). */
 static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
+    psg_strmap_t *addrs = psg_strmap_new();
+    if (!addrs) return psg_error_set("out of memory");
+    int rc = parse_jobs(c, cl, addrs);
+    psg_strmap_destroy(&addrs);
+    return rc;
+}
+
+static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addrs) {
     if (cl->type != PSG_JSON_OBJECT)
         return psg_error_set("\"cluster\" is %s, not an object of jobs", psg_json_type_name(cl->type));
     if (cl->count == 0) return psg_error_set("\"cluster\" has no job");
@@ -117,15 +130,11 @@ static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
                 return psg_error_set("cluster.%s[%d] = \"%.100s\" is not host:port (port 1-65535) "
                                      "or ipc://path (at most 107 bytes, no spaces)",
                                      job->key, t, a->string);
-            for (int pj = 0; pj <= j; pj++) {
-                const job_t *other = &c->jobs[pj];
-                int upto = pj == j ? t : other->ntasks;
-                for (int pt = 0; pt < upto; pt++)
-                    if (strcmp(other->addrs[pt], a->string) == 0)
-                        return psg_error_set("cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: "
-                                             "duplicate address",
-                                             job->key, t, a->string, other->name, pt);
-            }
+            int other = psg_strmap_put(addrs, a->string, j * TASK_SLOTS + t);
+            if (other == -2) return psg_error_set("out of memory");
+            if (other >= 0)
+                return psg_error_set("cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: duplicate address", job->key,
+                                     t, a->string, c->jobs[other / TASK_SLOTS].name, other % TASK_SLOTS);
             if (!(dst->addrs[t] = strdup(a->string))) return psg_error_set("out of memory");
             dst->ntasks = t + 1;
         }

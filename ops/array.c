@@ -8,6 +8,8 @@
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 
+#include "core/checked.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -47,8 +49,9 @@ static int infer_reshape(psg_infer_ctx_t *c) {
         if (out.dims[i] < 0) {
             if (unknown_at >= 0) return psg_error_set("at most one dim of the new shape may be -1");
             unknown_at = i;
-        } else {
-            known *= out.dims[i];
+        } else if (psg_ckd_mul_i64(&known, known, out.dims[i])) {
+            char a2[PSG_SHAPE_STR_MAX];
+            return psg_error_set("new shape %s: its element count overflows", psg_shape_str(&out, a2, sizeof a2));
         }
     }
     int64_t n = psg_shape_numel(&c->in_shapes[0]);

@@ -9,6 +9,8 @@
 #include "psgraph/ops_nn.h"
 #include "psgraph/precision.h"
 
+#include "core/checked.h"
+
 #include <string.h>
 
 /* ---- window attributes and geometry ---- */
@@ -62,9 +64,16 @@ int psg_nn_out_size(int64_t in, int64_t k, int64_t s, bool same, int64_t *out, i
         *out = -1;
         return 0;
     }
+    if (s < 1) return psg_error_set("stride %lld must be positive", (long long)s);
     if (same) {
-        *out = (in + s - 1) / s;
-        int64_t total = (*out - 1) * s + k - in;
+        /* ceil(in / s), then the padding (out - 1) * s + k - in, each checked: a peer's
+         * graph may carry any stride and window */
+        int64_t span, total;
+        *out = in / s + (in % s != 0);
+        if (psg_ckd_mul_i64(&span, *out > 0 ? *out - 1 : 0, s) || psg_ckd_add_i64(&total, span, k))
+            return psg_error_set("SAME window of %lld with stride %lld overflows on an input of %lld",
+                                 (long long)k, (long long)s, (long long)in);
+        total -= in;
         *pad = total > 0 ? total / 2 : 0;
         return 0;
     }

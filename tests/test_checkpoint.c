@@ -288,6 +288,26 @@ static void test_corrupt_falls_back(void) {
     }
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("does not fit the file");
+    /* issue 20: [2^40, 2^22] f32 with data_offsets [0, 0]: numel * 4 wrapped to 0 */
+    f = fopen(path, "wb");
+    if (f) {
+        const char *h = "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}";
+        unsigned char len[8] = {(unsigned char)strlen(h)};
+        fwrite(len, 1, 8, f);
+        fwrite(h, 1, strlen(h), f);
+        fclose(f);
+    }
+    CHECK(!psg_checkpoint_open(path, -1));
+    CHECK_ERROR_HAS("tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    /* a `{}` header: no tensors, no data (NULL + 0 once) */
+    f = fopen(path, "wb");
+    if (f) {
+        fwrite("\x02\0\0\0\0\0\0\0{}", 1, 10, f);
+        fclose(f);
+    }
+    ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 0);
+    psg_checkpoint_destroy(&ck);
     /* no directory at all */
     CHECK(psg_checkpoint_open_latest("/nonexistent/psg", -1, NULL, NULL, &ck) == 0);
     psg_resource_mgr_destroy(&rm0);

@@ -61,6 +61,11 @@ check 0 "global_step                              i64" "$psgraph" inspect "$ckdi
 printf 'x' | dd of="$ckdir/model.ckpt-30-00000-of-00001.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
 check 1 "model.ckpt-30-00000-of-00001.safetensors: data crc32" "$psgraph" inspect "$ckdir/model.ckpt-30.index.json"
 check 0 "global step 15" "$psgraph" inspect "$ckdir"
+# issue 20: 88 bytes claiming [2^40, 2^22] f32 in 0 bytes (numel * 4 wrapped to 0: SIGSEGV)
+bomb="$ckdir/bomb.safetensors"
+python3 -c 'import struct,sys; h=b"{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}"; open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h)' "$bomb"
+check 1 "tensor 't': shape of 4611686018427387904 elements overflows its byte size" "$psgraph" inspect "$bomb"
+rm -f "$bomb"
 check 1 "gnuplot is not on PATH" env PATH=/nonexistent "$psgraph" plot "$ckdir"
 if command -v gnuplot >/dev/null; then
   check 0 "metrics.png: loss and examples/sec at 3 steps" "$psgraph" plot "$ckdir"
@@ -79,7 +84,7 @@ cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
   out=$("$psgraph" compare --data synthetic --workers 2 --variant sync --variant "ssp --staleness 1" \
-        --straggler none --target 0.01 --eval-every 5 --outdir "$cmpdir" -- --steps 10 --batch 16 2>&1)
+        --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir" -- --steps 6 --batch 16 2>&1)
   n=$(grep -c '"compare":.*"exit":0,.*"time_to_target_sec":[0-9]' <<<"$out")
   if [ "$n" = 2 ] && [ -s "$cmpdir/compare.png" ] && grep -q '"compare":"ssp --staleness 1","sync":"ssp"' <<<"$out"; then
     echo "ok   psgraph compare: 2 variants, 2 JSON lines, compare.png"

@@ -71,7 +71,7 @@ log2=$tmp/job2
 cluster=$(printf '{"ps":["127.0.0.1:%s"],"worker":["127.0.0.1:%s","127.0.0.1:%s"],"evaluator":["127.0.0.1:%s"]}' \
   "$(free_port)" "$(free_port)" "$(free_port)" "$(free_port)")
 cfg() { printf '{"cluster":%s,"task":{"type":"%s","index":%s}}' "$cluster" "$1" "$2"; }
-TF_CONFIG=$(cfg ps 0) timeout 300 "$psgraph" server >"$tmp/ps.out" 2>&1 &
+TF_CONFIG=$(cfg ps 0) timeout 300 "$psgraph" server --logdir "$log2" >"$tmp/ps.out" 2>&1 &  # where its shards go
 pids+=("$!")
 TF_CONFIG=$(cfg evaluator 0) timeout 300 "$psgraph" "${train[@]}" --logdir "$log2" >"$tmp/eval2.out" 2>&1 &
 ev=$!

@@ -42,7 +42,7 @@ for job, n in ((ps, 2), (wk, 3)):
     assert c["volumeMounts"][0]["mountPath"] == "/ckpt"
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "ckpts"
 assert wk["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["psgraph", "train"]
-assert ps["spec"]["template"]["spec"]["containers"][0]["args"] == ["psgraph", "server"]
+assert ps["spec"]["template"]["spec"]["containers"][0]["args"] == ["psgraph", "server", "--logdir", "/ckpt"]
 PY
 then
   ok "--k8s: a headless Service and Indexed Jobs (2 ps, 3 workers), OnFailure, resources, GPUs, the PVC"

@@ -621,6 +621,7 @@ static void test_a_strategy_from_the_docs(void) {
     for (int i = 0; wv && i < 4; i++) CHECK(fabsf(psg_tensor_f32(wv)[i] + 0.15f * (float)(i + 1)) < 1e-6f);
     psg_tensor_destroy(&wv);
     psg_tensor_destroy(&r.x);
+    psg_callable_destroy(&r.step);
     free(wk.state);
     psg_callable_destroy(&r.step);
     psg_session_destroy(&sess);

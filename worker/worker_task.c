@@ -39,7 +39,19 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     psg_device_name(me.job, me.index, NULL, w->task, sizeof w->task);
     int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
     psg_task_server_options_t so = {.cluster = w->cluster, .num_threads = c->threads,
-                                    .recv_timeout_ms = timeout, .insecure = c->insecure};
+                                    .recv_timeout_ms = timeout, .logdirs = {c->logdir},
+                                    .insecure = c->insecure};
+    /* a Trace request writes beside the --trace file */
+    char trace_dir[4096];
+    if (c->trace_path) {
+        snprintf(trace_dir, sizeof trace_dir, "%s", c->trace_path);
+        char *slash = strrchr(trace_dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(trace_dir, sizeof trace_dir, ".");
+        so.logdirs[c->logdir ? 1 : 0] = trace_dir;
+    }
     if (!(w->server = psg_task_server_new(&so))) return -1;
     if (psg_curve_listen_check(psg_task_server_endpoint(w->server), psg_cluster_keys(w->cluster),
                                c->insecure) == 1 && c->out)

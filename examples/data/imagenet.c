@@ -8,6 +8,8 @@
 #include "psgraph/error.h"
 #include "psgraph/threadpool.h"
 
+#include "core/checked.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +25,10 @@
 #include <unistd.h>
 
 /* ---- JPEG through libjpeg, errors by longjmp, nothing printed ---- */
+
+#define JPEG_MAX_SIDE 20000
+#define JPEG_MAX_PIXELS (64 << 20)             /* 192 MiB of RGB */
+#define JPEG_MAX_WORK_BYTES ((long)512 << 20) /* libjpeg's own (progressive coefficients) */
 
 typedef struct {
     struct jpeg_error_mgr mgr;
@@ -84,13 +90,22 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
     jpeg_create_decompress(&d);
     jpeg_mem_src(&d, jpeg, (unsigned long)n);
     jpeg_read_header(&d, TRUE);
+    /* a decompression bomb (a 292-byte progressive 65500x65500 took 8.4 GB) is refused
+     * from its header, before libjpeg allocates; its own buffers are capped too */
+    if (d.image_width == 0 || d.image_height == 0 || d.image_width > JPEG_MAX_SIDE ||
+        d.image_height > JPEG_MAX_SIDE || (uint64_t)d.image_width * d.image_height > JPEG_MAX_PIXELS) {
+        snprintf(err.msg, sizeof err.msg, "image %ux%u over the limit (%d per side, %d Mpixels)", d.image_width,
+                 d.image_height, JPEG_MAX_SIDE, JPEG_MAX_PIXELS >> 20);
+        longjmp(err.jump, 1);
+    }
+    d.mem->max_memory_to_use = JPEG_MAX_WORK_BYTES;
     /* grayscale and YCbCr convert to RGB in libjpeg; CMYK and YCCK come out as CMYK and are
      * converted below, as TensorFlow's decode_jpeg does */
     bool cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
     d.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     jpeg_start_decompress(&d);
     if (d.output_components != (cmyk ? 4 : 3) || d.output_width == 0 || d.output_height == 0 ||
-        d.output_width > 20000 || d.output_height > 20000) {
+        d.output_width > JPEG_MAX_SIDE || d.output_height > JPEG_MAX_SIDE) {
         snprintf(err.msg, sizeof err.msg, "unsupported image %ux%u with %d components",
                  d.output_width, d.output_height, d.output_components);
         longjmp(err.jump, 1);
@@ -273,8 +288,8 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
     if (rc == 0 && (!ex.has_encoded || !ex.has_label))
         rc = psg_error_set("%s: byte %lld: tf.Example lacks %s", sh->path, (long long)rec->e.offset,
                            ex.has_encoded ? "image/class/label" : "image/encoded");
-    int64_t y = rc == 0 ? ex.label - r->o.label_offset : 0;
-    if (rc == 0 && (y < 0 || y >= r->o.classes))
+    int64_t y = 0; /* a label of INT64_MIN minus the offset overflowed once */
+    if (rc == 0 && (psg_ckd_sub_i64(&y, ex.label, r->o.label_offset) || y < 0 || y >= r->o.classes))
         rc = psg_error_set("%s: byte %lld: label %lld outside [%d, %d)", sh->path,
                            (long long)rec->e.offset, (long long)ex.label, r->o.label_offset,
                            r->o.label_offset + r->o.classes);
