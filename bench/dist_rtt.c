@@ -4,7 +4,10 @@
  * reply) and a step with a cross-process Recv (a variable read on the ps, pulled by the
  * worker). One JSON line per result. Not a throughput benchmark (bench_transport, dist.sh).
  *
- *   bench_dist_rtt [--iters N]
+ *   bench_dist_rtt [--iters N] [--keys DIR]
+ *
+ * --keys DIR: the cluster's keys (psgraph keygen DIR): every connection, the raw one too,
+ * speaks CURVE with them.
  */
 #include "psgraph/psgraph.h"
 
@@ -47,6 +50,26 @@ static void stats(double *v, int n, double *median, double *p99) {
     *p99 = v[(int)(n * 0.99)];
 }
 
+static const char *keys_dir; /* --keys: CURVE for the task servers and the raw peers */
+
+/* The raw peer's socket: plain, or a CURVE server / client with the cluster's pair. */
+static zsock_t *raw_socket(int type, const char *ep) {
+    zsock_t *z = zsock_new(type);
+    if (z && keys_dir) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.key", keys_dir, PSG_CURVE_CLUSTER);
+        zcert_t *cert = zcert_load(path);
+        if (cert) {
+            zcert_apply(cert, z);
+            if (type == ZMQ_ROUTER) zsock_set_curve_server(z, 1);
+            else zsock_set_curve_serverkey(z, zcert_public_txt(cert));
+        }
+        zcert_destroy(&cert);
+    }
+    if (z && (type == ZMQ_ROUTER ? zsock_bind(z, "%s", ep) : zsock_connect(z, "%s", ep)) < 0) zsock_destroy(&z);
+    return z;
+}
+
 /* The ps process: the task server, and a raw ZeroMQ echo beside it. */
 static int ps_main(const char *tf_config, int raw_port) {
     psg_cluster_t *c = psg_cluster_parse(tf_config, "bench");
@@ -58,7 +81,7 @@ static int ps_main(const char *tf_config, int raw_port) {
     }
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", raw_port);
-    zsock_t *r = zsock_new_router(ep);
+    zsock_t *r = raw_socket(ZMQ_ROUTER, ep);
     void *s = zsock_resolve(r);
     char id[256], buf[256];
     for (;;) {
@@ -78,10 +101,10 @@ static int ps_main(const char *tf_config, int raw_port) {
 static void print_line(const char *what, double *v, int n, double raw_median) {
     double med, p99;
     stats(v, n, &med, &p99);
-    printf("{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"iters\":%d,\"psgraph_median_us\":%.1f,"
+    printf("{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"curve\":%s,\"iters\":%d,\"psgraph_median_us\":%.1f,"
            "\"psgraph_p99_us\":%.1f,\"raw_zmq_median_us\":%.1f,\"ratio_to_raw\":%.2f,"
            "\"target_median_us\":150}\n",
-           what, n, med, p99, raw_median, med / raw_median);
+           what, keys_dir ? "true" : "false", n, med, p99, raw_median, med / raw_median);
     fflush(stdout);
 }
 
@@ -89,14 +112,15 @@ int main(int argc, char **argv) {
     int iters = 3000;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--iters")) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--keys")) keys_dir = argv[++i];
     if (iters < 10) iters = 10;
     int ps_port = free_port(), w_port = free_port(), raw_port = free_port();
-    char cfg[512];
+    char cfg[1400];
     snprintf(cfg, sizeof cfg,
              "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, "
-             "\"task\": {\"type\": \"%%s\", \"index\": 0}}",
-             ps_port, w_port);
-    char ps_cfg[600], w_cfg[600];
+             "\"task\": {\"type\": \"%%s\", \"index\": 0}%s%s%s}",
+             ps_port, w_port, keys_dir ? ", \"keys\": \"" : "", keys_dir ? keys_dir : "", keys_dir ? "\"" : "");
+    char ps_cfg[1500], w_cfg[1500];
     snprintf(ps_cfg, sizeof ps_cfg, cfg, "ps");
     snprintf(w_cfg, sizeof w_cfg, cfg, "worker");
     fflush(stdout);
@@ -130,7 +154,7 @@ int main(int argc, char **argv) {
     /* raw ZeroMQ, the same two processes */
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", raw_port);
-    zsock_t *d = zsock_new_dealer(ep);
+    zsock_t *d = raw_socket(ZMQ_DEALER, ep);
     void *ds = zsock_resolve(d);
     char buf[64];
     for (int i = 0; i < iters + 200; i++) {

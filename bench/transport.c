@@ -4,12 +4,18 @@
  * Prints one JSON line per result. Not a benchmark of a training step (that is the ps/'s).
  *
  *   transport [--sizes 4096,1048576,...] [--chunk BYTES] [--chunk-above BYTES]
- *             [--sweep-chunk] [--rtt-iters N] [--only push|pull]
+ *             [--sweep-chunk] [--rtt-iters N] [--only push|pull] [--curve]
  *             [--server-netns /run/netns/NS --server-ip IP]
  * --server-netns: the server process enters that network namespace (an emulated host of
  * tools/hosts.sh) and listens on IP there; the client stays where it was started
- * (bench/hosts.sh runs it on another emulated host).
+ * (bench/hosts.sh runs it on another emulated host). Its plain servers listen there as
+ * --insecure tasks do (psgraph/curve.h): plain frames are what they measure.
+ *
+ * --curve: the same two processes also hold a CURVE pair of each (psgraph's server with the
+ * cluster's keys, raw ZeroMQ with the same keys, psgraph/curve.h); each line gives psgraph
+ * with CURVE against raw ZeroMQ with CURVE (the ratio), and both without (CURVE's cost).
  */
+#include "psgraph/curve.h"
 #include "psgraph/wire.h"
 
 #include <czmq.h>
@@ -77,7 +83,28 @@ static int psg_serve(psg_server_t *s, psg_tensor_t **pull_cache) {
 
 static const char *server_netns, *server_ip = "127.0.0.1";
 
-static void server_main(int port_pipe, const psg_wire_opts_t *opts) {
+/* A raw ROUTER, a CURVE server with the cluster's pair of dir when dir is not NULL. */
+static zsock_t *raw_router(const char *dir, int *port) {
+    zsock_t *r = zsock_new(ZMQ_ROUTER);
+    if (r && dir) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.key", dir, PSG_CURVE_CLUSTER);
+        zcert_t *cert = zcert_load(path);
+        if (!cert) {
+            zsock_destroy(&r);
+            return NULL;
+        }
+        zsock_set_curve_server(r, 1);
+        zcert_apply(cert, r);
+        zcert_destroy(&cert);
+    }
+    *port = r ? zsock_bind(r, "tcp://%s:*", server_ip) : -1;
+    return r;
+}
+
+/* The server process: psgraph's server and a raw ROUTER, plain; with curve_dir, a CURVE
+ * pair of them too. Serves until told to quit or the parent is gone. */
+static void server_main(int port_pipe, const psg_wire_opts_t *opts, const char *curve_dir) {
     if (server_netns) {
         int fd = open(server_netns, O_RDONLY);
         if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
@@ -88,26 +115,44 @@ static void server_main(int port_pipe, const psg_wire_opts_t *opts) {
     }
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://%s:*", server_ip);
-    psg_server_t *s = psg_server_new(ep, opts);
-    zsock_t *raw = zsock_new(ZMQ_ROUTER);
-    int raw_port = raw ? zsock_bind(raw, "%s", ep) : -1;
-    int ports[2] = {s ? psg_server_port(s) : -1, raw_port};
-    if (write(port_pipe, ports, sizeof ports) != sizeof ports || !s || raw_port < 0) _exit(1);
+    psg_curve_keys_t *keys = curve_dir ? psg_curve_keys_load(curve_dir, NULL) : NULL;
+    psg_wire_opts_t popts = *opts, copts = *opts;
+    popts.insecure = true; /* the plain peer of the measure, on loopback or an emulated host */
+    copts.keys = keys;
+    int n = curve_dir ? 2 : 1;
+    psg_server_t *s[2] = {psg_server_new(ep, &popts), keys ? psg_server_new(ep, &copts) : NULL};
+    zsock_t *raw[2] = {NULL, NULL};
+    int ports[4] = {-1, -1, -1, -1};
+    for (int k = 0; k < n; k++) {
+        raw[k] = raw_router(k ? curve_dir : NULL, &ports[2 * k + 1]);
+        ports[2 * k] = s[k] ? psg_server_port(s[k]) : -1;
+    }
+    if (write(port_pipe, ports, sizeof ports) != sizeof ports) _exit(1);
+    for (int k = 0; k < 2 * n; k++)
+        if (ports[k] <= 0) _exit(1);
     close(port_pipe);
     char *buf = malloc(MAX_SIZE);
     memset(buf, 0, MAX_SIZE);
     psg_tensor_t *pull_cache[8] = {0};
-    zmq_pollitem_t items[2] = {{psg_server_socket(s), 0, ZMQ_POLLIN, 0},
-                               {zsock_resolve(raw), 0, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t items[4];
+    for (int k = 0; k < n; k++) {
+        items[2 * k] = (zmq_pollitem_t){psg_server_socket(s[k]), 0, ZMQ_POLLIN, 0};
+        items[2 * k + 1] = (zmq_pollitem_t){zsock_resolve(raw[k]), 0, ZMQ_POLLIN, 0};
+    }
     for (int quit = 0; !quit;) {
-        if (zmq_poll(items, 2, 10000) <= 0) break; /* the parent is gone */
-        if (items[1].revents & ZMQ_POLLIN) raw_serve(zsock_resolve(raw), buf);
-        if (items[0].revents & ZMQ_POLLIN) quit = psg_serve(s, pull_cache);
+        if (zmq_poll(items, 2 * n, 10000) <= 0) break; /* the parent is gone */
+        for (int k = 0; k < n; k++) {
+            if (items[2 * k + 1].revents & ZMQ_POLLIN) raw_serve(zsock_resolve(raw[k]), buf);
+            if (items[2 * k].revents & ZMQ_POLLIN) quit |= psg_serve(s[k], pull_cache);
+        }
     }
     for (int i = 0; i < 8; i++) psg_tensor_destroy(&pull_cache[i]);
     free(buf);
-    zsock_destroy(&raw);
-    psg_server_destroy(&s);
+    for (int k = 0; k < 2; k++) {
+        zsock_destroy(&raw[k]);
+        psg_server_destroy(&s[k]);
+    }
+    psg_curve_keys_destroy(&keys);
     _exit(0);
 }
 
@@ -188,7 +233,7 @@ static double throughput(peer_t *p, int mode, size_t size, psg_tensor_t *t) {
     return rates[1];
 }
 
-static void rtt(peer_t *p, int iters) {
+static void rtt(peer_t *p, int iters, bool curve) {
     double *lat[2] = {malloc(sizeof(double) * iters), malloc(sizeof(double) * iters)};
     for (int i = 0; i < 200; i++) { /* warm up both */
         psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "ping");
@@ -209,80 +254,148 @@ static void rtt(peer_t *p, int iters) {
     }
     for (int k = 0; k < 2; k++) qsort(lat[k], (size_t)iters, sizeof(double), cmp_double);
     int p50 = iters / 2, p99 = iters * 99 / 100;
-    printf("{\"bench\":\"transport\",\"op\":\"rtt\",\"iters\":%d,\"psgraph_us_median\":%.1f,"
+    printf("{\"bench\":\"transport\",\"op\":\"rtt\",\"curve\":%s,\"iters\":%d,\"psgraph_us_median\":%.1f,"
            "\"psgraph_us_p99\":%.1f,\"raw_us_median\":%.1f,\"raw_us_p99\":%.1f,"
            "\"ratio_median\":%.2f}\n",
-           iters, lat[0][p50], lat[0][p99], lat[1][p50], lat[1][p99], lat[0][p50] / lat[1][p50]);
+           curve ? "true" : "false", iters, lat[0][p50], lat[0][p99], lat[1][p50], lat[1][p99], lat[0][p50] / lat[1][p50]);
     free(lat[0]);
     free(lat[1]);
 }
 
+/* Connects a peer to the server process's psgraph server and raw ROUTER; a CURVE client of
+ * the cluster of curve_dir when it is not NULL. */
+static int peer_open(peer_t *p, const int *ports, const psg_wire_opts_t *opts, const char *curve_dir,
+                     psg_curve_keys_t **keys) {
+    memset(p, 0, sizeof *p);
+    psg_wire_opts_t o = *opts;
+    if (curve_dir && !(o.keys = *keys = psg_curve_keys_load(curve_dir, NULL))) return -1;
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[0]);
+    if (!(p->c = psg_client_new(ep, &o))) return -1;
+    p->raw_zs = zsock_new(ZMQ_DEALER);
+    if (!p->raw_zs) return -1;
+    if (curve_dir) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.key", curve_dir, PSG_CURVE_CLUSTER);
+        zcert_t *cert = zcert_load(path);
+        if (!cert) return -1;
+        zcert_apply(cert, p->raw_zs);
+        zsock_set_curve_serverkey(p->raw_zs, zcert_public_txt(cert));
+        zcert_destroy(&cert);
+    }
+    p->raw = zsock_resolve(p->raw_zs);
+    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[1]);
+    zsock_connect(p->raw_zs, "%s", ep);
+    p->buf = malloc(MAX_SIZE);
+    if (!p->buf) return -1;
+    memset(p->buf, 1, MAX_SIZE);
+    return 0;
+}
+
+static void peer_close(peer_t *p) {
+    psg_client_destroy(&p->c);
+    zsock_destroy(&p->raw_zs);
+    free(p->buf);
+    p->buf = NULL;
+}
+
+/* One size, one direction: psgraph and raw ZeroMQ (with curve, also both with CURVE). */
+static int measure(peer_t *plain, peer_t *curve, int dir, size_t size, psg_tensor_t *t,
+                   const psg_wire_opts_t *opts) {
+    const char *op = dir ? "pull" : "push";
+    int psg_mode = dir ? PSG_PULL : PSG_PUSH, raw_mode = dir ? RAW_PULL : RAW_PUSH;
+    double ps = throughput(plain, psg_mode, size, t), raw = throughput(plain, raw_mode, size, t);
+    double cps = curve ? throughput(curve, psg_mode, size, t) : 1, craw = curve ? throughput(curve, raw_mode, size, t) : 1;
+    if (ps < 0 || raw < 0 || cps < 0 || craw < 0) {
+        fprintf(stderr, "transport: %s of %zu bytes failed: %s\n", op, size, psg_error_message());
+        return -1;
+    }
+    if (!curve)
+        printf("{\"bench\":\"transport\",\"op\":\"%s\",\"bytes\":%zu,\"chunk_bytes\":%zu,"
+               "\"chunk_above\":%zu,\"psgraph_MBps\":%.0f,\"raw_MBps\":%.0f,\"ratio\":%.2f}\n",
+               op, size, opts->chunk_bytes, opts->chunk_above, ps, raw, ps / raw);
+    else
+        printf("{\"bench\":\"transport\",\"op\":\"%s\",\"curve\":true,\"bytes\":%zu,"
+               "\"psgraph_curve_MBps\":%.0f,\"raw_curve_MBps\":%.0f,\"ratio\":%.2f,"
+               "\"psgraph_plain_MBps\":%.0f,\"raw_plain_MBps\":%.0f,\"curve_cost_psgraph\":%.2f,"
+               "\"curve_cost_raw\":%.2f}\n",
+               op, size, cps, craw, cps / craw, ps, raw, ps / cps, raw / craw);
+    fflush(stdout);
+    return 0;
+}
+
 static int run(const size_t *sizes, int nsizes, const psg_wire_opts_t *opts, int rtt_iters,
-               const char *only) {
+               const char *only, const char *curve_dir) {
     int fds[2];
     if (pipe(fds) < 0) return 1;
     pid_t pid = fork();
     if (pid < 0) return 1;
     if (pid == 0) { /* ZeroMQ is started after the fork, in each process */
         close(fds[0]);
-        server_main(fds[1], opts);
+        server_main(fds[1], opts, curve_dir);
     }
     close(fds[1]);
-    int ports[2];
-    if (read(fds[0], ports, sizeof ports) != sizeof ports || ports[0] <= 0 || ports[1] <= 0) {
-        fprintf(stderr, "transport: the server process did not start\n");
+    int ports[4];
+    bool up = read(fds[0], ports, sizeof ports) == sizeof ports && ports[0] > 0 && ports[1] > 0 &&
+              (!curve_dir || (ports[2] > 0 && ports[3] > 0));
+    close(fds[0]);
+    peer_t p = {0}, pc = {0};
+    psg_curve_keys_t *keys = NULL;
+    if (!up || peer_open(&p, ports, opts, NULL, NULL) < 0 ||
+        (curve_dir && peer_open(&pc, ports + 2, opts, curve_dir, &keys) < 0)) {
+        fprintf(stderr, "transport: the server process did not start: %s\n", psg_error_message());
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         return 1;
     }
-    close(fds[0]);
-    peer_t p = {0};
-    char ep[64];
-    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[0]);
-    p.c = psg_client_new(ep, opts);
-    p.raw_zs = zsock_new(ZMQ_DEALER);
-    p.raw = zsock_resolve(p.raw_zs);
-    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[1]);
-    zsock_connect(p.raw_zs, "%s", ep);
-    p.buf = malloc(MAX_SIZE);
-    memset(p.buf, 1, MAX_SIZE);
     int rc = 0;
     for (int i = 0; i < nsizes && rc == 0; i++) {
         size_t size = sizes[i];
         psg_tensor_t *t = psg_tensor_zeros(PSG_DT_U8, &(psg_shape_t){1, {(int64_t)size}});
-        for (int dir = 0; dir < 2; dir++) {
-            const char *op = dir ? "pull" : "push";
-            if (only && strcmp(only, op) != 0) continue;
-            double ps = throughput(&p, dir ? PSG_PULL : PSG_PUSH, size, t);
-            double raw = throughput(&p, dir ? RAW_PULL : RAW_PUSH, size, t);
-            if (ps < 0 || raw < 0) {
-                fprintf(stderr, "transport: %s of %zu bytes failed: %s\n", op, size, psg_error_message());
-                rc = 1;
-                break;
-            }
-            printf("{\"bench\":\"transport\",\"op\":\"%s\",\"bytes\":%zu,\"chunk_bytes\":%zu,"
-                   "\"chunk_above\":%zu,\"psgraph_MBps\":%.0f,\"raw_MBps\":%.0f,\"ratio\":%.2f}\n",
-                   op, size, opts->chunk_bytes, opts->chunk_above, ps, raw, ps / raw);
-            fflush(stdout);
-        }
+        for (int dir = 0; dir < 2 && rc == 0; dir++)
+            if (!only || !strcmp(only, dir ? "pull" : "push"))
+                rc = measure(&p, curve_dir ? &pc : NULL, dir, size, t, opts) < 0;
         psg_tensor_destroy(&t);
     }
-    if (rc == 0 && rtt_iters > 0) rtt(&p, rtt_iters);
+    if (rc == 0 && rtt_iters > 0) rtt(&p, rtt_iters, false);
+    if (rc == 0 && rtt_iters > 0 && curve_dir) rtt(&pc, rtt_iters, true);
     psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "quit");
     psg_msg_t *rep = psg_client_call(p.c, &req, 2000);
     psg_msg_destroy(&rep);
-    psg_client_destroy(&p.c);
-    zsock_destroy(&p.raw_zs);
-    free(p.buf);
+    peer_close(&p);
+    peer_close(&pc);
+    psg_curve_keys_destroy(&keys);
     int status = 0;
     waitpid(pid, &status, 0);
     return rc;
 }
 
+/* A fresh key pair for --curve in a private folder; the folder in dir. */
+static int make_keys(char *dir, size_t size) {
+    char run_dir[64];
+    snprintf(run_dir, sizeof run_dir, "/tmp/psg_bench_transport_XXXXXX");
+    if (!mkdtemp(run_dir)) return -1;
+    snprintf(dir, size, "%s/keys", run_dir);
+    return psg_curve_keygen(dir, NULL);
+}
+
+static void remove_keys(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s.key", dir, PSG_CURVE_CLUSTER);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/%s.key_secret", dir, PSG_CURVE_CLUSTER);
+    unlink(path);
+    rmdir(dir);
+    snprintf(path, sizeof path, "%s", dir);
+    char *slash = strrchr(path, '/');
+    if (slash) *slash = 0;
+    rmdir(path);
+}
+
 int main(int argc, char **argv) {
     size_t sizes[16] = {4096, 1 << 20, 16 << 20, 64 << 20};
     int nsizes = 4, rtt_iters = 3000;
-    bool sweep = false;
+    bool sweep = false, curve = false;
     const char *only = NULL;
     psg_wire_opts_t opts = psg_wire_opts_default();
     for (int i = 1; i < argc; i++) {
@@ -302,27 +415,39 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--sweep-chunk") == 0) {
             sweep = true;
-        } else if (strcmp(argv[i], "--rtt-iters") == 0 && i + 1 < argc) {
-            rtt_iters = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
-            only = argv[++i];
+        } else if (strcmp(argv[i], "--curve") == 0) {
+            curve = true;
         } else if (strcmp(argv[i], "--server-netns") == 0 && i + 1 < argc) {
             server_netns = argv[++i];
         } else if (strcmp(argv[i], "--server-ip") == 0 && i + 1 < argc) {
             server_ip = argv[++i];
+        } else if (strcmp(argv[i], "--rtt-iters") == 0 && i + 1 < argc) {
+            rtt_iters = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
         } else {
             fprintf(stderr, "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
-                            "[--rtt-iters N] [--only push|pull] [--server-netns PATH --server-ip IP]\n");
+                            "[--rtt-iters N] [--only push|pull] [--curve] [--server-netns PATH --server-ip IP]\n");
             return 2;
         }
     }
-    if (!sweep) return run(sizes, nsizes, &opts, rtt_iters, only);
+    if (curve) {
+        char dir[256];
+        if (make_keys(dir, sizeof dir) < 0) {
+            fprintf(stderr, "transport: %s\n", psg_error_message());
+            return 1;
+        }
+        int rc = run(sizes, nsizes, &opts, rtt_iters, only, dir);
+        remove_keys(dir);
+        return rc;
+    }
+    if (!sweep) return run(sizes, nsizes, &opts, rtt_iters, only, NULL);
     /* The chunk size sweep: every large size chunked (chunk_above = chunk), no round trips. */
     size_t chunks[] = {512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20};
     size_t big[] = {16 << 20, 32 << 20, 64 << 20};
     for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
         opts.chunk_bytes = opts.chunk_above = chunks[k];
-        if (run(big, 3, &opts, 0, only) != 0) return 1;
+        if (run(big, 3, &opts, 0, only, NULL) != 0) return 1;
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 int psg_cmd_train(int argc, char **argv);
 int psg_cmd_server(int argc, char **argv);
 int psg_cmd_launch(int argc, char **argv);
+int psg_cmd_keygen(int argc, char **argv);
 
 /* A local cluster as `psgraph launch` starts it (cli/launch_cmd.c). */
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
     char **cmd;         /* the workers' command, NULL-terminated */
     char *chief_json;   /* NULL, or gets worker 0's last line that starts with '{' */
     size_t chief_json_size;
+    const char *keys;   /* the cluster's key folder (--keys); NULL: a fresh pair for this run */
     /* over ssh (cli/launch_ssh.c): task i runs on task_hosts[i] (ps first, then workers);
        NULL: every task on this host */
     char **task_hosts;
@@ -30,6 +32,18 @@ typedef struct {
     char **ssh_options;       /* NULL-terminated ssh -o OPTIONs, or NULL */
     const char *remote_bin;   /* psgraph on the hosts (ps tasks); NULL: this binary's path */
 } psg_launch_t;
+
+/* The keys of a launched cluster (cli/launch_keys.c): dir, set in $PSGRAPH_KEYS for the tasks;
+ * run: the private folder made for a fresh pair ("" when the keys were given). */
+typedef struct {
+    char dir[4096];
+    char run[64];
+} psg_launch_keys_t;
+/* Checks the given folder, or makes a fresh pair in a new private folder; sets
+ * $PSGRAPH_KEYS. -1 after printing why. */
+int psg_launch_keys_prepare(psg_launch_keys_t *k, const char *given);
+/* Removes a fresh pair and its folder (nothing for given keys). */
+void psg_launch_keys_remove(psg_launch_keys_t *k);
 
 /* Starts the tasks of *o, each with its TF_CONFIG, tags and forwards their output, stops
  * all when one fails or on a signal. Returns the worst exit code of the tasks (128 + the

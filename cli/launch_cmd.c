@@ -69,6 +69,9 @@ static void usage(FILE *f) {
                "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
                "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
                "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
+               "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
+               "                      pair in a private folder, removed at the end (with --ssh: read by the\n"
+               "                      hosts at the same path; docs/security.md)\n"
                "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
                "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
                "                      which the sync replicas can lose; else 0)\n");
@@ -388,6 +391,7 @@ static int parse_options(int argc, char **argv, psg_launch_t *o, const char **tr
         else if (!strcmp(a, "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
             o->port_base = (int)x, o->tcp = true;
         else if (!strcmp(a, "--host")) o->host = v, o->tcp = true;
+        else if (!strcmp(a, "--keys")) o->keys = v;
         else if (!strcmp(a, "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc"))) *transport = v;
         else if (!strcmp(a, "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
             o->restart = !strcmp(v, "on-failure");
@@ -479,6 +483,7 @@ typedef struct {
     int n, nps;
     int *ports;
     char sock_dir[64];
+    psg_launch_keys_t keys;
     char *cluster;
     char self[4096];
     int may_fail, failed_workers;
@@ -579,6 +584,8 @@ static void start_tasks(launch_run_t *r) {
     }
     free(cfg);
     printf("psgraph launch: %d ps + %d workers, cluster %s\n", r->nps, r->n - r->nps, r->cluster);
+    printf("psgraph launch: CURVE keys %s%s\n", r->keys.dir,
+           r->keys.run[0] ? " (made for this run, removed at the end)" : "");
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)
@@ -702,6 +709,7 @@ static void run_free(launch_run_t *r) {
         }
         rmdir(r->sock_dir);
     }
+    psg_launch_keys_remove(&r->keys);
     for (int i = 0; r->t && i < r->n; i++) {
         free(r->t[i].cfg);
         if (r->t[i].fd >= 0) close(r->t[i].fd);
@@ -721,6 +729,10 @@ int psg_launch_local(psg_launch_t *o) {
     r.ports = calloc((size_t)r.n, sizeof *r.ports);
     if (!r.t || !r.ports) {
         fprintf(stderr, "psgraph launch: out of memory\n");
+        run_free(&r);
+        return 1;
+    }
+    if (psg_launch_keys_prepare(&r.keys, o->keys) < 0) {
         run_free(&r);
         return 1;
     }

@@ -2,6 +2,7 @@
  * and the ssh command line that runs a task there so that it never outlives its session.
  * Not the supervision of the tasks (cli/launch_cmd.c does it for local and remote alike). */
 #include "cli/commands.h"
+#include "psgraph/curve.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -160,7 +161,15 @@ static char *remote_script(const char *host, const char *cfg, char **cmd) {
     rc |= put(&b, &len, &cap, cwd, true);
     rc |= put(&b, &len, &cap, " 2>/dev/null || cd /; TF_CONFIG=", false);
     rc |= put(&b, &len, &cap, cfg, true);
-    rc |= put(&b, &len, &cap, "; export TF_CONFIG; command -v ", false);
+    rc |= put(&b, &len, &cap, "; export TF_CONFIG; ", false);
+    /* the cluster's keys (cli/launch_keys.c): a folder at the same path on the host */
+    const char *keys = getenv(PSG_CURVE_KEYS_ENV);
+    if (keys && *keys) {
+        rc |= put(&b, &len, &cap, "PSGRAPH_KEYS=", false);
+        rc |= put(&b, &len, &cap, keys, true);
+        rc |= put(&b, &len, &cap, "; export PSGRAPH_KEYS; ", false);
+    }
+    rc |= put(&b, &len, &cap, "command -v ", false);
     rc |= put(&b, &len, &cap, cmd[0], true);
     rc |= put(&b, &len, &cap, " >/dev/null 2>&1 || { echo \"psgraph launch: no \"", false);
     rc |= put(&b, &len, &cap, cmd[0], true);

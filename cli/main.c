@@ -1,5 +1,6 @@
 /* The psgraph binary: one entry point, one subcommand per verb. */
 #include "cli/commands.h"
+#include "psgraph/curve.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@ static const struct {
     {"train", psg_cmd_train, "train a model (psgraph train --help)"},
     {"server", psg_cmd_server, "run a task server, e.g. a ps task (psgraph server --help)"},
     {"launch", psg_cmd_launch, "start a local cluster: psgraph launch --ps P --workers W -- CMD"},
+    {"keygen", psg_cmd_keygen, "make a cluster's CURVE keys: psgraph keygen DIR (docs/security.md)"},
     {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
     {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
     {"inspect", psg_cmd_inspect, "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
@@ -26,7 +28,15 @@ static void usage(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
 
+/* What the wire refuses (a peer without the cluster's keys), on stderr. */
+static void log_line(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "psgraph: %s\n", line);
+    fflush(stderr);
+}
+
 int main(int argc, char **argv) {
+    psg_net_set_log(log_line, NULL);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -3,6 +3,7 @@
  * (ps/task_server.c): options, the cluster, signals and the exit code only. */
 #include "cli/commands.h"
 #include "psgraph/cluster.h"
+#include "psgraph/curve.h"
 #include "psgraph/error.h"
 #include "psgraph/task_server.h"
 
@@ -25,6 +26,9 @@ static void server_usage(FILE *f) {
             "  --recv-timeout S       how long a Recv waits for its tensor (default 60)\n"
             "  --expect-workers N     stop once N workers said they are done (default: the\n"
             "                         cluster's workers and chief; 0: never)\n"
+            "  --keys DIR             the cluster's CURVE keys (psgraph keygen DIR); default: the\n"
+            "                         cluster file's \"keys\", else $PSGRAPH_KEYS\n"
+            "  --insecure             listen off loopback without keys (a network you trust)\n"
             "  --logdir DIR           where SaveShard and Trace may write (repeatable, up to %d;\n"
             "                         none: they are refused)\n"
             "  --memory-limit BYTES   the task's memory: what a peer's registered graphs may\n"
@@ -47,7 +51,9 @@ static int parse_bytes(const char *v, int64_t *out) {
 }
 
 int psg_cmd_server(int argc, char **argv) {
-    const char *cluster_file = NULL, *job = NULL, *listen = NULL, *task_name = NULL;
+    const char *cluster_file = NULL, *job = NULL, *listen = NULL, *task_name = NULL, *keys_dir = NULL;
+    const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
+    bool insecure = insecure_env && !strcmp(insecure_env, "1");
     int task = -1, threads = 1, expect = -1;
     double idle = 600, recv_timeout = 60, max_wait = 600;
     const char *logdirs[PSG_TS_MAX_LOGDIRS] = {0};
@@ -58,6 +64,10 @@ int psg_cmd_server(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             server_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--insecure")) {
+            insecure = true;
+            continue;
         }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
             fprintf(stderr, "psgraph server: %s '%s'\n",
@@ -72,6 +82,7 @@ int psg_cmd_server(int argc, char **argv) {
         else if (!strcmp(a, "--job")) job = v;
         else if (!strcmp(a, "--listen")) listen = v;
         else if (!strcmp(a, "--task-name")) task_name = v;
+        else if (!strcmp(a, "--keys")) keys_dir = v;
         else if (num_ok && !strcmp(a, "--task")) task = (int)x;
         else if (num_ok && !strcmp(a, "--threads")) threads = (int)x;
         else if (num_ok && !strcmp(a, "--expect-workers")) expect = (int)x;
@@ -108,6 +119,16 @@ int psg_cmd_server(int argc, char **argv) {
         psg_cluster_destroy(&c);
         return 2;
     }
+    /* a lone task (no cluster) takes its keys from --keys or $PSGRAPH_KEYS */
+    psg_curve_keys_t *lone_keys = NULL;
+    const char *env_keys = getenv(PSG_CURVE_KEYS_ENV);
+    if (!keys_dir && !c && env_keys && *env_keys) keys_dir = env_keys;
+    if (keys_dir && (c ? psg_cluster_set_keys(c, keys_dir) < 0 : !(lone_keys = psg_curve_keys_load(keys_dir, NULL)))) {
+        fprintf(stderr, "psgraph server: --keys: %s\n", psg_error_message());
+        psg_cluster_destroy(&c);
+        return 2;
+    }
+    const psg_curve_keys_t *keys = lone_keys ? lone_keys : psg_cluster_keys(c);
     if (expect < 0)
         expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;
     psg_task_server_options_t o = {.cluster = c,
@@ -117,21 +138,29 @@ int psg_cmd_server(int argc, char **argv) {
                                    .recv_timeout_ms = (int64_t)(recv_timeout * 1000),
                                    .idle_timeout_ms = (int64_t)(idle * 1000),
                                    .expect_workers = expect,
-                                   .limits = lim};
+                                   .limits = lim,
+                                   .keys = keys,
+                                   .insecure = insecure};
     o.limits.max_wait_ms = (int64_t)(max_wait * 1000);
     for (int i = 0; i < n_logdirs; i++) o.logdirs[i] = logdirs[i];
     psg_task_server_t *ts = psg_task_server_new(&o);
     if (!ts) {
         fprintf(stderr, "psgraph server: %s\n", psg_error_message());
         psg_cluster_destroy(&c);
+        psg_curve_keys_destroy(&lone_keys);
         return 1;
     }
+    const char *ep = psg_task_server_endpoint(ts);
+    if (psg_curve_listen_check(ep, keys, insecure) == 1)
+        fprintf(stderr, "psgraph server: warning: %s\n", psg_error_message());
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    printf("psgraph server: %s serving on %s\n", psg_task_server_task(ts), psg_task_server_endpoint(ts));
+    bool curve = keys && !strncmp(ep, "tcp://", 6);
+    printf("psgraph server: %s serving on %s%s%s%s\n", psg_task_server_task(ts), ep,
+           curve ? " with CURVE (keys " : "", curve ? psg_curve_keys_dir(keys) : "", curve ? ")" : "");
     fflush(stdout);
     while (!stop_signal && !psg_task_server_wait(ts, 100)) {
     }
@@ -142,5 +171,6 @@ int psg_cmd_server(int argc, char **argv) {
     fflush(stdout);
     psg_task_server_destroy(&ts);
     psg_cluster_destroy(&c);
+    psg_curve_keys_destroy(&lone_keys);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* `psgraph train`: parses the options into a psg_train_config_t and runs it. */
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
+#include "psgraph/curve.h"
 #include "psgraph/error.h"
 #include "psgraph/models.h"
 #include "psgraph/precision.h"
@@ -50,6 +51,9 @@ static void train_usage(FILE *f) {
             "                           (task evaluator: trains nothing, evaluates each new checkpoint\n"
             "                           of --logdir, exits when the job ends; docs/distributed.md)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
+            "  --keys DIR               the cluster's CURVE keys (psgraph keygen DIR; default: the cluster\n"
+            "                           file's \"keys\", else $PSGRAPH_KEYS; docs/security.md)\n"
+            "  --insecure               this task may listen off loopback without keys\n"
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
             "                           shards, each its own variable (default: 524288 in a cluster,\n"
             "                           0, no shards, in one process)\n"
@@ -90,11 +94,17 @@ int psg_cmd_train(int argc, char **argv) {
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     const char *stragglers[32];
+    const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
+    c.insecure = insecure_env && !strcmp(insecure_env, "1");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             train_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--insecure")) {
+            c.insecure = true;
+            continue;
         }
         if (!strcmp(a, "--fresh-start") || !strcmp(a, "--strict")) { /* the flags without a value */
             if (a[2] == 'f') c.fresh_start = true;
@@ -151,6 +161,7 @@ int psg_cmd_train(int argc, char **argv) {
         }
         else if (!strcmp(a, "--cluster")) c.cluster_file = v;
         else if (!strcmp(a, "--job")) c.job = v;
+        else if (!strcmp(a, "--keys")) c.keys_dir = v;
         else if (!strcmp(a, "--task")) { rc = parse_num(a, v, 0, 1e6, &x); c.task = (int)x; }
         else if (!strcmp(a, "--step-timeout")) { rc = parse_num(a, v, 0.001, 1e6, &x); c.step_timeout_ms = (int64_t)(x * 1000); }
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }

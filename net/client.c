@@ -2,6 +2,7 @@
  * that name the peer, and a reset that drops a dead connection's leftovers.
  * Not a session: it does not know what the requests mean, nor which tasks exist. */
 #include "net/codec.h"
+#include "net/curve_internal.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -31,6 +32,9 @@ static int client_connect(psg_client_t *c) {
     zsock_set_sndhwm(c->zs, 100000);
     c->sndtimeo = c->opts.timeout_ms;
     zsock_set_sndtimeo(c->zs, c->sndtimeo);
+    if (c->opts.keys && !strncmp(c->endpoint, "tcp://", 6) &&
+        psg_curve_apply_client(c->sock, c->opts.keys) < 0)
+        return psg_error_wrap("%s", c->endpoint);
     if (zmq_connect(c->sock, c->endpoint) < 0)
         return psg_error_set("cannot connect to %s: %s", c->endpoint, zmq_strerror(errno));
     if (!(c->rx = psg_codec_rx_new(&c->opts))) return -1;

@@ -5,6 +5,7 @@
 
 #include "core/json.h"
 #include "core/strmap.h"
+#include "psgraph/curve.h"
 #include "psgraph/error.h"
 
 #include <ctype.h>
@@ -29,6 +30,8 @@ struct psg_cluster {
     job_t jobs[MAX_JOBS];
     int task_job; /* -1: no task set; EVALUATOR_OUTSIDE: an evaluator not in the cluster */
     int task_index;
+    char *keys_field;         /* the document's "keys", NULL when absent */
+    psg_curve_keys_t *keys;   /* loaded from --keys, "keys" or PSGRAPH_KEYS; NULL: none */
 };
 
 void psg_cluster_destroy(psg_cluster_t **cp) {
@@ -40,6 +43,8 @@ void psg_cluster_destroy(psg_cluster_t **cp) {
         free(c->jobs[j].addrs);
         free(c->jobs[j].name);
     }
+    free(c->keys_field);
+    psg_curve_keys_destroy(&c->keys);
     free(c);
 }
 
@@ -162,7 +167,38 @@ static int parse_task(psg_cluster_t *c, const psg_json_t *task) {
     return 0;
 }
 
+/* Loads the keys the document names ("keys", relative to base_dir when not absolute), or
+ * else those of $PSGRAPH_KEYS when use_env. */
+static int load_keys(psg_cluster_t *c, const char *base_dir, bool use_env) {
+    const char *env = use_env ? getenv(PSG_CURVE_KEYS_ENV) : NULL;
+    if (!c->keys_field && (!env || !*env)) return 0;
+    char dir[4096];
+    if (c->keys_field && c->keys_field[0] != '/' && base_dir)
+        snprintf(dir, sizeof dir, "%s/%s", base_dir, c->keys_field);
+    else
+        snprintf(dir, sizeof dir, "%s", c->keys_field ? c->keys_field : env);
+    if (psg_cluster_set_keys(c, dir) < 0)
+        return psg_error_wrap("%s", c->keys_field ? "keys" : PSG_CURVE_KEYS_ENV);
+    return 0;
+}
+
+int psg_cluster_set_keys(psg_cluster_t *c, const char *dir) {
+    psg_curve_keys_t *k = NULL;
+    if (dir && !(k = psg_curve_keys_load(dir, NULL))) return -1;
+    psg_curve_keys_destroy(&c->keys);
+    c->keys = k;
+    return 0;
+}
+
+const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c) { return c ? c->keys : NULL; }
+
+static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir, bool use_env);
+
 psg_cluster_t *psg_cluster_parse(const char *json, const char *origin) {
+    return parse_doc(json, origin, NULL, false);
+}
+
+static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir, bool use_env) {
     if (!origin) origin = "cluster spec";
     psg_cluster_t *c = calloc(1, sizeof *c);
     if (!c) {
@@ -179,10 +215,20 @@ psg_cluster_t *psg_cluster_parse(const char *json, const char *origin) {
     for (int i = 0; i < doc->count; i++) {
         const char *k = doc->items[i]->key;
         if (strcmp(k, "cluster") && strcmp(k, "task") && strcmp(k, "environment") &&
-            strcmp(k, "rpc_layer")) {
-            psg_error_set("unknown field \"%.64s\" (expected cluster, task)", k);
+            strcmp(k, "rpc_layer") && strcmp(k, "keys")) {
+            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys)", k);
             goto fail;
         }
+    }
+    const psg_json_t *keys = psg_json_get(doc, "keys");
+    if (keys && (keys->type != PSG_JSON_STRING || !*keys->string)) {
+        psg_error_set("\"keys\" is %s, not the path of a key folder (psgraph keygen DIR)",
+                      psg_json_type_name(keys->type));
+        goto fail;
+    }
+    if (keys && !(c->keys_field = strdup(keys->string))) {
+        psg_error_set("out of memory");
+        goto fail;
     }
     const psg_json_t *cl = psg_json_get(doc, "cluster");
     if (!cl) {
@@ -192,6 +238,7 @@ psg_cluster_t *psg_cluster_parse(const char *json, const char *origin) {
     if (parse_cluster(c, cl) < 0) goto fail;
     const psg_json_t *task = psg_json_get(doc, "task");
     if (task && parse_task(c, task) < 0) goto fail;
+    if (load_keys(c, base_dir, use_env) < 0) goto fail;
     psg_json_free(doc);
     return c;
 fail:
@@ -207,7 +254,7 @@ psg_cluster_t *psg_cluster_from_env(void) {
         psg_error_set("TF_CONFIG is not set");
         return NULL;
     }
-    return psg_cluster_parse(s, "TF_CONFIG");
+    return parse_doc(s, "TF_CONFIG", NULL, true);
 }
 
 psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int index) {
@@ -231,7 +278,11 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
         psg_error_set("%s: contains a NUL byte", path);
         return NULL;
     }
-    psg_cluster_t *c = psg_cluster_parse(text, path);
+    char base[4096];
+    snprintf(base, sizeof base, "%s", path);
+    char *slash = strrchr(base, '/');
+    if (slash) *slash = 0;
+    psg_cluster_t *c = parse_doc(text, path, slash ? base : ".", true);
     free(text);
     if (c && job && psg_cluster_set_task(c, job, index) < 0) {
         psg_error_wrap("%s: --job %s --task %d", path, job, index);

@@ -2,6 +2,7 @@
  * replies, from any thread, back to their sender. It answers malformed input itself.
  * Not the task server (ps/): it knows no op, no graph, no rendezvous. */
 #include "net/codec.h"
+#include "net/curve_internal.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -28,19 +29,22 @@ struct psg_server {
     pthread_mutex_t lock; /* guards the outbox */
     outbox_item_t *head, **tail;
     int wake_fd; /* an eventfd another thread writes after queueing a reply */
-    atomic_uint_fast64_t received, rejected, dropped, replies_lost;
+    atomic_uint_fast64_t received, rejected, dropped, replies_lost, refused;
+    char zap_domain[32]; /* under the CURVE guard; "" when plain */
 };
 
 psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) {
     char ep[256];
     if (psg_codec_endpoint(endpoint, ep, sizeof ep) < 0) return NULL;
+    const psg_wire_opts_t o = opts ? *opts : psg_wire_opts_default();
+    if (psg_curve_listen_check(ep, o.keys, o.insecure) < 0) return NULL;
     psg_codec_init_czmq();
     psg_server_t *s = calloc(1, sizeof *s);
     if (!s) {
         psg_error_set("out of memory");
         return NULL;
     }
-    s->opts = opts ? *opts : psg_wire_opts_default();
+    s->opts = o;
     s->owner = pthread_self();
     s->wake_fd = -1;
     s->tail = &s->head;
@@ -56,6 +60,13 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     zsock_set_sndtimeo(s->zs, s->opts.timeout_ms);
     zsock_set_linger(s->zs, 0);
     zsock_set_sndhwm(s->zs, 100000);
+    /* CURVE before the bind: no connection may come in plain */
+    if (o.keys && !strncmp(ep, "tcp://", 6) &&
+        (psg_curve_apply_server(s->sock, o.keys) < 0 ||
+         psg_curve_guard_attach(s->sock, ep, o.keys, &s->refused, s->zap_domain, sizeof s->zap_domain) < 0)) {
+        psg_error_wrap("%s", ep);
+        goto fail;
+    }
     if (zmq_bind(s->sock, ep) < 0) {
         psg_error_set("cannot bind %s: %s", ep, zmq_strerror(errno));
         goto fail;
@@ -90,6 +101,7 @@ void psg_server_destroy(psg_server_t **sp) {
     if (!sp || !*sp) return;
     psg_server_t *s = *sp;
     *sp = NULL;
+    if (s->zs) psg_curve_guard_detach(s->sock, s->zap_domain);
     zsock_destroy(&s->zs);
     outbox_free(s->head);
     psg_codec_rx_destroy(&s->rx);
@@ -108,6 +120,7 @@ psg_server_stats_t psg_server_stats(const psg_server_t *s) {
         .rejected = atomic_load(&s->rejected),
         .dropped = atomic_load(&s->dropped),
         .replies_lost = atomic_load(&s->replies_lost),
+        .refused = atomic_load(&s->refused),
     };
 }
 

@@ -15,7 +15,8 @@ struct psg_ts_client {
     int64_t timeout_ms;
 };
 
-psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_t timeout_ms) {
+psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_t timeout_ms,
+                                   const psg_curve_keys_t *keys) {
     psg_ts_client_t *c = calloc(1, sizeof *c);
     if (!c) {
         psg_error_set("out of memory");
@@ -25,6 +26,7 @@ psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_
     c->timeout_ms = timeout_ms;
     psg_wire_opts_t o = psg_wire_opts_default();
     o.timeout_ms = (int)timeout_ms;
+    o.keys = keys;
     if (!(c->client = psg_client_new(address, &o))) {
         psg_error_wrap("task %s", task);
         free(c);

@@ -7,6 +7,7 @@
 #define PSGRAPH_PS_CLIENT_H
 
 #include "ps/protocol.h"
+#include "psgraph/curve.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,8 +15,10 @@
 typedef struct psg_ts_client psg_ts_client_t;
 
 /* Connects (in the background) to the task `task` at `address` ("host:port", tcp://,
- * ipc://). NULL with the error set on a malformed address. */
-psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_t timeout_ms);
+ * ipc://), a CURVE client with `keys` (borrowed; NULL: plain frames). NULL with the error
+ * set on a malformed address. */
+psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_t timeout_ms,
+                                   const psg_curve_keys_t *keys);
 /* Closes the connection, dropping what is queued. NULL-safe; sets *c to NULL. */
 void psg_ts_client_destroy(psg_ts_client_t **c);
 

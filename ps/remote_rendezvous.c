@@ -38,6 +38,7 @@ typedef struct {
 struct psg_remote_rv {
     psg_rendezvous_t *local;
     int timeout_ms;
+    const psg_curve_keys_t *keys;
     pthread_mutex_t lock;
     int efd;
     pthread_t thread;
@@ -109,6 +110,7 @@ static void send_queued(psg_remote_rv_t *r) {
         if (!err && !peer->client) {
             psg_wire_opts_t o = psg_wire_opts_default();
             o.timeout_ms = r->timeout_ms;
+            o.keys = r->keys;
             peer->client = psg_client_new(peer->address, &o);
             if (!peer->client) err = psg_error_message();
         }
@@ -137,6 +139,8 @@ static void send_queued(psg_remote_rv_t *r) {
     free(unreachable);
     free(q.v);
 }
+
+void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys) { r->keys = keys; }
 
 static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
     pthread_mutex_lock(&r->lock);

@@ -17,6 +17,9 @@ typedef struct psg_remote_rv psg_remote_rv_t;
  * them all, so a pull that waits never holds up another. timeout_ms bounds a send to a
  * peer that is not reachable. NULL with the error set. */
 psg_remote_rv_t *psg_remote_rv_new(psg_rendezvous_t *local, int timeout_ms);
+/* The cluster's keys (borrowed, must outlive the puller; NULL: plain frames): its DEALERs
+ * to tcp:// peers speak CURVE. Before the first pull. */
+void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys);
 /* Stops and joins the thread, closes the sockets. NULL-safe. */
 void psg_remote_rv_destroy(psg_remote_rv_t **r);
 

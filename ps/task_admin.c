@@ -59,7 +59,8 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
                       psg_rendezvous_num_pending(ts->rv), nq, np, nd);
     if (ts->server) {
         psg_server_stats_t st = psg_server_stats(ts->server);
-        psg_strbuf_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64, st.received, st.rejected);
+        psg_strbuf_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"refused\":%" PRIu64,
+                          st.received, st.rejected, st.refused);
     }
     psg_strbuf_str(&b, "}");
     if (b.oom) {

@@ -427,6 +427,8 @@ static void *server_main(void *arg) {
     psg_task_server_t *ts = arg;
     psg_wire_opts_t wo = psg_wire_opts_default();
     wo.max_msg_bytes = (size_t)2 << 30;
+    wo.keys = ts->keys;
+    wo.insecure = ts->insecure;
     ts->server = psg_server_new(ts->bind, &wo);
     pthread_mutex_lock(&ts->lock);
     if (!ts->server) {
@@ -566,6 +568,8 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     pthread_cond_init(&ts->cond, NULL);
     pthread_cond_init(&ts->jobs_cond, NULL);
     ts->cluster = opt->cluster;
+    ts->keys = opt->keys ? opt->keys : psg_cluster_keys(opt->cluster);
+    ts->insecure = opt->insecure;
     ts->num_threads = opt->num_threads;
     ts->max_steps = opt->max_steps > 0 ? opt->max_steps : 8;
     ts->recv_timeout_ms = opt->recv_timeout_ms > 0 ? opt->recv_timeout_ms : 60000;
@@ -580,6 +584,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->remote = ts->rv ? psg_remote_rv_new(ts->rv, 2000) : NULL;
     psg_timer_t *timer = ts->rm ? psg_timer_of(ts->rm) : NULL;
     if (!ts->rm || !ts->remote || !timer) goto fail;
+    psg_remote_rv_set_keys(ts->remote, ts->keys);
     psg_timer_set_max_wait(timer, ts->lim.max_wait_ms);
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
     ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);

@@ -88,6 +88,8 @@ typedef struct {
 
 struct psg_task_server {
     const psg_cluster_t *cluster;
+    const psg_curve_keys_t *keys; /* NULL: plain frames */
+    bool insecure;
     char task[PSG_DEVICE_NAME_MAX];
     psg_device_name_t task_dn;
     char bind[256];

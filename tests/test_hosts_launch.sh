@@ -90,8 +90,10 @@ if [ $have_data = 1 ]; then
   launch_t --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 1000 >"$tmp/async.log" 2>&1; rc=$?
   acc=$(accuracy "$tmp/async.log")
   if [ $rc = 0 ] && grep -q 'cluster {"ps": \["h1:23000", "h2:23001"\], "worker": \["h3:23002", "h4:23003"\]}' "$tmp/async.log" &&
+     grep -q '^\[ps0\] psgraph server: .* serving on tcp://.*:23000 with CURVE' "$tmp/async.log" &&
+     grep -q '^\[ps1\] psgraph server: .* serving on tcp://.*:23001 with CURVE' "$tmp/async.log" &&
      grep -q '^\[worker1\] {"event":"worker_done"' "$tmp/async.log" && at_least "$acc" 0.84 && [ "$(left_on_hosts)" = 0 ]; then
-    ok "async over ssh, 2 ps + 2 workers on h1..h4: test accuracy $acc >= 0.84, nothing left on the hosts"
+    ok "async over ssh with CURVE (the keys launch made), 2 ps + 2 workers on h1..h4: test accuracy $acc >= 0.84, nothing left on the hosts"
   else
     fail "async over ssh (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/async.log" | tail -20)"
   fi

@@ -44,7 +44,7 @@ PUBLIC = {
     "graph": ["graph", "op", "resource", "serialize", "device_name"],
     "ops": ["ops_array", "ops_math", "ops_nn", "ops_train", "ops_sparse", "precision", "device", "rendezvous"],
     "runtime": ["autodiff", "optimizer", "placement", "session", "trace"],
-    "net": ["wire", "cluster"],
+    "net": ["wire", "cluster", "curve"],
     "ps": ["task_server", "checkpoint"],
     "examples": ["data", "models", "inception3", "simulate", "tfrecord", "imagenet", "criteo", "wide_deep"],
     "sync": ["sync_replicas", "straggler"],

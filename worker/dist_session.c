@@ -106,7 +106,7 @@ static int peer_index(psg_dist_session_t *s, const char *task) {
     snprintf(p->task, sizeof p->task, "%s", task);
     snprintf(p->address, sizeof p->address, "%s", addr);
     if (strcmp(task, s->task)) {
-        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms))) return -1;
+        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms, psg_cluster_keys(s->cluster)))) return -1;
     }
     return s->n_peers++;
 }

@@ -5,6 +5,7 @@
 
 #include "psgraph/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     w->cluster = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
                                  : psg_cluster_from_env();
     if (!w->cluster) return -1;
+    if (c->keys_dir && psg_cluster_set_keys(w->cluster, c->keys_dir) < 0) return psg_error_wrap("--keys");
     psg_task_t me = psg_cluster_task(w->cluster);
     if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
     int chiefs = psg_cluster_num_tasks(w->cluster, "chief");
@@ -37,7 +39,8 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     psg_device_name(me.job, me.index, NULL, w->task, sizeof w->task);
     int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
     psg_task_server_options_t so = {.cluster = w->cluster, .num_threads = c->threads,
-                                    .recv_timeout_ms = timeout, .logdirs = {c->logdir}};
+                                    .recv_timeout_ms = timeout, .logdirs = {c->logdir},
+                                    .insecure = c->insecure};
     /* a Trace request writes beside the --trace file */
     char trace_dir[4096];
     if (c->trace_path) {
@@ -50,6 +53,9 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
         so.logdirs[c->logdir ? 1 : 0] = trace_dir;
     }
     if (!(w->server = psg_task_server_new(&so))) return -1;
+    if (psg_curve_listen_check(psg_task_server_endpoint(w->server), psg_cluster_keys(w->cluster),
+                               c->insecure) == 1 && c->out)
+        fprintf(c->out, "%s: warning: %s\n", w->task, psg_error_message());
     if (!(w->setter = psg_dist_replica_setter_new(w->cluster, PSG_PS_GREEDY))) return -1;
     return 0;
 }

@@ -4,6 +4,8 @@
 #ifndef PSGRAPH_CLUSTER_H
 #define PSGRAPH_CLUSTER_H
 
+#include "psgraph/curve.h"
+
 #include <stddef.h>
 
 typedef struct psg_cluster psg_cluster_t;
@@ -19,19 +21,27 @@ typedef struct {
  *   {"cluster": {"ps": ["127.0.0.1:2222"], "worker": [...], "chief": [...]},
  *    "task": {"type": "worker", "index": 0}}
  * "task" may be absent (then no task is set); "environment" and "rpc_layer" are accepted
- * and ignored, as TensorFlow does; any other field is an error (a typo would otherwise
+ * and ignored, as TensorFlow does; "keys": "DIR" names the cluster's key folder
+ * (psgraph/curve.h), loaded here; any other field is an error (a typo would otherwise
  * pass silently). `origin` ("TF_CONFIG", a file name) starts every error message.
  * NULL with the error set, naming the field, on malformed JSON, a job that is not a list
  * of "host:port" (or "ipc://path") strings, an empty job, a duplicate address, more than one chief, a task
  * type that is not a job, or an index out of range. The caller owns the result. */
 psg_cluster_t *psg_cluster_parse(const char *json, const char *origin);
-/* As psg_cluster_parse, from the TF_CONFIG environment variable. NULL with the error set
- * when it is unset or invalid. */
+/* As psg_cluster_parse, from the TF_CONFIG environment variable; without "keys" in it, the
+ * key folder of $PSGRAPH_KEYS when set. NULL with the error set when it is unset or invalid. */
 psg_cluster_t *psg_cluster_from_env(void);
-/* As psg_cluster_parse, from a file (as `--cluster FILE`); then, when job is not NULL,
+/* As psg_cluster_parse, from a file (as `--cluster FILE`; a relative "keys" is relative to the
+ * file's folder; without "keys", $PSGRAPH_KEYS when set); then, when job is not NULL,
  * sets this process's task to (job, index) as `--job` and `--task` do, overriding the
  * file's "task". NULL with the error set (naming the file) on failure. */
 psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int index);
+/* Loads the key folder dir as the cluster's keys (as `--keys DIR`), replacing any; dir NULL
+ * drops them. -1 with the error set (naming the folder or file) when they do not load; the
+ * keys before stay then. */
+int psg_cluster_set_keys(psg_cluster_t *c, const char *dir);
+/* The cluster's keys (owned by the cluster), NULL when it has none. NULL-safe. */
+const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c);
 /* Frees the cluster; sets *c to NULL. NULL-safe. */
 void psg_cluster_destroy(psg_cluster_t **c);
 

@@ -36,6 +36,7 @@
 #include "psgraph/towers.h"
 #include "psgraph/sync_replicas.h"
 #include "psgraph/straggler.h"
+#include "psgraph/curve.h"
 #include "psgraph/cluster.h"
 #include "psgraph/task_server.h"
 #include "psgraph/dist_session.h"

@@ -83,10 +83,15 @@ typedef struct {
      * them); none: they are refused */
     const char *logdirs[PSG_TS_MAX_LOGDIRS];
     psg_task_limits_t limits;
+    /* CURVE keys (borrowed, must outlive the server; psgraph/curve.h); NULL: the cluster's */
+    const psg_curve_keys_t *keys;
+    /* may listen without keys off loopback (psg_curve_listen_check) */
+    bool insecure;
 } psg_task_server_options_t;
 
 /* Binds the server and starts its thread; returns once it serves. NULL with the error set
- * (naming the endpoint or the task) on a bad task, a busy port, out of memory. */
+ * (naming the endpoint or the task) on a bad task, a busy port, out of memory, or an
+ * address it must not listen on without keys. */
 psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt);
 /* Stops serving (fails pending Recvs and steps), joins every thread, frees all. NULL-safe. */
 void psg_task_server_destroy(psg_task_server_t **ts);
@@ -136,7 +141,7 @@ void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step);
 /* Fails a step here: its Recvs stop waiting, with `why`. */
 void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char *why);
 /* The Inspect report: JSON {"task", "variables": [{"name", "dtype", "shape", "bytes",
- * "initialized"}], "graphs", "pending", "received", "rejected"}; malloc'd, caller frees. */
+ * "initialized"}], "graphs", "pending", "received", "rejected", "refused" (peers CURVE refused)}; malloc'd, caller frees. */
 char *psg_task_server_inspect(psg_task_server_t *ts);
 
 /* Tensor bytes (payload, headers excluded) that peers pulled from this task's sends

@@ -41,6 +41,9 @@ typedef struct {
     const char *job;        /* with cluster_file: this process's job ("worker") */
     int task;               /* and index */
     int64_t step_timeout_ms; /* a distributed step fails after this long; 0: 30000 */
+    const char *keys_dir;    /* the cluster's CURVE keys (psgraph/curve.h); NULL: the cluster
+                                file's "keys", else $PSGRAPH_KEYS, else none */
+    bool insecure;           /* this task may listen off loopback without keys */
     bool no_overlap;         /* async: each step waits for the ps to apply its gradients
                                 (default: the next step's reads overlap the apply) */
     /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */

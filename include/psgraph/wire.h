@@ -5,6 +5,7 @@
 #ifndef PSGRAPH_WIRE_H
 #define PSGRAPH_WIRE_H
 
+#include "psgraph/curve.h"
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
 
@@ -79,6 +80,11 @@ typedef struct {
     size_t chunk_bytes;   /* the size of those chunks */
     size_t max_msg_bytes; /* the most tensor + body bytes one message may carry */
     int timeout_ms;       /* default wait for a reply, a send, a message's missing chunks */
+    /* the cluster's keys (borrowed; must outlive the socket): CURVE on every tcp:// socket
+     * (psgraph/curve.h); NULL: plain frames */
+    const psg_curve_keys_t *keys;
+    /* a server may listen without keys off loopback, or on an ipc:// folder open to others */
+    bool insecure;
 } psg_wire_opts_t;
 
 /* The defaults, measured (docs/wire.md): tensors up to 24 MiB whole, larger ones in 4 MiB
@@ -95,11 +101,16 @@ typedef struct {
     uint64_t rejected;  /* bad messages answered with an error */
     uint64_t dropped;   /* bad messages dropped without a reply (no way to address one) */
     uint64_t replies_lost; /* replies whose peer was gone */
+    uint64_t refused;   /* peers refused by CURVE (no keys, a wrong key, not allowed) */
 } psg_server_stats_t;
 
 /* Binds a ROUTER to `endpoint` ("tcp://127.0.0.1:2222", "tcp://127.0.0.1:0" or
  * "tcp://127.0.0.1:*" for a free port, "ipc:///tmp/x"). `opts` may be NULL for the
- * defaults. NULL with the error set (naming the endpoint) if the bind fails. The thread
+ * defaults. With opts->keys a tcp:// server speaks CURVE and takes only clients whose key is
+ * in the allow-list (a refused peer is counted in `refused` and logged: psg_net_set_log).
+ * NULL with the error set (naming the endpoint) if the bind fails, or when
+ * psg_curve_listen_check refuses the endpoint (no keys off loopback, an ipc:// folder open
+ * to others, unless opts->insecure). The thread
  * that calls psg_server_new is the server's thread: only it may call psg_server_recv and
  * psg_server_destroy. */
 psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts);
@@ -138,7 +149,8 @@ void *psg_server_socket(psg_server_t *s);
 typedef struct psg_client psg_client_t;
 
 /* Connects a DEALER to `endpoint` ("tcp://host:port", or "host:port" as in a cluster
- * spec). The connection is made in the background and re-made when the peer restarts;
+ * spec); with opts->keys a tcp:// connection is a CURVE client of the cluster (a server
+ * that refuses it looks like one that is down: the call times out). The connection is made in the background and re-made when the peer restarts;
  * nothing waits here. NULL with the error set on a malformed endpoint. */
 psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts);
 /* Closes the socket, dropping what is queued. NULL-safe; sets *c to NULL. */

@@ -1,0 +1,366 @@
+/* The process's CURVE guard: one czmq actor that answers ZeroMQ's authentication requests
+ * (ZAP, inproc://zeromq.zap.01) for every CURVE server of the process against that server's
+ * allow-list, and watches their handshakes through socket monitors, so that every refused
+ * peer is counted and logged once per address and reason. A refused peer never completes its
+ * handshake: ZeroMQ hands none of its frames to the server. Not the keys (curve_keys.c) nor
+ * the sockets (server.c). */
+#include "net/codec.h"
+#include "net/curve_internal.h"
+
+#include "psgraph/error.h"
+
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define ZAP_ENDPOINT "inproc://zeromq.zap.01"
+#define MAX_WATCHED 64
+#define MAX_FDS 256
+#define MAX_LOGGED 1024
+#define MONITOR_EVENTS                                                                        \
+    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |      \
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+
+typedef struct {
+    char domain[32];
+    char endpoint[256]; /* as bound, once a connection showed it; else as asked */
+    const psg_curve_keys_t *keys;
+    atomic_uint_fast64_t *refused;
+    zsock_t *mon;
+    struct {
+        int fd;
+        char addr[64];
+    } fds[MAX_FDS]; /* accepted connections and their peers; fd -1: free */
+    uint32_t failure; /* a handshake failure waiting for its DISCONNECTED; 0: none */
+} watched_t;
+
+typedef struct {
+    zsock_t *pipe, *zap;
+    zpoller_t *poller;
+    watched_t *w[MAX_WATCHED];
+    int nw;
+    char (*logged)[160]; /* "domain|address|reason" already logged */
+    int nlogged;
+} guard_t;
+
+static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
+static zactor_t *guard;
+static int guard_refs;
+static unsigned long long guard_next;
+
+/* ---- refusals ---- */
+
+/* Counts a refusal and logs it unless this (address, reason) was logged before. */
+static void refuse(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *why) {
+    atomic_fetch_add(w->refused, 1);
+    char key[160];
+    snprintf(key, sizeof key, "%s|%s|%s", w->domain, addr, kind);
+    for (int i = 0; i < g->nlogged; i++)
+        if (!strcmp(g->logged[i], key)) return;
+    if (g->nlogged == MAX_LOGGED) return;
+    snprintf(g->logged[g->nlogged++], sizeof g->logged[0], "%s", key);
+    psg_curve_log("%s: refused a peer at %s: %s (CURVE; further refusals of this peer for this "
+                  "reason are counted, not logged)",
+                  w->endpoint, addr, why);
+    if (g->nlogged == MAX_LOGGED)
+        psg_curve_log("%s: %d refusals logged; further ones are counted, not logged", w->endpoint,
+                      MAX_LOGGED);
+}
+
+static watched_t *find_domain(guard_t *g, const char *domain, size_t len) {
+    for (int i = 0; i < g->nw; i++)
+        if (strlen(g->w[i]->domain) == len && !memcmp(g->w[i]->domain, domain, len)) return g->w[i];
+    return NULL;
+}
+
+/* ---- the handshake monitor ---- */
+
+static void fd_put(watched_t *w, int fd, const char *addr) {
+    int free_slot = -1;
+    for (int i = 0; i < MAX_FDS; i++) {
+        if (w->fds[i].fd == fd || (free_slot < 0 && w->fds[i].fd < 0)) free_slot = i;
+        if (w->fds[i].fd == fd) break;
+    }
+    if (free_slot < 0) free_slot = fd % MAX_FDS; /* full: forget one */
+    w->fds[free_slot].fd = fd;
+    snprintf(w->fds[free_slot].addr, sizeof w->fds[free_slot].addr, "%s", addr);
+}
+
+/* The peer of accepted connection fd, taken at once: the fd may be closed soon. Checked to
+ * be a connection to this server's port (the number may have been reused already). */
+static void peer_of(int fd, const char *endpoint, char *out, size_t size) {
+    snprintf(out, size, "an address unknown (it left before the monitor saw it)");
+    struct sockaddr_storage peer, self;
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(fd, (struct sockaddr *)&peer, &pl) < 0 ||
+        getsockname(fd, (struct sockaddr *)&self, &sl) < 0)
+        return;
+    const char *colon = strrchr(endpoint, ':');
+    int port = colon ? atoi(colon + 1) : -1;
+    char host[INET6_ADDRSTRLEN] = "?";
+    int self_port = -1; /* the host names the peer: a client's port changes with every retry */
+    if (peer.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&peer)->sin_addr, host, sizeof host);
+        self_port = ntohs(((struct sockaddr_in *)&self)->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&peer)->sin6_addr, host, sizeof host);
+        self_port = ntohs(((struct sockaddr_in6 *)&self)->sin6_port);
+    }
+    if (self_port == port) snprintf(out, size, "%s", host);
+}
+
+static const char *protocol_reason(uint32_t code, const char **kind) {
+    switch (code) {
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        *kind = "plain";
+        return "it does not speak CURVE (a client without keys, sending plain frames)";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+        *kind = "crypto";
+        return "its hello does not decrypt with this cluster's key (it was given another "
+               "server key: keys of another cluster?)";
+    default:
+        *kind = "protocol";
+        return "the CURVE handshake failed (a malformed or unexpected handshake command)";
+    }
+}
+
+/* One monitor event: [u16 event, u32 value] then the socket's endpoint. */
+static void monitor_event(guard_t *g, watched_t *w) {
+    zmsg_t *m = zmsg_recv(w->mon);
+    zframe_t *f = m ? zmsg_first(m) : NULL;
+    char *ep = m && zmsg_size(m) >= 2 ? zframe_strdup(zmsg_next(m)) : NULL;
+    if (f && zframe_size(f) == 6) {
+        uint16_t ev;
+        uint32_t value;
+        memcpy(&ev, zframe_data(f), 2);
+        memcpy(&value, zframe_data(f) + 2, 4);
+        if (ep && !strncmp(ep, "tcp://", 6)) snprintf(w->endpoint, sizeof w->endpoint, "%s", ep);
+        if (ev == ZMQ_EVENT_ACCEPTED) {
+            char addr[64];
+            peer_of((int)value, w->endpoint, addr, sizeof addr);
+            fd_put(w, (int)value, addr);
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+            /* ZeroMQ says which connection only in the DISCONNECTED that follows at once */
+            w->failure = value ? value : ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED;
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            w->failure = 0; /* the ZAP handler refused it, and logged it */
+        } else if (ev == ZMQ_EVENT_DISCONNECTED) {
+            const char *addr = "an address unknown";
+            int slot = -1;
+            for (int i = 0; i < MAX_FDS && slot < 0; i++)
+                if (w->fds[i].fd == (int)value) slot = i;
+            if (slot >= 0) addr = w->fds[slot].addr;
+            if (w->failure) {
+                const char *kind;
+                const char *why = protocol_reason(w->failure, &kind);
+                refuse(g, w, addr, kind, why);
+                w->failure = 0;
+            }
+            if (slot >= 0) w->fds[slot].fd = -1;
+        }
+    }
+    free(ep);
+    zmsg_destroy(&m);
+}
+
+static void drain_monitors(guard_t *g) {
+    for (int i = 0; i < g->nw; i++)
+        while (zsock_events(g->w[i]->mon) & ZMQ_POLLIN) monitor_event(g, g->w[i]);
+}
+
+/* ---- ZAP (RFC 27): version, request id, domain, address, identity, mechanism, key ---- */
+
+static void zap_reply(guard_t *g, zframe_t **request_id, const char *code, const char *text,
+                      const char *user) {
+    zmsg_t *r = zmsg_new();
+    zmsg_addstr(r, "1.0");
+    zmsg_append(r, request_id);
+    zmsg_addstr(r, code);
+    zmsg_addstr(r, text);
+    zmsg_addstr(r, user);
+    zmsg_addmem(r, "", 0);
+    zmsg_send(&r, g->zap);
+}
+
+static void zap_request(guard_t *g) {
+    zmsg_t *m = zmsg_recv(g->zap);
+    if (!m) return;
+    drain_monitors(g); /* the endpoint as bound, before it is named in a log line */
+    zframe_t *version = zmsg_pop(m), *id = zmsg_pop(m), *domain = zmsg_pop(m);
+    char *address = zmsg_popstr(m);
+    zframe_t *identity = zmsg_pop(m);
+    char *mechanism = zmsg_popstr(m);
+    zframe_t *key = zmsg_pop(m);
+    if (!id) {
+        /* not a ZAP request: nothing to answer */
+    } else if (!version || !zframe_streq(version, "1.0") || !domain || !mechanism) {
+        zap_reply(g, &id, "500", "malformed ZAP request", "");
+    } else {
+        watched_t *w = find_domain(g, (const char *)zframe_data(domain), zframe_size(domain));
+        char peer[96];
+        snprintf(peer, sizeof peer, "%s", address && *address ? address : "an address unknown");
+        if (!w) {
+            /* a CURVE socket of this process that is not psgraph's: what ZeroMQ does for it
+             * without a handler (psgraph's own sockets always have their domain here) */
+            zap_reply(g, &id, "200", "OK", "");
+        } else if (strcmp(mechanism, "CURVE") || !key || zframe_size(key) != PSG_CURVE_KEY_BYTES) {
+            refuse(g, w, peer, "mechanism", "it does not speak CURVE");
+            zap_reply(g, &id, "400", "CURVE only", "");
+        } else if (!psg_curve_keys_allows(w->keys, zframe_data(key))) {
+            char z85[41], why[300];
+            zmq_z85_encode(z85, zframe_data(key), PSG_CURVE_KEY_BYTES);
+            snprintf(why, sizeof why, "its key %s is not in the allow-list of %s", z85,
+                     psg_curve_keys_dir(w->keys));
+            refuse(g, w, peer, "key", why);
+            zap_reply(g, &id, "400", "key not in the allow-list", "");
+        } else {
+            char z85[41];
+            zmq_z85_encode(z85, zframe_data(key), PSG_CURVE_KEY_BYTES);
+            zap_reply(g, &id, "200", "OK", z85);
+        }
+    }
+    zframe_destroy(&version);
+    zframe_destroy(&id);
+    zframe_destroy(&domain);
+    zframe_destroy(&identity);
+    zframe_destroy(&key);
+    free(address);
+    free(mechanism);
+    zmsg_destroy(&m);
+}
+
+/* ---- the actor ---- */
+
+static void watch_remove(guard_t *g, int i) {
+    zpoller_remove(g->poller, g->w[i]->mon);
+    zsock_destroy(&g->w[i]->mon);
+    free(g->w[i]);
+    g->w[i] = g->w[--g->nw];
+}
+
+/* A command from the pipe: ADD domain endpoint monitor keys refused | DEL domain | $TERM.
+ * Returns false on $TERM. */
+static bool command(guard_t *g) {
+    char *cmd = NULL, *domain = NULL, *endpoint = NULL, *monitor = NULL;
+    void *keys = NULL, *refused = NULL;
+    if (zsock_recv(g->pipe, "sssspp", &cmd, &domain, &endpoint, &monitor, &keys, &refused) < 0)
+        return false;
+    bool go_on = cmd && strcmp(cmd, "$TERM");
+    int status = 0;
+    if (cmd && !strcmp(cmd, "ADD")) {
+        watched_t *w = g->nw < MAX_WATCHED ? calloc(1, sizeof *w) : NULL;
+        if (w && (w->mon = zsock_new_pair(monitor)) != NULL) {
+            snprintf(w->domain, sizeof w->domain, "%s", domain);
+            snprintf(w->endpoint, sizeof w->endpoint, "%s", endpoint);
+            w->keys = keys;
+            w->refused = refused;
+            for (int i = 0; i < MAX_FDS; i++) w->fds[i].fd = -1;
+            zpoller_add(g->poller, w->mon);
+            g->w[g->nw++] = w;
+        } else {
+            free(w);
+            status = -1;
+        }
+    } else if (cmd && !strcmp(cmd, "DEL")) {
+        for (int i = 0; i < g->nw; i++)
+            if (!strcmp(g->w[i]->domain, domain)) {
+                drain_monitors(g);
+                watch_remove(g, i);
+                break;
+            }
+    }
+    if (go_on) zsock_signal(g->pipe, (byte)(status < 0));
+    free(cmd);
+    free(domain);
+    free(endpoint);
+    free(monitor);
+    return go_on;
+}
+
+static void guard_actor(zsock_t *pipe, void *args) {
+    guard_t g = {.pipe = pipe};
+    int *started = args;
+    g.zap = zsock_new(ZMQ_REP);
+    g.logged = calloc(MAX_LOGGED, sizeof *g.logged);
+    if (!g.zap || zsock_bind(g.zap, "%s", ZAP_ENDPOINT) < 0 || !g.logged ||
+        !(g.poller = zpoller_new(pipe, g.zap, NULL))) {
+        *started = -1;
+        zsock_signal(pipe, 0);
+    } else {
+        *started = 1;
+        zsock_signal(pipe, 0);
+        for (;;) {
+            void *which = zpoller_wait(g.poller, -1);
+            if (!which) {
+                if (zpoller_terminated(g.poller)) break;
+                continue;
+            }
+            if (which == pipe) {
+                if (!command(&g)) break;
+            } else if (which == g.zap) {
+                zap_request(&g);
+            } else {
+                for (int i = 0; i < g.nw; i++)
+                    if (which == g.w[i]->mon) monitor_event(&g, g.w[i]);
+            }
+        }
+    }
+    while (g.nw) watch_remove(&g, g.nw - 1);
+    zpoller_destroy(&g.poller);
+    zsock_destroy(&g.zap);
+    free(g.logged);
+}
+
+/* ---- attach, detach ---- */
+
+int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k,
+                           atomic_uint_fast64_t *refused, char *domain, size_t size) {
+    psg_codec_init_czmq();
+    pthread_mutex_lock(&guard_lock);
+    int rc = 0;
+    if (!guard) {
+        int started = 0;
+        guard = zactor_new(guard_actor, &started);
+        if (!guard || started != 1) {
+            zactor_destroy(&guard);
+            pthread_mutex_unlock(&guard_lock);
+            return psg_error_set("cannot start the CURVE authentication handler: %s is taken "
+                                 "(another ZAP handler in this process?)",
+                                 ZAP_ENDPOINT);
+        }
+        /* a guard that died can never hang a server's start or close */
+        zsock_set_rcvtimeo(zactor_sock(guard), 5000);
+    }
+    unsigned long long n = ++guard_next;
+    snprintf(domain, size, "psgraph-%llu", n);
+    char monitor[96];
+    snprintf(monitor, sizeof monitor, "inproc://psgraph-curve-monitor-%llu", n);
+    if (zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) < 0 ||
+        zmq_socket_monitor(sock, monitor, MONITOR_EVENTS) < 0) {
+        rc = psg_error_set("cannot watch the CURVE handshakes of %s: %s", endpoint, zmq_strerror(errno));
+    } else if (zsock_send(guard, "sssspp", "ADD", domain, endpoint, monitor, (void *)k, (void *)refused) < 0 ||
+               zsock_wait(guard) != 0) {
+        zmq_socket_monitor(sock, NULL, 0);
+        rc = psg_error_set("cannot watch the CURVE handshakes of %s", endpoint);
+    }
+    if (rc == 0) guard_refs++;
+    else domain[0] = 0; /* nothing for detach to undo */
+    if (rc < 0 && guard_refs == 0) zactor_destroy(&guard);
+    pthread_mutex_unlock(&guard_lock);
+    return rc;
+}
+
+void psg_curve_guard_detach(void *sock, const char *domain) {
+    if (!domain || !*domain) return;
+    zmq_socket_monitor(sock, NULL, 0);
+    pthread_mutex_lock(&guard_lock);
+    if (guard) {
+        zsock_send(guard, "sssspp", "DEL", domain, "", "", NULL, NULL);
+        zsock_wait(guard);
+        if (--guard_refs == 0) zactor_destroy(&guard);
+    }
+    pthread_mutex_unlock(&guard_lock);
+}

@@ -1,0 +1,38 @@
+/* Internal to net/: the raw CURVE keys for the sockets (server.c, client.c) and the guard
+ * (curve_guard.c: the ZAP handler and the handshake monitor). Not a public API: that is
+ * include/psgraph/curve.h. */
+#ifndef PSGRAPH_NET_CURVE_INTERNAL_H
+#define PSGRAPH_NET_CURVE_INTERNAL_H
+
+#include "psgraph/curve.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PSG_CURVE_KEY_BYTES 32
+
+/* Makes a DEALER a CURVE client of the cluster: the cluster's public key as the server's,
+ * this identity's pair as its own. Before connect. -1 with the error set. */
+int psg_curve_apply_client(void *sock, const psg_curve_keys_t *k);
+/* Makes a ROUTER a CURVE server with the cluster's pair. Before bind. -1 with the error set
+ * when the folder holds no cluster.key_secret (a client's folder). */
+int psg_curve_apply_server(void *sock, const psg_curve_keys_t *k);
+/* True when `key` (32 bytes) is in the allow-list. */
+bool psg_curve_keys_allows(const psg_curve_keys_t *k, const uint8_t *key);
+
+/* Puts a CURVE server socket under the process's guard, before its bind: a ZAP domain of
+ * its own (set on the socket here) whose requests are checked against k's allow-list, and a
+ * monitor of its handshakes. Every refusal adds 1 to *refused and is logged once per peer
+ * address and reason, naming `endpoint`. Call from the socket's thread. Fills domain (the
+ * handle for detach). -1 with the error set. */
+int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k,
+                           atomic_uint_fast64_t *refused, char *domain, size_t size);
+/* Takes the socket out of the guard (before it is closed); the guard's thread stops with
+ * the last one. */
+void psg_curve_guard_detach(void *sock, const char *domain);
+
+/* Writes a line to the log of psg_net_set_log (nothing when none is set). */
+void psg_curve_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,340 @@
+/* CURVE between real processes on 127.0.0.1: `psgraph keygen` writes a private key folder
+ * and refuses an open one; a `psgraph server` ps task with the cluster's keys serves this
+ * process (a worker with the keys), and refuses a client without keys, one with another
+ * cluster's keys and one whose key is not in its allow-list: none of them gets a request
+ * through (a variable keeps its value, the ps still runs, its request count moves only for
+ * the good client), and each refusal is logged once with its reason. A task asked to listen
+ * on 0.0.0.0 without keys refuses to start; one on loopback warns once; an ipc:// socket in
+ * an open folder is refused. Not the launcher's keys (test_curve_launch.sh). */
+#include "core/json.h"
+#include "tests/testutil.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *psgraph_exe;
+static char tmp[256];
+
+/* Runs a shell command line; returns its exit status and its output (stdout and stderr)
+ * in out. */
+static int run(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int run(char *out, size_t size, const char *fmt, ...) {
+    char cmd[2048], log[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof log, "%s/run.log", tmp);
+    char full[2600];
+    snprintf(full, sizeof full, "(%s) >'%s' 2>&1", cmd, log);
+    int st = system(full);
+    out[0] = 0;
+    FILE *f = fopen(log, "r");
+    if (f) {
+        size_t n = fread(out, 1, size - 1, f);
+        out[n] = 0;
+        fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static mode_t mode_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+static void test_keygen(void) {
+    char out[4096], path[512];
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/keys'", psgraph_exe, tmp) == 0);
+    CHECK(strstr(out, "public key "));
+    snprintf(path, sizeof path, "%s/keys", tmp);
+    CHECK(mode_of(path) == 0700);
+    snprintf(path, sizeof path, "%s/keys/cluster.key_secret", tmp);
+    CHECK(mode_of(path) == 0600);
+    snprintf(path, sizeof path, "%s/keys/cluster.key", tmp);
+    CHECK(mode_of(path) != 0);
+    /* a folder open to others is refused, named; existing keys are never overwritten */
+    CHECK(run(out, sizeof out, "mkdir -m 755 '%s/open' && '%s' keygen '%s/open'", tmp, psgraph_exe, tmp) == 1);
+    CHECK(strstr(out, "/open is open to other users (mode 0755)"));
+    snprintf(path, sizeof path, "%s/open/cluster.key_secret", tmp);
+    CHECK(access(path, F_OK) != 0);
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/keys'", psgraph_exe, tmp) == 1);
+    CHECK(strstr(out, "cluster.key_secret exists"));
+    /* a secret readable by others is refused when loaded */
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/loose' && chmod 644 '%s/loose/cluster.key_secret'", psgraph_exe,
+              tmp, tmp) == 0);
+    snprintf(path, sizeof path, "%s/loose", tmp);
+    CHECK(psg_curve_keys_load(path, NULL) == NULL);
+    CHECK_ERROR_HAS("cluster.key_secret is readable by other users (mode 0644)");
+    /* another cluster's keys; and a client's own pair beside a copy of our public key */
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/other'", psgraph_exe, tmp) == 0);
+    CHECK(run(out, sizeof out, "mkdir -m 700 '%s/intruder' && cp '%s/keys/cluster.key' '%s/intruder/' && '%s' keygen "
+                               "'%s/intruder' --name intruder",
+              tmp, tmp, tmp, psgraph_exe, tmp) == 0);
+}
+
+/* ---- the ps task and its attackers ---- */
+
+typedef struct {
+    psg_graph_t *g;
+    psg_replica_setter_t *setter;
+    psg_endpoint_t x, read;
+    int add;
+} model_t;
+
+static void build(model_t *m, const psg_cluster_t *c) {
+    m->g = psg_graph_new();
+    m->setter = psg_dist_replica_setter_new(c, PSG_PS_GREEDY);
+    psg_graph_push_replica_setter(m->g, m->setter);
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_endpoint_t w = psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    m->x = psg_placeholder(m->g, "x", PSG_DT_F32, &s4);
+    m->add = psg_assign_add(m->g, "add", w, m->x);
+    m->read = psg_read_variable(m->g, "read", w);
+    psg_graph_pop_device(m->g);
+    CHECK(psg_graph_error(m->g) == NULL);
+}
+
+static void model_free(model_t *m) {
+    psg_graph_destroy(&m->g);
+    psg_replica_setter_destroy(&m->setter);
+}
+
+/* A worker of a cluster file: its task server and a session over the model. */
+typedef struct {
+    psg_cluster_t *c;
+    psg_task_server_t *ts;
+    model_t m;
+    psg_dist_session_t *s;
+} worker_t;
+
+/* Joins as worker 0 of `file` (its keys, or none); w->s is NULL on failure. */
+static void worker_open(worker_t *w, const char *file, int64_t timeout_ms) {
+    memset(w, 0, sizeof *w);
+    if (!(w->c = psg_cluster_from_file(file, "worker", 0))) return;
+    psg_task_server_options_t so = {.cluster = w->c, .recv_timeout_ms = timeout_ms};
+    if (!(w->ts = psg_task_server_new(&so))) return;
+    build(&w->m, w->c);
+    psg_dist_session_options_t o = {.cluster = w->c, .server = w->ts, .step_timeout_ms = timeout_ms};
+    w->s = psg_dist_session_new(w->m.g, &o);
+}
+
+static void worker_close(worker_t *w) {
+    psg_dist_session_destroy(&w->s);
+    model_free(&w->m);
+    psg_task_server_destroy(&w->ts);
+    psg_cluster_destroy(&w->c);
+}
+
+/* Adds `delta` to w on the ps as worker 0 of `file`. Returns the step's status. */
+static int add_as_worker(const char *file, float delta) {
+    worker_t w;
+    worker_open(&w, file, 1500);
+    float v[4] = {delta, delta, delta, delta};
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_tensor_t *x = psg_test_tensor(&s4, v);
+    int rc = w.s ? psg_dist_session_run(w.s, 1, &w.m.x, &x, 0, NULL, NULL, 1, &w.m.add) : -1;
+    psg_tensor_destroy(&x);
+    worker_close(&w);
+    return rc;
+}
+
+/* A raw Shutdown request, which would stop the ps, by a client with `keys` (NULL: none). */
+static psg_msg_t *shutdown_as(int port, const psg_curve_keys_t *keys) {
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = keys;
+    psg_client_t *cl = psg_client_new(ep, &o);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_SHUTDOWN);
+    psg_msg_t *r = cl ? psg_client_call(cl, &m, 1500) : NULL;
+    psg_msg_destroy(&m);
+    psg_client_destroy(&cl);
+    return r;
+}
+
+static double inspect_field(psg_dist_session_t *s, const char *field) {
+    char *json = psg_dist_session_inspect(s, "/job:ps/task:0");
+    psg_json_t *doc = json ? psg_json_parse(json) : NULL;
+    const psg_json_t *f = doc ? psg_json_get(doc, field) : NULL;
+    double v = f ? f->number : -1;
+    psg_json_free(doc);
+    free(json);
+    return v;
+}
+
+static void write_cluster(const char *file, int ps_port, int worker_port, const char *keys) {
+    FILE *f = fopen(file, "w");
+    PSG_ASSERT(f);
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}%s%s%s}\n", ps_port,
+            worker_port, keys ? ", \"keys\": \"" : "", keys ? keys : "", keys ? "\"" : "");
+    fclose(f);
+}
+
+static void test_refused_peers(void) {
+    int ps_port = psg_test_free_port(), w_port = psg_test_free_port();
+    char good[400], plain[400], other[400], log[400], path[400];
+    snprintf(good, sizeof good, "%s/cluster.json", tmp);
+    snprintf(plain, sizeof plain, "%s/plain.json", tmp);
+    snprintf(other, sizeof other, "%s/other.json", tmp);
+    snprintf(log, sizeof log, "%s/ps.log", tmp);
+    write_cluster(good, ps_port, w_port, "keys"); /* relative to the file's folder */
+    write_cluster(plain, ps_port, psg_test_free_port(), NULL);
+    write_cluster(other, ps_port, psg_test_free_port(), "other");
+    pid_t ps = fork();
+    PSG_ASSERT(ps >= 0);
+    if (ps == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        unsetenv(PSG_CURVE_KEYS_ENV);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", good, "--job", "ps", "--task", "0", "--idle-timeout",
+              "60", "--expect-workers", "0", (char *)NULL);
+        _exit(127);
+    }
+    worker_t wk;
+    worker_open(&wk, good, 10000);
+    psg_dist_session_t *s = wk.s;
+    model_t m = wk.m;
+    CHECK(wk.c && psg_cluster_keys(wk.c) && psg_curve_keys_allowed(psg_cluster_keys(wk.c)) == 1);
+    CHECK(s != NULL);
+    if (!s) goto out;
+    /* the good worker: w = 1 over CURVE (the ps may still be starting: init waits for it) */
+    double t0 = psg_test_now_sec();
+    while (psg_dist_session_run_init(s) < 0 && psg_test_now_sec() - t0 < 10) usleep(100000);
+    float ones[4] = {1, 1, 1, 1};
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_tensor_t *x = psg_test_tensor(&s4, ones), *w = NULL;
+    CHECK(psg_dist_session_run(s, 1, &m.x, &x, 0, NULL, NULL, 1, &m.add) == 0);
+    psg_tensor_destroy(&x);
+    /* the ps's request count, once it is still: only Inspect moves it now */
+    double received = inspect_field(s, "received"), before = -1;
+    for (int i = 0; i < 50 && received != before + 1; i++, usleep(20000)) {
+        before = received;
+        received = inspect_field(s, "received");
+    }
+    CHECK(received == before + 1 && inspect_field(s, "refused") == 0);
+    received += 1;
+
+    /* the attackers: a worker without keys, one with another cluster's keys */
+    CHECK(add_as_worker(plain, 100) < 0);
+    CHECK(add_as_worker(other, 100) < 0);
+    /* raw clients: no keys, another cluster's keys, a key not in the allow-list */
+    snprintf(path, sizeof path, "%s/other", tmp);
+    psg_curve_keys_t *wrong = psg_curve_keys_load(path, NULL);
+    snprintf(path, sizeof path, "%s/intruder", tmp);
+    psg_curve_keys_t *intruder = psg_curve_keys_load(path, "intruder");
+    CHECK(wrong && intruder);
+    psg_msg_t *r = shutdown_as(ps_port, NULL);
+    CHECK(r == NULL);
+    CHECK_ERROR_HAS("cannot reach the peer");
+    psg_msg_destroy(&r);
+    r = shutdown_as(ps_port, wrong);
+    CHECK(r == NULL);
+    psg_msg_destroy(&r);
+    r = intruder ? shutdown_as(ps_port, intruder) : NULL;
+    CHECK(r == NULL);
+    psg_msg_destroy(&r);
+
+    /* nothing reached the ps: one more request (this Inspect), w is still 1, it runs */
+    CHECK(inspect_field(s, "received") == received + 1);
+    CHECK(inspect_field(s, "refused") >= 5);
+    CHECK(psg_dist_session_run(s, 0, NULL, NULL, 1, &m.read, &w, 0, NULL) == 0);
+    if (w) CHECK(psg_tensor_f32(w)[0] == 1.0f && psg_tensor_f32(w)[3] == 1.0f);
+    psg_tensor_destroy(&w);
+    CHECK(waitpid(ps, NULL, WNOHANG) == 0);
+    /* every refusal logged with its reason, once per address and reason (a peer that left
+     * before the monitor saw it has its own line, "an address unknown") */
+    char text[16384] = "";
+    FILE *f = fopen(log, "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = 0;
+        fclose(f);
+    }
+    CHECK(strstr(text, "serving on tcp://127.0.0.1:") && strstr(text, "with CURVE (keys"));
+    int no_keys = count(text, "it does not speak CURVE (a client without keys");
+    int crypto = count(text, "its hello does not decrypt with this cluster's key");
+    CHECK(no_keys >= 1 && no_keys <= 2 && crypto >= 1 && crypto <= 2);
+    CHECK(count(text, "is not in the allow-list of") == 1);
+    CHECK(intruder && strstr(text, psg_curve_keys_public(intruder)));
+    CHECK(strstr(text, "refused a peer at 127.0.0.1: its key"));
+    if (psg_test_failures) fprintf(stderr, "ps log:\n%s\n", text);
+    psg_curve_keys_destroy(&wrong);
+    psg_curve_keys_destroy(&intruder);
+    psg_dist_session_job_done(s);
+out:
+    worker_close(&wk);
+    kill(ps, SIGKILL);
+    waitpid(ps, NULL, 0);
+}
+
+/* ---- refusing to run open ---- */
+
+static void test_listen_rules(void) {
+    char out[4096];
+    int port = psg_test_free_port();
+    /* 0.0.0.0 without keys: refused, nothing bound, the way out named */
+    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen tcp://0.0.0.0:%d",
+              psgraph_exe, port) == 1);
+    char want[96];
+    snprintf(want, sizeof want, "refusing to listen on tcp://0.0.0.0:%d without keys", port);
+    CHECK(strstr(out, want) && strstr(out, "psgraph keygen DIR") && strstr(out, "--insecure"));
+    /* a worker whose cluster puts it on 0.0.0.0: the same */
+    char file[400];
+    snprintf(file, sizeof file, "%s/open.json", tmp);
+    FILE *f = fopen(file, "w");
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"0.0.0.0:%d\"]}}\n", port, port + 1);
+    fclose(f);
+    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' train --model mlp --data synthetic --steps 1 --cluster '%s' "
+                               "--job worker --task 0",
+              psgraph_exe, file) == 1);
+    snprintf(want, sizeof want, "refusing to listen on tcp://0.0.0.0:%d without keys", port + 1);
+    CHECK(strstr(out, want));
+    /* loopback without keys: one warning */
+    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen "
+                               "tcp://127.0.0.1:%d --idle-timeout 0.3",
+              psgraph_exe, port) == 0);
+    CHECK(count(out, "warning: tcp://127.0.0.1:") == 1 && strstr(out, "takes plain frames, without keys"));
+    /* ipc://: plain frames in a private folder only */
+    psg_server_t *sv = psg_server_new("ipc:///tmp/psg_test_curve_open.sock", NULL);
+    CHECK(sv == NULL);
+    CHECK_ERROR_HAS("its folder /tmp is open to other users");
+    char ep[400];
+    snprintf(ep, sizeof ep, "ipc://%s/ok.sock", tmp);
+    sv = psg_server_new(ep, NULL);
+    CHECK(sv != NULL);
+    psg_server_destroy(&sv);
+    CHECK(psg_curve_listen_check("tcp://[::1]:5", NULL, false) == 1);
+    CHECK(psg_curve_listen_check("tcp://10.0.0.1:5", NULL, false) < 0);
+    CHECK(psg_curve_listen_check("tcp://10.0.0.1:5", NULL, true) == 0);
+    CHECK(psg_curve_listen_check("tcp://*:5", NULL, false) < 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_curve PATH/TO/psgraph\n");
+        return 2;
+    }
+    psgraph_exe = argv[1];
+    snprintf(tmp, sizeof tmp, "/tmp/psg_test_curve_XXXXXX");
+    PSG_ASSERT(mkdtemp(tmp));
+    unsetenv(PSG_CURVE_KEYS_ENV);
+    RUN_TEST(test_keygen);
+    RUN_TEST(test_refused_peers);
+    RUN_TEST(test_listen_rules);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp);
+    return psg_test_summary();
+}
