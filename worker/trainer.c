@@ -174,7 +174,8 @@ static int make_runners(const psg_train_config_t *c, trainer_t *t, int n_feeds,
         return t->eval ? 0 : -1;
     }
     psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
-                                    .step_timeout_ms = c->step_timeout_ms};
+                                    .step_timeout_ms = c->step_timeout_ms,
+                                    .ps_memory_limit = c->ps_memory_limit};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
     /* the variables are initialized, restored or waited for by worker/cluster_ckpt.c */
     t->dstep = psg_dist_session_make_callable(t->dsess, n_feeds, feeds, 1, &loss, 1, &train_op);
