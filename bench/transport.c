@@ -5,11 +5,17 @@
  *
  *   transport [--sizes 4096,1048576,...] [--chunk BYTES] [--chunk-above BYTES]
  *             [--sweep-chunk] [--rtt-iters N] [--only push|pull]
+ *             [--server-netns /run/netns/NS --server-ip IP]
+ * --server-netns: the server process enters that network namespace (an emulated host of
+ * tools/hosts.sh) and listens on IP there; the client stays where it was started
+ * (bench/hosts.sh runs it on another emulated host).
  */
 #include "psgraph/wire.h"
 
 #include <czmq.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,10 +75,22 @@ static int psg_serve(psg_server_t *s, psg_tensor_t **pull_cache) {
     return quit;
 }
 
+static const char *server_netns, *server_ip = "127.0.0.1";
+
 static void server_main(int port_pipe, const psg_wire_opts_t *opts) {
-    psg_server_t *s = psg_server_new("tcp://127.0.0.1:*", opts);
+    if (server_netns) {
+        int fd = open(server_netns, O_RDONLY);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+            fprintf(stderr, "transport: cannot enter %s: %s\n", server_netns, strerror(errno));
+            _exit(1);
+        }
+        close(fd);
+    }
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://%s:*", server_ip);
+    psg_server_t *s = psg_server_new(ep, opts);
     zsock_t *raw = zsock_new(ZMQ_ROUTER);
-    int raw_port = raw ? zsock_bind(raw, "tcp://127.0.0.1:*") : -1;
+    int raw_port = raw ? zsock_bind(raw, "%s", ep) : -1;
     int ports[2] = {s ? psg_server_port(s) : -1, raw_port};
     if (write(port_pipe, ports, sizeof ports) != sizeof ports || !s || raw_port < 0) _exit(1);
     close(port_pipe);
@@ -220,11 +238,11 @@ static int run(const size_t *sizes, int nsizes, const psg_wire_opts_t *opts, int
     close(fds[0]);
     peer_t p = {0};
     char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[0]);
+    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[0]);
     p.c = psg_client_new(ep, opts);
     p.raw_zs = zsock_new(ZMQ_DEALER);
     p.raw = zsock_resolve(p.raw_zs);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[1]);
+    snprintf(ep, sizeof ep, "tcp://%s:%d", server_ip, ports[1]);
     zsock_connect(p.raw_zs, "%s", ep);
     p.buf = malloc(MAX_SIZE);
     memset(p.buf, 1, MAX_SIZE);
@@ -288,9 +306,13 @@ int main(int argc, char **argv) {
             rtt_iters = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
+        } else if (strcmp(argv[i], "--server-netns") == 0 && i + 1 < argc) {
+            server_netns = argv[++i];
+        } else if (strcmp(argv[i], "--server-ip") == 0 && i + 1 < argc) {
+            server_ip = argv[++i];
         } else {
             fprintf(stderr, "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
-                            "[--rtt-iters N] [--only push|pull]\n");
+                            "[--rtt-iters N] [--only push|pull] [--server-netns PATH --server-ip IP]\n");
             return 2;
         }
     }

@@ -4,6 +4,9 @@
 #ifndef PSGRAPH_CLI_BENCH_H
 #define PSGRAPH_CLI_BENCH_H
 
+#include "psgraph/tfrecord.h"
+#include "psgraph/sync_replicas.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -15,6 +18,7 @@ typedef struct {
     bool aux, print_model, forward_only;
     const char *device, *data, *data_dir, *step_times;
     const char *precision; /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
+    psg_tfrecord_compression_t compression; /* of the ImageNet shards: auto (detected) */
     double lr;
     uint64_t seed;
     /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */
@@ -23,6 +27,8 @@ typedef struct {
     int64_t step_timeout_ms;
     const char *stragglers[BENCH_MAX_STRAGGLERS]; /* --straggler specs (sync/straggler.c) */
     int num_stragglers;
+    const char *sync;           /* --sync NAME; NULL: sync, or async for one worker and no b */
+    psg_sync_options_t sync_opt; /* the strategies' own options (sync/strategies.c) */
 } psg_bench_opts_t;
 
 /* Runs the benchmark as *o says, in this process: alone (towers when

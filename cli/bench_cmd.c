@@ -24,6 +24,7 @@ static void usage(FILE *f, const char *cmd) {
             "  --forward-only        inference steps (no gradients)\n"
             "  --data synthetic|imagenet   (default synthetic: one random batch, made once)\n"
             "  --data-dir DIR        ImageNet TFRecord shards (train-*)\n"
+            "  --compression auto|none|gzip|zlib  of the shards (default auto: from each file's first bytes)\n"
             "  --decode-threads T    JPEG decode threads (default 2)\n"
             "  --threads T           compute threads (default: the cores)\n"
             "  --lr X                initial learning rate (default 0.045)\n"
@@ -44,6 +45,8 @@ static void usage(FILE *f, const char *cmd) {
             "  --backup-workers b    b more workers; each step takes the first W of the W + b\n"
             "                        gradients and drops the rest (default 0)\n"
             "  --straggler SPEC      delay workers each step (repeatable; docs/sync.md)\n"
+            "  --sync NAME           the strategy (default sync; async for one worker and no b) and its\n"
+            "                        options, as psgraph train's (psgraph train --help)\n"
             "  --step-timeout S      a distributed step fails after S seconds (default 300)\n"
             "  --cluster FILE --job worker --task I   run as that task (or TF_CONFIG set)\n",
             cmd);
@@ -95,6 +98,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
                         .threads = cores > 0 ? (int)cores : 1, .log_every = 1, .decode_threads = 2,
                         .workers = 0, .ps = 0, .backups = 0, .towers = 1, .device = "cpu",
                         .data = "synthetic", .lr = 0.045, .seed = 1, .step_timeout_ms = 300000};
+    psg_sync_options_defaults(&o->sync_opt);
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -120,6 +124,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         else if (!strcmp(a, "--precision")) o->precision = v;
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--data-dir")) o->data_dir = v;
+        else if (!strcmp(a, "--compression")) rc = psg_tfrecord_compression_parse(v, &o->compression);
         else if (!strcmp(a, "--step-times")) o->step_times = v;
         else if (!strcmp(a, "--batch")) { rc = num(a, v, 1, 1 << 16, &x); o->batch = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = num(a, v, 1, 1e9, &x); o->steps = (int)x; }
@@ -136,6 +141,14 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         else if (!strcmp(a, "--backup-workers")) { rc = num(a, v, 0, 1e5, &x); o->backups = (int)x; }
         else if (!strcmp(a, "--towers")) { rc = num(a, v, 1, PSG_MAX_TOWERS, &x); o->towers = (int)x; }
         else if (!strcmp(a, "--cluster")) o->cluster_file = v;
+        else if (!strcmp(a, "--sync")) {
+            o->sync = v;
+            if ((rc = psg_sync_strategy_check_name(v)) < 0) fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+        }
+        else if ((rc = psg_sync_option_parse(&o->sync_opt, a, v)) != 0) { /* a strategy's (sync/strategies.c) */
+            if (rc < 0) fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+            rc = rc < 0 ? -1 : 0;
+        }
         else if (!strcmp(a, "--job")) o->job = v;
         else if (!strcmp(a, "--task")) { rc = num(a, v, 0, 1e5, &x); o->task = (int)x; }
         else if (!strcmp(a, "--step-timeout")) { rc = num(a, v, 0.001, 1e6, &x); o->step_timeout_ms = (int64_t)(x * 1000); }

@@ -6,6 +6,7 @@
  * final JSON line. Not the option parsing or the local launch (bench_cmd.c). */
 #include "cli/bench.h"
 #include "psgraph/psgraph.h"
+#include "worker/replica.h"
 #include "worker/sync_train.h"
 #include "worker/worker_task.h"
 
@@ -38,9 +39,9 @@ typedef struct {
     psg_train_config_t tc; /* the cluster's and sync replicas' settings */
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
-    psg_dist_callable_t *dstep; /* owned by dsess */
-    psg_sync_train_t *sync;     /* NULL: async (one worker, no backups) */
-    psg_optimizer_t *opt;       /* the sync replicas' (borrowed by sync) */
+    psg_replica_t rep;          /* the replica: model or towers, the strategy */
+    psg_sync_train_t *sync;     /* rep.sync: the strategy's worker (worker/sync_train.c) */
+    psg_optimizer_t *opt;       /* the strategy's (borrowed by sync) */
     int num_required;           /* gradients a global step (N) */
     /* input */
     psg_imagenet_t *inet;
@@ -104,11 +105,21 @@ static int build_towers(bench_t *b) {
     return rc < 0 ? -1 : psg_place(b->g, &po); /* the nodes added after the towers' placement */
 }
 
-/* Joins the cluster as this worker task and builds its replica under the
- * replica device setter: the recipe's step (async: one worker, no backups),
- * or sync replicas aggregating N = workers - b gradients a step, whose
- * worker step also runs the batch-norm updates and whose chief step runs the
- * EMA after the update. */
+/* The one-tower model of psg_replica_build: Inception-v3, its size, the variables the
+ * moving average covers (before an optimizer's slots). */
+static int build_one(void *ctx, psg_graph_t *g, psg_model_t *mm) {
+    bench_t *b = ctx;
+    if (psg_inception3_build(g, &b->cfg, &b->m) < 0 || psg_model_stats(g, NULL, &b->st) < 0 ||
+        (b->n_ema_vars = psg_inception3_variables(g, &b->ema_vars)) < 0)
+        return -1;
+    *mm = (psg_model_t){b->m.images, b->m.labels, b->m.logits, b->m.loss, b->m.correct};
+    return 0;
+}
+
+/* Joins the cluster as this worker task and builds its replica through the strategy
+ * (--sync; by default sync replicas aggregating N = workers - b gradients a step, or
+ * async for one worker and no backups): a worker's step also runs tower 0's batch-norm
+ * updates, and the moving average follows each update. */
 static int build_replica(bench_t *b) {
     const psg_bench_opts_t *o = b->o;
     psg_train_config_t *tc = &b->tc;
@@ -123,6 +134,7 @@ static int build_replica(bench_t *b) {
     tc->backup_workers = o->backups;
     tc->stragglers = o->stragglers;
     tc->num_stragglers = o->num_stragglers;
+    tc->sync_opt = o->sync_opt;
     if (psg_worker_task_join(&b->w, tc, "psgraph bench inception3") < 0) return -1;
     int W = b->w.num_workers;
     if (o->workers > 0 && o->workers + o->backups != W)
@@ -130,71 +142,37 @@ static int build_replica(bench_t *b) {
                              "not %d", o->workers, o->backups, W, o->workers + o->backups);
     if (o->backups >= W)
         return psg_error_set("--backup-workers %d: the cluster has only %d worker tasks", o->backups, W);
-    bool sync = W > 1 || o->backups > 0;
-    tc->sync = sync ? "sync" : "async";
+    tc->sync = o->sync ? o->sync : W > 1 || o->backups > 0 ? "sync" : "async";
     b->num_required = W - o->backups;
     b->recipe.replicas = b->num_required;
+    /* the optimizer's learning-rate decay reads the global step: on the ps tasks */
     psg_graph_push_replica_setter(b->g, b->w.setter);
-    bool towers = o->towers > 1 || b->gpu;
-    int rc = 0, n = 0;
-    psg_endpoint_t *grads = NULL, *vars = NULL;
-    if (towers && !sync) {
-        rc = build_towers(b);
-    } else if (towers) {
-        /* K towers; the mean of their gradients goes to the accumulators */
-        psg_towers_config_t twc = towers_config(b);
-        b->towers = calloc(1, sizeof *b->towers);
-        rc = b->towers ? psg_towers_build_gradients(b->g, &twc, b->towers, &n, &grads, &vars)
-                       : psg_error_set("out of memory");
-        if (rc == 0) b->m = b->tower_models[0];
-    } else {
-        rc = psg_inception3_build(b->g, &b->cfg, &b->m);
-        if (rc == 0) rc = psg_model_stats(b->g, NULL, &b->st);
-        if (rc == 0 && sync && (b->n_ema_vars = psg_inception3_variables(b->g, &b->ema_vars)) < 0)
-            rc = -1;
-        if (rc == 0 && !sync)
-            rc = psg_inception3_train_op(b->g, &b->recipe, &b->m, &b->train_op, NULL);
-    }
-    if (rc == 0 && sync) {
-        b->opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
-        if (b->opt && towers)
-            b->sync = psg_sync_train_new_towers(tc, b->g, b->opt, b->towers, n, grads, vars,
-                                                b->w.rank, W, stdout);
-        else if (b->opt)
-            b->sync = psg_sync_train_new(tc, b->g, b->opt, b->m.loss, b->m.images, b->m.labels,
-                                         b->w.rank, W, stdout);
-        int ema = -1;
-        rc = b->sync ? psg_inception3_finish_train_op(
-                           b->g, &b->recipe, psg_sync_train_graph(b->sync)->chief_global_step.node,
-                           -1, b->n_ema_vars, b->ema_vars, &ema)
-                     : -1;
-        /* a worker's step also runs tower 0's batch-norm updates */
-        if (rc == 0) psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
-    }
-    free(grads);
-    free(vars);
+    b->opt = psg_inception3_optimizer(b->g, &b->recipe, NULL);
+    psg_graph_pop_device(b->g);
+    if (!b->opt) return -1;
+    psg_towers_config_t twc = towers_config(b);
+    psg_replica_spec_t rs = {.c = tc, .w = &b->w, .opt = b->opt,
+                             .towers = o->towers > 1 || b->gpu ? &twc : NULL,
+                             .build_one = build_one, .ctx = b, .out = stdout};
+    if (psg_replica_build(b->g, &rs, &b->rep) < 0) return -1;
+    b->sync = b->rep.sync;
+    b->towers = b->rep.towers;
+    if (b->towers) b->m = b->tower_models[0];
+    int ema = -1;
+    psg_graph_push_replica_setter(b->g, b->w.setter);
+    int rc = psg_inception3_finish_train_op(b->g, &b->recipe, psg_sync_train_after_update(b->sync),
+                                            -1, b->n_ema_vars, b->ema_vars, &ema);
     psg_graph_pop_device(b->g);
     if (rc < 0) return -1;
+    psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
     psg_dist_session_options_t so = {.cluster = b->w.cluster, .server = b->w.server,
                                      .step_timeout_ms = o->step_timeout_ms};
     if (!(b->dsess = psg_dist_session_new(b->g, &so))) return -1;
-    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS] = {b->m.images, b->m.labels}, fetch = b->m.loss;
-    if (b->towers) {
-        psg_towers_feeds(b->towers, feeds);
-        fetch = b->towers->loss;
-    }
-    int nf = b->towers ? 2 * b->towers->num_towers : 2;
-    if (!sync && !(b->dstep = psg_dist_session_make_callable(b->dsess, nf, feeds, 1, &fetch, 1,
-                                                             &b->train_op)))
-        return -1;
-    /* async: the next step's reads travel while the ps applies this one (dist_session.h) */
-    if (b->dstep) psg_dist_callable_set_overlap(b->dstep, true);
+    if (psg_sync_train_init_local(b->sync, b->dsess) < 0) return -1;
     if (b->w.chief ? psg_dist_session_run_init(b->dsess) < 0
                    : psg_dist_session_wait_init(b->dsess, o->step_timeout_ms) < 0)
         return psg_error_wrap("the variables");
-    return b->sync ? psg_sync_train_start(b->sync, b->dsess, b->w.cluster, b->w.server, b->w.chief,
-                                          NULL)
-                   : 0;
+    return psg_sync_train_start(b->sync, b->dsess, b->w.cluster, b->w.server, b->w.chief, NULL);
 }
 
 /* The graph and its runner: a cluster's replica, towers, or the plain graph. */
@@ -257,7 +235,7 @@ static int run_step(bench_t *b, psg_tensor_t *img, psg_tensor_t *lab, psg_tensor
         if (psg_towers_split(b->towers, img, lab, fv) < 0) return -1;
         n = 2 * b->towers->num_towers;
     }
-    int rc = b->dstep ? psg_dist_callable_run(b->dstep, fv, loss) : psg_callable_run(b->step, fv, loss);
+    int rc = psg_callable_run(b->step, fv, loss);
     for (int i = 0; i < n; i++) psg_tensor_destroy(&fv[i]);
     return rc;
 }
@@ -300,8 +278,8 @@ static void print_header(const bench_t *b) {
     if (b->in_cluster)
         printf("%s of %d workers (%s), %s, variables on %d ps tasks\n", b->w.task, b->w.num_workers,
                b->w.chief ? "chief" : "not chief",
-               b->sync ? "sync replicas" : "async", psg_cluster_num_tasks(b->w.cluster, "ps"));
-    if (b->sync)
+               b->tc.sync, psg_cluster_num_tasks(b->w.cluster, "ps"));
+    if (b->sync && psg_sync_train_graph(b->sync)->chief_op >= 0)
         printf("sync replicas: the mean of the first %d of %d gradients a step, %d backup worker%s\n",
                b->num_required, b->w.num_workers, o->backups, o->backups == 1 ? "" : "s");
     if (!o->forward_only)
@@ -312,21 +290,12 @@ static void print_header(const bench_t *b) {
 }
 
 /* The cluster's fields of the chief's final line, each followed by a comma. */
-static void cluster_json(bench_t *b, int64_t steps, double own_ips, char *buf, size_t size) {
-    char sj[1024] = "";
+static void cluster_json(bench_t *b, char *buf, size_t size) {
+    char sj[1536] = "";
     int W = b->w.num_workers;
     double *rates = malloc(sizeof *rates * (size_t)W);
-    int nr = 0;
-    if (b->sync) {
-        psg_sync_train_json(b->sync, sj, sizeof sj);
-        nr = rates ? psg_sync_train_worker_rates(b->sync, rates) : 0;
-    } else {
-        snprintf(sj, sizeof sj,
-                 "\"sync\":\"async\",\"replicas_to_aggregate\":1,\"backup_workers\":0,\"global_steps\":%lld,"
-                 "\"gradients_used\":%lld,\"gradients_dropped\":0,",
-                 (long long)steps, (long long)steps);
-        if (rates) rates[nr++] = own_ips;
-    }
+    psg_sync_train_json(b->sync, sj, sizeof sj);
+    int nr = rates ? psg_sync_train_worker_rates(b->sync, rates) : 0;
     size_t len = (size_t)snprintf(buf, size, "\"ps\":%d,\"workers\":%d,%s\"per_worker_images_per_sec\":[",
                                   psg_cluster_num_tasks(b->w.cluster, "ps"), b->num_required, sj);
     for (int i = 0; i < nr && len + 32 < size; i++) {
@@ -343,19 +312,20 @@ static void cluster_json(bench_t *b, int64_t steps, double own_ips, char *buf, s
  * the others, everyone tells the ps tasks it is done. */
 static int finish_cluster(bench_t *b, double own_ips) {
     if (psg_dist_session_drain(b->dsess) < 0) return -1; /* the last overlapped step */
-    if (b->sync && psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
+    if (psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
     if (b->w.chief) {
         if (psg_dist_session_wait_workers(b->dsess, b->w.num_workers - 1, b->o->step_timeout_ms) < 0) {
             printf("warning: %s; reporting anyway\n", psg_error_message());
             fflush(stdout);
         }
-        if (b->sync) psg_sync_train_count(b->sync, b->dsess, b->w.cluster);
+        psg_sync_train_count(b->sync, b->dsess, b->w.cluster);
     }
     return psg_dist_session_job_done(b->dsess);
 }
 
 static void bench_free(bench_t *b) {
-    psg_sync_train_destroy(&b->sync);
+    if (b->towers != b->rep.towers) free(b->towers); /* one process's (build_towers) */
+    psg_replica_free(&b->rep);
     psg_dist_session_destroy(&b->dsess);
     psg_worker_task_leave(&b->w);
     psg_optimizer_destroy(&b->opt);
@@ -365,45 +335,37 @@ static void bench_free(bench_t *b) {
     psg_imagenet_destroy(&b->inet);
     psg_callable_destroy(&b->step);
     psg_session_destroy(&b->sess);
-    free(b->towers);
     free(b->ema_vars);
     psg_graph_destroy(&b->g);
 }
 
-int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
-    bench_t b = {.o = o, .cmd = cmd, .train_op = -1};
-    b.cfg = psg_inception3_defaults();
-    b.cfg.image_size = o->image_size;
-    b.cfg.classes = o->classes;
-    b.cfg.aux_logits = o->aux;
-    b.cfg.is_training = !o->forward_only;
-    b.cfg.seed = o->seed;
-    b.recipe = psg_inception3_recipe_defaults();
-    b.recipe.learning_rate = o->lr;
-    b.recipe.batch = o->batch;
-    b.in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
-    b.gpu = !strcmp(o->device, "gpu");
-    if (b.gpu && !o->print_model && psg_gpu_count() == 0) {
-        printf("psgraph %s: --device gpu: %s; running on the CPU\n", cmd, psg_gpu_status());
-        b.gpu = false;
+/* The model's config, the recipe, the device and the input's reader; 1 after printing
+ * the model (--print-model): nothing to run. 0, 1, or -1 with the error set. */
+static int setup(bench_t *b) {
+    const psg_bench_opts_t *o = b->o;
+    b->cfg = psg_inception3_defaults();
+    b->cfg.image_size = o->image_size;
+    b->cfg.classes = o->classes;
+    b->cfg.aux_logits = o->aux;
+    b->cfg.is_training = !o->forward_only;
+    b->cfg.seed = o->seed;
+    b->recipe = psg_inception3_recipe_defaults();
+    b->recipe.learning_rate = o->lr;
+    b->recipe.batch = o->batch;
+    b->in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
+    b->gpu = !strcmp(o->device, "gpu");
+    if (b->gpu && !o->print_model && psg_gpu_count() == 0) {
+        printf("psgraph %s: --device gpu: %s; running on the CPU\n", b->cmd, psg_gpu_status());
+        b->gpu = false;
     }
-    double *times = NULL;
-    int rc = 1;
-    if (b.gpu && b.in_cluster) {
-        psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
-        goto fail;
-    }
-    if (!(b.g = psg_graph_new())) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
+    if (b->gpu && b->in_cluster) return psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
+    if (!(b->g = psg_graph_new())) return psg_error_set("out of memory");
     /* before any node: the products of every tower and gradient are built under it */
-    if (psg_graph_set_precision(b.g, o->precision) < 0) goto fail;
+    if (psg_graph_set_precision(b->g, o->precision) < 0) return -1;
     if (o->print_model) {
-        if (psg_inception3_build(b.g, &b.cfg, &b.m) < 0 || psg_model_stats(b.g, NULL, &b.st) < 0) goto fail;
-        print_model(o, &b.st);
-        rc = 0;
-        goto out;
+        if (psg_inception3_build(b->g, &b->cfg, &b->m) < 0 || psg_model_stats(b->g, NULL, &b->st) < 0) return -1;
+        print_model(o, &b->st);
+        return 1;
     }
     if (!strcmp(o->data, "imagenet")) {
         psg_imagenet_options_t io = psg_imagenet_defaults(true);
@@ -411,114 +373,137 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         io.classes = o->classes;
         io.threads = o->decode_threads;
         io.seed = o->seed;
+        io.compression = o->compression;
         io.report = on_skip;
-        if (!(b.inet = psg_imagenet_new(o->data_dir, &io))) goto fail;
-        b.recipe.examples_per_epoch = psg_imagenet_num_records(b.inet);
+        if (!(b->inet = psg_imagenet_new(o->data_dir, &io))) return -1;
+        b->recipe.examples_per_epoch = psg_imagenet_num_records(b->inet);
     }
-    if (build(&b) < 0 || make_input(&b) < 0) goto fail;
-    print_header(&b);
-    /* sync: a worker steps until training is over; a fast one may take more
-     * tokens than there are global steps, never more than all of them */
+    return build(b) < 0 || make_input(b) < 0 ? -1 : 0;
+}
+
+/* What the timed steps gave. */
+typedef struct {
+    double *times; /* each timed step's ms */
+    int64_t k, cap, s; /* timed steps, room, steps run */
+    double loss, timed;
+    int per_step; /* images a step as reported: the chief's are N workers' */
+} timing_t;
+
+/* One step's time (after the warmup) and the interval's images/sec line. */
+static int record(bench_t *b, timing_t *t, double t0, double dt, bool over, double *interval_start,
+                  int *interval_steps) {
+    const psg_bench_opts_t *o = b->o;
+    if (t->k == t->cap) {
+        double *nt = realloc(t->times, (size_t)(t->cap *= 2) * sizeof *t->times);
+        if (!nt) return psg_error_set("out of memory");
+        t->times = nt;
+    }
+    t->times[t->k++] = dt * 1000.0;
+    t->timed += dt;
+    if (*interval_steps == 0) *interval_start = t0;
+    (*interval_steps)++;
+    if (t->k % o->log_every == 0 || t->k == o->steps || over) {
+        double ips = *interval_steps * t->per_step / (psg_now_sec() - *interval_start);
+        printf("%lld\timages/sec: %.2f\t%.3f\n", (long long)t->k, ips, t->loss);
+        fflush(stdout);
+        *interval_steps = 0;
+    }
+    return 0;
+}
+
+/* The warmup and timed steps. */
+static int loop(bench_t *b, timing_t *t) {
+    const psg_bench_opts_t *o = b->o;
+    /* a strategy with tokens (sync): a worker steps until training is over; a fast one may
+     * take more tokens than there are global steps, never more than all of them */
     int64_t total = o->warmup + o->steps;
-    int64_t limit = b.sync ? total * b.w.num_workers + 16 : total, cap = total, k = 0, s;
-    times = calloc((size_t)cap, sizeof *times);
-    if (!times) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    /* the chief reports the job's pace: N workers' images a global step */
-    int per_step = b.in_cluster && b.w.chief ? b.num_required * o->batch : o->batch;
-    double loss = NAN, interval_start = 0, timed = 0;
+    bool tokens = b->sync && psg_sync_train_graph(b->sync)->chief_op >= 0;
+    int64_t limit = tokens ? total * b->w.num_workers + 16 : total;
+    t->cap = total;
+    if (!(t->times = calloc((size_t)t->cap, sizeof *t->times))) return psg_error_set("out of memory");
+    t->per_step = b->in_cluster && b->w.chief ? b->num_required * o->batch : o->batch;
+    t->loss = NAN;
+    double interval_start = 0;
     int interval_steps = 0;
     bool over = false;
-    for (s = 0; s < limit && !over; s++) {
-        psg_tensor_t *bi = b.img, *bl = b.lab, *out = NULL;
+    for (t->s = 0; t->s < limit && !over; t->s++) {
+        psg_tensor_t *bi = b->img, *bl = b->lab, *out = NULL;
         double t0 = psg_now_sec();
-        if (b.it) {
+        if (b->it) {
             bi = bl = NULL;
-            if (psg_batch_iter_next(b.it, &bi, &bl) != 1) goto fail;
+            if (psg_batch_iter_next(b->it, &bi, &bl) != 1) return -1;
         }
-        int src = run_step(&b, bi, bl, &out, &over);
-        if (b.it) {
+        int src = run_step(b, bi, bl, &out, &over);
+        if (b->it) {
             psg_tensor_destroy(&bi);
             psg_tensor_destroy(&bl);
         }
-        if (src < 0) {
-            psg_error_wrap("step %lld", (long long)s);
-            goto fail;
-        }
-        loss = psg_tensor_f32(out)[0];
+        if (src < 0) return psg_error_wrap("step %lld", (long long)t->s);
+        t->loss = psg_tensor_f32(out)[0];
         psg_tensor_destroy(&out);
         double dt = psg_now_sec() - t0;
-        if (!isfinite(loss)) {
-            psg_error_set("step %lld: the loss is %g", (long long)s, loss);
-            goto fail;
-        }
-        if (s < o->warmup) {
-            printf("warmup %lld\t%.2f s\t%.3f\n", (long long)s + 1, dt, loss);
+        if (!isfinite(t->loss)) return psg_error_set("step %lld: the loss is %g", (long long)t->s, t->loss);
+        if (t->s < o->warmup) {
+            printf("warmup %lld\t%.2f s\t%.3f\n", (long long)t->s + 1, dt, t->loss);
             fflush(stdout);
-            continue;
-        }
-        if (k == cap) {
-            double *nt = realloc(times, (size_t)(cap *= 2) * sizeof *times);
-            if (!nt) {
-                psg_error_set("out of memory");
-                goto fail;
-            }
-            times = nt;
-        }
-        times[k++] = dt * 1000.0;
-        timed += dt;
-        if (interval_steps == 0) interval_start = t0;
-        interval_steps++;
-        if (k % o->log_every == 0 || k == o->steps || over) {
-            double ips = interval_steps * per_step / (psg_now_sec() - interval_start);
-            printf("%lld\timages/sec: %.2f\t%.3f\n", (long long)k, ips, loss);
-            fflush(stdout);
-            interval_steps = 0;
+        } else if (record(b, t, t0, dt, over, &interval_start, &interval_steps) < 0) {
+            return -1;
         }
     }
-    double own_ips = timed > 0 ? (double)k * o->batch / timed : 0;
-    double ips = timed > 0 ? (double)k * per_step / timed : 0;
-    if (b.in_cluster && finish_cluster(&b, own_ips) < 0) goto fail;
-    if (b.in_cluster && !b.w.chief) {
+    return 0;
+}
+
+/* The end: the cluster's, then the chief's (or one process's) final JSON line. */
+static int report(bench_t *b, timing_t *t) {
+    const psg_bench_opts_t *o = b->o;
+    double own_ips = t->timed > 0 ? (double)t->k * o->batch / t->timed : 0;
+    double ips = t->timed > 0 ? (double)t->k * t->per_step / t->timed : 0;
+    if (b->in_cluster && finish_cluster(b, own_ips) < 0) return -1;
+    if (b->in_cluster && !b->w.chief) {
         printf("{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"images_per_sec\":%.3f,"
                "\"final_loss\":%.4f}\n",
-               b.w.task, (long long)s, own_ips, loss);
-        rc = 0;
-        goto out;
+               b->w.task, (long long)t->s, own_ips, t->loss);
+        return 0;
     }
-    if (o->step_times && write_step_times(o->step_times, times, k) < 0) goto fail;
+    if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
     double median = 0, p90 = 0;
-    if (k > 0) {
-        qsort(times, (size_t)k, sizeof *times, cmp_double);
-        median = times[(k - 1) / 2];
-        p90 = times[(int64_t)ceil(0.9 * (double)(k - 1))];
+    if (t->k > 0) {
+        qsort(t->times, (size_t)t->k, sizeof *t->times, cmp_double);
+        median = t->times[(t->k - 1) / 2];
+        p90 = t->times[(int64_t)ceil(0.9 * (double)(t->k - 1))];
     }
-    char cl[2048] = "";
-    if (b.in_cluster) cluster_json(&b, s, own_ips, cl, sizeof cl);
+    char cl[3072] = "";
+    if (b->in_cluster) cluster_json(b, cl, sizeof cl);
     printf("total images/sec: %.2f\n", ips);
     printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
            "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
            "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
            "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld}\n",
-           b.gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b.g)),
-           b.towers ? b.towers->num_towers : 1, cl,
+           b->gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b->g)),
+           b->towers ? b->towers->num_towers : 1, cl,
            o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
-           o->threads, o->warmup, (long long)k, ips, median, p90, loss, (long long)b.st.params,
-           (long long)b.st.macs_per_example,
-           ips * (double)b.st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
-           b.inet ? (long long)psg_imagenet_num_skipped(b.inet) : 0LL);
-    rc = 0;
-    goto out;
-fail:
-    if (b.in_cluster && b.w.task[0]) psg_error_wrap("%s", b.w.task);
-    if (b.g && psg_graph_error(b.g) && !strstr(psg_error_message(), psg_graph_error(b.g)))
-        psg_error_wrap("%s", psg_graph_error(b.g));
-    fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-    rc = 1;
-out:
-    free(times);
+           o->threads, o->warmup, (long long)t->k, ips, median, p90, t->loss, (long long)b->st.params,
+           (long long)b->st.macs_per_example,
+           ips * (double)b->st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
+           b->inet ? (long long)psg_imagenet_num_skipped(b->inet) : 0LL);
+    return 0;
+}
+
+int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
+    bench_t b = {.o = o, .cmd = cmd, .train_op = -1};
+    timing_t t = {0};
+    int rc = setup(&b);
+    if (rc == 0) {
+        print_header(&b);
+        rc = loop(&b, &t) < 0 || report(&b, &t) < 0 ? -1 : 0;
+    }
+    if (rc < 0) {
+        if (b.in_cluster && b.w.task[0]) psg_error_wrap("%s", b.w.task);
+        if (b.g && psg_graph_error(b.g) && !strstr(psg_error_message(), psg_graph_error(b.g)))
+            psg_error_wrap("%s", psg_graph_error(b.g));
+        fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+    }
+    free(t.times);
     bench_free(&b);
-    return rc;
+    return rc < 0 ? 1 : 0;
 }

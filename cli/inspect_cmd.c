@@ -41,7 +41,10 @@ static double element(const psg_checkpoint_entry_t *e, int64_t i) {
 static void print_entry(const psg_checkpoint_entry_t *e) {
     char shape[PSG_SHAPE_STR_MAX];
     psg_shape_str(&e->shape, shape, sizeof shape);
-    int64_t n = psg_shape_numel(&e->shape), nans = 0, counted = 0;
+    /* the elements the bytes hold, never more than the shape claims (the reader checks both agree) */
+    size_t es = psg_dtype_size(e->dtype);
+    int64_t n = es ? (int64_t)(e->nbytes / es) : 0, nans = 0, counted = 0;
+    if (psg_shape_numel(&e->shape) < n) n = psg_shape_numel(&e->shape);
     double lo = INFINITY, hi = -INFINITY, sum = 0;
     for (int64_t i = 0; i < n; i++) {
         double v = element(e, i);

@@ -1,9 +1,11 @@
-/* `psgraph launch`: starts a whole cluster on this host, each task its own process with its
- * own TF_CONFIG (ps tasks run `psgraph server`, workers run the given command), tags every
- * output line with its task, and stops all of them on Ctrl-C or when one fails.
- * With --restart on-failure a task that dies is started again (bounded retries).
- * Not ssh or Kubernetes launching. */
+/* `psgraph launch`: starts a whole cluster, each task its own process with its own
+ * TF_CONFIG (ps tasks run `psgraph server`, workers run the given command), on this host or
+ * each on its host over ssh; tags every output line with its task, and stops all of them on
+ * Ctrl-C or when one fails. With --restart on-failure a task that dies is started again
+ * (bounded retries). Not the ssh command line (cli/launch_ssh.c) nor Kubernetes
+ * (cli/launch_k8s.c). */
 #include "cli/commands.h"
+#include "psgraph/sync_replicas.h"
 #include "psgraph/clock.h"
 
 #include <errno.h>
@@ -39,6 +41,9 @@ typedef struct {
     char status[256];   /* on a terminal: its last line */
     char *json;         /* NULL, or where its last line starting with '{' is kept */
     size_t json_size;
+    const char *host;   /* NULL: this host; else it runs there over ssh */
+    int in_fd;          /* over ssh: the write end of ssh's stdin; closing it stops the task */
+    char last[256];     /* its last line, for the message when it fails */
 } task_proc_t;
 
 /* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
@@ -52,8 +57,15 @@ static void on_signal(int sig) { got_signal = sig; }
 static void usage(FILE *f) {
     fprintf(f, "usage: psgraph launch --ps P --workers W [--transport ipc|tcp] [--port-base N] [--host H]\n"
                "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
+               "       psgraph launch --ssh --hosts H1,H2,... | --hosts-file F [--ssh-config F]\n"
+               "                      [--ssh-option OPT]... [--remote-bin PATH] --ps P --workers W -- CMD...\n"
+               "       psgraph launch --k8s [--image IMG] [--namespace NS] [--name N] [--gpus-per-worker G]\n"
+               "                      [--cpu C] [--memory M] [--logdir-volume PVC] [--out DIR] --ps P ...\n"
                "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
                "  TF_CONFIG; output lines tagged [ps0], [worker1];\n"
+               "  --ssh: each task on its host over OpenSSH (BatchMode; the same paths there):\n"
+               "    round-robin over --hosts, or ps0@h1,worker0@h2,... ; TCP on --port-base (23000) + i;\n"
+               "  --k8s: writes a headless Service and a StatefulSet per job as YAML (docs/hosts.md);\n"
                "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
                "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
                "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
@@ -136,6 +148,7 @@ static void emit(task_proc_t *t, bool flush_partial) {
         if (!nl) break;
         if (t->json && *start == '{')
             snprintf(t->json, t->json_size, "%.*s", (int)(nl - start), start);
+        if (nl > start) snprintf(t->last, sizeof t->last, "%.*s", (int)(nl - start), start);
         task_line(t, "%.*s", (int)(nl - start), start);
         start = nl + 1;
     }
@@ -167,11 +180,18 @@ static void drain(task_proc_t *t) {
     }
 }
 
+/* SIGTERM to every task; over ssh, its stdin closed instead: the remote side then stops
+ * its task's process group (SIGKILL kills the local ssh, which closes the session too). */
 static void kill_all(task_proc_t *t, int n, int sig) {
     for (int i = 0; i < n; i++)
         if (t[i].pid > 0 && !t[i].exited) {
             if (sig == SIGTERM) t[i].killed_by_us = true;
-            kill(-t[i].pid, sig);
+            if (t[i].host && sig == SIGTERM && t[i].in_fd >= 0) {
+                close(t[i].in_fd);
+                t[i].in_fd = -1;
+            } else if (!t[i].host || sig == SIGKILL) {
+                kill(-t[i].pid, sig);
+            }
         }
 }
 
@@ -191,6 +211,10 @@ static int reap(task_proc_t *t, int n) {
                 task_line(&t[i], "exited with code %d%s%s", t[i].code, how,
                        t[i].killed_by_us ? " (stopped by launch)" : "");
             }
+            if (t[i].host && !t[i].killed_by_us && (t[i].code == 255 || t[i].code == 127))
+                say("psgraph launch: %s on host %s: %s (exit %d): %s\n", t[i].tag, t[i].host,
+                    t[i].code == 255 ? "ssh failed" : "command not found there", t[i].code,
+                    t[i].last[0] ? t[i].last : "no output");
             fflush(stdout);
         } else {
             alive++;
@@ -199,12 +223,46 @@ static int reap(task_proc_t *t, int n) {
     return alive;
 }
 
+/* The ps tasks write checkpoint shards into the workers' --logdir and their part of a
+ * timeline beside the workers' --trace file: those are the directories a ps may write
+ * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out (NULL-terminated). */
+static void ps_logdirs(char **cmd, char **out) {
+    static char trace_dir[4096];
+    int n = 0;
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
+        if (!strcmp(cmd[i], "--logdir")) {
+            out[n++] = "--logdir";
+            out[n++] = cmd[i + 1];
+        } else if (!strcmp(cmd[i], "--trace")) {
+            snprintf(trace_dir, sizeof trace_dir, "%s", cmd[i + 1]);
+            char *slash = strrchr(trace_dir, '/');
+            if (slash)
+                *slash = 0;
+            else
+                snprintf(trace_dir, sizeof trace_dir, ".");
+            out[n++] = "--logdir";
+            out[n++] = trace_dir;
+        }
+        if (n == 4) break;
+    }
+    out[n] = NULL;
+}
+
 /* Starts task t (again): a process in its own group, TF_CONFIG t->cfg, stdout and stderr
- * into a pipe read by the launcher. -1 (printed) when it cannot. */
-static int spawn(task_proc_t *t, const char *self, char **cmd) {
-    int p[2];
-    if (pipe(p) < 0) {
-        fprintf(stderr, "psgraph launch: pipe: %s\n", strerror(errno));
+ * into a pipe read by the launcher; over ssh, ssh with its stdin a pipe the launcher holds
+ * (argv from psg_launch_ssh_argv). -1 (printed) when it cannot. */
+static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char **cmd) {
+    int p[2], in[2] = {-1, -1};
+    char **argv = NULL;
+    if (t->host) {
+        char *ps_cmd[2 + 2 * 2 + 1] = {(char *)(o->remote_bin ? o->remote_bin : self), "server"};
+        ps_logdirs(cmd, ps_cmd + 2);
+        argv = psg_launch_ssh_argv(o, t->host, t->cfg, t->is_ps ? ps_cmd : cmd);
+    }
+    if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0)) || pipe2(p, O_CLOEXEC) < 0) {
+        fprintf(stderr, "psgraph launch: %s: %s\n", t->tag, argv ? strerror(errno) : "out of memory");
+        if (in[0] >= 0) close(in[0]), close(in[1]);
+        psg_launch_argv_free(&argv);
         return -1;
     }
     fflush(stdout);
@@ -216,28 +274,37 @@ static int spawn(task_proc_t *t, const char *self, char **cmd) {
         signal(SIGHUP, SIG_DFL);
         dup2(p[1], 1);
         dup2(p[1], 2);
-        close(p[0]);
-        close(p[1]);
-        setenv("TF_CONFIG", t->cfg, 1);
-        if (t->is_ps) {
-            char *args[] = {(char *)self, "server", NULL};
-            execv(self, args);
+        if (argv) {
+            dup2(in[0], 0);
+            execvp(argv[0], argv);
         } else {
-            execvp(cmd[0], cmd);
+            setenv("TF_CONFIG", t->cfg, 1);
+            if (t->is_ps) {
+                char *args[2 + 2 * 2 + 1] = {(char *)self, "server"};
+                ps_logdirs(cmd, args + 2);
+                execv(self, args);
+            } else {
+                execvp(cmd[0], cmd);
+            }
         }
-        fprintf(stderr, "cannot run %s: %s\n", t->is_ps ? self : cmd[0], strerror(errno));
+        fprintf(stderr, "cannot run %s: %s\n", argv ? argv[0] : t->is_ps ? self : cmd[0], strerror(errno));
         _exit(127);
     }
+    psg_launch_argv_free(&argv);
     close(p[1]);
+    if (in[0] >= 0) close(in[0]);
     if (pid < 0) {
         close(p[0]);
+        if (in[1] >= 0) close(in[1]);
         fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
         return -1;
     }
     setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
     if (t->fd >= 0) close(t->fd);
+    if (t->in_fd >= 0) close(t->in_fd);
     t->pid = pid;
     t->fd = p[0];
+    t->in_fd = in[1];
     t->exited = false;
     t->len = 0;
     fcntl(p[0], F_SETFL, O_NONBLOCK);
@@ -296,252 +363,383 @@ static int merge_traces(const task_proc_t *t, int n, const char *file) {
     return parts;
 }
 
-int psg_cmd_launch(int argc, char **argv) {
-    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1",
-                      .worker_failures = -1};
-    int cmd_at = -1;
-    const char *transport = NULL;
+/* The options of `psgraph launch` into *o (and the --k8s ones into kv, kn of them);
+ * returns the index of CMD, 0 after --help, or -1 after printing the error. */
+static int parse_options(int argc, char **argv, psg_launch_t *o, const char **transport, const char **hosts,
+                         const char **hosts_file, int *mode, char **kv, int *kn, char **ssh_opts, int *nopts) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--")) {
-            cmd_at = i + 1;
-            break;
-        }
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) return i + 1 < argc ? i + 1 : -1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--ssh") || !strcmp(a, "--k8s")) {
+            *mode = a[2] == 's' ? 1 : 2;
+            continue;
         }
         if (i + 1 >= argc) break;
         const char *v = argv[++i];
         char *end;
         long x = strtol(v, &end, 10);
         bool ok = *v && !*end;
-        if (!strcmp(argv[i - 1], "--ps") && ok && x >= 0 && x <= 64) o.ps = (int)x;
-        else if (!strcmp(argv[i - 1], "--workers") && ok && x >= 1 && x <= 128) o.workers = (int)x;
-        else if (!strcmp(argv[i - 1], "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
-            o.port_base = (int)x, o.tcp = true;
-        else if (!strcmp(argv[i - 1], "--host")) o.host = v, o.tcp = true;
-        else if (!strcmp(argv[i - 1], "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc")))
-            transport = v;
-        else if (!strcmp(argv[i - 1], "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
-            o.restart = !strcmp(v, "on-failure");
-        else if (!strcmp(argv[i - 1], "--max-restarts") && ok && x >= 0 && x <= 1000) o.max_restarts = (int)x;
-        else if (!strcmp(argv[i - 1], "--allow-worker-failures") && ok && x >= 0 && x < MAX_TASKS)
-            o.worker_failures = (int)x;
+        if (!strcmp(a, "--ps") && ok && x >= 0 && x <= 64) o->ps = (int)x;
+        else if (!strcmp(a, "--workers") && ok && x >= 1 && x <= 128) o->workers = (int)x;
+        else if (!strcmp(a, "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
+            o->port_base = (int)x, o->tcp = true;
+        else if (!strcmp(a, "--host")) o->host = v, o->tcp = true;
+        else if (!strcmp(a, "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc"))) *transport = v;
+        else if (!strcmp(a, "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
+            o->restart = !strcmp(v, "on-failure");
+        else if (!strcmp(a, "--max-restarts") && ok && x >= 0 && x <= 1000) o->max_restarts = (int)x;
+        else if (!strcmp(a, "--allow-worker-failures") && ok && x >= 0 && x < MAX_TASKS)
+            o->worker_failures = (int)x;
+        else if (!strcmp(a, "--hosts")) *hosts = v;
+        else if (!strcmp(a, "--hosts-file")) *hosts_file = v;
+        else if (!strcmp(a, "--ssh-config")) o->ssh_config = v;
+        else if (!strcmp(a, "--ssh-option") && *nopts < 31) ssh_opts[(*nopts)++] = (char *)v;
+        else if (!strcmp(a, "--remote-bin")) o->remote_bin = v;
+        else if (*kn < 30 && (!strcmp(a, "--image") || !strcmp(a, "--namespace") || !strcmp(a, "--name") ||
+                              !strcmp(a, "--gpus-per-worker") || !strcmp(a, "--cpu") ||
+                              !strcmp(a, "--memory") || !strcmp(a, "--logdir-volume") || !strcmp(a, "--out")))
+            kv[(*kn)++] = (char *)a, kv[(*kn)++] = (char *)v;
         else {
-            fprintf(stderr, "psgraph launch: bad option '%s %s'\n", argv[i - 1], v);
+            fprintf(stderr, "psgraph launch: bad option '%s %s'\n", a, v);
             usage(stderr);
-            return 2;
+            return -1;
         }
     }
-    if (o.ps < 0 || o.workers < 1 || cmd_at < 0 || cmd_at >= argc) {
+    return -1;
+}
+
+int psg_cmd_launch(int argc, char **argv) {
+    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1", .worker_failures = -1};
+    const char *transport = NULL, *hosts = NULL, *hosts_file = NULL;
+    char *kv[32], *ssh_opts[32];
+    int mode = 0, kn = 0, nopts = 0; /* mode 0: local, 1: --ssh, 2: --k8s */
+    int cmd_at = parse_options(argc, argv, &o, &transport, &hosts, &hosts_file, &mode, kv, &kn, ssh_opts, &nopts);
+    if (cmd_at == 0) return 0;
+    if (o.ps < 0 || o.workers < 1 || cmd_at < 0) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
         return 2;
     }
-    if (transport && !strcmp(transport, "ipc") && o.tcp) {
-        fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base or --host (those are TCP's)\n");
+    if ((kn && mode != 2) || ((hosts || hosts_file || nopts || o.ssh_config || o.remote_bin) && mode != 1)) {
+        fprintf(stderr, "psgraph launch: %s\n", kn ? "--image, --namespace, ... go with --k8s"
+                                                   : "--hosts, --hosts-file, --ssh-* and --remote-bin go with --ssh");
+        return 2;
+    }
+    if (transport && !strcmp(transport, "ipc") && (o.tcp || mode)) {
+        fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base, --host, --ssh or --k8s (those are TCP's)\n");
         return 2;
     }
     if (transport) o.tcp = !strcmp(transport, "tcp");
     o.cmd = argv + cmd_at;
-    return psg_launch_local(&o);
+    if (mode == 2) {
+        kv[kn] = NULL;
+        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd);
+    }
+    if (mode == 1) {
+        if (!hosts == !hosts_file) {
+            fprintf(stderr, "psgraph launch: --ssh needs --hosts H1,H2,... or --hosts-file FILE (one of them)\n");
+            return 2;
+        }
+        if (!(o.task_hosts = psg_launch_hosts(hosts, hosts_file, o.ps, o.workers))) return 2;
+        ssh_opts[nopts] = NULL;
+        o.ssh_options = ssh_opts;
+        o.tcp = true;
+        if (!o.port_base) o.port_base = 23000;
+    }
+    int rc = psg_launch_local(&o);
+    psg_launch_hosts_free(&o.task_hosts, o.ps + o.workers);
+    return rc;
 }
 
-/* The workers that sync replicas with b backup workers can lose: b, when the command
- * trains with --sync sync --backup-workers b; else 0. */
-static int backup_workers_of(char **cmd) {
-    bool sync = false;
-    int b = 0;
+/* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
+ * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
+static int backup_workers_of(char **cmd, int nworkers) {
+    psg_sync_config_t c;
+    psg_sync_config_defaults(&c);
+    c.variant = NULL;
+    c.num_workers = nworkers;
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
-        if (!strcmp(cmd[i], "--sync")) sync = !strcmp(cmd[i + 1], "sync");
-        if (!strcmp(cmd[i], "--backup-workers")) b = atoi(cmd[i + 1]);
+        if (!strcmp(cmd[i], "--sync")) c.variant = cmd[i + 1];
+        if (!strcmp(cmd[i], "--backup-workers")) c.backup_workers = atoi(cmd[i + 1]);
+        if (!strcmp(cmd[i], "--replicas-to-aggregate")) c.replicas_to_aggregate = atoi(cmd[i + 1]);
     }
-    return sync && b > 0 ? b : 0;
+    if (!c.variant || !strcmp(c.variant, "none")) return 0;
+    int n = psg_sync_lost_workers_tolerated(&c);
+    return n > 0 ? n : 0;
 }
 
-int psg_launch_local(psg_launch_t *o) {
-    int nps = o->ps, nworkers = o->workers, port_base = o->port_base, max_restarts = o->max_restarts;
-    bool restart = o->restart;
-    const char *host = o->host ? o->host : "127.0.0.1";
-    bool tcp = o->tcp || port_base > 0;
-    char **cmd = o->cmd;
-    int may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(cmd), failed_workers = 0;
-    int n = nps + nworkers;
-    on_tty = isatty(1);
-    task_proc_t *t = calloc((size_t)n, sizeof *t);
-    int *ports = calloc((size_t)n, sizeof *ports);
-    if (!t || !ports) {
-        fprintf(stderr, "psgraph launch: out of memory\n");
-        return 1;
-    }
-    for (int i = 0; i < n; i++) {
-        t[i].is_ps = i < nps;
-        snprintf(t[i].tag, sizeof t[i].tag, "%s%d", t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
-        t[i].fd = -1;
-        if (i == nps && o->chief_json) {
-            t[i].json = o->chief_json;
-            t[i].json_size = o->chief_json_size;
+/* One run of the launcher: its tasks and where it is in stopping them. */
+typedef struct {
+    psg_launch_t *o;
+    task_proc_t *t;
+    int n, nps;
+    int *ports;
+    char sock_dir[64];
+    char *cluster;
+    char self[4096];
+    int may_fail, failed_workers;
+    bool stopping;
+    double stop_at, workers_done_at, drawn_at;
+    int signaled;
+} launch_run_t;
+
+/* Tags, hosts and ports of the tasks: free ports of this host (or --port-base N + i, checked
+ * free here), --port-base + i on the hosts over ssh (not checkable from here). -1 printed. */
+static int tasks_init(launch_run_t *r) {
+    psg_launch_t *o = r->o;
+    for (int i = 0; i < r->n; i++) {
+        task_proc_t *t = &r->t[i];
+        t->is_ps = i < r->nps;
+        snprintf(t->tag, sizeof t->tag, "%s%d", t->is_ps ? "ps" : "worker", t->is_ps ? i : i - r->nps);
+        t->fd = t->in_fd = -1;
+        if (o->task_hosts) {
+            t->host = o->task_hosts[i];
+            r->ports[i] = o->port_base + i;
+            continue;
+        }
+        if (i == r->nps && o->chief_json) {
+            t->json = o->chief_json;
+            t->json_size = o->chief_json_size;
             o->chief_json[0] = 0;
         }
-        if (!tcp) continue;
-        int want = port_base ? port_base + i : 0;
-        ports[i] = probe_port(want);
-        for (int j = 0; j < i && ports[i] > 0 && !port_base; j++)
-            if (ports[j] == ports[i]) ports[i] = probe_port(0), j = -1;
-        if (ports[i] < 0) {
+        if (!o->tcp) continue;
+        int want = o->port_base ? o->port_base + i : 0;
+        r->ports[i] = probe_port(want);
+        for (int j = 0; j < i && r->ports[i] > 0 && !o->port_base; j++)
+            if (r->ports[j] == r->ports[i]) r->ports[i] = probe_port(0), j = -1;
+        if (r->ports[i] < 0) {
             fprintf(stderr, "psgraph launch: port %d on 127.0.0.1 (for %s) is busy: %s; "
-                            "pick another --port-base\n", want, t[i].tag, strerror(errno));
-            free(t);
-            free(ports);
-            return 1;
+                            "pick another --port-base\n", want, t->tag, strerror(errno));
+            return -1;
         }
     }
     /* Unix domain sockets: no TCP stack between tasks of one host (docs/distributed.md) */
-    char sock_dir[64] = "";
-    if (!tcp) {
-        snprintf(sock_dir, sizeof sock_dir, "/tmp/psgraph-launch-XXXXXX");
-        if (!mkdtemp(sock_dir)) {
-            fprintf(stderr, "psgraph launch: cannot make a folder for the tasks' sockets (%s): %s\n", sock_dir,
+    if (!o->tcp) {
+        snprintf(r->sock_dir, sizeof r->sock_dir, "/tmp/psgraph-launch-XXXXXX");
+        if (!mkdtemp(r->sock_dir)) {
+            fprintf(stderr, "psgraph launch: cannot make a folder for the tasks' sockets (%s): %s\n", r->sock_dir,
                     strerror(errno));
-            free(t);
-            free(ports);
-            return 1;
+            r->sock_dir[0] = 0;
+            return -1;
         }
     }
-    /* the cluster, as TF_CONFIG's "cluster" */
-    size_t cap = 64 + (size_t)n * 300;
-    char *cluster = malloc(cap), *cfg = malloc(cap + 128);
-    size_t len = (size_t)snprintf(cluster, cap, "{");
+    return 0;
+}
+
+/* The address of task i in the cluster: its host (over ssh, without a user@) and port, or
+ * its Unix socket. */
+static void task_address(const launch_run_t *r, int i, char *out, size_t size) {
+    const char *host = r->o->host ? r->o->host : "127.0.0.1";
+    if (r->t[i].host) {
+        const char *at = strrchr(r->t[i].host, '@');
+        host = at ? at + 1 : r->t[i].host;
+    }
+    if (r->o->tcp) snprintf(out, size, "%s:%d", host, r->ports[i]);
+    else snprintf(out, size, "ipc://%s/%s", r->sock_dir, r->t[i].tag);
+}
+
+/* The cluster, as TF_CONFIG's "cluster" (malloc'd into r->cluster); -1 when out of memory. */
+static int build_cluster(launch_run_t *r) {
+    size_t cap = 64 + (size_t)r->n * 300, len;
+    if (!(r->cluster = malloc(cap))) return -1;
+    len = (size_t)snprintf(r->cluster, cap, "{");
     for (int pass = 0; pass < 2; pass++) {
-        int lo = pass ? nps : 0, hi = pass ? n : nps;
+        int lo = pass ? r->nps : 0, hi = pass ? r->n : r->nps;
         if (lo == hi) continue;
-        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "",
+        len += (size_t)snprintf(r->cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "",
                                 pass ? "worker" : "ps");
         for (int i = lo; i < hi; i++) {
-            if (tcp)
-                len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s:%d\"", i > lo ? ", " : "", host, ports[i]);
-            else
-                len += (size_t)snprintf(cluster + len, cap - len, "%s\"ipc://%s/%s\"", i > lo ? ", " : "",
-                                        sock_dir, t[i].tag);
+            char addr[280];
+            task_address(r, i, addr, sizeof addr);
+            len += (size_t)snprintf(r->cluster + len, cap - len, "%s\"%s\"", i > lo ? ", " : "", addr);
         }
-        len += (size_t)snprintf(cluster + len, cap - len, "]");
+        len += (size_t)snprintf(r->cluster + len, cap - len, "]");
     }
-    snprintf(cluster + len, cap - len, "}");
+    snprintf(r->cluster + len, cap - len, "}");
+    return 0;
+}
 
+/* Every task started with its TF_CONFIG; on a failure the ones started are stopped. */
+static void start_tasks(launch_run_t *r) {
+    size_t cap = strlen(r->cluster) + 128;
+    char *cfg = malloc(cap);
+    for (int i = 0; i < r->n; i++) {
+        task_proc_t *t = &r->t[i];
+        if (cfg)
+            snprintf(cfg, cap, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}", r->cluster,
+                     t->is_ps ? "ps" : "worker", t->is_ps ? i : i - r->nps);
+        if (!cfg || !(t->cfg = strdup(cfg)) || spawn(t, r->o, r->self, r->o->cmd) < 0) {
+            kill_all(r->t, i, SIGTERM);
+            break;
+        }
+    }
+    free(cfg);
+    printf("psgraph launch: %d ps + %d workers, cluster %s\n", r->nps, r->n - r->nps, r->cluster);
+    for (int i = 0; i < r->n; i++)
+        if (r->t[i].pid > 0) {
+            if (r->t[i].host)
+                printf("psgraph launch: %s pid %d (ssh to %s)\n", r->t[i].tag, (int)r->t[i].pid, r->t[i].host);
+            else
+                printf("psgraph launch: %s pid %d\n", r->t[i].tag, (int)r->t[i].pid);
+        }
+    fflush(stdout);
+}
+
+/* --restart on-failure: every task that died (not stopped by us) started again, within
+ * its budget. Returns the tasks started. */
+static int restart_dead(launch_run_t *r) {
+    int started = 0;
+    for (int i = 0; r->o->restart && !r->stopping && !got_signal && i < r->n; i++) {
+        task_proc_t *t = &r->t[i];
+        if (!t->exited || t->code == 0 || t->killed_by_us || t->restarts >= r->o->max_restarts) continue;
+        t->restarts++;
+        task_line(t, "restarting it (restart %d of at most %d, --restart on-failure)", t->restarts,
+                  r->o->max_restarts);
+        if (spawn(t, r->o, r->self, r->o->cmd) == 0) {
+            task_line(t, "restarted: pid %d", (int)t->pid);
+            started++;
+        }
+        fflush(stdout);
+    }
+    return started;
+}
+
+/* Whether a task failed in a way that stops the job (a worker the job can lose is let go,
+ * once); notes when every worker is done. */
+static bool job_failed(launch_run_t *r) {
+    bool failed = false, workers_left = false;
+    for (int i = 0; i < r->n; i++) {
+        task_proc_t *t = &r->t[i];
+        bool died = t->exited && t->code != 0 && !t->killed_by_us && !t->tolerated;
+        /* a worker other than the chief (worker 0) the job can do without: it goes on */
+        bool spare = !t->is_ps && i > r->nps && r->failed_workers < r->may_fail &&
+                     (!r->o->restart || t->restarts >= r->o->max_restarts);
+        if (died && spare && !r->stopping) {
+            t->tolerated = true;
+            r->failed_workers++;
+            task_line(t, "failed with code %d; the job goes on without it (%d of at most %d "
+                         "workers lost, --allow-worker-failures)", t->code, r->failed_workers, r->may_fail);
+            fflush(stdout);
+            died = false;
+        }
+        if (died) failed = true;
+        if (!t->is_ps && !t->exited) workers_left = true;
+    }
+    if (!workers_left && r->workers_done_at == 0) r->workers_done_at = psg_now_sec();
+    return failed;
+}
+
+/* Forwards the tasks' output until every task has exited: restarts, stops all when one
+ * fails, on a signal, or a while after the workers are done. */
+static void supervise(launch_run_t *r) {
+    for (;;) {
+        struct pollfd pf[MAX_TASKS];
+        int idx[MAX_TASKS], np = 0;
+        for (int i = 0; i < r->n && np < MAX_TASKS; i++)
+            if (r->t[i].fd >= 0) {
+                pf[np] = (struct pollfd){r->t[i].fd, POLLIN, 0};
+                idx[np++] = i;
+            }
+        poll(pf, (nfds_t)np, 100);
+        for (int k = 0; k < np; k++)
+            if (pf[k].revents) drain(&r->t[idx[k]]);
+        int alive = reap(r->t, r->n);
+        alive += restart_dead(r);
+        if (alive == 0) break;
+        if (got_signal && !r->signaled) {
+            r->signaled = got_signal;
+            say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
+        }
+        bool failed = job_failed(r);
+        /* the ps tasks exit once every worker said it is done; give them a few seconds */
+        bool ps_linger = r->workers_done_at > 0 && psg_now_sec() - r->workers_done_at > 10;
+        if (!r->stopping && (r->signaled || failed || ps_linger)) {
+            if (failed) say("psgraph launch: a task failed, stopping the others\n");
+            kill_all(r->t, r->n, SIGTERM);
+            r->stopping = true;
+            r->stop_at = psg_now_sec();
+        }
+        if (r->stopping && psg_now_sec() - r->stop_at > 5) kill_all(r->t, r->n, SIGKILL);
+        if (on_tty && block_dirty && psg_now_sec() - r->drawn_at > 0.2) {
+            draw_block(r->t, r->n);
+            r->drawn_at = psg_now_sec();
+        }
+    }
+}
+
+/* After the run: the merged trace, the worst exit code, the sockets' folder removed. */
+static int finish(launch_run_t *r) {
+    task_proc_t *t = r->t;
+    char **cmd = r->o->cmd;
+    for (int i = 0; i < r->n; i++) drain(&t[i]);
+    if (on_tty) draw_block(t, r->n);
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        if (!strcmp(cmd[i], "--trace")) {
+            int parts = merge_traces(t, r->n, cmd[i + 1]);
+            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1], strerror(errno));
+            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, cmd[i + 1]);
+        }
+    int worst = 0;
+    for (int i = 0; i < r->n; i++)
+        if (!t[i].killed_by_us && !t[i].tolerated && t[i].code > worst) worst = t[i].code;
+    if (r->failed_workers)
+        say("psgraph launch: %d worker%s failed and the job went on without %s\n", r->failed_workers,
+            r->failed_workers == 1 ? "" : "s", r->failed_workers == 1 ? "it" : "them");
+    if (r->signaled && worst == 0) worst = 128 + r->signaled;
+    return worst;
+}
+
+static void run_free(launch_run_t *r) {
+    if (r->sock_dir[0]) { /* a task killed before it closed its socket leaves the file */
+        for (int i = 0; i < r->n; i++) {
+            char path[128];
+            snprintf(path, sizeof path, "%s/%s", r->sock_dir, r->t[i].tag);
+            unlink(path);
+        }
+        rmdir(r->sock_dir);
+    }
+    for (int i = 0; r->t && i < r->n; i++) {
+        free(r->t[i].cfg);
+        if (r->t[i].fd >= 0) close(r->t[i].fd);
+        if (r->t[i].in_fd >= 0) close(r->t[i].in_fd);
+    }
+    free(r->cluster);
+    free(r->t);
+    free(r->ports);
+}
+
+int psg_launch_local(psg_launch_t *o) {
+    launch_run_t r = {.o = o, .nps = o->ps, .n = o->ps + o->workers};
+    if (o->port_base > 0) o->tcp = true;
+    r.may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(o->cmd, o->workers);
+    on_tty = isatty(1);
+    r.t = calloc((size_t)r.n, sizeof *r.t);
+    r.ports = calloc((size_t)r.n, sizeof *r.ports);
+    if (!r.t || !r.ports) {
+        fprintf(stderr, "psgraph launch: out of memory\n");
+        run_free(&r);
+        return 1;
+    }
+    if (tasks_init(&r) < 0 || build_cluster(&r) < 0) {
+        run_free(&r);
+        return 1;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[sl > 0 ? sl : 0] = 0;
-    for (int i = 0; i < n; i++) {
-        snprintf(cfg, cap + 128, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
-                 cluster, t[i].is_ps ? "ps" : "worker", t[i].is_ps ? i : i - nps);
-        if (!(t[i].cfg = strdup(cfg)) || spawn(&t[i], self, cmd) < 0) {
-            kill_all(t, i, SIGTERM);
-            break;
-        }
-    }
-    printf("psgraph launch: %d ps + %d workers, cluster %s\n", nps, nworkers, cluster);
-    for (int i = 0; i < n; i++)
-        if (t[i].pid > 0) printf("psgraph launch: %s pid %d\n", t[i].tag, (int)t[i].pid);
-    fflush(stdout);
-
-    bool stopping = false;
-    double stop_at = 0, workers_done_at = 0, drawn_at = 0;
-    int signaled = 0;
-    for (;;) {
-        struct pollfd pf[MAX_TASKS];
-        int idx[MAX_TASKS], np = 0;
-        for (int i = 0; i < n && np < MAX_TASKS; i++)
-            if (t[i].fd >= 0) {
-                pf[np] = (struct pollfd){t[i].fd, POLLIN, 0};
-                idx[np++] = i;
-            }
-        poll(pf, (nfds_t)np, 100);
-        for (int k = 0; k < np; k++)
-            if (pf[k].revents) drain(&t[idx[k]]);
-        int alive = reap(t, n);
-        for (int i = 0; restart && !stopping && !got_signal && i < n; i++) {
-            if (!t[i].exited || t[i].code == 0 || t[i].killed_by_us || t[i].restarts >= max_restarts) continue;
-            t[i].restarts++;
-            task_line(&t[i], "restarting it (restart %d of at most %d, --restart on-failure)", t[i].restarts,
-                      max_restarts);
-            if (spawn(&t[i], self, cmd) == 0) {
-                task_line(&t[i], "restarted: pid %d", (int)t[i].pid);
-                alive++;
-            }
-            fflush(stdout);
-        }
-        if (alive == 0) break;
-        if (got_signal && !signaled) {
-            signaled = got_signal;
-            say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
-            fflush(stdout);
-        }
-        bool failed = false, workers_left = false;
-        for (int i = 0; i < n; i++) {
-            bool died = t[i].exited && t[i].code != 0 && !t[i].killed_by_us && !t[i].tolerated;
-            /* a worker other than the chief (worker 0) the job can do without: it goes on */
-            bool spare = !t[i].is_ps && i > nps && failed_workers < may_fail &&
-                         (!restart || t[i].restarts >= max_restarts);
-            if (died && spare && !stopping) {
-                t[i].tolerated = true;
-                failed_workers++;
-                task_line(&t[i], "failed with code %d; the job goes on without it (%d of at most %d "
-                                 "workers lost, --allow-worker-failures)", t[i].code, failed_workers, may_fail);
-                fflush(stdout);
-                died = false;
-            }
-            if (died) failed = true;
-            if (!t[i].is_ps && !t[i].exited) workers_left = true;
-        }
-        if (!workers_left && workers_done_at == 0) workers_done_at = psg_now_sec();
-        /* the ps tasks exit once every worker said it is done; give them a few seconds */
-        bool ps_linger = workers_done_at > 0 && psg_now_sec() - workers_done_at > 10;
-        if (!stopping && (signaled || failed || ps_linger)) {
-            if (failed) say("psgraph launch: a task failed, stopping the others\n");
-            fflush(stdout);
-            kill_all(t, n, SIGTERM);
-            stopping = true;
-            stop_at = psg_now_sec();
-        }
-        if (stopping && psg_now_sec() - stop_at > 5) kill_all(t, n, SIGKILL);
-        if (on_tty && block_dirty && psg_now_sec() - drawn_at > 0.2) {
-            draw_block(t, n);
-            drawn_at = psg_now_sec();
-        }
-    }
-    for (int i = 0; i < n; i++) drain(&t[i]);
-    if (on_tty) draw_block(t, n);
-    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
-        if (!strcmp(cmd[i], "--trace")) {
-            int parts = merge_traces(t, n, cmd[i + 1]);
-            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1], strerror(errno));
-            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, cmd[i + 1]);
-        }
-    int worst = 0;
-    for (int i = 0; i < n; i++)
-        if (!t[i].killed_by_us && !t[i].tolerated && t[i].code > worst) worst = t[i].code;
-    if (failed_workers)
-        say("psgraph launch: %d worker%s failed and the job went on without %s\n", failed_workers,
-            failed_workers == 1 ? "" : "s", failed_workers == 1 ? "it" : "them");
-    if (signaled && worst == 0) worst = 128 + signaled;
-    if (sock_dir[0]) { /* a task killed before it closed its socket leaves the file */
-        for (int i = 0; i < n; i++) {
-            char path[128];
-            snprintf(path, sizeof path, "%s/%s", sock_dir, t[i].tag);
-            unlink(path);
-        }
-        rmdir(sock_dir);
-    }
-    free(cluster);
-    free(cfg);
-    for (int i = 0; i < n; i++) free(t[i].cfg);
-    free(t);
-    free(ports);
+    signal(SIGPIPE, SIG_IGN); /* a closed ssh stdin must not kill the launcher */
+    ssize_t sl = readlink("/proc/self/exe", r.self, sizeof r.self - 1);
+    r.self[sl > 0 ? sl : 0] = 0;
+    start_tasks(&r);
+    supervise(&r);
+    int worst = finish(&r);
+    run_free(&r);
     return worst;
 }

@@ -15,6 +15,7 @@ static const struct {
     {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
     {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
     {"inspect", psg_cmd_inspect, "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
+    {"compare", psg_cmd_compare, "run strategies on one workload, time to accuracy (psgraph compare --help)"},
     {"data", psg_cmd_data, "write a synthetic click log: psgraph data ctr --rows N --out FILE"},
     {"plot", psg_cmd_plot, "draw LOGDIR/metrics.jsonl to a PNG with gnuplot (psgraph plot LOGDIR)"},
 };

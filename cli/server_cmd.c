@@ -24,13 +24,35 @@ static void server_usage(FILE *f) {
             "  --idle-timeout S       stop after S seconds without a request (default 600; 0: never)\n"
             "  --recv-timeout S       how long a Recv waits for its tensor (default 60)\n"
             "  --expect-workers N     stop once N workers said they are done (default: the\n"
-            "                         cluster's workers and chief; 0: never)\n");
+            "                         cluster's workers and chief; 0: never)\n"
+            "  --logdir DIR           where SaveShard and Trace may write (repeatable, up to %d;\n"
+            "                         none: they are refused)\n"
+            "  --memory-limit BYTES   the task's memory: what a peer's registered graphs may\n"
+            "                         allocate (suffix K, M, G; default half the machine's)\n"
+            "  --max-pending N        RunGraph requests a peer may have pending (default 64)\n"
+            "  --max-graphs N         graphs a peer may have registered (default 256)\n"
+            "  --max-wait S           the longest wait of an accumulator take or token dequeue,\n"
+            "                         whatever a graph asks (default 600)\n",
+            PSG_TS_MAX_LOGDIRS);
+}
+
+/* "4096", "512K", "256M", "2G" into bytes; -1 on anything else. */
+static int parse_bytes(const char *v, int64_t *out) {
+    char *end = NULL;
+    double x = strtod(v, &end);
+    double mul = !*end ? 1 : !strcmp(end, "K") ? 1024.0 : !strcmp(end, "M") ? 1048576.0 : !strcmp(end, "G") ? 1073741824.0 : 0;
+    if (end == v || mul == 0 || x < 1 || x * mul > 9e18) return -1;
+    *out = (int64_t)(x * mul);
+    return 0;
 }
 
 int psg_cmd_server(int argc, char **argv) {
     const char *cluster_file = NULL, *job = NULL, *listen = NULL, *task_name = NULL;
     int task = -1, threads = 1, expect = -1;
-    double idle = 600, recv_timeout = 60;
+    double idle = 600, recv_timeout = 60, max_wait = 600;
+    const char *logdirs[PSG_TS_MAX_LOGDIRS] = {0};
+    int n_logdirs = 0;
+    psg_task_limits_t lim = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -55,6 +77,11 @@ int psg_cmd_server(int argc, char **argv) {
         else if (num_ok && !strcmp(a, "--expect-workers")) expect = (int)x;
         else if (num_ok && !strcmp(a, "--idle-timeout")) idle = x;
         else if (num_ok && x > 0 && !strcmp(a, "--recv-timeout")) recv_timeout = x;
+        else if (!strcmp(a, "--logdir") && n_logdirs < PSG_TS_MAX_LOGDIRS) logdirs[n_logdirs++] = v;
+        else if (!strcmp(a, "--memory-limit") && parse_bytes(v, &lim.memory_bytes) == 0) {}
+        else if (num_ok && x >= 1 && !strcmp(a, "--max-pending")) lim.max_pending_per_peer = (int)x;
+        else if (num_ok && x >= 1 && !strcmp(a, "--max-graphs")) lim.max_graphs_per_peer = (int)x;
+        else if (num_ok && x > 0 && !strcmp(a, "--max-wait")) max_wait = x;
         else {
             fprintf(stderr, "psgraph server: bad option '%s %s'\n", a, v);
             server_usage(stderr);
@@ -75,6 +102,12 @@ int psg_cmd_server(int argc, char **argv) {
         fprintf(stderr, "psgraph server: %s\n", psg_error_message());
         return 2;
     }
+    if (c && psg_cluster_task(c).job && !strcmp(psg_cluster_task(c).job, PSG_EVALUATOR_JOB)) {
+        fprintf(stderr, "psgraph server: the evaluator task runs `psgraph train` with the job's options "
+                        "(it evaluates the checkpoints of --logdir), not a server\n");
+        psg_cluster_destroy(&c);
+        return 2;
+    }
     if (expect < 0)
         expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;
     psg_task_server_options_t o = {.cluster = c,
@@ -83,7 +116,10 @@ int psg_cmd_server(int argc, char **argv) {
                                    .num_threads = threads,
                                    .recv_timeout_ms = (int64_t)(recv_timeout * 1000),
                                    .idle_timeout_ms = (int64_t)(idle * 1000),
-                                   .expect_workers = expect};
+                                   .expect_workers = expect,
+                                   .limits = lim};
+    o.limits.max_wait_ms = (int64_t)(max_wait * 1000);
+    for (int i = 0; i < n_logdirs; i++) o.logdirs[i] = logdirs[i];
     psg_task_server_t *ts = psg_task_server_new(&o);
     if (!ts) {
         fprintf(stderr, "psgraph server: %s\n", psg_error_message());

@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "  --bytes N           bytes pulled and pushed per worker and step (default 95269408:\n"
             "                      Inception-v3's trainable variables in f32)\n"
             "  --link-gbps X       each machine's link, per direction (default 10)\n"
+            "  --slow-link-gbps X  the last worker's link instead (one capped worker; default: as the others)\n"
+            "  --ps-link-gbps X    each ps's link instead (default: as the others)\n"
             "  --latency-ms X      per message (default 0.07)\n"
             "  --ps P              parameter servers (default: (W + b) / 4, rounded up)\n"
             "  --overhead-ms X     per step: chief's apply, tokens (default 2)\n"
@@ -125,6 +127,8 @@ int psg_cmd_simulate(int argc, char **argv) {
         else if (!strcmp(a, "--alpha")) c.alpha = x;
         else if (!strcmp(a, "--bytes")) c.bytes_per_step = x;
         else if (!strcmp(a, "--link-gbps")) c.link_gbps = x;
+        else if (!strcmp(a, "--slow-link-gbps")) c.slow_link_gbps = x;
+        else if (!strcmp(a, "--ps-link-gbps")) c.ps_link_gbps = x;
         else if (!strcmp(a, "--latency-ms")) c.latency_ms = x;
         else if (!strcmp(a, "--ps")) c.ps = (int)x;
         else if (!strcmp(a, "--overhead-ms")) c.overhead_ms = x;
@@ -164,8 +168,11 @@ int psg_cmd_simulate(int argc, char **argv) {
            "- transfer per direction: latency %.3f ms + max(bytes / link, (N + b) x bytes / (P x link)),\n"
            "  %.0f bytes, %.1f Gbit/s links, full duplex, no overlap of compute and transfer;\n"
            "  the ps links are shared by all N + b workers (backups' traffic counts)\n"
+           "- a worker's time in a step: its compute + its pull + its push (the slow link's worker\n"
+           "  is the last one in); the last worker's link %.3f Gbit/s, the ps links %.3f Gbit/s\n"
            "- P = %s; speedup = images/sec over one worker without backups (same step-time stream)\n",
            c.latency_ms, c.bytes_per_step, c.link_gbps,
+           c.slow_link_gbps > 0 ? c.slow_link_gbps : c.link_gbps, c.ps_link_gbps > 0 ? c.ps_link_gbps : c.link_gbps,
            c.ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
     if (c.ps > 0) printf("  (P = %d)\n", c.ps);
     int rc = 0;

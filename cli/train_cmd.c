@@ -2,8 +2,10 @@
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/models.h"
 #include "psgraph/precision.h"
 #include "psgraph/straggler.h"
+#include "psgraph/sync_replicas.h"
 #include "psgraph/trace.h"
 #include "psgraph/trainer.h"
 
@@ -13,9 +15,13 @@
 #include <string.h>
 
 static void train_usage(FILE *f) {
+    char names[256];
+    fprintf(f, "usage: psgraph train [options]\n  --model %s  the model (default cnn):\n",
+            psg_model_names("|", names, sizeof names));
+    for (int i = 0; i < psg_model_count(); i++)
+        fprintf(f, "      %-11s batch %d, lr %g: %s\n", psg_model_info(i)->name, psg_model_info(i)->defaults.batch,
+                psg_model_info(i)->defaults.lr, psg_model_info(i)->description);
     fprintf(f,
-            "usage: psgraph train [options]\n"
-            "  --model mlp|cnn|wide-deep  the model (default cnn; inception3: psgraph train --model inception3 --help)\n"
             "  --data fashion-mnist|synthetic|criteo  (wide-deep: criteo)\n"
             "  --data-dir DIR           Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist);\n"
             "                           criteo: a Criteo-format file or folder (psgraph data ctr writes one)\n"
@@ -26,8 +32,8 @@ static void train_usage(FILE *f) {
             "                           spreads over enough shards; a graph that cannot fit is refused\n"
             "  --epochs E               passes over the training set (default 2)\n"
             "  --steps N                stop after N steps (overrides --epochs)\n"
-            "  --batch B                batch size (mlp 128, cnn 64)\n"
-            "  --lr X                   learning rate (mlp 0.05, cnn 0.01)\n"
+            "  --batch B                batch size (default: the model's, above)\n"
+            "  --lr X                   learning rate (default: the model's, above)\n"
             "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad (default momentum)\n"
             "  --momentum M             momentum (default 0.9)\n"
             "  --seed S                 seed of initialization and shuffling (default 1)\n"
@@ -39,26 +45,31 @@ static void train_usage(FILE *f) {
             "  --precision f32|mixed|mixed-f16  mixed: MatMul and Conv2D (and their gradients) in bf16 with\n"
             "                           f32 accumulation, variables and the rest f32; mixed-f16: f16 with a\n"
             "                           static loss scale of 1024 (default f32; docs/mixed_precision.md)\n"
-            "  --sync none|async|sync   none: one process; async: a worker of the cluster given by\n"
-            "                           TF_CONFIG or --cluster (the default when one is given); sync:\n"
-            "                           synchronous replicas, the mean of N of the N + b gradients a step\n"
-            "  --replicas-to-aggregate N  with --sync sync: gradients averaged a step (default workers - b)\n"
-            "  --backup-workers B       with --sync sync: workers whose gradients may be dropped (default 0)\n"
             "  --straggler SPEC         delay workers each step (repeatable): worker=2,delay_ms=300 or\n"
             "                           worker=all,dist=lognormal,median_ms=20,sigma=1 (docs/sync.md)\n"
             "  --cluster FILE           the cluster as TF_CONFIG JSON, with --job and --task\n"
             "  --job NAME --task I      this process's task in --cluster FILE (e.g. worker 1)\n"
+            "                           (task evaluator: trains nothing, evaluates each new checkpoint\n"
+            "                           of --logdir, exits when the job ends; docs/distributed.md)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
             "                           shards, each its own variable (default: 524288 in a cluster,\n"
             "                           0, no shards, in one process)\n"
-            "  --overlap on|off         async: the next step starts while the ps applies this one's\n"
-            "                           gradients (default on; off: each step waits for its updates)\n"
+            "  --overlap on|off         async with --max-staleness 1: steps asked for ahead (default on;\n"
+            "                           off: never ahead, whatever --max-staleness says)\n"
+            "  --eval-every N           the chief also evaluates every N of its steps (default: each epoch)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
+            "  --init-from FILE         initial values of the variables from a safetensors file, by name\n"
+            "                           (any writer's: Python's safetensors, a psgraph shard); reports\n"
+            "                           matched, missing and unexpected names; a checkpoint of --logdir wins\n"
+            "  --strict                 with --init-from: fail on any missing or unexpected name\n"
+            "  --fresh-start            when every checkpoint of --logdir fails verification, start\n"
+            "                           from step 0 (default: stop, naming each file and why)\n"
             "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
             "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
+    psg_sync_print_help(f);
 }
 
 /* Bytes with an optional K, M, G suffix (powers of 1024); on error names the option. */
@@ -88,8 +99,10 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
 
 int psg_cmd_train(int argc, char **argv) {
     /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "inception3")) return psg_cmd_train_inception3(argc, argv);
+    for (int i = 1; i + 1 < argc; i++) {
+        const psg_model_info_t *m = !strcmp(argv[i], "--model") ? psg_model_find(argv[i + 1]) : NULL;
+        if (m && !m->built_here) return psg_cmd_train_inception3(argc, argv);
+    }
     psg_train_config_t c;
     psg_train_config_defaults(&c);
     const char *stragglers[32];
@@ -98,6 +111,11 @@ int psg_cmd_train(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             train_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--fresh-start") || !strcmp(a, "--strict")) { /* the flags without a value */
+            if (a[2] == 'f') c.fresh_start = true;
+            else c.init_strict = true;
+            continue;
         }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
             fprintf(stderr, "psgraph train: %s '%s'\n", i + 1 >= argc ? "missing value for" : "unexpected argument", a);
@@ -116,6 +134,7 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--ps-memory-limit")) rc = parse_bytes(a, v, &c.ps_memory_limit);
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
+        else if (!strcmp(a, "--init-from")) c.init_from = v;
         else if (!strcmp(a, "--device")) {
             c.device = v;
             if (strcmp(v, "cpu") && strcmp(v, "gpu")) rc = psg_error_set("--device: '%s' is not cpu or gpu", v);
@@ -127,7 +146,14 @@ int psg_cmd_train(int argc, char **argv) {
         }
         else if (!strcmp(a, "--shard-bytes")) { rc = parse_num(a, v, 0, 1 << 30, &x); c.dense_shard_bytes = (int64_t)x; }
         else if (!strcmp(a, "--towers")) { rc = parse_num(a, v, 1, 16, &x); c.towers = (int)x; }
-        else if (!strcmp(a, "--sync")) c.sync = v;
+        else if (!strcmp(a, "--sync")) {
+            c.sync = v;
+            if (strcmp(v, "none")) rc = psg_sync_strategy_check_name(v);
+        }
+        else if ((rc = psg_sync_option_parse(&c.sync_opt, a, v)) != 0) {
+            if (rc > 0) rc = 0; /* a strategy's own option (sync/strategies.c) */
+        }
+        else if (!strcmp(a, "--eval-every")) { rc = parse_num(a, v, 1, 1e12, &x); c.eval_every = (int64_t)x; }
         else if (!strcmp(a, "--overlap")) {
             if (strcmp(v, "on") && strcmp(v, "off")) rc = psg_error_set("--overlap: '%s' is not on or off", v);
             c.no_overlap = !strcmp(v, "off");

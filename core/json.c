@@ -1,9 +1,11 @@
-/* A small strict JSON reader behind net/json.h: recursive descent with a depth limit,
+/* A small strict JSON reader behind core/json.h: recursive descent with a depth limit,
  * positions in every error, duplicate keys refused. Not a general-purpose library: no
  * writer, no streaming, numbers as doubles. */
 #include "core/json.h"
 
 #include "psgraph/error.h"
+
+#include "core/strmap.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #define MAX_DEPTH 64
 #define MAX_BYTES ((size_t)16 << 20)
+#define SMALL_OBJECT 16 /* members checked for duplicates by a scan; past it, by a map */
 
 typedef struct {
     const char *start, *p;
@@ -184,7 +187,38 @@ static int push_item(psg_json_t *j, psg_json_t *item) {
     return 0;
 }
 
+/* Whether key is already a member of object j: a linear scan while j is small, then a map
+ * (*keys, made on first need), so that 100 k keys parse in linear time, not quadratic. */
+static int seen_key(parser_t *ps, const psg_json_t *j, psg_strmap_t **keys, const char *key) {
+    int dup = -1;
+    if (j->count < SMALL_OBJECT) {
+        for (int i = 0; i < j->count && dup < 0; i++)
+            if (strcmp(j->items[i]->key, key) == 0) dup = i;
+    } else {
+        if (!*keys) {
+            if (!(*keys = psg_strmap_new())) return psg_error_set("out of memory");
+            for (int i = 0; i < j->count; i++) psg_strmap_put(*keys, j->items[i]->key, i);
+        }
+        dup = psg_strmap_get(*keys, key);
+    }
+    if (dup >= 0) {
+        char what[160];
+        snprintf(what, sizeof what, "duplicate key \"%.100s\"", key);
+        return fail(ps, what);
+    }
+    return 0;
+}
+
+static int parse_members(parser_t *ps, psg_json_t *j, bool object, psg_strmap_t **keys);
+
 static int parse_container(parser_t *ps, psg_json_t *j, bool object) {
+    psg_strmap_t *keys = NULL;
+    int rc = parse_members(ps, j, object, &keys);
+    psg_strmap_destroy(&keys);
+    return rc;
+}
+
+static int parse_members(parser_t *ps, psg_json_t *j, bool object, psg_strmap_t **keysp) {
     char close = object ? '}' : ']';
     ps->p++;
     skip_ws(ps);
@@ -198,13 +232,9 @@ static int parse_container(parser_t *ps, psg_json_t *j, bool object) {
             skip_ws(ps);
             if (*ps->p != '"') return fail(ps, "expected a string key");
             if (!(key = parse_string(ps))) return -1;
-            for (int i = 0; i < j->count; i++) {
-                if (strcmp(j->items[i]->key, key) == 0) {
-                    free(key);
-                    char what[160];
-                    snprintf(what, sizeof what, "duplicate key \"%.100s\"", j->items[i]->key);
-                    return fail(ps, what);
-                }
+            if (seen_key(ps, j, keysp, key) < 0) {
+                free(key);
+                return -1;
             }
             skip_ws(ps);
             if (*ps->p != ':') {
@@ -223,6 +253,7 @@ static int parse_container(parser_t *ps, psg_json_t *j, bool object) {
             psg_json_free(item);
             return -1;
         }
+        if (*keysp && psg_strmap_put(*keysp, key, j->count - 1) == -2) return psg_error_set("out of memory");
         skip_ws(ps);
         if (*ps->p == ',') {
             ps->p++;

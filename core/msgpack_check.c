@@ -19,6 +19,7 @@ int psg_msgpack_check(const void *data, size_t len, int max_depth) {
     uint64_t remaining[64];
     if (max_depth < 1 || max_depth > 63) max_depth = 63;
     int depth = 0;
+    uint64_t objects = 0;
     remaining[0] = 1;
     while (depth >= 0) {
         if (remaining[depth] == 0) {
@@ -26,6 +27,11 @@ int psg_msgpack_check(const void *data, size_t len, int max_depth) {
             continue;
         }
         remaining[depth]--;
+        /* msgpack-c spends a msgpack_object (24 bytes) on every object: 64 MiB of nils, which
+         * the checks on lengths pass, once took 1.6 GB to unpack */
+        if (++objects > PSG_MSGPACK_MAX_OBJECTS)
+            return psg_error_set("msgpack: over %d objects at byte %zu (unpacking would take over %d MiB)",
+                                 PSG_MSGPACK_MAX_OBJECTS, off, (PSG_MSGPACK_MAX_OBJECTS >> 20) * 24);
         if (off >= len) return psg_error_set("msgpack: truncated at byte %zu", off);
         unsigned char c = p[off++];
         uint64_t skip = 0, count = 0;

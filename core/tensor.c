@@ -2,6 +2,8 @@
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
 
+#include "core/checked.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,12 +49,8 @@ psg_shape_t psg_shape_4d(int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
 }
 
 int64_t psg_shape_numel(const psg_shape_t *s) {
-    if (s->rank < 0) return -1;
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++) {
-        if (s->dims[i] < 0) return -1;
-        n *= s->dims[i];
-    }
+    int64_t n;
+    if (s->rank < 0 || s->rank > PSG_MAX_RANK || psg_ckd_product_i64(&n, s->dims, s->rank)) return -1;
     return n;
 }
 
@@ -95,11 +93,16 @@ static int check_shape(psg_dtype_t dt, const psg_shape_t *shape, size_t *nbytes)
     if (shape->rank < 0 || shape->rank > PSG_MAX_RANK)
         return psg_error_set("invalid rank %d", shape->rank);
     int64_t n = psg_shape_numel(shape);
+    char s[PSG_SHAPE_STR_MAX];
     if (n < 0) {
-        char s[PSG_SHAPE_STR_MAX];
-        return psg_error_set("shape %s is not complete", psg_shape_str(shape, s, sizeof s));
+        for (int i = 0; i < shape->rank; i++)
+            if (shape->dims[i] < 0)
+                return psg_error_set("shape %s is not complete", psg_shape_str(shape, s, sizeof s));
+        return psg_error_set("shape %s: its element count overflows", psg_shape_str(shape, s, sizeof s));
     }
-    if ((uint64_t)n > (uint64_t)1 << 40) return psg_error_set("tensor too large (%lld elements)", (long long)n);
+    if ((uint64_t)n > (uint64_t)1 << 40)
+        return psg_error_set("tensor too large (shape %s, %lld elements)", psg_shape_str(shape, s, sizeof s),
+                             (long long)n);
     *nbytes = (size_t)n * psg_dtype_size(dt);
     return 0;
 }

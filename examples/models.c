@@ -10,16 +10,45 @@
 #include <stdio.h>
 #include <string.h>
 
+static const psg_model_info_t models[] = {
+    {"mlp", "fully connected layers of 256, 256, then the classes, ReLU", {128, 0.05, 0.9}, true},
+    {"cnn", "two 5x5 conv + max pool blocks (32, 64 channels), fully connected 512, the classes", {64, 0.01, 0.9}, true},
+    {"inception3", "Inception-v3, its own recipe (psgraph train --model inception3 --help)",
+     {32, 0.045, 0.9}, false},
+    {"wide-deep", "wide-and-deep click model on Criteo-format data (--data criteo; worker/ctr_train.c)",
+     {512, 0.001, 0.9}, true},
+};
+
+int psg_model_count(void) { return (int)(sizeof models / sizeof models[0]); }
+
+const psg_model_info_t *psg_model_info(int i) {
+    PSG_ASSERT(i >= 0 && i < psg_model_count());
+    return &models[i];
+}
+
+const psg_model_info_t *psg_model_find(const char *name) {
+    for (int i = 0; name && i < psg_model_count(); i++)
+        if (!strcmp(models[i].name, name)) return &models[i];
+    return NULL;
+}
+
+const char *psg_model_names(const char *sep, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < psg_model_count() && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%s", i ? sep : "", models[i].name);
+    return buf;
+}
+
 int psg_model_defaults(const char *name, psg_model_defaults_t *d) {
-    if (!strcmp(name, "mlp")) {
-        *d = (psg_model_defaults_t){128, 0.05, 0.9};
-        return 0;
-    }
-    if (!strcmp(name, "cnn")) {
-        *d = (psg_model_defaults_t){64, 0.01, 0.9};
-        return 0;
-    }
-    return psg_error_set("unknown model '%s' (known: mlp, cnn)", name);
+    const psg_model_info_t *m = psg_model_find(name);
+    char known[256];
+    if (!m)
+        return psg_error_set("unknown model '%s' (known: %s)", name, psg_model_names(", ", known, sizeof known));
+    if (!m->built_here)
+        return psg_error_set("model '%s' trains with its own recipe: psgraph train --model %s", name, name);
+    *d = m->defaults;
+    return 0;
 }
 
 /* PyTorch's default init of Linear and Conv2d: weights and biases uniform in

@@ -2,6 +2,7 @@
  * step times from a tail model or measured samples, the N-th order statistic
  * of N + b workers, transfers over shared parameter-server links. Not a
  * network simulator: no queues, no packet-level effects. */
+#include "core/rng.h"
 #include "psgraph/simulate.h"
 
 #include "psgraph/error.h"
@@ -41,24 +42,10 @@ const char *psg_sim_tail_name(psg_sim_tail_t t) {
     return (unsigned)t < sizeof tail_names / sizeof tail_names[0] ? tail_names[t] : "?";
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0; }
-
-static double gauss(uint64_t *s) {
-    double u1 = uniform01(s), u2 = uniform01(s);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 /* One compute time in ms. Always draws the same count of numbers per call,
  * so a worker's stream stays aligned across runs. */
 static double draw(const psg_sim_config_t *c, uint64_t *s) {
-    double z = gauss(s), u = uniform01(s), v = uniform01(s);
+    double z = psg_normal01(s), u = psg_uniform01(s), v = psg_uniform01(s);
     switch (c->tail) {
     case PSG_SIM_TAIL_NONE:
         return c->step_ms;
@@ -99,40 +86,53 @@ static int check(const psg_sim_config_t *c, int workers, int backups) {
     if ((unsigned)c->tail > PSG_SIM_TAIL_SAMPLES) return psg_error_set("simulate: unknown tail model");
     if (c->cv < 0 || c->sigma < 0 || c->straggle_p < 0 || c->straggle_p > 1 || !(c->alpha > 0))
         return psg_error_set("simulate: tail parameters out of range (cv, sigma >= 0; p in [0, 1]; alpha > 0)");
-    if (!(c->link_gbps > 0) || c->bytes_per_step < 0 || c->latency_ms < 0 || c->overhead_ms < 0 ||
+    if (!(c->link_gbps > 0) || c->slow_link_gbps < 0 || c->ps_link_gbps < 0 || c->bytes_per_step < 0 || c->latency_ms < 0 || c->overhead_ms < 0 ||
         c->ps < 0 || c->batch < 1 || c->steps < 1)
         return psg_error_set("simulate: link, bytes, latency, overhead, ps, batch or steps out of range");
     return 0;
 }
 
-/* Mean step and compute over c->steps; writes the means. */
+/* One direction of worker k's transfer in ms: latency + its own link or its share of the
+ * ps links, whichever is slower (a worker pulls from and pushes to every ps in parallel). */
+static double one_way_ms(const psg_sim_config_t *c, int k, int m, int ps) {
+    double link = k == m - 1 && c->slow_link_gbps > 0 ? c->slow_link_gbps : c->link_gbps;
+    double ps_link = c->ps_link_gbps > 0 ? c->ps_link_gbps : c->link_gbps;
+    double own = c->bytes_per_step / (link * 1e9 / 8.0 / 1000.0);
+    double shared = (double)m * c->bytes_per_step / ((double)ps * ps_link * 1e9 / 8.0 / 1000.0);
+    return c->latency_ms + fmax(own, shared);
+}
+
+/* Mean step and compute over c->steps; writes the means. A worker's time in a step is its
+ * compute plus its pull and push; the step ends with the n-th fastest of n + b. */
 static void simulate(const psg_sim_config_t *c, int n, int b, int ps, double *step_ms,
                      double *compute_ms, double *transfer_ms) {
     int m = n + b;
     uint64_t *streams = malloc((size_t)m * sizeof *streams);
-    double *t = malloc((size_t)m * sizeof *t);
-    PSG_ASSERT(streams && t);
-    for (int k = 0; k < m; k++) streams[k] = c->seed * 0x9e3779b97f4a7c15ull + (uint64_t)k * 0x632be59bd9b4e019ull;
-    double bytes_per_ms = c->link_gbps * 1e9 / 8.0 / 1000.0;
-    double own = c->bytes_per_step / bytes_per_ms;
-    double shared = (double)m * c->bytes_per_step / ((double)ps * bytes_per_ms);
-    /* one direction; a worker pulls from and pushes to every ps in parallel */
-    double one_way = c->latency_ms + fmax(own, shared);
-    double sum = 0;
-    for (int s = 0; s < c->steps; s++) {
-        for (int k = 0; k < m; k++) t[k] = draw(c, &streams[k]);
-        if (b > 0) qsort(t, (size_t)m, sizeof *t, cmp_double);
-        double kth = t[0];
-        if (b > 0) kth = t[n - 1];
-        else
-            for (int k = 1; k < m; k++) kth = fmax(kth, t[k]);
-        sum += kth;
+    double *t = malloc((size_t)m * sizeof *t), *u = malloc((size_t)m * sizeof *u);
+    double *xfer = malloc((size_t)m * sizeof *xfer);
+    PSG_ASSERT(streams && t && u && xfer);
+    for (int k = 0; k < m; k++) {
+        streams[k] = c->seed * 0x9e3779b97f4a7c15ull + (uint64_t)k * 0x632be59bd9b4e019ull;
+        xfer[k] = 2 * one_way_ms(c, k, m, ps);
     }
-    *compute_ms = sum / c->steps;
-    *transfer_ms = 2 * one_way;
-    *step_ms = *compute_ms + *transfer_ms + c->overhead_ms;
+    double sum = 0, sum_compute = 0;
+    for (int s = 0; s < c->steps; s++) {
+        for (int k = 0; k < m; k++) {
+            u[k] = draw(c, &streams[k]);
+            t[k] = u[k] + xfer[k];
+        }
+        qsort(t, (size_t)m, sizeof *t, cmp_double);
+        qsort(u, (size_t)m, sizeof *u, cmp_double);
+        sum += t[n - 1];
+        sum_compute += u[n - 1];
+    }
+    *compute_ms = sum_compute / c->steps;
+    *transfer_ms = sum / c->steps - *compute_ms;
+    *step_ms = sum / c->steps + c->overhead_ms;
     free(streams);
     free(t);
+    free(u);
+    free(xfer);
 }
 
 int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r) {

@@ -168,8 +168,22 @@ const psg_node_t *psg_graph_node(const psg_graph_t *g, int id) {
 
 const char *psg_graph_error(const psg_graph_t *g) { return g->error; }
 
+void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, void *ctx) {
+    g->initial_value_fn = fn;
+    g->initial_value_ctx = ctx;
+}
+
 static void graph_record_error(psg_graph_t *g) {
     if (!g->error) g->error = xstrdup(psg_error_message());
+}
+
+psg_tensor_t *psg_graph_initial_value(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                                      const psg_shape_t *shape, bool *failed) {
+    *failed = false;
+    if (!g->initial_value_fn) return NULL;
+    psg_tensor_t *t = g->initial_value_fn(g->initial_value_ctx, name, dt, shape, failed);
+    if (*failed) graph_record_error(g); /* the build error users see first */
+    return t;
 }
 
 int psg_graph_push_scope(psg_graph_t *g, const char *scope) {

@@ -49,10 +49,12 @@ struct psg_graph {
     int num_collections;
     char *error; /* first build error */
     psg_dtype_t compute_dtype; /* of the mixed-precision ops (precision.h); 0: f32 */
-    /* the casts to compute_dtype made so far (graph/precision.c), so that a tensor
+    /* the casts to compute_dtype made so far (ops/precision.c), so that a tensor
      * feeding several products on one device is cast once */
     struct psg_cast_memo *casts;
     int num_casts, cap_casts;
+    psg_initial_value_fn initial_value_fn; /* psg_graph_set_initial_value_fn */
+    void *initial_value_ctx;
 };
 
 typedef struct psg_cast_memo {

@@ -221,3 +221,24 @@ int psg_variable_check_value(const psg_variable_t *v, const psg_tensor_t *x) {
                          psg_shape_str(&x->shape, a, sizeof a), v->name, psg_dtype_name(v->dtype),
                          psg_shape_str(&v->shape, b, sizeof b));
 }
+
+void psg_variable_lock_update(psg_variable_t *v, psg_variable_t *const *slots, int n) {
+    pthread_mutex_lock(&v->lock);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&slots[i]->lock);
+        slots[i]->owner = v;
+    }
+}
+
+void psg_variable_unlock_update(psg_variable_t *v, psg_variable_t *const *slots, int n) {
+    for (int i = n - 1; i >= 0; i--)
+        pthread_mutex_unlock(&slots[i]->lock);
+    pthread_mutex_unlock(&v->lock);
+}
+
+psg_variable_t *psg_variable_guard(psg_variable_t *v) {
+    pthread_mutex_lock(&v->lock);
+    psg_variable_t *o = v->owner;
+    pthread_mutex_unlock(&v->lock);
+    return o ? o : v;
+}

@@ -176,7 +176,8 @@ psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms) {
             continue;
         }
         if (m->kind == PSG_MSG_ERROR) {
-            psg_error_set("%s: %s", c->endpoint, m->error ? m->error : "error without a text");
+            psg_error_set_code((psg_err_code_t)m->code, "%s: %s", c->endpoint,
+                               m->error ? m->error : "error without a text");
             psg_msg_destroy(&m);
             return NULL;
         }

@@ -1,9 +1,10 @@
 /* The cluster spec behind include/psgraph/cluster.h: TF_CONFIG checked field by field, so
  * that a typo in a launch script is an error naming the field, not a task that hangs.
- * Not the JSON reader (net/json.c) nor anything that opens a socket. */
+ * Not the JSON reader (core/json.c) nor anything that opens a socket. */
 #include "psgraph/cluster.h"
 
 #include "core/json.h"
+#include "core/strmap.h"
 #include "psgraph/error.h"
 
 #include <ctype.h>
@@ -14,6 +15,7 @@
 
 #define MAX_JOBS 64
 #define MAX_TASKS 100000
+#define TASK_SLOTS 131072 /* > MAX_TASKS: (job, task) as one int in the address map */
 #define MAX_FILE_BYTES ((size_t)1 << 20)
 
 typedef struct {
@@ -25,7 +27,7 @@ typedef struct {
 struct psg_cluster {
     int njobs;
     job_t jobs[MAX_JOBS];
-    int task_job; /* -1: no task set */
+    int task_job; /* -1: no task set; EVALUATOR_OUTSIDE: an evaluator not in the cluster */
     int task_index;
 };
 
@@ -83,7 +85,18 @@ static int cmp_job(const void *a, const void *b) {
     return strcmp(((const job_t *)a)->name, ((const job_t *)b)->name);
 }
 
+static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addrs);
+
+/* The jobs of "cluster"; every address once, found by a map (linear on a 1 MB spec). */
 static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
+    psg_strmap_t *addrs = psg_strmap_new();
+    if (!addrs) return psg_error_set("out of memory");
+    int rc = parse_jobs(c, cl, addrs);
+    psg_strmap_destroy(&addrs);
+    return rc;
+}
+
+static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addrs) {
     if (cl->type != PSG_JSON_OBJECT)
         return psg_error_set("\"cluster\" is %s, not an object of jobs", psg_json_type_name(cl->type));
     if (cl->count == 0) return psg_error_set("\"cluster\" has no job");
@@ -112,15 +125,11 @@ static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
                 return psg_error_set("cluster.%s[%d] = \"%.100s\" is not host:port (port 1-65535) "
                                      "or ipc://path (at most 107 bytes, no spaces)",
                                      job->key, t, a->string);
-            for (int pj = 0; pj <= j; pj++) {
-                const job_t *other = &c->jobs[pj];
-                int upto = pj == j ? t : other->ntasks;
-                for (int pt = 0; pt < upto; pt++)
-                    if (strcmp(other->addrs[pt], a->string) == 0)
-                        return psg_error_set("cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: "
-                                             "duplicate address",
-                                             job->key, t, a->string, other->name, pt);
-            }
+            int other = psg_strmap_put(addrs, a->string, j * TASK_SLOTS + t);
+            if (other == -2) return psg_error_set("out of memory");
+            if (other >= 0)
+                return psg_error_set("cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: duplicate address", job->key,
+                                     t, a->string, c->jobs[other / TASK_SLOTS].name, other % TASK_SLOTS);
             if (!(dst->addrs[t] = strdup(a->string))) return psg_error_set("out of memory");
             dst->ntasks = t + 1;
         }
@@ -231,8 +240,16 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
     return c;
 }
 
+#define EVALUATOR_OUTSIDE (-2)
+
 int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index) {
     int j = job ? find_job(c, job) : -1;
+    if (j < 0 && job && !strcmp(job, PSG_EVALUATOR_JOB) && index == 0) {
+        /* TensorFlow's evaluator is not a job of the cluster: it only reads checkpoints */
+        c->task_job = EVALUATOR_OUTSIDE;
+        c->task_index = 0;
+        return 0;
+    }
     if (j < 0) {
         char known[256] = "";
         for (int i = 0; i < c->njobs; i++)
@@ -251,6 +268,7 @@ int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index) {
 }
 
 psg_task_t psg_cluster_task(const psg_cluster_t *c) {
+    if (c->task_job == EVALUATOR_OUTSIDE) return (psg_task_t){PSG_EVALUATOR_JOB, c->task_index, NULL};
     if (c->task_job < 0) return (psg_task_t){NULL, -1, NULL};
     const job_t *j = &c->jobs[c->task_job];
     return (psg_task_t){j->name, c->task_index, j->addrs[c->task_index]};

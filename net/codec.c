@@ -162,14 +162,14 @@ int psg_codec_encode(const psg_msg_t *m, const psg_route_t *route, const psg_wir
     (void)any_chunked;
     if (route && out_copy(out, route->id, route->len, true) < 0) goto done;
     psg_codec_pack_header(&sb, m, chunked);
-    int after = ninline + (m->body != NULL);
+    int after = ninline + (m->body && m->body->size > 0); /* an empty body travels as none */
     if (out_sbuf(out, &sb, after > 0) < 0) goto done;
     for (int i = 0; i < m->ntensors; i++) {
         if (chunked[i]) continue;
         psg_tensor_t *t = m->tensors[i];
         if (out_ref(out, t->buf, t->data, psg_tensor_nbytes(t), --after > 0) < 0) goto done;
     }
-    if (m->body && out_ref(out, m->body, m->body->data, m->body->size, false) < 0) goto done;
+    if (m->body && m->body->size > 0 && out_ref(out, m->body, m->body->data, m->body->size, false) < 0) goto done;
     for (int i = 0; i < m->ntensors; i++) {
         if (!chunked[i]) continue;
         psg_tensor_t *t = m->tensors[i];
@@ -385,6 +385,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     if (!m) return PSG_RX_BAD;
     m->id = h->id;
     m->step = h->step;
+    m->code = h->code;
     m->route = *route;
     snprintf(m->peer, sizeof m->peer, "%s", peer);
     if ((h->op && !(m->op = dup_n(h->op, h->op_len))) ||

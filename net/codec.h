@@ -27,6 +27,7 @@ typedef struct {
     const char *op, *key, *err; /* point into the header frame, not NUL-terminated */
     size_t op_len, key_len, err_len;
     int64_t step;
+    int code; /* an ERROR's psg_err_code_t */
     uint64_t body;
     int ntensors;
     const char *names[PSG_WIRE_MAX_TENSORS];

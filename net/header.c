@@ -20,8 +20,9 @@ static void pack_key(msgpack_packer *pk, const char *k) { pack_cstr(pk, k, strle
 int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *chunked) {
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-    int fields = 3 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) +
-                 (m->body != NULL) + (m->ntensors > 0);
+    bool code = m->error && m->code > 0;
+    int fields = 3 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) + code +
+                 (m->body && m->body->size > 0) + (m->ntensors > 0);
     msgpack_pack_map(&pk, (size_t)fields);
     pack_key(&pk, "v");
     msgpack_pack_uint32(&pk, PSG_WIRE_VERSION);
@@ -45,7 +46,11 @@ int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *c
         pack_key(&pk, "err");
         pack_cstr(&pk, m->error, strnlen(m->error, PSG_WIRE_MAX_ERROR));
     }
-    if (m->body) {
+    if (code) {
+        pack_key(&pk, "code");
+        msgpack_pack_uint32(&pk, (uint32_t)m->code);
+    }
+    if (m->body && m->body->size > 0) {
         pack_key(&pk, "body");
         msgpack_pack_uint64(&pk, m->body->size);
     }
@@ -292,6 +297,11 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
             if (rd_field_str(&r, &h->key, &h->key_len, PSG_WIRE_MAX_KEY, "key") < 0) return -1;
         } else if (key_is(k, kl, "err")) {
             if (rd_field_str(&r, &h->err, &h->err_len, PSG_WIRE_MAX_ERROR, "err") < 0) return -1;
+        } else if (key_is(k, kl, "code")) {
+            uint64_t v;
+            if (rd_uint(&r, &v) < 0 || v > 1000)
+                return psg_error_set("header field \"code\" is not an error code");
+            h->code = (int)v;
         } else if (key_is(k, kl, "step")) {
             uint64_t v;
             bool neg;
@@ -330,7 +340,7 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
     h->kind = (int)kind;
     if (kind == PSG_CODEC_CHUNK) {
         if (!have_ti || !have_off) return psg_error_set("chunk header lacks \"ti\" or \"off\"");
-        if (h->op || h->key || h->err || h->ntensors || h->body)
+        if (h->op || h->key || h->err || h->code || h->ntensors || h->body)
             return psg_error_set("chunk header has message fields");
     } else if (have_ti || have_off) {
         return psg_error_set("message header has chunk fields");

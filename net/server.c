@@ -181,22 +181,36 @@ int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply) {
     return reply_to(s, &req->route, req->id, reply);
 }
 
-static int error_to(psg_server_t *s, const psg_route_t *route, uint64_t id, const char *text) {
+static int error_to(psg_server_t *s, const psg_route_t *route, uint64_t id, int code, const char *text) {
     psg_msg_t *r = psg_msg_new(PSG_MSG_ERROR, NULL);
     if (!r || psg_msg_set_error(r, "%s", text) < 0) {
         psg_msg_destroy(&r);
         return -1;
     }
+    r->code = code;
     return reply_to(s, route, id, &r);
 }
 
-int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...) {
+static int verror(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, va_list ap) {
     char text[PSG_WIRE_MAX_ERROR];
+    vsnprintf(text, sizeof text, fmt, ap);
+    return error_to(s, &req->route, req->id, code, text);
+}
+
+int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    int rc = verror(s, req, PSG_ERR_UNKNOWN, fmt, ap);
     va_end(ap);
-    return error_to(s, &req->route, req->id, text);
+    return rc;
+}
+
+int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = verror(s, req, code, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* A bad message: answered with an error when it can be addressed, else dropped. */
@@ -208,7 +222,7 @@ static void reject(psg_server_t *s, const psg_route_t *route, uint64_t id, const
     atomic_fetch_add(&s->rejected, 1);
     char text[PSG_WIRE_MAX_ERROR];
     snprintf(text, sizeof text, "%s rejected the message: %s", s->endpoint, why);
-    error_to(s, route, id, text); /* a failure here is a lost reply, already counted */
+    error_to(s, route, id, PSG_ERR_BAD_REQUEST, text); /* a failure here is a lost reply, already counted */
 }
 
 static void on_expired(void *ctx, const psg_route_t *route, uint64_t id, const char *peer,

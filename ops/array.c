@@ -8,6 +8,8 @@
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 
+#include "core/checked.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -47,8 +49,9 @@ static int infer_reshape(psg_infer_ctx_t *c) {
         if (out.dims[i] < 0) {
             if (unknown_at >= 0) return psg_error_set("at most one dim of the new shape may be -1");
             unknown_at = i;
-        } else {
-            known *= out.dims[i];
+        } else if (psg_ckd_mul_i64(&known, known, out.dims[i])) {
+            char a2[PSG_SHAPE_STR_MAX];
+            return psg_error_set("new shape %s: its element count overflows", psg_shape_str(&out, a2, sizeof a2));
         }
     }
     int64_t n = psg_shape_numel(&c->in_shapes[0]);
@@ -231,36 +234,120 @@ static int grad_broadcast_like(psg_graph_t *g, const psg_node_t *n, const psg_en
 
 /* ---- defs ---- */
 
-static const psg_op_def_t op_const = {"Const", 0, 1, 0, infer_const, grad_none, psg_cpu_const, PSG_GPU_KERNEL(psg_gpu_const)};
-static const psg_op_def_t op_placeholder = {"Placeholder", 0, 1, PSG_OP_SOURCE_FEED,
-                                            infer_placeholder, grad_none, psg_cpu_placeholder, PSG_GPU_SAME(psg_cpu_placeholder)};
-static const psg_op_def_t op_identity = {"Identity", 1, 1, 0, infer_same_as_input0,
-                                         grad_identity, psg_cpu_identity, PSG_GPU_SAME(psg_cpu_identity)};
-static const psg_op_def_t op_stop_gradient = {"StopGradient", 1, 1, 0, infer_same_as_input0,
-                                              grad_none, psg_cpu_identity, PSG_GPU_SAME(psg_cpu_identity)};
-static const psg_op_def_t op_reshape = {"Reshape", 1, 1, 0, infer_reshape, grad_reshape,
-                                        psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
-static const psg_op_def_t op_reshape_like = {"ReshapeLike", 2, 1, 0, infer_reshape_like,
-                                             grad_reshape_like, psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
-static const psg_op_def_t op_add_n = {"AddN", -1, 1, 0, infer_add_n, grad_add_n, psg_cpu_add_n, PSG_GPU_KERNEL(psg_gpu_add_n)};
-static const psg_op_def_t op_fill_like = {"FillLike", 1, 1, 0, infer_same_as_input0, grad_none,
-                                          psg_cpu_fill_like, PSG_GPU_KERNEL(psg_gpu_fill_like)};
-static const psg_op_def_t op_sum_to_shape_of = {"SumToShapeOf", 2, 1, 0, infer_sum_to_shape_of,
-                                                grad_sum_to_shape_of, psg_cpu_sum_to_shape_of, PSG_GPU_KERNEL(psg_gpu_sum_to_shape_of)};
-static const psg_op_def_t op_broadcast_like = {"BroadcastLike", 2, 1, 0, infer_broadcast_like,
-                                               grad_broadcast_like, psg_cpu_broadcast_like, PSG_GPU_KERNEL(psg_gpu_broadcast_like)};
-static const psg_op_def_t op_var_handle = {"VarHandle", 0, 1, PSG_OP_VARIABLE | PSG_OP_STATEFUL,
-                                           infer_var_handle, grad_none, psg_cpu_var_handle, PSG_GPU_SAME(psg_cpu_var_handle)};
-static const psg_op_def_t op_read_variable = {"ReadVariable", 1, 1, PSG_OP_STATEFUL,
-                                              infer_read_variable, grad_identity,
-                                              psg_cpu_read_variable, PSG_GPU_KERNEL(psg_gpu_read_variable)};
-static const psg_op_def_t op_assign = {"Assign", 2, 0, PSG_OP_STATEFUL, infer_assign, NULL,
-                                       psg_cpu_assign, PSG_GPU_KERNEL(psg_gpu_assign)};
-static const psg_op_def_t op_assign_add = {"AssignAdd", 2, 0, PSG_OP_STATEFUL, infer_assign, NULL,
-                                           psg_cpu_assign_add, PSG_GPU_KERNEL(psg_gpu_assign_add)};
-static const psg_op_def_t op_no_op = {"NoOp", 0, 0, 0, infer_none, NULL, psg_cpu_no_op, PSG_GPU_SAME(psg_cpu_no_op)};
-static const psg_op_def_t op_random = {"Random", 0, 1, PSG_OP_STATEFUL, infer_random, grad_none,
-                                       psg_cpu_random, NULL};
+static const psg_op_def_t op_const = {.name = "Const",
+                                      .num_inputs = 0,
+                                      .num_outputs = 1,
+                                      .infer = infer_const,
+                                      .grad = grad_none,
+                                      .cpu = psg_cpu_const,
+                                      .cuda = PSG_GPU_KERNEL(psg_gpu_const)};
+static const psg_op_def_t op_placeholder = {.name = "Placeholder",
+                                            .num_inputs = 0,
+                                            .num_outputs = 1,
+                                            .flags = PSG_OP_SOURCE_FEED,
+                                            .infer = infer_placeholder,
+                                            .grad = grad_none,
+                                            .cpu = psg_cpu_placeholder,
+                                            .cuda = PSG_GPU_SAME(psg_cpu_placeholder)};
+static const psg_op_def_t op_identity = {.name = "Identity",
+                                         .num_inputs = 1,
+                                         .num_outputs = 1,
+                                         .infer = infer_same_as_input0,
+                                         .grad = grad_identity,
+                                         .cpu = psg_cpu_identity,
+                                         .cuda = PSG_GPU_SAME(psg_cpu_identity)};
+static const psg_op_def_t op_stop_gradient = {.name = "StopGradient",
+                                              .num_inputs = 1,
+                                              .num_outputs = 1,
+                                              .infer = infer_same_as_input0,
+                                              .grad = grad_none,
+                                              .cpu = psg_cpu_identity,
+                                              .cuda = PSG_GPU_SAME(psg_cpu_identity)};
+static const psg_op_def_t op_reshape = {.name = "Reshape",
+                                        .num_inputs = 1,
+                                        .num_outputs = 1,
+                                        .infer = infer_reshape,
+                                        .grad = grad_reshape,
+                                        .cpu = psg_cpu_reshape,
+                                        .cuda = PSG_GPU_SAME(psg_cpu_reshape)};
+static const psg_op_def_t op_reshape_like = {.name = "ReshapeLike",
+                                             .num_inputs = 2,
+                                             .num_outputs = 1,
+                                             .infer = infer_reshape_like,
+                                             .grad = grad_reshape_like,
+                                             .cpu = psg_cpu_reshape,
+                                             .cuda = PSG_GPU_SAME(psg_cpu_reshape)};
+static const psg_op_def_t op_add_n = {.name = "AddN",
+                                      .num_inputs = -1,
+                                      .num_outputs = 1,
+                                      .infer = infer_add_n,
+                                      .grad = grad_add_n,
+                                      .cpu = psg_cpu_add_n,
+                                      .cuda = PSG_GPU_KERNEL(psg_gpu_add_n)};
+static const psg_op_def_t op_fill_like = {.name = "FillLike",
+                                          .num_inputs = 1,
+                                          .num_outputs = 1,
+                                          .infer = infer_same_as_input0,
+                                          .grad = grad_none,
+                                          .cpu = psg_cpu_fill_like,
+                                          .cuda = PSG_GPU_KERNEL(psg_gpu_fill_like)};
+static const psg_op_def_t op_sum_to_shape_of = {.name = "SumToShapeOf",
+                                                .num_inputs = 2,
+                                                .num_outputs = 1,
+                                                .infer = infer_sum_to_shape_of,
+                                                .grad = grad_sum_to_shape_of,
+                                                .cpu = psg_cpu_sum_to_shape_of,
+                                                .cuda = PSG_GPU_KERNEL(psg_gpu_sum_to_shape_of)};
+static const psg_op_def_t op_broadcast_like = {.name = "BroadcastLike",
+                                               .num_inputs = 2,
+                                               .num_outputs = 1,
+                                               .infer = infer_broadcast_like,
+                                               .grad = grad_broadcast_like,
+                                               .cpu = psg_cpu_broadcast_like,
+                                               .cuda = PSG_GPU_KERNEL(psg_gpu_broadcast_like)};
+static const psg_op_def_t op_var_handle = {.name = "VarHandle",
+                                           .num_inputs = 0,
+                                           .num_outputs = 1,
+                                           .flags = PSG_OP_VARIABLE | PSG_OP_STATEFUL,
+                                           .infer = infer_var_handle,
+                                           .grad = grad_none,
+                                           .cpu = psg_cpu_var_handle,
+                                           .cuda = PSG_GPU_SAME(psg_cpu_var_handle)};
+static const psg_op_def_t op_read_variable = {.name = "ReadVariable",
+                                              .num_inputs = 1,
+                                              .num_outputs = 1,
+                                              .flags = PSG_OP_STATEFUL,
+                                              .infer = infer_read_variable,
+                                              .grad = grad_identity,
+                                              .cpu = psg_cpu_read_variable,
+                                              .cuda = PSG_GPU_KERNEL(psg_gpu_read_variable)};
+static const psg_op_def_t op_assign = {.name = "Assign",
+                                       .num_inputs = 2,
+                                       .num_outputs = 0,
+                                       .flags = PSG_OP_STATEFUL,
+                                       .infer = infer_assign,
+                                       .cpu = psg_cpu_assign,
+                                       .cuda = PSG_GPU_KERNEL(psg_gpu_assign)};
+static const psg_op_def_t op_assign_add = {.name = "AssignAdd",
+                                           .num_inputs = 2,
+                                           .num_outputs = 0,
+                                           .flags = PSG_OP_STATEFUL,
+                                           .infer = infer_assign,
+                                           .cpu = psg_cpu_assign_add,
+                                           .cuda = PSG_GPU_KERNEL(psg_gpu_assign_add)};
+static const psg_op_def_t op_no_op = {.name = "NoOp",
+                                      .num_inputs = 0,
+                                      .num_outputs = 0,
+                                      .infer = infer_none,
+                                      .cpu = psg_cpu_no_op,
+                                      .cuda = PSG_GPU_SAME(psg_cpu_no_op)};
+static const psg_op_def_t op_random = {.name = "Random",
+                                       .num_inputs = 0,
+                                       .num_outputs = 1,
+                                       .flags = PSG_OP_STATEFUL,
+                                       .infer = infer_random,
+                                       .grad = grad_none,
+                                       .cpu = psg_cpu_random};
 
 const psg_op_def_t *const psg_array_ops[] = {
     &op_const,      &op_placeholder,       &op_identity,       &op_stop_gradient,
@@ -388,6 +475,17 @@ int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes) {
  * Random op's "constant" distribution instead of a Const. */
 #define PSG_CONST_INIT_MAX_ELEMENTS (256 * 1024)
 
+double psg_glorot_uniform_scale(const psg_shape_t *shape) {
+    /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
+    double receptive = 1;
+    for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
+    double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
+                                     : (double)shape->dims[0];
+    double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
+                                      : (double)shape->dims[0];
+    return sqrt(6.0 / (fan_in + fan_out));
+}
+
 static psg_endpoint_t random_init(psg_graph_t *g, const char *dist, const psg_shape_t *shape,
                                   double scale, uint64_t seed) {
     psg_node_builder_t *b = psg_node_begin(g, "Random", "initial_value");
@@ -415,14 +513,7 @@ static psg_endpoint_t initial_value(psg_graph_t *g, const psg_shape_t *shape,
     if (!strcmp(k, "uniform") || !strcmp(k, "normal") || !strcmp(k, "truncated_normal"))
         return random_init(g, k, shape, init.scale, init.seed);
     if (!strcmp(k, "glorot_uniform")) {
-        /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
-        double receptive = 1;
-        for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
-        double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
-                                         : (double)shape->dims[0];
-        double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
-                                          : (double)shape->dims[0];
-        return random_init(g, "uniform", shape, sqrt(6.0 / (fan_in + fan_out)), init.seed);
+        return random_init(g, "uniform", shape, psg_glorot_uniform_scale(shape), init.seed);
     }
     psg_error_set("unknown initializer '%s'", k);
     return PSG_NO_ENDPOINT;
@@ -437,7 +528,11 @@ psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
      * current scope (which the full name already starts with) */
     size_t outer = strlen(psg_graph_scope(g));
     if (psg_graph_push_scope(g, full + (outer ? outer + 1 : 0)) < 0) return PSG_NO_ENDPOINT;
-    psg_endpoint_t v = initial_value(g, shape, init);
+    bool failed = false;
+    psg_tensor_t *given = psg_graph_initial_value(g, full, dt, shape, &failed);
+    psg_endpoint_t v = given ? psg_const(g, "initial_value", &given)
+                       : failed ? PSG_NO_ENDPOINT
+                                : initial_value(g, shape, init);
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;
     psg_graph_pop_scope(g);
     if (assign < 0) {

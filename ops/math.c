@@ -1,11 +1,12 @@
 /* The math ops: elementwise arithmetic with broadcasting, activations and
  * their backprops, softmax and losses, Sum/Mean, MatMul and the fused Dense
  * layer, Concat/Slice, Dropout, Cast, ArgMax, Equal: defs, shape inference,
- * gradients (as graph nodes) and builders. Kernels: ops/cpu/math*.c, matmul.c.
+ * gradients (as graph nodes). Builders: ops/math_build.c. Kernels: ops/cpu/math*.c, matmul.c.
  * Not the nn ops (conv, pool, batch norm, bias_add). */
 #include "ops/cpu/math.h"
 #include "ops/cpu/array.h"
 #include "ops/cuda/kernels.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
@@ -367,6 +368,35 @@ static int infer_cast(psg_infer_ctx_t *c) {
     c->out_dtypes[0] = a->u.dtype;
     c->out_shapes[0] = c->in_shapes[0];
     return 0;
+}
+
+/* ---- prepare: once per plan node (ops/params.h) ---- */
+
+int psg_matmul_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_matmul_params_t *p = params;
+    p->transpose_a = psg_node_get_bool(n, "transpose_a", false);
+    p->transpose_b = psg_node_get_bool(n, "transpose_b", false);
+    p->relu = psg_node_get_bool(n, "relu", false);
+    return 0;
+}
+
+int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_concat_params_t *p = params;
+    p->axis = (int)psg_node_get_int(n, "axis", 0);
+    int rank = psg_node_output_shape(n, 0)->rank;
+    if (p->axis < 0 && rank > 0) p->axis += rank;
+    return 0;
+}
+
+psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {
+    int rank = out->shape.rank;
+    psg_concat_layout_t l = {((const psg_concat_params_t *)psg_kernel_params(c))->axis, 1, 1};
+    if (l.axis < 0) l.axis += rank;
+    for (int i = 0; i < l.axis; i++) l.outer *= out->shape.dims[i];
+    for (int i = l.axis + 1; i < rank; i++) l.inner *= out->shape.dims[i];
+    return l;
 }
 
 /* ---- gradients ---- */
@@ -745,8 +775,27 @@ static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 /* ---- defs ---- */
 
-#define DEF(var, name, nin, nout, infer, grad, cpu, cuda)                                          \
-    static const psg_op_def_t var = {name, nin, nout, 0, infer, grad, cpu, PSG_GPU_KERNEL(cuda)};
+#define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
+    static const psg_op_def_t var = {.name = op_name,                                              \
+                                     .num_inputs = nin,                                            \
+                                     .num_outputs = nout,                                          \
+                                     .infer = infer_fn,                                            \
+                                     .grad = grad_fn,                                              \
+                                     .cpu = cpu_fn,                                                \
+                                     .cuda = PSG_GPU_KERNEL(cuda_fn)};
+
+/* A def whose kernels read a prepared struct (ops/params.h). */
+#define DEF_PREPARED(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, prepare_fn,      \
+                     params_type)                                                                  \
+    static const psg_op_def_t var = {.name = op_name,                                              \
+                                     .num_inputs = nin,                                            \
+                                     .num_outputs = nout,                                          \
+                                     .infer = infer_fn,                                            \
+                                     .grad = grad_fn,                                              \
+                                     .cpu = cpu_fn,                                                \
+                                     .cuda = PSG_GPU_KERNEL(cuda_fn),                              \
+                                     .prepare = prepare_fn,                                        \
+                                     .params_size = sizeof(params_type)};
 
 DEF(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_add, psg_gpu_add)
 DEF(op_sub, "Sub", 2, 1, infer_binary, grad_sub, psg_cpu_sub, psg_gpu_sub)
@@ -779,27 +828,36 @@ DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */
-static const psg_op_def_t op_expand_dims = {"ExpandDims", 1, 1, 0, infer_expand_dims, grad_expand_dims,
-                                            psg_cpu_reshape, PSG_GPU_SAME(psg_cpu_reshape)};
+static const psg_op_def_t op_expand_dims = {.name = "ExpandDims",
+                                            .num_inputs = 1,
+                                            .num_outputs = 1,
+                                            .infer = infer_expand_dims,
+                                            .grad = grad_expand_dims,
+                                            .cpu = psg_cpu_reshape,
+                                            .cuda = PSG_GPU_SAME(psg_cpu_reshape)};
 DEF(op_argmax, "ArgMax", 1, 1, infer_argmax, grad_none, psg_cpu_argmax, psg_gpu_argmax)
 DEF(op_equal, "Equal", 2, 1, infer_equal, grad_none, psg_cpu_equal, psg_gpu_equal)
-DEF(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul)
-DEF(op_dense, "Dense", 3, 1, infer_dense, grad_dense, psg_cpu_dense, psg_gpu_dense)
-DEF(op_dense_backprop, "DenseBackprop", 2, 2, infer_dense_backprop, NULL, psg_cpu_dense_backprop,
-    psg_gpu_dense_backprop)
-DEF(op_concat, "Concat", -1, 1, infer_concat, grad_concat, psg_cpu_concat, psg_gpu_concat)
+DEF_PREPARED(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul,
+             psg_matmul_prepare, psg_matmul_params_t)
+DEF_PREPARED(op_dense, "Dense", 3, 1, infer_dense, grad_dense, psg_cpu_dense, psg_gpu_dense,
+             psg_matmul_prepare, psg_matmul_params_t)
+DEF_PREPARED(op_dense_backprop, "DenseBackprop", 2, 2, infer_dense_backprop, NULL,
+             psg_cpu_dense_backprop, psg_gpu_dense_backprop, psg_matmul_prepare,
+             psg_matmul_params_t)
+DEF_PREPARED(op_concat, "Concat", -1, 1, infer_concat, grad_concat, psg_cpu_concat, psg_gpu_concat,
+             psg_concat_prepare, psg_concat_params_t)
 DEF(op_slice, "Slice", 1, 1, infer_slice, grad_slice, psg_cpu_slice, psg_gpu_slice)
 DEF(op_slice_grad, "SliceGrad", 2, 1, infer_slice_grad, grad_slice_grad, psg_cpu_slice_grad,
     psg_gpu_slice_grad)
 DEF(op_cast, "Cast", 1, 1, infer_cast, grad_cast, psg_cpu_cast, psg_gpu_cast)
-static const psg_op_def_t op_dropout = {"Dropout",
-                                        1,
-                                        2,
-                                        PSG_OP_STATEFUL,
-                                        infer_dropout,
-                                        grad_dropout,
-                                        psg_cpu_dropout,
-                                        PSG_GPU_KERNEL(psg_gpu_dropout)};
+static const psg_op_def_t op_dropout = {.name = "Dropout",
+                                        .num_inputs = 1,
+                                        .num_outputs = 2,
+                                        .flags = PSG_OP_STATEFUL,
+                                        .infer = infer_dropout,
+                                        .grad = grad_dropout,
+                                        .cpu = psg_cpu_dropout,
+                                        .cuda = PSG_GPU_KERNEL(psg_gpu_dropout)};
 
 const psg_op_def_t *const psg_math_ops[] = {
     &op_add,          &op_sub,       &op_mul,
@@ -815,190 +873,3 @@ const psg_op_def_t *const psg_math_ops[] = {
     &op_concat,       &op_slice,     &op_slice_grad,
     &op_cast,         &op_dropout,   NULL,
 };
-
-/* ---- builders ---- */
-
-static psg_endpoint_t build1(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x) {
-    return psg_op_inputs(g, op, name, 1, &x);
-}
-
-static psg_endpoint_t build2(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t a,
-                             psg_endpoint_t b) {
-    return psg_op_inputs(g, op, name, 2, (psg_endpoint_t[]){a, b});
-}
-
-psg_endpoint_t psg_add(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Add", name, a, b);
-}
-psg_endpoint_t psg_sub(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Sub", name, a, b);
-}
-psg_endpoint_t psg_mul(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Mul", name, a, b);
-}
-psg_endpoint_t psg_div(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Div", name, a, b);
-}
-psg_endpoint_t psg_neg(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Neg", name, x);
-}
-psg_endpoint_t psg_square(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Square", name, x);
-}
-psg_endpoint_t psg_sqrt(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Sqrt", name, x);
-}
-psg_endpoint_t psg_exp(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Exp", name, x);
-}
-psg_endpoint_t psg_log(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Log", name, x);
-}
-
-psg_endpoint_t psg_pow(psg_graph_t *g, const char *name, psg_endpoint_t x, double exponent) {
-    psg_node_builder_t *b = psg_node_begin(g, "Pow", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_float(b, "exponent", exponent);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_scale(psg_graph_t *g, const char *name, psg_endpoint_t x, double scale) {
-    psg_node_builder_t *b = psg_node_begin(g, "Scale", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_float(b, "scale", scale);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_relu(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Relu", name, x);
-}
-psg_endpoint_t psg_sigmoid(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Sigmoid", name, x);
-}
-psg_endpoint_t psg_tanh(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Tanh", name, x);
-}
-psg_endpoint_t psg_relu_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
-                             psg_endpoint_t y) {
-    return build2(g, "ReluGrad", name, dy, y);
-}
-psg_endpoint_t psg_sigmoid_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
-                                psg_endpoint_t y) {
-    return build2(g, "SigmoidGrad", name, dy, y);
-}
-psg_endpoint_t psg_tanh_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
-                             psg_endpoint_t y) {
-    return build2(g, "TanhGrad", name, dy, y);
-}
-psg_endpoint_t psg_softmax(psg_graph_t *g, const char *name, psg_endpoint_t logits) {
-    return build1(g, "Softmax", name, logits);
-}
-psg_endpoint_t psg_log_softmax(psg_graph_t *g, const char *name, psg_endpoint_t logits) {
-    return build1(g, "LogSoftmax", name, logits);
-}
-psg_endpoint_t psg_sparse_softmax_cross_entropy(psg_graph_t *g, const char *name,
-                                                psg_endpoint_t logits, psg_endpoint_t labels) {
-    return build2(g, "SparseSoftmaxCrossEntropyWithLogits", name, logits, labels);
-}
-psg_endpoint_t psg_l2_loss(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "L2Loss", name, x);
-}
-
-static psg_endpoint_t reduce_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x,
-                                int n_axes, const int64_t *axes, bool keep_dims) {
-    psg_node_builder_t *b = psg_node_begin(g, op, name);
-    psg_node_add_input(b, x);
-    psg_node_attr_ints(b, "axes", n_axes, axes);
-    psg_node_attr_bool(b, "keep_dims", keep_dims);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_sum(psg_graph_t *g, const char *name, psg_endpoint_t x, int n_axes,
-                       const int64_t *axes, bool keep_dims) {
-    return reduce_op(g, "Sum", name, x, n_axes, axes, keep_dims);
-}
-
-psg_endpoint_t psg_mean(psg_graph_t *g, const char *name, psg_endpoint_t x, int n_axes,
-                        const int64_t *axes, bool keep_dims) {
-    return reduce_op(g, "Mean", name, x, n_axes, axes, keep_dims);
-}
-
-psg_endpoint_t psg_expand_dims(psg_graph_t *g, const char *name, psg_endpoint_t x, int n_axes,
-                               const int64_t *axes) {
-    psg_node_builder_t *b = psg_node_begin(g, "ExpandDims", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_ints(b, "axes", n_axes, axes);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_argmax(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "ArgMax", name, x);
-}
-
-psg_endpoint_t psg_equal(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Equal", name, a, b);
-}
-
-psg_endpoint_t psg_matmul(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b,
-                          bool transpose_a, bool transpose_b) {
-    psg_endpoint_t in[2] = {a, b};
-    bool back = psg_compute_inputs(g, 2, in);
-    char buf[256];
-    psg_node_builder_t *nb =
-        psg_node_begin(g, "MatMul", psg_compute_op_name(g, name, back, buf, sizeof buf));
-    psg_node_add_input(nb, in[0]);
-    psg_node_add_input(nb, in[1]);
-    psg_node_attr_bool(nb, "transpose_a", transpose_a);
-    psg_node_attr_bool(nb, "transpose_b", transpose_b);
-    return psg_compute_output(g, name, psg_node_finish_ep(nb), back);
-}
-
-psg_endpoint_t psg_dense(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_endpoint_t w,
-                         psg_endpoint_t bias, bool relu) {
-    if (psg_graph_compute_dtype(g) != PSG_DT_F32) {
-        /* mixed precision: the product in the compute dtype, bias and ReLU in f32 */
-        psg_endpoint_t y = psg_matmul(g, NULL, x, w, false, false);
-        y = psg_bias_add(g, relu ? NULL : name, y, bias);
-        return relu ? psg_relu(g, name, y) : y;
-    }
-    psg_node_builder_t *b = psg_node_begin(g, "Dense", name);
-    psg_node_add_input(b, x);
-    psg_node_add_input(b, w);
-    psg_node_add_input(b, bias);
-    psg_node_attr_bool(b, "relu", relu);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_concat(psg_graph_t *g, const char *name, int n, const psg_endpoint_t *xs,
-                          int axis) {
-    psg_node_builder_t *b = psg_node_begin(g, "Concat", name);
-    for (int i = 0; i < n; i++)
-        psg_node_add_input(b, xs[i]);
-    psg_node_attr_int(b, "axis", axis);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_slice(psg_graph_t *g, const char *name, psg_endpoint_t x, int rank,
-                         const int64_t *begin, const int64_t *size) {
-    psg_node_builder_t *b = psg_node_begin(g, "Slice", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_ints(b, "begin", rank, begin);
-    psg_node_attr_ints(b, "size", rank, size);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_dropout(psg_graph_t *g, const char *name, psg_endpoint_t x, double rate,
-                           uint64_t seed) {
-    psg_node_builder_t *b = psg_node_begin(g, "Dropout", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_float(b, "rate", rate);
-    psg_node_attr_int(b, "seed", (int64_t)seed);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_cast(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_dtype_t dtype) {
-    psg_node_builder_t *b = psg_node_begin(g, "Cast", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_dtype(b, "dtype", dtype);
-    return psg_node_finish_ep(b);
-}

@@ -4,9 +4,12 @@
  * Kernels: ops/cpu/{conv2d,pool,bias_add,batch_norm}.c. */
 #include "ops/cpu/nn.h"
 #include "ops/cuda/kernels.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_nn.h"
 #include "psgraph/precision.h"
+
+#include "core/checked.h"
 
 #include <string.h>
 
@@ -61,9 +64,16 @@ int psg_nn_out_size(int64_t in, int64_t k, int64_t s, bool same, int64_t *out, i
         *out = -1;
         return 0;
     }
+    if (s < 1) return psg_error_set("stride %lld must be positive", (long long)s);
     if (same) {
-        *out = (in + s - 1) / s;
-        int64_t total = (*out - 1) * s + k - in;
+        /* ceil(in / s), then the padding (out - 1) * s + k - in, each checked: a peer's
+         * graph may carry any stride and window */
+        int64_t span, total;
+        *out = in / s + (in % s != 0);
+        if (psg_ckd_mul_i64(&span, *out > 0 ? *out - 1 : 0, s) || psg_ckd_add_i64(&total, span, k))
+            return psg_error_set("SAME window of %lld with stride %lld overflows on an input of %lld",
+                                 (long long)k, (long long)s, (long long)in);
+        total -= in;
         *pad = total > 0 ? total / 2 : 0;
         return 0;
     }
@@ -80,6 +90,40 @@ int psg_nn_geom(const psg_shape_t *in, int64_t kh, int64_t kw, int64_t oc,
                          .kh = kh, .kw = kw, .oc = oc, .sh = a->sh, .sw = a->sw};
     if (psg_nn_out_size(g->h, kh, a->sh, a->same, &g->oh, &g->pt) < 0) return -1;
     return psg_nn_out_size(g->w, kw, a->sw, a->same, &g->ow, &g->pl);
+}
+
+/* ---- prepare: once per plan node (ops/params.h) ---- */
+
+static int nn_prepare(const psg_graph_t *g, const psg_node_t *n, psg_nn_params_t *p, bool pool) {
+    if (psg_nn_read_attrs(n, pool, &p->a) < 0) return -1;
+    const psg_shape_t *in = psg_graph_shape(g, psg_node_input(n, 0));
+    const psg_shape_t *f = pool ? NULL : psg_graph_shape(g, psg_node_input(n, 1));
+    if (!in || in->rank != 4 || !psg_shape_is_complete(in)) return 0;
+    if (!pool && (!f || f->rank != 4 || !psg_shape_is_complete(f))) return 0;
+    int64_t kh = pool ? p->a.kh : f->dims[0], kw = pool ? p->a.kw : f->dims[1];
+    if (psg_nn_geom(in, kh, kw, pool ? in->dims[3] : f->dims[3], &p->a, &p->geom) < 0) return -1;
+    p->have_geom = true;
+    return 0;
+}
+
+int psg_nn_prepare_conv(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    return nn_prepare(g, n, params, false);
+}
+
+int psg_nn_prepare_pool(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    return nn_prepare(g, n, params, true);
+}
+
+const psg_nn_geom_t *psg_nn_kernel_geom(const psg_kernel_ctx_t *c, bool pool, psg_nn_geom_t *tmp) {
+    const psg_nn_params_t *p = psg_kernel_params(c);
+    const psg_shape_t *in = &c->inputs[0]->shape, *f = pool ? NULL : &c->inputs[1]->shape;
+    int64_t kh = pool ? p->a.kh : f->dims[0], kw = pool ? p->a.kw : f->dims[1];
+    int64_t oc = pool ? in->dims[3] : f->dims[3];
+    const psg_nn_geom_t *q = &p->geom;
+    if (p->have_geom && q->n == in->dims[0] && q->h == in->dims[1] && q->w == in->dims[2] &&
+        q->c == in->dims[3] && q->kh == kh && q->kw == kw && q->oc == oc)
+        return q;
+    return psg_nn_geom(in, kh, kw, oc, &p->a, tmp) < 0 ? NULL : tmp;
 }
 
 /* ---- inference ---- */
@@ -380,32 +424,96 @@ static int grad_fused_batch_norm(psg_graph_t *g, const psg_node_t *n, const psg_
 /* ---- defs ---- */
 
 /* MaxPoolGrad and FusedBatchNormGrad have no gradient (no second order). */
-static const psg_op_def_t op_conv2d = {"Conv2D", 2, 1, 0, infer_conv2d, grad_conv2d,
-                                       psg_cpu_conv2d, PSG_GPU_KERNEL(psg_gpu_conv2d)};
-static const psg_op_def_t op_conv2d_bi = {"Conv2DBackpropInput", 3, 1, 0,
-                                          infer_conv2d_backprop_input, grad_conv2d_backprop_input,
-                                          psg_cpu_conv2d_backprop_input, PSG_GPU_KERNEL(psg_gpu_conv2d_backprop_input)};
-static const psg_op_def_t op_conv2d_bf = {"Conv2DBackpropFilter", 3, 1, 0,
-                                          infer_conv2d_backprop_filter,
-                                          grad_conv2d_backprop_filter,
-                                          psg_cpu_conv2d_backprop_filter, PSG_GPU_KERNEL(psg_gpu_conv2d_backprop_filter)};
-static const psg_op_def_t op_max_pool = {"MaxPool", 1, 1, 0, infer_pool, grad_max_pool,
-                                         psg_cpu_max_pool, PSG_GPU_KERNEL(psg_gpu_max_pool)};
-static const psg_op_def_t op_max_pool_grad = {"MaxPoolGrad", 2, 1, 0, infer_pool_grad, NULL,
-                                              psg_cpu_max_pool_grad, PSG_GPU_KERNEL(psg_gpu_max_pool_grad)};
-static const psg_op_def_t op_avg_pool = {"AvgPool", 1, 1, 0, infer_pool, grad_avg_pool,
-                                         psg_cpu_avg_pool, PSG_GPU_KERNEL(psg_gpu_avg_pool)};
-static const psg_op_def_t op_avg_pool_grad = {"AvgPoolGrad", 2, 1, 0, infer_pool_grad,
-                                              grad_avg_pool_grad, psg_cpu_avg_pool_grad, PSG_GPU_KERNEL(psg_gpu_avg_pool_grad)};
-static const psg_op_def_t op_bias_add = {"BiasAdd", 2, 1, 0, infer_bias_add, grad_bias_add,
-                                         psg_cpu_bias_add, PSG_GPU_KERNEL(psg_gpu_bias_add)};
-static const psg_op_def_t op_bias_add_grad = {"BiasAddGrad", 1, 1, 0, infer_bias_add_grad,
-                                              grad_bias_add_grad, psg_cpu_bias_add_grad, PSG_GPU_KERNEL(psg_gpu_bias_add_grad)};
-static const psg_op_def_t op_fused_bn = {"FusedBatchNorm", -1, 5, 0, infer_fused_batch_norm,
-                                         grad_fused_batch_norm, psg_cpu_fused_batch_norm, PSG_GPU_KERNEL(psg_gpu_fused_batch_norm)};
-static const psg_op_def_t op_fused_bn_grad = {"FusedBatchNormGrad", 5, 3, 0,
-                                              infer_fused_batch_norm_grad, NULL,
-                                              psg_cpu_fused_batch_norm_grad, PSG_GPU_KERNEL(psg_gpu_fused_batch_norm_grad)};
+static const psg_op_def_t op_conv2d = {.name = "Conv2D",
+                                       .num_inputs = 2,
+                                       .num_outputs = 1,
+                                       .infer = infer_conv2d,
+                                       .grad = grad_conv2d,
+                                       .cpu = psg_cpu_conv2d,
+                                       .cuda = PSG_GPU_KERNEL(psg_gpu_conv2d),
+                                       .prepare = psg_nn_prepare_conv,
+                                       .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_conv2d_bi = {.name = "Conv2DBackpropInput",
+                                          .num_inputs = 3,
+                                          .num_outputs = 1,
+                                          .infer = infer_conv2d_backprop_input,
+                                          .grad = grad_conv2d_backprop_input,
+                                          .cpu = psg_cpu_conv2d_backprop_input,
+                                          .cuda = PSG_GPU_KERNEL(psg_gpu_conv2d_backprop_input),
+                                          .prepare = psg_nn_prepare_conv,
+                                          .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_conv2d_bf = {.name = "Conv2DBackpropFilter",
+                                          .num_inputs = 3,
+                                          .num_outputs = 1,
+                                          .infer = infer_conv2d_backprop_filter,
+                                          .grad = grad_conv2d_backprop_filter,
+                                          .cpu = psg_cpu_conv2d_backprop_filter,
+                                          .cuda = PSG_GPU_KERNEL(psg_gpu_conv2d_backprop_filter),
+                                          .prepare = psg_nn_prepare_conv,
+                                          .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_max_pool = {.name = "MaxPool",
+                                         .num_inputs = 1,
+                                         .num_outputs = 1,
+                                         .infer = infer_pool,
+                                         .grad = grad_max_pool,
+                                         .cpu = psg_cpu_max_pool,
+                                         .cuda = PSG_GPU_KERNEL(psg_gpu_max_pool),
+                                         .prepare = psg_nn_prepare_pool,
+                                         .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_max_pool_grad = {.name = "MaxPoolGrad",
+                                              .num_inputs = 2,
+                                              .num_outputs = 1,
+                                              .infer = infer_pool_grad,
+                                              .cpu = psg_cpu_max_pool_grad,
+                                              .cuda = PSG_GPU_KERNEL(psg_gpu_max_pool_grad),
+                                              .prepare = psg_nn_prepare_pool,
+                                              .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_avg_pool = {.name = "AvgPool",
+                                         .num_inputs = 1,
+                                         .num_outputs = 1,
+                                         .infer = infer_pool,
+                                         .grad = grad_avg_pool,
+                                         .cpu = psg_cpu_avg_pool,
+                                         .cuda = PSG_GPU_KERNEL(psg_gpu_avg_pool),
+                                         .prepare = psg_nn_prepare_pool,
+                                         .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_avg_pool_grad = {.name = "AvgPoolGrad",
+                                              .num_inputs = 2,
+                                              .num_outputs = 1,
+                                              .infer = infer_pool_grad,
+                                              .grad = grad_avg_pool_grad,
+                                              .cpu = psg_cpu_avg_pool_grad,
+                                              .cuda = PSG_GPU_KERNEL(psg_gpu_avg_pool_grad),
+                                              .prepare = psg_nn_prepare_pool,
+                                              .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_bias_add = {.name = "BiasAdd",
+                                         .num_inputs = 2,
+                                         .num_outputs = 1,
+                                         .infer = infer_bias_add,
+                                         .grad = grad_bias_add,
+                                         .cpu = psg_cpu_bias_add,
+                                         .cuda = PSG_GPU_KERNEL(psg_gpu_bias_add)};
+static const psg_op_def_t op_bias_add_grad = {.name = "BiasAddGrad",
+                                              .num_inputs = 1,
+                                              .num_outputs = 1,
+                                              .infer = infer_bias_add_grad,
+                                              .grad = grad_bias_add_grad,
+                                              .cpu = psg_cpu_bias_add_grad,
+                                              .cuda = PSG_GPU_KERNEL(psg_gpu_bias_add_grad)};
+static const psg_op_def_t op_fused_bn = {.name = "FusedBatchNorm",
+                                         .num_inputs = -1,
+                                         .num_outputs = 5,
+                                         .infer = infer_fused_batch_norm,
+                                         .grad = grad_fused_batch_norm,
+                                         .cpu = psg_cpu_fused_batch_norm,
+                                         .cuda = PSG_GPU_KERNEL(psg_gpu_fused_batch_norm)};
+static const psg_op_def_t op_fused_bn_grad = {.name = "FusedBatchNormGrad",
+                                              .num_inputs = 5,
+                                              .num_outputs = 3,
+                                              .infer = infer_fused_batch_norm_grad,
+                                              .cpu = psg_cpu_fused_batch_norm_grad,
+                                              .cuda =
+                                                  PSG_GPU_KERNEL(psg_gpu_fused_batch_norm_grad)};
 
 const psg_op_def_t *const psg_nn_ops[] = {
     &op_conv2d,   &op_conv2d_bi,     &op_conv2d_bf, &op_max_pool,      &op_max_pool_grad,

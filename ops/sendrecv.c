@@ -1,7 +1,7 @@
 /* The ops that partitioning adds: Send and Recv, the two ends of one cut
  * edge, matched through the rendezvous by key and step id. Defs and shape
  * inference; kernels in ops/cpu/sendrecv.c. Not the partitioner that
- * inserts them (graph/partition.c). */
+ * inserts them (runtime/partition.c). */
 #include "ops/cpu/sendrecv.h"
 #include "psgraph/error.h"
 
@@ -41,9 +41,18 @@ static int infer_recv(psg_infer_ctx_t *c) {
 
 /* ---- defs ---- */
 
-static const psg_op_def_t op_send = {"Send", 1, 0, PSG_OP_STATEFUL, infer_send, NULL, psg_cpu_send, NULL};
-static const psg_op_def_t op_recv = {"Recv", 0, 1, PSG_OP_STATEFUL | PSG_OP_ASYNC, infer_recv, NULL,
-                                     psg_cpu_recv, NULL};
+static const psg_op_def_t op_send = {.name = "Send",
+                                     .num_inputs = 1,
+                                     .num_outputs = 0,
+                                     .flags = PSG_OP_STATEFUL,
+                                     .infer = infer_send,
+                                     .cpu = psg_cpu_send};
+static const psg_op_def_t op_recv = {.name = "Recv",
+                                     .num_inputs = 0,
+                                     .num_outputs = 1,
+                                     .flags = PSG_OP_STATEFUL | PSG_OP_ASYNC,
+                                     .infer = infer_recv,
+                                     .cpu = psg_cpu_recv};
 
 const psg_op_def_t *const psg_sendrecv_ops[] = {
     &op_send, &op_recv, NULL,

@@ -234,20 +234,58 @@ static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 /* ---- defs ---- */
 
 #define DYN PSG_OP_DYNAMIC_SHAPE
-static const psg_op_def_t op_gather = {"Gather", 2, 1, 0, infer_gather, grad_gather, psg_cpu_gather, NULL};
-static const psg_op_def_t op_resource_gather = {"ResourceGather", 2, 1, PSG_OP_STATEFUL, infer_resource_gather,
-                                                grad_gather, psg_cpu_resource_gather, NULL};
-static const psg_op_def_t op_indexed_slices = {"IndexedSlices", 3, 1, 0, infer_indexed_slices,
-                                               grad_indexed_slices, psg_cpu_indexed_slices, NULL};
-static const psg_op_def_t op_unique = {"Unique", 1, 2, DYN, infer_unique, grad_none, psg_cpu_unique, NULL};
-static const psg_op_def_t op_segment_sum = {"UnsortedSegmentSum", 3, 1, DYN, infer_segment_sum,
-                                            grad_segment_sum, psg_cpu_unsorted_segment_sum, NULL};
-static const psg_op_def_t op_dynamic_stitch = {"DynamicStitch", -1, 1, 0, infer_dynamic_stitch,
-                                               grad_dynamic_stitch, psg_cpu_dynamic_stitch, NULL};
-static const psg_op_def_t op_partition_ids = {"PartitionIds", 1, 2, DYN, infer_partition_ids, grad_none,
-                                              psg_cpu_partition_ids, NULL};
-static const psg_op_def_t op_segment_weights = {"SegmentWeights", 2, 1, 0, infer_segment_weights, grad_none,
-                                                psg_cpu_segment_weights, NULL};
+static const psg_op_def_t op_gather = {.name = "Gather",
+                                       .num_inputs = 2,
+                                       .num_outputs = 1,
+                                       .infer = infer_gather,
+                                       .grad = grad_gather,
+                                       .cpu = psg_cpu_gather};
+static const psg_op_def_t op_resource_gather = {.name = "ResourceGather",
+                                                .num_inputs = 2,
+                                                .num_outputs = 1,
+                                                .flags = PSG_OP_STATEFUL,
+                                                .infer = infer_resource_gather,
+                                                .grad = grad_gather,
+                                                .cpu = psg_cpu_resource_gather};
+static const psg_op_def_t op_indexed_slices = {.name = "IndexedSlices",
+                                               .num_inputs = 3,
+                                               .num_outputs = 1,
+                                               .infer = infer_indexed_slices,
+                                               .grad = grad_indexed_slices,
+                                               .cpu = psg_cpu_indexed_slices};
+static const psg_op_def_t op_unique = {.name = "Unique",
+                                       .num_inputs = 1,
+                                       .num_outputs = 2,
+                                       .flags = DYN,
+                                       .infer = infer_unique,
+                                       .grad = grad_none,
+                                       .cpu = psg_cpu_unique};
+static const psg_op_def_t op_segment_sum = {.name = "UnsortedSegmentSum",
+                                            .num_inputs = 3,
+                                            .num_outputs = 1,
+                                            .flags = DYN,
+                                            .infer = infer_segment_sum,
+                                            .grad = grad_segment_sum,
+                                            .cpu = psg_cpu_unsorted_segment_sum};
+static const psg_op_def_t op_dynamic_stitch = {.name = "DynamicStitch",
+                                               .num_inputs = -1,
+                                               .num_outputs = 1,
+                                               .infer = infer_dynamic_stitch,
+                                               .grad = grad_dynamic_stitch,
+                                               .cpu = psg_cpu_dynamic_stitch};
+static const psg_op_def_t op_partition_ids = {.name = "PartitionIds",
+                                              .num_inputs = 1,
+                                              .num_outputs = 2,
+                                              .flags = DYN,
+                                              .infer = infer_partition_ids,
+                                              .grad = grad_none,
+                                              .cpu = psg_cpu_partition_ids};
+static const psg_op_def_t op_segment_weights = {.name = "SegmentWeights",
+                                                .num_inputs = 2,
+                                                .num_outputs = 1,
+                                                .infer = infer_segment_weights,
+                                                .grad = grad_none,
+                                                .cpu = psg_cpu_segment_weights};
 
 const psg_op_def_t *const psg_sparse_ops[] = {
     &op_gather,         &op_resource_gather, &op_indexed_slices, &op_unique,          &op_segment_sum,

@@ -76,16 +76,36 @@ static int infer_adagrad(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_adagr
 static int infer_ftrl(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_ftrl); }
 static int infer_adam(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_adam); }
 
-static const psg_op_def_t op_gd = {"SparseApplyGradientDescent", 4, 0, PSG_OP_STATEFUL, infer_gd, NULL,
-                                   psg_cpu_sparse_apply_gradient_descent, NULL};
-static const psg_op_def_t op_mom = {"SparseApplyMomentum", 6, 0, PSG_OP_STATEFUL, infer_mom, NULL,
-                                    psg_cpu_sparse_apply_momentum, NULL};
-static const psg_op_def_t op_adagrad = {"SparseApplyAdagrad", 5, 0, PSG_OP_STATEFUL, infer_adagrad, NULL,
-                                        psg_cpu_sparse_apply_adagrad, NULL};
-static const psg_op_def_t op_ftrl = {"SparseApplyFtrl", 9, 0, PSG_OP_STATEFUL, infer_ftrl, NULL,
-                                     psg_cpu_sparse_apply_ftrl, NULL};
-static const psg_op_def_t op_adam = {"SparseApplyAdam", 11, 0, PSG_OP_STATEFUL, infer_adam, NULL,
-                                     psg_cpu_sparse_apply_adam, NULL};
+static const psg_op_def_t op_gd = {.name = "SparseApplyGradientDescent",
+                                   .num_inputs = 4,
+                                   .num_outputs = 0,
+                                   .flags = PSG_OP_STATEFUL,
+                                   .infer = infer_gd,
+                                   .cpu = psg_cpu_sparse_apply_gradient_descent};
+static const psg_op_def_t op_mom = {.name = "SparseApplyMomentum",
+                                    .num_inputs = 6,
+                                    .num_outputs = 0,
+                                    .flags = PSG_OP_STATEFUL,
+                                    .infer = infer_mom,
+                                    .cpu = psg_cpu_sparse_apply_momentum};
+static const psg_op_def_t op_adagrad = {.name = "SparseApplyAdagrad",
+                                        .num_inputs = 5,
+                                        .num_outputs = 0,
+                                        .flags = PSG_OP_STATEFUL,
+                                        .infer = infer_adagrad,
+                                        .cpu = psg_cpu_sparse_apply_adagrad};
+static const psg_op_def_t op_ftrl = {.name = "SparseApplyFtrl",
+                                     .num_inputs = 9,
+                                     .num_outputs = 0,
+                                     .flags = PSG_OP_STATEFUL,
+                                     .infer = infer_ftrl,
+                                     .cpu = psg_cpu_sparse_apply_ftrl};
+static const psg_op_def_t op_adam = {.name = "SparseApplyAdam",
+                                     .num_inputs = 11,
+                                     .num_outputs = 0,
+                                     .flags = PSG_OP_STATEFUL,
+                                     .infer = infer_adam,
+                                     .cpu = psg_cpu_sparse_apply_adam};
 
 const psg_op_def_t *const psg_sparse_apply_ops[] = {&op_gd, &op_mom, &op_adagrad, &op_ftrl, &op_adam, NULL};
 

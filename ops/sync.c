@@ -104,9 +104,13 @@ static int infer_count_accepted(psg_infer_ctx_t *c) {
 
 /* ---- defs: none is differentiable ---- */
 
-#define SYNC_OP(var, name, nin, nout, flags, infer, kernel)                                        \
-    static const psg_op_def_t var = {name,  nin,  nout,   PSG_OP_STATEFUL | (flags),               \
-                                     infer, NULL, kernel, NULL}
+#define SYNC_OP(var, op_name, nin, nout, op_flags, infer_fn, kernel)                               \
+    static const psg_op_def_t var = {.name = op_name,                                              \
+                                     .num_inputs = nin,                                            \
+                                     .num_outputs = nout,                                          \
+                                     .flags = PSG_OP_STATEFUL | (op_flags),                        \
+                                     .infer = infer_fn,                                            \
+                                     .cpu = kernel}
 
 SYNC_OP(op_accumulator, "AccumulatorHandle", 0, 1, 0, infer_accumulator, psg_cpu_accumulator);
 SYNC_OP(op_apply, "AccumulatorApplyGradient", 3, 1, 0, infer_apply, psg_cpu_accumulator_apply);
@@ -125,8 +129,11 @@ SYNC_OP(op_dequeue, "TokenQueueDequeue", 2, 2, PSG_OP_ASYNC, infer_dequeue,
         psg_cpu_token_queue_dequeue);
 SYNC_OP(op_token_queue_close, "TokenQueueClose", 1, 0, 0, infer_handle_only,
         psg_cpu_token_queue_close);
-static const psg_op_def_t op_count_accepted = {
-    "CountAccepted", -1, 1, 0, infer_count_accepted, NULL, psg_cpu_count_accepted, NULL};
+static const psg_op_def_t op_count_accepted = {.name = "CountAccepted",
+                                               .num_inputs = -1,
+                                               .num_outputs = 1,
+                                               .infer = infer_count_accepted,
+                                               .cpu = psg_cpu_count_accepted};
 
 const psg_op_def_t *const psg_sync_ops[] = {
     &op_accumulator,       &op_apply,           &op_take,

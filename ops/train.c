@@ -3,9 +3,10 @@
  * ApplyAdam, ApplyAdagrad, as TensorFlow's ResourceApply*), and the small
  * state ops around them (ScaleVariable, IncrementVariable, ExponentialDecay):
  * defs, shape inference and builders. Kernels: ops/cpu/train.c. Not the
- * optimizer objects that wire them to gradients (ops/optimizer.c). */
+ * optimizer objects that wire them to gradients (runtime/optimizer.c). */
 #include "ops/cpu/train.h"
 #include "ops/cuda/kernels.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_train.h"
 
@@ -114,27 +115,107 @@ static int infer_exponential_decay(psg_infer_ctx_t *c) {
     return 0;
 }
 
+/* ---- the checks both kernels make (ops/cpu/train.h) ---- */
+
+int psg_update_check_variable(const psg_variable_t *v) {
+    if (!v) return -1;
+    if (v->dtype != PSG_DT_F32)
+        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name,
+                             psg_dtype_name(v->dtype));
+    if (!v->initialized)
+        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+    return 0;
+}
+
+int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what) {
+    const psg_tensor_t *t = c->inputs[i];
+    if (t->dtype != PSG_DT_F32 || psg_tensor_numel(t) != 1) {
+        char b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("%s (input %d) must be a scalar f32, got %s%s", what, i,
+                             psg_dtype_name(t->dtype), psg_shape_str(&t->shape, b, sizeof b));
+    }
+    return 0;
+}
+
+/* ---- prepare: the update's flags, once per plan node (ops/params.h) ---- */
+
+int psg_apply_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_apply_params_t *p = params;
+    p->check_numerics = psg_node_get_bool(n, "check_numerics", true);
+    p->use_nesterov = psg_node_get_bool(n, "use_nesterov", false);
+    return 0;
+}
+
 /* ---- defs: no outputs, no gradients (like Assign) ---- */
 
-static const psg_op_def_t op_gd = {
-    "ApplyGradientDescent",         3,   0, PSG_OP_STATEFUL, infer_gd, NULL,
-    psg_cpu_apply_gradient_descent, PSG_GPU_KERNEL(psg_gpu_apply_gradient_descent)};
-static const psg_op_def_t op_momentum = {
-    "ApplyMomentum", 5, 0, PSG_OP_STATEFUL, infer_momentum, NULL, psg_cpu_apply_momentum, PSG_GPU_KERNEL(psg_gpu_apply_momentum)};
-static const psg_op_def_t op_rmsprop = {
-    "ApplyRMSProp", 8, 0, PSG_OP_STATEFUL, infer_rmsprop, NULL, psg_cpu_apply_rmsprop, PSG_GPU_KERNEL(psg_gpu_apply_rmsprop)};
-static const psg_op_def_t op_adam = {"ApplyAdam",        10,  0, PSG_OP_STATEFUL, infer_adam, NULL,
-                                     psg_cpu_apply_adam, PSG_GPU_KERNEL(psg_gpu_apply_adam)};
-static const psg_op_def_t op_adagrad = {
-    "ApplyAdagrad", 4, 0, PSG_OP_STATEFUL, infer_adagrad, NULL, psg_cpu_apply_adagrad, PSG_GPU_KERNEL(psg_gpu_apply_adagrad)};
-static const psg_op_def_t op_scale_variable = {
-    "ScaleVariable",        2,   0, PSG_OP_STATEFUL, infer_scale_variable, NULL,
-    psg_cpu_scale_variable, PSG_GPU_KERNEL(psg_gpu_scale_variable)};
-static const psg_op_def_t op_increment_variable = {
-    "IncrementVariable",        1,   0, PSG_OP_STATEFUL, infer_increment_variable, NULL,
-    psg_cpu_increment_variable, PSG_GPU_KERNEL(psg_gpu_increment_variable)};
-static const psg_op_def_t op_exponential_decay = {
-    "ExponentialDecay", 1, 1, 0, infer_exponential_decay, NULL, psg_cpu_exponential_decay, PSG_GPU_KERNEL(psg_gpu_exponential_decay)};
+static const psg_op_def_t op_gd = {.name = "ApplyGradientDescent",
+                                   .num_inputs = 3,
+                                   .num_outputs = 0,
+                                   .flags = PSG_OP_STATEFUL,
+                                   .infer = infer_gd,
+                                   .cpu = psg_cpu_apply_gradient_descent,
+                                   .cuda = PSG_GPU_KERNEL(psg_gpu_apply_gradient_descent),
+                                   .prepare = psg_apply_prepare,
+                                   .params_size = sizeof(psg_apply_params_t)};
+static const psg_op_def_t op_momentum = {.name = "ApplyMomentum",
+                                         .num_inputs = 5,
+                                         .num_outputs = 0,
+                                         .flags = PSG_OP_STATEFUL,
+                                         .infer = infer_momentum,
+                                         .cpu = psg_cpu_apply_momentum,
+                                         .cuda = PSG_GPU_KERNEL(psg_gpu_apply_momentum),
+                                         .prepare = psg_apply_prepare,
+                                         .params_size = sizeof(psg_apply_params_t)};
+static const psg_op_def_t op_rmsprop = {.name = "ApplyRMSProp",
+                                        .num_inputs = 8,
+                                        .num_outputs = 0,
+                                        .flags = PSG_OP_STATEFUL,
+                                        .infer = infer_rmsprop,
+                                        .cpu = psg_cpu_apply_rmsprop,
+                                        .cuda = PSG_GPU_KERNEL(psg_gpu_apply_rmsprop),
+                                        .prepare = psg_apply_prepare,
+                                        .params_size = sizeof(psg_apply_params_t)};
+static const psg_op_def_t op_adam = {.name = "ApplyAdam",
+                                     .num_inputs = 10,
+                                     .num_outputs = 0,
+                                     .flags = PSG_OP_STATEFUL,
+                                     .infer = infer_adam,
+                                     .cpu = psg_cpu_apply_adam,
+                                     .cuda = PSG_GPU_KERNEL(psg_gpu_apply_adam),
+                                     .prepare = psg_apply_prepare,
+                                     .params_size = sizeof(psg_apply_params_t)};
+static const psg_op_def_t op_adagrad = {.name = "ApplyAdagrad",
+                                        .num_inputs = 4,
+                                        .num_outputs = 0,
+                                        .flags = PSG_OP_STATEFUL,
+                                        .infer = infer_adagrad,
+                                        .cpu = psg_cpu_apply_adagrad,
+                                        .cuda = PSG_GPU_KERNEL(psg_gpu_apply_adagrad),
+                                        .prepare = psg_apply_prepare,
+                                        .params_size = sizeof(psg_apply_params_t)};
+static const psg_op_def_t op_scale_variable = {.name = "ScaleVariable",
+                                               .num_inputs = 2,
+                                               .num_outputs = 0,
+                                               .flags = PSG_OP_STATEFUL,
+                                               .infer = infer_scale_variable,
+                                               .cpu = psg_cpu_scale_variable,
+                                               .cuda = PSG_GPU_KERNEL(psg_gpu_scale_variable)};
+static const psg_op_def_t op_increment_variable = {.name = "IncrementVariable",
+                                                   .num_inputs = 1,
+                                                   .num_outputs = 0,
+                                                   .flags = PSG_OP_STATEFUL,
+                                                   .infer = infer_increment_variable,
+                                                   .cpu = psg_cpu_increment_variable,
+                                                   .cuda =
+                                                       PSG_GPU_KERNEL(psg_gpu_increment_variable)};
+static const psg_op_def_t op_exponential_decay = {.name = "ExponentialDecay",
+                                                  .num_inputs = 1,
+                                                  .num_outputs = 1,
+                                                  .infer = infer_exponential_decay,
+                                                  .cpu = psg_cpu_exponential_decay,
+                                                  .cuda =
+                                                      PSG_GPU_KERNEL(psg_gpu_exponential_decay)};
 
 const psg_op_def_t *const psg_train_ops[] = {
     &op_gd,

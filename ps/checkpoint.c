@@ -4,7 +4,9 @@
  * interval: ps/checkpoint_dir.c) and not the transport between tasks. */
 #include "ps/checkpoint_internal.h"
 
+#include "core/checked.h"
 #include "core/json.h"
+#include "core/strbuf.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
@@ -60,64 +62,13 @@ void psg_ckpt_index_name(char *buf, size_t size, int64_t step) {
     snprintf(buf, size, "%s-%lld.index.json", PSG_CKPT_PREFIX, (long long)step);
 }
 
-/* ---- a growable string ---- */
+/* ---- a growable string: core/strbuf.h ---- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} sbuf_t;
-
-static void sb_add(sbuf_t *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-static void sb_str(sbuf_t *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) PSG_PRINTF(2, 3);
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-        b->oom = true;
-        return;
-    }
-    sb_add(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal of s. */
-static void sb_json_str(sbuf_t *b, const char *s) {
-    sb_add(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            sb_add(b, e, 2);
-        } else if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
-        } else {
-            sb_add(b, (const char *)&c, 1);
-        }
-    }
-    sb_add(b, "\"", 1);
-}
+typedef psg_strbuf_t sbuf_t;
+#define sb_add psg_strbuf_add
+#define sb_str psg_strbuf_str
+#define sb_printf psg_strbuf_printf
+#define sb_json_str psg_strbuf_json_str
 
 /* ---- file helpers ---- */
 
@@ -252,6 +203,59 @@ static int build_header(sbuf_t *h, psg_variable_t **vars, int n, int64_t step, i
     return h->oom ? -1 : 0;
 }
 
+/* Host copies of the variables being written, taken a group at a time: a variable and the
+ * slots its update writes, under that variable's lock (psg_variable_lock_update), so the
+ * shard holds each variable with its slots at one update, and the bytes a crc covers are
+ * the bytes written. A copy is freed once written: the memory held is about a group's. */
+typedef struct {
+    psg_variable_t **vars, **guard; /* (n) each */
+    psg_tensor_t **copy;            /* (n), NULL until taken */
+    bool *taken;
+    int n;
+} snapshot_t;
+
+static int snapshot_new(snapshot_t *s, psg_variable_t **vars, int n) {
+    s->vars = vars;
+    s->n = n;
+    s->guard = calloc((size_t)n + 1, sizeof *s->guard);
+    s->copy = calloc((size_t)n + 1, sizeof *s->copy);
+    s->taken = calloc((size_t)n + 1, sizeof *s->taken);
+    if (!s->guard || !s->copy || !s->taken) return psg_error_set("out of memory");
+    for (int i = 0; i < n; i++) s->guard[i] = psg_variable_guard(vars[i]);
+    return 0;
+}
+
+static psg_tensor_t *host_copy(const psg_variable_t *v) {
+    /* a variable on a GPU (docs/gpu.md) is copied to the host */
+    return psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : psg_tensor_to_host(v->value);
+}
+
+/* The copy of variable i (the caller owns it), its group copied first when not yet. */
+static psg_tensor_t *snapshot_take(snapshot_t *s, int i) {
+    if (!s->taken[i]) {
+        psg_variable_t *g = s->guard[i];
+        pthread_mutex_lock(&g->lock);
+        for (int j = i; j < s->n; j++)
+            if (s->guard[j] == g && !s->taken[j]) {
+                s->copy[j] = host_copy(s->vars[j]);
+                s->taken[j] = true;
+            }
+        pthread_mutex_unlock(&g->lock);
+    }
+    psg_tensor_t *t = s->copy[i];
+    s->copy[i] = NULL;
+    if (!t) psg_error_set("out of memory for a copy of variable '%s'", s->vars[i]->name);
+    return t;
+}
+
+static void snapshot_free(snapshot_t *s) {
+    for (int i = 0; s->copy && i < s->n; i++) psg_tensor_destroy(&s->copy[i]);
+    free(s->guard);
+    free(s->copy);
+    free(s->taken);
+    memset(s, 0, sizeof *s);
+}
+
 int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t step, int shard,
                                int num_shards, psg_checkpoint_shard_t *out) {
     memset(out, 0, sizeof *out);
@@ -284,19 +288,19 @@ int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t 
     rc = write_all(fd, len8, 8, tmp);
     if (rc == 0) rc = write_all(fd, h.s, h.len, tmp);
     uint32_t dcrc = psg_ckpt_crc32(0, NULL, 0);
+    snapshot_t snap = {0};
+    if (rc == 0 && snapshot_new(&snap, vars, n) < 0) rc = psg_error_wrap("%s", tmp);
     for (int i = 0; rc == 0 && i < n; i++) {
         psg_variable_t *v = vars[i];
-        pthread_mutex_lock(&v->lock);
-        /* a variable on a GPU (docs/gpu.md) is written from a host copy */
-        psg_tensor_t *hv = psg_tensor_to_host(v->value);
+        psg_tensor_t *hv = snapshot_take(&snap, i);
         size_t nb = hv ? psg_tensor_nbytes(hv) : 0;
         if (hv) dcrc = psg_ckpt_crc32(dcrc, hv->data, nb);
-        rc = hv ? write_all(fd, hv->data, nb, tmp) : -1;
-        pthread_mutex_unlock(&v->lock);
+        rc = hv ? write_all(fd, hv->data, nb, tmp) : psg_error_wrap("%s", tmp);
         psg_tensor_destroy(&hv);
         if (rc == 0 && !(out->names[i] = strdup(v->name))) rc = psg_error_set("out of memory");
         out->num_tensors = i + 1;
     }
+    snapshot_free(&snap);
     if (rc == 0) {
         char hex[9];
         snprintf(hex, sizeof hex, "%08x", (unsigned)dcrc);
@@ -488,15 +492,21 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
         uint64_t numel = 1;
         for (int d = 0; d < shp->count; d++) {
             uint64_t v;
-            if (!json_uint(shp->items[d], &v) || v > ((uint64_t)1 << 40) || (v && numel > UINT64_MAX / v)) {
+            if (!json_uint(shp->items[d], &v) || v > ((uint64_t)1 << 40) || psg_ckd_mul_u64(&numel, numel, v)) {
                 rc = psg_error_set("%s: tensor '%s': bad dimension %d", path, m->key, d);
                 break;
             }
             t.shape.dims[d] = (int64_t)v;
-            numel *= v;
         }
         if (rc < 0) break;
-        if (b > e || e > data_len || e - b != numel * psg_dtype_size(t.dtype)) {
+        /* numel * dtype size wrapped to 0 once ([2^40, 2^22] f32): checked, and then bound by the file */
+        uint64_t nbytes = 0;
+        if (psg_ckd_mul_u64(&nbytes, numel, psg_dtype_size(t.dtype)) || nbytes > INT64_MAX) {
+            rc = psg_error_set("%s: tensor '%s': shape of %" PRIu64 " elements overflows its byte size", path,
+                               m->key, numel);
+            break;
+        }
+        if (b > e || e > data_len || e - b != nbytes) {
             rc = psg_error_set("%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] do not match its "
                                "shape and the %" PRIu64 " data bytes", path, m->key, b, e, data_len);
             break;
@@ -524,9 +534,10 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
     psg_json_free(j);
     if (rc < 0) return -1;
     sh->num_tensors = (size_t)ck->num_tensors - sh->first_tensor;
-    /* file order, and the data covered exactly (safetensors' own rule) */
-    ck_tensor_t *ts = ck->tensors + sh->first_tensor;
-    qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
+    /* file order, and the data covered exactly (safetensors' own rule); a `{}` header has
+     * no tensors and maybe no array yet (NULL + 0 is undefined) */
+    ck_tensor_t *ts = sh->num_tensors ? ck->tensors + sh->first_tensor : NULL;
+    if (ts) qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
     const uint8_t *at = data;
     for (size_t i = 0; i < sh->num_tensors; i++) {
         if (ts[i].data != at)

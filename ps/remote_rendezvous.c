@@ -94,12 +94,19 @@ static void send_queued(psg_remote_rv_t *r) {
     memset(&r->queued, 0, sizeof r->queued);
     int npeers = r->npeers;
     pthread_mutex_unlock(&r->lock);
+    /* a peer that could not be reached once in this batch is not waited for again (each
+     * send would wait its timeout: a dead worker's pulls once held a stopping ps) */
+    char *unreachable = calloc((size_t)npeers + 1, 1);
     for (int i = 0; i < q.n; i++) {
         pull_t *p = &q.v[i];
         peer_t *peer = &r->peers[p->peer];
         PSG_ASSERT(p->peer < npeers);
         const char *err = NULL;
-        if (!peer->client) {
+        pthread_mutex_lock(&r->lock);
+        if (r->stop) err = "the Recv puller is stopping";
+        pthread_mutex_unlock(&r->lock);
+        if (!err && unreachable && unreachable[p->peer]) err = "the peer could not be reached";
+        if (!err && !peer->client) {
             psg_wire_opts_t o = psg_wire_opts_default();
             o.timeout_ms = r->timeout_ms;
             peer->client = psg_client_new(peer->address, &o);
@@ -109,7 +116,10 @@ static void send_queued(psg_remote_rv_t *r) {
         if (!err && (!m || psg_msg_set_key(m, p->key) < 0)) err = "out of memory";
         if (!err) {
             m->step = p->step;
-            if (psg_client_send(peer->client, &m, &p->id) < 0) err = psg_error_message();
+            if (psg_client_send(peer->client, &m, &p->id) < 0) {
+                err = psg_error_message();
+                if (unreachable) unreachable[p->peer] = 1;
+            }
         }
         psg_msg_destroy(&m);
         pthread_mutex_lock(&r->lock);
@@ -124,6 +134,7 @@ static void send_queued(psg_remote_rv_t *r) {
         }
         pthread_mutex_unlock(&r->lock);
     }
+    free(unreachable);
     free(q.v);
 }
 

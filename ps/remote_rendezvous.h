@@ -1,7 +1,7 @@
 /* Internal to psgraph: the pulling half of cross-process Send/Recv. A Recv whose sender
  * lives in another task asks that task's server for (step, key) (TensorFlow's RecvTensor)
  * and the reply lands in this process's rendezvous, where the Recv op takes it.
- * Not the rendezvous itself (graph/rendezvous.c) nor the serving half (ps/task_server.c). */
+ * Not the rendezvous itself (ops/state/rendezvous.c) nor the serving half (ps/task_server.c). */
 #ifndef PSGRAPH_PS_REMOTE_RENDEZVOUS_H
 #define PSGRAPH_PS_REMOTE_RENDEZVOUS_H
 

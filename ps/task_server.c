@@ -1,751 +1,57 @@
-/* The task server: a ROUTER thread answering the requests of task_server.h, runner
- * threads that run registered partitions (so the server keeps answering while a step
- * waits), and the Recv puller for tensors sent in other tasks. Not the worker's session,
- * and not the wire (net/), which checks every frame before this file sees a request. */
-#include "psgraph/task_server.h"
+/* The task server's dispatch: the ROUTER thread that decodes every request through the
+ * protocol table (ps/protocol.c) and calls its handler, the runner threads that run
+ * registered partitions (so the server keeps answering while a step waits), the per-peer
+ * limits, and the server's life. The registered graphs are in task_graphs.c, the admin
+ * requests in task_admin.c; the wire (net/) checks every frame before this file sees it. */
+#include "ps/task_server_internal.h"
 
-#include "runtime/executor.h"
-#include "net/codec.h"
-#include "ps/remote_rendezvous.h"
-#include "psgraph/checkpoint.h"
-#include "psgraph/device_name.h"
+#include "ops/state/sync_resources.h"
+#include "ops/state/timer.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
-#include "psgraph/serialize.h"
-#include "ops/state/sync_resources.h"
-#include "psgraph/threadpool.h"
-#include "psgraph/trace.h"
-#include "psgraph/wire.h"
 
+#include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define LOOP_MS 50
-#define MAX_WORKERS_DONE 1024
-/* A partition without Recv and with at most this many nodes runs on the server thread:
- * it cannot wait, and two thread hand-offs cost more than it does (docs/distributed.md). */
-#define INLINE_MAX_NODES 16
-/* Steps of one graph whose pulls may be out before they run (a worker runs one ahead). */
-#define PREPARED_STEPS 4
 
-typedef struct {
-    uint64_t handle;
-    bool dead; /* deregistered: kept until the server goes, a runner may still hold it */
-    psg_graph_t *g;
-    psg_plan_t *plan;
-    /* Steps of a plan whose state is all in resources overlap, each resource
-     * seeing them in the order they came (order); others run one at a time
-     * (run_lock). */
-    psg_run_order_t *order;
-    pthread_mutex_t run_lock;
-    int n_feeds, n_fetches;
-    int n_pulls;
-    psg_remote_pull_t *pulls;
-    int n_sends;
-    char **send_keys;
-    bool run_inline; /* no Recv and a few nodes: it cannot wait, the server thread runs it */
-    /* steps whose pulls psg_task_server_prepare sent (0: a free slot), under ts->lock */
-    int64_t prepared[PREPARED_STEPS];
-} reg_graph_t;
+/* ---- replies ---- */
 
-typedef struct job {
-    psg_msg_t *req;
-    reg_graph_t *rg;
-    psg_run_ticket_t *ticket; /* taken as the request came, when rg->order */
-    struct job *next;
-} job_t;
-
-typedef struct {
-    psg_msg_t *req;
-    int64_t deadline;
-} waiter_t;
-
-typedef struct {
-    waiter_t *v;
-    int n, cap;
-} waiter_list_t;
-
-struct psg_task_server {
-    const psg_cluster_t *cluster;
-    char task[PSG_DEVICE_NAME_MAX];
-    psg_device_name_t task_dn;
-    char bind[256];
-    char endpoint[256];
-    int port;
-    int num_threads, max_steps, expect_workers;
-    int64_t recv_timeout_ms, idle_timeout_ms;
-
-    psg_resource_mgr_t *rm;
-    psg_rendezvous_t *rv;
-    psg_threadpool_t *pool;
-    psg_remote_rv_t *remote;
-    _Atomic int64_t bytes_served; /* tensor bytes peers pulled from this task */
-    psg_server_t *server; /* made, used and destroyed by the server thread */
-
-    pthread_t thread;
-    bool thread_started;
-    pthread_t *runners;
-    int n_runners;
-
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    pthread_cond_t jobs_cond; /* a queued job or the runners' stop: one runner per job */
-    bool ready, stopped, stop_requested, runners_stop;
-    char start_error[1024];
-    char stop_reason[512];
-    reg_graph_t **graphs;
-    int n_graphs, cap_graphs;
-    uint64_t next_handle;
-    job_t *jq_head, *jq_tail;
-    char *workers_done[MAX_WORKERS_DONE];
-    int n_workers_done;
-
-    psg_node_timing_fn on_node; /* under lock */
-    void *on_node_ctx;
-    psg_trace_t *trace; /* a Trace request's recording; kept until the server goes */
-
-    /* the server thread's own */
-    waiter_list_t wait_init, wait_done;
-    int64_t last_request_ms;
-};
-
-/* ---- registered graphs ---- */
-
-static void reg_graph_free(reg_graph_t *rg) {
-    if (!rg) return;
-    psg_run_order_destroy(&rg->order);
-    psg_plan_destroy(&rg->plan);
-    psg_graph_destroy(&rg->g);
-    for (int i = 0; i < rg->n_pulls; i++) free(rg->pulls[i].key);
-    free(rg->pulls);
-    for (int i = 0; i < rg->n_sends; i++) free(rg->send_keys[i]);
-    free(rg->send_keys);
-    pthread_mutex_destroy(&rg->run_lock);
-    free(rg);
+void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code, const char *fmt, ...) {
+    char why[PSG_WIRE_MAX_ERROR];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    /* the message already names this task when it comes from a task_server function */
+    size_t n = strlen(ts->task);
+    bool named = !strncmp(why, "task ", 5) && !strncmp(why + 5, ts->task, n);
+    psg_server_reply_error_code(ts->server, req, code, "%s%s%s%s", named ? "" : "task ", named ? "" : ts->task,
+                                named ? "" : ": ", why);
 }
 
-static char *node_key(const psg_node_t *n, char *buf, size_t size) {
-    return psg_rendezvous_key(psg_node_get_str(n, "send_device", ""),
-                              (uint64_t)psg_node_get_int(n, "send_device_incarnation", 0),
-                              psg_node_get_str(n, "recv_device", ""),
-                              psg_node_get_str(n, "tensor_name", ""), buf, size);
+void psg_ts_reply_last_error(psg_task_server_t *ts, const psg_msg_t *req) {
+    psg_ts_reply_error(ts, req, psg_error_code(), "%s", psg_error_message());
 }
 
-/* Finds where each Recv's tensor comes from, and the keys this graph sends. */
-static int scan_sendrecv(psg_task_server_t *ts, reg_graph_t *rg) {
-    int nn = psg_graph_num_nodes(rg->g);
-    for (int i = 0; i < nn; i++) {
-        const psg_node_t *n = psg_graph_node(rg->g, i);
-        bool is_send = !strcmp(psg_node_op(n), "Send"), is_recv = !strcmp(psg_node_op(n), "Recv");
-        if (!is_send && !is_recv) continue;
-        char key[PSG_RENDEZVOUS_KEY_MAX];
-        node_key(n, key, sizeof key);
-        psg_device_name_t src, dst;
-        if (psg_device_name_parse(psg_node_get_str(n, "send_device", ""), &src) < 0 ||
-            psg_device_name_parse(psg_node_get_str(n, "recv_device", ""), &dst) < 0)
-            return psg_error_wrap("node '%s' (%s)", psg_node_name(n), psg_node_op(n));
-        if (is_send) {
-            if (!psg_device_name_same_task(&src, &ts->task_dn))
-                return psg_error_set("node '%s' (Send) sends from %s, not from this task",
-                                     psg_node_name(n), psg_node_get_str(n, "send_device", ""));
-            char **v = realloc(rg->send_keys, (size_t)(rg->n_sends + 1) * sizeof *v);
-            if (!v) return psg_error_set("out of memory");
-            rg->send_keys = v;
-            if (!(v[rg->n_sends] = strdup(key))) return psg_error_set("out of memory");
-            rg->n_sends++;
-            continue;
-        }
-        if (!psg_device_name_same_task(&dst, &ts->task_dn))
-            return psg_error_set("node '%s' (Recv) receives on %s, not on this task",
-                                 psg_node_name(n), psg_node_get_str(n, "recv_device", ""));
-        if (psg_device_name_same_task(&src, &ts->task_dn)) continue; /* a local edge */
-        if (!ts->cluster || !src.has_job || !src.has_task)
-            return psg_error_set("node '%s' (Recv) receives from %s, which is not in the cluster",
-                                 psg_node_name(n), psg_node_get_str(n, "send_device", ""));
-        const char *addr = psg_cluster_address(ts->cluster, src.job, src.task);
-        if (!addr) return psg_error_wrap("node '%s' (Recv)", psg_node_name(n));
-        psg_remote_pull_t *p = realloc(rg->pulls, (size_t)(rg->n_pulls + 1) * sizeof *p);
-        if (!p) return psg_error_set("out of memory");
-        rg->pulls = p;
-        p = &rg->pulls[rg->n_pulls];
-        memset(p, 0, sizeof *p);
-        if (!(p->key = strdup(key))) return psg_error_set("out of memory");
-        psg_device_name_task_str(&src, p->task, sizeof p->task);
-        snprintf(p->address, sizeof p->address, "%s", addr);
-        rg->n_pulls++;
-    }
-    return 0;
-}
-
-int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t len, int n_feeds,
-                             const psg_endpoint_t *feeds, int n_fetches,
-                             const psg_endpoint_t *fetches, int n_targets, const int *targets,
-                             uint64_t *handle) {
-    reg_graph_t *rg = calloc(1, sizeof *rg);
-    if (!rg) return psg_error_set("task %s: out of memory", ts->task);
-    pthread_mutex_init(&rg->run_lock, NULL);
-    rg->g = psg_graph_deserialize(graph, len);
-    if (!rg->g) goto fail;
-    int nn = psg_graph_num_nodes(rg->g);
-    for (int i = 0; i < n_feeds + n_fetches; i++) {
-        psg_endpoint_t e = i < n_feeds ? feeds[i] : fetches[i - n_feeds];
-        if (e.node < 0 || e.node >= nn || e.index < 0 ||
-            e.index >= psg_node_num_outputs(psg_graph_node(rg->g, e.node))) {
-            psg_error_set("%s %d names output %d of node %d, which the graph does not have",
-                          i < n_feeds ? "feed" : "fetch", i < n_feeds ? i : i - n_feeds, e.index,
-                          e.node);
-            goto fail;
-        }
-    }
-    for (int i = 0; i < n_targets; i++)
-        if (targets[i] < 0 || targets[i] >= nn) {
-            psg_error_set("target %d names node %d, which the graph does not have", i, targets[i]);
-            goto fail;
-        }
-    if (scan_sendrecv(ts, rg) < 0) goto fail;
-    rg->plan = psg_plan_new(rg->g, n_feeds, feeds, n_fetches, fetches, n_targets, targets);
-    if (!rg->plan) goto fail;
-    rg->n_feeds = n_feeds;
-    rg->n_fetches = n_fetches;
-    rg->run_inline = psg_plan_num_nodes(rg->plan) <= INLINE_MAX_NODES;
-    for (int i = 0; i < nn && rg->run_inline; i++)
-        if (!strcmp(psg_node_op(psg_graph_node(rg->g, i)), "Recv")) rg->run_inline = false;
-    /* an inline step must never wait for the step before: the server thread runs it */
-    if (!rg->run_inline && psg_plan_can_overlap(rg->plan) && !(rg->order = psg_run_order_new(rg->plan)))
-        goto fail;
-    pthread_mutex_lock(&ts->lock);
-    if (ts->n_graphs == ts->cap_graphs) {
-        int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
-        reg_graph_t **v = realloc(ts->graphs, (size_t)cap * sizeof *v);
-        if (!v) {
-            pthread_mutex_unlock(&ts->lock);
-            psg_error_set("out of memory");
-            goto fail;
-        }
-        ts->graphs = v;
-        ts->cap_graphs = cap;
-    }
-    rg->handle = ++ts->next_handle;
-    ts->graphs[ts->n_graphs++] = rg;
-    pthread_mutex_unlock(&ts->lock);
-    *handle = rg->handle;
-    return 0;
-fail:
-    reg_graph_free(rg);
-    return psg_error_wrap("task %s: RegisterGraph", ts->task);
-}
-
-static reg_graph_t *find_graph(psg_task_server_t *ts, uint64_t handle) {
-    reg_graph_t *rg = NULL;
-    pthread_mutex_lock(&ts->lock);
-    for (int i = 0; i < ts->n_graphs && !rg; i++)
-        if (ts->graphs[i]->handle == handle && !ts->graphs[i]->dead) rg = ts->graphs[i];
-    pthread_mutex_unlock(&ts->lock);
-    return rg;
-}
-
-int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle) {
-    reg_graph_t *rg = find_graph(ts, handle);
-    return rg ? rg->n_fetches : -1;
-}
-
-/* Whether step's pulls went out already (psg_task_server_prepare); forgets it. */
-static bool take_prepared(psg_task_server_t *ts, reg_graph_t *rg, int64_t step) {
-    bool found = false;
-    pthread_mutex_lock(&ts->lock);
-    for (int i = 0; i < PREPARED_STEPS && !found; i++)
-        if (rg->prepared[i] == step) rg->prepared[i] = 0, found = true;
-    pthread_mutex_unlock(&ts->lock);
-    return found;
-}
-
-int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step) {
-    reg_graph_t *rg = find_graph(ts, handle);
-    if (!rg) return psg_error_set("task %s: unknown graph handle %" PRIu64, ts->task, handle);
-    if (step == 0) return psg_error_set("task %s: step 0 cannot be prepared", ts->task);
-    pthread_mutex_lock(&ts->lock);
-    int slot = -1;
-    for (int i = 0; i < PREPARED_STEPS && slot < 0; i++)
-        if (rg->prepared[i] == 0) slot = i;
-    if (slot >= 0) rg->prepared[slot] = step;
-    pthread_mutex_unlock(&ts->lock);
-    if (slot < 0) return 0; /* all taken: the step's run pulls as usual */
-    if (psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls) < 0) {
-        take_prepared(ts, rg, step);
-        return psg_error_wrap("task %s", ts->task);
-    }
-    return 0;
-}
-
-/* Runs a step of rg: with the ticket taken when it was asked for when rg's
- * steps overlap (released here), else alone. */
-static int run_graph(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
-                     int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
-    if (n_feeds != rg->n_feeds) {
-        psg_run_ticket_release(&ticket);
-        return psg_error_set("task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
-                             ts->task, rg->handle, n_feeds, rg->n_feeds);
-    }
-    if (!ticket) pthread_mutex_lock(&rg->run_lock);
-    int rc = 0;
-    if (!take_prepared(ts, rg, step)) rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
-    if (rc < 0) {
-        psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
-    } else {
-        psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv,
-                             .ticket = ticket};
-        pthread_mutex_lock(&ts->lock);
-        env.on_node = ts->on_node;
-        env.on_node_ctx = ts->on_node_ctx;
-        pthread_mutex_unlock(&ts->lock);
-        rc = psg_plan_run_with(rg->plan, &env, feeds, fetched);
-    }
-    if (ticket)
-        psg_run_ticket_release(&ticket);
-    else
-        pthread_mutex_unlock(&rg->run_lock);
-    if (rc < 0) {
-        psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
-        return psg_error_wrap("task %s", ts->task);
-    }
-    return 0;
-}
-
-int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
-                        psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
-    reg_graph_t *rg = find_graph(ts, handle);
-    if (!rg)
-        return psg_error_set("task %s: unknown graph handle %" PRIu64, ts->task, handle);
-    psg_run_ticket_t *ticket = NULL;
-    if (rg->order && !(ticket = psg_run_order_take(rg->order))) return psg_error_wrap("task %s", ts->task);
-    return run_graph(ts, rg, ticket, step, n_feeds, feeds, fetched);
-}
-
-void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step) {
-    pthread_mutex_lock(&ts->lock);
-    for (int g = 0; g < ts->n_graphs; g++)
-        for (int i = 0; i < PREPARED_STEPS; i++)
-            if (ts->graphs[g]->prepared[i] == step) ts->graphs[g]->prepared[i] = 0;
-    pthread_mutex_unlock(&ts->lock);
-    psg_remote_rv_cleanup_step(ts->remote, step);
-    psg_rendezvous_cleanup_step(ts->rv, step);
-}
-
-void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char *why) {
-    psg_rendezvous_abort_step(ts->rv, step, why);
-}
-
-/* ---- inspect ---- */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} sbuf_t;
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) PSG_PRINTF(2, 3);
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)k + 1) * 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
-/* A JSON string of s (names are graph names: quotes and controls are escaped anyway). */
-static void sb_json_str(sbuf_t *b, const char *s) {
-    sb_printf(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            sb_printf(b, "\\%c", c);
-        else if (c < 0x20)
-            sb_printf(b, "\\u%04x", c);
-        else
-            sb_printf(b, "%c", c);
-    }
-    sb_printf(b, "\"");
-}
-
-char *psg_task_server_inspect(psg_task_server_t *ts) {
-    sbuf_t b = {0};
-    sb_printf(&b, "{\"task\":");
-    sb_json_str(&b, ts->task);
-    sb_printf(&b, ",\"variables\":[");
-    int nv = psg_resource_num_variables(ts->rm);
-    for (int i = 0; i < nv; i++) {
-        psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
-        sb_printf(&b, "%s{\"name\":", i ? "," : "");
-        sb_json_str(&b, v->name);
-        sb_printf(&b, ",\"dtype\":\"%s\",\"shape\":[", psg_dtype_name(v->dtype));
-        for (int d = 0; d < v->shape.rank; d++) sb_printf(&b, "%s%" PRId64, d ? "," : "", v->shape.dims[d]);
-        int64_t numel = psg_shape_numel(&v->shape);
-        sb_printf(&b, "],\"bytes\":%" PRId64 ",\"initialized\":%s}",
-                  numel < 0 ? 0 : numel * (int64_t)psg_dtype_size(v->dtype),
-                  v->initialized ? "true" : "false");
-    }
-    /* the sync accumulators' counts (docs/sync.md): gradients used and dropped */
-    sb_printf(&b, "],\"accumulators\":[");
-    int na = psg_resource_count(ts->rm, "accumulator");
-    for (int i = 0; i < na; i++) {
-        const char *name = NULL;
-        psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, &name);
-        psg_accumulator_counts_t c = {0};
-        if (a) psg_accumulator_counts(a, &c);
-        sb_printf(&b, "%s{\"name\":", i ? "," : "");
-        sb_json_str(&b, name ? name : "");
-        sb_printf(&b, ",\"accepted\":%" PRId64 ",\"stale\":%" PRId64 ",\"late\":%" PRId64
-                      ",\"closed\":%" PRId64 ",\"takes\":%" PRId64 "}",
-                  c.accepted, c.stale, c.late, c.closed, c.takes);
-    }
-    pthread_mutex_lock(&ts->lock);
-    int ng = 0;
-    for (int i = 0; i < ts->n_graphs; i++) ng += !ts->graphs[i]->dead;
-    int nd = ts->n_workers_done;
-    pthread_mutex_unlock(&ts->lock);
-    sb_printf(&b, "],\"graphs\":%d,\"pending\":%d,\"workers_done\":%d", ng,
-              psg_rendezvous_num_pending(ts->rv), nd);
-    if (ts->server) {
-        psg_server_stats_t st = psg_server_stats(ts->server);
-        sb_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64, st.received, st.rejected);
-    }
-    sb_printf(&b, "}");
-    if (b.oom) {
-        free(b.s);
-        psg_error_set("out of memory");
-        return NULL;
-    }
-    return b.s;
-}
-
-/* ---- requests ---- */
-
-static void reply_error(psg_task_server_t *ts, const psg_msg_t *req, const char *why) {
-    psg_server_reply_error(ts->server, req, "task %s: %s", ts->task, why);
-}
-
-static void reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **rep) {
+void psg_ts_reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **rep) {
     psg_msg_t *r = rep ? *rep : psg_msg_new(PSG_MSG_REPLY, req->op);
     if (rep) *rep = NULL;
     if (!r) {
-        reply_error(ts, req, "out of memory");
+        psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
         return;
     }
     psg_server_reply(ts->server, req, &r);
 }
 
-/* An i64 tensor of shape [n, 2] (cols 2) or [n] (cols 1) named `name`, as endpoints / ids. */
-static int read_ids(const psg_msg_t *m, const char *name, int cols, int *n, int64_t **out) {
-    psg_tensor_t *t = psg_msg_tensor(m, name);
-    *n = 0;
-    *out = NULL;
-    if (!t || (t->dtype == PSG_DT_I64 && psg_tensor_numel(t) == 0)) return 0;
-    if (t->dtype != PSG_DT_I64 || t->shape.rank != (cols == 2 ? 2 : 1) ||
-        (cols == 2 && t->shape.dims[1] != 2) || t->shape.dims[0] > 1000000)
-    {
-        char sh[PSG_SHAPE_STR_MAX];
-        return psg_error_set("'%s' must be i64 [n%s], got %s%s", name, cols == 2 ? ", 2" : "",
-                             psg_dtype_name(t->dtype), psg_shape_str(&t->shape, sh, sizeof sh));
-    }
-    *n = (int)t->shape.dims[0];
-    *out = psg_tensor_i64(t);
-    return 0;
-}
-
-/* An endpoint from untrusted numbers: anything out of range becomes an invalid one, which
- * registration then rejects by its index. */
-static psg_endpoint_t to_endpoint(int64_t node, int64_t index) {
-    return (psg_endpoint_t){node < 0 || node > INT32_MAX ? -1 : (int)node,
-                            index < 0 || index > PSG_MAX_OUTPUTS ? -1 : (int)index};
-}
-
-static void handle_register(psg_task_server_t *ts, psg_msg_t *req) {
-    int nf, nx, nt;
-    int64_t *f, *x, *t;
-    if (!req->body || read_ids(req, "feeds", 2, &nf, &f) < 0 || read_ids(req, "fetches", 2, &nx, &x) < 0 ||
-        read_ids(req, "targets", 1, &nt, &t) < 0) {
-        reply_error(ts, req, req->body ? psg_error_message() : "RegisterGraph without a graph");
-        return;
-    }
-    psg_endpoint_t *fe = calloc((size_t)nf + 1, sizeof *fe), *xe = calloc((size_t)nx + 1, sizeof *xe);
-    int *te = calloc((size_t)nt + 1, sizeof *te);
-    if (!fe || !xe || !te) {
-        reply_error(ts, req, "out of memory");
-        goto done;
-    }
-    for (int i = 0; i < nf; i++) fe[i] = to_endpoint(f[2 * i], f[2 * i + 1]);
-    for (int i = 0; i < nx; i++) xe[i] = to_endpoint(x[2 * i], x[2 * i + 1]);
-    for (int i = 0; i < nt; i++) te[i] = t[i] < 0 || t[i] > INT32_MAX ? -1 : (int)t[i];
-    uint64_t h;
-    if (psg_task_server_register(ts, req->body->data, req->body->size, nf, fe, nx, xe, nt, te, &h) < 0) {
-        psg_server_reply_error(ts->server, req, "%s", psg_error_message());
-        goto done;
-    }
-    psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
-    char key[32];
-    snprintf(key, sizeof key, "%" PRIu64, h);
-    if (r) psg_msg_set_key(r, key);
-    reply_ok(ts, req, &r);
-done:
-    free(fe);
-    free(xe);
-    free(te);
-}
-
-static bool parse_handle(const char *key, uint64_t *h) {
-    if (!key || !*key) return false;
-    char *end;
-    unsigned long long v = strtoull(key, &end, 10);
-    if (*end || key[0] == '-') return false;
-    *h = v;
-    return true;
-}
-
-static void run_job(psg_task_server_t *ts, job_t *j);
-
-static void handle_run(psg_task_server_t *ts, psg_msg_t **reqp) {
-    psg_msg_t *req = *reqp;
-    uint64_t h = 0;
-    reg_graph_t *rg = parse_handle(req->key, &h) ? find_graph(ts, h) : NULL;
-    if (!rg) {
-        char why[PSG_WIRE_MAX_KEY + 64];
-        snprintf(why, sizeof why, "unknown graph handle '%s'", req->key ? req->key : "");
-        reply_error(ts, req, why);
-        return;
-    }
-    if (req->ntensors != rg->n_feeds) {
-        char why[128];
-        snprintf(why, sizeof why, "RunGraph of graph %" PRIu64 " got %d feeds, it takes %d", h,
-                 req->ntensors, rg->n_feeds);
-        reply_error(ts, req, why);
-        return;
-    }
-    job_t *j = calloc(1, sizeof *j);
-    if (!j) {
-        reply_error(ts, req, "out of memory");
-        return;
-    }
-    j->req = req;
-    j->rg = rg;
-    if (rg->order && !(j->ticket = psg_run_order_take(rg->order))) {
-        reply_error(ts, req, "out of memory");
-        free(j);
-        return;
-    }
-    *reqp = NULL;
-    if (rg->run_inline && pthread_mutex_trylock(&rg->run_lock) == 0) {
-        /* run_job takes the lock itself: hand it over by releasing it just before */
-        pthread_mutex_unlock(&rg->run_lock);
-        run_job(ts, j);
-        return;
-    }
-    pthread_mutex_lock(&ts->lock);
-    if (ts->jq_tail)
-        ts->jq_tail->next = j;
-    else
-        ts->jq_head = j;
-    ts->jq_tail = j;
-    pthread_cond_signal(&ts->jobs_cond);
-    pthread_mutex_unlock(&ts->lock);
-}
-
-static void run_job(psg_task_server_t *ts, job_t *j) {
-    psg_msg_t *req = j->req;
-    reg_graph_t *rg = j->rg;
-    psg_tensor_t **fetched = calloc((size_t)rg->n_fetches + 1, sizeof *fetched);
-    if (!fetched) {
-        psg_run_ticket_release(&j->ticket);
-        reply_error(ts, req, "out of memory");
-    } else if (run_graph(ts, rg, j->ticket, req->step, req->ntensors, req->tensors, fetched) < 0) {
-        psg_server_reply_error(ts->server, req, "%s", psg_error_message());
-    } else {
-        psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
-        for (int i = 0; r && i < rg->n_fetches; i++)
-            if (psg_msg_add_tensor(r, NULL, fetched[i]) < 0) psg_msg_destroy(&r);
-        if (r) {
-            r->step = req->step;
-            psg_server_reply(ts->server, req, &r);
-        } else {
-            reply_error(ts, req, "cannot build the reply");
-        }
-    }
-    for (int i = 0; fetched && i < rg->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
-    free(fetched);
-    psg_msg_destroy(&j->req);
-    free(j);
-}
-
-static void *runner_main(void *arg) {
-    psg_task_server_t *ts = arg;
-    pthread_mutex_lock(&ts->lock);
-    for (;;) {
-        while (!ts->jq_head && !ts->runners_stop) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
-        job_t *j = ts->jq_head;
-        if (!j) break;
-        ts->jq_head = j->next;
-        if (!ts->jq_head) ts->jq_tail = NULL;
-        pthread_mutex_unlock(&ts->lock);
-        run_job(ts, j);
-        pthread_mutex_lock(&ts->lock);
-    }
-    pthread_mutex_unlock(&ts->lock);
-    return NULL;
-}
-
-typedef struct {
-    psg_task_server_t *ts;
-    psg_msg_t *req;
-} recv_ctx_t;
-
-static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
-    recv_ctx_t *c = arg;
-    if (!t) {
-        reply_error(c->ts, c->req, error);
-    } else {
-        psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, "Recv");
-        if (r && psg_msg_add_tensor(r, NULL, t) == 0) {
-            atomic_fetch_add(&c->ts->bytes_served, (int64_t)psg_tensor_nbytes(t));
-            r->step = c->req->step;
-            psg_server_reply(c->ts->server, c->req, &r);
-        } else {
-            psg_msg_destroy(&r);
-            reply_error(c->ts, c->req, "out of memory");
-        }
-        psg_tensor_destroy(&t);
-    }
-    psg_msg_destroy(&c->req);
-    free(c);
-}
-
-/* A key a peer may pull: one that a registered graph of this task sends. */
-static bool known_send_key(psg_task_server_t *ts, const char *key) {
-    bool found = false;
-    pthread_mutex_lock(&ts->lock);
-    for (int i = 0; i < ts->n_graphs && !found; i++)
-        for (int k = 0; k < ts->graphs[i]->n_sends && !found; k++)
-            found = !strcmp(ts->graphs[i]->send_keys[k], key);
-    pthread_mutex_unlock(&ts->lock);
-    return found;
-}
-
-static void handle_recv(psg_task_server_t *ts, psg_msg_t **reqp) {
-    psg_msg_t *req = *reqp;
-    psg_rendezvous_key_t parsed;
-    if (!req->key || psg_rendezvous_key_parse(req->key, &parsed) < 0) {
-        reply_error(ts, req, req->key ? psg_error_message() : "Recv without a key");
-        return;
-    }
-    if (!known_send_key(ts, req->key)) {
-        char why[PSG_WIRE_MAX_KEY + 96];
-        snprintf(why, sizeof why, "unknown rendezvous key '%s' (no registered graph sends it)", req->key);
-        reply_error(ts, req, why);
-        return;
-    }
-    recv_ctx_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        reply_error(ts, req, "out of memory");
-        return;
-    }
-    c->ts = ts;
-    c->req = req;
-    *reqp = NULL;
-    psg_rendezvous_recv_async(ts->rv, req->step, req->key, ts->recv_timeout_ms, recv_done, c);
-}
-
-static bool variables_ready(psg_task_server_t *ts, const psg_msg_t *req) {
-    const char *p = (const char *)req->body->data, *end = p + req->body->size;
-    char name[1024];
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t len = (size_t)((nl ? nl : end) - p);
-        if (len > 0 && len < sizeof name) {
-            memcpy(name, p, len);
-            name[len] = 0;
-            psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
-            if (!v || !v->initialized) return false;
-        }
-        p += len + 1;
-    }
-    return true;
-}
-
-static int count_workers_done(psg_task_server_t *ts) {
-    pthread_mutex_lock(&ts->lock);
-    int n = ts->n_workers_done;
-    pthread_mutex_unlock(&ts->lock);
-    return n;
-}
-
-static bool waiter_ready(psg_task_server_t *ts, const psg_msg_t *req) {
-    if (!strcmp(req->op, PSG_TS_WAIT_INIT)) return variables_ready(ts, req);
-    return count_workers_done(ts) >= req->step;
-}
-
-static void add_waiter(psg_task_server_t *ts, waiter_list_t *l, psg_msg_t **reqp) {
-    psg_msg_t *req = *reqp;
-    if (waiter_ready(ts, req)) {
-        reply_ok(ts, req, NULL);
-        return;
-    }
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 8;
-        waiter_t *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v) {
-            reply_error(ts, req, "out of memory");
-            return;
-        }
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = (waiter_t){req, psg_codec_now_ms() + ts->recv_timeout_ms};
-    *reqp = NULL;
-}
-
-/* Answers the waiters that are ready or expired; all of them when `all` (stopping). */
-static void check_waiters(psg_task_server_t *ts, waiter_list_t *l, bool all) {
-    int64_t now = psg_codec_now_ms();
-    for (int i = 0; i < l->n;) {
-        waiter_t *w = &l->v[i];
-        if (!all && waiter_ready(ts, w->req)) {
-            reply_ok(ts, w->req, NULL);
-        } else if (all || now >= w->deadline) {
-            char why[128];
-            snprintf(why, sizeof why, "%s: %s", w->req->op,
-                     all ? "the server is stopping" : "still not ready after the Recv timeout");
-            reply_error(ts, w->req, why);
-        } else {
-            i++;
-            continue;
-        }
-        psg_msg_destroy(&w->req);
-        l->v[i] = l->v[--l->n];
-    }
-}
-
-static void request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF(2, 3);
-static void request_stop(psg_task_server_t *ts, const char *fmt, ...) {
+void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
     pthread_mutex_lock(&ts->lock);
     if (!ts->stop_requested) {
         ts->stop_requested = true;
@@ -757,87 +63,286 @@ static void request_stop(psg_task_server_t *ts, const char *fmt, ...) {
     pthread_mutex_unlock(&ts->lock);
 }
 
-static void handle_job_done(psg_task_server_t *ts, const psg_msg_t *req) {
-    const char *who = req->key && req->key[0] ? req->key : req->peer;
+/* ---- peers and their limits ---- */
+
+peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
+    for (peer_t *p = ts->peers; p; p = p->next)
+        if (p->route.len == req->route.len && !memcmp(p->route.id, req->route.id, req->route.len)) return p;
+    if (ts->n_peers >= ts->lim.max_peers) return NULL;
+    peer_t *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->route = req->route;
+    snprintf(p->addr, sizeof p->addr, "%s", req->peer);
+    p->next = ts->peers;
+    ts->peers = p;
+    ts->n_peers++;
+    return p;
+}
+
+/* Forgets peers that hold nothing any more (a connection that came and went). */
+static void peers_prune_locked(psg_task_server_t *ts) {
+    for (peer_t **pp = &ts->peers; *pp;) {
+        peer_t *p = *pp;
+        if (!p->pending && !p->recvs && !p->waiters && !p->graphs) {
+            *pp = p->next;
+            free(p);
+            ts->n_peers--;
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+/* Takes a pending slot of req's peer for `bytes`; -1 with a PSG_ERR_LIMIT error naming
+ * the limit when the peer or the task is full. Under lock. */
+static int take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes, bool queued,
+                               bool recv, peer_t **out) {
+    const psg_task_limits_t *l = &ts->lim;
+    peer_t *p = psg_ts_peer_locked(ts, req);
+    if (!p)
+        return psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)", req->op,
+                                  ts->n_peers, l->max_peers);
+    if (recv && p->recvs >= l->max_recvs_per_peer)
+        return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d Recvs pending (the limit is %d per peer)",
+                                  req->op, req->peer, p->recvs, l->max_recvs_per_peer);
+    if (!recv && p->pending >= l->max_pending_per_peer)
+        return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d steps pending (the limit is %d per peer)",
+                                  req->op, req->peer, p->pending, l->max_pending_per_peer);
+    if (p->pending_bytes + bytes > (size_t)l->max_pending_bytes_per_peer)
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "%s: peer %s has %zu bytes pending, this request %zu (the limit is %" PRId64
+                                  " bytes per peer)",
+                                  req->op, req->peer, p->pending_bytes, bytes, l->max_pending_bytes_per_peer);
+    if (queued && ts->jq_len >= l->max_queue)
+        return psg_error_set_code(PSG_ERR_LIMIT, "%s: %d steps queued for the runners (the limit is %d)", req->op,
+                                  ts->jq_len, l->max_queue);
+    if (recv)
+        p->recvs++;
+    else
+        p->pending++;
+    p->pending_bytes += bytes;
+    *out = p;
+    return 0;
+}
+
+static void put_pending(psg_task_server_t *ts, peer_t *p, size_t bytes, bool recv) {
     pthread_mutex_lock(&ts->lock);
-    bool seen = false;
-    for (int i = 0; i < ts->n_workers_done && !seen; i++) seen = !strcmp(ts->workers_done[i], who);
-    if (!seen && ts->n_workers_done < MAX_WORKERS_DONE) {
-        char *s = strdup(who);
-        if (s) ts->workers_done[ts->n_workers_done++] = s;
-    }
-    int n = ts->n_workers_done;
+    if (recv)
+        p->recvs--;
+    else
+        p->pending--;
+    p->pending_bytes -= bytes;
     pthread_mutex_unlock(&ts->lock);
-    reply_ok(ts, req, NULL);
-    if (ts->expect_workers > 0 && n >= ts->expect_workers)
-        request_stop(ts, "job done: %d workers finished", n);
 }
 
-/* SaveShard / RestoreShard's fields: shard k of n, the log directory (NUL-terminated). */
-static bool shard_request(const psg_msg_t *req, int *k, int *n, char *dir, size_t size) {
-    if (!req->key || sscanf(req->key, "%d/%d", k, n) != 2 || *k < 0 || *n <= *k || *n > 4096 ||
-        !req->body || req->body->size == 0 || req->body->size >= size || req->step < 0)
-        return false;
-    memcpy(dir, req->body->data, req->body->size);
-    dir[req->body->size] = 0;
-    return strlen(dir) == req->body->size;
+/* The bytes a request holds while it waits: its tensors and body. */
+static size_t msg_bytes(const psg_msg_t *m) {
+    size_t n = m->body ? m->body->size : 0;
+    for (int i = 0; i < m->ntensors; i++) n += psg_tensor_nbytes(m->tensors[i]);
+    return n;
 }
 
-/* Writes this task's variables as one shard (on the server thread: the variables are
- * read under their locks while runner threads go on updating them). */
-static void handle_save_shard(psg_task_server_t *ts, const psg_msg_t *req) {
-    int k, n;
-    char dir[4096];
-    if (!shard_request(req, &k, &n, dir, sizeof dir)) {
-        reply_error(ts, req, "SaveShard needs step S, key \"k/N\" and the directory as body");
+/* ---- graphs ---- */
+
+void psg_ts_on_register(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    psg_msg_t *req = *reqp;
+    pthread_mutex_lock(&ts->lock);
+    peer_t *owner = psg_ts_peer_locked(ts, req);
+    pthread_mutex_unlock(&ts->lock);
+    psg_rep_t rep = {.type = r->type};
+    if (!owner) {
+        psg_ts_reply_error(ts, req, PSG_ERR_LIMIT, "RegisterGraph: %d peers hold graphs here (the limit is %d)",
+                           ts->n_peers, ts->lim.max_peers);
         return;
     }
-    psg_checkpoint_shard_t sh = {0};
-    if (psg_checkpoint_write_shard(ts->rm, dir, req->step, k, n, &sh) < 0) {
-        reply_error(ts, req, psg_error_message());
+    if (psg_ts_graph_register(ts, owner, &r->u.reg, &rep.u.handle) < 0) {
+        psg_ts_reply_last_error(ts, req);
         return;
     }
-    size_t cap = 1, len = 0;
-    for (int i = 0; i < sh.num_tensors; i++) cap += strlen(sh.names[i]) + 1;
-    char *names = malloc(cap), key[PSG_CKPT_NAME_MAX + 96];
-    for (int i = 0; names && i < sh.num_tensors; i++)
-        len += (size_t)sprintf(names + len, "%s\n", sh.names[i]);
-    snprintf(key, sizeof key, "%s %" PRIu64 " %08x %" PRIu64, sh.file, sh.size, (unsigned)sh.crc32,
-             sh.tensor_bytes);
-    psg_msg_t *r = names ? psg_msg_new(PSG_MSG_REPLY, req->op) : NULL;
-    if (r && psg_msg_set_key(r, key) == 0 && psg_msg_set_body(r, names, len) == 0)
-        reply_ok(ts, req, &r);
+    psg_msg_t *m = psg_rep_encode(r->type, &rep);
+    if (m)
+        psg_ts_reply_ok(ts, req, &m);
     else
-        reply_error(ts, req, "out of memory");
-    psg_msg_destroy(&r);
-    free(names);
-    psg_checkpoint_shard_clear(&sh);
+        psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
 }
 
-/* Loads shard k of the committed checkpoint at the request's step into this task. */
-static void handle_restore_shard(psg_task_server_t *ts, const psg_msg_t *req) {
-    int k, n;
-    char dir[4096], path[4096 + PSG_CKPT_NAME_MAX];
-    if (!shard_request(req, &k, &n, dir, sizeof dir)) {
-        reply_error(ts, req, "RestoreShard needs step S, key \"k/N\" and the directory as body");
-        return;
-    }
-    snprintf(path, sizeof path, "%s/%s-%" PRId64 ".index.json", dir, PSG_CKPT_PREFIX, req->step);
-    psg_checkpoint_t *ck = psg_checkpoint_open(path, k);
-    if (!ck || psg_checkpoint_restore(ck, ts->rm, false) < 0) {
-        reply_error(ts, req, psg_error_message());
-        psg_checkpoint_destroy(&ck);
-        return;
-    }
-    char key[32];
-    snprintf(key, sizeof key, "%d", psg_checkpoint_num_tensors(ck));
-    psg_checkpoint_destroy(&ck);
-    psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
-    if (r && psg_msg_set_key(r, key) == 0)
-        reply_ok(ts, req, &r);
+void psg_ts_on_deregister(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    if (psg_ts_graph_deregister(ts, r->u.handle) < 0)
+        psg_ts_reply_last_error(ts, *reqp);
     else
-        reply_error(ts, req, "out of memory");
-    psg_msg_destroy(&r);
+        psg_ts_reply_ok(ts, *reqp, NULL);
+}
+
+static void run_job(psg_task_server_t *ts, job_t *j) {
+    psg_msg_t *req = j->req;
+    reg_graph_t *rg = j->rg;
+    psg_tensor_t **fetched = calloc((size_t)rg->n_fetches + 1, sizeof *fetched);
+    if (!fetched) {
+        psg_run_ticket_release(&j->ticket);
+        psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
+    } else if (psg_ts_graph_run(ts, rg, j->ticket, req->step, req->ntensors, req->tensors, fetched) < 0) {
+        psg_ts_reply_last_error(ts, req);
+    } else {
+        psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH, .u.fetched = {rg->n_fetches, fetched}};
+        psg_msg_t *m = psg_rep_encode(PSG_REQ_RUN_GRAPH, &rep);
+        if (m) {
+            m->step = req->step;
+            psg_ts_reply_ok(ts, req, &m);
+        } else {
+            psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "cannot build the reply");
+        }
+    }
+    for (int i = 0; fetched && i < rg->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
+    free(fetched);
+    if (j->peer) put_pending(ts, j->peer, j->bytes, false);
+    psg_ts_graph_put(ts, &j->rg);
+    psg_msg_destroy(&j->req);
+    free(j);
+}
+
+void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    psg_msg_t *req = *reqp;
+    reg_graph_t *rg = psg_ts_graph_get(ts, r->u.run.handle);
+    if (!rg) {
+        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND, "unknown graph handle '%s'", req->key ? req->key : "");
+        return;
+    }
+    if (r->u.run.n_feeds != rg->n_feeds) {
+        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
+                           rg->handle, r->u.run.n_feeds, rg->n_feeds);
+        psg_ts_graph_put(ts, &rg);
+        return;
+    }
+    job_t *j = calloc(1, sizeof *j);
+    if (!j || (rg->order && !(j->ticket = psg_run_order_take(rg->order)))) {
+        psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
+        psg_ts_graph_put(ts, &rg);
+        free(j);
+        return;
+    }
+    j->req = req;
+    j->rg = rg;
+    j->bytes = msg_bytes(req);
+    bool inline_now = rg->run_inline && pthread_mutex_trylock(&rg->run_lock) == 0;
+    /* run_job takes the lock itself: hand it over by releasing it just before */
+    if (inline_now) pthread_mutex_unlock(&rg->run_lock);
+    pthread_mutex_lock(&ts->lock);
+    int rc = take_pending_locked(ts, req, j->bytes, !inline_now, false, &j->peer);
+    if (rc == 0 && !inline_now) {
+        if (ts->jq_tail)
+            ts->jq_tail->next = j;
+        else
+            ts->jq_head = j;
+        ts->jq_tail = j;
+        ts->jq_len++;
+        pthread_cond_signal(&ts->jobs_cond);
+    }
+    pthread_mutex_unlock(&ts->lock);
+    if (rc < 0) {
+        psg_ts_reply_last_error(ts, req);
+        psg_run_ticket_release(&j->ticket);
+        psg_ts_graph_put(ts, &j->rg);
+        free(j);
+        return;
+    }
+    *reqp = NULL;
+    if (inline_now) run_job(ts, j);
+}
+
+static void *runner_main(void *arg) {
+    psg_task_server_t *ts = arg;
+    pthread_mutex_lock(&ts->lock);
+    for (;;) {
+        while (!ts->jq_head && !ts->runners_stop) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
+        job_t *j = ts->jq_head;
+        if (!j || ts->runners_stop) break; /* stopping: stop_runners fails what is queued */
+        ts->jq_head = j->next;
+        if (!ts->jq_head) ts->jq_tail = NULL;
+        ts->jq_len--;
+        pthread_mutex_unlock(&ts->lock);
+        run_job(ts, j);
+        pthread_mutex_lock(&ts->lock);
+    }
+    pthread_mutex_unlock(&ts->lock);
+    return NULL;
+}
+
+/* ---- Recv, steps, shutdown ---- */
+
+typedef struct {
+    psg_task_server_t *ts;
+    psg_msg_t *req;
+    peer_t *peer;
+} recv_ctx_t;
+
+static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
+    recv_ctx_t *c = arg;
+    if (!t) {
+        psg_ts_reply_error(c->ts, c->req, PSG_ERR_UNKNOWN, "%s", error);
+    } else {
+        psg_rep_t rep = {.type = PSG_REQ_RECV, .u.tensor = t};
+        psg_msg_t *m = psg_rep_encode(PSG_REQ_RECV, &rep);
+        if (m) {
+            atomic_fetch_add(&c->ts->bytes_served, (int64_t)psg_tensor_nbytes(t));
+            m->step = c->req->step;
+            psg_ts_reply_ok(c->ts, c->req, &m);
+        } else {
+            psg_ts_reply_error(c->ts, c->req, PSG_ERR_NO_MEMORY, "out of memory");
+        }
+        psg_tensor_destroy(&t);
+    }
+    put_pending(c->ts, c->peer, 0, true);
+    psg_msg_destroy(&c->req);
+    free(c);
+}
+
+void psg_ts_on_recv(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    psg_msg_t *req = *reqp;
+    psg_rendezvous_key_t parsed;
+    if (psg_rendezvous_key_parse(r->u.key, &parsed) < 0) {
+        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Recv: %s", psg_error_message());
+        return;
+    }
+    if (!psg_ts_known_send_key(ts, r->u.key)) {
+        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND, "unknown rendezvous key '%s' (no registered graph sends it)",
+                           r->u.key);
+        return;
+    }
+    recv_ctx_t *c = calloc(1, sizeof *c);
+    pthread_mutex_lock(&ts->lock);
+    int rc = c ? take_pending_locked(ts, req, 0, false, true, &c->peer) : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    pthread_mutex_unlock(&ts->lock);
+    if (rc < 0) {
+        psg_ts_reply_last_error(ts, req);
+        free(c);
+        return;
+    }
+    c->ts = ts;
+    c->req = req;
+    *reqp = NULL;
+    psg_rendezvous_recv_async(ts->rv, req->step, r->u.key, ts->recv_timeout_ms, recv_done, c);
+}
+
+void psg_ts_on_abort_step(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    char why[PSG_WIRE_MAX_KEY + 128];
+    snprintf(why, sizeof why, "aborted by %s: %s", (*reqp)->peer, r->u.reason[0] ? r->u.reason : "no reason given");
+    psg_task_server_abort_step(ts, r->step, why);
+    psg_ts_reply_ok(ts, *reqp, NULL);
+}
+
+void psg_ts_on_cleanup_step(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    psg_task_server_cleanup_step(ts, r->step);
+    psg_ts_reply_ok(ts, *reqp, NULL);
+}
+
+void psg_ts_on_shutdown(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    (void)r;
+    psg_ts_reply_ok(ts, *reqp, NULL);
+    psg_ts_request_stop(ts, "shutdown requested by %s", (*reqp)->peer);
+}
+
+void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char *why) {
+    psg_rendezvous_abort_step(ts->rv, step, why);
 }
 
 void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx) {
@@ -847,102 +352,15 @@ void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn,
     pthread_mutex_unlock(&ts->lock);
 }
 
-static void handle_trace(psg_task_server_t *ts, const psg_msg_t *req) {
-    int pid = 0;
-    long long step = 0;
-    char path[4096], key[32];
-    if (req->key && sscanf(req->key, "start %d %lld", &pid, &step) == 2) {
-        if (!ts->trace && !(ts->trace = psg_trace_new(pid, ts->task, "CPU:0"))) {
-            reply_error(ts, req, "out of memory");
-            return;
-        }
-        psg_trace_set_step(ts->trace, step);
-        psg_task_server_set_node_hook(ts, psg_trace_node_hook, ts->trace);
-        reply_ok(ts, req, NULL);
-        return;
-    }
-    if (!req->key || strcmp(req->key, "stop") || !ts->trace || !req->body || !req->body->size ||
-        req->body->size >= sizeof path) {
-        reply_error(ts, req, "Trace needs key \"start PID STEP\", or \"stop\" after a start with a path as body");
-        return;
-    }
-    psg_task_server_set_node_hook(ts, NULL, NULL);
-    memcpy(path, req->body->data, req->body->size);
-    path[req->body->size] = 0;
-    if (psg_trace_write(ts->trace, path) < 0) {
-        reply_error(ts, req, psg_error_message());
-        return;
-    }
-    snprintf(key, sizeof key, "%d", psg_trace_num_events(ts->trace));
-    psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, req->op);
-    if (r && psg_msg_set_key(r, key) == 0)
-        reply_ok(ts, req, &r);
-    else
-        reply_error(ts, req, "out of memory");
-    psg_msg_destroy(&r);
-}
-
+/* Decodes req through the protocol table and calls its handler. */
 static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
-    psg_msg_t *req = *reqp;
-    const char *op = req->op ? req->op : "";
-    if (!strcmp(op, PSG_TS_RUN_GRAPH)) {
-        handle_run(ts, reqp);
-    } else if (!strcmp(op, PSG_TS_RECV)) {
-        handle_recv(ts, reqp);
-    } else if (!strcmp(op, PSG_TS_REGISTER_GRAPH)) {
-        handle_register(ts, req);
-    } else if (!strcmp(op, PSG_TS_CLEANUP_STEP)) {
-        psg_task_server_cleanup_step(ts, req->step);
-        reply_ok(ts, req, NULL);
-    } else if (!strcmp(op, PSG_TS_ABORT_STEP)) {
-        char why[PSG_WIRE_MAX_KEY + 64];
-        snprintf(why, sizeof why, "aborted by %s: %s", req->peer, req->key ? req->key : "no reason given");
-        psg_task_server_abort_step(ts, req->step, why);
-        reply_ok(ts, req, NULL);
-    } else if (!strcmp(op, PSG_TS_INSPECT)) {
-        char *json = psg_task_server_inspect(ts);
-        psg_msg_t *r = json ? psg_msg_new(PSG_MSG_REPLY, op) : NULL;
-        if (r && psg_msg_set_body(r, json, strlen(json)) == 0)
-            reply_ok(ts, req, &r);
-        else
-            reply_error(ts, req, "out of memory");
-        psg_msg_destroy(&r);
-        free(json);
-    } else if (!strcmp(op, PSG_TS_DEREGISTER_GRAPH)) {
-        uint64_t h = 0;
-        reg_graph_t *rg = parse_handle(req->key, &h) ? find_graph(ts, h) : NULL;
-        if (!rg) {
-            reply_error(ts, req, "unknown graph handle");
-            return;
-        }
-        pthread_mutex_lock(&ts->lock);
-        rg->dead = true;
-        pthread_mutex_unlock(&ts->lock);
-        reply_ok(ts, req, NULL);
-    } else if (!strcmp(op, PSG_TS_WAIT_INIT)) {
-        if (!req->body) {
-            reply_error(ts, req, "WaitInit without the variable names");
-            return;
-        }
-        add_waiter(ts, &ts->wait_init, reqp);
-    } else if (!strcmp(op, PSG_TS_WAIT_DONE)) {
-        add_waiter(ts, &ts->wait_done, reqp);
-    } else if (!strcmp(op, PSG_TS_JOB_DONE)) {
-        handle_job_done(ts, req);
-    } else if (!strcmp(op, PSG_TS_SAVE_SHARD)) {
-        handle_save_shard(ts, req);
-    } else if (!strcmp(op, PSG_TS_RESTORE_SHARD)) {
-        handle_restore_shard(ts, req);
-    } else if (!strcmp(op, PSG_TS_TRACE)) {
-        handle_trace(ts, req);
-    } else if (!strcmp(op, PSG_TS_SHUTDOWN)) {
-        reply_ok(ts, req, NULL);
-        request_stop(ts, "shutdown requested by %s", req->peer);
-    } else {
-        char why[PSG_WIRE_MAX_OP + 64];
-        snprintf(why, sizeof why, "unknown request '%.64s'", op);
-        reply_error(ts, req, why);
+    psg_req_t r;
+    if (psg_req_decode(*reqp, &r) < 0) {
+        psg_ts_reply_last_error(ts, *reqp);
+        return;
     }
+    psg_proto_entry(r.type)->handler(ts, reqp, &r);
+    psg_req_clear(&r);
 }
 
 /* ---- the server thread ---- */
@@ -958,12 +376,51 @@ static void stop_runners(psg_task_server_t *ts) {
     while (ts->jq_head) {
         job_t *j = ts->jq_head;
         ts->jq_head = j->next;
-        reply_error(ts, j->req, "the server is stopping");
+        psg_ts_reply_error(ts, j->req, PSG_ERR_STOPPING, "the server is stopping");
         psg_run_ticket_release(&j->ticket);
+        if (j->peer) put_pending(ts, j->peer, j->bytes, false);
+        psg_ts_graph_put(ts, &j->rg);
         psg_msg_destroy(&j->req);
         free(j);
     }
     ts->jq_tail = NULL;
+    ts->jq_len = 0;
+}
+
+/* Closes every accumulator and token queue: a step waiting in one fails at once. */
+static void end_sync_waits(psg_task_server_t *ts) {
+    int na = psg_resource_count(ts->rm, "accumulator"), nq = psg_resource_count(ts->rm, "token queue");
+    for (int i = 0; i < na; i++) {
+        psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, NULL);
+        if (a) psg_accumulator_close(a);
+    }
+    for (int i = 0; i < nq; i++) {
+        psg_token_queue_t *q = psg_resource_at(ts->rm, "token queue", i, NULL);
+        if (q) psg_token_queue_close(q, "the task server is stopping");
+    }
+}
+
+static void serve(psg_task_server_t *ts) {
+    ts->last_request_ms = psg_codec_now_ms();
+    for (;;) {
+        psg_msg_t *m = NULL;
+        int r = psg_server_recv(ts->server, &m, LOOP_MS);
+        if (r < 0) {
+            psg_ts_request_stop(ts, "socket failure: %s", psg_error_message());
+        } else if (r == 1) {
+            ts->last_request_ms = psg_codec_now_ms();
+            handle(ts, &m);
+            psg_msg_destroy(&m);
+        }
+        psg_ts_check_waiters(ts, false);
+        if (ts->idle_timeout_ms > 0 && psg_codec_now_ms() - ts->last_request_ms > ts->idle_timeout_ms)
+            psg_ts_request_stop(ts, "idle: no request for %" PRId64 " ms", ts->idle_timeout_ms);
+        pthread_mutex_lock(&ts->lock);
+        bool stop = ts->stop_requested;
+        peers_prune_locked(ts);
+        pthread_mutex_unlock(&ts->lock);
+        if (stop) break;
+    }
 }
 
 static void *server_main(void *arg) {
@@ -983,37 +440,19 @@ static void *server_main(void *arg) {
     pthread_cond_broadcast(&ts->cond);
     pthread_mutex_unlock(&ts->lock);
     if (!ts->server) return NULL;
-    ts->last_request_ms = psg_codec_now_ms();
-    for (;;) {
-        psg_msg_t *m = NULL;
-        int r = psg_server_recv(ts->server, &m, LOOP_MS);
-        if (r < 0) {
-            request_stop(ts, "socket failure: %s", psg_error_message());
-        } else if (r == 1) {
-            ts->last_request_ms = psg_codec_now_ms();
-            handle(ts, &m);
-            psg_msg_destroy(&m);
-        }
-        check_waiters(ts, &ts->wait_init, false);
-        check_waiters(ts, &ts->wait_done, false);
-        if (ts->idle_timeout_ms > 0 && psg_codec_now_ms() - ts->last_request_ms > ts->idle_timeout_ms)
-            request_stop(ts, "idle: no request for %" PRId64 " ms", ts->idle_timeout_ms);
-        pthread_mutex_lock(&ts->lock);
-        bool stop = ts->stop_requested;
-        pthread_mutex_unlock(&ts->lock);
-        if (stop) break;
-    }
-    /* Fail what waits, finish what runs, and give the replies a moment to leave. */
-    check_waiters(ts, &ts->wait_init, true);
-    check_waiters(ts, &ts->wait_done, true);
+    serve(ts);
+    /* Fail what waits, end what runs (its takes and dequeues fail now, not at their
+     * deadline), and give the replies a moment to leave. */
+    psg_ts_check_waiters(ts, true);
     psg_rendezvous_abort(ts->rv, "the task server is stopping");
+    end_sync_waits(ts);
     stop_runners(ts);
     psg_remote_rv_destroy(&ts->remote);
     int64_t until = psg_codec_now_ms() + 100;
     while (psg_codec_now_ms() < until) {
         psg_msg_t *m = NULL;
         if (psg_server_recv(ts->server, &m, (int)(until - psg_codec_now_ms())) == 1)
-            reply_error(ts, m, "the server is stopping");
+            psg_ts_reply_error(ts, m, PSG_ERR_STOPPING, "the server is stopping");
         psg_msg_destroy(&m);
     }
     psg_server_destroy(&ts->server);
@@ -1026,6 +465,45 @@ static void *server_main(void *arg) {
     return NULL;
 }
 
+/* ---- limits and logdirs ---- */
+
+psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given) {
+    psg_task_limits_t l = given ? *given : (psg_task_limits_t){0};
+    if (l.memory_bytes <= 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+        l.memory_bytes = pages > 0 && size > 0 ? (int64_t)pages * size / 2 : (int64_t)4 << 30;
+    }
+    if (l.max_graphs_per_peer <= 0) l.max_graphs_per_peer = 256;
+    if (l.max_graph_bytes_per_peer <= 0) l.max_graph_bytes_per_peer = (int64_t)1 << 30;
+    if (l.max_pending_per_peer <= 0) l.max_pending_per_peer = 64;
+    if (l.max_pending_bytes_per_peer <= 0) l.max_pending_bytes_per_peer = l.memory_bytes / 4;
+    if (l.max_waiters_per_peer <= 0) l.max_waiters_per_peer = 16;
+    if (l.max_recvs_per_peer <= 0) l.max_recvs_per_peer = 16384;
+    if (l.max_queue <= 0) l.max_queue = 1024;
+    if (l.max_peers <= 0) l.max_peers = 1024;
+    if (l.max_wait_ms <= 0) l.max_wait_ms = PSG_TIMER_MAX_WAIT_MS;
+    return l;
+}
+
+/* Makes each logdir (and its parents) when absent and keeps its real path. */
+static int set_logdirs(psg_task_server_t *ts, const char *const *dirs) {
+    for (int i = 0; i < PSG_TS_MAX_LOGDIRS && dirs[i]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s", dirs[i]);
+        for (char *p = path + 1; *p; p++)
+            if (*p == '/') {
+                *p = 0;
+                mkdir(path, 0755);
+                *p = '/';
+            }
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+            return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
+        char real[PATH_MAX];
+        if (!realpath(path, real)) return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
+        snprintf(ts->logdirs[ts->n_logdirs++], sizeof ts->logdirs[0], "%s", real);
+    }
+    return 0;
+}
 /* Where to bind a task's address "host:port": an IP or localhost as given, a host name on
  * every interface (ZeroMQ binds interfaces, not names); "ipc://path" as given. */
 static void bind_address(const char *addr, char *out, size_t size) {
@@ -1044,6 +522,40 @@ static void bind_address(const char *addr, char *out, size_t size) {
         snprintf(out, size, "tcp://*%s", colon);
 }
 
+/* The task's canonical name and where it binds. */
+static int set_identity(psg_task_server_t *ts, const psg_task_server_options_t *opt, const char **taskp) {
+    const char *task = opt->task_name;
+    static _Thread_local char from_cluster[PSG_DEVICE_NAME_MAX]; /* *taskp may point here */
+    psg_task_t me = {0};
+    if (!task && opt->cluster) {
+        me = psg_cluster_task(opt->cluster);
+        if (me.job) task = psg_device_name(me.job, me.index, NULL, from_cluster, sizeof from_cluster);
+    }
+    if (!task) task = "/job:localhost/task:0";
+    *taskp = task;
+    if (psg_device_name_parse(task, &ts->task_dn) < 0) return -1;
+    if (!ts->task_dn.has_job || !ts->task_dn.has_task) {
+        psg_error_set("task '%s' must name a job and a task", task);
+        return -1;
+    }
+    if (!ts->task_dn.has_replica) {
+        ts->task_dn.has_replica = true;
+        ts->task_dn.replica = 0;
+    }
+    ts->task_dn.has_type = ts->task_dn.has_id = false;
+    psg_device_name_task_str(&ts->task_dn, ts->task, sizeof ts->task);
+    if (opt->endpoint) {
+        snprintf(ts->bind, sizeof ts->bind, "%s", opt->endpoint);
+    } else if (opt->cluster) {
+        const char *addr = psg_cluster_address(opt->cluster, ts->task_dn.job, ts->task_dn.task);
+        if (!addr) return -1;
+        bind_address(addr, ts->bind, sizeof ts->bind);
+    } else {
+        snprintf(ts->bind, sizeof ts->bind, "tcp://127.0.0.1:*");
+    }
+    return 0;
+}
+
 psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     psg_task_server_t *ts = calloc(1, sizeof *ts);
     if (!ts) {
@@ -1059,38 +571,16 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->recv_timeout_ms = opt->recv_timeout_ms > 0 ? opt->recv_timeout_ms : 60000;
     ts->idle_timeout_ms = opt->idle_timeout_ms;
     ts->expect_workers = opt->expect_workers;
-    const char *task = opt->task_name;
-    char from_cluster[PSG_DEVICE_NAME_MAX];
-    psg_task_t me = {0};
-    if (!task && opt->cluster) {
-        me = psg_cluster_task(opt->cluster);
-        if (me.job) task = psg_device_name(me.job, me.index, NULL, from_cluster, sizeof from_cluster);
-    }
-    if (!task) task = "/job:localhost/task:0";
-    if (psg_device_name_parse(task, &ts->task_dn) < 0) goto fail;
-    if (!ts->task_dn.has_job || !ts->task_dn.has_task) {
-        psg_error_set("task '%s' must name a job and a task", task);
-        goto fail;
-    }
-    if (!ts->task_dn.has_replica) {
-        ts->task_dn.has_replica = true;
-        ts->task_dn.replica = 0;
-    }
-    ts->task_dn.has_type = ts->task_dn.has_id = false;
-    psg_device_name_task_str(&ts->task_dn, ts->task, sizeof ts->task);
-    if (opt->endpoint) {
-        snprintf(ts->bind, sizeof ts->bind, "%s", opt->endpoint);
-    } else if (opt->cluster) {
-        const char *addr = psg_cluster_address(opt->cluster, ts->task_dn.job, ts->task_dn.task);
-        if (!addr) goto fail;
-        bind_address(addr, ts->bind, sizeof ts->bind);
-    } else {
-        snprintf(ts->bind, sizeof ts->bind, "tcp://127.0.0.1:*");
-    }
+    ts->lim = psg_task_limits_resolve(&opt->limits);
+    const char *task = NULL;
+    if (set_identity(ts, opt, &task) < 0) goto fail;
+    if (set_logdirs(ts, opt->logdirs) < 0) goto fail;
     ts->rm = psg_resource_mgr_new();
     ts->rv = psg_rendezvous_new(ts->recv_timeout_ms);
     ts->remote = ts->rv ? psg_remote_rv_new(ts->rv, 2000) : NULL;
-    if (!ts->rm || !ts->remote) goto fail;
+    psg_timer_t *timer = ts->rm ? psg_timer_of(ts->rm) : NULL;
+    if (!ts->rm || !ts->remote || !timer) goto fail;
+    psg_timer_set_max_wait(timer, ts->lim.max_wait_ms);
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
     ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);
     if (!ts->runners) {
@@ -1134,7 +624,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_task_server_t *ts = *tsp;
     *tsp = NULL;
     if (ts->thread_started) {
-        request_stop(ts, "destroyed by its owner");
+        psg_ts_request_stop(ts, "destroyed by its owner");
         pthread_join(ts->thread, NULL);
     }
     if (ts->rv) psg_rendezvous_abort(ts->rv, "the task server is stopping");
@@ -1148,8 +638,12 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     }
     free(ts->runners);
     psg_remote_rv_destroy(&ts->remote);
-    for (int i = 0; i < ts->n_graphs; i++) reg_graph_free(ts->graphs[i]);
-    free(ts->graphs);
+    psg_ts_graphs_free_all(ts);
+    while (ts->peers) {
+        peer_t *p = ts->peers;
+        ts->peers = p->next;
+        free(p);
+    }
     for (int i = 0; i < ts->n_workers_done; i++) free(ts->workers_done[i]);
     psg_threadpool_destroy(&ts->pool);
     psg_rendezvous_destroy(&ts->rv);

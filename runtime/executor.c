@@ -27,6 +27,7 @@ typedef struct {
     bool fed;         /* not executed: its outputs are fed */
     int device;       /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
     psg_kernel_fn kernel;
+    void *params;     /* the def's prepare struct, or NULL */
     int *groups;      /* the resource groups whose state it touches (see psg_run_order_t) */
     int num_groups;
 } plan_node_t;
@@ -78,6 +79,16 @@ static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
     }
     if (!pn->kernel)
         return psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
+    return 0;
+}
+
+/* The def's prepare step, once for this plan node: its params for both kernels. */
+static int prepare_node(const psg_graph_t *g, const psg_node_t *n, plan_node_t *pn) {
+    if (!n->def->prepare) return 0;
+    pn->params = calloc(1, n->def->params_size ? n->def->params_size : 1);
+    if (!pn->params) return psg_error_set("out of memory");
+    if (n->def->prepare(g, n, pn->params) < 0)
+        return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     return 0;
 }
 
@@ -197,35 +208,19 @@ static int find_resource_groups(psg_plan_t *p) {
     return 0;
 }
 
-psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
-                         int n_fetches, const psg_endpoint_t *fetches, int n_targets,
-                         const int *targets) {
+/* Iterative DFS post-order from the fetches and targets: p->nodes in a
+ * topological order, local_of[graph id] their index. */
+static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetches,
+                       const psg_endpoint_t *fetches, int n_targets, const int *targets) {
+    const psg_graph_t *g = p->g;
     int total = g->num_nodes;
-    psg_plan_t *p = calloc(1, sizeof *p);
-    int *local_of = malloc(sizeof(int) * (size_t)(total + 1));
-    char *fed = calloc((size_t)total + 1, 1);
     char *state = calloc((size_t)total + 1, 1); /* 0 new, 1 on stack, 2 done */
     int *stack = malloc(sizeof(int) * (size_t)(2 * total + 2));
-    if (!p || !local_of || !fed || !state || !stack) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    p->g = g;
-    p->host_only = true;
-    for (int i = 0; i < total; i++) local_of[i] = -1;
-    for (int i = 0; i < n_feeds; i++) {
-        if (feeds[i].node < 0 || feeds[i].node >= total ||
-            feeds[i].index >= g->nodes[feeds[i].node]->num_outputs) {
-            psg_error_set("feed %d refers to a missing output", i);
-            goto fail;
-        }
-        fed[feeds[i].node] = 1;
-    }
-    /* Iterative DFS post-order from fetches and targets: a topological order. */
     p->nodes = calloc((size_t)total + 1, sizeof(plan_node_t));
-    if (!p->nodes) {
+    int rc = -1;
+    if (!state || !stack || !p->nodes) {
         psg_error_set("out of memory");
-        goto fail;
+        goto done;
     }
     int roots = n_fetches + n_targets;
     for (int r = 0; r < roots; r++) {
@@ -234,7 +229,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             (r < n_fetches && fetches[r].index >= g->nodes[root]->num_outputs)) {
             psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
                           r < n_fetches ? r : r - n_fetches);
-            goto fail;
+            goto done;
         }
         if (state[root] == 2) continue;
         int sp = 0;
@@ -250,7 +245,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
                         if (state[dep] == 1) {
                             psg_error_set("node '%s' (%s): the graph has a cycle through '%s'",
                                           n->name, psg_node_op(n), g->nodes[dep]->name);
-                            goto fail;
+                            goto done;
                         }
                         if (state[dep] == 0) stack[sp++] = dep;
                     }
@@ -268,32 +263,31 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             }
         }
     }
-    p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
-    p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
-    if (!p->slot_uses || !p->initial_ready) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    /* Inputs, consumers and use counts. Consumer lists are built by counting first. */
+    rc = 0;
+done:
+    free(state);
+    free(stack);
+    return rc;
+}
+
+/* Each node's kernel, input slots and use counts, its consumers (counted
+ * first), and the nodes ready at the start. */
+static int link_nodes(psg_plan_t *p, const int *local_of) {
     int *consumer_count = calloc((size_t)p->num_nodes + 1, sizeof(int));
-    if (!consumer_count) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
+    if (!consumer_count) return psg_error_set("out of memory");
     for (int li = 0; li < p->num_nodes; li++) {
         plan_node_t *pn = &p->nodes[li];
         const psg_node_t *n = pn->node;
         if (pn->fed) continue;
         p->num_exec++;
-        if (choose_kernel(n, pn) < 0) {
+        if (choose_kernel(n, pn) < 0 || prepare_node(p->g, n, pn) < 0) {
             free(consumer_count);
-            goto fail;
+            return -1;
         }
         if (pn->device != PSG_DEVICE_HOST) p->host_only = false;
         if (n->def->flags & PSG_OP_SOURCE_FEED) {
-            psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
             free(consumer_count);
-            goto fail;
+            return psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
         }
         pn->input_slots = malloc(sizeof(int) * (size_t)(n->num_inputs + 1));
         PSG_ASSERT(pn->input_slots);
@@ -323,6 +317,14 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
         }
         if (pn->num_deps == 0) p->initial_ready[p->num_initial_ready++] = li;
     }
+    return 0;
+}
+
+/* The slots of the feeds and fetches; fails when a fed node's needed output
+ * is not among the feeds. */
+static int bind_feeds_fetches(psg_plan_t *p, const int *local_of, int n_feeds,
+                              const psg_endpoint_t *feeds, int n_fetches,
+                              const psg_endpoint_t *fetches) {
     p->n_feeds = n_feeds;
     p->n_fetches = n_fetches;
     p->feed_slots = malloc(sizeof(int) * (size_t)(n_feeds + 1));
@@ -347,24 +349,53 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
             bool is_fed = false;
             for (int i = 0; i < n_feeds && !is_fed; i++)
                 is_fed = p->feed_slots[i] == pn->slot_base + o;
-            if (!is_fed) {
-                psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
-                              pn->node->name, psg_node_op(pn->node), o);
-                goto fail;
-            }
+            if (!is_fed)
+                return psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
+                                     pn->node->name, psg_node_op(pn->node), o);
         }
     }
-    if (find_resource_groups(p) < 0) goto fail;
+    return 0;
+}
+
+psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
+                         int n_fetches, const psg_endpoint_t *fetches, int n_targets,
+                         const int *targets) {
+    int total = g->num_nodes;
+    psg_plan_t *p = calloc(1, sizeof *p);
+    int *local_of = malloc(sizeof(int) * (size_t)(total + 1));
+    char *fed = calloc((size_t)total + 1, 1);
+    if (!p || !local_of || !fed) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    p->g = g;
+    p->host_only = true;
+    for (int i = 0; i < total; i++) local_of[i] = -1;
+    for (int i = 0; i < n_feeds; i++) {
+        if (feeds[i].node < 0 || feeds[i].node >= total ||
+            feeds[i].index >= g->nodes[feeds[i].node]->num_outputs) {
+            psg_error_set("feed %d refers to a missing output", i);
+            goto fail;
+        }
+        fed[feeds[i].node] = 1;
+    }
+    if (order_nodes(p, fed, local_of, n_fetches, fetches, n_targets, targets) < 0) goto fail;
+    p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
+    p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
+    if (!p->slot_uses || !p->initial_ready) {
+        psg_error_set("out of memory");
+        goto fail;
+    }
+    if (link_nodes(p, local_of) < 0 ||
+        bind_feeds_fetches(p, local_of, n_feeds, feeds, n_fetches, fetches) < 0 ||
+        find_resource_groups(p) < 0)
+        goto fail;
     free(local_of);
     free(fed);
-    free(state);
-    free(stack);
     return p;
 fail:
     free(local_of);
     free(fed);
-    free(state);
-    free(stack);
     psg_plan_destroy(&p);
     return NULL;
 }
@@ -377,6 +408,7 @@ void psg_plan_destroy(psg_plan_t **pp) {
         free(p->nodes[i].input_slots);
         free(p->nodes[i].consumers);
         free(p->nodes[i].groups);
+        free(p->nodes[i].params);
     }
     free(p->nodes);
     free(p->slot_uses);
@@ -527,9 +559,20 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     int64_t start_ns = r->on_node ? mono_ns() : 0;
     if (a) a->start_ns = start_ns;
     if (rc == 0) {
-        psg_kernel_ctx_t kc = {n,       ni,     inputs,       no,           outputs, out_dt,
-                               out_sh,  r->rm,  r->pool,      r->step_id,   r->rendezvous, a,
-                               pn->device - 1};
+        psg_kernel_ctx_t kc = {.node = n,
+                               .num_inputs = ni,
+                               .inputs = inputs,
+                               .num_outputs = no,
+                               .outputs = outputs,
+                               .out_dtypes = out_dt,
+                               .out_shapes = out_sh,
+                               .resources = r->rm,
+                               .pool = r->pool,
+                               .step_id = r->step_id,
+                               .rendezvous = r->rendezvous,
+                               .async = a,
+                               .device = pn->device - 1,
+                               .params = pn->params};
         rc = pn->kernel(&kc);
         for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
         if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */

@@ -8,6 +8,8 @@
 #include "psgraph/ops_math.h"
 #include "psgraph/placement.h"
 
+#include "core/checked.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +67,12 @@ static int64_t variable_bytes(const psg_node_t *n) {
     psg_dtype_t dt = (psg_dtype_t)psg_node_get_int(n, "dtype", PSG_DT_F32);
     const psg_attr_t *a = psg_node_attr(n, "dtype");
     if (a && a->type == PSG_ATTR_DTYPE) dt = a->u.dtype;
-    return numel > 0 ? numel * (int64_t)psg_dtype_size(dt) : 0;
+    int64_t bytes;
+    if (numel <= 0) return 0;
+    /* a size past 2^48 bytes counts as 2^48: the greedy sums stay exact and never overflow */
+    return psg_ckd_mul_i64(&bytes, numel, (int64_t)psg_dtype_size(dt)) || bytes > (int64_t)1 << 48
+               ? (int64_t)1 << 48
+               : bytes;
 }
 
 /* The variable node this node belongs beside: the producer of its first
@@ -142,7 +149,9 @@ int psg_partitioned_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     if (p && p->num_shards > 0) {
         n = p->num_shards;
     } else if (p && p->min_shard_bytes > 0) {
-        int64_t total = psg_shape_numel(shape) * (int64_t)psg_dtype_size(dt);
+        int64_t total;
+        if (psg_ckd_mul_i64(&total, psg_shape_numel(shape), (int64_t)psg_dtype_size(dt)) || total < 0)
+            return psg_error_set("partitioned variable '%s': its size is not known or overflows", name);
         n = total / p->min_shard_bytes;
         if (n < 1) n = 1;
         if (p->max_shards > 0 && n > p->max_shards) n = p->max_shards;
@@ -159,14 +168,8 @@ int psg_partitioned_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     psg_initializer_t shard_init = init;
     if (init.kind && !strcmp(init.kind, "glorot_uniform")) {
         /* the fans of the whole variable, not of a shard */
-        double receptive = 1;
-        for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
-        double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
-                                         : (double)shape->dims[0];
-        double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
-                                          : (double)shape->dims[0];
         shard_init.kind = "uniform";
-        shard_init.scale = sqrt(6.0 / (fan_in + fan_out));
+        shard_init.scale = psg_glorot_uniform_scale(shape);
     }
     int64_t at = 0;
     for (int i = 0; i < n; i++) {

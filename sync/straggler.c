@@ -1,6 +1,7 @@
 /* Straggler injection: the --straggler parser and a sampler whose draws
  * depend only on (seed, spec, worker, step), so runs repeat and processes
  * agree without sharing state. Not a model of real stragglers' causes. */
+#include "core/rng.h"
 #include "psgraph/straggler.h"
 #include "psgraph/error.h"
 
@@ -192,21 +193,15 @@ const psg_straggler_spec_t *psg_straggler_at(const psg_straggler_t *s, int i) {
     return s && i >= 0 && i < s->n ? &s->specs[i] : NULL;
 }
 
-/* splitmix64: a good 64-bit mix, so each (seed, spec, worker, step, k) has its own draw */
-static uint64_t mix(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
-/* A uniform draw in (0, 1). */
+/* A uniform draw in (0, 1): splitmix64's mix (core/rng.h) of each key in turn, so each
+ * (seed, spec, worker, step, k) has its own draw. */
 static double uniform(uint64_t seed, int spec, int worker, int64_t step, int k) {
-    uint64_t h = mix(seed);
-    h = mix(h ^ (uint64_t)spec);
-    h = mix(h ^ (uint64_t)(uint32_t)worker);
-    h = mix(h ^ (uint64_t)step);
-    h = mix(h ^ (uint64_t)k);
+    uint64_t h = psg_mix64(seed);
+    h = psg_mix64(h ^ (uint64_t)spec);
+    h = psg_mix64(h ^ (uint64_t)(uint32_t)worker);
+    h = psg_mix64(h ^ (uint64_t)step);
+    h = psg_mix64(h ^ (uint64_t)k);
     return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 

@@ -3,9 +3,11 @@
  * the chief's runner thread. Not the protocol's graph itself
  * (sync/variant_sync.c) and not the resources (ps/). */
 #include "psgraph/autodiff.h"
+#include "psgraph/clock.h"
+#include "psgraph/ops_array.h"
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
-#include "sync/variant.h"
+#include "sync/strategy.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,16 +16,9 @@
 
 #define DEFAULT_TIMEOUT_MS 60000
 
-/* Adding a variant: its file, and one line here. */
-static const psg_sync_variant_t *const variants[] = {
-    &psg_sync_variant_sync,
-    &psg_sync_variant_async,
-};
-#define NUM_VARIANTS ((int)(sizeof variants / sizeof variants[0]))
-
 struct psg_sync_replicas {
     psg_sync_config_t cfg;
-    const psg_sync_variant_t *variant;
+    const psg_sync_strategy_t *variant;
     psg_optimizer_t *opt;
     int num_required;
 };
@@ -32,29 +27,20 @@ void psg_sync_config_defaults(psg_sync_config_t *c) {
     memset(c, 0, sizeof *c);
     c->variant = "sync";
     c->num_workers = 1;
-}
-
-const char *psg_sync_variant_names(void) {
-    static char names[256];
-    if (!names[0]) {
-        size_t len = 0;
-        for (int i = 0; i < NUM_VARIANTS; i++)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
-                                    variants[i]->name);
-    }
-    return names;
+    psg_sync_options_defaults(&c->opt);
 }
 
 psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg) {
-    const char *name = cfg->variant ? cfg->variant : "sync";
-    const psg_sync_variant_t *v = NULL;
-    for (int i = 0; i < NUM_VARIANTS && !v; i++)
-        if (!strcmp(variants[i]->name, name)) v = variants[i];
+    return psg_sync_replicas_new_with(opt, cfg, NULL);
+}
+
+psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_sync_config_t *cfg,
+                                                const psg_sync_strategy_t *own) {
+    const psg_sync_strategy_t *v = own ? own : psg_sync_strategy_find(cfg->variant);
     int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
                                            : cfg->num_workers - cfg->backup_workers;
     if (!v) {
-        psg_error_set("sync replicas: unknown variant '%s' (known: %s)", name,
-                      psg_sync_variant_names());
+        psg_error_wrap("sync replicas");
         return NULL;
     }
     if (!opt) {
@@ -80,6 +66,10 @@ psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_
     }
     if (cfg->total_steps < 0) {
         psg_error_set("sync replicas: total_steps must be >= 0");
+        return NULL;
+    }
+    if (v->check && v->check(cfg, n) < 0) {
+        psg_error_wrap("--sync %s", v->name);
         return NULL;
     }
     psg_sync_replicas_t *sr = calloc(1, sizeof *sr);
@@ -109,6 +99,37 @@ int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
     return sr->num_required;
 }
 
+const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t *sr) {
+    return sr->variant;
+}
+
+bool psg_sync_push_device_of(psg_graph_t *g, psg_endpoint_t e) {
+    const char *dev = psg_node_device(psg_graph_node(g, e.node));
+    if (dev[0]) psg_graph_push_device(g, dev);
+    return dev[0] != 0;
+}
+
+int psg_sync_staleness_pair(psg_graph_t *g, psg_endpoint_t gstep, int train_op,
+                            psg_sync_graph_t *out) {
+    /* the update's increment of the global step: a control input of the group */
+    const psg_node_t *group = psg_graph_node(g, train_op);
+    int inc = -1;
+    for (int j = 0; group && j < psg_node_num_controls(group); j++) {
+        int c = psg_node_control(group, j);
+        if (!strcmp(psg_node_op(psg_graph_node(g, c)), "IncrementVariable")) inc = c;
+    }
+    if (inc < 0) return psg_error_set("staleness: the update increments no global step");
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) return -1;
+    bool pushed = psg_sync_push_device_of(g, gstep);
+    psg_endpoint_t r = psg_sync_read_global_step(g, "read_step/ps", gstep, -1);
+    psg_endpoint_t a = psg_sync_read_global_step(g, "applied_step/ps", gstep, inc);
+    if (pushed) psg_graph_pop_device(g);
+    out->read_step = psg_identity(g, "read_step", r);
+    out->applied_step = psg_identity(g, "applied_step", a);
+    psg_graph_pop_scope(g);
+    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+}
+
 psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_endpoint_t gstep,
                                          int after) {
     psg_node_builder_t *b = psg_node_begin(g, "ReadVariable", name);
@@ -118,20 +139,52 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
     return psg_node_finish_ep(b);
 }
 
+/* The strategy's build on grads (compressed first when --compress asks), then the
+ * compression's residual update with each step. */
+static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, const psg_endpoint_t *grads,
+                            const psg_endpoint_t *vars, psg_endpoint_t gstep, psg_sync_graph_t *out) {
+    const psg_sync_strategy_t *v = sr->variant;
+    if (sr->cfg.opt.compress != PSG_SYNC_COMPRESS_NONE && !v->compress)
+        return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)", v->name);
+    psg_endpoint_t *dense = malloc(sizeof *dense * (size_t)k);
+    psg_sync_compressed_t cz;
+    int rc = dense ? psg_sync_compress(g, &sr->cfg.opt, k, grads, vars, dense, &cz) : psg_error_set("out of memory");
+    if (rc == 0) {
+        psg_sync_build_t b = {&sr->cfg,
+                              sr->num_required,
+                              sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
+                              sr->opt,
+                              g,
+                              k,
+                              dense,
+                              vars,
+                              gstep};
+        out->num_vars = k;
+        rc = v->build(&b, out);
+        if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
+            psg_error_wrap("%s", psg_graph_error(g));
+    }
+    if (rc == 0 && cz.update_op >= 0) {
+        int both[2] = {out->train_op, cz.update_op};
+        out->train_op = psg_group(g, "compress/step", 2, both);
+        out->local_init_op = cz.init_op;
+        out->push_scale = cz.push_scale;
+        rc = out->train_op < 0 ? -1 : 0;
+    }
+    free(dense);
+    if (rc < 0) psg_error_wrap("sync replicas (%s)", v->name);
+    return rc;
+}
+
 int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, int n,
                                       const psg_endpoint_t *grads, const psg_endpoint_t *vars,
                                       psg_sync_graph_t *out) {
-    *out = (psg_sync_graph_t){PSG_NO_ENDPOINT,
-                              -1,
-                              PSG_NO_ENDPOINT,
-                              PSG_NO_ENDPOINT,
-                              PSG_NO_ENDPOINT,
-                              0,
-                              PSG_NO_ENDPOINT,
-                              -1,
-                              PSG_NO_ENDPOINT,
-                              -1,
-                              -1};
+    memset(out, 0, sizeof *out);
+    out->local_step = out->num_accepted = out->next_step = out->token_wait = PSG_NO_ENDPOINT;
+    out->global_step = out->chief_global_step = out->read_step = out->applied_step =
+        PSG_NO_ENDPOINT;
+    out->train_op = out->chief_op = out->chief_init_op = out->close_op = -1;
+    out->local_init_op = out->start_op = -1;
     psg_endpoint_t *kept = malloc(sizeof *kept * 2 * (size_t)(n > 0 ? n : 1));
     if (!kept) return psg_error_set("out of memory");
     int k = 0;
@@ -153,20 +206,7 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
     } else if (!psg_endpoint_valid(gstep)) {
         psg_error_wrap("sync replicas: global step");
     } else {
-        psg_sync_build_t b = {&sr->cfg,
-                              sr->num_required,
-                              sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
-                              sr->opt,
-                              g,
-                              k,
-                              kept,
-                              kept + n,
-                              gstep};
-        out->num_vars = k;
-        rc = sr->variant->build(&b, out);
-        if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
-            psg_error_wrap("%s", psg_graph_error(g));
-        if (rc < 0) psg_error_wrap("sync replicas (%s)", sr->variant->name);
+        rc = build_compressed(sr, g, k, kept, kept + n, gstep, out);
     }
     free(kept);
     return rc;
@@ -189,6 +229,9 @@ int psg_sync_graph_fetches(const psg_sync_graph_t *sg, psg_endpoint_t *out) {
     if (psg_endpoint_valid(sg->num_accepted)) out[k++] = sg->num_accepted;
     if (psg_endpoint_valid(sg->next_step)) out[k++] = sg->next_step;
     if (psg_endpoint_valid(sg->token_wait)) out[k++] = sg->token_wait;
+    if (psg_endpoint_valid(sg->read_step)) out[k++] = sg->read_step;
+    if (psg_endpoint_valid(sg->applied_step)) out[k++] = sg->applied_step;
+    for (int i = 0; i < sg->n_step_fetches; i++) out[k++] = sg->step_fetches[i];
     return k;
 }
 
@@ -208,6 +251,7 @@ int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
     st->num_vars = sg->num_vars;
     st->num_accepted = sg->num_vars;
     st->step_sec = step_sec;
+    st->staleness = -1;
     int k = 0;
     if (psg_endpoint_valid(sg->num_accepted)) {
         if (fetched_scalar(fetched, k, PSG_DT_I32, "num_accepted") < 0) return -1;
@@ -221,9 +265,39 @@ int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
         if (fetched_scalar(fetched, k, PSG_DT_F32, "token_wait") < 0) return -1;
         st->token_wait_sec = psg_tensor_f32(fetched[k++])[0];
     }
+    if (psg_endpoint_valid(sg->read_step) && psg_endpoint_valid(sg->applied_step)) {
+        if (fetched_scalar(fetched, k, PSG_DT_I64, "read_step") < 0 ||
+            fetched_scalar(fetched, k + 1, PSG_DT_I64, "applied_step") < 0)
+            return -1;
+        int64_t r = psg_tensor_i64(fetched[k])[0], a = psg_tensor_i64(fetched[k + 1])[0];
+        st->staleness = a - r - 1 >= 0 ? a - r - 1 : 0;
+        k += 2;
+    }
     st->used = st->num_accepted == st->num_vars;
+    /* the token protocol keeps only gradients computed for the current step */
+    if (st->staleness < 0 && psg_endpoint_valid(sg->next_step) && st->used) st->staleness = 0;
     st->compute_sec = step_sec > st->token_wait_sec ? step_sec - st->token_wait_sec : 0;
     return 0;
+}
+
+int psg_sync_step_default(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
+    const psg_sync_graph_t *sg = w->sg;
+    double t0 = psg_now_sec();
+    psg_tensor_t *ls = NULL, *fetched[1 + 8 + PSG_SYNC_CALL_MAX] = {0};
+    if (psg_endpoint_valid(sg->local_step) && !(ls = psg_tensor_scalar_i64(w->local_step)))
+        return psg_error_set("out of memory");
+    int rc = w->run(w->ctx, 0, &ls, fetched);
+    psg_tensor_destroy(&ls);
+    if (rc == 0)
+        rc = psg_sync_step_read(sg, fetched + 1, w->local_step, psg_now_sec() - t0, st);
+    if (rc == 0) {
+        w->local_step = st->next_step;
+        *loss = fetched[0];
+        fetched[0] = NULL;
+    }
+    for (int i = 0; i < 1 + 8 + PSG_SYNC_CALL_MAX; i++)
+        psg_tensor_destroy(&fetched[i]);
+    return rc;
 }
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
@@ -234,16 +308,34 @@ void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
         s->dropped++;
     s->compute_sec += st->compute_sec;
     s->token_wait_sec += st->token_wait_sec;
+    s->wait_sec += st->wait_sec;
+    if (st->used && st->staleness >= 0) {
+        if (s->stale_n == 0 || st->staleness < s->stale_min) s->stale_min = st->staleness;
+        if (s->stale_n == 0 || st->staleness > s->stale_max) s->stale_max = st->staleness;
+        s->stale_sum += st->staleness;
+        s->stale_n++;
+    }
+}
+
+int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size) {
+    if (s->stale_n == 0)
+        return snprintf(buf, size, "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0}");
+    return snprintf(buf, size, "\"staleness\":{\"min\":%lld,\"mean\":%.4f,\"max\":%lld,\"n\":%lld}",
+                    (long long)s->stale_min, (double)s->stale_sum / (double)s->stale_n,
+                    (long long)s->stale_max, (long long)s->stale_n);
 }
 
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size) {
+    char stale[24] = "null";
+    if (st->staleness >= 0) snprintf(stale, sizeof stale, "%lld", (long long)st->staleness);
     return snprintf(buf, size,
                     "{\"event\":\"sync_step\",\"worker\":%d,\"local_step\":%lld,\"next_step\":%lld,"
                     "\"gradient\":\"%s\",\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
-                    "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f}",
+                    "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f,\"wait_sec\":%.6f,"
+                    "\"staleness\":%s}",
                     worker, (long long)st->local_step, (long long)st->next_step,
                     st->used ? "used" : "dropped", st->num_accepted, st->num_vars, st->step_sec,
-                    st->compute_sec, st->token_wait_sec);
+                    st->compute_sec, st->token_wait_sec, st->wait_sec, stale);
 }
 
 /* ---- the chief's runner ---- */

@@ -288,6 +288,26 @@ static void test_corrupt_falls_back(void) {
     }
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("does not fit the file");
+    /* issue 20: [2^40, 2^22] f32 with data_offsets [0, 0]: numel * 4 wrapped to 0 */
+    f = fopen(path, "wb");
+    if (f) {
+        const char *h = "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}";
+        unsigned char len[8] = {(unsigned char)strlen(h)};
+        fwrite(len, 1, 8, f);
+        fwrite(h, 1, strlen(h), f);
+        fclose(f);
+    }
+    CHECK(!psg_checkpoint_open(path, -1));
+    CHECK_ERROR_HAS("tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    /* a `{}` header: no tensors, no data (NULL + 0 once) */
+    f = fopen(path, "wb");
+    if (f) {
+        fwrite("\x02\0\0\0\0\0\0\0{}", 1, 10, f);
+        fclose(f);
+    }
+    ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 0);
+    psg_checkpoint_destroy(&ck);
     /* no directory at all */
     CHECK(psg_checkpoint_open_latest("/nonexistent/psg", -1, NULL, NULL, &ck) == 0);
     psg_resource_mgr_destroy(&rm0);
@@ -424,9 +444,12 @@ static char *slurp(FILE *f) {
     return s;
 }
 
+static bool fresh_start; /* run_train's --fresh-start */
+
 static int run_train(const char *dir, int64_t steps, psg_train_result_t *r, char **output) {
     psg_train_config_t c;
     psg_train_config_defaults(&c);
+    c.fresh_start = fresh_start;
     c.model = "mlp";
     c.data = "synthetic";
     c.steps = steps;
@@ -511,6 +534,37 @@ static void test_train_resumes(void) {
     rm_rf(dir);
 }
 
+/* A logdir whose every checkpoint fails verification: the run stops naming each file and
+ * why, writes nothing; with --fresh-start it says so and trains from step 0. */
+static void test_all_corrupt_stops(void) {
+    char dir[64], path[256];
+    CHECK(make_tmpdir(dir, sizeof dir));
+    psg_train_result_t r;
+    char *out = NULL;
+    CHECK(run_train(dir, 40, &r, &out) == 0 && r.steps == 40);
+    free(out);
+    for (int s = 20; s <= 40; s += 20) {
+        snprintf(path, sizeof path, "%s/model.ckpt-%d-00000-of-00001.safetensors", dir, s);
+        damage(path, 100, false);
+    }
+    CHECK(run_train(dir, 60, &r, &out) < 0);
+    const char *e = psg_error_message();
+    printf("the error: %s\n", e);
+    CHECK(strstr(e, "none verifies") && strstr(e, "--fresh-start"));
+    CHECK(strstr(e, "model.ckpt-40.index.json") && strstr(e, "model.ckpt-20.index.json") && strstr(e, "corrupt"));
+    CHECK(out && !strstr(out, "\nstep 20 "));
+    free(out);
+    snprintf(path, sizeof path, "%s/model.ckpt-60.index.json", dir);
+    CHECK(access(path, F_OK) != 0);
+    fresh_start = true;
+    CHECK(run_train(dir, 60, &r, &out) == 0 && r.steps == 60);
+    fresh_start = false;
+    CHECK(out && strstr(out, "--fresh-start: none of the 2 checkpoints") && strstr(out, "\nstep 20 "));
+    CHECK(access(path, F_OK) == 0);
+    free(out);
+    rm_rf(dir);
+}
+
 int main(int argc, char **argv) {
     reader_script = argc > 1 ? argv[1] : NULL;
     RUN_TEST(test_two_shards_roundtrip);
@@ -520,5 +574,6 @@ int main(int argc, char **argv) {
     RUN_TEST(test_policy);
     RUN_TEST(test_cnn_timing);
     RUN_TEST(test_train_resumes);
+    RUN_TEST(test_all_corrupt_stops);
     return psg_test_summary();
 }

@@ -23,11 +23,16 @@ else
 fi
 check 0 "train" "$psgraph" --help
 check 2 "unknown command 'frobnicate'" "$psgraph" frobnicate
-check 0 "--model mlp|cnn" "$psgraph" train --help
+# the one table of models (examples/models.c) in --help and in every message
+check 0 "--model mlp|cnn|inception3" "$psgraph" train --help
+check 0 "inception3  batch 32, lr 0.045" "$psgraph" train --help
 check 2 "unknown option '--colour'" "$psgraph" train --colour red
 check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
-check 1 "unknown model 'vgg'" "$psgraph" train --model vgg --steps 1
+check 1 "unknown model 'vgg' (known: mlp, cnn, inception3, wide-deep)" "$psgraph" train --model vgg --steps 1
+# a TF_CONFIG without a ps job (MultiWorkerMirroredStrategy's form) is refused, saying why
+check 1 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}' "$psgraph" train --model mlp --data synthetic --steps 1
+check 2 "the evaluator task runs \`psgraph train\`" env TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}' "$psgraph" server
 check 1 "/nowhere/train-images-idx3-ubyte.gz" "$psgraph" train --data-dir /nowhere --steps 1
 check 2 "precision 'fp8' is not f32, mixed (bf16) or mixed-f16" "$psgraph" train --precision fp8
 check 0 '"precision":"mixed"' "$psgraph" train --model cnn --data synthetic --steps 3 --precision mixed --batch 8
@@ -56,6 +61,11 @@ check 0 "global_step                              i64" "$psgraph" inspect "$ckdi
 printf 'x' | dd of="$ckdir/model.ckpt-30-00000-of-00001.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
 check 1 "model.ckpt-30-00000-of-00001.safetensors: data crc32" "$psgraph" inspect "$ckdir/model.ckpt-30.index.json"
 check 0 "global step 15" "$psgraph" inspect "$ckdir"
+# issue 20: 88 bytes claiming [2^40, 2^22] f32 in 0 bytes (numel * 4 wrapped to 0: SIGSEGV)
+bomb="$ckdir/bomb.safetensors"
+python3 -c 'import struct,sys; h=b"{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}"; open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h)' "$bomb"
+check 1 "tensor 't': shape of 4611686018427387904 elements overflows its byte size" "$psgraph" inspect "$bomb"
+rm -f "$bomb"
 check 1 "gnuplot is not on PATH" env PATH=/nonexistent "$psgraph" plot "$ckdir"
 if command -v gnuplot >/dev/null; then
   check 0 "metrics.png: loss and examples/sec at 3 steps" "$psgraph" plot "$ckdir"
@@ -64,5 +74,27 @@ else
   echo "skip psgraph plot: gnuplot is not installed"
 fi
 rm -rf "$ckdir"
+
+# strategies: names and options from one table (sync/strategies.c), psgraph compare
+check 0 "--staleness S" "$psgraph" train --help
+check 2 "unknown strategy 'bsp' (known: sync, async, ssp, local, easgd)" "$psgraph" train --sync bsp
+check 2 "--local-steps: '0' is not an integer in [1, " "$psgraph" train --local-steps 0
+check 2 "unknown option '--colour'" "$psgraph" compare --colour red
+cmpdir=$(mktemp -d)
+if command -v gnuplot >/dev/null; then
+  # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
+  out=$("$psgraph" compare --data synthetic --workers 2 --variant sync --variant "ssp --staleness 1" \
+        --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir" -- --steps 6 --batch 16 2>&1)
+  n=$(grep -c '"compare":.*"exit":0,.*"time_to_target_sec":[0-9]' <<<"$out")
+  if [ "$n" = 2 ] && [ -s "$cmpdir/compare.png" ] && grep -q '"compare":"ssp --staleness 1","sync":"ssp"' <<<"$out"; then
+    echo "ok   psgraph compare: 2 variants, 2 JSON lines, compare.png"
+  else
+    echo "FAIL: psgraph compare: $out" | head -20
+    fails=$((fails + 1))
+  fi
+else
+  echo "skip psgraph compare: gnuplot is not installed"
+fi
+rm -rf "$cmpdir"
 
 [ $fails = 0 ]

@@ -3,299 +3,15 @@
  * outputs and the gradients of sum(w * y) compared; the runtime's copies and
  * allocator; and one training step of the mlp and the cnn on the GPU against
  * the CPU, in f32 and in mixed precision (bf16 / f16 products and casts).
+ * The op cases are tests/op_cases.c's, which test_op_cases checks by finite
+ * differences.
  * Without a GPU it checks the errors, then skips (exit 77). */
+#include "tests/op_cases.h"
 #include "tests/testutil.h"
 
 #include <stdlib.h>
 
 #define GPU0 "/job:localhost/replica:0/task:0/device:GPU:0"
-
-enum { F32, POSITIVE, LABELS };
-
-typedef psg_endpoint_t (*build_fn)(psg_graph_t *g, const psg_endpoint_t *in);
-
-typedef struct {
-    const char *name;
-    int n_in;
-    psg_shape_t shapes[4];
-    int kinds[4];
-    build_fn build;
-    double tol;
-    bool grad; /* also compare d(sum(w * y))/d(each f32 input) */
-} op_case_t;
-
-#define SHAPE1(a)                                                                                  \
-    {                                                                                              \
-        1, {                                                                                       \
-            a                                                                                      \
-        }                                                                                          \
-    }
-#define SHAPE2(a, b)                                                                               \
-    {                                                                                              \
-        2, {                                                                                       \
-            a, b                                                                                   \
-        }                                                                                          \
-    }
-#define SHAPE4(a, b, c, d)                                                                         \
-    {                                                                                              \
-        4, {                                                                                       \
-            a, b, c, d                                                                             \
-        }                                                                                          \
-    }
-
-static psg_endpoint_t b_add(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_add(g, "y", x[0], x[1]);
-}
-static psg_endpoint_t b_sub(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_sub(g, "y", x[0], x[1]);
-}
-static psg_endpoint_t b_mul(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_mul(g, "y", x[0], x[1]);
-}
-static psg_endpoint_t b_div(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_div(g, "y", x[0], x[1]);
-}
-static psg_endpoint_t b_neg(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_neg(g, "y", x[0]);
-}
-static psg_endpoint_t b_square(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_square(g, "y", x[0]);
-}
-static psg_endpoint_t b_sqrt(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_sqrt(g, "y", x[0]);
-}
-static psg_endpoint_t b_exp(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_exp(g, "y", x[0]);
-}
-static psg_endpoint_t b_log(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_log(g, "y", x[0]);
-}
-static psg_endpoint_t b_pow(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_pow(g, "y", x[0], 1.5);
-}
-static psg_endpoint_t b_scale(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_scale(g, "y", x[0], -0.25);
-}
-static psg_endpoint_t b_relu(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_relu(g, "y", x[0]);
-}
-static psg_endpoint_t b_sigmoid(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_sigmoid(g, "y", x[0]);
-}
-static psg_endpoint_t b_tanh(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_tanh(g, "y", x[0]);
-}
-static psg_endpoint_t b_softmax(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_softmax(g, "y", x[0]);
-}
-static psg_endpoint_t b_log_softmax(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_log_softmax(g, "y", x[0]);
-}
-static psg_endpoint_t b_xent(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_sparse_softmax_cross_entropy(g, "y", x[0], x[1]);
-}
-static psg_endpoint_t b_l2(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_l2_loss(g, "y", x[0]);
-}
-static psg_endpoint_t b_sum_rows(psg_graph_t *g, const psg_endpoint_t *x) {
-    int64_t ax[1] = {1};
-    return psg_sum(g, "y", x[0], 1, ax, false);
-}
-static psg_endpoint_t b_sum_cols(psg_graph_t *g, const psg_endpoint_t *x) {
-    int64_t ax[1] = {0};
-    return psg_sum(g, "y", x[0], 1, ax, true);
-}
-static psg_endpoint_t b_mean_02(psg_graph_t *g, const psg_endpoint_t *x) {
-    int64_t ax[2] = {0, 2}; /* not an (A, R, B) pattern: the general reduction */
-    return psg_mean(g, "y", x[0], 2, ax, false);
-}
-static psg_endpoint_t b_mean_all(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_mean(g, "y", x[0], 0, NULL, false);
-}
-static psg_endpoint_t b_argmax(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_cast(g, "y", psg_argmax(g, "am", x[0]), PSG_DT_F32);
-}
-static psg_endpoint_t b_equal(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_cast(g, "y", psg_equal(g, "eq", psg_relu(g, "r", x[0]), x[0]), PSG_DT_F32);
-}
-static psg_endpoint_t b_matmul(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_matmul(g, "y", x[0], x[1], false, false);
-}
-static psg_endpoint_t b_matmul_tt(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_matmul(g, "y", x[0], x[1], true, true);
-}
-static psg_endpoint_t b_dense(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_dense(g, "y", x[0], x[1], x[2], true);
-}
-static psg_endpoint_t b_concat(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_concat(g, "y", 2, x, 1);
-}
-static psg_endpoint_t b_slice(psg_graph_t *g, const psg_endpoint_t *x) {
-    int64_t begin[2] = {1, 2}, size[2] = {3, -1};
-    return psg_slice(g, "y", x[0], 2, begin, size);
-}
-static psg_endpoint_t b_cast(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_cast(g, "y", psg_cast(g, "i", psg_scale(g, "s", x[0], 10.0), PSG_DT_I32),
-                    PSG_DT_F32);
-}
-static psg_endpoint_t b_conv_same(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_conv2d(g, "y", x[0], x[1], 1, 1, PSG_PADDING_SAME);
-}
-static psg_endpoint_t b_conv_s2(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_conv2d(g, "y", x[0], x[1], 2, 2, PSG_PADDING_SAME);
-}
-static psg_endpoint_t b_conv_valid(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_conv2d(g, "y", x[0], x[1], 2, 1, PSG_PADDING_VALID);
-}
-static psg_endpoint_t b_maxpool(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_max_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME);
-}
-static psg_endpoint_t b_avgpool(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME);
-}
-static psg_endpoint_t b_maxpool2(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_max_pool(g, "y", x[0], 2, 2, 2, 2, PSG_PADDING_VALID);
-}
-static psg_endpoint_t b_bias(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_bias_add(g, "y", x[0], x[1]);
-}
-static psg_endpoint_t b_bn(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_fused_batch_norm(g, "y", x[0], x[1], x[2], PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f,
-                                true)
-        .y;
-}
-static psg_endpoint_t b_addn(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_add_n(g, "y", 3, x);
-}
-
-/* The product under a 16-bit compute dtype (precision.h): f32 inputs cast
- * to it, the result cast back; the gradients built after run in it too. */
-static psg_endpoint_t in_dtype(psg_graph_t *g, psg_dtype_t dt, build_fn f, const psg_endpoint_t *x) {
-    psg_graph_set_compute_dtype(g, dt);
-    psg_endpoint_t y = f(g, x);
-    psg_graph_set_compute_dtype(g, PSG_DT_F32);
-    return y;
-}
-#define IN_DTYPE(fn, dt, f)                                                                        \
-    static psg_endpoint_t fn(psg_graph_t *g, const psg_endpoint_t *x) { return in_dtype(g, dt, f, x); }
-IN_DTYPE(b_matmul_bf16, PSG_DT_BF16, b_matmul)
-IN_DTYPE(b_matmul_tt_bf16, PSG_DT_BF16, b_matmul_tt)
-IN_DTYPE(b_matmul_f16, PSG_DT_F16, b_matmul)
-IN_DTYPE(b_conv_same_bf16, PSG_DT_BF16, b_conv_same)
-IN_DTYPE(b_conv_s2_bf16, PSG_DT_BF16, b_conv_s2)
-IN_DTYPE(b_conv_s2_f16, PSG_DT_F16, b_conv_s2)
-static psg_endpoint_t b_cast_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_cast(g, "y", psg_cast(g, "h", x[0], PSG_DT_BF16), PSG_DT_F32);
-}
-static psg_endpoint_t b_cast_f16(psg_graph_t *g, const psg_endpoint_t *x) {
-    return psg_cast(g, "y", psg_cast(g, "h", x[0], PSG_DT_F16), PSG_DT_F32);
-}
-static const op_case_t cases[] = {
-    {"Add broadcast", 2, {SHAPE2(5, 3), SHAPE1(3)}, {F32, F32}, b_add, 1e-5, true},
-    {"Sub", 2, {SHAPE2(5, 3), SHAPE2(5, 3)}, {F32, F32}, b_sub, 1e-5, true},
-    {"Mul outer", 2, {SHAPE2(5, 1), SHAPE2(1, 4)}, {F32, F32}, b_mul, 1e-5, true},
-    {"Div", 2, {SHAPE2(4, 6), SHAPE2(4, 6)}, {F32, POSITIVE}, b_div, 1e-5, true},
-    {"Neg", 1, {SHAPE2(3, 7)}, {F32}, b_neg, 1e-6, true},
-    {"Square", 1, {SHAPE2(3, 7)}, {F32}, b_square, 1e-5, true},
-    {"Sqrt", 1, {SHAPE2(3, 7)}, {POSITIVE}, b_sqrt, 1e-5, true},
-    {"Exp", 1, {SHAPE2(3, 7)}, {F32}, b_exp, 1e-5, true},
-    {"Log", 1, {SHAPE2(3, 7)}, {POSITIVE}, b_log, 1e-5, true},
-    {"Pow", 1, {SHAPE2(3, 7)}, {POSITIVE}, b_pow, 1e-5, true},
-    {"Scale", 1, {SHAPE2(3, 7)}, {F32}, b_scale, 1e-6, true},
-    {"Relu", 1, {SHAPE2(8, 9)}, {F32}, b_relu, 1e-6, true},
-    {"Sigmoid", 1, {SHAPE2(8, 9)}, {F32}, b_sigmoid, 1e-5, true},
-    {"Tanh", 1, {SHAPE2(8, 9)}, {F32}, b_tanh, 1e-5, true},
-    {"Softmax", 1, {SHAPE2(6, 40)}, {F32}, b_softmax, 1e-5, true},
-    {"LogSoftmax", 1, {SHAPE2(6, 10)}, {F32}, b_log_softmax, 1e-5, true},
-    {"SparseSoftmaxCrossEntropy", 2, {SHAPE2(9, 10), SHAPE1(9)}, {F32, LABELS}, b_xent, 1e-5, true},
-    {"L2Loss", 1, {SHAPE2(300, 70)}, {F32}, b_l2, 1e-4, true},
-    {"Sum rows", 1, {SHAPE2(33, 1000)}, {F32}, b_sum_rows, 1e-4, true},
-    {"Sum cols keep_dims", 1, {SHAPE2(5000, 7)}, {F32}, b_sum_cols, 1e-4, true},
-    {"Mean axes 0,2", 1, {SHAPE4(3, 4, 5, 2)}, {F32}, b_mean_02, 1e-5, true},
-    {"Mean all", 1, {SHAPE4(3, 4, 5, 2)}, {F32}, b_mean_all, 1e-5, true},
-    {"ArgMax", 1, {SHAPE2(17, 45)}, {F32}, b_argmax, 0, false},
-    {"Equal", 1, {SHAPE2(6, 6)}, {F32}, b_equal, 0, false},
-    {"MatMul", 2, {SHAPE2(17, 33), SHAPE2(33, 9)}, {F32, F32}, b_matmul, 1e-4, true},
-    {"MatMul transposed", 2, {SHAPE2(33, 17), SHAPE2(9, 33)}, {F32, F32}, b_matmul_tt, 1e-4, true},
-    {"Dense relu",
-     3,
-     {SHAPE2(16, 20), SHAPE2(20, 12), SHAPE1(12)},
-     {F32, F32, F32},
-     b_dense,
-     1e-4,
-     true},
-    {"AddN", 3, {SHAPE2(4, 4), SHAPE2(4, 4), SHAPE2(4, 4)}, {F32, F32, F32}, b_addn, 1e-5, true},
-    {"Concat", 2, {SHAPE2(3, 2), SHAPE2(3, 5)}, {F32, F32}, b_concat, 0, true},
-    {"Slice", 1, {SHAPE2(5, 6)}, {F32}, b_slice, 0, true},
-    {"Cast f32-i32-f32", 1, {SHAPE2(5, 6)}, {F32}, b_cast, 0, false},
-    /* mixed precision: the roundings are the CPU's bit for bit; a 16-bit
-     * product may differ by one ulp of its type (2^-8 bf16, 2^-11 f16) where
-     * the f32 sums, accumulated in another order, straddle a rounding edge */
-    {"Cast f32-bf16-f32", 1, {SHAPE2(50, 60)}, {F32}, b_cast_bf16, 0, true},
-    {"Cast f32-f16-f32", 1, {SHAPE2(50, 60)}, {F32}, b_cast_f16, 0, true},
-    {"MatMul bf16", 2, {SHAPE2(17, 33), SHAPE2(33, 9)}, {F32, F32}, b_matmul_bf16, 1e-2, true},
-    {"MatMul bf16 transposed",
-     2,
-     {SHAPE2(33, 17), SHAPE2(9, 33)},
-     {F32, F32},
-     b_matmul_tt_bf16,
-     1e-2,
-     true},
-    {"MatMul f16", 2, {SHAPE2(17, 33), SHAPE2(33, 9)}, {F32, F32}, b_matmul_f16, 2e-3, true},
-    {"Conv2D bf16 5x5 SAME",
-     2,
-     {SHAPE4(2, 9, 9, 3), SHAPE4(5, 5, 3, 4)},
-     {F32, F32},
-     b_conv_same_bf16,
-     1e-2,
-     true},
-    {"Conv2D bf16 3x3 s2 SAME uneven",
-     2,
-     {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)},
-     {F32, F32},
-     b_conv_s2_bf16,
-     1e-2,
-     true},
-    {"Conv2D f16 3x3 s2 SAME uneven",
-     2,
-     {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)},
-     {F32, F32},
-     b_conv_s2_f16,
-     2e-3,
-     true},
-    {"Conv2D 5x5 SAME",
-     2,
-     {SHAPE4(2, 9, 9, 3), SHAPE4(5, 5, 3, 4)},
-     {F32, F32},
-     b_conv_same,
-     1e-4,
-     true},
-    {"Conv2D 3x3 s2 SAME uneven",
-     2,
-     {SHAPE4(2, 8, 8, 3), SHAPE4(3, 3, 3, 5)},
-     {F32, F32},
-     b_conv_s2,
-     1e-4,
-     true},
-    {"Conv2D 3x2 VALID s2x1",
-     2,
-     {SHAPE4(1, 9, 7, 2), SHAPE4(3, 2, 2, 3)},
-     {F32, F32},
-     b_conv_valid,
-     1e-4,
-     true},
-    {"MaxPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {F32}, b_maxpool, 1e-6, true},
-    {"AvgPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {F32}, b_avgpool, 1e-5, true},
-    {"MaxPool 2x2 VALID", 1, {SHAPE4(2, 7, 7, 4)}, {F32}, b_maxpool2, 1e-6, true},
-    {"BiasAdd", 2, {SHAPE4(2, 3, 3, 5), SHAPE1(5)}, {F32, F32}, b_bias, 1e-5, true},
-    {"FusedBatchNorm",
-     3,
-     {SHAPE4(4, 3, 3, 6), SHAPE1(6), SHAPE1(6)},
-     {F32, POSITIVE, F32},
-     b_bn,
-     1e-4,
-     true},
-};
 
 /* Assigns every node with a CUDA kernel (placeholders aside) to GPU 0. */
 static void place_on_gpu(psg_graph_t *g) {
@@ -308,7 +24,8 @@ static void place_on_gpu(psg_graph_t *g) {
 
 /* Runs the case on the CPU or the GPU: out[0] is y, out[1..] the gradients
  * of the f32 inputs (when c->grad). Returns the number of outputs, -1 on error. */
-static int run_case(const op_case_t *c, psg_tensor_t *const *values, bool gpu, psg_tensor_t **out) {
+static int run_case(const psg_op_case_t *c, psg_tensor_t *const *values, bool gpu,
+                    psg_tensor_t **out) {
     psg_graph_t *g = psg_graph_new();
     psg_endpoint_t in[4], fetch[5], xs[4];
     int nx = 0;
@@ -316,7 +33,7 @@ static int run_case(const op_case_t *c, psg_tensor_t *const *values, bool gpu, p
         char name[16];
         snprintf(name, sizeof name, "x%d", i);
         in[i] = psg_placeholder(g, name, values[i]->dtype, &c->shapes[i]);
-        if (c->kinds[i] != LABELS) xs[nx++] = in[i];
+        if (c->kinds[i] != PSG_CASE_LABELS) xs[nx++] = in[i];
     }
     fetch[0] = c->build(g, in);
     int nf = 1;
@@ -349,19 +66,10 @@ static double max_rel_diff(const psg_tensor_t *a, const psg_tensor_t *b) {
 
 static void test_ops_against_cpu(void) {
     unsigned seed = 5;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const op_case_t *c = &cases[k];
+    for (int k = 0; k < psg_num_op_cases; k++) {
+        const psg_op_case_t *c = &psg_op_cases[k];
         psg_tensor_t *values[4] = {NULL}, *cpu[5] = {NULL}, *gpu[5] = {NULL};
-        for (int i = 0; i < c->n_in; i++) {
-            if (c->kinds[i] == LABELS) {
-                values[i] = psg_tensor_new(PSG_DT_I32, &c->shapes[i]);
-                for (int64_t j = 0; j < psg_tensor_numel(values[i]); j++)
-                    psg_tensor_i32(values[i])[j] = (int32_t)(rand_r(&seed) % 10);
-            } else {
-                values[i] = psg_test_random(&c->shapes[i], c->kinds[i] == POSITIVE ? 0.5f : -1.0f,
-                                            1.5f, &seed);
-            }
-        }
+        psg_op_case_values(c, &seed, values);
         int n1 = run_case(c, values, false, cpu), n2 = run_case(c, values, true, gpu);
         CHECK(n1 > 0 && n1 == n2);
         double worst = 0;
@@ -420,8 +128,13 @@ static void check_model(const char *model, psg_dtype_t dt, double tol) {
         oc.learning_rate = 0.05f;
         psg_optimizer_t *opt = psg_optimizer_new(&oc);
         psg_towers_t t;
-        psg_towers_config_t tc = {.model = model, .height = 28, .width = 28, .channels = 1,
-                                  .classes = 10, .seed = 3, .num_towers = 1,
+        psg_towers_config_t tc = {.model = model,
+                                  .height = 28,
+                                  .width = 28,
+                                  .channels = 1,
+                                  .classes = 10,
+                                  .seed = 3,
+                                  .num_towers = 1,
                                   .device = dev ? PSG_TOWERS_GPU : PSG_TOWERS_CPU};
         CHECK(psg_towers_build(g, &tc, opt, &t) == 0);
         psg_session_t *s = psg_session_new(g, NULL, NULL);

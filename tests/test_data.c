@@ -399,6 +399,14 @@ static void test_broken_files(void) {
     CHECK(psg_idx_read(path[0]) == NULL);
     CHECK_ERROR_HAS(path[0]);
 
+    /* issue 20: 12 bytes, two dims of 2^32 - 1: their product overflowed an int64 */
+    unsigned char huge[12] = {0, 0, 8, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    f = fopen(path[0], "wb");
+    CHECK(f && fwrite(huge, 1, sizeof huge, f) == sizeof huge);
+    if (f) fclose(f);
+    CHECK(psg_idx_read(path[0]) == NULL);
+    CHECK_ERROR_HAS("corrupt header: dim 1 is 4294967295");
+
     for (int i = 0; i < 4; i++)
         unlink(path[i]);
     CHECK(rmdir(dir) == 0);

@@ -355,12 +355,12 @@ static void test_hostile(int port) {
     expect_error(port, req(PSG_TS_RUN_GRAPH, "-1", 1), "unknown graph handle");
     expect_error(port, req(PSG_TS_RUN_GRAPH, NULL, 1), "unknown graph handle");
     expect_error(port, req(PSG_TS_RECV, "garbage", 1), "malformed rendezvous key");
-    expect_error(port, req(PSG_TS_RECV, NULL, 1), "Recv without a key");
+    expect_error(port, req(PSG_TS_RECV, NULL, 1), "Recv: no rendezvous key (the key)");
     expect_error(port,
                  req(PSG_TS_RECV, "/job:ps/replica:0/task:1/device:CPU:0;0000000000000000;"
                                   "/job:worker/replica:0/task:0/device:CPU:0;nothing:0;0:0", 1),
                  "unknown rendezvous key");
-    expect_error(port, req(PSG_TS_REGISTER_GRAPH, NULL, 0), "RegisterGraph without a graph");
+    expect_error(port, req(PSG_TS_REGISTER_GRAPH, NULL, 0), "RegisterGraph: no graph (the body)");
     {
         psg_msg_t *m = req(PSG_TS_REGISTER_GRAPH, NULL, 0);
         psg_msg_set_body(m, "\x93\x01\x02", 3);

@@ -204,6 +204,53 @@ static void test_parallel_branches_and_memory(void) {
     psg_graph_destroy(&g);
 }
 
+/* ---- an op family registered by the program ---- */
+
+static int infer_twice(psg_infer_ctx_t *c) {
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = c->in_shapes[0];
+    return psg_infer_expect_dtype(c, 0, PSG_DT_F32);
+}
+
+static int cpu_twice(psg_kernel_ctx_t *c) {
+    psg_tensor_t *y = psg_kernel_alloc_output(c, 0);
+    if (!y) return -1;
+    for (int64_t i = 0; i < psg_tensor_numel(y); i++)
+        psg_tensor_f32(y)[i] = 2 * psg_tensor_f32(c->inputs[0])[i];
+    return 0;
+}
+
+static const psg_op_def_t op_twice = {
+    .name = "TestTwice", .num_inputs = 1, .num_outputs = 1, .infer = infer_twice, .cpu = cpu_twice};
+static const psg_op_def_t *const test_family[] = {&op_twice, NULL};
+static const psg_op_def_t op_matmul_again = {.name = "MatMul", .num_inputs = 2, .num_outputs = 1,
+                                             .infer = infer_twice};
+static const psg_op_def_t *const clashing_family[] = {&op_matmul_again, NULL};
+
+static void test_register_family(void) {
+    int before = psg_op_count();
+    CHECK(psg_op_lookup("TestTwice") == NULL);
+    CHECK(psg_op_register_family(test_family) == 0);
+    CHECK(psg_op_lookup("TestTwice") == &op_twice && psg_op_count() == before + 1);
+    /* a name taken: refused, naming it, and nothing added */
+    CHECK(psg_op_register_family(clashing_family) < 0);
+    CHECK(strstr(psg_error_message(), "'MatMul' is registered already") != NULL);
+    CHECK(psg_op_lookup("MatMul") != &op_matmul_again && psg_op_count() == before + 1);
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t s = psg_shape_2d(2, 3);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &s);
+    psg_endpoint_t y = psg_op_inputs(g, "TestTwice", "y", 1, &x);
+    psg_session_t *sess = psg_session_new(g, NULL, NULL);
+    psg_tensor_t *xv = psg_tensor_new(PSG_DT_F32, &s), *yv = NULL;
+    for (int i = 0; i < 6; i++) psg_tensor_f32(xv)[i] = (float)i;
+    CHECK(psg_session_run(sess, 1, &x, &xv, 1, &y, &yv, 0, NULL) == 0);
+    CHECK(yv && psg_tensor_f32(yv)[5] == 10.0f);
+    psg_tensor_destroy(&yv);
+    psg_tensor_destroy(&xv);
+    psg_session_destroy(&sess);
+    psg_graph_destroy(&g);
+}
+
 int main(void) {
     RUN_TEST(test_names_and_scopes);
     RUN_TEST(test_shape_errors_name_the_node);
@@ -212,5 +259,6 @@ int main(void) {
     RUN_TEST(test_gradients_of_array_ops);
     RUN_TEST(test_gradient_paths);
     RUN_TEST(test_parallel_branches_and_memory);
+    RUN_TEST(test_register_family);
     return psg_test_summary();
 }

@@ -91,20 +91,24 @@ else
 fi
 kill -TERM "$busy_pid"; wait "$busy_pid" 2>/dev/null; busy_pid=
 
+# the ports of the cluster launch printed, one a line (TCP on free ports the launcher picked:
+# a fixed --port-base meets the ports of the other test runs on this machine)
+cluster_ports() { grep -o 'cluster {.*' <<<"$1" | head -1 | grep -o ':[0-9]*"' | tr -d ':"'; }
+all_free() { local p; for p in "$@"; do ports_free "$p" 1 || return 1; done; }
+
 # 3. a failing worker stops every task; the exit code is the worst of the tasks
-base=$(( $(free_port) % 20000 + 30000 ))
-out=$(timeout 60 "$psgraph" launch --ps 1 --workers 2 --port-base "$base" -- "$psgraph" train --model nope 2>&1); rc=$?
+out=$(timeout 60 "$psgraph" launch --transport tcp --ps 1 --workers 2 -- "$psgraph" train --model nope 2>&1); rc=$?
+ports=$(cluster_ports "$out")
 if [ $rc = 1 ] && grep -q "^\[worker[01]\] psgraph train: --model: unknown model 'nope'" <<<"$out" &&
-   ports_free "$base" 3; then
+   [ "$(wc -w <<<"$ports")" = 3 ] && all_free $ports; then
   ok "a failed task stops all, exit code 1, ports free again"
 else
   fail "failed task: rc $rc: $out"
 fi
 
 # 4. Ctrl-C stops every task (process groups killed, nothing left)
-base=$(( $(free_port) % 20000 + 30000 ))
 marker="31.$$"
-"$psgraph" launch --ps 1 --workers 2 --port-base "$base" -- sleep "$marker" >"$tmp/int.log" 2>&1 &
+"$psgraph" launch --transport tcp --ps 1 --workers 2 -- sleep "$marker" >"$tmp/int.log" 2>&1 &
 launch_pid=$!
 for _ in $(seq 50); do [ "$(pgrep -f "sleep $marker" | wc -l)" = 2 ] && break; sleep 0.1; done
 kill -INT "$launch_pid"
@@ -113,16 +117,16 @@ wait "$launch_pid"; rc=$?
 launch_pid=
 sleep 0.2
 left=$(pgrep -f "sleep $marker" | wc -l)
-if [ $rc = 130 ] && [ "$left" = 0 ] && [ $(( $(date +%s) - t0 )) -le 8 ] && ports_free "$base" 1; then
+ports=$(cluster_ports "$(cat "$tmp/int.log")")
+if [ $rc = 130 ] && [ "$left" = 0 ] && [ $(( $(date +%s) - t0 )) -le 8 ] && [ -n "$ports" ] && all_free $ports; then
   ok "Ctrl-C stops all: exit 130, no task left"
 else
   fail "Ctrl-C: rc $rc, $left left: $(cat "$tmp/int.log")"
 fi
 # 5. sync replicas with a backup worker: a worker that dies does not stop the job
 #    (--allow-worker-failures defaults to CMD's --backup-workers with --sync sync)
-base=$(( $(free_port) % 20000 + 30000 ))
 die2='case "$TF_CONFIG" in *"\"index\": 2}"*) sleep 1; echo "worker 2 dies"; exit 3;; esac; exec "$0" "$@"'
-out=$(timeout 120 "$psgraph" launch --ps 1 --workers 3 --port-base "$base" -- sh -c "$die2" "$psgraph" train \
+out=$(timeout 120 "$psgraph" launch --transport tcp --ps 1 --workers 3 -- sh -c "$die2" "$psgraph" train \
       --model mlp --data synthetic --steps 300 --log-every 100 --sync sync --backup-workers 1 --step-timeout 5 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q '^\[worker2\] failed with code 3; the job goes on without it' <<<"$out" &&
    grep -q '^\[worker0\] {"event":"done"' <<<"$out" && grep -q "1 worker failed and the job went on" <<<"$out"; then
@@ -131,8 +135,7 @@ else
   fail "worker failure with a backup (rc $rc): $(tail -25 <<<"$out")"
 fi
 # 6. sync replicas of towers: 2 workers, each 2 CPU towers on half its batch
-base=$(( $(free_port) % 20000 + 30000 ))
-out=$(timeout 120 "$psgraph" launch --ps 1 --workers 2 --port-base "$base" -- "$psgraph" train --model mlp --data synthetic \
+out=$(timeout 120 "$psgraph" launch --transport tcp --ps 1 --workers 2 -- "$psgraph" train --model mlp --data synthetic \
       --steps 20 --batch 16 --log-every 10 --sync sync --towers 2 --step-timeout 20 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q '^\[worker1\] psgraph train: .* 2 CPU towers' <<<"$out" &&
    grep -q '^\[worker0\] {"event":"done".*"global_steps":20,.*"gradients_used":40,' <<<"$out"; then

@@ -131,6 +131,45 @@ static const conv_case_t conv_cases[] = {
     {2, 6, 7, 16, 4, 4, 5, 1, 1, true},  /* ... SAME with an odd padding total */
 };
 
+/* A conv's params are prepared once per plan (ops/params.h) from the shapes
+ * known at build time: with the batch unknown there, one session runs it at
+ * two batch sizes, each equal to the naive loops. */
+static void test_conv2d_batch_unknown_at_build(void) {
+    unsigned seed = 9;
+    conv_case_t k = conv_cases[1]; /* 3x3, strides 2, SAME */
+    psg_graph_t *gr = psg_graph_new();
+    psg_shape_t px = psg_shape_4d(-1, k.h, k.w, k.c), sw = psg_shape_4d(k.kh, k.kw, k.c, k.oc);
+    psg_tensor_t *w = psg_test_random(&sw, -1, 1, &seed);
+    float *wv = malloc(psg_tensor_nbytes(w));
+    memcpy(wv, w->data, psg_tensor_nbytes(w));
+    psg_endpoint_t x = psg_placeholder(gr, "x", PSG_DT_F32, &px);
+    psg_endpoint_t y =
+        psg_conv2d(gr, "conv", x, psg_const(gr, "w", &w), k.sh, k.sw, PSG_PADDING_SAME);
+    psg_session_t *s = psg_session_new(gr, NULL, NULL);
+    CHECK(s != NULL);
+    for (int n = 1; s && n <= 3; n += 2) {
+        k.n = n;
+        geom_t g = geom_of(&k);
+        psg_shape_t sx = psg_shape_4d(n, k.h, k.w, k.c);
+        psg_tensor_t *xv = psg_test_random(&sx, -1, 1, &seed), *out = NULL;
+        int64_t ny = (int64_t)n * g.oh * g.ow * k.oc;
+        float *ref = malloc(sizeof(float) * (size_t)ny);
+        naive_conv(&g, 0, psg_tensor_f32(xv), wv, ref);
+        CHECK(psg_session_run(s, 1, &x, &xv, 1, &y, &out, 0, NULL) == 0);
+        if (out) {
+            CHECK(out->shape.dims[0] == n && psg_tensor_numel(out) == ny);
+            if (psg_tensor_numel(out) == ny)
+                check_close("conv, batch unknown", psg_tensor_f32(out), ref, ny, 1e-4);
+        }
+        psg_tensor_destroy(&out);
+        psg_tensor_destroy(&xv);
+        free(ref);
+    }
+    free(wv);
+    psg_session_destroy(&s);
+    psg_graph_destroy(&gr);
+}
+
 static void test_conv2d_values(void) {
     unsigned seed = 7;
     for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) {
@@ -567,6 +606,7 @@ static void test_shape_errors(void) {
 int main(void) {
     RUN_TEST(test_same_padding_arithmetic);
     RUN_TEST(test_conv2d_values);
+    RUN_TEST(test_conv2d_batch_unknown_at_build);
     RUN_TEST(test_pool_values);
     RUN_TEST(test_bias_add_values);
     RUN_TEST(test_batch_norm_values);

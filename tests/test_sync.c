@@ -8,6 +8,9 @@
 #include "ops/state/sync_resources.h"
 #include "runtime/executor.h"
 #include "runtime/partition.h"
+#include "psgraph/ops_math.h"
+#include "psgraph/session.h"
+#include "sync/strategy.h"
 #include "tests/testutil.h"
 
 #include <pthread.h>
@@ -529,21 +532,102 @@ static void test_async_variant(void) {
     model_t m;
     build_model(&m, B, 1, &cfg);
     CHECK(m.sg.chief_op < 0 && !psg_endpoint_valid(m.sg.local_step) && m.sg.train_op >= 0);
-    psg_endpoint_t f[3];
-    CHECK(psg_sync_graph_fetches(&m.sg, f) == 0);
+    /* its fetches: the global step its reads saw and the one its update made */
+    psg_endpoint_t f[8];
+    CHECK(psg_sync_graph_fetches(&m.sg, f) == 2);
+    psg_tensor_t *seen[2] = {psg_tensor_scalar_i64(7), psg_tensor_scalar_i64(10)};
     psg_sync_step_t st;
-    CHECK(psg_sync_step_read(&m.sg, NULL, 4, 0.5, &st) == 0 && st.used && st.next_step == 5);
+    CHECK(psg_sync_step_read(&m.sg, seen, 4, 0.5, &st) == 0 && st.used && st.next_step == 5);
+    CHECK(st.staleness == 2); /* two other updates between its read (7) and its own (-> 10) */
+    psg_tensor_destroy(&seen[0]);
+    psg_tensor_destroy(&seen[1]);
     model_free(&m);
     cfg.variant = "bounded";
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
-    CHECK_ERROR_HAS("unknown variant 'bounded' (known: sync, async)");
+    CHECK_ERROR_HAS("unknown strategy 'bounded' (known: sync, async, ssp, local, easgd)");
     cfg.variant = "sync";
     cfg.backup_workers = 2;
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
     CHECK_ERROR_HAS("replicas_to_aggregate 0 + backup_workers 2");
     psg_optimizer_destroy(&opt);
+}
+
+/* ---- a strategy written as docs/sync.md ("Adding a strategy") says ---- */
+
+/* "halved": async whose update applies each gradient times 1/2 and counts its steps
+ * in its own state: build and step are all a strategy needs. */
+static int build_halved(const psg_sync_build_t *b, psg_sync_graph_t *out) {
+    psg_endpoint_t half[8];
+    for (int i = 0; i < b->n; i++) half[i] = psg_scale(b->g, "halved/grad", b->grads[i], 0.5);
+    return psg_optimizer_apply_gradients(b->opt, b->g, b->n, half, b->vars, &out->train_op);
+}
+
+static int step_halved(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
+    int64_t *count = w->state;
+    if (!count && !(w->state = count = calloc(1, sizeof *count))) return -1;
+    if (psg_sync_step_default(w, loss, st) < 0) return -1;
+    ++*count;
+    return 0;
+}
+
+static const psg_sync_strategy_t halved = {
+    .name = "halved", .summary = "async at half the rate", .build = build_halved, .step = step_halved};
+
+typedef struct {
+    psg_callable_t *step;
+    psg_tensor_t *x;
+} halved_run_t;
+
+static int halved_run(void *ctx, int k, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
+    halved_run_t *r = ctx;
+    (void)feeds;
+    return k == 0 ? psg_callable_run(r->step, &r->x, fetched) : psg_error_set("no call %d", k);
+}
+
+/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2. */
+static void test_a_strategy_from_the_docs(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &s4);
+    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", w), x), 0, NULL, false);
+    psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
+    oc.learning_rate = 0.1f;
+    psg_optimizer_t *opt = psg_optimizer_new(&oc);
+    psg_sync_config_t cfg;
+    psg_sync_config_defaults(&cfg);
+    psg_sync_replicas_t *sr = psg_sync_replicas_new_with(opt, &cfg, &halved);
+    CHECK(sr && !strcmp(psg_sync_replicas_variant(sr), "halved"));
+    psg_sync_graph_t sg;
+    CHECK(psg_sync_replicas_minimize(sr, g, loss, &sg) == 0);
+    psg_session_t *sess = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
+    CHECK(sess && psg_session_run_init(sess) == 0);
+    halved_run_t r = {psg_session_make_callable(sess, 1, &x, 1, &loss, 1, &sg.train_op),
+                      psg_tensor_new(PSG_DT_F32, &s4)};
+    for (int i = 0; i < 4; i++) psg_tensor_f32(r.x)[i] = (float)(i + 1);
+    psg_sync_worker_t wk = {&cfg, &sg, halved_run, &r, 0, 0, NULL};
+    for (int k = 0; k < 3; k++) {
+        psg_tensor_t *l = NULL;
+        psg_sync_step_t st;
+        CHECK(psg_sync_replicas_strategy(sr)->step(&wk, &l, &st) == 0 && st.used);
+        psg_tensor_destroy(&l);
+    }
+    CHECK(wk.state && *(int64_t *)wk.state == 3 && wk.local_step == 3);
+    psg_tensor_t *wv = NULL;
+    psg_endpoint_t wr = psg_read_variable(g, "w/read_after", w);
+    CHECK(psg_session_run(sess, 0, NULL, NULL, 1, &wr, &wv, 0, NULL) == 0);
+    for (int i = 0; wv && i < 4; i++) CHECK(fabsf(psg_tensor_f32(wv)[i] + 0.15f * (float)(i + 1)) < 1e-6f);
+    psg_tensor_destroy(&wv);
+    psg_tensor_destroy(&r.x);
+    psg_callable_destroy(&r.step);
+    free(wk.state);
+    psg_callable_destroy(&r.step);
+    psg_session_destroy(&sess);
+    psg_sync_replicas_destroy(&sr);
+    psg_optimizer_destroy(&opt);
+    psg_graph_destroy(&g);
 }
 
 int main(void) {
@@ -552,5 +636,6 @@ int main(void) {
     RUN_TEST(test_dead_worker_fails_within_the_timeout);
     RUN_TEST(test_end_of_data_ends_cleanly);
     RUN_TEST(test_async_variant);
+    RUN_TEST(test_a_strategy_from_the_docs);
     return psg_test_summary();
 }

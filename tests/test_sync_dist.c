@@ -159,12 +159,14 @@ static void dump_logs(const job_t *j) {
     }
 }
 
-/* The worst relative difference of job a's f32 variables from job b's (read from their ps),
- * after checking a's chief ran 4 global steps of 2 gradients. */
-static double compare_variables(job_t *a, job_t *b, const char *what) {
+/* The worst relative difference of job a's f32 variables (named prefix + b's name: local
+ * SGD's ps copies are "local_sgd/global/<var>") from job b's, read from their ps, after
+ * steps steps of a, the chief reporting global_steps and 2 gradients a step. */
+static double compare_variables_as(job_t *a, job_t *b, const char *what, const char *prefix,
+                                   int steps, int used, int global_steps) {
     char *log0 = job_log(a, 0);
-    CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == 4);
-    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == 8);
+    CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == global_steps);
+    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == used);
     CHECK(field(log0, "{\"event\":\"done\"", "gradients_dropped") == 0);
     free(log0);
     psg_resource_mgr_t *ra = psg_task_server_resources(a->ps),
@@ -173,8 +175,13 @@ static double compare_variables(job_t *a, job_t *b, const char *what) {
     double worst = 0, worst_abs = 0;
     for (int i = 0; i < nv; i++) {
         psg_variable_t *want = psg_resource_variable_at(rr, i);
-        if (want->dtype != PSG_DT_F32) continue;
-        psg_variable_t *got = psg_resource_find_variable(ra, want->name);
+        /* the model's variables (not the job's bookkeeping: counts, clocks) */
+        if (want->dtype != PSG_DT_F32 || !strncmp(want->name, "sync_replicas/", 14) ||
+            !strncmp(want->name, "ssp/", 4))
+            continue;
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", prefix, want->name);
+        psg_variable_t *got = psg_resource_find_variable(ra, name);
         CHECK(got != NULL);
         if (!got || !got->value || !want->value) continue;
         const float *x = psg_tensor_f32(want->value), *y = psg_tensor_f32(got->value);
@@ -189,10 +196,105 @@ static double compare_variables(job_t *a, job_t *b, const char *what) {
         compared++;
     }
     printf("  equivalence, %s: %d variables, worst relative difference %.3g (absolute %.3g) "
-           "after 4 steps\n",
-           what, compared, worst, worst_abs);
+           "after %d steps\n",
+           what, compared, worst, worst_abs, steps);
     CHECK(compared >= 4);
     return worst;
+}
+
+static double compare_variables(job_t *a, job_t *b, const char *what) {
+    return compare_variables_as(a, b, what, "", 4, 8, 4);
+}
+
+/* Starts job j (name, nw workers), each `psgraph train` with base[nb], then tail (NULL-ended). */
+static void job_start_with(job_t *j, const char *name, int nw, const char *const *base, size_t nb,
+                           const char *const *tail) {
+    const char *args[40];
+    int n = 0;
+    for (size_t k = 0; k < nb; k++) args[n++] = base[k];
+    for (int k = 0; tail[k] && n < 39; k++) args[n++] = tail[k];
+    args[n] = NULL;
+    job_start(j, name, nw);
+    for (int i = 0; i < nw; i++) job_spawn(j, i, args);
+}
+
+/* Strategies whose answer is sync's with b = 0 (docs/sync.md), 2 workers, SGD, 20 steps of
+ * the same batches: SSP with s = 0 (bulk-synchronous: each applies its gradient / 2 once
+ * both have read the step) and local SGD with H = 1 (the average of the two copies after
+ * one step each is the averaged gradient step); the parameters on the ps within 1e-5. */
+static void test_strategies_equal_sync(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
+                          "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
+    const char *tails[4][6] = {{"sync", NULL}, {"ssp", "--staleness", "0", NULL},
+                               {"local", "--local-steps", "1", NULL},
+                               {"sync", "--compress", "topk", "--compress-ratio", "1", NULL}};
+    const char *names[4] = {"strat_sync", "strat_ssp", "strat_local", "strat_topk"};
+    job_t jobs[4];
+    for (int j = 0; j < 4; j++)
+        job_start_with(&jobs[j], names[j], 2, base, sizeof base / sizeof *base, tails[j]);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = true;
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 2; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 4; j++) dump_logs(&jobs[j]);
+    /* ssp's global step counts each worker's update; local SGD's counts averages */
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40, 40) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[2], &jobs[0], "local H = 1 vs sync b = 0", "local_sgd/global/",
+                               20, 40, 20) <= 1e-5);
+    /* top-k of every entry: the gradients as they were (sent as values and indices) */
+    CHECK(compare_variables_as(&jobs[3], &jobs[0], "sync, top-k ratio 1 vs sync", "", 20, 40, 20) <= 1e-5);
+    for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
+}
+
+/* Async with top-k at ratio 1 against async uncompressed (one worker: a fixed order), and
+ * at 1 %: 20x fewer bytes pushed a step, as the chief reports. */
+static void test_topk_ratio_one_is_uncompressed(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
+                          "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync", "async"};
+    const char *tails[3][5] = {{NULL}, {"--compress", "topk", "--compress-ratio", "1", NULL},
+                               {"--compress", "topk", "--compress-ratio", "0.01", NULL}};
+    const char *names[3] = {"async_dense", "async_topk1", "async_topk001"};
+    job_t jobs[3];
+    for (int j = 0; j < 3; j++)
+        job_start_with(&jobs[j], names[j], 1, base, sizeof base / sizeof *base, tails[j]);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = true;
+    for (int j = 0; j < 3; j++) ok &= job_wait(&jobs[j], 0, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "async, top-k ratio 1 vs async", "", 20, 20, 20) <= 1e-5);
+    char *dense = job_log(&jobs[0], 0), *sparse = job_log(&jobs[2], 0);
+    long long full = field(dense, "{\"event\":\"done\"", "push_bytes_per_step"),
+              sent = field(sparse, "{\"event\":\"done\"", "push_bytes_per_step");
+    printf("  top-k 1%%: %lld bytes pushed a step against %lld (%.1fx fewer)\n", sent, full,
+           sent > 0 ? (double)full / (double)sent : 0);
+    CHECK(sent > 0 && full >= 20 * sent);
+    free(dense);
+    free(sparse);
+    for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
+}
+
+/* EASGD where its answer is known: one worker, tau = 1, alpha = 1/2, one SGD step of rate
+ * lr: the center starts at the model's initial x0 and moves half way to x0 - lr g, which is
+ * one SGD step of rate lr / 2 (async, one worker, --lr 0.025). */
+static void test_easgd_center_moves_by_alpha(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
+                          "1", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
+    const char *tails[2][8] = {{"easgd", "--elastic-alpha", "0.5", "--local-steps", "1", "--lr", "0.05", NULL},
+                               {"async", "--lr", "0.025", NULL}};
+    job_t jobs[2];
+    for (int j = 0; j < 2; j++)
+        job_start_with(&jobs[j], j ? "easgd_ref" : "easgd", 1, base, sizeof base / sizeof *base, tails[j]);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = job_wait(&jobs[0], 0, deadline) == 0;
+    ok &= job_wait(&jobs[1], 0, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 2; j++) dump_logs(&jobs[j]);
+    /* easgd's global step counts nothing (its steps are local) */
+    CHECK(compare_variables_as(&jobs[0], &jobs[1], "easgd center (alpha 1/2) vs SGD at lr / 2",
+                               "easgd/center/", 1, 1, 0) <= 1e-5);
+    for (int j = 0; j < 2; j++) job_stop(&jobs[j]);
 }
 
 /* N = 2, b = 0, SGD, fixed data order: the variables after k steps equal
@@ -427,6 +529,9 @@ int main(int argc, char **argv) {
         if (!only || strstr(#fn, only)) RUN_TEST(fn);                                              \
     } while (0)
     RUN_IF(test_equivalence);
+    RUN_IF(test_strategies_equal_sync);
+    RUN_IF(test_easgd_center_moves_by_alpha);
+    RUN_IF(test_topk_ratio_one_is_uncompressed);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);

@@ -107,6 +107,66 @@ static void test_jpeg(void) {
     free(jpeg);
 }
 
+/* Issue 20: a decompression bomb (a few hundred bytes whose header says 65500x65500) is
+ * refused from its header, before libjpeg allocates the image (once 8.4 GB and 31 s). */
+static void test_jpeg_bomb(void) {
+    uint8_t *jpeg, *rgb = NULL;
+    size_t n;
+    int w = 0, h = 0;
+    colour_jpeg(16, 16, 1, &jpeg, &n);
+    size_t sof = 0;
+    for (size_t i = 2; i + 9 < n && !sof; i++)
+        if (jpeg[i] == 0xff && (jpeg[i + 1] == 0xc0 || jpeg[i + 1] == 0xc2)) sof = i;
+    CHECK(sof > 0);
+    if (sof) {
+        jpeg[sof + 5] = 0xff, jpeg[sof + 6] = 0xdc; /* height 65500 */
+        jpeg[sof + 7] = 0xff, jpeg[sof + 8] = 0xdc; /* width 65500 */
+        CHECK(psg_jpeg_decode(jpeg, n, &rgb, &w, &h) < 0);
+        CHECK_ERROR_HAS("image 65500x65500 over the limit");
+        CHECK(!rgb);
+        jpeg[sof + 5] = 0x00, jpeg[sof + 6] = 0x00; /* height 0 */
+        CHECK(psg_jpeg_decode(jpeg, n, &rgb, &w, &h) < 0);
+    }
+    free(jpeg);
+}
+
+/* The records of dir as 3 classes of size x size images, problems reported into rep. */
+static psg_imagenet_t *open_dir(int size, reports_t *rep) {
+    psg_imagenet_options_t o = psg_imagenet_defaults(false);
+    o.image_size = size;
+    o.classes = 3;
+    o.report = on_report;
+    o.report_ctx = rep;
+    psg_imagenet_t *r = psg_imagenet_new(dir, &o);
+    CHECK(r != NULL);
+    return r;
+}
+
+/* Issue 20: a label of INT64_MIN minus the label offset overflowed; now a clear report. */
+static void test_extreme_label(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/train-00000-of-00001", dir);
+    psg_tfrecord_writer_t *w = psg_tfrecord_writer_new(path);
+    uint8_t *jpeg, *ex;
+    size_t jn, en;
+    colour_jpeg(20, 20, 0, &jpeg, &jn);
+    CHECK(psg_example_encode("image/encoded", jpeg, jn, "image/class/label", INT64_MIN, &ex, &en) == 0);
+    CHECK(psg_tfrecord_write(w, ex, en) == 0);
+    free(ex);
+    free(jpeg);
+    write_example(w, 1, 20, 20);
+    CHECK(psg_tfrecord_writer_close(&w) == 0);
+    reports_t rep = {0};
+    psg_imagenet_t *r = open_dir(8, &rep);
+    psg_tensor_t *img = NULL, *lab = NULL;
+    if (r) CHECK(psg_dataset_slice(psg_imagenet_dataset(r), 0, 2, &img, &lab) == 0);
+    CHECK(rep.count >= 1 && strstr(rep.all, "label -9223372036854775808 outside [1, 4)"));
+    psg_tensor_destroy(&img);
+    psg_tensor_destroy(&lab);
+    psg_imagenet_destroy(&r);
+    unlink(path);
+}
+
 static void test_shards_read_back(void) {
     char path[512];
     for (int s = 0; s < 2; s++) {
@@ -273,6 +333,8 @@ int main(void) {
     RUN_TEST(test_crc32c);
     RUN_TEST(test_example_round_trip);
     RUN_TEST(test_jpeg);
+    RUN_TEST(test_jpeg_bomb);
+    RUN_TEST(test_extreme_label);
     RUN_TEST(test_crop);
     RUN_TEST(test_shards_read_back);
     RUN_TEST(test_corrupt_records_are_skipped);

@@ -3,8 +3,11 @@
 # (a fresh Debian 12 machine, as root). Quiet when everything is there.
 set -euo pipefail
 pkgs=(gcc g++ make pkg-config meson ninja-build python3
-      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev
-      dataset-fashion-mnist gnuplot-nox procps)
+      libzmq3-dev libczmq-dev libmsgpack-dev libopenblas-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev
+      dataset-fashion-mnist gnuplot-nox procps
+      # tests over emulated hosts (tools/hosts.sh): ip, tc, an sshd in each host
+      iproute2 openssh-server openssh-client python3-venv
+      clang) # clang: the libFuzzer harnesses of tests/fuzz (tools/fuzz.sh)
 if [ "${PSG_WITH_PEERS:-0}" = 1 ]; then
   # the PyTorch peer of the benchmarks, on the OpenMP build of OpenBLAS
   pkgs+=(python3-torch python3-torchvision libopenblas0-openmp)

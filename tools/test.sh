@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds psgraph and runs every test twice: a release build, then a debug
 # build under AddressSanitizer + UndefinedBehaviorSanitizer. Ends with the
-# line "N passed, N failed". PSG_NO_ASAN=1 skips the sanitizer pass.
+# line "N passed, N failed". PSG_NO_ASAN=1 skips the sanitizer pass; then each libFuzzer
+# harness runs PSG_FUZZ_SECONDS (12) on its corpus when clang is there (PSG_NO_FUZZ=1 skips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -33,6 +34,17 @@ run_suite release build
 if [ "${PSG_NO_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_suite asan build-asan -Db_sanitize=address,undefined -Dbuildtype=debug
+fi
+# the libFuzzer harnesses, a short time each on their corpora (tools/fuzz.sh): a crash fails
+if [ "${PSG_NO_FUZZ:-0}" != 1 ]; then
+  if fuzz=$(bash tools/fuzz.sh "${PSG_FUZZ_SECONDS:-12}" 2>&1); then
+    echo "$fuzz" | sed 's/^/[fuzz] /'
+    passed=$((passed + 1))
+  else
+    echo "$fuzz" | sed 's/^/[fuzz] /'
+    echo "fuzz: a harness crashed (its input is in build-fuzz/crashes/)"
+    failed=$((failed + 1))
+  fi
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -5,10 +5,12 @@
  * restarted, register the graphs again). Not the ps side (task_server.c). */
 #include "worker/cluster_ckpt.h"
 
+#include "ps/protocol.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/clock.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
+#include "worker/resume.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -65,18 +67,18 @@ void psg_cluster_ckpt_destroy(psg_cluster_ckpt_t **h) {
     *h = NULL;
 }
 
-static void report_skip(void *ctx, const char *path, const char *why) {
-    psg_cluster_ckpt_t *h = ctx;
-    fprintf(h->out, "checkpoint %s is incomplete or corrupt, using an older one: %s\n", path, why);
-}
-
-/* The step of the newest checkpoint of the logdir whose every shard verifies; -1: none. */
-static int64_t latest_step(psg_cluster_ckpt_t *h) {
+/* The step of the newest checkpoint of the logdir whose every shard verifies into *step
+ * (-1: none); -1 with the error set when there are checkpoints and none verifies (unless
+ * --fresh-start: worker/resume.h). */
+static int latest_step(psg_cluster_ckpt_t *h, int64_t *step) {
     psg_checkpoint_t *ck = NULL;
-    if (!h->c->logdir || psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck) <= 0) return -1;
-    int64_t s = psg_checkpoint_step(ck);
+    *step = -1;
+    if (!h->c->logdir) return 0;
+    int found = psg_resume_open_latest(h->c->logdir, h->c->fresh_start, h->out, &ck);
+    if (found < 0) return -1;
+    if (found > 0) *step = psg_checkpoint_step(ck);
     psg_checkpoint_destroy(&ck);
-    return s;
+    return 0;
 }
 
 /* Waits until ps i answers Inspect (each try bounded by the step timeout: a try returns as
@@ -98,28 +100,28 @@ static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *holds) {
 
 /* Gives ps i its shard of the checkpoint at `step` (step < 0: runs its initializers). */
 static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) {
-    char task[PSG_DEVICE_NAME_MAX], key[32];
+    char task[PSG_DEVICE_NAME_MAX];
     ps_task(i, task, sizeof task);
     *tensors = 0;
     if (step < 0) return psg_dist_session_run_init_on(h->ds, task);
     (void)psg_dist_session_drain(h->ds); /* a step open on a restarted ps failed with it */
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_RESTORE_SHARD);
-    snprintf(key, sizeof key, "%d/%d", i, h->nps);
-    if (!m || psg_msg_set_key(m, key) < 0 ||
-        psg_msg_set_body(m, h->c->logdir, strlen(h->c->logdir)) < 0) {
-        psg_msg_destroy(&m);
-        return psg_error_set("out of memory");
+    psg_req_t req = {.type = PSG_REQ_RESTORE_SHARD, .step = step, .u.shard = {.shard = i, .num_shards = h->nps}};
+    snprintf(req.u.shard.dir, sizeof req.u.shard.dir, "%s", h->c->logdir);
+    psg_msg_t *m = psg_req_encode(&req);
+    psg_msg_t *r = m ? psg_dist_session_call(h->ds, task, &m, h->timeout_ms) : NULL;
+    psg_rep_t rep;
+    if (!r || psg_rep_decode(r, PSG_REQ_RESTORE_SHARD, &rep) < 0) {
+        psg_msg_destroy(&r);
+        return psg_error_wrap("restoring shard %d from step %" PRId64, i, step);
     }
-    m->step = step;
-    psg_msg_t *r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
-    if (!r) return psg_error_wrap("restoring shard %d from step %" PRId64, i, step);
-    *tensors = r->key ? atoi(r->key) : 0;
+    *tensors = (int)rep.u.count;
     psg_msg_destroy(&r);
     return 0;
 }
 
 int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
-    int64_t latest = latest_step(h);
+    int64_t latest = -1;
+    if (latest_step(h, &latest) < 0) return -1;
     *start_step = latest > 0 ? latest : 0;
     h->last_saved = latest;
     if (!h->chief) {
@@ -167,15 +169,13 @@ typedef struct {
 static void *save_one(void *arg) {
     save_job_t *j = arg;
     psg_cluster_ckpt_t *h = j->h;
-    char task[PSG_DEVICE_NAME_MAX], key[32];
+    char task[PSG_DEVICE_NAME_MAX];
     ps_task(j->shard, task, sizeof task);
-    snprintf(key, sizeof key, "%d/%d", j->shard, h->nps);
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_SAVE_SHARD), *r = NULL;
+    psg_req_t req = {.type = PSG_REQ_SAVE_SHARD, .step = j->step, .u.shard = {.shard = j->shard, .num_shards = h->nps}};
+    snprintf(req.u.shard.dir, sizeof req.u.shard.dir, "%s", h->c->logdir);
+    psg_msg_t *m = psg_req_encode(&req), *r = NULL;
     j->rc = -1;
-    if (m && psg_msg_set_key(m, key) == 0 && psg_msg_set_body(m, h->c->logdir, strlen(h->c->logdir)) == 0) {
-        m->step = j->step;
-        r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
-    }
+    if (m) r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
     psg_msg_destroy(&m);
     unsigned crc = 0;
     unsigned long long size = 0, bytes = 0;
@@ -305,18 +305,14 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
 int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, const char *prefix) {
     if (psg_dist_session_drain(h->ds) < 0) return psg_error_wrap("--trace");
     for (int i = 0; i < h->nps; i++) {
-        char task[PSG_DEVICE_NAME_MAX], key[64], path[4096];
+        char task[PSG_DEVICE_NAME_MAX];
         ps_task(i, task, sizeof task);
-        snprintf(key, sizeof key, start ? "start %d %" PRId64 : "stop", i, step);
-        snprintf(path, sizeof path, "%s.ps%d.json", prefix, i);
-        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_TRACE);
-        if (!m || psg_msg_set_key(m, key) < 0 || (!start && psg_msg_set_body(m, path, strlen(path)) < 0)) {
-            psg_msg_destroy(&m);
-            return psg_error_set("out of memory");
-        }
-        psg_msg_t *r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
+        psg_req_t req = {.type = PSG_REQ_TRACE, .step = step, .u.trace = {.start = start, .pid = i}};
+        snprintf(req.u.trace.path, sizeof req.u.trace.path, "%s.ps%d.json", prefix, i);
+        psg_msg_t *m = psg_req_encode(&req);
+        psg_msg_t *r = m ? psg_dist_session_call(h->ds, task, &m, h->timeout_ms) : NULL;
         if (!r) return psg_error_wrap("--trace");
-        if (!start) fprintf(h->out, "trace: %s events of %s written to %s\n", r->key ? r->key : "?", task, path);
+        if (!start) fprintf(h->out, "trace: %s events of %s written to %s\n", r->key ? r->key : "?", task, req.u.trace.path);
         psg_msg_destroy(&r);
     }
     fflush(h->out);

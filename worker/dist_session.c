@@ -4,7 +4,7 @@
  * training loop. */
 #include "psgraph/dist_session.h"
 
-#include "net/codec.h"
+#include "ps/client.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -17,12 +17,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 typedef struct {
     char task[PSG_DEVICE_NAME_MAX]; /* canonical "/job:ps/replica:0/task:0" */
     char address[256];
-    psg_client_t *client; /* NULL for this process's task */
+    psg_ts_client_t *client; /* NULL for this process's task */
 } peer_t;
 
 typedef struct {
@@ -107,9 +106,7 @@ static int peer_index(psg_dist_session_t *s, const char *task) {
     snprintf(p->task, sizeof p->task, "%s", task);
     snprintf(p->address, sizeof p->address, "%s", addr);
     if (strcmp(task, s->task)) {
-        psg_wire_opts_t o = psg_wire_opts_default();
-        o.timeout_ms = (int)s->timeout_ms;
-        if (!(p->client = psg_client_new(addr, &o))) return psg_error_wrap("task %s", task);
+        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms))) return -1;
     }
     return s->n_peers++;
 }
@@ -177,7 +174,7 @@ void psg_dist_session_destroy(psg_dist_session_t **sp) {
     (void)psg_dist_session_drain(s); /* the error of a step nobody waits for any more */
     for (int i = 0; i < s->n_callables; i++) callable_free(s->callables[i]);
     free(s->callables);
-    for (int i = 0; i < s->n_peers; i++) psg_client_destroy(&s->peers[i].client);
+    for (int i = 0; i < s->n_peers; i++) psg_ts_client_destroy(&s->peers[i].client);
     free(s->peers);
     free(s);
 }
@@ -229,21 +226,6 @@ static bool same_signature(const psg_dist_callable_t *c, int nf, const psg_endpo
     return true;
 }
 
-static psg_tensor_t *ids_tensor(int n, const psg_endpoint_t *e, const int *ids) {
-    psg_shape_t sh = e ? psg_shape_2d(n, 2) : psg_shape_1d(n);
-    psg_tensor_t *t = psg_tensor_new(PSG_DT_I64, &sh);
-    if (!t) return NULL;
-    for (int i = 0; i < n; i++) {
-        if (e) {
-            psg_tensor_i64(t)[2 * i] = e[i].node;
-            psg_tensor_i64(t)[2 * i + 1] = e[i].index;
-        } else {
-            psg_tensor_i64(t)[i] = ids[i];
-        }
-    }
-    return t;
-}
-
 static int register_partition(psg_dist_session_t *s, const psg_partition_t *p, part_run_t *run) {
     char *bytes = NULL;
     size_t len = 0;
@@ -254,28 +236,14 @@ static int register_partition(psg_dist_session_t *s, const psg_partition_t *p, p
                                       p->fetches, p->num_targets, p->targets, &run->handle);
     } else {
         peer_t *peer = &s->peers[run->peer];
-        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REGISTER_GRAPH);
-        psg_tensor_t *f = ids_tensor(p->num_feeds, p->feeds, NULL);
-        psg_tensor_t *x = ids_tensor(p->num_fetches, p->fetches, NULL);
-        psg_tensor_t *t = ids_tensor(p->num_targets, NULL, p->targets);
-        rc = m && f && x && t && psg_msg_set_body(m, bytes, len) == 0 &&
-                     psg_msg_add_tensor(m, "feeds", f) == 0 &&
-                     psg_msg_add_tensor(m, "fetches", x) == 0 &&
-                     psg_msg_add_tensor(m, "targets", t) == 0
-                 ? 0
-                 : -1;
-        psg_tensor_destroy(&f);
-        psg_tensor_destroy(&x);
-        psg_tensor_destroy(&t);
-        psg_msg_t *r = rc == 0 ? psg_client_call(peer->client, &m, (int)s->timeout_ms) : NULL;
+        psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH,
+                       .u.reg = {bytes, len, p->num_feeds, p->num_fetches, p->num_targets, p->feeds, p->fetches,
+                                 p->targets}};
+        psg_rep_t rep;
+        psg_msg_t *m = psg_ts_call(peer->client, &r, &rep, s->timeout_ms);
+        rc = m ? 0 : -1;
+        if (m) run->handle = rep.u.handle;
         psg_msg_destroy(&m);
-        char *end = NULL;
-        if (r && r->key) run->handle = strtoull(r->key, &end, 10);
-        if (!r || !end || *end) {
-            rc = r ? psg_error_set("a RegisterGraph reply without a handle") : -1;
-            psg_error_wrap("task %s", peer->task);
-        }
-        psg_msg_destroy(&r);
     }
     free(bytes);
     return rc;
@@ -395,12 +363,10 @@ fail:
 int psg_dist_callable_num_tasks(const psg_dist_callable_t *c) { return c->set->num_partitions; }
 
 /* Sends a request that needs no answer now (its reply is dropped by id later). */
-static void send_note(peer_t *peer, const char *op, int64_t step, const char *key) {
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, op);
-    if (!m) return;
-    m->step = step;
-    if (key) psg_msg_set_key(m, key);
-    psg_client_send(peer->client, &m, NULL);
+static void send_note(peer_t *peer, psg_req_type_t type, int64_t step, const char *reason) {
+    psg_req_t r = {.type = type, .step = step};
+    if (type == PSG_REQ_ABORT_STEP) r.u.reason = reason;
+    psg_ts_send(peer->client, &r, NULL);
 }
 
 /* Files a reply of this callable into the open or the current step it answers; replies of
@@ -426,26 +392,25 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
                     psg_tensor_t **fetched, char *err, size_t errsize) {
     psg_dist_session_t *s = c->s;
     int np = c->set->num_partitions;
-    zmq_pollitem_t items[64];
+    psg_ts_client_t *clients[64];
+    bool ready[64];
     int item_part[64];
     for (;;) {
         int n = 0;
         for (int k = 0; k < np && n < 64; k++) {
             if (!r->reqs[k].waiting) continue;
             item_part[n] = k;
-            items[n++] = (zmq_pollitem_t){psg_client_socket(s->peers[c->runs[k].peer].client), 0,
-                                          ZMQ_POLLIN, 0};
+            clients[n++] = s->peers[c->runs[k].peer].client;
         }
         if (n == 0) break;
-        int64_t left = deadline - psg_codec_now_ms();
+        int64_t left = deadline - psg_ts_now_ms();
         if (left <= 0) break;
-        if (zmq_poll(items, n, (long)left) < 0) continue;
+        if (psg_ts_client_poll(clients, n, ready, left) <= 0) continue;
         for (int i = 0; i < n; i++) {
-            if (!(items[i].revents & ZMQ_POLLIN)) continue;
-            peer_t *peer = &s->peers[c->runs[item_part[i]].peer];
+            if (!ready[i]) continue;
             for (;;) {
                 psg_msg_t *m = NULL;
-                if (psg_client_recv(peer->client, &m, 0) <= 0) break;
+                if (psg_ts_client_recv(clients[i], &m) <= 0) break;
                 file_reply(c, item_part[i], m);
             }
         }
@@ -462,7 +427,7 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
                 snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
                          " within %" PRId64 " ms (task down or stuck)", peer->task, peer->address,
                          r->step, s->timeout_ms);
-            psg_client_reset(peer->client);
+            psg_ts_client_reset(peer->client);
         } else if (!m) {
             continue; /* not sent */
         } else if (m->kind == PSG_MSG_ERROR) {
@@ -489,7 +454,7 @@ static void end_step(psg_dist_callable_t *c, step_reqs_t *r, const char *err) {
     if (err[0] && c->local >= 0) psg_task_server_abort_step(s->server, r->step, err);
     for (int k = 0; err[0] && k < np; k++)
         if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)
-            send_note(&s->peers[c->runs[k].peer], PSG_TS_CLEANUP_STEP, r->step, NULL);
+            send_note(&s->peers[c->runs[k].peer], PSG_REQ_CLEANUP_STEP, r->step, NULL);
     psg_task_server_cleanup_step(s->server, r->step);
     reqs_clear(r, np);
 }
@@ -500,7 +465,7 @@ static int close_open_step(psg_dist_callable_t *c) {
     if (c->s->open != c) return 0;
     c->s->open = NULL;
     char err[2048] = "";
-    collect(c, &c->open, psg_codec_now_ms() + c->s->timeout_ms, NULL, err, sizeof err);
+    collect(c, &c->open, psg_ts_now_ms() + c->s->timeout_ms, NULL, err, sizeof err);
     int64_t step = c->open.step;
     end_step(c, &c->open, err);
     if (err[0]) return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
@@ -517,9 +482,9 @@ static void cancel_next(psg_dist_callable_t *c) {
     char why[] = "the step asked for ahead was not run";
     for (int k = 0; k < c->set->num_partitions; k++)
         if (c->runs[k].peer >= 0 && !c->next.reqs[k].unreachable)
-            send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, c->next.step, why);
+            send_note(&s->peers[c->runs[k].peer], PSG_REQ_ABORT_STEP, c->next.step, why);
     char err[2048] = "";
-    collect(c, &c->next, psg_codec_now_ms() + s->timeout_ms, NULL, err, sizeof err);
+    collect(c, &c->next, psg_ts_now_ms() + s->timeout_ms, NULL, err, sizeof err);
     end_step(c, &c->next, why);
 }
 
@@ -561,18 +526,14 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t
         part_run_t *run = &c->runs[k];
         if (run->peer < 0) continue;
         const psg_partition_t *p = &c->set->partitions[k];
-        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_RUN_GRAPH);
-        char key[32];
-        snprintf(key, sizeof key, "%" PRIu64, run->handle);
-        int rc = m && psg_msg_set_key(m, key) == 0 ? 0 : -1;
-        for (int i = 0; rc == 0 && i < p->num_feeds; i++)
-            rc = psg_msg_add_tensor(m, NULL, feed_values[p->feed_index[i]]);
-        if (m) m->step = r->step;
-        if (rc == 0) rc = psg_client_send(s->peers[run->peer].client, &m, &r->reqs[k].pending_id);
-        psg_msg_destroy(&m);
+        psg_tensor_t *feeds[PSG_WIRE_MAX_TENSORS];
+        int nf = p->num_feeds < PSG_WIRE_MAX_TENSORS ? p->num_feeds : PSG_WIRE_MAX_TENSORS;
+        for (int i = 0; i < nf; i++) feeds[i] = feed_values[p->feed_index[i]];
+        psg_req_t req = {.type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds}};
+        int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
-            snprintf(err, errsize, "task %s: %s", s->peers[run->peer].task, psg_error_message());
+            snprintf(err, errsize, "%s", psg_error_message()); /* names the task */
         else
             r->reqs[k].waiting = true;
     }
@@ -604,7 +565,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     if (s->open && s->open != c && psg_dist_session_drain(s) < 0) return -1;
     int np = c->set->num_partitions;
     step_reqs_t *r = &c->cur;
-    int64_t deadline = psg_codec_now_ms() + s->timeout_ms;
+    int64_t deadline = psg_ts_now_ms() + s->timeout_ms;
     char err[2048] = "";
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
     if (c->has_next) { /* asked for ahead by the last run: its RunGraphs and pulls are out */
@@ -639,7 +600,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         cancel_next(c);
         for (int k = 0; k < np; k++)
             if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)
-                send_note(&s->peers[c->runs[k].peer], PSG_TS_ABORT_STEP, step, err);
+                send_note(&s->peers[c->runs[k].peer], PSG_REQ_ABORT_STEP, step, err);
     }
     if (!err[0] && c->overlap) { /* leave it open: the next step starts now */
         swap_reqs(&c->open, &c->cur);
@@ -715,9 +676,7 @@ static psg_msg_t *call_task(psg_dist_session_t *s, const char *task, psg_msg_t *
         psg_error_set("task %s is this process", canon);
         return NULL;
     }
-    psg_msg_t *r = psg_client_call(s->peers[i].client, m, (int)timeout_ms);
-    if (!r) psg_error_wrap("task %s", canon);
-    return r;
+    return psg_ts_call_msg(s->peers[i].client, m, timeout_ms);
 }
 
 int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
@@ -763,7 +722,7 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
             len += l;
             names[len++] = '\n';
         }
-        psg_msg_t *m = names ? psg_msg_new(PSG_MSG_REQUEST, PSG_TS_WAIT_INIT) : NULL;
+        psg_msg_t *m = names ? psg_msg_new(PSG_MSG_REQUEST, psg_proto_entry(PSG_REQ_WAIT_INIT)->op) : NULL;
         if (!m || psg_msg_set_body(m, names, len) < 0) {
             psg_msg_destroy(&m);
             free(names);
@@ -784,8 +743,8 @@ int psg_dist_session_job_done(psg_dist_session_t *s) {
     for (int i = 0; i < nps; i++) {
         char task[PSG_DEVICE_NAME_MAX];
         psg_device_name("ps", i, NULL, task, sizeof task);
-        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_JOB_DONE);
-        if (m) psg_msg_set_key(m, s->task);
+        psg_req_t jd = {.type = PSG_REQ_JOB_DONE, .u.worker = s->task};
+        psg_msg_t *m = psg_req_encode(&jd);
         psg_msg_t *r = m ? call_task(s, task, &m, 5000) : NULL;
         if (!r && !first[0]) {
             snprintf(first, sizeof first, "%s", psg_error_message());
@@ -800,9 +759,9 @@ int psg_dist_session_job_done(psg_dist_session_t *s) {
 int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_ms) {
     if (psg_dist_session_drain(s) < 0) return -1;
     if (n <= 0 || psg_cluster_num_tasks(s->cluster, "ps") == 0) return 0;
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_WAIT_DONE);
-    if (!m) return psg_error_set("out of memory");
-    m->step = n;
+    psg_req_t wd = {.type = PSG_REQ_WAIT_DONE, .u.workers = n};
+    psg_msg_t *m = psg_req_encode(&wd);
+    if (!m) return -1;
     psg_msg_t *r = call_task(s, "/job:ps/task:0", &m, timeout_ms);
     if (!r) return psg_error_wrap("waiting for %d workers to finish", n);
     psg_msg_destroy(&r);
@@ -811,7 +770,8 @@ int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_
 
 char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task) {
     if (psg_dist_session_drain(s) < 0) return NULL;
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_INSPECT);
+    psg_req_t in = {.type = PSG_REQ_INSPECT};
+    psg_msg_t *m = psg_req_encode(&in);
     psg_msg_t *r = m ? call_task(s, task, &m, s->timeout_ms) : NULL;
     if (!r) return NULL;
     char *out = malloc(r->body ? r->body->size + 1 : 1);

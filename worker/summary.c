@@ -1,6 +1,7 @@
 /* TensorBoard event files behind psgraph/summary.h: the few protobuf fields
  * of Event / Summary / Summary.Value that scalars need, encoded by hand, each
  * Event one TFRecord (psgraph/tfrecord.h). Not a general protobuf encoder. */
+#include "core/protobuf.h"
 #include "psgraph/summary.h"
 
 #include "psgraph/error.h"
@@ -20,73 +21,23 @@ struct psg_summary_writer {
     char *path;
 };
 
-/* ---- protobuf by hand ---- */
-
-typedef struct {
-    uint8_t *b;
-    size_t len, cap;
-    bool oom;
-} pb_t;
-
-static void pb_bytes(pb_t *p, const void *d, size_t n) {
-    if (p->oom || n == 0) return;
-    if (p->len + n > p->cap) {
-        size_t cap = p->cap ? p->cap : 256;
-        while (cap < p->len + n) cap *= 2;
-        uint8_t *q = realloc(p->b, cap);
-        if (!q) {
-            p->oom = true;
-            return;
-        }
-        p->b = q;
-        p->cap = cap;
-    }
-    memcpy(p->b + p->len, d, n);
-    p->len += n;
-}
-
-static void pb_varint(pb_t *p, uint64_t v) {
-    uint8_t tmp[10];
-    int n = 0;
-    do {
-        tmp[n] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v) tmp[n] |= 0x80;
-        n++;
-    } while (v);
-    pb_bytes(p, tmp, (size_t)n);
-}
-
-static void pb_fixed(pb_t *p, uint64_t v, int nbytes) {
-    uint8_t tmp[8];
-    for (int i = 0; i < nbytes; i++) tmp[i] = (uint8_t)(v >> (8 * i));
-    pb_bytes(p, tmp, (size_t)nbytes);
-}
-
-/* field number and wire type: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
-static void pb_tag(pb_t *p, int field, int wire) { pb_varint(p, (uint64_t)(field << 3 | wire)); }
-
-static void pb_len_field(pb_t *p, int field, const void *d, size_t n) {
-    pb_tag(p, field, 2);
-    pb_varint(p, n);
-    pb_bytes(p, d, n);
-}
+/* ---- protobuf by hand (core/protobuf.h) ---- */
 
 /* Event{wall_time = 1 (double), step = 2 (int64), file_version = 3 | summary = 5} */
-static void event_header(pb_t *e, int64_t step) {
+static void event_header(psg_pb_t *e, int64_t step) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double wall = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
     uint64_t bits;
     memcpy(&bits, &wall, 8);
-    pb_tag(e, 1, 1);
-    pb_fixed(e, bits, 8);
-    pb_tag(e, 2, 0);
-    pb_varint(e, (uint64_t)step);
+    psg_pb_tag(e, 1, 1);
+    psg_pb_fixed(e, bits, 8);
+    psg_pb_tag(e, 2, 0);
+    psg_pb_varint(e, (uint64_t)step);
 }
 
 /* One Event as one TFRecord, flushed so that TensorBoard sees it. */
-static int write_record(psg_summary_writer_t *w, const pb_t *data) {
+static int write_record(psg_summary_writer_t *w, const psg_pb_t *data) {
     if (data->oom) return psg_error_set("%s: out of memory", w->path);
     if (psg_tfrecord_write(w->rec, data->b, data->len) < 0) return -1;
     return psg_tfrecord_writer_flush(w->rec);
@@ -114,10 +65,10 @@ psg_summary_writer_t *psg_summary_writer_new(const char *logdir) {
         psg_summary_writer_destroy(&w);
         return NULL;
     }
-    pb_t e = {0};
+    psg_pb_t e = {0};
     event_header(&e, 0);
     static const char version[] = "brain.Event:2";
-    pb_len_field(&e, 3, version, sizeof version - 1);
+    psg_pb_len_field(&e, 3, version, sizeof version - 1);
     int rc = write_record(w, &e);
     free(e.b);
     if (rc < 0) psg_summary_writer_destroy(&w);
@@ -137,22 +88,22 @@ const char *psg_summary_writer_path(const psg_summary_writer_t *w) { return w->p
 
 int psg_summary_scalars(psg_summary_writer_t *w, int64_t step, int n, const char *const *tags,
                         const float *values) {
-    pb_t sum = {0}, val = {0}, e = {0};
+    psg_pb_t sum = {0}, val = {0}, e = {0};
     for (int i = 0; i < n; i++) {
         /* Summary.Value{tag = 1 (string), simple_value = 2 (float)} */
         val.len = 0;
-        pb_len_field(&val, 1, tags[i], strlen(tags[i]));
+        psg_pb_len_field(&val, 1, tags[i], strlen(tags[i]));
         uint32_t bits;
         memcpy(&bits, &values[i], 4);
-        pb_tag(&val, 2, 5);
-        pb_fixed(&val, bits, 4);
+        psg_pb_tag(&val, 2, 5);
+        psg_pb_fixed(&val, bits, 4);
         if (val.oom) sum.oom = true;
         /* Summary{repeated Value value = 1} */
-        pb_len_field(&sum, 1, val.b, val.len);
+        psg_pb_len_field(&sum, 1, val.b, val.len);
     }
     event_header(&e, step);
     if (sum.oom) e.oom = true;
-    pb_len_field(&e, 5, sum.b, sum.len);
+    psg_pb_len_field(&e, 5, sum.b, sum.len);
     int rc = write_record(w, &e);
     free(sum.b);
     free(val.b);

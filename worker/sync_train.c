@@ -1,95 +1,161 @@
-/* `psgraph train --sync sync` in a cluster: the worker's sync replica, its
- * steps with tokens and statistics, stragglers, the chief's runner on its
- * own distributed session, the clean end and the summary (sync_train.h).
- * The protocol itself is sync/variant_sync.c's; the resources are the ps's. */
+/* A cluster worker's strategy in the training loop: the replica built by the
+ * strategy, the callables of its calls, each step through its step function
+ * with stragglers and statistics, the chief's runner on its own distributed
+ * session, the clean end and the summary (sync_train.h). The strategies are
+ * sync/'s; the resources are the ps's. */
 #include "worker/sync_train.h"
 
+#include "psgraph/autodiff.h"
 #include "psgraph/clock.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/straggler.h"
-#include "psgraph/sync_replicas.h"
-#include "psgraph/towers.h"
+#include "sync/strategy.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#define MAX_FETCH (1 + 8 + PSG_SYNC_CALL_MAX)
+/* the columns of a worker's row of counts: used, dropped, reported, examples/sec,
+ * staleness n, sum, min, max, tensor bytes pushed and pulled a step (as its task server
+ * counted them) */
+#define COUNTS 10
 
 struct psg_sync_train {
     psg_sync_replicas_t *sr;
+    const psg_sync_strategy_t *strategy;
+    psg_sync_config_t cfg;
     psg_sync_graph_t sg;
     psg_straggler_t *stragglers;
     psg_graph_t *g;
-    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS]; /* images, labels of each tower */
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS]; /* the model's: images, labels of each tower */
     int num_feeds;
     const psg_towers_t *towers; /* borrowed; NULL: one tower */
     psg_endpoint_t loss;
-    int worker_op, chief_op; /* psg_sync_train_add_ops: -1 none */
+    int worker_op, after_op; /* psg_sync_train_add_ops: -1 none */
     int rank, num_workers, num_required, backups;
     int64_t step_timeout_ms;
+    bool no_overlap;
+    int64_t model_bytes; /* of the variables the strategy moves */
     FILE *out, *metrics;
     /* running */
-    psg_dist_callable_t *step;       /* owned by the worker's session */
+    psg_dist_callable_t *calls[1 + PSG_SYNC_MAX_CALLS]; /* owned by the worker's session */
+    psg_tensor_t *model_values[2 * PSG_MAX_TOWERS];      /* this step's, borrowed */
+    psg_sync_worker_t w;
     psg_dist_session_t *chief_sess;  /* the chief's runner's own session */
     psg_dist_callable_t *chief_step; /* owned by chief_sess */
-    psg_dist_callable_t *close_step; /* owned by the worker's session */
+    psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
     psg_dist_session_t *sess;        /* the worker's (borrowed) */
+    psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
+    int64_t served0, pulled0;        /* the counts when training started */
     psg_sync_chief_t *runner;
-    int64_t local_step, chief_steps, total_steps;
-    bool over, finished;
-    double runner_start, runner_sec, straggler_sec;
+    int64_t chief_steps, total_steps, global_steps;
+    bool over, finished, chief;
+    double runner_start, runner_sec, straggler_sec, start_sec, end_sec;
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
     psg_sync_stats_t stats;
     int64_t ps_used, ps_dropped; /* psg_sync_train_count; -1: unknown */
-    /* each worker's counts, reported at its end: a [workers, 4] f32 variable on a ps
-     * (used, dropped, reported, examples/sec) that each worker adds its row to */
     psg_endpoint_t counts_delta, counts_read;
     int counts_add;
     float *counts; /* [workers * COUNTS], read by the chief's count; NULL: not read */
 };
 
-#define COUNTS 4 /* the columns of a worker's row of counts */
-
-/* The global step that ends training: --steps, or 0 (the end of the data). */
-static int64_t cfg_total(const psg_train_config_t *c) {
-    return c->steps > 0 ? c->steps : 0;
+const char *psg_sync_train_strategy(const psg_train_config_t *c) {
+    return c->sync ? c->sync : "async";
 }
 
-bool psg_sync_train_wanted(const psg_train_config_t *c) {
-    return c->sync && !strcmp(c->sync, "sync");
+bool psg_sync_train_local_model(const psg_train_config_t *c) {
+    const psg_sync_strategy_t *s = psg_sync_strategy_find(psg_sync_train_strategy(c));
+    return s && s->local_model;
 }
 
-/* The replica's sync graph for grads of vars (NULL grads: the gradients of
- * loss, psg_sync_replicas_minimize) and the job's counts. */
-static psg_sync_train_t *sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
-                                        psg_optimizer_t *opt, psg_endpoint_t loss, int n,
-                                        const psg_endpoint_t *grads, const psg_endpoint_t *vars,
-                                        int rank, int num_workers, FILE *out) {
+/* The job's counts: a [workers, COUNTS] f32 variable on a ps each worker adds its row to. */
+static int build_counts(psg_sync_train_t *st) {
+    psg_graph_t *g = st->g;
+    psg_shape_t cs = psg_shape_2d(st->num_workers, COUNTS);
+    psg_endpoint_t cv = psg_variable(g, "sync_replicas/worker_counts", PSG_DT_F32, &cs,
+                                     (psg_initializer_t){"zeros", 0, 0}, false);
+    st->counts_delta = psg_placeholder(g, "sync_replicas/worker_counts_delta", PSG_DT_F32, &cs);
+    st->counts_add = psg_assign_add(g, "sync_replicas/report_counts", cv, st->counts_delta);
+    st->counts_read = psg_read_variable(g, "sync_replicas/worker_counts/read", cv);
+    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+}
+
+/* The strategy's config from c. */
+static void strategy_config(psg_sync_train_t *st, const psg_train_config_t *c) {
+    psg_sync_config_t *cfg = &st->cfg;
+    psg_sync_config_defaults(cfg);
+    cfg->variant = psg_sync_train_strategy(c);
+    cfg->opt = c->sync_opt;
+    cfg->num_workers = st->num_workers;
+    cfg->replicas_to_aggregate = c->replicas_to_aggregate;
+    cfg->backup_workers = c->backup_workers;
+    cfg->worker_index = st->rank;
+    cfg->total_steps = st->total_steps;
+    /* the ps answers a take or a token that does not come before the session gives
+     * up on the step, so the error says what was waited for */
+    cfg->timeout_ms = st->step_timeout_ms * 3 / 4 > 0 ? st->step_timeout_ms * 3 / 4 : 1;
+}
+
+/* Bytes of the f32 variables of vars[n]. */
+static int64_t vars_bytes(psg_graph_t *g, int n, const psg_endpoint_t *vars) {
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const psg_shape_t *s = psg_graph_shape(g, vars[i]);
+        int64_t numel = 1;
+        for (int d = 0; s && d < s->rank; d++) numel *= s->dims[d] > 0 ? s->dims[d] : 1;
+        bytes += numel * 4;
+    }
+    return bytes;
+}
+
+/* The strategy's graph for grads of vars (NULL grads: the gradients of loss). */
+static int build_strategy(psg_sync_train_t *st, psg_optimizer_t *opt, int n,
+                          const psg_endpoint_t *grads, const psg_endpoint_t *vars) {
+    psg_endpoint_t *own = NULL;
+    if (!grads) {
+        if (psg_trainable_gradients(st->g, st->loss, &n, &own) < 0) return -1;
+        vars = own;
+        grads = own + n;
+    }
+    int rc = -1;
+    if ((st->sr = psg_sync_replicas_new(opt, &st->cfg))) {
+        st->strategy = psg_sync_replicas_strategy(st->sr);
+        st->num_required = psg_sync_replicas_num_required(st->sr);
+        st->model_bytes = vars_bytes(st->g, n, vars);
+        rc = psg_sync_replicas_apply_gradients(st->sr, st->g, n, grads, vars, &st->sg);
+    }
+    free(own);
+    return rc;
+}
+
+psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
+                                     psg_optimizer_t *opt, int n, const psg_endpoint_t *grads,
+                                     const psg_endpoint_t *vars, psg_endpoint_t loss,
+                                     int n_feeds, const psg_endpoint_t *feeds,
+                                     const psg_towers_t *towers, int rank, int num_workers,
+                                     FILE *out) {
     psg_sync_train_t *st = calloc(1, sizeof *st);
     if (!st) {
         psg_error_set("out of memory");
         return NULL;
     }
     st->g = g;
-    st->worker_op = st->chief_op = -1;
+    st->worker_op = st->after_op = -1;
     st->loss = loss;
+    st->towers = towers;
+    st->num_feeds = n_feeds;
+    memcpy(st->feeds, feeds, sizeof *feeds * (size_t)n_feeds);
     st->rank = rank;
     st->num_workers = num_workers;
     st->out = out;
     st->ps_used = st->ps_dropped = -1;
-    st->total_steps = cfg_total(c);
+    st->total_steps = c->steps > 0 ? c->steps : 0; /* 0: the end of the data */
     st->step_timeout_ms = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
-    psg_sync_config_t cfg;
-    psg_sync_config_defaults(&cfg);
-    cfg.num_workers = num_workers;
-    cfg.replicas_to_aggregate = c->replicas_to_aggregate;
-    cfg.backup_workers = c->backup_workers;
-    cfg.worker_index = rank;
-    cfg.total_steps = st->total_steps;
-    /* the ps answers a take or a token that does not come before the session gives
-     * up on the step, so the error says what was waited for */
-    cfg.timeout_ms = st->step_timeout_ms * 3 / 4 > 0 ? st->step_timeout_ms * 3 / 4 : 1;
+    st->no_overlap = c->no_overlap;
+    st->backups = c->backup_workers;
+    strategy_config(st, c);
     st->stragglers = psg_straggler_new(c->seed);
     if (!st->stragglers) {
         psg_error_set("out of memory");
@@ -97,65 +163,23 @@ static psg_sync_train_t *sync_train_new(const psg_train_config_t *c, psg_graph_t
     }
     for (int i = 0; i < c->num_stragglers; i++)
         if (psg_straggler_add(st->stragglers, c->stragglers[i]) < 0) goto fail;
-    if (!(st->sr = psg_sync_replicas_new(opt, &cfg))) goto fail;
-    st->num_required = psg_sync_replicas_num_required(st->sr);
-    st->backups = c->backup_workers;
-    if ((grads ? psg_sync_replicas_apply_gradients(st->sr, g, n, grads, vars, &st->sg)
-               : psg_sync_replicas_minimize(st->sr, g, loss, &st->sg)) < 0)
-        goto fail;
-    psg_shape_t cs = psg_shape_2d(num_workers, COUNTS);
-    psg_endpoint_t cv = psg_variable(g, "sync_replicas/worker_counts", PSG_DT_F32, &cs,
-                                     (psg_initializer_t){"zeros", 0, 0}, false);
-    st->counts_delta = psg_placeholder(g, "sync_replicas/worker_counts_delta", PSG_DT_F32, &cs);
-    st->counts_add = psg_assign_add(g, "sync_replicas/report_counts", cv, st->counts_delta);
-    st->counts_read = psg_read_variable(g, "sync_replicas/worker_counts/read", cv);
-    if (psg_graph_error(g)) {
-        psg_error_set("%s", psg_graph_error(g));
-        goto fail;
-    }
+    if (build_strategy(st, opt, n, grads, vars) < 0 || build_counts(st) < 0) goto fail;
     return st;
 fail:
-    psg_error_wrap("--sync sync");
+    psg_error_wrap("--sync %s", st->cfg.variant);
     psg_sync_train_destroy(&st);
     return NULL;
 }
 
-psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
-                                     psg_optimizer_t *opt, psg_endpoint_t loss,
-                                     psg_endpoint_t images, psg_endpoint_t labels, int rank,
-                                     int num_workers, FILE *out) {
-    psg_sync_train_t *st = sync_train_new(c, g, opt, loss, 0, NULL, NULL, rank, num_workers, out);
-    if (!st) return NULL;
-    st->feeds[0] = images;
-    st->feeds[1] = labels;
-    st->num_feeds = 2;
-    return st;
+const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) { return &st->sg; }
+
+int psg_sync_train_after_update(const psg_sync_train_t *st) {
+    return st->strategy->chief_runner ? st->sg.chief_global_step.node : st->sg.train_op;
 }
 
-psg_sync_train_t *psg_sync_train_new_towers(const psg_train_config_t *c, psg_graph_t *g,
-                                            psg_optimizer_t *opt, const psg_towers_t *t, int n,
-                                            const psg_endpoint_t *grads, const psg_endpoint_t *vars,
-                                            int rank, int num_workers, FILE *out) {
-    if (!grads) {
-        psg_error_set("--sync sync: towers without gradients");
-        return NULL;
-    }
-    psg_sync_train_t *st =
-        sync_train_new(c, g, opt, t->loss, n, grads, vars, rank, num_workers, out);
-    if (!st) return NULL;
-    st->towers = t;
-    st->num_feeds = 2 * t->num_towers;
-    psg_towers_feeds(t, st->feeds);
-    return st;
-}
-
-const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) {
-    return &st->sg;
-}
-
-void psg_sync_train_add_ops(psg_sync_train_t *st, int worker_op, int chief_op) {
+void psg_sync_train_add_ops(psg_sync_train_t *st, int worker_op, int after_op) {
     st->worker_op = worker_op;
-    st->chief_op = chief_op;
+    st->after_op = after_op;
 }
 
 void psg_sync_train_destroy(psg_sync_train_t **stp) {
@@ -170,6 +194,7 @@ void psg_sync_train_destroy(psg_sync_train_t **stp) {
     psg_dist_session_destroy(&st->chief_sess);
     psg_sync_replicas_destroy(&st->sr);
     psg_straggler_destroy(&st->stragglers);
+    free(st->w.state);
     free(st->counts);
     free(st);
     *stp = NULL;
@@ -187,115 +212,167 @@ static int chief_run(void *ctx, int64_t *global_step) {
     return 0;
 }
 
-int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster,
-                         psg_task_server_t *server, bool chief, FILE *metrics) {
+/* Runs call k for the strategy's step function (sync/strategy.h). */
+static int run_call(void *ctx, int k, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
+    psg_sync_train_t *st = ctx;
+    if (k > 0) return psg_dist_callable_run(st->calls[k], feeds, fetched);
+    psg_tensor_t *fv[2 * PSG_MAX_TOWERS + 1];
+    memcpy(fv, st->model_values, sizeof *fv * (size_t)st->num_feeds);
+    if (psg_endpoint_valid(st->sg.local_step)) fv[st->num_feeds] = feeds[0];
+    return psg_dist_callable_run(st->calls[0], fv, fetched);
+}
+
+/* The worker's step (the model's feeds, the local step; the loss and the strategy's
+ * fetches) and the strategy's other calls. */
+static int make_calls(psg_sync_train_t *st, psg_dist_session_t *s) {
     psg_sync_graph_t *sg = &st->sg;
-    st->metrics = metrics;
-    st->sess = s;
-    if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
-    /* the towers' images and labels, then the local step */
-    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS + 1], fetches[4] = {st->loss};
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS + 1], fetches[MAX_FETCH] = {st->loss};
     memcpy(feeds, st->feeds, sizeof *feeds * (size_t)st->num_feeds);
-    feeds[st->num_feeds] = sg->local_step;
+    int nfeeds = st->num_feeds;
+    if (psg_endpoint_valid(sg->local_step)) feeds[nfeeds++] = sg->local_step;
     int nf = 1 + psg_sync_graph_fetches(sg, fetches + 1);
-    int targets[2] = {sg->train_op, st->worker_op}, chief_targets[2] = {sg->chief_op, st->chief_op};
-    st->step = psg_dist_session_make_callable(s, st->num_feeds + 1, feeds, nf, fetches,
-                                              st->worker_op >= 0 ? 2 : 1, targets);
-    st->close_step =
-        st->step ? psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op) : NULL;
-    if (!st->close_step) return psg_error_wrap("--sync sync: the worker's step");
-    if (chief && psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->chief_init_op) < 0)
-        return psg_error_wrap("--sync sync: the chief's init");
-    psg_tensor_t *gs = NULL;
-    if (psg_dist_session_run(s, 0, NULL, NULL, 1, &sg->global_step, &gs, 0, NULL) < 0)
-        return psg_error_wrap("--sync sync: reading the global step");
-    st->local_step = psg_tensor_i64(gs)[0];
-    psg_tensor_destroy(&gs);
-    if (!chief) return 0;
-    /* the runner's steps go on beside the chief's own: a session is one caller's */
+    int targets[3], nt = 0;
+    targets[nt++] = sg->train_op;
+    if (st->worker_op >= 0) targets[nt++] = st->worker_op;
+    if (st->after_op >= 0 && !st->strategy->chief_runner) targets[nt++] = st->after_op;
+    st->calls[0] = psg_dist_session_make_callable(s, nfeeds, feeds, nf, fetches, nt, targets);
+    if (!st->calls[0]) return -1;
+    if (sg->overlap && !st->no_overlap) psg_dist_callable_set_overlap(st->calls[0], true);
+    for (int k = 0; k < sg->num_calls; k++) {
+        st->calls[k + 1] = psg_dist_session_make_callable(
+            s, sg->calls[k].n_feeds, sg->calls[k].feeds, sg->calls[k].n_fetches,
+            sg->calls[k].fetches, sg->calls[k].n_targets, sg->calls[k].targets);
+        if (!st->calls[k + 1]) return -1;
+    }
+    if (sg->close_op >= 0 &&
+        !(st->close_step = psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op)))
+        return -1;
+    st->w = (psg_sync_worker_t){&st->cfg, sg, run_call, st, 0, 0, NULL};
+    return 0;
+}
+
+/* The chief's runner on its own session: a session is one caller's. */
+static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
+                        psg_task_server_t *server) {
+    psg_sync_graph_t *sg = &st->sg;
     psg_dist_session_options_t o = {.cluster = cluster,
                                     .server = server,
                                     .step_timeout_ms = st->step_timeout_ms,
                                     .id_stream = 1};
     if (!(st->chief_sess = psg_dist_session_new(st->g, &o))) return -1;
+    int targets[2] = {sg->chief_op, st->after_op};
     st->chief_step = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1,
                                                     &sg->chief_global_step,
-                                                    st->chief_op >= 0 ? 2 : 1, chief_targets);
-    if (!st->chief_step) return psg_error_wrap("--sync sync: the chief's step");
+                                                    st->after_op >= 0 ? 2 : 1, targets);
+    if (!st->chief_step) return psg_error_wrap("the chief's step");
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
     return st->runner ? 0 : -1;
+}
+
+int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s) {
+    int op = st->sg.local_init_op;
+    if (op < 0) return 0;
+    return psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &op) < 0
+               ? psg_error_wrap("--sync %s: this worker's own variables", st->cfg.variant)
+               : 0;
+}
+
+int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster,
+                         psg_task_server_t *server, bool chief, FILE *metrics) {
+    psg_sync_graph_t *sg = &st->sg;
+    st->metrics = metrics;
+    st->sess = s;
+    st->chief = chief;
+    st->server = server;
+    if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
+    if (make_calls(st, s) < 0) return psg_error_wrap("--sync %s: the worker's step", st->cfg.variant);
+    if (chief && sg->chief_init_op >= 0 &&
+        psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->chief_init_op) < 0)
+        return psg_error_wrap("--sync %s: the chief's init", st->cfg.variant);
+    if (sg->start_op >= 0 && psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->start_op) < 0)
+        return psg_error_wrap("--sync %s: the worker's start", st->cfg.variant);
+    psg_tensor_t *gs = NULL;
+    if (psg_dist_session_run(s, 0, NULL, NULL, 1, &sg->global_step, &gs, 0, NULL) < 0)
+        return psg_error_wrap("--sync %s: reading the global step", st->cfg.variant);
+    st->w.local_step = psg_tensor_i64(gs)[0];
+    psg_tensor_destroy(&gs);
+    st->start_sec = psg_now_sec();
+    if (server) psg_task_server_tensor_bytes(server, &st->served0, &st->pulled0);
+    if (!chief || !st->strategy->chief_runner) return 0;
+    return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.variant) : 0;
 }
 
 int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t *labels,
                         psg_tensor_t **loss, bool *over) {
     *loss = NULL;
     *over = false;
-    double t0 = psg_now_sec();
-    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->local_step) * 1e-3;
-    /* one tower: the batch itself; towers: views of its rows, then the local step */
-    psg_tensor_t *fv[2 * PSG_MAX_TOWERS + 1] = {images, labels}, *fetched[4] = {0};
-    if (st->towers && psg_towers_split(st->towers, images, labels, fv) < 0) return -1;
-    psg_tensor_t *ls = psg_tensor_scalar_i64(st->local_step);
-    int rc = ls ? 0 : psg_error_set("out of memory");
-    fv[st->num_feeds] = ls;
-    if (rc == 0) rc = psg_dist_callable_run(st->step, fv, fetched);
-    psg_tensor_destroy(&ls);
-    for (int i = 0; st->towers && i < st->num_feeds; i++)
-        psg_tensor_destroy(&fv[i]);
+    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->w.local_step) * 1e-3;
+    /* one tower: the batch itself; towers: views of its rows */
+    st->model_values[0] = images;
+    st->model_values[1] = labels;
+    if (st->towers && psg_towers_split(st->towers, images, labels, st->model_values) < 0) return -1;
     psg_sync_step_t s;
-    if (rc == 0) rc = psg_sync_step_read(&st->sg, fetched + 1, st->local_step, psg_now_sec() - t0, &s);
-    if (rc == 0) {
-        psg_sync_stats_add(&st->stats, &s);
-        if (st->metrics) {
-            char line[512];
-            psg_sync_step_json(&s, st->rank, line, sizeof line);
-            fprintf(st->metrics, "%s\n", line);
-        }
-        st->local_step = s.next_step;
-        *over = st->over = s.next_step < 0;
-        *loss = fetched[0];
-        fetched[0] = NULL;
+    int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
+    for (int i = 0; st->towers && i < st->num_feeds; i++)
+        psg_tensor_destroy(&st->model_values[i]);
+    if (rc < 0) return -1;
+    st->w.steps++;
+    psg_sync_stats_add(&st->stats, &s);
+    if (st->metrics) {
+        char line[640];
+        psg_sync_step_json(&s, st->rank, line, sizeof line);
+        fprintf(st->metrics, "%s\n", line);
     }
-    for (int i = 0; i < 4; i++)
-        psg_tensor_destroy(&fetched[i]);
-    return rc;
+    *over = st->over = s.next_step < 0;
+    return 0;
+}
+
+/* This worker's row of the job's counts, added to the variable on the ps. */
+static int report_counts(psg_sync_train_t *st, double examples_per_sec) {
+    psg_shape_t cs = psg_shape_2d(st->num_workers, COUNTS);
+    psg_tensor_t *delta = psg_tensor_zeros(PSG_DT_F32, &cs);
+    if (!delta) return psg_error_set("out of memory");
+    float *row = psg_tensor_f32(delta) + COUNTS * st->rank;
+    const psg_sync_stats_t *s = &st->stats;
+    int64_t served = 0, pulled = 0;
+    if (st->server) psg_task_server_tensor_bytes(st->server, &served, &pulled);
+    double steps = s->steps > 0 ? (double)s->steps : 1;
+    float r[COUNTS] = {(float)s->used, (float)s->dropped, 1, (float)examples_per_sec,
+                       (float)s->stale_n, (float)s->stale_sum, (float)s->stale_min,
+                       (float)s->stale_max, (float)((double)(served - st->served0) / steps),
+                       (float)((double)(pulled - st->pulled0) / steps)};
+    memcpy(row, r, sizeof r);
+    int rc = psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
+                                  &st->counts_add);
+    psg_tensor_destroy(&delta);
+    return rc < 0 ? psg_error_wrap("--sync %s: reporting the counts", st->cfg.variant) : 0;
 }
 
 int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     if (st->finished) return 0;
     st->finished = true;
+    st->end_sec = psg_now_sec();
     int rc = 0;
     /* out of data before the queue closed: end it for everyone, cleanly */
-    if (!st->over && psg_dist_callable_run(st->close_step, NULL, NULL) < 0)
-        rc = psg_error_wrap("--sync sync: closing the token queue");
-    /* this worker's row of the job's counts, for the chief's final line */
-    psg_shape_t cs = psg_shape_2d(st->num_workers, COUNTS);
-    psg_tensor_t *delta = psg_tensor_zeros(PSG_DT_F32, &cs);
-    if (!delta) return psg_error_set("out of memory");
-    float *row = psg_tensor_f32(delta) + COUNTS * st->rank;
-    row[0] = (float)st->stats.used;
-    row[1] = (float)st->stats.dropped;
-    row[2] = 1;
-    row[3] = (float)examples_per_sec;
-    if (psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
-                             &st->counts_add) < 0 &&
-        rc == 0)
-        rc = psg_error_wrap("--sync sync: reporting the counts");
-    psg_tensor_destroy(&delta);
+    if (!st->over && st->close_step && psg_dist_callable_run(st->close_step, NULL, NULL) < 0)
+        rc = psg_error_wrap("--sync %s: closing the token queue", st->cfg.variant);
+    if (report_counts(st, examples_per_sec) < 0 && rc == 0) rc = -1;
     if (st->runner) {
         int jr = psg_sync_chief_join(&st->runner, &st->chief_steps);
         st->runner_sec = psg_now_sec() - st->runner_start;
         if (jr < 0 && rc == 0) rc = -1;
     }
-    char line[768];
+    char line[896], stale[160];
+    psg_sync_stats_staleness_json(&st->stats, stale, sizeof stale);
     snprintf(line, sizeof line,
-             "{\"event\":\"sync_summary\",\"worker\":%d,\"steps\":%" PRId64
+             "{\"event\":\"sync_summary\",\"worker\":%d,\"sync\":\"%s\",\"steps\":%" PRId64
              ",\"gradients_used\":%" PRId64 ",\"gradients_dropped\":%" PRId64
-             ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,"
-             "\"straggler_sec\":%.3f}",
-             st->rank, st->stats.steps, st->stats.used, st->stats.dropped, st->stats.compute_sec,
-             st->stats.token_wait_sec, st->straggler_sec);
+             ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,\"wait_sec\":%.3f,"
+             "\"straggler_sec\":%.3f,%s}",
+             st->rank, st->cfg.variant, st->stats.steps, st->stats.used, st->stats.dropped,
+             st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec,
+             st->straggler_sec, stale);
     fprintf(st->out, "%s\n", line);
     fflush(st->out);
     if (st->metrics) fprintf(st->metrics, "%s\n", line);
@@ -310,10 +387,10 @@ static int64_t json_int(const char *s, const char *key) {
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
-void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
-                          const psg_cluster_t *cluster) {
-    /* the gradients as the ps counted them: the first accumulator's (every
-     * gradient is offered to every accumulator) */
+/* The gradients as the ps counted them: the first accumulator's (every gradient is offered
+ * to every accumulator); -1 when there is none. */
+static void count_accumulators(psg_sync_train_t *st, psg_dist_session_t *s,
+                               const psg_cluster_t *cluster) {
     int64_t used = -1, dropped = -1;
     int nps = psg_cluster_num_tasks(cluster, "ps");
     for (int i = 0; i < nps && used < 0; i++) {
@@ -329,26 +406,84 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     }
     st->ps_used = used;
     st->ps_dropped = dropped;
-    psg_tensor_t *counts = NULL;
+}
+
+void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
+                          const psg_cluster_t *cluster) {
+    count_accumulators(st, s, cluster);
+    psg_tensor_t *counts = NULL, *gs = NULL;
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->counts_read, &counts, 0, NULL) == 0 &&
         psg_tensor_numel(counts) == COUNTS * st->num_workers &&
         (st->counts = malloc(sizeof(float) * COUNTS * (size_t)st->num_workers)))
         memcpy(st->counts, psg_tensor_f32(counts), sizeof(float) * COUNTS * (size_t)st->num_workers);
     psg_tensor_destroy(&counts);
+    if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->sg.global_step, &gs, 0, NULL) == 0)
+        st->global_steps = psg_tensor_i64(gs)[0];
+    psg_tensor_destroy(&gs);
+}
+
+/* The job's staleness from the workers' rows into *out (stale_* fields only). */
+static void job_staleness(const psg_sync_train_t *st, psg_sync_stats_t *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; st->counts && i < st->num_workers; i++) {
+        const float *r = st->counts + COUNTS * i;
+        if (r[2] <= 0 || r[4] <= 0) continue;
+        int64_t mn = (int64_t)r[6], mx = (int64_t)r[7];
+        if (out->stale_n == 0 || mn < out->stale_min) out->stale_min = mn;
+        if (out->stale_n == 0 || mx > out->stale_max) out->stale_max = mx;
+        out->stale_n += (int64_t)r[4];
+        out->stale_sum += (int64_t)r[5];
+    }
+}
+
+/* The tensor bytes a worker pushed and pulled a step, as the workers' task servers counted
+ * them: the mean over the workers other than the chief (whose evaluations pull the model
+ * too), or the chief's when it is alone. */
+static void measured_bytes(const psg_sync_train_t *st, double *push, double *pull) {
+    int n = 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++)
+        for (int i = pass ? 0 : 1; st->counts && i < (pass ? 1 : st->num_workers); i++) {
+            const float *r = st->counts + COUNTS * i;
+            if (r[2] <= 0) continue;
+            *push += r[8];
+            *pull += r[9];
+            n++;
+        }
+    if (n > 0) *push /= n, *pull /= n;
 }
 
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
-    /* the pace between the first and the last global step: not the start-up (the
-     * other workers' registration, the first step's plans) */
+    /* the pace between the first and the last global step: not the start-up (the other
+     * workers' registration, the first step's plans) */
     double span = st->last_step_at - st->first_step_at;
+    int64_t steps = st->strategy->chief_runner ? st->chief_steps : st->global_steps;
     double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
                  : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
+                 : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)
                                                  : 0;
+    int64_t used = st->ps_used, dropped = st->ps_dropped;
+    if (used < 0 && st->counts) { /* no accumulators: what the workers reported */
+        used = dropped = 0;
+        for (int i = 0; i < st->num_workers; i++) {
+            used += (int64_t)st->counts[COUNTS * i];
+            dropped += (int64_t)st->counts[COUNTS * i + 1];
+        }
+    }
+    psg_sync_stats_t js;
+    job_staleness(st, &js);
+    char stale[160];
+    psg_sync_stats_staleness_json(&js, stale, sizeof stale);
+    double comm = st->sg.comm_per_step > 0 ? st->sg.comm_per_step : 1, push = 0, pull = 0;
+    measured_bytes(st, &push, &pull);
     snprintf(buf, size,
-             "\"sync\":\"sync\",\"replicas_to_aggregate\":%d,\"backup_workers\":%d,"
+             "\"sync\":\"%s\",\"replicas_to_aggregate\":%d,\"backup_workers\":%d,"
              "\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64
-             ",\"gradients_dropped\":%" PRId64 ",",
-             st->num_required, st->backups, st->chief_steps, sps, st->ps_used, st->ps_dropped);
+             ",\"gradients_dropped\":%" PRId64 ",%s,\"push_bytes_per_step\":%.0f,"
+             "\"pull_bytes_per_step\":%.0f,\"model_push_bytes_per_step\":%.0f,"
+             "\"model_pull_bytes_per_step\":%.0f,",
+             st->cfg.variant, st->num_required, st->backups, steps, sps, used, dropped, stale, push,
+             pull, (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
+             (double)st->model_bytes * comm);
     /* "per_worker":[[used, dropped], ..., null (never reported: dead)] */
     size_t len = strlen(buf);
     for (int i = 0; st->counts && i < st->num_workers && len + 64 < size; i++) {

@@ -1,10 +1,10 @@
-/* Internal to psgraph: what `psgraph train --sync sync` adds to the training
- * loop of a cluster worker (docs/sync.md, "Across processes"): the replica's
- * sync graph (psg_sync_replicas_t under the replica device setter, so the
- * accumulators and the token queue live on the ps tasks), each step's local
- * step, token and statistics, stragglers, the chief's runner on a second
- * distributed session, the clean end, and the summary. The loop itself stays
- * in worker/trainer.c, which calls these in a few lines. */
+/* Internal to psgraph: a cluster worker's strategy (sync/strategy.h) in the
+ * training loop (docs/sync.md, "Across processes"): the replica's graph built
+ * by the strategy under the replica device setter, the distributed callables
+ * of its calls, each step through the strategy's step function, stragglers,
+ * the chief's runner on a second distributed session, the clean end and the
+ * summary. Every strategy (async included) goes through it; the loops
+ * (worker/trainer.c, cli/bench_run.c) call these in a few lines. */
 #ifndef PSGRAPH_WORKER_SYNC_TRAIN_H
 #define PSGRAPH_WORKER_SYNC_TRAIN_H
 
@@ -23,74 +23,71 @@
 
 typedef struct psg_sync_train psg_sync_train_t;
 
-/* True when c asks for synchronous replicas (--sync sync). */
-bool psg_sync_train_wanted(const psg_train_config_t *c);
+/* The strategy c trains with in a cluster: c->sync, or "async" when it names none. */
+const char *psg_sync_train_strategy(const psg_train_config_t *c);
+/* True when that strategy keeps the model's variables on the worker (local SGD): build
+ * the model under the worker's own device, not under the replica setter. */
+bool psg_sync_train_local_model(const psg_train_config_t *c);
 
-/* Builds worker `rank` of num_workers's sync replica into g, in place of
- * psg_optimizer_minimize (call it under the replica device setter): the
- * gradients of loss for every trainable variable, offered to accumulators
- * beside the variables, the token queue, the chief's step. images and
- * labels are the step's feeds. opt and out are borrowed. NULL with the error set (a bad N, b or
- * --straggler). */
+/* Builds worker `rank` of num_workers's replica into g with c's strategy (call it under
+ * the replica device setter): grads[i] of vars[i] (n pairs, borrowed for the call; NULL
+ * grads: the gradients of loss for every trainable variable) given to the strategy;
+ * the step feeds feeds[n_feeds] (the model's, borrowed) and fetches loss. towers
+ * (borrowed, may be NULL) splits each batch into its towers' feeds. opt and out are
+ * borrowed. NULL with the error set (a bad N, b, option or --straggler). */
 psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
-                                     psg_optimizer_t *opt, psg_endpoint_t loss,
-                                     psg_endpoint_t images, psg_endpoint_t labels, int rank,
-                                     int num_workers, FILE *out);
-/* As psg_sync_train_new for a worker of towers (psg_towers_build_gradients):
- * grads[i] of vars[i] (n pairs; borrowed for the call) are the towers'
- * averaged gradients, one per variable offered to its accumulator; the step
- * feeds the 2K tower placeholders (psg_towers_feeds) and fetches t->loss.
- * t is borrowed and must outlive st. NULL with the error set. */
-psg_sync_train_t *psg_sync_train_new_towers(const psg_train_config_t *c, psg_graph_t *g,
-                                            psg_optimizer_t *opt, const psg_towers_t *t, int n,
-                                            const psg_endpoint_t *grads, const psg_endpoint_t *vars,
-                                            int rank, int num_workers, FILE *out);
-/* The replica's sync graph, borrowed: to build around it (after the chief's
- * update: chief_global_step's node). */
+                                     psg_optimizer_t *opt, int n, const psg_endpoint_t *grads,
+                                     const psg_endpoint_t *vars, psg_endpoint_t loss,
+                                     int n_feeds, const psg_endpoint_t *feeds,
+                                     const psg_towers_t *towers, int rank, int num_workers,
+                                     FILE *out);
+/* The replica's graph, borrowed: to build around it. */
 const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st);
-/* Before start: a node run with each of this worker's steps (worker_op: the
- * batch-norm updates of Inception-v3) and one run with each of the chief's
- * steps (chief_op: a moving average after the update); -1: none. */
-void psg_sync_train_add_ops(psg_sync_train_t *st, int worker_op, int chief_op);
+/* The node after which the update is done (sync: the chief's, chief_global_step's; the
+ * others: the worker's train_op): where a moving average goes. */
+int psg_sync_train_after_update(const psg_sync_train_t *st);
+/* Before start: a node run with each of this worker's steps (worker_op: the batch-norm
+ * updates of Inception-v3) and one run after each update (after_op: a moving average;
+ * with the chief's steps when the strategy has a chief's runner, else with the
+ * worker's); -1: none. */
+void psg_sync_train_add_ops(psg_sync_train_t *st, int worker_op, int after_op);
 
 /* Joins the chief's runner if it still runs (it ends by the step timeout at
  * the latest), frees. NULL-safe. */
 void psg_sync_train_destroy(psg_sync_train_t **st);
 
-/* After the variables are initialized (s borrowed, as the cluster, the
- * server and metrics, which may be NULL and is made line-buffered: the
- * workers of a job may append to one file): makes the step's callable and reads the first local
- * step; the chief also sets the accumulators to the global step and starts its runner on a second
- * session. Returns 0, or -1 with the error set. */
+/* Before the variables are initialized (a local_model strategy: this worker's own
+ * copies, which no other task initializes). Returns 0 or -1. */
+int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s);
+
+/* After the variables are initialized (s borrowed, as the cluster, the server and
+ * metrics, which may be NULL and is made line-buffered: the workers of a job may append
+ * to one file): makes the calls' callables (the step overlapped when the strategy
+ * allows it and c did not say --overlap off) and reads the first local step; the chief
+ * also runs the strategy's init and starts its runner on a second session. Returns 0,
+ * or -1 with the error set. */
 int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster,
                          psg_task_server_t *server, bool chief, FILE *metrics);
 
-/* One worker step on (images, labels), the worker's whole batch (a worker
- * of towers splits it into views, psg_towers_split): the straggler's delay, the step,
- * its statistics (a metrics.jsonl line). *loss gets the loss (new); *over
- * is set when training is over (the token queue was closed). Returns 0, or
- * -1 with the error set. */
+/* One worker step on (images, labels), the worker's whole batch: the straggler's delay,
+ * the strategy's step, its statistics (a metrics.jsonl line). *loss gets the loss (new);
+ * *over is set when training is over. Returns 0, or -1 with the error set. */
 int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t *labels,
                         psg_tensor_t **loss, bool *over);
 
-/* The end of this worker's training: closes the token queue and the
- * accumulators when it stopped on its own (out of data) rather than being
- * told training is over, adds its counts and its examples_per_sec to the
- * job's (a variable on a ps), waits for the chief's runner, prints and logs
- * the summary line. Returns 0, or -1 with the error. */
+/* The end of this worker's training: closes the strategy's queues when it stopped on its
+ * own, adds its counts and examples_per_sec to the job's (a variable on a ps), waits for
+ * the chief's runner, prints and logs the summary line. Returns 0, or -1 with the error. */
 int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec);
 
-/* The chief, once every worker is done or gone, before the ps tasks hear
- * the job is done: asks them for the accumulators' counts (Inspect), the
- * gradients used and dropped in all (-1 when none answers), and reads the
- * workers' reported counts. */
+/* The chief, once every worker is done or gone: the ps's counts (Inspect), the global
+ * step and the workers' reported counts. */
 void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
                           const psg_cluster_t *cluster);
-/* The chief's fields for its final JSON line, after finish and count:
- * "sync":"sync", N, b, global_steps, steps_per_sec (of the chief's runner,
- * from its first step to its last), gradients_used, gradients_dropped,
- * per_worker ([used, dropped] as each worker reported at its end, null for
- * one that never did: dead), each followed by a comma. */
+/* The chief's fields for its final JSON line, after finish and count: "sync":NAME, N, b,
+ * global_steps, steps_per_sec, gradients_used, gradients_dropped, staleness {min, mean,
+ * max, n} over all workers, push_bytes_per_step, pull_bytes_per_step, per_worker, each
+ * followed by a comma. */
 void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size);
 
 /* The chief, after count: the examples/sec each worker reported at its end

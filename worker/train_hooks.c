@@ -1,6 +1,6 @@
 /* The single-process trainer's checkpoint, summary and timeline hooks
  * (worker/train_hooks.h): the glue between the training loop and
- * ps/checkpoint*.c, worker/summary.c and worker/trace.c. Not the multi-process
+ * ps/checkpoint*.c, worker/summary.c and runtime/trace.c. Not the multi-process
  * runtime, where the chief asks each ps to write its shard. */
 #include "worker/train_hooks.h"
 
@@ -9,6 +9,7 @@
 #include "psgraph/error.h"
 #include "psgraph/summary.h"
 #include "psgraph/trace.h"
+#include "worker/resume.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -37,15 +38,10 @@ struct psg_train_hooks {
     bool ps_tracing;
 };
 
-static void report_skip(void *ctx, const char *path, const char *why) {
-    psg_train_hooks_t *h = ctx;
-    fprintf(h->out, "checkpoint %s is incomplete or corrupt, using an older one: %s\n", path, why);
-}
-
 static int restore(psg_train_hooks_t *h, int64_t *start_step) {
     psg_checkpoint_t *ck = NULL;
     double t0 = psg_now_sec();
-    int found = psg_checkpoint_open_latest(h->c->logdir, -1, report_skip, h, &ck);
+    int found = psg_resume_open_latest(h->c->logdir, h->c->fresh_start, h->out, &ck);
     if (found <= 0) return found;
     psg_resource_mgr_t *rm = psg_session_resources(h->sess);
     bool match = false;

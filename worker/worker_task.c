@@ -20,16 +20,35 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     psg_task_t me = psg_cluster_task(w->cluster);
     if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
     int chiefs = psg_cluster_num_tasks(w->cluster, "chief");
+    if (!strcmp(me.job, PSG_EVALUATOR_JOB))
+        return psg_error_set("task %s/%d: %s has no evaluator task (psgraph train's evaluator "
+                             "evaluates the models it builds itself: mlp, cnn)", me.job, me.index, prog);
     if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
         return psg_error_set("task %s/%d: %s runs workers; a %s task runs `psgraph server`", me.job,
                              me.index, prog, me.job);
+    if (psg_cluster_num_tasks(w->cluster, "ps") == 0)
+        return psg_error_set("the cluster has no \"ps\" job: psgraph keeps the variables on parameter "
+                             "servers, so a cluster needs at least one ps task (a TF_CONFIG with only "
+                             "chief and worker jobs is MultiWorkerMirroredStrategy's form, which "
+                             "psgraph does not run); add \"ps\": [\"host:port\"]");
     w->num_workers = chiefs + psg_cluster_num_tasks(w->cluster, "worker");
     w->rank = !strcmp(me.job, "chief") ? 0 : chiefs + me.index;
     w->chief = w->rank == 0;
     psg_device_name(me.job, me.index, NULL, w->task, sizeof w->task);
     int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
     psg_task_server_options_t so = {.cluster = w->cluster, .num_threads = c->threads,
-                                    .recv_timeout_ms = timeout};
+                                    .recv_timeout_ms = timeout, .logdirs = {c->logdir}};
+    /* a Trace request writes beside the --trace file */
+    char trace_dir[4096];
+    if (c->trace_path) {
+        snprintf(trace_dir, sizeof trace_dir, "%s", c->trace_path);
+        char *slash = strrchr(trace_dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(trace_dir, sizeof trace_dir, ".");
+        so.logdirs[c->logdir ? 1 : 0] = trace_dir;
+    }
     if (!(w->server = psg_task_server_new(&so))) return -1;
     if (!(w->setter = psg_dist_replica_setter_new(w->cluster, PSG_PS_GREEDY))) return -1;
     return 0;

@@ -2,6 +2,7 @@
  * tensors, synthetic data for benchmarks and sources that fill examples on
  * demand; gathering examples into batch tensors; the per-epoch order.
  * Not the iterators or the prefetch thread (examples/data/batch_iter.c). */
+#include "core/rng.h"
 #include "psgraph/data.h"
 #include "psgraph/error.h"
 
@@ -125,14 +126,6 @@ psg_dataset_t *psg_dataset_fashion_mnist(const char *dir, bool train) {
     return ds;
 }
 
-/* splitmix64: a fast, well-mixed generator for orders and synthetic data. */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 psg_dataset_t *psg_dataset_synthetic(int64_t n, const psg_shape_t *example_shape, int num_classes,
                                      uint64_t seed) {
     psg_dataset_t *ds = dataset_alloc(n, example_shape, num_classes);
@@ -151,9 +144,9 @@ psg_dataset_t *psg_dataset_synthetic(int64_t n, const psg_shape_t *example_shape
     float *im = psg_tensor_f32(ds->images);
     int64_t total = psg_tensor_numel(ds->images);
     for (int64_t i = 0; i < total; i++)
-        im[i] = (float)(splitmix64(&st) >> 40) * (1.0f / 16777216.0f);
+        im[i] = (float)(psg_splitmix64(&st) >> 40) * (1.0f / 16777216.0f);
     for (int64_t i = 0; i < n; i++)
-        psg_tensor_i32(ds->labels)[i] = (int32_t)(splitmix64(&st) % (uint64_t)num_classes);
+        psg_tensor_i32(ds->labels)[i] = (int32_t)(psg_splitmix64(&st) % (uint64_t)num_classes);
     return ds;
 }
 
@@ -256,10 +249,10 @@ void psg_data_epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle,
     /* the epoch's stream: seed and epoch mixed, so neighbouring seeds or
      * epochs give unrelated orders */
     uint64_t st = seed * 0x9e3779b97f4a7c15ull;
-    (void)splitmix64(&st);
+    (void)psg_splitmix64(&st);
     st ^= (uint64_t)epoch * 0xd1b54a32d192ed03ull;
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(splitmix64(&st) % (uint64_t)(i + 1));
+        int64_t j = (int64_t)(psg_splitmix64(&st) % (uint64_t)(i + 1));
         int64_t t = order[i];
         order[i] = order[j];
         order[j] = t;

@@ -5,6 +5,8 @@
 #include "psgraph/data.h"
 #include "psgraph/error.h"
 
+#include "core/checked.h"
+
 #include <errno.h>
 #include <string.h>
 #include <zlib.h>
@@ -54,9 +56,8 @@ psg_tensor_t *psg_idx_read(const char *path) {
     int64_t total = 1;
     for (int i = 0; i < nd; i++) {
         const unsigned char *p = raw + 4 * i;
-        shape.dims[i] = ((int64_t)p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
-        total *= shape.dims[i];
-        if (shape.dims[i] == 0 || total > IDX_MAX_BYTES) {
+        shape.dims[i] = ((int64_t)p[0] << 24) | ((int64_t)p[1] << 16) | ((int64_t)p[2] << 8) | p[3];
+        if (shape.dims[i] == 0 || psg_ckd_mul_i64(&total, total, shape.dims[i]) || total > IDX_MAX_BYTES) {
             psg_error_set("'%s': corrupt header: dim %d is %lld", path, i,
                           (long long)shape.dims[i]);
             goto out;

@@ -2,10 +2,13 @@
  * then per batch read, parse, decode (libjpeg-turbo) and distort each image
  * on a pool of decode threads. Bad records and images are reported and
  * replaced, never fatal. Not a general image library. */
+#include "core/rng.h"
 #include "psgraph/imagenet.h"
 
 #include "psgraph/error.h"
 #include "psgraph/threadpool.h"
+
+#include "core/checked.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +26,10 @@
 
 /* ---- JPEG through libjpeg, errors by longjmp, nothing printed ---- */
 
+#define JPEG_MAX_SIDE 20000
+#define JPEG_MAX_PIXELS (64 << 20)             /* 192 MiB of RGB */
+#define JPEG_MAX_WORK_BYTES ((long)512 << 20) /* libjpeg's own (progressive coefficients) */
+
 typedef struct {
     struct jpeg_error_mgr mgr;
     jmp_buf jump;
@@ -39,6 +46,30 @@ static void on_jpeg_error(j_common_ptr c) {
 static void on_jpeg_message(j_common_ptr c, int level) {
     (void)c;
     (void)level;
+}
+
+/* CMYK to RGB as TensorFlow's decode_jpeg (jpeg_mem.cc): with an Adobe marker the samples
+ * are inverted (255: no ink), r = c * k / 255; without, r = (255 - c) * (255 - k) / 255.
+ * in is (w, 4), out (w, 3); out may start where in starts (it is written left to right
+ * and never passes the pixel being read). */
+static void cmyk_row_to_rgb(const uint8_t *in, uint8_t *out, int w, bool adobe) {
+    for (int i = 0; i < w; i++) {
+        int c = in[4 * i], m = in[4 * i + 1], y = in[4 * i + 2], k = in[4 * i + 3];
+        if (!adobe) {
+            c = 255 - c;
+            m = 255 - m;
+            y = 255 - y;
+            k = 255 - k;
+        }
+        out[3 * i] = (uint8_t)(c * k / 255);
+        out[3 * i + 1] = (uint8_t)(m * k / 255);
+        out[3 * i + 2] = (uint8_t)(y * k / 255);
+    }
+}
+
+int psg_image_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height) {
+    if (psg_png_is(data, n)) return psg_png_decode(data, n, rgb, width, height);
+    return psg_jpeg_decode(data, n, rgb, width, height);
 }
 
 int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, int *height) {
@@ -59,23 +90,39 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
     jpeg_create_decompress(&d);
     jpeg_mem_src(&d, jpeg, (unsigned long)n);
     jpeg_read_header(&d, TRUE);
-    d.out_color_space = JCS_RGB; /* grayscale and YCbCr convert; CMYK fails */
+    /* a decompression bomb (a 292-byte progressive 65500x65500 took 8.4 GB) is refused
+     * from its header, before libjpeg allocates; its own buffers are capped too */
+    if (d.image_width == 0 || d.image_height == 0 || d.image_width > JPEG_MAX_SIDE ||
+        d.image_height > JPEG_MAX_SIDE || (uint64_t)d.image_width * d.image_height > JPEG_MAX_PIXELS) {
+        snprintf(err.msg, sizeof err.msg, "image %ux%u over the limit (%d per side, %d Mpixels)", d.image_width,
+                 d.image_height, JPEG_MAX_SIDE, JPEG_MAX_PIXELS >> 20);
+        longjmp(err.jump, 1);
+    }
+    d.mem->max_memory_to_use = JPEG_MAX_WORK_BYTES;
+    /* grayscale and YCbCr convert to RGB in libjpeg; CMYK and YCCK come out as CMYK and are
+     * converted below, as TensorFlow's decode_jpeg does */
+    bool cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
+    d.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     jpeg_start_decompress(&d);
-    if (d.output_components != 3 || d.output_width == 0 || d.output_height == 0 ||
-        d.output_width > 20000 || d.output_height > 20000) {
+    if (d.output_components != (cmyk ? 4 : 3) || d.output_width == 0 || d.output_height == 0 ||
+        d.output_width > JPEG_MAX_SIDE || d.output_height > JPEG_MAX_SIDE) {
         snprintf(err.msg, sizeof err.msg, "unsupported image %ux%u with %d components",
                  d.output_width, d.output_height, d.output_components);
         longjmp(err.jump, 1);
     }
     size_t stride = (size_t)d.output_width * 3;
-    out = malloc(stride * d.output_height);
+    /* a CMYK row is read into its RGB row's place, spilling w bytes into the next row's (not
+     * read yet; past the last row, the w bytes more allocated), and converted in place */
+    out = malloc(stride * d.output_height + (cmyk ? (size_t)d.output_width : 0));
     if (!out) {
         snprintf(err.msg, sizeof err.msg, "out of memory");
         longjmp(err.jump, 1);
     }
     while (d.output_scanline < d.output_height) {
-        JSAMPROW row = out + (size_t)d.output_scanline * stride;
+        uint8_t *rgb_row = out + (size_t)d.output_scanline * stride;
+        JSAMPROW row = rgb_row;
         jpeg_read_scanlines(&d, &row, 1);
+        if (cmyk) cmyk_row_to_rgb(row, rgb_row, (int)d.output_width, d.saw_Adobe_marker);
     }
     jpeg_finish_decompress(&d);
     *width = (int)d.output_width;
@@ -85,8 +132,10 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
     return 0;
 }
 
-int psg_jpeg_encode(const uint8_t *rgb, int width, int height, int quality, uint8_t **out,
-                    size_t *out_len) {
+/* pixels (h, w, 3 RGB or 4 CMYK) into a JPEG of color space `space` (JCS_YCbCr from RGB,
+ * JCS_CMYK or JCS_YCCK from CMYK, with an Adobe marker). */
+static int encode(const uint8_t *pixels, int width, int height, int quality, int components,
+                  J_COLOR_SPACE space, uint8_t **out, size_t *out_len) {
     struct jpeg_compress_struct c;
     jpeg_err_t err;
     unsigned char *volatile mem = NULL;
@@ -104,13 +153,14 @@ int psg_jpeg_encode(const uint8_t *rgb, int width, int height, int quality, uint
     jpeg_mem_dest(&c, &buf, &size);
     c.image_width = (JDIMENSION)width;
     c.image_height = (JDIMENSION)height;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
+    c.input_components = components;
+    c.in_color_space = components == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, space);
     jpeg_set_quality(&c, quality, TRUE);
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(rgb + (size_t)c.next_scanline * (size_t)width * 3);
+        JSAMPROW row = (JSAMPROW)(pixels + (size_t)c.next_scanline * (size_t)width * (size_t)components);
         jpeg_write_scanlines(&c, &row, 1);
     }
     jpeg_finish_compress(&c);
@@ -119,6 +169,16 @@ int psg_jpeg_encode(const uint8_t *rgb, int width, int height, int quality, uint
     *out = mem;
     *out_len = size;
     return 0;
+}
+
+int psg_jpeg_encode(const uint8_t *rgb, int width, int height, int quality, uint8_t **out,
+                    size_t *out_len) {
+    return encode(rgb, width, height, quality, 3, JCS_YCbCr, out, out_len);
+}
+
+int psg_jpeg_encode_cmyk(const uint8_t *cmyk, int width, int height, int quality, bool ycck,
+                         uint8_t **out, size_t *out_len) {
+    return encode(cmyk, width, height, quality, 4, ycck ? JCS_YCCK : JCS_CMYK, out, out_len);
 }
 
 /* ---- preprocessing ---- */
@@ -148,14 +208,7 @@ void psg_image_crop_resize(const uint8_t *rgb, int width, int height, int x0, in
     }
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) / 9007199254740992.0; }
+static double uniform01(uint64_t *s) { return (double)(psg_splitmix64(s) >> 11) / 9007199254740992.0; }
 
 void psg_image_random_crop(int width, int height, uint64_t *state, int *x0, int *y0, int *cw,
                            int *ch) {
@@ -235,21 +288,21 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
     if (rc == 0 && (!ex.has_encoded || !ex.has_label))
         rc = psg_error_set("%s: byte %lld: tf.Example lacks %s", sh->path, (long long)rec->e.offset,
                            ex.has_encoded ? "image/class/label" : "image/encoded");
-    int64_t y = rc == 0 ? ex.label - r->o.label_offset : 0;
-    if (rc == 0 && (y < 0 || y >= r->o.classes))
+    int64_t y = 0; /* a label of INT64_MIN minus the offset overflowed once */
+    if (rc == 0 && (psg_ckd_sub_i64(&y, ex.label, r->o.label_offset) || y < 0 || y >= r->o.classes))
         rc = psg_error_set("%s: byte %lld: label %lld outside [%d, %d)", sh->path,
                            (long long)rec->e.offset, (long long)ex.label, r->o.label_offset,
                            r->o.label_offset + r->o.classes);
     uint8_t *rgb = NULL;
     int w = 0, h = 0;
-    if (rc == 0 && psg_jpeg_decode(ex.encoded, ex.encoded_len, &rgb, &w, &h) < 0)
+    if (rc == 0 && psg_image_decode(ex.encoded, ex.encoded_len, &rgb, &w, &h) < 0)
         rc = psg_error_wrap("%s: byte %lld", sh->path, (long long)rec->e.offset);
     if (rc == 0) {
         int x0, y0, cw, ch;
         bool flip = false;
         if (r->o.train) {
             psg_image_random_crop(w, h, &rng, &x0, &y0, &cw, &ch);
-            flip = splitmix64(&rng) & 1;
+            flip = psg_splitmix64(&rng) & 1;
         } else {
             cw = (int)lround(w * 0.875);
             ch = (int)lround(h * 0.875);
@@ -383,12 +436,20 @@ psg_imagenet_t *psg_imagenet_new(const char *path, const psg_imagenet_options_t 
     for (int s = 0; s < r->n_shards; s++) {
         psg_tfrecord_entry_t *e;
         int64_t n;
-        if (psg_tfrecord_index(r->shards[s].path, &e, &n, tell_index, r) < 0) {
-            tell(r, psg_error_message());
+        /* a GZIP or ZLIB shard is inflated first; its name in every report says so */
+        psg_tfrecord_compression_t found;
+        char name[PSG_TFRECORD_NAME_MAX];
+        int fd = psg_tfrecord_open(r->shards[s].path, o->compression, &found, name, sizeof name);
+        char *named = fd >= 0 ? strdup(name) : NULL;
+        if (fd < 0 || !named || psg_tfrecord_index_fd(fd, named, &e, &n, tell_index, r) < 0) {
+            if (fd >= 0) close(fd);
+            tell(r, named ? psg_error_message() : fd < 0 ? psg_error_message() : "out of memory");
+            free(named);
             continue;
         }
-        r->shards[s].fd = open(r->shards[s].path, O_RDONLY);
-        if (r->shards[s].fd < 0) n = 0;
+        free(r->shards[s].path);
+        r->shards[s].path = named;
+        r->shards[s].fd = fd;
         if (r->n_records + n > cap) {
             cap = (r->n_records + n) * 2;
             record_t *nv = realloc(r->records, (size_t)cap * sizeof *nv);

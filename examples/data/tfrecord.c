@@ -2,6 +2,7 @@
  * records, and tf.Example's protobuf read and written by hand. Not a
  * protobuf library: only Example / Features / Feature / BytesList /
  * Int64List are understood; other fields are skipped by wire type. */
+#include "core/protobuf.h"
 #include "psgraph/tfrecord.h"
 
 #include "psgraph/error.h"
@@ -132,13 +133,21 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
                        psg_report_fn fn, void *ctx) {
     *entries = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return psg_error_set("%s: %s", path, strerror(errno));
+    psg_tfrecord_compression_t found;
+    char name[PSG_TFRECORD_NAME_MAX];
+    int fd = psg_tfrecord_open(path, PSG_TFRECORD_AUTO, &found, name, sizeof name);
+    if (fd < 0) return -1;
+    int rc = psg_tfrecord_index_fd(fd, name, entries, n, fn, ctx);
+    close(fd);
+    return rc;
+}
+
+int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
+                          psg_report_fn fn, void *ctx) {
+    *entries = NULL;
+    *n = 0;
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        close(fd);
-        return psg_error_set("%s: %s", path, strerror(errno));
-    }
+    if (fstat(fd, &st) < 0) return psg_error_set("%s: %s", path, strerror(errno));
     int64_t size = st.st_size, off = 0, cap = 0;
     int problems = 0;
     bool resyncing = false;
@@ -147,7 +156,6 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
         uint8_t head[12];
         if (pread(fd, head, 12, off) != 12) {
             free(v);
-            close(fd);
             return psg_error_set("%s: byte %lld: read failed", path, (long long)off);
         }
         uint64_t len = get_u64(head);
@@ -172,7 +180,6 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
             psg_tfrecord_entry_t *nv = realloc(v, (size_t)cap * sizeof *nv);
             if (!nv) {
                 free(v);
-                close(fd);
                 return psg_error_set("out of memory indexing %s", path);
             }
             v = nv;
@@ -184,7 +191,6 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
         report(fn, ctx, path, off, "trailing bytes shorter than a record header: ignored");
         problems++;
     }
-    close(fd);
     *entries = v;
     return problems;
 }
@@ -327,52 +333,13 @@ int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const
 
 /* ---- writing a tf.Example ---- */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-    int oom;
-} out_t;
-
-static void put(out_t *o, const void *d, size_t n) {
-    if (o->oom) return;
-    if (o->n + n > o->cap) {
-        size_t c = o->cap ? o->cap : 64;
-        while (c < o->n + n) c *= 2;
-        uint8_t *np = realloc(o->p, c);
-        if (!np) {
-            o->oom = 1;
-            return;
-        }
-        o->p = np;
-        o->cap = c;
-    }
-    memcpy(o->p + o->n, d, n);
-    o->n += n;
-}
-
-static void put_varint(out_t *o, uint64_t v) {
-    uint8_t b[10];
-    int k = 0;
-    do {
-        b[k++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    put(o, b, (size_t)k);
-}
-
-static size_t varint_len(uint64_t v) {
-    size_t k = 1;
-    while (v > 0x7f) v >>= 7, k++;
-    return k;
-}
-
 /* key (num, LEN) and the length */
-static void put_len(out_t *o, int num, size_t len) {
-    put_varint(o, (uint64_t)num << 3 | 2);
-    put_varint(o, len);
+static void put_len(psg_pb_t *o, int num, size_t len) {
+    psg_pb_tag(o, num, PSG_PB_LEN);
+    psg_pb_varint(o, len);
 }
 
-static size_t len_field(size_t len) { return 1 + varint_len(len) + len; }
+static size_t len_field(size_t len) { return 1 + psg_pb_varint_len(len) + len; }
 
 int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,
                        const char *int64_key, int64_t value, uint8_t **out, size_t *out_len) {
@@ -381,30 +348,30 @@ int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes
     size_t blist = len_field(bytes_len), bfeat = len_field(blist);
     size_t bentry = len_field(bk) + len_field(bfeat);
     /* feature 2: { key, Feature { int64_list { packed value } } } */
-    size_t packed = varint_len((uint64_t)value), ilist = len_field(packed), ifeat = len_field(ilist);
+    size_t packed = psg_pb_varint_len((uint64_t)value), ilist = len_field(packed), ifeat = len_field(ilist);
     size_t ientry = len_field(ik) + len_field(ifeat);
     size_t feats = len_field(bentry) + len_field(ientry);
-    out_t o = {0};
+    psg_pb_t o = {0};
     put_len(&o, 1, feats);
     put_len(&o, 1, bentry);
     put_len(&o, 1, bk);
-    put(&o, bytes_key, bk);
+    psg_pb_bytes(&o, bytes_key, bk);
     put_len(&o, 2, bfeat);
     put_len(&o, 1, blist);
     put_len(&o, 1, bytes_len);
-    put(&o, bytes, bytes_len);
+    psg_pb_bytes(&o, bytes, bytes_len);
     put_len(&o, 1, ientry);
     put_len(&o, 1, ik);
-    put(&o, int64_key, ik);
+    psg_pb_bytes(&o, int64_key, ik);
     put_len(&o, 2, ifeat);
     put_len(&o, 3, ilist);
     put_len(&o, 1, packed);
-    put_varint(&o, (uint64_t)value);
+    psg_pb_varint(&o, (uint64_t)value);
     if (o.oom) {
-        free(o.p);
+        free(o.b);
         return psg_error_set("out of memory encoding a tf.Example");
     }
-    *out = o.p;
-    *out_len = o.n;
+    *out = o.b;
+    *out_len = o.len;
     return 0;
 }

@@ -35,8 +35,9 @@ void psg_checkpoint_shard_clear(psg_checkpoint_shard_t *s);
 
 /* Writes every initialized variable of rm as shard `shard` of `num_shards` of
  * the checkpoint at `step` in dir (which must exist): temp file, fsync, rename,
- * fsync of dir. Each variable is written under its lock (a consistent tensor,
- * not a consistent step across tensors when updates run concurrently).
+ * fsync of dir. Each variable is copied with its optimizer slots under its lock (one
+ * update of the variable and its slots, never half of one; not one step across
+ * variables when updates run concurrently), and written from the copy.
  * Fills *out (caller clears it). Returns 0, or -1 with the error naming the file;
  * on failure no file of that name is left behind. */
 int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t step, int shard,

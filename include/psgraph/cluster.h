@@ -35,7 +35,12 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
 /* Frees the cluster; sets *c to NULL. NULL-safe. */
 void psg_cluster_destroy(psg_cluster_t **c);
 
-/* Sets this process's task. -1 with the error set on an unknown job or an index out of range. */
+/* TensorFlow's evaluator task (train_and_evaluate): TF_CONFIG's task may name it whether or
+ * not the cluster lists an "evaluator" job; when it does not, the task has no address. */
+#define PSG_EVALUATOR_JOB "evaluator"
+
+/* Sets this process's task. -1 with the error set on an unknown job (other than the
+ * evaluator, index 0) or an index out of range. */
 int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index);
 /* This process's task; .job is NULL when none is set. */
 psg_task_t psg_cluster_task(const psg_cluster_t *c);

@@ -13,11 +13,34 @@
 #define PSG_PRINTF(a, b)
 #endif
 
-/* Replaces this thread's error message. Always returns -1, so that
- * `return psg_error_set("...")` reads naturally. */
-int psg_error_set(const char *fmt, ...) PSG_PRINTF(1, 2);
+/* What kind of failure an error is, beside its message: the code crosses the wire with the
+ * message (an ERROR reply's "code"), so a caller decides on the code, never on the text. */
+typedef enum {
+    PSG_ERR_UNKNOWN = 0,     /* unclassified (every psg_error_set) */
+    PSG_ERR_BAD_REQUEST = 1, /* a malformed request or field; the message names it */
+    PSG_ERR_NOT_FOUND = 2,   /* an unknown request, graph handle, rendezvous key */
+    PSG_ERR_LIMIT = 3,       /* over a limit of the task or of the peer; the message names it */
+    PSG_ERR_TIMEOUT = 4,     /* a wait ran past its deadline */
+    PSG_ERR_ABORTED = 5,     /* the step was aborted */
+    PSG_ERR_CLOSED = 6,      /* an accumulator or a token queue was closed (training ended) */
+    PSG_ERR_STOPPING = 7,    /* the server is stopping */
+    PSG_ERR_DENIED = 8,      /* not allowed (a path outside the task's logdir) */
+    PSG_ERR_NO_MEMORY = 9,
+    PSG_ERR_UNAVAILABLE = 10, /* a peer cannot be reached */
+    PSG_ERR_CODE_COUNT
+} psg_err_code_t;
 
-/* Prepends context to this thread's error message: "ctx: old message".
+/* Replaces this thread's error message (its code becomes PSG_ERR_UNKNOWN). Always returns
+ * -1, so that `return psg_error_set("...")` reads naturally. */
+int psg_error_set(const char *fmt, ...) PSG_PRINTF(1, 2);
+/* As psg_error_set, with a code. */
+int psg_error_set_code(psg_err_code_t code, const char *fmt, ...) PSG_PRINTF(2, 3);
+/* This thread's last error code (psg_error_wrap keeps it). */
+psg_err_code_t psg_error_code(void);
+/* The name of a code ("limit", "closed"), "unknown" for any other value. */
+const char *psg_error_code_name(int code);
+
+/* Prepends context to this thread's error message: "ctx: old message"; the code stays.
  * Always returns -1. */
 int psg_error_wrap(const char *fmt, ...) PSG_PRINTF(1, 2);
 

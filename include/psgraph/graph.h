@@ -93,6 +93,20 @@ void psg_graph_push_device_fn(psg_graph_t *g, psg_device_fn fn, void *ctx);
 void psg_graph_push_device(psg_graph_t *g, const char *device);
 void psg_graph_pop_device(psg_graph_t *g);
 
+/* Initial values that override the initializers of the variables psg_variable creates
+ * from now on (TensorFlow's init_from_checkpoint; worker/init_from.c): fn is asked for
+ * each new variable's name, dtype and shape and returns its initial value (the caller of
+ * psg_variable takes it over) or NULL to keep the initializer; NULL with *failed set to
+ * true (and the error set) fails the variable's creation. fn NULL: none. */
+typedef struct psg_tensor *(*psg_initial_value_fn)(void *ctx, const char *name, psg_dtype_t dt,
+                                                   const psg_shape_t *shape, bool *failed);
+void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, void *ctx);
+/* The initial value of a new variable from the graph's fn (NULL: none, or keep the
+ * initializer); *failed with the error set (and recorded as the graph's build error) when
+ * fn failed. */
+struct psg_tensor *psg_graph_initial_value(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                                           const psg_shape_t *shape, bool *failed);
+
 /* Collections by name, as TensorFlow's: "variables", "trainable_variables",
  * "init" (initializer targets), "losses". Adds node `id` to collection. */
 int psg_graph_add_to_collection(psg_graph_t *g, const char *collection, int id);

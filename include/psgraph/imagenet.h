@@ -15,7 +15,8 @@
 
 /* ---- JPEG ---- */
 
-/* Decodes a JPEG (baseline or progressive; grayscale is expanded) into
+/* Decodes a JPEG (baseline or progressive; grayscale is expanded; CMYK and YCCK are
+ * converted to RGB with TensorFlow's formula, Adobe's inverted CMYK included) into
  * *rgb, h x w x 3 bytes, malloc'ed (the caller frees). Returns 0, or -1
  * with the error "corrupt JPEG: why" (libjpeg's message); never prints. */
 int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, int *height);
@@ -24,6 +25,27 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
  * (malloc'ed). For tests and tools. Returns 0 or -1 with the error set. */
 int psg_jpeg_encode(const uint8_t *rgb, int width, int height, int quality, uint8_t **out,
                     size_t *out_len);
+/* Encodes h x w x 4 samples (CMYK as Adobe writes them, inverted: 255 is no ink; or, with
+ * ycck, stored as YCCK) as a JPEG with an Adobe marker, as Photoshop does. For tests. */
+int psg_jpeg_encode_cmyk(const uint8_t *cmyk, int width, int height, int quality, bool ycck,
+                         uint8_t **out, size_t *out_len);
+
+/* ---- PNG (examples/data/png.c) ---- */
+
+/* True when data starts with the PNG signature. */
+bool psg_png_is(const uint8_t *data, size_t n);
+/* Decodes a PNG into *rgb (h x w x 3 bytes, malloc'ed) as TensorFlow's decode_png with
+ * channels=3 does: palette and gray expanded, 16-bit samples cut to 8, alpha dropped.
+ * -1 with the error "corrupt PNG: why"; never prints. */
+int psg_png_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height);
+/* Encodes h x w x channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) 8-bit samples as a PNG
+ * into *out (malloc'ed). For tests and tools. */
+int psg_png_encode(const uint8_t *pixels, int width, int height, int channels, uint8_t **out,
+                   size_t *out_len);
+
+/* An encoded image of a record, PNG or JPEG (told apart by the first bytes, as
+ * TensorFlow's decode_image), into h x w x 3 RGB bytes: psg_png_decode or psg_jpeg_decode. */
+int psg_image_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height);
 
 /* ---- preprocessing ---- */
 
@@ -49,6 +71,8 @@ typedef struct {
     int classes;         /* labels must fall in [0, classes): 1000 */
     int threads;         /* decode threads: 2 */
     uint64_t seed;       /* distortions: 1 */
+    psg_tfrecord_compression_t compression; /* of the shards: AUTO (0, the default) detects
+                                               GZIP or ZLIB from each file's first bytes */
     psg_report_fn report; /* told of each skipped record or image (NULL: counted only) */
     void *report_ctx;
 } psg_imagenet_options_t;

@@ -6,6 +6,9 @@
 
 #include "psgraph/graph.h"
 
+#include <stdbool.h>
+#include <stddef.h>
+
 typedef struct {
     psg_endpoint_t images;  /* placeholder f32 (?, 28, 28, 1) */
     psg_endpoint_t labels;  /* placeholder i32 (?) */
@@ -21,7 +24,26 @@ typedef struct {
     double momentum;
 } psg_model_defaults_t;
 
-/* Defaults of `name` ("mlp", "cnn"); -1 with the error set for an unknown name. */
+/* The one table of the models `psgraph train --model` knows: every message and --help that
+ * lists models reads it. */
+typedef struct {
+    const char *name;           /* "mlp" */
+    const char *description;    /* one line for --help */
+    psg_model_defaults_t defaults;
+    bool built_here;            /* false: trained by its own command with its own recipe and
+                                   options (inception3: psgraph/inception3.h, cli/bench_cmd.c) */
+} psg_model_info_t;
+
+/* The number of models, and the i-th (0 <= i < count). */
+int psg_model_count(void);
+const psg_model_info_t *psg_model_info(int i);
+/* The model `name`, or NULL (no error set). */
+const psg_model_info_t *psg_model_find(const char *name);
+/* The names joined by sep ("mlp, cnn, inception3"), into buf (returned). */
+const char *psg_model_names(const char *sep, char *buf, size_t size);
+
+/* Defaults of `name` (a model psg_model_build builds); -1 with the error set for another
+ * name, listing the known models. */
 int psg_model_defaults(const char *name, psg_model_defaults_t *d);
 
 /* How a model is built beyond its name and shape. */

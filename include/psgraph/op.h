@@ -1,7 +1,8 @@
 /* The op registry: each op is registered once with its signature, its shape
  * inference, its gradient (which builds graph nodes, not numbers) and a
  * kernel per device type. Adding an op touches one file under ops/ (the def),
- * its kernels under ops/cpu/ (and ops/cuda/), and one line of ops/registry.c. */
+ * its kernels under ops/cpu/ (and ops/cuda/); a new family adds one line to
+ * ops/families.c. */
 #ifndef PSGRAPH_OP_H
 #define PSGRAPH_OP_H
 
@@ -36,6 +37,15 @@ typedef int (*psg_infer_fn)(psg_infer_ctx_t *c);
 typedef int (*psg_grad_fn)(psg_graph_t *g, const psg_node_t *node,
                            const psg_endpoint_t *grad_outputs, psg_endpoint_t *grad_inputs);
 
+/* Parses the node's attributes and derives what its kernels need (a conv's
+ * window and geometry, a MatMul's transposes, Concat's axis, an update's
+ * flags) into `params`, a zeroed plain struct of the def's params_size
+ * bytes: once per node of a plan, at psg_plan_new, and read by the CPU and
+ * the CUDA kernel alike as ctx->params. Input shapes known at build time are
+ * psg_graph_shape(g, node->inputs[i]) (unknown dims -1). Returns 0, or -1
+ * with the error set (the plan fails naming the node). */
+typedef int (*psg_prepare_fn)(const psg_graph_t *g, const psg_node_t *node, void *params);
+
 typedef struct psg_kernel_ctx psg_kernel_ctx_t;
 /* Computes the node's outputs. Returns 0, or -1 with psg_error_set (the
  * executor adds the node name). */
@@ -59,6 +69,8 @@ struct psg_op_def {
     psg_grad_fn grad;   /* NULL: not differentiable (autodiff fails if a path needs it) */
     psg_kernel_fn cpu;  /* NULL: no CPU kernel */
     psg_kernel_fn cuda; /* NULL: no CUDA kernel */
+    psg_prepare_fn prepare; /* NULL: the kernels read the node's attributes themselves */
+    size_t params_size;     /* the bytes of prepare's struct */
 };
 
 /* The registered op named `name`, or NULL. */
@@ -66,6 +78,13 @@ const psg_op_def_t *psg_op_lookup(const char *name);
 /* All ops, for listing and tests: the i-th (0 <= i < psg_op_count()). */
 int psg_op_count(void);
 const psg_op_def_t *psg_op_at(int i);
+/* Adds a family of ops: defs is a NULL-terminated array, borrowed for the
+ * life of the process. The built-in families are registered when the library
+ * loads (ops/families.c); a program registers its own before it builds
+ * graphs with them. Returns 0, or -1 with the error set when a def has no
+ * name or infer function or its name is taken (then nothing is added).
+ * Thread-safe. */
+int psg_op_register_family(const psg_op_def_t *const *defs);
 
 struct psg_rendezvous;
 typedef struct psg_async_op psg_async_op_t;
@@ -85,6 +104,7 @@ struct psg_kernel_ctx {
     struct psg_rendezvous *rendezvous; /* the step's, for Send/Recv; NULL when the run has none */
     psg_async_op_t *async;             /* set for PSG_OP_ASYNC ops only */
     int device; /* -1: a CPU kernel on host tensors; k: a CUDA kernel on GPU k's tensors */
+    const void *params; /* the def's prepare struct for this node; NULL without prepare */
 };
 
 /* Allocates output i with its inferred dtype and shape (uninitialized), in

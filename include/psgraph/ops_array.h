@@ -41,6 +41,10 @@ typedef struct {
     uint64_t seed;
 } psg_initializer_t;
 
+/* Glorot's uniform limit sqrt(6 / (fan_in + fan_out)) for a variable of
+ * `shape` (dense [in, out]; conv [kh, kw, in, out]; a vector: its length twice). */
+double psg_glorot_uniform_scale(const psg_shape_t *shape);
+
 /* A variable `name` (its handle, dtype PSG_DT_RESOURCE, shape = the
  * variable's). Adds an initializer op to the "init" collection and the handle
  * to "variables" (and "trainable_variables" when trainable). The variable is
@@ -59,5 +63,13 @@ int psg_assign(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endp
 int psg_assign_add(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t value);
 /* A node with no outputs that depends on all `n` nodes (by control edges). */
 int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes);
+
+/* Gradient compression (ops/compress.c): the k entries of x (f32) of largest magnitude,
+ * *values f32 (k) and their flat *indices i32 (k), larger first. Returns the node or -1. */
+int psg_topk_abs(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
+                 psg_endpoint_t *values, psg_endpoint_t *indices);
+/* A dense f32 tensor of *shape, zeros but values at indices (as psg_topk_abs gives). */
+psg_endpoint_t psg_scatter_dense(psg_graph_t *g, const char *name, psg_endpoint_t values,
+                                 psg_endpoint_t indices, const psg_shape_t *shape);
 
 #endif

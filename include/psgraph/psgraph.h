@@ -39,5 +39,8 @@
 #include "psgraph/cluster.h"
 #include "psgraph/task_server.h"
 #include "psgraph/dist_session.h"
+#include "psgraph/checkpoint.h"
+#include "psgraph/trace.h"
+#include "psgraph/summary.h"
 
 #endif

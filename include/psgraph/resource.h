@@ -21,7 +21,18 @@ typedef struct psg_variable {
     psg_tensor_t *value; /* allocated at creation, contents valid once initialized */
     bool initialized;
     pthread_mutex_t lock; /* held by update ops that must not interleave */
+    /* an optimizer slot's variable (the one whose update writes this slot), recorded by
+     * psg_variable_lock_update under this slot's lock; NULL: none seen yet */
+    struct psg_variable *owner;
 } psg_variable_t;
+
+/* The locks of one optimizer update: v's, then each of its n slots' (always in that
+ * order), recording v as each slot's owner. A reader that takes the owner's lock then sees
+ * the variable and its slots at one update (a checkpoint, ps/checkpoint.c). */
+void psg_variable_lock_update(psg_variable_t *v, psg_variable_t *const *slots, int n);
+void psg_variable_unlock_update(psg_variable_t *v, psg_variable_t *const *slots, int n);
+/* The variable whose lock guards v's contents: its owner when it is a slot, else v. */
+psg_variable_t *psg_variable_guard(psg_variable_t *v);
 
 psg_resource_mgr_t *psg_resource_mgr_new(void);
 void psg_resource_mgr_destroy(psg_resource_mgr_t **rm);

@@ -32,6 +32,8 @@ typedef struct {
     int n_samples;
     double bytes_per_step;  /* pulled and pushed by each worker per step: 4 * 23,817,352 */
     double link_gbps;       /* each machine's link, each direction, Gbit/s: 10 */
+    double slow_link_gbps;  /* the last worker's link instead (one capped worker); 0: link_gbps */
+    double ps_link_gbps;    /* each ps's link instead; 0: link_gbps */
     double latency_ms;      /* one message: 0.07 (psgraph's measured round trip, docs/wire.md) */
     int ps;                 /* parameter servers; 0: ceil((N + b) / 4) */
     double overhead_ms;     /* per step: the chief's apply and the token queue: 2 */
@@ -60,8 +62,9 @@ const char *psg_sim_tail_name(psg_sim_tail_t t);
  * pulls the variables, computes, pushes its gradient; it ends when the
  * workers-th fastest gradient has arrived (the rest are dropped) plus the
  * overhead. Transfers of one direction take latency + max(bytes / link,
- * (N + b) * bytes / (P * link)): a ps's link is shared by every worker, the
- * backups' included. Worker k draws its times from its own stream of the
+ * (N + b) * bytes / (P * ps link)): a ps's link is shared by every worker, the
+ * backups' included; a worker's time is its compute plus both its transfers (a
+ * worker on a slow link is the last one in, and dropped when b > 0). Worker k draws its times from its own stream of the
  * seed, so one worker is the same in every run and speedup <= N for b = 0.
  * Returns 0, or -1 with the error set on a bad config. */
 int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r);

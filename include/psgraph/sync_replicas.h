@@ -17,19 +17,50 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+enum { PSG_SYNC_COMPRESS_NONE, PSG_SYNC_COMPRESS_TOPK };
+
+/* The strategies' own settings, each a --flag of `psgraph train` (sync/strategies.c's
+ * table of options; a strategy reads only the ones it lists). */
+typedef struct {
+    int64_t max_staleness;  /* async: steps a read may run ahead of this worker's own
+                               last update (steps asked for ahead); 0 (default): none */
+    int64_t staleness;      /* ssp: the most steps a worker may be ahead of the slowest */
+    int64_t local_steps;    /* local: H, steps on the worker's own copy between averages */
+    int64_t local_after;    /* local: plain sync steps before local SGD starts (post-local) */
+    double elastic_alpha;   /* easgd: how far a copy and the center move toward each other */
+    int64_t compress;       /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
+    double compress_ratio;  /* topk: the share of each gradient's entries sent (default 0.01) */
+} psg_sync_options_t;
+
+/* The defaults of every strategy option. */
+void psg_sync_options_defaults(psg_sync_options_t *o);
+/* flag value, when flag is one of the strategies' options: stores it in *o. Returns 1
+ * when it took it, 0 when flag is not a strategy option, -1 with the error naming the
+ * flag on a bad value. */
+int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *value);
+/* The --sync lines of a usage text: every strategy, its summary and its options. */
+void psg_sync_print_help(FILE *f);
+/* The strategy named name (NULL: "sync") is known: 0, or -1 with the error listing them. */
+int psg_sync_strategy_check_name(const char *name);
 
 typedef struct {
-    const char *variant;       /* "sync" (NULL: "sync"), "async"; psg_sync_variant_names() */
+    const char *variant;       /* the strategy (NULL: "sync"); psg_sync_variant_names() */
     int num_workers;           /* N + b: all the job's workers, >= 1 */
     int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
     int backup_workers;        /* b >= 0 */
     int worker_index;          /* this worker, in [0, num_workers); 0 is the chief */
     int64_t total_steps; /* the chief ends training when the global step reaches it; 0: never */
     int64_t timeout_ms;  /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
+    psg_sync_options_t opt; /* the strategy's own settings */
 } psg_sync_config_t;
 
 /* Fills c for one worker and no backups: variant "sync", 60 s timeout. */
 void psg_sync_config_defaults(psg_sync_config_t *c);
+
+#define PSG_SYNC_MAX_CALLS 4
+#define PSG_SYNC_CALL_MAX 64
 
 /* What a variant builds into one worker's graph. Endpoints a variant does
  * not use are PSG_NO_ENDPOINT and ops -1. */
@@ -44,6 +75,10 @@ typedef struct {
     psg_endpoint_t token_wait;   /* f32 scalar: seconds the token took */
     int num_vars;                /* variables with a gradient */
     psg_endpoint_t global_step;  /* i64 scalar: the global step's value */
+    /* staleness (async, ssp): i64 scalars fetched on the worker with the step, the global
+     * step its variables were read at and the one its own update made; the gradient's
+     * staleness is applied_step - read_step - 1, the other updates between the two */
+    psg_endpoint_t read_step, applied_step;
     /* the chief: run chief_init_op once after init, then chief_op in a loop
      * (psg_sync_chief_start) fetching chief_global_step, the global step
      * after the update */
@@ -53,9 +88,29 @@ typedef struct {
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */
     int close_op;
+    /* the strategy's other calls (its step function runs them: sync/strategy.h): feeds,
+     * fetches and targets of each; no model feeds */
+    struct {
+        int n_feeds, n_fetches, n_targets;
+        psg_endpoint_t feeds[PSG_SYNC_CALL_MAX], fetches[PSG_SYNC_CALL_MAX];
+        int targets[PSG_SYNC_CALL_MAX];
+    } calls[PSG_SYNC_MAX_CALLS];
+    int num_calls;
+    /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
+    int n_step_fetches;
+    psg_endpoint_t step_fetches[PSG_SYNC_CALL_MAX];
+    bool overlap;       /* steps may be asked for ahead (async with --max-staleness 1) */
+    int local_init_op;  /* local_model: this worker's own variables' initializers; -1 none */
+    int start_op;       /* run by every worker once the variables are initialized; -1 none */
+    double comm_per_step; /* share of steps that move the model (local SGD: 1/H); 0: 1 */
+    double push_scale;    /* bytes pushed for each byte of the model (compression); 0: 1 */
 } psg_sync_graph_t;
 
 typedef struct psg_sync_replicas psg_sync_replicas_t;
+
+/* The workers the strategy of cfg can lose and go on (sync: b; async: all but the chief;
+ * others: 0). -1 with the error set on an unknown strategy. */
+int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg);
 
 /* A wrapper of opt (borrowed: it must outlive the wrapper) with a copy of
  * *cfg. NULL with the error naming the field on a bad config (unknown
@@ -84,8 +139,9 @@ const char *psg_sync_variant_names(void);
 
 /* ---- statistics of a worker's steps ---- */
 
-/* The endpoints a worker fetches with each step, after its own (at most 3:
- * num_accepted, next_step, token_wait, the ones the variant has). Returns
+/* The endpoints a worker fetches with each step, after its own (at most 5 +
+ * n_step_fetches: num_accepted, next_step, token_wait, read_step, applied_step, the ones
+ * the strategy has, then step_fetches). Returns
  * how many it wrote. */
 int psg_sync_graph_fetches(const psg_sync_graph_t *sg, psg_endpoint_t *out);
 
@@ -97,6 +153,8 @@ typedef struct {
     double step_sec;       /* the whole step, as the worker timed it */
     double token_wait_sec; /* of which waiting for the token */
     double compute_sec;    /* the rest: reads, compute, sends */
+    int64_t staleness;     /* updates between its read and its own apply; -1: not known */
+    double wait_sec;       /* of step_sec, waiting for others (ssp's clock) besides tokens */
 } psg_sync_step_t;
 
 /* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
@@ -108,8 +166,14 @@ int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
 
 typedef struct {
     int64_t steps, used, dropped;
-    double compute_sec, token_wait_sec;
+    double compute_sec, token_wait_sec, wait_sec;
+    /* staleness of the applied gradients whose staleness is known */
+    int64_t stale_n, stale_min, stale_max, stale_sum;
 } psg_sync_stats_t;
+
+/* "\"staleness\":{\"min\":A,\"mean\":B,\"max\":C,\"n\":N}" of s (nulls when none is
+ * known), as snprintf. */
+int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size);
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st);
 /* One metrics.jsonl line (no newline) for worker's step: {"event":"sync_step", ...}.

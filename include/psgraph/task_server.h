@@ -40,6 +40,31 @@ typedef struct psg_task_server psg_task_server_t;
  * events recorded since to that file (a Chrome trace) and stops recording. */
 #define PSG_TS_TRACE "Trace"
 
+/* What one peer (a connection) may cost the task, and the task's memory; each <= 0 takes
+ * its default. A request past a limit gets an error naming it (code PSG_ERR_LIMIT) and the
+ * server goes on answering the others (docs/distributed.md, "Limits"). */
+typedef struct {
+    int64_t memory_bytes;         /* the task's memory: what a peer's registered graphs may
+                                   * allocate in all (variables, Random, constants, every output
+                                   * of a known shape); default half the machine's memory */
+    int max_graphs_per_peer;      /* registered and not deregistered; default 256 */
+    int64_t max_graph_bytes_per_peer; /* their serialized bytes; default 1 GiB */
+    int max_pending_per_peer;     /* RunGraph queued or running; default 64 */
+    int max_recvs_per_peer;       /* Recv waiting for its tensor (one a variable a step:
+                                   * Inception-v3 pulls ~400 a step); default 16384 */
+    int64_t max_pending_bytes_per_peer; /* the bytes pending RunGraphs hold; default memory / 4 */
+    int max_waiters_per_peer;     /* WaitInit, WaitDone; default 16 */
+    int max_queue;                /* RunGraphs queued for the runner threads; default 1024 */
+    int max_peers;                /* peers holding anything at once; default 1024 */
+    int64_t max_wait_ms;          /* the longest wait of an accumulator take or a token
+                                   * dequeue, whatever a graph asks; default 10 minutes */
+} psg_task_limits_t;
+
+/* The limits with every default filled in (memory from the machine's). */
+psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given);
+
+#define PSG_TS_MAX_LOGDIRS 4
+
 typedef struct {
     /* the cluster (borrowed, must outlive the server): the peers a Recv pulls from, and
      * this process's task when task_name is NULL; may be NULL for a lone task */
@@ -54,6 +79,10 @@ typedef struct {
     int64_t recv_timeout_ms;   /* how long a Recv (local or pulled) waits; <= 0: 60000 */
     int64_t idle_timeout_ms;   /* stop after this long without a request; 0: never */
     int expect_workers;        /* stop once this many workers sent JobDone; 0: never */
+    /* where SaveShard and Trace may write (each made when absent; a path under one of
+     * them); none: they are refused */
+    const char *logdirs[PSG_TS_MAX_LOGDIRS];
+    psg_task_limits_t limits;
 } psg_task_server_options_t;
 
 /* Binds the server and starts its thread; returns once it serves. NULL with the error set

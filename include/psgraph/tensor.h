@@ -45,7 +45,8 @@ psg_shape_t psg_shape_unknown(void);
 psg_shape_t psg_shape_1d(int64_t d0);
 psg_shape_t psg_shape_2d(int64_t d0, int64_t d1);
 psg_shape_t psg_shape_4d(int64_t d0, int64_t d1, int64_t d2, int64_t d3);
-/* Number of elements; -1 if any dim or the rank is unknown. 1 for a scalar. */
+/* Number of elements; -1 if any dim or the rank is unknown, or if the count does not fit
+ * in an int64 (a shape from bytes may claim anything). 1 for a scalar. */
 int64_t psg_shape_numel(const psg_shape_t *s);
 bool psg_shape_is_complete(const psg_shape_t *s);
 bool psg_shape_equal(const psg_shape_t *a, const psg_shape_t *b);

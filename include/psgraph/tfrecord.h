@@ -40,7 +40,8 @@ typedef struct {
     int64_t length; /* of its data */
 } psg_tfrecord_entry_t;
 
-/* Scans the headers of `path` (reading the lengths, skipping the data) and
+/* Scans the headers of `path` (GZIP and ZLIB files inflated first, detected from their
+ * first bytes: psg_tfrecord_open) (reading the lengths, skipping the data) and
  * returns its records in *entries (malloc'ed, the caller frees) and their
  * count in *n. A header whose length CRC does not match, or a record cut
  * short by the end of the file, is reported as "path: byte OFFSET: why" and
@@ -50,6 +51,40 @@ typedef struct {
  * read at all. */
 int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
                        psg_report_fn report, void *report_ctx);
+
+/* ---- compressed files (examples/data/tfrecord_compression.c) ----
+ * TensorFlow's TFRecordOptions(compression_type='GZIP' | 'ZLIB'): the whole record stream
+ * deflated, in gzip or zlib framing. psgraph inflates a compressed file once into an
+ * unlinked temporary file (in $TMPDIR, else /tmp), whose records are then indexed and read
+ * as an uncompressed file's: the disk holds the inflated bytes while the file is open. */
+typedef enum {
+    PSG_TFRECORD_AUTO, /* from the first bytes: a valid record header, else gzip's or zlib's */
+    PSG_TFRECORD_NONE,
+    PSG_TFRECORD_GZIP,
+    PSG_TFRECORD_ZLIB,
+} psg_tfrecord_compression_t;
+
+/* "auto", "none", "GZIP", "ZLIB". */
+const char *psg_tfrecord_compression_name(psg_tfrecord_compression_t c);
+/* Parses "auto", "none" (or ""), "gzip", "zlib" (any case). -1 with the error quoting s. */
+int psg_tfrecord_compression_parse(const char *s, psg_tfrecord_compression_t *c);
+
+/* How a file is named in every error about its records: "PATH", or for a compressed one
+ * "PATH (GZIP; byte offsets of the inflated records)". */
+#define PSG_TFRECORD_NAME_MAX 4200
+
+/* Opens `path` for its records with compression `want` (AUTO: detected): returns a read
+ * descriptor of the uncompressed record stream (the file itself, or its inflated copy),
+ * *found the compression, name (size bytes) the name to give psg_tfrecord_index_fd and
+ * psg_tfrecord_read. -1 with the error naming the file and the compression (a corrupt or
+ * truncated compressed stream, a file that is not of the compression named). */
+int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want, psg_tfrecord_compression_t *found,
+                      char *name, size_t size);
+
+/* psg_tfrecord_index over an open record stream (psg_tfrecord_open's), reporting as
+ * `name`. The descriptor stays open. */
+int psg_tfrecord_index_fd(int fd, const char *name, psg_tfrecord_entry_t **entries, int64_t *n,
+                          psg_report_fn report, void *report_ctx);
 
 /* Reads the data of record e from the open descriptor fd of file `path`
  * into buf (at least e->length bytes) and checks its CRC. Thread-safe

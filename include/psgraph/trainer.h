@@ -5,6 +5,8 @@
 #ifndef PSGRAPH_TRAINER_H
 #define PSGRAPH_TRAINER_H
 
+#include "psgraph/sync_replicas.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@ typedef struct {
     int threads;
     const char *logdir;    /* NULL: no metrics.jsonl */
     int log_every;         /* progress line every N steps */
+    int64_t eval_every;    /* > 0: the chief (or one process) also evaluates every N steps */
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     const char *precision; /* "f32" (NULL) | "mixed" (bf16) | "mixed-f16": precision.h */
@@ -43,11 +46,19 @@ typedef struct {
     /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */
     int replicas_to_aggregate;       /* N; 0: the workers - backup_workers */
     int backup_workers;              /* b */
+    psg_sync_options_t sync_opt;     /* the strategies' own options (sync_replicas.h) */
     const char *const *stragglers;   /* --straggler specs (straggler.h), borrowed */
     int num_stragglers;
     /* checkpoints, TensorBoard scalars, timeline (worker/train_hooks.c) */
     const char *checkpoint_every;    /* "N" steps or "Ns"; NULL: 600s (with a logdir) */
     int keep;                        /* checkpoints kept; 0: 5 */
+    /* a --logdir whose checkpoints all fail verification: start from step 0 (true) or stop
+     * with each file named (false, the default; worker/resume.h) */
+    bool fresh_start;
+    /* a safetensors file whose tensors are the initial values of the variables of the same
+     * names (worker/init_from.h); init_strict: fail on a missing or unexpected name */
+    const char *init_from;
+    bool init_strict;
     const char *trace_path;          /* NULL: no timeline */
     int64_t trace_first, trace_last; /* steps traced, 1-based, inclusive */
     /* --model wide-deep (worker/ctr_train.c, docs/sparse.md) */

@@ -48,6 +48,7 @@ typedef struct psg_msg {
     char *key;             /* a rendezvous key, a resource name, a graph handle */
     int64_t step;          /* a step id; 0 when unused */
     char *error;           /* the reason, in an ERROR message */
+    int code;              /* in an ERROR message: a psg_err_code_t (0: unknown) */
     psg_buffer_t *body;    /* opaque bytes (a serialized graph, a status report); may be NULL */
     int ntensors;
     psg_tensor_t **tensors; /* ntensors references */
@@ -124,6 +125,9 @@ int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply);
 /* Sends an ERROR reply with a formatted text to the sender of `req`. As psg_server_reply. */
 int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...)
     PSG_PRINTF(3, 4);
+/* As psg_server_reply_error, with a psg_err_code_t the client reads as psg_error_code(). */
+int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, ...)
+    PSG_PRINTF(4, 5);
 psg_server_stats_t psg_server_stats(const psg_server_t *s);
 /* The ZeroMQ socket, for zmq_poll beside other sockets (readable: call psg_server_recv
  * with timeout 0). Owned by the server. */
@@ -145,7 +149,7 @@ const char *psg_client_endpoint(const psg_client_t *c);
  * its id; consumes *req. Returns the reply (the caller owns it). Returns NULL with the
  * error set when: the peer cannot be reached or does not answer in time (the message
  * names the peer's endpoint), the reply is malformed, or the peer answered with an ERROR
- * (the message is "<endpoint>: <peer's error>"). After a timeout the connection is reset,
+ * (the message is "<endpoint>: <peer's error>", psg_error_code() the peer's code). After a timeout the connection is reset,
  * so a late reply or a queued request cannot leak into the next call. */
 psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
 /* The asynchronous half of psg_client_call: gives *req a fresh id (returned in *id when

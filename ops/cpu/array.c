@@ -1,5 +1,6 @@
 /* CPU kernels of the array and state ops. Most alias their input (no copy):
  * Const, Identity, Reshape, ReadVariable return a tensor sharing the buffer. */
+#include "core/rng.h"
 #include "ops/cpu/array.h"
 #include "ops/cpu/broadcast.h"
 #include "psgraph/error.h"
@@ -151,21 +152,6 @@ int psg_cpu_no_op(psg_kernel_ctx_t *c) {
     return 0;
 }
 
-/* splitmix64: small, fast, and good enough for initial values. */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0; }
-
-static double normal(uint64_t *s) {
-    double u1 = uniform01(s), u2 = uniform01(s);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 int psg_cpu_random(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
@@ -180,13 +166,13 @@ int psg_cpu_random(psg_kernel_ctx_t *c) {
     if (!strcmp(dist, "constant")) {
         for (int64_t i = 0; i < n; i++) o[i] = (float)scale;
     } else if (!strcmp(dist, "uniform")) {
-        for (int64_t i = 0; i < n; i++) o[i] = (float)((2 * uniform01(&s) - 1) * scale);
+        for (int64_t i = 0; i < n; i++) o[i] = (float)((2 * psg_uniform01(&s) - 1) * scale);
     } else if (!strcmp(dist, "normal")) {
-        for (int64_t i = 0; i < n; i++) o[i] = (float)(normal(&s) * scale);
+        for (int64_t i = 0; i < n; i++) o[i] = (float)(psg_normal01(&s) * scale);
     } else {
         for (int64_t i = 0; i < n; i++) {
             double z;
-            do z = normal(&s);
+            do z = psg_normal01(&s);
             while (fabs(z) > 2.0);
             o[i] = (float)(z * scale);
         }

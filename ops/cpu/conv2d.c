@@ -6,6 +6,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/half.h"
 #include "ops/cpu/nn.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <string.h>
@@ -165,13 +166,13 @@ static void forward_part(void *ctx, int64_t part, int64_t part_end) {
     run_parts(ctx, part, part_end, forward_chunk);
 }
 
-static int conv_setup(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shape_t *filter,
-                      int64_t col_bytes, conv_job_t *j) {
-    psg_nn_attrs_t a;
+/* The job of the conv on inputs[0] (x or its shape) and inputs[1] (the
+ * filter or its shape), its geometry from the node's prepared params. */
+static int conv_setup(psg_kernel_ctx_t *c, int64_t col_bytes, conv_job_t *j) {
     memset(j, 0, sizeof *j);
-    if (psg_nn_read_attrs(c->node, false, &a) < 0) return -1;
-    if (psg_nn_geom(in, filter->dims[0], filter->dims[1], filter->dims[3], &a, &j->g) < 0)
-        return -1;
+    const psg_nn_geom_t *g = psg_nn_kernel_geom(c, false, &j->g);
+    if (!g) return -1;
+    j->g = *g;
     plan_job(j, c->pool, col_bytes);
     return 0;
 }
@@ -179,8 +180,7 @@ static int conv_setup(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shap
 int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
     if (psg_dtype_is_half(c->inputs[0]->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_conv2d);
     conv_job_t j;
-    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_COL_BYTES, &j) < 0)
-        return -1;
+    if (conv_setup(c, PSG_CONV_COL_BYTES, &j) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     j.x = psg_tensor_f32(c->inputs[0]);
@@ -248,8 +248,7 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
     if (psg_dtype_is_half(c->inputs[0]->dtype))
         return psg_cpu_run_as_f32(c, psg_cpu_conv2d_backprop_input);
     conv_job_t j;
-    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_COL_BYTES, &j) < 0)
-        return -1;
+    if (conv_setup(c, PSG_CONV_COL_BYTES, &j) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     j.w = psg_tensor_f32(c->inputs[1]);
@@ -289,9 +288,7 @@ int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
     if (psg_dtype_is_half(c->inputs[0]->dtype))
         return psg_cpu_run_as_f32(c, psg_cpu_conv2d_backprop_filter);
     conv_job_t j;
-    if (conv_setup(c, &c->inputs[0]->shape, &c->inputs[1]->shape, PSG_CONV_FILTER_COL_BYTES,
-                   &j) < 0)
-        return -1;
+    if (conv_setup(c, PSG_CONV_FILTER_COL_BYTES, &j) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     j.x = psg_tensor_f32(c->inputs[0]);

@@ -4,6 +4,7 @@
  * Not elementwise ops (math.c) and not matrix products (matmul.c). */
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/math.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <float.h>
@@ -314,15 +315,10 @@ int psg_cpu_l2_loss(psg_kernel_ctx_t *c) {
 int psg_cpu_concat(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    int rank = out->shape.rank;
-    int axis = (int)psg_node_get_int(c->node, "axis", 0);
-    if (axis < 0) axis += rank;
+    psg_concat_layout_t l = psg_concat_layout(c, out);
+    int axis = l.axis;
+    int64_t outer = l.outer, inner = l.inner;
     size_t es = psg_dtype_size(out->dtype);
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < axis; i++)
-        outer *= out->shape.dims[i];
-    for (int i = axis + 1; i < rank; i++)
-        inner *= out->shape.dims[i];
     size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es;
     char *o = out->data;
     size_t at = 0;

@@ -6,6 +6,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/half.h"
 #include "ops/cpu/math.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <string.h>
@@ -16,8 +17,8 @@
 int psg_cpu_matmul(psg_kernel_ctx_t *c) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
     if (psg_dtype_is_half(a->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_matmul);
-    bool ta = psg_node_get_bool(c->node, "transpose_a", false);
-    bool tb = psg_node_get_bool(c->node, "transpose_b", false);
+    const psg_matmul_params_t *p = psg_kernel_params(c);
+    bool ta = p->transpose_a, tb = p->transpose_b;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t M = out->shape.dims[0], N = out->shape.dims[1];
@@ -67,7 +68,7 @@ int psg_cpu_dense(psg_kernel_ctx_t *c) {
     dense_job_t j = {psg_tensor_f32(x), psg_tensor_f32(w),
                      psg_tensor_f32(b), psg_tensor_f32(out),
                      x->shape.dims[0],  x->shape.dims[1],
-                     w->shape.dims[1],  psg_node_get_bool(c->node, "relu", false)};
+                     w->shape.dims[1],  ((const psg_matmul_params_t *)psg_kernel_params(c))->relu};
     if (j.N == 0 || j.M == 0) return 0;
     int threads = psg_threadpool_size(c->pool);
     double flops = 2.0 * (double)j.N * (double)j.M * (double)j.K;
@@ -121,7 +122,7 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
 
 int psg_cpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
-    bool relu = psg_node_get_bool(c->node, "relu", false);
+    bool relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
     psg_tensor_t *dz = NULL;
     if (relu) {
         dz = psg_kernel_alloc_output(c, 0);

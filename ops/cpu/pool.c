@@ -3,6 +3,7 @@
  * the pool by output rows (forward) or images (backward, which scatters).
  * Not the defs (ops/nn.c). */
 #include "ops/cpu/nn.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <math.h>
@@ -26,11 +27,11 @@ static void window(int64_t i0, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
 }
 
 static int pool_setup(psg_kernel_ctx_t *c, pool_job_t *j) {
-    psg_nn_attrs_t a;
     memset(j, 0, sizeof *j);
-    if (psg_nn_read_attrs(c->node, true, &a) < 0) return -1;
-    const psg_shape_t *in = &c->inputs[0]->shape;
-    return psg_nn_geom(in, a.kh, a.kw, in->dims[3], &a, &j->g);
+    const psg_nn_geom_t *g = psg_nn_kernel_geom(c, true, &j->g);
+    if (!g) return -1;
+    j->g = *g;
+    return 0;
 }
 
 /* ---- forward: one output row (n, oh) per item ---- */

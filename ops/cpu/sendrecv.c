@@ -1,6 +1,6 @@
 /* CPU kernels of Send (leaves its input in the step's rendezvous, no copy)
  * and Recv (async: takes it when it arrives, checked against the edge's
- * dtype and shape). Not the rendezvous (graph/rendezvous.c) nor the wire. */
+ * dtype and shape). Not the rendezvous (ops/state/rendezvous.c) nor the wire. */
 #include "ops/cpu/sendrecv.h"
 #include "psgraph/error.h"
 #include "psgraph/rendezvous.h"

@@ -4,6 +4,7 @@
  * Not the builders or shape inference (ops/train.c). */
 #include "ops/cpu/train.h"
 #include "ops/cpu/array.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 #include <math.h>
@@ -17,29 +18,22 @@ typedef struct {
     const float *g; /* the gradient, (n) */
     float lr, a, b, eps;
     bool nesterov;
+    psg_variable_t *slots[2]; /* the slots' variables, locked with the variable's */
+    int nslots;
 } update_t;
 
 /* Big variables are updated by several threads; small ones inline. */
 #define UPDATE_GRAIN 32768
 
 static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, float *out) {
-    const psg_tensor_t *t = c->inputs[i];
-    if (t->dtype != PSG_DT_F32 || psg_tensor_numel(t) != 1) {
-        char b[PSG_SHAPE_STR_MAX];
-        return psg_error_set("%s (input %d) must be a scalar f32, got %s%s", what, i,
-                             psg_dtype_name(t->dtype), psg_shape_str(&t->shape, b, sizeof b));
-    }
-    *out = psg_tensor_f32(t)[0];
+    if (psg_update_check_scalar(c, i, what) < 0) return -1;
+    *out = psg_tensor_f32(c->inputs[i])[0];
     return 0;
 }
 
 static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
     psg_variable_t *v = psg_kernel_variable(c, i);
-    if (v->dtype != PSG_DT_F32)
-        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name,
-                             psg_dtype_name(v->dtype));
-    if (!v->initialized)
-        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+    if (psg_update_check_variable(v) < 0) return -1;
     *out = v;
     return 0;
 }
@@ -91,7 +85,7 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
                              v->name, psg_shape_str(&v->shape, b, sizeof b));
     }
     const float *gd = psg_tensor_f32(g);
-    if (psg_node_get_bool(c->node, "check_numerics", true)) {
+    if (((const psg_apply_params_t *)psg_kernel_params(c))->check_numerics) {
         scan_t sc = {gd, psg_tensor_numel(g)};
         psg_parallel_for(c->pool, sc.first_bad, UPDATE_GRAIN, scan_range, &sc);
         int64_t i = atomic_load(&sc.first_bad);
@@ -105,16 +99,19 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
     u->s1 = s[0] ? psg_tensor_f32(s[0]->value) : NULL;
     u->s2 = s[1] ? psg_tensor_f32(s[1]->value) : NULL;
     u->g = gd;
+    u->slots[0] = s[0];
+    u->slots[1] = s[1];
+    u->nslots = nslots;
     *var = v;
     return 0;
 }
 
-/* Runs fn over the variable's elements under its lock. The slots are written
- * only by their variable's update op, so the variable's lock covers them. */
+/* Runs fn over the variable's elements under its lock and its slots' (a checkpoint reads
+ * the variable and its slots under the variable's lock: one update, never half of one). */
 static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, update_t *u) {
-    pthread_mutex_lock(&v->lock);
+    psg_variable_lock_update(v, u->slots, u->nslots);
     psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
-    pthread_mutex_unlock(&v->lock);
+    psg_variable_unlock_update(v, u->slots, u->nslots);
     return 0;
 }
 
@@ -190,7 +187,7 @@ int psg_cpu_apply_momentum(psg_kernel_ctx_t *c) {
     if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0 ||
         scalar_input(c, 4, "momentum", &u.a) < 0)
         return -1;
-    u.nesterov = psg_node_get_bool(c->node, "use_nesterov", false);
+    u.nesterov = ((const psg_apply_params_t *)psg_kernel_params(c))->use_nesterov;
     return run_update(c, v, momentum_range, &u);
 }
 

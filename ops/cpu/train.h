@@ -1,6 +1,7 @@
 /* CPU kernels of the training ops (ops/train.c holds their defs): the
  * optimizer update rules applied in place to variables, and the small state
- * ops the optimizers need. Not the builder layer (ops/optimizer.c). */
+ * ops the optimizers need, and the input checks the CUDA glue shares. Not the
+ * builder layer (runtime/optimizer.c). */
 #ifndef PSGRAPH_OPS_CPU_TRAIN_H
 #define PSGRAPH_OPS_CPU_TRAIN_H
 
@@ -14,5 +15,12 @@ int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c);
 int psg_cpu_scale_variable(psg_kernel_ctx_t *c);
 int psg_cpu_increment_variable(psg_kernel_ctx_t *c);
 int psg_cpu_exponential_decay(psg_kernel_ctx_t *c);
+
+/* The checks of an update's inputs, for the CPU and the CUDA kernels alike:
+ * v (NULL: its lookup failed, the error is set) must be an initialized f32
+ * variable; input i (`what`, for the message) a scalar f32. 0, or -1 with
+ * the error set. */
+int psg_update_check_variable(const psg_variable_t *v);
+int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what);
 
 #endif

@@ -1,6 +1,8 @@
-/* Every CUDA kernel an op def names, as an X-macro: graph/gpu_module.c makes
- * a trampoline for each that resolves the kernel from the CUDA module on its
- * first call. A kernel added to kernels.h for an op def goes here too. */
+/* Every CUDA kernel an op def names, as an X-macro, the one list: kernels.h
+ * declares each from it, ops/gpu_module.c makes a trampoline for each that
+ * resolves the kernel from the CUDA module on its first call, and a def that
+ * names a kernel not here fails to compile in every build (kernels.h). The
+ * CUDA module links with --no-undefined: an entry without its kernel fails. */
 #ifndef PSGRAPH_OPS_CUDA_KERNEL_LIST_H
 #define PSGRAPH_OPS_CUDA_KERNEL_LIST_H
 

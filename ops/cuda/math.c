@@ -7,6 +7,7 @@
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/runtime.h"
+#include "ops/params.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
@@ -189,8 +190,8 @@ int psg_gpu_equal(psg_kernel_ctx_t *c) {
 
 int psg_gpu_matmul(psg_kernel_ctx_t *c) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
-    bool ta = psg_node_get_bool(c->node, "transpose_a", false);
-    bool tb = psg_node_get_bool(c->node, "transpose_b", false);
+    const psg_matmul_params_t *p = psg_kernel_params(c);
+    bool ta = p->transpose_a, tb = p->transpose_b;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t M = out->shape.dims[0], N = out->shape.dims[1];
@@ -212,13 +213,13 @@ int psg_gpu_dense(psg_kernel_ctx_t *c) {
                       psg_tensor_f32(w), M, 0.0f, psg_tensor_f32(out), M) < 0)
         return -1;
     return psg_cuda_bias_add(c->device, psg_tensor_f32(out), psg_tensor_f32(b), psg_tensor_f32(out),
-                             N, M, psg_node_get_bool(c->node, "relu", false));
+                             N, M, ((const psg_matmul_params_t *)psg_kernel_params(c))->relu);
 }
 
 /* inputs dy, y (N, M): dz = dy masked by y > 0 (relu) or dy itself; db = column sums of dz */
 int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
-    bool relu = psg_node_get_bool(c->node, "relu", false);
+    bool relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
     psg_tensor_t *dz = NULL;
     if (relu) {
         dz = psg_kernel_alloc_output(c, 0);
@@ -242,15 +243,10 @@ int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
 int psg_gpu_concat(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    int rank = out->shape.rank;
-    int axis = (int)psg_node_get_int(c->node, "axis", 0);
-    if (axis < 0) axis += rank;
+    psg_concat_layout_t l = psg_concat_layout(c, out);
+    int axis = l.axis;
+    int64_t outer = l.outer, inner = l.inner;
     size_t es = psg_dtype_size(out->dtype);
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < axis; i++)
-        outer *= out->shape.dims[i];
-    for (int i = axis + 1; i < rank; i++)
-        inner *= out->shape.dims[i];
     size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es, at = 0;
     for (int k = 0; k < c->num_inputs; k++) {
         const psg_tensor_t *x = c->inputs[k];

@@ -1,9 +1,10 @@
 /* CUDA kernels (C glue) of the nn ops: Conv2D and its gradients (cuDNN,
- * cudnn.cu; f32, bf16 or f16 tensors), pooling (pool.cu), BiasAdd and its gradient, fused batch norm.
- * The geometry comes from the same psg_nn_geom as the CPU kernels. */
+ * cudnn.cu; f32, bf16 or f16 tensors), pooling (pool.cu), BiasAdd and its gradient, fused batch
+ * norm. The geometry comes from the same prepared params (ops/params.h) as the CPU kernels'. */
 #include "ops/cpu/nn.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/params.h"
 #include "psgraph/error.h"
 
 static void to_cu(const psg_nn_geom_t *g, psg_cu_geom_t *o) {
@@ -11,22 +12,20 @@ static void to_cu(const psg_nn_geom_t *g, psg_cu_geom_t *o) {
                          g->oh, g->ow, g->sh, g->sw, g->pt, g->pl};
 }
 
-/* The geometry of a conv from its input shape `in` and filter shape `filter`. */
-static int conv_geom(psg_kernel_ctx_t *c, const psg_shape_t *in, const psg_shape_t *filter,
-                     psg_cu_geom_t *g) {
-    psg_nn_attrs_t a;
-    psg_nn_geom_t ng;
-    if (psg_nn_read_attrs(c->node, false, &a) < 0 ||
-        psg_nn_geom(in, filter->dims[0], filter->dims[1], filter->dims[3], &a, &ng) < 0)
-        return -1;
-    to_cu(&ng, g);
+/* The geometry of a conv on inputs[0] (x or its shape) and inputs[1] (the
+ * filter or its shape), from the node's prepared params. */
+static int conv_geom(psg_kernel_ctx_t *c, psg_cu_geom_t *g) {
+    psg_nn_geom_t tmp;
+    const psg_nn_geom_t *ng = psg_nn_kernel_geom(c, false, &tmp);
+    if (!ng) return -1;
+    to_cu(ng, g);
     return 0;
 }
 
 /* inputs: x (N, H, W, C), filter (KH, KW, C, OC) */
 int psg_gpu_conv2d(psg_kernel_ctx_t *c) {
     psg_cu_geom_t g;
-    if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
+    if (conv_geom(c, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     return psg_cuda_conv2d(c->device, (int)out->dtype, &g, c->inputs[0]->data, c->inputs[1]->data,
@@ -36,7 +35,7 @@ int psg_gpu_conv2d(psg_kernel_ctx_t *c) {
 /* inputs: x (only its shape), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
 int psg_gpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
     psg_cu_geom_t g;
-    if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
+    if (conv_geom(c, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     return psg_cuda_conv2d_backprop_input(c->device, (int)out->dtype, &g, c->inputs[1]->data,
@@ -46,7 +45,7 @@ int psg_gpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
 /* inputs: x (N, H, W, C), filter (only its shape), dy (N, OH, OW, OC) */
 int psg_gpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
     psg_cu_geom_t g;
-    if (conv_geom(c, &c->inputs[0]->shape, &c->inputs[1]->shape, &g) < 0) return -1;
+    if (conv_geom(c, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     return psg_cuda_conv2d_backprop_filter(c->device, (int)out->dtype, &g, c->inputs[0]->data,
@@ -54,13 +53,10 @@ int psg_gpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
 }
 
 static int pool_geom(psg_kernel_ctx_t *c, psg_cu_geom_t *g) {
-    psg_nn_attrs_t a;
-    psg_nn_geom_t ng;
-    const psg_shape_t *in = &c->inputs[0]->shape;
-    if (psg_nn_read_attrs(c->node, true, &a) < 0 ||
-        psg_nn_geom(in, a.kh, a.kw, in->dims[3], &a, &ng) < 0)
-        return -1;
-    to_cu(&ng, g);
+    psg_nn_geom_t tmp;
+    const psg_nn_geom_t *ng = psg_nn_kernel_geom(c, true, &tmp);
+    if (!ng) return -1;
+    to_cu(ng, g);
     return 0;
 }
 

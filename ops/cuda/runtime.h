@@ -1,4 +1,4 @@
-/* The CUDA runtime behind graph/device.c, as plain C: GPU detection, the
+/* The CUDA runtime behind ops/device.c, as plain C: GPU detection, the
  * caching device allocator, pinned staging buffers and the copies between
  * host and GPUs on the copy streams. Declared for C and for the .cu files;
  * no CUDA type appears here. Not the kernels (launch.h). */

@@ -3,31 +3,23 @@
  * with the scalar hyper-parameters read there. The NaN/Inf check of a
  * gradient skips the update on the GPU instead of failing the step: failing
  * would need a host sync per variable per step. */
+#include "ops/cpu/train.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/params.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
 static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
     psg_variable_t *v = psg_gpu_variable(c, i);
-    if (!v) return -1;
-    if (v->dtype != PSG_DT_F32)
-        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name,
-                             psg_dtype_name(v->dtype));
-    if (!v->initialized)
-        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+    if (psg_update_check_variable(v) < 0) return -1;
     *out = v;
     return 0;
 }
 
 static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, const float **out) {
-    const psg_tensor_t *t = c->inputs[i];
-    if (t->dtype != PSG_DT_F32 || psg_tensor_numel(t) != 1) {
-        char b[PSG_SHAPE_STR_MAX];
-        return psg_error_set("%s (input %d) must be a scalar f32, got %s%s", what, i,
-                             psg_dtype_name(t->dtype), psg_shape_str(&t->shape, b, sizeof b));
-    }
-    *out = psg_tensor_f32(t);
+    if (psg_update_check_scalar(c, i, what) < 0) return -1;
+    *out = psg_tensor_f32(c->inputs[i]);
     return 0;
 }
 
@@ -52,13 +44,13 @@ static int apply(psg_kernel_ctx_t *c, psg_cu_rule_t rule, int nslots, int gi, in
     const float *hp[6];
     for (int k = 0; k < nhp; k++)
         if (scalar_input(c, hp_inputs[k], hp_names[k], &hp[k]) < 0) return -1;
-    pthread_mutex_lock(&v->lock);
+    psg_variable_lock_update(v, s, nslots);
     int rc = psg_cuda_apply(
         c->device, rule, psg_tensor_f32(v->value), s[0] ? psg_tensor_f32(s[0]->value) : NULL,
         s[1] ? psg_tensor_f32(s[1]->value) : NULL, psg_tensor_f32(g), psg_tensor_numel(g), hp,
-        psg_node_get_bool(c->node, "use_nesterov", false),
-        psg_node_get_bool(c->node, "check_numerics", true));
-    pthread_mutex_unlock(&v->lock);
+        ((const psg_apply_params_t *)psg_kernel_params(c))->use_nesterov,
+        ((const psg_apply_params_t *)psg_kernel_params(c))->check_numerics);
+    psg_variable_unlock_update(v, s, nslots);
     return rc;
 }
 

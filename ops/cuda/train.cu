@@ -1,7 +1,7 @@
 /* CUDA kernels of the training ops: the optimizer rules of ops/cpu/train.c
  * applied in place, their scalar hyper-parameters read from device memory
  * (no host sync per step), the NaN/Inf check decided on the GPU, and the
- * small state ops. Not the builders (ops/train.c, ops/optimizer.c). */
+ * small state ops. Not the builders (ops/train.c, runtime/optimizer.c). */
 #include "ops/cuda/common.h"
 
 #include <math.h>

@@ -258,9 +258,9 @@ void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t 
     a->done = done;
     a->arg = arg;
     a->timer_id = 0;
-    a->timeout_ms = timeout_ms;
+    a->timeout_ms = timeout_ms = psg_timer_wait_ms(a->timer, timeout_ms); /* always a deadline */
     finished = complete_if_ready_locked(a, &f);
-    if (!finished && timeout_ms > 0) {
+    if (!finished) {
         a->timer_id = psg_timer_add(a->timer, timeout_ms, take_timed_out, a);
         if (a->timer_id == 0) {
             a->waiting = false;

@@ -66,7 +66,7 @@ typedef void (*psg_accumulator_take_fn)(void *arg, psg_tensor_t *mean, const cha
 
 /* Asks for the mean of num_required (>= 1) gradients of the current step:
  * done runs once, at once if they are in, else from the psg_accumulator_apply
- * that brings the last one, from the timer after timeout_ms (<= 0: no limit)
+ * that brings the last one, from the timer after timeout_ms (<= 0 or longer than the longest wait of the task, 10 minutes unless set: that longest wait)
  * with an error that says how many came, or from psg_accumulator_close. On
  * success the sum is reset and the global step advances by one, so
  * gradients still computed for the old step are stale. One take at a time:
@@ -118,7 +118,7 @@ typedef void (*psg_token_fn)(void *arg, int64_t token, const char *error);
  * step: a worker never takes two tokens of one step); `worker` names the
  * worker in messages. done runs once: at once when such a token is there or
  * the queue is closed, else when one is enqueued, on close, or after
- * timeout_ms (<= 0: no limit) with an error naming the queue, the worker
+ * timeout_ms (<= 0 or longer than the longest wait of the task, 10 minutes unless set: that longest wait) with an error naming the queue, the worker
  * and the step it waits for. */
 void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t after_step,
                                    int64_t timeout_ms, psg_token_fn done, void *arg);
@@ -147,7 +147,7 @@ psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_sh
 psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                         psg_endpoint_t local_step, psg_endpoint_t grad);
 /* AccumulatorTakeGradient(handle): the mean of num_required gradients, waiting
- * without a thread; fails after timeout_ms (<= 0: never) or when closed. */
+ * without a thread; fails after timeout_ms (<= 0: the longest wait, 10 minutes unless set) or when closed. */
 psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                        int num_required, int64_t timeout_ms);
 /* AccumulatorSetGlobalStep(handle, step i64 scalar). */

@@ -5,6 +5,7 @@
 #include "psgraph/error.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -25,6 +26,7 @@ struct psg_timer {
     uint64_t next_id;
     uint64_t running; /* id of the callback running now, 0 for none */
     bool stop;
+    _Atomic int64_t max_wait_ms; /* the longest wait (psg_timer_wait_ms) */
 };
 
 static bool before(const struct timespec *a, const struct timespec *b) {
@@ -117,6 +119,16 @@ static void destroy_timer(void *obj) {
 psg_timer_t *psg_timer_of(psg_resource_mgr_t *rm) {
     return psg_resource_lookup_or_create(rm, "_psg_timer", "timer", create_timer, NULL,
                                          destroy_timer);
+}
+
+void psg_timer_set_max_wait(psg_timer_t *t, int64_t ms) {
+    atomic_store(&t->max_wait_ms, ms > 0 ? ms : PSG_TIMER_MAX_WAIT_MS);
+}
+
+int64_t psg_timer_wait_ms(psg_timer_t *t, int64_t timeout_ms) {
+    int64_t max = atomic_load(&t->max_wait_ms);
+    if (max <= 0) max = PSG_TIMER_MAX_WAIT_MS;
+    return timeout_ms <= 0 || timeout_ms > max ? max : timeout_ms;
 }
 
 uint64_t psg_timer_add(psg_timer_t *t, int64_t delay_ms, psg_timer_fn fn, void *arg) {

@@ -25,6 +25,16 @@ void psg_timer_destroy(psg_timer_t **t);
  * NULL with the error set on failure. */
 psg_timer_t *psg_timer_of(psg_resource_mgr_t *rm);
 
+/* The longest any wait may last unless the task says otherwise (10 minutes): a graph a
+ * peer registers may ask for "no timeout", and a wait without a deadline once stopped a
+ * task server for good. */
+#define PSG_TIMER_MAX_WAIT_MS ((int64_t)600000)
+/* Sets the longest wait of the waits timed by t (<= 0: PSG_TIMER_MAX_WAIT_MS). */
+void psg_timer_set_max_wait(psg_timer_t *t, int64_t ms);
+/* The deadline a wait asking for timeout_ms gets: timeout_ms, or the longest wait when
+ * timeout_ms is <= 0 (none asked) or longer. */
+int64_t psg_timer_wait_ms(psg_timer_t *t, int64_t timeout_ms);
+
 /* Calls fn(arg, id) once delay_ms from now. Returns the entry's id (> 0),
  * or 0 with the error set on out of memory. */
 uint64_t psg_timer_add(psg_timer_t *t, int64_t delay_ms, psg_timer_fn fn, void *arg);

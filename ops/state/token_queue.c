@@ -1,7 +1,7 @@
 /* The token queue of sync replicas: the chief puts N + b tokens carrying
  * the new global step; a worker takes the first token newer than its local
  * step before its next step, waiting without a thread, with a timeout.
- * Not the accumulators (ps/accumulator.c) and not the ops (ops/sync.c). */
+ * Not the accumulators (ops/state/accumulator.c) and not the ops (ops/sync.c). */
 #include "ops/state/handle.h"
 #include "ops/state/timer.h"
 #include "psgraph/error.h"
@@ -231,12 +231,12 @@ void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t aft
         snprintf(msg, sizeof msg, "token queue '%s' is closed: %s", q->name, q->error);
     } else if (!q->closed) {
         waiter_t *w = calloc(1, sizeof *w);
+        timeout_ms = psg_timer_wait_ms(q->timer, timeout_ms); /* always a deadline */
         if (w) {
             *w = (waiter_t){worker, after_step, timeout_ms, 0, done, arg, NULL};
-            if (timeout_ms > 0)
-                w->timer_id = psg_timer_add(q->timer, timeout_ms, dequeue_timed_out, q);
+            w->timer_id = psg_timer_add(q->timer, timeout_ms, dequeue_timed_out, q);
         }
-        if (!w || (timeout_ms > 0 && w->timer_id == 0)) {
+        if (!w || w->timer_id == 0) {
             free(w);
             snprintf(msg, sizeof msg, "token queue '%s': out of memory", q->name);
         } else {

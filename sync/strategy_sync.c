@@ -6,7 +6,7 @@
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "ops/state/sync_resources.h"
-#include "sync/variant.h"
+#include "sync/strategy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,20 +19,12 @@ static const char *var_name(const psg_sync_build_t *b, int i, const char *suffix
     return buf;
 }
 
-/* Pushes the device the node of `e` asked for (so the replica setter keeps
- * what it decided for the variable); returns whether it pushed. */
-static bool push_device_of(psg_graph_t *g, psg_endpoint_t e) {
-    const char *dev = psg_node_device(psg_graph_node(g, e.node));
-    if (dev[0]) psg_graph_push_device(g, dev);
-    return dev[0] != 0;
-}
-
 typedef struct {
     psg_endpoint_t *accums, *applied, *means;
     int *applies, *closes, *sets;
 } nodes_t;
 
-static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
+int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
     int n = b->n, rc = -1;
     nodes_t t;
@@ -53,7 +45,7 @@ static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
 
     /* per variable, beside it: the accumulator, the worker's apply, the chief's take */
     for (int i = 0; i < n; i++) {
-        bool pushed = push_device_of(g, b->vars[i]);
+        bool pushed = psg_sync_push_device_of(g, b->vars[i]);
         const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
         t.accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
                                          b->num_required);
@@ -71,7 +63,7 @@ static int build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     }
 
     /* the token queue beside the global step; the worker's dequeue after all its applies */
-    bool pushed = push_device_of(g, b->global_step);
+    bool pushed = psg_sync_push_device_of(g, b->global_step);
     psg_endpoint_t queue = psg_token_queue_op(g, "sync_token_q");
     psg_node_builder_t *nb = psg_node_begin(g, "TokenQueueDequeue", "sync_replicas/dequeue_token");
     psg_node_add_input(nb, queue);
@@ -118,8 +110,20 @@ out:
     return rc;
 }
 
-const psg_sync_variant_t psg_sync_variant_sync = {
-    "sync",
-    "synchronous SGD: the mean of the first N of N + b gradients per step, the b slowest dropped",
-    build_sync,
+static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
+    return cfg->num_workers - num_required;
+}
+
+static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", "--compress",
+                                           "--compress-ratio", NULL};
+
+const psg_sync_strategy_t psg_sync_strategy_sync = {
+    .name = "sync",
+    .summary = "synchronous SGD: the mean of the first N of N + b gradients a step, the b "
+               "slowest dropped",
+    .options = sync_options,
+    .lost_workers = lost_sync,
+    .build = psg_sync_build_sync,
+    .chief_runner = true,
+    .compress = true,
 };

@@ -1,0 +1,199 @@
+/* `psgraph launch --k8s`: the Kubernetes objects of a cluster as YAML, ready for
+ * `kubectl apply -f`: a headless Service naming every pod, and one Indexed Job per job (ps,
+ * worker) whose pods build their TF_CONFIG from their index. Writes YAML only: it talks to
+ * no API server (docs/hosts.md). */
+#include "cli/commands.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define K8S_PORT 2222
+
+typedef struct {
+    const char *image, *ns, *name, *cpu, *memory, *volume, *out;
+    int gpus;
+    int ps, workers;
+    bool restart;
+    char **cmd;
+} k8s_t;
+
+/* s as a YAML double-quoted scalar (JSON's escapes). */
+static void q(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p < 0x20) fprintf(f, "\\x%02x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* The DNS name of pod `index` of job `job`: the Job's pods are named NAME-JOB-INDEX and sit
+ * under the headless Service NAME (their subdomain). */
+static void pod_dns(const k8s_t *k, const char *job, int index, char *out, size_t size) {
+    snprintf(out, size, "%s-%s-%d.%s.%s.svc.cluster.local:%d", k->name, job, index, k->name, k->ns, K8S_PORT);
+}
+
+static void service(FILE *f, const k8s_t *k) {
+    fprintf(f, "# the headless Service: a DNS name for every pod of the cluster, no load balancing\n"
+               "apiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\n"
+               "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n"
+               "spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n"
+               "  selector:\n    psgraph/cluster: %s\n"
+               "  ports:\n    - name: task\n      port: %d\n      targetPort: %d\n",
+            k->name, k->ns, k->name, k->name, K8S_PORT, K8S_PORT);
+}
+
+/* The logdir the command names (--logdir DIR), else /logdir. */
+static const char *logdir_of(char **cmd) {
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        if (!strcmp(cmd[i], "--logdir")) return cmd[i + 1];
+    return "/logdir";
+}
+
+static void container(FILE *f, const k8s_t *k, const char *job, const char *cluster) {
+    bool ps = !strcmp(job, "ps");
+    fprintf(f, "          - name: %s\n            image: ", job);
+    q(f, k->image);
+    /* TF_CONFIG from the pod's index (JOB_COMPLETION_INDEX, set by Kubernetes) */
+    fprintf(f, "\n            command: [\"/bin/sh\", \"-c\", ");
+    q(f, "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": \\\"$PSG_JOB\\\", "
+         "\\\"index\\\": $JOB_COMPLETION_INDEX}}\"; exec \"$@\"");
+    fprintf(f, ", \"psgraph-task\"]\n            args: [");
+    if (ps) {
+        /* the shards go to the workers' logdir: the only place a ps writes (docs/distributed.md) */
+        fprintf(f, "\"psgraph\", \"server\", \"--logdir\", ");
+        q(f, logdir_of(k->cmd));
+    } else {
+        for (int i = 0; k->cmd[i]; i++) {
+            if (i) fputs(", ", f);
+            q(f, k->cmd[i]);
+        }
+    }
+    fprintf(f, "]\n            env:\n              - name: PSG_JOB\n                value: \"%s\"\n"
+               "              - name: PSG_CLUSTER\n                value: ", job);
+    q(f, cluster);
+    fprintf(f, "\n            ports:\n              - name: task\n                containerPort: %d\n", K8S_PORT);
+    bool gpus = !ps && k->gpus > 0;
+    if (k->cpu || k->memory || gpus) {
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 0) fprintf(f, "            resources:\n");
+            fprintf(f, "              %s:\n", pass ? "limits" : "requests");
+            if (k->cpu) fprintf(f, "                cpu: "), q(f, k->cpu), fputc('\n', f);
+            if (k->memory) fprintf(f, "                memory: "), q(f, k->memory), fputc('\n', f);
+            if (gpus) fprintf(f, "                nvidia.com/gpu: \"%d\"\n", k->gpus);
+        }
+    }
+    fprintf(f, "            volumeMounts:\n              - name: logdir\n                mountPath: ");
+    q(f, logdir_of(k->cmd));
+    fputc('\n', f);
+}
+
+/* One Indexed Job: its pods NAME-JOB-0..n-1, each its own task of the cluster. */
+static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *cluster) {
+    fprintf(f, "# the %s tasks: pod NAME-%s-i is /job:%s/task:i\n"
+               "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: %s-%s\n  namespace: %s\n"
+               "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n    psgraph/job: %s\n"
+               "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+               "  backoffLimit: %d\n"
+               "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: psgraph\n"
+               "        psgraph/cluster: %s\n        psgraph/job: %s\n"
+               "    spec:\n      subdomain: %s\n      restartPolicy: %s\n      containers:\n",
+            job, job, job, k->name, job, k->ns, k->name, job, n, n, k->restart ? 3 * n : 0, k->name, job, k->name,
+            k->restart ? "OnFailure" : "Never");
+    container(f, k, job, cluster);
+    fprintf(f, "      volumes:\n        - name: logdir\n");
+    if (k->volume) fprintf(f, "          persistentVolumeClaim:\n            claimName: "), q(f, k->volume), fputc('\n', f);
+    else fprintf(f, "          emptyDir: {}\n");
+}
+
+/* Writes the objects to f; the cluster's addresses are the pods' DNS names. */
+static int write_all(FILE *f, const k8s_t *k) {
+    size_t cap = 64 + (size_t)(k->ps + k->workers) * 200, len = 0;
+    char *cluster = malloc(cap);
+    if (!cluster) return -1;
+    len += (size_t)snprintf(cluster + len, cap - len, "{");
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? k->workers : k->ps;
+        if (!n) continue;
+        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "", pass ? "worker" : "ps");
+        for (int i = 0; i < n; i++) {
+            char a[300];
+            pod_dns(k, pass ? "worker" : "ps", i, a, sizeof a);
+            len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\"", i ? ", " : "", a);
+        }
+        len += (size_t)snprintf(cluster + len, cap - len, "]");
+    }
+    snprintf(cluster + len, cap - len, "}");
+    service(f, k);
+    if (k->ps) {
+        fputs("---\n", f);
+        job(f, k, "ps", k->ps, cluster);
+    }
+    fputs("---\n", f);
+    job(f, k, "worker", k->workers, cluster);
+    free(cluster);
+    return ferror(f) ? -1 : 0;
+}
+
+/* A DNS label (RFC 1123) of at most 40 characters: the pods' names add "-worker-NNN". */
+static bool dns_label(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 40 || s[0] == '-' || s[n - 1] == '-') return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) return false;
+    return true;
+}
+
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd) {
+    k8s_t k = {.image = "psgraph:latest", .ns = "default", .name = "psgraph", .ps = ps, .workers = workers,
+               .restart = restart, .cmd = cmd};
+    for (int i = 0; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--image")) k.image = v;
+        else if (!strcmp(a, "--namespace")) k.ns = v;
+        else if (!strcmp(a, "--name")) k.name = v;
+        else if (!strcmp(a, "--cpu")) k.cpu = v;
+        else if (!strcmp(a, "--memory")) k.memory = v;
+        else if (!strcmp(a, "--logdir-volume")) k.volume = v;
+        else if (!strcmp(a, "--out")) k.out = v;
+        else if (!strcmp(a, "--gpus-per-worker")) {
+            char *end;
+            long g = strtol(v, &end, 10);
+            if (!*v || *end || g < 0 || g > 64) {
+                fprintf(stderr, "psgraph launch: --gpus-per-worker: '%s' is not a count of GPUs\n", v);
+                return 2;
+            }
+            k.gpus = (int)g;
+        }
+    }
+    if (!dns_label(k.name) || !dns_label(k.ns)) {
+        fprintf(stderr, "psgraph launch: --%s '%s' is not a DNS label (a-z, 0-9, '-', at most 40)\n",
+                dns_label(k.name) ? "namespace" : "name", dns_label(k.name) ? k.ns : k.name);
+        return 2;
+    }
+    if (!k.out) return write_all(stdout, &k) == 0 ? 0 : 1;
+    if (mkdir(k.out, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "psgraph launch: --out %s: %s\n", k.out, strerror(errno));
+        return 1;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.yaml", k.out, k.name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "psgraph launch: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int rc = write_all(f, &k);
+    if (fclose(f) != 0) rc = -1;
+    if (rc < 0) {
+        fprintf(stderr, "psgraph launch: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    printf("psgraph launch: %s written (kubectl apply -f %s)\n", path, path);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* The prepared parameters of ops (psg_op_def_t.prepare): what a def's
+ * prepare step parses from a node's attributes, and derives from the shapes
+ * known at build time, once per plan node; the CPU kernels (ops/cpu/) and the
+ * CUDA glue (ops/cuda/) read the same struct as ctx->params. Plain data.
+ * Not the attributes' parsers themselves (ops/nn.c, ops/math.c, ops/train.c). */
+#ifndef PSGRAPH_OPS_PARAMS_H
+#define PSGRAPH_OPS_PARAMS_H
+
+#include "ops/cpu/nn.h"
+#include "psgraph/error.h"
+#include "psgraph/op.h"
+
+#include <stdbool.h>
+
+/* Conv2D, its two backprops, MaxPool, AvgPool and their gradients: the
+ * window attributes, and the geometry for the input shapes of the plan when
+ * they were complete at build time (have_geom). */
+typedef struct {
+    psg_nn_attrs_t a;
+    bool have_geom;
+    psg_nn_geom_t geom;
+} psg_nn_params_t;
+
+int psg_nn_prepare_conv(const psg_graph_t *g, const psg_node_t *n, void *params);
+int psg_nn_prepare_pool(const psg_graph_t *g, const psg_node_t *n, void *params);
+
+/* The geometry of the conv or pool that kernel ctx c runs (inputs[0] the
+ * NHWC input, inputs[1] a conv's filter): the prepared one when the shapes
+ * are the plan's, else derived from them into *tmp. NULL with the error set. */
+const psg_nn_geom_t *psg_nn_kernel_geom(const psg_kernel_ctx_t *c, bool pool, psg_nn_geom_t *tmp);
+
+/* MatMul (transpose_a, transpose_b), Dense and DenseBackprop (relu). */
+typedef struct {
+    bool transpose_a, transpose_b;
+    bool relu;
+} psg_matmul_params_t;
+
+int psg_matmul_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
+
+/* Concat: the axis, in [0, rank) when the rank was known at build time. */
+typedef struct {
+    int axis;
+} psg_concat_params_t;
+
+int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
+
+/* The layout of the Concat that ctx c runs into `out`: its axis, the
+ * product of the dims before it (rows) and after it (each row's inner size). */
+typedef struct {
+    int axis;
+    int64_t outer, inner;
+} psg_concat_layout_t;
+
+psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out);
+
+/* The update ops (ApplyGradientDescent, ApplyMomentum, ...): their flags. */
+typedef struct {
+    bool check_numerics;
+    bool use_nesterov;
+} psg_apply_params_t;
+
+int psg_apply_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
+
+/* ctx->params of a kernel whose def has a prepare step (a broken invariant
+ * otherwise: the executor prepares every plan node). */
+static inline const void *psg_kernel_params(const psg_kernel_ctx_t *c) {
+    PSG_ASSERT(c->params);
+    return c->params;
+}
+
+#endif

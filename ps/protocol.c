@@ -1,0 +1,431 @@
+/* The task server's protocol table (ps/protocol.h): one row per request with its fields,
+ * its reply and its handler, and the typed encoders and decoders both ends use. A decoder
+ * trusts nothing: every number is range-checked and every error names the op and field.
+ * Not the handlers (ps/task_*.c) and not the wire (net/). */
+#include "ps/protocol.h"
+
+#include "ps/task_server_internal.h"
+#include "psgraph/error.h"
+#include "psgraph/op.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bad(const psg_msg_t *m, const char *fmt, ...) PSG_PRINTF(2, 3);
+static int bad(const psg_msg_t *m, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return psg_error_set_code(PSG_ERR_BAD_REQUEST, "%s: %s", m->op ? m->op : "?", why);
+}
+
+/* ---- fields ---- */
+
+static int get_handle(const psg_msg_t *m, uint64_t *h) {
+    const char *k = m->key;
+    char *end = NULL;
+    if (!k || !*k || k[0] == '-' || k[0] == '+' || k[0] == ' ')
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown graph handle '%.64s'", k ? k : "");
+    unsigned long long v = strtoull(k, &end, 10);
+    if (*end) return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown graph handle '%.64s'", k);
+    *h = v;
+    return 0;
+}
+
+static int set_handle(psg_msg_t *m, uint64_t h) {
+    char key[32];
+    snprintf(key, sizeof key, "%" PRIu64, h);
+    return psg_msg_set_key(m, key);
+}
+
+static int set_body(psg_msg_t *m, const void *p, size_t n) { return psg_msg_set_body(m, p, n); }
+
+/* The body as a NUL-terminated path of at most PSG_PROTO_MAX_PATH - 1 bytes, no NUL inside. */
+static int get_path(const psg_msg_t *m, const char *what, char *out) {
+    if (!m->body || m->body->size == 0) return bad(m, "no %s (the body)", what);
+    if (m->body->size >= PSG_PROTO_MAX_PATH)
+        return bad(m, "%s of %zu bytes (the limit is %d)", what, m->body->size, PSG_PROTO_MAX_PATH - 1);
+    if (memchr(m->body->data, 0, m->body->size)) return bad(m, "%s contains a NUL byte", what);
+    memcpy(out, m->body->data, m->body->size);
+    out[m->body->size] = 0;
+    return 0;
+}
+
+/* An i64 tensor of shape [n, cols] (cols 2) or [n] (cols 1) named `name`, absent: n = 0. */
+static int get_ids(const psg_msg_t *m, const char *name, int cols, int *n, const int64_t **out) {
+    psg_tensor_t *t = psg_msg_tensor(m, name);
+    *n = 0;
+    *out = NULL;
+    if (!t || (t->dtype == PSG_DT_I64 && psg_tensor_numel(t) == 0)) return 0;
+    if (t->dtype != PSG_DT_I64 || t->shape.rank != cols || (cols == 2 && t->shape.dims[1] != 2) ||
+        t->shape.dims[0] > PSG_PROTO_MAX_ENDPOINTS) {
+        char sh[PSG_SHAPE_STR_MAX];
+        return bad(m, "'%s' must be i64 [n%s] with n <= %d, got %s%s", name, cols == 2 ? ", 2" : "",
+                   PSG_PROTO_MAX_ENDPOINTS, psg_dtype_name(t->dtype), psg_shape_str(&t->shape, sh, sizeof sh));
+    }
+    *n = (int)t->shape.dims[0];
+    *out = psg_tensor_i64(t);
+    return 0;
+}
+
+static int add_ids(psg_msg_t *m, const char *name, int n, int cols, const int64_t *v) {
+    if (n == 0) return 0;
+    psg_shape_t s = cols == 2 ? psg_shape_2d(n, 2) : psg_shape_1d(n);
+    psg_tensor_t *t = psg_tensor_new(PSG_DT_I64, &s);
+    if (!t) return -1;
+    memcpy(t->data, v, (size_t)n * (size_t)cols * sizeof *v);
+    int rc = psg_msg_add_tensor(m, name, t);
+    psg_tensor_destroy(&t);
+    return rc;
+}
+
+/* An endpoint from untrusted numbers: out of range becomes (-1, -1), which registration
+ * then rejects by its index. */
+static psg_endpoint_t to_endpoint(int64_t node, int64_t index) {
+    return (psg_endpoint_t){node < 0 || node > INT32_MAX ? -1 : (int)node,
+                            index < 0 || index > PSG_MAX_OUTPUTS ? -1 : (int)index};
+}
+
+/* ---- RegisterGraph ---- */
+
+static int enc_register(const psg_req_t *r, psg_msg_t *m) {
+    const psg_req_register_t *g = &r->u.reg;
+    int64_t *v = malloc(((size_t)g->n_feeds + g->n_fetches + g->n_targets + 1) * 2 * sizeof *v);
+    if (!v) return psg_error_set("out of memory");
+    int rc = set_body(m, g->graph, g->len);
+    for (int i = 0; i < g->n_feeds; i++) v[2 * i] = g->feeds[i].node, v[2 * i + 1] = g->feeds[i].index;
+    if (rc == 0) rc = add_ids(m, "feeds", g->n_feeds, 2, v);
+    for (int i = 0; i < g->n_fetches; i++) v[2 * i] = g->fetches[i].node, v[2 * i + 1] = g->fetches[i].index;
+    if (rc == 0) rc = add_ids(m, "fetches", g->n_fetches, 2, v);
+    for (int i = 0; i < g->n_targets; i++) v[i] = g->targets[i];
+    if (rc == 0) rc = add_ids(m, "targets", g->n_targets, 1, v);
+    free(v);
+    return rc;
+}
+
+static int dec_register(const psg_msg_t *m, psg_req_t *r) {
+    psg_req_register_t *g = &r->u.reg;
+    const int64_t *f, *x, *t;
+    if (!m->body || m->body->size == 0) return bad(m, "no graph (the body)");
+    if (get_ids(m, "feeds", 2, &g->n_feeds, &f) < 0 || get_ids(m, "fetches", 2, &g->n_fetches, &x) < 0 ||
+        get_ids(m, "targets", 1, &g->n_targets, &t) < 0)
+        return -1;
+    g->graph = m->body->data;
+    g->len = m->body->size;
+    g->feeds = calloc((size_t)g->n_feeds + 1, sizeof *g->feeds);
+    g->fetches = calloc((size_t)g->n_fetches + 1, sizeof *g->fetches);
+    g->targets = calloc((size_t)g->n_targets + 1, sizeof *g->targets);
+    if (!g->feeds || !g->fetches || !g->targets) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < g->n_feeds; i++) g->feeds[i] = to_endpoint(f[2 * i], f[2 * i + 1]);
+    for (int i = 0; i < g->n_fetches; i++) g->fetches[i] = to_endpoint(x[2 * i], x[2 * i + 1]);
+    for (int i = 0; i < g->n_targets; i++) g->targets[i] = t[i] < 0 || t[i] > INT32_MAX ? -1 : (int)t[i];
+    return 0;
+}
+
+/* ---- the small ones ---- */
+
+static int enc_handle(const psg_req_t *r, psg_msg_t *m) { return set_handle(m, r->u.handle); }
+static int dec_handle(const psg_msg_t *m, psg_req_t *r) { return get_handle(m, &r->u.handle); }
+
+static int enc_run(const psg_req_t *r, psg_msg_t *m) {
+    if (set_handle(m, r->u.run.handle) < 0) return -1;
+    for (int i = 0; i < r->u.run.n_feeds; i++)
+        if (psg_msg_add_tensor(m, NULL, r->u.run.feeds[i]) < 0) return -1;
+    return 0;
+}
+
+static int dec_run(const psg_msg_t *m, psg_req_t *r) {
+    if (get_handle(m, &r->u.run.handle) < 0) return -1;
+    r->u.run.n_feeds = m->ntensors;
+    r->u.run.feeds = m->tensors;
+    return 0;
+}
+
+static int enc_key(const psg_req_t *r, psg_msg_t *m) { return psg_msg_set_key(m, r->u.key); }
+
+static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
+    if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
+    r->u.key = m->key;
+    return 0;
+}
+
+static int enc_none(const psg_req_t *r, psg_msg_t *m) {
+    (void)r, (void)m;
+    return 0;
+}
+
+static int dec_none(const psg_msg_t *m, psg_req_t *r) {
+    (void)m, (void)r;
+    return 0;
+}
+
+static int dec_abort(const psg_msg_t *m, psg_req_t *r) {
+    r->u.reason = m->key ? m->key : "";
+    return 0;
+}
+
+static int enc_abort(const psg_req_t *r, psg_msg_t *m) {
+    return r->u.reason && *r->u.reason ? psg_msg_set_key(m, r->u.reason) : 0;
+}
+
+static int enc_wait_init(const psg_req_t *r, psg_msg_t *m) {
+    size_t n = 0;
+    for (int i = 0; i < r->u.init.n; i++) n += strlen(r->u.init.names[i]) + 1;
+    char *b = malloc(n + 1), *p = b;
+    if (!b) return psg_error_set("out of memory");
+    for (int i = 0; i < r->u.init.n; i++) p += sprintf(p, "%s\n", r->u.init.names[i]);
+    int rc = set_body(m, b, n);
+    free(b);
+    return rc;
+}
+
+/* The names, parsed once into one block (the request's bytes are not kept). */
+static int dec_wait_init(const psg_msg_t *m, psg_req_t *r) {
+    if (!m->body) return bad(m, "no variable names (the body)");
+    size_t len = m->body->size;
+    if (len > PSG_PROTO_MAX_NAMES_BYTES)
+        return psg_error_set_code(PSG_ERR_LIMIT, "WaitInit: names of %zu bytes (the limit is %zu)", len,
+                                  PSG_PROTO_MAX_NAMES_BYTES);
+    const char *d = (const char *)m->body->data;
+    if (memchr(d, 0, len)) return bad(m, "the names contain a NUL byte");
+    int n = 0;
+    for (size_t i = 0; i < len; i++) n += d[i] == '\n';
+    n += len > 0 && d[len - 1] != '\n';
+    char **v = malloc(((size_t)n + 1) * sizeof *v + len + 1);
+    if (!v) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    char *block = (char *)(v + n + 1);
+    memcpy(block, d, len);
+    block[len] = 0;
+    int k = 0;
+    for (char *p = block; *p;) {
+        char *nl = strchr(p, '\n');
+        if (nl) *nl = 0;
+        if (*p) v[k++] = p;
+        if (!nl) break;
+        p = nl + 1;
+    }
+    r->u.init.names = v;
+    r->u.init.n = k;
+    return 0;
+}
+
+static int enc_step_count(const psg_req_t *r, psg_msg_t *m) {
+    m->step = r->u.workers;
+    return 0;
+}
+
+static int dec_wait_done(const psg_msg_t *m, psg_req_t *r) {
+    if (m->step < 0 || m->step > MAX_WORKERS_DONE)
+        return bad(m, "step (the count of workers) %" PRId64 " is outside [0, %d]", m->step, MAX_WORKERS_DONE);
+    r->u.workers = m->step;
+    return 0;
+}
+
+static int enc_job_done(const psg_req_t *r, psg_msg_t *m) {
+    return r->u.worker && *r->u.worker ? psg_msg_set_key(m, r->u.worker) : 0;
+}
+
+static int dec_job_done(const psg_msg_t *m, psg_req_t *r) {
+    r->u.worker = m->key ? m->key : "";
+    return 0;
+}
+
+static int enc_shard(const psg_req_t *r, psg_msg_t *m) {
+    char key[32];
+    snprintf(key, sizeof key, "%d/%d", r->u.shard.shard, r->u.shard.num_shards);
+    return psg_msg_set_key(m, key) < 0 ? -1 : set_body(m, r->u.shard.dir, strlen(r->u.shard.dir));
+}
+
+static int dec_shard(const psg_msg_t *m, psg_req_t *r) {
+    int k, n, used = 0;
+    if (!m->key || sscanf(m->key, "%d/%d%n", &k, &n, &used) != 2 || m->key[used] || k < 0 || n <= k ||
+        n > PSG_PROTO_MAX_SHARDS)
+        return bad(m, "key '%.64s' is not \"k/N\" with 0 <= k < N <= %d", m->key ? m->key : "",
+                   PSG_PROTO_MAX_SHARDS);
+    if (m->step < 0) return bad(m, "step %" PRId64 " is negative", m->step);
+    r->u.shard.shard = k;
+    r->u.shard.num_shards = n;
+    return get_path(m, "directory", r->u.shard.dir);
+}
+
+static int enc_trace(const psg_req_t *r, psg_msg_t *m) {
+    char key[64];
+    if (r->u.trace.start) {
+        snprintf(key, sizeof key, "start %d %" PRId64, r->u.trace.pid, r->step);
+        return psg_msg_set_key(m, key);
+    }
+    return psg_msg_set_key(m, "stop") < 0 ? -1 : set_body(m, r->u.trace.path, strlen(r->u.trace.path));
+}
+
+static int dec_trace(const psg_msg_t *m, psg_req_t *r) {
+    long long step = 0;
+    int used = 0;
+    if (m->key && sscanf(m->key, "start %d %lld%n", &r->u.trace.pid, &step, &used) == 2 && !m->key[used]) {
+        r->u.trace.start = true;
+        r->step = step;
+        return 0;
+    }
+    if (!m->key || strcmp(m->key, "stop"))
+        return bad(m, "key '%.64s' is not \"start PID STEP\" or \"stop\"", m->key ? m->key : "");
+    return get_path(m, "trace file", r->u.trace.path);
+}
+
+/* ---- the table ---- */
+
+static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
+    {PSG_REQ_REGISTER_GRAPH, PSG_TS_REGISTER_GRAPH,
+     "body: graph (psg_graph_serialize); tensors feeds i64 [n,2], fetches i64 [n,2], targets i64 [n]",
+     "key: handle (u64)", enc_register, dec_register, psg_ts_on_register},
+    {PSG_REQ_DEREGISTER_GRAPH, PSG_TS_DEREGISTER_GRAPH, "key: handle (u64)", "empty", enc_handle,
+     dec_handle, psg_ts_on_deregister},
+    {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH, "key: handle (u64); step; tensors: the feeds",
+     "step; tensors: the fetches", enc_run, dec_run, psg_ts_on_run},
+    {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
+     psg_ts_on_recv},
+    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none, psg_ts_on_inspect},
+    {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort, dec_abort,
+     psg_ts_on_abort_step},
+    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none, psg_ts_on_cleanup_step},
+    {PSG_REQ_WAIT_INIT, PSG_TS_WAIT_INIT, "body: variable names, one a line", "empty, once all initialized",
+     enc_wait_init, dec_wait_init, psg_ts_on_wait},
+    {PSG_REQ_WAIT_DONE, PSG_TS_WAIT_DONE, "step: count of workers", "empty, once that many sent JobDone",
+     enc_step_count, dec_wait_done, psg_ts_on_wait},
+    {PSG_REQ_JOB_DONE, PSG_TS_JOB_DONE, "key: worker (optional; the sender)", "empty", enc_job_done,
+     dec_job_done, psg_ts_on_job_done},
+    {PSG_REQ_SAVE_SHARD, PSG_TS_SAVE_SHARD, "step; key: \"k/N\"; body: directory (under the task's logdir)",
+     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard, psg_ts_on_save_shard},
+    {PSG_REQ_RESTORE_SHARD, PSG_TS_RESTORE_SHARD, "step; key: \"k/N\"; body: directory",
+     "key: tensors restored", enc_shard, dec_shard, psg_ts_on_restore_shard},
+    {PSG_REQ_TRACE, PSG_TS_TRACE, "key: \"start PID STEP\" | \"stop\"; body (stop): file under the task's logdir",
+     "key (stop): events written", enc_trace, dec_trace, psg_ts_on_trace},
+    {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, psg_ts_on_shutdown},
+};
+
+const psg_proto_entry_t *psg_proto_find(const char *op) {
+    for (int i = 0; op && i < PSG_REQ_COUNT; i++)
+        if (!strcmp(table[i].op, op)) return &table[i];
+    return NULL;
+}
+
+const psg_proto_entry_t *psg_proto_entry(psg_req_type_t t) {
+    PSG_ASSERT(t >= 0 && t < PSG_REQ_COUNT && table[t].type == t);
+    return &table[t];
+}
+
+psg_msg_t *psg_req_encode(const psg_req_t *r) {
+    const psg_proto_entry_t *e = psg_proto_entry(r->type);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, e->op);
+    if (!m) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    m->step = r->step;
+    if (e->encode(r, m) < 0) {
+        psg_error_wrap("%s", e->op);
+        psg_msg_destroy(&m);
+    }
+    return m;
+}
+
+int psg_req_decode(const psg_msg_t *m, psg_req_t *r) {
+    memset(r, 0, sizeof *r);
+    const psg_proto_entry_t *e = psg_proto_find(m->op);
+    if (!e) return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown request '%.64s'", m->op ? m->op : "");
+    r->type = e->type;
+    r->step = m->step;
+    if (e->decode(m, r) < 0) {
+        psg_req_clear(r);
+        return -1;
+    }
+    return 0;
+}
+
+void psg_req_clear(psg_req_t *r) {
+    if (!r) return;
+    if (r->type == PSG_REQ_REGISTER_GRAPH) {
+        free(r->u.reg.feeds);
+        free(r->u.reg.fetches);
+        free(r->u.reg.targets);
+        r->u.reg.feeds = r->u.reg.fetches = NULL;
+        r->u.reg.targets = NULL;
+    } else if (r->type == PSG_REQ_WAIT_INIT) {
+        free(r->u.init.names);
+        r->u.init.names = NULL;
+        r->u.init.n = 0;
+    }
+}
+
+/* ---- replies ---- */
+
+psg_msg_t *psg_rep_encode(psg_req_type_t t, const psg_rep_t *rep) {
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REPLY, psg_proto_entry(t)->op);
+    if (!m) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    int rc = 0;
+    char key[64];
+    switch (t) {
+    case PSG_REQ_REGISTER_GRAPH: rc = set_handle(m, rep->u.handle); break;
+    case PSG_REQ_RUN_GRAPH:
+        for (int i = 0; rc == 0 && i < rep->u.fetched.n; i++) rc = psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]);
+        break;
+    case PSG_REQ_RECV: rc = psg_msg_add_tensor(m, NULL, rep->u.tensor); break;
+    case PSG_REQ_INSPECT: rc = set_body(m, rep->u.json.text, rep->u.json.len); break;
+    case PSG_REQ_SAVE_SHARD:
+        rc = psg_msg_set_key(m, rep->u.saved.line);
+        if (rc == 0) rc = set_body(m, rep->u.saved.names, rep->u.saved.names_len);
+        break;
+    case PSG_REQ_RESTORE_SHARD:
+    case PSG_REQ_TRACE:
+        snprintf(key, sizeof key, "%" PRId64, rep->u.count);
+        rc = psg_msg_set_key(m, key);
+        break;
+    default: break;
+    }
+    if (rc < 0) psg_msg_destroy(&m);
+    return m;
+}
+
+int psg_rep_decode(const psg_msg_t *m, psg_req_type_t t, psg_rep_t *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->type = t;
+    const char *op = psg_proto_entry(t)->op;
+    char *end = NULL;
+    switch (t) {
+    case PSG_REQ_REGISTER_GRAPH:
+        if (!m->key || !*m->key || (rep->u.handle = strtoull(m->key, &end, 10), *end))
+            return psg_error_set("%s reply: key '%.64s' is not a handle", op, m->key ? m->key : "");
+        return 0;
+    case PSG_REQ_RUN_GRAPH:
+        rep->u.fetched.n = m->ntensors;
+        rep->u.fetched.t = m->tensors;
+        return 0;
+    case PSG_REQ_RECV:
+        if (m->ntensors != 1) return psg_error_set("%s reply: %d tensors, not 1", op, m->ntensors);
+        rep->u.tensor = m->tensors[0];
+        return 0;
+    case PSG_REQ_INSPECT:
+        if (!m->body) return psg_error_set("%s reply: no body", op);
+        rep->u.json.text = (const char *)m->body->data;
+        rep->u.json.len = m->body->size;
+        return 0;
+    case PSG_REQ_SAVE_SHARD:
+        if (!m->key) return psg_error_set("%s reply: no key", op);
+        rep->u.saved.line = m->key;
+        rep->u.saved.names = m->body ? (const char *)m->body->data : "";
+        rep->u.saved.names_len = m->body ? m->body->size : 0;
+        return 0;
+    case PSG_REQ_RESTORE_SHARD:
+    case PSG_REQ_TRACE:
+        if (!m->key || !*m->key || (rep->u.count = strtoll(m->key, &end, 10), *end))
+            return psg_error_set("%s reply: key '%.64s' is not a count", op, m->key ? m->key : "");
+        return 0;
+    default: return 0;
+    }
+}

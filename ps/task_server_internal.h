@@ -1,0 +1,185 @@
+/* Internal to the task server's files: the server's state, its registered graphs, and the
+ * limits that bound what one peer may cost (docs/distributed.md, "Limits"). The dispatch
+ * (task_server.c), the registered graphs (task_graphs.c) and the admin requests
+ * (task_admin.c) share it; nothing outside ps/ includes it. */
+#ifndef PSGRAPH_PS_TASK_SERVER_INTERNAL_H
+#define PSGRAPH_PS_TASK_SERVER_INTERNAL_H
+
+#include "runtime/executor.h"
+#include "net/codec.h"
+#include "ps/protocol.h"
+#include "ps/remote_rendezvous.h"
+#include "psgraph/device_name.h"
+#include "psgraph/task_server.h"
+#include "psgraph/threadpool.h"
+#include "psgraph/trace.h"
+#include "psgraph/wire.h"
+
+#include <pthread.h>
+
+#define MAX_WORKERS_DONE 1024
+/* Steps of one graph whose pulls may be out before they run (a worker runs one ahead). */
+#define PREPARED_STEPS 4
+
+typedef struct peer peer_t;
+
+typedef struct {
+    uint64_t handle;
+    peer_t *owner; /* the peer that registered it (NULL: in-process); counts it */
+    int refs;      /* under ts->lock: the table's (until deregistered) and each runner's */
+    size_t body_bytes, alloc_bytes;
+    psg_graph_t *g;
+    psg_plan_t *plan;
+    /* Steps of a plan whose state is all in resources overlap, each resource
+     * seeing them in the order they came (order); others run one at a time
+     * (run_lock). */
+    psg_run_order_t *order;
+    pthread_mutex_t run_lock;
+    int n_feeds, n_fetches;
+    int n_pulls;
+    psg_remote_pull_t *pulls;
+    int n_sends;
+    char **send_keys;
+    bool run_inline; /* nothing that waits and a few nodes: the server thread runs it */
+    /* steps whose pulls psg_task_server_prepare sent (0: a free slot), under ts->lock */
+    int64_t prepared[PREPARED_STEPS];
+} reg_graph_t;
+
+/* What one peer (a ZeroMQ routing id) holds here, against the limits. Under ts->lock. */
+struct peer {
+    psg_route_t route;
+    char addr[64];
+    int pending;       /* RunGraph queued or running */
+    int recvs;         /* Recv waiting for its tensor */
+    int running;       /* RunGraph on a runner thread */
+    size_t pending_bytes;
+    int waiters;       /* WaitInit, WaitDone */
+    int graphs;        /* registered, not deregistered */
+    size_t graph_bytes, alloc_bytes;
+    struct peer *next;
+};
+
+typedef struct job {
+    psg_msg_t *req;
+    reg_graph_t *rg; /* holds a reference */
+    peer_t *peer;
+    size_t bytes;
+    psg_run_ticket_t *ticket; /* taken as the request came, when rg->order */
+    struct job *next;
+} job_t;
+
+/* A WaitInit or WaitDone: only what the reply needs and the names, parsed once. */
+typedef struct {
+    psg_route_t route;
+    uint64_t id;
+    char peer_addr[64];
+    peer_t *peer;
+    psg_req_type_t type;
+    int64_t deadline;
+    int64_t workers;  /* WaitDone: how many */
+    char **names;     /* WaitInit: the variables, one string block */
+    int n_names, next; /* names[0, next) were initialized when last looked at */
+} waiter_t;
+
+typedef struct {
+    waiter_t *v;
+    int n, cap;
+} waiter_list_t;
+
+struct psg_task_server {
+    const psg_cluster_t *cluster;
+    char task[PSG_DEVICE_NAME_MAX];
+    psg_device_name_t task_dn;
+    char bind[256];
+    char endpoint[256];
+    char logdirs[PSG_TS_MAX_LOGDIRS][4096]; /* realpaths; none: SaveShard and Trace refused */
+    int n_logdirs;
+    int port;
+    int num_threads, max_steps, expect_workers;
+    int64_t recv_timeout_ms, idle_timeout_ms;
+    psg_task_limits_t lim;
+
+    psg_resource_mgr_t *rm;
+    psg_rendezvous_t *rv;
+    psg_threadpool_t *pool;
+    psg_remote_rv_t *remote;
+    _Atomic int64_t bytes_served; /* tensor bytes peers pulled from this task */
+    psg_server_t *server; /* made, used and destroyed by the server thread */
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_t *runners;
+    int n_runners;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_cond_t jobs_cond; /* a queued job or the runners' stop */
+    bool ready, stopped, stop_requested, runners_stop;
+    char start_error[1024];
+    char stop_reason[512];
+    reg_graph_t **graphs; /* live ones only: a deregistered graph leaves at once */
+    int n_graphs, cap_graphs;
+    uint64_t next_handle;
+    job_t *jq_head, *jq_tail;
+    int jq_len;
+    peer_t *peers;
+    int n_peers;
+    char *workers_done[MAX_WORKERS_DONE];
+    int n_workers_done;
+
+    psg_node_timing_fn on_node; /* under lock */
+    void *on_node_ctx;
+    psg_trace_t *trace; /* a Trace request's recording; kept until the server goes */
+
+    /* the server thread's own */
+    waiter_list_t wait_init, wait_done;
+    int64_t last_request_ms;
+};
+
+/* ---- replies (task_server.c) ---- */
+/* An ERROR reply: "task T: <text>" with the code. */
+void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code, const char *fmt, ...)
+    PSG_PRINTF(4, 5);
+/* Replies *rep (consumed), or an empty reply of req's op when rep is NULL. */
+void psg_ts_reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **rep);
+/* Replies the current error (psg_error_message / psg_error_code). */
+void psg_ts_reply_last_error(psg_task_server_t *ts, const psg_msg_t *req);
+void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF(2, 3);
+
+/* ---- peers (task_server.c), under ts->lock ---- */
+/* The peer of req (made on first sight); NULL when the table is full. */
+peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req);
+
+/* ---- registered graphs (task_graphs.c) ---- */
+/* The live graph `handle` with a reference taken, or NULL. */
+reg_graph_t *psg_ts_graph_get(psg_task_server_t *ts, uint64_t handle);
+void psg_ts_graph_put(psg_task_server_t *ts, reg_graph_t **rg);
+/* Registers with the owner's limits checked (owner NULL: in-process, no limits). */
+int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r, uint64_t *handle);
+int psg_ts_graph_deregister(psg_task_server_t *ts, uint64_t handle);
+int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
+                     int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched);
+bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key);
+void psg_ts_graphs_free_all(psg_task_server_t *ts);
+
+/* ---- the handlers of the protocol table (ps/protocol.c), on the server thread ---- */
+/* task_server.c */
+void psg_ts_on_register(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_deregister(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_recv(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_abort_step(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_cleanup_step(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_shutdown(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+/* task_admin.c */
+void psg_ts_on_inspect(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_save_shard(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_restore_shard(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_trace(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+void psg_ts_on_job_done(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+/* WaitInit / WaitDone: answered now when ready, else kept (without the request's bytes). */
+void psg_ts_on_wait(psg_task_server_t *ts, psg_msg_t **req, psg_req_t *r);
+/* Answers the waiters that are ready or expired; all of them when `all` (stopping). */
+void psg_ts_check_waiters(psg_task_server_t *ts, bool all);
+
+#endif

@@ -1,0 +1,142 @@
+/* The table of strategies and the table of their options: the one place the
+ * names live (--sync NAME, --help, psgraph compare, launch's lost workers).
+ * Adding a strategy: its file (sync/strategy_*.c) and one line in
+ * `strategies`; a new option: one line in `options`. Not the strategies. */
+#include "psgraph/error.h"
+#include "sync/strategy.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const psg_sync_strategy_t *const strategies[] = {
+    &psg_sync_strategy_sync,
+    &psg_sync_strategy_async,
+    &psg_sync_strategy_ssp,
+    &psg_sync_strategy_local,
+    &psg_sync_strategy_easgd,
+};
+#define NUM_STRATEGIES ((int)(sizeof strategies / sizeof strategies[0]))
+
+/* offset PSG_SYNC_OPT_CMD: parsed by the command itself (psg_sync_config_t's fields) */
+#define PSG_SYNC_OPT_CMD ((size_t)-1)
+#define OPT(field) offsetof(psg_sync_options_t, field)
+
+static const char *const compressions[] = {"none", "topk", NULL}; /* PSG_SYNC_COMPRESS_* */
+
+static const psg_sync_option_t options[] = {
+    {"--replicas-to-aggregate", "N", "gradients averaged a step (default workers - b)",
+     PSG_SYNC_OPT_CMD, 1, 1000000, false, NULL},
+    {"--backup-workers", "B", "workers whose gradients may be dropped (default 0)",
+     PSG_SYNC_OPT_CMD, 0, 1000000, false, NULL},
+    {"--max-staleness", "K", "let reads run up to K steps ahead of this worker's own updates "
+     "(steps asked for ahead; default 0: none)", OPT(max_staleness), 0, 1, false, NULL},
+    {"--staleness", "S", "a worker waits when more than S steps ahead of the slowest "
+     "(default 2; 0: the same as sync with b = 0)", OPT(staleness), 0, 1000000, false, NULL},
+    {"--local-steps", "H", "steps on the worker's own copy between two averages (default 4)",
+     OPT(local_steps), 1, 1000000, false, NULL},
+    {"--local-after", "STEPS", "plain sync steps before local SGD starts: post-local SGD "
+     "(default 0)", OPT(local_after), 0, 1000000000, false, NULL},
+    {"--elastic-alpha", "A", "a copy and the center each move A of their distance toward "
+     "the other (default 0.5)", OPT(elastic_alpha), 1e-9, 1, true, NULL},
+    {"--compress", "none|topk", "topk: send the largest entries of each gradient, the rest kept "
+     "on the worker for the next (default none)", OPT(compress), 0, 1, false, compressions},
+    {"--compress-ratio", "R", "with --compress topk: the share of entries sent (default 0.01)",
+     OPT(compress_ratio), 1e-9, 1, true, NULL},
+};
+#define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
+
+void psg_sync_options_defaults(psg_sync_options_t *o) {
+    memset(o, 0, sizeof *o);
+    o->staleness = 2;
+    o->local_steps = 4;
+    o->elastic_alpha = 0.5;
+    o->compress_ratio = 0.01;
+}
+
+const psg_sync_strategy_t *psg_sync_strategy_find(const char *name) {
+    if (!name) name = "sync";
+    for (int i = 0; i < NUM_STRATEGIES; i++)
+        if (!strcmp(strategies[i]->name, name)) return strategies[i];
+    psg_error_set("unknown strategy '%s' (known: %s)", name, psg_sync_variant_names());
+    return NULL;
+}
+
+int psg_sync_strategy_check_name(const char *name) {
+    return psg_sync_strategy_find(name) ? 0 : psg_error_wrap("--sync");
+}
+
+int psg_sync_num_strategies(void) { return NUM_STRATEGIES; }
+
+const psg_sync_strategy_t *psg_sync_strategy_at(int i) {
+    return i >= 0 && i < NUM_STRATEGIES ? strategies[i] : NULL;
+}
+
+const char *psg_sync_variant_names(void) {
+    static char names[256];
+    if (!names[0]) {
+        size_t len = 0;
+        for (int i = 0; i < NUM_STRATEGIES; i++)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                                    strategies[i]->name);
+    }
+    return names;
+}
+
+static const psg_sync_option_t *find_option(const char *flag) {
+    for (int i = 0; i < NUM_OPTIONS; i++)
+        if (!strcmp(options[i].flag, flag)) return &options[i];
+    return NULL;
+}
+
+int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *value) {
+    const psg_sync_option_t *op = find_option(flag);
+    if (!op || op->offset == PSG_SYNC_OPT_CMD) return 0;
+    if (op->choices) {
+        for (int64_t i = 0; op->choices[i]; i++)
+            if (!strcmp(op->choices[i], value)) {
+                *(int64_t *)((char *)o + op->offset) = i;
+                return 1;
+            }
+        return psg_error_set("%s: '%s' is not %s", flag, value, op->metavar);
+    }
+    char *end;
+    errno = 0;
+    double v = op->real ? strtod(value, &end) : (double)strtoll(value, &end, 10);
+    if (errno || end == value || *end || !(v >= op->lo && v <= op->hi))
+        return psg_error_set("%s: '%s' is not %s in [%g, %g]", flag, value,
+                             op->real ? "a number" : "an integer", op->lo, op->hi);
+    if (op->real)
+        *(double *)((char *)o + op->offset) = v;
+    else
+        *(int64_t *)((char *)o + op->offset) = (int64_t)v;
+    return 1;
+}
+
+void psg_sync_print_help(FILE *f) {
+    fprintf(f, "  --sync none|%s\n", psg_sync_variant_names());
+    fprintf(f, "                           none: one process; the others train as a worker of the\n"
+               "                           cluster given by TF_CONFIG or --cluster (async when one\n"
+               "                           is given and --sync is not); docs/sync.md:\n");
+    for (int i = 0; i < NUM_STRATEGIES; i++) {
+        const psg_sync_strategy_t *s = strategies[i];
+        fprintf(f, "    %-8s %s\n", s->name, s->summary);
+        for (int k = 0; s->options && s->options[k]; k++) {
+            const psg_sync_option_t *op = find_option(s->options[k]);
+            PSG_ASSERT(op); /* a strategy lists only the table's flags */
+            char lhs[64];
+            snprintf(lhs, sizeof lhs, "%s %s", op->flag, op->metavar);
+            fprintf(f, "      %-24s %s\n", lhs, op->help);
+        }
+    }
+}
+
+int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg) {
+    const psg_sync_strategy_t *s = psg_sync_strategy_find(cfg->variant);
+    if (!s) return -1;
+    int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
+                                           : cfg->num_workers - cfg->backup_workers;
+    return s->lost_workers ? s->lost_workers(cfg, n) : 0;
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# `psgraph launch --ssh` over emulated hosts (tools/hosts.sh), an OpenSSH server on each:
+# 2 ps + 2 workers on 4 hosts train the mlp on Fashion-MNIST async (task@host placement)
+# and sync with a backup worker (round-robin) to the single-host bar (84%); a ps's link cut
+# for 3 s mid-run and the job finishes to the bar; SIGKILL of a remote ps under --restart
+# on-failure and the job recovers; errors that name the host (unknown host, refused key,
+# missing binary, a bad placement); Ctrl-C and SIGKILL of the launcher leave no process on
+# any host. The launcher runs on a host of its own (ctl); the test's own ssh config, keys
+# and known_hosts (-F), never ~/.ssh. Skips (77) where namespaces or sshd are missing.
+set -u
+psgraph=$(realpath "$1")
+asan=${2:-}
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/hosts.sh"
+. "$root/tests/hosts_sshd.sh"
+hosts_init || exit 77
+sshd_setup || exit 77
+hosts_up ctl h1 h2 h3 h4 || { echo "FAIL: hosts_up"; exit 1; }
+sshd_start h1 h2 h3 h4 || { echo "FAIL: sshd_start"; exit 1; }
+tmp=$HOSTS_DIR
+fails=0
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+launch() { hosts_exec ctl "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" "$@"; }
+# the same within 300 s (timeout's SIGTERM stops the launcher, which stops every task)
+launch_t() { hosts_exec ctl timeout 300 "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" "$@"; }
+# the same in the background with $bg the launcher's own pid (ip netns exec execs it)
+launch_bg() {
+  local log=$1
+  shift
+  ip netns exec "$(hosts_ns ctl)" "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" "$@" >"$log" 2>&1 &
+  bg=$!
+}
+bg=
+HOSTS_AT_EXIT+=('[ -n "$bg" ] && kill -TERM "$bg" 2>/dev/null; wait')
+# the processes on h1..h4 other than their sshd (waits up to 10 s for them to go)
+left_on_hosts() {
+  local n h p
+  for _ in $(seq 100); do
+    n=0
+    for h in h1 h2 h3 h4; do
+      for p in $(hosts_pids "$h"); do [ "$p" = "$(cat "$SSHD_DIR/$h.pid")" ] || n=$((n + 1)); done
+    done
+    [ $n = 0 ] && break
+    sleep 0.1
+  done
+  echo $n
+}
+accuracy() { sed -n 's/^\[worker0\] {"event":"done".*"test_accuracy":\([0-9.]*\).*/\1/p' "$1"; }
+at_least() { python3 -c 'import sys; sys.exit(not (sys.argv[1] and float(sys.argv[1]) >= float(sys.argv[2])))' "$1" "$2"; }
+have_data=0
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z "$asan" ] && have_data=1
+train=("$psgraph" train --model mlp --optimizer adam --lr 0.001 --batch 64 --log-every 200 --step-timeout 20)
+
+# 1. errors naming the host
+out=$(launch --hosts nosuchhost,h1 --ps 1 --workers 1 -- true 2>&1); rc=$?
+if [ $rc = 255 ] && grep -q "psgraph launch: ps0 on host nosuchhost: ssh failed (exit 255): .*nosuchhost" <<<"$out"; then
+  ok "unknown host: $(grep 'on host nosuchhost' <<<"$out" | head -1)"
+else
+  fail "unknown host (rc $rc): $out"
+fi
+ssh-keygen -q -t ed25519 -N '' -f "$tmp/other_id"
+sed "s|IdentityFile .*|IdentityFile $tmp/other_id|" "$SSH_CONFIG" >"$tmp/other_config"
+out=$(hosts_exec ctl "$psgraph" launch --ssh --ssh-config "$tmp/other_config" --hosts h2 --ps 1 --workers 1 -- true 2>&1); rc=$?
+if [ $rc = 255 ] && grep -Eq "psgraph launch: (ps0|worker0) on host h2: ssh failed \(exit 255\): .*Permission denied" <<<"$out"; then
+  ok "refused key: $(grep 'on host h2: ssh' <<<"$out" | head -1)"
+else
+  fail "refused key (rc $rc): $out"
+fi
+out=$(launch --hosts h3 --remote-bin /nonexistent/psgraph --ps 1 --workers 1 -- true 2>&1); rc=$?
+if [ $rc = 127 ] && grep -q "psgraph launch: ps0 on host h3: command not found there (exit 127): psgraph launch: no /nonexistent/psgraph on host h3" <<<"$out"; then
+  ok "missing binary: $(grep 'on host h3' <<<"$out" | head -1)"
+else
+  fail "missing binary (rc $rc): $out"
+fi
+out=$(launch --hosts ps0@h1,worker0@h2,worker5@h3 --ps 1 --workers 1 -- true 2>&1); rc=$?
+out2=$(launch --hosts ps0@h1 --ps 1 --workers 1 -- true 2>&1); rc2=$?
+if [ $rc = 2 ] && grep -q "'worker5@h3' is not TASK@HOST for a task of this cluster" <<<"$out" &&
+   [ $rc2 = 2 ] && grep -q "places no host for worker0" <<<"$out2"; then
+  ok "bad placements: $out / $out2"
+else
+  fail "bad placements (rc $rc, $rc2): $out / $out2"
+fi
+n=$(left_on_hosts)
+[ "$n" = 0 ] && ok "no process left on any host after the errors" || fail "$n processes left after the errors"
+
+# 2. async, 2 ps + 2 workers on 4 hosts, placed by task@host from a hosts file
+printf 'ps0@h1\nps1@h2   # the second ps\nworker0@h3\nworker1@h4\n' >"$tmp/hosts"
+if [ $have_data = 1 ]; then
+  launch_t --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 1000 >"$tmp/async.log" 2>&1; rc=$?
+  acc=$(accuracy "$tmp/async.log")
+  if [ $rc = 0 ] && grep -q 'cluster {"ps": \["h1:23000", "h2:23001"\], "worker": \["h3:23002", "h4:23003"\]}' "$tmp/async.log" &&
+     grep -q '^\[worker1\] {"event":"worker_done"' "$tmp/async.log" && at_least "$acc" 0.84 && [ "$(left_on_hosts)" = 0 ]; then
+    ok "async over ssh, 2 ps + 2 workers on h1..h4: test accuracy $acc >= 0.84, nothing left on the hosts"
+  else
+    fail "async over ssh (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/async.log" | tail -20)"
+  fi
+
+  # 3. sync with a backup worker, round-robin placement
+  launch_t --hosts h1,h2,h3,h4 --ps 2 --workers 2 -- "${train[@]}" --steps 1600 --sync sync --backup-workers 1 \
+    >"$tmp/sync.log" 2>&1; rc=$?
+  acc=$(accuracy "$tmp/sync.log")
+  if [ $rc = 0 ] && grep -q '^\[worker0\] {"event":"done".*"sync":"sync".*"backup_workers":1' "$tmp/sync.log" &&
+     at_least "$acc" 0.84 && [ "$(left_on_hosts)" = 0 ]; then
+    ok "sync over ssh with 1 backup worker: test accuracy $acc >= 0.84"
+  else
+    fail "sync over ssh (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/sync.log" | tail -20)"
+  fi
+
+  # 4. ps0's link cut for 3 s in the middle: the job pauses and finishes
+  launch_bg "$tmp/cut.log" --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 800
+  for _ in $(seq 600); do grep -q '^\[worker0\] step 200 ' "$tmp/cut.log" && break; sleep 0.05; done
+  hosts_cut h1
+  sleep 3
+  hosts_heal h1
+  wait $bg; rc=$?
+  bg=
+  acc=$(accuracy "$tmp/cut.log")
+  if [ $rc = 0 ] && grep -q '^\[worker0\] step 200 ' "$tmp/cut.log" && at_least "$acc" 0.84 && [ "$(left_on_hosts)" = 0 ]; then
+    ok "ps0's link cut for 3 s at step 200: the job finished, test accuracy $acc"
+  else
+    fail "link cut (rc $rc, accuracy '$acc'): $(grep -v '\] step ' "$tmp/cut.log" | tail -20)"
+  fi
+
+  # 4b. cut for good, --step-timeout 3: a step fails naming ps0, the recovery waits for ps0
+  #     to come back (60 s at least: a restarted ps comes back) and the job stops with an
+  #     error naming ps0 and its address h1:23000. The times are printed, not asserted
+  #     (docs/hosts.md: the issue's timeout + 2 s is not reached without heartbeats)
+  launch_bg "$tmp/longcut.log" --hosts-file "$tmp/hosts" --ps 2 --workers 2 -- "${train[@]}" --steps 800 \
+    --step-timeout 3
+  for _ in $(seq 600); do grep -q '^\[worker0\] step 200 ' "$tmp/longcut.log" && break; sleep 0.05; done
+  hosts_cut h1
+  t0=$(date +%s.%N)
+  named=
+  for _ in $(seq 1200); do
+    if grep -q "^\[worker[01]\] recovery: step .* failed .* waiting for key '/job:ps/replica:0/task:0/" "$tmp/longcut.log"; then
+      named=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+      break
+    fi
+    sleep 0.05
+  done
+  timeout 120 tail --pid="$bg" -f /dev/null
+  wait $bg; rc=$?
+  bg=
+  stopped=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+  hosts_heal h1
+  if [ $rc != 0 ] && [ -n "$named" ] &&
+     grep -q '^\[worker[01]\] .*recovery: /job:ps/task:0 did not come back: task /job:ps/replica:0/task:0: tcp://h1:23000: ' "$tmp/longcut.log" &&
+     [ "$(left_on_hosts)" = 0 ]; then
+    ok "ps0's link cut for good: a step failed naming ps0 $named s after the cut; the job stopped (exit $rc) $stopped s after it: $(grep -o 'recovery: /job:ps/task:0 did not come back.*' "$tmp/longcut.log" | head -1 | cut -c1-130)"
+  else
+    fail "long cut (rc $rc, named after '$named' s, stopped after $stopped s): $(grep -v '\] step ' "$tmp/longcut.log" | cut -c1-400 | tail -15)"
+  fi
+
+  # 5. SIGKILL of ps1 on its host, --restart on-failure: it restarts, the job recovers
+  launch_bg "$tmp/kill.log" --hosts-file "$tmp/hosts" --ps 2 --workers 2 --restart on-failure -- "${train[@]}" \
+    --steps 800 --checkpoint-every 50 --logdir "$tmp/kill" --step-timeout 3
+  for _ in $(seq 1200); do grep -q "model.ckpt-200.index.json written" "$tmp/kill.log" && break; sleep 0.05; done
+  pid=$(sed -n 's/^\[ps1\] remote pid \([0-9]*\)$/\1/p' "$tmp/kill.log" | head -1)
+  on_h2=$(hosts_pids h2 | grep -cx "${pid:-none}")
+  [ -n "$pid" ] && kill -KILL "$pid"
+  wait $bg; rc=$?
+  bg=
+  acc=$(accuracy "$tmp/kill.log")
+  if [ $rc = 0 ] && [ "$on_h2" = 1 ] && grep -q '^\[ps1\] exited with code 137' "$tmp/kill.log" &&
+     grep -q '^\[ps1\] restarting it (restart 1 of at most 3' "$tmp/kill.log" &&
+     grep -q 'recovery: ps1 restarted; restored its shard 1' "$tmp/kill.log" && at_least "$acc" 0.84 &&
+     [ "$(left_on_hosts)" = 0 ]; then
+    ok "SIGKILL of ps1 (pid $pid on h2): restarted over ssh, its shard restored, test accuracy $acc"
+  else
+    fail "SIGKILL of a remote ps (rc $rc, pid '$pid' on h2: $on_h2, accuracy '$acc'): $(grep -v '\] step ' "$tmp/kill.log" | cut -c1-300 | tail -25)"
+  fi
+else
+  echo "skip training over ssh: ${asan:+too slow under AddressSanitizer}${asan:-no Fashion-MNIST}"
+fi
+
+# 6. Ctrl-C of the launcher: every remote task stops; SIGKILL of the launcher: the remote
+#    sides see their ssh sessions end and stop their tasks (no orphan)
+for sig in INT KILL; do
+  launch_bg "$tmp/sig$sig.log" --hosts h1,h2,h3,h4 --ps 2 --workers 2 -- sleep 300
+  for _ in $(seq 100); do [ "$(grep -c 'remote pid' "$tmp/sig$sig.log")" = 4 ] && break; sleep 0.1; done
+  started=$(grep -c 'remote pid' "$tmp/sig$sig.log")
+  kill -$sig $bg
+  wait $bg; rc=$?
+  bg=
+  n=$(left_on_hosts)
+  want=130
+  [ $sig = KILL ] && want=137
+  if [ "$started" = 4 ] && [ $rc = $want ] && [ "$n" = 0 ]; then
+    ok "SIG$sig of the launcher: exit $rc, 4 remote tasks had started, 0 processes left on the hosts"
+  else
+    fail "SIG$sig of the launcher: rc $rc, $started started, $n left: $(tail -5 "$tmp/sig$sig.log")"
+  fi
+done
+[ $fails = 0 ]

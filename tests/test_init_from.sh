@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# `psgraph train --init-from FILE.safetensors` (worker/init_from.c, docs/checkpoints.md): a
+# file written here with plain Python (json + struct, as safetensors.numpy.save_file lays
+# it out) gives the mlp its initial weights, by name: the first checkpoint holds them
+# (lr 1e-9: one step moves nothing visible); the report names matched, missing and
+# unexpected tensors, --strict fails on them, a shape mismatch always fails naming both
+# shapes; a sharded file's index (model.safetensors.index.json) loads its files; in a
+# cluster the whole fc1 weight fills the model's column shards part_0, part_1.
+set -u
+psgraph=$1
+asan=${2:-}
+fails=0
+tmp=$(mktemp -d /tmp/psg_test_init_from.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# write.py OUT [drop NAME] [extra NAME] [shape NAME R C]: the mlp's six tensors
+cat >"$tmp/st.py" <<'PY'
+import json, math, struct, sys
+
+def mlp():
+    t = {}
+    for name, shape in [("model/fc1/weights", [784, 256]), ("model/fc1/biases", [256]),
+                        ("model/fc2/weights", [256, 256]), ("model/fc2/biases", [256]),
+                        ("model/fc3/weights", [256, 10]), ("model/fc3/biases", [10])]:
+        n = math.prod(shape)
+        seed = sum(map(ord, name))
+        t[name] = (shape, [0.05 * math.sin(seed + 0.37 * i) for i in range(n)])
+    return t
+
+def save(path, tensors):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        shape, vals = tensors[name]
+        b = struct.pack("<%df" % len(vals), *vals)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+def load(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        b, e = v["data_offsets"]
+        out[k] = (v["shape"], list(struct.unpack_from("<%df" % ((e - b) // 4), data, 8 + n + b)))
+    return out
+
+if sys.argv[1] == "write":
+    t, a = mlp(), sys.argv[3:]
+    while a:
+        if a[0] == "drop":
+            del t[a[1]]; a = a[2:]
+        elif a[0] == "extra":
+            t[a[1]] = ([3], [1.0, 2.0, 3.0]); a = a[2:]
+        elif a[0] == "shape":
+            r, c = int(a[2]), int(a[3]); t[a[1]] = ([r, c], [0.0] * (r * c)); a = a[4:]
+    save(sys.argv[2], t)
+elif sys.argv[1] == "index":  # a sharded file as Hugging Face writes it: two files + an index
+    d, t = sys.argv[2], mlp()
+    files = {"model-00001-of-00002.safetensors": ["model/fc1/weights", "model/fc1/biases"],
+             "model-00002-of-00002.safetensors": [k for k in t if not k.startswith("model/fc1/")]}
+    wmap = {}
+    for name, keys in files.items():
+        save(d + "/" + name, {k: t[k] for k in keys})
+        wmap.update({k: name for k in keys})
+    json.dump({"metadata": {"total_size": 4 * sum(math.prod(s) for s, _ in t.values())}, "weight_map": wmap},
+              open(d + "/model.safetensors.index.json", "w"))
+else:  # check CKPT_SHARD...: every mlp tensor equals the file's (shards joined by columns)
+    want, got = mlp(), {}
+    for p in sys.argv[2:]:
+        got.update(load(p))
+    for name, (shape, vals) in want.items():
+        if name in got:
+            g = got[name][1]
+        else:
+            parts = sorted(k for k in got if k.startswith(name + "/part_") and k.count("/") == name.count("/") + 1)
+            assert parts, (name, sorted(got))
+            rows = shape[0]
+            g = []
+            for r in range(rows):
+                for k in parts:
+                    c = got[k][0][1]
+                    g.extend(got[k][1][r * c:(r + 1) * c])
+        err = max(abs(a - b) for a, b in zip(g, vals))
+        assert len(g) == len(vals) and err < 1e-5, (name, len(g), len(vals), err)
+    print("all 6 tensors equal the file's")
+PY
+st() { python3 "$tmp/st.py" "$@"; }
+run=(train --model mlp --data synthetic --batch 16 --steps 1 --lr 1e-9 --checkpoint-every 1 --log-every 10)
+
+# 1. every name matches (--strict passes): the variables start from the file's values
+st write "$tmp/w.safetensors"
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1" --init-from "$tmp/w.safetensors" --strict 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched, 0 missing (keep their initializers), 0 unexpected" <<<"$out" &&
+   res=$(st check "$tmp"/l1/model.ckpt-1-*.safetensors 2>&1); then
+  ok "one process, --strict: $(grep -o -- '--init-from.*' <<<"$out" | head -1 | cut -c1-120); $res"
+else
+  fail "one process (rc $rc): $out ${res:-}"
+fi
+
+# 1b. a sharded file with its index (model.safetensors.index.json), as Hugging Face writes one
+mkdir -p "$tmp/hf"
+st index "$tmp/hf"
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1b" --init-from "$tmp/hf/model.safetensors.index.json" --strict 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
+   res=$(st check "$tmp"/l1b/model.ckpt-1-*.safetensors 2>&1); then
+  ok "a sharded index: $res"
+else
+  fail "a sharded index (rc $rc): $out ${res:-}"
+fi
+
+# 1c. a psgraph checkpoint (its index) as the source: weights and slots, not its global_step
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1c" --init-from "$tmp/l1/model.ckpt-1.index.json" --strict 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their initializers), 0 unexpected (no such variable); its global_step is not loaded" <<<"$out"; then
+  ok "a psgraph checkpoint: $(grep -o '12 of its.*' <<<"$out")"
+else
+  fail "a psgraph checkpoint (rc $rc): $out"
+fi
+
+# 2. missing and unexpected names: reported; with --strict an error naming them
+st write "$tmp/partial.safetensors" drop model/fc3/biases extra head/extra
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l2" --init-from "$tmp/partial.safetensors" 2>&1); rc=$?
+out2=$("$psgraph" "${run[@]}" --logdir "$tmp/l3" --init-from "$tmp/partial.safetensors" --strict 2>&1); rc2=$?
+if [ $rc = 0 ] && grep -q "5 of its 6 tensors matched, 1 missing (keep their initializers): model/fc3/biases, 1 unexpected (no such variable): head/extra" <<<"$out" &&
+   [ $rc2 = 1 ] && grep -q -- "--strict: 1 missing: model/fc3/biases; 1 unexpected: head/extra" <<<"$out2" &&
+   [ ! -e "$tmp/l3/model.ckpt-1.index.json" ]; then
+  ok "missing and unexpected: $(tail -1 <<<"$out2")"
+else
+  fail "missing/unexpected (rc $rc, $rc2): $out --- $out2"
+fi
+
+# 3. a shape mismatch fails, strict or not, naming the tensor and both shapes
+st write "$tmp/bad.safetensors" shape model/fc2/weights 256 100
+out=$("$psgraph" "${run[@]}" --init-from "$tmp/bad.safetensors" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 100\], variable 'model/fc2/weights' is f32\[256, 256\]" <<<"$out"; then
+  ok "shape mismatch: $out"
+else
+  fail "shape mismatch (rc $rc): $out"
+fi
+
+# 4. a cluster: fc1 (784 x 256 f32, over 512 KiB) is two column shards, filled from the whole
+out=$(timeout 200 "$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${run[@]}" --logdir "$tmp/l4" \
+  --init-from "$tmp/w.safetensors" --strict --step-timeout 30 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
+   res=$(st check "$tmp"/l4/model.ckpt-1-*.safetensors 2>&1) &&
+   python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["weight_map"]; assert "model/fc1/weights/part_1" in m, m' "$tmp/l4/model.ckpt-1.index.json"; then
+  ok "cluster, sharded fc1: $res"
+else
+  fail "cluster (rc $rc): $(tail -8 <<<"$out") ${res:-}"
+fi
+[ $fails = 0 ]

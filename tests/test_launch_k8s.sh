@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `psgraph launch --k8s`: the objects it writes hold what a user checks (a headless Service,
+# an Indexed Job per job with its completions, the restart policy of --restart, resources
+# and GPUs, the logdir volume); they validate against the schema of a current Kubernetes
+# (kubernetes-validate from PyPI, installed into a venv under the build folder; that part
+# is skipped where PyPI cannot be reached) and a broken copy does not; and each pod's
+# command, with its environment from the YAML and its index, runs on an emulated host named
+# as the headless Service names the pod (psgraph-ps-0.psgraph.default.svc.cluster.local):
+# 1 ps + 2 workers train to the end. Skips (77) the pods' part where namespaces cannot be made.
+set -u
+psgraph=$(realpath "$1")
+builddir=${2:-$(dirname "$psgraph")/..}
+root=$(cd "$(dirname "$0")/.." && pwd)
+fails=0
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d /tmp/psg_test_k8s.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# 1. the objects
+"$psgraph" launch --k8s --ps 2 --workers 3 --gpus-per-worker 1 --cpu 2 --memory 4Gi --logdir-volume ckpts \
+  --restart on-failure --image reg.example/psgraph:1 --out "$tmp/k8s" -- psgraph train --model mlp \
+  --logdir /ckpt >"$tmp/out" 2>&1; rc=$?
+if [ $rc = 0 ] && python3 - "$tmp/k8s/psgraph.yaml" <<'PY'
+import json, sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+svc, ps, wk = docs
+assert svc["kind"] == "Service" and svc["spec"]["clusterIP"] == "None", svc
+for job, n in ((ps, 2), (wk, 3)):
+    s = job["spec"]
+    assert job["kind"] == "Job" and s["completionMode"] == "Indexed" and s["completions"] == n == s["parallelism"], s
+    pod = s["template"]["spec"]
+    assert pod["subdomain"] == "psgraph" and pod["restartPolicy"] == "OnFailure", pod
+    c = pod["containers"][0]
+    assert c["image"] == "reg.example/psgraph:1"
+    env = {e["name"]: e["value"] for e in c["env"]}
+    cluster = json.loads(env["PSG_CLUSTER"])
+    assert cluster["ps"][1] == "psgraph-ps-1.psgraph.default.svc.cluster.local:2222", cluster
+    assert len(cluster["worker"]) == 3
+    assert c["resources"]["limits"]["cpu"] == "2" and c["resources"]["requests"]["memory"] == "4Gi"
+    assert (c["resources"]["limits"].get("nvidia.com/gpu") == "1") == (job is wk), c["resources"]
+    assert c["volumeMounts"][0]["mountPath"] == "/ckpt"
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "ckpts"
+assert wk["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["psgraph", "train"]
+assert ps["spec"]["template"]["spec"]["containers"][0]["args"] == ["psgraph", "server", "--logdir", "/ckpt"]
+PY
+then
+  ok "--k8s: a headless Service and Indexed Jobs (2 ps, 3 workers), OnFailure, resources, GPUs, the PVC"
+else
+  fail "--k8s objects (rc $rc): $(cat "$tmp/out")"
+fi
+out=$("$psgraph" launch --k8s --ps 1 --workers 1 -- psgraph train 2>&1)
+if grep -q "restartPolicy: Never" <<<"$out" && grep -q "backoffLimit: 0" <<<"$out" && grep -q "emptyDir" <<<"$out"; then
+  ok "--restart never (the default): restartPolicy Never, backoffLimit 0; no --logdir-volume: an emptyDir"
+else
+  fail "--k8s defaults: $out"
+fi
+out=$("$psgraph" launch --k8s --name Bad_Name --ps 1 --workers 1 -- psgraph train 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q "\-\-name 'Bad_Name' is not a DNS label" <<<"$out"; then
+  ok "a bad --name is named: $out"
+else
+  fail "bad --name (rc $rc): $out"
+fi
+
+# 2. the schema of a current Kubernetes
+venv=$builddir/k8s-venv
+if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+  { python3 -m venv "$venv" && timeout 180 "$venv/bin/pip" install -q kubernetes-validate; } >"$tmp/pip.log" 2>&1
+fi
+if [ -x "$venv/bin/kubernetes-validate" ]; then
+  sed 's/completionMode: Indexed/completionMode: 3/; s/clusterIP: None/clusterIp: None/' "$tmp/k8s/psgraph.yaml" >"$tmp/broken.yaml"
+  if out=$("$venv/bin/kubernetes-validate" --strict "$tmp/k8s/psgraph.yaml" 2>&1) &&
+     ! "$venv/bin/kubernetes-validate" --strict "$tmp/broken.yaml" >"$tmp/broken.out" 2>&1; then
+    ok "kubernetes-validate --strict ($("$venv/bin/kubernetes-validate" --version)): the objects pass, a broken copy fails"
+  else
+    fail "kubernetes-validate: $out / broken: $(cat "$tmp/broken.out")"
+  fi
+else
+  echo "skip kubernetes-validate: cannot install it from PyPI into $venv: $(tail -2 "$tmp/pip.log")"
+fi
+
+# 3. the pods' commands on emulated hosts named as the Service names the pods
+. "$root/tools/hosts.sh"
+if ! hosts_init; then
+  echo "skip running the pods on emulated hosts"
+  [ $fails = 0 ]
+  exit
+fi
+HOSTS_AT_EXIT+=('rm -rf "$tmp"')
+"$psgraph" launch --k8s --ps 1 --workers 2 --out "$tmp/run" -- psgraph train --model mlp --data synthetic \
+  --steps 30 --log-every 10 --step-timeout 20 >/dev/null
+mkdir -p "$tmp/bin" && ln -s "$psgraph" "$tmp/bin/psgraph" # the image's psgraph on PATH
+# one line per pod, tab-separated: its name, then the pod's argv and env as JSON
+python3 - "$tmp/run/psgraph.yaml" >"$tmp/pods" <<'PY'
+import json, sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d["kind"] != "Job":
+        continue
+    c = d["spec"]["template"]["spec"]["containers"][0]
+    for i in range(d["spec"]["completions"]):
+        env = {e["name"]: e["value"] for e in c["env"]}
+        env["JOB_COMPLETION_INDEX"] = str(i)  # set by Kubernetes in an Indexed Job's pod
+        print(f'{d["metadata"]["name"]}-{i}', json.dumps(c["command"] + c["args"]), json.dumps(env), sep="\t")
+PY
+hosts=()
+while IFS=$'\t' read -r pod _; do hosts+=("h${#hosts[@]}"); done <"$tmp/pods"
+hosts_up "${hosts[@]}" || { echo "FAIL: hosts_up"; exit 1; }
+i=0
+while IFS=$'\t' read -r pod _; do hosts_alias "h$i" "$pod.psgraph.default.svc.cluster.local $pod"; i=$((i + 1)); done <"$tmp/pods"
+i=0
+pids=()
+while IFS=$'\t' read -r pod argv env; do
+  hosts_exec "h$i" env -i PATH="$tmp/bin:/usr/bin:/bin" python3 -c '
+import json, os, sys
+argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+os.environ.update(env)
+os.execvp(argv[0], argv)' "$argv" "$env" >"$tmp/$pod.log" 2>&1 &
+  pids+=($!)
+  i=$((i + 1))
+done <"$tmp/pods"
+rcs=""
+for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
+if [ "$rcs" = " 0 0 0" ] && grep -q '{"event":"done".*"workers":2,"ps":1' "$tmp/psgraph-worker-0.log" &&
+   grep -q "serving on tcp://0.0.0.0:2222" "$tmp/psgraph-ps-0.log" &&
+   grep -q "stopped: job done" "$tmp/psgraph-ps-0.log"; then
+  ok "the 3 pods' commands on hosts psgraph-{ps-0,worker-0,worker-1}.psgraph.default.svc.cluster.local: trained, exit 0"
+else
+  fail "pods on emulated hosts (exit codes$rcs): $(for f in "$tmp"/psgraph-*.log; do echo "== $f"; tail -n 5 "$f"; done)"
+fi
+[ $fails = 0 ]
