@@ -29,6 +29,8 @@ static void train_usage(FILE *f) {
             "  --buckets N              wide-deep: hash buckets per categorical field (default 1000000)\n"
             "  --table-shards N         wide-deep: the embedding table's shards (default 1, or the ps tasks)\n"
             "  --partition-strategy mod|div  wide-deep: which shard holds an id (default mod)\n"
+            "  --ps-memory-limit N[K|M|G]  bytes of variables one ps task may hold: the wide-deep table\n"
+            "                           spreads over enough shards; a graph that cannot fit is refused\n"
             "  --epochs E               passes over the training set (default 2)\n"
             "  --steps N                stop after N steps (overrides --epochs)\n"
             "  --batch B                batch size (default: the model's, above)\n"
@@ -72,6 +74,20 @@ static void train_usage(FILE *f) {
             "  --trace FILE             write a Chrome trace (Perfetto, chrome://tracing) of some steps\n"
             "  --trace-steps A:B        the steps traced, 1-based, inclusive (default 5:6)\n");
     psg_sync_print_help(f);
+}
+
+/* Bytes with an optional K, M, G suffix (powers of 1024); on error names the option. */
+static int parse_bytes(const char *opt, const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    if (unit > 1) end++;
+    if (errno || end == s || *end || !(v > 0) || v * unit > 9e18)
+        return psg_error_set("%s: '%s' is not a size in bytes (e.g. 512M, 4G)", opt, s);
+    *out = (int64_t)(v * unit);
+    return 0;
 }
 
 /* Parses a number option; on error names the option. */
@@ -125,6 +141,7 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--buckets")) { rc = parse_num(a, v, 1, 1099511627776.0, &x); c.buckets = (int64_t)x; }
         else if (!strcmp(a, "--table-shards")) { rc = parse_num(a, v, 1, 64, &x); c.table_shards = (int)x; }
         else if (!strcmp(a, "--partition-strategy")) c.partition_strategy = v;
+        else if (!strcmp(a, "--ps-memory-limit")) rc = parse_bytes(a, v, &c.ps_memory_limit);
         else if (!strcmp(a, "--optimizer")) c.optimizer = v;
         else if (!strcmp(a, "--logdir")) c.logdir = v;
         else if (!strcmp(a, "--init-from")) c.init_from = v;

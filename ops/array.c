@@ -163,7 +163,8 @@ static int infer_random(psg_infer_ctx_t *c) {
     if (!sh || sh->type != PSG_ATTR_SHAPE || !psg_shape_is_complete(&sh->u.shape))
         return psg_error_set("a random op needs a complete 'shape'");
     const char *dist = psg_node_get_str(c->node, "distribution", "");
-    if (strcmp(dist, "uniform") && strcmp(dist, "normal") && strcmp(dist, "truncated_normal"))
+    if (strcmp(dist, "uniform") && strcmp(dist, "normal") && strcmp(dist, "truncated_normal") &&
+        strcmp(dist, "constant"))
         return psg_error_set("unknown distribution '%s'", dist);
     c->out_dtypes[0] = PSG_DT_F32;
     c->out_shapes[0] = sh->u.shape;
@@ -470,6 +471,10 @@ int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes) {
     return psg_node_finish(b);
 }
 
+/* Constant initializers above this many elements (1 MiB of f32) are filled by the
+ * Random op's "constant" distribution instead of a Const. */
+#define PSG_CONST_INIT_MAX_ELEMENTS (256 * 1024)
+
 double psg_glorot_uniform_scale(const psg_shape_t *shape) {
     /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
     double receptive = 1;
@@ -496,6 +501,9 @@ static psg_endpoint_t initial_value(psg_graph_t *g, const psg_shape_t *shape,
     const char *k = init.kind ? init.kind : "zeros";
     if (!strcmp(k, "zeros") || !strcmp(k, "ones") || !strcmp(k, "constant")) {
         double v = !strcmp(k, "zeros") ? 0.0 : !strcmp(k, "ones") ? 1.0 : init.scale;
+        /* a big one (an embedding table's optimizer slots) is filled when run: as a Const
+         * it would be held by the graph and sent whole in every RegisterGraph */
+        if (psg_shape_numel(shape) > PSG_CONST_INIT_MAX_ELEMENTS) return random_init(g, "constant", shape, v, 0);
         psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, shape);
         if (!t) return PSG_NO_ENDPOINT;
         float *d = psg_tensor_f32(t);

@@ -267,6 +267,36 @@ static int check_device(const psg_graph_t *g, const int *parent, int root,
                          who->name, psg_node_op(who), psg_device_name_str(d, buf, sizeof buf), d->job);
 }
 
+/* The variables placed on each ps task against opt->ps_memory_limit, in creation order:
+ * the first that does not fit is named, with its bytes and the limits. */
+static int check_ps_memory(const psg_graph_t *g, const psg_placement_options_t *opt) {
+    if (!opt || opt->ps_memory_limit <= 0) return 0;
+    int64_t used[PSG_MAX_SHARDS * 4] = {0}, total = 0;
+    int ntasks = 0;
+    for (int j = 0; j < opt->num_jobs; j++)
+        if (opt->jobs[j].name && !strcmp(opt->jobs[j].name, "ps")) ntasks = opt->jobs[j].num_tasks;
+    for (int i = 0; i < g->num_nodes; i++)
+        if (g->nodes[i]->def->flags & PSG_OP_VARIABLE) total += variable_bytes(g->nodes[i]);
+    for (int i = 0; i < g->num_nodes; i++) {
+        const psg_node_t *n = g->nodes[i];
+        psg_device_name_t d;
+        if (!(n->def->flags & PSG_OP_VARIABLE) || psg_device_name_parse(psg_node_assigned_device(n), &d) < 0 ||
+            !d.has_job || strcmp(d.job, "ps") || !d.has_task || d.task < 0 ||
+            d.task >= (int)(sizeof used / sizeof used[0]))
+            continue;
+        int64_t b = variable_bytes(n);
+        used[d.task] += b;
+        if (used[d.task] > opt->ps_memory_limit)
+            return psg_error_set("variable '%s' (%lld bytes) does not fit on /job:ps/task:%d: its variables "
+                                 "would take %lld bytes, over the ps memory limit of %lld bytes a task "
+                                 "(%d ps tasks, %lld bytes of variables in all); give more ps tasks or a "
+                                 "higher --ps-memory-limit",
+                                 n->name, (long long)b, d.task, (long long)used[d.task],
+                                 (long long)opt->ps_memory_limit, ntasks, (long long)total);
+    }
+    return 0;
+}
+
 int psg_place(psg_graph_t *g, const psg_placement_options_t *opt) {
     int n = g->num_nodes, rc = -1;
     const char *dflt_str = opt && opt->default_device ? opt->default_device
@@ -327,7 +357,7 @@ int psg_place(psg_graph_t *g, const psg_placement_options_t *opt) {
         psg_device_name_str(&group[find_root(parent, i)], buf, sizeof buf);
         if (psg_graph_set_assigned_device(g, i, buf) < 0) goto done;
     }
-    rc = 0;
+    rc = check_ps_memory(g, opt);
 done:
     free(spec);
     free(group);

@@ -21,13 +21,24 @@ one=$("$psgraph" "${args[@]}" --table-shards 2 | grep '"event":"done"')
 [ -n "$one" ] || fail "one process: no done line"
 
 # 1. one worker and 2 ps tasks: the same training as one process
-"$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${args[@]}" > "$tmp/w1.log" 2>&1 || fail "launch 2 ps + 1 worker: $(tail -3 "$tmp/w1.log")"
+"$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${args[@]}" --logdir "$tmp/ck" --checkpoint-every 30 > "$tmp/w1.log" 2>&1 || fail "launch 2 ps + 1 worker: $(tail -3 "$tmp/w1.log")"
 dist=$(grep -o '{"event":"done".*' "$tmp/w1.log")
 if [ -n "$one" ] && [ -n "$dist" ] &&
    python3 -c 'import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); sys.exit(0 if abs(a["final_loss"]-b["final_loss"])<1e-4 and abs(a["test_auc"]-b["test_auc"])<1e-3 else 1)' "$one" "$dist"; then
   ok "2 ps + 1 worker trains as one process (loss $(field "$dist" final_loss), AUC $(field "$dist" test_auc))"
 else
   fail "2 ps + 1 worker differs from one process: $one / $dist"
+fi
+
+# the sharded table and its lazy Adam slots are in the checkpoint, one safetensors file per ps
+last=$(ls "$tmp"/ck/model.ckpt-*.index.json 2>/dev/null | sort -t- -k2 -n | tail -1)
+if [ -n "$last" ] && [ "$(ls "$tmp"/ck/*.safetensors | wc -l)" -ge 2 ] &&
+   "$psgraph" inspect "$last" > "$tmp/inspect.txt" 2>&1 &&
+   grep -q "checksums ok" "$tmp/inspect.txt" &&
+   [ "$(grep -cE '^wide_deep/embeddings/part_[01](/Adam(_1)?)? +f32 +\[65000, 17\]' "$tmp/inspect.txt")" -eq 6 ]; then
+  ok "checkpoint $(basename "$last"): the table's 2 shards and their slots"
+else
+  fail "checkpoint of the sharded table: $(ls "$tmp/ck" 2>&1) $(cat "$tmp/inspect.txt" 2>/dev/null | head -5)"
 fi
 
 # 2. two workers: only touched rows travel
@@ -46,5 +57,15 @@ PY
 then ok "2 ps + 2 workers: only the touched rows travel"
 else fail "2 ps + 2 workers: $done2 $(tail -3 "$tmp/w2.log")"
 fi
+# 3. a ps memory limit below the table with its Adam slots (26.5 MB): it spreads over the
+# 2 ps tasks; a limit below what 2 tasks hold is refused at placement, naming the variable
+lim=(--steps 3 --ps-memory-limit 16M)
+"$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${args[@]}" "${lim[@]}" > "$tmp/m1.log" 2>&1
+if grep -q '"event":"done".*"table_shards":2,' "$tmp/m1.log"; then ok "--ps-memory-limit 16M: a 26.5 MB table and slots over 2 ps"
+else fail "--ps-memory-limit 16M: $(grep -E 'done|error' "$tmp/m1.log" | head -3)"; fi
+"$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${args[@]}" --steps 3 --ps-memory-limit 10M > "$tmp/m2.log" 2>&1
+if grep -q "does not fit on /job:ps/task:.*ps memory limit of 10485760 bytes" "$tmp/m2.log"; then
+  ok "--ps-memory-limit 10M: refused at placement ($(grep -o "variable '[^']*' ([0-9]* bytes)" "$tmp/m2.log" | head -1))"
+else fail "--ps-memory-limit 10M not refused: $(tail -3 "$tmp/m2.log")"; fi
 [ "$fails" -eq 0 ] && echo "all ctr cluster checks passed"
 exit $((fails > 0))

@@ -283,7 +283,41 @@ static void test_resource_gather_errors(void) {
     psg_graph_destroy(&g);
 }
 
+/* A ps memory limit: a table of 4 shards over 2 ps tasks fits under a limit no one task
+ * could hold the table under; below half the table, placement refuses, naming the
+ * variable, its bytes and the limit. */
+static void test_ps_memory_limit(void) {
+    for (int round = 0; round < 2; round++) {
+        psg_graph_t *g = psg_graph_new();
+        psg_replica_setter_options_t so = {.ps_tasks = 2};
+        psg_replica_setter_t *rs = psg_replica_setter_new(&so);
+        psg_graph_push_replica_setter(g, rs);
+        psg_partitioned_var_t pv;
+        psg_partitioner_t p = {.num_shards = 4};
+        CHECK(psg_partitioned_variable(g, "table", PSG_DT_F32, &(psg_shape_t){2, {1000, 16}},
+                                       (psg_initializer_t){"zeros", 0, 0}, true, &p, &pv) == 0);
+        psg_graph_pop_device(g);
+        psg_job_spec_t jobs[] = {{"ps", 2, 0}, {"worker", 1, 0}};
+        /* 64000 bytes in all: 32000 a task */
+        psg_placement_options_t po = {.default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs,
+                                      .ps_memory_limit = round == 0 ? 40000 : 30000};
+        int rc = psg_place(g, &po);
+        if (round == 0) {
+            CHECK(rc == 0);
+            CHECK(psg_replica_setter_ps_bytes(rs, 0) == 32000 && psg_replica_setter_ps_bytes(rs, 1) == 32000);
+        } else {
+            CHECK(rc < 0);
+            CHECK_ERROR_HAS("variable 'table/part_");
+            CHECK_ERROR_HAS("(16000 bytes) does not fit on /job:ps/task:");
+            CHECK_ERROR_HAS("ps memory limit of 30000 bytes");
+        }
+        psg_replica_setter_destroy(&rs);
+        psg_graph_destroy(&g);
+    }
+}
+
 int main(void) {
+    RUN_TEST(test_ps_memory_limit);
     RUN_TEST(test_gradchecks);
     RUN_TEST(test_unique_and_partition);
     RUN_TEST(test_embedding_lookup);

@@ -254,7 +254,24 @@ static void test_optimizer_sparse(void) {
     }
 }
 
+/* A big table's constant-initialized slot is filled when run, not held by the graph as a
+ * Const (which every RegisterGraph would carry whole): it still starts at its value. */
+static void test_big_constant_init(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t v = psg_variable(g, "big", PSG_DT_F32, &(psg_shape_t){2, {100000, 17}},
+                                    (psg_initializer_t){"constant", 0.25, 0}, false);
+    CHECK(psg_endpoint_valid(v));
+    for (int i = 0; i < psg_graph_num_nodes(g); i++) CHECK(strcmp(psg_node_op(psg_graph_node(g, i)), "Const"));
+    psg_session_t *s = psg_session_new(g, NULL, NULL);
+    CHECK(psg_session_run_init(s) == 0);
+    psg_variable_t *var = psg_resource_find_variable(psg_session_resources(s), "big");
+    CHECK(var && psg_tensor_f32(var->value)[0] == 0.25f && psg_tensor_f32(var->value)[1699999] == 0.25f);
+    psg_session_destroy(&s);
+    psg_graph_destroy(&g);
+}
+
 int main(void) {
+    RUN_TEST(test_big_constant_init);
     RUN_TEST(test_sgd);
     RUN_TEST(test_momentum);
     RUN_TEST(test_adagrad);

@@ -132,6 +132,15 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     wc.table_shards = c->table_shards > 0 ? c->table_shards
                       : t->w.cluster      ? psg_cluster_num_tasks(t->w.cluster, "ps")
                                           : 1;
+    int ps = t->w.cluster ? psg_cluster_num_tasks(t->w.cluster, "ps") : 0;
+    if (c->table_shards <= 0 && ps > 0 && c->ps_memory_limit > 0) {
+        /* the table and its two Adam slots spread over as many shards as keep each ps
+         * under the limit (a tenth left for the dense part), a multiple of the ps tasks */
+        double need = 3.0 * (double)PSG_CTR_FIELDS * (double)wc.buckets * (wc.dim + 1) * 4;
+        int64_t rounds = (int64_t)ceil(need / ((double)ps * 0.9 * (double)c->ps_memory_limit));
+        int64_t n = (rounds < 1 ? 1 : rounds) * ps;
+        wc.table_shards = (int)(n > PSG_MAX_SHARDS ? PSG_MAX_SHARDS : n);
+    }
     if (c->partition_strategy && psg_partition_strategy_parse(c->partition_strategy, &wc.strategy) < 0)
         return psg_error_wrap("--partition-strategy");
     if (!(t->g = psg_graph_new())) return -1;
@@ -155,7 +164,8 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
         return (t->hooks = psg_train_hooks_new(&hc, t->sess, out, t->metrics, start_step)) ? 0 : -1;
     }
     psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
-                                    .step_timeout_ms = c->step_timeout_ms};
+                                    .step_timeout_ms = c->step_timeout_ms,
+                                    .ps_memory_limit = c->ps_memory_limit};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
     t->dstep = psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.loss, 1, &train_op);
     t->deval = t->dstep ? psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.prob, 0, NULL) : NULL;

@@ -63,7 +63,7 @@ struct psg_dist_session {
     psg_graph_t *g;
     const psg_cluster_t *cluster;
     psg_task_server_t *server;
-    int64_t timeout_ms;
+    int64_t timeout_ms, ps_memory_limit;
     char task[PSG_DEVICE_NAME_MAX];
     char device[PSG_DEVICE_NAME_MAX + 16];
     int placed_nodes; /* node count at the last placement */
@@ -130,6 +130,7 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
     s->cluster = opt->cluster;
     s->server = opt->server;
     s->timeout_ms = opt->step_timeout_ms > 0 ? opt->step_timeout_ms : 30000;
+    s->ps_memory_limit = opt->ps_memory_limit;
     snprintf(s->task, sizeof s->task, "%s", psg_task_server_task(opt->server));
     snprintf(s->device, sizeof s->device, "%s/device:CPU:0", s->task);
     /* step ids: unique across the workers sharing a ps (the task in the high bits) and
@@ -206,7 +207,8 @@ static int place(psg_dist_session_t *s) {
         jobs[i].num_tasks = psg_cluster_num_tasks(s->cluster, jobs[i].name);
         jobs[i].num_gpus = 0;
     }
-    psg_placement_options_t po = {.default_device = s->device, .num_jobs = nj, .jobs = jobs};
+    psg_placement_options_t po = {.default_device = s->device, .num_jobs = nj, .jobs = jobs,
+                                  .ps_memory_limit = s->ps_memory_limit};
     if (psg_place(s->g, &po) < 0 || merge_logical_cpus(s) < 0) return -1;
     s->placed_nodes = psg_graph_num_nodes(s->g);
     return 0;

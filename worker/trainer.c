@@ -145,7 +145,8 @@ static int make_runners(trainer_t *t) {
         return t->eval ? 0 : -1;
     }
     psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
-                                    .step_timeout_ms = c->step_timeout_ms};
+                                    .step_timeout_ms = c->step_timeout_ms,
+                                    .ps_memory_limit = c->ps_memory_limit};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
     /* the steps are the strategy's (worker/sync_train.c); this one only evaluates */
     t->deval = psg_dist_session_make_callable(t->dsess, 2, r->feeds, 1, &r->correct, 0, NULL);

@@ -24,6 +24,7 @@ typedef struct {
     int64_t step_timeout_ms;      /* a step, a registration, a wait fails after this; <= 0: 30000 */
     int id_stream;                /* 0 or 1: two sessions of one process (the sync chief's
                                      runner beside the worker's loop) draw disjoint step ids */
+    int64_t ps_memory_limit;      /* > 0: bytes of variables a ps task may hold (placement.h) */
 } psg_dist_session_options_t;
 
 /* A replica device setter for this worker (variables greedily, or round-robin, over the

@@ -105,6 +105,10 @@ typedef struct {
      * below its count and a GPU below num_gpus */
     int num_jobs;
     const psg_job_spec_t *jobs;
+    /* > 0: the bytes of variables (slots included) one task of job "ps" may hold; a
+     * placement that puts more on one is refused, naming the variable that does not fit,
+     * its bytes and the limit (--ps-memory-limit, docs/sparse.md) */
+    int64_t ps_memory_limit;
 } psg_placement_options_t;
 
 /* Gives every node of g a complete canonical device

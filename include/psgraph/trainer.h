@@ -68,6 +68,7 @@ typedef struct {
     int64_t buckets;                 /* per categorical field; 0: 10^6 */
     int table_shards;                /* the embedding table's shards; 0: 1, or the ps tasks */
     const char *partition_strategy;  /* "mod" (NULL) or "div" */
+    int64_t ps_memory_limit;         /* > 0: bytes of variables one ps task may hold */
 } psg_train_config_t;
 
 /* A cluster worker's default dense_shard_bytes: 512 KiB (the mlp's fc1 in 2 shards, the

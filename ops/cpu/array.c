@@ -163,7 +163,9 @@ int psg_cpu_random(psg_kernel_ctx_t *c) {
     const char *dist = psg_node_get_str(c->node, "distribution", "uniform");
     float *o = psg_tensor_f32(out);
     int64_t n = psg_tensor_numel(out);
-    if (!strcmp(dist, "uniform")) {
+    if (!strcmp(dist, "constant")) {
+        for (int64_t i = 0; i < n; i++) o[i] = (float)scale;
+    } else if (!strcmp(dist, "uniform")) {
         for (int64_t i = 0; i < n; i++) o[i] = (float)((2 * psg_uniform01(&s) - 1) * scale);
     } else if (!strcmp(dist, "normal")) {
         for (int64_t i = 0; i < n; i++) o[i] = (float)(psg_normal01(&s) * scale);
