@@ -181,15 +181,6 @@ static int grad_identity(psg_graph_t *g, const psg_node_t *n, const psg_endpoint
     return 0;
 }
 
-/* For ops whose output does not vary with their inputs (FillLike, shapes). */
-static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    (void)g;
-    (void)dy;
-    for (int i = 0; i < psg_node_num_inputs(n); i++) dx[i] = PSG_NO_ENDPOINT;
-    return 0;
-}
-
 static psg_endpoint_t reshape_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
     return psg_op_inputs(g, "ReshapeLike", NULL, 2, (psg_endpoint_t[]){x, like});
 }
@@ -238,7 +229,7 @@ static const psg_op_def_t op_const = {.name = "Const",
                                       .num_inputs = 0,
                                       .num_outputs = 1,
                                       .infer = infer_const,
-                                      .grad = grad_none,
+                                      .grad = psg_grad_none,
                                       .cpu = psg_cpu_const,
                                       .cuda = PSG_GPU_KERNEL(psg_gpu_const)};
 static const psg_op_def_t op_placeholder = {.name = "Placeholder",
@@ -246,7 +237,7 @@ static const psg_op_def_t op_placeholder = {.name = "Placeholder",
                                             .num_outputs = 1,
                                             .flags = PSG_OP_SOURCE_FEED,
                                             .infer = infer_placeholder,
-                                            .grad = grad_none,
+                                            .grad = psg_grad_none,
                                             .cpu = psg_cpu_placeholder,
                                             .cuda = PSG_GPU_SAME(psg_cpu_placeholder)};
 static const psg_op_def_t op_identity = {.name = "Identity",
@@ -260,7 +251,7 @@ static const psg_op_def_t op_stop_gradient = {.name = "StopGradient",
                                               .num_inputs = 1,
                                               .num_outputs = 1,
                                               .infer = infer_same_as_input0,
-                                              .grad = grad_none,
+                                              .grad = psg_grad_none,
                                               .cpu = psg_cpu_identity,
                                               .cuda = PSG_GPU_SAME(psg_cpu_identity)};
 static const psg_op_def_t op_reshape = {.name = "Reshape",
@@ -288,7 +279,7 @@ static const psg_op_def_t op_fill_like = {.name = "FillLike",
                                           .num_inputs = 1,
                                           .num_outputs = 1,
                                           .infer = infer_same_as_input0,
-                                          .grad = grad_none,
+                                          .grad = psg_grad_none,
                                           .cpu = psg_cpu_fill_like,
                                           .cuda = PSG_GPU_KERNEL(psg_gpu_fill_like)};
 static const psg_op_def_t op_sum_to_shape_of = {.name = "SumToShapeOf",
@@ -310,7 +301,7 @@ static const psg_op_def_t op_var_handle = {.name = "VarHandle",
                                            .num_outputs = 1,
                                            .flags = PSG_OP_VARIABLE | PSG_OP_STATEFUL,
                                            .infer = infer_var_handle,
-                                           .grad = grad_none,
+                                           .grad = psg_grad_none,
                                            .cpu = psg_cpu_var_handle,
                                            .cuda = PSG_GPU_SAME(psg_cpu_var_handle)};
 static const psg_op_def_t op_read_variable = {.name = "ReadVariable",
@@ -346,7 +337,7 @@ static const psg_op_def_t op_random = {.name = "Random",
                                        .num_outputs = 1,
                                        .flags = PSG_OP_STATEFUL,
                                        .infer = infer_random,
-                                       .grad = grad_none,
+                                       .grad = psg_grad_none,
                                        .cpu = psg_cpu_random};
 
 const psg_op_def_t *const psg_array_ops[] = {

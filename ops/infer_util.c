@@ -1,7 +1,14 @@
-/* Helpers shared by shape-inference functions: dtype and rank checks and
- * numpy broadcasting, each with a message that names the input. */
+/* Helpers shared by op definitions: the empty gradient, and for shape inference dtype
+ * and rank checks and numpy broadcasting, each with a message that names the input. */
 #include "psgraph/error.h"
 #include "psgraph/op.h"
+
+int psg_grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy, psg_endpoint_t *dx) {
+    (void)g;
+    (void)dy;
+    for (int i = 0; i < psg_node_num_inputs(n); i++) dx[i] = PSG_NO_ENDPOINT;
+    return 0;
+}
 
 int psg_infer_expect_dtype(psg_infer_ctx_t *c, int i, psg_dtype_t dt) {
     if (c->in_dtypes[i] != dt)

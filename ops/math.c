@@ -763,16 +763,6 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
     return done1(dx);
 }
 
-/* For outputs that do not vary smoothly with the inputs (ArgMax, Equal, counts). */
-static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    (void)g;
-    (void)n;
-    (void)dy;
-    (void)dx;
-    return 0;
-}
-
 /* ---- defs ---- */
 
 #define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
@@ -825,7 +815,7 @@ DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
 DEF(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_sum, psg_gpu_sum)
 DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
-DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, grad_none,
+DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, psg_grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */
 static const psg_op_def_t op_expand_dims = {.name = "ExpandDims",
@@ -835,8 +825,8 @@ static const psg_op_def_t op_expand_dims = {.name = "ExpandDims",
                                             .grad = grad_expand_dims,
                                             .cpu = psg_cpu_reshape,
                                             .cuda = PSG_GPU_SAME(psg_cpu_reshape)};
-DEF(op_argmax, "ArgMax", 1, 1, infer_argmax, grad_none, psg_cpu_argmax, psg_gpu_argmax)
-DEF(op_equal, "Equal", 2, 1, infer_equal, grad_none, psg_cpu_equal, psg_gpu_equal)
+DEF(op_argmax, "ArgMax", 1, 1, infer_argmax, psg_grad_none, psg_cpu_argmax, psg_gpu_argmax)
+DEF(op_equal, "Equal", 2, 1, infer_equal, psg_grad_none, psg_cpu_equal, psg_gpu_equal)
 DEF_PREPARED(op_matmul, "MatMul", 2, 1, infer_matmul, grad_matmul, psg_cpu_matmul, psg_gpu_matmul,
              psg_matmul_prepare, psg_matmul_params_t)
 DEF_PREPARED(op_dense, "Dense", 3, 1, infer_dense, grad_dense, psg_cpu_dense, psg_gpu_dense,

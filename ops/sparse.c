@@ -223,14 +223,6 @@ static int grad_dynamic_stitch(psg_graph_t *g, const psg_node_t *n, const psg_en
     return 0;
 }
 
-static int grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    (void)g;
-    (void)dy;
-    for (int i = 0; i < psg_node_num_inputs(n); i++) dx[i] = PSG_NO_ENDPOINT;
-    return 0;
-}
-
 /* ---- defs ---- */
 
 #define DYN PSG_OP_DYNAMIC_SHAPE
@@ -258,7 +250,7 @@ static const psg_op_def_t op_unique = {.name = "Unique",
                                        .num_outputs = 2,
                                        .flags = DYN,
                                        .infer = infer_unique,
-                                       .grad = grad_none,
+                                       .grad = psg_grad_none,
                                        .cpu = psg_cpu_unique};
 static const psg_op_def_t op_segment_sum = {.name = "UnsortedSegmentSum",
                                             .num_inputs = 3,
@@ -278,13 +270,13 @@ static const psg_op_def_t op_partition_ids = {.name = "PartitionIds",
                                               .num_outputs = 2,
                                               .flags = DYN,
                                               .infer = infer_partition_ids,
-                                              .grad = grad_none,
+                                              .grad = psg_grad_none,
                                               .cpu = psg_cpu_partition_ids};
 static const psg_op_def_t op_segment_weights = {.name = "SegmentWeights",
                                                 .num_inputs = 2,
                                                 .num_outputs = 1,
                                                 .infer = infer_segment_weights,
-                                                .grad = grad_none,
+                                                .grad = psg_grad_none,
                                                 .cpu = psg_cpu_segment_weights};
 
 const psg_op_def_t *const psg_sparse_ops[] = {

@@ -127,6 +127,10 @@ const psg_node_t *psg_async_op_node(const psg_async_op_t *a);
  * Frees a. */
 void psg_async_op_done(psg_async_op_t *a, int rc);
 
+/* The gradient of an op whose outputs do not vary smoothly with its inputs (ArgMax,
+ * Equal, counts, shapes, ids): no gradient for any input. */
+int psg_grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy, psg_endpoint_t *dx);
+
 /* ---- helpers for infer functions ---- */
 
 /* Checks input i has dtype dt; error "input i (name) must be f32, got i64". */
