@@ -191,8 +191,9 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_error_set("--model wide-deep trains on --data criteo (a Criteo-format file or folder), not '%s'", c->data);
         goto done;
     }
-    if (c->sync && !strcmp(c->sync, "sync")) {
-        psg_error_set("--model wide-deep: --sync sync is not supported yet (use async)");
+    /* Its updates are applied as they come: every other strategy would silently run as async. */
+    if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "none")) {
+        psg_error_set("--model wide-deep: --sync %s is not supported yet (use async)", c->sync);
         goto done;
     }
     if (!(t.data = psg_ctr_load(c->data_dir, c->buckets > 0 ? c->buckets : 1000000))) goto done;
