@@ -2,6 +2,7 @@
  * two conv layers (batch 64, 2 threads) run as psgraph ops, beside OpenBLAS's
  * cblas_sgemm of the same GEMM size (2 OpenBLAS threads) in the same run.
  * One JSON line per result. Not a training benchmark. */
+#include "ops/cpu/blas.h"
 #include "psgraph/psgraph.h"
 
 #include <cblas.h>
@@ -136,6 +137,7 @@ static void bench_layer(const layer_t *L) {
 }
 
 int main(void) {
+    psg_blas_init(); /* the kernels psgraph uses, for the peer figure too */
     static const layer_t layers[] = {
         {"conv1", 64, 28, 28, 1, 5, 32},
         {"conv2", 64, 14, 14, 32, 5, 64},

@@ -2,6 +2,7 @@
  * session, on 1 and 2 threads, beside cblas_sgemm called directly with
  * OpenBLAS's own threading, in the same run. One JSON line per result.
  * Not a training benchmark (bench/train does that). */
+#include "ops/cpu/blas.h"
 #include "psgraph/psgraph.h"
 
 #include <cblas.h>
@@ -118,6 +119,7 @@ static double time_psgraph(const shape_t *s, int threads, psg_tensor_t *a, psg_t
 }
 
 int main(void) {
+    psg_blas_init(); /* the kernels psgraph uses, for the peer figure too */
     unsigned seed = 1;
     char *cfg = openblas_get_config();
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {

@@ -4,6 +4,8 @@
 # one JSON line per batch size with both figures and the ratio.
 #   bench/inception3.sh [batches, default 2,8] [steps, default 5]
 # The peer needs python3-torch and torchvision (PSG_WITH_PEERS=1 tools/install-deps.sh).
+# PSG_BENCH_ROUNDS (default 3) alternating rounds, best against best, peak RSS of both,
+# the peer on psgraph's OpenBLAS kernels (PSG_PEER_CORETYPE: see bench/train.sh).
 # Scaling on this host: a local cluster of 1 ps and W = 1, 2 workers, then W = 2 with one
 # backup, tiny images (75x75, 10 classes), one JSON line each with the speedup over W = 1:
 #   bench/inception3.sh scaling [batch, default 4] [steps, default 4]
@@ -39,30 +41,35 @@ steps=${2:-5}
 bash tools/build.sh build >/dev/null || exit 1
 peer=../shared/peers/torch-peer
 threads=${PSG_BENCH_THREADS:-2}
+rounds=${PSG_BENCH_ROUNDS:-3}
 have_torch=0
 /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null && [ -x "$peer" ] && have_torch=1
 [ $have_torch = 1 ] || echo '{"bench":"inception3","note":"python3-torch, torchvision or the peer script is missing: peer skipped"}'
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# As bench/train.sh: rounds alternate the two, the peer on psgraph's OpenBLAS kernels.
+run_ours() {
+  python3 bench/peak_rss.py "$tmp/ours_rss_$2" build/cli/psgraph bench inception3 --batch "$1" \
+    --steps "$steps" --warmup 2 --threads "$threads" | grep '^{"bench"' | tail -1 >"$tmp/ours_$2"
+}
+run_peer() {
+  [ $have_torch = 1 ] || return 0
+  local core=${PSG_PEER_CORETYPE:-}
+  [ -z "$core" ] && core=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("blas",""))' "$tmp/ours_1" 2>/dev/null)
+  [ "$core" = default ] && core=""
+  local env=()
+  [ -n "$core" ] && env=(env OPENBLAS_CORETYPE="$core")
+  echo "$core" >"$tmp/peer_core"
+  "${env[@]}" python3 bench/peak_rss.py "$tmp/peer_rss_$2" "$peer" --workloads inception3 --inc-batch "$1" \
+    --inc-steps "$steps" --inc-warmup 2 --threads "$threads" 2>/dev/null | tail -1 >"$tmp/peer_$2"
+}
 for b in ${batches//,/ }; do
-  ours=$(build/cli/psgraph bench inception3 --batch "$b" --steps "$steps" --warmup 2 --threads "$threads" | grep '^{"bench"' | tail -1)
-  theirs=""
-  if [ $have_torch = 1 ]; then
-    theirs=$("$peer" --workloads inception3 --inc-batch "$b" --inc-steps "$steps" --inc-warmup 2 --threads "$threads" 2>/dev/null | tail -1)
-  fi
-  OURS="$ours" THEIRS="$theirs" B="$b" python3 - <<'PY'
-import json, os
-ours = json.loads(os.environ["OURS"]) if os.environ["OURS"] else {}
-theirs = json.loads(os.environ["THEIRS"]) if os.environ["THEIRS"] else {}
-out = {"bench": "inception3", "device": "cpu", "batch": int(os.environ["B"]),
-       "psgraph_train_images_per_sec": ours.get("images_per_sec"),
-       "psgraph_step_ms_median": ours.get("step_ms_median"),
-       "psgraph_final_loss": ours.get("final_loss"), "threads": ours.get("threads")}
-if theirs:
-    out.update({"torch_train_images_per_sec": theirs.get("train_images_per_sec"),
-                "torch_infer_images_per_sec": theirs.get("infer_images_per_sec"),
-                "torch_blas": " ".join(theirs.get("blas", [])),
-                "torch_other_cpu_avg_cores": theirs.get("other_cpu_avg_cores")})
-    if ours.get("images_per_sec") and theirs.get("train_images_per_sec"):
-        out["ratio"] = round(ours["images_per_sec"] / theirs["train_images_per_sec"], 3)
-print(json.dumps(out))
-PY
+  rm -f "$tmp"/*
+  load_start=$(cut -d' ' -f1 /proc/loadavg)
+  run_ours "$b" 1
+  run_peer "$b" 1
+  for ((r = 2; r <= rounds; r++)); do
+    if ((r % 2 == 0)); then run_peer "$b" $r; run_ours "$b" $r; else run_ours "$b" $r; run_peer "$b" $r; fi
+  done
+  TMP="$tmp" W="batch$b" ROUNDS="$rounds" LOAD0="$load_start" python3 bench/train_report.py inception3
 done

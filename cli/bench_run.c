@@ -5,6 +5,7 @@
  * steps on one synthetic batch or ImageNet, images/sec per interval and one
  * final JSON line. Not the option parsing or the local launch (bench_cmd.c). */
 #include "cli/bench.h"
+#include "ops/cpu/blas.h"
 #include "psgraph/psgraph.h"
 #include "worker/replica.h"
 #include "worker/sync_train.h"
@@ -478,14 +479,15 @@ static int report(bench_t *b, timing_t *t) {
     printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
            "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
            "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
-           "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld}\n",
+           "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld,"
+           "\"blas\":\"%s\"}\n",
            b->gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b->g)),
            b->towers ? b->towers->num_towers : 1, cl,
            o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
            o->threads, o->warmup, (long long)t->k, ips, median, p90, t->loss, (long long)b->st.params,
            (long long)b->st.macs_per_example,
            ips * (double)b->st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
-           b->inet ? (long long)psg_imagenet_num_skipped(b->inet) : 0LL);
+           b->inet ? (long long)psg_imagenet_num_skipped(b->inet) : 0LL, psg_blas_core());
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* The psgraph binary: one entry point, one subcommand per verb. */
 #include "cli/commands.h"
+#include "ops/cpu/blas.h"
 #include "psgraph/curve.h"
 
 #include <stdio.h>
@@ -36,6 +37,8 @@ static void log_line(void *ctx, const char *line) {
 }
 
 int main(int argc, char **argv) {
+    /* before any thread starts: it may set OPENBLAS_CORETYPE, inherited by the tasks we start */
+    psg_blas_init();
     psg_net_set_log(log_line, NULL);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

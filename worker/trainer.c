@@ -13,6 +13,7 @@
 #include "psgraph/precision.h"
 #include "psgraph/session.h"
 #include "psgraph/towers.h"
+#include "ops/cpu/blas.h"
 #include "psgraph/trainer.h"
 #include "worker/ctr_train.h"
 #include "worker/evaluator.h"
@@ -429,10 +430,12 @@ static void final_line(trainer_t *t, const psg_train_result_t *r) {
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
              "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%.6f,\"test_accuracy\":%.4f,"
              "\"examples_per_sec\":%.1f,\"wall_sec\":%.3f,"
-             "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f}",
+             "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f,"
+             "\"blas\":\"%s\"}",
              c->model, c->data, cluster_desc, (long long)r->steps, t->batch, c->threads,
              psg_precision_name(psg_graph_compute_dtype(t->g)), r->final_loss, r->test_accuracy,
-             r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100, rss_mb());
+             r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100, rss_mb(),
+             psg_blas_core());
     fprintf(t->out, "%s\n", line);
     fflush(t->out);
     if (t->metrics) fprintf(t->metrics, "%s\n", line);

@@ -1,8 +1,9 @@
 /* psg_gemm_f32: cblas_sgemm per slice of rows (or columns) on the pool. */
 #include "ops/cpu/gemm.h"
 
+#include "ops/cpu/blas.h"
+
 #include <cblas.h>
-#include <pthread.h>
 
 typedef struct {
     bool ta, tb, split_rows;
@@ -29,18 +30,11 @@ static void gemm_slice(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* psgraph splits GEMMs over its own pool: OpenBLAS's threads would compete with it for
- * the same cores, and they spin (sched_yield) between calls, taking a core from the
- * other threads and processes of a task (the ps beside a worker on one host). Set once,
- * before the first GEMM of any path: a session, a task server, a benchmark. */
-static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
-static void one_blas_thread(void) { openblas_set_num_threads(1); }
-
 void psg_gemm_f32(psg_threadpool_t *pool, bool trans_a, bool trans_b, int64_t M, int64_t N,
                   int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                   float beta, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
-    pthread_once(&blas_threads_once, one_blas_thread);
+    psg_blas_init();
     gemm_job_t j = {trans_a, trans_b, M >= N, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
     int threads = psg_threadpool_size(pool);
     /* Below ~1 MFLOP a split costs more than it saves. */
