@@ -5,7 +5,8 @@
 #   bench/inception3.sh [batches, default 2,8] [steps, default 5]
 # The peer needs python3-torch and torchvision (PSG_WITH_PEERS=1 tools/install-deps.sh).
 # PSG_BENCH_ROUNDS (default 3) alternating rounds, best against best, peak RSS of both,
-# the peer on psgraph's OpenBLAS kernels (PSG_PEER_CORETYPE: see bench/train.sh).
+# the peer on psgraph's OpenBLAS kernels (PSG_PEER_CORETYPE: see bench/train.sh), psgraph
+# on the peer's optimizer (plain SGD at 0.01: no RMSProp, moving average or weight decay).
 # Scaling on this host: a local cluster of 1 ps and W = 1, 2 workers, then W = 2 with one
 # backup, tiny images (75x75, 10 classes), one JSON line each with the speedup over W = 1:
 #   bench/inception3.sh scaling [batch, default 4] [steps, default 4]
@@ -50,7 +51,7 @@ trap 'rm -rf "$tmp"' EXIT
 # As bench/train.sh: rounds alternate the two, the peer on psgraph's OpenBLAS kernels.
 run_ours() {
   python3 bench/peak_rss.py "$tmp/ours_rss_$2" build/cli/psgraph bench inception3 --batch "$1" \
-    --steps "$steps" --warmup 2 --threads "$threads" | grep '^{"bench"' | tail -1 >"$tmp/ours_$2"
+    --steps "$steps" --warmup 2 --threads "$threads" --optimizer sgd --lr 0.01 | grep '^{"bench"' | tail -1 >"$tmp/ours_$2"
 }
 run_peer() {
   [ $have_torch = 1 ] || return 0

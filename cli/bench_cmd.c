@@ -28,10 +28,14 @@ static void usage(FILE *f, const char *cmd) {
             "  --decode-threads T    JPEG decode threads (default 2)\n"
             "  --threads T           compute threads (default: the cores)\n"
             "  --lr X                initial learning rate (default 0.045)\n"
+            "  --optimizer rmsprop|sgd  rmsprop: the paper's recipe, with a moving average of the\n"
+            "                        weights and weight decay (default); sgd: plain SGD, neither\n"
+            "                        (the PyTorch peer's, for bench/inception3.sh)\n"
             "  --seed S              (default 1)\n"
             "  --log-every N         a progress line every N steps (default 1)\n"
             "  --step-times FILE     write each timed step's milliseconds, one a line\n"
             "                        (input to psgraph simulate --samples)\n"
+            "  --trace FILE          write a Chrome trace of the timed steps: each op's time\n"
             "  --print-model         print parameters and multiply-adds, then exit\n"
             "  --device cpu|gpu      (default cpu; gpu without a GPU runs on the CPU, with a note)\n"
             "  --precision P         f32 (default), mixed (bf16 products, f32 variables) or\n"
@@ -84,6 +88,7 @@ static int check(const psg_bench_opts_t *o) {
             o->workers > 0 ? o->workers : 1, o->backups);
     if (cluster && o->forward_only)
         return psg_error_set("--forward-only runs in one process (a cluster trains)");
+    if (cluster && o->trace) return psg_error_set("--trace is of one process (psgraph train --trace traces a cluster)");
     if (cluster && o->step_times)
         return psg_error_set("--step-times is of one process; psgraph simulate models the cluster");
     if (!cluster && o->num_stragglers)
@@ -126,6 +131,14 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         else if (!strcmp(a, "--data-dir")) o->data_dir = v;
         else if (!strcmp(a, "--compression")) rc = psg_tfrecord_compression_parse(v, &o->compression);
         else if (!strcmp(a, "--step-times")) o->step_times = v;
+        else if (!strcmp(a, "--trace")) o->trace = v;
+        else if (!strcmp(a, "--optimizer")) {
+            if (strcmp(v, "rmsprop") && strcmp(v, "sgd")) {
+                fprintf(stderr, "psgraph %s: --optimizer %s: rmsprop or sgd\n", cmd, v);
+                return 2;
+            }
+            o->plain_sgd = !strcmp(v, "sgd");
+        }
         else if (!strcmp(a, "--batch")) { rc = num(a, v, 1, 1 << 16, &x); o->batch = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = num(a, v, 1, 1e9, &x); o->steps = (int)x; }
         else if (!strcmp(a, "--warmup")) { rc = num(a, v, 0, 1e6, &x); o->warmup = (int)x; }

@@ -32,6 +32,7 @@ typedef struct {
     /* one process */
     psg_session_t *sess;
     psg_callable_t *step;
+    psg_trace_t *trace; /* --trace: the timed steps' ops */
     psg_towers_t *towers; /* NULL: one tower */
     bool gpu;
     psg_inception3_t tower_models[PSG_MAX_TOWERS];
@@ -336,6 +337,7 @@ static void bench_free(bench_t *b) {
     psg_imagenet_destroy(&b->inet);
     psg_callable_destroy(&b->step);
     psg_session_destroy(&b->sess);
+    psg_trace_destroy(&b->trace);
     free(b->ema_vars);
     psg_graph_destroy(&b->g);
 }
@@ -353,6 +355,11 @@ static int setup(bench_t *b) {
     b->recipe = psg_inception3_recipe_defaults();
     b->recipe.learning_rate = o->lr;
     b->recipe.batch = o->batch;
+    if (o->plain_sgd) {
+        b->recipe.plain_sgd = true;
+        b->recipe.ema_decay = 0;
+        b->cfg.weight_decay = 0;
+    }
     b->in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
     b->gpu = !strcmp(o->device, "gpu");
     if (b->gpu && !o->print_model && psg_gpu_count() == 0) {
@@ -429,6 +436,12 @@ static int loop(bench_t *b, timing_t *t) {
     bool over = false;
     for (t->s = 0; t->s < limit && !over; t->s++) {
         psg_tensor_t *bi = b->img, *bl = b->lab, *out = NULL;
+        if (o->trace && b->sess && t->s == o->warmup) {
+            if (!(b->trace = psg_trace_new(0, "/job:localhost/replica:0/task:0", "CPU:0")))
+                return psg_error_set("out of memory");
+            psg_session_set_node_hook(b->sess, psg_trace_node_hook, b->trace);
+        }
+        if (b->trace) psg_trace_set_step(b->trace, t->s + 1);
         double t0 = psg_now_sec();
         if (b->it) {
             bi = bl = NULL;
@@ -467,6 +480,7 @@ static int report(bench_t *b, timing_t *t) {
         return 0;
     }
     if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
+    if (b->trace && psg_trace_write(b->trace, o->trace) < 0) return psg_error_wrap("--trace");
     double median = 0, p90 = 0;
     if (t->k > 0) {
         qsort(t->times, (size_t)t->k, sizeof *t->times, cmp_double);

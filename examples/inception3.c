@@ -605,11 +605,13 @@ psg_optimizer_t *psg_inception3_optimizer(psg_graph_t *g, const psg_inception3_r
                       psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());
         return NULL;
     }
-    psg_optimizer_config_t oc = psg_optimizer_defaults("rmsprop");
+    psg_optimizer_config_t oc = psg_optimizer_defaults(r->plain_sgd ? "sgd" : "rmsprop");
     oc.learning_rate = (float)r->learning_rate;
-    oc.rho = (float)r->rmsprop_decay;
-    oc.momentum = (float)r->momentum;
-    oc.epsilon = (float)r->epsilon;
+    if (!r->plain_sgd) {
+        oc.rho = (float)r->rmsprop_decay;
+        oc.momentum = (float)r->momentum;
+        oc.epsilon = (float)r->epsilon;
+    }
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     if (opt) psg_optimizer_set_learning_rate_tensor(opt, rate);
     if (opt && lr) *lr = rate;

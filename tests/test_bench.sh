@@ -81,6 +81,28 @@ check 2 "--forward-only runs in one process" "$psgraph" bench inception3 "${tiny
 check 2 "--straggler delays the workers of a cluster" "$psgraph" bench inception3 "${tiny[@]}" --straggler worker=0,delay_ms=10
 check 2 "--device: 'tpu' is not cpu or gpu" "$psgraph" bench inception3 --device tpu
 check 0 "--backup-workers b" "$psgraph" bench inception3 --help
+check 2 "--optimizer adam: rmsprop or sgd" "$psgraph" bench inception3 "${tiny[@]}" --optimizer adam
+check 2 "--trace is of one process" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --workers 1 --trace "$tmp/t.json"
+
+# 5. the PyTorch peer's optimizer, and a trace of the timed steps only (bench/inception3.sh, docs/engine.md)
+out=$("$psgraph" bench inception3 "${tiny[@]}" --warmup 1 --steps 2 --threads 2 --optimizer sgd --trace "$tmp/t.json" 2>&1)
+if [ $? = 0 ] && python3 - "$tmp/t.json" "$(tail -1 <<<"$out")" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = [e for e in (d["traceEvents"] if isinstance(d, dict) else d) if e.get("ph") == "X"]
+ops = {e["cat"] for e in ev}
+assert {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "ApplyGradientDescent"} <= ops, ops
+assert "ApplyRMSProp" not in ops and "L2Loss" not in ops, ops  # no RMSProp, no weight decay
+assert {e["args"]["step"] for e in ev} == {2, 3}  # the timed steps, not the warmup
+line = json.loads(sys.argv[2])
+assert line["bench"] == "inception3" and line["images_per_sec"] > 0 and line["blas"]
+PY
+then
+  ok "--optimizer sgd --trace: plain SGD, the timed steps' ops traced"
+else
+  fail "--optimizer sgd --trace: $(tail -5 <<<"$out")"
+fi
+
 # psgraph train --model inception3 is the same run
 check 0 '"bench":"inception3"' "$psgraph" train --model inception3 "${tiny[@]}" --steps 1 --threads 2
 [ $fails = 0 ]

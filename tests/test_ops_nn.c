@@ -125,10 +125,14 @@ static const conv_case_t conv_cases[] = {
     {3, 5, 5, 4, 1, 1, 6, 1, 1, false},  /* 1x1: one GEMM */
     {2, 6, 6, 4, 1, 1, 5, 2, 2, true},   {1, 4, 4, 2, 5, 5, 3, 1, 1, true},
     {5, 9, 9, 3, 5, 5, 4, 1, 1, true},   /* uneven split of the batch */
-    {3, 32, 32, 16, 3, 3, 8, 1, 1, true}, /* several im2col chunks per slice */
+    {3, 32, 32, 16, 3, 3, 8, 1, 1, true}, /* several im2col bands per slice */
     {2, 17, 17, 3, 3, 3, 4, 2, 2, false},
     {2, 6, 7, 16, 3, 2, 4, 1, 1, false}, /* dx as a conv with the flipped filter, VALID */
     {2, 6, 7, 16, 4, 4, 5, 1, 1, true},  /* ... SAME with an odd padding total */
+    /* im2col bands that start inside an image and run into the next: forward and the
+     * col2im of dx (stride 2), then the filter gradient's longer bands */
+    {3, 24, 24, 64, 3, 3, 8, 2, 2, true},
+    {2, 20, 20, 128, 3, 3, 4, 1, 1, true},
 };
 
 /* A conv's params are prepared once per plan (ops/params.h) from the shapes

@@ -92,6 +92,7 @@ typedef struct {
     double momentum;            /* 0.9 */
     double epsilon;             /* 1.0 */
     double ema_decay;           /* 0.9999; 0 turns the moving average off */
+    bool plain_sgd;             /* false; true: plain SGD at the decayed rate, not RMSProp */
 } psg_inception3_recipe_t;
 
 psg_inception3_recipe_t psg_inception3_recipe_defaults(void);

@@ -1,7 +1,8 @@
 /* CPU kernels of Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter (NHWC,
  * f32; bf16 and f16 through f32 copies, the GPU's reference): im2col /
- * col2im per chunk of images, so the column buffer stays in cache, and one
- * psg_gemm_f32 per chunk; 1x1 stride-1 convs are one GEMM.
+ * col2im per band of output pixels (across images), so the column buffer
+ * stays in cache however large an image, and one psg_gemm_f32 per band;
+ * 1x1 stride-1 convs are one GEMM.
  * Not the defs (ops/nn.c) and not a direct or Winograd convolution. */
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/half.h"
@@ -11,10 +12,11 @@
 
 #include <string.h>
 
-/* Bytes of the im2col buffer of one chunk of images: about a core's L2, so
- * the GEMM reads the columns im2col has just written from cache. The filter
- * gradient takes larger chunks: its GEMM's inner dim is the chunk's rows,
- * and a short one costs a read and write of the whole (K, OC) result each. */
+/* Bytes of the im2col buffer of one band of output pixels: about a core's
+ * L2, so the GEMM reads the columns im2col has just written from cache (a
+ * band of whole images would be 37 MB for Inception-v3's Conv2d_4a). The
+ * filter gradient takes larger bands: its GEMM's inner dim is the band's
+ * rows, and a short one costs a read and write of the whole (K, OC) result. */
 #ifndef PSG_CONV_COL_BYTES
 #define PSG_CONV_COL_BYTES (768 * 1024)
 #endif
@@ -26,7 +28,7 @@ typedef struct {
     psg_nn_geom_t g;
     int64_t k;                   /* KH * KW * C: the GEMM's inner dim */
     int64_t parts;               /* slices of the batch run in parallel */
-    int64_t chunk;               /* images per GEMM */
+    int64_t band;                /* output pixels (GEMM rows) per GEMM */
     psg_threadpool_t *gemm_pool; /* splits each GEMM when the batch is not split */
     const float *x;              /* input (N, H, W, C) */
     const float *w;              /* filter (KH, KW, C, OC) */
@@ -46,53 +48,57 @@ static void valid_range(int64_t iw0, int64_t kw, int64_t w, int64_t *lo, int64_t
     if (*hi < *lo) *hi = *lo;
 }
 
-/* col is (OH*OW, KH*KW*C), row (oh, ow) holding the window of x at (oh, ow)
- * in (kh, kw, c) order, zeros where it hangs over the padding.
- * x is (H, W, C) */
-static void im2col(const psg_nn_geom_t *g, const float *restrict x, float *restrict col) {
-    const int64_t C = g->c, KW = g->kw, row_len = g->kh * g->kw * g->c;
-    for (int64_t oh = 0; oh < g->oh; oh++) {
-        for (int64_t ow = 0; ow < g->ow; ow++) {
-            float *restrict row = col + (oh * g->ow + ow) * row_len;
-            int64_t iw0 = ow * g->sw - g->pl, lo, hi;
-            valid_range(iw0, KW, g->w, &lo, &hi);
-            for (int64_t kh = 0; kh < g->kh; kh++) {
-                int64_t ih = oh * g->sh - g->pt + kh;
-                float *restrict dst = row + kh * KW * C;
-                if (ih < 0 || ih >= g->h) {
-                    memset(dst, 0, sizeof(float) * (size_t)(KW * C));
-                    continue;
-                }
-                if (lo > 0) memset(dst, 0, sizeof(float) * (size_t)(lo * C));
-                if (hi > lo)
-                    memcpy(dst + lo * C, x + (ih * g->w + iw0 + lo) * C,
-                           sizeof(float) * (size_t)((hi - lo) * C));
-                if (hi < KW) memset(dst + hi * C, 0, sizeof(float) * (size_t)((KW - hi) * C));
+/* col is (p1 - p0, KH*KW*C): row p - p0 holds the window of output pixel p
+ * (image p / (OH*OW), then (oh, ow)) in (kh, kw, c) order, zeros where it
+ * hangs over the padding. x is (N, H, W, C) */
+static void im2col(const psg_nn_geom_t *g, const float *restrict x, int64_t p0, int64_t p1,
+                   float *restrict col) {
+    const int64_t C = g->c, KW = g->kw, row_len = g->kh * g->kw * g->c, ohw = g->oh * g->ow;
+    int64_t n = p0 / ohw, oh = p0 % ohw / g->ow, ow = p0 % g->ow;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *restrict img = x + n * g->h * g->w * C;
+        float *restrict row = col + (p - p0) * row_len;
+        int64_t iw0 = ow * g->sw - g->pl, lo, hi;
+        valid_range(iw0, KW, g->w, &lo, &hi);
+        for (int64_t kh = 0; kh < g->kh; kh++) {
+            int64_t ih = oh * g->sh - g->pt + kh;
+            float *restrict dst = row + kh * KW * C;
+            if (ih < 0 || ih >= g->h) {
+                memset(dst, 0, sizeof(float) * (size_t)(KW * C));
+                continue;
             }
+            if (lo > 0) memset(dst, 0, sizeof(float) * (size_t)(lo * C));
+            if (hi > lo)
+                memcpy(dst + lo * C, img + (ih * g->w + iw0 + lo) * C,
+                       sizeof(float) * (size_t)((hi - lo) * C));
+            if (hi < KW) memset(dst + hi * C, 0, sizeof(float) * (size_t)((KW - hi) * C));
         }
+        if (++ow == g->ow && (ow = 0, ++oh == g->oh)) oh = 0, n++;
     }
 }
 
-/* The adjoint of im2col: dx = 0, then each column row added back where its
- * window came from (padding dropped).
- * col is (OH*OW, KH*KW*C), dx is (H, W, C) */
-static void col2im(const psg_nn_geom_t *g, const float *restrict col, float *restrict dx) {
-    const int64_t C = g->c, KW = g->kw, row_len = g->kh * g->kw * g->c;
-    memset(dx, 0, sizeof(float) * (size_t)(g->h * g->w * C));
-    for (int64_t oh = 0; oh < g->oh; oh++) {
-        for (int64_t ow = 0; ow < g->ow; ow++) {
-            const float *restrict row = col + (oh * g->ow + ow) * row_len;
-            int64_t iw0 = ow * g->sw - g->pl, lo, hi;
-            valid_range(iw0, KW, g->w, &lo, &hi);
-            for (int64_t kh = 0; kh < g->kh; kh++) {
-                int64_t ih = oh * g->sh - g->pt + kh;
-                if (ih < 0 || ih >= g->h) continue;
-                const float *restrict src = row + (kh * KW + lo) * C;
-                float *restrict dst = dx + (ih * g->w + iw0 + lo) * C;
-                int64_t n = (hi - lo) * C;
-                for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-            }
+/* The adjoint of im2col over output pixels [p0, p1): each column row added
+ * back where its window came from (padding dropped). dx must hold zeros
+ * (or the sums of other bands) before.
+ * col is (p1 - p0, KH*KW*C), dx is (N, H, W, C) */
+static void col2im(const psg_nn_geom_t *g, const float *restrict col, int64_t p0, int64_t p1,
+                   float *restrict dx) {
+    const int64_t C = g->c, KW = g->kw, row_len = g->kh * g->kw * g->c, ohw = g->oh * g->ow;
+    int64_t n = p0 / ohw, oh = p0 % ohw / g->ow, ow = p0 % g->ow;
+    for (int64_t p = p0; p < p1; p++) {
+        float *restrict img = dx + n * g->h * g->w * C;
+        const float *restrict row = col + (p - p0) * row_len;
+        int64_t iw0 = ow * g->sw - g->pl, lo, hi;
+        valid_range(iw0, KW, g->w, &lo, &hi);
+        for (int64_t kh = 0; kh < g->kh; kh++) {
+            int64_t ih = oh * g->sh - g->pt + kh;
+            if (ih < 0 || ih >= g->h) continue;
+            const float *restrict src = row + (kh * KW + lo) * C;
+            float *restrict dst = img + (ih * g->w + iw0 + lo) * C;
+            int64_t len = (hi - lo) * C;
+            for (int64_t i = 0; i < len; i++) dst[i] += src[i];
         }
+        if (++ow == g->ow && (ow = 0, ++oh == g->oh)) oh = 0, n++;
     }
 }
 
@@ -101,7 +107,8 @@ static bool is_pointwise(const psg_nn_geom_t *g) {
 }
 
 /* Decides how the batch is split: over the pool by images when there are
- * at least two, else one slice whose GEMMs are split over the pool. */
+ * at least two, else one slice whose GEMMs are split over the pool; and the
+ * band of output pixels whose columns fill about col_bytes. */
 static void plan_job(conv_job_t *j, psg_threadpool_t *pool, int64_t col_bytes) {
     const psg_nn_geom_t *g = &j->g;
     int64_t threads = psg_threadpool_size(pool);
@@ -109,61 +116,57 @@ static void plan_job(conv_job_t *j, psg_threadpool_t *pool, int64_t col_bytes) {
     j->parts = g->n < threads ? g->n : threads;
     if (j->parts < 1) j->parts = 1;
     j->gemm_pool = j->parts == 1 ? pool : NULL;
-    int64_t per_image = g->oh * g->ow * j->k * (int64_t)sizeof(float);
-    j->chunk = per_image > 0 ? col_bytes / per_image : 1;
-    if (j->chunk < 1) j->chunk = 1;
+    int64_t row_bytes = j->k * (int64_t)sizeof(float);
+    j->band = row_bytes > 0 ? col_bytes / row_bytes : 1;
+    /* a GEMM of fewer rows spends more on packing the filter than on products */
+    if (j->band < 64) j->band = 64;
+    int64_t per_part = (g->n + j->parts - 1) / j->parts * g->oh * g->ow;
+    if (j->band > per_part) j->band = per_part > 0 ? per_part : 1;
 }
 
+/* The output pixels [begin, end) of a part: its images' */
 static void part_range(const conv_job_t *j, int64_t part, int64_t *begin, int64_t *end) {
-    *begin = j->g.n * part / j->parts;
-    *end = j->g.n * (part + 1) / j->parts;
+    int64_t ohw = j->g.oh * j->g.ow;
+    *begin = j->g.n * part / j->parts * ohw;
+    *end = j->g.n * (part + 1) / j->parts * ohw;
 }
 
-static float *new_col(const conv_job_t *j, psg_buffer_t **buf) {
-    int64_t rows = j->chunk * j->g.oh * j->g.ow;
-    *buf = psg_buffer_new(sizeof(float) * (size_t)(rows * j->k));
-    return *buf ? (*buf)->data : NULL;
-}
-
-/* One chunk of nb images from b0, inside the part whose images start at
- * `begin`; col is that part's column buffer. */
-typedef void (*chunk_fn)(conv_job_t *j, int64_t part, int64_t begin, int64_t b0, int64_t nb,
-                         float *col);
+/* One band of output pixels [p0, p1), inside the part whose pixels start at
+ * `begin`; col is that part's column buffer (band rows). */
+typedef void (*band_fn)(conv_job_t *j, int64_t part, int64_t begin, int64_t p0, int64_t p1,
+                        float *col);
 
 /* The body of every pass: each part of [part, part_end) gets its own column
- * buffer and walks its images chunk by chunk. */
-static void run_parts(conv_job_t *j, int64_t part, int64_t part_end, chunk_fn chunk) {
+ * buffer and walks its pixels band by band. */
+static void run_parts(conv_job_t *j, int64_t part, int64_t part_end, band_fn band) {
     for (; part < part_end; part++) {
         int64_t begin, end;
         part_range(j, part, &begin, &end);
-        psg_buffer_t *buf;
-        float *col = new_col(j, &buf);
-        if (!col) {
+        psg_buffer_t *buf = psg_buffer_new(sizeof(float) * (size_t)(j->band * j->k));
+        if (!buf) {
             j->failed = 1;
             return;
         }
-        for (int64_t b0 = begin; b0 < end; b0 += j->chunk)
-            chunk(j, part, begin, b0, end - b0 < j->chunk ? end - b0 : j->chunk, col);
+        for (int64_t p0 = begin; p0 < end; p0 += j->band)
+            band(j, part, begin, p0, end - p0 < j->band ? end : p0 + j->band, buf->data);
         psg_buffer_unref(&buf);
     }
 }
 
 /* ---- Conv2D ---- */
 
-static void forward_chunk(conv_job_t *j, int64_t part, int64_t begin, int64_t b0, int64_t nb,
-                          float *col) {
+static void forward_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0, int64_t p1,
+                         float *col) {
     (void)part;
     (void)begin;
     const psg_nn_geom_t *g = &j->g;
-    const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
-    for (int64_t i = 0; i < nb; i++)
-        im2col(g, j->x + (b0 + i) * in_img, col + i * rows_img * j->k);
-    psg_gemm_f32(j->gemm_pool, false, false, nb * rows_img, g->oc, j->k, 1.0f, col, j->k, j->w,
-                 g->oc, 0.0f, j->y + b0 * rows_img * g->oc, g->oc);
+    im2col(g, j->x, p0, p1, col);
+    psg_gemm_f32(j->gemm_pool, false, false, p1 - p0, g->oc, j->k, 1.0f, col, j->k, j->w, g->oc,
+                 0.0f, j->y + p0 * g->oc, g->oc);
 }
 
 static void forward_part(void *ctx, int64_t part, int64_t part_end) {
-    run_parts(ctx, part, part_end, forward_chunk);
+    run_parts(ctx, part, part_end, forward_band);
 }
 
 /* The job of the conv on inputs[0] (x or its shape) and inputs[1] (the
@@ -198,25 +201,29 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
 
 /* ---- Conv2DBackpropInput: dx = col2im(dy * W^T) ---- */
 
-static void backprop_input_chunk(conv_job_t *j, int64_t part, int64_t begin, int64_t b0,
-                                 int64_t nb, float *col) {
+/* The part's dx is zeroed at its first band; each band's columns are added
+ * back into it. */
+static void backprop_input_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0,
+                                int64_t p1, float *col) {
     (void)part;
-    (void)begin;
     const psg_nn_geom_t *g = &j->g;
-    const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
-    psg_gemm_f32(j->gemm_pool, false, true, nb * rows_img, j->k, g->oc, 1.0f,
-                 j->dy + b0 * rows_img * g->oc, g->oc, j->w, g->oc, 0.0f, col, j->k);
-    for (int64_t i = 0; i < nb; i++)
-        col2im(g, col + i * rows_img * j->k, j->dx + (b0 + i) * in_img);
+    if (p0 == begin) {
+        int64_t ohw = g->oh * g->ow, img = g->h * g->w * g->c, b0 = begin / ohw;
+        int64_t part_end = j->g.n * (part + 1) / j->parts;
+        memset(j->dx + b0 * img, 0, sizeof(float) * (size_t)((part_end - b0) * img));
+    }
+    psg_gemm_f32(j->gemm_pool, false, true, p1 - p0, j->k, g->oc, 1.0f, j->dy + p0 * g->oc, g->oc,
+                 j->w, g->oc, 0.0f, col, j->k);
+    col2im(g, col, p0, p1, j->dx);
 }
 
 static void backprop_input_part(void *ctx, int64_t part, int64_t part_end) {
-    run_parts(ctx, part, part_end, backprop_input_chunk);
+    run_parts(ctx, part, part_end, backprop_input_band);
 }
 
 /* With stride 1, dx is a forward conv of dy with the filter turned 180
  * degrees and its channels swapped, padded by KH-1-pt (top) and KW-1-pl
- * (left): one GEMM of inner dim KH*KW*OC per chunk and no scatter, faster
+ * (left): one GEMM of inner dim KH*KW*OC per band and no scatter, faster
  * than col2im's GEMM of inner dim OC, unless C (this GEMM's width) is so
  * small that the GEMM is a matrix-vector product over a huge column buffer. */
 static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
@@ -255,6 +262,10 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
     j.dy = psg_tensor_f32(c->inputs[2]);
     j.dx = psg_tensor_f32(out);
     const psg_nn_geom_t *g = &j.g;
+    if (g->n * g->oh * g->ow == 0) {
+        memset(j.dx, 0, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c));
+        return 0;
+    }
     if (is_pointwise(g)) {
         psg_gemm_f32(c->pool, false, true, g->n * g->h * g->w, g->c, g->oc, 1.0f, j.dy, g->oc,
                      j.w, g->oc, 0.0f, j.dx, g->c);
@@ -268,19 +279,17 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
 /* ---- Conv2DBackpropFilter: dW = sum over images of col^T * dy ---- */
 
 /* Part 0 accumulates into dw, the others into their own partial sums. */
-static void backprop_filter_chunk(conv_job_t *j, int64_t part, int64_t begin, int64_t b0,
-                                  int64_t nb, float *col) {
+static void backprop_filter_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0,
+                                 int64_t p1, float *col) {
     const psg_nn_geom_t *g = &j->g;
-    const int64_t in_img = g->h * g->w * g->c, rows_img = g->oh * g->ow;
     float *dw = part == 0 ? j->dw : j->partial + (part - 1) * j->k * g->oc;
-    for (int64_t i = 0; i < nb; i++)
-        im2col(g, j->x + (b0 + i) * in_img, col + i * rows_img * j->k);
-    psg_gemm_f32(j->gemm_pool, true, false, j->k, g->oc, nb * rows_img, 1.0f, col, j->k,
-                 j->dy + b0 * rows_img * g->oc, g->oc, b0 == begin ? 0.0f : 1.0f, dw, g->oc);
+    im2col(g, j->x, p0, p1, col);
+    psg_gemm_f32(j->gemm_pool, true, false, j->k, g->oc, p1 - p0, 1.0f, col, j->k,
+                 j->dy + p0 * g->oc, g->oc, p0 == begin ? 0.0f : 1.0f, dw, g->oc);
 }
 
 static void backprop_filter_part(void *ctx, int64_t part, int64_t part_end) {
-    run_parts(ctx, part, part_end, backprop_filter_chunk);
+    run_parts(ctx, part, part_end, backprop_filter_band);
 }
 
 /* inputs: x (N, H, W, C), filter (only its shape is read), dy (N, OH, OW, OC) */
@@ -296,7 +305,7 @@ int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
     j.dw = psg_tensor_f32(out);
     const psg_nn_geom_t *g = &j.g;
     int64_t nw = j.k * g->oc;
-    if (g->n == 0) {
+    if (g->n * g->oh * g->ow == 0) {
         memset(j.dw, 0, sizeof(float) * (size_t)nw);
         return 0;
     }
