@@ -67,10 +67,18 @@ static void im2col(const psg_nn_geom_t *g, const float *restrict x, int64_t p0, 
                 memset(dst, 0, sizeof(float) * (size_t)(KW * C));
                 continue;
             }
+            /* the valid columns' first input (none when the window lies in the padding) */
+            const float *restrict src = hi > lo ? img + (ih * g->w + iw0 + lo) * C : img;
+            int64_t n_valid = (hi - lo) * C;
+            if (KW * C <= 16) {
+                /* few channels (conv1's one): a libc call per few floats costs more than the copy */
+                for (int64_t i = 0; i < lo * C; i++) dst[i] = 0;
+                for (int64_t i = 0; i < n_valid; i++) dst[lo * C + i] = src[i];
+                for (int64_t i = hi * C; i < KW * C; i++) dst[i] = 0;
+                continue;
+            }
             if (lo > 0) memset(dst, 0, sizeof(float) * (size_t)(lo * C));
-            if (hi > lo)
-                memcpy(dst + lo * C, img + (ih * g->w + iw0 + lo) * C,
-                       sizeof(float) * (size_t)((hi - lo) * C));
+            if (hi > lo) memcpy(dst + lo * C, src, sizeof(float) * (size_t)n_valid);
             if (hi < KW) memset(dst + hi * C, 0, sizeof(float) * (size_t)((KW - hi) * C));
         }
         if (++ow == g->ow && (ow = 0, ++oh == g->oh)) oh = 0, n++;
