@@ -47,6 +47,7 @@ have_torch=0
 /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null && [ -x "$peer" ] && have_torch=1
 [ $have_torch = 1 ] || echo '{"bench":"inception3","note":"python3-torch, torchvision or the peer script is missing: peer skipped"}'
 tmp=$(mktemp -d)
+. bench/rounds.sh
 trap 'rm -rf "$tmp"' EXIT
 # As bench/train.sh: rounds alternate the two, the peer on psgraph's OpenBLAS kernels.
 run_ours() {
@@ -55,22 +56,12 @@ run_ours() {
 }
 run_peer() {
   [ $have_torch = 1 ] || return 0
-  local core=${PSG_PEER_CORETYPE:-}
-  [ -z "$core" ] && core=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("blas",""))' "$tmp/ours_1" 2>/dev/null)
-  [ "$core" = default ] && core=""
-  local env=()
-  [ -n "$core" ] && env=(env OPENBLAS_CORETYPE="$core")
-  echo "$core" >"$tmp/peer_core"
-  "${env[@]}" python3 bench/peak_rss.py "$tmp/peer_rss_$2" "$peer" --workloads inception3 --inc-batch "$1" \
+  peer_env
+  "${penv[@]}" python3 bench/peak_rss.py "$tmp/peer_rss_$2" "$peer" --workloads inception3 --inc-batch "$1" \
     --inc-steps "$steps" --inc-warmup 2 --threads "$threads" 2>/dev/null | tail -1 >"$tmp/peer_$2"
 }
 for b in ${batches//,/ }; do
-  rm -f "$tmp"/*
   load_start=$(cut -d' ' -f1 /proc/loadavg)
-  run_ours "$b" 1
-  run_peer "$b" 1
-  for ((r = 2; r <= rounds; r++)); do
-    if ((r % 2 == 0)); then run_peer "$b" $r; run_ours "$b" $r; else run_ours "$b" $r; run_peer "$b" $r; fi
-  done
+  alternate "$b"
   TMP="$tmp" W="batch$b" ROUNDS="$rounds" LOAD0="$load_start" python3 bench/train_report.py inception3
 done

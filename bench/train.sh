@@ -25,6 +25,7 @@ have_torch=0
 /usr/bin/python3 -c 'import torch' 2>/dev/null && [ -x "$peer" ] && have_torch=1
 [ $have_torch = 1 ] || echo '{"bench":"train","note":"python3-torch or the peer script is missing: peer skipped (PSG_WITH_PEERS=1 tools/install-deps.sh)"}'
 tmp=$(mktemp -d)
+. bench/rounds.sh
 trap 'rm -rf "$tmp"' EXIT
 
 # run_ours W ROUND / run_peer W ROUND: one line of JSON each in $tmp, peak RSS beside it
@@ -34,13 +35,8 @@ run_ours() {
 }
 run_peer() {
   [ $have_torch = 1 ] || return 0
-  local core=${PSG_PEER_CORETYPE:-}
-  [ -z "$core" ] && core=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("blas",""))' "$tmp/ours_1" 2>/dev/null)
-  [ "$core" = default ] && core=""
-  local env=()
-  [ -n "$core" ] && env=(env OPENBLAS_CORETYPE="$core")
-  echo "$core" >"$tmp/peer_core"
-  "${env[@]}" python3 bench/peak_rss.py "$tmp/peer_rss_$2" "$peer" --workloads "$1" --threads "$threads" \
+  peer_env
+  "${penv[@]}" python3 bench/peak_rss.py "$tmp/peer_rss_$2" "$peer" --workloads "$1" --threads "$threads" \
     --mlp-epochs $([ $quick = 1 ] && echo 1 || echo 3) --cnn-epochs 1 2>/dev/null | tail -1 >"$tmp/peer_$2"
 }
 
@@ -50,12 +46,7 @@ for w in ${workloads//,/ }; do
     cnn) args=(--model cnn $([ $quick = 1 ] && echo --steps 300 || echo --epochs 1)) ;;
     *) echo "{\"bench\":\"train\",\"error\":\"unknown workload $w\"}"; continue ;;
   esac
-  rm -f "$tmp"/*
   load_start=$(cut -d' ' -f1 /proc/loadavg)
-  run_ours "$w" 1  # the first round always starts with psgraph: the peer needs its "blas"
-  run_peer "$w" 1
-  for ((r = 2; r <= rounds; r++)); do
-    if ((r % 2 == 0)); then run_peer "$w" $r; run_ours "$w" $r; else run_ours "$w" $r; run_peer "$w" $r; fi
-  done
+  alternate "$w"
   TMP="$tmp" W="$w" ROUNDS="$rounds" LOAD0="$load_start" python3 bench/train_report.py train
 done
