@@ -87,8 +87,9 @@ char *psg_launch_ssh_keys_script(const psg_launch_t *o, const char *host);
 /* Writes the payload into fd, ssh's standard input (nothing without one). -1 after printing. */
 int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag);
 
-/* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c). */
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd);
+/* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c), with a
+ * Secret of the keys in keys_dir (NULL: a fresh pair). */
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd, const char *keys_dir);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
 /* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */

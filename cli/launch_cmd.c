@@ -450,7 +450,7 @@ int psg_cmd_launch(int argc, char **argv) {
     o.cmd = argv + cmd_at;
     if (mode == 2) {
         kv[kn] = NULL;
-        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd);
+        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd, o.keys);
     }
     if (mode == 1) {
         if (!hosts == !hosts_file) {
