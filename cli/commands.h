@@ -79,11 +79,10 @@ void psg_launch_argv_free(char ***argv);
  * what each task's ssh session gets on its standard input first; -1 after printing. */
 int psg_launch_ssh_keys_prepare(psg_launch_t *o, const char *dir);
 void psg_launch_ssh_keys_free(psg_launch_t *o);
-/* The remote shell's part (malloc'd) that sets PSGRAPH_KEYS: with a payload, a private
- * folder (mktemp, 0700) filled from standard input and removed when the remote shell exits
- * (the task ended, or the session died and the watcher ended it); without one
- * (--keys-shared), the launcher's $PSGRAPH_KEYS as is. NULL when out of memory. */
-char *psg_launch_ssh_keys_script(const psg_launch_t *o, const char *host);
+/* The remote shell's part (malloc'd) that reads the payload into a private folder (mktemp,
+ * 0700), exports PSGRAPH_KEYS naming it and removes it when the remote shell exits (the task
+ * ended, or the session died and the watcher ended it). NULL when out of memory. */
+char *psg_launch_ssh_keys_script(const char *host);
 /* Writes the payload into fd, ssh's standard input (nothing without one). -1 after printing. */
 int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag);
 

@@ -2,6 +2,8 @@
  * and the ssh command line that runs a task there so that it never outlives its session.
  * Not the supervision of the tasks (cli/launch_cmd.c does it for local and remote alike). */
 #include "cli/commands.h"
+#include "psgraph/curve.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -144,8 +146,8 @@ static int put(char **b, size_t *len, size_t *cap, const char *s, bool quote) {
     return 0;
 }
 
-/* The command the remote shell runs: in this folder (or /), TF_CONFIG and the keys set, the task in a
- * session and process group of its own (setsid), its pid printed, and a watcher that
+/* The command the remote shell runs: in this folder (or /), TF_CONFIG and the keys set, the
+ * task in a session and process group of its own (setsid), its pid printed, and a watcher that
  * stops that group when the session's stdin closes (the launcher stopped it, or the ssh
  * connection died); the exit code is the task's. */
 static char *remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
@@ -160,10 +162,18 @@ static char *remote_script(const psg_launch_t *o, const char *host, const char *
     rc |= put(&b, &len, &cap, " 2>/dev/null || cd /; TF_CONFIG=", false);
     rc |= put(&b, &len, &cap, cfg, true);
     rc |= put(&b, &len, &cap, "; export TF_CONFIG; ", false);
-    /* the cluster's keys: a private copy from this session's stdin (cli/launch_ssh_keys.c) */
-    char *keys = psg_launch_ssh_keys_script(o, host);
-    rc |= keys ? put(&b, &len, &cap, keys, false) : -1;
-    free(keys);
+    /* the cluster's keys: a private copy from this session's stdin (cli/launch_ssh_keys.c);
+       --keys-shared: the folder at the same path on the host */
+    const char *keys = getenv(PSG_CURVE_KEYS_ENV);
+    if (o->keys_payload) {
+        char *script = psg_launch_ssh_keys_script(host);
+        rc |= script ? put(&b, &len, &cap, script, false) : -1;
+        free(script);
+    } else if (keys && *keys) {
+        rc |= put(&b, &len, &cap, "PSGRAPH_KEYS=", false);
+        rc |= put(&b, &len, &cap, keys, true);
+        rc |= put(&b, &len, &cap, "; export PSGRAPH_KEYS; ", false);
+    }
     rc |= put(&b, &len, &cap, "command -v ", false);
     rc |= put(&b, &len, &cap, cmd[0], true);
     rc |= put(&b, &len, &cap, " >/dev/null 2>&1 || { echo \"psgraph launch: no \"", false);

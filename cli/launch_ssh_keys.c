@@ -1,10 +1,9 @@
 /* The cluster's keys on the hosts of `psgraph launch --ssh`: sent over each task's own ssh
  * session (its standard input, before anything else) into a private folder the remote shell
- * makes and removes when the task ends, or with --keys-shared read at the launcher's path.
- * Not the rest of the remote command (cli/launch_ssh.c) nor the keys themselves
+ * makes and removes when the task ends (with --keys-shared, cli/launch_ssh.c gives the
+ * launcher's path instead). Not the rest of the remote command (cli/launch_ssh.c) nor the keys themselves
  * (cli/launch_keys.c). */
 #include "cli/commands.h"
-#include "psgraph/curve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,30 +67,7 @@ void psg_launch_ssh_keys_free(psg_launch_t *o) {
     o->keys_payload_len = 0;
 }
 
-/* s single-quoted for sh. */
-static char *quoted(const char *s) {
-    char *q = malloc(4 * strlen(s) + 3), *o = q;
-    if (!q) return NULL;
-    *o++ = '\'';
-    for (; *s; s++) {
-        if (*s == '\'') memcpy(o, "'\\''", 4), o += 4;
-        else *o++ = *s;
-    }
-    *o++ = '\'';
-    *o = 0;
-    return q;
-}
-
-char *psg_launch_ssh_keys_script(const psg_launch_t *o, const char *host) {
-    if (!o->keys_payload) {
-        /* --keys-shared: the folder at the launcher's path, as the host sees it */
-        const char *keys = getenv(PSG_CURVE_KEYS_ENV);
-        if (!keys || !*keys) return strdup("");
-        char *q = quoted(keys), *s = q ? malloc(strlen(q) + 64) : NULL;
-        if (s) sprintf(s, "PSGRAPH_KEYS=%s; export PSGRAPH_KEYS; ", q);
-        free(q);
-        return s;
-    }
+char *psg_launch_ssh_keys_script(const char *host) {
     /* A folder of mktemp's (0700), the files written under umask 077 in a subshell (the
      * task keeps the session's umask); removed when this shell exits: after the task, or on
      * a signal; the watcher of cli/launch_ssh.c ends the task when the session dies. */

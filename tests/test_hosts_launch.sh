@@ -106,7 +106,8 @@ else
 fi
 out=$(private "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts h1,h2 --keys "$tmp/private/k" --keys-shared \
   --ps 1 --workers 1 -- "${quick[@]}" 2>&1); rc=$?
-if [ $rc = 2 ] && grep -q "^\[ps0\] psgraph server: .*PSGRAPH_KEYS: key folder $tmp/private/k: No such file" <<<"$out"; then
+# the first of ps0 (exit 2) and worker0 (exit 1) to fail stops the other
+if [ $rc != 0 ] && grep -Eq "^\[(ps0|worker0)\] psgraph (server|train): .*PSGRAPH_KEYS: key folder $tmp/private/k: No such file" <<<"$out"; then
   ok "--keys-shared: the hosts look for the launcher's path: $(grep -o 'PSGRAPH_KEYS: key folder.*' <<<"$out" | head -1)"
 else
   fail "--keys-shared (rc $rc): $out"
