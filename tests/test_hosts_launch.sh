@@ -8,7 +8,8 @@
 # any host. The cluster's keys reach each host over its ssh session: from a key folder only
 # the launcher sees (a tmpfs in its own mount namespace), the remote tasks serve with CURVE
 # from a private copy that is gone when they end (also after SIGKILL of the launcher), and
-# --keys-shared (the hosts read the launcher's path) fails there, naming it. The launcher runs on a host of its own (ctl); the test's own ssh config, keys
+# --keys-shared (the hosts read the launcher's path) fails there, naming it. The launcher
+# runs on a host of its own (ctl); the test's own ssh config, keys
 # and known_hosts (-F), never ~/.ssh. Skips (77) where namespaces or sshd are missing.
 set -u
 psgraph=$(realpath "$1")
@@ -219,7 +220,8 @@ for sig in INT KILL; do
   for _ in $(seq 100); do [ "$(grep -cE 'with CURVE|\] keys /' "$tmp/sig$sig.log")" = 4 ] && break; sleep 0.1; done
   started=$(grep -c 'remote pid' "$tmp/sig$sig.log")
   copies=$(grep -oE '/tmp/psgraph-keys\.[A-Za-z0-9]+' "$tmp/sig$sig.log" | sort -u)
-  there=$(for c in $copies; do [ -f "$c/cluster.key_secret" ] && echo "$c"; done | wc -l)
+  # each copy private while its task runs: the folder 0700, the secret 0600
+  there=$(for c in $copies; do [ "$(stat -c %a "$c" "$c/cluster.key_secret" 2>&1 | xargs)" = "700 600" ] && echo "$c"; done | wc -l)
   kill -$sig $bg
   wait $bg; rc=$?
   bg=
@@ -228,7 +230,7 @@ for sig in INT KILL; do
   [ $sig = KILL ] && want=137
   left=$(for c in $copies; do [ -e "$c" ] && echo "$c"; done)
   if [ "$started" = 4 ] && [ $rc = $want ] && [ "$n" = 0 ] && [ "$(wc -w <<<"$copies")" = 4 ] && [ "$there" = 4 ] && [ -z "$left" ]; then
-    ok "SIG$sig of the launcher: exit $rc, 4 remote tasks had started, 0 processes and 0 of their 4 key copies left on the hosts"
+    ok "SIG$sig of the launcher: exit $rc, 4 remote tasks had started, 0 processes and 0 of their 4 key copies (0700, secret 0600 while running) left on the hosts"
   else
     fail "SIG$sig of the launcher: rc $rc, $started started, $n left, key copies '$copies' (left: '$left'): $(tail -5 "$tmp/sig$sig.log")"
   fi
