@@ -56,7 +56,8 @@ static void service(FILE *f, const k8s_t *k) {
 static void base64(FILE *f, const unsigned char *s, size_t len) {
     static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for (size_t i = 0; i < len; i += 3) {
-        unsigned v = (unsigned)s[i] << 16 | (i + 1 < len ? (unsigned)s[i + 1] << 8 : 0) | (i + 2 < len ? s[i + 2] : 0);
+        unsigned v = (unsigned)s[i] << 16 | (i + 1 < len ? (unsigned)s[i + 1] << 8 : 0) |
+                     (i + 2 < len ? s[i + 2] : 0);
         fputc(abc[v >> 18 & 63], f);
         fputc(abc[v >> 12 & 63], f);
         fputc(i + 1 < len ? abc[v >> 6 & 63] : '=', f);

@@ -6,6 +6,7 @@
 #include "psgraph/curve.h"
 #include "psgraph/error.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -59,8 +60,9 @@ void psg_launch_keys_remove(psg_launch_keys_t *k) {
 static int wanted(const struct dirent *e) {
     const char *n = e->d_name;
     size_t len = strlen(n);
-    if (n[0] == '.' || len > 64 || strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != len)
-        return 0;
+    if (n[0] == '.' || len > 64) return 0;
+    for (const char *p = n; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("_-.", *p)) return 0;
     return (len > 4 && !strcmp(n + len - 4, ".key")) || !strcmp(n, PSG_CURVE_CLUSTER ".key_secret");
 }
 
@@ -72,7 +74,10 @@ int psg_launch_keys_each(const char *dir, psg_launch_key_fn fn, void *ctx) {
         return -1;
     }
     char *text = malloc(PSG_LAUNCH_KEY_FILE_MAX + 1);
-    if (!text) rc = -1, fprintf(stderr, "psgraph launch: out of memory\n");
+    if (!text) {
+        fprintf(stderr, "psgraph launch: out of memory\n");
+        rc = -1;
+    }
     for (int i = 0; i < n && rc == 0; i++) {
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
