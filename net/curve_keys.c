@@ -140,11 +140,15 @@ int psg_curve_keygen(const char *dir, const char *name) {
 }
 
 /* A secret file: a regular file, nothing for group or others; in a Kubernetes Secret's
- * folder the group may read (the pod's fsGroup: the kubelet makes it 0440). */
+ * folder root's (or ours), and the group may read (the pod's fsGroup: the kubelet makes
+ * it 0440). */
 static int check_secret(const char *path, bool k8s) {
     struct stat st;
     if (stat(path, &st) < 0) return psg_error_set("%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) return psg_error_set("%s: not a regular file", path);
+    if (k8s && st.st_uid != 0 && st.st_uid != geteuid())
+        return psg_error_set("%s belongs to uid %d: a Kubernetes Secret's files are root's (the kubelet's)",
+                             path, (int)st.st_uid);
     if (k8s && (st.st_mode & 037))
         return psg_error_set("%s is open to other users (mode %04o); give its Secret volume defaultMode "
                              "0400 (psgraph launch --k8s does)",
