@@ -151,6 +151,7 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     if (t->w.setter) psg_graph_push_replica_setter(t->g, t->w.setter);
     psg_optimizer_config_t oc = psg_optimizer_defaults(c->optimizer ? c->optimizer : "adam");
     oc.learning_rate = c->lr > 0 ? (float)c->lr : 0.001f;
+    oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
     int train_op = -1;
     int rc = psg_wide_deep_build(t->g, &wc, &t->m);
     psg_endpoint_t feeds[3] = {t->m.dense, t->m.ids, t->m.labels};
