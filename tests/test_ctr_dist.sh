@@ -4,6 +4,7 @@
 # 1 worker trains exactly as one process does (same loss, same held-out AUC); with 2
 # workers each step pulls and pushes only the unique rows its batch touched: the table's
 # bytes a step are within 1.0-1.1x unique ids x row bytes, far below the table's size.
+# The trace's step events carry the bytes pushed and pulled.
 # --sync sync (sparse accumulators on the ps): 2 workers of batch 512 train as one process
 # of batch 1024; with a backup worker the late gradients are dropped and counted.
 set -u
@@ -44,7 +45,7 @@ else
 fi
 
 # 2. two workers: only touched rows travel
-"$psgraph" launch --ps 2 --workers 2 -- "$psgraph" "${args[@]}" > "$tmp/w2.log" 2>&1 || fail "launch 2 ps + 2 workers: $(tail -3 "$tmp/w2.log")"
+"$psgraph" launch --ps 2 --workers 2 -- "$psgraph" "${args[@]}" --trace "$tmp/tr.json" --trace-steps 5:8 > "$tmp/w2.log" 2>&1 || fail "launch 2 ps + 2 workers: $(tail -3 "$tmp/w2.log")"
 done2=$(grep -o '{"event":"done".*' "$tmp/w2.log")
 if [ -n "$done2" ] && python3 - "$done2" <<'PY'
 import json, sys
@@ -58,6 +59,19 @@ sys.exit(0 if 0.99 <= pull <= 1.1 and 1.0 <= push <= 1.1 and want < table / 4 an
 PY
 then ok "2 ps + 2 workers: only the touched rows travel"
 else fail "2 ps + 2 workers: $done2 $(tail -3 "$tmp/w2.log")"
+fi
+# the trace's step events carry the bytes each step moved: about the done line's per step
+if [ -n "$done2" ] && python3 - "$done2" "$tmp/tr.json" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+steps = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("cat") == "step"]
+ok = len(steps) == 4 and all(0.9 < e["args"]["bytes_pushed"] / d["bytes_pushed_per_step"] < 1.1 and
+                             0.9 < e["args"]["bytes_pulled"] / d["bytes_pulled_per_step"] < 1.1 for e in steps)
+print("trace step events:", [(e["args"]["step"], e["args"]["bytes_pushed"], e["args"]["bytes_pulled"]) for e in steps])
+sys.exit(0 if ok else 1)
+PY
+then ok "the trace's steps 5-8 carry the bytes pushed and pulled"
+else fail "trace step events: $(ls "$tmp") $(grep -i trace "$tmp/w2.log" | head -3)"
 fi
 # 3. sync: the rows of both workers' gradients summed per id on the ps, their mean applied
 # by lazy Adam: the same model as one process with the two batches as one

@@ -191,8 +191,12 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
         psg_cluster_ckpt_destroy(&cc);
         return psg_error_wrap("%s", t->w.task);
     }
+    /* this task's part of the trace, which psgraph launch merges: "worker0", as the image trainer's */
+    psg_task_t me = psg_cluster_task(t->w.cluster);
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
     if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
-                                    psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, "ctr") < 0)
+                                    psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
         return -1;
     return t->sync ? psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics) : 0;
 }
