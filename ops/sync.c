@@ -188,12 +188,18 @@ static psg_node_builder_t *begin(psg_graph_t *g, const char *op, const char *nam
     return b;
 }
 
-psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
-                                  int num_required) {
-    psg_node_builder_t *b = psg_node_begin(g, "AccumulatorHandle", name);
+/* A dense or sparse accumulator's handle op. */
+static psg_endpoint_t handle_op(psg_graph_t *g, const char *op, const char *name, const psg_shape_t *shape,
+                                int num_required) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
     psg_node_attr_shape(b, "shape", shape);
     psg_node_attr_int(b, "num_required", num_required);
     return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                  int num_required) {
+    return handle_op(g, "AccumulatorHandle", name, shape, num_required);
 }
 
 psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
@@ -202,20 +208,23 @@ psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_en
     return psg_node_finish_ep(begin(g, "AccumulatorApplyGradient", name, 3, in));
 }
 
-psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                       int num_required, int64_t timeout_ms) {
-    psg_node_builder_t *b = begin(g, "AccumulatorTakeGradient", name, 1, &handle);
+/* A dense or sparse accumulator's take op. */
+static psg_endpoint_t take_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t handle,
+                              int num_required, int64_t timeout_ms) {
+    psg_node_builder_t *b = begin(g, op, name, 1, &handle);
     psg_node_attr_int(b, "num_required", num_required);
     psg_node_attr_int(b, "timeout_ms", timeout_ms);
     return psg_node_finish_ep(b);
 }
 
+psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       int num_required, int64_t timeout_ms) {
+    return take_op(g, "AccumulatorTakeGradient", name, handle, num_required, timeout_ms);
+}
+
 psg_endpoint_t psg_sparse_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
                                          int num_required) {
-    psg_node_builder_t *b = psg_node_begin(g, "SparseAccumulatorHandle", name);
-    psg_node_attr_shape(b, "shape", shape);
-    psg_node_attr_int(b, "num_required", num_required);
-    return psg_node_finish_ep(b);
+    return handle_op(g, "SparseAccumulatorHandle", name, shape, num_required);
 }
 
 psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
@@ -228,10 +237,7 @@ psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name,
 psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                               int num_required, int64_t timeout_ms,
                                               psg_endpoint_t *indices) {
-    psg_node_builder_t *b = begin(g, "SparseAccumulatorTakeGradient", name, 1, &handle);
-    psg_node_attr_int(b, "num_required", num_required);
-    psg_node_attr_int(b, "timeout_ms", timeout_ms);
-    psg_endpoint_t v = psg_node_finish_ep(b);
+    psg_endpoint_t v = take_op(g, "SparseAccumulatorTakeGradient", name, handle, num_required, timeout_ms);
     *indices = (psg_endpoint_t){v.node, 1};
     return v;
 }

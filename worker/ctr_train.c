@@ -192,9 +192,8 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
         return psg_error_wrap("%s", t->w.task);
     }
     /* this task's part of the trace, which psgraph launch merges: "worker0", as the image trainer's */
-    psg_task_t me = psg_cluster_task(t->w.cluster);
     char tag[64];
-    snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
+    psg_worker_task_tag(&t->w, tag, sizeof tag);
     if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
                                     psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
         return -1;

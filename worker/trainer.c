@@ -165,9 +165,8 @@ static int start_cluster(trainer_t *t) {
         psg_cluster_ckpt_destroy(&cc);
         return psg_error_wrap("%s", t->w.task);
     }
-    psg_task_t me = psg_cluster_task(t->w.cluster);
     char tag[64];
-    snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
+    psg_worker_task_tag(&t->w, tag, sizeof tag);
     if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
                                     psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
         return -1;

@@ -238,6 +238,16 @@ static void finish_take(psg_accumulator_t *a, finished_take_t *f) {
     f->done(f->arg, f->mean, f->indices, f->mean ? NULL : f->error);
 }
 
+/* With the lock held: whether a gradient for local_step is dropped (the accumulator is
+ * closed, the step is older than its own: stale, or it has its N already: late), counted. */
+static bool dropped_locked(psg_accumulator_t *a, int64_t local_step) {
+    if (a->closed) a->counts.closed++;
+    else if (local_step < a->step) a->counts.stale++;
+    else if (a->num_required > 0 && a->count >= a->num_required) a->counts.late++;
+    else return false;
+    return true;
+}
+
 int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *grad,
                           bool *accepted) {
     *accepted = false;
@@ -253,13 +263,7 @@ int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_te
     finished_take_t f;
     bool finished = false;
     pthread_mutex_lock(&a->lock);
-    if (a->closed) {
-        a->counts.closed++;
-    } else if (local_step < a->step) {
-        a->counts.stale++;
-    } else if (a->num_required > 0 && a->count >= a->num_required) {
-        a->counts.late++;
-    } else {
+    if (!dropped_locked(a, local_step)) {
         const float *g = psg_tensor_f32(grad);
         if (a->count == 0) {
             psg_tensor_destroy(&a->sum);
@@ -490,12 +494,8 @@ int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step, const
     bool finished = false;
     int rc = 0;
     pthread_mutex_lock(&a->lock);
-    if (a->closed) {
-        a->counts.closed++;
-    } else if (local_step < a->step) {
-        a->counts.stale++;
-    } else if (a->num_required > 0 && a->count >= a->num_required) {
-        a->counts.late++;
+    if (dropped_locked(a, local_step)) {
+        /* counted */
     } else if ((a->count == 0 ? sparse_reset_locked(a), 0 : 0), sparse_reserve_locked(a, k) < 0) {
         rc = psg_error_wrap("accumulator '%s'", a->name);
     } else {
