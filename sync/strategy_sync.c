@@ -28,7 +28,7 @@ typedef struct {
 /* Variable i's accumulator, the worker's apply and the chief's take (t->accums[i],
  * t->applied[i], t->means[i]): for a sparse gradient (an IndexedSlices) a sparse one, to
  * which only the rows and ids travel and whose mean is applied as a sparse update. */
-static int sparse_accumulator(const psg_sync_build_t *b, int i, psg_endpoint_t local_step, nodes_t *t) {
+static int accumulator_of(const psg_sync_build_t *b, int i, psg_endpoint_t local_step, nodes_t *t) {
     psg_graph_t *g = b->g;
     char name[1024];
     const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
@@ -78,7 +78,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     /* per variable, beside it: the accumulator, the worker's apply, the chief's take */
     for (int i = 0; i < n; i++) {
         bool pushed = psg_sync_push_device_of(g, b->vars[i]);
-        if (sparse_accumulator(b, i, out->local_step, &t) < 0) {
+        if (accumulator_of(b, i, out->local_step, &t) < 0) {
             if (pushed) psg_graph_pop_device(g);
             goto out;
         }

@@ -200,6 +200,23 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     return t->sync ? psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics) : 0;
 }
 
+/* In a cluster, after the steps: a worker says it is done; the chief waits for the others
+ * (sync: as long as a step may take) and, with sync, counts the job's gradients. desc gets
+ * the done line's strategy fields. */
+static int end_cluster(const psg_train_config_t *c, ctr_t *t, FILE *out, char *desc, size_t size) {
+    snprintf(desc, size, "\"sync\":\"%s\",", t->sync ? "sync" : "async");
+    if (!t->w.cluster) return 0;
+    if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
+    int64_t wait_ms = t->sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
+    if (psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) < 0)
+        fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
+    if (t->sync) {
+        psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
+        psg_sync_train_json(t->sync, desc, size);
+    }
+    return 0;
+}
+
 int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     ctr_t t = {0};
     memset(r, 0, sizeof *r);
@@ -272,18 +289,8 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     r->examples_per_sec = steady > 0 ? (double)steady_n / steady : 0;
     if (t.sync && psg_sync_train_finish(t.sync, r->examples_per_sec) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, total) < 0) goto done;
-    int64_t wait_ms = t.sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
-    if (t.w.cluster && !t.w.chief) {
-        if (psg_dist_session_job_done(t.dsess) < 0) goto done;
-    } else if (t.w.cluster && psg_dist_session_wait_workers(t.dsess, t.w.num_workers - 1, wait_ms) < 0) {
-        fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
-    }
     char sync_desc[1536];
-    snprintf(sync_desc, sizeof sync_desc, "\"sync\":\"%s\",", t.sync ? "sync" : "async");
-    if (t.sync && t.w.chief) {
-        psg_sync_train_count(t.sync, t.dsess, t.w.cluster);
-        psg_sync_train_json(t.sync, sync_desc, sizeof sync_desc);
-    }
+    if (end_cluster(c, &t, out, sync_desc, sizeof sync_desc) < 0) goto done;
     double auc = NAN, ll = NAN;
     if ((!t.w.cluster || t.w.chief) && evaluate(&t, ntr, &auc, &ll) < 0) goto done;
     r->test_accuracy = auc;
