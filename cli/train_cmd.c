@@ -35,8 +35,10 @@ static void train_usage(FILE *f) {
             "  --steps N                stop after N steps (overrides --epochs)\n"
             "  --batch B                batch size (default: the model's, above)\n"
             "  --lr X                   learning rate (default: the model's, above)\n"
-            "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad (default momentum)\n"
+            "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad|ftrl (default momentum)\n"
             "  --momentum M             momentum (default 0.9)\n"
+            "  --l1 X --l2 X            ftrl: L1 and L2 regularization strengths (default 0, 0)\n"
+            "  --lr-power P             ftrl: the learning-rate power, <= 0 (default -0.5)\n"
             "  --seed S                 seed of initialization and shuffling (default 1)\n"
             "  --threads T              compute threads in all (default 1)\n"
             "  --logdir DIR             write DIR/metrics.jsonl\n"
@@ -186,6 +188,9 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }
         else if (!strcmp(a, "--lr")) { rc = parse_num(a, v, 1e-12, 1e6, &x); c.lr = x; }
         else if (!strcmp(a, "--momentum")) { rc = parse_num(a, v, 0, 1, &x); c.momentum = x; }
+        else if (!strcmp(a, "--l1")) { rc = parse_num(a, v, 0, 1e9, &x); c.l1 = x; }
+        else if (!strcmp(a, "--l2")) { rc = parse_num(a, v, 0, 1e9, &x); c.l2 = x; }
+        else if (!strcmp(a, "--lr-power")) { rc = parse_num(a, v, -1e9, 0, &x); c.lr_power = x; }
         else if (!strcmp(a, "--seed")) { rc = parse_num(a, v, 0, 1e18, &x); c.seed = (uint64_t)x; }
         else if (!strcmp(a, "--threads")) { rc = parse_num(a, v, 1, 1024, &x); c.threads = (int)x; }
         else if (!strcmp(a, "--log-every")) { rc = parse_num(a, v, 1, 1e9, &x); c.log_every = (int)x; }

@@ -115,6 +115,7 @@ const char *psg_sparse_apply_op(const char *dense_op) {
         {"ApplyMomentum", "SparseApplyMomentum"},
         {"ApplyAdagrad", "SparseApplyAdagrad"},
         {"ApplyAdam", "SparseApplyAdam"},
+        {"ApplyFtrl", "SparseApplyFtrl"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
         if (!strcmp(dense_op, pairs[i][0])) return pairs[i][1];

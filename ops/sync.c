@@ -60,6 +60,35 @@ static int infer_take(psg_infer_ctx_t *c) {
     return 0;
 }
 
+static int infer_sparse_apply(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "local_step") < 0) return -1;
+    const psg_shape_t *v = &c->in_shapes[2], *h = &c->in_shapes[0];
+    bool fits = c->in_dtypes[2] == PSG_DT_F32 && (v->rank == 0 || v->rank == h->rank);
+    for (int d = 1; fits && v->rank > 0 && d < h->rank; d++)
+        fits = v->dims[d] < 0 || v->dims[d] == h->dims[d];
+    if (!fits) {
+        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("gradient rows %s%s do not fit the sparse accumulator's f32%s",
+                             psg_dtype_name(c->in_dtypes[2]), psg_shape_str(v, a, sizeof a),
+                             psg_shape_str(h, b, sizeof b));
+    }
+    if (c->in_dtypes[3] != PSG_DT_I32 && c->in_dtypes[3] != PSG_DT_I64)
+        return psg_error_set("indices (input 3) must be i32 or i64, got %s", psg_dtype_name(c->in_dtypes[3]));
+    set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_sparse_take(psg_infer_ctx_t *c) {
+    if (infer_take(c) < 0) return -1;
+    psg_shape_t rows = c->in_shapes[0];
+    if (rows.rank < 1) return psg_error_set("a sparse accumulator needs a shape of rank >= 1");
+    rows.dims[0] = -1;
+    set_output(c, 0, PSG_DT_F32, rows);
+    set_output(c, 1, PSG_DT_I64, psg_shape_1d(-1));
+    return 0;
+}
+
 static int infer_set_global_step(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     return expect_scalar(c, 1, PSG_DT_I64, "step");
@@ -116,6 +145,12 @@ SYNC_OP(op_accumulator, "AccumulatorHandle", 0, 1, 0, infer_accumulator, psg_cpu
 SYNC_OP(op_apply, "AccumulatorApplyGradient", 3, 1, 0, infer_apply, psg_cpu_accumulator_apply);
 SYNC_OP(op_take, "AccumulatorTakeGradient", 1, 1, PSG_OP_ASYNC, infer_take,
         psg_cpu_accumulator_take);
+SYNC_OP(op_sparse_accumulator, "SparseAccumulatorHandle", 0, 1, 0, infer_accumulator,
+        psg_cpu_sparse_accumulator);
+SYNC_OP(op_sparse_apply, "SparseAccumulatorApplyGradient", 4, 1, 0, infer_sparse_apply,
+        psg_cpu_sparse_accumulator_apply);
+SYNC_OP(op_sparse_take, "SparseAccumulatorTakeGradient", 1, 2, PSG_OP_ASYNC | PSG_OP_DYNAMIC_SHAPE,
+        infer_sparse_take, psg_cpu_accumulator_take);
 SYNC_OP(op_set_global_step, "AccumulatorSetGlobalStep", 2, 0, 0, infer_set_global_step,
         psg_cpu_accumulator_set_global_step);
 SYNC_OP(op_num_accumulated, "AccumulatorNumAccumulated", 1, 1, 0, infer_num_accumulated,
@@ -139,7 +174,8 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_accumulator,       &op_apply,           &op_take,
     &op_set_global_step,   &op_num_accumulated, &op_accumulator_close,
     &op_token_queue,       &op_enqueue_many,    &op_dequeue,
-    &op_token_queue_close, &op_count_accepted,  NULL,
+    &op_token_queue_close, &op_count_accepted,  &op_sparse_accumulator,
+    &op_sparse_apply,      &op_sparse_take,     NULL,
 };
 
 /* ---- builders ---- */
@@ -152,12 +188,18 @@ static psg_node_builder_t *begin(psg_graph_t *g, const char *op, const char *nam
     return b;
 }
 
-psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
-                                  int num_required) {
-    psg_node_builder_t *b = psg_node_begin(g, "AccumulatorHandle", name);
+/* A dense or sparse accumulator's handle op. */
+static psg_endpoint_t handle_op(psg_graph_t *g, const char *op, const char *name, const psg_shape_t *shape,
+                                int num_required) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
     psg_node_attr_shape(b, "shape", shape);
     psg_node_attr_int(b, "num_required", num_required);
     return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                  int num_required) {
+    return handle_op(g, "AccumulatorHandle", name, shape, num_required);
 }
 
 psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
@@ -166,12 +208,38 @@ psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_en
     return psg_node_finish_ep(begin(g, "AccumulatorApplyGradient", name, 3, in));
 }
 
-psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                       int num_required, int64_t timeout_ms) {
-    psg_node_builder_t *b = begin(g, "AccumulatorTakeGradient", name, 1, &handle);
+/* A dense or sparse accumulator's take op. */
+static psg_endpoint_t take_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t handle,
+                              int num_required, int64_t timeout_ms) {
+    psg_node_builder_t *b = begin(g, op, name, 1, &handle);
     psg_node_attr_int(b, "num_required", num_required);
     psg_node_attr_int(b, "timeout_ms", timeout_ms);
     return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       int num_required, int64_t timeout_ms) {
+    return take_op(g, "AccumulatorTakeGradient", name, handle, num_required, timeout_ms);
+}
+
+psg_endpoint_t psg_sparse_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                         int num_required) {
+    return handle_op(g, "SparseAccumulatorHandle", name, shape, num_required);
+}
+
+psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                               psg_endpoint_t local_step, psg_endpoint_t values,
+                                               psg_endpoint_t indices) {
+    psg_endpoint_t in[4] = {handle, local_step, values, indices};
+    return psg_node_finish_ep(begin(g, "SparseAccumulatorApplyGradient", name, 4, in));
+}
+
+psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                              int num_required, int64_t timeout_ms,
+                                              psg_endpoint_t *indices) {
+    psg_endpoint_t v = take_op(g, "SparseAccumulatorTakeGradient", name, handle, num_required, timeout_ms);
+    *indices = (psg_endpoint_t){v.node, 1};
+    return v;
 }
 
 int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,

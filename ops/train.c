@@ -1,6 +1,6 @@
 /* The training ops: the optimizer update rules as ops that change a variable
  * and its slots in place (ApplyGradientDescent, ApplyMomentum, ApplyRMSProp,
- * ApplyAdam, ApplyAdagrad, as TensorFlow's ResourceApply*), and the small
+ * ApplyAdam, ApplyAdagrad, ApplyFtrl, as TensorFlow's ResourceApply*), and the small
  * state ops around them (ScaleVariable, IncrementVariable, ExponentialDecay):
  * defs, shape inference and builders. Kernels: ops/cpu/train.c. Not the
  * optimizer objects that wire them to gradients (runtime/optimizer.c). */
@@ -27,12 +27,14 @@ static const char *const rmsprop_names[] = {"var", "ms",       "mom",     "lr",
 static const char *const adam_names[] = {"var", "m",     "v",     "beta1_power", "beta2_power",
                                          "lr",  "beta1", "beta2", "epsilon",     "grad"};
 static const char *const adagrad_names[] = {"var", "accum", "lr", "grad"};
+static const char *const ftrl_names[] = {"var", "accum", "linear", "grad", "lr", "l1", "l2", "lr_power"};
 
 static const apply_sig_t sig_gd = {0, 2, gd_names};
 static const apply_sig_t sig_momentum = {1, 3, momentum_names};
 static const apply_sig_t sig_rmsprop = {2, 7, rmsprop_names};
 static const apply_sig_t sig_adam = {2, 9, adam_names};
 static const apply_sig_t sig_adagrad = {1, 3, adagrad_names};
+static const apply_sig_t sig_ftrl = {2, 3, ftrl_names};
 
 static int expect_scalar_f32(psg_infer_ctx_t *c, int i, const char *what) {
     const psg_shape_t *s = &c->in_shapes[i];
@@ -91,6 +93,10 @@ static int infer_adam(psg_infer_ctx_t *c) {
 }
 static int infer_adagrad(psg_infer_ctx_t *c) {
     return infer_apply(c, &sig_adagrad);
+}
+
+static int infer_ftrl(psg_infer_ctx_t *c) {
+    return infer_apply(c, &sig_ftrl);
 }
 
 static int infer_scale_variable(psg_infer_ctx_t *c) {
@@ -194,6 +200,14 @@ static const psg_op_def_t op_adagrad = {.name = "ApplyAdagrad",
                                         .cuda = PSG_GPU_KERNEL(psg_gpu_apply_adagrad),
                                         .prepare = psg_apply_prepare,
                                         .params_size = sizeof(psg_apply_params_t)};
+static const psg_op_def_t op_ftrl = {.name = "ApplyFtrl",
+                                     .num_inputs = 8,
+                                     .num_outputs = 0,
+                                     .flags = PSG_OP_STATEFUL,
+                                     .infer = infer_ftrl,
+                                     .cpu = psg_cpu_apply_ftrl,
+                                     .prepare = psg_apply_prepare,
+                                     .params_size = sizeof(psg_apply_params_t)};
 static const psg_op_def_t op_scale_variable = {.name = "ScaleVariable",
                                                .num_inputs = 2,
                                                .num_outputs = 0,
@@ -223,6 +237,7 @@ const psg_op_def_t *const psg_train_ops[] = {
     &op_rmsprop,
     &op_adam,
     &op_adagrad,
+    &op_ftrl,
     &op_scale_variable,
     &op_increment_variable,
     &op_exponential_decay,

@@ -76,8 +76,48 @@ static int scan_sendrecv(psg_task_server_t *ts, reg_graph_t *rg) {
     return 0;
 }
 
+/* The bytes of a VarHandle's variable (its shape and dtype attrs); 0 for any other node. */
+static size_t var_bytes(const psg_node_t *n) {
+    const psg_attr_t *sh = psg_node_attr(n, "shape"), *dt = psg_node_attr(n, "dtype");
+    if (strcmp(psg_node_op(n), "VarHandle") || !sh || sh->type != PSG_ATTR_SHAPE) return 0;
+    int64_t numel = psg_shape_numel(&sh->u.shape);
+    size_t es = dt && dt->type == PSG_ATTR_DTYPE ? psg_dtype_size(dt->u.dtype) : 4;
+    uint64_t b;
+    if (numel < 0 || psg_ckd_mul_u64(&b, (uint64_t)numel, es ? es : 4) || b > SIZE_MAX) return SIZE_MAX;
+    return (size_t)b;
+}
+
+static const char *var_name_of(const psg_node_t *n) {
+    const char *shared = psg_node_get_str(n, "shared_name", "");
+    return shared[0] ? shared : psg_node_name(n);
+}
+
+/* Under lock: the bytes of rg's variables that another graph of its owner already holds
+ * (a variable is one resource of the task, however many graphs name it: a worker's step,
+ * init and eval graphs all name the table's shard). */
+static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t *rg, const peer_t *owner) {
+    size_t held = 0;
+    int nn = psg_graph_num_nodes(rg->g);
+    for (int i = 0; i < nn; i++) {
+        const psg_node_t *n = psg_graph_node(rg->g, i);
+        size_t b = var_bytes(n);
+        if (!b) continue;
+        bool found = false;
+        for (int k = 0; k < ts->n_graphs && !found; k++) {
+            const reg_graph_t *o = ts->graphs[k];
+            if (o->owner != owner) continue;
+            for (int j = 0; j < psg_graph_num_nodes(o->g) && !found; j++) {
+                const psg_node_t *m = psg_graph_node(o->g, j);
+                found = var_bytes(m) == b && !strcmp(var_name_of(m), var_name_of(n));
+            }
+        }
+        if (found && b != SIZE_MAX) held += b;
+    }
+    return held < rg->alloc_bytes ? held : rg->alloc_bytes;
+}
+
 /* The bytes a step of the graph may allocate, at most: every output of a known shape
- * (Random, constants, temporaries) and every variable a VarHandle creates. Saturates at
+ * (Random, constants, temporaries; not handles) and every variable a VarHandle creates. Saturates at
  * SIZE_MAX; *worst names the largest node. */
 static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) {
     size_t total = 0, top = 0;
@@ -86,20 +126,16 @@ static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) 
         const psg_node_t *n = psg_graph_node(g, i);
         size_t bytes = 0;
         for (int o = 0; o < psg_node_num_outputs(n); o++) {
+            /* a handle (a variable's, an accumulator's) is a few bytes whatever the shape it
+             * carries: the variable itself is counted at its VarHandle */
+            if (psg_node_output_dtype(n, o) == PSG_DT_RESOURCE) continue;
             int64_t numel = psg_shape_numel(psg_node_output_shape(n, o));
             uint64_t b;
             if (numel > 0 && (psg_ckd_mul_u64(&b, (uint64_t)numel, psg_dtype_size(psg_node_output_dtype(n, o))) ||
                               psg_ckd_add_size(&bytes, bytes, b)))
                 bytes = SIZE_MAX;
         }
-        const psg_attr_t *sh = psg_node_attr(n, "shape"), *dt = psg_node_attr(n, "dtype");
-        if (!strcmp(psg_node_op(n), "VarHandle") && sh && sh->type == PSG_ATTR_SHAPE) {
-            int64_t numel = psg_shape_numel(&sh->u.shape);
-            size_t es = dt && dt->type == PSG_ATTR_DTYPE ? psg_dtype_size(dt->u.dtype) : 4;
-            uint64_t b;
-            if (numel < 0 || psg_ckd_mul_u64(&b, (uint64_t)numel, es ? es : 4) || psg_ckd_add_size(&bytes, bytes, b))
-                bytes = SIZE_MAX;
-        }
+        if (psg_ckd_add_size(&bytes, bytes, var_bytes(n))) bytes = SIZE_MAX;
         if (bytes > top) top = bytes, *worst = n;
         if (psg_ckd_add_size(&total, total, bytes)) total = SIZE_MAX;
     }
@@ -184,7 +220,8 @@ int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_re
     reg_graph_t *rg = build(ts, r, owner != NULL);
     if (!rg) return psg_error_wrap("task %s: RegisterGraph", ts->task);
     pthread_mutex_lock(&ts->lock);
-    if (owner && check_owner_limits(ts, owner, rg->body_bytes, rg->alloc_bytes) < 0) goto fail_locked;
+    rg->charged_bytes = rg->alloc_bytes - (owner ? vars_held_elsewhere(ts, rg, owner) : 0);
+    if (owner && check_owner_limits(ts, owner, rg->body_bytes, rg->charged_bytes) < 0) goto fail_locked;
     if (ts->n_graphs == ts->cap_graphs) {
         int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
         reg_graph_t **v = realloc(ts->graphs, (size_t)cap * sizeof *v);
@@ -201,7 +238,7 @@ int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_re
     if (owner) {
         owner->graphs++;
         owner->graph_bytes += rg->body_bytes;
-        owner->alloc_bytes += rg->alloc_bytes;
+        owner->alloc_bytes += rg->charged_bytes;
     }
     ts->graphs[ts->n_graphs++] = rg;
     pthread_mutex_unlock(&ts->lock);
@@ -252,7 +289,7 @@ int psg_ts_graph_deregister(psg_task_server_t *ts, uint64_t handle) {
     if (rg && rg->owner) {
         rg->owner->graphs--;
         rg->owner->graph_bytes -= rg->body_bytes;
-        rg->owner->alloc_bytes -= rg->alloc_bytes;
+        rg->owner->alloc_bytes -= rg->charged_bytes;
         rg->owner = NULL;
     }
     pthread_mutex_unlock(&ts->lock);

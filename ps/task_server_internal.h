@@ -28,6 +28,7 @@ typedef struct {
     peer_t *owner; /* the peer that registered it (NULL: in-process); counts it */
     int refs;      /* under ts->lock: the table's (until deregistered) and each runner's */
     size_t body_bytes, alloc_bytes;
+    size_t charged_bytes; /* alloc_bytes less the variables its owner's other graphs hold */
     psg_graph_t *g;
     psg_plan_t *plan;
     /* Steps of a plan whose state is all in resources overlap, each resource

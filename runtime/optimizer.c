@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_RMSPROP, OPT_ADAM, OPT_ADAGRAD } opt_kind_t;
+typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_RMSPROP, OPT_ADAM, OPT_ADAGRAD, OPT_FTRL } opt_kind_t;
 
 static const struct {
     const char *kind, *name, *op;
@@ -24,6 +24,7 @@ static const struct {
     [OPT_RMSPROP] = {"rmsprop", "RMSProp", "ApplyRMSProp"},
     [OPT_ADAM] = {"adam", "Adam", "ApplyAdam"},
     [OPT_ADAGRAD] = {"adagrad", "Adagrad", "ApplyAdagrad"},
+    [OPT_FTRL] = {"ftrl", "Ftrl", "ApplyFtrl"},
 };
 #define NUM_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
@@ -43,6 +44,7 @@ psg_optimizer_config_t psg_optimizer_defaults(const char *kind) {
         .beta1 = 0.9f,
         .beta2 = 0.999f,
         .initial_accumulator = 0.1f,
+        .lr_power = -0.5f,
         .check_numerics = true,
     };
     if (kind && !strcmp(kind, "rmsprop")) {
@@ -57,7 +59,7 @@ psg_optimizer_t *psg_optimizer_new(const psg_optimizer_config_t *cfg) {
     while (k < NUM_KINDS && !(cfg->kind && !strcmp(cfg->kind, kinds[k].kind)))
         k++;
     if (k == NUM_KINDS) {
-        psg_error_set("unknown optimizer '%s' (sgd, momentum, rmsprop, adam, adagrad)",
+        psg_error_set("unknown optimizer '%s' (sgd, momentum, rmsprop, adam, adagrad, ftrl)",
                       cfg->kind ? cfg->kind : "(null)");
         return NULL;
     }
@@ -74,8 +76,16 @@ psg_optimizer_t *psg_optimizer_new(const psg_optimizer_config_t *cfg) {
         bad = "beta1";
     else if (!(cfg->beta2 >= 0 && cfg->beta2 < 1))
         bad = "beta2";
-    else if (k == OPT_ADAGRAD && !(cfg->initial_accumulator > 0))
+    else if ((k == OPT_ADAGRAD || k == OPT_FTRL) && !(cfg->initial_accumulator > 0))
         bad = "initial_accumulator";
+    else if (k == OPT_FTRL && !(cfg->learning_rate > 0))
+        bad = "learning_rate (FTRL divides by it)";
+    else if (k == OPT_FTRL && (!(cfg->l1 >= 0) || !isfinite(cfg->l1)))
+        bad = "l1";
+    else if (k == OPT_FTRL && (!(cfg->l2 >= 0) || !isfinite(cfg->l2)))
+        bad = "l2";
+    else if (k == OPT_FTRL && !(cfg->lr_power <= 0))
+        bad = "lr_power";
     if (bad) {
         psg_error_set("optimizer '%s': %s is out of range", cfg->kind, bad);
         return NULL;
@@ -174,6 +184,7 @@ static int after_all(psg_graph_t *g, const char *op, const char *name, psg_endpo
 
 typedef struct {
     psg_endpoint_t lr, momentum, rho, epsilon, beta1, beta2, beta1_power, beta2_power;
+    psg_endpoint_t l1, l2, lr_power;
     psg_endpoint_t b1p_var, b2p_var;
 } hyper_t;
 
@@ -211,6 +222,11 @@ static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_v
         h->rho = psg_const_scalar(g, "rho", c->rho);
         h->momentum = psg_const_scalar(g, "momentum", c->momentum);
         h->epsilon = psg_const_scalar(g, "epsilon", c->epsilon);
+        break;
+    case OPT_FTRL:
+        h->l1 = psg_const_scalar(g, "l1", c->l1);
+        h->l2 = psg_const_scalar(g, "l2", c->l2);
+        h->lr_power = psg_const_scalar(g, "lr_power", c->lr_power);
         break;
     case OPT_ADAM:
         h->beta1 = psg_const_scalar(g, "beta1", c->beta1);
@@ -250,6 +266,10 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
     case OPT_ADAGRAD:
         s1 = slot_variable(g, var, name, "constant", o->cfg.initial_accumulator);
         break;
+    case OPT_FTRL:
+        s1 = slot_variable(g, var, name, "constant", o->cfg.initial_accumulator);
+        s2 = slot_variable(g, var, suffix2, "zeros", 0);
+        break;
     default:
         break;
     }
@@ -272,6 +292,10 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
         break;
     case OPT_ADAGRAD:
         n = 4, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad;
+        break;
+    case OPT_FTRL:
+        n = 8, in[0] = var, in[1] = s1, in[2] = s2, in[3] = grad, in[4] = h->lr, in[5] = h->l1, in[6] = h->l2,
+        in[7] = h->lr_power;
         break;
     }
     /* a sparse gradient of this variable: only its rows are updated (lazy Adam for adam) */

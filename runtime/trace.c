@@ -19,6 +19,7 @@ typedef struct {
     char *name, *cat;
     int64_t start_ns, end_ns, step;
     int tid;
+    int64_t pushed, pulled; /* a step's tensor bytes; -1: not a step event */
 } event_t;
 
 struct psg_trace {
@@ -87,11 +88,9 @@ void psg_trace_set_step(psg_trace_t *t, int64_t step) {
     pthread_mutex_unlock(&t->lock);
 }
 
-void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t start_ns,
-                     int64_t end_ns) {
-    event_t e = {strdup(name), strdup(cat), start_ns, end_ns, 0, thread_tid()};
+static void add_event(psg_trace_t *t, event_t e, bool own_step) {
     pthread_mutex_lock(&t->lock);
-    e.step = t->step;
+    if (!own_step) e.step = t->step;
     if (e.name && e.cat && t->num_events == t->cap_events) {
         int cap = t->cap_events ? 2 * t->cap_events : 1024;
         event_t *p = realloc(t->events, (size_t)cap * sizeof *p);
@@ -108,6 +107,20 @@ void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t 
         free(e.name);
         free(e.cat);
     }
+}
+
+void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t start_ns,
+                     int64_t end_ns) {
+    add_event(t, (event_t){strdup(name), strdup(cat), start_ns, end_ns, 0, thread_tid(), -1, -1}, false);
+}
+
+void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_t end_ns, int64_t bytes_pushed,
+                          int64_t bytes_pulled) {
+    char name[48];
+    snprintf(name, sizeof name, "step %lld", (long long)step);
+    event_t e = {strdup(name), strdup("step"), start_ns, end_ns, step, thread_tid(),
+                 bytes_pushed < 0 ? 0 : bytes_pushed, bytes_pulled < 0 ? 0 : bytes_pulled};
+    add_event(t, e, true);
 }
 
 void psg_trace_node_hook(void *ctx, const char *node, const char *op, int64_t step_id,
@@ -178,7 +191,10 @@ int psg_trace_write(psg_trace_t *t, const char *path) {
         json_str(f, e->cat);
         fprintf(f, ",\"args\":{\"op\":");
         json_str(f, e->cat);
-        fprintf(f, ",\"step\":%lld}}", (long long)e->step);
+        fprintf(f, ",\"step\":%lld", (long long)e->step);
+        if (e->pushed >= 0)
+            fprintf(f, ",\"bytes_pushed\":%lld,\"bytes_pulled\":%lld", (long long)e->pushed, (long long)e->pulled);
+        fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");
     pthread_mutex_unlock(&t->lock);

@@ -5,6 +5,7 @@
  * advances the global step and releases N + b tokens carrying it. */
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/ops_sparse.h"
 #include "ops/state/sync_resources.h"
 #include "sync/strategy.h"
 
@@ -23,6 +24,37 @@ typedef struct {
     psg_endpoint_t *accums, *applied, *means;
     int *applies, *closes, *sets;
 } nodes_t;
+
+/* Variable i's accumulator, the worker's apply and the chief's take (t->accums[i],
+ * t->applied[i], t->means[i]): for a sparse gradient (an IndexedSlices) a sparse one, to
+ * which only the rows and ids travel and whose mean is applied as a sparse update. */
+static int accumulator_of(const psg_sync_build_t *b, int i, psg_endpoint_t local_step, nodes_t *t) {
+    psg_graph_t *g = b->g;
+    char name[1024];
+    const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
+    psg_endpoint_t v, ix;
+    if (!psg_is_indexed_slices(g, b->grads[i], &v, &ix, NULL)) {
+        t->accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape, b->num_required);
+        t->applied[i] = psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
+                                                 t->accums[i], local_step, b->grads[i]);
+        t->means[i] = psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
+                                              t->accums[i], b->num_required, b->timeout_ms);
+        return 0;
+    }
+    if (b->cfg->opt.compress)
+        return psg_error_set("--compress: variable '%s' has a sparse gradient (rows of an embedding), "
+                             "which is not compressed",
+                             psg_node_name(psg_graph_node(g, b->vars[i].node)));
+    t->accums[i] = psg_sparse_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
+                                             b->num_required);
+    t->applied[i] = psg_sparse_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
+                                                    t->accums[i], local_step, v, ix);
+    psg_endpoint_t mix;
+    psg_endpoint_t mv = psg_sparse_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
+                                                       t->accums[i], b->num_required, b->timeout_ms, &mix);
+    t->means[i] = psg_indexed_slices(g, var_name(b, i, "grad_accum/mean", name, sizeof name), mv, mix, b->vars[i]);
+    return 0;
+}
 
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
@@ -46,16 +78,11 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     /* per variable, beside it: the accumulator, the worker's apply, the chief's take */
     for (int i = 0; i < n; i++) {
         bool pushed = psg_sync_push_device_of(g, b->vars[i]);
-        const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
-        t.accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
-                                         b->num_required);
-        t.applied[i] =
-            psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
-                                     t.accums[i], out->local_step, b->grads[i]);
+        if (accumulator_of(b, i, out->local_step, &t) < 0) {
+            if (pushed) psg_graph_pop_device(g);
+            goto out;
+        }
         t.applies[i] = t.applied[i].node;
-        t.means[i] =
-            psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
-                                    t.accums[i], b->num_required, b->timeout_ms);
         t.closes[i] = psg_accumulator_close_op(
             g, var_name(b, i, "grad_accum/close", name, sizeof name), t.accums[i]);
         if (pushed) psg_graph_pop_device(g);

@@ -6,6 +6,8 @@
 #include "tests/testutil.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static psg_tensor_t *vec3(float a, float b, float c) {
@@ -71,6 +73,88 @@ static void test_cap_drops_the_slowest(void) {
     psg_accumulator_counts_t c;
     psg_accumulator_counts(acc, &c);
     CHECK(c.accepted == 2 && c.late == 1);
+    psg_resource_mgr_destroy(&rm);
+}
+
+/* rows (k, 2) of a (6, 2) table at ids: one sparse gradient */
+static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids, const float *rows) {
+    psg_shape_t vs = psg_shape_2d(k, 2), is = psg_shape_1d(k);
+    psg_tensor_t *v = psg_test_tensor(&vs, rows), *ix = psg_tensor_new(PSG_DT_I64, &is);
+    for (int i = 0; i < k; i++) psg_tensor_i64(ix)[i] = ids[i];
+    bool accepted = false;
+    CHECK(psg_accumulator_apply_sparse(acc, step, v, ix, &accepted) == 0);
+    psg_tensor_destroy(&v);
+    psg_tensor_destroy(&ix);
+    return accepted;
+}
+
+/* TensorFlow's SparseConditionalAccumulator: the rows of a step's first N gradients summed
+ * per id (duplicates within and across gradients), divided by the gradients counted; stale
+ * and surplus gradients dropped; rows that do not fit refused, naming the accumulator. */
+static void test_sparse_mean_stale_and_late(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t table = psg_shape_2d(6, 2);
+    psg_accumulator_t *acc = psg_sparse_accumulator_get(rm, "emb/grad_accum", &table, 2);
+    CHECK(acc && psg_accumulator_is_sparse(acc));
+    CHECK(psg_accumulator_get(rm, "emb/grad_accum", &table, 2) == NULL); /* not a dense one */
+    CHECK(strstr(psg_error_message(), "emb/grad_accum") && strstr(psg_error_message(), "sparse"));
+    /* worker A: ids 4, 1, 4 (4 twice); worker B: ids 1, 5; a third (the backup) is late */
+    CHECK(apply_rows(acc, 0, 3, (int64_t[]){4, 1, 4}, (float[]){1, 2, 10, 20, 3, 4}));
+    CHECK(apply_rows(acc, 0, 2, (int64_t[]){1, 5}, (float[]){30, 40, 7, 8}));
+    CHECK(!apply_rows(acc, 0, 1, (int64_t[]){0}, (float[]){99, 99}));
+    psg_tensor_t *mean = NULL, *ids = NULL;
+    CHECK(psg_accumulator_take_sparse(acc, 2, 1000, &mean, &ids) == 0 && mean && ids);
+    if (mean && ids) {
+        CHECK(psg_tensor_numel(ids) == 3 && ids->dtype == PSG_DT_I64);
+        const int64_t *ix = psg_tensor_i64(ids);
+        const float *m = psg_tensor_f32(mean);
+        float want[6][2] = {{0}, {20, 30}, {0}, {0}, {2, 3}, {3.5f, 4}};
+        for (int i = 0; i < 3; i++) CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
+        CHECK(ix[0] == 4 && ix[1] == 1 && ix[2] == 5); /* order of first appearance */
+    }
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&ids);
+    /* step 1: a gradient computed for step 0 is stale; the next step starts from nothing */
+    CHECK(!apply_rows(acc, 0, 1, (int64_t[]){2}, (float[]){5, 5}));
+    CHECK(apply_rows(acc, 1, 1, (int64_t[]){2}, (float[]){6, 8}));
+    CHECK(psg_accumulator_take_sparse(acc, 1, 1000, &mean, &ids) == 0);
+    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 && psg_tensor_f32(mean)[1] == 8.0f);
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&ids);
+    psg_accumulator_counts_t c;
+    psg_accumulator_counts(acc, &c);
+    CHECK(c.accepted == 3 && c.late == 1 && c.stale == 1 && c.takes == 2);
+    /* many ids: the sum grows past its first room and keeps every id's rows */
+    enum { K = 3000 };
+    psg_shape_t big = psg_shape_2d(K, 2);
+    psg_accumulator_t *wide = psg_sparse_accumulator_get(rm, "big", &big, 0);
+    int64_t *many = malloc(sizeof(int64_t) * K);
+    float *ones = malloc(sizeof(float) * 2 * K);
+    for (int i = 0; i < K; i++) many[i] = (i * 7) % K, ones[2 * i] = ones[2 * i + 1] = 1;
+    CHECK(apply_rows(wide, 0, K, many, ones) && apply_rows(wide, 0, K, many, ones));
+    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 && psg_tensor_numel(ids) == K);
+    bool all_one = mean != NULL;
+    for (int i = 0; mean && i < 2 * K; i++) all_one = all_one && psg_tensor_f32(mean)[i] == 1.0f;
+    CHECK(all_one);
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&ids);
+    free(many);
+    free(ones);
+    /* what does not fit is refused with the accumulator's name; nothing counted */
+    bool accepted = true;
+    psg_shape_t bad_rows = psg_shape_2d(1, 3), one = psg_shape_1d(1);
+    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows), *ix = psg_tensor_zeros(PSG_DT_I64, &one);
+    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && !accepted);
+    CHECK(strstr(psg_error_message(), "emb/grad_accum") != NULL);
+    psg_tensor_destroy(&v);
+    psg_shape_t row = psg_shape_2d(1, 2);
+    v = psg_tensor_zeros(PSG_DT_F32, &row);
+    psg_tensor_i64(ix)[0] = 6; /* past the table's 6 rows */
+    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && strstr(psg_error_message(), "out of"));
+    CHECK(psg_accumulator_apply(acc, 2, v, &accepted) < 0); /* a dense gradient */
+    CHECK(psg_accumulator_num_accumulated(acc) == 0);
+    psg_tensor_destroy(&v);
+    psg_tensor_destroy(&ix);
     psg_resource_mgr_destroy(&rm);
 }
 
@@ -304,6 +388,7 @@ static void test_ops_in_a_session(void) {
 int main(void) {
     RUN_TEST(test_mean_and_stale);
     RUN_TEST(test_cap_drops_the_slowest);
+    RUN_TEST(test_sparse_mean_stale_and_late);
     RUN_TEST(test_take_waits_times_out_and_closes);
     RUN_TEST(test_accumulator_errors);
     RUN_TEST(test_token_queue);

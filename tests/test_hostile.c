@@ -261,6 +261,30 @@ static void test_allocation_cap(void) {
     psg_graph_destroy(&g);
 }
 
+/* What a peer's graphs may allocate counts a variable once, however many of its graphs name
+ * it (a worker registers its step, init and eval graphs, each with the table's shard), and
+ * a handle as a handle, not as the variable's shape: three graphs naming one 96 MiB
+ * variable fit a task of 256 MiB (each was once charged 96 + 192 MiB, the first refused). */
+static void test_variable_counted_once(void) {
+    psg_client_t *c = connect_peer();
+    psg_shape_t s = psg_shape_1d((int64_t)24 << 20); /* 96 MiB of f32 */
+    for (int i = 0; i < 3; i++) {
+        psg_graph_t *g = psg_graph_new();
+        psg_endpoint_t v = psg_var_handle(g, "table_shard", PSG_DT_F32, &s);
+        char *bytes = NULL;
+        psg_req_t reg = register_req(g, v.node, &bytes);
+        psg_msg_t *m = psg_req_encode(&reg);
+        psg_msg_t *rep = m ? psg_client_call(c, &m, 20000) : NULL;
+        psg_rep_t r;
+        CHECK(rep && psg_rep_decode(rep, PSG_REQ_REGISTER_GRAPH, &r) == 0 && r.u.handle > 0);
+        if (!rep) fprintf(stderr, "  graph %d: %s\n", i, psg_error_message());
+        psg_msg_destroy(&rep);
+        free(bytes);
+        psg_graph_destroy(&g);
+    }
+    psg_client_destroy(&c);
+}
+
 /* Finding 4: a body of nils that passes the length checks is refused by its object count. */
 static void test_msgpack_expansion(void) {
     size_t n = (size_t)9 << 20;
@@ -380,6 +404,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_pending_limit);
     RUN_TEST(test_graphs_freed_and_bounded);
     RUN_TEST(test_allocation_cap);
+    RUN_TEST(test_variable_counted_once);
     RUN_TEST(test_msgpack_expansion);
     RUN_TEST(test_waiters);
     RUN_TEST(test_files_under_logdir);

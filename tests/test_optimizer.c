@@ -42,6 +42,12 @@ static void reference(const psg_optimizer_config_t *c, float *w, float *s1, floa
         } else if (!strcmp(k, "adagrad")) {
             s1[i] += g[i] * g[i];
             w[i] -= lr * g[i] / sqrtf(s1[i]);
+        } else if (!strcmp(k, "ftrl")) { /* McMahan et al. 2013, TensorFlow's ApplyFtrl */
+            double acc = s1[i] + (double)g[i] * g[i], p = -c->lr_power;
+            s2[i] += (float)(g[i] - (pow(acc, p) - pow(s1[i], p)) / lr * w[i]);
+            w[i] = fabsf(s2[i]) > c->l1 ? (float)(((s2[i] > 0 ? c->l1 : -c->l1) - s2[i]) / (pow(acc, p) / lr + 2 * c->l2))
+                                        : 0.0f;
+            s1[i] = (float)acc;
         }
     }
     if (!strcmp(k, "adam")) {
@@ -81,9 +87,9 @@ static void check_rule(psg_optimizer_config_t cfg, const char *slot1, const char
     float rw[N], r1[N], r2[N], b1p = cfg.beta1, b2p = cfg.beta2;
     memcpy(rw, w0, sizeof rw);
     for (int i = 0; i < N; i++) {
-        r1[i] = !strcmp(cfg.kind, "rmsprop")   ? 1.0f
-                : !strcmp(cfg.kind, "adagrad") ? cfg.initial_accumulator
-                                               : 0.0f;
+        r1[i] = !strcmp(cfg.kind, "rmsprop")                                    ? 1.0f
+                : !strcmp(cfg.kind, "adagrad") || !strcmp(cfg.kind, "ftrl") ? cfg.initial_accumulator
+                                                                                : 0.0f;
         r2[i] = 0;
     }
     psg_endpoint_t feeds[2] = {grad, lr};
@@ -100,9 +106,9 @@ static void check_rule(psg_optimizer_config_t cfg, const char *slot1, const char
     const float *v2 = slot2 ? var_data(sess, slot2) : NULL;
     CHECK(vw && (!slot1 || v1) && (!slot2 || v2));
     for (int i = 0; vw && i < N; i++) {
-        CHECK_NEAR(vw[i], rw[i], 1e-6 * (1 + fabsf(rw[i])));
-        if (v1) CHECK_NEAR(v1[i], r1[i], 1e-6 * (1 + fabsf(r1[i])));
-        if (v2) CHECK_NEAR(v2[i], r2[i], 1e-6 * (1 + fabsf(r2[i])));
+        CHECK_NEAR(vw[i], rw[i], 2e-6 * (1 + fabsf(rw[i])));
+        if (v1) CHECK_NEAR(v1[i], r1[i], 2e-6 * (1 + fabsf(r1[i])));
+        if (v2) CHECK_NEAR(v2[i], r2[i], 2e-6 * (1 + fabsf(r2[i])));
     }
     if (!strcmp(cfg.kind, "adam")) {
         CHECK(var_data(sess, "beta1_power") && fabsf(*var_data(sess, "beta1_power") - b1p) < 1e-7f);
@@ -133,6 +139,63 @@ static void test_update_rules(void) {
     check_rule(c, "w/Adam", "w/Adam_1");
     c = psg_optimizer_defaults("adagrad");
     check_rule(c, "w/Adagrad", NULL);
+    c = psg_optimizer_defaults("ftrl");
+    check_rule(c, "w/Ftrl", "w/Ftrl_1");
+    c.l1 = 0.05f, c.l2 = 0.1f, c.lr_power = -0.7f, c.initial_accumulator = 0.5f;
+    check_rule(c, "w/Ftrl", "w/Ftrl_1");
+}
+
+/* --optimizer ftrl with a sparse gradient (rows 1 and 3, row 3 twice): SparseApplyFtrl
+ * updates those rows as the dense rule would with the summed gradient; the others keep
+ * their values (FTRL's dense rule would move them even at a zero gradient). Bad
+ * parameters are refused by name. */
+static void test_ftrl_sparse_and_params(void) {
+    psg_graph_t *g = psg_graph_new();
+    int set;
+    psg_endpoint_t w = make_w(g, &set);
+    psg_shape_t vs = psg_shape_1d(3), is = psg_shape_1d(3);
+    psg_tensor_t *v = psg_test_tensor(&vs, (float[]){0.3f, -0.2f, 0.5f}), *ix = psg_tensor_new(PSG_DT_I32, &is);
+    psg_tensor_i32(ix)[0] = 1, psg_tensor_i32(ix)[1] = 3, psg_tensor_i32(ix)[2] = 3;
+    psg_endpoint_t grad = psg_indexed_slices(g, "grad", psg_const(g, "rows", &v), psg_const(g, "ids", &ix), w);
+    psg_optimizer_config_t cfg = psg_optimizer_defaults("ftrl");
+    cfg.learning_rate = 0.5f, cfg.l1 = 0.01f, cfg.l2 = 0.02f;
+    psg_optimizer_t *opt = psg_optimizer_new(&cfg);
+    int train = -1;
+    CHECK(opt && psg_optimizer_apply_gradients(opt, g, 1, &grad, &w, &train) == 0);
+    bool sparse_op = false;
+    for (int i = 0; i < psg_graph_num_nodes(g); i++)
+        sparse_op = sparse_op || !strcmp(psg_node_op(psg_graph_node(g, i)), "SparseApplyFtrl");
+    CHECK(sparse_op);
+    psg_session_options_t so = {.num_threads = 1};
+    psg_session_t *sess = psg_session_new(g, &so, NULL);
+    CHECK(sess && psg_session_run_init(sess) == 0);
+    CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &set) == 0);
+    float rw[N], r1[N], r2[N], b = 0, gsum[N] = {0, 0.3f, 0, 0.3f};
+    memcpy(rw, w0, sizeof rw);
+    for (int i = 0; i < N; i++) r1[i] = cfg.initial_accumulator, r2[i] = 0;
+    for (int step = 0; step < 2; step++) {
+        CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &train) == 0);
+        float tw[N], t1[N], t2[N];
+        memcpy(tw, rw, sizeof tw), memcpy(t1, r1, sizeof t1), memcpy(t2, r2, sizeof t2);
+        reference(&cfg, tw, t1, t2, &b, &b, gsum, cfg.learning_rate);
+        for (int i = 1; i < N; i += 2) rw[i] = tw[i], r1[i] = t1[i], r2[i] = t2[i];
+    }
+    const float *vw = var_data(sess, "w"), *v2 = var_data(sess, "w/Ftrl_1");
+    CHECK(vw && v2);
+    for (int i = 0; vw && v2 && i < N; i++) {
+        CHECK_NEAR(vw[i], rw[i], 2e-6 * (1 + fabsf(rw[i])));
+        CHECK_NEAR(v2[i], r2[i], 2e-6 * (1 + fabsf(r2[i])));
+    }
+    CHECK(vw && vw[0] == w0[0] && vw[2] == w0[2]);
+    psg_optimizer_destroy(&opt);
+    psg_session_destroy(&sess);
+    psg_graph_destroy(&g);
+    cfg = psg_optimizer_defaults("ftrl");
+    cfg.lr_power = 0.5f;
+    CHECK(psg_optimizer_new(&cfg) == NULL && strstr(psg_error_message(), "lr_power"));
+    cfg = psg_optimizer_defaults("ftrl");
+    cfg.l1 = -1;
+    CHECK(psg_optimizer_new(&cfg) == NULL && strstr(psg_error_message(), "l1"));
 }
 
 static bool in_collection(psg_graph_t *g, const char *coll, int id) {
@@ -537,6 +600,7 @@ static void test_update_barrier(void) {
 
 int main(void) {
     RUN_TEST(test_update_rules);
+    RUN_TEST(test_ftrl_sparse_and_params);
     RUN_TEST(test_slots_init_and_devices);
     RUN_TEST(test_minimize_sgd_linear);
     RUN_TEST(test_converges_quadratic);

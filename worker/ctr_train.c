@@ -14,6 +14,7 @@
 #include "psgraph/wide_deep.h"
 #include "worker/cluster_ckpt.h"
 #include "worker/ctr_train.h"
+#include "worker/sync_train.h"
 #include "worker/train_hooks.h"
 #include "worker/worker_task.h"
 
@@ -36,10 +37,12 @@ typedef struct {
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval;
     psg_train_hooks_t *hooks;
+    psg_sync_train_t *sync; /* --sync sync: the strategy's steps (worker/sync_train.c) */
     FILE *metrics;
 } ctr_t;
 
 static void ctr_free(ctr_t *t) {
+    psg_sync_train_destroy(&t->sync);
     psg_train_hooks_destroy(&t->hooks);
     psg_callable_destroy(&t->step);
     psg_callable_destroy(&t->eval);
@@ -64,7 +67,8 @@ static int batch(const psg_ctr_data_t *d, int64_t at, int64_t n, psg_tensor_t **
     return -1;
 }
 
-static int run(ctr_t *t, bool train, psg_tensor_t *const *feeds, psg_tensor_t **out) {
+static int run(ctr_t *t, bool train, psg_tensor_t *const *feeds, psg_tensor_t **out, bool *over) {
+    if (train && t->sync) return psg_sync_train_step_feeds(t->sync, 3, feeds, out, over);
     if (t->dsess) return psg_dist_callable_run(train ? t->dstep : t->deval, feeds, out);
     return psg_callable_run(train ? t->step : t->eval, feeds, out);
 }
@@ -103,7 +107,7 @@ static int evaluate(ctr_t *t, int64_t from, double *auc, double *logloss) {
     for (int64_t at = from; at < d->rows; at += EVAL_BATCH) {
         int64_t k = d->rows - at < EVAL_BATCH ? d->rows - at : EVAL_BATCH;
         psg_tensor_t *f[3], *prob = NULL;
-        if (batch(d, at, k, f) < 0 || run(t, false, f, &prob) < 0) {
+        if (batch(d, at, k, f) < 0 || run(t, false, f, &prob, NULL) < 0) {
             free(p);
             for (int i = 0; i < 3; i++) psg_tensor_destroy(&f[i]);
             return psg_error_wrap("evaluation");
@@ -147,13 +151,21 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     if (t->w.setter) psg_graph_push_replica_setter(t->g, t->w.setter);
     psg_optimizer_config_t oc = psg_optimizer_defaults(c->optimizer ? c->optimizer : "adam");
     oc.learning_rate = c->lr > 0 ? (float)c->lr : 0.001f;
+    oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
     int train_op = -1;
     int rc = psg_wide_deep_build(t->g, &wc, &t->m);
+    psg_endpoint_t feeds[3] = {t->m.dense, t->m.ids, t->m.labels};
     if (rc == 0 && !(t->opt = psg_optimizer_new(&oc))) rc = psg_error_wrap("--optimizer");
-    if (rc == 0) rc = psg_optimizer_minimize(t->opt, t->g, t->m.loss, &train_op);
+    if (rc == 0 && t->w.cluster && !strcmp(psg_sync_train_strategy(c), "sync")) {
+        /* sparse accumulators for the table's shards (sync/strategy_sync.c) */
+        t->sync = psg_sync_train_new(c, t->g, t->opt, 0, NULL, NULL, t->m.loss, 3, feeds, NULL, t->w.rank,
+                                     t->w.num_workers, out);
+        rc = t->sync ? 0 : -1;
+    } else if (rc == 0) {
+        rc = psg_optimizer_minimize(t->opt, t->g, t->m.loss, &train_op);
+    }
     if (t->w.setter) psg_graph_pop_device(t->g);
     if (rc < 0) return -1;
-    psg_endpoint_t feeds[3] = {t->m.dense, t->m.ids, t->m.labels};
     psg_train_config_t hc = *c;
     if (!t->w.cluster) {
         psg_session_options_t so = {.num_threads = c->threads};
@@ -167,8 +179,9 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
                                     .step_timeout_ms = c->step_timeout_ms,
                                     .ps_memory_limit = c->ps_memory_limit};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
-    t->dstep = psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.loss, 1, &train_op);
-    t->deval = t->dstep ? psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.prob, 0, NULL) : NULL;
+    if (!t->sync) t->dstep = psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.loss, 1, &train_op);
+    t->deval = t->dstep || t->sync ? psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.prob, 0, NULL)
+                                   : NULL;
     if (!t->deval) return psg_error_wrap("%s", t->w.task);
     hc.logdir = NULL;
     hc.trace_path = NULL;
@@ -178,8 +191,30 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
         psg_cluster_ckpt_destroy(&cc);
         return psg_error_wrap("%s", t->w.task);
     }
-    return psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
-                                       psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, "ctr");
+    /* this task's part of the trace, which psgraph launch merges: "worker0", as the image trainer's */
+    char tag[64];
+    psg_worker_task_tag(&t->w, tag, sizeof tag);
+    if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
+                                    psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
+        return -1;
+    return t->sync ? psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics) : 0;
+}
+
+/* In a cluster, after the steps: a worker says it is done; the chief waits for the others
+ * (sync: as long as a step may take) and, with sync, counts the job's gradients. desc gets
+ * the done line's strategy fields. */
+static int end_cluster(const psg_train_config_t *c, ctr_t *t, FILE *out, char *desc, size_t size) {
+    snprintf(desc, size, "\"sync\":\"%s\",", t->sync ? "sync" : "async");
+    if (!t->w.cluster) return 0;
+    if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
+    int64_t wait_ms = t->sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
+    if (psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) < 0)
+        fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
+    if (t->sync) {
+        psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
+        psg_sync_train_json(t->sync, desc, size);
+    }
+    return 0;
 }
 
 int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
@@ -191,9 +226,10 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
         psg_error_set("--model wide-deep trains on --data criteo (a Criteo-format file or folder), not '%s'", c->data);
         goto done;
     }
-    /* Its updates are applied as they come: every other strategy would silently run as async. */
-    if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "none")) {
-        psg_error_set("--model wide-deep: --sync %s is not supported yet (use async)", c->sync);
+    /* async applies the updates as they come; sync through sparse accumulators; the others
+     * would need their own sparse paths */
+    if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "none") && strcmp(c->sync, "sync")) {
+        psg_error_set("--model wide-deep: --sync %s is not supported yet (use async or sync)", c->sync);
         goto done;
     }
     if (!(t.data = psg_ctr_load(c->data_dir, c->buckets > 0 ? c->buckets : 1000000))) goto done;
@@ -222,7 +258,8 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
         double t0 = psg_now_sec();
         psg_train_hooks_before_step(t.hooks, s);
         if (batch(t.data, at, bs, f) < 0) goto done;
-        int src = run(&t, true, f, &l);
+        bool over = false;
+        int src = run(&t, true, f, &l, &over);
         for (int i = 0; i < 3; i++) psg_tensor_destroy(&f[i]);
         if (src < 0) {
             psg_error_wrap("step %lld", (long long)s);
@@ -243,18 +280,17 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
                     (double)(s + 1) / (double)per_epoch, loss, steady > 0 ? (double)steady_n / steady : 0.0);
             fflush(out);
         }
+        if (over) break; /* sync: the token queue closed */
     }
     psg_task_server_tensor_bytes(t.w.server, &served, &pulled);
     if (t.dsess && psg_dist_session_drain(t.dsess) < 0) goto done;
     r->steps = steps;
     r->final_loss = loss;
     r->examples_per_sec = steady > 0 ? (double)steady_n / steady : 0;
+    if (t.sync && psg_sync_train_finish(t.sync, r->examples_per_sec) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, total) < 0) goto done;
-    if (t.w.cluster && !t.w.chief) {
-        if (psg_dist_session_job_done(t.dsess) < 0) goto done;
-    } else if (t.w.cluster && psg_dist_session_wait_workers(t.dsess, t.w.num_workers - 1, 600000) < 0) {
-        fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
-    }
+    char sync_desc[1536];
+    if (end_cluster(c, &t, out, sync_desc, sizeof sync_desc) < 0) goto done;
     double auc = NAN, ll = NAN;
     if ((!t.w.cluster || t.w.chief) && evaluate(&t, ntr, &auc, &ll) < 0) goto done;
     r->test_accuracy = auc;
@@ -277,7 +313,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
             "\"table_shards\":%d,%s%s\"steps\":%lld,\"batch\":%d,\"threads\":%d,\"final_loss\":%.6f,"
             "%s\"examples_per_sec\":%.1f}\n",
             t.w.cluster && !t.w.chief ? "worker_done" : "done", (long long)t.data->rows, (long long)t.data->buckets,
-            t.m.table.num_shards, t.w.cluster ? "\"sync\":\"async\"," : "", bytes, (long long)steps, bs, c->threads,
+            t.m.table.num_shards, t.w.cluster ? sync_desc : "", bytes, (long long)steps, bs, c->threads,
             loss, eval, r->examples_per_sec);
     fflush(out);
     if (t.w.cluster && t.w.chief && psg_dist_session_job_done(t.dsess) < 0) goto done;

@@ -303,15 +303,8 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.variant) : 0;
 }
 
-int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t *labels,
-                        psg_tensor_t **loss, bool *over) {
-    *loss = NULL;
-    *over = false;
-    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->w.local_step) * 1e-3;
-    /* one tower: the batch itself; towers: views of its rows */
-    st->model_values[0] = images;
-    st->model_values[1] = labels;
-    if (st->towers && psg_towers_split(st->towers, images, labels, st->model_values) < 0) return -1;
+/* The step on st->model_values (the model's feeds). */
+static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over) {
     psg_sync_step_t s;
     int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
     for (int i = 0; st->towers && i < st->num_feeds; i++)
@@ -326,6 +319,31 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
     }
     *over = st->over = s.next_step < 0;
     return 0;
+}
+
+int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t *labels,
+                        psg_tensor_t **loss, bool *over) {
+    *loss = NULL;
+    *over = false;
+    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->w.local_step) * 1e-3;
+    /* one tower: the batch itself; towers: views of its rows */
+    st->model_values[0] = images;
+    st->model_values[1] = labels;
+    if (st->towers && psg_towers_split(st->towers, images, labels, st->model_values) < 0) return -1;
+    return step_fed(st, loss, over);
+}
+
+int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values, psg_tensor_t **loss,
+                              bool *over) {
+    *loss = NULL;
+    *over = false;
+    if (st->towers || n != st->num_feeds)
+        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.variant, n, st->num_feeds,
+                             st->towers ? " with towers" : "");
+    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->w.local_step) * 1e-3;
+    for (int i = 0; i < n; i++)
+        st->model_values[i] = values[i];
+    return step_fed(st, loss, over);
 }
 
 /* This worker's row of the job's counts, added to the variable on the ps. */

@@ -75,6 +75,11 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
 int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t *labels,
                         psg_tensor_t **loss, bool *over);
 
+/* The same on any model's feeds without towers: values[n], one for each feed given to
+ * psg_sync_train_new (borrowed). The model of `psgraph train --model wide-deep` uses it. */
+int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values, psg_tensor_t **loss,
+                              bool *over);
+
 /* The end of this worker's training: closes the strategy's queues when it stopped on its
  * own, adds its counts and examples_per_sec to the job's (a variable on a ps), waits for
  * the chief's runner, prints and logs the summary line. Returns 0, or -1 with the error. */

@@ -36,6 +36,7 @@ struct psg_train_hooks {
     int64_t trace_first, trace_last;
     char trace_file[4200];         /* this task's part */
     bool ps_tracing;
+    int64_t step_start_ns, step_served, step_pulled; /* the traced step's start */
 };
 
 static int restore(psg_train_hooks_t *h, int64_t *start_step) {
@@ -137,6 +138,8 @@ void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step) {
         psg_trace_set_step(h->trace, step + 1);
         psg_task_server_set_node_hook(h->server, psg_trace_node_hook, h->trace);
         h->tracing = true;
+        psg_task_server_tensor_bytes(h->server, &h->step_served, &h->step_pulled);
+        h->step_start_ns = (int64_t)(psg_now_sec() * 1e9);
         return;
     }
     if (!h->trace || step + 1 < h->c->trace_first || step + 1 > h->c->trace_last) return;
@@ -169,8 +172,17 @@ static int save(psg_train_hooks_t *h, int64_t step) {
 
 int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
     if (h->tracing) {
-        if (h->server) psg_task_server_set_node_hook(h->server, NULL, NULL);
-        else psg_session_set_node_hook(h->sess, NULL, NULL);
+        if (h->server) {
+            /* the step's span with the bytes it moved: pushed (peers pulled from this
+             * task: gradients), pulled (this task pulled: variables, rows) */
+            int64_t served = 0, pulled = 0;
+            psg_task_server_tensor_bytes(h->server, &served, &pulled);
+            psg_trace_step_event(h->trace, done, h->step_start_ns, (int64_t)(psg_now_sec() * 1e9),
+                                 served - h->step_served, pulled - h->step_pulled);
+            psg_task_server_set_node_hook(h->server, NULL, NULL);
+        } else {
+            psg_session_set_node_hook(h->sess, NULL, NULL);
+        }
         h->tracing = false;
     }
     if (h->server && done >= h->trace_last && stop_ps_trace(h) < 0) return -1;

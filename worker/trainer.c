@@ -44,6 +44,7 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->threads = 1;
     c->log_every = 100;
     c->momentum = 0.9;
+    c->lr_power = -0.5;
     c->device = "cpu";
     c->towers = 1;
     c->dense_shard_bytes = -1;
@@ -165,9 +166,8 @@ static int start_cluster(trainer_t *t) {
         psg_cluster_ckpt_destroy(&cc);
         return psg_error_wrap("%s", t->w.task);
     }
-    psg_task_t me = psg_cluster_task(t->w.cluster);
     char tag[64];
-    snprintf(tag, sizeof tag, "%s%d", me.job, me.index);
+    psg_worker_task_tag(&t->w, tag, sizeof tag);
     if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
                                     psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
         return -1;
@@ -262,6 +262,7 @@ static int setup(trainer_t *t) {
     psg_optimizer_config_t oc = psg_optimizer_defaults(t->opt_kind);
     oc.learning_rate = (float)t->lr;
     if (!strcmp(t->opt_kind, "momentum")) oc.momentum = (float)c->momentum;
+    oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
     if (!(t->opt = psg_optimizer_new(&oc))) return psg_error_wrap("--optimizer");
     t->gpu = c->device && !strcmp(c->device, "gpu");
     if (t->gpu && psg_gpu_count() == 0) {

@@ -65,3 +65,8 @@ void psg_worker_task_leave(psg_worker_task_t *w) {
     psg_replica_setter_destroy(&w->setter);
     psg_cluster_destroy(&w->cluster);
 }
+
+void psg_worker_task_tag(const psg_worker_task_t *w, char *buf, size_t size) {
+    psg_task_t me = psg_cluster_task(w->cluster);
+    snprintf(buf, size, "%s%d", me.job, me.index);
+}

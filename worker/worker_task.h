@@ -23,6 +23,9 @@ typedef struct {
     char task[PSG_DEVICE_NAME_MAX]; /* "/job:worker/task:1" */
 } psg_worker_task_t;
 
+/* "worker0": the task's job and index, which name its part of a trace. */
+void psg_worker_task_tag(const psg_worker_task_t *w, char *buf, size_t size);
+
 /* True when c names a cluster: --cluster FILE, or TF_CONFIG in the environment. */
 bool psg_worker_task_wanted(const psg_train_config_t *c);
 

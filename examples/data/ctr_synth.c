@@ -1,7 +1,8 @@
 /* A synthetic click log in the Criteo format, drawn from a planted wide-and-deep model
- * with a fixed seed: Zipf ids per field, log-normal counts, a click probability from wide
- * weights, a linear term and pairwise interactions of planted embeddings. The planted
- * model's own AUC on the held-out tail is the best a learner can reach. Not the reader. */
+ * with a fixed seed: Zipf ids per field (the rare ones folded into one value), log-normal
+ * counts, a click probability from wide weights, a linear term and an MLP over planted
+ * embeddings. The planted model's own AUC on the held-out tail is the best a learner can
+ * reach. Not the reader. */
 #include "psgraph/criteo.h"
 #include "psgraph/error.h"
 
@@ -11,11 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
-
-#define EMB 4 /* the planted embeddings' dim */
-/* Only the ids of this rank or below (by frequency) carry planted weight: the rarer ones
- * are too rare in 10^6 rows for any learner, so the planted AUC stays reachable. */
-#define SIGNAL_RANK 300
 
 static uint64_t mix64(uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;
@@ -81,37 +77,88 @@ static int64_t zipf_draw(const zipf_t *z, int f, double u) {
     return lo;
 }
 
+/* The planted wide-and-deep model: one the trained model (examples/wide_deep.c) can
+ * represent exactly, at a smaller size (docs/sparse.md, "Synthetic data"). Wide: a weight
+ * per value of each field and a linear term of log(1 + x) of the integers. Deep: each
+ * value's EMB-dim embedding (the trained model's 16 dims hold it and zeros) into an MLP
+ * concat(embeddings) -> HIDDEN (ReLU) -> 1, which the trained 256 -> 128 -> 1 holds (its
+ * first HIDDEN units of each layer, the second passing the first's non-negative outputs
+ * through: ReLU(h) = h). */
+#define EMB 4
+#define HIDDEN 8
+/* A field keeps its FREQUENT most frequent ids; the rarer ones are written as one "rare"
+ * value of the field (id FREQUENT), as Criteo preprocessing folds categories seen fewer
+ * than a threshold of times into one: the least frequent value kept is seen about 2 900
+ * times in 900 000 training rows, so every planted parameter can be learned in 2 epochs. */
+#define FREQUENT 30
+#define WIDE_SCALE 0.5 /* the wide weights' standard deviation */
+#define BIAS -1.3
+
+typedef struct {
+    float wide[PSG_CTR_FIELDS][FREQUENT + 1];
+    float emb[PSG_CTR_FIELDS][FREQUENT + 1][EMB];
+    float dense[PSG_CTR_DENSE];
+    float w1[HIDDEN][PSG_CTR_FIELDS][EMB], b1[HIDDEN], w2[HIDDEN];
+} planted_t;
+
+/* The planted weights, pure functions of the seed. */
+static void planted_init(planted_t *m, uint64_t seed) {
+    for (int f = 0; f < PSG_CTR_FIELDS; f++)
+        for (int i = 0; i <= FREQUENT; i++) {
+            m->wide[f][i] = (float)(WIDE_SCALE * gauss(seed, (uint64_t)f, (uint64_t)i, 99));
+            for (int k = 0; k < EMB; k++) m->emb[f][i][k] = (float)gauss(seed, (uint64_t)f, (uint64_t)i, (uint64_t)k);
+        }
+    for (int j = 0; j < PSG_CTR_DENSE; j++) m->dense[j] = (float)(0.25 * gauss(seed, 1000 + (uint64_t)j, 0, 0));
+    /* a hidden unit's input has a variance of about 2 */
+    double s = 1.0 / sqrt((double)(PSG_CTR_FIELDS * EMB) / 2.0);
+    for (int h = 0; h < HIDDEN; h++) {
+        for (int f = 0; f < PSG_CTR_FIELDS; f++)
+            for (int k = 0; k < EMB; k++)
+                m->w1[h][f][k] = (float)(s * gauss(seed, 2000 + (uint64_t)h, (uint64_t)f, (uint64_t)k));
+        m->b1[h] = (float)(0.5 * gauss(seed, 3000 + (uint64_t)h, 0, 0));
+        m->w2[h] = (float)gauss(seed, 4000 + (uint64_t)h, 0, 0);
+    }
+}
+
+/* The planted logit of one row: id[f] is the field's rank, -1 when empty. */
+static double planted_logit(const planted_t *m, const double *lx, const int64_t *id) {
+    double logit = BIAS;
+    for (int j = 0; j < PSG_CTR_DENSE; j++) logit += m->dense[j] * lx[j];
+    double h[HIDDEN];
+    for (int k = 0; k < HIDDEN; k++) h[k] = m->b1[k];
+    for (int f = 0; f < PSG_CTR_FIELDS; f++) {
+        if (id[f] < 0) continue; /* empty: bucket 0, no weight */
+        logit += m->wide[f][id[f]];
+        for (int k = 0; k < HIDDEN; k++)
+            for (int e = 0; e < EMB; e++) h[k] += m->w1[k][f][e] * m->emb[f][id[f]][e];
+    }
+    for (int k = 0; k < HIDDEN; k++) logit += m->w2[k] * (h[k] > 0 ? h[k] : 0);
+    return logit;
+}
+
 /* One row: writes its line into buf and returns the planted click probability. */
-static double draw_row(uint64_t seed, rng_t *r, const zipf_t *z, char *buf, size_t size, int *label) {
-    double logit = -1.3;
+static double draw_row(const planted_t *m, rng_t *r, const zipf_t *z, char *buf, size_t size, int *label) {
     int64_t id[PSG_CTR_FIELDS];
+    double lx[PSG_CTR_DENSE];
     char dense[PSG_CTR_DENSE][24], cat[PSG_CTR_FIELDS][12];
     for (int j = 0; j < PSG_CTR_DENSE; j++) {
         dense[j][0] = '\0';
+        lx[j] = 0;
         if (rng_unit(r) < 0.1) continue; /* empty */
         double x = floor(exp(0.5 + 0.25 * j + rng_gauss(r))) - 1;
         snprintf(dense[j], sizeof dense[j], "%.0f", x);
-        logit += 0.25 * gauss(seed, 1000 + (uint64_t)j, 0, 0) * log1p(x > 0 ? x : 0);
+        lx[j] = log1p(x > 0 ? x : 0);
     }
     for (int f = 0; f < PSG_CTR_FIELDS; f++) {
         id[f] = -1;
         cat[f][0] = '\0';
         if (rng_unit(r) < 0.02) continue; /* empty: bucket 0, no weight */
         id[f] = zipf_draw(z, f, rng_unit(r));
+        if (id[f] > FREQUENT) id[f] = FREQUENT; /* the rare value */
         uint32_t hex = (uint32_t)mix64(((uint64_t)f << 40) ^ (uint64_t)id[f] ^ 0x5bd1e995u);
         snprintf(cat[f], sizeof cat[f], "%08x", hex);
-        if (id[f] < SIGNAL_RANK) logit += 0.5 * gauss(seed, (uint64_t)f, (uint64_t)id[f], 99);
     }
-    /* interactions of neighbouring fields: what the deep part can learn beyond the wide */
-    for (int f = 0; f + 1 < PSG_CTR_FIELDS; f += 2) {
-        if (id[f] < 0 || id[f + 1] < 0 || id[f] >= SIGNAL_RANK || id[f + 1] >= SIGNAL_RANK) continue;
-        double dot = 0;
-        for (int k = 0; k < EMB; k++)
-            dot += gauss(seed, (uint64_t)f, (uint64_t)id[f], (uint64_t)k) *
-                   gauss(seed, (uint64_t)f + 1, (uint64_t)id[f + 1], (uint64_t)k);
-        logit += 0.35 * dot;
-    }
-    double p = 1.0 / (1.0 + exp(-logit));
+    double p = 1.0 / (1.0 + exp(-planted_logit(m, lx, id)));
     *label = rng_unit(r) < p;
     int at = snprintf(buf, size, "%d", *label);
     for (int j = 0; j < PSG_CTR_DENSE; j++) at += snprintf(buf + at, size - (size_t)at, "\t%s", dense[j]);
@@ -127,15 +174,17 @@ int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out,
     gzFile w = gzopen(path, gz ? "wb6" : "wT");
     if (!w) return psg_error_set("%s: %s", path, strerror(errno ? errno : EIO));
     zipf_t z;
+    planted_t *m = malloc(sizeof *m);
+    if (m) planted_init(m, seed);
     int64_t held = rows - rows * 9 / 10;
     float *p = malloc(sizeof(float) * (size_t)held), *y = malloc(sizeof(float) * (size_t)held);
-    int rc = p && y ? zipf_init(&z) : psg_error_set("out of memory");
+    int rc = p && y && m ? zipf_init(&z) : psg_error_set("out of memory");
     rng_t r = {mix64(seed) ^ 0x243f6a8885a308d3ull};
     double clicks = 0, ll = 0;
     char line[1024];
     for (int64_t i = 0; rc == 0 && i < rows; i++) {
         int label;
-        double pi = draw_row(seed, &r, &z, line, sizeof line, &label);
+        double pi = draw_row(m, &r, &z, line, sizeof line, &label);
         clicks += label;
         if (gzputs(w, line) < 0) rc = psg_error_set("%s: write failed", path);
         int64_t k = i - (rows - held);
@@ -158,5 +207,6 @@ int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out,
     if (p && y) zipf_free(&z);
     free(p);
     free(y);
+    free(m);
     return rc;
 }

@@ -21,14 +21,16 @@ psg_endpoint_t psg_global_step(psg_graph_t *g);
 /* ---- optimizers ---- */
 
 typedef struct {
-    const char *kind;          /* "sgd", "momentum", "rmsprop", "adam", "adagrad" */
+    const char *kind;          /* "sgd", "momentum", "rmsprop", "adam", "adagrad", "ftrl" */
     float learning_rate;       /* used unless a learning-rate tensor is set */
     float momentum;            /* momentum: 0.9; rmsprop: 0.0 (Inception: 0.9) */
     bool use_nesterov;         /* momentum only */
     float rho;                 /* rmsprop's decay: 0.9 */
     float epsilon;             /* rmsprop: 1e-10 (Inception: 1.0); adam: 1e-8 */
     float beta1, beta2;        /* adam: 0.9, 0.999 */
-    float initial_accumulator; /* adagrad's accumulator start: 0.1 */
+    float initial_accumulator; /* adagrad's and ftrl's accumulator start: 0.1 */
+    float l1, l2;              /* ftrl's regularization strengths: 0, 0 */
+    float lr_power;            /* ftrl's learning-rate power: -0.5 (TensorFlow's FtrlOptimizer) */
     bool check_numerics;       /* fail the step on a NaN/Inf gradient: true */
 } psg_optimizer_config_t;
 
@@ -45,7 +47,7 @@ void psg_optimizer_destroy(psg_optimizer_t **opt);
  * placeholder) instead of the constant; it must belong to the graph later
  * passed to minimize / apply_gradients. */
 void psg_optimizer_set_learning_rate_tensor(psg_optimizer_t *opt, psg_endpoint_t lr);
-/* "GradientDescent", "Momentum", "RMSProp", "Adam", "Adagrad": the scope of
+/* "GradientDescent", "Momentum", "RMSProp", "Adam", "Adagrad", "Ftrl": the scope of
  * its update nodes and the suffix of its slot variables. */
 const char *psg_optimizer_name(const psg_optimizer_t *opt);
 
@@ -53,7 +55,7 @@ const char *psg_optimizer_name(const psg_optimizer_t *opt);
  * that runs them all and then increments the global step (psg_global_step).
  * A pair whose gradient is PSG_NO_ENDPOINT is skipped; no gradient at all is
  * an error. Slot variables are named "<var>/<Name>", "<var>/<Name>_1" as
- * TensorFlow's (Momentum; RMSProp ms, mom; Adam m, v; Adagrad), created with
+ * TensorFlow's (Momentum; RMSProp ms, mom; Adam m, v; Adagrad; Ftrl accum, linear), created with
  * their initializers in "init" (RMSProp's ms at 1.0, Adagrad's at
  * initial_accumulator, the others at 0) on the variable's requested device,
  * or found by name when an earlier call made them; Adam adds the variables

@@ -24,6 +24,12 @@ void psg_trace_set_step(psg_trace_t *t, int64_t step);
 void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t start_ns,
                      int64_t end_ns);
 
+/* Records the span of training step `step` (an event named "step N", cat "step") with
+ * the tensor bytes this task pushed to and pulled from its peers during it, in its args
+ * (bytes_pushed, bytes_pulled). */
+void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_t end_ns, int64_t bytes_pushed,
+                          int64_t bytes_pulled);
+
 /* A psg_node_timing_fn (session.h) over a psg_trace_t *ctx: pass it to
  * psg_session_set_node_hook(s, psg_trace_node_hook, trace). */
 void psg_trace_node_hook(void *ctx, const char *node, const char *op, int64_t step_id,

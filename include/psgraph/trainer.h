@@ -21,6 +21,7 @@ typedef struct {
     double lr;             /* 0: the model's default */
     const char *optimizer; /* NULL: the model's default (momentum 0.9) */
     double momentum;
+    double l1, l2, lr_power; /* --optimizer ftrl: 0, 0, -0.5 (TensorFlow's FtrlOptimizer) */
     uint64_t seed;
     int threads;
     const char *logdir;    /* NULL: no metrics.jsonl */

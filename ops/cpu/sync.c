@@ -51,7 +51,7 @@ int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c) {
     return output_scalar_i32(c, accepted ? 1 : 0);
 }
 
-static void take_done(void *arg, psg_tensor_t *mean, const char *error) {
+static void take_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, const char *error) {
     psg_async_op_t *op = arg;
     if (!mean) {
         psg_error_set("%s", error);
@@ -60,12 +60,38 @@ static void take_done(void *arg, psg_tensor_t *mean, const char *error) {
     }
     psg_async_op_set_output(op, 0, mean);
     psg_tensor_destroy(&mean);
+    if (indices) { /* a sparse accumulator's: its take has the ids as output 1 */
+        psg_async_op_set_output(op, 1, indices);
+        psg_tensor_destroy(&indices);
+    }
     psg_async_op_done(op, 0);
 }
 
+int psg_cpu_sparse_accumulator(psg_kernel_ctx_t *c) {
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    psg_accumulator_t *a = psg_sparse_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
+                                                      (int)psg_node_get_int(c->node, "num_required", 0));
+    return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
+}
+
+int psg_cpu_sparse_accumulator_apply(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    int64_t step = 0;
+    bool accepted;
+    if (!a || scalar_i64(c, 1, &step) < 0) return -1;
+    if (psg_accumulator_apply_sparse(a, step, c->inputs[2], c->inputs[3], &accepted) < 0) return -1;
+    return output_scalar_i32(c, accepted ? 1 : 0);
+}
+
+/* Dense and sparse accumulators' take: a sparse one's kernel has two outputs. */
 int psg_cpu_accumulator_take(psg_kernel_ctx_t *c) {
     psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
     if (!a) return -1;
+    if (psg_accumulator_is_sparse(a) != (psg_node_num_outputs(c->node) == 2))
+        return psg_error_set("accumulator '%s' is %s: take it with %s", psg_accumulator_name(a),
+                             psg_accumulator_is_sparse(a) ? "sparse" : "dense",
+                             psg_accumulator_is_sparse(a) ? "SparseAccumulatorTakeGradient"
+                                                          : "AccumulatorTakeGradient");
     PSG_ASSERT(c->async);
     psg_accumulator_take_async(a, (int)psg_node_get_int(c->node, "num_required", 1),
                                psg_node_get_int(c->node, "timeout_ms", 0), take_done, c->async);

@@ -172,6 +172,23 @@ static void adagrad_range(void *ctx, int64_t b, int64_t e) {
     }
 }
 
+/* TensorFlow's FTRL-proximal (ApplyFtrl): accum (s1) += g^2, linear (s2) += g - (accum_new^-p
+ * - accum^-p) / lr * w, w = (sign(linear) l1 - linear) / (accum_new^-p / lr + 2 l2) where
+ * |linear| > l1, else 0; a: l1, b: l2, eps: lr_power p (<= 0). */
+static void ftrl_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    float lr = u->lr, l1 = u->a, l2 = u->b, lp = u->eps;
+    for (int64_t i = b; i < e; i++) {
+        float g = u->g[i], acc = u->s1[i] + g * g;
+        float pow_new = lp == -0.5f ? sqrtf(acc) : powf(acc, -lp);
+        float pow_old = lp == -0.5f ? sqrtf(u->s1[i]) : powf(u->s1[i], -lp);
+        float lin = u->s2[i] + g - (pow_new - pow_old) / lr * u->w[i];
+        u->s2[i] = lin;
+        u->w[i] = fabsf(lin) > l1 ? ((lin > 0 ? l1 : -l1) - lin) / (pow_new / lr + 2.0f * l2) : 0.0f;
+        u->s1[i] = acc;
+    }
+}
+
 /* inputs: var (resource, shape S), lr (scalar), grad (S) */
 int psg_cpu_apply_gradient_descent(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
@@ -224,6 +241,19 @@ int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
     update_t u;
     if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0) return -1;
     return run_update(c, v, adagrad_range, &u);
+}
+
+/* inputs: var (S), accum (S), linear (S), grad (S), lr, l1, l2, lr_power (scalars) */
+int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
+    psg_variable_t *v = NULL;
+    update_t u;
+    if (prepare(c, 2, 3, &v, &u) < 0 || scalar_input(c, 4, "lr", &u.lr) < 0 || scalar_input(c, 5, "l1", &u.a) < 0 ||
+        scalar_input(c, 6, "l2", &u.b) < 0 || scalar_input(c, 7, "lr_power", &u.eps) < 0)
+        return -1;
+    if (!(u.lr > 0)) return psg_error_set("FTRL's lr must be > 0, got %g", (double)u.lr);
+    if (!(u.a >= 0) || !(u.b >= 0) || !(u.eps <= 0))
+        return psg_error_set("FTRL needs l1 >= 0, l2 >= 0 and lr_power <= 0");
+    return run_update(c, v, ftrl_range, &u);
 }
 
 /* inputs: var (resource, f32 S), factor (scalar f32): var *= factor */

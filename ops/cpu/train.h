@@ -12,6 +12,7 @@ int psg_cpu_apply_momentum(psg_kernel_ctx_t *c);
 int psg_cpu_apply_rmsprop(psg_kernel_ctx_t *c);
 int psg_cpu_apply_adam(psg_kernel_ctx_t *c);
 int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c);
+int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c);
 int psg_cpu_scale_variable(psg_kernel_ctx_t *c);
 int psg_cpu_increment_variable(psg_kernel_ctx_t *c);
 int psg_cpu_exponential_decay(psg_kernel_ctx_t *c);

@@ -42,6 +42,13 @@ typedef struct {
  * kind of resource. The manager owns it. */
 psg_accumulator_t *psg_accumulator_get(psg_resource_mgr_t *rm, const char *name,
                                        const psg_shape_t *shape, int num_required);
+/* The same for sparse gradients (TensorFlow's SparseConditionalAccumulator): each
+ * gradient is rows of a tensor of `shape` (rank >= 1) and their ids; a step's rows are
+ * summed per id (duplicate ids added) and the mean is those sums / the gradients counted,
+ * as rows and ids. Fails, naming it, when `name` is a dense accumulator. */
+psg_accumulator_t *psg_sparse_accumulator_get(psg_resource_mgr_t *rm, const char *name,
+                                              const psg_shape_t *shape, int num_required);
+bool psg_accumulator_is_sparse(const psg_accumulator_t *a);
 const char *psg_accumulator_name(const psg_accumulator_t *a);
 /* A handle to a (a scalar RESOURCE tensor, as a variable's), new; NULL on
  * out of memory. */
@@ -60,9 +67,18 @@ psg_accumulator_t *psg_accumulator_from_handle(const psg_tensor_t *h);
 int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *grad,
                           bool *accepted);
 
-/* Receives a take's mean (a reference the callee owns) and error NULL, or
- * mean NULL and the reason (valid during the call only). */
-typedef void (*psg_accumulator_take_fn)(void *arg, psg_tensor_t *mean, const char *error);
+/* A sparse accumulator's apply: values (k, shape[1:]) f32 rows, indices (k) i32 or i64
+ * their ids in [0, shape[0]); accepted or dropped as psg_accumulator_apply. -1 with the
+ * error naming the accumulator on a dtype, shape or id that does not fit (nothing
+ * counted), or when it is a dense one. */
+int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *values,
+                                 const psg_tensor_t *indices, bool *accepted);
+
+/* Receives a take's mean (a reference the callee owns; a sparse accumulator's: its rows,
+ * with their ids in indices, i64, also owned; a dense one's indices is NULL) and error
+ * NULL, or mean NULL and the reason (valid during the call only). */
+typedef void (*psg_accumulator_take_fn)(void *arg, psg_tensor_t *mean, psg_tensor_t *indices,
+                                        const char *error);
 
 /* Asks for the mean of num_required (>= 1) gradients of the current step:
  * done runs once, at once if they are in, else from the psg_accumulator_apply
@@ -77,6 +93,10 @@ void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t 
  * the error set. */
 int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
                          psg_tensor_t **mean);
+/* The same for a sparse accumulator: *mean the mean rows, *indices (i64) their ids, in
+ * order of first appearance in the step (caller owns both). */
+int psg_accumulator_take_sparse(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
+                                psg_tensor_t **mean, psg_tensor_t **indices);
 
 /* Sets the global step (a chief that restarts sets it from the global step
  * variable); gradients accumulated for another step are dropped. */
@@ -146,6 +166,18 @@ psg_endpoint_t psg_accumulator_op(psg_graph_t *g, const char *name, const psg_sh
  * scalar, 1 when the gradient counts toward the step's mean, 0 when dropped. */
 psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                         psg_endpoint_t local_step, psg_endpoint_t grad);
+/* The sparse ones: SparseAccumulatorHandle (shape: the variable's),
+ * SparseAccumulatorApplyGradient(handle, local_step, values, indices) -> accepted i32,
+ * SparseAccumulatorTakeGradient(handle) -> mean rows (output 0) and their i64 ids
+ * (output 1, *indices). */
+psg_endpoint_t psg_sparse_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                         int num_required);
+psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                               psg_endpoint_t local_step, psg_endpoint_t values,
+                                               psg_endpoint_t indices);
+psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                              int num_required, int64_t timeout_ms,
+                                              psg_endpoint_t *indices);
 /* AccumulatorTakeGradient(handle): the mean of num_required gradients, waiting
  * without a thread; fails after timeout_ms (<= 0: the longest wait, 10 minutes unless set) or when closed. */
 psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
