@@ -31,6 +31,9 @@ typedef struct {
     const char *ssh_config;   /* NULL, or ssh's -F FILE */
     char **ssh_options;       /* NULL-terminated ssh -o OPTIONs, or NULL */
     const char *remote_bin;   /* psgraph on the hosts (ps tasks); NULL: this binary's path */
+    bool keys_shared;         /* --keys-shared: the hosts read the key folder at this path */
+    char *keys_payload;       /* else the keys sent to each host (cli/launch_ssh_keys.c) */
+    size_t keys_payload_len;
 } psg_launch_t;
 
 /* The keys of a launched cluster (cli/launch_keys.c): dir, set in $PSGRAPH_KEYS for the tasks;
@@ -44,6 +47,13 @@ typedef struct {
 int psg_launch_keys_prepare(psg_launch_keys_t *k, const char *given);
 /* Removes a fresh pair and its folder (nothing for given keys). */
 void psg_launch_keys_remove(psg_launch_keys_t *k);
+/* The files of key folder dir that a task on another host needs, in name order: every
+ * NAME.key (the cluster's public key and the allow-list) and cluster.key_secret, no other
+ * secret: fn(ctx, name, text, len) with the file's text (NUL-terminated, at most
+ * PSG_LAUNCH_KEY_FILE_MAX bytes). -1 after printing (naming the file), or fn's -1. */
+#define PSG_LAUNCH_KEY_FILE_MAX 65536
+typedef int (*psg_launch_key_fn)(void *ctx, const char *name, const char *text, size_t len);
+int psg_launch_keys_each(const char *dir, psg_launch_key_fn fn, void *ctx);
 
 /* Starts the tasks of *o, each with its TF_CONFIG, tags and forwards their output, stops
  * all when one fails or on a signal. Returns the worst exit code of the tasks (128 + the
@@ -65,8 +75,20 @@ void psg_launch_hosts_free(char ***hosts, int n);
 char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *cfg, char **cmd);
 void psg_launch_argv_free(char ***argv);
 
-/* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c). */
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd);
+/* The keys over ssh (cli/launch_ssh_keys.c). Reads key folder dir into o->keys_payload,
+ * what each task's ssh session gets on its standard input first; -1 after printing. */
+int psg_launch_ssh_keys_prepare(psg_launch_t *o, const char *dir);
+void psg_launch_ssh_keys_free(psg_launch_t *o);
+/* The remote shell's part (malloc'd) that reads the payload into a private folder (mktemp,
+ * 0700), exports PSGRAPH_KEYS naming it and removes it when the remote shell exits (the task
+ * ended, or the session died and the watcher ended it). NULL when out of memory. */
+char *psg_launch_ssh_keys_script(const char *host);
+/* Writes the payload into fd, ssh's standard input (nothing without one). -1 after printing. */
+int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag);
+
+/* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c), with a
+ * Secret of the keys in keys_dir (NULL: a fresh pair). */
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd, const char *keys_dir);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
 /* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */

@@ -58,7 +58,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: psgraph launch --ps P --workers W [--transport ipc|tcp] [--port-base N] [--host H]\n"
                "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
                "       psgraph launch --ssh --hosts H1,H2,... | --hosts-file F [--ssh-config F]\n"
-               "                      [--ssh-option OPT]... [--remote-bin PATH] --ps P --workers W -- CMD...\n"
+               "                      [--ssh-option OPT]... [--remote-bin PATH] [--keys-shared] --ps P ...\n"
                "       psgraph launch --k8s [--image IMG] [--namespace NS] [--name N] [--gpus-per-worker G]\n"
                "                      [--cpu C] [--memory M] [--logdir-volume PVC] [--out DIR] --ps P ...\n"
                "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
@@ -70,8 +70,10 @@ static void usage(FILE *f) {
                "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
                "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
                "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
-               "                      pair in a private folder, removed at the end (with --ssh: read by the\n"
-               "                      hosts at the same path; docs/security.md)\n"
+               "                      pair in a private folder, removed at the end (with --ssh: copied to a\n"
+               "                      private folder on each host over the task's ssh session, removed when\n"
+               "                      the task ends; --keys-shared: read by the hosts at the same path;\n"
+               "                      with --k8s: a Secret mounted into every pod; docs/security.md)\n"
                "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
                "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
                "                      which the sync replicas can lose; else 0)\n");
@@ -296,6 +298,7 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
     psg_launch_argv_free(&argv);
     close(p[1]);
     if (in[0] >= 0) close(in[0]);
+    if (pid > 0 && in[1] >= 0) psg_launch_ssh_keys_send(o, in[1], t->tag); /* a failure shows as ssh's */
     if (pid < 0) {
         close(p[0]);
         if (in[1] >= 0) close(in[1]);
@@ -381,6 +384,10 @@ static int parse_options(int argc, char **argv, psg_launch_t *o, const char **tr
             *mode = a[2] == 's' ? 1 : 2;
             continue;
         }
+        if (!strcmp(a, "--keys-shared")) {
+            o->keys_shared = true;
+            continue;
+        }
         if (i + 1 >= argc) break;
         const char *v = argv[++i];
         char *end;
@@ -428,9 +435,11 @@ int psg_cmd_launch(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if ((kn && mode != 2) || ((hosts || hosts_file || nopts || o.ssh_config || o.remote_bin) && mode != 1)) {
-        fprintf(stderr, "psgraph launch: %s\n", kn ? "--image, --namespace, ... go with --k8s"
-                                                   : "--hosts, --hosts-file, --ssh-* and --remote-bin go with --ssh");
+    if ((kn && mode != 2) ||
+        ((hosts || hosts_file || nopts || o.ssh_config || o.remote_bin || o.keys_shared) && mode != 1)) {
+        fprintf(stderr, "psgraph launch: %s\n",
+                kn ? "--image, --namespace, ... go with --k8s"
+                   : "--hosts, --hosts-file, --ssh-*, --remote-bin and --keys-shared go with --ssh");
         return 2;
     }
     if (transport && !strcmp(transport, "ipc") && (o.tcp || mode)) {
@@ -441,7 +450,7 @@ int psg_cmd_launch(int argc, char **argv) {
     o.cmd = argv + cmd_at;
     if (mode == 2) {
         kv[kn] = NULL;
-        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd);
+        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd, o.keys);
     }
     if (mode == 1) {
         if (!hosts == !hosts_file) {
@@ -584,8 +593,9 @@ static void start_tasks(launch_run_t *r) {
     }
     free(cfg);
     printf("psgraph launch: %d ps + %d workers, cluster %s\n", r->nps, r->n - r->nps, r->cluster);
-    printf("psgraph launch: CURVE keys %s%s\n", r->keys.dir,
-           r->keys.run[0] ? " (made for this run, removed at the end)" : "");
+    printf("psgraph launch: CURVE keys %s%s%s\n", r->keys.dir,
+           r->keys.run[0] ? " (made for this run, removed at the end)" : "",
+           r->o->keys_payload ? ", a copy sent to each host over its ssh session" : "");
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)
@@ -710,6 +720,7 @@ static void run_free(launch_run_t *r) {
         rmdir(r->sock_dir);
     }
     psg_launch_keys_remove(&r->keys);
+    psg_launch_ssh_keys_free(r->o);
     for (int i = 0; r->t && i < r->n; i++) {
         free(r->t[i].cfg);
         if (r->t[i].fd >= 0) close(r->t[i].fd);
@@ -732,7 +743,8 @@ int psg_launch_local(psg_launch_t *o) {
         run_free(&r);
         return 1;
     }
-    if (psg_launch_keys_prepare(&r.keys, o->keys) < 0) {
+    if (psg_launch_keys_prepare(&r.keys, o->keys) < 0 ||
+        (o->task_hosts && !o->keys_shared && psg_launch_ssh_keys_prepare(o, r.keys.dir) < 0)) {
         run_free(&r);
         return 1;
     }

@@ -146,11 +146,11 @@ static int put(char **b, size_t *len, size_t *cap, const char *s, bool quote) {
     return 0;
 }
 
-/* The command the remote shell runs: in this folder (or /), TF_CONFIG set, the task in a
- * session and process group of its own (setsid), its pid printed, and a watcher that
+/* The command the remote shell runs: in this folder (or /), TF_CONFIG and the keys set, the
+ * task in a session and process group of its own (setsid), its pid printed, and a watcher that
  * stops that group when the session's stdin closes (the launcher stopped it, or the ssh
  * connection died); the exit code is the task's. */
-static char *remote_script(const char *host, const char *cfg, char **cmd) {
+static char *remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "/");
     size_t len = 0, cap = 256;
@@ -162,9 +162,14 @@ static char *remote_script(const char *host, const char *cfg, char **cmd) {
     rc |= put(&b, &len, &cap, " 2>/dev/null || cd /; TF_CONFIG=", false);
     rc |= put(&b, &len, &cap, cfg, true);
     rc |= put(&b, &len, &cap, "; export TF_CONFIG; ", false);
-    /* the cluster's keys (cli/launch_keys.c): a folder at the same path on the host */
+    /* the cluster's keys: a private copy from this session's stdin (cli/launch_ssh_keys.c);
+       --keys-shared: the folder at the same path on the host */
     const char *keys = getenv(PSG_CURVE_KEYS_ENV);
-    if (keys && *keys) {
+    if (o->keys_payload) {
+        char *script = psg_launch_ssh_keys_script(host);
+        rc |= script ? put(&b, &len, &cap, script, false) : -1;
+        free(script);
+    } else if (keys && *keys) {
         rc |= put(&b, &len, &cap, "PSGRAPH_KEYS=", false);
         rc |= put(&b, &len, &cap, keys, true);
         rc |= put(&b, &len, &cap, "; export PSGRAPH_KEYS; ", false);
@@ -211,7 +216,7 @@ char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *
     }
     ok &= (argv[k++] = strdup("--")) != NULL;
     ok &= (argv[k++] = strdup(host)) != NULL;
-    ok &= (argv[k++] = remote_script(host, cfg, cmd)) != NULL;
+    ok &= (argv[k++] = remote_script(o, host, cfg, cmd)) != NULL;
     if (!ok) psg_launch_argv_free(&argv);
     return argv;
 }

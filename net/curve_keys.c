@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define MAX_ALLOWED 4096
@@ -25,6 +26,7 @@ struct psg_curve_keys {
     uint8_t server_public[PSG_CURVE_KEY_BYTES];
     uint8_t server_secret[PSG_CURVE_KEY_BYTES];
     bool has_server_secret;
+    bool k8s; /* a Kubernetes Secret's folder (check_dir) */
     uint8_t own_public[PSG_CURVE_KEY_BYTES], own_secret[PSG_CURVE_KEY_BYTES];
     int nallowed;
     uint8_t (*allowed)[PSG_CURVE_KEY_BYTES];
@@ -56,11 +58,39 @@ void psg_curve_log(const char *fmt, ...) {
 
 /* ---- folders and files ---- */
 
-/* A key folder: ours, a folder, nothing for group or others. */
-static int check_dir(const char *dir) {
+/* A folder Kubernetes made of a Secret volume: every file a link through "..data" to a
+ * "..TIMESTAMP" folder the kubelet swaps atomically; the folder itself is the kubelet's (root,
+ * 1777 as a tmpfs), mounted read-only into the container, which is what keeps it ours.
+ * 1 when dir is one, 0 when it is not laid out so, -1 (error set) when it is but writable. */
+static int k8s_secret_dir(const char *dir) {
+    char path[1100], target[256];
+    snprintf(path, sizeof path, "%s/..data", dir);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 3) return 0;
+    target[n] = 0;
     struct stat st;
+    if (strncmp(target, "..", 2) || strchr(target, '/') || stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) return 0;
+    struct statvfs fs;
+    if (statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY)) return 1;
+    return psg_error_set("key folder %s is laid out as a Kubernetes Secret (..data -> %s) but is not on a "
+                         "read-only mount, as Kubernetes mounts a Secret; anyone who can write it could add "
+                         "a key to the allow-list",
+                         dir, target);
+}
+
+/* A key folder: ours, a folder, nothing for group or others; or a Kubernetes Secret's
+ * (*k8s set). */
+static int check_dir(const char *dir, bool *k8s) {
+    struct stat st;
+    *k8s = false;
     if (stat(dir, &st) < 0) return psg_error_set("key folder %s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return psg_error_set("key folder %s: not a folder", dir);
+    if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+        int rc = k8s_secret_dir(dir);
+        if (rc < 0) return -1;
+        *k8s = rc == 1;
+        if (*k8s) return 0;
+    }
     if (st.st_uid != geteuid())
         return psg_error_set("key folder %s belongs to uid %d, not to this user (uid %d)", dir,
                              (int)st.st_uid, (int)geteuid());
@@ -84,7 +114,8 @@ int psg_curve_keygen(const char *dir, const char *name) {
         return psg_error_set("key name \"%.64s\": letters, digits, '_', '-' and '.' only", name);
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
         return psg_error_set("key folder %s: %s", dir, strerror(errno));
-    if (check_dir(dir) < 0) return -1;
+    bool k8s;
+    if (check_dir(dir, &k8s) < 0) return -1;
     char pub[1200], sec[1220];
     snprintf(pub, sizeof pub, "%s/%s.key", dir, name);
     snprintf(sec, sizeof sec, "%s/%s.key_secret", dir, name);
@@ -108,12 +139,21 @@ int psg_curve_keygen(const char *dir, const char *name) {
     return 0;
 }
 
-/* A secret file: a regular file, nothing for group or others. */
-static int check_secret(const char *path) {
+/* A secret file: a regular file, nothing for group or others; in a Kubernetes Secret's
+ * folder root's (or ours), and the group may read (the pod's fsGroup: the kubelet makes
+ * it 0440). */
+static int check_secret(const char *path, bool k8s) {
     struct stat st;
     if (stat(path, &st) < 0) return psg_error_set("%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) return psg_error_set("%s: not a regular file", path);
-    if (st.st_mode & 077)
+    if (k8s && st.st_uid != 0 && st.st_uid != geteuid())
+        return psg_error_set("%s belongs to uid %d: a Kubernetes Secret's files are root's (the kubelet's)",
+                             path, (int)st.st_uid);
+    if (k8s && (st.st_mode & 037))
+        return psg_error_set("%s is open to other users (mode %04o); give its Secret volume defaultMode "
+                             "0400 (psgraph launch --k8s does)",
+                             path, (unsigned)(st.st_mode & 07777));
+    if (!k8s && (st.st_mode & 077))
         return psg_error_set("%s is readable by other users (mode %04o); it must be 0600: chmod 600 %s",
                              path, (unsigned)(st.st_mode & 07777), path);
     return 0;
@@ -177,7 +217,7 @@ psg_curve_keys_t *psg_curve_keys_load(const char *dir, const char *identity) {
         psg_error_set("key name \"%.64s\": letters, digits, '_', '-' and '.' only", identity);
         goto fail;
     }
-    if (check_dir(dir) < 0) goto fail;
+    if (check_dir(dir, &k->k8s) < 0) goto fail;
     /* the cluster's public key: the one every server shows */
     snprintf(pub, sizeof pub, "%s/%s.key", dir, PSG_CURVE_CLUSTER);
     snprintf(sec, sizeof sec, "%s/%s.key_secret", dir, PSG_CURVE_CLUSTER);
@@ -189,7 +229,7 @@ psg_curve_keys_t *psg_curve_keys_load(const char *dir, const char *identity) {
     if (load_cert(pub, k->server_public, NULL) < 0) goto fail;
     if (access(sec, F_OK) == 0) {
         uint8_t check[PSG_CURVE_KEY_BYTES];
-        if (check_secret(sec) < 0 || load_cert(pub, check, k->server_secret) < 0) goto fail;
+        if (check_secret(sec, k->k8s) < 0 || load_cert(pub, check, k->server_secret) < 0) goto fail;
         if (memcmp(check, k->server_public, sizeof check)) {
             psg_error_set("%s and %s are not one pair", pub, sec);
             goto fail;
@@ -206,7 +246,7 @@ psg_curve_keys_t *psg_curve_keys_load(const char *dir, const char *identity) {
                       strcmp(identity, PSG_CURVE_CLUSTER) ? identity : "");
         goto fail;
     }
-    if (check_secret(sec) < 0 || load_cert(pub, k->own_public, k->own_secret) < 0) goto fail;
+    if (check_secret(sec, k->k8s) < 0 || load_cert(pub, k->own_public, k->own_secret) < 0) goto fail;
     zmq_z85_encode(k->own_public_txt, k->own_public, PSG_CURVE_KEY_BYTES);
     if (load_allow_list(k) < 0) goto fail;
     return k;

@@ -76,6 +76,18 @@ static void test_keygen(void) {
     snprintf(path, sizeof path, "%s/loose", tmp);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
     CHECK_ERROR_HAS("cluster.key_secret is readable by other users (mode 0644)");
+    /* laid out as a Kubernetes Secret (files linked through ..data) but writable: refused
+       (a read-only mount passes: tests/test_launch_k8s.sh); only the layout lets it be 1777 */
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/src' && cd '%s' && mkdir -m 1777 k8s && mkdir -m 755 k8s/..2026_01_01 && "
+                               "install -m 400 src/* k8s/..2026_01_01/ && ln -s ..2026_01_01 k8s/..data && "
+                               "ln -s ..data/cluster.key k8s/ && ln -s ..data/cluster.key_secret k8s/",
+              psgraph_exe, tmp, tmp) == 0);
+    snprintf(path, sizeof path, "%s/k8s", tmp);
+    CHECK(psg_curve_keys_load(path, NULL) == NULL);
+    CHECK_ERROR_HAS("k8s is laid out as a Kubernetes Secret (..data -> ..2026_01_01) but is not on a read-only mount");
+    CHECK(run(out, sizeof out, "rm '%s/k8s/..data'", tmp) == 0);
+    CHECK(psg_curve_keys_load(path, NULL) == NULL);
+    CHECK_ERROR_HAS("k8s is open to other users (mode 1777)");
     /* another cluster's keys; and a client's own pair beside a copy of our public key */
     CHECK(run(out, sizeof out, "'%s' keygen '%s/other'", psgraph_exe, tmp) == 0);
     CHECK(run(out, sizeof out, "mkdir -m 700 '%s/intruder' && cp '%s/keys/cluster.key' '%s/intruder/' && '%s' keygen "

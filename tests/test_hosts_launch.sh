@@ -5,7 +5,11 @@
 # for 3 s mid-run and the job finishes to the bar; SIGKILL of a remote ps under --restart
 # on-failure and the job recovers; errors that name the host (unknown host, refused key,
 # missing binary, a bad placement); Ctrl-C and SIGKILL of the launcher leave no process on
-# any host. The launcher runs on a host of its own (ctl); the test's own ssh config, keys
+# any host. The cluster's keys reach each host over its ssh session: from a key folder only
+# the launcher sees (a tmpfs in its own mount namespace), the remote tasks serve with CURVE
+# from a private copy that is gone when they end (also after SIGKILL of the launcher), and
+# --keys-shared (the hosts read the launcher's path) fails there, naming it. The launcher
+# runs on a host of its own (ctl); the test's own ssh config, keys
 # and known_hosts (-F), never ~/.ssh. Skips (77) where namespaces or sshd are missing.
 set -u
 psgraph=$(realpath "$1")
@@ -83,6 +87,32 @@ else
 fi
 n=$(left_on_hosts)
 [ "$n" = 0 ] && ok "no process left on any host after the errors" || fail "$n processes left after the errors"
+
+# 1b. the keys copied over ssh: a key folder on a tmpfs only the launcher's mount namespace
+#     has (the hosts share this machine's files otherwise), so only a copy can reach them
+private() {
+  hosts_exec ctl unshare -m --propagation private sh -c 'mkdir -p "$1" && mount -t tmpfs -o mode=700 tmpfs "$1" &&
+    "$2" keygen "$1/k" >/dev/null && shift 2 && exec "$@"' sh "$tmp/private" "$psgraph" "$@"
+}
+quick=("$psgraph" train --model mlp --data synthetic --steps 20 --log-every 10 --step-timeout 20)
+private "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts h1,h2 --keys "$tmp/private/k" --ps 1 --workers 1 \
+  -- "${quick[@]}" >"$tmp/copy.log" 2>&1; rc=$?
+copy=$(sed -n 's/^\[ps0\] psgraph server: .* serving on tcp:.* with CURVE (keys \(.*\))$/\1/p' "$tmp/copy.log")
+if [ $rc = 0 ] && grep -q "CURVE keys $tmp/private/k, a copy sent to each host over its ssh session" "$tmp/copy.log" &&
+   [[ "$copy" == /tmp/psgraph-keys.* ]] && [ ! -e "$copy" ] && [ "$(left_on_hosts)" = 0 ] &&
+   grep -q '^\[worker0\] {"event":"done"' "$tmp/copy.log"; then
+  ok "keys only the launcher sees: ps0 on h1 served with CURVE from its copy $copy (gone after the run), worker0 trained"
+else
+  fail "keys copied over ssh (rc $rc, ps0's keys '$copy'): $(tail -12 "$tmp/copy.log")"
+fi
+out=$(private "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts h1,h2 --keys "$tmp/private/k" --keys-shared \
+  --ps 1 --workers 1 -- "${quick[@]}" 2>&1); rc=$?
+# the first of ps0 (exit 2) and worker0 (exit 1) to fail stops the other
+if [ $rc != 0 ] && grep -Eq "^\[(ps0|worker0)\] psgraph (server|train): .*PSGRAPH_KEYS: key folder $tmp/private/k: No such file" <<<"$out"; then
+  ok "--keys-shared: the hosts look for the launcher's path: $(grep -o 'PSGRAPH_KEYS: key folder.*' <<<"$out" | head -1)"
+else
+  fail "--keys-shared (rc $rc): $out"
+fi
 
 # 2. async, 2 ps + 2 workers on 4 hosts, placed by task@host from a hosts file
 printf 'ps0@h1\nps1@h2   # the second ps\nworker0@h3\nworker1@h4\n' >"$tmp/hosts"
@@ -183,21 +213,26 @@ else
 fi
 
 # 6. Ctrl-C of the launcher: every remote task stops; SIGKILL of the launcher: the remote
-#    sides see their ssh sessions end and stop their tasks (no orphan)
+#    sides see their ssh sessions end and stop their tasks (no orphan) and remove their
+#    copies of the keys
 for sig in INT KILL; do
-  launch_bg "$tmp/sig$sig.log" --hosts h1,h2,h3,h4 --ps 2 --workers 2 -- sleep 300
-  for _ in $(seq 100); do [ "$(grep -c 'remote pid' "$tmp/sig$sig.log")" = 4 ] && break; sleep 0.1; done
+  launch_bg "$tmp/sig$sig.log" --hosts h1,h2,h3,h4 --ps 2 --workers 2 -- sh -c 'echo "keys $PSGRAPH_KEYS"; exec sleep 300'
+  for _ in $(seq 100); do [ "$(grep -cE 'with CURVE|\] keys /' "$tmp/sig$sig.log")" = 4 ] && break; sleep 0.1; done
   started=$(grep -c 'remote pid' "$tmp/sig$sig.log")
+  copies=$(grep -oE '/tmp/psgraph-keys\.[A-Za-z0-9]+' "$tmp/sig$sig.log" | sort -u)
+  # each copy private while its task runs: the folder 0700, the secret 0600
+  there=$(for c in $copies; do [ "$(stat -c %a "$c" "$c/cluster.key_secret" 2>&1 | xargs)" = "700 600" ] && echo "$c"; done | wc -l)
   kill -$sig $bg
   wait $bg; rc=$?
   bg=
   n=$(left_on_hosts)
   want=130
   [ $sig = KILL ] && want=137
-  if [ "$started" = 4 ] && [ $rc = $want ] && [ "$n" = 0 ]; then
-    ok "SIG$sig of the launcher: exit $rc, 4 remote tasks had started, 0 processes left on the hosts"
+  left=$(for c in $copies; do [ -e "$c" ] && echo "$c"; done)
+  if [ "$started" = 4 ] && [ $rc = $want ] && [ "$n" = 0 ] && [ "$(wc -w <<<"$copies")" = 4 ] && [ "$there" = 4 ] && [ -z "$left" ]; then
+    ok "SIG$sig of the launcher: exit $rc, 4 remote tasks had started, 0 processes and 0 of their 4 key copies (0700, secret 0600 while running) left on the hosts"
   else
-    fail "SIG$sig of the launcher: rc $rc, $started started, $n left: $(tail -5 "$tmp/sig$sig.log")"
+    fail "SIG$sig of the launcher: rc $rc, $started started, $n left, key copies '$copies' (left: '$left'): $(tail -5 "$tmp/sig$sig.log")"
   fi
 done
 [ $fails = 0 ]

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# `psgraph launch --k8s`: the objects it writes hold what a user checks (a headless Service,
-# an Indexed Job per job with its completions, the restart policy of --restart, resources
-# and GPUs, the logdir volume); they validate against the schema of a current Kubernetes
+# `psgraph launch --k8s`: the objects it writes hold what a user checks (a Secret with the
+# cluster's CURVE keys, in a file only its owner reads, mounted read-only with mode 0400 in
+# every pod, PSGRAPH_KEYS naming the mount and no PSGRAPH_INSECURE; --keys DIR puts those
+# keys in it; a headless Service, an Indexed Job per job with its completions, the restart
+# policy of --restart, resources and GPUs, the logdir volume); they validate against the schema of a current Kubernetes
 # (kubernetes-validate from PyPI, installed into a venv under the build folder; that part
 # is skipped where PyPI cannot be reached) and a broken copy does not; and each pod's
 # command, with its environment from the YAML and its index, runs on an emulated host named
-# as the headless Service names the pod (psgraph-ps-0.psgraph.default.svc.cluster.local):
-# 1 ps + 2 workers train to the end. Skips (77) the pods' part where namespaces cannot be made.
+# as the headless Service names the pod (psgraph-ps-0.psgraph.default.svc.cluster.local),
+# with the Secret laid out as the kubelet does (a read-only tmpfs, files linked through
+# ..data into a ..TIMESTAMP folder): 1 ps + 2 workers serve with CURVE and train to the end;
+# the Secret with mode 0444 is refused, naming the file. Skips (77) the pods' part where namespaces cannot be made.
 set -u
 psgraph=$(realpath "$1")
 builddir=${2:-$(dirname "$psgraph")/..}
@@ -21,10 +25,14 @@ trap 'rm -rf "$tmp"' EXIT
 "$psgraph" launch --k8s --ps 2 --workers 3 --gpus-per-worker 1 --cpu 2 --memory 4Gi --logdir-volume ckpts \
   --restart on-failure --image reg.example/psgraph:1 --out "$tmp/k8s" -- psgraph train --model mlp \
   --logdir /ckpt >"$tmp/out" 2>&1; rc=$?
-if [ $rc = 0 ] && python3 - "$tmp/k8s/psgraph.yaml" <<'PY'
-import json, sys, yaml
+if [ $rc = 0 ] && [ "$(stat -c %a "$tmp/k8s/psgraph.yaml")" = 600 ] && python3 - "$tmp/k8s/psgraph.yaml" <<'PY'
+import base64, json, sys, yaml
 docs = list(yaml.safe_load_all(open(sys.argv[1])))
-svc, ps, wk = docs
+secret, svc, ps, wk = docs
+assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "psgraph-keys", secret["metadata"]
+assert sorted(secret["data"]) == ["cluster.key", "cluster.key_secret"], sorted(secret["data"])
+pub, sec = (base64.b64decode(secret["data"][k]).decode() for k in ("cluster.key", "cluster.key_secret"))
+assert "public-key = " in pub and "secret-key = " not in pub and "secret-key = " in sec, pub
 assert svc["kind"] == "Service" and svc["spec"]["clusterIP"] == "None", svc
 for job, n in ((ps, 2), (wk, 3)):
     s = job["spec"]
@@ -34,6 +42,11 @@ for job, n in ((ps, 2), (wk, 3)):
     c = pod["containers"][0]
     assert c["image"] == "reg.example/psgraph:1"
     env = {e["name"]: e["value"] for e in c["env"]}
+    assert "PSGRAPH_INSECURE" not in env, env
+    keys = [m for m in c["volumeMounts"] if m["name"] == "keys"]
+    assert len(keys) == 1 and keys[0]["readOnly"] is True and keys[0]["mountPath"] == env["PSGRAPH_KEYS"], keys
+    vol = [v for v in pod["volumes"] if v["name"] == "keys"][0]["secret"]
+    assert vol == {"secretName": "psgraph-keys", "defaultMode": 0o400}, vol
     cluster = json.loads(env["PSG_CLUSTER"])
     assert cluster["ps"][1] == "psgraph-ps-1.psgraph.default.svc.cluster.local:2222", cluster
     assert len(cluster["worker"]) == 3
@@ -45,7 +58,7 @@ assert wk["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["psgraph"
 assert ps["spec"]["template"]["spec"]["containers"][0]["args"] == ["psgraph", "server", "--logdir", "/ckpt"]
 PY
 then
-  ok "--k8s: a headless Service and Indexed Jobs (2 ps, 3 workers), OnFailure, resources, GPUs, the PVC"
+  ok "--k8s: a Secret of the keys (file mode 0600) mounted read-only, 0400, in every pod at \$PSGRAPH_KEYS, no PSGRAPH_INSECURE; a headless Service and Indexed Jobs (2 ps, 3 workers), OnFailure, resources, GPUs, the PVC"
 else
   fail "--k8s objects (rc $rc): $(cat "$tmp/out")"
 fi
@@ -54,6 +67,16 @@ if grep -q "restartPolicy: Never" <<<"$out" && grep -q "backoffLimit: 0" <<<"$ou
   ok "--restart never (the default): restartPolicy Never, backoffLimit 0; no --logdir-volume: an emptyDir"
 else
   fail "--k8s defaults: $out"
+fi
+"$psgraph" keygen "$tmp/mine" >/dev/null
+out=$("$psgraph" launch --k8s --keys "$tmp/mine" --ps 1 --workers 1 -- psgraph train 2>&1)
+want=$(base64 -w0 "$tmp/mine/cluster.key_secret")
+out2=$("$psgraph" launch --k8s --keys "$tmp/nokeys" --ps 1 --workers 1 -- psgraph train 2>&1); rc=$?
+if grep -q "^  cluster.key_secret: $want$" <<<"$out" && [ $rc = 1 ] && grep -q "^psgraph launch: --keys: key folder $tmp/nokeys" <<<"$out2" &&
+   ! grep -q "kind:" <<<"$out2"; then
+  ok "--keys DIR: its pair in the Secret; a missing folder is named before any object is written: $out2"
+else
+  fail "--k8s --keys (rc $rc): $(grep cluster.key_secret <<<"$out") / $out2"
 fi
 out=$("$psgraph" launch --k8s --name Bad_Name --ps 1 --workers 1 -- psgraph train 2>&1); rc=$?
 if [ $rc = 2 ] && grep -q "\-\-name 'Bad_Name' is not a DNS label" <<<"$out"; then
@@ -90,18 +113,39 @@ HOSTS_AT_EXIT+=('rm -rf "$tmp"')
 "$psgraph" launch --k8s --ps 1 --workers 2 --out "$tmp/run" -- psgraph train --model mlp --data synthetic \
   --steps 30 --log-every 10 --step-timeout 20 >/dev/null
 mkdir -p "$tmp/bin" && ln -s "$psgraph" "$tmp/bin/psgraph" # the image's psgraph on PATH
-# one line per pod, tab-separated: its name, then the pod's argv and env as JSON
-python3 - "$tmp/run/psgraph.yaml" >"$tmp/pods" <<'PY'
-import json, sys, yaml
+# one line per pod, tab-separated: its name, then the pod's argv and env as JSON; the
+# Secret's files into $tmp/secret (the pods see them at $keys: PSGRAPH_KEYS is the Secret's
+# mountPath, which is /etc/psgraph/keys in a pod and this folder here)
+keys=$tmp/keys
+mkdir -p "$keys" "$tmp/secret"
+python3 - "$tmp/run/psgraph.yaml" "$tmp/secret" "$keys" >"$tmp/pods" <<'PY'
+import base64, json, os, sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d["kind"] == "Secret":
+        for name, data in d["data"].items():
+            with open(os.path.join(sys.argv[2], name), "wb") as f:
+                f.write(base64.b64decode(data))
     if d["kind"] != "Job":
         continue
     c = d["spec"]["template"]["spec"]["containers"][0]
     for i in range(d["spec"]["completions"]):
         env = {e["name"]: e["value"] for e in c["env"]}
         env["JOB_COMPLETION_INDEX"] = str(i)  # set by Kubernetes in an Indexed Job's pod
+        env["PSGRAPH_KEYS"] = sys.argv[3]
         print(f'{d["metadata"]["name"]}-{i}', json.dumps(c["command"] + c["args"]), json.dumps(env), sep="\t")
 PY
+# $2... with the Secret at $keys as the kubelet lays it out with defaultMode $1: its own
+# tmpfs (1777, root's), the files in a ..TIMESTAMP folder (0755), ..data linking to it, a
+# link per file through ..data, the mount read-only; in a mount namespace of its own
+secret_pod() {
+  unshare -m --propagation private sh -c 'mode=$1 keys=$2 secret=$3; shift 3
+    ts=..2026_11_23_22_00_00.123456789
+    mount -t tmpfs tmpfs "$keys" && mkdir -m 755 "$keys/$ts" && ln -s "$ts" "$keys/..data" || exit 1
+    for f in "$secret"/*; do
+      install -m "$mode" "$f" "$keys/$ts/" && ln -s "..data/${f##*/}" "$keys/${f##*/}" || exit 1
+    done
+    mount -o remount,ro "$keys" && exec "$@"' sh "$@"
+}
 hosts=()
 while IFS=$'\t' read -r pod _; do hosts+=("h${#hosts[@]}"); done <"$tmp/pods"
 hosts_up "${hosts[@]}" || { echo "FAIL: hosts_up"; exit 1; }
@@ -110,7 +154,8 @@ while IFS=$'\t' read -r pod _; do hosts_alias "h$i" "$pod.psgraph.default.svc.cl
 i=0
 pids=()
 while IFS=$'\t' read -r pod argv env; do
-  hosts_exec "h$i" env -i PATH="$tmp/bin:/usr/bin:/bin" python3 -c '
+  hosts_exec "h$i" bash -c "$(declare -f secret_pod); secret_pod \"\$@\"" sh 400 "$keys" "$tmp/secret" \
+    env -i PATH="$tmp/bin:/usr/bin:/bin" python3 -c '
 import json, os, sys
 argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 os.environ.update(env)
@@ -121,10 +166,18 @@ done <"$tmp/pods"
 rcs=""
 for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
 if [ "$rcs" = " 0 0 0" ] && grep -q '{"event":"done".*"workers":2,"ps":1' "$tmp/psgraph-worker-0.log" &&
-   grep -q "serving on tcp://0.0.0.0:2222" "$tmp/psgraph-ps-0.log" &&
+   grep -q "serving on tcp://0.0.0.0:2222 with CURVE (keys $keys)" "$tmp/psgraph-ps-0.log" &&
    grep -q "stopped: job done" "$tmp/psgraph-ps-0.log"; then
-  ok "the 3 pods' commands on hosts psgraph-{ps-0,worker-0,worker-1}.psgraph.default.svc.cluster.local: trained, exit 0"
+  ok "the 3 pods' commands on hosts psgraph-{ps-0,worker-0,worker-1}.psgraph.default.svc.cluster.local, the Secret mounted as the kubelet does: served with CURVE, trained, exit 0"
 else
   fail "pods on emulated hosts (exit codes$rcs): $(for f in "$tmp"/psgraph-*.log; do echo "== $f"; tail -n 5 "$f"; done)"
+fi
+# the Secret with defaultMode 0444: the secret key readable by every user of the pod
+out=$(hosts_exec h0 bash -c "$(declare -f secret_pod); secret_pod \"\$@\"" sh 444 "$keys" "$tmp/secret" \
+  env -i PSGRAPH_KEYS="$keys" "$psgraph" server --task-name /job:ps/task:0 --listen tcp://0.0.0.0:2222 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q "$keys/cluster.key_secret is open to other users (mode 0444); give its Secret volume defaultMode 0400" <<<"$out"; then
+  ok "a Secret mounted with mode 0444 is refused: $out"
+else
+  fail "Secret with mode 0444 (rc $rc): $out"
 fi
 [ $fails = 0 ]

@@ -20,8 +20,7 @@ typedef struct psg_curve_keys psg_curve_keys_t;
 /* The environment variable naming a key folder when neither --keys nor the cluster file
  * does (`psgraph launch` sets it for the tasks it starts). */
 #define PSG_CURVE_KEYS_ENV "PSGRAPH_KEYS"
-/* Set to 1, as --insecure for `psgraph server` and `psgraph train` (the --k8s objects set it:
- * keys as a Kubernetes Secret are not made yet; docs/security.md). */
+/* Set to 1, as --insecure for `psgraph server` and `psgraph train`. */
 #define PSG_CURVE_INSECURE_ENV "PSGRAPH_INSECURE"
 
 /* Writes a new key pair NAME.key (public) and NAME.key_secret (secret, mode 0600) into dir,
@@ -35,7 +34,10 @@ int psg_curve_keygen(const char *dir, const char *name);
  * pair from IDENTITY.key_secret, the cluster's public key from cluster.key, the allow-list
  * from every NAME.key. NULL with the error set, naming the folder or the file, when the
  * folder is open to other users, a secret file is readable by others, a certificate does
- * not parse, or a file is missing. The caller owns the result. */
+ * not parse, or a file is missing. A folder Kubernetes made of a Secret volume (files linked
+ * through "..data") passes when it is on a read-only mount, as Kubernetes mounts one, and
+ * its secret has no permission for others (0400; 0440 with the pod's fsGroup). The caller
+ * owns the result. */
 psg_curve_keys_t *psg_curve_keys_load(const char *dir, const char *identity);
 /* Frees the keys; sets *k to NULL. NULL-safe. A socket using them must be closed first. */
 void psg_curve_keys_destroy(psg_curve_keys_t **k);
