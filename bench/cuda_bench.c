@@ -26,7 +26,7 @@ static double now(void) {
 
 double psg_bench_gpu_seconds(psg_graph_t *g, int target, int iters) {
     psg_placement_options_t po = {.allow_soft_placement = true};
-    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    if (psg_graph_status(g) < 0) return -1;
     if (psg_place(g, &po) < 0) return -1;
     psg_session_options_t so = {.num_threads = 2};
     psg_session_t *s = psg_session_new(g, &so, NULL);

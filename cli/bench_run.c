@@ -499,8 +499,7 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
     }
     if (rc < 0) {
         if (b.in_cluster && b.w.task[0]) psg_error_wrap("%s", b.w.task);
-        if (b.g && psg_graph_error(b.g) && !strstr(psg_error_message(), psg_graph_error(b.g)))
-            psg_error_wrap("%s", psg_graph_error(b.g));
+        psg_graph_wrap_error(b.g);
         fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
     }
     free(t.times);

@@ -50,6 +50,41 @@ static int parse_bytes(const char *v, int64_t *out) {
     return 0;
 }
 
+/* The task's cluster (from --cluster with --job and --task, or TF_CONFIG; NULL for a lone
+ * task) and its keys: the cluster's, or a lone task's from --keys or $PSGRAPH_KEYS. -1 after
+ * printing why. */
+static int server_cluster(const char *cluster_file, const char *job, int task, const char *task_name,
+                          const char *keys_dir, psg_cluster_t **c, psg_curve_keys_t **lone_keys) {
+    if (cluster_file) {
+        if ((job == NULL) != (task < 0)) {
+            fprintf(stderr, "psgraph server: --job and --task go together\n");
+            return -1;
+        }
+        *c = psg_cluster_from_file(cluster_file, job, task);
+    } else if (getenv("TF_CONFIG") && !task_name) {
+        *c = psg_cluster_from_env();
+    }
+    if ((cluster_file || (getenv("TF_CONFIG") && !task_name)) && !*c) {
+        fprintf(stderr, "psgraph server: %s\n", psg_error_message());
+        return -1;
+    }
+    if (*c && psg_cluster_task(*c).job && !strcmp(psg_cluster_task(*c).job, PSG_EVALUATOR_JOB)) {
+        fprintf(stderr, "psgraph server: the evaluator task runs `psgraph train` with the job's options "
+                        "(it evaluates the checkpoints of --logdir), not a server\n");
+        psg_cluster_destroy(c);
+        return -1;
+    }
+    /* a lone task (no cluster) takes its keys from --keys or $PSGRAPH_KEYS */
+    const char *env_keys = getenv(PSG_CURVE_KEYS_ENV);
+    if (!keys_dir && !*c && env_keys && *env_keys) keys_dir = env_keys;
+    if (keys_dir && (*c ? psg_cluster_set_keys(*c, keys_dir) < 0 : !(*lone_keys = psg_curve_keys_load(keys_dir, NULL)))) {
+        fprintf(stderr, "psgraph server: --keys: %s\n", psg_error_message());
+        psg_cluster_destroy(c);
+        return -1;
+    }
+    return 0;
+}
+
 int psg_cmd_server(int argc, char **argv) {
     const char *cluster_file = NULL, *job = NULL, *listen = NULL, *task_name = NULL, *keys_dir = NULL;
     const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
@@ -100,34 +135,8 @@ int psg_cmd_server(int argc, char **argv) {
         }
     }
     psg_cluster_t *c = NULL;
-    if (cluster_file) {
-        if ((job == NULL) != (task < 0)) {
-            fprintf(stderr, "psgraph server: --job and --task go together\n");
-            return 2;
-        }
-        c = psg_cluster_from_file(cluster_file, job, task);
-    } else if (getenv("TF_CONFIG") && !task_name) {
-        c = psg_cluster_from_env();
-    }
-    if ((cluster_file || (getenv("TF_CONFIG") && !task_name)) && !c) {
-        fprintf(stderr, "psgraph server: %s\n", psg_error_message());
-        return 2;
-    }
-    if (c && psg_cluster_task(c).job && !strcmp(psg_cluster_task(c).job, PSG_EVALUATOR_JOB)) {
-        fprintf(stderr, "psgraph server: the evaluator task runs `psgraph train` with the job's options "
-                        "(it evaluates the checkpoints of --logdir), not a server\n");
-        psg_cluster_destroy(&c);
-        return 2;
-    }
-    /* a lone task (no cluster) takes its keys from --keys or $PSGRAPH_KEYS */
     psg_curve_keys_t *lone_keys = NULL;
-    const char *env_keys = getenv(PSG_CURVE_KEYS_ENV);
-    if (!keys_dir && !c && env_keys && *env_keys) keys_dir = env_keys;
-    if (keys_dir && (c ? psg_cluster_set_keys(c, keys_dir) < 0 : !(lone_keys = psg_curve_keys_load(keys_dir, NULL)))) {
-        fprintf(stderr, "psgraph server: --keys: %s\n", psg_error_message());
-        psg_cluster_destroy(&c);
-        return 2;
-    }
+    if (server_cluster(cluster_file, job, task, task_name, keys_dir, &c, &lone_keys) < 0) return 2;
     const psg_curve_keys_t *keys = lone_keys ? lone_keys : psg_cluster_keys(c);
     if (expect < 0)
         expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;

@@ -641,8 +641,10 @@ int psg_inception3_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r,
     int rc = -1, apply = -1;
     if (opt && psg_optimizer_minimize(opt, g, m->loss, &apply) == 0)
         rc = psg_inception3_finish_train_op(g, r, apply, m->bn_updates, n, vars, train_op);
-    if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
-        psg_error_set("inception3 recipe: %s", psg_graph_error(g));
+    if (rc < 0) {
+        psg_graph_wrap_error(g);
+        psg_error_wrap("inception3 recipe");
+    }
     psg_optimizer_destroy(&opt);
     free(vars);
     return rc;

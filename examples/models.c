@@ -147,6 +147,6 @@ int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width
     psg_endpoint_t pred = psg_cast(g, "predicted", psg_argmax(g, "argmax", m->logits), PSG_DT_I32);
     psg_endpoint_t hits = psg_cast(g, "hits", psg_equal(g, "equal", pred, m->labels), PSG_DT_F32);
     m->correct = psg_sum(g, "correct", hits, 0, NULL, false);
-    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    if (psg_graph_status(g) < 0) return -1;
     return 0;
 }

@@ -71,6 +71,6 @@ int psg_wide_deep_build(psg_graph_t *g, const psg_wide_deep_config_t *c, psg_wid
     m->prob = psg_sigmoid(g, "prob", m->logits);
     psg_graph_pop_scope(g);
     m->loss = log_loss(g, m->logits, m->labels);
-    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    if (psg_graph_status(g) < 0) return -1;
     return 0;
 }

@@ -168,6 +168,13 @@ const psg_node_t *psg_graph_node(const psg_graph_t *g, int id) {
 
 const char *psg_graph_error(const psg_graph_t *g) { return g->error; }
 
+int psg_graph_status(const psg_graph_t *g) { return g->error ? psg_error_set("%s", g->error) : 0; }
+
+int psg_graph_wrap_error(const psg_graph_t *g) {
+    if (g && g->error && !strstr(psg_error_message(), g->error)) psg_error_wrap("%s", g->error);
+    return -1;
+}
+
 void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, void *ctx) {
     g->initial_value_fn = fn;
     g->initial_value_ctx = ctx;

@@ -428,6 +428,50 @@ static int cmp_begin(const void *a, const void *b) {
     return x->data < y->data ? -1 : x->data > y->data;
 }
 
+/* The header's "__metadata__": the global step and the data's crc32, both optional. */
+static int parse_metadata(ck_shard_t *sh, const psg_json_t *m, const char *path, int64_t *step) {
+    const psg_json_t *gs = m->type == PSG_JSON_OBJECT ? psg_json_get(m, "global_step") : NULL;
+    const psg_json_t *dc = m->type == PSG_JSON_OBJECT ? psg_json_get(m, "data_crc32") : NULL;
+    char *end = NULL;
+    if (gs && gs->type == PSG_JSON_STRING) {
+        long long v = strtoll(gs->string, &end, 10);
+        if (*end || v < 0) return psg_error_set("%s: bad global_step '%s'", path, gs->string);
+        *step = v;
+    }
+    if (dc && dc->type == PSG_JSON_STRING) {
+        unsigned long v = strtoul(dc->string, &end, 16);
+        if (*end || strlen(dc->string) != 8) return psg_error_set("%s: bad data_crc32 '%s'", path, dc->string);
+        sh->data_crc = (uint32_t)v;
+        sh->has_data_crc = true;
+    }
+    return 0;
+}
+
+/* The shard's tensors in file order cover its data exactly (safetensors' own rule), and
+ * the data has the crc32 the header says. A `{}` header has no tensors and maybe no
+ * array yet (NULL + 0 is undefined). */
+static int check_coverage(psg_checkpoint_t *ck, ck_shard_t *sh, const uint8_t *data, uint64_t data_len,
+                          const char *path) {
+    ck_tensor_t *ts = sh->num_tensors ? ck->tensors + sh->first_tensor : NULL;
+    if (ts) qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
+    const uint8_t *at = data;
+    for (size_t i = 0; i < sh->num_tensors; i++) {
+        if (ts[i].data != at)
+            return psg_error_set("%s: tensor '%s' does not start where the previous one ends", path, ts[i].name);
+        at += ts[i].nbytes;
+    }
+    if (at != data + data_len)
+        return psg_error_set("%s: %" PRIu64 " data bytes, the tensors cover %zu", path, data_len,
+                             (size_t)(at - data));
+    if (sh->has_data_crc) {
+        uint32_t c = psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), data, (size_t)data_len);
+        if (c != sh->data_crc)
+            return psg_error_set("%s: data crc32 %08x, the header says %08x (corrupt)", path, (unsigned)c,
+                                 (unsigned)sh->data_crc);
+    }
+    return 0;
+}
+
 /* Parses the shard's bytes (already read into sh) and appends its tensors.
  * *step receives the header's global step (-1 when absent). */
 static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *step) {
@@ -453,20 +497,7 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
     for (int i = 0; rc == 0 && i < j->count; i++) {
         const psg_json_t *m = j->items[i];
         if (!strcmp(m->key, "__metadata__")) {
-            const psg_json_t *gs = m->type == PSG_JSON_OBJECT ? psg_json_get(m, "global_step") : NULL;
-            const psg_json_t *dc = m->type == PSG_JSON_OBJECT ? psg_json_get(m, "data_crc32") : NULL;
-            char *end = NULL;
-            if (gs && gs->type == PSG_JSON_STRING) {
-                long long v = strtoll(gs->string, &end, 10);
-                if (*end || v < 0) rc = psg_error_set("%s: bad global_step '%s'", path, gs->string);
-                *step = v;
-            }
-            if (rc == 0 && dc && dc->type == PSG_JSON_STRING) {
-                unsigned long v = strtoul(dc->string, &end, 16);
-                if (*end || strlen(dc->string) != 8) rc = psg_error_set("%s: bad data_crc32 '%s'", path, dc->string);
-                sh->data_crc = (uint32_t)v;
-                sh->has_data_crc = true;
-            }
+            rc = parse_metadata(sh, m, path, step);
             continue;
         }
         const psg_json_t *dt = psg_json_get(m, "dtype"), *shp = psg_json_get(m, "shape"),
@@ -534,26 +565,7 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
     psg_json_free(j);
     if (rc < 0) return -1;
     sh->num_tensors = (size_t)ck->num_tensors - sh->first_tensor;
-    /* file order, and the data covered exactly (safetensors' own rule); a `{}` header has
-     * no tensors and maybe no array yet (NULL + 0 is undefined) */
-    ck_tensor_t *ts = sh->num_tensors ? ck->tensors + sh->first_tensor : NULL;
-    if (ts) qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
-    const uint8_t *at = data;
-    for (size_t i = 0; i < sh->num_tensors; i++) {
-        if (ts[i].data != at)
-            return psg_error_set("%s: tensor '%s' does not start where the previous one ends", path, ts[i].name);
-        at += ts[i].nbytes;
-    }
-    if (at != data + data_len)
-        return psg_error_set("%s: %" PRIu64 " data bytes, the tensors cover %zu", path, data_len,
-                             (size_t)(at - data));
-    if (sh->has_data_crc) {
-        uint32_t c = psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), data, (size_t)data_len);
-        if (c != sh->data_crc)
-            return psg_error_set("%s: data crc32 %08x, the header says %08x (corrupt)", path, (unsigned)c,
-                                 (unsigned)sh->data_crc);
-    }
-    return 0;
+    return check_coverage(ck, sh, data, data_len, path);
 }
 
 static psg_checkpoint_t *ck_new(const char *path, int num_shards) {

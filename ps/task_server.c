@@ -275,10 +275,10 @@ typedef struct {
     peer_t *peer;
 } recv_ctx_t;
 
-static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
+static void recv_done(void *arg, psg_tensor_t *t, psg_err_code_t code, const char *error) {
     recv_ctx_t *c = arg;
     if (!t) {
-        psg_ts_reply_error(c->ts, c->req, PSG_ERR_UNKNOWN, "%s", error);
+        psg_ts_reply_error(c->ts, c->req, code, "%s", error);
     } else {
         psg_rep_t rep = {.type = PSG_REQ_RECV, .u.tensor = t};
         psg_msg_t *m = psg_rep_encode(PSG_REQ_RECV, &rep);

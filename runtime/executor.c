@@ -464,6 +464,7 @@ struct run {
     int helpers;    /* pool helpers inside run_loop */
     int max_threads;
     bool failed;
+    psg_err_code_t error_code; /* the first failed node's: a caller decides on it */
     char error[1024];
     psg_run_ticket_t *ticket; /* NULL: runs alone */
     bool continued;           /* the thread that opened a gate runs what it released */
@@ -594,7 +595,13 @@ static int execute_node(run_t *r, plan_node_t *pn) {
  * callbacks of waiting Recvs, which take it) so no partition waits for a
  * tensor this failed node will never send. */
 static void abort_step(run_t *r) {
-    if (r->rendezvous) psg_rendezvous_abort_step(r->rendezvous, r->step_id, psg_error_message());
+    if (!r->rendezvous) return;
+    /* the abort fails waiting Recvs, maybe on this thread: keep this node's error */
+    psg_err_code_t code = psg_error_code();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", psg_error_message());
+    psg_rendezvous_abort_step(r->rendezvous, r->step_id, msg);
+    psg_error_set_code(code, "%s", msg);
 }
 
 /* ---- ordered runs ---- */
@@ -765,7 +772,11 @@ static void node_finished(run_t *r, int li, int rc) {
     r->running--;
     r->remaining--;
     if (rc < 0) {
-        if (!r->failed) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
+        /* the first failure, unless it was only the abort another failure caused */
+        if (!r->failed || (r->error_code == PSG_ERR_ABORTED && psg_error_code() != PSG_ERR_ABORTED)) {
+            r->error_code = psg_error_code();
+            snprintf(r->error, sizeof r->error, "%s", psg_error_message());
+        }
         r->failed = true;
     } else {
         plan_node_t *pn = &p->nodes[li];
@@ -936,7 +947,7 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     }
     int rc = 0;
     if (r.failed) {
-        rc = psg_error_set("%s", r.error);
+        rc = psg_error_set_code(r.error_code, "%s", r.error);
     } else if (r.remaining != 0) {
         rc = psg_error_set("executor stalled with %d nodes left (internal error)", r.remaining);
     } else {

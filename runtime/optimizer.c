@@ -239,7 +239,7 @@ static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_v
         break;
     }
     psg_graph_pop_scope(g);
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 /* Slots and the update op of one variable, on the variable's device. */

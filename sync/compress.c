@@ -51,7 +51,7 @@ static int compress_one(psg_graph_t *g, const psg_sync_options_t *o, psg_endpoin
     snprintf(name, sizeof name, "compress/%s/dense", v);
     *dense = psg_scatter_dense(g, name, vals, idx, shape);
     if (there) psg_graph_pop_device(g);
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, int n, const psg_endpoint_t *grads,

@@ -61,7 +61,7 @@ static int build_one(const psg_sync_build_t *b, int i, int *ops) {
     snprintf(name, sizeof name, "easgd/%s/pull", v);
     ops[1] = psg_assign_add(g, name, b->vars[i], nd);
     if (here) psg_graph_pop_device(g);
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 static int build_easgd(const psg_sync_build_t *b, psg_sync_graph_t *out) {

@@ -89,7 +89,7 @@ static int build_globals(const psg_sync_build_t *b, psg_endpoint_t *globals, psg
         pulls[i] = psg_assign(g, name, b->vars[i], gr);
         if (pushed) psg_graph_pop_device(g);
     }
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 /* The average every H steps: sync's protocol on the ps's copies (calls 1 and 2). */

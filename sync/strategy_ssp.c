@@ -56,7 +56,7 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
         snprintf(name, sizeof name, "ssp/gradient_%d/share", i);
         scaled[i] = psg_scale(g, name, out->calls[0].feeds[i], 1.0 / W);
     }
-    int update = -1, rc = psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    int update = -1, rc = psg_graph_status(g);
     if (rc == 0) rc = psg_optimizer_apply_gradients(b->opt, g, b->n, scaled, b->vars, &update);
     free(scaled);
     if (rc < 0) return -1;
@@ -86,7 +86,7 @@ static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_endpoint_t read_one = one_hot(g, "ssp/read_one", 2 * W, r, -1, 1);
     psg_endpoint_t apply_one = one_hot(g, "ssp/apply_one", 2 * W, W + r, -1, 1);
     psg_endpoint_t done = one_hot(g, "ssp/done", 2 * W, r, W + r, DONE_CLOCK);
-    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    if (psg_graph_status(g) < 0) return -1;
     /* call 0, the step: the gradients (fetched), then the read tick after them */
     int *ctl = malloc(sizeof *ctl * (size_t)b->n);
     if (!ctl) return psg_error_set("out of memory");
@@ -107,7 +107,7 @@ static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     out->calls[1].n_fetches = 1;
     out->num_calls = 2;
     out->global_step = psg_sync_read_global_step(g, "ssp/global_step", b->global_step, -1);
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 /* Polls the clocks until the least of half h (0: read, 1: applied) is at least want;

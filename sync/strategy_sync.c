@@ -131,7 +131,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     out->chief_init_op = psg_group(g, "chief_init", n, t.sets);
     out->close_op = psg_group(g, "close", n + 1, t.closes);
     psg_graph_pop_scope(g);
-    rc = psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    rc = psg_graph_status(g);
 out:
     free(mem);
     return rc;

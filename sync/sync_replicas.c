@@ -127,7 +127,7 @@ int psg_sync_staleness_pair(psg_graph_t *g, psg_endpoint_t gstep, int train_op,
     out->read_step = psg_identity(g, "read_step", r);
     out->applied_step = psg_identity(g, "applied_step", a);
     psg_graph_pop_scope(g);
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_endpoint_t gstep,
@@ -161,8 +161,7 @@ static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, cons
                               gstep};
         out->num_vars = k;
         rc = v->build(&b, out);
-        if (rc < 0 && psg_graph_error(g) && !strstr(psg_error_message(), psg_graph_error(g)))
-            psg_error_wrap("%s", psg_graph_error(g));
+        if (rc < 0) psg_graph_wrap_error(g);
     }
     if (rc == 0 && cz.update_op >= 0) {
         int both[2] = {out->train_op, cz.update_op};
@@ -354,11 +353,10 @@ static void *chief_main(void *arg) {
     for (;;) {
         int64_t gs = 0;
         if (c->run(c->ctx, &gs) < 0) {
-            const char *msg = psg_error_message();
-            if (!psg_sync_error_is_closed(msg)) {
+            if (psg_error_code() != PSG_ERR_CLOSED) { /* closed: training is over, a clean end */
                 c->rc = -1;
                 snprintf(c->error, sizeof c->error, "chief step %lld: %s", (long long)c->steps,
-                         msg);
+                         psg_error_message());
             }
             break;
         }

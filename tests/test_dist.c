@@ -313,7 +313,8 @@ static void expect_error(int port, psg_msg_t *m, const char *want) {
     CHECK(alive(port));
 }
 
-static void test_hostile(int port) {
+/* Random and truncated frames, and a frame beyond 64 MiB: the task server survives. */
+static void hostile_frames(int port) {
     /* random bytes, as one frame and as several */
     unsigned seed = 7;
     for (int round = 0; round < 20; round++) {
@@ -349,7 +350,23 @@ static void test_hostile(int port) {
         psg_msg_destroy(&m);
         CHECK(alive(port));
     }
-    /* requests the task server refuses, each by name */
+    /* an oversized message: a frame beyond 64 MiB (the wire's tests cover announced sizes) */
+    {
+        psg_tensor_t *big = psg_tensor_new(PSG_DT_U8, &(psg_shape_t){1, {(int64_t)65 << 20}});
+        CHECK(big != NULL);
+        if (big) {
+            memset(big->data, 0, psg_tensor_nbytes(big));
+            const void *fr[1] = {big->data};
+            size_t sz[1] = {psg_tensor_nbytes(big)};
+            raw_send(port, 1, fr, sz, 100); /* ZeroMQ drops the connection */
+        }
+        psg_tensor_destroy(&big);
+        CHECK(alive(port));
+    }
+}
+
+/* Requests the task server refuses, each by name. */
+static void hostile_requests(int port) {
     expect_error(port, req("Frobnicate", NULL, 0), "unknown request 'Frobnicate'");
     expect_error(port, req(PSG_TS_RUN_GRAPH, "999", 1), "unknown graph handle '999'");
     expect_error(port, req(PSG_TS_RUN_GRAPH, "-1", 1), "unknown graph handle");
@@ -366,6 +383,10 @@ static void test_hostile(int port) {
         psg_msg_set_body(m, "\x93\x01\x02", 3);
         expect_error(port, m, "RegisterGraph");
     }
+}
+
+/* A graph of its own registered with wrong feeds and fetches, then run with wrong tensors. */
+static void hostile_graph(int port) {
     /* a graph of its own: x (f32 [2]) -> y, to feed wrong things to */
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s2 = psg_shape_1d(2);
@@ -422,19 +443,6 @@ static void test_hostile(int port) {
     expect_error(port, m, "fed f32[3], expects f32[2]");
     m = req(PSG_TS_RUN_GRAPH, handle, 14);
     expect_error(port, m, "got 0 feeds, it takes 1");
-    /* an oversized message: a frame beyond 64 MiB (the wire's tests cover announced sizes) */
-    {
-        psg_tensor_t *big = psg_tensor_new(PSG_DT_U8, &(psg_shape_t){1, {(int64_t)65 << 20}});
-        CHECK(big != NULL);
-        if (big) {
-            memset(big->data, 0, psg_tensor_nbytes(big));
-            const void *fr[1] = {big->data};
-            size_t sz[1] = {psg_tensor_nbytes(big)};
-            raw_send(port, 1, fr, sz, 100); /* ZeroMQ drops the connection */
-        }
-        psg_tensor_destroy(&big);
-        CHECK(alive(port));
-    }
     psg_tensor_destroy(&good);
     psg_tensor_destroy(&f64);
     psg_tensor_destroy(&shape3);
@@ -442,6 +450,13 @@ static void test_hostile(int port) {
     psg_tensor_destroy(&fx);
     psg_tensor_destroy(&wrong_ids);
     free(bytes);
+}
+
+static void test_hostile(int port) {
+    hostile_frames(port);
+    hostile_requests(port);
+    hostile_graph(port);
+    psg_msg_t *r;
     /* the report counts what was refused */
     r = call(port, PSG_TS_INSPECT, NULL, 3000);
     CHECK(r && r->body && strstr((const char *)r->body->data, "\"rejected\":"));

@@ -503,12 +503,14 @@ static void *waiter(void *arg) {
 
 typedef struct {
     bool called;
+    psg_err_code_t code;
     char error[512];
 } slow_wait_t;
 
-static void slow_done(void *arg, psg_tensor_t *t, const char *error) {
+static void slow_done(void *arg, psg_tensor_t *t, psg_err_code_t code, const char *error) {
     slow_wait_t *w = arg;
     w->called = true;
+    w->code = code;
     snprintf(w->error, sizeof w->error, "%s", error ? error : "");
     psg_tensor_destroy(&t);
 }
@@ -535,10 +537,12 @@ static void test_rendezvous(void) {
     double t0 = psg_now_sec();
     CHECK(psg_rendezvous_recv(rv, 8, "soon", 30, &out) < 0);
     CHECK_ERROR_HAS("timed out after 30 ms waiting for key 'soon' (step 8)");
+    CHECK(psg_error_code() == PSG_ERR_TIMEOUT);
     CHECK(psg_now_sec() - t0 < 30.0); /* not the 60 s waiter's deadline */
     CHECK(!slow.called);
     psg_rendezvous_cleanup_step(rv, 7);
     CHECK(slow.called && strstr(slow.error, "step ended"));
+    CHECK(slow.code == PSG_ERR_ABORTED);
     psg_rendezvous_cleanup_step(rv, 2);
     CHECK(psg_rendezvous_num_pending(rv) == 0);
     /* receive first, the send arrives from another thread */
@@ -603,9 +607,9 @@ static void test_rendezvous(void) {
 }
 
 /* A destroyed rendezvous fails its waiters rather than leaving them hanging. */
-static void done_count(void *arg, psg_tensor_t *t, const char *error) {
+static void done_count(void *arg, psg_tensor_t *t, psg_err_code_t code, const char *error) {
     int *n = arg;
-    if (!t && error && strstr(error, "rendezvous destroyed")) (*n)++;
+    if (!t && code == PSG_ERR_STOPPING && error && strstr(error, "rendezvous destroyed")) (*n)++;
     psg_tensor_destroy(&t);
 }
 

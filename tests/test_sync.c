@@ -102,12 +102,14 @@ typedef struct {
     psg_run_env_t env;
     psg_tensor_t *feeds[4], *fetched[8];
     int rc;
+    psg_err_code_t code;
     char error[1024];
 } part_run_t;
 
 static void *part_main(void *arg) {
     part_run_t *r = arg;
     r->rc = psg_plan_run_with(r->plan, &r->env, r->feeds, r->fetched);
+    r->code = psg_error_code();
     if (r->rc < 0) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
     return NULL;
 }
@@ -134,20 +136,20 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
     part_main(&runs[np - 1]);
     for (int k = 0; k < np - 1; k++)
         pthread_join(th[k], NULL);
-    const char *error = NULL;
+    const part_run_t *failed = NULL;
     for (int k = 0; k < np; k++) {
         psg_partition_t *pt = &p->set->partitions[k];
         if (runs[k].rc < 0) {
             rc = -1;
             /* the node that failed first, not a partition its abort woke */
-            if (!error || (strstr(error, "aborted (") && !strstr(runs[k].error, "aborted (")))
-                error = runs[k].error;
+            if (!failed || (failed->code == PSG_ERR_ABORTED && runs[k].code != PSG_ERR_ABORTED))
+                failed = &runs[k];
         }
         for (int i = 0; i < pt->num_fetches; i++)
             fetched[pt->fetch_index[i]] = runs[k].fetched[i];
     }
     psg_rendezvous_cleanup_step(p->cl->rv, step);
-    return rc < 0 ? psg_error_set("%s", error) : 0;
+    return rc < 0 ? psg_error_set_code(failed->code, "%s", failed->error) : 0;
 }
 
 /* ---- the model: linear regression, mean squared error ---- */

@@ -380,20 +380,12 @@ static void expect_rejected(raw_t *r, psg_client_t *good, uint64_t id, const cha
     psg_msg_destroy(&rep);
 }
 
-static void test_hostile(void) {
-    echo_t e;
-    psg_wire_opts_t o = psg_wire_opts_default();
-    o.max_msg_bytes = 256 << 20;
-    o.timeout_ms = 300; /* partial messages expire fast */
-    CHECK(echo_start(&e, &o) == 0);
-    psg_client_t *good = psg_client_new(e.endpoint, NULL);
-    raw_t r;
-    CHECK(raw_open(&r, e.endpoint) == 0);
-    msgpack_sbuffer_init(&sb);
-    const void *f[4];
-    size_t z[4];
-    uint8_t payload[64] = {0};
+/* Hostile input against one echo server: each part sends its kind through the raw socket
+ * r, checks the rejection, and checks that the well-behaved client `good` is still served. */
 
+static void hostile_random_headers(raw_t *r, psg_client_t *good) {
+    const void *f[1];
+    size_t z[1];
     /* Random bytes as a header, 200 times. */
     uint32_t x = 12345;
     for (int round = 0; round < 200; round++) {
@@ -405,8 +397,8 @@ static void test_hostile(void) {
         }
         f[0] = junk;
         z[0] = len;
-        raw_send(&r, 1, f, z);
-        psg_msg_t *m = raw_reply(&r, 3000);
+        raw_send(r, 1, f, z);
+        psg_msg_t *m = raw_reply(r, 3000);
         CHECK(m && m->kind == PSG_MSG_ERROR && m->error && strstr(m->error, "rejected"));
         psg_msg_destroy(&m);
     }
@@ -416,86 +408,98 @@ static void test_hostile(void) {
         CHECK(rep);
         psg_msg_destroy(&rep);
     }
+}
 
+/* Malformed tensors in an otherwise valid header. */
+static void hostile_bad_tensors(raw_t *r, psg_client_t *good) {
+    const void *f[4];
+    size_t z[4];
+    uint8_t payload[64] = {0};
     /* A truncated header: a valid one cut in the middle. */
     int64_t d4[] = {4};
     pk_one(7, "f32", 1, d4, 16, false);
     f[0] = sb.data;
     z[0] = sb.size - 5;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 7, "bad header", "truncated header");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 7, "bad header", "truncated header");
 
     /* A truncated frame: the header says 16 bytes, the frame has 12. */
     pk_one(8, "f32", 1, d4, 16, false);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 12;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 8, "tensor 0: frame of 12 bytes, header says 16", "short frame");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 8, "tensor 0: frame of 12 bytes, header says 16", "short frame");
 
     /* A missing frame. */
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 8, "message has 1 frames, its header announces 2", "missing frame");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 8, "message has 1 frames, its header announces 2", "missing frame");
 
     /* An unknown dtype. */
     pk_one(9, "f99", 1, d4, 16, false);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 16;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 9, "unknown dtype \"f99\"", "bad dtype");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 9, "unknown dtype \"f99\"", "bad dtype");
 
     /* A resource handle may not cross a process. */
     pk_one(10, "resource", 1, d4, 32, false);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 10, "unknown dtype", "resource dtype");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 10, "unknown dtype", "resource dtype");
 
     /* A byte count that does not match dtype and shape. */
     pk_one(11, "f32", 1, d4, 12, false);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 12;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 11, "byte count 12 does not match dtype f32 and shape [4]", "byte count");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 11, "byte count 12 does not match dtype f32 and shape [4]", "byte count");
 
     /* Negative and overflowing dims. */
     int64_t neg[] = {-4};
     pk_one(12, "f32", 1, neg, 16, false);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 16;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 12, "dim 0 is -4", "negative dim");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 12, "dim 0 is -4", "negative dim");
     int64_t huge[] = {(int64_t)1 << 40, (int64_t)1 << 40, 1 << 20};
     pk_one(13, "f32", 3, huge, 16, false);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 13, "does not match", "overflowing shape");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 13, "does not match", "overflowing shape");
     int64_t rank9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     pk_one(14, "f32", 9, rank9, 4, false);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 14, "rank 9", "rank over the limit");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 14, "rank 9", "rank over the limit");
+}
 
+/* Headers over a limit, of an unknown kind, or with bad fields. */
+static void hostile_bad_headers(raw_t *r, psg_client_t *good) {
+    const void *f[4];
+    size_t z[4];
+    uint8_t payload[64] = {0};
     /* An oversized message: announced, never sent. */
     int64_t big[] = {(int64_t)1 << 30};
     pk_one(15, "f32", 1, big, (uint64_t)4 << 30, true);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 15, "over the limit of 268435456 bytes", "oversized message");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 15, "over the limit of 268435456 bytes", "oversized message");
 
     /* An unknown header field, a wrong version, a chunk of a message never started. */
     pk_head(4, 16);
     pk_str("surprise");
     msgpack_pack_nil(&pk);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 16, "unknown header field \"surprise\"", "unknown field");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 16, "unknown header field \"surprise\"", "unknown field");
     pk_reset();
     msgpack_pack_map(&pk, 3);
     pk_str("v"), msgpack_pack_uint32(&pk, 99), pk_str("k"), msgpack_pack_uint32(&pk, 1);
     pk_str("id"), msgpack_pack_uint64(&pk, 17);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 17, "wire version 99", "wrong version");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 17, "wire version 99", "wrong version");
     pk_reset();
     psg_codec_pack_chunk(&sb, 18, 0, 0);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 16;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 18, "chunk of unknown message id 18", "stray chunk");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 18, "chunk of unknown message id 18", "stray chunk");
 
     /* A key with a NUL inside, a key over the limit. */
     pk_head(4, 19);
@@ -503,33 +507,39 @@ static void test_hostile(void) {
     msgpack_pack_str(&pk, 3);
     msgpack_pack_str_body(&pk, "a\0b", 3);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 19, "key contains a NUL byte", "NUL in key");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 19, "key contains a NUL byte", "NUL in key");
     static char longkey[PSG_WIRE_MAX_KEY + 2];
     memset(longkey, 'k', PSG_WIRE_MAX_KEY + 1);
     pk_head(4, 20);
     pk_str("key");
     pk_str(longkey);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 20, "key is 4097 bytes", "long key");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 20, "key is 4097 bytes", "long key");
+}
 
+/* Chunks out of order, unfinished and misdirected messages, frame counts. */
+static void hostile_bad_messages(raw_t *r, psg_client_t *good) {
+    const void *f[4];
+    size_t z[4];
+    uint8_t payload[64] = {0};
     /* A chunk out of order, and a chunk bigger than what is left. */
     int64_t d8m[] = {2 << 20};
     pk_one(21, "f32", 1, d8m, 8 << 20, true);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
+    raw_send(r, 1, f, z);
     pk_reset();
     psg_codec_pack_chunk(&sb, 21, 0, 4096);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 64;
-    raw_send(&r, 2, f, z);
-    expect_rejected(&r, good, 21, "expected tensor 0 at offset 0", "chunk out of order");
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 21, "expected tensor 0 at offset 0", "chunk out of order");
 
     /* A message started and never finished: it expires with an error, memory returned. */
     pk_one(22, "f32", 1, d8m, 8 << 20, true);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 22, "incomplete after 300 ms", "unfinished message");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 22, "incomplete after 300 ms", "unfinished message");
 
     /* A reply sent to a server. */
     pk_reset();
@@ -537,16 +547,31 @@ static void test_hostile(void) {
     pk_str("v"), msgpack_pack_uint32(&pk, 1), pk_str("k"), msgpack_pack_uint32(&pk, PSG_MSG_REPLY);
     pk_str("id"), msgpack_pack_uint64(&pk, 23);
     f[0] = sb.data, z[0] = sb.size;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 23, "not replies", "reply to a server");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 23, "not replies", "reply to a server");
 
     /* An empty message and one of 5000 frames. */
     f[0] = "", z[0] = 0;
-    raw_send(&r, 1, f, z);
-    expect_rejected(&r, good, 0, "bad header", "empty frame");
-    for (int i = 0; i < 5000; i++) zmq_send(r.sock, "x", 1, i + 1 < 5000 ? ZMQ_SNDMORE : 0);
-    expect_rejected(&r, good, 0, "more than", "too many frames");
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 0, "bad header", "empty frame");
+    for (int i = 0; i < 5000; i++) zmq_send(r->sock, "x", 1, i + 1 < 5000 ? ZMQ_SNDMORE : 0);
+    expect_rejected(r, good, 0, "more than", "too many frames");
+}
 
+static void test_hostile(void) {
+    echo_t e;
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.max_msg_bytes = 256 << 20;
+    o.timeout_ms = 300; /* partial messages expire fast */
+    CHECK(echo_start(&e, &o) == 0);
+    psg_client_t *good = psg_client_new(e.endpoint, NULL);
+    raw_t r;
+    CHECK(raw_open(&r, e.endpoint) == 0);
+    msgpack_sbuffer_init(&sb);
+    hostile_random_headers(&r, good);
+    hostile_bad_tensors(&r, good);
+    hostile_bad_headers(&r, good);
+    hostile_bad_messages(&r, good);
     psg_server_stats_t st = psg_server_stats(e.server);
     CHECK(st.rejected == 200 + 20 && st.received >= 20);
 

@@ -319,8 +319,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     if (t.w.cluster && t.w.chief && psg_dist_session_job_done(t.dsess) < 0) goto done;
     rc = 0;
 done:
-    if (rc < 0 && t.g && psg_graph_error(t.g) && !strstr(psg_error_message(), psg_graph_error(t.g)))
-        psg_error_set("%s", psg_graph_error(t.g));
+    if (rc < 0) psg_graph_wrap_error(t.g);
     ctr_free(&t);
     return rc;
 }

@@ -389,7 +389,7 @@ static void file_reply(psg_dist_callable_t *c, int k, psg_msg_t *m) {
  * the callable's other step in flight are kept for later), then reads them: fetches into
  * fetched (NULL: the step fetches nothing remotely), the first failure into err. */
 static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
-                    psg_tensor_t **fetched, char *err, size_t errsize) {
+                    psg_tensor_t **fetched, char *err, size_t errsize, psg_err_code_t *code) {
     psg_dist_session_t *s = c->s;
     int np = c->set->num_partitions;
     psg_ts_client_t *clients[64];
@@ -423,15 +423,21 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
         psg_msg_t *m = q->reply;
         if (q->waiting) { /* the deadline passed: name the first silent task */
             q->waiting = false;
-            if (!err[0])
+            if (!err[0]) {
                 snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
                          " within %" PRId64 " ms (task down or stuck)", peer->task, peer->address,
                          r->step, s->timeout_ms);
+                *code = PSG_ERR_TIMEOUT;
+            }
             psg_ts_client_reset(peer->client);
         } else if (!m) {
             continue; /* not sent */
         } else if (m->kind == PSG_MSG_ERROR) {
-            if (!err[0]) snprintf(err, errsize, "%s", m->error ? m->error : "error");
+            /* the first failure, unless it was only the abort another failure caused */
+            if (!err[0] || (*code == PSG_ERR_ABORTED && m->code != PSG_ERR_ABORTED)) {
+                snprintf(err, errsize, "%s", m->error ? m->error : "error");
+                *code = m->code > 0 && m->code < PSG_ERR_CODE_COUNT ? (psg_err_code_t)m->code : PSG_ERR_UNKNOWN;
+            }
         } else if (m->ntensors != p->num_fetches) {
             if (!err[0])
                 snprintf(err, errsize, "task %s: RunGraph replied %d tensors, expected %d",
@@ -465,10 +471,11 @@ static int close_open_step(psg_dist_callable_t *c) {
     if (c->s->open != c) return 0;
     c->s->open = NULL;
     char err[2048] = "";
-    collect(c, &c->open, psg_ts_now_ms() + c->s->timeout_ms, NULL, err, sizeof err);
+    psg_err_code_t code = PSG_ERR_UNKNOWN;
+    collect(c, &c->open, psg_ts_now_ms() + c->s->timeout_ms, NULL, err, sizeof err, &code);
     int64_t step = c->open.step;
     end_step(c, &c->open, err);
-    if (err[0]) return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
+    if (err[0]) return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x7fffffff, err);
     return 0;
 }
 
@@ -484,7 +491,8 @@ static void cancel_next(psg_dist_callable_t *c) {
         if (c->runs[k].peer >= 0 && !c->next.reqs[k].unreachable)
             send_note(&s->peers[c->runs[k].peer], PSG_REQ_ABORT_STEP, c->next.step, why);
     char err[2048] = "";
-    collect(c, &c->next, psg_ts_now_ms() + s->timeout_ms, NULL, err, sizeof err);
+    psg_err_code_t code;
+    collect(c, &c->next, psg_ts_now_ms() + s->timeout_ms, NULL, err, sizeof err, &code);
     end_step(c, &c->next, why);
 }
 
@@ -567,6 +575,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     step_reqs_t *r = &c->cur;
     int64_t deadline = psg_ts_now_ms() + s->timeout_ms;
     char err[2048] = "";
+    psg_err_code_t code = PSG_ERR_UNKNOWN; /* the first failure's, with err */
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
     if (c->has_next) { /* asked for ahead by the last run: its RunGraphs and pulls are out */
         swap_reqs(&c->cur, &c->next);
@@ -584,15 +593,17 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
             snprintf(err, sizeof err, "too many feeds or fetches in one partition");
         } else {
             for (int i = 0; i < p->num_feeds; i++) lf[i] = feed_values[p->feed_index[i]];
-            if (psg_task_server_run(s->server, c->runs[c->local].handle, step, p->num_feeds, lf, lx) < 0)
+            if (psg_task_server_run(s->server, c->runs[c->local].handle, step, p->num_feeds, lf, lx) < 0) {
+                code = psg_error_code();
                 snprintf(err, sizeof err, "%s", psg_error_message());
-            else
+            } else
                 for (int i = 0; i < p->num_fetches; i++) fetched[p->fetch_index[i]] = lx[i];
         }
     }
     /* the previous overlapped step: its remote partitions ran beside this one's start */
     bool err_names_step = false;
     if (s->open == c && close_open_step(c) < 0 && !err[0]) {
+        code = psg_error_code();
         snprintf(err, sizeof err, "%s", psg_error_message()); /* "step N: ..." of the open one */
         err_names_step = true;
     }
@@ -607,12 +618,12 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         s->open = c;
         return 0;
     }
-    collect(c, r, deadline, fetched, err, sizeof err);
+    collect(c, r, deadline, fetched, err, sizeof err, &code);
     end_step(c, r, err);
     if (err[0]) {
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
-        if (err_names_step) return psg_error_set("%s", err);
-        return psg_error_set("step %" PRId64 ": %s", step & 0x7fffffff, err);
+        if (err_names_step) return psg_error_set_code(code, "%s", err);
+        return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x7fffffff, err);
     }
     return 0;
 }

@@ -79,7 +79,7 @@ static int build_counts(psg_sync_train_t *st) {
     st->counts_delta = psg_placeholder(g, "sync_replicas/worker_counts_delta", PSG_DT_F32, &cs);
     st->counts_add = psg_assign_add(g, "sync_replicas/report_counts", cv, st->counts_delta);
     st->counts_read = psg_read_variable(g, "sync_replicas/worker_counts/read", cv);
-    return psg_graph_error(g) ? psg_error_set("%s", psg_graph_error(g)) : 0;
+    return psg_graph_status(g);
 }
 
 /* The strategy's config from c. */

@@ -152,7 +152,7 @@ int psg_towers_build_gradients(psg_graph_t *g, const psg_towers_config_t *c, psg
     t->correct = tower_mean(g, "towers/correct", K, per_tower, false);
     psg_graph_pop_device(g);
     free(grads);
-    if (rc == 0 && psg_graph_error(g)) rc = psg_error_set("%s", psg_graph_error(g));
+    if (rc == 0) rc = psg_graph_status(g);
     if (rc < 0) {
         free(vars);
         free(avg);
@@ -178,7 +178,7 @@ int psg_towers_build(psg_graph_t *g, const psg_towers_config_t *c, psg_optimizer
     free(grads);
     free(vars);
     if (rc < 0) return -1;
-    if (psg_graph_error(g)) return psg_error_set("%s", psg_graph_error(g));
+    if (psg_graph_status(g) < 0) return -1;
     psg_placement_options_t po = {.allow_soft_placement = true};
     return psg_place(g, &po);
 }

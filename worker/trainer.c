@@ -467,8 +467,7 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                      finish(&t, r) < 0
                  ? -1
                  : 0;
-    if (rc < 0 && t.g && psg_graph_error(t.g) && !strstr(psg_error_message(), psg_graph_error(t.g)))
-        psg_error_set("%s", psg_graph_error(t.g));
+    if (rc < 0) psg_graph_wrap_error(t.g);
     trainer_free(&t);
     return rc;
 }

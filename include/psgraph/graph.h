@@ -74,6 +74,13 @@ int psg_graph_find(const psg_graph_t *g, const char *name);
  * node fails, every node built on its (invalid) output fails too, and the
  * first message is kept here, so a model can be built and checked once. */
 const char *psg_graph_error(const psg_graph_t *g);
+/* 0 when no builder failed in g, else -1 with this thread's error set to g's first build
+ * error: one check after many builder calls. */
+int psg_graph_status(const psg_graph_t *g);
+/* After a failure: prepends g's first build error (when there is one, g is not NULL, and
+ * this thread's message does not already say it), since a later failure may only be its
+ * consequence. Returns -1. */
+int psg_graph_wrap_error(const psg_graph_t *g);
 
 /* Name scopes: "tower0/conv1/weights". push returns -1 on a bad name. */
 int psg_graph_push_scope(psg_graph_t *g, const char *scope);

@@ -5,6 +5,7 @@
 #ifndef PSGRAPH_RENDEZVOUS_H
 #define PSGRAPH_RENDEZVOUS_H
 
+#include "psgraph/error.h"
 #include "psgraph/tensor.h"
 
 #include <stdint.h>
@@ -15,10 +16,12 @@ typedef struct psg_rendezvous psg_rendezvous_t;
 #define PSG_RENDEZVOUS_KEY_MAX 640
 
 /* Called once per receive: with the tensor (a reference the callee owns)
- * and error NULL, or with t NULL and error the reason (valid during the
+ * and error NULL, or with t NULL, the kind of failure (PSG_ERR_ABORTED: the step was
+ * aborted, the cause is elsewhere; PSG_ERR_TIMEOUT, ...) and the reason (valid during the
  * call only). May run on the receiver's thread (the tensor was there), the
  * sender's thread, or the rendezvous's timer thread: keep it short. */
-typedef void (*psg_rendezvous_done_fn)(void *arg, psg_tensor_t *t, const char *error);
+typedef void (*psg_rendezvous_done_fn)(void *arg, psg_tensor_t *t, psg_err_code_t code,
+                                       const char *error);
 
 /* A rendezvous whose Recv ops wait at most default_timeout_ms (<= 0: no
  * limit). NULL on out of memory. */

@@ -23,11 +23,11 @@ int psg_cpu_send(psg_kernel_ctx_t *c) {
     return psg_rendezvous_send(c->rendezvous, c->step_id, key, &t);
 }
 
-static void recv_done(void *arg, psg_tensor_t *t, const char *error) {
+static void recv_done(void *arg, psg_tensor_t *t, psg_err_code_t code, const char *error) {
     psg_async_op_t *a = arg;
     const psg_node_t *n = psg_async_op_node(a);
     if (!t) {
-        psg_error_set("%s", error);
+        psg_error_set_code(code, "%s", error);
         psg_async_op_done(a, -1);
         return;
     }

@@ -51,10 +51,11 @@ int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c) {
     return output_scalar_i32(c, accepted ? 1 : 0);
 }
 
-static void take_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, const char *error) {
+static void take_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_err_code_t code,
+                      const char *error) {
     psg_async_op_t *op = arg;
     if (!mean) {
-        psg_error_set("%s", error);
+        psg_error_set_code(code, "%s", error);
         psg_async_op_done(op, -1);
         return;
     }

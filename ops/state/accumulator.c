@@ -45,10 +45,6 @@ struct psg_accumulator {
     void *arg;
 };
 
-bool psg_sync_error_is_closed(const char *msg) {
-    return msg && strstr(msg, PSG_SYNC_CLOSED_TEXT) != NULL;
-}
-
 typedef struct {
     const char *name;
     psg_shape_t shape;
@@ -80,7 +76,7 @@ static void *create_accumulator(void *ctx) {
 
 /* Closes a (when `close`) and fails its pending take, if any, with
  * "accumulator 'NAME' <why>". */
-static void fail_take(psg_accumulator_t *a, bool close, const char *why) {
+static void fail_take(psg_accumulator_t *a, bool close, psg_err_code_t code, const char *why) {
     pthread_mutex_lock(&a->lock);
     a->closed = a->closed || close;
     bool waiting = a->waiting;
@@ -93,13 +89,13 @@ static void fail_take(psg_accumulator_t *a, bool close, const char *why) {
     psg_timer_cancel(a->timer, id, true);
     char msg[512];
     snprintf(msg, sizeof msg, "accumulator '%s' %s", a->name, why);
-    done(arg, NULL, NULL, msg);
+    done(arg, NULL, NULL, code, msg);
 }
 
 /* The manager destroys it once no step runs: a pending take fails. */
 static void destroy_accumulator(void *obj) {
     psg_accumulator_t *a = obj;
-    fail_take(a, true, "destroyed while a take waited");
+    fail_take(a, true, PSG_ERR_STOPPING, "destroyed while a take waited");
     psg_tensor_destroy(&a->sum);
     psg_id_map_free(&a->ids);
     free(a->rows);
@@ -217,6 +213,7 @@ typedef struct {
     void *arg;
     uint64_t timer_id;
     psg_tensor_t *mean, *indices;
+    psg_err_code_t code;
     char error[256];
 } finished_take_t;
 
@@ -227,15 +224,18 @@ static bool complete_if_ready_locked(psg_accumulator_t *a, finished_take_t *f) {
     f->timer_id = a->timer_id;
     f->mean = f->indices = NULL;
     f->error[0] = '\0';
-    if (take_mean_locked(a, &f->mean, &f->indices) < 0)
+    f->code = PSG_ERR_UNKNOWN;
+    if (take_mean_locked(a, &f->mean, &f->indices) < 0) {
+        f->code = psg_error_code();
         snprintf(f->error, sizeof f->error, "%s", psg_error_message());
+    }
     a->waiting = false;
     return true;
 }
 
 static void finish_take(psg_accumulator_t *a, finished_take_t *f) {
     psg_timer_cancel(a->timer, f->timer_id, true);
-    f->done(f->arg, f->mean, f->indices, f->mean ? NULL : f->error);
+    f->done(f->arg, f->mean, f->indices, f->code, f->mean ? NULL : f->error);
 }
 
 /* With the lock held: whether a gradient for local_step is dropped (the accumulator is
@@ -304,25 +304,28 @@ static void take_timed_out(void *arg, uint64_t id) {
     psg_accumulator_take_fn done = a->done;
     void *darg = a->arg;
     pthread_mutex_unlock(&a->lock);
-    done(darg, NULL, NULL, msg);
+    done(darg, NULL, NULL, PSG_ERR_TIMEOUT, msg);
 }
 
 void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
                                 psg_accumulator_take_fn done, void *arg) {
     char msg[512] = "";
+    psg_err_code_t code = PSG_ERR_BAD_REQUEST;
     finished_take_t f;
     bool finished = false;
     pthread_mutex_lock(&a->lock);
-    if (num_required < 1)
+    if (num_required < 1) {
         snprintf(msg, sizeof msg, "accumulator '%s': num_required must be >= 1, got %d", a->name,
                  num_required);
-    else if (a->closed)
+    } else if (a->closed) {
+        code = PSG_ERR_CLOSED;
         snprintf(msg, sizeof msg, "accumulator '%s' is closed: " PSG_SYNC_CLOSED_TEXT, a->name);
-    else if (a->waiting)
+    } else if (a->waiting) {
         snprintf(msg, sizeof msg, "accumulator '%s': a take is already waiting", a->name);
+    }
     if (msg[0]) {
         pthread_mutex_unlock(&a->lock);
-        done(arg, NULL, NULL, msg);
+        done(arg, NULL, NULL, code, msg);
         return;
     }
     a->num_required = num_required;
@@ -337,12 +340,13 @@ void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t 
         a->timer_id = psg_timer_add(a->timer, timeout_ms, take_timed_out, a);
         if (a->timer_id == 0) {
             a->waiting = false;
+            code = psg_error_code();
             snprintf(msg, sizeof msg, "accumulator '%s': %s", a->name, psg_error_message());
         }
     }
     pthread_mutex_unlock(&a->lock);
     if (finished) finish_take(a, &f);
-    if (msg[0]) done(arg, NULL, NULL, msg);
+    if (msg[0]) done(arg, NULL, NULL, code, msg);
 }
 
 /* ---- blocking take ---- */
@@ -352,14 +356,17 @@ typedef struct {
     pthread_cond_t cond;
     bool done;
     psg_tensor_t *mean, *indices;
+    psg_err_code_t code;
     char error[512];
 } take_wait_t;
 
-static void take_wait_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, const char *error) {
+static void take_wait_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_err_code_t code,
+                           const char *error) {
     take_wait_t *w = arg;
     pthread_mutex_lock(&w->lock);
     w->mean = mean;
     w->indices = indices;
+    w->code = code;
     if (error) snprintf(w->error, sizeof w->error, "%s", error);
     w->done = true;
     pthread_cond_signal(&w->cond);
@@ -388,7 +395,7 @@ int psg_accumulator_take_sparse(psg_accumulator_t *a, int num_required, int64_t 
     pthread_cond_destroy(&w.cond);
     *mean = w.mean;
     *indices = w.indices;
-    return w.mean ? 0 : psg_error_set("%s", w.error);
+    return w.mean ? 0 : psg_error_set_code(w.code, "%s", w.error);
 }
 
 void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step) {
@@ -531,5 +538,5 @@ void psg_accumulator_counts(psg_accumulator_t *a, psg_accumulator_counts_t *out)
 }
 
 void psg_accumulator_close(psg_accumulator_t *a) {
-    fail_take(a, true, "is closed: " PSG_SYNC_CLOSED_TEXT);
+    fail_take(a, true, PSG_ERR_CLOSED, "is closed: " PSG_SYNC_CLOSED_TEXT);
 }

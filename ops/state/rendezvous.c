@@ -139,7 +139,7 @@ static void free_entry(entry_t *e) {
 
 /* Fails each waiter of the list with "<what> ... key" and frees the list.
  * Called without the lock. */
-static void fail_all(entry_t *list, const char *what) {
+static void fail_all(entry_t *list, psg_err_code_t code, const char *what) {
     while (list) {
         entry_t *e = list;
         list = e->next;
@@ -147,7 +147,7 @@ static void fail_all(entry_t *list, const char *what) {
             char msg[1024];
             snprintf(msg, sizeof msg, "rendezvous: %s while waiting for key '%s' (step %" PRId64 ")",
                      what, e->key, e->step);
-            e->done(e->arg, NULL, msg);
+            e->done(e->arg, NULL, code, msg);
         }
         free_entry(e);
     }
@@ -194,7 +194,7 @@ static void *timer_main(void *arg) {
                 snprintf(msg, sizeof msg,
                          "rendezvous: timed out after %" PRId64 " ms waiting for key '%s' (step %" PRId64 ")",
                          e->timeout_ms, e->key, e->step);
-                e->done(e->arg, NULL, msg);
+                e->done(e->arg, NULL, PSG_ERR_TIMEOUT, msg);
                 free_entry(e);
             }
             pthread_mutex_lock(&rv->lock);
@@ -232,8 +232,9 @@ int psg_rendezvous_send(psg_rendezvous_t *rv, int64_t step, const char *key, psg
     pthread_mutex_lock(&rv->lock);
     const char *why = step_abort_locked(rv, step);
     if (why) {
-        int rc = psg_error_set("rendezvous: aborted (%s) while sending key '%s' (step %" PRId64 ")",
-                               why, key, step);
+        int rc = psg_error_set_code(PSG_ERR_ABORTED,
+                                    "rendezvous: aborted (%s) while sending key '%s' (step %" PRId64 ")",
+                                    why, key, step);
         pthread_mutex_unlock(&rv->lock);
         psg_tensor_destroy(&value);
         return rc;
@@ -247,7 +248,7 @@ int psg_rendezvous_send(psg_rendezvous_t *rv, int64_t step, const char *key, psg
     }
     if (e) {
         pthread_mutex_unlock(&rv->lock);
-        e->done(e->arg, value, NULL);
+        e->done(e->arg, value, PSG_ERR_UNKNOWN, NULL);
         free_entry(e);
         return 0;
     }
@@ -273,7 +274,7 @@ void psg_rendezvous_recv_async(psg_rendezvous_t *rv, int64_t step, const char *k
                  "rendezvous: aborted (%s) while waiting for key '%s' (step %" PRId64 ")", why, key,
                  step);
         pthread_mutex_unlock(&rv->lock);
-        done(arg, NULL, msg);
+        done(arg, NULL, PSG_ERR_ABORTED, msg);
         return;
     }
     entry_t *e = take_locked(rv, step, key);
@@ -282,20 +283,20 @@ void psg_rendezvous_recv_async(psg_rendezvous_t *rv, int64_t step, const char *k
         psg_tensor_t *t = e->value;
         e->value = NULL;
         free_entry(e);
-        done(arg, t, NULL);
+        done(arg, t, PSG_ERR_UNKNOWN, NULL);
         return;
     }
     if (e) {
         insert_locked(rv, e);
         pthread_mutex_unlock(&rv->lock);
         snprintf(msg, sizeof msg, "rendezvous: key '%s' received twice in step %" PRId64, key, step);
-        done(arg, NULL, msg);
+        done(arg, NULL, PSG_ERR_BAD_REQUEST, msg);
         return;
     }
     e = new_entry(step, key);
     if (!e) {
         pthread_mutex_unlock(&rv->lock);
-        done(arg, NULL, "rendezvous: out of memory");
+        done(arg, NULL, PSG_ERR_NO_MEMORY, "rendezvous: out of memory");
         return;
     }
     e->done = done;
@@ -307,7 +308,7 @@ void psg_rendezvous_recv_async(psg_rendezvous_t *rv, int64_t step, const char *k
             if (pthread_create(&rv->timer, NULL, timer_main, rv) != 0) {
                 pthread_mutex_unlock(&rv->lock);
                 free_entry(e);
-                done(arg, NULL, "rendezvous: cannot start the timer thread");
+                done(arg, NULL, PSG_ERR_UNKNOWN, "rendezvous: cannot start the timer thread");
                 return;
             }
             rv->timer_started = true;
@@ -323,13 +324,15 @@ typedef struct {
     pthread_cond_t cond;
     bool done;
     psg_tensor_t *t;
+    psg_err_code_t code;
     char error[1024];
 } sync_wait_t;
 
-static void sync_done(void *arg, psg_tensor_t *t, const char *error) {
+static void sync_done(void *arg, psg_tensor_t *t, psg_err_code_t code, const char *error) {
     sync_wait_t *w = arg;
     pthread_mutex_lock(&w->lock);
     w->t = t;
+    w->code = code;
     if (error) snprintf(w->error, sizeof w->error, "%s", error);
     w->done = true;
     pthread_cond_signal(&w->cond);
@@ -348,7 +351,7 @@ int psg_rendezvous_recv(psg_rendezvous_t *rv, int64_t step, const char *key, int
     pthread_mutex_unlock(&w.lock);
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);
-    if (!w.t) return psg_error_set("%s", w.error);
+    if (!w.t) return psg_error_set_code(w.code, "%s", w.error);
     *out = w.t;
     return 0;
 }
@@ -369,7 +372,7 @@ void psg_rendezvous_abort(psg_rendezvous_t *rv, const char *why) {
     char what[600];
     snprintf(what, sizeof what, "aborted (%s)", rv->aborted ? rv->aborted : "aborted");
     pthread_mutex_unlock(&rv->lock);
-    fail_all(list, what);
+    fail_all(list, PSG_ERR_ABORTED, what);
 }
 
 void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *why) {
@@ -388,7 +391,7 @@ void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *w
     }
     take_all_locked(rv, pick_step, &step, &list);
     pthread_mutex_unlock(&rv->lock);
-    fail_all(list, what);
+    fail_all(list, PSG_ERR_ABORTED, what);
 }
 
 void psg_rendezvous_cleanup_step(psg_rendezvous_t *rv, int64_t step) {
@@ -410,7 +413,7 @@ void psg_rendezvous_cleanup_step(psg_rendezvous_t *rv, int64_t step) {
         free(a);
     }
     pthread_mutex_unlock(&rv->lock);
-    fail_all(list, "step ended");
+    fail_all(list, PSG_ERR_ABORTED, "step ended");
 }
 
 int psg_rendezvous_num_pending(psg_rendezvous_t *rv) {
@@ -431,7 +434,7 @@ void psg_rendezvous_destroy(psg_rendezvous_t **rvp) {
     pthread_cond_signal(&rv->timer_cond);
     pthread_mutex_unlock(&rv->lock);
     if (rv->timer_started) pthread_join(rv->timer, NULL);
-    fail_all(list, "rendezvous destroyed");
+    fail_all(list, PSG_ERR_STOPPING, "rendezvous destroyed");
     for (int i = 0; i < ENDED_ABORTS; i++) free(rv->ended[i].why);
     while (rv->aborted_steps) {
         aborted_step_t *a = rv->aborted_steps;

@@ -7,6 +7,7 @@
 #ifndef PSGRAPH_SYNC_RESOURCES_H
 #define PSGRAPH_SYNC_RESOURCES_H
 
+#include "psgraph/error.h"
 #include "psgraph/graph.h"
 #include "psgraph/resource.h"
 #include "psgraph/tensor.h"
@@ -14,12 +15,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Every "closed" error (a take or dequeue ended by psg_*_close without an
- * error: training is over) contains this text. */
+/* The end of every "closed" error (a take ended by psg_accumulator_close: training is
+ * over), whose code is PSG_ERR_CLOSED: callers decide on the code, people read the text. */
 #define PSG_SYNC_CLOSED_TEXT "training is over"
 
-/* True when msg reports a clean close (PSG_SYNC_CLOSED_TEXT), not a failure. */
-bool psg_sync_error_is_closed(const char *msg);
 
 /* ---- the gradient accumulator ---- */
 
@@ -76,9 +75,10 @@ int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step, const
 
 /* Receives a take's mean (a reference the callee owns; a sparse accumulator's: its rows,
  * with their ids in indices, i64, also owned; a dense one's indices is NULL) and error
- * NULL, or mean NULL and the reason (valid during the call only). */
+ * NULL, or mean NULL, the kind of failure (PSG_ERR_CLOSED: training is over, a clean end;
+ * PSG_ERR_TIMEOUT, ...) and the reason (valid during the call only). */
 typedef void (*psg_accumulator_take_fn)(void *arg, psg_tensor_t *mean, psg_tensor_t *indices,
-                                        const char *error);
+                                        psg_err_code_t code, const char *error);
 
 /* Asks for the mean of num_required (>= 1) gradients of the current step:
  * done runs once, at once if they are in, else from the psg_accumulator_apply
@@ -105,7 +105,7 @@ int64_t psg_accumulator_global_step(psg_accumulator_t *a);
 /* Gradients of the current step accumulated so far. */
 int psg_accumulator_num_accumulated(psg_accumulator_t *a);
 void psg_accumulator_counts(psg_accumulator_t *a, psg_accumulator_counts_t *out);
-/* Ends it: a pending take fails with PSG_SYNC_CLOSED_TEXT, later gradients
+/* Ends it: a pending take fails with PSG_ERR_CLOSED, later gradients
  * are dropped and later takes fail the same way. Idempotent. */
 void psg_accumulator_close(psg_accumulator_t *a);
 
