@@ -34,6 +34,7 @@ static void server_usage(FILE *f) {
             "  --memory-limit BYTES   the task's memory: what a peer's registered graphs may\n"
             "                         allocate (suffix K, M, G; default half the machine's)\n"
             "  --max-pending N        RunGraph requests a peer may have pending (default 64)\n"
+            "  --max-running N        of those, how many run at once (default 4: half the runners)\n"
             "  --max-graphs N         graphs a peer may have registered (default 256)\n"
             "  --max-wait S           the longest wait of an accumulator take or token dequeue,\n"
             "                         whatever a graph asks (default 600)\n",
@@ -126,6 +127,7 @@ int psg_cmd_server(int argc, char **argv) {
         else if (!strcmp(a, "--logdir") && n_logdirs < PSG_TS_MAX_LOGDIRS) logdirs[n_logdirs++] = v;
         else if (!strcmp(a, "--memory-limit") && parse_bytes(v, &lim.memory_bytes) == 0) {}
         else if (num_ok && x >= 1 && !strcmp(a, "--max-pending")) lim.max_pending_per_peer = (int)x;
+        else if (num_ok && x >= 1 && !strcmp(a, "--max-running")) lim.max_running_per_peer = (int)x;
         else if (num_ok && x >= 1 && !strcmp(a, "--max-graphs")) lim.max_graphs_per_peer = (int)x;
         else if (num_ok && x > 0 && !strcmp(a, "--max-wait")) max_wait = x;
         else {

@@ -83,7 +83,7 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
 static void peers_prune_locked(psg_task_server_t *ts) {
     for (peer_t **pp = &ts->peers; *pp;) {
         peer_t *p = *pp;
-        if (!p->pending && !p->recvs && !p->waiters && !p->graphs) {
+        if (!p->pending && !p->running && !p->recvs && !p->waiters && !p->graphs) {
             *pp = p->next;
             free(p);
             ts->n_peers--;
@@ -249,19 +249,41 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     if (inline_now) run_job(ts, j);
 }
 
+/* Takes the first queued job whose peer runs fewer than its limit of steps (a peer's own
+ * jobs keep their order); NULL when every queued job's peer is at its limit. Under lock. */
+static job_t *next_job_locked(psg_task_server_t *ts) {
+    job_t *prev = NULL, *j = ts->jq_head;
+    while (j && j->peer && j->peer->running >= ts->lim.max_running_per_peer) {
+        prev = j;
+        j = j->next;
+    }
+    if (!j) return NULL;
+    if (prev)
+        prev->next = j->next;
+    else
+        ts->jq_head = j->next;
+    if (ts->jq_tail == j) ts->jq_tail = prev;
+    j->next = NULL;
+    ts->jq_len--;
+    if (j->peer) j->peer->running++;
+    return j;
+}
+
 static void *runner_main(void *arg) {
     psg_task_server_t *ts = arg;
     pthread_mutex_lock(&ts->lock);
     for (;;) {
-        while (!ts->jq_head && !ts->runners_stop) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
-        job_t *j = ts->jq_head;
-        if (!j || ts->runners_stop) break; /* stopping: stop_runners fails what is queued */
-        ts->jq_head = j->next;
-        if (!ts->jq_head) ts->jq_tail = NULL;
-        ts->jq_len--;
+        job_t *j = NULL;
+        while (!ts->runners_stop && !(j = next_job_locked(ts))) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
+        if (!j) break; /* stopping: stop_runners fails what is queued */
+        peer_t *peer = j->peer; /* run_job frees j; a running peer is never pruned */
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
         pthread_mutex_lock(&ts->lock);
+        if (peer) {
+            peer->running--;
+            pthread_cond_broadcast(&ts->jobs_cond); /* its next queued job may run now */
+        }
     }
     pthread_mutex_unlock(&ts->lock);
     return NULL;
@@ -478,6 +500,7 @@ psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given) {
     if (l.max_graphs_per_peer <= 0) l.max_graphs_per_peer = 256;
     if (l.max_graph_bytes_per_peer <= 0) l.max_graph_bytes_per_peer = (int64_t)1 << 30;
     if (l.max_pending_per_peer <= 0) l.max_pending_per_peer = 64;
+    /* max_running_per_peer: set by the server, which knows its runners */
     if (l.max_pending_bytes_per_peer <= 0) l.max_pending_bytes_per_peer = l.memory_bytes / 4;
     if (l.max_waiters_per_peer <= 0) l.max_waiters_per_peer = 16;
     if (l.max_recvs_per_peer <= 0) l.max_recvs_per_peer = 16384;
@@ -576,6 +599,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->idle_timeout_ms = opt->idle_timeout_ms;
     ts->expect_workers = opt->expect_workers;
     ts->lim = psg_task_limits_resolve(&opt->limits);
+    if (ts->lim.max_running_per_peer <= 0) ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;

@@ -21,8 +21,9 @@ static char tmpdir[256], logdir[300];
 static pid_t server_pid;
 static int port;
 
-/* Starts `psgraph server` on a free port with small limits; reads the port it prints. */
-static int start_server(void) {
+/* Starts `psgraph server` on a free port with small limits (the pending steps and graphs a
+ * peer may have, the longest wait in seconds); reads the port it prints. */
+static int start_server_with(const char *max_pending, const char *max_graphs, const char *max_wait) {
     int p[2];
     if (pipe(p) < 0) return -1;
     fflush(stdout);
@@ -31,7 +32,7 @@ static int start_server(void) {
         dup2(p[1], 1);
         close(p[0]);
         execl(psgraph_exe, psgraph_exe, "server", "--task-name", "/job:ps/task:0", "--listen", "tcp://127.0.0.1:0",
-              "--memory-limit", "256M", "--max-pending", "4", "--max-graphs", "8", "--max-wait", "2",
+              "--memory-limit", "256M", "--max-pending", max_pending, "--max-graphs", max_graphs, "--max-wait", max_wait,
               "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300", (char *)NULL);
         _exit(127);
     }
@@ -45,6 +46,8 @@ static int start_server(void) {
     port = at ? atoi(at + 16) : 0;
     return port > 0 ? 0 : -1;
 }
+
+static int start_server(void) { return start_server_with("4", "8", "2"); }
 
 /* The server's resident memory in MB (from /proc). */
 static double server_rss_mb(void) {
@@ -184,6 +187,66 @@ static void test_pending_limit(void) {
         CHECK(m != NULL);
         psg_msg_destroy(&m);
     }
+}
+
+/* A graph too large to run on the server thread that needs no wait: a chain of identities. */
+static uint64_t register_chain(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t x = psg_const_scalar(g, "c", 2.5f);
+    for (int i = 0; i < 20; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "id%d", i);
+        x = psg_identity(g, name, x);
+    }
+    uint64_t handle = register_graph(g, x.node);
+    psg_graph_destroy(&g);
+    return handle;
+}
+
+/* One peer's waiting steps hold at most half the runner threads (--max-running, default
+ * 4 of 8): another peer's step runs at once, while all of the first peer's still wait. */
+static void test_running_cap(void) {
+    pid_t first_pid = server_pid;
+    int first_port = port;
+    CHECK(start_server_with("16", "16", "3") == 0);
+    enum { TAKES = 10 };
+    uint64_t h[TAKES];
+    for (int i = 0; i < TAKES; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "acc_r%d", i);
+        h[i] = register_take(name);
+        CHECK(h[i] > 0);
+    }
+    uint64_t chain = register_chain();
+    CHECK(chain > 0);
+    psg_client_t *greedy = connect_peer(), *other = connect_peer();
+    for (int i = 0; i < TAKES; i++) {
+        psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h[i]}};
+        psg_msg_t *m = psg_req_encode(&run);
+        CHECK(psg_client_send(greedy, &m, NULL) == 0);
+    }
+    usleep(300000); /* the takes are on the runners, or queued behind the peer's limit */
+    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 2, .u.run = {.handle = chain}};
+    psg_msg_t *m = psg_req_encode(&run), *rep = NULL;
+    CHECK(psg_client_send(other, &m, NULL) == 0);
+    CHECK(psg_client_recv(other, &rep, 20000) == 1);
+    CHECK(rep && rep->kind != PSG_MSG_ERROR && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f);
+    psg_msg_destroy(&rep);
+    /* answered before any take of the greedy peer gave up (each waits 3 s) */
+    CHECK(psg_client_recv(greedy, &rep, 0) == 0);
+    int timed_out = 0;
+    for (int i = 0; i < TAKES; i++) {
+        CHECK(psg_client_recv(greedy, &rep, 30000) == 1);
+        timed_out += rep && rep->kind == PSG_MSG_ERROR && rep->code == PSG_ERR_TIMEOUT;
+        psg_msg_destroy(&rep);
+    }
+    CHECK(timed_out == TAKES);
+    psg_client_destroy(&greedy);
+    psg_client_destroy(&other);
+    kill(server_pid, SIGTERM);
+    waitpid(server_pid, NULL, 0);
+    server_pid = first_pid;
+    port = first_port;
 }
 
 /* Finding 4: registered graphs are freed when deregistered, and a peer's are bounded. */
@@ -402,6 +465,7 @@ int main(int argc, char **argv) {
     }
     RUN_TEST(test_take_without_timeout);
     RUN_TEST(test_pending_limit);
+    RUN_TEST(test_running_cap);
     RUN_TEST(test_graphs_freed_and_bounded);
     RUN_TEST(test_allocation_cap);
     RUN_TEST(test_variable_counted_once);

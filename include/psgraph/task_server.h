@@ -50,6 +50,10 @@ typedef struct {
     int max_graphs_per_peer;      /* registered and not deregistered; default 256 */
     int64_t max_graph_bytes_per_peer; /* their serialized bytes; default 1 GiB */
     int max_pending_per_peer;     /* RunGraph queued or running; default 64 */
+    int max_running_per_peer;     /* RunGraph on runner threads at once: the rest of the
+                                   * peer's wait in the queue, so that one peer's waiting
+                                   * steps never hold every runner; default half the runners
+                                   * (at least 1) */
     int max_recvs_per_peer;       /* Recv waiting for its tensor (one a variable a step:
                                    * Inception-v3 pulls ~400 a step); default 16384 */
     int64_t max_pending_bytes_per_peer; /* the bytes pending RunGraphs hold; default memory / 4 */
