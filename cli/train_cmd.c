@@ -61,8 +61,9 @@ static void train_usage(FILE *f) {
             "  --shard-bytes N          fully connected weights above N bytes are split into column\n"
             "                           shards, each its own variable (default: 524288 in a cluster,\n"
             "                           0, no shards, in one process)\n"
-            "  --overlap on|off         async with --max-staleness 1: steps asked for ahead (default on;\n"
-            "                           off: never ahead, whatever --max-staleness says)\n"
+            "  --overlap on|off         on: async asks for the next step ahead, the same as\n"
+            "                           --max-staleness 1; off: never ahead, whatever --max-staleness\n"
+            "                           says (default: as --max-staleness says, 0: never ahead)\n"
             "  --eval-every N           the chief also evaluates every N of its steps (default: each epoch)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
@@ -169,6 +170,8 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--overlap")) {
             if (strcmp(v, "on") && strcmp(v, "off")) rc = psg_error_set("--overlap: '%s' is not on or off", v);
             c.no_overlap = !strcmp(v, "off");
+            /* on: the staleness of one step that asking ahead brings, said in its own words */
+            if (!strcmp(v, "on") && c.sync_opt.max_staleness < 1) c.sync_opt.max_staleness = 1;
         }
         else if (!strcmp(a, "--replicas-to-aggregate")) { rc = parse_num(a, v, 1, 1e6, &x); c.replicas_to_aggregate = (int)x; }
         else if (!strcmp(a, "--backup-workers")) { rc = parse_num(a, v, 0, 1e6, &x); c.backup_workers = (int)x; }

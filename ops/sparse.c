@@ -3,6 +3,7 @@
  * inference, gradients, builders, and embedding_lookup(_sparse) built from them.
  * Kernels: ops/cpu/sparse.c. Not the sparse updates (ops/sparse_apply.c). */
 #include "ops/cpu/sparse.h"
+#include "ops/cuda/kernels.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
@@ -231,7 +232,8 @@ static const psg_op_def_t op_gather = {.name = "Gather",
                                        .num_outputs = 1,
                                        .infer = infer_gather,
                                        .grad = grad_gather,
-                                       .cpu = psg_cpu_gather};
+                                       .cpu = psg_cpu_gather,
+                                       .cuda = PSG_GPU_KERNEL(psg_gpu_gather)};
 static const psg_op_def_t op_resource_gather = {.name = "ResourceGather",
                                                 .num_inputs = 2,
                                                 .num_outputs = 1,

@@ -133,6 +133,20 @@ int psg_update_check_variable(const psg_variable_t *v) {
     return 0;
 }
 
+int psg_update_check_slot(const psg_variable_t *slot, const psg_variable_t *v) {
+    if (psg_shape_equal(&slot->shape, &v->shape)) return 0;
+    char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+    return psg_error_set("slot '%s' %s does not match variable '%s' %s", slot->name,
+                         psg_shape_str(&slot->shape, a, sizeof a), v->name, psg_shape_str(&v->shape, b, sizeof b));
+}
+
+int psg_update_check_gradient(const psg_tensor_t *g, const psg_variable_t *v) {
+    if (g->dtype == PSG_DT_F32 && psg_shape_equal(&g->shape, &v->shape)) return 0;
+    char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+    return psg_error_set("gradient %s%s does not match variable '%s' f32%s", psg_dtype_name(g->dtype),
+                         psg_shape_str(&g->shape, a, sizeof a), v->name, psg_shape_str(&v->shape, b, sizeof b));
+}
+
 int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what) {
     const psg_tensor_t *t = c->inputs[i];
     if (t->dtype != PSG_DT_F32 || psg_tensor_numel(t) != 1) {

@@ -21,6 +21,7 @@ static void reg_graph_free(reg_graph_t *rg) {
     if (!rg) return;
     psg_run_order_destroy(&rg->order);
     psg_plan_destroy(&rg->plan);
+    free(rg->vars);
     psg_graph_destroy(&rg->g);
     for (int i = 0; i < rg->n_pulls; i++) free(rg->pulls[i].key);
     free(rg->pulls);
@@ -92,26 +93,46 @@ static const char *var_name_of(const psg_node_t *n) {
     return shared[0] ? shared : psg_node_name(n);
 }
 
+/* A variable a graph's VarHandle names: its name (the graph's string) and bytes. */
+struct psg_ts_var {
+    const char *name;
+    size_t bytes;
+};
+
+static int var_cmp(const void *a, const void *b) {
+    return strcmp(((const struct psg_ts_var *)a)->name, ((const struct psg_ts_var *)b)->name);
+}
+
+/* rg->vars: the variables its VarHandles name, sorted by name. -1 on out of memory. */
+static int collect_vars(reg_graph_t *rg) {
+    int nn = psg_graph_num_nodes(rg->g), n = 0;
+    for (int i = 0; i < nn; i++) n += var_bytes(psg_graph_node(rg->g, i)) > 0;
+    if (!n) return 0;
+    if (!(rg->vars = malloc(sizeof *rg->vars * (size_t)n))) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < nn; i++) {
+        const psg_node_t *nd = psg_graph_node(rg->g, i);
+        size_t b = var_bytes(nd);
+        if (b) rg->vars[rg->n_vars++] = (struct psg_ts_var){var_name_of(nd), b};
+    }
+    qsort(rg->vars, (size_t)rg->n_vars, sizeof *rg->vars, var_cmp);
+    return 0;
+}
+
 /* Under lock: the bytes of rg's variables that another graph of its owner already holds
  * (a variable is one resource of the task, however many graphs name it: a worker's step,
  * init and eval graphs all name the table's shard). */
 static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t *rg, const peer_t *owner) {
     size_t held = 0;
-    int nn = psg_graph_num_nodes(rg->g);
-    for (int i = 0; i < nn; i++) {
-        const psg_node_t *n = psg_graph_node(rg->g, i);
-        size_t b = var_bytes(n);
-        if (!b) continue;
+    for (int i = 0; i < rg->n_vars; i++) {
+        const struct psg_ts_var *v = &rg->vars[i];
         bool found = false;
         for (int k = 0; k < ts->n_graphs && !found; k++) {
             const reg_graph_t *o = ts->graphs[k];
-            if (o->owner != owner) continue;
-            for (int j = 0; j < psg_graph_num_nodes(o->g) && !found; j++) {
-                const psg_node_t *m = psg_graph_node(o->g, j);
-                found = var_bytes(m) == b && !strcmp(var_name_of(m), var_name_of(n));
-            }
+            if (o->owner != owner || !o->n_vars) continue;
+            const struct psg_ts_var *m = bsearch(v, o->vars, (size_t)o->n_vars, sizeof *o->vars, var_cmp);
+            found = m && m->bytes == v->bytes;
         }
-        if (found && b != SIZE_MAX) held += b;
+        if (found && v->bytes != SIZE_MAX) held += v->bytes;
     }
     return held < rg->alloc_bytes ? held : rg->alloc_bytes;
 }
@@ -173,6 +194,7 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
     if (!(rg->g = psg_graph_deserialize(r->graph, r->len))) goto fail;
     const psg_node_t *worst = NULL;
     rg->alloc_bytes = graph_alloc_bytes(rg->g, &worst);
+    if (collect_vars(rg) < 0) goto fail;
     if (limited && rg->alloc_bytes > (size_t)ts->lim.memory_bytes) {
         psg_error_set_code(PSG_ERR_LIMIT,
                            "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64

@@ -29,6 +29,8 @@ typedef struct {
     int refs;      /* under ts->lock: the table's (until deregistered) and each runner's */
     size_t body_bytes, alloc_bytes;
     size_t charged_bytes; /* alloc_bytes less the variables its owner's other graphs hold */
+    struct psg_ts_var *vars; /* its VarHandles' variables, sorted by name */
+    int n_vars;
     psg_graph_t *g;
     psg_plan_t *plan;
     /* Steps of a plan whose state is all in resources overlap, each resource

@@ -176,6 +176,10 @@ static psg_endpoint_t b_cast_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
 static psg_endpoint_t b_cast_f16(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_cast(g, "y", psg_cast(g, "h", x[0], PSG_DT_F16), PSG_DT_F32);
 }
+static psg_endpoint_t b_gather(psg_graph_t *g, const psg_endpoint_t *in) {
+    return psg_gather(g, NULL, in[0], in[1]);
+}
+
 const psg_op_case_t psg_op_cases[] = {
     {"Add broadcast",
      2,
@@ -222,6 +226,7 @@ const psg_op_case_t psg_op_cases[] = {
      1e-5,
      true,
      1e-2},
+    {"Gather", 2, {SHAPE2(10, 6), SHAPE1(9)}, {PSG_CASE_F32, PSG_CASE_LABELS}, b_gather, 0, false, 1e-2},
     {"L2Loss", 1, {SHAPE2(300, 70)}, {PSG_CASE_F32}, b_l2, 1e-4, true, 0},
     {"Sum rows", 1, {SHAPE2(33, 1000)}, {PSG_CASE_F32}, b_sum_rows, 1e-4, true, 0},
     {"Sum cols keep_dims", 1, {SHAPE2(5000, 7)}, {PSG_CASE_F32}, b_sum_cols, 1e-4, true, 0},

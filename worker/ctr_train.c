@@ -186,17 +186,8 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     hc.logdir = NULL;
     hc.trace_path = NULL;
     if (!(t->hooks = psg_train_hooks_new(&hc, NULL, out, t->metrics, start_step))) return -1;
-    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, t->w.cluster, t->dsess, t->w.chief, t->w.task, out, t->metrics);
-    if (!cc || psg_cluster_ckpt_start(cc, start_step) < 0) {
-        psg_cluster_ckpt_destroy(&cc);
-        return psg_error_wrap("%s", t->w.task);
-    }
     /* this task's part of the trace, which psgraph launch merges: "worker0", as the image trainer's */
-    char tag[64];
-    psg_worker_task_tag(&t->w, tag, sizeof tag);
-    if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
-                                    psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
-        return -1;
+    if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, out, t->metrics, start_step) < 0) return -1;
     return t->sync ? psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics) : 0;
 }
 

@@ -237,3 +237,16 @@ const char *psg_train_hooks_eta(double secs, char *buf, size_t size) {
         snprintf(buf, size, "%llds", t);
     return buf;
 }
+
+int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t *c, const psg_worker_task_t *w,
+                                 psg_dist_session_t *ds, FILE *out, FILE *metrics, int64_t *start_step) {
+    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, w->cluster, ds, w->chief, w->task, out, metrics);
+    if (!cc || psg_cluster_ckpt_start(cc, start_step) < 0) {
+        psg_cluster_ckpt_destroy(&cc);
+        return psg_error_wrap("%s", w->task);
+    }
+    char tag[64];
+    psg_worker_task_tag(w, tag, sizeof tag);
+    return psg_train_hooks_set_cluster(h, cc, w->chief, c, w->server,
+                                       psg_cluster_num_tasks(w->cluster, "ps") + w->rank, w->task, tag);
+}

@@ -9,6 +9,7 @@
 #include "psgraph/task_server.h"
 #include "psgraph/trainer.h"
 #include "worker/cluster_ckpt.h"
+#include "worker/worker_task.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +34,12 @@ void psg_train_hooks_destroy(psg_train_hooks_t **h);
 int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bool chief,
                                 const psg_train_config_t *c, psg_task_server_t *server,
                                 int trace_pid, const char *task, const char *tag);
+/* A worker task's cluster part, as every training loop starts it: its checkpoints (the
+ * chief restores the latest or runs the initializers; *start_step the step) and
+ * psg_train_hooks_set_cluster under the task's trace pid and tag ("worker1"). c, w, ds,
+ * out and metrics are borrowed. -1 with the error naming the task. */
+int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t *c, const psg_worker_task_t *w,
+                                 psg_dist_session_t *ds, FILE *out, FILE *metrics, int64_t *start_step);
 /* After step `step` (0-based) failed in a cluster: 0 when it may be retried (the cluster
  * recovered), -1 otherwise (the error set; always -1 for one process). */
 int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step);

@@ -161,15 +161,7 @@ static int make_runners(trainer_t *t) {
 static int start_cluster(trainer_t *t) {
     const psg_train_config_t *c = t->c;
     if (psg_sync_train_init_local(t->sync, t->dsess) < 0) return -1;
-    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, t->w.cluster, t->dsess, t->w.chief, t->w.task, t->out, t->metrics);
-    if (!cc || psg_cluster_ckpt_start(cc, &t->start_step) < 0) {
-        psg_cluster_ckpt_destroy(&cc);
-        return psg_error_wrap("%s", t->w.task);
-    }
-    char tag[64];
-    psg_worker_task_tag(&t->w, tag, sizeof tag);
-    if (psg_train_hooks_set_cluster(t->hooks, cc, t->w.chief, c, t->w.server,
-                                    psg_cluster_num_tasks(t->w.cluster, "ps") + t->w.rank, t->w.task, tag) < 0)
+    if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, t->out, t->metrics, &t->start_step) < 0)
         return -1;
     return psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics);
 }

@@ -69,21 +69,10 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
     psg_variable_t *v = NULL, *s[2] = {NULL, NULL};
     if (f32_variable(c, 0, &v) < 0) return -1;
     for (int k = 0; k < nslots; k++) {
-        if (f32_variable(c, 1 + k, &s[k]) < 0) return -1;
-        if (!psg_shape_equal(&s[k]->shape, &v->shape)) {
-            char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-            return psg_error_set("slot '%s' %s does not match variable '%s' %s", s[k]->name,
-                                 psg_shape_str(&s[k]->shape, a, sizeof a), v->name,
-                                 psg_shape_str(&v->shape, b, sizeof b));
-        }
+        if (f32_variable(c, 1 + k, &s[k]) < 0 || psg_update_check_slot(s[k], v) < 0) return -1;
     }
     const psg_tensor_t *g = c->inputs[gi];
-    if (g->dtype != PSG_DT_F32 || !psg_shape_equal(&g->shape, &v->shape)) {
-        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-        return psg_error_set("gradient %s%s does not match variable '%s' f32%s",
-                             psg_dtype_name(g->dtype), psg_shape_str(&g->shape, a, sizeof a),
-                             v->name, psg_shape_str(&v->shape, b, sizeof b));
-    }
+    if (psg_update_check_gradient(g, v) < 0) return -1;
     const float *gd = psg_tensor_f32(g);
     if (((const psg_apply_params_t *)psg_kernel_params(c))->check_numerics) {
         scan_t sc = {gd, psg_tensor_numel(g)};

@@ -23,5 +23,8 @@ int psg_cpu_exponential_decay(psg_kernel_ctx_t *c);
  * the error set. */
 int psg_update_check_variable(const psg_variable_t *v);
 int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what);
+/* A slot, or the gradient (f32), has the shape of variable v. */
+int psg_update_check_slot(const psg_variable_t *slot, const psg_variable_t *v);
+int psg_update_check_gradient(const psg_tensor_t *g, const psg_variable_t *v);
 
 #endif

@@ -38,6 +38,7 @@
     X(psg_gpu_fill_like) \
     X(psg_gpu_fused_batch_norm) \
     X(psg_gpu_fused_batch_norm_grad) \
+    X(psg_gpu_gather) \
     X(psg_gpu_increment_variable) \
     X(psg_gpu_l2_loss) \
     X(psg_gpu_log) \
