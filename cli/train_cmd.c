@@ -104,6 +104,15 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+/* --overlap on: the staleness of one step that asking ahead brings, said in its own words
+ * (--max-staleness 1); off: never ahead, whatever --max-staleness says. */
+static int parse_overlap(const char *v, psg_train_config_t *c) {
+    if (strcmp(v, "on") && strcmp(v, "off")) return psg_error_set("--overlap: '%s' is not on or off", v);
+    c->no_overlap = !strcmp(v, "off");
+    if (!c->no_overlap && c->sync_opt.max_staleness < 1) c->sync_opt.max_staleness = 1;
+    return 0;
+}
+
 int psg_cmd_train(int argc, char **argv) {
     /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
     for (int i = 1; i + 1 < argc; i++) {
@@ -167,12 +176,7 @@ int psg_cmd_train(int argc, char **argv) {
             if (rc > 0) rc = 0; /* a strategy's own option (sync/strategies.c) */
         }
         else if (!strcmp(a, "--eval-every")) { rc = parse_num(a, v, 1, 1e12, &x); c.eval_every = (int64_t)x; }
-        else if (!strcmp(a, "--overlap")) {
-            if (strcmp(v, "on") && strcmp(v, "off")) rc = psg_error_set("--overlap: '%s' is not on or off", v);
-            c.no_overlap = !strcmp(v, "off");
-            /* on: the staleness of one step that asking ahead brings, said in its own words */
-            if (!strcmp(v, "on") && c.sync_opt.max_staleness < 1) c.sync_opt.max_staleness = 1;
-        }
+        else if (!strcmp(a, "--overlap")) rc = parse_overlap(v, &c);
         else if (!strcmp(a, "--replicas-to-aggregate")) { rc = parse_num(a, v, 1, 1e6, &x); c.replicas_to_aggregate = (int)x; }
         else if (!strcmp(a, "--backup-workers")) { rc = parse_num(a, v, 0, 1e6, &x); c.backup_workers = (int)x; }
         else if (!strcmp(a, "--straggler")) {
