@@ -142,6 +142,25 @@ int psg_tfrecord_index(const char *path, psg_tfrecord_entry_t **entries, int64_t
     return rc;
 }
 
+/* Record headers read through a window of the file: a resync after a corrupt header moves
+ * one byte at a time, and a read call per byte made a corrupt region of N bytes N calls. */
+typedef struct {
+    int fd;
+    uint8_t buf[1 << 16];
+    int64_t start; /* the file offset of buf[0] */
+    size_t len;    /* valid bytes in buf */
+} header_window_t;
+
+/* The 12 bytes at off (off + 12 <= the file's size); NULL when the read fails. */
+static const uint8_t *window_at(header_window_t *w, int64_t off) {
+    if (off >= w->start && off + 12 <= w->start + (int64_t)w->len) return w->buf + (off - w->start);
+    ssize_t got = pread(w->fd, w->buf, sizeof w->buf, off);
+    if (got < 12) return NULL;
+    w->start = off;
+    w->len = (size_t)got;
+    return w->buf;
+}
+
 int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
                           psg_report_fn fn, void *ctx) {
     *entries = NULL;
@@ -152,10 +171,16 @@ int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entri
     int problems = 0;
     bool resyncing = false;
     psg_tfrecord_entry_t *v = NULL;
+    header_window_t *w = malloc(sizeof *w);
+    if (!w) return psg_error_set("out of memory indexing %s", path);
+    w->fd = fd;
+    w->start = 0;
+    w->len = 0;
     while (off + 12 <= size) {
-        uint8_t head[12];
-        if (pread(fd, head, 12, off) != 12) {
+        const uint8_t *head = window_at(w, off);
+        if (!head) {
             free(v);
+            free(w);
             return psg_error_set("%s: byte %lld: read failed", path, (long long)off);
         }
         uint64_t len = get_u64(head);
@@ -180,6 +205,7 @@ int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entri
             psg_tfrecord_entry_t *nv = realloc(v, (size_t)cap * sizeof *nv);
             if (!nv) {
                 free(v);
+                free(w);
                 return psg_error_set("out of memory indexing %s", path);
             }
             v = nv;
@@ -191,6 +217,7 @@ int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entri
         report(fn, ctx, path, off, "trailing bytes shorter than a record header: ignored");
         problems++;
     }
+    free(w);
     *entries = v;
     return problems;
 }
