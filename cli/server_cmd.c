@@ -36,6 +36,8 @@ static void server_usage(FILE *f) {
             "  --max-pending N        RunGraph requests a peer may have pending (default 64)\n"
             "  --max-running N        of those, how many run at once (default 4: half the runners)\n"
             "  --max-graphs N         graphs a peer may have registered (default 256)\n"
+            "  --max-peers-per-address N  connections from one address holding anything here\n"
+            "                         (a peer that reconnects gets fresh quotas; default 64)\n"
             "  --max-wait S           the longest wait of an accumulator take or token dequeue,\n"
             "                         whatever a graph asks (default 600)\n",
             PSG_TS_MAX_LOGDIRS);
@@ -129,6 +131,7 @@ int psg_cmd_server(int argc, char **argv) {
         else if (num_ok && x >= 1 && !strcmp(a, "--max-pending")) lim.max_pending_per_peer = (int)x;
         else if (num_ok && x >= 1 && !strcmp(a, "--max-running")) lim.max_running_per_peer = (int)x;
         else if (num_ok && x >= 1 && !strcmp(a, "--max-graphs")) lim.max_graphs_per_peer = (int)x;
+        else if (num_ok && x >= 1 && !strcmp(a, "--max-peers-per-address")) lim.max_peers_per_address = (int)x;
         else if (num_ok && x > 0 && !strcmp(a, "--max-wait")) max_wait = x;
         else {
             fprintf(stderr, "psgraph server: bad option '%s %s'\n", a, v);

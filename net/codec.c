@@ -510,7 +510,8 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
             too_many = true;
         }
     }
-    const char *addr = zmq_msg_gets(&rx->parts[0], "Peer-Address");
+    /* a ROUTER's routing frame is made by the socket and has no metadata: the last frame's */
+    const char *addr = zmq_msg_gets(&rx->parts[n > 0 ? n - 1 : 0], "Peer-Address");
     snprintf(bad_peer, bad_peer_size, "%s", addr ? addr : "unknown peer");
     psg_route_t route = {0};
     zmq_msg_t *parts = rx->parts;

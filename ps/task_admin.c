@@ -249,8 +249,8 @@ void psg_ts_on_wait(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     }
     pthread_mutex_lock(&ts->lock);
     peer_t *p = psg_ts_peer_locked(ts, req);
-    int rc = 0;
-    if (!p || p->waiters >= ts->lim.max_waiters_per_peer)
+    int rc = p ? 0 : -1;
+    if (p && p->waiters >= ts->lim.max_waiters_per_peer)
         rc = psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d waits pending (the limit is %d per peer)",
                                 req->op, req->peer, p ? p->waiters : 0, ts->lim.max_waiters_per_peer);
     else

@@ -68,9 +68,24 @@ void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
 peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
     for (peer_t *p = ts->peers; p; p = p->next)
         if (p->route.len == req->route.len && !memcmp(p->route.id, req->route.id, req->route.len)) return p;
-    if (ts->n_peers >= ts->lim.max_peers) return NULL;
+    if (ts->n_peers >= ts->lim.max_peers) {
+        psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)", req->op, ts->n_peers,
+                           ts->lim.max_peers);
+        return NULL;
+    }
+    int same = 0;
+    for (peer_t *q = ts->peers; q; q = q->next) same += !strcmp(q->addr, req->peer);
+    if (same >= ts->lim.max_peers_per_address) {
+        psg_error_set_code(PSG_ERR_LIMIT,
+                           "%s: %d connections from %s hold requests here (the limit is %d per address)",
+                           req->op, same, req->peer, ts->lim.max_peers_per_address);
+        return NULL;
+    }
     peer_t *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    if (!p) {
+        psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+        return NULL;
+    }
     p->route = req->route;
     snprintf(p->addr, sizeof p->addr, "%s", req->peer);
     p->next = ts->peers;
@@ -99,9 +114,7 @@ static int take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size
                                bool recv, peer_t **out) {
     const psg_task_limits_t *l = &ts->lim;
     peer_t *p = psg_ts_peer_locked(ts, req);
-    if (!p)
-        return psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)", req->op,
-                                  ts->n_peers, l->max_peers);
+    if (!p) return -1;
     if (recv && p->recvs >= l->max_recvs_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d Recvs pending (the limit is %d per peer)",
                                   req->op, req->peer, p->recvs, l->max_recvs_per_peer);
@@ -151,8 +164,7 @@ void psg_ts_on_register(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     pthread_mutex_unlock(&ts->lock);
     psg_rep_t rep = {.type = r->type};
     if (!owner) {
-        psg_ts_reply_error(ts, req, PSG_ERR_LIMIT, "RegisterGraph: %d peers hold graphs here (the limit is %d)",
-                           ts->n_peers, ts->lim.max_peers);
+        psg_ts_reply_last_error(ts, req);
         return;
     }
     if (psg_ts_graph_register(ts, owner, &r->u.reg, &rep.u.handle) < 0) {
@@ -506,6 +518,7 @@ psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given) {
     if (l.max_recvs_per_peer <= 0) l.max_recvs_per_peer = 16384;
     if (l.max_queue <= 0) l.max_queue = 1024;
     if (l.max_peers <= 0) l.max_peers = 1024;
+    if (l.max_peers_per_address <= 0) l.max_peers_per_address = 64;
     if (l.max_wait_ms <= 0) l.max_wait_ms = PSG_TIMER_MAX_WAIT_MS;
     return l;
 }

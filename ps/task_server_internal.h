@@ -152,7 +152,8 @@ void psg_ts_reply_last_error(psg_task_server_t *ts, const psg_msg_t *req);
 void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF(2, 3);
 
 /* ---- peers (task_server.c), under ts->lock ---- */
-/* The peer of req (made on first sight); NULL when the table is full. */
+/* The peer of req (made on first sight); NULL with a PSG_ERR_LIMIT error naming the limit
+ * when the table is full or the peer's address holds its share of it. */
 peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req);
 
 /* ---- registered graphs (task_graphs.c) ---- */

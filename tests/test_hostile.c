@@ -300,6 +300,49 @@ static void test_graphs_freed_and_bounded(void) {
     psg_graph_destroy(&g);
 }
 
+/* A peer that reconnects is a new peer with fresh quotas: what one address holds that way
+ * is bounded by --max-peers-per-address (default 64). */
+static void test_peers_per_address(void) {
+    enum { LIMIT = 64, MOST = LIMIT + 8 };
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t k = psg_const_scalar(g, "k", 1.0f);
+    char *bytes = NULL;
+    psg_req_t reg = register_req(g, k.node, &bytes);
+    psg_client_t *c[MOST];
+    uint64_t h[MOST] = {0};
+    int n = 0, held = 0;
+    bool refused = false;
+    while (n < MOST && !refused) { /* each new connection holds one graph, until refused */
+        c[n] = connect_peer();
+        psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(c[n], &m, 20000);
+        psg_rep_t rr;
+        if (rep && psg_rep_decode(rep, PSG_REQ_REGISTER_GRAPH, &rr) == 0) {
+            h[n] = rr.u.handle;
+            held++;
+        } else {
+            refused = true;
+            CHECK(psg_error_code() == PSG_ERR_LIMIT);
+            CHECK_ERROR_HAS("connections from 127.0.0.1 hold requests here (the limit is 64 per address)");
+        }
+        psg_msg_destroy(&rep);
+        n++;
+    }
+    /* refused at the limit (a connection of an earlier test may still count) */
+    CHECK(refused && held <= LIMIT && held >= LIMIT - 4);
+    CHECK(alive()); /* asking what the task holds needs no quota */
+    for (int i = 0; i < n; i++) {
+        if (h[i]) {
+            psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = h[i]};
+            psg_msg_t *dm = psg_req_encode(&d), *drep = psg_client_call(c[i], &dm, 20000);
+            CHECK(drep != NULL);
+            psg_msg_destroy(&drep);
+        }
+        psg_client_destroy(&c[i]);
+    }
+    free(bytes);
+    psg_graph_destroy(&g);
+}
+
 /* Finding 4: what a graph may allocate is capped by the task's memory limit. */
 static void test_allocation_cap(void) {
     psg_graph_t *g = psg_graph_new();
@@ -467,6 +510,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_pending_limit);
     RUN_TEST(test_running_cap);
     RUN_TEST(test_graphs_freed_and_bounded);
+    RUN_TEST(test_peers_per_address);
     RUN_TEST(test_allocation_cap);
     RUN_TEST(test_variable_counted_once);
     RUN_TEST(test_msgpack_expansion);

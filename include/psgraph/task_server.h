@@ -60,6 +60,9 @@ typedef struct {
     int max_waiters_per_peer;     /* WaitInit, WaitDone; default 16 */
     int max_queue;                /* RunGraphs queued for the runner threads; default 1024 */
     int max_peers;                /* peers holding anything at once; default 1024 */
+    int max_peers_per_address;    /* of those, from one address (a peer that reconnects is a
+                                   * new peer with fresh quotas: this bounds what one host
+                                   * holds by reconnecting); default 64 */
     int64_t max_wait_ms;          /* the longest wait of an accumulator take or a token
                                    * dequeue, whatever a graph asks; default 10 minutes */
 } psg_task_limits_t;
