@@ -34,7 +34,10 @@ typedef struct {
         int fd;
         char addr[64];
     } fds[MAX_FDS]; /* accepted connections and their peers; fd -1: free */
-    uint32_t failure; /* a handshake failure waiting for its DISCONNECTED; 0: none */
+    /* handshake failures waiting for their DISCONNECTED, oldest first (0: refused by ZAP,
+     * which logged it): two failing handshakes can interleave, HF HF D D */
+    uint32_t failures[8];
+    int nfailures;
 } watched_t;
 
 typedef struct {
@@ -127,6 +130,13 @@ static const char *protocol_reason(uint32_t code, const char **kind) {
     }
 }
 
+static void push_failure(watched_t *w, uint32_t failure) {
+    int cap = (int)(sizeof w->failures / sizeof w->failures[0]);
+    if (w->nfailures == cap) /* the oldest never got its DISCONNECTED: dropped */
+        memmove(w->failures, w->failures + 1, (size_t)--w->nfailures * sizeof *w->failures);
+    w->failures[w->nfailures++] = failure;
+}
+
 /* One monitor event: [u16 event, u32 value] then the socket's endpoint. */
 static void monitor_event(guard_t *g, watched_t *w) {
     zmsg_t *m = zmsg_recv(w->mon);
@@ -144,20 +154,24 @@ static void monitor_event(guard_t *g, watched_t *w) {
             fd_put(w, (int)value, addr);
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             /* ZeroMQ says which connection only in the DISCONNECTED that follows at once */
-            w->failure = value ? value : ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED;
+            push_failure(w, value ? value : ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED);
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-            w->failure = 0; /* the ZAP handler refused it, and logged it */
+            push_failure(w, 0); /* the ZAP handler refused it, and logged it */
         } else if (ev == ZMQ_EVENT_DISCONNECTED) {
             const char *addr = "an address unknown";
             int slot = -1;
             for (int i = 0; i < MAX_FDS && slot < 0; i++)
                 if (w->fds[i].fd == (int)value) slot = i;
             if (slot >= 0) addr = w->fds[slot].addr;
-            if (w->failure) {
+            uint32_t failure = 0;
+            if (w->nfailures > 0) {
+                failure = w->failures[0];
+                memmove(w->failures, w->failures + 1, (size_t)--w->nfailures * sizeof *w->failures);
+            }
+            if (failure) {
                 const char *kind;
-                const char *why = protocol_reason(w->failure, &kind);
+                const char *why = protocol_reason(failure, &kind);
                 refuse(g, w, addr, kind, why);
-                w->failure = 0;
             }
             if (slot >= 0) w->fds[slot].fd = -1;
         }
