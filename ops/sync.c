@@ -148,7 +148,7 @@ SYNC_OP(op_take, "AccumulatorTakeGradient", 1, 1, PSG_OP_ASYNC, infer_take,
 SYNC_OP(op_sparse_accumulator, "SparseAccumulatorHandle", 0, 1, 0, infer_accumulator,
         psg_cpu_sparse_accumulator);
 SYNC_OP(op_sparse_apply, "SparseAccumulatorApplyGradient", 4, 1, 0, infer_sparse_apply,
-        psg_cpu_sparse_accumulator_apply);
+        psg_cpu_accumulator_apply);
 SYNC_OP(op_sparse_take, "SparseAccumulatorTakeGradient", 1, 2, PSG_OP_ASYNC | PSG_OP_DYNAMIC_SHAPE,
         infer_sparse_take, psg_cpu_accumulator_take);
 SYNC_OP(op_set_global_step, "AccumulatorSetGlobalStep", 2, 0, 0, infer_set_global_step,

@@ -773,7 +773,7 @@ static void node_finished(run_t *r, int li, int rc) {
     r->remaining--;
     if (rc < 0) {
         /* the first failure, unless it was only the abort another failure caused */
-        if (!r->failed || (r->error_code == PSG_ERR_ABORTED && psg_error_code() != PSG_ERR_ABORTED)) {
+        if (!r->failed || psg_error_is_cause_of(r->error_code, psg_error_code())) {
             r->error_code = psg_error_code();
             snprintf(r->error, sizeof r->error, "%s", psg_error_message());
         }

@@ -142,7 +142,7 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
         if (runs[k].rc < 0) {
             rc = -1;
             /* the node that failed first, not a partition its abort woke */
-            if (!failed || (failed->code == PSG_ERR_ABORTED && runs[k].code != PSG_ERR_ABORTED))
+            if (!failed || psg_error_is_cause_of(failed->code, runs[k].code))
                 failed = &runs[k];
         }
         for (int i = 0; i < pt->num_fetches; i++)

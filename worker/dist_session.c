@@ -434,7 +434,7 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
             continue; /* not sent */
         } else if (m->kind == PSG_MSG_ERROR) {
             /* the first failure, unless it was only the abort another failure caused */
-            if (!err[0] || (*code == PSG_ERR_ABORTED && m->code != PSG_ERR_ABORTED)) {
+            if (!err[0] || psg_error_is_cause_of(*code, (psg_err_code_t)m->code)) {
                 snprintf(err, errsize, "%s", m->error ? m->error : "error");
                 *code = m->code > 0 && m->code < PSG_ERR_CODE_COUNT ? (psg_err_code_t)m->code : PSG_ERR_UNKNOWN;
             }
@@ -491,7 +491,7 @@ static void cancel_next(psg_dist_callable_t *c) {
         if (c->runs[k].peer >= 0 && !c->next.reqs[k].unreachable)
             send_note(&s->peers[c->runs[k].peer], PSG_REQ_ABORT_STEP, c->next.step, why);
     char err[2048] = "";
-    psg_err_code_t code;
+    psg_err_code_t code = PSG_ERR_UNKNOWN;
     collect(c, &c->next, psg_ts_now_ms() + s->timeout_ms, NULL, err, sizeof err, &code);
     end_step(c, &c->next, why);
 }

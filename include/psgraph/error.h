@@ -15,6 +15,8 @@
 
 /* What kind of failure an error is, beside its message: the code crosses the wire with the
  * message (an ERROR reply's "code"), so a caller decides on the code, never on the text. */
+#include <stdbool.h>
+
 typedef enum {
     PSG_ERR_UNKNOWN = 0,     /* unclassified (every psg_error_set) */
     PSG_ERR_BAD_REQUEST = 1, /* a malformed request or field; the message names it */
@@ -39,6 +41,12 @@ int psg_error_set_code(psg_err_code_t code, const char *fmt, ...) PSG_PRINTF(2, 
 psg_err_code_t psg_error_code(void);
 /* The name of a code ("limit", "closed"), "unknown" for any other value. */
 const char *psg_error_code_name(int code);
+/* Which of two failures of one step to report: `next` replaces `kept` only when kept was
+ * just the abort that another failure caused (PSG_ERR_ABORTED) and next is not, so the
+ * root cause wins wherever the partitions' errors are gathered. */
+static inline bool psg_error_is_cause_of(psg_err_code_t kept, psg_err_code_t next) {
+    return kept == PSG_ERR_ABORTED && next != PSG_ERR_ABORTED;
+}
 
 /* Prepends context to this thread's error message: "ctx: old message"; the code stays.
  * Always returns -1. */

@@ -42,13 +42,23 @@ int psg_cpu_accumulator(psg_kernel_ctx_t *c) {
     return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
 }
 
+int psg_cpu_sparse_accumulator(psg_kernel_ctx_t *c) {
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    psg_accumulator_t *a = psg_sparse_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
+                                                      (int)psg_node_get_int(c->node, "num_required", 0));
+    return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
+}
+
+/* Dense and sparse accumulators' apply: a sparse gradient comes as rows (input 2) and ids
+ * (input 3). */
 int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c) {
     psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
     int64_t step = 0;
     bool accepted;
     if (!a || scalar_i64(c, 1, &step) < 0) return -1;
-    if (psg_accumulator_apply(a, step, c->inputs[2], &accepted) < 0) return -1;
-    return output_scalar_i32(c, accepted ? 1 : 0);
+    int rc = c->num_inputs == 4 ? psg_accumulator_apply_sparse(a, step, c->inputs[2], c->inputs[3], &accepted)
+                                : psg_accumulator_apply(a, step, c->inputs[2], &accepted);
+    return rc < 0 ? -1 : output_scalar_i32(c, accepted ? 1 : 0);
 }
 
 static void take_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_err_code_t code,
@@ -66,22 +76,6 @@ static void take_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_
         psg_tensor_destroy(&indices);
     }
     psg_async_op_done(op, 0);
-}
-
-int psg_cpu_sparse_accumulator(psg_kernel_ctx_t *c) {
-    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
-    psg_accumulator_t *a = psg_sparse_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
-                                                      (int)psg_node_get_int(c->node, "num_required", 0));
-    return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
-}
-
-int psg_cpu_sparse_accumulator_apply(psg_kernel_ctx_t *c) {
-    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
-    int64_t step = 0;
-    bool accepted;
-    if (!a || scalar_i64(c, 1, &step) < 0) return -1;
-    if (psg_accumulator_apply_sparse(a, step, c->inputs[2], c->inputs[3], &accepted) < 0) return -1;
-    return output_scalar_i32(c, accepted ? 1 : 0);
 }
 
 /* Dense and sparse accumulators' take: a sparse one's kernel has two outputs. */
