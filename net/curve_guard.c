@@ -22,7 +22,10 @@
 #define MAX_LOGGED 1024
 #define MONITOR_EVENTS                                                                        \
     (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |      \
-     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+/* a handshake the peer broke off (a failure code of ours, not ZeroMQ's): a client without
+ * keys sees the mismatch too, and when it hangs up first the server never reads its greeting */
+#define FAILURE_PEER_LEFT 0xffffffffu
 
 typedef struct {
     char domain[32];
@@ -56,21 +59,27 @@ static unsigned long long guard_next;
 
 /* ---- refusals ---- */
 
-/* Counts a refusal and logs it unless this (address, reason) was logged before. */
-static void refuse(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *why) {
-    atomic_fetch_add(w->refused, 1);
+/* Logs what happened to a peer unless this (address, kind) was logged before. */
+static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *what) {
     char key[160];
     snprintf(key, sizeof key, "%s|%s|%s", w->domain, addr, kind);
     for (int i = 0; i < g->nlogged; i++)
         if (!strcmp(g->logged[i], key)) return;
     if (g->nlogged == MAX_LOGGED) return;
     snprintf(g->logged[g->nlogged++], sizeof g->logged[0], "%s", key);
-    psg_curve_log("%s: refused a peer at %s: %s (CURVE; further refusals of this peer for this "
-                  "reason are counted, not logged)",
-                  w->endpoint, addr, why);
+    psg_curve_log("%s: %s", w->endpoint, what);
     if (g->nlogged == MAX_LOGGED)
         psg_curve_log("%s: %d refusals logged; further ones are counted, not logged", w->endpoint,
                       MAX_LOGGED);
+}
+
+/* Counts a refusal and logs it unless this (address, reason) was logged before. */
+static void refuse(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *why) {
+    atomic_fetch_add(w->refused, 1);
+    char what[512];
+    snprintf(what, sizeof what, "refused a peer at %s: %s (CURVE; further refusals of this peer "
+             "for this reason are counted, not logged)", addr, why);
+    log_once(g, w, addr, kind, what);
 }
 
 static watched_t *find_domain(guard_t *g, const char *domain, size_t len) {
@@ -157,6 +166,8 @@ static void monitor_event(guard_t *g, watched_t *w) {
             push_failure(w, value ? value : ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED);
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
             push_failure(w, 0); /* the ZAP handler refused it, and logged it */
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            push_failure(w, FAILURE_PEER_LEFT);
         } else if (ev == ZMQ_EVENT_DISCONNECTED) {
             const char *addr = "an address unknown";
             int slot = -1;
@@ -168,7 +179,13 @@ static void monitor_event(guard_t *g, watched_t *w) {
                 failure = w->failures[0];
                 memmove(w->failures, w->failures + 1, (size_t)--w->nfailures * sizeof *w->failures);
             }
-            if (failure) {
+            if (failure == FAILURE_PEER_LEFT) {
+                /* not counted as refused: a cluster's own client may be closed mid-handshake */
+                char what[256];
+                snprintf(what, sizeof what, "a peer at %s closed its connection during the CURVE "
+                         "handshake (a client without keys hangs up so; not counted as refused)", addr);
+                log_once(g, w, addr, "left", what);
+            } else if (failure) {
                 const char *kind;
                 const char *why = protocol_reason(failure, &kind);
                 refuse(g, w, addr, kind, why);
