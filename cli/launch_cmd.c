@@ -230,10 +230,18 @@ static int reap(task_proc_t *t, int n) {
 
 /* The ps tasks write checkpoint shards into the workers' --logdir and their part of a
  * timeline beside the workers' --trace file: those are the directories a ps may write
- * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out (NULL-terminated). */
-static void ps_logdirs(char **cmd, char **out) {
+ * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out; and they time out
+ * silent peers as the workers do (--peer-timeout). NULL-terminated, 6 entries at most. */
+#define PS_ARGS 6
+static void ps_args(char **cmd, char **out) {
     static char trace_dir[4096];
     int n = 0;
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        if (!strcmp(cmd[i], "--peer-timeout")) {
+            out[n++] = "--peer-timeout";
+            out[n++] = cmd[i + 1];
+            break;
+        }
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
         if (!strcmp(cmd[i], "--logdir")) {
             out[n++] = "--logdir";
@@ -248,7 +256,7 @@ static void ps_logdirs(char **cmd, char **out) {
             out[n++] = "--logdir";
             out[n++] = trace_dir;
         }
-        if (n == 4) break;
+        if (n >= PS_ARGS - 1) break;
     }
     out[n] = NULL;
 }
@@ -260,8 +268,8 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
     int p[2], in[2] = {-1, -1};
     char **argv = NULL;
     if (t->host) {
-        char *ps_cmd[2 + 2 * 2 + 1] = {(char *)(o->remote_bin ? o->remote_bin : self), "server"};
-        ps_logdirs(cmd, ps_cmd + 2);
+        char *ps_cmd[2 + PS_ARGS + 1] = {(char *)(o->remote_bin ? o->remote_bin : self), "server"};
+        ps_args(cmd, ps_cmd + 2);
         argv = psg_launch_ssh_argv(o, t->host, t->cfg, t->is_ps ? ps_cmd : cmd);
     }
     if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0)) || pipe2(p, O_CLOEXEC) < 0) {
@@ -285,8 +293,8 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
         } else {
             setenv("TF_CONFIG", t->cfg, 1);
             if (t->is_ps) {
-                char *args[2 + 2 * 2 + 1] = {(char *)self, "server"};
-                ps_logdirs(cmd, args + 2);
+                char *args[2 + PS_ARGS + 1] = {(char *)self, "server"};
+                ps_args(cmd, args + 2);
                 execv(self, args);
             } else {
                 execvp(cmd[0], cmd);

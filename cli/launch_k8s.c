@@ -84,12 +84,15 @@ static int secret(FILE *f, const k8s_t *k, const char *keys_dir) {
     return psg_launch_keys_each(keys_dir, secret_entry, f);
 }
 
-/* The logdir the command names (--logdir DIR), else /logdir. */
-static const char *logdir_of(char **cmd) {
+/* The value of option `opt` in the command, else `otherwise`. */
+static const char *option_of(char **cmd, const char *opt, const char *otherwise) {
     for (int i = 0; cmd[i] && cmd[i + 1]; i++)
-        if (!strcmp(cmd[i], "--logdir")) return cmd[i + 1];
-    return "/logdir";
+        if (!strcmp(cmd[i], opt)) return cmd[i + 1];
+    return otherwise;
 }
+
+/* The logdir the command names (--logdir DIR), else /logdir. */
+static const char *logdir_of(char **cmd) { return option_of(cmd, "--logdir", "/logdir"); }
 
 static void container(FILE *f, const k8s_t *k, const char *job, const char *cluster) {
     bool ps = !strcmp(job, "ps");
@@ -104,6 +107,11 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
         /* the shards go to the workers' logdir: the only place a ps writes (docs/distributed.md) */
         fprintf(f, "\"psgraph\", \"server\", \"--logdir\", ");
         q(f, logdir_of(k->cmd));
+        const char *peer_timeout = option_of(k->cmd, "--peer-timeout", NULL);
+        if (peer_timeout) { /* the ps drops silent peers as the workers do */
+            fprintf(f, ", \"--peer-timeout\", ");
+            q(f, peer_timeout);
+        }
     } else {
         for (int i = 0; k->cmd[i]; i++) {
             if (i) fputs(", ", f);

@@ -24,6 +24,8 @@ static void server_usage(FILE *f) {
             "  --threads T            executor threads per step (default 1)\n"
             "  --idle-timeout S       stop after S seconds without a request (default 600; 0: never)\n"
             "  --recv-timeout S       how long a Recv waits for its tensor (default 60)\n"
+            "  --peer-timeout S       a peer silent S seconds (heartbeats) is dropped and its requests\n"
+            "                         fail, naming it (default: the cluster file's \"peer_timeout\", else 10)\n"
             "  --expect-workers N     stop once N workers said they are done (default: the\n"
             "                         cluster's workers and chief; 0: never)\n"
             "  --keys DIR             the cluster's CURVE keys (psgraph keygen DIR); default: the\n"
@@ -93,7 +95,7 @@ int psg_cmd_server(int argc, char **argv) {
     const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
     bool insecure = insecure_env && !strcmp(insecure_env, "1");
     int task = -1, threads = 1, expect = -1;
-    double idle = 600, recv_timeout = 60, max_wait = 600;
+    double idle = 600, recv_timeout = 60, max_wait = 600, peer_timeout = 0;
     const char *logdirs[PSG_TS_MAX_LOGDIRS] = {0};
     int n_logdirs = 0;
     psg_task_limits_t lim = {0};
@@ -126,6 +128,7 @@ int psg_cmd_server(int argc, char **argv) {
         else if (num_ok && !strcmp(a, "--expect-workers")) expect = (int)x;
         else if (num_ok && !strcmp(a, "--idle-timeout")) idle = x;
         else if (num_ok && x > 0 && !strcmp(a, "--recv-timeout")) recv_timeout = x;
+        else if (num_ok && x > 0 && x <= 86400 && !strcmp(a, "--peer-timeout")) peer_timeout = x;
         else if (!strcmp(a, "--logdir") && n_logdirs < PSG_TS_MAX_LOGDIRS) logdirs[n_logdirs++] = v;
         else if (!strcmp(a, "--memory-limit") && parse_bytes(v, &lim.memory_bytes) == 0) {}
         else if (num_ok && x >= 1 && !strcmp(a, "--max-pending")) lim.max_pending_per_peer = (int)x;
@@ -151,6 +154,7 @@ int psg_cmd_server(int argc, char **argv) {
                                    .num_threads = threads,
                                    .recv_timeout_ms = (int64_t)(recv_timeout * 1000),
                                    .idle_timeout_ms = (int64_t)(idle * 1000),
+                                   .peer_timeout_ms = (int)(peer_timeout * 1000),
                                    .expect_workers = expect,
                                    .limits = lim,
                                    .keys = keys,

@@ -55,6 +55,10 @@ static void train_usage(FILE *f) {
             "                           (task evaluator: trains nothing, evaluates each new checkpoint\n"
             "                           of --logdir, exits when the job ends; docs/distributed.md)\n"
             "  --step-timeout S         a distributed step fails after S seconds (default 30)\n"
+            "  --peer-timeout S         a ps silent S seconds (heartbeats) fails the step, naming it\n"
+            "                           (default: the cluster file's \"peer_timeout\", else 10)\n"
+            "  --recovery-timeout S     after a failed step, wait S seconds for a lost ps to come back\n"
+            "                           (launch --restart on-failure restarts it), then stop (default 60)\n"
             "  --keys DIR               the cluster's CURVE keys (psgraph keygen DIR; default: the cluster\n"
             "                           file's \"keys\", else $PSGRAPH_KEYS; docs/security.md)\n"
             "  --insecure               this task may listen off loopback without keys\n"
@@ -190,6 +194,8 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--keys")) c.keys_dir = v;
         else if (!strcmp(a, "--task")) { rc = parse_num(a, v, 0, 1e6, &x); c.task = (int)x; }
         else if (!strcmp(a, "--step-timeout")) { rc = parse_num(a, v, 0.001, 1e6, &x); c.step_timeout_ms = (int64_t)(x * 1000); }
+        else if (!strcmp(a, "--peer-timeout")) rc = parse_num(a, v, 0.001, 86400, &c.peer_timeout_s);
+        else if (!strcmp(a, "--recovery-timeout")) rc = parse_num(a, v, 0.001, 86400, &c.recovery_timeout_s);
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }

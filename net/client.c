@@ -6,17 +6,46 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 struct psg_client {
     zsock_t *zs;
     void *sock;
+    zsock_t *events; /* the DEALER's monitor: connections up and lost; NULL without heartbeats */
     psg_wire_opts_t opts;
     char endpoint[256];
     psg_codec_rx_t *rx;
     uint64_t next_id;
     int sndtimeo; /* as last set on the socket */
+    /* requests sent and not answered, and the connections lost: a loss while some are in
+     * flight means their replies will never come (drops_at_send: the count when the oldest
+     * of them was sent) */
+    bool up;
+    uint64_t drops, drops_at_send;
+    int64_t in_flight;
+    uint64_t peer_inc, peer_restarts;
 };
+
+static atomic_uint_fast64_t monitor_seq;
+
+/* Heartbeats on the socket and a monitor of its connections (before it connects, so that
+ * no event is missed). */
+static int watch_connections(psg_client_t *c) {
+    int ivl = 0, timeout = 0;
+    psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
+    if (ivl <= 0) return 0;
+    zsock_set_heartbeat_ivl(c->zs, ivl);
+    zsock_set_heartbeat_timeout(c->zs, timeout);
+    zsock_set_heartbeat_ttl(c->zs, ivl + timeout); /* the server drops us as we drop it */
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://psgraph-client-events-%llu",
+             (unsigned long long)atomic_fetch_add(&monitor_seq, 1));
+    if (zmq_socket_monitor(c->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) < 0 ||
+        !(c->events = zsock_new_pair(ep)))
+        return psg_error_set("%s: cannot watch the connection: %s", c->endpoint, zmq_strerror(errno));
+    return 0;
+}
 
 static int client_connect(psg_client_t *c) {
     c->zs = zsock_new(ZMQ_DEALER);
@@ -35,6 +64,7 @@ static int client_connect(psg_client_t *c) {
     if (c->opts.keys && !strncmp(c->endpoint, "tcp://", 6) &&
         psg_curve_apply_client(c->sock, c->opts.keys) < 0)
         return psg_error_wrap("%s", c->endpoint);
+    if (watch_connections(c) < 0) return -1;
     if (zmq_connect(c->sock, c->endpoint) < 0)
         return psg_error_set("cannot connect to %s: %s", c->endpoint, zmq_strerror(errno));
     if (!(c->rx = psg_codec_rx_new(&c->opts))) return -1;
@@ -42,9 +72,15 @@ static int client_connect(psg_client_t *c) {
 }
 
 static void client_disconnect(psg_client_t *c) {
+    if (c->events) zmq_socket_monitor(c->sock, NULL, 0);
+    zsock_destroy(&c->events);
     zsock_destroy(&c->zs);
     c->sock = NULL;
     psg_codec_rx_destroy(&c->rx);
+    /* what was in flight is dropped with the socket: nothing to wait for, nothing lost */
+    c->up = false;
+    c->in_flight = 0;
+    c->drops_at_send = c->drops;
 }
 
 psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts) {
@@ -76,6 +112,49 @@ void psg_client_destroy(psg_client_t **cp) {
 
 const char *psg_client_endpoint(const psg_client_t *c) { return c->endpoint; }
 void *psg_client_socket(psg_client_t *c) { return c->sock; }
+void *psg_client_events_socket(psg_client_t *c) { return c->events ? zsock_resolve(c->events) : NULL; }
+uint64_t psg_client_peer_incarnation(const psg_client_t *c) { return c->peer_inc; }
+uint64_t psg_client_peer_restarts(const psg_client_t *c) { return c->peer_restarts; }
+
+/* One monitor event: [u16 event, u32 value] then the endpoint. */
+static void read_event(psg_client_t *c) {
+    zmsg_t *m = zmsg_recv(c->events);
+    zframe_t *f = m ? zmsg_first(m) : NULL;
+    if (f && zframe_size(f) == 6) {
+        uint16_t ev;
+        memcpy(&ev, zframe_data(f), 2);
+        if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            c->up = true;
+        } else if (ev == ZMQ_EVENT_DISCONNECTED && c->up) { /* not a connect that failed */
+            c->up = false;
+            c->drops++;
+        }
+    }
+    zmsg_destroy(&m);
+}
+
+int psg_client_check(psg_client_t *c) {
+    while (c->events && (zsock_events(c->events) & ZMQ_POLLIN)) read_event(c);
+    if (c->in_flight == 0 || c->drops == c->drops_at_send) return 0;
+    int64_t lost = c->in_flight;
+    c->in_flight = 0;
+    c->drops_at_send = c->drops;
+    int ivl = 0, timeout = 0;
+    psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
+    return psg_error_set_code(PSG_ERR_UNAVAILABLE,
+                              "%s: lost the connection to the peer with %lld request%s in flight: "
+                              "it closed it (it stopped or restarted), or was silent for %d ms "
+                              "(the peer timeout)",
+                              c->endpoint, (long long)lost, lost == 1 ? "" : "s", ivl + timeout);
+}
+
+/* A reply arrived: one request less in flight, and the peer's incarnation. */
+static void got_reply(psg_client_t *c, const psg_msg_t *m) {
+    if (c->in_flight > 0) c->in_flight--;
+    if (!m->incarnation) return;
+    if (c->peer_inc && m->incarnation != c->peer_inc) c->peer_restarts++;
+    c->peer_inc = m->incarnation;
+}
 
 int psg_client_reset(psg_client_t *c) {
     client_disconnect(c);
@@ -99,6 +178,8 @@ static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int
         c->sndtimeo = timeout_ms;
         zsock_set_sndtimeo(c->zs, timeout_ms);
     }
+    (void)psg_client_check(c); /* a loss before this send is not this request's */
+    if (c->in_flight++ == 0) c->drops_at_send = c->drops;
     rc = psg_codec_send(c->sock, &out);
     int e = errno;
     psg_codec_out_clear(&out);
@@ -135,12 +216,14 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
                 return psg_error_set("%s: sent a request to a client", c->endpoint);
             }
             snprintf(m->peer, sizeof m->peer, "%.*s", (int)sizeof m->peer - 1, c->endpoint);
+            got_reply(c, m);
             *out = m;
             return 1;
         }
         if (r == PSG_RX_BAD || r == PSG_RX_FAIL)
             return psg_error_wrap("%s: bad reply (id %llu)", c->endpoint, (unsigned long long)bad_id);
         if (r == PSG_RX_NONE) continue;
+        if (psg_client_check(c) < 0) return -1;
         if (psg_codec_rx_expire(c->rx, NULL, NULL) > 0)
             return psg_error_set("%s: a reply stayed incomplete for %d ms", c->endpoint,
                                  c->opts.timeout_ms);
@@ -150,7 +233,9 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
             return psg_error_set("%s: no reply within %d ms (peer down or busy)", c->endpoint,
                                  timeout_ms),
                    0;
-        if (psg_codec_poll(c->sock, -1, left) < 0) return psg_error_wrap("%s", c->endpoint);
+        zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {psg_client_events_socket(c), 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, c->events ? 2 : 1, left < 0 ? -1 : (long)left) < 0 && errno != EINTR)
+            return psg_error_set("%s: poll failed: %s", c->endpoint, zmq_strerror(errno));
     }
 }
 

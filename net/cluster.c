@@ -32,6 +32,7 @@ struct psg_cluster {
     int task_index;
     char *keys_field;         /* the document's "keys", NULL when absent */
     psg_curve_keys_t *keys;   /* loaded from --keys, "keys" or PSGRAPH_KEYS; NULL: none */
+    int peer_timeout_ms;      /* "peer_timeout" (seconds) or --peer-timeout; 0: the default */
 };
 
 void psg_cluster_destroy(psg_cluster_t **cp) {
@@ -192,6 +193,19 @@ int psg_cluster_set_keys(psg_cluster_t *c, const char *dir) {
 
 const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c) { return c ? c->keys : NULL; }
 
+int psg_cluster_peer_timeout_ms(const psg_cluster_t *c) { return c ? c->peer_timeout_ms : 0; }
+
+/* The longest peer timeout: a day (beyond it a task is better called lost). */
+#define MAX_PEER_TIMEOUT_S 86400.0
+
+int psg_cluster_set_peer_timeout(psg_cluster_t *c, double seconds) {
+    if (!(seconds > 0 && seconds <= MAX_PEER_TIMEOUT_S))
+        return psg_error_set("peer timeout %g s: must be above 0 and at most %g s", seconds, MAX_PEER_TIMEOUT_S);
+    int ms = (int)(seconds * 1000.0 + 0.5);
+    c->peer_timeout_ms = ms > 0 ? ms : 1;
+    return 0;
+}
+
 static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir, bool use_env);
 
 psg_cluster_t *psg_cluster_parse(const char *json, const char *origin) {
@@ -215,10 +229,19 @@ static psg_cluster_t *parse_doc(const char *json, const char *origin, const char
     for (int i = 0; i < doc->count; i++) {
         const char *k = doc->items[i]->key;
         if (strcmp(k, "cluster") && strcmp(k, "task") && strcmp(k, "environment") &&
-            strcmp(k, "rpc_layer") && strcmp(k, "keys")) {
-            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys)", k);
+            strcmp(k, "rpc_layer") && strcmp(k, "keys") && strcmp(k, "peer_timeout")) {
+            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys, peer_timeout)", k);
             goto fail;
         }
+    }
+    const psg_json_t *pt = psg_json_get(doc, "peer_timeout");
+    if (pt && pt->type != PSG_JSON_NUMBER) {
+        psg_error_set("\"peer_timeout\" is %s, not a number of seconds", psg_json_type_name(pt->type));
+        goto fail;
+    }
+    if (pt && psg_cluster_set_peer_timeout(c, pt->number) < 0) {
+        psg_error_wrap("\"peer_timeout\"");
+        goto fail;
     }
     const psg_json_t *keys = psg_json_get(doc, "keys");
     if (keys && (keys->type != PSG_JSON_STRING || !*keys->string)) {

@@ -385,6 +385,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     if (!m) return PSG_RX_BAD;
     m->id = h->id;
     m->step = h->step;
+    m->incarnation = h->incarnation;
     m->code = h->code;
     m->route = *route;
     snprintf(m->peer, sizeof m->peer, "%s", peer);

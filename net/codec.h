@@ -24,6 +24,7 @@ typedef struct {
 typedef struct {
     int kind;
     uint64_t id;
+    uint64_t incarnation; /* the sender's; 0: absent */
     const char *op, *key, *err; /* point into the header frame, not NUL-terminated */
     size_t op_len, key_len, err_len;
     int64_t step;

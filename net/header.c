@@ -21,7 +21,8 @@ int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *c
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     bool code = m->error && m->code > 0;
-    int fields = 3 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) + code +
+    uint64_t inc = psg_wire_incarnation();
+    int fields = 4 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) + code +
                  (m->body && m->body->size > 0) + (m->ntensors > 0);
     msgpack_pack_map(&pk, (size_t)fields);
     pack_key(&pk, "v");
@@ -30,6 +31,8 @@ int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *c
     msgpack_pack_uint32(&pk, (uint32_t)m->kind);
     pack_key(&pk, "id");
     msgpack_pack_uint64(&pk, m->id);
+    pack_key(&pk, "inc");
+    msgpack_pack_uint64(&pk, inc);
     if (m->op) {
         pack_key(&pk, "op");
         pack_key(&pk, m->op);
@@ -291,6 +294,9 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
         } else if (key_is(k, kl, "id")) {
             if (rd_uint(&r, &h->id) < 0) return psg_error_set("header field \"id\" is not an unsigned integer");
             have_id = true;
+        } else if (key_is(k, kl, "inc")) {
+            if (rd_uint(&r, &h->incarnation) < 0)
+                return psg_error_set("header field \"inc\" is not an unsigned integer");
         } else if (key_is(k, kl, "op")) {
             if (rd_field_str(&r, &h->op, &h->op_len, PSG_WIRE_MAX_OP, "op") < 0) return -1;
         } else if (key_is(k, kl, "key")) {
@@ -340,7 +346,7 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
     h->kind = (int)kind;
     if (kind == PSG_CODEC_CHUNK) {
         if (!have_ti || !have_off) return psg_error_set("chunk header lacks \"ti\" or \"off\"");
-        if (h->op || h->key || h->err || h->code || h->ntensors || h->body)
+        if (h->op || h->key || h->err || h->code || h->ntensors || h->body || h->incarnation)
             return psg_error_set("chunk header has message fields");
     } else if (have_ti || have_off) {
         return psg_error_set("message header has chunk fields");

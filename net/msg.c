@@ -2,9 +2,42 @@
  * Not its encoding (net/header.c, net/codec.c). */
 #include "psgraph/wire.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_once_t incarnation_once = PTHREAD_ONCE_INIT;
+static uint64_t incarnation;
+
+static void draw_incarnation(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) { /* no entropy source: time and pid */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
+    }
+    incarnation = v ? v : 1;
+}
+
+uint64_t psg_wire_incarnation(void) {
+    pthread_once(&incarnation_once, draw_incarnation);
+    return incarnation;
+}
+
+void psg_wire_heartbeat(int peer_timeout_ms, int *ivl_ms, int *timeout_ms) {
+    int t = peer_timeout_ms == 0 ? PSG_WIRE_PEER_TIMEOUT_MS : peer_timeout_ms;
+    if (t < 0) {
+        *ivl_ms = *timeout_ms = 0;
+        return;
+    }
+    if (t < 200) t = 200; /* ZeroMQ's timers tick in milliseconds; below this it only churns */
+    *ivl_ms = t / 4;
+    *timeout_ms = t - *ivl_ms;
+}
 
 psg_wire_opts_t psg_wire_opts_default(void) {
     return (psg_wire_opts_t){

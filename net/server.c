@@ -60,6 +60,12 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     zsock_set_sndtimeo(s->zs, s->opts.timeout_ms);
     zsock_set_linger(s->zs, 0);
     zsock_set_sndhwm(s->zs, 100000);
+    int ivl = 0, timeout = 0; /* a client gone silent is dropped, and its requests' state freed */
+    psg_wire_heartbeat(o.peer_timeout_ms, &ivl, &timeout);
+    if (ivl > 0) {
+        zsock_set_heartbeat_ivl(s->zs, ivl);
+        zsock_set_heartbeat_timeout(s->zs, timeout);
+    }
     /* CURVE before the bind: no connection may come in plain */
     if (o.keys && !strncmp(ep, "tcp://", 6) &&
         (psg_curve_apply_server(s->sock, o.keys) < 0 ||

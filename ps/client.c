@@ -16,7 +16,7 @@ struct psg_ts_client {
 };
 
 psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_t timeout_ms,
-                                   const psg_curve_keys_t *keys) {
+                                   int peer_timeout_ms, const psg_curve_keys_t *keys) {
     psg_ts_client_t *c = calloc(1, sizeof *c);
     if (!c) {
         psg_error_set("out of memory");
@@ -27,6 +27,7 @@ psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_
     psg_wire_opts_t o = psg_wire_opts_default();
     o.timeout_ms = (int)timeout_ms;
     o.keys = keys;
+    o.peer_timeout_ms = peer_timeout_ms;
     if (!(c->client = psg_client_new(address, &o))) {
         psg_error_wrap("task %s", task);
         free(c);
@@ -77,13 +78,33 @@ int psg_ts_client_recv(psg_ts_client_t *c, psg_msg_t **out) {
 }
 
 int psg_ts_client_poll(psg_ts_client_t *const *cs, int n, bool *ready, int64_t wait_ms) {
-    zmq_pollitem_t items[64];
+    zmq_pollitem_t items[128]; /* each client's socket, then its connection events */
+    int of[128];
     if (n > 64) n = 64;
-    for (int i = 0; i < n; i++) items[i] = (zmq_pollitem_t){psg_client_socket(cs[i]->client), 0, ZMQ_POLLIN, 0};
-    int k = zmq_poll(items, n, (long)wait_ms);
-    for (int i = 0; i < n; i++) ready[i] = k > 0 && (items[i].revents & ZMQ_POLLIN);
-    return k > 0 ? k : 0;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        of[m] = i;
+        items[m++] = (zmq_pollitem_t){psg_client_socket(cs[i]->client), 0, ZMQ_POLLIN, 0};
+        void *events = psg_client_events_socket(cs[i]->client);
+        if (events) {
+            of[m] = i;
+            items[m++] = (zmq_pollitem_t){events, 0, ZMQ_POLLIN, 0};
+        }
+    }
+    int k = zmq_poll(items, m, (long)wait_ms);
+    for (int i = 0; i < n; i++) ready[i] = false;
+    for (int j = 0; k > 0 && j < m; j++) ready[of[j]] |= (items[j].revents & ZMQ_POLLIN) != 0;
+    int count = 0;
+    for (int i = 0; i < n; i++) count += ready[i];
+    return count;
 }
+
+int psg_ts_client_check(psg_ts_client_t *c) {
+    return psg_client_check(c->client) < 0 ? psg_error_wrap("task %s", c->task) : 0;
+}
+
+uint64_t psg_ts_client_incarnation(const psg_ts_client_t *c) { return psg_client_peer_incarnation(c->client); }
+uint64_t psg_ts_client_restarts(const psg_ts_client_t *c) { return psg_client_peer_restarts(c->client); }
 
 void psg_ts_client_reset(psg_ts_client_t *c) { psg_client_reset(c->client); }
 

@@ -18,7 +18,7 @@ typedef struct psg_ts_client psg_ts_client_t;
  * ipc://), a CURVE client with `keys` (borrowed; NULL: plain frames). NULL with the error
  * set on a malformed address. */
 psg_ts_client_t *psg_ts_client_new(const char *task, const char *address, int64_t timeout_ms,
-                                   const psg_curve_keys_t *keys);
+                                   int peer_timeout_ms, const psg_curve_keys_t *keys);
 /* Closes the connection, dropping what is queued. NULL-safe; sets *c to NULL. */
 void psg_ts_client_destroy(psg_ts_client_t **c);
 
@@ -34,12 +34,20 @@ int psg_ts_send(psg_ts_client_t *c, const psg_req_t *r, uint64_t *id);
 /* The next reply that arrived, without waiting: 1 and *out (an ERROR reply is a message
  * of kind PSG_MSG_ERROR), 0 when none, -1 on a malformed reply. */
 int psg_ts_client_recv(psg_ts_client_t *c, psg_msg_t **out);
-/* Waits up to wait_ms for a reply on any of the n clients; ready[i] tells which. Returns
- * how many are ready, 0 on timeout or a signal. */
+/* Waits up to wait_ms for a reply or a lost connection on any of the n clients; ready[i]
+ * tells which (then read with psg_ts_client_recv and psg_ts_client_check). Returns how many
+ * are ready, 0 on timeout or a signal. */
 int psg_ts_client_poll(psg_ts_client_t *const *cs, int n, bool *ready, int64_t wait_ms);
 /* Drops the connection and what is queued on it, and connects again (after a timeout, so
  * that a late reply cannot be taken for the next one's). */
 void psg_ts_client_reset(psg_ts_client_t *c);
+/* -1 with the error "task T: ..." (code PSG_ERR_UNAVAILABLE) when the connection that
+ * carried requests in flight was lost (psg_client_check): their replies will never come. */
+int psg_ts_client_check(psg_ts_client_t *c);
+/* The task's incarnation as its latest reply gave it (0: none yet), and how often it
+ * changed since this client was made: each change is a restart of the task. */
+uint64_t psg_ts_client_incarnation(const psg_ts_client_t *c);
+uint64_t psg_ts_client_restarts(const psg_ts_client_t *c);
 /* Monotonic milliseconds (the deadlines of the calls above). */
 int64_t psg_ts_now_ms(void);
 

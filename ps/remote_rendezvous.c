@@ -38,6 +38,7 @@ typedef struct {
 struct psg_remote_rv {
     psg_rendezvous_t *local;
     int timeout_ms;
+    int peer_timeout_ms; /* heartbeats of its connections (0: the default) */
     const psg_curve_keys_t *keys;
     pthread_mutex_t lock;
     int efd;
@@ -111,6 +112,7 @@ static void send_queued(psg_remote_rv_t *r) {
             psg_wire_opts_t o = psg_wire_opts_default();
             o.timeout_ms = r->timeout_ms;
             o.keys = r->keys;
+            o.peer_timeout_ms = r->peer_timeout_ms;
             peer->client = psg_client_new(peer->address, &o);
             if (!peer->client) err = psg_error_message();
         }
@@ -141,6 +143,7 @@ static void send_queued(psg_remote_rv_t *r) {
 }
 
 void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys) { r->keys = keys; }
+void psg_remote_rv_set_peer_timeout(psg_remote_rv_t *r, int ms) { r->peer_timeout_ms = ms; }
 
 static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
     pthread_mutex_lock(&r->lock);
@@ -164,6 +167,22 @@ static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
     pthread_mutex_unlock(&r->lock);
 }
 
+/* Fails every pull waiting on `peer`: the connection that carried them was lost. */
+static void fail_pulls_of(psg_remote_rv_t *r, int peer, const char *why) {
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->pending.n;) {
+        pull_t *p = &r->pending.v[i];
+        if (p->peer != peer) {
+            i++;
+            continue;
+        }
+        fail_pull(r, p, why);
+        free(p->key);
+        r->pending.v[i] = r->pending.v[--r->pending.n];
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
 static void *puller_main(void *arg) {
     psg_remote_rv_t *r = arg;
     zmq_pollitem_t *items = NULL;
@@ -176,8 +195,8 @@ static void *puller_main(void *arg) {
         pthread_mutex_unlock(&r->lock);
         if (stop) break;
         if (work) send_queued(r);
-        if (npeers + 1 > cap) {
-            cap = 2 * (npeers + 1);
+        if (2 * npeers + 1 > cap) {
+            cap = 2 * (2 * npeers + 1);
             items = realloc(items, (size_t)cap * sizeof *items);
             item_peer = realloc(item_peer, (size_t)cap * sizeof *item_peer);
             PSG_ASSERT(items && item_peer);
@@ -188,6 +207,11 @@ static void *puller_main(void *arg) {
             if (!r->peers[i].client) continue;
             item_peer[n] = i;
             items[n++] = (zmq_pollitem_t){psg_client_socket(r->peers[i].client), 0, ZMQ_POLLIN, 0};
+            void *events = psg_client_events_socket(r->peers[i].client);
+            if (events) { /* a lost connection wakes the poll */
+                item_peer[n] = -1;
+                items[n++] = (zmq_pollitem_t){events, 0, ZMQ_POLLIN, 0};
+            }
         }
         if (zmq_poll(items, n, -1) < 0) continue; /* EINTR */
         if (items[0].revents & ZMQ_POLLIN) {
@@ -197,10 +221,17 @@ static void *puller_main(void *arg) {
         }
         for (int k = 1; k < n; k++) {
             if (!(items[k].revents & ZMQ_POLLIN)) continue;
+            if (item_peer[k] < 0) { /* the events of the client before it */
+                if (psg_client_check(r->peers[item_peer[k - 1]].client) < 0)
+                    fail_pulls_of(r, item_peer[k - 1], psg_error_message());
+                continue;
+            }
             psg_client_t *c = r->peers[item_peer[k]].client;
             for (;;) {
                 psg_msg_t *m = NULL;
                 int rc = psg_client_recv(c, &m, 0);
+                if (rc < 0 && psg_error_code() == PSG_ERR_UNAVAILABLE) /* the connection was lost */
+                    fail_pulls_of(r, item_peer[k], psg_error_message());
                 if (rc <= 0) break; /* drained, or a malformed reply (dropped) */
                 take_reply(r, item_peer[k], m);
                 psg_msg_destroy(&m);

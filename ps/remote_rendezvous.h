@@ -20,6 +20,9 @@ psg_remote_rv_t *psg_remote_rv_new(psg_rendezvous_t *local, int timeout_ms);
 /* The cluster's keys (borrowed, must outlive the puller; NULL: plain frames): its DEALERs
  * to tcp:// peers speak CURVE. Before the first pull. */
 void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys);
+/* The peer timeout of its connections (psgraph/wire.h; 0: the default): a pull whose
+ * connection is lost fails then, naming the task. Before the first pull. */
+void psg_remote_rv_set_peer_timeout(psg_remote_rv_t *r, int ms);
 /* Stops and joins the thread, closes the sockets. NULL-safe. */
 void psg_remote_rv_destroy(psg_remote_rv_t **r);
 

@@ -57,6 +57,8 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     pthread_mutex_unlock(&ts->lock);
     psg_strbuf_printf(&b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,
                       psg_rendezvous_num_pending(ts->rv), nq, np, nd);
+    /* a string: JSON readers keep 53 bits of a number */
+    psg_strbuf_printf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", psg_wire_incarnation());
     if (ts->server) {
         psg_server_stats_t st = psg_server_stats(ts->server);
         psg_strbuf_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"refused\":%" PRIu64,

@@ -463,6 +463,7 @@ static void *server_main(void *arg) {
     wo.max_msg_bytes = (size_t)2 << 30;
     wo.keys = ts->keys;
     wo.insecure = ts->insecure;
+    wo.peer_timeout_ms = ts->peer_timeout_ms;
     ts->server = psg_server_new(ts->bind, &wo);
     pthread_mutex_lock(&ts->lock);
     if (!ts->server) {
@@ -610,6 +611,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->max_steps = opt->max_steps > 0 ? opt->max_steps : 8;
     ts->recv_timeout_ms = opt->recv_timeout_ms > 0 ? opt->recv_timeout_ms : 60000;
     ts->idle_timeout_ms = opt->idle_timeout_ms;
+    ts->peer_timeout_ms = opt->peer_timeout_ms ? opt->peer_timeout_ms : psg_cluster_peer_timeout_ms(opt->cluster);
     ts->expect_workers = opt->expect_workers;
     ts->lim = psg_task_limits_resolve(&opt->limits);
     if (ts->lim.max_running_per_peer <= 0) ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
@@ -622,6 +624,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     psg_timer_t *timer = ts->rm ? psg_timer_of(ts->rm) : NULL;
     if (!ts->rm || !ts->remote || !timer) goto fail;
     psg_remote_rv_set_keys(ts->remote, ts->keys);
+    psg_remote_rv_set_peer_timeout(ts->remote, ts->peer_timeout_ms);
     psg_timer_set_max_wait(timer, ts->lim.max_wait_ms);
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
     ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);

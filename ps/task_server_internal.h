@@ -102,6 +102,7 @@ struct psg_task_server {
     int port;
     int num_threads, max_steps, expect_workers;
     int64_t recv_timeout_ms, idle_timeout_ms;
+    int peer_timeout_ms; /* heartbeats of its socket and its pulls' (0: the default) */
     psg_task_limits_t lim;
 
     psg_resource_mgr_t *rm;

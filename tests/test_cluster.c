@@ -48,6 +48,11 @@ static void test_good(void) {
           strcmp(me.address, "127.0.0.1:2224") == 0);
     psg_task_t all[8];
     CHECK(psg_cluster_tasks(c, all, 8) == 5);
+    CHECK(psg_cluster_peer_timeout_ms(c) == 0); /* not given: the wire's default */
+    psg_cluster_t *pt = psg_cluster_parse("{\"cluster\": {\"ps\": [\"h:1\"]}, \"peer_timeout\": 2.5}", "TF_CONFIG");
+    CHECK(pt && psg_cluster_peer_timeout_ms(pt) == 2500);
+    CHECK(pt && psg_cluster_set_peer_timeout(pt, -1) < 0 && psg_cluster_peer_timeout_ms(pt) == 2500);
+    psg_cluster_destroy(&pt);
     CHECK(strcmp(all[0].job, "chief") == 0 && strcmp(all[1].job, "ps") == 0 && all[2].index == 1 &&
           strcmp(all[4].address, "127.0.0.1:2224") == 0);
     CHECK(psg_cluster_tasks(c, all, 2) == 5); /* counts all, writes 2 */
@@ -95,6 +100,10 @@ static void test_errors(void) {
     expect_error("[1]", "the document is an array, not an object");
     expect_error("{\"task\": {\"type\": \"ps\", \"index\": 0}}", "\"cluster\" is missing");
     expect_error("{\"clutser\": {}}", "unknown field \"clutser\"");
+    expect_error("{\"cluster\": {\"ps\": [\"h:1\"]}, \"peer_timeout\": \"3\"}",
+                 "\"peer_timeout\" is a string, not a number of seconds");
+    expect_error("{\"cluster\": {\"ps\": [\"h:1\"]}, \"peer_timeout\": 0}", "peer timeout 0 s: must be above 0");
+    expect_error("{\"cluster\": {\"ps\": [\"h:1\"]}, \"peer_timeout\": 1e9}", "must be above 0 and at most 86400 s");
     expect_error("{\"cluster\": {}}", "\"cluster\" has no job");
     expect_error("{\"cluster\": [\"h:1\"]}", "\"cluster\" is an array, not an object of jobs");
     expect_error("{\"cluster\": {\"ps\": \"h:1\"}}", "cluster.ps is a string, not a list");

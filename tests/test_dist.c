@@ -197,21 +197,6 @@ static int ps_of_w_small(const model_t *m) {
     return strstr(psg_node_assigned_device(v), "/task:1/") ? 1 : 0;
 }
 
-/* Waits until every thread of pid is stopped (SIGSTOP is delivered asynchronously). */
-static void wait_stopped(pid_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 500; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f) fclose(f);
-        buf[n] = 0;
-        const char *close = strrchr(buf, ')');
-        if (close && close[1] == ' ' && close[2] == 'T') return;
-        usleep(2000);
-    }
-}
-
 static void test_overlap(psg_dist_session_t *s, model_t *m) {
     psg_dist_callable_t *add = psg_dist_session_make_callable(s, 1, &m->x, 0, NULL, 1, &m->add);
     psg_dist_callable_t *read = psg_dist_session_make_callable(s, 0, NULL, 1, &m->r_small, 0, NULL);
@@ -261,7 +246,7 @@ static void test_overlap(psg_dist_session_t *s, model_t *m) {
     char task[64];
     snprintf(task, sizeof task, "/job:ps/replica:0/task:%d", k);
     kill(ps_pid[k], SIGSTOP);
-    wait_stopped(ps_pid[k]);
+    psg_test_wait_stopped(ps_pid[k]);
     CHECK(psg_dist_callable_run(add, &x, NULL) == 0);
     CHECK(psg_dist_session_drain(s) < 0);
     CHECK_ERROR_HAS(task);

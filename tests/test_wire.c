@@ -517,6 +517,20 @@ static void hostile_bad_headers(raw_t *r, psg_client_t *good) {
     f[0] = sb.data, z[0] = sb.size;
     raw_send(r, 1, f, z);
     expect_rejected(r, good, 20, "key is 4097 bytes", "long key");
+
+    /* An incarnation that is not an unsigned integer; one on a chunk. */
+    pk_head(4, 21);
+    pk_str("inc");
+    pk_str("new");
+    f[0] = sb.data, z[0] = sb.size;
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 21, "header field \"inc\" is not an unsigned integer", "string incarnation");
+    pk_head(4, 22);
+    pk_str("inc");
+    msgpack_pack_int64(&pk, -5);
+    f[0] = sb.data, z[0] = sb.size;
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 22, "header field \"inc\" is not an unsigned integer", "negative incarnation");
 }
 
 /* Chunks out of order, unfinished and misdirected messages, frame counts. */
@@ -573,7 +587,7 @@ static void test_hostile(void) {
     hostile_bad_headers(&r, good);
     hostile_bad_messages(&r, good);
     psg_server_stats_t st = psg_server_stats(e.server);
-    CHECK(st.rejected == 200 + 20 && st.received >= 20);
+    CHECK(st.rejected == 200 + 22 && st.received >= 20);
 
     /* A frame over PSG_WIRE_MAX_FRAME: ZeroMQ drops the connection before allocating it;
      * the server goes on serving others. */

@@ -46,3 +46,17 @@ psg_tensor_t *psg_test_random(const psg_shape_t *shape, float lo, float hi, unsi
     }
     return t;
 }
+
+void psg_test_wait_stopped(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 500; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f) fclose(f);
+        buf[n] = 0;
+        const char *close = strrchr(buf, ')');
+        if (close && close[1] == ' ' && close[2] == 'T') return;
+        usleep(2000);
+    }
+}

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "psgraph/psgraph.h"
 
@@ -62,6 +63,9 @@ psg_tensor_t *psg_test_tensor(const psg_shape_t *shape, const float *values);
 int psg_test_free_port(void);
 /* CLOCK_MONOTONIC, in seconds. */
 double psg_test_now_sec(void);
+/* Waits (1 s at most) until every thread of pid is stopped: SIGSTOP is delivered
+ * asynchronously. */
+void psg_test_wait_stopped(pid_t pid);
 
 psg_tensor_t *psg_test_random(const psg_shape_t *shape, float lo, float hi, unsigned *seed);
 

@@ -20,8 +20,9 @@
 
 #define DEFAULT_KEEP 5
 #define DEFAULT_EVERY_SECS 600.0
-/* How long a recovery waits for a dead ps to come back, at least (launch restarts it). */
-#define MIN_RECOVERY_MS 60000
+/* How long a recovery waits for a lost ps to come back by default (launch --restart
+ * on-failure restarts it within seconds; without it, the job stops then, naming the ps). */
+#define DEFAULT_RECOVERY_MS 60000
 
 struct psg_cluster_ckpt {
     const psg_train_config_t *c;
@@ -31,9 +32,11 @@ struct psg_cluster_ckpt {
     FILE *out, *metrics;
     int nps;
     int64_t timeout_ms;
+    int64_t recovery_ms; /* how long a lost ps is waited for */
     psg_checkpoint_policy_t policy;
     int64_t last_saved; /* the step of the newest committed checkpoint, -1: none */
     double last_save_time;
+    uint64_t *ps_inc; /* each ps's incarnation when last heard (0: not yet): a new one is a restart */
 };
 
 static const char *ps_task(int i, char *buf, size_t size) {
@@ -51,7 +54,14 @@ psg_cluster_ckpt_t *psg_cluster_ckpt_new(const psg_train_config_t *c, const psg_
     *h = (psg_cluster_ckpt_t){.c = c, .ds = ds, .chief = chief, .task = task, .out = out,
                               .metrics = metrics, .nps = psg_cluster_num_tasks(cluster, "ps"),
                               .timeout_ms = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000,
+                              .recovery_ms = c->recovery_timeout_s > 0 ? (int64_t)(c->recovery_timeout_s * 1000)
+                                                                       : DEFAULT_RECOVERY_MS,
                               .last_saved = -1, .last_save_time = psg_now_sec()};
+    if (!(h->ps_inc = calloc((size_t)h->nps + 1, sizeof *h->ps_inc))) {
+        psg_error_set("out of memory");
+        free(h);
+        return NULL;
+    }
     h->policy.keep = c->keep > 0 ? c->keep : DEFAULT_KEEP;
     h->policy.every_secs = DEFAULT_EVERY_SECS;
     if (c->checkpoint_every && psg_checkpoint_policy_parse(c->checkpoint_every, &h->policy) < 0) {
@@ -63,6 +73,7 @@ psg_cluster_ckpt_t *psg_cluster_ckpt_new(const psg_train_config_t *c, const psg_
 
 void psg_cluster_ckpt_destroy(psg_cluster_ckpt_t **h) {
     if (!h || !*h) return;
+    free((*h)->ps_inc);
     free(*h);
     *h = NULL;
 }
@@ -82,15 +93,31 @@ static int latest_step(psg_cluster_ckpt_t *h, int64_t *step) {
 }
 
 /* Waits until ps i answers Inspect (each try bounded by the step timeout: a try returns as
- * soon as the task is up again), up to the recovery deadline. *holds: whether it holds an
- * initialized variable. */
-static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *holds) {
+ * soon as the task is up again), up to the recovery deadline. *restarted: whether it is a
+ * new process since it was last heard (a new incarnation; the first time, whether it holds
+ * no initialized variable). */
+static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *restarted) {
     char task[PSG_DEVICE_NAME_MAX];
     ps_task(i, task, sizeof task);
+    (void)psg_dist_session_drain(h->ds); /* a step still open failed with the lost task */
     for (;;) {
-        char *json = psg_dist_session_inspect(h->ds, task);
+        /* each try bounded by what is left, so that the deadline holds */
+        int64_t left = (int64_t)((deadline - psg_now_sec()) * 1e3);
+        psg_req_t in = {.type = PSG_REQ_INSPECT};
+        psg_msg_t *m = psg_req_encode(&in);
+        psg_msg_t *r = m ? psg_dist_session_call(h->ds, task, &m, left < 1000 ? 1000 : left < h->timeout_ms ? left : h->timeout_ms) : NULL;
+        char *json = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
+        psg_msg_destroy(&r);
         if (json) {
-            *holds = strstr(json, "\"initialized\":true") != NULL;
+            uint64_t inc = psg_dist_session_incarnation(h->ds, task);
+            bool holds = strstr(json, "\"initialized\":true") != NULL;
+            *restarted = h->ps_inc[i] ? inc != h->ps_inc[i] : !holds;
+            if (h->ps_inc[i] && *restarted) {
+                fprintf(h->out, "%s: ps%d is a new process (incarnation %016" PRIx64 ", was %016" PRIx64 ")\n",
+                        h->task, i, inc, h->ps_inc[i]);
+                fflush(h->out);
+            }
+            h->ps_inc[i] = inc;
             free(json);
             return 0;
         }
@@ -132,12 +159,14 @@ int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
         }
         return 0;
     }
-    double deadline = psg_now_sec() + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
+    /* the ps tasks may still be starting (over ssh, pulling an image): the default at least */
+    int64_t wait_ms = h->recovery_ms > DEFAULT_RECOVERY_MS ? h->recovery_ms : DEFAULT_RECOVERY_MS;
+    double deadline = psg_now_sec() + (double)(wait_ms > h->timeout_ms ? wait_ms : h->timeout_ms) / 1e3;
     int holding = 0;
     for (int i = 0; i < h->nps; i++) {
-        bool holds = false;
-        if (wait_ps(h, i, deadline, &holds) < 0) return -1;
-        if (holds) {
+        bool fresh = false;
+        if (wait_ps(h, i, deadline, &fresh) < 0) return -1;
+        if (!fresh) {
             holding++;
             continue;
         }
@@ -271,11 +300,11 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
     fprintf(h->out, "recovery: step %" PRId64 " failed (%s); waiting for every ps task\n", step + 1, why);
     fflush(h->out);
     double t0 = psg_now_sec();
-    double deadline = t0 + (double)(h->timeout_ms > MIN_RECOVERY_MS ? h->timeout_ms : MIN_RECOVERY_MS) / 1e3;
+    double deadline = t0 + (double)h->recovery_ms / 1e3;
     for (int i = 0; i < h->nps; i++) {
-        bool holds = false;
-        if (wait_ps(h, i, deadline, &holds) < 0) return -1;
-        if (holds || !h->chief) continue;
+        bool restarted = false;
+        if (wait_ps(h, i, deadline, &restarted) < 0) return -1;
+        if (!restarted || !h->chief) continue;
         /* ps i restarted: only its shard rolls back, the others keep their values */
         int n = 0;
         if (restore_ps(h, i, h->last_saved, &n) < 0) return -1;

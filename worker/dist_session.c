@@ -22,6 +22,7 @@ typedef struct {
     char task[PSG_DEVICE_NAME_MAX]; /* canonical "/job:ps/replica:0/task:0" */
     char address[256];
     psg_ts_client_t *client; /* NULL for this process's task */
+    uint64_t restarts_seen;  /* the client's restarts already reported in a step's error */
 } peer_t;
 
 typedef struct {
@@ -35,6 +36,7 @@ typedef struct {
     bool waiting;
     bool unreachable; /* the RunGraph could not be sent (send no notes) */
     psg_msg_t *reply; /* arrived, not yet read (a reply of the other open step) */
+    char *lost;       /* its connection was lost: why (then not waiting) */
 } part_req_t;
 
 typedef struct {
@@ -106,7 +108,9 @@ static int peer_index(psg_dist_session_t *s, const char *task) {
     snprintf(p->task, sizeof p->task, "%s", task);
     snprintf(p->address, sizeof p->address, "%s", addr);
     if (strcmp(task, s->task)) {
-        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms, psg_cluster_keys(s->cluster)))) return -1;
+        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms, psg_cluster_peer_timeout_ms(s->cluster),
+                                            psg_cluster_keys(s->cluster))))
+            return -1;
     }
     return s->n_peers++;
 }
@@ -145,6 +149,7 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
 static void reqs_clear(step_reqs_t *r, int np) {
     for (int k = 0; r->reqs && k < np; k++) {
         psg_msg_destroy(&r->reqs[k].reply);
+        free(r->reqs[k].lost);
         r->reqs[k] = (part_req_t){0};
     }
 }
@@ -385,9 +390,53 @@ static void file_reply(psg_dist_callable_t *c, int k, psg_msg_t *m) {
     psg_msg_destroy(&m);
 }
 
+/* Peer p's connection was lost (why): every request of the callable's steps waiting on it
+ * fails with that, as their replies will never come. */
+static void mark_lost(psg_dist_callable_t *c, int p, const char *why) {
+    step_reqs_t *all[3] = {&c->cur, &c->open, &c->next};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; all[i]->reqs && k < c->set->num_partitions; k++) {
+            part_req_t *q = &all[i]->reqs[k];
+            if (c->runs[k].peer != p || !q->waiting) continue;
+            q->waiting = false;
+            q->unreachable = true; /* no notes: each would wait for a connection */
+            free(q->lost);
+            q->lost = strdup(why);
+        }
+}
+
+/* Reads what arrived from the task of partition k: its replies, a lost connection. */
+static void read_peer(psg_dist_callable_t *c, int k) {
+    int p = c->runs[k].peer;
+    psg_ts_client_t *client = c->s->peers[p].client;
+    for (;;) {
+        psg_msg_t *m = NULL;
+        int rc = psg_ts_client_recv(client, &m);
+        if (rc < 0 && psg_error_code() == PSG_ERR_UNAVAILABLE) mark_lost(c, p, psg_error_message());
+        if (rc <= 0) break;
+        file_reply(c, k, m);
+    }
+    if (psg_ts_client_check(client) < 0) mark_lost(c, p, psg_error_message());
+}
+
+/* The error of partition k's request q, or NULL: its connection lost, its task restarted
+ * (a new incarnation: it lost its variables and graphs, whatever the reply says). */
+static const char *peer_failure(psg_dist_callable_t *c, const part_req_t *q, int k, char *buf, size_t size) {
+    peer_t *peer = &c->s->peers[c->runs[k].peer];
+    if (q->lost) return q->lost;
+    uint64_t restarts = psg_ts_client_restarts(peer->client);
+    if (restarts == peer->restarts_seen) return NULL;
+    peer->restarts_seen = restarts;
+    snprintf(buf, size, "task %s (%s) restarted (it answers as incarnation %016" PRIx64
+             "): its variables and graphs are gone", peer->task, peer->address,
+             psg_ts_client_incarnation(peer->client));
+    return buf;
+}
+
 /* Collects the RunGraph replies of step r's remote partitions until deadline (replies of
  * the callable's other step in flight are kept for later), then reads them: fetches into
- * fetched (NULL: the step fetches nothing remotely), the first failure into err. */
+ * fetched (NULL: the step fetches nothing remotely), the first failure into err. A task
+ * whose connection is lost fails the step at once (heartbeats: the peer timeout). */
 static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
                     psg_tensor_t **fetched, char *err, size_t errsize, psg_err_code_t *code) {
     psg_dist_session_t *s = c->s;
@@ -406,14 +455,8 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
         int64_t left = deadline - psg_ts_now_ms();
         if (left <= 0) break;
         if (psg_ts_client_poll(clients, n, ready, left) <= 0) continue;
-        for (int i = 0; i < n; i++) {
-            if (!ready[i]) continue;
-            for (;;) {
-                psg_msg_t *m = NULL;
-                if (psg_ts_client_recv(clients[i], &m) <= 0) break;
-                file_reply(c, item_part[i], m);
-            }
-        }
+        for (int i = 0; i < n; i++)
+            if (ready[i]) read_peer(c, item_part[i]);
     }
     for (int k = 0; k < np; k++) {
         part_req_t *q = &r->reqs[k];
@@ -421,7 +464,15 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
         peer_t *peer = &s->peers[c->runs[k].peer];
         const psg_partition_t *p = &c->set->partitions[k];
         psg_msg_t *m = q->reply;
-        if (q->waiting) { /* the deadline passed: name the first silent task */
+        char why[1024];
+        const char *failure = peer_failure(c, q, k, why, sizeof why);
+        if (failure) { /* the root cause of whatever else this task's reply says */
+            if (!err[0] || *code != PSG_ERR_UNAVAILABLE) {
+                snprintf(err, errsize, "%s", failure);
+                *code = PSG_ERR_UNAVAILABLE;
+            }
+            q->waiting = false;
+        } else if (q->waiting) { /* the deadline passed: name the first silent task */
             q->waiting = false;
             if (!err[0]) {
                 snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
@@ -608,6 +659,8 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         err_names_step = true;
     }
     if (err[0]) { /* tell the others now, so that they stop waiting for this step */
+        for (int k = 0; k < np; k++) /* not the tasks known lost: a note would wait for them */
+            if (c->runs[k].peer >= 0) read_peer(c, k);
         cancel_next(c);
         for (int k = 0; k < np; k++)
             if (c->runs[k].peer >= 0 && !r->reqs[k].unreachable)
@@ -666,17 +719,23 @@ int psg_dist_session_run_init(psg_dist_session_t *s) {
     return run_init_parts(s, n, init);
 }
 
+/* The canonical name of a task ("/job:ps/task:0" -> "/job:ps/replica:0/task:0"). */
+static int canonical_task(const char *task, char *out, size_t size) {
+    psg_device_name_t d;
+    if (psg_device_name_parse(task, &d) < 0) return -1;
+    if (!d.has_replica) d.has_replica = true, d.replica = 0;
+    psg_device_name_task_str(&d, out, size);
+    return 0;
+}
+
 /* A request to task `task` and its reply (NULL with the error naming the task). */
 static psg_msg_t *call_task(psg_dist_session_t *s, const char *task, psg_msg_t **m,
                             int64_t timeout_ms) {
     char canon[PSG_DEVICE_NAME_MAX];
-    psg_device_name_t d;
-    if (psg_device_name_parse(task, &d) < 0) {
+    if (canonical_task(task, canon, sizeof canon) < 0) {
         psg_msg_destroy(m);
         return NULL;
     }
-    if (!d.has_replica) d.has_replica = true, d.replica = 0;
-    psg_device_name_task_str(&d, canon, sizeof canon);
     int i = peer_index(s, canon);
     if (i < 0) {
         psg_msg_destroy(m);
@@ -795,6 +854,17 @@ char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task) {
     }
     psg_msg_destroy(&r);
     return out;
+}
+
+uint64_t psg_dist_session_incarnation(psg_dist_session_t *s, const char *task) {
+    char canon[PSG_DEVICE_NAME_MAX];
+    if (canonical_task(task, canon, sizeof canon) < 0) return 0;
+    for (int i = 0; i < s->n_peers; i++)
+        if (!strcmp(s->peers[i].task, canon) && s->peers[i].client) {
+            s->peers[i].restarts_seen = psg_ts_client_restarts(s->peers[i].client);
+            return psg_ts_client_incarnation(s->peers[i].client);
+        }
+    return 0;
 }
 
 psg_msg_t *psg_dist_session_call(psg_dist_session_t *s, const char *task, psg_msg_t **m,

@@ -19,6 +19,8 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
                                  : psg_cluster_from_env();
     if (!w->cluster) return -1;
     if (c->keys_dir && psg_cluster_set_keys(w->cluster, c->keys_dir) < 0) return psg_error_wrap("--keys");
+    if (c->peer_timeout_s > 0 && psg_cluster_set_peer_timeout(w->cluster, c->peer_timeout_s) < 0)
+        return psg_error_wrap("--peer-timeout");
     psg_task_t me = psg_cluster_task(w->cluster);
     if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
     int chiefs = psg_cluster_num_tasks(w->cluster, "chief");

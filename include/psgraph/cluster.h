@@ -22,7 +22,8 @@ typedef struct {
  *    "task": {"type": "worker", "index": 0}}
  * "task" may be absent (then no task is set); "environment" and "rpc_layer" are accepted
  * and ignored, as TensorFlow does; "keys": "DIR" names the cluster's key folder
- * (psgraph/curve.h), loaded here; any other field is an error (a typo would otherwise
+ * (psgraph/curve.h), loaded here; "peer_timeout": S the seconds a silent peer is waited
+ * for (psg_cluster_peer_timeout_ms); any other field is an error (a typo would otherwise
  * pass silently). `origin` ("TF_CONFIG", a file name) starts every error message.
  * NULL with the error set, naming the field, on malformed JSON, a job that is not a list
  * of "host:port" (or "ipc://path") strings, an empty job, a duplicate address, more than one chief, a task
@@ -42,6 +43,12 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
 int psg_cluster_set_keys(psg_cluster_t *c, const char *dir);
 /* The cluster's keys (owned by the cluster), NULL when it has none. NULL-safe. */
 const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c);
+/* How long a peer may stay silent before a request waiting on it fails, naming it
+ * (heartbeats: psgraph/wire.h): the document's "peer_timeout" in seconds, or as set; 0 when
+ * neither (PSG_WIRE_PEER_TIMEOUT_MS then). NULL-safe. */
+int psg_cluster_peer_timeout_ms(const psg_cluster_t *c);
+/* Sets it (as `--peer-timeout S`): -1 with the error set unless 0 < seconds <= a day. */
+int psg_cluster_set_peer_timeout(psg_cluster_t *c, double seconds);
 /* Frees the cluster; sets *c to NULL. NULL-safe. */
 void psg_cluster_destroy(psg_cluster_t **c);
 

@@ -103,6 +103,10 @@ int psg_dist_session_reregister(psg_dist_session_t *s);
  * initializers of the variables that task holds, and of no other. */
 int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task);
 
+/* The incarnation of task `task` as its latest reply to this session gave it (0: none yet,
+ * or this process's own task): a task restarted at the same address answers with a new
+ * one (psgraph/wire.h). Reading it acknowledges a restart: steps no longer report it. */
+uint64_t psg_dist_session_incarnation(psg_dist_session_t *s, const char *task);
 /* The Inspect report of a task ("/job:ps/task:1"): JSON as psg_task_server_inspect,
  * malloc'd (the caller frees). NULL with the error set. */
 char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task);

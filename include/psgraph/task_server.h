@@ -85,6 +85,8 @@ typedef struct {
     int max_steps;             /* steps run at once (runner threads; <= 0: 8) */
     int64_t recv_timeout_ms;   /* how long a Recv (local or pulled) waits; <= 0: 60000 */
     int64_t idle_timeout_ms;   /* stop after this long without a request; 0: never */
+    int peer_timeout_ms;       /* heartbeats: a peer silent this long is dropped (psgraph/wire.h);
+                                * 0: the cluster's, else PSG_WIRE_PEER_TIMEOUT_MS */
     int expect_workers;        /* stop once this many workers sent JobDone; 0: never */
     /* where SaveShard and Trace may write (each made when absent; a path under one of
      * them); none: they are refused */

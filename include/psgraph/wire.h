@@ -48,6 +48,8 @@ typedef struct psg_msg {
     char *op;              /* what a request asks for: "RunGraph", "Recv", ... */
     char *key;             /* a rendezvous key, a resource name, a graph handle */
     int64_t step;          /* a step id; 0 when unused */
+    uint64_t incarnation;  /* the sender's process (psg_wire_incarnation): set on every message
+                            * sent, read on every one received; 0: a peer that sends none */
     char *error;           /* the reason, in an ERROR message */
     int code;              /* in an ERROR message: a psg_err_code_t (0: unknown) */
     psg_buffer_t *body;    /* opaque bytes (a serialized graph, a status report); may be NULL */
@@ -85,7 +87,24 @@ typedef struct {
     const psg_curve_keys_t *keys;
     /* a server may listen without keys off loopback, or on an ipc:// folder open to others */
     bool insecure;
+    /* heartbeats (ZeroMQ's PING/PONG, answered by its I/O thread even while the task is
+     * busy): a connection silent this long is dropped, and a request sent on it fails
+     * (psg_client_check). 0: PSG_WIRE_PEER_TIMEOUT_MS; < 0: no heartbeats */
+    int peer_timeout_ms;
 } psg_wire_opts_t;
+
+/* The default peer timeout: above the 6.2 s by which TCP's backed-off retransmissions
+ * deliver again after a 3 s cut, so a short cut pauses a job instead of failing it. */
+#define PSG_WIRE_PEER_TIMEOUT_MS 10000
+
+/* This process's incarnation: a random 64-bit number (never 0) drawn at its first use and
+ * carried in every message it sends, so that a peer tells a restarted task from the same
+ * one (a task restarted at the same address has lost its variables and graphs). */
+uint64_t psg_wire_incarnation(void);
+/* The heartbeat period and timeout of a peer timeout (0: the default): ZeroMQ drops a
+ * connection after `timeout_ms` without traffic, a PING sent every `ivl_ms` keeping an
+ * idle one alive; the two add up to the peer timeout. 0, 0 when heartbeats are off. */
+void psg_wire_heartbeat(int peer_timeout_ms, int *ivl_ms, int *timeout_ms);
 
 /* The defaults, measured (docs/wire.md): tensors up to 24 MiB whole, larger ones in 4 MiB
  * chunks; messages up to 4 GiB; 30 s timeout. */
@@ -175,7 +194,20 @@ int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id);
 int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms);
 /* Drops the connection and what is queued on it, and connects again. */
 int psg_client_reset(psg_client_t *c);
+/* Reads the connection's events. -1 with the error set (code PSG_ERR_UNAVAILABLE, naming the
+ * peer and the peer timeout) when the connection that carried a request sent since the last
+ * failed check was lost: the peer closed it, or was silent for the peer timeout; that
+ * request's reply will never come. 0 otherwise. psg_client_recv and psg_client_call check. */
+int psg_client_check(psg_client_t *c);
+/* The incarnation of the peer's latest reply (0: none yet), and how often it changed: a
+ * change means the peer's process restarted. */
+uint64_t psg_client_peer_incarnation(const psg_client_t *c);
+uint64_t psg_client_peer_restarts(const psg_client_t *c);
 /* The ZeroMQ socket, for zmq_poll beside other clients. Owned by the client. */
 void *psg_client_socket(psg_client_t *c);
+/* The socket of its connection events (readable: call psg_client_check), for zmq_poll
+ * beside the client's socket, so that a lost connection wakes a wait. NULL without
+ * heartbeats. Owned by the client. */
+void *psg_client_events_socket(psg_client_t *c);
 
 #endif
