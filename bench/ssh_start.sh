@@ -4,7 +4,8 @@
 # beside the same cluster started with plain `psgraph launch` on one host (the tasks' own
 # start-up), alternating, ROUNDS rounds; the time from the launcher's start until every task
 # is up (the ps serving, each worker's first line). JSON lines on stdout: each round, then
-# the best of each and the difference (the issue's bar: <= 1 s beyond the tasks' own).
+# the best of each and the difference (the issue's bar: <= 1 s beyond the tasks' own), beside
+# the peer: 5 bare `ssh HOST true` at once, what OpenSSH itself costs on this machine.
 # Needs root and openssh-server.   bash bench/ssh_start.sh [build/cli/psgraph] [ROUNDS]
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,15 +36,22 @@ p.wait()
 print(f"{took:.3f}" if took is not None else "null")
 PY
 }
+# seconds for 5 bare `ssh HOST true` at once (the sessions alone)
+ssh_alone() {
+  hosts_exec ctl bash -c "s=\$(date +%s%N); for h in h1 h2 h3 h4 h5; do ssh -F '$SSH_CONFIG' \$h true & done; wait;
+    echo \$(( (\$(date +%s%N) - s) / 1000000 ))" | awk '{printf "%.3f", $1 / 1000}'
+}
 task=(sh -c 'echo up; exec sleep 60')
-best_local= best_ssh=
+best_local= best_ssh= best_bare=
 for r in $(seq "$rounds"); do
   local_s=$(hosts_exec ctl bash -c "$(declare -f time_up); time_up \"\$@\"" _ \
     "$psgraph" launch --transport tcp --ps 1 --workers 4 -- "${task[@]}")
   ssh_s=$(hosts_exec ctl bash -c "$(declare -f time_up); time_up \"\$@\"" _ \
     "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts h1,h2,h3,h4,h5 --ps 1 --workers 4 -- "${task[@]}")
-  echo "{\"bench\":\"ssh_start\",\"round\":$r,\"tasks\":5,\"local_s\":$local_s,\"ssh_s\":$ssh_s,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+  bare_s=$(ssh_alone)
+  echo "{\"bench\":\"ssh_start\",\"round\":$r,\"tasks\":5,\"local_s\":$local_s,\"ssh_s\":$ssh_s,\"bare_ssh5_s\":$bare_s,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+  best_bare=$(python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x not in ('', 'null')]; print(min(v) if v else 'null')" $best_bare $bare_s)
   best_local=$(python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x not in ('', 'null')]; print(min(v) if v else 'null')" $best_local $local_s)
   best_ssh=$(python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x not in ('', 'null')]; print(min(v) if v else 'null')" $best_ssh $ssh_s)
 done
-echo "{\"bench\":\"ssh_start_best\",\"rounds\":$rounds,\"local_s\":$best_local,\"ssh_s\":$best_ssh,\"ssh_over_local_s\":$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 3) if 'null' not in sys.argv[1:] else 'null')" "$best_local" "$best_ssh"),\"bar_s\":1.0}"
+echo "{\"bench\":\"ssh_start_best\",\"rounds\":$rounds,\"local_s\":$best_local,\"ssh_s\":$best_ssh,\"ssh_over_local_s\":$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 3) if 'null' not in sys.argv[1:] else 'null')" "$best_local" "$best_ssh"),\"bare_ssh5_s\":$best_bare,\"bar_s\":1.0}"
