@@ -390,6 +390,47 @@ int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) 
     return 0;
 }
 
+/* The ops of psg_math_fn_t by name, and the attribute that holds a unary op's constant. */
+static const struct {
+    const char *op;
+    psg_math_fn_t fn;
+    const char *constant;
+} math_fns[] = {
+    {"Add", PSG_MATH_ADD, NULL},
+    {"Sub", PSG_MATH_SUB, NULL},
+    {"Mul", PSG_MATH_MUL, NULL},
+    {"Div", PSG_MATH_DIV, NULL},
+    {"ReluGrad", PSG_MATH_RELU_GRAD, NULL},
+    {"SigmoidGrad", PSG_MATH_SIGMOID_GRAD, NULL},
+    {"TanhGrad", PSG_MATH_TANH_GRAD, NULL},
+    {"Neg", PSG_MATH_NEG, NULL},
+    {"Square", PSG_MATH_SQUARE, NULL},
+    {"Sqrt", PSG_MATH_SQRT, NULL},
+    {"Exp", PSG_MATH_EXP, NULL},
+    {"Log", PSG_MATH_LOG, NULL},
+    {"Pow", PSG_MATH_POW, "exponent"},
+    {"Scale", PSG_MATH_SCALE, "scale"},
+    {"Relu", PSG_MATH_RELU, NULL},
+    {"Sigmoid", PSG_MATH_SIGMOID, NULL},
+    {"Tanh", PSG_MATH_TANH, NULL},
+    {"Sum", PSG_MATH_SUM, NULL},
+    {"Mean", PSG_MATH_MEAN, NULL},
+    {"Softmax", PSG_MATH_SOFTMAX, NULL},
+    {"LogSoftmax", PSG_MATH_LOG_SOFTMAX, NULL},
+};
+
+int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_math_fn_params_t *p = params;
+    for (size_t i = 0; i < sizeof math_fns / sizeof math_fns[0]; i++) {
+        if (strcmp(psg_node_op(n), math_fns[i].op)) continue;
+        p->fn = math_fns[i].fn;
+        p->p = math_fns[i].constant ? (float)psg_node_get_float(n, math_fns[i].constant, 1.0) : 0.0f;
+        return 0;
+    }
+    return psg_error_set("node '%s': op %s has no math function", psg_node_name(n), psg_node_op(n));
+}
+
 psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {
     int rank = out->shape.rank;
     psg_concat_layout_t l = {((const psg_concat_params_t *)psg_kernel_params(c))->axis, 1, 1};
@@ -787,34 +828,51 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
                                      .prepare = prepare_fn,                                        \
                                      .params_size = sizeof(params_type)};
 
-DEF(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_add, psg_gpu_add)
-DEF(op_sub, "Sub", 2, 1, infer_binary, grad_sub, psg_cpu_sub, psg_gpu_sub)
-DEF(op_mul, "Mul", 2, 1, infer_binary, grad_mul, psg_cpu_mul, psg_gpu_mul)
-DEF(op_div, "Div", 2, 1, infer_binary, grad_div, psg_cpu_div, psg_gpu_div)
-DEF(op_neg, "Neg", 1, 1, infer_unary, grad_neg, psg_cpu_neg, psg_gpu_neg)
-DEF(op_square, "Square", 1, 1, infer_unary, grad_square, psg_cpu_square, psg_gpu_square)
-DEF(op_sqrt, "Sqrt", 1, 1, infer_unary, grad_sqrt, psg_cpu_sqrt, psg_gpu_sqrt)
-DEF(op_exp, "Exp", 1, 1, infer_unary, grad_exp, psg_cpu_exp, psg_gpu_exp)
-DEF(op_log, "Log", 1, 1, infer_unary, grad_log, psg_cpu_log, psg_gpu_log)
-DEF(op_pow, "Pow", 1, 1, infer_unary, grad_pow, psg_cpu_pow, psg_gpu_pow)
-DEF(op_scale, "Scale", 1, 1, infer_unary, grad_scale, psg_cpu_scale, psg_gpu_scale)
-DEF(op_relu, "Relu", 1, 1, infer_unary, grad_relu, psg_cpu_relu, psg_gpu_relu)
-DEF(op_sigmoid, "Sigmoid", 1, 1, infer_unary, grad_sigmoid, psg_cpu_sigmoid, psg_gpu_sigmoid)
-DEF(op_tanh, "Tanh", 1, 1, infer_unary, grad_tanh, psg_cpu_tanh, psg_gpu_tanh)
-DEF(op_relu_grad, "ReluGrad", 2, 1, infer_act_grad, grad_relu_grad, psg_cpu_relu_grad,
-    psg_gpu_relu_grad)
-DEF(op_sigmoid_grad, "SigmoidGrad", 2, 1, infer_act_grad, grad_sigmoid_grad, psg_cpu_sigmoid_grad,
-    psg_gpu_sigmoid_grad)
-DEF(op_tanh_grad, "TanhGrad", 2, 1, infer_act_grad, grad_tanh_grad, psg_cpu_tanh_grad,
-    psg_gpu_tanh_grad)
-DEF(op_softmax, "Softmax", 1, 1, infer_softmax, grad_softmax, psg_cpu_softmax, psg_gpu_softmax)
-DEF(op_log_softmax, "LogSoftmax", 1, 1, infer_softmax, grad_log_softmax, psg_cpu_log_softmax,
-    psg_gpu_log_softmax)
+DEF_PREPARED(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_sub, "Sub", 2, 1, infer_binary, grad_sub, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_mul, "Mul", 2, 1, infer_binary, grad_mul, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_div, "Div", 2, 1, infer_binary, grad_div, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_neg, "Neg", 1, 1, infer_unary, grad_neg, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_square, "Square", 1, 1, infer_unary, grad_square, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_sqrt, "Sqrt", 1, 1, infer_unary, grad_sqrt, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_exp, "Exp", 1, 1, infer_unary, grad_exp, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_log, "Log", 1, 1, infer_unary, grad_log, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_pow, "Pow", 1, 1, infer_unary, grad_pow, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_scale, "Scale", 1, 1, infer_unary, grad_scale, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_relu, "Relu", 1, 1, infer_unary, grad_relu, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_sigmoid, "Sigmoid", 1, 1, infer_unary, grad_sigmoid, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_tanh, "Tanh", 1, 1, infer_unary, grad_tanh, psg_cpu_unary, psg_gpu_unary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_relu_grad, "ReluGrad", 2, 1, infer_act_grad, grad_relu_grad, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_sigmoid_grad, "SigmoidGrad", 2, 1, infer_act_grad, grad_sigmoid_grad, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_tanh_grad, "TanhGrad", 2, 1, infer_act_grad, grad_tanh_grad, psg_cpu_binary, psg_gpu_binary,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_softmax, "Softmax", 1, 1, infer_softmax, grad_softmax, psg_cpu_softmax, psg_gpu_softmax,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_log_softmax, "LogSoftmax", 1, 1, infer_softmax, grad_log_softmax, psg_cpu_softmax, psg_gpu_softmax,
+             psg_math_fn_prepare, psg_math_fn_params_t)
 DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
     psg_cpu_sparse_xent, psg_gpu_sparse_xent)
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
-DEF(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_sum, psg_gpu_sum)
-DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
+DEF_PREPARED(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_reduce, psg_gpu_reduce,
+             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_PREPARED(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_reduce, psg_gpu_reduce,
+             psg_math_fn_prepare, psg_math_fn_params_t)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, psg_grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */

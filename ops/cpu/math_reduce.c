@@ -127,11 +127,8 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
     return 0;
 }
 
-int psg_cpu_sum(psg_kernel_ctx_t *c) {
-    return reduce(c, false);
-}
-int psg_cpu_mean(psg_kernel_ctx_t *c) {
-    return reduce(c, true);
+int psg_cpu_reduce(psg_kernel_ctx_t *c) {
+    return reduce(c, ((const psg_math_fn_params_t *)psg_kernel_params(c))->fn == PSG_MATH_MEAN);
 }
 
 int psg_cpu_reduction_size(psg_kernel_ctx_t *c) {
@@ -247,10 +244,8 @@ static int softmax_like(psg_kernel_ctx_t *c, psg_range_fn fn) {
 }
 
 int psg_cpu_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, softmax_rows);
-}
-int psg_cpu_log_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, log_softmax_rows);
+    bool log = ((const psg_math_fn_params_t *)psg_kernel_params(c))->fn == PSG_MATH_LOG_SOFTMAX;
+    return softmax_like(c, log ? log_softmax_rows : softmax_rows);
 }
 
 int psg_cpu_sparse_xent(psg_kernel_ctx_t *c) {

@@ -28,26 +28,18 @@ static int binary(psg_kernel_ctx_t *c, psg_cu_binary_t op) {
                            &bc);
 }
 
-int psg_gpu_add(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_ADD);
-}
-int psg_gpu_sub(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_SUB);
-}
-int psg_gpu_mul(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_MUL);
-}
-int psg_gpu_div(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_DIV);
-}
-int psg_gpu_relu_grad(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_RELU_GRAD);
-}
-int psg_gpu_sigmoid_grad(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_SIGMOID_GRAD);
-}
-int psg_gpu_tanh_grad(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_TANH_GRAD);
+/* Add..TanhGrad: the prepared function (ops/params.h) */
+int psg_gpu_binary(psg_kernel_ctx_t *c) {
+    static const psg_cu_binary_t ops[PSG_MATH_FN_COUNT] = {
+        [PSG_MATH_ADD] = PSG_CU_ADD,
+        [PSG_MATH_SUB] = PSG_CU_SUB,
+        [PSG_MATH_MUL] = PSG_CU_MUL,
+        [PSG_MATH_DIV] = PSG_CU_DIV,
+        [PSG_MATH_RELU_GRAD] = PSG_CU_RELU_GRAD,
+        [PSG_MATH_SIGMOID_GRAD] = PSG_CU_SIGMOID_GRAD,
+        [PSG_MATH_TANH_GRAD] = PSG_CU_TANH_GRAD,
+    };
+    return binary(c, ops[((const psg_math_fn_params_t *)psg_kernel_params(c))->fn]);
 }
 
 static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
@@ -57,35 +49,16 @@ static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
                           psg_tensor_numel(out));
 }
 
-int psg_gpu_neg(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_NEG, 0);
-}
-int psg_gpu_square(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SQUARE, 0);
-}
-int psg_gpu_sqrt(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SQRT, 0);
-}
-int psg_gpu_exp(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_EXP, 0);
-}
-int psg_gpu_log(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_LOG, 0);
-}
-int psg_gpu_relu(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_RELU, 0);
-}
-int psg_gpu_sigmoid(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SIGMOID, 0);
-}
-int psg_gpu_tanh(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_TANH, 0);
-}
-int psg_gpu_pow(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_POW, (float)psg_node_get_float(c->node, "exponent", 1.0));
-}
-int psg_gpu_scale(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SCALE, (float)psg_node_get_float(c->node, "scale", 1.0));
+/* Neg..Tanh: the prepared function and its constant */
+int psg_gpu_unary(psg_kernel_ctx_t *c) {
+    static const psg_cu_unary_t ops[PSG_MATH_FN_COUNT] = {
+        [PSG_MATH_NEG] = PSG_CU_NEG,     [PSG_MATH_SQUARE] = PSG_CU_SQUARE, [PSG_MATH_SQRT] = PSG_CU_SQRT,
+        [PSG_MATH_EXP] = PSG_CU_EXP,     [PSG_MATH_LOG] = PSG_CU_LOG,       [PSG_MATH_POW] = PSG_CU_POW,
+        [PSG_MATH_SCALE] = PSG_CU_SCALE, [PSG_MATH_RELU] = PSG_CU_RELU,     [PSG_MATH_SIGMOID] = PSG_CU_SIGMOID,
+        [PSG_MATH_TANH] = PSG_CU_TANH,
+    };
+    const psg_math_fn_params_t *p = psg_kernel_params(c);
+    return unary(c, ops[p->fn], p->p);
 }
 
 /* ---- reductions ---- */
@@ -112,11 +85,8 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
     return psg_gpu_reduce_axes(c->device, x, reduced, out, scale);
 }
 
-int psg_gpu_sum(psg_kernel_ctx_t *c) {
-    return reduce(c, false);
-}
-int psg_gpu_mean(psg_kernel_ctx_t *c) {
-    return reduce(c, true);
+int psg_gpu_reduce(psg_kernel_ctx_t *c) {
+    return reduce(c, ((const psg_math_fn_params_t *)psg_kernel_params(c))->fn == PSG_MATH_MEAN);
 }
 
 int psg_gpu_reduction_size(psg_kernel_ctx_t *c) {
@@ -150,10 +120,7 @@ static int softmax_like(psg_kernel_ctx_t *c, bool log) {
 }
 
 int psg_gpu_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, false);
-}
-int psg_gpu_log_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, true);
+    return softmax_like(c, ((const psg_math_fn_params_t *)psg_kernel_params(c))->fn == PSG_MATH_LOG_SOFTMAX);
 }
 
 /* Labels are not checked before the work, as the CPU kernel does: that
