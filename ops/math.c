@@ -390,45 +390,41 @@ int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) 
     return 0;
 }
 
-/* The ops of psg_math_fn_t by name, and the attribute that holds a unary op's constant. */
-static const struct {
-    const char *op;
-    psg_math_fn_t fn;
-    const char *constant;
-} math_fns[] = {
-    {"Add", PSG_MATH_ADD, NULL},
-    {"Sub", PSG_MATH_SUB, NULL},
-    {"Mul", PSG_MATH_MUL, NULL},
-    {"Div", PSG_MATH_DIV, NULL},
-    {"ReluGrad", PSG_MATH_RELU_GRAD, NULL},
-    {"SigmoidGrad", PSG_MATH_SIGMOID_GRAD, NULL},
-    {"TanhGrad", PSG_MATH_TANH_GRAD, NULL},
-    {"Neg", PSG_MATH_NEG, NULL},
-    {"Square", PSG_MATH_SQUARE, NULL},
-    {"Sqrt", PSG_MATH_SQRT, NULL},
-    {"Exp", PSG_MATH_EXP, NULL},
-    {"Log", PSG_MATH_LOG, NULL},
-    {"Pow", PSG_MATH_POW, "exponent"},
-    {"Scale", PSG_MATH_SCALE, "scale"},
-    {"Relu", PSG_MATH_RELU, NULL},
-    {"Sigmoid", PSG_MATH_SIGMOID, NULL},
-    {"Tanh", PSG_MATH_TANH, NULL},
-    {"Sum", PSG_MATH_SUM, NULL},
-    {"Mean", PSG_MATH_MEAN, NULL},
-    {"Softmax", PSG_MATH_SOFTMAX, NULL},
-    {"LogSoftmax", PSG_MATH_LOG_SOFTMAX, NULL},
+/* The op of each psg_math_fn_t, in its order. */
+static const char *const math_fn_ops[PSG_MATH_FN_COUNT] = {
+    "Add", "Sub", "Mul", "Div", "ReluGrad", "SigmoidGrad", "TanhGrad",
+    "Neg", "Square", "Sqrt", "Exp", "Log", "Pow", "Scale", "Relu", "Sigmoid", "Tanh",
+    "Sum", "Mean", "Softmax", "LogSoftmax",
 };
 
 int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
     (void)g;
     psg_math_fn_params_t *p = params;
-    for (size_t i = 0; i < sizeof math_fns / sizeof math_fns[0]; i++) {
-        if (strcmp(psg_node_op(n), math_fns[i].op)) continue;
-        p->fn = math_fns[i].fn;
-        p->p = math_fns[i].constant ? (float)psg_node_get_float(n, math_fns[i].constant, 1.0) : 0.0f;
+    for (int fn = 0; fn < PSG_MATH_FN_COUNT; fn++) {
+        if (strcmp(psg_node_op(n), math_fn_ops[fn])) continue;
+        p->fn = (psg_math_fn_t)fn;
+        const char *constant = fn == PSG_MATH_POW ? "exponent" : fn == PSG_MATH_SCALE ? "scale" : NULL;
+        p->p = constant ? (float)psg_node_get_float(n, constant, 1.0) : 0.0f;
         return 0;
     }
     return psg_error_set("node '%s': op %s has no math function", psg_node_name(n), psg_node_op(n));
+}
+
+int psg_dense_backprop_outputs(psg_kernel_ctx_t *c, bool *relu, psg_tensor_t **dz, psg_tensor_t **db) {
+    *relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
+    if (*relu) {
+        *dz = psg_kernel_alloc_output(c, 0);
+        if (!*dz) return -1;
+    } else {
+        psg_kernel_set_output(c, 0, c->inputs[0]);
+        *dz = c->outputs[0];
+    }
+    *db = psg_kernel_alloc_output(c, 1);
+    return *db ? 0 : -1;
+}
+
+const int64_t *psg_slice_begin(const psg_node_t *n) {
+    return psg_node_attr(n, "begin")->u.ints.v;
 }
 
 psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {

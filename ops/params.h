@@ -37,6 +37,11 @@ typedef struct {
 
 int psg_matmul_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
 
+/* The outputs of the DenseBackprop that ctx c runs: dz (output 0), a fresh
+ * tensor when the Dense had a ReLU (*relu), else the incoming gradient itself;
+ * db (output 1), fresh. 0, or -1 with the error set. */
+int psg_dense_backprop_outputs(psg_kernel_ctx_t *c, bool *relu, psg_tensor_t **dz, psg_tensor_t **db);
+
 /* Concat: the axis, in [0, rank) when the rank was known at build time. */
 typedef struct {
     int axis;
@@ -65,7 +70,9 @@ int psg_apply_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
  * the elementwise binary ops (Add..TanhGrad), the unary ones (Neg..Tanh), the
  * reductions (Sum, Mean) and the row-wise normalizations (Softmax,
  * LogSoftmax). prepare reads the node's op into fn, and the unary op's
- * constant (Pow's exponent, Scale's factor; 0 for the others) into p. */
+ * constant (Pow's exponent, Scale's factor; 0 for the others) into p. The
+ * binary ones stand in psg_cu_binary_t's order, the unary ones in
+ * psg_cu_unary_t's (ops/cuda/launch.h; ops/cuda/math.c asserts it). */
 typedef enum {
     PSG_MATH_ADD,
     PSG_MATH_SUB,

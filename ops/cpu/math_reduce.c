@@ -365,18 +365,13 @@ static void copy_block(size_t es, int rank, const int64_t *size, const char *src
     }
 }
 
-/* begin of a Slice node, rank entries (attr "begin"). */
-static const int64_t *slice_begin(const psg_node_t *n) {
-    return psg_node_attr(n, "begin")->u.ints.v;
-}
-
 int psg_cpu_slice(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t zero[PSG_MAX_RANK] = {0};
     copy_block(psg_dtype_size(x->dtype), x->shape.rank, out->shape.dims, x->data, x->shape.dims,
-               slice_begin(c->node), out->data, out->shape.dims, zero);
+               psg_slice_begin(c->node), out->data, out->shape.dims, zero);
     return 0;
 }
 
@@ -388,6 +383,6 @@ int psg_cpu_slice_grad(psg_kernel_ctx_t *c) {
     memset(out->data, 0, psg_tensor_nbytes(out));
     int64_t zero[PSG_MAX_RANK] = {0};
     copy_block(psg_dtype_size(dy->dtype), dy->shape.rank, dy->shape.dims, dy->data, dy->shape.dims,
-               zero, out->data, out->shape.dims, slice_begin(c->node));
+               zero, out->data, out->shape.dims, psg_slice_begin(c->node));
     return 0;
 }

@@ -122,17 +122,10 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
 
 int psg_cpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
-    bool relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
-    psg_tensor_t *dz = NULL;
-    if (relu) {
-        dz = psg_kernel_alloc_output(c, 0);
-        if (!dz) return -1;
-    } else {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-    }
-    psg_tensor_t *db = psg_kernel_alloc_output(c, 1);
-    if (!db) return -1;
-    dense_back_job_t j = {psg_tensor_f32(dy), psg_tensor_f32(y), dz ? psg_tensor_f32(dz) : NULL,
+    bool relu;
+    psg_tensor_t *dz, *db;
+    if (psg_dense_backprop_outputs(c, &relu, &dz, &db) < 0) return -1;
+    dense_back_job_t j = {psg_tensor_f32(dy), psg_tensor_f32(y), relu ? psg_tensor_f32(dz) : NULL,
                           psg_tensor_f32(db), dy->shape.dims[0], dy->shape.dims[1]};
     if (j.N * j.M < PSG_MATH_PARALLEL_MIN)
         dense_back_cols(&j, 0, j.M);

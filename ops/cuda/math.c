@@ -28,18 +28,15 @@ static int binary(psg_kernel_ctx_t *c, psg_cu_binary_t op) {
                            &bc);
 }
 
+/* psg_math_fn_t lists the binary and the unary functions in the launchers' orders */
+_Static_assert(PSG_MATH_TANH_GRAD - PSG_MATH_ADD == PSG_CU_TANH_GRAD && PSG_MATH_NEG == PSG_MATH_TANH_GRAD + 1,
+               "psg_math_fn_t's binary functions are not in psg_cu_binary_t's order");
+_Static_assert(PSG_MATH_TANH - PSG_MATH_NEG == PSG_CU_TANH && PSG_MATH_POW - PSG_MATH_NEG == PSG_CU_POW,
+               "psg_math_fn_t's unary functions are not in psg_cu_unary_t's order");
+
 /* Add..TanhGrad: the prepared function (ops/params.h) */
 int psg_gpu_binary(psg_kernel_ctx_t *c) {
-    static const psg_cu_binary_t ops[PSG_MATH_FN_COUNT] = {
-        [PSG_MATH_ADD] = PSG_CU_ADD,
-        [PSG_MATH_SUB] = PSG_CU_SUB,
-        [PSG_MATH_MUL] = PSG_CU_MUL,
-        [PSG_MATH_DIV] = PSG_CU_DIV,
-        [PSG_MATH_RELU_GRAD] = PSG_CU_RELU_GRAD,
-        [PSG_MATH_SIGMOID_GRAD] = PSG_CU_SIGMOID_GRAD,
-        [PSG_MATH_TANH_GRAD] = PSG_CU_TANH_GRAD,
-    };
-    return binary(c, ops[((const psg_math_fn_params_t *)psg_kernel_params(c))->fn]);
+    return binary(c, (psg_cu_binary_t)(((const psg_math_fn_params_t *)psg_kernel_params(c))->fn - PSG_MATH_ADD));
 }
 
 static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
@@ -51,14 +48,8 @@ static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
 
 /* Neg..Tanh: the prepared function and its constant */
 int psg_gpu_unary(psg_kernel_ctx_t *c) {
-    static const psg_cu_unary_t ops[PSG_MATH_FN_COUNT] = {
-        [PSG_MATH_NEG] = PSG_CU_NEG,     [PSG_MATH_SQUARE] = PSG_CU_SQUARE, [PSG_MATH_SQRT] = PSG_CU_SQRT,
-        [PSG_MATH_EXP] = PSG_CU_EXP,     [PSG_MATH_LOG] = PSG_CU_LOG,       [PSG_MATH_POW] = PSG_CU_POW,
-        [PSG_MATH_SCALE] = PSG_CU_SCALE, [PSG_MATH_RELU] = PSG_CU_RELU,     [PSG_MATH_SIGMOID] = PSG_CU_SIGMOID,
-        [PSG_MATH_TANH] = PSG_CU_TANH,
-    };
     const psg_math_fn_params_t *p = psg_kernel_params(c);
-    return unary(c, ops[p->fn], p->p);
+    return unary(c, (psg_cu_unary_t)(p->fn - PSG_MATH_NEG), p->p);
 }
 
 /* ---- reductions ---- */
@@ -186,21 +177,15 @@ int psg_gpu_dense(psg_kernel_ctx_t *c) {
 /* inputs dy, y (N, M): dz = dy masked by y > 0 (relu) or dy itself; db = column sums of dz */
 int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
-    bool relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
-    psg_tensor_t *dz = NULL;
+    bool relu;
+    psg_tensor_t *dz, *db;
+    if (psg_dense_backprop_outputs(c, &relu, &dz, &db) < 0) return -1;
     if (relu) {
-        dz = psg_kernel_alloc_output(c, 0);
-        if (!dz) return -1;
         psg_cu_bcast_t bc = {.rank = 1, .dims = {psg_tensor_numel(dy)}, .sa = {1}, .sb = {1}};
         if (psg_cuda_binary(c->device, PSG_CU_RELU_GRAD, psg_tensor_f32(dy), psg_tensor_f32(y),
                             psg_tensor_f32(dz), &bc) < 0)
             return -1;
-    } else {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        dz = c->outputs[0];
     }
-    psg_tensor_t *db = psg_kernel_alloc_output(c, 1);
-    if (!db) return -1;
     return psg_cuda_reduce_arb(c->device, psg_tensor_f32(dz), psg_tensor_f32(db), 1,
                                dy->shape.dims[0], dy->shape.dims[1], 1.0f);
 }
@@ -226,17 +211,13 @@ int psg_gpu_concat(psg_kernel_ctx_t *c) {
     return 0;
 }
 
-static const int64_t *slice_begin(const psg_node_t *n) {
-    return psg_node_attr(n, "begin")->u.ints.v;
-}
-
 int psg_gpu_slice(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t zero[PSG_MAX_RANK] = {0};
     return psg_cuda_copy_block(c->device, (int)psg_dtype_size(x->dtype), x->shape.rank,
-                               out->shape.dims, x->data, x->shape.dims, slice_begin(c->node),
+                               out->shape.dims, x->data, x->shape.dims, psg_slice_begin(c->node),
                                out->data, out->shape.dims, zero);
 }
 
@@ -248,7 +229,7 @@ int psg_gpu_slice_grad(psg_kernel_ctx_t *c) {
     if (psg_cuda_memset0(c->device, out->data, psg_tensor_nbytes(out)) < 0) return -1;
     return psg_cuda_copy_block(c->device, (int)psg_dtype_size(dy->dtype), dy->shape.rank,
                                dy->shape.dims, dy->data, dy->shape.dims, zero, out->data,
-                               out->shape.dims, slice_begin(c->node));
+                               out->shape.dims, psg_slice_begin(c->node));
 }
 
 int psg_gpu_cast(psg_kernel_ctx_t *c) {
