@@ -550,21 +550,20 @@ static int grad_scale(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t 
     return done1(dx);
 }
 
-static int grad_relu(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    dx[0] = psg_relu_grad(g, NULL, dy[0], out0(n));
-    return done1(dx);
+/* The builder of the backprop op (ReluGrad, SigmoidGrad, TanhGrad) of the
+ * activation that node n is. */
+typedef psg_endpoint_t (*act_grad_fn)(psg_graph_t *g, const char *name, psg_endpoint_t dy,
+                                      psg_endpoint_t y);
+static act_grad_fn act_grad(const psg_node_t *n) {
+    const char *op = psg_node_op(n);
+    if (!strncmp(op, "Relu", 4)) return psg_relu_grad;
+    return !strncmp(op, "Sigmoid", 7) ? psg_sigmoid_grad : psg_tanh_grad;
 }
 
-static int grad_sigmoid(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                        psg_endpoint_t *dx) {
-    dx[0] = psg_sigmoid_grad(g, NULL, dy[0], out0(n));
-    return done1(dx);
-}
-
-static int grad_tanh(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    dx[0] = psg_tanh_grad(g, NULL, dy[0], out0(n));
+/* Relu, Sigmoid, Tanh: dx = their backprop op (dy, y). */
+static int grad_activation(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                           psg_endpoint_t *dx) {
+    dx[0] = act_grad(n)(g, NULL, dy[0], out0(n));
     return done1(dx);
 }
 
@@ -802,18 +801,8 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 /* ---- defs ---- */
 
-#define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
-    static const psg_op_def_t var = {.name = op_name,                                              \
-                                     .num_inputs = nin,                                            \
-                                     .num_outputs = nout,                                          \
-                                     .infer = infer_fn,                                            \
-                                     .grad = grad_fn,                                              \
-                                     .cpu = cpu_fn,                                                \
-                                     .cuda = PSG_GPU_KERNEL(cuda_fn)};
-
-/* A def whose kernels read a prepared struct (ops/params.h). */
-#define DEF_PREPARED(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, prepare_fn,      \
-                     params_type)                                                                  \
+/* A def: its fields, then the optional ones (`...`: at least one designated field). */
+#define DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, ...)                  \
     static const psg_op_def_t var = {.name = op_name,                                              \
                                      .num_inputs = nin,                                            \
                                      .num_outputs = nout,                                          \
@@ -821,54 +810,43 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
                                      .grad = grad_fn,                                              \
                                      .cpu = cpu_fn,                                                \
                                      .cuda = PSG_GPU_KERNEL(cuda_fn),                              \
-                                     .prepare = prepare_fn,                                        \
-                                     .params_size = sizeof(params_type)};
+                                     __VA_ARGS__};
+#define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
+    DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, .prepare = NULL)
+/* A def whose kernels read a prepared struct (ops/params.h). */
+#define DEF_PREPARED(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, prepare_fn,      \
+                     params_type)                                                                  \
+    DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, .prepare = prepare_fn,     \
+           .params_size = sizeof(params_type))
+/* A def of the math functions (psg_math_fn_t): kind is binary, unary, reduce or softmax. */
+#define DEF_FN(var, op_name, nin, infer_fn, grad_fn, kind)                                         \
+    DEF_PREPARED(var, op_name, nin, 1, infer_fn, grad_fn, psg_cpu_##kind, psg_gpu_##kind,          \
+                 psg_math_fn_prepare, psg_math_fn_params_t)
 
-DEF_PREPARED(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_sub, "Sub", 2, 1, infer_binary, grad_sub, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_mul, "Mul", 2, 1, infer_binary, grad_mul, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_div, "Div", 2, 1, infer_binary, grad_div, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_neg, "Neg", 1, 1, infer_unary, grad_neg, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_square, "Square", 1, 1, infer_unary, grad_square, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_sqrt, "Sqrt", 1, 1, infer_unary, grad_sqrt, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_exp, "Exp", 1, 1, infer_unary, grad_exp, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_log, "Log", 1, 1, infer_unary, grad_log, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_pow, "Pow", 1, 1, infer_unary, grad_pow, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_scale, "Scale", 1, 1, infer_unary, grad_scale, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_relu, "Relu", 1, 1, infer_unary, grad_relu, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_sigmoid, "Sigmoid", 1, 1, infer_unary, grad_sigmoid, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_tanh, "Tanh", 1, 1, infer_unary, grad_tanh, psg_cpu_unary, psg_gpu_unary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_relu_grad, "ReluGrad", 2, 1, infer_act_grad, grad_relu_grad, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_sigmoid_grad, "SigmoidGrad", 2, 1, infer_act_grad, grad_sigmoid_grad, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_tanh_grad, "TanhGrad", 2, 1, infer_act_grad, grad_tanh_grad, psg_cpu_binary, psg_gpu_binary,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_softmax, "Softmax", 1, 1, infer_softmax, grad_softmax, psg_cpu_softmax, psg_gpu_softmax,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_log_softmax, "LogSoftmax", 1, 1, infer_softmax, grad_log_softmax, psg_cpu_softmax, psg_gpu_softmax,
-             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_FN(op_add, "Add", 2, infer_binary, grad_add, binary)
+DEF_FN(op_sub, "Sub", 2, infer_binary, grad_sub, binary)
+DEF_FN(op_mul, "Mul", 2, infer_binary, grad_mul, binary)
+DEF_FN(op_div, "Div", 2, infer_binary, grad_div, binary)
+DEF_FN(op_neg, "Neg", 1, infer_unary, grad_neg, unary)
+DEF_FN(op_square, "Square", 1, infer_unary, grad_square, unary)
+DEF_FN(op_sqrt, "Sqrt", 1, infer_unary, grad_sqrt, unary)
+DEF_FN(op_exp, "Exp", 1, infer_unary, grad_exp, unary)
+DEF_FN(op_log, "Log", 1, infer_unary, grad_log, unary)
+DEF_FN(op_pow, "Pow", 1, infer_unary, grad_pow, unary)
+DEF_FN(op_scale, "Scale", 1, infer_unary, grad_scale, unary)
+DEF_FN(op_relu, "Relu", 1, infer_unary, grad_activation, unary)
+DEF_FN(op_sigmoid, "Sigmoid", 1, infer_unary, grad_activation, unary)
+DEF_FN(op_tanh, "Tanh", 1, infer_unary, grad_activation, unary)
+DEF_FN(op_relu_grad, "ReluGrad", 2, infer_act_grad, grad_relu_grad, binary)
+DEF_FN(op_sigmoid_grad, "SigmoidGrad", 2, infer_act_grad, grad_sigmoid_grad, binary)
+DEF_FN(op_tanh_grad, "TanhGrad", 2, infer_act_grad, grad_tanh_grad, binary)
+DEF_FN(op_softmax, "Softmax", 1, infer_softmax, grad_softmax, softmax)
+DEF_FN(op_log_softmax, "LogSoftmax", 1, infer_softmax, grad_log_softmax, softmax)
 DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
     psg_cpu_sparse_xent, psg_gpu_sparse_xent)
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
-DEF_PREPARED(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_reduce, psg_gpu_reduce,
-             psg_math_fn_prepare, psg_math_fn_params_t)
-DEF_PREPARED(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_reduce, psg_gpu_reduce,
-             psg_math_fn_prepare, psg_math_fn_params_t)
+DEF_FN(op_sum, "Sum", 1, infer_reduce, grad_sum, reduce)
+DEF_FN(op_mean, "Mean", 1, infer_reduce, grad_mean, reduce)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, psg_grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */
