@@ -658,10 +658,7 @@ static int grad_reduce(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t
         count = count < 0 || xs->dims[i] < 0 ? -1 : count * xs->dims[i];
     }
     if (na && !psg_node_get_bool(n, "keep_dims", false)) d = psg_expand_dims(g, NULL, d, na, axes);
-    psg_node_builder_t *b = psg_node_begin(g, "BroadcastLike", NULL);
-    psg_node_add_input(b, d);
-    psg_node_add_input(b, x);
-    d = psg_node_finish_ep(b);
+    d = psg_broadcast_like(g, NULL, d, x);
     if (mean && count >= 0)
         d = psg_scale(g, NULL, d, count ? 1.0 / (double)count : 0.0);
     else if (mean)
@@ -682,10 +679,7 @@ static int grad_mean(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 static int grad_expand_dims(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                             psg_endpoint_t *dx) {
-    psg_node_builder_t *b = psg_node_begin(g, "ReshapeLike", NULL);
-    psg_node_add_input(b, dy[0]);
-    psg_node_add_input(b, psg_node_input(n, 0));
-    dx[0] = psg_node_finish_ep(b);
+    dx[0] = psg_reshape_like(g, NULL, dy[0], psg_node_input(n, 0));
     return done1(dx);
 }
 
