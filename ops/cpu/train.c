@@ -181,6 +181,11 @@ int psg_cpu_apply_gradient_descent(psg_kernel_ctx_t *c) {
     return lr_update(c, 0, sgd_range);
 }
 
+/* inputs: var (S), accum (S), lr (scalar), grad (S) */
+int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
+    return lr_update(c, 1, adagrad_range);
+}
+
 /* inputs: var (S), accum (S), lr (scalar), grad (S), momentum (scalar) */
 int psg_cpu_apply_momentum(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
@@ -217,11 +222,6 @@ int psg_cpu_apply_adam(psg_kernel_ctx_t *c) {
     if (b1p == 1.0f) return psg_error_set("beta1_power is 1: Adam's bias correction divides by 0");
     u.lr = lr * sqrtf(1.0f - b2p) / (1.0f - b1p);
     return run_update(c, v, adam_range, &u);
-}
-
-/* inputs: var (S), accum (S), lr (scalar), grad (S) */
-int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
-    return lr_update(c, 1, adagrad_range);
 }
 
 /* inputs: var (S), accum (S), linear (S), grad (S), lr, l1, l2, lr_power (scalars) */
