@@ -410,32 +410,6 @@ int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params)
     return psg_error_set("node '%s': op %s has no math function", psg_node_name(n), psg_node_op(n));
 }
 
-int psg_dense_backprop_outputs(psg_kernel_ctx_t *c, bool *relu, psg_tensor_t **dz, psg_tensor_t **db) {
-    *relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
-    if (*relu) {
-        *dz = psg_kernel_alloc_output(c, 0);
-        if (!*dz) return -1;
-    } else {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        *dz = c->outputs[0];
-    }
-    *db = psg_kernel_alloc_output(c, 1);
-    return *db ? 0 : -1;
-}
-
-const int64_t *psg_slice_begin(const psg_node_t *n) {
-    return psg_node_attr(n, "begin")->u.ints.v;
-}
-
-psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {
-    int rank = out->shape.rank;
-    psg_concat_layout_t l = {((const psg_concat_params_t *)psg_kernel_params(c))->axis, 1, 1};
-    if (l.axis < 0) l.axis += rank;
-    for (int i = 0; i < l.axis; i++) l.outer *= out->shape.dims[i];
-    for (int i = l.axis + 1; i < rank; i++) l.inner *= out->shape.dims[i];
-    return l;
-}
-
 /* ---- gradients ---- */
 
 static psg_endpoint_t out0(const psg_node_t *n) {

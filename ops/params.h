@@ -37,26 +37,12 @@ typedef struct {
 
 int psg_matmul_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
 
-/* The outputs of the DenseBackprop that ctx c runs: dz (output 0), a fresh
- * tensor when the Dense had a ReLU (*relu), else the incoming gradient itself;
- * db (output 1), fresh. 0, or -1 with the error set. */
-int psg_dense_backprop_outputs(psg_kernel_ctx_t *c, bool *relu, psg_tensor_t **dz, psg_tensor_t **db);
-
 /* Concat: the axis, in [0, rank) when the rank was known at build time. */
 typedef struct {
     int axis;
 } psg_concat_params_t;
 
 int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
-
-/* The layout of the Concat that ctx c runs into `out`: its axis, the
- * product of the dims before it (rows) and after it (each row's inner size). */
-typedef struct {
-    int axis;
-    int64_t outer, inner;
-} psg_concat_layout_t;
-
-psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out);
 
 /* The update ops (ApplyGradientDescent, ApplyMomentum, ...): their flags. */
 typedef struct {

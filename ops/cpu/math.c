@@ -2,6 +2,7 @@
  * broadcasting (dims coalesced first, so same-shape, scalar, row- and
  * column-vector cases run as flat vectorizable loops), unary functions,
  * activation backprops, Dropout, Cast and Equal. Not reductions (math_reduce.c). */
+#include "ops/math_setup.h"
 #include "ops/cpu/math.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/half.h"
@@ -328,12 +329,9 @@ static int64_t to_int(double v, double lo, double hi) {
 
 int psg_cpu_cast(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
-    if (x->dtype == c->out_dtypes[0]) {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        return 0;
-    }
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    if (psg_cast_setup(c, &out) < 0) return -1;
+    if (!out) return 0; /* the same dtype: output 0 is input 0 */
     int64_t n = psg_tensor_numel(out);
     if ((x->dtype == PSG_DT_F32 && psg_dtype_is_half(out->dtype)) ||
         (psg_dtype_is_half(x->dtype) && out->dtype == PSG_DT_F32))

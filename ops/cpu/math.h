@@ -27,8 +27,6 @@ int psg_cpu_l2_loss(psg_kernel_ctx_t *c);
 int psg_cpu_argmax(psg_kernel_ctx_t *c);
 int psg_cpu_concat(psg_kernel_ctx_t *c);
 int psg_cpu_slice(psg_kernel_ctx_t *c);
-/* begin of a Slice or SliceGrad node, rank entries (attr "begin"; ops/math.c) */
-const int64_t *psg_slice_begin(const psg_node_t *n);
 int psg_cpu_slice_grad(psg_kernel_ctx_t *c);
 
 /* matrix products (cpu/matmul.c) */

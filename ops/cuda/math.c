@@ -2,6 +2,7 @@
  * reductions (as (A, R, B) when the axes allow), row-wise softmax and
  * cross-entropy, MatMul and the fused Dense through cuBLAS, concat, slices,
  * casts, dropout. Each mirrors its CPU kernel in ops/cpu/math*.c and matmul.c. */
+#include "ops/math_setup.h"
 #include "ops/cpu/math.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cuda/kernels.h"
@@ -63,27 +64,19 @@ int psg_gpu_reduce_axes(int gpu, const psg_tensor_t *x, const bool *reduced, psg
                            psg_tensor_f32(out), scale);
 }
 
-static int reduce(psg_kernel_ctx_t *c, bool mean) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    bool reduced[PSG_MAX_RANK];
-    if (psg_math_reduced_axes(c->node, x->shape.rank, reduced) < 0) return -1;
-    int64_t n = psg_tensor_numel(x), m = psg_tensor_numel(out);
-    if (n == 0) /* the mean of nothing is NaN, as numpy says; the sum is 0 */
-        return psg_cuda_fill(c->device, PSG_CU_F32, out->data, m, mean ? (double)NAN : 0.0);
-    float scale = mean ? (float)((double)m / (double)n) : 1.0f;
-    return psg_gpu_reduce_axes(c->device, x, reduced, out, scale);
-}
-
 int psg_gpu_reduce(psg_kernel_ctx_t *c) {
-    return reduce(c, ((const psg_math_fn_params_t *)psg_kernel_params(c))->fn == PSG_MATH_MEAN);
+    psg_reduce_setup_t s;
+    if (psg_reduce_setup(c, &s) < 0) return -1;
+    if (s.n == 0) /* the mean of nothing is NaN, as numpy says; the sum is 0 */
+        return psg_cuda_fill(c->device, PSG_CU_F32, s.out->data, s.m, s.mean ? (double)NAN : 0.0);
+    float scale = s.mean ? (float)((double)s.m / (double)s.n) : 1.0f;
+    return psg_gpu_reduce_axes(c->device, c->inputs[0], s.reduced, s.out, scale);
 }
 
 int psg_gpu_reduction_size(psg_kernel_ctx_t *c) {
-    int64_t count = psg_math_reduced_count(c->node, &c->inputs[0]->shape);
-    psg_tensor_t *out = count < 0 ? NULL : psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    int64_t count;
+    if (psg_reduction_size_setup(c, &out, &count) < 0) return -1;
     return psg_cuda_fill(c->device, PSG_CU_F32, out->data, 1, (double)count);
 }
 
@@ -96,22 +89,12 @@ int psg_gpu_l2_loss(psg_kernel_ctx_t *c) {
 
 /* ---- rows ---- */
 
-static int64_t last_dim(const psg_tensor_t *t) {
-    return t->shape.rank ? t->shape.dims[t->shape.rank - 1] : 1;
-}
-
-static int softmax_like(psg_kernel_ctx_t *c, bool log) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t C = last_dim(x);
-    if (C == 0) return 0;
-    return psg_cuda_softmax(c->device, psg_tensor_f32(x), psg_tensor_f32(out),
-                            psg_tensor_numel(x) / C, C, log);
-}
-
 int psg_gpu_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, ((const psg_math_fn_params_t *)psg_kernel_params(c))->fn == PSG_MATH_LOG_SOFTMAX);
+    psg_rows_setup_t s;
+    if (psg_rows_setup(c, &s) < 0) return -1;
+    if (s.C == 0) return 0;
+    return psg_cuda_softmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(s.out), s.rows, s.C,
+                            s.log);
 }
 
 /* Labels are not checked before the work, as the CPU kernel does: that
@@ -127,13 +110,10 @@ int psg_gpu_sparse_xent(psg_kernel_ctx_t *c) {
 }
 
 int psg_gpu_argmax(psg_kernel_ctx_t *c) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t C = last_dim(x);
-    if (C == 0) return psg_error_set("ArgMax over an empty axis");
-    return psg_cuda_argmax(c->device, psg_tensor_f32(x), psg_tensor_i64(out),
-                           psg_tensor_numel(x) / C, C);
+    psg_rows_setup_t s;
+    if (psg_rows_setup(c, &s) < 0) return -1;
+    if (s.C == 0) return psg_error_set("ArgMax over an empty axis");
+    return psg_cuda_argmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_i64(s.out), s.rows, s.C);
 }
 
 int psg_gpu_equal(psg_kernel_ctx_t *c) {
@@ -148,12 +128,11 @@ int psg_gpu_equal(psg_kernel_ctx_t *c) {
 
 int psg_gpu_matmul(psg_kernel_ctx_t *c) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
-    const psg_matmul_params_t *p = psg_kernel_params(c);
-    bool ta = p->transpose_a, tb = p->transpose_b;
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t M = out->shape.dims[0], N = out->shape.dims[1];
-    int64_t K = ta ? a->shape.dims[0] : a->shape.dims[1];
+    psg_matmul_setup_t s;
+    if (psg_matmul_setup(c, &s) < 0) return -1;
+    psg_tensor_t *out = s.out;
+    bool ta = s.ta, tb = s.tb;
+    int64_t M = s.M, N = s.N, K = s.K;
     if (a->dtype != PSG_DT_F32) /* bf16 or f16 (mixed precision): f32 accumulation */
         return psg_cuda_gemm_half(c->device, (int)a->dtype, ta, tb, M, N, K, a->data,
                                   a->shape.dims[1], b->data, b->shape.dims[1], out->data, N);
@@ -179,7 +158,7 @@ int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
     bool relu;
     psg_tensor_t *dz, *db;
-    if (psg_dense_backprop_outputs(c, &relu, &dz, &db) < 0) return -1;
+    if (psg_dense_backprop_setup(c, &relu, &dz, &db) < 0) return -1;
     if (relu) {
         psg_cu_bcast_t bc = {.rank = 1, .dims = {psg_tensor_numel(dy)}, .sa = {1}, .sb = {1}};
         if (psg_cuda_binary(c->device, PSG_CU_RELU_GRAD, psg_tensor_f32(dy), psg_tensor_f32(y),
@@ -193,18 +172,14 @@ int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
 /* ---- layout ---- */
 
 int psg_gpu_concat(psg_kernel_ctx_t *c) {
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    psg_concat_layout_t l = psg_concat_layout(c, out);
-    int axis = l.axis;
-    int64_t outer = l.outer, inner = l.inner;
-    size_t es = psg_dtype_size(out->dtype);
-    size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es, at = 0;
+    psg_concat_setup_t s;
+    if (psg_concat_setup(c, &s) < 0) return -1;
+    size_t at = 0;
     for (int k = 0; k < c->num_inputs; k++) {
         const psg_tensor_t *x = c->inputs[k];
-        size_t row = (size_t)(x->shape.dims[axis] * inner) * es;
-        if (psg_cuda_memcpy2d(c->device, (char *)out->data + at, out_row, x->data, row, row,
-                              (size_t)outer) < 0)
+        size_t row = psg_concat_row(&s, x);
+        if (psg_cuda_memcpy2d(c->device, (char *)s.out->data + at, s.out_row, x->data, row, row,
+                              (size_t)s.outer) < 0)
             return -1;
         at += row;
     }
@@ -234,12 +209,9 @@ int psg_gpu_slice_grad(psg_kernel_ctx_t *c) {
 
 int psg_gpu_cast(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
-    if (x->dtype == c->out_dtypes[0]) {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        return 0;
-    }
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    if (psg_cast_setup(c, &out) < 0) return -1;
+    if (!out) return 0; /* the same dtype: output 0 is input 0 */
     return psg_cuda_cast(c->device, (int)x->dtype, x->data, (int)out->dtype, out->data,
                          psg_tensor_numel(out));
 }
