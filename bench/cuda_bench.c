@@ -4,12 +4,26 @@
 #include "bench/cuda_bench.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
-bool psg_bench_no_gpu(const char *name) {
-    if (psg_gpu_count() > 0) return false;
-    printf("{\"bench\":\"%s\",\"skipped\":\"%s\"}\n", name, psg_gpu_status());
-    return true;
+int psg_bench_gpu_main(int argc, char **argv, const char *name, int default_iters,
+                       void (*run)(int iters)) {
+    if (psg_gpu_count() <= 0 || !run) {
+        printf("{\"bench\":\"%s\",\"skipped\":\"%s\"}\n", name, psg_gpu_status());
+        return 0;
+    }
+    run(argc > 1 ? atoi(argv[1]) : default_iters);
+    return 0;
+}
+
+void psg_bench_gpu_report(const char *name, const char *fields, double flop, double ours,
+                          const char *peer_name, double peer) {
+    if (ours > 0 && peer > 0)
+        printf("{\"bench\":\"%s\",%s,\"psgraph_gflops\":%.1f,\"%s_gflops\":%.1f,\"ratio\":%.3f}\n",
+               name, fields, flop / ours * 1e-9, peer_name, flop / peer * 1e-9, peer / ours);
+    else
+        printf("{\"bench\":\"%s\",%s,\"error\":\"%s\"}\n", name, fields, psg_error_message());
 }
 
 psg_endpoint_t psg_bench_input(psg_graph_t *g, const char *name, const psg_shape_t *shape) {

@@ -6,9 +6,18 @@
 
 #include "psgraph/psgraph.h"
 
-/* Prints {"bench": name, "skipped": why} and returns true when this
- * process has no GPU (no backend, no device). */
-bool psg_bench_no_gpu(const char *name);
+/* The main of a GPU bench: {"bench": name, "skipped": why} when this process
+ * has no GPU (no backend, no device), else run(iters), iters argv[1] or
+ * default_iters. Returns the exit code, 0. run is NULL in a build without CUDA. */
+int psg_bench_gpu_main(int argc, char **argv, const char *name, int default_iters,
+                       void (*run)(int iters));
+
+/* One JSON line of bench `name`: `fields` (the JSON members naming the case,
+ * no braces), then the GFLOP/s of psgraph and of the peer (`peer_name`, e.g.
+ * "cublas") for `flop` a run and their ratio; the error instead when either
+ * timing failed (<= 0 seconds). */
+void psg_bench_gpu_report(const char *name, const char *fields, double flop, double ours,
+                          const char *peer_name, double peer);
 
 /* A variable of `shape` (uniform in +-1) read on GPU 0: g must be built
  * under psg_graph_push_device(g, "/device:GPU:0"). */

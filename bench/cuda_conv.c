@@ -24,12 +24,7 @@ static const conv_t convs[] = {
 
 static const char *const dirs[] = {"forward", "backprop_input", "backprop_filter"};
 
-#endif
-
-int main(int argc, char **argv) {
-    if (psg_bench_no_gpu("cuda_conv")) return 0;
-#ifdef PSG_HAVE_CUDA
-    int iters = argc > 1 ? atoi(argv[1]) : 30;
+static void run(int iters) {
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         const conv_t *v = &convs[i];
         psg_cu_geom_t geo = {v->n, v->h, v->w, v->c, v->k,           v->k,          v->oc,
@@ -54,20 +49,18 @@ int main(int argc, char **argv) {
             double ours = psg_bench_gpu_seconds(g, y.node, iters);
             double peer = psg_cuda_peer_conv_seconds(0, &geo, dir, iters);
             double flop = 2.0 * (double)(v->n * v->h * v->w * v->oc) * (double)(v->k * v->k * v->c);
-            if (ours > 0 && peer > 0)
-                printf("{\"bench\":\"cuda_conv\",\"workload\":\"%s\",\"direction\":\"%s\","
-                       "\"psgraph_gflops\":%.1f,\"cudnn_gflops\":%.1f,\"ratio\":%.3f}\n",
-                       v->workload, dirs[dir], flop / ours * 1e-9, flop / peer * 1e-9, peer / ours);
-            else
-                printf("{\"bench\":\"cuda_conv\",\"workload\":\"%s\",\"direction\":\"%s\","
-                       "\"error\":\"%s\"}\n",
-                       v->workload, dirs[dir], psg_error_message());
+            char fields[160];
+            snprintf(fields, sizeof fields, "\"workload\":\"%s\",\"direction\":\"%s\"", v->workload,
+                     dirs[dir]);
+            psg_bench_gpu_report("cuda_conv", fields, flop, ours, "cudnn", peer);
             psg_graph_destroy(&g);
         }
     }
+}
 #else
-    (void)argc;
-    (void)argv;
+static void (*const run)(int iters) = NULL;
 #endif
-    return 0;
+
+int main(int argc, char **argv) {
+    return psg_bench_gpu_main(argc, argv, "cuda_conv", 30, run);
 }

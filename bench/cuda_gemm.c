@@ -24,12 +24,7 @@ static const shape_t shapes[] = {
     {"square 4096", 4096, 4096, 4096, false, false},
 };
 
-#endif
-
-int main(int argc, char **argv) {
-    if (psg_bench_no_gpu("cuda_gemm")) return 0;
-#ifdef PSG_HAVE_CUDA
-    int iters = argc > 1 ? atoi(argv[1]) : 50;
+static void run(int iters) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape_t *s = &shapes[i];
         psg_graph_t *g = psg_graph_new();
@@ -41,20 +36,18 @@ int main(int argc, char **argv) {
         psg_graph_pop_device(g);
         double ours = psg_bench_gpu_seconds(g, y.node, iters);
         double peer = psg_cuda_peer_gemm_seconds(0, s->m, s->n, s->k, s->ta, s->tb, iters);
-        double flop = 2.0 * (double)s->m * (double)s->n * (double)s->k;
-        if (ours > 0 && peer > 0)
-            printf("{\"bench\":\"cuda_gemm\",\"workload\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,"
-                   "\"psgraph_gflops\":%.1f,\"cublas_gflops\":%.1f,\"ratio\":%.3f}\n",
-                   s->workload, (long long)s->m, (long long)s->k, (long long)s->n,
-                   flop / ours * 1e-9, flop / peer * 1e-9, peer / ours);
-        else
-            printf("{\"bench\":\"cuda_gemm\",\"workload\":\"%s\",\"error\":\"%s\"}\n", s->workload,
-                   psg_error_message());
+        char fields[160];
+        snprintf(fields, sizeof fields, "\"workload\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld",
+                 s->workload, (long long)s->m, (long long)s->k, (long long)s->n);
+        psg_bench_gpu_report("cuda_gemm", fields, 2.0 * (double)s->m * (double)s->n * (double)s->k,
+                             ours, "cublas", peer);
         psg_graph_destroy(&g);
     }
+}
 #else
-    (void)argc;
-    (void)argv;
+static void (*const run)(int iters) = NULL;
 #endif
-    return 0;
+
+int main(int argc, char **argv) {
+    return psg_bench_gpu_main(argc, argv, "cuda_gemm", 50, run);
 }

@@ -8,10 +8,7 @@
 # a busy machine slows both alike.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-workloads=${1:-mlp,cnn}
-quick=0
-[ "${2:-}" = --quick ] && quick=1
-bash tools/build.sh build >/dev/null || exit 1
+. bench/workloads.sh "$@"
 psgraph=build/cli/psgraph
 threads=${PSG_BENCH_THREADS:-1}
 data=fashion-mnist

@@ -40,15 +40,8 @@ fi
 batches=${1:-2,8}
 steps=${2:-5}
 bash tools/build.sh build >/dev/null || exit 1
-peer=../shared/peers/torch-peer
-threads=${PSG_BENCH_THREADS:-2}
-rounds=${PSG_BENCH_ROUNDS:-3}
-have_torch=0
-/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null && [ -x "$peer" ] && have_torch=1
-[ $have_torch = 1 ] || echo '{"bench":"inception3","note":"python3-torch, torchvision or the peer script is missing: peer skipped"}'
-tmp=$(mktemp -d)
 . bench/rounds.sh
-trap 'rm -rf "$tmp"' EXIT
+peer_setup inception3 "torch, torchvision" "python3-torch, torchvision"
 # As bench/train.sh: rounds alternate the two, the peer on psgraph's OpenBLAS kernels.
 run_ours() {
   python3 bench/peak_rss.py "$tmp/ours_rss_$2" build/cli/psgraph bench inception3 --batch "$1" \
@@ -61,7 +54,5 @@ run_peer() {
     --inc-steps "$steps" --inc-warmup 2 --threads "$threads" 2>/dev/null | tail -1 >"$tmp/peer_$2"
 }
 for b in ${batches//,/ }; do
-  load_start=$(cut -d' ' -f1 /proc/loadavg)
-  alternate "$b"
-  TMP="$tmp" W="batch$b" ROUNDS="$rounds" LOAD0="$load_start" python3 bench/train_report.py inception3
+  alternate_report inception3 "$b" "batch$b"
 done

@@ -14,19 +14,9 @@
 # The peer needs python3-torch (PSG_WITH_PEERS=1 tools/install-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-workloads=${1:-mlp,cnn}
-quick=0
-[ "${2:-}" = --quick ] && quick=1
-bash tools/build.sh build >/dev/null || exit 1
-peer=../shared/peers/torch-peer
-threads=${PSG_BENCH_THREADS:-2}
-rounds=${PSG_BENCH_ROUNDS:-3}
-have_torch=0
-/usr/bin/python3 -c 'import torch' 2>/dev/null && [ -x "$peer" ] && have_torch=1
-[ $have_torch = 1 ] || echo '{"bench":"train","note":"python3-torch or the peer script is missing: peer skipped (PSG_WITH_PEERS=1 tools/install-deps.sh)"}'
-tmp=$(mktemp -d)
+. bench/workloads.sh "$@"
 . bench/rounds.sh
-trap 'rm -rf "$tmp"' EXIT
+peer_setup train torch python3-torch
 
 # run_ours W ROUND / run_peer W ROUND: one line of JSON each in $tmp, peak RSS beside it
 run_ours() {
@@ -46,7 +36,5 @@ for w in ${workloads//,/ }; do
     cnn) args=(--model cnn $([ $quick = 1 ] && echo --steps 300 || echo --epochs 1)) ;;
     *) echo "{\"bench\":\"train\",\"error\":\"unknown workload $w\"}"; continue ;;
   esac
-  load_start=$(cut -d' ' -f1 /proc/loadavg)
-  alternate "$w"
-  TMP="$tmp" W="$w" ROUNDS="$rounds" LOAD0="$load_start" python3 bench/train_report.py train
+  alternate_report train "$w" "$w"
 done

@@ -172,129 +172,130 @@ static psg_endpoint_t concat(builder_t *b, int n, const psg_endpoint_t *xs) {
 static bool enter(builder_t *b, const char *scope) { return psg_graph_push_scope(b->g, scope) == 0; }
 static void leave(builder_t *b) { psg_graph_pop_scope(b->g); }
 
-/* Mixed_5b/5c/5d (Keras mixed0-2): 35 x 35, four branches. */
-static psg_endpoint_t block_a(builder_t *b, const char *scope, psg_endpoint_t x, int pool_out) {
-    if (!enter(b, scope)) return PSG_NO_ENDPOINT;
-    psg_endpoint_t br[4];
-    enter(b, "Branch_0");
-    br[0] = conv(b, "Conv2d_0a_1x1", x, 64, 1, 1, 1, SAME);
-    leave(b);
-    enter(b, "Branch_1");
-    br[1] = conv(b, "Conv2d_0a_1x1", x, 48, 1, 1, 1, SAME);
-    br[1] = conv(b, "Conv2d_0b_5x5", br[1], 64, 5, 5, 1, SAME);
-    leave(b);
-    enter(b, "Branch_2");
-    br[2] = conv(b, "Conv2d_0a_1x1", x, 64, 1, 1, 1, SAME);
-    br[2] = conv(b, "Conv2d_0b_3x3", br[2], 96, 3, 3, 1, SAME);
-    br[2] = conv(b, "Conv2d_0c_3x3", br[2], 96, 3, 3, 1, SAME);
-    leave(b);
-    enter(b, "Branch_3");
-    br[3] = psg_avg_pool(b->g, "AvgPool_0a_3x3", x, 3, 3, 1, 1, SAME);
-    br[3] = conv(b, "Conv2d_0b_1x1", br[3], pool_out, 1, 1, 1, SAME);
-    leave(b);
-    psg_endpoint_t y = concat(b, 4, br);
-    leave(b);
-    return y;
+/* One layer of the network as a table row: a conv (kh x kw, `out` channels,
+ * WIDTH: the block's width argument), a 3 x 3 pool, or SPLIT: this conv and
+ * the next both read the same input and the branch goes on with their
+ * concatenation (Mixed_7b/7c's 1x3 / 3x1 pairs). */
+typedef enum { CONV, SPLIT, AVG_POOL, MAX_POOL } layer_kind_t;
+typedef struct {
+    layer_kind_t kind;
+    const char *name;
+    int out, kh, kw, stride;
+    psg_padding_t pad;
+} layer_t;
+#define WIDTH (-1)
+#define MAX_LAYERS 8 /* a branch's layers, the last one's name NULL */
+
+static psg_endpoint_t layer(builder_t *b, const layer_t *l, psg_endpoint_t x, int width) {
+    switch (l->kind) {
+    case AVG_POOL: return psg_avg_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
+    case MAX_POOL: return psg_max_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
+    default: return conv(b, l->name, x, l->out == WIDTH ? width : l->out, l->kh, l->kw, l->stride, l->pad);
+    }
 }
+
+/* The layers of one branch in order, each reading the one before. */
+static psg_endpoint_t branch(builder_t *b, const layer_t *l, psg_endpoint_t x, int width) {
+    for (; l->name; l++) {
+        if (l->kind != SPLIT) {
+            x = layer(b, l, x, width);
+            continue;
+        }
+        psg_endpoint_t s[2];
+        s[0] = layer(b, l, x, width);
+        s[1] = layer(b, ++l, x, width);
+        x = concat(b, 2, s);
+    }
+    return x;
+}
+
+/* A Mixed block: branches Branch_0.. from the same input, concatenated. */
+typedef struct {
+    int n_branches;
+    layer_t branches[4][MAX_LAYERS];
+} block_t;
+
+/* Mixed_5b/5c/5d (Keras mixed0-2): 35 x 35, four branches; WIDTH: the pool branch's channels. */
+static const block_t block_a = {4, {
+    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}},
+    {{CONV, "Conv2d_0a_1x1", 48, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_5x5", 64, 5, 5, 1, SAME}},
+    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_3x3", 96, 3, 3, 1, SAME},
+     {CONV, "Conv2d_0c_3x3", 96, 3, 3, 1, SAME}},
+    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME}, {CONV, "Conv2d_0b_1x1", WIDTH, 1, 1, 1, SAME}},
+}};
 
 /* Mixed_6a (Keras mixed3): 35 -> 17, grid reduction. */
-static psg_endpoint_t block_b(builder_t *b, psg_endpoint_t x) {
-    if (!enter(b, "Mixed_6a")) return PSG_NO_ENDPOINT;
-    psg_endpoint_t br[3];
-    enter(b, "Branch_0");
-    br[0] = conv(b, "Conv2d_1a_1x1", x, 384, 3, 3, 2, VALID);
-    leave(b);
-    enter(b, "Branch_1");
-    br[1] = conv(b, "Conv2d_0a_1x1", x, 64, 1, 1, 1, SAME);
-    br[1] = conv(b, "Conv2d_0b_3x3", br[1], 96, 3, 3, 1, SAME);
-    br[1] = conv(b, "Conv2d_1a_1x1", br[1], 96, 3, 3, 2, VALID);
-    leave(b);
-    enter(b, "Branch_2");
-    br[2] = psg_max_pool(b->g, "MaxPool_1a_3x3", x, 3, 3, 2, 2, VALID);
-    leave(b);
-    psg_endpoint_t y = concat(b, 3, br);
-    leave(b);
-    return y;
-}
+static const block_t block_b = {3, {
+    {{CONV, "Conv2d_1a_1x1", 384, 3, 3, 2, VALID}},
+    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_3x3", 96, 3, 3, 1, SAME},
+     {CONV, "Conv2d_1a_1x1", 96, 3, 3, 2, VALID}},
+    {{MAX_POOL, "MaxPool_1a_3x3", 0, 3, 3, 2, VALID}},
+}};
 
-/* Mixed_6b..6e (Keras mixed4-7): 17 x 17 with factorized 1x7 / 7x1. */
-static psg_endpoint_t block_c(builder_t *b, const char *scope, psg_endpoint_t x, int c7) {
-    if (!enter(b, scope)) return PSG_NO_ENDPOINT;
-    psg_endpoint_t br[4];
-    enter(b, "Branch_0");
-    br[0] = conv(b, "Conv2d_0a_1x1", x, 192, 1, 1, 1, SAME);
-    leave(b);
-    enter(b, "Branch_1");
-    br[1] = conv(b, "Conv2d_0a_1x1", x, c7, 1, 1, 1, SAME);
-    br[1] = conv(b, "Conv2d_0b_1x7", br[1], c7, 1, 7, 1, SAME);
-    br[1] = conv(b, "Conv2d_0c_7x1", br[1], 192, 7, 1, 1, SAME);
-    leave(b);
-    enter(b, "Branch_2");
-    br[2] = conv(b, "Conv2d_0a_1x1", x, c7, 1, 1, 1, SAME);
-    br[2] = conv(b, "Conv2d_0b_7x1", br[2], c7, 7, 1, 1, SAME);
-    br[2] = conv(b, "Conv2d_0c_1x7", br[2], c7, 1, 7, 1, SAME);
-    br[2] = conv(b, "Conv2d_0d_7x1", br[2], c7, 7, 1, 1, SAME);
-    br[2] = conv(b, "Conv2d_0e_1x7", br[2], 192, 1, 7, 1, SAME);
-    leave(b);
-    enter(b, "Branch_3");
-    br[3] = psg_avg_pool(b->g, "AvgPool_0a_3x3", x, 3, 3, 1, 1, SAME);
-    br[3] = conv(b, "Conv2d_0b_1x1", br[3], 192, 1, 1, 1, SAME);
-    leave(b);
-    psg_endpoint_t y = concat(b, 4, br);
-    leave(b);
-    return y;
-}
+/* Mixed_6b..6e (Keras mixed4-7): 17 x 17 with factorized 1x7 / 7x1; WIDTH: their channels. */
+static const block_t block_c = {4, {
+    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}},
+    {{CONV, "Conv2d_0a_1x1", WIDTH, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_1x7", WIDTH, 1, 7, 1, SAME},
+     {CONV, "Conv2d_0c_7x1", 192, 7, 1, 1, SAME}},
+    {{CONV, "Conv2d_0a_1x1", WIDTH, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_7x1", WIDTH, 7, 1, 1, SAME},
+     {CONV, "Conv2d_0c_1x7", WIDTH, 1, 7, 1, SAME}, {CONV, "Conv2d_0d_7x1", WIDTH, 7, 1, 1, SAME},
+     {CONV, "Conv2d_0e_1x7", 192, 1, 7, 1, SAME}},
+    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME}, {CONV, "Conv2d_0b_1x1", 192, 1, 1, 1, SAME}},
+}};
 
 /* Mixed_7a (Keras mixed8): 17 -> 8, grid reduction. */
-static psg_endpoint_t block_d(builder_t *b, psg_endpoint_t x) {
-    if (!enter(b, "Mixed_7a")) return PSG_NO_ENDPOINT;
-    psg_endpoint_t br[3];
-    enter(b, "Branch_0");
-    br[0] = conv(b, "Conv2d_0a_1x1", x, 192, 1, 1, 1, SAME);
-    br[0] = conv(b, "Conv2d_1a_3x3", br[0], 320, 3, 3, 2, VALID);
-    leave(b);
-    enter(b, "Branch_1");
-    br[1] = conv(b, "Conv2d_0a_1x1", x, 192, 1, 1, 1, SAME);
-    br[1] = conv(b, "Conv2d_0b_1x7", br[1], 192, 1, 7, 1, SAME);
-    br[1] = conv(b, "Conv2d_0c_7x1", br[1], 192, 7, 1, 1, SAME);
-    br[1] = conv(b, "Conv2d_1a_3x3", br[1], 192, 3, 3, 2, VALID);
-    leave(b);
-    enter(b, "Branch_2");
-    br[2] = psg_max_pool(b->g, "MaxPool_1a_3x3", x, 3, 3, 2, 2, VALID);
-    leave(b);
-    psg_endpoint_t y = concat(b, 3, br);
+static const block_t block_d = {3, {
+    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}, {CONV, "Conv2d_1a_3x3", 320, 3, 3, 2, VALID}},
+    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_1x7", 192, 1, 7, 1, SAME},
+     {CONV, "Conv2d_0c_7x1", 192, 7, 1, 1, SAME}, {CONV, "Conv2d_1a_3x3", 192, 3, 3, 2, VALID}},
+    {{MAX_POOL, "MaxPool_1a_3x3", 0, 3, 3, 2, VALID}},
+}};
+
+/* Mixed_7b/7c (Keras mixed9-10): 8 x 8 with split 1x3 / 3x1. */
+static const block_t block_e = {4, {
+    {{CONV, "Conv2d_0a_1x1", 320, 1, 1, 1, SAME}},
+    {{CONV, "Conv2d_0a_1x1", 384, 1, 1, 1, SAME}, {SPLIT, "Conv2d_0b_1x3", 384, 1, 3, 1, SAME},
+     {CONV, "Conv2d_0b_3x1", 384, 3, 1, 1, SAME}},
+    {{CONV, "Conv2d_0a_1x1", 448, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_3x3", 384, 3, 3, 1, SAME},
+     {SPLIT, "Conv2d_0c_1x3", 384, 1, 3, 1, SAME}, {CONV, "Conv2d_0d_3x1", 384, 3, 1, 1, SAME}},
+    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME}, {CONV, "Conv2d_0b_1x1", 192, 1, 1, 1, SAME}},
+}};
+
+/* The stem: 299 -> 149 -> 147 -> 147 -> 73 -> 73 -> 71 -> 35 */
+static const layer_t stem[MAX_LAYERS] = {
+    {CONV, "Conv2d_1a_3x3", 32, 3, 3, 2, VALID},     {CONV, "Conv2d_2a_3x3", 32, 3, 3, 1, VALID},
+    {CONV, "Conv2d_2b_3x3", 64, 3, 3, 1, SAME},      {MAX_POOL, "MaxPool_3a_3x3", 0, 3, 3, 2, VALID},
+    {CONV, "Conv2d_3b_1x1", 80, 1, 1, 1, VALID},     {CONV, "Conv2d_4a_3x3", 192, 3, 3, 1, VALID},
+    {MAX_POOL, "MaxPool_5a_3x3", 0, 3, 3, 2, VALID},
+};
+
+static psg_endpoint_t block(builder_t *b, const char *scope, const block_t *k, psg_endpoint_t x, int width) {
+    if (!enter(b, scope)) return PSG_NO_ENDPOINT;
+    psg_endpoint_t br[4];
+    for (int i = 0; i < k->n_branches; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "Branch_%d", i);
+        enter(b, name);
+        br[i] = branch(b, k->branches[i], x, width);
+        leave(b);
+    }
+    psg_endpoint_t y = concat(b, k->n_branches, br);
     leave(b);
     return y;
 }
 
-/* Mixed_7b/7c (Keras mixed9-10): 8 x 8 with split 1x3 / 3x1. */
-static psg_endpoint_t block_e(builder_t *b, const char *scope, psg_endpoint_t x) {
-    if (!enter(b, scope)) return PSG_NO_ENDPOINT;
-    psg_endpoint_t br[4], s[2];
-    enter(b, "Branch_0");
-    br[0] = conv(b, "Conv2d_0a_1x1", x, 320, 1, 1, 1, SAME);
-    leave(b);
-    enter(b, "Branch_1");
-    br[1] = conv(b, "Conv2d_0a_1x1", x, 384, 1, 1, 1, SAME);
-    s[0] = conv(b, "Conv2d_0b_1x3", br[1], 384, 1, 3, 1, SAME);
-    s[1] = conv(b, "Conv2d_0b_3x1", br[1], 384, 3, 1, 1, SAME);
-    br[1] = concat(b, 2, s);
-    leave(b);
-    enter(b, "Branch_2");
-    br[2] = conv(b, "Conv2d_0a_1x1", x, 448, 1, 1, 1, SAME);
-    br[2] = conv(b, "Conv2d_0b_3x3", br[2], 384, 3, 3, 1, SAME);
-    s[0] = conv(b, "Conv2d_0c_1x3", br[2], 384, 1, 3, 1, SAME);
-    s[1] = conv(b, "Conv2d_0d_3x1", br[2], 384, 3, 1, 1, SAME);
-    br[2] = concat(b, 2, s);
-    leave(b);
-    enter(b, "Branch_3");
-    br[3] = psg_avg_pool(b->g, "AvgPool_0a_3x3", x, 3, 3, 1, 1, SAME);
-    br[3] = conv(b, "Conv2d_0b_1x1", br[3], 192, 1, 1, 1, SAME);
-    leave(b);
-    psg_endpoint_t y = concat(b, 4, br);
-    leave(b);
-    return y;
-}
+/* The Mixed blocks in order; the auxiliary head reads the output of Mixed_6e. */
+static const struct {
+    const char *scope;
+    const block_t *block;
+    int width;
+} mixed[] = {
+    {"Mixed_5b", &block_a, 32},  {"Mixed_5c", &block_a, 64},  {"Mixed_5d", &block_a, 64},
+    {"Mixed_6a", &block_b, 0},   {"Mixed_6b", &block_c, 128}, {"Mixed_6c", &block_c, 160},
+    {"Mixed_6d", &block_c, 160}, {"Mixed_6e", &block_c, 192}, {"Mixed_7a", &block_d, 0},
+    {"Mixed_7b", &block_e, 0},   {"Mixed_7c", &block_e, 0},
+};
+#define AUX_AFTER "Mixed_6e"
 
 /* A fully connected layer on (N, in): weights glorot-uniform, biases zero. */
 static psg_endpoint_t logits_layer(builder_t *b, const char *scope, psg_endpoint_t x, int64_t in) {
@@ -381,26 +382,11 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
     m->aux_logits = PSG_NO_ENDPOINT;
     m->bn_updates = -1;
     if (!enter(&b, "InceptionV3")) return build_error(g, &b);
-    /* the stem: 299 -> 149 -> 147 -> 147 -> 73 -> 73 -> 71 -> 35 */
-    psg_endpoint_t x = conv(&b, "Conv2d_1a_3x3", m->images, 32, 3, 3, 2, VALID);
-    x = conv(&b, "Conv2d_2a_3x3", x, 32, 3, 3, 1, VALID);
-    x = conv(&b, "Conv2d_2b_3x3", x, 64, 3, 3, 1, SAME);
-    x = psg_max_pool(g, "MaxPool_3a_3x3", x, 3, 3, 2, 2, VALID);
-    x = conv(&b, "Conv2d_3b_1x1", x, 80, 1, 1, 1, VALID);
-    x = conv(&b, "Conv2d_4a_3x3", x, 192, 3, 3, 1, VALID);
-    x = psg_max_pool(g, "MaxPool_5a_3x3", x, 3, 3, 2, 2, VALID);
-    x = block_a(&b, "Mixed_5b", x, 32);
-    x = block_a(&b, "Mixed_5c", x, 64);
-    x = block_a(&b, "Mixed_5d", x, 64);
-    x = block_b(&b, x);
-    x = block_c(&b, "Mixed_6b", x, 128);
-    x = block_c(&b, "Mixed_6c", x, 160);
-    x = block_c(&b, "Mixed_6d", x, 160);
-    x = block_c(&b, "Mixed_6e", x, 192);
-    if (cfg->aux_logits) m->aux_logits = aux_head(&b, x);
-    x = block_d(&b, x);
-    x = block_e(&b, "Mixed_7b", x);
-    x = block_e(&b, "Mixed_7c", x);
+    psg_endpoint_t x = branch(&b, stem, m->images, 0);
+    for (size_t i = 0; i < sizeof mixed / sizeof mixed[0]; i++) {
+        x = block(&b, mixed[i].scope, mixed[i].block, x, mixed[i].width);
+        if (cfg->aux_logits && !strcmp(mixed[i].scope, AUX_AFTER)) m->aux_logits = aux_head(&b, x);
+    }
     if (enter(&b, "Logits")) {
         const int64_t axes[2] = {1, 2};
         int64_t features = channels(&b, x);

@@ -181,19 +181,20 @@ static int grad_identity(psg_graph_t *g, const psg_node_t *n, const psg_endpoint
     return 0;
 }
 
-static psg_endpoint_t reshape_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
-    return psg_op_inputs(g, "ReshapeLike", NULL, 2, (psg_endpoint_t[]){x, like});
+psg_endpoint_t psg_reshape_like(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                psg_endpoint_t like) {
+    return psg_op_inputs(g, "ReshapeLike", name, 2, (psg_endpoint_t[]){x, like});
 }
 
 static int grad_reshape(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                         psg_endpoint_t *dx) {
-    dx[0] = reshape_like(g, dy[0], psg_node_input(n, 0));
+    dx[0] = psg_reshape_like(g, NULL, dy[0], psg_node_input(n, 0));
     return psg_endpoint_valid(dx[0]) ? 0 : -1;
 }
 
 static int grad_reshape_like(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                              psg_endpoint_t *dx) {
-    dx[0] = reshape_like(g, dy[0], psg_node_input(n, 0));
+    dx[0] = psg_reshape_like(g, NULL, dy[0], psg_node_input(n, 0));
     dx[1] = PSG_NO_ENDPOINT;
     return psg_endpoint_valid(dx[0]) ? 0 : -1;
 }
@@ -205,13 +206,14 @@ static int grad_add_n(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t 
     return 0;
 }
 
-static psg_endpoint_t broadcast_like(psg_graph_t *g, psg_endpoint_t x, psg_endpoint_t like) {
-    return psg_op_inputs(g, "BroadcastLike", NULL, 2, (psg_endpoint_t[]){x, like});
+psg_endpoint_t psg_broadcast_like(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                  psg_endpoint_t like) {
+    return psg_op_inputs(g, "BroadcastLike", name, 2, (psg_endpoint_t[]){x, like});
 }
 
 static int grad_sum_to_shape_of(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                                 psg_endpoint_t *dx) {
-    dx[0] = broadcast_like(g, dy[0], psg_node_input(n, 0));
+    dx[0] = psg_broadcast_like(g, NULL, dy[0], psg_node_input(n, 0));
     dx[1] = PSG_NO_ENDPOINT;
     return psg_endpoint_valid(dx[0]) ? 0 : -1;
 }

@@ -390,13 +390,24 @@ int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) 
     return 0;
 }
 
-psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out) {
-    int rank = out->shape.rank;
-    psg_concat_layout_t l = {((const psg_concat_params_t *)psg_kernel_params(c))->axis, 1, 1};
-    if (l.axis < 0) l.axis += rank;
-    for (int i = 0; i < l.axis; i++) l.outer *= out->shape.dims[i];
-    for (int i = l.axis + 1; i < rank; i++) l.inner *= out->shape.dims[i];
-    return l;
+/* The op of each psg_math_fn_t, in its order. */
+static const char *const math_fn_ops[PSG_MATH_FN_COUNT] = {
+    "Add", "Sub", "Mul", "Div", "ReluGrad", "SigmoidGrad", "TanhGrad",
+    "Neg", "Square", "Sqrt", "Exp", "Log", "Pow", "Scale", "Relu", "Sigmoid", "Tanh",
+    "Sum", "Mean", "Softmax", "LogSoftmax",
+};
+
+int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    (void)g;
+    psg_math_fn_params_t *p = params;
+    for (int fn = 0; fn < PSG_MATH_FN_COUNT; fn++) {
+        if (strcmp(psg_node_op(n), math_fn_ops[fn])) continue;
+        p->fn = (psg_math_fn_t)fn;
+        const char *constant = fn == PSG_MATH_POW ? "exponent" : fn == PSG_MATH_SCALE ? "scale" : NULL;
+        p->p = constant ? (float)psg_node_get_float(n, constant, 1.0) : 0.0f;
+        return 0;
+    }
+    return psg_error_set("node '%s': op %s has no math function", psg_node_name(n), psg_node_op(n));
 }
 
 /* ---- gradients ---- */
@@ -513,21 +524,20 @@ static int grad_scale(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t 
     return done1(dx);
 }
 
-static int grad_relu(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    dx[0] = psg_relu_grad(g, NULL, dy[0], out0(n));
-    return done1(dx);
+/* The builder of the backprop op (ReluGrad, SigmoidGrad, TanhGrad) of the
+ * activation that node n is. */
+typedef psg_endpoint_t (*act_grad_fn)(psg_graph_t *g, const char *name, psg_endpoint_t dy,
+                                      psg_endpoint_t y);
+static act_grad_fn act_grad(const psg_node_t *n) {
+    const char *op = psg_node_op(n);
+    if (!strncmp(op, "Relu", 4)) return psg_relu_grad;
+    return !strncmp(op, "Sigmoid", 7) ? psg_sigmoid_grad : psg_tanh_grad;
 }
 
-static int grad_sigmoid(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                        psg_endpoint_t *dx) {
-    dx[0] = psg_sigmoid_grad(g, NULL, dy[0], out0(n));
-    return done1(dx);
-}
-
-static int grad_tanh(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
-                     psg_endpoint_t *dx) {
-    dx[0] = psg_tanh_grad(g, NULL, dy[0], out0(n));
+/* Relu, Sigmoid, Tanh: dx = their backprop op (dy, y). */
+static int grad_activation(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                           psg_endpoint_t *dx) {
+    dx[0] = act_grad(n)(g, NULL, dy[0], out0(n));
     return done1(dx);
 }
 
@@ -622,10 +632,7 @@ static int grad_reduce(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t
         count = count < 0 || xs->dims[i] < 0 ? -1 : count * xs->dims[i];
     }
     if (na && !psg_node_get_bool(n, "keep_dims", false)) d = psg_expand_dims(g, NULL, d, na, axes);
-    psg_node_builder_t *b = psg_node_begin(g, "BroadcastLike", NULL);
-    psg_node_add_input(b, d);
-    psg_node_add_input(b, x);
-    d = psg_node_finish_ep(b);
+    d = psg_broadcast_like(g, NULL, d, x);
     if (mean && count >= 0)
         d = psg_scale(g, NULL, d, count ? 1.0 / (double)count : 0.0);
     else if (mean)
@@ -646,10 +653,7 @@ static int grad_mean(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 static int grad_expand_dims(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                             psg_endpoint_t *dx) {
-    psg_node_builder_t *b = psg_node_begin(g, "ReshapeLike", NULL);
-    psg_node_add_input(b, dy[0]);
-    psg_node_add_input(b, psg_node_input(n, 0));
-    dx[0] = psg_node_finish_ep(b);
+    dx[0] = psg_reshape_like(g, NULL, dy[0], psg_node_input(n, 0));
     return done1(dx);
 }
 
@@ -765,18 +769,8 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 
 /* ---- defs ---- */
 
-#define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
-    static const psg_op_def_t var = {.name = op_name,                                              \
-                                     .num_inputs = nin,                                            \
-                                     .num_outputs = nout,                                          \
-                                     .infer = infer_fn,                                            \
-                                     .grad = grad_fn,                                              \
-                                     .cpu = cpu_fn,                                                \
-                                     .cuda = PSG_GPU_KERNEL(cuda_fn)};
-
-/* A def whose kernels read a prepared struct (ops/params.h). */
-#define DEF_PREPARED(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, prepare_fn,      \
-                     params_type)                                                                  \
+/* A def: its fields, then the optional ones (`...`: at least one designated field). */
+#define DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, ...)                  \
     static const psg_op_def_t var = {.name = op_name,                                              \
                                      .num_inputs = nin,                                            \
                                      .num_outputs = nout,                                          \
@@ -784,37 +778,43 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
                                      .grad = grad_fn,                                              \
                                      .cpu = cpu_fn,                                                \
                                      .cuda = PSG_GPU_KERNEL(cuda_fn),                              \
-                                     .prepare = prepare_fn,                                        \
-                                     .params_size = sizeof(params_type)};
+                                     __VA_ARGS__};
+#define DEF(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn)                           \
+    DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, .prepare = NULL)
+/* A def whose kernels read a prepared struct (ops/params.h). */
+#define DEF_PREPARED(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, prepare_fn,      \
+                     params_type)                                                                  \
+    DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, .prepare = prepare_fn,     \
+           .params_size = sizeof(params_type))
+/* A def of the math functions (psg_math_fn_t): kind is binary, unary, reduce or softmax. */
+#define DEF_FN(var, op_name, nin, infer_fn, grad_fn, kind)                                         \
+    DEF_PREPARED(var, op_name, nin, 1, infer_fn, grad_fn, psg_cpu_##kind, psg_gpu_##kind,          \
+                 psg_math_fn_prepare, psg_math_fn_params_t)
 
-DEF(op_add, "Add", 2, 1, infer_binary, grad_add, psg_cpu_add, psg_gpu_add)
-DEF(op_sub, "Sub", 2, 1, infer_binary, grad_sub, psg_cpu_sub, psg_gpu_sub)
-DEF(op_mul, "Mul", 2, 1, infer_binary, grad_mul, psg_cpu_mul, psg_gpu_mul)
-DEF(op_div, "Div", 2, 1, infer_binary, grad_div, psg_cpu_div, psg_gpu_div)
-DEF(op_neg, "Neg", 1, 1, infer_unary, grad_neg, psg_cpu_neg, psg_gpu_neg)
-DEF(op_square, "Square", 1, 1, infer_unary, grad_square, psg_cpu_square, psg_gpu_square)
-DEF(op_sqrt, "Sqrt", 1, 1, infer_unary, grad_sqrt, psg_cpu_sqrt, psg_gpu_sqrt)
-DEF(op_exp, "Exp", 1, 1, infer_unary, grad_exp, psg_cpu_exp, psg_gpu_exp)
-DEF(op_log, "Log", 1, 1, infer_unary, grad_log, psg_cpu_log, psg_gpu_log)
-DEF(op_pow, "Pow", 1, 1, infer_unary, grad_pow, psg_cpu_pow, psg_gpu_pow)
-DEF(op_scale, "Scale", 1, 1, infer_unary, grad_scale, psg_cpu_scale, psg_gpu_scale)
-DEF(op_relu, "Relu", 1, 1, infer_unary, grad_relu, psg_cpu_relu, psg_gpu_relu)
-DEF(op_sigmoid, "Sigmoid", 1, 1, infer_unary, grad_sigmoid, psg_cpu_sigmoid, psg_gpu_sigmoid)
-DEF(op_tanh, "Tanh", 1, 1, infer_unary, grad_tanh, psg_cpu_tanh, psg_gpu_tanh)
-DEF(op_relu_grad, "ReluGrad", 2, 1, infer_act_grad, grad_relu_grad, psg_cpu_relu_grad,
-    psg_gpu_relu_grad)
-DEF(op_sigmoid_grad, "SigmoidGrad", 2, 1, infer_act_grad, grad_sigmoid_grad, psg_cpu_sigmoid_grad,
-    psg_gpu_sigmoid_grad)
-DEF(op_tanh_grad, "TanhGrad", 2, 1, infer_act_grad, grad_tanh_grad, psg_cpu_tanh_grad,
-    psg_gpu_tanh_grad)
-DEF(op_softmax, "Softmax", 1, 1, infer_softmax, grad_softmax, psg_cpu_softmax, psg_gpu_softmax)
-DEF(op_log_softmax, "LogSoftmax", 1, 1, infer_softmax, grad_log_softmax, psg_cpu_log_softmax,
-    psg_gpu_log_softmax)
+DEF_FN(op_add, "Add", 2, infer_binary, grad_add, binary)
+DEF_FN(op_sub, "Sub", 2, infer_binary, grad_sub, binary)
+DEF_FN(op_mul, "Mul", 2, infer_binary, grad_mul, binary)
+DEF_FN(op_div, "Div", 2, infer_binary, grad_div, binary)
+DEF_FN(op_neg, "Neg", 1, infer_unary, grad_neg, unary)
+DEF_FN(op_square, "Square", 1, infer_unary, grad_square, unary)
+DEF_FN(op_sqrt, "Sqrt", 1, infer_unary, grad_sqrt, unary)
+DEF_FN(op_exp, "Exp", 1, infer_unary, grad_exp, unary)
+DEF_FN(op_log, "Log", 1, infer_unary, grad_log, unary)
+DEF_FN(op_pow, "Pow", 1, infer_unary, grad_pow, unary)
+DEF_FN(op_scale, "Scale", 1, infer_unary, grad_scale, unary)
+DEF_FN(op_relu, "Relu", 1, infer_unary, grad_activation, unary)
+DEF_FN(op_sigmoid, "Sigmoid", 1, infer_unary, grad_activation, unary)
+DEF_FN(op_tanh, "Tanh", 1, infer_unary, grad_activation, unary)
+DEF_FN(op_relu_grad, "ReluGrad", 2, infer_act_grad, grad_relu_grad, binary)
+DEF_FN(op_sigmoid_grad, "SigmoidGrad", 2, infer_act_grad, grad_sigmoid_grad, binary)
+DEF_FN(op_tanh_grad, "TanhGrad", 2, infer_act_grad, grad_tanh_grad, binary)
+DEF_FN(op_softmax, "Softmax", 1, infer_softmax, grad_softmax, softmax)
+DEF_FN(op_log_softmax, "LogSoftmax", 1, infer_softmax, grad_log_softmax, softmax)
 DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
     psg_cpu_sparse_xent, psg_gpu_sparse_xent)
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
-DEF(op_sum, "Sum", 1, 1, infer_reduce, grad_sum, psg_cpu_sum, psg_gpu_sum)
-DEF(op_mean, "Mean", 1, 1, infer_reduce, grad_mean, psg_cpu_mean, psg_gpu_mean)
+DEF_FN(op_sum, "Sum", 1, infer_reduce, grad_sum, reduce)
+DEF_FN(op_mean, "Mean", 1, infer_reduce, grad_mean, reduce)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, psg_grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */

@@ -19,81 +19,50 @@ static psg_endpoint_t build2(psg_graph_t *g, const char *op, const char *name, p
     return psg_op_inputs(g, op, name, 2, (psg_endpoint_t[]){a, b});
 }
 
-psg_endpoint_t psg_add(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Add", name, a, b);
-}
-psg_endpoint_t psg_sub(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Sub", name, a, b);
-}
-psg_endpoint_t psg_mul(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Mul", name, a, b);
-}
-psg_endpoint_t psg_div(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Div", name, a, b);
-}
-psg_endpoint_t psg_neg(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Neg", name, x);
-}
-psg_endpoint_t psg_square(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Square", name, x);
-}
-psg_endpoint_t psg_sqrt(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Sqrt", name, x);
-}
-psg_endpoint_t psg_exp(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Exp", name, x);
-}
-psg_endpoint_t psg_log(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Log", name, x);
+/* The builders that only name their op: psg_<fn>(g, name, x) and psg_<fn>(g, name, a, b). */
+#define UNARY_BUILDER(fn, op)                                                                      \
+    psg_endpoint_t psg_##fn(psg_graph_t *g, const char *name, psg_endpoint_t x) {                  \
+        return build1(g, op, name, x);                                                             \
+    }
+#define BINARY_BUILDER(fn, op)                                                                     \
+    psg_endpoint_t psg_##fn(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) { \
+        return build2(g, op, name, a, b);                                                          \
+    }
+
+BINARY_BUILDER(add, "Add")
+BINARY_BUILDER(sub, "Sub")
+BINARY_BUILDER(mul, "Mul")
+BINARY_BUILDER(div, "Div")
+UNARY_BUILDER(neg, "Neg")
+UNARY_BUILDER(square, "Square")
+UNARY_BUILDER(sqrt, "Sqrt")
+UNARY_BUILDER(exp, "Exp")
+UNARY_BUILDER(log, "Log")
+UNARY_BUILDER(relu, "Relu")
+UNARY_BUILDER(sigmoid, "Sigmoid")
+UNARY_BUILDER(tanh, "Tanh")
+BINARY_BUILDER(relu_grad, "ReluGrad") /* (dy, y) */
+BINARY_BUILDER(sigmoid_grad, "SigmoidGrad")
+BINARY_BUILDER(tanh_grad, "TanhGrad")
+UNARY_BUILDER(softmax, "Softmax")
+UNARY_BUILDER(log_softmax, "LogSoftmax")
+BINARY_BUILDER(sparse_softmax_cross_entropy, "SparseSoftmaxCrossEntropyWithLogits") /* (logits, labels) */
+UNARY_BUILDER(l2_loss, "L2Loss")
+
+/* A unary op with its constant in float attribute `attr` (Pow, Scale). */
+static psg_endpoint_t build1_const(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x,
+                                   const char *attr, double value) {
+    psg_node_builder_t *b = psg_node_begin(g, op, name);
+    psg_node_add_input(b, x);
+    psg_node_attr_float(b, attr, value);
+    return psg_node_finish_ep(b);
 }
 
 psg_endpoint_t psg_pow(psg_graph_t *g, const char *name, psg_endpoint_t x, double exponent) {
-    psg_node_builder_t *b = psg_node_begin(g, "Pow", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_float(b, "exponent", exponent);
-    return psg_node_finish_ep(b);
+    return build1_const(g, "Pow", name, x, "exponent", exponent);
 }
-
 psg_endpoint_t psg_scale(psg_graph_t *g, const char *name, psg_endpoint_t x, double scale) {
-    psg_node_builder_t *b = psg_node_begin(g, "Scale", name);
-    psg_node_add_input(b, x);
-    psg_node_attr_float(b, "scale", scale);
-    return psg_node_finish_ep(b);
-}
-
-psg_endpoint_t psg_relu(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Relu", name, x);
-}
-psg_endpoint_t psg_sigmoid(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Sigmoid", name, x);
-}
-psg_endpoint_t psg_tanh(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "Tanh", name, x);
-}
-psg_endpoint_t psg_relu_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
-                             psg_endpoint_t y) {
-    return build2(g, "ReluGrad", name, dy, y);
-}
-psg_endpoint_t psg_sigmoid_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
-                                psg_endpoint_t y) {
-    return build2(g, "SigmoidGrad", name, dy, y);
-}
-psg_endpoint_t psg_tanh_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
-                             psg_endpoint_t y) {
-    return build2(g, "TanhGrad", name, dy, y);
-}
-psg_endpoint_t psg_softmax(psg_graph_t *g, const char *name, psg_endpoint_t logits) {
-    return build1(g, "Softmax", name, logits);
-}
-psg_endpoint_t psg_log_softmax(psg_graph_t *g, const char *name, psg_endpoint_t logits) {
-    return build1(g, "LogSoftmax", name, logits);
-}
-psg_endpoint_t psg_sparse_softmax_cross_entropy(psg_graph_t *g, const char *name,
-                                                psg_endpoint_t logits, psg_endpoint_t labels) {
-    return build2(g, "SparseSoftmaxCrossEntropyWithLogits", name, logits, labels);
-}
-psg_endpoint_t psg_l2_loss(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "L2Loss", name, x);
+    return build1_const(g, "Scale", name, x, "scale", scale);
 }
 
 static psg_endpoint_t reduce_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x,
@@ -123,13 +92,8 @@ psg_endpoint_t psg_expand_dims(psg_graph_t *g, const char *name, psg_endpoint_t 
     return psg_node_finish_ep(b);
 }
 
-psg_endpoint_t psg_argmax(psg_graph_t *g, const char *name, psg_endpoint_t x) {
-    return build1(g, "ArgMax", name, x);
-}
-
-psg_endpoint_t psg_equal(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) {
-    return build2(g, "Equal", name, a, b);
-}
+UNARY_BUILDER(argmax, "ArgMax")
+BINARY_BUILDER(equal, "Equal")
 
 psg_endpoint_t psg_matmul(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b,
                           bool transpose_a, bool transpose_b) {

@@ -6,6 +6,7 @@
 #include "ops/cuda/kernels.h"
 #include "ops/params.h"
 #include "psgraph/error.h"
+#include "psgraph/ops_array.h"
 #include "psgraph/ops_nn.h"
 #include "psgraph/precision.h"
 
@@ -396,10 +397,7 @@ static int grad_bias_add(psg_graph_t *g, const psg_node_t *n, const psg_endpoint
 /* BiasAddGrad sums rows; its adjoint repeats G over them. */
 static int grad_bias_add_grad(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
                               psg_endpoint_t *dx) {
-    psg_node_builder_t *b = psg_node_begin(g, "BroadcastLike", NULL);
-    psg_node_add_input(b, dy[0]);
-    psg_node_add_input(b, psg_node_input(n, 0));
-    dx[0] = psg_node_finish_ep(b);
+    dx[0] = psg_broadcast_like(g, NULL, dy[0], psg_node_input(n, 0));
     return all_valid(1, dx);
 }
 

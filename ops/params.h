@@ -44,15 +44,6 @@ typedef struct {
 
 int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
 
-/* The layout of the Concat that ctx c runs into `out`: its axis, the
- * product of the dims before it (rows) and after it (each row's inner size). */
-typedef struct {
-    int axis;
-    int64_t outer, inner;
-} psg_concat_layout_t;
-
-psg_concat_layout_t psg_concat_layout(const psg_kernel_ctx_t *c, const psg_tensor_t *out);
-
 /* The update ops (ApplyGradientDescent, ApplyMomentum, ...): their flags. */
 typedef struct {
     bool check_numerics;
@@ -60,6 +51,45 @@ typedef struct {
 } psg_apply_params_t;
 
 int psg_apply_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
+
+/* The math ops that share one kernel a backend and differ by their function:
+ * the elementwise binary ops (Add..TanhGrad), the unary ones (Neg..Tanh), the
+ * reductions (Sum, Mean) and the row-wise normalizations (Softmax,
+ * LogSoftmax). prepare reads the node's op into fn, and the unary op's
+ * constant (Pow's exponent, Scale's factor; 0 for the others) into p. The
+ * binary ones stand in psg_cu_binary_t's order, the unary ones in
+ * psg_cu_unary_t's (ops/cuda/launch.h; ops/cuda/math.c asserts it). */
+typedef enum {
+    PSG_MATH_ADD,
+    PSG_MATH_SUB,
+    PSG_MATH_MUL,
+    PSG_MATH_DIV,
+    PSG_MATH_RELU_GRAD,
+    PSG_MATH_SIGMOID_GRAD,
+    PSG_MATH_TANH_GRAD,
+    PSG_MATH_NEG,
+    PSG_MATH_SQUARE,
+    PSG_MATH_SQRT,
+    PSG_MATH_EXP,
+    PSG_MATH_LOG,
+    PSG_MATH_POW,
+    PSG_MATH_SCALE,
+    PSG_MATH_RELU,
+    PSG_MATH_SIGMOID,
+    PSG_MATH_TANH,
+    PSG_MATH_SUM,
+    PSG_MATH_MEAN,
+    PSG_MATH_SOFTMAX,
+    PSG_MATH_LOG_SOFTMAX,
+    PSG_MATH_FN_COUNT
+} psg_math_fn_t;
+
+typedef struct {
+    psg_math_fn_t fn;
+    float p;
+} psg_math_fn_params_t;
+
+int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params);
 
 /* ctx->params of a kernel whose def has a prepare step (a broken invariant
  * otherwise: the executor prepares every plan node). */

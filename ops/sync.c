@@ -261,23 +261,26 @@ psg_endpoint_t psg_token_queue_op(psg_graph_t *g, const char *name) {
     return psg_node_finish_ep(psg_node_begin(g, "TokenQueueHandle", name));
 }
 
+/* A token queue op on (handle, x) with two int attributes. */
+static psg_node_builder_t *queue_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t handle,
+                                    psg_endpoint_t x, const char *a1, int64_t v1, const char *a2, int64_t v2) {
+    psg_node_builder_t *b = begin(g, op, name, 2, (psg_endpoint_t[]){handle, x});
+    psg_node_attr_int(b, a1, v1);
+    psg_node_attr_int(b, a2, v2);
+    return b;
+}
+
 int psg_token_queue_enqueue_many_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                     psg_endpoint_t tokens, int repeat, int64_t end_step) {
-    psg_endpoint_t in[2] = {handle, tokens};
-    psg_node_builder_t *b = begin(g, "TokenQueueEnqueueMany", name, 2, in);
-    psg_node_attr_int(b, "repeat", repeat);
-    psg_node_attr_int(b, "end_step", end_step);
-    return psg_node_finish(b);
+    return psg_node_finish(
+        queue_op(g, "TokenQueueEnqueueMany", name, handle, tokens, "repeat", repeat, "end_step", end_step));
 }
 
 psg_endpoint_t psg_token_queue_dequeue_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                           psg_endpoint_t after_step, int worker,
                                           int64_t timeout_ms) {
-    psg_endpoint_t in[2] = {handle, after_step};
-    psg_node_builder_t *b = begin(g, "TokenQueueDequeue", name, 2, in);
-    psg_node_attr_int(b, "worker", worker);
-    psg_node_attr_int(b, "timeout_ms", timeout_ms);
-    return psg_node_finish_ep(b);
+    return psg_node_finish_ep(queue_op(g, "TokenQueueDequeue", name, handle, after_step, "worker", worker,
+                                       "timeout_ms", timeout_ms));
 }
 
 int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,

@@ -157,6 +157,23 @@ int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what) 
     return 0;
 }
 
+int psg_update_variable(psg_kernel_ctx_t *c, psg_variable_lookup_fn lookup, int i, psg_variable_t **v) {
+    psg_variable_t *var = lookup(c, i);
+    if (psg_update_check_variable(var) < 0) return -1;
+    *v = var;
+    return 0;
+}
+
+int psg_update_operands(psg_kernel_ctx_t *c, psg_variable_lookup_fn lookup, int nslots, int gi,
+                        psg_variable_t **v, psg_variable_t *s[2]) {
+    s[0] = s[1] = NULL;
+    if (psg_update_variable(c, lookup, 0, v) < 0) return -1;
+    for (int k = 0; k < nslots; k++)
+        if (psg_update_variable(c, lookup, 1 + k, &s[k]) < 0 || psg_update_check_slot(s[k], *v) < 0)
+            return -1;
+    return psg_update_check_gradient(c->inputs[gi], *v);
+}
+
 /* ---- prepare: the update's flags, once per plan node (ops/params.h) ---- */
 
 int psg_apply_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {

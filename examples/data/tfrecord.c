@@ -368,31 +368,34 @@ static void put_len(psg_pb_t *o, int num, size_t len) {
 
 static size_t len_field(size_t len) { return 1 + psg_pb_varint_len(len) + len; }
 
+/* A Features map entry { key, Feature { <list> { value: payload } } }: its
+ * length, and its head written up to the payload (list 1: bytes_list, 3:
+ * int64_list; the value field is 1 in both). */
+static size_t entry_len(size_t klen, size_t payload) {
+    return len_field(klen) + len_field(len_field(len_field(payload)));
+}
+
+static void put_entry_head(psg_pb_t *o, const char *key, size_t klen, int list, size_t payload) {
+    size_t value = len_field(payload), feature = len_field(value);
+    put_len(o, 1, entry_len(klen, payload));
+    put_len(o, 1, klen);
+    psg_pb_bytes(o, key, klen);
+    put_len(o, 2, feature);
+    put_len(o, list, value);
+    put_len(o, 1, payload);
+}
+
 int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,
                        const char *int64_key, int64_t value, uint8_t **out, size_t *out_len) {
     size_t bk = strlen(bytes_key), ik = strlen(int64_key);
-    /* feature 1: { key, Feature { bytes_list { value } } } */
-    size_t blist = len_field(bytes_len), bfeat = len_field(blist);
-    size_t bentry = len_field(bk) + len_field(bfeat);
-    /* feature 2: { key, Feature { int64_list { packed value } } } */
-    size_t packed = psg_pb_varint_len((uint64_t)value), ilist = len_field(packed), ifeat = len_field(ilist);
-    size_t ientry = len_field(ik) + len_field(ifeat);
-    size_t feats = len_field(bentry) + len_field(ientry);
+    size_t packed = psg_pb_varint_len((uint64_t)value);
     psg_pb_t o = {0};
-    put_len(&o, 1, feats);
-    put_len(&o, 1, bentry);
-    put_len(&o, 1, bk);
-    psg_pb_bytes(&o, bytes_key, bk);
-    put_len(&o, 2, bfeat);
-    put_len(&o, 1, blist);
-    put_len(&o, 1, bytes_len);
+    put_len(&o, 1, len_field(entry_len(bk, bytes_len)) + len_field(entry_len(ik, packed)));
+    /* feature 1: { key, Feature { bytes_list { value } } } */
+    put_entry_head(&o, bytes_key, bk, 1, bytes_len);
     psg_pb_bytes(&o, bytes, bytes_len);
-    put_len(&o, 1, ientry);
-    put_len(&o, 1, ik);
-    psg_pb_bytes(&o, int64_key, ik);
-    put_len(&o, 2, ifeat);
-    put_len(&o, 3, ilist);
-    put_len(&o, 1, packed);
+    /* feature 2: { key, Feature { int64_list { packed value } } } */
+    put_entry_head(&o, int64_key, ik, 3, packed);
     psg_pb_varint(&o, (uint64_t)value);
     if (o.oom) {
         free(o.b);

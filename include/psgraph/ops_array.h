@@ -29,6 +29,13 @@ psg_endpoint_t psg_fill_like(psg_graph_t *g, const char *name, psg_endpoint_t x,
  * x's shape): used by the gradients of broadcasting ops. */
 psg_endpoint_t psg_sum_to_shape_of(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                    psg_endpoint_t like);
+/* x broadcast to the shape of `like` (its adjoint: psg_sum_to_shape_of), and
+ * x (as many elements as `like`) reshaped to it: the gradients' way back to
+ * an input's shape when it is known only at run time. */
+psg_endpoint_t psg_broadcast_like(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                  psg_endpoint_t like);
+psg_endpoint_t psg_reshape_like(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                psg_endpoint_t like);
 
 /* ---- variables ---- */
 

@@ -19,6 +19,16 @@ typedef struct {
     float *partial; /* (parts, C): BiasAddGrad's sum of each part */
 } bias_job_t;
 
+/* Output 0 of c, and the job over input 0 (..., C) as rows of C. NULL on failure. */
+static psg_tensor_t *bias_job(psg_kernel_ctx_t *c, bias_job_t *j) {
+    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    if (!out) return NULL;
+    const psg_shape_t *s = &c->inputs[0]->shape;
+    *j = (bias_job_t){.c = s->dims[s->rank - 1], .x = psg_tensor_f32(c->inputs[0])};
+    j->rows = j->c > 0 ? psg_tensor_numel(c->inputs[0]) / j->c : 0;
+    return out;
+}
+
 static void bias_add_rows(void *ctx, int64_t begin, int64_t end) {
     const bias_job_t *j = ctx;
     const int64_t C = j->c;
@@ -32,12 +42,9 @@ static void bias_add_rows(void *ctx, int64_t begin, int64_t end) {
 
 /* inputs: x (..., C), bias (C); output (..., C) */
 int psg_cpu_bias_add(psg_kernel_ctx_t *c) {
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    bias_job_t j;
+    psg_tensor_t *out = bias_job(c, &j);
     if (!out) return -1;
-    const psg_shape_t *s = &c->inputs[0]->shape;
-    bias_job_t j = {.c = s->dims[s->rank - 1]};
-    j.rows = j.c > 0 ? psg_tensor_numel(c->inputs[0]) / j.c : 0;
-    j.x = psg_tensor_f32(c->inputs[0]);
     j.bias = psg_tensor_f32(c->inputs[1]);
     j.y = psg_tensor_f32(out);
     psg_parallel_for(c->pool, j.rows, row_grain(j.c), bias_add_rows, &j);
@@ -60,12 +67,9 @@ static void bias_grad_parts(void *ctx, int64_t begin, int64_t end) {
 
 /* inputs: dy (..., C); output (C) */
 int psg_cpu_bias_add_grad(psg_kernel_ctx_t *c) {
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
+    bias_job_t j;
+    psg_tensor_t *out = bias_job(c, &j);
     if (!out) return -1;
-    const psg_shape_t *s = &c->inputs[0]->shape;
-    bias_job_t j = {.c = s->dims[s->rank - 1]};
-    j.rows = j.c > 0 ? psg_tensor_numel(c->inputs[0]) / j.c : 0;
-    j.x = psg_tensor_f32(c->inputs[0]);
     int64_t threads = psg_threadpool_size(c->pool), by_size = j.rows / row_grain(j.c);
     j.parts = by_size < threads ? by_size : threads;
     if (j.parts < 1) j.parts = 1;

@@ -2,9 +2,11 @@
  * broadcasting (dims coalesced first, so same-shape, scalar, row- and
  * column-vector cases run as flat vectorizable loops), unary functions,
  * activation backprops, Dropout, Cast and Equal. Not reductions (math_reduce.c). */
+#include "ops/math_setup.h"
 #include "ops/cpu/math.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/half.h"
+#include "ops/params.h"
 #include "psgraph/half.h"
 #include "psgraph/error.h"
 
@@ -163,26 +165,20 @@ static int binary(psg_kernel_ctx_t *c, const bin_loops_t *loops) {
     return 0;
 }
 
-int psg_cpu_add(psg_kernel_ctx_t *c) {
-    return binary(c, &add_loops);
-}
-int psg_cpu_sub(psg_kernel_ctx_t *c) {
-    return binary(c, &sub_loops);
-}
-int psg_cpu_mul(psg_kernel_ctx_t *c) {
-    return binary(c, &mul_loops);
-}
-int psg_cpu_div(psg_kernel_ctx_t *c) {
-    return binary(c, &div_loops);
-}
-int psg_cpu_relu_grad(psg_kernel_ctx_t *c) {
-    return binary(c, &relu_grad_loops);
-}
-int psg_cpu_sigmoid_grad(psg_kernel_ctx_t *c) {
-    return binary(c, &sigmoid_grad_loops);
-}
-int psg_cpu_tanh_grad(psg_kernel_ctx_t *c) {
-    return binary(c, &tanh_grad_loops);
+/* Add..TanhGrad: the loops of the prepared function (ops/params.h). */
+int psg_cpu_binary(psg_kernel_ctx_t *c) {
+    static const bin_loops_t *const loops[PSG_MATH_FN_COUNT] = {
+        [PSG_MATH_ADD] = &add_loops,
+        [PSG_MATH_SUB] = &sub_loops,
+        [PSG_MATH_MUL] = &mul_loops,
+        [PSG_MATH_DIV] = &div_loops,
+        [PSG_MATH_RELU_GRAD] = &relu_grad_loops,
+        [PSG_MATH_SIGMOID_GRAD] = &sigmoid_grad_loops,
+        [PSG_MATH_TANH_GRAD] = &tanh_grad_loops,
+    };
+    const bin_loops_t *l = loops[((const psg_math_fn_params_t *)psg_kernel_params(c))->fn];
+    PSG_ASSERT(l);
+    return binary(c, l);
 }
 
 /* ---- unary ---- */
@@ -234,37 +230,17 @@ static int unary(psg_kernel_ctx_t *c, un_loop_fn fn, float p) {
     return 0;
 }
 
-int psg_cpu_neg(psg_kernel_ctx_t *c) {
-    return unary(c, neg_loop, 0);
-}
-int psg_cpu_square(psg_kernel_ctx_t *c) {
-    return unary(c, square_loop, 0);
-}
-int psg_cpu_sqrt(psg_kernel_ctx_t *c) {
-    return unary(c, sqrt_loop, 0);
-}
-int psg_cpu_exp(psg_kernel_ctx_t *c) {
-    return unary(c, exp_loop, 0);
-}
-int psg_cpu_log(psg_kernel_ctx_t *c) {
-    return unary(c, log_loop, 0);
-}
-int psg_cpu_relu(psg_kernel_ctx_t *c) {
-    return unary(c, relu_loop, 0);
-}
-int psg_cpu_sigmoid(psg_kernel_ctx_t *c) {
-    return unary(c, sigmoid_loop, 0);
-}
-int psg_cpu_tanh(psg_kernel_ctx_t *c) {
-    return unary(c, tanh_loop, 0);
-}
-
-int psg_cpu_pow(psg_kernel_ctx_t *c) {
-    return unary(c, pow_loop, (float)psg_node_get_float(c->node, "exponent", 1.0));
-}
-
-int psg_cpu_scale(psg_kernel_ctx_t *c) {
-    return unary(c, scale_loop, (float)psg_node_get_float(c->node, "scale", 1.0));
+/* Neg..Tanh: the loop of the prepared function and its constant. */
+int psg_cpu_unary(psg_kernel_ctx_t *c) {
+    static const un_loop_fn loops[PSG_MATH_FN_COUNT] = {
+        [PSG_MATH_NEG] = neg_loop,         [PSG_MATH_SQUARE] = square_loop, [PSG_MATH_SQRT] = sqrt_loop,
+        [PSG_MATH_EXP] = exp_loop,         [PSG_MATH_LOG] = log_loop,       [PSG_MATH_POW] = pow_loop,
+        [PSG_MATH_SCALE] = scale_loop,     [PSG_MATH_RELU] = relu_loop,     [PSG_MATH_SIGMOID] = sigmoid_loop,
+        [PSG_MATH_TANH] = tanh_loop,
+    };
+    const psg_math_fn_params_t *p = psg_kernel_params(c);
+    PSG_ASSERT(loops[p->fn]);
+    return unary(c, loops[p->fn], p->p);
 }
 
 /* ---- Dropout ---- */
@@ -353,12 +329,9 @@ static int64_t to_int(double v, double lo, double hi) {
 
 int psg_cpu_cast(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
-    if (x->dtype == c->out_dtypes[0]) {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        return 0;
-    }
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    if (psg_cast_setup(c, &out) < 0) return -1;
+    if (!out) return 0; /* the same dtype: output 0 is input 0 */
     int64_t n = psg_tensor_numel(out);
     if ((x->dtype == PSG_DT_F32 && psg_dtype_is_half(out->dtype)) ||
         (psg_dtype_is_half(x->dtype) && out->dtype == PSG_DT_F32))

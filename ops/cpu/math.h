@@ -9,36 +9,19 @@
 /* Above this many elements a kernel splits its loop over the pool. */
 #define PSG_MATH_PARALLEL_MIN 32768
 
-/* elementwise binary, numpy broadcasting (cpu/math.c) */
-int psg_cpu_add(psg_kernel_ctx_t *c);
-int psg_cpu_sub(psg_kernel_ctx_t *c);
-int psg_cpu_mul(psg_kernel_ctx_t *c);
-int psg_cpu_div(psg_kernel_ctx_t *c);
-int psg_cpu_relu_grad(psg_kernel_ctx_t *c);
-int psg_cpu_sigmoid_grad(psg_kernel_ctx_t *c);
-int psg_cpu_tanh_grad(psg_kernel_ctx_t *c);
-/* elementwise unary */
-int psg_cpu_neg(psg_kernel_ctx_t *c);
-int psg_cpu_square(psg_kernel_ctx_t *c);
-int psg_cpu_sqrt(psg_kernel_ctx_t *c);
-int psg_cpu_exp(psg_kernel_ctx_t *c);
-int psg_cpu_log(psg_kernel_ctx_t *c);
-int psg_cpu_pow(psg_kernel_ctx_t *c);
-int psg_cpu_scale(psg_kernel_ctx_t *c);
-int psg_cpu_relu(psg_kernel_ctx_t *c);
-int psg_cpu_sigmoid(psg_kernel_ctx_t *c);
-int psg_cpu_tanh(psg_kernel_ctx_t *c);
+/* elementwise binary with numpy broadcasting, and unary (cpu/math.c): the
+ * function is the prepared one (psg_math_fn_params_t, ops/params.h) */
+int psg_cpu_binary(psg_kernel_ctx_t *c);
+int psg_cpu_unary(psg_kernel_ctx_t *c);
 /* randomness, types, comparisons */
 int psg_cpu_dropout(psg_kernel_ctx_t *c);
 int psg_cpu_cast(psg_kernel_ctx_t *c);
 int psg_cpu_equal(psg_kernel_ctx_t *c);
 
 /* reductions, softmax, losses, layout (cpu/math_reduce.c) */
-int psg_cpu_sum(psg_kernel_ctx_t *c);
-int psg_cpu_mean(psg_kernel_ctx_t *c);
+int psg_cpu_reduce(psg_kernel_ctx_t *c); /* Sum, Mean (prepared) */
 int psg_cpu_reduction_size(psg_kernel_ctx_t *c);
-int psg_cpu_softmax(psg_kernel_ctx_t *c);
-int psg_cpu_log_softmax(psg_kernel_ctx_t *c);
+int psg_cpu_softmax(psg_kernel_ctx_t *c); /* Softmax, LogSoftmax (prepared) */
 int psg_cpu_sparse_xent(psg_kernel_ctx_t *c);
 int psg_cpu_l2_loss(psg_kernel_ctx_t *c);
 int psg_cpu_argmax(psg_kernel_ctx_t *c);

@@ -2,6 +2,7 @@
  * an (A, R, B) reduction when the axes allow, split over the pool), softmax,
  * log-softmax, sparse softmax cross-entropy, L2Loss, ArgMax, Concat, Slice.
  * Not elementwise ops (math.c) and not matrix products (matmul.c). */
+#include "ops/math_setup.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/math.h"
 #include "ops/params.h"
@@ -89,13 +90,13 @@ bool psg_math_reduce_as_arb(const psg_shape_t *s, const bool *reduced, int64_t *
     return k == n;
 }
 
-static int reduce(psg_kernel_ctx_t *c, bool mean) {
+int psg_cpu_reduce(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    bool reduced[PSG_MAX_RANK];
-    if (psg_math_reduced_axes(c->node, x->shape.rank, reduced) < 0) return -1;
-    int64_t n = psg_tensor_numel(x), m = psg_tensor_numel(out);
+    psg_reduce_setup_t s;
+    if (psg_reduce_setup(c, &s) < 0) return -1;
+    psg_tensor_t *out = s.out;
+    const bool *reduced = s.reduced, mean = s.mean;
+    int64_t n = s.n, m = s.m;
     float scale = mean ? (m ? (float)((double)m / (double)n) : 0.0f) : 1.0f;
     if (n == 0) {
         /* the mean of nothing is NaN, as numpy says; the sum is 0 */
@@ -127,17 +128,10 @@ static int reduce(psg_kernel_ctx_t *c, bool mean) {
     return 0;
 }
 
-int psg_cpu_sum(psg_kernel_ctx_t *c) {
-    return reduce(c, false);
-}
-int psg_cpu_mean(psg_kernel_ctx_t *c) {
-    return reduce(c, true);
-}
-
 int psg_cpu_reduction_size(psg_kernel_ctx_t *c) {
-    int64_t count = psg_math_reduced_count(c->node, &c->inputs[0]->shape);
-    psg_tensor_t *out = count < 0 ? NULL : psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    int64_t count;
+    if (psg_reduction_size_setup(c, &out, &count) < 0) return -1;
     psg_tensor_f32(out)[0] = (float)count;
     return 0;
 }
@@ -232,25 +226,13 @@ static void run_rows(psg_kernel_ctx_t *c, rows_job_t *j, int64_t rows, psg_range
     psg_parallel_for(c->pool, rows, grain > 0 ? grain : 1, fn, j);
 }
 
-static int64_t last_dim(const psg_tensor_t *t) {
-    return t->shape.rank ? t->shape.dims[t->shape.rank - 1] : 1;
-}
-
-static int softmax_like(psg_kernel_ctx_t *c, psg_range_fn fn) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    rows_job_t j = {.x = psg_tensor_f32(x), .y = psg_tensor_f32(out), .C = last_dim(x)};
-    if (j.C == 0) return 0;
-    run_rows(c, &j, psg_tensor_numel(x) / j.C, fn);
-    return 0;
-}
-
 int psg_cpu_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, softmax_rows);
-}
-int psg_cpu_log_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, log_softmax_rows);
+    psg_rows_setup_t s;
+    if (psg_rows_setup(c, &s) < 0) return -1;
+    rows_job_t j = {.x = psg_tensor_f32(c->inputs[0]), .y = psg_tensor_f32(s.out), .C = s.C};
+    if (j.C == 0) return 0;
+    run_rows(c, &j, s.rows, s.log ? log_softmax_rows : softmax_rows);
+    return 0;
 }
 
 int psg_cpu_sparse_xent(psg_kernel_ctx_t *c) {
@@ -277,12 +259,11 @@ int psg_cpu_sparse_xent(psg_kernel_ctx_t *c) {
 }
 
 int psg_cpu_argmax(psg_kernel_ctx_t *c) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    rows_job_t j = {.x = psg_tensor_f32(x), .C = last_dim(x), .argmax = psg_tensor_i64(out)};
+    psg_rows_setup_t s;
+    if (psg_rows_setup(c, &s) < 0) return -1;
+    rows_job_t j = {.x = psg_tensor_f32(c->inputs[0]), .C = s.C, .argmax = psg_tensor_i64(s.out)};
     if (j.C == 0) return psg_error_set("ArgMax over an empty axis");
-    run_rows(c, &j, psg_tensor_numel(x) / j.C, argmax_rows);
+    run_rows(c, &j, s.rows, argmax_rows);
     return 0;
 }
 
@@ -313,21 +294,16 @@ int psg_cpu_l2_loss(psg_kernel_ctx_t *c) {
 /* ---- Concat, Slice ---- */
 
 int psg_cpu_concat(psg_kernel_ctx_t *c) {
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    psg_concat_layout_t l = psg_concat_layout(c, out);
-    int axis = l.axis;
-    int64_t outer = l.outer, inner = l.inner;
-    size_t es = psg_dtype_size(out->dtype);
-    size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es;
-    char *o = out->data;
+    psg_concat_setup_t s;
+    if (psg_concat_setup(c, &s) < 0) return -1;
+    char *o = s.out->data;
     size_t at = 0;
     for (int k = 0; k < c->num_inputs; k++) {
         const psg_tensor_t *x = c->inputs[k];
-        size_t row = (size_t)(x->shape.dims[axis] * inner) * es;
+        size_t row = psg_concat_row(&s, x);
         const char *src = x->data;
-        for (int64_t r = 0; r < outer; r++)
-            memcpy(o + (size_t)r * out_row + at, src + (size_t)r * row, row);
+        for (int64_t r = 0; r < s.outer; r++)
+            memcpy(o + (size_t)r * s.out_row + at, src + (size_t)r * row, row);
         at += row;
     }
     return 0;
@@ -370,18 +346,13 @@ static void copy_block(size_t es, int rank, const int64_t *size, const char *src
     }
 }
 
-/* begin of a Slice node, rank entries (attr "begin"). */
-static const int64_t *slice_begin(const psg_node_t *n) {
-    return psg_node_attr(n, "begin")->u.ints.v;
-}
-
 int psg_cpu_slice(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t zero[PSG_MAX_RANK] = {0};
     copy_block(psg_dtype_size(x->dtype), x->shape.rank, out->shape.dims, x->data, x->shape.dims,
-               slice_begin(c->node), out->data, out->shape.dims, zero);
+               psg_slice_begin(c->node), out->data, out->shape.dims, zero);
     return 0;
 }
 
@@ -393,6 +364,6 @@ int psg_cpu_slice_grad(psg_kernel_ctx_t *c) {
     memset(out->data, 0, psg_tensor_nbytes(out));
     int64_t zero[PSG_MAX_RANK] = {0};
     copy_block(psg_dtype_size(dy->dtype), dy->shape.rank, dy->shape.dims, dy->data, dy->shape.dims,
-               zero, out->data, out->shape.dims, slice_begin(c->node));
+               zero, out->data, out->shape.dims, psg_slice_begin(c->node));
     return 0;
 }

@@ -3,6 +3,7 @@
  * fused Dense layer (bias and ReLU applied to each slice of rows right after
  * its GEMM, while it is in cache) with its backprop (ReLU mask and bias
  * gradient in one pass). Not convolution (the nn ops). */
+#include "ops/math_setup.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/half.h"
 #include "ops/cpu/math.h"
@@ -17,12 +18,11 @@
 int psg_cpu_matmul(psg_kernel_ctx_t *c) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
     if (psg_dtype_is_half(a->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_matmul);
-    const psg_matmul_params_t *p = psg_kernel_params(c);
-    bool ta = p->transpose_a, tb = p->transpose_b;
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t M = out->shape.dims[0], N = out->shape.dims[1];
-    int64_t K = ta ? a->shape.dims[0] : a->shape.dims[1];
+    psg_matmul_setup_t s;
+    if (psg_matmul_setup(c, &s) < 0) return -1;
+    psg_tensor_t *out = s.out;
+    bool ta = s.ta, tb = s.tb;
+    int64_t M = s.M, N = s.N, K = s.K;
     if (M == 0 || N == 0) return 0;
     if (K == 0) {
         memset(out->data, 0, psg_tensor_nbytes(out));
@@ -122,17 +122,10 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
 
 int psg_cpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
-    bool relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
-    psg_tensor_t *dz = NULL;
-    if (relu) {
-        dz = psg_kernel_alloc_output(c, 0);
-        if (!dz) return -1;
-    } else {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-    }
-    psg_tensor_t *db = psg_kernel_alloc_output(c, 1);
-    if (!db) return -1;
-    dense_back_job_t j = {psg_tensor_f32(dy), psg_tensor_f32(y), dz ? psg_tensor_f32(dz) : NULL,
+    bool relu;
+    psg_tensor_t *dz, *db;
+    if (psg_dense_backprop_setup(c, &relu, &dz, &db) < 0) return -1;
+    dense_back_job_t j = {psg_tensor_f32(dy), psg_tensor_f32(y), relu ? psg_tensor_f32(dz) : NULL,
                           psg_tensor_f32(db), dy->shape.dims[0], dy->shape.dims[1]};
     if (j.N * j.M < PSG_MATH_PARALLEL_MIN)
         dense_back_cols(&j, 0, j.M);

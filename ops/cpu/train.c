@@ -31,13 +31,6 @@ static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, float *out
     return 0;
 }
 
-static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
-    psg_variable_t *v = psg_kernel_variable(c, i);
-    if (psg_update_check_variable(v) < 0) return -1;
-    *out = v;
-    return 0;
-}
-
 /* The check_numerics scan: the lowest index of a NaN or Inf, or n. */
 typedef struct {
     const float *g;            /* (n) */
@@ -66,13 +59,9 @@ static void scan_range(void *ctx, int64_t b, int64_t e) {
  * the gradient (input gi); checks shapes and, when the node's check_numerics
  * attr is on (the default), that every gradient element is finite. */
 static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var, update_t *u) {
-    psg_variable_t *v = NULL, *s[2] = {NULL, NULL};
-    if (f32_variable(c, 0, &v) < 0) return -1;
-    for (int k = 0; k < nslots; k++) {
-        if (f32_variable(c, 1 + k, &s[k]) < 0 || psg_update_check_slot(s[k], v) < 0) return -1;
-    }
+    psg_variable_t *v = NULL, *s[2];
+    if (psg_update_operands(c, psg_kernel_variable, nslots, gi, &v, s) < 0) return -1;
     const psg_tensor_t *g = c->inputs[gi];
-    if (psg_update_check_gradient(g, v) < 0) return -1;
     const float *gd = psg_tensor_f32(g);
     if (((const psg_apply_params_t *)psg_kernel_params(c))->check_numerics) {
         scan_t sc = {gd, psg_tensor_numel(g)};
@@ -178,12 +167,23 @@ static void ftrl_range(void *ctx, int64_t b, int64_t e) {
     }
 }
 
-/* inputs: var (resource, shape S), lr (scalar), grad (S) */
-int psg_cpu_apply_gradient_descent(psg_kernel_ctx_t *c) {
+/* A rule whose one scalar is the learning rate (input nslots + 1, before the gradient). */
+static int lr_update(psg_kernel_ctx_t *c, int nslots, psg_range_fn fn) {
     psg_variable_t *v = NULL;
     update_t u;
-    if (prepare(c, 0, 2, &v, &u) < 0 || scalar_input(c, 1, "lr", &u.lr) < 0) return -1;
-    return run_update(c, v, sgd_range, &u);
+    if (prepare(c, nslots, nslots + 2, &v, &u) < 0 || scalar_input(c, nslots + 1, "lr", &u.lr) < 0)
+        return -1;
+    return run_update(c, v, fn, &u);
+}
+
+/* inputs: var (resource, shape S), lr (scalar), grad (S) */
+int psg_cpu_apply_gradient_descent(psg_kernel_ctx_t *c) {
+    return lr_update(c, 0, sgd_range);
+}
+
+/* inputs: var (S), accum (S), lr (scalar), grad (S) */
+int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
+    return lr_update(c, 1, adagrad_range);
 }
 
 /* inputs: var (S), accum (S), lr (scalar), grad (S), momentum (scalar) */
@@ -224,14 +224,6 @@ int psg_cpu_apply_adam(psg_kernel_ctx_t *c) {
     return run_update(c, v, adam_range, &u);
 }
 
-/* inputs: var (S), accum (S), lr (scalar), grad (S) */
-int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
-    psg_variable_t *v = NULL;
-    update_t u;
-    if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0) return -1;
-    return run_update(c, v, adagrad_range, &u);
-}
-
 /* inputs: var (S), accum (S), linear (S), grad (S), lr, l1, l2, lr_power (scalars) */
 int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
@@ -249,7 +241,7 @@ int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
 int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     float f = 0;
-    if (f32_variable(c, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
+    if (psg_update_variable(c, psg_kernel_variable, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
     for (int64_t i = 0; i < psg_tensor_numel(v->value); i++)

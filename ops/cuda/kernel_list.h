@@ -7,7 +7,6 @@
 #define PSGRAPH_OPS_CUDA_KERNEL_LIST_H
 
 #define PSG_GPU_KERNEL_LIST(X) \
-    X(psg_gpu_add) \
     X(psg_gpu_add_n) \
     X(psg_gpu_apply_adagrad) \
     X(psg_gpu_apply_adam) \
@@ -21,6 +20,7 @@
     X(psg_gpu_avg_pool_grad) \
     X(psg_gpu_bias_add) \
     X(psg_gpu_bias_add_grad) \
+    X(psg_gpu_binary) \
     X(psg_gpu_broadcast_like) \
     X(psg_gpu_cast) \
     X(psg_gpu_concat) \
@@ -30,10 +30,8 @@
     X(psg_gpu_conv2d_backprop_input) \
     X(psg_gpu_dense) \
     X(psg_gpu_dense_backprop) \
-    X(psg_gpu_div) \
     X(psg_gpu_dropout) \
     X(psg_gpu_equal) \
-    X(psg_gpu_exp) \
     X(psg_gpu_exponential_decay) \
     X(psg_gpu_fill_like) \
     X(psg_gpu_fused_batch_norm) \
@@ -41,33 +39,18 @@
     X(psg_gpu_gather) \
     X(psg_gpu_increment_variable) \
     X(psg_gpu_l2_loss) \
-    X(psg_gpu_log) \
-    X(psg_gpu_log_softmax) \
     X(psg_gpu_matmul) \
     X(psg_gpu_max_pool) \
     X(psg_gpu_max_pool_grad) \
-    X(psg_gpu_mean) \
-    X(psg_gpu_mul) \
-    X(psg_gpu_neg) \
-    X(psg_gpu_pow) \
     X(psg_gpu_read_variable) \
+    X(psg_gpu_reduce) \
     X(psg_gpu_reduction_size) \
-    X(psg_gpu_relu) \
-    X(psg_gpu_relu_grad) \
-    X(psg_gpu_scale) \
     X(psg_gpu_scale_variable) \
-    X(psg_gpu_sigmoid) \
-    X(psg_gpu_sigmoid_grad) \
     X(psg_gpu_slice) \
     X(psg_gpu_slice_grad) \
     X(psg_gpu_softmax) \
     X(psg_gpu_sparse_xent) \
-    X(psg_gpu_sqrt) \
-    X(psg_gpu_square) \
-    X(psg_gpu_sub) \
-    X(psg_gpu_sum) \
     X(psg_gpu_sum_to_shape_of) \
-    X(psg_gpu_tanh) \
-    X(psg_gpu_tanh_grad)
+    X(psg_gpu_unary)
 
 #endif

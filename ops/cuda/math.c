@@ -2,6 +2,7 @@
  * reductions (as (A, R, B) when the axes allow), row-wise softmax and
  * cross-entropy, MatMul and the fused Dense through cuBLAS, concat, slices,
  * casts, dropout. Each mirrors its CPU kernel in ops/cpu/math*.c and matmul.c. */
+#include "ops/math_setup.h"
 #include "ops/cpu/math.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cuda/kernels.h"
@@ -28,26 +29,15 @@ static int binary(psg_kernel_ctx_t *c, psg_cu_binary_t op) {
                            &bc);
 }
 
-int psg_gpu_add(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_ADD);
-}
-int psg_gpu_sub(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_SUB);
-}
-int psg_gpu_mul(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_MUL);
-}
-int psg_gpu_div(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_DIV);
-}
-int psg_gpu_relu_grad(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_RELU_GRAD);
-}
-int psg_gpu_sigmoid_grad(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_SIGMOID_GRAD);
-}
-int psg_gpu_tanh_grad(psg_kernel_ctx_t *c) {
-    return binary(c, PSG_CU_TANH_GRAD);
+/* psg_math_fn_t lists the binary and the unary functions in the launchers' orders */
+_Static_assert(PSG_MATH_TANH_GRAD - PSG_MATH_ADD == PSG_CU_TANH_GRAD && PSG_MATH_NEG == PSG_MATH_TANH_GRAD + 1,
+               "psg_math_fn_t's binary functions are not in psg_cu_binary_t's order");
+_Static_assert(PSG_MATH_TANH - PSG_MATH_NEG == PSG_CU_TANH && PSG_MATH_POW - PSG_MATH_NEG == PSG_CU_POW,
+               "psg_math_fn_t's unary functions are not in psg_cu_unary_t's order");
+
+/* Add..TanhGrad: the prepared function (ops/params.h) */
+int psg_gpu_binary(psg_kernel_ctx_t *c) {
+    return binary(c, (psg_cu_binary_t)(((const psg_math_fn_params_t *)psg_kernel_params(c))->fn - PSG_MATH_ADD));
 }
 
 static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
@@ -57,35 +47,10 @@ static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
                           psg_tensor_numel(out));
 }
 
-int psg_gpu_neg(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_NEG, 0);
-}
-int psg_gpu_square(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SQUARE, 0);
-}
-int psg_gpu_sqrt(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SQRT, 0);
-}
-int psg_gpu_exp(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_EXP, 0);
-}
-int psg_gpu_log(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_LOG, 0);
-}
-int psg_gpu_relu(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_RELU, 0);
-}
-int psg_gpu_sigmoid(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SIGMOID, 0);
-}
-int psg_gpu_tanh(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_TANH, 0);
-}
-int psg_gpu_pow(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_POW, (float)psg_node_get_float(c->node, "exponent", 1.0));
-}
-int psg_gpu_scale(psg_kernel_ctx_t *c) {
-    return unary(c, PSG_CU_SCALE, (float)psg_node_get_float(c->node, "scale", 1.0));
+/* Neg..Tanh: the prepared function and its constant */
+int psg_gpu_unary(psg_kernel_ctx_t *c) {
+    const psg_math_fn_params_t *p = psg_kernel_params(c);
+    return unary(c, (psg_cu_unary_t)(p->fn - PSG_MATH_NEG), p->p);
 }
 
 /* ---- reductions ---- */
@@ -99,30 +64,19 @@ int psg_gpu_reduce_axes(int gpu, const psg_tensor_t *x, const bool *reduced, psg
                            psg_tensor_f32(out), scale);
 }
 
-static int reduce(psg_kernel_ctx_t *c, bool mean) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    bool reduced[PSG_MAX_RANK];
-    if (psg_math_reduced_axes(c->node, x->shape.rank, reduced) < 0) return -1;
-    int64_t n = psg_tensor_numel(x), m = psg_tensor_numel(out);
-    if (n == 0) /* the mean of nothing is NaN, as numpy says; the sum is 0 */
-        return psg_cuda_fill(c->device, PSG_CU_F32, out->data, m, mean ? (double)NAN : 0.0);
-    float scale = mean ? (float)((double)m / (double)n) : 1.0f;
-    return psg_gpu_reduce_axes(c->device, x, reduced, out, scale);
-}
-
-int psg_gpu_sum(psg_kernel_ctx_t *c) {
-    return reduce(c, false);
-}
-int psg_gpu_mean(psg_kernel_ctx_t *c) {
-    return reduce(c, true);
+int psg_gpu_reduce(psg_kernel_ctx_t *c) {
+    psg_reduce_setup_t s;
+    if (psg_reduce_setup(c, &s) < 0) return -1;
+    if (s.n == 0) /* the mean of nothing is NaN, as numpy says; the sum is 0 */
+        return psg_cuda_fill(c->device, PSG_CU_F32, s.out->data, s.m, s.mean ? (double)NAN : 0.0);
+    float scale = s.mean ? (float)((double)s.m / (double)s.n) : 1.0f;
+    return psg_gpu_reduce_axes(c->device, c->inputs[0], s.reduced, s.out, scale);
 }
 
 int psg_gpu_reduction_size(psg_kernel_ctx_t *c) {
-    int64_t count = psg_math_reduced_count(c->node, &c->inputs[0]->shape);
-    psg_tensor_t *out = count < 0 ? NULL : psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    int64_t count;
+    if (psg_reduction_size_setup(c, &out, &count) < 0) return -1;
     return psg_cuda_fill(c->device, PSG_CU_F32, out->data, 1, (double)count);
 }
 
@@ -135,25 +89,12 @@ int psg_gpu_l2_loss(psg_kernel_ctx_t *c) {
 
 /* ---- rows ---- */
 
-static int64_t last_dim(const psg_tensor_t *t) {
-    return t->shape.rank ? t->shape.dims[t->shape.rank - 1] : 1;
-}
-
-static int softmax_like(psg_kernel_ctx_t *c, bool log) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t C = last_dim(x);
-    if (C == 0) return 0;
-    return psg_cuda_softmax(c->device, psg_tensor_f32(x), psg_tensor_f32(out),
-                            psg_tensor_numel(x) / C, C, log);
-}
-
 int psg_gpu_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, false);
-}
-int psg_gpu_log_softmax(psg_kernel_ctx_t *c) {
-    return softmax_like(c, true);
+    psg_rows_setup_t s;
+    if (psg_rows_setup(c, &s) < 0) return -1;
+    if (s.C == 0) return 0;
+    return psg_cuda_softmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(s.out), s.rows, s.C,
+                            s.log);
 }
 
 /* Labels are not checked before the work, as the CPU kernel does: that
@@ -169,13 +110,10 @@ int psg_gpu_sparse_xent(psg_kernel_ctx_t *c) {
 }
 
 int psg_gpu_argmax(psg_kernel_ctx_t *c) {
-    const psg_tensor_t *x = c->inputs[0];
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t C = last_dim(x);
-    if (C == 0) return psg_error_set("ArgMax over an empty axis");
-    return psg_cuda_argmax(c->device, psg_tensor_f32(x), psg_tensor_i64(out),
-                           psg_tensor_numel(x) / C, C);
+    psg_rows_setup_t s;
+    if (psg_rows_setup(c, &s) < 0) return -1;
+    if (s.C == 0) return psg_error_set("ArgMax over an empty axis");
+    return psg_cuda_argmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_i64(s.out), s.rows, s.C);
 }
 
 int psg_gpu_equal(psg_kernel_ctx_t *c) {
@@ -190,12 +128,11 @@ int psg_gpu_equal(psg_kernel_ctx_t *c) {
 
 int psg_gpu_matmul(psg_kernel_ctx_t *c) {
     const psg_tensor_t *a = c->inputs[0], *b = c->inputs[1];
-    const psg_matmul_params_t *p = psg_kernel_params(c);
-    bool ta = p->transpose_a, tb = p->transpose_b;
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    int64_t M = out->shape.dims[0], N = out->shape.dims[1];
-    int64_t K = ta ? a->shape.dims[0] : a->shape.dims[1];
+    psg_matmul_setup_t s;
+    if (psg_matmul_setup(c, &s) < 0) return -1;
+    psg_tensor_t *out = s.out;
+    bool ta = s.ta, tb = s.tb;
+    int64_t M = s.M, N = s.N, K = s.K;
     if (a->dtype != PSG_DT_F32) /* bf16 or f16 (mixed precision): f32 accumulation */
         return psg_cuda_gemm_half(c->device, (int)a->dtype, ta, tb, M, N, K, a->data,
                                   a->shape.dims[1], b->data, b->shape.dims[1], out->data, N);
@@ -219,21 +156,15 @@ int psg_gpu_dense(psg_kernel_ctx_t *c) {
 /* inputs dy, y (N, M): dz = dy masked by y > 0 (relu) or dy itself; db = column sums of dz */
 int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
     const psg_tensor_t *dy = c->inputs[0], *y = c->inputs[1];
-    bool relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
-    psg_tensor_t *dz = NULL;
+    bool relu;
+    psg_tensor_t *dz, *db;
+    if (psg_dense_backprop_setup(c, &relu, &dz, &db) < 0) return -1;
     if (relu) {
-        dz = psg_kernel_alloc_output(c, 0);
-        if (!dz) return -1;
         psg_cu_bcast_t bc = {.rank = 1, .dims = {psg_tensor_numel(dy)}, .sa = {1}, .sb = {1}};
         if (psg_cuda_binary(c->device, PSG_CU_RELU_GRAD, psg_tensor_f32(dy), psg_tensor_f32(y),
                             psg_tensor_f32(dz), &bc) < 0)
             return -1;
-    } else {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        dz = c->outputs[0];
     }
-    psg_tensor_t *db = psg_kernel_alloc_output(c, 1);
-    if (!db) return -1;
     return psg_cuda_reduce_arb(c->device, psg_tensor_f32(dz), psg_tensor_f32(db), 1,
                                dy->shape.dims[0], dy->shape.dims[1], 1.0f);
 }
@@ -241,26 +172,18 @@ int psg_gpu_dense_backprop(psg_kernel_ctx_t *c) {
 /* ---- layout ---- */
 
 int psg_gpu_concat(psg_kernel_ctx_t *c) {
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
-    psg_concat_layout_t l = psg_concat_layout(c, out);
-    int axis = l.axis;
-    int64_t outer = l.outer, inner = l.inner;
-    size_t es = psg_dtype_size(out->dtype);
-    size_t out_row = (size_t)(out->shape.dims[axis] * inner) * es, at = 0;
+    psg_concat_setup_t s;
+    if (psg_concat_setup(c, &s) < 0) return -1;
+    size_t at = 0;
     for (int k = 0; k < c->num_inputs; k++) {
         const psg_tensor_t *x = c->inputs[k];
-        size_t row = (size_t)(x->shape.dims[axis] * inner) * es;
-        if (psg_cuda_memcpy2d(c->device, (char *)out->data + at, out_row, x->data, row, row,
-                              (size_t)outer) < 0)
+        size_t row = psg_concat_row(&s, x);
+        if (psg_cuda_memcpy2d(c->device, (char *)s.out->data + at, s.out_row, x->data, row, row,
+                              (size_t)s.outer) < 0)
             return -1;
         at += row;
     }
     return 0;
-}
-
-static const int64_t *slice_begin(const psg_node_t *n) {
-    return psg_node_attr(n, "begin")->u.ints.v;
 }
 
 int psg_gpu_slice(psg_kernel_ctx_t *c) {
@@ -269,7 +192,7 @@ int psg_gpu_slice(psg_kernel_ctx_t *c) {
     if (!out) return -1;
     int64_t zero[PSG_MAX_RANK] = {0};
     return psg_cuda_copy_block(c->device, (int)psg_dtype_size(x->dtype), x->shape.rank,
-                               out->shape.dims, x->data, x->shape.dims, slice_begin(c->node),
+                               out->shape.dims, x->data, x->shape.dims, psg_slice_begin(c->node),
                                out->data, out->shape.dims, zero);
 }
 
@@ -281,17 +204,14 @@ int psg_gpu_slice_grad(psg_kernel_ctx_t *c) {
     if (psg_cuda_memset0(c->device, out->data, psg_tensor_nbytes(out)) < 0) return -1;
     return psg_cuda_copy_block(c->device, (int)psg_dtype_size(dy->dtype), dy->shape.rank,
                                dy->shape.dims, dy->data, dy->shape.dims, zero, out->data,
-                               out->shape.dims, slice_begin(c->node));
+                               out->shape.dims, psg_slice_begin(c->node));
 }
 
 int psg_gpu_cast(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
-    if (x->dtype == c->out_dtypes[0]) {
-        psg_kernel_set_output(c, 0, c->inputs[0]);
-        return 0;
-    }
-    psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
-    if (!out) return -1;
+    psg_tensor_t *out;
+    if (psg_cast_setup(c, &out) < 0) return -1;
+    if (!out) return 0; /* the same dtype: output 0 is input 0 */
     return psg_cuda_cast(c->device, (int)x->dtype, x->data, (int)out->dtype, out->data,
                          psg_tensor_numel(out));
 }

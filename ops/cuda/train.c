@@ -10,13 +10,6 @@
 #include "psgraph/device.h"
 #include "psgraph/error.h"
 
-static int f32_variable(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
-    psg_variable_t *v = psg_gpu_variable(c, i);
-    if (psg_update_check_variable(v) < 0) return -1;
-    *out = v;
-    return 0;
-}
-
 static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, const float **out) {
     if (psg_update_check_scalar(c, i, what) < 0) return -1;
     *out = psg_tensor_f32(c->inputs[i]);
@@ -27,13 +20,9 @@ static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, const floa
  * and the scalars (inputs named in order), then the rule under the lock. */
 static int apply(psg_kernel_ctx_t *c, psg_cu_rule_t rule, int nslots, int gi, int nhp,
                  const int *hp_inputs, const char *const *hp_names) {
-    psg_variable_t *v = NULL, *s[2] = {NULL, NULL};
-    if (f32_variable(c, 0, &v) < 0) return -1;
-    for (int k = 0; k < nslots; k++) {
-        if (f32_variable(c, 1 + k, &s[k]) < 0 || psg_update_check_slot(s[k], v) < 0) return -1;
-    }
+    psg_variable_t *v = NULL, *s[2];
+    if (psg_update_operands(c, psg_gpu_variable, nslots, gi, &v, s) < 0) return -1;
     const psg_tensor_t *g = c->inputs[gi];
-    if (psg_update_check_gradient(g, v) < 0) return -1;
     const float *hp[6];
     for (int k = 0; k < nhp; k++)
         if (scalar_input(c, hp_inputs[k], hp_names[k], &hp[k]) < 0) return -1;
@@ -87,7 +76,7 @@ int psg_gpu_apply_adagrad(psg_kernel_ctx_t *c) {
 int psg_gpu_scale_variable(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     const float *f = NULL;
-    if (f32_variable(c, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
+    if (psg_update_variable(c, psg_gpu_variable, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
     pthread_mutex_lock(&v->lock);
     int rc = psg_cuda_scale_by(c->device, psg_tensor_f32(v->value), psg_tensor_numel(v->value), f);
     pthread_mutex_unlock(&v->lock);

@@ -4,6 +4,7 @@
  * older (stale) and surplus ones, and hands the mean to a pending take. Not the graph
  * ops (ops/sync.c). */
 #include "ops/cpu/sparse.h"
+#include "ops/state/blocking.h"
 #include "ops/state/handle.h"
 #include "ops/state/timer.h"
 #include "psgraph/error.h"
@@ -150,17 +151,7 @@ bool psg_accumulator_is_sparse(const psg_accumulator_t *a) {
     return a->sparse;
 }
 
-const char *psg_accumulator_name(const psg_accumulator_t *a) {
-    return a->name;
-}
-
-psg_tensor_t *psg_accumulator_handle(psg_accumulator_t *a) {
-    return psg_ps_handle_new(a);
-}
-
-psg_accumulator_t *psg_accumulator_from_handle(const psg_tensor_t *h) {
-    return psg_ps_handle_object(h, ACCUMULATOR_MAGIC, "an accumulator");
-}
+PSG_PS_HANDLE_ACCESSORS(psg_accumulator_t, psg_accumulator, ACCUMULATOR_MAGIC, "an accumulator")
 
 /* A sparse accumulator's mean, with the lock held: *values (rows, shape[1:]) the summed
  * rows / count, *indices (rows) i64 their ids. -1 on out of memory (error set). */
@@ -352,25 +343,18 @@ void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t 
 /* ---- blocking take ---- */
 
 typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool done;
+    psg_blocking_t b;
     psg_tensor_t *mean, *indices;
     psg_err_code_t code;
-    char error[512];
 } take_wait_t;
 
 static void take_wait_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_err_code_t code,
                            const char *error) {
     take_wait_t *w = arg;
-    pthread_mutex_lock(&w->lock);
     w->mean = mean;
     w->indices = indices;
     w->code = code;
-    if (error) snprintf(w->error, sizeof w->error, "%s", error);
-    w->done = true;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
+    psg_blocking_finish(&w->b, error);
 }
 
 int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
@@ -383,19 +367,13 @@ int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout
 
 int psg_accumulator_take_sparse(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
                                 psg_tensor_t **mean, psg_tensor_t **indices) {
-    take_wait_t w = {.done = false};
-    pthread_mutex_init(&w.lock, NULL);
-    pthread_cond_init(&w.cond, NULL);
+    take_wait_t w = {.mean = NULL};
+    psg_blocking_init(&w.b);
     psg_accumulator_take_async(a, num_required, timeout_ms, take_wait_done, &w);
-    pthread_mutex_lock(&w.lock);
-    while (!w.done)
-        pthread_cond_wait(&w.cond, &w.lock);
-    pthread_mutex_unlock(&w.lock);
-    pthread_mutex_destroy(&w.lock);
-    pthread_cond_destroy(&w.cond);
+    psg_blocking_wait(&w.b);
     *mean = w.mean;
     *indices = w.indices;
-    return w.mean ? 0 : psg_error_set_code(w.code, "%s", w.error);
+    return w.mean ? 0 : psg_error_set_code(w.code, "%s", w.b.error);
 }
 
 void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step) {

@@ -2,6 +2,7 @@
  * the new global step; a worker takes the first token newer than its local
  * step before its next step, waiting without a thread, with a timeout.
  * Not the accumulators (ops/state/accumulator.c) and not the ops (ops/sync.c). */
+#include "ops/state/blocking.h"
 #include "ops/state/handle.h"
 #include "ops/state/timer.h"
 #include "psgraph/error.h"
@@ -71,17 +72,7 @@ psg_token_queue_t *psg_token_queue_get(psg_resource_mgr_t *rm, const char *name)
                                          destroy_queue);
 }
 
-const char *psg_token_queue_name(const psg_token_queue_t *q) {
-    return q->name;
-}
-
-psg_tensor_t *psg_token_queue_handle(psg_token_queue_t *q) {
-    return psg_ps_handle_new(q);
-}
-
-psg_token_queue_t *psg_token_queue_from_handle(const psg_tensor_t *h) {
-    return psg_ps_handle_object(h, TOKEN_QUEUE_MAGIC, "a token queue");
-}
+PSG_PS_HANDLE_ACCESSORS(psg_token_queue_t, psg_token_queue, TOKEN_QUEUE_MAGIC, "a token queue")
 
 /* A waiter served or failed, finished after the lock is released. */
 typedef struct {
@@ -253,37 +244,24 @@ void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t aft
 }
 
 typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool done;
+    psg_blocking_t b;
     int64_t token;
-    char error[512];
 } dequeue_wait_t;
 
 static void dequeue_wait_done(void *arg, int64_t token, const char *error) {
     dequeue_wait_t *w = arg;
-    pthread_mutex_lock(&w->lock);
     w->token = token;
-    if (error) snprintf(w->error, sizeof w->error, "%s", error);
-    w->done = true;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
+    psg_blocking_finish(&w->b, error);
 }
 
 int psg_token_queue_dequeue(psg_token_queue_t *q, int worker, int64_t after_step,
                             int64_t timeout_ms, int64_t *token) {
-    dequeue_wait_t w = {.done = false};
-    pthread_mutex_init(&w.lock, NULL);
-    pthread_cond_init(&w.cond, NULL);
+    dequeue_wait_t w = {.token = 0};
+    psg_blocking_init(&w.b);
     psg_token_queue_dequeue_async(q, worker, after_step, timeout_ms, dequeue_wait_done, &w);
-    pthread_mutex_lock(&w.lock);
-    while (!w.done)
-        pthread_cond_wait(&w.cond, &w.lock);
-    pthread_mutex_unlock(&w.lock);
-    pthread_mutex_destroy(&w.lock);
-    pthread_cond_destroy(&w.cond);
+    psg_blocking_wait(&w.b);
     *token = w.token;
-    return w.error[0] ? psg_error_set("%s", w.error) : 0;
+    return w.b.error[0] ? psg_error_set("%s", w.b.error) : 0;
 }
 
 void psg_token_queue_close(psg_token_queue_t *q, const char *error) {
