@@ -1,7 +1,8 @@
 /* The sync-replicas ops: handles to gradient accumulators and token
  * queues, applying and taking gradients, releasing and taking tokens
  * (TensorFlow's ConditionalAccumulator and FIFOQueue ops of
- * SyncReplicasOptimizer): defs, shape inference and builders. Kernels:
+ * SyncReplicasOptimizer), and SSP's clocks (ticks and waits for the slowest):
+ * defs, shape inference and builders. Kernels:
  * ops/cpu/sync.c; the resources: ps/; the protocol: sync/. */
 #include "ops/cpu/sync.h"
 #include "psgraph/error.h"
@@ -124,6 +125,20 @@ static int infer_dequeue(psg_infer_ctx_t *c) {
     return 0;
 }
 
+static int infer_ssp_clock(psg_infer_ctx_t *c) {
+    if (psg_node_get_int(c->node, "workers", 0) < 1) return psg_error_set("workers must be >= 1");
+    set_output(c, 0, PSG_DT_RESOURCE, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_ssp_clock_wait(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "want") < 0) return -1;
+    set_output(c, 0, PSG_DT_I64, psg_shape_scalar());
+    set_output(c, 1, PSG_DT_F32, psg_shape_scalar());
+    return 0;
+}
+
 static int infer_count_accepted(psg_infer_ctx_t *c) {
     for (int i = 0; i < c->num_inputs; i++)
         if (expect_scalar(c, i, PSG_DT_I32, "flag") < 0) return -1;
@@ -164,6 +179,11 @@ SYNC_OP(op_dequeue, "TokenQueueDequeue", 2, 2, PSG_OP_ASYNC, infer_dequeue,
         psg_cpu_token_queue_dequeue);
 SYNC_OP(op_token_queue_close, "TokenQueueClose", 1, 0, 0, infer_handle_only,
         psg_cpu_token_queue_close);
+SYNC_OP(op_ssp_clock, "SspClockHandle", 0, 1, 0, infer_ssp_clock, psg_cpu_ssp_clock);
+SYNC_OP(op_ssp_clock_tick, "SspClockTick", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_tick);
+SYNC_OP(op_ssp_clock_reset, "SspClockReset", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_reset);
+SYNC_OP(op_ssp_clock_wait, "SspClockWait", 2, 2, PSG_OP_ASYNC, infer_ssp_clock_wait,
+        psg_cpu_ssp_clock_wait);
 static const psg_op_def_t op_count_accepted = {.name = "CountAccepted",
                                                .num_inputs = -1,
                                                .num_outputs = 1,
@@ -175,7 +195,9 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_set_global_step,   &op_num_accumulated, &op_accumulator_close,
     &op_token_queue,       &op_enqueue_many,    &op_dequeue,
     &op_token_queue_close, &op_count_accepted,  &op_sparse_accumulator,
-    &op_sparse_apply,      &op_sparse_take,     NULL,
+    &op_sparse_apply,      &op_sparse_take,     &op_ssp_clock,
+    &op_ssp_clock_tick,    &op_ssp_clock_reset, &op_ssp_clock_wait,
+    NULL,
 };
 
 /* ---- builders ---- */
@@ -288,6 +310,37 @@ int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t ha
     psg_node_builder_t *b = begin(g, "TokenQueueClose", name, 1, &handle);
     psg_node_attr_str(b, "error", error ? error : "");
     return psg_node_finish(b);
+}
+
+psg_endpoint_t psg_ssp_clock_op(psg_graph_t *g, const char *name, int workers) {
+    psg_node_builder_t *b = psg_node_begin(g, "SspClockHandle", name);
+    psg_node_attr_int(b, "workers", workers);
+    return psg_node_finish_ep(b);
+}
+
+int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker, int half,
+                          int64_t delta, int n_after, const int *after) {
+    psg_node_builder_t *b = begin(g, "SspClockTick", name, 1, &handle);
+    for (int i = 0; i < n_after; i++)
+        psg_node_add_control(b, after[i]);
+    psg_node_attr_int(b, "worker", worker);
+    psg_node_attr_int(b, "half", half);
+    psg_node_attr_int(b, "delta", delta);
+    return psg_node_finish(b);
+}
+
+int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle) {
+    return psg_node_finish(begin(g, "SspClockReset", name, 1, &handle));
+}
+
+psg_endpoint_t psg_ssp_clock_wait_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                     psg_endpoint_t want, int worker, int half, int64_t timeout_ms) {
+    psg_endpoint_t in[2] = {handle, want};
+    psg_node_builder_t *b = begin(g, "SspClockWait", name, 2, in);
+    psg_node_attr_int(b, "worker", worker);
+    psg_node_attr_int(b, "half", half);
+    psg_node_attr_int(b, "timeout_ms", timeout_ms);
+    return psg_node_finish_ep(b);
 }
 
 psg_endpoint_t psg_count_accepted(psg_graph_t *g, const char *name, int n,

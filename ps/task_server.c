@@ -421,7 +421,7 @@ static void stop_runners(psg_task_server_t *ts) {
     ts->jq_len = 0;
 }
 
-/* Closes every accumulator and token queue: a step waiting in one fails at once. */
+/* Closes every accumulator, token queue and ssp clock: a step waiting in one fails at once. */
 static void end_sync_waits(psg_task_server_t *ts) {
     int na = psg_resource_count(ts->rm, "accumulator"), nq = psg_resource_count(ts->rm, "token queue");
     for (int i = 0; i < na; i++) {
@@ -431,6 +431,10 @@ static void end_sync_waits(psg_task_server_t *ts) {
     for (int i = 0; i < nq; i++) {
         psg_token_queue_t *q = psg_resource_at(ts->rm, "token queue", i, NULL);
         if (q) psg_token_queue_close(q, "the task server is stopping");
+    }
+    for (int i = 0, nc = psg_resource_count(ts->rm, "ssp clock"); i < nc; i++) {
+        psg_ssp_clock_t *k = psg_resource_at(ts->rm, "ssp clock", i, NULL);
+        if (k) psg_ssp_clock_close(k, "the task server is stopping");
     }
 }
 

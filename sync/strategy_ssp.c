@@ -1,50 +1,46 @@
 /* The "ssp" strategy: stale-synchronous parallel (Ho et al., 2013). Each
  * worker applies its own gradient, divided by the number of workers W (so
  * that the W gradients of a clock add up to sync's mean), and counts its
- * clock in a variable on the ps: a [2W] vector of the steps each worker has
- * read and has applied. A worker starts step k only when every worker has
- * applied step k - s - 1 (it is at most s steps ahead of the slowest); with
- * s = 0 it also applies step k only when every worker has read it, which is
- * bulk-synchronous SGD: the same parameters as sync with b = 0. The waits
- * poll the clock vector (a 0.2 ms pause between reads), not a ps-side
- * blocking op. */
+ * steps read and applied on the ps's clock (SspClock, ops/state/ssp_clock.c).
+ * A worker starts step k only when every worker has applied step k - s - 1
+ * (it is at most s steps ahead of the slowest); with s = 0 it also applies
+ * step k only when every worker has read it, which is bulk-synchronous SGD:
+ * the same parameters as sync with b = 0. A wait is one call that the ps
+ * answers when the slowest clock gets there (SspClockWait: no polling, no
+ * thread held, the strategy's timeout as its deadline). */
 #include "psgraph/clock.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
+#include "ops/state/sync_resources.h"
 #include "sync/strategy.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define POLL_SEC 0.0002
-#define DONE_CLOCK 1e9f /* a worker that ended: never the slowest */
+#define DONE_CLOCK ((int64_t)1 << 40) /* a worker that ended: never the slowest */
 
-/* A [2W] f32 constant with v at i and j (j < 0: only i). */
-static psg_endpoint_t one_hot(psg_graph_t *g, const char *name, int w2, int i, int j, float v) {
-    psg_shape_t s = psg_shape_1d(w2);
-    psg_tensor_t *t = psg_tensor_zeros(PSG_DT_F32, &s);
-    if (!t) return PSG_NO_ENDPOINT;
-    psg_tensor_f32(t)[i] = v;
-    if (j >= 0) psg_tensor_f32(t)[j] = v;
-    return psg_const(g, name, &t);
-}
+enum { HALF_READ, HALF_APPLIED };
 
-/* AssignAdd(clocks, delta) after the nodes ctl[n]. */
-static int tick(psg_graph_t *g, const char *name, psg_endpoint_t clocks, psg_endpoint_t delta, int n,
-                const int *ctl) {
-    psg_node_builder_t *nb = psg_node_begin(g, "AssignAdd", name);
-    psg_node_add_input(nb, clocks);
-    psg_node_add_input(nb, delta);
-    for (int i = 0; i < n; i++)
-        psg_node_add_control(nb, ctl[i]);
-    return psg_node_finish(nb);
+/* The clock's reset, ordered before the initializer of a variable (ssp/clock_started), so
+ * no worker ticks before it: a worker starts once every variable is initialized. */
+static int reset_with_init(psg_graph_t *g, psg_endpoint_t clock) {
+    psg_shape_t scalar = psg_shape_scalar();
+    psg_endpoint_t h = psg_var_handle(g, "ssp/clock_started", PSG_DT_F32, &scalar);
+    int reset = psg_ssp_clock_reset_op(g, "ssp/clock_reset", clock);
+    psg_node_builder_t *nb = psg_node_begin(g, "Assign", "ssp/clock_started/init");
+    psg_node_add_input(nb, h);
+    psg_node_add_input(nb, psg_const_scalar(g, "ssp/clock_started/one", 1));
+    psg_node_add_control(nb, reset);
+    int assign = psg_node_finish(nb);
+    if (assign < 0) return -1;
+    psg_graph_add_to_collection(g, "variables", h.node);
+    psg_graph_add_to_collection(g, "init", assign);
+    return psg_graph_status(g);
 }
 
 /* call 1: the update from the gradients fed back, divided by W, then the apply tick */
-static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clocks,
-                       psg_endpoint_t apply_one) {
+static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clock) {
     psg_graph_t *g = b->g;
     int W = b->cfg->num_workers;
     psg_endpoint_t *scaled = malloc(sizeof *scaled * (size_t)b->n);
@@ -65,8 +61,8 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
     if (!ctl) return psg_error_set("out of memory");
     for (int j = 0; j < nc; j++)
         ctl[j] = psg_node_control(grp, j);
-    bool pushed = psg_sync_push_device_of(g, clocks);
-    int t = tick(g, "ssp/apply_tick", clocks, apply_one, nc, ctl);
+    bool pushed = psg_sync_push_device_of(g, clock);
+    int t = psg_ssp_clock_tick_op(g, "ssp/apply_tick", clock, b->cfg->worker_index, HALF_APPLIED, 1, nc, ctl);
     if (pushed) psg_graph_pop_device(g);
     free(ctl);
     out->calls[0].n_feeds = b->n;
@@ -75,67 +71,75 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
     return t < 0 ? -1 : 0;
 }
 
+/* call k (2: applied, 3: read): feed the step every worker's clock `half` must reach;
+ * fetches the least clock and the seconds waited, on the worker. */
+static void build_wait(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clock, int half) {
+    psg_graph_t *g = b->g;
+    const char *what = half == HALF_APPLIED ? "applied" : "read";
+    char name[128];
+    psg_shape_t scalar = psg_shape_scalar();
+    int k = half == HALF_APPLIED ? 1 : 2;
+    snprintf(name, sizeof name, "ssp/wait_%s/want", what);
+    psg_endpoint_t want = psg_placeholder(g, name, PSG_DT_I64, &scalar);
+    bool pushed = psg_sync_push_device_of(g, clock);
+    snprintf(name, sizeof name, "ssp/wait_%s", what);
+    psg_endpoint_t least = psg_ssp_clock_wait_op(g, name, clock, want, b->cfg->worker_index, half, b->timeout_ms);
+    if (pushed) psg_graph_pop_device(g);
+    out->calls[k].feeds[0] = want;
+    out->calls[k].n_feeds = 1;
+    snprintf(name, sizeof name, "ssp/wait_%s/least", what);
+    out->calls[k].fetches[0] = psg_identity(g, name, least);
+    snprintf(name, sizeof name, "ssp/wait_%s/seconds", what);
+    out->calls[k].fetches[1] = psg_identity(g, name, (psg_endpoint_t){least.node, 1});
+    out->calls[k].n_fetches = 2;
+}
+
 static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
     int W = b->cfg->num_workers, r = b->cfg->worker_index;
     if (b->n > PSG_SYNC_CALL_MAX)
         return psg_error_set("%d variables: at most %d", b->n, PSG_SYNC_CALL_MAX);
-    psg_shape_t cs = psg_shape_1d(2 * W);
-    psg_endpoint_t clocks = psg_variable(g, "ssp/clocks", PSG_DT_F32, &cs,
-                                         (psg_initializer_t){"zeros", 0, 0}, false);
-    psg_endpoint_t read_one = one_hot(g, "ssp/read_one", 2 * W, r, -1, 1);
-    psg_endpoint_t apply_one = one_hot(g, "ssp/apply_one", 2 * W, W + r, -1, 1);
-    psg_endpoint_t done = one_hot(g, "ssp/done", 2 * W, r, W + r, DONE_CLOCK);
-    if (psg_graph_status(g) < 0) return -1;
+    bool pushed = psg_sync_push_device_of(g, b->global_step); /* the clock beside the global step */
+    psg_endpoint_t clock = psg_ssp_clock_op(g, "ssp/clock", W);
+    int rc = psg_endpoint_valid(clock) ? reset_with_init(g, clock) : -1;
     /* call 0, the step: the gradients (fetched), then the read tick after them */
     int *ctl = malloc(sizeof *ctl * (size_t)b->n);
-    if (!ctl) return psg_error_set("out of memory");
-    for (int i = 0; i < b->n; i++) {
+    if (rc == 0 && !ctl) rc = psg_error_set("out of memory");
+    for (int i = 0; rc == 0 && i < b->n; i++) {
         ctl[i] = b->grads[i].node;
         out->step_fetches[i] = b->grads[i];
     }
-    out->n_step_fetches = b->n;
-    bool pushed = psg_sync_push_device_of(g, clocks);
-    out->train_op = tick(g, "ssp/read_tick", clocks, read_one, b->n, ctl);
-    out->close_op = tick(g, "ssp/end", clocks, done, 0, NULL);
+    if (rc == 0) {
+        out->n_step_fetches = b->n;
+        out->train_op = psg_ssp_clock_tick_op(g, "ssp/read_tick", clock, r, HALF_READ, 1, b->n, ctl);
+        int ends[2] = {psg_ssp_clock_tick_op(g, "ssp/end_read", clock, r, HALF_READ, DONE_CLOCK, 0, NULL),
+                       psg_ssp_clock_tick_op(g, "ssp/end_applied", clock, r, HALF_APPLIED, DONE_CLOCK, 0, NULL)};
+        out->close_op = psg_group(g, "ssp/end", 2, ends);
+    }
     if (pushed) psg_graph_pop_device(g);
     free(ctl);
-    if (build_apply(b, out, clocks, apply_one) < 0) return -1;
-    /* call 2: the clocks, read on the worker */
-    out->calls[1].fetches[0] =
-        psg_identity(g, "ssp/clocks/now", psg_read_variable(g, "ssp/clocks/read", clocks));
-    out->calls[1].n_fetches = 1;
-    out->num_calls = 2;
+    if (rc < 0 || build_apply(b, out, clock) < 0) return -1;
+    build_wait(b, out, clock, HALF_APPLIED);
+    build_wait(b, out, clock, HALF_READ);
+    out->num_calls = 3;
     out->global_step = psg_sync_read_global_step(g, "ssp/global_step", b->global_step, -1);
     return psg_graph_status(g);
 }
 
-/* Polls the clocks until the least of half h (0: read, 1: applied) is at least want;
- * *least gets it, *waited the seconds it took. */
-static int wait_clocks(psg_sync_worker_t *w, int h, int64_t want, int64_t *least, double *waited) {
-    int W = w->cfg->num_workers;
-    double t0 = psg_now_sec(), limit = w->cfg->timeout_ms > 0 ? w->cfg->timeout_ms / 1e3 : 1e18;
-    for (;;) {
-        psg_tensor_t *c = NULL;
-        if (w->run(w->ctx, 2, NULL, &c) < 0) return -1;
-        const float *v = psg_tensor_f32(c) + h * W;
-        float m = v[0];
-        for (int i = 1; i < W; i++)
-            m = v[i] < m ? v[i] : m;
-        psg_tensor_destroy(&c);
-        *least = (int64_t)m;
-        double now = psg_now_sec();
-        if (*least >= want) {
-            *waited += now - t0;
-            return 0;
-        }
-        if (now - t0 > limit)
-            return psg_error_set("ssp: worker %d waited %.1f s for every worker to have %s step "
-                                 "%lld (the slowest is at %lld)",
-                                 w->cfg->worker_index, limit, h ? "applied" : "read",
-                                 (long long)want - 1, (long long)*least);
-        nanosleep(&(struct timespec){0, (long)(POLL_SEC * 1e9)}, NULL);
+/* Waits on the ps until every worker's clock `half` is at least want (call 2 or 3);
+ * *least gets the least clock, *waited the seconds added. */
+static int wait_clocks(psg_sync_worker_t *w, int half, int64_t want, int64_t *least, double *waited) {
+    psg_tensor_t *feed = psg_tensor_scalar_i64(want), *got[2] = {0};
+    if (!feed) return psg_error_set("out of memory");
+    int rc = w->run(w->ctx, half == HALF_APPLIED ? 2 : 3, &feed, got);
+    psg_tensor_destroy(&feed);
+    if (rc == 0) {
+        *least = psg_tensor_i64(got[0])[0];
+        *waited += psg_tensor_f32(got[1])[0];
     }
+    psg_tensor_destroy(&got[0]);
+    psg_tensor_destroy(&got[1]);
+    return rc;
 }
 
 static int step_ssp(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
@@ -144,11 +148,11 @@ static int step_ssp(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *
     double t0 = psg_now_sec(), waited = 0;
     memset(st, 0, sizeof *st);
     /* at most s steps ahead of the slowest: every worker applied step k - s - 1 */
-    if (wait_clocks(w, 1, k - s, &least, &waited) < 0) return -1;
+    if (wait_clocks(w, HALF_APPLIED, k - s, &least, &waited) < 0) return -1;
     psg_tensor_t *fetched[1 + PSG_SYNC_CALL_MAX] = {0};
     int rc = w->run(w->ctx, 0, NULL, fetched);
     /* s = 0: no update of step k before every worker read it */
-    if (rc == 0 && s == 0) rc = wait_clocks(w, 0, k + 1, &read_least, &waited);
+    if (rc == 0 && s == 0) rc = wait_clocks(w, HALF_READ, k + 1, &read_least, &waited);
     if (rc == 0) rc = w->run(w->ctx, 1, fetched + 1, NULL);
     for (int i = 1; i < 1 + PSG_SYNC_CALL_MAX; i++)
         psg_tensor_destroy(&fetched[i]);

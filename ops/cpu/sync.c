@@ -161,15 +161,25 @@ static void dequeue_done(void *arg, int64_t token, const char *error) {
     psg_async_op_done(op, 0);
 }
 
+/* A wait's state, its start taken now; NULL with the error set. */
+static dequeue_t *wait_begin(psg_kernel_ctx_t *c) {
+    PSG_ASSERT(c->async);
+    dequeue_t *d = malloc(sizeof *d);
+    if (!d) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    d->op = c->async;
+    clock_gettime(CLOCK_MONOTONIC, &d->start);
+    return d;
+}
+
 int psg_cpu_token_queue_dequeue(psg_kernel_ctx_t *c) {
     psg_token_queue_t *q = psg_token_queue_from_handle(c->inputs[0]);
     int64_t after = 0;
     if (!q || scalar_i64(c, 1, &after) < 0) return -1;
-    PSG_ASSERT(c->async);
-    dequeue_t *d = malloc(sizeof *d);
-    if (!d) return psg_error_set("out of memory");
-    d->op = c->async;
-    clock_gettime(CLOCK_MONOTONIC, &d->start);
+    dequeue_t *d = wait_begin(c);
+    if (!d) return -1;
     psg_token_queue_dequeue_async(q, (int)psg_node_get_int(c->node, "worker", 0), after,
                                   psg_node_get_int(c->node, "timeout_ms", 0), dequeue_done, d);
     return 0;
@@ -180,6 +190,39 @@ int psg_cpu_token_queue_close(psg_kernel_ctx_t *c) {
     if (!q) return -1;
     const char *error = psg_node_get_str(c->node, "error", "");
     psg_token_queue_close(q, error[0] ? error : NULL);
+    return 0;
+}
+
+int psg_cpu_ssp_clock(psg_kernel_ctx_t *c) {
+    psg_ssp_clock_t *k = psg_ssp_clock_get(c->resources, resource_name(c->node),
+                                           (int)psg_node_get_int(c->node, "workers", 0));
+    return k ? set_handle(c, psg_ssp_clock_handle(k)) : -1;
+}
+
+int psg_cpu_ssp_clock_tick(psg_kernel_ctx_t *c) {
+    psg_ssp_clock_t *k = psg_ssp_clock_from_handle(c->inputs[0]);
+    return k ? psg_ssp_clock_tick(k, (int)psg_node_get_int(c->node, "worker", -1),
+                                  (int)psg_node_get_int(c->node, "half", -1),
+                                  psg_node_get_int(c->node, "delta", 0))
+             : -1;
+}
+
+int psg_cpu_ssp_clock_reset(psg_kernel_ctx_t *c) {
+    psg_ssp_clock_t *k = psg_ssp_clock_from_handle(c->inputs[0]);
+    if (!k) return -1;
+    psg_ssp_clock_reset(k);
+    return 0;
+}
+
+int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c) {
+    psg_ssp_clock_t *k = psg_ssp_clock_from_handle(c->inputs[0]);
+    int64_t want = 0;
+    if (!k || scalar_i64(c, 1, &want) < 0) return -1;
+    dequeue_t *d = wait_begin(c);
+    if (!d) return -1;
+    psg_ssp_clock_wait_async(k, (int)psg_node_get_int(c->node, "worker", 0),
+                             (int)psg_node_get_int(c->node, "half", 0), want,
+                             psg_node_get_int(c->node, "timeout_ms", 0), dequeue_done, d); /* least as the token */
     return 0;
 }
 

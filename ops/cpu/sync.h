@@ -15,6 +15,10 @@ int psg_cpu_token_queue(psg_kernel_ctx_t *c);
 int psg_cpu_token_queue_enqueue_many(psg_kernel_ctx_t *c);
 int psg_cpu_token_queue_dequeue(psg_kernel_ctx_t *c);
 int psg_cpu_token_queue_close(psg_kernel_ctx_t *c);
+int psg_cpu_ssp_clock(psg_kernel_ctx_t *c);
+int psg_cpu_ssp_clock_tick(psg_kernel_ctx_t *c);
+int psg_cpu_ssp_clock_reset(psg_kernel_ctx_t *c);
+int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c);
 int psg_cpu_count_accepted(psg_kernel_ctx_t *c);
 
 #endif

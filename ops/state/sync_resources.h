@@ -151,6 +151,34 @@ void psg_token_queue_close(psg_token_queue_t *q, const char *error);
 /* Tokens held now. */
 int psg_token_queue_size(psg_token_queue_t *q);
 
+/* ---- the clocks of stale-synchronous SGD (ops/state/ssp_clock.c) ---- */
+
+typedef struct psg_ssp_clock psg_ssp_clock_t;
+
+/* The clocks `name` of rm for `workers` workers, created at zero when absent (an
+ * existing one of another size is an error). The manager owns it. */
+psg_ssp_clock_t *psg_ssp_clock_get(psg_resource_mgr_t *rm, const char *name, int workers);
+psg_tensor_t *psg_ssp_clock_handle(psg_ssp_clock_t *k);
+psg_ssp_clock_t *psg_ssp_clock_from_handle(const psg_tensor_t *h);
+/* Adds delta to clock `half` (0: steps read, 1: steps applied) of `worker` and answers
+ * the waits it satisfies. 0, or -1 with the error naming the clock. */
+int psg_ssp_clock_tick(psg_ssp_clock_t *k, int worker, int half, int64_t delta);
+/* Every clock back to 0 (a job's start); waits stay. */
+void psg_ssp_clock_reset(psg_ssp_clock_t *k);
+/* The least of clock `half` over the workers. */
+int64_t psg_ssp_clock_least(psg_ssp_clock_t *k, int half);
+/* Receives the least clock (>= the step waited for) and error NULL, or the reason of a
+ * failure (valid during the call only). */
+typedef void (*psg_ssp_clock_fn)(void *arg, int64_t least, const char *error);
+/* Waits, holding no thread, until every worker's clock `half` is at least want: done
+ * runs once, at once when it is, else on the tick that makes it so, on close, or after
+ * timeout_ms (<= 0 or longer than the task's longest wait: that longest wait) with an
+ * error naming the clock, `worker` and the step. */
+void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t want, int64_t timeout_ms,
+                              psg_ssp_clock_fn done, void *arg);
+/* Fails the waits and every later one with error (the task server stopping). */
+void psg_ssp_clock_close(psg_ssp_clock_t *k, const char *error);
+
 /* ---- the graph ops (ops/sync.c) ----
  * Each builder returns the node's output endpoint (or its id for ops with no
  * outputs), or PSG_NO_ENDPOINT / -1 with the graph's error set. Resources
@@ -207,6 +235,19 @@ psg_endpoint_t psg_token_queue_dequeue_op(psg_graph_t *g, const char *name, psg_
  * waiters with it. */
 int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                              const char *error);
+/* SspClockHandle: the clocks `name` of `workers` workers. */
+psg_endpoint_t psg_ssp_clock_op(psg_graph_t *g, const char *name, int workers);
+/* SspClockTick(handle), after the nodes after[n_after]: adds delta to clock `half` of
+ * `worker`; no outputs. */
+int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker, int half,
+                          int64_t delta, int n_after, const int *after);
+/* SspClockReset(handle): every clock to 0. */
+int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle);
+/* SspClockWait(handle, want i64 scalar): waits, holding no thread, until every worker's
+ * clock `half` is at least want; output 0 the least clock (i64 scalar), output 1 the
+ * seconds it waited (f32 scalar). Fails after timeout_ms naming `worker`. */
+psg_endpoint_t psg_ssp_clock_wait_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                     psg_endpoint_t want, int worker, int half, int64_t timeout_ms);
 /* CountAccepted(flags...): how many of n i32 scalars are nonzero (i32 scalar). */
 psg_endpoint_t psg_count_accepted(psg_graph_t *g, const char *name, int n,
                                   const psg_endpoint_t *flags);
