@@ -40,7 +40,7 @@ fi
 batches=${1:-2,8}
 steps=${2:-5}
 bash tools/build.sh build >/dev/null || exit 1
-peer=../shared/peers/torch-peer
+peer=${PSG_PEER:-../shared/peers/torch-peer} # a worktree beside main: PSG_PEER=/work/shared/peers/torch-peer
 threads=${PSG_BENCH_THREADS:-2}
 rounds=${PSG_BENCH_ROUNDS:-3}
 have_torch=0

@@ -133,6 +133,16 @@ static const conv_case_t conv_cases[] = {
      * col2im of dx (stride 2), then the filter gradient's longer bands */
     {3, 24, 24, 64, 3, 3, 8, 2, 2, true},
     {2, 20, 20, 128, 3, 3, 4, 1, 1, true},
+    /* the direct kernels (conv2d_direct.c, whole batches of >= 2 images): 80 output channels are
+     * a 64-channel block and a 16-channel one, the filter's window rows come in two blocks, and
+     * 100 pixels and 800 filter rows end in short tiles */
+    {2, 10, 10, 32, 5, 5, 80, 1, 1, true},
+    /* 40 channels padded to 48 (three vectors), odd sizes, strides 2 and 3, VALID */
+    {2, 11, 13, 7, 3, 5, 40, 2, 3, false},
+    /* strides longer than the window: input rows and columns no window reads */
+    {2, 9, 9, 3, 1, 2, 17, 3, 3, true},
+    /* conv1 of the cnn, smaller: one input channel, 32 output channels */
+    {3, 12, 12, 1, 5, 5, 32, 1, 1, true},
 };
 
 /* A conv's params are prepared once per plan (ops/params.h) from the shapes
