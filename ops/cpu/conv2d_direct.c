@@ -12,6 +12,7 @@
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #if defined(__AVX512F__) || defined(__FMA__)
@@ -68,19 +69,21 @@ static inline vec_t vfma(vec_t a, vec_t b, vec_t acc) {
 }
 
 /* One register tile. Forward: rows are output pixels, a[r] the pixel's
- * window origin in the padded image, summed over window rows [kh0, kh1) of
- * `row` floats each (`rs` apart in the image) against filter rows `ldw`
- * apart. Filter gradient: rows are filter rows, a[r] the row's offset into
- * the padded image, summed over the image's output pixels (x `xs_h` / `xs_w`
- * apart per output row / column, dy `ldw` apart per pixel). */
+ * window origin in the padded image, summed over window rows [kh0, kh1) and
+ * the floats [j0, j1) of each (a window row is `row` floats, `rs` apart in
+ * the image) against filter rows `ldw` apart. Filter gradient: rows are
+ * filter rows, a[r] the row's offset into the padded image, summed over the
+ * output pixels [oh0, oh1) x [ow0, ow1) (x `xs_h` / `xs_w` apart per output
+ * row / column, dy `dy_rs` / `ldw`). The ranges leave out the windows' cells
+ * that lie in the padding for every row of the tile: zeros, work saved. */
 typedef struct {
     const float *a[RMAX];
     float *out[RMAX]; /* the row's V * VL results */
     const float *b;   /* filter (forward) or dy (filter gradient), at the channel block */
     int64_t ldw;
-    int64_t kh0, kh1, rs, row; /* forward */
-    int64_t oh, ow, xs_h, xs_w; /* filter gradient */
-    bool accumulate;            /* add to out (a later block), else overwrite */
+    int64_t kh0, kh1, j0, j1, rs, row; /* forward */
+    int64_t oh0, oh1, ow0, ow1, xs_h, xs_w, dy_rs; /* filter gradient */
+    bool accumulate; /* add to out (a later block), else overwrite */
 } tile_t;
 
 static inline __attribute__((always_inline)) void tile_load(const tile_t *t, int R, int V,
@@ -101,8 +104,8 @@ static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, 
     for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
         const float *a[RMAX];
         UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
-        const float *w = t->b + kh * t->row * t->ldw;
-        for (int64_t j = 0; j < t->row; j++, w += t->ldw) {
+        const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
+        for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
             vec_t b[VMAX];
             UNROLL for (int v = 0; v < V; v++) b[v] = vload(w + v * VL);
             UNROLL for (int r = 0; r < R; r++) {
@@ -117,10 +120,10 @@ static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, 
 static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, int R, int V) {
     vec_t acc[RMAX][VMAX];
     tile_load(t, R, V, acc);
-    const float *dy = t->b;
-    for (int64_t oh = 0; oh < t->oh; oh++) {
-        int64_t i = oh * t->xs_h;
-        for (int64_t ow = 0; ow < t->ow; ow++, i += t->xs_w, dy += t->ldw) {
+    for (int64_t oh = t->oh0; oh < t->oh1; oh++) {
+        int64_t i = oh * t->xs_h + t->ow0 * t->xs_w;
+        const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
+        for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
             vec_t b[VMAX];
             UNROLL for (int v = 0; v < V; v++) b[v] = vload(dy + v * VL);
             UNROLL for (int r = 0; r < R; r++) {
@@ -171,15 +174,36 @@ static tile_fn tile_of(bool forward, int r, int v) {
     return NULL;
 }
 
-/* The rows of the next tile when `left` rows remain: the largest tile, or
- * the smallest one that holds the rest. */
+/* The rows of the next tile when `left` rows remain: as many tiles as the
+ * largest size needs, evened out (14 pixels: 6, 4, 4 rather than 6, 6, 2). */
 static int tile_size(int v, int64_t left) {
     const int *rows = tile_rows[v];
-    if (left >= rows[0]) return rows[0];
+    int64_t tiles = (left + rows[0] - 1) / rows[0];
+    int64_t want = tiles > 0 ? (left + tiles - 1) / tiles : 1;
     int r = rows[0];
     for (int i = 1; i < 5 && rows[i] > 0; i++)
-        if (rows[i] >= left) r = rows[i];
+        if (rows[i] >= want) r = rows[i];
     return r;
+}
+
+/* The window positions [*lo, *hi) that output o reads inside the input:
+ * o * s - pad + k in [0, n_in), k in [0, k_n). */
+static void taps_of_output(int64_t o, int64_t s, int64_t pad, int64_t n_in, int64_t k_n,
+                           int64_t *lo, int64_t *hi) {
+    int64_t first = pad - o * s, end = n_in + pad - o * s;
+    *lo = first > 0 ? first : 0;
+    *hi = end < k_n ? end : k_n;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* The outputs [*lo, *hi) (of n_out) whose window position k reads inside the input. */
+static void outputs_of_tap(int64_t k, int64_t s, int64_t pad, int64_t n_in, int64_t n_out,
+                           int64_t *lo, int64_t *hi) {
+    int64_t first = pad - k, end = n_in + pad - k; /* o * s in [first, end) */
+    *lo = first > 0 ? (first + s - 1) / s : 0;
+    *hi = end > 0 ? (end + s - 1) / s : 0;
+    if (*hi > n_out) *hi = n_out;
+    if (*lo > *hi) *lo = *hi;
 }
 
 /* The buffers of one part: the padded image (zeroed once: only its interior
@@ -278,29 +302,65 @@ static void run_parts(void *ctx, int64_t part, int64_t part_end) {
 
 /* ---- forward ---- */
 
+/* Whether the forward pass tiles each output row on its own: then a tile's
+ * window columns leave out the padding of the row's ends too, worth it when
+ * the row splits into tiles of 6 pixels or more (14 with 8 channel vectors:
+ * 8 + 6), not when it leaves small ones (14 with 4 vectors: 6 + 4 + 4). */
+static bool tiles_per_row(int64_t ow, int v) {
+    for (int64_t left = ow; left > 0;) {
+        int r = tile_size(v, left);
+        if (r < 6 && r < left) return false;
+        left -= r;
+    }
+    return true;
+}
+
+/* The tiles of the output pixels of one image, for window rows [kh0, kh1):
+ * each tile's window rows and columns are the union of its pixels' rows and
+ * columns inside the input. */
+static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, float *scratch, int v,
+                          bool per_row, int64_t kh0, int64_t kh1, tile_t *t) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t npix = g->oh * g->ow, lo, hi, unused;
+    for (int64_t p = 0; p < npix;) {
+        int64_t oh = p / g->ow, ow = p % g->ow, left = per_row ? g->ow - ow : npix - p;
+        int R = tile_size(v, left);
+        int64_t valid = R < left ? R : left, last = p + valid - 1;
+        int64_t oh_last = last / g->ow, ow_last = oh_last == oh ? last % g->ow : g->ow - 1;
+        taps_of_output(oh_last, g->sh, g->pt, g->h, g->kh, &lo, &unused);
+        taps_of_output(oh, g->sh, g->pt, g->h, g->kh, &unused, &hi);
+        t->kh0 = lo > kh0 ? lo : kh0;
+        t->kh1 = hi < kh1 ? hi : kh1;
+        if (t->kh1 < t->kh0) t->kh1 = t->kh0;
+        taps_of_output(ow_last, g->sw, g->pl, g->w, g->kw, &lo, &unused);
+        taps_of_output(oh_last == oh ? ow : 0, g->sw, g->pl, g->w, g->kw, &unused, &hi);
+        t->j0 = lo * g->c;
+        t->j1 = hi > lo ? hi * g->c : t->j0;
+        for (int r = 0; r < R; r++) {
+            int64_t q = r < valid ? p + r : p; /* past the end: a copy of the first */
+            t->a[r] = xp + ((q / g->ow) * g->sh * j->wp + (q % g->ow) * g->sw) * g->c;
+            t->out[r] = r < valid ? yi + q * j->ocp : scratch + r * VMAX * VL;
+        }
+        tile_of(true, R, v)(t);
+        p += valid;
+    }
+}
+
 /* One image's outputs yi (OH*OW, ocp) from its padded input xp. */
 static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch) {
     const psg_nn_geom_t *g = &j->g;
-    int64_t npix = g->oh * g->ow, row = g->kw * g->c;
+    int64_t row = g->kw * g->c;
     tile_t t = {.ldw = j->ocp, .rs = j->wp * g->c, .row = row};
     for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
         int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
         int64_t khb = W_BLOCK_BYTES / (row * v * VL * (int64_t)sizeof(float));
         if (khb < 1) khb = 1;
         t.b = j->w + ocb;
-        for (t.kh0 = 0; t.kh0 < g->kh; t.kh0 += khb) {
-            t.kh1 = t.kh0 + khb < g->kh ? t.kh0 + khb : g->kh;
-            t.accumulate = t.kh0 > 0;
-            for (int64_t p = 0; p < npix;) {
-                int R = tile_size(v, npix - p);
-                for (int r = 0; r < R; r++) {
-                    int64_t q = p + r < npix ? p + r : p; /* past the end: a copy of the first */
-                    t.a[r] = xp + ((q / g->ow) * g->sh * j->wp + (q % g->ow) * g->sw) * g->c;
-                    t.out[r] = p + r < npix ? yi + q * j->ocp + ocb : scratch + r * VMAX * VL;
-                }
-                tile_of(true, R, v)(&t);
-                p += R;
-            }
+        bool per_row = tiles_per_row(g->ow, v);
+        for (int64_t kh0 = 0; kh0 < g->kh; kh0 += khb) {
+            t.accumulate = kh0 > 0;
+            forward_tiles(j, xp, yi + ocb, scratch, v, per_row, kh0,
+                          kh0 + khb < g->kh ? kh0 + khb : g->kh, &t);
         }
     }
 }
@@ -341,24 +401,50 @@ int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, cons
 
 /* ---- filter gradient ---- */
 
-/* Adds image n's filter gradient to dwp (K, ocp), or writes it when first. */
+/* The output pixels a tile of filter rows [k0, k1) reads inside the input:
+ * the union of its rows' ranges. */
+static void tile_outputs(const direct_job_t *j, int64_t k0, int64_t k1, tile_t *t) {
+    const psg_nn_geom_t *g = &j->g;
+    t->oh0 = t->ow0 = INT64_MAX;
+    t->oh1 = t->ow1 = 0;
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t kh = k / (g->kw * g->c), kw = k / g->c % g->kw, lo, hi;
+        outputs_of_tap(kh, g->sh, g->pt, g->h, g->oh, &lo, &hi);
+        if (lo < hi && lo < t->oh0) t->oh0 = lo;
+        if (hi > t->oh1) t->oh1 = hi;
+        outputs_of_tap(kw, g->sw, g->pl, g->w, g->ow, &lo, &hi);
+        if (lo < hi && lo < t->ow0) t->ow0 = lo;
+        if (hi > t->ow1) t->ow1 = hi;
+    }
+    if (t->oh0 > t->oh1) t->oh0 = t->oh1;
+    if (t->ow0 > t->ow1) t->ow0 = t->ow1;
+}
+
+/* Adds image n's filter gradient to dwp (K, ocp), or writes it when first.
+ * Tiles stay inside one window cell's C rows when C is not small, so that
+ * their pixel ranges leave out all of the cell's padding. */
 static void filter_image(const direct_job_t *j, const float *xp, const float *dyi, float *dwp,
                          bool first, float *scratch) {
     const psg_nn_geom_t *g = &j->g;
-    tile_t t = {.ldw = j->ocp, .oh = g->oh, .ow = g->ow, .xs_h = g->sh * j->wp * g->c,
-                .xs_w = g->sw * g->c, .accumulate = !first};
+    tile_t t = {.ldw = j->ocp, .xs_h = g->sh * j->wp * g->c, .xs_w = g->sw * g->c,
+                .dy_rs = g->ow * j->ocp, .accumulate = !first};
+    int64_t segment = g->c >= 8 ? g->c : j->k;
     for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
         int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
         t.b = dyi + ocb;
-        for (int64_t k0 = 0; k0 < j->k;) {
-            int R = tile_size(v, j->k - k0);
-            for (int r = 0; r < R; r++) {
-                int64_t k = k0 + r < j->k ? k0 + r : k0;
-                t.a[r] = xp + j->offset[k];
-                t.out[r] = k0 + r < j->k ? dwp + k * j->ocp + ocb : scratch + r * VMAX * VL;
+        for (int64_t s0 = 0; s0 < j->k; s0 += segment) {
+            for (int64_t k0 = s0; k0 < s0 + segment;) {
+                int R = tile_size(v, s0 + segment - k0);
+                int64_t k1 = k0 + R < s0 + segment ? k0 + R : s0 + segment;
+                for (int r = 0; r < R; r++) {
+                    int64_t k = k0 + r < k1 ? k0 + r : k0;
+                    t.a[r] = xp + j->offset[k];
+                    t.out[r] = k0 + r < k1 ? dwp + k * j->ocp + ocb : scratch + r * VMAX * VL;
+                }
+                tile_outputs(j, k0, k1, &t);
+                tile_of(false, R, v)(&t);
+                k0 += R;
             }
-            tile_of(false, R, v)(&t);
-            k0 += R;
         }
     }
 }
