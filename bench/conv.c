@@ -1,6 +1,10 @@
 /* bench_conv: Conv2D forward, backprop-input and backprop-filter of the cnn's
- * two conv layers (batch 64, 2 threads) run as psgraph ops, beside OpenBLAS's
- * cblas_sgemm of the same GEMM size (2 OpenBLAS threads) in the same run.
+ * two conv layers (batch 64; PSG_BENCH_THREADS threads, default 2) run as
+ * psgraph ops, beside OpenBLAS's cblas_sgemm of the same GEMM size (as many
+ * OpenBLAS threads) in the same run. Times are the median and the best of
+ * REPS runs (the best is what a shared machine disturbs least); with one
+ * thread they are the process's CPU time, which a busy machine's other
+ * processes do not add to ("clock" in the JSON), else wall time.
  * One JSON line per result. Not a training benchmark. */
 #include "ops/cpu/blas.h"
 #include "psgraph/psgraph.h"
@@ -11,8 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#define THREADS 2
 #define REPS 20
+
+static int threads = 2;
+
 
 typedef struct {
     const char *name;
@@ -21,7 +27,7 @@ typedef struct {
 
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(threads == 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -30,9 +36,13 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median(double *t, int n) {
+typedef struct {
+    double median, best;
+} timing_t;
+
+static timing_t summary(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
+    return (timing_t){t[n / 2], t[0]};
 }
 
 static psg_tensor_t *random_tensor(const psg_shape_t *s, unsigned *seed) {
@@ -46,8 +56,8 @@ static psg_tensor_t *random_tensor(const psg_shape_t *s, unsigned *seed) {
     return t;
 }
 
-/* Median seconds of one run of the callable. */
-static double time_callable(psg_callable_t *c, psg_tensor_t **feeds) {
+/* Seconds of one run of the callable. */
+static timing_t time_callable(psg_callable_t *c, psg_tensor_t **feeds) {
     double t[REPS];
     for (int r = -3; r < REPS; r++) {
         psg_tensor_t *out = NULL;
@@ -59,11 +69,11 @@ static double time_callable(psg_callable_t *c, psg_tensor_t **feeds) {
         if (r >= 0) t[r] = now() - t0;
         psg_tensor_destroy(&out);
     }
-    return median(t, REPS);
+    return summary(t, REPS);
 }
 
-/* Median seconds of cblas_sgemm: C (M, N) = op(A) op(B), inner dim K. */
-static double time_sgemm(bool ta, bool tb, int M, int N, int K, const float *A, const float *B,
+/* Seconds of cblas_sgemm: C (M, N) = op(A) op(B), inner dim K. */
+static timing_t time_sgemm(bool ta, bool tb, int M, int N, int K, const float *A, const float *B,
                          float *C) {
     double t[REPS];
     for (int r = -3; r < REPS; r++) {
@@ -72,7 +82,7 @@ static double time_sgemm(bool ta, bool tb, int M, int N, int K, const float *A, 
                     M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C, N);
         if (r >= 0) t[r] = now() - t0;
     }
-    return median(t, REPS);
+    return summary(t, REPS);
 }
 
 static void bench_layer(const layer_t *L) {
@@ -95,7 +105,7 @@ static void bench_layer(const layer_t *L) {
     }
     psg_tensor_t *feeds[3] = {random_tensor(&sx, &seed), random_tensor(&sw, &seed),
                               random_tensor(&sy, &seed)};
-    psg_session_options_t opt = {.num_threads = THREADS};
+    psg_session_options_t opt = {.num_threads = threads};
     psg_session_t *s = psg_session_new(g, &opt, NULL);
     int M = L->n * L->h * L->w, K = L->k * L->k * L->c, N = L->oc;
     double flops = 2.0 * M * N * K;
@@ -108,10 +118,10 @@ static void bench_layer(const layer_t *L) {
     for (int p = 0; p < 3; p++) {
         psg_callable_t *c = psg_session_make_callable(s, 3, ph, 1, &ops[p], 0, NULL);
         openblas_set_num_threads(1); /* psgraph splits over its own pool */
-        double t = time_callable(c, feeds);
+        timing_t t = time_callable(c, feeds);
         psg_callable_destroy(&c);
-        openblas_set_num_threads(THREADS);
-        double tb;
+        openblas_set_num_threads(threads);
+        timing_t tb;
         if (p == 0) /* (M, K) x (K, OC) */
             tb = time_sgemm(false, false, M, N, K, A, B, C);
         else if (p == 1) /* (M, OC) x (K, OC)^T */
@@ -121,11 +131,14 @@ static void bench_layer(const layer_t *L) {
         openblas_set_num_threads(1);
         printf("{\"bench\":\"conv\",\"layer\":\"%s\",\"pass\":\"%s\",\"batch\":%d,\"threads\":%d,"
                "\"input\":[%d,%d,%d,%d],\"filter\":[%d,%d,%d,%d],\"gemm_mnk\":[%d,%d,%d],"
-               "\"ms\":%.3f,\"gflops\":%.1f,\"openblas_ms\":%.3f,\"openblas_gflops\":%.1f,"
-               "\"ratio\":%.2f}\n",
-               L->name, pass[p], L->n, THREADS, L->n, L->h, L->w, L->c, L->k, L->k, L->c, L->oc,
-               p == 2 ? K : M, p == 1 ? K : N, p == 0 ? K : p == 1 ? N : M, t * 1e3,
-               flops / t * 1e-9, tb * 1e3, flops / tb * 1e-9, tb / t);
+               "\"ms\":%.3f,\"best_ms\":%.3f,\"gflops\":%.1f,\"best_gflops\":%.1f,"
+               "\"openblas_ms\":%.3f,\"openblas_best_ms\":%.3f,\"openblas_gflops\":%.1f,"
+               "\"ratio\":%.2f,\"best_ratio\":%.2f,\"clock\":\"%s\"}\n",
+               L->name, pass[p], L->n, threads, L->n, L->h, L->w, L->c, L->k, L->k, L->c, L->oc,
+               p == 2 ? K : M, p == 1 ? K : N, p == 0 ? K : p == 1 ? N : M, t.median * 1e3,
+               t.best * 1e3, flops / t.median * 1e-9, flops / t.best * 1e-9, tb.median * 1e3,
+               tb.best * 1e3, flops / tb.median * 1e-9, tb.median / t.median, tb.best / t.best,
+               threads == 1 ? "cpu" : "wall");
         fflush(stdout);
     }
     free(A);
@@ -137,6 +150,8 @@ static void bench_layer(const layer_t *L) {
 }
 
 int main(void) {
+    const char *env = getenv("PSG_BENCH_THREADS");
+    if (env && atoi(env) > 0) threads = atoi(env);
     psg_blas_init(); /* the kernels psgraph uses, for the peer figure too */
     static const layer_t layers[] = {
         {"conv1", 64, 28, 28, 1, 5, 32},

@@ -8,7 +8,7 @@
 # MODULES and the peer script is there; else a note line for BENCH naming NEEDS) and $tmp,
 # a folder removed on exit.
 peer_setup() {
-  peer=../shared/peers/torch-peer
+  peer=${PSG_PEER:-../shared/peers/torch-peer} # a worktree beside main: PSG_PEER=/work/shared/peers/torch-peer
   threads=${PSG_BENCH_THREADS:-2}
   rounds=${PSG_BENCH_ROUNDS:-3}
   have_torch=0

@@ -133,6 +133,16 @@ static const conv_case_t conv_cases[] = {
      * col2im of dx (stride 2), then the filter gradient's longer bands */
     {3, 24, 24, 64, 3, 3, 8, 2, 2, true},
     {2, 20, 20, 128, 3, 3, 4, 1, 1, true},
+    /* the direct kernels (conv2d_direct.c, whole batches of >= 2 images): 80 output channels are
+     * a 64-channel block and a 16-channel one, the filter's window rows come in two blocks, and
+     * 100 pixels and 800 filter rows end in short tiles */
+    {2, 10, 10, 32, 5, 5, 80, 1, 1, true},
+    /* 40 channels padded to 48 (three vectors), odd sizes, strides 2 and 3, VALID */
+    {2, 11, 13, 7, 3, 5, 40, 2, 3, false},
+    /* strides longer than the window: input rows and columns no window reads */
+    {2, 9, 9, 3, 1, 2, 17, 3, 3, true},
+    /* conv1 of the cnn, smaller: one input channel, 32 output channels */
+    {3, 12, 12, 1, 5, 5, 32, 1, 1, true},
 };
 
 /* A conv's params are prepared once per plan (ops/params.h) from the shapes
@@ -303,6 +313,24 @@ static const pool_case_t pool_cases[] = {
     {3, 8, 8, 5, 8, 8, 1, 1, false, true},  /* global average */
 };
 
+/* Max pool's gradient where windows tie (ReLU outputs: many zeros): the first
+ * maximum in window order gets dy, as TensorFlow. */
+static void check_max_pool_grad_ties(size_t i, const pool_case_t *k, psg_tensor_t *x,
+                                     psg_tensor_t *dy) {
+    float *xv = psg_tensor_f32(x);
+    int64_t nx = psg_tensor_numel(x);
+    for (int64_t e = 0; e < nx; e++) xv[e] = xv[e] > 0.5f ? xv[e] : 0.0f;
+    float *ref_dx = malloc(sizeof(float) * (size_t)nx);
+    naive_pool(k, 1, xv, NULL, ref_dx, psg_tensor_f32(dy));
+    psg_tensor_t *b2[2] = {x, dy};
+    psg_tensor_t *dx = run_graph(2, b2, build_pool_grad, (void *)k, 2);
+    char what[64];
+    snprintf(what, sizeof what, "pool case %zu, tied windows: dx", i);
+    if (dx) check_close(what, psg_tensor_f32(dx), ref_dx, nx, 1e-6);
+    psg_tensor_destroy(&dx);
+    free(ref_dx);
+}
+
 static void test_pool_values(void) {
     unsigned seed = 11;
     for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
@@ -329,6 +357,7 @@ static void test_pool_values(void) {
         psg_tensor_destroy(&dx);
         free(ref_y);
         free(ref_dx);
+        if (!k->avg) check_max_pool_grad_ties(i, k, x, dy);
         psg_tensor_destroy(&x);
         psg_tensor_destroy(&dy);
     }

@@ -4,6 +4,7 @@
  * stays in cache however large an image, and one psg_gemm_f32 per band;
  * 1x1 stride-1 convs are one GEMM.
  * Not the defs (ops/nn.c) and not a direct or Winograd convolution. */
+#include "ops/cpu/conv2d_direct.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/half.h"
 #include "ops/cpu/nn.h"
@@ -203,6 +204,7 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
                      g->oc, 0.0f, j.y, g->oc);
         return 0;
     }
+    if (psg_conv_direct_applies(g, c->pool)) return psg_conv_direct_forward(c->pool, g, j.x, j.w, j.y);
     psg_parallel_for(c->pool, j.parts, 1, forward_part, &j);
     return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
 }
@@ -253,9 +255,15 @@ static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
                 for (int64_t o = 0; o < g->oc; o++) dst[o * g->c + i] = src[i * g->oc + o];
         }
     t.w = wf;
-    psg_parallel_for(c->pool, t.parts, 1, forward_part, &t);
+    int rc = 0;
+    if (psg_conv_direct_applies(&t.g, c->pool)) {
+        rc = psg_conv_direct_forward(c->pool, &t.g, t.x, t.w, t.y);
+    } else {
+        psg_parallel_for(c->pool, t.parts, 1, forward_part, &t);
+        if (t.failed) rc = psg_error_set("out of memory for the im2col buffer");
+    }
     psg_buffer_unref(&fb);
-    return t.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
+    return rc;
 }
 
 /* inputs: x (only its shape is read), filter (KH, KW, C, OC), dy (N, OH, OW, OC) */
@@ -322,6 +330,7 @@ int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
                      g->oc, 0.0f, j.dw, g->oc);
         return 0;
     }
+    if (psg_conv_direct_applies(g, c->pool)) return psg_conv_direct_filter(c->pool, g, j.x, j.dy, j.dw);
     psg_buffer_t *pbuf = NULL;
     if (j.parts > 1) {
         pbuf = psg_buffer_new(sizeof(float) * (size_t)((j.parts - 1) * nw));

@@ -103,52 +103,86 @@ int psg_cpu_avg_pool(psg_kernel_ctx_t *c) { return run_forward(c, avg_pool_rows)
 
 /* ---- backward: one image per item (windows overlap, so dx rows are shared) ---- */
 
+/* Scratch of one window's channels: the maximum so far and its position in
+ * the window, both 32 bits wide so that the selects vectorize together. */
+typedef struct {
+    float *best;
+    int32_t *arg;
+} argmax_t;
+
+/* arg[ch]: the position (kh * KW + kw) of the first maximum of channel ch in
+ * the window of valid rows [hlo, hhi) and columns [wlo, whi) whose corner
+ * (maybe in the padding) is at offset `at` of image img. */
+static void window_argmax(const psg_nn_geom_t *g, const float *restrict img, int64_t at, int64_t hlo,
+                          int64_t hhi, int64_t wlo, int64_t whi, argmax_t *m) {
+    const int64_t C = g->c;
+    float *restrict best = m->best;
+    int32_t *restrict arg = m->arg;
+    /* the first cell is the maximum so far, whatever it holds (NaN included), as TensorFlow */
+    const float *restrict x0 = img + (at + (hlo * g->w + wlo) * C);
+    int32_t k0 = (int32_t)(hlo * g->kw + wlo);
+    for (int64_t ch = 0; ch < C; ch++) best[ch] = x0[ch], arg[ch] = k0;
+    for (int64_t kh = hlo; kh < hhi; kh++) {
+        for (int64_t kw = kh == hlo ? wlo + 1 : wlo; kw < whi; kw++) {
+            const float *restrict xi = img + (at + (kh * g->w + kw) * C);
+            int32_t k = (int32_t)(kh * g->kw + kw);
+            for (int64_t ch = 0; ch < C; ch++) {
+                bool gt = xi[ch] > best[ch];
+                best[ch] = gt ? xi[ch] : best[ch];
+                arg[ch] = gt ? k : arg[ch];
+            }
+        }
+    }
+}
+
+/* Windows that neither overlap nor leave cells out (2x2 stride 2 on even
+ * sizes): each input cell is written once, so dx needs no clearing first. */
+static bool windows_tile_input(const psg_nn_geom_t *g) {
+    return g->sh == g->kh && g->sw == g->kw && g->pt == 0 && g->pl == 0 && g->oh * g->sh == g->h &&
+           g->ow * g->sw == g->w;
+}
+
 static void max_pool_grad_images(void *ctx, int64_t begin, int64_t end) {
     pool_job_t *j = ctx;
     const psg_nn_geom_t *g = &j->g;
     const int64_t C = g->c, img = g->h * g->w * C;
-    float *best = malloc(sizeof(float) * (size_t)C);
-    int64_t *arg = malloc(sizeof(int64_t) * (size_t)C);
-    if (!best || !arg) {
+    bool tiles = windows_tile_input(g);
+    argmax_t m = {malloc(sizeof(float) * (size_t)C), malloc(sizeof(int32_t) * (size_t)C)};
+    if (!m.best || !m.arg) {
         j->failed = 1;
-        free(best);
-        free(arg);
+        free(m.best);
+        free(m.arg);
         return;
     }
     for (int64_t n = begin; n < end; n++) {
-        const float *restrict x = j->x + n * img;
         float *restrict dx = j->dx + n * img;
-        memset(dx, 0, sizeof(float) * (size_t)img);
+        if (!tiles) memset(dx, 0, sizeof(float) * (size_t)img);
         for (int64_t oh = 0; oh < g->oh; oh++) {
             int64_t ih0 = oh * g->sh - g->pt, hlo, hhi;
             window(ih0, g->kh, g->h, &hlo, &hhi);
             for (int64_t ow = 0; ow < g->ow; ow++) {
                 int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
                 window(iw0, g->kw, g->w, &wlo, &whi);
-                for (int64_t ch = 0; ch < C; ch++) {
-                    best[ch] = -INFINITY;
-                    arg[ch] = -1;
-                }
-                /* the first maximum in window order wins, as TensorFlow */
+                if (hlo >= hhi || wlo >= whi) continue;
+                int64_t at = (ih0 * g->w + iw0) * C; /* the window's corner, maybe in the padding */
+                window_argmax(g, j->x + n * img, at, hlo, hhi, wlo, whi, &m);
+                const float *restrict d = j->dy + ((n * g->oh + oh) * g->ow + ow) * C;
+                const int32_t *restrict arg = m.arg;
                 for (int64_t kh = hlo; kh < hhi; kh++) {
                     for (int64_t kw = wlo; kw < whi; kw++) {
-                        int64_t off = ((ih0 + kh) * g->w + iw0 + kw) * C;
-                        const float *restrict xi = x + off;
-                        for (int64_t ch = 0; ch < C; ch++) {
-                            bool gt = xi[ch] > best[ch] || arg[ch] < 0;
-                            best[ch] = gt ? xi[ch] : best[ch];
-                            arg[ch] = gt ? off + ch : arg[ch];
-                        }
+                        float *restrict o = dx + (at + (kh * g->w + kw) * C);
+                        int32_t k = (int32_t)(kh * g->kw + kw);
+                        if (tiles)
+                            for (int64_t ch = 0; ch < C; ch++) o[ch] = arg[ch] == k ? d[ch] : 0.0f;
+                        else
+                            for (int64_t ch = 0; ch < C; ch++) o[ch] += arg[ch] == k ? d[ch] : 0.0f;
                     }
                 }
-                const float *restrict d = j->dy + ((n * g->oh + oh) * g->ow + ow) * C;
-                for (int64_t ch = 0; ch < C; ch++)
-                    if (arg[ch] >= 0) dx[arg[ch]] += d[ch];
             }
         }
     }
-    free(best);
-    free(arg);
+    free(m.best);
+    free(m.arg);
 }
 
 static void avg_pool_grad_images(void *ctx, int64_t begin, int64_t end) {

@@ -1,0 +1,493 @@
+/* Direct convolution kernels (see conv2d_direct.h). Each image is copied
+ * once into a zero-padded buffer; then every (kh) row of a window is KW * C
+ * contiguous floats there, and one filter row (kh, kw, c) is OC contiguous
+ * floats, so a tile of R output pixels times V vectors of 16 output channels
+ * is R * V accumulators fed by one broadcast per pixel and V loads per filter
+ * row: the GEMM micro-kernel, with im2col's copy replaced by addressing.
+ * The filter gradient is the same tile turned around: R filter rows times V
+ * vectors of channels, summed over the image's output pixels.
+ * Not the dispatch (conv2d.c). */
+#include "ops/cpu/conv2d_direct.h"
+
+#include "psgraph/error.h"
+#include "psgraph/tensor.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+/* 16 floats: one AVX-512 register (two AVX ones, four SSE ones elsewhere) */
+typedef float vec_t __attribute__((vector_size(64)));
+#define VL 16
+#define VMAX 4  /* vectors of output channels per tile: 64 channels */
+#define RMAX 12 /* pixels (forward) or filter rows (filter gradient) per tile */
+
+/* Filter bytes per block of the forward pass's window rows: the block stays
+ * in L2 while every pixel of the image goes by. */
+#define W_BLOCK_BYTES (128 * 1024)
+
+/* A padded image bigger than this goes through im2col's bands instead. */
+#define MAX_PADDED_BYTES (64 * 1024 * 1024)
+
+#if defined(__clang__)
+#define UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define UNROLL _Pragma("GCC unroll 16")
+#else
+#define UNROLL
+#endif
+
+static inline vec_t vload(const float *p) {
+    vec_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(float *p, vec_t v) { memcpy(p, &v, sizeof v); }
+
+#define SPLAT(x) ((vec_t){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
+
+/* acc + a * b, fused where the CPU has FMA (ISO C mode never contracts a * b + c) */
+static inline vec_t vfma(vec_t a, vec_t b, vec_t acc) {
+#if defined(__AVX512F__)
+    return (vec_t)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
+#elif defined(__FMA__)
+    __m256 a2[2], b2[2], c2[2];
+    memcpy(a2, &a, sizeof a);
+    memcpy(b2, &b, sizeof b);
+    memcpy(c2, &acc, sizeof acc);
+    c2[0] = _mm256_fmadd_ps(a2[0], b2[0], c2[0]);
+    c2[1] = _mm256_fmadd_ps(a2[1], b2[1], c2[1]);
+    memcpy(&acc, c2, sizeof acc);
+    return acc;
+#else
+    return acc + a * b;
+#endif
+}
+
+/* One register tile. Forward: rows are output pixels, a[r] the pixel's
+ * window origin in the padded image, summed over window rows [kh0, kh1) and
+ * the floats [j0, j1) of each (a window row is `row` floats, `rs` apart in
+ * the image) against filter rows `ldw` apart. Filter gradient: rows are
+ * filter rows, a[r] the row's offset into the padded image, summed over the
+ * output pixels [oh0, oh1) x [ow0, ow1) (x `xs_h` / `xs_w` apart per output
+ * row / column, dy `dy_rs` / `ldw`). The ranges leave out the windows' cells
+ * that lie in the padding for every row of the tile: zeros, work saved. */
+typedef struct {
+    const float *a[RMAX];
+    float *out[RMAX]; /* the row's V * VL results */
+    const float *b;   /* filter (forward) or dy (filter gradient), at the channel block */
+    int64_t ldw;
+    int64_t kh0, kh1, j0, j1, rs, row; /* forward */
+    int64_t oh0, oh1, ow0, ow1, xs_h, xs_w, dy_rs; /* filter gradient */
+    bool accumulate; /* add to out (a later block), else overwrite */
+} tile_t;
+
+static inline __attribute__((always_inline)) void tile_load(const tile_t *t, int R, int V,
+                                                            vec_t acc[RMAX][VMAX]) {
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
+        acc[r][v] = t->accumulate ? vload(t->out[r] + v * VL) : (vec_t){0};
+}
+
+static inline __attribute__((always_inline)) void tile_store(const tile_t *t, int R, int V,
+                                                             vec_t acc[RMAX][VMAX]) {
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
+        vstore(t->out[r] + v * VL, acc[r][v]);
+}
+
+static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, int R, int V) {
+    vec_t acc[RMAX][VMAX];
+    tile_load(t, R, V, acc);
+    for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
+        const float *a[RMAX];
+        UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
+        const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
+        for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
+            vec_t b[VMAX];
+            UNROLL for (int v = 0; v < V; v++) b[v] = vload(w + v * VL);
+            UNROLL for (int r = 0; r < R; r++) {
+                vec_t x = SPLAT(a[r][j]);
+                UNROLL for (int v = 0; v < V; v++) acc[r][v] = vfma(x, b[v], acc[r][v]);
+            }
+        }
+    }
+    tile_store(t, R, V, acc);
+}
+
+static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, int R, int V) {
+    vec_t acc[RMAX][VMAX];
+    tile_load(t, R, V, acc);
+    for (int64_t oh = t->oh0; oh < t->oh1; oh++) {
+        int64_t i = oh * t->xs_h + t->ow0 * t->xs_w;
+        const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
+        for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
+            vec_t b[VMAX];
+            UNROLL for (int v = 0; v < V; v++) b[v] = vload(dy + v * VL);
+            UNROLL for (int r = 0; r < R; r++) {
+                vec_t x = SPLAT(t->a[r][i]);
+                UNROLL for (int v = 0; v < V; v++) acc[r][v] = vfma(x, b[v], acc[r][v]);
+            }
+        }
+    }
+    tile_store(t, R, V, acc);
+}
+
+typedef void (*tile_fn)(const tile_t *t);
+
+#define TILES(R, V)                                                                \
+    static void forward_##R##_##V(const tile_t *t) { forward_tile(t, R, V); }      \
+    static void filter_##R##_##V(const tile_t *t) { filter_tile(t, R, V); }
+TILES(2, 1)
+TILES(4, 1)
+TILES(6, 1)
+TILES(8, 1)
+TILES(12, 1)
+TILES(2, 2)
+TILES(4, 2)
+TILES(6, 2)
+TILES(8, 2)
+TILES(12, 2)
+TILES(2, 3)
+TILES(4, 3)
+TILES(6, 3)
+TILES(8, 3)
+TILES(2, 4)
+TILES(4, 4)
+TILES(6, 4)
+#undef TILES
+
+/* The tile sizes for V vectors: R * V accumulators and V loaded vectors fit
+ * the 32 AVX-512 registers; the largest first. */
+static const int tile_rows[VMAX + 1][5] = {{0}, {12, 8, 6, 4, 2}, {12, 8, 6, 4, 2}, {8, 6, 4, 2}, {6, 4, 2}};
+
+static tile_fn tile_of(bool forward, int r, int v) {
+#define CASE(R, V) \
+    if (r == R && v == V) return forward ? forward_##R##_##V : filter_##R##_##V;
+    CASE(2, 1) CASE(4, 1) CASE(6, 1) CASE(8, 1) CASE(12, 1)
+    CASE(2, 2) CASE(4, 2) CASE(6, 2) CASE(8, 2) CASE(12, 2)
+    CASE(2, 3) CASE(4, 3) CASE(6, 3) CASE(8, 3)
+    CASE(2, 4) CASE(4, 4) CASE(6, 4)
+#undef CASE
+    return NULL;
+}
+
+/* The rows of the next tile when `left` rows remain: as many tiles as the
+ * largest size needs, evened out (14 pixels: 6, 4, 4 rather than 6, 6, 2). */
+static int tile_size(int v, int64_t left) {
+    const int *rows = tile_rows[v];
+    int64_t tiles = (left + rows[0] - 1) / rows[0];
+    int64_t want = tiles > 0 ? (left + tiles - 1) / tiles : 1;
+    int r = rows[0];
+    for (int i = 1; i < 5 && rows[i] > 0; i++)
+        if (rows[i] >= want) r = rows[i];
+    return r;
+}
+
+/* The window positions [*lo, *hi) that output o reads inside the input:
+ * o * s - pad + k in [0, n_in), k in [0, k_n). */
+static void taps_of_output(int64_t o, int64_t s, int64_t pad, int64_t n_in, int64_t k_n,
+                           int64_t *lo, int64_t *hi) {
+    int64_t first = pad - o * s, end = n_in + pad - o * s;
+    *lo = first > 0 ? first : 0;
+    *hi = end < k_n ? end : k_n;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* The outputs [*lo, *hi) (of n_out) whose window position k reads inside the input. */
+static void outputs_of_tap(int64_t k, int64_t s, int64_t pad, int64_t n_in, int64_t n_out,
+                           int64_t *lo, int64_t *hi) {
+    int64_t first = pad - k, end = n_in + pad - k; /* o * s in [first, end) */
+    *lo = first > 0 ? (first + s - 1) / s : 0;
+    *hi = end > 0 ? (end + s - 1) / s : 0;
+    if (*hi > n_out) *hi = n_out;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* The buffers of one part: the padded image (zeroed once: only its interior
+ * is written after), a tile's worth of scratch rows and, when OC is not whole
+ * vectors, one image's outputs (or dy) with OC padded to ocp. */
+typedef struct {
+    psg_buffer_t *buf;
+    float *xp, *scratch, *wide;
+} part_bufs_t;
+
+typedef struct direct_job direct_job_t;
+
+/* One image of a pass: n, whether it is the part's first, the part's filter
+ * gradient sum (filter gradient only) and its buffers, n padded in b->xp. */
+typedef void (*image_fn)(direct_job_t *j, int64_t n, bool first, float *sum, const part_bufs_t *b);
+
+struct direct_job {
+    image_fn image; /* the pass */
+    psg_nn_geom_t g;
+    int64_t hp, wp; /* the padded image */
+    int64_t ocp;    /* OC rounded up to whole vectors */
+    int64_t k;      /* KH * KW * C */
+    int64_t parts;
+    const float *x, *w, *dy;
+    float *y, *dw;
+    float *first;   /* (K, ocp): part 0's filter gradient (dw itself when OC is whole vectors) */
+    float *partial; /* (parts - 1, K, ocp): the other parts' */
+    const int64_t *offset; /* (K): filter row k's offset in the padded image */
+    int failed;
+};
+
+static void job_init(direct_job_t *j, psg_threadpool_t *pool, const psg_nn_geom_t *g,
+                     const float *x, image_fn image) {
+    memset(j, 0, sizeof *j);
+    j->image = image;
+    j->x = x;
+    j->g = *g;
+    j->hp = (g->oh - 1) * g->sh + g->kh;
+    j->wp = (g->ow - 1) * g->sw + g->kw;
+    j->ocp = (g->oc + VL - 1) / VL * VL;
+    j->k = g->kh * g->kw * g->c;
+    int64_t threads = psg_threadpool_size(pool);
+    j->parts = g->n < threads ? g->n : threads;
+    if (j->parts < 1) j->parts = 1;
+}
+
+bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
+    if (g->n < psg_threadpool_size(pool) || g->oh <= 0 || g->ow <= 0) return false;
+    int64_t hp = (g->oh - 1) * g->sh + g->kh, wp = (g->ow - 1) * g->sw + g->kw;
+    return hp * wp * g->c * (int64_t)sizeof(float) <= MAX_PADDED_BYTES;
+}
+
+/* Copies image n of x into xp (hp, wp, C), whose border already holds zeros.
+ * Rows and columns past the last window (VALID, or strides longer than the
+ * window) are left out. */
+static void pad_image(const direct_job_t *j, const float *x, int64_t n, float *xp) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t rows = g->h < j->hp - g->pt ? g->h : j->hp - g->pt;
+    int64_t cols = g->w < j->wp - g->pl ? g->w : j->wp - g->pl;
+    const float *img = x + n * g->h * g->w * g->c;
+    for (int64_t ih = 0; ih < rows; ih++)
+        memcpy(xp + ((ih + g->pt) * j->wp + g->pl) * g->c, img + ih * g->w * g->c,
+               sizeof(float) * (size_t)(cols * g->c));
+}
+
+static int part_bufs_new(const direct_job_t *j, part_bufs_t *b) {
+    size_t xp = (size_t)(j->hp * j->wp * j->g.c), scratch = RMAX * VMAX * VL;
+    size_t wide = j->ocp != j->g.oc ? (size_t)(j->g.oh * j->g.ow * j->ocp) : 0;
+    b->buf = psg_buffer_new(sizeof(float) * (xp + scratch + wide));
+    if (!b->buf) return -1;
+    memset(b->buf->data, 0, sizeof(float) * (xp + scratch + wide));
+    b->xp = b->buf->data;
+    b->scratch = b->xp + xp;
+    b->wide = wide ? b->scratch + scratch : NULL;
+    return 0;
+}
+
+/* Each part's images, one after another, on the part's own buffers. */
+static void run_parts(void *ctx, int64_t part, int64_t part_end) {
+    direct_job_t *j = ctx;
+    for (; part < part_end; part++) {
+        part_bufs_t b;
+        if (part_bufs_new(j, &b) < 0) {
+            j->failed = 1;
+            return;
+        }
+        float *sum = !j->first ? NULL : part == 0 ? j->first : j->partial + (part - 1) * j->k * j->ocp;
+        int64_t n0 = j->g.n * part / j->parts, n1 = j->g.n * (part + 1) / j->parts;
+        for (int64_t n = n0; n < n1; n++) {
+            pad_image(j, j->x, n, b.xp);
+            j->image(j, n, n == n0, sum, &b);
+        }
+        psg_buffer_unref(&b.buf);
+    }
+}
+
+/* ---- forward ---- */
+
+/* Whether the forward pass tiles each output row on its own: then a tile's
+ * window columns leave out the padding of the row's ends too, worth it when
+ * the row splits into tiles of 6 pixels or more (14 with 8 channel vectors:
+ * 8 + 6), not when it leaves small ones (14 with 4 vectors: 6 + 4 + 4). */
+static bool tiles_per_row(int64_t ow, int v) {
+    for (int64_t left = ow; left > 0;) {
+        int r = tile_size(v, left);
+        if (r < 6 && r < left) return false;
+        left -= r;
+    }
+    return true;
+}
+
+/* The tiles of the output pixels of one image, for window rows [kh0, kh1):
+ * each tile's window rows and columns are the union of its pixels' rows and
+ * columns inside the input. */
+static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, float *scratch, int v,
+                          bool per_row, int64_t kh0, int64_t kh1, tile_t *t) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t npix = g->oh * g->ow, lo, hi, unused;
+    for (int64_t p = 0; p < npix;) {
+        int64_t oh = p / g->ow, ow = p % g->ow, left = per_row ? g->ow - ow : npix - p;
+        int R = tile_size(v, left);
+        int64_t valid = R < left ? R : left, last = p + valid - 1;
+        int64_t oh_last = last / g->ow, ow_last = oh_last == oh ? last % g->ow : g->ow - 1;
+        taps_of_output(oh_last, g->sh, g->pt, g->h, g->kh, &lo, &unused);
+        taps_of_output(oh, g->sh, g->pt, g->h, g->kh, &unused, &hi);
+        t->kh0 = lo > kh0 ? lo : kh0;
+        t->kh1 = hi < kh1 ? hi : kh1;
+        if (t->kh1 < t->kh0) t->kh1 = t->kh0;
+        taps_of_output(ow_last, g->sw, g->pl, g->w, g->kw, &lo, &unused);
+        taps_of_output(oh_last == oh ? ow : 0, g->sw, g->pl, g->w, g->kw, &unused, &hi);
+        t->j0 = lo * g->c;
+        t->j1 = hi > lo ? hi * g->c : t->j0;
+        for (int r = 0; r < R; r++) {
+            int64_t q = r < valid ? p + r : p; /* past the end: a copy of the first */
+            t->a[r] = xp + ((q / g->ow) * g->sh * j->wp + (q % g->ow) * g->sw) * g->c;
+            t->out[r] = r < valid ? yi + q * j->ocp : scratch + r * VMAX * VL;
+        }
+        tile_of(true, R, v)(t);
+        p += valid;
+    }
+}
+
+/* One image's outputs yi (OH*OW, ocp) from its padded input xp. */
+static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t row = g->kw * g->c;
+    tile_t t = {.ldw = j->ocp, .rs = j->wp * g->c, .row = row};
+    for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
+        int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
+        int64_t khb = W_BLOCK_BYTES / (row * v * VL * (int64_t)sizeof(float));
+        if (khb < 1) khb = 1;
+        t.b = j->w + ocb;
+        bool per_row = tiles_per_row(g->ow, v);
+        for (int64_t kh0 = 0; kh0 < g->kh; kh0 += khb) {
+            t.accumulate = kh0 > 0;
+            forward_tiles(j, xp, yi + ocb, scratch, v, per_row, kh0,
+                          kh0 + khb < g->kh ? kh0 + khb : g->kh, &t);
+        }
+    }
+}
+
+/* Image n of the forward pass, padded in b->xp. */
+static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum, const part_bufs_t *b) {
+    (void)first;
+    (void)sum;
+    const psg_nn_geom_t *g = &j->g;
+    int64_t npix = g->oh * g->ow;
+    float *y = j->y + n * npix * g->oc;
+    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch);
+    for (int64_t p = 0; b->wide && p < npix; p++)
+        memcpy(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+}
+
+int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
+                            const float *w, float *y) {
+    direct_job_t j;
+    job_init(&j, pool, g, x, forward_of_image);
+    j.y = y;
+    j.w = w;
+    psg_buffer_t *wb = NULL;
+    if (j.ocp != g->oc) { /* the filter with OC padded to whole vectors */
+        wb = psg_buffer_new(sizeof(float) * (size_t)(j.k * j.ocp));
+        if (!wb) return psg_error_set("out of memory for the padded filter");
+        float *wp = wb->data;
+        for (int64_t k = 0; k < j.k; k++) {
+            memcpy(wp + k * j.ocp, w + k * g->oc, sizeof(float) * (size_t)g->oc);
+            memset(wp + k * j.ocp + g->oc, 0, sizeof(float) * (size_t)(j.ocp - g->oc));
+        }
+        j.w = wp;
+    }
+    psg_parallel_for(pool, j.parts, 1, run_parts, &j);
+    psg_buffer_unref(&wb);
+    return j.failed ? psg_error_set("out of memory for the padded image") : 0;
+}
+
+/* ---- filter gradient ---- */
+
+/* The output pixels a tile of filter rows [k0, k1) reads inside the input:
+ * the union of its rows' ranges. */
+static void tile_outputs(const direct_job_t *j, int64_t k0, int64_t k1, tile_t *t) {
+    const psg_nn_geom_t *g = &j->g;
+    t->oh0 = t->ow0 = INT64_MAX;
+    t->oh1 = t->ow1 = 0;
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t kh = k / (g->kw * g->c), kw = k / g->c % g->kw, lo, hi;
+        outputs_of_tap(kh, g->sh, g->pt, g->h, g->oh, &lo, &hi);
+        if (lo < hi && lo < t->oh0) t->oh0 = lo;
+        if (hi > t->oh1) t->oh1 = hi;
+        outputs_of_tap(kw, g->sw, g->pl, g->w, g->ow, &lo, &hi);
+        if (lo < hi && lo < t->ow0) t->ow0 = lo;
+        if (hi > t->ow1) t->ow1 = hi;
+    }
+    if (t->oh0 > t->oh1) t->oh0 = t->oh1;
+    if (t->ow0 > t->ow1) t->ow0 = t->ow1;
+}
+
+/* Adds image n's filter gradient to dwp (K, ocp), or writes it when first.
+ * Tiles stay inside one window cell's C rows when C is not small, so that
+ * their pixel ranges leave out all of the cell's padding. */
+static void filter_image(const direct_job_t *j, const float *xp, const float *dyi, float *dwp,
+                         bool first, float *scratch) {
+    const psg_nn_geom_t *g = &j->g;
+    tile_t t = {.ldw = j->ocp, .xs_h = g->sh * j->wp * g->c, .xs_w = g->sw * g->c,
+                .dy_rs = g->ow * j->ocp, .accumulate = !first};
+    int64_t segment = g->c >= 8 ? g->c : j->k;
+    for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
+        int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
+        t.b = dyi + ocb;
+        for (int64_t s0 = 0; s0 < j->k; s0 += segment) {
+            for (int64_t k0 = s0; k0 < s0 + segment;) {
+                int R = tile_size(v, s0 + segment - k0);
+                int64_t k1 = k0 + R < s0 + segment ? k0 + R : s0 + segment;
+                for (int r = 0; r < R; r++) {
+                    int64_t k = k0 + r < k1 ? k0 + r : k0;
+                    t.a[r] = xp + j->offset[k];
+                    t.out[r] = k0 + r < k1 ? dwp + k * j->ocp + ocb : scratch + r * VMAX * VL;
+                }
+                tile_outputs(j, k0, k1, &t);
+                tile_of(false, R, v)(&t);
+                k0 += R;
+            }
+        }
+    }
+}
+
+/* Image n's filter gradient, written to sum when first, else added. */
+static void filter_of_image(direct_job_t *j, int64_t n, bool first, float *sum, const part_bufs_t *b) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t npix = g->oh * g->ow;
+    const float *dy = j->dy + n * npix * g->oc;
+    for (int64_t p = 0; b->wide && p < npix; p++) /* the channels past OC stay zero */
+        memcpy(b->wide + p * j->ocp, dy + p * g->oc, sizeof(float) * (size_t)g->oc);
+    filter_image(j, b->xp, b->wide ? b->wide : dy, sum, first, b->scratch);
+}
+
+int psg_conv_direct_filter(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
+                           const float *dy, float *dw) {
+    direct_job_t j;
+    job_init(&j, pool, g, x, filter_of_image);
+    j.dy = dy;
+    /* part 0 sums into dw itself when its rows are OC wide, the others into their own */
+    bool into_dw = j.ocp == g->oc;
+    int64_t nw = j.k * j.ocp, own = into_dw ? j.parts - 1 : j.parts;
+    psg_buffer_t *buf = psg_buffer_new(sizeof(int64_t) * (size_t)j.k + sizeof(float) * (size_t)(own * nw));
+    if (!buf) return psg_error_set("out of memory for the filter gradient's partial sums");
+    int64_t *offset = buf->data;
+    for (int64_t kh = 0, k = 0; kh < g->kh; kh++)
+        for (int64_t kw = 0; kw < g->kw; kw++)
+            for (int64_t c = 0; c < g->c; c++) offset[k++] = (kh * j.wp + kw) * g->c + c;
+    j.offset = offset;
+    float *sums = (float *)(offset + j.k);
+    j.first = into_dw ? dw : sums;
+    j.partial = into_dw ? sums : sums + nw;
+    psg_parallel_for(pool, j.parts, 1, run_parts, &j);
+    if (!j.failed) {
+        for (int64_t k = 0; k < j.k; k++) {
+            float *restrict out = dw + k * g->oc;
+            if (!into_dw) memcpy(out, j.first + k * j.ocp, sizeof(float) * (size_t)g->oc);
+            for (int64_t p = 1; p < j.parts; p++) {
+                const float *restrict in = j.partial + (p - 1) * nw + k * j.ocp;
+                for (int64_t o = 0; o < g->oc; o++) out[o] += in[o];
+            }
+        }
+    }
+    psg_buffer_unref(&buf);
+    return j.failed ? psg_error_set("out of memory for the padded image") : 0;
+}
