@@ -522,7 +522,8 @@ int main(int argc, char **argv) {
     kill(server_pid, SIGTERM);
     int st = 0;
     pid_t w = 0;
-    for (int i = 0; i < 200 && (w = waitpid(server_pid, &st, WNOHANG)) == 0; i++) usleep(50000);
+    for (double end = psg_now_sec() + 30; (w = waitpid(server_pid, &st, WNOHANG)) == 0 && psg_now_sec() < end;)
+        usleep(50000);
     CHECK(w == server_pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (w != server_pid) {
         kill(server_pid, SIGKILL);
@@ -702,7 +703,7 @@ static void test_replay(void) {
     snprintf(train_log, sizeof train_log, "%s/replay_train.log", tmpdir);
     snprintf(cmd, sizeof cmd,
              "'%s' train --model mlp --data synthetic --steps 30 --batch 16 --log-every 100 --cluster '%s' --job worker "
-             "--task 0 --step-timeout 10 >'%s' 2>&1",
+             "--task 0 --step-timeout 60 >'%s' 2>&1",
              psgraph_exe, cluster, train_log);
     int rc = system(cmd);
     CHECK(rc == 0);
@@ -724,7 +725,8 @@ static void test_replay(void) {
         if (i % 500 == 0) { /* a new connection now and then: a peer that comes back */
             if (d) zmq_close(d);
             d = zmq_socket(ctx, ZMQ_DEALER);
-            int linger = 0, hwm = 100000;
+            /* a closed connection still delivers what it queued: under load the ps reads late */
+            int linger = 30000, hwm = 100000;
             zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
             zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
             zmq_connect(d, ep);
@@ -746,21 +748,32 @@ static void test_replay(void) {
         }
     }
     if (d) zmq_close(d);
-    zmq_ctx_term(ctx);
-    usleep(300000);
-    double last_ms = inspect_ms(fw.back_port, &seen1), rss1 = server_rss_mb();
+    zmq_ctx_term(ctx); /* once every request is sent */
+    /* the ps has taken them all in when its count grows by no more than the Inspect that
+     * reads it (under load it lags behind) */
+    double last_ms = -1, deadline = psg_now_sec() + 60;
+    int inspections = n_replay / 1000;
+    for (long long before = -2; psg_now_sec() < deadline && (seen1 - seen0 - inspections <= n_replay / 4 ||
+                                                              seen1 > before + 1);) {
+        before = seen1;
+        usleep(300000);
+        last_ms = inspect_ms(fw.back_port, &seen1);
+        inspections++;
+    }
+    double rss1 = server_rss_mb();
     printf("{\"bench\":\"hostile_replay\",\"requests\":%d,\"captured\":%d,\"taken_in\":%lld,\"replies_seen\":%d,"
            "\"rss_start_mb\":%.1f,\"rss_end_mb\":%.1f,\"inspect_ms_worst\":%.1f,\"inspect_ms_after\":%.1f,"
            "\"targets\":\"rss +50 MB, 50 ms\"}\n",
-           n_replay, fw.n, seen1 - seen0 - 1, replies, rss0, rss1, worst_ms, last_ms);
-    CHECK(seen1 - seen0 > n_replay / 4); /* most reached the server's checks */
+           n_replay, fw.n, seen1 - seen0 - inspections, replies, rss0, rss1, worst_ms, last_ms);
+    CHECK(seen1 - seen0 - inspections > n_replay / 4); /* most reached the server's checks */
     CHECK(last_ms >= 0);          /* it still answers */
     CHECK(!RSS_CHECKED || rss1 - rss0 < 100); /* loosely: the bench holds it to 50 MB */
     double t_term = psg_now_sec();
     kill(ps, SIGTERM);
     int st = 0;
     pid_t w = 0;
-    for (int i = 0; i < 2000 && (w = waitpid(ps, &st, WNOHANG)) == 0; i++) usleep(5000);
+    /* the bench holds it to 2 s; here only that it ends, with a margin for a loaded machine */
+    for (double end = t_term + 30; (w = waitpid(ps, &st, WNOHANG)) == 0 && psg_now_sec() < end;) usleep(5000);
     printf("{\"bench\":\"hostile_sigterm\",\"seconds_to_exit\":%.3f}\n", psg_now_sec() - t_term);
     CHECK(w == ps && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (w != ps || !WIFEXITED(st) || WEXITSTATUS(st)) {
