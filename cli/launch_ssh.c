@@ -197,10 +197,21 @@ static char *remote_script(const psg_launch_t *o, const char *host, const char *
     return b;
 }
 
+/* ssh's keep-alive from the workers' --peer-timeout (default 10 s): an ssh session whose
+ * link is cut ends after about that long (3 unanswered probes), so the launcher sees the
+ * task as failed (and restarts it with --restart on-failure) instead of waiting on it. */
+static void server_alive(char **cmd, char *out, size_t size) {
+    double peer = 10;
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        if (!strcmp(cmd[i], "--peer-timeout")) peer = atof(cmd[i + 1]);
+    int ivl = (int)(peer / 3 + 0.999);
+    snprintf(out, size, "ServerAliveInterval=%d", ivl < 1 ? 1 : ivl);
+}
+
 char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
     int nopt = 0;
     while (o->ssh_options && o->ssh_options[nopt]) nopt++;
-    char **argv = calloc((size_t)(12 + 2 * nopt), sizeof *argv);
+    char **argv = calloc((size_t)(16 + 2 * nopt), sizeof *argv);
     if (!argv) return NULL;
     int k = 0;
     const char *fixed[] = {"ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"};
@@ -214,6 +225,11 @@ char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *
         ok &= (argv[k++] = strdup("-o")) != NULL;
         ok &= (argv[k++] = strdup(o->ssh_options[i])) != NULL;
     }
+    /* after the user's: ssh keeps the first value of an option */
+    char alive[64];
+    server_alive(o->cmd, alive, sizeof alive);
+    const char *keep[] = {"-o", alive, "-o", "ServerAliveCountMax=3"};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) ok &= (argv[k++] = strdup(keep[i])) != NULL;
     ok &= (argv[k++] = strdup("--")) != NULL;
     ok &= (argv[k++] = strdup(host)) != NULL;
     ok &= (argv[k++] = remote_script(o, host, cfg, cmd)) != NULL;

@@ -58,6 +58,10 @@ static int client_connect(psg_client_t *c) {
     zsock_set_maxmsgsize(c->zs, (int)PSG_WIRE_MAX_FRAME);
     zsock_set_reconnect_ivl(c->zs, 50);
     zsock_set_reconnect_ivl_max(c->zs, 1000);
+    /* a connect not done in 1 s starts again: TCP's own SYN retries back off to 15 s, so a
+     * peer whose link came back would otherwise be reached only that late */
+    int connect_ms = 1000;
+    zmq_setsockopt(c->sock, ZMQ_CONNECT_TIMEOUT, &connect_ms, sizeof connect_ms);
     zsock_set_sndhwm(c->zs, 100000);
     c->sndtimeo = c->opts.timeout_ms;
     zsock_set_sndtimeo(c->zs, c->sndtimeo);
