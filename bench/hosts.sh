@@ -110,5 +110,5 @@ for b in 0 1; do
   n=$((3 - b))
   pred_base=$(predict "$n" "$b" --link-gbps 10)
   pred=$(predict "$n" "$b" --link-gbps 10 --slow-link-gbps 0.05)
-  echo "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"50mbit\",\"uncapped_steps_per_sec\":$base,\"capped_steps_per_sec\":$capped,\"capped_over_uncapped\":$(python3 -c "print(round($capped / $base, 3) if $base else None)"),\"predicted_capped_over_uncapped\":$(python3 -c "print(round($pred / $pred_base, 3))")}"
+  echo "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"50mbit\",\"uncapped_steps_per_sec\":$base,\"capped_steps_per_sec\":$capped,\"capped_over_uncapped\":$(python3 -c "print(round($capped / $base, 3) if $base else None)"),\"predicted_capped_over_uncapped\":$(python3 -c "print(round($pred / $pred_base, 3))"),\"predicted_capped_steps_per_sec\":$pred,\"capped_measured_over_predicted\":$(python3 -c "print(round($capped / $pred, 3) if $pred else None)")}"
 done
