@@ -69,6 +69,7 @@ static void train_usage(FILE *f) {
             "                           --max-staleness 1; off: never ahead, whatever --max-staleness\n"
             "                           says (default: as --max-staleness says, 0: never ahead)\n"
             "  --eval-every N           the chief also evaluates every N of its steps (default: each epoch)\n"
+            "  --test-examples N        evaluate on the first N test examples only (default: all)\n"
             "  --checkpoint-every N|Ns  checkpoint to --logdir every N steps or N seconds (default 600s);\n"
             "                           a run with the same --logdir resumes from the latest checkpoint\n"
             "  --keep K                 checkpoints kept (default 5)\n"
@@ -180,6 +181,7 @@ int psg_cmd_train(int argc, char **argv) {
             if (rc > 0) rc = 0; /* a strategy's own option (sync/strategies.c) */
         }
         else if (!strcmp(a, "--eval-every")) { rc = parse_num(a, v, 1, 1e12, &x); c.eval_every = (int64_t)x; }
+        else if (!strcmp(a, "--test-examples")) { rc = parse_num(a, v, 1, 1e12, &x); c.test_examples = (int64_t)x; }
         else if (!strcmp(a, "--overlap")) rc = parse_overlap(v, &c);
         else if (!strcmp(a, "--replicas-to-aggregate")) { rc = parse_num(a, v, 1, 1e6, &x); c.replicas_to_aggregate = (int)x; }
         else if (!strcmp(a, "--backup-workers")) { rc = parse_num(a, v, 0, 1e6, &x); c.backup_workers = (int)x; }

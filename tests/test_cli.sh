@@ -35,7 +35,7 @@ check 1 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.
 check 2 "the evaluator task runs \`psgraph train\`" env TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}' "$psgraph" server
 check 1 "/nowhere/train-images-idx3-ubyte.gz" "$psgraph" train --data-dir /nowhere --steps 1
 check 2 "precision 'fp8' is not f32, mixed (bf16) or mixed-f16" "$psgraph" train --precision fp8
-check 0 '"precision":"mixed"' "$psgraph" train --model cnn --data synthetic --steps 3 --precision mixed --batch 8
+check 0 '"precision":"mixed"' "$psgraph" train --model cnn --data synthetic --steps 3 --precision mixed --batch 8 --test-examples 500
 check 0 '"params":23851784' "$psgraph" bench inception3 --print-model
 check 2 "--workers: 'x' is not a list of counts" "$psgraph" simulate --workers x
 check 0 '"simulate":"sync_replicas","workers":8,"backups":1' "$psgraph" simulate --workers 8 --backups 0,1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds psgraph and runs every test twice: a release build, then a debug
-# build under AddressSanitizer + UndefinedBehaviorSanitizer. Ends with the
+# build (-O1, as the fuzzers) under AddressSanitizer + UndefinedBehaviorSanitizer. Ends with the
 # line "N passed, N failed". PSG_NO_ASAN=1 skips the sanitizer pass; then each libFuzzer
 # harness runs PSG_FUZZ_SECONDS (12) on its corpus when clang is there (PSG_NO_FUZZ=1 skips).
 set -uo pipefail
@@ -33,7 +33,7 @@ run_suite() { # name builddir meson-options...
 run_suite release build
 if [ "${PSG_NO_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_suite asan build-asan -Db_sanitize=address,undefined -Dbuildtype=debug
+    run_suite asan build-asan -Db_sanitize=address,undefined -Dbuildtype=debug -Doptimization=1
 fi
 # the libFuzzer harnesses, a short time each on their corpora (tools/fuzz.sh): a crash fails
 if [ "${PSG_NO_FUZZ:-0}" != 1 ]; then

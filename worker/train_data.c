@@ -3,6 +3,7 @@
 
 #include "psgraph/error.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 int psg_train_load_data(const psg_train_config_t *c, psg_dataset_t **train, psg_dataset_t **test) {
@@ -17,7 +18,16 @@ int psg_train_load_data(const psg_train_config_t *c, psg_dataset_t **train, psg_
     } else {
         return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)", c->data);
     }
-    return *train && *test ? 0 : -1;
+    if (!*train || !*test) return -1;
+    if (c->test_examples > 0 && c->test_examples < psg_dataset_size(*test)) { /* the first N */
+        psg_tensor_t *images = NULL, *labels = NULL;
+        int classes = psg_dataset_num_classes(*test);
+        int rc = psg_dataset_slice(*test, 0, c->test_examples, &images, &labels);
+        psg_dataset_destroy(test);
+        if (rc < 0) return psg_error_wrap("--test-examples %" PRId64, c->test_examples);
+        if (!(*test = psg_dataset_from_tensors(&images, &labels, classes))) return -1;
+    }
+    return 0;
 }
 
 int psg_train_evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const psg_dataset_t *test,

@@ -27,6 +27,7 @@ typedef struct {
     const char *logdir;    /* NULL: no metrics.jsonl */
     int log_every;         /* progress line every N steps */
     int64_t eval_every;    /* > 0: the chief (or one process) also evaluates every N steps */
+    int64_t test_examples; /* > 0: evaluate on the first N test examples only (quick checks) */
     const char *device;    /* "cpu" | "gpu" (no GPU: the CPU, with a note) */
     int towers;            /* model copies, one per device (towers.h); 1: no towers */
     const char *precision; /* "f32" (NULL) | "mixed" (bf16) | "mixed-f16": precision.h */
