@@ -27,9 +27,8 @@ static psg_endpoint_t worker_variable(psg_graph_t *g, const char *name, const ps
 /* With the momentum on the worker (DGC's momentum correction): the velocity
  * u = m * u + grad, which takes the gradient's place; its update, after the selection
  * (masked: zero where the entries were sent), in *update, its initializer in *init. */
-static psg_endpoint_t velocity(psg_graph_t *g, const psg_sync_options_t *o, double m, const char *v,
-                               const psg_shape_t *shape, psg_endpoint_t grad, int *init,
-                               psg_endpoint_t *u_new) {
+static psg_endpoint_t velocity(psg_graph_t *g, double m, const char *v, const psg_shape_t *shape,
+                               psg_endpoint_t grad, int *init, psg_endpoint_t *u_new) {
     char name[512];
     snprintf(name, sizeof name, "compress/%s/velocity", v);
     psg_endpoint_t u = worker_variable(g, name, shape, init);
@@ -39,17 +38,16 @@ static psg_endpoint_t velocity(psg_graph_t *g, const psg_sync_options_t *o, doub
     psg_endpoint_t decayed = psg_scale(g, name, ur, m);
     snprintf(name, sizeof name, "compress/%s/velocity/next", v);
     *u_new = psg_add(g, name, decayed, grad);
-    (void)o;
     return u;
 }
 
 /* A gradient sent whole with the momentum on the worker: *dense gets its velocity. */
-static int dense_velocity(psg_graph_t *g, const psg_sync_options_t *o, double m, psg_endpoint_t grad,
+static int dense_velocity(psg_graph_t *g, double m, psg_endpoint_t grad,
                           psg_endpoint_t var, psg_endpoint_t *dense, int *init, int *update) {
     const char *v = psg_node_name(psg_graph_node(g, var.node));
     char name[512];
     bool here = psg_sync_push_device_of(g, grad);
-    psg_endpoint_t u = velocity(g, o, m, v, psg_graph_shape(g, var), grad, init, dense);
+    psg_endpoint_t u = velocity(g, m, v, psg_graph_shape(g, var), grad, init, dense);
     snprintf(name, sizeof name, "compress/%s/velocity/update", v);
     *update = psg_assign(g, name, u, *dense);
     if (here) psg_graph_pop_device(g);
@@ -72,7 +70,7 @@ static int compress_one(psg_graph_t *g, const psg_sync_options_t *o, double m, p
     int inits[2] = {-1, -1}, updates[2] = {-1, -1}, nv = 0;
     psg_endpoint_t u = PSG_NO_ENDPOINT, u_new = PSG_NO_ENDPOINT;
     if (o->compress_momentum != PSG_SYNC_COMPRESS_MOMENTUM_PS) {
-        u = velocity(g, o, m, v, shape, grad, &inits[1], &u_new);
+        u = velocity(g, m, v, shape, grad, &inits[1], &u_new);
         grad = u_new;
         nv = 1;
     }
@@ -127,11 +125,7 @@ static psg_endpoint_t warmup_ratio(psg_graph_t *g, const psg_sync_options_t *o, 
     if (o->compress_warmup <= 0 || o->compress_ratio >= o->compress_warmup_ratio) return PSG_NO_ENDPOINT;
     bool here = psg_sync_push_device_of(g, grad);
     psg_shape_t scalar = {0};
-    psg_endpoint_t t = psg_variable(g, "compress/warmup/step", PSG_DT_F32, &scalar,
-                                    (psg_initializer_t){"zeros", 0, 0}, false);
-    int ninit = 0;
-    const int *inits = psg_graph_collection(g, "init", &ninit);
-    *init = ninit > 0 ? inits[ninit - 1] : -1;
+    psg_endpoint_t t = worker_variable(g, "compress/warmup/step", &scalar, init);
     psg_endpoint_t tr = psg_read_variable(g, "compress/warmup/step/read", t);
     double slope = log(o->compress_ratio / o->compress_warmup_ratio) / (double)o->compress_warmup;
     psg_endpoint_t e = psg_add(g, "compress/warmup/log_ratio", psg_scale(g, "compress/warmup/slope", tr, slope),
@@ -167,8 +161,10 @@ int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double moment
         if (numel < o->compress_min_size) { /* small: sent whole, no residual */
             dense[i] = grads[i];
             sent += (double)numel * 4;
-            if (o->compress_momentum != PSG_SYNC_COMPRESS_MOMENTUM_PS) /* its momentum, unmasked */
-                rc = dense_velocity(g, o, momentum, grads[i], vars[i], &dense[i], &ids[m], &ids[n + 1 + m]), m++;
+            if (o->compress_momentum != PSG_SYNC_COMPRESS_MOMENTUM_PS) { /* its momentum, unmasked */
+                rc = dense_velocity(g, momentum, grads[i], vars[i], &dense[i], &ids[m], &ids[n + 1 + m]);
+                m++;
+            }
             continue;
         }
         if (psg_graph_dtype(g, grads[i]) != PSG_DT_F32) {
