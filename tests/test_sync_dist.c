@@ -247,6 +247,35 @@ static void test_strategies_equal_sync(void) {
     for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
 }
 
+/* SSP across processes: worker 1 is 200 ms slower a step, worker 0 may be at most s = 1 step
+ * ahead. Without the ps's wait, worker 0 would finish its 20 steps while worker 1 is at its
+ * second (staleness up to ~19); with it, every step of both reads within 1 step of the
+ * slowest (staleness max exactly 1: the fast one did run ahead, and was held there), and
+ * worker 0 is released each time worker 1 applies (both finish their 20 steps). */
+static void test_ssp_holds_the_fast_worker(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps", "20",
+                          "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync", "ssp",
+                          "--staleness", "1", "--straggler", "worker=1,delay_ms=200"};
+    const char *tail[] = {NULL};
+    job_t job;
+    job_start_with(&job, "ssp_straggler", 2, base, sizeof base / sizeof *base, tail);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = job_wait(&job, 0, deadline) == 0;
+    ok &= job_wait(&job, 1, deadline) == 0;
+    CHECK(ok);
+    if (!ok) dump_logs(&job);
+    char *log0 = job_log(&job, 0);
+    const char *done = "{\"event\":\"done\"";
+    long long max = field(log0, done, "max"), used = field(log0, done, "gradients_used");
+    double mean = field_f(log0, done, "mean");
+    printf("  ssp s = 1, worker 1 200 ms slower a step: staleness mean %.3f max %lld, %lld gradients\n",
+           mean, max, used);
+    CHECK(max == 1 && mean > 0 && used == 40);
+    CHECK(strstr(log0, "\"per_worker\":[[20,0],[20,0]]") != NULL);
+    free(log0);
+    job_stop(&job);
+}
+
 /* Top-k's momentum on the worker (--compress-momentum), 2 workers, sync, 20 steps, where the
  * answer is known: at ratio 1 DGC's momentum correction is the momentum optimizer itself
  * (the workers' velocities average to the ps's accumulator; the ps runs SGD), and with its
@@ -566,6 +595,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_easgd_center_moves_by_alpha);
     RUN_IF(test_topk_ratio_one_is_uncompressed);
     RUN_IF(test_topk_momentum_known_answers);
+    RUN_IF(test_ssp_holds_the_fast_worker);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);
