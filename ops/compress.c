@@ -8,12 +8,18 @@
 #include "psgraph/op.h"
 #include "psgraph/ops_array.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* TopKAbs(x f32 any shape), attr k in [1, numel]: values f32 (k), indices i32 (k). */
+/* TopKAbs(x f32 any shape[, ratio f32 scalar]), attr k in [1, numel]: values f32 (k'),
+ * indices i32 (k'), k' = k, or with a ratio max(k, ceil(ratio * numel)) up to numel (a
+ * share that changes from step to step: the sparsity's warm-up). */
 static int infer_topk_abs(psg_infer_ctx_t *c) {
     if (c->in_dtypes[0] != PSG_DT_F32) return psg_error_set("x must be f32, got %s", psg_dtype_name(c->in_dtypes[0]));
+    if (c->num_inputs > 2) return psg_error_set("takes x and at most a ratio, got %d inputs", c->num_inputs);
+    if (c->num_inputs == 2 && (c->in_dtypes[1] != PSG_DT_F32 || c->in_shapes[1].rank != 0))
+        return psg_error_set("ratio must be an f32 scalar");
     int64_t k = psg_node_get_int(c->node, "k", 0);
     if (k < 1) return psg_error_set("k must be >= 1 (got %lld)", (long long)k);
     if (psg_shape_is_complete(&c->in_shapes[0]) && k > psg_shape_numel(&c->in_shapes[0]))
@@ -21,7 +27,7 @@ static int infer_topk_abs(psg_infer_ctx_t *c) {
                              (long long)psg_shape_numel(&c->in_shapes[0]));
     c->out_dtypes[0] = PSG_DT_F32;
     c->out_dtypes[1] = PSG_DT_I32;
-    c->out_shapes[0] = c->out_shapes[1] = psg_shape_1d(k);
+    c->out_shapes[0] = c->out_shapes[1] = psg_shape_1d(c->num_inputs == 2 ? -1 : k);
     return 0;
 }
 
@@ -52,12 +58,28 @@ static int by_magnitude(const void *pa, const void *pb) {
     return (a->i > b->i) - (a->i < b->i);
 }
 
+/* A new output tensor of k f32 (i = 0) or i32 entries, set as output i; NULL on failure. */
+static psg_tensor_t *vector_output(psg_kernel_ctx_t *c, int i, int64_t k) {
+    psg_shape_t s = psg_shape_1d(k);
+    psg_tensor_t *t = psg_tensor_new(i == 0 ? PSG_DT_F32 : PSG_DT_I32, &s);
+    if (!t) return NULL;
+    psg_kernel_set_output(c, i, t);
+    psg_tensor_destroy(&t);
+    return c->outputs[i];
+}
+
 /* x is (numel); values, indices are (k): the k largest |x|, by magnitude. */
 static int cpu_topk_abs(psg_kernel_ctx_t *c) {
     const psg_tensor_t *x = c->inputs[0];
     int64_t n = psg_tensor_numel(x), k = psg_node_get_int(c->node, "k", 0);
+    if (c->num_inputs == 2) {
+        double r = psg_tensor_f32(c->inputs[1])[0];
+        if (!(r >= 0)) return psg_error_set("ratio %g is not >= 0", r);
+        int64_t kr = r >= 1 ? n : (int64_t)ceil(r * (double)n);
+        k = kr > k ? kr : k;
+    }
     if (k < 1 || k > n || n > INT32_MAX) return psg_error_set("k %lld of %lld elements", (long long)k, (long long)n);
-    psg_tensor_t *v = psg_kernel_alloc_output(c, 0), *ix = psg_kernel_alloc_output(c, 1);
+    psg_tensor_t *v = vector_output(c, 0, k), *ix = vector_output(c, 1, k);
     entry_t *e = malloc(sizeof *e * (size_t)n);
     if (!v || !ix || !e) {
         free(e);
@@ -93,7 +115,8 @@ static int cpu_scatter_dense(psg_kernel_ctx_t *c) {
 }
 
 static const psg_op_def_t op_topk_abs = {
-    .name = "TopKAbs", .num_inputs = 1, .num_outputs = 2, .infer = infer_topk_abs, .cpu = cpu_topk_abs};
+    .name = "TopKAbs", .num_inputs = -1, .num_outputs = 2, .flags = PSG_OP_DYNAMIC_SHAPE,
+    .infer = infer_topk_abs, .cpu = cpu_topk_abs};
 static const psg_op_def_t op_scatter_dense = {
     .name = "ScatterDense", .num_inputs = 2, .num_outputs = 1, .infer = infer_scatter_dense, .cpu = cpu_scatter_dense};
 
@@ -101,8 +124,14 @@ const psg_op_def_t *const psg_compress_ops[] = {&op_topk_abs, &op_scatter_dense,
 
 int psg_topk_abs(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
                  psg_endpoint_t *values, psg_endpoint_t *indices) {
+    return psg_topk_abs_ratio(g, name, x, k, PSG_NO_ENDPOINT, values, indices);
+}
+
+int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k, psg_endpoint_t ratio,
+                       psg_endpoint_t *values, psg_endpoint_t *indices) {
     psg_node_builder_t *b = psg_node_begin(g, "TopKAbs", name);
     psg_node_add_input(b, x);
+    if (psg_endpoint_valid(ratio)) psg_node_add_input(b, ratio);
     psg_node_attr_int(b, "k", k);
     int id = psg_node_finish(b);
     *values = (psg_endpoint_t){id, 0};

@@ -108,6 +108,10 @@ void psg_optimizer_destroy(psg_optimizer_t **opt) {
     *opt = NULL;
 }
 
+const psg_optimizer_config_t *psg_optimizer_config(const psg_optimizer_t *opt) { return &opt->cfg; }
+
+psg_endpoint_t psg_optimizer_learning_rate_tensor(const psg_optimizer_t *opt) { return opt->lr_tensor; }
+
 void psg_optimizer_set_learning_rate_tensor(psg_optimizer_t *opt, psg_endpoint_t lr) {
     opt->lr_tensor = lr;
 }

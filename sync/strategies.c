@@ -25,6 +25,7 @@ static const psg_sync_strategy_t *const strategies[] = {
 #define OPT(field) offsetof(psg_sync_options_t, field)
 
 static const char *const compressions[] = {"none", "topk", NULL}; /* PSG_SYNC_COMPRESS_* */
+static const char *const momentum_places[] = {"ps", "worker", "worker-masked", NULL}; /* _MOMENTUM_* */
 
 static const psg_sync_option_t options[] = {
     {"--replicas-to-aggregate", "N", "gradients averaged a step (default workers - b)",
@@ -45,6 +46,16 @@ static const psg_sync_option_t options[] = {
      "on the worker for the next (default none)", OPT(compress), 0, 1, false, compressions},
     {"--compress-ratio", "R", "with --compress topk: the share of entries sent (default 0.01)",
      OPT(compress_ratio), 1e-9, 1, true, NULL},
+    {"--compress-min-size", "N", "with --compress topk: gradients of fewer than N entries are "
+     "sent whole (default 0)", OPT(compress_min_size), 0, 1e15, false, NULL},
+    {"--compress-warmup", "STEPS", "with --compress topk: the share sent falls exponentially from "
+     "--compress-warmup-ratio to R over a worker's first STEPS steps (default 0: none)",
+     OPT(compress_warmup), 0, 1e12, false, NULL},
+    {"--compress-warmup-ratio", "R0", "the share sent at the warm-up's first step (default 0.25)",
+     OPT(compress_warmup_ratio), 1e-9, 1, true, NULL},
+    {"--compress-momentum", "ps|worker|worker-masked", "with --compress topk and --optimizer "
+     "momentum: where the momentum runs (worker: DGC's momentum correction, SGD on the ps; "
+     "-masked: with its masking; default ps)", OPT(compress_momentum), 0, 2, false, momentum_places},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
@@ -54,6 +65,7 @@ void psg_sync_options_defaults(psg_sync_options_t *o) {
     o->local_steps = 4;
     o->elastic_alpha = 0.5;
     o->compress_ratio = 0.01;
+    o->compress_warmup_ratio = 0.25;
 }
 
 const psg_sync_strategy_t *psg_sync_strategy_find(const char *name) {

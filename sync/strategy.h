@@ -122,9 +122,9 @@ typedef struct {
     double push_scale; /* bytes sent for each byte of the uncompressed gradients */
 } psg_sync_compressed_t;
 /* grads[i] of vars[i] (n pairs) compressed as o says (--compress): dense[i] gets the
- * gradient the ps rebuilds (grads[i] itself without compression). 0, or -1 with the
- * error set. */
-int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, int n, const psg_endpoint_t *grads,
+ * gradient the ps rebuilds (grads[i] itself without compression); momentum: the
+ * optimizer's, for --compress-momentum worker*. 0, or -1 with the error set. */
+int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n, const psg_endpoint_t *grads,
                       const psg_endpoint_t *vars, psg_endpoint_t *dense, psg_sync_compressed_t *out);
 /* sync's graph (sync/strategy_sync.c), for a strategy that averages through it. */
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out);

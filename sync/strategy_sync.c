@@ -142,7 +142,7 @@ static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
 }
 
 static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", "--compress",
-                                           "--compress-ratio", NULL};
+                                           "--compress-ratio", "--compress-min-size", "--compress-warmup", "--compress-warmup-ratio", "--compress-momentum", NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_sync = {
     .name = "sync",

@@ -139,6 +139,24 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
     return psg_node_finish_ep(b);
 }
 
+/* With the momentum on the worker (--compress-momentum worker*): *out gets the plain SGD
+ * of the same rate the ps runs instead (the caller destroys it); else NULL. */
+static int ps_optimizer(const psg_sync_replicas_t *sr, psg_optimizer_t **out) {
+    *out = NULL;
+    const psg_sync_options_t *o = &sr->cfg.opt;
+    if (o->compress == PSG_SYNC_COMPRESS_NONE || o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_PS) return 0;
+    const psg_optimizer_config_t *c = psg_optimizer_config(sr->opt);
+    if (strcmp(c->kind, "momentum") || c->use_nesterov)
+        return psg_error_set("--compress-momentum: the optimizer is %s%s, not momentum (without Nesterov)",
+                             c->kind, c->use_nesterov ? " with Nesterov" : "");
+    psg_optimizer_config_t sgd = *c;
+    sgd.kind = "sgd";
+    *out = psg_optimizer_new(&sgd);
+    if (!*out) return -1;
+    psg_optimizer_set_learning_rate_tensor(*out, psg_optimizer_learning_rate_tensor(sr->opt));
+    return 0;
+}
+
 /* The strategy's build on grads (compressed first when --compress asks), then the
  * compression's residual update with each step. */
 static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, const psg_endpoint_t *grads,
@@ -148,12 +166,14 @@ static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, cons
         return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)", v->name);
     psg_endpoint_t *dense = malloc(sizeof *dense * (size_t)k);
     psg_sync_compressed_t cz;
-    int rc = dense ? psg_sync_compress(g, &sr->cfg.opt, k, grads, vars, dense, &cz) : psg_error_set("out of memory");
+    psg_optimizer_t *ps_opt = NULL;
+    int rc = dense ? ps_optimizer(sr, &ps_opt) : psg_error_set("out of memory");
+    if (rc == 0) rc = psg_sync_compress(g, &sr->cfg.opt, psg_optimizer_config(sr->opt)->momentum, k, grads, vars, dense, &cz);
     if (rc == 0) {
         psg_sync_build_t b = {&sr->cfg,
                               sr->num_required,
                               sr->cfg.timeout_ms ? sr->cfg.timeout_ms : DEFAULT_TIMEOUT_MS,
-                              sr->opt,
+                              ps_opt ? ps_opt : sr->opt,
                               g,
                               k,
                               dense,
@@ -171,6 +191,7 @@ static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, cons
         rc = out->train_op < 0 ? -1 : 0;
     }
     free(dense);
+    psg_optimizer_destroy(&ps_opt);
     if (rc < 0) psg_error_wrap("sync replicas (%s)", v->name);
     return rc;
 }

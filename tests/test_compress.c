@@ -82,9 +82,47 @@ static void test_bad_input_is_an_error(void) {
     psg_graph_destroy(&g);
 }
 
+/* With a ratio read each run (the sparsity's warm-up): max(k, ceil(ratio * n)) entries,
+ * at most n, the outputs as long as that. */
+static void test_ratio_sets_k_each_run(void) {
+    const float x[8] = {1, -8, 3, -4, 5, 0.5f, 7, -2};
+    psg_graph_t *g = psg_graph_new();
+    psg_shape_t s = psg_shape_1d(8), sc = psg_shape_scalar();
+    psg_endpoint_t ph = psg_placeholder(g, "x", PSG_DT_F32, &s), r = psg_placeholder(g, "r", PSG_DT_F32, &sc), v, ix;
+    psg_topk_abs_ratio(g, "topk", ph, 2, r, &v, &ix);
+    psg_endpoint_t d = psg_scatter_dense(g, "dense", v, ix, &s);
+    CHECK(psg_graph_error(g) == NULL);
+    psg_session_t *sess = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
+    const float ratios[4] = {0.01f, 0.5f, 0.3f, 2.0f};
+    const int64_t want_k[4] = {2, 4, 3, 8}; /* the floor k, 4 of 8, ceil(2.4), all */
+    for (int t = 0; t < 4; t++) {
+        psg_tensor_t *xt = vec(8, x), *rt = psg_tensor_scalar_f32(ratios[t]), *out[2] = {0};
+        psg_endpoint_t feeds[2] = {ph, r}, fetch[2] = {v, d};
+        psg_tensor_t *fv[2] = {xt, rt};
+        CHECK(psg_session_run(sess, 2, feeds, fv, 2, fetch, out, 0, NULL) == 0);
+        CHECK(out[0] && psg_tensor_numel(out[0]) == want_k[t]);
+        float kept = 0; /* the k largest magnitudes: 8, 7, 5, 4, 3, 2, 1, 0.5 */
+        for (int i = 0; out[1] && i < 8; i++) kept += psg_tensor_f32(out[1])[i] != 0;
+        CHECK(kept == (float)want_k[t] && psg_tensor_f32(out[1])[1] == -8.0f);
+        for (int i = 0; i < 2; i++) psg_tensor_destroy(&out[i]);
+        psg_tensor_destroy(&xt);
+        psg_tensor_destroy(&rt);
+    }
+    psg_tensor_t *xt = vec(8, x), *rt = psg_tensor_scalar_f32(-1), *out = NULL;
+    psg_endpoint_t feeds[2] = {ph, r};
+    psg_tensor_t *fv[2] = {xt, rt};
+    CHECK(psg_session_run(sess, 2, feeds, fv, 1, &v, &out, 0, NULL) < 0);
+    CHECK_ERROR_HAS("ratio -1 is not >= 0");
+    psg_tensor_destroy(&xt);
+    psg_tensor_destroy(&rt);
+    psg_session_destroy(&sess);
+    psg_graph_destroy(&g);
+}
+
 int main(void) {
     RUN_TEST(test_topk_keeps_the_largest_magnitudes);
     RUN_TEST(test_k_of_all_is_the_tensor);
     RUN_TEST(test_bad_input_is_an_error);
+    RUN_TEST(test_ratio_sets_k_each_run);
     return psg_test_summary();
 }

@@ -247,6 +247,68 @@ static void test_strategies_equal_sync(void) {
     for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
 }
 
+/* SSP across processes: worker 1 is 200 ms slower a step, worker 0 may be at most s = 1 step
+ * ahead. Without the ps's wait, worker 0 would finish its 20 steps while worker 1 is at its
+ * second (staleness up to ~19); with it, every step of both reads within 1 step of the
+ * slowest (staleness max exactly 1: the fast one did run ahead, and was held there), and
+ * worker 0 is released each time worker 1 applies (both finish their 20 steps). */
+static void test_ssp_holds_the_fast_worker(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps", "20",
+                          "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync", "ssp",
+                          "--staleness", "1", "--straggler", "worker=1,delay_ms=200"};
+    const char *tail[] = {NULL};
+    job_t job;
+    job_start_with(&job, "ssp_straggler", 2, base, sizeof base / sizeof *base, tail);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = job_wait(&job, 0, deadline) == 0;
+    ok &= job_wait(&job, 1, deadline) == 0;
+    CHECK(ok);
+    if (!ok) dump_logs(&job);
+    char *log0 = job_log(&job, 0);
+    const char *done = "{\"event\":\"done\"";
+    long long max = field(log0, done, "max"), used = field(log0, done, "gradients_used");
+    double mean = field_f(log0, done, "mean");
+    printf("  ssp s = 1, worker 1 200 ms slower a step: staleness mean %.3f max %lld, %lld gradients\n",
+           mean, max, used);
+    CHECK(max == 1 && mean > 0 && used == 40);
+    CHECK(strstr(log0, "\"per_worker\":[[20,0],[20,0]]") != NULL);
+    free(log0);
+    job_stop(&job);
+}
+
+/* Top-k's momentum on the worker (--compress-momentum), 2 workers, sync, 20 steps, where the
+ * answer is known: at ratio 1 DGC's momentum correction is the momentum optimizer itself
+ * (the workers' velocities average to the ps's accumulator; the ps runs SGD), and with its
+ * masking every velocity is forgotten once sent, which is plain SGD; gradients under
+ * --compress-min-size are sent whole, so a size above every variable is no compression. */
+static void test_topk_momentum_known_answers(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--steps", "20", "--seed", "3",
+                          "--step-timeout", "20", "--batch", "16", "--sync", "sync", "--optimizer"};
+    const char *tails[5][10] = {
+        {"momentum", NULL},
+        {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker", NULL},
+        {"sgd", NULL},
+        {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker-masked", NULL},
+        {"momentum", "--compress", "topk", "--compress-ratio", "0.01", "--compress-min-size", "1000000", NULL}};
+    const char *names[5] = {"mom", "mom_worker", "sgd", "mom_masked", "mom_min_size"};
+    job_t jobs[5];
+    for (int j = 0; j < 5; j++)
+        job_start_with(&jobs[j], names[j], 2, base, sizeof base / sizeof *base, tails[j]);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 90);
+    bool ok = true;
+    for (int j = 0; j < 5; j++)
+        for (int i = 0; i < 2; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 5; j++) dump_logs(&jobs[j]);
+    /* against the job without the ps's Momentum slots */
+    CHECK(compare_variables_as(&jobs[0], &jobs[1], "momentum vs top-k 1, momentum on the workers", "", 20, 40,
+                               20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[3], &jobs[2], "top-k 1, masked momentum vs sgd", "", 20, 40, 20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[4], &jobs[0], "top-k 1 %, all under the min size vs momentum", "", 20, 40,
+                               20) <= 1e-5);
+    for (int j = 0; j < 5; j++) job_stop(&jobs[j]);
+}
+
 /* Async with top-k at ratio 1 against async uncompressed (one worker: a fixed order), and
  * at 1 %: 20x fewer bytes pushed a step, as the chief reports. */
 static void test_topk_ratio_one_is_uncompressed(void) {
@@ -532,6 +594,8 @@ int main(int argc, char **argv) {
     RUN_IF(test_strategies_equal_sync);
     RUN_IF(test_easgd_center_moves_by_alpha);
     RUN_IF(test_topk_ratio_one_is_uncompressed);
+    RUN_IF(test_topk_momentum_known_answers);
+    RUN_IF(test_ssp_holds_the_fast_worker);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);

@@ -47,6 +47,10 @@ void psg_optimizer_destroy(psg_optimizer_t **opt);
  * placeholder) instead of the constant; it must belong to the graph later
  * passed to minimize / apply_gradients. */
 void psg_optimizer_set_learning_rate_tensor(psg_optimizer_t *opt, psg_endpoint_t lr);
+/* Its config (kind, hyper-parameters) and its learning-rate tensor (PSG_NO_ENDPOINT:
+ * the constant): what an optimizer built beside it with the same rate needs. */
+const psg_optimizer_config_t *psg_optimizer_config(const psg_optimizer_t *opt);
+psg_endpoint_t psg_optimizer_learning_rate_tensor(const psg_optimizer_t *opt);
 /* "GradientDescent", "Momentum", "RMSProp", "Adam", "Adagrad", "Ftrl": the scope of
  * its update nodes and the suffix of its slot variables. */
 const char *psg_optimizer_name(const psg_optimizer_t *opt);

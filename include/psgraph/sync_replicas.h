@@ -20,6 +20,10 @@
 #include <stdio.h>
 
 enum { PSG_SYNC_COMPRESS_NONE, PSG_SYNC_COMPRESS_TOPK };
+/* where topk's momentum runs (--compress-momentum): the ps's optimizer, or the worker's
+ * velocity (DGC's momentum correction; masked: with its momentum factor masking) with
+ * plain SGD of the same rate on the ps */
+enum { PSG_SYNC_COMPRESS_MOMENTUM_PS, PSG_SYNC_COMPRESS_MOMENTUM_WORKER, PSG_SYNC_COMPRESS_MOMENTUM_MASKED };
 
 /* The strategies' own settings, each a --flag of `psgraph train` (sync/strategies.c's
  * table of options; a strategy reads only the ones it lists). */
@@ -32,6 +36,11 @@ typedef struct {
     double elastic_alpha;   /* easgd: how far a copy and the center move toward each other */
     int64_t compress;       /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
     double compress_ratio;  /* topk: the share of each gradient's entries sent (default 0.01) */
+    int64_t compress_min_size; /* topk: a gradient of fewer entries is sent whole (dense) */
+    int64_t compress_warmup;   /* topk: steps over which the share sent falls from
+                                  compress_warmup_ratio to compress_ratio (0: none) */
+    double compress_warmup_ratio; /* topk: the share sent at the first step of the warm-up */
+    int64_t compress_momentum;    /* topk: PSG_SYNC_COMPRESS_MOMENTUM_* */
 } psg_sync_options_t;
 
 /* The defaults of every strategy option. */
