@@ -20,6 +20,7 @@
 
 #define MAX_VARIANTS 16
 #define MAX_EXTRA 64
+#define MAX_LAUNCH_ARGS 16
 
 static const char *const default_variants[] = {
     "async", "sync", "sync --backup-workers 1", "ssp --staleness 2", "local --local-steps 4",
@@ -33,6 +34,11 @@ typedef struct {
     double target;
     const char *extra[MAX_EXTRA]; /* after --: more train options for every variant */
     int n_extra;
+    /* --launch-arg: more psgraph launch options (--ssh --hosts-file F: the cluster on other
+     * hosts, e.g. emulated ones with capped links, bench/compare_hosts.sh) */
+    const char *launch[MAX_LAUNCH_ARGS];
+    int n_launch;
+    char launch_text[1024]; /* the same, joined, for the JSON lines */
 } compare_opts_t;
 
 /* What a variant's run gave, from its metrics.jsonl. */
@@ -51,6 +57,9 @@ static void usage(FILE *f) {
             "                      ssp --staleness 2; local --local-steps 4)\n"
             "  --model M           (default mlp)      --data D (default fashion-mnist)\n"
             "  --ps P --workers W  the local cluster of every run (default 1 ps + 4 workers)\n"
+            "  --launch-arg A      one more psgraph launch option for every run (repeatable), e.g.\n"
+            "                      --launch-arg --ssh --launch-arg --hosts-file --launch-arg F: the\n"
+            "                      cluster on hosts whose links are capped (bench/compare_hosts.sh)\n"
             "  --straggler SPEC    the straggler model of every run (default\n"
             "                      worker=all,dist=lognormal,median_ms=20,sigma=1; 'none': no delay)\n"
             "  --target A          the test accuracy whose time is reported (default 0.85)\n"
@@ -80,6 +89,13 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
         if (!strcmp(a, "--variant")) {
             if (o->n_variants == MAX_VARIANTS) return psg_error_set("--variant: at most %d", MAX_VARIANTS);
             o->variants[o->n_variants++] = v;
+        } else if (!strcmp(a, "--launch-arg")) {
+            if (o->n_launch == MAX_LAUNCH_ARGS) return psg_error_set("--launch-arg: at most %d", MAX_LAUNCH_ARGS);
+            o->launch[o->n_launch++] = v;
+            size_t len = strlen(o->launch_text);
+            snprintf(o->launch_text + len, sizeof o->launch_text - len, "%s%s", len ? " " : "", v);
+            for (char *q = o->launch_text + len; *q; q++) /* a JSON string as is */
+                if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
         } else if (!strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--straggler")) o->straggler = v;
@@ -111,11 +127,14 @@ static int run_variant(const compare_opts_t *o, const char *self, const char *va
     snprintf(ps, sizeof ps, "%d", o->ps);
     snprintf(workers, sizeof workers, "%d", o->workers);
     snprintf(log, sizeof log, "%s/run.log", dir);
-    const char *argv[160] = {self, "launch", "--ps", ps, "--workers", workers, "--", self, "train",
-                             "--model", o->model, "--data", o->data, "--epochs", o->epochs,
-                             "--eval-every", o->eval_every, "--seed", o->seed, "--logdir", dir,
-                             "--log-every", "1000000", "--sync"};
-    int n = 24;
+    const char *argv[200] = {self, "launch"};
+    int n = 2;
+    for (int k = 0; k < o->n_launch; k++) argv[n++] = o->launch[k];
+    const char *fixed[] = {"--ps", ps, "--workers", workers, "--", self, "train",
+                           "--model", o->model, "--data", o->data, "--epochs", o->epochs,
+                           "--eval-every", o->eval_every, "--seed", o->seed, "--logdir", dir,
+                           "--log-every", "1000000", "--sync"};
+    for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) argv[n++] = fixed[k];
     for (char *save = NULL, *w = strtok_r(spec, " ", &save); w && n < 120; w = strtok_r(NULL, " ", &save))
         argv[n++] = w;
     if (strcmp(o->straggler, "none")) argv[n++] = "--straggler", argv[n++] = o->straggler;
@@ -211,7 +230,7 @@ static void print_result(const char *variant, const compare_opts_t *o, const res
            "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
            "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
            "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
-           "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\"}\n",
+           "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\"}\n",
            variant, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
            jnum(b[1], 32, r->steps_to_target, "%.0f"),
            jnum(b[12], 32, r->chief_steps > 0 && r->wall > 0 ? r->chief_steps / r->wall : -1, "%.3f"),
@@ -220,7 +239,8 @@ static void print_result(const char *variant, const compare_opts_t *o, const res
            jnum(b[5], 32, r->pull, "%.0f"), jnum(b[6], 32, r->stale_min, "%.0f"),
            jnum(b[7], 32, r->stale_mean, "%.4f"), jnum(b[8], 32, r->stale_max, "%.0f"),
            jnum(b[9], 32, r->final_accuracy, "%.4f"), jnum(b[10], 32, r->dropped, "%.0f"),
-           r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps, o->workers, o->model, o->straggler);
+           r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps, o->workers, o->model, o->straggler,
+           o->launch_text);
     fflush(stdout);
 }
 
