@@ -3,7 +3,7 @@
 # PyTorch peer, alternating, best of PSG_BENCH_ROUNDS (default 3): the kernels compared
 # without the wall-clock noise of a shared machine (other processes add to wall time,
 # not to a process's CPU time; they still share its caches).
-#   psgraph: (user + sys of `train --steps 260`) - (the same of `--steps 60`), over 200
+#   psgraph: (user + sys of `train --steps 130`) - (the same of `--steps 30`), over 100
 #     steps: loading the data and the final evaluation cancel out;
 #   the peer: bench/cnn_step_torch.py, the mean thread CPU time of 100 steps of
 #     torch_ref.CNN (random data), with psgraph's OpenBLAS kernels.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 bash tools/build.sh build >/dev/null || exit 1
 peer=${PSG_PEER:-../shared/peers/torch-peer}
 rounds=${PSG_BENCH_ROUNDS:-3}
-short=60 long=260
+short=30 long=130
 load0=$(cut -d' ' -f1 /proc/loadavg)
 cpu_of() { # CPU seconds of the command
   local f; f=$(mktemp)
