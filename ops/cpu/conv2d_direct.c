@@ -421,14 +421,16 @@ static void tile_outputs(const direct_job_t *j, int64_t k0, int64_t k1, tile_t *
 }
 
 /* Adds image n's filter gradient to dwp (K, ocp), or writes it when first.
- * Tiles stay inside one window cell's C rows when C is not small, so that
- * their pixel ranges leave out all of the cell's padding. */
+ * Tiles stay inside one window row's KW * C filter rows when C is not
+ * small: their output rows leave out all of the padding, their columns all
+ * but where a tile straddles two cells, and a row (conv2: 160 filter rows)
+ * leaves one short tile where single cells (32) left two. */
 static void filter_image(const direct_job_t *j, const float *xp, const float *dyi, float *dwp,
                          bool first, float *scratch) {
     const psg_nn_geom_t *g = &j->g;
     tile_t t = {.ldw = j->ocp, .xs_h = g->sh * j->wp * g->c, .xs_w = g->sw * g->c,
                 .dy_rs = g->ow * j->ocp, .accumulate = !first};
-    int64_t segment = g->c >= 8 ? g->c : j->k;
+    int64_t segment = g->c >= 8 ? g->kw * g->c : j->k;
     for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
         int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
         t.b = dyi + ocb;
