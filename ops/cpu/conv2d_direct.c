@@ -19,7 +19,8 @@
 #include <immintrin.h>
 #endif
 
-/* 16 floats: one AVX-512 register (two AVX ones, four SSE ones elsewhere) */
+/* 16 floats: one AVX-512 register (two AVX ones, four SSE ones elsewhere).
+ * Helpers take them by pointer: by value, their ABI differs without AVX-512. */
 typedef float vec_t __attribute__((vector_size(64)));
 #define VL 16
 #define VMAX 4  /* vectors of output channels per tile: 64 channels */
@@ -40,31 +41,26 @@ typedef float vec_t __attribute__((vector_size(64)));
 #define UNROLL
 #endif
 
-static inline vec_t vload(const float *p) {
-    vec_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+static inline void vload(vec_t *v, const float *p) { memcpy(v, p, sizeof *v); }
 
-static inline void vstore(float *p, vec_t v) { memcpy(p, &v, sizeof v); }
+static inline void vstore(float *p, const vec_t *v) { memcpy(p, v, sizeof *v); }
 
 #define SPLAT(x) ((vec_t){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
 
-/* acc + a * b, fused where the CPU has FMA (ISO C mode never contracts a * b + c) */
-static inline vec_t vfma(vec_t a, vec_t b, vec_t acc) {
+/* *acc += *a * *b, fused where the CPU has FMA (ISO C mode never contracts a * b + c) */
+static inline void vfma(vec_t *acc, const vec_t *a, const vec_t *b) {
 #if defined(__AVX512F__)
-    return (vec_t)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
+    *acc = (vec_t)_mm512_fmadd_ps((__m512)*a, (__m512)*b, (__m512)*acc);
 #elif defined(__FMA__)
     __m256 a2[2], b2[2], c2[2];
-    memcpy(a2, &a, sizeof a);
-    memcpy(b2, &b, sizeof b);
-    memcpy(c2, &acc, sizeof acc);
+    memcpy(a2, a, sizeof *a);
+    memcpy(b2, b, sizeof *b);
+    memcpy(c2, acc, sizeof *acc);
     c2[0] = _mm256_fmadd_ps(a2[0], b2[0], c2[0]);
     c2[1] = _mm256_fmadd_ps(a2[1], b2[1], c2[1]);
-    memcpy(&acc, c2, sizeof acc);
-    return acc;
+    memcpy(acc, c2, sizeof *acc);
 #else
-    return acc + a * b;
+    *acc += *a * *b;
 #endif
 }
 
@@ -89,13 +85,16 @@ typedef struct {
 static inline __attribute__((always_inline)) void tile_load(const tile_t *t, int R, int V,
                                                             vec_t acc[RMAX][VMAX]) {
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        acc[r][v] = t->accumulate ? vload(t->out[r] + v * VL) : (vec_t){0};
+        if (t->accumulate)
+            vload(&acc[r][v], t->out[r] + v * VL);
+        else
+            acc[r][v] = (vec_t){0};
 }
 
 static inline __attribute__((always_inline)) void tile_store(const tile_t *t, int R, int V,
                                                              vec_t acc[RMAX][VMAX]) {
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        vstore(t->out[r] + v * VL, acc[r][v]);
+        vstore(t->out[r] + v * VL, &acc[r][v]);
 }
 
 static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, int R, int V) {
@@ -107,10 +106,10 @@ static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, 
         const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
         for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
             vec_t b[VMAX];
-            UNROLL for (int v = 0; v < V; v++) b[v] = vload(w + v * VL);
+            UNROLL for (int v = 0; v < V; v++) vload(&b[v], w + v * VL);
             UNROLL for (int r = 0; r < R; r++) {
                 vec_t x = SPLAT(a[r][j]);
-                UNROLL for (int v = 0; v < V; v++) acc[r][v] = vfma(x, b[v], acc[r][v]);
+                UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
             }
         }
     }
@@ -125,10 +124,10 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
         const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
         for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
             vec_t b[VMAX];
-            UNROLL for (int v = 0; v < V; v++) b[v] = vload(dy + v * VL);
+            UNROLL for (int v = 0; v < V; v++) vload(&b[v], dy + v * VL);
             UNROLL for (int r = 0; r < R; r++) {
                 vec_t x = SPLAT(t->a[r][i]);
-                UNROLL for (int v = 0; v < V; v++) acc[r][v] = vfma(x, b[v], acc[r][v]);
+                UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
             }
         }
     }
@@ -421,14 +420,16 @@ static void tile_outputs(const direct_job_t *j, int64_t k0, int64_t k1, tile_t *
 }
 
 /* Adds image n's filter gradient to dwp (K, ocp), or writes it when first.
- * Tiles stay inside one window cell's C rows when C is not small, so that
- * their pixel ranges leave out all of the cell's padding. */
+ * Tiles stay inside one window row's KW * C filter rows when C is not
+ * small: their output rows leave out all of the padding, their columns all
+ * but where a tile straddles two cells, and a row (conv2: 160 filter rows)
+ * leaves one short tile where single cells (32) left two. */
 static void filter_image(const direct_job_t *j, const float *xp, const float *dyi, float *dwp,
                          bool first, float *scratch) {
     const psg_nn_geom_t *g = &j->g;
     tile_t t = {.ldw = j->ocp, .xs_h = g->sh * j->wp * g->c, .xs_w = g->sw * g->c,
                 .dy_rs = g->ow * j->ocp, .accumulate = !first};
-    int64_t segment = g->c >= 8 ? g->c : j->k;
+    int64_t segment = g->c >= 8 ? g->kw * g->c : j->k;
     for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
         int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
         t.b = dyi + ocb;
