@@ -14,7 +14,7 @@ buckets=${2:-100000}
 threads=${PSG_BENCH_THREADS:-2}
 bash tools/build.sh build || exit 1
 psg=build/cli/psgraph
-peer=../shared/peers/torch-peer
+peer=${PSG_PEER:-../shared/peers/torch-peer} # a worktree beside main: PSG_PEER=/work/shared/peers/torch-peer
 tmp=$(mktemp -d /tmp/psg_bench_wd.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 file=$tmp/ctr.tsv
@@ -32,23 +32,32 @@ best() { # the line with the highest examples_per_sec of the lines on stdin
 }
 : > "$tmp/ours.jsonl"
 : > "$tmp/theirs.jsonl"
-for _ in $(seq "$repeat"); do
-  $psg "${train[@]}" --threads "$threads" | grep '"event":"done"' | tail -1 >> "$tmp/ours.jsonl"
+for r in $(seq "$repeat"); do # each side's peak RSS measured the same way (bench/peak_rss.py)
+  python3 bench/peak_rss.py "$tmp/ours_rss_$r" $psg "${train[@]}" --threads "$threads" | grep '"event":"done"' |
+    tail -1 >> "$tmp/ours.jsonl"
   [ "$have_peer" = 1 ] &&
-    "$peer" --workloads wide-deep --ctr-file "$file" --buckets "$buckets" --ctr-epochs 1 --threads "$threads" 2>/dev/null | tail -1 >> "$tmp/theirs.jsonl"
+    python3 bench/peak_rss.py "$tmp/peer_rss_$r" "$peer" --workloads wide-deep --ctr-file "$file" --buckets "$buckets" \
+      --ctr-epochs 1 --threads "$threads" 2>/dev/null | tail -1 >> "$tmp/theirs.jsonl"
 done
+peak() { python3 -c 'import json,sys; v=[json.load(open(f))["peak_rss_mb"] for f in sys.argv[1:]]; print(max(v) if v else "")' "$@" 2>/dev/null; }
+rss_ours=$(peak "$tmp"/ours_rss_*)
+rss_theirs=$(peak "$tmp"/peer_rss_*)
 ours=$(best < "$tmp/ours.jsonl")
 theirs=$(best < "$tmp/theirs.jsonl")
-OURS="$ours" THEIRS="$theirs" REP=$repeat ROWS=$rows B=$buckets P=$planted T=$threads python3 - <<'PY'
+OURS="$ours" THEIRS="$theirs" RSS_OURS="$rss_ours" RSS_THEIRS="$rss_theirs" REP=$repeat ROWS=$rows B=$buckets P=$planted T=$threads python3 - <<'PY'
 import json, os
 o = json.loads(os.environ["OURS"]) if os.environ["OURS"] else {}
 t = json.loads(os.environ["THEIRS"]) if os.environ["THEIRS"] else {}
 out = {"bench": "wide_deep", "setup": "one process, best of " + os.environ["REP"] + " alternating", "rows": int(os.environ["ROWS"]),
        "buckets": int(os.environ["B"]), "threads": int(os.environ["T"]), "planted_auc": float(os.environ["P"]),
-       "psgraph_examples_per_sec": o.get("examples_per_sec"), "psgraph_test_auc": o.get("test_auc")}
+       "psgraph_examples_per_sec": o.get("examples_per_sec"), "psgraph_test_auc": o.get("test_auc"),
+       "psgraph_peak_rss_mb": float(os.environ["RSS_OURS"]) if os.environ["RSS_OURS"] else None}
 if t:
     out.update({"torch_examples_per_sec": t.get("examples_per_sec"), "torch_test_auc": t.get("test_auc"),
-                "torch_other_cpu_avg_cores": t.get("other_cpu_avg_cores")})
+                "torch_other_cpu_avg_cores": t.get("other_cpu_avg_cores"),
+                "torch_peak_rss_mb": float(os.environ["RSS_THEIRS"]) if os.environ["RSS_THEIRS"] else None})
+    if out["psgraph_peak_rss_mb"] and out["torch_peak_rss_mb"]:
+        out["rss_ratio"] = round(out["psgraph_peak_rss_mb"] / out["torch_peak_rss_mb"], 3)
     if o.get("examples_per_sec") and t.get("examples_per_sec"):
         out["ratio"] = round(o["examples_per_sec"] / t["examples_per_sec"], 3)
 else:
