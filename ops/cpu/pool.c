@@ -7,6 +7,7 @@
 #include "psgraph/error.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +37,9 @@ static int pool_setup(psg_kernel_ctx_t *c, pool_job_t *j) {
 
 /* ---- forward: one output row (n, oh) per item ---- */
 
-static void max_pool_rows(void *ctx, int64_t begin, int64_t end) {
-    pool_job_t *j = ctx;
+/* Max or average pooling of rows [begin, end); `max` is a constant in each caller, so the
+ * compiler makes one loop nest of each without a branch inside. */
+static inline void pool_rows(pool_job_t *j, int64_t begin, int64_t end, bool max) {
     const psg_nn_geom_t *g = &j->g;
     const int64_t C = g->c;
     for (int64_t r = begin; r < end; r++) {
@@ -47,35 +49,17 @@ static void max_pool_rows(void *ctx, int64_t begin, int64_t end) {
             int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
             window(iw0, g->kw, g->w, &wlo, &whi);
             float *restrict o = j->y + (r * g->ow + ow) * C;
-            for (int64_t ch = 0; ch < C; ch++) o[ch] = -INFINITY;
+            for (int64_t ch = 0; ch < C; ch++) o[ch] = max ? -INFINITY : 0.0f;
             for (int64_t kh = hlo; kh < hhi; kh++) {
                 for (int64_t kw = wlo; kw < whi; kw++) {
                     const float *restrict xi = j->x + ((n * g->h + ih0 + kh) * g->w + iw0 + kw) * C;
-                    for (int64_t ch = 0; ch < C; ch++) o[ch] = xi[ch] > o[ch] ? xi[ch] : o[ch];
+                    if (max)
+                        for (int64_t ch = 0; ch < C; ch++) o[ch] = xi[ch] > o[ch] ? xi[ch] : o[ch];
+                    else
+                        for (int64_t ch = 0; ch < C; ch++) o[ch] += xi[ch];
                 }
             }
-        }
-    }
-}
-
-static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) {
-    pool_job_t *j = ctx;
-    const psg_nn_geom_t *g = &j->g;
-    const int64_t C = g->c;
-    for (int64_t r = begin; r < end; r++) {
-        int64_t n = r / g->oh, oh = r % g->oh, ih0 = oh * g->sh - g->pt, hlo, hhi;
-        window(ih0, g->kh, g->h, &hlo, &hhi);
-        for (int64_t ow = 0; ow < g->ow; ow++) {
-            int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
-            window(iw0, g->kw, g->w, &wlo, &whi);
-            float *restrict o = j->y + (r * g->ow + ow) * C;
-            for (int64_t ch = 0; ch < C; ch++) o[ch] = 0.0f;
-            for (int64_t kh = hlo; kh < hhi; kh++) {
-                for (int64_t kw = wlo; kw < whi; kw++) {
-                    const float *restrict xi = j->x + ((n * g->h + ih0 + kh) * g->w + iw0 + kw) * C;
-                    for (int64_t ch = 0; ch < C; ch++) o[ch] += xi[ch];
-                }
-            }
+            if (max) continue;
             /* SAME padding: only the cells inside the input count, as TensorFlow */
             int64_t count = (hhi - hlo) * (whi - wlo);
             float inv = count > 0 ? 1.0f / (float)count : 0.0f;
@@ -83,6 +67,9 @@ static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) {
         }
     }
 }
+
+static void max_pool_rows(void *ctx, int64_t begin, int64_t end) { pool_rows(ctx, begin, end, true); }
+static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) { pool_rows(ctx, begin, end, false); }
 
 static int run_forward(psg_kernel_ctx_t *c, psg_range_fn fn) {
     pool_job_t j;
