@@ -273,7 +273,7 @@ static psg_endpoint_t block(builder_t *b, const char *scope, const block_t *k, p
     if (!enter(b, scope)) return PSG_NO_ENDPOINT;
     psg_endpoint_t br[4];
     for (int i = 0; i < k->n_branches; i++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "Branch_%d", i);
         enter(b, name);
         br[i] = branch(b, k->branches[i], x, width);

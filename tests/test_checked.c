@@ -65,7 +65,7 @@ static void test_reshape_overflow(void) {
 
 static void test_strmap(void) {
     psg_strmap_t *m = psg_strmap_new();
-    char keys[5000][12];
+    char keys[5000][16];
     for (int i = 0; i < 5000; i++) {
         snprintf(keys[i], sizeof keys[i], "k%d", i);
         CHECK(psg_strmap_put(m, keys[i], i) == -1);

@@ -158,7 +158,7 @@ static void test_take_without_timeout(void) {
 static void test_pending_limit(void) {
     uint64_t h[6];
     for (int i = 0; i < 6; i++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "acc_p%d", i);
         h[i] = register_take(name);
     }
@@ -212,7 +212,7 @@ static void test_running_cap(void) {
     enum { TAKES = 10 };
     uint64_t h[TAKES];
     for (int i = 0; i < TAKES; i++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "acc_r%d", i);
         h[i] = register_take(name);
         CHECK(h[i] > 0);

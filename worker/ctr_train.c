@@ -39,6 +39,7 @@ typedef struct {
     psg_train_hooks_t *hooks;
     psg_sync_train_t *sync; /* --sync sync: the strategy's steps (worker/sync_train.c) */
     FILE *metrics;
+    psg_train_config_t hooks_config; /* what the hooks borrow: lives as long as they do */
 } ctr_t;
 
 static void ctr_free(ctr_t *t) {
@@ -166,14 +167,15 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     }
     if (t->w.setter) psg_graph_pop_device(t->g);
     if (rc < 0) return -1;
-    psg_train_config_t hc = *c;
+    psg_train_config_t *hc = &t->hooks_config;
+    *hc = *c;
     if (!t->w.cluster) {
         psg_session_options_t so = {.num_threads = c->threads};
         if (!(t->sess = psg_session_new(t->g, &so, NULL)) || psg_session_run_init(t->sess) < 0) return -1;
         t->step = psg_session_make_callable(t->sess, 3, feeds, 1, &t->m.loss, 1, &train_op);
         t->eval = t->step ? psg_session_make_callable(t->sess, 3, feeds, 1, &t->m.prob, 0, NULL) : NULL;
         if (!t->eval) return -1;
-        return (t->hooks = psg_train_hooks_new(&hc, t->sess, out, t->metrics, start_step)) ? 0 : -1;
+        return (t->hooks = psg_train_hooks_new(hc, t->sess, out, t->metrics, start_step)) ? 0 : -1;
     }
     psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
                                     .step_timeout_ms = c->step_timeout_ms,
@@ -183,9 +185,9 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     t->deval = t->dstep || t->sync ? psg_dist_session_make_callable(t->dsess, 3, feeds, 1, &t->m.prob, 0, NULL)
                                    : NULL;
     if (!t->deval) return psg_error_wrap("%s", t->w.task);
-    hc.logdir = NULL;
-    hc.trace_path = NULL;
-    if (!(t->hooks = psg_train_hooks_new(&hc, NULL, out, t->metrics, start_step))) return -1;
+    hc->logdir = NULL;
+    hc->trace_path = NULL;
+    if (!(t->hooks = psg_train_hooks_new(hc, NULL, out, t->metrics, start_step))) return -1;
     /* this task's part of the trace, which psgraph launch merges: "worker0", as the image trainer's */
     if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, out, t->metrics, start_step) < 0) return -1;
     return t->sync ? psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics) : 0;

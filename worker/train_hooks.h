@@ -20,7 +20,7 @@ typedef struct psg_train_hooks psg_train_hooks_t;
  * c->logdir that verifies (reporting skipped ones and the restore on out),
  * opens the event file. *start_step receives the global step to go on from
  * (0 without a checkpoint). metrics (may be NULL) gets checkpoint records.
- * NULL with the error set on failure. */
+ * c is borrowed: it must outlive the hooks. NULL with the error set on failure. */
 psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess,
                                        FILE *out, FILE *metrics, int64_t *start_step);
 void psg_train_hooks_destroy(psg_train_hooks_t **h);
