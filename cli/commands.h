@@ -60,6 +60,8 @@ int psg_launch_keys_each(const char *dir, psg_launch_key_fn fn, void *ctx);
  * signal when stopped by one), after printing why. With o->task_hosts, every task runs on
  * its host over ssh (cli/launch_ssh.c). */
 int psg_launch_local(psg_launch_t *o);
+/* The value that NULL-terminated command cmd gives option opt ("--logdir"), else otherwise. */
+const char *psg_launch_cmd_option(char **cmd, const char *opt, const char *otherwise);
 
 /* Task i's host from --hosts LIST or --hosts-file FILE (one of them NULL): "h1,h2"
  * round-robin over ps then workers, or "ps0@h1,worker0@h2,..." naming every task once.

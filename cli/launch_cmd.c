@@ -233,15 +233,20 @@ static int reap(task_proc_t *t, int n) {
  * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out; and they time out
  * silent peers as the workers do (--peer-timeout). NULL-terminated, 6 entries at most. */
 #define PS_ARGS 6
+const char *psg_launch_cmd_option(char **cmd, const char *opt, const char *otherwise) {
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        if (!strcmp(cmd[i], opt)) return cmd[i + 1];
+    return otherwise;
+}
+
 static void ps_args(char **cmd, char **out) {
     static char trace_dir[4096];
     int n = 0;
-    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
-        if (!strcmp(cmd[i], "--peer-timeout")) {
-            out[n++] = "--peer-timeout";
-            out[n++] = cmd[i + 1];
-            break;
-        }
+    const char *peer_timeout = psg_launch_cmd_option(cmd, "--peer-timeout", NULL);
+    if (peer_timeout) {
+        out[n++] = "--peer-timeout";
+        out[n++] = (char *)peer_timeout;
+    }
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
         if (!strcmp(cmd[i], "--logdir")) {
             out[n++] = "--logdir";

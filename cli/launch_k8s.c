@@ -84,15 +84,8 @@ static int secret(FILE *f, const k8s_t *k, const char *keys_dir) {
     return psg_launch_keys_each(keys_dir, secret_entry, f);
 }
 
-/* The value of option `opt` in the command, else `otherwise`. */
-static const char *option_of(char **cmd, const char *opt, const char *otherwise) {
-    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
-        if (!strcmp(cmd[i], opt)) return cmd[i + 1];
-    return otherwise;
-}
-
 /* The logdir the command names (--logdir DIR), else /logdir. */
-static const char *logdir_of(char **cmd) { return option_of(cmd, "--logdir", "/logdir"); }
+static const char *logdir_of(char **cmd) { return psg_launch_cmd_option(cmd, "--logdir", "/logdir"); }
 
 static void container(FILE *f, const k8s_t *k, const char *job, const char *cluster) {
     bool ps = !strcmp(job, "ps");
@@ -107,7 +100,7 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
         /* the shards go to the workers' logdir: the only place a ps writes (docs/distributed.md) */
         fprintf(f, "\"psgraph\", \"server\", \"--logdir\", ");
         q(f, logdir_of(k->cmd));
-        const char *peer_timeout = option_of(k->cmd, "--peer-timeout", NULL);
+        const char *peer_timeout = psg_launch_cmd_option(k->cmd, "--peer-timeout", NULL);
         if (peer_timeout) { /* the ps drops silent peers as the workers do */
             fprintf(f, ", \"--peer-timeout\", ");
             q(f, peer_timeout);

@@ -201,9 +201,7 @@ static char *remote_script(const psg_launch_t *o, const char *host, const char *
  * link is cut ends after about that long (3 unanswered probes), so the launcher sees the
  * task as failed (and restarts it with --restart on-failure) instead of waiting on it. */
 static void server_alive(char **cmd, char *out, size_t size) {
-    double peer = 10;
-    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
-        if (!strcmp(cmd[i], "--peer-timeout")) peer = atof(cmd[i + 1]);
+    double peer = atof(psg_launch_cmd_option(cmd, "--peer-timeout", "10"));
     int ivl = (int)(peer / 3 + 0.999);
     snprintf(out, size, "ServerAliveInterval=%d", ivl < 1 ? 1 : ivl);
 }

@@ -99,15 +99,10 @@ static int latest_step(psg_cluster_ckpt_t *h, int64_t *step) {
 static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *restarted) {
     char task[PSG_DEVICE_NAME_MAX];
     ps_task(i, task, sizeof task);
-    (void)psg_dist_session_drain(h->ds); /* a step still open failed with the lost task */
     for (;;) {
         /* each try bounded by what is left, so that the deadline holds */
         int64_t left = (int64_t)((deadline - psg_now_sec()) * 1e3);
-        psg_req_t in = {.type = PSG_REQ_INSPECT};
-        psg_msg_t *m = psg_req_encode(&in);
-        psg_msg_t *r = m ? psg_dist_session_call(h->ds, task, &m, left < 1000 ? 1000 : left < h->timeout_ms ? left : h->timeout_ms) : NULL;
-        char *json = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
-        psg_msg_destroy(&r);
+        char *json = psg_dist_session_inspect_within(h->ds, task, left < 1000 ? 1000 : left < h->timeout_ms ? left : h->timeout_ms);
         if (json) {
             uint64_t inc = psg_dist_session_incarnation(h->ds, task);
             bool holds = strstr(json, "\"initialized\":true") != NULL;

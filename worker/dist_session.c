@@ -839,10 +839,14 @@ int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_
 }
 
 char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task) {
+    return psg_dist_session_inspect_within(s, task, s->timeout_ms);
+}
+
+char *psg_dist_session_inspect_within(psg_dist_session_t *s, const char *task, int64_t timeout_ms) {
     if (psg_dist_session_drain(s) < 0) return NULL;
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_msg_t *m = psg_req_encode(&in);
-    psg_msg_t *r = m ? call_task(s, task, &m, s->timeout_ms) : NULL;
+    psg_msg_t *r = m ? call_task(s, task, &m, timeout_ms) : NULL;
     if (!r) return NULL;
     char *out = malloc(r->body ? r->body->size + 1 : 1);
     if (out) {

@@ -110,5 +110,7 @@ uint64_t psg_dist_session_incarnation(psg_dist_session_t *s, const char *task);
 /* The Inspect report of a task ("/job:ps/task:1"): JSON as psg_task_server_inspect,
  * malloc'd (the caller frees). NULL with the error set. */
 char *psg_dist_session_inspect(psg_dist_session_t *s, const char *task);
+/* As psg_dist_session_inspect, waiting at most timeout_ms instead of the step timeout. */
+char *psg_dist_session_inspect_within(psg_dist_session_t *s, const char *task, int64_t timeout_ms);
 
 #endif
