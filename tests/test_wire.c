@@ -4,8 +4,12 @@
 #include "net/codec.h"
 #include "psgraph/wire.h"
 
+#include <arpa/inet.h>
 #include <czmq.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -651,12 +655,15 @@ static void test_header_fuzz(void) {
 /* ---- dead peers, reconnects, limits ---------------------------------------------------- */
 
 static void test_dead_peer(void) {
-    /* A port where nobody listens: bind, read the port, close. */
-    psg_server_t *s = psg_server_new("tcp://127.0.0.1:0", NULL);
-    CHECK(s);
+    /* A port held by a socket that never accepts nor speaks, so that no other test of a
+     * parallel suite can take it (a freed port could be): no handshake ever completes. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0 &&
+          getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
     char ep[256];
-    snprintf(ep, sizeof ep, "%s", psg_server_endpoint(s));
-    psg_server_destroy(&s);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
     psg_wire_opts_t o = psg_wire_opts_default();
     o.timeout_ms = 200;
     psg_client_t *c = psg_client_new(ep, &o);
@@ -669,6 +676,7 @@ static void test_dead_peer(void) {
     CHECK(strstr(psg_error_message(), ep));
     CHECK(strstr(psg_error_message(), "RunGraph"));
     psg_client_destroy(&c);
+    if (fd >= 0) close(fd);
 
     /* A live peer that never answers. */
     echo_t e;
