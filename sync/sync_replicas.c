@@ -352,10 +352,10 @@ int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t 
                     "{\"event\":\"sync_step\",\"worker\":%d,\"local_step\":%lld,\"next_step\":%lld,"
                     "\"gradient\":\"%s\",\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
                     "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f,\"wait_sec\":%.6f,"
-                    "\"staleness\":%s}",
+                    "\"staleness\":%s,\"straggler_ms\":%.3f}",
                     worker, (long long)st->local_step, (long long)st->next_step,
                     st->used ? "used" : "dropped", st->num_accepted, st->num_vars, st->step_sec,
-                    st->compute_sec, st->token_wait_sec, st->wait_sec, stale);
+                    st->compute_sec, st->token_wait_sec, st->wait_sec, stale, st->straggler_ms);
 }
 
 /* ---- the chief's runner ---- */

@@ -48,7 +48,7 @@ static void job_start(job_t *j, const char *name, int nw) {
     fclose(f);
     j->c = psg_cluster_from_file(j->cluster, "ps", 0);
     PSG_ASSERT(j->c);
-    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 5000};
+    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 5000, .logdirs = {tmpdir}};
     j->ps = psg_task_server_new(&so);
     PSG_ASSERT(j->ps);
 }
@@ -273,6 +273,52 @@ static void test_ssp_holds_the_fast_worker(void) {
     CHECK(max == 1 && mean > 0 && used == 40);
     CHECK(strstr(log0, "\"per_worker\":[[20,0],[20,0]]") != NULL);
     free(log0);
+    job_stop(&job);
+}
+
+/* The straggler's draws under local SGD (H = 4), 2 workers, 8 steps: worker 1 sleeps, before
+ * its j-th step, the delay the documented hash gives (seed, worker 1, step j), step by step
+ * as every variant's j-th step does. Keyed by the local step, which local SGD keeps for H
+ * steps, it slept one draw 4 times over and its stragglers cost as much as sync's. */
+static void test_local_sgd_draws_a_delay_each_step(void) {
+    char logdir[400];
+    snprintf(logdir, sizeof logdir, "%s/local_straggler_logs", tmpdir);
+    const char *spec = "worker=all,dist=lognormal,median_ms=2,sigma=1";
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps", "8",
+                          "--seed", "5", "--step-timeout", "20", "--batch", "16", "--sync", "local",
+                          "--local-steps", "4", "--straggler", spec, "--logdir", logdir};
+    const char *tail[] = {NULL};
+    job_t job;
+    job_start_with(&job, "local_straggler", 2, base, sizeof base / sizeof *base, tail);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = job_wait(&job, 0, deadline) == 0;
+    ok &= job_wait(&job, 1, deadline) == 0;
+    CHECK(ok);
+    if (!ok) dump_logs(&job);
+    char path[500];
+    snprintf(path, sizeof path, "%s/metrics.worker1.jsonl", logdir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    psg_straggler_t *want = psg_straggler_new(5);
+    PSG_ASSERT(want && psg_straggler_add(want, spec) == 0);
+    char line[2048];
+    int steps = 0, distinct = 0;
+    double prev = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"event\":\"sync_step\"")) continue;
+        double got = field_f(line, "", "straggler_ms"), w = psg_straggler_delay_ms(want, 1, steps);
+        if (fabs(got - w) > 1e-3 * (1 + w)) {
+            fprintf(stderr, "  worker 1's step %d slept %.3f ms, the draw for it is %.3f ms\n", steps, got, w);
+            CHECK(false);
+        }
+        distinct += got != prev;
+        prev = got;
+        steps++;
+    }
+    if (f) fclose(f);
+    printf("  local H = 4, worker 1: %d steps, %d distinct delays in a row\n", steps, distinct);
+    CHECK(steps == 8 && distinct == 8);
+    psg_straggler_destroy(&want);
     job_stop(&job);
 }
 
@@ -596,6 +642,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_topk_ratio_one_is_uncompressed);
     RUN_IF(test_topk_momentum_known_answers);
     RUN_IF(test_ssp_holds_the_fast_worker);
+    RUN_IF(test_local_sgd_draws_a_delay_each_step);
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);

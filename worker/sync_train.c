@@ -303,13 +303,23 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.variant) : 0;
 }
 
+/* The --straggler delay before a step, keyed by the worker's own step count, not its
+ * local step: local SGD keeps one local step for H steps (each would draw the same
+ * delay, H times), and every variant's j-th step then draws the same delay. */
+static double straggle(psg_sync_train_t *st) {
+    double ms = psg_straggler_sleep(st->stragglers, st->rank, st->w.steps);
+    st->straggler_sec += ms * 1e-3;
+    return ms;
+}
+
 /* The step on st->model_values (the model's feeds). */
-static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over) {
+static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over, double delay_ms) {
     psg_sync_step_t s;
     int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
     for (int i = 0; st->towers && i < st->num_feeds; i++)
         psg_tensor_destroy(&st->model_values[i]);
     if (rc < 0) return -1;
+    s.straggler_ms = delay_ms;
     st->w.steps++;
     psg_sync_stats_add(&st->stats, &s);
     if (st->metrics) {
@@ -325,12 +335,12 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
                         psg_tensor_t **loss, bool *over) {
     *loss = NULL;
     *over = false;
-    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->w.local_step) * 1e-3;
+    double delay_ms = straggle(st);
     /* one tower: the batch itself; towers: views of its rows */
     st->model_values[0] = images;
     st->model_values[1] = labels;
     if (st->towers && psg_towers_split(st->towers, images, labels, st->model_values) < 0) return -1;
-    return step_fed(st, loss, over);
+    return step_fed(st, loss, over, delay_ms);
 }
 
 int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values, psg_tensor_t **loss,
@@ -340,10 +350,10 @@ int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *
     if (st->towers || n != st->num_feeds)
         return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.variant, n, st->num_feeds,
                              st->towers ? " with towers" : "");
-    st->straggler_sec += psg_straggler_sleep(st->stragglers, st->rank, st->w.local_step) * 1e-3;
+    double delay_ms = straggle(st);
     for (int i = 0; i < n; i++)
         st->model_values[i] = values[i];
-    return step_fed(st, loss, over);
+    return step_fed(st, loss, over, delay_ms);
 }
 
 /* This worker's row of the job's counts, added to the variable on the ps. */

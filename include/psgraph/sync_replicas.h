@@ -164,6 +164,7 @@ typedef struct {
     double compute_sec;    /* the rest: reads, compute, sends */
     int64_t staleness;     /* updates between its read and its own apply; -1: not known */
     double wait_sec;       /* of step_sec, waiting for others (ssp's clock) besides tokens */
+    double straggler_ms;   /* the --straggler delay slept before the step (not in step_sec) */
 } psg_sync_step_t;
 
 /* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
