@@ -204,6 +204,22 @@ int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id) {
     return send_with_timeout(c, req, id, c->opts.timeout_ms);
 }
 
+int psg_client_wait_writable(psg_client_t *c, int wake_fd, int timeout_ms) {
+    int64_t deadline = psg_codec_now_ms() + timeout_ms;
+    for (;;) {
+        zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLOUT, 0}, {NULL, wake_fd, ZMQ_POLLIN, 0}};
+        int64_t left = psg_codec_left(deadline);
+        int n = zmq_poll(items, 2, (long)left);
+        if (n < 0 && errno != EINTR)
+            return psg_error_set("%s: poll failed: %s", c->endpoint, zmq_strerror(errno));
+        if (items[0].revents & ZMQ_POLLOUT) return 1;
+        if (items[1].revents & ZMQ_POLLIN) return 0;
+        if (left == 0)
+            return psg_error_set("%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
+                                 timeout_ms);
+    }
+}
+
 int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
     *out = NULL;
     int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;

@@ -3,6 +3,7 @@
  * Not the serving half (the Recv request in ps/task_server.c) nor the rendezvous map. */
 #include "ps/remote_rendezvous.h"
 
+#include "psgraph/clock.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 
@@ -90,6 +91,28 @@ static void fail_pull(psg_remote_rv_t *r, const pull_t *p, const char *why) {
     psg_rendezvous_abort_step(r->local, p->step, msg);
 }
 
+/* Waits until the peer's client takes a request at once, and never past a stop: the send
+ * itself would wait for the connection unwoken (a missing worker's pulls held a stopping
+ * ps for their timeout). NULL when ready, else why not. Sets *woke when it read a wake-up
+ * meant for the loop (the caller gives it back). */
+static const char *wait_for_peer(psg_remote_rv_t *r, psg_client_t *c, bool *woke) {
+    double deadline = psg_now_sec() + r->timeout_ms * 1e-3;
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        bool stop = r->stop;
+        pthread_mutex_unlock(&r->lock);
+        if (stop) return "the Recv puller is stopping";
+        double left = deadline - psg_now_sec();
+        int rc = psg_client_wait_writable(c, r->efd, left > 0 ? (int)(left * 1e3) : 0);
+        if (rc > 0) return NULL;
+        if (rc < 0) return psg_error_message();
+        uint64_t v;
+        ssize_t got = read(r->efd, &v, sizeof v);
+        (void)got;
+        *woke = true;
+    }
+}
+
 static void send_queued(psg_remote_rv_t *r) {
     pthread_mutex_lock(&r->lock);
     pull_list_t q = r->queued;
@@ -99,6 +122,7 @@ static void send_queued(psg_remote_rv_t *r) {
     /* a peer that could not be reached once in this batch is not waited for again (each
      * send would wait its timeout: a dead worker's pulls once held a stopping ps) */
     char *unreachable = calloc((size_t)npeers + 1, 1);
+    bool woke = false;
     for (int i = 0; i < q.n; i++) {
         pull_t *p = &q.v[i];
         peer_t *peer = &r->peers[p->peer];
@@ -118,6 +142,8 @@ static void send_queued(psg_remote_rv_t *r) {
         }
         psg_msg_t *m = err ? NULL : psg_msg_new(PSG_MSG_REQUEST, "Recv");
         if (!err && (!m || psg_msg_set_key(m, p->key) < 0)) err = "out of memory";
+        if (!err && (err = wait_for_peer(r, peer->client, &woke)) != NULL && unreachable)
+            unreachable[p->peer] = 1;
         if (!err) {
             m->step = p->step;
             if (psg_client_send(peer->client, &m, &p->id) < 0) {
@@ -140,6 +166,7 @@ static void send_queued(psg_remote_rv_t *r) {
     }
     free(unreachable);
     free(q.v);
+    if (woke) wake(r);
 }
 
 void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys) { r->keys = keys; }

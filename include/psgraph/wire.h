@@ -187,6 +187,11 @@ psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
  * id is not NULL), sends it and consumes it. -1 with the error set if the peer cannot be
  * reached within the opts' timeout. */
 int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id);
+/* Waits up to timeout_ms for the client to take a request at once (a connection is up:
+ * nothing is queued for a peer not connected) or for wake_fd to be readable (it is not
+ * read), so a thread that sends can be stopped while its peer is missing. 1: ready; 0:
+ * wake_fd readable; -1 with the error set, naming the peer, when the time ran out. */
+int psg_client_wait_writable(psg_client_t *c, int wake_fd, int timeout_ms);
 /* Waits up to timeout_ms (-1: forever, 0: poll) for the next complete reply, whatever its
  * id; an ERROR reply is returned as a message of kind PSG_MSG_ERROR. Returns 1 and sets
  * *out, 0 when the time ran out (error set, naming the peer; a poll that finds nothing sets
