@@ -199,7 +199,9 @@ static int seen_key(parser_t *ps, const psg_json_t *j, psg_strmap_t **keys, cons
             if (!(*keys = psg_strmap_new())) return psg_error_set("out of memory");
             for (int i = 0; i < j->count; i++) psg_strmap_put(*keys, j->items[i]->key, i);
         }
-        dup = psg_strmap_get(*keys, key);
+        /* put, not get: the key is stored once its value parsed (the map is dropped on a
+         * failure before that) */
+        if ((dup = psg_strmap_put(*keys, key, j->count)) == -2) return psg_error_set("out of memory");
     }
     if (dup >= 0) {
         char what[160];
@@ -253,7 +255,6 @@ static int parse_members(parser_t *ps, psg_json_t *j, bool object, psg_strmap_t 
             psg_json_free(item);
             return -1;
         }
-        if (*keysp && psg_strmap_put(*keysp, key, j->count - 1) == -2) return psg_error_set("out of memory");
         skip_ws(ps);
         if (*ps->p == ',') {
             ps->p++;

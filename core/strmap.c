@@ -1,5 +1,7 @@
 /* String -> int map by open addressing (linear probing, FNV-1a, load below 1/2). Not a
- * container to iterate or to remove from: it exists to make duplicate checks linear. */
+ * container to iterate or to remove from: it exists to make duplicate checks linear. Each
+ * slot keeps its key's hash: a probe compares hashes before it reads a key (a cache miss
+ * each), and growing never hashes a key again. */
 #include "core/strmap.h"
 
 #include <stdint.h>
@@ -8,6 +10,7 @@
 
 typedef struct {
     const char *key;
+    uint64_t hash;
     int value;
 } slot_t;
 
@@ -38,17 +41,21 @@ void psg_strmap_destroy(psg_strmap_t **m) {
     *m = NULL;
 }
 
-static slot_t *find(slot_t *slots, size_t cap, const char *key) {
-    for (size_t i = hash(key) & (cap - 1);; i = (i + 1) & (cap - 1))
-        if (!slots[i].key || !strcmp(slots[i].key, key)) return &slots[i];
+static slot_t *find(slot_t *slots, size_t cap, const char *key, uint64_t h) {
+    for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1))
+        if (!slots[i].key || (slots[i].hash == h && !strcmp(slots[i].key, key))) return &slots[i];
 }
 
 static int grow(psg_strmap_t *m) {
     size_t cap = m->cap * 2;
     slot_t *s = calloc(cap, sizeof *s);
     if (!s) return -1;
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->slots[i].key) *find(s, cap, m->slots[i].key) = m->slots[i];
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->slots[i].key) continue;
+        size_t j = m->slots[i].hash & (cap - 1);
+        while (s[j].key) j = (j + 1) & (cap - 1); /* the keys are distinct */
+        s[j] = m->slots[i];
+    }
     free(m->slots);
     m->slots = s;
     m->cap = cap;
@@ -57,15 +64,16 @@ static int grow(psg_strmap_t *m) {
 
 int psg_strmap_put(psg_strmap_t *m, const char *key, int value) {
     if (2 * (m->count + 1) > m->cap && grow(m) < 0) return -2;
-    slot_t *s = find(m->slots, m->cap, key);
+    uint64_t h = hash(key);
+    slot_t *s = find(m->slots, m->cap, key, h);
     if (s->key) return s->value;
-    *s = (slot_t){key, value};
+    *s = (slot_t){key, h, value};
     m->count++;
     return -1;
 }
 
 int psg_strmap_get(const psg_strmap_t *m, const char *key) {
-    const slot_t *s = find(m->slots, m->cap, key);
+    const slot_t *s = find(m->slots, m->cap, key, hash(key));
     return s->key ? s->value : -1;
 }
 
