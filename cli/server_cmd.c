@@ -39,7 +39,9 @@ static void server_usage(FILE *f) {
             "  --max-running N        of those, how many run at once (default 4: half the runners)\n"
             "  --max-graphs N         graphs a peer may have registered (default 256)\n"
             "  --max-peers-per-address N  connections from one address holding anything here\n"
-            "                         (a peer that reconnects gets fresh quotas; default 64)\n"
+            "                         (a peer that reconnects gets fresh quotas; default 64).\n"
+            "                         With --keys a peer is a client key, all its connections\n"
+            "                         one quota (the cluster's own key: per connection)\n"
             "  --max-wait S           the longest wait of an accumulator take or token dequeue,\n"
             "                         whatever a graph asks (default 600)\n",
             PSG_TS_MAX_LOGDIRS);

@@ -335,8 +335,8 @@ static bool pending_advance(pending_t *p) {
 }
 
 /* A message's first part: parts[0] is the header. */
-static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
-                                  const psg_route_t *route, const char *peer, psg_msg_t **out) {
+static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n, const psg_route_t *route,
+                                  const char *peer, const char *peer_key, psg_msg_t **out) {
     psg_codec_header_t *h = &rx->hdr;
     int ninline = 0, nchunked = 0;
     uint64_t total = h->body, chunked_bytes = 0;
@@ -389,6 +389,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     m->code = h->code;
     m->route = *route;
     snprintf(m->peer, sizeof m->peer, "%s", peer);
+    snprintf(m->peer_key, sizeof m->peer_key, "%s", peer_key);
     if ((h->op && !(m->op = dup_n(h->op, h->op_len))) ||
         (h->key && !(m->key = dup_n(h->key, h->key_len))) ||
         (h->err && !(m->error = dup_n(h->err, h->err_len)))) {
@@ -514,6 +515,8 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
     /* a ROUTER's routing frame is made by the socket and has no metadata: the last frame's */
     const char *addr = zmq_msg_gets(&rx->parts[n > 0 ? n - 1 : 0], "Peer-Address");
     snprintf(bad_peer, bad_peer_size, "%s", addr ? addr : "unknown peer");
+    /* the ZAP handler's answer for the connection (curve_guard.c): its key's name */
+    const char *key = zmq_msg_gets(&rx->parts[n > 0 ? n - 1 : 0], "User-Id");
     psg_route_t route = {0};
     zmq_msg_t *parts = rx->parts;
     int np = n;
@@ -547,7 +550,7 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
     if (rx->hdr.kind == PSG_CODEC_CHUNK)
         res = take_chunk(rx, parts, np, &route, out);
     else
-        res = take_first(rx, parts, np, &route, bad_peer, out);
+        res = take_first(rx, parts, np, &route, bad_peer, key ? key : "", out);
 done:
     for (int i = 0; i < n; i++) zmq_msg_close(&rx->parts[i]);
     return res;

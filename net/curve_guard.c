@@ -231,6 +231,7 @@ static void zap_request(guard_t *g) {
         zap_reply(g, &id, "500", "malformed ZAP request", "");
     } else {
         watched_t *w = find_domain(g, (const char *)zframe_data(domain), zframe_size(domain));
+        const char *name = NULL;
         char peer[96];
         snprintf(peer, sizeof peer, "%s", address && *address ? address : "an address unknown");
         if (!w) {
@@ -240,7 +241,7 @@ static void zap_request(guard_t *g) {
         } else if (strcmp(mechanism, "CURVE") || !key || zframe_size(key) != PSG_CURVE_KEY_BYTES) {
             refuse(g, w, peer, "mechanism", "it does not speak CURVE");
             zap_reply(g, &id, "400", "CURVE only", "");
-        } else if (!psg_curve_keys_allows(w->keys, zframe_data(key))) {
+        } else if (!(name = psg_curve_keys_name(w->keys, zframe_data(key)))) {
             char z85[41], why[300];
             zmq_z85_encode(z85, zframe_data(key), PSG_CURVE_KEY_BYTES);
             snprintf(why, sizeof why, "its key %s is not in the allow-list of %s", z85,
@@ -248,9 +249,8 @@ static void zap_request(guard_t *g) {
             refuse(g, w, peer, "key", why);
             zap_reply(g, &id, "400", "key not in the allow-list", "");
         } else {
-            char z85[41];
-            zmq_z85_encode(z85, zframe_data(key), PSG_CURVE_KEY_BYTES);
-            zap_reply(g, &id, "200", "OK", z85);
+            /* the User-Id ZeroMQ puts on every frame of the connection: psg_msg_t.peer_key */
+            zap_reply(g, &id, "200", "OK", name);
         }
     }
     zframe_destroy(&version);

@@ -18,8 +18,11 @@ int psg_curve_apply_client(void *sock, const psg_curve_keys_t *k);
 /* Makes a ROUTER a CURVE server with the cluster's pair. Before bind. -1 with the error set
  * when the folder holds no cluster.key_secret (a client's folder). */
 int psg_curve_apply_server(void *sock, const psg_curve_keys_t *k);
-/* True when `key` (32 bytes) is in the allow-list. */
-bool psg_curve_keys_allows(const psg_curve_keys_t *k, const uint8_t *key);
+/* The identity of `key` (32 bytes) when it is in the allow-list, NULL when not: the NAME of
+ * its NAME.key ("cluster" for the cluster's own key), or its 40 Z85 characters when the file's
+ * name is not one keygen would write. A server hands it to the requests of that key's
+ * connections (psg_msg_t.peer_key, by ZAP's User-Id). */
+const char *psg_curve_keys_name(const psg_curve_keys_t *k, const uint8_t *key);
 
 /* Puts a CURVE server socket under the process's guard, before its bind: a ZAP domain of
  * its own (set on the socket here) whose requests are checked against k's allow-list, and a

@@ -30,6 +30,7 @@ struct psg_curve_keys {
     uint8_t own_public[PSG_CURVE_KEY_BYTES], own_secret[PSG_CURVE_KEY_BYTES];
     int nallowed;
     uint8_t (*allowed)[PSG_CURVE_KEY_BYTES];
+    char (*names)[PSG_CURVE_NAME_MAX]; /* each allowed key's identity (psg_curve_keys_name) */
 };
 
 /* ---- the log ---- */
@@ -102,7 +103,7 @@ static int check_dir(const char *dir, bool *k8s) {
 }
 
 static bool valid_name(const char *name) {
-    if (!*name || strlen(name) > 64) return false;
+    if (!*name || strlen(name) >= PSG_CURVE_NAME_MAX) return false;
     for (const char *p = name; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-' && *p != '.') return false;
     return name[0] != '.';
@@ -193,12 +194,22 @@ static int load_allow_list(psg_curve_keys_t *k) {
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", k->dir, e->d_name);
         uint8_t(*v)[PSG_CURVE_KEY_BYTES] = realloc(k->allowed, (size_t)(k->nallowed + 1) * sizeof *v);
-        if (!v) {
+        if (v) k->allowed = v;
+        char(*names)[PSG_CURVE_NAME_MAX] = v ? realloc(k->names, (size_t)(k->nallowed + 1) * sizeof *names) : NULL;
+        if (!names) {
             rc = psg_error_set("out of memory");
             break;
         }
-        k->allowed = v;
-        if ((rc = load_cert(path, k->allowed[k->nallowed], NULL)) == 0) k->nallowed++;
+        k->names = names;
+        if ((rc = load_cert(path, k->allowed[k->nallowed], NULL)) < 0) break;
+        /* the file's NAME, as keygen writes it; a name keygen would refuse: the key itself */
+        char *name = k->names[k->nallowed], stem[256];
+        snprintf(stem, sizeof stem, "%.*s", (int)(n - 4), e->d_name);
+        if (valid_name(stem))
+            snprintf(name, PSG_CURVE_NAME_MAX, "%s", stem);
+        else
+            zmq_z85_encode(name, k->allowed[k->nallowed], PSG_CURVE_KEY_BYTES);
+        k->nallowed++;
     }
     closedir(d);
     return rc;
@@ -260,6 +271,7 @@ void psg_curve_keys_destroy(psg_curve_keys_t **kp) {
     psg_curve_keys_t *k = *kp;
     *kp = NULL;
     free(k->allowed);
+    free(k->names);
     /* secrets do not linger in freed memory */
     memset(k, 0, sizeof *k);
     free(k);
@@ -269,10 +281,12 @@ const char *psg_curve_keys_dir(const psg_curve_keys_t *k) { return k->dir; }
 const char *psg_curve_keys_public(const psg_curve_keys_t *k) { return k->own_public_txt; }
 int psg_curve_keys_allowed(const psg_curve_keys_t *k) { return k->nallowed; }
 
-bool psg_curve_keys_allows(const psg_curve_keys_t *k, const uint8_t *key) {
+const char *psg_curve_keys_name(const psg_curve_keys_t *k, const uint8_t *key) {
+    /* the cluster's key by its role, whatever other file holds a copy of it */
+    if (!memcmp(k->server_public, key, PSG_CURVE_KEY_BYTES)) return PSG_CURVE_CLUSTER;
     for (int i = 0; i < k->nallowed; i++)
-        if (!memcmp(k->allowed[i], key, PSG_CURVE_KEY_BYTES)) return true;
-    return false;
+        if (!memcmp(k->allowed[i], key, PSG_CURVE_KEY_BYTES)) return k->names[i];
+    return NULL;
 }
 
 /* ---- sockets ---- */

@@ -254,8 +254,8 @@ void psg_ts_on_wait(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     int rc = p ? 0 : -1;
     if (p && p->waiters >= ts->lim.max_waiters_per_peer)
         rc = psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d waits pending (the limit is %d per peer)",
-                                req->op, req->peer, p ? p->waiters : 0, ts->lim.max_waiters_per_peer);
-    else
+                                req->op, p->label, p->waiters, ts->lim.max_waiters_per_peer);
+    else if (p) /* NULL: the peers' table refused it (error set) */
         p->waiters++, w.peer = p;
     pthread_mutex_unlock(&ts->lock);
     if (rc == 0 && l->n == l->cap) {

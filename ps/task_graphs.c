@@ -168,17 +168,17 @@ static int check_owner_limits(psg_task_server_t *ts, const peer_t *p, size_t bod
     const psg_task_limits_t *l = &ts->lim;
     if (p->graphs + 1 > l->max_graphs_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT, "peer %s has %d graphs registered (the limit is %d per peer)",
-                                  p->addr, p->graphs, l->max_graphs_per_peer);
+                                  p->label, p->graphs, l->max_graphs_per_peer);
     if (p->graph_bytes + body > (size_t)l->max_graph_bytes_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT,
                                   "peer %s: graphs of %zu bytes registered, this one %zu (the limit is %" PRId64
                                   " bytes per peer)",
-                                  p->addr, p->graph_bytes, body, l->max_graph_bytes_per_peer);
+                                  p->label, p->graph_bytes, body, l->max_graph_bytes_per_peer);
     if (p->alloc_bytes + alloc > (size_t)l->memory_bytes)
         return psg_error_set_code(PSG_ERR_LIMIT,
                                   "peer %s: its graphs may allocate %zu bytes, this one %zu more (the task's "
                                   "memory limit is %" PRId64 " bytes, --memory-limit)",
-                                  p->addr, p->alloc_bytes, alloc, l->memory_bytes);
+                                  p->label, p->alloc_bytes, alloc, l->memory_bytes);
     return 0;
 }
 

@@ -65,17 +65,43 @@ void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
 
 /* ---- peers and their limits ---- */
 
+/* The key whose connections share one quota: a client's, not the cluster's own (NULL). */
+static const char *quota_key(const psg_msg_t *req) {
+    return req->peer_key[0] && strcmp(req->peer_key, PSG_CURVE_CLUSTER) ? req->peer_key : NULL;
+}
+
+/* The peer as errors name it, at the address of its latest request. */
+static void peer_label(peer_t *p, const char *addr) {
+    snprintf(p->addr, sizeof p->addr, "%s", addr);
+    if (p->key[0])
+        snprintf(p->label, sizeof p->label, "key '%s' (%s)", p->key, p->addr);
+    else
+        snprintf(p->label, sizeof p->label, "%s", p->addr);
+}
+
+static peer_t *peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req, const char *key) {
+    for (peer_t *p = ts->peers; p; p = p->next) {
+        if (key ? !strcmp(p->key, key)
+                : !p->key[0] && p->route.len == req->route.len && !memcmp(p->route.id, req->route.id, req->route.len)) {
+            if (key) peer_label(p, req->peer);
+            return p;
+        }
+    }
+    return NULL;
+}
+
 peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
-    for (peer_t *p = ts->peers; p; p = p->next)
-        if (p->route.len == req->route.len && !memcmp(p->route.id, req->route.id, req->route.len)) return p;
+    const char *key = quota_key(req);
+    peer_t *found = peer_find_locked(ts, req, key);
+    if (found) return found;
     if (ts->n_peers >= ts->lim.max_peers) {
         psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)", req->op, ts->n_peers,
                            ts->lim.max_peers);
         return NULL;
     }
-    int same = 0;
-    for (peer_t *q = ts->peers; q; q = q->next) same += !strcmp(q->addr, req->peer);
-    if (same >= ts->lim.max_peers_per_address) {
+    int same = 0; /* connections without a key of their own: a key is one peer wherever it is */
+    for (peer_t *q = ts->peers; q; q = q->next) same += !q->key[0] && !strcmp(q->addr, req->peer);
+    if (!key && same >= ts->lim.max_peers_per_address) {
         psg_error_set_code(PSG_ERR_LIMIT,
                            "%s: %d connections from %s hold requests here (the limit is %d per address)",
                            req->op, same, req->peer, ts->lim.max_peers_per_address);
@@ -86,8 +112,11 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
         return NULL;
     }
-    p->route = req->route;
-    snprintf(p->addr, sizeof p->addr, "%s", req->peer);
+    if (key)
+        snprintf(p->key, sizeof p->key, "%s", key);
+    else
+        p->route = req->route;
+    peer_label(p, req->peer);
     p->next = ts->peers;
     ts->peers = p;
     ts->n_peers++;
@@ -117,15 +146,15 @@ static int take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size
     if (!p) return -1;
     if (recv && p->recvs >= l->max_recvs_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d Recvs pending (the limit is %d per peer)",
-                                  req->op, req->peer, p->recvs, l->max_recvs_per_peer);
+                                  req->op, p->label, p->recvs, l->max_recvs_per_peer);
     if (!recv && p->pending >= l->max_pending_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d steps pending (the limit is %d per peer)",
-                                  req->op, req->peer, p->pending, l->max_pending_per_peer);
+                                  req->op, p->label, p->pending, l->max_pending_per_peer);
     if (p->pending_bytes + bytes > (size_t)l->max_pending_bytes_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT,
                                   "%s: peer %s has %zu bytes pending, this request %zu (the limit is %" PRId64
                                   " bytes per peer)",
-                                  req->op, req->peer, p->pending_bytes, bytes, l->max_pending_bytes_per_peer);
+                                  req->op, p->label, p->pending_bytes, bytes, l->max_pending_bytes_per_peer);
     if (queued && ts->jq_len >= l->max_queue)
         return psg_error_set_code(PSG_ERR_LIMIT, "%s: %d steps queued for the runners (the limit is %d)", req->op,
                                   ts->jq_len, l->max_queue);

@@ -48,10 +48,13 @@ typedef struct {
     int64_t prepared[PREPARED_STEPS];
 } reg_graph_t;
 
-/* What one peer (a ZeroMQ routing id) holds here, against the limits. Under ts->lock. */
+/* What one peer holds here, against the limits: a client key under CURVE (all its
+ * connections), else a connection (a ZeroMQ routing id). Under ts->lock. */
 struct peer {
-    psg_route_t route;
+    psg_route_t route; /* the connection, when no key */
+    char key[PSG_CURVE_NAME_MAX]; /* the client key's name; "": a peer by connection */
     char addr[64];
+    char label[160];   /* how errors name it: "127.0.0.1", "key 'alice' (127.0.0.1)" */
     int pending;       /* RunGraph queued or running */
     int recvs;         /* Recv waiting for its tensor */
     int running;       /* RunGraph on a runner thread */
@@ -153,8 +156,10 @@ void psg_ts_reply_last_error(psg_task_server_t *ts, const psg_msg_t *req);
 void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF(2, 3);
 
 /* ---- peers (task_server.c), under ts->lock ---- */
-/* The peer of req (made on first sight); NULL with a PSG_ERR_LIMIT error naming the limit
- * when the table is full or the peer's address holds its share of it. */
+/* The peer of req (made on first sight): its client key's under CURVE, shared by every
+ * connection of that key (the cluster's own key excepted: every task of the cluster holds it,
+ * each of its connections is a peer); else its connection's. NULL with a PSG_ERR_LIMIT error
+ * naming the limit when the table is full or the peer's address holds its share of it. */
 peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req);
 
 /* ---- registered graphs (task_graphs.c) ---- */

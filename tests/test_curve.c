@@ -5,7 +5,8 @@
  * through (a variable keeps its value, the ps still runs, its request count moves only for
  * the good client), and each refusal is logged once with its reason. A task asked to listen
  * on 0.0.0.0 without keys refuses to start; one on loopback warns once; an ipc:// socket in
- * an open folder is refused. Not the launcher's keys (test_curve_launch.sh). */
+ * an open folder is refused. A request names its sender's key. Not the launcher's keys
+ * (test_curve_launch.sh). */
 #include "core/json.h"
 #include "tests/testutil.h"
 
@@ -302,6 +303,60 @@ out:
     waitpid(ps, NULL, 0);
 }
 
+/* ---- who sent a request ---- */
+
+/* The peer_key of a request sent to sv by a client with keys k (NULL: none) into got. */
+static void sent_key(psg_server_t *sv, const psg_curve_keys_t *k, char *got, size_t size) {
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = k;
+    psg_client_t *cl = psg_client_new(psg_server_endpoint(sv), &o);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "Inspect"), *in = NULL;
+    snprintf(got, size, "(nothing received)");
+    if (cl && psg_client_send(cl, &m, NULL) == 0 && psg_server_recv(sv, &in, 10000) == 1)
+        snprintf(got, size, "%s", in->peer_key);
+    psg_msg_destroy(&in);
+    psg_msg_destroy(&m);
+    psg_client_destroy(&cl);
+}
+
+/* A CURVE server knows each request's sender by the name of its key: NAME of its NAME.key,
+ * "cluster" for the cluster's own, the key itself for a file named as keygen never would;
+ * "" without CURVE. (The task server's quotas are per key: test_hostile.) */
+static void test_peer_key(void) {
+    char out[4096], dir[400], alien[400];
+    snprintf(dir, sizeof dir, "%s/named", tmp);
+    snprintf(alien, sizeof alien, "%s/alien", tmp);
+    CHECK(run(out, sizeof out, "'%s' keygen '%s' && '%s' keygen '%s' --name worker1 && mkdir -m 700 '%s' && "
+                               "cp '%s/cluster.key' '%s/' && '%s' keygen '%s' --name worker2 && "
+                               "cp '%s/worker2.key' '%s/odd+name.key'",
+              psgraph_exe, dir, psgraph_exe, dir, alien, dir, alien, psgraph_exe, alien, alien, dir) == 0);
+    psg_curve_keys_t *cluster = psg_curve_keys_load(dir, NULL), *w1 = psg_curve_keys_load(dir, "worker1"),
+                     *w2 = psg_curve_keys_load(alien, "worker2");
+    PSG_ASSERT(cluster && w1 && w2);
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = cluster;
+    psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
+    PSG_ASSERT(sv);
+    const psg_curve_keys_t *as[] = {w1, cluster, w2};
+    const char *want[] = {"worker1", PSG_CURVE_CLUSTER, psg_curve_keys_public(w2)};
+    for (int i = 0; i < 3; i++) {
+        char got[128];
+        sent_key(sv, as[i], got, sizeof got);
+        if (strcmp(got, want[i])) fprintf(stderr, "  key of a request: \"%s\", wanted \"%s\"\n", got, want[i]);
+        CHECK(!strcmp(got, want[i]));
+    }
+    psg_server_destroy(&sv);
+    sv = psg_server_new("tcp://127.0.0.1:0", NULL); /* loopback, plain frames */
+    PSG_ASSERT(sv);
+    char got[128];
+    sent_key(sv, NULL, got, sizeof got);
+    CHECK(!strcmp(got, ""));
+    psg_server_destroy(&sv);
+    psg_curve_keys_destroy(&cluster);
+    psg_curve_keys_destroy(&w1);
+    psg_curve_keys_destroy(&w2);
+}
+
 /* ---- refusing to run open ---- */
 
 static void test_listen_rules(void) {
@@ -355,6 +410,7 @@ int main(int argc, char **argv) {
     unsetenv(PSG_CURVE_KEYS_ENV);
     RUN_TEST(test_keygen);
     RUN_TEST(test_refused_peers);
+    RUN_TEST(test_peer_key);
     RUN_TEST(test_listen_rules);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -22,8 +22,10 @@ static pid_t server_pid;
 static int port;
 
 /* Starts `psgraph server` on a free port with small limits (the pending steps and graphs a
- * peer may have, the longest wait in seconds); reads the port it prints. */
-static int start_server_with(const char *max_pending, const char *max_graphs, const char *max_wait) {
+ * peer may have, the longest wait in seconds), with CURVE when `keys` names a key folder;
+ * reads the port it prints. */
+static int start_server_keyed(const char *max_pending, const char *max_graphs, const char *max_wait,
+                              const char *keys) {
     int p[2];
     if (pipe(p) < 0) return -1;
     fflush(stdout);
@@ -31,9 +33,11 @@ static int start_server_with(const char *max_pending, const char *max_graphs, co
     if (server_pid == 0) {
         dup2(p[1], 1);
         close(p[0]);
+        unsetenv("PSGRAPH_KEYS");
         execl(psgraph_exe, psgraph_exe, "server", "--task-name", "/job:ps/task:0", "--listen", "tcp://127.0.0.1:0",
               "--memory-limit", "256M", "--max-pending", max_pending, "--max-graphs", max_graphs, "--max-wait", max_wait,
-              "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300", (char *)NULL);
+              "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300", keys ? "--keys" : (char *)NULL, keys,
+              (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -47,7 +51,19 @@ static int start_server_with(const char *max_pending, const char *max_graphs, co
     return port > 0 ? 0 : -1;
 }
 
+static int start_server_with(const char *max_pending, const char *max_graphs, const char *max_wait) {
+    return start_server_keyed(max_pending, max_graphs, max_wait, NULL);
+}
+
 static int start_server(void) { return start_server_with("4", "8", "2"); }
+
+/* Stops the server a test started for itself; the suite's (pid, port) is current again. */
+static void restore_server(pid_t first_pid, int first_port) {
+    kill(server_pid, SIGTERM);
+    waitpid(server_pid, NULL, 0);
+    server_pid = first_pid;
+    port = first_port;
+}
 
 /* The server's resident memory in MB (from /proc). */
 static double server_rss_mb(void) {
@@ -114,10 +130,12 @@ static psg_req_t register_req(psg_graph_t *g, int fetch, char **bytes) {
     return r;
 }
 
-static uint64_t register_graph(psg_graph_t *g, int fetch) {
+/* Registers g through `via` (NULL: a fresh connection); its handle, 0 with the error set. */
+static uint64_t register_graph(psg_client_t *via, psg_graph_t *g, int fetch) {
     char *bytes = NULL;
     psg_req_t r = register_req(g, fetch, &bytes);
-    psg_msg_t *m = call(&r, 20000);
+    psg_msg_t *req = via ? psg_req_encode(&r) : NULL;
+    psg_msg_t *m = !via ? call(&r, 20000) : req ? psg_client_call(via, &req, 20000) : NULL;
     psg_rep_t rep;
     uint64_t h = m && psg_rep_decode(m, PSG_REQ_REGISTER_GRAPH, &rep) == 0 ? rep.u.handle : 0;
     psg_msg_destroy(&m);
@@ -126,18 +144,18 @@ static uint64_t register_graph(psg_graph_t *g, int fetch) {
 }
 
 /* Finding 3: a take with timeout_ms 0 (once: no deadline, on the server thread). */
-static uint64_t register_take(const char *acc) {
+static uint64_t register_take(psg_client_t *via, const char *acc) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_1d(2);
     psg_endpoint_t h = psg_accumulator_op(g, acc, &s, 1);
     psg_endpoint_t t = psg_accumulator_take_op(g, NULL, h, 1, 0);
-    uint64_t handle = register_graph(g, t.node);
+    uint64_t handle = register_graph(via, g, t.node);
     psg_graph_destroy(&g);
     return handle;
 }
 
 static void test_take_without_timeout(void) {
-    uint64_t h = register_take("acc_a");
+    uint64_t h = register_take(NULL, "acc_a");
     CHECK(h > 0);
     psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h}};
     psg_client_t *c = connect_peer();
@@ -160,7 +178,7 @@ static void test_pending_limit(void) {
     for (int i = 0; i < 6; i++) {
         char name[24];
         snprintf(name, sizeof name, "acc_p%d", i);
-        h[i] = register_take(name);
+        h[i] = register_take(NULL, name);
     }
     psg_client_t *c = connect_peer();
     for (int i = 0; i < 6; i++) {
@@ -198,7 +216,7 @@ static uint64_t register_chain(void) {
         snprintf(name, sizeof name, "id%d", i);
         x = psg_identity(g, name, x);
     }
-    uint64_t handle = register_graph(g, x.node);
+    uint64_t handle = register_graph(NULL, g, x.node);
     psg_graph_destroy(&g);
     return handle;
 }
@@ -214,7 +232,7 @@ static void test_running_cap(void) {
     for (int i = 0; i < TAKES; i++) {
         char name[24];
         snprintf(name, sizeof name, "acc_r%d", i);
-        h[i] = register_take(name);
+        h[i] = register_take(NULL, name);
         CHECK(h[i] > 0);
     }
     uint64_t chain = register_chain();
@@ -243,10 +261,7 @@ static void test_running_cap(void) {
     CHECK(timed_out == TAKES);
     psg_client_destroy(&greedy);
     psg_client_destroy(&other);
-    kill(server_pid, SIGTERM);
-    waitpid(server_pid, NULL, 0);
-    server_pid = first_pid;
-    port = first_port;
+    restore_server(first_pid, first_port);
 }
 
 /* Finding 4: registered graphs are freed when deregistered, and a peer's are bounded. */
@@ -330,6 +345,9 @@ static void test_peers_per_address(void) {
     /* refused at the limit (a connection of an earlier test may still count) */
     CHECK(refused && held <= LIMIT && held >= LIMIT - 4);
     CHECK(alive()); /* asking what the task holds needs no quota */
+    /* a wait refused by the table of peers is answered so (the server once crashed there) */
+    psg_req_t wd = {.type = PSG_REQ_WAIT_DONE, .u.workers = 1000};
+    expect_error(&wd, PSG_ERR_LIMIT, "WaitDone: 64 connections from 127.0.0.1 hold requests here");
     for (int i = 0; i < n; i++) {
         if (h[i]) {
             psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = h[i]};
@@ -341,6 +359,100 @@ static void test_peers_per_address(void) {
     }
     free(bytes);
     psg_graph_destroy(&g);
+}
+
+/* ---- quotas per CURVE key ---- */
+
+static psg_client_t *connect_as(const psg_curve_keys_t *k) {
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = k;
+    return psg_client_new(ep, &o);
+}
+
+/* Sends a RunGraph of `handle` through c (its reply comes later). */
+static void send_run(psg_client_t *c, uint64_t handle) {
+    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = handle}};
+    psg_msg_t *m = psg_req_encode(&run);
+    CHECK(psg_client_send(c, &m, NULL) == 0);
+}
+
+/* Inspect's "field" through c (-1: no answer); the replies before it are dropped. */
+static int inspect_field(psg_client_t *c, const char *field) {
+    psg_req_t in = {.type = PSG_REQ_INSPECT};
+    psg_msg_t *m = psg_req_encode(&in), *rep = psg_client_call(c, &m, 20000);
+    char want[64];
+    snprintf(want, sizeof want, "\"%s\":", field);
+    const char *at = rep && rep->body ? strstr((const char *)rep->body->data, want) : NULL;
+    int v = at ? atoi(at + strlen(want)) : -1;
+    psg_msg_destroy(&rep);
+    return v;
+}
+
+/* Under CURVE a peer is its client key: a second connection of worker1 shares the first's
+ * quotas (steps pending, graphs) and is refused, named by its key, while worker2 is served;
+ * the cluster's own key, which every task holds, is a peer per connection. */
+static void test_quota_per_key(void) {
+    char keys[400], cmd[1400];
+    snprintf(keys, sizeof keys, "%s/keys", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' keygen '%s' >/dev/null && '%s' keygen '%s' --name worker1 >/dev/null && "
+                              "'%s' keygen '%s' --name worker2 >/dev/null", psgraph_exe, keys, psgraph_exe, keys,
+             psgraph_exe, keys);
+    PSG_ASSERT(system(cmd) == 0);
+    psg_curve_keys_t *k1 = psg_curve_keys_load(keys, "worker1"), *k2 = psg_curve_keys_load(keys, "worker2"),
+                     *kc = psg_curve_keys_load(keys, NULL);
+    PSG_ASSERT(k1 && k2 && kc);
+    pid_t first_pid = server_pid;
+    int first_port = port;
+    CHECK(start_server_keyed("2", "3", "2", keys) == 0);
+    psg_client_t *a = connect_as(k1), *b = connect_as(k1), *c = connect_as(k2);
+    /* worker1's first connection holds its 2 steps (each waits 2 s) */
+    uint64_t h[4] = {register_take(a, "acc_k0"), register_take(a, "acc_k1")};
+    CHECK(h[0] && h[1]);
+    send_run(a, h[0]);
+    send_run(a, h[1]);
+    CHECK(inspect_field(a, "peers") == 1); /* answered behind the two: they are taken */
+    /* its second connection: one graph more (the same peer), then refused, named by the key */
+    CHECK((h[2] = register_take(b, "acc_k2")) > 0);
+    CHECK(inspect_field(c, "peers") == 1);
+    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h[2]}};
+    psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(b, &m, 20000);
+    CHECK(rep == NULL && psg_error_code() == PSG_ERR_LIMIT);
+    CHECK_ERROR_HAS("RunGraph: peer key 'worker1' (127.0.0.1) has 2 steps pending (the limit is 2 per peer)");
+    psg_msg_destroy(&rep);
+    CHECK(register_take(b, "acc_k3") == 0);
+    CHECK_ERROR_HAS("peer key 'worker1' (127.0.0.1) has 3 graphs registered (the limit is 3 per peer)");
+    /* worker2 is served: its step runs, and gives up after the longest wait */
+    CHECK((h[3] = register_take(c, "acc_k4")) > 0);
+    run.u.run.handle = h[3];
+    m = psg_req_encode(&run);
+    rep = psg_client_call(c, &m, 20000);
+    CHECK(rep == NULL && psg_error_code() == PSG_ERR_TIMEOUT);
+    CHECK_ERROR_HAS("after 2000 ms");
+    psg_msg_destroy(&rep);
+    /* the cluster's key, which every task holds: each connection its own quota */
+    psg_client_t *t1 = connect_as(kc), *t2 = connect_as(kc);
+    uint64_t ht[4] = {register_take(t1, "acc_t0"), register_take(t1, "acc_t1"), register_take(t1, "acc_t2")};
+    CHECK(register_take(t1, "acc_t3") == 0);
+    CHECK_ERROR_HAS("peer 127.0.0.1 has 3 graphs registered (the limit is 3 per peer)");
+    CHECK((ht[3] = register_take(t2, "acc_t4")) > 0);
+    for (int i = 0; i < 8; i++) {
+        psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = i < 4 ? h[i] : ht[i - 4]};
+        m = psg_req_encode(&d);
+        rep = psg_client_call(c, &m, 20000);
+        CHECK(rep != NULL);
+        psg_msg_destroy(&rep);
+    }
+    psg_client_destroy(&a);
+    psg_client_destroy(&b);
+    psg_client_destroy(&c);
+    psg_client_destroy(&t1);
+    psg_client_destroy(&t2);
+    restore_server(first_pid, first_port);
+    psg_curve_keys_destroy(&k1);
+    psg_curve_keys_destroy(&k2);
+    psg_curve_keys_destroy(&kc);
 }
 
 /* Finding 4: what a graph may allocate is capped by the task's memory limit. */
@@ -582,6 +694,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_running_cap);
     RUN_TEST(test_graphs_freed_and_bounded);
     RUN_TEST(test_peers_per_address);
+    RUN_TEST(test_quota_per_key);
     RUN_TEST(test_allocation_cap);
     RUN_TEST(test_variable_counted_once);
     RUN_TEST(test_msgpack_expansion);

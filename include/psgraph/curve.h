@@ -17,6 +17,8 @@ typedef struct psg_curve_keys psg_curve_keys_t;
 
 /* The identity every task of a cluster serves and connects with. */
 #define PSG_CURVE_CLUSTER "cluster"
+/* Bytes of a key's name (NAME.key: letters, digits, '_', '-', '.'), its terminating 0 included. */
+#define PSG_CURVE_NAME_MAX 65
 /* The environment variable naming a key folder when neither --keys nor the cluster file
  * does (`psgraph launch` sets it for the tasks it starts). */
 #define PSG_CURVE_KEYS_ENV "PSGRAPH_KEYS"

@@ -40,7 +40,8 @@ typedef struct psg_task_server psg_task_server_t;
  * events recorded since to that file (a Chrome trace) and stops recording. */
 #define PSG_TS_TRACE "Trace"
 
-/* What one peer (a connection) may cost the task, and the task's memory; each <= 0 takes
+/* What one peer (a connection; under CURVE a client key, all its connections, the cluster's
+ * own key excepted) may cost the task, and the task's memory; each <= 0 takes
  * its default. A request past a limit gets an error naming it (code PSG_ERR_LIMIT) and the
  * server goes on answering the others (docs/distributed.md, "Limits"). */
 typedef struct {
@@ -62,7 +63,8 @@ typedef struct {
     int max_peers;                /* peers holding anything at once; default 1024 */
     int max_peers_per_address;    /* of those, from one address (a peer that reconnects is a
                                    * new peer with fresh quotas: this bounds what one host
-                                   * holds by reconnecting); default 64 */
+                                   * holds by reconnecting; a client key is not counted);
+                                   * default 64 */
     int64_t max_wait_ms;          /* the longest wait of an accumulator take or a token
                                    * dequeue, whatever a graph asks; default 10 minutes */
 } psg_task_limits_t;

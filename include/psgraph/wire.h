@@ -58,6 +58,9 @@ typedef struct psg_msg {
     char **names;           /* ntensors names, each may be NULL */
     psg_route_t route;      /* on a server: the sender; set by psg_server_recv */
     char peer[64];          /* on a server: the sender's address, for error messages */
+    char peer_key[PSG_CURVE_NAME_MAX]; /* on a CURVE server: the name of the sender's key
+                            * (psgraph/curve.h: NAME of its NAME.key, "cluster" for the
+                            * cluster's own); "" without CURVE */
 } psg_msg_t;
 
 /* A new message of `kind` with a copy of `op` (may be NULL). NULL on out of memory. */
