@@ -663,7 +663,7 @@ static void test_sigterm_during_a_pull(void) {
     psg_node_set_device(b, "/job:ps/replica:0/task:0/device:CPU:0");
     int recv = psg_node_finish(b);
     CHECK(recv >= 0);
-    uint64_t h = register_graph(g, recv);
+    uint64_t h = register_graph(NULL, g, recv);
     psg_graph_destroy(&g);
     CHECK(h > 0);
     psg_client_t *c = connect_peer();
