@@ -55,8 +55,8 @@ static const psg_sync_option_t options[] = {
      OPT(compress_warmup_ratio), 1e-9, 1, true, NULL},
     {"--compress-momentum", "ps|worker|worker-masked|folded", "with --compress topk and --optimizer "
      "momentum: where the momentum runs (worker: DGC's momentum correction, SGD on the ps; "
-     "-masked: with its masking; folded: nowhere, SGD of rate lr/(1-m) on the ps, the recipe "
-     "that matches uncompressed at 1 %, docs/sync.md; default ps)", OPT(compress_momentum), 0, 3, false, momentum_places},
+     "-masked: with its masking; folded: nowhere, SGD of rate lr/(1-m) on the ps, with sync "
+     "the recipe that matches uncompressed at 1 %, docs/sync.md; default ps)", OPT(compress_momentum), 0, 3, false, momentum_places},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
