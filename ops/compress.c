@@ -58,6 +58,33 @@ static int by_magnitude(const void *pa, const void *pb) {
     return (a->i > b->i) - (a->i < b->i);
 }
 
+/* Moves the k entries first under by_magnitude to e[0..k), in that order: a quickselect
+ * (a total order: indices differ), then a sort of those k only; the same k entries in the
+ * same order as a sort of all n, in O(n + k log k). */
+static void select_largest(entry_t *e, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        entry_t a = e[lo], b = e[lo + (hi - lo) / 2], c = e[hi], pivot; /* median of three */
+        if (by_magnitude(&a, &b) > 0) { entry_t t = a; a = b; b = t; }
+        if (by_magnitude(&b, &c) > 0) b = c;
+        pivot = by_magnitude(&a, &b) > 0 ? a : b;
+        int64_t i = lo, j = hi;
+        while (i <= j) { /* Hoare partition around the pivot's value */
+            while (by_magnitude(&e[i], &pivot) < 0) i++;
+            while (by_magnitude(&e[j], &pivot) > 0) j--;
+            if (i <= j) {
+                entry_t t = e[i];
+                e[i++] = e[j];
+                e[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    qsort(e, (size_t)k, sizeof *e, by_magnitude);
+}
+
 /* A new output tensor of k f32 (i = 0) or i32 entries, set as output i; NULL on failure. */
 static psg_tensor_t *vector_output(psg_kernel_ctx_t *c, int i, int64_t k) {
     psg_shape_t s = psg_shape_1d(k);
@@ -86,8 +113,10 @@ static int cpu_topk_abs(psg_kernel_ctx_t *c) {
         return v && ix ? psg_error_set("out of memory") : -1;
     }
     const float *xs = psg_tensor_f32(x);
-    for (int64_t i = 0; i < n; i++) e[i] = (entry_t){xs[i] < 0 ? -xs[i] : xs[i], (int32_t)i};
-    qsort(e, (size_t)n, sizeof *e, by_magnitude);
+    /* a NaN as the largest magnitude: the order stays total (the selection needs it) and
+     * a diverged gradient reaches the ps */
+    for (int64_t i = 0; i < n; i++) e[i] = (entry_t){isnan(xs[i]) ? INFINITY : fabsf(xs[i]), (int32_t)i};
+    select_largest(e, n, k);
     for (int64_t j = 0; j < k; j++) {
         psg_tensor_f32(v)[j] = xs[e[j].i];
         psg_tensor_i32(ix)[j] = e[j].i;

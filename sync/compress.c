@@ -24,6 +24,12 @@ static psg_endpoint_t worker_variable(psg_graph_t *g, const char *name, const ps
     return e;
 }
 
+/* Whether the worker keeps a velocity (--compress-momentum worker*; folded keeps none). */
+static bool worker_velocity(const psg_sync_options_t *o) {
+    return o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_WORKER ||
+           o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_MASKED;
+}
+
 /* With the momentum on the worker (DGC's momentum correction): the velocity
  * u = m * u + grad, which takes the gradient's place; its update, after the selection
  * (masked: zero where the entries were sent), in *update, its initializer in *init. */
@@ -69,7 +75,7 @@ static int compress_one(psg_graph_t *g, const psg_sync_options_t *o, double m, p
     bool here = psg_sync_push_device_of(g, grad);
     int inits[2] = {-1, -1}, updates[2] = {-1, -1}, nv = 0;
     psg_endpoint_t u = PSG_NO_ENDPOINT, u_new = PSG_NO_ENDPOINT;
-    if (o->compress_momentum != PSG_SYNC_COMPRESS_MOMENTUM_PS) {
+    if (worker_velocity(o)) {
         u = velocity(g, m, v, shape, grad, &inits[1], &u_new);
         grad = u_new;
         nv = 1;
@@ -161,7 +167,7 @@ int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double moment
         if (numel < o->compress_min_size) { /* small: sent whole, no residual */
             dense[i] = grads[i];
             sent += (double)numel * 4;
-            if (o->compress_momentum != PSG_SYNC_COMPRESS_MOMENTUM_PS) { /* its momentum, unmasked */
+            if (worker_velocity(o)) { /* its momentum, unmasked */
                 rc = dense_velocity(g, momentum, grads[i], vars[i], &dense[i], &ids[m], &ids[n + 1 + m]);
                 m++;
             }

@@ -25,7 +25,7 @@ static const psg_sync_strategy_t *const strategies[] = {
 #define OPT(field) offsetof(psg_sync_options_t, field)
 
 static const char *const compressions[] = {"none", "topk", NULL}; /* PSG_SYNC_COMPRESS_* */
-static const char *const momentum_places[] = {"ps", "worker", "worker-masked", NULL}; /* _MOMENTUM_* */
+static const char *const momentum_places[] = {"ps", "worker", "worker-masked", "folded", NULL}; /* _MOMENTUM_* */
 
 static const psg_sync_option_t options[] = {
     {"--replicas-to-aggregate", "N", "gradients averaged a step (default workers - b)",
@@ -53,9 +53,10 @@ static const psg_sync_option_t options[] = {
      OPT(compress_warmup), 0, 1e12, false, NULL},
     {"--compress-warmup-ratio", "R0", "the share sent at the warm-up's first step (default 0.25)",
      OPT(compress_warmup_ratio), 1e-9, 1, true, NULL},
-    {"--compress-momentum", "ps|worker|worker-masked", "with --compress topk and --optimizer "
+    {"--compress-momentum", "ps|worker|worker-masked|folded", "with --compress topk and --optimizer "
      "momentum: where the momentum runs (worker: DGC's momentum correction, SGD on the ps; "
-     "-masked: with its masking; default ps)", OPT(compress_momentum), 0, 2, false, momentum_places},
+     "-masked: with its masking; folded: nowhere, SGD of rate lr/(1-m) on the ps, with sync "
+     "the recipe that matches uncompressed at 1 %, docs/sync.md; default ps)", OPT(compress_momentum), 0, 3, false, momentum_places},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 

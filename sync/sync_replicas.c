@@ -5,6 +5,7 @@
 #include "psgraph/autodiff.h"
 #include "psgraph/clock.h"
 #include "psgraph/ops_array.h"
+#include "psgraph/ops_math.h"
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
 #include "sync/strategy.h"
@@ -140,8 +141,9 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
 }
 
 /* With the momentum on the worker (--compress-momentum worker*): *out gets the plain SGD
- * of the same rate the ps runs instead (the caller destroys it); else NULL. */
-static int ps_optimizer(const psg_sync_replicas_t *sr, psg_optimizer_t **out) {
+ * of the same rate the ps runs instead; folded, of rate lr / (1 - m) (the caller destroys
+ * it); else NULL. */
+static int ps_optimizer(const psg_sync_replicas_t *sr, psg_graph_t *g, psg_optimizer_t **out) {
     *out = NULL;
     const psg_sync_options_t *o = &sr->cfg.opt;
     if (o->compress == PSG_SYNC_COMPRESS_NONE || o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_PS) return 0;
@@ -151,10 +153,21 @@ static int ps_optimizer(const psg_sync_replicas_t *sr, psg_optimizer_t **out) {
                              c->kind, c->use_nesterov ? " with Nesterov" : "");
     psg_optimizer_config_t sgd = *c;
     sgd.kind = "sgd";
+    bool folded = o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_FOLDED;
+    if (folded && !(c->momentum < 1))
+        return psg_error_set("--compress-momentum folded: momentum %g is not below 1", c->momentum);
+    double fold = folded ? 1 / (1 - (double)c->momentum) : 1;
+    sgd.learning_rate = (float)(c->learning_rate * fold);
     *out = psg_optimizer_new(&sgd);
     if (!*out) return -1;
-    psg_optimizer_set_learning_rate_tensor(*out, psg_optimizer_learning_rate_tensor(sr->opt));
-    return 0;
+    psg_endpoint_t rate = psg_optimizer_learning_rate_tensor(sr->opt);
+    if (folded && psg_endpoint_valid(rate)) { /* a schedule: folded beside it */
+        bool pushed = psg_sync_push_device_of(g, rate);
+        rate = psg_scale(g, "compress/folded_rate", rate, fold);
+        if (pushed) psg_graph_pop_device(g);
+    }
+    psg_optimizer_set_learning_rate_tensor(*out, rate);
+    return psg_graph_status(g);
 }
 
 /* The strategy's build on grads (compressed first when --compress asks), then the
@@ -167,7 +180,7 @@ static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, cons
     psg_endpoint_t *dense = malloc(sizeof *dense * (size_t)k);
     psg_sync_compressed_t cz;
     psg_optimizer_t *ps_opt = NULL;
-    int rc = dense ? ps_optimizer(sr, &ps_opt) : psg_error_set("out of memory");
+    int rc = dense ? ps_optimizer(sr, g, &ps_opt) : psg_error_set("out of memory");
     if (rc == 0) rc = psg_sync_compress(g, &sr->cfg.opt, psg_optimizer_config(sr->opt)->momentum, k, grads, vars, dense, &cz);
     if (rc == 0) {
         psg_sync_build_t b = {&sr->cfg,

@@ -6,6 +6,9 @@
 #include "psgraph/session.h"
 #include "tests/testutil.h"
 
+#include <math.h>
+#include <stdint.h>
+
 static psg_tensor_t *vec(int n, const float *v) {
     psg_shape_t s = psg_shape_1d(n);
     psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, &s);
@@ -45,6 +48,30 @@ static void test_topk_keeps_the_largest_magnitudes(void) {
     CHECK(psg_tensor_i32(out[1])[0] == 1 && psg_tensor_i32(out[1])[1] == 2 && psg_tensor_i32(out[1])[2] == 3);
     const float want[6] = {0, -3.0f, 2.0f, -2.0f, 0, 0};
     for (int i = 0; i < 6; i++) CHECK(psg_tensor_f32(out[2])[i] == want[i]);
+    for (int i = 0; i < 3; i++) psg_tensor_destroy(&out[i]);
+}
+
+/* Against the definition, on many entries with many ties (magnitudes of 0..6, both signs)
+ * and a NaN: the k largest magnitudes in order, ties by the lower index, a NaN first. */
+static void test_topk_of_many_ties_is_the_sorted_order(void) {
+    enum { N = 5000, K = 1200 };
+    static float x[N];
+    uint32_t r = 7;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = (float)((int)(r >> 24) % 7) * ((r >> 8) & 1 ? 1.0f : -1.0f);
+    }
+    x[4321] = NAN;
+    psg_tensor_t *out[3] = {0};
+    CHECK(run_topk(x, N, K, out) == 0);
+    CHECK(psg_tensor_i32(out[1])[0] == 4321);
+    int j = 1; /* the reference: by magnitude 6 down to 0, then by index */
+    for (int m = 6; m >= 0 && j < K; m--)
+        for (int i = 0; i < N && j < K; i++)
+            if (i != 4321 && fabsf(x[i]) == (float)m) {
+                CHECK(psg_tensor_i32(out[1])[j] == i && psg_tensor_f32(out[0])[j] == x[i]);
+                j++;
+            }
     for (int i = 0; i < 3; i++) psg_tensor_destroy(&out[i]);
 }
 
@@ -121,6 +148,7 @@ static void test_ratio_sets_k_each_run(void) {
 
 int main(void) {
     RUN_TEST(test_topk_keeps_the_largest_magnitudes);
+    RUN_TEST(test_topk_of_many_ties_is_the_sorted_order);
     RUN_TEST(test_k_of_all_is_the_tensor);
     RUN_TEST(test_bad_input_is_an_error);
     RUN_TEST(test_ratio_sets_k_each_run);

@@ -588,16 +588,39 @@ static int halved_run(void *ctx, int k, psg_tensor_t *const *feeds, psg_tensor_t
     return k == 0 ? psg_callable_run(r->step, &r->x, fetched) : psg_error_set("no call %d", k);
 }
 
-/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2. */
-static void test_a_strategy_from_the_docs(void) {
+/* loss = sum(w * x) over 4 entries, w a variable from 0, x a placeholder: a graph whose
+ * gradient is x, so every rate and step count has a known w. */
+static psg_graph_t *sum_wx_graph(psg_endpoint_t *x, psg_endpoint_t *w, psg_endpoint_t *loss) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s4 = psg_shape_1d(4);
-    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &s4);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
-    psg_endpoint_t loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", w), x), 0, NULL, false);
-    psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
-    oc.learning_rate = 0.1f;
-    psg_optimizer_t *opt = psg_optimizer_new(&oc);
+    *x = psg_placeholder(g, "x", PSG_DT_F32, &s4);
+    *w = psg_variable(g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    *loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", *w), *x), 0, NULL, false);
+    return g;
+}
+
+static psg_optimizer_t *optimizer_at(const char *kind, float lr, float momentum) {
+    psg_optimizer_config_t oc = psg_optimizer_defaults(kind);
+    oc.learning_rate = lr;
+    oc.momentum = momentum;
+    return psg_optimizer_new(&oc);
+}
+
+/* w is c * x for x = (1, 2, 3, 4). */
+static void check_w_is(psg_session_t *sess, psg_graph_t *g, psg_endpoint_t w, float c) {
+    psg_tensor_t *wv = NULL;
+    psg_endpoint_t wr = psg_read_variable(g, "w/read_after", w);
+    CHECK(psg_session_run(sess, 0, NULL, NULL, 1, &wr, &wv, 0, NULL) == 0);
+    for (int i = 0; wv && i < 4; i++) CHECK(fabsf(psg_tensor_f32(wv)[i] - c * (float)(i + 1)) < 1e-5f);
+    psg_tensor_destroy(&wv);
+}
+
+/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2. */
+static void test_a_strategy_from_the_docs(void) {
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_endpoint_t x, w, loss;
+    psg_graph_t *g = sum_wx_graph(&x, &w, &loss);
+    psg_optimizer_t *opt = optimizer_at("sgd", 0.1f, 0);
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
     psg_sync_replicas_t *sr = psg_sync_replicas_new_with(opt, &cfg, &halved);
@@ -617,15 +640,44 @@ static void test_a_strategy_from_the_docs(void) {
         psg_tensor_destroy(&l);
     }
     CHECK(wk.state && *(int64_t *)wk.state == 3 && wk.local_step == 3);
-    psg_tensor_t *wv = NULL;
-    psg_endpoint_t wr = psg_read_variable(g, "w/read_after", w);
-    CHECK(psg_session_run(sess, 0, NULL, NULL, 1, &wr, &wv, 0, NULL) == 0);
-    for (int i = 0; wv && i < 4; i++) CHECK(fabsf(psg_tensor_f32(wv)[i] + 0.15f * (float)(i + 1)) < 1e-6f);
-    psg_tensor_destroy(&wv);
+    check_w_is(sess, g, w, -0.15f);
     psg_tensor_destroy(&r.x);
     psg_callable_destroy(&r.step);
     free(wk.state);
     psg_callable_destroy(&r.step);
+    psg_session_destroy(&sess);
+    psg_sync_replicas_destroy(&sr);
+    psg_optimizer_destroy(&opt);
+    psg_graph_destroy(&g);
+}
+
+/* --compress-momentum folded with a rate tensor (a schedule's place): one process, async,
+ * top-k of every entry, loss = sum(w * x), momentum 0.5 at a rate tensor of 0.1, w from 0:
+ * the ps runs SGD of rate 0.1 / (1 - 0.5) = 0.2, so w = -3 * 0.2 * x after 3 steps
+ * (momentum itself would give -0.425 x; the rate tensor unscaled -0.3 x; the constant rate
+ * folded instead of the tensor -6 x). */
+static void test_folded_momentum_scales_the_rate_tensor(void) {
+    psg_shape_t s4 = psg_shape_1d(4);
+    psg_endpoint_t x, w, loss;
+    psg_graph_t *g = sum_wx_graph(&x, &w, &loss);
+    psg_optimizer_t *opt = optimizer_at("momentum", 1, 0.5f); /* the tensor's rate, not 1 */
+    psg_optimizer_set_learning_rate_tensor(opt, psg_const_scalar(g, "rate", 0.1f));
+    psg_sync_config_t cfg;
+    psg_sync_config_defaults(&cfg);
+    cfg.variant = "async";
+    cfg.opt.compress = PSG_SYNC_COMPRESS_TOPK;
+    cfg.opt.compress_ratio = 1;
+    cfg.opt.compress_momentum = PSG_SYNC_COMPRESS_MOMENTUM_FOLDED;
+    psg_sync_replicas_t *sr = psg_sync_replicas_new(opt, &cfg);
+    psg_sync_graph_t sg;
+    CHECK(sr && psg_sync_replicas_minimize(sr, g, loss, &sg) == 0);
+    psg_session_t *sess = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
+    CHECK(sess && psg_session_run_init(sess) == 0);
+    psg_tensor_t *xt = psg_tensor_new(PSG_DT_F32, &s4);
+    for (int i = 0; i < 4; i++) psg_tensor_f32(xt)[i] = (float)(i + 1);
+    for (int k = 0; sess && k < 3; k++) CHECK(psg_session_run(sess, 1, &x, &xt, 0, NULL, NULL, 1, &sg.train_op) == 0);
+    if (sess) check_w_is(sess, g, w, -0.6f);
+    psg_tensor_destroy(&xt);
     psg_session_destroy(&sess);
     psg_sync_replicas_destroy(&sr);
     psg_optimizer_destroy(&opt);
@@ -639,5 +691,6 @@ int main(void) {
     RUN_TEST(test_end_of_data_ends_cleanly);
     RUN_TEST(test_async_variant);
     RUN_TEST(test_a_strategy_from_the_docs);
+    RUN_TEST(test_folded_momentum_scales_the_rate_tensor);
     return psg_test_summary();
 }

@@ -326,33 +326,40 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
  * answer is known: at ratio 1 DGC's momentum correction is the momentum optimizer itself
  * (the workers' velocities average to the ps's accumulator; the ps runs SGD), and with its
  * masking every velocity is forgotten once sent, which is plain SGD; gradients under
- * --compress-min-size are sent whole, so a size above every variable is no compression. */
+ * --compress-min-size are sent whole, so a size above every variable is no compression;
+ * folded, the ps runs plain SGD of rate lr / (1 - m): SGD of that rate (m = 0.5, so that
+ * the rate is the same float as --lr 0.1). */
 static void test_topk_momentum_known_answers(void) {
     const char *base[] = {"--model", "mlp", "--data", "synthetic", "--steps", "20", "--seed", "3",
                           "--step-timeout", "20", "--batch", "16", "--sync", "sync", "--optimizer"};
-    const char *tails[5][10] = {
+    const char *tails[7][10] = {
         {"momentum", NULL},
         {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker", NULL},
         {"sgd", NULL},
         {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker-masked", NULL},
-        {"momentum", "--compress", "topk", "--compress-ratio", "0.01", "--compress-min-size", "1000000", NULL}};
-    const char *names[5] = {"mom", "mom_worker", "sgd", "mom_masked", "mom_min_size"};
-    job_t jobs[5];
-    for (int j = 0; j < 5; j++)
+        {"momentum", "--compress", "topk", "--compress-ratio", "0.01", "--compress-min-size", "1000000", NULL},
+        {"momentum", "--momentum", "0.5", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum",
+         "folded", NULL},
+        {"sgd", "--lr", "0.1", NULL}}; /* the mlp's lr 0.05 / (1 - 0.5): the same float */
+    const char *names[7] = {"mom", "mom_worker", "sgd", "mom_masked", "mom_min_size", "mom_folded", "sgd_folded_rate"};
+    job_t jobs[7];
+    for (int j = 0; j < 7; j++)
         job_start_with(&jobs[j], names[j], 2, base, sizeof base / sizeof *base, tails[j]);
     double deadline = psg_test_now_sec() + (asan ? 240 : 90);
     bool ok = true;
-    for (int j = 0; j < 5; j++)
+    for (int j = 0; j < 7; j++)
         for (int i = 0; i < 2; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
     CHECK(ok);
-    for (int j = 0; !ok && j < 5; j++) dump_logs(&jobs[j]);
+    for (int j = 0; !ok && j < 7; j++) dump_logs(&jobs[j]);
     /* against the job without the ps's Momentum slots */
     CHECK(compare_variables_as(&jobs[0], &jobs[1], "momentum vs top-k 1, momentum on the workers", "", 20, 40,
                                20) <= 1e-5);
     CHECK(compare_variables_as(&jobs[3], &jobs[2], "top-k 1, masked momentum vs sgd", "", 20, 40, 20) <= 1e-5);
     CHECK(compare_variables_as(&jobs[4], &jobs[0], "top-k 1 %, all under the min size vs momentum", "", 20, 40,
                                20) <= 1e-5);
-    for (int j = 0; j < 5; j++) job_stop(&jobs[j]);
+    CHECK(compare_variables_as(&jobs[5], &jobs[6], "top-k 1, momentum folded vs sgd at lr / (1 - m)", "", 20,
+                               40, 20) <= 1e-5);
+    for (int j = 0; j < 7; j++) job_stop(&jobs[j]);
 }
 
 /* Async with top-k at ratio 1 against async uncompressed (one worker: a fixed order), and

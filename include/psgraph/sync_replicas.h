@@ -22,8 +22,14 @@
 enum { PSG_SYNC_COMPRESS_NONE, PSG_SYNC_COMPRESS_TOPK };
 /* where topk's momentum runs (--compress-momentum): the ps's optimizer, or the worker's
  * velocity (DGC's momentum correction; masked: with its momentum factor masking) with
- * plain SGD of the same rate on the ps */
-enum { PSG_SYNC_COMPRESS_MOMENTUM_PS, PSG_SYNC_COMPRESS_MOMENTUM_WORKER, PSG_SYNC_COMPRESS_MOMENTUM_MASKED };
+ * plain SGD of the same rate on the ps, or nowhere (folded): plain SGD of rate
+ * lr / (1 - m) on the ps, momentum SGD's rate once its velocity has settled */
+enum {
+    PSG_SYNC_COMPRESS_MOMENTUM_PS,
+    PSG_SYNC_COMPRESS_MOMENTUM_WORKER,
+    PSG_SYNC_COMPRESS_MOMENTUM_MASKED,
+    PSG_SYNC_COMPRESS_MOMENTUM_FOLDED
+};
 
 /* The strategies' own settings, each a --flag of `psgraph train` (sync/strategies.c's
  * table of options; a strategy reads only the ones it lists). */
