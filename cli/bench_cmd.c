@@ -36,6 +36,9 @@ static void usage(FILE *f, const char *cmd) {
             "  --step-times FILE     write each timed step's milliseconds, one a line\n"
             "                        (input to psgraph simulate --samples)\n"
             "  --trace FILE          write a Chrome trace of the timed steps: each op's time\n"
+            "  --op-profile          print where the timed steps' time goes, a JSON line an op\n"
+            "                        type (time, share of the step, GFLOP, TFLOP/s); on a GPU\n"
+            "                        each GPU node waits for its kernels (device times, slower steps)\n"
             "  --print-model         print parameters and multiply-adds, then exit\n"
             "  --device cpu|gpu      (default cpu; gpu without a GPU runs on the CPU, with a note)\n"
             "  --precision P         f32 (default), mixed (bf16 products, f32 variables) or\n"
@@ -89,6 +92,8 @@ static int check(const psg_bench_opts_t *o) {
     if (cluster && o->forward_only)
         return psg_error_set("--forward-only runs in one process (a cluster trains)");
     if (cluster && o->trace) return psg_error_set("--trace is of one process (psgraph train --trace traces a cluster)");
+    if (cluster && o->op_profile) return psg_error_set("--op-profile is of one process");
+    if (o->trace && o->op_profile) return psg_error_set("--trace and --op-profile: one at a time (both time each op)");
     if (cluster && o->step_times)
         return psg_error_set("--step-times is of one process; psgraph simulate models the cluster");
     if (!cluster && o->num_stragglers)
@@ -113,6 +118,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         if (!strcmp(a, "--aux")) { o->aux = true; continue; }
         if (!strcmp(a, "--print-model")) { o->print_model = true; continue; }
         if (!strcmp(a, "--forward-only")) { o->forward_only = true; continue; }
+        if (!strcmp(a, "--op-profile")) { o->op_profile = true; continue; }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
             fprintf(stderr, "psgraph %s: %s '%s'\n", cmd, i + 1 >= argc ? "missing value for" : "unexpected argument", a);
             return 2;

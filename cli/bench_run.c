@@ -33,6 +33,8 @@ typedef struct {
     psg_session_t *sess;
     psg_callable_t *step;
     psg_trace_t *trace; /* --trace: the timed steps' ops */
+    psg_op_profile_t *profile; /* --op-profile: the timed steps' ops by type */
+    double profiled_ms;        /* the profiled steps' wall time */
     psg_towers_t *towers; /* NULL: one tower */
     bool gpu;
     psg_inception3_t tower_models[PSG_MAX_TOWERS];
@@ -338,6 +340,7 @@ static void bench_free(bench_t *b) {
     psg_callable_destroy(&b->step);
     psg_session_destroy(&b->sess);
     psg_trace_destroy(&b->trace);
+    psg_op_profile_destroy(&b->profile);
     free(b->ema_vars);
     psg_graph_destroy(&b->g);
 }
@@ -441,6 +444,11 @@ static int loop(bench_t *b, timing_t *t) {
                 return psg_error_set("out of memory");
             psg_session_set_node_hook(b->sess, psg_trace_node_hook, b->trace);
         }
+        if (o->op_profile && b->sess && t->s == o->warmup) {
+            if (!(b->profile = psg_op_profile_new())) return -1;
+            psg_session_set_node_hook(b->sess, psg_op_profile_node_hook, b->profile);
+            psg_session_set_gpu_sync(b->sess, b->gpu);
+        }
         if (b->trace) psg_trace_set_step(b->trace, t->s + 1);
         double t0 = psg_now_sec();
         if (b->it) {
@@ -456,6 +464,7 @@ static int loop(bench_t *b, timing_t *t) {
         t->loss = psg_tensor_f32(out)[0];
         psg_tensor_destroy(&out);
         double dt = psg_now_sec() - t0;
+        if (b->profile) b->profiled_ms += dt * 1e3;
         if (!isfinite(t->loss)) return psg_error_set("step %lld: the loss is %g", (long long)t->s, t->loss);
         if (t->s < o->warmup) {
             printf("warmup %lld\t%.2f s\t%.3f\n", (long long)t->s + 1, dt, t->loss);
@@ -481,6 +490,9 @@ static int report(bench_t *b, timing_t *t) {
     }
     if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
     if (b->trace && psg_trace_write(b->trace, o->trace) < 0) return psg_error_wrap("--trace");
+    if (b->profile && psg_op_profile_write_json(b->profile, b->g, b->towers ? o->batch / b->towers->num_towers : o->batch, t->k,
+                                                 b->profiled_ms, stdout) < 0)
+        return psg_error_wrap("--op-profile");
     double median = 0, p90 = 0;
     if (t->k > 0) {
         qsort(t->times, (size_t)t->k, sizeof *t->times, cmp_double);

@@ -455,6 +455,7 @@ struct run {
     psg_rendezvous_t *rendezvous;
     psg_node_timing_fn on_node; /* NULL: no timing */
     void *on_node_ctx;
+    bool sync_gpu; /* with on_node: a GPU node's time ends when its kernels did */
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *ready; /* LIFO stack of plan-local ids */
@@ -579,6 +580,8 @@ static int execute_node(run_t *r, plan_node_t *pn) {
         if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */
         for (int o = 0; rc == 0 && o < no; o++)
             if (!outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
+        if (rc == 0 && r->on_node && r->sync_gpu && pn->device != PSG_DEVICE_HOST)
+            rc = psg_gpu_synchronize(pn->device - 1);
     }
     if (rc < 0) {
         for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
@@ -888,7 +891,7 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     }
     run_t r = {.p = p, .pool = pool, .rm = env->rm, .step_id = env->step_id,
                .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx,
-               .ticket = env->ticket};
+               .sync_gpu = env->sync_gpu, .ticket = env->ticket};
     PSG_ASSERT(!r.ticket || r.ticket->order->p == p);
     /* the run's own state, in one block: slots first (pointers), then the counters */
     size_t ns = (size_t)p->num_slots + 1, nn = (size_t)p->num_nodes + 1;

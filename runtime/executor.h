@@ -73,6 +73,9 @@ typedef struct {
      * executed node, after it finished, with its start and end times. */
     psg_node_timing_fn on_node;
     void *on_node_ctx;
+    /* With on_node: a node on a GPU waits for its kernels before its end time is read,
+     * so its time is the device's (a profile; the step is slower). */
+    bool sync_gpu;
     /* Optional, NULL: the caller runs the plan once at a time. Else a ticket
      * of the plan's order, which the caller releases after the run. */
     psg_run_ticket_t *ticket;

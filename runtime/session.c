@@ -15,6 +15,7 @@ struct psg_session {
     int64_t next_step;
     psg_node_timing_fn on_node; /* the timeline's hook, NULL when off */
     void *on_node_ctx;
+    bool sync_gpu; /* the hook's GPU nodes wait for their kernels */
 };
 
 struct psg_callable {
@@ -84,7 +85,7 @@ void psg_callable_destroy(psg_callable_t **cp) {
 int psg_callable_run(psg_callable_t *c, psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
     psg_session_t *s = c->s;
     psg_run_env_t env = {.pool = s->pool, .rm = s->rm, .step_id = s->next_step++,
-                         .on_node = s->on_node, .on_node_ctx = s->on_node_ctx};
+                         .on_node = s->on_node, .on_node_ctx = s->on_node_ctx, .sync_gpu = s->sync_gpu};
     return psg_plan_run_with(c->plan, &env, feed_values, fetched);
 }
 
@@ -92,6 +93,8 @@ void psg_session_set_node_hook(psg_session_t *s, psg_node_timing_fn fn, void *ct
     s->on_node = fn;
     s->on_node_ctx = fn ? ctx : NULL;
 }
+
+void psg_session_set_gpu_sync(psg_session_t *s, bool on) { s->sync_gpu = on; }
 
 int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
                     psg_tensor_t *const *feed_values, int n_fetches, const psg_endpoint_t *fetches,

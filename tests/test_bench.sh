@@ -103,6 +103,27 @@ else
   fail "--optimizer sgd --trace: $(tail -5 <<<"$out")"
 fi
 
+# 6. --op-profile: the timed steps by op type; the convolutions' FLOPs are the model's
+#    multiply-adds x 2 (forward), and as many for each gradient
+check 2 "--op-profile is of one process" "$psgraph" bench inception3 "${tiny[@]}" --ps 1 --workers 1 --op-profile
+out=$("$psgraph" bench inception3 "${tiny[@]}" --warmup 1 --steps 2 --threads 2 --op-profile 2>&1)
+if [ $? = 0 ] && printf '%s\n' "$out" >"$tmp/prof.txt" && python3 - "$tmp/prof.txt" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+prof = {l["op_profile"]: l for l in lines if "op_profile" in l}
+bench = [l for l in lines if l.get("bench") == "inception3"][0]
+fwd = 2 * bench["macs_per_image"] * bench["batch"] / 1e9
+conv = sum(prof[k]["gflop_per_step"] for k in ("Conv2D", "Dense") if k in prof)
+assert abs(conv - fwd) < 1e-3 * fwd, (conv, fwd)
+assert abs(prof["Conv2DBackpropFilter"]["gflop_per_step"] - prof["Conv2D"]["gflop_per_step"]) < 1e-6
+assert list(prof)[-1] == "total" and prof["total"]["step_ms"] > 0 and prof["Conv2D"]["ms_per_step"] > 0
+PY
+then
+  ok "--op-profile: the timed steps by op type, FLOPs as the model's"
+else
+  fail "--op-profile: $(tail -5 <<<"$out")"
+fi
+
 # psgraph train --model inception3 is the same run
 check 0 '"bench":"inception3"' "$psgraph" train --model inception3 "${tiny[@]}" --steps 1 --threads 2
 [ $fails = 0 ]

@@ -43,7 +43,7 @@ PUBLIC = {
     "core": ["error", "clock", "tensor", "threadpool", "half"],
     "graph": ["graph", "op", "resource", "serialize", "device_name"],
     "ops": ["ops_array", "ops_math", "ops_nn", "ops_train", "ops_sparse", "precision", "device", "rendezvous"],
-    "runtime": ["autodiff", "optimizer", "placement", "session", "trace"],
+    "runtime": ["autodiff", "optimizer", "placement", "session", "trace", "op_profile"],
     "net": ["wire", "cluster", "curve"],
     "ps": ["task_server", "checkpoint"],
     "examples": ["data", "models", "inception3", "simulate", "tfrecord", "imagenet", "criteo", "wide_deep"],

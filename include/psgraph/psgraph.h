@@ -42,6 +42,7 @@
 #include "psgraph/dist_session.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/trace.h"
+#include "psgraph/op_profile.h"
 #include "psgraph/summary.h"
 
 #endif

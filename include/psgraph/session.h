@@ -52,6 +52,10 @@ typedef void (*psg_node_timing_fn)(void *ctx, const char *node, const char *op, 
 /* Sets (fn != NULL) or clears the timing hook of the callables of s for the
  * runs that start after this call. Off by default, and free when off. */
 void psg_session_set_node_hook(psg_session_t *s, psg_node_timing_fn fn, void *ctx);
+/* With a hook: each node on a GPU waits for its kernels before its end time is
+ * read, so the hook sees device times (a per-op profile; the steps are slower,
+ * by a synchronisation a GPU node). Off by default. */
+void psg_session_set_gpu_sync(psg_session_t *s, bool on);
 
 /* Runs every node of the graph's "init" collection. */
 int psg_session_run_init(psg_session_t *s);
