@@ -369,7 +369,6 @@ static int setup(bench_t *b) {
         printf("psgraph %s: --device gpu: %s; running on the CPU\n", b->cmd, psg_gpu_status());
         b->gpu = false;
     }
-    if (b->gpu && b->in_cluster) return psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
     if (!(b->g = psg_graph_new())) return psg_error_set("out of memory");
     /* before any node: the products of every tower and gradient are built under it */
     if (psg_graph_set_precision(b->g, o->precision) < 0) return -1;

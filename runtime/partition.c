@@ -1,5 +1,5 @@
 /* The partitioner: prunes the placed graph to one step's needs and copies
- * each node into its device's graph, in the original (topological) order,
+ * each node into its device's (or its task's) graph, in the original (topological) order,
  * putting a Send/Recv pair on every edge between devices, once per tensor
  * and destination. Not the executor: partitions run as ordinary plans. */
 #include "graph/graph_internal.h"
@@ -236,12 +236,26 @@ static int mark_needed(const psg_graph_t *g, const char *fed, int n_fetches,
     return 0;
 }
 
-/* Sorts the devices of the needed nodes into partitions and sets part_of. */
+/* The partition a placed node goes to: its device, or with by_task its task's CPU:0. */
+static void partition_key(const cutter_t *c, const psg_device_name_t *d, char *out, size_t size) {
+    psg_device_name_t k = *d;
+    if (c->opt && c->opt->by_task) {
+        snprintf(k.type, sizeof k.type, "CPU");
+        k.id = 0;
+    }
+    psg_device_name_str(&k, out, size);
+}
+
+/* Sorts the devices (or tasks) of the needed nodes into partitions and sets part_of. */
 static int make_partitions(cutter_t *c, const char *needed) {
     const psg_graph_t *g = c->g;
     int total = g->num_nodes, nd = 0;
     const char **devs = malloc(sizeof(char *) * ((size_t)total + 1));
-    if (!devs) return psg_error_set("out of memory");
+    char (*keys)[PSG_DEVICE_NAME_MAX] = c->opt && c->opt->by_task ? malloc(sizeof *keys * ((size_t)total + 1)) : NULL;
+    if (!devs || (c->opt && c->opt->by_task && !keys)) {
+        free(devs);
+        return psg_error_set("out of memory");
+    }
     for (int i = 0; i < total; i++) {
         if (!needed[i]) continue;
         const psg_node_t *n = g->nodes[i];
@@ -249,11 +263,13 @@ static int make_partitions(cutter_t *c, const char *needed) {
         if (!n->assigned_device[0] || psg_device_name_parse(n->assigned_device, &d) < 0 ||
             !psg_device_name_is_complete(&d)) {
             free(devs);
+            free(keys);
             return psg_error_set("partition: node '%s' (%s) has no complete assigned device ('%s'): "
                                  "run psg_place first",
                                  n->name, psg_node_op(n), n->assigned_device);
         }
-        devs[nd++] = n->assigned_device;
+        if (keys) partition_key(c, &d, keys[i], sizeof keys[i]);
+        devs[nd++] = keys ? keys[i] : n->assigned_device;
     }
     qsort(devs, (size_t)nd, sizeof *devs, cmp_str);
     int np = 0;
@@ -274,17 +290,19 @@ static int make_partitions(cutter_t *c, const char *needed) {
         p->graph = psg_graph_new();
         if (!p->graph) {
             free(devs);
+            free(keys);
             return -1;
         }
     }
     for (int i = 0; i < total; i++) {
         if (!needed[i]) continue;
-        const char *key = g->nodes[i]->assigned_device;
+        const char *key = keys ? keys[i] : g->nodes[i]->assigned_device;
         const char **hit = bsearch(&key, devs, (size_t)np, sizeof *devs, cmp_str);
         PSG_ASSERT(hit);
         c->part_of[i] = (int)(hit - devs);
     }
     free(devs);
+    free(keys);
     return 0;
 }
 
@@ -327,7 +345,7 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
     if (nid < 0) return -1;
     if (strcmp(psg_node_name(psg_graph_node(p->graph, nid)), n->name))
         return psg_error_set("partition: node '%s' was renamed (internal error)", n->name);
-    psg_graph_set_assigned_device(p->graph, nid, p->device);
+    psg_graph_set_assigned_device(p->graph, nid, c->opt && c->opt->by_task ? n->assigned_device : p->device);
     c->copy_of[id] = nid;
     return 0;
 }

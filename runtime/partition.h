@@ -38,6 +38,10 @@ typedef struct {
     /* the incarnation of a sending device, put into its keys; NULL: 0 */
     uint64_t (*incarnation)(void *ctx, const char *device);
     void *ctx;
+    /* one partition per task (a process runs one a step), not per device: its nodes keep
+     * their own devices (the executor copies between a task's CPU and GPUs), its device
+     * is the task's CPU:0, where its Sends and Recvs run */
+    bool by_task;
 } psg_partition_options_t;
 
 /* Cuts g (placed: every needed node has a complete assigned device; g is

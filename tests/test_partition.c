@@ -389,6 +389,61 @@ static void test_partitioned_training_matches(void) {
     psg_replica_setter_destroy(&s);
 }
 
+/* One partition a task (by_task, the worker's distributed session): a worker whose nodes
+ * sit on its CPU:0 and CPU:1 (towers) gets one partition, each node keeping its device,
+ * no Send/Recv between them; only the edge to the ps is cut. The result is the whole
+ * graph's; per device (the default) the worker's two devices are two partitions. */
+static void test_by_task_keeps_a_tasks_devices(void) {
+    psg_graph_t *g = psg_graph_new();
+    const char *w0 = "/job:worker/replica:0/task:0/device:CPU:0", *w1 = "/job:worker/replica:0/task:0/device:CPU:1";
+    psg_graph_push_device(g, w0);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){0, {0}});
+    psg_tensor_t *two = psg_tensor_scalar_f32(2), *one = psg_tensor_scalar_f32(1), *three = psg_tensor_scalar_f32(3);
+    psg_endpoint_t k1 = psg_const(g, "one", &one);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, w1);
+    psg_endpoint_t a = psg_mul(g, "a", x, psg_const(g, "two", &two));
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, w0);
+    psg_endpoint_t b = psg_add(g, "b", a, k1);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, "/job:ps/replica:0/task:0/device:CPU:0");
+    psg_endpoint_t c = psg_mul(g, "c", b, psg_const(g, "three", &three));
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, NULL) == 0);
+    psg_endpoint_t fetches[2] = {c, a};
+    psg_partition_set_t *per_device = psg_partition_graph(g, 1, &x, 2, fetches, 0, NULL, NULL);
+    psg_partition_options_t opt = {.by_task = true};
+    psg_partition_set_t *set = psg_partition_graph(g, 1, &x, 2, fetches, 0, NULL, &opt);
+    CHECK(per_device && set);
+    if (!per_device || !set) goto out;
+    CHECK(per_device->num_partitions == 3);
+    CHECK(set->num_partitions == 2);
+    int kw = psg_partition_set_find(set, "/job:worker/task:0"), kp = psg_partition_set_find(set, "/job:ps/task:0");
+    CHECK(kw >= 0 && kp >= 0);
+    if (kw < 0 || kp < 0) goto out;
+    const psg_graph_t *wg = set->partitions[kw].graph;
+    CHECK(!strcmp(set->partitions[kw].device, w0));
+    CHECK(!strcmp(psg_node_assigned_device(psg_graph_node(wg, psg_graph_find(wg, "a"))), w1));
+    CHECK(!strcmp(psg_node_assigned_device(psg_graph_node(wg, psg_graph_find(wg, "b"))), w0));
+    CHECK(count_recvs_of(wg, "a:0") == 0 && set->partitions[kw].num_recvs == 0);
+    CHECK(count_recvs_of(set->partitions[kp].graph, "b:0") == 1);
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    psg_tensor_t *xv = psg_tensor_scalar_f32(5), *out[2] = {0};
+    CHECK(run_set(set, &cl, rv, 1, &xv, out, 1, NULL) == 0);
+    CHECK(out[0] && out[1] && psg_tensor_f32(out[0])[0] == 33.0f && psg_tensor_f32(out[1])[0] == 10.0f);
+    psg_tensor_destroy(&out[0]);
+    psg_tensor_destroy(&out[1]);
+    psg_tensor_destroy(&xv);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+out:
+    psg_partition_set_destroy(&per_device);
+    psg_partition_set_destroy(&set);
+    psg_graph_destroy(&g);
+}
+
 /* v on ps 0, its read sent to the worker, which fetches v + v. */
 static psg_graph_t *build_small(psg_endpoint_t *fetch) {
     psg_graph_t *g = psg_graph_new();
@@ -811,6 +866,7 @@ int main(void) {
     RUN_TEST(test_rendezvous_destroy_fails_waiters);
     RUN_TEST(test_partitioned_model_matches);
     RUN_TEST(test_partitioned_training_matches);
+    RUN_TEST(test_by_task_keeps_a_tasks_devices);
     RUN_TEST(test_recv_timeout_names_the_key);
     RUN_TEST(test_failed_partition_aborts_the_step);
     RUN_TEST(test_partition_errors);

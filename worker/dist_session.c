@@ -5,6 +5,7 @@
 #include "psgraph/dist_session.h"
 
 #include "ps/client.h"
+#include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -184,24 +185,6 @@ void psg_dist_session_destroy(psg_dist_session_t **sp) {
     free(s);
 }
 
-/* Towers on logical CPU devices ("/device:CPU:k") of this task share its host memory and
- * kernels: they run as one partition on its CPU:0 (a task runs one partition a step). */
-static int merge_logical_cpus(psg_dist_session_t *s) {
-    for (int i = 0; i < psg_graph_num_nodes(s->g); i++) {
-        const char *a = psg_node_assigned_device(psg_graph_node(s->g, i));
-        psg_device_name_t d;
-        char task[PSG_DEVICE_NAME_MAX], dev[PSG_DEVICE_NAME_MAX];
-        if (!a || !a[0] || psg_device_name_parse(a, &d) < 0) continue;
-        if (strcmp(d.type, "CPU") || d.id == 0) continue;
-        psg_device_name_task_str(&d, task, sizeof task);
-        if (strcmp(task, s->task)) continue;
-        d.id = 0;
-        if (psg_graph_set_assigned_device(s->g, i, psg_device_name_str(&d, dev, sizeof dev)) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 static int place(psg_dist_session_t *s) {
     if (psg_graph_num_nodes(s->g) == s->placed_nodes) return 0;
     int nj = psg_cluster_num_jobs(s->cluster);
@@ -210,11 +193,14 @@ static int place(psg_dist_session_t *s) {
     for (int i = 0; i < nj; i++) {
         jobs[i].name = psg_cluster_job(s->cluster, i);
         jobs[i].num_tasks = psg_cluster_num_tasks(s->cluster, jobs[i].name);
-        jobs[i].num_gpus = 0;
+        /* a worker's towers may ask for this process's GPUs (every worker has as many);
+         * the ps tasks' variables and updates stay on their CPUs */
+        jobs[i].num_gpus = strcmp(jobs[i].name, "ps") ? psg_gpu_count() : 0;
     }
-    psg_placement_options_t po = {.default_device = s->device, .num_jobs = nj, .jobs = jobs,
-                                  .ps_memory_limit = s->ps_memory_limit};
-    if (psg_place(s->g, &po) < 0 || merge_logical_cpus(s) < 0) return -1;
+    /* a GPU tower's op without a CUDA kernel runs on the task's CPU, as in one process */
+    psg_placement_options_t po = {.default_device = s->device, .allow_soft_placement = true, .num_jobs = nj,
+                                  .jobs = jobs, .ps_memory_limit = s->ps_memory_limit};
+    if (psg_place(s->g, &po) < 0) return -1;
     s->placed_nodes = psg_graph_num_nodes(s->g);
     return 0;
 }
@@ -323,7 +309,10 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     if (n_targets) memcpy(c->targets, targets, (size_t)n_targets * sizeof *targets);
     int n_run = 0, *run_targets = expand_groups(s->g, n_targets, targets, &n_run);
     if (!run_targets) goto fail;
-    c->set = psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_run, run_targets, NULL);
+    /* one partition a task: a worker's towers on its logical CPUs or its GPUs run in its
+     * one partition, the executor copying between its devices */
+    psg_partition_options_t popt = {.by_task = true};
+    c->set = psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_run, run_targets, &popt);
     free(run_targets);
     if (!c->set) goto fail;
     int np = c->set->num_partitions;
@@ -338,12 +327,6 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     c->local = -1;
     for (int k = 0; k < np; k++) {
         const psg_partition_t *p = &c->set->partitions[k];
-        for (int j = 0; j < k; j++)
-            if (!strcmp(c->set->partitions[j].task, p->task)) {
-                psg_error_set("task %s has partitions on two devices (%s, %s): one device per "
-                              "task is supported", p->task, c->set->partitions[j].device, p->device);
-                goto fail;
-            }
         if (!strcmp(p->task, s->task)) {
             c->runs[k].peer = -1;
             c->local = k;

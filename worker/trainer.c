@@ -261,7 +261,6 @@ static int setup(trainer_t *t) {
         fprintf(t->out, "psgraph train: --device gpu: %s; running on the CPU\n", psg_gpu_status());
         t->gpu = false;
     }
-    if (t->gpu && t->w.cluster) return psg_error_set("--device gpu in a cluster: %s", PSG_TOWERS_CLUSTER_GPU);
     return 0;
 }
 

@@ -12,13 +12,6 @@
 
 #define PSG_MAX_TOWERS 16
 
-/* Why a cluster's worker refuses GPU towers, for its error message: its
- * distributed session runs one partition a task, and logical CPU devices
- * are the only ones it can merge into one. */
-#define PSG_TOWERS_CLUSTER_GPU                                                                     \
-    "a worker's towers run on its logical CPU devices for now (the distributed session "           \
-    "runs one partition a task; GPU towers need one per GPU)"
-
 typedef enum {
     PSG_TOWERS_CPU = 0, /* tower k on "/device:CPU:k": host memory, CPU kernels */
     PSG_TOWERS_GPU,     /* tower k on "/device:GPU:k" */
