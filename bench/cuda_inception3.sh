@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Inception-v3 on one GPU, issue 19's numbers, one JSON line each:
+#  - psgraph at batch B (default 128), f32 and mixed (bf16 products), beside torchvision's
+#    Inception-v3 in PyTorch in the same run (cuDNN benchmark mode, TF32 off; autocast to
+#    bf16), both on plain SGD at lr 0.01 and random 299x299 input, with the ratio;
+#  - a cluster of 1 ps + 1 GPU worker on this machine beside one process (f32);
+#  - where an f32 step's time goes (`--op-profile`: a line an op type, then the total).
+#   bench/cuda_inception3.sh [batch] [steps]
+# Without a GPU it prints one "skipped" line and exits 0; without torch with CUDA the peer
+# is skipped with a note.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+batch=${1:-128}
+steps=${2:-20}
+bash tools/build.sh build || exit 1
+if build/bench/bench_cuda_gemm 0 | grep -q skipped; then
+  build/bench/bench_cuda_gemm 0 | sed 's/"cuda_gemm"/"cuda_inception3"/'
+  exit 0
+fi
+py=${PSG_PEER_PYTHON:-python3}
+have_torch=0
+$py -c 'import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && have_torch=1
+[ $have_torch = 1 ] || echo '{"bench":"cuda_inception3","note":"torch and torchvision with CUDA are missing: peer skipped"}'
+
+torch_peer() { # batch steps precision -> images/sec
+  $py - "$@" <<'PY'
+import sys, time, torch, torchvision
+batch, steps, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+half = torch.bfloat16 if precision == "mixed" else None
+torch.backends.cudnn.benchmark = True
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = torch.device("cuda")
+net = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=True).to(dev)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+x = torch.rand(batch, 3, 299, 299, device=dev)
+y = torch.randint(0, 1000, (batch,), device=dev)
+for i in range(steps + 5):
+    if i == 5:
+        torch.cuda.synchronize(); t0 = time.time()
+    opt.zero_grad()
+    with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+    loss.backward()
+    opt.step()
+    loss.item()
+torch.cuda.synchronize()
+print(steps * batch / (time.time() - t0))
+PY
+}
+
+ours() { # extra options... -> the bench's final JSON line
+  build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 5 --steps "$steps" \
+    --optimizer sgd --log-every 1000000 "$@" 2>&1 | grep '^{"bench":"inception3"' | tail -1
+}
+
+report() { # name ours-line theirs-images/sec
+  NAME="$1" OURS="$2" THEIRS="$3" python3 - <<'PY'
+import json, os
+o = json.loads(os.environ["OURS"]) if os.environ["OURS"] else {}
+out = {"bench": "cuda_inception3", "what": os.environ["NAME"], "batch": o.get("batch"),
+       "precision": o.get("precision"), "psgraph_images_per_sec": o.get("images_per_sec"),
+       "step_ms_median": o.get("step_ms_median")}
+if os.environ["THEIRS"]:
+    out["other_images_per_sec"] = float(os.environ["THEIRS"])
+    if o.get("images_per_sec"):
+        out["ratio"] = round(o["images_per_sec"] / out["other_images_per_sec"], 3)
+print(json.dumps(out))
+PY
+}
+
+for precision in f32 mixed; do
+  line=$(ours --precision "$precision")
+  theirs=""
+  [ $have_torch = 1 ] && theirs=$(torch_peer "$batch" "$steps" "$precision" 2>/dev/null | tail -1)
+  report "one process vs torch ($precision)" "$line" "$theirs"
+done
+
+# the cluster path on a real GPU: 1 ps + 1 GPU worker beside one process (target >= 0.9)
+single=$(ours --precision f32)
+cluster=$(ours --precision f32 --ps 1 --workers 1)
+report "1 ps + 1 GPU worker vs one process" "$cluster" \
+  "$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["images_per_sec"])' "$single" 2>/dev/null)"
+
+# where an f32 step's time goes
+build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 3 --steps 3 --optimizer sgd \
+  --log-every 1000000 --op-profile 2>&1 | grep '^{"op_profile"'
