@@ -2,18 +2,31 @@
 #include "tests/testutil.h"
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+/* A port the kernel found free, never one this process was given before: the port is
+ * free again once its probe socket closes, so a test that asks for many (jobs of several
+ * tasks each, bound later by other processes) could be given one twice. */
 int psg_test_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    PSG_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-               getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    static unsigned char given[65536 / 8];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        PSG_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                   getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+        close(fd);
+        int port = ntohs(a.sin_port);
+        pthread_mutex_lock(&lock);
+        bool fresh = !(given[port / 8] & (1u << (port % 8)));
+        given[port / 8] |= (unsigned char)(1u << (port % 8));
+        pthread_mutex_unlock(&lock);
+        if (fresh) return port;
+    }
 }
 
 double psg_test_now_sec(void) {
