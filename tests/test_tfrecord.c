@@ -327,6 +327,136 @@ static void test_corrupt_records_are_skipped(void) {
     CHECK_ERROR_HAS("/nonexistent/imagenet");
 }
 
+/* The index as first written, over bytes in memory: the length CRC computed afresh at every
+ * byte offset of a resync. The reader's rolled CRC must find the same records and report the
+ * same problems, in the same words, at the same bytes. */
+static int reference_index(const uint8_t *b, int64_t size, const char *path, int64_t *offs, int64_t *n,
+                           reports_t *rep) {
+    int64_t off = 0;
+    int problems = 0;
+    bool resyncing = false;
+    char msg[1024];
+    *n = 0;
+    while (off + 12 <= size) {
+        const uint8_t *h = b + off;
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--) len = len << 8 | h[i];
+        uint32_t want = (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+        if (psg_crc32c_mask(psg_crc32c(0, h, 8)) != want) {
+            if (!resyncing) {
+                snprintf(msg, sizeof msg, "%s: byte %lld: corrupt record header (length CRC mismatch): skipping to the next valid header", path, (long long)off);
+                on_report(rep, msg);
+                problems++;
+                resyncing = true;
+            }
+            off++;
+            continue;
+        }
+        if (size - off < 16 || len > (uint64_t)(size - off - 16)) {
+            snprintf(msg, sizeof msg, "%s: byte %lld: record runs past the end of the file (truncated): skipped", path, (long long)off);
+            on_report(rep, msg);
+            problems++;
+            break;
+        }
+        resyncing = false;
+        offs[(*n)++] = off;
+        off += 16 + (int64_t)len;
+    }
+    if (off < size && off + 12 > size && !resyncing) {
+        snprintf(msg, sizeof msg, "%s: byte %lld: trailing bytes shorter than a record header: ignored", path, (long long)off);
+        on_report(rep, msg);
+        problems++;
+    }
+    return problems;
+}
+
+/* A record header of length len at p: 8 bytes of length, their masked CRC. */
+static void put_header(uint8_t *p, uint64_t len) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(len >> (8 * i));
+    uint32_t c = psg_crc32c_mask(psg_crc32c(0, p, 8));
+    for (int i = 0; i < 4; i++) p[8 + i] = (uint8_t)(c >> (8 * i));
+}
+
+/* Indexes b (written to a file) and checks it against reference_index: same records, same
+ * problems and reports. Returns the number of records. */
+static int64_t index_like_reference(const uint8_t *b, int64_t size, const char *path) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && (size == 0 || fwrite(b, 1, (size_t)size, f) == (size_t)size));
+    if (f) fclose(f);
+    int64_t *offs = malloc((size_t)(size / 16 + 1) * sizeof *offs), want_n = 0, n = -1;
+    reports_t want = {0}, got = {0};
+    int want_rc = reference_index(b, size, path, offs, &want_n, &want);
+    psg_tfrecord_entry_t *e = NULL;
+    CHECK(psg_tfrecord_index(path, &e, &n, on_report, &got) == want_rc);
+    CHECK(n == want_n);
+    for (int64_t i = 0; i < n && i < want_n; i++) CHECK(e[i].offset == offs[i]);
+    CHECK(got.count == want.count && !strcmp(got.all, want.all));
+    free(e);
+    free(offs);
+    return want_n;
+}
+
+/* Garbage between records, headers whose CRC is broken, a CRC-valid header whose length runs
+ * past the end met while resyncing, a header straddling the 64 KiB read window: the records
+ * recovered and the reports are those of the per-offset scan. */
+static void test_resync_finds_what_a_scan_of_every_offset_finds(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/resync", dir);
+    enum { SIZE = 200000 };
+    uint8_t *b = malloc(SIZE);
+    /* records of 20 bytes, then garbage, then records again; one header's CRC broken */
+    int64_t at = 0;
+    for (int i = 0; i < 3; i++, at += 36) put_header(b + at, 20), memset(b + at + 12, 'a' + i, 24);
+    b[36 + 9] ^= 0x40; /* the second record's CRC */
+    memset(b + at, 0xee, 1000);
+    at += 1000;
+    put_header(b + at, 5), memset(b + at + 12, 'z', 9);
+    at += 21;
+    CHECK(index_like_reference(b, at, path) == 3); /* 0, 2 and the one after the garbage */
+    reports_t rep = {0};
+    psg_tfrecord_entry_t *e = NULL;
+    int64_t n = 0;
+    CHECK(psg_tfrecord_index(path, &e, &n, on_report, &rep) == 2 && n == 3);
+    CHECK(n == 3 && e[1].offset == 72 && e[2].offset == 1108);
+    free(e);
+    char want[700];
+    snprintf(want, sizeof want, "%s: byte 36: corrupt record header (length CRC mismatch)", path);
+    CHECK(strstr(rep.all, want) != NULL);
+    snprintf(want, sizeof want, "%s: byte 108: corrupt record header (length CRC mismatch)", path);
+    CHECK(strstr(rep.all, want) != NULL);
+
+    /* while resyncing, a header whose CRC holds but whose length runs past the end stops the scan */
+    memset(b, 0x11, 500);
+    put_header(b + 300, 1u << 20);
+    put_header(b + 400, 3);
+    CHECK(index_like_reference(b, 500, path) == 0);
+    rep = (reports_t){0};
+    CHECK(psg_tfrecord_index(path, &e, &n, on_report, &rep) == 2 && n == 0);
+    free(e);
+    snprintf(want, sizeof want, "%s: byte 300: record runs past the end of the file (truncated)", path);
+    CHECK(strstr(rep.all, want) != NULL);
+
+    /* garbage ending inside a header's 12 bytes; a file of garbage; files of 0 to 12 bytes */
+    CHECK(index_like_reference(b, 310, path) == 0);
+    for (int64_t k = 0; k <= 13; k++) index_like_reference(b, k, path);
+
+    /* valid records at random places in random garbage, across read windows (64 KiB), some
+     * at a window's end; and garbage of one byte value repeated */
+    srand(20);
+    for (int round = 0; round < 40; round++) {
+        int64_t size = 1000 + rand() % (SIZE - 1000);
+        for (int64_t i = 0; i < size; i++) b[i] = round % 8 == 7 ? 0x5a : (uint8_t)rand();
+        int records = rand() % 12;
+        for (int r = 0; r < records; r++) {
+            int64_t where = r == 0 ? (65536 - 14 + rand() % 6) % (size - 40) : rand() % (size - 40);
+            put_header(b + where, (uint64_t)(rand() % 24));
+        }
+        index_like_reference(b, size, path);
+    }
+    unlink(path);
+    free(b);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/psg_tfrecord_XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -338,6 +468,7 @@ int main(void) {
     RUN_TEST(test_crop);
     RUN_TEST(test_shards_read_back);
     RUN_TEST(test_corrupt_records_are_skipped);
+    RUN_TEST(test_resync_finds_what_a_scan_of_every_offset_finds);
     rmdir(dir);
     return psg_test_summary();
 }

@@ -18,7 +18,11 @@
 /* ---- CRC-32C: slicing by 8 over the reflected polynomial 0x82f63b78 ---- */
 
 static uint32_t crc_table[8][256];
+static uint32_t crc_roll_out[256]; /* crc_roll's term for the byte leaving an 8-byte window */
 static int crc_ready;
+
+/* One byte into the CRC register (no inversion). */
+static uint32_t crc_step(uint32_t reg, uint8_t byte) { return (reg >> 8) ^ crc_table[0][(reg ^ byte) & 0xff]; }
 
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -29,8 +33,23 @@ static void crc_init(void) {
     for (int t = 1; t < 8; t++)
         for (int i = 0; i < 256; i++)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+    /* The register without inversion is linear in the bytes: raw(b1..b8) = step(raw(b0..b7), b8)
+     * ^ raw(b0, 8 zeros), and the CRC of 8 bytes is raw ^ zeros8 (the CRC of 8 zero bytes). */
+    uint32_t zeros8 = ~0u;
+    for (int k = 0; k < 8; k++) zeros8 = crc_step(zeros8, 0);
+    zeros8 = ~zeros8;
+    for (int b = 0; b < 256; b++) {
+        uint32_t r = crc_step(0, (uint8_t)b);
+        for (int k = 0; k < 8; k++) r = crc_step(r, 0);
+        crc_roll_out[b] = r ^ crc_step(zeros8, 0) ^ zeros8;
+    }
     __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
 }
+
+/* The CRC-32C of the 8 bytes after `out`, from crc, the CRC of the 8 bytes starting at `out`
+ * (psg_crc32c(0, p, 8) -> psg_crc32c(0, p + 1, 8) with p[0] = out, p[8] = in): two table
+ * lookups where computing it afresh takes eight. Only after psg_crc32c has set the tables. */
+static uint32_t crc_roll(uint32_t crc, uint8_t out, uint8_t in) { return crc_step(crc, in) ^ crc_roll_out[out]; }
 
 uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n) {
     if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE)) crc_init(); /* idempotent: a race writes equal tables */
@@ -161,6 +180,33 @@ static const uint8_t *window_at(header_window_t *w, int64_t off) {
     return w->buf;
 }
 
+/* Moves *off (a header whose length CRC failed) to the next offset whose 8 bytes' masked
+ * CRC-32C matches the 4 after them, or to the first with fewer than 12 bytes left. The CRC is
+ * rolled along a byte at a time through the window rather than computed afresh at each offset;
+ * it finds the offsets the per-offset check finds. -1 when a read fails (*off: where). */
+static int next_valid_header(header_window_t *w, int64_t *off, int64_t size) {
+    int64_t at = *off + 1;
+    while (at + 12 <= size) {
+        const uint8_t *first = window_at(w, at);
+        if (!first) {
+            *off = at;
+            return -1;
+        }
+        int64_t end = w->start + (int64_t)w->len < size ? w->start + (int64_t)w->len : size;
+        const uint8_t *p = first, *last = first + (end - 12 - at); /* the window's last header */
+        uint32_t crc = psg_crc32c(0, p, 8);
+        while (psg_crc32c_mask(crc) != get_u32(p + 8) && p != last) {
+            crc = crc_roll(crc, p[0], p[8]);
+            p++;
+        }
+        at += p - first;
+        if (p != last || psg_crc32c_mask(crc) == get_u32(p + 8)) break;
+        at++;
+    }
+    *off = at;
+    return 0;
+}
+
 int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entries, int64_t *n,
                           psg_report_fn fn, void *ctx) {
     *entries = NULL;
@@ -184,14 +230,15 @@ int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entri
             return psg_error_set("%s: byte %lld: read failed", path, (long long)off);
         }
         uint64_t len = get_u64(head);
-        bool ok = psg_crc32c_mask(psg_crc32c(0, head, 8)) == get_u32(head + 8);
-        if (!ok) {
-            if (!resyncing) {
-                report(fn, ctx, path, off, "corrupt record header (length CRC mismatch): skipping to the next valid header");
-                problems++;
-                resyncing = true;
+        if (psg_crc32c_mask(psg_crc32c(0, head, 8)) != get_u32(head + 8)) {
+            report(fn, ctx, path, off, "corrupt record header (length CRC mismatch): skipping to the next valid header");
+            problems++;
+            resyncing = true;
+            if (next_valid_header(w, &off, size) < 0) {
+                free(v);
+                free(w);
+                return psg_error_set("%s: byte %lld: read failed", path, (long long)off);
             }
-            off++;
             continue;
         }
         if (size - off < 16 || len > (uint64_t)(size - off - 16)) {
