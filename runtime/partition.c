@@ -21,6 +21,7 @@ typedef struct {
     psg_partition_set_t *set;
     int *part_of; /* original id -> partition, -1 when not needed */
     int *copy_of; /* original id -> id in its partition's graph */
+    int *canon;   /* by_task: original id -> the node that stands for it (a read's twin) */
     edge_slot_t *edges;
     int num_edges, cap_edges; /* open addressing, cap a power of 2 */
 } cutter_t;
@@ -306,6 +307,39 @@ static int make_partitions(cutter_t *c, const char *needed) {
     return 0;
 }
 
+static int canon_of(const cutter_t *c, int id) { return c->canon ? c->canon[id] : id; }
+
+/* By task: the reads of one variable with no control input are one read (the first), so
+ * a worker's towers pull each variable once a step, not once a tower. Reads with nothing
+ * ordering them may run in any order anyway; a read ordered by a control input is kept.
+ * Twins leave `needed`; canon maps each to its first. */
+static int merge_read_twins(cutter_t *c, char *needed, const char *fed) {
+    const psg_graph_t *g = c->g;
+    int total = g->num_nodes, *first = malloc(sizeof(int) * ((size_t)total + 1));
+    c->canon = malloc(sizeof(int) * ((size_t)total + 1));
+    if (!first || !c->canon) {
+        free(first);
+        return psg_error_set("out of memory");
+    }
+    for (int i = 0; i < total; i++) c->canon[i] = i, first[i] = -1;
+    for (int i = 0; i < total; i++) {
+        const psg_node_t *n = g->nodes[i];
+        if (!needed[i] || fed[i] || n->num_inputs != 1 || n->num_controls || strcmp(psg_node_op(n), "ReadVariable") ||
+            n->inputs[0].index != 0)
+            continue;
+        int h = n->inputs[0].node, f = first[h];
+        if (f < 0) {
+            first[h] = i;
+        } else if (!strcmp(g->nodes[f]->assigned_device, n->assigned_device) &&
+                   n->out_dtypes[0] == g->nodes[f]->out_dtypes[0]) {
+            c->canon[i] = f;
+            needed[i] = 0;
+        }
+    }
+    free(first);
+    return 0;
+}
+
 /* Copies needed node id into its partition (a fed node as a placeholder). */
 static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
     const psg_node_t *n = c->g->nodes[id];
@@ -324,17 +358,18 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
         int ins[n->num_inputs + 1], ctl[n->num_controls + 1];
         for (int i = 0; i < n->num_inputs; i++) {
             psg_endpoint_t e = n->inputs[i];
+            e.node = canon_of(c, e.node);
             ins[i] = c->part_of[e.node] == pi ? c->copy_of[e.node] : recv_of(c, e.node, e.index, pi, target_caps);
             if (ins[i] < 0) return -1;
         }
         for (int i = 0; i < n->num_controls; i++) {
-            int dep = n->controls[i];
+            int dep = canon_of(c, n->controls[i]);
             ctl[i] = c->part_of[dep] == pi ? c->copy_of[dep] : recv_of(c, dep, -1, pi, target_caps);
             if (ctl[i] < 0) return -1;
         }
         b = psg_node_begin(p->graph, psg_node_op(n), n->name);
         for (int i = 0; i < n->num_inputs; i++) {
-            bool local = c->part_of[n->inputs[i].node] == pi;
+            bool local = c->part_of[canon_of(c, n->inputs[i].node)] == pi;
             psg_node_add_input(b, (psg_endpoint_t){ins[i], local ? n->inputs[i].index : 0});
         }
         for (int i = 0; i < n->num_controls; i++) psg_node_add_control(b, ctl[i]);
@@ -379,6 +414,7 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
         fed[feeds[i].node] = 1;
     }
     if (mark_needed(g, fed, n_fetches, fetches, n_targets, targets, needed) < 0) goto fail;
+    if (opt && opt->by_task && merge_read_twins(&c, needed, fed) < 0) goto fail;
     if (make_partitions(&c, needed) < 0) goto fail;
     int np = c.set->num_partitions;
     target_caps = calloc((size_t)np + 1, sizeof(int));
@@ -405,7 +441,7 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
         p->feed_index[p->num_feeds++] = i;
     }
     for (int i = 0; i < n_fetches; i++) {
-        int id = fetches[i].node, pi = c.part_of[id];
+        int id = canon_of(&c, fetches[i].node), pi = c.part_of[id];
         psg_partition_t *p = &c.set->partitions[pi];
         p->fetches = xgrow(p->fetches, &fetch_caps[pi], p->num_fetches + 1, sizeof *p->fetches);
         p->fetch_index = realloc(p->fetch_index, sizeof(int) * (size_t)fetch_caps[pi]);
@@ -414,8 +450,8 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
         p->fetch_index[p->num_fetches++] = i;
     }
     for (int i = 0; i < n_targets; i++) {
-        int pi = c.part_of[targets[i]];
-        add_target(&c.set->partitions[pi], &target_caps[pi], c.copy_of[targets[i]]);
+        int t = canon_of(&c, targets[i]), pi = c.part_of[t];
+        add_target(&c.set->partitions[pi], &target_caps[pi], c.copy_of[t]);
     }
     goto done;
 fail:
@@ -425,6 +461,7 @@ done:
     free(needed);
     free(c.part_of);
     free(c.copy_of);
+    free(c.canon);
     free(c.edges);
     free(target_caps);
     free(fetch_caps);

@@ -389,6 +389,16 @@ static void test_partitioned_training_matches(void) {
     psg_replica_setter_destroy(&s);
 }
 
+/* Runs set for `step` and checks its two scalar fetches. */
+static void expect_two_fetches(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_t *rv, int64_t step,
+                               psg_tensor_t *const *feeds, float want0, float want1) {
+    psg_tensor_t *out[2] = {0};
+    CHECK(run_set(set, cl, rv, step, feeds, out, 1, NULL) == 0);
+    CHECK(out[0] && out[1] && psg_tensor_f32(out[0])[0] == want0 && psg_tensor_f32(out[1])[0] == want1);
+    psg_tensor_destroy(&out[0]);
+    psg_tensor_destroy(&out[1]);
+}
+
 /* One partition a task (by_task, the worker's distributed session): a worker whose nodes
  * sit on its CPU:0 and CPU:1 (towers) gets one partition, each node keeping its device,
  * no Send/Recv between them; only the edge to the ps is cut. The result is the whole
@@ -430,12 +440,59 @@ static void test_by_task_keeps_a_tasks_devices(void) {
     CHECK(count_recvs_of(set->partitions[kp].graph, "b:0") == 1);
     fake_cluster_t cl = {0};
     psg_rendezvous_t *rv = psg_rendezvous_new(10000);
-    psg_tensor_t *xv = psg_tensor_scalar_f32(5), *out[2] = {0};
-    CHECK(run_set(set, &cl, rv, 1, &xv, out, 1, NULL) == 0);
-    CHECK(out[0] && out[1] && psg_tensor_f32(out[0])[0] == 33.0f && psg_tensor_f32(out[1])[0] == 10.0f);
-    psg_tensor_destroy(&out[0]);
-    psg_tensor_destroy(&out[1]);
+    psg_tensor_t *xv = psg_tensor_scalar_f32(5);
+    expect_two_fetches(set, &cl, rv, 1, &xv, 33.0f, 10.0f);
     psg_tensor_destroy(&xv);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+out:
+    psg_partition_set_destroy(&per_device);
+    psg_partition_set_destroy(&set);
+    psg_graph_destroy(&g);
+}
+
+/* By task, the reads of one variable on the ps (a read a tower) are one read: the worker's
+ * partition receives its value once and both consumers use it; a read ordered by a control
+ * input stays its own. Per device, each read is received. */
+static void test_by_task_reads_a_variable_once(void) {
+    psg_graph_t *g = psg_graph_new();
+    const char *ps = "/job:ps/replica:0/task:0/device:CPU:0", *w0 = "/job:worker/replica:0/task:0/device:CPU:0",
+               *w1 = "/job:worker/replica:0/task:0/device:CPU:1";
+    psg_shape_t one = {0, {0}};
+    psg_graph_push_device(g, ps);
+    psg_endpoint_t v = psg_variable(g, "v", PSG_DT_F32, &one, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t r0 = psg_read_variable(g, "tower_0/read", v), r1 = psg_read_variable(g, "tower_1/read", v);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, w0);
+    psg_endpoint_t a = psg_add(g, "a", r0, r0);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, w1);
+    psg_endpoint_t b = psg_mul(g, "b", r1, r1);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, NULL) == 0);
+    psg_endpoint_t fetches[2] = {a, b};
+    psg_partition_options_t opt = {.by_task = true};
+    psg_partition_set_t *per_device = psg_partition_graph(g, 0, NULL, 2, fetches, 0, NULL, NULL);
+    psg_partition_set_t *set = psg_partition_graph(g, 0, NULL, 2, fetches, 0, NULL, &opt);
+    CHECK(per_device && set && set->num_partitions == 2);
+    if (!per_device || !set || set->num_partitions != 2) goto out;
+    int kw = psg_partition_set_find(set, "/job:worker/task:0"), kp = psg_partition_set_find(set, "/job:ps/task:0");
+    CHECK(kw >= 0 && kp >= 0);
+    if (kw < 0 || kp < 0) goto out;
+    CHECK(set->partitions[kw].num_recvs == 1 && set->partitions[kp].num_sends == 1);
+    CHECK(psg_graph_find(set->partitions[kp].graph, "tower_1/read") < 0);
+    int recvs = 0;
+    for (int k = 0; k < per_device->num_partitions; k++) recvs += per_device->partitions[k].num_recvs;
+    CHECK(recvs == 2);
+    /* the values: v = 1, a = 2, b = 1 */
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    int n_init;
+    const int *init = psg_graph_collection(g, "init", &n_init);
+    psg_partition_set_t *init_set = psg_partition_graph(g, 0, NULL, 0, NULL, n_init, init, &opt);
+    CHECK(init_set && run_set(init_set, &cl, rv, 1, NULL, NULL, 1, NULL) == 0);
+    expect_two_fetches(set, &cl, rv, 2, NULL, 2.0f, 1.0f);
+    psg_partition_set_destroy(&init_set);
     psg_rendezvous_destroy(&rv);
     fake_cluster_free(&cl);
 out:
@@ -867,6 +924,7 @@ int main(void) {
     RUN_TEST(test_partitioned_model_matches);
     RUN_TEST(test_partitioned_training_matches);
     RUN_TEST(test_by_task_keeps_a_tasks_devices);
+    RUN_TEST(test_by_task_reads_a_variable_once);
     RUN_TEST(test_recv_timeout_names_the_key);
     RUN_TEST(test_failed_partition_aborts_the_step);
     RUN_TEST(test_partition_errors);

@@ -447,9 +447,15 @@ static void test_equivalence(void) {
         dump_logs(&t);
         dump_logs(&b);
     }
-    char *lt = job_log(&t, 0);
+    char *lt = job_log(&t, 0), *la = job_log(&a, 0);
     CHECK(strstr(lt, "2 CPU towers") != NULL);
+    /* a worker's towers pull each variable once a step, as one tower does (not twice) */
+    long long pull_t = field(lt, "{\"event\":\"done\"", "pull_bytes_per_step"),
+              pull_a = field(la, "{\"event\":\"done\"", "pull_bytes_per_step");
+    printf("  bytes pulled a step: 2 towers %lld, 1 tower %lld\n", pull_t, pull_a);
+    CHECK(pull_a > 0 && pull_t == pull_a);
     free(lt);
+    free(la);
     CHECK(compare_variables(&a, &b, "2 workers x 1 tower") <= 1e-5);
     CHECK(compare_variables(&t, &b, "2 workers x 2 CPU towers") <= 1e-5);
     job_stop(&a);
