@@ -30,7 +30,7 @@ int psg_cmd_data(int argc, char **argv) {
     long long rows = 0;
     unsigned long long seed = 1;
     const char *out = NULL;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { /* each option and its value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (!v) {
@@ -50,7 +50,6 @@ int psg_cmd_data(int argc, char **argv) {
             fprintf(stderr, "psgraph data ctr: %s: '%s' is not a number\n", a, v);
             return 2;
         }
-        i++;
     }
     if (rows < 10 || !out) {
         fprintf(stderr, "psgraph data ctr: needs --rows N (N >= 10) and --out FILE\n");

@@ -205,8 +205,8 @@ static int load_allow_list(psg_curve_keys_t *k) {
         /* the file's NAME, as keygen writes it; a name keygen would refuse: the key itself */
         char *name = k->names[k->nallowed], stem[256];
         snprintf(stem, sizeof stem, "%.*s", (int)(n - 4), e->d_name);
-        if (valid_name(stem))
-            snprintf(name, PSG_CURVE_NAME_MAX, "%s", stem);
+        if (valid_name(stem)) /* shorter than PSG_CURVE_NAME_MAX */
+            memcpy(name, stem, strlen(stem) + 1);
         else
             zmq_z85_encode(name, k->allowed[k->nallowed], PSG_CURVE_KEY_BYTES);
         k->nallowed++;

@@ -181,9 +181,9 @@ static void test_png(void) {
     uint8_t px[7 * 5 * 4];
     for (int i = 0; i < w * h * 4; i++) px[i] = (uint8_t)(i * 37 + 11);
     for (int ch = 1; ch <= 4; ch++) {
-        uint8_t *png, *rgb;
-        size_t n;
-        int ow, oh;
+        uint8_t *png = NULL, *rgb = NULL;
+        size_t n = 0;
+        int ow = 0, oh = 0;
         CHECK(psg_png_encode(px, w, h, ch, &png, &n) == 0);
         CHECK(psg_png_is(png, n) && psg_image_decode(png, n, &rgb, &ow, &oh) == 0);
         CHECK(ow == w && oh == h);
