@@ -97,4 +97,16 @@ else
 fi
 rm -rf "$cmpdir"
 
+# psgraph data ctr: its JSON line parses even when the held-out rows are all of one label
+# (20 rows, seed 3: 2 held out, no click; the planted AUC is null, not NaN)
+ctrdir=$(mktemp -d /tmp/psg_test_cli_ctr.XXXXXX)
+line=$("$psgraph" data ctr --rows 20 --seed 3 --out "$ctrdir/c.tsv" 2>&1 | tail -1)
+if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["rows"] == 20 and d["planted_auc"] is None' "$line"; then
+  echo "ok   psgraph data ctr --rows 20: valid JSON, planted_auc null"
+else
+  echo "FAIL: psgraph data ctr --rows 20: $line"
+  fails=$((fails + 1))
+fi
+rm -rf "$ctrdir"
+
 [ $fails = 0 ]

@@ -198,10 +198,12 @@ int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out,
     if (rc == 0) {
         double auc = psg_auc(p, y, held);
         if (planted_auc) *planted_auc = auc;
+        char auc_s[32] = "null"; /* no AUC when the held-out rows are all of one label (JSON has no NaN) */
+        if (isfinite(auc)) snprintf(auc_s, sizeof auc_s, "%.4f", auc);
         if (out)
             fprintf(out, "{\"event\":\"ctr_data\",\"file\":\"%s\",\"rows\":%lld,\"seed\":%llu,\"click_rate\":%.4f,"
-                         "\"held_out_rows\":%lld,\"planted_auc\":%.4f,\"planted_logloss\":%.4f}\n",
-                    path, (long long)rows, (unsigned long long)seed, clicks / (double)rows, (long long)held, auc,
+                         "\"held_out_rows\":%lld,\"planted_auc\":%s,\"planted_logloss\":%.4f}\n",
+                    path, (long long)rows, (unsigned long long)seed, clicks / (double)rows, (long long)held, auc_s,
                     ll / (double)held);
     }
     if (p && y) zipf_free(&z);
