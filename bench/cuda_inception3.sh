@@ -23,30 +23,7 @@ $py -c 'import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() 
 [ $have_torch = 1 ] || echo '{"bench":"cuda_inception3","note":"torch and torchvision with CUDA are missing: peer skipped"}'
 
 torch_peer() { # batch steps precision -> images/sec
-  $py - "$@" <<'PY'
-import sys, time, torch, torchvision
-batch, steps, precision = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-half = torch.bfloat16 if precision == "mixed" else None
-torch.backends.cudnn.benchmark = True
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-dev = torch.device("cuda")
-net = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=True).to(dev)
-opt = torch.optim.SGD(net.parameters(), lr=0.01)
-x = torch.rand(batch, 3, 299, 299, device=dev)
-y = torch.randint(0, 1000, (batch,), device=dev)
-for i in range(steps + 5):
-    if i == 5:
-        torch.cuda.synchronize(); t0 = time.time()
-    opt.zero_grad()
-    with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-    loss.backward()
-    opt.step()
-    loss.item()
-torch.cuda.synchronize()
-print(steps * batch / (time.time() - t0))
-PY
+  $py bench/torch_cuda_peer.py inception3 "$@"
 }
 
 ours() { # extra options... -> the bench's final JSON line

@@ -29,38 +29,7 @@ have_torch=0
 [ $have_torch = 1 ] || echo '{"bench":"cuda_train","note":"python3-torch with CUDA is missing: peer skipped"}'
 
 torch_peer() { # model batch steps precision -> images/sec
-  /usr/bin/python3 - "$@" <<'PY'
-import sys, time, torch, torch.nn as nn
-model, batch, steps, precision = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-half = {"mixed": torch.bfloat16, "mixed-f16": torch.float16}.get(precision)
-dev = torch.device("cuda")
-torch.backends.cudnn.benchmark = True
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-if model == "mlp":
-    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-else:
-    net = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                        nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
-net = net.to(dev)
-opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-scaler = torch.cuda.amp.GradScaler(enabled=half == torch.float16)
-x = torch.rand(batch, 1, 28, 28, device=dev)
-y = torch.randint(0, 10, (batch,), device=dev)
-for i in range(steps + 20):
-    if i == 20:
-        torch.cuda.synchronize(); t0 = time.time()
-    opt.zero_grad()
-    with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
-        loss = nn.functional.cross_entropy(net(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-    loss.item()
-torch.cuda.synchronize()
-print(steps * batch / (time.time() - t0))
-PY
+  /usr/bin/python3 bench/torch_cuda_peer.py "$@"
 }
 
 for w in cnn mlp; do
