@@ -83,7 +83,7 @@ static peer_t *peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req, con
     for (peer_t *p = ts->peers; p; p = p->next) {
         if (key ? !strcmp(p->key, key)
                 : !p->key[0] && p->route.len == req->route.len && !memcmp(p->route.id, req->route.id, req->route.len)) {
-            if (key) peer_label(p, req->peer);
+            if (key && strcmp(p->addr, req->peer)) peer_label(p, req->peer); /* it moved */
             return p;
         }
     }

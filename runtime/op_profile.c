@@ -103,9 +103,7 @@ static double dim_of(const psg_graph_t *g, psg_endpoint_t e, int d) {
 
 double psg_node_flops(const psg_graph_t *g, const psg_node_t *n, int64_t unknown_dim) {
     const char *op = psg_node_op(n);
-    int id = psg_graph_find(g, psg_node_name(n));
-    if (id < 0) return 0;
-    psg_endpoint_t out = {id, 0};
+    psg_endpoint_t out = {psg_node_id(n), 0};
     if ((!strcmp(op, "MatMul") || !strcmp(op, "Dense")) && psg_node_num_inputs(n) >= 2) {
         bool ta = psg_node_get_bool(n, "transpose_a", false);
         double k = dim_of(g, psg_node_input(n, 0), ta ? 0 : 1), mn = numel_of(g, out, unknown_dim);

@@ -18,6 +18,7 @@ typedef struct {
 typedef struct {
     const psg_graph_t *g;
     const psg_partition_options_t *opt;
+    bool by_task; /* opt->by_task */
     psg_partition_set_t *set;
     int *part_of; /* original id -> partition, -1 when not needed */
     int *copy_of; /* original id -> id in its partition's graph */
@@ -237,13 +238,11 @@ static int mark_needed(const psg_graph_t *g, const char *fed, int n_fetches,
     return 0;
 }
 
-/* The partition a placed node goes to: its device, or with by_task its task's CPU:0. */
-static void partition_key(const cutter_t *c, const psg_device_name_t *d, char *out, size_t size) {
+/* By task, the partition a placed node goes to: its task's CPU:0. */
+static void task_key(const psg_device_name_t *d, char *out, size_t size) {
     psg_device_name_t k = *d;
-    if (c->opt && c->opt->by_task) {
-        snprintf(k.type, sizeof k.type, "CPU");
-        k.id = 0;
-    }
+    snprintf(k.type, sizeof k.type, "CPU");
+    k.id = 0;
     psg_device_name_str(&k, out, size);
 }
 
@@ -252,8 +251,8 @@ static int make_partitions(cutter_t *c, const char *needed) {
     const psg_graph_t *g = c->g;
     int total = g->num_nodes, nd = 0;
     const char **devs = malloc(sizeof(char *) * ((size_t)total + 1));
-    char (*keys)[PSG_DEVICE_NAME_MAX] = c->opt && c->opt->by_task ? malloc(sizeof *keys * ((size_t)total + 1)) : NULL;
-    if (!devs || (c->opt && c->opt->by_task && !keys)) {
+    char (*keys)[PSG_DEVICE_NAME_MAX] = c->by_task ? malloc(sizeof *keys * ((size_t)total + 1)) : NULL;
+    if (!devs || (c->by_task && !keys)) {
         free(devs);
         return psg_error_set("out of memory");
     }
@@ -269,7 +268,7 @@ static int make_partitions(cutter_t *c, const char *needed) {
                                  "run psg_place first",
                                  n->name, psg_node_op(n), n->assigned_device);
         }
-        if (keys) partition_key(c, &d, keys[i], sizeof keys[i]);
+        if (keys) task_key(&d, keys[i], sizeof keys[i]);
         devs[nd++] = keys ? keys[i] : n->assigned_device;
     }
     qsort(devs, (size_t)nd, sizeof *devs, cmp_str);
@@ -380,7 +379,7 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
     if (nid < 0) return -1;
     if (strcmp(psg_node_name(psg_graph_node(p->graph, nid)), n->name))
         return psg_error_set("partition: node '%s' was renamed (internal error)", n->name);
-    psg_graph_set_assigned_device(p->graph, nid, c->opt && c->opt->by_task ? n->assigned_device : p->device);
+    psg_graph_set_assigned_device(p->graph, nid, c->by_task ? n->assigned_device : p->device);
     c->copy_of[id] = nid;
     return 0;
 }
@@ -390,7 +389,7 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
                                          const psg_endpoint_t *fetches, int n_targets,
                                          const int *targets, const psg_partition_options_t *opt) {
     int total = g->num_nodes;
-    cutter_t c = {.g = g, .opt = opt};
+    cutter_t c = {.g = g, .opt = opt, .by_task = opt && opt->by_task};
     char *fed = calloc((size_t)total + 1, 1), *needed = calloc((size_t)total + 1, 1);
     c.set = calloc(1, sizeof *c.set);
     c.part_of = malloc(sizeof(int) * ((size_t)total + 1));
@@ -414,7 +413,7 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
         fed[feeds[i].node] = 1;
     }
     if (mark_needed(g, fed, n_fetches, fetches, n_targets, targets, needed) < 0) goto fail;
-    if (opt && opt->by_task && merge_read_twins(&c, needed, fed) < 0) goto fail;
+    if (c.by_task && merge_read_twins(&c, needed, fed) < 0) goto fail;
     if (make_partitions(&c, needed) < 0) goto fail;
     int np = c.set->num_partitions;
     target_caps = calloc((size_t)np + 1, sizeof(int));

@@ -121,6 +121,11 @@ typedef struct {
     int update_op;     /* the residuals' update, to run with each step; -1 none */
     double push_scale; /* bytes sent for each byte of the uncompressed gradients */
 } psg_sync_compressed_t;
+/* The options of the compression (sync/compress.c), for the options list of a strategy
+ * that takes --compress (async, sync). */
+#define PSG_SYNC_COMPRESS_OPTIONS                                                                  \
+    "--compress", "--compress-ratio", "--compress-min-size", "--compress-warmup",                  \
+        "--compress-warmup-ratio", "--compress-momentum"
 /* grads[i] of vars[i] (n pairs) compressed as o says (--compress): dense[i] gets the
  * gradient the ps rebuilds (grads[i] itself without compression); momentum: the
  * optimizer's, for --compress-momentum worker*. 0, or -1 with the error set. */

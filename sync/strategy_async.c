@@ -16,7 +16,7 @@ static int build_async(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     return psg_sync_staleness_pair(b->g, b->global_step, out->train_op, out);
 }
 
-static const char *const async_options[] = {"--max-staleness", "--compress", "--compress-ratio", "--compress-min-size", "--compress-warmup", "--compress-warmup-ratio", "--compress-momentum", NULL};
+static const char *const async_options[] = {"--max-staleness", PSG_SYNC_COMPRESS_OPTIONS, NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_async = {
     .name = "async",

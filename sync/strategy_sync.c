@@ -141,8 +141,8 @@ static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
     return cfg->num_workers - num_required;
 }
 
-static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", "--compress",
-                                           "--compress-ratio", "--compress-min-size", "--compress-warmup", "--compress-warmup-ratio", "--compress-momentum", NULL};
+static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", PSG_SYNC_COMPRESS_OPTIONS,
+                                           NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_sync = {
     .name = "sync",
