@@ -136,8 +136,8 @@ static int build_replica(bench_t *b) {
     tc->step_timeout_ms = o->step_timeout_ms;
     tc->steps = o->warmup + o->steps;
     tc->backup_workers = o->backups;
-    tc->stragglers = o->stragglers;
-    tc->num_stragglers = o->num_stragglers;
+    tc->stragglers = o->stragglers.v;
+    tc->num_stragglers = o->stragglers.n;
     tc->sync_opt = o->sync_opt;
     if (psg_worker_task_join(&b->w, tc, "psgraph bench inception3") < 0) return -1;
     int W = b->w.num_workers;

@@ -5,6 +5,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* A repeatable option's values, in the order given (NULL-terminated; cli/options.h). */
+#define PSG_CLI_LIST_MAX 32
+typedef struct {
+    const char *v[PSG_CLI_LIST_MAX + 1];
+    int n;
+} psg_cli_list_t;
+
 int psg_cmd_train(int argc, char **argv);
 int psg_cmd_server(int argc, char **argv);
 int psg_cmd_launch(int argc, char **argv);

@@ -5,6 +5,7 @@
  * (bounded retries). Not the ssh command line (cli/launch_ssh.c) nor Kubernetes
  * (cli/launch_k8s.c). */
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "psgraph/sync_replicas.h"
 #include "psgraph/clock.h"
 
@@ -382,117 +383,79 @@ static int merge_traces(const task_proc_t *t, int n, const char *file) {
     return parts;
 }
 
-/* The options of `psgraph launch` into *o (and the --k8s ones into kv, kn of them);
- * returns the index of CMD, 0 after --help, or -1 after printing the error. */
-static int parse_options(int argc, char **argv, psg_launch_t *o, const char **transport, const char **hosts,
-                         const char **hosts_file, int *mode, char **kv, int *kn, char **ssh_opts, int *nopts) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) return i + 1 < argc ? i + 1 : -1;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--ssh") || !strcmp(a, "--k8s")) {
-            *mode = a[2] == 's' ? 1 : 2;
-            continue;
-        }
-        if (!strcmp(a, "--keys-shared")) {
-            o->keys_shared = true;
-            continue;
-        }
-        if (i + 1 >= argc) break;
-        const char *v = argv[++i];
-        char *end;
-        long x = strtol(v, &end, 10);
-        bool ok = *v && !*end;
-        if (!strcmp(a, "--ps") && ok && x >= 0 && x <= 64) o->ps = (int)x;
-        else if (!strcmp(a, "--workers") && ok && x >= 1 && x <= 128) o->workers = (int)x;
-        else if (!strcmp(a, "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
-            o->port_base = (int)x, o->tcp = true;
-        else if (!strcmp(a, "--host")) o->host = v, o->tcp = true;
-        else if (!strcmp(a, "--keys")) o->keys = v;
-        else if (!strcmp(a, "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc"))) *transport = v;
-        else if (!strcmp(a, "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
-            o->restart = !strcmp(v, "on-failure");
-        else if (!strcmp(a, "--max-restarts") && ok && x >= 0 && x <= 1000) o->max_restarts = (int)x;
-        else if (!strcmp(a, "--allow-worker-failures") && ok && x >= 0 && x < MAX_TASKS)
-            o->worker_failures = (int)x;
-        else if (!strcmp(a, "--hosts")) *hosts = v;
-        else if (!strcmp(a, "--hosts-file")) *hosts_file = v;
-        else if (!strcmp(a, "--ssh-config")) o->ssh_config = v;
-        else if (!strcmp(a, "--ssh-option") && *nopts < 31) ssh_opts[(*nopts)++] = (char *)v;
-        else if (!strcmp(a, "--remote-bin")) o->remote_bin = v;
-        else if (*kn < 30 && (!strcmp(a, "--image") || !strcmp(a, "--namespace") || !strcmp(a, "--name") ||
-                              !strcmp(a, "--gpus-per-worker") || !strcmp(a, "--cpu") ||
-                              !strcmp(a, "--memory") || !strcmp(a, "--logdir-volume") || !strcmp(a, "--out")))
-            kv[(*kn)++] = (char *)a, kv[(*kn)++] = (char *)v;
-        else {
-            fprintf(stderr, "psgraph launch: bad option '%s %s'\n", a, v);
-            usage(stderr);
-            return -1;
-        }
-    }
-    return -1;
+/* The options of `psgraph launch` (cli/option_table.c) into *a; returns the index of CMD,
+ * 0 after --help, or -1 after printing the error. */
+static int parse_options(int argc, char **argv, psg_launch_args_t *a) {
+    int cmd_at;
+    int rc = psg_cli_parse(PSG_CLI_LAUNCH, argc, argv, 1, a, &cmd_at);
+    if (rc == 1) usage(stdout);
+    if (rc < 0) fprintf(stderr, "psgraph launch: %s\n", psg_error_message());
+    if (rc == -2) usage(stderr);
+    if (rc) return rc == 1 ? 0 : -1;
+    if (a->host) a->l.host = a->host, a->l.tcp = true;
+    if (a->l.port_base) a->l.tcp = true;
+    return cmd_at < argc ? cmd_at : -2;
 }
 
 int psg_cmd_launch(int argc, char **argv) {
-    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1", .worker_failures = -1};
-    const char *transport = NULL, *hosts = NULL, *hosts_file = NULL;
-    char *kv[32], *ssh_opts[32];
-    int mode = 0, kn = 0, nopts = 0; /* mode 0: local, 1: --ssh, 2: --k8s */
-    int cmd_at = parse_options(argc, argv, &o, &transport, &hosts, &hosts_file, &mode, kv, &kn, ssh_opts, &nopts);
+    psg_launch_args_t a = {.l = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1",
+                                 .worker_failures = -1}};
+    psg_launch_t *o = &a.l;
+    int cmd_at = parse_options(argc, argv, &a);
     if (cmd_at == 0) return 0;
-    if (o.ps < 0 || o.workers < 1 || cmd_at < 0) {
+    if (cmd_at == -1) return 2;
+    if (o->ps < 0 || o->workers < 1 || cmd_at < 0) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
         return 2;
     }
-    if ((kn && mode != 2) ||
-        ((hosts || hosts_file || nopts || o.ssh_config || o.remote_bin || o.keys_shared) && mode != 1)) {
-        fprintf(stderr, "psgraph launch: %s\n",
-                kn ? "--image, --namespace, ... go with --k8s"
-                   : "--hosts, --hosts-file, --ssh-*, --remote-bin and --keys-shared go with --ssh");
+    if (a.ssh && a.k8s) {
+        fprintf(stderr, "psgraph launch: --ssh or --k8s, not both\n");
         return 2;
     }
-    if (transport && !strcmp(transport, "ipc") && (o.tcp || mode)) {
+    if ((a.k8s_args.n && !a.k8s) || ((a.hosts || a.hosts_file || a.ssh_options.n || o->ssh_config ||
+                                      o->remote_bin || o->keys_shared) && !a.ssh)) {
+        fprintf(stderr, "psgraph launch: %s\n",
+                a.k8s_args.n ? "--image, --namespace, ... go with --k8s"
+                             : "--hosts, --hosts-file, --ssh-*, --remote-bin and --keys-shared go with --ssh");
+        return 2;
+    }
+    if (a.transport && !strcmp(a.transport, "ipc") && (o->tcp || a.ssh || a.k8s)) {
         fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base, --host, --ssh or --k8s (those are TCP's)\n");
         return 2;
     }
-    if (transport) o.tcp = !strcmp(transport, "tcp");
-    o.cmd = argv + cmd_at;
-    if (mode == 2) {
-        kv[kn] = NULL;
-        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd, o.keys);
-    }
-    if (mode == 1) {
-        if (!hosts == !hosts_file) {
+    if (a.transport) o->tcp = !strcmp(a.transport, "tcp");
+    o->cmd = argv + cmd_at;
+    if (a.k8s) return psg_launch_k8s(a.k8s_args.n, (char **)a.k8s_args.v, o->ps, o->workers, o->restart, o->cmd, o->keys);
+    if (a.ssh) {
+        if (!a.hosts == !a.hosts_file) {
             fprintf(stderr, "psgraph launch: --ssh needs --hosts H1,H2,... or --hosts-file FILE (one of them)\n");
             return 2;
         }
-        if (!(o.task_hosts = psg_launch_hosts(hosts, hosts_file, o.ps, o.workers))) return 2;
-        ssh_opts[nopts] = NULL;
-        o.ssh_options = ssh_opts;
-        o.tcp = true;
-        if (!o.port_base) o.port_base = 23000;
+        if (!(o->task_hosts = psg_launch_hosts(a.hosts, a.hosts_file, o->ps, o->workers))) return 2;
+        o->ssh_options = (char **)a.ssh_options.v;
+        o->tcp = true;
+        if (!o->port_base) o->port_base = 23000;
     }
-    int rc = psg_launch_local(&o);
-    psg_launch_hosts_free(&o.task_hosts, o.ps + o.workers);
+    int rc = psg_launch_local(o);
+    psg_launch_hosts_free(&o->task_hosts, o->ps + o->workers);
     return rc;
 }
 
 /* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
  * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
 static int backup_workers_of(char **cmd, int nworkers) {
+    static const char *const read[] = {"--sync", "--backup-workers", "--replicas-to-aggregate"};
+    psg_train_args_t t = {0}; /* the three through train's rows of the table: a bad value is not read */
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        for (size_t k = 0; k < sizeof read / sizeof *read; k++)
+            if (!strcmp(cmd[i], read[k])) psg_cli_parse_one(PSG_CLI_TRAIN, read[k], cmd[i + 1], &t);
     psg_sync_config_t c;
     psg_sync_config_defaults(&c);
-    c.variant = NULL;
+    c.variant = t.c.sync;
     c.num_workers = nworkers;
-    for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
-        if (!strcmp(cmd[i], "--sync")) c.variant = cmd[i + 1];
-        if (!strcmp(cmd[i], "--backup-workers")) c.backup_workers = atoi(cmd[i + 1]);
-        if (!strcmp(cmd[i], "--replicas-to-aggregate")) c.replicas_to_aggregate = atoi(cmd[i + 1]);
-    }
+    c.backup_workers = t.c.backup_workers;
+    c.replicas_to_aggregate = t.c.replicas_to_aggregate;
     if (!c.variant || !strcmp(c.variant, "none")) return 0;
     int n = psg_sync_lost_workers_tolerated(&c);
     return n > 0 ? n : 0;

@@ -230,15 +230,7 @@ int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, cha
         else if (!strcmp(a, "--memory")) k.memory = v;
         else if (!strcmp(a, "--logdir-volume")) k.volume = v;
         else if (!strcmp(a, "--out")) k.out = v;
-        else if (!strcmp(a, "--gpus-per-worker")) {
-            char *end;
-            long g = strtol(v, &end, 10);
-            if (!*v || *end || g < 0 || g > 64) {
-                fprintf(stderr, "psgraph launch: --gpus-per-worker: '%s' is not a count of GPUs\n", v);
-                return 2;
-            }
-            k.gpus = (int)g;
-        }
+        else if (!strcmp(a, "--gpus-per-worker")) k.gpus = atoi(v); /* 0..64: cli/option_table.c */
     }
     if (!dns_label(k.name) || !dns_label(k.ns)) {
         fprintf(stderr, "psgraph launch: --%s '%s' is not a DNS label (a-z, 0-9, '-', at most 40)\n",
