@@ -21,8 +21,8 @@ typedef struct {
     bool plain_sgd;    /* --optimizer sgd: the PyTorch peer's plain SGD, no EMA, no weight decay */
     const char *trace; /* --trace FILE: a Chrome trace of the timed steps (one process) */
     bool op_profile;   /* --op-profile: time by op type over the timed steps (one process) */
-    const char *precision; /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
-    const char *compression_name;           /* --compression (NULL: auto) */
+    const char *precision;        /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
+    const char *compression_name; /* --compression (NULL: auto) */
     psg_tfrecord_compression_t compression; /* of the ImageNet shards: auto (detected) */
     double lr;
     uint64_t seed;
@@ -30,8 +30,8 @@ typedef struct {
     const char *cluster_file, *job;
     int task;
     int64_t step_timeout_ms;
-    psg_cli_list_t stragglers; /* --straggler specs (sync/straggler.c) */
-    const char *sync;           /* --sync NAME; NULL: sync, or async for one worker and no b */
+    psg_cli_list_t stragglers;   /* --straggler specs (sync/straggler.c) */
+    const char *sync;            /* --sync NAME; NULL: sync, or async for one worker and no b */
     psg_sync_options_t sync_opt; /* the strategies' own options (sync/strategies.c) */
 } psg_bench_opts_t;
 

@@ -23,8 +23,9 @@ static int check(const psg_bench_opts_t *o) {
     bool given = o->cluster_file || getenv("TF_CONFIG"); /* run as one task of it */
     bool cluster = given || o->ps > 0 || o->workers > 1 || o->backups > 0;
     if (o->towers > o->batch)
-        return psg_error_set("--towers %d is more than --batch %d: each tower needs at least one image",
-                             o->towers, o->batch);
+        return psg_error_set(
+            "--towers %d is more than --batch %d: each tower needs at least one image", o->towers,
+            o->batch);
     if (o->cluster_file && !o->job)
         return psg_error_set("--cluster %s needs --job worker --task I", o->cluster_file);
     if (!given && (o->workers > 1 || o->backups > 0) && o->ps < 1)
@@ -34,9 +35,11 @@ static int check(const psg_bench_opts_t *o) {
             o->workers > 0 ? o->workers : 1, o->backups);
     if (cluster && o->forward_only)
         return psg_error_set("--forward-only runs in one process (a cluster trains)");
-    if (cluster && o->trace) return psg_error_set("--trace is of one process (psgraph train --trace traces a cluster)");
+    if (cluster && o->trace)
+        return psg_error_set("--trace is of one process (psgraph train --trace traces a cluster)");
     if (cluster && o->op_profile) return psg_error_set("--op-profile is of one process");
-    if (o->trace && o->op_profile) return psg_error_set("--trace and --op-profile: one at a time (both time each op)");
+    if (o->trace && o->op_profile)
+        return psg_error_set("--trace and --op-profile: one at a time (both time each op)");
     if (cluster && o->step_times)
         return psg_error_set("--step-times is of one process; psgraph simulate models the cluster");
     if (!cluster && o->stragglers.n)
@@ -47,16 +50,19 @@ static int check(const psg_bench_opts_t *o) {
 /* The values given as words (the table stores them as given): the model, the optimizer,
  * the shards' compression, the strategy. */
 static int check_words(psg_bench_opts_t *o) {
-    if (o->model && strcmp(o->model, "inception3")) return psg_error_set("only --model inception3 here");
+    if (o->model && strcmp(o->model, "inception3"))
+        return psg_error_set("only --model inception3 here");
     if (o->optimizer && strcmp(o->optimizer, "rmsprop") && strcmp(o->optimizer, "sgd"))
         return psg_error_set("--optimizer %s: rmsprop or sgd", o->optimizer);
     o->plain_sgd = o->optimizer && !strcmp(o->optimizer, "sgd");
-    if (o->compression_name && psg_tfrecord_compression_parse(o->compression_name, &o->compression) < 0)
+    if (o->compression_name &&
+        psg_tfrecord_compression_parse(o->compression_name, &o->compression) < 0)
         return psg_error_wrap("--compression");
     if (o->sync && psg_sync_strategy_check_name(o->sync) < 0) return -1;
     if (strcmp(o->data, "synthetic") && strcmp(o->data, "imagenet"))
         return psg_error_set("--data: unknown '%s' (synthetic, imagenet)", o->data);
-    if (!strcmp(o->data, "imagenet") && !o->data_dir) return psg_error_set("--data imagenet needs --data-dir");
+    if (!strcmp(o->data, "imagenet") && !o->data_dir)
+        return psg_error_set("--data imagenet needs --data-dir");
     psg_cli_list_drop(&o->stragglers, "none");
     return 0;
 }
@@ -65,9 +71,19 @@ static int check_words(psg_bench_opts_t *o) {
  * bad option. */
 static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_opts_t *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (psg_bench_opts_t){.batch = 32, .steps = 10, .warmup = 2, .image_size = 299, .classes = 1000,
-                            .threads = cores > 0 ? (int)cores : 1, .log_every = 1, .decode_threads = 2,
-                            .towers = 1, .device = "cpu", .data = "synthetic", .lr = 0.045, .seed = 1,
+    *o = (psg_bench_opts_t){.batch = 32,
+                            .steps = 10,
+                            .warmup = 2,
+                            .image_size = 299,
+                            .classes = 1000,
+                            .threads = cores > 0 ? (int)cores : 1,
+                            .log_every = 1,
+                            .decode_threads = 2,
+                            .towers = 1,
+                            .device = "cpu",
+                            .data = "synthetic",
+                            .lr = 0.045,
+                            .seed = 1,
                             .step_timeout_ms = 300000};
     psg_sync_options_defaults(&o->sync_opt);
     int rc = psg_cli_parse(PSG_CLI_BENCH, argc, argv, first, o, NULL);
@@ -112,8 +128,12 @@ static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const 
            o->ps, workers, o->backups, threads_given ? "--threads" : threads);
     fflush(stdout);
     /* b backup workers: the sync replicas can lose b of the workers and go on */
-    psg_launch_t l = {.ps = o->ps, .workers = workers, .cmd = args, .chief_json = json,
-                      .chief_json_size = sizeof json, .worker_failures = o->backups};
+    psg_launch_t l = {.ps = o->ps,
+                      .workers = workers,
+                      .cmd = args,
+                      .chief_json = json,
+                      .chief_json_size = sizeof json,
+                      .worker_failures = o->backups};
     int rc = psg_launch_local(&l);
     if (rc == 0 && json[0]) printf("%s\n", json);
     free(args);
@@ -130,7 +150,8 @@ static int dispatch(int argc, char **argv, const psg_bench_opts_t *o, const char
 
 int psg_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: psgraph bench inception3 [options] (psgraph bench inception3 --help)\n");
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: psgraph bench inception3 [options] (psgraph bench inception3 --help)\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "inception3")) {

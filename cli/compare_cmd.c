@@ -36,37 +36,46 @@ typedef struct {
 } result_t;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: psgraph compare [options] [-- more psgraph train options for every variant]\n"
-            "  --variant 'NAME [OPTIONS]'  a strategy and its options, as psgraph train's --sync NAME\n"
-            "                      OPTIONS (repeatable; default: async; sync; sync --backup-workers 1;\n"
-            "                      ssp --staleness 2; local --local-steps 4)\n"
-            "  --model M           (default mlp)      --data D (default fashion-mnist)\n"
-            "  --ps P --workers W  the local cluster of every run (default 1 ps + 4 workers)\n"
-            "  --launch-arg A      one more psgraph launch option for every run (repeatable), e.g.\n"
-            "                      --launch-arg --ssh --launch-arg --hosts-file --launch-arg F: the\n"
-            "                      cluster on hosts whose links are capped (bench/compare_hosts.sh)\n"
-            "  --straggler SPEC    the straggler model of every run (default\n"
-            "                      worker=all,dist=lognormal,median_ms=20,sigma=1; 'none': no delay)\n"
-            "  --target A          the test accuracy whose time is reported (default 0.85)\n"
-            "  --epochs E          (default 6)    --eval-every N  the chief's steps between\n"
-            "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
-            "  --outdir DIR        each variant's logdir and log under DIR (default ./compare)\n"
-            "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n");
+    fprintf(
+        f,
+        "usage: psgraph compare [options] [-- more psgraph train options for every variant]\n"
+        "  --variant 'NAME [OPTIONS]'  a strategy and its options, as psgraph train's --sync NAME\n"
+        "                      OPTIONS (repeatable; default: async; sync; sync --backup-workers 1;\n"
+        "                      ssp --staleness 2; local --local-steps 4)\n"
+        "  --model M           (default mlp)      --data D (default fashion-mnist)\n"
+        "  --ps P --workers W  the local cluster of every run (default 1 ps + 4 workers)\n"
+        "  --launch-arg A      one more psgraph launch option for every run (repeatable), e.g.\n"
+        "                      --launch-arg --ssh --launch-arg --hosts-file --launch-arg F: the\n"
+        "                      cluster on hosts whose links are capped (bench/compare_hosts.sh)\n"
+        "  --straggler SPEC    the straggler model of every run (default\n"
+        "                      worker=all,dist=lognormal,median_ms=20,sigma=1; 'none': no delay)\n"
+        "  --target A          the test accuracy whose time is reported (default 0.85)\n"
+        "  --epochs E          (default 6)    --eval-every N  the chief's steps between\n"
+        "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
+        "  --outdir DIR        each variant's logdir and log under DIR (default ./compare)\n"
+        "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n");
 }
 
 static int parse(int argc, char **argv, compare_opts_t *o) {
-    *o = (compare_opts_t){.model = "mlp", .data = "fashion-mnist",
+    *o = (compare_opts_t){.model = "mlp",
+                          .data = "fashion-mnist",
                           .straggler = "worker=all,dist=lognormal,median_ms=20,sigma=1",
-                          .outdir = "compare", .epochs = "6", .eval_every = "20", .seed = "1",
-                          .ps = 1, .workers = 4, .target = 0.85};
+                          .outdir = "compare",
+                          .epochs = "6",
+                          .eval_every = "20",
+                          .seed = "1",
+                          .ps = 1,
+                          .workers = 4,
+                          .target = 0.85};
     int rest;
     int rc = psg_cli_parse(PSG_CLI_COMPARE, argc, argv, 1, o, &rest);
     if (rc) return rc;
-    for (int i = rest; i < argc && o->n_extra < PSG_COMPARE_MAX_EXTRA; i++) o->extra[o->n_extra++] = argv[i];
+    for (int i = rest; i < argc && o->n_extra < PSG_COMPARE_MAX_EXTRA; i++)
+        o->extra[o->n_extra++] = argv[i];
     for (int k = 0; k < o->launch.n; k++) {
         size_t len = strlen(o->launch_text);
-        snprintf(o->launch_text + len, sizeof o->launch_text - len, "%s%s", len ? " " : "", o->launch.v[k]);
+        snprintf(o->launch_text + len, sizeof o->launch_text - len, "%s%s", len ? " " : "",
+                 o->launch.v[k]);
         for (char *q = o->launch_text + len; *q; q++) /* a JSON string as is */
             if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
     }
@@ -89,12 +98,14 @@ static int run_variant(const compare_opts_t *o, const char *self, const char *va
     const char *argv[200] = {self, "launch"};
     int n = 2;
     for (int k = 0; k < o->launch.n; k++) argv[n++] = o->launch.v[k];
-    const char *fixed[] = {"--ps", ps, "--workers", workers, "--", self, "train",
-                           "--model", o->model, "--data", o->data, "--epochs", o->epochs,
-                           "--eval-every", o->eval_every, "--seed", o->seed, "--logdir", dir,
-                           "--log-every", "1000000", "--sync"};
+    const char *fixed[] = {
+        "--ps",        ps,       "--workers", workers,    "--",       self,          "train",
+        "--model",     o->model, "--data",    o->data,    "--epochs", o->epochs,     "--eval-every",
+        o->eval_every, "--seed", o->seed,     "--logdir", dir,        "--log-every", "1000000",
+        "--sync"};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) argv[n++] = fixed[k];
-    for (char *save = NULL, *w = strtok_r(spec, " ", &save); w && n < 120; w = strtok_r(NULL, " ", &save))
+    for (char *save = NULL, *w = strtok_r(spec, " ", &save); w && n < 120;
+         w = strtok_r(NULL, " ", &save))
         argv[n++] = w;
     if (strcmp(o->straggler, "none")) argv[n++] = "--straggler", argv[n++] = o->straggler;
     if (o->batch) argv[n++] = "--batch", argv[n++] = o->batch;
@@ -185,21 +196,21 @@ static const char *jnum(char *buf, size_t n, double v, const char *fmt) {
 
 static void print_result(const char *variant, const compare_opts_t *o, const result_t *r) {
     char b[13][32];
-    printf("{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
-           "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
-           "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
-           "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
-           "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\"}\n",
-           variant, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
-           jnum(b[1], 32, r->steps_to_target, "%.0f"),
-           jnum(b[12], 32, r->chief_steps > 0 && r->wall > 0 ? r->chief_steps / r->wall : -1, "%.3f"),
-           jnum(b[2], 32, r->steps_per_sec, "%.3f"),
-           jnum(b[3], 32, r->global_steps, "%.0f"), jnum(b[4], 32, r->push, "%.0f"),
-           jnum(b[5], 32, r->pull, "%.0f"), jnum(b[6], 32, r->stale_min, "%.0f"),
-           jnum(b[7], 32, r->stale_mean, "%.4f"), jnum(b[8], 32, r->stale_max, "%.0f"),
-           jnum(b[9], 32, r->final_accuracy, "%.4f"), jnum(b[10], 32, r->dropped, "%.0f"),
-           r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps, o->workers, o->model, o->straggler,
-           o->launch_text);
+    printf(
+        "{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
+        "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
+        "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
+        "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
+        "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\"}\n",
+        variant, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
+        jnum(b[1], 32, r->steps_to_target, "%.0f"),
+        jnum(b[12], 32, r->chief_steps > 0 && r->wall > 0 ? r->chief_steps / r->wall : -1, "%.3f"),
+        jnum(b[2], 32, r->steps_per_sec, "%.3f"), jnum(b[3], 32, r->global_steps, "%.0f"),
+        jnum(b[4], 32, r->push, "%.0f"), jnum(b[5], 32, r->pull, "%.0f"),
+        jnum(b[6], 32, r->stale_min, "%.0f"), jnum(b[7], 32, r->stale_mean, "%.4f"),
+        jnum(b[8], 32, r->stale_max, "%.0f"), jnum(b[9], 32, r->final_accuracy, "%.4f"),
+        jnum(b[10], 32, r->dropped, "%.0f"), r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps,
+        o->workers, o->model, o->straggler, o->launch_text);
     fflush(stdout);
 }
 
@@ -207,12 +218,15 @@ static void print_result(const char *variant, const compare_opts_t *o, const res
 static int draw(const compare_opts_t *o, char dirs[][4096], int n, const char *png) {
     FILE *g = popen("gnuplot 2>/dev/null", "w");
     if (!g) return psg_error_set("cannot start gnuplot: %s", strerror(errno));
-    fprintf(g, "set terminal pngcairo noenhanced size 1000,900 font 'sans,10'\nset output '%s'\n"
-               "set multiplot layout 2,1 title 'psgraph compare: %s, %d ps + %d workers, target %.3f'\n"
-               "set grid\nset key bottom right\nset ylabel 'test accuracy'\n",
-            png, o->model, o->ps, o->workers, o->target);
+    fprintf(
+        g,
+        "set terminal pngcairo noenhanced size 1000,900 font 'sans,10'\nset output '%s'\n"
+        "set multiplot layout 2,1 title 'psgraph compare: %s, %d ps + %d workers, target %.3f'\n"
+        "set grid\nset key bottom right\nset ylabel 'test accuracy'\n",
+        png, o->model, o->ps, o->workers, o->target);
     for (int axis = 0; axis < 2; axis++) {
-        fprintf(g, "set xlabel '%s'\nplot %.4f title 'target' with lines dt 2 lc rgb 'gray'", axis ? "steps of the chief" : "wall time (s)", o->target);
+        fprintf(g, "set xlabel '%s'\nplot %.4f title 'target' with lines dt 2 lc rgb 'gray'",
+                axis ? "steps of the chief" : "wall time (s)", o->target);
         for (int i = 0; i < n; i++)
             fprintf(g, ", '%s/eval.dat' using %d:3 title '%s' with linespoints lw 2 pt 7 ps 0.5",
                     dirs[i], axis ? 2 : 1, o->variants.v[i]);
@@ -233,7 +247,8 @@ int psg_cmd_compare(int argc, char **argv) {
     char self[4096];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0 || (mkdir(o.outdir, 0755) < 0 && errno != EEXIST)) {
-        fprintf(stderr, "psgraph compare: %s: %s\n", sl <= 0 ? "/proc/self/exe" : o.outdir, strerror(errno));
+        fprintf(stderr, "psgraph compare: %s: %s\n", sl <= 0 ? "/proc/self/exe" : o.outdir,
+                strerror(errno));
         return 1;
     }
     self[sl] = 0;
@@ -252,9 +267,18 @@ int psg_cmd_compare(int argc, char **argv) {
             return 1;
         }
         fprintf(stderr, "psgraph compare: %s (%s/run.log)\n", o.variants.v[i], dirs[i]);
-        result_t r = {.time_to_target = -1, .steps_to_target = -1, .final_accuracy = -1,
-                      .steps_per_sec = -1, .push = -1, .pull = -1, .wall = -1, .stale_min = -1,
-                      .stale_mean = -1, .stale_max = -1, .dropped = -1, .global_steps = -1};
+        result_t r = {.time_to_target = -1,
+                      .steps_to_target = -1,
+                      .final_accuracy = -1,
+                      .steps_per_sec = -1,
+                      .push = -1,
+                      .pull = -1,
+                      .wall = -1,
+                      .stale_min = -1,
+                      .stale_mean = -1,
+                      .stale_max = -1,
+                      .dropped = -1,
+                      .global_steps = -1};
         r.rc = run_variant(&o, self, o.variants.v[i], dirs[i]);
         if (read_metrics(dirs[i], o.target, &r) < 0)
             fprintf(stderr, "psgraph compare: %s\n", psg_error_message());
@@ -265,7 +289,8 @@ int psg_cmd_compare(int argc, char **argv) {
     snprintf(png, sizeof png, "%s", o.png ? o.png : "");
     if (!o.png) snprintf(png, sizeof png, "%s/compare.png", o.outdir);
     if (draw(&o, dirs, o.variants.n, png) < 0) {
-        fprintf(stderr, "psgraph compare: %s (is gnuplot installed? Debian: gnuplot-nox)\n", psg_error_message());
+        fprintf(stderr, "psgraph compare: %s (is gnuplot installed? Debian: gnuplot-nox)\n",
+                psg_error_message());
         return 1;
     }
     fprintf(stderr, "psgraph compare: %s\n", png);

@@ -15,20 +15,24 @@
 
 static volatile sig_atomic_t stop_signal;
 
-static void on_signal(int sig) { stop_signal = sig; }
+static void on_signal(int sig) {
+    stop_signal = sig;
+}
 
 static void server_usage(FILE *f) {
-    fprintf(f, "usage: psgraph server [options]\n"
-               "  the task is TF_CONFIG's, or --cluster FILE --job ps --task I, or a lone\n"
-               "  --task-name /job:ps/task:0 with --listen tcp://127.0.0.1:0 (port 0: any free one)\n");
+    fprintf(
+        f, "usage: psgraph server [options]\n"
+           "  the task is TF_CONFIG's, or --cluster FILE --job ps --task I, or a lone\n"
+           "  --task-name /job:ps/task:0 with --listen tcp://127.0.0.1:0 (port 0: any free one)\n");
     psg_cli_print_help(PSG_CLI_SERVER, f, 22);
 }
 
 /* The task's cluster (from --cluster with --job and --task, or TF_CONFIG; NULL for a lone
  * task) and its keys: the cluster's, or a lone task's from --keys or $PSGRAPH_KEYS. -1 after
  * printing why. */
-static int server_cluster(const char *cluster_file, const char *job, int task, const char *task_name,
-                          const char *keys_dir, psg_cluster_t **c, psg_curve_keys_t **lone_keys) {
+static int server_cluster(const char *cluster_file, const char *job, int task,
+                          const char *task_name, const char *keys_dir, psg_cluster_t **c,
+                          psg_curve_keys_t **lone_keys) {
     if (cluster_file) {
         if ((job == NULL) != (task < 0)) {
             fprintf(stderr, "psgraph server: --job and --task go together\n");
@@ -43,15 +47,17 @@ static int server_cluster(const char *cluster_file, const char *job, int task, c
         return -1;
     }
     if (*c && psg_cluster_task(*c).job && !strcmp(psg_cluster_task(*c).job, PSG_EVALUATOR_JOB)) {
-        fprintf(stderr, "psgraph server: the evaluator task runs `psgraph train` with the job's options "
-                        "(it evaluates the checkpoints of --logdir), not a server\n");
+        fprintf(stderr,
+                "psgraph server: the evaluator task runs `psgraph train` with the job's options "
+                "(it evaluates the checkpoints of --logdir), not a server\n");
         psg_cluster_destroy(c);
         return -1;
     }
     /* a lone task (no cluster) takes its keys from --keys or $PSGRAPH_KEYS */
     const char *env_keys = getenv(PSG_CURVE_KEYS_ENV);
     if (!keys_dir && !*c && env_keys && *env_keys) keys_dir = env_keys;
-    if (keys_dir && (*c ? psg_cluster_set_keys(*c, keys_dir) < 0 : !(*lone_keys = psg_curve_keys_load(keys_dir, NULL)))) {
+    if (keys_dir && (*c ? psg_cluster_set_keys(*c, keys_dir) < 0
+                        : !(*lone_keys = psg_curve_keys_load(keys_dir, NULL)))) {
         fprintf(stderr, "psgraph server: --keys: %s\n", psg_error_message());
         psg_cluster_destroy(c);
         return -1;
@@ -63,8 +69,13 @@ static int server_cluster(const char *cluster_file, const char *job, int task, c
  * the error. */
 static int server_parse(int argc, char **argv, psg_server_args_t *a) {
     const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
-    *a = (psg_server_args_t){.insecure = insecure_env && !strcmp(insecure_env, "1"), .task = -1, .threads = 1,
-                             .expect = -1, .idle = 600, .recv_timeout = 60, .max_wait = 600};
+    *a = (psg_server_args_t){.insecure = insecure_env && !strcmp(insecure_env, "1"),
+                             .task = -1,
+                             .threads = 1,
+                             .expect = -1,
+                             .idle = 600,
+                             .recv_timeout = 60,
+                             .max_wait = 600};
     int rc = psg_cli_parse(PSG_CLI_SERVER, argc, argv, 1, a, NULL);
     if (rc == 1) server_usage(stdout);
     if (rc < 0) fprintf(stderr, "psgraph server: %s\n", psg_error_message());
@@ -81,12 +92,14 @@ int psg_cmd_server(int argc, char **argv) {
     int expect = a.expect;
     psg_cluster_t *c = NULL;
     psg_curve_keys_t *lone_keys = NULL;
-    if (server_cluster(a.cluster_file, a.job, a.task, task_name, a.keys_dir, &c, &lone_keys) < 0) return 2;
+    if (server_cluster(a.cluster_file, a.job, a.task, task_name, a.keys_dir, &c, &lone_keys) < 0)
+        return 2;
     const psg_curve_keys_t *keys = lone_keys ? lone_keys : psg_cluster_keys(c);
     if (expect < 0)
         expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;
     psg_task_server_options_t o = {.cluster = c,
-                                   .task_name = task_name ? task_name : (c ? NULL : "/job:ps/task:0"),
+                                   .task_name =
+                                       task_name ? task_name : (c ? NULL : "/job:ps/task:0"),
                                    .endpoint = a.listen,
                                    .num_threads = a.threads,
                                    .recv_timeout_ms = (int64_t)(a.recv_timeout * 1000),
@@ -115,7 +128,8 @@ int psg_cmd_server(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     bool curve = keys && !strncmp(ep, "tcp://", 6);
     printf("psgraph server: %s serving on %s%s%s%s\n", psg_task_server_task(ts), ep,
-           curve ? " with CURVE (keys " : "", curve ? psg_curve_keys_dir(keys) : "", curve ? ")" : "");
+           curve ? " with CURVE (keys " : "", curve ? psg_curve_keys_dir(keys) : "",
+           curve ? ")" : "");
     fflush(stdout);
     while (!stop_signal && !psg_task_server_wait(ts, 100)) {
     }

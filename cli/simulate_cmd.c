@@ -46,8 +46,8 @@ static double *read_samples(const char *path, int *n) {
 
 /* The options (cli/option_table.c) into a->c and the lists; 0, 1 after --help (printed),
  * 2 after printing the error. */
-static int simulate_parse(int argc, char **argv, psg_simulate_args_t *a, int *workers, int *nw, int *backups,
-                          int *nb) {
+static int simulate_parse(int argc, char **argv, psg_simulate_args_t *a, int *workers, int *nw,
+                          int *backups, int *nb) {
     memset(a, 0, sizeof *a);
     a->c = psg_sim_defaults();
     a->tail = (int)a->c.tail;
@@ -60,8 +60,8 @@ static int simulate_parse(int argc, char **argv, psg_simulate_args_t *a, int *wo
     if (a->workers) *nw = psg_cli_counts(a->workers, workers, 64, 1, 100000);
     if (a->backups) *nb = psg_cli_counts(a->backups, backups, 16, 0, 100000);
     if (*nw <= 0 || *nb <= 0) {
-        fprintf(stderr, "psgraph simulate: %s: more than %d counts\n", *nw <= 0 ? "--workers" : "--backups",
-                *nw <= 0 ? 64 : 16);
+        fprintf(stderr, "psgraph simulate: %s: more than %d counts\n",
+                *nw <= 0 ? "--workers" : "--backups", *nw <= 0 ? 64 : 16);
         return 2;
     }
     return 0;
@@ -94,20 +94,27 @@ int psg_cmd_simulate(int argc, char **argv) {
            "- compute per worker and step: %s, mean %.1f ms",
            c.overhead_ms, psg_sim_tail_name(c.tail), c.step_ms);
     if (c.tail == PSG_SIM_TAIL_PARETO)
-        printf(" (normal cv %.3f + with p %.3f a straggle of step x Pareto(0.5, alpha %.2f), capped at 50x)", c.cv, c.straggle_p, c.alpha);
-    else if (c.tail == PSG_SIM_TAIL_NORMAL) printf(" (cv %.3f)", c.cv);
-    else if (c.tail == PSG_SIM_TAIL_LOGNORMAL) printf(" (sigma %.3f)", c.sigma);
-    else if (c.tail == PSG_SIM_TAIL_SAMPLES) printf(" (%d measured samples, drawn with replacement)", c.n_samples);
-    printf(", independent across workers and steps\n"
-           "- transfer per direction: latency %.3f ms + max(bytes / link, (N + b) x bytes / (P x link)),\n"
-           "  %.0f bytes, %.1f Gbit/s links, full duplex, no overlap of compute and transfer;\n"
-           "  the ps links are shared by all N + b workers (backups' traffic counts)\n"
-           "- a worker's time in a step: its compute + its pull + its push (the slow link's worker\n"
-           "  is the last one in); the last worker's link %.3f Gbit/s, the ps links %.3f Gbit/s\n"
-           "- P = %s; speedup = images/sec over one worker without backups (same step-time stream)\n",
-           c.latency_ms, c.bytes_per_step, c.link_gbps,
-           c.slow_link_gbps > 0 ? c.slow_link_gbps : c.link_gbps, c.ps_link_gbps > 0 ? c.ps_link_gbps : c.link_gbps,
-           c.ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
+        printf(
+            " (normal cv %.3f + with p %.3f a straggle of step x Pareto(0.5, alpha %.2f), capped at 50x)",
+            c.cv, c.straggle_p, c.alpha);
+    else if (c.tail == PSG_SIM_TAIL_NORMAL)
+        printf(" (cv %.3f)", c.cv);
+    else if (c.tail == PSG_SIM_TAIL_LOGNORMAL)
+        printf(" (sigma %.3f)", c.sigma);
+    else if (c.tail == PSG_SIM_TAIL_SAMPLES)
+        printf(" (%d measured samples, drawn with replacement)", c.n_samples);
+    printf(
+        ", independent across workers and steps\n"
+        "- transfer per direction: latency %.3f ms + max(bytes / link, (N + b) x bytes / (P x link)),\n"
+        "  %.0f bytes, %.1f Gbit/s links, full duplex, no overlap of compute and transfer;\n"
+        "  the ps links are shared by all N + b workers (backups' traffic counts)\n"
+        "- a worker's time in a step: its compute + its pull + its push (the slow link's worker\n"
+        "  is the last one in); the last worker's link %.3f Gbit/s, the ps links %.3f Gbit/s\n"
+        "- P = %s; speedup = images/sec over one worker without backups (same step-time stream)\n",
+        c.latency_ms, c.bytes_per_step, c.link_gbps,
+        c.slow_link_gbps > 0 ? c.slow_link_gbps : c.link_gbps,
+        c.ps_link_gbps > 0 ? c.ps_link_gbps : c.link_gbps,
+        c.ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
     if (c.ps > 0) printf("  (P = %d)\n", c.ps);
     int rc = 0;
     for (int i = 0; i < nw && rc == 0; i++)
@@ -118,11 +125,12 @@ int psg_cmd_simulate(int argc, char **argv) {
                 rc = 1;
                 break;
             }
-            printf("{\"simulate\":\"sync_replicas\",\"workers\":%d,\"backups\":%d,\"ps\":%d,"
-                   "\"step_ms\":%.1f,\"compute_ms\":%.1f,\"transfer_ms\":%.1f,\"steps_per_sec\":%.4f,"
-                   "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f}\n",
-                   r.workers, r.backups, r.ps, r.step_ms, r.compute_ms, r.transfer_ms, r.steps_per_sec,
-                   r.images_per_sec, r.speedup, r.speedup / r.workers);
+            printf(
+                "{\"simulate\":\"sync_replicas\",\"workers\":%d,\"backups\":%d,\"ps\":%d,"
+                "\"step_ms\":%.1f,\"compute_ms\":%.1f,\"transfer_ms\":%.1f,\"steps_per_sec\":%.4f,"
+                "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f}\n",
+                r.workers, r.backups, r.ps, r.step_ms, r.compute_ms, r.transfer_ms, r.steps_per_sec,
+                r.images_per_sec, r.speedup, r.speedup / r.workers);
         }
     free(sv);
     return rc;

@@ -18,8 +18,9 @@ static void train_usage(FILE *f) {
     fprintf(f, "usage: psgraph train [options]\n  --model %s  the model (default cnn):\n",
             psg_model_names("|", names, sizeof names));
     for (int i = 0; i < psg_model_count(); i++)
-        fprintf(f, "      %-11s batch %d, lr %g: %s\n", psg_model_info(i)->name, psg_model_info(i)->defaults.batch,
-                psg_model_info(i)->defaults.lr, psg_model_info(i)->description);
+        fprintf(f, "      %-11s batch %d, lr %g: %s\n", psg_model_info(i)->name,
+                psg_model_info(i)->defaults.batch, psg_model_info(i)->defaults.lr,
+                psg_model_info(i)->description);
     psg_cli_print_help(PSG_CLI_TRAIN, f, 24);
     psg_sync_print_help(f);
 }
@@ -48,7 +49,8 @@ static int train_parse(int argc, char **argv, psg_train_args_t *a) {
 int psg_cmd_train(int argc, char **argv) {
     /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
     for (int i = 1; i + 1 < argc; i++) {
-        const psg_model_info_t *m = !strcmp(argv[i], "--model") ? psg_model_find(argv[i + 1]) : NULL;
+        const psg_model_info_t *m =
+            !strcmp(argv[i], "--model") ? psg_model_find(argv[i + 1]) : NULL;
         if (m && !m->built_here) return psg_cmd_train_inception3(argc, argv);
     }
     psg_train_args_t a;
