@@ -188,4 +188,57 @@ if [ "$rcs" = "0 0 0" ] && close "$acc" "$local_acc" &&
 else
   fail "k8s pods (exit codes '$rcs', accuracy '$acc', local '$local_acc'): $(ls "$tmp/logdir"; tail -n 4 "$tmp"/psgraph-*.out)"
 fi
+
+# 5. `psgraph serve --k8s` on that logdir: the Deployment's pod as the kubelet runs it; its
+#    readiness probe's path answers AVAILABLE at step 300 and a :predict gives 10
+#    probabilities
+"$psgraph" serve --k8s --model-dir /models --model-volume "$tmp/logdir" --name mlp --image "$image" \
+  --out "$tmp/serve" >"$tmp/serve-k8s.log" 2>&1 || fail "serve --k8s: $(cat "$tmp/serve-k8s.log")"
+serve_ip=198.18.0.$((subnet + 13))
+python3 - "$tmp/serve/mlp.yaml" "$serve_ip" >"$tmp/serve.args" <<'PY'
+import json, sys, yaml
+dep = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment")
+spec = dep["spec"]["template"]["spec"]
+sc, c = spec.get("securityContext", {}), spec["containers"][0]
+args = ["--name", "k8s-serve", "--hostname", dep["metadata"]["name"] + "-0", "--ip", sys.argv[2]]
+if sc:
+    args += ["--user", f'{sc["runAsUser"]}:{sc["runAsGroup"]}', "--group-add", str(sc["fsGroup"])]
+vols = {v["name"]: v for v in spec["volumes"]}
+for m in c["volumeMounts"]:
+    args += ["-v", f'{vols[m["name"]]["hostPath"]["path"]}:{m["mountPath"]}{":ro" if m.get("readOnly") else ""}']
+args += ["--entrypoint", json.dumps(c["command"][:1]), c["image"]] + c["command"][1:] + c.get("args", [])
+print(json.dumps(args))
+print(json.dumps(c["readinessProbe"]["httpGet"]))
+PY
+mapfile -t a < <(python3 -c 'import json, sys; print("\n".join(json.loads(open(sys.argv[1]).readline())))' "$tmp/serve.args")
+"${P[@]}" "${run[@]}" -d --network "$net" "${a[@]}" >/dev/null || fail "podman run the serving pod"
+answer=$(nsenter --net="/run/netns/$box" python3 - "$serve_ip" "$(sed -n 2p "$tmp/serve.args")" <<'PY'
+import json, sys, time, urllib.request
+ip, probe = sys.argv[1], json.loads(sys.argv[2])
+base = f"http://{ip}:{probe['port']}"
+for _ in range(300):  # the kubelet's readiness probe, until it passes
+    try:
+        status = urllib.request.urlopen(base + probe["path"], timeout=2).read().decode()
+        break
+    except OSError:
+        time.sleep(0.2)
+else:
+    sys.exit("never ready")
+meta = json.loads(urllib.request.urlopen(base + probe["path"] + "/metadata", timeout=5).read())
+inputs = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]
+name, spec = next(iter(inputs.items()))
+dims = [int(d["size"]) for d in spec["tensor_shape"]["dim"]][1:]
+row = 0.5
+for d in reversed(dims):
+    row = [row] * d
+body = json.dumps({"instances": [row]}).encode()
+pred = json.loads(urllib.request.urlopen(base + probe["path"] + ":predict", body, timeout=10).read())
+print(status, len(pred["predictions"][0]["probabilities"]))
+PY
+)
+if grep -q '"version":"300","state":"AVAILABLE"' <<<"$answer" && [ "${answer##* }" = 10 ]; then
+  ok "serve --k8s's pod in the image (user $(sed -n 1p "$tmp/serve.args" | grep -o '"--user", "[0-9:]*"' | cut -d'"' -f4), the logdir volume read-only): ready, $answer"
+else
+  fail "the serving pod: '$answer' $("${P[@]}" logs k8s-serve 2>&1 | tail -5)"
+fi
 [ $fails = 0 ]

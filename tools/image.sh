@@ -105,6 +105,7 @@ mmdebstrap --quiet --variant=essential --include="$include" \
   --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \
   "$suite" "$work/rootfs.tar" "$sources" || die "mmdebstrap failed"
 
+old=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 podman import --quiet \
   --change "USER 1000:1000" --change "WORKDIR /home/psgraph" \
   --change "ENV PATH=$prefix/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
@@ -112,6 +113,9 @@ podman import --quiet \
   --change "LABEL org.opencontainers.image.title=psgraph" \
   --change "LABEL org.opencontainers.image.version=$version" \
   "$work/rootfs.tar" "$tag" >/dev/null || die "podman import failed"
+# the image the tag named before, now nameless, is removed (one still in use stays)
+[ -n "$old" ] && [ "$(podman image inspect --format '{{.Id}}' "$tag")" != "$old" ] &&
+  podman rmi "$old" >/dev/null 2>&1 || true
 if [ -n "$out" ]; then
   rm -f "$out"
   podman save --quiet --format oci-archive -o "$out" "$tag" || die "podman save $out failed"
