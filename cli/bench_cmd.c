@@ -35,6 +35,8 @@ static void usage(FILE *f, const char *cmd) {
             "  --log-every N         a progress line every N steps (default 1)\n"
             "  --step-times FILE     write each timed step's milliseconds, one a line\n"
             "                        (input to psgraph simulate --samples)\n"
+            "  --logdir DIR          one process: a checkpoint of the model at the end, for\n"
+            "                        psgraph export / serve (docs/serving.md)\n"
             "  --trace FILE          write a Chrome trace of the timed steps: each op's time\n"
             "  --op-profile          print where the timed steps' time goes, a JSON line an op\n"
             "                        type (time, share of the step, GFLOP, TFLOP/s); on a GPU\n"
@@ -137,6 +139,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         else if (!strcmp(a, "--data-dir")) o->data_dir = v;
         else if (!strcmp(a, "--compression")) rc = psg_tfrecord_compression_parse(v, &o->compression);
         else if (!strcmp(a, "--step-times")) o->step_times = v;
+        else if (!strcmp(a, "--logdir")) o->logdir = v;
         else if (!strcmp(a, "--trace")) o->trace = v;
         else if (!strcmp(a, "--optimizer")) {
             if (strcmp(v, "rmsprop") && strcmp(v, "sgd")) {
