@@ -22,6 +22,7 @@ static const struct {
     {"compare", psg_cmd_compare, "run strategies on one workload, time to accuracy (psgraph compare --help)"},
     {"data", psg_cmd_data, "write a synthetic click log: psgraph data ctr --rows N --out FILE"},
     {"plot", psg_cmd_plot, "draw LOGDIR/metrics.jsonl to a PNG with gnuplot (psgraph plot LOGDIR)"},
+    {"serve", psg_cmd_serve, "serve a model over TensorFlow Serving's REST API: psgraph serve --model-dir DIR"},
     {"predict", psg_cmd_predict, "a model's answers on files: psgraph predict --model-dir DIR FILE..."},
     {"export", psg_cmd_export, "a checkpoint's model as ONNX: psgraph export --logdir DIR --out FILE"},
 };

@@ -8,6 +8,8 @@
 int psg_cmd_export(int argc, char **argv);
 int psg_cmd_serve(int argc, char **argv);
 int psg_cmd_predict(int argc, char **argv);
+/* `psgraph serve --k8s ...`: a Deployment and a Service as YAML (cli/serve_k8s.c). */
+int psg_serve_k8s(int argc, char **argv);
 
 /* Reads a loading option at argv[*i] (--model, --image-size H[,W[,C]], --threads,
  * --partition-strategy, --no-ema) into o, advancing *i past its value: 1 when it was one,
