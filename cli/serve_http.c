@@ -24,6 +24,7 @@ typedef enum MHD_Result mhd_result_t;
 struct psg_http {
     struct MHD_Daemon *d;
     psg_http_config_t c;
+    char name[128]; /* c.name's copy: the caller's may be a version's, freed at a swap */
     int port;
 };
 
@@ -161,6 +162,8 @@ psg_http_t *psg_http_start(const psg_http_config_t *c) {
         return NULL;
     }
     h->c = *c;
+    snprintf(h->name, sizeof h->name, "%s", c->name);
+    h->c.name = h->name;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
     if (inet_pton(AF_INET, c->listen, &addr.sin_addr) != 1) {
         free(h);

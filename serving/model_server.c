@@ -46,6 +46,7 @@ struct psg_model_server {
     int64_t failed_step; /* the newest checkpoint that did not load: not tried again */
     pthread_t batcher, watcher;
     bool threads;
+    psg_model_server_stats_t stats;
 };
 
 static void logf_(psg_model_server_t *ms, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -197,6 +198,9 @@ static void run_batch(psg_model_server_t *ms, req_t **list, int n, int64_t rows)
     else
         rc = concat_inputs(list, n, rows, n_in, joined) < 0 ? -1 : psg_servable_run(s, joined, outs);
     pthread_mutex_lock(&ms->lock);
+    ms->stats.batches++;
+    ms->stats.requests += n;
+    ms->stats.rows += rows;
     int64_t row0 = 0;
     for (int k = 0; k < n; k++) {
         req_t *r = list[k];
@@ -290,6 +294,12 @@ int psg_model_server_predict(psg_model_server_t *ms, psg_servable_t *s, psg_tens
     for (int j = 0; j < psg_servable_num_outputs(s); j++) outputs[j] = r.outputs[j];
     *row0 = r.row0;
     return 0;
+}
+
+void psg_model_server_stats(psg_model_server_t *ms, psg_model_server_stats_t *st) {
+    pthread_mutex_lock(&ms->lock);
+    *st = ms->stats;
+    pthread_mutex_unlock(&ms->lock);
 }
 
 /* ---- life ---- */

@@ -44,4 +44,10 @@ int psg_model_server_versions(psg_model_server_t *ms, int64_t *v, int max);
 int psg_model_server_predict(psg_model_server_t *ms, psg_servable_t *s, psg_tensor_t *const *inputs,
                              int64_t batch, psg_tensor_t **outputs, int64_t *row0);
 
+/* What the batcher did so far: requests answered, batches run, rows run. */
+typedef struct {
+    int64_t requests, batches, rows;
+} psg_model_server_stats_t;
+void psg_model_server_stats(psg_model_server_t *ms, psg_model_server_stats_t *st);
+
 #endif

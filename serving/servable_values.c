@@ -55,7 +55,7 @@ int psg_serving_detect_model(const psg_checkpoint_t *ck, char *model, size_t siz
 static int find_parts(const psg_checkpoint_t *ck, const char *name, psg_checkpoint_entry_t *parts) {
     int n = 0;
     for (;; n++) {
-        char part[512];
+        char part[600];
         snprintf(part, sizeof part, "%s/part_%d", name, n);
         int i = psg_checkpoint_find(ck, part);
         if (i < 0) return n;
@@ -64,31 +64,38 @@ static int find_parts(const psg_checkpoint_t *ck, const char *name, psg_checkpoi
     }
 }
 
-/* Whether the parts are column shards (equal rows, columns added up) of a rank-2 tensor:
- * else row shards (equal trailing dims, rows added up). Fills the merged shape. */
-static int merged_shape(const char *name, int n, const psg_checkpoint_entry_t *parts, psg_shape_t *s,
-                        bool *columns) {
-    *s = parts[0].shape;
-    *columns = false;
-    bool rows_ok = true, cols_ok = s->rank == 2;
+/* Whether the parts are column shards (equal rows, columns added up) of a rank-2 tensor,
+ * else row shards (equal trailing dims, rows added up), and the merged shape: the one of
+ * `want` (the variable's shape) when given, else columns for a fully connected layer's
+ * "weights" (what --shard-bytes splits), rows otherwise (a partitioned table). */
+static int merged_shape(const char *name, int n, const psg_checkpoint_entry_t *parts, const psg_shape_t *want,
+                        psg_shape_t *s, bool *columns) {
+    bool rows_ok = true, cols_ok = parts[0].shape.rank == 2;
     int64_t rows = 0, cols = 0;
     for (int k = 0; k < n; k++) {
         const psg_shape_t *p = &parts[k].shape;
-        if (parts[k].dtype != parts[0].dtype || p->rank != s->rank)
+        if (parts[k].dtype != parts[0].dtype || p->rank != parts[0].shape.rank)
             return psg_error_set("the shards of '%s' differ in dtype or rank", name);
-        for (int d = 1; d < p->rank; d++) rows_ok = rows_ok && p->dims[d] == s->dims[d];
-        cols_ok = cols_ok && p->dims[0] == s->dims[0];
+        for (int d = 1; d < p->rank; d++) rows_ok = rows_ok && p->dims[d] == parts[0].shape.dims[d];
+        cols_ok = cols_ok && p->dims[0] == parts[0].shape.dims[0];
         rows += p->dims[0];
         if (p->rank == 2) cols += p->dims[1];
     }
-    if (n > 1 && cols_ok && !strstr(name, "embeddings")) {
-        *columns = true;
-        s->dims[1] = cols;
-    } else if (rows_ok) {
-        s->dims[0] = rows;
+    psg_shape_t by_rows = parts[0].shape, by_cols = parts[0].shape;
+    by_rows.dims[0] = rows;
+    if (cols_ok) by_cols.dims[1] = cols;
+    if (want) {
+        *columns = cols_ok && psg_shape_equal(&by_cols, want) && !(rows_ok && psg_shape_equal(&by_rows, want) && n == 1);
+        if (!*columns && !(rows_ok && psg_shape_equal(&by_rows, want))) {
+            char a[128];
+            return psg_error_set("the %d shards of '%s' (each %s) make no %s", n, name,
+                                 psg_shape_str(&parts[0].shape, a, sizeof a), psg_shape_str(want, a, sizeof a));
+        }
     } else {
-        return psg_error_set("the shards of '%s' are neither its rows nor its columns", name);
+        *columns = n > 1 && cols_ok && strstr(name, "weights");
+        if (!*columns && !rows_ok) return psg_error_set("the shards of '%s' are neither its rows nor its columns", name);
     }
+    *s = *columns ? by_cols : by_rows;
     return 0;
 }
 
@@ -103,7 +110,7 @@ int psg_serving_tensor_shape(const psg_checkpoint_t *ck, const char *name, psg_s
     psg_checkpoint_entry_t parts[MAX_PARTS];
     int n = find_parts(ck, name, parts);
     bool columns;
-    if (n <= 0 || merged_shape(name, n, parts, shape, &columns) < 0) return -1;
+    if (n <= 0 || merged_shape(name, n, parts, NULL, shape, &columns) < 0) return -1;
     return 0;
 }
 
@@ -133,27 +140,41 @@ static void merge(int n, const psg_checkpoint_entry_t *parts, bool columns, bool
     }
 }
 
-/* The value of variable `name` (dtype dt, shape want) from ck into v. */
-static int fill_one(const psg_checkpoint_t *ck, const char *name, psg_variable_t *v, bool div) {
-    char a[128], b[128];
+/* The parts holding variable `name` (its own tensor, or its shards "name/part_k"; a
+ * variable "t/part_0" that is the whole table t of a one-shard build: the shards of t):
+ * their number, or -1 with the error set. */
+static int parts_of(const psg_checkpoint_t *ck, const char *name, const psg_variable_t *v,
+                    psg_checkpoint_entry_t *parts) {
     int i = psg_checkpoint_find(ck, name);
-    psg_checkpoint_entry_t parts[MAX_PARTS];
-    int n = 1;
     if (i >= 0) {
         psg_checkpoint_entry(ck, i, &parts[0]);
-    } else {
-        n = find_parts(ck, name, parts);
-        if (n < 0) return -1;
-        if (n == 0)
-            return psg_error_set("variable '%s' (%s%s) is not in %s", name, psg_dtype_name(v->dtype),
-                                 psg_shape_str(&v->shape, a, sizeof a), psg_checkpoint_path(ck));
+        if (psg_shape_equal(&parts[0].shape, &v->shape) || !strstr(name, "/part_0")) return 1;
     }
-    psg_shape_t s;
+    char base[512];
+    snprintf(base, sizeof base, "%s", name);
+    char *tail = strstr(base, "/part_0");
+    if (i >= 0 || (tail && !tail[7])) {
+        if (!tail || tail[7]) return 1;
+        *tail = 0; /* the whole table from its shards */
+    }
+    int n = find_parts(ck, base, parts);
+    if (n == 0) {
+        char a[128];
+        return psg_error_set("variable '%s' (%s%s) is not in %s", name, psg_dtype_name(v->dtype),
+                             psg_shape_str(&v->shape, a, sizeof a), psg_checkpoint_path(ck));
+    }
+    return n;
+}
+
+/* The value of variable v from ck. */
+static int fill_one(const psg_checkpoint_t *ck, const char *name, psg_variable_t *v, bool div) {
+    char a[128], b[128];
+    psg_checkpoint_entry_t parts[MAX_PARTS];
+    int n = parts_of(ck, name, v, parts);
+    if (n < 0) return -1;
+    psg_shape_t s = parts[0].shape;
     bool columns = false;
-    if (i >= 0)
-        s = parts[0].shape;
-    else if (merged_shape(name, n, parts, &s, &columns) < 0)
-        return -1;
+    if (n > 1 && merged_shape(name, n, parts, &v->shape, &s, &columns) < 0) return -1;
     if (parts[0].dtype != v->dtype || !psg_shape_equal(&s, &v->shape))
         return psg_error_set("tensor '%s' of %s is %s%s, the model's variable is %s%s", name, psg_checkpoint_path(ck),
                              psg_dtype_name(parts[0].dtype), psg_shape_str(&s, a, sizeof a),
