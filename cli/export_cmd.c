@@ -48,7 +48,8 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
     } else {
         int h = 0, w = 0, c = 0;
         int k = sscanf(v, "%d,%d,%d", &h, &w, &c);
-        if (k < 1 || h < 1 || h > 100000 || (k >= 2 && (w < 1 || w > 100000)) || (k == 3 && (c < 1 || c > 64))) {
+        if (k < 1 || h < 1 || h > 100000 || (k >= 2 && (w < 1 || w > 100000)) ||
+            (k == 3 && (c < 1 || c > 64))) {
             fprintf(stderr, "psgraph: --image-size '%s' (H, H,W or H,W,C)\n", v);
             return -1;
         }
@@ -77,13 +78,15 @@ int psg_cmd_export(int argc, char **argv) {
                            : !strcmp(a, "--out")        ? &out
                                                         : NULL;
         if (!dst || i + 1 >= argc) {
-            fprintf(stderr, "psgraph export: %s '%s'\n%s", dst ? "no value for" : "unknown option", a, usage);
+            fprintf(stderr, "psgraph export: %s '%s'\n%s", dst ? "no value for" : "unknown option",
+                    a, usage);
             return 2;
         }
         *dst = argv[++i];
     }
     if ((!logdir && !checkpoint) || !out) {
-        fprintf(stderr, "psgraph export: --logdir (or --checkpoint) and --out are required\n%s", usage);
+        fprintf(stderr, "psgraph export: --logdir (or --checkpoint) and --out are required\n%s",
+                usage);
         return 2;
     }
     if (strcmp(format, "onnx")) {
@@ -99,10 +102,11 @@ int psg_cmd_export(int argc, char **argv) {
     if (rc < 0) {
         fprintf(stderr, "psgraph export: %s\n", psg_error_message());
     } else {
-        printf("{\"exported\":\"%s\",\"model\":\"%s\",\"checkpoint\":\"%s\",\"step\":%lld,\"ema\":%s,\"opset\":%d,"
-               "\"inputs\":[",
-               out, psg_servable_model(s), psg_servable_checkpoint(s), (long long)psg_servable_step(s),
-               psg_servable_uses_ema(s) ? "true" : "false", PSG_ONNX_OPSET);
+        printf(
+            "{\"exported\":\"%s\",\"model\":\"%s\",\"checkpoint\":\"%s\",\"step\":%lld,\"ema\":%s,\"opset\":%d,"
+            "\"inputs\":[",
+            out, psg_servable_model(s), psg_servable_checkpoint(s), (long long)psg_servable_step(s),
+            psg_servable_uses_ema(s) ? "true" : "false", PSG_ONNX_OPSET);
         for (int i = 0; i < psg_servable_num_inputs(s); i++)
             printf("%s\"%s\"", i ? "," : "", psg_servable_input(s, i)->name);
         printf("],\"outputs\":[");

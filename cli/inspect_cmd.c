@@ -13,7 +13,9 @@
 
 static float half_to_float(uint16_t h) {
     int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    float v = e == 0    ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(m | 0x400), e - 25);
     return h & 0x8000 ? -v : v;
 }
 
@@ -41,7 +43,8 @@ static double element(const psg_checkpoint_entry_t *e, int64_t i) {
 static void print_entry(const psg_checkpoint_entry_t *e) {
     char shape[PSG_SHAPE_STR_MAX];
     psg_shape_str(&e->shape, shape, sizeof shape);
-    /* the elements the bytes hold, never more than the shape claims (the reader checks both agree) */
+    /* the elements the bytes hold, never more than the shape claims (the reader checks both agree)
+     */
     size_t es = psg_dtype_size(e->dtype);
     int64_t n = es ? (int64_t)(e->nbytes / es) : 0, nans = 0, counted = 0;
     if (psg_shape_numel(&e->shape) < n) n = psg_shape_numel(&e->shape);
@@ -58,11 +61,12 @@ static void print_entry(const psg_checkpoint_entry_t *e) {
         counted++;
     }
     if (counted)
-        printf("%-40s %-5s %-18s %12zu %12.6g %12.6g %12.6g %6lld\n", e->name, psg_dtype_name(e->dtype), shape,
-               e->nbytes, lo, hi, sum / (double)counted, (long long)nans);
+        printf("%-40s %-5s %-18s %12zu %12.6g %12.6g %12.6g %6lld\n", e->name,
+               psg_dtype_name(e->dtype), shape, e->nbytes, lo, hi, sum / (double)counted,
+               (long long)nans);
     else
-        printf("%-40s %-5s %-18s %12zu %12s %12s %12s %6lld\n", e->name, psg_dtype_name(e->dtype), shape,
-               e->nbytes, "-", "-", "-", (long long)nans);
+        printf("%-40s %-5s %-18s %12zu %12s %12s %12s %6lld\n", e->name, psg_dtype_name(e->dtype),
+               shape, e->nbytes, "-", "-", "-", (long long)nans);
 }
 
 static void skipped(void *ctx, const char *path, const char *why) {
@@ -73,10 +77,11 @@ static void skipped(void *ctx, const char *path, const char *why) {
 int psg_cmd_inspect(int argc, char **argv) {
     if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc == 2 ? stdout : stderr;
-        fprintf(f, "usage: psgraph inspect CHECKPOINT\n"
-                   "  CHECKPOINT: an index (model.ckpt-S.index.json), one shard file (.safetensors),\n"
-                   "  or a directory (its newest complete checkpoint). Verifies sizes and checksums,\n"
-                   "  then lists each tensor: dtype, shape, bytes, min, max, mean, NaN count.\n");
+        fprintf(f,
+                "usage: psgraph inspect CHECKPOINT\n"
+                "  CHECKPOINT: an index (model.ckpt-S.index.json), one shard file (.safetensors),\n"
+                "  or a directory (its newest complete checkpoint). Verifies sizes and checksums,\n"
+                "  then lists each tensor: dtype, shape, bytes, min, max, mean, NaN count.\n");
         return argc == 2 ? 0 : 2;
     }
     struct stat st;
@@ -99,8 +104,8 @@ int psg_cmd_inspect(int argc, char **argv) {
     }
     printf("%s: global step %lld, %d tensors, %zu bytes, checksums ok\n", psg_checkpoint_path(ck),
            (long long)psg_checkpoint_step(ck), n, total);
-    printf("%-40s %-5s %-18s %12s %12s %12s %12s %6s\n", "tensor", "dtype", "shape", "bytes", "min", "max",
-           "mean", "NaN");
+    printf("%-40s %-5s %-18s %12s %12s %12s %12s %6s\n", "tensor", "dtype", "shape", "bytes", "min",
+           "max", "mean", "NaN");
     for (int i = 0; i < n; i++) {
         psg_checkpoint_entry_t e;
         psg_checkpoint_entry(ck, i, &e);

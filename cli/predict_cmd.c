@@ -34,12 +34,13 @@ typedef struct {
 
 /* ---- output ---- */
 
-static void print_row(predict_t *p, const char *name, int64_t index, psg_tensor_t *const *outs, int64_t row,
-                      int32_t label) {
+static void print_row(predict_t *p, const char *name, int64_t index, psg_tensor_t *const *outs,
+                      int64_t row, int32_t label) {
     printf("{\"input\":\"%s", name);
     if (index >= 0) printf(":%lld", (long long)index);
     printf("\"");
-    const psg_tensor_t *t = outs[p->output >= 0 ? p->output : psg_servable_find_output(p->s, "probabilities")];
+    const psg_tensor_t *t =
+        outs[p->output >= 0 ? p->output : psg_servable_find_output(p->s, "probabilities")];
     int64_t width = t->shape.rank > 1 ? t->shape.dims[1] : 1;
     const float *v = psg_tensor_f32(t) + row * width;
     if (p->output >= 0) {
@@ -73,8 +74,8 @@ static void print_row(predict_t *p, const char *name, int64_t index, psg_tensor_
 }
 
 /* Runs rows [0, n) of the inputs and prints a line each, indexed from first. */
-static int run_rows(predict_t *p, const char *name, int64_t first, psg_tensor_t *const *in, const int32_t *labels,
-                    bool indexed) {
+static int run_rows(predict_t *p, const char *name, int64_t first, psg_tensor_t *const *in,
+                    const int32_t *labels, bool indexed) {
     psg_tensor_t *outs[PSG_SERVABLE_MAX_IO] = {0};
     if (psg_servable_run(p->s, in, outs) < 0) return psg_error_wrap("%s", name);
     for (int64_t r = 0; r < in[0]->shape.dims[0]; r++)
@@ -93,8 +94,8 @@ static bool ends_with(const char *s, const char *tail) {
 static int image_input(predict_t *p, psg_shape_t *s) {
     const psg_servable_tensor_t *in = psg_servable_input(p->s, 0);
     if (psg_servable_num_inputs(p->s) != 1 || in->shape.rank != 4)
-        return psg_error_set("the %s takes no images (its inputs: %s...): give CSV rows", psg_servable_model(p->s),
-                             in->name);
+        return psg_error_set("the %s takes no images (its inputs: %s...): give CSV rows",
+                             psg_servable_model(p->s), in->name);
     *s = in->shape;
     return 0;
 }
@@ -108,14 +109,16 @@ static int predict_idx(predict_t *p, const char *path, const char *labels_path) 
     int rc = -1;
     if (labels_path && !(labels = psg_idx_load_labels(labels_path))) goto out;
     int64_t n = images->shape.dims[0];
-    if (images->shape.dims[1] != want.dims[1] || images->shape.dims[2] != want.dims[2] || want.dims[3] != 1) {
+    if (images->shape.dims[1] != want.dims[1] || images->shape.dims[2] != want.dims[2] ||
+        want.dims[3] != 1) {
         psg_error_set("%s: images of %lld x %lld x 1, the model takes %lld x %lld x %lld", path,
-                      (long long)images->shape.dims[1], (long long)images->shape.dims[2], (long long)want.dims[1],
-                      (long long)want.dims[2], (long long)want.dims[3]);
+                      (long long)images->shape.dims[1], (long long)images->shape.dims[2],
+                      (long long)want.dims[1], (long long)want.dims[2], (long long)want.dims[3]);
         goto out;
     }
     if (labels && labels->shape.dims[0] != n) {
-        psg_error_set("%s has %lld labels for %lld images", labels_path, (long long)labels->shape.dims[0], (long long)n);
+        psg_error_set("%s has %lld labels for %lld images", labels_path,
+                      (long long)labels->shape.dims[0], (long long)n);
         goto out;
     }
     int64_t per = images->shape.dims[1] * images->shape.dims[2];
@@ -123,7 +126,7 @@ static int predict_idx(predict_t *p, const char *path, const char *labels_path) 
         int64_t k = n - at < p->batch ? n - at : p->batch;
         psg_shape_t bs = psg_shape_4d(k, want.dims[1], want.dims[2], 1);
         psg_tensor_t *b = psg_tensor_from_data(PSG_DT_F32, &bs, psg_tensor_f32(images) + at * per,
-                                              (size_t)(k * per) * sizeof(float));
+                                               (size_t)(k * per) * sizeof(float));
         if (!b) goto out;
         int r = run_rows(p, path, at, &b, labels ? (const int32_t *)labels->data + at : NULL, true);
         psg_tensor_destroy(&b);
@@ -191,7 +194,8 @@ static int predict_image(predict_t *p, const char *path) {
     } else {
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
-                const uint8_t *px = rgb + ((size_t)(y * h / H) * (size_t)w + (size_t)(x * w / W)) * 3;
+                const uint8_t *px =
+                    rgb + ((size_t)(y * h / H) * (size_t)w + (size_t)(x * w / W)) * 3;
                 o[y * W + x] = (0.299f * px[0] + 0.587f * px[1] + 0.114f * px[2]) / 255.0f;
             }
     }
@@ -225,7 +229,8 @@ static int predict_tfrecord(predict_t *p, const char *path) {
 }
 
 /* CSV: each row the inputs' values, flattened, in signature order. */
-static int csv_row(predict_t *p, const char *path, int line, char *text, psg_tensor_t **in, int64_t row) {
+static int csv_row(predict_t *p, const char *path, int line, char *text, psg_tensor_t **in,
+                   int64_t row) {
     char *s = text;
     for (int i = 0; i < psg_servable_num_inputs(p->s); i++) {
         int64_t per = psg_tensor_numel(in[i]) / in[i]->shape.dims[0];
@@ -233,8 +238,8 @@ static int csv_row(predict_t *p, const char *path, int line, char *text, psg_ten
             char *end;
             double v = strtod(s, &end);
             if (end == s || (*end && *end != ',' && *end != '\n' && *end != '\r'))
-                return psg_error_set("%s:%d: value %lld of input '%s' is not a number", path, line, (long long)k,
-                                     psg_servable_input(p->s, i)->name);
+                return psg_error_set("%s:%d: value %lld of input '%s' is not a number", path, line,
+                                     (long long)k, psg_servable_input(p->s, i)->name);
             if (in[i]->dtype == PSG_DT_F32)
                 psg_tensor_f32(in[i])[row * per + k] = (float)v;
             else if (in[i]->dtype == PSG_DT_I64 && v == floor(v) && fabs(v) < 9e15)
@@ -279,7 +284,8 @@ static int predict_csv(predict_t *p, const char *path) {
             psg_shape_t s = in[i]->shape;
             s.dims[0] = rows;
             if (!(tail[i] = psg_tensor_from_data(in[i]->dtype, &s, in[i]->data,
-                                                 (size_t)psg_shape_numel(&s) * psg_dtype_size(in[i]->dtype))))
+                                                 (size_t)psg_shape_numel(&s) *
+                                                     psg_dtype_size(in[i]->dtype))))
                 rc = -1;
         }
         if (rc == 0) rc = run_rows(p, path, first, tail, NULL, true);
@@ -293,9 +299,11 @@ static int predict_csv(predict_t *p, const char *path) {
 
 static int predict_file(predict_t *p, const char *path, const char *labels) {
     if (ends_with(path, ".csv")) return predict_csv(p, path);
-    if (ends_with(path, ".jpg") || ends_with(path, ".jpeg") || ends_with(path, ".png") || ends_with(path, ".JPEG"))
+    if (ends_with(path, ".jpg") || ends_with(path, ".jpeg") || ends_with(path, ".png") ||
+        ends_with(path, ".JPEG"))
         return predict_image(p, path);
-    if (ends_with(path, "-ubyte") || ends_with(path, "-ubyte.gz") || ends_with(path, ".idx") || ends_with(path, ".idx.gz"))
+    if (ends_with(path, "-ubyte") || ends_with(path, "-ubyte.gz") || ends_with(path, ".idx") ||
+        ends_with(path, ".idx.gz"))
         return predict_idx(p, path, labels);
     return predict_tfrecord(p, path);
 }
@@ -319,7 +327,8 @@ int psg_cmd_predict(int argc, char **argv) {
             files[n_files++] = a;
             continue;
         }
-        if (i + 1 >= argc) return fprintf(stderr, "psgraph predict: no value for %s\n%s", a, usage), 2;
+        if (i + 1 >= argc)
+            return fprintf(stderr, "psgraph predict: no value for %s\n%s", a, usage), 2;
         const char *v = argv[++i];
         if (!strcmp(a, "--model-dir") || !strcmp(a, "--checkpoint"))
             dir = v;
@@ -335,27 +344,34 @@ int psg_cmd_predict(int argc, char **argv) {
             return fprintf(stderr, "psgraph predict: bad option %s %s\n%s", a, v, usage), 2;
     }
     if (!dir || n_files == 0)
-        return fprintf(stderr, "psgraph predict: --model-dir and at least one FILE are required\n%s", usage), 2;
+        return fprintf(stderr,
+                       "psgraph predict: --model-dir and at least one FILE are required\n%s",
+                       usage),
+               2;
     if (!(p.s = psg_servable_load(dir, &o))) {
         fprintf(stderr, "psgraph predict: %s\n", psg_error_message());
         return 1;
     }
     p.output = output ? psg_servable_find_output(p.s, output) : -1;
     if (output && p.output < 0) {
-        fprintf(stderr, "psgraph predict: --output %s: the model's outputs are logits, probabilities\n", output);
+        fprintf(stderr,
+                "psgraph predict: --output %s: the model's outputs are logits, probabilities\n",
+                output);
         psg_servable_destroy(&p.s);
         return 2;
     }
-    if (!output && psg_servable_output(p.s, 0)->shape.rank < 2) p.output = psg_servable_find_output(p.s, "probabilities");
+    if (!output && psg_servable_output(p.s, 0)->shape.rank < 2)
+        p.output = psg_servable_find_output(p.s, "probabilities");
     int rc = 0;
     for (int i = 0; i < n_files && rc == 0; i++) rc = predict_file(&p, files[i], labels);
     if (rc < 0)
         fprintf(stderr, "psgraph predict: %s\n", psg_error_message());
     else if (p.labeled > 0)
-        printf("{\"event\":\"accuracy\",\"model\":\"%s\",\"checkpoint\":\"%s\",\"examples\":%lld,\"correct\":%lld,"
-               "\"accuracy\":%.6f}\n",
-               psg_servable_model(p.s), psg_servable_checkpoint(p.s), (long long)p.labeled, (long long)p.correct,
-               (double)p.correct / (double)p.labeled);
+        printf(
+            "{\"event\":\"accuracy\",\"model\":\"%s\",\"checkpoint\":\"%s\",\"examples\":%lld,\"correct\":%lld,"
+            "\"accuracy\":%.6f}\n",
+            psg_servable_model(p.s), psg_servable_checkpoint(p.s), (long long)p.labeled,
+            (long long)p.correct, (double)p.correct / (double)p.labeled);
     psg_servable_destroy(&p.s);
     return rc < 0 ? 1 : 0;
 }

@@ -50,7 +50,9 @@ static char *read_text(const char *path) {
     return s;
 }
 
-static bool loopback(const char *addr) { return !strncmp(addr, "127.", 4); }
+static bool loopback(const char *addr) {
+    return !strncmp(addr, "127.", 4);
+}
 
 static int number(const char *opt, const char *v, double lo, double hi, double *out) {
     char *end;
@@ -80,22 +82,34 @@ static int parse(int argc, char **argv, serve_opts_t *s, psg_servable_options_t 
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "psgraph serve: %s '%s'\n%s", a[0] == '-' ? "no value for" : "unexpected", a, usage);
+            fprintf(stderr, "psgraph serve: %s '%s'\n%s",
+                    a[0] == '-' ? "no value for" : "unexpected", a, usage);
             return -1;
         }
         const char *v = argv[++i];
         int rc = 0;
-        if (!strcmp(a, "--model-dir")) s->dir = v;
-        else if (!strcmp(a, "--name")) s->name = v;
-        else if (!strcmp(a, "--listen")) s->listen = v;
-        else if (!strcmp(a, "--tls-key")) s->tls_key = v;
-        else if (!strcmp(a, "--tls-cert")) s->tls_cert = v;
-        else if (!strcmp(a, "--port")) rc = number(a, v, 0, 65535, &s->port);
-        else if (!strcmp(a, "--max-batch")) rc = number(a, v, 1, 65536, &s->max_batch);
-        else if (!strcmp(a, "--batch-timeout-us")) rc = number(a, v, 0, 1e7, &s->timeout_us);
-        else if (!strcmp(a, "--max-body")) rc = number(a, v, 1, (double)MAX_BODY_LIMIT, &s->max_body);
-        else if (!strcmp(a, "--max-connections")) rc = number(a, v, 1, 100000, &s->max_conn);
-        else if (!strcmp(a, "--poll-secs")) rc = number(a, v, 0.01, 86400, &s->poll);
+        if (!strcmp(a, "--model-dir"))
+            s->dir = v;
+        else if (!strcmp(a, "--name"))
+            s->name = v;
+        else if (!strcmp(a, "--listen"))
+            s->listen = v;
+        else if (!strcmp(a, "--tls-key"))
+            s->tls_key = v;
+        else if (!strcmp(a, "--tls-cert"))
+            s->tls_cert = v;
+        else if (!strcmp(a, "--port"))
+            rc = number(a, v, 0, 65535, &s->port);
+        else if (!strcmp(a, "--max-batch"))
+            rc = number(a, v, 1, 65536, &s->max_batch);
+        else if (!strcmp(a, "--batch-timeout-us"))
+            rc = number(a, v, 0, 1e7, &s->timeout_us);
+        else if (!strcmp(a, "--max-body"))
+            rc = number(a, v, 1, (double)MAX_BODY_LIMIT, &s->max_body);
+        else if (!strcmp(a, "--max-connections"))
+            rc = number(a, v, 1, 100000, &s->max_conn);
+        else if (!strcmp(a, "--poll-secs"))
+            rc = number(a, v, 0.01, 86400, &s->poll);
         else {
             fprintf(stderr, "psgraph serve: unknown option '%s'\n%s", a, usage);
             return -1;
@@ -111,8 +125,11 @@ static int parse(int argc, char **argv, serve_opts_t *s, psg_servable_options_t 
         return -1;
     }
     if (!loopback(s->listen) && !s->tls_key && !s->insecure) {
-        fprintf(stderr, "psgraph serve: refusing plain HTTP on %s, off loopback: give --tls-key and --tls-cert, "
-                        "or --insecure\n", s->listen);
+        fprintf(
+            stderr,
+            "psgraph serve: refusing plain HTTP on %s, off loopback: give --tls-key and --tls-cert, "
+            "or --insecure\n",
+            s->listen);
         return -1;
     }
     return 0;
@@ -124,30 +141,41 @@ static int serve(serve_opts_t *s, const psg_servable_options_t *o) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL); /* before any thread starts: they inherit it */
-    char *key = s->tls_key ? read_text(s->tls_key) : NULL, *cert = s->tls_cert ? read_text(s->tls_cert) : NULL;
+    char *key = s->tls_key ? read_text(s->tls_key) : NULL,
+         *cert = s->tls_cert ? read_text(s->tls_cert) : NULL;
     if (s->tls_key && (!key || !cert)) {
         fprintf(stderr, "psgraph serve: cannot read %s\n", !key ? s->tls_key : s->tls_cert);
         free(key);
         free(cert);
         return 1;
     }
-    psg_model_server_config_t mc = {.dir = s->dir, .load = *o, .max_batch = (int)s->max_batch,
-                                     .batch_timeout_us = (int64_t)s->timeout_us, .poll_secs = s->poll,
-                                     .log = log_line};
+    psg_model_server_config_t mc = {.dir = s->dir,
+                                    .load = *o,
+                                    .max_batch = (int)s->max_batch,
+                                    .batch_timeout_us = (int64_t)s->timeout_us,
+                                    .poll_secs = s->poll,
+                                    .log = log_line};
     psg_model_server_t *ms = psg_model_server_new(&mc);
     psg_http_t *h = NULL;
     psg_servable_t *first = ms ? psg_model_server_acquire(ms, -1) : NULL;
     if (first) {
         const char *name = s->name ? s->name : psg_servable_model(first);
-        psg_http_config_t hc = {.models = ms, .name = name, .listen = s->listen, .port = (int)s->port,
-                                .max_body = (size_t)s->max_body, .max_connections = (int)s->max_conn,
-                                .idle_timeout = 60, .tls_key = key, .tls_cert = cert};
+        psg_http_config_t hc = {.models = ms,
+                                .name = name,
+                                .listen = s->listen,
+                                .port = (int)s->port,
+                                .max_body = (size_t)s->max_body,
+                                .max_connections = (int)s->max_conn,
+                                .idle_timeout = 60,
+                                .tls_key = key,
+                                .tls_cert = cert};
         if ((h = psg_http_start(&hc)))
-            printf("{\"event\":\"serving\",\"model\":\"%s\",\"name\":\"%s\",\"version\":%lld,\"checkpoint\":\"%s\","
-                   "\"url\":\"%s://%s:%d/v1/models/%s\",\"max_batch\":%d,\"batch_timeout_us\":%lld}\n",
-                   psg_servable_model(first), name, (long long)psg_servable_step(first),
-                   psg_servable_checkpoint(first), key ? "https" : "http", s->listen, psg_http_port(h), name,
-                   (int)s->max_batch, (long long)s->timeout_us);
+            printf(
+                "{\"event\":\"serving\",\"model\":\"%s\",\"name\":\"%s\",\"version\":%lld,\"checkpoint\":\"%s\","
+                "\"url\":\"%s://%s:%d/v1/models/%s\",\"max_batch\":%d,\"batch_timeout_us\":%lld}\n",
+                psg_servable_model(first), name, (long long)psg_servable_step(first),
+                psg_servable_checkpoint(first), key ? "https" : "http", s->listen, psg_http_port(h),
+                name, (int)s->max_batch, (long long)s->timeout_us);
         fflush(stdout);
         psg_model_server_release(ms, first);
     }
@@ -175,8 +203,13 @@ int psg_cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--k8s")) return psg_serve_k8s(argc, argv);
     }
-    serve_opts_t s = {.listen = "127.0.0.1", .port = 8501, .max_batch = 32, .timeout_us = 1000,
-                      .max_body = (double)MAX_BODY_LIMIT, .max_conn = 64, .poll = 1};
+    serve_opts_t s = {.listen = "127.0.0.1",
+                      .port = 8501,
+                      .max_batch = 32,
+                      .timeout_us = 1000,
+                      .max_body = (double)MAX_BODY_LIMIT,
+                      .max_conn = 64,
+                      .poll = 1};
     psg_servable_options_t o = {0};
     if (parse(argc, argv, &s, &o) < 0) return 2;
     return serve(&s, &o);

@@ -31,7 +31,7 @@ struct psg_http {
 /* One request's state between libmicrohttpd's calls. */
 typedef struct {
     psg_strbuf_t body;
-    size_t seen;   /* bytes of body received, kept or not */
+    size_t seen; /* bytes of body received, kept or not */
     bool too_big;
 } conn_t;
 
@@ -42,7 +42,8 @@ static mhd_result_t answer(struct MHD_Connection *conn, unsigned status, psg_str
         status = 500;
         psg_strbuf_str(text, "{\"error\":\"out of memory\"}");
     }
-    struct MHD_Response *r = MHD_create_response_from_buffer(text->len, text->s, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(text->len, text->s, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text->s);
         return MHD_NO;
@@ -60,7 +61,8 @@ static mhd_result_t error(struct MHD_Connection *conn, unsigned status, const ch
     return answer(conn, status, &t);
 }
 
-static mhd_result_t predict(psg_http_t *h, struct MHD_Connection *conn, psg_servable_t *s, conn_t *cc) {
+static mhd_result_t predict(psg_http_t *h, struct MHD_Connection *conn, psg_servable_t *s,
+                            conn_t *cc) {
     psg_rest_signature_t sig = psg_rest_signature_of(s);
     psg_rest_request_t req;
     if (psg_rest_parse_predict(&sig, cc->body.s ? cc->body.s : "", cc->body.len, &req) < 0)
@@ -81,15 +83,16 @@ static mhd_result_t predict(psg_http_t *h, struct MHD_Connection *conn, psg_serv
     return r;
 }
 
-static mhd_result_t dispatch(psg_http_t *h, struct MHD_Connection *conn, const char *method, const char *url,
-                             conn_t *cc) {
+static mhd_result_t dispatch(psg_http_t *h, struct MHD_Connection *conn, const char *method,
+                             const char *url, conn_t *cc) {
     psg_rest_route_t route;
     int status = psg_rest_route(method, url, &route);
     if (status) return error(conn, (unsigned)status, psg_error_message());
     if (strcmp(route.model, h->c.name)) {
         char msg[512];
-        snprintf(msg, sizeof msg, "Servable not found for request: Latest(%s) (this server serves '%s')", route.model,
-                 h->c.name);
+        snprintf(msg, sizeof msg,
+                 "Servable not found for request: Latest(%s) (this server serves '%s')",
+                 route.model, h->c.name);
         return error(conn, 404, msg);
     }
     if (cc->too_big) {
@@ -100,8 +103,8 @@ static mhd_result_t dispatch(psg_http_t *h, struct MHD_Connection *conn, const c
     psg_servable_t *s = psg_model_server_acquire(h->c.models, route.version);
     if (!s) {
         char msg[1024];
-        snprintf(msg, sizeof msg, "Servable not found for request: Specific(%s, %lld): %s", route.model,
-                 (long long)route.version, psg_error_message());
+        snprintf(msg, sizeof msg, "Servable not found for request: Specific(%s, %lld): %s",
+                 route.model, (long long)route.version, psg_error_message());
         return error(conn, 404, msg);
     }
     mhd_result_t r;
@@ -121,8 +124,9 @@ static mhd_result_t dispatch(psg_http_t *h, struct MHD_Connection *conn, const c
     return r;
 }
 
-static mhd_result_t on_request(void *ctx, struct MHD_Connection *conn, const char *url, const char *method,
-                               const char *version, const char *data, size_t *size, void **state) {
+static mhd_result_t on_request(void *ctx, struct MHD_Connection *conn, const char *url,
+                               const char *method, const char *version, const char *data,
+                               size_t *size, void **state) {
     (void)version;
     psg_http_t *h = ctx;
     conn_t *cc = *state;
@@ -146,7 +150,8 @@ static mhd_result_t on_request(void *ctx, struct MHD_Connection *conn, const cha
     return dispatch(h, conn, method, url, cc);
 }
 
-static void on_done(void *ctx, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode why) {
+static void on_done(void *ctx, struct MHD_Connection *conn, void **state,
+                    enum MHD_RequestTerminationCode why) {
     (void)ctx, (void)conn, (void)why;
     conn_t *cc = *state;
     if (!cc) return;
@@ -170,18 +175,19 @@ psg_http_t *psg_http_start(const psg_http_config_t *c) {
         psg_error_set("--listen '%s' is not an IPv4 address", c->listen);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (c->tls_key) flags |= MHD_USE_TLS;
-    h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->idle_timeout,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
-                            c->tls_key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, c->tls_key,
-                            MHD_OPTION_HTTPS_MEM_CERT, c->tls_cert, MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, (uint16_t)c->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
+        on_done, h, c->tls_key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, c->tls_key,
+        MHD_OPTION_HTTPS_MEM_CERT, c->tls_cert, MHD_OPTION_END);
     if (!h->d) {
         free(h);
-        psg_error_set("cannot listen on %s:%d (in use, or a bad TLS key or certificate)", c->listen, c->port);
+        psg_error_set("cannot listen on %s:%d (in use, or a bad TLS key or certificate)", c->listen,
+                      c->port);
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -189,7 +195,9 @@ psg_http_t *psg_http_start(const psg_http_config_t *c) {
     return h;
 }
 
-int psg_http_port(const psg_http_t *h) { return h->port; }
+int psg_http_port(const psg_http_t *h) {
+    return h->port;
+}
 
 void psg_http_stop(psg_http_t **hp) {
     if (!hp || !*hp) return;

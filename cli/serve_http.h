@@ -17,7 +17,7 @@ typedef struct {
     int port;                   /* 0: a free one (psg_http_port tells it) */
     size_t max_body;            /* bytes a request body may hold */
     int max_connections;
-    int idle_timeout;           /* seconds a quiet connection is kept */
+    int idle_timeout;               /* seconds a quiet connection is kept */
     const char *tls_key, *tls_cert; /* PEM text, both or neither (HTTPS) */
 } psg_http_config_t;
 

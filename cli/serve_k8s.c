@@ -28,7 +28,8 @@ static bool dns_label(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > 40 || s[0] == '-' || s[n - 1] == '-') return false;
     for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-')) return false;
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+            return false;
     return true;
 }
 
@@ -40,18 +41,21 @@ typedef struct {
 } serve_k8s_t;
 
 static void write_yaml(FILE *f, const serve_k8s_t *k) {
-    fprintf(f, "# psgraph serve as Kubernetes objects (docs/serving.md): kubectl apply -f this file\n"
-               "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\n"
-               "  labels:\n    app.kubernetes.io/name: psgraph-serve\n    psgraph/model: %s\n"
-               "spec:\n  selector:\n    psgraph/model: %s\n"
-               "  ports:\n    - name: http\n      port: %d\n      targetPort: %d\n",
+    fprintf(f,
+            "# psgraph serve as Kubernetes objects (docs/serving.md): kubectl apply -f this file\n"
+            "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\n"
+            "  labels:\n    app.kubernetes.io/name: psgraph-serve\n    psgraph/model: %s\n"
+            "spec:\n  selector:\n    psgraph/model: %s\n"
+            "  ports:\n    - name: http\n      port: %d\n      targetPort: %d\n",
             k->name, k->ns, k->name, k->name, K8S_REST_PORT, K8S_REST_PORT);
-    fprintf(f, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\n  namespace: %s\n"
-               "  labels:\n    app.kubernetes.io/name: psgraph-serve\n    psgraph/model: %s\n"
-               "spec:\n  replicas: %d\n  selector:\n    matchLabels:\n      psgraph/model: %s\n"
-               "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: psgraph-serve\n"
-               "        psgraph/model: %s\n    spec:\n      containers:\n        - name: serve\n          image: ",
-            k->name, k->ns, k->name, k->replicas, k->name, k->name);
+    fprintf(
+        f,
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\n  namespace: %s\n"
+        "  labels:\n    app.kubernetes.io/name: psgraph-serve\n    psgraph/model: %s\n"
+        "spec:\n  replicas: %d\n  selector:\n    matchLabels:\n      psgraph/model: %s\n"
+        "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: psgraph-serve\n"
+        "        psgraph/model: %s\n    spec:\n      containers:\n        - name: serve\n          image: ",
+        k->name, k->ns, k->name, k->replicas, k->name, k->name);
     q(f, k->image);
     /* plain HTTP on the pod's address: inside the cluster, behind the Service (TLS ends at
      * an ingress; or add --tls-key/--tls-cert from a Secret) */
@@ -61,24 +65,30 @@ static void write_yaml(FILE *f, const serve_k8s_t *k) {
     q(f, k->name);
     fprintf(f, ", \"--listen\", \"0.0.0.0\", \"--insecure\", \"--port\", \"%d\"", K8S_REST_PORT);
     for (int i = 0; i < k->n_pass; i++) fputs(", ", f), q(f, k->pass[i]);
-    fprintf(f, "]\n          ports:\n            - name: http\n              containerPort: %d\n", K8S_REST_PORT);
-    fprintf(f, "          readinessProbe:\n            httpGet:\n              path: /v1/models/%s\n"
-               "              port: %d\n            periodSeconds: 5\n", k->name, K8S_REST_PORT);
+    fprintf(f, "]\n          ports:\n            - name: http\n              containerPort: %d\n",
+            K8S_REST_PORT);
+    fprintf(f,
+            "          readinessProbe:\n            httpGet:\n              path: /v1/models/%s\n"
+            "              port: %d\n            periodSeconds: 5\n",
+            k->name, K8S_REST_PORT);
     if (k->cpu || k->memory) {
         fprintf(f, "          resources:\n            requests:\n");
         if (k->cpu) fprintf(f, "              cpu: "), q(f, k->cpu), fputc('\n', f);
         if (k->memory) fprintf(f, "              memory: "), q(f, k->memory), fputc('\n', f);
     }
-    fprintf(f, "          volumeMounts:\n            - name: models\n              mountPath: /models\n"
-               "              readOnly: true\n      volumes:\n        - name: models\n");
+    fprintf(
+        f, "          volumeMounts:\n            - name: models\n              mountPath: /models\n"
+           "              readOnly: true\n      volumes:\n        - name: models\n");
     if (k->volume)
-        fprintf(f, "          persistentVolumeClaim:\n            claimName: "), q(f, k->volume), fputc('\n', f);
+        fprintf(f, "          persistentVolumeClaim:\n            claimName: "), q(f, k->volume),
+            fputc('\n', f);
     else
         fprintf(f, "          emptyDir: {}\n");
 }
 
 int psg_serve_k8s(int argc, char **argv) {
-    serve_k8s_t k = {.image = "psgraph:latest", .ns = "default", .name = "psgraph-serve", .replicas = 1};
+    serve_k8s_t k = {
+        .image = "psgraph:latest", .ns = "default", .name = "psgraph-serve", .replicas = 1};
     char **pass = calloc((size_t)argc + 1, sizeof *pass);
     if (!pass) return 1;
     k.pass = pass;
@@ -108,12 +118,15 @@ int psg_serve_k8s(int argc, char **argv) {
     }
     int rc = 0;
     if (!dns_label(k.name) || !dns_label(k.ns) || k.replicas < 1 || k.replicas > 1000) {
-        fprintf(stderr, "psgraph serve --k8s: --name and --namespace must be DNS labels (a-z, 0-9, '-', at most 40), "
-                        "--replicas 1 to 1000\n");
+        fprintf(
+            stderr,
+            "psgraph serve --k8s: --name and --namespace must be DNS labels (a-z, 0-9, '-', at most 40), "
+            "--replicas 1 to 1000\n");
         rc = 2;
     } else if (!k.dir || k.dir[0] != '/') {
-        fprintf(stderr, "psgraph serve --k8s: --model-dir: the log directory's absolute path in the pod "
-                        "(under /models, where --model-volume is mounted)\n");
+        fprintf(stderr,
+                "psgraph serve --k8s: --model-dir: the log directory's absolute path in the pod "
+                "(under /models, where --model-volume is mounted)\n");
         rc = 2;
     } else {
         char path[4096];
@@ -128,7 +141,8 @@ int psg_serve_k8s(int argc, char **argv) {
         if (f) {
             write_yaml(f, &k);
             if (k.out && fclose(f) != 0) rc = 1;
-            if (k.out && rc == 0) printf("psgraph serve: %s written (kubectl apply -f %s)\n", path, path);
+            if (k.out && rc == 0)
+                printf("psgraph serve: %s written (kubectl apply -f %s)\n", path, path);
         }
     }
     free(pass);

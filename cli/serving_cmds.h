@@ -16,11 +16,11 @@ int psg_serve_k8s(int argc, char **argv);
  * 0 when argv[*i] is another option, -1 after printing what is wrong with it. */
 int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_t *o);
 /* The help lines of those options. */
-#define PSG_CLI_SERVABLE_HELP                                                                       \
-    "  --model NAME          mlp, cnn, inception3, wide-deep (default: from the checkpoint)\n"      \
-    "  --image-size H[,W[,C]] the input images (default: from the weights; inception3 299)\n"       \
-    "  --threads N           compute threads (default 1)\n"                                         \
-    "  --partition-strategy mod|div  how a row-sharded table was split (default mod)\n"             \
+#define PSG_CLI_SERVABLE_HELP                                                                      \
+    "  --model NAME          mlp, cnn, inception3, wide-deep (default: from the checkpoint)\n"     \
+    "  --image-size H[,W[,C]] the input images (default: from the weights; inception3 299)\n"      \
+    "  --threads N           compute threads (default 1)\n"                                        \
+    "  --partition-strategy mod|div  how a row-sharded table was split (default mod)\n"            \
     "  --no-ema              the raw weights even where moving averages are kept\n"
 
 #endif

@@ -27,11 +27,13 @@ int psg_error_set_code(psg_err_code_t code, const char *fmt, ...) {
     return -1;
 }
 
-psg_err_code_t psg_error_code(void) { return error_code; }
+psg_err_code_t psg_error_code(void) {
+    return error_code;
+}
 
 const char *psg_error_code_name(int code) {
     static const char *const names[PSG_ERR_CODE_COUNT] = {
-        "unknown", "bad_request", "not_found", "limit",    "timeout",    "aborted",
+        "unknown", "bad_request", "not_found", "limit",     "timeout",    "aborted",
         "closed",  "stopping",    "denied",    "no_memory", "unavailable"};
     return code >= 0 && code < PSG_ERR_CODE_COUNT ? names[code] : "unknown";
 }
@@ -51,7 +53,9 @@ int psg_error_wrap(const char *fmt, ...) {
     return -1;
 }
 
-const char *psg_error_message(void) { return error_message; }
+const char *psg_error_message(void) {
+    return error_message;
+}
 
 void psg_error_clear(void) {
     error_message[0] = '\0';

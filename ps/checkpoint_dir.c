@@ -39,7 +39,8 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
                         psg_resource_mgr_t *const *rms, int keep, double *seconds) {
     double t0 = psg_now_sec();
     if (num_shards < 1) return psg_error_set("%s: no shards to save", dir);
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return psg_error_set("%s: %s", dir, strerror(errno));
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return psg_error_set("%s: %s", dir, strerror(errno));
     shard_job_t *jobs = calloc((size_t)num_shards, sizeof *jobs);
     pthread_t *th = calloc((size_t)num_shards, sizeof *th);
     bool *started = calloc((size_t)num_shards, sizeof *started);
@@ -50,14 +51,17 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
         return psg_error_set("out of memory");
     }
     for (int s = 0; s < num_shards; s++) {
-        jobs[s] = (shard_job_t){.rm = rms[s], .dir = dir, .step = step, .shard = s, .num_shards = num_shards};
+        jobs[s] = (shard_job_t){
+            .rm = rms[s], .dir = dir, .step = step, .shard = s, .num_shards = num_shards};
         /* shard 0 runs on this thread; a shard whose thread cannot start too */
         if (s > 0) started[s] = pthread_create(&th[s], NULL, shard_main, &jobs[s]) == 0;
     }
     shard_main(&jobs[0]);
     for (int s = 1; s < num_shards; s++) {
-        if (started[s]) pthread_join(th[s], NULL);
-        else shard_main(&jobs[s]);
+        if (started[s])
+            pthread_join(th[s], NULL);
+        else
+            shard_main(&jobs[s]);
     }
     psg_checkpoint_shard_t *outs = calloc((size_t)num_shards, sizeof *outs);
     int rc = outs ? 0 : psg_error_set("out of memory");

@@ -49,7 +49,8 @@ struct psg_model_server {
     psg_model_server_stats_t stats;
 };
 
-static void logf_(psg_model_server_t *ms, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(psg_model_server_t *ms, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void logf_(psg_model_server_t *ms, const char *fmt, ...) {
     if (!ms->c.log) return;
     char line[2048];
@@ -71,8 +72,8 @@ static int64_t newest_step(const char *dir) {
     while ((e = readdir(d))) {
         long long step;
         int end = 0;
-        if (sscanf(e->d_name, PSG_CKPT_PREFIX "-%lld.index.json%n", &step, &end) == 1 && !e->d_name[end] &&
-            step > best)
+        if (sscanf(e->d_name, PSG_CKPT_PREFIX "-%lld.index.json%n", &step, &end) == 1 &&
+            !e->d_name[end] && step > best)
             best = step;
     }
     closedir(d);
@@ -124,15 +125,17 @@ static void *watch(void *arg) {
         int64_t step = newest_step(ms->dir);
         if (step > served && step != ms->failed_step) {
             char path[4200];
-            snprintf(path, sizeof path, "%s/" PSG_CKPT_PREFIX "-%lld.index.json", ms->dir, (long long)step);
+            snprintf(path, sizeof path, "%s/" PSG_CKPT_PREFIX "-%lld.index.json", ms->dir,
+                     (long long)step);
             psg_servable_t *s = psg_servable_load(path, &ms->c.load);
             if (!s || install(ms, s) < 0) {
-                logf_(ms, "version %lld not loaded, version %lld goes on: %s", (long long)step, (long long)served,
-                      psg_error_message());
+                logf_(ms, "version %lld not loaded, version %lld goes on: %s", (long long)step,
+                      (long long)served, psg_error_message());
                 psg_servable_destroy(&s);
                 ms->failed_step = step;
             } else {
-                logf_(ms, "version %lld loaded from %s (was %lld)", (long long)step, path, (long long)served);
+                logf_(ms, "version %lld loaded from %s (was %lld)", (long long)step, path,
+                      (long long)served);
             }
         }
         pthread_mutex_lock(&ms->lock);
@@ -148,7 +151,9 @@ psg_servable_t *psg_model_server_acquire(psg_model_server_t *ms, int64_t version
     if (v) v->refs++;
     int64_t newest = ms->versions ? psg_servable_step(ms->versions->s) : -1;
     pthread_mutex_unlock(&ms->lock);
-    if (!v) psg_error_set("no version %lld of the model: it serves version %lld", (long long)version, (long long)newest);
+    if (!v)
+        psg_error_set("no version %lld of the model: it serves version %lld", (long long)version,
+                      (long long)newest);
     return v ? v->s : NULL;
 }
 
@@ -196,7 +201,8 @@ static void run_batch(psg_model_server_t *ms, req_t **list, int n, int64_t rows)
     if (n == 1)
         rc = psg_servable_run(s, list[0]->inputs, outs);
     else
-        rc = concat_inputs(list, n, rows, n_in, joined) < 0 ? -1 : psg_servable_run(s, joined, outs);
+        rc =
+            concat_inputs(list, n, rows, n_in, joined) < 0 ? -1 : psg_servable_run(s, joined, outs);
     pthread_mutex_lock(&ms->lock);
     ms->stats.batches++;
     ms->stats.requests += n;
@@ -220,8 +226,8 @@ static void run_batch(psg_model_server_t *ms, req_t **list, int n, int64_t rows)
 }
 
 /* Moves the queued requests for s that fit in max - *rows rows into list. Under the lock. */
-static void take_matching(psg_model_server_t *ms, psg_servable_t *s, int64_t max, req_t **list, int *n, int cap,
-                          int64_t *rows) {
+static void take_matching(psg_model_server_t *ms, psg_servable_t *s, int64_t max, req_t **list,
+                          int *n, int cap, int64_t *rows) {
     for (req_t **p = &ms->head; *p && *n < cap;) {
         req_t *r = *p;
         if (r->s == s && *rows + r->batch <= max) {

@@ -14,11 +14,11 @@
 typedef struct psg_model_server psg_model_server_t;
 
 typedef struct {
-    const char *dir;              /* the log directory whose checkpoints are the versions */
-    psg_servable_options_t load;  /* how each version is loaded */
-    int max_batch;                /* rows a batch may hold (a bigger request runs alone); <= 0: 32 */
-    int64_t batch_timeout_us;     /* how long a batch waits to fill; < 0: 1000 */
-    double poll_secs;             /* how often dir is looked at for a new checkpoint; <= 0: 1 */
+    const char *dir;             /* the log directory whose checkpoints are the versions */
+    psg_servable_options_t load; /* how each version is loaded */
+    int max_batch;               /* rows a batch may hold (a bigger request runs alone); <= 0: 32 */
+    int64_t batch_timeout_us;    /* how long a batch waits to fill; < 0: 1000 */
+    double poll_secs;            /* how often dir is looked at for a new checkpoint; <= 0: 1 */
     /* a line to log (a version loaded, one that failed to load), or NULL */
     void (*log)(void *ctx, const char *line);
     void *log_ctx;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OX_IR_VERSION 8                   /* ONNX 1.12's, which opset 17 came with */
+#define OX_IR_VERSION 8                       /* ONNX 1.12's, which opset 17 came with */
 #define OX_MAX_INIT_BYTES ((uint64_t)2 << 30) /* protobuf's 2 GiB message limit */
 
 /* ---- the arena ---- */
@@ -92,7 +92,8 @@ Onnx__NodeProto *ox_node(ox_t *x, const char *op_type, const char *name, int n_i
     Onnx__NodeProto *n = ox_alloc(x, sizeof *n);
     char **ins = ox_alloc(x, (size_t)(n_in + 1) * sizeof *ins);
     char **outs = ox_alloc(x, (size_t)(n_out + 1) * sizeof *outs);
-    if (!n || !ins || !outs || !grow(x, (void ***)&x->nodes, x->n_nodes, &x->cap_nodes)) return NULL;
+    if (!n || !ins || !outs || !grow(x, (void ***)&x->nodes, x->n_nodes, &x->cap_nodes))
+        return NULL;
     onnx__node_proto__init(n);
     for (int i = 0; i < n_in; i++) ins[i] = ox_strdup(x, in[i] ? in[i] : "");
     for (int i = 0; i < n_out; i++) outs[i] = ox_strdup(x, out[i]);
@@ -154,7 +155,8 @@ const char *ox_initializer(ox_t *x, const char *name, psg_dtype_t dt, const psg_
     size_t bytes = numel < 0 ? 0 : (size_t)numel * psg_dtype_size(dt);
     x->init_bytes += bytes;
     if (x->init_bytes >= OX_MAX_INIT_BYTES) {
-        psg_error_set("the initializers pass 2 GiB at '%s' (protobuf's limit for one model file)", name);
+        psg_error_set("the initializers pass 2 GiB at '%s' (protobuf's limit for one model file)",
+                      name);
         return NULL;
     }
     onnx__tensor_proto__init(t);
@@ -189,7 +191,9 @@ const char *ox_const_f32(ox_t *x, const char *base, float v) {
 
 /* ---- values and layouts ---- */
 
-static ox_value_t *value(ox_t *x, psg_endpoint_t e) { return &x->vals[e.node * PSG_MAX_OUTPUTS + e.index]; }
+static ox_value_t *value(ox_t *x, psg_endpoint_t e) {
+    return &x->vals[e.node * PSG_MAX_OUTPUTS + e.index];
+}
 
 const char *ox_out_name(ox_t *x, const psg_node_t *n, int out) {
     if (out == 0) return ox_strdup(x, psg_node_name(n));
@@ -206,7 +210,8 @@ void ox_set_out(ox_t *x, const psg_node_t *n, int out, const char *name, bool nc
         v->nhwc = name;
 }
 
-static const char *transposed(ox_t *x, const char *from, const int64_t perm[4], const char *suffix) {
+static const char *transposed(ox_t *x, const char *from, const int64_t perm[4],
+                              const char *suffix) {
     const char *to = ox_fresh(x, from, suffix);
     Onnx__NodeProto *t = ox_node(x, "Transpose", to, 1, &from, 1, &to);
     ox_attr_ints(x, t, "perm", 4, perm);
@@ -215,13 +220,15 @@ static const char *transposed(ox_t *x, const char *from, const int64_t perm[4], 
 
 const char *ox_in(ox_t *x, const psg_node_t *n, int i) {
     ox_value_t *v = value(x, psg_node_input(n, i));
-    if (!v->nhwc && v->nchw) v->nhwc = transposed(x, v->nchw, (const int64_t[]){0, 2, 3, 1}, "nhwc");
+    if (!v->nhwc && v->nchw)
+        v->nhwc = transposed(x, v->nchw, (const int64_t[]){0, 2, 3, 1}, "nhwc");
     return v->nhwc;
 }
 
 const char *ox_in_nchw(ox_t *x, const psg_node_t *n, int i) {
     ox_value_t *v = value(x, psg_node_input(n, i));
-    if (!v->nchw && v->nhwc) v->nchw = transposed(x, v->nhwc, (const int64_t[]){0, 3, 1, 2}, "nchw");
+    if (!v->nchw && v->nhwc)
+        v->nchw = transposed(x, v->nhwc, (const int64_t[]){0, 3, 1, 2}, "nchw");
     return v->nchw;
 }
 
@@ -242,7 +249,8 @@ static int mark(ox_t *x, bool *need) {
         int id = x->spec->outputs[i].endpoint.node;
         if (id < 0 || id >= n) {
             free(stack);
-            return psg_error_set("output '%s' names no node of the graph", x->spec->outputs[i].name);
+            return psg_error_set("output '%s' names no node of the graph",
+                                 x->spec->outputs[i].name);
         }
         if (!need[id]) need[id] = true, stack[top++] = id;
     }
@@ -258,7 +266,8 @@ static int mark(ox_t *x, bool *need) {
     return 0;
 }
 
-static Onnx__ValueInfoProto *value_info(ox_t *x, const char *name, psg_dtype_t dt, const psg_shape_t *s) {
+static Onnx__ValueInfoProto *value_info(ox_t *x, const char *name, psg_dtype_t dt,
+                                        const psg_shape_t *s) {
     Onnx__ValueInfoProto *vi = ox_alloc(x, sizeof *vi);
     Onnx__TypeProto *tp = ox_alloc(x, sizeof *tp);
     Onnx__TypeProto__Tensor *tt = ox_alloc(x, sizeof *tt);
@@ -304,8 +313,8 @@ static int bind_inputs(ox_t *x, Onnx__ValueInfoProto **vis) {
         const psg_node_t *n = psg_graph_node(x->g, io->endpoint.node);
         psg_dtype_t dt = psg_node_output_dtype(n, io->endpoint.index);
         if (!ox_elem_type(dt))
-            return psg_error_set("input '%s' (node '%s') is of dtype %s, which ONNX has no form of", io->name,
-                                 psg_node_name(n), psg_dtype_name(dt));
+            return psg_error_set("input '%s' (node '%s') is of dtype %s, which ONNX has no form of",
+                                 io->name, psg_node_name(n), psg_dtype_name(dt));
         value(x, io->endpoint)->nhwc = ox_strdup(x, io->name);
         vis[i] = value_info(x, io->name, dt, psg_node_output_shape(n, io->endpoint.index));
     }
@@ -318,12 +327,15 @@ static int bind_outputs(ox_t *x, Onnx__ValueInfoProto **vis) {
         const psg_onnx_io_t *io = &x->spec->outputs[i];
         ox_value_t *v = value(x, io->endpoint);
         const char *from = v->nhwc;
-        if (!from && v->nchw) from = v->nhwc = transposed(x, v->nchw, (const int64_t[]){0, 2, 3, 1}, "nhwc");
+        if (!from && v->nchw)
+            from = v->nhwc = transposed(x, v->nchw, (const int64_t[]){0, 2, 3, 1}, "nhwc");
         if (!from)
             return psg_error_set("output '%s': node '%s' has no output %d", io->name,
-                                 psg_node_name(psg_graph_node(x->g, io->endpoint.node)), io->endpoint.index);
+                                 psg_node_name(psg_graph_node(x->g, io->endpoint.node)),
+                                 io->endpoint.index);
         if (strcmp(from, io->name)) ox_node(x, "Identity", io->name, 1, &from, 1, &io->name);
-        vis[i] = value_info(x, io->name, psg_graph_dtype(x->g, io->endpoint), psg_graph_shape(x->g, io->endpoint));
+        vis[i] = value_info(x, io->name, psg_graph_dtype(x->g, io->endpoint),
+                            psg_graph_shape(x->g, io->endpoint));
     }
     return 0;
 }
@@ -434,7 +446,8 @@ out:
 int psg_onnx_export(const psg_graph_t *g, const psg_onnx_spec_t *spec, const char *path) {
     if (!g || !spec || !path) return psg_error_set("onnx export: no graph, spec or path");
     if (spec->num_outputs < 1) return psg_error_set("onnx export: no output");
-    if (psg_graph_error(g)) return psg_error_set("onnx export: the graph failed to build: %s", psg_graph_error(g));
+    if (psg_graph_error(g))
+        return psg_error_set("onnx export: the graph failed to build: %s", psg_graph_error(g));
     ox_t x = {.g = g, .spec = spec};
     int rc = export_graph(&x, path);
     if (rc < 0 && x.oom) psg_error_set("onnx export: out of memory");

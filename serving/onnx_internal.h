@@ -21,14 +21,14 @@ typedef struct ox_block ox_block_t;
 typedef struct {
     const psg_graph_t *g;
     const psg_onnx_spec_t *spec;
-    ox_block_t *arena;           /* every string and message of the model, freed at once */
-    Onnx__NodeProto **nodes;     /* in topological order */
+    ox_block_t *arena;       /* every string and message of the model, freed at once */
+    Onnx__NodeProto **nodes; /* in topological order */
     size_t n_nodes, cap_nodes;
     Onnx__TensorProto **inits;
     size_t n_inits, cap_inits;
     uint64_t init_bytes;
-    ox_value_t *vals;            /* [node id * PSG_MAX_OUTPUTS + output] */
-    int fresh;                   /* counter of helper value names */
+    ox_value_t *vals; /* [node id * PSG_MAX_OUTPUTS + output] */
+    int fresh;        /* counter of helper value names */
     bool oom;
 } ox_t;
 

@@ -49,7 +49,8 @@ static int emit_variable(ox_t *x, const psg_node_t *n, const char *op) {
     psg_variable_t *v = x->spec->values ? psg_resource_find_variable(x->spec->values, name) : NULL;
     if (!v || !v->initialized) return psg_error_set("variable '%s' has no value to export", name);
     if (!ox_elem_type(v->dtype))
-        return psg_error_set("variable '%s' is of dtype %s, which ONNX has no form of", name, psg_dtype_name(v->dtype));
+        return psg_error_set("variable '%s' is of dtype %s, which ONNX has no form of", name,
+                             psg_dtype_name(v->dtype));
     const char *init = ox_initializer(x, name, v->dtype, &v->shape, v->value->data);
     if (!init) return -1;
     ox_set_out(x, n, 0, init, false);
@@ -61,7 +62,8 @@ static int emit_const(ox_t *x, const psg_node_t *n, const char *op) {
     const psg_attr_t *a = psg_node_attr(n, "value");
     if (!a || a->type != PSG_ATTR_TENSOR) return psg_error_set("no 'value' tensor");
     const psg_tensor_t *t = a->u.tensor;
-    if (!ox_elem_type(t->dtype)) return psg_error_set("a constant of dtype %s", psg_dtype_name(t->dtype));
+    if (!ox_elem_type(t->dtype))
+        return psg_error_set("a constant of dtype %s", psg_dtype_name(t->dtype));
     const char *init = ox_initializer(x, psg_node_name(n), t->dtype, &t->shape, t->data);
     if (!init) return -1;
     ox_set_out(x, n, 0, init, false);
@@ -163,7 +165,8 @@ static const char *transpose2(ox_t *x, const psg_node_t *n, const char *in) {
 static int emit_matmul(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
     const char *a = ox_in(x, n, 0), *b = ox_in(x, n, 1);
-    bool ta = psg_node_get_bool(n, "transpose_a", false), tb = psg_node_get_bool(n, "transpose_b", false);
+    bool ta = psg_node_get_bool(n, "transpose_a", false),
+         tb = psg_node_get_bool(n, "transpose_b", false);
     if ((ta || tb) && (in_shape(x, n, 0)->rank != 2 || in_shape(x, n, 1)->rank != 2))
         return psg_error_set("a transposed batched MatMul");
     if (ta) a = transpose2(x, n, a);
@@ -175,7 +178,8 @@ static int emit_matmul(ox_t *x, const psg_node_t *n, const char *op) {
 /* Dense: x [N, in] w [in, out] + b [out], then ReLU when asked: Gemm (+ Relu). */
 static int emit_dense(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
-    if (in_shape(x, n, 0)->rank != 2) return psg_error_set("a Dense of rank-%d input", in_shape(x, n, 0)->rank);
+    if (in_shape(x, n, 0)->rank != 2)
+        return psg_error_set("a Dense of rank-%d input", in_shape(x, n, 0)->rank);
     const char *in[3] = {ox_in(x, n, 0), ox_in(x, n, 1), ox_in(x, n, 2)};
     if (!psg_node_get_bool(n, "relu", false)) {
         simple(x, n, "Gemm", 3, in, false);
@@ -226,10 +230,12 @@ static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
     const psg_shape_t *f = in_shape(x, n, 1);
     int64_t sh = 1, sw = 1, pads[4];
-    if (f->rank != 4 || pair(n, "strides", &sh, &sw) < 0) return psg_error_set("a Conv2D without a 4-d filter and strides");
+    if (f->rank != 4 || pair(n, "strides", &sh, &sw) < 0)
+        return psg_error_set("a Conv2D without a 4-d filter and strides");
     if (window_pads(x, n, f->dims[0], f->dims[1], sh, sw, pads) < 0) return -1;
     const char *w = ox_in(x, n, 1), *oihw = ox_fresh(x, psg_node_name(n), "oihw");
-    ox_attr_ints(x, ox_node(x, "Transpose", oihw, 1, &w, 1, &oihw), "perm", 4, (const int64_t[]){3, 2, 0, 1});
+    ox_attr_ints(x, ox_node(x, "Transpose", oihw, 1, &w, 1, &oihw), "perm", 4,
+                 (const int64_t[]){3, 2, 0, 1});
     Onnx__NodeProto *c = simple(x, n, "Conv", 2, (const char *[]){ox_in_nchw(x, n, 0), oihw}, true);
     ox_attr_ints(x, c, "kernel_shape", 2, (const int64_t[]){f->dims[0], f->dims[1]});
     ox_attr_ints(x, c, "strides", 2, (const int64_t[]){sh, sw});
@@ -254,9 +260,12 @@ static int emit_pool(ox_t *x, const psg_node_t *n, const char *op) {
 static int emit_batch_norm(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
     if (psg_node_get_bool(n, "is_training", true))
-        return psg_error_set("batch norm in training mode (batch statistics): build the graph with is_training false");
-    if (in_shape(x, n, 0)->rank != 4) return psg_error_set("batch norm of a rank-%d input", in_shape(x, n, 0)->rank);
-    const char *in[5] = {ox_in_nchw(x, n, 0), ox_in(x, n, 1), ox_in(x, n, 2), ox_in(x, n, 3), ox_in(x, n, 4)};
+        return psg_error_set(
+            "batch norm in training mode (batch statistics): build the graph with is_training false");
+    if (in_shape(x, n, 0)->rank != 4)
+        return psg_error_set("batch norm of a rank-%d input", in_shape(x, n, 0)->rank);
+    const char *in[5] = {ox_in_nchw(x, n, 0), ox_in(x, n, 1), ox_in(x, n, 2), ox_in(x, n, 3),
+                         ox_in(x, n, 4)};
     Onnx__NodeProto *bn = simple(x, n, "BatchNormalization", 5, in, true);
     ox_attr_float(x, bn, "epsilon", (float)psg_node_get_float(n, "epsilon", 1e-3));
     return 0;
@@ -309,8 +318,8 @@ static int emit_slice(ox_t *x, const psg_node_t *n, const char *op) {
     }
     const char *name = psg_node_name(n);
     simple(x, n, "Slice", 4,
-           (const char *[]){ox_in(x, n, 0), ox_const_i64(x, name, r, b->u.ints.v), ox_const_i64(x, name, r, ends),
-                            ox_const_i64(x, name, r, axes)},
+           (const char *[]){ox_in(x, n, 0), ox_const_i64(x, name, r, b->u.ints.v),
+                            ox_const_i64(x, name, r, ends), ox_const_i64(x, name, r, axes)},
            false);
     return 0;
 }
@@ -323,7 +332,8 @@ static int emit_reduce(ox_t *x, const psg_node_t *n, const char *op) {
     int rank = in_shape(x, n, 0)->rank, k = a ? a->u.ints.n : 0;
     int64_t axes[PSG_MAX_RANK];
     if (k > PSG_MAX_RANK) return psg_error_set("%d axes", k);
-    for (int i = 0; i < k; i++) axes[i] = a->u.ints.v[i] < 0 ? a->u.ints.v[i] + rank : a->u.ints.v[i];
+    for (int i = 0; i < k; i++)
+        axes[i] = a->u.ints.v[i] < 0 ? a->u.ints.v[i] + rank : a->u.ints.v[i];
     bool nchw = rank == 4 && !keep && k == 2 && ox_in_is_nchw(x, n, 0) &&
                 ((axes[0] == 1 && axes[1] == 2) || (axes[0] == 2 && axes[1] == 1));
     if (nchw) axes[0] = 2, axes[1] = 3;
@@ -353,7 +363,8 @@ static int emit_last_axis(ox_t *x, const psg_node_t *n, const char *op) {
 
 static int emit_gather(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
-    if (psg_node_get_bool(n, "negative_is_zero", false)) return psg_error_set("a gather that zeroes negative ids");
+    if (psg_node_get_bool(n, "negative_is_zero", false))
+        return psg_error_set("a gather that zeroes negative ids");
     simple(x, n, "Gather", 2, (const char *[]){ox_in(x, n, 0), ox_in(x, n, 1)}, false);
     return 0;
 }
@@ -362,7 +373,8 @@ static int emit_gather(ox_t *x, const psg_node_t *n, const char *op) {
  * second output is ONNX's inverse_indices, as i32. */
 static int emit_unique(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
-    const char *in = ox_in(x, n, 0), *y = ox_out_name(x, n, 0), *inv = ox_fresh(x, psg_node_name(n), "inverse");
+    const char *in = ox_in(x, n, 0), *y = ox_out_name(x, n, 0),
+               *inv = ox_fresh(x, psg_node_name(n), "inverse");
     const char *outs[3] = {y, ox_fresh(x, psg_node_name(n), "indices"), inv};
     ox_attr_int(x, ox_node(x, "Unique", psg_node_name(n), 1, &in, 3, outs), "sorted", 0);
     ox_set_out(x, n, 0, y, false);
@@ -438,8 +450,9 @@ bool psg_onnx_supports(const char *op) {
 
 int ox_emit(ox_t *x, const psg_node_t *n) {
     int i = find_form(psg_node_op(n));
-    if (i < 0) return psg_error_set("no ONNX form (the writer knows %zu ops: serving/onnx_nodes.c)",
-                                    sizeof forms / sizeof forms[0]);
+    if (i < 0)
+        return psg_error_set("no ONNX form (the writer knows %zu ops: serving/onnx_nodes.c)",
+                             sizeof forms / sizeof forms[0]);
     for (int k = 0; k < psg_node_num_inputs(n); k++) {
         psg_endpoint_t e = psg_node_input(n, k);
         const ox_value_t *v = &x->vals[e.node * PSG_MAX_OUTPUTS + e.index];

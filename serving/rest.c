@@ -73,8 +73,8 @@ int psg_rest_route(const char *method, const char *path, psg_rest_route_t *r) {
 }
 
 psg_rest_signature_t psg_rest_signature_of(const psg_servable_t *s) {
-    return (psg_rest_signature_t){psg_servable_num_inputs(s), psg_servable_num_outputs(s), psg_servable_input(s, 0),
-                                  psg_servable_output(s, 0)};
+    return (psg_rest_signature_t){psg_servable_num_inputs(s), psg_servable_num_outputs(s),
+                                  psg_servable_input(s, 0), psg_servable_output(s, 0)};
 }
 
 /* ---- tensors from JSON ---- */
@@ -82,14 +82,15 @@ psg_rest_signature_t psg_rest_signature_of(const psg_servable_t *s) {
 typedef struct {
     const psg_servable_tensor_t *sig;
     psg_tensor_t *t;
-    int64_t at; /* elements written */
+    int64_t at;    /* elements written */
     char path[96]; /* "[3][5]" of the item at hand */
 } fill_t;
 
 static int expected(const fill_t *f, const char *what) {
     char s[128];
     return psg_error_set("'%s' must be %s%s: %s at %s", f->sig->name, psg_dtype_name(f->sig->dtype),
-                         psg_shape_str(&f->sig->shape, s, sizeof s), what, f->path[0] ? f->path : "its top");
+                         psg_shape_str(&f->sig->shape, s, sizeof s), what,
+                         f->path[0] ? f->path : "its top");
 }
 
 /* Writes the number j as element f->at. */
@@ -123,12 +124,13 @@ static int fill(fill_t *f, const psg_json_t *j, const int64_t *dims, int d, int 
     if (d == rank) return fill_number(f, j);
     char what[96];
     if (j->type != PSG_JSON_ARRAY) {
-        snprintf(what, sizeof what, "%s where an array of %lld belongs", psg_json_type_name(j->type),
-                 (long long)dims[d]);
+        snprintf(what, sizeof what, "%s where an array of %lld belongs",
+                 psg_json_type_name(j->type), (long long)dims[d]);
         return expected(f, what);
     }
     if (j->count != dims[d]) {
-        snprintf(what, sizeof what, "an array of %d where %lld belong", j->count, (long long)dims[d]);
+        snprintf(what, sizeof what, "an array of %d where %lld belong", j->count,
+                 (long long)dims[d]);
         return expected(f, what);
     }
     size_t len = strlen(f->path);
@@ -146,7 +148,9 @@ static psg_tensor_t *new_input(const psg_servable_tensor_t *sig, int64_t batch) 
     s.dims[0] = batch;
     for (int d = 1; d < s.rank; d++)
         if (s.dims[d] < 0) {
-            psg_error_set("input '%s' has an unknown dim %d: the server needs every dim but the batch", sig->name, d);
+            psg_error_set(
+                "input '%s' has an unknown dim %d: the server needs every dim but the batch",
+                sig->name, d);
             return NULL;
         }
     int64_t n = psg_shape_numel(&s);
@@ -158,12 +162,14 @@ static psg_tensor_t *new_input(const psg_servable_tensor_t *sig, int64_t batch) 
 }
 
 /* Input i of a columnar request: the value j is the whole batch. */
-static int parse_column(const psg_rest_signature_t *sig, int i, const psg_json_t *j, psg_rest_request_t *r) {
+static int parse_column(const psg_rest_signature_t *sig, int i, const psg_json_t *j,
+                        psg_rest_request_t *r) {
     fill_t f = {.sig = &sig->in[i]};
     if (j->type != PSG_JSON_ARRAY) return expected(&f, "not an array of rows");
     if (r->batch >= 0 && j->count != r->batch) {
         char what[96];
-        snprintf(what, sizeof what, "%d rows where the other inputs have %lld", j->count, (long long)r->batch);
+        snprintf(what, sizeof what, "%d rows where the other inputs have %lld", j->count,
+                 (long long)r->batch);
         return expected(&f, what);
     }
     r->batch = j->count;
@@ -173,7 +179,8 @@ static int parse_column(const psg_rest_signature_t *sig, int i, const psg_json_t
 }
 
 /* The value of input i in instance j (an object of the inputs, or with one input, the value). */
-static const psg_json_t *instance_value(const psg_rest_signature_t *sig, int i, const psg_json_t *inst) {
+static const psg_json_t *instance_value(const psg_rest_signature_t *sig, int i,
+                                        const psg_json_t *inst) {
     if (inst->type == PSG_JSON_OBJECT) {
         const psg_json_t *v = psg_json_get(inst, sig->in[i].name);
         if (v || sig->n_in > 1 || sig->in[i].shape.rank > 1) return v;
@@ -181,10 +188,12 @@ static const psg_json_t *instance_value(const psg_rest_signature_t *sig, int i, 
     return sig->n_in == 1 ? inst : NULL;
 }
 
-static int parse_instances(const psg_rest_signature_t *sig, const psg_json_t *list, psg_rest_request_t *r) {
+static int parse_instances(const psg_rest_signature_t *sig, const psg_json_t *list,
+                           psg_rest_request_t *r) {
     if (list->type != PSG_JSON_ARRAY || list->count == 0)
         return psg_error_set("'instances' must be a non-empty array (one item a row), got %s",
-                             list->type == PSG_JSON_ARRAY ? "an empty array" : psg_json_type_name(list->type));
+                             list->type == PSG_JSON_ARRAY ? "an empty array"
+                                                          : psg_json_type_name(list->type));
     r->batch = list->count;
     for (int i = 0; i < sig->n_in; i++) {
         fill_t f = {.sig = &sig->in[i]};
@@ -192,22 +201,25 @@ static int parse_instances(const psg_rest_signature_t *sig, const psg_json_t *li
         for (int k = 0; k < list->count; k++) {
             const psg_json_t *v = instance_value(sig, i, list->items[k]);
             snprintf(f.path, sizeof f.path, "instances[%d]", k);
-            if (!v) return psg_error_set("instances[%d] has no input '%s' (an object naming every input: %s%s%s)", k,
-                                         sig->in[i].name, sig->in[0].name, sig->n_in > 1 ? ", " : "",
-                                         sig->n_in > 1 ? sig->in[1].name : "");
+            if (!v)
+                return psg_error_set(
+                    "instances[%d] has no input '%s' (an object naming every input: %s%s%s)", k,
+                    sig->in[i].name, sig->in[0].name, sig->n_in > 1 ? ", " : "",
+                    sig->n_in > 1 ? sig->in[1].name : "");
             if (fill(&f, v, f.t->shape.dims, 1, f.t->shape.rank) < 0) return -1;
         }
     }
     return 0;
 }
 
-static int parse_inputs(const psg_rest_signature_t *sig, const psg_json_t *in, psg_rest_request_t *r) {
+static int parse_inputs(const psg_rest_signature_t *sig, const psg_json_t *in,
+                        psg_rest_request_t *r) {
     r->columnar = true;
     r->batch = -1;
     bool named = in->type == PSG_JSON_OBJECT;
     if (!named && sig->n_in > 1)
-        return psg_error_set("'inputs' must be an object naming each input (%s, %s), got %s", sig->in[0].name,
-                             sig->in[1].name, psg_json_type_name(in->type));
+        return psg_error_set("'inputs' must be an object naming each input (%s, %s), got %s",
+                             sig->in[0].name, sig->in[1].name, psg_json_type_name(in->type));
     for (int i = 0; i < sig->n_in; i++) {
         const psg_json_t *v = named ? psg_json_get(in, sig->in[i].name) : in;
         if (!v) return psg_error_set("'inputs' has no '%s'", sig->in[i].name);
@@ -216,15 +228,20 @@ static int parse_inputs(const psg_rest_signature_t *sig, const psg_json_t *in, p
     if (named && in->count > sig->n_in)
         for (int k = 0; k < in->count; k++) {
             bool known = false;
-            for (int i = 0; i < sig->n_in; i++) known = known || !strcmp(in->items[k]->key, sig->in[i].name);
-            if (!known) return psg_error_set("'inputs' has '%.100s', which is no input of the model", in->items[k]->key);
+            for (int i = 0; i < sig->n_in; i++)
+                known = known || !strcmp(in->items[k]->key, sig->in[i].name);
+            if (!known)
+                return psg_error_set("'inputs' has '%.100s', which is no input of the model",
+                                     in->items[k]->key);
         }
     return 0;
 }
 
-static int parse_body(const psg_rest_signature_t *sig, const psg_json_t *doc, psg_rest_request_t *r) {
+static int parse_body(const psg_rest_signature_t *sig, const psg_json_t *doc,
+                      psg_rest_request_t *r) {
     if (doc->type != PSG_JSON_OBJECT)
-        return psg_error_set("the body must be a JSON object, got %s", psg_json_type_name(doc->type));
+        return psg_error_set("the body must be a JSON object, got %s",
+                             psg_json_type_name(doc->type));
     const psg_json_t *sn = psg_json_get(doc, "signature_name");
     if (sn && (sn->type != PSG_JSON_STRING || strcmp(sn->string, "serving_default")))
         return psg_error_set("'signature_name': the model has only \"serving_default\"");
@@ -237,13 +254,16 @@ static int parse_body(const psg_rest_signature_t *sig, const psg_json_t *doc, ps
     }
     if (inst) return parse_instances(sig, inst, r);
     if (in) return parse_inputs(sig, in, r);
-    return psg_error_set("the body must hold 'instances' (row format) or 'inputs' (columnar format)");
+    return psg_error_set(
+        "the body must hold 'instances' (row format) or 'inputs' (columnar format)");
 }
 
-int psg_rest_parse_predict(const psg_rest_signature_t *sig, const char *body, size_t len, psg_rest_request_t *r) {
+int psg_rest_parse_predict(const psg_rest_signature_t *sig, const char *body, size_t len,
+                           psg_rest_request_t *r) {
     memset(r, 0, sizeof *r);
     r->n = sig->n_in;
-    if (sig->n_in < 1 || sig->n_in > PSG_SERVABLE_MAX_IO) return psg_error_set("a signature of %d inputs", sig->n_in);
+    if (sig->n_in < 1 || sig->n_in > PSG_SERVABLE_MAX_IO)
+        return psg_error_set("a signature of %d inputs", sig->n_in);
     if (memchr(body, 0, len)) return psg_error_set("the body holds a NUL byte");
     char *text = malloc(len + 1);
     if (!text) return psg_error_set("out of memory for a body of %zu bytes", len);
@@ -301,8 +321,9 @@ static int64_t row_size(const psg_tensor_t *t) {
     return n;
 }
 
-void psg_rest_format_predict(const psg_rest_signature_t *sig, bool columnar, psg_tensor_t *const *outputs,
-                             int64_t row0, int64_t rows, psg_strbuf_t *out) {
+void psg_rest_format_predict(const psg_rest_signature_t *sig, bool columnar,
+                             psg_tensor_t *const *outputs, int64_t row0, int64_t rows,
+                             psg_strbuf_t *out) {
     bool named = sig->n_out > 1;
     if (columnar) {
         psg_strbuf_str(out, named ? "{\"outputs\":{" : "{\"outputs\":");
@@ -335,10 +356,11 @@ void psg_rest_format_predict(const psg_rest_signature_t *sig, bool columnar, psg
 void psg_rest_format_status(const int64_t *versions, int n, psg_strbuf_t *out) {
     psg_strbuf_str(out, "{\"model_version_status\":[");
     for (int i = 0; i < n; i++)
-        psg_strbuf_printf(out,
-                          "%s{\"version\":\"%lld\",\"state\":\"AVAILABLE\",\"status\":{\"error_code\":\"OK\","
-                          "\"error_message\":\"\"}}",
-                          i ? "," : "", (long long)versions[i]);
+        psg_strbuf_printf(
+            out,
+            "%s{\"version\":\"%lld\",\"state\":\"AVAILABLE\",\"status\":{\"error_code\":\"OK\","
+            "\"error_message\":\"\"}}",
+            i ? "," : "", (long long)versions[i]);
     psg_strbuf_str(out, "]}");
 }
 
@@ -353,10 +375,11 @@ static const char *tf_dtype(psg_dtype_t dt) {
 
 static void tensor_info(psg_strbuf_t *out, const psg_servable_tensor_t *t, int n) {
     for (int i = 0; i < n; i++) {
-        psg_strbuf_printf(out, "%s\"%s\":{\"dtype\":\"%s\",\"tensor_shape\":{\"dim\":[", i ? "," : "", t[i].name,
-                          tf_dtype(t[i].dtype));
+        psg_strbuf_printf(out, "%s\"%s\":{\"dtype\":\"%s\",\"tensor_shape\":{\"dim\":[",
+                          i ? "," : "", t[i].name, tf_dtype(t[i].dtype));
         for (int d = 0; d < t[i].shape.rank; d++)
-            psg_strbuf_printf(out, "%s{\"size\":\"%lld\",\"name\":\"\"}", d ? "," : "", (long long)t[i].shape.dims[d]);
+            psg_strbuf_printf(out, "%s{\"size\":\"%lld\",\"name\":\"\"}", d ? "," : "",
+                              (long long)t[i].shape.dims[d]);
         psg_strbuf_printf(out, "],\"unknown_rank\":false},\"name\":\"%s:0\"}", t[i].name);
     }
 }
@@ -365,9 +388,11 @@ void psg_rest_format_metadata(const char *name, int64_t version, const psg_rest_
                               psg_strbuf_t *out) {
     psg_strbuf_str(out, "{\"model_spec\":{\"name\":");
     psg_strbuf_json_str(out, name);
-    psg_strbuf_printf(out, ",\"signature_name\":\"\",\"version\":\"%lld\"},\"metadata\":{\"signature_def\":"
-                           "{\"signature_def\":{\"serving_default\":{\"inputs\":{",
-                      (long long)version);
+    psg_strbuf_printf(
+        out,
+        ",\"signature_name\":\"\",\"version\":\"%lld\"},\"metadata\":{\"signature_def\":"
+        "{\"signature_def\":{\"serving_default\":{\"inputs\":{",
+        (long long)version);
     tensor_info(out, sig->in, sig->n_in);
     psg_strbuf_str(out, "},\"outputs\":{");
     tensor_info(out, sig->out, sig->n_out);

@@ -37,7 +37,7 @@ psg_rest_signature_t psg_rest_signature_of(const psg_servable_t *s);
 
 /* A parsed predict request: one tensor per input, all of `batch` rows. */
 typedef struct {
-    bool columnar;  /* "inputs" (answer "outputs"), else "instances" (answer "predictions") */
+    bool columnar; /* "inputs" (answer "outputs"), else "instances" (answer "predictions") */
     int64_t batch;
     int n;
     psg_tensor_t *inputs[PSG_SERVABLE_MAX_IO];
@@ -46,13 +46,15 @@ typedef struct {
 /* Parses a predict body of len bytes (need not be NUL-terminated) into r. -1 with the
  * error naming the field, the expected dtype and shape, and what was found (the server
  * answers 400). r holds nothing on failure; else psg_rest_request_clear it. */
-int psg_rest_parse_predict(const psg_rest_signature_t *sig, const char *body, size_t len, psg_rest_request_t *r);
+int psg_rest_parse_predict(const psg_rest_signature_t *sig, const char *body, size_t len,
+                           psg_rest_request_t *r);
 void psg_rest_request_clear(psg_rest_request_t *r);
 
 /* Appends the answer to a predict of r's format: rows [row0, row0 + rows) of each output
  * tensor outputs[j] (of sig's outputs). */
-void psg_rest_format_predict(const psg_rest_signature_t *sig, bool columnar, psg_tensor_t *const *outputs,
-                             int64_t row0, int64_t rows, psg_strbuf_t *out);
+void psg_rest_format_predict(const psg_rest_signature_t *sig, bool columnar,
+                             psg_tensor_t *const *outputs, int64_t row0, int64_t rows,
+                             psg_strbuf_t *out);
 /* GET /v1/models/NAME: the versions (n of them, newest first), each AVAILABLE. */
 void psg_rest_format_status(const int64_t *versions, int n, psg_strbuf_t *out);
 /* GET /v1/models/NAME/metadata: the signature "serving_default" of `version`. */

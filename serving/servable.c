@@ -52,13 +52,15 @@ static int square_side(int64_t pixels, int channels) {
 
 static int shape_of(const psg_checkpoint_t *ck, const char *name, int rank, psg_shape_t *s) {
     if (psg_serving_tensor_shape(ck, name, s) < 0 || s->rank != rank)
-        return psg_error_set("%s: no rank-%d tensor '%s' (nor its shards)", psg_checkpoint_path(ck), rank, name);
+        return psg_error_set("%s: no rank-%d tensor '%s' (nor its shards)", psg_checkpoint_path(ck),
+                             rank, name);
     return 0;
 }
 
 /* mlp and cnn: the image size from the first dense layer's rows (28 x 28 x 1 when it
  * fits), the classes from the last layer's columns. */
-static int build_image_model(psg_servable_t *s, const psg_checkpoint_t *ck, const psg_servable_options_t *o) {
+static int build_image_model(psg_servable_t *s, const psg_checkpoint_t *ck,
+                             const psg_servable_options_t *o) {
     bool cnn = !strcmp(s->model, "cnn");
     psg_shape_t fc1, last, conv1;
     if (shape_of(ck, "model/fc1/weights", 2, &fc1) < 0 ||
@@ -70,8 +72,8 @@ static int build_image_model(psg_servable_t *s, const psg_checkpoint_t *ck, cons
     int h = o->height, w = o->width;
     if (h <= 0 || w <= 0) h = w = square_side(pixels, c);
     if (h <= 0)
-        return psg_error_set("%s: the %s's first layer takes %lld values: give --image-size H,W,C", s->checkpoint,
-                             s->model, (long long)fc1.dims[0]);
+        return psg_error_set("%s: the %s's first layer takes %lld values: give --image-size H,W,C",
+                             s->checkpoint, s->model, (long long)fc1.dims[0]);
     psg_model_t m;
     if (psg_model_build(s->g, s->model, h, w, c, (int)last.dims[1], 1, &m) < 0) return -1;
     add_io(s, true, "images", m.images);
@@ -80,13 +82,15 @@ static int build_image_model(psg_servable_t *s, const psg_checkpoint_t *ck, cons
     return psg_graph_status(s->g);
 }
 
-static int build_inception3(psg_servable_t *s, const psg_checkpoint_t *ck, const psg_servable_options_t *o) {
+static int build_inception3(psg_servable_t *s, const psg_checkpoint_t *ck,
+                            const psg_servable_options_t *o) {
     psg_shape_t logits;
     if (shape_of(ck, "InceptionV3/Logits/Conv2d_1c_1x1/weights", 2, &logits) < 0) return -1;
     psg_inception3_config_t cfg = psg_inception3_defaults();
     cfg.image_size = o->height > 0 ? o->height : 299;
     if (o->width > 0 && o->width != cfg.image_size)
-        return psg_error_set("inception3 takes square images (--image-size %d,%d)", o->height, o->width);
+        return psg_error_set("inception3 takes square images (--image-size %d,%d)", o->height,
+                             o->width);
     cfg.classes = (int)logits.dims[1];
     cfg.is_training = false;
     cfg.aux_logits = false;
@@ -194,14 +198,30 @@ void psg_servable_destroy(psg_servable_t **sp) {
     *sp = NULL;
 }
 
-const char *psg_servable_model(const psg_servable_t *s) { return s->model; }
-const char *psg_servable_checkpoint(const psg_servable_t *s) { return s->checkpoint; }
-int64_t psg_servable_step(const psg_servable_t *s) { return s->step; }
-bool psg_servable_uses_ema(const psg_servable_t *s) { return s->ema; }
-int psg_servable_num_inputs(const psg_servable_t *s) { return s->n_in; }
-int psg_servable_num_outputs(const psg_servable_t *s) { return s->n_out; }
-const psg_graph_t *psg_servable_graph(const psg_servable_t *s) { return s->g; }
-psg_resource_mgr_t *psg_servable_values(const psg_servable_t *s) { return s->rm; }
+const char *psg_servable_model(const psg_servable_t *s) {
+    return s->model;
+}
+const char *psg_servable_checkpoint(const psg_servable_t *s) {
+    return s->checkpoint;
+}
+int64_t psg_servable_step(const psg_servable_t *s) {
+    return s->step;
+}
+bool psg_servable_uses_ema(const psg_servable_t *s) {
+    return s->ema;
+}
+int psg_servable_num_inputs(const psg_servable_t *s) {
+    return s->n_in;
+}
+int psg_servable_num_outputs(const psg_servable_t *s) {
+    return s->n_out;
+}
+const psg_graph_t *psg_servable_graph(const psg_servable_t *s) {
+    return s->g;
+}
+psg_resource_mgr_t *psg_servable_values(const psg_servable_t *s) {
+    return s->rm;
+}
 
 const psg_servable_tensor_t *psg_servable_input(const psg_servable_t *s, int i) {
     return i >= 0 && i < s->n_in ? &s->in[i] : NULL;
@@ -221,8 +241,10 @@ int psg_servable_find_output(const psg_servable_t *s, const char *name) {
 static int check_input(const psg_servable_t *s, int i, const psg_tensor_t *t, int64_t batch) {
     const psg_servable_tensor_t *in = &s->in[i];
     char want[128], got[128];
-    bool ok = t && t->dtype == in->dtype && t->shape.rank == in->shape.rank && t->shape.dims[0] == batch;
-    for (int d = 1; ok && d < in->shape.rank; d++) ok = in->shape.dims[d] < 0 || t->shape.dims[d] == in->shape.dims[d];
+    bool ok =
+        t && t->dtype == in->dtype && t->shape.rank == in->shape.rank && t->shape.dims[0] == batch;
+    for (int d = 1; ok && d < in->shape.rank; d++)
+        ok = in->shape.dims[d] < 0 || t->shape.dims[d] == in->shape.dims[d];
     if (ok) return 0;
     if (!t) return psg_error_set("input '%s' is missing", in->name);
     return psg_error_set("input '%s' must be %s%s, got %s%s", in->name, psg_dtype_name(in->dtype),
@@ -245,9 +267,15 @@ int psg_servable_export_onnx(const psg_servable_t *s, const char *path) {
     for (int i = 0; i < s->n_in; i++) in[i] = (psg_onnx_io_t){s->in[i].name, s->in[i].endpoint};
     for (int i = 0; i < s->n_out; i++) out[i] = (psg_onnx_io_t){s->out[i].name, s->out[i].endpoint};
     char doc[4500];
-    snprintf(doc, sizeof doc, "psgraph %s from %s (global step %lld%s), inference graph", s->model, s->checkpoint,
-             (long long)s->step, s->ema ? ", moving averages of the weights" : "");
-    psg_onnx_spec_t spec = {.num_inputs = s->n_in, .inputs = in, .num_outputs = s->n_out, .outputs = out,
-                            .values = s->rm, .graph_name = s->model, .doc = doc, .model_version = s->step};
+    snprintf(doc, sizeof doc, "psgraph %s from %s (global step %lld%s), inference graph", s->model,
+             s->checkpoint, (long long)s->step, s->ema ? ", moving averages of the weights" : "");
+    psg_onnx_spec_t spec = {.num_inputs = s->n_in,
+                            .inputs = in,
+                            .num_outputs = s->n_out,
+                            .outputs = out,
+                            .values = s->rm,
+                            .graph_name = s->model,
+                            .doc = doc,
+                            .model_version = s->step};
     return psg_onnx_export(s->g, &spec, path);
 }

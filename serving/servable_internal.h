@@ -25,7 +25,7 @@ bool psg_serving_has_ema(const psg_checkpoint_t *ck);
  * its shards merged: column shards (one weight split along its columns, `psgraph train`'s
  * --shard-bytes) or row shards (a partitioned table, split by `strategy`, "mod" or "div").
  * -1 with the error naming the variable: missing, or of another dtype or shape. */
-int psg_serving_fill_values(const psg_graph_t *g, const psg_checkpoint_t *ck, psg_resource_mgr_t *rm,
-                            const char *strategy);
+int psg_serving_fill_values(const psg_graph_t *g, const psg_checkpoint_t *ck,
+                            psg_resource_mgr_t *rm, const char *strategy);
 
 #endif

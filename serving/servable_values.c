@@ -43,9 +43,10 @@ int psg_serving_detect_model(const psg_checkpoint_t *ck, char *model, size_t siz
     else if (has_prefix(ck, "model/fc3/"))
         m = "mlp";
     if (!m)
-        return psg_error_set("%s: no model of psgraph train in it (looked for InceptionV3/, wide_deep/, "
-                             "model/conv1/ (cnn), model/fc3/ (mlp)); name one with --model",
-                             psg_checkpoint_path(ck));
+        return psg_error_set(
+            "%s: no model of psgraph train in it (looked for InceptionV3/, wide_deep/, "
+            "model/conv1/ (cnn), model/fc3/ (mlp)); name one with --model",
+            psg_checkpoint_path(ck));
     snprintf(model, size, "%s", m);
     return 0;
 }
@@ -68,8 +69,8 @@ static int find_parts(const psg_checkpoint_t *ck, const char *name, psg_checkpoi
  * else row shards (equal trailing dims, rows added up), and the merged shape: the one of
  * `want` (the variable's shape) when given, else columns for a fully connected layer's
  * "weights" (what --shard-bytes splits), rows otherwise (a partitioned table). */
-static int merged_shape(const char *name, int n, const psg_checkpoint_entry_t *parts, const psg_shape_t *want,
-                        psg_shape_t *s, bool *columns) {
+static int merged_shape(const char *name, int n, const psg_checkpoint_entry_t *parts,
+                        const psg_shape_t *want, psg_shape_t *s, bool *columns) {
     bool rows_ok = true, cols_ok = parts[0].shape.rank == 2;
     int64_t rows = 0, cols = 0;
     for (int k = 0; k < n; k++) {
@@ -85,15 +86,18 @@ static int merged_shape(const char *name, int n, const psg_checkpoint_entry_t *p
     by_rows.dims[0] = rows;
     if (cols_ok) by_cols.dims[1] = cols;
     if (want) {
-        *columns = cols_ok && psg_shape_equal(&by_cols, want) && !(rows_ok && psg_shape_equal(&by_rows, want) && n == 1);
+        *columns = cols_ok && psg_shape_equal(&by_cols, want) &&
+                   !(rows_ok && psg_shape_equal(&by_rows, want) && n == 1);
         if (!*columns && !(rows_ok && psg_shape_equal(&by_rows, want))) {
             char a[128];
             return psg_error_set("the %d shards of '%s' (each %s) make no %s", n, name,
-                                 psg_shape_str(&parts[0].shape, a, sizeof a), psg_shape_str(want, a, sizeof a));
+                                 psg_shape_str(&parts[0].shape, a, sizeof a),
+                                 psg_shape_str(want, a, sizeof a));
         }
     } else {
         *columns = n > 1 && cols_ok && strstr(name, "weights");
-        if (!*columns && !rows_ok) return psg_error_set("the shards of '%s' are neither its rows nor its columns", name);
+        if (!*columns && !rows_ok)
+            return psg_error_set("the shards of '%s' are neither its rows nor its columns", name);
     }
     *s = *columns ? by_cols : by_rows;
     return 0;
@@ -115,8 +119,8 @@ int psg_serving_tensor_shape(const psg_checkpoint_t *ck, const char *name, psg_s
 }
 
 /* The parts merged into dst (of the merged shape). */
-static void merge(int n, const psg_checkpoint_entry_t *parts, bool columns, bool div, const psg_shape_t *s,
-                  size_t elem, unsigned char *dst) {
+static void merge(int n, const psg_checkpoint_entry_t *parts, bool columns, bool div,
+                  const psg_shape_t *s, size_t elem, unsigned char *dst) {
     int64_t rows = s->dims[0], row_bytes = (int64_t)elem;
     for (int d = 1; d < s->rank; d++) row_bytes *= s->dims[d];
     if (columns) { /* row r of the whole = row r of each part, side by side */
@@ -124,7 +128,8 @@ static void merge(int n, const psg_checkpoint_entry_t *parts, bool columns, bool
         for (int k = 0; k < n; k++) {
             int64_t w = parts[k].shape.dims[1] * (int64_t)elem;
             for (int64_t r = 0; r < rows; r++)
-                memcpy(dst + r * row_bytes + at, (const unsigned char *)parts[k].data + r * w, (size_t)w);
+                memcpy(dst + r * row_bytes + at, (const unsigned char *)parts[k].data + r * w,
+                       (size_t)w);
             at += w;
         }
     } else if (div || n == 1) { /* contiguous ranges of rows */
@@ -135,7 +140,8 @@ static void merge(int n, const psg_checkpoint_entry_t *parts, bool columns, bool
         }
     } else { /* mod: id i is row i / n of shard i % n */
         for (int64_t i = 0; i < rows; i++)
-            memcpy(dst + i * row_bytes, (const unsigned char *)parts[i % n].data + (i / n) * row_bytes,
+            memcpy(dst + i * row_bytes,
+                   (const unsigned char *)parts[i % n].data + (i / n) * row_bytes,
                    (size_t)row_bytes);
     }
 }
@@ -176,16 +182,17 @@ static int fill_one(const psg_checkpoint_t *ck, const char *name, psg_variable_t
     bool columns = false;
     if (n > 1 && merged_shape(name, n, parts, &v->shape, &s, &columns) < 0) return -1;
     if (parts[0].dtype != v->dtype || !psg_shape_equal(&s, &v->shape))
-        return psg_error_set("tensor '%s' of %s is %s%s, the model's variable is %s%s", name, psg_checkpoint_path(ck),
-                             psg_dtype_name(parts[0].dtype), psg_shape_str(&s, a, sizeof a),
-                             psg_dtype_name(v->dtype), psg_shape_str(&v->shape, b, sizeof b));
+        return psg_error_set("tensor '%s' of %s is %s%s, the model's variable is %s%s", name,
+                             psg_checkpoint_path(ck), psg_dtype_name(parts[0].dtype),
+                             psg_shape_str(&s, a, sizeof a), psg_dtype_name(v->dtype),
+                             psg_shape_str(&v->shape, b, sizeof b));
     merge(n, parts, columns, div, &s, psg_dtype_size(v->dtype), v->value->data);
     v->initialized = true;
     return 0;
 }
 
-int psg_serving_fill_values(const psg_graph_t *g, const psg_checkpoint_t *ck, psg_resource_mgr_t *rm,
-                            const char *strategy) {
+int psg_serving_fill_values(const psg_graph_t *g, const psg_checkpoint_t *ck,
+                            psg_resource_mgr_t *rm, const char *strategy) {
     bool div = strategy && !strcmp(strategy, "div");
     if (strategy && !div && strcmp(strategy, "mod"))
         return psg_error_set("partition strategy '%s' (mod or div)", strategy);

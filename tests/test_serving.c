@@ -38,7 +38,8 @@ static void test_onnx_refusals(void) {
     out.endpoint = drop;
     CHECK(psg_onnx_export(g, &spec, path) < 0);
     CHECK_ERROR_HAS("node 'drop' (Dropout): runs only in training");
-    CHECK(!psg_onnx_supports("L2Loss") && psg_onnx_supports("Conv2D") && !psg_onnx_supports("Dropout"));
+    CHECK(!psg_onnx_supports("L2Loss") && psg_onnx_supports("Conv2D") &&
+          !psg_onnx_supports("Dropout"));
     psg_graph_destroy(&g);
 }
 
@@ -83,7 +84,8 @@ static void test_servable_merges_column_shards(void) {
     psg_tensor_destroy(&p1);
     psg_checkpoint_destroy(&ck);
     /* a wrong input is refused naming it */
-    psg_tensor_t *bad = psg_tensor_zeros(PSG_DT_F32, &(psg_shape_t){4, {2, 28, 27, 1}}), *outs[4] = {0};
+    psg_tensor_t *bad = psg_tensor_zeros(PSG_DT_F32, &(psg_shape_t){4, {2, 28, 27, 1}}),
+                 *outs[4] = {0};
     CHECK(psg_servable_run(s, &bad, outs) < 0);
     CHECK_ERROR_HAS("input 'images' must be f32[?, 28, 28, 1], got f32[2, 28, 27, 1]");
     psg_tensor_destroy(&bad);
@@ -102,10 +104,12 @@ static void test_row_shards_merged(void) {
         for (int k = 0; k < 2; k++) {
             char name[32];
             snprintf(name, sizeof name, "t/part_%d", k);
-            psg_variable_t *v = psg_resource_variable(rm, name, PSG_DT_F32, &(psg_shape_t){2, {rows[k], 3}});
+            psg_variable_t *v =
+                psg_resource_variable(rm, name, PSG_DT_F32, &(psg_shape_t){2, {rows[k], 3}});
             for (int64_t r = 0; r < rows[k]; r++) {
                 int64_t id = div ? r + 3 * k : 2 * r + k;
-                for (int c = 0; c < 3; c++) psg_tensor_f32(v->value)[r * 3 + c] = (float)(10 * id + c);
+                for (int c = 0; c < 3; c++)
+                    psg_tensor_f32(v->value)[r * 3 + c] = (float)(10 * id + c);
             }
             v->initialized = true;
         }
@@ -122,7 +126,8 @@ static void test_row_shards_merged(void) {
         CHECK(psg_serving_fill_values(g, ck, rm, div ? "div" : "mod") == 0);
         psg_variable_t *v = psg_resource_find_variable(rm, "t/part_0");
         bool same = v && v->initialized;
-        for (int i = 0; same && i < 15; i++) same = psg_tensor_f32(v->value)[i] == (float)(10 * (i / 3) + i % 3);
+        for (int i = 0; same && i < 15; i++)
+            same = psg_tensor_f32(v->value)[i] == (float)(10 * (i / 3) + i % 3);
         CHECK(same);
         psg_resource_mgr_destroy(&rm);
         psg_checkpoint_destroy(&ck);
@@ -132,12 +137,12 @@ static void test_row_shards_merged(void) {
 
 static void test_rest_routes(void) {
     psg_rest_route_t r;
-    CHECK(psg_rest_route("GET", "/v1/models/cnn", &r) == 0 && r.kind == PSG_REST_STATUS && !strcmp(r.model, "cnn") &&
-          r.version == -1);
+    CHECK(psg_rest_route("GET", "/v1/models/cnn", &r) == 0 && r.kind == PSG_REST_STATUS &&
+          !strcmp(r.model, "cnn") && r.version == -1);
     CHECK(psg_rest_route("GET", "/v1/models/cnn/versions/12", &r) == 0 && r.version == 12);
     CHECK(psg_rest_route("GET", "/v1/models/cnn/metadata", &r) == 0 && r.kind == PSG_REST_METADATA);
-    CHECK(psg_rest_route("POST", "/v1/models/cnn/versions/3:predict", &r) == 0 && r.kind == PSG_REST_PREDICT &&
-          r.version == 3);
+    CHECK(psg_rest_route("POST", "/v1/models/cnn/versions/3:predict", &r) == 0 &&
+          r.kind == PSG_REST_PREDICT && r.version == 3);
     CHECK(psg_rest_route("GET", "/v1/models/cnn:predict", &r) == 405);
     CHECK(psg_rest_route("POST", "/v1/models/cnn/metadata", &r) == 405);
     CHECK(psg_rest_route("GET", "/v2/models/cnn", &r) == 404);
@@ -146,11 +151,13 @@ static void test_rest_routes(void) {
     CHECK(psg_rest_route("GET", "/v1/models/", &r) == 404);
 }
 
-static const psg_servable_tensor_t image_in[] = {{"images", PSG_DT_F32, {4, {-1, 2, 2, 1}}, {0, 0}}};
+static const psg_servable_tensor_t image_in[] = {
+    {"images", PSG_DT_F32, {4, {-1, 2, 2, 1}}, {0, 0}}};
 static const psg_servable_tensor_t wd_in[] = {{"dense", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
                                               {"ids", PSG_DT_I64, {2, {-1, 3}}, {0, 0}}};
-static const psg_servable_tensor_t two_out[] = {{"logits", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
-                                                {"probabilities", PSG_DT_F32, {2, {-1, 2}}, {0, 0}}};
+static const psg_servable_tensor_t two_out[] = {
+    {"logits", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
+    {"probabilities", PSG_DT_F32, {2, {-1, 2}}, {0, 0}}};
 
 static int parse(const psg_rest_signature_t *sig, const char *body, psg_rest_request_t *r) {
     return psg_rest_parse_predict(sig, body, strlen(body), r);
@@ -162,13 +169,19 @@ static void test_rest_bodies(void) {
     CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]],[[[5],[6]],[[7],[8.5]]]]}", &r) == 0);
     CHECK(!r.columnar && r.batch == 2 && psg_tensor_f32(r.inputs[0])[7] == 8.5f);
     psg_rest_request_clear(&r);
-    CHECK(parse(&sig, "{\"signature_name\":\"serving_default\",\"inputs\":{\"images\":[[[[1],[2]],[[3],[4]]]]}}", &r) == 0);
+    CHECK(
+        parse(
+            &sig,
+            "{\"signature_name\":\"serving_default\",\"inputs\":{\"images\":[[[[1],[2]],[[3],[4]]]]}}",
+            &r) == 0);
     CHECK(r.columnar && r.batch == 1 && psg_tensor_f32(r.inputs[0])[3] == 4.0f);
     psg_rest_request_clear(&r);
-    CHECK(parse(&sig, "{\"instances\":[{\"images\":[[[1],[2]],[[3],[4]]]}]}", &r) == 0 && r.batch == 1);
+    CHECK(parse(&sig, "{\"instances\":[{\"images\":[[[1],[2]],[[3],[4]]]}]}", &r) == 0 &&
+          r.batch == 1);
     psg_rest_request_clear(&r);
     CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]],[[[5],[6]],[[7]]]]}", &r) < 0);
-    CHECK_ERROR_HAS("'images' must be f32[?, 2, 2, 1]: an array of 1 where 2 belong at instances[1][1]");
+    CHECK_ERROR_HAS(
+        "'images' must be f32[?, 2, 2, 1]: an array of 1 where 2 belong at instances[1][1]");
     CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[\"x\"]]]]}", &r) < 0);
     CHECK_ERROR_HAS("a string where a number belongs at instances[0][1][1][0]");
     CHECK(parse(&sig, "{\"instances\":[]}", &r) < 0);
@@ -183,21 +196,28 @@ static void test_rest_bodies(void) {
     CHECK_ERROR_HAS("serving_default");
 
     psg_rest_signature_t wd = {2, 2, wd_in, two_out};
-    CHECK(parse(&wd, "{\"instances\":[{\"dense\":[0.5,1],\"ids\":[1,2,3]},{\"dense\":[2,3],\"ids\":[4,5,6]}]}", &r) == 0);
-    CHECK(r.batch == 2 && ((int64_t *)r.inputs[1]->data)[5] == 6 && psg_tensor_f32(r.inputs[0])[0] == 0.5f);
+    CHECK(
+        parse(
+            &wd,
+            "{\"instances\":[{\"dense\":[0.5,1],\"ids\":[1,2,3]},{\"dense\":[2,3],\"ids\":[4,5,6]}]}",
+            &r) == 0);
+    CHECK(r.batch == 2 && ((int64_t *)r.inputs[1]->data)[5] == 6 &&
+          psg_tensor_f32(r.inputs[0])[0] == 0.5f);
     psg_rest_request_clear(&r);
     CHECK(parse(&wd, "{\"inputs\":{\"dense\":[[1,2]],\"ids\":[[1,2,3],[4,5,6]]}}", &r) < 0);
     CHECK_ERROR_HAS("'ids' must be i64[?, 3]: 2 rows where the other inputs have 1");
     CHECK(parse(&wd, "{\"instances\":[{\"dense\":[1,2],\"ids\":[1,2.5,3]}]}", &r) < 0);
-    CHECK_ERROR_HAS("'ids' must be i64[?, 3]: 2.5 is not an integer it can hold at instances[0][1]");
+    CHECK_ERROR_HAS(
+        "'ids' must be i64[?, 3]: 2.5 is not an integer it can hold at instances[0][1]");
     CHECK(parse(&wd, "{\"instances\":[{\"dense\":[1,2]}]}", &r) < 0);
     CHECK_ERROR_HAS("instances[0] has no input 'ids'");
     CHECK(parse(&wd, "{\"inputs\":{\"dense\":[[1,2]],\"ids\":[[1,2,3]],\"x\":1}}", &r) < 0);
     CHECK_ERROR_HAS("'x', which is no input");
 
     /* answers: rows 1..2 of a batch, both formats */
-    psg_tensor_t *outs[2] = {psg_test_tensor(&(psg_shape_t){2, {3, 2}}, (float[]){0, 1, 2, 3, 0.1f, 5}),
-                             psg_test_tensor(&(psg_shape_t){2, {3, 2}}, (float[]){9, 9, 8, 8, 7, 7})};
+    psg_tensor_t *outs[2] = {
+        psg_test_tensor(&(psg_shape_t){2, {3, 2}}, (float[]){0, 1, 2, 3, 0.1f, 5}),
+        psg_test_tensor(&(psg_shape_t){2, {3, 2}}, (float[]){9, 9, 8, 8, 7, 7})};
     psg_strbuf_t t = {0};
     psg_rest_format_predict(&sig, false, outs, 1, 2, &t);
     CHECK(t.s && !strcmp(t.s, "{\"predictions\":[{\"logits\":[2,3],\"probabilities\":[8,8]},"
@@ -237,7 +257,8 @@ static void test_model_server(void) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/served", tmpdir);
     write_mlp_checkpoint(dir, 10, 1);
-    psg_model_server_config_t c = {.dir = dir, .max_batch = 8, .batch_timeout_us = 50000, .poll_secs = 0.05};
+    psg_model_server_config_t c = {
+        .dir = dir, .max_batch = 8, .batch_timeout_us = 50000, .poll_secs = 0.05};
     psg_model_server_t *ms = psg_model_server_new(&c);
     CHECK(ms != NULL);
     if (!ms) return;
@@ -263,7 +284,8 @@ static void test_model_server(void) {
     /* a new checkpoint: served within the polls, while `old` stays usable */
     write_mlp_checkpoint(dir, 20, 2);
     int64_t v[4];
-    for (int i = 0; i < 200 && !(psg_model_server_versions(ms, v, 4) == 1 && v[0] == 20); i++) usleep(20000);
+    for (int i = 0; i < 200 && !(psg_model_server_versions(ms, v, 4) == 1 && v[0] == 20); i++)
+        usleep(20000);
     CHECK(psg_model_server_versions(ms, v, 4) == 1 && v[0] == 20);
     client_t late = {ms, old, 0};
     client(&late);

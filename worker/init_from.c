@@ -22,13 +22,13 @@ typedef struct {
 } ref_t;
 
 struct psg_init_from {
-    char *path;              /* as given: a .safetensors file or a sharded index */
-    psg_checkpoint_t **cks;  /* the safetensors files (one, or an index's) */
-    bool **used;             /* per file, per tensor: matched by some variable */
+    char *path;             /* as given: a .safetensors file or a sharded index */
+    psg_checkpoint_t **cks; /* the safetensors files (one, or an index's) */
+    bool **used;            /* per file, per tensor: matched by some variable */
     int num_files;
     psg_graph_t *g;
     bool strict;
-    char **served;  /* names of the variables given a value */
+    char **served; /* names of the variables given a value */
     int num_served, cap_served;
     struct {
         ref_t whole; /* the whole weight */
@@ -77,8 +77,8 @@ static bool was_served(const psg_init_from_t *f, const char *name) {
 static void mismatch(const psg_init_from_t *f, const psg_checkpoint_entry_t *e, const char *var,
                      psg_dtype_t dt, const psg_shape_t *shape, const char *how) {
     char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-    psg_error_set("--init-from %s: tensor '%s' is %s%s, variable '%s' is %s%s%s", f->path,
-                  e->name, psg_dtype_name(e->dtype), psg_shape_str(&e->shape, a, sizeof a), var,
+    psg_error_set("--init-from %s: tensor '%s' is %s%s, variable '%s' is %s%s%s", f->path, e->name,
+                  psg_dtype_name(e->dtype), psg_shape_str(&e->shape, a, sizeof a), var,
                   psg_dtype_name(dt), psg_shape_str(shape, b, sizeof b), how);
 }
 
@@ -113,8 +113,8 @@ static psg_tensor_t *column_block(psg_init_from_t *f, ref_t whole, const char *n
         f->bases[b].col = 0;
     }
     int64_t col = f->bases[b].col;
-    if (e.dtype != dt || e.shape.rank != 2 || shape->rank != 2 || e.shape.dims[0] != shape->dims[0] ||
-        col + shape->dims[1] > e.shape.dims[1]) {
+    if (e.dtype != dt || e.shape.rank != 2 || shape->rank != 2 ||
+        e.shape.dims[0] != shape->dims[0] || col + shape->dims[1] > e.shape.dims[1]) {
         *failed = true;
         mismatch(f, &e, name, dt, shape, " (a column shard of it)");
         return NULL;
@@ -127,7 +127,8 @@ static psg_tensor_t *column_block(psg_init_from_t *f, ref_t whole, const char *n
     size_t es = psg_dtype_size(dt), row = (size_t)shape->dims[1] * es;
     for (int64_t r = 0; r < shape->dims[0]; r++)
         memcpy((char *)t->data + (size_t)r * row,
-               (const char *)e.data + ((size_t)r * (size_t)e.shape.dims[1] + (size_t)col) * es, row);
+               (const char *)e.data + ((size_t)r * (size_t)e.shape.dims[1] + (size_t)col) * es,
+               row);
     f->bases[b].col = col + shape->dims[1];
     return t;
 }
@@ -141,8 +142,8 @@ static ref_t find(const psg_init_from_t *f, const char *name) {
     return (ref_t){-1, -1};
 }
 
-static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt, const psg_shape_t *shape,
-                                   bool *failed) {
+static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
+                                   const psg_shape_t *shape, bool *failed) {
     psg_init_from_t *f = ctx;
     char base[512];
     ref_t r = find(f, name);
@@ -224,12 +225,16 @@ static int add_index(psg_init_from_t *f, const char *path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     for (int i = 0; rc == 0 && i < map->count; i++) {
         const psg_json_t *file = map->items[i];
-        if (file->type != PSG_JSON_STRING || !file->string[0] || strchr(file->string, '/') || file->string[0] == '.') {
-            rc = psg_error_set("%s: weight_map[\"%s\"] is not a file name beside the index", path, file->key);
+        if (file->type != PSG_JSON_STRING || !file->string[0] || strchr(file->string, '/') ||
+            file->string[0] == '.') {
+            rc = psg_error_set("%s: weight_map[\"%s\"] is not a file name beside the index", path,
+                               file->key);
             break;
         }
         bool seen = false;
@@ -306,17 +311,19 @@ int psg_init_from_report(psg_init_from_t *f, FILE *out) {
             n_unexpected++;
             add_name(unexpected, sizeof unexpected, e.name);
         }
-    fprintf(out, "--init-from %s: %d of its %d tensors matched, %d missing (keep their initializers)%s%s, "
-                 "%d unexpected (no such variable)%s%s%s\n",
-            f->path, n_matched, total, n_missing, n_missing ? ": " : "", missing, n_unexpected,
-            n_unexpected ? ": " : "", unexpected,
-            skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "");
+    fprintf(
+        out,
+        "--init-from %s: %d of its %d tensors matched, %d missing (keep their initializers)%s%s, "
+        "%d unexpected (no such variable)%s%s%s\n",
+        f->path, n_matched, total, n_missing, n_missing ? ": " : "", missing, n_unexpected,
+        n_unexpected ? ": " : "", unexpected,
+        skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "");
     fflush(out);
     /* the values are in the graph now: later variables keep their own initializers */
     psg_graph_set_initial_value_fn(f->g, NULL, NULL);
     if (f->strict && (n_missing || n_unexpected))
         return psg_error_set("--init-from %s --strict: %d missing%s%s; %d unexpected%s%s", f->path,
-                             n_missing, n_missing ? ": " : "", missing, n_unexpected, n_unexpected ? ": " : "",
-                             unexpected);
+                             n_missing, n_missing ? ": " : "", missing, n_unexpected,
+                             n_unexpected ? ": " : "", unexpected);
     return 0;
 }

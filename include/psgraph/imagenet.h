@@ -64,13 +64,13 @@ void psg_image_random_crop(int width, int height, uint64_t *state, int *x0, int 
 /* ---- the data set ---- */
 
 typedef struct {
-    int image_size;      /* 299 */
-    bool train;          /* random crop + flip; false: central 87.5% crop */
-    int label_offset;    /* subtracted from image/class/label: 1 (the script's labels
-                          * run 1..1000, 0 being "background") */
-    int classes;         /* labels must fall in [0, classes): 1000 */
-    int threads;         /* decode threads: 2 */
-    uint64_t seed;       /* distortions: 1 */
+    int image_size;   /* 299 */
+    bool train;       /* random crop + flip; false: central 87.5% crop */
+    int label_offset; /* subtracted from image/class/label: 1 (the script's labels
+                       * run 1..1000, 0 being "background") */
+    int classes;      /* labels must fall in [0, classes): 1000 */
+    int threads;      /* decode threads: 2 */
+    uint64_t seed;    /* distortions: 1 */
     psg_tfrecord_compression_t compression; /* of the shards: AUTO (0, the default) detects
                                                GZIP or ZLIB from each file's first bytes */
     psg_report_fn report; /* told of each skipped record or image (NULL: counted only) */

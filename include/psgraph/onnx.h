@@ -14,7 +14,7 @@
 
 /* One tensor of the signature: an endpoint of the graph and its ONNX name. */
 typedef struct {
-    const char *name;    /* "images", "logits" */
+    const char *name;        /* "images", "logits" */
     psg_endpoint_t endpoint; /* an input: a Placeholder's output; an output: any endpoint */
 } psg_onnx_io_t;
 

@@ -23,19 +23,19 @@ typedef struct psg_servable psg_servable_t;
 
 /* How to load: what the checkpoint does not say. Zero-initialize for the defaults. */
 typedef struct {
-    const char *model;   /* NULL: known from the checkpoint's tensor names */
-    int height, width, channels; /* 0: from the weights where they tell (mlp, cnn:
-                                    28 x 28 x 1 when that fits), else 299 x 299 x 3 */
-    int threads;         /* compute threads; <= 0: 1 */
+    const char *model;              /* NULL: known from the checkpoint's tensor names */
+    int height, width, channels;    /* 0: from the weights where they tell (mlp, cnn:
+                                       28 x 28 x 1 when that fits), else 299 x 299 x 3 */
+    int threads;                    /* compute threads; <= 0: 1 */
     const char *partition_strategy; /* how a row-sharded table was split: "mod" (NULL) or "div" */
-    bool no_ema;         /* use the raw weights even when moving averages are kept */
+    bool no_ema;                    /* use the raw weights even when moving averages are kept */
 } psg_servable_options_t;
 
 /* One tensor of the signature. */
 typedef struct {
-    const char *name;    /* "images", "logits", "probabilities" */
+    const char *name; /* "images", "logits", "probabilities" */
     psg_dtype_t dtype;
-    psg_shape_t shape;   /* dim 0 is the batch: -1 */
+    psg_shape_t shape; /* dim 0 is the batch: -1 */
     psg_endpoint_t endpoint;
 } psg_servable_tensor_t;
 

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const psg_servable_tensor_t image_in[] = {{"images", PSG_DT_F32, {4, {-1, 3, 2, 1}}, {0, 0}}};
+static const psg_servable_tensor_t image_in[] = {
+    {"images", PSG_DT_F32, {4, {-1, 3, 2, 1}}, {0, 0}}};
 static const psg_servable_tensor_t wd_in[] = {{"dense", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
                                               {"ids", PSG_DT_I64, {2, {-1, 3}}, {0, 0}}};
 static const psg_servable_tensor_t outs[] = {{"logits", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
@@ -45,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < 2; k++) {
         psg_rest_request_t req;
         if (psg_rest_parse_predict(&sigs[k], body, len, &req) == 0) {
-            if (req.batch < 1 || !req.inputs[0] || req.inputs[0]->shape.dims[0] != req.batch) abort();
+            if (req.batch < 1 || !req.inputs[0] || req.inputs[0]->shape.dims[0] != req.batch)
+                abort();
             answer(&sigs[k], &req);
             psg_rest_request_clear(&req);
         }
