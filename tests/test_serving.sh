@@ -95,13 +95,28 @@ else
   fail "predict accuracy '$got' ($lines lines) against training's '$want': $(cat "$tmp/pred.err")"
 fi
 
+# an image file: a PNG written with zlib alone (an RGB 40 x 40 square), read as the 28 x 28 x 1 input
+python3 - "$tmp/x.png" <<'PY'
+import struct, sys, zlib
+w = h = 40
+raw = b"".join(b"\0" + b"".join(bytes([x * 6, y * 6, 128]) for x in range(w)) for y in range(h))
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                              chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY
+if P predict --model-dir "$tmp/cnn" --top-k 3 "$tmp/x.png" >"$tmp/png.out" 2>&1 && grep -q '"classes":\[[0-9],[0-9],[0-9]\]' "$tmp/png.out"; then
+  ok "predict on a PNG: $(cat "$tmp/png.out")"
+else
+  fail "predict on a PNG: $(cat "$tmp/png.out")"
+fi
+
 # ---- 3. serve ----
 mkdir -p "$tmp/served"
 cp "$tmp"/mlp2/model.ckpt-* "$tmp/served/"
 start_server() { # start_server OUT ARGS...: waits for its "serving" line; sets url and pid
   local out=$1
   shift
-  P serve "$@" >"$out" 2>"$out.err" &
+  "$psgraph" serve "$@" >"$out" 2>"$out.err" & # not through P: $! must be psgraph itself
   pid=$!
   pids+=($pid)
   for _ in $(seq 100); do grep -q '"event":"serving"' "$out" && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
