@@ -4,6 +4,7 @@
 #ifndef PSGRAPH_CLI_BENCH_H
 #define PSGRAPH_CLI_BENCH_H
 
+#include "psgraph/imagenet.h"
 #include "psgraph/tfrecord.h"
 #include "psgraph/sync_replicas.h"
 
@@ -22,6 +23,7 @@ typedef struct {
     bool op_profile;   /* --op-profile: time by op type over the timed steps (one process) */
     const char *precision; /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
     psg_tfrecord_compression_t compression; /* of the ImageNet shards: auto (detected) */
+    psg_jpeg_dct_t dct_method;              /* --dct-method: INTEGER_FAST, TensorFlow's default */
     double lr;
     uint64_t seed;
     /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */

@@ -26,6 +26,8 @@ static void usage(FILE *f, const char *cmd) {
             "  --data-dir DIR        ImageNet TFRecord shards (train-*)\n"
             "  --compression auto|none|gzip|zlib  of the shards (default auto: from each file's first bytes)\n"
             "  --decode-threads T    JPEG decode threads (default 2)\n"
+            "  --dct-method M        JPEG inverse DCT, as decode_jpeg's dct_method: INTEGER_FAST (default,\n"
+            "                        TensorFlow's) or INTEGER_ACCURATE\n"
             "  --threads T           compute threads (default: the cores)\n"
             "  --lr X                initial learning rate (default 0.045)\n"
             "  --optimizer rmsprop|sgd  rmsprop: the paper's recipe, with a moving average of the\n"
@@ -73,7 +75,7 @@ static int num(const char *opt, const char *s, double lo, double hi, double *out
 
 /* The combinations that make no sense, named. */
 static int check(const psg_bench_opts_t *o) {
-    bool given = o->cluster_file || getenv("TF_CONFIG"); /* run as one task of it */
+    bool given = o->cluster_file || psg_cluster_env_given(); /* run as one task of it */
     bool cluster = given || o->ps > 0 || o->workers > 1 || o->backups > 0;
     if (strcmp(o->device, "cpu") && strcmp(o->device, "gpu"))
         return psg_error_set("--device: '%s' is not cpu or gpu", o->device);
@@ -136,6 +138,7 @@ static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_op
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--data-dir")) o->data_dir = v;
         else if (!strcmp(a, "--compression")) rc = psg_tfrecord_compression_parse(v, &o->compression);
+        else if (!strcmp(a, "--dct-method")) rc = psg_jpeg_dct_parse(v, &o->dct_method);
         else if (!strcmp(a, "--step-times")) o->step_times = v;
         else if (!strcmp(a, "--trace")) o->trace = v;
         else if (!strcmp(a, "--optimizer")) {
@@ -246,7 +249,7 @@ static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const 
 
 /* Runs the parsed options: a local cluster, or this process (alone or as a task). */
 static int dispatch(int argc, char **argv, const psg_bench_opts_t *o, const char *cmd) {
-    bool given = o->cluster_file || getenv("TF_CONFIG");
+    bool given = o->cluster_file || psg_cluster_env_given();
     if (!given && !o->print_model && (o->ps > 0 || o->workers > 1 || o->backups > 0))
         return launch_local(argc, argv, o, cmd);
     return psg_bench_run(o, cmd);

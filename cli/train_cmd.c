@@ -201,7 +201,7 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
         else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }
-        else if (!strcmp(a, "--lr")) { rc = parse_num(a, v, 1e-12, 1e6, &x); c.lr = x; }
+        else if (!strcmp(a, "--lr")) { rc = parse_num(a, v, 0, 1e6, &x); c.lr = x; /* 0: as TensorFlow allows */ }
         else if (!strcmp(a, "--momentum")) { rc = parse_num(a, v, 0, 1, &x); c.momentum = x; }
         else if (!strcmp(a, "--l1")) { rc = parse_num(a, v, 0, 1e9, &x); c.l1 = x; }
         else if (!strcmp(a, "--l2")) { rc = parse_num(a, v, 0, 1e9, &x); c.l2 = x; }
@@ -234,7 +234,7 @@ int psg_cmd_train(int argc, char **argv) {
     psg_train_result_t r;
     if (psg_train(&c, &r) < 0) {
         fprintf(stderr, "psgraph train: %s\n", psg_error_message());
-        return 1;
+        return psg_error_code() == PSG_ERR_CONFIG ? 2 : 1; /* 2: as server, a wrong TF_CONFIG */
     }
     return 0;
 }

@@ -151,7 +151,7 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     if (!(t->g = psg_graph_new())) return -1;
     if (t->w.setter) psg_graph_push_replica_setter(t->g, t->w.setter);
     psg_optimizer_config_t oc = psg_optimizer_defaults(c->optimizer ? c->optimizer : "adam");
-    oc.learning_rate = c->lr > 0 ? (float)c->lr : 0.001f;
+    oc.learning_rate = c->lr >= 0 ? (float)c->lr : 0.001f;
     oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
     int train_op = -1;
     int rc = psg_wide_deep_build(t->g, &wc, &t->m);
@@ -237,12 +237,13 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (build(c, &t, out, &start_step) < 0) goto done;
     int64_t per_epoch = ntr / bs, total = c->steps > 0 ? c->steps : per_epoch * c->epochs;
+    psg_train_hooks_set_last_step(t.hooks, total);
     fprintf(out, "psgraph train: model wide-deep, %lld rows (%lld train, %lld held out), %lld buckets, batch %d, "
                  "%lld steps, table in %d shards%s\n",
             (long long)t.data->rows, (long long)ntr, (long long)(t.data->rows - ntr), (long long)t.data->buckets, bs,
             (long long)total, t.m.table.num_shards, t.w.cluster ? " on the ps tasks" : "");
     fflush(out);
-    double steady = 0, loss = NAN;
+    double steady = 0, loss = NAN, all = 0; /* all: every step's time, for a short run */
     int64_t steady_n = 0, steps = 0, served0 = 0, pulled0 = 0, served = 0, pulled = 0, uniq = 0;
     for (int64_t s = start_step + rank; s < total; s += W) {
         int64_t at = (s % per_epoch) * bs;
@@ -267,6 +268,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
         if (psg_train_hooks_after_step(t.hooks, s + 1) < 0) goto done;
         double t1 = psg_now_sec();
         if (steps >= WARMUP_STEPS) steady += t1 - t0, steady_n += bs;
+        all += t1 - t0;
         if (steps++ >= BYTES_FROM && t.w.cluster) uniq += unique_ids(t.data, at, bs); /* not timed */
         if (steps % c->log_every == 0) {
             fprintf(out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f\n", (long long)(s + 1),
@@ -279,11 +281,13 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     if (t.dsess && psg_dist_session_drain(t.dsess) < 0) goto done;
     r->steps = steps;
     r->final_loss = loss;
-    r->examples_per_sec = steady > 0 ? (double)steady_n / steady : 0;
+    r->examples_per_sec = steady > 0 ? (double)steady_n / steady : all > 0 ? (double)(steps * bs) / all : 0;
     if (t.sync && psg_sync_train_finish(t.sync, r->examples_per_sec) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, total) < 0) goto done;
     char sync_desc[1536];
     if (end_cluster(c, &t, out, sync_desc, sizeof sync_desc) < 0) goto done;
+    /* the chief, every worker done: the final checkpoint holds every update */
+    if (psg_train_hooks_final_checkpoint(t.hooks, total) < 0) goto done;
     double auc = NAN, ll = NAN;
     if ((!t.w.cluster || t.w.chief) && evaluate(&t, ntr, &auc, &ll) < 0) goto done;
     r->test_accuracy = auc;
