@@ -50,12 +50,10 @@ double psg_bench_gpu_seconds(psg_graph_t *g, int target, int iters) {
     double sec = -1;
     if (c) {
         int rc = 0;
-        for (int i = 0; i < 3 && rc == 0; i++)
-            rc = psg_callable_run(c, NULL, NULL);
+        for (int i = 0; i < 3 && rc == 0; i++) rc = psg_callable_run(c, NULL, NULL);
         if (rc == 0) rc = psg_gpu_synchronize(0);
         double t0 = now();
-        for (int i = 0; i < iters && rc == 0; i++)
-            rc = psg_callable_run(c, NULL, NULL);
+        for (int i = 0; i < iters && rc == 0; i++) rc = psg_callable_run(c, NULL, NULL);
         if (rc == 0) rc = psg_gpu_synchronize(0);
         if (rc == 0) sec = (now() - t0) / iters;
     }

@@ -5,6 +5,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* A repeatable option's values, in the order given (NULL-terminated; cli/options.h). */
+#define PSG_CLI_LIST_MAX 32
+typedef struct {
+    const char *v[PSG_CLI_LIST_MAX + 1];
+    int n;
+} psg_cli_list_t;
+
 int psg_cmd_train(int argc, char **argv);
 int psg_cmd_server(int argc, char **argv);
 int psg_cmd_launch(int argc, char **argv);
@@ -12,27 +19,27 @@ int psg_cmd_keygen(int argc, char **argv);
 
 /* A local cluster as `psgraph launch` starts it (cli/launch_cmd.c). */
 typedef struct {
-    int ps, workers;    /* P ps tasks (`psgraph server`), W workers running cmd */
-    int port_base;      /* 0: free ports */
-    const char *host;   /* NULL: 127.0.0.1 */
-    bool tcp;           /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
-                           private folder, unless port_base or host is given */
-    bool restart;       /* --restart on-failure, at most max_restarts times */
+    int ps, workers;  /* P ps tasks (`psgraph server`), W workers running cmd */
+    int port_base;    /* 0: free ports */
+    const char *host; /* NULL: 127.0.0.1 */
+    bool tcp;         /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
+                         private folder, unless port_base or host is given */
+    bool restart;     /* --restart on-failure, at most max_restarts times */
     int max_restarts;
     int worker_failures; /* non-chief workers that may fail without stopping the job;
                             -1: the command's --backup-workers when it trains --sync sync */
-    char **cmd;         /* the workers' command, NULL-terminated */
-    char *chief_json;   /* NULL, or gets worker 0's last line that starts with '{' */
+    char **cmd;          /* the workers' command, NULL-terminated */
+    char *chief_json;    /* NULL, or gets worker 0's last line that starts with '{' */
     size_t chief_json_size;
-    const char *keys;   /* the cluster's key folder (--keys); NULL: a fresh pair for this run */
+    const char *keys; /* the cluster's key folder (--keys); NULL: a fresh pair for this run */
     /* over ssh (cli/launch_ssh.c): task i runs on task_hosts[i] (ps first, then workers);
        NULL: every task on this host */
     char **task_hosts;
-    const char *ssh_config;   /* NULL, or ssh's -F FILE */
-    char **ssh_options;       /* NULL-terminated ssh -o OPTIONs, or NULL */
-    const char *remote_bin;   /* psgraph on the hosts (ps tasks); NULL: this binary's path */
-    bool keys_shared;         /* --keys-shared: the hosts read the key folder at this path */
-    char *keys_payload;       /* else the keys sent to each host (cli/launch_ssh_keys.c) */
+    const char *ssh_config; /* NULL, or ssh's -F FILE */
+    char **ssh_options;     /* NULL-terminated ssh -o OPTIONs, or NULL */
+    const char *remote_bin; /* psgraph on the hosts (ps tasks); NULL: this binary's path */
+    bool keys_shared;       /* --keys-shared: the hosts read the key folder at this path */
+    char *keys_payload;     /* else the keys sent to each host (cli/launch_ssh_keys.c) */
     size_t keys_payload_len;
 } psg_launch_t;
 
@@ -90,7 +97,8 @@ int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag);
 
 /* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c), with a
  * Secret of the keys in keys_dir (NULL: a fresh pair). */
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd, const char *keys_dir);
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd,
+                   const char *keys_dir);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
 /* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */

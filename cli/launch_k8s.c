@@ -28,10 +28,14 @@ typedef struct {
 static void q(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", f);
-        else if (*p < 0x20) fprintf(f, "\\x%02x", *p);
-        else fputc(*p, f);
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p < 0x20)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
     }
     fputc('"', f);
 }
@@ -39,17 +43,20 @@ static void q(FILE *f, const char *s) {
 /* The DNS name of pod `index` of job `job`: the Job's pods are named NAME-JOB-INDEX and sit
  * under the headless Service NAME (their subdomain). */
 static void pod_dns(const k8s_t *k, const char *job, int index, char *out, size_t size) {
-    snprintf(out, size, "%s-%s-%d.%s.%s.svc.cluster.local:%d", k->name, job, index, k->name, k->ns, K8S_PORT);
+    snprintf(out, size, "%s-%s-%d.%s.%s.svc.cluster.local:%d", k->name, job, index, k->name, k->ns,
+             K8S_PORT);
 }
 
 static void service(FILE *f, const k8s_t *k) {
-    fprintf(f, "---\n# the headless Service: a DNS name for every pod of the cluster, no load balancing\n"
-               "apiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\n"
-               "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n"
-               "spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n"
-               "  selector:\n    psgraph/cluster: %s\n"
-               "  ports:\n    - name: task\n      port: %d\n      targetPort: %d\n",
-            k->name, k->ns, k->name, k->name, K8S_PORT, K8S_PORT);
+    fprintf(
+        f,
+        "---\n# the headless Service: a DNS name for every pod of the cluster, no load balancing\n"
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\n"
+        "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n"
+        "spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n"
+        "  selector:\n    psgraph/cluster: %s\n"
+        "  ports:\n    - name: task\n      port: %d\n      targetPort: %d\n",
+        k->name, k->ns, k->name, k->name, K8S_PORT, K8S_PORT);
 }
 
 /* s (len bytes) in base64, as a Secret's data. */
@@ -75,17 +82,20 @@ static int secret_entry(void *ctx, const char *name, const char *text, size_t le
 
 /* The Secret NAME-keys: the files of the key folder every pod needs (cli/launch_keys.c). */
 static int secret(FILE *f, const k8s_t *k, const char *keys_dir) {
-    fprintf(f, "# the cluster's CURVE keys (docs/security.md), mounted read-only at %s in every pod:\n"
-               "# whoever reads this file or the Secret can join the cluster\n"
-               "apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-keys\n  namespace: %s\n"
-               "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n"
-               "type: Opaque\ndata:\n",
+    fprintf(f,
+            "# the cluster's CURVE keys (docs/security.md), mounted read-only at %s in every pod:\n"
+            "# whoever reads this file or the Secret can join the cluster\n"
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-keys\n  namespace: %s\n"
+            "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n"
+            "type: Opaque\ndata:\n",
             K8S_KEYS_PATH, k->name, k->ns, k->name);
     return psg_launch_keys_each(keys_dir, secret_entry, f);
 }
 
 /* The logdir the command names (--logdir DIR), else /logdir. */
-static const char *logdir_of(char **cmd) { return psg_launch_cmd_option(cmd, "--logdir", "/logdir"); }
+static const char *logdir_of(char **cmd) {
+    return psg_launch_cmd_option(cmd, "--logdir", "/logdir");
+}
 
 static void container(FILE *f, const k8s_t *k, const char *job, const char *cluster) {
     bool ps = !strcmp(job, "ps");
@@ -93,8 +103,9 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
     q(f, k->image);
     /* TF_CONFIG from the pod's index (JOB_COMPLETION_INDEX, set by Kubernetes) */
     fprintf(f, "\n            command: [\"/bin/sh\", \"-c\", ");
-    q(f, "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": \\\"$PSG_JOB\\\", "
-         "\\\"index\\\": $JOB_COMPLETION_INDEX}}\"; exec \"$@\"");
+    q(f,
+      "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": \\\"$PSG_JOB\\\", "
+      "\\\"index\\\": $JOB_COMPLETION_INDEX}}\"; exec \"$@\"");
     fprintf(f, ", \"psgraph-task\"]\n            args: [");
     if (ps) {
         /* the shards go to the workers' logdir: the only place a ps writes (docs/distributed.md) */
@@ -111,11 +122,16 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
             q(f, k->cmd[i]);
         }
     }
-    fprintf(f, "]\n            env:\n              - name: PSGRAPH_KEYS\n                value: \"%s\"\n"
-               "              - name: PSG_JOB\n                value: \"%s\"\n"
-               "              - name: PSG_CLUSTER\n                value: ", K8S_KEYS_PATH, job);
+    fprintf(
+        f,
+        "]\n            env:\n              - name: PSGRAPH_KEYS\n                value: \"%s\"\n"
+        "              - name: PSG_JOB\n                value: \"%s\"\n"
+        "              - name: PSG_CLUSTER\n                value: ",
+        K8S_KEYS_PATH, job);
     q(f, cluster);
-    fprintf(f, "\n            ports:\n              - name: task\n                containerPort: %d\n", K8S_PORT);
+    fprintf(f,
+            "\n            ports:\n              - name: task\n                containerPort: %d\n",
+            K8S_PORT);
     bool gpus = !ps && k->gpus > 0;
     if (k->cpu || k->memory || gpus) {
         for (int pass = 0; pass < 2; pass++) {
@@ -126,31 +142,41 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
             if (gpus) fprintf(f, "                nvidia.com/gpu: \"%d\"\n", k->gpus);
         }
     }
-    fprintf(f, "            volumeMounts:\n              - name: logdir\n                mountPath: ");
+    fprintf(f,
+            "            volumeMounts:\n              - name: logdir\n                mountPath: ");
     q(f, logdir_of(k->cmd));
-    fprintf(f, "\n              - name: keys\n                mountPath: %s\n                readOnly: true\n",
-            K8S_KEYS_PATH);
+    fprintf(
+        f,
+        "\n              - name: keys\n                mountPath: %s\n                readOnly: true\n",
+        K8S_KEYS_PATH);
 }
 
 /* One Indexed Job: its pods NAME-JOB-0..n-1, each its own task of the cluster. */
 static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *cluster) {
-    fprintf(f, "# the %s tasks: pod NAME-%s-i is /job:%s/task:i\n"
-               "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: %s-%s\n  namespace: %s\n"
-               "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n    psgraph/job: %s\n"
-               "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
-               "  backoffLimit: %d\n"
-               "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: psgraph\n"
-               "        psgraph/cluster: %s\n        psgraph/job: %s\n"
-               "    spec:\n      subdomain: %s\n      restartPolicy: %s\n      containers:\n",
-            job, job, job, k->name, job, k->ns, k->name, job, n, n, k->restart ? 3 * n : 0, k->name, job, k->name,
-            k->restart ? "OnFailure" : "Never");
+    fprintf(
+        f,
+        "# the %s tasks: pod NAME-%s-i is /job:%s/task:i\n"
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: %s-%s\n  namespace: %s\n"
+        "  labels:\n    app.kubernetes.io/name: psgraph\n    psgraph/cluster: %s\n    psgraph/job: %s\n"
+        "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+        "  backoffLimit: %d\n"
+        "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: psgraph\n"
+        "        psgraph/cluster: %s\n        psgraph/job: %s\n"
+        "    spec:\n      subdomain: %s\n      restartPolicy: %s\n      containers:\n",
+        job, job, job, k->name, job, k->ns, k->name, job, n, n, k->restart ? 3 * n : 0, k->name,
+        job, k->name, k->restart ? "OnFailure" : "Never");
     container(f, k, job, cluster);
     fprintf(f, "      volumes:\n        - name: logdir\n");
-    if (k->volume) fprintf(f, "          persistentVolumeClaim:\n            claimName: "), q(f, k->volume), fputc('\n', f);
-    else fprintf(f, "          emptyDir: {}\n");
+    if (k->volume)
+        fprintf(f, "          persistentVolumeClaim:\n            claimName: "), q(f, k->volume),
+            fputc('\n', f);
+    else
+        fprintf(f, "          emptyDir: {}\n");
     /* 0400: the secret readable by the pod's user only (net/curve_keys.c checks it) */
-    fprintf(f, "        - name: keys\n          secret:\n            secretName: %s-keys\n"
-               "            defaultMode: 256 # 0400\n", k->name);
+    fprintf(f,
+            "        - name: keys\n          secret:\n            secretName: %s-keys\n"
+            "            defaultMode: 256 # 0400\n",
+            k->name);
 }
 
 /* Writes the objects to f; the cluster's addresses are the pods' DNS names. */
@@ -162,7 +188,8 @@ static int write_all(FILE *f, const k8s_t *k, const char *secret_yaml) {
     for (int pass = 0; pass < 2; pass++) {
         int n = pass ? k->workers : k->ps;
         if (!n) continue;
-        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "", pass ? "worker" : "ps");
+        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "",
+                                pass ? "worker" : "ps");
         for (int i = 0; i < n; i++) {
             char a[300];
             pod_dns(k, pass ? "worker" : "ps", i, a, sizeof a);
@@ -214,34 +241,42 @@ static int write_out(const k8s_t *k, const char *secret_yaml) {
         fprintf(stderr, "psgraph launch: cannot write %s: %s\n", path, strerror(errno));
         return 1;
     }
-    printf("psgraph launch: %s written (kubectl apply -f %s; it holds the cluster's secret key)\n", path, path);
+    printf("psgraph launch: %s written (kubectl apply -f %s; it holds the cluster's secret key)\n",
+           path, path);
     return 0;
 }
 
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd, const char *keys_dir) {
-    k8s_t k = {.image = "psgraph:latest", .ns = "default", .name = "psgraph", .ps = ps, .workers = workers,
-               .restart = restart, .cmd = cmd};
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd,
+                   const char *keys_dir) {
+    k8s_t k = {.image = "psgraph:latest",
+               .ns = "default",
+               .name = "psgraph",
+               .ps = ps,
+               .workers = workers,
+               .restart = restart,
+               .cmd = cmd};
     for (int i = 0; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
-        if (!strcmp(a, "--image")) k.image = v;
-        else if (!strcmp(a, "--namespace")) k.ns = v;
-        else if (!strcmp(a, "--name")) k.name = v;
-        else if (!strcmp(a, "--cpu")) k.cpu = v;
-        else if (!strcmp(a, "--memory")) k.memory = v;
-        else if (!strcmp(a, "--logdir-volume")) k.volume = v;
-        else if (!strcmp(a, "--out")) k.out = v;
-        else if (!strcmp(a, "--gpus-per-worker")) {
-            char *end;
-            long g = strtol(v, &end, 10);
-            if (!*v || *end || g < 0 || g > 64) {
-                fprintf(stderr, "psgraph launch: --gpus-per-worker: '%s' is not a count of GPUs\n", v);
-                return 2;
-            }
-            k.gpus = (int)g;
-        }
+        if (!strcmp(a, "--image"))
+            k.image = v;
+        else if (!strcmp(a, "--namespace"))
+            k.ns = v;
+        else if (!strcmp(a, "--name"))
+            k.name = v;
+        else if (!strcmp(a, "--cpu"))
+            k.cpu = v;
+        else if (!strcmp(a, "--memory"))
+            k.memory = v;
+        else if (!strcmp(a, "--logdir-volume"))
+            k.volume = v;
+        else if (!strcmp(a, "--out"))
+            k.out = v;
+        else if (!strcmp(a, "--gpus-per-worker"))
+            k.gpus = atoi(v); /* 0..64: cli/option_table.c */
     }
     if (!dns_label(k.name) || !dns_label(k.ns)) {
-        fprintf(stderr, "psgraph launch: --%s '%s' is not a DNS label (a-z, 0-9, '-', at most 40)\n",
+        fprintf(stderr,
+                "psgraph launch: --%s '%s' is not a DNS label (a-z, 0-9, '-', at most 40)\n",
                 dns_label(k.name) ? "namespace" : "name", dns_label(k.name) ? k.ns : k.name);
         return 2;
     }
@@ -251,7 +286,8 @@ int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, cha
     size_t secret_len = 0;
     FILE *m = NULL;
     if (psg_launch_keys_prepare(&keys, keys_dir) < 0) return 1;
-    int rc = (m = open_memstream(&secret_yaml, &secret_len)) && secret(m, &k, keys.dir) == 0 ? 0 : 1;
+    int rc =
+        (m = open_memstream(&secret_yaml, &secret_len)) && secret(m, &k, keys.dir) == 0 ? 0 : 1;
     if (m && fclose(m) != 0) rc = 1;
     psg_launch_keys_remove(&keys);
     if (rc == 0) rc = write_out(&k, secret_yaml);

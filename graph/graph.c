@@ -42,7 +42,8 @@ int psg_attr_copy(psg_attr_t *dst, const psg_attr_t *src) {
     case PSG_ATTR_STR: dst->u.s = xstrdup(src->u.s); break;
     case PSG_ATTR_INTS:
         dst->u.ints.v = xrealloc(NULL, sizeof(int64_t) * (size_t)src->u.ints.n);
-        if (src->u.ints.n) memcpy(dst->u.ints.v, src->u.ints.v, sizeof(int64_t) * (size_t)src->u.ints.n);
+        if (src->u.ints.n)
+            memcpy(dst->u.ints.v, src->u.ints.v, sizeof(int64_t) * (size_t)src->u.ints.n);
         break;
     case PSG_ATTR_FLOATS:
         dst->u.floats.v = xrealloc(NULL, sizeof(double) * (size_t)src->u.floats.n);
@@ -160,15 +161,21 @@ void psg_graph_destroy(psg_graph_t **gp) {
     free(g);
 }
 
-int psg_graph_num_nodes(const psg_graph_t *g) { return g->num_nodes; }
+int psg_graph_num_nodes(const psg_graph_t *g) {
+    return g->num_nodes;
+}
 
 const psg_node_t *psg_graph_node(const psg_graph_t *g, int id) {
     return (id >= 0 && id < g->num_nodes) ? g->nodes[id] : NULL;
 }
 
-const char *psg_graph_error(const psg_graph_t *g) { return g->error; }
+const char *psg_graph_error(const psg_graph_t *g) {
+    return g->error;
+}
 
-int psg_graph_status(const psg_graph_t *g) { return g->error ? psg_error_set("%s", g->error) : 0; }
+int psg_graph_status(const psg_graph_t *g) {
+    return g->error ? psg_error_set("%s", g->error) : 0;
+}
 
 int psg_graph_wrap_error(const psg_graph_t *g) {
     if (g && g->error && !strstr(psg_error_message(), g->error)) psg_error_wrap("%s", g->error);
@@ -402,8 +409,7 @@ static void uniquify_name(psg_graph_t *g, psg_node_t *n) {
 
 static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
     const psg_op_def_t *def = n->def;
-    if (!def)
-        return psg_error_set("unknown op '%s'", psg_node_get_str(n, "_unknown_op", "?"));
+    if (!def) return psg_error_set("unknown op '%s'", psg_node_get_str(n, "_unknown_op", "?"));
     if (def->num_inputs >= 0 && n->num_inputs != def->num_inputs)
         return psg_error_set("takes %d inputs, given %d", def->num_inputs, n->num_inputs);
     if (def->num_inputs < 0 && n->num_inputs < 1)
@@ -426,7 +432,8 @@ static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
         n->out_dtypes[i] = PSG_DT_INVALID;
         n->out_shapes[i] = psg_shape_unknown();
     }
-    psg_infer_ctx_t c = {n, n->num_inputs, in_dt, in_sh, n->num_outputs, n->out_dtypes, n->out_shapes};
+    psg_infer_ctx_t c = {
+        n, n->num_inputs, in_dt, in_sh, n->num_outputs, n->out_dtypes, n->out_shapes};
     if (def->infer(&c) < 0) return -1;
     for (int i = 0; i < n->num_outputs; i++)
         PSG_ASSERT(n->out_dtypes[i] != PSG_DT_INVALID); /* an infer fn that forgot an output */
@@ -488,21 +495,51 @@ psg_endpoint_t psg_op_inputs(psg_graph_t *g, const char *op, const char *name, i
 
 /* ---- reading ---- */
 
-int psg_node_id(const psg_node_t *n) { return n->id; }
-const char *psg_node_name(const psg_node_t *n) { return n->name; }
-const char *psg_node_op(const psg_node_t *n) { return n->def ? n->def->name : "?"; }
-const psg_op_def_t *psg_node_def(const psg_node_t *n) { return n->def; }
-int psg_node_num_inputs(const psg_node_t *n) { return n->num_inputs; }
-psg_endpoint_t psg_node_input(const psg_node_t *n, int i) { return n->inputs[i]; }
-int psg_node_num_controls(const psg_node_t *n) { return n->num_controls; }
-int psg_node_control(const psg_node_t *n, int i) { return n->controls[i]; }
-int psg_node_num_outputs(const psg_node_t *n) { return n->num_outputs; }
-psg_dtype_t psg_node_output_dtype(const psg_node_t *n, int i) { return n->out_dtypes[i]; }
-const psg_shape_t *psg_node_output_shape(const psg_node_t *n, int i) { return &n->out_shapes[i]; }
-const char *psg_node_device(const psg_node_t *n) { return n->device; }
-const char *psg_node_assigned_device(const psg_node_t *n) { return n->assigned_device; }
-int psg_node_num_attrs(const psg_node_t *n) { return n->num_attrs; }
-const psg_attr_t *psg_node_attr_at(const psg_node_t *n, int i) { return &n->attrs[i]; }
+int psg_node_id(const psg_node_t *n) {
+    return n->id;
+}
+const char *psg_node_name(const psg_node_t *n) {
+    return n->name;
+}
+const char *psg_node_op(const psg_node_t *n) {
+    return n->def ? n->def->name : "?";
+}
+const psg_op_def_t *psg_node_def(const psg_node_t *n) {
+    return n->def;
+}
+int psg_node_num_inputs(const psg_node_t *n) {
+    return n->num_inputs;
+}
+psg_endpoint_t psg_node_input(const psg_node_t *n, int i) {
+    return n->inputs[i];
+}
+int psg_node_num_controls(const psg_node_t *n) {
+    return n->num_controls;
+}
+int psg_node_control(const psg_node_t *n, int i) {
+    return n->controls[i];
+}
+int psg_node_num_outputs(const psg_node_t *n) {
+    return n->num_outputs;
+}
+psg_dtype_t psg_node_output_dtype(const psg_node_t *n, int i) {
+    return n->out_dtypes[i];
+}
+const psg_shape_t *psg_node_output_shape(const psg_node_t *n, int i) {
+    return &n->out_shapes[i];
+}
+const char *psg_node_device(const psg_node_t *n) {
+    return n->device;
+}
+const char *psg_node_assigned_device(const psg_node_t *n) {
+    return n->assigned_device;
+}
+int psg_node_num_attrs(const psg_node_t *n) {
+    return n->num_attrs;
+}
+const psg_attr_t *psg_node_attr_at(const psg_node_t *n, int i) {
+    return &n->attrs[i];
+}
 
 const psg_attr_t *psg_node_attr(const psg_node_t *n, const char *key) {
     for (int i = 0; i < n->num_attrs; i++)

@@ -47,7 +47,7 @@ struct psg_graph {
     int num_devices, cap_devices;
     psg_collection_t *collections;
     int num_collections;
-    char *error; /* first build error */
+    char *error;               /* first build error */
     psg_dtype_t compute_dtype; /* of the mixed-precision ops (precision.h); 0: f32 */
     /* the casts to compute_dtype made so far (ops/precision.c), so that a tensor
      * feeding several products on one device is cast once */

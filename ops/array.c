@@ -51,7 +51,8 @@ static int infer_reshape(psg_infer_ctx_t *c) {
             unknown_at = i;
         } else if (psg_ckd_mul_i64(&known, known, out.dims[i])) {
             char a2[PSG_SHAPE_STR_MAX];
-            return psg_error_set("new shape %s: its element count overflows", psg_shape_str(&out, a2, sizeof a2));
+            return psg_error_set("new shape %s: its element count overflows",
+                                 psg_shape_str(&out, a2, sizeof a2));
         }
     }
     int64_t n = psg_shape_numel(&c->in_shapes[0]);
@@ -87,8 +88,8 @@ static int infer_add_n(psg_infer_ctx_t *c) {
     psg_shape_t s = c->in_shapes[0];
     for (int i = 1; i < c->num_inputs; i++) {
         if (c->in_dtypes[i] != c->in_dtypes[0])
-            return psg_error_set("input %d is %s, input 0 is %s", i, psg_dtype_name(c->in_dtypes[i]),
-                                 psg_dtype_name(c->in_dtypes[0]));
+            return psg_error_set("input %d is %s, input 0 is %s", i,
+                                 psg_dtype_name(c->in_dtypes[i]), psg_dtype_name(c->in_dtypes[0]));
         if (!psg_shape_compatible(&s, &c->in_shapes[i])) {
             char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
             return psg_error_set("input %d has shape %s, input 0 has %s", i,
@@ -343,10 +344,22 @@ static const psg_op_def_t op_random = {.name = "Random",
                                        .cpu = psg_cpu_random};
 
 const psg_op_def_t *const psg_array_ops[] = {
-    &op_const,      &op_placeholder,       &op_identity,       &op_stop_gradient,
-    &op_reshape,    &op_reshape_like,      &op_add_n,          &op_fill_like,
-    &op_sum_to_shape_of, &op_broadcast_like, &op_var_handle,   &op_read_variable,
-    &op_assign,     &op_assign_add,        &op_no_op,          &op_random,
+    &op_const,
+    &op_placeholder,
+    &op_identity,
+    &op_stop_gradient,
+    &op_reshape,
+    &op_reshape_like,
+    &op_add_n,
+    &op_fill_like,
+    &op_sum_to_shape_of,
+    &op_broadcast_like,
+    &op_var_handle,
+    &op_read_variable,
+    &op_assign,
+    &op_assign_add,
+    &op_no_op,
+    &op_random,
     NULL,
 };
 
@@ -437,7 +450,8 @@ psg_endpoint_t psg_read_variable(psg_graph_t *g, const char *name, psg_endpoint_
     if (psg_endpoint_valid(handle)) {
         /* the handle's dtype attr is a DTYPE, which psg_node_get_int does not read */
         const psg_attr_t *dt = psg_node_attr(psg_graph_node(g, handle.node), "dtype");
-        psg_node_attr_dtype(b, "dtype", dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
+        psg_node_attr_dtype(b, "dtype",
+                            dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
     }
     return psg_node_finish_ep(b);
 }
@@ -496,7 +510,8 @@ static psg_endpoint_t initial_value(psg_graph_t *g, const psg_shape_t *shape,
         double v = !strcmp(k, "zeros") ? 0.0 : !strcmp(k, "ones") ? 1.0 : init.scale;
         /* a big one (an embedding table's optimizer slots) is filled when run: as a Const
          * it would be held by the graph and sent whole in every RegisterGraph */
-        if (psg_shape_numel(shape) > PSG_CONST_INIT_MAX_ELEMENTS) return random_init(g, "constant", shape, v, 0);
+        if (psg_shape_numel(shape) > PSG_CONST_INIT_MAX_ELEMENTS)
+            return random_init(g, "constant", shape, v, 0);
         psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, shape);
         if (!t) return PSG_NO_ENDPOINT;
         float *d = psg_tensor_f32(t);
@@ -523,7 +538,7 @@ psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     if (psg_graph_push_scope(g, full + (outer ? outer + 1 : 0)) < 0) return PSG_NO_ENDPOINT;
     bool failed = false;
     psg_tensor_t *given = psg_graph_initial_value(g, full, dt, shape, &failed);
-    psg_endpoint_t v = given ? psg_const(g, "initial_value", &given)
+    psg_endpoint_t v = given    ? psg_const(g, "initial_value", &given)
                        : failed ? PSG_NO_ENDPOINT
                                 : initial_value(g, shape, init);
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;

@@ -41,12 +41,9 @@ int psg_graph_set_precision(psg_graph_t *g, const char *precision) {
 
 const char *psg_precision_name(psg_dtype_t compute_dtype) {
     switch (compute_dtype) {
-    case PSG_DT_BF16:
-        return "mixed";
-    case PSG_DT_F16:
-        return "mixed-f16";
-    default:
-        return "f32";
+    case PSG_DT_BF16: return "mixed";
+    case PSG_DT_F16: return "mixed-f16";
+    default: return "f32";
     }
 }
 
@@ -63,8 +60,8 @@ static bool is_half(psg_dtype_t dt) {
  * tensor that feeds several products (Inception's branches, a weight's forward and
  * backward products) is then cast once per device, not once per product. */
 static psg_endpoint_t shared_cast(psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype) {
-    psg_node_t probe = {.id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1,
-                        .inputs = &src};
+    psg_node_t probe = {
+        .id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1, .inputs = &src};
     probe.device = strdup("");
     if (!probe.device) return psg_cast(g, NULL, src, dtype); /* it reports the error */
     psg_graph_apply_device_fns(g, &probe);

@@ -43,13 +43,16 @@ static int set_handle(psg_msg_t *m, uint64_t h) {
     return psg_msg_set_key(m, key);
 }
 
-static int set_body(psg_msg_t *m, const void *p, size_t n) { return psg_msg_set_body(m, p, n); }
+static int set_body(psg_msg_t *m, const void *p, size_t n) {
+    return psg_msg_set_body(m, p, n);
+}
 
 /* The body as a NUL-terminated path of at most PSG_PROTO_MAX_PATH - 1 bytes, no NUL inside. */
 static int get_path(const psg_msg_t *m, const char *what, char *out) {
     if (!m->body || m->body->size == 0) return bad(m, "no %s (the body)", what);
     if (m->body->size >= PSG_PROTO_MAX_PATH)
-        return bad(m, "%s of %zu bytes (the limit is %d)", what, m->body->size, PSG_PROTO_MAX_PATH - 1);
+        return bad(m, "%s of %zu bytes (the limit is %d)", what, m->body->size,
+                   PSG_PROTO_MAX_PATH - 1);
     if (memchr(m->body->data, 0, m->body->size)) return bad(m, "%s contains a NUL byte", what);
     memcpy(out, m->body->data, m->body->size);
     out[m->body->size] = 0;
@@ -66,7 +69,8 @@ static int get_ids(const psg_msg_t *m, const char *name, int cols, int *n, const
         t->shape.dims[0] > PSG_PROTO_MAX_ENDPOINTS) {
         char sh[PSG_SHAPE_STR_MAX];
         return bad(m, "'%s' must be i64 [n%s] with n <= %d, got %s%s", name, cols == 2 ? ", 2" : "",
-                   PSG_PROTO_MAX_ENDPOINTS, psg_dtype_name(t->dtype), psg_shape_str(&t->shape, sh, sizeof sh));
+                   PSG_PROTO_MAX_ENDPOINTS, psg_dtype_name(t->dtype),
+                   psg_shape_str(&t->shape, sh, sizeof sh));
     }
     *n = (int)t->shape.dims[0];
     *out = psg_tensor_i64(t);
@@ -98,9 +102,11 @@ static int enc_register(const psg_req_t *r, psg_msg_t *m) {
     int64_t *v = malloc(((size_t)g->n_feeds + g->n_fetches + g->n_targets + 1) * 2 * sizeof *v);
     if (!v) return psg_error_set("out of memory");
     int rc = set_body(m, g->graph, g->len);
-    for (int i = 0; i < g->n_feeds; i++) v[2 * i] = g->feeds[i].node, v[2 * i + 1] = g->feeds[i].index;
+    for (int i = 0; i < g->n_feeds; i++)
+        v[2 * i] = g->feeds[i].node, v[2 * i + 1] = g->feeds[i].index;
     if (rc == 0) rc = add_ids(m, "feeds", g->n_feeds, 2, v);
-    for (int i = 0; i < g->n_fetches; i++) v[2 * i] = g->fetches[i].node, v[2 * i + 1] = g->fetches[i].index;
+    for (int i = 0; i < g->n_fetches; i++)
+        v[2 * i] = g->fetches[i].node, v[2 * i + 1] = g->fetches[i].index;
     if (rc == 0) rc = add_ids(m, "fetches", g->n_fetches, 2, v);
     for (int i = 0; i < g->n_targets; i++) v[i] = g->targets[i];
     if (rc == 0) rc = add_ids(m, "targets", g->n_targets, 1, v);
@@ -112,7 +118,8 @@ static int dec_register(const psg_msg_t *m, psg_req_t *r) {
     psg_req_register_t *g = &r->u.reg;
     const int64_t *f, *x, *t;
     if (!m->body || m->body->size == 0) return bad(m, "no graph (the body)");
-    if (get_ids(m, "feeds", 2, &g->n_feeds, &f) < 0 || get_ids(m, "fetches", 2, &g->n_fetches, &x) < 0 ||
+    if (get_ids(m, "feeds", 2, &g->n_feeds, &f) < 0 ||
+        get_ids(m, "fetches", 2, &g->n_fetches, &x) < 0 ||
         get_ids(m, "targets", 1, &g->n_targets, &t) < 0)
         return -1;
     g->graph = m->body->data;
@@ -120,17 +127,23 @@ static int dec_register(const psg_msg_t *m, psg_req_t *r) {
     g->feeds = calloc((size_t)g->n_feeds + 1, sizeof *g->feeds);
     g->fetches = calloc((size_t)g->n_fetches + 1, sizeof *g->fetches);
     g->targets = calloc((size_t)g->n_targets + 1, sizeof *g->targets);
-    if (!g->feeds || !g->fetches || !g->targets) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    if (!g->feeds || !g->fetches || !g->targets)
+        return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < g->n_feeds; i++) g->feeds[i] = to_endpoint(f[2 * i], f[2 * i + 1]);
     for (int i = 0; i < g->n_fetches; i++) g->fetches[i] = to_endpoint(x[2 * i], x[2 * i + 1]);
-    for (int i = 0; i < g->n_targets; i++) g->targets[i] = t[i] < 0 || t[i] > INT32_MAX ? -1 : (int)t[i];
+    for (int i = 0; i < g->n_targets; i++)
+        g->targets[i] = t[i] < 0 || t[i] > INT32_MAX ? -1 : (int)t[i];
     return 0;
 }
 
 /* ---- the small ones ---- */
 
-static int enc_handle(const psg_req_t *r, psg_msg_t *m) { return set_handle(m, r->u.handle); }
-static int dec_handle(const psg_msg_t *m, psg_req_t *r) { return get_handle(m, &r->u.handle); }
+static int enc_handle(const psg_req_t *r, psg_msg_t *m) {
+    return set_handle(m, r->u.handle);
+}
+static int dec_handle(const psg_msg_t *m, psg_req_t *r) {
+    return get_handle(m, &r->u.handle);
+}
 
 static int enc_run(const psg_req_t *r, psg_msg_t *m) {
     if (set_handle(m, r->u.run.handle) < 0) return -1;
@@ -146,7 +159,9 @@ static int dec_run(const psg_msg_t *m, psg_req_t *r) {
     return 0;
 }
 
-static int enc_key(const psg_req_t *r, psg_msg_t *m) { return psg_msg_set_key(m, r->u.key); }
+static int enc_key(const psg_req_t *r, psg_msg_t *m) {
+    return psg_msg_set_key(m, r->u.key);
+}
 
 static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
     if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
@@ -189,8 +204,8 @@ static int dec_wait_init(const psg_msg_t *m, psg_req_t *r) {
     if (!m->body) return bad(m, "no variable names (the body)");
     size_t len = m->body->size;
     if (len > PSG_PROTO_MAX_NAMES_BYTES)
-        return psg_error_set_code(PSG_ERR_LIMIT, "WaitInit: names of %zu bytes (the limit is %zu)", len,
-                                  PSG_PROTO_MAX_NAMES_BYTES);
+        return psg_error_set_code(PSG_ERR_LIMIT, "WaitInit: names of %zu bytes (the limit is %zu)",
+                                  len, PSG_PROTO_MAX_NAMES_BYTES);
     const char *d = (const char *)m->body->data;
     if (memchr(d, 0, len)) return bad(m, "the names contain a NUL byte");
     int n = 0;
@@ -221,7 +236,8 @@ static int enc_step_count(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_wait_done(const psg_msg_t *m, psg_req_t *r) {
     if (m->step < 0 || m->step > MAX_WORKERS_DONE)
-        return bad(m, "step (the count of workers) %" PRId64 " is outside [0, %d]", m->step, MAX_WORKERS_DONE);
+        return bad(m, "step (the count of workers) %" PRId64 " is outside [0, %d]", m->step,
+                   MAX_WORKERS_DONE);
     r->u.workers = m->step;
     return 0;
 }
@@ -243,8 +259,8 @@ static int enc_shard(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_shard(const psg_msg_t *m, psg_req_t *r) {
     int k, n, used = 0;
-    if (!m->key || sscanf(m->key, "%d/%d%n", &k, &n, &used) != 2 || m->key[used] || k < 0 || n <= k ||
-        n > PSG_PROTO_MAX_SHARDS)
+    if (!m->key || sscanf(m->key, "%d/%d%n", &k, &n, &used) != 2 || m->key[used] || k < 0 ||
+        n <= k || n > PSG_PROTO_MAX_SHARDS)
         return bad(m, "key '%.64s' is not \"k/N\" with 0 <= k < N <= %d", m->key ? m->key : "",
                    PSG_PROTO_MAX_SHARDS);
     if (m->step < 0) return bad(m, "step %" PRId64 " is negative", m->step);
@@ -259,13 +275,15 @@ static int enc_trace(const psg_req_t *r, psg_msg_t *m) {
         snprintf(key, sizeof key, "start %d %" PRId64, r->u.trace.pid, r->step);
         return psg_msg_set_key(m, key);
     }
-    return psg_msg_set_key(m, "stop") < 0 ? -1 : set_body(m, r->u.trace.path, strlen(r->u.trace.path));
+    return psg_msg_set_key(m, "stop") < 0 ? -1
+                                          : set_body(m, r->u.trace.path, strlen(r->u.trace.path));
 }
 
 static int dec_trace(const psg_msg_t *m, psg_req_t *r) {
     long long step = 0;
     int used = 0;
-    if (m->key && sscanf(m->key, "start %d %lld%n", &r->u.trace.pid, &step, &used) == 2 && !m->key[used]) {
+    if (m->key && sscanf(m->key, "start %d %lld%n", &r->u.trace.pid, &step, &used) == 2 &&
+        !m->key[used]) {
         r->u.trace.start = true;
         r->step = step;
         return 0;
@@ -287,21 +305,26 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "step; tensors: the fetches", enc_run, dec_run, psg_ts_on_run},
     {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
      psg_ts_on_recv},
-    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none, psg_ts_on_inspect},
-    {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort, dec_abort,
-     psg_ts_on_abort_step},
-    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none, psg_ts_on_cleanup_step},
-    {PSG_REQ_WAIT_INIT, PSG_TS_WAIT_INIT, "body: variable names, one a line", "empty, once all initialized",
-     enc_wait_init, dec_wait_init, psg_ts_on_wait},
-    {PSG_REQ_WAIT_DONE, PSG_TS_WAIT_DONE, "step: count of workers", "empty, once that many sent JobDone",
-     enc_step_count, dec_wait_done, psg_ts_on_wait},
+    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none,
+     psg_ts_on_inspect},
+    {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort,
+     dec_abort, psg_ts_on_abort_step},
+    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none,
+     psg_ts_on_cleanup_step},
+    {PSG_REQ_WAIT_INIT, PSG_TS_WAIT_INIT, "body: variable names, one a line",
+     "empty, once all initialized", enc_wait_init, dec_wait_init, psg_ts_on_wait},
+    {PSG_REQ_WAIT_DONE, PSG_TS_WAIT_DONE, "step: count of workers",
+     "empty, once that many sent JobDone", enc_step_count, dec_wait_done, psg_ts_on_wait},
     {PSG_REQ_JOB_DONE, PSG_TS_JOB_DONE, "key: worker (optional; the sender)", "empty", enc_job_done,
      dec_job_done, psg_ts_on_job_done},
-    {PSG_REQ_SAVE_SHARD, PSG_TS_SAVE_SHARD, "step; key: \"k/N\"; body: directory (under the task's logdir)",
-     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard, psg_ts_on_save_shard},
+    {PSG_REQ_SAVE_SHARD, PSG_TS_SAVE_SHARD,
+     "step; key: \"k/N\"; body: directory (under the task's logdir)",
+     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard,
+     psg_ts_on_save_shard},
     {PSG_REQ_RESTORE_SHARD, PSG_TS_RESTORE_SHARD, "step; key: \"k/N\"; body: directory",
      "key: tensors restored", enc_shard, dec_shard, psg_ts_on_restore_shard},
-    {PSG_REQ_TRACE, PSG_TS_TRACE, "key: \"start PID STEP\" | \"stop\"; body (stop): file under the task's logdir",
+    {PSG_REQ_TRACE, PSG_TS_TRACE,
+     "key: \"start PID STEP\" | \"stop\"; body (stop): file under the task's logdir",
      "key (stop): events written", enc_trace, dec_trace, psg_ts_on_trace},
     {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, psg_ts_on_shutdown},
 };
@@ -335,7 +358,8 @@ psg_msg_t *psg_req_encode(const psg_req_t *r) {
 int psg_req_decode(const psg_msg_t *m, psg_req_t *r) {
     memset(r, 0, sizeof *r);
     const psg_proto_entry_t *e = psg_proto_find(m->op);
-    if (!e) return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown request '%.64s'", m->op ? m->op : "");
+    if (!e)
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown request '%.64s'", m->op ? m->op : "");
     r->type = e->type;
     r->step = m->step;
     if (e->decode(m, r) < 0) {
@@ -373,7 +397,8 @@ psg_msg_t *psg_rep_encode(psg_req_type_t t, const psg_rep_t *rep) {
     switch (t) {
     case PSG_REQ_REGISTER_GRAPH: rc = set_handle(m, rep->u.handle); break;
     case PSG_REQ_RUN_GRAPH:
-        for (int i = 0; rc == 0 && i < rep->u.fetched.n; i++) rc = psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]);
+        for (int i = 0; rc == 0 && i < rep->u.fetched.n; i++)
+            rc = psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]);
         break;
     case PSG_REQ_RECV: rc = psg_msg_add_tensor(m, NULL, rep->u.tensor); break;
     case PSG_REQ_INSPECT: rc = set_body(m, rep->u.json.text, rep->u.json.len); break;

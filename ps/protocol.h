@@ -33,9 +33,9 @@ typedef enum {
 } psg_req_type_t;
 
 /* Bounds a decoder checks before anything is allocated from a request's numbers. */
-#define PSG_PROTO_MAX_ENDPOINTS 1000000 /* feeds, fetches, targets of RegisterGraph */
+#define PSG_PROTO_MAX_ENDPOINTS 1000000             /* feeds, fetches, targets of RegisterGraph */
 #define PSG_PROTO_MAX_NAMES_BYTES ((size_t)4 << 20) /* WaitInit's variable names */
-#define PSG_PROTO_MAX_PATH 4096          /* SaveShard/RestoreShard's directory, Trace's file */
+#define PSG_PROTO_MAX_PATH 4096 /* SaveShard/RestoreShard's directory, Trace's file */
 #define PSG_PROTO_MAX_SHARDS 4096
 
 /* RegisterGraph's fields: the graph (body) and its endpoints (i64 tensors "feeds" [n, 2],

@@ -12,11 +12,8 @@
 #include <string.h>
 
 static const psg_sync_strategy_t *const strategies[] = {
-    &psg_sync_strategy_sync,
-    &psg_sync_strategy_async,
-    &psg_sync_strategy_ssp,
-    &psg_sync_strategy_local,
-    &psg_sync_strategy_easgd,
+    &psg_sync_strategy_sync,  &psg_sync_strategy_async, &psg_sync_strategy_ssp,
+    &psg_sync_strategy_local, &psg_sync_strategy_easgd,
 };
 #define NUM_STRATEGIES ((int)(sizeof strategies / sizeof strategies[0]))
 
@@ -25,38 +22,54 @@ static const psg_sync_strategy_t *const strategies[] = {
 #define OPT(field) offsetof(psg_sync_options_t, field)
 
 static const char *const compressions[] = {"none", "topk", NULL}; /* PSG_SYNC_COMPRESS_* */
-static const char *const momentum_places[] = {"ps", "worker", "worker-masked", "folded", NULL}; /* _MOMENTUM_* */
+static const char *const momentum_places[] = {"ps", "worker", "worker-masked", "folded",
+                                              NULL}; /* _MOMENTUM_* */
 
 static const psg_sync_option_t options[] = {
     {"--replicas-to-aggregate", "N", "gradients averaged a step (default workers - b)",
      PSG_SYNC_OPT_CMD, 1, 1000000, false, NULL},
     {"--backup-workers", "B", "workers whose gradients may be dropped (default 0)",
      PSG_SYNC_OPT_CMD, 0, 1000000, false, NULL},
-    {"--max-staleness", "K", "let reads run up to K steps ahead of this worker's own updates "
-     "(steps asked for ahead; default 0: none)", OPT(max_staleness), 0, 1, false, NULL},
-    {"--staleness", "S", "a worker waits when more than S steps ahead of the slowest "
-     "(default 2; 0: the same as sync with b = 0)", OPT(staleness), 0, 1000000, false, NULL},
+    {"--max-staleness", "K",
+     "let reads run up to K steps ahead of this worker's own updates "
+     "(steps asked for ahead; default 0: none)",
+     OPT(max_staleness), 0, 1, false, NULL},
+    {"--staleness", "S",
+     "a worker waits when more than S steps ahead of the slowest "
+     "(default 2; 0: the same as sync with b = 0)",
+     OPT(staleness), 0, 1000000, false, NULL},
     {"--local-steps", "H", "steps on the worker's own copy between two averages (default 4)",
      OPT(local_steps), 1, 1000000, false, NULL},
-    {"--local-after", "STEPS", "plain sync steps before local SGD starts: post-local SGD "
-     "(default 0)", OPT(local_after), 0, 1000000000, false, NULL},
-    {"--elastic-alpha", "A", "a copy and the center each move A of their distance toward "
-     "the other (default 0.5)", OPT(elastic_alpha), 1e-9, 1, true, NULL},
-    {"--compress", "none|topk", "topk: send the largest entries of each gradient, the rest kept "
-     "on the worker for the next (default none)", OPT(compress), 0, 1, false, compressions},
+    {"--local-after", "STEPS",
+     "plain sync steps before local SGD starts: post-local SGD "
+     "(default 0)",
+     OPT(local_after), 0, 1000000000, false, NULL},
+    {"--elastic-alpha", "A",
+     "a copy and the center each move A of their distance toward "
+     "the other (default 0.5)",
+     OPT(elastic_alpha), 1e-9, 1, true, NULL},
+    {"--compress", "none|topk",
+     "topk: send the largest entries of each gradient, the rest kept "
+     "on the worker for the next (default none)",
+     OPT(compress), 0, 1, false, compressions},
     {"--compress-ratio", "R", "with --compress topk: the share of entries sent (default 0.01)",
      OPT(compress_ratio), 1e-9, 1, true, NULL},
-    {"--compress-min-size", "N", "with --compress topk: gradients of fewer than N entries are "
-     "sent whole (default 0)", OPT(compress_min_size), 0, 1e15, false, NULL},
-    {"--compress-warmup", "STEPS", "with --compress topk: the share sent falls exponentially from "
+    {"--compress-min-size", "N",
+     "with --compress topk: gradients of fewer than N entries are "
+     "sent whole (default 0)",
+     OPT(compress_min_size), 0, 1e15, false, NULL},
+    {"--compress-warmup", "STEPS",
+     "with --compress topk: the share sent falls exponentially from "
      "--compress-warmup-ratio to R over a worker's first STEPS steps (default 0: none)",
      OPT(compress_warmup), 0, 1e12, false, NULL},
     {"--compress-warmup-ratio", "R0", "the share sent at the warm-up's first step (default 0.25)",
      OPT(compress_warmup_ratio), 1e-9, 1, true, NULL},
-    {"--compress-momentum", "ps|worker|worker-masked|folded", "with --compress topk and --optimizer "
+    {"--compress-momentum", "ps|worker|worker-masked|folded",
+     "with --compress topk and --optimizer "
      "momentum: where the momentum runs (worker: DGC's momentum correction, SGD on the ps; "
      "-masked: with its masking; folded: nowhere, SGD of rate lr/(1-m) on the ps, with sync "
-     "the recipe that matches uncompressed at 1 %, docs/sync.md; default ps)", OPT(compress_momentum), 0, 3, false, momentum_places},
+     "the recipe that matches uncompressed at 1 %, docs/sync.md; default ps)",
+     OPT(compress_momentum), 0, 3, false, momentum_places},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
@@ -81,7 +94,9 @@ int psg_sync_strategy_check_name(const char *name) {
     return psg_sync_strategy_find(name) ? 0 : psg_error_wrap("--sync");
 }
 
-int psg_sync_num_strategies(void) { return NUM_STRATEGIES; }
+int psg_sync_num_strategies(void) {
+    return NUM_STRATEGIES;
+}
 
 const psg_sync_strategy_t *psg_sync_strategy_at(int i) {
     return i >= 0 && i < NUM_STRATEGIES ? strategies[i] : NULL;
@@ -130,9 +145,10 @@ int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *v
 
 void psg_sync_print_help(FILE *f) {
     fprintf(f, "  --sync none|%s\n", psg_sync_variant_names());
-    fprintf(f, "                           none: one process; the others train as a worker of the\n"
-               "                           cluster given by TF_CONFIG or --cluster (async when one\n"
-               "                           is given and --sync is not); docs/sync.md:\n");
+    fprintf(f,
+            "                           none: one process; the others train as a worker of the\n"
+            "                           cluster given by TF_CONFIG or --cluster (async when one\n"
+            "                           is given and --sync is not); docs/sync.md:\n");
     for (int i = 0; i < NUM_STRATEGIES; i++) {
         const psg_sync_strategy_t *s = strategies[i];
         fprintf(f, "    %-8s %s\n", s->name, s->summary);

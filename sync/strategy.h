@@ -40,12 +40,12 @@ struct psg_sync_worker {
 
 /* One of the table of options (sync/strategies.c): a --flag and where its value goes. */
 typedef struct {
-    const char *flag;    /* "--staleness" */
-    const char *metavar; /* "S" */
-    const char *help;    /* one line for --help */
-    size_t offset;       /* an int64_t (or, real: a double) in psg_sync_options_t */
-    double lo, hi;       /* the range a value must be in */
-    bool real;           /* a number with a fraction, else an integer */
+    const char *flag;           /* "--staleness" */
+    const char *metavar;        /* "S" */
+    const char *help;           /* one line for --help */
+    size_t offset;              /* an int64_t (or, real: a double) in psg_sync_options_t */
+    double lo, hi;              /* the range a value must be in */
+    bool real;                  /* a number with a fraction, else an integer */
     const char *const *choices; /* non-NULL: one of these names, stored as its index */
 } psg_sync_option_t;
 
@@ -129,8 +129,9 @@ typedef struct {
 /* grads[i] of vars[i] (n pairs) compressed as o says (--compress): dense[i] gets the
  * gradient the ps rebuilds (grads[i] itself without compression); momentum: the
  * optimizer's, for --compress-momentum worker*. 0, or -1 with the error set. */
-int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n, const psg_endpoint_t *grads,
-                      const psg_endpoint_t *vars, psg_endpoint_t *dense, psg_sync_compressed_t *out);
+int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n,
+                      const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                      psg_endpoint_t *dense, psg_sync_compressed_t *out);
 /* sync's graph (sync/strategy_sync.c), for a strategy that averages through it. */
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out);
 

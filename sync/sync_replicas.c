@@ -146,11 +146,14 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
 static int ps_optimizer(const psg_sync_replicas_t *sr, psg_graph_t *g, psg_optimizer_t **out) {
     *out = NULL;
     const psg_sync_options_t *o = &sr->cfg.opt;
-    if (o->compress == PSG_SYNC_COMPRESS_NONE || o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_PS) return 0;
+    if (o->compress == PSG_SYNC_COMPRESS_NONE ||
+        o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_PS)
+        return 0;
     const psg_optimizer_config_t *c = psg_optimizer_config(sr->opt);
     if (strcmp(c->kind, "momentum") || c->use_nesterov)
-        return psg_error_set("--compress-momentum: the optimizer is %s%s, not momentum (without Nesterov)",
-                             c->kind, c->use_nesterov ? " with Nesterov" : "");
+        return psg_error_set(
+            "--compress-momentum: the optimizer is %s%s, not momentum (without Nesterov)", c->kind,
+            c->use_nesterov ? " with Nesterov" : "");
     psg_optimizer_config_t sgd = *c;
     sgd.kind = "sgd";
     bool folded = o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_FOLDED;
@@ -172,16 +175,20 @@ static int ps_optimizer(const psg_sync_replicas_t *sr, psg_graph_t *g, psg_optim
 
 /* The strategy's build on grads (compressed first when --compress asks), then the
  * compression's residual update with each step. */
-static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, const psg_endpoint_t *grads,
-                            const psg_endpoint_t *vars, psg_endpoint_t gstep, psg_sync_graph_t *out) {
+static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k,
+                            const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                            psg_endpoint_t gstep, psg_sync_graph_t *out) {
     const psg_sync_strategy_t *v = sr->variant;
     if (sr->cfg.opt.compress != PSG_SYNC_COMPRESS_NONE && !v->compress)
-        return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)", v->name);
+        return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)",
+                             v->name);
     psg_endpoint_t *dense = malloc(sizeof *dense * (size_t)k);
     psg_sync_compressed_t cz;
     psg_optimizer_t *ps_opt = NULL;
     int rc = dense ? ps_optimizer(sr, g, &ps_opt) : psg_error_set("out of memory");
-    if (rc == 0) rc = psg_sync_compress(g, &sr->cfg.opt, psg_optimizer_config(sr->opt)->momentum, k, grads, vars, dense, &cz);
+    if (rc == 0)
+        rc = psg_sync_compress(g, &sr->cfg.opt, psg_optimizer_config(sr->opt)->momentum, k, grads,
+                               vars, dense, &cz);
     if (rc == 0) {
         psg_sync_build_t b = {&sr->cfg,
                               sr->num_required,
@@ -321,15 +328,13 @@ int psg_sync_step_default(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_st
         return psg_error_set("out of memory");
     int rc = w->run(w->ctx, 0, &ls, fetched);
     psg_tensor_destroy(&ls);
-    if (rc == 0)
-        rc = psg_sync_step_read(sg, fetched + 1, w->local_step, psg_now_sec() - t0, st);
+    if (rc == 0) rc = psg_sync_step_read(sg, fetched + 1, w->local_step, psg_now_sec() - t0, st);
     if (rc == 0) {
         w->local_step = st->next_step;
         *loss = fetched[0];
         fetched[0] = NULL;
     }
-    for (int i = 0; i < 1 + 8 + PSG_SYNC_CALL_MAX; i++)
-        psg_tensor_destroy(&fetched[i]);
+    for (int i = 0; i < 1 + 8 + PSG_SYNC_CALL_MAX; i++) psg_tensor_destroy(&fetched[i]);
     return rc;
 }
 
@@ -352,7 +357,8 @@ void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
 
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size) {
     if (s->stale_n == 0)
-        return snprintf(buf, size, "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0}");
+        return snprintf(buf, size,
+                        "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0}");
     return snprintf(buf, size, "\"staleness\":{\"min\":%lld,\"mean\":%.4f,\"max\":%lld,\"n\":%lld}",
                     (long long)s->stale_min, (double)s->stale_sum / (double)s->stale_n,
                     (long long)s->stale_max, (long long)s->stale_n);

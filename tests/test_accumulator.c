@@ -77,7 +77,8 @@ static void test_cap_drops_the_slowest(void) {
 }
 
 /* rows (k, 2) of a (6, 2) table at ids: one sparse gradient */
-static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids, const float *rows) {
+static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids,
+                       const float *rows) {
     psg_shape_t vs = psg_shape_2d(k, 2), is = psg_shape_1d(k);
     psg_tensor_t *v = psg_test_tensor(&vs, rows), *ix = psg_tensor_new(PSG_DT_I64, &is);
     for (int i = 0; i < k; i++) psg_tensor_i64(ix)[i] = ids[i];
@@ -109,7 +110,8 @@ static void test_sparse_mean_stale_and_late(void) {
         const int64_t *ix = psg_tensor_i64(ids);
         const float *m = psg_tensor_f32(mean);
         float want[6][2] = {{0}, {20, 30}, {0}, {0}, {2, 3}, {3.5f, 4}};
-        for (int i = 0; i < 3; i++) CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
+        for (int i = 0; i < 3; i++)
+            CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
         CHECK(ix[0] == 4 && ix[1] == 1 && ix[2] == 5); /* order of first appearance */
     }
     psg_tensor_destroy(&mean);
@@ -118,7 +120,8 @@ static void test_sparse_mean_stale_and_late(void) {
     CHECK(!apply_rows(acc, 0, 1, (int64_t[]){2}, (float[]){5, 5}));
     CHECK(apply_rows(acc, 1, 1, (int64_t[]){2}, (float[]){6, 8}));
     CHECK(psg_accumulator_take_sparse(acc, 1, 1000, &mean, &ids) == 0);
-    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 && psg_tensor_f32(mean)[1] == 8.0f);
+    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 &&
+          psg_tensor_f32(mean)[1] == 8.0f);
     psg_tensor_destroy(&mean);
     psg_tensor_destroy(&ids);
     psg_accumulator_counts_t c;
@@ -132,7 +135,8 @@ static void test_sparse_mean_stale_and_late(void) {
     float *ones = malloc(sizeof(float) * 2 * K);
     for (int i = 0; i < K; i++) many[i] = (i * 7) % K, ones[2 * i] = ones[2 * i + 1] = 1;
     CHECK(apply_rows(wide, 0, K, many, ones) && apply_rows(wide, 0, K, many, ones));
-    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 && psg_tensor_numel(ids) == K);
+    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 &&
+          psg_tensor_numel(ids) == K);
     bool all_one = mean != NULL;
     for (int i = 0; mean && i < 2 * K; i++) all_one = all_one && psg_tensor_f32(mean)[i] == 1.0f;
     CHECK(all_one);
@@ -143,14 +147,16 @@ static void test_sparse_mean_stale_and_late(void) {
     /* what does not fit is refused with the accumulator's name; nothing counted */
     bool accepted = true;
     psg_shape_t bad_rows = psg_shape_2d(1, 3), one = psg_shape_1d(1);
-    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows), *ix = psg_tensor_zeros(PSG_DT_I64, &one);
+    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows),
+                 *ix = psg_tensor_zeros(PSG_DT_I64, &one);
     CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && !accepted);
     CHECK(strstr(psg_error_message(), "emb/grad_accum") != NULL);
     psg_tensor_destroy(&v);
     psg_shape_t row = psg_shape_2d(1, 2);
     v = psg_tensor_zeros(PSG_DT_F32, &row);
     psg_tensor_i64(ix)[0] = 6; /* past the table's 6 rows */
-    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && strstr(psg_error_message(), "out of"));
+    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 &&
+          strstr(psg_error_message(), "out of"));
     CHECK(psg_accumulator_apply(acc, 2, v, &accepted) < 0); /* a dense gradient */
     CHECK(psg_accumulator_num_accumulated(acc) == 0);
     psg_tensor_destroy(&v);
@@ -297,8 +303,7 @@ static void test_token_queue_wakes_waiters(void) {
     psg_token_queue_t *q = psg_token_queue_get(rm, "q");
     dequeuer_t d[3] = {{q, 0, 0, -2}, {q, 0, 0, -2}, {q, 3, 0, -2}};
     pthread_t th[3];
-    for (int i = 0; i < 3; i++)
-        pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
     sleep_ms(20);
     int64_t one = 1;
     CHECK(psg_token_queue_enqueue_many(q, &one, 1, 2, 0) == 0);

@@ -52,7 +52,8 @@ static int max_diff(const char *name, psg_jpeg_dct_t dct, const char *ref_kind) 
     uint8_t *ref = read_ppm(path, &rw, &rh), *rgb = NULL;
     CHECK(jpeg && ref);
     int worst = -1;
-    if (jpeg && ref && psg_jpeg_decode_with(jpeg, n, dct, &rgb, &w, &h) == 0 && w == rw && h == rh) {
+    if (jpeg && ref && psg_jpeg_decode_with(jpeg, n, dct, &rgb, &w, &h) == 0 && w == rw &&
+        h == rh) {
         worst = 0;
         for (size_t i = 0; i < (size_t)w * h * 3; i++) {
             int d = abs((int)rgb[i] - (int)ref[i]);
@@ -71,8 +72,9 @@ static void test_default_is_tensorflows(void) {
         int accurate = max_diff(names[i], PSG_JPEG_DCT_INTEGER_ACCURATE, "accurate");
         /* the two methods differ on these files: a decode that ignored the choice would fail */
         int crossed = max_diff(names[i], PSG_JPEG_DCT_INTEGER_FAST, "accurate");
-        printf("  %-12s max |psgraph - TF 2.21|: default %d, INTEGER_ACCURATE %d (the methods differ by %d)\n",
-               names[i], fast, accurate, crossed);
+        printf(
+            "  %-12s max |psgraph - TF 2.21|: default %d, INTEGER_ACCURATE %d (the methods differ by %d)\n",
+            names[i], fast, accurate, crossed);
         CHECK(fast == 0 && accurate == 0 && crossed > 0);
     }
     /* psg_jpeg_decode and psg_image_decode are the default's */
@@ -81,7 +83,8 @@ static void test_default_is_tensorflows(void) {
     snprintf(path, sizeof path, "%s/baseline.jpg", dir);
     uint8_t *jpeg = read_all(path, &n), *a = NULL, *b = NULL, *c = NULL;
     int w, h;
-    CHECK(jpeg && psg_jpeg_decode(jpeg, n, &a, &w, &h) == 0 && psg_image_decode(jpeg, n, &b, &w, &h) == 0 &&
+    CHECK(jpeg && psg_jpeg_decode(jpeg, n, &a, &w, &h) == 0 &&
+          psg_image_decode(jpeg, n, &b, &w, &h) == 0 &&
           psg_jpeg_decode_with(jpeg, n, PSG_JPEG_DCT_INTEGER_FAST, &c, &w, &h) == 0);
     CHECK(a && b && c && !memcmp(a, c, (size_t)w * h * 3) && !memcmp(b, c, (size_t)w * h * 3));
     free(jpeg);
@@ -95,7 +98,8 @@ static void test_names(void) {
     CHECK(psg_jpeg_dct_parse("INTEGER_FAST", &d) == 0 && d == PSG_JPEG_DCT_INTEGER_FAST);
     CHECK(psg_jpeg_dct_parse("INTEGER_ACCURATE", &d) == 0 && d == PSG_JPEG_DCT_INTEGER_ACCURATE);
     CHECK(psg_jpeg_dct_parse("", &d) == 0 && d == PSG_JPEG_DCT_INTEGER_FAST); /* TensorFlow's "" */
-    CHECK(psg_jpeg_dct_parse("FLOAT", &d) < 0 && strstr(psg_error_message(), "'FLOAT' is not a dct_method"));
+    CHECK(psg_jpeg_dct_parse("FLOAT", &d) < 0 &&
+          strstr(psg_error_message(), "'FLOAT' is not a dct_method"));
     CHECK(!strcmp(psg_jpeg_dct_name(PSG_JPEG_DCT_INTEGER_ACCURATE), "INTEGER_ACCURATE"));
     CHECK(psg_imagenet_defaults(true).dct_method == PSG_JPEG_DCT_INTEGER_FAST);
 }

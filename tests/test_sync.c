@@ -37,19 +37,15 @@ static _Atomic int64_t next_step_id = 1; /* step ids are unique across workers a
 
 static void cluster_init(cluster_t *c) {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < NUM_PS; i++)
-        c->ps[i] = psg_resource_mgr_new();
-    for (int i = 0; i < MAX_WORKERS; i++)
-        c->workers[i] = psg_resource_mgr_new();
+    for (int i = 0; i < NUM_PS; i++) c->ps[i] = psg_resource_mgr_new();
+    for (int i = 0; i < MAX_WORKERS; i++) c->workers[i] = psg_resource_mgr_new();
     c->rv = psg_rendezvous_new(20000); /* longer than any sync timeout */
 }
 
 static void cluster_free(cluster_t *c) {
     psg_rendezvous_destroy(&c->rv);
-    for (int i = 0; i < NUM_PS; i++)
-        psg_resource_mgr_destroy(&c->ps[i]);
-    for (int i = 0; i < MAX_WORKERS; i++)
-        psg_resource_mgr_destroy(&c->workers[i]);
+    for (int i = 0; i < NUM_PS; i++) psg_resource_mgr_destroy(&c->ps[i]);
+    for (int i = 0; i < MAX_WORKERS; i++) psg_resource_mgr_destroy(&c->workers[i]);
 }
 
 static psg_resource_mgr_t *task_rm(cluster_t *c, const char *task) {
@@ -89,8 +85,7 @@ static prepared_t *prepare(cluster_t *cl, psg_graph_t *g, int n_feeds, const psg
 static void prepared_free(prepared_t **pp) {
     prepared_t *p = *pp;
     if (!p) return;
-    for (int k = 0; p->set && k < p->set->num_partitions; k++)
-        psg_plan_destroy(&p->plans[k]);
+    for (int k = 0; p->set && k < p->set->num_partitions; k++) psg_plan_destroy(&p->plans[k]);
     free(p->plans);
     psg_partition_set_destroy(&p->set);
     free(p);
@@ -128,25 +123,21 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
         runs[k].plan = p->plans[k];
         runs[k].env = (psg_run_env_t){
             .rm = task_rm(p->cl, pt->task), .step_id = step, .rendezvous = p->cl->rv};
-        for (int i = 0; i < pt->num_feeds; i++)
-            runs[k].feeds[i] = feeds[pt->feed_index[i]];
+        for (int i = 0; i < pt->num_feeds; i++) runs[k].feeds[i] = feeds[pt->feed_index[i]];
     }
     for (int k = 0; k < np - 1; k++)
         PSG_ASSERT(pthread_create(&th[k], NULL, part_main, &runs[k]) == 0);
     part_main(&runs[np - 1]);
-    for (int k = 0; k < np - 1; k++)
-        pthread_join(th[k], NULL);
+    for (int k = 0; k < np - 1; k++) pthread_join(th[k], NULL);
     const part_run_t *failed = NULL;
     for (int k = 0; k < np; k++) {
         psg_partition_t *pt = &p->set->partitions[k];
         if (runs[k].rc < 0) {
             rc = -1;
             /* the node that failed first, not a partition its abort woke */
-            if (!failed || psg_error_is_cause_of(failed->code, runs[k].code))
-                failed = &runs[k];
+            if (!failed || psg_error_is_cause_of(failed->code, runs[k].code)) failed = &runs[k];
         }
-        for (int i = 0; i < pt->num_fetches; i++)
-            fetched[pt->fetch_index[i]] = runs[k].fetched[i];
+        for (int i = 0; i < pt->num_fetches; i++) fetched[pt->fetch_index[i]] = runs[k].fetched[i];
     }
     psg_rendezvous_cleanup_step(p->cl->rv, step);
     return rc < 0 ? psg_error_set_code(failed->code, "%s", failed->error) : 0;
@@ -214,10 +205,8 @@ static void model_free(model_t *m) {
  * fixed data order every run. */
 static void global_batch(int j, int rows, float *x, float *y) {
     unsigned seed = 1000u + (unsigned)j;
-    for (int i = 0; i < rows * IN; i++)
-        x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
-    for (int i = 0; i < rows * OUT; i++)
-        y[i] = (float)rand_r(&seed) / (float)RAND_MAX;
+    for (int i = 0; i < rows * IN; i++) x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
+    for (int i = 0; i < rows * OUT; i++) y[i] = (float)rand_r(&seed) / (float)RAND_MAX;
 }
 
 static void shard_batch(int j, int shard, int num_shards, psg_tensor_t **x, psg_tensor_t **y) {
@@ -303,8 +292,7 @@ static void *worker_main(void *arg) {
             w->last_next_step = st.next_step;
             local_step = st.next_step;
         }
-        for (int i = 0; i < 4; i++)
-            psg_tensor_destroy(&out[i]);
+        for (int i = 0; i < 4; i++) psg_tensor_destroy(&out[i]);
         psg_tensor_destroy(&x);
         psg_tensor_destroy(&y);
         psg_tensor_destroy(&ls);
@@ -362,8 +350,7 @@ static void job_run(job_t *job, cluster_t *cl, const psg_sync_config_t *cfg, con
 }
 
 static void job_free(job_t *job) {
-    for (int i = 0; i < job->n; i++)
-        worker_free(&job->w[i]);
+    for (int i = 0; i < job->n; i++) worker_free(&job->w[i]);
 }
 
 static int64_t global_step_of(cluster_t *cl) {
@@ -574,8 +561,10 @@ static int step_halved(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_
     return 0;
 }
 
-static const psg_sync_strategy_t halved = {
-    .name = "halved", .summary = "async at half the rate", .build = build_halved, .step = step_halved};
+static const psg_sync_strategy_t halved = {.name = "halved",
+                                           .summary = "async at half the rate",
+                                           .build = build_halved,
+                                           .step = step_halved};
 
 typedef struct {
     psg_callable_t *step;
@@ -595,7 +584,8 @@ static psg_graph_t *sum_wx_graph(psg_endpoint_t *x, psg_endpoint_t *w, psg_endpo
     psg_shape_t s4 = psg_shape_1d(4);
     *x = psg_placeholder(g, "x", PSG_DT_F32, &s4);
     *w = psg_variable(g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
-    *loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", *w), *x), 0, NULL, false);
+    *loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", *w), *x), 0, NULL,
+                    false);
     return g;
 }
 
@@ -611,11 +601,13 @@ static void check_w_is(psg_session_t *sess, psg_graph_t *g, psg_endpoint_t w, fl
     psg_tensor_t *wv = NULL;
     psg_endpoint_t wr = psg_read_variable(g, "w/read_after", w);
     CHECK(psg_session_run(sess, 0, NULL, NULL, 1, &wr, &wv, 0, NULL) == 0);
-    for (int i = 0; wv && i < 4; i++) CHECK(fabsf(psg_tensor_f32(wv)[i] - c * (float)(i + 1)) < 1e-5f);
+    for (int i = 0; wv && i < 4; i++)
+        CHECK(fabsf(psg_tensor_f32(wv)[i] - c * (float)(i + 1)) < 1e-5f);
     psg_tensor_destroy(&wv);
 }
 
-/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2. */
+/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2.
+ */
 static void test_a_strategy_from_the_docs(void) {
     psg_shape_t s4 = psg_shape_1d(4);
     psg_endpoint_t x, w, loss;
@@ -675,7 +667,8 @@ static void test_folded_momentum_scales_the_rate_tensor(void) {
     CHECK(sess && psg_session_run_init(sess) == 0);
     psg_tensor_t *xt = psg_tensor_new(PSG_DT_F32, &s4);
     for (int i = 0; i < 4; i++) psg_tensor_f32(xt)[i] = (float)(i + 1);
-    for (int k = 0; sess && k < 3; k++) CHECK(psg_session_run(sess, 1, &x, &xt, 0, NULL, NULL, 1, &sg.train_op) == 0);
+    for (int k = 0; sess && k < 3; k++)
+        CHECK(psg_session_run(sess, 1, &x, &xt, 0, NULL, NULL, 1, &sg.train_op) == 0);
     if (sess) check_w_is(sess, g, w, -0.6f);
     psg_tensor_destroy(&xt);
     psg_session_destroy(&sess);

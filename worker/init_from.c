@@ -39,13 +39,13 @@ typedef struct {
 } source_t;
 
 struct psg_init_from {
-    char *path;              /* as given: a .safetensors file or a sharded index */
-    psg_checkpoint_t **cks;  /* the safetensors files (one, or an index's) */
-    bool **used;             /* per file, per tensor: matched by some variable */
+    char *path;             /* as given: a .safetensors file or a sharded index */
+    psg_checkpoint_t **cks; /* the safetensors files (one, or an index's) */
+    bool **used;            /* per file, per tensor: matched by some variable */
     int num_files;
     psg_graph_t *g;
     bool strict;
-    char **served;  /* names of the variables given a value */
+    char **served; /* names of the variables given a value */
     int num_served, cap_served;
     source_t *sources; /* the file's variables taken apart or put together */
     int num_sources;
@@ -94,17 +94,19 @@ static bool was_served(const psg_init_from_t *f, const char *name) {
 
 /* The error of a tensor (name, dt, shape) that does not fit its variable, with a hint when
  * it is the variable's transpose (PyTorch's nn.Linear keeps a weight as [out, in]). */
-static void mismatch(const psg_init_from_t *f, const char *name, psg_dtype_t edt, const psg_shape_t *eshape,
-                     const char *var, psg_dtype_t dt, const psg_shape_t *shape, const char *how) {
+static void mismatch(const psg_init_from_t *f, const char *name, psg_dtype_t edt,
+                     const psg_shape_t *eshape, const char *var, psg_dtype_t dt,
+                     const psg_shape_t *shape, const char *how) {
     char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-    bool transposed = edt == dt && eshape->rank == 2 && shape->rank == 2 && eshape->dims[0] == shape->dims[1] &&
-                      eshape->dims[1] == shape->dims[0];
+    bool transposed = edt == dt && eshape->rank == 2 && shape->rank == 2 &&
+                      eshape->dims[0] == shape->dims[1] && eshape->dims[1] == shape->dims[0];
     psg_error_set("--init-from %s: tensor '%s' is %s%s, variable '%s' is %s%s%s%s", f->path, name,
                   psg_dtype_name(edt), psg_shape_str(eshape, a, sizeof a), var, psg_dtype_name(dt),
                   psg_shape_str(shape, b, sizeof b), how,
-                  transposed ? "; it is the variable's transpose: psgraph keeps a weight as [in, out], "
-                               "PyTorch's nn.Linear as [out, in]: save it transposed (w.T)"
-                             : "");
+                  transposed
+                      ? "; it is the variable's transpose: psgraph keeps a weight as [in, out], "
+                        "PyTorch's nn.Linear as [out, in]: save it transposed (w.T)"
+                      : "");
 }
 
 /* "a/part_3/b" -> "a/b" into base and 3 into *k; false when name has no "/part_K" segment. */
@@ -136,8 +138,8 @@ static void entry_of(const psg_init_from_t *f, ref_t r, psg_checkpoint_entry_t *
 
 /* Copies the block [at, at + len) along axis of a tensor of shape `whole` (es-byte
  * elements) between w and b, the block's own buffer: into b (to_block) or back into w. */
-static void copy_block(const psg_shape_t *whole, int axis, int64_t at, int64_t len, size_t es, char *w, char *b,
-                       bool to_block) {
+static void copy_block(const psg_shape_t *whole, int axis, int64_t at, int64_t len, size_t es,
+                       char *w, char *b, bool to_block) {
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= whole->dims[d];
     for (int d = axis + 1; d < whole->rank; d++) inner *= whole->dims[d];
@@ -145,8 +147,10 @@ static void copy_block(const psg_shape_t *whole, int axis, int64_t at, int64_t l
     for (int64_t o = 0; o < outer; o++) {
         char *wp = w + ((size_t)(o * whole->dims[axis] + at) * (size_t)inner) * es;
         char *bp = b + (size_t)o * run;
-        if (to_block) memcpy(bp, wp, run);
-        else memcpy(wp, bp, run);
+        if (to_block)
+            memcpy(bp, wp, run);
+        else
+            memcpy(wp, bp, run);
     }
 }
 
@@ -192,8 +196,8 @@ static int join_parts(psg_init_from_t *f, const char *base, const psg_shape_t *w
     psg_checkpoint_entry_t e0;
     for (int k = 0; k < m; k++)
         if (s->refs[k].file < 0)
-            return psg_error_set("--init-from %s: '%s' has parts up to part_%d but no part_%d", f->path, base, m - 1,
-                                 k);
+            return psg_error_set("--init-from %s: '%s' has parts up to part_%d but no part_%d",
+                                 f->path, base, m - 1, k);
     entry_of(f, s->refs[0], &e0);
     int prefer = e0.shape.rank >= 2 ? 1 : 0, axis = -1;
     for (int pass = 0; pass < 2 && axis < 0; pass++) {
@@ -205,7 +209,8 @@ static int join_parts(psg_init_from_t *f, const char *base, const psg_shape_t *w
             psg_checkpoint_entry_t e;
             entry_of(f, s->refs[k], &e);
             ok = e.dtype == e0.dtype && e.shape.rank == e0.shape.rank;
-            for (int d = 0; ok && d < e0.shape.rank; d++) ok = d == a || e.shape.dims[d] == e0.shape.dims[d];
+            for (int d = 0; ok && d < e0.shape.rank; d++)
+                ok = d == a || e.shape.dims[d] == e0.shape.dims[d];
             if (ok) sum.dims[a] += e.shape.dims[a];
         }
         if (ok && (!want || psg_shape_equal(want, &sum))) {
@@ -215,14 +220,16 @@ static int join_parts(psg_init_from_t *f, const char *base, const psg_shape_t *w
     }
     if (axis < 0) {
         char a[PSG_SHAPE_STR_MAX];
-        return psg_error_set("--init-from %s: the %d parts of '%s' (part_0 %s%s) do not put together along "
-                             "one axis%s",
-                             f->path, m, base, psg_dtype_name(e0.dtype), psg_shape_str(&e0.shape, a, sizeof a),
-                             want ? " into its variable's shape" : "");
+        return psg_error_set(
+            "--init-from %s: the %d parts of '%s' (part_0 %s%s) do not put together along "
+            "one axis%s",
+            f->path, m, base, psg_dtype_name(e0.dtype), psg_shape_str(&e0.shape, a, sizeof a),
+            want ? " into its variable's shape" : "");
     }
     s->dtype = e0.dtype;
     size_t es = psg_dtype_size(e0.dtype);
-    if (!(s->buf = malloc((size_t)psg_shape_numel(&s->shape) * es + 1))) return psg_error_set("out of memory");
+    if (!(s->buf = malloc((size_t)psg_shape_numel(&s->shape) * es + 1)))
+        return psg_error_set("out of memory");
     int64_t at = 0;
     for (int k = 0; k < m; k++) {
         psg_checkpoint_entry_t e;
@@ -236,12 +243,14 @@ static int join_parts(psg_init_from_t *f, const char *base, const psg_shape_t *w
 
 /* The file's variable `base` whole (want: the shape a whole variable needs, NULL for a part),
  * made once. NULL with *failed false when the file has none of it. */
-static source_t *source_of(psg_init_from_t *f, const char *base, const psg_shape_t *want, bool *failed) {
+static source_t *source_of(psg_init_from_t *f, const char *base, const psg_shape_t *want,
+                           bool *failed) {
     for (int i = 0; i < f->num_sources; i++)
         if (!strcmp(f->sources[i].base, base)) return &f->sources[i];
     source_t s = {.axis = -1};
     snprintf(s.base, sizeof s.base, "%s", base);
-    ref_t r = want ? (ref_t){-1, -1} : find(f, base); /* a whole variable's own name was looked up */
+    ref_t r =
+        want ? (ref_t){-1, -1} : find(f, base); /* a whole variable's own name was looked up */
     int rc = 0;
     if (r.file >= 0) {
         psg_checkpoint_entry_t e;
@@ -250,8 +259,10 @@ static source_t *source_of(psg_init_from_t *f, const char *base, const psg_shape
         s.shape = e.shape;
         s.data = e.data;
         s.num_refs = 1;
-        if (!(s.refs = malloc(sizeof *s.refs))) rc = psg_error_set("out of memory");
-        else s.refs[0] = r;
+        if (!(s.refs = malloc(sizeof *s.refs)))
+            rc = psg_error_set("out of memory");
+        else
+            s.refs[0] = r;
     } else {
         rc = join_parts(f, base, want, &s);
     }
@@ -270,8 +281,8 @@ static source_t *source_of(psg_init_from_t *f, const char *base, const psg_shape
 
 /* Part k of variable `name` (dt, shape): its block of the file's whole s, the next one along
  * the axis the parts split. */
-static psg_tensor_t *block_of(psg_init_from_t *f, source_t *s, const char *name, int k, psg_dtype_t dt,
-                              const psg_shape_t *shape, bool *failed) {
+static psg_tensor_t *block_of(psg_init_from_t *f, source_t *s, const char *name, int k,
+                              psg_dtype_t dt, const psg_shape_t *shape, bool *failed) {
     int axis = s->axis >= 0 ? s->axis : split_axis(&s->shape, shape, s->shape.rank >= 2 ? 1 : 0);
     const char *how = " (a part of it)";
     if (k != s->next_part) {
@@ -289,15 +300,16 @@ static psg_tensor_t *block_of(psg_init_from_t *f, source_t *s, const char *name,
         *failed = true;
         return NULL;
     }
-    copy_block(&s->shape, axis, s->next, shape->dims[axis], psg_dtype_size(dt), (char *)s->data, t->data, true);
+    copy_block(&s->shape, axis, s->next, shape->dims[axis], psg_dtype_size(dt), (char *)s->data,
+               t->data, true);
     s->axis = axis;
     s->next += shape->dims[axis];
     s->next_part++;
     return t;
 }
 
-static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt, const psg_shape_t *shape,
-                                   bool *failed) {
+static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
+                                   const psg_shape_t *shape, bool *failed) {
     psg_init_from_t *f = ctx;
     ref_t r = find(f, name);
     psg_tensor_t *t = NULL;
@@ -324,9 +336,11 @@ static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt, 
             mismatch(f, name, s->dtype, &s->shape, name, dt, shape, " (its parts put together)");
             return NULL;
         } else {
-            t = psg_tensor_from_data(dt, shape, s->data, (size_t)psg_shape_numel(shape) * psg_dtype_size(dt));
+            t = psg_tensor_from_data(dt, shape, s->data,
+                                     (size_t)psg_shape_numel(shape) * psg_dtype_size(dt));
         }
-        for (int i = 0; t && i < s->num_refs; i++) f->used[s->refs[i].file][s->refs[i].tensor] = true;
+        for (int i = 0; t && i < s->num_refs; i++)
+            f->used[s->refs[i].file][s->refs[i].tensor] = true;
     }
     if (!t || note_served(f, name) < 0) {
         *failed = true;
@@ -390,12 +404,16 @@ static int add_index(psg_init_from_t *f, const char *path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     for (int i = 0; rc == 0 && i < map->count; i++) {
         const psg_json_t *file = map->items[i];
-        if (file->type != PSG_JSON_STRING || !file->string[0] || strchr(file->string, '/') || file->string[0] == '.') {
-            rc = psg_error_set("%s: weight_map[\"%s\"] is not a file name beside the index", path, file->key);
+        if (file->type != PSG_JSON_STRING || !file->string[0] || strchr(file->string, '/') ||
+            file->string[0] == '.') {
+            rc = psg_error_set("%s: weight_map[\"%s\"] is not a file name beside the index", path,
+                               file->key);
             break;
         }
         bool seen = false;
@@ -472,11 +490,13 @@ int psg_init_from_report(psg_init_from_t *f, FILE *out) {
             n_unexpected++;
             add_name(unexpected, sizeof unexpected, e.name);
         }
-    fprintf(out, "--init-from %s: %d of its %d tensors matched, %d missing (keep their initializers)%s%s, "
-                 "%d unexpected (no such variable)%s%s%s\n",
-            f->path, n_matched, total, n_missing, n_missing ? ": " : "", missing, n_unexpected,
-            n_unexpected ? ": " : "", unexpected,
-            skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "");
+    fprintf(
+        out,
+        "--init-from %s: %d of its %d tensors matched, %d missing (keep their initializers)%s%s, "
+        "%d unexpected (no such variable)%s%s%s\n",
+        f->path, n_matched, total, n_missing, n_missing ? ": " : "", missing, n_unexpected,
+        n_unexpected ? ": " : "", unexpected,
+        skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "");
     fflush(out);
     /* the values are in the graph now: later variables keep their own initializers */
     psg_graph_set_initial_value_fn(f->g, NULL, NULL);
@@ -487,13 +507,16 @@ int psg_init_from_report(psg_init_from_t *f, FILE *out) {
         char a[PSG_SHAPE_STR_MAX];
         return psg_error_set("--init-from %s: tensor '%s' is %s%s, and the variable's %d parts "
                              "cover %lld of its %lld %s",
-                             f->path, s->base, psg_dtype_name(s->dtype), psg_shape_str(&s->shape, a, sizeof a),
-                             s->next_part, (long long)s->next, (long long)s->shape.dims[s->axis],
-                             s->axis == 1 ? "columns" : s->axis == 0 ? "rows" : "indices");
+                             f->path, s->base, psg_dtype_name(s->dtype),
+                             psg_shape_str(&s->shape, a, sizeof a), s->next_part,
+                             (long long)s->next, (long long)s->shape.dims[s->axis],
+                             s->axis == 1   ? "columns"
+                             : s->axis == 0 ? "rows"
+                                            : "indices");
     }
     if (f->strict && (n_missing || n_unexpected))
         return psg_error_set("--init-from %s --strict: %d missing%s%s; %d unexpected%s%s", f->path,
-                             n_missing, n_missing ? ": " : "", missing, n_unexpected, n_unexpected ? ": " : "",
-                             unexpected);
+                             n_missing, n_missing ? ": " : "", missing, n_unexpected,
+                             n_unexpected ? ": " : "", unexpected);
     return 0;
 }

@@ -19,8 +19,9 @@ typedef struct psg_init_from psg_init_from_t;
 
 /* Opens and checks the file (safetensors framing, header, offsets; a psgraph shard's
  * data crc32) — a .safetensors file, a psgraph checkpoint index, or the index of a sharded
- * file (model.safetensors.index.json: its weight_map's files beside it) — and makes it the source of g's initial values from now on (build the
- * model after this). NULL with the error naming the file. */
+ * file (model.safetensors.index.json: its weight_map's files beside it) — and makes it the source
+ * of g's initial values from now on (build the model after this). NULL with the error naming the
+ * file. */
 psg_init_from_t *psg_init_from_new(const char *path, bool strict, psg_graph_t *g);
 /* Detaches from the graph and frees. NULL-safe. */
 void psg_init_from_destroy(psg_init_from_t **f);

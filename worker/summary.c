@@ -57,8 +57,8 @@ psg_summary_writer_t *psg_summary_writer_new(const char *logdir) {
         psg_error_set("out of memory");
         return NULL;
     }
-    snprintf(w->path, n, "%s/events.out.tfevents.%010lld.%s.%ld", logdir, (long long)time(NULL), host,
-             (long)getpid());
+    snprintf(w->path, n, "%s/events.out.tfevents.%010lld.%s.%ld", logdir, (long long)time(NULL),
+             host, (long)getpid());
     if (!(w->rec = psg_tfrecord_writer_new(w->path))) {
         psg_summary_writer_destroy(&w);
         return NULL;
@@ -82,7 +82,9 @@ void psg_summary_writer_destroy(psg_summary_writer_t **pw) {
     *pw = NULL;
 }
 
-const char *psg_summary_writer_path(const psg_summary_writer_t *w) { return w->path; }
+const char *psg_summary_writer_path(const psg_summary_writer_t *w) {
+    return w->path;
+}
 
 int psg_summary_scalars(psg_summary_writer_t *w, int64_t step, int n, const char *const *tags,
                         const float *values) {

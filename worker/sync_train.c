@@ -41,7 +41,7 @@ struct psg_sync_train {
     FILE *out, *metrics;
     /* running */
     psg_dist_callable_t *calls[1 + PSG_SYNC_MAX_CALLS]; /* owned by the worker's session */
-    psg_tensor_t *model_values[2 * PSG_MAX_TOWERS];      /* this step's, borrowed */
+    psg_tensor_t *model_values[2 * PSG_MAX_TOWERS];     /* this step's, borrowed */
     psg_sync_worker_t w;
     psg_dist_session_t *chief_sess;  /* the chief's runner's own session */
     psg_dist_callable_t *chief_step; /* owned by chief_sess */
@@ -133,10 +133,9 @@ static int build_strategy(psg_sync_train_t *st, psg_optimizer_t *opt, int n,
 
 psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
                                      psg_optimizer_t *opt, int n, const psg_endpoint_t *grads,
-                                     const psg_endpoint_t *vars, psg_endpoint_t loss,
-                                     int n_feeds, const psg_endpoint_t *feeds,
-                                     const psg_towers_t *towers, int rank, int num_workers,
-                                     FILE *out) {
+                                     const psg_endpoint_t *vars, psg_endpoint_t loss, int n_feeds,
+                                     const psg_endpoint_t *feeds, const psg_towers_t *towers,
+                                     int rank, int num_workers, FILE *out) {
     psg_sync_train_t *st = calloc(1, sizeof *st);
     if (!st) {
         psg_error_set("out of memory");
@@ -172,7 +171,9 @@ fail:
     return NULL;
 }
 
-const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) { return &st->sg; }
+const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) {
+    return &st->sg;
+}
 
 int psg_sync_train_after_update(const psg_sync_train_t *st) {
     return st->strategy->chief_runner ? st->sg.chief_global_step.node : st->sg.train_op;
@@ -262,9 +263,8 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
                                     .id_stream = 1};
     if (!(st->chief_sess = psg_dist_session_new(st->g, &o))) return -1;
     int targets[2] = {sg->chief_op, st->after_op};
-    st->chief_step = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1,
-                                                    &sg->chief_global_step,
-                                                    st->after_op >= 0 ? 2 : 1, targets);
+    st->chief_step = psg_dist_session_make_callable(
+        st->chief_sess, 0, NULL, 1, &sg->chief_global_step, st->after_op >= 0 ? 2 : 1, targets);
     if (!st->chief_step) return psg_error_wrap("the chief's step");
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
@@ -289,11 +289,13 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     psg_task_t me = psg_cluster_task(cluster);
     if (me.job) psg_device_name(me.job, me.index, NULL, st->task, sizeof st->task);
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
-    if (make_calls(st, s) < 0) return psg_error_wrap("--sync %s: the worker's step", st->cfg.variant);
+    if (make_calls(st, s) < 0)
+        return psg_error_wrap("--sync %s: the worker's step", st->cfg.variant);
     if (chief && sg->chief_init_op >= 0 &&
         psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->chief_init_op) < 0)
         return psg_error_wrap("--sync %s: the chief's init", st->cfg.variant);
-    if (sg->start_op >= 0 && psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->start_op) < 0)
+    if (sg->start_op >= 0 &&
+        psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->start_op) < 0)
         return psg_error_wrap("--sync %s: the worker's start", st->cfg.variant);
     psg_tensor_t *gs = NULL;
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &sg->global_step, &gs, 0, NULL) < 0)
@@ -319,8 +321,7 @@ static double straggle(psg_sync_train_t *st) {
 static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over, double delay_ms) {
     psg_sync_step_t s;
     int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
-    for (int i = 0; st->towers && i < st->num_feeds; i++)
-        psg_tensor_destroy(&st->model_values[i]);
+    for (int i = 0; st->towers && i < st->num_feeds; i++) psg_tensor_destroy(&st->model_values[i]);
     if (rc < 0) return -1;
     s.straggler_ms = delay_ms;
     st->w.steps++;
@@ -346,16 +347,15 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
     return step_fed(st, loss, over, delay_ms);
 }
 
-int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values, psg_tensor_t **loss,
-                              bool *over) {
+int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values,
+                              psg_tensor_t **loss, bool *over) {
     *loss = NULL;
     *over = false;
     if (st->towers || n != st->num_feeds)
-        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.variant, n, st->num_feeds,
-                             st->towers ? " with towers" : "");
+        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.variant, n,
+                             st->num_feeds, st->towers ? " with towers" : "");
     double delay_ms = straggle(st);
-    for (int i = 0; i < n; i++)
-        st->model_values[i] = values[i];
+    for (int i = 0; i < n; i++) st->model_values[i] = values[i];
     return step_fed(st, loss, over, delay_ms);
 }
 
@@ -369,9 +369,15 @@ static int report_counts(psg_sync_train_t *st, double examples_per_sec) {
     int64_t served = 0, pulled = 0;
     if (st->server) psg_task_server_tensor_bytes(st->server, &served, &pulled);
     double steps = s->steps > 0 ? (double)s->steps : 1;
-    float r[COUNTS] = {(float)s->used, (float)s->dropped, 1, (float)examples_per_sec,
-                       (float)s->stale_n, (float)s->stale_sum, (float)s->stale_min,
-                       (float)s->stale_max, (float)((double)(served - st->served0) / steps),
+    float r[COUNTS] = {(float)s->used,
+                       (float)s->dropped,
+                       1,
+                       (float)examples_per_sec,
+                       (float)s->stale_n,
+                       (float)s->stale_sum,
+                       (float)s->stale_min,
+                       (float)s->stale_max,
+                       (float)((double)(served - st->served0) / steps),
                        (float)((double)(pulled - st->pulled0) / steps)};
     memcpy(row, r, sizeof r);
     int rc = psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
@@ -402,8 +408,8 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
              ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,\"wait_sec\":%.3f,"
              "\"straggler_sec\":%.3f,%s}",
              st->rank, st->cfg.variant, st->stats.steps, st->stats.used, st->stats.dropped,
-             st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec,
-             st->straggler_sec, stale);
+             st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec, st->straggler_sec,
+             stale);
     /* "worker" is the rank (--straggler worker=N's); the task names it as the cluster does
      * (with a "chief" job, /job:worker/task:0 is rank 1), as metrics.jsonl's prefix does */
     const char *head = "{\"event\":\"sync_summary\",";
@@ -452,7 +458,8 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->counts_read, &counts, 0, NULL) == 0 &&
         psg_tensor_numel(counts) == COUNTS * st->num_workers &&
         (st->counts = malloc(sizeof(float) * COUNTS * (size_t)st->num_workers)))
-        memcpy(st->counts, psg_tensor_f32(counts), sizeof(float) * COUNTS * (size_t)st->num_workers);
+        memcpy(st->counts, psg_tensor_f32(counts),
+               sizeof(float) * COUNTS * (size_t)st->num_workers);
     psg_tensor_destroy(&counts);
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->sg.global_step, &gs, 0, NULL) == 0)
         st->global_steps = psg_tensor_i64(gs)[0];

@@ -21,8 +21,8 @@ typedef struct psg_train_hooks psg_train_hooks_t;
  * opens the event file. *start_step receives the global step to go on from
  * (0 without a checkpoint). metrics (may be NULL) gets checkpoint records.
  * c is borrowed: it must outlive the hooks. NULL with the error set on failure. */
-psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess,
-                                       FILE *out, FILE *metrics, int64_t *start_step);
+psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess, FILE *out,
+                                       FILE *metrics, int64_t *start_step);
 void psg_train_hooks_destroy(psg_train_hooks_t **h);
 
 /* In a cluster: the hooks take cc (owned from now on, may be NULL): after_step and end
@@ -38,8 +38,9 @@ int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bo
  * chief restores the latest or runs the initializers; *start_step the step) and
  * psg_train_hooks_set_cluster under the task's trace pid and tag ("worker1"). c, w, ds,
  * out and metrics are borrowed. -1 with the error naming the task. */
-int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t *c, const psg_worker_task_t *w,
-                                 psg_dist_session_t *ds, FILE *out, FILE *metrics, int64_t *start_step);
+int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t *c,
+                                 const psg_worker_task_t *w, psg_dist_session_t *ds, FILE *out,
+                                 FILE *metrics, int64_t *start_step);
 /* After step `step` (0-based) failed in a cluster: 0 when it may be retried (the cluster
  * recovered), -1 otherwise (the error set; always -1 for one process). */
 int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step);

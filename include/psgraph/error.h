@@ -63,13 +63,12 @@ const char *psg_error_message(void);
 void psg_error_clear(void);
 
 /* A broken internal invariant: never a user error. Always compiled. */
-#define PSG_ASSERT(cond)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: psgraph invariant failed: %s\n", __FILE__,    \
-                    __LINE__, #cond);                                             \
-            abort();                                                              \
-        }                                                                         \
+#define PSG_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: psgraph invariant failed: %s\n", __FILE__, __LINE__, #cond);   \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -23,7 +23,9 @@ typedef struct {
 } psg_endpoint_t;
 
 #define PSG_NO_ENDPOINT ((psg_endpoint_t){-1, 0})
-static inline bool psg_endpoint_valid(psg_endpoint_t e) { return e.node >= 0; }
+static inline bool psg_endpoint_valid(psg_endpoint_t e) {
+    return e.node >= 0;
+}
 
 typedef enum {
     PSG_ATTR_INT = 1,

@@ -52,23 +52,23 @@ typedef struct psg_kernel_ctx psg_kernel_ctx_t;
 typedef int (*psg_kernel_fn)(psg_kernel_ctx_t *ctx);
 
 enum {
-    PSG_OP_STATEFUL = 1u << 0,   /* touches resources or randomness: never folded or merged */
-    PSG_OP_VARIABLE = 1u << 1,   /* creates or names a variable: placed on a ps by the setter */
-    PSG_OP_SOURCE_FEED = 1u << 2, /* a placeholder: must be fed */
-    PSG_OP_ASYNC = 1u << 3,       /* the kernel finishes later (Recv): see psg_async_op_done */
+    PSG_OP_STATEFUL = 1u << 0,     /* touches resources or randomness: never folded or merged */
+    PSG_OP_VARIABLE = 1u << 1,     /* creates or names a variable: placed on a ps by the setter */
+    PSG_OP_SOURCE_FEED = 1u << 2,  /* a placeholder: must be fed */
+    PSG_OP_ASYNC = 1u << 3,        /* the kernel finishes later (Recv): see psg_async_op_done */
     PSG_OP_DYNAMIC_SHAPE = 1u << 4 /* output shapes come from the data (Unique): the kernel
                                       makes its outputs and sets them (psg_kernel_set_output) */
 };
 
 struct psg_op_def {
-    const char *name;   /* "MatMul" */
-    int num_inputs;     /* -1: variadic, at least one */
-    int num_outputs;    /* fixed; <= PSG_MAX_OUTPUTS */
+    const char *name; /* "MatMul" */
+    int num_inputs;   /* -1: variadic, at least one */
+    int num_outputs;  /* fixed; <= PSG_MAX_OUTPUTS */
     unsigned flags;
-    psg_infer_fn infer; /* required */
-    psg_grad_fn grad;   /* NULL: not differentiable (autodiff fails if a path needs it) */
-    psg_kernel_fn cpu;  /* NULL: no CPU kernel */
-    psg_kernel_fn cuda; /* NULL: no CUDA kernel */
+    psg_infer_fn infer;     /* required */
+    psg_grad_fn grad;       /* NULL: not differentiable (autodiff fails if a path needs it) */
+    psg_kernel_fn cpu;      /* NULL: no CPU kernel */
+    psg_kernel_fn cuda;     /* NULL: no CUDA kernel */
     psg_prepare_fn prepare; /* NULL: the kernels read the node's attributes themselves */
     size_t params_size;     /* the bytes of prepare's struct */
 };
@@ -95,15 +95,15 @@ struct psg_kernel_ctx {
     int num_inputs;
     psg_tensor_t *const *inputs;
     int num_outputs;
-    psg_tensor_t **outputs;            /* the kernel sets each (alloc below or an alias) */
-    const psg_dtype_t *out_dtypes;     /* inferred from the concrete input shapes */
+    psg_tensor_t **outputs;        /* the kernel sets each (alloc below or an alias) */
+    const psg_dtype_t *out_dtypes; /* inferred from the concrete input shapes */
     const psg_shape_t *out_shapes;
     psg_resource_mgr_t *resources;
-    psg_threadpool_t *pool;            /* for psg_parallel_for; may be NULL */
+    psg_threadpool_t *pool; /* for psg_parallel_for; may be NULL */
     int64_t step_id;
     struct psg_rendezvous *rendezvous; /* the step's, for Send/Recv; NULL when the run has none */
     psg_async_op_t *async;             /* set for PSG_OP_ASYNC ops only */
-    int device; /* -1: a CPU kernel on host tensors; k: a CUDA kernel on GPU k's tensors */
+    int device;         /* -1: a CPU kernel on host tensors; k: a CUDA kernel on GPU k's tensors */
     const void *params; /* the def's prepare struct for this node; NULL without prepare */
 };
 
@@ -129,7 +129,8 @@ void psg_async_op_done(psg_async_op_t *a, int rc);
 
 /* The gradient of an op whose outputs do not vary smoothly with its inputs (ArgMax,
  * Equal, counts, shapes, ids): no gradient for any input. */
-int psg_grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy, psg_endpoint_t *dx);
+int psg_grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                  psg_endpoint_t *dx);
 
 /* ---- helpers for infer functions ---- */
 

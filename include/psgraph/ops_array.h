@@ -77,8 +77,8 @@ int psg_topk_abs(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
                  psg_endpoint_t *values, psg_endpoint_t *indices);
 /* The same, keeping max(k, ceil(ratio * numel)) entries (at most numel), ratio an f32
  * scalar read each run (PSG_NO_ENDPOINT: k): the outputs' length changes with it. */
-int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k, psg_endpoint_t ratio,
-                       psg_endpoint_t *values, psg_endpoint_t *indices);
+int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
+                       psg_endpoint_t ratio, psg_endpoint_t *values, psg_endpoint_t *indices);
 /* A dense f32 tensor of *shape, zeros but values at indices (as psg_topk_abs gives). */
 psg_endpoint_t psg_scatter_dense(psg_graph_t *g, const char *name, psg_endpoint_t values,
                                  psg_endpoint_t indices, const psg_shape_t *shape);

@@ -34,14 +34,14 @@ enum {
 /* The strategies' own settings, each a --flag of `psgraph train` (sync/strategies.c's
  * table of options; a strategy reads only the ones it lists). */
 typedef struct {
-    int64_t max_staleness;  /* async: steps a read may run ahead of this worker's own
-                               last update (steps asked for ahead); 0 (default): none */
-    int64_t staleness;      /* ssp: the most steps a worker may be ahead of the slowest */
-    int64_t local_steps;    /* local: H, steps on the worker's own copy between averages */
-    int64_t local_after;    /* local: plain sync steps before local SGD starts (post-local) */
-    double elastic_alpha;   /* easgd: how far a copy and the center move toward each other */
-    int64_t compress;       /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
-    double compress_ratio;  /* topk: the share of each gradient's entries sent (default 0.01) */
+    int64_t max_staleness;     /* async: steps a read may run ahead of this worker's own
+                                  last update (steps asked for ahead); 0 (default): none */
+    int64_t staleness;         /* ssp: the most steps a worker may be ahead of the slowest */
+    int64_t local_steps;       /* local: H, steps on the worker's own copy between averages */
+    int64_t local_after;       /* local: plain sync steps before local SGD starts (post-local) */
+    double elastic_alpha;      /* easgd: how far a copy and the center move toward each other */
+    int64_t compress;          /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
+    double compress_ratio;     /* topk: the share of each gradient's entries sent (default 0.01) */
     int64_t compress_min_size; /* topk: a gradient of fewer entries is sent whole (dense) */
     int64_t compress_warmup;   /* topk: steps over which the share sent falls from
                                   compress_warmup_ratio to compress_ratio (0: none) */
@@ -66,8 +66,8 @@ typedef struct {
     int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
     int backup_workers;        /* b >= 0 */
     int worker_index;          /* this worker, in [0, num_workers); 0 is the chief */
-    int64_t total_steps; /* the chief ends training when the global step reaches it; 0: never */
-    int64_t timeout_ms;  /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
+    int64_t total_steps;    /* the chief ends training when the global step reaches it; 0: never */
+    int64_t timeout_ms;     /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
     psg_sync_options_t opt; /* the strategy's own settings */
 } psg_sync_config_t;
 
@@ -114,9 +114,9 @@ typedef struct {
     /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
     int n_step_fetches;
     psg_endpoint_t step_fetches[PSG_SYNC_CALL_MAX];
-    bool overlap;       /* steps may be asked for ahead (async with --max-staleness 1) */
-    int local_init_op;  /* local_model: this worker's own variables' initializers; -1 none */
-    int start_op;       /* run by every worker once the variables are initialized; -1 none */
+    bool overlap;         /* steps may be asked for ahead (async with --max-staleness 1) */
+    int local_init_op;    /* local_model: this worker's own variables' initializers; -1 none */
+    int start_op;         /* run by every worker once the variables are initialized; -1 none */
     double comm_per_step; /* share of steps that move the model (local SGD: 1/H); 0: 1 */
     double push_scale;    /* bytes pushed for each byte of the model (compression); 0: 1 */
 } psg_sync_graph_t;
