@@ -5,7 +5,7 @@
  * host copies when the op has none); tensors are copied where an edge
  * crosses devices. Not placement or partitioning. */
 #include "runtime/executor.h"
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "ops/kernel_ctx.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"

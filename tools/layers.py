@@ -12,16 +12,23 @@
                                     that header's layer
   python3 tools/layers.py farm DIR  makes DIR/<layer>/ for the build: links to the
                                     folders and public headers that layer may use,
-                                    its only include path (so an upward include
-                                    does not compile); prints the library layers,
-                                    lowest first, one a line: "name dep dep..."
+                                    its include path (so an upward include does not
+                                    compile), and DIR/refused/<layer>/, searched
+                                    first: a stub that fails with #error for each
+                                    private header of another folder; prints the
+                                    library layers, lowest first, one a line:
+                                    "name dep dep..."
 
 A folder's layer is its top-level name (ops/cpu/x.c is in ops); a public header
-include/psgraph/x.h is in the layer PUBLIC names. Not a C parser: it reads the
-lines `#include "..."`.
+include/psgraph/x.h is in the layer PUBLIC names. A header named *_internal.h is
+private to its folder, a friend header (FRIENDS) to its folder and the layers
+named there: the check fails an include of one from elsewhere, and the farm
+refuses it (a stub that fails with #error, found first). Not a C parser: it
+reads the lines `#include "..."`.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -60,6 +67,13 @@ PUBLIC = {
     "api": ["psgraph"],
 }
 
+# Friend headers: the layers besides its own folder's that may include one. The
+# executor reads nodes for every node of every step, so runtime sees the graph's
+# layout; every other layer uses the accessors of psgraph/graph.h.
+FRIENDS = {
+    "graph/graph_layout.h": ["runtime"],
+}
+
 # Folders outside the layers: they may include anything.
 OUTSIDE = {"tests", "bench", "tools", "docs", "include", ".ci", ".git"}
 
@@ -77,6 +91,17 @@ def closure():
             s |= out[d]
         out[name] = s
     return out
+
+
+def hidden_from(rel):
+    """The layers other than its own folder's that may include rel, or None when any
+    may: a *_internal.h is private to its folder, a friend header (FRIENDS) is shared
+    with the layers named."""
+    if rel in FRIENDS:
+        return set(FRIENDS[rel])
+    if rel.endswith("_internal.h") and not rel.startswith("include/"):
+        return set()
+    return None
 
 
 def public_layer():
@@ -125,6 +150,8 @@ def check(libs=()):
     known = set(allowed)
     edges = {}  # (from, to) -> [example "file -> include"]
     problems = []
+    private = 0  # includes of a folder's private header from another folder
+    friend_uses = {}  # friend header -> the files of its friend layers that include it
     for rel in sources():
         lay = layer_of(rel, pub)
         if lay is None:
@@ -148,6 +175,14 @@ def check(libs=()):
             edges.setdefault((lay, tl), []).append("%s -> %s" % (rel, inc))
             if tl not in allowed[lay]:
                 problems.append('%s (%s) includes "%s" (%s): an upward include' % (rel, lay, inc, tl))
+            friends = hidden_from(target)
+            if friends is not None:
+                if lay in friends:
+                    friend_uses.setdefault(target, []).append(rel)
+                else:
+                    private += 1
+                    problems.append('%s includes "%s", private to %s/%s' % (
+                        rel, inc, tl, "".join(" and its friend %s/" % f for f in sorted(friends))))
 
     order = [n for n, _ in LAYERS]
     print("folder include graph (a -> the layers it includes):")
@@ -159,6 +194,9 @@ def check(libs=()):
         problems.append("cycle: " + " -> ".join(cycle))
     print("%d edges, %d cycles, %d upward includes" %
           (len(edges), 1 if cycle else 0, sum("upward" in p for p in problems)))
+    print("%d includes of a folder's private header from another folder" % private)
+    for h in sorted(friend_uses):
+        print("friend header %s: included by %s" % (h, " ".join(sorted(friend_uses[h]))))
     if libs:
         problems += check_links(libs)
     for p in sorted(set(problems)):
@@ -310,10 +348,31 @@ def farm(outdir):
                 dst = os.path.join(d, "psgraph")
                 os.symlink(os.path.relpath(os.path.join(ROOT, h), dst),
                            os.path.join(dst, os.path.basename(h)))
+    refuse(os.path.join(outdir, "refused"), allowed)
     for lay, deps in LAYERS:
         if lay not in NOT_LIBRARIES:
             print(" ".join([lay] + deps))
     return 0
+
+
+def refuse(root, allowed):
+    """root/<layer>/<header>: a stub that fails with #error, for each private header of
+    another folder that the layer's links would otherwise reach. Remade each time."""
+    shutil.rmtree(root, ignore_errors=True)
+    hidden = [rel for rel in sources() if hidden_from(rel) is not None]
+    for lay, _ in LAYERS:
+        os.makedirs(os.path.join(root, lay), exist_ok=True)
+        for rel in hidden:
+            owner = rel.split("/", 1)[0]
+            friends = hidden_from(rel)
+            if owner == lay or lay in friends or owner not in allowed[lay]:
+                continue
+            stub = os.path.join(root, lay, rel)
+            os.makedirs(os.path.dirname(stub), exist_ok=True)
+            with open(stub, "w", encoding="utf-8") as fh:
+                fh.write('#error "%s is private to %s/%s (tools/layers.py): use the public '
+                         'headers of %s/"\n' % (rel, owner, "".join(
+                             " and its friend %s/" % f for f in sorted(friends)), owner))
 
 
 def main(argv):
