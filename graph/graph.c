@@ -2,6 +2,7 @@
  * functions, and the node builder that infers shapes as nodes are added.
  * Not execution (executor.c) and not the wire form (serialize.c). */
 #include "graph/graph_internal.h"
+#include "graph/cast_memo.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 
@@ -185,6 +186,48 @@ int psg_graph_wrap_error(const psg_graph_t *g) {
 void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, void *ctx) {
     g->initial_value_fn = fn;
     g->initial_value_ctx = ctx;
+}
+
+/* ---- mixed precision's setting and casts (the graph keeps them; ops/precision.c decides) ---- */
+
+int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt) {
+    if (dt != PSG_DT_F32 && dt != PSG_DT_BF16 && dt != PSG_DT_F16)
+        return psg_error_set("compute dtype must be f32, bf16 or f16, got %s", psg_dtype_name(dt));
+    g->compute_dtype = dt;
+    return 0;
+}
+
+psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g) {
+    return g->compute_dtype == PSG_DT_INVALID ? PSG_DT_F32 : g->compute_dtype;
+}
+
+int psg_graph_cast_memo_find(const psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype) {
+    /* the device functions' verdict for a Cast of src now */
+    psg_node_t probe = {
+        .id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1, .inputs = &src};
+    probe.device = strdup("");
+    if (!probe.device) return -1;
+    psg_graph_apply_device_fns(g, &probe);
+    int found = -1;
+    for (int i = 0; i < g->num_casts && found < 0; i++) {
+        const psg_cast_memo_t *m = &g->casts[i];
+        if (m->src.node == src.node && m->src.index == src.index && m->dtype == dtype &&
+            !strcmp(g->nodes[m->cast]->device, probe.device))
+            found = m->cast;
+    }
+    free(probe.device);
+    return found;
+}
+
+void psg_graph_cast_memo_add(psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype, int cast) {
+    if (g->num_casts == g->cap_casts) {
+        int cap = g->cap_casts ? 2 * g->cap_casts : 64;
+        psg_cast_memo_t *v = realloc(g->casts, (size_t)cap * sizeof *v);
+        if (!v) return; /* not remembered: a later product casts again */
+        g->casts = v;
+        g->cap_casts = cap;
+    }
+    g->casts[g->num_casts++] = (psg_cast_memo_t){src, dtype, cast};
 }
 
 static void graph_record_error(psg_graph_t *g) {

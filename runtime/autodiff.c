@@ -1,7 +1,7 @@
 /* Reverse-mode autodiff over the graph: walks the nodes between xs and ys
  * backwards (node ids are a topological order: inputs exist before their
  * users) and asks each op's gradient function to build its backward nodes. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"

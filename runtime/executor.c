@@ -5,7 +5,8 @@
  * host copies when the op has none); tensors are copied where an edge
  * crosses devices. Not placement or partitioning. */
 #include "runtime/executor.h"
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
+#include "ops/kernel_ctx.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
@@ -479,13 +480,9 @@ static void release_slot(run_t *r, int slot) {
     if (atomic_fetch_sub(&r->uses_left[slot], 1) == 1) psg_tensor_destroy(&r->slots[slot]);
 }
 
-/* A PSG_OP_ASYNC node between its kernel's start and its psg_async_op_done. */
-struct psg_async_op {
-    run_t *r;
-    int li;
-    int64_t start_ns; /* for the timing hook */
-    psg_tensor_t *outputs[PSG_MAX_OUTPUTS];
-};
+/* Finishes a PSG_OP_ASYNC node: the done hook of its psg_async_op (ops/kernel_ctx.h),
+ * whose runner is the run and index the node's plan-local id. */
+static void async_done(psg_async_op_t *a, int rc);
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -553,8 +550,10 @@ static int execute_node(run_t *r, plan_node_t *pn) {
         a = calloc(1, sizeof *a);
         if (!a) rc = psg_error_set("out of memory");
         else {
-            a->r = r;
-            a->li = (int)(pn - p->nodes);
+            a->node = n;
+            a->done = async_done;
+            a->runner = r;
+            a->index = (int)(pn - p->nodes);
             outputs = a->outputs;
         }
     }
@@ -791,16 +790,9 @@ static void node_finished(run_t *r, int li, int rc) {
     pthread_cond_broadcast(&r->changed);
 }
 
-void psg_async_op_set_output(psg_async_op_t *a, int i, psg_tensor_t *t) {
-    PSG_ASSERT(i >= 0 && i < PSG_MAX_OUTPUTS && !a->outputs[i]);
-    a->outputs[i] = psg_tensor_ref(t);
-}
-
-const psg_node_t *psg_async_op_node(const psg_async_op_t *a) { return a->r->p->nodes[a->li].node; }
-
-void psg_async_op_done(psg_async_op_t *a, int rc) {
-    run_t *r = a->r;
-    plan_node_t *pn = &r->p->nodes[a->li];
+static void async_done(psg_async_op_t *a, int rc) {
+    run_t *r = a->runner;
+    plan_node_t *pn = &r->p->nodes[a->index];
     const psg_node_t *n = pn->node;
     for (int o = 0; rc == 0 && o < n->num_outputs; o++)
         if (!a->outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
@@ -813,9 +805,9 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
         if (r->on_node)
             r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns());
     }
-    groups_node_done(r, a->li);
+    groups_node_done(r, a->index);
     pthread_mutex_lock(&r->lock);
-    node_finished(r, a->li, rc);
+    node_finished(r, a->index, rc);
     /* r may be gone as soon as the lock is released */
     pthread_mutex_unlock(&r->lock);
     free(a);
@@ -966,19 +958,4 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     pthread_mutex_destroy(&r.lock);
     pthread_cond_destroy(&r.changed);
     return rc;
-}
-
-/* ---- the kernel context's helpers ---- */
-
-psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i) {
-    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = ctx->device >= 0
-                          ? psg_gpu_tensor_new(ctx->device, ctx->out_dtypes[i], &ctx->out_shapes[i])
-                          : psg_tensor_new(ctx->out_dtypes[i], &ctx->out_shapes[i]);
-    return ctx->outputs[i];
-}
-
-void psg_kernel_set_output(psg_kernel_ctx_t *ctx, int i, psg_tensor_t *t) {
-    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = psg_tensor_ref(t);
 }

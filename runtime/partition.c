@@ -2,7 +2,7 @@
  * each node into its device's (or its task's) graph, in the original (topological) order,
  * putting a Send/Recv pair on every edge between devices, once per tensor
  * and destination. Not the executor: partitions run as ordinary plans. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "runtime/partition.h"
