@@ -320,7 +320,8 @@ static void test_corrupt_falls_back(void) {
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("does not fit the file");
     /* issue 20: [2^40, 2^22] f32 with data_offsets [0, 0]: numel * 4 wrapped to 0 */
-    write_st(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}",
+    write_st(path,
+             "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}",
              NULL, 0);
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("tensor 't': shape of 4611686018427387904 elements overflows its byte size");

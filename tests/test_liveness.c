@@ -34,11 +34,13 @@ static const char *volatile running = "start"; /* the test the watchdog names */
 
 static void on_watchdog(int sig) {
     (void)sig;
-    static const char a[] = "FAIL ", b[] = ": still waiting after the watchdog's " STR(WATCHDOG_S) " s (a wait that "
-                                          "heartbeats should end); the ps's log is in ";
+    static const char a[] = "FAIL ", b[] = ": still waiting after the watchdog's " STR(
+                                         WATCHDOG_S) " s (a wait that "
+                                                     "heartbeats should end); the ps's log is in ";
     /* only async-signal-safe calls: write, strlen, kill, _exit */
     if (write(2, a, sizeof a - 1) < 0 || write(2, running, strlen(running)) < 0 ||
-        write(2, b, sizeof b - 1) < 0 || write(2, tmpdir, strlen(tmpdir)) < 0 || write(2, "\n", 1) < 0) {
+        write(2, b, sizeof b - 1) < 0 || write(2, tmpdir, strlen(tmpdir)) < 0 ||
+        write(2, "\n", 1) < 0) {
     }
     if (ps_pid > 0) kill(ps_pid, SIGKILL);
     _exit(1);

@@ -248,14 +248,18 @@ static const struct {
 } band_cases[] = {
     /* filter gradient rows of 576 floats: 910-pixel bands, two per 40x40 image */
     {{3, 40, 40, 64, 3, 3, 8, 1, 1, true}, 4, "3 images on 4 threads: 3 slices of 2 filter bands"},
-    {{1, 40, 40, 64, 3, 3, 8, 1, 1, true}, 4, "1 image on 4 threads: 1 slice, split GEMMs, 2 bands"},
-    {{2, 96, 96, 32, 3, 3, 16, 2, 2, true}, 3, "stride 2 (dx by col2im): 2 slices of 2 filter bands"},
+    {{1, 40, 40, 64, 3, 3, 8, 1, 1, true},
+     4,
+     "1 image on 4 threads: 1 slice, split GEMMs, 2 bands"},
+    {{2, 96, 96, 32, 3, 3, 16, 2, 2, true},
+     3,
+     "stride 2 (dx by col2im): 2 slices of 2 filter bands"},
     {{3, 37, 43, 24, 5, 3, 12, 2, 1, false}, 4, "VALID, odd sizes: forward bands end inside a row"},
 };
 
 /* sum(dy * conv(x, w)) on `threads`, in double */
-static double conv_loss(const conv_case_t *k, psg_tensor_t *x, psg_tensor_t *w, const psg_tensor_t *dy,
-                        int threads) {
+static double conv_loss(const conv_case_t *k, psg_tensor_t *x, psg_tensor_t *w,
+                        const psg_tensor_t *dy, int threads) {
     psg_tensor_t *fw[2] = {x, w}, *y = run_graph(2, fw, build_conv, (void *)k, threads);
     double l = 0;
     for (int64_t i = 0; y && i < psg_tensor_numel(y); i++)
@@ -296,16 +300,27 @@ static void test_conv2d_im2col_bands(void) {
         int threads = band_cases[c].threads;
         geom_t g = geom_of(k);
         /* the dispatch this case is about: im2col on `threads`, the direct kernels on one */
-        psg_nn_geom_t ng = {.n = k->n, .h = k->h, .w = k->w, .c = k->c, .kh = k->kh, .kw = k->kw,
-                            .oc = k->oc, .oh = g.oh, .ow = g.ow, .sh = k->sh, .sw = k->sw,
-                            .pt = g.pt, .pl = g.pl};
+        psg_nn_geom_t ng = {.n = k->n,
+                            .h = k->h,
+                            .w = k->w,
+                            .c = k->c,
+                            .kh = k->kh,
+                            .kw = k->kw,
+                            .oc = k->oc,
+                            .oh = g.oh,
+                            .ow = g.ow,
+                            .sh = k->sh,
+                            .sw = k->sw,
+                            .pt = g.pt,
+                            .pl = g.pl};
         psg_threadpool_t *pool = psg_threadpool_new(threads);
         CHECK(pool && !psg_conv_direct_applies(&ng, pool) && psg_conv_direct_applies(&ng, NULL));
         psg_threadpool_destroy(&pool);
         psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
                     sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
                     sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
-        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed),
+                     *w = psg_test_random(&sw, -1, 1, &seed);
         psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
         int64_t sizes[3] = {psg_shape_numel(&sy), psg_shape_numel(&sx), psg_shape_numel(&sw)};
         float *ref[3];
@@ -321,19 +336,24 @@ static void test_conv2d_im2col_bands(void) {
             im2col[i] = run_graph(i ? 3 : 2, i ? b3 : fw, builds[i], (void *)k, threads);
             direct[i] = run_graph(i ? 3 : 2, i ? b3 : fw, builds[i], (void *)k, 1);
             if (!im2col[i] || !direct[i]) continue;
-            CHECK(psg_tensor_numel(im2col[i]) == sizes[i] && psg_tensor_numel(direct[i]) == sizes[i]);
-            snprintf(what, sizeof what, "%s: %s, im2col against the direct kernel", band_cases[c].what,
-                     names[i]);
+            CHECK(psg_tensor_numel(im2col[i]) == sizes[i] &&
+                  psg_tensor_numel(direct[i]) == sizes[i]);
+            snprintf(what, sizeof what, "%s: %s, im2col against the direct kernel",
+                     band_cases[c].what, names[i]);
             check_close(what, psg_tensor_f32(im2col[i]), psg_tensor_f32(direct[i]), sizes[i], 1e-5);
-            snprintf(what, sizeof what, "%s: %s, im2col against the loops", band_cases[c].what, names[i]);
+            snprintf(what, sizeof what, "%s: %s, im2col against the loops", band_cases[c].what,
+                     names[i]);
             check_close(what, psg_tensor_f32(im2col[i]), ref[i], sizes[i], 1e-5);
-            snprintf(what, sizeof what, "%s: %s, direct against the loops", band_cases[c].what, names[i]);
+            snprintf(what, sizeof what, "%s: %s, direct against the loops", band_cases[c].what,
+                     names[i]);
             check_close(what, psg_tensor_f32(direct[i]), ref[i], sizes[i], 1e-5);
         }
         if (im2col[2])
-            check_differences(band_cases[c].what, k, threads, x, w, dy, w, psg_tensor_f32(im2col[2]), 7);
+            check_differences(band_cases[c].what, k, threads, x, w, dy, w,
+                              psg_tensor_f32(im2col[2]), 7);
         if (im2col[1])
-            check_differences(band_cases[c].what, k, threads, x, w, dy, x, psg_tensor_f32(im2col[1]), 4);
+            check_differences(band_cases[c].what, k, threads, x, w, dy, x,
+                              psg_tensor_f32(im2col[1]), 4);
         for (int i = 0; i < 3; i++) {
             psg_tensor_destroy(&im2col[i]);
             psg_tensor_destroy(&direct[i]);
