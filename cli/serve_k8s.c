@@ -4,9 +4,11 @@
  * a Service in front of them on TensorFlow Serving's REST port. Writes YAML only. */
 #include "cli/serving_cmds.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define K8S_REST_PORT 8501
 
@@ -143,8 +145,11 @@ int psg_serve_k8s(int argc, char **argv) {
         FILE *f = stdout;
         if (k.out) {
             snprintf(path, sizeof path, "%s/%s.yaml", k.out, k.name);
-            if (!(f = fopen(path, "w"))) {
-                fprintf(stderr, "psgraph serve --k8s: cannot write %s\n", path);
+            /* the folder made when missing, as launch --k8s --out does */
+            if ((mkdir(k.out, 0755) < 0 && errno != EEXIST) || !(f = fopen(path, "w"))) {
+                fprintf(stderr, "psgraph serve --k8s: cannot write %s: %s\n", path,
+                        strerror(errno));
+                f = NULL;
                 rc = 1;
             }
         }
