@@ -113,6 +113,9 @@ if command -v gnuplot >/dev/null; then
 else
   echo "skip psgraph plot: gnuplot is not installed"
 fi
+# --logdir makes its missing parents, as TensorFlow does (docs/checkpoints.md's `--logdir runs/cnn`)
+check 0 '"event":"done"' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8 --logdir "$ckdir/runs/new/mlp"
+[ -f "$ckdir/runs/new/mlp/model.ckpt-2.index.json" ] || { echo "FAIL: --logdir with missing parents: no checkpoint"; fails=$((fails + 1)); }
 rm -rf "$ckdir"
 
 # strategies: names and options from one table (sync/strategies.c), psgraph compare
