@@ -508,6 +508,13 @@ static int report(bench_t *b, timing_t *t) {
         return 0;
     }
     if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
+    if (o->logdir && !b->in_cluster) {
+        psg_resource_mgr_t *rm = psg_session_resources(b->sess);
+        if (psg_checkpoint_save(o->logdir, t->s, 1, &rm, 5, NULL) < 0)
+            return psg_error_wrap("--logdir");
+        printf("checkpoint %s/" PSG_CKPT_PREFIX "-%lld.index.json written\n", o->logdir,
+               (long long)t->s);
+    }
     if (b->trace && psg_trace_write(b->trace, o->trace) < 0) return psg_error_wrap("--trace");
     if (b->profile && psg_op_profile_write_json(
                           b->profile, b->g, b->towers ? o->batch / b->towers->num_towers : o->batch,

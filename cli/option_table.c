@@ -236,6 +236,9 @@ static const psg_cli_option_t rows[] = {
     {"--logdir", PSG_OPT_STRING,
      .use =
          {TRAIN(c.logdir, "--logdir DIR", "write DIR/metrics.jsonl"),
+          BENCH(logdir, "--logdir DIR",
+                "one process: a checkpoint of the model at the end, for\n"
+                "psgraph export / serve (docs/serving.md)"),
           [PSG_CLI_SERVER] = {AT(psg_server_args_t, logdirs), .max = PSG_TS_MAX_LOGDIRS,
                               .label = "--logdir DIR",
                               .help = "where SaveShard and Trace may write (repeatable, up to 4;\n"

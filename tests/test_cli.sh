@@ -88,6 +88,10 @@ check 0 "global step 15" "$psgraph" inspect "$ckdir"
 bomb="$ckdir/bomb.safetensors"
 python3 -c 'import struct,sys; h=b"{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}"; open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h)' "$bomb"
 check 1 "tensor 't': shape of 4611686018427387904 elements overflows its byte size" "$psgraph" inspect "$bomb"
+# issue 37: [2^40, 2^40, 2^40] in 0 bytes: the dims' product itself wraps to 0 (once "1 tensors,
+# 0 bytes, checksums ok")
+python3 -c 'import struct,sys; h=b"{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776],\"data_offsets\":[0,0]}}"; open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h)' "$bomb"
+check 1 "tensor 't': bad dimension 1" "$psgraph" inspect "$bomb"
 rm -f "$bomb"
 # issue 37: a safetensors file another writer made carries no checksum: inspect says so, and
 # counts what it can (NaN, Inf) after its data bytes were overwritten
