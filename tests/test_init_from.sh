@@ -4,10 +4,11 @@
 # it out) gives the mlp its initial weights, by name: the first checkpoint holds them
 # (lr 1e-9: one step moves nothing visible); the report names matched, missing and
 # unexpected tensors, --strict fails on either kind alone, a shape mismatch always fails
-# naming both shapes (and says to transpose a PyTorch-layout weight); a sharded file's index
-# (model.safetensors.index.json) loads its files; in a cluster the whole fc1 weight fills
-# the model's column shards part_0, part_1; any layout of a variable (whole, 2 or 5 column
-# parts) loads into any other, a cluster's checkpoint into one process (issue 37).
+# naming both shapes (of a column shard too, and says to transpose a PyTorch-layout weight); a
+# sharded file's index (model.safetensors.index.json) loads its files, one that maps nothing is
+# refused; in a cluster the whole fc1 weight fills the model's column shards part_0, part_1; any
+# layout of a variable (whole, 2 or 5 column parts) loads into any other, a cluster's checkpoint
+# into one process (issue 37).
 set -u
 psgraph=$1
 asan=${2:-}
@@ -128,6 +129,26 @@ else
   fail "a psgraph checkpoint (rc $rc): $out"
 fi
 
+# 1d. two weights in column shards at once (--shard-bytes 64 KiB: fc1 in 8 parts, fc2 in 4),
+# each part filled from its own whole weight's columns
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1d" --init-from "$tmp/w.safetensors" --strict --shard-bytes 65536 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
+   res=$(st check "$tmp"/l1d/model.ckpt-1-*.safetensors 2>&1) &&
+   python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["weight_map"]; assert "model/fc1/weights/part_7" in m and "model/fc2/weights/part_3" in m, m' "$tmp/l1d/model.ckpt-1.index.json"; then
+  ok "fc1 in 8 and fc2 in 4 column shards: $res"
+else
+  fail "two sharded weights (rc $rc): $out ${res:-}"
+fi
+
+# 1e. a sharded file's index that maps no tensor is refused
+printf '{"metadata": {}, "weight_map": {}}' >"$tmp/hf/empty.index.json"
+out=$("$psgraph" "${run[@]}" --init-from "$tmp/hf/empty.index.json" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q 'empty.index.json: no "weight_map" of tensor names to files' <<<"$out"; then
+  ok "an index that maps nothing: $out"
+else
+  fail "an index that maps nothing (rc $rc): $out"
+fi
+
 # 2. missing and unexpected names: reported; with --strict an error naming them
 st write "$tmp/partial.safetensors" drop model/fc3/biases extra head/extra
 out=$("$psgraph" "${run[@]}" --logdir "$tmp/l2" --init-from "$tmp/partial.safetensors" 2>&1); rc=$?
@@ -162,6 +183,18 @@ if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 100\], variab
   ok "shape mismatch: $out"
 else
   fail "shape mismatch (rc $rc): $out"
+fi
+# ... and for column shards (fc2 in 4 parts of 64 columns): a whole weight of other rows, and
+# one of too few columns for its last part
+st write "$tmp/rows.safetensors" shape model/fc2/weights 255 256
+st write "$tmp/cols.safetensors" shape model/fc2/weights 256 200
+out=$("$psgraph" "${run[@]}" --init-from "$tmp/rows.safetensors" --shard-bytes 65536 2>&1); rc=$?
+out2=$("$psgraph" "${run[@]}" --init-from "$tmp/cols.safetensors" --shard-bytes 65536 2>&1); rc2=$?
+if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[255, 256\], variable 'model/fc2/weights/part_0' is f32\[256, 64\] (a column shard of it)" <<<"$out" &&
+   [ $rc2 = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 200\], variable 'model/fc2/weights/part_3' is f32\[256, 64\] (a column shard of it)" <<<"$out2"; then
+  ok "column shards that do not fit: $(tail -1 <<<"$out2")"
+else
+  fail "column shards that do not fit (rc $rc, $rc2): $out --- $out2"
 fi
 
 # 4. a cluster: fc1 (784 x 256 f32, over 512 KiB) is two column shards, filled from the whole
