@@ -378,7 +378,7 @@ static int setup(bench_t *b) {
         b->recipe.ema_decay = 0;
         b->cfg.weight_decay = 0;
     }
-    b->in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
+    b->in_cluster = !o->print_model && (o->cluster_file || psg_cluster_env_given());
     b->gpu = !strcmp(o->device, "gpu");
     if (b->gpu && !o->print_model && psg_gpu_count() == 0) {
         printf("psgraph %s: --device gpu: %s; running on the CPU\n", b->cmd, psg_gpu_status());
@@ -401,6 +401,7 @@ static int setup(bench_t *b) {
         io.threads = o->decode_threads;
         io.seed = o->seed;
         io.compression = o->compression;
+        io.dct_method = o->dct_method;
         io.report = on_skip;
         if (!(b->inet = psg_imagenet_new(o->data_dir, &io))) return -1;
         b->recipe.examples_per_epoch = psg_imagenet_num_records(b->inet);
@@ -507,6 +508,13 @@ static int report(bench_t *b, timing_t *t) {
         return 0;
     }
     if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
+    if (o->logdir && !b->in_cluster) {
+        psg_resource_mgr_t *rm = psg_session_resources(b->sess);
+        if (psg_checkpoint_save(o->logdir, t->s, 1, &rm, 5, NULL) < 0)
+            return psg_error_wrap("--logdir");
+        printf("checkpoint %s/" PSG_CKPT_PREFIX "-%lld.index.json written\n", o->logdir,
+               (long long)t->s);
+    }
     if (b->trace && psg_trace_write(b->trace, o->trace) < 0) return psg_error_wrap("--trace");
     if (b->profile && psg_op_profile_write_json(
                           b->profile, b->g, b->towers ? o->batch / b->towers->num_towers : o->batch,
@@ -549,7 +557,8 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         psg_graph_wrap_error(b.g);
         fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
     }
+    bool config = rc < 0 && psg_error_code() == PSG_ERR_CONFIG; /* exit 2, as server and train */
     free(t.times);
     bench_free(&b);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? (config ? 2 : 1) : 0;
 }

@@ -6,6 +6,7 @@
 #include "cli/options.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/imagenet.h"
 #include "psgraph/precision.h"
 #include "psgraph/straggler.h"
 #include "psgraph/sync_replicas.h"
@@ -46,6 +47,11 @@ static int check_trace_steps(const char *v) {
 static int check_compression(const char *v) {
     psg_tfrecord_compression_t c;
     return psg_tfrecord_compression_parse(v, &c);
+}
+
+static int check_dct_method(const char *v) {
+    psg_jpeg_dct_t d;
+    return psg_jpeg_dct_parse(v, &d);
 }
 
 static int check_counts(const char *v, int lo) {
@@ -116,6 +122,10 @@ static const psg_cli_option_t rows[] = {
     {"--compression", PSG_OPT_STRING, .check = check_compression,
      .use = {BENCH(compression_name, "--compression auto|none|gzip|zlib",
                    "of the shards (default auto: from each file's first bytes)")}},
+    {"--dct-method", PSG_OPT_STRING, .check = check_dct_method,
+     .use = {BENCH(dct_method_name, "--dct-method INTEGER_FAST|INTEGER_ACCURATE",
+                   "the JPEG inverse DCT, as decode_jpeg's dct_method (default\n"
+                   "INTEGER_FAST: TensorFlow's default decode_jpeg, pixel for pixel)")}},
     {"--buckets", PSG_OPT_INT, 1, 1099511627776.0,
      .use = {TRAIN(c.buckets, "--buckets N",
                    "wide-deep: hash buckets per categorical field (default 1000000)")}},
@@ -190,7 +200,7 @@ static const psg_cli_option_t rows[] = {
      .use = {SIM(workers, "--workers LIST", "e.g. 1,2,4,8,16,32,50,64,100,200 (default)")}},
     {"--backups", PSG_OPT_STRING, .check = check_backups,
      .use = {SIM(backups, "--backups LIST", "e.g. 0,1,2,4,8 (default 0,2,4,8)")}},
-    {"--lr", PSG_OPT_REAL, 1e-12, 1e6,
+    {"--lr", PSG_OPT_REAL, 0, 1e6, /* 0 trains nothing, as TensorFlow allows */
      .use = {TRAIN(c.lr, "--lr X", "learning rate (default: the model's, above)"),
              BENCH(lr, "--lr X", "initial learning rate (default 0.045)")}},
     {"--optimizer", PSG_OPT_STRING,
@@ -227,6 +237,9 @@ static const psg_cli_option_t rows[] = {
     {"--logdir", PSG_OPT_STRING,
      .use =
          {TRAIN(c.logdir, "--logdir DIR", "write DIR/metrics.jsonl"),
+          BENCH(logdir, "--logdir DIR",
+                "one process: a checkpoint of the model at the end, for\n"
+                "psgraph export / serve (docs/serving.md)"),
           [PSG_CLI_SERVER] = {AT(psg_server_args_t, logdirs), .max = PSG_TS_MAX_LOGDIRS,
                               .label = "--logdir DIR",
                               .help = "where SaveShard and Trace may write (repeatable, up to 4;\n"

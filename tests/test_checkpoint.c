@@ -232,6 +232,19 @@ static void on_skip(void *ctx, const char *path, const char *why) {
     snprintf(s->last_why, sizeof s->last_why, "%s", why);
 }
 
+/* A safetensors file: the header's length (8 bytes, little-endian), the header, the data. */
+static void write_st(const char *path, const char *header, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    PSG_ASSERT(f);
+    uint64_t n = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(n >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(header, 1, n, f);
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+}
+
 static void test_corrupt_falls_back(void) {
     char dir[64], path[256];
     CHECK(make_tmpdir(dir, sizeof dir));
@@ -307,17 +320,28 @@ static void test_corrupt_falls_back(void) {
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("does not fit the file");
     /* issue 20: [2^40, 2^22] f32 with data_offsets [0, 0]: numel * 4 wrapped to 0 */
-    f = fopen(path, "wb");
-    if (f) {
-        const char *h =
-            "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}";
-        unsigned char len[8] = {(unsigned char)strlen(h)};
-        fwrite(len, 1, 8, f);
-        fwrite(h, 1, strlen(h), f);
-        fclose(f);
-    }
+    write_st(path,
+             "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}",
+             NULL, 0);
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    /* issue 37: [2^40, 2^40, 2^40] with data_offsets [0, 0]: the dims' product wraps to 0 */
+    write_st(path,
+             "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776],"
+             "\"data_offsets\":[0,0]}}",
+             NULL, 0);
+    CHECK(!psg_checkpoint_open(path, -1));
+    CHECK_ERROR_HAS("tensor 't': bad dimension 1"); /* 2^80 elements already */
+    /* a dim over 2^40 on its own; 2^40 itself in a tensor of 0 elements is one */
+    write_st(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627777],\"data_offsets\":[0,0]}}",
+             NULL, 0);
+    CHECK(!psg_checkpoint_open(path, -1));
+    CHECK_ERROR_HAS("tensor 't': bad dimension 1");
+    write_st(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627776],\"data_offsets\":[0,0]}}",
+             NULL, 0);
+    ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 1);
+    psg_checkpoint_destroy(&ck);
     /* a `{}` header: no tensors, no data (NULL + 0 once) */
     f = fopen(path, "wb");
     if (f) {

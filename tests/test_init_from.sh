@@ -3,8 +3,8 @@
 # file written here with plain Python (json + struct, as safetensors.numpy.save_file lays
 # it out) gives the mlp its initial weights, by name: the first checkpoint holds them
 # (lr 1e-9: one step moves nothing visible); the report names matched, missing and
-# unexpected tensors, --strict fails on them, a shape mismatch always fails naming both
-# shapes; a sharded file's index (model.safetensors.index.json) loads its files; in a
+# unexpected tensors, --strict fails on either kind alone, a shape mismatch always fails
+# naming both shapes; a sharded file's index (model.safetensors.index.json) loads its files; in a
 # cluster the whole fc1 weight fills the model's column shards part_0, part_1.
 set -u
 psgraph=$1
@@ -136,6 +136,21 @@ if [ $rc = 0 ] && grep -q "5 of its 6 tensors matched, 1 missing (keep their ini
   ok "missing and unexpected: $(tail -1 <<<"$out2")"
 else
   fail "missing/unexpected (rc $rc, $rc2): $out --- $out2"
+fi
+
+# 2b. --strict fails on missing names alone, and on unexpected names alone (each its own run:
+# a check of one kind must not hide behind the other)
+st write "$tmp/missing.safetensors" drop model/fc3/biases
+st write "$tmp/extra.safetensors" extra head/extra
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l2m" --init-from "$tmp/missing.safetensors" --strict 2>&1); rc=$?
+out2=$("$psgraph" "${run[@]}" --logdir "$tmp/l2u" --init-from "$tmp/extra.safetensors" --strict 2>&1); rc2=$?
+if [ $rc = 1 ] && grep -q -- "--strict: 1 missing: model/fc3/biases; 0 unexpected" <<<"$out" &&
+   [ ! -e "$tmp/l2m/model.ckpt-1.index.json" ] &&
+   [ $rc2 = 1 ] && grep -q -- "--strict: 0 missing; 1 unexpected: head/extra" <<<"$out2" &&
+   [ ! -e "$tmp/l2u/model.ckpt-1.index.json" ]; then
+  ok "--strict, only missing: $(tail -1 <<<"$out"); only unexpected: $(tail -1 <<<"$out2")"
+else
+  fail "--strict with only missing or only unexpected names (rc $rc, $rc2): $out --- $out2"
 fi
 
 # 3. a shape mismatch fails, strict or not, naming the tensor and both shapes

@@ -48,6 +48,7 @@ struct psg_sync_train {
     psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
     psg_dist_session_t *sess;        /* the worker's (borrowed) */
     psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
+    char task[PSG_DEVICE_NAME_MAX];  /* its task, as metrics.jsonl names it ("" in one process) */
     int64_t served0, pulled0;        /* the counts when training started */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
@@ -285,6 +286,8 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->sess = s;
     st->chief = chief;
     st->server = server;
+    psg_task_t me = psg_cluster_task(cluster);
+    if (me.job) psg_device_name(me.job, me.index, NULL, st->task, sizeof st->task);
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
     if (make_calls(st, s) < 0)
         return psg_error_wrap("--sync %s: the worker's step", st->cfg.strategy);
@@ -408,7 +411,13 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
              st->rank, st->cfg.strategy, st->stats.steps, st->stats.used, st->stats.dropped,
              st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec, st->straggler_sec,
              stale);
-    fprintf(st->out, "%s\n", line);
+    /* "worker" is the rank (--straggler worker=N's); the task names it as the cluster does
+     * (with a "chief" job, /job:worker/task:0 is rank 1), as metrics.jsonl's prefix does */
+    const char *head = "{\"event\":\"sync_summary\",";
+    if (st->task[0])
+        fprintf(st->out, "%s\"task\":\"%s\",%s\n", head, st->task, line + strlen(head));
+    else
+        fprintf(st->out, "%s\n", line);
     fflush(st->out);
     if (st->metrics) fprintf(st->metrics, "%s\n", line);
     return rc;
@@ -458,6 +467,10 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     psg_tensor_destroy(&gs);
 }
 
+int64_t psg_sync_train_global_steps(const psg_sync_train_t *st) {
+    return st->strategy->chief_runner ? st->chief_steps : st->global_steps;
+}
+
 /* The job's staleness from the workers' rows into *out (stale_* fields only). */
 static void job_staleness(const psg_sync_train_t *st, psg_sync_stats_t *out) {
     memset(out, 0, sizeof *out);
@@ -492,7 +505,7 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     /* the pace between the first and the last global step: not the start-up (the other
      * workers' registration, the first step's plans) */
     double span = st->last_step_at - st->first_step_at;
-    int64_t steps = st->strategy->chief_runner ? st->chief_steps : st->global_steps;
+    int64_t steps = psg_sync_train_global_steps(st);
     double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
                  : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
                  : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)

@@ -45,5 +45,7 @@
 #include "psgraph/trace.h"
 #include "psgraph/op_profile.h"
 #include "psgraph/summary.h"
+#include "psgraph/onnx.h"
+#include "psgraph/servable.h"
 
 #endif
