@@ -107,7 +107,8 @@ static const psg_cli_option_t rows[] = {
              BENCH(model, "--model inception3",
                    "the only one here (psgraph train --model inception3 runs it)"),
              COMPARE(model)}},
-    {"--variant", PSG_OPT_STRING, .use = {COMPARE(variants)}},
+    {"--strategy", PSG_OPT_STRING, .use = {COMPARE(strategies)}},
+    {"--variant", PSG_OPT_STRING, .use = {COMPARE(strategies)}}, /* --strategy's older name */
     {"--data", PSG_OPT_STRING,
      .use = {TRAIN(c.data, "--data fashion-mnist|synthetic|criteo", "(wide-deep: criteo)"),
              BENCH(data, "--data synthetic|imagenet ",
