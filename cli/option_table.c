@@ -90,12 +90,11 @@ static const char *const tail_words[] = {"none", "normal", "lognormal", "pareto"
 #define SIM(f, l, h) USE(PSG_CLI_SIMULATE, psg_simulate_args_t, f, l, h)
 #define SERVER(f, l, h) USE(PSG_CLI_SERVER, psg_server_args_t, f, l, h)
 /* the flag and its value appended to a list (launch's --k8s options, read by launch_k8s.c) */
+#define K8S_USE                                                                                    \
+    [PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1, .ctype = PSG_AT_PAIRS}
 #define K8S(name)                                                                                  \
     {                                                                                              \
-        name, PSG_OPT_STRING, .use = {                                                             \
-            [PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1,                   \
-                                .ctype = PSG_AT_PAIRS}                                             \
-        }                                                                                          \
+        name, PSG_OPT_STRING, .use = { K8S_USE }                                                   \
     }
 
 _Static_assert(PSG_TS_MAX_LOGDIRS == 4, "server's --logdir help says up to 4");
@@ -113,7 +112,9 @@ static const psg_cli_option_t rows[] = {
      .use = {TRAIN(c.data, "--data fashion-mnist|synthetic|criteo", "(wide-deep: criteo)"),
              BENCH(data, "--data synthetic|imagenet ",
                    "(default synthetic: one random batch, made once)"),
-             COMPARE(data)}},
+             COMPARE(data),
+             /* launch --k8s --data PVC|/PATH: the workers' data volume (cli/launch_k8s.c) */
+             K8S_USE}},
     {"--data-dir", PSG_OPT_STRING,
      .use = {TRAIN(c.data_dir, "--data-dir DIR",
                    "Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist);\n"
@@ -441,17 +442,20 @@ static const psg_cli_option_t rows[] = {
      .use = {[PSG_CLI_LAUNCH] = {AT(psg_launch_args_t, ssh_options), .max = 31}}},
     {"--remote-bin", PSG_OPT_STRING, .use = {LAUNCH(l.remote_bin)}},
     {"--keys-shared", PSG_OPT_FLAG, .use = {LAUNCH(l.keys_shared)}},
+    {"--slurm", PSG_OPT_FLAG, .use = {LAUNCH(l.slurm)}},
     {"--k8s", PSG_OPT_FLAG, .use = {LAUNCH(k8s)}},
     K8S("--image"),
     K8S("--namespace"),
     K8S("--name"),
-    {"--gpus-per-worker", PSG_OPT_INT, 0, 64,
-     .use = {[PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1,
-                                 .ctype = PSG_AT_PAIRS}}},
+    {"--gpus-per-worker", PSG_OPT_INT, 0, 64, .use = {K8S_USE}},
     K8S("--cpu"),
     K8S("--memory"),
     K8S("--logdir-volume"),
     K8S("--out"),
+    K8S("--node-selector"),
+    K8S("--toleration"),
+    {"--ttl-after-finished", PSG_OPT_INT, 0, 1e9, .use = {K8S_USE}},
+    {"--active-deadline", PSG_OPT_INT, 0, 1e9, .use = {K8S_USE}},
     /* psgraph compare (its usage text names them; cli/compare_cmd.c) */
     {"--launch-arg", PSG_OPT_STRING,
      .use = {[PSG_CLI_COMPARE] = {AT(psg_compare_args_t, launch), .max = 16}}},
