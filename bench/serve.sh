@@ -76,7 +76,7 @@ compare() {
   : >"$tmp/$name.ours"
   : >"$tmp/$name.peer"
   serve "$tmp/$name.serve" --model-dir "$dir" --max-batch "$batch" --batch-timeout-us 2000 "$@"
-  wrk_run "$conns" 2 "$bodyf" "$url:predict" >/dev/null # warm-up
+  curl -s -o /dev/null -X POST --data-binary @"$bodyf" "$url:predict" # warm-up: one request, none left queued
   for r in $(seq "$rounds"); do
     wrk_run "$conns" "$secs" "$bodyf" "$url:predict" >>"$tmp/$name.ours"
     "$venv/bin/python" "$check" ortbench "$onnx" "$batch" "$secs" 1 >>"$tmp/$name.peer"
