@@ -5,6 +5,7 @@
 #define PSGRAPH_CLI_BENCH_H
 
 #include "cli/commands.h"
+#include "psgraph/imagenet.h"
 #include "psgraph/tfrecord.h"
 #include "psgraph/sync_replicas.h"
 
@@ -25,6 +26,8 @@ typedef struct {
     const char *precision;        /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
     const char *compression_name; /* --compression (NULL: auto) */
     psg_tfrecord_compression_t compression; /* of the ImageNet shards: auto (detected) */
+    const char *dct_method_name;            /* --dct-method (NULL: INTEGER_FAST) */
+    psg_jpeg_dct_t dct_method; /* the JPEG inverse DCT: INTEGER_FAST, TensorFlow's default */
     double lr;
     uint64_t seed;
     /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */

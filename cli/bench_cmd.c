@@ -20,7 +20,7 @@ static void usage(FILE *f, const char *cmd) {
 
 /* The combinations that make no sense, named. */
 static int check(const psg_bench_opts_t *o) {
-    bool given = o->cluster_file || getenv("TF_CONFIG"); /* run as one task of it */
+    bool given = o->cluster_file || psg_cluster_env_given(); /* run as one task of it */
     bool cluster = given || o->ps > 0 || o->workers > 1 || o->backups > 0;
     if (o->towers > o->batch)
         return psg_error_set(
@@ -58,6 +58,8 @@ static int check_words(psg_bench_opts_t *o) {
     if (o->compression_name &&
         psg_tfrecord_compression_parse(o->compression_name, &o->compression) < 0)
         return psg_error_wrap("--compression");
+    if (o->dct_method_name && psg_jpeg_dct_parse(o->dct_method_name, &o->dct_method) < 0)
+        return psg_error_wrap("--dct-method");
     if (o->sync && psg_sync_strategy_check_name(o->sync) < 0) return -1;
     if (strcmp(o->data, "synthetic") && strcmp(o->data, "imagenet"))
         return psg_error_set("--data: unknown '%s' (synthetic, imagenet)", o->data);
@@ -142,7 +144,7 @@ static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const 
 
 /* Runs the parsed options: a local cluster, or this process (alone or as a task). */
 static int dispatch(int argc, char **argv, const psg_bench_opts_t *o, const char *cmd) {
-    bool given = o->cluster_file || getenv("TF_CONFIG");
+    bool given = o->cluster_file || psg_cluster_env_given();
     if (!given && !o->print_model && (o->ps > 0 || o->workers > 1 || o->backups > 0))
         return launch_local(argc, argv, o, cmd);
     return psg_bench_run(o, cmd);

@@ -378,7 +378,7 @@ static int setup(bench_t *b) {
         b->recipe.ema_decay = 0;
         b->cfg.weight_decay = 0;
     }
-    b->in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
+    b->in_cluster = !o->print_model && (o->cluster_file || psg_cluster_env_given());
     b->gpu = !strcmp(o->device, "gpu");
     if (b->gpu && !o->print_model && psg_gpu_count() == 0) {
         printf("psgraph %s: --device gpu: %s; running on the CPU\n", b->cmd, psg_gpu_status());
@@ -401,6 +401,7 @@ static int setup(bench_t *b) {
         io.threads = o->decode_threads;
         io.seed = o->seed;
         io.compression = o->compression;
+        io.dct_method = o->dct_method;
         io.report = on_skip;
         if (!(b->inet = psg_imagenet_new(o->data_dir, &io))) return -1;
         b->recipe.examples_per_epoch = psg_imagenet_num_records(b->inet);
@@ -556,7 +557,8 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         psg_graph_wrap_error(b.g);
         fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
     }
+    bool config = rc < 0 && psg_error_code() == PSG_ERR_CONFIG; /* exit 2, as server and train */
     free(t.times);
     bench_free(&b);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? (config ? 2 : 1) : 0;
 }

@@ -40,6 +40,7 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->data = "fashion-mnist";
     c->data_dir = "/usr/share/datasets/fashion-mnist";
     c->epochs = 2;
+    c->lr = -1; /* the model's */
     c->seed = 1;
     c->threads = 1;
     c->log_every = 100;
@@ -102,6 +103,8 @@ typedef struct {
     int64_t start_step, per_epoch, total;
     double run_start, steady_time, interval_start, loss_sum, last_loss, rss_at_100;
     int64_t steady_examples, interval_steps;
+    double all_time; /* every step's, for a run shorter than the warm-up */
+    int64_t all_examples;
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
@@ -215,6 +218,10 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
         fflush(t->out);
     }
     psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
+    /* every update is in now: the final checkpoint holds them all, named by the job's global
+     * step (async: every worker's steps), and the accuracy below is that checkpoint's */
+    int64_t gs = psg_sync_train_global_steps(t->sync);
+    if (psg_train_hooks_final_checkpoint(t->hooks, gs > r->steps ? gs : r->steps) < 0) return -1;
     double acc = 0;
     if (evaluate(NULL, t->deval, t->test, &acc) < 0) return -1;
     r->test_accuracy = acc;
@@ -249,7 +256,7 @@ static int setup(trainer_t *t) {
     psg_model_defaults_t d;
     if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
     t->batch = c->batch > 0 ? c->batch : d.batch;
-    t->lr = c->lr > 0 ? c->lr : d.lr;
+    t->lr = c->lr >= 0 ? c->lr : d.lr;
     t->opt_kind = c->optimizer ? c->optimizer : "momentum";
     if (c->towers >
         t->batch) /* in a cluster too: --batch is each worker's, split over its towers */
@@ -331,6 +338,7 @@ static int start(trainer_t *t) {
     if (!(t->it = psg_batch_iter_new(t->train, &io))) return -1;
     t->per_epoch = psg_batch_iter_batches_per_epoch(t->it);
     t->total = c->steps > 0 ? c->steps : t->per_epoch * c->epochs;
+    psg_train_hooks_set_last_step(t->hooks, t->total);
     fprintf(
         t->out,
         "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
@@ -421,6 +429,8 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
             t->steady_time += t1 - t0;
             t->steady_examples += t->batch;
         }
+        t->all_time += t1 - t0;
+        t->all_examples += t->batch;
         if (step + 1 == 100) t->rss_at_100 = rss_mb();
         t->loss_sum += t->last_loss;
         t->interval_steps++;
@@ -466,7 +476,10 @@ static void final_line(trainer_t *t, const psg_train_result_t *r) {
 /* After the loop: the strategy's end, the hooks', the cluster's, the final line. */
 static int finish(trainer_t *t, psg_train_result_t *r) {
     r->final_loss = t->last_loss;
-    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time : 0;
+    /* past the warm-up steps (plans, first touches); a shorter run: all of its steps */
+    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time
+                          : t->all_time > 0  ? (double)t->all_examples / t->all_time
+                                             : 0;
     if (t->dsess && psg_dist_session_drain(t->dsess) < 0) return -1; /* the last overlapped step */
     if (t->sync && psg_sync_train_finish(t->sync, r->examples_per_sec) < 0) return -1;
     if (psg_train_hooks_end(t->hooks, r->steps) < 0) return -1;
@@ -493,6 +506,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                  ? -1
                  : 0;
     if (rc < 0) psg_graph_wrap_error(t.g);
+    psg_err_code_t code = psg_error_code();
     trainer_free(&t);
+    if (rc < 0) psg_error_recode(code); /* the caller decides on it (a wrong TF_CONFIG: exit 2) */
     return rc;
 }

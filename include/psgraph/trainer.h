@@ -12,13 +12,13 @@
 #include <stdio.h>
 
 typedef struct {
-    const char *model;     /* "mlp" | "cnn" */
-    const char *data;      /* "fashion-mnist" | "synthetic" */
-    const char *data_dir;  /* Fashion-MNIST folder */
-    int epochs;            /* used when steps == 0 */
-    int64_t steps;         /* > 0: stop after this many steps */
-    int batch;             /* 0: the model's default */
-    double lr;             /* 0: the model's default */
+    const char *model;    /* "mlp" | "cnn" */
+    const char *data;     /* "fashion-mnist" | "synthetic" */
+    const char *data_dir; /* Fashion-MNIST folder */
+    int epochs;           /* used when steps == 0 */
+    int64_t steps;        /* > 0: stop after this many steps */
+    int batch;            /* 0: the model's default */
+    double lr; /* < 0: the model's default (psg_train_config_defaults); 0 trains nothing */
     const char *optimizer; /* NULL: the model's default (momentum 0.9) */
     double momentum;
     double l1, l2, lr_power; /* --optimizer ftrl: 0, 0, -0.5 (TensorFlow's FtrlOptimizer) */
