@@ -32,7 +32,8 @@ static void train_usage(FILE *f) {
             "  --ps-memory-limit N[K|M|G]  bytes of variables one ps task may hold: the wide-deep table\n"
             "                           spreads over enough shards; a graph that cannot fit is refused\n"
             "  --epochs E               passes over the training set (default 2)\n"
-            "  --steps N                stop after N steps (overrides --epochs)\n"
+            "  --steps N                stop after N steps (overrides --epochs); 0: train nothing,\n"
+            "                           only the initial checkpoint (with --logdir)\n"
             "  --batch B                batch size (default: the model's, above)\n"
             "  --lr X                   learning rate (default: the model's, above)\n"
             "  --optimizer NAME         sgd|momentum|rmsprop|adam|adagrad|ftrl (default momentum)\n"
@@ -129,6 +130,7 @@ int psg_cmd_train(int argc, char **argv) {
     const char *stragglers[32];
     const char *insecure_env = getenv(PSG_CURVE_INSECURE_ENV);
     c.insecure = insecure_env && !strcmp(insecure_env, "1");
+    bool no_steps = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -199,7 +201,7 @@ int psg_cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "--peer-timeout")) rc = parse_num(a, v, 0.001, 86400, &c.peer_timeout_s);
         else if (!strcmp(a, "--recovery-timeout")) rc = parse_num(a, v, 0.001, 86400, &c.recovery_timeout_s);
         else if (!strcmp(a, "--epochs")) { rc = parse_num(a, v, 1, 1e6, &x); c.epochs = (int)x; }
-        else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 1, 1e12, &x); c.steps = (int64_t)x; }
+        else if (!strcmp(a, "--steps")) { rc = parse_num(a, v, 0, 1e12, &x); c.steps = (int64_t)x; no_steps = x == 0; }
         else if (!strcmp(a, "--batch")) { rc = parse_num(a, v, 1, 1 << 20, &x); c.batch = (int)x; }
         else if (!strcmp(a, "--lr")) { rc = parse_num(a, v, 1e-12, 1e6, &x); c.lr = x; }
         else if (!strcmp(a, "--momentum")) { rc = parse_num(a, v, 0, 1, &x); c.momentum = x; }
@@ -231,10 +233,9 @@ int psg_cmd_train(int argc, char **argv) {
         }
     }
     if (c.trace_path && c.trace_first == 0) c.trace_first = 5, c.trace_last = 6;
+    if (no_steps) c.epochs = 0; /* --steps 0: the initial variables (checkpointed with --logdir) */
     psg_train_result_t r;
-    if (psg_train(&c, &r) < 0) {
-        fprintf(stderr, "psgraph train: %s\n", psg_error_message());
-        return 1;
-    }
-    return 0;
+    if (psg_train(&c, &r) == 0) return 0;
+    fprintf(stderr, "psgraph train: %s\n", psg_error_message());
+    return 1;
 }

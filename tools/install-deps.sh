@@ -7,7 +7,9 @@ pkgs=(gcc g++ make pkg-config meson ninja-build python3
       dataset-fashion-mnist gnuplot-nox procps
       # tests over emulated hosts (tools/hosts.sh): ip, tc, an sshd in each host
       iproute2 openssh-server openssh-client python3-venv
-      clang) # clang: the libFuzzer harnesses of tests/fuzz (tools/fuzz.sh)
+      clang # clang: the libFuzzer harnesses of tests/fuzz (tools/fuzz.sh)
+      # the Python package (docs/python.md): its extension's headers, numpy, its tests
+      python3-dev python3-numpy python3-pytest)
 if [ "${PSG_WITH_PEERS:-0}" = 1 ]; then
   # the PyTorch peer of the benchmarks, on the OpenMP build of OpenBLAS
   pkgs+=(python3-torch python3-torchvision libopenblas0-openmp)
