@@ -444,9 +444,11 @@ static void test_guard_in_process(void) {
     snprintf(dir_b, sizeof dir_b, "%s/guard_b", tmp);
     snprintf(dir_i, sizeof dir_i, "%s/guard_i", tmp);
     /* the intruder knows the cluster's public key, not its own in the allow-list */
-    CHECK(run(out, sizeof out, "'%s' keygen '%s' && '%s' keygen '%s' && mkdir -m 700 '%s' && cp '%s/cluster.key' '%s/' && "
-                               "'%s' keygen '%s' --name intruder",
-              psgraph_exe, dir_a, psgraph_exe, dir_b, dir_i, dir_a, dir_i, psgraph_exe, dir_i) == 0);
+    CHECK(
+        run(out, sizeof out,
+            "'%s' keygen '%s' && '%s' keygen '%s' && mkdir -m 700 '%s' && cp '%s/cluster.key' '%s/' && "
+            "'%s' keygen '%s' --name intruder",
+            psgraph_exe, dir_a, psgraph_exe, dir_b, dir_i, dir_a, dir_i, psgraph_exe, dir_i) == 0);
     psg_curve_keys_t *a = psg_curve_keys_load(dir_a, NULL), *b = psg_curve_keys_load(dir_b, NULL),
                      *in = psg_curve_keys_load(dir_i, "intruder");
     PSG_ASSERT(a && b && in);
@@ -454,7 +456,8 @@ static void test_guard_in_process(void) {
     psg_net_set_log(collect, &log);
     psg_wire_opts_t o = psg_wire_opts_default();
     o.keys = a;
-    psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o), *two = psg_server_new("tcp://127.0.0.1:0", &o);
+    psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o),
+                 *two = psg_server_new("tcp://127.0.0.1:0", &o);
     PSG_ASSERT(one && two);
     char line[512];
     /* an intruder knocks at the second server three times: 3 refusals there, one log line
@@ -462,7 +465,8 @@ static void test_guard_in_process(void) {
     for (int i = 0; i < 3; i++) knock(two, in);
     for (int i = 0; i < 50 && psg_server_stats(two).refused < 3; i++) usleep(100000);
     CHECK(psg_server_stats(two).refused >= 3 && psg_server_stats(one).refused == 0);
-    snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
+    snprintf(line, sizeof line,
+             "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
              psg_server_endpoint(two), psg_curve_keys_public(in), dir_a);
     CHECK(logged(&log, line) == 1 && logged(&log, "is not in the allow-list") == 1);
     /* the first server goes; the second is still watched: another cluster's client (its hello
@@ -500,7 +504,8 @@ static void test_guard_in_process(void) {
     for (int i = 0; i < 2; i++) {
         psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
         CHECK(sv == NULL);
-        CHECK_ERROR_HAS("cannot start the CURVE authentication handler: inproc://zeromq.zap.01 is taken");
+        CHECK_ERROR_HAS(
+            "cannot start the CURVE authentication handler: inproc://zeromq.zap.01 is taken");
         psg_server_destroy(&sv);
     }
     if (other) zsock_unbind(other, "inproc://zeromq.zap.01");

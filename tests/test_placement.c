@@ -209,10 +209,12 @@ static void test_setter_huge_variables(void) {
     psg_graph_t *g = psg_graph_new();
     psg_graph_push_replica_setter(g, s);
     psg_shape_t huge = psg_shape_2d((int64_t)1 << 30, (int64_t)1 << 30),
-                overflow = psg_shape_2d((int64_t)1 << 40, (int64_t)1 << 22), small = psg_shape_1d(4);
+                overflow = psg_shape_2d((int64_t)1 << 40, (int64_t)1 << 22),
+                small = psg_shape_1d(4);
     psg_endpoint_t v[3] = {
         psg_variable(g, "huge", PSG_DT_F32, &huge, (psg_initializer_t){"zeros", 0, 0}, true),
-        psg_variable(g, "overflow", PSG_DT_F32, &overflow, (psg_initializer_t){"zeros", 0, 0}, true),
+        psg_variable(g, "overflow", PSG_DT_F32, &overflow, (psg_initializer_t){"zeros", 0, 0},
+                     true),
         psg_variable(g, "small", PSG_DT_F32, &small, (psg_initializer_t){"zeros", 0, 0}, true),
     };
     psg_graph_pop_device(g);
@@ -289,17 +291,21 @@ static void test_partitioned_variable(void) {
     CHECK_ERROR_HAS("partitioned variable 'none'");
     /* the edges: one row (one shard, whatever is asked), no bytes at all, PSG_MAX_SHARDS
      * shards and one more */
-    psg_shape_t one_row = psg_shape_2d(1, 4), empty = psg_shape_2d(5, 0), many = psg_shape_2d(100, 1);
-    CHECK(psg_partitioned_variable(g, "one_row", PSG_DT_F32, &one_row, (psg_initializer_t){"zeros", 0, 0},
-                                   true, &two, &pv) == 0 && pv.num_shards == 1);
-    CHECK(psg_partitioned_variable(g, "empty", PSG_DT_F32, &empty, (psg_initializer_t){"zeros", 0, 0}, true,
-                                   &by_size, &pv) == 0 && pv.num_shards == 1 && pv.offsets[1] == 5);
+    psg_shape_t one_row = psg_shape_2d(1, 4), empty = psg_shape_2d(5, 0),
+                many = psg_shape_2d(100, 1);
+    CHECK(psg_partitioned_variable(g, "one_row", PSG_DT_F32, &one_row,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &two, &pv) == 0 &&
+          pv.num_shards == 1);
+    CHECK(psg_partitioned_variable(g, "empty", PSG_DT_F32, &empty,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &by_size, &pv) == 0 &&
+          pv.num_shards == 1 && pv.offsets[1] == 5);
     psg_partitioner_t max = {.num_shards = PSG_MAX_SHARDS};
-    CHECK(psg_partitioned_variable(g, "max", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0}, true,
-                                   &max, &pv) == 0 && pv.num_shards == PSG_MAX_SHARDS);
+    CHECK(psg_partitioned_variable(g, "max", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &max, &pv) == 0 &&
+          pv.num_shards == PSG_MAX_SHARDS);
     max.num_shards++;
-    CHECK(psg_partitioned_variable(g, "over", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0}, true,
-                                   &max, &pv) < 0);
+    CHECK(psg_partitioned_variable(g, "over", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &max, &pv) < 0);
     CHECK_ERROR_HAS("partitioned variable 'over': 65 shards, at most 64");
     psg_graph_destroy(&g);
     psg_replica_setter_destroy(&s);
