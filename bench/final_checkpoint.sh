@@ -7,11 +7,12 @@
 # worker, batch 64). One JSON line a run, then one a setting and a total; the "peer" here is
 # numpy reading the files, and the figure is how many runs agree exactly (want: all).
 #   bench/final_checkpoint.sh [RUNS]        (default 5: 40 cluster runs, a few minutes)
+# PSGRAPH=path: another build's binary (e.g. the main branch's, for the figure before the fix).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-5}
-bash tools/build.sh build >/dev/null || exit 1
-psgraph=build/cli/psgraph
+psgraph=${PSGRAPH:-build/cli/psgraph}
+[ -n "${PSGRAPH:-}" ] || bash tools/build.sh build >/dev/null || exit 1
 data_dir=/usr/share/datasets/fashion-mnist
 [ -f "$data_dir/t10k-images-idx3-ubyte.gz" ] || { echo '{"skipped":"no Fashion-MNIST (dataset-fashion-mnist)"}'; exit 0; }
 . tests/numpy_python.sh

@@ -551,11 +551,11 @@ static int backup_workers_of(char **cmd, int nworkers) {
             if (!strcmp(cmd[i], read[k])) psg_cli_parse_one(PSG_CLI_TRAIN, read[k], cmd[i + 1], &t);
     psg_sync_config_t c;
     psg_sync_config_defaults(&c);
-    c.variant = t.c.sync;
+    c.strategy = t.c.sync;
     c.num_workers = nworkers;
     c.backup_workers = t.c.backup_workers;
     c.replicas_to_aggregate = t.c.replicas_to_aggregate;
-    if (!c.variant || !strcmp(c.variant, "none")) return 0;
+    if (!c.strategy || !strcmp(c.strategy, "none")) return 0;
     int n = psg_sync_lost_workers_tolerated(&c);
     return n > 0 ? n : 0;
 }

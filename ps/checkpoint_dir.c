@@ -58,7 +58,9 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
                         psg_resource_mgr_t *const *rms, int keep, double *seconds) {
     double t0 = psg_now_sec();
     if (num_shards < 1) return psg_error_set("%s: no shards to save", dir);
-    if (psg_logdir_make(dir) < 0) return -1;
+    /* the folder itself only: the trainer made --logdir with its parents (psg_logdir_make) */
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return psg_error_set("%s: %s", dir, strerror(errno));
     shard_job_t *jobs = calloc((size_t)num_shards, sizeof *jobs);
     pthread_t *th = calloc((size_t)num_shards, sizeof *th);
     bool *started = calloc((size_t)num_shards, sizeof *started);

@@ -117,21 +117,31 @@ if command -v gnuplot >/dev/null; then
 else
   echo "skip psgraph plot: gnuplot is not installed"
 fi
+# --logdir makes its missing parents, as TensorFlow does (docs/checkpoints.md's `--logdir runs/cnn`)
+check 0 '"event":"done"' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8 --logdir "$ckdir/runs/new/mlp"
+[ -f "$ckdir/runs/new/mlp/model.ckpt-2.index.json" ] || { echo "FAIL: --logdir with missing parents: no checkpoint"; fails=$((fails + 1)); }
 rm -rf "$ckdir"
 
 # strategies: names and options from one table (sync/strategies.c), psgraph compare
 check 0 "--staleness S" "$psgraph" train --help
-check 2 "unknown strategy 'bsp' (known: sync, async, ssp, local, easgd)" "$psgraph" train --sync bsp
+# the table's names, as --help lists them: an added strategy needs no change here
+strategies=$("$psgraph" train --help | sed -n 's/^  --sync none|//p')
+case "$strategies" in
+  sync,*async*) echo "ok   psgraph train --help lists the strategies: $strategies" ;;
+  *) echo "FAIL: psgraph train --help lists no strategies: '$strategies'"; fails=$((fails + 1)) ;;
+esac
+check 2 "unknown strategy 'bsp' (known: $strategies)" "$psgraph" train --sync bsp
 check 2 "--local-steps: '0' is not an integer in [1, " "$psgraph" train --local-steps 0
 check 2 "unknown option '--colour'" "$psgraph" compare --colour red
 cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
-  out=$("$psgraph" compare --data synthetic --workers 2 --variant sync --variant "ssp --staleness 1" \
+  # (--variant, --strategy's older name, still taken)
+  out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --variant "ssp --staleness 1" \
         --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir" -- --steps 6 --batch 16 2>&1)
   n=$(grep -c '"compare":.*"exit":0,.*"time_to_target_sec":[0-9]' <<<"$out")
   if [ "$n" = 2 ] && [ -s "$cmpdir/compare.png" ] && grep -q '"compare":"ssp --staleness 1","sync":"ssp"' <<<"$out"; then
-    echo "ok   psgraph compare: 2 variants, 2 JSON lines, compare.png"
+    echo "ok   psgraph compare: 2 strategies, 2 JSON lines, compare.png"
   else
     echo "FAIL: psgraph compare: $out" | head -20
     fails=$((fails + 1))

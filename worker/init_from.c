@@ -16,6 +16,8 @@
 
 #define MAX_INDEX_BYTES (64 << 20)
 #define PSG_INIT_NAME_MAX 512
+/* the per-worker counters a cluster's job keeps beside the model (worker/sync_train.c) */
+#define PSG_INIT_JOB_COUNTS "sync_replicas/worker_counts"
 
 /* A file's tensor: which of the files, which tensor in it. */
 typedef struct {
@@ -170,7 +172,7 @@ static int split_axis(const psg_shape_t *a, const psg_shape_t *b, int prefer) {
 /* The file's parts of `base` (NAME/part_K, K = 0..m-1, all there) put together into s,
  * along the one axis on which they differ (columns when they differ on none: the models'
  * column shards; `want`, when given, the whole's shape, picks the axis that gives it).
- * 0: s is made; 1: the file has no part of base; -1 with the error set. */
+ * 0: s is made; 1: the file has not all of base's parts (none, or a gap); -1 with the error. */
 static int join_parts(psg_init_from_t *f, const char *base, const psg_shape_t *want, source_t *s) {
     int m = 0, cap = 0;
     for (int k = 0; k < f->num_files; k++)
@@ -195,9 +197,7 @@ static int join_parts(psg_init_from_t *f, const char *base, const psg_shape_t *w
     s->num_refs = m;
     psg_checkpoint_entry_t e0;
     for (int k = 0; k < m; k++)
-        if (s->refs[k].file < 0)
-            return psg_error_set("--init-from %s: '%s' has parts up to part_%d but no part_%d",
-                                 f->path, base, m - 1, k);
+        if (s->refs[k].file < 0) return 1; /* not all of them: no whole (by name, then) */
     entry_of(f, s->refs[0], &e0);
     int prefer = e0.shape.rank >= 2 ? 1 : 0, axis = -1;
     for (int pass = 0; pass < 2 && axis < 0; pass++) {
@@ -311,9 +311,19 @@ static psg_tensor_t *block_of(psg_init_from_t *f, source_t *s, const char *name,
 static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
                                    const psg_shape_t *shape, bool *failed) {
     psg_init_from_t *f = ctx;
+    char base[PSG_INIT_NAME_MAX];
+    int k = 0;
+    bool part = shard_base(name, base, sizeof base, &k);
     ref_t r = find(f, name);
+    source_t *s = NULL;
+    /* a part takes its block of the variable the file holds, whole or in any number of parts
+     * (the same layout gives the file's part back); a whole variable the file holds in parts
+     * is put together; parts the file does not hold all of (one shard file of a cluster's
+     * checkpoint) go by name */
+    if (part || r.file < 0) s = source_of(f, part ? base : name, part ? NULL : shape, failed);
+    if (*failed || (!s && r.file < 0)) return NULL;
     psg_tensor_t *t = NULL;
-    if (r.file >= 0) { /* the same name: the same layout */
+    if (!s) { /* the same name, the same layout */
         psg_checkpoint_entry_t e;
         entry_of(f, r, &e);
         if (e.dtype != dt || !psg_shape_equal(&e.shape, shape)) {
@@ -323,12 +333,7 @@ static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
         }
         t = psg_tensor_from_data(dt, shape, e.data, e.nbytes);
         if (t) f->used[r.file][r.tensor] = true;
-    } else { /* another layout: a part of the file's whole, or the whole of its parts */
-        char base[PSG_INIT_NAME_MAX];
-        int k = 0;
-        bool part = shard_base(name, base, sizeof base, &k);
-        source_t *s = source_of(f, part ? base : name, part ? NULL : shape, failed);
-        if (!s) return NULL;
+    } else {
         if (part) {
             t = block_of(f, s, name, k, dt, shape, failed);
         } else if (s->dtype != dt || !psg_shape_equal(&s->shape, shape)) {
@@ -473,7 +478,7 @@ int psg_init_from_report(psg_init_from_t *f, FILE *out) {
         add_name(missing, sizeof missing, name);
     }
     int total = 0;
-    bool skipped_step = false;
+    bool skipped_step = false, skipped_counts = false;
     for (int k = 0; k < f->num_files; k++)
         for (int i = 0; i < psg_checkpoint_num_tensors(f->cks[k]); i++) {
             psg_checkpoint_entry_t e;
@@ -487,16 +492,22 @@ int psg_init_from_report(psg_init_from_t *f, FILE *out) {
                 skipped_step = true;
                 continue;
             }
+            if (!strcmp(e.name, PSG_INIT_JOB_COUNTS)) { /* a cluster job's, not the model's */
+                skipped_counts = true;
+                continue;
+            }
             n_unexpected++;
             add_name(unexpected, sizeof unexpected, e.name);
         }
     fprintf(
         out,
         "--init-from %s: %d of its %d tensors matched, %d missing (keep their initializers)%s%s, "
-        "%d unexpected (no such variable)%s%s%s\n",
+        "%d unexpected (no such variable)%s%s%s%s\n",
         f->path, n_matched, total, n_missing, n_missing ? ": " : "", missing, n_unexpected,
         n_unexpected ? ": " : "", unexpected,
-        skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "");
+        skipped_step ? "; its global_step is not loaded (the run starts at step 0)" : "",
+        skipped_counts ? "; its " PSG_INIT_JOB_COUNTS " (a cluster job's counters) is not loaded"
+                       : "");
     fflush(out);
     /* the values are in the graph now: later variables keep their own initializers */
     psg_graph_set_initial_value_fn(f->g, NULL, NULL);
