@@ -64,12 +64,17 @@ for rt in crun runc; do
   if "${P[@]}" "${r[@]}" --rm --network none "$image" true >"$tmp/probe.$rt" 2>&1; then run=("${r[@]}"); break; fi
 done
 [ ${#run[@]} -gt 0 ] || { echo "FAIL: podman runs no container here: $(cat "$tmp"/probe.*)"; exit 1; }
+# the bound: 150 MB (the issue's aim), 200 MB with the Python package, python3 and numpy
+bound=150000000 python=
+if grep -q '_psgraph' <(find "$builddir/python" -name '_psgraph*.so' 2>/dev/null); then
+  bound=200000000 python=" with the Python package, python3 and numpy"
+fi
 conf=$("${P[@]}" image inspect --format '{{.Config.User}} {{.Config.WorkingDir}} {{range .Config.Env}}{{.}} {{end}}' "$image")
 who=$("${P[@]}" "${run[@]}" --rm --network none "$image" sh -c 'echo "$(id -u):$(id -g) $(command -v psgraph)"')
 oci=$(tar -xOf "$tmp/psgraph.oci.tar" index.json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["mediaType"])' 2>/dev/null)
 if [[ "$conf" == "1000:1000 /home/psgraph "*PATH=/usr/local/bin:* ]] && [ "$who" = "1000:1000 /usr/local/bin/psgraph" ] &&
-   [ "$oci" = application/vnd.oci.image.manifest.v1+json ] && [ "$size" -le 200000000 ]; then
-  ok "$image: $size bytes (<= 200 MB with Python and numpy; docs/hosts.md), user 1000:1000, psgraph on PATH at /usr/local/bin/psgraph, an OCI archive"
+   [ "$oci" = application/vnd.oci.image.manifest.v1+json ] && [ "$size" -le "$bound" ]; then
+  ok "$image: $size bytes (<= $((bound / 1000000)) MB$python), user 1000:1000, psgraph on PATH at /usr/local/bin/psgraph, an OCI archive"
 else
   fail "the image: config '$conf', in it '$who', archive '$oci', size $size"
 fi

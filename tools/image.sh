@@ -128,6 +128,7 @@ mmdebstrap --quiet --variant=essential --include="$include" \
   --customize-hook="sync-in '$stage' /" \
   --customize-hook="$user_hook" --customize-hook="$check_hook" \
   --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \
+  --customize-hook='find "$1"/usr/lib/python3* -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; true' \
   "$suite" "$work/rootfs.tar" "$sources" || die "mmdebstrap failed"
 
 old=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
