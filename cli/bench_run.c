@@ -32,10 +32,10 @@ typedef struct {
     /* one process */
     psg_session_t *sess;
     psg_callable_t *step;
-    psg_trace_t *trace; /* --trace: the timed steps' ops */
+    psg_trace_t *trace;        /* --trace: the timed steps' ops */
     psg_op_profile_t *profile; /* --op-profile: the timed steps' ops by type */
     double profiled_ms;        /* the profiled steps' wall time */
-    psg_towers_t *towers; /* NULL: one tower */
+    psg_towers_t *towers;      /* NULL: one tower */
     bool gpu;
     psg_inception3_t tower_models[PSG_MAX_TOWERS];
     /* a cluster */
@@ -43,10 +43,10 @@ typedef struct {
     psg_train_config_t tc; /* the cluster's and sync replicas' settings */
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
-    psg_replica_t rep;          /* the replica: model or towers, the strategy */
-    psg_sync_train_t *sync;     /* rep.sync: the strategy's worker (worker/sync_train.c) */
-    psg_optimizer_t *opt;       /* the strategy's (borrowed by sync) */
-    int num_required;           /* gradients a global step (N) */
+    psg_replica_t rep;      /* the replica: model or towers, the strategy */
+    psg_sync_train_t *sync; /* rep.sync: the strategy's worker (worker/sync_train.c) */
+    psg_optimizer_t *opt;   /* the strategy's (borrowed by sync) */
+    int num_required;       /* gradients a global step (N) */
     /* input */
     psg_imagenet_t *inet;
     psg_batch_iter_t *it;
@@ -97,7 +97,8 @@ static int build_towers(bench_t *b) {
     if (!opt) return -1;
     psg_towers_config_t tc = towers_config(b);
     b->towers = calloc(1, sizeof *b->towers);
-    int rc = b->towers ? psg_towers_build(b->g, &tc, opt, b->towers) : psg_error_set("out of memory");
+    int rc =
+        b->towers ? psg_towers_build(b->g, &tc, opt, b->towers) : psg_error_set("out of memory");
     psg_optimizer_destroy(&opt);
     if (rc < 0) return -1;
     b->m = b->tower_models[0];
@@ -136,16 +137,18 @@ static int build_replica(bench_t *b) {
     tc->step_timeout_ms = o->step_timeout_ms;
     tc->steps = o->warmup + o->steps;
     tc->backup_workers = o->backups;
-    tc->stragglers = o->stragglers;
-    tc->num_stragglers = o->num_stragglers;
+    tc->stragglers = o->stragglers.v;
+    tc->num_stragglers = o->stragglers.n;
     tc->sync_opt = o->sync_opt;
     if (psg_worker_task_join(&b->w, tc, "psgraph bench inception3") < 0) return -1;
     int W = b->w.num_workers;
     if (o->workers > 0 && o->workers + o->backups != W)
         return psg_error_set("--workers %d --backup-workers %d: the cluster has %d worker tasks, "
-                             "not %d", o->workers, o->backups, W, o->workers + o->backups);
+                             "not %d",
+                             o->workers, o->backups, W, o->workers + o->backups);
     if (o->backups >= W)
-        return psg_error_set("--backup-workers %d: the cluster has only %d worker tasks", o->backups, W);
+        return psg_error_set("--backup-workers %d: the cluster has only %d worker tasks",
+                             o->backups, W);
     tc->sync = o->sync ? o->sync : W > 1 || o->backups > 0 ? "sync" : "async";
     b->num_required = W - o->backups;
     b->recipe.replicas = b->num_required;
@@ -155,9 +158,13 @@ static int build_replica(bench_t *b) {
     psg_graph_pop_device(b->g);
     if (!b->opt) return -1;
     psg_towers_config_t twc = towers_config(b);
-    psg_replica_spec_t rs = {.c = tc, .w = &b->w, .opt = b->opt,
+    psg_replica_spec_t rs = {.c = tc,
+                             .w = &b->w,
+                             .opt = b->opt,
                              .towers = o->towers > 1 || b->gpu ? &twc : NULL,
-                             .build_one = build_one, .ctx = b, .out = stdout};
+                             .build_one = build_one,
+                             .ctx = b,
+                             .out = stdout};
     if (psg_replica_build(b->g, &rs, &b->rep) < 0) return -1;
     b->sync = b->rep.sync;
     b->towers = b->rep.towers;
@@ -169,8 +176,8 @@ static int build_replica(bench_t *b) {
     psg_graph_pop_device(b->g);
     if (rc < 0) return -1;
     psg_sync_train_add_ops(b->sync, b->m.bn_updates, ema);
-    psg_dist_session_options_t so = {.cluster = b->w.cluster, .server = b->w.server,
-                                     .step_timeout_ms = o->step_timeout_ms};
+    psg_dist_session_options_t so = {
+        .cluster = b->w.cluster, .server = b->w.server, .step_timeout_ms = o->step_timeout_ms};
     if (!(b->dsess = psg_dist_session_new(b->g, &so))) return -1;
     if (psg_sync_train_init_local(b->sync, b->dsess) < 0) return -1;
     if (b->w.chief ? psg_dist_session_run_init(b->dsess) < 0
@@ -193,7 +200,8 @@ static int build(bench_t *b) {
         return -1;
     }
     psg_session_options_t so = {.num_threads = o->threads};
-    if (!(b->sess = psg_session_new(b->g, &so, NULL)) || psg_session_run_init(b->sess) < 0) return -1;
+    if (!(b->sess = psg_session_new(b->g, &so, NULL)) || psg_session_run_init(b->sess) < 0)
+        return -1;
     psg_endpoint_t feeds[2 * PSG_MAX_TOWERS] = {b->m.images, b->m.labels};
     psg_endpoint_t fetch = o->forward_only ? b->m.xent : b->m.loss;
     if (towers) {
@@ -220,7 +228,8 @@ static int make_input(bench_t *b) {
         return b->it ? 0 : -1;
     }
     unsigned seed = (unsigned)(o->seed * 1000 + (uint64_t)rank);
-    b->img = psg_tensor_new(PSG_DT_F32, &(psg_shape_t){4, {o->batch, o->image_size, o->image_size, 3}});
+    b->img =
+        psg_tensor_new(PSG_DT_F32, &(psg_shape_t){4, {o->batch, o->image_size, o->image_size, 3}});
     b->lab = psg_tensor_new(PSG_DT_I32, &(psg_shape_t){1, {o->batch}});
     if (!b->img || !b->lab) return psg_error_set("out of memory");
     for (int64_t i = 0; i < psg_tensor_numel(b->img); i++)
@@ -230,7 +239,8 @@ static int make_input(bench_t *b) {
 }
 
 /* One step on (img, lab): *loss new; *over when sync training is over. */
-static int run_step(bench_t *b, psg_tensor_t *img, psg_tensor_t *lab, psg_tensor_t **loss, bool *over) {
+static int run_step(bench_t *b, psg_tensor_t *img, psg_tensor_t *lab, psg_tensor_t **loss,
+                    bool *over) {
     *over = false;
     if (b->sync) return psg_sync_train_step(b->sync, img, lab, loss, over);
     psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {img, lab};
@@ -254,17 +264,18 @@ static int write_step_times(const char *path, const double *ms, int64_t n) {
 }
 
 static void print_model(const psg_bench_opts_t *o, const psg_model_stats_t *s) {
-    printf("inception3: %dx%dx3 input, %d classes, auxiliary head %s\n", o->image_size, o->image_size,
-           o->classes, o->aux ? "on" : "off");
+    printf("inception3: %dx%dx3 input, %d classes, auxiliary head %s\n", o->image_size,
+           o->image_size, o->classes, o->aux ? "on" : "off");
     printf("parameters: %lld (trainable %lld; batch-norm moving mean and variance %lld; "
            "batch norm has beta only, no gamma, as Keras's conv2d_bn)\n",
            (long long)s->params, (long long)s->trainable, (long long)(s->params - s->trainable));
     printf("forward multiply-adds per image: %lld (%.3f G; conv and fully connected layers)\n",
            (long long)s->macs_per_example, (double)s->macs_per_example / 1e9);
-    printf("{\"model\":\"inception3\",\"image_size\":%d,\"classes\":%d,\"aux_logits\":%s,\"params\":%lld,"
-           "\"trainable_params\":%lld,\"macs_per_image\":%lld}\n",
-           o->image_size, o->classes, o->aux ? "true" : "false", (long long)s->params,
-           (long long)s->trainable, (long long)s->macs_per_example);
+    printf(
+        "{\"model\":\"inception3\",\"image_size\":%d,\"classes\":%d,\"aux_logits\":%s,\"params\":%lld,"
+        "\"trainable_params\":%lld,\"macs_per_image\":%lld}\n",
+        o->image_size, o->classes, o->aux ? "true" : "false", (long long)s->params,
+        (long long)s->trainable, (long long)s->macs_per_example);
 }
 
 static void print_header(const bench_t *b) {
@@ -273,19 +284,21 @@ static void print_header(const bench_t *b) {
            "%lld params, %.2f GMACs/image\n",
            b->cmd, o->forward_only ? "forward" : "training", o->data, o->batch, o->image_size,
            o->image_size, o->classes, o->threads,
-           o->forward_only ? "no optimizer"
-                           : "RMSProp(0.9, momentum 0.9, eps 1.0), lr 0.045 x0.94/2 epochs, EMA 0.9999",
+           o->forward_only
+               ? "no optimizer"
+               : "RMSProp(0.9, momentum 0.9, eps 1.0), lr 0.045 x0.94/2 epochs, EMA 0.9999",
            (long long)b->st.params, (double)b->st.macs_per_example / 1e9);
     if (b->towers)
         printf("%d %s towers, %d images each, gradients averaged in-graph\n", b->towers->num_towers,
                b->gpu ? "GPU" : "CPU", o->batch / b->towers->num_towers);
     if (b->in_cluster)
         printf("%s of %d workers (%s), %s, variables on %d ps tasks\n", b->w.task, b->w.num_workers,
-               b->w.chief ? "chief" : "not chief",
-               b->tc.sync, psg_cluster_num_tasks(b->w.cluster, "ps"));
+               b->w.chief ? "chief" : "not chief", b->tc.sync,
+               psg_cluster_num_tasks(b->w.cluster, "ps"));
     if (b->sync && psg_sync_train_graph(b->sync)->chief_op >= 0)
-        printf("sync replicas: the mean of the first %d of %d gradients a step, %d backup worker%s\n",
-               b->num_required, b->w.num_workers, o->backups, o->backups == 1 ? "" : "s");
+        printf(
+            "sync replicas: the mean of the first %d of %d gradients a step, %d backup worker%s\n",
+            b->num_required, b->w.num_workers, o->backups, o->backups == 1 ? "" : "s");
     if (!o->forward_only)
         printf("learning rate %g, decay every %lld steps\n", o->lr,
                (long long)psg_inception3_decay_steps(&b->recipe));
@@ -300,8 +313,9 @@ static void cluster_json(bench_t *b, char *buf, size_t size) {
     double *rates = malloc(sizeof *rates * (size_t)W);
     psg_sync_train_json(b->sync, sj, sizeof sj);
     int nr = rates ? psg_sync_train_worker_rates(b->sync, rates) : 0;
-    size_t len = (size_t)snprintf(buf, size, "\"ps\":%d,\"workers\":%d,%s\"per_worker_images_per_sec\":[",
-                                  psg_cluster_num_tasks(b->w.cluster, "ps"), b->num_required, sj);
+    size_t len =
+        (size_t)snprintf(buf, size, "\"ps\":%d,\"workers\":%d,%s\"per_worker_images_per_sec\":[",
+                         psg_cluster_num_tasks(b->w.cluster, "ps"), b->num_required, sj);
     for (int i = 0; i < nr && len + 32 < size; i++) {
         if (rates[i] < 0)
             len += (size_t)snprintf(buf + len, size - len, "%snull", i ? "," : "");
@@ -318,7 +332,8 @@ static int finish_cluster(bench_t *b, double own_ips) {
     if (psg_dist_session_drain(b->dsess) < 0) return -1; /* the last overlapped step */
     if (psg_sync_train_finish(b->sync, own_ips) < 0) return -1;
     if (b->w.chief) {
-        if (psg_dist_session_wait_workers(b->dsess, b->w.num_workers - 1, b->o->step_timeout_ms) < 0) {
+        if (psg_dist_session_wait_workers(b->dsess, b->w.num_workers - 1, b->o->step_timeout_ms) <
+            0) {
             printf("warning: %s; reporting anyway\n", psg_error_message());
             fflush(stdout);
         }
@@ -363,7 +378,7 @@ static int setup(bench_t *b) {
         b->recipe.ema_decay = 0;
         b->cfg.weight_decay = 0;
     }
-    b->in_cluster = !o->print_model && (o->cluster_file || getenv("TF_CONFIG"));
+    b->in_cluster = !o->print_model && (o->cluster_file || psg_cluster_env_given());
     b->gpu = !strcmp(o->device, "gpu");
     if (b->gpu && !o->print_model && psg_gpu_count() == 0) {
         printf("psgraph %s: --device gpu: %s; running on the CPU\n", b->cmd, psg_gpu_status());
@@ -373,7 +388,9 @@ static int setup(bench_t *b) {
     /* before any node: the products of every tower and gradient are built under it */
     if (psg_graph_set_precision(b->g, o->precision) < 0) return -1;
     if (o->print_model) {
-        if (psg_inception3_build(b->g, &b->cfg, &b->m) < 0 || psg_model_stats(b->g, NULL, &b->st) < 0) return -1;
+        if (psg_inception3_build(b->g, &b->cfg, &b->m) < 0 ||
+            psg_model_stats(b->g, NULL, &b->st) < 0)
+            return -1;
         print_model(o, &b->st);
         return 1;
     }
@@ -384,6 +401,7 @@ static int setup(bench_t *b) {
         io.threads = o->decode_threads;
         io.seed = o->seed;
         io.compression = o->compression;
+        io.dct_method = o->dct_method;
         io.report = on_skip;
         if (!(b->inet = psg_imagenet_new(o->data_dir, &io))) return -1;
         b->recipe.examples_per_epoch = psg_imagenet_num_records(b->inet);
@@ -393,7 +411,7 @@ static int setup(bench_t *b) {
 
 /* What the timed steps gave. */
 typedef struct {
-    double *times; /* each timed step's ms */
+    double *times;     /* each timed step's ms */
     int64_t k, cap, s; /* timed steps, room, steps run */
     double loss, timed;
     int per_step; /* images a step as reported: the chief's are N workers' */
@@ -430,7 +448,8 @@ static int loop(bench_t *b, timing_t *t) {
     bool tokens = b->sync && psg_sync_train_graph(b->sync)->chief_op >= 0;
     int64_t limit = tokens ? total * b->w.num_workers + 16 : total;
     t->cap = total;
-    if (!(t->times = calloc((size_t)t->cap, sizeof *t->times))) return psg_error_set("out of memory");
+    if (!(t->times = calloc((size_t)t->cap, sizeof *t->times)))
+        return psg_error_set("out of memory");
     t->per_step = b->in_cluster && b->w.chief ? b->num_required * o->batch : o->batch;
     t->loss = NAN;
     double interval_start = 0;
@@ -464,7 +483,8 @@ static int loop(bench_t *b, timing_t *t) {
         psg_tensor_destroy(&out);
         double dt = psg_now_sec() - t0;
         if (b->profile) b->profiled_ms += dt * 1e3;
-        if (!isfinite(t->loss)) return psg_error_set("step %lld: the loss is %g", (long long)t->s, t->loss);
+        if (!isfinite(t->loss))
+            return psg_error_set("step %lld: the loss is %g", (long long)t->s, t->loss);
         if (t->s < o->warmup) {
             printf("warmup %lld\t%.2f s\t%.3f\n", (long long)t->s + 1, dt, t->loss);
             fflush(stdout);
@@ -488,9 +508,17 @@ static int report(bench_t *b, timing_t *t) {
         return 0;
     }
     if (o->step_times && write_step_times(o->step_times, t->times, t->k) < 0) return -1;
+    if (o->logdir && !b->in_cluster) {
+        psg_resource_mgr_t *rm = psg_session_resources(b->sess);
+        if (psg_checkpoint_save(o->logdir, t->s, 1, &rm, 5, NULL) < 0)
+            return psg_error_wrap("--logdir");
+        printf("checkpoint %s/" PSG_CKPT_PREFIX "-%lld.index.json written\n", o->logdir,
+               (long long)t->s);
+    }
     if (b->trace && psg_trace_write(b->trace, o->trace) < 0) return psg_error_wrap("--trace");
-    if (b->profile && psg_op_profile_write_json(b->profile, b->g, b->towers ? o->batch / b->towers->num_towers : o->batch, t->k,
-                                                 b->profiled_ms, stdout) < 0)
+    if (b->profile && psg_op_profile_write_json(
+                          b->profile, b->g, b->towers ? o->batch / b->towers->num_towers : o->batch,
+                          t->k, b->profiled_ms, stdout) < 0)
         return psg_error_wrap("--op-profile");
     double median = 0, p90 = 0;
     if (t->k > 0) {
@@ -501,18 +529,18 @@ static int report(bench_t *b, timing_t *t) {
     char cl[3072] = "";
     if (b->in_cluster) cluster_json(b, cl, sizeof cl);
     printf("total images/sec: %.2f\n", ips);
-    printf("{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
-           "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
-           "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
-           "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld,"
-           "\"blas\":\"%s\"}\n",
-           b->gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b->g)),
-           b->towers ? b->towers->num_towers : 1, cl,
-           o->forward_only ? "forward" : "train", o->data, o->batch, o->image_size, o->classes,
-           o->threads, o->warmup, (long long)t->k, ips, median, p90, t->loss, (long long)b->st.params,
-           (long long)b->st.macs_per_example,
-           ips * (double)b->st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
-           b->inet ? (long long)psg_imagenet_num_skipped(b->inet) : 0LL, psg_blas_core());
+    printf(
+        "{\"bench\":\"inception3\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s\"mode\":\"%s\",\"data\":\"%s\","
+        "\"batch\":%d,\"image_size\":%d,\"classes\":%d,\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,"
+        "\"images_per_sec\":%.3f,\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,"
+        "\"params\":%lld,\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"skipped_records\":%lld,"
+        "\"blas\":\"%s\"}\n",
+        b->gpu ? "gpu" : "cpu", psg_precision_name(psg_graph_compute_dtype(b->g)),
+        b->towers ? b->towers->num_towers : 1, cl, o->forward_only ? "forward" : "train", o->data,
+        o->batch, o->image_size, o->classes, o->threads, o->warmup, (long long)t->k, ips, median,
+        p90, t->loss, (long long)b->st.params, (long long)b->st.macs_per_example,
+        ips * (double)b->st.macs_per_example * (o->forward_only ? 1 : 3) / 1e9,
+        b->inet ? (long long)psg_imagenet_num_skipped(b->inet) : 0LL, psg_blas_core());
     return 0;
 }
 
@@ -529,7 +557,8 @@ int psg_bench_run(const psg_bench_opts_t *o, const char *cmd) {
         psg_graph_wrap_error(b.g);
         fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
     }
+    bool config = rc < 0 && psg_error_code() == PSG_ERR_CONFIG; /* exit 2, as server and train */
     free(t.times);
     bench_free(&b);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? (config ? 2 : 1) : 0;
 }

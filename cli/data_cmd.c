@@ -10,12 +10,14 @@
 #include <string.h>
 
 static void data_usage(FILE *f) {
-    fprintf(f, "usage: psgraph data ctr --rows N --out FILE [--seed S]\n"
-               "  writes N rows in the Criteo format (label, 13 integers, 26 hexadecimal categoricals,\n"
-               "  tab-separated; gzip when FILE ends in .gz) drawn from a planted wide-and-deep model\n"
-               "  (Zipf ids, seed S, default 1), and prints a JSON line with the click rate and the\n"
-               "  planted model's AUC and log-loss on the last 10%% of the rows (the held-out part of\n"
-               "  psgraph train --model wide-deep): the best AUC a learner can reach on it\n");
+    fprintf(
+        f,
+        "usage: psgraph data ctr --rows N --out FILE [--seed S]\n"
+        "  writes N rows in the Criteo format (label, 13 integers, 26 hexadecimal categoricals,\n"
+        "  tab-separated; gzip when FILE ends in .gz) drawn from a planted wide-and-deep model\n"
+        "  (Zipf ids, seed S, default 1), and prints a JSON line with the click rate and the\n"
+        "  planted model's AUC and log-loss on the last 10%% of the rows (the held-out part of\n"
+        "  psgraph train --model wide-deep): the best AUC a learner can reach on it\n");
 }
 
 int psg_cmd_data(int argc, char **argv) {
@@ -38,9 +40,12 @@ int psg_cmd_data(int argc, char **argv) {
             return 2;
         }
         errno = 0;
-        if (!strcmp(a, "--rows")) rows = strtoll(v, &end, 10);
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, &end, 10);
-        else if (!strcmp(a, "--out")) out = v;
+        if (!strcmp(a, "--rows"))
+            rows = strtoll(v, &end, 10);
+        else if (!strcmp(a, "--seed"))
+            seed = strtoull(v, &end, 10);
+        else if (!strcmp(a, "--out"))
+            out = v;
         else {
             fprintf(stderr, "psgraph data ctr: unknown option '%s'\n", a);
             data_usage(stderr);

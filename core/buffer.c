@@ -146,7 +146,9 @@ size_t psg_buffer_cached_bytes(void) {
     return n;
 }
 
-size_t psg_buffer_live_bytes(void) { return atomic_load(&live_bytes); }
+size_t psg_buffer_live_bytes(void) {
+    return atomic_load(&live_bytes);
+}
 
 void psg_buffer_cache_trim(void) {
     pthread_mutex_lock(&cache_lock);

@@ -106,7 +106,8 @@ int psg_graph_serialize(const psg_graph_t *g, char **out, size_t *len) {
     for (int c = 0; c < g->num_collections; c++) {
         pack_cstr(&pk, g->collections[c].name);
         msgpack_pack_array(&pk, (size_t)g->collections[c].n);
-        for (int i = 0; i < g->collections[c].n; i++) msgpack_pack_int(&pk, g->collections[c].ids[i]);
+        for (int i = 0; i < g->collections[c].n; i++)
+            msgpack_pack_int(&pk, g->collections[c].ids[i]);
     }
     *out = sb.data; /* the sbuffer's malloc'd block becomes the caller's */
     *len = sb.size;
@@ -182,12 +183,15 @@ static bool get_shape(const msgpack_object *o, psg_shape_t *s) {
     return true;
 }
 
-static bool valid_dtype(int64_t v) { return v > 0 && v < PSG_DT_COUNT; }
+static bool valid_dtype(int64_t v) {
+    return v > 0 && v < PSG_DT_COUNT;
+}
 
 /* Adds attribute `key` from its [type, value] form to the builder. */
 static int read_attr(psg_node_builder_t *b, const char *key, const msgpack_object *o) {
     int64_t type;
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2 || !get_int(&o->via.array.ptr[0], &type))
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2 ||
+        !get_int(&o->via.array.ptr[0], &type))
         return psg_error_set("attribute '%s' is not [type, value]", key);
     const msgpack_object *v = &o->via.array.ptr[1];
     int64_t i;
@@ -246,7 +250,8 @@ static int read_attr(psg_node_builder_t *b, const char *key, const msgpack_objec
             v->via.array.ptr[2].type != MSGPACK_OBJECT_BIN)
             break;
         const msgpack_object *bin = &v->via.array.ptr[2];
-        psg_tensor_t *t = psg_tensor_from_data((psg_dtype_t)dt, &s, bin->via.bin.ptr, bin->via.bin.size);
+        psg_tensor_t *t =
+            psg_tensor_from_data((psg_dtype_t)dt, &s, bin->via.bin.ptr, bin->via.bin.size);
         if (!t) return psg_error_wrap("attribute '%s'", key);
         psg_node_attr_tensor(b, key, &t);
         return 0;

@@ -20,8 +20,8 @@
 #define MAX_WATCHED 64
 #define MAX_FDS 256
 #define MAX_LOGGED 1024
-#define MONITOR_EVENTS                                                                        \
-    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |      \
+#define MONITOR_EVENTS                                                                             \
+    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |           \
      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 /* a handshake the peer broke off (a failure code of ours, not ZeroMQ's): a client without
  * keys sees the mismatch too, and when it hangs up first the server never reads its greeting */
@@ -60,7 +60,8 @@ static unsigned long long guard_next;
 /* ---- refusals ---- */
 
 /* Logs what happened to a peer unless this (address, kind) was logged before. */
-static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *what) {
+static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kind,
+                     const char *what) {
     char key[160];
     snprintf(key, sizeof key, "%s|%s|%s", w->domain, addr, kind);
     for (int i = 0; i < g->nlogged; i++)
@@ -77,8 +78,10 @@ static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kin
 static void refuse(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *why) {
     atomic_fetch_add(w->refused, 1);
     char what[512];
-    snprintf(what, sizeof what, "refused a peer at %s: %s (CURVE; further refusals of this peer "
-             "for this reason are counted, not logged)", addr, why);
+    snprintf(what, sizeof what,
+             "refused a peer at %s: %s (CURVE; further refusals of this peer "
+             "for this reason are counted, not logged)",
+             addr, why);
     log_once(g, w, addr, kind, what);
 }
 
@@ -182,8 +185,10 @@ static void monitor_event(guard_t *g, watched_t *w) {
             if (failure == FAILURE_PEER_LEFT) {
                 /* not counted as refused: a cluster's own client may be closed mid-handshake */
                 char what[256];
-                snprintf(what, sizeof what, "a peer at %s closed its connection during the CURVE "
-                         "handshake (a client without keys hangs up so; not counted as refused)", addr);
+                snprintf(what, sizeof what,
+                         "a peer at %s closed its connection during the CURVE "
+                         "handshake (a client without keys hangs up so; not counted as refused)",
+                         addr);
                 log_once(g, w, addr, "left", what);
             } else if (failure) {
                 const char *kind;
@@ -374,14 +379,18 @@ int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_key
     snprintf(monitor, sizeof monitor, "inproc://psgraph-curve-monitor-%llu", n);
     if (zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) < 0 ||
         zmq_socket_monitor(sock, monitor, MONITOR_EVENTS) < 0) {
-        rc = psg_error_set("cannot watch the CURVE handshakes of %s: %s", endpoint, zmq_strerror(errno));
-    } else if (zsock_send(guard, "sssspp", "ADD", domain, endpoint, monitor, (void *)k, (void *)refused) < 0 ||
+        rc = psg_error_set("cannot watch the CURVE handshakes of %s: %s", endpoint,
+                           zmq_strerror(errno));
+    } else if (zsock_send(guard, "sssspp", "ADD", domain, endpoint, monitor, (void *)k,
+                          (void *)refused) < 0 ||
                zsock_wait(guard) != 0) {
         zmq_socket_monitor(sock, NULL, 0);
         rc = psg_error_set("cannot watch the CURVE handshakes of %s", endpoint);
     }
-    if (rc == 0) guard_refs++;
-    else domain[0] = 0; /* nothing for detach to undo */
+    if (rc == 0)
+        guard_refs++;
+    else
+        domain[0] = 0; /* nothing for detach to undo */
     if (rc < 0 && guard_refs == 0) zactor_destroy(&guard);
     pthread_mutex_unlock(&guard_lock);
     return rc;

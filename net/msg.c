@@ -108,7 +108,8 @@ int psg_msg_add_tensor(psg_msg_t *m, const char *name, psg_tensor_t *t) {
 }
 
 int psg_msg_set_key(psg_msg_t *m, const char *key) {
-    if (key && strlen(key) > PSG_WIRE_MAX_KEY) return psg_error_set("key over %d bytes", PSG_WIRE_MAX_KEY);
+    if (key && strlen(key) > PSG_WIRE_MAX_KEY)
+        return psg_error_set("key over %d bytes", PSG_WIRE_MAX_KEY);
     char *copy = NULL;
     if (key && !(copy = strdup(key))) return psg_error_set("out of memory");
     free(m->key);

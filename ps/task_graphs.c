@@ -84,7 +84,8 @@ static size_t var_bytes(const psg_node_t *n) {
     int64_t numel = psg_shape_numel(&sh->u.shape);
     size_t es = dt && dt->type == PSG_ATTR_DTYPE ? psg_dtype_size(dt->u.dtype) : 4;
     uint64_t b;
-    if (numel < 0 || psg_ckd_mul_u64(&b, (uint64_t)numel, es ? es : 4) || b > SIZE_MAX) return SIZE_MAX;
+    if (numel < 0 || psg_ckd_mul_u64(&b, (uint64_t)numel, es ? es : 4) || b > SIZE_MAX)
+        return SIZE_MAX;
     return (size_t)b;
 }
 
@@ -108,7 +109,8 @@ static int collect_vars(reg_graph_t *rg) {
     int nn = psg_graph_num_nodes(rg->g), n = 0;
     for (int i = 0; i < nn; i++) n += var_bytes(psg_graph_node(rg->g, i)) > 0;
     if (!n) return 0;
-    if (!(rg->vars = malloc(sizeof *rg->vars * (size_t)n))) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    if (!(rg->vars = malloc(sizeof *rg->vars * (size_t)n)))
+        return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < nn; i++) {
         const psg_node_t *nd = psg_graph_node(rg->g, i);
         size_t b = var_bytes(nd);
@@ -121,7 +123,8 @@ static int collect_vars(reg_graph_t *rg) {
 /* Under lock: the bytes of rg's variables that another graph of its owner already holds
  * (a variable is one resource of the task, however many graphs name it: a worker's step,
  * init and eval graphs all name the table's shard). */
-static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t *rg, const peer_t *owner) {
+static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t *rg,
+                                  const peer_t *owner) {
     size_t held = 0;
     for (int i = 0; i < rg->n_vars; i++) {
         const struct psg_ts_var *v = &rg->vars[i];
@@ -129,7 +132,8 @@ static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t
         for (int k = 0; k < ts->n_graphs && !found; k++) {
             const reg_graph_t *o = ts->graphs[k];
             if (o->owner != owner || !o->n_vars) continue;
-            const struct psg_ts_var *m = bsearch(v, o->vars, (size_t)o->n_vars, sizeof *o->vars, var_cmp);
+            const struct psg_ts_var *m =
+                bsearch(v, o->vars, (size_t)o->n_vars, sizeof *o->vars, var_cmp);
             found = m && m->bytes == v->bytes;
         }
         if (found && v->bytes != SIZE_MAX) held += v->bytes;
@@ -138,8 +142,8 @@ static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t
 }
 
 /* The bytes a step of the graph may allocate, at most: every output of a known shape
- * (Random, constants, temporaries; not handles) and every variable a VarHandle creates. Saturates at
- * SIZE_MAX; *worst names the largest node. */
+ * (Random, constants, temporaries; not handles) and every variable a VarHandle creates. Saturates
+ * at SIZE_MAX; *worst names the largest node. */
 static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) {
     size_t total = 0, top = 0;
     int nn = psg_graph_num_nodes(g);
@@ -152,7 +156,8 @@ static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) 
             if (psg_node_output_dtype(n, o) == PSG_DT_RESOURCE) continue;
             int64_t numel = psg_shape_numel(psg_node_output_shape(n, o));
             uint64_t b;
-            if (numel > 0 && (psg_ckd_mul_u64(&b, (uint64_t)numel, psg_dtype_size(psg_node_output_dtype(n, o))) ||
+            if (numel > 0 && (psg_ckd_mul_u64(&b, (uint64_t)numel,
+                                              psg_dtype_size(psg_node_output_dtype(n, o))) ||
                               psg_ckd_add_size(&bytes, bytes, b)))
                 bytes = SIZE_MAX;
         }
@@ -167,18 +172,21 @@ static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) 
 static int check_owner_limits(psg_task_server_t *ts, const peer_t *p, size_t body, size_t alloc) {
     const psg_task_limits_t *l = &ts->lim;
     if (p->graphs + 1 > l->max_graphs_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT, "peer %s has %d graphs registered (the limit is %d per peer)",
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "peer %s has %d graphs registered (the limit is %d per peer)",
                                   p->label, p->graphs, l->max_graphs_per_peer);
     if (p->graph_bytes + body > (size_t)l->max_graph_bytes_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "peer %s: graphs of %zu bytes registered, this one %zu (the limit is %" PRId64
-                                  " bytes per peer)",
-                                  p->label, p->graph_bytes, body, l->max_graph_bytes_per_peer);
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "peer %s: graphs of %zu bytes registered, this one %zu (the limit is %" PRId64
+            " bytes per peer)",
+            p->label, p->graph_bytes, body, l->max_graph_bytes_per_peer);
     if (p->alloc_bytes + alloc > (size_t)l->memory_bytes)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "peer %s: its graphs may allocate %zu bytes, this one %zu more (the task's "
-                                  "memory limit is %" PRId64 " bytes, --memory-limit)",
-                                  p->label, p->alloc_bytes, alloc, l->memory_bytes);
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "peer %s: its graphs may allocate %zu bytes, this one %zu more (the task's "
+            "memory limit is %" PRId64 " bytes, --memory-limit)",
+            p->label, p->alloc_bytes, alloc, l->memory_bytes);
     return 0;
 }
 
@@ -196,30 +204,36 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
     rg->alloc_bytes = graph_alloc_bytes(rg->g, &worst);
     if (collect_vars(rg) < 0) goto fail;
     if (limited && rg->alloc_bytes > (size_t)ts->lim.memory_bytes) {
-        psg_error_set_code(PSG_ERR_LIMIT,
-                           "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64
-                           " bytes (--memory-limit); the largest is node '%s' (%s)",
-                           rg->alloc_bytes, ts->lim.memory_bytes, worst ? psg_node_name(worst) : "?",
-                           worst ? psg_node_op(worst) : "?");
+        psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64
+            " bytes (--memory-limit); the largest is node '%s' (%s)",
+            rg->alloc_bytes, ts->lim.memory_bytes, worst ? psg_node_name(worst) : "?",
+            worst ? psg_node_op(worst) : "?");
         goto fail;
     }
     int nn = psg_graph_num_nodes(rg->g);
     for (int i = 0; i < r->n_feeds + r->n_fetches; i++) {
         psg_endpoint_t e = i < r->n_feeds ? r->feeds[i] : r->fetches[i - r->n_feeds];
-        if (e.node < 0 || e.node >= nn || e.index < 0 || e.index >= psg_node_num_outputs(psg_graph_node(rg->g, e.node))) {
-            psg_error_set_code(PSG_ERR_BAD_REQUEST, "%s %d names output %d of node %d, which the graph does not have",
-                               i < r->n_feeds ? "feed" : "fetch", i < r->n_feeds ? i : i - r->n_feeds, e.index, e.node);
+        if (e.node < 0 || e.node >= nn || e.index < 0 ||
+            e.index >= psg_node_num_outputs(psg_graph_node(rg->g, e.node))) {
+            psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                               "%s %d names output %d of node %d, which the graph does not have",
+                               i < r->n_feeds ? "feed" : "fetch",
+                               i < r->n_feeds ? i : i - r->n_feeds, e.index, e.node);
             goto fail;
         }
     }
     for (int i = 0; i < r->n_targets; i++)
         if (r->targets[i] < 0 || r->targets[i] >= nn) {
-            psg_error_set_code(PSG_ERR_BAD_REQUEST, "target %d names node %d, which the graph does not have", i,
+            psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                               "target %d names node %d, which the graph does not have", i,
                                r->targets[i]);
             goto fail;
         }
     if (scan_sendrecv(ts, rg) < 0) goto fail;
-    rg->plan = psg_plan_new(rg->g, r->n_feeds, r->feeds, r->n_fetches, r->fetches, r->n_targets, r->targets);
+    rg->plan = psg_plan_new(rg->g, r->n_feeds, r->feeds, r->n_fetches, r->fetches, r->n_targets,
+                            r->targets);
     if (!rg->plan) goto fail;
     rg->n_feeds = r->n_feeds;
     rg->n_fetches = r->n_fetches;
@@ -231,19 +245,23 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
         if (!d || (d->flags & PSG_OP_ASYNC)) rg->run_inline = false;
     }
     /* an inline step must never wait for the step before: the server thread runs it */
-    if (!rg->run_inline && psg_plan_can_overlap(rg->plan) && !(rg->order = psg_run_order_new(rg->plan))) goto fail;
+    if (!rg->run_inline && psg_plan_can_overlap(rg->plan) &&
+        !(rg->order = psg_run_order_new(rg->plan)))
+        goto fail;
     return rg;
 fail:
     reg_graph_free(rg);
     return NULL;
 }
 
-int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r, uint64_t *handle) {
+int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r,
+                          uint64_t *handle) {
     reg_graph_t *rg = build(ts, r, owner != NULL);
     if (!rg) return psg_error_wrap("task %s: RegisterGraph", ts->task);
     pthread_mutex_lock(&ts->lock);
     rg->charged_bytes = rg->alloc_bytes - (owner ? vars_held_elsewhere(ts, rg, owner) : 0);
-    if (owner && check_owner_limits(ts, owner, rg->body_bytes, rg->charged_bytes) < 0) goto fail_locked;
+    if (owner && check_owner_limits(ts, owner, rg->body_bytes, rg->charged_bytes) < 0)
+        goto fail_locked;
     if (ts->n_graphs == ts->cap_graphs) {
         int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
         reg_graph_t **v = realloc(ts->graphs, (size_t)cap * sizeof *v);
@@ -273,10 +291,17 @@ fail_locked:
 }
 
 int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t len, int n_feeds,
-                             const psg_endpoint_t *feeds, int n_fetches, const psg_endpoint_t *fetches,
-                             int n_targets, const int *targets, uint64_t *handle) {
-    psg_req_register_t r = {graph, len, n_feeds, n_fetches, n_targets, (psg_endpoint_t *)feeds,
-                            (psg_endpoint_t *)fetches, (int *)targets};
+                             const psg_endpoint_t *feeds, int n_fetches,
+                             const psg_endpoint_t *fetches, int n_targets, const int *targets,
+                             uint64_t *handle) {
+    psg_req_register_t r = {graph,
+                            len,
+                            n_feeds,
+                            n_fetches,
+                            n_targets,
+                            (psg_endpoint_t *)feeds,
+                            (psg_endpoint_t *)fetches,
+                            (int *)targets};
     return psg_ts_graph_register(ts, NULL, &r, handle);
 }
 
@@ -346,7 +371,9 @@ static bool take_prepared(psg_task_server_t *ts, reg_graph_t *rg, int64_t step) 
 
 int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step) {
     reg_graph_t *rg = psg_ts_graph_get(ts, handle);
-    if (!rg) return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64, ts->task, handle);
+    if (!rg)
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64,
+                                  ts->task, handle);
     int rc = 0;
     if (step == 0) rc = psg_error_set("task %s: step 0 cannot be prepared", ts->task);
     int slot = -1;
@@ -364,20 +391,26 @@ int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step
     return rc;
 }
 
-int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step, int n_feeds,
-                     psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
+int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
+                     int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
     if (n_feeds != rg->n_feeds) {
         psg_run_ticket_release(&ticket);
-        return psg_error_set_code(PSG_ERR_BAD_REQUEST, "task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
-                                  ts->task, rg->handle, n_feeds, rg->n_feeds);
+        return psg_error_set_code(
+            PSG_ERR_BAD_REQUEST, "task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
+            ts->task, rg->handle, n_feeds, rg->n_feeds);
     }
     if (!ticket) pthread_mutex_lock(&rg->run_lock);
     int rc = 0;
-    if (!take_prepared(ts, rg, step)) rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
+    if (!take_prepared(ts, rg, step))
+        rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
     } else {
-        psg_run_env_t env = {.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv, .ticket = ticket};
+        psg_run_env_t env = {.pool = ts->pool,
+                             .rm = ts->rm,
+                             .step_id = step,
+                             .rendezvous = ts->rv,
+                             .ticket = ticket};
         pthread_mutex_lock(&ts->lock);
         env.on_node = ts->on_node;
         env.on_node_ctx = ts->on_node_ctx;
@@ -395,10 +428,12 @@ int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *t
     return 0;
 }
 
-int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds, psg_tensor_t *const *feeds,
-                        psg_tensor_t **fetched) {
+int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
+                        psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
     reg_graph_t *rg = psg_ts_graph_get(ts, handle);
-    if (!rg) return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64, ts->task, handle);
+    if (!rg)
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64,
+                                  ts->task, handle);
     psg_run_ticket_t *ticket = NULL;
     int rc;
     if (rg->order && !(ticket = psg_run_order_take(rg->order)))
@@ -424,7 +459,8 @@ bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key) {
     bool found = false;
     pthread_mutex_lock(&ts->lock);
     for (int i = 0; i < ts->n_graphs && !found; i++)
-        for (int k = 0; k < ts->graphs[i]->n_sends && !found; k++) found = !strcmp(ts->graphs[i]->send_keys[k], key);
+        for (int k = 0; k < ts->graphs[i]->n_sends && !found; k++)
+            found = !strcmp(ts->graphs[i]->send_keys[k], key);
     pthread_mutex_unlock(&ts->lock);
     return found;
 }

@@ -28,7 +28,7 @@ typedef struct {
     peer_t *owner; /* the peer that registered it (NULL: in-process); counts it */
     int refs;      /* under ts->lock: the table's (until deregistered) and each runner's */
     size_t body_bytes, alloc_bytes;
-    size_t charged_bytes; /* alloc_bytes less the variables its owner's other graphs hold */
+    size_t charged_bytes;    /* alloc_bytes less the variables its owner's other graphs hold */
     struct psg_ts_var *vars; /* its VarHandles' variables, sorted by name */
     int n_vars;
     psg_graph_t *g;
@@ -51,16 +51,16 @@ typedef struct {
 /* What one peer holds here, against the limits: a client key under CURVE (all its
  * connections), else a connection (a ZeroMQ routing id). Under ts->lock. */
 struct peer {
-    psg_route_t route; /* the connection, when no key */
+    psg_route_t route;            /* the connection, when no key */
     char key[PSG_CURVE_NAME_MAX]; /* the client key's name; "": a peer by connection */
     char addr[64];
-    char label[160];   /* how errors name it: "127.0.0.1", "key 'alice' (127.0.0.1)" */
-    int pending;       /* RunGraph queued or running */
-    int recvs;         /* Recv waiting for its tensor */
-    int running;       /* RunGraph on a runner thread */
+    char label[160]; /* how errors name it: "127.0.0.1", "key 'alice' (127.0.0.1)" */
+    int pending;     /* RunGraph queued or running */
+    int recvs;       /* Recv waiting for its tensor */
+    int running;     /* RunGraph on a runner thread */
     size_t pending_bytes;
-    int waiters;       /* WaitInit, WaitDone */
-    int graphs;        /* registered, not deregistered */
+    int waiters; /* WaitInit, WaitDone */
+    int graphs;  /* registered, not deregistered */
     size_t graph_bytes, alloc_bytes;
     struct peer *next;
 };
@@ -82,8 +82,8 @@ typedef struct {
     peer_t *peer;
     psg_req_type_t type;
     int64_t deadline;
-    int64_t workers;  /* WaitDone: how many */
-    char **names;     /* WaitInit: the variables, one string block */
+    int64_t workers;   /* WaitDone: how many */
+    char **names;      /* WaitInit: the variables, one string block */
     int n_names, next; /* names[0, next) were initialized when last looked at */
 } waiter_t;
 
@@ -113,7 +113,7 @@ struct psg_task_server {
     psg_threadpool_t *pool;
     psg_remote_rv_t *remote;
     _Atomic int64_t bytes_served; /* tensor bytes peers pulled from this task */
-    psg_server_t *server; /* made, used and destroyed by the server thread */
+    psg_server_t *server;         /* made, used and destroyed by the server thread */
 
     pthread_t thread;
     bool thread_started;
@@ -147,8 +147,8 @@ struct psg_task_server {
 
 /* ---- replies (task_server.c) ---- */
 /* An ERROR reply: "task T: <text>" with the code. */
-void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code, const char *fmt, ...)
-    PSG_PRINTF(4, 5);
+void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code,
+                        const char *fmt, ...) PSG_PRINTF(4, 5);
 /* Replies *rep (consumed), or an empty reply of req's op when rep is NULL. */
 void psg_ts_reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **rep);
 /* Replies the current error (psg_error_message / psg_error_code). */
@@ -167,7 +167,8 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req);
 reg_graph_t *psg_ts_graph_get(psg_task_server_t *ts, uint64_t handle);
 void psg_ts_graph_put(psg_task_server_t *ts, reg_graph_t **rg);
 /* Registers with the owner's limits checked (owner NULL: in-process, no limits). */
-int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r, uint64_t *handle);
+int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r,
+                          uint64_t *handle);
 int psg_ts_graph_deregister(psg_task_server_t *ts, uint64_t handle);
 int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
                      int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched);

@@ -77,7 +77,8 @@ static void test_cap_drops_the_slowest(void) {
 }
 
 /* rows (k, 2) of a (6, 2) table at ids: one sparse gradient */
-static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids, const float *rows) {
+static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids,
+                       const float *rows) {
     psg_shape_t vs = psg_shape_2d(k, 2), is = psg_shape_1d(k);
     psg_tensor_t *v = psg_test_tensor(&vs, rows), *ix = psg_tensor_new(PSG_DT_I64, &is);
     for (int i = 0; i < k; i++) psg_tensor_i64(ix)[i] = ids[i];
@@ -110,7 +111,8 @@ static void test_sparse_mean_stale_and_late(void) {
         const int64_t *ix = psg_tensor_i64(ids);
         const float *m = psg_tensor_f32(mean);
         float want[6][2] = {{0}, {20, 30}, {0}, {0}, {2, 3}, {3.5f, 4}};
-        for (int i = 0; i < 3; i++) CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
+        for (int i = 0; i < 3; i++)
+            CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
         CHECK(ix[0] == 4 && ix[1] == 1 && ix[2] == 5); /* order of first appearance */
     }
     psg_tensor_destroy(&mean);
@@ -119,7 +121,8 @@ static void test_sparse_mean_stale_and_late(void) {
     CHECK(!apply_rows(acc, 0, 1, (int64_t[]){2}, (float[]){5, 5}));
     CHECK(apply_rows(acc, 1, 1, (int64_t[]){2}, (float[]){6, 8}));
     CHECK(psg_accumulator_take_sparse(acc, 1, 1000, &mean, &ids) == 0);
-    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 && psg_tensor_f32(mean)[1] == 8.0f);
+    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 &&
+          psg_tensor_f32(mean)[1] == 8.0f);
     psg_tensor_destroy(&mean);
     psg_tensor_destroy(&ids);
     psg_accumulator_counts_t c;
@@ -133,7 +136,8 @@ static void test_sparse_mean_stale_and_late(void) {
     float *ones = malloc(sizeof(float) * 2 * K);
     for (int i = 0; i < K; i++) many[i] = (i * 7) % K, ones[2 * i] = ones[2 * i + 1] = 1;
     CHECK(apply_rows(wide, 0, K, many, ones) && apply_rows(wide, 0, K, many, ones));
-    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 && psg_tensor_numel(ids) == K);
+    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 &&
+          psg_tensor_numel(ids) == K);
     bool all_one = mean != NULL;
     for (int i = 0; mean && i < 2 * K; i++) all_one = all_one && psg_tensor_f32(mean)[i] == 1.0f;
     CHECK(all_one);
@@ -144,14 +148,16 @@ static void test_sparse_mean_stale_and_late(void) {
     /* what does not fit is refused with the accumulator's name; nothing counted */
     bool accepted = true;
     psg_shape_t bad_rows = psg_shape_2d(1, 3), one = psg_shape_1d(1);
-    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows), *ix = psg_tensor_zeros(PSG_DT_I64, &one);
+    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows),
+                 *ix = psg_tensor_zeros(PSG_DT_I64, &one);
     CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && !accepted);
     CHECK(strstr(psg_error_message(), "emb/grad_accum") != NULL);
     psg_tensor_destroy(&v);
     psg_shape_t row = psg_shape_2d(1, 2);
     v = psg_tensor_zeros(PSG_DT_F32, &row);
     psg_tensor_i64(ix)[0] = 6; /* past the table's 6 rows */
-    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && strstr(psg_error_message(), "out of"));
+    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 &&
+          strstr(psg_error_message(), "out of"));
     CHECK(psg_accumulator_apply(acc, 2, v, &accepted) < 0); /* a dense gradient */
     CHECK(psg_accumulator_num_accumulated(acc) == 0);
     psg_tensor_destroy(&v);
@@ -195,12 +201,14 @@ static void test_edges_of_a_step(void) {
     psg_tensor_t *mean = NULL;
     CHECK(psg_accumulator_take(acc, 2, 10, &mean) < 0 && psg_error_code() == PSG_ERR_TIMEOUT);
     CHECK(apply3(acc, 0, 3, 3, 3) && !apply3(acc, 0, 50, 50, 50));
-    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && mean && psg_tensor_f32(mean)[2] == 2.0f);
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && mean &&
+          psg_tensor_f32(mean)[2] == 2.0f);
     psg_tensor_destroy(&mean);
     /* a table of one row: rows of 3, summed */
     psg_shape_t row = psg_shape_2d(1, 3), r1 = psg_shape_1d(1);
     psg_accumulator_t *sp = psg_sparse_accumulator_get(rm, "one_row", &row, 0);
-    psg_tensor_t *v = psg_test_tensor(&row, (float[]){2, 4, 6}), *ix = psg_tensor_zeros(PSG_DT_I64, &r1);
+    psg_tensor_t *v = psg_test_tensor(&row, (float[]){2, 4, 6}),
+                 *ix = psg_tensor_zeros(PSG_DT_I64, &r1);
     bool accepted = false;
     CHECK(psg_accumulator_apply_sparse(sp, 0, v, ix, &accepted) == 0 && accepted);
     psg_tensor_f32(v)[2] = 0;
@@ -254,7 +262,8 @@ static void test_sparse_sum_grows(void) {
     int64_t *ids = malloc(sizeof(int64_t) * K);
     float *rows = malloc(sizeof(float) * 2 * K);
     PSG_ASSERT(ids && rows);
-    for (int i = 0; i < K; i++) ids[i] = K - 1 - i, rows[2 * i] = (float)i, rows[2 * i + 1] = -(float)i;
+    for (int i = 0; i < K; i++)
+        ids[i] = K - 1 - i, rows[2 * i] = (float)i, rows[2 * i + 1] = -(float)i;
     CHECK(apply_rows(acc, 0, 10, ids, rows));
     CHECK(apply_rows(acc, 0, K - 10, ids + 10, rows + 20));
     psg_tensor_t *mean = NULL, *got = NULL;
@@ -263,7 +272,8 @@ static void test_sparse_sum_grows(void) {
         CHECK(psg_tensor_numel(got) == K && mean->shape.dims[0] == K);
         bool all = psg_tensor_numel(got) == K;
         for (int i = 0; all && i < K; i++) /* first appearance: row i is id K - 1 - i, halved */
-            all = psg_tensor_i64(got)[i] == K - 1 - i && psg_tensor_f32(mean)[2 * i] == (float)i / 2 &&
+            all = psg_tensor_i64(got)[i] == K - 1 - i &&
+                  psg_tensor_f32(mean)[2 * i] == (float)i / 2 &&
                   psg_tensor_f32(mean)[2 * i + 1] == -(float)i / 2;
         CHECK(all);
     }
@@ -274,7 +284,8 @@ static void test_sparse_sum_grows(void) {
     /* indices: f32, or one a row but as a [1, 1] matrix */
     psg_shape_t one_row = psg_shape_2d(1, 2), r1 = psg_shape_1d(1);
     psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &one_row);
-    psg_tensor_t *fx = psg_tensor_zeros(PSG_DT_F32, &r1), *mx = psg_tensor_zeros(PSG_DT_I64, &one_row);
+    psg_tensor_t *fx = psg_tensor_zeros(PSG_DT_F32, &r1),
+                 *mx = psg_tensor_zeros(PSG_DT_I64, &one_row);
     bool accepted = true;
     CHECK(psg_accumulator_apply_sparse(acc, 1, v, fx, &accepted) < 0 && !accepted);
     CHECK_ERROR_HAS("accumulator 'grow': f32[1] indices for 1 rows (want i32 or i64, one a row)");
@@ -429,8 +440,7 @@ static void test_token_queue_wakes_waiters(void) {
     psg_token_queue_t *q = psg_token_queue_get(rm, "q");
     dequeuer_t d[3] = {{q, 0, 0, -2}, {q, 0, 0, -2}, {q, 3, 0, -2}};
     pthread_t th[3];
-    for (int i = 0; i < 3; i++)
-        pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
     sleep_ms(20);
     int64_t one = 1;
     CHECK(psg_token_queue_enqueue_many(q, &one, 1, 2, 0) == 0);

@@ -67,35 +67,41 @@ static void test_keygen(void) {
     snprintf(path, sizeof path, "%s/keys/cluster.key", tmp);
     CHECK(mode_of(path) != 0);
     /* a folder open to others is refused, named; existing keys are never overwritten */
-    CHECK(run(out, sizeof out, "mkdir -m 755 '%s/open' && '%s' keygen '%s/open'", tmp, psgraph_exe, tmp) == 1);
+    CHECK(run(out, sizeof out, "mkdir -m 755 '%s/open' && '%s' keygen '%s/open'", tmp, psgraph_exe,
+              tmp) == 1);
     CHECK(strstr(out, "/open is open to other users (mode 0755)"));
     snprintf(path, sizeof path, "%s/open/cluster.key_secret", tmp);
     CHECK(access(path, F_OK) != 0);
     CHECK(run(out, sizeof out, "'%s' keygen '%s/keys'", psgraph_exe, tmp) == 1);
     CHECK(strstr(out, "cluster.key_secret exists"));
     /* a secret readable by others is refused when loaded */
-    CHECK(run(out, sizeof out, "'%s' keygen '%s/loose' && chmod 644 '%s/loose/cluster.key_secret'", psgraph_exe,
-              tmp, tmp) == 0);
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/loose' && chmod 644 '%s/loose/cluster.key_secret'",
+              psgraph_exe, tmp, tmp) == 0);
     snprintf(path, sizeof path, "%s/loose", tmp);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
     CHECK_ERROR_HAS("cluster.key_secret is readable by other users (mode 0644)");
     /* laid out as a Kubernetes Secret (files linked through ..data) but writable: refused
        (a read-only mount passes: tests/test_launch_k8s.sh); only the layout lets it be 1777 */
-    CHECK(run(out, sizeof out, "'%s' keygen '%s/src' && cd '%s' && mkdir -m 1777 k8s && mkdir -m 755 k8s/..2026_01_01 && "
-                               "install -m 400 src/* k8s/..2026_01_01/ && ln -s ..2026_01_01 k8s/..data && "
-                               "ln -s ..data/cluster.key k8s/ && ln -s ..data/cluster.key_secret k8s/",
-              psgraph_exe, tmp, tmp) == 0);
+    CHECK(
+        run(out, sizeof out,
+            "'%s' keygen '%s/src' && cd '%s' && mkdir -m 1777 k8s && mkdir -m 755 k8s/..2026_01_01 && "
+            "install -m 400 src/* k8s/..2026_01_01/ && ln -s ..2026_01_01 k8s/..data && "
+            "ln -s ..data/cluster.key k8s/ && ln -s ..data/cluster.key_secret k8s/",
+            psgraph_exe, tmp, tmp) == 0);
     snprintf(path, sizeof path, "%s/k8s", tmp);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
-    CHECK_ERROR_HAS("k8s is laid out as a Kubernetes Secret (..data -> ..2026_01_01) but is not on a read-only mount");
+    CHECK_ERROR_HAS(
+        "k8s is laid out as a Kubernetes Secret (..data -> ..2026_01_01) but is not on a read-only mount");
     CHECK(run(out, sizeof out, "rm '%s/k8s/..data'", tmp) == 0);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
     CHECK_ERROR_HAS("k8s is open to other users (mode 1777)");
     /* another cluster's keys; and a client's own pair beside a copy of our public key */
     CHECK(run(out, sizeof out, "'%s' keygen '%s/other'", psgraph_exe, tmp) == 0);
-    CHECK(run(out, sizeof out, "mkdir -m 700 '%s/intruder' && cp '%s/keys/cluster.key' '%s/intruder/' && '%s' keygen "
-                               "'%s/intruder' --name intruder",
-              tmp, tmp, tmp, psgraph_exe, tmp) == 0);
+    CHECK(
+        run(out, sizeof out,
+            "mkdir -m 700 '%s/intruder' && cp '%s/keys/cluster.key' '%s/intruder/' && '%s' keygen "
+            "'%s/intruder' --name intruder",
+            tmp, tmp, tmp, psgraph_exe, tmp) == 0);
 }
 
 /* ---- the ps task and its attackers ---- */
@@ -112,7 +118,8 @@ static void build(model_t *m, const psg_cluster_t *c) {
     m->setter = psg_dist_replica_setter_new(c, PSG_PS_GREEDY);
     psg_graph_push_replica_setter(m->g, m->setter);
     psg_shape_t s4 = psg_shape_1d(4);
-    psg_endpoint_t w = psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
     m->x = psg_placeholder(m->g, "x", PSG_DT_F32, &s4);
     m->add = psg_assign_add(m->g, "add", w, m->x);
     m->read = psg_read_variable(m->g, "read", w);
@@ -140,7 +147,8 @@ static void worker_open(worker_t *w, const char *file, int64_t timeout_ms) {
     psg_task_server_options_t so = {.cluster = w->c, .recv_timeout_ms = timeout_ms};
     if (!(w->ts = psg_task_server_new(&so))) return;
     build(&w->m, w->c);
-    psg_dist_session_options_t o = {.cluster = w->c, .server = w->ts, .step_timeout_ms = timeout_ms};
+    psg_dist_session_options_t o = {
+        .cluster = w->c, .server = w->ts, .step_timeout_ms = timeout_ms};
     w->s = psg_dist_session_new(w->m.g, &o);
 }
 
@@ -191,8 +199,9 @@ static double inspect_field(psg_dist_session_t *s, const char *field) {
 static void write_cluster(const char *file, int ps_port, int worker_port, const char *keys) {
     FILE *f = fopen(file, "w");
     PSG_ASSERT(f);
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}%s%s%s}\n", ps_port,
-            worker_port, keys ? ", \"keys\": \"" : "", keys ? keys : "", keys ? "\"" : "");
+    fprintf(f,
+            "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}%s%s%s}\n",
+            ps_port, worker_port, keys ? ", \"keys\": \"" : "", keys ? keys : "", keys ? "\"" : "");
     fclose(f);
 }
 
@@ -213,8 +222,8 @@ static void test_refused_peers(void) {
         (void)f;
         dup2(1, 2);
         unsetenv(PSG_CURVE_KEYS_ENV);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", good, "--job", "ps", "--task", "0", "--idle-timeout",
-              "60", "--expect-workers", "0", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", good, "--job", "ps", "--task", "0",
+              "--idle-timeout", "60", "--expect-workers", "0", (char *)NULL);
         _exit(127);
     }
     worker_t wk;
@@ -328,11 +337,14 @@ static void test_peer_key(void) {
     char out[4096], dir[400], alien[400];
     snprintf(dir, sizeof dir, "%s/named", tmp);
     snprintf(alien, sizeof alien, "%s/alien", tmp);
-    CHECK(run(out, sizeof out, "'%s' keygen '%s' && '%s' keygen '%s' --name worker1 && mkdir -m 700 '%s' && "
-                               "cp '%s/cluster.key' '%s/' && '%s' keygen '%s' --name worker2 && "
-                               "cp '%s/worker2.key' '%s/odd+name.key'",
-              psgraph_exe, dir, psgraph_exe, dir, alien, dir, alien, psgraph_exe, alien, alien, dir) == 0);
-    psg_curve_keys_t *cluster = psg_curve_keys_load(dir, NULL), *w1 = psg_curve_keys_load(dir, "worker1"),
+    CHECK(run(out, sizeof out,
+              "'%s' keygen '%s' && '%s' keygen '%s' --name worker1 && mkdir -m 700 '%s' && "
+              "cp '%s/cluster.key' '%s/' && '%s' keygen '%s' --name worker2 && "
+              "cp '%s/worker2.key' '%s/odd+name.key'",
+              psgraph_exe, dir, psgraph_exe, dir, alien, dir, alien, psgraph_exe, alien, alien,
+              dir) == 0);
+    psg_curve_keys_t *cluster = psg_curve_keys_load(dir, NULL),
+                     *w1 = psg_curve_keys_load(dir, "worker1"),
                      *w2 = psg_curve_keys_load(alien, "worker2");
     PSG_ASSERT(cluster && w1 && w2);
     psg_wire_opts_t o = psg_wire_opts_default();
@@ -344,7 +356,8 @@ static void test_peer_key(void) {
     for (int i = 0; i < 3; i++) {
         char got[128];
         sent_key(sv, as[i], got, sizeof got);
-        if (strcmp(got, want[i])) fprintf(stderr, "  key of a request: \"%s\", wanted \"%s\"\n", got, want[i]);
+        if (strcmp(got, want[i]))
+            fprintf(stderr, "  key of a request: \"%s\", wanted \"%s\"\n", got, want[i]);
         CHECK(!strcmp(got, want[i]));
     }
     psg_server_destroy(&sv);
@@ -431,9 +444,11 @@ static void test_guard_in_process(void) {
     snprintf(dir_b, sizeof dir_b, "%s/guard_b", tmp);
     snprintf(dir_i, sizeof dir_i, "%s/guard_i", tmp);
     /* the intruder knows the cluster's public key, not its own in the allow-list */
-    CHECK(run(out, sizeof out, "'%s' keygen '%s' && '%s' keygen '%s' && mkdir -m 700 '%s' && cp '%s/cluster.key' '%s/' && "
-                               "'%s' keygen '%s' --name intruder",
-              psgraph_exe, dir_a, psgraph_exe, dir_b, dir_i, dir_a, dir_i, psgraph_exe, dir_i) == 0);
+    CHECK(
+        run(out, sizeof out,
+            "'%s' keygen '%s' && '%s' keygen '%s' && mkdir -m 700 '%s' && cp '%s/cluster.key' '%s/' && "
+            "'%s' keygen '%s' --name intruder",
+            psgraph_exe, dir_a, psgraph_exe, dir_b, dir_i, dir_a, dir_i, psgraph_exe, dir_i) == 0);
     psg_curve_keys_t *a = psg_curve_keys_load(dir_a, NULL), *b = psg_curve_keys_load(dir_b, NULL),
                      *in = psg_curve_keys_load(dir_i, "intruder");
     PSG_ASSERT(a && b && in);
@@ -450,7 +465,8 @@ static void test_guard_in_process(void) {
     for (int i = 0; i < 3; i++) knock(two, in);
     for (int i = 0; i < 50 && psg_server_stats(two).refused < 3; i++) usleep(100000);
     CHECK(psg_server_stats(two).refused >= 3 && psg_server_stats(one).refused == 0);
-    snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
+    snprintf(line, sizeof line,
+             "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
              psg_server_endpoint(two), psg_curve_keys_public(in), dir_a);
     CHECK(logged(&log, line) == 1 && logged(&log, "is not in the allow-list") == 1);
     /* the last server goes, then the first: the others are still watched. Another cluster's
@@ -502,7 +518,8 @@ static void test_guard_in_process(void) {
     for (int i = 0; i < 2; i++) {
         psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
         CHECK(sv == NULL);
-        CHECK_ERROR_HAS("cannot start the CURVE authentication handler: inproc://zeromq.zap.01 is taken");
+        CHECK_ERROR_HAS(
+            "cannot start the CURVE authentication handler: inproc://zeromq.zap.01 is taken");
         psg_server_destroy(&sv);
     }
     if (other) zsock_unbind(other, "inproc://zeromq.zap.01");
@@ -523,8 +540,10 @@ static void test_listen_rules(void) {
     char out[4096];
     int port = psg_test_free_port();
     /* 0.0.0.0 without keys: refused, nothing bound, the way out named */
-    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen tcp://0.0.0.0:%d",
-              psgraph_exe, port) == 1);
+    CHECK(
+        run(out, sizeof out,
+            "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen tcp://0.0.0.0:%d",
+            psgraph_exe, port) == 1);
     char want[96];
     snprintf(want, sizeof want, "refusing to listen on tcp://0.0.0.0:%d without keys", port);
     CHECK(strstr(out, want) && strstr(out, "psgraph keygen DIR") && strstr(out, "--insecure"));
@@ -532,18 +551,23 @@ static void test_listen_rules(void) {
     char file[400];
     snprintf(file, sizeof file, "%s/open.json", tmp);
     FILE *f = fopen(file, "w");
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"0.0.0.0:%d\"]}}\n", port, port + 1);
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"0.0.0.0:%d\"]}}\n", port,
+            port + 1);
     fclose(f);
-    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' train --model mlp --data synthetic --steps 1 --cluster '%s' "
-                               "--job worker --task 0",
-              psgraph_exe, file) == 1);
+    CHECK(
+        run(out, sizeof out,
+            "unset PSGRAPH_KEYS; '%s' train --model mlp --data synthetic --steps 1 --cluster '%s' "
+            "--job worker --task 0",
+            psgraph_exe, file) == 1);
     snprintf(want, sizeof want, "refusing to listen on tcp://0.0.0.0:%d without keys", port + 1);
     CHECK(strstr(out, want));
     /* loopback without keys: one warning */
-    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen "
-                               "tcp://127.0.0.1:%d --idle-timeout 0.3",
+    CHECK(run(out, sizeof out,
+              "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen "
+              "tcp://127.0.0.1:%d --idle-timeout 0.3",
               psgraph_exe, port) == 0);
-    CHECK(count(out, "warning: tcp://127.0.0.1:") == 1 && strstr(out, "takes plain frames, without keys"));
+    CHECK(count(out, "warning: tcp://127.0.0.1:") == 1 &&
+          strstr(out, "takes plain frames, without keys"));
     /* ipc://: plain frames in a private folder only */
     psg_server_t *sv = psg_server_new("ipc:///tmp/psg_test_curve_open.sock", NULL);
     CHECK(sv == NULL);

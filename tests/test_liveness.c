@@ -34,11 +34,13 @@ static const char *volatile running = "start"; /* the test the watchdog names */
 
 static void on_watchdog(int sig) {
     (void)sig;
-    static const char a[] = "FAIL ", b[] = ": still waiting after the watchdog's " STR(WATCHDOG_S) " s (a wait that "
-                                          "heartbeats should end); the ps's log is in ";
+    static const char a[] = "FAIL ", b[] = ": still waiting after the watchdog's " STR(
+                                         WATCHDOG_S) " s (a wait that "
+                                                     "heartbeats should end); the ps's log is in ";
     /* only async-signal-safe calls: write, strlen, kill, _exit */
     if (write(2, a, sizeof a - 1) < 0 || write(2, running, strlen(running)) < 0 ||
-        write(2, b, sizeof b - 1) < 0 || write(2, tmpdir, strlen(tmpdir)) < 0 || write(2, "\n", 1) < 0) {
+        write(2, b, sizeof b - 1) < 0 || write(2, tmpdir, strlen(tmpdir)) < 0 ||
+        write(2, "\n", 1) < 0) {
     }
     if (ps_pid > 0) kill(ps_pid, SIGKILL);
     _exit(1);
@@ -57,8 +59,9 @@ static pid_t spawn_ps(void) {
         FILE *f = freopen(log, "a", stdout);
         (void)f;
         dup2(1, 2);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster_path, "--job", "ps", "--task", "0",
-              "--idle-timeout", "120", "--recv-timeout", "3", "--expect-workers", "1", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster_path, "--job", "ps",
+              "--task", "0", "--idle-timeout", "120", "--recv-timeout", "3", "--expect-workers",
+              "1", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -92,7 +95,8 @@ static void build(model_t *m, const psg_cluster_t *c) {
     CHECK(m->setter != NULL);
     psg_graph_push_replica_setter(m->g, m->setter);
     psg_shape_t s4 = psg_shape_1d(4);
-    psg_endpoint_t w = psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
     m->x = psg_placeholder(m->g, "x", PSG_DT_F32, &s4);
     int add = psg_assign_add(m->g, "add", w, m->x);
     psg_node_builder_t *b = psg_node_begin(m->g, "ReadVariable", "after");
@@ -211,11 +215,11 @@ static void run_tests(psg_cluster_t *c) {
     uint64_t inc = 0;
     if (s) {
         int before = psg_test_failures;
-#define REPORT(name)                                                                         \
-    do {                                                                                     \
-        printf("%s %s\n", psg_test_failures == before ? "ok  " : "FAIL", name);             \
-        fflush(stdout);                                                                      \
-        before = psg_test_failures;                                                          \
+#define REPORT(name)                                                                               \
+    do {                                                                                           \
+        printf("%s %s\n", psg_test_failures == before ? "ok  " : "FAIL", name);                    \
+        fflush(stdout);                                                                            \
+        before = psg_test_failures;                                                                \
     } while (0)
         running = "test_incarnation";
         test_incarnation(s, &m, &inc);
@@ -253,8 +257,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) ports[i] = psg_test_free_port();
     FILE *f = fopen(cluster_path, "w");
     PSG_ASSERT(f);
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, \"peer_timeout\": %d}\n",
-            ports[0], ports[1], PEER_TIMEOUT_S);
+    fprintf(
+        f,
+        "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, \"peer_timeout\": %d}\n",
+        ports[0], ports[1], PEER_TIMEOUT_S);
     fclose(f);
     ps_pid = spawn_ps();
     wait_up();

@@ -150,13 +150,11 @@ static void test_object_cap(void) {
     /* array32 of cap - 1 nils: cap objects */
     uint64_t count = cap - 1;
     buf[0] = 0xdd;
-    for (int i = 0; i < 4; i++)
-        buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
+    for (int i = 0; i < 4; i++) buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
     CHECK(psg_msgpack_check(buf, 5 + count, 8) == 0);
     /* cap nils: one object over */
     count = cap;
-    for (int i = 0; i < 4; i++)
-        buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
+    for (int i = 0; i < 4; i++) buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
     CHECK(psg_msgpack_check(buf, 5 + count, 8) < 0);
     CHECK_ERROR_HAS("msgpack: over 8388608 objects at byte");
     CHECK_ERROR_HAS("(unpacking would take over 192 MiB)");
@@ -164,24 +162,20 @@ static void test_object_cap(void) {
     count = cap - 3;
     buf[0] = 0x92;
     buf[1] = 0xdd;
-    for (int i = 0; i < 4; i++)
-        buf[2 + i] = (unsigned char)(count >> (24 - 8 * i));
+    for (int i = 0; i < 4; i++) buf[2 + i] = (unsigned char)(count >> (24 - 8 * i));
     CHECK(psg_msgpack_check(buf, 6 + count + 1, 8) == 0);
     count = cap - 2;
-    for (int i = 0; i < 4; i++)
-        buf[2 + i] = (unsigned char)(count >> (24 - 8 * i));
+    for (int i = 0; i < 4; i++) buf[2 + i] = (unsigned char)(count >> (24 - 8 * i));
     CHECK(psg_msgpack_check(buf, 6 + count + 1, 8) < 0);
     CHECK_ERROR_HAS("over 8388608 objects");
     /* a map32 of (cap - 1) / 2 pairs of nils: cap - 1 objects with the map; a pair more is over */
     count = (cap - 1) / 2;
     buf[0] = 0xdf;
-    for (int i = 0; i < 4; i++)
-        buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
+    for (int i = 0; i < 4; i++) buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
     memset(buf + 5, 0xc0, n - 5);
     CHECK(psg_msgpack_check(buf, 5 + 2 * count, 8) == 0);
     count++;
-    for (int i = 0; i < 4; i++)
-        buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
+    for (int i = 0; i < 4; i++) buf[1 + i] = (unsigned char)(count >> (24 - 8 * i));
     CHECK(psg_msgpack_check(buf, 5 + 2 * count, 8) < 0);
     CHECK_ERROR_HAS("over 8388608 objects");
     free(buf);

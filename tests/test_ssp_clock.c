@@ -133,7 +133,8 @@ static void test_ops_wait_without_a_thread(void) {
     CHECK(psg_graph_error(g) == NULL && slow >= 0 && reset >= 0);
     psg_session_t *s = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
     CHECK(s);
-    waiter_t w = {.s = s, .want = want, .fetch = {least, {least.node, 1}}, .want_value = 1, .rc = -2};
+    waiter_t w = {
+        .s = s, .want = want, .fetch = {least, {least.node, 1}}, .want_value = 1, .rc = -2};
     pthread_t th;
     pthread_create(&th, NULL, wait_main, &w);
     pause_ms(30);
@@ -141,7 +142,8 @@ static void test_ops_wait_without_a_thread(void) {
     CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &ahead) == 0); /* worker 0 only */
     pause_ms(10);
     CHECK(atomic_load(&w.finished) == 0);
-    CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &slow) == 0); /* worker 1 catches up */
+    CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &slow) ==
+          0); /* worker 1 catches up */
     pthread_join(th, NULL);
     CHECK(w.rc == 0 && w.got[0] && psg_tensor_i64(w.got[0])[0] == 1);
     CHECK(w.got[1] && psg_tensor_f32(w.got[1])[0] > 0.02f); /* the seconds it waited */

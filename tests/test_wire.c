@@ -15,14 +15,14 @@
 #include <string.h>
 
 static int failures;
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #cond, psg_error_message());                                             \
-            failures++;                                                                      \
-            return;                                                                          \
-        }                                                                                    \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__,      \
+                    #cond, psg_error_message());                                                   \
+            failures++;                                                                            \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* ---- an echo server on its own thread ---------------------------------------------- */
@@ -59,7 +59,8 @@ static void echo_handle(echo_t *e, psg_msg_t *req, pthread_t *later_thread, late
         psg_msg_set_key(r, req->key);
         r->step = req->step;
         if (req->body) r->body = psg_buffer_ref(req->body);
-        for (int i = 0; i < req->ntensors; i++) psg_msg_add_tensor(r, req->names[i], req->tensors[i]);
+        for (int i = 0; i < req->ntensors; i++)
+            psg_msg_add_tensor(r, req->names[i], req->tensors[i]);
         psg_server_reply(s, req, &r);
     } else if (strcmp(op, "ack") == 0) {
         psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, NULL);
@@ -155,17 +156,17 @@ static void test_round_trip(void) {
         psg_dtype_t dt;
         psg_shape_t shape;
     } cases[] = {
-        {PSG_DT_F32, {0, {0}}},                       /* scalar */
-        {PSG_DT_F32, {1, {0}}},                       /* empty */
+        {PSG_DT_F32, {0, {0}}}, /* scalar */
+        {PSG_DT_F32, {1, {0}}}, /* empty */
         {PSG_DT_F64, {2, {3, 5}}},
         {PSG_DT_I32, {1, {1000}}},
         {PSG_DT_I64, {3, {2, 3, 17}}},
-        {PSG_DT_U8, {1, {(1 << 20) + 3}}},            /* 1 MB, zero-copy frame */
+        {PSG_DT_U8, {1, {(1 << 20) + 3}}}, /* 1 MB, zero-copy frame */
         {PSG_DT_BF16, {1, {7}}},
         {PSG_DT_F16, {2, {100, 100}}},
         {PSG_DT_BOOL, {1, {9}}},
-        {PSG_DT_F32, {2, {1024, 4096}}},              /* 16 MB: whole */
-        {PSG_DT_F32, {1, {(16 << 20) + 1}}},          /* 64 MB + 4 bytes: 17 chunks of 4 MB */
+        {PSG_DT_F32, {2, {1024, 4096}}},     /* 16 MB: whole */
+        {PSG_DT_F32, {1, {(16 << 20) + 1}}}, /* 64 MB + 4 bytes: 17 chunks of 4 MB */
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -208,7 +209,8 @@ static void test_round_trip(void) {
     CHECK(same_tensor(rep->tensors[0], a) && same_tensor(rep->tensors[1], b) &&
           same_tensor(rep->tensors[2], cc) && same_tensor(rep->tensors[3], d));
     CHECK(rep->names[1] == NULL && psg_msg_tensor(rep, "d") == rep->tensors[3]);
-    CHECK(rep->body && rep->body->size == 22 && memcmp(rep->body->data, "graph bytes\0with a NUL", 22) == 0);
+    CHECK(rep->body && rep->body->size == 22 &&
+          memcmp(rep->body->data, "graph bytes\0with a NUL", 22) == 0);
     /* The 1 MB-and-up inline frames are used in place: their buffer belongs to ZeroMQ. */
     psg_msg_destroy(&rep);
     psg_tensor_destroy(&a);
@@ -310,7 +312,8 @@ static psg_msg_t *raw_reply(raw_t *r, int timeout_ms) {
         uint64_t id;
         psg_route_t route;
         char peer[64];
-        psg_rx_result_t res = psg_codec_rx_read(r->rx, r->sock, false, &m, &id, &route, peer, sizeof peer);
+        psg_rx_result_t res =
+            psg_codec_rx_read(r->rx, r->sock, false, &m, &id, &route, peer, sizeof peer);
         if (res == PSG_RX_MSG) return m;
         if (res != PSG_RX_AGAIN && res != PSG_RX_NONE) return NULL;
         int64_t left = psg_codec_left(deadline);
@@ -341,7 +344,8 @@ static void pk_head(int n, uint64_t id) {
     msgpack_pack_uint64(&pk, id);
 }
 /* One tensor descriptor inside "t". */
-static void pk_tensor(const char *dtype, int rank, const int64_t *dims, uint64_t nbytes, bool chunked) {
+static void pk_tensor(const char *dtype, int rank, const int64_t *dims, uint64_t nbytes,
+                      bool chunked) {
     msgpack_pack_array(&pk, 5);
     pk_str("x");
     pk_str(dtype);
@@ -454,7 +458,8 @@ static void hostile_bad_tensors(raw_t *r, psg_client_t *good) {
     pk_one(11, "f32", 1, d4, 12, false);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 12;
     raw_send(r, 2, f, z);
-    expect_rejected(r, good, 11, "byte count 12 does not match dtype f32 and shape [4]", "byte count");
+    expect_rejected(r, good, 11, "byte count 12 does not match dtype f32 and shape [4]",
+                    "byte count");
 
     /* Negative and overflowing dims. */
     int64_t neg[] = {-4};
@@ -529,13 +534,15 @@ static void hostile_bad_headers(raw_t *r, psg_client_t *good) {
     pk_str("new");
     f[0] = sb.data, z[0] = sb.size;
     raw_send(r, 1, f, z);
-    expect_rejected(r, good, 21, "header field \"inc\" is not an unsigned integer", "string incarnation");
+    expect_rejected(r, good, 21, "header field \"inc\" is not an unsigned integer",
+                    "string incarnation");
     pk_head(4, 22);
     pk_str("inc");
     msgpack_pack_int64(&pk, -5);
     f[0] = sb.data, z[0] = sb.size;
     raw_send(r, 1, f, z);
-    expect_rejected(r, good, 22, "header field \"inc\" is not an unsigned integer", "negative incarnation");
+    expect_rejected(r, good, 22, "header field \"inc\" is not an unsigned integer",
+                    "negative incarnation");
 }
 
 /* Chunks out of order, unfinished and misdirected messages, frame counts. */
@@ -844,7 +851,8 @@ static void test_limits_and_api(void) {
     o = psg_wire_opts_default();
     o.chunk_bytes = o.chunk_above = 1024;
     CHECK(psg_codec_encode(m, NULL, &o, &out) == 0);
-    CHECK(out.n == 1 + 4 * 2); /* header, then 4 chunks (3 of 1024 bytes, 1 of 928) as [header, data] */
+    CHECK(out.n ==
+          1 + 4 * 2); /* header, then 4 chunks (3 of 1024 bytes, 1 of 928) as [header, data] */
     psg_msg_destroy(&m);
     psg_codec_out_clear(&out);
     psg_tensor_destroy(&t);

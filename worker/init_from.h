@@ -2,8 +2,9 @@
  * "Starting from other weights"): weights by name from a safetensors file any writer made
  * (Python's safetensors, psgraph's own shards), as the initial values of the variables of
  * the same names — TensorFlow's init_from_checkpoint, which overrides initializers —
- * with shapes and dtypes checked, a whole weight split into column shards
- * ("weights/part_k") when the model shards it, and a report of the matched, missing and
+ * with shapes and dtypes checked, any layout of a variable into any other (a whole weight
+ * into the column parts "weights/part_k" the model makes of it, parts into a whole, n parts
+ * into m), and a report of the matched, missing and
  * unexpected names as PyTorch's load_state_dict gives. Not a resume: a checkpoint of
  * --logdir, when there is one, is restored over these values. */
 #ifndef PSGRAPH_WORKER_INIT_FROM_H
@@ -18,8 +19,9 @@ typedef struct psg_init_from psg_init_from_t;
 
 /* Opens and checks the file (safetensors framing, header, offsets; a psgraph shard's
  * data crc32) — a .safetensors file, a psgraph checkpoint index, or the index of a sharded
- * file (model.safetensors.index.json: its weight_map's files beside it) — and makes it the source of g's initial values from now on (build the
- * model after this). NULL with the error naming the file. */
+ * file (model.safetensors.index.json: its weight_map's files beside it) — and makes it the source
+ * of g's initial values from now on (build the model after this). NULL with the error naming the
+ * file. */
 psg_init_from_t *psg_init_from_new(const char *path, bool strict, psg_graph_t *g);
 /* Detaches from the graph and frees. NULL-safe. */
 void psg_init_from_destroy(psg_init_from_t **f);

@@ -52,8 +52,8 @@ int psg_replica_build(psg_graph_t *g, const psg_replica_spec_t *s, psg_replica_t
             psg_graph_pop_device(g);
             psg_graph_push_replica_setter(g, s->w->setter);
         }
-        r->sync = psg_sync_train_new(s->c, g, s->opt, n, grads, vars, r->loss, r->n_feeds,
-                                     r->feeds, r->towers, s->w->rank, s->w->num_workers, s->out);
+        r->sync = psg_sync_train_new(s->c, g, s->opt, n, grads, vars, r->loss, r->n_feeds, r->feeds,
+                                     r->towers, s->w->rank, s->w->num_workers, s->out);
         rc = r->sync ? 0 : -1;
         r->train_op = r->loss.node; /* a generic callable only evaluates */
     }

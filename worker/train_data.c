@@ -16,7 +16,8 @@ int psg_train_load_data(const psg_train_config_t *c, psg_dataset_t **train, psg_
         *train = psg_dataset_synthetic(60000, &ex, 10, c->seed);
         *test = *train ? psg_dataset_synthetic(10000, &ex, 10, c->seed + 1) : NULL;
     } else {
-        return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)", c->data);
+        return psg_error_set("--data: unknown data set '%s' (known: fashion-mnist, synthetic)",
+                             c->data);
     }
     if (!*train || !*test) return -1;
     if (c->test_examples > 0 && c->test_examples < psg_dataset_size(*test)) { /* the first N */
@@ -41,7 +42,8 @@ int psg_train_evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const p
     int rc;
     while ((rc = psg_batch_iter_next(it, &images, &labels)) == 1) {
         psg_tensor_t *feeds[2] = {images, labels}, *out = NULL;
-        rc = deval ? psg_dist_callable_run(deval, feeds, &out) : psg_callable_run(eval, feeds, &out);
+        rc =
+            deval ? psg_dist_callable_run(deval, feeds, &out) : psg_callable_run(eval, feeds, &out);
         if (rc == 0) {
             correct += psg_tensor_f32(out)[0];
             seen += labels->shape.dims[0];

@@ -40,6 +40,7 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->data = "fashion-mnist";
     c->data_dir = "/usr/share/datasets/fashion-mnist";
     c->epochs = 2;
+    c->lr = -1; /* the model's */
     c->seed = 1;
     c->threads = 1;
     c->log_every = 100;
@@ -86,14 +87,14 @@ typedef struct {
     psg_callable_t *step, *eval;
     FILE *metrics;
     psg_replica_t rep; /* the model, its towers, the strategy in a cluster (worker/replica.c) */
-    psg_sync_train_t *sync; /* rep.sync: a cluster's strategy (worker/sync_train.c) */
+    psg_sync_train_t *sync;     /* rep.sync: a cluster's strategy (worker/sync_train.c) */
     psg_init_from_t *init_from; /* --init-from (worker/init_from.c) */
     /* in a cluster */
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
-    psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
-    psg_train_config_t hook_cfg; /* the hooks' config (borrowed by them) */
+    psg_train_hooks_t *hooks;           /* checkpoints, TensorBoard, timeline */
+    psg_train_config_t hook_cfg;        /* the hooks' config (borrowed by them) */
     /* the recipe and the run */
     int batch;
     double lr;
@@ -102,6 +103,8 @@ typedef struct {
     int64_t start_step, per_epoch, total;
     double run_start, steady_time, interval_start, loss_sum, last_loss, rss_at_100;
     int64_t steady_examples, interval_steps;
+    double all_time; /* every step's, for a run shorter than the warm-up */
+    int64_t all_examples;
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
@@ -128,8 +131,9 @@ static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
     if ((c->sync && !strcmp(c->sync, "none")) || (!c->sync && !want)) return 0;
     if (psg_sync_strategy_check_name(psg_sync_train_strategy(c)) < 0) return -1;
     if (!want)
-        return psg_error_set("--sync %s needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I",
-                             c->sync);
+        return psg_error_set(
+            "--sync %s needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I",
+            c->sync);
     return psg_worker_task_join(&t->w, c, "psgraph train");
 }
 
@@ -142,11 +146,14 @@ static int make_runners(trainer_t *t) {
         psg_session_options_t so = {.num_threads = c->threads};
         t->sess = psg_session_new(t->g, &so, NULL);
         if (!t->sess || psg_session_run_init(t->sess) < 0) return -1;
-        t->step = psg_session_make_callable(t->sess, r->n_feeds, r->feeds, 1, &r->loss, 1, &r->train_op);
-        t->eval = t->step ? psg_session_make_callable(t->sess, 2, r->feeds, 1, &r->correct, 0, NULL) : NULL;
+        t->step =
+            psg_session_make_callable(t->sess, r->n_feeds, r->feeds, 1, &r->loss, 1, &r->train_op);
+        t->eval = t->step ? psg_session_make_callable(t->sess, 2, r->feeds, 1, &r->correct, 0, NULL)
+                          : NULL;
         return t->eval ? 0 : -1;
     }
-    psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
+    psg_dist_session_options_t o = {.cluster = t->w.cluster,
+                                    .server = t->w.server,
                                     .step_timeout_ms = c->step_timeout_ms,
                                     .ps_memory_limit = c->ps_memory_limit};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
@@ -161,9 +168,11 @@ static int make_runners(trainer_t *t) {
 static int start_cluster(trainer_t *t) {
     const psg_train_config_t *c = t->c;
     if (psg_sync_train_init_local(t->sync, t->dsess) < 0) return -1;
-    if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, t->out, t->metrics, &t->start_step) < 0)
+    if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, t->out, t->metrics,
+                                     &t->start_step) < 0)
         return -1;
-    return psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics);
+    return psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief,
+                                t->metrics);
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
@@ -172,8 +181,11 @@ static int load_data(const psg_train_config_t *c, trainer_t *t) {
 
 static void write_eval(trainer_t *t, int64_t step, double acc) {
     if (t->metrics)
-        fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f,\"wall_sec\":%.3f}\n",
-                (long long)step, (double)step / (double)t->per_epoch, acc, psg_now_sec() - t->run_start);
+        fprintf(
+            t->metrics,
+            "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f,\"wall_sec\":%.3f}\n",
+            (long long)step, (double)step / (double)t->per_epoch, acc,
+            psg_now_sec() - t->run_start);
 }
 
 /* Test accuracy now: printed, logged, given to the hooks. */
@@ -181,7 +193,8 @@ static int eval_now(trainer_t *t, int64_t step, psg_train_result_t *r) {
     double acc = 0, eval_start = psg_now_sec();
     if (evaluate(t->eval, t->deval, t->test, &acc) < 0) return -1;
     r->test_accuracy = acc;
-    fprintf(t->out, "epoch %lld  test accuracy %.4f\n", (long long)((step + t->per_epoch - 1) / t->per_epoch), acc);
+    fprintf(t->out, "epoch %lld  test accuracy %.4f\n",
+            (long long)((step + t->per_epoch - 1) / t->per_epoch), acc);
     fflush(t->out);
     write_eval(t, step, acc);
     if (psg_train_hooks_eval(t->hooks, step, acc) < 0) return -1;
@@ -197,19 +210,24 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
     if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
     /* a worker that died (as many as the strategy tolerates) never says it is done */
     int64_t wait_ms = psg_sync_train_graph(t->sync)->chief_op >= 0
-                          ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
+                          ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000)
+                          : 600000;
     bool all_done = psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) == 0;
     if (!all_done) {
         fprintf(t->out, "warning: %s; evaluating anyway\n", psg_error_message());
         fflush(t->out);
     }
     psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
+    /* every update is in now: the final checkpoint holds them all, named by the job's global
+     * step (async: every worker's steps), and the accuracy below is that checkpoint's */
+    int64_t gs = psg_sync_train_global_steps(t->sync);
+    if (psg_train_hooks_final_checkpoint(t->hooks, gs > r->steps ? gs : r->steps) < 0) return -1;
     double acc = 0;
     if (evaluate(NULL, t->deval, t->test, &acc) < 0) return -1;
     r->test_accuracy = acc;
     fprintf(t->out, "epoch %lld  test accuracy %.4f  (%s %d workers done)\n",
-            (long long)((t->total + t->per_epoch - 1) / t->per_epoch), acc, all_done ? "all" : "not all",
-            t->w.num_workers);
+            (long long)((t->total + t->per_epoch - 1) / t->per_epoch), acc,
+            all_done ? "all" : "not all", t->w.num_workers);
     fflush(t->out);
     write_eval(t, t->total, acc);
     if (psg_train_hooks_eval(t->hooks, t->total, acc) < 0) return -1;
@@ -238,11 +256,13 @@ static int setup(trainer_t *t) {
     psg_model_defaults_t d;
     if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
     t->batch = c->batch > 0 ? c->batch : d.batch;
-    t->lr = c->lr > 0 ? c->lr : d.lr;
+    t->lr = c->lr >= 0 ? c->lr : d.lr;
     t->opt_kind = c->optimizer ? c->optimizer : "momentum";
-    if (c->towers > t->batch) /* in a cluster too: --batch is each worker's, split over its towers */
-        return psg_error_set("--towers %d is more than --batch %d: each tower needs at least one example",
-                             c->towers, t->batch);
+    if (c->towers >
+        t->batch) /* in a cluster too: --batch is each worker's, split over its towers */
+        return psg_error_set(
+            "--towers %d is more than --batch %d: each tower needs at least one example", c->towers,
+            t->batch);
     if (load_data(c, t) < 0) return -1;
     if (psg_dataset_example_shape(t->train).rank != 3)
         return psg_error_set("data set examples must be (height, width, channels)");
@@ -250,7 +270,8 @@ static int setup(trainer_t *t) {
     t->g = psg_graph_new();
     /* before any node: every model and gradient (towers, strategies) is built under it */
     if (!t->g || psg_graph_set_precision(t->g, c->precision) < 0) return -1;
-    if (c->init_from && !(t->init_from = psg_init_from_new(c->init_from, c->init_strict, t->g))) return -1;
+    if (c->init_from && !(t->init_from = psg_init_from_new(c->init_from, c->init_strict, t->g)))
+        return -1;
     psg_optimizer_config_t oc = psg_optimizer_defaults(t->opt_kind);
     oc.learning_rate = (float)t->lr;
     if (!strcmp(t->opt_kind, "momentum")) oc.momentum = (float)c->momentum;
@@ -303,7 +324,9 @@ static int start(trainer_t *t) {
         t->hook_cfg.logdir = NULL;
         t->hook_cfg.trace_path = NULL;
     }
-    if (!(t->hooks = psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step))) return -1;
+    if (!(t->hooks =
+              psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step)))
+        return -1;
     if (t->w.cluster && start_cluster(t) < 0) return -1;
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(t->batch, c->seed);
@@ -315,13 +338,18 @@ static int start(trainer_t *t) {
     if (!(t->it = psg_batch_iter_new(t->train, &io))) return -1;
     t->per_epoch = psg_batch_iter_batches_per_epoch(t->it);
     t->total = c->steps > 0 ? c->steps : t->per_epoch * c->epochs;
-    fprintf(t->out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
-            c->model, c->data, t->batch, t->opt_kind, t->lr, (long long)t->total, (long long)t->per_epoch,
-            c->threads, c->towers, t->gpu ? "GPU" : "CPU", c->towers == 1 ? "" : "s");
+    psg_train_hooks_set_last_step(t->hooks, t->total);
+    fprintf(
+        t->out,
+        "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
+        c->model, c->data, t->batch, t->opt_kind, t->lr, (long long)t->total,
+        (long long)t->per_epoch, c->threads, c->towers, t->gpu ? "GPU" : "CPU",
+        c->towers == 1 ? "" : "s");
     if (t->w.cluster)
-        fprintf(t->out, "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
-                t->w.task, t->w.num_workers, t->w.chief ? "chief" : "not chief", psg_sync_train_strategy(c),
-                psg_cluster_num_tasks(t->w.cluster, "ps"), t->w.rank);
+        fprintf(t->out,
+                "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
+                t->w.task, t->w.num_workers, t->w.chief ? "chief" : "not chief",
+                psg_sync_train_strategy(c), psg_cluster_num_tasks(t->w.cluster, "ps"), t->w.rank);
     fflush(t->out);
     t->run_start = t->interval_start = psg_now_sec();
     t->last_loss = NAN;
@@ -341,7 +369,8 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
         /* a strategy without tokens: a step that hit a restarted ps is retried once the ps
          * is back */
         bool tokens = psg_sync_train_graph(t->sync)->chief_op >= 0;
-        for (int retry = 0; rc < 0 && !tokens && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
+        for (int retry = 0;
+             rc < 0 && !tokens && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
              retry++)
             rc = psg_sync_train_step(t->sync, images, labels, loss, over);
     } else {
@@ -357,17 +386,21 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
 /* The progress line every --log-every steps (and the last). */
 static int log_progress(trainer_t *t, int64_t step, double now) {
     double dt = now - t->interval_start;
-    double eps = (double)t->interval_steps * t->batch / dt, mean = t->loss_sum / (double)t->interval_steps;
+    double eps = (double)t->interval_steps * t->batch / dt,
+           mean = t->loss_sum / (double)t->interval_steps;
     char eta[32];
     fprintf(t->out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f  eta %s\n",
             (long long)(step + 1), (double)(step + 1) / (double)t->per_epoch, mean, eps,
             dt / (double)t->interval_steps,
-            psg_train_hooks_eta((double)(t->total - step - 1) * dt / (double)t->interval_steps, eta, sizeof eta));
+            psg_train_hooks_eta((double)(t->total - step - 1) * dt / (double)t->interval_steps, eta,
+                                sizeof eta));
     fflush(t->out);
     if (t->metrics)
-        fprintf(t->metrics, "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f,\"wall_sec\":%.3f}\n",
-                (long long)(step + 1), (double)(step + 1) / (double)t->per_epoch, mean, t->lr, eps, rss_mb(),
-                now - t->run_start);
+        fprintf(
+            t->metrics,
+            "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f,\"wall_sec\":%.3f}\n",
+            (long long)(step + 1), (double)(step + 1) / (double)t->per_epoch, mean, t->lr, eps,
+            rss_mb(), now - t->run_start);
     if (psg_train_hooks_progress(t->hooks, step + 1, mean, t->lr, eps) < 0) return -1;
     t->loss_sum = 0;
     t->interval_steps = 0;
@@ -384,22 +417,29 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
         bool over = false;
         double t0 = psg_now_sec();
         psg_train_hooks_before_step(t->hooks, step);
-        if (one_step(t, step, &loss, &over) < 0) return psg_error_wrap("step %lld", (long long)step);
+        if (one_step(t, step, &loss, &over) < 0)
+            return psg_error_wrap("step %lld", (long long)step);
         t->last_loss = psg_tensor_f32(loss)[0];
         psg_tensor_destroy(&loss);
-        if (!isfinite(t->last_loss)) return psg_error_set("step %lld: the loss is %g", (long long)step, t->last_loss);
+        if (!isfinite(t->last_loss))
+            return psg_error_set("step %lld: the loss is %g", (long long)step, t->last_loss);
         if (psg_train_hooks_after_step(t->hooks, step + 1) < 0) return -1;
         double t1 = psg_now_sec();
         if (step >= WARMUP_STEPS) {
             t->steady_time += t1 - t0;
             t->steady_examples += t->batch;
         }
+        t->all_time += t1 - t0;
+        t->all_examples += t->batch;
         if (step + 1 == 100) t->rss_at_100 = rss_mb();
         t->loss_sum += t->last_loss;
         t->interval_steps++;
-        if (((step + 1) % c->log_every == 0 || step + 1 == t->total) && log_progress(t, step, t1) < 0) return -1;
+        if (((step + 1) % c->log_every == 0 || step + 1 == t->total) &&
+            log_progress(t, step, t1) < 0)
+            return -1;
         bool chief = !t->w.cluster || t->w.chief;
-        bool due = (step + 1) % t->per_epoch == 0 || (c->eval_every > 0 && (step + 1) % c->eval_every == 0);
+        bool due = (step + 1) % t->per_epoch == 0 ||
+                   (c->eval_every > 0 && (step + 1) % c->eval_every == 0);
         if (((due && step + 1 < t->total && chief) || (step + 1 == t->total && !t->w.cluster)) &&
             eval_now(t, step + 1, r) < 0)
             return -1;
@@ -412,7 +452,9 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
 /* The chief's (or one process's) final JSON line. */
 static void final_line(trainer_t *t, const psg_train_result_t *r) {
     const psg_train_config_t *c = t->c;
-    char line[3072], cluster_desc[2048] = "", sync_desc[1536] = "";
+    char line[3072], cluster_desc[2048] = "", sync_desc[1536] = "", loss[32] = "null";
+    if (isfinite(r->final_loss)) /* none after --steps 0: null, JSON has no nan */
+        snprintf(loss, sizeof loss, "%.6f", r->final_loss);
     if (t->w.cluster) {
         psg_sync_train_json(t->sync, sync_desc, sizeof sync_desc);
         snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,", sync_desc,
@@ -420,14 +462,14 @@ static void final_line(trainer_t *t, const psg_train_result_t *r) {
     }
     snprintf(line, sizeof line,
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
-             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%.6f,\"test_accuracy\":%.4f,"
+             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%s,\"test_accuracy\":%.4f,"
              "\"examples_per_sec\":%.1f,\"wall_sec\":%.3f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f,"
              "\"blas\":\"%s\"}",
              c->model, c->data, cluster_desc, (long long)r->steps, t->batch, c->threads,
-             psg_precision_name(psg_graph_compute_dtype(t->g)), r->final_loss, r->test_accuracy,
-             r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100, rss_mb(),
-             psg_blas_core());
+             psg_precision_name(psg_graph_compute_dtype(t->g)), loss, r->test_accuracy,
+             r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100,
+             rss_mb(), psg_blas_core());
     fprintf(t->out, "%s\n", line);
     fflush(t->out);
     if (t->metrics) fprintf(t->metrics, "%s\n", line);
@@ -436,14 +478,18 @@ static void final_line(trainer_t *t, const psg_train_result_t *r) {
 /* After the loop: the strategy's end, the hooks', the cluster's, the final line. */
 static int finish(trainer_t *t, psg_train_result_t *r) {
     r->final_loss = t->last_loss;
-    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time : 0;
+    /* past the warm-up steps (plans, first touches); a shorter run: all of its steps */
+    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time
+                          : t->all_time > 0  ? (double)t->all_examples / t->all_time
+                                             : 0;
     if (t->dsess && psg_dist_session_drain(t->dsess) < 0) return -1; /* the last overlapped step */
     if (t->sync && psg_sync_train_finish(t->sync, r->examples_per_sec) < 0) return -1;
     if (psg_train_hooks_end(t->hooks, r->steps) < 0) return -1;
     if (t->w.cluster && finish_cluster(t, r) < 0) return -1;
     if (t->w.cluster && !t->w.chief) {
-        fprintf(t->out, "{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"final_loss\":%.6f,"
-                        "\"examples_per_sec\":%.1f}\n",
+        fprintf(t->out,
+                "{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"final_loss\":%.6f,"
+                "\"examples_per_sec\":%.1f}\n",
                 t->w.task, (long long)r->steps, r->final_loss, r->examples_per_sec);
         fflush(t->out);
         return 0;
@@ -462,6 +508,8 @@ int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
                  ? -1
                  : 0;
     if (rc < 0) psg_graph_wrap_error(t.g);
+    psg_err_code_t code = psg_error_code();
     trainer_free(&t);
+    if (rc < 0) psg_error_recode(code); /* the caller decides on it (a wrong TF_CONFIG: exit 2) */
     return rc;
 }

@@ -65,8 +65,7 @@ psg_dataset_t *psg_dataset_from_tensors(psg_tensor_t **images, psg_tensor_t **la
         }
     }
     psg_shape_t ex = {.rank = im->shape.rank - 1};
-    for (int i = 1; i < im->shape.rank; i++)
-        ex.dims[i - 1] = im->shape.dims[i];
+    for (int i = 1; i < im->shape.rank; i++) ex.dims[i - 1] = im->shape.dims[i];
     ds = dataset_alloc(im->shape.dims[0], &ex, num_classes);
     if (!ds) goto fail;
     ds->images = im;
@@ -131,8 +130,7 @@ psg_dataset_t *psg_dataset_synthetic(int64_t n, const psg_shape_t *example_shape
     psg_dataset_t *ds = dataset_alloc(n, example_shape, num_classes);
     if (!ds) return NULL;
     psg_shape_t s = {.rank = example_shape->rank + 1, .dims = {n}};
-    for (int i = 0; i < example_shape->rank; i++)
-        s.dims[i + 1] = example_shape->dims[i];
+    for (int i = 0; i < example_shape->rank; i++) s.dims[i + 1] = example_shape->dims[i];
     psg_shape_t ls = psg_shape_1d(n);
     ds->images = psg_tensor_new(PSG_DT_F32, &s);
     ds->labels = psg_tensor_new(PSG_DT_I32, &ls);
@@ -192,8 +190,7 @@ int psg_dataset_gather(const psg_dataset_t *ds, int n, const int64_t *indices,
             return psg_error_set("dataset: example %lld is outside [0, %lld)",
                                  (long long)indices[i], (long long)ds->n);
     psg_shape_t s = {.rank = ds->example_shape.rank + 1, .dims = {n}};
-    for (int i = 0; i < ds->example_shape.rank; i++)
-        s.dims[i + 1] = ds->example_shape.dims[i];
+    for (int i = 0; i < ds->example_shape.rank; i++) s.dims[i + 1] = ds->example_shape.dims[i];
     psg_shape_t ls = psg_shape_1d(n);
     psg_tensor_t *im = psg_tensor_new(PSG_DT_F32, &s), *lb = psg_tensor_new(PSG_DT_I32, &ls);
     if (!im || !lb) goto fail;
@@ -211,8 +208,7 @@ int psg_dataset_gather(const psg_dataset_t *ds, int n, const int64_t *indices,
         int64_t k = indices[i];
         if (ds->images->dtype == PSG_DT_U8) {
             const uint8_t *src = (const uint8_t *)ds->images->data + k * es;
-            for (int64_t j = 0; j < es; j++)
-                dst[i * es + j] = (float)src[j] * (1.0f / 255.0f);
+            for (int64_t j = 0; j < es; j++) dst[i * es + j] = (float)src[j] * (1.0f / 255.0f);
         } else {
             memcpy(dst + i * es, psg_tensor_f32(ds->images) + k * es, sizeof(float) * (size_t)es);
         }
@@ -235,16 +231,14 @@ int psg_dataset_slice(const psg_dataset_t *ds, int64_t start, int64_t count, psg
                              (long long)(start + count), (long long)ds->n);
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)count);
     if (!idx) return psg_error_set("out of memory");
-    for (int64_t i = 0; i < count; i++)
-        idx[i] = start + i;
+    for (int64_t i = 0; i < count; i++) idx[i] = start + i;
     int rc = psg_dataset_gather(ds, (int)count, idx, images, labels);
     free(idx);
     return rc;
 }
 
 void psg_data_epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t *order) {
-    for (int64_t i = 0; i < n; i++)
-        order[i] = i;
+    for (int64_t i = 0; i < n; i++) order[i] = i;
     if (!shuffle) return;
     /* the epoch's stream: seed and epoch mixed, so neighbouring seeds or
      * epochs give unrelated orders */

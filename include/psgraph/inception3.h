@@ -65,11 +65,11 @@ psg_endpoint_t psg_smoothed_xent(psg_graph_t *g, const char *scope, psg_endpoint
 
 /* The size of a model, from its graph. */
 typedef struct {
-    int64_t params;          /* elements of every variable in "variables" (Keras's
-                              * total: trainable + batch-norm moving statistics) */
-    int64_t trainable;       /* of those, in "trainable_variables" */
+    int64_t params;           /* elements of every variable in "variables" (Keras's
+                               * total: trainable + batch-norm moving statistics) */
+    int64_t trainable;        /* of those, in "trainable_variables" */
     int64_t macs_per_example; /* forward multiply-adds of Conv2D, MatMul and Dense
-                              * nodes per example (batch dim excluded) */
+                               * nodes per example (batch dim excluded) */
 } psg_model_stats_t;
 
 /* Counts g's variables and the forward multiply-adds of its nodes whose

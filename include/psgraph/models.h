@@ -27,11 +27,11 @@ typedef struct {
 /* The one table of the models `psgraph train --model` knows: every message and --help that
  * lists models reads it. */
 typedef struct {
-    const char *name;           /* "mlp" */
-    const char *description;    /* one line for --help */
+    const char *name;        /* "mlp" */
+    const char *description; /* one line for --help */
     psg_model_defaults_t defaults;
-    bool built_here;            /* false: trained by its own command with its own recipe and
-                                   options (inception3: psgraph/inception3.h, cli/bench_cmd.c) */
+    bool built_here; /* false: trained by its own command with its own recipe and
+                        options (inception3: psgraph/inception3.h, cli/bench_cmd.c) */
 } psg_model_info_t;
 
 /* The number of models, and the i-th (0 <= i < count). */

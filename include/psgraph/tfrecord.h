@@ -78,8 +78,8 @@ int psg_tfrecord_compression_parse(const char *s, psg_tfrecord_compression_t *c)
  * *found the compression, name (size bytes) the name to give psg_tfrecord_index_fd and
  * psg_tfrecord_read. -1 with the error naming the file and the compression (a corrupt or
  * truncated compressed stream, a file that is not of the compression named). */
-int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want, psg_tfrecord_compression_t *found,
-                      char *name, size_t size);
+int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want,
+                      psg_tfrecord_compression_t *found, char *name, size_t size);
 
 /* psg_tfrecord_index over an open record stream (psg_tfrecord_open's), reporting as
  * `name`. The descriptor stays open. */

@@ -6,6 +6,8 @@
 #include "psgraph/error.h"
 #include "psgraph/half.h"
 
+#include <stdlib.h>
+
 bool psg_dtype_is_half(psg_dtype_t dt) {
     return dt == PSG_DT_BF16 || dt == PSG_DT_F16;
 }
@@ -22,20 +24,16 @@ static void convert_range(void *ctx, int64_t i0, int64_t i1) {
         const float *restrict x = j->x;
         uint16_t *restrict y = j->y;
         if (j->to == PSG_DT_BF16)
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_f32_to_bf16(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_f32_to_bf16(x[i]);
         else
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_f32_to_f16(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_f32_to_f16(x[i]);
     } else {
         const uint16_t *restrict x = j->x;
         float *restrict y = j->y;
         if (j->from == PSG_DT_BF16)
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_bf16_to_f32(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_bf16_to_f32(x[i]);
         else
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_f16_to_f32(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_f16_to_f32(x[i]);
     }
 }
 
@@ -64,9 +62,12 @@ static psg_tensor_t *as_f32(psg_threadpool_t *pool, psg_tensor_t *t) {
 }
 
 int psg_cpu_run_as_f32(psg_kernel_ctx_t *c, psg_kernel_fn f32_kernel) {
-    psg_tensor_t *in[c->num_inputs + 1], *out[PSG_MAX_OUTPUTS] = {NULL};
+    psg_tensor_t *few[8], **in = few, *out[PSG_MAX_OUTPUTS] = {NULL};
     psg_dtype_t dts[PSG_MAX_OUTPUTS];
     int rc = 0, made = 0;
+    /* a peer's graph may give an op any number of inputs: more than a few go on the heap */
+    if (c->num_inputs > 8 && !(in = malloc(sizeof *in * (size_t)c->num_inputs)))
+        return psg_error_set("out of memory for %d inputs", c->num_inputs);
     for (; made < c->num_inputs && rc == 0; made++) {
         in[made] = as_f32(c->pool, c->inputs[made]);
         if (!in[made]) rc = -1;
@@ -89,9 +90,8 @@ int psg_cpu_run_as_f32(psg_kernel_ctx_t *c, psg_kernel_fn f32_kernel) {
                                       psg_tensor_numel(o))
                : -1;
     }
-    for (int i = 0; i < made; i++)
-        psg_tensor_destroy(&in[i]);
-    for (int i = 0; i < c->num_outputs; i++)
-        psg_tensor_destroy(&out[i]);
+    for (int i = 0; i < made; i++) psg_tensor_destroy(&in[i]);
+    if (in != few) free(in);
+    for (int i = 0; i < c->num_outputs; i++) psg_tensor_destroy(&out[i]);
     return rc;
 }
