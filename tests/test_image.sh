@@ -10,7 +10,8 @@
 # they train to the same accuracy and the ps and chief write the checkpoint into the logdir.
 # Opt-in: building the image takes minutes (PSG_IMAGE_TEST=1; it installs podman, mmdebstrap,
 # runc and iptables from Debian's packages when missing). The containers' network lives in a
-# network namespace of the test's own (podman's bridge and rules there, 198.18.0.0/24).
+# network namespace of the test's own (podman's bridge, its gateway address and netavark's
+# rules there, 198.18.0.0/24; that namespace has no other interface, so nothing leaves it).
 # Args: psgraph, the build folder (meson install's source).
 set -u
 psgraph=$(realpath "$1")
@@ -91,7 +92,7 @@ close() { python3 -c 'import sys; sys.exit(not (sys.argv[1] and sys.argv[2] and 
 local_acc=$(accuracy "$tmp/local.out")
 subnet=
 for s in 240 224 208 192 176 160 144 128; do
-  "${P[@]}" network create --internal --disable-dns --subnet "198.18.0.$s/28" "$net" >/dev/null 2>&1 && { subnet=$s; break; }
+  "${P[@]}" network create --disable-dns --subnet "198.18.0.$s/28" "$net" >/dev/null 2>&1 && { subnet=$s; break; }
 done
 [ -n "$subnet" ] || { echo "FAIL: no podman network in 198.18.0.128/25"; exit 1; }
 ip_of() { echo "198.18.0.$((subnet + 2 + $1))"; } # ps-0, worker-0, worker-1
