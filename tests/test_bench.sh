@@ -124,6 +124,17 @@ else
   fail "--op-profile: $(tail -5 <<<"$out")"
 fi
 
-# psgraph train --model inception3 is the same run
-check 0 '"bench":"inception3"' "$psgraph" train --model inception3 "${tiny[@]}" --steps 1 --threads 2
+# psgraph train --model inception3 is the same loop, with its evaluation (top-1, top-5 of the
+# weights and of their moving average) at the end
+out=$("$psgraph" train --model inception3 --image-size 75 --batch 2 --classes 10 --steps 1 --threads 2 --test-examples 4 2>&1); rc=$?
+if [ $rc = 0 ] && python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["event"] == "done" and d["model"] == "inception3" and d["steps"] == 1, d
+assert all(0 <= d[k] <= 1 for k in ("top1", "top5", "top1_ema", "top5_ema")) and d["top5"] >= d["top1"], d
+' "$(tail -1 <<<"$out")"; then
+  ok "train --model inception3: the one loop, top-1 and top-5 with and without the moving average"
+else
+  fail "train --model inception3 (rc $rc): $(tail -5 <<<"$out")"
+fi
 [ $fails = 0 ]

@@ -8,6 +8,7 @@
 #include "psgraph/checkpoint.h"
 #include "core/json.h"
 #include "psgraph/error.h"
+#include "psgraph/tensor.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@ struct psg_init_from {
         int64_t col; /* the next shard's first column */
     } bases[MAX_BASES];
     int num_bases;
+    psg_inception3_name_t *alias; /* psg_init_from_alias: other names of the variables */
+    int num_alias;
 };
 
 void psg_init_from_destroy(psg_init_from_t **pf) {
@@ -50,6 +53,7 @@ void psg_init_from_destroy(psg_init_from_t **pf) {
     for (int i = 0; i < f->num_served; i++) free(f->served[i]);
     free(f->served);
     free(f->used);
+    free(f->alias);
     free(f);
     *pf = NULL;
 }
@@ -142,11 +146,68 @@ static ref_t find(const psg_init_from_t *f, const char *name) {
     return (ref_t){-1, -1};
 }
 
+int psg_init_from_alias(psg_init_from_t *f, int n, const psg_inception3_name_t *pairs) {
+    free(f->alias);
+    f->num_alias = 0;
+    if (!(f->alias = malloc(sizeof *f->alias * (size_t)(n > 0 ? n : 1))))
+        return psg_error_set("out of memory");
+    memcpy(f->alias, pairs, sizeof *pairs * (size_t)n);
+    f->num_alias = n;
+    return 0;
+}
+
+/* The alias of variable `name` (NULL: none). */
+static const psg_inception3_name_t *alias_of(const psg_init_from_t *f, const char *name) {
+    for (int i = 0; i < f->num_alias; i++)
+        if (f->alias[i].keras[0] && !strcmp(f->alias[i].slim, name)) return &f->alias[i];
+    return NULL;
+}
+
+/* A classifier's weight e (..., C') as the variable's (..., C) when C = C' + 1 (column 0,
+ * TF's background class, added as zeros) or C = C' - 1 (column 0 dropped); NULL when the
+ * shapes differ otherwise. */
+static psg_tensor_t *classes_adapted(const psg_checkpoint_entry_t *e, psg_dtype_t dt,
+                                     const psg_shape_t *shape) {
+    int r = shape->rank;
+    if (e->dtype != dt || dt != PSG_DT_F32 || e->shape.rank != r || r < 1) return NULL;
+    for (int d = 0; d + 1 < r; d++)
+        if (e->shape.dims[d] != shape->dims[d]) return NULL;
+    int64_t c = shape->dims[r - 1], cf = e->shape.dims[r - 1];
+    if (c != cf + 1 && c != cf - 1) return NULL;
+    psg_tensor_t *t = psg_tensor_zeros(dt, shape);
+    if (!t) return NULL;
+    int64_t rows = psg_shape_numel(shape) / c;
+    const float *in = (const float *)e->data;
+    float *out = psg_tensor_f32(t);
+    for (int64_t i = 0; i < rows; i++)
+        if (c == cf + 1)
+            memcpy(out + i * c + 1, in + i * cf, sizeof(float) * (size_t)cf);
+        else
+            memcpy(out + i * c, in + i * cf + 1, sizeof(float) * (size_t)c);
+    return t;
+}
+
 static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
                                    const psg_shape_t *shape, bool *failed) {
     psg_init_from_t *f = ctx;
     char base[512];
     ref_t r = find(f, name);
+    const psg_inception3_name_t *a = r.file < 0 ? alias_of(f, name) : NULL;
+    if (a && (r = find(f, a->keras)).file >= 0) {
+        psg_checkpoint_entry_t e;
+        psg_checkpoint_entry(f->cks[r.file], r.tensor, &e);
+        if (a->logits && !psg_shape_equal(&e.shape, shape)) { /* 1000 against 1001 classes */
+            psg_tensor_t *t = classes_adapted(&e, dt, shape);
+            if (!t || note_served(f, name) < 0) {
+                *failed = true;
+                if (!t) mismatch(f, &e, name, dt, shape, "");
+                psg_tensor_destroy(&t);
+                return NULL;
+            }
+            f->used[r.file][r.tensor] = true;
+            return t;
+        }
+    }
     bool shard = r.file < 0 && shard_base(name, base, sizeof base) && (r = find(f, base)).file >= 0;
     if (r.file < 0) return NULL;
     psg_tensor_t *t = NULL;
