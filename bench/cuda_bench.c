@@ -3,12 +3,22 @@
  * (cuBLAS, cuDNN called directly) are in ops/cuda/blas.cu and cudnn.cu. */
 #include "bench/cuda_bench.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int psg_bench_gpu_main(int argc, char **argv, const char *name, int default_iters,
                        void (*run)(int iters)) {
+    bool help = argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    if (help || (argc > 1 && atoi(argv[1]) <= 0)) {
+        fprintf(help ? stdout : stderr,
+                "usage: bench_%s [ITERS]  (default %d; one JSON line a case, psgraph beside the "
+                "CUDA library called directly; a \"skipped\" line without a GPU)\n",
+                name, default_iters);
+        return help ? 0 : 2;
+    }
     if (psg_gpu_count() <= 0 || !run) {
         printf("{\"bench\":\"%s\",\"skipped\":\"%s\"}\n", name, psg_gpu_status());
         return 0;

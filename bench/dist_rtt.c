@@ -13,6 +13,7 @@
 
 #include <czmq.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,13 +113,33 @@ static void print_line(const char *what, double *v, int n, double raw_median) {
     fflush(stdout);
 }
 
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bench_dist_rtt [--iters N] [--keys DIR]\n"
+            "  round trips of a one-op step and of a step with a cross-process Recv through\n"
+            "  the task server (a forked ps task), beside raw ZeroMQ; one JSON line each\n"
+            "  --iters N   round trips a measure (default 3000, at least 10)\n"
+            "  --keys DIR  the cluster's CURVE keys (psgraph keygen DIR): every connection speaks\n"
+            "              CURVE, the raw one too\n");
+}
+
 int main(int argc, char **argv) {
     int iters = 3000;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--iters"))
+    for (int i = 1; i < argc; i++) {
+        bool has_value = i + 1 < argc;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--iters") && has_value) {
             iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--keys"))
+        } else if (!strcmp(argv[i], "--keys") && has_value) {
             keys_dir = argv[++i];
+        } else {
+            fprintf(stderr, "bench_dist_rtt: unexpected '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
     if (iters < 10) iters = 10;
     int ps_port = free_port(), w_port = free_port(), raw_port = free_port();
     char cfg[1400];

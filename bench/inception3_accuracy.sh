@@ -13,7 +13,7 @@
 set -u
 cd "$(dirname "$0")/.."
 steps=${1:-200} every=${2:-50}
-B=8 lr=0.01 bn=0.9
+B=8 lr=${PSG_ACC_LR:-0.01} bn=0.9
 runs=${PSG_ACC_RUNS:-keras one cluster}
 out=${PSG_ACC_OUT:-$(mktemp -d /tmp/psg_inception3_accuracy.XXXXXX)}
 psg=${PSG_BIN:-build/cli/psgraph}

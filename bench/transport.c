@@ -472,11 +472,12 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
+            bool help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             fprintf(
-                stderr,
+                help ? stdout : stderr,
                 "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
                 "[--rtt-iters N] [--only push|pull] [--curve] [--server-netns PATH --server-ip IP]\n");
-            return 2;
+            return help ? 0 : 2;
         }
     }
     if (curve) {

@@ -21,7 +21,7 @@ static void usage(FILE *f, const char *cmd) {
 /* The combinations that make no sense, named. */
 static int check(const psg_bench_opts_t *o) {
     const psg_train_config_t *c = &o->c;
-    bool given = c->cluster_file || getenv("TF_CONFIG"); /* run as one task of it */
+    bool given = c->cluster_file || psg_cluster_env_given(); /* run as one task of it */
     bool cluster = given || o->ps > 0 || o->workers > 1 || c->backup_workers > 0;
     if (c->towers > c->batch)
         return psg_error_set(
@@ -171,13 +171,13 @@ static int cluster_task(psg_bench_opts_t *o) {
 static int dispatch(int argc, char **argv, psg_bench_opts_t *o, const char *cmd) {
     psg_train_config_t *c = &o->c;
     if (o->print_model) return psg_cli_print_inception3(c, false) < 0 ? 1 : 0;
-    bool given = c->cluster_file || getenv("TF_CONFIG");
+    bool given = c->cluster_file || psg_cluster_env_given();
     if (!given && (o->ps > 0 || o->workers > 1 || c->backup_workers > 0))
         return launch_local(argc, argv, o, cmd);
     psg_train_result_t r;
     if ((given && cluster_task(o) < 0) || psg_train(c, &r) < 0) {
         fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-        return 1;
+        return psg_error_code() == PSG_ERR_CONFIG ? 2 : 1; /* exit 2, as server and train */
     }
     return 0;
 }

@@ -1,7 +1,7 @@
 /* `psgraph compare`: runs several strategies (sync/strategies.c) one after the
  * other on the same workload, local cluster, data order and straggler model
  * (each a `psgraph launch ... -- psgraph train` with its own --logdir), then
- * prints one JSON line per variant (time to a target test accuracy, pace,
+ * prints one JSON line per strategy (time to a target test accuracy, pace,
  * bytes per step, staleness, final accuracy, gradients dropped) and draws the
  * test accuracy of all against wall time and against steps into one PNG with
  * gnuplot. Not a scheduler: the runs share this machine one at a time. */
@@ -19,15 +19,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_VARIANTS PSG_CLI_LIST_MAX
+#define MAX_STRATEGIES PSG_CLI_LIST_MAX
 
-static const char *const default_variants[] = {
+static const char *const default_strategies[] = {
     "async", "sync", "sync --backup-workers 1", "ssp --staleness 2", "local --local-steps 4",
 };
 
 typedef psg_compare_args_t compare_opts_t; /* cli/options.h */
 
-/* What a variant's run gave, from its metrics.jsonl. */
+/* What a strategy's run gave, from its metrics.jsonl. */
 typedef struct {
     double time_to_target, steps_to_target, final_accuracy, steps_per_sec, push, pull, wall;
     double stale_min, stale_mean, stale_max, dropped, global_steps, chief_steps;
@@ -38,10 +38,11 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: psgraph compare [options] [-- more psgraph train options for every variant]\n"
-        "  --variant 'NAME [OPTIONS]'  a strategy and its options, as psgraph train's --sync NAME\n"
-        "                      OPTIONS (repeatable; default: async; sync; sync --backup-workers 1;\n"
-        "                      ssp --staleness 2; local --local-steps 4)\n"
+        "usage: psgraph compare [options] [-- more psgraph train options for every strategy]\n"
+        "  --strategy 'NAME [OPTIONS]'  a strategy and its options, as psgraph train's --sync\n"
+        "                      NAME OPTIONS (repeatable; --variant, its older name, is the same;\n"
+        "                      default: async; sync; sync --backup-workers 1; ssp --staleness 2;\n"
+        "                      local --local-steps 4)\n"
         "  --model M           (default mlp)      --data D (default: the model's)\n"
         "  --ps P --workers W  the local cluster of every run (default 1 ps + 4 workers)\n"
         "  --launch-arg A      one more psgraph launch option for every run (repeatable), e.g.\n"
@@ -54,7 +55,7 @@ static void usage(FILE *f) {
         "                      average, docs/inception3.md)\n"
         "  --epochs E          (default 6)    --eval-every N  the chief's steps between\n"
         "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
-        "  --outdir DIR        each variant's logdir and log under DIR (default ./compare)\n"
+        "  --outdir DIR        each strategy's logdir and log under DIR (default ./compare)\n"
         "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n");
 }
 
@@ -81,18 +82,18 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
             if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
     }
     if (o->ps < 1) return psg_error_set("--ps and --workers must be >= 1");
-    if (o->variants.n == 0)
-        for (size_t k = 0; k < sizeof default_variants / sizeof *default_variants; k++)
-            o->variants.v[o->variants.n++] = default_variants[k];
+    if (o->strategies.n == 0)
+        for (size_t k = 0; k < sizeof default_strategies / sizeof *default_strategies; k++)
+            o->strategies.v[o->strategies.n++] = default_strategies[k];
     return 0;
 }
 
-/* The run of one variant: psgraph launch ... -- psgraph train ... --logdir dir, its
+/* The run of one strategy: psgraph launch ... -- psgraph train ... --logdir dir, its
  * output into dir/run.log. Returns the launch's exit code (or -1). */
-static int run_variant(const compare_opts_t *o, const char *self, const char *variant,
-                       const char *dir) {
+static int run_strategy(const compare_opts_t *o, const char *self, const char *strategy,
+                        const char *dir) {
     char spec[512], ps[16], workers[16], log[4200];
-    snprintf(spec, sizeof spec, "%s", variant);
+    snprintf(spec, sizeof spec, "%s", strategy);
     snprintf(ps, sizeof ps, "%d", o->ps);
     snprintf(workers, sizeof workers, "%d", o->workers);
     snprintf(log, sizeof log, "%s/run.log", dir);
@@ -196,7 +197,7 @@ static const char *jnum(char *buf, size_t n, double v, const char *fmt) {
     return buf;
 }
 
-static void print_result(const char *variant, const compare_opts_t *o, const result_t *r) {
+static void print_result(const char *strategy, const compare_opts_t *o, const result_t *r) {
     char b[13][32];
     printf(
         "{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
@@ -204,7 +205,7 @@ static void print_result(const char *variant, const compare_opts_t *o, const res
         "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
         "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
         "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\"}\n",
-        variant, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
+        strategy, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
         jnum(b[1], 32, r->steps_to_target, "%.0f"),
         jnum(b[12], 32, r->chief_steps > 0 && r->wall > 0 ? r->chief_steps / r->wall : -1, "%.3f"),
         jnum(b[2], 32, r->steps_per_sec, "%.3f"), jnum(b[3], 32, r->global_steps, "%.0f"),
@@ -216,7 +217,7 @@ static void print_result(const char *variant, const compare_opts_t *o, const res
     fflush(stdout);
 }
 
-/* Test accuracy against wall time and against steps, one line per variant. */
+/* Test accuracy against wall time and against steps, one line per strategy. */
 static int draw(const compare_opts_t *o, char dirs[][4096], int n, const char *png) {
     FILE *g = popen("gnuplot 2>/dev/null", "w");
     if (!g) return psg_error_set("cannot start gnuplot: %s", strerror(errno));
@@ -231,7 +232,7 @@ static int draw(const compare_opts_t *o, char dirs[][4096], int n, const char *p
                 axis ? "steps of the chief" : "wall time (s)", o->target);
         for (int i = 0; i < n; i++)
             fprintf(g, ", '%s/eval.dat' using %d:3 title '%s' with linespoints lw 2 pt 7 ps 0.5",
-                    dirs[i], axis ? 2 : 1, o->variants.v[i]);
+                    dirs[i], axis ? 2 : 1, o->strategies.v[i]);
         fprintf(g, "\n");
     }
     fprintf(g, "unset multiplot\n");
@@ -254,11 +255,11 @@ int psg_cmd_compare(int argc, char **argv) {
         return 1;
     }
     self[sl] = 0;
-    static char dirs[MAX_VARIANTS][4096];
+    static char dirs[MAX_STRATEGIES][4096];
     int worst = 0;
-    for (int i = 0; i < o.variants.n; i++) {
+    for (int i = 0; i < o.strategies.n; i++) {
         char name[64];
-        snprintf(name, sizeof name, "%s", o.variants.v[i]);
+        snprintf(name, sizeof name, "%s", o.strategies.v[i]);
         for (char *c = name; *c; c++)
             if (*c == ' ' || *c == '/') *c = '_';
         snprintf(dirs[i], sizeof dirs[i], "%s/%d-%s", o.outdir, i, name);
@@ -268,7 +269,7 @@ int psg_cmd_compare(int argc, char **argv) {
             fprintf(stderr, "psgraph compare: %s: %s\n", dirs[i], strerror(errno));
             return 1;
         }
-        fprintf(stderr, "psgraph compare: %s (%s/run.log)\n", o.variants.v[i], dirs[i]);
+        fprintf(stderr, "psgraph compare: %s (%s/run.log)\n", o.strategies.v[i], dirs[i]);
         result_t r = {.time_to_target = -1,
                       .steps_to_target = -1,
                       .final_accuracy = -1,
@@ -281,16 +282,16 @@ int psg_cmd_compare(int argc, char **argv) {
                       .stale_max = -1,
                       .dropped = -1,
                       .global_steps = -1};
-        r.rc = run_variant(&o, self, o.variants.v[i], dirs[i]);
+        r.rc = run_strategy(&o, self, o.strategies.v[i], dirs[i]);
         if (read_metrics(dirs[i], o.target, &r) < 0)
             fprintf(stderr, "psgraph compare: %s\n", psg_error_message());
         if (r.rc != 0) worst = 1;
-        print_result(o.variants.v[i], &o, &r);
+        print_result(o.strategies.v[i], &o, &r);
     }
     char png[4200];
     snprintf(png, sizeof png, "%s", o.png ? o.png : "");
     if (!o.png) snprintf(png, sizeof png, "%s/compare.png", o.outdir);
-    if (draw(&o, dirs, o.variants.n, png) < 0) {
+    if (draw(&o, dirs, o.strategies.n, png) < 0) {
         fprintf(stderr, "psgraph compare: %s (is gnuplot installed? Debian: gnuplot-nox)\n",
                 psg_error_message());
         return 1;

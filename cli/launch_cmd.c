@@ -42,9 +42,17 @@ typedef struct {
     char status[256]; /* on a terminal: its last line */
     char *json;       /* NULL, or where its last line starting with '{' is kept */
     size_t json_size;
-    const char *host; /* NULL: this host; else it runs there over ssh */
+    const char *host; /* NULL: this host; else it runs there over ssh or srun */
     int in_fd;        /* over ssh: the write end of ssh's stdin; closing it stops the task */
     char last[256];   /* its last line, for the message when it fails */
+    int index;        /* in the cluster: ps first, then workers */
+    /* over ssh or srun: the transport's own stderr (the task's joins its stdout), its lines
+       tagged as the task's and the last one kept: the reason quoted when it fails */
+    int err_fd;
+    char err_line[1024];
+    size_t err_len;
+    char err_last[256];
+    bool srun;
 } task_proc_t;
 
 /* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
@@ -64,12 +72,18 @@ static void usage(FILE *f) {
         "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
         "       psgraph launch --ssh --hosts H1,H2,... | --hosts-file F [--ssh-config F]\n"
         "                      [--ssh-option OPT]... [--remote-bin PATH] [--keys-shared] --ps P ...\n"
-        "       psgraph launch --k8s [--image IMG] [--namespace NS] [--name N] [--gpus-per-worker G]\n"
-        "                      [--cpu C] [--memory M] [--logdir-volume PVC] [--out DIR] --ps P ...\n"
+        "       psgraph launch --slurm [--port-base N] [--remote-bin PATH] [--keys-shared] --ps P ...\n"
+        "       psgraph launch --k8s [--image IMG] [--namespace NS] [--name N] [--out DIR]\n"
+        "                      [--gpus-per-worker G] [--cpu C] [--memory M] [--data PVC|/PATH]\n"
+        "                      [--logdir-volume PVC|/PATH] [--node-selector K=V]... [--toleration\n"
+        "                      K[=V][:EFFECT]]... [--ttl-after-finished S] [--active-deadline S] ...\n"
         "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
         "  TF_CONFIG; output lines tagged [ps0], [worker1];\n"
         "  --ssh: each task on its host over OpenSSH (BatchMode; the same paths there):\n"
         "    round-robin over --hosts, or ps0@h1,worker0@h2,... ; TCP on --port-base (23000) + i;\n"
+        "  --slurm: inside an allocation (sbatch, salloc), each task a job step (srun) on its node,\n"
+        "    placed as TensorFlow's SlurmClusterResolver (nodes sorted, ps first); port --port-base\n"
+        "    (23000) + the task's slot on its node; keys as with --ssh (docs/hosts.md);\n"
         "  --k8s: writes a headless Service and an Indexed Job per job as YAML (docs/hosts.md);\n"
         "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
         "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
@@ -194,6 +208,36 @@ static void drain(task_proc_t *t) {
     }
 }
 
+/* The transport's stderr (ssh's or srun's own messages): tagged lines, the last one kept. */
+static void drain_err(task_proc_t *t) {
+    while (t->err_fd >= 0) {
+        ssize_t n = read(t->err_fd, t->err_line + t->err_len, sizeof t->err_line - t->err_len);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        bool eof = n <= 0;
+        if (n > 0) t->err_len += (size_t)n;
+        size_t start = 0;
+        for (;;) {
+            char *nl = memchr(t->err_line + start, '\n', t->err_len - start);
+            size_t end = nl ? (size_t)(nl - t->err_line) : t->err_len;
+            if (!nl && !((eof || t->err_len == sizeof t->err_line) && start < t->err_len)) break;
+            size_t len = end - start;
+            while (len && t->err_line[start + len - 1] == '\r') len--;
+            if (len) {
+                snprintf(t->err_last, sizeof t->err_last, "%.*s", (int)len, t->err_line + start);
+                task_line(t, "%.*s", (int)len, t->err_line + start);
+            }
+            start = nl ? end + 1 : end;
+        }
+        memmove(t->err_line, t->err_line + start, t->err_len - start);
+        t->err_len -= start;
+        fflush(stdout);
+        if (eof) {
+            close(t->err_fd);
+            t->err_fd = -1;
+        }
+    }
+}
+
 /* SIGTERM to every task; over ssh, its stdin closed instead: the remote side then stops
  * its task's process group (SIGKILL kills the local ssh, which closes the session too). */
 static void kill_all(task_proc_t *t, int n, int sig) {
@@ -219,6 +263,7 @@ static int reap(task_proc_t *t, int n) {
             t[i].exited = true;
             t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             drain(&t[i]);
+            drain_err(&t[i]);
             if (!on_tty &&
                 (t[i].code != 0 || !t[i].killed_by_us)) { /* a terminal: the state column */
                 char how[64] = "";
@@ -227,10 +272,16 @@ static int reap(task_proc_t *t, int n) {
                 task_line(&t[i], "exited with code %d%s%s", t[i].code, how,
                           t[i].killed_by_us ? " (stopped by launch)" : "");
             }
-            if (t[i].host && !t[i].killed_by_us && (t[i].code == 255 || t[i].code == 127))
-                say("psgraph launch: %s on host %s: %s (exit %d): %s\n", t[i].tag, t[i].host,
-                    t[i].code == 255 ? "ssh failed" : "command not found there", t[i].code,
-                    t[i].last[0] ? t[i].last : "no output");
+            const char *why = t[i].err_last[0] ? t[i].err_last : "no message from it";
+            if (t[i].host && !t[i].killed_by_us && t[i].code == 127)
+                say("psgraph launch: %s on host %s: command not found there (exit 127): %s\n",
+                    t[i].tag, t[i].host, t[i].last[0] ? t[i].last : "no output");
+            else if (t[i].host && !t[i].killed_by_us && !t[i].srun && t[i].code == 255)
+                say("psgraph launch: %s on host %s: ssh failed (exit 255): %s\n", t[i].tag,
+                    t[i].host, why);
+            else if (t[i].srun && !t[i].killed_by_us && t[i].code != 0)
+                say("psgraph launch: %s on host %s: exit %d, srun said: %s\n", t[i].tag, t[i].host,
+                    t[i].code, why);
             fflush(stdout);
         } else {
             alive++;
@@ -281,17 +332,21 @@ static void ps_args(char **cmd, char **out) {
  * into a pipe read by the launcher; over ssh, ssh with its stdin a pipe the launcher holds
  * (argv from psg_launch_ssh_argv). -1 (printed) when it cannot. */
 static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char **cmd) {
-    int p[2], in[2] = {-1, -1};
+    int p[2], in[2] = {-1, -1}, e[2] = {-1, -1};
     char **argv = NULL;
     if (t->host) {
         char *ps_cmd[2 + PS_ARGS + 1] = {(char *)(o->remote_bin ? o->remote_bin : self), "server"};
         ps_args(cmd, ps_cmd + 2);
-        argv = psg_launch_ssh_argv(o, t->host, t->cfg, t->is_ps ? ps_cmd : cmd);
+        char **task_cmd = t->is_ps ? ps_cmd : cmd;
+        argv = o->slurm ? psg_launch_srun_argv(o, t->index, t->cfg, task_cmd)
+                        : psg_launch_ssh_argv(o, t->host, t->cfg, task_cmd);
     }
-    if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0)) || pipe2(p, O_CLOEXEC) < 0) {
+    if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0)) ||
+        pipe2(p, O_CLOEXEC) < 0) {
         fprintf(stderr, "psgraph launch: %s: %s\n", t->tag,
                 argv ? strerror(errno) : "out of memory");
         if (in[0] >= 0) close(in[0]), close(in[1]);
+        if (e[0] >= 0) close(e[0]), close(e[1]);
         psg_launch_argv_free(&argv);
         return -1;
     }
@@ -303,7 +358,7 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
         dup2(p[1], 1);
-        dup2(p[1], 2);
+        dup2(e[1] >= 0 ? e[1] : p[1], 2);
         if (argv) {
             dup2(in[0], 0);
             execvp(argv[0], argv);
@@ -327,20 +382,27 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
     psg_launch_argv_free(&argv);
     close(p[1]);
     if (in[0] >= 0) close(in[0]);
+    if (e[1] >= 0) close(e[1]);
     if (pid > 0 && in[1] >= 0)
         psg_launch_ssh_keys_send(o, in[1], t->tag); /* a failure shows as ssh's */
     if (pid < 0) {
         close(p[0]);
         if (in[1] >= 0) close(in[1]);
+        if (e[0] >= 0) close(e[0]);
         fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
         return -1;
     }
     setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
     if (t->fd >= 0) close(t->fd);
     if (t->in_fd >= 0) close(t->in_fd);
+    if (t->err_fd >= 0) close(t->err_fd);
     t->pid = pid;
     t->fd = p[0];
     t->in_fd = in[1];
+    t->err_fd = e[0];
+    t->err_len = 0;
+    t->err_last[0] = 0;
+    if (e[0] >= 0) fcntl(e[0], F_SETFL, O_NONBLOCK);
     t->exited = false;
     t->len = 0;
     fcntl(p[0], F_SETFL, O_NONBLOCK);
@@ -428,24 +490,24 @@ int psg_cmd_launch(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (a.ssh && a.k8s) {
-        fprintf(stderr, "psgraph launch: --ssh or --k8s, not both\n");
+    if (a.ssh + a.k8s + o->slurm > 1) {
+        fprintf(stderr, "psgraph launch: one of --ssh, --slurm and --k8s\n");
         return 2;
     }
-    if ((a.k8s_args.n && !a.k8s) || ((a.hosts || a.hosts_file || a.ssh_options.n || o->ssh_config ||
-                                      o->remote_bin || o->keys_shared) &&
-                                     !a.ssh)) {
-        fprintf(
-            stderr, "psgraph launch: %s\n",
-            a.k8s_args.n
-                ? "--image, --namespace, ... go with --k8s"
-                : "--hosts, --hosts-file, --ssh-*, --remote-bin and --keys-shared go with --ssh");
+    const char *misplaced =
+        a.k8s_args.n && !a.k8s ? "--image, --namespace, --data, ... go with --k8s"
+        : (a.hosts || a.hosts_file || a.ssh_options.n || o->ssh_config) && !a.ssh
+            ? "--hosts, --hosts-file and --ssh-* go with --ssh"
+        : (o->remote_bin || o->keys_shared) && !a.ssh && !o->slurm
+            ? "--remote-bin and --keys-shared go with --ssh or --slurm"
+            : NULL;
+    if (misplaced) {
+        fprintf(stderr, "psgraph launch: %s\n", misplaced);
         return 2;
     }
-    if (a.transport && !strcmp(a.transport, "ipc") && (o->tcp || a.ssh || a.k8s)) {
-        fprintf(
-            stderr,
-            "psgraph launch: --transport ipc takes no --port-base, --host, --ssh or --k8s (those are TCP's)\n");
+    if (a.transport && !strcmp(a.transport, "ipc") && (o->tcp || a.ssh || a.k8s || o->slurm)) {
+        fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base, --host, --ssh, "
+                        "--slurm or --k8s (those are TCP's)\n");
         return 2;
     }
     if (a.transport) o->tcp = !strcmp(a.transport, "tcp");
@@ -465,8 +527,16 @@ int psg_cmd_launch(int argc, char **argv) {
         o->tcp = true;
         if (!o->port_base) o->port_base = 23000;
     }
+    if (o->slurm) {
+        o->tcp = true;
+        if (!o->port_base) o->port_base = 23000;
+        if (psg_launch_slurm_place(o) < 0) return 2;
+    }
     int rc = psg_launch_local(o);
-    psg_launch_hosts_free(&o->task_hosts, o->ps + o->workers);
+    if (o->slurm)
+        psg_launch_slurm_free(o);
+    else
+        psg_launch_hosts_free(&o->task_hosts, o->ps + o->workers);
     return rc;
 }
 
@@ -481,11 +551,11 @@ static int backup_workers_of(char **cmd, int nworkers) {
             if (!strcmp(cmd[i], read[k])) psg_cli_parse_one(PSG_CLI_TRAIN, read[k], cmd[i + 1], &t);
     psg_sync_config_t c;
     psg_sync_config_defaults(&c);
-    c.variant = t.c.sync;
+    c.strategy = t.c.sync;
     c.num_workers = nworkers;
     c.backup_workers = t.c.backup_workers;
     c.replicas_to_aggregate = t.c.replicas_to_aggregate;
-    if (!c.variant || !strcmp(c.variant, "none")) return 0;
+    if (!c.strategy || !strcmp(c.strategy, "none")) return 0;
     int n = psg_sync_lost_workers_tolerated(&c);
     return n > 0 ? n : 0;
 }
@@ -515,10 +585,12 @@ static int tasks_init(launch_run_t *r) {
         t->is_ps = i < r->nps;
         snprintf(t->tag, sizeof t->tag, "%s%d", t->is_ps ? "ps" : "worker",
                  t->is_ps ? i : i - r->nps);
-        t->fd = t->in_fd = -1;
+        t->fd = t->in_fd = t->err_fd = -1;
+        t->index = i;
         if (o->task_hosts) {
             t->host = o->task_hosts[i];
-            r->ports[i] = o->port_base + i;
+            t->srun = o->slurm;
+            r->ports[i] = o->task_ports ? o->task_ports[i] : o->port_base + i;
             continue;
         }
         if (i == r->nps && o->chief_json) {
@@ -611,8 +683,8 @@ static void start_tasks(launch_run_t *r) {
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)
-                printf("psgraph launch: %s pid %d (ssh to %s)\n", r->t[i].tag, (int)r->t[i].pid,
-                       r->t[i].host);
+                printf("psgraph launch: %s pid %d (%s %s)\n", r->t[i].tag, (int)r->t[i].pid,
+                       r->t[i].srun ? "srun on" : "ssh to", r->t[i].host);
             else
                 printf("psgraph launch: %s pid %d\n", r->t[i].tag, (int)r->t[i].pid);
         }
@@ -670,16 +742,26 @@ static bool job_failed(launch_run_t *r) {
  * fails, on a signal, or a while after the workers are done. */
 static void supervise(launch_run_t *r) {
     for (;;) {
-        struct pollfd pf[MAX_TASKS];
-        int idx[MAX_TASKS], np = 0;
-        for (int i = 0; i < r->n && np < MAX_TASKS; i++)
+        struct pollfd pf[2 * MAX_TASKS];
+        int idx[2 * MAX_TASKS], np = 0;
+        for (int i = 0; i < r->n && np < 2 * MAX_TASKS - 1; i++) {
             if (r->t[i].fd >= 0) {
                 pf[np] = (struct pollfd){r->t[i].fd, POLLIN, 0};
                 idx[np++] = i;
             }
+            if (r->t[i].err_fd >= 0) {
+                pf[np] = (struct pollfd){r->t[i].err_fd, POLLIN, 0};
+                idx[np++] = -1 - i;
+            }
+        }
         poll(pf, (nfds_t)np, 100);
         for (int k = 0; k < np; k++)
-            if (pf[k].revents) drain(&r->t[idx[k]]);
+            if (pf[k].revents) {
+                if (idx[k] >= 0)
+                    drain(&r->t[idx[k]]);
+                else
+                    drain_err(&r->t[-1 - idx[k]]);
+            }
         int alive = reap(r->t, r->n);
         alive += restart_dead(r);
         if (alive == 0) break;
@@ -708,7 +790,7 @@ static void supervise(launch_run_t *r) {
 static int finish(launch_run_t *r) {
     task_proc_t *t = r->t;
     char **cmd = r->o->cmd;
-    for (int i = 0; i < r->n; i++) drain(&t[i]);
+    for (int i = 0; i < r->n; i++) drain(&t[i]), drain_err(&t[i]);
     if (on_tty) draw_block(t, r->n);
     for (int i = 0; cmd[i] && cmd[i + 1]; i++)
         if (!strcmp(cmd[i], "--trace")) {
@@ -745,6 +827,7 @@ static void run_free(launch_run_t *r) {
         free(r->t[i].cfg);
         if (r->t[i].fd >= 0) close(r->t[i].fd);
         if (r->t[i].in_fd >= 0) close(r->t[i].in_fd);
+        if (r->t[i].err_fd >= 0) close(r->t[i].err_fd);
     }
     free(r->cluster);
     free(r->t);

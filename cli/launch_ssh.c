@@ -151,22 +151,22 @@ static int put(char **b, size_t *len, size_t *cap, const char *s, bool quote) {
     return 0;
 }
 
-/* The command the remote shell runs: in this folder (or /), TF_CONFIG and the keys set, the
- * task in a session and process group of its own (setsid), its pid printed, and a watcher that
- * stops that group when the session's stdin closes (the launcher stopped it, or the ssh
- * connection died); the exit code is the task's. */
-static char *remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
+char *psg_launch_remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd,
+                               const char *pre) {
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "/");
     size_t len = 0, cap = 256;
     char *b = malloc(cap);
     if (!b) return NULL;
     b[0] = 0;
-    int rc = put(&b, &len, &cap, "cd ", false);
+    /* the task's stderr joins its stdout: the session's own stderr is then ssh's (or srun's)
+       alone, the reason quoted when it fails */
+    int rc = put(&b, &len, &cap, "exec 2>&1; cd ", false);
     rc |= put(&b, &len, &cap, cwd, true);
     rc |= put(&b, &len, &cap, " 2>/dev/null || cd /; TF_CONFIG=", false);
     rc |= put(&b, &len, &cap, cfg, true);
     rc |= put(&b, &len, &cap, "; export TF_CONFIG; ", false);
+    if (pre) rc |= put(&b, &len, &cap, pre, false);
     /* the cluster's keys: a private copy from this session's stdin (cli/launch_ssh_keys.c);
        --keys-shared: the folder at the same path on the host */
     const char *keys = getenv(PSG_CURVE_KEYS_ENV);
@@ -218,7 +218,7 @@ static void server_alive(char **cmd, char *out, size_t size) {
 char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
     int nopt = 0;
     while (o->ssh_options && o->ssh_options[nopt]) nopt++;
-    char **argv = calloc((size_t)(16 + 2 * nopt), sizeof *argv);
+    char **argv = calloc((size_t)(18 + 2 * nopt), sizeof *argv);
     if (!argv) return NULL;
     int k = 0;
     const char *fixed[] = {"ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"};
@@ -236,12 +236,14 @@ char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *
     /* after the user's: ssh keeps the first value of an option */
     char alive[64];
     server_alive(o->cmd, alive, sizeof alive);
-    const char *keep[] = {"-o", alive, "-o", "ServerAliveCountMax=3"};
+    /* LogLevel INFO: ssh's reasons ("Timeout, server h1 not responding.") are kept, on its
+       stderr, which carries nothing else (the task's stderr joins its stdout) */
+    const char *keep[] = {"-o", alive, "-o", "ServerAliveCountMax=3", "-o", "LogLevel=INFO"};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
         ok &= (argv[k++] = strdup(keep[i])) != NULL;
     ok &= (argv[k++] = strdup("--")) != NULL;
     ok &= (argv[k++] = strdup(host)) != NULL;
-    ok &= (argv[k++] = remote_script(o, host, cfg, cmd)) != NULL;
+    ok &= (argv[k++] = psg_launch_remote_script(o, host, cfg, cmd, NULL)) != NULL;
     if (!ok) psg_launch_argv_free(&argv);
     return argv;
 }

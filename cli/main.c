@@ -1,5 +1,6 @@
 /* The psgraph binary: one entry point, one subcommand per verb. */
 #include "cli/commands.h"
+#include "cli/serving_cmds.h"
 #include "ops/cpu/blas.h"
 #include "psgraph/curve.h"
 
@@ -24,6 +25,12 @@ static const struct {
      "run strategies on one workload, time to accuracy (psgraph compare --help)"},
     {"data", psg_cmd_data, "write a synthetic click log: psgraph data ctr --rows N --out FILE"},
     {"plot", psg_cmd_plot, "draw LOGDIR/metrics.jsonl to a PNG with gnuplot (psgraph plot LOGDIR)"},
+    {"serve", psg_cmd_serve,
+     "serve a model over TensorFlow Serving's REST API: psgraph serve --model-dir DIR"},
+    {"predict", psg_cmd_predict,
+     "a model's answers on files: psgraph predict --model-dir DIR FILE..."},
+    {"export", psg_cmd_export,
+     "a checkpoint's model as ONNX: psgraph export --logdir DIR --out FILE"},
 };
 
 static void usage(FILE *f) {

@@ -6,6 +6,7 @@
 #include "cli/options.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/imagenet.h"
 #include "psgraph/precision.h"
 #include "psgraph/straggler.h"
 #include "psgraph/sync_replicas.h"
@@ -48,6 +49,11 @@ static int check_compression(const char *v) {
     return psg_tfrecord_compression_parse(v, &c);
 }
 
+static int check_dct_method(const char *v) {
+    psg_jpeg_dct_t d;
+    return psg_jpeg_dct_parse(v, &d);
+}
+
 static int check_counts(const char *v, int lo) {
     int n[PSG_CLI_COUNTS_MAX];
     if (psg_cli_counts(v, n, PSG_CLI_COUNTS_MAX, lo, 100000) <= 0)
@@ -85,12 +91,11 @@ static const char *const tail_words[] = {"none", "normal", "lognormal", "pareto"
 #define SERVER(f, l, h) USE(PSG_CLI_SERVER, psg_server_args_t, f, l, h)
 #define DATA(f, l, h) USE(PSG_CLI_DATA, psg_data_args_t, f, l, h)
 /* the flag and its value appended to a list (launch's --k8s options, read by launch_k8s.c) */
+#define K8S_USE                                                                                    \
+    [PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1, .ctype = PSG_AT_PAIRS}
 #define K8S(name)                                                                                  \
     {                                                                                              \
-        name, PSG_OPT_STRING, .use = {                                                             \
-            [PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1,                   \
-                                .ctype = PSG_AT_PAIRS}                                             \
-        }                                                                                          \
+        name, PSG_OPT_STRING, .use = { K8S_USE }                                                   \
     }
 
 _Static_assert(PSG_TS_MAX_LOGDIRS == 4, "server's --logdir help says up to 4");
@@ -102,14 +107,17 @@ static const psg_cli_option_t rows[] = {
              BENCH(c.model, "--model inception3",
                    "the only one here (psgraph train --model inception3 runs it)"),
              COMPARE(model)}},
-    {"--variant", PSG_OPT_STRING, .use = {COMPARE(variants)}},
+    {"--strategy", PSG_OPT_STRING, .use = {COMPARE(strategies)}},
+    {"--variant", PSG_OPT_STRING, .use = {COMPARE(strategies)}}, /* --strategy's older name */
     {"--data", PSG_OPT_STRING,
      .use = {TRAIN(c.data, "--data fashion-mnist|synthetic|imagenet|criteo",
                    "(default: fashion-mnist; inception3: synthetic, or imagenet:\n"
                    "TF's TFRecord shards; wide-deep: criteo)"),
              BENCH(c.data, "--data synthetic|imagenet ",
                    "(default synthetic: random images from a pool of 16, made once)"),
-             COMPARE(data)}},
+             COMPARE(data),
+             /* launch --k8s --data PVC|/PATH: the workers' data volume (cli/launch_k8s.c) */
+             K8S_USE}},
     {"--data-dir", PSG_OPT_STRING,
      .use = {TRAIN(c.data_dir, "--data-dir DIR",
                    "Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist);\n"
@@ -138,6 +146,13 @@ static const psg_cli_option_t rows[] = {
                    "imagenet: of the shards (default auto: from each file's first bytes)"),
              BENCH(c.compression, "--compression auto|none|gzip|zlib",
                    "of the shards (default auto: from each file's first bytes)")}},
+    {"--dct-method", PSG_OPT_STRING, .check = check_dct_method,
+     .use = {TRAIN(c.dct_method, "--dct-method INTEGER_FAST|INTEGER_ACCURATE",
+                   "imagenet: the JPEG inverse DCT, as decode_jpeg's dct_method\n"
+                   "(default INTEGER_FAST: TensorFlow's default decode_jpeg)"),
+             BENCH(c.dct_method, "--dct-method INTEGER_FAST|INTEGER_ACCURATE",
+                   "the JPEG inverse DCT, as decode_jpeg's dct_method (default\n"
+                   "INTEGER_FAST: TensorFlow's default decode_jpeg, pixel for pixel)")}},
     {"--buckets", PSG_OPT_INT, 1, 1099511627776.0,
      .use = {TRAIN(c.buckets, "--buckets N",
                    "wide-deep: hash buckets per categorical field (default 1000000)")}},
@@ -264,7 +279,7 @@ static const psg_cli_option_t rows[] = {
      .use = {SIM(workers, "--workers LIST", "e.g. 1,2,4,8,16,32,50,64,100,200 (default)")}},
     {"--backups", PSG_OPT_STRING, .check = check_backups,
      .use = {SIM(backups, "--backups LIST", "e.g. 0,1,2,4,8 (default 0,2,4,8)")}},
-    {"--lr", PSG_OPT_REAL, 1e-12, 1e6,
+    {"--lr", PSG_OPT_REAL, 0, 1e6, /* 0 trains nothing, as TensorFlow allows */
      .use = {TRAIN(c.lr, "--lr X", "learning rate (default: the model's, above)"),
              BENCH(c.lr, "--lr X", "initial learning rate (default 0.045)")}},
     {"--optimizer", PSG_OPT_STRING,
@@ -304,7 +319,9 @@ static const psg_cli_option_t rows[] = {
     {"--logdir", PSG_OPT_STRING,
      .use =
          {TRAIN(c.logdir, "--logdir DIR", "write DIR/metrics.jsonl"),
-          BENCH(c.logdir, "--logdir DIR", "write DIR/metrics.jsonl (and checkpoints)"),
+          BENCH(c.logdir, "--logdir DIR",
+                "metrics.jsonl, checkpoints (one at the end: for psgraph\n"
+                "export / serve, docs/serving.md), as psgraph train's"),
           [PSG_CLI_SERVER] = {AT(psg_server_args_t, logdirs), .max = PSG_TS_MAX_LOGDIRS,
                               .label = "--logdir DIR",
                               .help = "where SaveShard and Trace may write (repeatable, up to 4;\n"
@@ -514,21 +531,22 @@ static const psg_cli_option_t rows[] = {
      .use = {[PSG_CLI_LAUNCH] = {AT(psg_launch_args_t, ssh_options), .max = 31}}},
     {"--remote-bin", PSG_OPT_STRING, .use = {LAUNCH(l.remote_bin)}},
     {"--keys-shared", PSG_OPT_FLAG, .use = {LAUNCH(l.keys_shared)}},
+    {"--slurm", PSG_OPT_FLAG, .use = {LAUNCH(l.slurm)}},
     {"--k8s", PSG_OPT_FLAG, .use = {LAUNCH(k8s)}},
     K8S("--image"),
     K8S("--namespace"),
     K8S("--name"),
-    {"--gpus-per-worker", PSG_OPT_INT, 0, 64,
-     .use = {[PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1,
-                                 .ctype = PSG_AT_PAIRS}}},
+    {"--gpus-per-worker", PSG_OPT_INT, 0, 64, .use = {K8S_USE}},
     K8S("--cpu"),
     K8S("--memory"),
     K8S("--logdir-volume"),
     {"--out", PSG_OPT_STRING,
-     .use = {[PSG_CLI_LAUNCH] = {.at = offsetof(psg_launch_args_t, k8s_args) + 1,
-                                 .ctype = PSG_AT_PAIRS},
-             DATA(out, "--out FILE|DIR",
-                  "ctr: the file (gzip when it ends in .gz); imagenet: the folder")}},
+     .use = {K8S_USE, DATA(out, "--out FILE|DIR",
+                           "ctr: the file (gzip when it ends in .gz); imagenet: the folder")}},
+    K8S("--node-selector"),
+    K8S("--toleration"),
+    {"--ttl-after-finished", PSG_OPT_INT, 0, 1e9, .use = {K8S_USE}},
+    {"--active-deadline", PSG_OPT_INT, 0, 1e9, .use = {K8S_USE}},
     /* psgraph data (cli/data_cmd.c) */
     {"--rows", PSG_OPT_INT, 10, 1e12, .use = {DATA(rows, "--rows N", "ctr: rows, >= 10")}},
     {"--train", PSG_OPT_INT, 1, 1e8,

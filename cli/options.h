@@ -90,14 +90,14 @@ typedef struct {
 /* psgraph compare's (cli/compare_cmd.c) */
 #define PSG_COMPARE_MAX_EXTRA 64
 typedef struct {
-    psg_cli_list_t variants; /* --variant (cli/option_table.c) */
+    psg_cli_list_t strategies; /* --strategy, or --variant, its older name (cli/option_table.c) */
     /* --launch-arg: more psgraph launch options (--ssh --hosts-file F: the cluster on other
      * hosts, e.g. emulated ones with capped links, bench/compare_hosts.sh) */
     psg_cli_list_t launch;
     const char *model, *data, *straggler, *outdir, *png, *epochs, *eval_every, *seed, *batch;
     int ps, workers;
     double target;
-    const char *extra[PSG_COMPARE_MAX_EXTRA]; /* after --: more train options for every variant */
+    const char *extra[PSG_COMPARE_MAX_EXTRA]; /* after --: more train options for every strategy */
     int n_extra;
     char launch_text[1024]; /* the --launch-arg values, joined, for the JSON lines */
 } psg_compare_args_t;

@@ -39,11 +39,20 @@ static int server_cluster(const char *cluster_file, const char *job, int task,
             return -1;
         }
         *c = psg_cluster_from_file(cluster_file, job, task);
-    } else if (getenv("TF_CONFIG") && !task_name) {
+    } else if (psg_cluster_env_given() && !task_name) {
         *c = psg_cluster_from_env();
     }
-    if ((cluster_file || (getenv("TF_CONFIG") && !task_name)) && !*c) {
+    if ((cluster_file || (psg_cluster_env_given() && !task_name)) && !*c) {
         fprintf(stderr, "psgraph server: %s\n", psg_error_message());
+        return -1;
+    }
+    if (*c && !psg_cluster_task(*c).job) { /* as psgraph train says it (worker/worker_task.c) */
+        fprintf(stderr,
+                "psgraph server: %s names no task for this process: give it \"task\": {\"type\": "
+                "\"ps\", \"index\": I}%s\n",
+                cluster_file ? cluster_file : "TF_CONFIG",
+                cluster_file ? ", or --job ps --task I" : "");
+        psg_cluster_destroy(c);
         return -1;
     }
     if (*c && psg_cluster_task(*c).job && !strcmp(psg_cluster_task(*c).job, PSG_EVALUATOR_JOB)) {
@@ -130,6 +139,12 @@ int psg_cmd_server(int argc, char **argv) {
     printf("psgraph server: %s serving on %s%s%s%s\n", psg_task_server_task(ts), ep,
            curve ? " with CURVE (keys " : "", curve ? psg_curve_keys_dir(keys) : "",
            curve ? ")" : "");
+    const char *my_job = c ? psg_cluster_task(c).job : NULL;
+    if (my_job && (!strcmp(my_job, "worker") || !strcmp(my_job, "chief")))
+        printf("psgraph server: %s is a %s task: this process only serves it (its variables and "
+               "graphs, for the others) and trains nothing; `psgraph train` with the same "
+               "TF_CONFIG runs the %s\n",
+               psg_task_server_task(ts), my_job, my_job);
     fflush(stdout);
     while (!stop_signal && !psg_task_server_wait(ts, 100)) {
     }

@@ -68,7 +68,7 @@ int psg_cmd_train(int argc, char **argv) {
     psg_train_result_t r;
     if (psg_train(&a.c, &r) < 0) {
         fprintf(stderr, "psgraph train: %s\n", psg_error_message());
-        return 1;
+        return psg_error_code() == PSG_ERR_CONFIG ? 2 : 1; /* 2: as server, a wrong TF_CONFIG */
     }
     return 0;
 }

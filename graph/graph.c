@@ -2,6 +2,7 @@
  * functions, and the node builder that infers shapes as nodes are added.
  * Not execution (executor.c) and not the wire form (serialize.c). */
 #include "graph/graph_internal.h"
+#include "graph/cast_memo.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 
@@ -187,6 +188,48 @@ void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, voi
     g->initial_value_ctx = ctx;
 }
 
+/* ---- mixed precision's setting and casts (the graph keeps them; ops/precision.c decides) ---- */
+
+int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt) {
+    if (dt != PSG_DT_F32 && dt != PSG_DT_BF16 && dt != PSG_DT_F16)
+        return psg_error_set("compute dtype must be f32, bf16 or f16, got %s", psg_dtype_name(dt));
+    g->compute_dtype = dt;
+    return 0;
+}
+
+psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g) {
+    return g->compute_dtype == PSG_DT_INVALID ? PSG_DT_F32 : g->compute_dtype;
+}
+
+int psg_graph_cast_memo_find(const psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype) {
+    /* the device functions' verdict for a Cast of src now */
+    psg_node_t probe = {
+        .id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1, .inputs = &src};
+    probe.device = strdup("");
+    if (!probe.device) return -1;
+    psg_graph_apply_device_fns(g, &probe);
+    int found = -1;
+    for (int i = 0; i < g->num_casts && found < 0; i++) {
+        const psg_cast_memo_t *m = &g->casts[i];
+        if (m->src.node == src.node && m->src.index == src.index && m->dtype == dtype &&
+            !strcmp(g->nodes[m->cast]->device, probe.device))
+            found = m->cast;
+    }
+    free(probe.device);
+    return found;
+}
+
+void psg_graph_cast_memo_add(psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype, int cast) {
+    if (g->num_casts == g->cap_casts) {
+        int cap = g->cap_casts ? 2 * g->cap_casts : 64;
+        psg_cast_memo_t *v = realloc(g->casts, (size_t)cap * sizeof *v);
+        if (!v) return; /* not remembered: a later product casts again */
+        g->casts = v;
+        g->cap_casts = cap;
+    }
+    g->casts[g->num_casts++] = (psg_cast_memo_t){src, dtype, cast};
+}
+
 static void graph_record_error(psg_graph_t *g) {
     if (!g->error) g->error = xstrdup(psg_error_message());
 }
@@ -291,7 +334,7 @@ const int *psg_graph_collection(const psg_graph_t *g, const char *collection, in
 struct psg_node_builder {
     psg_graph_t *g;
     psg_node_t *node;
-    int cap_inputs, cap_attrs;
+    int cap_inputs, cap_controls, cap_attrs;
     bool bad_input; /* an input came from a failed build: keep its error */
 };
 
@@ -327,7 +370,10 @@ void psg_node_add_input(psg_node_builder_t *b, psg_endpoint_t in) {
 void psg_node_add_control(psg_node_builder_t *b, int node_id) {
     psg_node_t *n = b->node;
     if (node_id < 0) b->bad_input = true;
-    n->controls = xrealloc(n->controls, sizeof(int) * (size_t)(n->num_controls + 1));
+    if (n->num_controls == b->cap_controls) { /* doubled: a peer's node may list 200,000 */
+        b->cap_controls = b->cap_controls ? b->cap_controls * 2 : 4;
+        n->controls = xrealloc(n->controls, sizeof(int) * (size_t)b->cap_controls);
+    }
     n->controls[n->num_controls++] = node_id;
 }
 
@@ -407,6 +453,9 @@ static void uniquify_name(psg_graph_t *g, psg_node_t *n) {
     n->name = cand;
 }
 
+/* A node of at most this many inputs infers with its arrays on the stack. */
+#define FEW_INPUTS 8
+
 static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
     const psg_op_def_t *def = n->def;
     if (!def) return psg_error_set("unknown op '%s'", psg_node_get_str(n, "_unknown_op", "?"));
@@ -414,18 +463,33 @@ static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
         return psg_error_set("takes %d inputs, given %d", def->num_inputs, n->num_inputs);
     if (def->num_inputs < 0 && n->num_inputs < 1)
         return psg_error_set("takes at least one input, given none");
-    psg_dtype_t in_dt[n->num_inputs + 1];
-    psg_shape_t in_sh[n->num_inputs + 1];
     for (int i = 0; i < n->num_inputs; i++) {
         psg_endpoint_t e = n->inputs[i];
-        if (e.node >= g->num_nodes || e.index < 0 || e.index >= g->nodes[e.node]->num_outputs)
+        if (e.node < 0 || e.node >= g->num_nodes || e.index < 0 ||
+            e.index >= g->nodes[e.node]->num_outputs)
             return psg_error_set("input %d refers to a missing output %d:%d", i, e.node, e.index);
+    }
+    for (int i = 0; i < n->num_controls; i++)
+        if (n->controls[i] < 0 || n->controls[i] >= g->num_nodes)
+            return psg_error_set("control input %d refers to a missing node %d", i, n->controls[i]);
+    /* the inputs' dtypes and shapes: on the stack for a few, else on the heap (a graph
+     * from a peer may give a node 200,000 inputs: nothing it sizes goes on the stack) */
+    psg_dtype_t few_dt[FEW_INPUTS], *in_dt = few_dt;
+    psg_shape_t few_sh[FEW_INPUTS], *in_sh = few_sh;
+    if (n->num_inputs > FEW_INPUTS) {
+        in_dt = malloc(sizeof *in_dt * (size_t)n->num_inputs);
+        in_sh = malloc(sizeof *in_sh * (size_t)n->num_inputs);
+        if (!in_dt || !in_sh) {
+            free(in_dt);
+            free(in_sh);
+            return psg_error_set("out of memory for %d inputs", n->num_inputs);
+        }
+    }
+    for (int i = 0; i < n->num_inputs; i++) {
+        psg_endpoint_t e = n->inputs[i];
         in_dt[i] = g->nodes[e.node]->out_dtypes[e.index];
         in_sh[i] = g->nodes[e.node]->out_shapes[e.index];
     }
-    for (int i = 0; i < n->num_controls; i++)
-        if (n->controls[i] >= g->num_nodes)
-            return psg_error_set("control input %d refers to a missing node %d", i, n->controls[i]);
     n->num_outputs = def->num_outputs;
     PSG_ASSERT(n->num_outputs <= PSG_MAX_OUTPUTS);
     for (int i = 0; i < n->num_outputs; i++) {
@@ -434,7 +498,12 @@ static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
     }
     psg_infer_ctx_t c = {
         n, n->num_inputs, in_dt, in_sh, n->num_outputs, n->out_dtypes, n->out_shapes};
-    if (def->infer(&c) < 0) return -1;
+    int rc = def->infer(&c);
+    if (in_dt != few_dt) {
+        free(in_dt);
+        free(in_sh);
+    }
+    if (rc < 0) return -1;
     for (int i = 0; i < n->num_outputs; i++)
         PSG_ASSERT(n->out_dtypes[i] != PSG_DT_INVALID); /* an infer fn that forgot an output */
     return 0;

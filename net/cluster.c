@@ -283,6 +283,7 @@ static psg_cluster_t *parse_doc(const char *json, const char *origin, const char
     return c;
 fail:
     psg_error_wrap("%s", origin);
+    psg_error_recode(PSG_ERR_CONFIG);
     psg_json_free(doc);
     psg_cluster_destroy(&c);
     return NULL;
@@ -291,16 +292,34 @@ fail:
 psg_cluster_t *psg_cluster_from_env(void) {
     const char *s = getenv("TF_CONFIG");
     if (!s || !*s) {
-        psg_error_set("TF_CONFIG is not set");
+        psg_error_set_code(PSG_ERR_CONFIG, "TF_CONFIG is not set");
         return NULL;
     }
     return parse_doc(s, "TF_CONFIG", NULL, true);
 }
 
+bool psg_cluster_env_given(void) {
+    const char *s = getenv("TF_CONFIG");
+    if (!s) return false;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    if (!*s) return false;
+    psg_json_t *doc = psg_json_parse(s);
+    if (!doc) return true; /* malformed: the parser says so where it is read */
+    bool given = doc->type != PSG_JSON_OBJECT;
+    for (int i = 0; !given && i < doc->count;
+         i++) { /* a typo is no local training: the parser names it */
+        const psg_json_t *f = doc->items[i];
+        given = strcmp(f->key, "environment") && strcmp(f->key, "rpc_layer") &&
+                (strcmp(f->key, "cluster") || f->type != PSG_JSON_OBJECT || f->count > 0);
+    }
+    psg_json_free(doc);
+    return given;
+}
+
 psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int index) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        psg_error_set("%s: %s", path, strerror(errno));
+        psg_error_set_code(PSG_ERR_CONFIG, "%s: %s", path, strerror(errno));
         return NULL;
     }
     char *text = malloc(MAX_FILE_BYTES + 1);
@@ -308,14 +327,17 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
     bool err = ferror(f);
     fclose(f);
     if (!text || err || n > MAX_FILE_BYTES) {
-        psg_error_set("%s: %s", path, !text ? "out of memory" : err ? "read error" : "over 1 MiB");
+        psg_error_set_code(PSG_ERR_CONFIG, "%s: %s", path,
+                           !text ? "out of memory"
+                           : err ? "read error"
+                                 : "over 1 MiB");
         free(text);
         return NULL;
     }
     text[n] = '\0';
     if (memchr(text, '\0', n)) {
         free(text);
-        psg_error_set("%s: contains a NUL byte", path);
+        psg_error_set_code(PSG_ERR_CONFIG, "%s: contains a NUL byte", path);
         return NULL;
     }
     char base[4096];
@@ -326,6 +348,7 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
     free(text);
     if (c && job && psg_cluster_set_task(c, job, index) < 0) {
         psg_error_wrap("%s: --job %s --task %d", path, job, index);
+        psg_error_recode(PSG_ERR_CONFIG);
         psg_cluster_destroy(&c);
     }
     return c;

@@ -5,7 +5,7 @@
  * path autodiff walks. Defs, shape inference, builders and the CPU kernels
  * (plain loops: the reference). */
 #include "psgraph/error.h"
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 #include "psgraph/ops_array.h"
 
 #include <math.h>

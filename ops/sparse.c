@@ -10,6 +10,7 @@
 #include "psgraph/ops_sparse.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- inference ---- */
@@ -334,16 +335,27 @@ bool psg_is_indexed_slices(const psg_graph_t *g, psg_endpoint_t e, psg_endpoint_
 }
 
 psg_endpoint_t psg_sparse_sum(psg_graph_t *g, int n, const psg_endpoint_t *grads) {
-    psg_endpoint_t like0, like, vals[n], ix[n];
-    for (int i = 0; i < n; i++) {
-        if (!psg_is_indexed_slices(g, grads[i], &vals[i], &ix[i], &like)) return PSG_NO_ENDPOINT;
-        if (i == 0) like0 = like;
-        if (like.node != like0.node || like.index != like0.index ||
-            psg_graph_dtype(g, ix[i]) != psg_graph_dtype(g, ix[0]))
-            return PSG_NO_ENDPOINT;
+    psg_endpoint_t like0 = PSG_NO_ENDPOINT, like,
+                   *vals = malloc(sizeof *vals * ((size_t)n + 1) * 2), *ix = vals ? vals + n : NULL,
+                   sum = PSG_NO_ENDPOINT;
+    if (!vals) {
+        psg_error_set("out of memory");
+        return PSG_NO_ENDPOINT;
     }
-    psg_endpoint_t v = psg_concat(g, "values", n, vals, 0), i = psg_concat(g, "indices", n, ix, 0);
-    return psg_indexed_slices(g, "sum", v, i, like0);
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        ok = psg_is_indexed_slices(g, grads[i], &vals[i], &ix[i], &like);
+        if (i == 0) like0 = like;
+        ok = ok && like.node == like0.node && like.index == like0.index &&
+             psg_graph_dtype(g, ix[i]) == psg_graph_dtype(g, ix[0]);
+    }
+    if (ok) {
+        psg_endpoint_t v = psg_concat(g, "values", n, vals, 0),
+                       i = psg_concat(g, "indices", n, ix, 0);
+        sum = psg_indexed_slices(g, "sum", v, i, like0);
+    }
+    free(vals);
+    return sum;
 }
 
 int psg_unique(psg_graph_t *g, const char *name, psg_endpoint_t x) {
@@ -397,11 +409,18 @@ int psg_partition_strategy_parse(const char *name, psg_partition_strategy_t *s) 
     return 0;
 }
 
+/* The most shards a lookup stitches (the placement's PSG_MAX_SHARDS). */
+#define LOOKUP_MAX_SHARDS 64
+
 /* The rows of flat ids (n) from the table's shards: (n, d...). */
 static psg_endpoint_t lookup_flat(psg_graph_t *g, const psg_embedding_table_t *t,
                                   psg_endpoint_t ids) {
     if (t->num_shards == 1) return psg_resource_gather(g, "gather", t->shards[0], ids);
-    psg_endpoint_t pos[t->num_shards], rows[t->num_shards];
+    psg_endpoint_t pos[LOOKUP_MAX_SHARDS], rows[LOOKUP_MAX_SHARDS];
+    if (t->num_shards > LOOKUP_MAX_SHARDS) {
+        psg_error_set("embedding table of %d shards: at most %d", t->num_shards, LOOKUP_MAX_SHARDS);
+        return PSG_NO_ENDPOINT;
+    }
     for (int k = 0; k < t->num_shards; k++) {
         char nm[48];
         snprintf(nm, sizeof nm, "partition_%d", k);

@@ -2,7 +2,7 @@
  * SparseApplyFtrl and SparseApplyAdam (lazy: only the touched rows' slots move), which
  * change the rows `indices` of a variable and its slots in place, duplicate ids summed
  * first: defs, shape inference, the builder. Kernels: ops/cpu/sparse_apply.c. Not the
- * optimizers that choose them (ops/optimizer.c). */
+ * optimizers that choose them (runtime/optimizer.c). */
 #include "ops/cpu/sparse_apply.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_sparse.h"

@@ -406,6 +406,7 @@ typedef struct {
 struct psg_checkpoint {
     char *path;
     int64_t step;
+    bool indexed; /* opened through its index, which holds each file's crc32 */
     int num_shards;
     ck_shard_t *shards;
     int num_tensors, cap_tensors;
@@ -718,6 +719,7 @@ static psg_checkpoint_t *open_index(const char *path, int shard) {
     ck = ck_new(path, shard >= 0 ? 1 : (int)nsh);
     if (!ck) goto done;
     ck->step = (int64_t)step;
+    ck->indexed = true;
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -769,6 +771,13 @@ int64_t psg_checkpoint_step(const psg_checkpoint_t *ck) {
 }
 const char *psg_checkpoint_path(const psg_checkpoint_t *ck) {
     return ck->path;
+}
+
+int psg_checkpoint_num_verified(const psg_checkpoint_t *ck, int *num_files) {
+    int n = 0;
+    for (int s = 0; s < ck->num_shards; s++) n += ck->indexed || ck->shards[s].has_data_crc;
+    if (num_files) *num_files = ck->num_shards;
+    return n;
 }
 int psg_checkpoint_num_tensors(const psg_checkpoint_t *ck) {
     return ck->num_tensors;

@@ -28,6 +28,25 @@ typedef struct {
     char error[1024];
 } shard_job_t;
 
+int psg_logdir_make(const char *dir) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path)
+        return psg_error_set("%.64s...: too long", dir);
+    /* each missing parent first, as TensorFlow's makedirs; one that cannot be made shows below */
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            (void)mkdir(path, 0755);
+            *p = '/';
+        }
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return psg_error_set("%s: %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        return psg_error_set("%s: not a directory", dir);
+    return 0;
+}
+
 static void *shard_main(void *arg) {
     shard_job_t *j = arg;
     j->rc = psg_checkpoint_write_shard(j->rm, j->dir, j->step, j->shard, j->num_shards, &j->out);
@@ -39,6 +58,7 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
                         psg_resource_mgr_t *const *rms, int keep, double *seconds) {
     double t0 = psg_now_sec();
     if (num_shards < 1) return psg_error_set("%s: no shards to save", dir);
+    /* the folder itself only: the trainer made --logdir with its parents (psg_logdir_make) */
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return psg_error_set("%s: %s", dir, strerror(errno));
     shard_job_t *jobs = calloc((size_t)num_shards, sizeof *jobs);

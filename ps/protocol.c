@@ -1,7 +1,8 @@
 /* The task server's protocol table (ps/protocol.h): one row per request with its fields,
- * its reply and its handler, and the typed encoders and decoders both ends use. A decoder
- * trusts nothing: every number is range-checked and every error names the op and field.
- * Not the handlers (ps/task_*.c) and not the wire (net/). */
+ * its reply, the typed encoders and decoders of both that the two ends use, and its
+ * handler; and the rows a program adds (psg_proto_register). A decoder trusts nothing:
+ * every number is range-checked and every error names the op and field. Not the handlers
+ * (ps/task_*.c) and not the wire (net/). */
 #include "ps/protocol.h"
 
 #include "ps/task_server_internal.h"
@@ -9,7 +10,9 @@
 #include "psgraph/op.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +139,14 @@ static int dec_register(const psg_msg_t *m, psg_req_t *r) {
     return 0;
 }
 
+static void clear_register(psg_req_t *r) {
+    free(r->u.reg.feeds);
+    free(r->u.reg.fetches);
+    free(r->u.reg.targets);
+    r->u.reg.feeds = r->u.reg.fetches = NULL;
+    r->u.reg.targets = NULL;
+}
+
 /* ---- the small ones ---- */
 
 static int enc_handle(const psg_req_t *r, psg_msg_t *m) {
@@ -229,6 +240,12 @@ static int dec_wait_init(const psg_msg_t *m, psg_req_t *r) {
     return 0;
 }
 
+static void clear_wait_init(psg_req_t *r) {
+    free(r->u.init.names);
+    r->u.init.names = NULL;
+    r->u.init.n = 0;
+}
+
 static int enc_step_count(const psg_req_t *r, psg_msg_t *m) {
     m->step = r->u.workers;
     return 0;
@@ -293,50 +310,176 @@ static int dec_trace(const psg_msg_t *m, psg_req_t *r) {
     return get_path(m, "trace file", r->u.trace.path);
 }
 
+/* ---- replies ---- */
+
+static int rep_enc_none(const psg_rep_t *rep, psg_msg_t *m) {
+    (void)rep, (void)m;
+    return 0;
+}
+
+static int rep_dec_none(const psg_msg_t *m, psg_rep_t *rep) {
+    (void)m, (void)rep;
+    return 0;
+}
+
+static int rep_enc_handle(const psg_rep_t *rep, psg_msg_t *m) {
+    return set_handle(m, rep->u.handle);
+}
+
+static int rep_dec_handle(const psg_msg_t *m, psg_rep_t *rep) {
+    char *end = NULL;
+    if (!m->key || !*m->key || (rep->u.handle = strtoull(m->key, &end, 10), *end))
+        return psg_error_set("key '%.64s' is not a handle", m->key ? m->key : "");
+    return 0;
+}
+
+static int rep_enc_tensors(const psg_rep_t *rep, psg_msg_t *m) {
+    for (int i = 0; i < rep->u.fetched.n; i++)
+        if (psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]) < 0) return -1;
+    return 0;
+}
+
+static int rep_dec_tensors(const psg_msg_t *m, psg_rep_t *rep) {
+    rep->u.fetched.n = m->ntensors;
+    rep->u.fetched.t = m->tensors;
+    return 0;
+}
+
+static int rep_enc_tensor(const psg_rep_t *rep, psg_msg_t *m) {
+    return psg_msg_add_tensor(m, NULL, rep->u.tensor);
+}
+
+static int rep_dec_tensor(const psg_msg_t *m, psg_rep_t *rep) {
+    if (m->ntensors != 1) return psg_error_set("%d tensors, not 1", m->ntensors);
+    rep->u.tensor = m->tensors[0];
+    return 0;
+}
+
+static int rep_enc_json(const psg_rep_t *rep, psg_msg_t *m) {
+    return set_body(m, rep->u.json.text, rep->u.json.len);
+}
+
+static int rep_dec_json(const psg_msg_t *m, psg_rep_t *rep) {
+    if (!m->body) return psg_error_set("no body");
+    rep->u.json.text = (const char *)m->body->data;
+    rep->u.json.len = m->body->size;
+    return 0;
+}
+
+static int rep_enc_saved(const psg_rep_t *rep, psg_msg_t *m) {
+    if (psg_msg_set_key(m, rep->u.saved.line) < 0) return -1;
+    return set_body(m, rep->u.saved.names, rep->u.saved.names_len);
+}
+
+static int rep_dec_saved(const psg_msg_t *m, psg_rep_t *rep) {
+    if (!m->key) return psg_error_set("no key");
+    rep->u.saved.line = m->key;
+    rep->u.saved.names = m->body ? (const char *)m->body->data : "";
+    rep->u.saved.names_len = m->body ? m->body->size : 0;
+    return 0;
+}
+
+static int rep_enc_count(const psg_rep_t *rep, psg_msg_t *m) {
+    char key[32];
+    snprintf(key, sizeof key, "%" PRId64, rep->u.count);
+    return psg_msg_set_key(m, key);
+}
+
+static int rep_dec_count(const psg_msg_t *m, psg_rep_t *rep) {
+    char *end = NULL;
+    if (!m->key || !*m->key || (rep->u.count = strtoll(m->key, &end, 10), *end))
+        return psg_error_set("key '%.64s' is not a count", m->key ? m->key : "");
+    return 0;
+}
+
 /* ---- the table ---- */
+
+/* A row's reply coders, by the reply's shape. */
+#define REPLY(kind) rep_enc_##kind, rep_dec_##kind
 
 static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
     {PSG_REQ_REGISTER_GRAPH, PSG_TS_REGISTER_GRAPH,
      "body: graph (psg_graph_serialize); tensors feeds i64 [n,2], fetches i64 [n,2], targets i64 [n]",
-     "key: handle (u64)", enc_register, dec_register, psg_ts_on_register},
+     "key: handle (u64)", enc_register, dec_register, clear_register, REPLY(handle),
+     psg_ts_on_register},
     {PSG_REQ_DEREGISTER_GRAPH, PSG_TS_DEREGISTER_GRAPH, "key: handle (u64)", "empty", enc_handle,
-     dec_handle, psg_ts_on_deregister},
+     dec_handle, NULL, REPLY(none), psg_ts_on_deregister},
     {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH, "key: handle (u64); step; tensors: the feeds",
-     "step; tensors: the fetches", enc_run, dec_run, psg_ts_on_run},
+     "step; tensors: the fetches", enc_run, dec_run, NULL, REPLY(tensors), psg_ts_on_run},
     {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
-     psg_ts_on_recv},
-    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none,
-     psg_ts_on_inspect},
+     NULL, REPLY(tensor), psg_ts_on_recv},
+    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none, NULL,
+     REPLY(json), psg_ts_on_inspect},
     {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort,
-     dec_abort, psg_ts_on_abort_step},
-    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none,
-     psg_ts_on_cleanup_step},
+     dec_abort, NULL, REPLY(none), psg_ts_on_abort_step},
+    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none, NULL,
+     REPLY(none), psg_ts_on_cleanup_step},
     {PSG_REQ_WAIT_INIT, PSG_TS_WAIT_INIT, "body: variable names, one a line",
-     "empty, once all initialized", enc_wait_init, dec_wait_init, psg_ts_on_wait},
+     "empty, once all initialized", enc_wait_init, dec_wait_init, clear_wait_init, REPLY(none),
+     psg_ts_on_wait},
     {PSG_REQ_WAIT_DONE, PSG_TS_WAIT_DONE, "step: count of workers",
-     "empty, once that many sent JobDone", enc_step_count, dec_wait_done, psg_ts_on_wait},
+     "empty, once that many sent JobDone", enc_step_count, dec_wait_done, NULL, REPLY(none),
+     psg_ts_on_wait},
     {PSG_REQ_JOB_DONE, PSG_TS_JOB_DONE, "key: worker (optional; the sender)", "empty", enc_job_done,
-     dec_job_done, psg_ts_on_job_done},
+     dec_job_done, NULL, REPLY(none), psg_ts_on_job_done},
     {PSG_REQ_SAVE_SHARD, PSG_TS_SAVE_SHARD,
      "step; key: \"k/N\"; body: directory (under the task's logdir)",
-     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard,
-     psg_ts_on_save_shard},
+     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard, NULL,
+     REPLY(saved), psg_ts_on_save_shard},
     {PSG_REQ_RESTORE_SHARD, PSG_TS_RESTORE_SHARD, "step; key: \"k/N\"; body: directory",
-     "key: tensors restored", enc_shard, dec_shard, psg_ts_on_restore_shard},
+     "key: tensors restored", enc_shard, dec_shard, NULL, REPLY(count), psg_ts_on_restore_shard},
     {PSG_REQ_TRACE, PSG_TS_TRACE,
      "key: \"start PID STEP\" | \"stop\"; body (stop): file under the task's logdir",
-     "key (stop): events written", enc_trace, dec_trace, psg_ts_on_trace},
-    {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, psg_ts_on_shutdown},
+     "key (stop): events written", enc_trace, dec_trace, NULL, REPLY(count), psg_ts_on_trace},
+    {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, NULL, REPLY(none),
+     psg_ts_on_shutdown},
 };
+
+/* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,
+ * published by num_added (a reader sees only rows complete). */
+static psg_proto_entry_t added[PSG_PROTO_MAX_ADDED];
+static atomic_int num_added;
+static pthread_mutex_t added_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int psg_proto_register(const psg_proto_entry_t *row) {
+    if (!row || !row->op || !*row->op) return psg_error_set("protocol: a request needs an op");
+    if (!row->encode || !row->decode || !row->encode_reply || !row->decode_reply || !row->handler)
+        return psg_error_set("protocol: request '%.64s' needs its encoder, decoder, reply encoder, "
+                             "reply decoder and handler",
+                             row->op);
+    if (strlen(row->op) > PSG_WIRE_MAX_OP)
+        return psg_error_set("protocol: op '%.64s...' is over %d bytes", row->op, PSG_WIRE_MAX_OP);
+    pthread_mutex_lock(&added_lock);
+    int n = atomic_load(&num_added), rc;
+    if (psg_proto_find(row->op)) {
+        rc = psg_error_set("protocol: request '%s' is in the table already", row->op);
+    } else if (n == PSG_PROTO_MAX_ADDED) {
+        rc = psg_error_set("protocol: request '%s': %d requests were added already (the limit)",
+                           row->op, PSG_PROTO_MAX_ADDED);
+    } else {
+        added[n] = *row;
+        added[n].type = (psg_req_type_t)(PSG_REQ_COUNT + n);
+        rc = added[n].type;
+        atomic_store(&num_added, n + 1);
+    }
+    pthread_mutex_unlock(&added_lock);
+    return rc;
+}
 
 const psg_proto_entry_t *psg_proto_find(const char *op) {
     for (int i = 0; op && i < PSG_REQ_COUNT; i++)
         if (!strcmp(table[i].op, op)) return &table[i];
+    for (int i = 0, n = atomic_load(&num_added); op && i < n; i++)
+        if (!strcmp(added[i].op, op)) return &added[i];
     return NULL;
 }
 
 const psg_proto_entry_t *psg_proto_entry(psg_req_type_t t) {
-    PSG_ASSERT(t >= 0 && t < PSG_REQ_COUNT && table[t].type == t);
+    if (t >= PSG_REQ_COUNT) {
+        PSG_ASSERT((int)t - PSG_REQ_COUNT < atomic_load(&num_added));
+        return &added[t - PSG_REQ_COUNT];
+    }
+    PSG_ASSERT(t >= 0 && table[t].type == t);
     return &table[t];
 }
 
@@ -371,86 +514,26 @@ int psg_req_decode(const psg_msg_t *m, psg_req_t *r) {
 
 void psg_req_clear(psg_req_t *r) {
     if (!r) return;
-    if (r->type == PSG_REQ_REGISTER_GRAPH) {
-        free(r->u.reg.feeds);
-        free(r->u.reg.fetches);
-        free(r->u.reg.targets);
-        r->u.reg.feeds = r->u.reg.fetches = NULL;
-        r->u.reg.targets = NULL;
-    } else if (r->type == PSG_REQ_WAIT_INIT) {
-        free(r->u.init.names);
-        r->u.init.names = NULL;
-        r->u.init.n = 0;
-    }
+    const psg_proto_entry_t *e = psg_proto_entry(r->type);
+    if (e->clear) e->clear(r);
 }
 
-/* ---- replies ---- */
+/* ---- replies, by the row ---- */
 
 psg_msg_t *psg_rep_encode(psg_req_type_t t, const psg_rep_t *rep) {
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REPLY, psg_proto_entry(t)->op);
+    const psg_proto_entry_t *e = psg_proto_entry(t);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REPLY, e->op);
     if (!m) {
         psg_error_set("out of memory");
         return NULL;
     }
-    int rc = 0;
-    char key[64];
-    switch (t) {
-    case PSG_REQ_REGISTER_GRAPH: rc = set_handle(m, rep->u.handle); break;
-    case PSG_REQ_RUN_GRAPH:
-        for (int i = 0; rc == 0 && i < rep->u.fetched.n; i++)
-            rc = psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]);
-        break;
-    case PSG_REQ_RECV: rc = psg_msg_add_tensor(m, NULL, rep->u.tensor); break;
-    case PSG_REQ_INSPECT: rc = set_body(m, rep->u.json.text, rep->u.json.len); break;
-    case PSG_REQ_SAVE_SHARD:
-        rc = psg_msg_set_key(m, rep->u.saved.line);
-        if (rc == 0) rc = set_body(m, rep->u.saved.names, rep->u.saved.names_len);
-        break;
-    case PSG_REQ_RESTORE_SHARD:
-    case PSG_REQ_TRACE:
-        snprintf(key, sizeof key, "%" PRId64, rep->u.count);
-        rc = psg_msg_set_key(m, key);
-        break;
-    default: break;
-    }
-    if (rc < 0) psg_msg_destroy(&m);
+    if (e->encode_reply(rep, m) < 0) psg_msg_destroy(&m);
     return m;
 }
 
 int psg_rep_decode(const psg_msg_t *m, psg_req_type_t t, psg_rep_t *rep) {
     memset(rep, 0, sizeof *rep);
     rep->type = t;
-    const char *op = psg_proto_entry(t)->op;
-    char *end = NULL;
-    switch (t) {
-    case PSG_REQ_REGISTER_GRAPH:
-        if (!m->key || !*m->key || (rep->u.handle = strtoull(m->key, &end, 10), *end))
-            return psg_error_set("%s reply: key '%.64s' is not a handle", op, m->key ? m->key : "");
-        return 0;
-    case PSG_REQ_RUN_GRAPH:
-        rep->u.fetched.n = m->ntensors;
-        rep->u.fetched.t = m->tensors;
-        return 0;
-    case PSG_REQ_RECV:
-        if (m->ntensors != 1) return psg_error_set("%s reply: %d tensors, not 1", op, m->ntensors);
-        rep->u.tensor = m->tensors[0];
-        return 0;
-    case PSG_REQ_INSPECT:
-        if (!m->body) return psg_error_set("%s reply: no body", op);
-        rep->u.json.text = (const char *)m->body->data;
-        rep->u.json.len = m->body->size;
-        return 0;
-    case PSG_REQ_SAVE_SHARD:
-        if (!m->key) return psg_error_set("%s reply: no key", op);
-        rep->u.saved.line = m->key;
-        rep->u.saved.names = m->body ? (const char *)m->body->data : "";
-        rep->u.saved.names_len = m->body ? m->body->size : 0;
-        return 0;
-    case PSG_REQ_RESTORE_SHARD:
-    case PSG_REQ_TRACE:
-        if (!m->key || !*m->key || (rep->u.count = strtoll(m->key, &end, 10), *end))
-            return psg_error_set("%s reply: key '%.64s' is not a count", op, m->key ? m->key : "");
-        return 0;
-    default: return 0;
-    }
+    const psg_proto_entry_t *e = psg_proto_entry(t);
+    return e->decode_reply(m, rep) < 0 ? psg_error_wrap("%s reply", e->op) : 0;
 }

@@ -7,6 +7,7 @@
 
 #include "ops/state/sync_resources.h"
 #include "ops/state/timer.h"
+#include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
 
@@ -576,18 +577,9 @@ psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given) {
 /* Makes each logdir (and its parents) when absent and keeps its real path. */
 static int set_logdirs(psg_task_server_t *ts, const char *const *dirs) {
     for (int i = 0; i < PSG_TS_MAX_LOGDIRS && dirs[i]; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s", dirs[i]);
-        for (char *p = path + 1; *p; p++)
-            if (*p == '/') {
-                *p = 0;
-                mkdir(path, 0755);
-                *p = '/';
-            }
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
-            return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
+        if (psg_logdir_make(dirs[i]) < 0) return psg_error_wrap("logdir");
         char real[PATH_MAX];
-        if (!realpath(path, real))
+        if (!realpath(dirs[i], real))
             return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
         snprintf(ts->logdirs[ts->n_logdirs++], sizeof ts->logdirs[0], "%s", real);
     }

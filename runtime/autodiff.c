@@ -1,7 +1,7 @@
 /* Reverse-mode autodiff over the graph: walks the nodes between xs and ys
  * backwards (node ids are a topological order: inputs exist before their
  * users) and asks each op's gradient function to build its backward nodes. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
@@ -126,9 +126,17 @@ int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys, const psg_
                                    psg_node_op(n));
                 goto pop;
             }
-            psg_endpoint_t dx[n->num_inputs + 1];
+            psg_endpoint_t *dx =
+                malloc(sizeof *dx * ((size_t)n->num_inputs + 1)); /* any number of inputs */
+            if (!dx) {
+                psg_graph_pop_scope(g);
+                psg_graph_pop_scope(g);
+                rc = psg_error_set("out of memory");
+                goto pop;
+            }
             for (int i = 0; i < n->num_inputs; i++) dx[i] = PSG_NO_ENDPOINT;
             if (n->def->grad(g, n, dy, dx) < 0 || psg_graph_error(g)) {
+                free(dx);
                 psg_graph_pop_scope(g);
                 psg_graph_pop_scope(g);
                 rc = psg_error_wrap("gradients of node '%s' (%s)", n->name, psg_node_op(n));
@@ -139,6 +147,7 @@ int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys, const psg_
                 if (psg_endpoint_valid(dx[i]) && from_x[in.node])
                     contrib_add(&contrib[in.node * PSG_MAX_OUTPUTS + in.index], dx[i]);
             }
+            free(dx);
         }
         psg_graph_pop_scope(g);
         psg_graph_pop_scope(g);

@@ -5,7 +5,8 @@
  * host copies when the op has none); tensors are copied where an edge
  * crosses devices. Not placement or partitioning. */
 #include "runtime/executor.h"
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
+#include "ops/kernel_ctx.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
@@ -92,16 +93,9 @@ static int prepare_node(const psg_graph_t *g, const psg_node_t *n, plan_node_t *
     return 0;
 }
 
-/* The i-th dependency of n (inputs first, then control inputs) in *dep;
- * true when no earlier input or control input names the same node, so each
- * producer is counted once. */
-static bool dep_is_first(const psg_node_t *n, int i, int *dep) {
-    *dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
-    for (int k = 0; k < i; k++) {
-        int prev = k < n->num_inputs ? n->inputs[k].node : n->controls[k - n->num_inputs];
-        if (prev == *dep) return false;
-    }
-    return true;
+/* The i-th dependency of n: inputs first, then control inputs. */
+static int dep_of(const psg_node_t *n, int i) {
+    return i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
 }
 
 /* ---- resource groups ---- */
@@ -209,13 +203,17 @@ static int find_resource_groups(psg_plan_t *p) {
 }
 
 /* Iterative DFS post-order from the fetches and targets: p->nodes in a
- * topological order, local_of[graph id] their index. */
+ * topological order, local_of[graph id] their index. Each node is on the stack
+ * at most once (a frame: the node and its next dependency to look at), so the
+ * stack holds at most every node, however often a dependency is listed. */
 static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetches,
                        const psg_endpoint_t *fetches, int n_targets, const int *targets) {
     const psg_graph_t *g = p->g;
     int total = g->num_nodes;
     char *state = calloc((size_t)total + 1, 1); /* 0 new, 1 on stack, 2 done */
-    int *stack = malloc(sizeof(int) * (size_t)(2 * total + 2));
+    struct frame {
+        int id, next;
+    } *stack = malloc(sizeof *stack * ((size_t)total + 1));
     p->nodes = calloc((size_t)total + 1, sizeof(plan_node_t));
     int rc = -1;
     if (!state || !stack || !p->nodes) {
@@ -226,41 +224,47 @@ static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetc
     for (int r = 0; r < roots; r++) {
         int root = r < n_fetches ? fetches[r].node : targets[r - n_fetches];
         if (root < 0 || root >= total ||
-            (r < n_fetches && fetches[r].index >= g->nodes[root]->num_outputs)) {
+            (r < n_fetches && (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
             psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
                           r < n_fetches ? r : r - n_fetches);
             goto done;
         }
         if (state[root] == 2) continue;
         int sp = 0;
-        stack[sp++] = root;
+        stack[sp++] = (struct frame){root, 0};
+        state[root] = 1;
         while (sp) {
-            int id = stack[sp - 1];
-            const psg_node_t *n = g->nodes[id];
-            if (state[id] == 0) {
-                state[id] = 1;
-                if (!fed[id]) {
-                    for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
-                        int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
-                        if (state[dep] == 1) {
-                            psg_error_set("node '%s' (%s): the graph has a cycle through '%s'",
-                                          n->name, psg_node_op(n), g->nodes[dep]->name);
-                            goto done;
-                        }
-                        if (state[dep] == 0) stack[sp++] = dep;
-                    }
+            struct frame *f = &stack[sp - 1];
+            const psg_node_t *n = g->nodes[f->id];
+            int ndeps = fed[f->id] ? 0 : n->num_inputs + n->num_controls;
+            if (f->next < ndeps) {
+                int i = f->next++;
+                int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
+                if (dep < 0 || dep >= total) {
+                    psg_error_set("node '%s' (%s): input %d refers to a missing node %d", n->name, psg_node_op(n), i,
+                                  dep);
+                    goto done;
                 }
-            } else {
-                sp--;
-                if (state[id] == 2) continue;
-                state[id] = 2;
-                local_of[id] = p->num_nodes;
-                plan_node_t *pn = &p->nodes[p->num_nodes++];
-                pn->node = n;
-                pn->fed = fed[id];
-                pn->slot_base = p->num_slots;
-                p->num_slots += n->num_outputs;
+                if (state[dep] == 1) {
+                    psg_error_set("node '%s' (%s): the graph has a cycle through '%s'", n->name, psg_node_op(n),
+                                  g->nodes[dep]->name);
+                    goto done;
+                }
+                if (state[dep] == 0) {
+                    PSG_ASSERT(sp < total); /* each node is pushed once */
+                    state[dep] = 1;
+                    stack[sp++] = (struct frame){dep, 0};
+                }
+                continue;
             }
+            sp--;
+            state[f->id] = 2;
+            local_of[f->id] = p->num_nodes;
+            plan_node_t *pn = &p->nodes[p->num_nodes++];
+            pn->node = n;
+            pn->fed = fed[f->id];
+            pn->slot_base = p->num_slots;
+            p->num_slots += n->num_outputs;
         }
     }
     rc = 0;
@@ -271,53 +275,71 @@ done:
 }
 
 /* Each node's kernel, input slots and use counts, its consumers (counted
- * first), and the nodes ready at the start. */
+ * first), and the nodes ready at the start. A producer listed several times
+ * among a node's inputs and control inputs counts once: seen[] holds, per plan
+ * node, the last consumer that counted it (linear in the edges, however often
+ * one is repeated). */
 static int link_nodes(psg_plan_t *p, const int *local_of) {
     int *consumer_count = calloc((size_t)p->num_nodes + 1, sizeof(int));
-    if (!consumer_count) return psg_error_set("out of memory");
+    int *seen = malloc(sizeof(int) * ((size_t)p->num_nodes + 1));
+    int rc = -1;
+    if (!consumer_count || !seen) {
+        psg_error_set("out of memory");
+        goto done;
+    }
+    for (int li = 0; li < p->num_nodes; li++) seen[li] = -1;
     for (int li = 0; li < p->num_nodes; li++) {
         plan_node_t *pn = &p->nodes[li];
         const psg_node_t *n = pn->node;
         if (pn->fed) continue;
         p->num_exec++;
-        if (choose_kernel(n, pn) < 0 || prepare_node(p->g, n, pn) < 0) {
-            free(consumer_count);
-            return -1;
-        }
+        if (choose_kernel(n, pn) < 0 || prepare_node(p->g, n, pn) < 0) goto done;
         if (pn->device != PSG_DEVICE_HOST) p->host_only = false;
         if (n->def->flags & PSG_OP_SOURCE_FEED) {
-            free(consumer_count);
-            return psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
+            psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
+            goto done;
         }
-        pn->input_slots = malloc(sizeof(int) * (size_t)(n->num_inputs + 1));
-        PSG_ASSERT(pn->input_slots);
+        if (!(pn->input_slots = malloc(sizeof(int) * (size_t)(n->num_inputs + 1)))) {
+            psg_error_set("out of memory");
+            goto done;
+        }
         for (int i = 0; i < n->num_inputs; i++) {
             pn->input_slots[i] = slot_of(p, local_of, n->inputs[i]);
             p->slot_uses[pn->input_slots[i]]++;
         }
-        for (int i = 0, dep; i < n->num_inputs + n->num_controls; i++) {
-            if (!dep_is_first(n, i, &dep) || p->nodes[local_of[dep]].fed) continue;
+        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
+            int d = local_of[dep_of(n, i)];
+            if (seen[d] == li || p->nodes[d].fed) continue;
+            seen[d] = li;
             pn->num_deps++;
-            consumer_count[local_of[dep]]++;
+            consumer_count[d]++;
         }
     }
     for (int li = 0; li < p->num_nodes; li++) {
-        p->nodes[li].consumers = malloc(sizeof(int) * (size_t)(consumer_count[li] + 1));
-        PSG_ASSERT(p->nodes[li].consumers);
+        if (!(p->nodes[li].consumers = malloc(sizeof(int) * (size_t)(consumer_count[li] + 1)))) {
+            psg_error_set("out of memory");
+            goto done;
+        }
+        seen[li] = -1;
     }
-    free(consumer_count);
     for (int li = 0; li < p->num_nodes; li++) {
         plan_node_t *pn = &p->nodes[li];
         const psg_node_t *n = pn->node;
         if (pn->fed) continue;
-        for (int i = 0, dep; i < n->num_inputs + n->num_controls; i++) {
-            if (!dep_is_first(n, i, &dep) || p->nodes[local_of[dep]].fed) continue;
-            plan_node_t *producer = &p->nodes[local_of[dep]];
+        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
+            int d = local_of[dep_of(n, i)];
+            if (seen[d] == li || p->nodes[d].fed) continue;
+            seen[d] = li;
+            plan_node_t *producer = &p->nodes[d];
             producer->consumers[producer->num_consumers++] = li;
         }
         if (pn->num_deps == 0) p->initial_ready[p->num_initial_ready++] = li;
     }
-    return 0;
+    rc = 0;
+done:
+    free(consumer_count);
+    free(seen);
+    return rc;
 }
 
 /* The slots of the feeds and fetches; fails when a fed node's needed output
@@ -330,7 +352,7 @@ static int bind_feeds_fetches(psg_plan_t *p, const int *local_of, int n_feeds,
     p->feed_slots = malloc(sizeof(int) * (size_t)(n_feeds + 1));
     p->fetch_slots = malloc(sizeof(int) * (size_t)(n_fetches + 1));
     p->feeds = malloc(sizeof(psg_endpoint_t) * (size_t)(n_feeds + 1));
-    PSG_ASSERT(p->feed_slots && p->fetch_slots && p->feeds);
+    if (!p->feed_slots || !p->fetch_slots || !p->feeds) return psg_error_set("out of memory");
     if (n_feeds) memcpy(p->feeds, feeds, sizeof(psg_endpoint_t) * (size_t)n_feeds);
     for (int i = 0; i < n_feeds; i++) {
         /* a feed the fetches do not need is accepted and ignored */
@@ -479,13 +501,9 @@ static void release_slot(run_t *r, int slot) {
     if (atomic_fetch_sub(&r->uses_left[slot], 1) == 1) psg_tensor_destroy(&r->slots[slot]);
 }
 
-/* A PSG_OP_ASYNC node between its kernel's start and its psg_async_op_done. */
-struct psg_async_op {
-    run_t *r;
-    int li;
-    int64_t start_ns; /* for the timing hook */
-    psg_tensor_t *outputs[PSG_MAX_OUTPUTS];
-};
+/* Finishes a PSG_OP_ASYNC node: the done hook of its psg_async_op (ops/kernel_ctx.h),
+ * whose runner is the run and index the node's plan-local id. */
+static void async_done(psg_async_op_t *a, int rc);
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -506,18 +524,53 @@ static void store_outputs(run_t *r, plan_node_t *pn, psg_tensor_t **outputs) {
     for (int i = 0; i < n->num_inputs; i++) release_slot(r, pn->input_slots[i]);
 }
 
+/* One node's per-input arrays: its inputs (on its device), their dtypes and shapes, and
+ * the copies made to move them there (owned by the run of the node). */
+typedef struct {
+    psg_tensor_t **inputs, **moved;
+    psg_dtype_t *dt;
+    psg_shape_t *sh;
+} node_io_t;
+
+/* A node of at most this many inputs keeps its arrays on the stack; a larger one (a peer's
+ * AddN may list 200,000) on the heap: no array sized by a graph lives on a thread's stack. */
+#define FEW_INPUTS 8
+
+static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io);
+
 /* Runs one node's kernel; returns 0, 1 when an async kernel has started (its
  * psg_async_op_done finishes the node), or -1 with the error naming the node. */
 static int execute_node(run_t *r, plan_node_t *pn) {
+    size_t ni = (size_t)pn->node->num_inputs;
+    psg_tensor_t *inputs[FEW_INPUTS], *moved[FEW_INPUTS];
+    psg_dtype_t dt[FEW_INPUTS];
+    psg_shape_t sh[FEW_INPUTS];
+    node_io_t io = {inputs, moved, dt, sh};
+    void *heap = NULL;
+    if (ni > FEW_INPUTS) {
+        heap = malloc(ni * (sizeof(psg_shape_t) + 2 * sizeof(psg_tensor_t *) + sizeof(psg_dtype_t)));
+        if (!heap)
+            return psg_error_set_code(PSG_ERR_NO_MEMORY, "node '%s' (%s): out of memory for its %zu inputs",
+                                      pn->node->name, psg_node_op(pn->node), ni);
+        io.sh = heap; /* the most aligned first */
+        io.inputs = (psg_tensor_t **)(io.sh + ni);
+        io.moved = io.inputs + ni;
+        io.dt = (psg_dtype_t *)(io.moved + ni);
+    }
+    int rc = execute_node_io(r, pn, &io);
+    free(heap);
+    return rc;
+}
+
+static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
     psg_plan_t *p = r->p;
     const psg_node_t *n = pn->node;
     bool async = n->def->flags & PSG_OP_ASYNC;
     int ni = n->num_inputs, no = n->num_outputs;
-    psg_tensor_t *inputs[ni + 1];
-    psg_dtype_t in_dt[ni + 1], out_dt[PSG_MAX_OUTPUTS];
-    psg_shape_t in_sh[ni + 1], out_sh[PSG_MAX_OUTPUTS];
+    psg_tensor_t **inputs = io->inputs, **moved = io->moved;
+    psg_dtype_t *in_dt = io->dt, out_dt[PSG_MAX_OUTPUTS];
+    psg_shape_t *in_sh = io->sh, out_sh[PSG_MAX_OUTPUTS];
     psg_tensor_t *sync_outputs[PSG_MAX_OUTPUTS] = {0};
-    psg_tensor_t *moved[ni + 1]; /* inputs copied to this node's device, owned here */
     psg_async_op_t *a = NULL;
     psg_tensor_t **outputs = sync_outputs;
     int rc = 0;
@@ -553,8 +606,10 @@ static int execute_node(run_t *r, plan_node_t *pn) {
         a = calloc(1, sizeof *a);
         if (!a) rc = psg_error_set("out of memory");
         else {
-            a->r = r;
-            a->li = (int)(pn - p->nodes);
+            a->node = n;
+            a->done = async_done;
+            a->runner = r;
+            a->index = (int)(pn - p->nodes);
             outputs = a->outputs;
         }
     }
@@ -791,16 +846,9 @@ static void node_finished(run_t *r, int li, int rc) {
     pthread_cond_broadcast(&r->changed);
 }
 
-void psg_async_op_set_output(psg_async_op_t *a, int i, psg_tensor_t *t) {
-    PSG_ASSERT(i >= 0 && i < PSG_MAX_OUTPUTS && !a->outputs[i]);
-    a->outputs[i] = psg_tensor_ref(t);
-}
-
-const psg_node_t *psg_async_op_node(const psg_async_op_t *a) { return a->r->p->nodes[a->li].node; }
-
-void psg_async_op_done(psg_async_op_t *a, int rc) {
-    run_t *r = a->r;
-    plan_node_t *pn = &r->p->nodes[a->li];
+static void async_done(psg_async_op_t *a, int rc) {
+    run_t *r = a->runner;
+    plan_node_t *pn = &r->p->nodes[a->index];
     const psg_node_t *n = pn->node;
     for (int o = 0; rc == 0 && o < n->num_outputs; o++)
         if (!a->outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
@@ -813,9 +861,9 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
         if (r->on_node)
             r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns());
     }
-    groups_node_done(r, a->li);
+    groups_node_done(r, a->index);
     pthread_mutex_lock(&r->lock);
-    node_finished(r, a->li, rc);
+    node_finished(r, a->index, rc);
     /* r may be gone as soon as the lock is released */
     pthread_mutex_unlock(&r->lock);
     free(a);
@@ -966,19 +1014,4 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     pthread_mutex_destroy(&r.lock);
     pthread_cond_destroy(&r.changed);
     return rc;
-}
-
-/* ---- the kernel context's helpers ---- */
-
-psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i) {
-    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = ctx->device >= 0
-                          ? psg_gpu_tensor_new(ctx->device, ctx->out_dtypes[i], &ctx->out_shapes[i])
-                          : psg_tensor_new(ctx->out_dtypes[i], &ctx->out_shapes[i]);
-    return ctx->outputs[i];
-}
-
-void psg_kernel_set_output(psg_kernel_ctx_t *ctx, int i, psg_tensor_t *t) {
-    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = psg_tensor_ref(t);
 }

@@ -2,7 +2,7 @@
  * each node into its device's (or its task's) graph, in the original (topological) order,
  * putting a Send/Recv pair on every edge between devices, once per tensor
  * and destination. Not the executor: partitions run as ordinary plans. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "runtime/partition.h"
@@ -362,18 +362,22 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
         psg_node_attr_dtype(b, "dtype", n->out_dtypes[0]);
         psg_node_attr_shape(b, "shape", &n->out_shapes[0]);
     } else {
-        int ins[n->num_inputs + 1], ctl[n->num_controls + 1];
+        /* the copies' ids of its inputs, then of its control inputs (on the heap: a node
+         * may have any number) */
+        int *ins = malloc(sizeof(int) * ((size_t)n->num_inputs + (size_t)n->num_controls + 1)),
+            *ctl = ins ? ins + n->num_inputs : NULL;
+        if (!ins) return psg_error_set("out of memory");
         for (int i = 0; i < n->num_inputs; i++) {
             psg_endpoint_t e = n->inputs[i];
             e.node = canon_of(c, e.node);
             ins[i] = c->part_of[e.node] == pi ? c->copy_of[e.node]
                                               : recv_of(c, e.node, e.index, pi, target_caps);
-            if (ins[i] < 0) return -1;
+            if (ins[i] < 0) return free(ins), -1;
         }
         for (int i = 0; i < n->num_controls; i++) {
             int dep = canon_of(c, n->controls[i]);
             ctl[i] = c->part_of[dep] == pi ? c->copy_of[dep] : recv_of(c, dep, -1, pi, target_caps);
-            if (ctl[i] < 0) return -1;
+            if (ctl[i] < 0) return free(ins), -1;
         }
         b = psg_node_begin(p->graph, psg_node_op(n), n->name);
         for (int i = 0; i < n->num_inputs; i++) {
@@ -381,6 +385,7 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
             psg_node_add_input(b, (psg_endpoint_t){ins[i], local ? n->inputs[i].index : 0});
         }
         for (int i = 0; i < n->num_controls; i++) psg_node_add_control(b, ctl[i]);
+        free(ins);
         for (int i = 0; i < n->num_attrs; i++) copy_attr(b, &n->attrs[i]);
     }
     psg_node_set_device(b, n->device);

@@ -2,7 +2,7 @@
  * the placement pass (colocation groups by resource handle, completion from
  * a default device, checks against the cluster and the kernels).
  * Not partitioning: partition.c cuts the placed graph. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_math.h"

@@ -1,7 +1,6 @@
 /* The single-process session: a thread pool, a resource manager and cached
  * plans. The distributed session (worker/) wraps the same plans per task. */
 #include "runtime/executor.h"
-#include "graph/graph_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/session.h"
 
@@ -59,8 +58,8 @@ psg_callable_t *psg_session_make_callable(psg_session_t *s, int n_feeds,
                                           const psg_endpoint_t *feeds, int n_fetches,
                                           const psg_endpoint_t *fetches, int n_targets,
                                           const int *targets) {
-    if (s->g->error) {
-        psg_error_set("the graph has a build error: %s", s->g->error);
+    if (psg_graph_error(s->g)) {
+        psg_error_set("the graph has a build error: %s", psg_graph_error(s->g));
         return NULL;
     }
     psg_callable_t *c = calloc(1, sizeof *c);

@@ -1,21 +1,36 @@
 /* The table of strategies and the table of their options: the one place the
  * names live (--sync NAME, --help, psgraph compare, launch's lost workers).
- * Adding a strategy: its file (sync/strategy_*.c) and one line in
- * `strategies`; a new option: one line in `options`. Not the strategies. */
+ * Adding a strategy: its file (sync/strategy_<name>.c, defining
+ * psg_sync_strategy_<name>) and one row, X(<name>), in BUILT_IN (and the file's
+ * line in sync/meson.build); a program's own goes in through
+ * psg_sync_strategy_register. A new option: one line in `options`. Not the
+ * strategies. */
 #include "psgraph/error.h"
 #include "sync/strategy.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const psg_sync_strategy_t *const strategies[] = {
-    &psg_sync_strategy_sync,  &psg_sync_strategy_async, &psg_sync_strategy_ssp,
-    &psg_sync_strategy_local, &psg_sync_strategy_easgd,
-};
-#define NUM_STRATEGIES ((int)(sizeof strategies / sizeof strategies[0]))
+/* The built-in strategies, in --help's order: a row declares the strategy its file
+ * defines and lists it. */
+#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd)
+
+#define DECLARE(name) extern const psg_sync_strategy_t psg_sync_strategy_##name;
+BUILT_IN(DECLARE)
+#define ROW(name) &psg_sync_strategy_##name,
+static const psg_sync_strategy_t *const built_in[] = {BUILT_IN(ROW)};
+#define NUM_BUILT_IN ((int)(sizeof built_in / sizeof built_in[0]))
+
+/* The strategies psg_sync_strategy_register added, after the built-in ones: written
+ * under the lock, published by num_added. */
+static const psg_sync_strategy_t *added[PSG_SYNC_MAX_ADDED];
+static atomic_int num_added;
+static pthread_mutex_t added_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* offset PSG_SYNC_OPT_CMD: parsed by the command itself (psg_sync_config_t's fields) */
 #define PSG_SYNC_OPT_CMD ((size_t)-1)
@@ -82,12 +97,18 @@ void psg_sync_options_defaults(psg_sync_options_t *o) {
     o->compress_warmup_ratio = 0.25;
 }
 
+/* The strategy named name, or NULL (no error set). */
+static const psg_sync_strategy_t *lookup(const char *name) {
+    for (int i = 0, n = psg_sync_num_strategies(); i < n; i++)
+        if (!strcmp(psg_sync_strategy_at(i)->name, name)) return psg_sync_strategy_at(i);
+    return NULL;
+}
+
 const psg_sync_strategy_t *psg_sync_strategy_find(const char *name) {
     if (!name) name = "sync";
-    for (int i = 0; i < NUM_STRATEGIES; i++)
-        if (!strcmp(strategies[i]->name, name)) return strategies[i];
-    psg_error_set("unknown strategy '%s' (known: %s)", name, psg_sync_variant_names());
-    return NULL;
+    const psg_sync_strategy_t *s = lookup(name);
+    if (!s) psg_error_set("unknown strategy '%s' (known: %s)", name, psg_sync_strategy_names());
+    return s;
 }
 
 int psg_sync_strategy_check_name(const char *name) {
@@ -95,21 +116,27 @@ int psg_sync_strategy_check_name(const char *name) {
 }
 
 int psg_sync_num_strategies(void) {
-    return NUM_STRATEGIES;
+    return NUM_BUILT_IN + atomic_load(&num_added);
 }
 
 const psg_sync_strategy_t *psg_sync_strategy_at(int i) {
-    return i >= 0 && i < NUM_STRATEGIES ? strategies[i] : NULL;
+    if (i >= 0 && i < NUM_BUILT_IN) return built_in[i];
+    return i >= NUM_BUILT_IN && i < psg_sync_num_strategies() ? added[i - NUM_BUILT_IN] : NULL;
 }
 
-const char *psg_sync_variant_names(void) {
-    static char names[256];
-    if (!names[0]) {
-        size_t len = 0;
-        for (int i = 0; i < NUM_STRATEGIES; i++)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
-                                    strategies[i]->name);
-    }
+/* "sync, async, ...": made once for the built-in ones, again when one is added. */
+static char names[64 * (PSG_SYNC_MAX_ADDED + 8)];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void make_names(void) {
+    size_t len = 0;
+    for (int i = 0, n = psg_sync_num_strategies(); i < n; i++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                                psg_sync_strategy_at(i)->name);
+}
+
+const char *psg_sync_strategy_names(void) {
+    pthread_once(&names_once, make_names);
     return names;
 }
 
@@ -117,6 +144,42 @@ static const psg_sync_option_t *find_option(const char *flag) {
     for (int i = 0; i < NUM_OPTIONS; i++)
         if (!strcmp(options[i].flag, flag)) return &options[i];
     return NULL;
+}
+
+/* A name --sync can take and a table row can hold: 1..31 of [a-z0-9_-], not "none". */
+static bool good_name(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 31 || !strcmp(name, "none")) return false;
+    return strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}
+
+int psg_sync_strategy_register(const psg_sync_strategy_t *s) {
+    if (!s || !good_name(s->name))
+        return psg_error_set("strategy '%.64s': a name is 1 to 31 of a-z, 0-9, '_', '-' "
+                             "(not 'none')",
+                             s && s->name ? s->name : "");
+    if (!s->summary || !s->build)
+        return psg_error_set("strategy '%s' needs its summary and its build", s->name);
+    for (int k = 0; s->options && s->options[k]; k++)
+        if (!find_option(s->options[k]))
+            return psg_error_set("strategy '%s': option '%s' is not in the options table "
+                                 "(sync/strategies.c)",
+                                 s->name, s->options[k]);
+    pthread_once(&names_once, make_names);
+    pthread_mutex_lock(&added_lock);
+    int n = atomic_load(&num_added), rc = 0;
+    if (lookup(s->name)) {
+        rc = psg_error_set("strategy '%s' is in the table already", s->name);
+    } else if (n == PSG_SYNC_MAX_ADDED) {
+        rc = psg_error_set("strategy '%s': %d strategies were added already (the limit)", s->name,
+                           PSG_SYNC_MAX_ADDED);
+    } else {
+        added[n] = s;
+        atomic_store(&num_added, n + 1);
+        make_names();
+    }
+    pthread_mutex_unlock(&added_lock);
+    return rc;
 }
 
 int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *value) {
@@ -144,13 +207,13 @@ int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *v
 }
 
 void psg_sync_print_help(FILE *f) {
-    fprintf(f, "  --sync none|%s\n", psg_sync_variant_names());
+    fprintf(f, "  --sync none|%s\n", psg_sync_strategy_names());
     fprintf(f,
             "                           none: one process; the others train as a worker of the\n"
             "                           cluster given by TF_CONFIG or --cluster (async when one\n"
             "                           is given and --sync is not); docs/sync.md:\n");
-    for (int i = 0; i < NUM_STRATEGIES; i++) {
-        const psg_sync_strategy_t *s = strategies[i];
+    for (int i = 0, n = psg_sync_num_strategies(); i < n; i++) {
+        const psg_sync_strategy_t *s = psg_sync_strategy_at(i);
         fprintf(f, "    %-8s %s\n", s->name, s->summary);
         for (int k = 0; s->options && s->options[k]; k++) {
             const psg_sync_option_t *op = find_option(s->options[k]);
@@ -163,7 +226,7 @@ void psg_sync_print_help(FILE *f) {
 }
 
 int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg) {
-    const psg_sync_strategy_t *s = psg_sync_strategy_find(cfg->variant);
+    const psg_sync_strategy_t *s = psg_sync_strategy_find(cfg->strategy);
     if (!s) return -1;
     int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
                                            : cfg->num_workers - cfg->backup_workers;

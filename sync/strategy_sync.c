@@ -1,4 +1,4 @@
-/* The "sync" variant: synchronous SGD with backup workers. A worker offers
+/* The "sync" strategy: synchronous SGD with backup workers. A worker offers
  * its gradients, computed for its local step, to each variable's
  * accumulator and takes its next token; the chief takes the mean of the
  * first N of every accumulator, applies it with the wrapped optimizer,

@@ -1,7 +1,7 @@
-/* The sync-replicas wrapper: config checks, the table of variants, the
- * graph of a worker built by the chosen variant, per-step statistics and
- * the chief's runner thread. Not the protocol's graph itself
- * (sync/variant_sync.c) and not the resources (ps/). */
+/* The sync-replicas wrapper: config checks, the graph of a worker built by
+ * the chosen strategy (the table is sync/strategies.c), per-step statistics
+ * and the chief's runner thread. Not the protocol's graph itself
+ * (sync/strategy_sync.c) and not the resources (ops/state/). */
 #include "psgraph/autodiff.h"
 #include "psgraph/clock.h"
 #include "psgraph/ops_array.h"
@@ -19,25 +19,20 @@
 
 struct psg_sync_replicas {
     psg_sync_config_t cfg;
-    const psg_sync_strategy_t *variant;
+    const psg_sync_strategy_t *strategy;
     psg_optimizer_t *opt;
     int num_required;
 };
 
 void psg_sync_config_defaults(psg_sync_config_t *c) {
     memset(c, 0, sizeof *c);
-    c->variant = "sync";
+    c->strategy = "sync";
     c->num_workers = 1;
     psg_sync_options_defaults(&c->opt);
 }
 
 psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg) {
-    return psg_sync_replicas_new_with(opt, cfg, NULL);
-}
-
-psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_sync_config_t *cfg,
-                                                const psg_sync_strategy_t *own) {
-    const psg_sync_strategy_t *v = own ? own : psg_sync_strategy_find(cfg->variant);
+    const psg_sync_strategy_t *v = psg_sync_strategy_find(cfg->strategy);
     int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
                                            : cfg->num_workers - cfg->backup_workers;
     if (!v) {
@@ -79,8 +74,8 @@ psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_
         return NULL;
     }
     sr->cfg = *cfg;
-    sr->cfg.variant = v->name;
-    sr->variant = v;
+    sr->cfg.strategy = v->name;
+    sr->strategy = v;
     sr->opt = opt;
     sr->num_required = n;
     return sr;
@@ -92,8 +87,8 @@ void psg_sync_replicas_destroy(psg_sync_replicas_t **sr) {
     *sr = NULL;
 }
 
-const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr) {
-    return sr->variant->name;
+const char *psg_sync_replicas_strategy_name(const psg_sync_replicas_t *sr) {
+    return sr->strategy->name;
 }
 
 int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
@@ -101,7 +96,7 @@ int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
 }
 
 const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t *sr) {
-    return sr->variant;
+    return sr->strategy;
 }
 
 bool psg_sync_push_device_of(psg_graph_t *g, psg_endpoint_t e) {
@@ -178,7 +173,7 @@ static int ps_optimizer(const psg_sync_replicas_t *sr, psg_graph_t *g, psg_optim
 static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k,
                             const psg_endpoint_t *grads, const psg_endpoint_t *vars,
                             psg_endpoint_t gstep, psg_sync_graph_t *out) {
-    const psg_sync_strategy_t *v = sr->variant;
+    const psg_sync_strategy_t *v = sr->strategy;
     if (sr->cfg.opt.compress != PSG_SYNC_COMPRESS_NONE && !v->compress)
         return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)",
                              v->name);

@@ -5,6 +5,7 @@
 #include "psgraph/checkpoint.h"
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -196,6 +197,30 @@ static void test_two_shards_roundtrip(void) {
     /* the independent reader */
     snprintf(path, sizeof path, "%s/model.ckpt-30.index.json", dir);
     run_reader(dir, path, 30, rms, 2);
+    /* an index whose weight_map lost a tensor its shard holds, and one that is not JSON */
+    FILE *f = fopen(path, "rb");
+    char text[4096] = "";
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    char *entry = strstr(text, "\"model/emb\": ");
+    char *end = entry ? strchr(entry, '\n') : NULL;
+    CHECK(entry && end);
+    if (entry && end) {
+        memmove(entry, end + 1, strlen(end + 1) + 1);
+        f = fopen(path, "wb");
+        fputs(text, f);
+        fclose(f);
+        CHECK(!psg_checkpoint_open(path, -1));
+        CHECK_ERROR_HAS(
+            "model.ckpt-30-00001-of-00002.safetensors: tensor 'model/emb' is not mapped to this "
+            "file in the index's weight_map");
+    }
+    f = fopen(path, "wb");
+    fputs("{\"metadata\": ", f);
+    fclose(f);
+    CHECK(!psg_checkpoint_open(path, -1));
+    CHECK_ERROR_HAS("model.ckpt-30.index.json: ");
     psg_resource_mgr_destroy(&rm0);
     psg_resource_mgr_destroy(&rm1);
     rm_rf(dir);
@@ -230,6 +255,29 @@ static void on_skip(void *ctx, const char *path, const char *why) {
     s->count++;
     snprintf(s->last_path, sizeof s->last_path, "%s", path);
     snprintf(s->last_why, sizeof s->last_why, "%s", why);
+}
+
+/* A safetensors file: the header's length (8 bytes, little-endian), the header, the data. */
+static void write_st(const char *path, const char *header, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    PSG_ASSERT(f);
+    uint64_t n = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(n >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(header, 1, n, f);
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+/* A shard file of that header and data is refused, with an error that has `want`. */
+static void check_refused(const char *path, const char *header, const void *data, size_t len,
+                          const char *want) {
+    write_st(path, header, data, len);
+    psg_checkpoint_t *ck = psg_checkpoint_open(path, -1);
+    CHECK(!ck);
+    psg_checkpoint_destroy(&ck);
+    CHECK_ERROR_HAS(want);
 }
 
 static void test_corrupt_falls_back(void) {
@@ -307,17 +355,24 @@ static void test_corrupt_falls_back(void) {
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("does not fit the file");
     /* issue 20: [2^40, 2^22] f32 with data_offsets [0, 0]: numel * 4 wrapped to 0 */
-    f = fopen(path, "wb");
-    if (f) {
-        const char *h =
-            "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}";
-        unsigned char len[8] = {(unsigned char)strlen(h)};
-        fwrite(len, 1, 8, f);
-        fwrite(h, 1, strlen(h), f);
-        fclose(f);
-    }
-    CHECK(!psg_checkpoint_open(path, -1));
-    CHECK_ERROR_HAS("tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    check_refused(
+        path,
+        "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}",
+        NULL, 0, "tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    /* issue 37: [2^40, 2^40, 2^40] with data_offsets [0, 0]: the dims' product wraps to 0 */
+    check_refused(path,
+                  "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776],"
+                  "\"data_offsets\":[0,0]}}",
+                  NULL, 0, "tensor 't': bad dimension 1"); /* 2^80 elements already */
+    /* a dim over 2^40 on its own; 2^40 itself in a tensor of 0 elements is one */
+    check_refused(path,
+                  "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627777],\"data_offsets\":[0,0]}}",
+                  NULL, 0, "tensor 't': bad dimension 1");
+    write_st(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627776],\"data_offsets\":[0,0]}}",
+             NULL, 0);
+    ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 1);
+    psg_checkpoint_destroy(&ck);
     /* a `{}` header: no tensors, no data (NULL + 0 once) */
     f = fopen(path, "wb");
     if (f) {
@@ -331,6 +386,62 @@ static void test_corrupt_falls_back(void) {
     CHECK(psg_checkpoint_open_latest("/nonexistent/psg", -1, NULL, NULL, &ck) == 0);
     psg_resource_mgr_destroy(&rm0);
     psg_resource_mgr_destroy(&rm1);
+    rm_rf(dir);
+}
+
+/* What a safetensors writer may do that psgraph's does not (the header's tensors in another
+ * order than their data), what no writer may (offsets that are not whole bytes, dims past 2^40,
+ * a dtype of none), and writes that fail: -1 naming the file, no temporary file left. */
+static void test_header_and_write_edges(void) {
+    char dir[64], path[128];
+    CHECK(make_tmpdir(dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/edges.safetensors", dir);
+    /* "a" listed first, its data second */
+    float data[2] = {1.5f, -2.5f};
+    write_st(path,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             data, sizeof data);
+    psg_checkpoint_t *ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 2);
+    psg_tensor_t *a = ck ? psg_checkpoint_read(ck, "a") : NULL,
+                 *b = ck ? psg_checkpoint_read(ck, "b") : NULL;
+    CHECK(a && b && psg_tensor_f32(a)[0] == -2.5f && psg_tensor_f32(b)[0] == 1.5f);
+    psg_tensor_destroy(&a);
+    psg_tensor_destroy(&b);
+    psg_checkpoint_destroy(&ck);
+    check_refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0.5,4]}}", data,
+                  4, "tensor 'a': needs dtype, shape and data_offsets [begin, end]");
+    check_refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,4]}}", data,
+                  4, "tensor 'a': needs dtype, shape and data_offsets [begin, end]");
+    /* the first bad dimension is named */
+    check_refused(
+        path,
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2199023255552,2199023255552],\"data_offsets\":[0,0]}}",
+        NULL, 0, "tensor 'a': bad dimension 0");
+    check_refused(path, "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                  data, 1, "tensor 'a': unsupported dtype 'F8_E4M3'");
+    /* a shard written into no directory, and one whose name is taken by a directory */
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    make_var(rm, "w", PSG_DT_F32, psg_shape_1d(3), 1);
+    psg_checkpoint_shard_t shard;
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    CHECK(psg_checkpoint_write_shard(rm, missing, 3, 0, 1, &shard) < 0);
+    CHECK_ERROR_HAS("/none/.model.ckpt-3-00000-of-00001.safetensors.tmp.");
+    CHECK_ERROR_HAS("No such file or directory");
+    snprintf(path, sizeof path, "%s/model.ckpt-3-00000-of-00001.safetensors", dir);
+    CHECK(mkdir(path, 0755) == 0);
+    CHECK(psg_checkpoint_write_shard(rm, dir, 3, 0, 1, &shard) < 0);
+    CHECK_ERROR_HAS("model.ckpt-3-00000-of-00001.safetensors: rename");
+    DIR *d = opendir(dir);
+    int tmp_files = 0;
+    for (struct dirent *e; d && (e = readdir(d));) tmp_files += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    CHECK(tmp_files == 0);
+    CHECK(psg_checkpoint_write_shard(rm, dir, 3, 1, 1, &shard) < 0);
+    CHECK_ERROR_HAS("bad shard 1 of 1 or step 3");
+    psg_resource_mgr_destroy(&rm);
     rm_rf(dir);
 }
 
@@ -388,8 +499,15 @@ static void test_restore_errors(void) {
     psg_checkpoint_destroy(&ck);
     psg_resource_mgr_destroy(&more);
     psg_resource_mgr_destroy(&other);
-    CHECK(psg_checkpoint_save("/nonexistent/a/b", 1, 1, &rm, 0, NULL) < 0);
-    CHECK_ERROR_HAS("/nonexistent/a/b");
+    /* a folder that cannot be made: its parent is a file (not /nonexistent, which a run that
+     * makes its logdir's parents would make) */
+    char file[128], bad[160];
+    snprintf(file, sizeof file, "%s/file", dir);
+    FILE *f = fopen(file, "w");
+    CHECK(f && fclose(f) == 0);
+    snprintf(bad, sizeof bad, "%s/a/b", file);
+    CHECK(psg_checkpoint_save(bad, 1, 1, &rm, 0, NULL) < 0);
+    CHECK_ERROR_HAS(bad);
     psg_resource_mgr_destroy(&rm);
     rm_rf(dir);
 }
@@ -599,6 +717,7 @@ int main(int argc, char **argv) {
     reader_script = argc > 1 ? argv[1] : NULL;
     RUN_TEST(test_two_shards_roundtrip);
     RUN_TEST(test_corrupt_falls_back);
+    RUN_TEST(test_header_and_write_edges);
     RUN_TEST(test_keep_last_k);
     RUN_TEST(test_restore_errors);
     RUN_TEST(test_policy);

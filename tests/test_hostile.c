@@ -3,9 +3,8 @@
  * server keeps answering others; then a replay of mutated requests captured from a short
  * training run, with the server's memory checked loosely; SIGTERM ends it. Requests are
  * built through the protocol table (ps/protocol.h), as a worker builds them. */
+#include "hostile_util.h"
 #include "ops/state/sync_resources.h"
-#include "ps/protocol.h"
-#include "testutil.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,149 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *psgraph_exe;
-static char tmpdir[256], logdir[300];
-static pid_t server_pid;
-static int port;
-
-/* Starts `psgraph server` on a free port with small limits (the pending steps and graphs a
- * peer may have, the longest wait in seconds), with CURVE when `keys` names a key folder;
- * reads the port it prints. */
-static int start_server_keyed(const char *max_pending, const char *max_graphs, const char *max_wait,
-                              const char *keys) {
-    int p[2];
-    if (pipe(p) < 0) return -1;
-    fflush(stdout);
-    server_pid = fork();
-    if (server_pid == 0) {
-        dup2(p[1], 1);
-        close(p[0]);
-        unsetenv("PSGRAPH_KEYS");
-        execl(psgraph_exe, psgraph_exe, "server", "--task-name", "/job:ps/task:0", "--listen", "tcp://127.0.0.1:0",
-              "--memory-limit", "256M", "--max-pending", max_pending, "--max-graphs", max_graphs, "--max-wait", max_wait,
-              "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300", keys ? "--keys" : (char *)NULL, keys,
-              (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    char buf[512] = "";
-    size_t n = 0;
-    for (ssize_t k; n < sizeof buf - 1 && !strchr(buf, '\n') && (k = read(p[0], buf + n, sizeof buf - 1 - n)) > 0;)
-        n += (size_t)k, buf[n] = 0;
-    close(p[0]);
-    const char *at = strstr(buf, "tcp://127.0.0.1:");
-    port = at ? atoi(at + 16) : 0;
-    return port > 0 ? 0 : -1;
-}
-
-static int start_server_with(const char *max_pending, const char *max_graphs, const char *max_wait) {
-    return start_server_keyed(max_pending, max_graphs, max_wait, NULL);
-}
-
-static int start_server(void) { return start_server_with("4", "8", "2"); }
-
-/* Stops the server a test started for itself; the suite's (pid, port) is current again. */
-static void restore_server(pid_t first_pid, int first_port) {
-    kill(server_pid, SIGTERM);
-    waitpid(server_pid, NULL, 0);
-    server_pid = first_pid;
-    port = first_port;
-}
-
-/* The server's resident memory in MB (from /proc). */
-static double server_rss_mb(void) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)server_pid);
-    FILE *f = fopen(path, "r");
-    double kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
-    if (f) fclose(f);
-    return kb / 1024;
-}
-
-/* Under AddressSanitizer freed memory waits in its quarantine: RSS says nothing there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_CHECKED 0
-#else
-#define RSS_CHECKED 1
-#endif
-
-static psg_client_t *connect_peer(void) {
-    char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    return psg_client_new(ep, NULL);
-}
-
-/* A request through the protocol table on a fresh connection; the reply or NULL. */
-static psg_msg_t *call(const psg_req_t *r, int timeout_ms) {
-    psg_client_t *c = connect_peer();
-    psg_msg_t *m = psg_req_encode(r);
-    psg_msg_t *rep = m ? psg_client_call(c, &m, timeout_ms) : NULL;
-    psg_client_destroy(&c);
-    return rep;
-}
-
-static bool alive(void) {
-    psg_req_t r = {.type = PSG_REQ_INSPECT};
-    psg_msg_t *m = call(&r, 10000);
-    bool ok = m && m->body && strstr((const char *)m->body->data, "\"task\"");
-    psg_msg_destroy(&m);
-    return ok;
-}
-
-/* The call fails with `code` and a message containing `want`, and the server still serves. */
-static void expect_error(const psg_req_t *r, psg_err_code_t code, const char *want) {
-    psg_msg_t *m = call(r, 20000);
-    CHECK(m == NULL);
-    CHECK_ERROR_HAS(want);
-    if (psg_error_code() != code)
-        fprintf(stderr, "  code %s, wanted %s\n", psg_error_code_name(psg_error_code()), psg_error_code_name(code));
-    CHECK(psg_error_code() == code);
-    psg_msg_destroy(&m);
-    CHECK(alive());
-}
-
-/* Serializes g into a RegisterGraph request (fetching output 0 of node `fetch` when >= 0). */
-static psg_req_t register_req(psg_graph_t *g, int fetch, char **bytes) {
-    size_t len = 0;
-    CHECK(psg_graph_serialize(g, bytes, &len) == 0);
-    static psg_endpoint_t fx;
-    fx = (psg_endpoint_t){fetch, 0};
-    psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH};
-    r.u.reg = (psg_req_register_t){.graph = *bytes, .len = len, .n_fetches = fetch >= 0, .fetches = &fx};
-    return r;
-}
-
-/* Registers g through `via` (NULL: a fresh connection); its handle, 0 with the error set. */
-static uint64_t register_graph(psg_client_t *via, psg_graph_t *g, int fetch) {
-    char *bytes = NULL;
-    psg_req_t r = register_req(g, fetch, &bytes);
-    psg_msg_t *req = via ? psg_req_encode(&r) : NULL;
-    psg_msg_t *m = !via ? call(&r, 20000) : req ? psg_client_call(via, &req, 20000) : NULL;
-    psg_rep_t rep;
-    uint64_t h = m && psg_rep_decode(m, PSG_REQ_REGISTER_GRAPH, &rep) == 0 ? rep.u.handle : 0;
-    psg_msg_destroy(&m);
-    free(bytes);
-    return h;
-}
-
-/* Finding 3: a take with timeout_ms 0 (once: no deadline, on the server thread). */
-static uint64_t register_take(psg_client_t *via, const char *acc) {
-    psg_graph_t *g = psg_graph_new();
-    psg_shape_t s = psg_shape_1d(2);
-    psg_endpoint_t h = psg_accumulator_op(g, acc, &s, 1);
-    psg_endpoint_t t = psg_accumulator_take_op(g, NULL, h, 1, 0);
-    uint64_t handle = register_graph(via, g, t.node);
-    psg_graph_destroy(&g);
-    return handle;
-}
-
 static void test_take_without_timeout(void) {
-    uint64_t h = register_take(NULL, "acc_a");
+    psg_client_t *c = connect_peer();
+    uint64_t h = register_take(c, "acc_a");
     CHECK(h > 0);
     psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h}};
-    psg_client_t *c = connect_peer();
     psg_msg_t *m = psg_req_encode(&run);
     CHECK(psg_client_send(c, &m, NULL) == 0);
     /* the take waits on a runner thread: the server answers meanwhile */
@@ -175,12 +36,12 @@ static void test_take_without_timeout(void) {
 /* Finding 3: more waiting steps than the peer may have pending: refused by name. */
 static void test_pending_limit(void) {
     uint64_t h[6];
+    psg_client_t *c = connect_peer();
     for (int i = 0; i < 6; i++) {
         char name[24];
         snprintf(name, sizeof name, "acc_p%d", i);
-        h[i] = register_take(NULL, name);
+        h[i] = register_take(c, name);
     }
-    psg_client_t *c = connect_peer();
     for (int i = 0; i < 6; i++) {
         psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h[i]}};
         psg_msg_t *m = psg_req_encode(&run);
@@ -198,17 +59,17 @@ static void test_pending_limit(void) {
     }
     CHECK(limited == 2 && timed_out == 4);
     CHECK(alive());
-    psg_client_destroy(&c);
     for (int i = 0; i < 6; i++) {
         psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = h[i]};
-        psg_msg_t *m = call(&d, 20000);
-        CHECK(m != NULL);
-        psg_msg_destroy(&m);
+        psg_msg_t *m = psg_req_encode(&d), *rep = psg_client_call(c, &m, 20000);
+        CHECK(rep != NULL);
+        psg_msg_destroy(&rep);
     }
+    psg_client_destroy(&c);
 }
 
 /* A graph too large to run on the server thread that needs no wait: a chain of identities. */
-static uint64_t register_chain(void) {
+static uint64_t register_chain(psg_client_t *via) {
     psg_graph_t *g = psg_graph_new();
     psg_endpoint_t x = psg_const_scalar(g, "c", 2.5f);
     for (int i = 0; i < 20; i++) {
@@ -216,7 +77,7 @@ static uint64_t register_chain(void) {
         snprintf(name, sizeof name, "id%d", i);
         x = psg_identity(g, name, x);
     }
-    uint64_t handle = register_graph(NULL, g, x.node);
+    uint64_t handle = register_graph(via, g, x.node);
     psg_graph_destroy(&g);
     return handle;
 }
@@ -229,15 +90,15 @@ static void test_running_cap(void) {
     CHECK(start_server_with("16", "16", "3") == 0);
     enum { TAKES = 10 };
     uint64_t h[TAKES];
+    psg_client_t *greedy = connect_peer(), *other = connect_peer();
     for (int i = 0; i < TAKES; i++) {
         char name[24];
         snprintf(name, sizeof name, "acc_r%d", i);
-        h[i] = register_take(NULL, name);
+        h[i] = register_take(greedy, name);
         CHECK(h[i] > 0);
     }
-    uint64_t chain = register_chain();
+    uint64_t chain = register_chain(other);
     CHECK(chain > 0);
-    psg_client_t *greedy = connect_peer(), *other = connect_peer();
     for (int i = 0; i < TAKES; i++) {
         psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h[i]}};
         psg_msg_t *m = psg_req_encode(&run);
@@ -362,33 +223,6 @@ static void test_peers_per_address(void) {
 }
 
 /* ---- quotas per CURVE key ---- */
-
-static psg_client_t *connect_as(const psg_curve_keys_t *k) {
-    char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    psg_wire_opts_t o = psg_wire_opts_default();
-    o.keys = k;
-    return psg_client_new(ep, &o);
-}
-
-/* Sends a RunGraph of `handle` through c (its reply comes later). */
-static void send_run(psg_client_t *c, uint64_t handle) {
-    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = handle}};
-    psg_msg_t *m = psg_req_encode(&run);
-    CHECK(psg_client_send(c, &m, NULL) == 0);
-}
-
-/* Inspect's "field" through c (-1: no answer); the replies before it are dropped. */
-static int inspect_field(psg_client_t *c, const char *field) {
-    psg_req_t in = {.type = PSG_REQ_INSPECT};
-    psg_msg_t *m = psg_req_encode(&in), *rep = psg_client_call(c, &m, 20000);
-    char want[64];
-    snprintf(want, sizeof want, "\"%s\":", field);
-    const char *at = rep && rep->body ? strstr((const char *)rep->body->data, want) : NULL;
-    int v = at ? atoi(at + strlen(want)) : -1;
-    psg_msg_destroy(&rep);
-    return v;
-}
 
 /* Under CURVE a peer is its client key: a second connection of worker1 shares the first's
  * quotas (steps pending, graphs) and is refused, named by its key, while worker2 is served;
@@ -608,19 +442,6 @@ static void test_overflowing_shapes(void) {
 /* Requests captured from a short training run, mutated and replayed (below). */
 static void test_replay(void);
 
-/* Sends SIGTERM to pid and waits up to 30 s (a margin for a loaded machine: the bench
- * holds it to 2 s) for its exit; prints how long it took as the bench line `what`. Returns
- * what waitpid returned (0: still running), its status in *st. */
-static pid_t sigterm_and_wait(pid_t pid, const char *what, int *st) {
-    double t_term = psg_now_sec();
-    kill(pid, SIGTERM);
-    pid_t w = 0;
-    *st = 0;
-    for (double end = t_term + 30; (w = waitpid(pid, st, WNOHANG)) == 0 && psg_now_sec() < end;) usleep(5000);
-    printf("{\"bench\":\"%s\",\"seconds_to_exit\":%.3f}\n", what, psg_now_sec() - t_term);
-    return w;
-}
-
 /* SIGTERM while the ps pulls a tensor from a worker that is not there (a task of its
  * cluster that never started): the Recv puller waits up to 2 s for the worker's
  * connection, and the exit must not wait with it (the bench reports how long it takes;
@@ -663,10 +484,10 @@ static void test_sigterm_during_a_pull(void) {
     psg_node_set_device(b, "/job:ps/replica:0/task:0/device:CPU:0");
     int recv = psg_node_finish(b);
     CHECK(recv >= 0);
-    uint64_t h = register_graph(NULL, g, recv);
+    psg_client_t *c = connect_peer();
+    uint64_t h = register_graph(c, g, recv);
     psg_graph_destroy(&g);
     CHECK(h > 0);
-    psg_client_t *c = connect_peer();
     psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h}};
     psg_msg_t *m = psg_req_encode(&run);
     CHECK(psg_client_send(c, &m, NULL) == 0);
@@ -680,15 +501,7 @@ static void test_sigterm_during_a_pull(void) {
 }
 
 int main(int argc, char **argv) {
-    psgraph_exe = argc > 1 ? argv[1] : "psgraph";
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_hostile_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
-    snprintf(logdir, sizeof logdir, "%s/logdir", tmpdir);
-    signal(SIGPIPE, SIG_IGN);
-    if (start_server() < 0) {
-        fprintf(stderr, "psgraph server did not start\n");
-        return 1;
-    }
+    if (hostile_begin(argc, argv, "hostile") < 0) return 1;
     RUN_TEST(test_take_without_timeout);
     RUN_TEST(test_pending_limit);
     RUN_TEST(test_running_cap);
@@ -703,21 +516,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_overflowing_shapes);
     RUN_TEST(test_sigterm_during_a_pull);
     RUN_TEST(test_replay);
-    /* SIGTERM ends it */
-    kill(server_pid, SIGTERM);
-    int st = 0;
-    pid_t w = 0;
-    for (double end = psg_now_sec() + 30; (w = waitpid(server_pid, &st, WNOHANG)) == 0 && psg_now_sec() < end;)
-        usleep(50000);
-    CHECK(w == server_pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (w != server_pid) {
-        kill(server_pid, SIGKILL);
-        waitpid(server_pid, &st, 0);
-    }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    CHECK(system(cmd) == 0);
-    return psg_test_summary();
+    return hostile_end("hostile_sigterm_end");
 }
 
 /* ---- the replay ---- */

@@ -3,6 +3,8 @@
  * step; a ps silent for longer fails the step with an error naming it long before the step
  * timeout (heartbeats), and is served again once it answers; a ps restarted at the same
  * address is known as a new process by its incarnation, and the session recovers from it.
+ * A wait that heartbeats should end and does not fails the test in at most WATCHDOG_S, and the
+ * ps dies with this process whatever ends it (never left behind stopped).
  * Not the emulated hosts' cut links (test_hosts_launch.sh). */
 #include "core/json.h"
 #include "tests/testutil.h"
@@ -11,23 +13,49 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define PEER_TIMEOUT_S 2
-#define STEP_TIMEOUT_MS 60000 /* far above the peer timeout: only heartbeats fail a step early */
+/* 10x the peer timeout: a step failed by the step timeout rather than by heartbeats (a lost
+ * connection not noticed) fails the silent-ps test by its message, after 20 s */
+#define STEP_TIMEOUT_MS 20000
+/* under meson's 120 s: whatever still waits then fails here, naming its test, ps killed */
+#define WATCHDOG_S 100
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *psgraph_exe;
 static char tmpdir[256], cluster_path[512];
 static int ports[2]; /* ps0, worker0 */
 static pid_t ps_pid;
+static const char *volatile running = "start"; /* the test the watchdog names */
+
+static void on_watchdog(int sig) {
+    (void)sig;
+    static const char a[] = "FAIL ", b[] = ": still waiting after the watchdog's " STR(
+                                         WATCHDOG_S) " s (a wait that "
+                                                     "heartbeats should end); the ps's log is in ";
+    /* only async-signal-safe calls: write, strlen, kill, _exit */
+    if (write(2, a, sizeof a - 1) < 0 || write(2, running, strlen(running)) < 0 ||
+        write(2, b, sizeof b - 1) < 0 || write(2, tmpdir, strlen(tmpdir)) < 0 ||
+        write(2, "\n", 1) < 0) {
+    }
+    if (ps_pid > 0) kill(ps_pid, SIGKILL);
+    _exit(1);
+}
 
 static pid_t spawn_ps(void) {
     char log[600];
     snprintf(log, sizeof log, "%s/ps0.log", tmpdir);
+    pid_t parent = getpid();
     pid_t pid = fork();
     PSG_ASSERT(pid >= 0);
     if (pid == 0) {
+        /* killed when this test dies, however (meson's timeout, a crash): stopped or not */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
         FILE *f = freopen(log, "a", stdout);
         (void)f;
         dup2(1, 2);
@@ -137,6 +165,7 @@ static void test_silent_ps(psg_dist_session_t *s, const model_t *m, uint64_t inc
     double dt = psg_test_now_sec() - t0;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[0]);
+    int before = psg_test_failures;
     CHECK(rc < 0);
     CHECK_ERROR_HAS("/job:ps/replica:0/task:0");
     CHECK_ERROR_HAS(addr);
@@ -145,6 +174,7 @@ static void test_silent_ps(psg_dist_session_t *s, const model_t *m, uint64_t inc
     printf("silent ps (peer timeout %d s, step timeout %d s): the step failed after %.2f s: %s\n",
            PEER_TIMEOUT_S, STEP_TIMEOUT_MS / 1000, dt, psg_error_message());
     kill(ps_pid, SIGCONT);
+    if (psg_test_failures != before) return; /* the loss went unnoticed: no recovery to check */
     float w0 = 0;
     rc = -1;
     for (int tries = 0; tries < 20 && rc < 0; tries++) rc = step(s, m, &w0);
@@ -191,14 +221,19 @@ static void run_tests(psg_cluster_t *c) {
         fflush(stdout);                                                                            \
         before = psg_test_failures;                                                                \
     } while (0)
+        running = "test_incarnation";
         test_incarnation(s, &m, &inc);
         REPORT("test_incarnation");
+        running = "test_short_pause";
         test_short_pause(s, &m);
         REPORT("test_short_pause");
+        running = "test_silent_ps";
         test_silent_ps(s, &m, inc);
         REPORT("test_silent_ps");
+        running = "test_restarted_ps";
         test_restarted_ps(s, &m, inc);
         REPORT("test_restarted_ps");
+        running = "the end";
 #undef REPORT
         psg_dist_session_job_done(s);
     }
@@ -216,6 +251,8 @@ int main(int argc, char **argv) {
     psgraph_exe = argv[1];
     snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_test_liveness_XXXXXX");
     PSG_ASSERT(mkdtemp(tmpdir));
+    signal(SIGALRM, on_watchdog);
+    alarm(WATCHDOG_S);
     snprintf(cluster_path, sizeof cluster_path, "%s/cluster.json", tmpdir);
     for (int i = 0; i < 2; i++) ports[i] = psg_test_free_port();
     FILE *f = fopen(cluster_path, "w");

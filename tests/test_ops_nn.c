@@ -1,6 +1,8 @@
 /* The nn ops: values against naive loops (a plain 7-loop convolution, pooling
  * by brute force, a two-pass batch norm), finite-difference gradient checks of
- * every differentiable op, and shape errors that name the node. */
+ * every differentiable op, the conv's im2col path with several bands and slices
+ * against its direct kernels, and shape errors that name the node. */
+#include "ops/cpu/conv2d_direct.h"
 #include "tests/gradcheck.h"
 #include "tests/testutil.h"
 
@@ -30,13 +32,13 @@ static psg_tensor_t *run_graph(int n, psg_tensor_t **vals, psg_gradcheck_build_f
     return out;
 }
 
-/* max |a - ref| <= tol * (1 + max |ref|) */
+/* max |a - ref| <= tol * (1 + max |ref|); a NaN is never close */
 static void check_close(const char *what, const float *a, const float *ref, int64_t n, double tol) {
     double worst = 0, scale = 0;
     int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n && !isnan(worst); i++) {
         double d = fabs((double)a[i] - ref[i]);
-        if (d > worst) worst = d, at = i;
+        if (!(d <= worst)) worst = d, at = i;
         if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
     }
     psg_test_checks++;
@@ -228,6 +230,135 @@ static void test_conv2d_values(void) {
         free(ref_y);
         free(ref_dx);
         free(ref_dw);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&w);
+        psg_tensor_destroy(&dy);
+    }
+}
+
+/* ---- the im2col path on large images, fewer images than threads ---- */
+
+/* Images large enough that the im2col path (conv2d.c: taken when the batch does not fill the
+ * threads) cuts each slice of the batch into several bands of output pixels, and more threads
+ * than images, so that the batch is split into slices whose filter gradients are summed. */
+static const struct {
+    conv_case_t k;
+    int threads;
+    const char *what;
+} band_cases[] = {
+    /* filter gradient rows of 576 floats: 910-pixel bands, two per 40x40 image */
+    {{3, 40, 40, 64, 3, 3, 8, 1, 1, true}, 4, "3 images on 4 threads: 3 slices of 2 filter bands"},
+    {{1, 40, 40, 64, 3, 3, 8, 1, 1, true},
+     4,
+     "1 image on 4 threads: 1 slice, split GEMMs, 2 bands"},
+    {{2, 96, 96, 32, 3, 3, 16, 2, 2, true},
+     3,
+     "stride 2 (dx by col2im): 2 slices of 2 filter bands"},
+    {{3, 37, 43, 24, 5, 3, 12, 2, 1, false}, 4, "VALID, odd sizes: forward bands end inside a row"},
+};
+
+/* sum(dy * conv(x, w)) on `threads`, in double */
+static double conv_loss(const conv_case_t *k, psg_tensor_t *x, psg_tensor_t *w,
+                        const psg_tensor_t *dy, int threads) {
+    psg_tensor_t *fw[2] = {x, w}, *y = run_graph(2, fw, build_conv, (void *)k, threads);
+    double l = 0;
+    for (int64_t i = 0; y && i < psg_tensor_numel(y); i++)
+        l += (double)psg_tensor_f32(y)[i] * psg_tensor_f32(dy)[i];
+    psg_tensor_destroy(&y);
+    return l;
+}
+
+/* Central differences of the loss at `samples` elements of t (x or w) against grad: the conv
+ * is linear in each, so a step of 1 is exact up to rounding. */
+static void check_differences(const char *what, const conv_case_t *k, int threads, psg_tensor_t *x,
+                              psg_tensor_t *w, const psg_tensor_t *dy, psg_tensor_t *t,
+                              const float *grad, int samples) {
+    float *v = psg_tensor_f32(t);
+    for (int s = 0; s < samples; s++) {
+        int64_t i = (psg_tensor_numel(t) - 1) * s / (samples - 1);
+        float keep = v[i];
+        v[i] = keep + 1;
+        double up = conv_loss(k, x, w, dy, threads);
+        v[i] = keep - 1;
+        double numeric = (up - conv_loss(k, x, w, dy, threads)) / 2;
+        v[i] = keep;
+        psg_test_checks++;
+        if (!(fabs(grad[i] - numeric) <= 1e-3 * (1 + fabs(numeric)))) {
+            psg_test_failures++;
+            fprintf(stderr, "%s: element %lld: gradient %g, central difference %g\n", what,
+                    (long long)i, grad[i], numeric);
+        }
+    }
+}
+
+/* The im2col path's y, dx and dw equal the direct kernels' (one thread) and the naive loops';
+ * its dw and dx equal central differences of the loss. */
+static void test_conv2d_im2col_bands(void) {
+    unsigned seed = 37;
+    for (size_t c = 0; c < sizeof band_cases / sizeof band_cases[0]; c++) {
+        const conv_case_t *k = &band_cases[c].k;
+        int threads = band_cases[c].threads;
+        geom_t g = geom_of(k);
+        /* the dispatch this case is about: im2col on `threads`, the direct kernels on one */
+        psg_nn_geom_t ng = {.n = k->n,
+                            .h = k->h,
+                            .w = k->w,
+                            .c = k->c,
+                            .kh = k->kh,
+                            .kw = k->kw,
+                            .oc = k->oc,
+                            .oh = g.oh,
+                            .ow = g.ow,
+                            .sh = k->sh,
+                            .sw = k->sw,
+                            .pt = g.pt,
+                            .pl = g.pl};
+        psg_threadpool_t *pool = psg_threadpool_new(threads);
+        CHECK(pool && !psg_conv_direct_applies(&ng, pool) && psg_conv_direct_applies(&ng, NULL));
+        psg_threadpool_destroy(&pool);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
+                    sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed),
+                     *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
+        int64_t sizes[3] = {psg_shape_numel(&sy), psg_shape_numel(&sx), psg_shape_numel(&sw)};
+        float *ref[3];
+        for (int i = 0; i < 3; i++) PSG_ASSERT((ref[i] = malloc(sizeof(float) * (size_t)sizes[i])));
+        naive_conv(&g, 0, psg_tensor_f32(x), psg_tensor_f32(w), ref[0]);
+        naive_conv(&g, 1, ref[1], psg_tensor_f32(w), psg_tensor_f32(dy));
+        naive_conv(&g, 2, psg_tensor_f32(x), ref[2], psg_tensor_f32(dy));
+        psg_tensor_t *fw[2] = {x, w}, *b3[3] = {x, w, dy}, *im2col[3], *direct[3];
+        psg_gradcheck_build_fn builds[3] = {build_conv, build_conv_bi, build_conv_bf};
+        const char *names[3] = {"y", "dx", "dw"};
+        for (int i = 0; i < 3; i++) {
+            char what[160];
+            im2col[i] = run_graph(i ? 3 : 2, i ? b3 : fw, builds[i], (void *)k, threads);
+            direct[i] = run_graph(i ? 3 : 2, i ? b3 : fw, builds[i], (void *)k, 1);
+            if (!im2col[i] || !direct[i]) continue;
+            CHECK(psg_tensor_numel(im2col[i]) == sizes[i] &&
+                  psg_tensor_numel(direct[i]) == sizes[i]);
+            snprintf(what, sizeof what, "%s: %s, im2col against the direct kernel",
+                     band_cases[c].what, names[i]);
+            check_close(what, psg_tensor_f32(im2col[i]), psg_tensor_f32(direct[i]), sizes[i], 1e-5);
+            snprintf(what, sizeof what, "%s: %s, im2col against the loops", band_cases[c].what,
+                     names[i]);
+            check_close(what, psg_tensor_f32(im2col[i]), ref[i], sizes[i], 1e-5);
+            snprintf(what, sizeof what, "%s: %s, direct against the loops", band_cases[c].what,
+                     names[i]);
+            check_close(what, psg_tensor_f32(direct[i]), ref[i], sizes[i], 1e-5);
+        }
+        if (im2col[2])
+            check_differences(band_cases[c].what, k, threads, x, w, dy, w,
+                              psg_tensor_f32(im2col[2]), 7);
+        if (im2col[1])
+            check_differences(band_cases[c].what, k, threads, x, w, dy, x,
+                              psg_tensor_f32(im2col[1]), 4);
+        for (int i = 0; i < 3; i++) {
+            psg_tensor_destroy(&im2col[i]);
+            psg_tensor_destroy(&direct[i]);
+            free(ref[i]);
+        }
         psg_tensor_destroy(&x);
         psg_tensor_destroy(&w);
         psg_tensor_destroy(&dy);
@@ -655,6 +786,7 @@ int main(void) {
     RUN_TEST(test_same_padding_arithmetic);
     RUN_TEST(test_conv2d_values);
     RUN_TEST(test_conv2d_batch_unknown_at_build);
+    RUN_TEST(test_conv2d_im2col_bands);
     RUN_TEST(test_pool_values);
     RUN_TEST(test_bias_add_values);
     RUN_TEST(test_batch_norm_values);

@@ -83,6 +83,23 @@ static void test_deadline_and_close(void) {
     psg_resource_mgr_destroy(&rm);
 }
 
+/* One worker (SSP of a single worker never waits for another), whose wait asks for no
+ * timeout (it gets the task's longest), and no workers (refused). */
+static void test_sizes(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    CHECK(psg_ssp_clock_get(rm, "none", 0) == NULL);
+    CHECK_ERROR_HAS("ssp clock 'none': 0 workers (at least 1)");
+    psg_ssp_clock_t *solo = psg_ssp_clock_get(rm, "solo", 1);
+    CHECK(solo != NULL);
+    answer_t a = {0};
+    psg_ssp_clock_wait_async(solo, 0, READ, 1, 0, on_answer, &a); /* 0: the task's longest wait */
+    pause_ms(50);
+    CHECK(atomic_load(&a.calls) == 0);
+    CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
+    CHECK(atomic_load(&a.calls) == 1 && a.least == 1 && !a.error[0]);
+    psg_resource_mgr_destroy(&rm);
+}
+
 typedef struct {
     psg_session_t *s;
     psg_endpoint_t want;
@@ -142,6 +159,7 @@ static void test_ops_wait_without_a_thread(void) {
 int main(void) {
     RUN_TEST(test_ahead_worker_waits_for_the_slowest);
     RUN_TEST(test_deadline_and_close);
+    RUN_TEST(test_sizes);
     RUN_TEST(test_ops_wait_without_a_thread);
     return psg_test_summary();
 }

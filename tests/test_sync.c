@@ -4,7 +4,8 @@
  * and one rendezvous, as tests/test_partition.c runs one step; the chief's
  * runner is one more thread. Equivalence with one process of batch N·B,
  * backup workers that drop a delayed worker's gradients, a dead worker, and
- * the end of the data. */
+ * the end of the data; every strategy of the table (tests/strategy_halved.c,
+ * compiled in, adds one as a program would) offered by --help and built. */
 #include "ops/state/sync_resources.h"
 #include "runtime/executor.h"
 #include "runtime/partition.h"
@@ -512,11 +513,11 @@ static void test_end_of_data_ends_cleanly(void) {
     }
 }
 
-/* The async variant in the same harness: no tokens, every gradient applied. */
-static void test_async_variant(void) {
+/* The async strategy in the same harness: no tokens, every gradient applied. */
+static void test_async_strategy(void) {
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
-    cfg.variant = "async";
+    cfg.strategy = "async";
     cfg.num_workers = 2;
     model_t m;
     build_model(&m, B, 1, &cfg);
@@ -531,40 +532,25 @@ static void test_async_variant(void) {
     psg_tensor_destroy(&seen[0]);
     psg_tensor_destroy(&seen[1]);
     model_free(&m);
-    cfg.variant = "bounded";
+    cfg.strategy = "bounded";
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
-    CHECK_ERROR_HAS("unknown strategy 'bounded' (known: sync, async, ssp, local, easgd)");
-    cfg.variant = "sync";
+    char known[1024] = "unknown strategy 'bounded' (known: "; /* the table's names, in order */
+    for (int i = 0; i < psg_sync_num_strategies(); i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                 psg_sync_strategy_at(i)->name);
+    CHECK(psg_sync_num_strategies() >= 5 && strstr(known, "sync, async"));
+    CHECK_ERROR_HAS(known);
+    cfg.strategy = "sync";
     cfg.backup_workers = 2;
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
     CHECK_ERROR_HAS("replicas_to_aggregate 0 + backup_workers 2");
     psg_optimizer_destroy(&opt);
 }
 
-/* ---- a strategy written as docs/sync.md ("Adding a strategy") says ---- */
-
-/* "halved": async whose update applies each gradient times 1/2 and counts its steps
- * in its own state: build and step are all a strategy needs. */
-static int build_halved(const psg_sync_build_t *b, psg_sync_graph_t *out) {
-    psg_endpoint_t half[8];
-    for (int i = 0; i < b->n; i++) half[i] = psg_scale(b->g, "halved/grad", b->grads[i], 0.5);
-    return psg_optimizer_apply_gradients(b->opt, b->g, b->n, half, b->vars, &out->train_op);
-}
-
-static int step_halved(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
-    int64_t *count = w->state;
-    if (!count && !(w->state = count = calloc(1, sizeof *count))) return -1;
-    if (psg_sync_step_default(w, loss, st) < 0) return -1;
-    ++*count;
-    return 0;
-}
-
-static const psg_sync_strategy_t halved = {.name = "halved",
-                                           .summary = "async at half the rate",
-                                           .build = build_halved,
-                                           .step = step_halved};
+/* ---- a strategy written as docs/sync.md ("Adding a strategy") says: "halved", the
+ * file tests/strategy_halved.c, in this binary's table ---- */
 
 typedef struct {
     psg_callable_t *step;
@@ -606,8 +592,8 @@ static void check_w_is(psg_session_t *sess, psg_graph_t *g, psg_endpoint_t w, fl
     psg_tensor_destroy(&wv);
 }
 
-/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2.
- */
+/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps of "halved",
+ * found by its name in the table, w = -3 * 0.1 * x / 2. */
 static void test_a_strategy_from_the_docs(void) {
     psg_shape_t s4 = psg_shape_1d(4);
     psg_endpoint_t x, w, loss;
@@ -615,8 +601,9 @@ static void test_a_strategy_from_the_docs(void) {
     psg_optimizer_t *opt = optimizer_at("sgd", 0.1f, 0);
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
-    psg_sync_replicas_t *sr = psg_sync_replicas_new_with(opt, &cfg, &halved);
-    CHECK(sr && !strcmp(psg_sync_replicas_variant(sr), "halved"));
+    cfg.strategy = "halved";
+    psg_sync_replicas_t *sr = psg_sync_replicas_new(opt, &cfg);
+    CHECK(sr && !strcmp(psg_sync_replicas_strategy_name(sr), "halved"));
     psg_sync_graph_t sg;
     CHECK(psg_sync_replicas_minimize(sr, g, loss, &sg) == 0);
     psg_session_t *sess = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
@@ -643,6 +630,44 @@ static void test_a_strategy_from_the_docs(void) {
     psg_graph_destroy(&g);
 }
 
+/* Every strategy of the table, whatever it holds: --help offers it with its summary and
+ * its options, --sync takes its name, and it builds a worker's graph of loss = sum(w * x)
+ * for 2 workers with a step to run. */
+static void test_every_strategy_of_the_table(void) {
+    char *help = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&help, &len);
+    PSG_ASSERT(f);
+    psg_sync_print_help(f);
+    fclose(f);
+    CHECK(psg_sync_strategy_find("halved") != NULL); /* tests/strategy_halved.c's row */
+    for (int i = 0; i < psg_sync_num_strategies(); i++) {
+        const psg_sync_strategy_t *s = psg_sync_strategy_at(i);
+        char line[128];
+        snprintf(line, sizeof line, "    %-8s %s\n", s->name, s->summary);
+        CHECK(strstr(help, line) != NULL);
+        for (int k = 0; s->options && s->options[k]; k++) CHECK(strstr(help, s->options[k]));
+        CHECK(psg_sync_strategy_check_name(s->name) == 0);
+        psg_endpoint_t x, w, loss;
+        psg_graph_t *g = sum_wx_graph(&x, &w, &loss);
+        psg_optimizer_t *opt = optimizer_at("sgd", 0.1f, 0);
+        psg_sync_config_t cfg;
+        psg_sync_config_defaults(&cfg);
+        cfg.strategy = s->name;
+        cfg.num_workers = 2;
+        psg_sync_replicas_t *sr = psg_sync_replicas_new(opt, &cfg);
+        psg_sync_graph_t sg;
+        CHECK(sr && psg_sync_replicas_strategy(sr) == s);
+        CHECK(sr && psg_sync_replicas_minimize(sr, g, loss, &sg) == 0 && sg.train_op >= 0);
+        if (psg_error_message()[0]) fprintf(stderr, "  %s: %s\n", s->name, psg_error_message());
+        psg_error_clear();
+        psg_sync_replicas_destroy(&sr);
+        psg_optimizer_destroy(&opt);
+        psg_graph_destroy(&g);
+    }
+    free(help);
+}
+
 /* --compress-momentum folded with a rate tensor (a schedule's place): one process, async,
  * top-k of every entry, loss = sum(w * x), momentum 0.5 at a rate tensor of 0.1, w from 0:
  * the ps runs SGD of rate 0.1 / (1 - 0.5) = 0.2, so w = -3 * 0.2 * x after 3 steps
@@ -656,7 +681,7 @@ static void test_folded_momentum_scales_the_rate_tensor(void) {
     psg_optimizer_set_learning_rate_tensor(opt, psg_const_scalar(g, "rate", 0.1f));
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
-    cfg.variant = "async";
+    cfg.strategy = "async";
     cfg.opt.compress = PSG_SYNC_COMPRESS_TOPK;
     cfg.opt.compress_ratio = 1;
     cfg.opt.compress_momentum = PSG_SYNC_COMPRESS_MOMENTUM_FOLDED;
@@ -682,8 +707,9 @@ int main(void) {
     RUN_TEST(test_backup_worker_drops_the_straggler);
     RUN_TEST(test_dead_worker_fails_within_the_timeout);
     RUN_TEST(test_end_of_data_ends_cleanly);
-    RUN_TEST(test_async_variant);
+    RUN_TEST(test_async_strategy);
     RUN_TEST(test_a_strategy_from_the_docs);
+    RUN_TEST(test_every_strategy_of_the_table);
     RUN_TEST(test_folded_momentum_scales_the_rate_tensor);
     return psg_test_summary();
 }

@@ -283,7 +283,7 @@ static void test_ssp_holds_the_fast_worker(void) {
 
 /* The straggler's draws under local SGD (H = 4), 2 workers, 8 steps: worker 1 sleeps, before
  * its j-th step, the delay the documented hash gives (seed, worker 1, step j), step by step
- * as every variant's j-th step does. Keyed by the local step, which local SGD keeps for H
+ * as every strategy's j-th step does. Keyed by the local step, which local SGD keeps for H
  * steps, it slept one draw 4 times over and its stragglers cost as much as sync's. */
 static void test_local_sgd_draws_a_delay_each_step(void) {
     char logdir[400];

@@ -315,7 +315,7 @@ int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done) {
 }
 
 int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step) {
-    if (!h->chief || !h->c->logdir || step == h->last_saved) return 0;
+    if (!h->chief || !h->c->logdir) return 0;
     return save(h, step);
 }
 

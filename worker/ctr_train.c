@@ -156,7 +156,7 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
     if (!(t->g = psg_graph_new())) return -1;
     if (t->w.setter) psg_graph_push_replica_setter(t->g, t->w.setter);
     psg_optimizer_config_t oc = psg_optimizer_defaults(c->optimizer ? c->optimizer : "adam");
-    oc.learning_rate = c->lr > 0 ? (float)c->lr : 0.001f;
+    oc.learning_rate = c->lr >= 0 ? (float)c->lr : 0.001f;
     oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
     int train_op = -1;
     int rc = psg_wide_deep_build(t->g, &wc, &t->m);
@@ -210,7 +210,8 @@ static int build(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t *star
 /* In a cluster, after the steps: a worker says it is done; the chief waits for the others
  * (sync: as long as a step may take) and, with sync, counts the job's gradients. desc gets
  * the done line's strategy fields. */
-static int end_cluster(const psg_train_config_t *c, ctr_t *t, FILE *out, char *desc, size_t size) {
+static int end_cluster(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t total, char *desc,
+                       size_t size) {
     snprintf(desc, size, "\"sync\":\"%s\",", t->sync ? "sync" : "async");
     if (!t->w.cluster) return 0;
     if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
@@ -221,6 +222,21 @@ static int end_cluster(const psg_train_config_t *c, ctr_t *t, FILE *out, char *d
         psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
         psg_sync_train_json(t->sync, desc, size);
     }
+    /* every worker done: the final checkpoint holds every update */
+    return psg_train_hooks_final_checkpoint(t->hooks, total);
+}
+
+/* The data and strategies the model trains on, else -1 with the error. */
+static int check_config(const psg_train_config_t *c) {
+    if (strcmp(c->data, "criteo"))
+        return psg_error_set(
+            "--model wide-deep trains on --data criteo (a Criteo-format file or folder), not '%s'",
+            c->data);
+    /* async applies the updates as they come; sync through sparse accumulators; the others
+     * would need their own sparse paths */
+    if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "none") && strcmp(c->sync, "sync"))
+        return psg_error_set(
+            "--model wide-deep: --sync %s is not supported yet (use async or sync)", c->sync);
     return 0;
 }
 
@@ -229,19 +245,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     memset(r, 0, sizeof *r);
     FILE *out = c->out ? c->out : stdout;
     int rc = -1, bs = c->batch > 0 ? c->batch : 512;
-    if (strcmp(c->data, "criteo")) {
-        psg_error_set(
-            "--model wide-deep trains on --data criteo (a Criteo-format file or folder), not '%s'",
-            c->data);
-        goto done;
-    }
-    /* async applies the updates as they come; sync through sparse accumulators; the others
-     * would need their own sparse paths */
-    if (c->sync && strcmp(c->sync, "async") && strcmp(c->sync, "none") && strcmp(c->sync, "sync")) {
-        psg_error_set("--model wide-deep: --sync %s is not supported yet (use async or sync)",
-                      c->sync);
-        goto done;
-    }
+    if (check_config(c) < 0) goto done;
     if (!(t.data = psg_ctr_load(c->data_dir, c->buckets > 0 ? c->buckets : 1000000))) goto done;
     if (psg_worker_task_wanted(c) && !(c->sync && !strcmp(c->sync, "none")) &&
         psg_worker_task_join(&t.w, c, "psgraph train") < 0)
@@ -255,6 +259,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     }
     if (build(c, &t, out, &start_step) < 0) goto done;
     int64_t per_epoch = ntr / bs, total = c->steps > 0 ? c->steps : per_epoch * c->epochs;
+    psg_train_hooks_set_last_step(t.hooks, total);
     fprintf(
         out,
         "psgraph train: model wide-deep, %lld rows (%lld train, %lld held out), %lld buckets, batch %d, "
@@ -287,7 +292,9 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
         }
         if (psg_train_hooks_after_step(t.hooks, s + 1) < 0) goto done;
         double t1 = psg_now_sec();
-        if (steps >= WARMUP_STEPS) steady += t1 - t0, steady_n += bs;
+        /* past the warm-up; a run no longer than it: every step */
+        if (steps >= WARMUP_STEPS || (total - start_step) / W <= WARMUP_STEPS)
+            steady += t1 - t0, steady_n += bs;
         if (steps++ >= BYTES_FROM && t.w.cluster)
             uniq += unique_ids(t.data, at, bs); /* not timed */
         if (steps % c->log_every == 0) {
@@ -306,7 +313,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     if (t.sync && psg_sync_train_finish(t.sync, r->examples_per_sec) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, total) < 0) goto done;
     char sync_desc[4096];
-    if (end_cluster(c, &t, out, sync_desc, sizeof sync_desc) < 0) goto done;
+    if (end_cluster(c, &t, out, total, sync_desc, sizeof sync_desc) < 0) goto done;
     double auc = NAN, ll = NAN;
     if ((!t.w.cluster || t.w.chief) && evaluate(&t, ntr, &auc, &ll) < 0) goto done;
     r->test_accuracy = auc;

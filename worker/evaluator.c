@@ -26,11 +26,11 @@
 
 static psg_cluster_t *cluster_of(const psg_train_config_t *c) {
     if (c->cluster_file) return psg_cluster_from_file(c->cluster_file, c->job, c->task);
-    return getenv("TF_CONFIG") ? psg_cluster_from_env() : NULL;
+    return psg_cluster_env_given() ? psg_cluster_from_env() : NULL;
 }
 
 bool psg_evaluator_wanted(const psg_train_config_t *c) {
-    if (!c->cluster_file && !getenv("TF_CONFIG")) return false;
+    if (!c->cluster_file && !psg_cluster_env_given()) return false;
     psg_cluster_t *cl = cluster_of(c);
     psg_task_t me = cl ? psg_cluster_task(cl) : (psg_task_t){0};
     bool yes = me.job && !strcmp(me.job, PSG_EVALUATOR_JOB);
@@ -202,11 +202,13 @@ int psg_evaluator_run(const psg_train_config_t *c, psg_train_result_t *r) {
     int nps = psg_cluster_num_tasks(cl, "ps");
     psg_cluster_destroy(&cl);
     if (nps == 0)
-        return psg_error_set(
+        return psg_error_set_code(
+            PSG_ERR_CONFIG,
             "%s: the cluster has no \"ps\" job: psgraph keeps the variables on parameter servers",
             e.task);
     if (e.num_workers == 0)
-        return psg_error_set("%s: the cluster has no worker or chief job to evaluate", e.task);
+        return psg_error_set_code(PSG_ERR_CONFIG,
+                                  "%s: the cluster has no worker or chief job to evaluate", e.task);
     if (!c->logdir)
         return psg_error_set(
             "%s: the evaluator needs --logdir (the job's, where its checkpoints are)", e.task);

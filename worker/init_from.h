@@ -2,8 +2,9 @@
  * "Starting from other weights"): weights by name from a safetensors file any writer made
  * (Python's safetensors, psgraph's own shards), as the initial values of the variables of
  * the same names — TensorFlow's init_from_checkpoint, which overrides initializers —
- * with shapes and dtypes checked, a whole weight split into column shards
- * ("weights/part_k") when the model shards it, and a report of the matched, missing and
+ * with shapes and dtypes checked, any layout of a variable into any other (a whole weight
+ * into the column parts "weights/part_k" the model makes of it, parts into a whole, n parts
+ * into m), and a report of the matched, missing and
  * unexpected names as PyTorch's load_state_dict gives. Not a resume: a checkpoint of
  * --logdir, when there is one, is restored over these values. */
 #ifndef PSGRAPH_WORKER_INIT_FROM_H

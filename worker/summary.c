@@ -2,6 +2,7 @@
  * of Event / Summary / Summary.Value that scalars need, encoded by hand, each
  * Event one TFRecord (psgraph/tfrecord.h). Not a general protobuf encoder. */
 #include "core/protobuf.h"
+#include "psgraph/checkpoint.h"
 #include "psgraph/summary.h"
 
 #include "psgraph/error.h"
@@ -44,10 +45,7 @@ static int write_record(psg_summary_writer_t *w, const psg_pb_t *data) {
 }
 
 psg_summary_writer_t *psg_summary_writer_new(const char *logdir) {
-    if (mkdir(logdir, 0755) < 0 && errno != EEXIST) {
-        psg_error_set("%s: %s", logdir, strerror(errno));
-        return NULL;
-    }
+    if (psg_logdir_make(logdir) < 0) return NULL;
     psg_summary_writer_t *w = calloc(1, sizeof *w);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);

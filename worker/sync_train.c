@@ -48,6 +48,7 @@ struct psg_sync_train {
     psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
     psg_dist_session_t *sess;        /* the worker's (borrowed) */
     psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
+    char task[PSG_DEVICE_NAME_MAX];  /* its task, as metrics.jsonl names it ("" in one process) */
     int64_t served0, pulled0;        /* the counts when training started */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
@@ -86,7 +87,7 @@ static int build_counts(psg_sync_train_t *st) {
 static void strategy_config(psg_sync_train_t *st, const psg_train_config_t *c) {
     psg_sync_config_t *cfg = &st->cfg;
     psg_sync_config_defaults(cfg);
-    cfg->variant = psg_sync_train_strategy(c);
+    cfg->strategy = psg_sync_train_strategy(c);
     cfg->opt = c->sync_opt;
     cfg->num_workers = st->num_workers;
     cfg->replicas_to_aggregate = c->replicas_to_aggregate;
@@ -165,7 +166,7 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     if (build_strategy(st, opt, n, grads, vars) < 0 || build_counts(st) < 0) goto fail;
     return st;
 fail:
-    psg_error_wrap("--sync %s", st->cfg.variant);
+    psg_error_wrap("--sync %s", st->cfg.strategy);
     psg_sync_train_destroy(&st);
     return NULL;
 }
@@ -274,7 +275,7 @@ int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s) {
     int op = st->sg.local_init_op;
     if (op < 0) return 0;
     return psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &op) < 0
-               ? psg_error_wrap("--sync %s: this worker's own variables", st->cfg.variant)
+               ? psg_error_wrap("--sync %s: this worker's own variables", st->cfg.strategy)
                : 0;
 }
 
@@ -285,29 +286,32 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->sess = s;
     st->chief = chief;
     st->server = server;
+    psg_task_t me = psg_cluster_task(cluster);
+    if (me.job) psg_device_name(me.job, me.index, NULL, st->task, sizeof st->task);
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
     if (make_calls(st, s) < 0)
-        return psg_error_wrap("--sync %s: the worker's step", st->cfg.variant);
+        return psg_error_wrap("--sync %s: the worker's step", st->cfg.strategy);
     if (chief && sg->chief_init_op >= 0 &&
         psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->chief_init_op) < 0)
-        return psg_error_wrap("--sync %s: the chief's init", st->cfg.variant);
+        return psg_error_wrap("--sync %s: the chief's init", st->cfg.strategy);
     if (sg->start_op >= 0 &&
         psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->start_op) < 0)
-        return psg_error_wrap("--sync %s: the worker's start", st->cfg.variant);
+        return psg_error_wrap("--sync %s: the worker's start", st->cfg.strategy);
     psg_tensor_t *gs = NULL;
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &sg->global_step, &gs, 0, NULL) < 0)
-        return psg_error_wrap("--sync %s: reading the global step", st->cfg.variant);
+        return psg_error_wrap("--sync %s: reading the global step", st->cfg.strategy);
     st->w.local_step = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
     st->start_sec = psg_now_sec();
     if (server) psg_task_server_tensor_bytes(server, &st->served0, &st->pulled0);
     if (!chief || !st->strategy->chief_runner) return 0;
-    return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.variant) : 0;
+    return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.strategy)
+                                                 : 0;
 }
 
 /* The --straggler delay before a step, keyed by the worker's own step count, not its
  * local step: local SGD keeps one local step for H steps (each would draw the same
- * delay, H times), and every variant's j-th step then draws the same delay. */
+ * delay, H times), and every strategy's j-th step then draws the same delay. */
 static double straggle(psg_sync_train_t *st) {
     double ms = psg_straggler_sleep(st->stragglers, st->rank, st->w.steps);
     st->straggler_sec += ms * 1e-3;
@@ -349,7 +353,7 @@ int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *
     *loss = NULL;
     *over = false;
     if (st->towers || n != st->num_feeds)
-        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.variant, n,
+        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.strategy, n,
                              st->num_feeds, st->towers ? " with towers" : "");
     double delay_ms = straggle(st);
     for (int i = 0; i < n; i++) st->model_values[i] = values[i];
@@ -383,7 +387,7 @@ static int report_counts(psg_sync_train_t *st, double examples_per_sec) {
     int rc = psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
                                   &st->counts_add);
     psg_tensor_destroy(&delta);
-    return rc < 0 ? psg_error_wrap("--sync %s: reporting the counts", st->cfg.variant) : 0;
+    return rc < 0 ? psg_error_wrap("--sync %s: reporting the counts", st->cfg.strategy) : 0;
 }
 
 int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
@@ -393,7 +397,7 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     int rc = 0;
     /* out of data before the queue closed: end it for everyone, cleanly */
     if (!st->over && st->close_step && psg_dist_callable_run(st->close_step, NULL, NULL) < 0)
-        rc = psg_error_wrap("--sync %s: closing the token queue", st->cfg.variant);
+        rc = psg_error_wrap("--sync %s: closing the token queue", st->cfg.strategy);
     if (report_counts(st, examples_per_sec) < 0 && rc == 0) rc = -1;
     if (st->runner) {
         int jr = psg_sync_chief_join(&st->runner, &st->chief_steps);
@@ -408,11 +412,17 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
              ",\"dropped\":{\"stale\":%" PRId64 ",\"partial\":%" PRId64 ",\"closed\":%" PRId64 "}"
              ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,\"wait_sec\":%.3f,"
              "\"straggler_sec\":%.3f,%s}",
-             st->rank, st->cfg.variant, st->stats.steps, st->stats.used, st->stats.dropped,
+             st->rank, st->cfg.strategy, st->stats.steps, st->stats.used, st->stats.dropped,
              st->stats.dropped_stale, st->stats.dropped_partial, st->stats.dropped_closed,
              st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec, st->straggler_sec,
              stale);
-    fprintf(st->out, "%s\n", line);
+    /* "worker" is the rank (--straggler worker=N's); the task names it as the cluster does
+     * (with a "chief" job, /job:worker/task:0 is rank 1), as metrics.jsonl's prefix does */
+    const char *head = "{\"event\":\"sync_summary\",";
+    if (st->task[0])
+        fprintf(st->out, "%s\"task\":\"%s\",%s\n", head, st->task, line + strlen(head));
+    else
+        fprintf(st->out, "%s\n", line);
     fflush(st->out);
     if (st->metrics) fprintf(st->metrics, "%s\n", line);
     return rc;
@@ -462,6 +472,10 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     psg_tensor_destroy(&gs);
 }
 
+int64_t psg_sync_train_global_steps(const psg_sync_train_t *st) {
+    return st->strategy->chief_runner ? st->chief_steps : st->global_steps;
+}
+
 /* The job's staleness from the workers' rows into *out (stale_* fields only). */
 static void job_staleness(const psg_sync_train_t *st, psg_sync_stats_t *out) {
     memset(out, 0, sizeof *out);
@@ -496,7 +510,7 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     /* the pace between the first and the last global step: not the start-up (the other
      * workers' registration, the first step's plans) */
     double span = st->last_step_at - st->first_step_at;
-    int64_t steps = st->strategy->chief_runner ? st->chief_steps : st->global_steps;
+    int64_t steps = psg_sync_train_global_steps(st);
     double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
                  : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
                  : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)
@@ -521,8 +535,9 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
              ",\"gradients_dropped\":%" PRId64 ",%s,\"push_bytes_per_step\":%.0f,"
              "\"pull_bytes_per_step\":%.0f,\"model_push_bytes_per_step\":%.0f,"
              "\"model_pull_bytes_per_step\":%.0f,",
-             st->cfg.variant, st->num_required, st->backups, steps, sps, used, dropped, stale, push,
-             pull, (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
+             st->cfg.strategy, st->num_required, st->backups, steps, sps, used, dropped, stale,
+             push, pull,
+             (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
              (double)st->model_bytes * comm);
     /* "per_worker":[[used, dropped], ..., null (never reported: dead)], and
      * "per_worker_dropped":[{"stale":s,"partial":p,"closed":c}, ..., null] */

@@ -39,6 +39,8 @@ static int load_imagenet(const psg_train_config_t *c, psg_dataset_t **train, psg
     o.report = on_skip;
     if (c->compression && psg_tfrecord_compression_parse(c->compression, &o.compression) < 0)
         return psg_error_wrap("--compression");
+    if (c->dct_method && psg_jpeg_dct_parse(c->dct_method, &o.dct_method) < 0)
+        return psg_error_wrap("--dct-method");
     psg_imagenet_t *r = psg_imagenet_new(c->data_dir, &o);
     if (!r) return psg_error_wrap("--data-dir");
     *train = psg_imagenet_take_dataset(&r);

@@ -37,6 +37,7 @@ struct psg_train_hooks {
     char trace_file[4200]; /* this task's part */
     bool ps_tracing;
     int64_t step_start_ns, step_served, step_pulled; /* the traced step's start */
+    int64_t last_step;                               /* the loop's last step; 0: unknown */
 };
 
 static int restore(psg_train_hooks_t *h, int64_t *start_step) {
@@ -196,7 +197,10 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
         h->tracing = false;
     }
     if (h->server && done >= h->trace_last && stop_ps_trace(h) < 0) return -1;
-    if (h->cluster) return psg_cluster_ckpt_after_step(h->cluster, done);
+    if (h->cluster) /* the last one waits for the other workers (final_checkpoint) */
+        return h->last_step > 0 && done >= h->last_step
+                   ? 0
+                   : psg_cluster_ckpt_after_step(h->cluster, done);
     if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(),
                                                   h->last_save_time))
         return save(h, done);
@@ -220,8 +224,15 @@ int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, const psg_train_eva
     return psg_summary_scalars(h->events, step, e->n_models > 1 ? 5 : 3, tags, v);
 }
 
+void psg_train_hooks_set_last_step(psg_train_hooks_t *h, int64_t last) {
+    h->last_step = last;
+}
+
+int psg_train_hooks_final_checkpoint(psg_train_hooks_t *h, int64_t step) {
+    return h->cluster ? psg_cluster_ckpt_end(h->cluster, step) : 0;
+}
+
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
-    if (h->cluster && psg_cluster_ckpt_end(h->cluster, step) < 0) return -1;
     if (h->server) {
         if (stop_ps_trace(h) < 0) return -1;
         if (!h->trace) return 0;

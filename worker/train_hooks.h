@@ -48,8 +48,12 @@ int psg_train_hooks_recover(psg_train_hooks_t *h, int64_t step);
 
 /* Before step `step` (0-based) runs: turns the timeline on for traced steps. */
 void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step);
-/* After `done` steps in all: timeline off, a checkpoint when one is due. */
+/* After `done` steps in all: timeline off, a checkpoint when one is due (in a cluster, none
+ * from the last step on: psg_train_hooks_final_checkpoint writes that one). */
 int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done);
+/* The loop's last step (in a cluster the chief's final checkpoint follows the others'
+ * end, not its own last step); 0: unknown. */
+void psg_train_hooks_set_last_step(psg_train_hooks_t *h, int64_t last);
 /* TensorBoard scalars of a progress line and of an evaluation ("accuracy"; topk: also
  * "top1", "top5" and, with a moving average, "top1_ema", "top5_ema"). */
 int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, double lr,
@@ -57,7 +61,12 @@ int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, do
 int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, const psg_train_eval_t *e, bool topk);
 /* secs as "1h02m03s" / "2m03s" / "3s" into buf (returned), for the progress line's ETA. */
 const char *psg_train_hooks_eta(double secs, char *buf, size_t size);
-/* At the end of training at global step `step`: the last checkpoint, the trace file. */
+/* At the end of training at global step `step`: the last checkpoint (one process), the
+ * trace file. */
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step);
+/* In a cluster, the chief once every worker is done and the ps tasks applied every
+ * update: the final checkpoint, named by the job's global step `step` (what the chief then
+ * evaluates is what it holds). 0 elsewhere (not the chief, no --logdir, one process). */
+int psg_train_hooks_final_checkpoint(psg_train_hooks_t *h, int64_t step);
 
 #endif

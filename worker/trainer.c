@@ -40,6 +40,7 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     memset(c, 0, sizeof *c);
     c->model = "cnn"; /* data NULL: the model's (psg_train_resolve) */
     c->epochs = 2;
+    c->lr = -1; /* the model's */
     c->seed = 1;
     c->threads = 1;
     c->log_every = 100;
@@ -103,6 +104,8 @@ typedef struct {
     int64_t start_step, per_epoch, total;
     double run_start, steady_time, interval_start, loss_sum, last_loss, rss_at_100;
     int64_t steady_examples, interval_steps;
+    double all_time; /* every step's, for a run shorter than the warm-up */
+    int64_t all_examples;
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
@@ -251,6 +254,10 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
         fflush(t->out);
     }
     psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
+    /* every update is in now: the final checkpoint holds them all, named by the job's global
+     * step (async: every worker's steps), and the accuracy below is that checkpoint's */
+    int64_t gs = psg_sync_train_global_steps(t->sync);
+    if (psg_train_hooks_final_checkpoint(t->hooks, gs > r->steps ? gs : r->steps) < 0) return -1;
     if (!c->bench || c->eval_every > 0) { /* a benchmark times the loop only */
         psg_train_eval_t e;
         if (psg_train_evaluate(NULL, t->deval, t->em.n, t->test, &e) < 0) return -1;
@@ -287,7 +294,7 @@ static int setup(trainer_t *t) {
     psg_model_defaults_t d;
     if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
     t->batch = c->batch > 0 ? c->batch : d.batch;
-    t->lr = c->lr > 0 ? c->lr : d.lr;
+    t->lr = c->lr >= 0 ? c->lr : d.lr;
     t->inception = !strcmp(c->model, "inception3");
     t->opt_kind = c->optimizer ? c->optimizer : t->inception ? "rmsprop" : "momentum";
     if (c->towers >
@@ -333,7 +340,7 @@ static int inception_setup(trainer_t *t) {
     if (psg_inception_train_init(&t->inc, c, c->image_size, psg_dataset_num_classes(t->train),
                                  psg_dataset_size(t->train), t->batch, replicas(t)) < 0)
         return -1;
-    if (c->lr <= 0) t->lr = t->inc.recipe.learning_rate;
+    if (c->lr < 0) t->lr = t->inc.recipe.learning_rate;
     if (t->init_from) { /* Keras's names for slim's (examples/inception3_names.c) */
         psg_inception3_name_t *pairs;
         int n = psg_inception3_keras_names(&t->inc.cfg, &pairs);
@@ -429,6 +436,7 @@ static int start(trainer_t *t) {
     if (!(t->it = psg_batch_iter_new(t->train, &io))) return -1;
     t->per_epoch = psg_batch_iter_batches_per_epoch(t->it);
     t->total = c->steps > 0 ? c->steps : t->per_epoch * c->epochs;
+    psg_train_hooks_set_last_step(t->hooks, t->total);
     fprintf(
         t->out,
         "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
@@ -532,6 +540,8 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
             t->steady_time += t1 - t0;
             t->steady_examples += t->batch;
         }
+        t->all_time += t1 - t0;
+        t->all_examples += t->batch;
         if (step + 1 == 100) t->rss_at_100 = rss_mb();
         t->loss_sum += t->last_loss;
         t->interval_steps++;
@@ -628,7 +638,10 @@ static int bench_line(trainer_t *t, const psg_train_result_t *r) {
 /* After the loop: the strategy's end, the hooks', the cluster's, the final line. */
 static int finish(trainer_t *t, psg_train_result_t *r) {
     r->final_loss = t->last_loss;
-    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time : 0;
+    /* past the warm-up steps (plans, first touches); a shorter run: all of its steps */
+    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time
+                          : t->all_time > 0  ? (double)t->all_examples / t->all_time
+                                             : 0;
     if (t->dsess && psg_dist_session_drain(t->dsess) < 0) return -1; /* the last overlapped step */
     if (t->sync && psg_sync_train_finish(t->sync, r->examples_per_sec) < 0) return -1;
     if (psg_train_hooks_end(t->hooks, r->steps) < 0) return -1;
@@ -659,6 +672,8 @@ int psg_train(const psg_train_config_t *given, psg_train_result_t *r) {
                  ? -1
                  : 0;
     if (rc < 0) psg_graph_wrap_error(t.g);
+    psg_err_code_t code = psg_error_code();
     trainer_free(&t);
+    if (rc < 0) psg_error_recode(code); /* the caller decides on it (a wrong TF_CONFIG: exit 2) */
     return rc;
 }

@@ -68,12 +68,38 @@ static void cmyk_row_to_rgb(const uint8_t *in, uint8_t *out, int w, bool adobe) 
     }
 }
 
+int psg_jpeg_dct_parse(const char *s, psg_jpeg_dct_t *out) {
+    if (!strcmp(s, "INTEGER_FAST") || !*s)
+        *out = PSG_JPEG_DCT_INTEGER_FAST;
+    else if (!strcmp(s, "INTEGER_ACCURATE"))
+        *out = PSG_JPEG_DCT_INTEGER_ACCURATE;
+    else
+        return psg_error_set(
+            "'%s' is not a dct_method (INTEGER_FAST, TensorFlow's default, or INTEGER_ACCURATE)",
+            s);
+    return 0;
+}
+
+const char *psg_jpeg_dct_name(psg_jpeg_dct_t dct) {
+    return dct == PSG_JPEG_DCT_INTEGER_ACCURATE ? "INTEGER_ACCURATE" : "INTEGER_FAST";
+}
+
 int psg_image_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height) {
+    return psg_image_decode_with(data, n, PSG_JPEG_DCT_INTEGER_FAST, rgb, width, height);
+}
+
+int psg_image_decode_with(const uint8_t *data, size_t n, psg_jpeg_dct_t dct, uint8_t **rgb,
+                          int *width, int *height) {
     if (psg_png_is(data, n)) return psg_png_decode(data, n, rgb, width, height);
-    return psg_jpeg_decode(data, n, rgb, width, height);
+    return psg_jpeg_decode_with(data, n, dct, rgb, width, height);
 }
 
 int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, int *height) {
+    return psg_jpeg_decode_with(jpeg, n, PSG_JPEG_DCT_INTEGER_FAST, rgb, width, height);
+}
+
+int psg_jpeg_decode_with(const uint8_t *jpeg, size_t n, psg_jpeg_dct_t dct, uint8_t **rgb,
+                         int *width, int *height) {
     struct jpeg_decompress_struct d;
     jpeg_err_t err;
     /* volatile: read after longjmp */
@@ -105,6 +131,10 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
      * converted below, as TensorFlow's decode_jpeg does */
     bool cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
     d.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    /* TensorFlow's decode_jpeg (jpeg_mem.cc): fast integer IDCT unless INTEGER_ACCURATE, fancy
+     * upsampling (libjpeg's default) */
+    d.dct_method = dct == PSG_JPEG_DCT_INTEGER_ACCURATE ? JDCT_ISLOW : JDCT_IFAST;
+    d.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&d);
     if (d.output_components != (cmyk ? 4 : 3) || d.output_width == 0 || d.output_height == 0 ||
         d.output_width > JPEG_MAX_SIDE || d.output_height > JPEG_MAX_SIDE) {
@@ -310,7 +340,8 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
                            r->o.label_offset + r->o.classes);
     uint8_t *rgb = NULL;
     int w = 0, h = 0;
-    if (rc == 0 && psg_image_decode(ex.encoded, ex.encoded_len, &rgb, &w, &h) < 0)
+    if (rc == 0 &&
+        psg_image_decode_with(ex.encoded, ex.encoded_len, r->o.dct_method, &rgb, &w, &h) < 0)
         rc = psg_error_wrap("%s: byte %lld", sh->path, (long long)rec->e.offset);
     if (rc == 0) {
         int x0, y0, cw, ch;

@@ -116,6 +116,15 @@ void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, voi
 struct psg_tensor *psg_graph_initial_value(psg_graph_t *g, const char *name, psg_dtype_t dt,
                                            const psg_shape_t *shape, bool *failed);
 
+/* Sets the dtype the allowlisted ops of g are built in from now on (mixed precision,
+ * psgraph/precision.h): PSG_DT_F32 (the default: no casts), PSG_DT_BF16 or PSG_DT_F16.
+ * Nodes built before are unchanged. Returns 0, or -1 with the error set for another
+ * dtype. A model is built in mixed precision by:
+ *   psg_graph_set_compute_dtype(g, PSG_DT_BF16);   (before building it) */
+int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt);
+/* The dtype set by psg_graph_set_compute_dtype (PSG_DT_F32 when never set). */
+psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g);
+
 /* Collections by name, as TensorFlow's: "variables", "trainable_variables",
  * "init" (initializer targets), "losses". Adds node `id` to collection. */
 int psg_graph_add_to_collection(psg_graph_t *g, const char *collection, int id);

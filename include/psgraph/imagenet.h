@@ -15,11 +15,28 @@
 
 /* ---- JPEG ---- */
 
+/* The inverse DCT of a JPEG decode, as TensorFlow's decode_jpeg names it (dct_method). */
+typedef enum {
+    PSG_JPEG_DCT_INTEGER_FAST = 0, /* libjpeg's JDCT_IFAST: TensorFlow's default (dct_method "") */
+    PSG_JPEG_DCT_INTEGER_ACCURATE = 1, /* JDCT_ISLOW: dct_method="INTEGER_ACCURATE" */
+} psg_jpeg_dct_t;
+
+/* "INTEGER_FAST" or "INTEGER_ACCURATE" (TensorFlow's names; "" is INTEGER_FAST, as there)
+ * into *out; -1 with the error quoting s otherwise. */
+int psg_jpeg_dct_parse(const char *s, psg_jpeg_dct_t *out);
+/* The method's TensorFlow name. */
+const char *psg_jpeg_dct_name(psg_jpeg_dct_t dct);
+
 /* Decodes a JPEG (baseline or progressive; grayscale is expanded; CMYK and YCCK are
  * converted to RGB with TensorFlow's formula, Adobe's inverted CMYK included) into
- * *rgb, h x w x 3 bytes, malloc'ed (the caller frees). Returns 0, or -1
+ * *rgb, h x w x 3 bytes, malloc'ed (the caller frees), with the pixels of TensorFlow's
+ * default decode_jpeg(channels=3) (INTEGER_FAST; fancy upsampling). Returns 0, or -1
  * with the error "corrupt JPEG: why" (libjpeg's message); never prints. */
 int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, int *height);
+/* The same with the inverse DCT `dct`: INTEGER_ACCURATE gives decode_jpeg(...,
+ * dct_method="INTEGER_ACCURATE")'s pixels. */
+int psg_jpeg_decode_with(const uint8_t *jpeg, size_t n, psg_jpeg_dct_t dct, uint8_t **rgb,
+                         int *width, int *height);
 
 /* Encodes h x w x 3 RGB bytes as a JPEG of `quality` (1-100) into *out
  * (malloc'ed). For tests and tools. Returns 0 or -1 with the error set. */
@@ -46,6 +63,9 @@ int psg_png_encode(const uint8_t *pixels, int width, int height, int channels, u
 /* An encoded image of a record, PNG or JPEG (told apart by the first bytes, as
  * TensorFlow's decode_image), into h x w x 3 RGB bytes: psg_png_decode or psg_jpeg_decode. */
 int psg_image_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height);
+/* The same, a JPEG decoded with the inverse DCT `dct`. */
+int psg_image_decode_with(const uint8_t *data, size_t n, psg_jpeg_dct_t dct, uint8_t **rgb,
+                          int *width, int *height);
 
 /* ---- preprocessing ---- */
 
@@ -101,7 +121,8 @@ typedef struct {
     uint64_t seed;    /* distortions: 1 */
     psg_tfrecord_compression_t compression; /* of the shards: AUTO (0, the default) detects
                                                GZIP or ZLIB from each file's first bytes */
-    psg_report_fn report; /* told of each skipped record or image (NULL: counted only) */
+    psg_jpeg_dct_t dct_method; /* INTEGER_FAST (0, the default: TensorFlow's decode_jpeg's) */
+    psg_report_fn report;      /* told of each skipped record or image (NULL: counted only) */
     void *report_ctx;
 } psg_imagenet_options_t;
 

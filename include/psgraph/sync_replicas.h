@@ -4,8 +4,9 @@
  * gradients to per-variable accumulators and takes its next token, and the
  * chief's step that averages the first N gradients, applies them, advances
  * the global step and releases N + b tokens; per-step statistics; and the
- * chief's runner. Other ways to agree (async, ...) are variants behind the
- * same calls (sync/variant.h). Not the resources (sync_resources.h) and not
+ * chief's runner. Other ways to agree (async, ssp, local SGD, ...) are
+ * strategies behind the same calls (sync/strategy.h, the table in
+ * sync/strategies.c). Not the resources (ops/state/sync_resources.h) and not
  * the training loop. */
 #ifndef PSGRAPH_SYNC_REPLICAS_H
 #define PSGRAPH_SYNC_REPLICAS_H
@@ -61,7 +62,7 @@ void psg_sync_print_help(FILE *f);
 int psg_sync_strategy_check_name(const char *name);
 
 typedef struct {
-    const char *variant;       /* the strategy (NULL: "sync"); psg_sync_variant_names() */
+    const char *strategy;      /* its name (NULL: "sync"); psg_sync_strategy_names() */
     int num_workers;           /* N + b: all the job's workers, >= 1 */
     int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
     int backup_workers;        /* b >= 0 */
@@ -71,13 +72,13 @@ typedef struct {
     psg_sync_options_t opt; /* the strategy's own settings */
 } psg_sync_config_t;
 
-/* Fills c for one worker and no backups: variant "sync", 60 s timeout. */
+/* Fills c for one worker and no backups: strategy "sync", 60 s timeout. */
 void psg_sync_config_defaults(psg_sync_config_t *c);
 
 #define PSG_SYNC_MAX_CALLS 4
 #define PSG_SYNC_CALL_MAX 64
 
-/* What a variant builds into one worker's graph. Endpoints a variant does
+/* What a strategy builds into one worker's graph. Endpoints a strategy does
  * not use are PSG_NO_ENDPOINT and ops -1. */
 typedef struct {
     /* the worker's step: feed local_step (i64 scalar) with the worker's
@@ -129,11 +130,11 @@ int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg);
 
 /* A wrapper of opt (borrowed: it must outlive the wrapper) with a copy of
  * *cfg. NULL with the error naming the field on a bad config (unknown
- * variant, N < 1 or N + b > num_workers, worker_index out of range). */
+ * strategy, N < 1 or N + b > num_workers, worker_index out of range). */
 psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg);
 void psg_sync_replicas_destroy(psg_sync_replicas_t **sr);
-/* The variant's name and N (gradients averaged per step). */
-const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr);
+/* The strategy's name and N (gradients averaged per step). */
+const char *psg_sync_replicas_strategy_name(const psg_sync_replicas_t *sr);
 int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr);
 
 /* Builds this worker's graph for grads[i] of vars[i] (handles; a pair
@@ -149,8 +150,8 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
 int psg_sync_replicas_minimize(psg_sync_replicas_t *sr, psg_graph_t *g, psg_endpoint_t loss,
                                psg_sync_graph_t *out);
 
-/* The variants known, comma-separated ("sync, async"). */
-const char *psg_sync_variant_names(void);
+/* The strategies known, comma-separated ("sync, async, ..."), in the table's order. */
+const char *psg_sync_strategy_names(void);
 
 /* ---- statistics of a worker's steps ---- */
 
@@ -175,7 +176,7 @@ typedef struct {
 
 /* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
  * that order). Returns 0, or -1 with the error set on a missing or
- * malformed tensor. A variant with no fetches gives used, next_step =
+ * malformed tensor. A strategy with no fetches gives used, next_step =
  * local_step + 1. */
 int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
                        double step_sec, psg_sync_step_t *st);

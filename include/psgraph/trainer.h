@@ -13,13 +13,13 @@
 #include <stdio.h>
 
 typedef struct {
-    const char *model;     /* "mlp" | "cnn" | "inception3" | "wide-deep" */
-    const char *data;      /* "fashion-mnist" | "synthetic" | "imagenet" | "criteo" */
-    const char *data_dir;  /* Fashion-MNIST folder; imagenet: the TFRecord shards (train-*) */
-    int epochs;            /* used when steps == 0 */
-    int64_t steps;         /* > 0: stop after this many steps */
-    int batch;             /* 0: the model's default */
-    double lr;             /* 0: the model's default */
+    const char *model; /* "mlp" | "cnn" | "inception3" | "wide-deep" */
+    const char *data; /* "fashion-mnist" | "synthetic" | "imagenet" | "criteo"; NULL: the model's */
+    const char *data_dir; /* Fashion-MNIST folder; imagenet: the TFRecord shards (train-*) */
+    int epochs;           /* used when steps == 0 */
+    int64_t steps;        /* > 0: stop after this many steps */
+    int batch;            /* 0: the model's default */
+    double lr; /* < 0: the model's default (psg_train_config_defaults); 0 trains nothing */
     const char *optimizer; /* NULL: the model's default (momentum 0.9) */
     double momentum;
     double l1, l2, lr_power; /* --optimizer ftrl: 0, 0, -0.5 (TensorFlow's FtrlOptimizer) */
@@ -84,6 +84,7 @@ typedef struct {
                                 1001 classes, 0 the unused background) */
     int decode_threads;      /* imagenet: JPEG decode threads; 0: 2 */
     const char *compression; /* imagenet shards: "auto" (NULL) | "none" | "gzip" | "zlib" */
+    const char *dct_method;  /* imagenet: the JPEG inverse DCT (NULL: INTEGER_FAST, TF's) */
     const char *eval_data;   /* imagenet: validation shards, a folder (validation-*) or a glob
                                 pattern; NULL: data_dir's validation-* */
     bool no_distort;         /* imagenet: training images centrally cropped, not distorted */

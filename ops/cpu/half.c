@@ -6,6 +6,8 @@
 #include "psgraph/error.h"
 #include "psgraph/half.h"
 
+#include <stdlib.h>
+
 bool psg_dtype_is_half(psg_dtype_t dt) {
     return dt == PSG_DT_BF16 || dt == PSG_DT_F16;
 }
@@ -60,9 +62,12 @@ static psg_tensor_t *as_f32(psg_threadpool_t *pool, psg_tensor_t *t) {
 }
 
 int psg_cpu_run_as_f32(psg_kernel_ctx_t *c, psg_kernel_fn f32_kernel) {
-    psg_tensor_t *in[c->num_inputs + 1], *out[PSG_MAX_OUTPUTS] = {NULL};
+    psg_tensor_t *few[8], **in = few, *out[PSG_MAX_OUTPUTS] = {NULL};
     psg_dtype_t dts[PSG_MAX_OUTPUTS];
     int rc = 0, made = 0;
+    /* a peer's graph may give an op any number of inputs: more than a few go on the heap */
+    if (c->num_inputs > 8 && !(in = malloc(sizeof *in * (size_t)c->num_inputs)))
+        return psg_error_set("out of memory for %d inputs", c->num_inputs);
     for (; made < c->num_inputs && rc == 0; made++) {
         in[made] = as_f32(c->pool, c->inputs[made]);
         if (!in[made]) rc = -1;
@@ -86,6 +91,7 @@ int psg_cpu_run_as_f32(psg_kernel_ctx_t *c, psg_kernel_fn f32_kernel) {
                : -1;
     }
     for (int i = 0; i < made; i++) psg_tensor_destroy(&in[i]);
+    if (in != few) free(in);
     for (int i = 0; i < c->num_outputs; i++) psg_tensor_destroy(&out[i]);
     return rc;
 }

@@ -4,7 +4,7 @@
 #ifndef PSGRAPH_OPS_CPU_MATH_H
 #define PSGRAPH_OPS_CPU_MATH_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 /* Above this many elements a kernel splits its loop over the pool. */
 #define PSG_MATH_PARALLEL_MIN 32768

@@ -4,7 +4,7 @@
 #ifndef PSGRAPH_OPS_CPU_NN_H
 #define PSGRAPH_OPS_CPU_NN_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 #include <stdbool.h>
 #include <stdint.h>

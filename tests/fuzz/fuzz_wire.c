@@ -1,5 +1,5 @@
 /* libFuzzer: the wire's header decoder (net/header.c) and the msgpack pre-check
- * (graph/msgpack_check.c), the two parsers every received frame meets first. When the
+ * (core/msgpack_check.c), the two parsers every received frame meets first. When the
  * pre-check accepts bytes, msgpack-c must unpack them (they agree), and no header the
  * decoder accepts may claim a tensor whose bytes disagree with its dtype and shape. */
 #include "net/codec.h"
