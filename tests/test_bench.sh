@@ -35,6 +35,9 @@ assert d["sync"] == "sync" and math.isfinite(d["images_per_sec"]) and d["images_
 assert d["global_steps"] == 2 and d["gradients_used"] == W * d["global_steps"]
 assert len(d["per_worker_images_per_sec"]) == W + b and all(r > 0 for r in d["per_worker_images_per_sec"])
 assert d["step_ms_median"] > 0 and d["step_ms_p90"] >= d["step_ms_median"]
+# why each worker's gradients were dropped adds up to its dropped count
+why = d["per_worker_dropped"]
+assert len(why) == W + b and all(sum(x.values()) == p[1] for x, p in zip(why, d["per_worker"])), (why, d["per_worker"])
 PY
 then
   ok "local cluster, 1 ps + $W workers + $b backup: final JSON line, $W gradients used a global step"
