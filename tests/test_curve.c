@@ -456,7 +456,8 @@ static void test_guard_in_process(void) {
     psg_net_set_log(collect, &log);
     psg_wire_opts_t o = psg_wire_opts_default();
     o.keys = a;
-    psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o), *two = psg_server_new("tcp://127.0.0.1:0", &o),
+    psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o),
+                 *two = psg_server_new("tcp://127.0.0.1:0", &o),
                  *three = psg_server_new("tcp://127.0.0.1:0", &o);
     PSG_ASSERT(one && two && three);
     char line[512];
@@ -476,7 +477,8 @@ static void test_guard_in_process(void) {
     psg_server_destroy(&three);
     psg_client_t *good = psg_client_new(psg_server_endpoint(one), &o);
     psg_msg_t *hello = psg_msg_new(PSG_MSG_REQUEST, "Inspect"), *got = NULL;
-    CHECK(good && psg_client_send(good, &hello, NULL) == 0 && psg_server_recv(one, &got, 10000) == 1);
+    CHECK(good && psg_client_send(good, &hello, NULL) == 0 &&
+          psg_server_recv(one, &got, 10000) == 1);
     psg_msg_destroy(&got);
     psg_msg_destroy(&hello);
     snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its hello does not decrypt",
