@@ -110,6 +110,15 @@ else
   fail "predict on a PNG: $(cat "$tmp/png.out")"
 fi
 
+# wide-deep's ids out of the table's rows: refused naming the input
+printf '0,0,0,0,0,0,0,0,0,0,0,0,0%s\n' "$(printf ',99999%.0s' $(seq 26))" >"$tmp/wd_bad.csv"
+if ! P predict --model-dir "$tmp/wd" --output logits "$tmp/wd_bad.csv" >/dev/null 2>"$tmp/wd_bad.err" &&
+  grep -q "input 'ids': its value 0 is 99999, no row of the table" "$tmp/wd_bad.err"; then
+  ok "an id out of the table refused: $(cat "$tmp/wd_bad.err")"
+else
+  fail "an id out of the table: $(cat "$tmp/wd_bad.err")"
+fi
+
 # ---- 3. serve ----
 mkdir -p "$tmp/served"
 cp "$tmp"/mlp2/model.ckpt-* "$tmp/served/"
