@@ -6,7 +6,10 @@
 #    the ratio; PSG_BENCH_ROUNDS rounds (default 3) alternating the two, best and spread;
 #  - "serve_inception3": the same for Inception-v3 at 299 x 299 (a checkpoint of one
 #    training step), at batch 1 (1 connection, --max-batch 1) and batch 32 (32 connections,
-#    --max-batch 32); PSG_BENCH_INCEPTION=0 skips it (minutes on 2 cores);
+#    --max-batch 32; PSG_BENCH_INCEPTION32_SECONDS a round, default 150: a batch of 32 takes
+#    tens of seconds here); PSG_BENCH_INCEPTION=0 skips it (minutes on 2 cores),
+#    PSG_BENCH_INCEPTION_LOGDIR=DIR serves DIR's checkpoint instead of training one step;
+#    PSG_BENCH_CNN=0 skips the cnn's lines;
 #  - "hot_swap": training goes on in the served directory (new checkpoints every 10 steps)
 #    under the cnn's wrk load: the versions loaded and the failed requests (non-2xx and
 #    socket errors), which must be 0;
@@ -73,7 +76,7 @@ compare() {
   : >"$tmp/$name.ours"
   : >"$tmp/$name.peer"
   serve "$tmp/$name.serve" --model-dir "$dir" --max-batch "$batch" --batch-timeout-us 2000 "$@"
-  wrk_run "$conns" 2 "$bodyf" "$url:predict" >/dev/null # warm-up
+  curl -s -o /dev/null -X POST --data-binary @"$bodyf" "$url:predict" # warm-up: one request, none left queued
   for r in $(seq "$rounds"); do
     wrk_run "$conns" "$secs" "$bodyf" "$url:predict" >>"$tmp/$name.ours"
     "$venv/bin/python" "$check" ortbench "$onnx" "$batch" "$secs" 1 >>"$tmp/$name.peer"
@@ -99,6 +102,7 @@ print(json.dumps({"bench": os.environ["NAME"], "connections": int(os.environ["CO
 PY
 }
 
+if [ "${PSG_BENCH_CNN:-1}" = 1 ]; then
 # ---- the cnn: trained, exported, served ----
 $psg train --model cnn --steps "${PSG_BENCH_CNN_STEPS:-300}" --threads "$threads" --logdir "$tmp/cnn" \
   --log-every 1000 >"$tmp/cnn.log" 2>&1 || { tail -3 "$tmp/cnn.log" >&2; exit 1; }
@@ -142,13 +146,19 @@ print(json.dumps({"bench": "predict_accuracy", "model": a["model"], "examples": 
                   "exact": abs(a["accuracy"] - want) < 1e-9, "seconds": round(float(sys.argv[4]) - float(sys.argv[3]), 2)}))
 PY
 
+fi
+
 # ---- Inception-v3 at 299 ----
 if [ "${PSG_BENCH_INCEPTION:-1}" = 1 ]; then
-  $psg train --model inception3 --batch 1 --steps 1 --warmup 0 --threads "$threads" --logdir "$tmp/inc" \
-    >"$tmp/inc.log" 2>&1 || { tail -3 "$tmp/inc.log" >&2; exit 1; }
-  $psg export --logdir "$tmp/inc" --out "$tmp/inc.onnx" >/dev/null || exit 1
+  inc=${PSG_BENCH_INCEPTION_LOGDIR:-$tmp/inc}
+  if [ -z "${PSG_BENCH_INCEPTION_LOGDIR:-}" ]; then
+    $psg train --model inception3 --batch 1 --steps 1 --warmup 0 --threads "$threads" --logdir "$inc" \
+      >"$tmp/inc.log" 2>&1 || { tail -3 "$tmp/inc.log" >&2; exit 1; }
+  fi
+  $psg export --logdir "$inc" --out "$tmp/inc.onnx" >/dev/null || exit 1
   body "$tmp/one299.json" 1 299 3
   secs=${PSG_BENCH_INCEPTION_SECONDS:-20}
-  compare serve_inception3 1 1 "$tmp/inc" "$tmp/inc.onnx" "$tmp/one299.json"
-  compare serve_inception3 32 32 "$tmp/inc" "$tmp/inc.onnx" "$tmp/one299.json" --batch-timeout-us 200000
+  [ "${PSG_BENCH_INCEPTION1:-1}" = 1 ] && compare serve_inception3 1 1 "$inc" "$tmp/inc.onnx" "$tmp/one299.json"
+  secs=${PSG_BENCH_INCEPTION32_SECONDS:-150}
+  compare serve_inception3 32 32 "$inc" "$tmp/inc.onnx" "$tmp/one299.json" --batch-timeout-us 200000
 fi

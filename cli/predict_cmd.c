@@ -235,6 +235,11 @@ static int csv_row(predict_t *p, const char *path, int line, char *text, psg_ten
     for (int i = 0; i < psg_servable_num_inputs(p->s); i++) {
         int64_t per = psg_tensor_numel(in[i]) / in[i]->shape.dims[0];
         for (int64_t k = 0; k < per; k++) {
+            while (*s == ' ') s++;
+            if (!*s || *s == '\n' || *s == '\r')
+                return psg_error_set(
+                    "%s:%d: the row ends at value %lld of input '%s' (%lld values a row)", path,
+                    line, (long long)k, psg_servable_input(p->s, i)->name, (long long)per);
             char *end;
             double v = strtod(s, &end);
             if (end == s || (*end && *end != ',' && *end != '\n' && *end != '\r'))

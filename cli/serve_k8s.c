@@ -4,9 +4,11 @@
  * a Service in front of them on TensorFlow Serving's REST port. Writes YAML only. */
 #include "cli/serving_cmds.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define K8S_REST_PORT 8501
 
@@ -54,7 +56,11 @@ static void write_yaml(FILE *f, const serve_k8s_t *k) {
         "  labels:\n    app.kubernetes.io/name: psgraph-serve\n    psgraph/model: %s\n"
         "spec:\n  replicas: %d\n  selector:\n    matchLabels:\n      psgraph/model: %s\n"
         "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: psgraph-serve\n"
-        "        psgraph/model: %s\n    spec:\n      containers:\n        - name: serve\n          image: ",
+        "        psgraph/model: %s\n    spec:\n"
+        /* the image's user (tools/image.sh: psgraph, 1000), as the training pods */
+        "      securityContext:\n        runAsNonRoot: true\n        runAsUser: 1000\n"
+        "        runAsGroup: 1000\n        fsGroup: 1000\n"
+        "      containers:\n        - name: serve\n          image: ",
         k->name, k->ns, k->name, k->replicas, k->name, k->name);
     q(f, k->image);
     /* plain HTTP on the pod's address: inside the cluster, behind the Service (TLS ends at
@@ -71,15 +77,19 @@ static void write_yaml(FILE *f, const serve_k8s_t *k) {
             "          readinessProbe:\n            httpGet:\n              path: /v1/models/%s\n"
             "              port: %d\n            periodSeconds: 5\n",
             k->name, K8S_REST_PORT);
-    if (k->cpu || k->memory) {
-        fprintf(f, "          resources:\n            requests:\n");
-        if (k->cpu) fprintf(f, "              cpu: "), q(f, k->cpu), fputc('\n', f);
-        if (k->memory) fprintf(f, "              memory: "), q(f, k->memory), fputc('\n', f);
-    }
+    /* requests always: Burstable by default, never BestEffort (the first evicted) */
+    fprintf(f, "          resources:\n            requests:\n              cpu: ");
+    q(f, k->cpu ? k->cpu : "1");
+    fprintf(f, "\n              memory: ");
+    q(f, k->memory ? k->memory : "1Gi");
+    fputc('\n', f);
     fprintf(
         f, "          volumeMounts:\n            - name: models\n              mountPath: /models\n"
            "              readOnly: true\n      volumes:\n        - name: models\n");
-    if (k->volume)
+    if (k->volume && k->volume[0] == '/') /* a folder of the node */
+        fprintf(f, "          hostPath:\n            path: "), q(f, k->volume),
+            fprintf(f, "\n            type: Directory\n");
+    else if (k->volume)
         fprintf(f, "          persistentVolumeClaim:\n            claimName: "), q(f, k->volume),
             fputc('\n', f);
     else
@@ -87,8 +97,10 @@ static void write_yaml(FILE *f, const serve_k8s_t *k) {
 }
 
 int psg_serve_k8s(int argc, char **argv) {
-    serve_k8s_t k = {
-        .image = "psgraph:latest", .ns = "default", .name = "psgraph-serve", .replicas = 1};
+    serve_k8s_t k = {.image = "psgraph:" PSG_VERSION,
+                     /* tools/image.sh's tag */ .ns = "default",
+                     .name = "psgraph-serve",
+                     .replicas = 1};
     char **pass = calloc((size_t)argc + 1, sizeof *pass);
     if (!pass) return 1;
     k.pass = pass;
@@ -133,8 +145,11 @@ int psg_serve_k8s(int argc, char **argv) {
         FILE *f = stdout;
         if (k.out) {
             snprintf(path, sizeof path, "%s/%s.yaml", k.out, k.name);
-            if (!(f = fopen(path, "w"))) {
-                fprintf(stderr, "psgraph serve --k8s: cannot write %s\n", path);
+            /* the folder made when missing, as launch --k8s --out does */
+            if ((mkdir(k.out, 0755) < 0 && errno != EEXIST) || !(f = fopen(path, "w"))) {
+                fprintf(stderr, "psgraph serve --k8s: cannot write %s: %s\n", path,
+                        strerror(errno));
+                f = NULL;
                 rc = 1;
             }
         }

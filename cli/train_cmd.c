@@ -43,6 +43,9 @@ static int train_parse(int argc, char **argv, psg_train_args_t *a) {
     if (a->overlap == 0 && a->c.sync_opt.max_staleness < 1) a->c.sync_opt.max_staleness = 1;
     if (a->trace_steps) psg_trace_parse_steps(a->trace_steps, &a->c.trace_first, &a->c.trace_last);
     if (a->c.trace_path && a->c.trace_first == 0) a->c.trace_first = 5, a->c.trace_last = 6;
+    for (int i = 1; i + 1 < argc;
+         i++) /* --steps 0: the initial variables (checkpointed with --logdir) */
+        if (!strcmp(argv[i], "--steps") && a->c.steps == 0) a->c.epochs = 0;
     return 0;
 }
 

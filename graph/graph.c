@@ -158,6 +158,8 @@ void psg_graph_destroy(psg_graph_t **gp) {
     }
     free(g->collections);
     free(g->casts);
+    for (int i = 0; i < g->num_control_frames; i++) free(g->control_frames[i].ids);
+    free(g->control_frames);
     free(g->error);
     free(g);
 }
@@ -181,6 +183,48 @@ int psg_graph_status(const psg_graph_t *g) {
 int psg_graph_wrap_error(const psg_graph_t *g) {
     if (g && g->error && !strstr(psg_error_message(), g->error)) psg_error_wrap("%s", g->error);
     return -1;
+}
+
+void psg_graph_clear_error(psg_graph_t *g) {
+    free(g->error);
+    g->error = NULL;
+}
+
+int psg_graph_push_control(psg_graph_t *g, int n, const int *ids, bool clear) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= g->num_nodes)
+            return psg_error_set("control dependency on a missing node %d", ids[i]);
+    if (g->num_control_frames == g->cap_control_frames) {
+        g->cap_control_frames = g->cap_control_frames ? g->cap_control_frames * 2 : 4;
+        g->control_frames = xrealloc(g->control_frames,
+                                     sizeof(psg_control_frame_t) * (size_t)g->cap_control_frames);
+    }
+    psg_control_frame_t *f = &g->control_frames[g->num_control_frames++];
+    f->n = n;
+    f->ids = n ? xrealloc(NULL, sizeof(int) * (size_t)n) : NULL;
+    if (n) memcpy(f->ids, ids, sizeof(int) * (size_t)n);
+    f->clear = clear;
+    return 0;
+}
+
+void psg_graph_pop_control(psg_graph_t *g) {
+    PSG_ASSERT(g->num_control_frames > 0);
+    free(g->control_frames[--g->num_control_frames].ids);
+}
+
+/* The pushed control dependencies that apply, added to n's control inputs once each. */
+static void add_control_frames(const psg_graph_t *g, psg_node_t *n) {
+    for (int f = g->num_control_frames - 1; f >= 0; f--) {
+        const psg_control_frame_t *fr = &g->control_frames[f];
+        for (int i = 0; i < fr->n; i++) {
+            bool seen = false;
+            for (int k = 0; k < n->num_controls && !seen; k++) seen = n->controls[k] == fr->ids[i];
+            if (seen) continue;
+            n->controls = xrealloc(n->controls, sizeof(int) * (size_t)(n->num_controls + 1));
+            n->controls[n->num_controls++] = fr->ids[i];
+        }
+        if (fr->clear) break;
+    }
 }
 
 void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, void *ctx) {
@@ -530,6 +574,7 @@ int psg_node_finish(psg_node_builder_t *b) {
         return -1;
     }
     uniquify_name(g, n);
+    add_control_frames(g, n);
     rc = check_and_infer(g, n);
     if (rc < 0) {
         psg_error_wrap("node '%s' (%s)", n->name,

@@ -20,6 +20,12 @@ typedef struct psg_device_frame {
     char *fixed; /* owned copy for psg_graph_push_device */
 } psg_device_frame_t;
 
+typedef struct psg_control_frame {
+    int n;
+    int *ids;
+    bool clear; /* the frames outside this one do not apply (tf.init_scope) */
+} psg_control_frame_t;
+
 typedef struct psg_cast_memo {
     psg_endpoint_t src;
     psg_dtype_t dtype;

@@ -48,6 +48,8 @@ struct psg_graph {
     int num_casts, cap_casts;
     psg_initial_value_fn initial_value_fn; /* psg_graph_set_initial_value_fn */
     void *initial_value_ctx;
+    struct psg_control_frame *control_frames; /* psg_graph_push_control, innermost last */
+    int num_control_frames, cap_control_frames;
 };
 
 #endif

@@ -321,8 +321,8 @@ static void guard_actor(zsock_t *pipe, void *args) {
     int *started = args;
     g.zap = zsock_new(ZMQ_REP);
     g.logged = calloc(MAX_LOGGED, sizeof *g.logged);
-    if (!g.zap || zsock_bind(g.zap, "%s", ZAP_ENDPOINT) < 0 || !g.logged ||
-        !(g.poller = zpoller_new(pipe, g.zap, NULL))) {
+    bool bound = g.zap && zsock_bind(g.zap, "%s", ZAP_ENDPOINT) == 0;
+    if (!bound || !g.logged || !(g.poller = zpoller_new(pipe, g.zap, NULL))) {
         *started = -1;
         zsock_signal(pipe, 0);
     } else {
@@ -346,6 +346,9 @@ static void guard_actor(zsock_t *pipe, void *args) {
     }
     while (g.nw) watch_remove(&g, g.nw - 1);
     zpoller_destroy(&g.poller);
+    /* let the endpoint go now, not when ZeroMQ's reaper gets to the socket: a server made
+     * right after the last one closed starts a new guard, which binds it again */
+    if (bound) zsock_unbind(g.zap, "%s", ZAP_ENDPOINT);
     zsock_destroy(&g.zap);
     free(g.logged);
 }

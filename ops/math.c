@@ -114,7 +114,7 @@ int64_t psg_math_reduced_count(const psg_node_t *node, const psg_shape_t *x) {
     return count;
 }
 
-static int infer_reduce(psg_infer_ctx_t *c) {
+int psg_math_infer_reduce(psg_infer_ctx_t *c) {
     if (expect_f32(c) < 0) return -1;
     const psg_shape_t *x = &c->in_shapes[0];
     bool keep = psg_node_get_bool(c->node, "keep_dims", false);
@@ -812,8 +812,8 @@ DEF_FN(op_log_softmax, "LogSoftmax", 1, infer_softmax, grad_log_softmax, softmax
 DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
     psg_cpu_sparse_xent, psg_gpu_sparse_xent)
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
-DEF_FN(op_sum, "Sum", 1, infer_reduce, grad_sum, reduce)
-DEF_FN(op_mean, "Mean", 1, infer_reduce, grad_mean, reduce)
+DEF_FN(op_sum, "Sum", 1, psg_math_infer_reduce, grad_sum, reduce)
+DEF_FN(op_mean, "Mean", 1, psg_math_infer_reduce, grad_mean, reduce)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, psg_grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */

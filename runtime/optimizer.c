@@ -130,10 +130,20 @@ static bool is_var_handle(const psg_graph_t *g, psg_endpoint_t e) {
            !strcmp(psg_node_op(psg_graph_node(g, e.node)), "VarHandle");
 }
 
+static psg_endpoint_t new_global_step(psg_graph_t *g);
+
 psg_endpoint_t psg_global_step(psg_graph_t *g) {
     int n;
     const int *ids = psg_graph_collection(g, "global_step", &n);
     if (n > 0) return (psg_endpoint_t){ids[0], 0};
+    /* a variable and its initializer depend on no control context (tf.init_scope) */
+    if (psg_graph_push_control(g, 0, NULL, true) < 0) return PSG_NO_ENDPOINT;
+    psg_endpoint_t h = new_global_step(g);
+    psg_graph_pop_control(g);
+    return h;
+}
+
+static psg_endpoint_t new_global_step(psg_graph_t *g) {
     psg_shape_t s = psg_shape_scalar();
     psg_endpoint_t h = psg_var_handle(g, "global_step", PSG_DT_I64, &s);
     if (!psg_endpoint_valid(h) || psg_graph_push_scope(g, "global_step") < 0)

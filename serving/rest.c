@@ -164,7 +164,7 @@ static psg_tensor_t *new_input(const psg_servable_tensor_t *sig, int64_t batch) 
 /* Input i of a columnar request: the value j is the whole batch. */
 static int parse_column(const psg_rest_signature_t *sig, int i, const psg_json_t *j,
                         psg_rest_request_t *r) {
-    fill_t f = {.sig = &sig->in[i]};
+    fill_t f = {.sig = &sig->in[i], .path = "inputs"};
     if (j->type != PSG_JSON_ARRAY) return expected(&f, "not an array of rows");
     if (r->batch >= 0 && j->count != r->batch) {
         char what[96];

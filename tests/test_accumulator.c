@@ -201,12 +201,14 @@ static void test_edges_of_a_step(void) {
     psg_tensor_t *mean = NULL;
     CHECK(psg_accumulator_take(acc, 2, 10, &mean) < 0 && psg_error_code() == PSG_ERR_TIMEOUT);
     CHECK(apply3(acc, 0, 3, 3, 3) && !apply3(acc, 0, 50, 50, 50));
-    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && mean && psg_tensor_f32(mean)[2] == 2.0f);
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && mean &&
+          psg_tensor_f32(mean)[2] == 2.0f);
     psg_tensor_destroy(&mean);
     /* a table of one row: rows of 3, summed */
     psg_shape_t row = psg_shape_2d(1, 3), r1 = psg_shape_1d(1);
     psg_accumulator_t *sp = psg_sparse_accumulator_get(rm, "one_row", &row, 0);
-    psg_tensor_t *v = psg_test_tensor(&row, (float[]){2, 4, 6}), *ix = psg_tensor_zeros(PSG_DT_I64, &r1);
+    psg_tensor_t *v = psg_test_tensor(&row, (float[]){2, 4, 6}),
+                 *ix = psg_tensor_zeros(PSG_DT_I64, &r1);
     bool accepted = false;
     CHECK(psg_accumulator_apply_sparse(sp, 0, v, ix, &accepted) == 0 && accepted);
     psg_tensor_f32(v)[2] = 0;
@@ -260,7 +262,8 @@ static void test_sparse_sum_grows(void) {
     int64_t *ids = malloc(sizeof(int64_t) * K);
     float *rows = malloc(sizeof(float) * 2 * K);
     PSG_ASSERT(ids && rows);
-    for (int i = 0; i < K; i++) ids[i] = K - 1 - i, rows[2 * i] = (float)i, rows[2 * i + 1] = -(float)i;
+    for (int i = 0; i < K; i++)
+        ids[i] = K - 1 - i, rows[2 * i] = (float)i, rows[2 * i + 1] = -(float)i;
     CHECK(apply_rows(acc, 0, 10, ids, rows));
     CHECK(apply_rows(acc, 0, K - 10, ids + 10, rows + 20));
     psg_tensor_t *mean = NULL, *got = NULL;
@@ -269,7 +272,8 @@ static void test_sparse_sum_grows(void) {
         CHECK(psg_tensor_numel(got) == K && mean->shape.dims[0] == K);
         bool all = psg_tensor_numel(got) == K;
         for (int i = 0; all && i < K; i++) /* first appearance: row i is id K - 1 - i, halved */
-            all = psg_tensor_i64(got)[i] == K - 1 - i && psg_tensor_f32(mean)[2 * i] == (float)i / 2 &&
+            all = psg_tensor_i64(got)[i] == K - 1 - i &&
+                  psg_tensor_f32(mean)[2 * i] == (float)i / 2 &&
                   psg_tensor_f32(mean)[2 * i + 1] == -(float)i / 2;
         CHECK(all);
     }
@@ -280,7 +284,8 @@ static void test_sparse_sum_grows(void) {
     /* indices: f32, or one a row but as a [1, 1] matrix */
     psg_shape_t one_row = psg_shape_2d(1, 2), r1 = psg_shape_1d(1);
     psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &one_row);
-    psg_tensor_t *fx = psg_tensor_zeros(PSG_DT_F32, &r1), *mx = psg_tensor_zeros(PSG_DT_I64, &one_row);
+    psg_tensor_t *fx = psg_tensor_zeros(PSG_DT_F32, &r1),
+                 *mx = psg_tensor_zeros(PSG_DT_I64, &one_row);
     bool accepted = true;
     CHECK(psg_accumulator_apply_sparse(acc, 1, v, fx, &accepted) < 0 && !accepted);
     CHECK_ERROR_HAS("accumulator 'grow': f32[1] indices for 1 rows (want i32 or i64, one a row)");

@@ -10,6 +10,8 @@
 #include "core/json.h"
 #include "tests/testutil.h"
 
+#include <czmq.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -370,6 +372,154 @@ static void test_peer_key(void) {
     psg_curve_keys_destroy(&w2);
 }
 
+/* ---- the guard in this process: counts, log lines, several servers, ZAP ---- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    char text[32768];
+} net_log_t;
+
+static void collect(void *ctx, const char *line) {
+    net_log_t *l = ctx;
+    pthread_mutex_lock(&l->lock);
+    size_t n = strlen(l->text);
+    snprintf(l->text + n, sizeof l->text - n, "%s\n", line);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* How many times needle is in the log now. */
+static int logged(net_log_t *l, const char *needle) {
+    pthread_mutex_lock(&l->lock);
+    int n = count(l->text, needle);
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+/* One request from a client with keys k (NULL: none) to sv, refused or not: the answer is
+ * not waited for long. */
+static void knock(psg_server_t *sv, const psg_curve_keys_t *k) {
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = k;
+    psg_client_t *cl = psg_client_new(psg_server_endpoint(sv), &o);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "Inspect");
+    psg_msg_t *r = cl ? psg_client_call(cl, &m, 300) : NULL;
+    psg_msg_destroy(&r);
+    psg_msg_destroy(&m);
+    psg_client_destroy(&cl);
+}
+
+/* A ZAP request by hand (RFC 27); the reply's status code into code. */
+static void zap_ask(const char *version, const char *domain, const char *mechanism, const void *key,
+                    size_t key_len, char *code, size_t size, char *user, size_t user_size) {
+    zsock_t *req = zsock_new_req(">inproc://zeromq.zap.01");
+    zmsg_t *m = zmsg_new();
+    zmsg_addstr(m, version);
+    zmsg_addstr(m, "7");
+    zmsg_addstr(m, domain);
+    zmsg_addstr(m, "192.0.2.9");
+    zmsg_addmem(m, "", 0);
+    zmsg_addstr(m, mechanism);
+    zmsg_addmem(m, key, key_len);
+    snprintf(code, size, "(no reply)");
+    zsock_set_rcvtimeo(req, 5000);
+    zmsg_t *r = req && zmsg_send(&m, req) == 0 ? zmsg_recv(req) : NULL;
+    zmsg_destroy(&m);
+    char *f[5] = {NULL};
+    for (int i = 0; r && i < 5; i++) f[i] = zmsg_popstr(r);
+    if (f[2]) snprintf(code, size, "%s", f[2]);
+    if (user) snprintf(user, user_size, "%s", f[4] ? f[4] : "");
+    for (int i = 0; i < 5; i++) free(f[i]);
+    zmsg_destroy(&r);
+    zsock_destroy(&req);
+}
+
+/* Two CURVE servers of one process share one guard: a refusal is counted by its own server
+ * and logged once per address and reason naming that server's bound endpoint and the peer's
+ * address; the guard keeps watching one server when the other goes; it answers ZAP requests
+ * that are malformed, of another socket, of another mechanism or of a key not allowed; and a
+ * process whose ZAP endpoint is taken gets a clear error, as often as it asks. */
+static void test_guard_in_process(void) {
+    char out[4096], dir_a[400], dir_b[400], dir_i[400];
+    snprintf(dir_a, sizeof dir_a, "%s/guard_a", tmp);
+    snprintf(dir_b, sizeof dir_b, "%s/guard_b", tmp);
+    snprintf(dir_i, sizeof dir_i, "%s/guard_i", tmp);
+    /* the intruder knows the cluster's public key, not its own in the allow-list */
+    CHECK(
+        run(out, sizeof out,
+            "'%s' keygen '%s' && '%s' keygen '%s' && mkdir -m 700 '%s' && cp '%s/cluster.key' '%s/' && "
+            "'%s' keygen '%s' --name intruder",
+            psgraph_exe, dir_a, psgraph_exe, dir_b, dir_i, dir_a, dir_i, psgraph_exe, dir_i) == 0);
+    psg_curve_keys_t *a = psg_curve_keys_load(dir_a, NULL), *b = psg_curve_keys_load(dir_b, NULL),
+                     *in = psg_curve_keys_load(dir_i, "intruder");
+    PSG_ASSERT(a && b && in);
+    static net_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    psg_net_set_log(collect, &log);
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = a;
+    psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o),
+                 *two = psg_server_new("tcp://127.0.0.1:0", &o);
+    PSG_ASSERT(one && two);
+    char line[512];
+    /* an intruder knocks at the second server three times: 3 refusals there, one log line
+     * naming the server as bound (its port, not 0), the peer and the key */
+    for (int i = 0; i < 3; i++) knock(two, in);
+    for (int i = 0; i < 50 && psg_server_stats(two).refused < 3; i++) usleep(100000);
+    CHECK(psg_server_stats(two).refused >= 3 && psg_server_stats(one).refused == 0);
+    snprintf(line, sizeof line,
+             "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
+             psg_server_endpoint(two), psg_curve_keys_public(in), dir_a);
+    CHECK(logged(&log, line) == 1 && logged(&log, "is not in the allow-list") == 1);
+    /* the first server goes; the second is still watched: another cluster's client (its hello
+     * does not decrypt) is refused there, by its handshake, and logged with its address */
+    psg_server_destroy(&one);
+    snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its hello does not decrypt",
+             psg_server_endpoint(two));
+    for (int i = 0; i < 20 && logged(&log, line) == 0; i++) knock(two, b);
+    CHECK(logged(&log, line) == 1);
+    CHECK(psg_server_stats(two).refused >= 4);
+    /* ZAP by hand, for this server's domain (the guard answers: it never hangs libzmq) */
+    char domain[64] = "", code[32], user[64];
+    size_t len = sizeof domain - 1;
+    CHECK(zmq_getsockopt(psg_server_socket(two), ZMQ_ZAP_DOMAIN, domain, &len) == 0 && domain[0]);
+    unsigned char key[32];
+    CHECK(zmq_z85_decode(key, psg_curve_keys_public(a)) != NULL);
+    zap_ask("1.0", domain, "CURVE", key, 32, code, sizeof code, user, sizeof user);
+    CHECK(!strcmp(code, "200") && !strcmp(user, PSG_CURVE_CLUSTER));
+    zap_ask("2.0", domain, "CURVE", key, 32, code, sizeof code, NULL, 0);
+    CHECK(!strcmp(code, "500"));
+    zap_ask("1.0", "another-socket", "CURVE", key, 32, code, sizeof code, user, sizeof user);
+    CHECK(!strcmp(code, "200") && !strcmp(user, ""));
+    zap_ask("1.0", domain, "CURVE", key, 31, code, sizeof code, NULL, 0);
+    CHECK(!strcmp(code, "400"));
+    zap_ask("1.0", domain, "PLAIN", key, 32, code, sizeof code, NULL, 0);
+    CHECK(!strcmp(code, "400"));
+    snprintf(line, sizeof line, "%s: refused a peer at 192.0.2.9: it does not speak CURVE",
+             psg_server_endpoint(two));
+    CHECK(logged(&log, line) == 1);
+    psg_server_destroy(&two);
+    /* the ZAP endpoint taken by another handler: refused by name, again and again; free
+     * again at once when the guard or the other handler closes */
+    zsock_t *other = zsock_new_rep("@inproc://zeromq.zap.01");
+    CHECK(other != NULL);
+    for (int i = 0; i < 2; i++) {
+        psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
+        CHECK(sv == NULL);
+        CHECK_ERROR_HAS(
+            "cannot start the CURVE authentication handler: inproc://zeromq.zap.01 is taken");
+        psg_server_destroy(&sv);
+    }
+    if (other) zsock_unbind(other, "inproc://zeromq.zap.01");
+    zsock_destroy(&other);
+    psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(sv != NULL);
+    psg_server_destroy(&sv);
+    psg_net_set_log(NULL, NULL);
+    if (psg_test_failures) fprintf(stderr, "the log:\n%s", log.text);
+    psg_curve_keys_destroy(&a);
+    psg_curve_keys_destroy(&b);
+    psg_curve_keys_destroy(&in);
+}
+
 /* ---- refusing to run open ---- */
 
 static void test_listen_rules(void) {
@@ -431,6 +581,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_keygen);
     RUN_TEST(test_refused_peers);
     RUN_TEST(test_peer_key);
+    RUN_TEST(test_guard_in_process);
     RUN_TEST(test_listen_rules);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -190,8 +190,8 @@ st write "$tmp/rows.safetensors" shape model/fc2/weights 255 256
 st write "$tmp/cols.safetensors" shape model/fc2/weights 256 200
 out=$("$psgraph" "${run[@]}" --init-from "$tmp/rows.safetensors" --shard-bytes 65536 2>&1); rc=$?
 out2=$("$psgraph" "${run[@]}" --init-from "$tmp/cols.safetensors" --shard-bytes 65536 2>&1); rc2=$?
-if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[255, 256\], variable 'model/fc2/weights/part_0' is f32\[256, 64\] (a column shard of it)" <<<"$out" &&
-   [ $rc2 = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 200\], variable 'model/fc2/weights/part_3' is f32\[256, 64\] (a column shard of it)" <<<"$out2"; then
+if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[255, 256\], variable 'model/fc2/weights/part_0' is f32\[256, 64\] (a part of it)" <<<"$out" &&
+   [ $rc2 = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 200\], variable 'model/fc2/weights/part_3' is f32\[256, 64\] (a part of it)" <<<"$out2"; then
   ok "column shards that do not fit: $(tail -1 <<<"$out2")"
 else
   fail "column shards that do not fit (rc $rc, $rc2): $out --- $out2"

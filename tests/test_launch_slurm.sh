@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `psgraph launch --slurm` under a real Slurm (tests/hosts_slurm.sh): Debian's slurmctld on an
 # emulated host, a slurmd on each of 3 more (network namespaces, tools/hosts.sh), munged.
-# In sbatch jobs: 1 ps + 2 workers over 3 nodes train the mlp on Fashion-MNIST (sync) to the
-# accuracy of the same cluster launched on one host (+-0.01), the tasks placed as
+# In sbatch jobs: docs/hosts.md's sbatch script (1 ps + 2 workers over 3 nodes, the mlp on
+# Fashion-MNIST, sync) trains to the accuracy of the same cluster launched on one host (+-0.01), the tasks placed as
 # SlurmClusterResolver places them (nodes sorted, ps first, one port a slot: 2 tasks a node
 # on 23000 and 23001), each task its share of the node's GPUs (CUDA_VISIBLE_DEVICES), served
 # with CURVE from the keys sent over srun; refused with the reason: outside an allocation,
@@ -89,22 +89,23 @@ else
 fi
 [ "$(left_on_nodes)" = 0 ] || fail "processes left on the nodes after the placement job"
 
-# 3. 1 ps + 2 workers over 3 nodes, Fashion-MNIST, against the same cluster on one host
-train=("$psgraph" train --model mlp --optimizer adam --lr 0.001 --batch 64 --sync sync --steps 300
-       --log-every 100 --step-timeout 20)
+# 3. docs/hosts.md's sbatch script as written (1 ps + 2 workers over 3 nodes, Fashion-MNIST),
+#    psgraph on PATH, against the same cluster on one host: the script without --slurm
 if [ $have_data = 1 ]; then
-  job_script "$tmp/train.sh" "exec '$psgraph' launch --slurm --ps 1 --workers 2 -- $(printf "'%s' " "${train[@]}")"
-  id=$(submit "$tmp/train.sh" train --nodes 3 --ntasks-per-node 1)
-  hosts_exec ctl "$psgraph" launch --ps 1 --workers 2 -- "${train[@]}" >"$tmp/local.out" 2>&1
-  state=$(slurm_wait_job "$id" 300)
-  a=$(accuracy "$tmp/train.out")
+  sed -n '/^#!\/bin\/sh$/,/^```$/p' "$root/docs/hosts.md" | sed '$d' >"$tmp/doc.sh"
+  sed 's/ --slurm / /' "$tmp/doc.sh" >"$tmp/doc-local.sh"
+  path=$(dirname "$psgraph"):$PATH
+  id=$(hosts_exec ctl env PATH="$path" sbatch --parsable --chdir "$tmp" "$tmp/doc.sh")
+  hosts_exec ctl env PATH="$path" sh "$tmp/doc-local.sh" >"$tmp/local.out" 2>&1
+  state=$(slurm_wait_job "$id" 400)
+  a=$(accuracy "$tmp/psgraph-$id.out")
   b=$(accuracy "$tmp/local.out")
-  if [ "$state" = COMPLETED ] && [ -n "$a" ] && [ -n "$b" ] &&
-     grep -qF 'cluster {"ps": ["h1:23000"], "worker": ["h2:23000", "h3:23000"]}' "$tmp/train.out" &&
+  if [ "$state" = COMPLETED ] && [ -n "$a" ] && [ -n "$b" ] && grep -q '^#SBATCH --nodes=3$' "$tmp/doc.sh" &&
+     grep -qF 'cluster {"ps": ["h1:23000"], "worker": ["h2:23000", "h3:23000"]}' "$tmp/psgraph-$id.out" &&
      python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 0.01)' "$a" "$b"; then
-    ok "1 ps + 2 workers on h1, h2, h3 under slurmd: test accuracy $a, the same cluster on one host $b (+-0.01)"
+    ok "docs/hosts.md's sbatch script: 1 ps + 2 workers on h1, h2, h3 under slurmd, test accuracy $a; the same cluster on one host $b (+-0.01)"
   else
-    fail "training under Slurm ($state, accuracy '$a', local '$b'): $(tail -15 "$tmp/train.out")"
+    fail "the sbatch script ($state, accuracy '$a', local '$b'): $(cat "$tmp/doc.sh"; tail -15 "$tmp/psgraph-$id.out")"
   fi
   [ "$(left_on_nodes)" = 0 ] || fail "processes left on the nodes after the training job"
 else

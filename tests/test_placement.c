@@ -201,6 +201,31 @@ static void test_setter_strategies(void) {
     CHECK_ERROR_HAS("replica device setter: invalid device name '/job:ps/tusk:0'");
 }
 
+/* Variables past 2^48 bytes (2^62 here, or a size that overflows) count as 2^48 each: greedy
+ * still spreads them, and the sums stay exact. */
+static void test_setter_huge_variables(void) {
+    psg_replica_setter_options_t opt = {.ps_tasks = 2};
+    psg_replica_setter_t *s = psg_replica_setter_new(&opt);
+    psg_graph_t *g = psg_graph_new();
+    psg_graph_push_replica_setter(g, s);
+    psg_shape_t huge = psg_shape_2d((int64_t)1 << 30, (int64_t)1 << 30),
+                overflow = psg_shape_2d((int64_t)1 << 40, (int64_t)1 << 22),
+                small = psg_shape_1d(4);
+    psg_endpoint_t v[3] = {
+        psg_variable(g, "huge", PSG_DT_F32, &huge, (psg_initializer_t){"zeros", 0, 0}, true),
+        psg_variable(g, "overflow", PSG_DT_F32, &overflow, (psg_initializer_t){"zeros", 0, 0},
+                     true),
+        psg_variable(g, "small", PSG_DT_F32, &small, (psg_initializer_t){"zeros", 0, 0}, true),
+    };
+    psg_graph_pop_device(g);
+    int want[3] = {0, 1, 0};
+    check_tasks(g, v, want, 3);
+    CHECK(psg_replica_setter_ps_bytes(s, 0) == ((int64_t)1 << 48) + 16);
+    CHECK(psg_replica_setter_ps_bytes(s, 1) == (int64_t)1 << 48);
+    psg_graph_destroy(&g);
+    psg_replica_setter_destroy(&s);
+}
+
 static void test_partitioned_variable(void) {
     psg_replica_setter_options_t opt = {.ps_tasks = 2};
     psg_replica_setter_t *s = psg_replica_setter_new(&opt);
@@ -264,6 +289,24 @@ static void test_partitioned_variable(void) {
     CHECK(psg_partitioned_variable(g, "none", PSG_DT_F32, &tall, (psg_initializer_t){"zeros", 0, 0},
                                    true, &none, &pv) < 0);
     CHECK_ERROR_HAS("partitioned variable 'none'");
+    /* the edges: one row (one shard, whatever is asked), no bytes at all, PSG_MAX_SHARDS
+     * shards and one more */
+    psg_shape_t one_row = psg_shape_2d(1, 4), empty = psg_shape_2d(5, 0),
+                many = psg_shape_2d(100, 1);
+    CHECK(psg_partitioned_variable(g, "one_row", PSG_DT_F32, &one_row,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &two, &pv) == 0 &&
+          pv.num_shards == 1);
+    CHECK(psg_partitioned_variable(g, "empty", PSG_DT_F32, &empty,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &by_size, &pv) == 0 &&
+          pv.num_shards == 1 && pv.offsets[1] == 5);
+    psg_partitioner_t max = {.num_shards = PSG_MAX_SHARDS};
+    CHECK(psg_partitioned_variable(g, "max", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &max, &pv) == 0 &&
+          pv.num_shards == PSG_MAX_SHARDS);
+    max.num_shards++;
+    CHECK(psg_partitioned_variable(g, "over", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &max, &pv) < 0);
+    CHECK_ERROR_HAS("partitioned variable 'over': 65 shards, at most 64");
     psg_graph_destroy(&g);
     psg_replica_setter_destroy(&s);
 }
@@ -343,6 +386,7 @@ int main(void) {
     RUN_TEST(test_device_names);
     RUN_TEST(test_device_stack);
     RUN_TEST(test_setter_strategies);
+    RUN_TEST(test_setter_huge_variables);
     RUN_TEST(test_partitioned_variable);
     RUN_TEST(test_placement_errors);
     return psg_test_summary();

@@ -1,6 +1,7 @@
 /* Tests of the wire (net/): real sockets on 127.0.0.1 with ephemeral ports. Round trips of
- * tensors byte for byte, hostile input to a live server, timeouts, reconnects, replies from
- * other threads. Not a test of the task server (ps/), which has its own. */
+ * tensors byte for byte, hostile input to a live server, timeouts, lost connections,
+ * reconnects, replies from other threads. Not a test of the task server (ps/), which has its
+ * own. */
 #include "net/codec.h"
 #include "psgraph/wire.h"
 
@@ -681,7 +682,15 @@ static void test_dead_peer(void) {
     int64_t took = psg_codec_now_ms() - t0;
     CHECK(took >= 150 && took < 2000);
     CHECK(strstr(psg_error_message(), ep));
-    CHECK(strstr(psg_error_message(), "RunGraph"));
+    CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms to send RunGraph"));
+    /* waiting to be able to send: until the deadline, or until the wake fd is readable */
+    CHECK(psg_client_wait_writable(c, -1, 200) < 0);
+    CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms (is it up?)"));
+    int wake[2];
+    CHECK(pipe(wake) == 0 && write(wake[1], "x", 1) == 1);
+    CHECK(psg_client_wait_writable(c, wake[0], 60000) == 0);
+    close(wake[0]);
+    close(wake[1]);
     psg_client_destroy(&c);
     if (fd >= 0) close(fd);
 
@@ -699,6 +708,78 @@ static void test_dead_peer(void) {
     psg_msg_t *rep = psg_client_call(c, &req, 3000);
     CHECK(rep && rep->step == 5);
     psg_msg_destroy(&rep);
+    psg_client_destroy(&c);
+    echo_stop(&e);
+}
+
+/* With heartbeats (a peer timeout), a lost connection fails what is in flight at once, naming
+ * the peer and how many requests were lost; a loss with nothing in flight is no error; a call
+ * that timed out resets the connection and the count; a wait without a deadline waits. */
+static void test_lost_connection(void) {
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.peer_timeout_ms = 2000;
+    /* two requests the server holds, then it closes */
+    psg_server_t *s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", psg_server_endpoint(s));
+    psg_client_t *c = psg_client_new(ep, &o);
+    CHECK(c);
+    psg_msg_t *got = NULL, *m = NULL, *req = NULL;
+    for (int i = 0; i < 2; i++) {
+        req = psg_msg_new(PSG_MSG_REQUEST, "held");
+        CHECK(psg_client_send(c, &req, NULL) == 0);
+        CHECK(psg_server_recv(s, &got, 5000) == 1);
+        psg_msg_destroy(&got);
+    }
+    psg_server_destroy(&s);
+    CHECK(psg_client_recv(c, &m, 10000) < 0 && !m);
+    CHECK(psg_error_code() == PSG_ERR_UNAVAILABLE);
+    CHECK(strstr(psg_error_message(), ep));
+    CHECK(strstr(psg_error_message(), "lost the connection to the peer with 2 requests in flight"));
+    psg_client_destroy(&c);
+    /* a call answered, then the server closes with nothing in flight: no error */
+    s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    c = psg_client_new(psg_server_endpoint(s), &o);
+    req = psg_msg_new(PSG_MSG_REQUEST, "ping");
+    CHECK(psg_client_send(c, &req, NULL) == 0);
+    CHECK(psg_server_recv(s, &got, 5000) == 1);
+    psg_msg_t *rep = psg_msg_new(PSG_MSG_REPLY, NULL);
+    CHECK(psg_server_reply(s, got, &rep) == 0);
+    psg_msg_destroy(&got);
+    CHECK(psg_client_recv(c, &m, 5000) == 1 && m);
+    psg_msg_destroy(&m);
+    psg_server_destroy(&s);
+    CHECK(psg_client_recv(c, &m, 300) == 0 && !m);
+    psg_client_destroy(&c);
+    /* a call the server never answers times out and resets the connection: a loss after it
+     * counts only the request sent since */
+    s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    c = psg_client_new(psg_server_endpoint(s), &o);
+    req = psg_msg_new(PSG_MSG_REQUEST, "unanswered");
+    CHECK(psg_client_call(c, &req, 300) == NULL);
+    CHECK(strstr(psg_error_message(), "no reply to unanswered within 300 ms"));
+    req = psg_msg_new(PSG_MSG_REQUEST, "held");
+    CHECK(psg_client_send(c, &req, NULL) == 0);
+    for (int i = 0; i < 2 && psg_server_recv(s, &got, 5000) == 1; i++) {
+        bool held = got->op && !strcmp(got->op, "held");
+        psg_msg_destroy(&got);
+        if (held) break;
+    }
+    psg_server_destroy(&s);
+    CHECK(psg_client_recv(c, &m, 10000) < 0);
+    CHECK(strstr(psg_error_message(), "lost the connection to the peer with 1 request in flight"));
+    psg_client_destroy(&c);
+    /* no deadline (-1): the reply that comes is waited for */
+    echo_t e;
+    CHECK(echo_start(&e, &o) == 0);
+    c = psg_client_new(e.endpoint, &o);
+    req = psg_msg_new(PSG_MSG_REQUEST, "later");
+    CHECK(psg_client_send(c, &req, NULL) == 0);
+    CHECK(psg_client_recv(c, &m, -1) == 1 && m && m->key && !strcmp(m->key, "from another thread"));
+    psg_msg_destroy(&m);
     psg_client_destroy(&c);
     echo_stop(&e);
 }
@@ -740,6 +821,8 @@ static void test_limits_and_api(void) {
     CHECK(psg_client_new("udp://x:1", NULL) == NULL);
     CHECK(strstr(psg_error_message(), "udp://x:1"));
     CHECK(psg_client_new("nohostport", NULL) == NULL);
+    CHECK(psg_client_new("tcp://nohost", NULL) == NULL); /* no port: the socket refuses it */
+    CHECK(strstr(psg_error_message(), "cannot connect to tcp://nohost"));
     psg_server_t *a = psg_server_new("tcp://127.0.0.1:*", NULL);
     CHECK(a);
     char ep[256];
@@ -786,6 +869,7 @@ int main(void) {
         {"hostile", test_hostile},
         {"header_fuzz", test_header_fuzz},
         {"dead_peer", test_dead_peer},
+        {"lost_connection", test_lost_connection},
         {"reconnect", test_reconnect},
         {"limits_and_api", test_limits_and_api},
     };

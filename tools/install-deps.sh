@@ -12,7 +12,9 @@ pkgs=(gcc g++ make pkg-config meson ninja-build python3
       iproute2 openssh-server openssh-client python3-venv
       # launch --slurm under a real Slurm on emulated hosts (tests/hosts_slurm.sh)
       slurm-wlm munge
-      clang clang-format) # clang: the libFuzzer harnesses of tests/fuzz (tools/fuzz.sh); clang-format: tools/format_check.sh
+      clang clang-format # clang: the libFuzzer harnesses of tests/fuzz (tools/fuzz.sh); clang-format: tools/format_check.sh
+      # the Python package (docs/python.md): its extension's headers, numpy, its tests
+      python3-dev python3-numpy python3-pytest)
 if [ "${PSG_WITH_PEERS:-0}" = 1 ]; then
   # the PyTorch peer of the benchmarks, on the OpenMP build of OpenBLAS
   pkgs+=(python3-torch python3-torchvision libopenblas0-openmp)

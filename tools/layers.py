@@ -49,10 +49,15 @@ LAYERS = [
     ("serving", ["worker"]),  # trained models out of the cluster: ONNX export, servables, REST
     ("api", ["serving"]),  # include/psgraph/psgraph.h, the one header of everything
     ("cli", ["api"]),
+    ("python", ["api"]),  # the Python package's extension: binds the public API only
 ]
 
 # The layers that are no static library of their own.
-NOT_LIBRARIES = {"api", "cli"}
+NOT_LIBRARIES = {"api", "cli", "python"}
+
+# The layers that may include only the public headers (include/psgraph/) of the layers
+# below them, never an internal header beside its code: a face over the C API.
+PUBLIC_ONLY = {"python"}
 
 # include/psgraph/<name>.h -> the layer that defines what it declares.
 PUBLIC = {
@@ -180,6 +185,9 @@ def check(libs=()):
                 problems.append("%s: in no layer (add it to PUBLIC in tools/layers.py)" % target)
                 continue
             edges.setdefault((lay, tl), []).append("%s -> %s" % (rel, inc))
+            if lay in PUBLIC_ONLY and not target.startswith("include/psgraph/"):
+                problems.append('%s (%s) includes "%s", an internal header: it binds the public '
+                                'API only' % (rel, lay, inc))
             if tl not in allowed[lay]:
                 problems.append('%s (%s) includes "%s" (%s): an upward include' % (rel, lay, inc, tl))
             friends = hidden_from(target)

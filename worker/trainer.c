@@ -564,7 +564,9 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
 /* The chief's (or one process's) final JSON line. */
 static void final_line(trainer_t *t, const psg_train_result_t *r) {
     const psg_train_config_t *c = t->c;
-    char line[7168], cluster_desc[4608] = "", sync_desc[4096] = "", tk[160] = "";
+    char line[7168], cluster_desc[4608] = "", sync_desc[4096] = "", tk[160] = "", loss[32] = "null";
+    if (isfinite(r->final_loss)) /* none after --steps 0: null, JSON has no nan */
+        snprintf(loss, sizeof loss, "%.6f", r->final_loss);
     if (t->w.cluster) {
         psg_sync_train_json(t->sync, sync_desc, sizeof sync_desc);
         snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,", sync_desc,
@@ -577,12 +579,12 @@ static void final_line(trainer_t *t, const psg_train_result_t *r) {
     }
     snprintf(line, sizeof line,
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
-             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%.6f,\"test_accuracy\":%.4f%s,"
+             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%s,\"test_accuracy\":%.4f%s,"
              "\"examples_per_sec\":%.1f,\"wall_sec\":%.3f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f,"
              "\"blas\":\"%s\"}",
              c->model, c->data, cluster_desc, (long long)r->steps, t->batch, c->threads,
-             psg_precision_name(psg_graph_compute_dtype(t->g)), r->final_loss, r->test_accuracy, tk,
+             psg_precision_name(psg_graph_compute_dtype(t->g)), loss, r->test_accuracy, tk,
              r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100,
              rss_mb(), psg_blas_core());
     fprintf(t->out, "%s\n", line);

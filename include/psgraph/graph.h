@@ -83,6 +83,10 @@ int psg_graph_status(const psg_graph_t *g);
  * this thread's message does not already say it), since a later failure may only be its
  * consequence. Returns -1. */
 int psg_graph_wrap_error(const psg_graph_t *g);
+/* Forgets g's build error, after the caller reported it (a Python program that caught the
+ * exception of one failed builder and goes on building): the failed node was never added,
+ * so g is as it was before that call. Nodes built on a failed node's output fail anew. */
+void psg_graph_clear_error(psg_graph_t *g);
 
 /* Name scopes: "tower0/conv1/weights". push returns -1 on a bad name. */
 int psg_graph_push_scope(psg_graph_t *g, const char *scope);
@@ -101,6 +105,14 @@ void psg_graph_push_device_fn(psg_graph_t *g, psg_device_fn fn, void *ctx);
  * leaves open, as nested tf.device specs merge (the inner wins). */
 void psg_graph_push_device(psg_graph_t *g, const char *device);
 void psg_graph_pop_device(psg_graph_t *g);
+
+/* Control dependencies, as `with tf.control_dependencies(ids)`: every node built while a
+ * set is pushed gets the set's nodes as control inputs (those of the enclosing pushes too),
+ * so it runs after them. clear: the enclosing sets do not apply inside this one (n may be
+ * 0): TensorFlow's init_scope, under which psg_variable builds an initializer. push
+ * returns -1 naming a missing node. */
+int psg_graph_push_control(psg_graph_t *g, int n, const int *ids, bool clear);
+void psg_graph_pop_control(psg_graph_t *g);
 
 /* Initial values that override the initializers of the variables psg_variable creates
  * from now on (TensorFlow's init_from_checkpoint; worker/init_from.c): fn is asked for

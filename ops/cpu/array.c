@@ -161,6 +161,9 @@ int psg_cpu_random(psg_kernel_ctx_t *c) {
     uint64_t s = (uint64_t)psg_node_get_int(c->node, "seed", 0) * 0x100000001b3ull;
     for (const char *p = psg_node_name(c->node); *p; p++)
         s = (s ^ (unsigned char)*p) * 0x100000001b3ull;
+    /* a draw of the model (tf.random_normal), not an initial value: new numbers each step */
+    if (psg_node_get_bool(c->node, "per_step", false))
+        s = (s ^ (uint64_t)c->step_id) * 0x100000001b3ull;
     double scale = psg_node_get_float(c->node, "scale", 1.0);
     const char *dist = psg_node_get_str(c->node, "distribution", "uniform");
     float *o = psg_tensor_f32(out);
