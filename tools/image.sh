@@ -2,28 +2,31 @@
 # An OCI image of psgraph built from Debian's packages only: a root filesystem made by
 # mmdebstrap from the host's Debian release and package sources (Essential packages, plus
 # the packages that hold the libraries psgraph links, found from its ldd), psgraph's
-# `meson install` copied in, a non-root user (psgraph, uid 1000), imported into podman as
-# psgraph:VERSION with psgraph on PATH. No base image from a registry. Not a CUDA image:
-# the CUDA module (libpsgraph_cuda) is left out, since its libraries are no Debian packages.
+# `meson install` copied in (binary, library, the Python package with python3 and numpy),
+# a non-root user (psgraph, uid 1000), imported into podman as psgraph:VERSION with psgraph
+# on PATH. No base image from a registry. Not a CUDA image: the CUDA module
+# (libpsgraph_cuda) is left out, since its libraries are no Debian packages.
 #
-#   bash tools/image.sh [--builddir DIR] [--tag NAME:TAG] [--out FILE.tar]
+#   bash tools/image.sh [--builddir DIR] [--tag NAME:TAG] [--out FILE.tar] [--no-python]
 #
 # --builddir DIR  install from this meson build folder (default: build-image, configured
 #                 here with -Dnative=false -Dcuda=disabled so the binary runs on any x86-64)
 # --tag NAME:TAG  the image's name (default psgraph:VERSION, VERSION from meson.build)
 # --out FILE      also write the image as an OCI archive (podman save --format oci-archive)
+# --no-python     without the Python package (and python3, numpy): a smaller image
 # PSG_IMAGE_SOURCES=FILE  apt sources for mmdebstrap (default: the host's Debian sources)
 # Prints the image's name and size on its last line. Needs root, mmdebstrap and podman
 # (apt-get install mmdebstrap podman).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { sed -n '8,16p' "$0" | sed 's/^# \{0,1\}//'; }
-builddir= tag= out=
+usage() { sed -n '10,19p' "$0" | sed 's/^# \{0,1\}//'; }
+builddir= tag= out= python=1
 while [ $# -gt 0 ]; do
   case $1 in
     --builddir) builddir=${2:?--builddir needs a folder}; shift 2 ;;
     --tag) tag=${2:?--tag needs NAME:TAG}; shift 2 ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
+    --no-python) python=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "tools/image.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -54,6 +57,8 @@ fi
 ninja -C "$builddir" >/dev/null
 work=$(mktemp -d /tmp/psgraph-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 stage=$work/stage
 meson install -C "$builddir" --no-rebuild --destdir "$stage" >"$work/install.log" 2>&1 ||
   { cat "$work/install.log" >&2; die "meson install failed"; }
@@ -64,6 +69,25 @@ prefix=${prefix#"$stage"}
 # the CPU image: the CUDA module's libraries (cudart, cuBLAS, cuDNN) are not Debian's
 find "$stage" -name 'libpsgraph_cuda*' -exec rm -f {} +
 libdirs=$(find "$stage" -name 'libpsgraph.so*' -printf '%h\n' | sort -u | paste -sd:)
+# the Python package (built where python3-dev and python3-numpy are): where the image's
+# python3 looks (meson puts it in PREFIX/lib/python3/dist-packages), beside python3 and numpy
+pyext=$(find "$stage" -name '_psgraph*.so' | head -1)
+extra=()
+if [ -n "$pyext" ]; then
+  pkg=$(dirname "$pyext")
+  if [ $python = 0 ]; then
+    rm -rf "$pkg"
+    pyext=
+  else
+    pyver=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    site=$stage$prefix/lib/python$pyver/dist-packages
+    if [ "$(dirname "$pkg")" != "$site" ]; then
+      mkdir -p "$site" && mv "$pkg" "$site/" && rmdir -p --ignore-fail-on-non-empty "$(dirname "$pkg")"
+      pyext=$site/psgraph/$(basename "$pyext")
+    fi
+    extra=(python3 python3-numpy)
+  fi
+fi
 
 # The Debian package of each library psgraph needs: the file as ldd names it, its real path,
 # and both with and without /usr (bookworm's packages still list /lib paths).
@@ -81,11 +105,11 @@ while read -r lib; do
   case $lib in "$stage"/*) continue ;; esac
   p=$(owner "$lib") || die "$lib (needed by psgraph) is in no Debian package: the image holds Debian's libraries only"
   pkgs+=("$p")
-done < <(LD_LIBRARY_PATH=$libdirs ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
-if LD_LIBRARY_PATH=$libdirs ldd "$bin" | grep -q 'not found'; then
-  die "psgraph's libraries are not all found here: $(LD_LIBRARY_PATH=$libdirs ldd "$bin" | grep 'not found')"
+done < <(for f in "$bin" $pyext; do LD_LIBRARY_PATH=$libdirs ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+if LD_LIBRARY_PATH=$libdirs ldd "$bin" $pyext | grep -q 'not found'; then
+  die "psgraph's libraries are not all found here: $(LD_LIBRARY_PATH=$libdirs ldd "$bin" $pyext | grep 'not found')"
 fi
-include=$(printf '%s\n' "${pkgs[@]}" | sort -u | paste -sd,)
+include=$(printf '%s\n' "${pkgs[@]}" "${extra[@]}" | sort -u | paste -sd,)
 echo "tools/image.sh: $suite from $sources, Essential packages and $include" >&2
 
 # the user: psgraph (1000:1000), home /home/psgraph; numeric in the image's config so that
@@ -95,6 +119,7 @@ user_hook='echo "psgraph:x:1000:1000:psgraph:/home/psgraph:/bin/sh" >>"$1/etc/pa
   mkdir -p -m 0755 "$1/home/psgraph" && chown 1000:1000 "$1/home/psgraph"'
 check_hook='chroot "$1" ldconfig && if chroot "$1" ldd '"$prefix"'/bin/psgraph | grep "not found"; then exit 1; fi &&
   chroot "$1" '"$prefix"'/bin/psgraph --help >/dev/null'
+[ -n "$pyext" ] && check_hook+=' && chroot "$1" python3 -c "import psgraph.compat.v1"'
 mmdebstrap --quiet --variant=essential --include="$include" \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
