@@ -86,6 +86,9 @@ for k in ("test_accuracy",):
         out[a + "_" + k] = [x[k] for x in A]
         out[b + "_" + k] = [x[k] for x in B]
         out["accuracy_difference"] = round(max(abs(x[k] - y[k]) for x, y in zip(A, B)), 4)
+if "cpu_us" in A[0] and "cpu_us" in B[0]:  # CPU time a run: what load does not inflate
+    out[a + "_cpu_us"] = min(x["cpu_us"] for x in A)
+    out[b + "_cpu_us"] = min(x["cpu_us"] for x in B)
 for extra in ("version",):
     if extra in B[0]:
         out[b + "_" + extra] = B[0][extra]

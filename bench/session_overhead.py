@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The overhead of one Session.run from Python: a graph of one Add, 3 feeds (float32 [2])
 and 2 fetches (the sum and a fed tensor), run N times after a warm-up; prints one JSON line
-with the mean and the best of R repetitions, in microseconds.
+with the mean and the best of R repetitions, in microseconds of wall time, and the mean of
+the process's CPU time a run (every thread's: what the run costs on a machine other
+processes also load).
   session_overhead.py --backend psgraph|tf [--runs 20000] [--reps 5]
 (tf: tensorflow.compat.v1 2.21, the peer, from the venv bench/python.sh makes)."""
 import argparse
@@ -36,15 +38,16 @@ def main():
         assert out[0].tolist() == [2.0, 2.0] and out[1].tolist() == [1.0, 1.0]
         for _ in range(2000):
             sess.run(fetches, feed)
-        means = []
+        means, cpu = [], []
         for _ in range(a.reps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(a.runs):
                 sess.run(fetches, feed)
             means.append((time.perf_counter() - t0) / a.runs * 1e6)
+            cpu.append((time.process_time() - c0) / a.runs * 1e6)
     print(json.dumps({"backend": a.backend, "version": version, "runs": a.runs, "reps": a.reps,
                       "mean_us": round(sum(means) / len(means), 2), "best_us": round(min(means), 2),
-                      "worst_us": round(max(means), 2)}))
+                      "worst_us": round(max(means), 2), "cpu_us": round(sum(cpu) / len(cpu), 2)}))
 
 
 if __name__ == "__main__":

@@ -126,8 +126,6 @@ int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, cha
                    const char *keys_dir);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
-/* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */
-int psg_cmd_train_inception3(int argc, char **argv);
 int psg_cmd_inspect(int argc, char **argv);
 int psg_cmd_plot(int argc, char **argv);
 int psg_cmd_compare(int argc, char **argv);

@@ -43,14 +43,16 @@ static void usage(FILE *f) {
         "                      NAME OPTIONS (repeatable; --variant, its older name, is the same;\n"
         "                      default: async; sync; sync --backup-workers 1; ssp --staleness 2;\n"
         "                      local --local-steps 4)\n"
-        "  --model M           (default mlp)      --data D (default fashion-mnist)\n"
+        "  --model M           (default mlp)      --data D (default: the model's)\n"
         "  --ps P --workers W  the local cluster of every run (default 1 ps + 4 workers)\n"
         "  --launch-arg A      one more psgraph launch option for every run (repeatable), e.g.\n"
         "                      --launch-arg --ssh --launch-arg --hosts-file --launch-arg F: the\n"
         "                      cluster on hosts whose links are capped (bench/compare_hosts.sh)\n"
         "  --straggler SPEC    the straggler model of every run (default\n"
         "                      worker=all,dist=lognormal,median_ms=20,sigma=1; 'none': no delay)\n"
-        "  --target A          the test accuracy whose time is reported (default 0.85)\n"
+        "  --target A          the test accuracy whose time is reported (default 0.85);\n"
+        "                      --target-top1 A the same (inception3's top-1 of the moving\n"
+        "                      average, docs/inception3.md)\n"
         "  --epochs E          (default 6)    --eval-every N  the chief's steps between\n"
         "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
         "  --outdir DIR        each strategy's logdir and log under DIR (default ./compare)\n"
@@ -59,7 +61,6 @@ static void usage(FILE *f) {
 
 static int parse(int argc, char **argv, compare_opts_t *o) {
     *o = (compare_opts_t){.model = "mlp",
-                          .data = "fashion-mnist",
                           .straggler = "worker=all,dist=lognormal,median_ms=20,sigma=1",
                           .outdir = "compare",
                           .epochs = "6",
@@ -100,11 +101,12 @@ static int run_strategy(const compare_opts_t *o, const char *self, const char *s
     int n = 2;
     for (int k = 0; k < o->launch.n; k++) argv[n++] = o->launch.v[k];
     const char *fixed[] = {
-        "--ps",        ps,       "--workers", workers,    "--",       self,          "train",
-        "--model",     o->model, "--data",    o->data,    "--epochs", o->epochs,     "--eval-every",
-        o->eval_every, "--seed", o->seed,     "--logdir", dir,        "--log-every", "1000000",
-        "--sync"};
+        "--ps",    ps,         "--workers", workers,       "--",           self,          "train",
+        "--model", o->model,   "--epochs",  o->epochs,     "--eval-every", o->eval_every, "--seed",
+        o->seed,   "--logdir", dir,         "--log-every", "1000000"};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) argv[n++] = fixed[k];
+    if (o->data) argv[n++] = "--data", argv[n++] = o->data;
+    argv[n++] = "--sync";
     for (char *save = NULL, *w = strtok_r(spec, " ", &save); w && n < 120;
          w = strtok_r(NULL, " ", &save))
         argv[n++] = w;

@@ -15,12 +15,13 @@ static const char *const cmd_names[PSG_CLI_NUM_CMDS] = {
     [PSG_CLI_TRAIN] = "train",       [PSG_CLI_BENCH] = "bench inception3",
     [PSG_CLI_LAUNCH] = "launch",     [PSG_CLI_COMPARE] = "compare",
     [PSG_CLI_SIMULATE] = "simulate", [PSG_CLI_SERVER] = "server",
+    [PSG_CLI_DATA] = "data",
 };
 
 /* where a command keeps the strategies' options (+ 1; 0: it takes none) */
 static const size_t sync_opt_at[PSG_CLI_NUM_CMDS] = {
     [PSG_CLI_TRAIN] = offsetof(psg_train_args_t, c.sync_opt) + 1,
-    [PSG_CLI_BENCH] = offsetof(psg_bench_opts_t, sync_opt) + 1,
+    [PSG_CLI_BENCH] = offsetof(psg_bench_opts_t, c.sync_opt) + 1,
 };
 
 const char *psg_cli_cmd_name(psg_cli_cmd_t cmd) {

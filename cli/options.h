@@ -23,6 +23,7 @@ typedef enum {
     PSG_CLI_COMPARE,
     PSG_CLI_SIMULATE,
     PSG_CLI_SERVER,
+    PSG_CLI_DATA,
     PSG_CLI_NUM_CMDS
 } psg_cli_cmd_t;
 
@@ -74,6 +75,8 @@ typedef struct {
     psg_cli_list_t stragglers;
     const char *trace_steps; /* parsed into c.trace_first, c.trace_last */
     int overlap;             /* --overlap: -1 not given, 0 on, 1 off */
+    bool print_model;        /* inception3: its size, then exit */
+    bool print_keras_names;  /* inception3: its slim and Keras names, then exit */
 } psg_train_args_t;
 
 typedef struct {
@@ -113,6 +116,14 @@ typedef struct {
     psg_cli_list_t logdirs;
     psg_task_limits_t lim;
 } psg_server_args_t;
+
+/* psgraph data's (cli/data_cmd.c): ctr's and imagenet's */
+typedef struct {
+    const char *out;
+    int64_t rows;
+    uint64_t seed;
+    int classes, train, validation, image_size, shards;
+} psg_data_args_t;
 
 /* The table's rows (n of them) and a command's name ("train"). */
 const psg_cli_option_t *psg_cli_options(int *n);

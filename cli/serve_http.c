@@ -72,7 +72,7 @@ static mhd_result_t predict(psg_http_t *h, struct MHD_Connection *conn, psg_serv
     int rc = psg_model_server_predict(h->c.models, s, req.inputs, req.batch, outs, &row0);
     mhd_result_t r;
     if (rc < 0) {
-        r = error(conn, 500, psg_error_message());
+        r = error(conn, psg_error_code() == PSG_ERR_BAD_REQUEST ? 400 : 500, psg_error_message());
     } else {
         psg_strbuf_t t = {0};
         psg_rest_format_predict(&sig, req.columnar, outs, row0, req.batch, &t);

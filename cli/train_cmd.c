@@ -50,18 +50,24 @@ static int train_parse(int argc, char **argv, psg_train_args_t *a) {
 }
 
 int psg_cmd_train(int argc, char **argv) {
-    /* inception3 trains with its own recipe and options (cli/bench_cmd.c) */
-    for (int i = 1; i + 1 < argc; i++) {
-        const psg_model_info_t *m =
-            !strcmp(argv[i], "--model") ? psg_model_find(argv[i + 1]) : NULL;
-        if (m && !m->built_here) return psg_cmd_train_inception3(argc, argv);
-    }
     psg_train_args_t a;
     int rc = train_parse(argc, argv, &a);
     if (rc == 1) train_usage(stdout);
     if (rc < 0) fprintf(stderr, "psgraph train: %s\n", psg_error_message());
     if (rc == -2) train_usage(stderr);
     if (rc) return rc == 1 ? 0 : 2;
+    if (a.print_model || a.print_keras_names) {
+        if (strcmp(a.c.model, "inception3")) {
+            fprintf(stderr, "psgraph train: --print-model, --print-keras-names: of --model "
+                            "inception3\n");
+            return 2;
+        }
+        if (psg_cli_print_inception3(&a.c, a.print_keras_names) < 0) {
+            fprintf(stderr, "psgraph train: %s\n", psg_error_message());
+            return 1;
+        }
+        return 0;
+    }
     psg_train_result_t r;
     if (psg_train(&a.c, &r) < 0) {
         fprintf(stderr, "psgraph train: %s\n", psg_error_message());

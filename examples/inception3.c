@@ -4,6 +4,7 @@
  * input pipeline and not the training loop. */
 #include "psgraph/inception3.h"
 
+#include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
@@ -85,12 +86,13 @@ static psg_endpoint_t shared_variable(builder_t *b, const char *name) {
  * the same resource manager. */
 static psg_endpoint_t param(builder_t *b, const char *name, const psg_shape_t *shape,
                             psg_initializer_t init, bool trainable, psg_endpoint_t *handle) {
-    psg_endpoint_t h = shared_variable(b, name);
-    if (!psg_endpoint_valid(h) && b->cfg->read_ema) {
+    psg_endpoint_t h;
+    if (b->cfg->read_ema) { /* the shadow of a model at the root, or its own handle */
         char shadow[256];
         snprintf(shadow, sizeof shadow, "%s/ExponentialMovingAverage", name);
-        h = psg_var_handle(b->g, shadow, PSG_DT_F32, shape);
-    } else if (!psg_endpoint_valid(h)) {
+        h = shared_variable(b, shadow);
+        if (!psg_endpoint_valid(h)) h = psg_var_handle(b->g, shadow, PSG_DT_F32, shape);
+    } else if (!psg_endpoint_valid(h = shared_variable(b, name))) {
         h = psg_variable(b->g, name, PSG_DT_F32, shape, init, trainable);
     }
     if (handle) *handle = h;
@@ -586,10 +588,17 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
         const psg_node_t *vn = psg_graph_node(g, vars[i].node);
         const char *vname = psg_node_name(vn);
         const psg_shape_t *shape = psg_node_output_shape(vn, 0);
+        /* the shadow and its update beside the variable (TF colocates them): in a cluster
+         * on the variable's ps, not on the worker that builds them (the chief, which would
+         * pull and push every variable a step: the slowest worker, dropped with backups) */
+        char dev[PSG_DEVICE_NAME_MAX];
+        snprintf(dev, sizeof dev, "%s", psg_node_device(vn));
+        if (dev[0]) psg_graph_push_device(g, dev);
         char sname[512];
         snprintf(sname, sizeof sname, "%s/ExponentialMovingAverage", vname);
         psg_endpoint_t sh = psg_var_handle(g, sname, PSG_DT_F32, shape);
         if (!psg_endpoint_valid(sh)) {
+            if (dev[0]) psg_graph_pop_device(g);
             rc = -1;
             break;
         }
@@ -605,6 +614,7 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
         psg_endpoint_t s = read_after(g, sh, after, PSG_DT_F32);
         snprintf(iname, sizeof iname, "%s/update", sname);
         updates[i] = psg_assign_add(g, iname, sh, psg_mul(g, NULL, psg_sub(g, NULL, v, s), rate));
+        if (dev[0]) psg_graph_pop_device(g);
         if (init < 0 || updates[i] < 0) rc = -1;
     }
     if (rc == 0) *op = psg_group(g, "ExponentialMovingAverage/update", n, updates);
@@ -633,6 +643,19 @@ psg_optimizer_t *psg_inception3_optimizer(psg_graph_t *g, const psg_inception3_r
     psg_endpoint_t rate =
         psg_exponential_decay(g, "learning_rate", (float)r->learning_rate, step,
                               psg_inception3_decay_steps(r), (float)r->lr_decay, true);
+    if (psg_endpoint_valid(rate) && r->warmup_steps > 0) {
+        /* rate * min(1, (step + 1) / W), min(a, 1) = (a + 1 - |a - 1|) / 2 */
+        psg_endpoint_t one = psg_const_scalar(g, "learning_rate/warmup/one", 1.0f);
+        psg_endpoint_t f = psg_scale(g, "learning_rate/warmup/fraction",
+                                     psg_add(g, NULL, psg_cast(g, NULL, step, PSG_DT_F32), one),
+                                     1.0 / (double)r->warmup_steps);
+        psg_endpoint_t d = psg_sub(g, NULL, f, one);
+        psg_endpoint_t m = psg_scale(
+            g, "learning_rate/warmup/factor",
+            psg_sub(g, NULL, psg_add(g, NULL, f, one), psg_sqrt(g, NULL, psg_square(g, NULL, d))),
+            0.5);
+        rate = psg_mul(g, "learning_rate/warmed", rate, m);
+    }
     if (!psg_endpoint_valid(rate)) {
         psg_error_set("inception3 recipe: the learning rate: %s",
                       psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());

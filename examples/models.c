@@ -17,7 +17,7 @@ static const psg_model_info_t models[] = {
      {64, 0.01, 0.9},
      true},
     {"inception3",
-     "Inception-v3, its own recipe (psgraph train --model inception3 --help)",
+     "Inception-v3 with TF's recipe (RMSProp, decay, moving average; docs/inception3.md)",
      {32, 0.045, 0.9},
      false},
     {"wide-deep",
@@ -55,9 +55,6 @@ int psg_model_defaults(const char *name, psg_model_defaults_t *d) {
     if (!m)
         return psg_error_set("unknown model '%s' (known: %s)", name,
                              psg_model_names(", ", known, sizeof known));
-    if (!m->built_here)
-        return psg_error_set("model '%s' trains with its own recipe: psgraph train --model %s",
-                             name, name);
     *d = m->defaults;
     return 0;
 }
@@ -136,8 +133,11 @@ int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width
                          int classes, uint64_t seed, const psg_model_options_t *opt,
                          psg_model_t *m) {
     int64_t shard = opt ? opt->dense_shard_bytes : 0;
+    const psg_model_info_t *info = psg_model_find(name);
     psg_model_defaults_t d;
     if (psg_model_defaults(name, &d) < 0) return -1;
+    if (!info->built_here)
+        return psg_error_set("model '%s' is built by its own builder (psgraph/inception3.h)", name);
     m->images =
         psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, height, width, channels}});
     m->labels = psg_placeholder(g, "labels", PSG_DT_I32, &(psg_shape_t){1, {-1}});

@@ -18,40 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    const psg_node_t *node;
-    int slot_base;    /* first output slot */
-    int *input_slots; /* one per input */
-    int *consumers;   /* plan-local ids of nodes that wait on this one (with repeats removed) */
-    int num_consumers;
-    int num_deps;     /* distinct producers + control inputs inside the plan */
-    bool fed;         /* not executed: its outputs are fed */
-    int device;       /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
-    psg_kernel_fn kernel;
-    void *params;     /* the def's prepare struct, or NULL */
-    int *groups;      /* the resource groups whose state it touches (see psg_run_order_t) */
-    int num_groups;
-} plan_node_t;
-
-struct psg_plan {
-    const psg_graph_t *g;
-    plan_node_t *nodes; /* executed and fed nodes, in topological order */
-    int num_nodes, num_exec;
-    int num_slots;
-    int *slot_uses; /* consumers + fetches per slot */
-    int n_feeds, n_fetches;
-    int *feed_slots, *fetch_slots;
-    psg_endpoint_t *feeds; /* what each feed feeds, for the per-step dtype and shape check */
-    int *initial_ready;
-    int num_initial_ready;
-    /* Resource groups: the executed nodes that touch one resource (a variable,
-     * an accumulator, a queue), CSR: group g's nodes are
-     * group_nodes[group_start[g] .. group_start[g + 1]). */
-    int num_groups;
-    int *group_start, *group_nodes;
-    bool can_overlap; /* every stateful node is a handle, Send, Recv or a user of a group */
-    bool host_only;   /* no node on a GPU: any thread may run its kernels */
-};
+#include "runtime/plan_internal.h"
 
 /* ---- building a plan ---- */
 
@@ -71,8 +38,9 @@ static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
         !strcmp(d.type, "GPU")) {
         int gpu = d.has_id ? d.id : 0;
         if (gpu >= psg_gpu_count())
-            return psg_error_set("node '%s' (%s): assigned to '%s', but this process has no GPU %d (%s)",
-                                 n->name, psg_node_op(n), n->assigned_device, gpu, psg_gpu_status());
+            return psg_error_set(
+                "node '%s' (%s): assigned to '%s', but this process has no GPU %d (%s)", n->name,
+                psg_node_op(n), n->assigned_device, gpu, psg_gpu_status());
         if (n->def->cuda) {
             pn->device = PSG_DEVICE_GPU(gpu);
             pn->kernel = n->def->cuda;
@@ -98,110 +66,6 @@ static int dep_of(const psg_node_t *n, int i) {
     return i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
 }
 
-/* ---- resource groups ---- */
-
-/* The node that made the resource handle at e (a handle op: stateful, no
- * inputs), through Identity nodes; -1 when it comes from anything else. */
-static int handle_source(const psg_graph_t *g, psg_endpoint_t e) {
-    for (int hops = 0; hops <= g->num_nodes; hops++) {
-        const psg_node_t *n = g->nodes[e.node];
-        if (n->num_inputs == 0 && (n->def->flags & PSG_OP_STATEFUL)) return e.node;
-        if (n->num_inputs != 1 || strcmp(psg_node_op(n), "Identity")) return -1;
-        e = n->inputs[0];
-    }
-    return -1;
-}
-
-typedef struct {
-    const char *op, *name; /* what the handle op names: its op and resource name */
-    int li;                /* the plan node that uses it */
-    int group;
-} resource_use_t;
-
-static int compare_use(const void *a, const void *b) {
-    const resource_use_t *x = a, *y = b;
-    int c = strcmp(x->op, y->op);
-    if (!c) c = strcmp(x->name, y->name);
-    if (!c) c = (x->li > y->li) - (x->li < y->li);
-    return c;
-}
-
-/* May runs of the plan overlap, ordered per resource? Only when every
- * stateful node is a handle op, a Send or Recv (keyed by step), or a
- * synchronous user of resource handles: randomness has hidden state, and an
- * async kernel such as a token dequeue is a barrier whose order a later run
- * must keep whole. */
-static bool stateful_node_orderable(const psg_node_t *n, bool uses_resource) {
-    if (!(n->def->flags & PSG_OP_STATEFUL)) return true;
-    const char *op = psg_node_op(n);
-    if (!strcmp(op, "Send") || !strcmp(op, "Recv")) return true;
-    if (n->num_inputs == 0) return n->num_outputs == 1 && n->out_dtypes[0] == PSG_DT_RESOURCE;
-    return uses_resource && !(n->def->flags & PSG_OP_ASYNC);
-}
-
-/* Groups the executed nodes by the resource they touch (a node that takes
- * two handles, as ApplyMomentum, is in two groups). Two handle nodes of the
- * same op and resource name are one resource. */
-static int find_resource_groups(psg_plan_t *p) {
-    const psg_graph_t *g = p->g;
-    int cap = 0;
-    for (int li = 0; li < p->num_nodes; li++)
-        if (!p->nodes[li].fed) cap += p->nodes[li].node->num_inputs;
-    resource_use_t *uses = malloc(sizeof *uses * (size_t)(cap + 1));
-    if (!uses) return psg_error_set("out of memory");
-    int n_uses = 0;
-    p->can_overlap = true;
-    for (int li = 0; li < p->num_nodes; li++) {
-        const plan_node_t *pn = &p->nodes[li];
-        const psg_node_t *n = pn->node;
-        if (pn->fed) continue;
-        bool uses_resource = false;
-        for (int i = 0; i < n->num_inputs; i++) {
-            psg_endpoint_t e = n->inputs[i];
-            if (g->nodes[e.node]->out_dtypes[e.index] != PSG_DT_RESOURCE) continue;
-            uses_resource = true;
-            int h = handle_source(g, e);
-            if (h < 0) {
-                p->can_overlap = false;
-                continue;
-            }
-            const psg_node_t *hn = g->nodes[h];
-            const char *shared = psg_node_get_str(hn, "shared_name", "");
-            uses[n_uses++] = (resource_use_t){psg_node_op(hn), shared[0] ? shared : hn->name, li, 0};
-        }
-        if (!stateful_node_orderable(n, uses_resource)) p->can_overlap = false;
-    }
-    qsort(uses, (size_t)n_uses, sizeof *uses, compare_use);
-    int k = 0; /* distinct (resource, node) pairs: a node taking one handle twice counts once */
-    for (int i = 0; i < n_uses; i++) {
-        bool new_group = i == 0 || strcmp(uses[i].op, uses[k - 1].op) || strcmp(uses[i].name, uses[k - 1].name);
-        if (!new_group && uses[i].li == uses[k - 1].li) continue;
-        uses[i].group = new_group ? (k ? uses[k - 1].group + 1 : 0) : uses[k - 1].group;
-        uses[k++] = uses[i];
-    }
-    p->num_groups = k ? uses[k - 1].group + 1 : 0;
-    p->group_start = calloc((size_t)p->num_groups + 1, sizeof(int));
-    p->group_nodes = malloc(sizeof(int) * (size_t)(k + 1));
-    if (!p->group_start || !p->group_nodes) {
-        free(uses);
-        return psg_error_set("out of memory");
-    }
-    for (int i = 0; i < k; i++) {
-        p->group_nodes[i] = uses[i].li;
-        p->group_start[uses[i].group + 1] = i + 1;
-        plan_node_t *pn = &p->nodes[uses[i].li];
-        int *v = realloc(pn->groups, sizeof(int) * (size_t)(pn->num_groups + 1));
-        if (!v) {
-            free(uses);
-            return psg_error_set("out of memory");
-        }
-        pn->groups = v;
-        pn->groups[pn->num_groups++] = uses[i].group;
-    }
-    free(uses);
-    return 0;
-}
-
 /* Iterative DFS post-order from the fetches and targets: p->nodes in a
  * topological order, local_of[graph id] their index. Each node is on the stack
  * at most once (a frame: the node and its next dependency to look at), so the
@@ -224,7 +88,8 @@ static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetc
     for (int r = 0; r < roots; r++) {
         int root = r < n_fetches ? fetches[r].node : targets[r - n_fetches];
         if (root < 0 || root >= total ||
-            (r < n_fetches && (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
+            (r < n_fetches &&
+             (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
             psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
                           r < n_fetches ? r : r - n_fetches);
             goto done;
@@ -241,13 +106,13 @@ static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetc
                 int i = f->next++;
                 int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
                 if (dep < 0 || dep >= total) {
-                    psg_error_set("node '%s' (%s): input %d refers to a missing node %d", n->name, psg_node_op(n), i,
-                                  dep);
+                    psg_error_set("node '%s' (%s): input %d refers to a missing node %d", n->name,
+                                  psg_node_op(n), i, dep);
                     goto done;
                 }
                 if (state[dep] == 1) {
-                    psg_error_set("node '%s' (%s): the graph has a cycle through '%s'", n->name, psg_node_op(n),
-                                  g->nodes[dep]->name);
+                    psg_error_set("node '%s' (%s): the graph has a cycle through '%s'", n->name,
+                                  psg_node_op(n), g->nodes[dep]->name);
                     goto done;
                 }
                 if (state[dep] == 0) {
@@ -372,8 +237,9 @@ static int bind_feeds_fetches(psg_plan_t *p, const int *local_of, int n_feeds,
             for (int i = 0; i < n_feeds && !is_fed; i++)
                 is_fed = p->feed_slots[i] == pn->slot_base + o;
             if (!is_fed)
-                return psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
-                                     pn->node->name, psg_node_op(pn->node), o);
+                return psg_error_set(
+                    "node '%s' (%s): output %d is needed but only other outputs are fed",
+                    pn->node->name, psg_node_op(pn->node), o);
         }
     }
     return 0;
@@ -410,7 +276,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
     }
     if (link_nodes(p, local_of) < 0 ||
         bind_feeds_fetches(p, local_of, n_feeds, feeds, n_fetches, fetches) < 0 ||
-        find_resource_groups(p) < 0)
+        psg_plan_find_resource_groups(p) < 0)
         goto fail;
     free(local_of);
     free(fed);
@@ -443,7 +309,9 @@ void psg_plan_destroy(psg_plan_t **pp) {
     free(p);
 }
 
-int psg_plan_num_nodes(const psg_plan_t *p) { return p->num_exec; }
+int psg_plan_num_nodes(const psg_plan_t *p) {
+    return p->num_exec;
+}
 
 /* ---- running a plan ---- */
 
@@ -461,12 +329,12 @@ struct psg_run_order {
 
 struct psg_run_ticket {
     psg_run_order_t *order;
-    psg_run_ticket_t *prev;  /* the run before, while its ticket is held */
-    psg_run_ticket_t *next;  /* the run after: its gates open as this run's groups end */
-    int *group_left;         /* this run's nodes of each group not finished */
-    bool *gate_closed;       /* per group: the run before still touches it */
-    int closed;              /* gates closed */
-    run_t *run;              /* while its plan runs */
+    psg_run_ticket_t *prev; /* the run before, while its ticket is held */
+    psg_run_ticket_t *next; /* the run after: its gates open as this run's groups end */
+    int *group_left;        /* this run's nodes of each group not finished */
+    bool *gate_closed;      /* per group: the run before still touches it */
+    int closed;             /* gates closed */
+    run_t *run;             /* while its plan runs */
 };
 
 struct run {
@@ -482,9 +350,9 @@ struct run {
     pthread_cond_t changed;
     int *ready; /* LIFO stack of plan-local ids */
     int num_ready;
-    int remaining;  /* nodes not yet finished */
-    int running;    /* nodes being executed */
-    int helpers;    /* pool helpers inside run_loop */
+    int remaining; /* nodes not yet finished */
+    int running;   /* nodes being executed */
+    int helpers;   /* pool helpers inside run_loop */
     int max_threads;
     bool failed;
     psg_err_code_t error_code; /* the first failed node's: a caller decides on it */
@@ -548,9 +416,11 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     node_io_t io = {inputs, moved, dt, sh};
     void *heap = NULL;
     if (ni > FEW_INPUTS) {
-        heap = malloc(ni * (sizeof(psg_shape_t) + 2 * sizeof(psg_tensor_t *) + sizeof(psg_dtype_t)));
+        heap =
+            malloc(ni * (sizeof(psg_shape_t) + 2 * sizeof(psg_tensor_t *) + sizeof(psg_dtype_t)));
         if (!heap)
-            return psg_error_set_code(PSG_ERR_NO_MEMORY, "node '%s' (%s): out of memory for its %zu inputs",
+            return psg_error_set_code(PSG_ERR_NO_MEMORY,
+                                      "node '%s' (%s): out of memory for its %zu inputs",
                                       pn->node->name, psg_node_op(pn->node), ni);
         io.sh = heap; /* the most aligned first */
         io.inputs = (psg_tensor_t **)(io.sh + ni);
@@ -580,13 +450,16 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
         moved[i] = NULL;
         if (inputs[i]->buf->device != pn->device && inputs[i]->dtype != PSG_DT_RESOURCE) {
             moved[i] = psg_tensor_to_device(inputs[i], pn->device);
-            if (!moved[i]) rc = psg_error_wrap("input %d", i);
-            else inputs[i] = moved[i];
+            if (!moved[i])
+                rc = psg_error_wrap("input %d", i);
+            else
+                inputs[i] = moved[i];
         }
         in_dt[i] = inputs[i]->dtype;
         /* a resource handle's runtime tensor is a scalar; its shape is the variable's */
-        in_sh[i] = in_dt[i] == PSG_DT_RESOURCE ? p->g->nodes[n->inputs[i].node]->out_shapes[n->inputs[i].index]
-                                               : inputs[i]->shape;
+        in_sh[i] = in_dt[i] == PSG_DT_RESOURCE
+                       ? p->g->nodes[n->inputs[i].node]->out_shapes[n->inputs[i].index]
+                       : inputs[i]->shape;
     }
     for (int o = 0; o < no; o++) {
         out_dt[o] = PSG_DT_INVALID;
@@ -604,7 +477,8 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
     }
     if (rc == 0 && async) {
         a = calloc(1, sizeof *a);
-        if (!a) rc = psg_error_set("out of memory");
+        if (!a)
+            rc = psg_error_set("out of memory");
         else {
             a->node = n;
             a->done = async_done;
@@ -645,7 +519,8 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     }
     store_outputs(r, pn, outputs);
-    if (r->on_node) r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
+    if (r->on_node)
+        r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
     return 0;
 }
 
@@ -664,11 +539,14 @@ static void abort_step(run_t *r) {
 
 /* ---- ordered runs ---- */
 
-bool psg_plan_can_overlap(const psg_plan_t *p) { return p->can_overlap; }
+bool psg_plan_can_overlap(const psg_plan_t *p) {
+    return p->can_overlap;
+}
 
 psg_run_order_t *psg_run_order_new(const psg_plan_t *p) {
     if (!p->can_overlap) {
-        psg_error_set("the plan's runs cannot overlap: a stateful node outside every resource group");
+        psg_error_set(
+            "the plan's runs cannot overlap: a stateful node outside every resource group");
         return NULL;
     }
     psg_run_order_t *o = calloc(1, sizeof *o);
@@ -930,21 +808,26 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
         int o = p->feeds[i].index;
         if (t->dtype != n->out_dtypes[o] || !psg_shape_compatible(&t->shape, &n->out_shapes[o])) {
             char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-            return psg_error_set("node '%s' (%s): fed %s%s, expects %s%s", n->name,
-                                 psg_node_op(n), psg_dtype_name(t->dtype),
-                                 psg_shape_str(&t->shape, a, sizeof a),
+            return psg_error_set("node '%s' (%s): fed %s%s, expects %s%s", n->name, psg_node_op(n),
+                                 psg_dtype_name(t->dtype), psg_shape_str(&t->shape, a, sizeof a),
                                  psg_dtype_name(n->out_dtypes[o]),
                                  psg_shape_str(&n->out_shapes[o], b, sizeof b));
         }
     }
-    run_t r = {.p = p, .pool = pool, .rm = env->rm, .step_id = env->step_id,
-               .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx,
-               .sync_gpu = env->sync_gpu, .ticket = env->ticket};
+    run_t r = {.p = p,
+               .pool = pool,
+               .rm = env->rm,
+               .step_id = env->step_id,
+               .rendezvous = env->rendezvous,
+               .on_node = env->on_node,
+               .on_node_ctx = env->on_node_ctx,
+               .sync_gpu = env->sync_gpu,
+               .ticket = env->ticket};
     PSG_ASSERT(!r.ticket || r.ticket->order->p == p);
     /* the run's own state, in one block: slots first (pointers), then the counters */
     size_t ns = (size_t)p->num_slots + 1, nn = (size_t)p->num_nodes + 1;
-    void *state = calloc(1, ns * sizeof *r.slots + ns * sizeof *r.uses_left + nn * sizeof *r.pending +
-                                nn * sizeof *r.ready);
+    void *state = calloc(1, ns * sizeof *r.slots + ns * sizeof *r.uses_left +
+                                nn * sizeof *r.pending + nn * sizeof *r.ready);
     if (!state) return psg_error_set("out of memory");
     r.slots = state;
     r.uses_left = (atomic_int *)(r.slots + ns);
@@ -974,7 +857,8 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
         r.ticket->run = &r;
     }
     for (int i = p->num_initial_ready - 1; i >= 0; i--)
-        if (atomic_load(&r.pending[p->initial_ready[i]]) == 0) r.ready[r.num_ready++] = p->initial_ready[i];
+        if (atomic_load(&r.pending[p->initial_ready[i]]) == 0)
+            r.ready[r.num_ready++] = p->initial_ready[i];
     if (order) pthread_mutex_unlock(&order->lock);
 
     pthread_mutex_lock(&r.lock);

@@ -285,6 +285,8 @@ static void *batch_loop(void *arg) {
 int psg_model_server_predict(psg_model_server_t *ms, psg_servable_t *s, psg_tensor_t *const *inputs,
                              int64_t batch, psg_tensor_t **outputs, int64_t *row0) {
     req_t r = {.s = s, .inputs = inputs, .batch = batch};
+    if (psg_servable_check_inputs(s, inputs) < 0)
+        return -1; /* before a batch: never fails others */
     pthread_mutex_lock(&ms->lock);
     if (ms->stopping) {
         pthread_mutex_unlock(&ms->lock);

@@ -38,7 +38,8 @@ void psg_model_server_release(psg_model_server_t *ms, psg_servable_t *s);
 /* The versions served, newest first, into v (at most max); their number. */
 int psg_model_server_versions(psg_model_server_t *ms, int64_t *v, int max);
 
-/* Runs inputs (s's signature, `batch` rows) in a batch with other requests for s, and
+/* Runs inputs (s's signature, `batch` rows; checked first, alone: a bad one fails with
+ * PSG_ERR_BAD_REQUEST and never joins a batch) in a batch with other requests for s, and
  * sets outputs[j] to a new reference to the batch's output j and *row0 to this request's
  * first row in it (its rows are [*row0, *row0 + batch)). 0, or -1 with the error set. */
 int psg_model_server_predict(psg_model_server_t *ms, psg_servable_t *s, psg_tensor_t *const *inputs,

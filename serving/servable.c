@@ -33,6 +33,7 @@ struct psg_servable {
     pthread_mutex_t lock; /* one run at a time: a callable's plan is not reentrant */
     int n_in, n_out;
     psg_servable_tensor_t in[MAX_IO], out[MAX_IO];
+    int64_t id_limit; /* wide-deep: the table's rows, what an i64 input's ids must be under */
 };
 
 static void add_io(psg_servable_t *s, bool input, const char *name, psg_endpoint_t e) {
@@ -110,6 +111,7 @@ static int build_wide_deep(psg_servable_t *s, const psg_checkpoint_t *ck) {
     cfg.buckets = table.dims[0] / 26;
     cfg.dim = (int)table.dims[1] - 1;
     cfg.table_shards = 1;
+    s->id_limit = table.dims[0];
     psg_wide_deep_t m;
     if (psg_wide_deep_build(s->g, &cfg, &m) < 0) return -1;
     add_io(s, true, "dense", m.dense);
@@ -237,7 +239,8 @@ int psg_servable_find_output(const psg_servable_t *s, const char *name) {
     return -1;
 }
 
-/* Input i's tensor t against the signature: dtype, rank, every dim but the batch. */
+/* Input i's tensor t against the signature: dtype, rank, every dim but the batch; ids in
+ * the table's range. */
 static int check_input(const psg_servable_t *s, int i, const psg_tensor_t *t, int64_t batch) {
     const psg_servable_tensor_t *in = &s->in[i];
     char want[128], got[128];
@@ -245,17 +248,33 @@ static int check_input(const psg_servable_t *s, int i, const psg_tensor_t *t, in
         t && t->dtype == in->dtype && t->shape.rank == in->shape.rank && t->shape.dims[0] == batch;
     for (int d = 1; ok && d < in->shape.rank; d++)
         ok = in->shape.dims[d] < 0 || t->shape.dims[d] == in->shape.dims[d];
-    if (ok) return 0;
-    if (!t) return psg_error_set("input '%s' is missing", in->name);
-    return psg_error_set("input '%s' must be %s%s, got %s%s", in->name, psg_dtype_name(in->dtype),
-                         psg_shape_str(&in->shape, want, sizeof want), psg_dtype_name(t->dtype),
-                         psg_shape_str(&t->shape, got, sizeof got));
+    if (!t) return psg_error_set_code(PSG_ERR_BAD_REQUEST, "input '%s' is missing", in->name);
+    if (!ok)
+        return psg_error_set_code(
+            PSG_ERR_BAD_REQUEST, "input '%s' must be %s%s, got %s%s", in->name,
+            psg_dtype_name(in->dtype), psg_shape_str(&in->shape, want, sizeof want),
+            psg_dtype_name(t->dtype), psg_shape_str(&t->shape, got, sizeof got));
+    if (t->dtype == PSG_DT_I64 && s->id_limit > 0) {
+        const int64_t *v = t->data;
+        for (int64_t k = 0; k < psg_tensor_numel(t); k++)
+            if (v[k] < 0 || v[k] >= s->id_limit)
+                return psg_error_set_code(
+                    PSG_ERR_BAD_REQUEST,
+                    "input '%s': its value %lld is %lld, no row of the table (0 to %lld)", in->name,
+                    (long long)k, (long long)v[k], (long long)s->id_limit - 1);
+    }
+    return 0;
 }
 
-int psg_servable_run(psg_servable_t *s, psg_tensor_t *const *inputs, psg_tensor_t **outputs) {
+int psg_servable_check_inputs(const psg_servable_t *s, psg_tensor_t *const *inputs) {
     int64_t batch = inputs[0] && inputs[0]->shape.rank > 0 ? inputs[0]->shape.dims[0] : -1;
     for (int i = 0; i < s->n_in; i++)
         if (check_input(s, i, inputs[i], batch) < 0) return -1;
+    return 0;
+}
+
+int psg_servable_run(psg_servable_t *s, psg_tensor_t *const *inputs, psg_tensor_t **outputs) {
+    if (psg_servable_check_inputs(s, inputs) < 0) return -1;
     pthread_mutex_lock(&s->lock);
     int rc = psg_callable_run(s->callable, inputs, outputs);
     pthread_mutex_unlock(&s->lock);

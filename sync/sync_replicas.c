@@ -333,12 +333,22 @@ int psg_sync_step_default(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_st
     return rc;
 }
 
+const char *psg_sync_step_drop_reason(const psg_sync_step_t *st) {
+    if (st->used) return NULL;
+    if (st->next_step < 0) return "closed";
+    return st->num_accepted == 0 ? "stale" : "partial";
+}
+
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
     s->steps++;
-    if (st->used)
+    const char *why = psg_sync_step_drop_reason(st);
+    if (!why)
         s->used++;
     else
         s->dropped++;
+    if (why && !strcmp(why, "closed")) s->dropped_closed++;
+    if (why && !strcmp(why, "stale")) s->dropped_stale++;
+    if (why && !strcmp(why, "partial")) s->dropped_partial++;
     s->compute_sec += st->compute_sec;
     s->token_wait_sec += st->token_wait_sec;
     s->wait_sec += st->wait_sec;
@@ -360,16 +370,18 @@ int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t s
 }
 
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size) {
-    char stale[24] = "null";
+    char stale[24] = "null", why[32] = "";
     if (st->staleness >= 0) snprintf(stale, sizeof stale, "%lld", (long long)st->staleness);
+    if (!st->used) snprintf(why, sizeof why, ",\"why\":\"%s\"", psg_sync_step_drop_reason(st));
     return snprintf(buf, size,
                     "{\"event\":\"sync_step\",\"worker\":%d,\"local_step\":%lld,\"next_step\":%lld,"
-                    "\"gradient\":\"%s\",\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
+                    "\"gradient\":\"%s\"%s,\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
                     "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f,\"wait_sec\":%.6f,"
                     "\"staleness\":%s,\"straggler_ms\":%.3f}",
                     worker, (long long)st->local_step, (long long)st->next_step,
-                    st->used ? "used" : "dropped", st->num_accepted, st->num_vars, st->step_sec,
-                    st->compute_sec, st->token_wait_sec, st->wait_sec, stale, st->straggler_ms);
+                    st->used ? "used" : "dropped", why, st->num_accepted, st->num_vars,
+                    st->step_sec, st->compute_sec, st->token_wait_sec, st->wait_sec, stale,
+                    st->straggler_ms);
 }
 
 /* ---- the chief's runner ---- */

@@ -21,6 +21,7 @@ typedef union {
     psg_compare_args_t compare;
     psg_simulate_args_t simulate;
     psg_server_args_t server;
+    psg_data_args_t data;
 } any_args_t;
 
 static any_args_t args;

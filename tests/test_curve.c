@@ -433,9 +433,9 @@ static void zap_ask(const char *version, const char *domain, const char *mechani
     zsock_destroy(&req);
 }
 
-/* Two CURVE servers of one process share one guard: a refusal is counted by its own server
+/* Three CURVE servers of one process share one guard: a refusal is counted by its own server
  * and logged once per address and reason naming that server's bound endpoint and the peer's
- * address; the guard keeps watching one server when the other goes; it answers ZAP requests
+ * address; the guard keeps watching the others when one goes; it answers ZAP requests
  * that are malformed, of another socket, of another mechanism or of a key not allowed; and a
  * process whose ZAP endpoint is taken gets a clear error, as often as it asks. */
 static void test_guard_in_process(void) {
@@ -457,8 +457,9 @@ static void test_guard_in_process(void) {
     psg_wire_opts_t o = psg_wire_opts_default();
     o.keys = a;
     psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o),
-                 *two = psg_server_new("tcp://127.0.0.1:0", &o);
-    PSG_ASSERT(one && two);
+                 *two = psg_server_new("tcp://127.0.0.1:0", &o),
+                 *three = psg_server_new("tcp://127.0.0.1:0", &o);
+    PSG_ASSERT(one && two && three);
     char line[512];
     /* an intruder knocks at the second server three times: 3 refusals there, one log line
      * naming the server as bound (its port, not 0), the peer and the key */
@@ -469,8 +470,23 @@ static void test_guard_in_process(void) {
              "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
              psg_server_endpoint(two), psg_curve_keys_public(in), dir_a);
     CHECK(logged(&log, line) == 1 && logged(&log, "is not in the allow-list") == 1);
-    /* the first server goes; the second is still watched: another cluster's client (its hello
-     * does not decrypt) is refused there, by its handshake, and logged with its address */
+    /* the last server goes, then the first: the others are still watched. Another cluster's
+     * client (its hello does not decrypt) is refused by its handshake, counted, and logged
+     * with its address, while a good client is connected (its connection in the guard's
+     * table first) */
+    psg_server_destroy(&three);
+    psg_client_t *good = psg_client_new(psg_server_endpoint(one), &o);
+    psg_msg_t *hello = psg_msg_new(PSG_MSG_REQUEST, "Inspect"), *got = NULL;
+    CHECK(good && psg_client_send(good, &hello, NULL) == 0 &&
+          psg_server_recv(one, &got, 10000) == 1);
+    psg_msg_destroy(&got);
+    psg_msg_destroy(&hello);
+    snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its hello does not decrypt",
+             psg_server_endpoint(one));
+    for (int i = 0; i < 20 && logged(&log, line) == 0; i++) knock(one, b);
+    CHECK(logged(&log, line) == 1);
+    CHECK(psg_server_stats(one).refused >= 1);
+    psg_client_destroy(&good);
     psg_server_destroy(&one);
     snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its hello does not decrypt",
              psg_server_endpoint(two));

@@ -129,6 +129,15 @@ else
   fail "a psgraph checkpoint (rc $rc): $out"
 fi
 
+# ... and into column shards: each part's Momentum slot ("model/fc1/weights/part_3/Momentum")
+# from the whole weight's slot
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1s" --init-from "$tmp/l1/model.ckpt-1.index.json" --strict --shard-bytes 65536 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their initializers), 0 unexpected" <<<"$out"; then
+  ok "a psgraph checkpoint into column shards, slots included: $(grep -o '12 of its[^;]*' <<<"$out")"
+else
+  fail "a psgraph checkpoint into column shards (rc $rc): $out"
+fi
+
 # 1d. two weights in column shards at once (--shard-bytes 64 KiB: fc1 in 8 parts, fc2 in 4),
 # each part filled from its own whole weight's columns
 out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1d" --init-from "$tmp/w.safetensors" --strict --shard-bytes 65536 2>&1); rc=$?

@@ -371,6 +371,47 @@ static void test_placement_errors(void) {
     CHECK(!strcmp(assigned(g, "x"), "/job:worker/replica:0/task:0/device:CPU:0"));
     psg_graph_destroy(&g);
 
+    /* a GPU the task does not have, named with the task's count */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:worker/task:0/device:GPU:1");
+    psg_placeholder(g, "g1", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    opt.allow_soft_placement = false;
+    CHECK(psg_place(g, &opt) < 0);
+    CHECK_ERROR_HAS(
+        "node 'g1' (Placeholder): device '/job:worker/replica:0/task:0/device:GPU:1' does not exist: "
+        "job 'worker' has 1 GPU per task");
+    psg_graph_destroy(&g);
+
+    /* the ps memory limit: the graph's first node a variable over it; a variable at the limit
+     * with a read beside it (not a variable: not counted) fits */
+    psg_placement_options_t mem = {
+        .default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs, .ps_memory_limit = 16};
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:1");
+    psg_var_handle(g, "big", PSG_DT_F32, &(psg_shape_t){1, {5}});
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &mem) < 0);
+    CHECK_ERROR_HAS(
+        "variable 'big' (20 bytes) does not fit on /job:ps/task:1: its variables would take 20 bytes, "
+        "over the ps memory limit of 16 bytes a task (2 ps tasks, 20 bytes of variables in all)");
+    psg_graph_destroy(&g);
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:0");
+    v = psg_var_handle(g, "fits", PSG_DT_F32, &sh);
+    psg_read_variable(g, "fits_read", v);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &mem) == 0);
+    psg_graph_destroy(&g);
+
+    /* a default device without a task: task 0 */
+    g = psg_graph_new();
+    psg_placeholder(g, "anywhere", PSG_DT_F32, &sh);
+    psg_placement_options_t no_task = {.default_device = "/job:worker"};
+    CHECK(psg_place(g, &no_task) == 0);
+    CHECK(!strcmp(assigned(g, "anywhere"), "/job:worker/replica:0/task:0/device:CPU:0"));
+    psg_graph_destroy(&g);
+
     /* a group takes what any member asks for */
     g = psg_graph_new();
     v = psg_var_handle(g, "v", PSG_DT_F32, &sh);

@@ -40,7 +40,7 @@ P train --model cnn --steps 20 --logdir "$tmp/cnn" >"$tmp/cnn.log" 2>&1 || fail 
 P data ctr --rows 4000 --out "$tmp/ctr.tsv" >/dev/null
 P train --model wide-deep --data criteo --data-dir "$tmp/ctr.tsv" --buckets 300 --table-shards 2 --steps 10 \
   --logdir "$tmp/wd" >"$tmp/wd.log" 2>&1 || fail "train wide-deep: $(tail -3 "$tmp/wd.log")"
-P train --model inception3 --image-size 75 --classes 10 --batch 2 --steps 2 --warmup 0 --logdir "$tmp/inc" \
+P train --model inception3 --image-size 75 --classes 10 --batch 2 --steps 2 --logdir "$tmp/inc" \
   >"$tmp/inc.log" 2>&1 || fail "train inception3: $(tail -3 "$tmp/inc.log")"
 shards=$(ls "$tmp"/mlp2/model.ckpt-*-of-00002.safetensors 2>/dev/null | wc -l)
 parts=$(grep -o 'model/fc1/weights/part_[0-9]*' "$tmp"/mlp2/model.ckpt-*.index.json 2>/dev/null | sort -u | wc -l)
@@ -108,6 +108,15 @@ if P predict --model-dir "$tmp/cnn" --top-k 3 "$tmp/x.png" >"$tmp/png.out" 2>&1 
   ok "predict on a PNG: $(cat "$tmp/png.out")"
 else
   fail "predict on a PNG: $(cat "$tmp/png.out")"
+fi
+
+# wide-deep's ids out of the table's rows: refused naming the input
+printf '0,0,0,0,0,0,0,0,0,0,0,0,0%s\n' "$(printf ',99999%.0s' $(seq 26))" >"$tmp/wd_bad.csv"
+if ! P predict --model-dir "$tmp/wd" --output logits "$tmp/wd_bad.csv" >/dev/null 2>"$tmp/wd_bad.err" &&
+  grep -q "input 'ids': its value 0 is 99999, no row of the table" "$tmp/wd_bad.err"; then
+  ok "an id out of the table refused: $(cat "$tmp/wd_bad.err")"
+else
+  fail "an id out of the table: $(cat "$tmp/wd_bad.err")"
 fi
 
 # ---- 3. serve ----

@@ -702,6 +702,28 @@ static void test_folded_momentum_scales_the_rate_tensor(void) {
     psg_graph_destroy(&g);
 }
 
+/* Why a dropped gradient was dropped, and the counts by reason. */
+static void test_drop_reasons(void) {
+    psg_sync_stats_t s = {0};
+    psg_sync_step_t used = {.used = true, .next_step = 3, .num_accepted = 4, .num_vars = 4};
+    psg_sync_step_t stale = {.next_step = 3, .num_accepted = 0, .num_vars = 4};
+    psg_sync_step_t partial = {.next_step = 3, .num_accepted = 2, .num_vars = 4};
+    psg_sync_step_t closed = {.next_step = -1, .num_accepted = 0, .num_vars = 4};
+    CHECK(psg_sync_step_drop_reason(&used) == NULL);
+    CHECK(!strcmp(psg_sync_step_drop_reason(&stale), "stale"));
+    CHECK(!strcmp(psg_sync_step_drop_reason(&partial), "partial"));
+    CHECK(!strcmp(psg_sync_step_drop_reason(&closed), "closed"));
+    const psg_sync_step_t *all[] = {&used, &stale, &stale, &partial, &closed};
+    for (int i = 0; i < 5; i++) psg_sync_stats_add(&s, all[i]);
+    CHECK(s.used == 1 && s.dropped == 4 && s.dropped_stale == 2 && s.dropped_partial == 1 &&
+          s.dropped_closed == 1);
+    char line[640];
+    psg_sync_step_json(&partial, 1, line, sizeof line);
+    CHECK(strstr(line, "\"gradient\":\"dropped\",\"why\":\"partial\"") != NULL);
+    psg_sync_step_json(&used, 1, line, sizeof line);
+    CHECK(strstr(line, "\"why\"") == NULL);
+}
+
 int main(void) {
     RUN_TEST(test_equivalence_with_one_process);
     RUN_TEST(test_backup_worker_drops_the_straggler);
@@ -711,5 +733,6 @@ int main(void) {
     RUN_TEST(test_a_strategy_from_the_docs);
     RUN_TEST(test_every_strategy_of_the_table);
     RUN_TEST(test_folded_momentum_scales_the_rate_tensor);
+    RUN_TEST(test_drop_reasons);
     return psg_test_summary();
 }

@@ -312,7 +312,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
     r->examples_per_sec = steady > 0 ? (double)steady_n / steady : 0;
     if (t.sync && psg_sync_train_finish(t.sync, r->examples_per_sec) < 0) goto done;
     if (psg_train_hooks_end(t.hooks, total) < 0) goto done;
-    char sync_desc[1536];
+    char sync_desc[4096];
     if (end_cluster(c, &t, out, total, sync_desc, sizeof sync_desc) < 0) goto done;
     double auc = NAN, ll = NAN;
     if ((!t.w.cluster || t.w.chief) && evaluate(&t, ntr, &auc, &ll) < 0) goto done;

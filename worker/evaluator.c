@@ -13,6 +13,7 @@
 #include "psgraph/precision.h"
 #include "psgraph/session.h"
 #include "psgraph/summary.h"
+#include "worker/inception_train.h"
 #include "worker/metrics_log.h"
 #include "worker/train_data.h"
 
@@ -43,6 +44,8 @@ typedef struct {
     psg_graph_t *g;
     psg_session_t *sess;
     psg_callable_t *eval;
+    psg_inception_train_t inc; /* --model inception3 */
+    psg_eval_models_t em;
     FILE *metrics;
     psg_summary_writer_t *events;
     char task[PSG_DEVICE_NAME_MAX];
@@ -55,6 +58,7 @@ static void evaluator_free(evaluator_t *e) {
     psg_summary_writer_destroy(&e->events);
     if (e->metrics) fclose(e->metrics);
     psg_callable_destroy(&e->eval);
+    psg_inception_train_free(&e->inc);
     psg_session_destroy(&e->sess);
     psg_graph_destroy(&e->g);
     psg_dataset_destroy(&e->train);
@@ -97,19 +101,28 @@ static int build(evaluator_t *e) {
     if (!it) return -1;
     e->total = c->steps > 0 ? c->steps : psg_batch_iter_batches_per_epoch(it) * c->epochs;
     psg_batch_iter_destroy(&it);
-    psg_model_options_t mo = {.dense_shard_bytes = c->dense_shard_bytes >= 0
-                                                       ? c->dense_shard_bytes
-                                                       : PSG_TRAIN_CLUSTER_SHARD_BYTES};
-    psg_model_t m;
-    if (!(e->g = psg_graph_new()) || psg_graph_set_precision(e->g, c->precision) < 0 ||
-        psg_model_build_with(e->g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
-                             psg_dataset_num_classes(e->train), c->seed, &mo, &m) < 0)
-        return -1;
+    if (!(e->g = psg_graph_new()) || psg_graph_set_precision(e->g, c->precision) < 0) return -1;
+    if (!strcmp(c->model, "inception3")) { /* the evaluation models, as the chief's */
+        if (psg_inception_train_init(&e->inc, c, (int)ex.dims[0], psg_dataset_num_classes(e->train),
+                                     psg_dataset_size(e->train), c->batch > 0 ? c->batch : d.batch,
+                                     1) < 0 ||
+            psg_inception_train_eval_models(&e->inc, e->g, &e->em) < 0)
+            return -1;
+    } else {
+        psg_model_options_t mo = {.dense_shard_bytes = c->dense_shard_bytes >= 0
+                                                           ? c->dense_shard_bytes
+                                                           : PSG_TRAIN_CLUSTER_SHARD_BYTES};
+        psg_model_t m;
+        if (psg_model_build_with(e->g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
+                                 psg_dataset_num_classes(e->train), c->seed, &mo, &m) < 0)
+            return -1;
+        e->em = (psg_eval_models_t){1, {m.images}, {m.logits}};
+    }
     psg_session_options_t so = {.num_threads = c->threads};
     if (!(e->sess = psg_session_new(e->g, &so, NULL)) || psg_session_run_init(e->sess) < 0)
         return -1;
-    psg_endpoint_t feeds[2] = {m.images, m.labels};
-    e->eval = psg_session_make_callable(e->sess, 2, feeds, 1, &m.correct, 0, NULL);
+    e->eval =
+        psg_session_make_callable(e->sess, e->em.n, e->em.images, e->em.n, e->em.logits, 0, NULL);
     return e->eval ? 0 : -1;
 }
 
@@ -117,16 +130,25 @@ static int build(evaluator_t *e) {
 static int evaluate_checkpoint(evaluator_t *e, psg_checkpoint_t *ck, double *acc) {
     int64_t step = psg_checkpoint_step(ck);
     double t0 = psg_now_sec();
+    psg_train_eval_t ev;
+    /* not all of a checkpoint's variables are the evaluation's (optimizer slots): the
+     * checkpoint must hold every one of the evaluation's */
     if (psg_checkpoint_restore(ck, psg_session_resources(e->sess), true) < 0 ||
-        psg_train_evaluate(e->eval, NULL, e->test, acc) < 0)
+        psg_train_evaluate(e->eval, NULL, e->em.n, e->test, &ev) < 0)
         return psg_error_wrap("%s: checkpoint at step %lld", e->task, (long long)step);
+    *acc = ev.accuracy;
     FILE *out = e->c->out ? e->c->out : stdout;
-    fprintf(out, "%s: checkpoint %s: step %lld  test accuracy %.4f  (%.2f s)\n", e->task,
-            psg_checkpoint_path(ck), (long long)step, *acc, psg_now_sec() - t0);
+    char tk[160] = "";
+    if (!strcmp(e->c->model, "inception3"))
+        snprintf(tk, sizeof tk, ",\"top1\":%.6f,\"top5\":%.6f,\"top1_ema\":%.6f,\"top5_ema\":%.6f",
+                 ev.top1[0], ev.top5[0], ev.top1[1], ev.top5[1]);
+    fprintf(out, "%s: checkpoint %s: step %lld  test accuracy %.4f%s%s  (%.2f s)\n", e->task,
+            psg_checkpoint_path(ck), (long long)step, *acc, tk[0] ? "  " : "", tk[0] ? tk + 1 : "",
+            psg_now_sec() - t0);
     fflush(out);
     fprintf(e->metrics,
-            "{\"event\":\"eval\",\"step\":%lld,\"test_accuracy\":%.6f,\"checkpoint\":\"%s\"}\n",
-            (long long)step, *acc, psg_checkpoint_path(ck));
+            "{\"event\":\"eval\",\"step\":%lld,\"test_accuracy\":%.6f%s,\"checkpoint\":\"%s\"}\n",
+            (long long)step, *acc, tk, psg_checkpoint_path(ck));
     return psg_summary_scalar(e->events, step, "accuracy", (float)*acc);
 }
 

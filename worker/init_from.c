@@ -9,6 +9,7 @@
 #include "psgraph/checkpoint.h"
 #include "core/json.h"
 #include "psgraph/error.h"
+#include "psgraph/tensor.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -51,6 +52,8 @@ struct psg_init_from {
     int num_served, cap_served;
     source_t *sources; /* the file's variables taken apart or put together */
     int num_sources;
+    psg_inception3_name_t *alias; /* psg_init_from_alias: other names of the variables */
+    int num_alias;
 };
 
 void psg_init_from_destroy(psg_init_from_t **pf) {
@@ -71,6 +74,7 @@ void psg_init_from_destroy(psg_init_from_t **pf) {
         free(f->sources[i].refs);
     }
     free(f->sources);
+    free(f->alias);
     free(f);
     *pf = NULL;
 }
@@ -308,6 +312,72 @@ static psg_tensor_t *block_of(psg_init_from_t *f, source_t *s, const char *name,
     return t;
 }
 
+int psg_init_from_alias(psg_init_from_t *f, int n, const psg_inception3_name_t *pairs) {
+    free(f->alias);
+    f->num_alias = 0;
+    if (!(f->alias = malloc(sizeof *f->alias * (size_t)(n > 0 ? n : 1))))
+        return psg_error_set("out of memory");
+    memcpy(f->alias, pairs, sizeof *pairs * (size_t)n);
+    f->num_alias = n;
+    return 0;
+}
+
+/* The alias of variable `name` (NULL: none). */
+static const psg_inception3_name_t *alias_of(const psg_init_from_t *f, const char *name) {
+    for (int i = 0; i < f->num_alias; i++)
+        if (f->alias[i].keras[0] && !strcmp(f->alias[i].slim, name)) return &f->alias[i];
+    return NULL;
+}
+
+/* A classifier's weight e (..., C') as the variable's (..., C) when C = C' + 1 (column 0,
+ * TF's background class, added as zeros) or C = C' - 1 (column 0 dropped); NULL when the
+ * shapes differ otherwise. */
+static psg_tensor_t *classes_adapted(const psg_checkpoint_entry_t *e, psg_dtype_t dt,
+                                     const psg_shape_t *shape) {
+    int r = shape->rank;
+    if (e->dtype != dt || dt != PSG_DT_F32 || e->shape.rank != r || r < 1) return NULL;
+    for (int d = 0; d + 1 < r; d++)
+        if (e->shape.dims[d] != shape->dims[d]) return NULL;
+    int64_t c = shape->dims[r - 1], cf = e->shape.dims[r - 1];
+    if (c != cf + 1 && c != cf - 1) return NULL;
+    psg_tensor_t *t = psg_tensor_zeros(dt, shape);
+    if (!t) return NULL;
+    int64_t rows = psg_shape_numel(shape) / c;
+    const float *in = (const float *)e->data;
+    float *out = psg_tensor_f32(t);
+    for (int64_t i = 0; i < rows; i++)
+        if (c == cf + 1)
+            memcpy(out + i * c + 1, in + i * cf, sizeof(float) * (size_t)cf);
+        else
+            memcpy(out + i * c, in + i * cf + 1, sizeof(float) * (size_t)c);
+    return t;
+}
+
+/* Variable `name` from the file's tensor r of its other name (a->keras). */
+static psg_tensor_t *aliased(psg_init_from_t *f, const psg_inception3_name_t *a, ref_t r,
+                             const char *name, psg_dtype_t dt, const psg_shape_t *shape,
+                             bool *failed) {
+    psg_checkpoint_entry_t e;
+    entry_of(f, r, &e);
+    psg_tensor_t *t = NULL;
+    if (e.dtype == dt && psg_shape_equal(&e.shape, shape))
+        t = psg_tensor_from_data(dt, shape, e.data, e.nbytes);
+    else if (a->logits) /* 1000 against 1001 classes */
+        t = classes_adapted(&e, dt, shape);
+    if (!t) {
+        *failed = true;
+        mismatch(f, e.name, e.dtype, &e.shape, name, dt, shape, "");
+        return NULL;
+    }
+    if (note_served(f, name) < 0) {
+        *failed = true;
+        psg_tensor_destroy(&t);
+        return NULL;
+    }
+    f->used[r.file][r.tensor] = true;
+    return t;
+}
+
 static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
                                    const psg_shape_t *shape, bool *failed) {
     psg_init_from_t *f = ctx;
@@ -315,6 +385,9 @@ static psg_tensor_t *initial_value(void *ctx, const char *name, psg_dtype_t dt,
     int k = 0;
     bool part = shard_base(name, base, sizeof base, &k);
     ref_t r = find(f, name);
+    const psg_inception3_name_t *a = r.file < 0 && !part ? alias_of(f, name) : NULL;
+    ref_t ra = a ? find(f, a->keras) : (ref_t){-1, -1};
+    if (ra.file >= 0) return aliased(f, a, ra, name, dt, shape, failed);
     source_t *s = NULL;
     /* a part takes its block of the variable the file holds, whole or in any number of parts
      * (the same layout gives the file's part back); a whole variable the file holds in parts

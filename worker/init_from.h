@@ -11,6 +11,7 @@
 #define PSGRAPH_WORKER_INIT_FROM_H
 
 #include "psgraph/graph.h"
+#include "psgraph/inception3.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,6 +26,14 @@ typedef struct psg_init_from psg_init_from_t;
 psg_init_from_t *psg_init_from_new(const char *path, bool strict, psg_graph_t *g);
 /* Detaches from the graph and frees. NULL-safe. */
 void psg_init_from_destroy(psg_init_from_t **f);
+
+/* Other names the file may hold variables under (Inception-v3's Keras names for its slim
+ * ones, psg_inception3_keras_names): a variable pairs[i].slim that the file lacks is read
+ * from its tensor pairs[i].keras; a classifier's (pairs[i].logits) whose last dim is one
+ * less or more than the variable's gets TF's background class as a zero column 0, or
+ * loses column 0 (Keras's 1000 ImageNet classes against slim's 1001). Call it before the
+ * model is built; the pairs are copied. 0, or -1 with the error set. */
+int psg_init_from_alias(psg_init_from_t *f, int n, const psg_inception3_name_t *pairs);
 
 /* After the model is built: prints on out how many of the file's tensors were matched
  * and names the missing ones (trainable variables of g not in the file: they keep their

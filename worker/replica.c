@@ -29,7 +29,8 @@ static int build_model(psg_graph_t *g, const psg_replica_spec_t *s, psg_replica_
     r->feeds[0] = r->m.images;
     r->feeds[1] = r->m.labels;
     r->n_feeds = 2;
-    return cluster ? 0 : psg_optimizer_minimize(s->opt, g, r->m.loss, &r->train_op);
+    return cluster || s->forward_only ? 0
+                                      : psg_optimizer_minimize(s->opt, g, r->m.loss, &r->train_op);
 }
 
 int psg_replica_build(psg_graph_t *g, const psg_replica_spec_t *s, psg_replica_t *r) {

@@ -19,8 +19,8 @@
 #define MAX_FETCH (1 + 8 + PSG_SYNC_CALL_MAX)
 /* the columns of a worker's row of counts: used, dropped, reported, examples/sec,
  * staleness n, sum, min, max, tensor bytes pushed and pulled a step (as its task server
- * counted them) */
-#define COUNTS 10
+ * counted them), and the dropped ones by why: stale, partial, closed */
+#define COUNTS 13
 
 struct psg_sync_train {
     psg_sync_replicas_t *sr;
@@ -379,7 +379,10 @@ static int report_counts(psg_sync_train_t *st, double examples_per_sec) {
                        (float)s->stale_min,
                        (float)s->stale_max,
                        (float)((double)(served - st->served0) / steps),
-                       (float)((double)(pulled - st->pulled0) / steps)};
+                       (float)((double)(pulled - st->pulled0) / steps),
+                       (float)s->dropped_stale,
+                       (float)s->dropped_partial,
+                       (float)s->dropped_closed};
     memcpy(row, r, sizeof r);
     int rc = psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
                                   &st->counts_add);
@@ -406,9 +409,11 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     snprintf(line, sizeof line,
              "{\"event\":\"sync_summary\",\"worker\":%d,\"sync\":\"%s\",\"steps\":%" PRId64
              ",\"gradients_used\":%" PRId64 ",\"gradients_dropped\":%" PRId64
+             ",\"dropped\":{\"stale\":%" PRId64 ",\"partial\":%" PRId64 ",\"closed\":%" PRId64 "}"
              ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,\"wait_sec\":%.3f,"
              "\"straggler_sec\":%.3f,%s}",
              st->rank, st->cfg.strategy, st->stats.steps, st->stats.used, st->stats.dropped,
+             st->stats.dropped_stale, st->stats.dropped_partial, st->stats.dropped_closed,
              st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec, st->straggler_sec,
              stale);
     /* "worker" is the rank (--straggler worker=N's); the task names it as the cluster does
@@ -534,17 +539,26 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
              push, pull,
              (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
              (double)st->model_bytes * comm);
-    /* "per_worker":[[used, dropped], ..., null (never reported: dead)] */
+    /* "per_worker":[[used, dropped], ..., null (never reported: dead)], and
+     * "per_worker_dropped":[{"stale":s,"partial":p,"closed":c}, ..., null] */
     size_t len = strlen(buf);
-    for (int i = 0; st->counts && i < st->num_workers && len + 64 < size; i++) {
-        const float *r = st->counts + COUNTS * i;
-        len += (size_t)snprintf(buf + len, size - len, "%s", i ? "," : "\"per_worker\":[");
-        if (r[2] > 0)
-            len += (size_t)snprintf(buf + len, size - len, "[%.0f,%.0f]", r[0], r[1]);
-        else
-            len += (size_t)snprintf(buf + len, size - len, "null");
-        if (i + 1 == st->num_workers) len += (size_t)snprintf(buf + len, size - len, "],");
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; st->counts && i < st->num_workers && len + 96 < size; i++) {
+            const float *r = st->counts + COUNTS * i;
+            len += (size_t)snprintf(buf + len, size - len, "%s",
+                                    i           ? ","
+                                    : pass == 0 ? "\"per_worker\":["
+                                                : "\"per_worker_dropped\":[");
+            if (r[2] <= 0)
+                len += (size_t)snprintf(buf + len, size - len, "null");
+            else if (pass == 0)
+                len += (size_t)snprintf(buf + len, size - len, "[%.0f,%.0f]", r[0], r[1]);
+            else
+                len += (size_t)snprintf(buf + len, size - len,
+                                        "{\"stale\":%.0f,\"partial\":%.0f,\"closed\":%.0f}", r[10],
+                                        r[11], r[12]);
+            if (i + 1 == st->num_workers) len += (size_t)snprintf(buf + len, size - len, "],");
+        }
 }
 
 int psg_sync_train_worker_rates(const psg_sync_train_t *st, double *rates) {

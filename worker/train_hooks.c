@@ -215,8 +215,13 @@ int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, do
     return psg_summary_scalars(h->events, step, 3, tags, v);
 }
 
-int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy) {
-    return h->events ? psg_summary_scalar(h->events, step, "accuracy", (float)accuracy) : 0;
+int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, const psg_train_eval_t *e, bool topk) {
+    if (!h->events) return 0;
+    if (!topk) return psg_summary_scalar(h->events, step, "accuracy", (float)e->accuracy);
+    const char *tags[] = {"accuracy", "top1", "top5", "top1_ema", "top5_ema"};
+    float v[] = {(float)e->accuracy, (float)e->top1[0], (float)e->top5[0], (float)e->top1[1],
+                 (float)e->top5[1]};
+    return psg_summary_scalars(h->events, step, e->n_models > 1 ? 5 : 3, tags, v);
 }
 
 void psg_train_hooks_set_last_step(psg_train_hooks_t *h, int64_t last) {

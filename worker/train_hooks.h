@@ -9,6 +9,7 @@
 #include "psgraph/task_server.h"
 #include "psgraph/trainer.h"
 #include "worker/cluster_ckpt.h"
+#include "worker/train_data.h"
 #include "worker/worker_task.h"
 
 #include <stdint.h>
@@ -53,10 +54,11 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done);
 /* The loop's last step (in a cluster the chief's final checkpoint follows the others'
  * end, not its own last step); 0: unknown. */
 void psg_train_hooks_set_last_step(psg_train_hooks_t *h, int64_t last);
-/* TensorBoard scalars of a progress line and of an evaluation. */
+/* TensorBoard scalars of a progress line and of an evaluation ("accuracy"; topk: also
+ * "top1", "top5" and, with a moving average, "top1_ema", "top5_ema"). */
 int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, double lr,
                              double examples_per_sec);
-int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy);
+int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, const psg_train_eval_t *e, bool topk);
 /* secs as "1h02m03s" / "2m03s" / "3s" into buf (returned), for the progress line's ETA. */
 const char *psg_train_hooks_eta(double secs, char *buf, size_t size);
 /* At the end of training at global step `step`: the last checkpoint (one process), the

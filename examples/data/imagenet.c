@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jpeglib.h>
 #include <math.h>
 #include <pthread.h>
@@ -345,8 +346,13 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
     if (rc == 0) {
         int x0, y0, cw, ch;
         bool flip = false;
-        if (r->o.train) {
-            psg_image_random_crop(w, h, &rng, &x0, &y0, &cw, &ch);
+        if (r->o.train) { /* TF's image_processing.py: the record's boxes, the crop, a flip */
+            float boxes[PSG_EXAMPLE_MAX_BOXES][4];
+            for (int b = 0; b < ex.n_boxes; b++)
+                for (int k = 0; k < 4; k++) boxes[b][k] = ex.box[k][b];
+            psg_distort_options_t d = psg_distort_defaults();
+            psg_image_sample_distorted_box(w, h, (const float(*)[4])boxes, ex.n_boxes, &d, &rng,
+                                           &x0, &y0, &cw, &ch);
             flip = psg_splitmix64(&rng) & 1;
         } else {
             cw = (int)lround(w * 0.875);
@@ -357,6 +363,12 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
             y0 = (h - ch) / 2;
         }
         psg_image_crop_resize(rgb, w, h, x0, y0, cw, ch, flip, r->o.image_size, out);
+        if (r->o.train && !r->o.no_color) { /* in [0, 1], as distort_color takes it */
+            int64_t px = (int64_t)r->o.image_size * r->o.image_size;
+            for (int64_t k = 0; k < 3 * px; k++) out[k] = (out[k] + 1.0f) * 0.5f;
+            psg_image_distort_color(out, px, (int)(psg_splitmix64(&rng) & 1), &rng);
+            for (int64_t k = 0; k < 3 * px; k++) out[k] = out[k] * 2.0f - 1.0f;
+        }
         *label = (int32_t)y;
     }
     free(rgb);
@@ -416,10 +428,34 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* The regular files a glob pattern names, sorted (glob's order); *n set. NULL with the
+ * error set when none does. */
+static char **list_pattern(const char *pattern, int *n) {
+    glob_t gl;
+    char **v = NULL;
+    if (glob(pattern, 0, NULL, &gl) == 0) {
+        v = calloc(gl.gl_pathc, sizeof *v);
+        for (size_t i = 0; v && i < gl.gl_pathc; i++) {
+            struct stat st;
+            if (stat(gl.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode) &&
+                (v[*n] = strdup(gl.gl_pathv[i])))
+                (*n)++;
+        }
+    }
+    globfree(&gl);
+    if (*n == 0) {
+        free(v);
+        psg_error_set("%s: no file matches", pattern);
+        return NULL;
+    }
+    return v;
+}
+
 /* The shard files at path, sorted; *n set. NULL with the error set. */
 static char **list_files(const char *path, bool train, int *n) {
     struct stat st;
     *n = 0;
+    if (strpbrk(path, "*?[")) return list_pattern(path, n);
     if (stat(path, &st) < 0) {
         psg_error_set("%s: %s", path, strerror(errno));
         return NULL;
@@ -549,6 +585,20 @@ void psg_imagenet_destroy(psg_imagenet_t **rp) {
 
 const psg_dataset_t *psg_imagenet_dataset(const psg_imagenet_t *r) {
     return r->ds;
+}
+
+static void destroy_reader(void *ctx) {
+    psg_imagenet_t *r = ctx;
+    psg_imagenet_destroy(&r);
+}
+
+psg_dataset_t *psg_imagenet_take_dataset(psg_imagenet_t **rp) {
+    psg_imagenet_t *r = *rp;
+    psg_dataset_t *ds = r->ds;
+    *rp = NULL;
+    r->ds = NULL; /* the reader is the data set's now */
+    psg_dataset_own_ctx(ds, destroy_reader);
+    return ds;
 }
 int64_t psg_imagenet_num_records(const psg_imagenet_t *r) {
     return r->n_records;

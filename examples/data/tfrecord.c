@@ -343,6 +343,42 @@ static int field(pb_t *b, int *num, int *type, pb_t *sub, uint64_t *v) {
     }
 }
 
+static const char *const box_keys[4] = {"image/object/bbox/ymin", "image/object/bbox/xmin",
+                                        "image/object/bbox/ymax", "image/object/bbox/xmax"};
+
+static float f32_le(const uint8_t *p) {
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Feature { float_list = 2 { repeated float value = 1 (packed or fixed32) } } into
+ * out->box[k]. */
+static int parse_floats(pb_t f, int k, psg_example_image_t *out) {
+    while (f.p < f.end) {
+        int num, type;
+        pb_t list = {0};
+        uint64_t v;
+        if (field(&f, &num, &type, &list, &v) < 0) return -1;
+        if (type != 2 || num != 2) continue;
+        while (list.p < list.end) {
+            int n2, t2;
+            pb_t packed = {0};
+            if (field(&list, &n2, &t2, &packed, &v) < 0) return -1;
+            if (n2 != 1) continue;
+            if (t2 == 2) { /* packed: 4 bytes a value */
+                for (const uint8_t *q = packed.p; q + 4 <= packed.end; q += 4)
+                    if (out->n_box[k] < PSG_EXAMPLE_MAX_BOXES)
+                        out->box[k][out->n_box[k]++] = f32_le(q);
+            } else if (t2 == 5 && out->n_box[k] < PSG_EXAMPLE_MAX_BOXES) {
+                out->box[k][out->n_box[k]++] = f32_le(list.p - 4); /* field() passed it */
+            }
+        }
+    }
+    return 0;
+}
+
 /* Feature { bytes_list = 1 | float_list = 2 | int64_list = 3 } */
 static int parse_feature(pb_t f, bool want_bytes, psg_example_image_t *out) {
     while (f.p < f.end) {
@@ -414,9 +450,17 @@ int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const
                 if (parse_feature(value, true, out) < 0) return -1;
             } else if (kl == ik && !memcmp(key.p, int64_key, ik)) {
                 if (parse_feature(value, false, out) < 0) return -1;
+            } else {
+                for (int k = 0; k < 4; k++)
+                    if (kl == strlen(box_keys[k]) && !memcmp(key.p, box_keys[k], kl) &&
+                        parse_floats(value, k, out) < 0)
+                        return -1;
             }
         }
     }
+    out->n_boxes = PSG_EXAMPLE_MAX_BOXES;
+    for (int k = 0; k < 4; k++)
+        if (out->n_box[k] < out->n_boxes) out->n_boxes = out->n_box[k];
     return 0;
 }
 
@@ -447,6 +491,37 @@ static void put_entry_head(psg_pb_t *o, const char *key, size_t klen, int list, 
     put_len(o, 2, feature);
     put_len(o, list, value);
     put_len(o, 1, payload);
+}
+
+int psg_example_encode_boxes(const char *bytes_key, const char *int64_key,
+                             const psg_example_image_t *ex, uint8_t **out, size_t *out_len) {
+    size_t bk = strlen(bytes_key), ik = strlen(int64_key), fl = 4 * (size_t)ex->n_boxes;
+    size_t packed = psg_pb_varint_len((uint64_t)ex->label);
+    size_t total = len_field(entry_len(bk, ex->encoded_len)) + len_field(entry_len(ik, packed));
+    for (int k = 0; k < 4 && ex->n_boxes > 0; k++)
+        total += len_field(entry_len(strlen(box_keys[k]), fl));
+    psg_pb_t o = {0};
+    put_len(&o, 1, total);
+    put_entry_head(&o, bytes_key, bk, 1, ex->encoded_len);
+    psg_pb_bytes(&o, ex->encoded, ex->encoded_len);
+    put_entry_head(&o, int64_key, ik, 3, packed);
+    psg_pb_varint(&o, (uint64_t)ex->label);
+    for (int k = 0; k < 4 && ex->n_boxes > 0; k++) { /* Feature { float_list { packed } } */
+        put_entry_head(&o, box_keys[k], strlen(box_keys[k]), 2, fl);
+        for (int i = 0; i < ex->n_boxes; i++) {
+            uint32_t u;
+            memcpy(&u, &ex->box[k][i], sizeof u);
+            uint8_t le[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+            psg_pb_bytes(&o, le, 4);
+        }
+    }
+    if (o.oom) {
+        free(o.b);
+        return psg_error_set("out of memory encoding a tf.Example");
+    }
+    *out = o.b;
+    *out_len = o.len;
+    return 0;
 }
 
 int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,

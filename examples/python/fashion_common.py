@@ -71,8 +71,8 @@ def train(name, build, default_batch, default_lr, c_names):
 
         steady, steady_steps, acc, last = 0.0, 0, 0.0, float("nan")
         for step in range(total):
+            t0 = time.perf_counter()  # the batch's wait included, as psgraph train times a step
             x, y = next(batches)
-            t0 = time.perf_counter()
             if writer and step % 100 == 0:
                 last, _, s = sess.run([loss, train_op, summaries], {images: x, labels: y})
                 writer.add_summary(s, step)

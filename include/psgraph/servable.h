@@ -66,6 +66,11 @@ int psg_servable_find_output(const psg_servable_t *s, const char *name);
  * -1 with the error set (naming the input whose dtype or shape is wrong). */
 int psg_servable_run(psg_servable_t *s, psg_tensor_t *const *inputs, psg_tensor_t **outputs);
 
+/* Checks inputs against the signature as psg_servable_run does (dtype, shape, one batch;
+ * wide-deep's ids in the table's range): 0, or -1 with the error set, code
+ * PSG_ERR_BAD_REQUEST, naming the input. */
+int psg_servable_check_inputs(const psg_servable_t *s, psg_tensor_t *const *inputs);
+
 /* Writes the servable as an ONNX model (psgraph/onnx.h) at `path`. */
 int psg_servable_export_onnx(const psg_servable_t *s, const char *path);
 

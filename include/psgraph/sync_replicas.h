@@ -183,6 +183,8 @@ int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched,
 
 typedef struct {
     int64_t steps, used, dropped;
+    /* why each dropped one was (psg_sync_step_drop_reason): stale, partial, closed */
+    int64_t dropped_stale, dropped_partial, dropped_closed;
     double compute_sec, token_wait_sec, wait_sec;
     /* staleness of the applied gradients whose staleness is known */
     int64_t stale_n, stale_min, stale_max, stale_sum;
@@ -193,6 +195,10 @@ typedef struct {
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size);
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st);
+/* Why a step's gradient was dropped: NULL (used); "closed" (training ended before it was
+ * taken); "stale" (no accumulator kept it: it was computed for a step the N fastest had
+ * already ended); "partial" (some accumulators kept it, others had moved on). */
+const char *psg_sync_step_drop_reason(const psg_sync_step_t *st);
 /* One metrics.jsonl line (no newline) for worker's step: {"event":"sync_step", ...}.
  * Returns the length, as snprintf. */
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size);

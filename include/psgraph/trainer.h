@@ -5,6 +5,7 @@
 #ifndef PSGRAPH_TRAINER_H
 #define PSGRAPH_TRAINER_H
 
+#include "psgraph/inception3.h"
 #include "psgraph/sync_replicas.h"
 
 #include <stdbool.h>
@@ -12,9 +13,9 @@
 #include <stdio.h>
 
 typedef struct {
-    const char *model;    /* "mlp" | "cnn" */
-    const char *data;     /* "fashion-mnist" | "synthetic" */
-    const char *data_dir; /* Fashion-MNIST folder */
+    const char *model; /* "mlp" | "cnn" | "inception3" | "wide-deep" */
+    const char *data; /* "fashion-mnist" | "synthetic" | "imagenet" | "criteo"; NULL: the model's */
+    const char *data_dir; /* Fashion-MNIST folder; imagenet: the TFRecord shards (train-*) */
     int epochs;           /* used when steps == 0 */
     int64_t steps;        /* > 0: stop after this many steps */
     int batch;            /* 0: the model's default */
@@ -75,6 +76,29 @@ typedef struct {
     int table_shards;               /* the embedding table's shards; 0: 1, or the ps tasks */
     const char *partition_strategy; /* "mod" (NULL) or "div" */
     int64_t ps_memory_limit;        /* > 0: bytes of variables one ps task may hold */
+    /* --model inception3 (worker/inception_train.c, docs/inception3.md) */
+    int image_size;          /* height = width; 0: 299 */
+    int classes;             /* the data's classes; 0: 1000 (imagenet: logits 1001 at offset 0) */
+    bool aux;                /* the auxiliary head */
+    int label_offset;        /* imagenet: subtracted from image/class/label; -1: 0 (TF's trainer:
+                                1001 classes, 0 the unused background) */
+    int decode_threads;      /* imagenet: JPEG decode threads; 0: 2 */
+    const char *compression; /* imagenet shards: "auto" (NULL) | "none" | "gzip" | "zlib" */
+    const char *dct_method;  /* imagenet: the JPEG inverse DCT (NULL: INTEGER_FAST, TF's) */
+    const char *eval_data;   /* imagenet: validation shards, a folder (validation-*) or a glob
+                                pattern; NULL: data_dir's validation-* */
+    bool no_distort;         /* imagenet: training images centrally cropped, not distorted */
+    psg_inception3_recipe_t recipe; /* TF's inception_distributed_train.py flags */
+    double label_smoothing;         /* < 0: 0.1 */
+    double batchnorm_decay;         /* <= 0: 0.9997 (slim's) */
+    double warmup_epochs;           /* > 0: the rate ramps up linearly over these epochs */
+    /* a benchmark of the loop (psgraph bench inception3): the first bench_warmup steps untimed,
+     * then each step's time; the final JSON line's fields as tf_cnn_benchmarks' */
+    bool bench;
+    int bench_warmup;
+    bool forward_only;      /* bench: inference steps, no gradients (one process) */
+    bool op_profile;        /* bench: the timed steps' time by op type (one process) */
+    const char *step_times; /* bench: each timed step's ms into this file (one process) */
 } psg_train_config_t;
 
 /* A cluster worker's default dense_shard_bytes: 512 KiB (the mlp's fc1 in 2 shards, the
@@ -89,7 +113,8 @@ void psg_train_config_defaults(psg_train_config_t *c);
 typedef struct {
     int64_t steps;
     double final_loss;
-    double test_accuracy;
+    double test_accuracy;    /* top-1 of the evaluated weights (inception3: the moving average's) */
+    double top1[2], top5[2]; /* [0] the weights, [1] their moving average (-1: none) */
     double examples_per_sec; /* training steps after the first 20, evaluation excluded */
 } psg_train_result_t;
 
