@@ -40,7 +40,7 @@ P train --model cnn --steps 20 --logdir "$tmp/cnn" >"$tmp/cnn.log" 2>&1 || fail 
 P data ctr --rows 4000 --out "$tmp/ctr.tsv" >/dev/null
 P train --model wide-deep --data criteo --data-dir "$tmp/ctr.tsv" --buckets 300 --table-shards 2 --steps 10 \
   --logdir "$tmp/wd" >"$tmp/wd.log" 2>&1 || fail "train wide-deep: $(tail -3 "$tmp/wd.log")"
-P train --model inception3 --image-size 75 --classes 10 --batch 2 --steps 2 --logdir "$tmp/inc" \
+P train --model inception3 --image-size 75 --classes 10 --batch 2 --steps 2 --test-examples 4 --logdir "$tmp/inc" \
   >"$tmp/inc.log" 2>&1 || fail "train inception3: $(tail -3 "$tmp/inc.log")"
 shards=$(ls "$tmp"/mlp2/model.ckpt-*-of-00002.safetensors 2>/dev/null | wc -l)
 parts=$(grep -o 'model/fc1/weights/part_[0-9]*' "$tmp"/mlp2/model.ckpt-*.index.json 2>/dev/null | sort -u | wc -l)
