@@ -33,17 +33,25 @@ static void server_usage(FILE *f) {
             "  --insecure             listen off loopback without keys (a network you trust)\n"
             "  --logdir DIR           where SaveShard and Trace may write (repeatable, up to %d;\n"
             "                         none: they are refused)\n"
-            "  --memory-limit BYTES   the task's memory: what a peer's registered graphs may\n"
-            "                         allocate (suffix K, M, G; default half the machine's)\n"
+            "  --memory-limit BYTES   the task's memory, for all its peers: graphs as built, what\n"
+            "                         their steps allocate, requests waiting (suffix K, M, G;\n"
+            "                         default half the machine's)\n"
+            "  --peer-memory BYTES    a peer's share: what its graphs may allocate in all\n"
+            "                         (default half of --memory-limit)\n"
             "  --max-pending N        RunGraph requests a peer may have pending (default 64)\n"
             "  --max-running N        of those, how many run at once (default 4: half the runners)\n"
             "  --max-graphs N         graphs a peer may have registered (default 256)\n"
-            "  --max-peers-per-address N  connections from one address holding anything here\n"
-            "                         (a peer that reconnects gets fresh quotas; default 64).\n"
+            "  --max-peers-per-address N  open connections from one address holding anything\n"
+            "                         here (a closed one's graphs wait out --graph-grace; default 64).\n"
             "                         With --keys a peer is a client key, all its connections\n"
             "                         one quota (the cluster's own key: per connection)\n"
             "  --max-wait S           the longest wait of an accumulator take or token dequeue,\n"
-            "                         whatever a graph asks (default 600)\n",
+            "                         whatever a graph asks (default 600)\n"
+            "  --max-connections N    connections open at once; at the cap a new one closes the\n"
+            "                         oldest that never finished its handshake, or itself\n"
+            "                         (default: what ulimit -n allows, less 128)\n"
+            "  --graph-grace S        a peer's graphs outlive its last connection S seconds (a worker\n"
+            "                         that reconnects keeps them), then are released (default 60)\n",
             PSG_TS_MAX_LOGDIRS);
 }
 
@@ -133,11 +141,14 @@ int psg_cmd_server(int argc, char **argv) {
         else if (num_ok && x > 0 && x <= 86400 && !strcmp(a, "--peer-timeout")) peer_timeout = x;
         else if (!strcmp(a, "--logdir") && n_logdirs < PSG_TS_MAX_LOGDIRS) logdirs[n_logdirs++] = v;
         else if (!strcmp(a, "--memory-limit") && parse_bytes(v, &lim.memory_bytes) == 0) {}
+        else if (!strcmp(a, "--peer-memory") && parse_bytes(v, &lim.peer_memory_bytes) == 0) {}
         else if (num_ok && x >= 1 && !strcmp(a, "--max-pending")) lim.max_pending_per_peer = (int)x;
         else if (num_ok && x >= 1 && !strcmp(a, "--max-running")) lim.max_running_per_peer = (int)x;
         else if (num_ok && x >= 1 && !strcmp(a, "--max-graphs")) lim.max_graphs_per_peer = (int)x;
         else if (num_ok && x >= 1 && !strcmp(a, "--max-peers-per-address")) lim.max_peers_per_address = (int)x;
+        else if (num_ok && x >= 1 && x <= 1e6 && !strcmp(a, "--max-connections")) lim.max_connections = (int)x;
         else if (num_ok && x > 0 && !strcmp(a, "--max-wait")) max_wait = x;
+        else if (num_ok && x > 0 && x <= 86400 && !strcmp(a, "--graph-grace")) lim.graph_grace_ms = (int64_t)(x * 1000);
         else {
             fprintf(stderr, "psgraph server: bad option '%s %s'\n", a, v);
             server_usage(stderr);
