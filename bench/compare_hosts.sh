@@ -2,7 +2,7 @@
 # `psgraph compare` on emulated hosts (tools/hosts.sh, an sshd on each) with capped links:
 # the ps on host p0, worker i on host wi, each worker's link capped at RATE (tc's units;
 # "none": uncapped), the runs started by `psgraph launch --ssh` from a host of its own.
-# Every other argument goes to compare (--variant ..., --workers W, --target A, -- ...).
+# Every other argument goes to compare (--strategy ..., --workers W, --target A, -- ...).
 # Prints compare's JSON lines (each with its "launch_args") and one line naming the links.
 # Needs root and openssh-server; skips (77) where namespaces cannot be made.
 #   bash bench/compare_hosts.sh [build/cli/psgraph] RATE [compare options...]

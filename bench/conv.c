@@ -19,7 +19,6 @@
 
 static int threads = 2;
 
-
 typedef struct {
     const char *name;
     int n, h, w, c, k, oc;
@@ -74,7 +73,7 @@ static timing_t time_callable(psg_callable_t *c, psg_tensor_t **feeds) {
 
 /* Seconds of cblas_sgemm: C (M, N) = op(A) op(B), inner dim K. */
 static timing_t time_sgemm(bool ta, bool tb, int M, int N, int K, const float *A, const float *B,
-                         float *C) {
+                           float *C) {
     double t[REPS];
     for (int r = -3; r < REPS; r++) {
         double t0 = now();
@@ -135,10 +134,13 @@ static void bench_layer(const layer_t *L) {
                "\"openblas_ms\":%.3f,\"openblas_best_ms\":%.3f,\"openblas_gflops\":%.1f,"
                "\"ratio\":%.2f,\"best_ratio\":%.2f,\"clock\":\"%s\"}\n",
                L->name, pass[p], L->n, threads, L->n, L->h, L->w, L->c, L->k, L->k, L->c, L->oc,
-               p == 2 ? K : M, p == 1 ? K : N, p == 0 ? K : p == 1 ? N : M, t.median * 1e3,
-               t.best * 1e3, flops / t.median * 1e-9, flops / t.best * 1e-9, tb.median * 1e3,
-               tb.best * 1e3, flops / tb.median * 1e-9, tb.median / t.median, tb.best / t.best,
-               threads == 1 ? "cpu" : "wall");
+               p == 2 ? K : M, p == 1 ? K : N,
+               p == 0   ? K
+               : p == 1 ? N
+                        : M,
+               t.median * 1e3, t.best * 1e3, flops / t.median * 1e-9, flops / t.best * 1e-9,
+               tb.median * 1e3, tb.best * 1e3, flops / tb.median * 1e-9, tb.median / t.median,
+               tb.best / t.best, threads == 1 ? "cpu" : "wall");
         fflush(stdout);
     }
     free(A);

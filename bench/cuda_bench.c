@@ -3,12 +3,22 @@
  * (cuBLAS, cuDNN called directly) are in ops/cuda/blas.cu and cudnn.cu. */
 #include "bench/cuda_bench.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int psg_bench_gpu_main(int argc, char **argv, const char *name, int default_iters,
                        void (*run)(int iters)) {
+    bool help = argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    if (help || (argc > 1 && atoi(argv[1]) <= 0)) {
+        fprintf(help ? stdout : stderr,
+                "usage: bench_%s [ITERS]  (default %d; one JSON line a case, psgraph beside the "
+                "CUDA library called directly; a \"skipped\" line without a GPU)\n",
+                name, default_iters);
+        return help ? 0 : 2;
+    }
     if (psg_gpu_count() <= 0 || !run) {
         printf("{\"bench\":\"%s\",\"skipped\":\"%s\"}\n", name, psg_gpu_status());
         return 0;
@@ -50,12 +60,10 @@ double psg_bench_gpu_seconds(psg_graph_t *g, int target, int iters) {
     double sec = -1;
     if (c) {
         int rc = 0;
-        for (int i = 0; i < 3 && rc == 0; i++)
-            rc = psg_callable_run(c, NULL, NULL);
+        for (int i = 0; i < 3 && rc == 0; i++) rc = psg_callable_run(c, NULL, NULL);
         if (rc == 0) rc = psg_gpu_synchronize(0);
         double t0 = now();
-        for (int i = 0; i < iters && rc == 0; i++)
-            rc = psg_callable_run(c, NULL, NULL);
+        for (int i = 0; i < iters && rc == 0; i++) rc = psg_callable_run(c, NULL, NULL);
         if (rc == 0) rc = psg_gpu_synchronize(0);
         if (rc == 0) sec = (now() - t0) / iters;
     }

@@ -9,7 +9,6 @@
 #ifdef PSG_HAVE_CUDA
 #include "ops/cuda/launch.h"
 
-
 typedef struct {
     const char *workload;
     int64_t n, h, w, c, k, oc; /* k x k, stride 1, SAME (odd k: even padding) */

@@ -8,7 +8,6 @@
 #ifdef PSG_HAVE_CUDA
 #include "ops/cuda/launch.h"
 
-
 typedef struct {
     const char *workload;
     int64_t m, k, n;

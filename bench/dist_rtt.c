@@ -13,6 +13,7 @@
 
 #include <czmq.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,12 +62,15 @@ static zsock_t *raw_socket(int type, const char *ep) {
         zcert_t *cert = zcert_load(path);
         if (cert) {
             zcert_apply(cert, z);
-            if (type == ZMQ_ROUTER) zsock_set_curve_server(z, 1);
-            else zsock_set_curve_serverkey(z, zcert_public_txt(cert));
+            if (type == ZMQ_ROUTER)
+                zsock_set_curve_server(z, 1);
+            else
+                zsock_set_curve_serverkey(z, zcert_public_txt(cert));
         }
         zcert_destroy(&cert);
     }
-    if (z && (type == ZMQ_ROUTER ? zsock_bind(z, "%s", ep) : zsock_connect(z, "%s", ep)) < 0) zsock_destroy(&z);
+    if (z && (type == ZMQ_ROUTER ? zsock_bind(z, "%s", ep) : zsock_connect(z, "%s", ep)) < 0)
+        zsock_destroy(&z);
     return z;
 }
 
@@ -101,25 +105,49 @@ static int ps_main(const char *tf_config, int raw_port) {
 static void print_line(const char *what, double *v, int n, double raw_median) {
     double med, p99;
     stats(v, n, &med, &p99);
-    printf("{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"curve\":%s,\"iters\":%d,\"psgraph_median_us\":%.1f,"
-           "\"psgraph_p99_us\":%.1f,\"raw_zmq_median_us\":%.1f,\"ratio_to_raw\":%.2f,"
-           "\"target_median_us\":150}\n",
-           what, keys_dir ? "true" : "false", n, med, p99, raw_median, med / raw_median);
+    printf(
+        "{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"curve\":%s,\"iters\":%d,\"psgraph_median_us\":%.1f,"
+        "\"psgraph_p99_us\":%.1f,\"raw_zmq_median_us\":%.1f,\"ratio_to_raw\":%.2f,"
+        "\"target_median_us\":150}\n",
+        what, keys_dir ? "true" : "false", n, med, p99, raw_median, med / raw_median);
     fflush(stdout);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bench_dist_rtt [--iters N] [--keys DIR]\n"
+            "  round trips of a one-op step and of a step with a cross-process Recv through\n"
+            "  the task server (a forked ps task), beside raw ZeroMQ; one JSON line each\n"
+            "  --iters N   round trips a measure (default 3000, at least 10)\n"
+            "  --keys DIR  the cluster's CURVE keys (psgraph keygen DIR): every connection speaks\n"
+            "              CURVE, the raw one too\n");
 }
 
 int main(int argc, char **argv) {
     int iters = 3000;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--iters")) iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--keys")) keys_dir = argv[++i];
+    for (int i = 1; i < argc; i++) {
+        bool has_value = i + 1 < argc;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--iters") && has_value) {
+            iters = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--keys") && has_value) {
+            keys_dir = argv[++i];
+        } else {
+            fprintf(stderr, "bench_dist_rtt: unexpected '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
     if (iters < 10) iters = 10;
     int ps_port = free_port(), w_port = free_port(), raw_port = free_port();
     char cfg[1400];
     snprintf(cfg, sizeof cfg,
              "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, "
              "\"task\": {\"type\": \"%%s\", \"index\": 0}%s%s%s}",
-             ps_port, w_port, keys_dir ? ", \"keys\": \"" : "", keys_dir ? keys_dir : "", keys_dir ? "\"" : "");
+             ps_port, w_port, keys_dir ? ", \"keys\": \"" : "", keys_dir ? keys_dir : "",
+             keys_dir ? "\"" : "");
     char ps_cfg[1500], w_cfg[1500];
     snprintf(ps_cfg, sizeof ps_cfg, cfg, "ps");
     snprintf(w_cfg, sizeof w_cfg, cfg, "worker");
@@ -140,8 +168,9 @@ int main(int argc, char **argv) {
     psg_endpoint_t k = psg_const_scalar(g, "k", 3.0f);
     psg_graph_pop_device(g);
     psg_shape_t s = psg_shape_1d(256);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
-    psg_endpoint_t rd = psg_read_variable(g, "rd", w);   /* on the ps */
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t rd = psg_read_variable(g, "rd", w);      /* on the ps */
     psg_endpoint_t on_w = psg_identity(g, "on_worker", rd); /* on the worker: a Recv */
     psg_graph_pop_device(g);
     psg_dist_session_options_t o = {.cluster = c, .server = ts, .step_timeout_ms = 10000};

@@ -43,7 +43,8 @@ static size_t mutate(const seed_t *seeds, int ns, unsigned *r, uint8_t *out) {
     size_t n = a->n;
     memcpy(out, a->b, n);
     /* mostly one small change, so that most still parse and reach the planner and kernels */
-    for (int k = 0, rounds = 1 + (rand_r(r) % 4 ? 0 : (int)(rand_r(r) % 3)); k < rounds && n > 0; k++) {
+    for (int k = 0, rounds = 1 + (rand_r(r) % 4 ? 0 : (int)(rand_r(r) % 3)); k < rounds && n > 0;
+         k++) {
         switch (rand_r(r) % 8) {
         case 6:
         case 7: /* a byte one up or down: a dim, an index, a count, a letter of a name */
@@ -51,11 +52,11 @@ static size_t mutate(const seed_t *seeds, int ns, unsigned *r, uint8_t *out) {
             break;
         case 0:
         case 1: /* flip a byte, often to a small or a boundary value */
-            out[rand_r(r) % n] = rand_r(r) % 2 ? (uint8_t)rand_r(r) : (uint8_t[]){0, 1, 0x7f, 0x80, 0xff, 0xcc}[rand_r(r) % 6];
+            out[rand_r(r) % n] = rand_r(r) % 2
+                                     ? (uint8_t)rand_r(r)
+                                     : (uint8_t[]){0, 1, 0x7f, 0x80, 0xff, 0xcc}[rand_r(r) % 6];
             break;
-        case 2: /* cut */
-            n = rand_r(r) % n + 1;
-            break;
+        case 2: /* cut */ n = rand_r(r) % n + 1; break;
         case 3: { /* splice b's tail in */
             size_t at = rand_r(r) % n, from = rand_r(r) % b->n, len = b->n - from;
             if (at + len > MAX_BYTES) len = MAX_BYTES - at;
@@ -74,7 +75,8 @@ static size_t mutate(const seed_t *seeds, int ns, unsigned *r, uint8_t *out) {
         }
         default: /* a 32-bit number somewhere: sizes, counts */
             if (n >= 4) {
-                uint32_t v = (uint32_t[]){0, 1, 0xffffffffu, 1u << 20, 1u << 30, 200000}[rand_r(r) % 6];
+                uint32_t v =
+                    (uint32_t[]){0, 1, 0xffffffffu, 1u << 20, 1u << 30, 200000}[rand_r(r) % 6];
                 memcpy(out + rand_r(r) % (n - 3), &v, 4);
             }
         }
@@ -88,7 +90,8 @@ typedef struct {
 
 /* One pair: a mutation registered through c with the targets and Placeholder feeds a client
  * would give (when it parses here), run, deregistered. */
-static void one_pair(psg_client_t *c, const seed_t *seeds, int ns, unsigned *r, uint8_t *buf, int i, tally_t *t) {
+static void one_pair(psg_client_t *c, const seed_t *seeds, int ns, unsigned *r, uint8_t *buf, int i,
+                     tally_t *t) {
     /* a mutation that still parses here, most of the time (up to 16 tries; every 4th pair as
      * it comes): the server's planner and kernels see it, not only its parser */
     size_t n = 0;
@@ -104,7 +107,8 @@ static void one_pair(psg_client_t *c, const seed_t *seeds, int ns, unsigned *r, 
     for (int k = 0; k < nn; k++) {
         targets[k] = k;
         const psg_node_t *node = g ? psg_graph_node(g, k) : NULL;
-        if (!node || strcmp(psg_node_op(node), "Placeholder") || psg_node_num_outputs(node) != 1) continue;
+        if (!node || strcmp(psg_node_op(node), "Placeholder") || psg_node_num_outputs(node) != 1)
+            continue;
         const psg_shape_t *s = psg_node_output_shape(node, 0);
         if (psg_shape_is_complete(s) && psg_shape_numel(s) < (1 << 20) &&
             (values[nf] = psg_tensor_zeros(psg_node_output_dtype(node, 0), s)))
@@ -112,7 +116,11 @@ static void one_pair(psg_client_t *c, const seed_t *seeds, int ns, unsigned *r, 
     }
     psg_graph_destroy(&g);
     psg_req_t reg = {.type = PSG_REQ_REGISTER_GRAPH,
-                     .u.reg = {.graph = (char *)buf, .len = n, .n_feeds = nf, .feeds = feeds, .n_targets = nn,
+                     .u.reg = {.graph = (char *)buf,
+                               .len = n,
+                               .n_feeds = nf,
+                               .feeds = feeds,
+                               .n_targets = nn,
                                .targets = targets}};
     psg_msg_t *m = psg_req_encode(&reg), *rep = m ? psg_client_call(c, &m, 60000) : NULL;
     psg_rep_t rr;
@@ -122,7 +130,9 @@ static void one_pair(psg_client_t *c, const seed_t *seeds, int ns, unsigned *r, 
     psg_msg_destroy(&rep);
     if (h) {
         t->registered++;
-        psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = i + 1, .u.run = {.handle = h, .n_feeds = nf, .feeds = values}};
+        psg_req_t run = {.type = PSG_REQ_RUN_GRAPH,
+                         .step = i + 1,
+                         .u.run = {.handle = h, .n_feeds = nf, .feeds = values}};
         m = psg_req_encode(&run);
         rep = m ? psg_client_call(c, &m, 60000) : NULL;
         t->ran += rep != NULL;
@@ -151,8 +161,10 @@ static int load_seeds(const char *dir, seed_t *seeds) {
         seeds[ns].b = malloc(MAX_BYTES);
         seeds[ns].n = f && seeds[ns].b ? fread(seeds[ns].b, 1, MAX_BYTES, f) : 0;
         if (f) fclose(f);
-        if (seeds[ns].n) ns++;
-        else free(seeds[ns].b);
+        if (seeds[ns].n)
+            ns++;
+        else
+            free(seeds[ns].b);
     }
     if (d) closedir(d);
     return ns;
@@ -160,7 +172,9 @@ static int load_seeds(const char *dir, seed_t *seeds) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench_hostile_graphs PSGRAPH_EXE CORPUS_DIR [PAIRS] [MEMORY_LIMIT] [SERVER_LOG]\n");
+        fprintf(
+            stderr,
+            "usage: bench_hostile_graphs PSGRAPH_EXE CORPUS_DIR [PAIRS] [MEMORY_LIMIT] [SERVER_LOG]\n");
         return 2;
     }
     int pairs = argc > 3 ? atoi(argv[3]) : 100000;
@@ -169,11 +183,13 @@ int main(int argc, char **argv) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_bench_hostile_graphs_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     snprintf(logdir, sizeof logdir, "%s/logdir", tmpdir);
-    snprintf(server_log, sizeof server_log, "%s", argc > 5 ? argv[5] : "/tmp/psg_hostile_graphs_ps.log");
+    snprintf(server_log, sizeof server_log, "%s",
+             argc > 5 ? argv[5] : "/tmp/psg_hostile_graphs_ps.log");
     signal(SIGPIPE, SIG_IGN);
     seed_t seeds[MAX_SEEDS];
     int ns = load_seeds(argv[2], seeds);
-    const char *args[] = {"--memory-limit", limit, "--max-wait", "1", "--recv-timeout", "1", "--idle-timeout", "3600", NULL};
+    const char *args[] = {"--memory-limit", limit,  "--max-wait", "1", "--recv-timeout", "1",
+                          "--idle-timeout", "3600", NULL};
     if (!ns || start_server_argv(args) < 0) {
         fprintf(stderr, "no seeds in %s, or the server did not start\n", argv[2]);
         return 1;
@@ -192,27 +208,30 @@ int main(int argc, char **argv) {
         double rss = server_rss_mb();
         if (rss > rss_max) rss_max = rss;
         if (peak > worst_peak) worst_peak = peak;
-        printf("{\"bench\":\"hostile_graphs_progress\",\"pairs\":%d,\"registered\":%lld,\"ran\":%lld,"
-               "\"rss_mb\":%.1f,\"held_bytes\":%lld,\"peak_bytes\":%lld}\n",
-               i + 1, t.registered, t.ran, rss, held, peak);
+        printf(
+            "{\"bench\":\"hostile_graphs_progress\",\"pairs\":%d,\"registered\":%lld,\"ran\":%lld,"
+            "\"rss_mb\":%.1f,\"held_bytes\":%lld,\"peak_bytes\":%lld}\n",
+            i + 1, t.registered, t.ran, rss, held, peak);
         fflush(stdout);
     }
     sleep(3); /* every wait a request started (--max-wait 1, --recv-timeout 1) has ended */
     inspect(watch, &held, &peak);
     double rss_end = server_rss_mb();
     int up = waitpid(server_pid, NULL, WNOHANG) == 0;
-    printf("{\"bench\":\"hostile_graphs\",\"pairs\":%d,\"seeds\":%d,\"registered\":%lld,\"ran\":%lld,"
-           "\"run_failed\":%lld,\"refused\":%lld,\"lost\":%lld,\"rss_start_mb\":%.1f,\"rss_max_mb\":%.1f,"
-           "\"rss_end_mb\":%.1f,\"rss_growth_mb\":%.1f,\"held_end_bytes\":%lld,\"peak_bytes\":%lld,"
-           "\"memory_limit\":\"%s\",\"server_up\":%s,\"targets\":\"rss +50 MB, peak <= limit\"}\n",
-           done, ns, t.registered, t.ran, t.run_failed, t.refused, t.lost, rss0, rss_max, rss_end, rss_end - rss0,
-           held, peak > worst_peak ? peak : worst_peak, limit, up ? "true" : "false");
+    printf(
+        "{\"bench\":\"hostile_graphs\",\"pairs\":%d,\"seeds\":%d,\"registered\":%lld,\"ran\":%lld,"
+        "\"run_failed\":%lld,\"refused\":%lld,\"lost\":%lld,\"rss_start_mb\":%.1f,\"rss_max_mb\":%.1f,"
+        "\"rss_end_mb\":%.1f,\"rss_growth_mb\":%.1f,\"held_end_bytes\":%lld,\"peak_bytes\":%lld,"
+        "\"memory_limit\":\"%s\",\"server_up\":%s,\"targets\":\"rss +50 MB, peak <= limit\"}\n",
+        done, ns, t.registered, t.ran, t.run_failed, t.refused, t.lost, rss0, rss_max, rss_end,
+        rss_end - rss0, held, peak > worst_peak ? peak : worst_peak, limit, up ? "true" : "false");
     psg_client_destroy(&c);
     psg_client_destroy(&watch);
     int st = 0;
     pid_t w = sigterm_and_wait(server_pid, "hostile_graphs_sigterm", &st);
     printf("{\"bench\":\"hostile_graphs_exit\",\"exited\":%s,\"status\":%d}\n",
-           w == server_pid && WIFEXITED(st) ? "true" : "false", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+           w == server_pid && WIFEXITED(st) ? "true" : "false",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     for (int i = 0; i < ns; i++) free(seeds[i].b);
     free(buf);
     char cmd[400];

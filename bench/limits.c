@@ -37,11 +37,12 @@ static int parse_cluster(const char *s) {
 /* Python's json.loads on the same file, best of 3, in ms (-1 without python3). */
 static double python_ms(const char *path) {
     char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "python3 -c 'import json,sys,time; s=open(sys.argv[1]).read(); b=9\n"
-             "for _ in range(3):\n t=time.perf_counter(); json.loads(s); b=min(b,time.perf_counter()-t)\n"
-             "print(b*1e3)' %s 2>/dev/null",
-             path);
+    snprintf(
+        cmd, sizeof cmd,
+        "python3 -c 'import json,sys,time; s=open(sys.argv[1]).read(); b=9\n"
+        "for _ in range(3):\n t=time.perf_counter(); json.loads(s); b=min(b,time.perf_counter()-t)\n"
+        "print(b*1e3)' %s 2>/dev/null",
+        path);
     FILE *p = popen(cmd, "r");
     double ms = -1;
     if (p && fscanf(p, "%lf", &ms) != 1) ms = -1;
@@ -56,9 +57,10 @@ static void report(const char *what, const char *s, size_t len, int (*fn)(const 
     if (f) fwrite(s, 1, len, f), fclose(f);
     double ms = best_of(3, fn, s) * 1e3, py = f ? python_ms(path) : -1;
     unlink(path);
-    printf("{\"bench\":\"parse\",\"input\":\"%s\",\"bytes\":%zu,\"psgraph_ms\":%.2f,\"python_json_ms\":%.2f,"
-           "\"ratio\":%.2f,\"target_ms\":50,\"note\":\"best of 3; the machine is shared\"}\n",
-           what, len, ms, py, py > 0 ? py / ms : 0);
+    printf(
+        "{\"bench\":\"parse\",\"input\":\"%s\",\"bytes\":%zu,\"psgraph_ms\":%.2f,\"python_json_ms\":%.2f,"
+        "\"ratio\":%.2f,\"target_ms\":50,\"note\":\"best of 3; the machine is shared\"}\n",
+        what, len, ms, py, py > 0 ? py / ms : 0);
 }
 
 int main(void) {
@@ -71,7 +73,8 @@ int main(void) {
     int m = 20000;
     p = s;
     p += sprintf(p, "{\"cluster\":{\"worker\":[");
-    for (int i = 0; i < m; i++) p += sprintf(p, "%s\"10.%d.%d.1:2222\"", i ? "," : "", i / 256, i % 256);
+    for (int i = 0; i < m; i++)
+        p += sprintf(p, "%s\"10.%d.%d.1:2222\"", i ? "," : "", i / 256, i % 256);
     p += sprintf(p, "]}}");
     report("cluster_20k_addresses", s, (size_t)(p - s), parse_cluster);
     free(s);

@@ -13,29 +13,12 @@ psgraph=$(realpath "${1:-$root/build/cli/psgraph}")
 rounds=${2:-3}
 . "$root/tools/hosts.sh"
 . "$root/tests/hosts_sshd.sh"
+. "$root/bench/start_time.sh"
 hosts_init || exit 77
 sshd_setup || exit 77
 hosts_up ctl h1 h2 h3 h4 h5 || exit 1
 sshd_start h1 h2 h3 h4 h5 || exit 1
 
-# seconds from the launcher's start until 5 tasks said they are up; then Ctrl-C
-time_up() {
-  python3 - "$@" <<'PY'
-import signal, subprocess, sys, time
-t0 = time.monotonic()
-p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-up, took = set(), None
-for line in p.stdout:
-    tag = line.split("]", 1)[0]
-    if "serving on" in line or line.rstrip().endswith("] up"):
-        up.add(tag)
-    if len(up) == 5 and took is None:
-        took = time.monotonic() - t0
-        p.send_signal(signal.SIGINT)
-p.wait()
-print(f"{took:.3f}" if took is not None else "null")
-PY
-}
 # seconds for 5 bare `ssh HOST true` at once (the sessions alone)
 ssh_alone() {
   hosts_exec ctl bash -c "s=\$(date +%s%N); for h in h1 h2 h3 h4 h5; do ssh -F '$SSH_CONFIG' \$h true & done; wait;
@@ -44,14 +27,14 @@ ssh_alone() {
 task=(sh -c 'echo up; exec sleep 60')
 best_local= best_ssh= best_bare=
 for r in $(seq "$rounds"); do
-  local_s=$(hosts_exec ctl bash -c "$(declare -f time_up); time_up \"\$@\"" _ \
+  local_s=$(hosts_exec ctl bash -c "$(declare -f time_up); time_up 5 \"\$@\"" _ \
     "$psgraph" launch --transport tcp --ps 1 --workers 4 -- "${task[@]}")
-  ssh_s=$(hosts_exec ctl bash -c "$(declare -f time_up); time_up \"\$@\"" _ \
+  ssh_s=$(hosts_exec ctl bash -c "$(declare -f time_up); time_up 5 \"\$@\"" _ \
     "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts h1,h2,h3,h4,h5 --ps 1 --workers 4 -- "${task[@]}")
   bare_s=$(ssh_alone)
   echo "{\"bench\":\"ssh_start\",\"round\":$r,\"tasks\":5,\"local_s\":$local_s,\"ssh_s\":$ssh_s,\"bare_ssh5_s\":$bare_s,\"load\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
-  best_bare=$(python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x not in ('', 'null')]; print(min(v) if v else 'null')" $best_bare $bare_s)
-  best_local=$(python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x not in ('', 'null')]; print(min(v) if v else 'null')" $best_local $local_s)
-  best_ssh=$(python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x not in ('', 'null')]; print(min(v) if v else 'null')" $best_ssh $ssh_s)
+  best_bare=$(best_of $best_bare $bare_s)
+  best_local=$(best_of $best_local $local_s)
+  best_ssh=$(best_of $best_ssh $ssh_s)
 done
-echo "{\"bench\":\"ssh_start_best\",\"rounds\":$rounds,\"local_s\":$best_local,\"ssh_s\":$best_ssh,\"ssh_over_local_s\":$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 3) if 'null' not in sys.argv[1:] else 'null')" "$best_local" "$best_ssh"),\"bare_ssh5_s\":$best_bare,\"bar_s\":1.0}"
+echo "{\"bench\":\"ssh_start_best\",\"rounds\":$rounds,\"local_s\":$best_local,\"ssh_s\":$best_ssh,\"ssh_over_local_s\":$(over "$best_local" "$best_ssh"),\"bare_ssh5_s\":$best_bare,\"bar_s\":1.0}"

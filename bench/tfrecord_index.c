@@ -62,10 +62,12 @@ static int bench(int64_t size, int rounds) {
         if (t2 - t1 < scan) scan = t2 - t1;
     }
     close(fd);
-    printf("{\"bench\":\"tfrecord_index\",\"bytes\":%lld,\"records\":%lld,\"records_per_offset_scan\":%lld,"
-           "\"rolled_crc_ms\":%.3f,\"per_offset_crc_ms\":%.3f,\"speedup\":%.2f,\"note\":\"best of %d, "
-           "alternated; garbage with 4 valid records; the machine is shared\"}\n",
-           (long long)size, (long long)found, (long long)scanned, rolled * 1e3, scan * 1e3, scan / rolled, rounds);
+    printf(
+        "{\"bench\":\"tfrecord_index\",\"bytes\":%lld,\"records\":%lld,\"records_per_offset_scan\":%lld,"
+        "\"rolled_crc_ms\":%.3f,\"per_offset_crc_ms\":%.3f,\"speedup\":%.2f,\"note\":\"best of %d, "
+        "alternated; garbage with 4 valid records; the machine is shared\"}\n",
+        (long long)size, (long long)found, (long long)scanned, rolled * 1e3, scan * 1e3,
+        scan / rolled, rounds);
     free(b);
     free(copy);
     return found == scanned ? 0 : -1;

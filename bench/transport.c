@@ -243,7 +243,8 @@ static double throughput(peer_t *p, int mode, size_t size, psg_tensor_t *t) {
 
 /* MB/s of n (peer, mode) pairs at `size` into best[]: the best of 3 rounds, in each of
  * which every pair runs once, in turn. -1 when a transfer fails. */
-static int throughput_alternating(peer_t **p, const int *mode, int n, size_t size, psg_tensor_t *t, double *best) {
+static int throughput_alternating(peer_t **p, const int *mode, int n, size_t size, psg_tensor_t *t,
+                                  double *best) {
     int iters = round_iters(size);
     for (int k = 0; k < n; k++) {
         best[k] = 0;
@@ -282,18 +283,20 @@ static void rtt(peer_t *p, int iters, bool curve) {
     }
     for (int k = 0; k < 2; k++) qsort(lat[k], (size_t)iters, sizeof(double), cmp_double);
     int p50 = iters / 2, p99 = iters * 99 / 100;
-    printf("{\"bench\":\"transport\",\"op\":\"rtt\",\"curve\":%s,\"iters\":%d,\"psgraph_us_median\":%.1f,"
-           "\"psgraph_us_p99\":%.1f,\"raw_us_median\":%.1f,\"raw_us_p99\":%.1f,"
-           "\"ratio_median\":%.2f}\n",
-           curve ? "true" : "false", iters, lat[0][p50], lat[0][p99], lat[1][p50], lat[1][p99], lat[0][p50] / lat[1][p50]);
+    printf(
+        "{\"bench\":\"transport\",\"op\":\"rtt\",\"curve\":%s,\"iters\":%d,\"psgraph_us_median\":%.1f,"
+        "\"psgraph_us_p99\":%.1f,\"raw_us_median\":%.1f,\"raw_us_p99\":%.1f,"
+        "\"ratio_median\":%.2f}\n",
+        curve ? "true" : "false", iters, lat[0][p50], lat[0][p99], lat[1][p50], lat[1][p99],
+        lat[0][p50] / lat[1][p50]);
     free(lat[0]);
     free(lat[1]);
 }
 
 /* Connects a peer to the server process's psgraph server and raw ROUTER; a CURVE client of
  * the cluster of curve_dir when it is not NULL. */
-static int peer_open(peer_t *p, const int *ports, const psg_wire_opts_t *opts, const char *curve_dir,
-                     psg_curve_keys_t **keys) {
+static int peer_open(peer_t *p, const int *ports, const psg_wire_opts_t *opts,
+                     const char *curve_dir, psg_curve_keys_t **keys) {
     memset(p, 0, sizeof *p);
     psg_wire_opts_t o = *opts;
     if (curve_dir && !(o.keys = *keys = psg_curve_keys_load(curve_dir, NULL))) return -1;
@@ -357,11 +360,12 @@ static int measure(peer_t *plain, peer_t *curve, int dir, size_t size, psg_tenso
                "\"chunk_above\":%zu,\"psgraph_MBps\":%.0f,\"raw_MBps\":%.0f,\"ratio\":%.2f}\n",
                op, size, opts->chunk_bytes, opts->chunk_above, ps, raw, ps / raw);
     else
-        printf("{\"bench\":\"transport\",\"op\":\"%s\",\"curve\":true,\"rounds\":\"best of 3, alternating\",\"bytes\":%zu,"
-               "\"psgraph_curve_MBps\":%.0f,\"raw_curve_MBps\":%.0f,\"ratio\":%.2f,"
-               "\"psgraph_plain_MBps\":%.0f,\"raw_plain_MBps\":%.0f,\"curve_cost_psgraph\":%.2f,"
-               "\"curve_cost_raw\":%.2f}\n",
-               op, size, cps, craw, cps / craw, ps, raw, ps / cps, raw / craw);
+        printf(
+            "{\"bench\":\"transport\",\"op\":\"%s\",\"curve\":true,\"rounds\":\"best of 3, alternating\",\"bytes\":%zu,"
+            "\"psgraph_curve_MBps\":%.0f,\"raw_curve_MBps\":%.0f,\"ratio\":%.2f,"
+            "\"psgraph_plain_MBps\":%.0f,\"raw_plain_MBps\":%.0f,\"curve_cost_psgraph\":%.2f,"
+            "\"curve_cost_raw\":%.2f}\n",
+            op, size, cps, craw, cps / craw, ps, raw, ps / cps, raw / craw);
     fflush(stdout);
     return 0;
 }
@@ -468,9 +472,12 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
-            fprintf(stderr, "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
-                            "[--rtt-iters N] [--only push|pull] [--curve] [--server-netns PATH --server-ip IP]\n");
-            return 2;
+            bool help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(
+                help ? stdout : stderr,
+                "usage: transport [--sizes N,N...] [--chunk BYTES] [--chunk-above BYTES] [--sweep-chunk] "
+                "[--rtt-iters N] [--only push|pull] [--curve] [--server-netns PATH --server-ip IP]\n");
+            return help ? 0 : 2;
         }
     }
     if (curve) {

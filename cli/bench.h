@@ -1,44 +1,26 @@
-/* `psgraph bench inception3`'s options, shared by its command line
- * (cli/bench_cmd.c: parsing, checks, starting a local cluster) and its run
- * (cli/bench_run.c: one process, towers, or one worker task of a cluster). */
+/* `psgraph bench inception3`'s options (cli/bench_cmd.c: parsing, checks, starting a
+ * local cluster): the training loop's config (psg_train, with .bench set) and what only
+ * the command has. */
 #ifndef PSGRAPH_CLI_BENCH_H
 #define PSGRAPH_CLI_BENCH_H
 
-#include "psgraph/tfrecord.h"
-#include "psgraph/sync_replicas.h"
+#include "cli/commands.h"
+#include "psgraph/trainer.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define BENCH_MAX_STRAGGLERS 32
-
 typedef struct {
-    int batch, steps, warmup, image_size, classes, threads, log_every, decode_threads;
-    int workers, ps, backups, towers; /* workers 0: not given */
-    bool aux, print_model, forward_only;
-    const char *device, *data, *data_dir, *step_times;
-    bool plain_sgd;    /* --optimizer sgd: the PyTorch peer's plain SGD, no EMA, no weight decay */
-    const char *trace; /* --trace FILE: a Chrome trace of the timed steps (one process) */
-    bool op_profile;   /* --op-profile: time by op type over the timed steps (one process) */
-    const char *precision; /* f32 | mixed | mixed-f16 (psgraph/precision.h); NULL: f32 */
-    psg_tfrecord_compression_t compression; /* of the ImageNet shards: auto (detected) */
-    double lr;
-    uint64_t seed;
-    /* a worker task of a cluster: TF_CONFIG, or cluster_file with job and task */
-    const char *cluster_file, *job;
-    int task;
-    int64_t step_timeout_ms;
-    const char *stragglers[BENCH_MAX_STRAGGLERS]; /* --straggler specs (sync/straggler.c) */
-    int num_stragglers;
-    const char *sync;           /* --sync NAME; NULL: sync, or async for one worker and no b */
-    psg_sync_options_t sync_opt; /* the strategies' own options (sync/strategies.c) */
+    psg_train_config_t c; /* the loop's; c.steps: the timed steps (c.bench_warmup more run) */
+    int workers, ps;      /* a local cluster: W (0: not given) + c.backup_workers, P */
+    bool print_model;
+    const char *trace;         /* --trace FILE: the timed steps' ops (one process) */
+    psg_cli_list_t stragglers; /* --straggler specs (sync/straggler.c) */
 } psg_bench_opts_t;
 
-/* Runs the benchmark as *o says, in this process: alone (towers when
- * o->towers > 1 or on a GPU), or as the worker task of a cluster when one
- * is given (TF_CONFIG or o->cluster_file). Prints progress and the final
- * JSON line (the chief); cmd names the command in messages. Returns the
- * exit code (0, or 1 after printing the error). */
-int psg_bench_run(const psg_bench_opts_t *o, const char *cmd);
+/* Prints Inception-v3's size for c (image size, classes, aux head): parameters and
+ * multiply-adds, and a JSON line; or (keras_names) a JSON object of its variables' slim
+ * names and their Keras names. Returns 0, or -1 with the error set. */
+int psg_cli_print_inception3(const psg_train_config_t *c, bool keras_names);
 
 #endif

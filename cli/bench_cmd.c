@@ -1,9 +1,10 @@
 /* `psgraph bench inception3`'s command line, as tf_cnn_benchmarks: the
  * options and their checks, and with --ps/--workers and no cluster given, a
- * local cluster of this binary's tasks (psg_launch_local); also what
- * `psgraph train --model inception3` runs. The run itself is bench_run.c. */
+ * local cluster of this binary's tasks (psg_launch_local). The run is the
+ * training loop's (psg_train, worker/trainer.c) with its benchmark side on. */
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "psgraph/psgraph.h"
 
 #include <errno.h>
@@ -13,191 +14,84 @@
 #include <unistd.h>
 
 static void usage(FILE *f, const char *cmd) {
-    fprintf(f,
-            "usage: psgraph %s [options]\n"
-            "  --batch B             images per step (default 32)\n"
-            "  --steps N             timed steps (default 10)\n"
-            "  --warmup W            untimed steps first (default 2)\n"
-            "  --image-size S        input height and width, >= 75 (default 299)\n"
-            "  --classes C           (default 1000)\n"
-            "  --aux                 with the auxiliary head\n"
-            "  --forward-only        inference steps (no gradients)\n"
-            "  --data synthetic|imagenet   (default synthetic: one random batch, made once)\n"
-            "  --data-dir DIR        ImageNet TFRecord shards (train-*)\n"
-            "  --compression auto|none|gzip|zlib  of the shards (default auto: from each file's first bytes)\n"
-            "  --decode-threads T    JPEG decode threads (default 2)\n"
-            "  --threads T           compute threads (default: the cores)\n"
-            "  --lr X                initial learning rate (default 0.045)\n"
-            "  --optimizer rmsprop|sgd  rmsprop: the paper's recipe, with a moving average of the\n"
-            "                        weights and weight decay (default); sgd: plain SGD, neither\n"
-            "                        (the PyTorch peer's, for bench/inception3.sh)\n"
-            "  --seed S              (default 1)\n"
-            "  --log-every N         a progress line every N steps (default 1)\n"
-            "  --step-times FILE     write each timed step's milliseconds, one a line\n"
-            "                        (input to psgraph simulate --samples)\n"
-            "  --trace FILE          write a Chrome trace of the timed steps: each op's time\n"
-            "  --op-profile          print where the timed steps' time goes, a JSON line an op\n"
-            "                        type (time, share of the step, GFLOP, TFLOP/s); on a GPU\n"
-            "                        each GPU node waits for its kernels (device times, slower steps)\n"
-            "  --print-model         print parameters and multiply-adds, then exit\n"
-            "  --device cpu|gpu      (default cpu; gpu without a GPU runs on the CPU, with a note)\n"
-            "  --precision P         f32 (default), mixed (bf16 products, f32 variables) or\n"
-            "                        mixed-f16 (f16 products, loss scale 1024): docs/mixed_precision.md\n"
-            "  --towers K            K model copies in this process, each on B/K images, their\n"
-            "                        gradients averaged in-graph (on --device's devices)\n"
-            "a cluster (variables on the ps tasks; one worker: async, else sync replicas):\n"
-            "  --ps P --workers W    without TF_CONFIG or --cluster: starts P ps tasks and W workers\n"
-            "                        on this host (as psgraph launch); the chief prints the job's\n"
-            "                        images/sec (W x batch a global step) and the final JSON line\n"
-            "  --backup-workers b    b more workers; each step takes the first W of the W + b\n"
-            "                        gradients and drops the rest (default 0)\n"
-            "  --straggler SPEC      delay workers each step (repeatable; docs/sync.md)\n"
-            "  --sync NAME           the strategy (default sync; async for one worker and no b) and its\n"
-            "                        options, as psgraph train's (psgraph train --help)\n"
-            "  --step-timeout S      a distributed step fails after S seconds (default 300)\n"
-            "  --cluster FILE --job worker --task I   run as that task (or TF_CONFIG set)\n",
-            cmd);
-}
-
-static int num(const char *opt, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "psgraph: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    fprintf(f, "usage: psgraph %s [options]\n", cmd);
+    psg_cli_print_help(PSG_CLI_BENCH, f, 21);
 }
 
 /* The combinations that make no sense, named. */
 static int check(const psg_bench_opts_t *o) {
-    bool given = o->cluster_file || getenv("TF_CONFIG"); /* run as one task of it */
-    bool cluster = given || o->ps > 0 || o->workers > 1 || o->backups > 0;
-    if (strcmp(o->device, "cpu") && strcmp(o->device, "gpu"))
-        return psg_error_set("--device: '%s' is not cpu or gpu", o->device);
-    psg_dtype_t compute;
-    if (o->precision && psg_precision_parse(o->precision, &compute) < 0) return psg_error_wrap("--precision");
-    if (o->towers > o->batch)
-        return psg_error_set("--towers %d is more than --batch %d: each tower needs at least one image",
-                             o->towers, o->batch);
-    if (o->cluster_file && !o->job)
-        return psg_error_set("--cluster %s needs --job worker --task I", o->cluster_file);
-    if (!given && (o->workers > 1 || o->backups > 0) && o->ps < 1)
+    const psg_train_config_t *c = &o->c;
+    bool given = c->cluster_file || psg_cluster_env_given(); /* run as one task of it */
+    bool cluster = given || o->ps > 0 || o->workers > 1 || c->backup_workers > 0;
+    if (c->towers > c->batch)
+        return psg_error_set(
+            "--towers %d is more than --batch %d: each tower needs at least one image", c->towers,
+            c->batch);
+    if (c->cluster_file && !c->job)
+        return psg_error_set("--cluster %s needs --job worker --task I", c->cluster_file);
+    if (!given && (o->workers > 1 || c->backup_workers > 0) && o->ps < 1)
         return psg_error_set(
             "--workers %d --backup-workers %d need --ps P >= 1: the variables live "
             "on the ps tasks",
-            o->workers > 0 ? o->workers : 1, o->backups);
-    if (cluster && o->forward_only)
-        return psg_error_set("--forward-only runs in one process (a cluster trains)");
-    if (cluster && o->trace) return psg_error_set("--trace is of one process (psgraph train --trace traces a cluster)");
-    if (cluster && o->op_profile) return psg_error_set("--op-profile is of one process");
-    if (o->trace && o->op_profile) return psg_error_set("--trace and --op-profile: one at a time (both time each op)");
-    if (cluster && o->step_times)
+            o->workers > 0 ? o->workers : 1, c->backup_workers);
+    if (c->forward_only && (cluster || c->towers > 1))
+        return psg_error_set("--forward-only runs in one process (a cluster trains), one tower");
+    if (cluster && o->trace)
+        return psg_error_set("--trace is of one process (psgraph train --trace traces a cluster)");
+    if (cluster && c->op_profile) return psg_error_set("--op-profile is of one process");
+    if (o->trace && c->op_profile)
+        return psg_error_set("--trace and --op-profile: one at a time (both time each op)");
+    if (cluster && c->step_times)
         return psg_error_set("--step-times is of one process; psgraph simulate models the cluster");
-    if (!cluster && o->num_stragglers)
+    if (!cluster && o->stragglers.n)
         return psg_error_set("--straggler delays the workers of a cluster (--ps, --workers)");
     return 0;
 }
 
-/* Parses argv[first..]; returns 0, 1 for --help (printed), 2 on a bad option. */
+/* The values given as words (the table stores them as given). */
+static int check_words(psg_bench_opts_t *o) {
+    psg_train_config_t *c = &o->c;
+    if (strcmp(c->model, "inception3")) return psg_error_set("only --model inception3 here");
+    if (c->optimizer && strcmp(c->optimizer, "rmsprop") && strcmp(c->optimizer, "sgd"))
+        return psg_error_set("--optimizer %s: rmsprop or sgd", c->optimizer);
+    if (strcmp(c->data, "synthetic") && strcmp(c->data, "imagenet"))
+        return psg_error_set("--data: unknown '%s' (synthetic, imagenet)", c->data);
+    if (!strcmp(c->data, "imagenet") && !c->data_dir)
+        return psg_error_set("--data imagenet needs --data-dir");
+    psg_cli_list_drop(&o->stragglers, "none");
+    return 0;
+}
+
+/* Parses argv[first..] (cli/option_table.c); returns 0, 1 for --help (printed), 2 on a
+ * bad option. */
 static int parse(int argc, char **argv, int first, const char *cmd, psg_bench_opts_t *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (psg_bench_opts_t){.batch = 32, .steps = 10, .warmup = 2, .image_size = 299, .classes = 1000,
-                        .threads = cores > 0 ? (int)cores : 1, .log_every = 1, .decode_threads = 2,
-                        .workers = 0, .ps = 0, .backups = 0, .towers = 1, .device = "cpu",
-                        .data = "synthetic", .lr = 0.045, .seed = 1, .step_timeout_ms = 300000};
-    psg_sync_options_defaults(&o->sync_opt);
-    for (int i = first; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout, cmd);
-            return 1;
-        }
-        if (!strcmp(a, "--aux")) { o->aux = true; continue; }
-        if (!strcmp(a, "--print-model")) { o->print_model = true; continue; }
-        if (!strcmp(a, "--forward-only")) { o->forward_only = true; continue; }
-        if (!strcmp(a, "--op-profile")) { o->op_profile = true; continue; }
-        if (strncmp(a, "--", 2) || i + 1 >= argc) {
-            fprintf(stderr, "psgraph %s: %s '%s'\n", cmd, i + 1 >= argc ? "missing value for" : "unexpected argument", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        double x = 0;
-        int rc = 0;
-        if (!strcmp(a, "--model")) {
-            if (strcmp(v, "inception3")) {
-                fprintf(stderr, "psgraph %s: only --model inception3 here\n", cmd);
-                return 2;
-            }
-        } else if (!strcmp(a, "--device")) o->device = v;
-        else if (!strcmp(a, "--precision")) o->precision = v;
-        else if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--data-dir")) o->data_dir = v;
-        else if (!strcmp(a, "--compression")) rc = psg_tfrecord_compression_parse(v, &o->compression);
-        else if (!strcmp(a, "--step-times")) o->step_times = v;
-        else if (!strcmp(a, "--trace")) o->trace = v;
-        else if (!strcmp(a, "--optimizer")) {
-            if (strcmp(v, "rmsprop") && strcmp(v, "sgd")) {
-                fprintf(stderr, "psgraph %s: --optimizer %s: rmsprop or sgd\n", cmd, v);
-                return 2;
-            }
-            o->plain_sgd = !strcmp(v, "sgd");
-        }
-        else if (!strcmp(a, "--batch")) { rc = num(a, v, 1, 1 << 16, &x); o->batch = (int)x; }
-        else if (!strcmp(a, "--steps")) { rc = num(a, v, 1, 1e9, &x); o->steps = (int)x; }
-        else if (!strcmp(a, "--warmup")) { rc = num(a, v, 0, 1e6, &x); o->warmup = (int)x; }
-        else if (!strcmp(a, "--image-size")) { rc = num(a, v, 75, 4096, &x); o->image_size = (int)x; }
-        else if (!strcmp(a, "--classes")) { rc = num(a, v, 2, 1e6, &x); o->classes = (int)x; }
-        else if (!strcmp(a, "--threads")) { rc = num(a, v, 1, 1024, &x); o->threads = (int)x; }
-        else if (!strcmp(a, "--decode-threads")) { rc = num(a, v, 1, 1024, &x); o->decode_threads = (int)x; }
-        else if (!strcmp(a, "--log-every")) { rc = num(a, v, 1, 1e9, &x); o->log_every = (int)x; }
-        else if (!strcmp(a, "--lr")) { rc = num(a, v, 1e-9, 100, &x); o->lr = x; }
-        else if (!strcmp(a, "--seed")) { rc = num(a, v, 0, 1e18, &x); o->seed = (uint64_t)x; }
-        else if (!strcmp(a, "--workers")) { rc = num(a, v, 1, 1e5, &x); o->workers = (int)x; }
-        else if (!strcmp(a, "--ps")) { rc = num(a, v, 0, 1e5, &x); o->ps = (int)x; }
-        else if (!strcmp(a, "--backup-workers")) { rc = num(a, v, 0, 1e5, &x); o->backups = (int)x; }
-        else if (!strcmp(a, "--towers")) { rc = num(a, v, 1, PSG_MAX_TOWERS, &x); o->towers = (int)x; }
-        else if (!strcmp(a, "--cluster")) o->cluster_file = v;
-        else if (!strcmp(a, "--sync")) {
-            o->sync = v;
-            if ((rc = psg_sync_strategy_check_name(v)) < 0) fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-        }
-        else if ((rc = psg_sync_option_parse(&o->sync_opt, a, v)) != 0) { /* a strategy's (sync/strategies.c) */
-            if (rc < 0) fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-            rc = rc < 0 ? -1 : 0;
-        }
-        else if (!strcmp(a, "--job")) o->job = v;
-        else if (!strcmp(a, "--task")) { rc = num(a, v, 0, 1e5, &x); o->task = (int)x; }
-        else if (!strcmp(a, "--step-timeout")) { rc = num(a, v, 0.001, 1e6, &x); o->step_timeout_ms = (int64_t)(x * 1000); }
-        else if (!strcmp(a, "--straggler")) {
-            psg_straggler_spec_t sp;
-            if (o->num_stragglers == BENCH_MAX_STRAGGLERS || psg_straggler_parse(v, &sp) < 0) {
-                fprintf(stderr, "psgraph %s: --straggler: %s\n", cmd,
-                        o->num_stragglers == BENCH_MAX_STRAGGLERS ? "at most 32" : psg_error_message());
-                return 2;
-            }
-            o->stragglers[o->num_stragglers++] = v;
-        }
-        else {
-            fprintf(stderr, "psgraph %s: unknown option '%s'\n", cmd, a);
-            usage(stderr, cmd);
-            return 2;
-        }
-        if (rc < 0) return 2;
-    }
-    if (check(o) < 0) {
-        fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
-        return 2;
-    }
-    if (strcmp(o->data, "synthetic") && strcmp(o->data, "imagenet")) {
-        fprintf(stderr, "psgraph %s: --data: unknown '%s' (synthetic, imagenet)\n", cmd, o->data);
-        return 2;
-    }
-    if (!strcmp(o->data, "imagenet") && !o->data_dir) {
-        fprintf(stderr, "psgraph %s: --data imagenet needs --data-dir\n", cmd);
-        return 2;
+    memset(o, 0, sizeof *o);
+    psg_train_config_t *c = &o->c;
+    psg_train_config_defaults(c);
+    c->model = "inception3";
+    c->data = "synthetic";
+    c->batch = 32;
+    c->steps = 10;
+    c->bench = true;
+    c->bench_warmup = 2;
+    c->threads = cores > 0 ? (int)cores : 1;
+    c->log_every = 1;
+    c->step_timeout_ms = 300000;
+    int rc = psg_cli_parse(PSG_CLI_BENCH, argc, argv, first, o, NULL);
+    if (rc == 1) usage(stdout, cmd);
+    if (rc == 0 && (check_words(o) < 0 || check(o) < 0)) rc = -1;
+    if (rc < 0) fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+    if (rc == -2) usage(stderr, cmd);
+    if (rc) return rc < 0 ? 2 : rc;
+    /* the loop runs the warm-up steps, then the timed ones; --trace traces those */
+    c->steps += c->bench_warmup;
+    c->stragglers = o->stragglers.v;
+    c->num_stragglers = o->stragglers.n;
+    if (o->trace) {
+        c->trace_path = o->trace;
+        c->trace_first = c->bench_warmup + 1;
+        c->trace_last = c->steps;
     }
     return 0;
 }
@@ -210,9 +104,9 @@ static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const 
     bool threads_given = false;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--threads")) threads_given = true;
-    int workers = (o->workers > 0 ? o->workers : 1) + o->backups;
+    int workers = (o->workers > 0 ? o->workers : 1) + o->c.backup_workers;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    char self[4096], threads[32], json[4096];
+    char self[4096], threads[32], json[16384];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) {
         fprintf(stderr, "psgraph %s: cannot find this binary: %s\n", cmd, strerror(errno));
@@ -233,28 +127,106 @@ static int launch_local(int argc, char **argv, const psg_bench_opts_t *o, const 
         args[n++] = threads;
     }
     printf("psgraph %s: a local cluster: %d ps + %d workers (%d backup), %s threads each\n", cmd,
-           o->ps, workers, o->backups, threads_given ? "--threads" : threads);
+           o->ps, workers, o->c.backup_workers, threads_given ? "--threads" : threads);
     fflush(stdout);
     /* b backup workers: the sync replicas can lose b of the workers and go on */
-    psg_launch_t l = {.ps = o->ps, .workers = workers, .cmd = args, .chief_json = json,
-                      .chief_json_size = sizeof json, .worker_failures = o->backups};
+    psg_launch_t l = {.ps = o->ps,
+                      .workers = workers,
+                      .cmd = args,
+                      .chief_json = json,
+                      .chief_json_size = sizeof json,
+                      .worker_failures = o->c.backup_workers};
     int rc = psg_launch_local(&l);
     if (rc == 0 && json[0]) printf("%s\n", json);
     free(args);
     return rc;
 }
 
-/* Runs the parsed options: a local cluster, or this process (alone or as a task). */
-static int dispatch(int argc, char **argv, const psg_bench_opts_t *o, const char *cmd) {
-    bool given = o->cluster_file || getenv("TF_CONFIG");
-    if (!given && !o->print_model && (o->ps > 0 || o->workers > 1 || o->backups > 0))
+/* The worker task of a cluster: --workers must be the cluster's (W + b of its tasks); the
+ * strategy sync, or async for one worker and no backup. */
+static int cluster_task(psg_bench_opts_t *o) {
+    psg_train_config_t *c = &o->c;
+    psg_cluster_t *cl = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
+                                        : psg_cluster_from_env();
+    if (!cl) return -1;
+    char task[64];
+    psg_task_t me = psg_cluster_task(cl);
+    psg_device_name(me.job, me.index, NULL, task, sizeof task);
+    int W = psg_cluster_num_tasks(cl, "worker") + psg_cluster_num_tasks(cl, "chief");
+    psg_cluster_destroy(&cl);
+    if (o->workers > 0 && o->workers + c->backup_workers != W)
+        return psg_error_set("%s: --workers %d --backup-workers %d: the cluster has %d worker "
+                             "tasks, not %d",
+                             task, o->workers, c->backup_workers, W,
+                             o->workers + c->backup_workers);
+    if (c->backup_workers >= W)
+        return psg_error_set("%s: --backup-workers %d: the cluster has only %d worker tasks", task,
+                             c->backup_workers, W);
+    if (!c->sync) c->sync = W > 1 || c->backup_workers > 0 ? "sync" : "async";
+    return 0;
+}
+
+/* Runs the parsed options: the model's size, a local cluster, or this process (alone or as
+ * a task) through the training loop. */
+static int dispatch(int argc, char **argv, psg_bench_opts_t *o, const char *cmd) {
+    psg_train_config_t *c = &o->c;
+    if (o->print_model) return psg_cli_print_inception3(c, false) < 0 ? 1 : 0;
+    bool given = c->cluster_file || psg_cluster_env_given();
+    if (!given && (o->ps > 0 || o->workers > 1 || c->backup_workers > 0))
         return launch_local(argc, argv, o, cmd);
-    return psg_bench_run(o, cmd);
+    psg_train_result_t r;
+    if ((given && cluster_task(o) < 0) || psg_train(c, &r) < 0) {
+        fprintf(stderr, "psgraph %s: %s\n", cmd, psg_error_message());
+        return psg_error_code() == PSG_ERR_CONFIG ? 2 : 1; /* exit 2, as server and train */
+    }
+    return 0;
+}
+
+/* {"slim name": "Keras name" or null, ...} of cfg's model. */
+static int print_keras_names(const psg_inception3_config_t *cfg) {
+    psg_inception3_name_t *p;
+    int n = psg_inception3_keras_names(cfg, &p);
+    if (n < 0) return -1;
+    printf("{");
+    for (int i = 0; i < n; i++)
+        printf(p[i].keras[0] ? "%s\"%s\":\"%s\"" : "%s\"%s\":null", i ? "," : "", p[i].slim,
+               p[i].keras);
+    printf("}\n");
+    free(p);
+    return 0;
+}
+
+int psg_cli_print_inception3(const psg_train_config_t *c, bool keras_names) {
+    psg_inception3_config_t cfg = psg_inception3_defaults();
+    cfg.image_size = c->image_size > 0 ? c->image_size : 299;
+    cfg.classes = c->classes > 0 ? c->classes : 1000;
+    cfg.aux_logits = c->aux;
+    if (keras_names) return print_keras_names(&cfg);
+    psg_graph_t *g = psg_graph_new();
+    psg_inception3_t m;
+    psg_model_stats_t s;
+    int rc =
+        g && psg_inception3_build(g, &cfg, &m) == 0 && psg_model_stats(g, NULL, &s) == 0 ? 0 : -1;
+    psg_graph_destroy(&g);
+    if (rc < 0) return -1;
+    printf("inception3: %dx%dx3 input, %d classes, auxiliary head %s\n", cfg.image_size,
+           cfg.image_size, cfg.classes, cfg.aux_logits ? "on" : "off");
+    printf("parameters: %lld (trainable %lld; batch-norm moving mean and variance %lld; "
+           "batch norm has beta only, no gamma, as Keras's conv2d_bn)\n",
+           (long long)s.params, (long long)s.trainable, (long long)(s.params - s.trainable));
+    printf("forward multiply-adds per image: %lld (%.3f G; conv and fully connected layers)\n",
+           (long long)s.macs_per_example, (double)s.macs_per_example / 1e9);
+    printf("{\"model\":\"inception3\",\"image_size\":%d,\"classes\":%d,\"aux_logits\":%s,"
+           "\"params\":%lld,\"trainable_params\":%lld,\"macs_per_image\":%lld}\n",
+           cfg.image_size, cfg.classes, cfg.aux_logits ? "true" : "false", (long long)s.params,
+           (long long)s.trainable, (long long)s.macs_per_example);
+    return 0;
 }
 
 int psg_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: psgraph bench inception3 [options] (psgraph bench inception3 --help)\n");
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: psgraph bench inception3 [options] (psgraph bench inception3 --help)\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "inception3")) {
@@ -265,11 +237,4 @@ int psg_cmd_bench(int argc, char **argv) {
     int rc = parse(argc, argv, 2, "bench inception3", &o);
     if (rc) return rc == 1 ? 0 : 2;
     return dispatch(argc, argv, &o, "bench inception3");
-}
-
-int psg_cmd_train_inception3(int argc, char **argv) {
-    psg_bench_opts_t o;
-    int rc = parse(argc, argv, 1, "train", &o);
-    if (rc) return rc == 1 ? 0 : 2;
-    return dispatch(argc, argv, &o, "train");
 }

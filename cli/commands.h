@@ -5,6 +5,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* A repeatable option's values, in the order given (NULL-terminated; cli/options.h). */
+#define PSG_CLI_LIST_MAX 64
+typedef struct {
+    const char *v[PSG_CLI_LIST_MAX + 1];
+    int n;
+} psg_cli_list_t;
+
 int psg_cmd_train(int argc, char **argv);
 int psg_cmd_server(int argc, char **argv);
 int psg_cmd_launch(int argc, char **argv);
@@ -12,28 +19,33 @@ int psg_cmd_keygen(int argc, char **argv);
 
 /* A local cluster as `psgraph launch` starts it (cli/launch_cmd.c). */
 typedef struct {
-    int ps, workers;    /* P ps tasks (`psgraph server`), W workers running cmd */
-    int port_base;      /* 0: free ports */
-    const char *host;   /* NULL: 127.0.0.1 */
-    bool tcp;           /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
-                           private folder, unless port_base or host is given */
-    bool restart;       /* --restart on-failure, at most max_restarts times */
+    int ps, workers;  /* P ps tasks (`psgraph server`), W workers running cmd */
+    int port_base;    /* 0: free ports */
+    const char *host; /* NULL: 127.0.0.1 */
+    bool tcp;         /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
+                         private folder, unless port_base or host is given */
+    bool restart;     /* --restart on-failure, at most max_restarts times */
     int max_restarts;
     int worker_failures; /* non-chief workers that may fail without stopping the job;
                             -1: the command's --backup-workers when it trains --sync sync */
-    char **cmd;         /* the workers' command, NULL-terminated */
-    char *chief_json;   /* NULL, or gets worker 0's last line that starts with '{' */
+    char **cmd;          /* the workers' command, NULL-terminated */
+    char *chief_json;    /* NULL, or gets worker 0's last line that starts with '{' */
     size_t chief_json_size;
-    const char *keys;   /* the cluster's key folder (--keys); NULL: a fresh pair for this run */
+    const char *keys; /* the cluster's key folder (--keys); NULL: a fresh pair for this run */
     /* over ssh (cli/launch_ssh.c): task i runs on task_hosts[i] (ps first, then workers);
        NULL: every task on this host */
     char **task_hosts;
-    const char *ssh_config;   /* NULL, or ssh's -F FILE */
-    char **ssh_options;       /* NULL-terminated ssh -o OPTIONs, or NULL */
-    const char *remote_bin;   /* psgraph on the hosts (ps tasks); NULL: this binary's path */
-    bool keys_shared;         /* --keys-shared: the hosts read the key folder at this path */
-    char *keys_payload;       /* else the keys sent to each host (cli/launch_ssh_keys.c) */
+    const char *ssh_config; /* NULL, or ssh's -F FILE */
+    char **ssh_options;     /* NULL-terminated ssh -o OPTIONs, or NULL */
+    const char *remote_bin; /* psgraph on the hosts (ps tasks); NULL: this binary's path */
+    bool keys_shared;       /* --keys-shared: the hosts read the key folder at this path */
+    char *keys_payload;     /* else the keys sent to each host (cli/launch_ssh_keys.c) */
     size_t keys_payload_len;
+    /* --slurm (cli/launch_slurm.c): task_hosts are the allocation's nodes and each task is
+       started with srun there; task i listens on task_ports[i] (NULL: port_base + i), the
+       task_slots[i]-th of the node_slots[i] tasks its node may run (its share of the GPUs) */
+    bool slurm;
+    int *task_ports, *task_slots, *node_slots;
 } psg_launch_t;
 
 /* The keys of a launched cluster (cli/launch_keys.c): dir, set in $PSGRAPH_KEYS for the tasks;
@@ -75,6 +87,14 @@ void psg_launch_hosts_free(char ***hosts, int n);
  * is stopped (SIGTERM, then SIGKILL after 5 s) when ssh's standard input closes, as it
  * does when the launcher or the ssh session dies: no orphan on the host. */
 char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *cfg, char **cmd);
+/* The script a remote shell runs for a task (cli/launch_ssh.c), over ssh or srun: stderr
+ * joined to stdout (the session's own stderr is the transport's alone), in this folder (or
+ * /), TF_CONFIG cfg and the keys set, then the shell code pre (NULL: none), the task in a
+ * session and process group of its own (setsid), its pid printed, and a watcher that stops
+ * that group when the session's stdin closes (the launcher stopped it, or the connection
+ * died); the exit code is the task's. malloc'd; NULL when out of memory. */
+char *psg_launch_remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd,
+                               const char *pre);
 void psg_launch_argv_free(char ***argv);
 
 /* The keys over ssh (cli/launch_ssh_keys.c). Reads key folder dir into o->keys_payload,
@@ -88,13 +108,24 @@ char *psg_launch_ssh_keys_script(const char *host);
 /* Writes the payload into fd, ssh's standard input (nothing without one). -1 after printing. */
 int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag);
 
+/* --slurm (cli/launch_slurm.c): the tasks' nodes and ports from the allocation's environment
+ * (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE, SLURM_NTASKS) as TensorFlow's
+ * SlurmClusterResolver places them, into o->task_hosts, task_ports, task_slots and
+ * node_slots. -1 after printing why (not in an allocation, too few tasks, ...). */
+int psg_launch_slurm_place(psg_launch_t *o);
+void psg_launch_slurm_free(psg_launch_t *o);
+/* srun's argv (as psg_launch_ssh_argv's) that runs task i's command cmd on its node with
+ * TF_CONFIG cfg: one job step of one task, sharing the allocation with the others
+ * (--overlap), its stdin the launcher's pipe (the keys, then the watcher's), CUDA_VISIBLE_DEVICES
+ * its share of the node's GPUs (SLURM_STEP_GPUS, else CUDA_VISIBLE_DEVICES there). */
+char **psg_launch_srun_argv(const psg_launch_t *o, int i, const char *cfg, char **cmd);
+
 /* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c), with a
  * Secret of the keys in keys_dir (NULL: a fresh pair). */
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd, const char *keys_dir);
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd,
+                   const char *keys_dir);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
-/* `psgraph train --model inception3 ...`: the bench's loop with the Inception recipe. */
-int psg_cmd_train_inception3(int argc, char **argv);
 int psg_cmd_inspect(int argc, char **argv);
 int psg_cmd_plot(int argc, char **argv);
 int psg_cmd_compare(int argc, char **argv);

@@ -1,21 +1,33 @@
 /* `psgraph data ctr`: writes a synthetic click log in the Criteo format from a planted
- * model (examples/data/ctr_synth.c) and prints the planted model's AUC. */
+ * model (examples/data/ctr_synth.c) and prints the planted model's AUC. `psgraph data
+ * imagenet`: writes a small ImageNet-format set of learnable shapes as TF's
+ * build_imagenet_data.py lays ImageNet out (examples/data/imagenet_synth.c). The options
+ * are the table's (cli/option_table.c). */
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "psgraph/criteo.h"
 #include "psgraph/error.h"
+#include "psgraph/imagenet.h"
 
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static void data_usage(FILE *f) {
-    fprintf(f, "usage: psgraph data ctr --rows N --out FILE [--seed S]\n"
-               "  writes N rows in the Criteo format (label, 13 integers, 26 hexadecimal categoricals,\n"
-               "  tab-separated; gzip when FILE ends in .gz) drawn from a planted wide-and-deep model\n"
-               "  (Zipf ids, seed S, default 1), and prints a JSON line with the click rate and the\n"
-               "  planted model's AUC and log-loss on the last 10%% of the rows (the held-out part of\n"
-               "  psgraph train --model wide-deep): the best AUC a learner can reach on it\n");
+    fprintf(
+        f,
+        "usage: psgraph data ctr --rows N --out FILE [--seed S]\n"
+        "  writes N rows in the Criteo format (label, 13 integers, 26 hexadecimal categoricals,\n"
+        "  tab-separated; gzip when FILE ends in .gz) drawn from a planted wide-and-deep model\n"
+        "  (Zipf ids, seed S, default 1), and prints a JSON line with the click rate and the\n"
+        "  planted model's AUC and log-loss on the last 10%% of the rows (the held-out part of\n"
+        "  psgraph train --model wide-deep): the best AUC a learner can reach on it\n"
+        "usage: psgraph data imagenet --out DIR [--classes C] [--train N] [--validation N]\n"
+        "       [--image-size S] [--shards K] [--seed S]\n"
+        "  writes TFRecord shards as TF's build_imagenet_data.py writes ImageNet\n"
+        "  (train-NNNNN-of-NNNNN, validation-...: a JPEG, image/class/label 1..C, the object's\n"
+        "  image/object/bbox) of C learnable shapes, for psgraph train --model inception3\n"
+        "  --data imagenet --data-dir DIR (docs/inception3.md)\n");
+    psg_cli_print_help(PSG_CLI_DATA, f, 24);
 }
 
 int psg_cmd_data(int argc, char **argv) {
@@ -23,40 +35,41 @@ int psg_cmd_data(int argc, char **argv) {
         data_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "ctr")) {
-        fprintf(stderr, "psgraph data: unknown data set '%s' (known: ctr)\n", argv[1]);
+    bool ctr = !strcmp(argv[1], "ctr");
+    if (!ctr && strcmp(argv[1], "imagenet")) {
+        fprintf(stderr, "psgraph data: unknown data set '%s' (known: ctr, imagenet)\n", argv[1]);
         return 2;
     }
-    long long rows = 0;
-    unsigned long long seed = 1;
-    const char *out = NULL;
-    for (int i = 2; i < argc; i += 2) { /* each option and its value */
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!v) {
-            fprintf(stderr, "psgraph data ctr: missing value for '%s'\n", a);
-            return 2;
-        }
-        errno = 0;
-        if (!strcmp(a, "--rows")) rows = strtoll(v, &end, 10);
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, &end, 10);
-        else if (!strcmp(a, "--out")) out = v;
-        else {
-            fprintf(stderr, "psgraph data ctr: unknown option '%s'\n", a);
-            data_usage(stderr);
-            return 2;
-        }
-        if (end && (errno || *end || end == v)) {
-            fprintf(stderr, "psgraph data ctr: %s: '%s' is not a number\n", a, v);
-            return 2;
-        }
-    }
-    if (rows < 10 || !out) {
-        fprintf(stderr, "psgraph data ctr: needs --rows N (N >= 10) and --out FILE\n");
+    psg_imagenet_synth_t d = psg_imagenet_synth_defaults();
+    psg_data_args_t a = {.seed = 1,
+                         .classes = d.classes,
+                         .train = d.train,
+                         .validation = d.validation,
+                         .image_size = d.image_size,
+                         .shards = d.shards};
+    int rc = psg_cli_parse(PSG_CLI_DATA, argc, argv, 2, &a, NULL);
+    if (rc == 1) data_usage(stdout);
+    if (rc < 0) fprintf(stderr, "psgraph data %s: %s\n", argv[1], psg_error_message());
+    if (rc == -2) data_usage(stderr);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!a.out || (ctr && a.rows < 10)) {
+        fprintf(stderr, "psgraph data %s: needs %s\n", argv[1],
+                ctr ? "--rows N (N >= 10) and --out FILE" : "--out DIR");
         return 2;
     }
-    if (psg_ctr_synthesize(out, rows, seed, stdout, NULL) < 0) {
-        fprintf(stderr, "psgraph data ctr: %s\n", psg_error_message());
+    if (ctr) {
+        rc = psg_ctr_synthesize(a.out, a.rows, a.seed, stdout, NULL);
+    } else {
+        d = (psg_imagenet_synth_t){.classes = a.classes,
+                                   .train = a.train,
+                                   .validation = a.validation,
+                                   .image_size = a.image_size,
+                                   .shards = a.shards,
+                                   .seed = a.seed};
+        rc = psg_imagenet_synthesize(a.out, &d, stdout);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "psgraph data %s: %s\n", argv[1], psg_error_message());
         return 1;
     }
     return 0;

@@ -1,6 +1,7 @@
 /* `psgraph inspect CHECKPOINT`: verifies a checkpoint (an index, one shard
- * file, or a directory's newest) and lists its tensors with dtype, shape,
- * bytes and min / max / mean / NaN count. Not an editor of checkpoints. */
+ * file, or a directory's newest: sizes, offsets, checksums where the files carry
+ * them) and lists its tensors with dtype, shape, bytes and min / max / mean / NaN
+ * and Inf counts. Not an editor of checkpoints. */
 #include "cli/commands.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
@@ -13,7 +14,9 @@
 
 static float half_to_float(uint16_t h) {
     int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    float v = e == 0    ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(m | 0x400), e - 25);
     return h & 0x8000 ? -v : v;
 }
 
@@ -38,31 +41,76 @@ static double element(const psg_checkpoint_entry_t *e, int64_t i) {
     }
 }
 
-static void print_entry(const psg_checkpoint_entry_t *e) {
-    char shape[PSG_SHAPE_STR_MAX];
-    psg_shape_str(&e->shape, shape, sizeof shape);
-    /* the elements the bytes hold, never more than the shape claims (the reader checks both agree) */
+/* A tensor's statistics over its finite values, and its NaN and Inf counts. */
+typedef struct {
+    double lo, hi, sum;
+    int64_t finite, nans, infs;
+} stats_t;
+
+static stats_t stats_of(const psg_checkpoint_entry_t *e) {
+    /* the elements the bytes hold, never more than the shape claims (the reader checks both agree)
+     */
     size_t es = psg_dtype_size(e->dtype);
-    int64_t n = es ? (int64_t)(e->nbytes / es) : 0, nans = 0, counted = 0;
+    int64_t n = es ? (int64_t)(e->nbytes / es) : 0;
     if (psg_shape_numel(&e->shape) < n) n = psg_shape_numel(&e->shape);
-    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    stats_t s = {.lo = INFINITY, .hi = -INFINITY};
     for (int64_t i = 0; i < n; i++) {
         double v = element(e, i);
         if (isnan(v)) {
-            nans++;
-            continue;
+            s.nans++;
+        } else if (isinf(v)) {
+            s.infs++;
+        } else {
+            s.lo = v < s.lo ? v : s.lo;
+            s.hi = v > s.hi ? v : s.hi;
+            s.sum += v;
+            s.finite++;
         }
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        sum += v;
-        counted++;
     }
-    if (counted)
-        printf("%-40s %-5s %-18s %12zu %12.6g %12.6g %12.6g %6lld\n", e->name, psg_dtype_name(e->dtype), shape,
-               e->nbytes, lo, hi, sum / (double)counted, (long long)nans);
+    return s;
+}
+
+static void print_entry(const psg_checkpoint_entry_t *e) {
+    char shape[PSG_SHAPE_STR_MAX];
+    psg_shape_str(&e->shape, shape, sizeof shape);
+    stats_t s = stats_of(e);
+    if (s.finite)
+        printf("%-40s %-5s %-18s %12zu %12.6g %12.6g %12.6g %6lld %6lld\n", e->name,
+               psg_dtype_name(e->dtype), shape, e->nbytes, s.lo, s.hi, s.sum / (double)s.finite,
+               (long long)s.nans, (long long)s.infs);
     else
-        printf("%-40s %-5s %-18s %12zu %12s %12s %12s %6lld\n", e->name, psg_dtype_name(e->dtype), shape,
-               e->nbytes, "-", "-", "-", (long long)nans);
+        printf("%-40s %-5s %-18s %12zu %12s %12s %12s %6lld %6lld\n", e->name,
+               psg_dtype_name(e->dtype), shape, e->nbytes, "-", "-", "-", (long long)s.nans,
+               (long long)s.infs);
+}
+
+/* The summary line's checks: the checksums verified, or that the files carry none (sizes,
+ * offsets and layout were checked all the same), and the non-finite values. */
+static void print_checks(const psg_checkpoint_t *ck) {
+    int files = 0, verified = psg_checkpoint_num_verified(ck, &files), bad = 0;
+    int64_t nans = 0, infs = 0;
+    for (int i = 0; i < psg_checkpoint_num_tensors(ck); i++) {
+        psg_checkpoint_entry_t e;
+        psg_checkpoint_entry(ck, i, &e);
+        stats_t s = stats_of(&e);
+        nans += s.nans;
+        infs += s.infs;
+        bad += s.nans + s.infs > 0;
+    }
+    if (verified == files)
+        printf("checksums ok");
+    else if (verified == 0)
+        printf(
+            "no checksums (%s carries no data_crc32: sizes and offsets checked, the values cannot be)",
+            files == 1 ? "the file" : "no file");
+    else
+        printf("checksums ok in %d of %d files, none in the others (sizes and offsets checked)",
+               verified, files);
+    if (nans + infs)
+        printf(", %lld NaN and %lld Inf in %d tensor%s\n", (long long)nans, (long long)infs, bad,
+               bad == 1 ? "" : "s");
+    else
+        printf(", no NaN or Inf\n");
 }
 
 static void skipped(void *ctx, const char *path, const char *why) {
@@ -73,10 +121,13 @@ static void skipped(void *ctx, const char *path, const char *why) {
 int psg_cmd_inspect(int argc, char **argv) {
     if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc == 2 ? stdout : stderr;
-        fprintf(f, "usage: psgraph inspect CHECKPOINT\n"
-                   "  CHECKPOINT: an index (model.ckpt-S.index.json), one shard file (.safetensors),\n"
-                   "  or a directory (its newest complete checkpoint). Verifies sizes and checksums,\n"
-                   "  then lists each tensor: dtype, shape, bytes, min, max, mean, NaN count.\n");
+        fprintf(
+            f,
+            "usage: psgraph inspect CHECKPOINT\n"
+            "  CHECKPOINT: an index (model.ckpt-S.index.json), one shard file (.safetensors),\n"
+            "  or a directory (its newest complete checkpoint). Verifies sizes, offsets and\n"
+            "  checksums (a safetensors file without psgraph's data_crc32 has none: said so),\n"
+            "  then lists each tensor: dtype, shape, bytes, min, max, mean, NaN and Inf counts.\n");
         return argc == 2 ? 0 : 2;
     }
     struct stat st;
@@ -97,10 +148,13 @@ int psg_cmd_inspect(int argc, char **argv) {
         psg_checkpoint_entry(ck, i, &e);
         total += e.nbytes;
     }
-    printf("%s: global step %lld, %d tensors, %zu bytes, checksums ok\n", psg_checkpoint_path(ck),
-           (long long)psg_checkpoint_step(ck), n, total);
-    printf("%-40s %-5s %-18s %12s %12s %12s %12s %6s\n", "tensor", "dtype", "shape", "bytes", "min", "max",
-           "mean", "NaN");
+    char step[32] = "no global step";
+    if (psg_checkpoint_step(ck) >= 0)
+        snprintf(step, sizeof step, "global step %lld", (long long)psg_checkpoint_step(ck));
+    printf("%s: %s, %d tensors, %zu bytes, ", psg_checkpoint_path(ck), step, n, total);
+    print_checks(ck);
+    printf("%-40s %-5s %-18s %12s %12s %12s %12s %6s %6s\n", "tensor", "dtype", "shape", "bytes",
+           "min", "max", "mean", "NaN", "Inf");
     for (int i = 0; i < n; i++) {
         psg_checkpoint_entry_t e;
         psg_checkpoint_entry(ck, i, &e);

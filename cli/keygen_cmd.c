@@ -8,14 +8,15 @@
 #include <string.h>
 
 static void keygen_usage(FILE *f) {
-    fprintf(f,
-            "usage: psgraph keygen DIR [--name NAME]\n"
-            "  writes the cluster's CURVE key pair in czmq's certificate format: DIR/cluster.key\n"
-            "  (public) and DIR/cluster.key_secret (mode 0600); DIR is made with mode 0700, and a\n"
-            "  folder open to other users is refused. Give every task --keys DIR (or \"keys\": \"DIR\"\n"
-            "  in the cluster file); `psgraph launch` makes its own unless given --keys DIR.\n"
-            "  --name NAME   another pair, NAME.key/NAME.key_secret: a client of its own; every\n"
-            "                NAME.key in DIR is in the allow-list of the tasks that load DIR\n");
+    fprintf(
+        f,
+        "usage: psgraph keygen DIR [--name NAME]\n"
+        "  writes the cluster's CURVE key pair in czmq's certificate format: DIR/cluster.key\n"
+        "  (public) and DIR/cluster.key_secret (mode 0600); DIR is made with mode 0700, and a\n"
+        "  folder open to other users is refused. Give every task --keys DIR (or \"keys\": \"DIR\"\n"
+        "  in the cluster file); `psgraph launch` makes its own unless given --keys DIR.\n"
+        "  --name NAME   another pair, NAME.key/NAME.key_secret: a client of its own; every\n"
+        "                NAME.key in DIR is in the allow-list of the tasks that load DIR\n");
 }
 
 int psg_cmd_keygen(int argc, char **argv) {
@@ -44,7 +45,8 @@ int psg_cmd_keygen(int argc, char **argv) {
         return 1;
     }
     const char *n = name ? name : PSG_CURVE_CLUSTER;
-    psg_curve_keys_t *k = psg_curve_keys_load(dir, name); /* NULL for a client's folder without cluster.key */
+    psg_curve_keys_t *k =
+        psg_curve_keys_load(dir, name); /* NULL for a client's folder without cluster.key */
     printf("psgraph keygen: wrote %s/%s.key and %s/%s.key_secret (0600)", dir, n, dir, n);
     if (k)
         printf("; public key %s; %d key%s in the allow-list of %s", psg_curve_keys_public(k),

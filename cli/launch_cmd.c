@@ -5,6 +5,7 @@
  * (bounded retries). Not the ssh command line (cli/launch_ssh.c) nor Kubernetes
  * (cli/launch_k8s.c). */
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "psgraph/sync_replicas.h"
 #include "psgraph/clock.h"
 
@@ -37,13 +38,21 @@ typedef struct {
     bool tolerated; /* a non-chief worker whose failure the job outlives */
     int code;
     int restarts;
-    char *cfg;          /* its TF_CONFIG */
-    char status[256];   /* on a terminal: its last line */
-    char *json;         /* NULL, or where its last line starting with '{' is kept */
+    char *cfg;        /* its TF_CONFIG */
+    char status[256]; /* on a terminal: its last line */
+    char *json;       /* NULL, or where its last line starting with '{' is kept */
     size_t json_size;
-    const char *host;   /* NULL: this host; else it runs there over ssh */
-    int in_fd;          /* over ssh: the write end of ssh's stdin; closing it stops the task */
-    char last[256];     /* its last line, for the message when it fails */
+    const char *host; /* NULL: this host; else it runs there over ssh or srun */
+    int in_fd;        /* over ssh: the write end of ssh's stdin; closing it stops the task */
+    char last[256];   /* its last line, for the message when it fails */
+    int index;        /* in the cluster: ps first, then workers */
+    /* over ssh or srun: the transport's own stderr (the task's joins its stdout), its lines
+       tagged as the task's and the last one kept: the reason quoted when it fails */
+    int err_fd;
+    char err_line[1024];
+    size_t err_len;
+    char err_last[256];
+    bool srun;
 } task_proc_t;
 
 /* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
@@ -52,38 +61,49 @@ static int block_lines; /* lines of the block drawn last (0: none on screen) */
 static bool block_dirty;
 
 static volatile sig_atomic_t got_signal;
-static void on_signal(int sig) { got_signal = sig; }
+static void on_signal(int sig) {
+    got_signal = sig;
+}
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: psgraph launch --ps P --workers W [--transport ipc|tcp] [--port-base N] [--host H]\n"
-               "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
-               "       psgraph launch --ssh --hosts H1,H2,... | --hosts-file F [--ssh-config F]\n"
-               "                      [--ssh-option OPT]... [--remote-bin PATH] [--keys-shared] --ps P ...\n"
-               "       psgraph launch --k8s [--image IMG] [--namespace NS] [--name N] [--gpus-per-worker G]\n"
-               "                      [--cpu C] [--memory M] [--logdir-volume PVC] [--out DIR] --ps P ...\n"
-               "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
-               "  TF_CONFIG; output lines tagged [ps0], [worker1];\n"
-               "  --ssh: each task on its host over OpenSSH (BatchMode; the same paths there):\n"
-               "    round-robin over --hosts, or ps0@h1,worker0@h2,... ; TCP on --port-base (23000) + i;\n"
-               "  --k8s: writes a headless Service and an Indexed Job per job as YAML (docs/hosts.md);\n"
-               "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
-               "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
-               "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
-               "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
-               "                      pair in a private folder, removed at the end (with --ssh: copied to a\n"
-               "                      private folder on each host over the task's ssh session, removed when\n"
-               "                      the task ends; --keys-shared: read by the hosts at the same path;\n"
-               "                      with --k8s: a Secret mounted into every pod; docs/security.md)\n"
-               "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
-               "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
-               "                      which the sync replicas can lose; else 0)\n");
+    fprintf(
+        f,
+        "usage: psgraph launch --ps P --workers W [--transport ipc|tcp] [--port-base N] [--host H]\n"
+        "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
+        "       psgraph launch --ssh --hosts H1,H2,... | --hosts-file F [--ssh-config F]\n"
+        "                      [--ssh-option OPT]... [--remote-bin PATH] [--keys-shared] --ps P ...\n"
+        "       psgraph launch --slurm [--port-base N] [--remote-bin PATH] [--keys-shared] --ps P ...\n"
+        "       psgraph launch --k8s [--image IMG] [--namespace NS] [--name N] [--out DIR]\n"
+        "                      [--gpus-per-worker G] [--cpu C] [--memory M] [--data PVC|/PATH]\n"
+        "                      [--logdir-volume PVC|/PATH] [--node-selector K=V]... [--toleration\n"
+        "                      K[=V][:EFFECT]]... [--ttl-after-finished S] [--active-deadline S] ...\n"
+        "  starts P ps tasks (psgraph server) and W workers (CMD) on this host, each with its\n"
+        "  TF_CONFIG; output lines tagged [ps0], [worker1];\n"
+        "  --ssh: each task on its host over OpenSSH (BatchMode; the same paths there):\n"
+        "    round-robin over --hosts, or ps0@h1,worker0@h2,... ; TCP on --port-base (23000) + i;\n"
+        "  --slurm: inside an allocation (sbatch, salloc), each task a job step (srun) on its node,\n"
+        "    placed as TensorFlow's SlurmClusterResolver (nodes sorted, ps first); port --port-base\n"
+        "    (23000) + the task's slot on its node; keys as with --ssh (docs/hosts.md);\n"
+        "  --k8s: writes a headless Service and an Indexed Job per job as YAML (docs/hosts.md);\n"
+        "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
+        "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
+        "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
+        "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
+        "                      pair in a private folder, removed at the end (with --ssh: copied to a\n"
+        "                      private folder on each host over the task's ssh session, removed when\n"
+        "                      the task ends; --keys-shared: read by the hosts at the same path;\n"
+        "                      with --k8s: a Secret mounted into every pod; docs/security.md)\n"
+        "  --allow-worker-failures N  up to N workers other than the chief may fail and the\n"
+        "                      others go on (default: CMD's --backup-workers b with --sync sync,\n"
+        "                      which the sync replicas can lose; else 0)\n");
 }
 
 /* Binds port (0: any) on 127.0.0.1 to check it is free; returns the port or -1. */
 static int probe_port(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
     socklen_t len = sizeof a;
@@ -136,9 +156,12 @@ static void draw_block(const task_proc_t *t, int n) {
     erase_block();
     for (int i = 0; i < n; i++) {
         char state[48];
-        if (t[i].exited) snprintf(state, sizeof state, "exit %d", t[i].code);
-        else snprintf(state, sizeof state, "pid %d", (int)t[i].pid);
-        if (t[i].restarts) snprintf(state + strlen(state), sizeof state - strlen(state), " r%d", t[i].restarts);
+        if (t[i].exited)
+            snprintf(state, sizeof state, "exit %d", t[i].code);
+        else
+            snprintf(state, sizeof state, "pid %d", (int)t[i].pid);
+        if (t[i].restarts)
+            snprintf(state + strlen(state), sizeof state - strlen(state), " r%d", t[i].restarts);
         printf("%-8s %-14s %.*s\n", t[i].tag, state, width - 25 > 0 ? width - 25 : 0, t[i].status);
     }
     block_lines = n;
@@ -185,6 +208,36 @@ static void drain(task_proc_t *t) {
     }
 }
 
+/* The transport's stderr (ssh's or srun's own messages): tagged lines, the last one kept. */
+static void drain_err(task_proc_t *t) {
+    while (t->err_fd >= 0) {
+        ssize_t n = read(t->err_fd, t->err_line + t->err_len, sizeof t->err_line - t->err_len);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        bool eof = n <= 0;
+        if (n > 0) t->err_len += (size_t)n;
+        size_t start = 0;
+        for (;;) {
+            char *nl = memchr(t->err_line + start, '\n', t->err_len - start);
+            size_t end = nl ? (size_t)(nl - t->err_line) : t->err_len;
+            if (!nl && !((eof || t->err_len == sizeof t->err_line) && start < t->err_len)) break;
+            size_t len = end - start;
+            while (len && t->err_line[start + len - 1] == '\r') len--;
+            if (len) {
+                snprintf(t->err_last, sizeof t->err_last, "%.*s", (int)len, t->err_line + start);
+                task_line(t, "%.*s", (int)len, t->err_line + start);
+            }
+            start = nl ? end + 1 : end;
+        }
+        memmove(t->err_line, t->err_line + start, t->err_len - start);
+        t->err_len -= start;
+        fflush(stdout);
+        if (eof) {
+            close(t->err_fd);
+            t->err_fd = -1;
+        }
+    }
+}
+
 /* SIGTERM to every task; over ssh, its stdin closed instead: the remote side then stops
  * its task's process group (SIGKILL kills the local ssh, which closes the session too). */
 static void kill_all(task_proc_t *t, int n, int sig) {
@@ -210,16 +263,25 @@ static int reap(task_proc_t *t, int n) {
             t[i].exited = true;
             t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             drain(&t[i]);
-            if (!on_tty && (t[i].code != 0 || !t[i].killed_by_us)) { /* a terminal: the state column */
+            drain_err(&t[i]);
+            if (!on_tty &&
+                (t[i].code != 0 || !t[i].killed_by_us)) { /* a terminal: the state column */
                 char how[64] = "";
-                if (WIFSIGNALED(st)) snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(st));
+                if (WIFSIGNALED(st))
+                    snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(st));
                 task_line(&t[i], "exited with code %d%s%s", t[i].code, how,
-                       t[i].killed_by_us ? " (stopped by launch)" : "");
+                          t[i].killed_by_us ? " (stopped by launch)" : "");
             }
-            if (t[i].host && !t[i].killed_by_us && (t[i].code == 255 || t[i].code == 127))
-                say("psgraph launch: %s on host %s: %s (exit %d): %s\n", t[i].tag, t[i].host,
-                    t[i].code == 255 ? "ssh failed" : "command not found there", t[i].code,
-                    t[i].last[0] ? t[i].last : "no output");
+            const char *why = t[i].err_last[0] ? t[i].err_last : "no message from it";
+            if (t[i].host && !t[i].killed_by_us && t[i].code == 127)
+                say("psgraph launch: %s on host %s: command not found there (exit 127): %s\n",
+                    t[i].tag, t[i].host, t[i].last[0] ? t[i].last : "no output");
+            else if (t[i].host && !t[i].killed_by_us && !t[i].srun && t[i].code == 255)
+                say("psgraph launch: %s on host %s: ssh failed (exit 255): %s\n", t[i].tag,
+                    t[i].host, why);
+            else if (t[i].srun && !t[i].killed_by_us && t[i].code != 0)
+                say("psgraph launch: %s on host %s: exit %d, srun said: %s\n", t[i].tag, t[i].host,
+                    t[i].code, why);
             fflush(stdout);
         } else {
             alive++;
@@ -270,16 +332,21 @@ static void ps_args(char **cmd, char **out) {
  * into a pipe read by the launcher; over ssh, ssh with its stdin a pipe the launcher holds
  * (argv from psg_launch_ssh_argv). -1 (printed) when it cannot. */
 static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char **cmd) {
-    int p[2], in[2] = {-1, -1};
+    int p[2], in[2] = {-1, -1}, e[2] = {-1, -1};
     char **argv = NULL;
     if (t->host) {
         char *ps_cmd[2 + PS_ARGS + 1] = {(char *)(o->remote_bin ? o->remote_bin : self), "server"};
         ps_args(cmd, ps_cmd + 2);
-        argv = psg_launch_ssh_argv(o, t->host, t->cfg, t->is_ps ? ps_cmd : cmd);
+        char **task_cmd = t->is_ps ? ps_cmd : cmd;
+        argv = o->slurm ? psg_launch_srun_argv(o, t->index, t->cfg, task_cmd)
+                        : psg_launch_ssh_argv(o, t->host, t->cfg, task_cmd);
     }
-    if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0)) || pipe2(p, O_CLOEXEC) < 0) {
-        fprintf(stderr, "psgraph launch: %s: %s\n", t->tag, argv ? strerror(errno) : "out of memory");
+    if ((t->host && (!argv || pipe2(in, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0)) ||
+        pipe2(p, O_CLOEXEC) < 0) {
+        fprintf(stderr, "psgraph launch: %s: %s\n", t->tag,
+                argv ? strerror(errno) : "out of memory");
         if (in[0] >= 0) close(in[0]), close(in[1]);
+        if (e[0] >= 0) close(e[0]), close(e[1]);
         psg_launch_argv_free(&argv);
         return -1;
     }
@@ -291,7 +358,7 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
         dup2(p[1], 1);
-        dup2(p[1], 2);
+        dup2(e[1] >= 0 ? e[1] : p[1], 2);
         if (argv) {
             dup2(in[0], 0);
             execvp(argv[0], argv);
@@ -305,25 +372,37 @@ static int spawn(task_proc_t *t, const psg_launch_t *o, const char *self, char *
                 execvp(cmd[0], cmd);
             }
         }
-        fprintf(stderr, "cannot run %s: %s\n", argv ? argv[0] : t->is_ps ? self : cmd[0], strerror(errno));
+        fprintf(stderr, "cannot run %s: %s\n",
+                argv       ? argv[0]
+                : t->is_ps ? self
+                           : cmd[0],
+                strerror(errno));
         _exit(127);
     }
     psg_launch_argv_free(&argv);
     close(p[1]);
     if (in[0] >= 0) close(in[0]);
-    if (pid > 0 && in[1] >= 0) psg_launch_ssh_keys_send(o, in[1], t->tag); /* a failure shows as ssh's */
+    if (e[1] >= 0) close(e[1]);
+    if (pid > 0 && in[1] >= 0)
+        psg_launch_ssh_keys_send(o, in[1], t->tag); /* a failure shows as ssh's */
     if (pid < 0) {
         close(p[0]);
         if (in[1] >= 0) close(in[1]);
+        if (e[0] >= 0) close(e[0]);
         fprintf(stderr, "psgraph launch: fork: %s\n", strerror(errno));
         return -1;
     }
     setpgid(pid, pid); /* also here: no race with a kill before the child ran setpgid */
     if (t->fd >= 0) close(t->fd);
     if (t->in_fd >= 0) close(t->in_fd);
+    if (t->err_fd >= 0) close(t->err_fd);
     t->pid = pid;
     t->fd = p[0];
     t->in_fd = in[1];
+    t->err_fd = e[0];
+    t->err_len = 0;
+    t->err_last[0] = 0;
+    if (e[0] >= 0) fcntl(e[0], F_SETFL, O_NONBLOCK);
     t->exited = false;
     t->len = 0;
     fcntl(p[0], F_SETFL, O_NONBLOCK);
@@ -382,118 +461,101 @@ static int merge_traces(const task_proc_t *t, int n, const char *file) {
     return parts;
 }
 
-/* The options of `psgraph launch` into *o (and the --k8s ones into kv, kn of them);
- * returns the index of CMD, 0 after --help, or -1 after printing the error. */
-static int parse_options(int argc, char **argv, psg_launch_t *o, const char **transport, const char **hosts,
-                         const char **hosts_file, int *mode, char **kv, int *kn, char **ssh_opts, int *nopts) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) return i + 1 < argc ? i + 1 : -1;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--ssh") || !strcmp(a, "--k8s")) {
-            *mode = a[2] == 's' ? 1 : 2;
-            continue;
-        }
-        if (!strcmp(a, "--keys-shared")) {
-            o->keys_shared = true;
-            continue;
-        }
-        if (i + 1 >= argc) break;
-        const char *v = argv[++i];
-        char *end;
-        long x = strtol(v, &end, 10);
-        bool ok = *v && !*end;
-        if (!strcmp(a, "--ps") && ok && x >= 0 && x <= 64) o->ps = (int)x;
-        else if (!strcmp(a, "--workers") && ok && x >= 1 && x <= 128) o->workers = (int)x;
-        else if (!strcmp(a, "--port-base") && ok && x > 0 && x < 65536 - MAX_TASKS)
-            o->port_base = (int)x, o->tcp = true;
-        else if (!strcmp(a, "--host")) o->host = v, o->tcp = true;
-        else if (!strcmp(a, "--keys")) o->keys = v;
-        else if (!strcmp(a, "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "ipc"))) *transport = v;
-        else if (!strcmp(a, "--restart") && (!strcmp(v, "never") || !strcmp(v, "on-failure")))
-            o->restart = !strcmp(v, "on-failure");
-        else if (!strcmp(a, "--max-restarts") && ok && x >= 0 && x <= 1000) o->max_restarts = (int)x;
-        else if (!strcmp(a, "--allow-worker-failures") && ok && x >= 0 && x < MAX_TASKS)
-            o->worker_failures = (int)x;
-        else if (!strcmp(a, "--hosts")) *hosts = v;
-        else if (!strcmp(a, "--hosts-file")) *hosts_file = v;
-        else if (!strcmp(a, "--ssh-config")) o->ssh_config = v;
-        else if (!strcmp(a, "--ssh-option") && *nopts < 31) ssh_opts[(*nopts)++] = (char *)v;
-        else if (!strcmp(a, "--remote-bin")) o->remote_bin = v;
-        else if (*kn < 30 && (!strcmp(a, "--image") || !strcmp(a, "--namespace") || !strcmp(a, "--name") ||
-                              !strcmp(a, "--gpus-per-worker") || !strcmp(a, "--cpu") ||
-                              !strcmp(a, "--memory") || !strcmp(a, "--logdir-volume") || !strcmp(a, "--out")))
-            kv[(*kn)++] = (char *)a, kv[(*kn)++] = (char *)v;
-        else {
-            fprintf(stderr, "psgraph launch: bad option '%s %s'\n", a, v);
-            usage(stderr);
-            return -1;
-        }
-    }
-    return -1;
+/* The options of `psgraph launch` (cli/option_table.c) into *a; returns the index of CMD,
+ * 0 after --help, or -1 after printing the error. */
+static int parse_options(int argc, char **argv, psg_launch_args_t *a) {
+    int cmd_at;
+    int rc = psg_cli_parse(PSG_CLI_LAUNCH, argc, argv, 1, a, &cmd_at);
+    if (rc == 1) usage(stdout);
+    if (rc < 0) fprintf(stderr, "psgraph launch: %s\n", psg_error_message());
+    if (rc == -2) usage(stderr);
+    if (rc) return rc == 1 ? 0 : -1;
+    if (a->host) a->l.host = a->host, a->l.tcp = true;
+    if (a->l.port_base) a->l.tcp = true;
+    return cmd_at < argc ? cmd_at : -2;
 }
 
 int psg_cmd_launch(int argc, char **argv) {
-    psg_launch_t o = {.ps = -1, .workers = -1, .max_restarts = 3, .host = "127.0.0.1", .worker_failures = -1};
-    const char *transport = NULL, *hosts = NULL, *hosts_file = NULL;
-    char *kv[32], *ssh_opts[32];
-    int mode = 0, kn = 0, nopts = 0; /* mode 0: local, 1: --ssh, 2: --k8s */
-    int cmd_at = parse_options(argc, argv, &o, &transport, &hosts, &hosts_file, &mode, kv, &kn, ssh_opts, &nopts);
+    psg_launch_args_t a = {.l = {.ps = -1,
+                                 .workers = -1,
+                                 .max_restarts = 3,
+                                 .host = "127.0.0.1",
+                                 .worker_failures = -1}};
+    psg_launch_t *o = &a.l;
+    int cmd_at = parse_options(argc, argv, &a);
     if (cmd_at == 0) return 0;
-    if (o.ps < 0 || o.workers < 1 || cmd_at < 0) {
+    if (cmd_at == -1) return 2;
+    if (o->ps < 0 || o->workers < 1 || cmd_at < 0) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
         return 2;
     }
-    if ((kn && mode != 2) ||
-        ((hosts || hosts_file || nopts || o.ssh_config || o.remote_bin || o.keys_shared) && mode != 1)) {
-        fprintf(stderr, "psgraph launch: %s\n",
-                kn ? "--image, --namespace, ... go with --k8s"
-                   : "--hosts, --hosts-file, --ssh-*, --remote-bin and --keys-shared go with --ssh");
+    if (a.ssh + a.k8s + o->slurm > 1) {
+        fprintf(stderr, "psgraph launch: one of --ssh, --slurm and --k8s\n");
         return 2;
     }
-    if (transport && !strcmp(transport, "ipc") && (o.tcp || mode)) {
-        fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base, --host, --ssh or --k8s (those are TCP's)\n");
+    const char *misplaced =
+        a.k8s_args.n && !a.k8s ? "--image, --namespace, --data, ... go with --k8s"
+        : (a.hosts || a.hosts_file || a.ssh_options.n || o->ssh_config) && !a.ssh
+            ? "--hosts, --hosts-file and --ssh-* go with --ssh"
+        : (o->remote_bin || o->keys_shared) && !a.ssh && !o->slurm
+            ? "--remote-bin and --keys-shared go with --ssh or --slurm"
+            : NULL;
+    if (misplaced) {
+        fprintf(stderr, "psgraph launch: %s\n", misplaced);
         return 2;
     }
-    if (transport) o.tcp = !strcmp(transport, "tcp");
-    o.cmd = argv + cmd_at;
-    if (mode == 2) {
-        kv[kn] = NULL;
-        return psg_launch_k8s(kn, kv, o.ps, o.workers, o.restart, o.cmd, o.keys);
+    if (a.transport && !strcmp(a.transport, "ipc") && (o->tcp || a.ssh || a.k8s || o->slurm)) {
+        fprintf(stderr, "psgraph launch: --transport ipc takes no --port-base, --host, --ssh, "
+                        "--slurm or --k8s (those are TCP's)\n");
+        return 2;
     }
-    if (mode == 1) {
-        if (!hosts == !hosts_file) {
-            fprintf(stderr, "psgraph launch: --ssh needs --hosts H1,H2,... or --hosts-file FILE (one of them)\n");
+    if (a.transport) o->tcp = !strcmp(a.transport, "tcp");
+    o->cmd = argv + cmd_at;
+    if (a.k8s)
+        return psg_launch_k8s(a.k8s_args.n, (char **)a.k8s_args.v, o->ps, o->workers, o->restart,
+                              o->cmd, o->keys);
+    if (a.ssh) {
+        if (!a.hosts == !a.hosts_file) {
+            fprintf(
+                stderr,
+                "psgraph launch: --ssh needs --hosts H1,H2,... or --hosts-file FILE (one of them)\n");
             return 2;
         }
-        if (!(o.task_hosts = psg_launch_hosts(hosts, hosts_file, o.ps, o.workers))) return 2;
-        ssh_opts[nopts] = NULL;
-        o.ssh_options = ssh_opts;
-        o.tcp = true;
-        if (!o.port_base) o.port_base = 23000;
+        if (!(o->task_hosts = psg_launch_hosts(a.hosts, a.hosts_file, o->ps, o->workers))) return 2;
+        o->ssh_options = (char **)a.ssh_options.v;
+        o->tcp = true;
+        if (!o->port_base) o->port_base = 23000;
     }
-    int rc = psg_launch_local(&o);
-    psg_launch_hosts_free(&o.task_hosts, o.ps + o.workers);
+    if (o->slurm) {
+        o->tcp = true;
+        if (!o->port_base) o->port_base = 23000;
+        if (psg_launch_slurm_place(o) < 0) return 2;
+    }
+    int rc = psg_launch_local(o);
+    if (o->slurm)
+        psg_launch_slurm_free(o);
+    else
+        psg_launch_hosts_free(&o->task_hosts, o->ps + o->workers);
     return rc;
 }
 
 /* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
  * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
 static int backup_workers_of(char **cmd, int nworkers) {
+    static const char *const read[] = {"--sync", "--backup-workers", "--replicas-to-aggregate"};
+    psg_train_args_t t = {
+        0}; /* the three through train's rows of the table: a bad value is not read */
+    for (int i = 0; cmd[i] && cmd[i + 1]; i++)
+        for (size_t k = 0; k < sizeof read / sizeof *read; k++)
+            if (!strcmp(cmd[i], read[k])) psg_cli_parse_one(PSG_CLI_TRAIN, read[k], cmd[i + 1], &t);
     psg_sync_config_t c;
     psg_sync_config_defaults(&c);
-    c.variant = NULL;
+    c.strategy = t.c.sync;
     c.num_workers = nworkers;
-    for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
-        if (!strcmp(cmd[i], "--sync")) c.variant = cmd[i + 1];
-        if (!strcmp(cmd[i], "--backup-workers")) c.backup_workers = atoi(cmd[i + 1]);
-        if (!strcmp(cmd[i], "--replicas-to-aggregate")) c.replicas_to_aggregate = atoi(cmd[i + 1]);
-    }
-    if (!c.variant || !strcmp(c.variant, "none")) return 0;
+    c.backup_workers = t.c.backup_workers;
+    c.replicas_to_aggregate = t.c.replicas_to_aggregate;
+    if (!c.strategy || !strcmp(c.strategy, "none")) return 0;
     int n = psg_sync_lost_workers_tolerated(&c);
     return n > 0 ? n : 0;
 }
@@ -521,11 +583,14 @@ static int tasks_init(launch_run_t *r) {
     for (int i = 0; i < r->n; i++) {
         task_proc_t *t = &r->t[i];
         t->is_ps = i < r->nps;
-        snprintf(t->tag, sizeof t->tag, "%s%d", t->is_ps ? "ps" : "worker", t->is_ps ? i : i - r->nps);
-        t->fd = t->in_fd = -1;
+        snprintf(t->tag, sizeof t->tag, "%s%d", t->is_ps ? "ps" : "worker",
+                 t->is_ps ? i : i - r->nps);
+        t->fd = t->in_fd = t->err_fd = -1;
+        t->index = i;
         if (o->task_hosts) {
             t->host = o->task_hosts[i];
-            r->ports[i] = o->port_base + i;
+            t->srun = o->slurm;
+            r->ports[i] = o->task_ports ? o->task_ports[i] : o->port_base + i;
             continue;
         }
         if (i == r->nps && o->chief_json) {
@@ -539,8 +604,10 @@ static int tasks_init(launch_run_t *r) {
         for (int j = 0; j < i && r->ports[i] > 0 && !o->port_base; j++)
             if (r->ports[j] == r->ports[i]) r->ports[i] = probe_port(0), j = -1;
         if (r->ports[i] < 0) {
-            fprintf(stderr, "psgraph launch: port %d on 127.0.0.1 (for %s) is busy: %s; "
-                            "pick another --port-base\n", want, t->tag, strerror(errno));
+            fprintf(stderr,
+                    "psgraph launch: port %d on 127.0.0.1 (for %s) is busy: %s; "
+                    "pick another --port-base\n",
+                    want, t->tag, strerror(errno));
             return -1;
         }
     }
@@ -548,8 +615,9 @@ static int tasks_init(launch_run_t *r) {
     if (!o->tcp) {
         snprintf(r->sock_dir, sizeof r->sock_dir, "/tmp/psgraph-launch-XXXXXX");
         if (!mkdtemp(r->sock_dir)) {
-            fprintf(stderr, "psgraph launch: cannot make a folder for the tasks' sockets (%s): %s\n", r->sock_dir,
-                    strerror(errno));
+            fprintf(stderr,
+                    "psgraph launch: cannot make a folder for the tasks' sockets (%s): %s\n",
+                    r->sock_dir, strerror(errno));
             r->sock_dir[0] = 0;
             return -1;
         }
@@ -565,8 +633,10 @@ static void task_address(const launch_run_t *r, int i, char *out, size_t size) {
         const char *at = strrchr(r->t[i].host, '@');
         host = at ? at + 1 : r->t[i].host;
     }
-    if (r->o->tcp) snprintf(out, size, "%s:%d", host, r->ports[i]);
-    else snprintf(out, size, "ipc://%s/%s", r->sock_dir, r->t[i].tag);
+    if (r->o->tcp)
+        snprintf(out, size, "%s:%d", host, r->ports[i]);
+    else
+        snprintf(out, size, "ipc://%s/%s", r->sock_dir, r->t[i].tag);
 }
 
 /* The cluster, as TF_CONFIG's "cluster" (malloc'd into r->cluster); -1 when out of memory. */
@@ -582,7 +652,8 @@ static int build_cluster(launch_run_t *r) {
         for (int i = lo; i < hi; i++) {
             char addr[280];
             task_address(r, i, addr, sizeof addr);
-            len += (size_t)snprintf(r->cluster + len, cap - len, "%s\"%s\"", i > lo ? ", " : "", addr);
+            len +=
+                (size_t)snprintf(r->cluster + len, cap - len, "%s\"%s\"", i > lo ? ", " : "", addr);
         }
         len += (size_t)snprintf(r->cluster + len, cap - len, "]");
     }
@@ -597,8 +668,8 @@ static void start_tasks(launch_run_t *r) {
     for (int i = 0; i < r->n; i++) {
         task_proc_t *t = &r->t[i];
         if (cfg)
-            snprintf(cfg, cap, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}", r->cluster,
-                     t->is_ps ? "ps" : "worker", t->is_ps ? i : i - r->nps);
+            snprintf(cfg, cap, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
+                     r->cluster, t->is_ps ? "ps" : "worker", t->is_ps ? i : i - r->nps);
         if (!cfg || !(t->cfg = strdup(cfg)) || spawn(t, r->o, r->self, r->o->cmd) < 0) {
             kill_all(r->t, i, SIGTERM);
             break;
@@ -612,7 +683,8 @@ static void start_tasks(launch_run_t *r) {
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)
-                printf("psgraph launch: %s pid %d (ssh to %s)\n", r->t[i].tag, (int)r->t[i].pid, r->t[i].host);
+                printf("psgraph launch: %s pid %d (%s %s)\n", r->t[i].tag, (int)r->t[i].pid,
+                       r->t[i].srun ? "srun on" : "ssh to", r->t[i].host);
             else
                 printf("psgraph launch: %s pid %d\n", r->t[i].tag, (int)r->t[i].pid);
         }
@@ -625,7 +697,8 @@ static int restart_dead(launch_run_t *r) {
     int started = 0;
     for (int i = 0; r->o->restart && !r->stopping && !got_signal && i < r->n; i++) {
         task_proc_t *t = &r->t[i];
-        if (!t->exited || t->code == 0 || t->killed_by_us || t->restarts >= r->o->max_restarts) continue;
+        if (!t->exited || t->code == 0 || t->killed_by_us || t->restarts >= r->o->max_restarts)
+            continue;
         t->restarts++;
         task_line(t, "restarting it (restart %d of at most %d, --restart on-failure)", t->restarts,
                   r->o->max_restarts);
@@ -651,8 +724,10 @@ static bool job_failed(launch_run_t *r) {
         if (died && spare && !r->stopping) {
             t->tolerated = true;
             r->failed_workers++;
-            task_line(t, "failed with code %d; the job goes on without it (%d of at most %d "
-                         "workers lost, --allow-worker-failures)", t->code, r->failed_workers, r->may_fail);
+            task_line(t,
+                      "failed with code %d; the job goes on without it (%d of at most %d "
+                      "workers lost, --allow-worker-failures)",
+                      t->code, r->failed_workers, r->may_fail);
             fflush(stdout);
             died = false;
         }
@@ -667,16 +742,26 @@ static bool job_failed(launch_run_t *r) {
  * fails, on a signal, or a while after the workers are done. */
 static void supervise(launch_run_t *r) {
     for (;;) {
-        struct pollfd pf[MAX_TASKS];
-        int idx[MAX_TASKS], np = 0;
-        for (int i = 0; i < r->n && np < MAX_TASKS; i++)
+        struct pollfd pf[2 * MAX_TASKS];
+        int idx[2 * MAX_TASKS], np = 0;
+        for (int i = 0; i < r->n && np < 2 * MAX_TASKS - 1; i++) {
             if (r->t[i].fd >= 0) {
                 pf[np] = (struct pollfd){r->t[i].fd, POLLIN, 0};
                 idx[np++] = i;
             }
+            if (r->t[i].err_fd >= 0) {
+                pf[np] = (struct pollfd){r->t[i].err_fd, POLLIN, 0};
+                idx[np++] = -1 - i;
+            }
+        }
         poll(pf, (nfds_t)np, 100);
         for (int k = 0; k < np; k++)
-            if (pf[k].revents) drain(&r->t[idx[k]]);
+            if (pf[k].revents) {
+                if (idx[k] >= 0)
+                    drain(&r->t[idx[k]]);
+                else
+                    drain_err(&r->t[-1 - idx[k]]);
+            }
         int alive = reap(r->t, r->n);
         alive += restart_dead(r);
         if (alive == 0) break;
@@ -705,20 +790,24 @@ static void supervise(launch_run_t *r) {
 static int finish(launch_run_t *r) {
     task_proc_t *t = r->t;
     char **cmd = r->o->cmd;
-    for (int i = 0; i < r->n; i++) drain(&t[i]);
+    for (int i = 0; i < r->n; i++) drain(&t[i]), drain_err(&t[i]);
     if (on_tty) draw_block(t, r->n);
     for (int i = 0; cmd[i] && cmd[i + 1]; i++)
         if (!strcmp(cmd[i], "--trace")) {
             int parts = merge_traces(t, r->n, cmd[i + 1]);
-            if (parts < 0) say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1], strerror(errno));
-            else if (parts > 0) say("psgraph launch: trace of %d tasks merged into %s\n", parts, cmd[i + 1]);
+            if (parts < 0)
+                say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1],
+                    strerror(errno));
+            else if (parts > 0)
+                say("psgraph launch: trace of %d tasks merged into %s\n", parts, cmd[i + 1]);
         }
     int worst = 0;
     for (int i = 0; i < r->n; i++)
         if (!t[i].killed_by_us && !t[i].tolerated && t[i].code > worst) worst = t[i].code;
     if (r->failed_workers)
-        say("psgraph launch: %d worker%s failed and the job went on without %s\n", r->failed_workers,
-            r->failed_workers == 1 ? "" : "s", r->failed_workers == 1 ? "it" : "them");
+        say("psgraph launch: %d worker%s failed and the job went on without %s\n",
+            r->failed_workers, r->failed_workers == 1 ? "" : "s",
+            r->failed_workers == 1 ? "it" : "them");
     if (r->signaled && worst == 0) worst = 128 + r->signaled;
     return worst;
 }
@@ -738,6 +827,7 @@ static void run_free(launch_run_t *r) {
         free(r->t[i].cfg);
         if (r->t[i].fd >= 0) close(r->t[i].fd);
         if (r->t[i].in_fd >= 0) close(r->t[i].in_fd);
+        if (r->t[i].err_fd >= 0) close(r->t[i].err_fd);
     }
     free(r->cluster);
     free(r->t);
@@ -747,7 +837,8 @@ static void run_free(launch_run_t *r) {
 int psg_launch_local(psg_launch_t *o) {
     launch_run_t r = {.o = o, .nps = o->ps, .n = o->ps + o->workers};
     if (o->port_base > 0) o->tcp = true;
-    r.may_fail = o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(o->cmd, o->workers);
+    r.may_fail =
+        o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(o->cmd, o->workers);
     on_tty = isatty(1);
     r.t = calloc((size_t)r.n, sizeof *r.t);
     r.ports = calloc((size_t)r.n, sizeof *r.ports);

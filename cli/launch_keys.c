@@ -27,7 +27,9 @@ int psg_launch_keys_prepare(psg_launch_keys_t *k, const char *given) {
     } else {
         snprintf(k->run, sizeof k->run, "/tmp/psgraph-keys-XXXXXX");
         if (!mkdtemp(k->run)) {
-            fprintf(stderr, "psgraph launch: cannot make a private folder for the cluster's keys (%s)\n", k->run);
+            fprintf(stderr,
+                    "psgraph launch: cannot make a private folder for the cluster's keys (%s)\n",
+                    k->run);
             k->run[0] = 0;
             return -1;
         }

@@ -64,7 +64,8 @@ static int split_hosts(const char *list, const char *file, char **e, int cap) {
         return n;
     }
     if (!(text = strdup(list))) return -1;
-    for (char *save = NULL, *s = strtok_r(text, ",", &save); s && n < cap; s = strtok_r(NULL, ",", &save))
+    for (char *save = NULL, *s = strtok_r(text, ",", &save); s && n < cap;
+         s = strtok_r(NULL, ",", &save))
         if (*s && !(e[n++] = strdup(s))) break;
     free(text);
     return n;
@@ -79,7 +80,8 @@ char **psg_launch_hosts(const char *list, const char *file, int nps, int nworker
         return NULL;
     }
     char **hosts = calloc((size_t)n, sizeof *hosts);
-    bool placed = strchr(e[0], '@') && task_index(e[0], (size_t)(strchr(e[0], '@') - e[0]), nps, nworkers) >= 0;
+    bool placed = strchr(e[0], '@') &&
+                  task_index(e[0], (size_t)(strchr(e[0], '@') - e[0]), nps, nworkers) >= 0;
     int rc = hosts ? 0 : -1;
     for (int i = 0; i < ne && rc == 0; i++) {
         const char *at = strchr(e[i], '@');
@@ -89,11 +91,14 @@ char **psg_launch_hosts(const char *list, const char *file, int nps, int nworker
             fprintf(stderr, "psgraph launch: %s: bad host '%s'\n", from, host);
             rc = -1;
         } else if (placed && k < 0) {
-            fprintf(stderr, "psgraph launch: %s: '%s' is not TASK@HOST for a task of this cluster "
-                            "(ps0..ps%d, worker0..worker%d)\n", from, e[i], nps - 1, nworkers - 1);
+            fprintf(stderr,
+                    "psgraph launch: %s: '%s' is not TASK@HOST for a task of this cluster "
+                    "(ps0..ps%d, worker0..worker%d)\n",
+                    from, e[i], nps - 1, nworkers - 1);
             rc = -1;
         } else if (placed && hosts[k]) {
-            fprintf(stderr, "psgraph launch: %s: %.*s is placed twice\n", from, (int)(at - e[i]), e[i]);
+            fprintf(stderr, "psgraph launch: %s: %.*s is placed twice\n", from, (int)(at - e[i]),
+                    e[i]);
             rc = -1;
         } else if (placed) {
             rc = (hosts[k] = strdup(host)) ? 0 : -1;
@@ -103,8 +108,8 @@ char **psg_launch_hosts(const char *list, const char *file, int nps, int nworker
         if (!placed) {
             rc = (hosts[i] = strdup(e[i % ne])) ? 0 : -1;
         } else if (!hosts[i]) {
-            fprintf(stderr, "psgraph launch: %s places no host for %s%d\n", from, i < nps ? "ps" : "worker",
-                    i < nps ? i : i - nps);
+            fprintf(stderr, "psgraph launch: %s places no host for %s%d\n", from,
+                    i < nps ? "ps" : "worker", i < nps ? i : i - nps);
             rc = -1;
         }
     }
@@ -146,22 +151,22 @@ static int put(char **b, size_t *len, size_t *cap, const char *s, bool quote) {
     return 0;
 }
 
-/* The command the remote shell runs: in this folder (or /), TF_CONFIG and the keys set, the
- * task in a session and process group of its own (setsid), its pid printed, and a watcher that
- * stops that group when the session's stdin closes (the launcher stopped it, or the ssh
- * connection died); the exit code is the task's. */
-static char *remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
+char *psg_launch_remote_script(const psg_launch_t *o, const char *host, const char *cfg, char **cmd,
+                               const char *pre) {
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "/");
     size_t len = 0, cap = 256;
     char *b = malloc(cap);
     if (!b) return NULL;
     b[0] = 0;
-    int rc = put(&b, &len, &cap, "cd ", false);
+    /* the task's stderr joins its stdout: the session's own stderr is then ssh's (or srun's)
+       alone, the reason quoted when it fails */
+    int rc = put(&b, &len, &cap, "exec 2>&1; cd ", false);
     rc |= put(&b, &len, &cap, cwd, true);
     rc |= put(&b, &len, &cap, " 2>/dev/null || cd /; TF_CONFIG=", false);
     rc |= put(&b, &len, &cap, cfg, true);
     rc |= put(&b, &len, &cap, "; export TF_CONFIG; ", false);
+    if (pre) rc |= put(&b, &len, &cap, pre, false);
     /* the cluster's keys: a private copy from this session's stdin (cli/launch_ssh_keys.c);
        --keys-shared: the folder at the same path on the host */
     const char *keys = getenv(PSG_CURVE_KEYS_ENV);
@@ -180,16 +185,20 @@ static char *remote_script(const psg_launch_t *o, const char *host, const char *
     rc |= put(&b, &len, &cap, cmd[0], true);
     rc |= put(&b, &len, &cap, "\" on host ", false);
     rc |= put(&b, &len, &cap, host, false);
-    rc |= put(&b, &len, &cap, " (the same path as here, or --remote-bin)\" >&2; exit 127; }; exec 3<&0; setsid", false);
+    rc |= put(&b, &len, &cap,
+              " (the same path as here, or --remote-bin)\" >&2; exit 127; }; exec 3<&0; setsid",
+              false);
     for (int i = 0; cmd[i] && rc == 0; i++) {
         rc |= put(&b, &len, &cap, " ", false);
         rc |= put(&b, &len, &cap, cmd[i], true);
     }
-    rc |= put(&b, &len, &cap, " </dev/null & p=$!; echo \"remote pid $p\"; "
-                              "( while read -r _; do :; done <&3; kill -s TERM -- -$p; i=0; "
-                              "while [ $i -lt 50 ] && kill -s 0 -- -$p; do sleep 0.1; i=$((i+1)); done; "
-                              "kill -s KILL -- -$p ) >/dev/null 2>&1 & w=$!; exec 3<&-; "
-                              "wait $p; rc=$?; kill $w 2>/dev/null; exit $rc", false);
+    rc |= put(&b, &len, &cap,
+              " </dev/null & p=$!; echo \"remote pid $p\"; "
+              "( while read -r _; do :; done <&3; kill -s TERM -- -$p; i=0; "
+              "while [ $i -lt 50 ] && kill -s 0 -- -$p; do sleep 0.1; i=$((i+1)); done; "
+              "kill -s KILL -- -$p ) >/dev/null 2>&1 & w=$!; exec 3<&-; "
+              "wait $p; rc=$?; kill $w 2>/dev/null; exit $rc",
+              false);
     if (rc) {
         free(b);
         return NULL;
@@ -209,12 +218,13 @@ static void server_alive(char **cmd, char *out, size_t size) {
 char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *cfg, char **cmd) {
     int nopt = 0;
     while (o->ssh_options && o->ssh_options[nopt]) nopt++;
-    char **argv = calloc((size_t)(16 + 2 * nopt), sizeof *argv);
+    char **argv = calloc((size_t)(18 + 2 * nopt), sizeof *argv);
     if (!argv) return NULL;
     int k = 0;
     const char *fixed[] = {"ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"};
     bool ok = true;
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) ok &= (argv[k++] = strdup(fixed[i])) != NULL;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        ok &= (argv[k++] = strdup(fixed[i])) != NULL;
     if (o->ssh_config) {
         ok &= (argv[k++] = strdup("-F")) != NULL;
         ok &= (argv[k++] = strdup(o->ssh_config)) != NULL;
@@ -226,11 +236,14 @@ char **psg_launch_ssh_argv(const psg_launch_t *o, const char *host, const char *
     /* after the user's: ssh keeps the first value of an option */
     char alive[64];
     server_alive(o->cmd, alive, sizeof alive);
-    const char *keep[] = {"-o", alive, "-o", "ServerAliveCountMax=3"};
-    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) ok &= (argv[k++] = strdup(keep[i])) != NULL;
+    /* LogLevel INFO: ssh's reasons ("Timeout, server h1 not responding.") are kept, on its
+       stderr, which carries nothing else (the task's stderr joins its stdout) */
+    const char *keep[] = {"-o", alive, "-o", "ServerAliveCountMax=3", "-o", "LogLevel=INFO"};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        ok &= (argv[k++] = strdup(keep[i])) != NULL;
     ok &= (argv[k++] = strdup("--")) != NULL;
     ok &= (argv[k++] = strdup(host)) != NULL;
-    ok &= (argv[k++] = remote_script(o, host, cfg, cmd)) != NULL;
+    ok &= (argv[k++] = psg_launch_remote_script(o, host, cfg, cmd, NULL)) != NULL;
     if (!ok) psg_launch_argv_free(&argv);
     return argv;
 }

@@ -1,8 +1,8 @@
 /* The cluster's keys on the hosts of `psgraph launch --ssh`: sent over each task's own ssh
  * session (its standard input, before anything else) into a private folder the remote shell
  * makes and removes when the task ends (with --keys-shared, cli/launch_ssh.c gives the
- * launcher's path instead). Not the rest of the remote command (cli/launch_ssh.c) nor the keys themselves
- * (cli/launch_keys.c). */
+ * launcher's path instead). Not the rest of the remote command (cli/launch_ssh.c) nor the keys
+ * themselves (cli/launch_keys.c). */
 #include "cli/commands.h"
 
 #include <errno.h>
@@ -89,8 +89,11 @@ int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag) {
     if (!o->keys_payload) return 0;
     /* the whole stream fits in the pipe: the launcher never waits on ssh to read it */
     if (o->keys_payload_len > 65536 && fcntl(fd, F_SETPIPE_SZ, (int)o->keys_payload_len) < 0) {
-        fprintf(stderr, "psgraph launch: %s: the key folder's %zu bytes do not fit in a pipe (%s): use fewer "
-                        "public keys, or --keys-shared\n", tag, o->keys_payload_len, strerror(errno));
+        fprintf(
+            stderr,
+            "psgraph launch: %s: the key folder's %zu bytes do not fit in a pipe (%s): use fewer "
+            "public keys, or --keys-shared\n",
+            tag, o->keys_payload_len, strerror(errno));
         return -1;
     }
     for (size_t off = 0; off < o->keys_payload_len;) {
@@ -99,7 +102,8 @@ int psg_launch_ssh_keys_send(const psg_launch_t *o, int fd, const char *tag) {
         /* EPIPE: ssh is gone already; its exit code says why */
         if (w < 0 && errno == EPIPE) return 0;
         if (w < 0) {
-            fprintf(stderr, "psgraph launch: %s: cannot send the keys to ssh: %s\n", tag, strerror(errno));
+            fprintf(stderr, "psgraph launch: %s: cannot send the keys to ssh: %s\n", tag,
+                    strerror(errno));
             return -1;
         }
         off += (size_t)w;

@@ -1,5 +1,6 @@
 /* The psgraph binary: one entry point, one subcommand per verb. */
 #include "cli/commands.h"
+#include "cli/serving_cmds.h"
 #include "ops/cpu/blas.h"
 #include "psgraph/curve.h"
 
@@ -14,13 +15,22 @@ static const struct {
     {"train", psg_cmd_train, "train a model (psgraph train --help)"},
     {"server", psg_cmd_server, "run a task server, e.g. a ps task (psgraph server --help)"},
     {"launch", psg_cmd_launch, "start a local cluster: psgraph launch --ps P --workers W -- CMD"},
-    {"keygen", psg_cmd_keygen, "make a cluster's CURVE keys: psgraph keygen DIR (docs/security.md)"},
+    {"keygen", psg_cmd_keygen,
+     "make a cluster's CURVE keys: psgraph keygen DIR (docs/security.md)"},
     {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
     {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
-    {"inspect", psg_cmd_inspect, "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
-    {"compare", psg_cmd_compare, "run strategies on one workload, time to accuracy (psgraph compare --help)"},
+    {"inspect", psg_cmd_inspect,
+     "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
+    {"compare", psg_cmd_compare,
+     "run strategies on one workload, time to accuracy (psgraph compare --help)"},
     {"data", psg_cmd_data, "write a synthetic click log: psgraph data ctr --rows N --out FILE"},
     {"plot", psg_cmd_plot, "draw LOGDIR/metrics.jsonl to a PNG with gnuplot (psgraph plot LOGDIR)"},
+    {"serve", psg_cmd_serve,
+     "serve a model over TensorFlow Serving's REST API: psgraph serve --model-dir DIR"},
+    {"predict", psg_cmd_predict,
+     "a model's answers on files: psgraph predict --model-dir DIR FILE..."},
+    {"export", psg_cmd_export,
+     "a checkpoint's model as ONNX: psgraph export --logdir DIR --out FILE"},
 };
 
 static void usage(FILE *f) {

@@ -36,7 +36,8 @@ static double num(const psg_json_t *j, const char *key, bool *ok) {
 }
 
 /* Splits metrics.jsonl into the data files gnuplot reads; counts the points. */
-static int split_metrics(const char *metrics, const char *progress, const char *eval, int *np, int *ne) {
+static int split_metrics(const char *metrics, const char *progress, const char *eval, int *np,
+                         int *ne) {
     FILE *in = fopen(metrics, "r");
     if (!in) return psg_error_set("%s: %s", metrics, strerror(errno));
     FILE *p = fopen(progress, "w"), *e = fopen(eval, "w");
@@ -56,7 +57,8 @@ static int split_metrics(const char *metrics, const char *progress, const char *
         const psg_json_t *ev = psg_json_get(j, "event");
         bool ok = true;
         if (ev && ev->type == PSG_JSON_STRING && !strcmp(ev->string, "progress")) {
-            double s = num(j, "step", &ok), l = num(j, "loss", &ok), x = num(j, "examples_per_sec", &ok);
+            double s = num(j, "step", &ok), l = num(j, "loss", &ok),
+                   x = num(j, "examples_per_sec", &ok);
             if (ok) fprintf(p, "%.0f %.9g %.9g\n", s, l, x), (*np)++;
         } else if (ev && ev->type == PSG_JSON_STRING && !strcmp(ev->string, "eval")) {
             double s = num(j, "step", &ok), a = num(j, "test_accuracy", &ok);
@@ -90,11 +92,15 @@ int psg_cmd_plot(int argc, char **argv) {
                    "  (default output LOGDIR/metrics.png); needs gnuplot (Debian: gnuplot-nox)\n");
             return 0;
         }
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (argv[i][0] != '-' && !logdir) logdir = argv[i];
+        if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            out = argv[++i];
+        else if (argv[i][0] != '-' && !logdir)
+            logdir = argv[i];
         else {
-            fprintf(stderr, "psgraph plot: unexpected argument '%s'\nusage: psgraph plot LOGDIR [-o FILE.png]\n",
-                    argv[i]);
+            fprintf(
+                stderr,
+                "psgraph plot: unexpected argument '%s'\nusage: psgraph plot LOGDIR [-o FILE.png]\n",
+                argv[i]);
             return 2;
         }
     }
@@ -103,11 +109,14 @@ int psg_cmd_plot(int argc, char **argv) {
         return 2;
     }
     if (!on_path("gnuplot")) {
-        fprintf(stderr, "psgraph plot: gnuplot is not on PATH; install it (Debian: apt-get install gnuplot-nox, "
-                        "or tools/install-deps.sh)\n");
+        fprintf(
+            stderr,
+            "psgraph plot: gnuplot is not on PATH; install it (Debian: apt-get install gnuplot-nox, "
+            "or tools/install-deps.sh)\n");
         return 1;
     }
-    char metrics[4096], png[4096], tmp[] = "/tmp/psg_plot_XXXXXX", pf[64], ef[64], errf[64], cmd[128];
+    char metrics[4096], png[4096], tmp[] = "/tmp/psg_plot_XXXXXX", pf[64], ef[64], errf[64],
+                                   cmd[128];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", logdir);
     snprintf(png, sizeof png, "%s", out ? out : "");
     if (!out) snprintf(png, sizeof png, "%s/metrics.png", logdir);
@@ -136,24 +145,30 @@ int psg_cmd_plot(int argc, char **argv) {
         fprintf(stderr, "psgraph plot: cannot start gnuplot: %s\n", strerror(errno));
         goto done;
     }
-    fprintf(g,
-            "set terminal pngcairo noenhanced size 900,1100 font 'sans,10'\n"
-            "set output '%s'\n"
-            "set multiplot layout 3,1 title '%s'\n"
-            "set grid\nset key off\nset xlabel 'step'\n"
-            "set ylabel 'loss'\nplot '%s' using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc rgb '#1f77b4'\n"
-            "set ylabel 'test accuracy'\n",
-            qpng, qdir, pf);
-    if (ne) fprintf(g, "plot '%s' using 1:2 with linespoints lw 2 pt 7 lc rgb '#2ca02c'\n", ef);
-    else fprintf(g, "set label 1 'no evaluation yet' at graph 0.5,0.5 center\nplot NaN\nunset label 1\n");
-    fprintf(g,
-            "set ylabel 'examples/sec'\nplot '%s' using 1:3 with linespoints lw 2 pt 7 ps 0.5 lc rgb '#d62728'\n"
-            "unset multiplot\n",
-            pf);
+    fprintf(
+        g,
+        "set terminal pngcairo noenhanced size 900,1100 font 'sans,10'\n"
+        "set output '%s'\n"
+        "set multiplot layout 3,1 title '%s'\n"
+        "set grid\nset key off\nset xlabel 'step'\n"
+        "set ylabel 'loss'\nplot '%s' using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc rgb '#1f77b4'\n"
+        "set ylabel 'test accuracy'\n",
+        qpng, qdir, pf);
+    if (ne)
+        fprintf(g, "plot '%s' using 1:2 with linespoints lw 2 pt 7 lc rgb '#2ca02c'\n", ef);
+    else
+        fprintf(
+            g,
+            "set label 1 'no evaluation yet' at graph 0.5,0.5 center\nplot NaN\nunset label 1\n");
+    fprintf(
+        g,
+        "set ylabel 'examples/sec'\nplot '%s' using 1:3 with linespoints lw 2 pt 7 ps 0.5 lc rgb '#d62728'\n"
+        "unset multiplot\n",
+        pf);
     int st = pclose(g);
     if (st != 0) {
-        fprintf(stderr, "psgraph plot: gnuplot failed (status %d) drawing %s:\n", WIFEXITED(st) ? WEXITSTATUS(st) : st,
-                png);
+        fprintf(stderr, "psgraph plot: gnuplot failed (status %d) drawing %s:\n",
+                WIFEXITED(st) ? WEXITSTATUS(st) : st, png);
         FILE *ef_in = fopen(errf, "r");
         char buf[512];
         while (ef_in && fgets(buf, sizeof buf, ef_in)) fputs(buf, stderr);

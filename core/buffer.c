@@ -54,7 +54,8 @@ psg_buffer_t *psg_buffer_new(size_t size) {
     block_t *blk = NULL;
     /* the thread's budget (a task server's, while a peer's step runs) pays for it */
     psg_membudget_t *budget = psg_membudget_current();
-    if (budget && (capacity > INT64_MAX || psg_membudget_charge(budget, (int64_t)capacity) < 0)) return NULL;
+    if (budget && (capacity > INT64_MAX || psg_membudget_charge(budget, (int64_t)capacity) < 0))
+        return NULL;
     pthread_mutex_lock(&cache_lock);
     if (cache[b]) {
         blk = cache[b];
@@ -157,7 +158,9 @@ size_t psg_buffer_cached_bytes(void) {
     return n;
 }
 
-size_t psg_buffer_live_bytes(void) { return atomic_load(&live_bytes); }
+size_t psg_buffer_live_bytes(void) {
+    return atomic_load(&live_bytes);
+}
 
 void psg_buffer_cache_trim(void) {
     pthread_mutex_lock(&cache_lock);

@@ -9,13 +9,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-static inline bool psg_ckd_add_i64(int64_t *r, int64_t a, int64_t b) { return __builtin_add_overflow(a, b, r); }
-static inline bool psg_ckd_sub_i64(int64_t *r, int64_t a, int64_t b) { return __builtin_sub_overflow(a, b, r); }
-static inline bool psg_ckd_mul_i64(int64_t *r, int64_t a, int64_t b) { return __builtin_mul_overflow(a, b, r); }
-static inline bool psg_ckd_add_u64(uint64_t *r, uint64_t a, uint64_t b) { return __builtin_add_overflow(a, b, r); }
-static inline bool psg_ckd_mul_u64(uint64_t *r, uint64_t a, uint64_t b) { return __builtin_mul_overflow(a, b, r); }
-static inline bool psg_ckd_add_size(size_t *r, size_t a, size_t b) { return __builtin_add_overflow(a, b, r); }
-static inline bool psg_ckd_mul_size(size_t *r, size_t a, size_t b) { return __builtin_mul_overflow(a, b, r); }
+static inline bool psg_ckd_add_i64(int64_t *r, int64_t a, int64_t b) {
+    return __builtin_add_overflow(a, b, r);
+}
+static inline bool psg_ckd_sub_i64(int64_t *r, int64_t a, int64_t b) {
+    return __builtin_sub_overflow(a, b, r);
+}
+static inline bool psg_ckd_mul_i64(int64_t *r, int64_t a, int64_t b) {
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline bool psg_ckd_add_u64(uint64_t *r, uint64_t a, uint64_t b) {
+    return __builtin_add_overflow(a, b, r);
+}
+static inline bool psg_ckd_mul_u64(uint64_t *r, uint64_t a, uint64_t b) {
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline bool psg_ckd_add_size(size_t *r, size_t a, size_t b) {
+    return __builtin_add_overflow(a, b, r);
+}
+static inline bool psg_ckd_mul_size(size_t *r, size_t a, size_t b) {
+    return __builtin_mul_overflow(a, b, r);
+}
 
 /* The product of n non-negative dims into *r; true when a dim is negative or it overflows. */
 static inline bool psg_ckd_product_i64(int64_t *r, const int64_t *dims, int n) {

@@ -27,14 +27,23 @@ int psg_error_set_code(psg_err_code_t code, const char *fmt, ...) {
     return -1;
 }
 
-psg_err_code_t psg_error_code(void) { return error_code; }
+int psg_error_recode(psg_err_code_t code) {
+    error_code = code >= 0 && code < PSG_ERR_CODE_COUNT ? code : PSG_ERR_UNKNOWN;
+    return -1;
+}
 
-void psg_error_set_code_only(psg_err_code_t code) { error_code = code; }
+psg_err_code_t psg_error_code(void) {
+    return error_code;
+}
+
+void psg_error_set_code_only(psg_err_code_t code) {
+    error_code = code;
+}
 
 const char *psg_error_code_name(int code) {
     static const char *const names[PSG_ERR_CODE_COUNT] = {
-        "unknown", "bad_request", "not_found", "limit",    "timeout",    "aborted",
-        "closed",  "stopping",    "denied",    "no_memory", "unavailable"};
+        "unknown", "bad_request", "not_found", "limit",     "timeout",     "aborted",
+        "closed",  "stopping",    "denied",    "no_memory", "unavailable", "config"};
     return code >= 0 && code < PSG_ERR_CODE_COUNT ? names[code] : "unknown";
 }
 
@@ -53,7 +62,9 @@ int psg_error_wrap(const char *fmt, ...) {
     return -1;
 }
 
-const char *psg_error_message(void) { return error_message; }
+const char *psg_error_message(void) {
+    return error_message;
+}
 
 void psg_error_clear(void) {
     error_message[0] = '\0';

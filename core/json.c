@@ -52,7 +52,7 @@ static int hex4(const char *s, unsigned *v) {
     *v = 0;
     for (int i = 0; i < 4; i++) {
         char c = s[i];
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+        unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
                      : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
                      : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
                                             : 16u;
@@ -201,7 +201,8 @@ static int seen_key(parser_t *ps, const psg_json_t *j, psg_strmap_t **keys, cons
         }
         /* put, not get: the key is stored once its value parsed (the map is dropped on a
          * failure before that) */
-        if ((dup = psg_strmap_put(*keys, key, j->count)) == -2) return psg_error_set("out of memory");
+        if ((dup = psg_strmap_put(*keys, key, j->count)) == -2)
+            return psg_error_set("out of memory");
     }
     if (dup >= 0) {
         char what[160];
@@ -335,7 +336,7 @@ const psg_json_t *psg_json_get(const psg_json_t *obj, const char *key) {
 }
 
 const char *psg_json_type_name(psg_json_type_t t) {
-    static const char *names[] = {"null", "a boolean", "a number", "a string", "an array",
-                                  "an object"};
+    static const char *names[] = {"null",     "a boolean", "a number",
+                                  "a string", "an array",  "an object"};
     return t <= PSG_JSON_OBJECT ? names[t] : "unknown";
 }

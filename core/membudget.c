@@ -47,9 +47,9 @@ int psg_membudget_charge(psg_membudget_t *b, int64_t bytes) {
     int64_t held = atomic_load(&b->held);
     do {
         if (bytes > b->limit - held)
-            return psg_error_set_code(PSG_ERR_LIMIT,
-                                      "%s: %lld bytes held, %lld more would pass its limit of %lld bytes", b->what,
-                                      (long long)held, (long long)bytes, (long long)b->limit);
+            return psg_error_set_code(
+                PSG_ERR_LIMIT, "%s: %lld bytes held, %lld more would pass its limit of %lld bytes",
+                b->what, (long long)held, (long long)bytes, (long long)b->limit);
     } while (!atomic_compare_exchange_weak(&b->held, &held, held + bytes));
     int64_t now = held + bytes, peak = atomic_load(&b->peak);
     while (now > peak && !atomic_compare_exchange_weak(&b->peak, &peak, now)) {
@@ -57,10 +57,18 @@ int psg_membudget_charge(psg_membudget_t *b, int64_t bytes) {
     return 0;
 }
 
-void psg_membudget_release(psg_membudget_t *b, int64_t bytes) { atomic_fetch_sub(&b->held, bytes); }
-int64_t psg_membudget_held(const psg_membudget_t *b) { return atomic_load(&((psg_membudget_t *)b)->held); }
-int64_t psg_membudget_peak(const psg_membudget_t *b) { return atomic_load(&((psg_membudget_t *)b)->peak); }
-int64_t psg_membudget_limit(const psg_membudget_t *b) { return b->limit; }
+void psg_membudget_release(psg_membudget_t *b, int64_t bytes) {
+    atomic_fetch_sub(&b->held, bytes);
+}
+int64_t psg_membudget_held(const psg_membudget_t *b) {
+    return atomic_load(&((psg_membudget_t *)b)->held);
+}
+int64_t psg_membudget_peak(const psg_membudget_t *b) {
+    return atomic_load(&((psg_membudget_t *)b)->peak);
+}
+int64_t psg_membudget_limit(const psg_membudget_t *b) {
+    return b->limit;
+}
 
 psg_membudget_t *psg_membudget_enter(psg_membudget_t *b) {
     psg_membudget_t *before = current;
@@ -68,4 +76,6 @@ psg_membudget_t *psg_membudget_enter(psg_membudget_t *b) {
     return before;
 }
 
-psg_membudget_t *psg_membudget_current(void) { return current; }
+psg_membudget_t *psg_membudget_current(void) {
+    return current;
+}

@@ -30,8 +30,9 @@ int psg_msgpack_check(const void *data, size_t len, int max_depth) {
         /* msgpack-c spends a msgpack_object (24 bytes) on every object: 64 MiB of nils, which
          * the checks on lengths pass, once took 1.6 GB to unpack */
         if (++objects > PSG_MSGPACK_MAX_OBJECTS)
-            return psg_error_set("msgpack: over %d objects at byte %zu (unpacking would take over %d MiB)",
-                                 PSG_MSGPACK_MAX_OBJECTS, off, (PSG_MSGPACK_MAX_OBJECTS >> 20) * 24);
+            return psg_error_set(
+                "msgpack: over %d objects at byte %zu (unpacking would take over %d MiB)",
+                PSG_MSGPACK_MAX_OBJECTS, off, (PSG_MSGPACK_MAX_OBJECTS >> 20) * 24);
         if (off >= len) return psg_error_set("msgpack: truncated at byte %zu", off);
         unsigned char c = p[off++];
         uint64_t skip = 0, count = 0;
@@ -47,31 +48,62 @@ int psg_msgpack_check(const void *data, size_t len, int max_depth) {
             skip = c & 0x1f;
         } else {
             switch (c) {
-            case 0xc4: case 0xd9: hdr = 1; break;                  /* bin8, str8 */
-            case 0xc5: case 0xda: hdr = 2; break;                  /* bin16, str16 */
-            case 0xc6: case 0xdb: hdr = 4; break;                  /* bin32, str32 */
-            case 0xc7: hdr = 1; skip = 1; break;                   /* ext8: +type */
-            case 0xc8: hdr = 2; skip = 1; break;
-            case 0xc9: hdr = 4; skip = 1; break;
+            case 0xc4:
+            case 0xd9: hdr = 1; break; /* bin8, str8 */
+            case 0xc5:
+            case 0xda: hdr = 2; break; /* bin16, str16 */
+            case 0xc6:
+            case 0xdb: hdr = 4; break; /* bin32, str32 */
+            case 0xc7:
+                hdr = 1;
+                skip = 1;
+                break; /* ext8: +type */
+            case 0xc8:
+                hdr = 2;
+                skip = 1;
+                break;
+            case 0xc9:
+                hdr = 4;
+                skip = 1;
+                break;
             case 0xca: skip = 4; break;
             case 0xcb: skip = 8; break;
-            case 0xcc: case 0xd0: skip = 1; break;
-            case 0xcd: case 0xd1: skip = 2; break;
-            case 0xce: case 0xd2: skip = 4; break;
-            case 0xcf: case 0xd3: skip = 8; break;
-            case 0xd4: skip = 2; break;                            /* fixext: type + data */
+            case 0xcc:
+            case 0xd0: skip = 1; break;
+            case 0xcd:
+            case 0xd1: skip = 2; break;
+            case 0xce:
+            case 0xd2: skip = 4; break;
+            case 0xcf:
+            case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break; /* fixext: type + data */
             case 0xd5: skip = 3; break;
             case 0xd6: skip = 5; break;
             case 0xd7: skip = 9; break;
             case 0xd8: skip = 17; break;
-            case 0xdc: hdr = 2; container = true; break;           /* array16 */
-            case 0xdd: hdr = 4; container = true; break;           /* array32 */
-            case 0xde: hdr = 2; container = true; count = 1; break; /* map16: doubled below */
-            case 0xdf: hdr = 4; container = true; count = 1; break;
+            case 0xdc:
+                hdr = 2;
+                container = true;
+                break; /* array16 */
+            case 0xdd:
+                hdr = 4;
+                container = true;
+                break; /* array32 */
+            case 0xde:
+                hdr = 2;
+                container = true;
+                count = 1;
+                break; /* map16: doubled below */
+            case 0xdf:
+                hdr = 4;
+                container = true;
+                count = 1;
+                break;
             default: return psg_error_set("msgpack: invalid byte 0x%02x at %zu", c, off - 1);
             }
             if (hdr) {
-                if (len - off < (size_t)hdr) return psg_error_set("msgpack: truncated header at byte %zu", off);
+                if (len - off < (size_t)hdr)
+                    return psg_error_set("msgpack: truncated header at byte %zu", off);
                 uint64_t n = be(p + off, hdr);
                 off += (size_t)hdr;
                 if (container)
@@ -80,13 +112,18 @@ int psg_msgpack_check(const void *data, size_t len, int max_depth) {
                     skip += n;
             }
         }
-        if (skip > len - off) return psg_error_set("msgpack: a field of %llu bytes runs past the end at byte %zu", (unsigned long long)skip, off);
+        if (skip > len - off)
+            return psg_error_set("msgpack: a field of %llu bytes runs past the end at byte %zu",
+                                 (unsigned long long)skip, off);
         off += skip;
         if (container && count) {
             /* each element takes at least one byte */
             if (count > len - off)
-                return psg_error_set("msgpack: a container of %llu elements cannot fit in %zu bytes", (unsigned long long)count, len - off);
-            if (depth + 1 >= max_depth) return psg_error_set("msgpack: nested deeper than %d", max_depth);
+                return psg_error_set(
+                    "msgpack: a container of %llu elements cannot fit in %zu bytes",
+                    (unsigned long long)count, len - off);
+            if (depth + 1 >= max_depth)
+                return psg_error_set("msgpack: nested deeper than %d", max_depth);
             remaining[++depth] = count;
         }
     }

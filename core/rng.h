@@ -17,7 +17,9 @@ static inline uint64_t psg_splitmix64(uint64_t *s) {
 }
 
 /* The mix of x alone (one splitmix64 step from state x), for hashing a key. */
-static inline uint64_t psg_mix64(uint64_t x) { return psg_splitmix64(&x); }
+static inline uint64_t psg_mix64(uint64_t x) {
+    return psg_splitmix64(&x);
+}
 
 /* A uniform draw in the open interval (0, 1). */
 static inline double psg_uniform01(uint64_t *s) {

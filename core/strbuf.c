@@ -24,7 +24,9 @@ void psg_strbuf_add(psg_strbuf_t *b, const char *s, size_t n) {
     b->s[b->len] = 0;
 }
 
-void psg_strbuf_str(psg_strbuf_t *b, const char *s) { psg_strbuf_add(b, s, strlen(s)); }
+void psg_strbuf_str(psg_strbuf_t *b, const char *s) {
+    psg_strbuf_add(b, s, strlen(s));
+}
 
 void psg_strbuf_printf(psg_strbuf_t *b, const char *fmt, ...) {
     char tmp[256];

@@ -1,6 +1,6 @@
 /* A growable NUL-terminated string for building text (JSON reports, safetensors headers):
  * appends never fail loudly; an allocation failure sets `oom` and later appends do nothing,
- * so a builder checks once at the end. Not a parser (net/json.c reads JSON). */
+ * so a builder checks once at the end. Not a parser (core/json.c reads JSON). */
 #ifndef PSG_CORE_STRBUF_H
 #define PSG_CORE_STRBUF_H
 

@@ -77,4 +77,6 @@ int psg_strmap_get(const psg_strmap_t *m, const char *key) {
     return s->key ? s->value : -1;
 }
 
-size_t psg_strmap_count(const psg_strmap_t *m) { return m->count; }
+size_t psg_strmap_count(const psg_strmap_t *m) {
+    return m->count;
+}

@@ -11,10 +11,11 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[PSG_DT_COUNT] = {
-    [PSG_DT_INVALID] = {"invalid", 0}, [PSG_DT_F32] = {"f32", 4}, [PSG_DT_F64] = {"f64", 8},
-    [PSG_DT_I32] = {"i32", 4},         [PSG_DT_I64] = {"i64", 8}, [PSG_DT_U8] = {"u8", 1},
-    [PSG_DT_F16] = {"f16", 2},         [PSG_DT_BF16] = {"bf16", 2}, [PSG_DT_BOOL] = {"bool", 1},
-    [PSG_DT_RESOURCE] = {"resource", sizeof(void *)},
+    [PSG_DT_INVALID] = {"invalid", 0}, [PSG_DT_F32] = {"f32", 4},
+    [PSG_DT_F64] = {"f64", 8},         [PSG_DT_I32] = {"i32", 4},
+    [PSG_DT_I64] = {"i64", 8},         [PSG_DT_U8] = {"u8", 1},
+    [PSG_DT_F16] = {"f16", 2},         [PSG_DT_BF16] = {"bf16", 2},
+    [PSG_DT_BOOL] = {"bool", 1},       [PSG_DT_RESOURCE] = {"resource", sizeof(void *)},
 };
 
 size_t psg_dtype_size(psg_dtype_t dt) {
@@ -38,9 +39,15 @@ psg_shape_t psg_shape_make(int rank, const int64_t *dims) {
     return s;
 }
 
-psg_shape_t psg_shape_scalar(void) { return (psg_shape_t){.rank = 0}; }
-psg_shape_t psg_shape_unknown(void) { return (psg_shape_t){.rank = -1}; }
-psg_shape_t psg_shape_1d(int64_t d0) { return (psg_shape_t){.rank = 1, .dims = {d0}}; }
+psg_shape_t psg_shape_scalar(void) {
+    return (psg_shape_t){.rank = 0};
+}
+psg_shape_t psg_shape_unknown(void) {
+    return (psg_shape_t){.rank = -1};
+}
+psg_shape_t psg_shape_1d(int64_t d0) {
+    return (psg_shape_t){.rank = 1, .dims = {d0}};
+}
 psg_shape_t psg_shape_2d(int64_t d0, int64_t d1) {
     return (psg_shape_t){.rank = 2, .dims = {d0, d1}};
 }
@@ -50,11 +57,14 @@ psg_shape_t psg_shape_4d(int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
 
 int64_t psg_shape_numel(const psg_shape_t *s) {
     int64_t n;
-    if (s->rank < 0 || s->rank > PSG_MAX_RANK || psg_ckd_product_i64(&n, s->dims, s->rank)) return -1;
+    if (s->rank < 0 || s->rank > PSG_MAX_RANK || psg_ckd_product_i64(&n, s->dims, s->rank))
+        return -1;
     return n;
 }
 
-bool psg_shape_is_complete(const psg_shape_t *s) { return psg_shape_numel(s) >= 0; }
+bool psg_shape_is_complete(const psg_shape_t *s) {
+    return psg_shape_numel(s) >= 0;
+}
 
 bool psg_shape_equal(const psg_shape_t *a, const psg_shape_t *b) {
     if (a->rank != b->rank) return false;
@@ -81,8 +91,8 @@ char *psg_shape_str(const psg_shape_t *s, char *buf, size_t size) {
         if (s->dims[i] < 0)
             n += (size_t)snprintf(buf + n, size - n, "%s?", i ? ", " : "");
         else
-            n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "",
-                                  (long long)s->dims[i]);
+            n +=
+                (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)s->dims[i]);
     }
     if (n < size) snprintf(buf + n, size - n, "]");
     return buf;
@@ -98,17 +108,18 @@ static int check_shape(psg_dtype_t dt, const psg_shape_t *shape, size_t *nbytes)
         for (int i = 0; i < shape->rank; i++)
             if (shape->dims[i] < 0)
                 return psg_error_set("shape %s is not complete", psg_shape_str(shape, s, sizeof s));
-        return psg_error_set("shape %s: its element count overflows", psg_shape_str(shape, s, sizeof s));
+        return psg_error_set("shape %s: its element count overflows",
+                             psg_shape_str(shape, s, sizeof s));
     }
     if ((uint64_t)n > (uint64_t)1 << 40)
-        return psg_error_set("tensor too large (shape %s, %lld elements)", psg_shape_str(shape, s, sizeof s),
-                             (long long)n);
+        return psg_error_set("tensor too large (shape %s, %lld elements)",
+                             psg_shape_str(shape, s, sizeof s), (long long)n);
     *nbytes = (size_t)n * psg_dtype_size(dt);
     return 0;
 }
 
-psg_tensor_t *psg_tensor_from_buffer(psg_dtype_t dt, const psg_shape_t *shape,
-                                     psg_buffer_t *buf, size_t offset) {
+psg_tensor_t *psg_tensor_from_buffer(psg_dtype_t dt, const psg_shape_t *shape, psg_buffer_t *buf,
+                                     size_t offset) {
     size_t nbytes = 0;
     if (check_shape(dt, shape, &nbytes) < 0) return NULL;
     if (offset > buf->size || nbytes > buf->size - offset) {
@@ -145,8 +156,8 @@ psg_tensor_t *psg_tensor_zeros(psg_dtype_t dt, const psg_shape_t *shape) {
     return t;
 }
 
-psg_tensor_t *psg_tensor_from_data(psg_dtype_t dt, const psg_shape_t *shape,
-                                   const void *data, size_t nbytes) {
+psg_tensor_t *psg_tensor_from_data(psg_dtype_t dt, const psg_shape_t *shape, const void *data,
+                                   size_t nbytes) {
     psg_tensor_t *t = psg_tensor_new(dt, shape);
     if (!t) return NULL;
     if (psg_tensor_nbytes(t) != nbytes) {
@@ -198,7 +209,9 @@ void psg_tensor_destroy(psg_tensor_t **tp) {
     free(t);
 }
 
-int64_t psg_tensor_numel(const psg_tensor_t *t) { return psg_shape_numel(&t->shape); }
+int64_t psg_tensor_numel(const psg_tensor_t *t) {
+    return psg_shape_numel(&t->shape);
+}
 
 size_t psg_tensor_nbytes(const psg_tensor_t *t) {
     return (size_t)psg_tensor_numel(t) * psg_dtype_size(t->dtype);

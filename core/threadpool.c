@@ -94,7 +94,9 @@ void psg_threadpool_destroy(psg_threadpool_t **pp) {
     free(p);
 }
 
-int psg_threadpool_size(const psg_threadpool_t *p) { return p ? p->size : 1; }
+int psg_threadpool_size(const psg_threadpool_t *p) {
+    return p ? p->size : 1;
+}
 
 void psg_threadpool_submit(psg_threadpool_t *p, void (*fn)(void *), void *arg) {
     if (!p || p->size == 1) {

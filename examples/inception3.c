@@ -4,6 +4,7 @@
  * input pipeline and not the training loop. */
 #include "psgraph/inception3.h"
 
+#include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "psgraph/ops_math.h"
@@ -75,7 +76,8 @@ static psg_endpoint_t shared_variable(builder_t *b, const char *name) {
     char root[512];
     snprintf(root, sizeof root, "%s/%s", psg_graph_scope(b->g) + b->outer + 1, name);
     int id = psg_graph_find(b->g, root);
-    if (id < 0 || strcmp(psg_node_op(psg_graph_node(b->g, id)), "VarHandle")) return PSG_NO_ENDPOINT;
+    if (id < 0 || strcmp(psg_node_op(psg_graph_node(b->g, id)), "VarHandle"))
+        return PSG_NO_ENDPOINT;
     return (psg_endpoint_t){id, 0};
 }
 
@@ -84,12 +86,13 @@ static psg_endpoint_t shared_variable(builder_t *b, const char *name) {
  * the same resource manager. */
 static psg_endpoint_t param(builder_t *b, const char *name, const psg_shape_t *shape,
                             psg_initializer_t init, bool trainable, psg_endpoint_t *handle) {
-    psg_endpoint_t h = shared_variable(b, name);
-    if (!psg_endpoint_valid(h) && b->cfg->read_ema) {
+    psg_endpoint_t h;
+    if (b->cfg->read_ema) { /* the shadow of a model at the root, or its own handle */
         char shadow[256];
         snprintf(shadow, sizeof shadow, "%s/ExponentialMovingAverage", name);
-        h = psg_var_handle(b->g, shadow, PSG_DT_F32, shape);
-    } else if (!psg_endpoint_valid(h)) {
+        h = shared_variable(b, shadow);
+        if (!psg_endpoint_valid(h)) h = psg_var_handle(b->g, shadow, PSG_DT_F32, shape);
+    } else if (!psg_endpoint_valid(h = shared_variable(b, name))) {
         h = psg_variable(b->g, name, PSG_DT_F32, shape, init, trainable);
     }
     if (handle) *handle = h;
@@ -121,8 +124,10 @@ static psg_endpoint_t bn_relu(builder_t *b, psg_endpoint_t x, int64_t c) {
     psg_endpoint_t gamma = psg_const(g, "gamma", &ones);
     psg_endpoint_t beta = param(b, "beta", &s, (psg_initializer_t){"zeros", 0, 0}, true, NULL);
     psg_endpoint_t mm_h, mv_h;
-    psg_endpoint_t mm = param(b, "moving_mean", &s, (psg_initializer_t){"zeros", 0, 0}, false, &mm_h);
-    psg_endpoint_t mv = param(b, "moving_variance", &s, (psg_initializer_t){"ones", 0, 0}, false, &mv_h);
+    psg_endpoint_t mm =
+        param(b, "moving_mean", &s, (psg_initializer_t){"zeros", 0, 0}, false, &mm_h);
+    psg_endpoint_t mv =
+        param(b, "moving_variance", &s, (psg_initializer_t){"ones", 0, 0}, false, &mv_h);
     psg_batch_norm_t bn;
     if (b->cfg->is_training) {
         bn = psg_fused_batch_norm(g, NULL, x, gamma, beta, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT,
@@ -169,8 +174,12 @@ static psg_endpoint_t concat(builder_t *b, int n, const psg_endpoint_t *xs) {
     return psg_concat(b->g, "concat", n, xs, 3);
 }
 
-static bool enter(builder_t *b, const char *scope) { return psg_graph_push_scope(b->g, scope) == 0; }
-static void leave(builder_t *b) { psg_graph_pop_scope(b->g); }
+static bool enter(builder_t *b, const char *scope) {
+    return psg_graph_push_scope(b->g, scope) == 0;
+}
+static void leave(builder_t *b) {
+    psg_graph_pop_scope(b->g);
+}
 
 /* One layer of the network as a table row: a conv (kh x kw, `out` channels,
  * WIDTH: the block's width argument), a 3 x 3 pool, or SPLIT: this conv and
@@ -188,9 +197,13 @@ typedef struct {
 
 static psg_endpoint_t layer(builder_t *b, const layer_t *l, psg_endpoint_t x, int width) {
     switch (l->kind) {
-    case AVG_POOL: return psg_avg_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
-    case MAX_POOL: return psg_max_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
-    default: return conv(b, l->name, x, l->out == WIDTH ? width : l->out, l->kh, l->kw, l->stride, l->pad);
+    case AVG_POOL:
+        return psg_avg_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
+    case MAX_POOL:
+        return psg_max_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
+    default:
+        return conv(b, l->name, x, l->out == WIDTH ? width : l->out, l->kh, l->kw, l->stride,
+                    l->pad);
     }
 }
 
@@ -216,60 +229,84 @@ typedef struct {
 } block_t;
 
 /* Mixed_5b/5c/5d (Keras mixed0-2): 35 x 35, four branches; WIDTH: the pool branch's channels. */
-static const block_t block_a = {4, {
-    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}},
-    {{CONV, "Conv2d_0a_1x1", 48, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_5x5", 64, 5, 5, 1, SAME}},
-    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_3x3", 96, 3, 3, 1, SAME},
-     {CONV, "Conv2d_0c_3x3", 96, 3, 3, 1, SAME}},
-    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME}, {CONV, "Conv2d_0b_1x1", WIDTH, 1, 1, 1, SAME}},
-}};
+static const block_t block_a = {
+    4,
+    {
+        {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}},
+        {{CONV, "Conv2d_0a_1x1", 48, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_5x5", 64, 5, 5, 1, SAME}},
+        {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME},
+         {CONV, "Conv2d_0b_3x3", 96, 3, 3, 1, SAME},
+         {CONV, "Conv2d_0c_3x3", 96, 3, 3, 1, SAME}},
+        {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME},
+         {CONV, "Conv2d_0b_1x1", WIDTH, 1, 1, 1, SAME}},
+    }};
 
 /* Mixed_6a (Keras mixed3): 35 -> 17, grid reduction. */
-static const block_t block_b = {3, {
-    {{CONV, "Conv2d_1a_1x1", 384, 3, 3, 2, VALID}},
-    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_3x3", 96, 3, 3, 1, SAME},
-     {CONV, "Conv2d_1a_1x1", 96, 3, 3, 2, VALID}},
-    {{MAX_POOL, "MaxPool_1a_3x3", 0, 3, 3, 2, VALID}},
-}};
+static const block_t block_b = {3,
+                                {
+                                    {{CONV, "Conv2d_1a_1x1", 384, 3, 3, 2, VALID}},
+                                    {{CONV, "Conv2d_0a_1x1", 64, 1, 1, 1, SAME},
+                                     {CONV, "Conv2d_0b_3x3", 96, 3, 3, 1, SAME},
+                                     {CONV, "Conv2d_1a_1x1", 96, 3, 3, 2, VALID}},
+                                    {{MAX_POOL, "MaxPool_1a_3x3", 0, 3, 3, 2, VALID}},
+                                }};
 
 /* Mixed_6b..6e (Keras mixed4-7): 17 x 17 with factorized 1x7 / 7x1; WIDTH: their channels. */
-static const block_t block_c = {4, {
-    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}},
-    {{CONV, "Conv2d_0a_1x1", WIDTH, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_1x7", WIDTH, 1, 7, 1, SAME},
-     {CONV, "Conv2d_0c_7x1", 192, 7, 1, 1, SAME}},
-    {{CONV, "Conv2d_0a_1x1", WIDTH, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_7x1", WIDTH, 7, 1, 1, SAME},
-     {CONV, "Conv2d_0c_1x7", WIDTH, 1, 7, 1, SAME}, {CONV, "Conv2d_0d_7x1", WIDTH, 7, 1, 1, SAME},
-     {CONV, "Conv2d_0e_1x7", 192, 1, 7, 1, SAME}},
-    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME}, {CONV, "Conv2d_0b_1x1", 192, 1, 1, 1, SAME}},
-}};
+static const block_t block_c = {4,
+                                {
+                                    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}},
+                                    {{CONV, "Conv2d_0a_1x1", WIDTH, 1, 1, 1, SAME},
+                                     {CONV, "Conv2d_0b_1x7", WIDTH, 1, 7, 1, SAME},
+                                     {CONV, "Conv2d_0c_7x1", 192, 7, 1, 1, SAME}},
+                                    {{CONV, "Conv2d_0a_1x1", WIDTH, 1, 1, 1, SAME},
+                                     {CONV, "Conv2d_0b_7x1", WIDTH, 7, 1, 1, SAME},
+                                     {CONV, "Conv2d_0c_1x7", WIDTH, 1, 7, 1, SAME},
+                                     {CONV, "Conv2d_0d_7x1", WIDTH, 7, 1, 1, SAME},
+                                     {CONV, "Conv2d_0e_1x7", 192, 1, 7, 1, SAME}},
+                                    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME},
+                                     {CONV, "Conv2d_0b_1x1", 192, 1, 1, 1, SAME}},
+                                }};
 
 /* Mixed_7a (Keras mixed8): 17 -> 8, grid reduction. */
-static const block_t block_d = {3, {
-    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}, {CONV, "Conv2d_1a_3x3", 320, 3, 3, 2, VALID}},
-    {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_1x7", 192, 1, 7, 1, SAME},
-     {CONV, "Conv2d_0c_7x1", 192, 7, 1, 1, SAME}, {CONV, "Conv2d_1a_3x3", 192, 3, 3, 2, VALID}},
-    {{MAX_POOL, "MaxPool_1a_3x3", 0, 3, 3, 2, VALID}},
-}};
+static const block_t block_d = {
+    3,
+    {
+        {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME}, {CONV, "Conv2d_1a_3x3", 320, 3, 3, 2, VALID}},
+        {{CONV, "Conv2d_0a_1x1", 192, 1, 1, 1, SAME},
+         {CONV, "Conv2d_0b_1x7", 192, 1, 7, 1, SAME},
+         {CONV, "Conv2d_0c_7x1", 192, 7, 1, 1, SAME},
+         {CONV, "Conv2d_1a_3x3", 192, 3, 3, 2, VALID}},
+        {{MAX_POOL, "MaxPool_1a_3x3", 0, 3, 3, 2, VALID}},
+    }};
 
 /* Mixed_7b/7c (Keras mixed9-10): 8 x 8 with split 1x3 / 3x1. */
-static const block_t block_e = {4, {
-    {{CONV, "Conv2d_0a_1x1", 320, 1, 1, 1, SAME}},
-    {{CONV, "Conv2d_0a_1x1", 384, 1, 1, 1, SAME}, {SPLIT, "Conv2d_0b_1x3", 384, 1, 3, 1, SAME},
-     {CONV, "Conv2d_0b_3x1", 384, 3, 1, 1, SAME}},
-    {{CONV, "Conv2d_0a_1x1", 448, 1, 1, 1, SAME}, {CONV, "Conv2d_0b_3x3", 384, 3, 3, 1, SAME},
-     {SPLIT, "Conv2d_0c_1x3", 384, 1, 3, 1, SAME}, {CONV, "Conv2d_0d_3x1", 384, 3, 1, 1, SAME}},
-    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME}, {CONV, "Conv2d_0b_1x1", 192, 1, 1, 1, SAME}},
-}};
+static const block_t block_e = {4,
+                                {
+                                    {{CONV, "Conv2d_0a_1x1", 320, 1, 1, 1, SAME}},
+                                    {{CONV, "Conv2d_0a_1x1", 384, 1, 1, 1, SAME},
+                                     {SPLIT, "Conv2d_0b_1x3", 384, 1, 3, 1, SAME},
+                                     {CONV, "Conv2d_0b_3x1", 384, 3, 1, 1, SAME}},
+                                    {{CONV, "Conv2d_0a_1x1", 448, 1, 1, 1, SAME},
+                                     {CONV, "Conv2d_0b_3x3", 384, 3, 3, 1, SAME},
+                                     {SPLIT, "Conv2d_0c_1x3", 384, 1, 3, 1, SAME},
+                                     {CONV, "Conv2d_0d_3x1", 384, 3, 1, 1, SAME}},
+                                    {{AVG_POOL, "AvgPool_0a_3x3", 0, 3, 3, 1, SAME},
+                                     {CONV, "Conv2d_0b_1x1", 192, 1, 1, 1, SAME}},
+                                }};
 
 /* The stem: 299 -> 149 -> 147 -> 147 -> 73 -> 73 -> 71 -> 35 */
 static const layer_t stem[MAX_LAYERS] = {
-    {CONV, "Conv2d_1a_3x3", 32, 3, 3, 2, VALID},     {CONV, "Conv2d_2a_3x3", 32, 3, 3, 1, VALID},
-    {CONV, "Conv2d_2b_3x3", 64, 3, 3, 1, SAME},      {MAX_POOL, "MaxPool_3a_3x3", 0, 3, 3, 2, VALID},
-    {CONV, "Conv2d_3b_1x1", 80, 1, 1, 1, VALID},     {CONV, "Conv2d_4a_3x3", 192, 3, 3, 1, VALID},
+    {CONV, "Conv2d_1a_3x3", 32, 3, 3, 2, VALID},
+    {CONV, "Conv2d_2a_3x3", 32, 3, 3, 1, VALID},
+    {CONV, "Conv2d_2b_3x3", 64, 3, 3, 1, SAME},
+    {MAX_POOL, "MaxPool_3a_3x3", 0, 3, 3, 2, VALID},
+    {CONV, "Conv2d_3b_1x1", 80, 1, 1, 1, VALID},
+    {CONV, "Conv2d_4a_3x3", 192, 3, 3, 1, VALID},
     {MAX_POOL, "MaxPool_5a_3x3", 0, 3, 3, 2, VALID},
 };
 
-static psg_endpoint_t block(builder_t *b, const char *scope, const block_t *k, psg_endpoint_t x, int width) {
+static psg_endpoint_t block(builder_t *b, const char *scope, const block_t *k, psg_endpoint_t x,
+                            int width) {
     if (!enter(b, scope)) return PSG_NO_ENDPOINT;
     psg_endpoint_t br[4];
     for (int i = 0; i < k->n_branches; i++) {
@@ -370,12 +407,14 @@ static int build_error(psg_graph_t *g, builder_t *b) {
 
 int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg_inception3_t *m) {
     if (cfg->image_size < 75)
-        return psg_error_set("inception3: image size %d is below the minimum of 75", cfg->image_size);
+        return psg_error_set("inception3: image size %d is below the minimum of 75",
+                             cfg->image_size);
     if (cfg->classes < 2) return psg_error_set("inception3: %d classes (at least 2)", cfg->classes);
     if (cfg->dropout_rate < 0 || cfg->dropout_rate >= 1 || cfg->label_smoothing < 0 ||
         cfg->label_smoothing >= 1)
         return psg_error_set("inception3: dropout rate and label smoothing must lie in [0, 1)");
-    builder_t b = {.g = g, .cfg = cfg, .seed = cfg->seed * 1000 + 1, .outer = strlen(psg_graph_scope(g))};
+    builder_t b = {
+        .g = g, .cfg = cfg, .seed = cfg->seed * 1000 + 1, .outer = strlen(psg_graph_scope(g))};
     int64_t S = cfg->image_size;
     m->images = psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, S, S, 3}});
     m->labels = psg_placeholder(g, "labels", PSG_DT_I32, &(psg_shape_t){1, {-1}});
@@ -414,7 +453,8 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
         PSG_ASSERT(l2);
         for (int i = 0; i < b.n_decayed; i++) l2[i] = psg_l2_loss(g, NULL, b.decayed[i]);
         /* slim: weight_decay * l2_loss(w) = weight_decay * sum(w^2) / 2 */
-        terms[n_terms++] = psg_scale(g, "total", psg_add_n(g, "sum", b.n_decayed, l2), cfg->weight_decay);
+        terms[n_terms++] =
+            psg_scale(g, "total", psg_add_n(g, "sum", b.n_decayed, l2), cfg->weight_decay);
         free(l2);
         psg_graph_pop_scope(g);
     }
@@ -431,7 +471,9 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
 
 /* ---- size ---- */
 
-static bool has_prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+static bool has_prefix(const char *s, const char *p) {
+    return !strncmp(s, p, strlen(p));
+}
 
 int psg_model_stats(const psg_graph_t *g, const char *prefix, psg_model_stats_t *s) {
     memset(s, 0, sizeof *s);
@@ -494,7 +536,8 @@ psg_inception3_recipe_t psg_inception3_recipe_defaults(void) {
 
 int64_t psg_inception3_decay_steps(const psg_inception3_recipe_t *r) {
     double per_epoch = (double)r->examples_per_epoch / (r->batch > 0 ? r->batch : 1);
-    int64_t steps = (int64_t)(per_epoch * r->epochs_per_decay / (r->replicas > 0 ? r->replicas : 1));
+    int64_t steps =
+        (int64_t)(per_epoch * r->epochs_per_decay / (r->replicas > 0 ? r->replicas : 1));
     return steps > 0 ? steps : 1;
 }
 
@@ -522,17 +565,20 @@ static psg_endpoint_t read_after(psg_graph_t *g, psg_endpoint_t h, int after, ps
 
 int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *vars, int after,
                   int *op) {
-    if (decay <= 0 || decay >= 1) return psg_error_set("moving average: decay %g outside (0, 1)", decay);
+    if (decay <= 0 || decay >= 1)
+        return psg_error_set("moving average: decay %g outside (0, 1)", decay);
     psg_endpoint_t gs = psg_global_step(g); /* outside the scope: found or made by its root name */
     if (psg_graph_push_scope(g, "ExponentialMovingAverage") < 0) return -1;
     /* d = min(decay, (1 + step) / (10 + step)); min(a, b) = (a + b - |a - b|) / 2 */
     psg_endpoint_t step = psg_cast(g, "step", read_after(g, gs, after, PSG_DT_I64), PSG_DT_F32);
     psg_endpoint_t one = psg_const_scalar(g, "one", 1.0f), ten = psg_const_scalar(g, "ten", 10.0f);
-    psg_endpoint_t ratio = psg_div(g, "ratio", psg_add(g, NULL, step, one), psg_add(g, NULL, step, ten));
+    psg_endpoint_t ratio =
+        psg_div(g, "ratio", psg_add(g, NULL, step, one), psg_add(g, NULL, step, ten));
     psg_endpoint_t dc = psg_const_scalar(g, "decay", (float)decay);
     psg_endpoint_t diff = psg_sub(g, NULL, dc, ratio);
     psg_endpoint_t absd = psg_sqrt(g, NULL, psg_square(g, NULL, diff));
-    psg_endpoint_t d = psg_scale(g, "effective_decay", psg_sub(g, NULL, psg_add(g, NULL, dc, ratio), absd), 0.5);
+    psg_endpoint_t d =
+        psg_scale(g, "effective_decay", psg_sub(g, NULL, psg_add(g, NULL, dc, ratio), absd), 0.5);
     psg_endpoint_t rate = psg_sub(g, "rate", one, d);
     psg_graph_pop_scope(g);
     int *updates = malloc((size_t)(n > 0 ? n : 1) * sizeof *updates);
@@ -542,17 +588,25 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
         const psg_node_t *vn = psg_graph_node(g, vars[i].node);
         const char *vname = psg_node_name(vn);
         const psg_shape_t *shape = psg_node_output_shape(vn, 0);
+        /* the shadow and its update beside the variable (TF colocates them): in a cluster
+         * on the variable's ps, not on the worker that builds them (the chief, which would
+         * pull and push every variable a step: the slowest worker, dropped with backups) */
+        char dev[PSG_DEVICE_NAME_MAX];
+        snprintf(dev, sizeof dev, "%s", psg_node_device(vn));
+        if (dev[0]) psg_graph_push_device(g, dev);
         char sname[512];
         snprintf(sname, sizeof sname, "%s/ExponentialMovingAverage", vname);
         psg_endpoint_t sh = psg_var_handle(g, sname, PSG_DT_F32, shape);
         if (!psg_endpoint_valid(sh)) {
+            if (dev[0]) psg_graph_pop_device(g);
             rc = -1;
             break;
         }
         /* the shadow starts as the variable's initial value */
         char iname[600];
         snprintf(iname, sizeof iname, "%s/init", sname);
-        int init = psg_assign(g, iname, sh, read_after(g, vars[i], init_node(g, vars[i].node), PSG_DT_F32));
+        int init = psg_assign(g, iname, sh,
+                              read_after(g, vars[i], init_node(g, vars[i].node), PSG_DT_F32));
         psg_graph_add_to_collection(g, "variables", sh.node);
         psg_graph_add_to_collection(g, "init", init);
         psg_graph_add_to_collection(g, "moving_average_variables", sh.node);
@@ -560,12 +614,14 @@ int psg_ema_apply(psg_graph_t *g, double decay, int n, const psg_endpoint_t *var
         psg_endpoint_t s = read_after(g, sh, after, PSG_DT_F32);
         snprintf(iname, sizeof iname, "%s/update", sname);
         updates[i] = psg_assign_add(g, iname, sh, psg_mul(g, NULL, psg_sub(g, NULL, v, s), rate));
+        if (dev[0]) psg_graph_pop_device(g);
         if (init < 0 || updates[i] < 0) rc = -1;
     }
     if (rc == 0) *op = psg_group(g, "ExponentialMovingAverage/update", n, updates);
     free(updates);
     if (rc < 0 || *op < 0 || psg_graph_error(g))
-        return psg_error_set("moving average: %s", psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());
+        return psg_error_set("moving average: %s",
+                             psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());
     return 0;
 }
 
@@ -584,8 +640,22 @@ int psg_inception3_variables(const psg_graph_t *g, psg_endpoint_t **vars) {
 psg_optimizer_t *psg_inception3_optimizer(psg_graph_t *g, const psg_inception3_recipe_t *r,
                                           psg_endpoint_t *lr) {
     psg_endpoint_t step = psg_read_variable(g, NULL, psg_global_step(g));
-    psg_endpoint_t rate = psg_exponential_decay(g, "learning_rate", (float)r->learning_rate, step,
-                                                psg_inception3_decay_steps(r), (float)r->lr_decay, true);
+    psg_endpoint_t rate =
+        psg_exponential_decay(g, "learning_rate", (float)r->learning_rate, step,
+                              psg_inception3_decay_steps(r), (float)r->lr_decay, true);
+    if (psg_endpoint_valid(rate) && r->warmup_steps > 0) {
+        /* rate * min(1, (step + 1) / W), min(a, 1) = (a + 1 - |a - 1|) / 2 */
+        psg_endpoint_t one = psg_const_scalar(g, "learning_rate/warmup/one", 1.0f);
+        psg_endpoint_t f = psg_scale(g, "learning_rate/warmup/fraction",
+                                     psg_add(g, NULL, psg_cast(g, NULL, step, PSG_DT_F32), one),
+                                     1.0 / (double)r->warmup_steps);
+        psg_endpoint_t d = psg_sub(g, NULL, f, one);
+        psg_endpoint_t m = psg_scale(
+            g, "learning_rate/warmup/factor",
+            psg_sub(g, NULL, psg_add(g, NULL, f, one), psg_sqrt(g, NULL, psg_square(g, NULL, d))),
+            0.5);
+        rate = psg_mul(g, "learning_rate/warmed", rate, m);
+    }
     if (!psg_endpoint_valid(rate)) {
         psg_error_set("inception3 recipe: the learning rate: %s",
                       psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());

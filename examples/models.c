@@ -12,14 +12,23 @@
 
 static const psg_model_info_t models[] = {
     {"mlp", "fully connected layers of 256, 256, then the classes, ReLU", {128, 0.05, 0.9}, true},
-    {"cnn", "two 5x5 conv + max pool blocks (32, 64 channels), fully connected 512, the classes", {64, 0.01, 0.9}, true},
-    {"inception3", "Inception-v3, its own recipe (psgraph train --model inception3 --help)",
-     {32, 0.045, 0.9}, false},
-    {"wide-deep", "wide-and-deep click model on Criteo-format data (--data criteo; worker/ctr_train.c)",
-     {512, 0.001, 0.9}, true},
+    {"cnn",
+     "two 5x5 conv + max pool blocks (32, 64 channels), fully connected 512, the classes",
+     {64, 0.01, 0.9},
+     true},
+    {"inception3",
+     "Inception-v3 with TF's recipe (RMSProp, decay, moving average; docs/inception3.md)",
+     {32, 0.045, 0.9},
+     false},
+    {"wide-deep",
+     "wide-and-deep click model on Criteo-format data (--data criteo; worker/ctr_train.c)",
+     {512, 0.001, 0.9},
+     true},
 };
 
-int psg_model_count(void) { return (int)(sizeof models / sizeof models[0]); }
+int psg_model_count(void) {
+    return (int)(sizeof models / sizeof models[0]);
+}
 
 const psg_model_info_t *psg_model_info(int i) {
     PSG_ASSERT(i >= 0 && i < psg_model_count());
@@ -44,9 +53,8 @@ int psg_model_defaults(const char *name, psg_model_defaults_t *d) {
     const psg_model_info_t *m = psg_model_find(name);
     char known[256];
     if (!m)
-        return psg_error_set("unknown model '%s' (known: %s)", name, psg_model_names(", ", known, sizeof known));
-    if (!m->built_here)
-        return psg_error_set("model '%s' trains with its own recipe: psgraph train --model %s", name, name);
+        return psg_error_set("unknown model '%s' (known: %s)", name,
+                             psg_model_names(", ", known, sizeof known));
     *d = m->defaults;
     return 0;
 }
@@ -81,7 +89,8 @@ static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x,
     psg_endpoint_t y;
     if (n == 1) {
         psg_endpoint_t w = param(g, scope, "weights", &(psg_shape_t){2, {in, out}}, in, seed);
-        y = psg_dense(g, NULL, x, psg_read_variable(g, NULL, w), psg_read_variable(g, NULL, b), relu);
+        y = psg_dense(g, NULL, x, psg_read_variable(g, NULL, w), psg_read_variable(g, NULL, b),
+                      relu);
     } else {
         psg_endpoint_t parts[PSG_MODEL_MAX_SHARDS];
         for (int k = 0; k < n; k++) {
@@ -103,9 +112,11 @@ static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x,
 static psg_endpoint_t conv_block(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t k,
                                  int64_t in, int64_t out, uint64_t seed) {
     if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
-    psg_endpoint_t w = param(g, scope, "weights", &(psg_shape_t){4, {k, k, in, out}}, k * k * in, seed);
+    psg_endpoint_t w =
+        param(g, scope, "weights", &(psg_shape_t){4, {k, k, in, out}}, k * k * in, seed);
     psg_endpoint_t b = param(g, scope, "biases", &(psg_shape_t){1, {out}}, k * k * in, seed + 1);
-    psg_endpoint_t y = psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
+    psg_endpoint_t y =
+        psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
     y = psg_bias_add(g, NULL, y, psg_read_variable(g, NULL, b));
     y = psg_relu(g, NULL, y);
     y = psg_max_pool(g, NULL, y, 2, 2, 2, 2, PSG_PADDING_VALID);
@@ -122,9 +133,13 @@ int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width
                          int classes, uint64_t seed, const psg_model_options_t *opt,
                          psg_model_t *m) {
     int64_t shard = opt ? opt->dense_shard_bytes : 0;
+    const psg_model_info_t *info = psg_model_find(name);
     psg_model_defaults_t d;
     if (psg_model_defaults(name, &d) < 0) return -1;
-    m->images = psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, height, width, channels}});
+    if (!info->built_here)
+        return psg_error_set("model '%s' is built by its own builder (psgraph/inception3.h)", name);
+    m->images =
+        psg_placeholder(g, "images", PSG_DT_F32, &(psg_shape_t){4, {-1, height, width, channels}});
     m->labels = psg_placeholder(g, "labels", PSG_DT_I32, &(psg_shape_t){1, {-1}});
     if (psg_graph_push_scope(g, "model") < 0) return -1;
     int64_t pixels = (int64_t)height * width * channels;

@@ -47,12 +47,9 @@ const char *psg_sim_tail_name(psg_sim_tail_t t) {
 static double draw(const psg_sim_config_t *c, uint64_t *s) {
     double z = psg_normal01(s), u = psg_uniform01(s), v = psg_uniform01(s);
     switch (c->tail) {
-    case PSG_SIM_TAIL_NONE:
-        return c->step_ms;
-    case PSG_SIM_TAIL_NORMAL:
-        return fmax(0.1 * c->step_ms, c->step_ms * (1 + c->cv * z));
-    case PSG_SIM_TAIL_LOGNORMAL:
-        return c->step_ms * exp(c->sigma * z - 0.5 * c->sigma * c->sigma);
+    case PSG_SIM_TAIL_NONE: return c->step_ms;
+    case PSG_SIM_TAIL_NORMAL: return fmax(0.1 * c->step_ms, c->step_ms * (1 + c->cv * z));
+    case PSG_SIM_TAIL_LOGNORMAL: return c->step_ms * exp(c->sigma * z - 0.5 * c->sigma * c->sigma);
     case PSG_SIM_TAIL_PARETO: {
         double t = fmax(0.1 * c->step_ms, c->step_ms * (1 + c->cv * z));
         if (u < c->straggle_p) t += c->step_ms * fmin(50.0, 0.5 * pow(v, -1.0 / c->alpha));
@@ -79,16 +76,21 @@ static int check(const psg_sim_config_t *c, int workers, int backups) {
         if (!c->samples || c->n_samples < 1) return psg_error_set("simulate: no step-time samples");
         for (int i = 0; i < c->n_samples; i++)
             if (!(c->samples[i] > 0) || !isfinite(c->samples[i]))
-                return psg_error_set("simulate: step-time sample %d is %g ms (must be > 0)", i, c->samples[i]);
+                return psg_error_set("simulate: step-time sample %d is %g ms (must be > 0)", i,
+                                     c->samples[i]);
     } else if (!(c->step_ms > 0) || !isfinite(c->step_ms)) {
         return psg_error_set("simulate: step time %g ms must be > 0", c->step_ms);
     }
-    if ((unsigned)c->tail > PSG_SIM_TAIL_SAMPLES) return psg_error_set("simulate: unknown tail model");
+    if ((unsigned)c->tail > PSG_SIM_TAIL_SAMPLES)
+        return psg_error_set("simulate: unknown tail model");
     if (c->cv < 0 || c->sigma < 0 || c->straggle_p < 0 || c->straggle_p > 1 || !(c->alpha > 0))
-        return psg_error_set("simulate: tail parameters out of range (cv, sigma >= 0; p in [0, 1]; alpha > 0)");
-    if (!(c->link_gbps > 0) || c->slow_link_gbps < 0 || c->ps_link_gbps < 0 || c->bytes_per_step < 0 || c->latency_ms < 0 || c->overhead_ms < 0 ||
-        c->ps < 0 || c->batch < 1 || c->steps < 1)
-        return psg_error_set("simulate: link, bytes, latency, overhead, ps, batch or steps out of range");
+        return psg_error_set(
+            "simulate: tail parameters out of range (cv, sigma >= 0; p in [0, 1]; alpha > 0)");
+    if (!(c->link_gbps > 0) || c->slow_link_gbps < 0 || c->ps_link_gbps < 0 ||
+        c->bytes_per_step < 0 || c->latency_ms < 0 || c->overhead_ms < 0 || c->ps < 0 ||
+        c->batch < 1 || c->steps < 1)
+        return psg_error_set(
+            "simulate: link, bytes, latency, overhead, ps, batch or steps out of range");
     return 0;
 }
 

@@ -48,11 +48,13 @@ static int parse_part(const char *s, const char *end, psg_device_name_t *d, unsi
     const char *v = colon ? colon + 1 : end;
     size_t vlen = (size_t)(end - v);
     unsigned bit;
-    if (!colon) return psg_error_set("invalid device name '%s': '%.*s' has no ':'", whole, (int)klen, s);
+    if (!colon)
+        return psg_error_set("invalid device name '%s': '%.*s' has no ':'", whole, (int)klen, s);
     if (klen == 3 && !memcmp(s, "job", 3)) {
         bit = 1;
         if (!valid_job(v, vlen))
-            return psg_error_set("invalid device name '%s': bad job name '%.*s'", whole, (int)vlen, v);
+            return psg_error_set("invalid device name '%s': bad job name '%.*s'", whole, (int)vlen,
+                                 v);
         memcpy(d->job, v, vlen);
         d->job[vlen] = '\0';
         d->has_job = true;
@@ -111,8 +113,7 @@ int psg_device_name_parse(const char *s, psg_device_name_t *out) {
     unsigned seen = 0;
     const char *p = s;
     while (*p) {
-        if (*p != '/')
-            return psg_error_set("invalid device name '%s': expected '/' at '%s'", s, p);
+        if (*p != '/') return psg_error_set("invalid device name '%s': expected '/' at '%s'", s, p);
         const char *start = p + 1;
         const char *end = strchr(start, '/');
         if (!end) end = start + strlen(start);
@@ -164,11 +165,11 @@ bool psg_device_name_same_task(const psg_device_name_t *a, const psg_device_name
 char *psg_device_name_task_str(const psg_device_name_t *d, char *buf, size_t size) {
     size_t n = 0;
     if (size) buf[0] = '\0';
-#define APPEND(...)                                                             \
-    do {                                                                        \
-        int w = snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__);        \
-        if (w > 0) n += (size_t)w;                                              \
-        if (n >= size) n = size ? size - 1 : 0;                                 \
+#define APPEND(...)                                                                                \
+    do {                                                                                           \
+        int w = snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__);                           \
+        if (w > 0) n += (size_t)w;                                                                 \
+        if (n >= size) n = size ? size - 1 : 0;                                                    \
     } while (0)
     if (d->has_job) APPEND("/job:%s", d->job);
     if (d->has_replica) APPEND("/replica:%d", d->replica);

@@ -2,6 +2,7 @@
  * functions, and the node builder that infers shapes as nodes are added.
  * Not execution (executor.c) and not the wire form (serialize.c). */
 #include "graph/graph_internal.h"
+#include "graph/cast_memo.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 
@@ -42,7 +43,8 @@ int psg_attr_copy(psg_attr_t *dst, const psg_attr_t *src) {
     case PSG_ATTR_STR: dst->u.s = xstrdup(src->u.s); break;
     case PSG_ATTR_INTS:
         dst->u.ints.v = xrealloc(NULL, sizeof(int64_t) * (size_t)src->u.ints.n);
-        if (src->u.ints.n) memcpy(dst->u.ints.v, src->u.ints.v, sizeof(int64_t) * (size_t)src->u.ints.n);
+        if (src->u.ints.n)
+            memcpy(dst->u.ints.v, src->u.ints.v, sizeof(int64_t) * (size_t)src->u.ints.n);
         break;
     case PSG_ATTR_FLOATS:
         dst->u.floats.v = xrealloc(NULL, sizeof(double) * (size_t)src->u.floats.n);
@@ -156,23 +158,32 @@ void psg_graph_destroy(psg_graph_t **gp) {
     }
     free(g->collections);
     free(g->casts);
+    for (int i = 0; i < g->num_control_frames; i++) free(g->control_frames[i].ids);
+    free(g->control_frames);
     free(g->error);
     free(g);
 }
 
-int psg_graph_num_nodes(const psg_graph_t *g) { return g->num_nodes; }
+int psg_graph_num_nodes(const psg_graph_t *g) {
+    return g->num_nodes;
+}
 
 /* A heap block of n bytes as malloc holds it: its header, rounded to 16. */
-static size_t heap_bytes(size_t n) { return (n + 8 + 15) & ~(size_t)15; }
+static size_t heap_bytes(size_t n) {
+    return (n + 8 + 15) & ~(size_t)15;
+}
 
-static size_t str_bytes(const char *s) { return s ? heap_bytes(strlen(s) + 1) : 0; }
+static size_t str_bytes(const char *s) {
+    return s ? heap_bytes(strlen(s) + 1) : 0;
+}
 
 size_t psg_graph_footprint(const psg_graph_t *g) {
     size_t n = heap_bytes(sizeof *g) + heap_bytes(sizeof(psg_node_t *) * (size_t)g->cap_nodes) +
                heap_bytes(sizeof(int) * (size_t)g->num_slots);
     for (int i = 0; i < g->num_nodes; i++) {
         const psg_node_t *nd = g->nodes[i];
-        n += heap_bytes(sizeof *nd) + str_bytes(nd->name) + str_bytes(nd->device) + str_bytes(nd->assigned_device) +
+        n += heap_bytes(sizeof *nd) + str_bytes(nd->name) + str_bytes(nd->device) +
+             str_bytes(nd->assigned_device) +
              heap_bytes(sizeof *nd->inputs * (size_t)nd->num_inputs) +
              heap_bytes(sizeof *nd->controls * (size_t)nd->num_controls) +
              heap_bytes(sizeof *nd->attrs * (size_t)nd->num_attrs);
@@ -192,18 +203,106 @@ const psg_node_t *psg_graph_node(const psg_graph_t *g, int id) {
     return (id >= 0 && id < g->num_nodes) ? g->nodes[id] : NULL;
 }
 
-const char *psg_graph_error(const psg_graph_t *g) { return g->error; }
+const char *psg_graph_error(const psg_graph_t *g) {
+    return g->error;
+}
 
-int psg_graph_status(const psg_graph_t *g) { return g->error ? psg_error_set("%s", g->error) : 0; }
+int psg_graph_status(const psg_graph_t *g) {
+    return g->error ? psg_error_set("%s", g->error) : 0;
+}
 
 int psg_graph_wrap_error(const psg_graph_t *g) {
     if (g && g->error && !strstr(psg_error_message(), g->error)) psg_error_wrap("%s", g->error);
     return -1;
 }
 
+void psg_graph_clear_error(psg_graph_t *g) {
+    free(g->error);
+    g->error = NULL;
+}
+
+int psg_graph_push_control(psg_graph_t *g, int n, const int *ids, bool clear) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= g->num_nodes)
+            return psg_error_set("control dependency on a missing node %d", ids[i]);
+    if (g->num_control_frames == g->cap_control_frames) {
+        g->cap_control_frames = g->cap_control_frames ? g->cap_control_frames * 2 : 4;
+        g->control_frames = xrealloc(g->control_frames,
+                                     sizeof(psg_control_frame_t) * (size_t)g->cap_control_frames);
+    }
+    psg_control_frame_t *f = &g->control_frames[g->num_control_frames++];
+    f->n = n;
+    f->ids = n ? xrealloc(NULL, sizeof(int) * (size_t)n) : NULL;
+    if (n) memcpy(f->ids, ids, sizeof(int) * (size_t)n);
+    f->clear = clear;
+    return 0;
+}
+
+void psg_graph_pop_control(psg_graph_t *g) {
+    PSG_ASSERT(g->num_control_frames > 0);
+    free(g->control_frames[--g->num_control_frames].ids);
+}
+
+/* The pushed control dependencies that apply, added to n's control inputs once each. */
+static void add_control_frames(const psg_graph_t *g, psg_node_t *n) {
+    for (int f = g->num_control_frames - 1; f >= 0; f--) {
+        const psg_control_frame_t *fr = &g->control_frames[f];
+        for (int i = 0; i < fr->n; i++) {
+            bool seen = false;
+            for (int k = 0; k < n->num_controls && !seen; k++) seen = n->controls[k] == fr->ids[i];
+            if (seen) continue;
+            n->controls = xrealloc(n->controls, sizeof(int) * (size_t)(n->num_controls + 1));
+            n->controls[n->num_controls++] = fr->ids[i];
+        }
+        if (fr->clear) break;
+    }
+}
+
 void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, void *ctx) {
     g->initial_value_fn = fn;
     g->initial_value_ctx = ctx;
+}
+
+/* ---- mixed precision's setting and casts (the graph keeps them; ops/precision.c decides) ---- */
+
+int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt) {
+    if (dt != PSG_DT_F32 && dt != PSG_DT_BF16 && dt != PSG_DT_F16)
+        return psg_error_set("compute dtype must be f32, bf16 or f16, got %s", psg_dtype_name(dt));
+    g->compute_dtype = dt;
+    return 0;
+}
+
+psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g) {
+    return g->compute_dtype == PSG_DT_INVALID ? PSG_DT_F32 : g->compute_dtype;
+}
+
+int psg_graph_cast_memo_find(const psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype) {
+    /* the device functions' verdict for a Cast of src now */
+    psg_node_t probe = {
+        .id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1, .inputs = &src};
+    probe.device = strdup("");
+    if (!probe.device) return -1;
+    psg_graph_apply_device_fns(g, &probe);
+    int found = -1;
+    for (int i = 0; i < g->num_casts && found < 0; i++) {
+        const psg_cast_memo_t *m = &g->casts[i];
+        if (m->src.node == src.node && m->src.index == src.index && m->dtype == dtype &&
+            !strcmp(g->nodes[m->cast]->device, probe.device))
+            found = m->cast;
+    }
+    free(probe.device);
+    return found;
+}
+
+void psg_graph_cast_memo_add(psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype, int cast) {
+    if (g->num_casts == g->cap_casts) {
+        int cap = g->cap_casts ? 2 * g->cap_casts : 64;
+        psg_cast_memo_t *v = realloc(g->casts, (size_t)cap * sizeof *v);
+        if (!v) return; /* not remembered: a later product casts again */
+        g->casts = v;
+        g->cap_casts = cap;
+    }
+    g->casts[g->num_casts++] = (psg_cast_memo_t){src, dtype, cast};
 }
 
 static void graph_record_error(psg_graph_t *g) {
@@ -434,15 +533,15 @@ static void uniquify_name(psg_graph_t *g, psg_node_t *n) {
 
 static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
     const psg_op_def_t *def = n->def;
-    if (!def)
-        return psg_error_set("unknown op '%s'", psg_node_get_str(n, "_unknown_op", "?"));
+    if (!def) return psg_error_set("unknown op '%s'", psg_node_get_str(n, "_unknown_op", "?"));
     if (def->num_inputs >= 0 && n->num_inputs != def->num_inputs)
         return psg_error_set("takes %d inputs, given %d", def->num_inputs, n->num_inputs);
     if (def->num_inputs < 0 && n->num_inputs < 1)
         return psg_error_set("takes at least one input, given none");
     for (int i = 0; i < n->num_inputs; i++) {
         psg_endpoint_t e = n->inputs[i];
-        if (e.node < 0 || e.node >= g->num_nodes || e.index < 0 || e.index >= g->nodes[e.node]->num_outputs)
+        if (e.node < 0 || e.node >= g->num_nodes || e.index < 0 ||
+            e.index >= g->nodes[e.node]->num_outputs)
             return psg_error_set("input %d refers to a missing output %d:%d", i, e.node, e.index);
     }
     for (int i = 0; i < n->num_controls; i++)
@@ -472,7 +571,8 @@ static int check_and_infer(psg_graph_t *g, psg_node_t *n) {
         n->out_dtypes[i] = PSG_DT_INVALID;
         n->out_shapes[i] = psg_shape_unknown();
     }
-    psg_infer_ctx_t c = {n, n->num_inputs, in_dt, in_sh, n->num_outputs, n->out_dtypes, n->out_shapes};
+    psg_infer_ctx_t c = {
+        n, n->num_inputs, in_dt, in_sh, n->num_outputs, n->out_dtypes, n->out_shapes};
     int rc = def->infer(&c);
     if (in_dt != few_dt) {
         free(in_dt);
@@ -505,6 +605,7 @@ int psg_node_finish(psg_node_builder_t *b) {
         return -1;
     }
     uniquify_name(g, n);
+    add_control_frames(g, n);
     rc = check_and_infer(g, n);
     if (rc < 0) {
         psg_error_wrap("node '%s' (%s)", n->name,
@@ -539,21 +640,51 @@ psg_endpoint_t psg_op_inputs(psg_graph_t *g, const char *op, const char *name, i
 
 /* ---- reading ---- */
 
-int psg_node_id(const psg_node_t *n) { return n->id; }
-const char *psg_node_name(const psg_node_t *n) { return n->name; }
-const char *psg_node_op(const psg_node_t *n) { return n->def ? n->def->name : "?"; }
-const psg_op_def_t *psg_node_def(const psg_node_t *n) { return n->def; }
-int psg_node_num_inputs(const psg_node_t *n) { return n->num_inputs; }
-psg_endpoint_t psg_node_input(const psg_node_t *n, int i) { return n->inputs[i]; }
-int psg_node_num_controls(const psg_node_t *n) { return n->num_controls; }
-int psg_node_control(const psg_node_t *n, int i) { return n->controls[i]; }
-int psg_node_num_outputs(const psg_node_t *n) { return n->num_outputs; }
-psg_dtype_t psg_node_output_dtype(const psg_node_t *n, int i) { return n->out_dtypes[i]; }
-const psg_shape_t *psg_node_output_shape(const psg_node_t *n, int i) { return &n->out_shapes[i]; }
-const char *psg_node_device(const psg_node_t *n) { return n->device; }
-const char *psg_node_assigned_device(const psg_node_t *n) { return n->assigned_device; }
-int psg_node_num_attrs(const psg_node_t *n) { return n->num_attrs; }
-const psg_attr_t *psg_node_attr_at(const psg_node_t *n, int i) { return &n->attrs[i]; }
+int psg_node_id(const psg_node_t *n) {
+    return n->id;
+}
+const char *psg_node_name(const psg_node_t *n) {
+    return n->name;
+}
+const char *psg_node_op(const psg_node_t *n) {
+    return n->def ? n->def->name : "?";
+}
+const psg_op_def_t *psg_node_def(const psg_node_t *n) {
+    return n->def;
+}
+int psg_node_num_inputs(const psg_node_t *n) {
+    return n->num_inputs;
+}
+psg_endpoint_t psg_node_input(const psg_node_t *n, int i) {
+    return n->inputs[i];
+}
+int psg_node_num_controls(const psg_node_t *n) {
+    return n->num_controls;
+}
+int psg_node_control(const psg_node_t *n, int i) {
+    return n->controls[i];
+}
+int psg_node_num_outputs(const psg_node_t *n) {
+    return n->num_outputs;
+}
+psg_dtype_t psg_node_output_dtype(const psg_node_t *n, int i) {
+    return n->out_dtypes[i];
+}
+const psg_shape_t *psg_node_output_shape(const psg_node_t *n, int i) {
+    return &n->out_shapes[i];
+}
+const char *psg_node_device(const psg_node_t *n) {
+    return n->device;
+}
+const char *psg_node_assigned_device(const psg_node_t *n) {
+    return n->assigned_device;
+}
+int psg_node_num_attrs(const psg_node_t *n) {
+    return n->num_attrs;
+}
+const psg_attr_t *psg_node_attr_at(const psg_node_t *n, int i) {
+    return &n->attrs[i];
+}
 
 const psg_attr_t *psg_node_attr(const psg_node_t *n, const char *key) {
     for (int i = 0; i < n->num_attrs; i++)

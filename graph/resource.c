@@ -231,8 +231,7 @@ void psg_variable_lock_update(psg_variable_t *v, psg_variable_t *const *slots, i
 }
 
 void psg_variable_unlock_update(psg_variable_t *v, psg_variable_t *const *slots, int n) {
-    for (int i = n - 1; i >= 0; i--)
-        pthread_mutex_unlock(&slots[i]->lock);
+    for (int i = n - 1; i >= 0; i--) pthread_mutex_unlock(&slots[i]->lock);
     pthread_mutex_unlock(&v->lock);
 }
 

@@ -106,7 +106,8 @@ int psg_graph_serialize(const psg_graph_t *g, char **out, size_t *len) {
     for (int c = 0; c < g->num_collections; c++) {
         pack_cstr(&pk, g->collections[c].name);
         msgpack_pack_array(&pk, (size_t)g->collections[c].n);
-        for (int i = 0; i < g->collections[c].n; i++) msgpack_pack_int(&pk, g->collections[c].ids[i]);
+        for (int i = 0; i < g->collections[c].n; i++)
+            msgpack_pack_int(&pk, g->collections[c].ids[i]);
     }
     *out = sb.data; /* the sbuffer's malloc'd block becomes the caller's */
     *len = sb.size;
@@ -182,12 +183,15 @@ static bool get_shape(const msgpack_object *o, psg_shape_t *s) {
     return true;
 }
 
-static bool valid_dtype(int64_t v) { return v > 0 && v < PSG_DT_COUNT; }
+static bool valid_dtype(int64_t v) {
+    return v > 0 && v < PSG_DT_COUNT;
+}
 
 /* Adds attribute `key` from its [type, value] form to the builder. */
 static int read_attr(psg_node_builder_t *b, const char *key, const msgpack_object *o) {
     int64_t type;
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2 || !get_int(&o->via.array.ptr[0], &type))
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2 ||
+        !get_int(&o->via.array.ptr[0], &type))
         return psg_error_set("attribute '%s' is not [type, value]", key);
     const msgpack_object *v = &o->via.array.ptr[1];
     int64_t i;
@@ -246,7 +250,8 @@ static int read_attr(psg_node_builder_t *b, const char *key, const msgpack_objec
             v->via.array.ptr[2].type != MSGPACK_OBJECT_BIN)
             break;
         const msgpack_object *bin = &v->via.array.ptr[2];
-        psg_tensor_t *t = psg_tensor_from_data((psg_dtype_t)dt, &s, bin->via.bin.ptr, bin->via.bin.size);
+        psg_tensor_t *t =
+            psg_tensor_from_data((psg_dtype_t)dt, &s, bin->via.bin.ptr, bin->via.bin.size);
         if (!t) return psg_error_wrap("attribute '%s'", key);
         psg_node_attr_tensor(b, key, &t);
         return 0;
@@ -338,7 +343,9 @@ done:
     return rc;
 }
 
-psg_graph_t *psg_graph_deserialize(const void *data, size_t len) { return psg_graph_deserialize_within(data, len, SIZE_MAX); }
+psg_graph_t *psg_graph_deserialize(const void *data, size_t len) {
+    return psg_graph_deserialize_within(data, len, SIZE_MAX);
+}
 
 psg_graph_t *psg_graph_deserialize_within(const void *data, size_t len, size_t max_bytes) {
     msgpack_unpacked up;
@@ -377,8 +384,10 @@ psg_graph_t *psg_graph_deserialize_within(const void *data, size_t len, size_t m
     /* a node takes ~700 bytes as built whatever it holds (its outputs' shapes): its count
      * alone says whether the graph can fit, before any is built */
     if ((size_t)nodes->via.array.size > max_bytes / sizeof(psg_node_t)) {
-        psg_error_set_code(PSG_ERR_LIMIT, "graph: %u nodes take at least %zu bytes as built, over the %zu bytes left",
-                           nodes->via.array.size, (size_t)nodes->via.array.size * sizeof(psg_node_t), max_bytes);
+        psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "graph: %u nodes take at least %zu bytes as built, over the %zu bytes left",
+            nodes->via.array.size, (size_t)nodes->via.array.size * sizeof(psg_node_t), max_bytes);
         goto fail;
     }
     g = psg_graph_new();

@@ -44,9 +44,11 @@ static int watch_connections(psg_client_t *c) {
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://psgraph-client-events-%llu",
              (unsigned long long)atomic_fetch_add(&monitor_seq, 1));
-    if (zmq_socket_monitor(c->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) < 0 ||
+    if (zmq_socket_monitor(c->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) <
+            0 ||
         !(c->events = zsock_new_pair(ep)))
-        return psg_error_set("%s: cannot watch the connection: %s", c->endpoint, zmq_strerror(errno));
+        return psg_error_set("%s: cannot watch the connection: %s", c->endpoint,
+                             zmq_strerror(errno));
     return 0;
 }
 
@@ -120,11 +122,21 @@ void psg_client_destroy(psg_client_t **cp) {
     free(c);
 }
 
-const char *psg_client_endpoint(const psg_client_t *c) { return c->endpoint; }
-void *psg_client_socket(psg_client_t *c) { return c->sock; }
-void *psg_client_events_socket(psg_client_t *c) { return c->events ? zsock_resolve(c->events) : NULL; }
-uint64_t psg_client_peer_incarnation(const psg_client_t *c) { return c->peer_inc; }
-uint64_t psg_client_peer_restarts(const psg_client_t *c) { return c->peer_restarts; }
+const char *psg_client_endpoint(const psg_client_t *c) {
+    return c->endpoint;
+}
+void *psg_client_socket(psg_client_t *c) {
+    return c->sock;
+}
+void *psg_client_events_socket(psg_client_t *c) {
+    return c->events ? zsock_resolve(c->events) : NULL;
+}
+uint64_t psg_client_peer_incarnation(const psg_client_t *c) {
+    return c->peer_inc;
+}
+uint64_t psg_client_peer_restarts(const psg_client_t *c) {
+    return c->peer_restarts;
+}
 
 /* One monitor event: [u16 event, u32 value] then the endpoint. */
 static void read_event(psg_client_t *c) {
@@ -247,7 +259,8 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
             return 1;
         }
         if (r == PSG_RX_BAD || r == PSG_RX_FAIL)
-            return psg_error_wrap("%s: bad reply (id %llu)", c->endpoint, (unsigned long long)bad_id);
+            return psg_error_wrap("%s: bad reply (id %llu)", c->endpoint,
+                                  (unsigned long long)bad_id);
         if (r == PSG_RX_NONE) continue;
         if (psg_client_check(c) < 0) return -1;
         if (psg_codec_rx_expire(c->rx, NULL, NULL) > 0)
@@ -259,7 +272,8 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
             return psg_error_set("%s: no reply within %d ms (peer down or busy)", c->endpoint,
                                  timeout_ms),
                    0;
-        zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {psg_client_events_socket(c), 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0},
+                                   {psg_client_events_socket(c), 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, c->events ? 2 : 1, left < 0 ? -1 : (long)left) < 0 && errno != EINTR)
             return psg_error_set("%s: poll failed: %s", c->endpoint, zmq_strerror(errno));
     }

@@ -30,9 +30,9 @@ struct psg_cluster {
     job_t jobs[MAX_JOBS];
     int task_job; /* -1: no task set; EVALUATOR_OUTSIDE: an evaluator not in the cluster */
     int task_index;
-    char *keys_field;         /* the document's "keys", NULL when absent */
-    psg_curve_keys_t *keys;   /* loaded from --keys, "keys" or PSGRAPH_KEYS; NULL: none */
-    int peer_timeout_ms;      /* "peer_timeout" (seconds) or --peer-timeout; 0: the default */
+    char *keys_field;       /* the document's "keys", NULL when absent */
+    psg_curve_keys_t *keys; /* loaded from --keys, "keys" or PSGRAPH_KEYS; NULL: none */
+    int peer_timeout_ms;    /* "peer_timeout" (seconds) or --peer-timeout; 0: the default */
 };
 
 void psg_cluster_destroy(psg_cluster_t **cp) {
@@ -104,7 +104,8 @@ static int parse_cluster(psg_cluster_t *c, const psg_json_t *cl) {
 
 static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addrs) {
     if (cl->type != PSG_JSON_OBJECT)
-        return psg_error_set("\"cluster\" is %s, not an object of jobs", psg_json_type_name(cl->type));
+        return psg_error_set("\"cluster\" is %s, not an object of jobs",
+                             psg_json_type_name(cl->type));
     if (cl->count == 0) return psg_error_set("\"cluster\" has no job");
     if (cl->count > MAX_JOBS) return psg_error_set("\"cluster\" has over %d jobs", MAX_JOBS);
     for (int j = 0; j < cl->count; j++) {
@@ -115,18 +116,23 @@ static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addr
         if (!(dst->name = strdup(job->key))) return psg_error_set("out of memory");
         c->njobs++;
         if (job->type != PSG_JSON_ARRAY)
-            return psg_error_set("cluster.%s is %s, not a list of \"host:port\" or \"ipc://path\" addresses",
-                                 job->key, psg_json_type_name(job->type));
+            return psg_error_set(
+                "cluster.%s is %s, not a list of \"host:port\" or \"ipc://path\" addresses",
+                job->key, psg_json_type_name(job->type));
         if (job->count == 0) return psg_error_set("cluster.%s has no task", job->key);
-        if (job->count > MAX_TASKS) return psg_error_set("cluster.%s has over %d tasks", job->key, MAX_TASKS);
+        if (job->count > MAX_TASKS)
+            return psg_error_set("cluster.%s has over %d tasks", job->key, MAX_TASKS);
         if (strcmp(job->key, "chief") == 0 && job->count > 1)
-            return psg_error_set("cluster.chief has %d tasks; there is at most one chief", job->count);
-        if (!(dst->addrs = calloc((size_t)job->count, sizeof *dst->addrs))) return psg_error_set("out of memory");
+            return psg_error_set("cluster.chief has %d tasks; there is at most one chief",
+                                 job->count);
+        if (!(dst->addrs = calloc((size_t)job->count, sizeof *dst->addrs)))
+            return psg_error_set("out of memory");
         for (int t = 0; t < job->count; t++) {
             const psg_json_t *a = job->items[t];
             if (a->type != PSG_JSON_STRING)
-                return psg_error_set("cluster.%s[%d] is %s, not a \"host:port\" or \"ipc://path\" string", job->key, t,
-                                     psg_json_type_name(a->type));
+                return psg_error_set(
+                    "cluster.%s[%d] is %s, not a \"host:port\" or \"ipc://path\" string", job->key,
+                    t, psg_json_type_name(a->type));
             if (!valid_address(a->string))
                 return psg_error_set("cluster.%s[%d] = \"%.100s\" is not host:port (port 1-65535) "
                                      "or ipc://path (at most 107 bytes, no spaces)",
@@ -134,8 +140,9 @@ static int parse_jobs(psg_cluster_t *c, const psg_json_t *cl, psg_strmap_t *addr
             int other = psg_strmap_put(addrs, a->string, j * TASK_SLOTS + t);
             if (other == -2) return psg_error_set("out of memory");
             if (other >= 0)
-                return psg_error_set("cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: duplicate address", job->key,
-                                     t, a->string, c->jobs[other / TASK_SLOTS].name, other % TASK_SLOTS);
+                return psg_error_set(
+                    "cluster.%s[%d] = \"%s\" is also cluster.%s[%d]: duplicate address", job->key,
+                    t, a->string, c->jobs[other / TASK_SLOTS].name, other % TASK_SLOTS);
             if (!(dst->addrs[t] = strdup(a->string))) return psg_error_set("out of memory");
             dst->ntasks = t + 1;
         }
@@ -156,7 +163,8 @@ static int parse_task(psg_cluster_t *c, const psg_json_t *task) {
                 return psg_error_set("task.type is %s, not a string", psg_json_type_name(f->type));
             type = f->string;
         } else if (strcmp(f->key, "index") == 0) {
-            if (f->type != PSG_JSON_NUMBER || !f->integral || f->number < 0 || f->number > MAX_TASKS)
+            if (f->type != PSG_JSON_NUMBER || !f->integral || f->number < 0 ||
+                f->number > MAX_TASKS)
                 return psg_error_set("task.index is not a task index (a non-negative integer)");
             index = (int)f->number;
         } else if (strcmp(f->key, "trial") != 0) {
@@ -191,28 +199,35 @@ int psg_cluster_set_keys(psg_cluster_t *c, const char *dir) {
     return 0;
 }
 
-const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c) { return c ? c->keys : NULL; }
+const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c) {
+    return c ? c->keys : NULL;
+}
 
-int psg_cluster_peer_timeout_ms(const psg_cluster_t *c) { return c ? c->peer_timeout_ms : 0; }
+int psg_cluster_peer_timeout_ms(const psg_cluster_t *c) {
+    return c ? c->peer_timeout_ms : 0;
+}
 
 /* The longest peer timeout: a day (beyond it a task is better called lost). */
 #define MAX_PEER_TIMEOUT_S 86400.0
 
 int psg_cluster_set_peer_timeout(psg_cluster_t *c, double seconds) {
     if (!(seconds > 0 && seconds <= MAX_PEER_TIMEOUT_S))
-        return psg_error_set("peer timeout %g s: must be above 0 and at most %g s", seconds, MAX_PEER_TIMEOUT_S);
+        return psg_error_set("peer timeout %g s: must be above 0 and at most %g s", seconds,
+                             MAX_PEER_TIMEOUT_S);
     int ms = (int)(seconds * 1000.0 + 0.5);
     c->peer_timeout_ms = ms > 0 ? ms : 1;
     return 0;
 }
 
-static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir, bool use_env);
+static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir,
+                                bool use_env);
 
 psg_cluster_t *psg_cluster_parse(const char *json, const char *origin) {
     return parse_doc(json, origin, NULL, false);
 }
 
-static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir, bool use_env) {
+static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir,
+                                bool use_env) {
     if (!origin) origin = "cluster spec";
     psg_cluster_t *c = calloc(1, sizeof *c);
     if (!c) {
@@ -230,13 +245,15 @@ static psg_cluster_t *parse_doc(const char *json, const char *origin, const char
         const char *k = doc->items[i]->key;
         if (strcmp(k, "cluster") && strcmp(k, "task") && strcmp(k, "environment") &&
             strcmp(k, "rpc_layer") && strcmp(k, "keys") && strcmp(k, "peer_timeout")) {
-            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys, peer_timeout)", k);
+            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys, peer_timeout)",
+                          k);
             goto fail;
         }
     }
     const psg_json_t *pt = psg_json_get(doc, "peer_timeout");
     if (pt && pt->type != PSG_JSON_NUMBER) {
-        psg_error_set("\"peer_timeout\" is %s, not a number of seconds", psg_json_type_name(pt->type));
+        psg_error_set("\"peer_timeout\" is %s, not a number of seconds",
+                      psg_json_type_name(pt->type));
         goto fail;
     }
     if (pt && psg_cluster_set_peer_timeout(c, pt->number) < 0) {
@@ -266,6 +283,7 @@ static psg_cluster_t *parse_doc(const char *json, const char *origin, const char
     return c;
 fail:
     psg_error_wrap("%s", origin);
+    psg_error_recode(PSG_ERR_CONFIG);
     psg_json_free(doc);
     psg_cluster_destroy(&c);
     return NULL;
@@ -274,16 +292,34 @@ fail:
 psg_cluster_t *psg_cluster_from_env(void) {
     const char *s = getenv("TF_CONFIG");
     if (!s || !*s) {
-        psg_error_set("TF_CONFIG is not set");
+        psg_error_set_code(PSG_ERR_CONFIG, "TF_CONFIG is not set");
         return NULL;
     }
     return parse_doc(s, "TF_CONFIG", NULL, true);
 }
 
+bool psg_cluster_env_given(void) {
+    const char *s = getenv("TF_CONFIG");
+    if (!s) return false;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    if (!*s) return false;
+    psg_json_t *doc = psg_json_parse(s);
+    if (!doc) return true; /* malformed: the parser says so where it is read */
+    bool given = doc->type != PSG_JSON_OBJECT;
+    for (int i = 0; !given && i < doc->count;
+         i++) { /* a typo is no local training: the parser names it */
+        const psg_json_t *f = doc->items[i];
+        given = strcmp(f->key, "environment") && strcmp(f->key, "rpc_layer") &&
+                (strcmp(f->key, "cluster") || f->type != PSG_JSON_OBJECT || f->count > 0);
+    }
+    psg_json_free(doc);
+    return given;
+}
+
 psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int index) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        psg_error_set("%s: %s", path, strerror(errno));
+        psg_error_set_code(PSG_ERR_CONFIG, "%s: %s", path, strerror(errno));
         return NULL;
     }
     char *text = malloc(MAX_FILE_BYTES + 1);
@@ -291,14 +327,17 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
     bool err = ferror(f);
     fclose(f);
     if (!text || err || n > MAX_FILE_BYTES) {
-        psg_error_set("%s: %s", path, !text ? "out of memory" : err ? "read error" : "over 1 MiB");
+        psg_error_set_code(PSG_ERR_CONFIG, "%s: %s", path,
+                           !text ? "out of memory"
+                           : err ? "read error"
+                                 : "over 1 MiB");
         free(text);
         return NULL;
     }
     text[n] = '\0';
     if (memchr(text, '\0', n)) {
         free(text);
-        psg_error_set("%s: contains a NUL byte", path);
+        psg_error_set_code(PSG_ERR_CONFIG, "%s: contains a NUL byte", path);
         return NULL;
     }
     char base[4096];
@@ -309,6 +348,7 @@ psg_cluster_t *psg_cluster_from_file(const char *path, const char *job, int inde
     free(text);
     if (c && job && psg_cluster_set_task(c, job, index) < 0) {
         psg_error_wrap("%s: --job %s --task %d", path, job, index);
+        psg_error_recode(PSG_ERR_CONFIG);
         psg_cluster_destroy(&c);
     }
     return c;
@@ -342,13 +382,16 @@ int psg_cluster_set_task(psg_cluster_t *c, const char *job, int index) {
 }
 
 psg_task_t psg_cluster_task(const psg_cluster_t *c) {
-    if (c->task_job == EVALUATOR_OUTSIDE) return (psg_task_t){PSG_EVALUATOR_JOB, c->task_index, NULL};
+    if (c->task_job == EVALUATOR_OUTSIDE)
+        return (psg_task_t){PSG_EVALUATOR_JOB, c->task_index, NULL};
     if (c->task_job < 0) return (psg_task_t){NULL, -1, NULL};
     const job_t *j = &c->jobs[c->task_job];
     return (psg_task_t){j->name, c->task_index, j->addrs[c->task_index]};
 }
 
-int psg_cluster_num_jobs(const psg_cluster_t *c) { return c->njobs; }
+int psg_cluster_num_jobs(const psg_cluster_t *c) {
+    return c->njobs;
+}
 
 const char *psg_cluster_job(const psg_cluster_t *c, int i) {
     return i >= 0 && i < c->njobs ? c->jobs[i].name : NULL;

@@ -38,7 +38,8 @@ int psg_codec_poll(void *sock, int fd, int64_t wait_ms) {
         if (errno == EINTR) return 0;
         return psg_error_set("poll failed: %s", zmq_strerror(errno));
     }
-    return rc > 0 ? ((items[0].revents & ZMQ_POLLIN) ? 1 : 0) | ((items[1].revents & ZMQ_POLLIN) ? 2 : 0)
+    return rc > 0 ? ((items[0].revents & ZMQ_POLLIN) ? 1 : 0) |
+                        ((items[1].revents & ZMQ_POLLIN) ? 2 : 0)
                   : 0;
 }
 
@@ -47,7 +48,8 @@ int psg_codec_endpoint(const char *in, char *out, size_t size) {
     bool has_scheme = strstr(in, "://") != NULL;
     if (has_scheme && strncmp(in, "tcp://", 6) != 0 && strncmp(in, "ipc://", 6) != 0 &&
         strncmp(in, "inproc://", 9) != 0)
-        return psg_error_set("endpoint \"%s\": only tcp://, ipc:// and inproc:// are supported", in);
+        return psg_error_set("endpoint \"%s\": only tcp://, ipc:// and inproc:// are supported",
+                             in);
     if (!has_scheme && !strrchr(in, ':'))
         return psg_error_set("endpoint \"%s\" is not host:port", in);
     int n = snprintf(out, size, "%s%s", has_scheme ? "" : "tcp://", in);
@@ -56,8 +58,12 @@ int psg_codec_endpoint(const char *in, char *out, size_t size) {
 }
 
 static pthread_once_t czmq_once = PTHREAD_ONCE_INIT;
-static void czmq_init_once(void) { zsys_handler_set(NULL); }
-void psg_codec_init_czmq(void) { pthread_once(&czmq_once, czmq_init_once); }
+static void czmq_init_once(void) {
+    zsys_handler_set(NULL);
+}
+void psg_codec_init_czmq(void) {
+    pthread_once(&czmq_once, czmq_init_once);
+}
 
 /* ---- sending ------------------------------------------------------------------------ */
 
@@ -170,7 +176,9 @@ int psg_codec_encode(const psg_msg_t *m, const psg_route_t *route, const psg_wir
         psg_tensor_t *t = m->tensors[i];
         if (out_ref(out, t->buf, t->data, psg_tensor_nbytes(t), --after > 0) < 0) goto done;
     }
-    if (m->body && m->body->size > 0 && out_ref(out, m->body, m->body->data, m->body->size, false) < 0) goto done;
+    if (m->body && m->body->size > 0 &&
+        out_ref(out, m->body, m->body->data, m->body->size, false) < 0)
+        goto done;
     for (int i = 0; i < m->ntensors; i++) {
         if (!chunked[i]) continue;
         psg_tensor_t *t = m->tensors[i];
@@ -221,11 +229,11 @@ typedef struct pending {
     psg_route_t route;
     uint64_t id;
     psg_msg_t *msg;
-    bool *chunked;  /* per tensor */
-    int cur;        /* the chunked tensor being filled */
-    uint64_t got;   /* bytes of it received so far */
-    size_t bytes;   /* all chunked bytes, for the pending total */
-    int64_t since;  /* when the first part came */
+    bool *chunked; /* per tensor */
+    int cur;       /* the chunked tensor being filled */
+    uint64_t got;  /* bytes of it received so far */
+    size_t bytes;  /* all chunked bytes, for the pending total */
+    int64_t since; /* when the first part came */
     char peer[64];
     struct pending *next;
 } pending_t;
@@ -278,7 +286,9 @@ void psg_codec_rx_destroy(psg_codec_rx_t **rxp) {
     free(rx);
 }
 
-size_t psg_codec_rx_pending_bytes(const psg_codec_rx_t *rx) { return rx->pending_bytes; }
+size_t psg_codec_rx_pending_bytes(const psg_codec_rx_t *rx) {
+    return rx->pending_bytes;
+}
 
 static void free_zmq_msg(void *data, void *hint) {
     (void)data;
@@ -320,7 +330,8 @@ static char *dup_n(const char *s, size_t n) {
 
 static pending_t *pending_find(psg_codec_rx_t *rx, const psg_route_t *route, uint64_t id) {
     for (pending_t *p = rx->pending; p; p = p->next)
-        if (p->id == id && p->route.len == route->len && memcmp(p->route.id, route->id, route->len) == 0)
+        if (p->id == id && p->route.len == route->len &&
+            memcmp(p->route.id, route->id, route->len) == 0)
             return p;
     return NULL;
 }
@@ -336,9 +347,9 @@ static bool pending_advance(pending_t *p) {
 }
 
 /* A message's first part: parts[0] is the header. */
-static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n, const psg_route_t *route,
-                                  const psg_conn_t *conn, const char *peer, const char *peer_key,
-                                  psg_msg_t **out) {
+static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
+                                  const psg_route_t *route, const psg_conn_t *conn,
+                                  const char *peer, const char *peer_key, psg_msg_t **out) {
     psg_codec_header_t *h = &rx->hdr;
     int ninline = 0, nchunked = 0;
     uint64_t total = h->body, chunked_bytes = 0;
@@ -369,11 +380,12 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n, c
                    PSG_RX_BAD;
     }
     if (h->body && zmq_msg_size(&parts[n - 1]) != h->body)
-        return psg_error_set("body: frame of %zu bytes, header says %llu", zmq_msg_size(&parts[n - 1]),
-                             (unsigned long long)h->body),
+        return psg_error_set("body: frame of %zu bytes, header says %llu",
+                             zmq_msg_size(&parts[n - 1]), (unsigned long long)h->body),
                PSG_RX_BAD;
     if (nchunked) {
-        if (rx->npending >= MAX_PENDING || rx->pending_bytes + chunked_bytes > rx->opts.max_msg_bytes)
+        if (rx->npending >= MAX_PENDING ||
+            rx->pending_bytes + chunked_bytes > rx->opts.max_msg_bytes)
             return psg_error_set("receiver busy: %d partial messages of %zu bytes pending",
                                  rx->npending, rx->pending_bytes),
                    PSG_RX_BAD;
@@ -455,22 +467,25 @@ static psg_rx_result_t take_chunk(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
                                   const psg_route_t *route, psg_msg_t **out) {
     psg_codec_header_t *h = &rx->hdr;
     pending_t *p = pending_find(rx, route, h->id);
-    if (!p) return psg_error_set("chunk of unknown message id %llu", (unsigned long long)h->id), PSG_RX_BAD;
+    if (!p)
+        return psg_error_set("chunk of unknown message id %llu", (unsigned long long)h->id),
+               PSG_RX_BAD;
     psg_rx_result_t bad = PSG_RX_BAD;
     if (n != 2) {
         psg_error_set("chunk has %d frames, not 2", n);
         goto drop;
     }
     if (h->ti != (uint32_t)p->cur || h->off != p->got) {
-        psg_error_set("chunk of tensor %u at offset %llu, expected tensor %d at offset %llu",
-                      h->ti, (unsigned long long)h->off, p->cur, (unsigned long long)p->got);
+        psg_error_set("chunk of tensor %u at offset %llu, expected tensor %d at offset %llu", h->ti,
+                      (unsigned long long)h->off, p->cur, (unsigned long long)p->got);
         goto drop;
     }
     psg_tensor_t *t = p->msg->tensors[p->cur];
     size_t len = zmq_msg_size(&parts[1]);
     size_t left = psg_tensor_nbytes(t) - p->got;
     if (len == 0 || len > left) {
-        psg_error_set("chunk of %zu bytes for tensor %d, which has %zu bytes left", len, p->cur, left);
+        psg_error_set("chunk of %zu bytes for tensor %d, which has %zu bytes left", len, p->cur,
+                      left);
         goto drop;
     }
     memcpy((char *)t->data + p->got, zmq_msg_data(&parts[1]), len);
@@ -487,9 +502,9 @@ drop:
     return bad;
 }
 
-psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_route,
-                                  psg_msg_t **out, uint64_t *bad_id, psg_route_t *bad_route,
-                                  char *bad_peer, size_t bad_peer_size) {
+psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_route, psg_msg_t **out,
+                                  uint64_t *bad_id, psg_route_t *bad_route, char *bad_peer,
+                                  size_t bad_peer_size) {
     int n = 0;
     bool more = true, too_many = false;
     *out = NULL;

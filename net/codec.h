@@ -24,7 +24,7 @@ typedef struct {
 typedef struct {
     int kind;
     uint64_t id;
-    uint64_t incarnation; /* the sender's; 0: absent */
+    uint64_t incarnation;       /* the sender's; 0: absent */
     const char *op, *key, *err; /* point into the header frame, not NUL-terminated */
     size_t op_len, key_len, err_len;
     int64_t step;
@@ -34,8 +34,8 @@ typedef struct {
     const char *names[PSG_WIRE_MAX_TENSORS];
     size_t name_lens[PSG_WIRE_MAX_TENSORS];
     psg_codec_tdesc_t t[PSG_WIRE_MAX_TENSORS];
-    uint32_t ti;   /* chunk: the tensor's index */
-    uint64_t off;  /* chunk: the byte offset in the tensor */
+    uint32_t ti;  /* chunk: the tensor's index */
+    uint64_t off; /* chunk: the byte offset in the tensor */
 } psg_codec_header_t;
 
 /* Parses a header frame strictly (types, limits, known fields, dtype/shape/byte counts
@@ -82,9 +82,9 @@ typedef enum {
 
 /* Reads one ZeroMQ message from sock without waiting (with_route: a ROUTER's first frame
  * is the sender), and feeds it to the reassembly. A bad message is drained entirely. */
-psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_route,
-                                  psg_msg_t **out, uint64_t *bad_id, psg_route_t *bad_route,
-                                  char *bad_peer, size_t bad_peer_size);
+psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_route, psg_msg_t **out,
+                                  uint64_t *bad_id, psg_route_t *bad_route, char *bad_peer,
+                                  size_t bad_peer_size);
 /* Drops partial messages older than the opts' timeout and returns how many; fn (may be
  * NULL) is told the sender, id and reason of each, for an error reply. */
 typedef void (*psg_codec_expired_fn)(void *ctx, const psg_route_t *route, uint64_t id,

@@ -23,9 +23,9 @@
 #define MAX_WATCHED 256
 #define MAX_FDS 256
 #define MAX_LOGGED 1024
-#define MONITOR_EVENTS                                                                        \
-    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |      \
-     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                  \
+#define MONITOR_EVENTS                                                                             \
+    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |           \
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                      \
      ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
 /* a handshake the peer broke off (a failure code of ours, not ZeroMQ's): a client without
  * keys sees the mismatch too, and when it hangs up first the server never reads its greeting */
@@ -50,7 +50,7 @@ typedef struct {
         int fd;
         uint64_t ino;
         bool shook; /* finished its handshake */
-    } *conns;
+    } * conns;
     int nconns, cap;
     uint64_t capped; /* connections closed at the cap */
 } watched_t;
@@ -72,7 +72,8 @@ static unsigned long long guard_next;
 /* ---- refusals ---- */
 
 /* Logs what happened to a peer unless this (address, kind) was logged before. */
-static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *what) {
+static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kind,
+                     const char *what) {
     char key[160];
     snprintf(key, sizeof key, "%s|%s|%s", w->domain, addr, kind);
     for (int i = 0; i < g->nlogged; i++)
@@ -82,21 +83,24 @@ static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kin
     psg_net_log("%s: %s", w->endpoint, what);
     if (g->nlogged == MAX_LOGGED)
         psg_net_log("%s: %d refusals logged; further ones are counted, not logged", w->endpoint,
-                      MAX_LOGGED);
+                    MAX_LOGGED);
 }
 
 /* Counts a refusal and logs it unless this (address, reason) was logged before. */
 static void refuse(guard_t *g, watched_t *w, const char *addr, const char *kind, const char *why) {
     atomic_fetch_add(w->refused, 1);
     char what[512];
-    snprintf(what, sizeof what, "refused a peer at %s: %s (CURVE; further refusals of this peer "
-             "for this reason are counted, not logged)", addr, why);
+    snprintf(what, sizeof what,
+             "refused a peer at %s: %s (CURVE; further refusals of this peer "
+             "for this reason are counted, not logged)",
+             addr, why);
     log_once(g, w, addr, kind, what);
 }
 
 static watched_t *find_domain(guard_t *g, const char *domain, size_t len) {
     for (int i = 0; i < g->nw; i++) /* a server without keys has no ZAP domain of its own */
-        if (g->w[i]->keys && strlen(g->w[i]->domain) == len && !memcmp(g->w[i]->domain, domain, len))
+        if (g->w[i]->keys && strlen(g->w[i]->domain) == len &&
+            !memcmp(g->w[i]->domain, domain, len))
             return g->w[i];
     return NULL;
 }
@@ -148,7 +152,8 @@ static void conn_drop(watched_t *w, int i) {
 static void conn_prune(watched_t *w) {
     for (int i = w->nconns - 1; i >= 0; i--) {
         struct stat st;
-        if (fstat(w->conns[i].fd, &st) < 0 || (uint64_t)st.st_ino != w->conns[i].ino) conn_drop(w, i);
+        if (fstat(w->conns[i].fd, &st) < 0 || (uint64_t)st.st_ino != w->conns[i].ino)
+            conn_drop(w, i);
     }
 }
 
@@ -165,11 +170,13 @@ static void conn_accepted(guard_t *g, watched_t *w, int fd) {
         shutdown(victim >= 0 ? w->conns[victim].fd : fd, SHUT_RDWR); /* ZeroMQ sees it end */
         w->capped++;
         char what[512];
-        snprintf(what, sizeof what,
-                 "%d connections open, at its cap of %d (--max-connections, or what ulimit -n leaves): "
-                 "closing %s; further ones are counted, not logged",
-                 w->nconns, w->cap,
-                 victim >= 0 ? "the oldest that never finished its handshake for each new one" : "new ones");
+        snprintf(
+            what, sizeof what,
+            "%d connections open, at its cap of %d (--max-connections, or what ulimit -n leaves): "
+            "closing %s; further ones are counted, not logged",
+            w->nconns, w->cap,
+            victim >= 0 ? "the oldest that never finished its handshake for each new one"
+                        : "new ones");
         log_once(g, w, "-", "cap", what);
         if (victim < 0) return;
         conn_drop(w, victim);
@@ -251,8 +258,10 @@ static void monitor_event(guard_t *g, watched_t *w) {
             if (failure == FAILURE_PEER_LEFT) {
                 /* not counted as refused: a cluster's own client may be closed mid-handshake */
                 char what[256];
-                snprintf(what, sizeof what, "a peer at %s closed its connection during the CURVE "
-                         "handshake (a client without keys hangs up so; not counted as refused)", addr);
+                snprintf(what, sizeof what,
+                         "a peer at %s closed its connection during the CURVE "
+                         "handshake (a client without keys hangs up so; not counted as refused)",
+                         addr);
                 log_once(g, w, addr, "left", what);
             } else if (failure) {
                 const char *kind;
@@ -348,7 +357,8 @@ static bool command(guard_t *g) {
     char *cmd = NULL, *domain = NULL, *endpoint = NULL, *monitor = NULL;
     void *keys = NULL, *refused = NULL;
     int cap = 0;
-    if (zsock_recv(g->pipe, "ssssppi", &cmd, &domain, &endpoint, &monitor, &keys, &refused, &cap) < 0)
+    if (zsock_recv(g->pipe, "ssssppi", &cmd, &domain, &endpoint, &monitor, &keys, &refused, &cap) <
+        0)
         return false;
     bool go_on = cmd && strcmp(cmd, "$TERM");
     int status = 0;
@@ -393,8 +403,8 @@ static void guard_actor(zsock_t *pipe, void *args) {
     int *started = args;
     g.zap = zsock_new(ZMQ_REP);
     g.logged = calloc(MAX_LOGGED, sizeof *g.logged);
-    if (!g.zap || zsock_bind(g.zap, "%s", ZAP_ENDPOINT) < 0 || !g.logged ||
-        !(g.poller = zpoller_new(pipe, g.zap, NULL))) {
+    bool bound = g.zap && zsock_bind(g.zap, "%s", ZAP_ENDPOINT) == 0;
+    if (!bound || !g.logged || !(g.poller = zpoller_new(pipe, g.zap, NULL))) {
         *started = -1;
         zsock_signal(pipe, 0);
     } else {
@@ -418,14 +428,18 @@ static void guard_actor(zsock_t *pipe, void *args) {
     }
     while (g.nw) watch_remove(&g, g.nw - 1);
     zpoller_destroy(&g.poller);
+    /* let the endpoint go now, not when ZeroMQ's reaper gets to the socket: a server made
+     * right after the last one closed starts a new guard, which binds it again */
+    if (bound) zsock_unbind(g.zap, "%s", ZAP_ENDPOINT);
     zsock_destroy(&g.zap);
     free(g.logged);
 }
 
 /* ---- attach, detach ---- */
 
-int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k, int max_connections,
-                           atomic_uint_fast64_t *refused, char *domain, size_t size) {
+int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k,
+                           int max_connections, atomic_uint_fast64_t *refused, char *domain,
+                           size_t size) {
     psg_codec_init_czmq();
     pthread_mutex_lock(&guard_lock);
     int rc = 0;
@@ -449,14 +463,16 @@ int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_key
     if ((k && zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) < 0) ||
         zmq_socket_monitor(sock, monitor, MONITOR_EVENTS) < 0) {
         rc = psg_error_set("cannot watch the connections of %s: %s", endpoint, zmq_strerror(errno));
-    } else if (zsock_send(guard, "ssssppi", "ADD", domain, endpoint, monitor, (void *)k, (void *)refused,
-                          max_connections) < 0 ||
+    } else if (zsock_send(guard, "ssssppi", "ADD", domain, endpoint, monitor, (void *)k,
+                          (void *)refused, max_connections) < 0 ||
                zsock_wait(guard) != 0) {
         zmq_socket_monitor(sock, NULL, 0);
         rc = psg_error_set("cannot watch the connections of %s", endpoint);
     }
-    if (rc == 0) guard_refs++;
-    else domain[0] = 0; /* nothing for detach to undo */
+    if (rc == 0)
+        guard_refs++;
+    else
+        domain[0] = 0; /* nothing for detach to undo */
     if (rc < 0 && guard_refs == 0) zactor_destroy(&guard);
     pthread_mutex_unlock(&guard_lock);
     return rc;

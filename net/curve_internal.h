@@ -31,8 +31,9 @@ const char *psg_curve_keys_name(const psg_curve_keys_t *k, const uint8_t *key);
  * checked against k's allow-list: every refusal adds 1 to *refused and is logged once per
  * peer address and reason. Call from the socket's thread. Fills domain (the handle for
  * detach). -1 with the error set. */
-int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k, int max_connections,
-                           atomic_uint_fast64_t *refused, char *domain, size_t size);
+int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k,
+                           int max_connections, atomic_uint_fast64_t *refused, char *domain,
+                           size_t size);
 /* Takes the socket out of the guard (before it is closed); the guard's thread stops with
  * the last one. */
 void psg_curve_guard_detach(void *sock, const char *domain);

@@ -70,13 +70,16 @@ static int k8s_secret_dir(const char *dir) {
     if (n < 3) return 0;
     target[n] = 0;
     struct stat st;
-    if (strncmp(target, "..", 2) || strchr(target, '/') || stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) return 0;
+    if (strncmp(target, "..", 2) || strchr(target, '/') || stat(path, &st) < 0 ||
+        !S_ISDIR(st.st_mode))
+        return 0;
     struct statvfs fs;
     if (statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY)) return 1;
-    return psg_error_set("key folder %s is laid out as a Kubernetes Secret (..data -> %s) but is not on a "
-                         "read-only mount, as Kubernetes mounts a Secret; anyone who can write it could add "
-                         "a key to the allow-list",
-                         dir, target);
+    return psg_error_set(
+        "key folder %s is laid out as a Kubernetes Secret (..data -> %s) but is not on a "
+        "read-only mount, as Kubernetes mounts a Secret; anyone who can write it could add "
+        "a key to the allow-list",
+        dir, target);
 }
 
 /* A key folder: ours, a folder, nothing for group or others; or a Kubernetes Secret's
@@ -148,15 +151,18 @@ static int check_secret(const char *path, bool k8s) {
     if (stat(path, &st) < 0) return psg_error_set("%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) return psg_error_set("%s: not a regular file", path);
     if (k8s && st.st_uid != 0 && st.st_uid != geteuid())
-        return psg_error_set("%s belongs to uid %d: a Kubernetes Secret's files are root's (the kubelet's)",
-                             path, (int)st.st_uid);
+        return psg_error_set(
+            "%s belongs to uid %d: a Kubernetes Secret's files are root's (the kubelet's)", path,
+            (int)st.st_uid);
     if (k8s && (st.st_mode & 037))
-        return psg_error_set("%s is open to other users (mode %04o); give its Secret volume defaultMode "
-                             "0400 (psgraph launch --k8s does)",
-                             path, (unsigned)(st.st_mode & 07777));
+        return psg_error_set(
+            "%s is open to other users (mode %04o); give its Secret volume defaultMode "
+            "0400 (psgraph launch --k8s does)",
+            path, (unsigned)(st.st_mode & 07777));
     if (!k8s && (st.st_mode & 077))
-        return psg_error_set("%s is readable by other users (mode %04o); it must be 0600: chmod 600 %s",
-                             path, (unsigned)(st.st_mode & 07777), path);
+        return psg_error_set(
+            "%s is readable by other users (mode %04o); it must be 0600: chmod 600 %s", path,
+            (unsigned)(st.st_mode & 07777), path);
     return 0;
 }
 
@@ -164,9 +170,10 @@ static int check_secret(const char *path, bool k8s) {
 static int load_cert(const char *path, uint8_t *pub, uint8_t *secret) {
     zcert_t *cert = zcert_load(path);
     if (!cert)
-        return psg_error_set("%s: not a czmq certificate (missing, or no curve/public-key of 40 Z85 "
-                             "characters)",
-                             path);
+        return psg_error_set(
+            "%s: not a czmq certificate (missing, or no curve/public-key of 40 Z85 "
+            "characters)",
+            path);
     memcpy(pub, zcert_public_key(cert), PSG_CURVE_KEY_BYTES);
     int rc = 0;
     if (secret) {
@@ -193,9 +200,11 @@ static int load_allow_list(psg_curve_keys_t *k) {
         }
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", k->dir, e->d_name);
-        uint8_t(*v)[PSG_CURVE_KEY_BYTES] = realloc(k->allowed, (size_t)(k->nallowed + 1) * sizeof *v);
+        uint8_t(*v)[PSG_CURVE_KEY_BYTES] =
+            realloc(k->allowed, (size_t)(k->nallowed + 1) * sizeof *v);
         if (v) k->allowed = v;
-        char(*names)[PSG_CURVE_NAME_MAX] = v ? realloc(k->names, (size_t)(k->nallowed + 1) * sizeof *names) : NULL;
+        char(*names)[PSG_CURVE_NAME_MAX] =
+            v ? realloc(k->names, (size_t)(k->nallowed + 1) * sizeof *names) : NULL;
         if (!names) {
             rc = psg_error_set("out of memory");
             break;
@@ -233,8 +242,9 @@ psg_curve_keys_t *psg_curve_keys_load(const char *dir, const char *identity) {
     snprintf(pub, sizeof pub, "%s/%s.key", dir, PSG_CURVE_CLUSTER);
     snprintf(sec, sizeof sec, "%s/%s.key_secret", dir, PSG_CURVE_CLUSTER);
     if (access(pub, F_OK) < 0) {
-        psg_error_set("key folder %s has no %s.key (make the cluster's keys with `psgraph keygen %s`)",
-                      dir, PSG_CURVE_CLUSTER, dir);
+        psg_error_set(
+            "key folder %s has no %s.key (make the cluster's keys with `psgraph keygen %s`)", dir,
+            PSG_CURVE_CLUSTER, dir);
         goto fail;
     }
     if (load_cert(pub, k->server_public, NULL) < 0) goto fail;
@@ -251,13 +261,15 @@ psg_curve_keys_t *psg_curve_keys_load(const char *dir, const char *identity) {
     snprintf(pub, sizeof pub, "%s/%s.key", dir, identity);
     snprintf(sec, sizeof sec, "%s/%s.key_secret", dir, identity);
     if (access(sec, F_OK) < 0) {
-        psg_error_set("key folder %s has no %s.key_secret (the secret key of \"%s\"; `psgraph keygen "
-                      "%s%s%s` makes it)",
-                      dir, identity, identity, dir, strcmp(identity, PSG_CURVE_CLUSTER) ? " --name " : "",
-                      strcmp(identity, PSG_CURVE_CLUSTER) ? identity : "");
+        psg_error_set(
+            "key folder %s has no %s.key_secret (the secret key of \"%s\"; `psgraph keygen "
+            "%s%s%s` makes it)",
+            dir, identity, identity, dir, strcmp(identity, PSG_CURVE_CLUSTER) ? " --name " : "",
+            strcmp(identity, PSG_CURVE_CLUSTER) ? identity : "");
         goto fail;
     }
-    if (check_secret(sec, k->k8s) < 0 || load_cert(pub, k->own_public, k->own_secret) < 0) goto fail;
+    if (check_secret(sec, k->k8s) < 0 || load_cert(pub, k->own_public, k->own_secret) < 0)
+        goto fail;
     zmq_z85_encode(k->own_public_txt, k->own_public, PSG_CURVE_KEY_BYTES);
     if (load_allow_list(k) < 0) goto fail;
     return k;
@@ -277,9 +289,15 @@ void psg_curve_keys_destroy(psg_curve_keys_t **kp) {
     free(k);
 }
 
-const char *psg_curve_keys_dir(const psg_curve_keys_t *k) { return k->dir; }
-const char *psg_curve_keys_public(const psg_curve_keys_t *k) { return k->own_public_txt; }
-int psg_curve_keys_allowed(const psg_curve_keys_t *k) { return k->nallowed; }
+const char *psg_curve_keys_dir(const psg_curve_keys_t *k) {
+    return k->dir;
+}
+const char *psg_curve_keys_public(const psg_curve_keys_t *k) {
+    return k->own_public_txt;
+}
+int psg_curve_keys_allowed(const psg_curve_keys_t *k) {
+    return k->nallowed;
+}
 
 const char *psg_curve_keys_name(const psg_curve_keys_t *k, const uint8_t *key) {
     /* the cluster's key by its role, whatever other file holds a copy of it */
@@ -346,11 +364,15 @@ static int check_ipc_dir(const char *endpoint) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", endpoint + 6);
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
     struct stat st;
-    if (stat(dir, &st) < 0) return psg_error_set("%s: its folder %s: %s", endpoint, dir, strerror(errno));
+    if (stat(dir, &st) < 0)
+        return psg_error_set("%s: its folder %s: %s", endpoint, dir, strerror(errno));
     if (st.st_uid != geteuid() || (st.st_mode & 077))
         return psg_error_set("%s: its folder %s is open to other users (mode %04o, uid %d): ipc:// "
                              "carries plain frames, protected only by the folder, which must be "

@@ -15,15 +15,17 @@ static void pack_cstr(msgpack_packer *pk, const char *s, size_t n) {
     msgpack_pack_str_body(pk, s, n);
 }
 
-static void pack_key(msgpack_packer *pk, const char *k) { pack_cstr(pk, k, strlen(k)); }
+static void pack_key(msgpack_packer *pk, const char *k) {
+    pack_cstr(pk, k, strlen(k));
+}
 
 int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *chunked) {
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     bool code = m->error && m->code > 0;
     uint64_t inc = psg_wire_incarnation();
-    int fields = 4 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) + code +
-                 (m->body && m->body->size > 0) + (m->ntensors > 0);
+    int fields = 4 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) +
+                 code + (m->body && m->body->size > 0) + (m->ntensors > 0);
     msgpack_pack_map(&pk, (size_t)fields);
     pack_key(&pk, "v");
     msgpack_pack_uint32(&pk, PSG_WIRE_VERSION);
@@ -103,7 +105,9 @@ typedef struct {
     const uint8_t *p, *end;
 } rd_t;
 
-static bool rd_need(rd_t *r, size_t n) { return (size_t)(r->end - r->p) >= n; }
+static bool rd_need(rd_t *r, size_t n) {
+    return (size_t)(r->end - r->p) >= n;
+}
 
 static uint64_t rd_be(rd_t *r, int n) {
     uint64_t v = 0;
@@ -241,10 +245,10 @@ static int rd_tensor(rd_t *r, psg_codec_header_t *h, int i) {
     dname[dl < sizeof dname ? dl : sizeof dname - 1] = '\0';
     t->dtype = dl < sizeof dname ? psg_dtype_from_name(dname) : PSG_DT_INVALID;
     if (t->dtype == PSG_DT_INVALID || t->dtype == PSG_DT_RESOURCE)
-        return psg_error_set("tensor %d: unknown dtype \"%.*s\"", i, (int)(dl > 16 ? 16 : dl),
-                             dn);
+        return psg_error_set("tensor %d: unknown dtype \"%.*s\"", i, (int)(dl > 16 ? 16 : dl), dn);
     uint32_t rank;
-    if (rd_container(r, false, &rank) < 0) return psg_error_set("tensor %d: shape is not an array", i);
+    if (rd_container(r, false, &rank) < 0)
+        return psg_error_set("tensor %d: shape is not an array", i);
     if (rank > PSG_MAX_RANK)
         return psg_error_set("tensor %d: rank %u is over the limit of %d", i, rank, PSG_MAX_RANK);
     t->shape.rank = (int)rank;
@@ -253,7 +257,8 @@ static int rd_tensor(rd_t *r, psg_codec_header_t *h, int i) {
     for (uint32_t d = 0; d < rank; d++) {
         uint64_t v;
         bool neg;
-        if (rd_int(r, &v, &neg) < 0) return psg_error_set("tensor %d: dim %u is not an integer", i, d);
+        if (rd_int(r, &v, &neg) < 0)
+            return psg_error_set("tensor %d: dim %u is not an integer", i, d);
         if (neg || v > ((uint64_t)1 << 48))
             return psg_error_set("tensor %d: dim %u is %lld", i, d, (long long)(int64_t)v);
         t->shape.dims[d] = (int64_t)v;
@@ -261,8 +266,10 @@ static int rd_tensor(rd_t *r, psg_codec_header_t *h, int i) {
         numel *= v;
     }
     for (int d = (int)rank; d < PSG_MAX_RANK; d++) t->shape.dims[d] = 0;
-    if (rd_uint(r, &t->nbytes) < 0) return psg_error_set("tensor %d: byte count is not an unsigned integer", i);
-    if (rd_bool(r, &t->chunked) < 0) return psg_error_set("tensor %d: chunked flag is not a bool", i);
+    if (rd_uint(r, &t->nbytes) < 0)
+        return psg_error_set("tensor %d: byte count is not an unsigned integer", i);
+    if (rd_bool(r, &t->chunked) < 0)
+        return psg_error_set("tensor %d: chunked flag is not a bool", i);
     size_t es = psg_dtype_size(t->dtype);
     if (overflow || numel > UINT64_MAX / es || numel * es != t->nbytes) {
         char s[PSG_SHAPE_STR_MAX];
@@ -286,13 +293,17 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
     for (uint32_t f = 0; f < nfields; f++) {
         const char *k;
         size_t kl;
-        if (rd_str(&r, &k, &kl) < 0) return psg_error_set("header field %u: key is not a string", f);
+        if (rd_str(&r, &k, &kl) < 0)
+            return psg_error_set("header field %u: key is not a string", f);
         if (key_is(k, kl, "v")) {
-            if (rd_uint(&r, &version) < 0) return psg_error_set("header field \"v\" is not an unsigned integer");
+            if (rd_uint(&r, &version) < 0)
+                return psg_error_set("header field \"v\" is not an unsigned integer");
         } else if (key_is(k, kl, "k")) {
-            if (rd_uint(&r, &kind) < 0) return psg_error_set("header field \"k\" is not an unsigned integer");
+            if (rd_uint(&r, &kind) < 0)
+                return psg_error_set("header field \"k\" is not an unsigned integer");
         } else if (key_is(k, kl, "id")) {
-            if (rd_uint(&r, &h->id) < 0) return psg_error_set("header field \"id\" is not an unsigned integer");
+            if (rd_uint(&r, &h->id) < 0)
+                return psg_error_set("header field \"id\" is not an unsigned integer");
             have_id = true;
         } else if (key_is(k, kl, "inc")) {
             if (rd_uint(&r, &h->incarnation) < 0)
@@ -311,10 +322,12 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
         } else if (key_is(k, kl, "step")) {
             uint64_t v;
             bool neg;
-            if (rd_int(&r, &v, &neg) < 0) return psg_error_set("header field \"step\" is not an integer");
+            if (rd_int(&r, &v, &neg) < 0)
+                return psg_error_set("header field \"step\" is not an integer");
             h->step = (int64_t)v;
         } else if (key_is(k, kl, "body")) {
-            if (rd_uint(&r, &h->body) < 0) return psg_error_set("header field \"body\" is not an unsigned integer");
+            if (rd_uint(&r, &h->body) < 0)
+                return psg_error_set("header field \"body\" is not an unsigned integer");
         } else if (key_is(k, kl, "ti")) {
             uint64_t v;
             if (rd_uint(&r, &v) < 0 || v >= PSG_WIRE_MAX_TENSORS)
@@ -322,13 +335,16 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
             h->ti = (uint32_t)v;
             have_ti = true;
         } else if (key_is(k, kl, "off")) {
-            if (rd_uint(&r, &h->off) < 0) return psg_error_set("header field \"off\" is not an unsigned integer");
+            if (rd_uint(&r, &h->off) < 0)
+                return psg_error_set("header field \"off\" is not an unsigned integer");
             have_off = true;
         } else if (key_is(k, kl, "t")) {
             uint32_t n;
-            if (rd_container(&r, false, &n) < 0) return psg_error_set("header field \"t\" is not an array");
+            if (rd_container(&r, false, &n) < 0)
+                return psg_error_set("header field \"t\" is not an array");
             if (n > PSG_WIRE_MAX_TENSORS)
-                return psg_error_set("message has %u tensors (the limit is %d)", n, PSG_WIRE_MAX_TENSORS);
+                return psg_error_set("message has %u tensors (the limit is %d)", n,
+                                     PSG_WIRE_MAX_TENSORS);
             h->ntensors = (int)n;
             for (int i = 0; i < h->ntensors; i++)
                 if (rd_tensor(&r, h, i) < 0) return -1;
@@ -336,7 +352,8 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
             return psg_error_set("unknown header field \"%.*s\"", (int)(kl > 32 ? 32 : kl), k);
         }
     }
-    if (r.p != r.end) return psg_error_set("%zu trailing bytes after the header", (size_t)(r.end - r.p));
+    if (r.p != r.end)
+        return psg_error_set("%zu trailing bytes after the header", (size_t)(r.end - r.p));
     if (version != PSG_WIRE_VERSION)
         return psg_error_set("wire version %llu, this peer speaks %d", (unsigned long long)version,
                              PSG_WIRE_VERSION);

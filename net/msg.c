@@ -23,8 +23,8 @@ void psg_wire_random(void *buf, size_t n) {
     clock_gettime(CLOCK_REALTIME, &ts);
     uint8_t *b = buf;
     for (size_t i = 0; i < n; i += 8) {
-        uint64_t v = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40) ^
-                     (counter++ * 0x9e3779b97f4a7c15u);
+        uint64_t v = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
+                     ((uint64_t)getpid() << 40) ^ (counter++ * 0x9e3779b97f4a7c15u);
         v ^= v >> 31, v *= 0xbf58476d1ce4e5b9u, v ^= v >> 29;
         memcpy(b + i, &v, n - i < 8 ? n - i : 8);
     }
@@ -128,7 +128,8 @@ int psg_msg_add_tensor(psg_msg_t *m, const char *name, psg_tensor_t *t) {
 }
 
 int psg_msg_set_key(psg_msg_t *m, const char *key) {
-    if (key && strlen(key) > PSG_WIRE_MAX_KEY) return psg_error_set("key over %d bytes", PSG_WIRE_MAX_KEY);
+    if (key && strlen(key) > PSG_WIRE_MAX_KEY)
+        return psg_error_set("key over %d bytes", PSG_WIRE_MAX_KEY);
     char *copy = NULL;
     if (key && !(copy = strdup(key))) return psg_error_set("out of memory");
     free(m->key);

@@ -89,8 +89,8 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     }
     /* its connections watched and capped; a plain server whose guard cannot start (the
      * process runs a ZAP handler of its own) goes without the cap */
-    if (psg_curve_guard_attach(s->sock, ep, curve ? o.keys : NULL, max_connections(&o), &s->refused, s->zap_domain,
-                               sizeof s->zap_domain) < 0 &&
+    if (psg_curve_guard_attach(s->sock, ep, curve ? o.keys : NULL, max_connections(&o), &s->refused,
+                               s->zap_domain, sizeof s->zap_domain) < 0 &&
         curve) {
         psg_error_wrap("%s", ep);
         goto fail;
@@ -140,9 +140,15 @@ void psg_server_destroy(psg_server_t **sp) {
     free(s);
 }
 
-const char *psg_server_endpoint(const psg_server_t *s) { return s->endpoint; }
-int psg_server_port(const psg_server_t *s) { return s->port; }
-void *psg_server_socket(psg_server_t *s) { return s->sock; }
+const char *psg_server_endpoint(const psg_server_t *s) {
+    return s->endpoint;
+}
+int psg_server_port(const psg_server_t *s) {
+    return s->port;
+}
+void *psg_server_socket(psg_server_t *s) {
+    return s->sock;
+}
 
 psg_server_stats_t psg_server_stats(const psg_server_t *s) {
     return (psg_server_stats_t){
@@ -224,7 +230,8 @@ int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply) {
     return reply_to(s, &req->route, req->id, reply);
 }
 
-static int error_to(psg_server_t *s, const psg_route_t *route, uint64_t id, int code, const char *text) {
+static int error_to(psg_server_t *s, const psg_route_t *route, uint64_t id, int code,
+                    const char *text) {
     psg_msg_t *r = psg_msg_new(PSG_MSG_ERROR, NULL);
     if (!r || psg_msg_set_error(r, "%s", text) < 0) {
         psg_msg_destroy(&r);
@@ -248,7 +255,8 @@ int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fm
     return rc;
 }
 
-int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, ...) {
+int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt,
+                                ...) {
     va_list ap;
     va_start(ap, fmt);
     int rc = verror(s, req, code, fmt, ap);
@@ -265,7 +273,8 @@ static void reject(psg_server_t *s, const psg_route_t *route, uint64_t id, const
     atomic_fetch_add(&s->rejected, 1);
     char text[PSG_WIRE_MAX_ERROR];
     snprintf(text, sizeof text, "%s rejected the message: %s", s->endpoint, why);
-    error_to(s, route, id, PSG_ERR_BAD_REQUEST, text); /* a failure here is a lost reply, already counted */
+    error_to(s, route, id, PSG_ERR_BAD_REQUEST,
+             text); /* a failure here is a lost reply, already counted */
 }
 
 static void on_expired(void *ctx, const psg_route_t *route, uint64_t id, const char *peer,

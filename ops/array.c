@@ -33,6 +33,24 @@ static int infer_placeholder(psg_infer_ctx_t *c) {
     return 0;
 }
 
+/* PlaceholderWithDefault: its input's dtype, the declared "shape" (which the input must
+ * fit), so that a feed of any shape the declaration allows is taken; unfed, the input
+ * passes through with its own shape (the op is PSG_OP_DYNAMIC_SHAPE: the kernel's output
+ * is the input, not a shape inferred here). */
+static int infer_placeholder_with_default(psg_infer_ctx_t *c) {
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    psg_shape_t declared = sh && sh->type == PSG_ATTR_SHAPE ? sh->u.shape : psg_shape_unknown();
+    if (!psg_shape_compatible(&declared, &c->in_shapes[0])) {
+        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+        return psg_error_set("the default %s does not fit the shape %s",
+                             psg_shape_str(&c->in_shapes[0], a, sizeof a),
+                             psg_shape_str(&declared, b, sizeof b));
+    }
+    c->out_dtypes[0] = c->in_dtypes[0];
+    c->out_shapes[0] = declared;
+    return 0;
+}
+
 static int infer_same_as_input0(psg_infer_ctx_t *c) {
     c->out_dtypes[0] = c->in_dtypes[0];
     c->out_shapes[0] = c->in_shapes[0];
@@ -51,7 +69,8 @@ static int infer_reshape(psg_infer_ctx_t *c) {
             unknown_at = i;
         } else if (psg_ckd_mul_i64(&known, known, out.dims[i])) {
             char a2[PSG_SHAPE_STR_MAX];
-            return psg_error_set("new shape %s: its element count overflows", psg_shape_str(&out, a2, sizeof a2));
+            return psg_error_set("new shape %s: its element count overflows",
+                                 psg_shape_str(&out, a2, sizeof a2));
         }
     }
     int64_t n = psg_shape_numel(&c->in_shapes[0]);
@@ -87,8 +106,8 @@ static int infer_add_n(psg_infer_ctx_t *c) {
     psg_shape_t s = c->in_shapes[0];
     for (int i = 1; i < c->num_inputs; i++) {
         if (c->in_dtypes[i] != c->in_dtypes[0])
-            return psg_error_set("input %d is %s, input 0 is %s", i, psg_dtype_name(c->in_dtypes[i]),
-                                 psg_dtype_name(c->in_dtypes[0]));
+            return psg_error_set("input %d is %s, input 0 is %s", i,
+                                 psg_dtype_name(c->in_dtypes[i]), psg_dtype_name(c->in_dtypes[0]));
         if (!psg_shape_compatible(&s, &c->in_shapes[i])) {
             char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
             return psg_error_set("input %d has shape %s, input 0 has %s", i,
@@ -249,6 +268,14 @@ static const psg_op_def_t op_identity = {.name = "Identity",
                                          .grad = grad_identity,
                                          .cpu = psg_cpu_identity,
                                          .cuda = PSG_GPU_SAME(psg_cpu_identity)};
+static const psg_op_def_t op_placeholder_with_default = {.name = "PlaceholderWithDefault",
+                                                         .num_inputs = 1,
+                                                         .num_outputs = 1,
+                                                         .flags = PSG_OP_DYNAMIC_SHAPE,
+                                                         .infer = infer_placeholder_with_default,
+                                                         .grad = grad_identity,
+                                                         .cpu = psg_cpu_identity,
+                                                         .cuda = PSG_GPU_SAME(psg_cpu_identity)};
 static const psg_op_def_t op_stop_gradient = {.name = "StopGradient",
                                               .num_inputs = 1,
                                               .num_outputs = 1,
@@ -343,10 +370,23 @@ static const psg_op_def_t op_random = {.name = "Random",
                                        .cpu = psg_cpu_random};
 
 const psg_op_def_t *const psg_array_ops[] = {
-    &op_const,      &op_placeholder,       &op_identity,       &op_stop_gradient,
-    &op_reshape,    &op_reshape_like,      &op_add_n,          &op_fill_like,
-    &op_sum_to_shape_of, &op_broadcast_like, &op_var_handle,   &op_read_variable,
-    &op_assign,     &op_assign_add,        &op_no_op,          &op_random,
+    &op_const,
+    &op_placeholder,
+    &op_identity,
+    &op_stop_gradient,
+    &op_placeholder_with_default,
+    &op_reshape,
+    &op_reshape_like,
+    &op_add_n,
+    &op_fill_like,
+    &op_sum_to_shape_of,
+    &op_broadcast_like,
+    &op_var_handle,
+    &op_read_variable,
+    &op_assign,
+    &op_assign_add,
+    &op_no_op,
+    &op_random,
     NULL,
 };
 
@@ -377,6 +417,14 @@ static psg_endpoint_t unary(psg_graph_t *g, const char *op, const char *name, ps
 
 psg_endpoint_t psg_identity(psg_graph_t *g, const char *name, psg_endpoint_t x) {
     return unary(g, "Identity", name, x);
+}
+
+psg_endpoint_t psg_placeholder_with_default(psg_graph_t *g, const char *name, psg_endpoint_t input,
+                                            const psg_shape_t *shape) {
+    psg_node_builder_t *b = psg_node_begin(g, "PlaceholderWithDefault", name);
+    psg_node_add_input(b, input);
+    psg_node_attr_shape(b, "shape", shape);
+    return psg_node_finish_ep(b);
 }
 
 psg_endpoint_t psg_stop_gradient(psg_graph_t *g, const char *name, psg_endpoint_t x) {
@@ -437,7 +485,8 @@ psg_endpoint_t psg_read_variable(psg_graph_t *g, const char *name, psg_endpoint_
     if (psg_endpoint_valid(handle)) {
         /* the handle's dtype attr is a DTYPE, which psg_node_get_int does not read */
         const psg_attr_t *dt = psg_node_attr(psg_graph_node(g, handle.node), "dtype");
-        psg_node_attr_dtype(b, "dtype", dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
+        psg_node_attr_dtype(b, "dtype",
+                            dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
     }
     return psg_node_finish_ep(b);
 }
@@ -468,20 +517,58 @@ int psg_group(psg_graph_t *g, const char *name, int n, const int *nodes) {
  * Random op's "constant" distribution instead of a Const. */
 #define PSG_CONST_INIT_MAX_ELEMENTS (256 * 1024)
 
-double psg_glorot_uniform_scale(const psg_shape_t *shape) {
-    /* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out] */
+/* fan-in / fan-out: dense [in, out]; conv [kh, kw, in, out]; a vector: its length twice;
+ * a scalar: 1 */
+static void fans(const psg_shape_t *shape, double *fan_in, double *fan_out) {
     double receptive = 1;
     for (int i = 0; i + 2 < shape->rank; i++) receptive *= (double)shape->dims[i];
-    double fan_in = shape->rank >= 2 ? (double)shape->dims[shape->rank - 2] * receptive
-                                     : (double)shape->dims[0];
-    double fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive
-                                      : (double)shape->dims[0];
+    *fan_in = shape->rank >= 2   ? (double)shape->dims[shape->rank - 2] * receptive
+              : shape->rank == 1 ? (double)shape->dims[0]
+                                 : 1.0;
+    *fan_out = shape->rank >= 2 ? (double)shape->dims[shape->rank - 1] * receptive : *fan_in;
+}
+
+double psg_glorot_uniform_scale(const psg_shape_t *shape) {
+    double fan_in, fan_out;
+    fans(shape, &fan_in, &fan_out);
     return sqrt(6.0 / (fan_in + fan_out));
 }
 
-static psg_endpoint_t random_init(psg_graph_t *g, const char *dist, const psg_shape_t *shape,
-                                  double scale, uint64_t seed) {
-    psg_node_builder_t *b = psg_node_begin(g, "Random", "initial_value");
+int psg_variance_scaling(const psg_shape_t *shape, double scale, const char *mode,
+                         const char *distribution, uint64_t seed, psg_initializer_t *init) {
+    double fan_in, fan_out, n;
+    fans(shape, &fan_in, &fan_out);
+    if (!(scale > 0)) return psg_error_set("variance scaling: scale %g must be positive", scale);
+    if (mode && !strcmp(mode, "fan_in"))
+        n = fan_in;
+    else if (mode && !strcmp(mode, "fan_out"))
+        n = fan_out;
+    else if (mode && !strcmp(mode, "fan_avg"))
+        n = (fan_in + fan_out) / 2.0;
+    else
+        return psg_error_set("variance scaling: unknown mode '%s' (fan_in, fan_out, fan_avg)",
+                             mode ? mode : "(null)");
+    if (n < 1) n = 1;
+    double var = scale / n;
+    const char *d = distribution ? distribution : "(null)";
+    if (!strcmp(d, "uniform"))
+        *init = (psg_initializer_t){"uniform", sqrt(3.0 * var), seed};
+    else if (!strcmp(d, "truncated_normal") || !strcmp(d, "normal"))
+        /* the stddev of a normal truncated at 2 stddevs is 0.8796... of the untruncated one */
+        *init = (psg_initializer_t){"truncated_normal", sqrt(var) / 0.87962566103423978, seed};
+    else if (!strcmp(d, "untruncated_normal"))
+        *init = (psg_initializer_t){"normal", sqrt(var), seed};
+    else
+        return psg_error_set(
+            "variance scaling: unknown distribution '%s' (uniform, truncated_normal, "
+            "untruncated_normal)",
+            d);
+    return 0;
+}
+
+static psg_endpoint_t random_init(psg_graph_t *g, const char *name, const char *dist,
+                                  const psg_shape_t *shape, double scale, uint64_t seed) {
+    psg_node_builder_t *b = psg_node_begin(g, "Random", name);
     psg_node_attr_str(b, "distribution", dist);
     psg_node_attr_shape(b, "shape", shape);
     psg_node_attr_float(b, "scale", scale);
@@ -489,31 +576,45 @@ static psg_endpoint_t random_init(psg_graph_t *g, const char *dist, const psg_sh
     return psg_node_finish_ep(b);
 }
 
-static psg_endpoint_t initial_value(psg_graph_t *g, const psg_shape_t *shape,
-                                    psg_initializer_t init) {
+psg_endpoint_t psg_random(psg_graph_t *g, const char *name, const char *distribution,
+                          const psg_shape_t *shape, double scale, uint64_t seed) {
+    psg_node_builder_t *b = psg_node_begin(g, "Random", name);
+    psg_node_attr_str(b, "distribution", distribution);
+    psg_node_attr_shape(b, "shape", shape);
+    psg_node_attr_float(b, "scale", scale);
+    psg_node_attr_int(b, "seed", (int64_t)seed);
+    psg_node_attr_bool(b, "per_step", true);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_initializer_value(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                     psg_initializer_t init) {
+    if (!name) name = "initial_value";
     const char *k = init.kind ? init.kind : "zeros";
     if (!strcmp(k, "zeros") || !strcmp(k, "ones") || !strcmp(k, "constant")) {
         double v = !strcmp(k, "zeros") ? 0.0 : !strcmp(k, "ones") ? 1.0 : init.scale;
         /* a big one (an embedding table's optimizer slots) is filled when run: as a Const
          * it would be held by the graph and sent whole in every RegisterGraph */
-        if (psg_shape_numel(shape) > PSG_CONST_INIT_MAX_ELEMENTS) return random_init(g, "constant", shape, v, 0);
+        if (psg_shape_numel(shape) > PSG_CONST_INIT_MAX_ELEMENTS)
+            return random_init(g, name, "constant", shape, v, 0);
         psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, shape);
         if (!t) return PSG_NO_ENDPOINT;
         float *d = psg_tensor_f32(t);
         for (int64_t i = 0; i < psg_tensor_numel(t); i++) d[i] = (float)v;
-        return psg_const(g, "initial_value", &t);
+        return psg_const(g, name, &t);
     }
     if (!strcmp(k, "uniform") || !strcmp(k, "normal") || !strcmp(k, "truncated_normal"))
-        return random_init(g, k, shape, init.scale, init.seed);
+        return random_init(g, name, k, shape, init.scale, init.seed);
     if (!strcmp(k, "glorot_uniform")) {
-        return random_init(g, "uniform", shape, psg_glorot_uniform_scale(shape), init.seed);
+        return random_init(g, name, "uniform", shape, psg_glorot_uniform_scale(shape), init.seed);
     }
     psg_error_set("unknown initializer '%s'", k);
     return PSG_NO_ENDPOINT;
 }
 
-psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
-                            const psg_shape_t *shape, psg_initializer_t init, bool trainable) {
+static psg_endpoint_t variable_in_init_scope(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                                             const psg_shape_t *shape, psg_initializer_t init,
+                                             bool trainable) {
     psg_endpoint_t h = psg_var_handle(g, name, dt, shape);
     if (!psg_endpoint_valid(h)) return h;
     const char *full = psg_node_name(psg_graph_node(g, h.node));
@@ -523,9 +624,9 @@ psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     if (psg_graph_push_scope(g, full + (outer ? outer + 1 : 0)) < 0) return PSG_NO_ENDPOINT;
     bool failed = false;
     psg_tensor_t *given = psg_graph_initial_value(g, full, dt, shape, &failed);
-    psg_endpoint_t v = given ? psg_const(g, "initial_value", &given)
+    psg_endpoint_t v = given    ? psg_const(g, "initial_value", &given)
                        : failed ? PSG_NO_ENDPOINT
-                                : initial_value(g, shape, init);
+                                : psg_initializer_value(g, "initial_value", shape, init);
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;
     psg_graph_pop_scope(g);
     if (assign < 0) {
@@ -535,5 +636,14 @@ psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
     psg_graph_add_to_collection(g, "variables", h.node);
     if (trainable) psg_graph_add_to_collection(g, "trainable_variables", h.node);
     psg_graph_add_to_collection(g, "init", assign);
+    return h;
+}
+
+psg_endpoint_t psg_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
+                            const psg_shape_t *shape, psg_initializer_t init, bool trainable) {
+    /* a variable and its initializer depend on no control context (tf.init_scope) */
+    if (psg_graph_push_control(g, 0, NULL, true) < 0) return PSG_NO_ENDPOINT;
+    psg_endpoint_t h = variable_in_init_scope(g, name, dt, shape, init, trainable);
+    psg_graph_pop_control(g);
     return h;
 }

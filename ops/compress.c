@@ -5,7 +5,7 @@
  * path autodiff walks. Defs, shape inference, builders and the CPU kernels
  * (plain loops: the reference). */
 #include "psgraph/error.h"
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 #include "psgraph/ops_array.h"
 
 #include <math.h>
@@ -16,8 +16,10 @@
  * indices i32 (k'), k' = k, or with a ratio max(k, ceil(ratio * numel)) up to numel (a
  * share that changes from step to step: the sparsity's warm-up). */
 static int infer_topk_abs(psg_infer_ctx_t *c) {
-    if (c->in_dtypes[0] != PSG_DT_F32) return psg_error_set("x must be f32, got %s", psg_dtype_name(c->in_dtypes[0]));
-    if (c->num_inputs > 2) return psg_error_set("takes x and at most a ratio, got %d inputs", c->num_inputs);
+    if (c->in_dtypes[0] != PSG_DT_F32)
+        return psg_error_set("x must be f32, got %s", psg_dtype_name(c->in_dtypes[0]));
+    if (c->num_inputs > 2)
+        return psg_error_set("takes x and at most a ratio, got %d inputs", c->num_inputs);
     if (c->num_inputs == 2 && (c->in_dtypes[1] != PSG_DT_F32 || c->in_shapes[1].rank != 0))
         return psg_error_set("ratio must be an f32 scalar");
     int64_t k = psg_node_get_int(c->node, "k", 0);
@@ -65,7 +67,11 @@ static void select_largest(entry_t *e, int64_t n, int64_t k) {
     int64_t lo = 0, hi = n - 1;
     while (lo < hi) {
         entry_t a = e[lo], b = e[lo + (hi - lo) / 2], c = e[hi], pivot; /* median of three */
-        if (by_magnitude(&a, &b) > 0) { entry_t t = a; a = b; b = t; }
+        if (by_magnitude(&a, &b) > 0) {
+            entry_t t = a;
+            a = b;
+            b = t;
+        }
         if (by_magnitude(&b, &c) > 0) b = c;
         pivot = by_magnitude(&a, &b) > 0 ? a : b;
         int64_t i = lo, j = hi;
@@ -78,9 +84,12 @@ static void select_largest(entry_t *e, int64_t n, int64_t k) {
                 e[j--] = t;
             }
         }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
     }
     qsort(e, (size_t)k, sizeof *e, by_magnitude);
 }
@@ -105,7 +114,8 @@ static int cpu_topk_abs(psg_kernel_ctx_t *c) {
         int64_t kr = r >= 1 ? n : (int64_t)ceil(r * (double)n);
         k = kr > k ? kr : k;
     }
-    if (k < 1 || k > n || n > INT32_MAX) return psg_error_set("k %lld of %lld elements", (long long)k, (long long)n);
+    if (k < 1 || k > n || n > INT32_MAX)
+        return psg_error_set("k %lld of %lld elements", (long long)k, (long long)n);
     psg_tensor_t *v = vector_output(c, 0, k), *ix = vector_output(c, 1, k);
     entry_t *e = malloc(sizeof *e * (size_t)n);
     if (!v || !ix || !e) {
@@ -115,7 +125,8 @@ static int cpu_topk_abs(psg_kernel_ctx_t *c) {
     const float *xs = psg_tensor_f32(x);
     /* a NaN as the largest magnitude: the order stays total (the selection needs it) and
      * a diverged gradient reaches the ps */
-    for (int64_t i = 0; i < n; i++) e[i] = (entry_t){isnan(xs[i]) ? INFINITY : fabsf(xs[i]), (int32_t)i};
+    for (int64_t i = 0; i < n; i++)
+        e[i] = (entry_t){isnan(xs[i]) ? INFINITY : fabsf(xs[i]), (int32_t)i};
     select_largest(e, n, k);
     for (int64_t j = 0; j < k; j++) {
         psg_tensor_f32(v)[j] = xs[e[j].i];
@@ -132,22 +143,32 @@ static int cpu_scatter_dense(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     int64_t n = psg_tensor_numel(out), k = psg_tensor_numel(v);
-    if (psg_tensor_numel(ix) != k) return psg_error_set("%lld values but %lld indices", (long long)k, (long long)psg_tensor_numel(ix));
+    if (psg_tensor_numel(ix) != k)
+        return psg_error_set("%lld values but %lld indices", (long long)k,
+                             (long long)psg_tensor_numel(ix));
     float *o = psg_tensor_f32(out);
     memset(o, 0, sizeof *o * (size_t)n);
     for (int64_t j = 0; j < k; j++) {
         int32_t i = psg_tensor_i32(ix)[j];
-        if (i < 0 || i >= n) return psg_error_set("index %d at %lld is not in [0, %lld)", i, (long long)j, (long long)n);
+        if (i < 0 || i >= n)
+            return psg_error_set("index %d at %lld is not in [0, %lld)", i, (long long)j,
+                                 (long long)n);
         o[i] += psg_tensor_f32(v)[j];
     }
     return 0;
 }
 
-static const psg_op_def_t op_topk_abs = {
-    .name = "TopKAbs", .num_inputs = -1, .num_outputs = 2, .flags = PSG_OP_DYNAMIC_SHAPE,
-    .infer = infer_topk_abs, .cpu = cpu_topk_abs};
-static const psg_op_def_t op_scatter_dense = {
-    .name = "ScatterDense", .num_inputs = 2, .num_outputs = 1, .infer = infer_scatter_dense, .cpu = cpu_scatter_dense};
+static const psg_op_def_t op_topk_abs = {.name = "TopKAbs",
+                                         .num_inputs = -1,
+                                         .num_outputs = 2,
+                                         .flags = PSG_OP_DYNAMIC_SHAPE,
+                                         .infer = infer_topk_abs,
+                                         .cpu = cpu_topk_abs};
+static const psg_op_def_t op_scatter_dense = {.name = "ScatterDense",
+                                              .num_inputs = 2,
+                                              .num_outputs = 1,
+                                              .infer = infer_scatter_dense,
+                                              .cpu = cpu_scatter_dense};
 
 const psg_op_def_t *const psg_compress_ops[] = {&op_topk_abs, &op_scatter_dense, NULL};
 
@@ -156,8 +177,8 @@ int psg_topk_abs(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
     return psg_topk_abs_ratio(g, name, x, k, PSG_NO_ENDPOINT, values, indices);
 }
 
-int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k, psg_endpoint_t ratio,
-                       psg_endpoint_t *values, psg_endpoint_t *indices) {
+int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
+                       psg_endpoint_t ratio, psg_endpoint_t *values, psg_endpoint_t *indices) {
     psg_node_builder_t *b = psg_node_begin(g, "TopKAbs", name);
     psg_node_add_input(b, x);
     if (psg_endpoint_valid(ratio)) psg_node_add_input(b, ratio);

@@ -39,7 +39,8 @@ static void *open_module(void) {
 
 static void *need(const char *name) {
     void *p = dlsym(handle, name);
-    if (!p && !load_error[0]) snprintf(load_error, sizeof load_error, "%s lacks %s", MODULE_NAME, name);
+    if (!p && !load_error[0])
+        snprintf(load_error, sizeof load_error, "%s lacks %s", MODULE_NAME, name);
     return p;
 }
 
@@ -54,8 +55,8 @@ static void load(void) {
     api.detect = (int (*)(char *, size_t))need("psg_cuda_detect");
     api.alloc = (void *(*)(int, size_t, void **))need("psg_cuda_alloc");
     api.free = (void (*)(void *, void *))need("psg_cuda_free");
-    api.live_bytes = (size_t (*)(int))need("psg_cuda_live_bytes");
-    api.cached_bytes = (size_t (*)(int))need("psg_cuda_cached_bytes");
+    api.live_bytes = (size_t(*)(int))need("psg_cuda_live_bytes");
+    api.cached_bytes = (size_t(*)(int))need("psg_cuda_cached_bytes");
     api.trim = (void (*)(void))need("psg_cuda_trim");
     api.pinned_alloc = (void *(*)(size_t, void **))need("psg_cuda_pinned_alloc");
     api.pinned_free = (void (*)(void *, void *))need("psg_cuda_pinned_free");
@@ -78,16 +79,16 @@ const char *psg_cuda_module_error(void) {
 
 /* One trampoline per GPU kernel: resolves it on its first call. A kernel
  * runs only on a node placed on a GPU, which needs the module loaded. */
-#define PSG_GPU_TRAMPOLINE(f)                                                         \
-    int f##_lazy(psg_kernel_ctx_t *c) {                                               \
-        static _Atomic(psg_kernel_fn) fn;                                             \
-        psg_kernel_fn k = atomic_load(&fn);                                           \
-        if (!k) {                                                                     \
-            if (!psg_cuda_module()) return psg_error_set("%s", psg_cuda_module_error()); \
-            k = (psg_kernel_fn)dlsym(handle, #f);                                     \
-            if (!k) return psg_error_set("%s lacks the kernel %s", MODULE_NAME, #f);  \
-            atomic_store(&fn, k);                                                     \
-        }                                                                             \
-        return k(c);                                                                  \
+#define PSG_GPU_TRAMPOLINE(f)                                                                      \
+    int f##_lazy(psg_kernel_ctx_t *c) {                                                            \
+        static _Atomic(psg_kernel_fn) fn;                                                          \
+        psg_kernel_fn k = atomic_load(&fn);                                                        \
+        if (!k) {                                                                                  \
+            if (!psg_cuda_module()) return psg_error_set("%s", psg_cuda_module_error());           \
+            k = (psg_kernel_fn)dlsym(handle, #f);                                                  \
+            if (!k) return psg_error_set("%s lacks the kernel %s", MODULE_NAME, #f);               \
+            atomic_store(&fn, k);                                                                  \
+        }                                                                                          \
+        return k(c);                                                                               \
     }
 PSG_GPU_KERNEL_LIST(PSG_GPU_TRAMPOLINE)

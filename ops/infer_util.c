@@ -1,9 +1,10 @@
 /* Helpers shared by op definitions: the empty gradient, and for shape inference dtype
  * and rank checks and numpy broadcasting, each with a message that names the input. */
 #include "psgraph/error.h"
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
-int psg_grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy, psg_endpoint_t *dx) {
+int psg_grad_none(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                  psg_endpoint_t *dx) {
     (void)g;
     (void)dy;
     for (int i = 0; i < psg_node_num_inputs(n); i++) dx[i] = PSG_NO_ENDPOINT;

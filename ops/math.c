@@ -93,8 +93,7 @@ static int infer_scalar_f32(psg_infer_ctx_t *c) {
 int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced) {
     const psg_attr_t *a = psg_node_attr(node, "axes");
     int n = a && a->type == PSG_ATTR_INTS ? a->u.ints.n : 0;
-    for (int i = 0; i < rank; i++)
-        reduced[i] = n == 0;
+    for (int i = 0; i < rank; i++) reduced[i] = n == 0;
     for (int k = 0; k < n; k++) {
         int64_t ax = a->u.ints.v[k];
         if (ax < -rank || ax >= rank)
@@ -115,7 +114,7 @@ int64_t psg_math_reduced_count(const psg_node_t *node, const psg_shape_t *x) {
     return count;
 }
 
-static int infer_reduce(psg_infer_ctx_t *c) {
+int psg_math_infer_reduce(psg_infer_ctx_t *c) {
     if (expect_f32(c) < 0) return -1;
     const psg_shape_t *x = &c->in_shapes[0];
     bool keep = psg_node_get_bool(c->node, "keep_dims", false);
@@ -169,8 +168,7 @@ static int infer_expand_dims(psg_infer_ctx_t *c) {
             return psg_error_set("axes must be sorted, distinct and in [0, %d)", rank);
         inserted[ax] = true;
     }
-    for (int i = 0, j = 0; i < rank; i++)
-        out.dims[i] = inserted[i] ? 1 : x->dims[j++];
+    for (int i = 0, j = 0; i < rank; i++) out.dims[i] = inserted[i] ? 1 : x->dims[j++];
     c->out_shapes[0] = out;
     return 0;
 }
@@ -392,9 +390,9 @@ int psg_concat_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) 
 
 /* The op of each psg_math_fn_t, in its order. */
 static const char *const math_fn_ops[PSG_MATH_FN_COUNT] = {
-    "Add", "Sub", "Mul", "Div", "ReluGrad", "SigmoidGrad", "TanhGrad",
-    "Neg", "Square", "Sqrt", "Exp", "Log", "Pow", "Scale", "Relu", "Sigmoid", "Tanh",
-    "Sum", "Mean", "Softmax", "LogSoftmax",
+    "Add",  "Sub",     "Mul",  "Div", "ReluGrad", "SigmoidGrad", "TanhGrad",
+    "Neg",  "Square",  "Sqrt", "Exp", "Log",      "Pow",         "Scale",
+    "Relu", "Sigmoid", "Tanh", "Sum", "Mean",     "Softmax",     "LogSoftmax",
 };
 
 int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params) {
@@ -403,7 +401,9 @@ int psg_math_fn_prepare(const psg_graph_t *g, const psg_node_t *n, void *params)
     for (int fn = 0; fn < PSG_MATH_FN_COUNT; fn++) {
         if (strcmp(psg_node_op(n), math_fn_ops[fn])) continue;
         p->fn = (psg_math_fn_t)fn;
-        const char *constant = fn == PSG_MATH_POW ? "exponent" : fn == PSG_MATH_SCALE ? "scale" : NULL;
+        const char *constant = fn == PSG_MATH_POW     ? "exponent"
+                               : fn == PSG_MATH_SCALE ? "scale"
+                                                      : NULL;
         p->p = constant ? (float)psg_node_get_float(n, constant, 1.0) : 0.0f;
         return 0;
     }
@@ -707,8 +707,7 @@ static int grad_concat(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t
     int64_t axis = psg_node_get_int(n, "axis", 0);
     if (axis < 0) axis += out->rank;
     int64_t begin[PSG_MAX_RANK] = {0}, size[PSG_MAX_RANK];
-    for (int i = 0; i < out->rank; i++)
-        size[i] = -1;
+    for (int i = 0; i < out->rank; i++) size[i] = -1;
     for (int k = 0; k < psg_node_num_inputs(n); k++) {
         const psg_shape_t *s = psg_graph_shape(g, psg_node_input(n, k));
         if (s->rank < 0 || s->dims[axis] < 0)
@@ -770,7 +769,7 @@ static int grad_cast(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *
 /* ---- defs ---- */
 
 /* A def: its fields, then the optional ones (`...`: at least one designated field). */
-#define DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, ...)                  \
+#define DEF_OP(var, op_name, nin, nout, infer_fn, grad_fn, cpu_fn, cuda_fn, ...)                   \
     static const psg_op_def_t var = {.name = op_name,                                              \
                                      .num_inputs = nin,                                            \
                                      .num_outputs = nout,                                          \
@@ -813,8 +812,8 @@ DEF_FN(op_log_softmax, "LogSoftmax", 1, infer_softmax, grad_log_softmax, softmax
 DEF(op_xent, "SparseSoftmaxCrossEntropyWithLogits", 2, 2, infer_xent, grad_xent,
     psg_cpu_sparse_xent, psg_gpu_sparse_xent)
 DEF(op_l2_loss, "L2Loss", 1, 1, infer_scalar_f32, grad_l2_loss, psg_cpu_l2_loss, psg_gpu_l2_loss)
-DEF_FN(op_sum, "Sum", 1, infer_reduce, grad_sum, reduce)
-DEF_FN(op_mean, "Mean", 1, infer_reduce, grad_mean, reduce)
+DEF_FN(op_sum, "Sum", 1, psg_math_infer_reduce, grad_sum, reduce)
+DEF_FN(op_mean, "Mean", 1, psg_math_infer_reduce, grad_mean, reduce)
 DEF(op_reduction_size, "ReductionSize", 1, 1, infer_reduction_size, psg_grad_none,
     psg_cpu_reduction_size, psg_gpu_reduction_size)
 /* ExpandDims only aliases: its CPU kernel serves on a GPU too */

@@ -25,7 +25,8 @@ static psg_endpoint_t build2(psg_graph_t *g, const char *op, const char *name, p
         return build1(g, op, name, x);                                                             \
     }
 #define BINARY_BUILDER(fn, op)                                                                     \
-    psg_endpoint_t psg_##fn(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b) { \
+    psg_endpoint_t psg_##fn(psg_graph_t *g, const char *name, psg_endpoint_t a,                    \
+                            psg_endpoint_t b) {                                                    \
         return build2(g, op, name, a, b);                                                          \
     }
 
@@ -46,12 +47,13 @@ BINARY_BUILDER(sigmoid_grad, "SigmoidGrad")
 BINARY_BUILDER(tanh_grad, "TanhGrad")
 UNARY_BUILDER(softmax, "Softmax")
 UNARY_BUILDER(log_softmax, "LogSoftmax")
-BINARY_BUILDER(sparse_softmax_cross_entropy, "SparseSoftmaxCrossEntropyWithLogits") /* (logits, labels) */
+BINARY_BUILDER(sparse_softmax_cross_entropy,
+               "SparseSoftmaxCrossEntropyWithLogits") /* (logits, labels) */
 UNARY_BUILDER(l2_loss, "L2Loss")
 
 /* A unary op with its constant in float attribute `attr` (Pow, Scale). */
-static psg_endpoint_t build1_const(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t x,
-                                   const char *attr, double value) {
+static psg_endpoint_t build1_const(psg_graph_t *g, const char *op, const char *name,
+                                   psg_endpoint_t x, const char *attr, double value) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
     psg_node_add_input(b, x);
     psg_node_attr_float(b, attr, value);
@@ -128,8 +130,7 @@ psg_endpoint_t psg_dense(psg_graph_t *g, const char *name, psg_endpoint_t x, psg
 psg_endpoint_t psg_concat(psg_graph_t *g, const char *name, int n, const psg_endpoint_t *xs,
                           int axis) {
     psg_node_builder_t *b = psg_node_begin(g, "Concat", name);
-    for (int i = 0; i < n; i++)
-        psg_node_add_input(b, xs[i]);
+    for (int i = 0; i < n; i++) psg_node_add_input(b, xs[i]);
     psg_node_attr_int(b, "axis", axis);
     return psg_node_finish_ep(b);
 }

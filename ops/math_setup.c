@@ -41,7 +41,8 @@ int psg_matmul_setup(psg_kernel_ctx_t *c, psg_matmul_setup_t *s) {
     return 0;
 }
 
-int psg_dense_backprop_setup(psg_kernel_ctx_t *c, bool *relu, psg_tensor_t **dz, psg_tensor_t **db) {
+int psg_dense_backprop_setup(psg_kernel_ctx_t *c, bool *relu, psg_tensor_t **dz,
+                             psg_tensor_t **db) {
     *relu = ((const psg_matmul_params_t *)psg_kernel_params(c))->relu;
     if (*relu) {
         *dz = psg_kernel_alloc_output(c, 0);

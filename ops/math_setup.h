@@ -5,7 +5,7 @@
 #ifndef PSGRAPH_OPS_MATH_SETUP_H
 #define PSGRAPH_OPS_MATH_SETUP_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 #include <stdbool.h>
 

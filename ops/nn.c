@@ -1,7 +1,7 @@
 /* The nn ops, NHWC and f32 (the Conv2D family also bf16 / f16, for mixed
- * precision): Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool(Grad), AvgPool(Grad), BiasAdd(Grad), FusedBatchNorm(Grad): defs,
- * window geometry, shape inference, gradients (as graph nodes) and builders.
- * Kernels: ops/cpu/{conv2d,pool,bias_add,batch_norm}.c. */
+ * precision): Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool(Grad), AvgPool(Grad),
+ * BiasAdd(Grad), FusedBatchNorm(Grad): defs, window geometry, shape inference, gradients (as graph
+ * nodes) and builders. Kernels: ops/cpu/{conv2d,pool,bias_add,batch_norm}.c. */
 #include "ops/cpu/nn.h"
 #include "ops/cuda/kernels.h"
 #include "ops/params.h"
@@ -19,7 +19,8 @@
 static int read_pair(const psg_node_t *n, const char *key, int64_t *h, int64_t *w) {
     const psg_attr_t *a = psg_node_attr(n, key);
     if (!a) return psg_error_set("missing attribute '%s'", key);
-    if (a->type != PSG_ATTR_INTS) return psg_error_set("attribute '%s' must be a list of ints", key);
+    if (a->type != PSG_ATTR_INTS)
+        return psg_error_set("attribute '%s' must be a list of ints", key);
     const int64_t *v = a->u.ints.v;
     if (a->u.ints.n == 2) {
         *h = v[0];
@@ -72,8 +73,9 @@ int psg_nn_out_size(int64_t in, int64_t k, int64_t s, bool same, int64_t *out, i
         int64_t span, total;
         *out = in / s + (in % s != 0);
         if (psg_ckd_mul_i64(&span, *out > 0 ? *out - 1 : 0, s) || psg_ckd_add_i64(&total, span, k))
-            return psg_error_set("SAME window of %lld with stride %lld overflows on an input of %lld",
-                                 (long long)k, (long long)s, (long long)in);
+            return psg_error_set(
+                "SAME window of %lld with stride %lld overflows on an input of %lld", (long long)k,
+                (long long)s, (long long)in);
         total -= in;
         *pad = total > 0 ? total / 2 : 0;
         return 0;
@@ -85,10 +87,17 @@ int psg_nn_out_size(int64_t in, int64_t k, int64_t s, bool same, int64_t *out, i
     return 0;
 }
 
-int psg_nn_geom(const psg_shape_t *in, int64_t kh, int64_t kw, int64_t oc,
-                const psg_nn_attrs_t *a, psg_nn_geom_t *g) {
-    *g = (psg_nn_geom_t){.n = in->dims[0], .h = in->dims[1], .w = in->dims[2], .c = in->dims[3],
-                         .kh = kh, .kw = kw, .oc = oc, .sh = a->sh, .sw = a->sw};
+int psg_nn_geom(const psg_shape_t *in, int64_t kh, int64_t kw, int64_t oc, const psg_nn_attrs_t *a,
+                psg_nn_geom_t *g) {
+    *g = (psg_nn_geom_t){.n = in->dims[0],
+                         .h = in->dims[1],
+                         .w = in->dims[2],
+                         .c = in->dims[3],
+                         .kh = kh,
+                         .kw = kw,
+                         .oc = oc,
+                         .sh = a->sh,
+                         .sw = a->sw};
     if (psg_nn_out_size(g->h, kh, a->sh, a->same, &g->oh, &g->pt) < 0) return -1;
     return psg_nn_out_size(g->w, kw, a->sw, a->same, &g->ow, &g->pl);
 }
@@ -148,9 +157,10 @@ static int conv_out_shape(psg_infer_ctx_t *c, int xi, int fi, psg_shape_t *out) 
     if (f.rank < 0) f = psg_shape_4d(-1, -1, -1, -1);
     char sx[PSG_SHAPE_STR_MAX], sf[PSG_SHAPE_STR_MAX];
     if (x.dims[3] >= 0 && f.dims[2] >= 0 && x.dims[3] != f.dims[2])
-        return psg_error_set("input %s has %lld channels but filter %s [KH, KW, C, OC] expects %lld",
-                             psg_shape_str(&x, sx, sizeof sx), (long long)x.dims[3],
-                             psg_shape_str(&f, sf, sizeof sf), (long long)f.dims[2]);
+        return psg_error_set(
+            "input %s has %lld channels but filter %s [KH, KW, C, OC] expects %lld",
+            psg_shape_str(&x, sx, sizeof sx), (long long)x.dims[3],
+            psg_shape_str(&f, sf, sizeof sf), (long long)f.dims[2]);
     psg_nn_geom_t g;
     if (psg_nn_geom(&x, f.dims[0], f.dims[1], f.dims[3], &a, &g) < 0)
         return psg_error_wrap("input %s, filter %s", psg_shape_str(&x, sx, sizeof sx),
@@ -277,8 +287,9 @@ static int infer_fused_batch_norm(psg_infer_ctx_t *c) {
     bool training = psg_node_get_bool(c->node, "is_training", true);
     if (c->num_inputs != 5 && !(training && c->num_inputs == 3))
         return psg_error_set("takes x, scale, offset%s; got %d inputs",
-                             training ? " (and optionally mean, variance)" : ", mean, variance "
-                                                                             "(inference mode)",
+                             training ? " (and optionally mean, variance)"
+                                      : ", mean, variance "
+                                        "(inference mode)",
                              c->num_inputs);
     if (psg_node_get_float(c->node, "epsilon", 1e-3) < 0) return psg_error_set("epsilon < 0");
     int64_t ch;
@@ -346,8 +357,8 @@ static int grad_conv2d(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t
 
 /* dx = BackpropInput(x, W, d) is linear in W and d: with G its gradient,
  * dW = BackpropFilter(G, W, d) and dd = Conv2D(G, W). */
-static int grad_conv2d_backprop_input(psg_graph_t *g, const psg_node_t *n,
-                                      const psg_endpoint_t *dy, psg_endpoint_t *dx) {
+static int grad_conv2d_backprop_input(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
+                                      psg_endpoint_t *dx) {
     psg_endpoint_t w = psg_node_input(n, 1), d = psg_node_input(n, 2);
     dx[0] = PSG_NO_ENDPOINT;
     dx[1] = like_node(g, "Conv2DBackpropFilter", n, 3, (psg_endpoint_t[]){dy[0], w, d});
@@ -514,14 +525,16 @@ static const psg_op_def_t op_fused_bn_grad = {.name = "FusedBatchNormGrad",
                                                   PSG_GPU_KERNEL(psg_gpu_fused_batch_norm_grad)};
 
 const psg_op_def_t *const psg_nn_ops[] = {
-    &op_conv2d,   &op_conv2d_bi,     &op_conv2d_bf, &op_max_pool,      &op_max_pool_grad,
-    &op_avg_pool, &op_avg_pool_grad, &op_bias_add,  &op_bias_add_grad, &op_fused_bn,
-    &op_fused_bn_grad, NULL,
+    &op_conv2d,        &op_conv2d_bi, &op_conv2d_bf,     &op_max_pool,
+    &op_max_pool_grad, &op_avg_pool,  &op_avg_pool_grad, &op_bias_add,
+    &op_bias_add_grad, &op_fused_bn,  &op_fused_bn_grad, NULL,
 };
 
 /* ---- builders ---- */
 
-static const char *padding_str(psg_padding_t p) { return p == PSG_PADDING_SAME ? "SAME" : "VALID"; }
+static const char *padding_str(psg_padding_t p) {
+    return p == PSG_PADDING_SAME ? "SAME" : "VALID";
+}
 
 #define NO_KSIZE (-1) /* convs: no "ksize" attribute */
 
@@ -548,8 +561,8 @@ static psg_endpoint_t conv_node(psg_graph_t *g, const char *op, const char *name
     return psg_compute_output(g, name, y, back);
 }
 
-psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
-                          psg_endpoint_t filter, int stride_h, int stride_w, psg_padding_t padding) {
+psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_endpoint_t filter,
+                          int stride_h, int stride_w, psg_padding_t padding) {
     return conv_node(g, "Conv2D", name, 2, (psg_endpoint_t[]){x, filter}, stride_h, stride_w,
                      padding);
 }
@@ -557,8 +570,8 @@ psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                          psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,
                                          int stride_w, psg_padding_t padding) {
-    return conv_node(g, "Conv2DBackpropInput", name, 3, (psg_endpoint_t[]){x, filter, dy},
-                     stride_h, stride_w, padding);
+    return conv_node(g, "Conv2DBackpropInput", name, 3, (psg_endpoint_t[]){x, filter, dy}, stride_h,
+                     stride_w, padding);
 }
 
 psg_endpoint_t psg_conv2d_backprop_filter(psg_graph_t *g, const char *name, psg_endpoint_t x,
@@ -633,9 +646,9 @@ psg_batch_norm_t psg_fused_batch_norm(psg_graph_t *g, const char *name, psg_endp
     return r;
 }
 
-psg_batch_norm_grad_t psg_fused_batch_norm_grad(psg_graph_t *g, const char *name,
-                                                psg_endpoint_t dy, psg_endpoint_t x,
-                                                psg_endpoint_t scale, psg_endpoint_t saved_mean,
+psg_batch_norm_grad_t psg_fused_batch_norm_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
+                                                psg_endpoint_t x, psg_endpoint_t scale,
+                                                psg_endpoint_t saved_mean,
                                                 psg_endpoint_t saved_inv_std, float epsilon,
                                                 bool is_training) {
     psg_batch_norm_grad_t r = {PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT};

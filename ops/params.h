@@ -8,7 +8,7 @@
 
 #include "ops/cpu/nn.h"
 #include "psgraph/error.h"
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 #include <stdbool.h>
 

@@ -2,24 +2,13 @@
  * casts the builders of the allowlisted ops put around them. Not the Cast op
  * (ops/math.c) and not the 16-bit kernels (ops/cpu/half.c, ops/cuda/). */
 #include "psgraph/precision.h"
-#include "graph/graph_internal.h"
+#include "graph/cast_memo.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_math.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt) {
-    if (dt != PSG_DT_F32 && dt != PSG_DT_BF16 && dt != PSG_DT_F16)
-        return psg_error_set("compute dtype must be f32, bf16 or f16, got %s", psg_dtype_name(dt));
-    g->compute_dtype = dt;
-    return 0;
-}
-
-psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g) {
-    return g->compute_dtype == PSG_DT_INVALID ? PSG_DT_F32 : g->compute_dtype;
-}
 
 int psg_precision_parse(const char *s, psg_dtype_t *compute_dtype) {
     if (!strcmp(s, "f32"))
@@ -41,12 +30,9 @@ int psg_graph_set_precision(psg_graph_t *g, const char *precision) {
 
 const char *psg_precision_name(psg_dtype_t compute_dtype) {
     switch (compute_dtype) {
-    case PSG_DT_BF16:
-        return "mixed";
-    case PSG_DT_F16:
-        return "mixed-f16";
-    default:
-        return "f32";
+    case PSG_DT_BF16: return "mixed";
+    case PSG_DT_F16: return "mixed-f16";
+    default: return "f32";
     }
 }
 
@@ -63,30 +49,10 @@ static bool is_half(psg_dtype_t dt) {
  * tensor that feeds several products (Inception's branches, a weight's forward and
  * backward products) is then cast once per device, not once per product. */
 static psg_endpoint_t shared_cast(psg_graph_t *g, psg_endpoint_t src, psg_dtype_t dtype) {
-    psg_node_t probe = {.id = -1, .name = "", .def = psg_op_lookup("Cast"), .num_inputs = 1,
-                        .inputs = &src};
-    probe.device = strdup("");
-    if (!probe.device) return psg_cast(g, NULL, src, dtype); /* it reports the error */
-    psg_graph_apply_device_fns(g, &probe);
-    int found = -1;
-    for (int i = 0; i < g->num_casts && found < 0; i++) {
-        const psg_cast_memo_t *m = &g->casts[i];
-        if (m->src.node == src.node && m->src.index == src.index && m->dtype == dtype &&
-            !strcmp(g->nodes[m->cast]->device, probe.device))
-            found = m->cast;
-    }
-    free(probe.device);
+    int found = psg_graph_cast_memo_find(g, src, dtype);
     if (found >= 0) return (psg_endpoint_t){found, 0};
     psg_endpoint_t c = psg_cast(g, NULL, src, dtype);
-    if (!psg_endpoint_valid(c)) return c;
-    if (g->num_casts == g->cap_casts) {
-        int cap = g->cap_casts ? 2 * g->cap_casts : 64;
-        psg_cast_memo_t *v = realloc(g->casts, (size_t)cap * sizeof *v);
-        if (!v) return c; /* not remembered: a later product casts again */
-        g->casts = v;
-        g->cap_casts = cap;
-    }
-    g->casts[g->num_casts++] = (psg_cast_memo_t){src, dtype, c.node};
+    if (psg_endpoint_valid(c)) psg_graph_cast_memo_add(g, src, dtype, c.node);
     return c;
 }
 

@@ -55,5 +55,7 @@ static const psg_op_def_t op_recv = {.name = "Recv",
                                      .cpu = psg_cpu_recv};
 
 const psg_op_def_t *const psg_sendrecv_ops[] = {
-    &op_send, &op_recv, NULL,
+    &op_send,
+    &op_recv,
+    NULL,
 };

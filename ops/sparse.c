@@ -15,7 +15,9 @@
 
 /* ---- inference ---- */
 
-static bool is_int(psg_dtype_t dt) { return dt == PSG_DT_I32 || dt == PSG_DT_I64; }
+static bool is_int(psg_dtype_t dt) {
+    return dt == PSG_DT_I32 || dt == PSG_DT_I64;
+}
 
 static int expect_int(psg_infer_ctx_t *c, int i, const char *what) {
     if (!is_int(c->in_dtypes[i]))
@@ -50,23 +52,27 @@ static int infer_gather(psg_infer_ctx_t *c) {
 static int infer_resource_gather(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     const psg_attr_t *dt = psg_node_attr(c->node, "dtype");
-    return gather_shape(c, &c->in_shapes[0], dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
+    return gather_shape(c, &c->in_shapes[0],
+                        dt && dt->type == PSG_ATTR_DTYPE ? dt->u.dtype : PSG_DT_F32);
 }
 
 static int infer_indexed_slices(psg_infer_ctx_t *c) {
     const psg_shape_t *v = &c->in_shapes[0], *ix = &c->in_shapes[1], *like = &c->in_shapes[2];
     if (expect_int(c, 1, "indices") < 0) return -1;
-    if (c->in_dtypes[0] != PSG_DT_F32) return psg_error_set("values must be f32, got %s", psg_dtype_name(c->in_dtypes[0]));
+    if (c->in_dtypes[0] != PSG_DT_F32)
+        return psg_error_set("values must be f32, got %s", psg_dtype_name(c->in_dtypes[0]));
     if (v->rank >= 0 && ix->rank >= 0 && like->rank >= 0) {
         bool ok = v->rank == ix->rank + like->rank - 1;
         for (int d = 0; ok && d < ix->rank; d++)
             ok = v->dims[d] < 0 || ix->dims[d] < 0 || v->dims[d] == ix->dims[d];
         for (int d = 1; ok && d < like->rank; d++)
-            ok = v->dims[ix->rank + d - 1] < 0 || like->dims[d] < 0 || v->dims[ix->rank + d - 1] == like->dims[d];
+            ok = v->dims[ix->rank + d - 1] < 0 || like->dims[d] < 0 ||
+                 v->dims[ix->rank + d - 1] == like->dims[d];
         if (!ok) {
             char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX], e[PSG_SHAPE_STR_MAX];
-            return psg_error_set("values %s are not rows %s of a tensor %s", psg_shape_str(v, a, sizeof a),
-                                 psg_shape_str(ix, b, sizeof b), psg_shape_str(like, e, sizeof e));
+            return psg_error_set("values %s are not rows %s of a tensor %s",
+                                 psg_shape_str(v, a, sizeof a), psg_shape_str(ix, b, sizeof b),
+                                 psg_shape_str(like, e, sizeof e));
         }
     }
     c->out_dtypes[0] = PSG_DT_F32;
@@ -102,7 +108,8 @@ static int infer_segment_sum(psg_infer_ctx_t *c) {
         return 0;
     }
     bool ok = d->rank >= ix->rank;
-    for (int k = 0; ok && k < ix->rank; k++) ok = d->dims[k] < 0 || ix->dims[k] < 0 || d->dims[k] == ix->dims[k];
+    for (int k = 0; ok && k < ix->rank; k++)
+        ok = d->dims[k] < 0 || ix->dims[k] < 0 || d->dims[k] == ix->dims[k];
     if (!ok) {
         char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
         return psg_error_set("segment_ids %s do not prefix data %s", psg_shape_str(ix, a, sizeof a),
@@ -117,19 +124,23 @@ static int infer_segment_sum(psg_infer_ctx_t *c) {
 /* indices_0..n-1 (m_k) i32, data_0..n-1 (m_k, d...) -> (sum m_k, d...) */
 static int infer_dynamic_stitch(psg_infer_ctx_t *c) {
     int n = c->num_inputs / 2;
-    if (c->num_inputs % 2 || n < 1) return psg_error_set("needs pairs of indices and data, got %d inputs", c->num_inputs);
+    if (c->num_inputs % 2 || n < 1)
+        return psg_error_set("needs pairs of indices and data, got %d inputs", c->num_inputs);
     psg_shape_t o = c->in_shapes[n];
     if (o.rank < 1) return psg_error_set("data must have rank >= 1");
     o.dims[0] = 0;
     for (int k = 0; k < n; k++) {
-        if (psg_infer_expect_dtype(c, k, PSG_DT_I32) < 0 || psg_infer_expect_rank(c, k, 1) < 0) return -1;
-        if (c->in_dtypes[n + k] != c->in_dtypes[n]) return psg_error_set("data %d is not of data 0's dtype", k);
+        if (psg_infer_expect_dtype(c, k, PSG_DT_I32) < 0 || psg_infer_expect_rank(c, k, 1) < 0)
+            return -1;
+        if (c->in_dtypes[n + k] != c->in_dtypes[n])
+            return psg_error_set("data %d is not of data 0's dtype", k);
         const psg_shape_t *s = &c->in_shapes[n + k];
         bool ok = s->rank == o.rank;
         for (int d = 1; ok && d < o.rank; d++) ok = s->dims[d] == o.dims[d];
         if (!ok) {
             char a[PSG_SHAPE_STR_MAX];
-            return psg_error_set("data %d has shape %s, unlike data 0", k, psg_shape_str(s, a, sizeof a));
+            return psg_error_set("data %d has shape %s, unlike data 0", k,
+                                 psg_shape_str(s, a, sizeof a));
         }
         int64_t m = c->in_shapes[k].dims[0];
         o.dims[0] = o.dims[0] < 0 || m < 0 ? -1 : o.dims[0] + m;
@@ -141,11 +152,12 @@ static int infer_dynamic_stitch(psg_infer_ctx_t *c) {
 
 static int infer_partition_ids(psg_infer_ctx_t *c) {
     if (expect_int(c, 0, "ids") < 0 || psg_infer_expect_rank(c, 0, 1) < 0) return -1;
-    int64_t rows = psg_node_get_int(c->node, "rows", 0), n = psg_node_get_int(c->node, "num_shards", 0);
+    int64_t rows = psg_node_get_int(c->node, "rows", 0),
+            n = psg_node_get_int(c->node, "num_shards", 0);
     int64_t k = psg_node_get_int(c->node, "shard", -1);
     if (rows < 1 || n < 1 || n > rows || k < 0 || k >= n)
-        return psg_error_set("shard %lld of %lld of a table of %lld rows does not exist", (long long)k,
-                             (long long)n, (long long)rows);
+        return psg_error_set("shard %lld of %lld of a table of %lld rows does not exist",
+                             (long long)k, (long long)n, (long long)rows);
     c->out_dtypes[0] = c->out_dtypes[1] = PSG_DT_I32;
     c->out_shapes[0] = c->out_shapes[1] = psg_shape_1d(-1);
     return 0;
@@ -283,7 +295,7 @@ static const psg_op_def_t op_segment_weights = {.name = "SegmentWeights",
                                                 .cpu = psg_cpu_segment_weights};
 
 const psg_op_def_t *const psg_sparse_ops[] = {
-    &op_gather,         &op_resource_gather, &op_indexed_slices, &op_unique,          &op_segment_sum,
+    &op_gather,         &op_resource_gather, &op_indexed_slices,  &op_unique, &op_segment_sum,
     &op_dynamic_stitch, &op_partition_ids,   &op_segment_weights, NULL,
 };
 
@@ -323,8 +335,9 @@ bool psg_is_indexed_slices(const psg_graph_t *g, psg_endpoint_t e, psg_endpoint_
 }
 
 psg_endpoint_t psg_sparse_sum(psg_graph_t *g, int n, const psg_endpoint_t *grads) {
-    psg_endpoint_t like0 = PSG_NO_ENDPOINT, like, *vals = malloc(sizeof *vals * ((size_t)n + 1) * 2),
-                   *ix = vals ? vals + n : NULL, sum = PSG_NO_ENDPOINT;
+    psg_endpoint_t like0 = PSG_NO_ENDPOINT, like,
+                   *vals = malloc(sizeof *vals * ((size_t)n + 1) * 2), *ix = vals ? vals + n : NULL,
+                   sum = PSG_NO_ENDPOINT;
     if (!vals) {
         psg_error_set("out of memory");
         return PSG_NO_ENDPOINT;
@@ -337,7 +350,8 @@ psg_endpoint_t psg_sparse_sum(psg_graph_t *g, int n, const psg_endpoint_t *grads
              psg_graph_dtype(g, ix[i]) == psg_graph_dtype(g, ix[0]);
     }
     if (ok) {
-        psg_endpoint_t v = psg_concat(g, "values", n, vals, 0), i = psg_concat(g, "indices", n, ix, 0);
+        psg_endpoint_t v = psg_concat(g, "values", n, vals, 0),
+                       i = psg_concat(g, "indices", n, ix, 0);
         sum = psg_indexed_slices(g, "sum", v, i, like0);
     }
     free(vals);
@@ -352,7 +366,8 @@ int psg_unique(psg_graph_t *g, const char *name, psg_endpoint_t x) {
 
 psg_endpoint_t psg_unsorted_segment_sum(psg_graph_t *g, const char *name, psg_endpoint_t data,
                                         psg_endpoint_t segment_ids, psg_endpoint_t num_segments) {
-    return psg_op_inputs(g, "UnsortedSegmentSum", name, 3, (psg_endpoint_t[]){data, segment_ids, num_segments});
+    return psg_op_inputs(g, "UnsortedSegmentSum", name, 3,
+                         (psg_endpoint_t[]){data, segment_ids, num_segments});
 }
 
 psg_endpoint_t psg_dynamic_stitch(psg_graph_t *g, const char *name, int n,
@@ -385,9 +400,12 @@ psg_endpoint_t psg_segment_weights(psg_graph_t *g, const char *name, psg_endpoin
 }
 
 int psg_partition_strategy_parse(const char *name, psg_partition_strategy_t *s) {
-    if (name && !strcmp(name, "mod")) *s = PSG_PARTITION_MOD;
-    else if (name && !strcmp(name, "div")) *s = PSG_PARTITION_DIV;
-    else return psg_error_set("unknown partition strategy '%s' (mod, div)", name ? name : "(null)");
+    if (name && !strcmp(name, "mod"))
+        *s = PSG_PARTITION_MOD;
+    else if (name && !strcmp(name, "div"))
+        *s = PSG_PARTITION_DIV;
+    else
+        return psg_error_set("unknown partition strategy '%s' (mod, div)", name ? name : "(null)");
     return 0;
 }
 
@@ -395,7 +413,8 @@ int psg_partition_strategy_parse(const char *name, psg_partition_strategy_t *s) 
 #define LOOKUP_MAX_SHARDS 64
 
 /* The rows of flat ids (n) from the table's shards: (n, d...). */
-static psg_endpoint_t lookup_flat(psg_graph_t *g, const psg_embedding_table_t *t, psg_endpoint_t ids) {
+static psg_endpoint_t lookup_flat(psg_graph_t *g, const psg_embedding_table_t *t,
+                                  psg_endpoint_t ids) {
     if (t->num_shards == 1) return psg_resource_gather(g, "gather", t->shards[0], ids);
     psg_endpoint_t pos[LOOKUP_MAX_SHARDS], rows[LOOKUP_MAX_SHARDS];
     if (t->num_shards > LOOKUP_MAX_SHARDS) {
@@ -422,7 +441,8 @@ psg_endpoint_t psg_embedding_lookup(psg_graph_t *g, const char *name,
     }
     const psg_shape_t *is = psg_graph_shape(g, ids), *ts = psg_graph_shape(g, table->shards[0]);
     if (!is || is->rank < 0 || !ts || ts->rank < 1) {
-        psg_error_set("embedding_lookup '%s': ids need a known rank and the table rows", name ? name : "");
+        psg_error_set("embedding_lookup '%s': ids need a known rank and the table rows",
+                      name ? name : "");
         return PSG_NO_ENDPOINT;
     }
     psg_shape_t out = *is;
@@ -446,10 +466,12 @@ psg_endpoint_t psg_embedding_lookup_sparse(psg_graph_t *g, const char *name,
                                            const psg_embedding_table_t *table, psg_endpoint_t ids,
                                            psg_endpoint_t segment_ids, psg_endpoint_t num_segments,
                                            psg_combiner_t combiner) {
-    if (psg_graph_push_scope(g, name ? name : "embedding_lookup_sparse") < 0) return PSG_NO_ENDPOINT;
+    if (psg_graph_push_scope(g, name ? name : "embedding_lookup_sparse") < 0)
+        return PSG_NO_ENDPOINT;
     psg_endpoint_t rows = psg_embedding_lookup(g, "lookup", table, ids);
     if (combiner != PSG_COMBINER_SUM)
-        rows = psg_mul(g, "weighted", rows, psg_segment_weights(g, "weights", segment_ids, num_segments, combiner));
+        rows = psg_mul(g, "weighted", rows,
+                       psg_segment_weights(g, "weights", segment_ids, num_segments, combiner));
     psg_endpoint_t r = psg_unsorted_segment_sum(g, "combine", rows, segment_ids, num_segments);
     psg_graph_pop_scope(g);
     return r;

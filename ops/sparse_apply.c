@@ -2,7 +2,7 @@
  * SparseApplyFtrl and SparseApplyAdam (lazy: only the touched rows' slots move), which
  * change the rows `indices` of a variable and its slots in place, duplicate ids summed
  * first: defs, shape inference, the builder. Kernels: ops/cpu/sparse_apply.c. Not the
- * optimizers that choose them (ops/optimizer.c). */
+ * optimizers that choose them (runtime/optimizer.c). */
 #include "ops/cpu/sparse_apply.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_sparse.h"
@@ -21,10 +21,11 @@ typedef struct {
 static const char *const gd_names[] = {"var", "lr", "grad", "indices"};
 static const char *const mom_names[] = {"var", "accum", "lr", "grad", "indices", "momentum"};
 static const char *const adagrad_names[] = {"var", "accum", "lr", "grad", "indices"};
-static const char *const ftrl_names[] = {"var", "accum", "linear", "grad", "indices",
+static const char *const ftrl_names[] = {"var", "accum", "linear", "grad",    "indices",
                                          "lr",  "l1",    "l2",     "lr_power"};
-static const char *const adam_names[] = {"var",   "m",     "v",       "beta1_power", "beta2_power", "lr",
-                                         "beta1", "beta2", "epsilon", "grad",        "indices"};
+static const char *const adam_names[] = {"var",         "m",    "v",      "beta1_power",
+                                         "beta2_power", "lr",   "beta1",  "beta2",
+                                         "epsilon",     "grad", "indices"};
 
 static const sparse_sig_t sig_gd = {0, 2, gd_names};
 static const sparse_sig_t sig_mom = {1, 3, mom_names};
@@ -38,11 +39,12 @@ static int infer_sparse(psg_infer_ctx_t *c, const sparse_sig_t *sig) {
     char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
     for (int k = 0; k <= sig->nslots; k++) {
         if (c->in_dtypes[k] != PSG_DT_RESOURCE)
-            return psg_error_set("input %d (%s) must be a variable handle, got %s", k, sig->names[k],
-                                 psg_dtype_name(c->in_dtypes[k]));
+            return psg_error_set("input %d (%s) must be a variable handle, got %s", k,
+                                 sig->names[k], psg_dtype_name(c->in_dtypes[k]));
         if (k > 0 && !psg_shape_equal(&c->in_shapes[k], vs))
-            return psg_error_set("slot %s of shape %s does not match variable '%s' of shape %s", sig->names[k],
-                                 psg_shape_str(&c->in_shapes[k], a, sizeof a), var, psg_shape_str(vs, b, sizeof b));
+            return psg_error_set("slot %s of shape %s does not match variable '%s' of shape %s",
+                                 sig->names[k], psg_shape_str(&c->in_shapes[k], a, sizeof a), var,
+                                 psg_shape_str(vs, b, sizeof b));
     }
     if (vs->rank < 1) return psg_error_set("variable '%s' has no rows to update", var);
     const psg_shape_t *g = &c->in_shapes[sig->grad], *ix = &c->in_shapes[sig->grad + 1];
@@ -54,12 +56,15 @@ static int infer_sparse(psg_infer_ctx_t *c, const sparse_sig_t *sig) {
         return psg_error_set("indices of variable '%s' must be i32 or i64 of rank 1, got %s%s", var,
                              psg_dtype_name(it), psg_shape_str(ix, a, sizeof a));
     bool ok = g->rank < 0 || g->rank == vs->rank;
-    for (int d = 1; ok && g->rank > 0 && d < vs->rank; d++) ok = g->dims[d] < 0 || g->dims[d] == vs->dims[d];
-    if (ok && g->rank > 0 && ix->rank == 1) ok = g->dims[0] < 0 || ix->dims[0] < 0 || g->dims[0] == ix->dims[0];
+    for (int d = 1; ok && g->rank > 0 && d < vs->rank; d++)
+        ok = g->dims[d] < 0 || g->dims[d] == vs->dims[d];
+    if (ok && g->rank > 0 && ix->rank == 1)
+        ok = g->dims[0] < 0 || ix->dims[0] < 0 || g->dims[0] == ix->dims[0];
     if (!ok)
-        return psg_error_set("gradient rows %s at indices %s do not match variable '%s' of shape %s",
-                             psg_shape_str(g, a, sizeof a), psg_shape_str(ix, b, sizeof b), var,
-                             psg_shape_str(vs, (char[PSG_SHAPE_STR_MAX]){0}, PSG_SHAPE_STR_MAX));
+        return psg_error_set(
+            "gradient rows %s at indices %s do not match variable '%s' of shape %s",
+            psg_shape_str(g, a, sizeof a), psg_shape_str(ix, b, sizeof b), var,
+            psg_shape_str(vs, (char[PSG_SHAPE_STR_MAX]){0}, PSG_SHAPE_STR_MAX));
     for (int i = sig->nslots + 1; i < c->num_inputs; i++) {
         if (i == sig->grad || i == sig->grad + 1) continue;
         const psg_shape_t *s = &c->in_shapes[i];
@@ -70,11 +75,21 @@ static int infer_sparse(psg_infer_ctx_t *c, const sparse_sig_t *sig) {
     return 0;
 }
 
-static int infer_gd(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_gd); }
-static int infer_mom(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_mom); }
-static int infer_adagrad(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_adagrad); }
-static int infer_ftrl(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_ftrl); }
-static int infer_adam(psg_infer_ctx_t *c) { return infer_sparse(c, &sig_adam); }
+static int infer_gd(psg_infer_ctx_t *c) {
+    return infer_sparse(c, &sig_gd);
+}
+static int infer_mom(psg_infer_ctx_t *c) {
+    return infer_sparse(c, &sig_mom);
+}
+static int infer_adagrad(psg_infer_ctx_t *c) {
+    return infer_sparse(c, &sig_adagrad);
+}
+static int infer_ftrl(psg_infer_ctx_t *c) {
+    return infer_sparse(c, &sig_ftrl);
+}
+static int infer_adam(psg_infer_ctx_t *c) {
+    return infer_sparse(c, &sig_adam);
+}
 
 static const psg_op_def_t op_gd = {.name = "SparseApplyGradientDescent",
                                    .num_inputs = 4,
@@ -107,7 +122,8 @@ static const psg_op_def_t op_adam = {.name = "SparseApplyAdam",
                                      .infer = infer_adam,
                                      .cpu = psg_cpu_sparse_apply_adam};
 
-const psg_op_def_t *const psg_sparse_apply_ops[] = {&op_gd, &op_mom, &op_adagrad, &op_ftrl, &op_adam, NULL};
+const psg_op_def_t *const psg_sparse_apply_ops[] = {&op_gd,   &op_mom,  &op_adagrad,
+                                                    &op_ftrl, &op_adam, NULL};
 
 const char *psg_sparse_apply_op(const char *dense_op) {
     static const char *const pairs[][2] = {

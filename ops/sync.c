@@ -75,7 +75,8 @@ static int infer_sparse_apply(psg_infer_ctx_t *c) {
                              psg_shape_str(h, b, sizeof b));
     }
     if (c->in_dtypes[3] != PSG_DT_I32 && c->in_dtypes[3] != PSG_DT_I64)
-        return psg_error_set("indices (input 3) must be i32 or i64, got %s", psg_dtype_name(c->in_dtypes[3]));
+        return psg_error_set("indices (input 3) must be i32 or i64, got %s",
+                             psg_dtype_name(c->in_dtypes[3]));
     set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
     return 0;
 }
@@ -191,12 +192,24 @@ static const psg_op_def_t op_count_accepted = {.name = "CountAccepted",
                                                .cpu = psg_cpu_count_accepted};
 
 const psg_op_def_t *const psg_sync_ops[] = {
-    &op_accumulator,       &op_apply,           &op_take,
-    &op_set_global_step,   &op_num_accumulated, &op_accumulator_close,
-    &op_token_queue,       &op_enqueue_many,    &op_dequeue,
-    &op_token_queue_close, &op_count_accepted,  &op_sparse_accumulator,
-    &op_sparse_apply,      &op_sparse_take,     &op_ssp_clock,
-    &op_ssp_clock_tick,    &op_ssp_clock_reset, &op_ssp_clock_wait,
+    &op_accumulator,
+    &op_apply,
+    &op_take,
+    &op_set_global_step,
+    &op_num_accumulated,
+    &op_accumulator_close,
+    &op_token_queue,
+    &op_enqueue_many,
+    &op_dequeue,
+    &op_token_queue_close,
+    &op_count_accepted,
+    &op_sparse_accumulator,
+    &op_sparse_apply,
+    &op_sparse_take,
+    &op_ssp_clock,
+    &op_ssp_clock_tick,
+    &op_ssp_clock_reset,
+    &op_ssp_clock_wait,
     NULL,
 };
 
@@ -205,14 +218,13 @@ const psg_op_def_t *const psg_sync_ops[] = {
 static psg_node_builder_t *begin(psg_graph_t *g, const char *op, const char *name, int n,
                                  const psg_endpoint_t *inputs) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
-    for (int i = 0; i < n; i++)
-        psg_node_add_input(b, inputs[i]);
+    for (int i = 0; i < n; i++) psg_node_add_input(b, inputs[i]);
     return b;
 }
 
 /* A dense or sparse accumulator's handle op. */
-static psg_endpoint_t handle_op(psg_graph_t *g, const char *op, const char *name, const psg_shape_t *shape,
-                                int num_required) {
+static psg_endpoint_t handle_op(psg_graph_t *g, const char *op, const char *name,
+                                const psg_shape_t *shape, int num_required) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
     psg_node_attr_shape(b, "shape", shape);
     psg_node_attr_int(b, "num_required", num_required);
@@ -231,8 +243,8 @@ psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_en
 }
 
 /* A dense or sparse accumulator's take op. */
-static psg_endpoint_t take_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t handle,
-                              int num_required, int64_t timeout_ms) {
+static psg_endpoint_t take_op(psg_graph_t *g, const char *op, const char *name,
+                              psg_endpoint_t handle, int num_required, int64_t timeout_ms) {
     psg_node_builder_t *b = begin(g, op, name, 1, &handle);
     psg_node_attr_int(b, "num_required", num_required);
     psg_node_attr_int(b, "timeout_ms", timeout_ms);
@@ -249,17 +261,18 @@ psg_endpoint_t psg_sparse_accumulator_op(psg_graph_t *g, const char *name, const
     return handle_op(g, "SparseAccumulatorHandle", name, shape, num_required);
 }
 
-psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                               psg_endpoint_t local_step, psg_endpoint_t values,
-                                               psg_endpoint_t indices) {
+psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name,
+                                               psg_endpoint_t handle, psg_endpoint_t local_step,
+                                               psg_endpoint_t values, psg_endpoint_t indices) {
     psg_endpoint_t in[4] = {handle, local_step, values, indices};
     return psg_node_finish_ep(begin(g, "SparseAccumulatorApplyGradient", name, 4, in));
 }
 
-psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                              int num_required, int64_t timeout_ms,
-                                              psg_endpoint_t *indices) {
-    psg_endpoint_t v = take_op(g, "SparseAccumulatorTakeGradient", name, handle, num_required, timeout_ms);
+psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name,
+                                              psg_endpoint_t handle, int num_required,
+                                              int64_t timeout_ms, psg_endpoint_t *indices) {
+    psg_endpoint_t v =
+        take_op(g, "SparseAccumulatorTakeGradient", name, handle, num_required, timeout_ms);
     *indices = (psg_endpoint_t){v.node, 1};
     return v;
 }
@@ -284,8 +297,9 @@ psg_endpoint_t psg_token_queue_op(psg_graph_t *g, const char *name) {
 }
 
 /* A token queue op on (handle, x) with two int attributes. */
-static psg_node_builder_t *queue_op(psg_graph_t *g, const char *op, const char *name, psg_endpoint_t handle,
-                                    psg_endpoint_t x, const char *a1, int64_t v1, const char *a2, int64_t v2) {
+static psg_node_builder_t *queue_op(psg_graph_t *g, const char *op, const char *name,
+                                    psg_endpoint_t handle, psg_endpoint_t x, const char *a1,
+                                    int64_t v1, const char *a2, int64_t v2) {
     psg_node_builder_t *b = begin(g, op, name, 2, (psg_endpoint_t[]){handle, x});
     psg_node_attr_int(b, a1, v1);
     psg_node_attr_int(b, a2, v2);
@@ -294,15 +308,15 @@ static psg_node_builder_t *queue_op(psg_graph_t *g, const char *op, const char *
 
 int psg_token_queue_enqueue_many_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                     psg_endpoint_t tokens, int repeat, int64_t end_step) {
-    return psg_node_finish(
-        queue_op(g, "TokenQueueEnqueueMany", name, handle, tokens, "repeat", repeat, "end_step", end_step));
+    return psg_node_finish(queue_op(g, "TokenQueueEnqueueMany", name, handle, tokens, "repeat",
+                                    repeat, "end_step", end_step));
 }
 
 psg_endpoint_t psg_token_queue_dequeue_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                           psg_endpoint_t after_step, int worker,
                                           int64_t timeout_ms) {
-    return psg_node_finish_ep(queue_op(g, "TokenQueueDequeue", name, handle, after_step, "worker", worker,
-                                       "timeout_ms", timeout_ms));
+    return psg_node_finish_ep(queue_op(g, "TokenQueueDequeue", name, handle, after_step, "worker",
+                                       worker, "timeout_ms", timeout_ms));
 }
 
 int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
@@ -318,11 +332,10 @@ psg_endpoint_t psg_ssp_clock_op(psg_graph_t *g, const char *name, int workers) {
     return psg_node_finish_ep(b);
 }
 
-int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker, int half,
-                          int64_t delta, int n_after, const int *after) {
+int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker,
+                          int half, int64_t delta, int n_after, const int *after) {
     psg_node_builder_t *b = begin(g, "SspClockTick", name, 1, &handle);
-    for (int i = 0; i < n_after; i++)
-        psg_node_add_control(b, after[i]);
+    for (int i = 0; i < n_after; i++) psg_node_add_control(b, after[i]);
     psg_node_attr_int(b, "worker", worker);
     psg_node_attr_int(b, "half", half);
     psg_node_attr_int(b, "delta", delta);
@@ -334,7 +347,8 @@ int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t hand
 }
 
 psg_endpoint_t psg_ssp_clock_wait_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                     psg_endpoint_t want, int worker, int half, int64_t timeout_ms) {
+                                     psg_endpoint_t want, int worker, int half,
+                                     int64_t timeout_ms) {
     psg_endpoint_t in[2] = {handle, want};
     psg_node_builder_t *b = begin(g, "SspClockWait", name, 2, in);
     psg_node_attr_int(b, "worker", worker);

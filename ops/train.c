@@ -27,7 +27,8 @@ static const char *const rmsprop_names[] = {"var", "ms",       "mom",     "lr",
 static const char *const adam_names[] = {"var", "m",     "v",     "beta1_power", "beta2_power",
                                          "lr",  "beta1", "beta2", "epsilon",     "grad"};
 static const char *const adagrad_names[] = {"var", "accum", "lr", "grad"};
-static const char *const ftrl_names[] = {"var", "accum", "linear", "grad", "lr", "l1", "l2", "lr_power"};
+static const char *const ftrl_names[] = {"var", "accum", "linear", "grad",
+                                         "lr",  "l1",    "l2",     "lr_power"};
 
 static const apply_sig_t sig_gd = {0, 2, gd_names};
 static const apply_sig_t sig_momentum = {1, 3, momentum_names};
@@ -137,14 +138,16 @@ int psg_update_check_slot(const psg_variable_t *slot, const psg_variable_t *v) {
     if (psg_shape_equal(&slot->shape, &v->shape)) return 0;
     char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
     return psg_error_set("slot '%s' %s does not match variable '%s' %s", slot->name,
-                         psg_shape_str(&slot->shape, a, sizeof a), v->name, psg_shape_str(&v->shape, b, sizeof b));
+                         psg_shape_str(&slot->shape, a, sizeof a), v->name,
+                         psg_shape_str(&v->shape, b, sizeof b));
 }
 
 int psg_update_check_gradient(const psg_tensor_t *g, const psg_variable_t *v) {
     if (g->dtype == PSG_DT_F32 && psg_shape_equal(&g->shape, &v->shape)) return 0;
     char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
-    return psg_error_set("gradient %s%s does not match variable '%s' f32%s", psg_dtype_name(g->dtype),
-                         psg_shape_str(&g->shape, a, sizeof a), v->name, psg_shape_str(&v->shape, b, sizeof b));
+    return psg_error_set("gradient %s%s does not match variable '%s' f32%s",
+                         psg_dtype_name(g->dtype), psg_shape_str(&g->shape, a, sizeof a), v->name,
+                         psg_shape_str(&v->shape, b, sizeof b));
 }
 
 int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what) {
@@ -157,7 +160,8 @@ int psg_update_check_scalar(const psg_kernel_ctx_t *c, int i, const char *what) 
     return 0;
 }
 
-int psg_update_variable(psg_kernel_ctx_t *c, psg_variable_lookup_fn lookup, int i, psg_variable_t **v) {
+int psg_update_variable(psg_kernel_ctx_t *c, psg_variable_lookup_fn lookup, int i,
+                        psg_variable_t **v) {
     psg_variable_t *var = lookup(c, i);
     if (psg_update_check_variable(var) < 0) return -1;
     *v = var;
@@ -288,8 +292,7 @@ int psg_apply_update(psg_graph_t *g, const char *op, const char *name, int n,
                      const psg_endpoint_t *inputs, bool check_numerics, bool use_nesterov,
                      int control) {
     psg_node_builder_t *b = psg_node_begin(g, op, name);
-    for (int i = 0; i < n; i++)
-        psg_node_add_input(b, inputs[i]);
+    for (int i = 0; i < n; i++) psg_node_add_input(b, inputs[i]);
     if (control >= 0) psg_node_add_control(b, control);
     psg_node_attr_str(b, "var_name", n > 0 ? psg_variable_name(g, inputs[0]) : "?");
     psg_node_attr_bool(b, "check_numerics", check_numerics);

@@ -89,7 +89,8 @@ static int write_all(int fd, const void *data, size_t n, const char *path) {
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return psg_error_set("%s: %s", dir, strerror(errno));
-    int rc = fsync(fd) < 0 && errno != EINVAL ? psg_error_set("%s: fsync: %s", dir, strerror(errno)) : 0;
+    int rc =
+        fsync(fd) < 0 && errno != EINVAL ? psg_error_set("%s: fsync: %s", dir, strerror(errno)) : 0;
     close(fd);
     return rc;
 }
@@ -103,7 +104,8 @@ int psg_ckpt_write_atomic(const char *dir, const char *name, const void *data, s
     int rc = write_all(fd, data, n, tmp);
     if (rc == 0 && fsync(fd) < 0) rc = psg_error_set("%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) < 0 && rc == 0) rc = psg_error_set("%s: close: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) < 0) rc = psg_error_set("%s: rename: %s", path, strerror(errno));
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = psg_error_set("%s: rename: %s", path, strerror(errno));
     if (rc < 0) {
         unlink(tmp);
         return -1;
@@ -167,8 +169,9 @@ static int collect_vars(psg_resource_mgr_t *rm, psg_variable_t ***out, const cha
             if (!var->initialized || psg_dtype_size(var->dtype) != sizes[s]) continue;
             if (!psg_ckpt_dtype_name(var->dtype)) {
                 free(v);
-                return psg_error_set("%s: variable '%s' has dtype %s, which safetensors cannot hold",
-                                     path, var->name, psg_dtype_name(var->dtype));
+                return psg_error_set(
+                    "%s: variable '%s' has dtype %s, which safetensors cannot hold", path,
+                    var->name, psg_dtype_name(var->dtype));
             }
             v[k++] = var;
         }
@@ -180,8 +183,9 @@ static int collect_vars(psg_resource_mgr_t *rm, psg_variable_t ***out, const cha
  * its offset in the header text. Padded with spaces to a multiple of 8. */
 static int build_header(sbuf_t *h, psg_variable_t **vars, int n, int64_t step, int shard,
                         int num_shards, size_t *crc_pos, uint64_t *data_len) {
-    sb_printf(h, "{\"__metadata__\":{\"format\":\"psgraph\",\"global_step\":\"%lld\",\"shard\":\"%d\","
-                 "\"num_shards\":\"%d\",\"data_crc32\":\"",
+    sb_printf(h,
+              "{\"__metadata__\":{\"format\":\"psgraph\",\"global_step\":\"%lld\",\"shard\":\"%d\","
+              "\"num_shards\":\"%d\",\"data_crc32\":\"",
               (long long)step, shard, num_shards);
     *crc_pos = h->len;
     sb_str(h, "00000000\"}");
@@ -264,7 +268,8 @@ int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t 
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, name, (long)getpid());
     if (shard < 0 || shard >= num_shards || step < 0)
-        return psg_error_set("%s: bad shard %d of %d or step %lld", path, shard, num_shards, (long long)step);
+        return psg_error_set("%s: bad shard %d of %d or step %lld", path, shard, num_shards,
+                             (long long)step);
     psg_variable_t **vars = NULL;
     int n = collect_vars(rm, &vars, path);
     if (n < 0) return -1;
@@ -280,7 +285,8 @@ int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t 
     out->names = calloc((size_t)n + 1, sizeof *out->names);
     int fd = out->names ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
     if (fd < 0) {
-        rc = out->names ? psg_error_set("%s: %s", tmp, strerror(errno)) : psg_error_set("out of memory");
+        rc = out->names ? psg_error_set("%s: %s", tmp, strerror(errno))
+                        : psg_error_set("out of memory");
         goto fail;
     }
     uint8_t len8[8];
@@ -309,8 +315,10 @@ int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t 
             rc = psg_error_set("%s: write: %s", tmp, strerror(errno));
     }
     if (rc == 0 && fsync(fd) < 0) rc = psg_error_set("%s: fsync: %s", tmp, strerror(errno));
-    if (fd >= 0 && close(fd) < 0 && rc == 0) rc = psg_error_set("%s: close: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) < 0) rc = psg_error_set("%s: rename: %s", path, strerror(errno));
+    if (fd >= 0 && close(fd) < 0 && rc == 0)
+        rc = psg_error_set("%s: close: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = psg_error_set("%s: rename: %s", path, strerror(errno));
     if (rc == 0) rc = fsync_dir(dir);
     if (rc < 0) goto fail;
     uint32_t hcrc = psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), len8, 8);
@@ -339,11 +347,14 @@ int psg_checkpoint_write_index(const char *dir, int64_t step, int num_shards,
     uint64_t total = 0;
     for (int s = 0; s < num_shards; s++) total += shards[s].tensor_bytes;
     sbuf_t b = {0};
-    sb_printf(&b, "{\n  \"metadata\": {\"format\": \"psgraph-checkpoint-1\", \"global_step\": %lld, "
-                  "\"num_shards\": %d, \"total_size\": %" PRIu64 "},\n  \"shards\": [",
+    sb_printf(&b,
+              "{\n  \"metadata\": {\"format\": \"psgraph-checkpoint-1\", \"global_step\": %lld, "
+              "\"num_shards\": %d, \"total_size\": %" PRIu64 "},\n  \"shards\": [",
               (long long)step, num_shards, total);
     for (int s = 0; s < num_shards; s++)
-        sb_printf(&b, "%s\n    {\"file\": \"%s\", \"size\": %" PRIu64 ", \"crc32\": \"%08x\", \"tensors\": %d}",
+        sb_printf(&b,
+                  "%s\n    {\"file\": \"%s\", \"size\": %" PRIu64
+                  ", \"crc32\": \"%08x\", \"tensors\": %d}",
                   s ? "," : "", shards[s].file, shards[s].size, (unsigned)shards[s].crc32,
                   shards[s].num_tensors);
     sb_str(&b, "\n  ],\n  \"weight_map\": {");
@@ -395,6 +406,7 @@ typedef struct {
 struct psg_checkpoint {
     char *path;
     int64_t step;
+    bool indexed; /* opened through its index, which holds each file's crc32 */
     int num_shards;
     ck_shard_t *shards;
     int num_tensors, cap_tensors;
@@ -417,7 +429,8 @@ void psg_checkpoint_destroy(psg_checkpoint_t **pck) {
 }
 
 static bool json_uint(const psg_json_t *j, uint64_t *v) {
-    if (!j || j->type != PSG_JSON_NUMBER || !j->integral || j->number < 0 || j->number > 9007199254740992.0)
+    if (!j || j->type != PSG_JSON_NUMBER || !j->integral || j->number < 0 ||
+        j->number > 9007199254740992.0)
         return false;
     *v = (uint64_t)j->number;
     return true;
@@ -440,7 +453,8 @@ static int parse_metadata(ck_shard_t *sh, const psg_json_t *m, const char *path,
     }
     if (dc && dc->type == PSG_JSON_STRING) {
         unsigned long v = strtoul(dc->string, &end, 16);
-        if (*end || strlen(dc->string) != 8) return psg_error_set("%s: bad data_crc32 '%s'", path, dc->string);
+        if (*end || strlen(dc->string) != 8)
+            return psg_error_set("%s: bad data_crc32 '%s'", path, dc->string);
         sh->data_crc = (uint32_t)v;
         sh->has_data_crc = true;
     }
@@ -450,14 +464,15 @@ static int parse_metadata(ck_shard_t *sh, const psg_json_t *m, const char *path,
 /* The shard's tensors in file order cover its data exactly (safetensors' own rule), and
  * the data has the crc32 the header says. A `{}` header has no tensors and maybe no
  * array yet (NULL + 0 is undefined). */
-static int check_coverage(psg_checkpoint_t *ck, ck_shard_t *sh, const uint8_t *data, uint64_t data_len,
-                          const char *path) {
+static int check_coverage(psg_checkpoint_t *ck, ck_shard_t *sh, const uint8_t *data,
+                          uint64_t data_len, const char *path) {
     ck_tensor_t *ts = sh->num_tensors ? ck->tensors + sh->first_tensor : NULL;
     if (ts) qsort(ts, sh->num_tensors, sizeof *ts, cmp_begin);
     const uint8_t *at = data;
     for (size_t i = 0; i < sh->num_tensors; i++) {
         if (ts[i].data != at)
-            return psg_error_set("%s: tensor '%s' does not start where the previous one ends", path, ts[i].name);
+            return psg_error_set("%s: tensor '%s' does not start where the previous one ends", path,
+                                 ts[i].name);
         at += ts[i].nbytes;
     }
     if (at != data + data_len)
@@ -466,8 +481,8 @@ static int check_coverage(psg_checkpoint_t *ck, ck_shard_t *sh, const uint8_t *d
     if (sh->has_data_crc) {
         uint32_t c = psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), data, (size_t)data_len);
         if (c != sh->data_crc)
-            return psg_error_set("%s: data crc32 %08x, the header says %08x (corrupt)", path, (unsigned)c,
-                                 (unsigned)sh->data_crc);
+            return psg_error_set("%s: data crc32 %08x, the header says %08x (corrupt)", path,
+                                 (unsigned)c, (unsigned)sh->data_crc);
     }
     return 0;
 }
@@ -476,11 +491,13 @@ static int check_coverage(psg_checkpoint_t *ck, ck_shard_t *sh, const uint8_t *d
  * *step receives the header's global step (-1 when absent). */
 static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *step) {
     ck_shard_t *sh = &ck->shards[si];
-    if (sh->size < 8) return psg_error_set("%s: %zu bytes, too short for a safetensors file", path, sh->size);
+    if (sh->size < 8)
+        return psg_error_set("%s: %zu bytes, too short for a safetensors file", path, sh->size);
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)sh->bytes[i] << (8 * i);
     if (hlen > MAX_HEADER_BYTES || hlen > sh->size - 8)
-        return psg_error_set("%s: header length %" PRIu64 " does not fit the file (%zu bytes)", path, hlen, sh->size);
+        return psg_error_set("%s: header length %" PRIu64 " does not fit the file (%zu bytes)",
+                             path, hlen, sh->size);
     char *text = malloc(hlen + 1);
     if (!text) return psg_error_set("%s: out of memory", path);
     memcpy(text, sh->bytes + 8, hlen);
@@ -507,7 +524,8 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
         if (m->type != PSG_JSON_OBJECT || !dt || dt->type != PSG_JSON_STRING || !shp ||
             shp->type != PSG_JSON_ARRAY || !off || off->type != PSG_JSON_ARRAY || off->count != 2 ||
             !json_uint(off->items[0], &b) || !json_uint(off->items[1], &e)) {
-            rc = psg_error_set("%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]", path, m->key);
+            rc = psg_error_set("%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]",
+                               path, m->key);
             break;
         }
         t.dtype = dtype_from_st(dt->string);
@@ -516,30 +534,36 @@ static int parse_shard(psg_checkpoint_t *ck, int si, const char *path, int64_t *
             break;
         }
         if (shp->count > PSG_MAX_RANK) {
-            rc = psg_error_set("%s: tensor '%s': rank %d over %d", path, m->key, shp->count, PSG_MAX_RANK);
+            rc = psg_error_set("%s: tensor '%s': rank %d over %d", path, m->key, shp->count,
+                               PSG_MAX_RANK);
             break;
         }
         t.shape.rank = shp->count;
         uint64_t numel = 1;
         for (int d = 0; d < shp->count; d++) {
             uint64_t v;
-            if (!json_uint(shp->items[d], &v) || v > ((uint64_t)1 << 40) || psg_ckd_mul_u64(&numel, numel, v)) {
+            if (!json_uint(shp->items[d], &v) || v > ((uint64_t)1 << 40) ||
+                psg_ckd_mul_u64(&numel, numel, v)) {
                 rc = psg_error_set("%s: tensor '%s': bad dimension %d", path, m->key, d);
                 break;
             }
             t.shape.dims[d] = (int64_t)v;
         }
         if (rc < 0) break;
-        /* numel * dtype size wrapped to 0 once ([2^40, 2^22] f32): checked, and then bound by the file */
+        /* numel * dtype size wrapped to 0 once ([2^40, 2^22] f32): checked, and then bound by the
+         * file */
         uint64_t nbytes = 0;
         if (psg_ckd_mul_u64(&nbytes, numel, psg_dtype_size(t.dtype)) || nbytes > INT64_MAX) {
-            rc = psg_error_set("%s: tensor '%s': shape of %" PRIu64 " elements overflows its byte size", path,
-                               m->key, numel);
+            rc = psg_error_set("%s: tensor '%s': shape of %" PRIu64
+                               " elements overflows its byte size",
+                               path, m->key, numel);
             break;
         }
         if (b > e || e > data_len || e - b != nbytes) {
-            rc = psg_error_set("%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] do not match its "
-                               "shape and the %" PRIu64 " data bytes", path, m->key, b, e, data_len);
+            rc = psg_error_set("%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                               "] do not match its "
+                               "shape and the %" PRIu64 " data bytes",
+                               path, m->key, b, e, data_len);
             break;
         }
         if (ck->num_tensors == ck->cap_tensors) {
@@ -589,7 +613,8 @@ static psg_checkpoint_t *open_file(const char *path) {
     const char *base = strrchr(path, '/');
     ck->shards[0].file = strdup(base ? base + 1 : path);
     int64_t step = -1;
-    if (!ck->shards[0].file || psg_ckpt_read_file(path, &ck->shards[0].bytes, &ck->shards[0].size) < 0 ||
+    if (!ck->shards[0].file ||
+        psg_ckpt_read_file(path, &ck->shards[0].bytes, &ck->shards[0].size) < 0 ||
         parse_shard(ck, 0, path, &step) < 0) {
         if (!ck->shards[0].file) psg_error_set("out of memory");
         psg_checkpoint_destroy(&ck);
@@ -611,15 +636,16 @@ static int check_shard_against_index(psg_checkpoint_t *ck, int si, const psg_jso
     snprintf(path, sizeof path, "%s/%s", dir, sh->file);
     uint64_t want_size = 0, want_tensors = 0;
     const psg_json_t *crc = psg_json_get(entry, "crc32");
-    if (!json_uint(psg_json_get(entry, "size"), &want_size) || !crc || crc->type != PSG_JSON_STRING ||
-        !json_uint(psg_json_get(entry, "tensors"), &want_tensors))
-        return psg_error_set("%s: the entry of %s lacks size, crc32 or tensors", ck->path, sh->file);
+    if (!json_uint(psg_json_get(entry, "size"), &want_size) || !crc ||
+        crc->type != PSG_JSON_STRING || !json_uint(psg_json_get(entry, "tensors"), &want_tensors))
+        return psg_error_set("%s: the entry of %s lacks size, crc32 or tensors", ck->path,
+                             sh->file);
     struct stat st;
     if (stat(path, &st) < 0)
         return psg_error_set("%s: missing shard %s (%s)", ck->path, sh->file, strerror(errno));
     if ((uint64_t)st.st_size != want_size)
-        return psg_error_set("%s: %lld bytes, the index says %" PRIu64 " (truncated or incomplete)", path,
-                             (long long)st.st_size, want_size);
+        return psg_error_set("%s: %lld bytes, the index says %" PRIu64 " (truncated or incomplete)",
+                             path, (long long)st.st_size, want_size);
     if (psg_ckpt_read_file(path, &sh->bytes, &sh->size) < 0) return -1;
     if (sh->size != want_size) return psg_error_set("%s: changed while being read", path);
     int64_t fstep = -1;
@@ -629,23 +655,27 @@ static int check_shard_against_index(psg_checkpoint_t *ck, int si, const psg_jso
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)sh->bytes[i] << (8 * i);
     uint32_t c = psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), sh->bytes, (size_t)(8 + hlen));
     size_t dlen = sh->size - 8 - (size_t)hlen;
-    uint32_t dc = sh->has_data_crc ? sh->data_crc
-                                   : psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), sh->bytes + 8 + hlen, dlen);
+    uint32_t dc = sh->has_data_crc
+                      ? sh->data_crc
+                      : psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), sh->bytes + 8 + hlen, dlen);
     c = (uint32_t)crc32_combine(c, dc, (z_off_t)dlen);
     char hex[9];
     snprintf(hex, sizeof hex, "%08x", (unsigned)c);
     if (strcmp(hex, crc->string))
         return psg_error_set("%s: crc32 %s, the index says %s (corrupt)", path, hex, crc->string);
     if (fstep != step)
-        return psg_error_set("%s: global step %lld, the index says %lld", path, (long long)fstep, (long long)step);
+        return psg_error_set("%s: global step %lld, the index says %lld", path, (long long)fstep,
+                             (long long)step);
     if (sh->num_tensors != want_tensors)
-        return psg_error_set("%s: %zu tensors, the index says %" PRIu64, path, sh->num_tensors, want_tensors);
+        return psg_error_set("%s: %zu tensors, the index says %" PRIu64, path, sh->num_tensors,
+                             want_tensors);
     for (size_t i = 0; i < sh->num_tensors; i++) {
         const ck_tensor_t *t = &ck->tensors[sh->first_tensor + i];
         const psg_json_t *f = psg_json_get(wmap, t->name);
         if (!f || f->type != PSG_JSON_STRING || strcmp(f->string, sh->file))
-            return psg_error_set("%s: tensor '%s' is not mapped to this file in the index's weight_map",
-                                 path, t->name);
+            return psg_error_set(
+                "%s: tensor '%s' is not mapped to this file in the index's weight_map", path,
+                t->name);
     }
     return 0;
 }
@@ -671,11 +701,15 @@ static psg_checkpoint_t *open_index(const char *path, int shard) {
     const psg_json_t *meta = psg_json_get(j, "metadata"), *shards = psg_json_get(j, "shards"),
                      *wmap = psg_json_get(j, "weight_map");
     uint64_t step = 0, nsh = 0;
-    if (j->type != PSG_JSON_OBJECT || !meta || !json_uint(psg_json_get(meta, "global_step"), &step) ||
-        !json_uint(psg_json_get(meta, "num_shards"), &nsh) || !shards || shards->type != PSG_JSON_ARRAY ||
-        (uint64_t)shards->count != nsh || nsh == 0 || !wmap || wmap->type != PSG_JSON_OBJECT) {
-        psg_error_set("%s: not a psgraph checkpoint index (metadata.global_step, metadata.num_shards, "
-                      "shards, weight_map)", path);
+    if (j->type != PSG_JSON_OBJECT || !meta ||
+        !json_uint(psg_json_get(meta, "global_step"), &step) ||
+        !json_uint(psg_json_get(meta, "num_shards"), &nsh) || !shards ||
+        shards->type != PSG_JSON_ARRAY || (uint64_t)shards->count != nsh || nsh == 0 || !wmap ||
+        wmap->type != PSG_JSON_OBJECT) {
+        psg_error_set(
+            "%s: not a psgraph checkpoint index (metadata.global_step, metadata.num_shards, "
+            "shards, weight_map)",
+            path);
         goto done;
     }
     if (shard >= (int)nsh) {
@@ -685,11 +719,14 @@ static psg_checkpoint_t *open_index(const char *path, int shard) {
     ck = ck_new(path, shard >= 0 ? 1 : (int)nsh);
     if (!ck) goto done;
     ck->step = (int64_t)step;
+    ck->indexed = true;
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     for (int s = 0; s < ck->num_shards; s++) {
         const psg_json_t *e = shards->items[shard >= 0 ? shard : s];
         const psg_json_t *f = psg_json_get(e, "file");
@@ -709,7 +746,8 @@ static psg_checkpoint_t *open_index(const char *path, int shard) {
         /* every mapped tensor found in its shard (the shards' own names are checked above) */
         int mapped = wmap->count;
         if (mapped != ck->num_tensors) {
-            psg_error_set("%s: the weight_map names %d tensors, the shards hold %d", path, mapped, ck->num_tensors);
+            psg_error_set("%s: the weight_map names %d tensors, the shards hold %d", path, mapped,
+                          ck->num_tensors);
             psg_checkpoint_destroy(&ck);
         }
     }
@@ -728,14 +766,28 @@ psg_checkpoint_t *psg_checkpoint_open(const char *path, int shard) {
     return open_file(path);
 }
 
-int64_t psg_checkpoint_step(const psg_checkpoint_t *ck) { return ck->step; }
-const char *psg_checkpoint_path(const psg_checkpoint_t *ck) { return ck->path; }
-int psg_checkpoint_num_tensors(const psg_checkpoint_t *ck) { return ck->num_tensors; }
+int64_t psg_checkpoint_step(const psg_checkpoint_t *ck) {
+    return ck->step;
+}
+const char *psg_checkpoint_path(const psg_checkpoint_t *ck) {
+    return ck->path;
+}
+
+int psg_checkpoint_num_verified(const psg_checkpoint_t *ck, int *num_files) {
+    int n = 0;
+    for (int s = 0; s < ck->num_shards; s++) n += ck->indexed || ck->shards[s].has_data_crc;
+    if (num_files) *num_files = ck->num_shards;
+    return n;
+}
+int psg_checkpoint_num_tensors(const psg_checkpoint_t *ck) {
+    return ck->num_tensors;
+}
 
 void psg_checkpoint_entry(const psg_checkpoint_t *ck, int i, psg_checkpoint_entry_t *e) {
     PSG_ASSERT(i >= 0 && i < ck->num_tensors);
     const ck_tensor_t *t = &ck->tensors[i];
-    *e = (psg_checkpoint_entry_t){t->name, t->dtype, t->shape, t->nbytes, ck->shards[t->shard].file, t->data};
+    *e = (psg_checkpoint_entry_t){t->name, t->dtype, t->shape, t->nbytes, ck->shards[t->shard].file,
+                                  t->data};
 }
 
 int psg_checkpoint_find(const psg_checkpoint_t *ck, const char *name) {
@@ -770,8 +822,9 @@ int psg_checkpoint_restore(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, b
         for (int i = 0; i < psg_resource_num_variables(rm); i++) {
             psg_variable_t *v = psg_resource_variable_at(rm, i);
             if (v->initialized && psg_checkpoint_find(ck, v->name) < 0)
-                return psg_error_set("%s: has no tensor for variable '%s' (a checkpoint of another model?)",
-                                     ck->path, v->name);
+                return psg_error_set(
+                    "%s: has no tensor for variable '%s' (a checkpoint of another model?)",
+                    ck->path, v->name);
         }
     }
     for (int i = 0; i < ck->num_tensors; i++) {
@@ -797,7 +850,8 @@ int psg_checkpoint_restore(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, b
     return 0;
 }
 
-int psg_checkpoint_verify_restored(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, bool *match) {
+int psg_checkpoint_verify_restored(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm,
+                                   bool *match) {
     *match = true;
     for (int s = 0; s < ck->num_shards; s++) {
         const ck_shard_t *sh = &ck->shards[s];

@@ -28,6 +28,25 @@ typedef struct {
     char error[1024];
 } shard_job_t;
 
+int psg_logdir_make(const char *dir) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path)
+        return psg_error_set("%.64s...: too long", dir);
+    /* each missing parent first, as TensorFlow's makedirs; one that cannot be made shows below */
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            (void)mkdir(path, 0755);
+            *p = '/';
+        }
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return psg_error_set("%s: %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        return psg_error_set("%s: not a directory", dir);
+    return 0;
+}
+
 static void *shard_main(void *arg) {
     shard_job_t *j = arg;
     j->rc = psg_checkpoint_write_shard(j->rm, j->dir, j->step, j->shard, j->num_shards, &j->out);
@@ -39,7 +58,9 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
                         psg_resource_mgr_t *const *rms, int keep, double *seconds) {
     double t0 = psg_now_sec();
     if (num_shards < 1) return psg_error_set("%s: no shards to save", dir);
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) return psg_error_set("%s: %s", dir, strerror(errno));
+    /* the folder itself only: the trainer made --logdir with its parents (psg_logdir_make) */
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return psg_error_set("%s: %s", dir, strerror(errno));
     shard_job_t *jobs = calloc((size_t)num_shards, sizeof *jobs);
     pthread_t *th = calloc((size_t)num_shards, sizeof *th);
     bool *started = calloc((size_t)num_shards, sizeof *started);
@@ -50,14 +71,17 @@ int psg_checkpoint_save(const char *dir, int64_t step, int num_shards,
         return psg_error_set("out of memory");
     }
     for (int s = 0; s < num_shards; s++) {
-        jobs[s] = (shard_job_t){.rm = rms[s], .dir = dir, .step = step, .shard = s, .num_shards = num_shards};
+        jobs[s] = (shard_job_t){
+            .rm = rms[s], .dir = dir, .step = step, .shard = s, .num_shards = num_shards};
         /* shard 0 runs on this thread; a shard whose thread cannot start too */
         if (s > 0) started[s] = pthread_create(&th[s], NULL, shard_main, &jobs[s]) == 0;
     }
     shard_main(&jobs[0]);
     for (int s = 1; s < num_shards; s++) {
-        if (started[s]) pthread_join(th[s], NULL);
-        else shard_main(&jobs[s]);
+        if (started[s])
+            pthread_join(th[s], NULL);
+        else
+            shard_main(&jobs[s]);
     }
     psg_checkpoint_shard_t *outs = calloc((size_t)num_shards, sizeof *outs);
     int rc = outs ? 0 : psg_error_set("out of memory");

@@ -103,9 +103,17 @@ int psg_ts_client_check(psg_ts_client_t *c) {
     return psg_client_check(c->client) < 0 ? psg_error_wrap("task %s", c->task) : 0;
 }
 
-uint64_t psg_ts_client_incarnation(const psg_ts_client_t *c) { return psg_client_peer_incarnation(c->client); }
-uint64_t psg_ts_client_restarts(const psg_ts_client_t *c) { return psg_client_peer_restarts(c->client); }
+uint64_t psg_ts_client_incarnation(const psg_ts_client_t *c) {
+    return psg_client_peer_incarnation(c->client);
+}
+uint64_t psg_ts_client_restarts(const psg_ts_client_t *c) {
+    return psg_client_peer_restarts(c->client);
+}
 
-void psg_ts_client_reset(psg_ts_client_t *c) { psg_client_reset(c->client); }
+void psg_ts_client_reset(psg_ts_client_t *c) {
+    psg_client_reset(c->client);
+}
 
-int64_t psg_ts_now_ms(void) { return psg_codec_now_ms(); }
+int64_t psg_ts_now_ms(void) {
+    return psg_codec_now_ms();
+}

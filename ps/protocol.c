@@ -1,7 +1,8 @@
 /* The task server's protocol table (ps/protocol.h): one row per request with its fields,
- * its reply and its handler, and the typed encoders and decoders both ends use. A decoder
- * trusts nothing: every number is range-checked and every error names the op and field.
- * Not the handlers (ps/task_*.c) and not the wire (net/). */
+ * its reply, the typed encoders and decoders of both that the two ends use, and its
+ * handler; and the rows a program adds (psg_proto_register). A decoder trusts nothing:
+ * every number is range-checked and every error names the op and field. Not the handlers
+ * (ps/task_*.c) and not the wire (net/). */
 #include "ps/protocol.h"
 
 #include "ps/task_server_internal.h"
@@ -9,7 +10,9 @@
 #include "psgraph/op.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +46,16 @@ static int set_handle(psg_msg_t *m, uint64_t h) {
     return psg_msg_set_key(m, key);
 }
 
-static int set_body(psg_msg_t *m, const void *p, size_t n) { return psg_msg_set_body(m, p, n); }
+static int set_body(psg_msg_t *m, const void *p, size_t n) {
+    return psg_msg_set_body(m, p, n);
+}
 
 /* The body as a NUL-terminated path of at most PSG_PROTO_MAX_PATH - 1 bytes, no NUL inside. */
 static int get_path(const psg_msg_t *m, const char *what, char *out) {
     if (!m->body || m->body->size == 0) return bad(m, "no %s (the body)", what);
     if (m->body->size >= PSG_PROTO_MAX_PATH)
-        return bad(m, "%s of %zu bytes (the limit is %d)", what, m->body->size, PSG_PROTO_MAX_PATH - 1);
+        return bad(m, "%s of %zu bytes (the limit is %d)", what, m->body->size,
+                   PSG_PROTO_MAX_PATH - 1);
     if (memchr(m->body->data, 0, m->body->size)) return bad(m, "%s contains a NUL byte", what);
     memcpy(out, m->body->data, m->body->size);
     out[m->body->size] = 0;
@@ -66,7 +72,8 @@ static int get_ids(const psg_msg_t *m, const char *name, int cols, int *n, const
         t->shape.dims[0] > PSG_PROTO_MAX_ENDPOINTS) {
         char sh[PSG_SHAPE_STR_MAX];
         return bad(m, "'%s' must be i64 [n%s] with n <= %d, got %s%s", name, cols == 2 ? ", 2" : "",
-                   PSG_PROTO_MAX_ENDPOINTS, psg_dtype_name(t->dtype), psg_shape_str(&t->shape, sh, sizeof sh));
+                   PSG_PROTO_MAX_ENDPOINTS, psg_dtype_name(t->dtype),
+                   psg_shape_str(&t->shape, sh, sizeof sh));
     }
     *n = (int)t->shape.dims[0];
     *out = psg_tensor_i64(t);
@@ -98,9 +105,11 @@ static int enc_register(const psg_req_t *r, psg_msg_t *m) {
     int64_t *v = malloc(((size_t)g->n_feeds + g->n_fetches + g->n_targets + 1) * 2 * sizeof *v);
     if (!v) return psg_error_set("out of memory");
     int rc = set_body(m, g->graph, g->len);
-    for (int i = 0; i < g->n_feeds; i++) v[2 * i] = g->feeds[i].node, v[2 * i + 1] = g->feeds[i].index;
+    for (int i = 0; i < g->n_feeds; i++)
+        v[2 * i] = g->feeds[i].node, v[2 * i + 1] = g->feeds[i].index;
     if (rc == 0) rc = add_ids(m, "feeds", g->n_feeds, 2, v);
-    for (int i = 0; i < g->n_fetches; i++) v[2 * i] = g->fetches[i].node, v[2 * i + 1] = g->fetches[i].index;
+    for (int i = 0; i < g->n_fetches; i++)
+        v[2 * i] = g->fetches[i].node, v[2 * i + 1] = g->fetches[i].index;
     if (rc == 0) rc = add_ids(m, "fetches", g->n_fetches, 2, v);
     for (int i = 0; i < g->n_targets; i++) v[i] = g->targets[i];
     if (rc == 0) rc = add_ids(m, "targets", g->n_targets, 1, v);
@@ -112,7 +121,8 @@ static int dec_register(const psg_msg_t *m, psg_req_t *r) {
     psg_req_register_t *g = &r->u.reg;
     const int64_t *f, *x, *t;
     if (!m->body || m->body->size == 0) return bad(m, "no graph (the body)");
-    if (get_ids(m, "feeds", 2, &g->n_feeds, &f) < 0 || get_ids(m, "fetches", 2, &g->n_fetches, &x) < 0 ||
+    if (get_ids(m, "feeds", 2, &g->n_feeds, &f) < 0 ||
+        get_ids(m, "fetches", 2, &g->n_fetches, &x) < 0 ||
         get_ids(m, "targets", 1, &g->n_targets, &t) < 0)
         return -1;
     g->graph = m->body->data;
@@ -120,17 +130,31 @@ static int dec_register(const psg_msg_t *m, psg_req_t *r) {
     g->feeds = calloc((size_t)g->n_feeds + 1, sizeof *g->feeds);
     g->fetches = calloc((size_t)g->n_fetches + 1, sizeof *g->fetches);
     g->targets = calloc((size_t)g->n_targets + 1, sizeof *g->targets);
-    if (!g->feeds || !g->fetches || !g->targets) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    if (!g->feeds || !g->fetches || !g->targets)
+        return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < g->n_feeds; i++) g->feeds[i] = to_endpoint(f[2 * i], f[2 * i + 1]);
     for (int i = 0; i < g->n_fetches; i++) g->fetches[i] = to_endpoint(x[2 * i], x[2 * i + 1]);
-    for (int i = 0; i < g->n_targets; i++) g->targets[i] = t[i] < 0 || t[i] > INT32_MAX ? -1 : (int)t[i];
+    for (int i = 0; i < g->n_targets; i++)
+        g->targets[i] = t[i] < 0 || t[i] > INT32_MAX ? -1 : (int)t[i];
     return 0;
+}
+
+static void clear_register(psg_req_t *r) {
+    free(r->u.reg.feeds);
+    free(r->u.reg.fetches);
+    free(r->u.reg.targets);
+    r->u.reg.feeds = r->u.reg.fetches = NULL;
+    r->u.reg.targets = NULL;
 }
 
 /* ---- the small ones ---- */
 
-static int enc_handle(const psg_req_t *r, psg_msg_t *m) { return set_handle(m, r->u.handle); }
-static int dec_handle(const psg_msg_t *m, psg_req_t *r) { return get_handle(m, &r->u.handle); }
+static int enc_handle(const psg_req_t *r, psg_msg_t *m) {
+    return set_handle(m, r->u.handle);
+}
+static int dec_handle(const psg_msg_t *m, psg_req_t *r) {
+    return get_handle(m, &r->u.handle);
+}
 
 static int enc_run(const psg_req_t *r, psg_msg_t *m) {
     if (set_handle(m, r->u.run.handle) < 0) return -1;
@@ -146,7 +170,9 @@ static int dec_run(const psg_msg_t *m, psg_req_t *r) {
     return 0;
 }
 
-static int enc_key(const psg_req_t *r, psg_msg_t *m) { return psg_msg_set_key(m, r->u.key); }
+static int enc_key(const psg_req_t *r, psg_msg_t *m) {
+    return psg_msg_set_key(m, r->u.key);
+}
 
 static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
     if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
@@ -189,8 +215,8 @@ static int dec_wait_init(const psg_msg_t *m, psg_req_t *r) {
     if (!m->body) return bad(m, "no variable names (the body)");
     size_t len = m->body->size;
     if (len > PSG_PROTO_MAX_NAMES_BYTES)
-        return psg_error_set_code(PSG_ERR_LIMIT, "WaitInit: names of %zu bytes (the limit is %zu)", len,
-                                  PSG_PROTO_MAX_NAMES_BYTES);
+        return psg_error_set_code(PSG_ERR_LIMIT, "WaitInit: names of %zu bytes (the limit is %zu)",
+                                  len, PSG_PROTO_MAX_NAMES_BYTES);
     const char *d = (const char *)m->body->data;
     if (memchr(d, 0, len)) return bad(m, "the names contain a NUL byte");
     int n = 0;
@@ -214,6 +240,12 @@ static int dec_wait_init(const psg_msg_t *m, psg_req_t *r) {
     return 0;
 }
 
+static void clear_wait_init(psg_req_t *r) {
+    free(r->u.init.names);
+    r->u.init.names = NULL;
+    r->u.init.n = 0;
+}
+
 static int enc_step_count(const psg_req_t *r, psg_msg_t *m) {
     m->step = r->u.workers;
     return 0;
@@ -221,7 +253,8 @@ static int enc_step_count(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_wait_done(const psg_msg_t *m, psg_req_t *r) {
     if (m->step < 0 || m->step > MAX_WORKERS_DONE)
-        return bad(m, "step (the count of workers) %" PRId64 " is outside [0, %d]", m->step, MAX_WORKERS_DONE);
+        return bad(m, "step (the count of workers) %" PRId64 " is outside [0, %d]", m->step,
+                   MAX_WORKERS_DONE);
     r->u.workers = m->step;
     return 0;
 }
@@ -243,8 +276,8 @@ static int enc_shard(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_shard(const psg_msg_t *m, psg_req_t *r) {
     int k, n, used = 0;
-    if (!m->key || sscanf(m->key, "%d/%d%n", &k, &n, &used) != 2 || m->key[used] || k < 0 || n <= k ||
-        n > PSG_PROTO_MAX_SHARDS)
+    if (!m->key || sscanf(m->key, "%d/%d%n", &k, &n, &used) != 2 || m->key[used] || k < 0 ||
+        n <= k || n > PSG_PROTO_MAX_SHARDS)
         return bad(m, "key '%.64s' is not \"k/N\" with 0 <= k < N <= %d", m->key ? m->key : "",
                    PSG_PROTO_MAX_SHARDS);
     if (m->step < 0) return bad(m, "step %" PRId64 " is negative", m->step);
@@ -259,13 +292,15 @@ static int enc_trace(const psg_req_t *r, psg_msg_t *m) {
         snprintf(key, sizeof key, "start %d %" PRId64, r->u.trace.pid, r->step);
         return psg_msg_set_key(m, key);
     }
-    return psg_msg_set_key(m, "stop") < 0 ? -1 : set_body(m, r->u.trace.path, strlen(r->u.trace.path));
+    return psg_msg_set_key(m, "stop") < 0 ? -1
+                                          : set_body(m, r->u.trace.path, strlen(r->u.trace.path));
 }
 
 static int dec_trace(const psg_msg_t *m, psg_req_t *r) {
     long long step = 0;
     int used = 0;
-    if (m->key && sscanf(m->key, "start %d %lld%n", &r->u.trace.pid, &step, &used) == 2 && !m->key[used]) {
+    if (m->key && sscanf(m->key, "start %d %lld%n", &r->u.trace.pid, &step, &used) == 2 &&
+        !m->key[used]) {
         r->u.trace.start = true;
         r->step = step;
         return 0;
@@ -275,45 +310,176 @@ static int dec_trace(const psg_msg_t *m, psg_req_t *r) {
     return get_path(m, "trace file", r->u.trace.path);
 }
 
+/* ---- replies ---- */
+
+static int rep_enc_none(const psg_rep_t *rep, psg_msg_t *m) {
+    (void)rep, (void)m;
+    return 0;
+}
+
+static int rep_dec_none(const psg_msg_t *m, psg_rep_t *rep) {
+    (void)m, (void)rep;
+    return 0;
+}
+
+static int rep_enc_handle(const psg_rep_t *rep, psg_msg_t *m) {
+    return set_handle(m, rep->u.handle);
+}
+
+static int rep_dec_handle(const psg_msg_t *m, psg_rep_t *rep) {
+    char *end = NULL;
+    if (!m->key || !*m->key || (rep->u.handle = strtoull(m->key, &end, 10), *end))
+        return psg_error_set("key '%.64s' is not a handle", m->key ? m->key : "");
+    return 0;
+}
+
+static int rep_enc_tensors(const psg_rep_t *rep, psg_msg_t *m) {
+    for (int i = 0; i < rep->u.fetched.n; i++)
+        if (psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]) < 0) return -1;
+    return 0;
+}
+
+static int rep_dec_tensors(const psg_msg_t *m, psg_rep_t *rep) {
+    rep->u.fetched.n = m->ntensors;
+    rep->u.fetched.t = m->tensors;
+    return 0;
+}
+
+static int rep_enc_tensor(const psg_rep_t *rep, psg_msg_t *m) {
+    return psg_msg_add_tensor(m, NULL, rep->u.tensor);
+}
+
+static int rep_dec_tensor(const psg_msg_t *m, psg_rep_t *rep) {
+    if (m->ntensors != 1) return psg_error_set("%d tensors, not 1", m->ntensors);
+    rep->u.tensor = m->tensors[0];
+    return 0;
+}
+
+static int rep_enc_json(const psg_rep_t *rep, psg_msg_t *m) {
+    return set_body(m, rep->u.json.text, rep->u.json.len);
+}
+
+static int rep_dec_json(const psg_msg_t *m, psg_rep_t *rep) {
+    if (!m->body) return psg_error_set("no body");
+    rep->u.json.text = (const char *)m->body->data;
+    rep->u.json.len = m->body->size;
+    return 0;
+}
+
+static int rep_enc_saved(const psg_rep_t *rep, psg_msg_t *m) {
+    if (psg_msg_set_key(m, rep->u.saved.line) < 0) return -1;
+    return set_body(m, rep->u.saved.names, rep->u.saved.names_len);
+}
+
+static int rep_dec_saved(const psg_msg_t *m, psg_rep_t *rep) {
+    if (!m->key) return psg_error_set("no key");
+    rep->u.saved.line = m->key;
+    rep->u.saved.names = m->body ? (const char *)m->body->data : "";
+    rep->u.saved.names_len = m->body ? m->body->size : 0;
+    return 0;
+}
+
+static int rep_enc_count(const psg_rep_t *rep, psg_msg_t *m) {
+    char key[32];
+    snprintf(key, sizeof key, "%" PRId64, rep->u.count);
+    return psg_msg_set_key(m, key);
+}
+
+static int rep_dec_count(const psg_msg_t *m, psg_rep_t *rep) {
+    char *end = NULL;
+    if (!m->key || !*m->key || (rep->u.count = strtoll(m->key, &end, 10), *end))
+        return psg_error_set("key '%.64s' is not a count", m->key ? m->key : "");
+    return 0;
+}
+
 /* ---- the table ---- */
+
+/* A row's reply coders, by the reply's shape. */
+#define REPLY(kind) rep_enc_##kind, rep_dec_##kind
 
 static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
     {PSG_REQ_REGISTER_GRAPH, PSG_TS_REGISTER_GRAPH,
      "body: graph (psg_graph_serialize); tensors feeds i64 [n,2], fetches i64 [n,2], targets i64 [n]",
-     "key: handle (u64)", enc_register, dec_register, psg_ts_on_register},
+     "key: handle (u64)", enc_register, dec_register, clear_register, REPLY(handle),
+     psg_ts_on_register},
     {PSG_REQ_DEREGISTER_GRAPH, PSG_TS_DEREGISTER_GRAPH, "key: handle (u64)", "empty", enc_handle,
-     dec_handle, psg_ts_on_deregister},
+     dec_handle, NULL, REPLY(none), psg_ts_on_deregister},
     {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH, "key: handle (u64); step; tensors: the feeds",
-     "step; tensors: the fetches", enc_run, dec_run, psg_ts_on_run},
+     "step; tensors: the fetches", enc_run, dec_run, NULL, REPLY(tensors), psg_ts_on_run},
     {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
-     psg_ts_on_recv},
-    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none, psg_ts_on_inspect},
-    {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort, dec_abort,
-     psg_ts_on_abort_step},
-    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none, psg_ts_on_cleanup_step},
-    {PSG_REQ_WAIT_INIT, PSG_TS_WAIT_INIT, "body: variable names, one a line", "empty, once all initialized",
-     enc_wait_init, dec_wait_init, psg_ts_on_wait},
-    {PSG_REQ_WAIT_DONE, PSG_TS_WAIT_DONE, "step: count of workers", "empty, once that many sent JobDone",
-     enc_step_count, dec_wait_done, psg_ts_on_wait},
+     NULL, REPLY(tensor), psg_ts_on_recv},
+    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none, NULL,
+     REPLY(json), psg_ts_on_inspect},
+    {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort,
+     dec_abort, NULL, REPLY(none), psg_ts_on_abort_step},
+    {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none, NULL,
+     REPLY(none), psg_ts_on_cleanup_step},
+    {PSG_REQ_WAIT_INIT, PSG_TS_WAIT_INIT, "body: variable names, one a line",
+     "empty, once all initialized", enc_wait_init, dec_wait_init, clear_wait_init, REPLY(none),
+     psg_ts_on_wait},
+    {PSG_REQ_WAIT_DONE, PSG_TS_WAIT_DONE, "step: count of workers",
+     "empty, once that many sent JobDone", enc_step_count, dec_wait_done, NULL, REPLY(none),
+     psg_ts_on_wait},
     {PSG_REQ_JOB_DONE, PSG_TS_JOB_DONE, "key: worker (optional; the sender)", "empty", enc_job_done,
-     dec_job_done, psg_ts_on_job_done},
-    {PSG_REQ_SAVE_SHARD, PSG_TS_SAVE_SHARD, "step; key: \"k/N\"; body: directory (under the task's logdir)",
-     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard, psg_ts_on_save_shard},
+     dec_job_done, NULL, REPLY(none), psg_ts_on_job_done},
+    {PSG_REQ_SAVE_SHARD, PSG_TS_SAVE_SHARD,
+     "step; key: \"k/N\"; body: directory (under the task's logdir)",
+     "key: \"FILE SIZE CRC32 TENSOR_BYTES\"; body: tensor names", enc_shard, dec_shard, NULL,
+     REPLY(saved), psg_ts_on_save_shard},
     {PSG_REQ_RESTORE_SHARD, PSG_TS_RESTORE_SHARD, "step; key: \"k/N\"; body: directory",
-     "key: tensors restored", enc_shard, dec_shard, psg_ts_on_restore_shard},
-    {PSG_REQ_TRACE, PSG_TS_TRACE, "key: \"start PID STEP\" | \"stop\"; body (stop): file under the task's logdir",
-     "key (stop): events written", enc_trace, dec_trace, psg_ts_on_trace},
-    {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, psg_ts_on_shutdown},
+     "key: tensors restored", enc_shard, dec_shard, NULL, REPLY(count), psg_ts_on_restore_shard},
+    {PSG_REQ_TRACE, PSG_TS_TRACE,
+     "key: \"start PID STEP\" | \"stop\"; body (stop): file under the task's logdir",
+     "key (stop): events written", enc_trace, dec_trace, NULL, REPLY(count), psg_ts_on_trace},
+    {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, NULL, REPLY(none),
+     psg_ts_on_shutdown},
 };
+
+/* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,
+ * published by num_added (a reader sees only rows complete). */
+static psg_proto_entry_t added[PSG_PROTO_MAX_ADDED];
+static atomic_int num_added;
+static pthread_mutex_t added_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int psg_proto_register(const psg_proto_entry_t *row) {
+    if (!row || !row->op || !*row->op) return psg_error_set("protocol: a request needs an op");
+    if (!row->encode || !row->decode || !row->encode_reply || !row->decode_reply || !row->handler)
+        return psg_error_set("protocol: request '%.64s' needs its encoder, decoder, reply encoder, "
+                             "reply decoder and handler",
+                             row->op);
+    if (strlen(row->op) > PSG_WIRE_MAX_OP)
+        return psg_error_set("protocol: op '%.64s...' is over %d bytes", row->op, PSG_WIRE_MAX_OP);
+    pthread_mutex_lock(&added_lock);
+    int n = atomic_load(&num_added), rc;
+    if (psg_proto_find(row->op)) {
+        rc = psg_error_set("protocol: request '%s' is in the table already", row->op);
+    } else if (n == PSG_PROTO_MAX_ADDED) {
+        rc = psg_error_set("protocol: request '%s': %d requests were added already (the limit)",
+                           row->op, PSG_PROTO_MAX_ADDED);
+    } else {
+        added[n] = *row;
+        added[n].type = (psg_req_type_t)(PSG_REQ_COUNT + n);
+        rc = added[n].type;
+        atomic_store(&num_added, n + 1);
+    }
+    pthread_mutex_unlock(&added_lock);
+    return rc;
+}
 
 const psg_proto_entry_t *psg_proto_find(const char *op) {
     for (int i = 0; op && i < PSG_REQ_COUNT; i++)
         if (!strcmp(table[i].op, op)) return &table[i];
+    for (int i = 0, n = atomic_load(&num_added); op && i < n; i++)
+        if (!strcmp(added[i].op, op)) return &added[i];
     return NULL;
 }
 
 const psg_proto_entry_t *psg_proto_entry(psg_req_type_t t) {
-    PSG_ASSERT(t >= 0 && t < PSG_REQ_COUNT && table[t].type == t);
+    if (t >= PSG_REQ_COUNT) {
+        PSG_ASSERT((int)t - PSG_REQ_COUNT < atomic_load(&num_added));
+        return &added[t - PSG_REQ_COUNT];
+    }
+    PSG_ASSERT(t >= 0 && table[t].type == t);
     return &table[t];
 }
 
@@ -335,7 +501,8 @@ psg_msg_t *psg_req_encode(const psg_req_t *r) {
 int psg_req_decode(const psg_msg_t *m, psg_req_t *r) {
     memset(r, 0, sizeof *r);
     const psg_proto_entry_t *e = psg_proto_find(m->op);
-    if (!e) return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown request '%.64s'", m->op ? m->op : "");
+    if (!e)
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown request '%.64s'", m->op ? m->op : "");
     r->type = e->type;
     r->step = m->step;
     if (e->decode(m, r) < 0) {
@@ -347,85 +514,26 @@ int psg_req_decode(const psg_msg_t *m, psg_req_t *r) {
 
 void psg_req_clear(psg_req_t *r) {
     if (!r) return;
-    if (r->type == PSG_REQ_REGISTER_GRAPH) {
-        free(r->u.reg.feeds);
-        free(r->u.reg.fetches);
-        free(r->u.reg.targets);
-        r->u.reg.feeds = r->u.reg.fetches = NULL;
-        r->u.reg.targets = NULL;
-    } else if (r->type == PSG_REQ_WAIT_INIT) {
-        free(r->u.init.names);
-        r->u.init.names = NULL;
-        r->u.init.n = 0;
-    }
+    const psg_proto_entry_t *e = psg_proto_entry(r->type);
+    if (e->clear) e->clear(r);
 }
 
-/* ---- replies ---- */
+/* ---- replies, by the row ---- */
 
 psg_msg_t *psg_rep_encode(psg_req_type_t t, const psg_rep_t *rep) {
-    psg_msg_t *m = psg_msg_new(PSG_MSG_REPLY, psg_proto_entry(t)->op);
+    const psg_proto_entry_t *e = psg_proto_entry(t);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REPLY, e->op);
     if (!m) {
         psg_error_set("out of memory");
         return NULL;
     }
-    int rc = 0;
-    char key[64];
-    switch (t) {
-    case PSG_REQ_REGISTER_GRAPH: rc = set_handle(m, rep->u.handle); break;
-    case PSG_REQ_RUN_GRAPH:
-        for (int i = 0; rc == 0 && i < rep->u.fetched.n; i++) rc = psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]);
-        break;
-    case PSG_REQ_RECV: rc = psg_msg_add_tensor(m, NULL, rep->u.tensor); break;
-    case PSG_REQ_INSPECT: rc = set_body(m, rep->u.json.text, rep->u.json.len); break;
-    case PSG_REQ_SAVE_SHARD:
-        rc = psg_msg_set_key(m, rep->u.saved.line);
-        if (rc == 0) rc = set_body(m, rep->u.saved.names, rep->u.saved.names_len);
-        break;
-    case PSG_REQ_RESTORE_SHARD:
-    case PSG_REQ_TRACE:
-        snprintf(key, sizeof key, "%" PRId64, rep->u.count);
-        rc = psg_msg_set_key(m, key);
-        break;
-    default: break;
-    }
-    if (rc < 0) psg_msg_destroy(&m);
+    if (e->encode_reply(rep, m) < 0) psg_msg_destroy(&m);
     return m;
 }
 
 int psg_rep_decode(const psg_msg_t *m, psg_req_type_t t, psg_rep_t *rep) {
     memset(rep, 0, sizeof *rep);
     rep->type = t;
-    const char *op = psg_proto_entry(t)->op;
-    char *end = NULL;
-    switch (t) {
-    case PSG_REQ_REGISTER_GRAPH:
-        if (!m->key || !*m->key || (rep->u.handle = strtoull(m->key, &end, 10), *end))
-            return psg_error_set("%s reply: key '%.64s' is not a handle", op, m->key ? m->key : "");
-        return 0;
-    case PSG_REQ_RUN_GRAPH:
-        rep->u.fetched.n = m->ntensors;
-        rep->u.fetched.t = m->tensors;
-        return 0;
-    case PSG_REQ_RECV:
-        if (m->ntensors != 1) return psg_error_set("%s reply: %d tensors, not 1", op, m->ntensors);
-        rep->u.tensor = m->tensors[0];
-        return 0;
-    case PSG_REQ_INSPECT:
-        if (!m->body) return psg_error_set("%s reply: no body", op);
-        rep->u.json.text = (const char *)m->body->data;
-        rep->u.json.len = m->body->size;
-        return 0;
-    case PSG_REQ_SAVE_SHARD:
-        if (!m->key) return psg_error_set("%s reply: no key", op);
-        rep->u.saved.line = m->key;
-        rep->u.saved.names = m->body ? (const char *)m->body->data : "";
-        rep->u.saved.names_len = m->body ? m->body->size : 0;
-        return 0;
-    case PSG_REQ_RESTORE_SHARD:
-    case PSG_REQ_TRACE:
-        if (!m->key || !*m->key || (rep->u.count = strtoll(m->key, &end, 10), *end))
-            return psg_error_set("%s reply: key '%.64s' is not a count", op, m->key ? m->key : "");
-        return 0;
-    default: return 0;
-    }
+    const psg_proto_entry_t *e = psg_proto_entry(t);
+    return e->decode_reply(m, rep) < 0 ? psg_error_wrap("%s reply", e->op) : 0;
 }

@@ -1,8 +1,10 @@
 /* The task server's protocol as one table (ps/protocol.c): every request with its typed
- * fields, the tensors it carries, its reply, and the server's handler. Both ends encode
- * and decode through it: the client half (ps/client.c) and the dispatch
- * (ps/task_server.c). Errors travel as a psg_err_code_t plus a message. Not the wire
- * (net/), which moves the messages; docs/distributed.md shows the table as text. */
+ * fields, the tensors it carries, its reply, the coders of both, and the server's
+ * handler. Both ends encode and decode through it: the client half (ps/client.c) and the
+ * dispatch (ps/task_server.c). A program (or a test) adds its own requests through the
+ * same rows (psg_proto_register). Errors travel as a psg_err_code_t plus a message. Not
+ * the wire (net/), which moves the messages; docs/distributed.md shows the table as text,
+ * docs/wire.md walks through adding a request. */
 #ifndef PSGRAPH_PS_PROTOCOL_H
 #define PSGRAPH_PS_PROTOCOL_H
 
@@ -33,9 +35,9 @@ typedef enum {
 } psg_req_type_t;
 
 /* Bounds a decoder checks before anything is allocated from a request's numbers. */
-#define PSG_PROTO_MAX_ENDPOINTS 1000000 /* feeds, fetches, targets of RegisterGraph */
+#define PSG_PROTO_MAX_ENDPOINTS 1000000             /* feeds, fetches, targets of RegisterGraph */
 #define PSG_PROTO_MAX_NAMES_BYTES ((size_t)4 << 20) /* WaitInit's variable names */
-#define PSG_PROTO_MAX_PATH 4096          /* SaveShard/RestoreShard's directory, Trace's file */
+#define PSG_PROTO_MAX_PATH 4096 /* SaveShard/RestoreShard's directory, Trace's file */
 #define PSG_PROTO_MAX_SHARDS 4096
 
 /* RegisterGraph's fields: the graph (body) and its endpoints (i64 tensors "feeds" [n, 2],
@@ -49,7 +51,8 @@ typedef struct {
 } psg_req_register_t;
 
 /* A decoded request. Pointers point into the message it was decoded from (which must
- * outlive it), except what psg_req_clear frees. */
+ * outlive it), except what psg_req_clear frees. type: a psg_req_type_t, or the value
+ * psg_proto_register gave a row added at run time. */
 typedef struct {
     psg_req_type_t type;
     int64_t step; /* RunGraph, Recv, AbortStep, CleanupStep, SaveShard, RestoreShard, Trace */
@@ -79,6 +82,8 @@ typedef struct {
             int pid;
             char path[PSG_PROTO_MAX_PATH];
         } trace;
+        void *ext; /* a row added with psg_proto_register: its own fields, as its coders keep
+                    * them (what its decode allocates, its clear frees) */
     } u;
 } psg_req_t;
 
@@ -110,21 +115,38 @@ struct psg_task_server;
  * request answered later, from a runner thread or when a waiter is ready). */
 typedef void (*psg_req_handler_fn)(struct psg_task_server *ts, psg_msg_t **req, psg_req_t *r);
 
-/* One row of the table. */
+/* One row of the table: a request and its reply, each with its coders. An encoder adds
+ * its fields to m (the op, and for a request the step, are set already); a decoder reads
+ * them from an untrusted m and returns -1 with the error naming the field (a request's
+ * decoder with code PSG_ERR_BAD_REQUEST, as bad() in ps/protocol.c; the caller adds the
+ * op). */
 typedef struct {
-    psg_req_type_t type;
-    const char *op;     /* the header's op */
-    const char *fields; /* the request's fields and tensors, as docs/distributed.md has them */
-    const char *reply;  /* the reply's */
+    psg_req_type_t type; /* a built-in row's; psg_proto_register gives an added row its own */
+    const char *op;      /* the header's op */
+    const char *fields;  /* the request's fields and tensors, as docs/distributed.md has them */
+    const char *reply;   /* the reply's */
     int (*encode)(const psg_req_t *r, psg_msg_t *m);
     int (*decode)(const psg_msg_t *m, psg_req_t *r);
+    void (*clear)(psg_req_t *r); /* frees what decode allocated; NULL: nothing */
+    int (*encode_reply)(const psg_rep_t *rep, psg_msg_t *m);
+    int (*decode_reply)(const psg_msg_t *m, psg_rep_t *rep);
     psg_req_handler_fn handler;
 } psg_proto_entry_t;
 
 /* The row of `op`, or NULL. */
 const psg_proto_entry_t *psg_proto_find(const char *op);
-/* The row of type t (0 <= t < PSG_REQ_COUNT). */
+/* The row of type t: a psg_req_type_t, or a type psg_proto_register returned. */
 const psg_proto_entry_t *psg_proto_entry(psg_req_type_t t);
+
+/* The most rows psg_proto_register adds. */
+#define PSG_PROTO_MAX_ADDED 16
+/* Adds a request of the program's own (a test's) to the table, on both ends: row (copied)
+ * names its op, its coders (clear optional) and its handler, which runs on the server
+ * thread as a built-in one does. Call it before any server or client uses the table, in
+ * every process that sends or serves the request. Returns the row's type (its
+ * psg_req_t.type, PSG_REQ_COUNT and up), or -1 with the error set when the op is taken,
+ * a coder or the handler is missing, or PSG_PROTO_MAX_ADDED rows were added. */
+int psg_proto_register(const psg_proto_entry_t *row);
 
 /* A REQUEST message of r (tensors referenced, not copied). NULL with the error set. */
 psg_msg_t *psg_req_encode(const psg_req_t *r);
@@ -134,9 +156,11 @@ int psg_req_decode(const psg_msg_t *m, psg_req_t *r);
 /* Frees what a decode allocated. NULL-safe, idempotent. */
 void psg_req_clear(psg_req_t *r);
 
-/* A REPLY message to a request of type t. NULL with the error set. */
+/* A REPLY message to a request of type t, by its row's reply encoder. NULL with the error
+ * set. */
 psg_msg_t *psg_rep_encode(psg_req_type_t t, const psg_rep_t *rep);
-/* Decodes a REPLY to a request of type t; -1 with the error naming the field. */
+/* Decodes a REPLY to a request of type t by its row's reply decoder; -1 with the error
+ * "<op> reply: ..." naming the field. */
 int psg_rep_decode(const psg_msg_t *m, psg_req_type_t t, psg_rep_t *rep);
 
 #endif

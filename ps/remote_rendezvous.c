@@ -169,8 +169,12 @@ static void send_queued(psg_remote_rv_t *r) {
     if (woke) wake(r);
 }
 
-void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys) { r->keys = keys; }
-void psg_remote_rv_set_peer_timeout(psg_remote_rv_t *r, int ms) { r->peer_timeout_ms = ms; }
+void psg_remote_rv_set_keys(psg_remote_rv_t *r, const psg_curve_keys_t *keys) {
+    r->keys = keys;
+}
+void psg_remote_rv_set_peer_timeout(psg_remote_rv_t *r, int ms) {
+    r->peer_timeout_ms = ms;
+}
 
 static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
     pthread_mutex_lock(&r->lock);
@@ -184,8 +188,9 @@ static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
                 /* the step was aborted here meanwhile: nothing to deliver */
             }
         } else {
-            fail_pull(r, p, m->kind == PSG_MSG_ERROR && m->error ? m->error
-                                                                  : "a reply to Recv without one tensor");
+            fail_pull(r, p,
+                      m->kind == PSG_MSG_ERROR && m->error ? m->error
+                                                           : "a reply to Recv without one tensor");
         }
         free(p->key);
         r->pending.v[i] = r->pending.v[--r->pending.n];
@@ -366,4 +371,6 @@ void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step) {
     pthread_mutex_unlock(&r->lock);
 }
 
-int64_t psg_remote_rv_bytes_pulled(psg_remote_rv_t *r) { return r ? atomic_load(&r->bytes_pulled) : 0; }
+int64_t psg_remote_rv_bytes_pulled(psg_remote_rv_t *r) {
+    return r ? atomic_load(&r->bytes_pulled) : 0;
+}

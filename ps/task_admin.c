@@ -25,10 +25,12 @@ static void inspect_variables(psg_task_server_t *ts, psg_strbuf_t *b) {
         psg_strbuf_printf(b, "%s{\"name\":", i ? "," : "");
         psg_strbuf_json_str(b, v->name);
         psg_strbuf_printf(b, ",\"dtype\":\"%s\",\"shape\":[", psg_dtype_name(v->dtype));
-        for (int d = 0; d < v->shape.rank; d++) psg_strbuf_printf(b, "%s%" PRId64, d ? "," : "", v->shape.dims[d]);
+        for (int d = 0; d < v->shape.rank; d++)
+            psg_strbuf_printf(b, "%s%" PRId64, d ? "," : "", v->shape.dims[d]);
         int64_t numel = psg_shape_numel(&v->shape);
         psg_strbuf_printf(b, "],\"bytes\":%" PRId64 ",\"initialized\":%s}",
-                          numel < 0 ? 0 : numel * (int64_t)psg_dtype_size(v->dtype), v->initialized ? "true" : "false");
+                          numel < 0 ? 0 : numel * (int64_t)psg_dtype_size(v->dtype),
+                          v->initialized ? "true" : "false");
     }
 }
 
@@ -49,23 +51,26 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
         psg_strbuf_printf(&b, "%s{\"name\":", i ? "," : "");
         psg_strbuf_json_str(&b, name ? name : "");
         psg_strbuf_printf(&b,
-                          ",\"accepted\":%" PRId64 ",\"stale\":%" PRId64 ",\"late\":%" PRId64 ",\"closed\":%" PRId64
-                          ",\"takes\":%" PRId64 "}",
+                          ",\"accepted\":%" PRId64 ",\"stale\":%" PRId64 ",\"late\":%" PRId64
+                          ",\"closed\":%" PRId64 ",\"takes\":%" PRId64 "}",
                           c.accepted, c.stale, c.late, c.closed, c.takes);
     }
     pthread_mutex_lock(&ts->lock);
     int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len, np = ts->n_peers;
     pthread_mutex_unlock(&ts->lock);
-    psg_strbuf_printf(&b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,
-                      psg_rendezvous_num_pending(ts->rv), nq, np, nd);
+    psg_strbuf_printf(
+        &b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,
+        psg_rendezvous_num_pending(ts->rv), nq, np, nd);
     /* a string: JSON readers keep 53 bits of a number */
     psg_strbuf_printf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", psg_wire_incarnation());
-    psg_strbuf_printf(&b, ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64 "}",
-                      psg_membudget_limit(ts->budget), psg_membudget_held(ts->budget),
-                      psg_membudget_peak(ts->budget));
+    psg_strbuf_printf(
+        &b, ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64 "}",
+        psg_membudget_limit(ts->budget), psg_membudget_held(ts->budget),
+        psg_membudget_peak(ts->budget));
     if (ts->server) {
         psg_server_stats_t st = psg_server_stats(ts->server);
-        psg_strbuf_printf(&b, ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"refused\":%" PRIu64,
+        psg_strbuf_printf(&b,
+                          ",\"received\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"refused\":%" PRIu64,
                           st.received, st.rejected, st.refused);
     }
     psg_strbuf_str(&b, "}");
@@ -93,16 +98,20 @@ void psg_ts_on_inspect(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
 /* Whether dir (an existing directory) is one of the task's logdirs or under one. */
 static int check_under_logdir(psg_task_server_t *ts, const char *op, const char *dir) {
     if (!ts->n_logdirs)
-        return psg_error_set_code(PSG_ERR_DENIED,
-                                  "%s: this task has no logdir (psgraph server --logdir DIR): it writes nowhere", op);
+        return psg_error_set_code(
+            PSG_ERR_DENIED,
+            "%s: this task has no logdir (psgraph server --logdir DIR): it writes nowhere", op);
     char real[PATH_MAX];
     if (!realpath(dir, real))
-        return psg_error_set_code(PSG_ERR_DENIED, "%s: directory '%s': %s", op, dir, strerror(errno));
+        return psg_error_set_code(PSG_ERR_DENIED, "%s: directory '%s': %s", op, dir,
+                                  strerror(errno));
     for (int i = 0; i < ts->n_logdirs; i++) {
         size_t n = strlen(ts->logdirs[i]);
-        if (!strncmp(real, ts->logdirs[i], n) && (real[n] == 0 || real[n] == '/' || n == 1)) return 0;
+        if (!strncmp(real, ts->logdirs[i], n) && (real[n] == 0 || real[n] == '/' || n == 1))
+            return 0;
     }
-    return psg_error_set_code(PSG_ERR_DENIED, "%s: '%s' is not under this task's logdir '%s'", op, dir, ts->logdirs[0]);
+    return psg_error_set_code(PSG_ERR_DENIED, "%s: '%s' is not under this task's logdir '%s'", op,
+                              dir, ts->logdirs[0]);
 }
 
 /* Writes this task's variables as one shard (on the server thread: the variables are
@@ -111,14 +120,16 @@ void psg_ts_on_save_shard(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r)
     psg_msg_t *req = *reqp;
     psg_checkpoint_shard_t sh = {0};
     if (check_under_logdir(ts, "SaveShard", r->u.shard.dir) < 0 ||
-        psg_checkpoint_write_shard(ts->rm, r->u.shard.dir, r->step, r->u.shard.shard, r->u.shard.num_shards, &sh) < 0) {
+        psg_checkpoint_write_shard(ts->rm, r->u.shard.dir, r->step, r->u.shard.shard,
+                                   r->u.shard.num_shards, &sh) < 0) {
         psg_ts_reply_last_error(ts, req);
         return;
     }
     psg_strbuf_t names = {0};
     for (int i = 0; i < sh.num_tensors; i++) psg_strbuf_printf(&names, "%s\n", sh.names[i]);
     char line[PSG_CKPT_NAME_MAX + 96];
-    snprintf(line, sizeof line, "%s %" PRIu64 " %08x %" PRIu64, sh.file, sh.size, (unsigned)sh.crc32, sh.tensor_bytes);
+    snprintf(line, sizeof line, "%s %" PRIu64 " %08x %" PRIu64, sh.file, sh.size,
+             (unsigned)sh.crc32, sh.tensor_bytes);
     psg_rep_t rep = {.type = r->type, .u.saved = {line, names.s ? names.s : "", names.len}};
     psg_msg_t *m = names.oom ? NULL : psg_rep_encode(r->type, &rep);
     if (m)
@@ -132,7 +143,8 @@ void psg_ts_on_save_shard(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r)
 /* Loads shard k of the committed checkpoint at the request's step into this task. */
 void psg_ts_on_restore_shard(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     char path[PSG_PROTO_MAX_PATH + PSG_CKPT_NAME_MAX];
-    snprintf(path, sizeof path, "%s/%s-%" PRId64 ".index.json", r->u.shard.dir, PSG_CKPT_PREFIX, r->step);
+    snprintf(path, sizeof path, "%s/%s-%" PRId64 ".index.json", r->u.shard.dir, PSG_CKPT_PREFIX,
+             r->step);
     psg_checkpoint_t *ck = psg_checkpoint_open(path, r->u.shard.shard);
     if (!ck || psg_checkpoint_restore(ck, ts->rm, false) < 0) {
         psg_ts_reply_last_error(ts, *reqp);
@@ -161,7 +173,8 @@ void psg_ts_on_trace(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
         return;
     }
     if (!ts->trace) {
-        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Trace: \"stop\" without a \"start\" before");
+        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST,
+                           "Trace: \"stop\" without a \"start\" before");
         return;
     }
     char dir[PSG_PROTO_MAX_PATH];
@@ -169,11 +182,13 @@ void psg_ts_on_trace(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     const char *base = strrchr(r->u.trace.path, '/');
     base = base ? base + 1 : r->u.trace.path;
     if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Trace: '%s' names no file", r->u.trace.path);
+        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Trace: '%s' names no file",
+                           r->u.trace.path);
         return;
     }
     psg_task_server_set_node_hook(ts, NULL, NULL);
-    if (check_under_logdir(ts, "Trace", dirname(dir)) < 0 || psg_trace_write(ts->trace, r->u.trace.path) < 0) {
+    if (check_under_logdir(ts, "Trace", dirname(dir)) < 0 ||
+        psg_trace_write(ts->trace, r->u.trace.path) < 0) {
         psg_ts_reply_last_error(ts, req);
         return;
     }
@@ -200,7 +215,8 @@ void psg_ts_on_job_done(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     int n = ts->n_workers_done;
     pthread_mutex_unlock(&ts->lock);
     psg_ts_reply_ok(ts, req, NULL);
-    if (ts->expect_workers > 0 && n >= ts->expect_workers) psg_ts_request_stop(ts, "job done: %d workers finished", n);
+    if (ts->expect_workers > 0 && n >= ts->expect_workers)
+        psg_ts_request_stop(ts, "job done: %d workers finished", n);
 }
 
 /* Whether the waiter is answered: its names from `next` on are initialized (a variable
@@ -228,8 +244,11 @@ static void waiter_free(psg_task_server_t *ts, waiter_t *w) {
 }
 
 /* Replies to a waiter by its route and id (the request itself is gone). */
-static void waiter_reply(psg_task_server_t *ts, const waiter_t *w, bool ok, psg_err_code_t code, const char *why) {
-    psg_msg_t stub = {.kind = PSG_MSG_REQUEST, .id = w->id, .route = w->route,
+static void waiter_reply(psg_task_server_t *ts, const waiter_t *w, bool ok, psg_err_code_t code,
+                         const char *why) {
+    psg_msg_t stub = {.kind = PSG_MSG_REQUEST,
+                      .id = w->id,
+                      .route = w->route,
                       .op = (char *)psg_proto_entry(w->type)->op};
     snprintf(stub.peer, sizeof stub.peer, "%s", w->peer_addr);
     if (ok)
@@ -241,7 +260,10 @@ static void waiter_reply(psg_task_server_t *ts, const waiter_t *w, bool ok, psg_
 void psg_ts_on_wait(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
     waiter_list_t *l = r->type == PSG_REQ_WAIT_INIT ? &ts->wait_init : &ts->wait_done;
-    waiter_t w = {.route = req->route, .id = req->id, .type = r->type, .workers = r->u.workers,
+    waiter_t w = {.route = req->route,
+                  .id = req->id,
+                  .type = r->type,
+                  .workers = r->u.workers,
                   .deadline = psg_codec_now_ms() + ts->recv_timeout_ms};
     snprintf(w.peer_addr, sizeof w.peer_addr, "%s", req->peer);
     if (r->type == PSG_REQ_WAIT_INIT) {
@@ -257,7 +279,8 @@ void psg_ts_on_wait(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     peer_t *p = psg_ts_peer_locked(ts, req);
     int rc = p ? 0 : -1;
     if (p && p->waiters >= ts->lim.max_waiters_per_peer)
-        rc = psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d waits pending (the limit is %d per peer)",
+        rc = psg_error_set_code(PSG_ERR_LIMIT,
+                                "%s: peer %s has %d waits pending (the limit is %d per peer)",
                                 req->op, p->label, p->waiters, ts->lim.max_waiters_per_peer);
     else if (p) /* NULL: the peers' table refused it (error set) */
         p->waiters++, w.peer = p;

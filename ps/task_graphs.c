@@ -86,7 +86,8 @@ static size_t var_bytes(const psg_node_t *n) {
     int64_t numel = psg_shape_numel(&sh->u.shape);
     size_t es = dt && dt->type == PSG_ATTR_DTYPE ? psg_dtype_size(dt->u.dtype) : 4;
     uint64_t b;
-    if (numel < 0 || psg_ckd_mul_u64(&b, (uint64_t)numel, es ? es : 4) || b > SIZE_MAX) return SIZE_MAX;
+    if (numel < 0 || psg_ckd_mul_u64(&b, (uint64_t)numel, es ? es : 4) || b > SIZE_MAX)
+        return SIZE_MAX;
     return (size_t)b;
 }
 
@@ -110,7 +111,8 @@ static int collect_vars(reg_graph_t *rg) {
     int nn = psg_graph_num_nodes(rg->g), n = 0;
     for (int i = 0; i < nn; i++) n += var_bytes(psg_graph_node(rg->g, i)) > 0;
     if (!n) return 0;
-    if (!(rg->vars = malloc(sizeof *rg->vars * (size_t)n))) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    if (!(rg->vars = malloc(sizeof *rg->vars * (size_t)n)))
+        return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     for (int i = 0; i < nn; i++) {
         const psg_node_t *nd = psg_graph_node(rg->g, i);
         size_t b = var_bytes(nd);
@@ -123,7 +125,8 @@ static int collect_vars(reg_graph_t *rg) {
 /* Under lock: the bytes of rg's variables that another graph of its owner already holds
  * (a variable is one resource of the task, however many graphs name it: a worker's step,
  * init and eval graphs all name the table's shard). */
-static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t *rg, const peer_t *owner) {
+static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t *rg,
+                                  const peer_t *owner) {
     size_t held = 0;
     for (int i = 0; i < rg->n_vars; i++) {
         const struct psg_ts_var *v = &rg->vars[i];
@@ -131,7 +134,8 @@ static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t
         for (int k = 0; k < ts->n_graphs && !found; k++) {
             const reg_graph_t *o = ts->graphs[k];
             if (o->owner != owner || !o->n_vars) continue;
-            const struct psg_ts_var *m = bsearch(v, o->vars, (size_t)o->n_vars, sizeof *o->vars, var_cmp);
+            const struct psg_ts_var *m =
+                bsearch(v, o->vars, (size_t)o->n_vars, sizeof *o->vars, var_cmp);
             found = m && m->bytes == v->bytes;
         }
         if (found && v->bytes != SIZE_MAX) held += v->bytes;
@@ -140,11 +144,11 @@ static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t
 }
 
 /* The bytes a step of the graph may allocate, at most: every output of a known shape
- * (Random, constants, temporaries; not handles) and every variable a VarHandle creates. Saturates at
- * SIZE_MAX; *worst names the node that would make the most (a variable rm has already
- * is not made again), *top its bytes. */
-static size_t graph_alloc_bytes(const psg_graph_t *g, psg_resource_mgr_t *rm, const psg_node_t **worst,
-                                size_t *top_bytes) {
+ * (Random, constants, temporaries; not handles) and every variable a VarHandle creates. Saturates
+ * at SIZE_MAX; *worst names the node that would make the most (a variable rm has already is not
+ * made again), *top its bytes. */
+static size_t graph_alloc_bytes(const psg_graph_t *g, psg_resource_mgr_t *rm,
+                                const psg_node_t **worst, size_t *top_bytes) {
     size_t total = 0, top = 0;
     int nn = psg_graph_num_nodes(g);
     for (int i = 0; i < nn; i++) {
@@ -156,13 +160,16 @@ static size_t graph_alloc_bytes(const psg_graph_t *g, psg_resource_mgr_t *rm, co
             if (psg_node_output_dtype(n, o) == PSG_DT_RESOURCE) continue;
             int64_t numel = psg_shape_numel(psg_node_output_shape(n, o));
             uint64_t b;
-            if (numel > 0 && (psg_ckd_mul_u64(&b, (uint64_t)numel, psg_dtype_size(psg_node_output_dtype(n, o))) ||
+            if (numel > 0 && (psg_ckd_mul_u64(&b, (uint64_t)numel,
+                                              psg_dtype_size(psg_node_output_dtype(n, o))) ||
                               psg_ckd_add_size(&bytes, bytes, b)))
                 bytes = SIZE_MAX;
         }
         size_t made = bytes, vb = var_bytes(n);
         if (psg_ckd_add_size(&bytes, bytes, vb)) bytes = SIZE_MAX;
-        if (vb && !psg_resource_find_variable(rm, var_name_of(n)) && psg_ckd_add_size(&made, made, vb)) made = SIZE_MAX;
+        if (vb && !psg_resource_find_variable(rm, var_name_of(n)) &&
+            psg_ckd_add_size(&made, made, vb))
+            made = SIZE_MAX;
         if (made > top) top = made, *worst = n;
         if (psg_ckd_add_size(&total, total, bytes)) total = SIZE_MAX;
     }
@@ -175,36 +182,41 @@ static size_t graph_alloc_bytes(const psg_graph_t *g, psg_resource_mgr_t *rm, co
 static int check_owner_limits(psg_task_server_t *ts, const peer_t *p, size_t built, size_t alloc) {
     const psg_task_limits_t *l = &ts->lim;
     if (p->graphs + 1 > l->max_graphs_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT, "peer %s has %d graphs registered (the limit is %d per peer)",
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "peer %s has %d graphs registered (the limit is %d per peer)",
                                   p->label, p->graphs, l->max_graphs_per_peer);
     if (p->graph_bytes + built > (size_t)l->max_graph_bytes_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "peer %s: graphs of %zu bytes as built registered, this one %zu (the limit is %" PRId64
-                                  " bytes per peer)",
-                                  p->label, p->graph_bytes, built, l->max_graph_bytes_per_peer);
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "peer %s: graphs of %zu bytes as built registered, this one %zu (the limit is %" PRId64
+            " bytes per peer)",
+            p->label, p->graph_bytes, built, l->max_graph_bytes_per_peer);
     if (p->alloc_bytes + alloc > (size_t)l->peer_memory_bytes)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "peer %s: its graphs may allocate %zu bytes, this one %zu more (a peer's share of "
-                                  "the task's memory is %" PRId64 " bytes, --peer-memory)",
-                                  p->label, p->alloc_bytes, alloc, l->peer_memory_bytes);
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "peer %s: its graphs may allocate %zu bytes, this one %zu more (a peer's share of "
+            "the task's memory is %" PRId64 " bytes, --peer-memory)",
+            p->label, p->alloc_bytes, alloc, l->peer_memory_bytes);
     return 0;
 }
 
 /* The task's budget against the graph as built and its largest output: a Random, a
  * VarHandle, a Fill that would pass what the task has left is refused by name. Charges the
  * graph's bytes as built (given back when it is freed). */
-static int check_task_memory(psg_task_server_t *ts, reg_graph_t *rg, const psg_node_t *worst, size_t top) {
+static int check_task_memory(psg_task_server_t *ts, reg_graph_t *rg, const psg_node_t *worst,
+                             size_t top) {
     int64_t limit = psg_membudget_limit(ts->budget), held = psg_membudget_held(ts->budget);
     if (rg->alloc_bytes > (size_t)limit)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64
-                                  " bytes (--memory-limit); the largest is node '%s' (%s)",
-                                  rg->alloc_bytes, limit, worst ? psg_node_name(worst) : "?",
-                                  worst ? psg_node_op(worst) : "?");
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64
+            " bytes (--memory-limit); the largest is node '%s' (%s)",
+            rg->alloc_bytes, limit, worst ? psg_node_name(worst) : "?",
+            worst ? psg_node_op(worst) : "?");
     if (worst && top > (size_t)(limit - held))
         return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "node '%s' (%s) would make %zu bytes: the task holds %" PRId64 " of its %" PRId64
-                                  " bytes (--memory-limit)",
+                                  "node '%s' (%s) would make %zu bytes: the task holds %" PRId64
+                                  " of its %" PRId64 " bytes (--memory-limit)",
                                   psg_node_name(worst), psg_node_op(worst), top, held, limit);
     rg->built_bytes = psg_graph_footprint(rg->g) + psg_plan_footprint(rg->plan);
     if (psg_membudget_charge(ts->budget, (int64_t)rg->built_bytes) < 0)
@@ -224,7 +236,8 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
     /* a peer's graph as built, its constants included, is the task's memory */
     int64_t left = psg_membudget_limit(ts->budget) - psg_membudget_held(ts->budget);
     psg_membudget_t *outer = psg_membudget_enter(limited ? ts->budget : NULL);
-    rg->g = psg_graph_deserialize_within(r->graph, r->len, limited ? (size_t)(left > 0 ? left : 0) : SIZE_MAX);
+    rg->g = psg_graph_deserialize_within(r->graph, r->len,
+                                         limited ? (size_t)(left > 0 ? left : 0) : SIZE_MAX);
     psg_membudget_enter(outer);
     if (!rg->g) goto fail;
     const psg_node_t *worst = NULL;
@@ -234,29 +247,36 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
     int nn = psg_graph_num_nodes(rg->g);
     for (int i = 0; i < r->n_feeds + r->n_fetches; i++) {
         psg_endpoint_t e = i < r->n_feeds ? r->feeds[i] : r->fetches[i - r->n_feeds];
-        if (e.node < 0 || e.node >= nn || e.index < 0 || e.index >= psg_node_num_outputs(psg_graph_node(rg->g, e.node))) {
-            psg_error_set_code(PSG_ERR_BAD_REQUEST, "%s %d names output %d of node %d, which the graph does not have",
-                               i < r->n_feeds ? "feed" : "fetch", i < r->n_feeds ? i : i - r->n_feeds, e.index, e.node);
+        if (e.node < 0 || e.node >= nn || e.index < 0 ||
+            e.index >= psg_node_num_outputs(psg_graph_node(rg->g, e.node))) {
+            psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                               "%s %d names output %d of node %d, which the graph does not have",
+                               i < r->n_feeds ? "feed" : "fetch",
+                               i < r->n_feeds ? i : i - r->n_feeds, e.index, e.node);
             goto fail;
         }
         const psg_node_t *en = psg_graph_node(rg->g, e.node);
-        if (psg_node_output_dtype(en, e.index) == PSG_DT_RESOURCE) { /* a handle means nothing elsewhere */
-            psg_error_set_code(PSG_ERR_BAD_REQUEST,
-                               "%s %d is output %d of node '%s' (%s), a resource handle, which cannot cross the "
-                               "wire: %s the variable's value (a read of it) instead",
-                               i < r->n_feeds ? "feed" : "fetch", i < r->n_feeds ? i : i - r->n_feeds, e.index,
-                               psg_node_name(en), psg_node_op(en), i < r->n_feeds ? "feed" : "fetch");
+        if (psg_node_output_dtype(en, e.index) ==
+            PSG_DT_RESOURCE) { /* a handle means nothing elsewhere */
+            psg_error_set_code(
+                PSG_ERR_BAD_REQUEST,
+                "%s %d is output %d of node '%s' (%s), a resource handle, which cannot cross the "
+                "wire: %s the variable's value (a read of it) instead",
+                i < r->n_feeds ? "feed" : "fetch", i < r->n_feeds ? i : i - r->n_feeds, e.index,
+                psg_node_name(en), psg_node_op(en), i < r->n_feeds ? "feed" : "fetch");
             goto fail;
         }
     }
     for (int i = 0; i < r->n_targets; i++)
         if (r->targets[i] < 0 || r->targets[i] >= nn) {
-            psg_error_set_code(PSG_ERR_BAD_REQUEST, "target %d names node %d, which the graph does not have", i,
+            psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                               "target %d names node %d, which the graph does not have", i,
                                r->targets[i]);
             goto fail;
         }
     if (scan_sendrecv(ts, rg) < 0) goto fail;
-    rg->plan = psg_plan_new(rg->g, r->n_feeds, r->feeds, r->n_fetches, r->fetches, r->n_targets, r->targets);
+    rg->plan = psg_plan_new(rg->g, r->n_feeds, r->feeds, r->n_fetches, r->fetches, r->n_targets,
+                            r->targets);
     if (!rg->plan) goto fail;
     rg->n_feeds = r->n_feeds;
     rg->n_fetches = r->n_fetches;
@@ -268,7 +288,9 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
         if (!d || (d->flags & PSG_OP_ASYNC)) rg->run_inline = false;
     }
     /* an inline step must never wait for the step before: the server thread runs it */
-    if (!rg->run_inline && psg_plan_can_overlap(rg->plan) && !(rg->order = psg_run_order_new(rg->plan))) goto fail;
+    if (!rg->run_inline && psg_plan_can_overlap(rg->plan) &&
+        !(rg->order = psg_run_order_new(rg->plan)))
+        goto fail;
     if (limited && check_task_memory(ts, rg, worst, top) < 0) goto fail;
     return rg;
 fail:
@@ -289,7 +311,8 @@ static uint64_t new_handle_locked(const psg_task_server_t *ts) {
     }
 }
 
-int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r, uint64_t *handle) {
+int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r,
+                          uint64_t *handle) {
     reg_graph_t *rg = build(ts, r, owner != NULL);
     if (!rg) {
         /* the graph did not parse, infer or plan: the peer's request is at fault */
@@ -298,7 +321,8 @@ int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_re
     }
     pthread_mutex_lock(&ts->lock);
     rg->charged_bytes = rg->alloc_bytes - (owner ? vars_held_elsewhere(ts, rg, owner) : 0);
-    if (owner && check_owner_limits(ts, owner, rg->built_bytes, rg->charged_bytes) < 0) goto fail_locked;
+    if (owner && check_owner_limits(ts, owner, rg->built_bytes, rg->charged_bytes) < 0)
+        goto fail_locked;
     if (ts->n_graphs == ts->cap_graphs) {
         int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
         reg_graph_t **v = realloc(ts->graphs, (size_t)cap * sizeof *v);
@@ -328,10 +352,17 @@ fail_locked:
 }
 
 int psg_task_server_register(psg_task_server_t *ts, const void *graph, size_t len, int n_feeds,
-                             const psg_endpoint_t *feeds, int n_fetches, const psg_endpoint_t *fetches,
-                             int n_targets, const int *targets, uint64_t *handle) {
-    psg_req_register_t r = {graph, len, n_feeds, n_fetches, n_targets, (psg_endpoint_t *)feeds,
-                            (psg_endpoint_t *)fetches, (int *)targets};
+                             const psg_endpoint_t *feeds, int n_fetches,
+                             const psg_endpoint_t *fetches, int n_targets, const int *targets,
+                             uint64_t *handle) {
+    psg_req_register_t r = {graph,
+                            len,
+                            n_feeds,
+                            n_fetches,
+                            n_targets,
+                            (psg_endpoint_t *)feeds,
+                            (psg_endpoint_t *)fetches,
+                            (int *)targets};
     return psg_ts_graph_register(ts, NULL, &r, handle);
 }
 
@@ -381,7 +412,8 @@ int psg_ts_graph_deregister(psg_task_server_t *ts, const peer_t *peer, uint64_t 
     }
     pthread_mutex_unlock(&ts->lock);
     if (denied)
-        return psg_error_set_code(PSG_ERR_DENIED, "graph %" PRIu64 " was registered by another peer", handle);
+        return psg_error_set_code(PSG_ERR_DENIED,
+                                  "graph %" PRIu64 " was registered by another peer", handle);
     if (!rg) return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown graph handle %" PRIu64, handle);
     psg_ts_graph_put(ts, &rg); /* the table's reference: freed now, or by the last runner */
     return 0;
@@ -427,7 +459,9 @@ static bool take_prepared(psg_task_server_t *ts, reg_graph_t *rg, int64_t step) 
 
 int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step) {
     reg_graph_t *rg = psg_ts_graph_get(ts, handle);
-    if (!rg) return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64, ts->task, handle);
+    if (!rg)
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64,
+                                  ts->task, handle);
     int rc = 0;
     if (step == 0) rc = psg_error_set("task %s: step 0 cannot be prepared", ts->task);
     int slot = -1;
@@ -480,9 +514,11 @@ void psg_ts_graph_release(psg_task_server_t *ts, reg_graph_t *rg) {
     pthread_mutex_unlock(&ts->lock);
 }
 
-int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, psg_run_env_t *env) {
+int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step,
+                            psg_run_env_t *env) {
     int rc = 0;
-    if (!take_prepared(ts, rg, step)) rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
+    if (!take_prepared(ts, rg, step))
+        rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
         return psg_error_wrap("task %s", ts->task);
@@ -496,12 +532,14 @@ int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step
 }
 
 /* In process, on the caller's thread (a worker's own partition): the run blocks it. */
-static int graph_run_here(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step, int n_feeds,
-                          psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
+static int graph_run_here(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket,
+                          int64_t step, int n_feeds, psg_tensor_t *const *feeds,
+                          psg_tensor_t **fetched) {
     if (n_feeds != rg->n_feeds) {
         psg_run_ticket_release(&ticket);
-        return psg_error_set_code(PSG_ERR_BAD_REQUEST, "task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
-                                  ts->task, rg->handle, n_feeds, rg->n_feeds);
+        return psg_error_set_code(
+            PSG_ERR_BAD_REQUEST, "task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
+            ts->task, rg->handle, n_feeds, rg->n_feeds);
     }
     if (!ticket) psg_ts_graph_acquire(ts, rg, NULL);
     psg_run_env_t env;
@@ -522,10 +560,12 @@ static int graph_run_here(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket
     return 0;
 }
 
-int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds, psg_tensor_t *const *feeds,
-                        psg_tensor_t **fetched) {
+int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, int n_feeds,
+                        psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
     reg_graph_t *rg = psg_ts_graph_get(ts, handle);
-    if (!rg) return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64, ts->task, handle);
+    if (!rg)
+        return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64,
+                                  ts->task, handle);
     psg_run_ticket_t *ticket = NULL;
     int rc;
     if (rg->order && !(ticket = psg_run_order_take(rg->order)))
@@ -551,7 +591,8 @@ bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key) {
     bool found = false;
     pthread_mutex_lock(&ts->lock);
     for (int i = 0; i < ts->n_graphs && !found; i++)
-        for (int k = 0; k < ts->graphs[i]->n_sends && !found; k++) found = !strcmp(ts->graphs[i]->send_keys[k], key);
+        for (int k = 0; k < ts->graphs[i]->n_sends && !found; k++)
+            found = !strcmp(ts->graphs[i]->send_keys[k], key);
     pthread_mutex_unlock(&ts->lock);
     return found;
 }

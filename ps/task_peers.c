@@ -33,7 +33,8 @@ static void peer_note_conn(peer_t *p, const psg_conn_t *c) {
     p->closed_ms = 0;
     for (int i = 0; i < p->n_conns; i++)
         if (p->conns[i].fd == c->fd && p->conns[i].ino == c->ino) return;
-    if (p->n_conns == PEER_CONNS) memmove(p->conns, p->conns + 1, (size_t)--p->n_conns * sizeof *p->conns);
+    if (p->n_conns == PEER_CONNS)
+        memmove(p->conns, p->conns + 1, (size_t)--p->n_conns * sizeof *p->conns);
     p->conns[p->n_conns++] = *c;
 }
 
@@ -50,7 +51,8 @@ static bool peer_closed_locked(peer_t *p, int64_t now) {
 static peer_t *peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req, const char *key) {
     for (peer_t *p = ts->peers; p; p = p->next) {
         if (key ? !strcmp(p->key, key)
-                : !p->key[0] && p->route.len == req->route.len && !memcmp(p->route.id, req->route.id, req->route.len)) {
+                : !p->key[0] && p->route.len == req->route.len &&
+                      !memcmp(p->route.id, req->route.id, req->route.len)) {
             if (key && strcmp(p->addr, req->peer)) peer_label(p, req->peer); /* it moved */
             return p;
         }
@@ -79,14 +81,15 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
         same += !q->key[0] && !strcmp(q->addr, req->peer);
     }
     if (open >= ts->lim.max_peers) {
-        psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)", req->op, open,
-                           ts->lim.max_peers);
+        psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)",
+                           req->op, open, ts->lim.max_peers);
         return NULL;
     }
     if (!key && same >= ts->lim.max_peers_per_address) {
-        psg_error_set_code(PSG_ERR_LIMIT,
-                           "%s: %d connections from %s hold requests here (the limit is %d per address)",
-                           req->op, same, req->peer, ts->lim.max_peers_per_address);
+        psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "%s: %d connections from %s hold requests here (the limit is %d per address)", req->op,
+            same, req->peer, ts->lim.max_peers_per_address);
         return NULL;
     }
     peer_t *p = calloc(1, sizeof *p);
@@ -127,9 +130,10 @@ void psg_ts_peers_sweep(psg_task_server_t *ts) {
         pthread_mutex_unlock(&ts->lock);
         if (!p) return;
         int n = psg_ts_graphs_release_owner(ts, p);
-        psg_net_log("task %s: released %d graph%s of peer %s: its connection closed %.1f s ago (%s)", ts->task, n,
-                    n == 1 ? "" : "s", p->label, (double)ago / 1e3,
-                    due ? "--graph-grace" : "more closed peers than --max-peers hold graphs");
+        psg_net_log(
+            "task %s: released %d graph%s of peer %s: its connection closed %.1f s ago (%s)",
+            ts->task, n, n == 1 ? "" : "s", p->label, (double)ago / 1e3,
+            due ? "--graph-grace" : "more closed peers than --max-peers hold graphs");
     }
 }
 
@@ -149,27 +153,32 @@ void psg_ts_peers_prune_locked(psg_task_server_t *ts) {
 
 /* Takes a pending slot of req's peer for `bytes`; -1 with a PSG_ERR_LIMIT error naming
  * the limit when the peer or the task is full. Under lock. */
-int psg_ts_take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes, bool queued, bool recv,
-                               peer_t **out) {
+int psg_ts_take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes,
+                               bool queued, bool recv, peer_t **out) {
     const psg_task_limits_t *l = &ts->lim;
     peer_t *p = psg_ts_peer_locked(ts, req);
     if (!p) return -1;
     if (recv && p->recvs >= l->max_recvs_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d Recvs pending (the limit is %d per peer)",
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "%s: peer %s has %d Recvs pending (the limit is %d per peer)",
                                   req->op, p->label, p->recvs, l->max_recvs_per_peer);
     if (!recv && p->pending >= l->max_pending_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT, "%s: peer %s has %d steps pending (the limit is %d per peer)",
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "%s: peer %s has %d steps pending (the limit is %d per peer)",
                                   req->op, p->label, p->pending, l->max_pending_per_peer);
     if (p->pending_bytes + bytes > (size_t)l->max_pending_bytes_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "%s: peer %s has %zu bytes pending, this request %zu (the limit is %" PRId64
-                                  " bytes per peer)",
-                                  req->op, p->label, p->pending_bytes, bytes, l->max_pending_bytes_per_peer);
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "%s: peer %s has %zu bytes pending, this request %zu (the limit is %" PRId64
+            " bytes per peer)",
+            req->op, p->label, p->pending_bytes, bytes, l->max_pending_bytes_per_peer);
     if (queued && ts->jq_len >= l->max_queue)
-        return psg_error_set_code(PSG_ERR_LIMIT, "%s: %d steps queued for the runners (the limit is %d)", req->op,
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "%s: %d steps queued for the runners (the limit is %d)", req->op,
                                   ts->jq_len, l->max_queue);
     /* what it holds while it waits is the task's memory too */
-    if (bytes && psg_membudget_charge(ts->budget, (int64_t)bytes) < 0) return psg_error_wrap("%s", req->op);
+    if (bytes && psg_membudget_charge(ts->budget, (int64_t)bytes) < 0)
+        return psg_error_wrap("%s", req->op);
     if (recv)
         p->recvs++;
     else
@@ -189,7 +198,6 @@ void psg_ts_put_pending(psg_task_server_t *ts, peer_t *p, size_t bytes, bool rec
     pthread_mutex_unlock(&ts->lock);
     if (bytes) psg_membudget_release(ts->budget, (int64_t)bytes);
 }
-
 
 psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given) {
     psg_task_limits_t l = given ? *given : (psg_task_limits_t){0};

@@ -8,6 +8,7 @@
 #include "core/membudget.h"
 #include "ops/state/sync_resources.h"
 #include "ops/state/timer.h"
+#include "psgraph/checkpoint.h"
 #include "psgraph/curve.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -32,7 +33,8 @@ static const peer_t peer_none;
 
 /* ---- replies ---- */
 
-void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code, const char *fmt, ...) {
+void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code,
+                        const char *fmt, ...) {
     char why[PSG_WIRE_MAX_ERROR];
     va_list ap;
     va_start(ap, fmt);
@@ -41,8 +43,8 @@ void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_cod
     /* the message already names this task when it comes from a task_server function */
     size_t n = strlen(ts->task);
     bool named = !strncmp(why, "task ", 5) && !strncmp(why + 5, ts->task, n);
-    psg_server_reply_error_code(ts->server, req, code, "%s%s%s%s", named ? "" : "task ", named ? "" : ts->task,
-                                named ? "" : ": ", why);
+    psg_server_reply_error_code(ts->server, req, code, "%s%s%s%s", named ? "" : "task ",
+                                named ? "" : ts->task, named ? "" : ": ", why);
 }
 
 void psg_ts_reply_last_error(psg_task_server_t *ts, const psg_msg_t *req) {
@@ -202,7 +204,8 @@ static void run_job(psg_task_server_t *ts, job_t *j) {
     psg_tensor_t **fetched = calloc((size_t)nf + 1, sizeof *fetched);
     int64_t step = j->req->step;
     int rc = psg_run_finish(&j->run, fetched);
-    if (rc == 0 && !fetched) rc = psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory for %d fetches", nf);
+    if (rc == 0 && !fetched)
+        rc = psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory for %d fetches", nf);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
         psg_error_wrap("task %s", ts->task);
@@ -220,21 +223,24 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
     reg_graph_t *rg = psg_ts_graph_get(ts, r->u.run.handle);
     if (!rg) {
-        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND, "unknown graph handle '%s'", req->key ? req->key : "");
+        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND, "unknown graph handle '%s'",
+                           req->key ? req->key : "");
         return;
     }
     pthread_mutex_lock(&ts->lock);
     bool own = rg->owner && rg->owner == psg_ts_peer_find_locked(ts, req);
     pthread_mutex_unlock(&ts->lock);
     if (!own) {
-        psg_ts_reply_error(ts, req, PSG_ERR_DENIED, "RunGraph: graph %" PRIu64 " was registered by another peer",
+        psg_ts_reply_error(ts, req, PSG_ERR_DENIED,
+                           "RunGraph: graph %" PRIu64 " was registered by another peer",
                            rg->handle);
         psg_ts_graph_put(ts, &rg);
         return;
     }
     if (r->u.run.n_feeds != rg->n_feeds) {
-        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
-                           rg->handle, r->u.run.n_feeds, rg->n_feeds);
+        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST,
+                           "RunGraph of graph %" PRIu64 " got %d feeds, it takes %d", rg->handle,
+                           r->u.run.n_feeds, rg->n_feeds);
         psg_ts_graph_put(ts, &rg);
         return;
     }
@@ -299,8 +305,9 @@ static void *runner_main(void *arg) {
     pthread_mutex_lock(&ts->lock);
     for (;;) {
         job_t *j = NULL;
-        while (!ts->runners_stop && !(j = next_job_locked(ts))) pthread_cond_wait(&ts->jobs_cond, &ts->lock);
-        if (!j) break; /* stopping: stop_runners fails what is queued */
+        while (!ts->runners_stop && !(j = next_job_locked(ts)))
+            pthread_cond_wait(&ts->jobs_cond, &ts->lock);
+        if (!j) break;          /* stopping: stop_runners fails what is queued */
         peer_t *peer = j->peer; /* run_job frees j; a running peer is never pruned */
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
@@ -351,13 +358,14 @@ void psg_ts_on_recv(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
         return;
     }
     if (!psg_ts_known_send_key(ts, r->u.key)) {
-        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND, "unknown rendezvous key '%s' (no registered graph sends it)",
-                           r->u.key);
+        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND,
+                           "unknown rendezvous key '%s' (no registered graph sends it)", r->u.key);
         return;
     }
     recv_ctx_t *c = calloc(1, sizeof *c);
     pthread_mutex_lock(&ts->lock);
-    int rc = c ? psg_ts_take_pending_locked(ts, req, 0, false, true, &c->peer) : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    int rc = c ? psg_ts_take_pending_locked(ts, req, 0, false, true, &c->peer)
+               : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     pthread_mutex_unlock(&ts->lock);
     if (rc < 0) {
         psg_ts_reply_last_error(ts, req);
@@ -372,7 +380,8 @@ void psg_ts_on_recv(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
 
 void psg_ts_on_abort_step(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     char why[PSG_WIRE_MAX_KEY + 128];
-    snprintf(why, sizeof why, "aborted by %s: %s", (*reqp)->peer, r->u.reason[0] ? r->u.reason : "no reason given");
+    snprintf(why, sizeof why, "aborted by %s: %s", (*reqp)->peer,
+             r->u.reason[0] ? r->u.reason : "no reason given");
     psg_task_server_abort_step(ts, r->step, why);
     psg_ts_reply_ok(ts, *reqp, NULL);
 }
@@ -441,7 +450,8 @@ static void stop_runners(psg_task_server_t *ts) {
 
 /* Closes every accumulator, token queue and ssp clock: a step waiting in one fails at once. */
 static void end_sync_waits(psg_task_server_t *ts) {
-    int na = psg_resource_count(ts->rm, "accumulator"), nq = psg_resource_count(ts->rm, "token queue");
+    int na = psg_resource_count(ts->rm, "accumulator"),
+        nq = psg_resource_count(ts->rm, "token queue");
     for (int i = 0; i < na; i++) {
         psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, NULL);
         if (a) psg_accumulator_close(a);
@@ -474,7 +484,8 @@ static void serve(psg_task_server_t *ts) {
             psg_ts_peers_sweep(ts);
             last_sweep = psg_codec_now_ms();
         }
-        if (ts->idle_timeout_ms > 0 && psg_codec_now_ms() - ts->last_request_ms > ts->idle_timeout_ms)
+        if (ts->idle_timeout_ms > 0 &&
+            psg_codec_now_ms() - ts->last_request_ms > ts->idle_timeout_ms)
             psg_ts_request_stop(ts, "idle: no request for %" PRId64 " ms", ts->idle_timeout_ms);
         pthread_mutex_lock(&ts->lock);
         bool stop = ts->stop_requested;
@@ -495,7 +506,8 @@ static void *server_main(void *arg) {
     ts->server = psg_server_new(ts->bind, &wo);
     pthread_mutex_lock(&ts->lock);
     if (!ts->server) {
-        snprintf(ts->start_error, sizeof ts->start_error, "task %s: %s", ts->task, psg_error_message());
+        snprintf(ts->start_error, sizeof ts->start_error, "task %s: %s", ts->task,
+                 psg_error_message());
         ts->stopped = true;
     } else {
         snprintf(ts->endpoint, sizeof ts->endpoint, "%s", psg_server_endpoint(ts->server));
@@ -535,18 +547,10 @@ static void *server_main(void *arg) {
 /* Makes each logdir (and its parents) when absent and keeps its real path. */
 static int set_logdirs(psg_task_server_t *ts, const char *const *dirs) {
     for (int i = 0; i < PSG_TS_MAX_LOGDIRS && dirs[i]; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s", dirs[i]);
-        for (char *p = path + 1; *p; p++)
-            if (*p == '/') {
-                *p = 0;
-                mkdir(path, 0755);
-                *p = '/';
-            }
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
-            return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
+        if (psg_logdir_make(dirs[i]) < 0) return psg_error_wrap("logdir");
         char real[PATH_MAX];
-        if (!realpath(path, real)) return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
+        if (!realpath(dirs[i], real))
+            return psg_error_set("logdir '%s': %s", dirs[i], strerror(errno));
         snprintf(ts->logdirs[ts->n_logdirs++], sizeof ts->logdirs[0], "%s", real);
     }
     return 0;
@@ -570,13 +574,15 @@ static void bind_address(const char *addr, char *out, size_t size) {
 }
 
 /* The task's canonical name and where it binds. */
-static int set_identity(psg_task_server_t *ts, const psg_task_server_options_t *opt, const char **taskp) {
+static int set_identity(psg_task_server_t *ts, const psg_task_server_options_t *opt,
+                        const char **taskp) {
     const char *task = opt->task_name;
     static _Thread_local char from_cluster[PSG_DEVICE_NAME_MAX]; /* *taskp may point here */
     psg_task_t me = {0};
     if (!task && opt->cluster) {
         me = psg_cluster_task(opt->cluster);
-        if (me.job) task = psg_device_name(me.job, me.index, NULL, from_cluster, sizeof from_cluster);
+        if (me.job)
+            task = psg_device_name(me.job, me.index, NULL, from_cluster, sizeof from_cluster);
     }
     if (!task) task = "/job:localhost/task:0";
     *taskp = task;
@@ -620,10 +626,12 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->max_steps = opt->max_steps > 0 ? opt->max_steps : 8;
     ts->recv_timeout_ms = opt->recv_timeout_ms > 0 ? opt->recv_timeout_ms : 60000;
     ts->idle_timeout_ms = opt->idle_timeout_ms;
-    ts->peer_timeout_ms = opt->peer_timeout_ms ? opt->peer_timeout_ms : psg_cluster_peer_timeout_ms(opt->cluster);
+    ts->peer_timeout_ms =
+        opt->peer_timeout_ms ? opt->peer_timeout_ms : psg_cluster_peer_timeout_ms(opt->cluster);
     ts->expect_workers = opt->expect_workers;
     ts->lim = psg_task_limits_resolve(&opt->limits);
-    if (ts->lim.max_running_per_peer <= 0) ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
+    if (ts->lim.max_running_per_peer <= 0)
+        ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;
@@ -635,7 +643,9 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     psg_remote_rv_set_keys(ts->remote, ts->keys);
     psg_remote_rv_set_peer_timeout(ts->remote, ts->peer_timeout_ms);
     psg_timer_set_max_wait(timer, ts->lim.max_wait_ms);
-    if (!(ts->budget = psg_membudget_new(ts->lim.memory_bytes, "the task's memory (--memory-limit)"))) goto fail;
+    if (!(ts->budget =
+              psg_membudget_new(ts->lim.memory_bytes, "the task's memory (--memory-limit)")))
+        goto fail;
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
     ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);
     if (!ts->runners) {
@@ -734,12 +744,24 @@ int psg_task_server_wait(psg_task_server_t *ts, int64_t timeout_ms) {
     return stopped;
 }
 
-const char *psg_task_server_stop_reason(psg_task_server_t *ts) { return ts->stop_reason; }
-const char *psg_task_server_endpoint(const psg_task_server_t *ts) { return ts->endpoint; }
-int psg_task_server_port(const psg_task_server_t *ts) { return ts->port; }
-const char *psg_task_server_task(const psg_task_server_t *ts) { return ts->task; }
-psg_resource_mgr_t *psg_task_server_resources(psg_task_server_t *ts) { return ts->rm; }
-psg_rendezvous_t *psg_task_server_rendezvous(psg_task_server_t *ts) { return ts->rv; }
+const char *psg_task_server_stop_reason(psg_task_server_t *ts) {
+    return ts->stop_reason;
+}
+const char *psg_task_server_endpoint(const psg_task_server_t *ts) {
+    return ts->endpoint;
+}
+int psg_task_server_port(const psg_task_server_t *ts) {
+    return ts->port;
+}
+const char *psg_task_server_task(const psg_task_server_t *ts) {
+    return ts->task;
+}
+psg_resource_mgr_t *psg_task_server_resources(psg_task_server_t *ts) {
+    return ts->rm;
+}
+psg_rendezvous_t *psg_task_server_rendezvous(psg_task_server_t *ts) {
+    return ts->rv;
+}
 
 void psg_task_server_tensor_bytes(psg_task_server_t *ts, int64_t *served, int64_t *pulled) {
     *served = ts ? atomic_load(&ts->bytes_served) : 0;

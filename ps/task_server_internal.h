@@ -31,10 +31,10 @@ typedef struct {
     peer_t *owner; /* the peer that registered it (NULL: in-process); counts it */
     int refs;      /* under ts->lock: the table's (until deregistered) and each runner's */
     size_t body_bytes, alloc_bytes;
-    size_t built_bytes;            /* as built (graph and plan), charged to budget */
-    struct psg_membudget *budget;  /* the task's, while charged (a reference) */
-    size_t charged_bytes; /* alloc_bytes less the variables its owner's other graphs hold */
-    struct psg_ts_var *vars; /* its VarHandles' variables, sorted by name */
+    size_t built_bytes;           /* as built (graph and plan), charged to budget */
+    struct psg_membudget *budget; /* the task's, while charged (a reference) */
+    size_t charged_bytes;         /* alloc_bytes less the variables its owner's other graphs hold */
+    struct psg_ts_var *vars;      /* its VarHandles' variables, sorted by name */
     int n_vars;
     psg_graph_t *g;
     psg_plan_t *plan;
@@ -57,18 +57,18 @@ typedef struct {
 /* What one peer holds here, against the limits: a client key under CURVE (all its
  * connections), else a connection (a ZeroMQ routing id). Under ts->lock. */
 struct peer {
-    psg_route_t route; /* the connection, when no key */
+    psg_route_t route;            /* the connection, when no key */
     char key[PSG_CURVE_NAME_MAX]; /* the client key's name; "": a peer by connection */
     char addr[64];
-    char label[160];   /* how errors name it: "127.0.0.1", "key 'alice' (127.0.0.1)" */
-    int pending;       /* RunGraph queued or running */
-    int recvs;         /* Recv waiting for its tensor */
-    int running;       /* RunGraph on a runner thread */
+    char label[160]; /* how errors name it: "127.0.0.1", "key 'alice' (127.0.0.1)" */
+    int pending;     /* RunGraph queued or running */
+    int recvs;       /* Recv waiting for its tensor */
+    int running;     /* RunGraph on a runner thread */
     size_t pending_bytes;
-    int waiters;       /* WaitInit, WaitDone */
-    int graphs;        /* registered, not deregistered */
+    int waiters;                     /* WaitInit, WaitDone */
+    int graphs;                      /* registered, not deregistered */
     size_t graph_bytes, alloc_bytes; /* its graphs as built; what they may allocate */
-    psg_conn_t conns[PEER_CONNS]; /* the connections its latest requests came by */
+    psg_conn_t conns[PEER_CONNS];    /* the connections its latest requests came by */
     int n_conns;
     int64_t closed_ms; /* when none of them was open any more (0: one is): its graphs go
                         * after the grace (peers_sweep in task_server.c) */
@@ -97,8 +97,8 @@ typedef struct {
     peer_t *peer;
     psg_req_type_t type;
     int64_t deadline;
-    int64_t workers;  /* WaitDone: how many */
-    char **names;     /* WaitInit: the variables, one string block */
+    int64_t workers;   /* WaitDone: how many */
+    char **names;      /* WaitInit: the variables, one string block */
     int n_names, next; /* names[0, next) were initialized when last looked at */
 } waiter_t;
 
@@ -130,7 +130,7 @@ struct psg_task_server {
     psg_threadpool_t *pool;
     psg_remote_rv_t *remote;
     _Atomic int64_t bytes_served; /* tensor bytes peers pulled from this task */
-    psg_server_t *server; /* made, used and destroyed by the server thread */
+    psg_server_t *server;         /* made, used and destroyed by the server thread */
 
     pthread_t thread;
     bool thread_started;
@@ -147,9 +147,9 @@ struct psg_task_server {
     int n_graphs, cap_graphs;
     job_t *jq_head, *jq_tail; /* RunGraphs not started */
     int jq_len;
-    job_t *cq_head, *cq_tail; /* started ones with nodes to run again, and graphs' next in line */
-    int live_runs;            /* started and not finished */
-    bool draining;            /* stopping: what is started ends, nothing starts */
+    job_t *cq_head, *cq_tail;  /* started ones with nodes to run again, and graphs' next in line */
+    int live_runs;             /* started and not finished */
+    bool draining;             /* stopping: what is started ends, nothing starts */
     pthread_cond_t graph_idle; /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;
     int n_peers;
@@ -167,8 +167,8 @@ struct psg_task_server {
 
 /* ---- replies (task_server.c) ---- */
 /* An ERROR reply: "task T: <text>" with the code. */
-void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code, const char *fmt, ...)
-    PSG_PRINTF(4, 5);
+void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_code_t code,
+                        const char *fmt, ...) PSG_PRINTF(4, 5);
 /* Replies *rep (consumed), or an empty reply of req's op when rep is NULL. */
 void psg_ts_reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **rep);
 /* Replies the current error (psg_error_message / psg_error_code). */
@@ -185,8 +185,8 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req);
 peer_t *psg_ts_peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req);
 /* Takes a pending slot of req's peer (a RunGraph, or a Recv) for `bytes`; -1 with a
  * PSG_ERR_LIMIT error naming the limit when the peer or the task is full. Under lock. */
-int psg_ts_take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes, bool queued, bool recv,
-                               peer_t **out);
+int psg_ts_take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes,
+                               bool queued, bool recv, peer_t **out);
 /* Gives it back (takes the lock). */
 void psg_ts_put_pending(psg_task_server_t *ts, peer_t *p, size_t bytes, bool recv);
 /* Releases the graphs of peers whose connections closed longer than --graph-grace ago;
@@ -200,7 +200,8 @@ void psg_ts_peers_prune_locked(psg_task_server_t *ts);
 reg_graph_t *psg_ts_graph_get(psg_task_server_t *ts, uint64_t handle);
 void psg_ts_graph_put(psg_task_server_t *ts, reg_graph_t **rg);
 /* Registers with the owner's limits checked (owner NULL: in-process, no limits). */
-int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r, uint64_t *handle);
+int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r,
+                          uint64_t *handle);
 /* Deregisters `handle` for `peer` (NULL: in-process): PSG_ERR_NOT_FOUND when unknown,
  * PSG_ERR_DENIED when another peer registered it. */
 int psg_ts_graph_deregister(psg_task_server_t *ts, const peer_t *peer, uint64_t handle);
@@ -213,7 +214,8 @@ bool psg_ts_graph_acquire(psg_task_server_t *ts, reg_graph_t *rg, job_t *j);
 void psg_ts_graph_release(psg_task_server_t *ts, reg_graph_t *rg);
 /* A step's pulls (unless psg_task_server_prepare sent them) and its run's env (its ticket
  * left to the caller). -1 with the step aborted and the error set. */
-int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step, psg_run_env_t *env);
+int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step,
+                            psg_run_env_t *env);
 /* Queues j for the runners: a started or graph-holding job first (cont), under ts->lock. */
 void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont);
 bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key);

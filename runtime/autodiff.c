@@ -1,7 +1,7 @@
 /* Reverse-mode autodiff over the graph: walks the nodes between xs and ys
  * backwards (node ids are a topological order: inputs exist before their
  * users) and asks each op's gradient function to build its backward nodes. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
@@ -54,15 +54,16 @@ static bool has_scope_prefix(const psg_graph_t *g, const char *scope, int upto) 
     return false;
 }
 
-int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
-                  const psg_endpoint_t *grad_ys, int n_xs, const psg_endpoint_t *xs,
-                  psg_endpoint_t *grads) {
+int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys, const psg_endpoint_t *grad_ys,
+                  int n_xs, const psg_endpoint_t *xs, psg_endpoint_t *grads) {
     int total = g->num_nodes;
     for (int i = 0; i < n_xs; i++) grads[i] = PSG_NO_ENDPOINT;
     for (int i = 0; i < n_ys; i++)
-        if (ys[i].node < 0 || ys[i].node >= total) return psg_error_set("gradients: y %d is invalid", i);
+        if (ys[i].node < 0 || ys[i].node >= total)
+            return psg_error_set("gradients: y %d is invalid", i);
     for (int i = 0; i < n_xs; i++)
-        if (xs[i].node < 0 || xs[i].node >= total) return psg_error_set("gradients: x %d is invalid", i);
+        if (xs[i].node < 0 || xs[i].node >= total)
+            return psg_error_set("gradients: x %d is invalid", i);
 
     char *from_x = calloc((size_t)total + 1, 1);
     char *to_y = calloc((size_t)total + 1, 1);
@@ -84,7 +85,8 @@ int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
     }
 
     char scope[32] = "gradients";
-    for (int k = 1; has_scope_prefix(g, scope, total); k++) snprintf(scope, sizeof scope, "gradients_%d", k);
+    for (int k = 1; has_scope_prefix(g, scope, total); k++)
+        snprintf(scope, sizeof scope, "gradients_%d", k);
     int rc = psg_graph_push_scope(g, scope);
     if (rc < 0) goto done;
 
@@ -120,10 +122,12 @@ int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
             if (!n->def->grad) {
                 psg_graph_pop_scope(g);
                 psg_graph_pop_scope(g);
-                rc = psg_error_set("gradients: node '%s' (%s) has no gradient", n->name, psg_node_op(n));
+                rc = psg_error_set("gradients: node '%s' (%s) has no gradient", n->name,
+                                   psg_node_op(n));
                 goto pop;
             }
-            psg_endpoint_t *dx = malloc(sizeof *dx * ((size_t)n->num_inputs + 1)); /* any number of inputs */
+            psg_endpoint_t *dx =
+                malloc(sizeof *dx * ((size_t)n->num_inputs + 1)); /* any number of inputs */
             if (!dx) {
                 psg_graph_pop_scope(g);
                 psg_graph_pop_scope(g);
@@ -183,8 +187,7 @@ int psg_trainable_gradients(psg_graph_t *g, psg_endpoint_t loss, int *n, psg_end
     if (*n == 0) return psg_error_set("no trainable variables");
     psg_endpoint_t *vars = malloc(sizeof(psg_endpoint_t) * 2 * (size_t)*n);
     if (!vars) return psg_error_set("out of memory");
-    for (int i = 0; i < *n; i++)
-        vars[i] = (psg_endpoint_t){ids[i], 0};
+    for (int i = 0; i < *n; i++) vars[i] = (psg_endpoint_t){ids[i], 0};
     if (psg_loss_gradients(g, loss, *n, vars, vars + *n) < 0) {
         free(vars);
         return -1;

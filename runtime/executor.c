@@ -4,8 +4,10 @@
  * assigned to a GPU runs its CUDA kernel on device tensors (its CPU kernel on
  * host copies when the op has none); tensors are copied where an edge
  * crosses devices. Not the planner (plan.c), placement or partitioning. */
-#include "runtime/plan.h"
+#include "runtime/executor.h"
 #include "core/membudget.h"
+#include "graph/graph_layout.h"
+#include "ops/kernel_ctx.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
@@ -16,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "runtime/plan_internal.h"
 
 /* ---- running a plan ---- */
 
@@ -33,12 +37,12 @@ struct psg_run_order {
 
 struct psg_run_ticket {
     psg_run_order_t *order;
-    psg_run_ticket_t *prev;  /* the run before, while its ticket is held */
-    psg_run_ticket_t *next;  /* the run after: its gates open as this run's groups end */
-    int *group_left;         /* this run's nodes of each group not finished */
-    bool *gate_closed;       /* per group: the run before still touches it */
-    int closed;              /* gates closed */
-    run_t *run;              /* while its plan runs */
+    psg_run_ticket_t *prev; /* the run before, while its ticket is held */
+    psg_run_ticket_t *next; /* the run after: its gates open as this run's groups end */
+    int *group_left;        /* this run's nodes of each group not finished */
+    bool *gate_closed;      /* per group: the run before still touches it */
+    int closed;             /* gates closed */
+    run_t *run;             /* while its plan runs */
 };
 
 struct psg_run {
@@ -49,15 +53,15 @@ struct psg_run {
     psg_rendezvous_t *rendezvous;
     psg_node_timing_fn on_node; /* NULL: no timing */
     void *on_node_ctx;
-    bool sync_gpu; /* with on_node: a GPU node's time ends when its kernels did */
+    bool sync_gpu;           /* with on_node: a GPU node's time ends when its kernels did */
     psg_membudget_t *budget; /* its kernels' buffers are charged to it (NULL: none) */
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *ready; /* LIFO stack of plan-local ids */
     int num_ready;
-    int remaining;  /* nodes not yet finished */
-    int running;    /* nodes being executed */
-    int helpers;    /* pool helpers inside run_loop */
+    int remaining; /* nodes not yet finished */
+    int running;   /* nodes being executed */
+    int helpers;   /* pool helpers inside run_loop */
     int max_threads;
     bool failed;
     psg_err_code_t error_code; /* the first failed node's: a caller decides on it */
@@ -65,10 +69,10 @@ struct psg_run {
     psg_run_ticket_t *ticket; /* NULL: runs alone */
     bool continued;           /* the thread that opened a gate runs what it released */
     /* a run without a thread of its own while it waits (psg_run_start with a wake): */
-    psg_run_wake_fn wake;     /* NULL: its driver sleeps on `changed` instead */
+    psg_run_wake_fn wake; /* NULL: its driver sleeps on `changed` instead */
     void *wake_ctx;
-    bool suspended;           /* psg_run_continue returned 0: no thread drives it */
-    bool wake_due;            /* wake it once its lock is let go (run_unlock) */
+    bool suspended; /* psg_run_continue returned 0: no thread drives it */
+    bool wake_due;  /* wake it once its lock is let go (run_unlock) */
     /* the run's own state */
     psg_tensor_t **slots;
     atomic_int *pending;
@@ -131,13 +135,9 @@ static void flush_deferred_wakes(void) {
     }
 }
 
-/* A PSG_OP_ASYNC node between its kernel's start and its psg_async_op_done. */
-struct psg_async_op {
-    run_t *r;
-    int li;
-    int64_t start_ns; /* for the timing hook */
-    psg_tensor_t *outputs[PSG_MAX_OUTPUTS];
-};
+/* Finishes a PSG_OP_ASYNC node: the done hook of its psg_async_op (ops/kernel_ctx.h),
+ * whose runner is the run and index the node's plan-local id. */
+static void async_done(psg_async_op_t *a, int rc);
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -182,9 +182,11 @@ static int execute_node(run_t *r, plan_node_t *pn) {
     node_io_t io = {inputs, moved, dt, sh};
     void *heap = NULL;
     if (ni > FEW_INPUTS) {
-        heap = malloc(ni * (sizeof(psg_shape_t) + 2 * sizeof(psg_tensor_t *) + sizeof(psg_dtype_t)));
+        heap =
+            malloc(ni * (sizeof(psg_shape_t) + 2 * sizeof(psg_tensor_t *) + sizeof(psg_dtype_t)));
         if (!heap)
-            return psg_error_set_code(PSG_ERR_NO_MEMORY, "node '%s' (%s): out of memory for its %zu inputs",
+            return psg_error_set_code(PSG_ERR_NO_MEMORY,
+                                      "node '%s' (%s): out of memory for its %zu inputs",
                                       pn->node->name, psg_node_op(pn->node), ni);
         io.sh = heap; /* the most aligned first */
         io.inputs = (psg_tensor_t **)(io.sh + ni);
@@ -214,13 +216,16 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
         moved[i] = NULL;
         if (inputs[i]->buf->device != pn->device && inputs[i]->dtype != PSG_DT_RESOURCE) {
             moved[i] = psg_tensor_to_device(inputs[i], pn->device);
-            if (!moved[i]) rc = psg_error_wrap("input %d", i);
-            else inputs[i] = moved[i];
+            if (!moved[i])
+                rc = psg_error_wrap("input %d", i);
+            else
+                inputs[i] = moved[i];
         }
         in_dt[i] = inputs[i]->dtype;
         /* a resource handle's runtime tensor is a scalar; its shape is the variable's */
-        in_sh[i] = in_dt[i] == PSG_DT_RESOURCE ? p->g->nodes[n->inputs[i].node]->out_shapes[n->inputs[i].index]
-                                               : inputs[i]->shape;
+        in_sh[i] = in_dt[i] == PSG_DT_RESOURCE
+                       ? p->g->nodes[n->inputs[i].node]->out_shapes[n->inputs[i].index]
+                       : inputs[i]->shape;
     }
     for (int o = 0; o < no; o++) {
         out_dt[o] = PSG_DT_INVALID;
@@ -238,10 +243,13 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
     }
     if (rc == 0 && async) {
         a = calloc(1, sizeof *a);
-        if (!a) rc = psg_error_set("out of memory");
+        if (!a)
+            rc = psg_error_set("out of memory");
         else {
-            a->r = r;
-            a->li = (int)(pn - p->nodes);
+            a->node = n;
+            a->done = async_done;
+            a->runner = r;
+            a->index = (int)(pn - p->nodes);
             outputs = a->outputs;
         }
     }
@@ -277,7 +285,8 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     }
     store_outputs(r, pn, outputs);
-    if (r->on_node) r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
+    if (r->on_node)
+        r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
     return 0;
 }
 
@@ -298,7 +307,8 @@ static void abort_step(run_t *r) {
 
 psg_run_order_t *psg_run_order_new(const psg_plan_t *p) {
     if (!p->can_overlap) {
-        psg_error_set("the plan's runs cannot overlap: a stateful node outside every resource group");
+        psg_error_set(
+            "the plan's runs cannot overlap: a stateful node outside every resource group");
         return NULL;
     }
     psg_run_order_t *o = calloc(1, sizeof *o);
@@ -479,16 +489,9 @@ static void node_finished(run_t *r, int li, int rc) {
     signal_driver(r);
 }
 
-void psg_async_op_set_output(psg_async_op_t *a, int i, psg_tensor_t *t) {
-    PSG_ASSERT(i >= 0 && i < PSG_MAX_OUTPUTS && !a->outputs[i]);
-    a->outputs[i] = psg_tensor_ref(t);
-}
-
-const psg_node_t *psg_async_op_node(const psg_async_op_t *a) { return a->r->p->nodes[a->li].node; }
-
-void psg_async_op_done(psg_async_op_t *a, int rc) {
-    run_t *r = a->r;
-    plan_node_t *pn = &r->p->nodes[a->li];
+static void async_done(psg_async_op_t *a, int rc) {
+    run_t *r = a->runner;
+    plan_node_t *pn = &r->p->nodes[a->index];
     const psg_node_t *n = pn->node;
     for (int o = 0; rc == 0 && o < n->num_outputs; o++)
         if (!a->outputs[o]) rc = psg_error_set("kernel left output %d unset", o);
@@ -501,9 +504,9 @@ void psg_async_op_done(psg_async_op_t *a, int rc) {
         if (r->on_node)
             r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns());
     }
-    groups_node_done(r, a->li);
+    groups_node_done(r, a->index);
     pthread_mutex_lock(&r->lock);
-    node_finished(r, a->li, rc);
+    node_finished(r, a->index, rc);
     free(a);
     run_unlock(r); /* r may be gone as soon as the lock is released */
 }
@@ -570,7 +573,8 @@ static int check_feeds(const psg_plan_t *p, psg_tensor_t *const *feed_values) {
             char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
             return psg_error_set("node '%s' (%s): fed %s%s, expects %s%s", n->name, psg_node_op(n),
                                  psg_dtype_name(t->dtype), psg_shape_str(&t->shape, a, sizeof a),
-                                 psg_dtype_name(n->out_dtypes[o]), psg_shape_str(&n->out_shapes[o], b, sizeof b));
+                                 psg_dtype_name(n->out_dtypes[o]),
+                                 psg_shape_str(&n->out_shapes[o], b, sizeof b));
         }
     }
     return 0;
@@ -587,9 +591,17 @@ psg_run_t *psg_run_start(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory for a run of %d nodes", p->num_nodes);
         return NULL;
     }
-    *r = (run_t){.p = p, .pool = env->pool, .rm = env->rm, .step_id = env->step_id,
-                 .rendezvous = env->rendezvous, .on_node = env->on_node, .on_node_ctx = env->on_node_ctx,
-                 .sync_gpu = env->sync_gpu, .ticket = env->ticket, .budget = env->budget, .wake = wake,
+    *r = (run_t){.p = p,
+                 .pool = env->pool,
+                 .rm = env->rm,
+                 .step_id = env->step_id,
+                 .rendezvous = env->rendezvous,
+                 .on_node = env->on_node,
+                 .on_node_ctx = env->on_node_ctx,
+                 .sync_gpu = env->sync_gpu,
+                 .ticket = env->ticket,
+                 .budget = env->budget,
+                 .wake = wake,
                  .wake_ctx = wake_ctx};
     PSG_ASSERT(!r->ticket || r->ticket->order->p == p);
     r->slots = (psg_tensor_t **)(r + 1);
@@ -620,7 +632,8 @@ psg_run_t *psg_run_start(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *
         r->ticket->run = r;
     }
     for (int i = p->num_initial_ready - 1; i >= 0; i--)
-        if (atomic_load(&r->pending[p->initial_ready[i]]) == 0) r->ready[r->num_ready++] = p->initial_ready[i];
+        if (atomic_load(&r->pending[p->initial_ready[i]]) == 0)
+            r->ready[r->num_ready++] = p->initial_ready[i];
     if (order) pthread_mutex_unlock(&order->lock);
     return r;
 }
@@ -685,19 +698,4 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
     if (!r) return -1;
     psg_run_continue(r); /* without a wake: returns once the run is over */
     return psg_run_finish(&r, fetched);
-}
-
-/* ---- the kernel context's helpers ---- */
-
-psg_tensor_t *psg_kernel_alloc_output(psg_kernel_ctx_t *ctx, int i) {
-    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = ctx->device >= 0
-                          ? psg_gpu_tensor_new(ctx->device, ctx->out_dtypes[i], &ctx->out_shapes[i])
-                          : psg_tensor_new(ctx->out_dtypes[i], &ctx->out_shapes[i]);
-    return ctx->outputs[i];
-}
-
-void psg_kernel_set_output(psg_kernel_ctx_t *ctx, int i, psg_tensor_t *t) {
-    PSG_ASSERT(i >= 0 && i < ctx->num_outputs && !ctx->outputs[i]);
-    ctx->outputs[i] = psg_tensor_ref(t);
 }

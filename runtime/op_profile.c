@@ -109,8 +109,8 @@ double psg_node_flops(const psg_graph_t *g, const psg_node_t *n, int64_t unknown
         double k = dim_of(g, psg_node_input(n, 0), ta ? 0 : 1), mn = numel_of(g, out, unknown_dim);
         return k < 0 || mn < 0 ? 0 : 2 * mn * k;
     }
-    bool conv = !strcmp(op, "Conv2D"), grads = !strcmp(op, "Conv2DBackpropInput") ||
-                                                !strcmp(op, "Conv2DBackpropFilter");
+    bool conv = !strcmp(op, "Conv2D"),
+         grads = !strcmp(op, "Conv2DBackpropInput") || !strcmp(op, "Conv2DBackpropFilter");
     if ((!conv && !grads) || psg_node_num_inputs(n) < (conv ? 2 : 3)) return 0;
     /* the filter is [Kh, Kw, Ci, Co]; the output space is y (Conv2D) or dy (gradients) */
     psg_endpoint_t f = psg_node_input(n, 1);
@@ -124,7 +124,8 @@ static int cmp_ms(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-int psg_op_profile_rows(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch, psg_op_profile_row_t **rows) {
+int psg_op_profile_rows(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch,
+                        psg_op_profile_row_t **rows) {
     pthread_mutex_lock(&p->lock);
     psg_op_profile_row_t *out = calloc((size_t)p->n + 1, sizeof *out);
     psg_strmap_t *ops = psg_strmap_new();
@@ -141,7 +142,9 @@ int psg_op_profile_rows(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch
         out[k].runs += r->runs;
         out[k].ms += (double)r->ns * 1e-6;
         int id = g ? psg_graph_find(g, r->name) : -1;
-        if (id >= 0) out[k].gflop += psg_node_flops(g, psg_graph_node(g, id), batch) * (double)r->runs * 1e-9;
+        if (id >= 0)
+            out[k].gflop +=
+                psg_node_flops(g, psg_graph_node(g, id), batch) * (double)r->runs * 1e-9;
     }
     pthread_mutex_unlock(&p->lock);
     psg_strmap_destroy(&ops);
@@ -151,8 +154,8 @@ int psg_op_profile_rows(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch
     return m;
 }
 
-int psg_op_profile_write_json(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch, int64_t steps,
-                              double wall_ms, FILE *out) {
+int psg_op_profile_write_json(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch,
+                              int64_t steps, double wall_ms, FILE *out) {
     psg_op_profile_row_t *rows = NULL;
     int m = psg_op_profile_rows(p, g, batch, &rows);
     if (m < 0) return -1;
@@ -161,12 +164,13 @@ int psg_op_profile_write_json(psg_op_profile_t *p, const psg_graph_t *g, int64_t
         bool total = i == m;
         double r_ms = total ? ms : rows[i].ms * per, r_gf = total ? gflop : rows[i].gflop * per;
         if (!total) ms += r_ms, gflop += r_gf;
-        fprintf(out,
-                "{\"op_profile\":\"%s\",\"nodes\":%lld,\"runs_per_step\":%.1f,\"ms_per_step\":%.3f,"
-                "\"share_of_step\":%.4f,\"gflop_per_step\":%.6g,\"tflops\":%.6g,\"step_ms\":%.3f}\n",
-                total ? "total" : rows[i].op, total ? 0LL : (long long)rows[i].nodes,
-                total ? 0.0 : (double)rows[i].runs * per, r_ms, wall > 0 ? r_ms / wall : 0, r_gf,
-                r_ms > 0 ? r_gf / r_ms : 0, wall);
+        fprintf(
+            out,
+            "{\"op_profile\":\"%s\",\"nodes\":%lld,\"runs_per_step\":%.1f,\"ms_per_step\":%.3f,"
+            "\"share_of_step\":%.4f,\"gflop_per_step\":%.6g,\"tflops\":%.6g,\"step_ms\":%.3f}\n",
+            total ? "total" : rows[i].op, total ? 0LL : (long long)rows[i].nodes,
+            total ? 0.0 : (double)rows[i].runs * per, r_ms, wall > 0 ? r_ms / wall : 0, r_gf,
+            r_ms > 0 ? r_gf / r_ms : 0, wall);
     }
     free(rows);
     return 0;

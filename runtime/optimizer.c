@@ -56,8 +56,7 @@ psg_optimizer_config_t psg_optimizer_defaults(const char *kind) {
 
 psg_optimizer_t *psg_optimizer_new(const psg_optimizer_config_t *cfg) {
     int k = 0;
-    while (k < NUM_KINDS && !(cfg->kind && !strcmp(cfg->kind, kinds[k].kind)))
-        k++;
+    while (k < NUM_KINDS && !(cfg->kind && !strcmp(cfg->kind, kinds[k].kind))) k++;
     if (k == NUM_KINDS) {
         psg_error_set("unknown optimizer '%s' (sgd, momentum, rmsprop, adam, adagrad, ftrl)",
                       cfg->kind ? cfg->kind : "(null)");
@@ -108,9 +107,13 @@ void psg_optimizer_destroy(psg_optimizer_t **opt) {
     *opt = NULL;
 }
 
-const psg_optimizer_config_t *psg_optimizer_config(const psg_optimizer_t *opt) { return &opt->cfg; }
+const psg_optimizer_config_t *psg_optimizer_config(const psg_optimizer_t *opt) {
+    return &opt->cfg;
+}
 
-psg_endpoint_t psg_optimizer_learning_rate_tensor(const psg_optimizer_t *opt) { return opt->lr_tensor; }
+psg_endpoint_t psg_optimizer_learning_rate_tensor(const psg_optimizer_t *opt) {
+    return opt->lr_tensor;
+}
 
 void psg_optimizer_set_learning_rate_tensor(psg_optimizer_t *opt, psg_endpoint_t lr) {
     opt->lr_tensor = lr;
@@ -127,10 +130,20 @@ static bool is_var_handle(const psg_graph_t *g, psg_endpoint_t e) {
            !strcmp(psg_node_op(psg_graph_node(g, e.node)), "VarHandle");
 }
 
+static psg_endpoint_t new_global_step(psg_graph_t *g);
+
 psg_endpoint_t psg_global_step(psg_graph_t *g) {
     int n;
     const int *ids = psg_graph_collection(g, "global_step", &n);
     if (n > 0) return (psg_endpoint_t){ids[0], 0};
+    /* a variable and its initializer depend on no control context (tf.init_scope) */
+    if (psg_graph_push_control(g, 0, NULL, true) < 0) return PSG_NO_ENDPOINT;
+    psg_endpoint_t h = new_global_step(g);
+    psg_graph_pop_control(g);
+    return h;
+}
+
+static psg_endpoint_t new_global_step(psg_graph_t *g) {
     psg_shape_t s = psg_shape_scalar();
     psg_endpoint_t h = psg_var_handle(g, "global_step", PSG_DT_I64, &s);
     if (!psg_endpoint_valid(h) || psg_graph_push_scope(g, "global_step") < 0)
@@ -181,8 +194,7 @@ static int after_all(psg_graph_t *g, const char *op, const char *name, psg_endpo
         psg_node_add_input(b, factor);
     else
         psg_node_attr_int(b, "by", 1);
-    for (int i = 0; i < n; i++)
-        psg_node_add_control(b, controls[i]);
+    for (int i = 0; i < n; i++) psg_node_add_control(b, controls[i]);
     return psg_node_finish(b);
 }
 
@@ -194,8 +206,7 @@ typedef struct {
 
 static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_var, hyper_t *h) {
     const psg_optimizer_config_t *c = &o->cfg;
-    for (psg_endpoint_t *e = &h->lr; e <= &h->b2p_var; e++)
-        *e = PSG_NO_ENDPOINT;
+    for (psg_endpoint_t *e = &h->lr; e <= &h->b2p_var; e++) *e = PSG_NO_ENDPOINT;
     if (o->kind == OPT_ADAM) {
         /* beside the first variable, as TensorFlow colocates them */
         const char *dev = psg_node_device(psg_graph_node(g, first_var.node));
@@ -219,9 +230,7 @@ static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_v
                 ? o->lr_tensor
                 : psg_const_scalar(g, "learning_rate", c->learning_rate);
     switch (o->kind) {
-    case OPT_MOMENTUM:
-        h->momentum = psg_const_scalar(g, "momentum", c->momentum);
-        break;
+    case OPT_MOMENTUM: h->momentum = psg_const_scalar(g, "momentum", c->momentum); break;
     case OPT_RMSPROP:
         h->rho = psg_const_scalar(g, "rho", c->rho);
         h->momentum = psg_const_scalar(g, "momentum", c->momentum);
@@ -239,8 +248,7 @@ static int make_hyper(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t first_v
         h->beta1_power = psg_read_variable(g, "beta1_power", h->b1p_var);
         h->beta2_power = psg_read_variable(g, "beta2_power", h->b2p_var);
         break;
-    default:
-        break;
+    default: break;
     }
     psg_graph_pop_scope(g);
     return psg_graph_status(g);
@@ -256,9 +264,7 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
     char suffix2[32];
     snprintf(suffix2, sizeof suffix2, "%s_1", name);
     switch (o->kind) {
-    case OPT_MOMENTUM:
-        s1 = slot_variable(g, var, name, "zeros", 0);
-        break;
+    case OPT_MOMENTUM: s1 = slot_variable(g, var, name, "zeros", 0); break;
     case OPT_RMSPROP:
         s1 = slot_variable(g, var, name, "ones", 1);
         s2 = slot_variable(g, var, suffix2, "zeros", 0);
@@ -274,15 +280,12 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
         s1 = slot_variable(g, var, name, "constant", o->cfg.initial_accumulator);
         s2 = slot_variable(g, var, suffix2, "zeros", 0);
         break;
-    default:
-        break;
+    default: break;
     }
     psg_endpoint_t in[12];
     int n = 0;
     switch (o->kind) {
-    case OPT_SGD:
-        n = 3, in[0] = var, in[1] = h->lr, in[2] = grad;
-        break;
+    case OPT_SGD: n = 3, in[0] = var, in[1] = h->lr, in[2] = grad; break;
     case OPT_MOMENTUM:
         n = 5, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad, in[4] = h->momentum;
         break;
@@ -294,12 +297,10 @@ static int update_one(psg_optimizer_t *o, psg_graph_t *g, psg_endpoint_t var, ps
         n = 10, in[0] = var, in[1] = s1, in[2] = s2, in[3] = h->beta1_power, in[4] = h->beta2_power,
         in[5] = h->lr, in[6] = h->beta1, in[7] = h->beta2, in[8] = h->epsilon, in[9] = grad;
         break;
-    case OPT_ADAGRAD:
-        n = 4, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad;
-        break;
+    case OPT_ADAGRAD: n = 4, in[0] = var, in[1] = s1, in[2] = h->lr, in[3] = grad; break;
     case OPT_FTRL:
-        n = 8, in[0] = var, in[1] = s1, in[2] = s2, in[3] = grad, in[4] = h->lr, in[5] = h->l1, in[6] = h->l2,
-        in[7] = h->lr_power;
+        n = 8, in[0] = var, in[1] = s1, in[2] = s2, in[3] = grad, in[4] = h->lr, in[5] = h->l1,
+        in[6] = h->l2, in[7] = h->lr_power;
         break;
     }
     /* a sparse gradient of this variable: only its rows are updated (lazy Adam for adam) */

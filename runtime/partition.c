@@ -2,7 +2,7 @@
  * each node into its device's (or its task's) graph, in the original (topological) order,
  * putting a Send/Recv pair on every edge between devices, once per tensor
  * and destination. Not the executor: partitions run as ordinary plans. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_array.h"
 #include "runtime/partition.h"
@@ -54,7 +54,8 @@ static edge_slot_t *edge_find(cutter_t *c, int node, int index, int part) {
         for (int i = 0; i < c->cap_edges; i++) c->edges[i].recv = -1;
         for (int i = 0; i < old_cap; i++) {
             if (old[i].recv < 0) continue;
-            size_t m = (size_t)c->cap_edges - 1, j = edge_hash(old[i].node, old[i].index, old[i].part) & m;
+            size_t m = (size_t)c->cap_edges - 1,
+                   j = edge_hash(old[i].node, old[i].index, old[i].part) & m;
             while (c->edges[j].recv >= 0) j = (j + 1) & m;
             c->edges[j] = old[i];
         }
@@ -101,9 +102,10 @@ static int finish_in(psg_partition_t *p, psg_node_builder_t *b) {
     return id;
 }
 
-static void edge_attrs(cutter_t *c, psg_node_builder_t *b, const char *edge, const psg_partition_t *src,
-                       const psg_partition_t *dst) {
-    uint64_t inc = c->opt && c->opt->incarnation ? c->opt->incarnation(c->opt->ctx, src->device) : 0;
+static void edge_attrs(cutter_t *c, psg_node_builder_t *b, const char *edge,
+                       const psg_partition_t *src, const psg_partition_t *dst) {
+    uint64_t inc =
+        c->opt && c->opt->incarnation ? c->opt->incarnation(c->opt->ctx, src->device) : 0;
     psg_node_attr_str(b, "tensor_name", edge);
     psg_node_attr_str(b, "send_device", src->device);
     psg_node_attr_int(b, "send_device_incarnation", (int64_t)inc);
@@ -214,10 +216,12 @@ static int mark_needed(const psg_graph_t *g, const char *fed, int n_fetches,
     for (int r = 0; r < n_fetches + n_targets; r++) {
         int root = r < n_fetches ? fetches[r].node : targets[r - n_fetches];
         if (root < 0 || root >= total ||
-            (r < n_fetches && (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
+            (r < n_fetches &&
+             (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
             free(stack);
             return psg_error_set("partition: %s %d refers to a missing node",
-                                 r < n_fetches ? "fetch" : "target", r < n_fetches ? r : r - n_fetches);
+                                 r < n_fetches ? "fetch" : "target",
+                                 r < n_fetches ? r : r - n_fetches);
         }
         if (needed[root]) continue;
         needed[root] = 1;
@@ -251,7 +255,8 @@ static int make_partitions(cutter_t *c, const char *needed) {
     const psg_graph_t *g = c->g;
     int total = g->num_nodes, nd = 0;
     const char **devs = malloc(sizeof(char *) * ((size_t)total + 1));
-    char (*keys)[PSG_DEVICE_NAME_MAX] = c->by_task ? malloc(sizeof *keys * ((size_t)total + 1)) : NULL;
+    char(*keys)[PSG_DEVICE_NAME_MAX] =
+        c->by_task ? malloc(sizeof *keys * ((size_t)total + 1)) : NULL;
     if (!devs || (c->by_task && !keys)) {
         free(devs);
         return psg_error_set("out of memory");
@@ -264,9 +269,10 @@ static int make_partitions(cutter_t *c, const char *needed) {
             !psg_device_name_is_complete(&d)) {
             free(devs);
             free(keys);
-            return psg_error_set("partition: node '%s' (%s) has no complete assigned device ('%s'): "
-                                 "run psg_place first",
-                                 n->name, psg_node_op(n), n->assigned_device);
+            return psg_error_set(
+                "partition: node '%s' (%s) has no complete assigned device ('%s'): "
+                "run psg_place first",
+                n->name, psg_node_op(n), n->assigned_device);
         }
         if (keys) task_key(&d, keys[i], sizeof keys[i]);
         devs[nd++] = keys ? keys[i] : n->assigned_device;
@@ -306,7 +312,9 @@ static int make_partitions(cutter_t *c, const char *needed) {
     return 0;
 }
 
-static int canon_of(const cutter_t *c, int id) { return c->canon ? c->canon[id] : id; }
+static int canon_of(const cutter_t *c, int id) {
+    return c->canon ? c->canon[id] : id;
+}
 
 /* By task: the reads of one variable with no control input are one read (the first), so
  * a worker's towers pull each variable once a step, not once a tower. Reads with nothing
@@ -323,8 +331,8 @@ static int merge_read_twins(cutter_t *c, char *needed, const char *fed) {
     for (int i = 0; i < total; i++) c->canon[i] = i, first[i] = -1;
     for (int i = 0; i < total; i++) {
         const psg_node_t *n = g->nodes[i];
-        if (!needed[i] || fed[i] || n->num_inputs != 1 || n->num_controls || strcmp(psg_node_op(n), "ReadVariable") ||
-            n->inputs[0].index != 0)
+        if (!needed[i] || fed[i] || n->num_inputs != 1 || n->num_controls ||
+            strcmp(psg_node_op(n), "ReadVariable") || n->inputs[0].index != 0)
             continue;
         int h = n->inputs[0].node, f = first[h];
         if (f < 0) {
@@ -362,7 +370,8 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
         for (int i = 0; i < n->num_inputs; i++) {
             psg_endpoint_t e = n->inputs[i];
             e.node = canon_of(c, e.node);
-            ins[i] = c->part_of[e.node] == pi ? c->copy_of[e.node] : recv_of(c, e.node, e.index, pi, target_caps);
+            ins[i] = c->part_of[e.node] == pi ? c->copy_of[e.node]
+                                              : recv_of(c, e.node, e.index, pi, target_caps);
             if (ins[i] < 0) return free(ins), -1;
         }
         for (int i = 0; i < n->num_controls; i++) {
@@ -450,7 +459,8 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
         p->fetches = xgrow(p->fetches, &fetch_caps[pi], p->num_fetches + 1, sizeof *p->fetches);
         p->fetch_index = realloc(p->fetch_index, sizeof(int) * (size_t)fetch_caps[pi]);
         PSG_ASSERT(p->fetch_index);
-        p->fetches[p->num_fetches] = (psg_endpoint_t){c.copy_of[id], fed[id] ? 0 : fetches[i].index};
+        p->fetches[p->num_fetches] =
+            (psg_endpoint_t){c.copy_of[id], fed[id] ? 0 : fetches[i].index};
         p->fetch_index[p->num_fetches++] = i;
     }
     for (int i = 0; i < n_targets; i++) {

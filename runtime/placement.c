@@ -2,7 +2,7 @@
  * the placement pass (colocation groups by resource handle, completion from
  * a default device, checks against the cluster and the kernels).
  * Not partitioning: partition.c cuts the placed graph. */
-#include "graph/graph_internal.h"
+#include "graph/graph_layout.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_math.h"
@@ -43,7 +43,8 @@ psg_replica_setter_t *psg_replica_setter_new(const psg_replica_setter_options_t 
     s->ps_tasks = opt->ps_tasks;
     s->strategy = opt->strategy;
     if (psg_device_name_parse(opt->ps_device ? opt->ps_device : "/job:ps", &s->ps) < 0 ||
-        psg_device_name_parse(opt->worker_device ? opt->worker_device : "/job:worker", &s->worker) < 0) {
+        psg_device_name_parse(opt->worker_device ? opt->worker_device : "/job:worker", &s->worker) <
+            0) {
         psg_error_wrap("replica device setter");
         psg_replica_setter_destroy(&s);
         return NULL;
@@ -81,7 +82,8 @@ static int64_t variable_bytes(const psg_node_t *n) {
 static int owner_variable(const psg_graph_t *g, const psg_node_t *n) {
     for (int i = 0; i < n->num_inputs; i++) {
         psg_endpoint_t e = n->inputs[i];
-        if (e.node >= 0 && e.node < g->num_nodes && g->nodes[e.node]->out_dtypes[e.index] == PSG_DT_RESOURCE)
+        if (e.node >= 0 && e.node < g->num_nodes &&
+            g->nodes[e.node]->out_dtypes[e.index] == PSG_DT_RESOURCE)
             return e.node;
     }
     char prefix[1024];
@@ -150,8 +152,10 @@ int psg_partitioned_variable(psg_graph_t *g, const char *name, psg_dtype_t dt,
         n = p->num_shards;
     } else if (p && p->min_shard_bytes > 0) {
         int64_t total;
-        if (psg_ckd_mul_i64(&total, psg_shape_numel(shape), (int64_t)psg_dtype_size(dt)) || total < 0)
-            return psg_error_set("partitioned variable '%s': its size is not known or overflows", name);
+        if (psg_ckd_mul_i64(&total, psg_shape_numel(shape), (int64_t)psg_dtype_size(dt)) ||
+            total < 0)
+            return psg_error_set("partitioned variable '%s': its size is not known or overflows",
+                                 name);
         n = total / p->min_shard_bytes;
         if (n < 1) n = 1;
         if (p->max_shards > 0 && n > p->max_shards) n = p->max_shards;
@@ -254,17 +258,20 @@ static int check_device(const psg_graph_t *g, const int *parent, int root,
         const psg_job_spec_t *job = &opt->jobs[j];
         if (!job->name || strcmp(job->name, d->job)) continue;
         if (d->task >= job->num_tasks)
-            return psg_error_set("node '%s' (%s): device '%s' does not exist: job '%s' has %d task%s",
-                                 who->name, psg_node_op(who), psg_device_name_str(d, buf, sizeof buf),
-                                 job->name, job->num_tasks, job->num_tasks == 1 ? "" : "s");
+            return psg_error_set(
+                "node '%s' (%s): device '%s' does not exist: job '%s' has %d task%s", who->name,
+                psg_node_op(who), psg_device_name_str(d, buf, sizeof buf), job->name,
+                job->num_tasks, job->num_tasks == 1 ? "" : "s");
         if (!strcmp(d->type, "GPU") && d->id >= job->num_gpus)
-            return psg_error_set("node '%s' (%s): device '%s' does not exist: job '%s' has %d GPU%s per task",
-                                 who->name, psg_node_op(who), psg_device_name_str(d, buf, sizeof buf),
-                                 job->name, job->num_gpus, job->num_gpus == 1 ? "" : "s");
+            return psg_error_set(
+                "node '%s' (%s): device '%s' does not exist: job '%s' has %d GPU%s per task",
+                who->name, psg_node_op(who), psg_device_name_str(d, buf, sizeof buf), job->name,
+                job->num_gpus, job->num_gpus == 1 ? "" : "s");
         return 0;
     }
-    return psg_error_set("node '%s' (%s): device '%s' names job '%s', which the cluster does not have",
-                         who->name, psg_node_op(who), psg_device_name_str(d, buf, sizeof buf), d->job);
+    return psg_error_set(
+        "node '%s' (%s): device '%s' names job '%s', which the cluster does not have", who->name,
+        psg_node_op(who), psg_device_name_str(d, buf, sizeof buf), d->job);
 }
 
 /* The variables placed on each ps task against opt->ps_memory_limit, in creation order:
@@ -280,29 +287,33 @@ static int check_ps_memory(const psg_graph_t *g, const psg_placement_options_t *
     for (int i = 0; i < g->num_nodes; i++) {
         const psg_node_t *n = g->nodes[i];
         psg_device_name_t d;
-        if (!(n->def->flags & PSG_OP_VARIABLE) || psg_device_name_parse(psg_node_assigned_device(n), &d) < 0 ||
-            !d.has_job || strcmp(d.job, "ps") || !d.has_task || d.task < 0 ||
+        if (!(n->def->flags & PSG_OP_VARIABLE) ||
+            psg_device_name_parse(psg_node_assigned_device(n), &d) < 0 || !d.has_job ||
+            strcmp(d.job, "ps") || !d.has_task || d.task < 0 ||
             d.task >= (int)(sizeof used / sizeof used[0]))
             continue;
         int64_t b = variable_bytes(n);
         used[d.task] += b;
         if (used[d.task] > opt->ps_memory_limit)
-            return psg_error_set("variable '%s' (%lld bytes) does not fit on /job:ps/task:%d: its variables "
-                                 "would take %lld bytes, over the ps memory limit of %lld bytes a task "
-                                 "(%d ps tasks, %lld bytes of variables in all); give more ps tasks or a "
-                                 "higher --ps-memory-limit",
-                                 n->name, (long long)b, d.task, (long long)used[d.task],
-                                 (long long)opt->ps_memory_limit, ntasks, (long long)total);
+            return psg_error_set(
+                "variable '%s' (%lld bytes) does not fit on /job:ps/task:%d: its variables "
+                "would take %lld bytes, over the ps memory limit of %lld bytes a task "
+                "(%d ps tasks, %lld bytes of variables in all); give more ps tasks or a "
+                "higher --ps-memory-limit",
+                n->name, (long long)b, d.task, (long long)used[d.task],
+                (long long)opt->ps_memory_limit, ntasks, (long long)total);
     }
     return 0;
 }
 
 int psg_place(psg_graph_t *g, const psg_placement_options_t *opt) {
     int n = g->num_nodes, rc = -1;
-    const char *dflt_str = opt && opt->default_device ? opt->default_device
-                                                      : "/job:localhost/replica:0/task:0/device:CPU:0";
+    const char *dflt_str = opt && opt->default_device
+                               ? opt->default_device
+                               : "/job:localhost/replica:0/task:0/device:CPU:0";
     psg_device_name_t dflt;
-    if (psg_device_name_parse(dflt_str, &dflt) < 0) return psg_error_wrap("placement: default device");
+    if (psg_device_name_parse(dflt_str, &dflt) < 0)
+        return psg_error_wrap("placement: default device");
     if (g->error) return psg_error_set("placement: the graph has a build error: %s", g->error);
     psg_device_name_t *spec = calloc((size_t)n + 1, sizeof *spec);
     psg_device_name_t *group = calloc((size_t)n + 1, sizeof *group);
@@ -331,10 +342,11 @@ int psg_place(psg_graph_t *g, const psg_placement_options_t *opt) {
         if (!psg_device_name_compatible(&group[r], &spec[i])) {
             const psg_node_t *a = g->nodes[i], *b = g->nodes[asker[r]], *v = g->nodes[r];
             char ga[PSG_DEVICE_NAME_MAX];
-            psg_error_set("node '%s' (%s) uses the resource of '%s' (%s) and must sit beside it, but "
-                          "asks for '%s' while '%s' asks for '%s'",
-                          a->name, psg_node_op(a), v->name, psg_node_op(v), a->device, b->name,
-                          psg_device_name_str(&group[r], ga, sizeof ga));
+            psg_error_set(
+                "node '%s' (%s) uses the resource of '%s' (%s) and must sit beside it, but "
+                "asks for '%s' while '%s' asks for '%s'",
+                a->name, psg_node_op(a), v->name, psg_node_op(v), a->device, b->name,
+                psg_device_name_str(&group[r], ga, sizeof ga));
             goto done;
         }
         psg_device_name_merge(&group[r], &spec[i], &group[r]);

@@ -1,9 +1,10 @@
 /* The planner: a graph's nodes for a set of feeds, fetches and targets, in a topological
- * order found without recursion, each with its kernel, input slots, consumers and the
- * resource groups that order overlapping runs. Bounded by the graph whatever a peer put in
- * it (a dependency listed many times, a node of 200,000 inputs). Not the running
- * (executor.c). */
-#include "runtime/plan.h"
+ * order found without recursion, each with its kernel, input slots and consumers (the
+ * resource groups that order overlapping runs: resource_groups.c). Bounded by the graph
+ * whatever a peer put in it (a dependency listed many times, a node of 200,000 inputs). Not
+ * the running (executor.c). */
+#include "runtime/plan_internal.h"
+
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
@@ -29,8 +30,9 @@ static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
         !strcmp(d.type, "GPU")) {
         int gpu = d.has_id ? d.id : 0;
         if (gpu >= psg_gpu_count())
-            return psg_error_set("node '%s' (%s): assigned to '%s', but this process has no GPU %d (%s)",
-                                 n->name, psg_node_op(n), n->assigned_device, gpu, psg_gpu_status());
+            return psg_error_set(
+                "node '%s' (%s): assigned to '%s', but this process has no GPU %d (%s)", n->name,
+                psg_node_op(n), n->assigned_device, gpu, psg_gpu_status());
         if (n->def->cuda) {
             pn->device = PSG_DEVICE_GPU(gpu);
             pn->kernel = n->def->cuda;
@@ -56,110 +58,6 @@ static int dep_of(const psg_node_t *n, int i) {
     return i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
 }
 
-/* ---- resource groups ---- */
-
-/* The node that made the resource handle at e (a handle op: stateful, no
- * inputs), through Identity nodes; -1 when it comes from anything else. */
-static int handle_source(const psg_graph_t *g, psg_endpoint_t e) {
-    for (int hops = 0; hops <= g->num_nodes; hops++) {
-        const psg_node_t *n = g->nodes[e.node];
-        if (n->num_inputs == 0 && (n->def->flags & PSG_OP_STATEFUL)) return e.node;
-        if (n->num_inputs != 1 || strcmp(psg_node_op(n), "Identity")) return -1;
-        e = n->inputs[0];
-    }
-    return -1;
-}
-
-typedef struct {
-    const char *op, *name; /* what the handle op names: its op and resource name */
-    int li;                /* the plan node that uses it */
-    int group;
-} resource_use_t;
-
-static int compare_use(const void *a, const void *b) {
-    const resource_use_t *x = a, *y = b;
-    int c = strcmp(x->op, y->op);
-    if (!c) c = strcmp(x->name, y->name);
-    if (!c) c = (x->li > y->li) - (x->li < y->li);
-    return c;
-}
-
-/* May runs of the plan overlap, ordered per resource? Only when every
- * stateful node is a handle op, a Send or Recv (keyed by step), or a
- * synchronous user of resource handles: randomness has hidden state, and an
- * async kernel such as a token dequeue is a barrier whose order a later run
- * must keep whole. */
-static bool stateful_node_orderable(const psg_node_t *n, bool uses_resource) {
-    if (!(n->def->flags & PSG_OP_STATEFUL)) return true;
-    const char *op = psg_node_op(n);
-    if (!strcmp(op, "Send") || !strcmp(op, "Recv")) return true;
-    if (n->num_inputs == 0) return n->num_outputs == 1 && n->out_dtypes[0] == PSG_DT_RESOURCE;
-    return uses_resource && !(n->def->flags & PSG_OP_ASYNC);
-}
-
-/* Groups the executed nodes by the resource they touch (a node that takes
- * two handles, as ApplyMomentum, is in two groups). Two handle nodes of the
- * same op and resource name are one resource. */
-static int find_resource_groups(psg_plan_t *p) {
-    const psg_graph_t *g = p->g;
-    int cap = 0;
-    for (int li = 0; li < p->num_nodes; li++)
-        if (!p->nodes[li].fed) cap += p->nodes[li].node->num_inputs;
-    resource_use_t *uses = malloc(sizeof *uses * (size_t)(cap + 1));
-    if (!uses) return psg_error_set("out of memory");
-    int n_uses = 0;
-    p->can_overlap = true;
-    for (int li = 0; li < p->num_nodes; li++) {
-        const plan_node_t *pn = &p->nodes[li];
-        const psg_node_t *n = pn->node;
-        if (pn->fed) continue;
-        bool uses_resource = false;
-        for (int i = 0; i < n->num_inputs; i++) {
-            psg_endpoint_t e = n->inputs[i];
-            if (g->nodes[e.node]->out_dtypes[e.index] != PSG_DT_RESOURCE) continue;
-            uses_resource = true;
-            int h = handle_source(g, e);
-            if (h < 0) {
-                p->can_overlap = false;
-                continue;
-            }
-            const psg_node_t *hn = g->nodes[h];
-            const char *shared = psg_node_get_str(hn, "shared_name", "");
-            uses[n_uses++] = (resource_use_t){psg_node_op(hn), shared[0] ? shared : hn->name, li, 0};
-        }
-        if (!stateful_node_orderable(n, uses_resource)) p->can_overlap = false;
-    }
-    qsort(uses, (size_t)n_uses, sizeof *uses, compare_use);
-    int k = 0; /* distinct (resource, node) pairs: a node taking one handle twice counts once */
-    for (int i = 0; i < n_uses; i++) {
-        bool new_group = i == 0 || strcmp(uses[i].op, uses[k - 1].op) || strcmp(uses[i].name, uses[k - 1].name);
-        if (!new_group && uses[i].li == uses[k - 1].li) continue;
-        uses[i].group = new_group ? (k ? uses[k - 1].group + 1 : 0) : uses[k - 1].group;
-        uses[k++] = uses[i];
-    }
-    p->num_groups = k ? uses[k - 1].group + 1 : 0;
-    p->group_start = calloc((size_t)p->num_groups + 1, sizeof(int));
-    p->group_nodes = malloc(sizeof(int) * (size_t)(k + 1));
-    if (!p->group_start || !p->group_nodes) {
-        free(uses);
-        return psg_error_set("out of memory");
-    }
-    for (int i = 0; i < k; i++) {
-        p->group_nodes[i] = uses[i].li;
-        p->group_start[uses[i].group + 1] = i + 1;
-        plan_node_t *pn = &p->nodes[uses[i].li];
-        int *v = realloc(pn->groups, sizeof(int) * (size_t)(pn->num_groups + 1));
-        if (!v) {
-            free(uses);
-            return psg_error_set("out of memory");
-        }
-        pn->groups = v;
-        pn->groups[pn->num_groups++] = uses[i].group;
-    }
-    free(uses);
-    return 0;
-}
-
 /* Iterative DFS post-order from the fetches and targets: p->nodes in a
  * topological order, local_of[graph id] their index. Each node is on the stack
  * at most once (a frame: the node and its next dependency to look at), so the
@@ -182,7 +80,8 @@ static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetc
     for (int r = 0; r < roots; r++) {
         int root = r < n_fetches ? fetches[r].node : targets[r - n_fetches];
         if (root < 0 || root >= total ||
-            (r < n_fetches && (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
+            (r < n_fetches &&
+             (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
             psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
                           r < n_fetches ? r : r - n_fetches);
             goto done;
@@ -199,13 +98,13 @@ static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetc
                 int i = f->next++;
                 int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
                 if (dep < 0 || dep >= total) {
-                    psg_error_set("node '%s' (%s): input %d refers to a missing node %d", n->name, psg_node_op(n), i,
-                                  dep);
+                    psg_error_set("node '%s' (%s): input %d refers to a missing node %d", n->name,
+                                  psg_node_op(n), i, dep);
                     goto done;
                 }
                 if (state[dep] == 1) {
-                    psg_error_set("node '%s' (%s): the graph has a cycle through '%s'", n->name, psg_node_op(n),
-                                  g->nodes[dep]->name);
+                    psg_error_set("node '%s' (%s): the graph has a cycle through '%s'", n->name,
+                                  psg_node_op(n), g->nodes[dep]->name);
                     goto done;
                 }
                 if (state[dep] == 0) {
@@ -330,8 +229,9 @@ static int bind_feeds_fetches(psg_plan_t *p, const int *local_of, int n_feeds,
             for (int i = 0; i < n_feeds && !is_fed; i++)
                 is_fed = p->feed_slots[i] == pn->slot_base + o;
             if (!is_fed)
-                return psg_error_set("node '%s' (%s): output %d is needed but only other outputs are fed",
-                                     pn->node->name, psg_node_op(pn->node), o);
+                return psg_error_set(
+                    "node '%s' (%s): output %d is needed but only other outputs are fed",
+                    pn->node->name, psg_node_op(pn->node), o);
         }
     }
     return 0;
@@ -368,7 +268,7 @@ psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t
     }
     if (link_nodes(p, local_of) < 0 ||
         bind_feeds_fetches(p, local_of, n_feeds, feeds, n_fetches, fetches) < 0 ||
-        find_resource_groups(p) < 0)
+        psg_plan_find_resource_groups(p) < 0)
         goto fail;
     free(local_of);
     free(fed);
@@ -401,7 +301,9 @@ void psg_plan_destroy(psg_plan_t **pp) {
     free(p);
 }
 
-int psg_plan_num_nodes(const psg_plan_t *p) { return p->num_exec; }
+int psg_plan_num_nodes(const psg_plan_t *p) {
+    return p->num_exec;
+}
 
 size_t psg_plan_footprint(const psg_plan_t *p) {
     size_t n = sizeof *p + sizeof(plan_node_t) * ((size_t)p->num_nodes + 1) +
@@ -409,10 +311,13 @@ size_t psg_plan_footprint(const psg_plan_t *p) {
                               (size_t)p->num_nodes + (size_t)p->num_groups + 4);
     for (int i = 0; i < p->num_nodes; i++) {
         const plan_node_t *pn = &p->nodes[i];
-        n += sizeof(int) * ((size_t)pn->node->num_inputs + (size_t)pn->num_consumers + (size_t)pn->num_groups + 3);
+        n += sizeof(int) * ((size_t)pn->node->num_inputs + (size_t)pn->num_consumers +
+                            (size_t)pn->num_groups + 3);
         if (pn->params) n += pn->node->def->params_size;
     }
     return n;
 }
 
-bool psg_plan_can_overlap(const psg_plan_t *p) { return p->can_overlap; }
+bool psg_plan_can_overlap(const psg_plan_t *p) {
+    return p->can_overlap;
+}

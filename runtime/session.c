@@ -1,7 +1,6 @@
 /* The single-process session: a thread pool, a resource manager and cached
  * plans. The distributed session (worker/) wraps the same plans per task. */
 #include "runtime/executor.h"
-#include "graph/graph_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/session.h"
 
@@ -51,14 +50,16 @@ void psg_session_destroy(psg_session_t **sp) {
     free(s);
 }
 
-psg_resource_mgr_t *psg_session_resources(psg_session_t *s) { return s->rm; }
+psg_resource_mgr_t *psg_session_resources(psg_session_t *s) {
+    return s->rm;
+}
 
 psg_callable_t *psg_session_make_callable(psg_session_t *s, int n_feeds,
                                           const psg_endpoint_t *feeds, int n_fetches,
                                           const psg_endpoint_t *fetches, int n_targets,
                                           const int *targets) {
-    if (s->g->error) {
-        psg_error_set("the graph has a build error: %s", s->g->error);
+    if (psg_graph_error(s->g)) {
+        psg_error_set("the graph has a build error: %s", psg_graph_error(s->g));
         return NULL;
     }
     psg_callable_t *c = calloc(1, sizeof *c);
@@ -84,8 +85,12 @@ void psg_callable_destroy(psg_callable_t **cp) {
 
 int psg_callable_run(psg_callable_t *c, psg_tensor_t *const *feed_values, psg_tensor_t **fetched) {
     psg_session_t *s = c->s;
-    psg_run_env_t env = {.pool = s->pool, .rm = s->rm, .step_id = s->next_step++,
-                         .on_node = s->on_node, .on_node_ctx = s->on_node_ctx, .sync_gpu = s->sync_gpu};
+    psg_run_env_t env = {.pool = s->pool,
+                         .rm = s->rm,
+                         .step_id = s->next_step++,
+                         .on_node = s->on_node,
+                         .on_node_ctx = s->on_node_ctx,
+                         .sync_gpu = s->sync_gpu};
     return psg_plan_run_with(c->plan, &env, feed_values, fetched);
 }
 
@@ -94,12 +99,15 @@ void psg_session_set_node_hook(psg_session_t *s, psg_node_timing_fn fn, void *ct
     s->on_node_ctx = fn ? ctx : NULL;
 }
 
-void psg_session_set_gpu_sync(psg_session_t *s, bool on) { s->sync_gpu = on; }
+void psg_session_set_gpu_sync(psg_session_t *s, bool on) {
+    s->sync_gpu = on;
+}
 
 int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
                     psg_tensor_t *const *feed_values, int n_fetches, const psg_endpoint_t *fetches,
                     psg_tensor_t **fetched, int n_targets, const int *targets) {
-    psg_callable_t *c = psg_session_make_callable(s, n_feeds, feeds, n_fetches, fetches, n_targets, targets);
+    psg_callable_t *c =
+        psg_session_make_callable(s, n_feeds, feeds, n_fetches, fetches, n_targets, targets);
     if (!c) return -1;
     int rc = psg_callable_run(c, feed_values, fetched);
     psg_callable_destroy(&c);

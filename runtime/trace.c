@@ -100,8 +100,10 @@ static void add_event(psg_trace_t *t, event_t e, bool own_step) {
         }
     }
     bool ok = e.name && e.cat && t->num_events < t->cap_events;
-    if (ok) t->events[t->num_events++] = e;
-    else t->dropped++;
+    if (ok)
+        t->events[t->num_events++] = e;
+    else
+        t->dropped++;
     pthread_mutex_unlock(&t->lock);
     if (!ok) {
         free(e.name);
@@ -111,15 +113,22 @@ static void add_event(psg_trace_t *t, event_t e, bool own_step) {
 
 void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t start_ns,
                      int64_t end_ns) {
-    add_event(t, (event_t){strdup(name), strdup(cat), start_ns, end_ns, 0, thread_tid(), -1, -1}, false);
+    add_event(t, (event_t){strdup(name), strdup(cat), start_ns, end_ns, 0, thread_tid(), -1, -1},
+              false);
 }
 
-void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_t end_ns, int64_t bytes_pushed,
-                          int64_t bytes_pulled) {
+void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_t end_ns,
+                          int64_t bytes_pushed, int64_t bytes_pulled) {
     char name[48];
     snprintf(name, sizeof name, "step %lld", (long long)step);
-    event_t e = {strdup(name), strdup("step"), start_ns, end_ns, step, thread_tid(),
-                 bytes_pushed < 0 ? 0 : bytes_pushed, bytes_pulled < 0 ? 0 : bytes_pulled};
+    event_t e = {strdup(name),
+                 strdup("step"),
+                 start_ns,
+                 end_ns,
+                 step,
+                 thread_tid(),
+                 bytes_pushed < 0 ? 0 : bytes_pushed,
+                 bytes_pulled < 0 ? 0 : bytes_pulled};
     add_event(t, e, true);
 }
 
@@ -147,9 +156,12 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
@@ -173,8 +185,10 @@ int psg_trace_write(psg_trace_t *t, const char *path) {
         int tid = t->events[i].tid;
         if (seen[tid]) continue;
         seen[tid] = 1;
-        fprintf(f, ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"",
-                t->pid, tid);
+        fprintf(
+            f,
+            ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"",
+            t->pid, tid);
         for (const char *c = t->device; *c; c++)
             if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20) fputc(*c, f);
         fprintf(f, " thread %d\"}}", tid);
@@ -184,7 +198,8 @@ int psg_trace_write(psg_trace_t *t, const char *path) {
         const event_t *e = &t->events[i];
         double ts = (double)(e->start_ns + t->realtime_minus_mono_ns) / 1000.0;
         double dur = (double)(e->end_ns - e->start_ns) / 1000.0;
-        fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":", t->pid,
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":", t->pid,
                 e->tid, ts, dur);
         json_str(f, e->name);
         fprintf(f, ",\"cat\":");
@@ -193,7 +208,8 @@ int psg_trace_write(psg_trace_t *t, const char *path) {
         json_str(f, e->cat);
         fprintf(f, ",\"step\":%lld", (long long)e->step);
         if (e->pushed >= 0)
-            fprintf(f, ",\"bytes_pushed\":%lld,\"bytes_pulled\":%lld", (long long)e->pushed, (long long)e->pulled);
+            fprintf(f, ",\"bytes_pushed\":%lld,\"bytes_pulled\":%lld", (long long)e->pushed,
+                    (long long)e->pulled);
         fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");

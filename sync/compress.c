@@ -16,8 +16,10 @@
 #include <stdlib.h>
 
 /* A zero f32 variable of shape on the current device named name; *init gets its initializer. */
-static psg_endpoint_t worker_variable(psg_graph_t *g, const char *name, const psg_shape_t *shape, int *init) {
-    psg_endpoint_t e = psg_variable(g, name, PSG_DT_F32, shape, (psg_initializer_t){"zeros", 0, 0}, false);
+static psg_endpoint_t worker_variable(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                      int *init) {
+    psg_endpoint_t e =
+        psg_variable(g, name, PSG_DT_F32, shape, (psg_initializer_t){"zeros", 0, 0}, false);
     int ninit = 0;
     const int *inits = psg_graph_collection(g, "init", &ninit);
     *init = ninit > 0 ? inits[ninit - 1] : -1;
@@ -48,8 +50,8 @@ static psg_endpoint_t velocity(psg_graph_t *g, double m, const char *v, const ps
 }
 
 /* A gradient sent whole with the momentum on the worker: *dense gets its velocity. */
-static int dense_velocity(psg_graph_t *g, double m, psg_endpoint_t grad,
-                          psg_endpoint_t var, psg_endpoint_t *dense, int *init, int *update) {
+static int dense_velocity(psg_graph_t *g, double m, psg_endpoint_t grad, psg_endpoint_t var,
+                          psg_endpoint_t *dense, int *init, int *update) {
     const char *v = psg_node_name(psg_graph_node(g, var.node));
     char name[512];
     bool here = psg_sync_push_device_of(g, grad);
@@ -128,14 +130,16 @@ static int compress_one(psg_graph_t *g, const psg_sync_options_t *o, double m, p
 static psg_endpoint_t warmup_ratio(psg_graph_t *g, const psg_sync_options_t *o, psg_endpoint_t grad,
                                    int *init, int *update) {
     *init = *update = -1;
-    if (o->compress_warmup <= 0 || o->compress_ratio >= o->compress_warmup_ratio) return PSG_NO_ENDPOINT;
+    if (o->compress_warmup <= 0 || o->compress_ratio >= o->compress_warmup_ratio)
+        return PSG_NO_ENDPOINT;
     bool here = psg_sync_push_device_of(g, grad);
     psg_shape_t scalar = {0};
     psg_endpoint_t t = worker_variable(g, "compress/warmup/step", &scalar, init);
     psg_endpoint_t tr = psg_read_variable(g, "compress/warmup/step/read", t);
     double slope = log(o->compress_ratio / o->compress_warmup_ratio) / (double)o->compress_warmup;
-    psg_endpoint_t e = psg_add(g, "compress/warmup/log_ratio", psg_scale(g, "compress/warmup/slope", tr, slope),
-                               psg_const_scalar(g, "compress/warmup/log_start", (float)log(o->compress_warmup_ratio)));
+    psg_endpoint_t e = psg_add(
+        g, "compress/warmup/log_ratio", psg_scale(g, "compress/warmup/slope", tr, slope),
+        psg_const_scalar(g, "compress/warmup/log_start", (float)log(o->compress_warmup_ratio)));
     psg_endpoint_t ratio = psg_exp(g, "compress/warmup/ratio", e);
     psg_node_builder_t *nb = psg_node_begin(g, "AssignAdd", "compress/warmup/step/advance");
     psg_node_add_input(nb, t);
@@ -146,8 +150,9 @@ static psg_endpoint_t warmup_ratio(psg_graph_t *g, const psg_sync_options_t *o, 
     return ratio;
 }
 
-int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n, const psg_endpoint_t *grads,
-                      const psg_endpoint_t *vars, psg_endpoint_t *dense, psg_sync_compressed_t *out) {
+int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n,
+                      const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                      psg_endpoint_t *dense, psg_sync_compressed_t *out) {
     out->init_op = out->update_op = -1;
     out->push_scale = 1;
     if (o->compress == PSG_SYNC_COMPRESS_NONE) {
@@ -159,7 +164,8 @@ int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double moment
     if (!ids) return psg_error_set("out of memory");
     double sent = 0, full = 0;
     int rc = 0;
-    psg_endpoint_t ratio = n > 0 ? warmup_ratio(g, o, grads[0], &ids[0], &ids[n + 1]) : PSG_NO_ENDPOINT;
+    psg_endpoint_t ratio =
+        n > 0 ? warmup_ratio(g, o, grads[0], &ids[0], &ids[n + 1]) : PSG_NO_ENDPOINT;
     if (psg_endpoint_valid(ratio)) m = 1;
     for (int i = 0; i < n && rc == 0; i++) {
         int64_t k = 0, numel = psg_shape_numel(psg_graph_shape(g, vars[i]));
@@ -168,7 +174,8 @@ int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double moment
             dense[i] = grads[i];
             sent += (double)numel * 4;
             if (worker_velocity(o)) { /* its momentum, unmasked */
-                rc = dense_velocity(g, momentum, grads[i], vars[i], &dense[i], &ids[m], &ids[n + 1 + m]);
+                rc = dense_velocity(g, momentum, grads[i], vars[i], &dense[i], &ids[m],
+                                    &ids[n + 1 + m]);
                 m++;
             }
             continue;
@@ -178,7 +185,8 @@ int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double moment
                                psg_node_name(psg_graph_node(g, vars[i].node)));
             break;
         }
-        rc = compress_one(g, o, momentum, grads[i], vars[i], ratio, &dense[i], &ids[m], &ids[n + 1 + m], &k);
+        rc = compress_one(g, o, momentum, grads[i], vars[i], ratio, &dense[i], &ids[m],
+                          &ids[n + 1 + m], &k);
         sent += (double)k * 8; /* an f32 value and an i32 index */
         m++;
     }

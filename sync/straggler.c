@@ -49,16 +49,12 @@ static const char *const field_names[NUM_FIELDS] = {"worker",    "dist", "delay_
 /* Which fields each distribution takes (worker, dist, prob: all). */
 static bool field_allowed(psg_straggler_dist_t d, int f) {
     switch (f) {
-    case F_DELAY:
-        return d == PSG_STRAGGLER_FIXED;
-    case F_MEAN:
-        return d == PSG_STRAGGLER_EXPONENTIAL;
+    case F_DELAY: return d == PSG_STRAGGLER_FIXED;
+    case F_MEAN: return d == PSG_STRAGGLER_EXPONENTIAL;
     case F_MEDIAN:
     case F_MU:
-    case F_SIGMA:
-        return d == PSG_STRAGGLER_LOGNORMAL;
-    default:
-        return true;
+    case F_SIGMA: return d == PSG_STRAGGLER_LOGNORMAL;
+    default: return true;
     }
 }
 
@@ -86,18 +82,12 @@ static int parse_field(const char *text, int f, const char *val, psg_straggler_s
             return field_error(text, "dist", "unknown distribution (fixed, exponential, lognormal)",
                                val);
         return 0;
-    case F_DELAY:
-        return parse_number(text, "delay_ms", val, 0, MAX_DELAY_MS, &o->delay_ms);
-    case F_MEAN:
-        return parse_number(text, "mean_ms", val, 0, MAX_DELAY_MS, &o->mean_ms);
-    case F_MEDIAN:
-        return parse_number(text, "median_ms", val, 1e-3, MAX_DELAY_MS, median);
-    case F_MU:
-        return parse_number(text, "mu", val, -20, 20, &o->mu);
-    case F_SIGMA:
-        return parse_number(text, "sigma", val, 0, 10, &o->sigma);
-    default:
-        return parse_number(text, "prob", val, 1e-9, 1, &o->prob);
+    case F_DELAY: return parse_number(text, "delay_ms", val, 0, MAX_DELAY_MS, &o->delay_ms);
+    case F_MEAN: return parse_number(text, "mean_ms", val, 0, MAX_DELAY_MS, &o->mean_ms);
+    case F_MEDIAN: return parse_number(text, "median_ms", val, 1e-3, MAX_DELAY_MS, median);
+    case F_MU: return parse_number(text, "mu", val, -20, 20, &o->mu);
+    case F_SIGMA: return parse_number(text, "sigma", val, 0, 10, &o->sigma);
+    default: return parse_number(text, "prob", val, 1e-9, 1, &o->prob);
     }
 }
 
@@ -117,8 +107,7 @@ int psg_straggler_parse(const char *text, psg_straggler_spec_t *out) {
         }
         *eq = '\0';
         int f = 0;
-        while (f < NUM_FIELDS && strcmp(field_names[f], tok))
-            f++;
+        while (f < NUM_FIELDS && strcmp(field_names[f], tok)) f++;
         if (f == NUM_FIELDS)
             rc = field_error(text, tok,
                              "unknown field (worker, dist, delay_ms, mean_ms, median_ms, "
@@ -193,7 +182,6 @@ const psg_straggler_spec_t *psg_straggler_at(const psg_straggler_t *s, int i) {
     return s && i >= 0 && i < s->n ? &s->specs[i] : NULL;
 }
 
-
 /* A uniform draw in (0, 1): splitmix64's mix (core/rng.h) of each key in turn, so each
  * (seed, spec, worker, step, k) has its own draw. */
 static double uniform(uint64_t seed, int spec, int worker, int64_t step, int k) {
@@ -213,12 +201,8 @@ double psg_straggler_delay_ms(const psg_straggler_t *s, int worker, int64_t step
         if (p->prob < 1 && uniform(s->seed, i, worker, step, 0) >= p->prob) continue;
         double u1 = uniform(s->seed, i, worker, step, 1), u2 = uniform(s->seed, i, worker, step, 2);
         switch (p->dist) {
-        case PSG_STRAGGLER_FIXED:
-            total += p->delay_ms;
-            break;
-        case PSG_STRAGGLER_EXPONENTIAL:
-            total += -p->mean_ms * log(u1);
-            break;
+        case PSG_STRAGGLER_FIXED: total += p->delay_ms; break;
+        case PSG_STRAGGLER_EXPONENTIAL: total += -p->mean_ms * log(u1); break;
         case PSG_STRAGGLER_LOGNORMAL: {
             double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
             total += exp(p->mu + p->sigma * z);

@@ -2,7 +2,7 @@
  * table that lists them (sync/strategies.c). A strategy is one file
  * (sync/strategy_*.c) holding one psg_sync_strategy_t, and one line in the
  * table; docs/sync.md, "Adding a strategy", walks through one. Not public
- * API: users pick a strategy by name (--sync NAME, psg_sync_config_t.variant). */
+ * API: users pick a strategy by name (--sync NAME, psg_sync_config_t.strategy). */
 #ifndef PSGRAPH_SYNC_STRATEGY_H
 #define PSGRAPH_SYNC_STRATEGY_H
 
@@ -40,12 +40,12 @@ struct psg_sync_worker {
 
 /* One of the table of options (sync/strategies.c): a --flag and where its value goes. */
 typedef struct {
-    const char *flag;    /* "--staleness" */
-    const char *metavar; /* "S" */
-    const char *help;    /* one line for --help */
-    size_t offset;       /* an int64_t (or, real: a double) in psg_sync_options_t */
-    double lo, hi;       /* the range a value must be in */
-    bool real;           /* a number with a fraction, else an integer */
+    const char *flag;           /* "--staleness" */
+    const char *metavar;        /* "S" */
+    const char *help;           /* one line for --help */
+    size_t offset;              /* an int64_t (or, real: a double) in psg_sync_options_t */
+    double lo, hi;              /* the range a value must be in */
+    bool real;                  /* a number with a fraction, else an integer */
     const char *const *choices; /* non-NULL: one of these names, stored as its index */
 } psg_sync_option_t;
 
@@ -76,17 +76,24 @@ typedef struct {
     bool compress;
 } psg_sync_strategy_t;
 
-/* The table (sync/strategies.c). */
-extern const psg_sync_strategy_t psg_sync_strategy_sync;
-extern const psg_sync_strategy_t psg_sync_strategy_async;
-extern const psg_sync_strategy_t psg_sync_strategy_ssp;
-extern const psg_sync_strategy_t psg_sync_strategy_local;
-extern const psg_sync_strategy_t psg_sync_strategy_easgd;
+/* ---- the table (sync/strategies.c): the built-in strategies, then the added ones ---- */
 
 /* The strategy named name (NULL: "sync"), or NULL with the error listing the known ones. */
 const psg_sync_strategy_t *psg_sync_strategy_find(const char *name);
+/* How many the table holds, and the i-th (0 <= i < psg_sync_num_strategies(); else NULL),
+ * in --help's order. */
 int psg_sync_num_strategies(void);
 const psg_sync_strategy_t *psg_sync_strategy_at(int i);
+
+/* The most strategies psg_sync_strategy_register adds. */
+#define PSG_SYNC_MAX_ADDED 8
+/* Adds a strategy of a program's own (a test's) after the built-in ones: from then on
+ * --sync takes its name, --help shows it, psg_sync_replicas_new builds it by name. s is
+ * borrowed for the life of the process. Call it at start-up, before anything reads the
+ * table (tests/strategy_halved.c does it from a constructor). Returns 0, or -1 with the
+ * error set when its name is malformed or taken, its summary or build is missing, it
+ * lists an option the options table does not have, or PSG_SYNC_MAX_ADDED were added. */
+int psg_sync_strategy_register(const psg_sync_strategy_t *s);
 
 /* The step every strategy without its own runs: call 0, feeding local_step when the
  * graph has one, its fetches read into *st (psg_sync_step_read), local_step advanced. */
@@ -104,10 +111,6 @@ int psg_sync_staleness_pair(psg_graph_t *g, psg_endpoint_t gstep, int train_op,
 /* Pushes the device the node of e asked for (so the replica setter keeps what it decided
  * for a variable); returns whether it pushed (then pop it). */
 bool psg_sync_push_device_of(psg_graph_t *g, psg_endpoint_t e);
-/* psg_sync_replicas_new with strategy s (borrowed; NULL: cfg->variant's from the table):
- * a strategy being written, before its line in the table (tests/test_sync.c). */
-psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_sync_config_t *cfg,
-                                                const psg_sync_strategy_t *s);
 /* The strategy of a wrapper. */
 const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t *sr);
 /* A local_model strategy's pieces (sync/strategy_local.c): the optimizer's update of the
@@ -129,8 +132,9 @@ typedef struct {
 /* grads[i] of vars[i] (n pairs) compressed as o says (--compress): dense[i] gets the
  * gradient the ps rebuilds (grads[i] itself without compression); momentum: the
  * optimizer's, for --compress-momentum worker*. 0, or -1 with the error set. */
-int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n, const psg_endpoint_t *grads,
-                      const psg_endpoint_t *vars, psg_endpoint_t *dense, psg_sync_compressed_t *out);
+int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double momentum, int n,
+                      const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                      psg_endpoint_t *dense, psg_sync_compressed_t *out);
 /* sync's graph (sync/strategy_sync.c), for a strategy that averages through it. */
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out);
 

@@ -22,7 +22,8 @@ static const char *own_device_fn(void *ctx, const psg_graph_t *g, const psg_node
     if (psg_node_device(n)[0]) return NULL;
     for (int i = 0; i < psg_node_num_inputs(n); i++) {
         psg_endpoint_t e = psg_node_input(n, i);
-        if (psg_graph_dtype(g, e) == PSG_DT_RESOURCE) return psg_node_device(psg_graph_node(g, e.node));
+        if (psg_graph_dtype(g, e) == PSG_DT_RESOURCE)
+            return psg_node_device(psg_graph_node(g, e.node));
     }
     return ctx;
 }
@@ -34,7 +35,8 @@ int psg_sync_local_update(const psg_sync_build_t *b, int *train_op) {
     char dev[256];
     snprintf(dev, sizeof dev, "%s", psg_node_device(psg_graph_node(g, b->vars[0].node)));
     psg_graph_push_device_fn(g, own_device_fn, dev);
-    int update = -1, rc = psg_optimizer_apply_gradients(b->opt, g, b->n, b->grads, b->vars, &update);
+    int update = -1,
+        rc = psg_optimizer_apply_gradients(b->opt, g, b->n, b->grads, b->vars, &update);
     psg_graph_pop_device(g);
     if (rc < 0) return -1;
     const psg_node_t *grp = psg_graph_node(g, update);
@@ -73,7 +75,8 @@ static int build_globals(const psg_sync_build_t *b, psg_endpoint_t *globals, psg
     char name[512];
     for (int i = 0; i < b->n; i++) {
         const char *v = psg_node_name(psg_graph_node(g, b->vars[i].node));
-        snprintf(name, sizeof name, "local_sgd/global/%s", v); /* not under v: beside v is the worker */
+        snprintf(name, sizeof name, "local_sgd/global/%s",
+                 v); /* not under v: beside v is the worker */
         globals[i] = psg_variable(g, name, PSG_DT_F32, psg_graph_shape(g, b->vars[i]),
                                   (psg_initializer_t){"zeros", 0, 0}, false);
         snprintf(name, sizeof name, "local_sgd/global/%s/read", v);
@@ -136,7 +139,8 @@ static int build_local(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     if ((out->local_init_op = psg_sync_local_inits(g, dev)) < 0) return -1;
     psg_endpoint_t *mem = malloc(sizeof *mem * 2 * (size_t)b->n);
     int *pulls = malloc(sizeof *pulls * (size_t)b->n);
-    int rc = mem && pulls ? build_globals(b, mem, mem + b->n, pulls) : psg_error_set("out of memory");
+    int rc =
+        mem && pulls ? build_globals(b, mem, mem + b->n, pulls) : psg_error_set("out of memory");
     if (rc == 0) rc = build_average(b, out, mem, mem + b->n, pulls);
     free(mem);
     free(pulls);
@@ -170,8 +174,7 @@ static int step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t
     view.read_step = view.applied_step = PSG_NO_ENDPOINT;
     view.n_step_fetches = 0;
     if (rc == 0) rc = psg_sync_step_read(&view, f, local_step, 0, st);
-    for (int i = 0; i < 3; i++)
-        psg_tensor_destroy(&f[i]);
+    for (int i = 0; i < 3; i++) psg_tensor_destroy(&f[i]);
     if (rc == 0 && st->next_step >= 0) rc = w->run(w->ctx, 2, NULL, NULL);
     if (rc < 0) {
         psg_tensor_destroy(loss);
@@ -185,8 +188,8 @@ static int lost_local(const psg_sync_config_t *cfg, int num_required) {
     return cfg->num_workers - num_required;
 }
 
-static const char *const local_options[] = {"--local-steps", "--local-after",
-                                            "--backup-workers", NULL};
+static const char *const local_options[] = {"--local-steps", "--local-after", "--backup-workers",
+                                            NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_local = {
     .name = "local",

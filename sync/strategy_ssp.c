@@ -48,7 +48,8 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
     char name[256];
     for (int i = 0; i < b->n; i++) {
         snprintf(name, sizeof name, "ssp/gradient_%d", i);
-        out->calls[0].feeds[i] = psg_placeholder(g, name, PSG_DT_F32, psg_graph_shape(g, b->grads[i]));
+        out->calls[0].feeds[i] =
+            psg_placeholder(g, name, PSG_DT_F32, psg_graph_shape(g, b->grads[i]));
         snprintf(name, sizeof name, "ssp/gradient_%d/share", i);
         scaled[i] = psg_scale(g, name, out->calls[0].feeds[i], 1.0 / W);
     }
@@ -59,10 +60,10 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
     const psg_node_t *grp = psg_graph_node(g, update);
     int nc = psg_node_num_controls(grp), *ctl = malloc(sizeof *ctl * (size_t)(nc + 1));
     if (!ctl) return psg_error_set("out of memory");
-    for (int j = 0; j < nc; j++)
-        ctl[j] = psg_node_control(grp, j);
+    for (int j = 0; j < nc; j++) ctl[j] = psg_node_control(grp, j);
     bool pushed = psg_sync_push_device_of(g, clock);
-    int t = psg_ssp_clock_tick_op(g, "ssp/apply_tick", clock, b->cfg->worker_index, HALF_APPLIED, 1, nc, ctl);
+    int t = psg_ssp_clock_tick_op(g, "ssp/apply_tick", clock, b->cfg->worker_index, HALF_APPLIED, 1,
+                                  nc, ctl);
     if (pushed) psg_graph_pop_device(g);
     free(ctl);
     out->calls[0].n_feeds = b->n;
@@ -73,7 +74,8 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
 
 /* call k (2: applied, 3: read): feed the step every worker's clock `half` must reach;
  * fetches the least clock and the seconds waited, on the worker. */
-static void build_wait(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clock, int half) {
+static void build_wait(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clock,
+                       int half) {
     psg_graph_t *g = b->g;
     const char *what = half == HALF_APPLIED ? "applied" : "read";
     char name[128];
@@ -83,7 +85,8 @@ static void build_wait(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
     psg_endpoint_t want = psg_placeholder(g, name, PSG_DT_I64, &scalar);
     bool pushed = psg_sync_push_device_of(g, clock);
     snprintf(name, sizeof name, "ssp/wait_%s", what);
-    psg_endpoint_t least = psg_ssp_clock_wait_op(g, name, clock, want, b->cfg->worker_index, half, b->timeout_ms);
+    psg_endpoint_t least =
+        psg_ssp_clock_wait_op(g, name, clock, want, b->cfg->worker_index, half, b->timeout_ms);
     if (pushed) psg_graph_pop_device(g);
     out->calls[k].feeds[0] = want;
     out->calls[k].n_feeds = 1;
@@ -111,9 +114,12 @@ static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     }
     if (rc == 0) {
         out->n_step_fetches = b->n;
-        out->train_op = psg_ssp_clock_tick_op(g, "ssp/read_tick", clock, r, HALF_READ, 1, b->n, ctl);
-        int ends[2] = {psg_ssp_clock_tick_op(g, "ssp/end_read", clock, r, HALF_READ, DONE_CLOCK, 0, NULL),
-                       psg_ssp_clock_tick_op(g, "ssp/end_applied", clock, r, HALF_APPLIED, DONE_CLOCK, 0, NULL)};
+        out->train_op =
+            psg_ssp_clock_tick_op(g, "ssp/read_tick", clock, r, HALF_READ, 1, b->n, ctl);
+        int ends[2] = {
+            psg_ssp_clock_tick_op(g, "ssp/end_read", clock, r, HALF_READ, DONE_CLOCK, 0, NULL),
+            psg_ssp_clock_tick_op(g, "ssp/end_applied", clock, r, HALF_APPLIED, DONE_CLOCK, 0,
+                                  NULL)};
         out->close_op = psg_group(g, "ssp/end", 2, ends);
     }
     if (pushed) psg_graph_pop_device(g);
@@ -128,7 +134,8 @@ static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
 
 /* Waits on the ps until every worker's clock `half` is at least want (call 2 or 3);
  * *least gets the least clock, *waited the seconds added. */
-static int wait_clocks(psg_sync_worker_t *w, int half, int64_t want, int64_t *least, double *waited) {
+static int wait_clocks(psg_sync_worker_t *w, int half, int64_t want, int64_t *least,
+                       double *waited) {
     psg_tensor_t *feed = psg_tensor_scalar_i64(want), *got[2] = {0};
     if (!feed) return psg_error_set("out of memory");
     int rc = w->run(w->ctx, half == HALF_APPLIED ? 2 : 3, &feed, got);
@@ -154,8 +161,7 @@ static int step_ssp(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *
     /* s = 0: no update of step k before every worker read it */
     if (rc == 0 && s == 0) rc = wait_clocks(w, HALF_READ, k + 1, &read_least, &waited);
     if (rc == 0) rc = w->run(w->ctx, 1, fetched + 1, NULL);
-    for (int i = 1; i < 1 + PSG_SYNC_CALL_MAX; i++)
-        psg_tensor_destroy(&fetched[i]);
+    for (int i = 1; i < 1 + PSG_SYNC_CALL_MAX; i++) psg_tensor_destroy(&fetched[i]);
     if (rc < 0) {
         psg_tensor_destroy(&fetched[0]);
         return -1;

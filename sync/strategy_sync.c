@@ -1,4 +1,4 @@
-/* The "sync" variant: synchronous SGD with backup workers. A worker offers
+/* The "sync" strategy: synchronous SGD with backup workers. A worker offers
  * its gradients, computed for its local step, to each variable's
  * accumulator and takes its next token; the chief takes the mean of the
  * first N of every accumulator, applies it with the wrapped optimizer,
@@ -34,25 +34,31 @@ static int accumulator_of(const psg_sync_build_t *b, int i, psg_endpoint_t local
     const psg_shape_t *shape = psg_graph_shape(g, b->vars[i]);
     psg_endpoint_t v, ix;
     if (!psg_is_indexed_slices(g, b->grads[i], &v, &ix, NULL)) {
-        t->accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape, b->num_required);
-        t->applied[i] = psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
-                                                 t->accums[i], local_step, b->grads[i]);
-        t->means[i] = psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
-                                              t->accums[i], b->num_required, b->timeout_ms);
+        t->accums[i] = psg_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
+                                          b->num_required);
+        t->applied[i] =
+            psg_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
+                                     t->accums[i], local_step, b->grads[i]);
+        t->means[i] =
+            psg_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
+                                    t->accums[i], b->num_required, b->timeout_ms);
         return 0;
     }
     if (b->cfg->opt.compress)
-        return psg_error_set("--compress: variable '%s' has a sparse gradient (rows of an embedding), "
-                             "which is not compressed",
-                             psg_node_name(psg_graph_node(g, b->vars[i].node)));
-    t->accums[i] = psg_sparse_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name), shape,
-                                             b->num_required);
-    t->applied[i] = psg_sparse_accumulator_apply_op(g, var_name(b, i, "grad_accum/apply", name, sizeof name),
-                                                    t->accums[i], local_step, v, ix);
+        return psg_error_set(
+            "--compress: variable '%s' has a sparse gradient (rows of an embedding), "
+            "which is not compressed",
+            psg_node_name(psg_graph_node(g, b->vars[i].node)));
+    t->accums[i] = psg_sparse_accumulator_op(g, var_name(b, i, "grad_accum", name, sizeof name),
+                                             shape, b->num_required);
+    t->applied[i] = psg_sparse_accumulator_apply_op(
+        g, var_name(b, i, "grad_accum/apply", name, sizeof name), t->accums[i], local_step, v, ix);
     psg_endpoint_t mix;
-    psg_endpoint_t mv = psg_sparse_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
-                                                       t->accums[i], b->num_required, b->timeout_ms, &mix);
-    t->means[i] = psg_indexed_slices(g, var_name(b, i, "grad_accum/mean", name, sizeof name), mv, mix, b->vars[i]);
+    psg_endpoint_t mv =
+        psg_sparse_accumulator_take_op(g, var_name(b, i, "grad_accum/take", name, sizeof name),
+                                       t->accums[i], b->num_required, b->timeout_ms, &mix);
+    t->means[i] = psg_indexed_slices(g, var_name(b, i, "grad_accum/mean", name, sizeof name), mv,
+                                     mix, b->vars[i]);
     return 0;
 }
 
@@ -97,8 +103,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_node_add_input(nb, out->local_step);
     psg_node_attr_int(nb, "worker", b->cfg->worker_index);
     psg_node_attr_int(nb, "timeout_ms", b->timeout_ms);
-    for (int i = 0; i < n; i++)
-        psg_node_add_control(nb, t.applies[i]);
+    for (int i = 0; i < n; i++) psg_node_add_control(nb, t.applies[i]);
     psg_endpoint_t token = psg_node_finish_ep(nb);
     int close_queue = psg_token_queue_close_op(g, "sync_replicas/close_token_q", queue, "");
     if (pushed) psg_graph_pop_device(g);
@@ -141,8 +146,8 @@ static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
     return cfg->num_workers - num_required;
 }
 
-static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers", PSG_SYNC_COMPRESS_OPTIONS,
-                                           NULL};
+static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers",
+                                           PSG_SYNC_COMPRESS_OPTIONS, NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_sync = {
     .name = "sync",

@@ -1,7 +1,7 @@
-/* The sync-replicas wrapper: config checks, the table of variants, the
- * graph of a worker built by the chosen variant, per-step statistics and
- * the chief's runner thread. Not the protocol's graph itself
- * (sync/variant_sync.c) and not the resources (ps/). */
+/* The sync-replicas wrapper: config checks, the graph of a worker built by
+ * the chosen strategy (the table is sync/strategies.c), per-step statistics
+ * and the chief's runner thread. Not the protocol's graph itself
+ * (sync/strategy_sync.c) and not the resources (ops/state/). */
 #include "psgraph/autodiff.h"
 #include "psgraph/clock.h"
 #include "psgraph/ops_array.h"
@@ -19,25 +19,20 @@
 
 struct psg_sync_replicas {
     psg_sync_config_t cfg;
-    const psg_sync_strategy_t *variant;
+    const psg_sync_strategy_t *strategy;
     psg_optimizer_t *opt;
     int num_required;
 };
 
 void psg_sync_config_defaults(psg_sync_config_t *c) {
     memset(c, 0, sizeof *c);
-    c->variant = "sync";
+    c->strategy = "sync";
     c->num_workers = 1;
     psg_sync_options_defaults(&c->opt);
 }
 
 psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg) {
-    return psg_sync_replicas_new_with(opt, cfg, NULL);
-}
-
-psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_sync_config_t *cfg,
-                                                const psg_sync_strategy_t *own) {
-    const psg_sync_strategy_t *v = own ? own : psg_sync_strategy_find(cfg->variant);
+    const psg_sync_strategy_t *v = psg_sync_strategy_find(cfg->strategy);
     int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
                                            : cfg->num_workers - cfg->backup_workers;
     if (!v) {
@@ -79,8 +74,8 @@ psg_sync_replicas_t *psg_sync_replicas_new_with(psg_optimizer_t *opt, const psg_
         return NULL;
     }
     sr->cfg = *cfg;
-    sr->cfg.variant = v->name;
-    sr->variant = v;
+    sr->cfg.strategy = v->name;
+    sr->strategy = v;
     sr->opt = opt;
     sr->num_required = n;
     return sr;
@@ -92,8 +87,8 @@ void psg_sync_replicas_destroy(psg_sync_replicas_t **sr) {
     *sr = NULL;
 }
 
-const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr) {
-    return sr->variant->name;
+const char *psg_sync_replicas_strategy_name(const psg_sync_replicas_t *sr) {
+    return sr->strategy->name;
 }
 
 int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
@@ -101,7 +96,7 @@ int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr) {
 }
 
 const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t *sr) {
-    return sr->variant;
+    return sr->strategy;
 }
 
 bool psg_sync_push_device_of(psg_graph_t *g, psg_endpoint_t e) {
@@ -146,11 +141,14 @@ psg_endpoint_t psg_sync_read_global_step(psg_graph_t *g, const char *name, psg_e
 static int ps_optimizer(const psg_sync_replicas_t *sr, psg_graph_t *g, psg_optimizer_t **out) {
     *out = NULL;
     const psg_sync_options_t *o = &sr->cfg.opt;
-    if (o->compress == PSG_SYNC_COMPRESS_NONE || o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_PS) return 0;
+    if (o->compress == PSG_SYNC_COMPRESS_NONE ||
+        o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_PS)
+        return 0;
     const psg_optimizer_config_t *c = psg_optimizer_config(sr->opt);
     if (strcmp(c->kind, "momentum") || c->use_nesterov)
-        return psg_error_set("--compress-momentum: the optimizer is %s%s, not momentum (without Nesterov)",
-                             c->kind, c->use_nesterov ? " with Nesterov" : "");
+        return psg_error_set(
+            "--compress-momentum: the optimizer is %s%s, not momentum (without Nesterov)", c->kind,
+            c->use_nesterov ? " with Nesterov" : "");
     psg_optimizer_config_t sgd = *c;
     sgd.kind = "sgd";
     bool folded = o->compress_momentum == PSG_SYNC_COMPRESS_MOMENTUM_FOLDED;
@@ -172,16 +170,20 @@ static int ps_optimizer(const psg_sync_replicas_t *sr, psg_graph_t *g, psg_optim
 
 /* The strategy's build on grads (compressed first when --compress asks), then the
  * compression's residual update with each step. */
-static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k, const psg_endpoint_t *grads,
-                            const psg_endpoint_t *vars, psg_endpoint_t gstep, psg_sync_graph_t *out) {
-    const psg_sync_strategy_t *v = sr->variant;
+static int build_compressed(psg_sync_replicas_t *sr, psg_graph_t *g, int k,
+                            const psg_endpoint_t *grads, const psg_endpoint_t *vars,
+                            psg_endpoint_t gstep, psg_sync_graph_t *out) {
+    const psg_sync_strategy_t *v = sr->strategy;
     if (sr->cfg.opt.compress != PSG_SYNC_COMPRESS_NONE && !v->compress)
-        return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)", v->name);
+        return psg_error_set("--compress: strategy '%s' does not take it (async and sync do)",
+                             v->name);
     psg_endpoint_t *dense = malloc(sizeof *dense * (size_t)k);
     psg_sync_compressed_t cz;
     psg_optimizer_t *ps_opt = NULL;
     int rc = dense ? ps_optimizer(sr, g, &ps_opt) : psg_error_set("out of memory");
-    if (rc == 0) rc = psg_sync_compress(g, &sr->cfg.opt, psg_optimizer_config(sr->opt)->momentum, k, grads, vars, dense, &cz);
+    if (rc == 0)
+        rc = psg_sync_compress(g, &sr->cfg.opt, psg_optimizer_config(sr->opt)->momentum, k, grads,
+                               vars, dense, &cz);
     if (rc == 0) {
         psg_sync_build_t b = {&sr->cfg,
                               sr->num_required,
@@ -321,24 +323,32 @@ int psg_sync_step_default(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_st
         return psg_error_set("out of memory");
     int rc = w->run(w->ctx, 0, &ls, fetched);
     psg_tensor_destroy(&ls);
-    if (rc == 0)
-        rc = psg_sync_step_read(sg, fetched + 1, w->local_step, psg_now_sec() - t0, st);
+    if (rc == 0) rc = psg_sync_step_read(sg, fetched + 1, w->local_step, psg_now_sec() - t0, st);
     if (rc == 0) {
         w->local_step = st->next_step;
         *loss = fetched[0];
         fetched[0] = NULL;
     }
-    for (int i = 0; i < 1 + 8 + PSG_SYNC_CALL_MAX; i++)
-        psg_tensor_destroy(&fetched[i]);
+    for (int i = 0; i < 1 + 8 + PSG_SYNC_CALL_MAX; i++) psg_tensor_destroy(&fetched[i]);
     return rc;
+}
+
+const char *psg_sync_step_drop_reason(const psg_sync_step_t *st) {
+    if (st->used) return NULL;
+    if (st->next_step < 0) return "closed";
+    return st->num_accepted == 0 ? "stale" : "partial";
 }
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
     s->steps++;
-    if (st->used)
+    const char *why = psg_sync_step_drop_reason(st);
+    if (!why)
         s->used++;
     else
         s->dropped++;
+    if (why && !strcmp(why, "closed")) s->dropped_closed++;
+    if (why && !strcmp(why, "stale")) s->dropped_stale++;
+    if (why && !strcmp(why, "partial")) s->dropped_partial++;
     s->compute_sec += st->compute_sec;
     s->token_wait_sec += st->token_wait_sec;
     s->wait_sec += st->wait_sec;
@@ -352,23 +362,26 @@ void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
 
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size) {
     if (s->stale_n == 0)
-        return snprintf(buf, size, "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0}");
+        return snprintf(buf, size,
+                        "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0}");
     return snprintf(buf, size, "\"staleness\":{\"min\":%lld,\"mean\":%.4f,\"max\":%lld,\"n\":%lld}",
                     (long long)s->stale_min, (double)s->stale_sum / (double)s->stale_n,
                     (long long)s->stale_max, (long long)s->stale_n);
 }
 
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size) {
-    char stale[24] = "null";
+    char stale[24] = "null", why[32] = "";
     if (st->staleness >= 0) snprintf(stale, sizeof stale, "%lld", (long long)st->staleness);
+    if (!st->used) snprintf(why, sizeof why, ",\"why\":\"%s\"", psg_sync_step_drop_reason(st));
     return snprintf(buf, size,
                     "{\"event\":\"sync_step\",\"worker\":%d,\"local_step\":%lld,\"next_step\":%lld,"
-                    "\"gradient\":\"%s\",\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
+                    "\"gradient\":\"%s\"%s,\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
                     "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f,\"wait_sec\":%.6f,"
                     "\"staleness\":%s,\"straggler_ms\":%.3f}",
                     worker, (long long)st->local_step, (long long)st->next_step,
-                    st->used ? "used" : "dropped", st->num_accepted, st->num_vars, st->step_sec,
-                    st->compute_sec, st->token_wait_sec, st->wait_sec, stale, st->straggler_ms);
+                    st->used ? "used" : "dropped", why, st->num_accepted, st->num_vars,
+                    st->step_sec, st->compute_sec, st->token_wait_sec, st->wait_sec, stale,
+                    st->straggler_ms);
 }
 
 /* ---- the chief's runner ---- */

@@ -31,7 +31,8 @@ int psg_gradcheck(const char *label, int n, const psg_gradcheck_input_t *inputs,
     }
     psg_endpoint_t out = build(g, ph, ctx);
     if (!psg_endpoint_valid(out) || psg_graph_error(g)) {
-        fprintf(stderr, "%s: build failed: %s\n", label, psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());
+        fprintf(stderr, "%s: build failed: %s\n", label,
+                psg_graph_error(g) ? psg_graph_error(g) : psg_error_message());
         goto done;
     }
     s = psg_session_new(g, NULL, NULL);

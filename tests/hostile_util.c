@@ -20,8 +20,12 @@ char server_log[400];
 /* Starts `psgraph server` on a free port with `argv` after its own arguments (NULL-ended);
  * reads the port it prints. */
 int start_server_argv(const char *const *argv) {
-    const char *args[64] = {psgraph_exe, "server", "--task-name", "/job:ps/task:0", "--listen", "tcp://127.0.0.1:0",
-                            "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300"};
+    const char *args[64] = {psgraph_exe,      "server",
+                            "--task-name",    "/job:ps/task:0",
+                            "--listen",       "tcp://127.0.0.1:0",
+                            "--recv-timeout", "2",
+                            "--logdir",       logdir,
+                            "--idle-timeout", "300"};
     int n = 12;
     for (int i = 0; argv[i] && n < 63; i++) args[n++] = argv[i];
     args[n] = NULL;
@@ -43,7 +47,8 @@ int start_server_argv(const char *const *argv) {
     close(p[1]);
     char buf[512] = "";
     size_t n_read = 0;
-    for (ssize_t k; n_read < sizeof buf - 1 && !strchr(buf, '\n') && (k = read(p[0], buf + n_read, sizeof buf - 1 - n_read)) > 0;)
+    for (ssize_t k; n_read < sizeof buf - 1 && !strchr(buf, '\n') &&
+                    (k = read(p[0], buf + n_read, sizeof buf - 1 - n_read)) > 0;)
         n_read += (size_t)k, buf[n_read] = 0;
     close(p[0]);
     const char *at = strstr(buf, "tcp://127.0.0.1:");
@@ -51,9 +56,19 @@ int start_server_argv(const char *const *argv) {
     return port > 0 ? 0 : -1;
 }
 
-int start_server_keyed(const char *max_pending, const char *max_graphs, const char *max_wait, const char *keys) {
-    const char *argv[] = {"--memory-limit", "256M", "--max-pending", max_pending, "--max-graphs", max_graphs,
-                          "--max-wait", max_wait, keys ? "--keys" : NULL, keys, NULL};
+int start_server_keyed(const char *max_pending, const char *max_graphs, const char *max_wait,
+                       const char *keys) {
+    const char *argv[] = {"--memory-limit",
+                          "256M",
+                          "--max-pending",
+                          max_pending,
+                          "--max-graphs",
+                          max_graphs,
+                          "--max-wait",
+                          max_wait,
+                          keys ? "--keys" : NULL,
+                          keys,
+                          NULL};
     return start_server_argv(argv);
 }
 
@@ -61,7 +76,9 @@ int start_server_with(const char *max_pending, const char *max_graphs, const cha
     return start_server_keyed(max_pending, max_graphs, max_wait, NULL);
 }
 
-int start_server(void) { return start_server_with("4", "8", "2"); }
+int start_server(void) {
+    return start_server_with("4", "8", "2");
+}
 
 /* Stops the server a test started for itself; the suite's (pid, port) is current again. */
 void restore_server(pid_t first_pid, int first_port) {
@@ -112,7 +129,8 @@ void expect_error(const psg_req_t *r, psg_err_code_t code, const char *want) {
     CHECK(m == NULL);
     CHECK_ERROR_HAS(want);
     if (psg_error_code() != code)
-        fprintf(stderr, "  code %s, wanted %s\n", psg_error_code_name(psg_error_code()), psg_error_code_name(code));
+        fprintf(stderr, "  code %s, wanted %s\n", psg_error_code_name(psg_error_code()),
+                psg_error_code_name(code));
     CHECK(psg_error_code() == code);
     psg_msg_destroy(&m);
     CHECK(alive());
@@ -125,7 +143,8 @@ psg_req_t register_req(psg_graph_t *g, int fetch, char **bytes) {
     static psg_endpoint_t fx;
     fx = (psg_endpoint_t){fetch, 0};
     psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH};
-    r.u.reg = (psg_req_register_t){.graph = *bytes, .len = len, .n_fetches = fetch >= 0, .fetches = &fx};
+    r.u.reg =
+        (psg_req_register_t){.graph = *bytes, .len = len, .n_fetches = fetch >= 0, .fetches = &fx};
     return r;
 }
 
@@ -188,11 +207,11 @@ pid_t sigterm_and_wait(pid_t pid, const char *what, int *st) {
     kill(pid, SIGTERM);
     pid_t w = 0;
     *st = 0;
-    for (double end = t_term + 30; (w = waitpid(pid, st, WNOHANG)) == 0 && psg_now_sec() < end;) usleep(5000);
+    for (double end = t_term + 30; (w = waitpid(pid, st, WNOHANG)) == 0 && psg_now_sec() < end;)
+        usleep(5000);
     printf("{\"bench\":\"%s\",\"seconds_to_exit\":%.3f}\n", what, psg_now_sec() - t_term);
     return w;
 }
-
 
 bool server_restart_if_dead(void) {
     int st = 0;

@@ -35,7 +35,8 @@ int hostile_end(const char *what);
 int start_server_argv(const char *const *argv);
 /* The same with --memory-limit 256M and small limits (the pending steps and graphs a peer
  * may have, the longest wait in seconds), with CURVE when `keys` names a key folder. */
-int start_server_keyed(const char *max_pending, const char *max_graphs, const char *max_wait, const char *keys);
+int start_server_keyed(const char *max_pending, const char *max_graphs, const char *max_wait,
+                       const char *keys);
 int start_server_with(const char *max_pending, const char *max_graphs, const char *max_wait);
 int start_server(void);
 /* Stops the server a test started for itself; (first_pid, first_port) is current again. */

@@ -101,6 +101,29 @@ static psg_endpoint_t b_argmax(psg_graph_t *g, const psg_endpoint_t *x) {
 static psg_endpoint_t b_equal(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_cast(g, "y", psg_equal(g, "eq", psg_relu(g, "r", x[0]), x[0]), PSG_DT_F32);
 }
+static psg_endpoint_t b_maximum(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_maximum(g, "y", x[0], x[1]);
+}
+static psg_endpoint_t b_minimum(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_minimum(g, "y", x[0], x[1]);
+}
+static psg_endpoint_t b_max_rows(psg_graph_t *g, const psg_endpoint_t *x) {
+    int64_t ax[1] = {-1};
+    return psg_reduce_max(g, "y", x[0], 1, ax, false);
+}
+static psg_endpoint_t b_max_02(psg_graph_t *g, const psg_endpoint_t *x) {
+    int64_t ax[2] = {0, 2};
+    return psg_reduce_max(g, "y", x[0], 2, ax, true);
+}
+static psg_endpoint_t b_greater(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_cast(g, "y", psg_compare(g, "gt", "Greater", x[0], x[1]), PSG_DT_F32);
+}
+static psg_endpoint_t b_one_hot(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_one_hot(g, "y", x[0], 10, 1.0, 0.0);
+}
+static psg_endpoint_t b_shape(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_cast(g, "y", psg_shape_of(g, "s", x[0]), PSG_DT_F32);
+}
 static psg_endpoint_t b_matmul(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_matmul(g, "y", x[0], x[1], false, false);
 }
@@ -226,7 +249,14 @@ const psg_op_case_t psg_op_cases[] = {
      1e-5,
      true,
      1e-2},
-    {"Gather", 2, {SHAPE2(10, 6), SHAPE1(9)}, {PSG_CASE_F32, PSG_CASE_LABELS}, b_gather, 0, false, 1e-2},
+    {"Gather",
+     2,
+     {SHAPE2(10, 6), SHAPE1(9)},
+     {PSG_CASE_F32, PSG_CASE_LABELS},
+     b_gather,
+     0,
+     false,
+     1e-2},
     {"L2Loss", 1, {SHAPE2(300, 70)}, {PSG_CASE_F32}, b_l2, 1e-4, true, 0},
     {"Sum rows", 1, {SHAPE2(33, 1000)}, {PSG_CASE_F32}, b_sum_rows, 1e-4, true, 0},
     {"Sum cols keep_dims", 1, {SHAPE2(5000, 7)}, {PSG_CASE_F32}, b_sum_cols, 1e-4, true, 0},
@@ -234,6 +264,34 @@ const psg_op_case_t psg_op_cases[] = {
     {"Mean all", 1, {SHAPE4(3, 4, 5, 2)}, {PSG_CASE_F32}, b_mean_all, 1e-5, true, 1e-2},
     {"ArgMax", 1, {SHAPE2(17, 45)}, {PSG_CASE_F32}, b_argmax, 0, false, 0},
     {"Equal", 1, {SHAPE2(6, 6)}, {PSG_CASE_F32}, b_equal, 0, false, 0},
+    {"Maximum broadcast",
+     2,
+     {SHAPE2(5, 3), SHAPE1(3)},
+     {PSG_CASE_F32, PSG_CASE_F32},
+     b_maximum,
+     0,
+     true,
+     1e-2},
+    {"Minimum",
+     2,
+     {SHAPE2(4, 6), SHAPE2(4, 6)},
+     {PSG_CASE_F32, PSG_CASE_F32},
+     b_minimum,
+     0,
+     true,
+     1e-2},
+    {"Max rows", 1, {SHAPE2(7, 9)}, {PSG_CASE_F32}, b_max_rows, 0, true, 1e-2},
+    {"Max axes 0,2 keep_dims", 1, {SHAPE4(3, 4, 5, 2)}, {PSG_CASE_F32}, b_max_02, 0, true, 1e-2},
+    {"Greater broadcast",
+     2,
+     {SHAPE2(6, 5), SHAPE2(6, 1)},
+     {PSG_CASE_F32, PSG_CASE_F32},
+     b_greater,
+     0,
+     false,
+     0},
+    {"OneHot", 1, {SHAPE1(9)}, {PSG_CASE_LABELS}, b_one_hot, 0, false, 0},
+    {"Shape", 1, {SHAPE4(3, 4, 5, 2)}, {PSG_CASE_F32}, b_shape, 0, false, 0},
     {"MatMul",
      2,
      {SHAPE2(17, 33), SHAPE2(33, 9)},

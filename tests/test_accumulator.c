@@ -77,7 +77,8 @@ static void test_cap_drops_the_slowest(void) {
 }
 
 /* rows (k, 2) of a (6, 2) table at ids: one sparse gradient */
-static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids, const float *rows) {
+static bool apply_rows(psg_accumulator_t *acc, int64_t step, int k, const int64_t *ids,
+                       const float *rows) {
     psg_shape_t vs = psg_shape_2d(k, 2), is = psg_shape_1d(k);
     psg_tensor_t *v = psg_test_tensor(&vs, rows), *ix = psg_tensor_new(PSG_DT_I64, &is);
     for (int i = 0; i < k; i++) psg_tensor_i64(ix)[i] = ids[i];
@@ -106,10 +107,12 @@ static void test_sparse_mean_stale_and_late(void) {
     CHECK(psg_accumulator_take_sparse(acc, 2, 1000, &mean, &ids) == 0 && mean && ids);
     if (mean && ids) {
         CHECK(psg_tensor_numel(ids) == 3 && ids->dtype == PSG_DT_I64);
+        CHECK(mean->shape.rank == 2 && mean->shape.dims[0] == 3 && mean->shape.dims[1] == 2);
         const int64_t *ix = psg_tensor_i64(ids);
         const float *m = psg_tensor_f32(mean);
         float want[6][2] = {{0}, {20, 30}, {0}, {0}, {2, 3}, {3.5f, 4}};
-        for (int i = 0; i < 3; i++) CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
+        for (int i = 0; i < 3; i++)
+            CHECK(m[2 * i] == want[ix[i]][0] && m[2 * i + 1] == want[ix[i]][1]);
         CHECK(ix[0] == 4 && ix[1] == 1 && ix[2] == 5); /* order of first appearance */
     }
     psg_tensor_destroy(&mean);
@@ -118,7 +121,8 @@ static void test_sparse_mean_stale_and_late(void) {
     CHECK(!apply_rows(acc, 0, 1, (int64_t[]){2}, (float[]){5, 5}));
     CHECK(apply_rows(acc, 1, 1, (int64_t[]){2}, (float[]){6, 8}));
     CHECK(psg_accumulator_take_sparse(acc, 1, 1000, &mean, &ids) == 0);
-    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 && psg_tensor_f32(mean)[1] == 8.0f);
+    CHECK(mean && psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 2 &&
+          psg_tensor_f32(mean)[1] == 8.0f);
     psg_tensor_destroy(&mean);
     psg_tensor_destroy(&ids);
     psg_accumulator_counts_t c;
@@ -132,7 +136,8 @@ static void test_sparse_mean_stale_and_late(void) {
     float *ones = malloc(sizeof(float) * 2 * K);
     for (int i = 0; i < K; i++) many[i] = (i * 7) % K, ones[2 * i] = ones[2 * i + 1] = 1;
     CHECK(apply_rows(wide, 0, K, many, ones) && apply_rows(wide, 0, K, many, ones));
-    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 && psg_tensor_numel(ids) == K);
+    CHECK(psg_accumulator_take_sparse(wide, 2, 1000, &mean, &ids) == 0 &&
+          psg_tensor_numel(ids) == K);
     bool all_one = mean != NULL;
     for (int i = 0; mean && i < 2 * K; i++) all_one = all_one && psg_tensor_f32(mean)[i] == 1.0f;
     CHECK(all_one);
@@ -143,18 +148,156 @@ static void test_sparse_mean_stale_and_late(void) {
     /* what does not fit is refused with the accumulator's name; nothing counted */
     bool accepted = true;
     psg_shape_t bad_rows = psg_shape_2d(1, 3), one = psg_shape_1d(1);
-    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows), *ix = psg_tensor_zeros(PSG_DT_I64, &one);
+    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &bad_rows),
+                 *ix = psg_tensor_zeros(PSG_DT_I64, &one);
     CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && !accepted);
     CHECK(strstr(psg_error_message(), "emb/grad_accum") != NULL);
     psg_tensor_destroy(&v);
     psg_shape_t row = psg_shape_2d(1, 2);
     v = psg_tensor_zeros(PSG_DT_F32, &row);
     psg_tensor_i64(ix)[0] = 6; /* past the table's 6 rows */
-    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 && strstr(psg_error_message(), "out of"));
+    CHECK(psg_accumulator_apply_sparse(acc, 2, v, ix, &accepted) < 0 &&
+          strstr(psg_error_message(), "out of"));
     CHECK(psg_accumulator_apply(acc, 2, v, &accepted) < 0); /* a dense gradient */
     CHECK(psg_accumulator_num_accumulated(acc) == 0);
     psg_tensor_destroy(&v);
     psg_tensor_destroy(&ix);
+    psg_resource_mgr_destroy(&rm);
+}
+
+/* A take's callback for take_async: what it got. */
+typedef struct {
+    int calls;
+    psg_tensor_t *mean;
+    psg_err_code_t code;
+    char error[512];
+} got_take_t;
+
+static void on_take(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_err_code_t code,
+                    const char *error) {
+    got_take_t *g = arg;
+    g->calls++;
+    g->mean = mean;
+    g->code = code;
+    snprintf(g->error, sizeof g->error, "%s", error ? error : "");
+    psg_tensor_destroy(&indices);
+}
+
+/* The edges of a step: a cap of one, the N of a take that timed out caps the rest of its step,
+ * a table of one row, a variable of no elements, and a take pending when the task's resources
+ * go (the server stops): it fails, it is not left waiting. */
+static void test_edges_of_a_step(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    /* N = 1: the second gradient of the step is late */
+    psg_accumulator_t *one = psg_accumulator_get(rm, "one", &s3, 1);
+    CHECK(apply3(one, 0, 1, 2, 3) && !apply3(one, 0, 7, 7, 7));
+    psg_accumulator_counts_t c;
+    psg_accumulator_counts(one, &c);
+    CHECK(c.accepted == 1 && c.late == 1);
+    /* no cap given: a take of 2 that timed out after 1 gradient caps its step at 2 */
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 0);
+    CHECK(apply3(acc, 0, 1, 1, 1));
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 10, &mean) < 0 && psg_error_code() == PSG_ERR_TIMEOUT);
+    CHECK(apply3(acc, 0, 3, 3, 3) && !apply3(acc, 0, 50, 50, 50));
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && mean &&
+          psg_tensor_f32(mean)[2] == 2.0f);
+    psg_tensor_destroy(&mean);
+    /* a table of one row: rows of 3, summed */
+    psg_shape_t row = psg_shape_2d(1, 3), r1 = psg_shape_1d(1);
+    psg_accumulator_t *sp = psg_sparse_accumulator_get(rm, "one_row", &row, 0);
+    psg_tensor_t *v = psg_test_tensor(&row, (float[]){2, 4, 6}),
+                 *ix = psg_tensor_zeros(PSG_DT_I64, &r1);
+    bool accepted = false;
+    CHECK(psg_accumulator_apply_sparse(sp, 0, v, ix, &accepted) == 0 && accepted);
+    psg_tensor_f32(v)[2] = 0;
+    CHECK(psg_accumulator_apply_sparse(sp, 0, v, ix, &accepted) == 0 && accepted);
+    psg_tensor_t *ids = NULL;
+    CHECK(psg_accumulator_take_sparse(sp, 2, 1000, &mean, &ids) == 0 && mean && ids);
+    if (mean && ids) {
+        const float *m = psg_tensor_f32(mean);
+        CHECK(psg_tensor_numel(mean) == 3 && m[0] == 2 && m[1] == 4 && m[2] == 3);
+        CHECK(psg_tensor_numel(ids) == 1 && psg_tensor_i64(ids)[0] == 0);
+    }
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&ids);
+    psg_tensor_destroy(&v);
+    psg_tensor_destroy(&ix);
+    /* a variable of 0 x 3 elements */
+    psg_shape_t empty = psg_shape_2d(0, 3);
+    psg_accumulator_t *none = psg_accumulator_get(rm, "empty", &empty, 0);
+    psg_tensor_t *g0 = psg_tensor_zeros(PSG_DT_F32, &empty);
+    CHECK(none && psg_accumulator_apply(none, 0, g0, &accepted) == 0 && accepted);
+    CHECK(psg_accumulator_take(none, 1, 1000, &mean) == 0 && mean && psg_tensor_numel(mean) == 0);
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&g0);
+    /* a take that asks for no timeout gets the task's longest wait, not none */
+    psg_accumulator_t *patient = psg_accumulator_get(rm, "patient", &s3, 0);
+    got_take_t got = {0};
+    psg_accumulator_take_async(patient, 1, 0, on_take, &got);
+    struct timespec pause = {0, 50 * 1000000L};
+    nanosleep(&pause, NULL);
+    CHECK(got.calls == 0);
+    CHECK(apply3(patient, 0, 4, 4, 4));
+    CHECK(got.calls == 1 && got.mean && psg_tensor_f32(got.mean)[0] == 4.0f);
+    psg_tensor_destroy(&got.mean);
+    /* the resources go with a take pending: it fails with "stopping" */
+    got = (got_take_t){0};
+    psg_accumulator_take_async(acc, 2, 60000, on_take, &got);
+    CHECK(got.calls == 0);
+    psg_resource_mgr_destroy(&rm);
+    CHECK(got.calls == 1 && !got.mean && got.code == PSG_ERR_STOPPING);
+    CHECK(strstr(got.error, "accumulator 'acc' destroyed while a take waited") != NULL);
+}
+
+/* A sparse sum that grows: a first gradient of 10 ids, then 3000 others (the map of ids and
+ * the rows grow, each id keeping its rows), then ids that do not come as one i32 or i64 per
+ * row are refused. */
+static void test_sparse_sum_grows(void) {
+    enum { K = 3010 };
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t table = psg_shape_2d(K, 2);
+    psg_accumulator_t *acc = psg_sparse_accumulator_get(rm, "grow", &table, 0);
+    int64_t *ids = malloc(sizeof(int64_t) * K);
+    float *rows = malloc(sizeof(float) * 2 * K);
+    PSG_ASSERT(ids && rows);
+    for (int i = 0; i < K; i++)
+        ids[i] = K - 1 - i, rows[2 * i] = (float)i, rows[2 * i + 1] = -(float)i;
+    CHECK(apply_rows(acc, 0, 10, ids, rows));
+    CHECK(apply_rows(acc, 0, K - 10, ids + 10, rows + 20));
+    psg_tensor_t *mean = NULL, *got = NULL;
+    CHECK(psg_accumulator_take_sparse(acc, 2, 1000, &mean, &got) == 0 && mean && got);
+    if (mean && got) {
+        CHECK(psg_tensor_numel(got) == K && mean->shape.dims[0] == K);
+        bool all = psg_tensor_numel(got) == K;
+        for (int i = 0; all && i < K; i++) /* first appearance: row i is id K - 1 - i, halved */
+            all = psg_tensor_i64(got)[i] == K - 1 - i &&
+                  psg_tensor_f32(mean)[2 * i] == (float)i / 2 &&
+                  psg_tensor_f32(mean)[2 * i + 1] == -(float)i / 2;
+        CHECK(all);
+    }
+    psg_tensor_destroy(&mean);
+    psg_tensor_destroy(&got);
+    free(ids);
+    free(rows);
+    /* indices: f32, or one a row but as a [1, 1] matrix */
+    psg_shape_t one_row = psg_shape_2d(1, 2), r1 = psg_shape_1d(1);
+    psg_tensor_t *v = psg_tensor_zeros(PSG_DT_F32, &one_row);
+    psg_tensor_t *fx = psg_tensor_zeros(PSG_DT_F32, &r1),
+                 *mx = psg_tensor_zeros(PSG_DT_I64, &one_row);
+    bool accepted = true;
+    CHECK(psg_accumulator_apply_sparse(acc, 1, v, fx, &accepted) < 0 && !accepted);
+    CHECK_ERROR_HAS("accumulator 'grow': f32[1] indices for 1 rows (want i32 or i64, one a row)");
+    psg_tensor_destroy(&mx);
+    psg_shape_t m11 = psg_shape_2d(1, 1);
+    mx = psg_tensor_zeros(PSG_DT_I64, &m11);
+    CHECK(psg_accumulator_apply_sparse(acc, 1, v, mx, &accepted) < 0 && !accepted);
+    CHECK_ERROR_HAS("i64[1, 1] indices for 1 rows");
+    CHECK(psg_accumulator_num_accumulated(acc) == 0);
+    psg_tensor_destroy(&v);
+    psg_tensor_destroy(&fx);
+    psg_tensor_destroy(&mx);
     psg_resource_mgr_destroy(&rm);
 }
 
@@ -297,8 +440,7 @@ static void test_token_queue_wakes_waiters(void) {
     psg_token_queue_t *q = psg_token_queue_get(rm, "q");
     dequeuer_t d[3] = {{q, 0, 0, -2}, {q, 0, 0, -2}, {q, 3, 0, -2}};
     pthread_t th[3];
-    for (int i = 0; i < 3; i++)
-        pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, dequeuer_main, &d[i]);
     sleep_ms(20);
     int64_t one = 1;
     CHECK(psg_token_queue_enqueue_many(q, &one, 1, 2, 0) == 0);
@@ -392,6 +534,8 @@ int main(void) {
     RUN_TEST(test_mean_and_stale);
     RUN_TEST(test_cap_drops_the_slowest);
     RUN_TEST(test_sparse_mean_stale_and_late);
+    RUN_TEST(test_edges_of_a_step);
+    RUN_TEST(test_sparse_sum_grows);
     RUN_TEST(test_take_waits_times_out_and_closes);
     RUN_TEST(test_accumulator_errors);
     RUN_TEST(test_token_queue);

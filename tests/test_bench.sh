@@ -35,6 +35,9 @@ assert d["sync"] == "sync" and math.isfinite(d["images_per_sec"]) and d["images_
 assert d["global_steps"] == 2 and d["gradients_used"] == W * d["global_steps"]
 assert len(d["per_worker_images_per_sec"]) == W + b and all(r > 0 for r in d["per_worker_images_per_sec"])
 assert d["step_ms_median"] > 0 and d["step_ms_p90"] >= d["step_ms_median"]
+# why each worker's gradients were dropped adds up to its dropped count
+why = d["per_worker_dropped"]
+assert len(why) == W + b and all(sum(x.values()) == p[1] for x, p in zip(why, d["per_worker"])), (why, d["per_worker"])
 PY
 then
   ok "local cluster, 1 ps + $W workers + $b backup: final JSON line, $W gradients used a global step"
@@ -124,6 +127,17 @@ else
   fail "--op-profile: $(tail -5 <<<"$out")"
 fi
 
-# psgraph train --model inception3 is the same run
-check 0 '"bench":"inception3"' "$psgraph" train --model inception3 "${tiny[@]}" --steps 1 --threads 2
+# psgraph train --model inception3 is the same loop, with its evaluation (top-1, top-5 of the
+# weights and of their moving average) at the end
+out=$("$psgraph" train --model inception3 --image-size 75 --batch 2 --classes 10 --steps 1 --threads 2 --test-examples 4 2>&1); rc=$?
+if [ $rc = 0 ] && python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["event"] == "done" and d["model"] == "inception3" and d["steps"] == 1, d
+assert all(0 <= d[k] <= 1 for k in ("top1", "top5", "top1_ema", "top5_ema")) and d["top5"] >= d["top1"], d
+' "$(tail -1 <<<"$out")"; then
+  ok "train --model inception3: the one loop, top-1 and top-5 with and without the moving average"
+else
+  fail "train --model inception3 (rc $rc): $(tail -5 <<<"$out")"
+fi
 [ $fails = 0 ]

@@ -100,7 +100,8 @@ static void test_cluster_many_addresses(void) {
     int n = 20000;
     char *s = malloc((size_t)n * 24 + 256), *p = s;
     p += sprintf(p, "{\"cluster\":{\"worker\":[");
-    for (int i = 0; i < n; i++) p += sprintf(p, "%s\"10.%d.%d.1:2222\"", i ? "," : "", i / 256, i % 256);
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "%s\"10.%d.%d.1:2222\"", i ? "," : "", i / 256, i % 256);
     p += sprintf(p, "],\"ps\":[\"10.0.7.1:2222\"]}}");
     psg_cluster_t *c = psg_cluster_parse(s, "test");
     CHECK(!c);

@@ -5,6 +5,7 @@
 #include "psgraph/checkpoint.h"
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -18,7 +19,9 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static void rm_rf(const char *dir) {
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 static char *make_tmpdir(char *buf, size_t n) {
     snprintf(buf, n, "/tmp/psg_ckpt_XXXXXX");
@@ -68,8 +71,10 @@ static void fill_shards(psg_resource_mgr_t *rm0, psg_resource_mgr_t *rm1, double
 /* True when every initialized variable of a equals the one of that name in b. */
 static bool same_vars(psg_resource_mgr_t *a, psg_resource_mgr_t *b) {
     for (int i = 0; i < psg_resource_num_variables(a); i++) {
-        psg_variable_t *x = psg_resource_variable_at(a, i), *y = psg_resource_find_variable(b, x->name);
-        if (!y || !y->initialized || x->dtype != y->dtype || !psg_shape_equal(&x->shape, &y->shape) ||
+        psg_variable_t *x = psg_resource_variable_at(a, i),
+                       *y = psg_resource_find_variable(b, x->name);
+        if (!y || !y->initialized || x->dtype != y->dtype ||
+            !psg_shape_equal(&x->shape, &y->shape) ||
             memcmp(x->value->data, y->value->data, psg_tensor_nbytes(x->value))) {
             fprintf(stderr, "variable '%s' differs\n", x->name);
             return false;
@@ -87,18 +92,23 @@ static void write_expected(const char *path, int64_t step, psg_resource_mgr_t *c
     for (int r = 0; r < n; r++)
         for (int i = 0; i < psg_resource_num_variables(rms[r]); i++) {
             psg_variable_t *v = psg_resource_variable_at(rms[r], i);
-            fprintf(f, "%s\"%s\": {\"shard\": %d, \"dtype\": \"%s\", \"shape\": [", first ? "" : ", ", v->name,
-                    n > 1 ? r : 0, psg_dtype_name(v->dtype));
+            fprintf(f, "%s\"%s\": {\"shard\": %d, \"dtype\": \"%s\", \"shape\": [",
+                    first ? "" : ", ", v->name, n > 1 ? r : 0, psg_dtype_name(v->dtype));
             first = false;
-            for (int d = 0; d < v->shape.rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)v->shape.dims[d]);
+            for (int d = 0; d < v->shape.rank; d++)
+                fprintf(f, "%s%lld", d ? ", " : "", (long long)v->shape.dims[d]);
             fprintf(f, "], \"values\": [");
             for (int64_t k = 0; k < psg_tensor_numel(v->value); k++) {
                 const char *sep = k ? ", " : "";
                 switch (v->dtype) {
-                case PSG_DT_F32: fprintf(f, "%s%.9g", sep, (double)psg_tensor_f32(v->value)[k]); break;
+                case PSG_DT_F32:
+                    fprintf(f, "%s%.9g", sep, (double)psg_tensor_f32(v->value)[k]);
+                    break;
                 case PSG_DT_F64: fprintf(f, "%s%.17g", sep, ((double *)v->value->data)[k]); break;
                 case PSG_DT_I32: fprintf(f, "%s%d", sep, psg_tensor_i32(v->value)[k]); break;
-                case PSG_DT_I64: fprintf(f, "%s%lld", sep, (long long)psg_tensor_i64(v->value)[k]); break;
+                case PSG_DT_I64:
+                    fprintf(f, "%s%lld", sep, (long long)psg_tensor_i64(v->value)[k]);
+                    break;
                 default: fprintf(f, "%s%d", sep, ((uint8_t *)v->value->data)[k]); break;
                 }
             }
@@ -108,7 +118,8 @@ static void write_expected(const char *path, int64_t step, psg_resource_mgr_t *c
     fclose(f);
 }
 
-static void run_reader(const char *dir, const char *target, int64_t step, psg_resource_mgr_t *const *rms, int n) {
+static void run_reader(const char *dir, const char *target, int64_t step,
+                       psg_resource_mgr_t *const *rms, int n) {
     if (!reader_script) return;
     char exp[512], cmd[2048];
     snprintf(exp, sizeof exp, "%s/expected.json", dir);
@@ -140,7 +151,8 @@ static void test_two_shards_roundtrip(void) {
         CHECK(i >= 0);
         if (i >= 0) {
             psg_checkpoint_entry(ck, i, &e);
-            CHECK(e.dtype == PSG_DT_F32 && e.shape.rank == 4 && e.shape.dims[2] == 3 && e.nbytes == 24);
+            CHECK(e.dtype == PSG_DT_F32 && e.shape.rank == 4 && e.shape.dims[2] == 3 &&
+                  e.nbytes == 24);
             CHECK(!strcmp(e.file, "model.ckpt-30-00001-of-00002.safetensors"));
             CHECK(((const float *)e.data)[1] == 2.75f);
         }
@@ -185,6 +197,30 @@ static void test_two_shards_roundtrip(void) {
     /* the independent reader */
     snprintf(path, sizeof path, "%s/model.ckpt-30.index.json", dir);
     run_reader(dir, path, 30, rms, 2);
+    /* an index whose weight_map lost a tensor its shard holds, and one that is not JSON */
+    FILE *f = fopen(path, "rb");
+    char text[4096] = "";
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    char *entry = strstr(text, "\"model/emb\": ");
+    char *end = entry ? strchr(entry, '\n') : NULL;
+    CHECK(entry && end);
+    if (entry && end) {
+        memmove(entry, end + 1, strlen(end + 1) + 1);
+        f = fopen(path, "wb");
+        fputs(text, f);
+        fclose(f);
+        CHECK(!psg_checkpoint_open(path, -1));
+        CHECK_ERROR_HAS(
+            "model.ckpt-30-00001-of-00002.safetensors: tensor 'model/emb' is not mapped to this "
+            "file in the index's weight_map");
+    }
+    f = fopen(path, "wb");
+    fputs("{\"metadata\": ", f);
+    fclose(f);
+    CHECK(!psg_checkpoint_open(path, -1));
+    CHECK_ERROR_HAS("model.ckpt-30.index.json: ");
     psg_resource_mgr_destroy(&rm0);
     psg_resource_mgr_destroy(&rm1);
     rm_rf(dir);
@@ -221,6 +257,29 @@ static void on_skip(void *ctx, const char *path, const char *why) {
     snprintf(s->last_why, sizeof s->last_why, "%s", why);
 }
 
+/* A safetensors file: the header's length (8 bytes, little-endian), the header, the data. */
+static void write_st(const char *path, const char *header, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    PSG_ASSERT(f);
+    uint64_t n = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(n >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(header, 1, n, f);
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+/* A shard file of that header and data is refused, with an error that has `want`. */
+static void check_refused(const char *path, const char *header, const void *data, size_t len,
+                          const char *want) {
+    write_st(path, header, data, len);
+    psg_checkpoint_t *ck = psg_checkpoint_open(path, -1);
+    CHECK(!ck);
+    psg_checkpoint_destroy(&ck);
+    CHECK_ERROR_HAS(want);
+}
+
 static void test_corrupt_falls_back(void) {
     char dir[64], path[256];
     CHECK(make_tmpdir(dir, sizeof dir));
@@ -232,20 +291,24 @@ static void test_corrupt_falls_back(void) {
     }
     psg_checkpoint_t *ck = NULL;
     skips_t sk = {0};
-    CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 1 && psg_checkpoint_step(ck) == 30);
+    CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 1 &&
+          psg_checkpoint_step(ck) == 30);
     CHECK(sk.count == 0);
     psg_checkpoint_destroy(&ck);
 
     /* a flipped data byte in shard 1 of step 30: crc mismatch, fall back to 20 */
     snprintf(path, sizeof path, "%s/model.ckpt-30-00001-of-00002.safetensors", dir);
     damage(path, 3, false);
-    CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 1 && ck && psg_checkpoint_step(ck) == 20);
+    CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 1 && ck &&
+          psg_checkpoint_step(ck) == 20);
     CHECK(sk.count == 1 && strstr(sk.last_path, "model.ckpt-30.index.json"));
-    CHECK(strstr(sk.last_why, "model.ckpt-30-00001-of-00002.safetensors") && strstr(sk.last_why, "corrupt"));
+    CHECK(strstr(sk.last_why, "model.ckpt-30-00001-of-00002.safetensors") &&
+          strstr(sk.last_why, "corrupt"));
     psg_checkpoint_destroy(&ck);
     /* ps 0's shard of step 30 is intact: a restarted ps 0 takes it */
     sk.count = 0;
-    CHECK(psg_checkpoint_open_latest(dir, 0, on_skip, &sk, &ck) == 1 && ck && psg_checkpoint_step(ck) == 30);
+    CHECK(psg_checkpoint_open_latest(dir, 0, on_skip, &sk, &ck) == 1 && ck &&
+          psg_checkpoint_step(ck) == 30);
     CHECK(sk.count == 0);
     psg_checkpoint_destroy(&ck);
 
@@ -253,8 +316,10 @@ static void test_corrupt_falls_back(void) {
     snprintf(path, sizeof path, "%s/model.ckpt-20-00000-of-00002.safetensors", dir);
     damage(path, 10, true);
     sk.count = 0;
-    CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 1 && ck && psg_checkpoint_step(ck) == 10);
-    CHECK(sk.count == 2 && strstr(sk.last_why, "truncated") && strstr(sk.last_why, "model.ckpt-20-00000"));
+    CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 1 && ck &&
+          psg_checkpoint_step(ck) == 10);
+    CHECK(sk.count == 2 && strstr(sk.last_why, "truncated") &&
+          strstr(sk.last_why, "model.ckpt-20-00000"));
     if (ck) {
         psg_resource_mgr_t *fresh = psg_resource_mgr_new();
         CHECK(psg_checkpoint_restore(ck, fresh, false) == 0);
@@ -269,7 +334,8 @@ static void test_corrupt_falls_back(void) {
     CHECK(unlink(path) == 0);
     sk.count = 0;
     CHECK(psg_checkpoint_open_latest(dir, -1, on_skip, &sk, &ck) == 0 && !ck);
-    CHECK(sk.count == 3 && strstr(sk.last_why, "missing shard model.ckpt-10-00001-of-00002.safetensors"));
+    CHECK(sk.count == 3 &&
+          strstr(sk.last_why, "missing shard model.ckpt-10-00001-of-00002.safetensors"));
 
     /* a garbage header in a lone file */
     snprintf(path, sizeof path, "%s/junk.safetensors", dir);
@@ -289,16 +355,24 @@ static void test_corrupt_falls_back(void) {
     CHECK(!psg_checkpoint_open(path, -1));
     CHECK_ERROR_HAS("does not fit the file");
     /* issue 20: [2^40, 2^22] f32 with data_offsets [0, 0]: numel * 4 wrapped to 0 */
-    f = fopen(path, "wb");
-    if (f) {
-        const char *h = "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}";
-        unsigned char len[8] = {(unsigned char)strlen(h)};
-        fwrite(len, 1, 8, f);
-        fwrite(h, 1, strlen(h), f);
-        fclose(f);
-    }
-    CHECK(!psg_checkpoint_open(path, -1));
-    CHECK_ERROR_HAS("tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    check_refused(
+        path,
+        "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}",
+        NULL, 0, "tensor 't': shape of 4611686018427387904 elements overflows its byte size");
+    /* issue 37: [2^40, 2^40, 2^40] with data_offsets [0, 0]: the dims' product wraps to 0 */
+    check_refused(path,
+                  "{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776],"
+                  "\"data_offsets\":[0,0]}}",
+                  NULL, 0, "tensor 't': bad dimension 1"); /* 2^80 elements already */
+    /* a dim over 2^40 on its own; 2^40 itself in a tensor of 0 elements is one */
+    check_refused(path,
+                  "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627777],\"data_offsets\":[0,0]}}",
+                  NULL, 0, "tensor 't': bad dimension 1");
+    write_st(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[0,1099511627776],\"data_offsets\":[0,0]}}",
+             NULL, 0);
+    ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 1);
+    psg_checkpoint_destroy(&ck);
     /* a `{}` header: no tensors, no data (NULL + 0 once) */
     f = fopen(path, "wb");
     if (f) {
@@ -312,6 +386,62 @@ static void test_corrupt_falls_back(void) {
     CHECK(psg_checkpoint_open_latest("/nonexistent/psg", -1, NULL, NULL, &ck) == 0);
     psg_resource_mgr_destroy(&rm0);
     psg_resource_mgr_destroy(&rm1);
+    rm_rf(dir);
+}
+
+/* What a safetensors writer may do that psgraph's does not (the header's tensors in another
+ * order than their data), what no writer may (offsets that are not whole bytes, dims past 2^40,
+ * a dtype of none), and writes that fail: -1 naming the file, no temporary file left. */
+static void test_header_and_write_edges(void) {
+    char dir[64], path[128];
+    CHECK(make_tmpdir(dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/edges.safetensors", dir);
+    /* "a" listed first, its data second */
+    float data[2] = {1.5f, -2.5f};
+    write_st(path,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             data, sizeof data);
+    psg_checkpoint_t *ck = psg_checkpoint_open(path, -1);
+    CHECK(ck && psg_checkpoint_num_tensors(ck) == 2);
+    psg_tensor_t *a = ck ? psg_checkpoint_read(ck, "a") : NULL,
+                 *b = ck ? psg_checkpoint_read(ck, "b") : NULL;
+    CHECK(a && b && psg_tensor_f32(a)[0] == -2.5f && psg_tensor_f32(b)[0] == 1.5f);
+    psg_tensor_destroy(&a);
+    psg_tensor_destroy(&b);
+    psg_checkpoint_destroy(&ck);
+    check_refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0.5,4]}}", data,
+                  4, "tensor 'a': needs dtype, shape and data_offsets [begin, end]");
+    check_refused(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,4]}}", data,
+                  4, "tensor 'a': needs dtype, shape and data_offsets [begin, end]");
+    /* the first bad dimension is named */
+    check_refused(
+        path,
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2199023255552,2199023255552],\"data_offsets\":[0,0]}}",
+        NULL, 0, "tensor 'a': bad dimension 0");
+    check_refused(path, "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                  data, 1, "tensor 'a': unsupported dtype 'F8_E4M3'");
+    /* a shard written into no directory, and one whose name is taken by a directory */
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    make_var(rm, "w", PSG_DT_F32, psg_shape_1d(3), 1);
+    psg_checkpoint_shard_t shard;
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    CHECK(psg_checkpoint_write_shard(rm, missing, 3, 0, 1, &shard) < 0);
+    CHECK_ERROR_HAS("/none/.model.ckpt-3-00000-of-00001.safetensors.tmp.");
+    CHECK_ERROR_HAS("No such file or directory");
+    snprintf(path, sizeof path, "%s/model.ckpt-3-00000-of-00001.safetensors", dir);
+    CHECK(mkdir(path, 0755) == 0);
+    CHECK(psg_checkpoint_write_shard(rm, dir, 3, 0, 1, &shard) < 0);
+    CHECK_ERROR_HAS("model.ckpt-3-00000-of-00001.safetensors: rename");
+    DIR *d = opendir(dir);
+    int tmp_files = 0;
+    for (struct dirent *e; d && (e = readdir(d));) tmp_files += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    CHECK(tmp_files == 0);
+    CHECK(psg_checkpoint_write_shard(rm, dir, 3, 1, 1, &shard) < 0);
+    CHECK_ERROR_HAS("bad shard 1 of 1 or step 3");
+    psg_resource_mgr_destroy(&rm);
     rm_rf(dir);
 }
 
@@ -337,7 +467,8 @@ static void test_keep_last_k(void) {
     CHECK(psg_checkpoint_save(dir, 5, 2, rms, 2, NULL) == 0);
     CHECK(exists(dir, "model.ckpt-5.index.json") && exists(dir, "model.ckpt-4.index.json"));
     CHECK(exists(dir, "model.ckpt-4-00001-of-00002.safetensors"));
-    CHECK(!exists(dir, "model.ckpt-3.index.json") && !exists(dir, "model.ckpt-3-00000-of-00002.safetensors"));
+    CHECK(!exists(dir, "model.ckpt-3.index.json") &&
+          !exists(dir, "model.ckpt-3-00000-of-00002.safetensors"));
     CHECK(!exists(dir, "model.ckpt-1-00001-of-00002.safetensors"));
     CHECK(!exists(dir, ".model.ckpt-2-00000-of-00002.safetensors.tmp.99"));
     CHECK(exists(dir, "model.ckpt-9-00001-of-00002.safetensors"));
@@ -368,8 +499,15 @@ static void test_restore_errors(void) {
     psg_checkpoint_destroy(&ck);
     psg_resource_mgr_destroy(&more);
     psg_resource_mgr_destroy(&other);
-    CHECK(psg_checkpoint_save("/nonexistent/a/b", 1, 1, &rm, 0, NULL) < 0);
-    CHECK_ERROR_HAS("/nonexistent/a/b");
+    /* a folder that cannot be made: its parent is a file (not /nonexistent, which a run that
+     * makes its logdir's parents would make) */
+    char file[128], bad[160];
+    snprintf(file, sizeof file, "%s/file", dir);
+    FILE *f = fopen(file, "w");
+    CHECK(f && fclose(f) == 0);
+    snprintf(bad, sizeof bad, "%s/a/b", file);
+    CHECK(psg_checkpoint_save(bad, 1, 1, &rm, 0, NULL) < 0);
+    CHECK_ERROR_HAS(bad);
     psg_resource_mgr_destroy(&rm);
     rm_rf(dir);
 }
@@ -384,10 +522,12 @@ static void test_policy(void) {
     CHECK(psg_checkpoint_policy_parse("0", &p) < 0);
     CHECK(psg_checkpoint_policy_parse("1.5", &p) < 0);
     p = (psg_checkpoint_policy_t){.every_steps = 20};
-    CHECK(psg_checkpoint_policy_due(&p, 40, 20, 0, 0) && !psg_checkpoint_policy_due(&p, 41, 40, 0, 0));
+    CHECK(psg_checkpoint_policy_due(&p, 40, 20, 0, 0) &&
+          !psg_checkpoint_policy_due(&p, 41, 40, 0, 0));
     CHECK(!psg_checkpoint_policy_due(&p, 40, 40, 0, 0));
     p = (psg_checkpoint_policy_t){.every_secs = 30};
-    CHECK(psg_checkpoint_policy_due(&p, 5, 2, 100, 60) && !psg_checkpoint_policy_due(&p, 5, 2, 80, 60));
+    CHECK(psg_checkpoint_policy_due(&p, 5, 2, 100, 60) &&
+          !psg_checkpoint_policy_due(&p, 5, 2, 80, 60));
 }
 
 /* The cnn (3.3 M parameters) with its momentum slots: one save, one restore. */
@@ -421,8 +561,8 @@ static void test_cnn_timing(void) {
     CHECK(same_vars(rm, fresh));
     printf("cnn checkpoint: %lld values (%lld parameters, %lld momentum slot values, global_step), "
            "%.1f MB: write %.3f s, open+verify+restore %.3f s\n",
-           (long long)values, (long long)(values - slots - 1), (long long)slots, (double)values * 4 / 1e6,
-           t1 - t0, t2 - t1);
+           (long long)values, (long long)(values - slots - 1), (long long)slots,
+           (double)values * 4 / 1e6, t1 - t0, t2 - t1);
     CHECK(values > 3000000 && slots > 1500000);
     CHECK(t1 - t0 < 10 && t2 - t1 < 10); /* loose: sanitizers; the < 1 s target is in the docs */
     psg_checkpoint_destroy(&ck);
@@ -477,9 +617,11 @@ static void test_train_resumes(void) {
     psg_checkpoint_t *at60 = psg_checkpoint_open(path, -1);
     CHECK(at60);
     CHECK(run_train(dir, 100, &r, &out) == 0 && r.steps == 100);
-    CHECK(out && strstr(out, "restored") && strstr(out, "model.ckpt-60.index.json: global step 60"));
+    CHECK(out && strstr(out, "restored") &&
+          strstr(out, "model.ckpt-60.index.json: global step 60"));
     CHECK(out && strstr(out, "values verified"));
-    CHECK(out && !strstr(out, "\nstep 20 ") && strstr(out, "\nstep 80 ") && strstr(out, "\nstep 100 "));
+    CHECK(out && !strstr(out, "\nstep 20 ") && strstr(out, "\nstep 80 ") &&
+          strstr(out, "\nstep 100 "));
     free(out);
     /* metrics.jsonl: progress steps 20, 40, 60 then 80, 100: the count went on */
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -488,14 +630,16 @@ static void test_train_resumes(void) {
     int64_t seq[16], n = 0;
     while (f && fgets(line, sizeof line, f) && n < 16) {
         long long s;
-        if (strstr(line, "\"event\":\"progress\"") && sscanf(strstr(line, "\"step\":"), "\"step\":%lld", &s) == 1)
+        if (strstr(line, "\"event\":\"progress\"") &&
+            sscanf(strstr(line, "\"step\":"), "\"step\":%lld", &s) == 1)
             seq[n++] = s;
     }
     if (f) fclose(f);
     CHECK(n == 5 && seq[0] == 20 && seq[2] == 60 && seq[3] == 80 && seq[4] == 100);
     /* the final checkpoint holds global_step 100; the one at 60 was kept (keep 3) */
     psg_checkpoint_t *ck = NULL;
-    CHECK(psg_checkpoint_open_latest(dir, -1, NULL, NULL, &ck) == 1 && ck && psg_checkpoint_step(ck) == 100);
+    CHECK(psg_checkpoint_open_latest(dir, -1, NULL, NULL, &ck) == 1 && ck &&
+          psg_checkpoint_step(ck) == 100);
     psg_tensor_t *gs = ck ? psg_checkpoint_read(ck, "global_step") : NULL;
     CHECK(gs && psg_tensor_i64(gs)[0] == 100);
     psg_tensor_destroy(&gs);
@@ -515,7 +659,8 @@ static void test_train_resumes(void) {
     CHECK(psg_checkpoint_open_latest(dir, -1, NULL, NULL, &two) == 1 && two);
     const char *names[] = {"model/fc1/weights", "model/fc3/biases", "model/fc1/weights/Momentum"};
     for (int i = 0; one && two && i < 3; i++) {
-        psg_tensor_t *a = psg_checkpoint_read(one, names[i]), *b = psg_checkpoint_read(two, names[i]);
+        psg_tensor_t *a = psg_checkpoint_read(one, names[i]),
+                     *b = psg_checkpoint_read(two, names[i]);
         CHECK(a && b && psg_tensor_nbytes(a) == psg_tensor_nbytes(b));
         if (a && b) CHECK(memcmp(a->data, b->data, psg_tensor_nbytes(a)) == 0);
         psg_tensor_destroy(&a);
@@ -529,7 +674,8 @@ static void test_train_resumes(void) {
     damage(path, 100, false);
     CHECK(run_train(dir, 100, &r, &out) == 0 && r.steps == 100);
     CHECK(out && strstr(out, "model.ckpt-100.index.json is incomplete or corrupt"));
-    CHECK(out && strstr(out, "model.ckpt-80.index.json: global step 80") && strstr(out, "\nstep 100 "));
+    CHECK(out && strstr(out, "model.ckpt-80.index.json: global step 80") &&
+          strstr(out, "\nstep 100 "));
     free(out);
     rm_rf(dir);
 }
@@ -551,7 +697,8 @@ static void test_all_corrupt_stops(void) {
     const char *e = psg_error_message();
     printf("the error: %s\n", e);
     CHECK(strstr(e, "none verifies") && strstr(e, "--fresh-start"));
-    CHECK(strstr(e, "model.ckpt-40.index.json") && strstr(e, "model.ckpt-20.index.json") && strstr(e, "corrupt"));
+    CHECK(strstr(e, "model.ckpt-40.index.json") && strstr(e, "model.ckpt-20.index.json") &&
+          strstr(e, "corrupt"));
     CHECK(out && !strstr(out, "\nstep 20 "));
     free(out);
     snprintf(path, sizeof path, "%s/model.ckpt-60.index.json", dir);
@@ -559,7 +706,8 @@ static void test_all_corrupt_stops(void) {
     fresh_start = true;
     CHECK(run_train(dir, 60, &r, &out) == 0 && r.steps == 60);
     fresh_start = false;
-    CHECK(out && strstr(out, "--fresh-start: none of the 2 checkpoints") && strstr(out, "\nstep 20 "));
+    CHECK(out && strstr(out, "--fresh-start: none of the 2 checkpoints") &&
+          strstr(out, "\nstep 20 "));
     CHECK(access(path, F_OK) == 0);
     free(out);
     rm_rf(dir);
@@ -569,6 +717,7 @@ int main(int argc, char **argv) {
     reader_script = argc > 1 ? argv[1] : NULL;
     RUN_TEST(test_two_shards_roundtrip);
     RUN_TEST(test_corrupt_falls_back);
+    RUN_TEST(test_header_and_write_edges);
     RUN_TEST(test_keep_last_k);
     RUN_TEST(test_restore_errors);
     RUN_TEST(test_policy);

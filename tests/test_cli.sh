@@ -31,8 +31,31 @@ check 2 "--batch: 'many' is not a number" "$psgraph" train --batch many
 check 2 "missing value for '--steps'" "$psgraph" train --steps
 check 1 "unknown model 'vgg' (known: mlp, cnn, inception3, wide-deep)" "$psgraph" train --model vgg --steps 1
 # a TF_CONFIG without a ps job (MultiWorkerMirroredStrategy's form) is refused, saying why
-check 1 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}' "$psgraph" train --model mlp --data synthetic --steps 1
+# (exit 2: a wrong TF_CONFIG, as for server and bench)
+check 2 'the cluster has no "ps" job' env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":0}}' "$psgraph" train --model mlp --data synthetic --steps 1
 check 2 "the evaluator task runs \`psgraph train\`" env TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"evaluator","index":0}}' "$psgraph" server
+# issue 37: a TF_CONFIG that names no task for this process is said so, in one words and one
+# exit code (2) by train, server and bench; a malformed one too; '{}' is local training
+notask='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]}}'
+check 2 'psgraph server: TF_CONFIG names no task for this process: give it "task": {"type": "ps", "index": I}' env TF_CONFIG="$notask" "$psgraph" server
+check 2 'psgraph train: TF_CONFIG names no task for this process: give it "task": {"type": "worker", "index": I}' env TF_CONFIG="$notask" "$psgraph" train --model mlp --data synthetic --steps 1
+check 2 'TF_CONFIG names no task for this process' env TF_CONFIG="$notask" "$psgraph" bench inception3 --image-size 75 --classes 4 --batch 1 --steps 1
+check 2 'psgraph train: TF_CONFIG: unknown field "clutser"' env TF_CONFIG='{"clutser":{}}' "$psgraph" train --model mlp --data synthetic --steps 1
+check 2 'psgraph server: TF_CONFIG: unknown field "clutser"' env TF_CONFIG='{"clutser":{}}' "$psgraph" server
+check 0 '"event":"done","model":"mlp"' env TF_CONFIG='{}' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8
+check 0 '"event":"done","model":"mlp"' env TF_CONFIG='{"cluster":{}}' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8
+# a server for a worker task serves it and says it trains nothing
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+check 0 "/job:worker/replica:0/task:0 is a worker task: this process only serves it" env TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" "$psgraph" server --idle-timeout 1
+# --lr 0 trains nothing, as TensorFlow allows; a 1-step run still measures its pace
+check 0 "psgraph train: model mlp, synthetic, batch 8, momentum lr 0," "$psgraph" train --model mlp --data synthetic --steps 1 --batch 8 --lr 0
+line=$("$psgraph" train --model mlp --data synthetic --steps 1 --batch 8 2>&1 | tail -1)
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["steps"] == 1 and d["examples_per_sec"] > 0, d' "$line"; then
+  echo "ok   a 1-step run: examples_per_sec $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["examples_per_sec"])' "$line")"
+else
+  echo "FAIL: a 1-step run's examples_per_sec: $line"
+  fails=$((fails + 1))
+fi
 check 1 "/nowhere/train-images-idx3-ubyte.gz" "$psgraph" train --data-dir /nowhere --steps 1
 check 2 "precision 'fp8' is not f32, mixed (bf16) or mixed-f16" "$psgraph" train --precision fp8
 check 0 '"precision":"mixed"' "$psgraph" train --model cnn --data synthetic --steps 3 --precision mixed --batch 8 --test-examples 500
@@ -65,7 +88,28 @@ check 0 "global step 15" "$psgraph" inspect "$ckdir"
 bomb="$ckdir/bomb.safetensors"
 python3 -c 'import struct,sys; h=b"{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}"; open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h)' "$bomb"
 check 1 "tensor 't': shape of 4611686018427387904 elements overflows its byte size" "$psgraph" inspect "$bomb"
+# issue 37: [2^40, 2^40, 2^40] in 0 bytes: the dims' product itself wraps to 0 (once "1 tensors,
+# 0 bytes, checksums ok")
+python3 -c 'import struct,sys; h=b"{\"t\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776],\"data_offsets\":[0,0]}}"; open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h)' "$bomb"
+check 1 "tensor 't': bad dimension 1" "$psgraph" inspect "$bomb"
 rm -f "$bomb"
+# issue 37: a safetensors file another writer made carries no checksum: inspect says so, and
+# counts what it can (NaN, Inf) after its data bytes were overwritten
+py="$ckdir/py.safetensors"
+mkpy() { # the data bytes of tensor "b" as given (hex), "a" 2 zeros
+  python3 -c 'import json,struct,sys
+h=json.dumps({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},"__metadata__":{"format":"np"}}).encode()
+h+=b" "*((8-len(h)%8)%8)
+open(sys.argv[1],"wb").write(struct.pack("<Q",len(h))+h+bytes(8)+bytes.fromhex(sys.argv[2]))' "$py" "$1"
+}
+mkpy 0000803f000000400000404000008040
+check 0 "py.safetensors: no global step, 2 tensors, 24 bytes, no checksums (the file carries no data_crc32: sizes and offsets checked, the values cannot be), no NaN or Inf" "$psgraph" inspect "$py"
+mkpy ffffffffffffffff0000807f000080ff
+check 0 "no checksums (the file carries no data_crc32: sizes and offsets checked, the values cannot be), 2 NaN and 2 Inf in 1 tensor" "$psgraph" inspect "$py"
+check 0 "b                                        f32   [2, 2]                       16            -            -            -      2      2" "$psgraph" inspect "$py"
+head -c 100 "$py" >"$py.cut" && mv "$py.cut" "$py"
+check 1 "py.safetensors" "$psgraph" inspect "$py"
+check 0 "global step 15, 13 tensors, 2154584 bytes, checksums ok, no NaN or Inf" "$psgraph" inspect "$ckdir"
 check 1 "gnuplot is not on PATH" env PATH=/nonexistent "$psgraph" plot "$ckdir"
 if command -v gnuplot >/dev/null; then
   check 0 "metrics.png: loss and examples/sec at 3 steps" "$psgraph" plot "$ckdir"
@@ -73,21 +117,31 @@ if command -v gnuplot >/dev/null; then
 else
   echo "skip psgraph plot: gnuplot is not installed"
 fi
+# --logdir makes its missing parents, as TensorFlow does (docs/checkpoints.md's `--logdir runs/cnn`)
+check 0 '"event":"done"' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8 --logdir "$ckdir/runs/new/mlp"
+[ -f "$ckdir/runs/new/mlp/model.ckpt-2.index.json" ] || { echo "FAIL: --logdir with missing parents: no checkpoint"; fails=$((fails + 1)); }
 rm -rf "$ckdir"
 
 # strategies: names and options from one table (sync/strategies.c), psgraph compare
 check 0 "--staleness S" "$psgraph" train --help
-check 2 "unknown strategy 'bsp' (known: sync, async, ssp, local, easgd)" "$psgraph" train --sync bsp
+# the table's names, as --help lists them: an added strategy needs no change here
+strategies=$("$psgraph" train --help | sed -n 's/^  --sync none|//p')
+case "$strategies" in
+  sync,*async*) echo "ok   psgraph train --help lists the strategies: $strategies" ;;
+  *) echo "FAIL: psgraph train --help lists no strategies: '$strategies'"; fails=$((fails + 1)) ;;
+esac
+check 2 "unknown strategy 'bsp' (known: $strategies)" "$psgraph" train --sync bsp
 check 2 "--local-steps: '0' is not an integer in [1, " "$psgraph" train --local-steps 0
 check 2 "unknown option '--colour'" "$psgraph" compare --colour red
 cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
-  out=$("$psgraph" compare --data synthetic --workers 2 --variant sync --variant "ssp --staleness 1" \
+  # (--variant, --strategy's older name, still taken)
+  out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --variant "ssp --staleness 1" \
         --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir" -- --steps 6 --batch 16 2>&1)
   n=$(grep -c '"compare":.*"exit":0,.*"time_to_target_sec":[0-9]' <<<"$out")
   if [ "$n" = 2 ] && [ -s "$cmpdir/compare.png" ] && grep -q '"compare":"ssp --staleness 1","sync":"ssp"' <<<"$out"; then
-    echo "ok   psgraph compare: 2 variants, 2 JSON lines, compare.png"
+    echo "ok   psgraph compare: 2 strategies, 2 JSON lines, compare.png"
   else
     echo "FAIL: psgraph compare: $out" | head -20
     fails=$((fails + 1))

@@ -45,7 +45,8 @@ static void test_topk_keeps_the_largest_magnitudes(void) {
     /* |-3| first, then the tie |2| = |-2| by the lower index */
     CHECK(psg_tensor_numel(out[0]) == 3 && psg_tensor_f32(out[0])[0] == -3.0f &&
           psg_tensor_f32(out[0])[1] == 2.0f && psg_tensor_f32(out[0])[2] == -2.0f);
-    CHECK(psg_tensor_i32(out[1])[0] == 1 && psg_tensor_i32(out[1])[1] == 2 && psg_tensor_i32(out[1])[2] == 3);
+    CHECK(psg_tensor_i32(out[1])[0] == 1 && psg_tensor_i32(out[1])[1] == 2 &&
+          psg_tensor_i32(out[1])[2] == 3);
     const float want[6] = {0, -3.0f, 2.0f, -2.0f, 0, 0};
     for (int i = 0; i < 6; i++) CHECK(psg_tensor_f32(out[2])[i] == want[i]);
     for (int i = 0; i < 3; i++) psg_tensor_destroy(&out[i]);
@@ -93,7 +94,8 @@ static void test_bad_input_is_an_error(void) {
     /* indices as a peer might send them: out of range */
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s2 = psg_shape_1d(2), s4 = psg_shape_1d(4);
-    psg_endpoint_t v = psg_placeholder(g, "v", PSG_DT_F32, &s2), ix = psg_placeholder(g, "ix", PSG_DT_I32, &s2);
+    psg_endpoint_t v = psg_placeholder(g, "v", PSG_DT_F32, &s2),
+                   ix = psg_placeholder(g, "ix", PSG_DT_I32, &s2);
     psg_endpoint_t d = psg_scatter_dense(g, "dense", v, ix, &s4);
     psg_session_t *sess = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
     psg_tensor_t *vt = vec(2, (float[]){1, 2}), *it = psg_tensor_new(PSG_DT_I32, &s2), *dt = NULL;
@@ -115,7 +117,8 @@ static void test_ratio_sets_k_each_run(void) {
     const float x[8] = {1, -8, 3, -4, 5, 0.5f, 7, -2};
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_1d(8), sc = psg_shape_scalar();
-    psg_endpoint_t ph = psg_placeholder(g, "x", PSG_DT_F32, &s), r = psg_placeholder(g, "r", PSG_DT_F32, &sc), v, ix;
+    psg_endpoint_t ph = psg_placeholder(g, "x", PSG_DT_F32, &s),
+                   r = psg_placeholder(g, "r", PSG_DT_F32, &sc), v, ix;
     psg_topk_abs_ratio(g, "topk", ph, 2, r, &v, &ix);
     psg_endpoint_t d = psg_scatter_dense(g, "dense", v, ix, &s);
     CHECK(psg_graph_error(g) == NULL);

@@ -9,7 +9,9 @@
 
 static char dir[64];
 
-static void path_in(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", dir, name); }
+static void path_in(char *buf, size_t size, const char *name) {
+    snprintf(buf, size, "%s/%s", dir, name);
+}
 
 static void write_text(const char *name, const char *text, bool gz) {
     char p[128];
@@ -21,8 +23,9 @@ static void write_text(const char *name, const char *text, bool gz) {
 }
 
 /* label, 13 ints, 26 categoricals; the third int empty and the 2nd categorical empty */
-static const char *ROW1 = "1\t5\t-3\t\t0\t1\t2\t3\t4\t5\t6\t7\t8\t9\t"
-                          "ff\t\t10\t0\t1\t2\t3\t4\t5\t6\t7\t8\t9\ta\tb\tc\td\te\tf\t11\t12\t13\t14\t15\t16\tFFFFFFFFFFFFFFFFFFFF\n";
+static const char *ROW1 =
+    "1\t5\t-3\t\t0\t1\t2\t3\t4\t5\t6\t7\t8\t9\t"
+    "ff\t\t10\t0\t1\t2\t3\t4\t5\t6\t7\t8\t9\ta\tb\tc\td\te\tf\t11\t12\t13\t14\t15\t16\tFFFFFFFFFFFFFFFFFFFF\n";
 
 static void test_hash(void) {
     CHECK(psg_ctr_hash("ff", 2, 7) == 255 % 7);
@@ -35,7 +38,8 @@ static void test_hash(void) {
 
 static void test_load(void) {
     char text[2048];
-    snprintf(text, sizeof text, "%s%s", ROW1, "0\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n");
+    snprintf(text, sizeof text, "%s%s", ROW1,
+             "0\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n");
     write_text("a.txt", text, false);
     write_text("b.gz", ROW1, true);
     char p[128];
@@ -46,11 +50,11 @@ static void test_load(void) {
         CHECK(d->rows == 2);
         CHECK(d->labels[0] == 1 && d->labels[1] == 0);
         CHECK_NEAR(d->dense[0], log1p(5.0), 1e-6);
-        CHECK_NEAR(d->dense[1], 0, 0);          /* negative: log(1 + max(x, 0)) */
-        CHECK_NEAR(d->dense[2], 0, 0);          /* empty */
-        CHECK(d->ids[0] == 255);                /* field 0: ff */
-        CHECK(d->ids[1] == 1000);               /* field 1 empty: bucket 0 of field 1 */
-        CHECK(d->ids[2] == 2 * 1000 + 16);      /* field 2: 0x10 */
+        CHECK_NEAR(d->dense[1], 0, 0);     /* negative: log(1 + max(x, 0)) */
+        CHECK_NEAR(d->dense[2], 0, 0);     /* empty */
+        CHECK(d->ids[0] == 255);           /* field 0: ff */
+        CHECK(d->ids[1] == 1000);          /* field 1 empty: bucket 0 of field 1 */
+        CHECK(d->ids[2] == 2 * 1000 + 16); /* field 2: 0x10 */
         CHECK(d->ids[25] == 25 * 1000 + 175);
         for (int k = 0; k < 26; k++) CHECK(d->ids[26 + k] == (int64_t)k * 1000); /* all empty */
     }
@@ -75,7 +79,8 @@ static void test_load(void) {
 }
 
 static void test_auc(void) {
-    float y[] = {0, 0, 1, 1}, s1[] = {0.1f, 0.2f, 0.3f, 0.4f}, s2[] = {0.4f, 0.3f, 0.2f, 0.1f}, s3[] = {1, 1, 1, 1};
+    float y[] = {0, 0, 1, 1}, s1[] = {0.1f, 0.2f, 0.3f, 0.4f}, s2[] = {0.4f, 0.3f, 0.2f, 0.1f},
+          s3[] = {1, 1, 1, 1};
     float s4[] = {0.1f, 0.35f, 0.3f, 0.4f};
     CHECK_NEAR(psg_auc(s1, y, 4), 1.0, 1e-12);
     CHECK_NEAR(psg_auc(s2, y, 4), 0.0, 1e-12);
@@ -111,7 +116,8 @@ static void test_synthetic_and_train(void) {
     c.out = devnull;
     psg_train_result_t r;
     CHECK(psg_train(&c, &r) == 0);
-    printf("wide-deep on 12000 synthetic rows: held-out AUC %.4f (planted %.4f)\n", r.test_accuracy, planted);
+    printf("wide-deep on 12000 synthetic rows: held-out AUC %.4f (planted %.4f)\n", r.test_accuracy,
+           planted);
     CHECK(r.test_accuracy > 0.65 && r.test_accuracy < planted);
     /* wrong data for the model: named */
     c.data = "fashion-mnist";

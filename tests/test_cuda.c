@@ -86,8 +86,7 @@ static void test_ops_against_cpu(void) {
             psg_tensor_destroy(&cpu[i]);
             psg_tensor_destroy(&gpu[i]);
         }
-        for (int i = 0; i < 4; i++)
-            psg_tensor_destroy(&values[i]);
+        for (int i = 0; i < 4; i++) psg_tensor_destroy(&values[i]);
     }
 }
 
@@ -146,8 +145,7 @@ static void check_model(const char *model, psg_dtype_t dt, double tol) {
             psg_shape_t is = psg_shape_4d(16, 28, 28, 1), ls = psg_shape_1d(16);
             psg_tensor_t *v[2] = {psg_test_random(&is, 0, 1, &seed),
                                   psg_tensor_new(PSG_DT_I32, &ls)};
-            for (int i = 0; i < 16; i++)
-                psg_tensor_i32(v[1])[i] = (int32_t)(rand_r(&seed) % 10);
+            for (int i = 0; i < 16; i++) psg_tensor_i32(v[1])[i] = (int32_t)(rand_r(&seed) % 10);
             psg_tensor_t *out = NULL;
             CHECK(psg_session_run(s, 2, feeds, v, 1, &t.loss, &out, 1, &t.train_op) == 0);
             if (out) loss[dev] = psg_tensor_f32(out)[0];

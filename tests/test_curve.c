@@ -10,6 +10,8 @@
 #include "core/json.h"
 #include "tests/testutil.h"
 
+#include <czmq.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -65,35 +67,41 @@ static void test_keygen(void) {
     snprintf(path, sizeof path, "%s/keys/cluster.key", tmp);
     CHECK(mode_of(path) != 0);
     /* a folder open to others is refused, named; existing keys are never overwritten */
-    CHECK(run(out, sizeof out, "mkdir -m 755 '%s/open' && '%s' keygen '%s/open'", tmp, psgraph_exe, tmp) == 1);
+    CHECK(run(out, sizeof out, "mkdir -m 755 '%s/open' && '%s' keygen '%s/open'", tmp, psgraph_exe,
+              tmp) == 1);
     CHECK(strstr(out, "/open is open to other users (mode 0755)"));
     snprintf(path, sizeof path, "%s/open/cluster.key_secret", tmp);
     CHECK(access(path, F_OK) != 0);
     CHECK(run(out, sizeof out, "'%s' keygen '%s/keys'", psgraph_exe, tmp) == 1);
     CHECK(strstr(out, "cluster.key_secret exists"));
     /* a secret readable by others is refused when loaded */
-    CHECK(run(out, sizeof out, "'%s' keygen '%s/loose' && chmod 644 '%s/loose/cluster.key_secret'", psgraph_exe,
-              tmp, tmp) == 0);
+    CHECK(run(out, sizeof out, "'%s' keygen '%s/loose' && chmod 644 '%s/loose/cluster.key_secret'",
+              psgraph_exe, tmp, tmp) == 0);
     snprintf(path, sizeof path, "%s/loose", tmp);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
     CHECK_ERROR_HAS("cluster.key_secret is readable by other users (mode 0644)");
     /* laid out as a Kubernetes Secret (files linked through ..data) but writable: refused
        (a read-only mount passes: tests/test_launch_k8s.sh); only the layout lets it be 1777 */
-    CHECK(run(out, sizeof out, "'%s' keygen '%s/src' && cd '%s' && mkdir -m 1777 k8s && mkdir -m 755 k8s/..2026_01_01 && "
-                               "install -m 400 src/* k8s/..2026_01_01/ && ln -s ..2026_01_01 k8s/..data && "
-                               "ln -s ..data/cluster.key k8s/ && ln -s ..data/cluster.key_secret k8s/",
-              psgraph_exe, tmp, tmp) == 0);
+    CHECK(
+        run(out, sizeof out,
+            "'%s' keygen '%s/src' && cd '%s' && mkdir -m 1777 k8s && mkdir -m 755 k8s/..2026_01_01 && "
+            "install -m 400 src/* k8s/..2026_01_01/ && ln -s ..2026_01_01 k8s/..data && "
+            "ln -s ..data/cluster.key k8s/ && ln -s ..data/cluster.key_secret k8s/",
+            psgraph_exe, tmp, tmp) == 0);
     snprintf(path, sizeof path, "%s/k8s", tmp);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
-    CHECK_ERROR_HAS("k8s is laid out as a Kubernetes Secret (..data -> ..2026_01_01) but is not on a read-only mount");
+    CHECK_ERROR_HAS(
+        "k8s is laid out as a Kubernetes Secret (..data -> ..2026_01_01) but is not on a read-only mount");
     CHECK(run(out, sizeof out, "rm '%s/k8s/..data'", tmp) == 0);
     CHECK(psg_curve_keys_load(path, NULL) == NULL);
     CHECK_ERROR_HAS("k8s is open to other users (mode 1777)");
     /* another cluster's keys; and a client's own pair beside a copy of our public key */
     CHECK(run(out, sizeof out, "'%s' keygen '%s/other'", psgraph_exe, tmp) == 0);
-    CHECK(run(out, sizeof out, "mkdir -m 700 '%s/intruder' && cp '%s/keys/cluster.key' '%s/intruder/' && '%s' keygen "
-                               "'%s/intruder' --name intruder",
-              tmp, tmp, tmp, psgraph_exe, tmp) == 0);
+    CHECK(
+        run(out, sizeof out,
+            "mkdir -m 700 '%s/intruder' && cp '%s/keys/cluster.key' '%s/intruder/' && '%s' keygen "
+            "'%s/intruder' --name intruder",
+            tmp, tmp, tmp, psgraph_exe, tmp) == 0);
 }
 
 /* ---- the ps task and its attackers ---- */
@@ -110,7 +118,8 @@ static void build(model_t *m, const psg_cluster_t *c) {
     m->setter = psg_dist_replica_setter_new(c, PSG_PS_GREEDY);
     psg_graph_push_replica_setter(m->g, m->setter);
     psg_shape_t s4 = psg_shape_1d(4);
-    psg_endpoint_t w = psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
     m->x = psg_placeholder(m->g, "x", PSG_DT_F32, &s4);
     m->add = psg_assign_add(m->g, "add", w, m->x);
     m->read = psg_read_variable(m->g, "read", w);
@@ -138,7 +147,8 @@ static void worker_open(worker_t *w, const char *file, int64_t timeout_ms) {
     psg_task_server_options_t so = {.cluster = w->c, .recv_timeout_ms = timeout_ms};
     if (!(w->ts = psg_task_server_new(&so))) return;
     build(&w->m, w->c);
-    psg_dist_session_options_t o = {.cluster = w->c, .server = w->ts, .step_timeout_ms = timeout_ms};
+    psg_dist_session_options_t o = {
+        .cluster = w->c, .server = w->ts, .step_timeout_ms = timeout_ms};
     w->s = psg_dist_session_new(w->m.g, &o);
 }
 
@@ -189,8 +199,9 @@ static double inspect_field(psg_dist_session_t *s, const char *field) {
 static void write_cluster(const char *file, int ps_port, int worker_port, const char *keys) {
     FILE *f = fopen(file, "w");
     PSG_ASSERT(f);
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}%s%s%s}\n", ps_port,
-            worker_port, keys ? ", \"keys\": \"" : "", keys ? keys : "", keys ? "\"" : "");
+    fprintf(f,
+            "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}%s%s%s}\n",
+            ps_port, worker_port, keys ? ", \"keys\": \"" : "", keys ? keys : "", keys ? "\"" : "");
     fclose(f);
 }
 
@@ -211,8 +222,8 @@ static void test_refused_peers(void) {
         (void)f;
         dup2(1, 2);
         unsetenv(PSG_CURVE_KEYS_ENV);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", good, "--job", "ps", "--task", "0", "--idle-timeout",
-              "60", "--expect-workers", "0", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", good, "--job", "ps", "--task", "0",
+              "--idle-timeout", "60", "--expect-workers", "0", (char *)NULL);
         _exit(127);
     }
     worker_t wk;
@@ -326,11 +337,14 @@ static void test_peer_key(void) {
     char out[4096], dir[400], alien[400];
     snprintf(dir, sizeof dir, "%s/named", tmp);
     snprintf(alien, sizeof alien, "%s/alien", tmp);
-    CHECK(run(out, sizeof out, "'%s' keygen '%s' && '%s' keygen '%s' --name worker1 && mkdir -m 700 '%s' && "
-                               "cp '%s/cluster.key' '%s/' && '%s' keygen '%s' --name worker2 && "
-                               "cp '%s/worker2.key' '%s/odd+name.key'",
-              psgraph_exe, dir, psgraph_exe, dir, alien, dir, alien, psgraph_exe, alien, alien, dir) == 0);
-    psg_curve_keys_t *cluster = psg_curve_keys_load(dir, NULL), *w1 = psg_curve_keys_load(dir, "worker1"),
+    CHECK(run(out, sizeof out,
+              "'%s' keygen '%s' && '%s' keygen '%s' --name worker1 && mkdir -m 700 '%s' && "
+              "cp '%s/cluster.key' '%s/' && '%s' keygen '%s' --name worker2 && "
+              "cp '%s/worker2.key' '%s/odd+name.key'",
+              psgraph_exe, dir, psgraph_exe, dir, alien, dir, alien, psgraph_exe, alien, alien,
+              dir) == 0);
+    psg_curve_keys_t *cluster = psg_curve_keys_load(dir, NULL),
+                     *w1 = psg_curve_keys_load(dir, "worker1"),
                      *w2 = psg_curve_keys_load(alien, "worker2");
     PSG_ASSERT(cluster && w1 && w2);
     psg_wire_opts_t o = psg_wire_opts_default();
@@ -342,7 +356,8 @@ static void test_peer_key(void) {
     for (int i = 0; i < 3; i++) {
         char got[128];
         sent_key(sv, as[i], got, sizeof got);
-        if (strcmp(got, want[i])) fprintf(stderr, "  key of a request: \"%s\", wanted \"%s\"\n", got, want[i]);
+        if (strcmp(got, want[i]))
+            fprintf(stderr, "  key of a request: \"%s\", wanted \"%s\"\n", got, want[i]);
         CHECK(!strcmp(got, want[i]));
     }
     psg_server_destroy(&sv);
@@ -357,14 +372,180 @@ static void test_peer_key(void) {
     psg_curve_keys_destroy(&w2);
 }
 
+/* ---- the guard in this process: counts, log lines, several servers, ZAP ---- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    char text[32768];
+} net_log_t;
+
+static void collect(void *ctx, const char *line) {
+    net_log_t *l = ctx;
+    pthread_mutex_lock(&l->lock);
+    size_t n = strlen(l->text);
+    snprintf(l->text + n, sizeof l->text - n, "%s\n", line);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* How many times needle is in the log now. */
+static int logged(net_log_t *l, const char *needle) {
+    pthread_mutex_lock(&l->lock);
+    int n = count(l->text, needle);
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+/* One request from a client with keys k (NULL: none) to sv, refused or not: the answer is
+ * not waited for long. */
+static void knock(psg_server_t *sv, const psg_curve_keys_t *k) {
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = k;
+    psg_client_t *cl = psg_client_new(psg_server_endpoint(sv), &o);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "Inspect");
+    psg_msg_t *r = cl ? psg_client_call(cl, &m, 300) : NULL;
+    psg_msg_destroy(&r);
+    psg_msg_destroy(&m);
+    psg_client_destroy(&cl);
+}
+
+/* A ZAP request by hand (RFC 27); the reply's status code into code. */
+static void zap_ask(const char *version, const char *domain, const char *mechanism, const void *key,
+                    size_t key_len, char *code, size_t size, char *user, size_t user_size) {
+    zsock_t *req = zsock_new_req(">inproc://zeromq.zap.01");
+    zmsg_t *m = zmsg_new();
+    zmsg_addstr(m, version);
+    zmsg_addstr(m, "7");
+    zmsg_addstr(m, domain);
+    zmsg_addstr(m, "192.0.2.9");
+    zmsg_addmem(m, "", 0);
+    zmsg_addstr(m, mechanism);
+    zmsg_addmem(m, key, key_len);
+    snprintf(code, size, "(no reply)");
+    zsock_set_rcvtimeo(req, 5000);
+    zmsg_t *r = req && zmsg_send(&m, req) == 0 ? zmsg_recv(req) : NULL;
+    zmsg_destroy(&m);
+    char *f[5] = {NULL};
+    for (int i = 0; r && i < 5; i++) f[i] = zmsg_popstr(r);
+    if (f[2]) snprintf(code, size, "%s", f[2]);
+    if (user) snprintf(user, user_size, "%s", f[4] ? f[4] : "");
+    for (int i = 0; i < 5; i++) free(f[i]);
+    zmsg_destroy(&r);
+    zsock_destroy(&req);
+}
+
+/* Three CURVE servers of one process share one guard: a refusal is counted by its own server
+ * and logged once per address and reason naming that server's bound endpoint and the peer's
+ * address; the guard keeps watching the others when one goes; it answers ZAP requests
+ * that are malformed, of another socket, of another mechanism or of a key not allowed; and a
+ * process whose ZAP endpoint is taken gets a clear error, as often as it asks. */
+static void test_guard_in_process(void) {
+    char out[4096], dir_a[400], dir_b[400], dir_i[400];
+    snprintf(dir_a, sizeof dir_a, "%s/guard_a", tmp);
+    snprintf(dir_b, sizeof dir_b, "%s/guard_b", tmp);
+    snprintf(dir_i, sizeof dir_i, "%s/guard_i", tmp);
+    /* the intruder knows the cluster's public key, not its own in the allow-list */
+    CHECK(
+        run(out, sizeof out,
+            "'%s' keygen '%s' && '%s' keygen '%s' && mkdir -m 700 '%s' && cp '%s/cluster.key' '%s/' && "
+            "'%s' keygen '%s' --name intruder",
+            psgraph_exe, dir_a, psgraph_exe, dir_b, dir_i, dir_a, dir_i, psgraph_exe, dir_i) == 0);
+    psg_curve_keys_t *a = psg_curve_keys_load(dir_a, NULL), *b = psg_curve_keys_load(dir_b, NULL),
+                     *in = psg_curve_keys_load(dir_i, "intruder");
+    PSG_ASSERT(a && b && in);
+    static net_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    psg_net_set_log(collect, &log);
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.keys = a;
+    psg_server_t *one = psg_server_new("tcp://127.0.0.1:0", &o),
+                 *two = psg_server_new("tcp://127.0.0.1:0", &o),
+                 *three = psg_server_new("tcp://127.0.0.1:0", &o);
+    PSG_ASSERT(one && two && three);
+    char line[512];
+    /* an intruder knocks at the second server three times: 3 refusals there, one log line
+     * naming the server as bound (its port, not 0), the peer and the key */
+    for (int i = 0; i < 3; i++) knock(two, in);
+    for (int i = 0; i < 50 && psg_server_stats(two).refused < 3; i++) usleep(100000);
+    CHECK(psg_server_stats(two).refused >= 3 && psg_server_stats(one).refused == 0);
+    snprintf(line, sizeof line,
+             "%s: refused a peer at 127.0.0.1: its key %s is not in the allow-list of %s",
+             psg_server_endpoint(two), psg_curve_keys_public(in), dir_a);
+    CHECK(logged(&log, line) == 1 && logged(&log, "is not in the allow-list") == 1);
+    /* the last server goes, then the first: the others are still watched. Another cluster's
+     * client (its hello does not decrypt) is refused by its handshake, counted, and logged
+     * with its address, while a good client is connected (its connection in the guard's
+     * table first) */
+    psg_server_destroy(&three);
+    psg_client_t *good = psg_client_new(psg_server_endpoint(one), &o);
+    psg_msg_t *hello = psg_msg_new(PSG_MSG_REQUEST, "Inspect"), *got = NULL;
+    CHECK(good && psg_client_send(good, &hello, NULL) == 0 &&
+          psg_server_recv(one, &got, 10000) == 1);
+    psg_msg_destroy(&got);
+    psg_msg_destroy(&hello);
+    snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its hello does not decrypt",
+             psg_server_endpoint(one));
+    for (int i = 0; i < 20 && logged(&log, line) == 0; i++) knock(one, b);
+    CHECK(logged(&log, line) == 1);
+    CHECK(psg_server_stats(one).refused >= 1);
+    psg_client_destroy(&good);
+    psg_server_destroy(&one);
+    snprintf(line, sizeof line, "%s: refused a peer at 127.0.0.1: its hello does not decrypt",
+             psg_server_endpoint(two));
+    for (int i = 0; i < 20 && logged(&log, line) == 0; i++) knock(two, b);
+    CHECK(logged(&log, line) == 1);
+    CHECK(psg_server_stats(two).refused >= 4);
+    /* ZAP by hand, for this server's domain (the guard answers: it never hangs libzmq) */
+    char domain[64] = "", code[32], user[64];
+    size_t len = sizeof domain - 1;
+    CHECK(zmq_getsockopt(psg_server_socket(two), ZMQ_ZAP_DOMAIN, domain, &len) == 0 && domain[0]);
+    unsigned char key[32];
+    CHECK(zmq_z85_decode(key, psg_curve_keys_public(a)) != NULL);
+    zap_ask("1.0", domain, "CURVE", key, 32, code, sizeof code, user, sizeof user);
+    CHECK(!strcmp(code, "200") && !strcmp(user, PSG_CURVE_CLUSTER));
+    zap_ask("2.0", domain, "CURVE", key, 32, code, sizeof code, NULL, 0);
+    CHECK(!strcmp(code, "500"));
+    zap_ask("1.0", "another-socket", "CURVE", key, 32, code, sizeof code, user, sizeof user);
+    CHECK(!strcmp(code, "200") && !strcmp(user, ""));
+    zap_ask("1.0", domain, "CURVE", key, 31, code, sizeof code, NULL, 0);
+    CHECK(!strcmp(code, "400"));
+    zap_ask("1.0", domain, "PLAIN", key, 32, code, sizeof code, NULL, 0);
+    CHECK(!strcmp(code, "400"));
+    snprintf(line, sizeof line, "%s: refused a peer at 192.0.2.9: it does not speak CURVE",
+             psg_server_endpoint(two));
+    CHECK(logged(&log, line) == 1);
+    psg_server_destroy(&two);
+    /* the ZAP endpoint taken by another handler: refused by name, again and again; free
+     * again at once when the guard or the other handler closes */
+    zsock_t *other = zsock_new_rep("@inproc://zeromq.zap.01");
+    CHECK(other != NULL);
+    for (int i = 0; i < 2; i++) {
+        psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
+        CHECK(sv == NULL);
+        CHECK_ERROR_HAS(
+            "cannot start the CURVE authentication handler: inproc://zeromq.zap.01 is taken");
+        psg_server_destroy(&sv);
+    }
+    if (other) zsock_unbind(other, "inproc://zeromq.zap.01");
+    zsock_destroy(&other);
+    psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(sv != NULL);
+    psg_server_destroy(&sv);
+    psg_net_set_log(NULL, NULL);
+    if (psg_test_failures) fprintf(stderr, "the log:\n%s", log.text);
+    psg_curve_keys_destroy(&a);
+    psg_curve_keys_destroy(&b);
+    psg_curve_keys_destroy(&in);
+}
+
 /* ---- refusing to run open ---- */
 
 static void test_listen_rules(void) {
     char out[4096];
     int port = psg_test_free_port();
     /* 0.0.0.0 without keys: refused, nothing bound, the way out named */
-    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen tcp://0.0.0.0:%d",
-              psgraph_exe, port) == 1);
+    CHECK(
+        run(out, sizeof out,
+            "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen tcp://0.0.0.0:%d",
+            psgraph_exe, port) == 1);
     char want[96];
     snprintf(want, sizeof want, "refusing to listen on tcp://0.0.0.0:%d without keys", port);
     CHECK(strstr(out, want) && strstr(out, "psgraph keygen DIR") && strstr(out, "--insecure"));
@@ -372,18 +553,23 @@ static void test_listen_rules(void) {
     char file[400];
     snprintf(file, sizeof file, "%s/open.json", tmp);
     FILE *f = fopen(file, "w");
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"0.0.0.0:%d\"]}}\n", port, port + 1);
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"0.0.0.0:%d\"]}}\n", port,
+            port + 1);
     fclose(f);
-    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' train --model mlp --data synthetic --steps 1 --cluster '%s' "
-                               "--job worker --task 0",
-              psgraph_exe, file) == 1);
+    CHECK(
+        run(out, sizeof out,
+            "unset PSGRAPH_KEYS; '%s' train --model mlp --data synthetic --steps 1 --cluster '%s' "
+            "--job worker --task 0",
+            psgraph_exe, file) == 1);
     snprintf(want, sizeof want, "refusing to listen on tcp://0.0.0.0:%d without keys", port + 1);
     CHECK(strstr(out, want));
     /* loopback without keys: one warning */
-    CHECK(run(out, sizeof out, "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen "
-                               "tcp://127.0.0.1:%d --idle-timeout 0.3",
+    CHECK(run(out, sizeof out,
+              "unset PSGRAPH_KEYS; '%s' server --task-name /job:ps/task:0 --listen "
+              "tcp://127.0.0.1:%d --idle-timeout 0.3",
               psgraph_exe, port) == 0);
-    CHECK(count(out, "warning: tcp://127.0.0.1:") == 1 && strstr(out, "takes plain frames, without keys"));
+    CHECK(count(out, "warning: tcp://127.0.0.1:") == 1 &&
+          strstr(out, "takes plain frames, without keys"));
     /* ipc://: plain frames in a private folder only */
     psg_server_t *sv = psg_server_new("ipc:///tmp/psg_test_curve_open.sock", NULL);
     CHECK(sv == NULL);
@@ -411,6 +597,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_keygen);
     RUN_TEST(test_refused_peers);
     RUN_TEST(test_peer_key);
+    RUN_TEST(test_guard_in_process);
     RUN_TEST(test_listen_rules);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

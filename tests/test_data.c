@@ -14,8 +14,7 @@ static bool have_fashion(void) {
 
 static double mean_f32(const psg_tensor_t *t) {
     double s = 0;
-    for (int64_t i = 0; i < psg_tensor_numel(t); i++)
-        s += psg_tensor_f32(t)[i];
+    for (int64_t i = 0; i < psg_tensor_numel(t); i++) s += psg_tensor_f32(t)[i];
     return s / (double)psg_tensor_numel(t);
 }
 
@@ -42,10 +41,8 @@ static void test_fashion_mnist(void) {
     }
     CHECK(lo == 0.0f && hi == 1.0f);
     int counts[10] = {0};
-    for (int i = 0; i < 60000; i++)
-        counts[psg_tensor_i32(lb)[i]]++;
-    for (int c = 0; c < 10; c++)
-        CHECK(counts[c] == 6000);
+    for (int i = 0; i < 60000; i++) counts[psg_tensor_i32(lb)[i]]++;
+    for (int c = 0; c < 10; c++) CHECK(counts[c] == 6000);
 
     psg_dataset_t *train = psg_dataset_fashion_mnist(NULL, true);
     psg_dataset_t *test = psg_dataset_fashion_mnist(NULL, false);
@@ -103,8 +100,7 @@ static void test_epoch_order(void) {
     }
     CHECK(fixed < 10); /* shuffled, not the identity */
     psg_data_epoch_order(n, 42, 0, false, b);
-    for (int i = 0; i < n; i++)
-        CHECK(b[i] == i);
+    for (int i = 0; i < n; i++) CHECK(b[i] == i);
     free(a);
     free(b);
     free(seen);
@@ -136,8 +132,7 @@ static void test_train_batches(void) {
             psg_tensor_destroy(&im);
             psg_tensor_destroy(&lb);
         }
-        for (int i = 0; i < 100; i++)
-            CHECK(seen[i]);
+        for (int i = 0; i < 100; i++) CHECK(seen[i]);
     }
     CHECK(memcmp(first[0], first[1], sizeof first[0]) != 0);
     psg_batch_iter_destroy(&it);
@@ -162,8 +157,7 @@ static void test_eval_batches_keep_the_tail(void) {
     int next = 0, batches = 0;
     psg_tensor_t *im, *lb;
     while (psg_batch_iter_next(it, &im, &lb) == 1) {
-        for (int64_t i = 0; i < im->shape.dims[0]; i++)
-            CHECK((int)psg_tensor_f32(im)[i] == next++);
+        for (int64_t i = 0; i < im->shape.dims[0]; i++) CHECK((int)psg_tensor_f32(im)[i] == next++);
         CHECK(im->shape.dims[0] == (batches == 10 ? 3 : 10));
         batches++;
         psg_tensor_destroy(&im);
@@ -182,8 +176,7 @@ static int read_shard(const psg_dataset_t *ds, psg_batch_iter_options_t o, int *
     psg_tensor_t *im, *lb;
     for (int64_t k = 0; it && k < psg_batch_iter_batches_per_epoch(it); k++) {
         CHECK(psg_batch_iter_next(it, &im, &lb) == 1);
-        for (int64_t i = 0; im && i < im->shape.dims[0]; i++)
-            ids[n++] = (int)psg_tensor_f32(im)[i];
+        for (int64_t i = 0; im && i < im->shape.dims[0]; i++) ids[n++] = (int)psg_tensor_f32(im)[i];
         psg_tensor_destroy(&im);
         psg_tensor_destroy(&lb);
     }
@@ -204,12 +197,10 @@ static void test_sharding(void) {
         o.shuffle = true;
         o.seed = 3;
         count[s] = read_shard(ds, o, ids[s]);
-        for (int i = 0; i < count[s]; i++)
-            seen[ids[s][i]]++;
+        for (int i = 0; i < count[s]; i++) seen[ids[s][i]]++;
     }
     CHECK(count[0] + count[1] + count[2] == n);
-    for (int i = 0; i < n; i++)
-        CHECK(seen[i] == 1);
+    for (int i = 0; i < n; i++) CHECK(seen[i] == 1);
     /* training: shard s's batch j is the s-th block of the global batch j of
      * one reader with batch shards * b (the sync-replicas equivalence) */
     int global[n];
@@ -347,8 +338,7 @@ static void test_broken_files(void) {
     CHECK(mkdtemp(dir) != NULL);
     char path[4][256];
     const char *names[4] = {"truncated.gz", "badmagic.gz", "images.gz", "labels.gz"};
-    for (int i = 0; i < 4; i++)
-        snprintf(path[i], sizeof path[i], "%s/%s", dir, names[i]);
+    for (int i = 0; i < 4; i++) snprintf(path[i], sizeof path[i], "%s/%s", dir, names[i]);
 
     /* missing: named */
     CHECK(psg_dataset_fashion_mnist(dir, true) == NULL);
@@ -407,8 +397,7 @@ static void test_broken_files(void) {
     CHECK(psg_idx_read(path[0]) == NULL);
     CHECK_ERROR_HAS("corrupt header: dim 1 is 4294967295");
 
-    for (int i = 0; i < 4; i++)
-        unlink(path[i]);
+    for (int i = 0; i < 4; i++) unlink(path[i]);
     CHECK(rmdir(dir) == 0);
 }
 

@@ -32,8 +32,9 @@ static pid_t spawn_ps(int task) {
         FILE *f = freopen(log, "w", stdout);
         (void)f;
         dup2(1, 2);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster_path, "--job", "ps", "--task",
-              idx, "--idle-timeout", "120", "--recv-timeout", "5", "--expect-workers", "1", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster_path, "--job", "ps",
+              "--task", idx, "--idle-timeout", "120", "--recv-timeout", "5", "--expect-workers",
+              "1", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -88,15 +89,18 @@ static void build(model_t *m, const psg_cluster_t *c) {
     CHECK(m->setter != NULL);
     psg_graph_push_replica_setter(m->g, m->setter);
     psg_shape_t big = psg_shape_2d(64, 32), small = psg_shape_1d(10), es = psg_shape_2d(2000, 4);
-    psg_endpoint_t w_big = psg_variable(m->g, "w_big", PSG_DT_F32, &big, (psg_initializer_t){"uniform", 1.0, 1}, true);
-    psg_endpoint_t w_small = psg_variable(m->g, "w_small", PSG_DT_F32, &small, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w_big =
+        psg_variable(m->g, "w_big", PSG_DT_F32, &big, (psg_initializer_t){"uniform", 1.0, 1}, true);
+    psg_endpoint_t w_small =
+        psg_variable(m->g, "w_small", PSG_DT_F32, &small, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_partitioned_var_t emb;
-    CHECK(psg_partitioned_variable(m->g, "emb", PSG_DT_F32, &es, (psg_initializer_t){"uniform", 0.5, 3}, true,
+    CHECK(psg_partitioned_variable(m->g, "emb", PSG_DT_F32, &es,
+                                   (psg_initializer_t){"uniform", 0.5, 3}, true,
                                    &(psg_partitioner_t){.num_shards = 2}, &emb) == 0);
     (void)w_big;
     m->x = psg_placeholder(m->g, "x", PSG_DT_F32, &small);
     psg_endpoint_t doubled = psg_scale(m->g, "doubled", m->x, 2.0); /* on the worker */
-    m->add = psg_assign_add(m->g, "add", w_small, doubled);        /* on the ps */
+    m->add = psg_assign_add(m->g, "add", w_small, doubled);         /* on the ps */
     m->r_small = psg_read_variable(m->g, "r_small", w_small);
     m->e = psg_partitioned_read(m->g, NULL, &emb);
     /* y: w_small read on the ps, scaled on the worker; then w_small += 2x, after the read */
@@ -217,13 +221,15 @@ static void test_overlap(psg_dist_session_t *s, model_t *m) {
     for (int i = 0; i < 5; i++) CHECK(psg_dist_callable_run(add, &x, NULL) == 0);
     /* another callable's run waits for the open step: every update is in */
     CHECK(psg_dist_callable_run(read, NULL, &after) == 0);
-    if (before && after) CHECK_NEAR(psg_tensor_f32(after)[9] - psg_tensor_f32(before)[9], 2.0 * 9 * 5, 1e-3);
+    if (before && after)
+        CHECK_NEAR(psg_tensor_f32(after)[9] - psg_tensor_f32(before)[9], 2.0 * 9 * 5, 1e-3);
     psg_tensor_destroy(&before);
     psg_tensor_destroy(&after);
     /* Steps asked for one ahead (no remote feeds): each step's read on the ps still waits
      * for the step before's update, so y grows by exactly 2x a step; the step asked for
      * ahead of the last, called off by the drain, updates nothing. */
-    psg_dist_callable_t *ahead = psg_dist_session_make_callable(s, 1, &m->x, 1, &m->y, 1, &m->add_after_read);
+    psg_dist_callable_t *ahead =
+        psg_dist_session_make_callable(s, 1, &m->x, 1, &m->y, 1, &m->add_after_read);
     CHECK(ahead != NULL);
     if (ahead) {
         psg_dist_callable_set_overlap(ahead, true);
@@ -362,8 +368,10 @@ static void hostile_requests(int port) {
     expect_error(port, req(PSG_TS_RECV, "garbage", 1), "malformed rendezvous key");
     expect_error(port, req(PSG_TS_RECV, NULL, 1), "Recv: no rendezvous key (the key)");
     expect_error(port,
-                 req(PSG_TS_RECV, "/job:ps/replica:0/task:1/device:CPU:0;0000000000000000;"
-                                  "/job:worker/replica:0/task:0/device:CPU:0;nothing:0;0:0", 1),
+                 req(PSG_TS_RECV,
+                     "/job:ps/replica:0/task:1/device:CPU:0;0000000000000000;"
+                     "/job:worker/replica:0/task:0/device:CPU:0;nothing:0;0:0",
+                     1),
                  "unknown rendezvous key");
     expect_error(port, req(PSG_TS_REGISTER_GRAPH, NULL, 0), "RegisterGraph: no graph (the body)");
     {
@@ -492,8 +500,10 @@ int main(int argc, char **argv) {
     snprintf(cluster_path, sizeof cluster_path, "%s/cluster.json", tmpdir);
     for (int i = 0; i < 3; i++) ports[i] = psg_test_free_port();
     FILE *f = fopen(cluster_path, "w");
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n",
-            ports[0], ports[1], ports[2]);
+    fprintf(
+        f,
+        "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n",
+        ports[0], ports[1], ports[2]);
     fclose(f);
     for (int k = 0; k < 2; k++) ps_pid[k] = spawn_ps(k);
     wait_up(ports[0]);
@@ -533,7 +543,8 @@ int main(int argc, char **argv) {
             psg_dist_session_job_done(s);
             int st = -1;
             double t0 = psg_test_now_sec();
-            while (psg_test_now_sec() - t0 < 5 && waitpid(ps_pid[other], &st, WNOHANG) == 0) usleep(20000);
+            while (psg_test_now_sec() - t0 < 5 && waitpid(ps_pid[other], &st, WNOHANG) == 0)
+                usleep(20000);
             CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
             if (WIFEXITED(st)) ps_pid[other] = 0;
             printf("%s test_job_done_stops_ps\n", psg_test_failures == before ? "ok  " : "FAIL");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TensorFlow's evaluator task (worker/evaluator.c, docs/distributed.md): a `psgraph train`
 # whose TF_CONFIG task is {"type": "evaluator"} watches the job's --logdir, evaluates each
-# new checkpoint once (steps strictly increasing, the last one the job's final step),
+# new checkpoint once (steps strictly increasing, the last one the job's final checkpoint:
+# its step the chief's global_steps, its accuracy exactly the chief's final one, issue 37),
 # writes metrics.evaluator.jsonl and LOGDIR/eval TensorBoard scalars, and exits 0 when
 # the job ends: once with the evaluator outside the cluster (the job run by `psgraph
 # launch`), once listed as a job of a cluster started by hand. Every process is gone after.
@@ -28,11 +29,14 @@ data=synthetic
 train=(train --model mlp --data "$data" --batch 32 --steps "$steps" --log-every 20
        --checkpoint-every 20 --step-timeout 30)
 
-# checks the evaluator's records and event file in $1 (logdir), its output in $2
+# checks the evaluator's records and event file in $1 (logdir), its output in $2, against the
+# chief's final line in $3
 check_eval() {
-  python3 - "$1" "$steps" "$here/read_events.py" "$2" "$data" <<'PY'
+  python3 - "$1" "$steps" "$here/read_events.py" "$2" "$data" "$3" <<'PY'
 import glob, json, os, subprocess, sys
-logdir, steps, reader, out, data = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+logdir, steps, reader, out, data, chief = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+final = [json.loads(l[l.index("{"):]) for l in open(chief) if '{"event":"done"' in l][-1]
+steps = final["global_steps"]  # the final checkpoint's: every worker's last update in
 recs = [json.loads(l) for l in open(os.path.join(logdir, "metrics.evaluator.jsonl"))]
 assert recs and all(r["task"] == "/job:evaluator/task:0" and r["event"] == "eval" for r in recs), recs
 st = [r["step"] for r in recs]
@@ -46,7 +50,8 @@ assert abs(acc[-1]["value"] - recs[-1]["test_accuracy"]) < 1e-5
 assert data != "fashion-mnist" or recs[-1]["test_accuracy"] > 0.3, recs[-1]  # it learned (chance: 0.1)
 done = [json.loads(l) for l in open(out) if l.startswith('{"event":"evaluator_done"')]
 assert done and done[0]["step"] == steps, open(out).read()[-600:]
-print("evaluated steps %s, last accuracy %.4f" % (st, recs[-1]["test_accuracy"]))
+assert round(recs[-1]["test_accuracy"], 4) == final["test_accuracy"] == done[0]["test_accuracy"], (recs[-1], final)
+print("evaluated steps %s, last accuracy %.4f = the chief's" % (st, recs[-1]["test_accuracy"]))
 PY
 }
 
@@ -60,7 +65,7 @@ timeout 300 "$psgraph" launch --ps 1 --workers 2 -- "$psgraph" "${train[@]}" --l
 rc=$?
 wait "$ev"
 erc=$?
-if [ $rc = 0 ] && [ $erc = 0 ] && res=$(check_eval "$log1" "$tmp/eval1.out" 2>&1); then
+if [ $rc = 0 ] && [ $erc = 0 ] && res=$(check_eval "$log1" "$tmp/eval1.out" "$tmp/job1.out" 2>&1); then
   ok "evaluator outside the cluster: $res"
 else
   fail "evaluator outside the cluster (job rc $rc, evaluator rc $erc): $res $(tail -5 "$tmp/eval1.out") $(tail -5 "$tmp/job1.out")"
@@ -86,7 +91,7 @@ rc1=$?
 wait "$ev"
 erc=$?
 if [ $rc = 0 ] && [ $rc1 = 0 ] && [ $erc = 0 ] && grep -q '"event":"done"' "$tmp/w0.out" &&
-   res=$(check_eval "$log2" "$tmp/eval2.out" 2>&1); then
+   res=$(check_eval "$log2" "$tmp/eval2.out" "$tmp/w0.out" 2>&1); then
   ok "evaluator listed as a job: $res"
 else
   fail "evaluator listed as a job (rc $rc, $rc1, evaluator $erc): $res $(tail -5 "$tmp/eval2.out") $(tail -5 "$tmp/w0.out")"

@@ -83,7 +83,8 @@ static void test_run_feeds_and_fetches(void) {
 static void test_variables(void) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_1d(3);
-    psg_endpoint_t v = psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t v =
+        psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"ones", 0, 0}, true);
     psg_endpoint_t read = psg_read_variable(g, "read", v);
     psg_endpoint_t delta = psg_fill_like(g, "delta", read, 0.5f);
     int add = psg_assign_add(g, "add", v, delta);
@@ -223,8 +224,8 @@ static int cpu_twice(psg_kernel_ctx_t *c) {
 static const psg_op_def_t op_twice = {
     .name = "TestTwice", .num_inputs = 1, .num_outputs = 1, .infer = infer_twice, .cpu = cpu_twice};
 static const psg_op_def_t *const test_family[] = {&op_twice, NULL};
-static const psg_op_def_t op_matmul_again = {.name = "MatMul", .num_inputs = 2, .num_outputs = 1,
-                                             .infer = infer_twice};
+static const psg_op_def_t op_matmul_again = {
+    .name = "MatMul", .num_inputs = 2, .num_outputs = 1, .infer = infer_twice};
 static const psg_op_def_t *const clashing_family[] = {&op_matmul_again, NULL};
 
 static void test_register_family(void) {

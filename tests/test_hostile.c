@@ -104,7 +104,8 @@ static void test_running_cap(void) {
     psg_msg_t *m = psg_req_encode(&run), *rep = NULL;
     CHECK(psg_client_send(other, &m, NULL) == 0);
     CHECK(psg_client_recv(other, &rep, 20000) == 1);
-    CHECK(rep && rep->kind != PSG_MSG_ERROR && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f);
+    CHECK(rep && rep->kind != PSG_MSG_ERROR && rep->ntensors == 1 &&
+          psg_tensor_f32(rep->tensors[0])[0] == 2.5f);
     psg_msg_destroy(&rep);
     /* answered before any take of the greedy peer gave up (each waits 3 s) */
     CHECK(psg_client_recv(greedy, &rep, 0) == 0);
@@ -193,7 +194,8 @@ static void test_peers_per_address(void) {
         } else {
             refused = true;
             CHECK(psg_error_code() == PSG_ERR_LIMIT);
-            CHECK_ERROR_HAS("connections from 127.0.0.1 hold requests here (the limit is 64 per address)");
+            CHECK_ERROR_HAS(
+                "connections from 127.0.0.1 hold requests here (the limit is 64 per address)");
         }
         psg_msg_destroy(&rep);
         n++;
@@ -225,11 +227,13 @@ static void test_peers_per_address(void) {
 static void test_quota_per_key(void) {
     char keys[400], cmd[1400];
     snprintf(keys, sizeof keys, "%s/keys", tmpdir);
-    snprintf(cmd, sizeof cmd, "'%s' keygen '%s' >/dev/null && '%s' keygen '%s' --name worker1 >/dev/null && "
-                              "'%s' keygen '%s' --name worker2 >/dev/null", psgraph_exe, keys, psgraph_exe, keys,
-             psgraph_exe, keys);
+    snprintf(cmd, sizeof cmd,
+             "'%s' keygen '%s' >/dev/null && '%s' keygen '%s' --name worker1 >/dev/null && "
+             "'%s' keygen '%s' --name worker2 >/dev/null",
+             psgraph_exe, keys, psgraph_exe, keys, psgraph_exe, keys);
     PSG_ASSERT(system(cmd) == 0);
-    psg_curve_keys_t *k1 = psg_curve_keys_load(keys, "worker1"), *k2 = psg_curve_keys_load(keys, "worker2"),
+    psg_curve_keys_t *k1 = psg_curve_keys_load(keys, "worker1"),
+                     *k2 = psg_curve_keys_load(keys, "worker2"),
                      *kc = psg_curve_keys_load(keys, NULL);
     PSG_ASSERT(k1 && k2 && kc);
     pid_t first_pid = server_pid;
@@ -248,10 +252,12 @@ static void test_quota_per_key(void) {
     psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h[2]}};
     psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(b, &m, 20000);
     CHECK(rep == NULL && psg_error_code() == PSG_ERR_LIMIT);
-    CHECK_ERROR_HAS("RunGraph: peer key 'worker1' (127.0.0.1) has 2 steps pending (the limit is 2 per peer)");
+    CHECK_ERROR_HAS(
+        "RunGraph: peer key 'worker1' (127.0.0.1) has 2 steps pending (the limit is 2 per peer)");
     psg_msg_destroy(&rep);
     CHECK(register_take(b, "acc_k3") == 0);
-    CHECK_ERROR_HAS("peer key 'worker1' (127.0.0.1) has 3 graphs registered (the limit is 3 per peer)");
+    CHECK_ERROR_HAS(
+        "peer key 'worker1' (127.0.0.1) has 3 graphs registered (the limit is 3 per peer)");
     /* worker2 is served: its step runs, and gives up after the longest wait */
     CHECK((h[3] = register_take(c, "acc_k4")) > 0);
     run.u.run.handle = h[3];
@@ -262,7 +268,8 @@ static void test_quota_per_key(void) {
     psg_msg_destroy(&rep);
     /* the cluster's key, which every task holds: each connection its own quota */
     psg_client_t *t1 = connect_as(kc), *t2 = connect_as(kc);
-    uint64_t ht[4] = {register_take(t1, "acc_t0"), register_take(t1, "acc_t1"), register_take(t1, "acc_t2")};
+    uint64_t ht[4] = {register_take(t1, "acc_t0"), register_take(t1, "acc_t1"),
+                      register_take(t1, "acc_t2")};
     CHECK(register_take(t1, "acc_t3") == 0);
     CHECK_ERROR_HAS("peer 127.0.0.1 has 3 graphs registered (the limit is 3 per peer)");
     CHECK((ht[3] = register_take(t2, "acc_t4")) > 0);
@@ -306,13 +313,16 @@ static void test_allocation_cap(void) {
     psg_endpoint_t r = psg_node_finish_ep(b);
     char *bytes = NULL;
     psg_req_t reg = register_req(g, r.node, &bytes);
-    expect_error(&reg, PSG_ERR_LIMIT, "over the task's memory limit of 268435456 bytes (--memory-limit); the largest is node 'r' (Random)");
+    expect_error(
+        &reg, PSG_ERR_LIMIT,
+        "over the task's memory limit of 268435456 bytes (--memory-limit); the largest is node 'r' (Random)");
     free(bytes);
     psg_graph_destroy(&g);
     g = psg_graph_new();
     psg_shape_t huge = psg_shape_1d((int64_t)1 << 32);
     psg_endpoint_t v = psg_var_handle(g, "v", PSG_DT_U8, &huge);
-    reg = register_req(g, -1, &bytes); /* the handle is run, not fetched: it cannot cross the wire */
+    reg =
+        register_req(g, -1, &bytes); /* the handle is run, not fetched: it cannot cross the wire */
     reg.u.reg.n_targets = 1;
     reg.u.reg.targets = &v.node;
     expect_error(&reg, PSG_ERR_LIMIT, "node 'v' (VarHandle)");
@@ -351,7 +361,8 @@ static void test_msgpack_expansion(void) {
     size_t n = (size_t)9 << 20;
     char *body = malloc(n + 5);
     body[0] = (char)0xdd; /* array32 of n nils */
-    body[1] = (char)(n >> 24), body[2] = (char)(n >> 16), body[3] = (char)(n >> 8), body[4] = (char)n;
+    body[1] = (char)(n >> 24), body[2] = (char)(n >> 16), body[3] = (char)(n >> 8),
+    body[4] = (char)n;
     memset(body + 5, 0xc0, n);
     psg_req_t reg = {.type = PSG_REQ_REGISTER_GRAPH, .u.reg = {.graph = body, .len = n + 5}};
     expect_error(&reg, PSG_ERR_BAD_REQUEST, "msgpack: over 8388608 objects");
@@ -412,7 +423,8 @@ static void test_waiters(void) {
 
 /* Finding 7: files only under the task's logdir. */
 static void test_files_under_logdir(void) {
-    psg_req_t save = {.type = PSG_REQ_SAVE_SHARD, .step = 5, .u.shard = {.shard = 0, .num_shards = 1}};
+    psg_req_t save = {
+        .type = PSG_REQ_SAVE_SHARD, .step = 5, .u.shard = {.shard = 0, .num_shards = 1}};
     snprintf(save.u.shard.dir, sizeof save.u.shard.dir, "%s", tmpdir);
     expect_error(&save, PSG_ERR_DENIED, "is not under this task's logdir");
     snprintf(save.u.shard.dir, sizeof save.u.shard.dir, "%s/../..", logdir);
@@ -461,7 +473,8 @@ static void test_sigterm_during_a_pull(void) {
     int ps_port = psg_test_free_port(), worker_port = psg_test_free_port();
     FILE *f = fopen(cluster, "w");
     PSG_ASSERT(f);
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n", ps_port, worker_port);
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n",
+            ps_port, worker_port);
     fclose(f);
     fflush(stdout);
     pid_t ps = fork();
@@ -470,8 +483,8 @@ static void test_sigterm_during_a_pull(void) {
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster, "--job", "ps", "--task", "0",
-              "--idle-timeout", "120", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster, "--job", "ps", "--task",
+              "0", "--idle-timeout", "120", (char *)NULL);
         _exit(127);
     }
     int saved_port = port;
@@ -595,7 +608,8 @@ static void *forward_main(void *arg) {
                 }
             }
             for (int i = 1; k < np && i < n; i++)
-                zmq_send(peers[k].sock, zmq_msg_data(&part[i]), zmq_msg_size(&part[i]), i + 1 < n ? ZMQ_SNDMORE : 0);
+                zmq_send(peers[k].sock, zmq_msg_data(&part[i]), zmq_msg_size(&part[i]),
+                         i + 1 < n ? ZMQ_SNDMORE : 0);
             for (int i = 0; i < n; i++) zmq_msg_close(&part[i]);
         }
         for (int k = 0; k < np; k++) {
@@ -630,7 +644,8 @@ static int mutate(const captured_t *c, unsigned *seed, uint8_t **out, size_t *si
         int f = (int)(rand_r(seed) % (unsigned)n), how = (int)(rand_r(seed) % 6);
         if (how <= 2 && sizes[f] > 0) { /* flip bytes, mostly in the header */
             if (rand_r(seed) % 2) f = 0;
-            for (int k = 0; k < 1 + how && sizes[f]; k++) out[f][rand_r(seed) % sizes[f]] ^= (uint8_t)(1 + rand_r(seed) % 255);
+            for (int k = 0; k < 1 + how && sizes[f]; k++)
+                out[f][rand_r(seed) % sizes[f]] ^= (uint8_t)(1 + rand_r(seed) % 255);
         } else if (how == 3) {
             sizes[f] = sizes[f] ? rand_r(seed) % sizes[f] : 0;
         } else if (how == 4 && n > 1) {
@@ -667,16 +682,23 @@ static double inspect_ms(int at_port, long long *seen) {
     return ms;
 }
 
+/* A cluster file of one ps and one worker on 127.0.0.1, in tmpdir; its path into path. */
+static void write_replay_cluster(char *path, size_t n, int ps_port, int worker_port) {
+    snprintf(path, n, "%s/cluster.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}",
+            ps_port, worker_port);
+    fclose(f);
+}
+
 static void test_replay(void) {
     int n_replay = getenv("PSG_REPLAY") ? atoi(getenv("PSG_REPLAY")) : 3000;
     forwarder_t fw = {.front_port = psg_test_free_port(), .back_port = psg_test_free_port()};
     int worker_port = psg_test_free_port();
     fw.msgs = calloc(MAX_CAPTURED, sizeof *fw.msgs);
     char cluster[400], back[64], ps_log[400];
-    snprintf(cluster, sizeof cluster, "%s/cluster.json", tmpdir);
-    FILE *f = fopen(cluster, "w");
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}", fw.front_port, worker_port);
-    fclose(f);
+    write_replay_cluster(cluster, sizeof cluster, fw.front_port, worker_port);
     snprintf(back, sizeof back, "tcp://127.0.0.1:%d", fw.back_port);
     snprintf(ps_log, sizeof ps_log, "%s/replay_ps.log", tmpdir);
     fflush(stdout);
@@ -684,9 +706,10 @@ static void test_replay(void) {
     if (ps == 0) {
         freopen(ps_log, "w", stdout);
         dup2(1, 2);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster, "--job", "ps", "--task", "0", "--listen", back,
-              "--expect-workers", "0", "--memory-limit", "256M", "--max-graphs", "16", "--max-wait", "2",
-              "--recv-timeout", "2", "--logdir", logdir, "--idle-timeout", "300", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster, "--job", "ps", "--task",
+              "0", "--listen", back, "--expect-workers", "0", "--memory-limit", "256M",
+              "--max-graphs", "16", "--max-wait", "2", "--recv-timeout", "2", "--logdir", logdir,
+              "--idle-timeout", "300", (char *)NULL);
         _exit(127);
     }
     pthread_t th;
@@ -694,10 +717,11 @@ static void test_replay(void) {
     /* a short training run through the forwarder: its requests are the seeds */
     char cmd[1200], train_log[400];
     snprintf(train_log, sizeof train_log, "%s/replay_train.log", tmpdir);
-    snprintf(cmd, sizeof cmd,
-             "'%s' train --model mlp --data synthetic --steps 30 --batch 16 --log-every 100 --cluster '%s' --job worker "
-             "--task 0 --step-timeout 60 >'%s' 2>&1",
-             psgraph_exe, cluster, train_log);
+    snprintf(
+        cmd, sizeof cmd,
+        "'%s' train --model mlp --data synthetic --steps 30 --batch 16 --log-every 100 --cluster '%s' --job worker "
+        "--task 0 --step-timeout 60 >'%s' 2>&1",
+        psgraph_exe, cluster, train_log);
     int rc = system(cmd);
     CHECK(rc == 0);
     fw.stop = 1;
@@ -746,8 +770,9 @@ static void test_replay(void) {
      * reads it (under load it lags behind) */
     double last_ms = -1, deadline = psg_now_sec() + 60;
     int inspections = n_replay / 1000;
-    for (long long before = -2; psg_now_sec() < deadline && (seen1 - seen0 - inspections <= n_replay / 4 ||
-                                                              seen1 > before + 1);) {
+    for (long long before = -2;
+         psg_now_sec() < deadline &&
+         (seen1 - seen0 - inspections <= n_replay / 4 || seen1 > before + 1);) {
         before = seen1;
         usleep(300000);
         last_ms = inspect_ms(fw.back_port, &seen1);
@@ -757,18 +782,23 @@ static void test_replay(void) {
     /* and once every wait a request could start has ended (--max-wait, --recv-timeout 2 s) */
     usleep(3000000);
     double rss_settled = server_rss_mb();
-    printf("{\"bench\":\"hostile_replay\",\"requests\":%d,\"captured\":%d,\"taken_in\":%lld,\"replies_seen\":%d,"
-           "\"rss_start_mb\":%.1f,\"rss_end_mb\":%.1f,\"rss_settled_mb\":%.1f,\"inspect_ms_worst\":%.1f,"
-           "\"inspect_ms_after\":%.1f,\"targets\":\"rss +50 MB, 50 ms\"}\n",
-           n_replay, fw.n, seen1 - seen0 - inspections, replies, rss0, rss1, rss_settled, worst_ms, last_ms);
+    printf(
+        "{\"bench\":\"hostile_replay\",\"requests\":%d,\"captured\":%d,\"taken_in\":%lld,\"replies_seen\":%d,"
+        "\"rss_start_mb\":%.1f,\"rss_end_mb\":%.1f,\"rss_settled_mb\":%.1f,\"inspect_ms_worst\":%.1f,"
+        "\"inspect_ms_after\":%.1f,\"targets\":\"rss +50 MB, 50 ms\"}\n",
+        n_replay, fw.n, seen1 - seen0 - inspections, replies, rss0, rss1, rss_settled, worst_ms,
+        last_ms);
     CHECK(seen1 - seen0 - inspections > n_replay / 4); /* most reached the server's checks */
-    CHECK(last_ms >= 0);          /* it still answers */
-    CHECK(!RSS_CHECKED || rss1 - rss0 < 100); /* loosely: the bench holds it to 50 MB */
+    CHECK(last_ms >= 0);                               /* it still answers */
+    CHECK(!RSS_CHECKED || rss1 - rss0 < 100);          /* loosely: the bench holds it to 50 MB */
     int st = 0;
     pid_t w = sigterm_and_wait(ps, "hostile_sigterm", &st);
     CHECK(w == ps && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (w != ps || !WIFEXITED(st) || WEXITSTATUS(st)) {
-        snprintf(cmd, sizeof cmd, "tail -5 '%s'; gdb -p %d -batch -ex 'thread apply all bt 8' 2>/dev/null | grep -E '^#|^Thread' | head -60", ps_log, (int)ps);
+        snprintf(
+            cmd, sizeof cmd,
+            "tail -5 '%s'; gdb -p %d -batch -ex 'thread apply all bt 8' 2>/dev/null | grep -E '^#|^Thread' | head -60",
+            ps_log, (int)ps);
         printf("  the replayed ps (waitpid %d, status 0x%x):\n", (int)w, st);
         fflush(stdout);
         if (system(cmd) != 0) printf("  (no log)\n");

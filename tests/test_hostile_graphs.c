@@ -15,7 +15,8 @@
 
 /* Registers g (fetching output 0 of `fetch`) through c and runs it once; the fetched
  * tensor, or NULL with the error set. */
-static psg_tensor_t *register_and_run(psg_client_t *c, psg_graph_t *g, int fetch, uint64_t *handle) {
+static psg_tensor_t *register_and_run(psg_client_t *c, psg_graph_t *g, int fetch,
+                                      uint64_t *handle) {
     *handle = register_graph(c, g, fetch);
     if (!*handle) return NULL;
     psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = *handle}};
@@ -61,8 +62,9 @@ static void test_repeated_dependencies(void) {
         if (h) deregister(c, h);
         psg_graph_destroy(&g);
     }
-    printf("  60 graphs of a Const listed 1000 times (controls and inputs): %d registered, %d ran\n", registered,
-           ran);
+    printf(
+        "  60 graphs of a Const listed 1000 times (controls and inputs): %d registered, %d ran\n",
+        registered, ran);
     CHECK(registered == 60 && ran == 60);
     CHECK(alive());
     psg_client_destroy(&c);
@@ -111,8 +113,8 @@ static int run_chain(psg_client_t *c, uint64_t handle, psg_err_code_t code) {
     psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = handle}};
     psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(c, &m, 30000);
     int rc = rep && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f ? 1
-             : !rep && psg_error_code() == code                                        ? 0
-                                                                                       : -1;
+             : !rep && psg_error_code() == code                                      ? 0
+                                                                                     : -1;
     if (rc < 0) printf("  RunGraph %llu: %s\n", (unsigned long long)handle, psg_error_message());
     psg_msg_destroy(&rep);
     return rc;
@@ -174,11 +176,12 @@ static int cluster_start(cluster_t *c, const char *const *extra) {
     snprintf(c->cluster, sizeof c->cluster, "%s/cluster_%d.json", tmpdir, c->ps_port);
     FILE *f = fopen(c->cluster, "w");
     if (!f) return -1;
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n", c->ps_port,
-            c->worker_port);
+    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n",
+            c->ps_port, c->worker_port);
     fclose(f);
-    const char *args[32] = {psgraph_exe, "server", "--cluster", c->cluster, "--job", "ps", "--task", "0",
-                            "--expect-workers", "0", "--idle-timeout", "300"};
+    const char *args[32] = {
+        psgraph_exe, "server", "--cluster",        c->cluster, "--job",          "ps",
+        "--task",    "0",      "--expect-workers", "0",        "--idle-timeout", "300"};
     int n = 12;
     for (int i = 0; extra && extra[i] && n < 31; i++) args[n++] = extra[i];
     fflush(stdout);
@@ -211,10 +214,11 @@ static void cluster_stop(cluster_t *c) {
 static int cluster_train(const cluster_t *c, int steps, double *steps_per_sec, int *failures) {
     char log[500], cmd[1600];
     snprintf(log, sizeof log, "%s/train_%d.log", tmpdir, c->ps_port);
-    snprintf(cmd, sizeof cmd,
-             "'%s' train --model mlp --data synthetic --steps %d --batch 32 --log-every 1000 --cluster '%s' "
-             "--job worker --task 0 --step-timeout 30 >'%s' 2>&1",
-             psgraph_exe, steps, c->cluster, log);
+    snprintf(
+        cmd, sizeof cmd,
+        "'%s' train --model mlp --data synthetic --steps %d --batch 32 --log-every 1000 --cluster '%s' "
+        "--job worker --task 0 --step-timeout 30 >'%s' 2>&1",
+        psgraph_exe, steps, c->cluster, log);
     int rc = system(cmd);
     *steps_per_sec = 0;
     *failures = 0;
@@ -336,7 +340,8 @@ static int register_run_target(psg_client_t *c, psg_graph_t *g, int target) {
     char *bytes = NULL;
     size_t len = 0;
     CHECK(psg_graph_serialize(g, &bytes, &len) == 0);
-    psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH, .u.reg = {.graph = bytes, .len = len, .n_targets = 1, .targets = &target}};
+    psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH,
+                   .u.reg = {.graph = bytes, .len = len, .n_targets = 1, .targets = &target}};
     psg_msg_t *m = psg_req_encode(&r), *rep = psg_client_call(c, &m, 60000);
     free(bytes);
     psg_rep_t rr;
@@ -373,7 +378,8 @@ static void test_one_memory_budget(void) {
     psg_graph_destroy(&g);
     g = random_var_graph("big", 400, &assign);
     CHECK(register_run_target(watch, g, assign) == 0);
-    CHECK_ERROR_HAS("over the task's memory limit of 629145600 bytes (--memory-limit); the largest is node 'r'");
+    CHECK_ERROR_HAS(
+        "over the task's memory limit of 629145600 bytes (--memory-limit); the largest is node 'r'");
     psg_graph_destroy(&g);
     /* a graph as built is charged as it is held: 20,000 nodes take far more than their bytes */
     g = psg_graph_new();
@@ -388,7 +394,8 @@ static void test_one_memory_budget(void) {
     long long before = inspect_field(watch, "held");
     psg_msg_t *m = psg_req_encode(&reg), *rep = psg_client_call(watch, &m, 60000);
     long long grown = inspect_field(watch, "held") - before;
-    printf("  a graph of 20,001 nodes: %zu bytes serialized, %lld held as built\n", reg.u.reg.len, grown);
+    printf("  a graph of 20,001 nodes: %zu bytes serialized, %lld held as built\n", reg.u.reg.len,
+           grown);
     CHECK(rep && grown > 10 * (long long)reg.u.reg.len);
     psg_msg_destroy(&rep);
     free(bytes);
@@ -404,13 +411,17 @@ static void test_one_memory_budget(void) {
         int rc = register_run_target(peers[i], g, assign);
         kept += rc == 1;
         refused += rc == 0;
-        if (rc == 0) CHECK(strstr(psg_error_message(), "node 'r' (Random)") || strstr(psg_error_message(), "--memory-limit"));
+        if (rc == 0)
+            CHECK(strstr(psg_error_message(), "node 'r' (Random)") ||
+                  strstr(psg_error_message(), "--memory-limit"));
         psg_graph_destroy(&g);
     }
     long long held = inspect_field(watch, "held"), peak = inspect_field(watch, "peak");
     double rss = server_rss_mb() - rss0;
-    printf("  4 peers x a 180 MiB variable in 600 MiB: %d kept, %d refused; the task holds %.0f MB (peak %.0f MB), "
-           "RSS %+.0f MB\n", kept, refused, held / 1e6, peak / 1e6, rss);
+    printf(
+        "  4 peers x a 180 MiB variable in 600 MiB: %d kept, %d refused; the task holds %.0f MB (peak %.0f MB), "
+        "RSS %+.0f MB\n",
+        kept, refused, held / 1e6, peak / 1e6, rss);
     CHECK(kept >= 2 && kept <= 3 && kept + refused == 4);
     CHECK(peak > 0 && peak <= 600LL << 20);
     CHECK(!RSS_CHECKED || rss < 700);
@@ -426,14 +437,19 @@ static void test_one_memory_budget(void) {
  * failure has one, docs/wire.md), and fetching a resource handle was answered `no_memory`
  * ("cannot build the reply"). */
 static void test_every_failure_has_a_code(void) {
-    psg_req_t reg = {.type = PSG_REQ_REGISTER_GRAPH, .u.reg = {.graph = "\x81\xa6" "format\xa3" "bad", .len = 12}};
+    psg_req_t reg = {.type = PSG_REQ_REGISTER_GRAPH,
+                     .u.reg = {.graph = "\x81\xa6"
+                                        "format\xa3"
+                                        "bad",
+                               .len = 12}};
     expect_error(&reg, PSG_ERR_BAD_REQUEST, "graph: field 'format'");
     psg_graph_t *g = psg_graph_new();
     psg_shape_t s = psg_shape_1d(4);
     psg_endpoint_t v = psg_var_handle(g, "v", PSG_DT_F32, &s);
     char *bytes = NULL;
     reg = register_req(g, v.node, &bytes);
-    expect_error(&reg, PSG_ERR_BAD_REQUEST, "fetch 0 is output 0 of node 'v' (VarHandle), a resource handle");
+    expect_error(&reg, PSG_ERR_BAD_REQUEST,
+                 "fetch 0 is output 0 of node 'v' (VarHandle), a resource handle");
     free(bytes);
     psg_graph_destroy(&g);
     /* a feed of the wrong dtype */
@@ -451,7 +467,9 @@ static void test_every_failure_has_a_code(void) {
     psg_msg_destroy(&rep);
     CHECK(h != 0);
     psg_tensor_t *wrong = psg_tensor_zeros(PSG_DT_I32, &s);
-    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = 1, .u.run = {.handle = h, .n_feeds = 1, .feeds = &wrong}};
+    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH,
+                     .step = 1,
+                     .u.run = {.handle = h, .n_feeds = 1, .feeds = &wrong}};
     m = psg_req_encode(&run);
     rep = psg_client_call(c, &m, 20000);
     CHECK(!rep && psg_error_code() == PSG_ERR_BAD_REQUEST);
@@ -502,18 +520,18 @@ static void test_connection_cap(void) {
     int lines = 0;
     if (!f || fscanf(f, "%d", &lines) != 1) lines = -1;
     if (f) pclose(f);
-    printf("  %d idle connections against a cap of 32: %d closed by the server, %d log line(s)\n", IDLE, closed,
-           lines);
+    printf("  %d idle connections against a cap of 32: %d closed by the server, %d log line(s)\n",
+           IDLE, closed, lines);
     CHECK(closed >= IDLE - 32 && lines == 1);
     CHECK(alive());
     restore_server(first_pid, first_port);
 }
 
 /* PSG_HOSTILE_ONLY=name runs that test alone (bench/hostile.sh --waits repeats one). */
-#define RUN_SOME(fn)                                                                                                   \
-    do {                                                                                                               \
-        const char *only = getenv("PSG_HOSTILE_ONLY");                                                                 \
-        if (!only || !strcmp(only, #fn)) RUN_TEST(fn);                                                                 \
+#define RUN_SOME(fn)                                                                               \
+    do {                                                                                           \
+        const char *only = getenv("PSG_HOSTILE_ONLY");                                             \
+        if (!only || !strcmp(only, #fn)) RUN_TEST(fn);                                             \
     } while (0)
 
 int main(int argc, char **argv) {

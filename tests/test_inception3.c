@@ -55,7 +55,8 @@ static void test_smoothed_loss_is_dense_form(void) {
     const float logits[N * C] = {0.5f, -1, 2, 0, 0.25f, 3, 1, -2, 0.5f, 0, -1, -1, 4, 2, 1};
     const int32_t labels[N] = {2, 0, 4};
     psg_tensor_t *lt = psg_test_tensor(&(psg_shape_t){2, {N, C}}, logits);
-    psg_tensor_t *yt = psg_tensor_from_data(PSG_DT_I32, &(psg_shape_t){1, {N}}, labels, sizeof labels);
+    psg_tensor_t *yt =
+        psg_tensor_from_data(PSG_DT_I32, &(psg_shape_t){1, {N}}, labels, sizeof labels);
     psg_graph_t *g = psg_graph_new();
     psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &lt->shape);
     psg_endpoint_t y = psg_placeholder(g, "y", PSG_DT_I32, &yt->shape);
@@ -147,7 +148,8 @@ static void test_loss_decreases_on_fixed_batch(void) {
     CHECK(psg_session_run(es, 2, efeeds, fv, 1, &em.logits, &out, 0, NULL) == 0);
     if (out) {
         bool finite = true;
-        for (int64_t i = 0; i < psg_tensor_numel(out); i++) finite &= isfinite(psg_tensor_f32(out)[i]);
+        for (int64_t i = 0; i < psg_tensor_numel(out); i++)
+            finite &= isfinite(psg_tensor_f32(out)[i]);
         CHECK(finite);
     }
     psg_tensor_destroy(&out);
@@ -176,7 +178,8 @@ static void test_ema_follows_formula(void) {
     CHECK(psg_ema_apply(g, 0.5, 1, &v, step_op, &ema) == 0);
     psg_session_t *s = psg_session_new(g, &(psg_session_options_t){1}, NULL);
     CHECK(psg_session_run_init(s) == 0);
-    psg_variable_t *sh = psg_resource_find_variable(psg_session_resources(s), "v/ExponentialMovingAverage");
+    psg_variable_t *sh =
+        psg_resource_find_variable(psg_session_resources(s), "v/ExponentialMovingAverage");
     CHECK(sh && psg_tensor_f32(sh->value)[0] == 2.0f); /* starts at the initial value */
     double want0 = 2, want1 = 2, v0 = 2, v1 = 2;
     for (int step = 0; step < 4; step++) {
@@ -214,7 +217,7 @@ static void test_simulator(void) {
     CHECK(psg_sim_run(&c, 50, 0, &r0) == 0);
     CHECK(psg_sim_run(&c, 50, 4, &r4) == 0);
     CHECK(psg_sim_run(&c, 1, 0, &r1) == 0);
-    CHECK(r4.steps_per_sec > r0.steps_per_sec);  /* backups cut the tail */
+    CHECK(r4.steps_per_sec > r0.steps_per_sec);      /* backups cut the tail */
     CHECK(r0.speedup <= 50.0 && r4.speedup <= 54.0); /* at most the machines used */
     CHECK(r0.speedup > 1.0);
     CHECK_NEAR(r1.speedup, 1.0, 1e-9);

@@ -3,9 +3,12 @@
 # file written here with plain Python (json + struct, as safetensors.numpy.save_file lays
 # it out) gives the mlp its initial weights, by name: the first checkpoint holds them
 # (lr 1e-9: one step moves nothing visible); the report names matched, missing and
-# unexpected tensors, --strict fails on them, a shape mismatch always fails naming both
-# shapes; a sharded file's index (model.safetensors.index.json) loads its files; in a
-# cluster the whole fc1 weight fills the model's column shards part_0, part_1.
+# unexpected tensors, --strict fails on either kind alone, a shape mismatch always fails
+# naming both shapes (of a column shard too, and says to transpose a PyTorch-layout weight); a
+# sharded file's index (model.safetensors.index.json) loads its files, one that maps nothing is
+# refused; in a cluster the whole fc1 weight fills the model's column shards part_0, part_1; any
+# layout of a variable (whole, 2 or 5 column parts) loads into any other, a cluster's checkpoint
+# into one process (issue 37).
 set -u
 psgraph=$1
 asan=${2:-}
@@ -126,6 +129,35 @@ else
   fail "a psgraph checkpoint (rc $rc): $out"
 fi
 
+# ... and into column shards: each part's Momentum slot ("model/fc1/weights/part_3/Momentum")
+# from the whole weight's slot
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1s" --init-from "$tmp/l1/model.ckpt-1.index.json" --strict --shard-bytes 65536 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their initializers), 0 unexpected" <<<"$out"; then
+  ok "a psgraph checkpoint into column shards, slots included: $(grep -o '12 of its[^;]*' <<<"$out")"
+else
+  fail "a psgraph checkpoint into column shards (rc $rc): $out"
+fi
+
+# 1d. two weights in column shards at once (--shard-bytes 64 KiB: fc1 in 8 parts, fc2 in 4),
+# each part filled from its own whole weight's columns
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1d" --init-from "$tmp/w.safetensors" --strict --shard-bytes 65536 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
+   res=$(st check "$tmp"/l1d/model.ckpt-1-*.safetensors 2>&1) &&
+   python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["weight_map"]; assert "model/fc1/weights/part_7" in m and "model/fc2/weights/part_3" in m, m' "$tmp/l1d/model.ckpt-1.index.json"; then
+  ok "fc1 in 8 and fc2 in 4 column shards: $res"
+else
+  fail "two sharded weights (rc $rc): $out ${res:-}"
+fi
+
+# 1e. a sharded file's index that maps no tensor is refused
+printf '{"metadata": {}, "weight_map": {}}' >"$tmp/hf/empty.index.json"
+out=$("$psgraph" "${run[@]}" --init-from "$tmp/hf/empty.index.json" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q 'empty.index.json: no "weight_map" of tensor names to files' <<<"$out"; then
+  ok "an index that maps nothing: $out"
+else
+  fail "an index that maps nothing (rc $rc): $out"
+fi
+
 # 2. missing and unexpected names: reported; with --strict an error naming them
 st write "$tmp/partial.safetensors" drop model/fc3/biases extra head/extra
 out=$("$psgraph" "${run[@]}" --logdir "$tmp/l2" --init-from "$tmp/partial.safetensors" 2>&1); rc=$?
@@ -138,6 +170,21 @@ else
   fail "missing/unexpected (rc $rc, $rc2): $out --- $out2"
 fi
 
+# 2b. --strict fails on missing names alone, and on unexpected names alone (each its own run:
+# a check of one kind must not hide behind the other)
+st write "$tmp/missing.safetensors" drop model/fc3/biases
+st write "$tmp/extra.safetensors" extra head/extra
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l2m" --init-from "$tmp/missing.safetensors" --strict 2>&1); rc=$?
+out2=$("$psgraph" "${run[@]}" --logdir "$tmp/l2u" --init-from "$tmp/extra.safetensors" --strict 2>&1); rc2=$?
+if [ $rc = 1 ] && grep -q -- "--strict: 1 missing: model/fc3/biases; 0 unexpected" <<<"$out" &&
+   [ ! -e "$tmp/l2m/model.ckpt-1.index.json" ] &&
+   [ $rc2 = 1 ] && grep -q -- "--strict: 0 missing; 1 unexpected: head/extra" <<<"$out2" &&
+   [ ! -e "$tmp/l2u/model.ckpt-1.index.json" ]; then
+  ok "--strict, only missing: $(tail -1 <<<"$out"); only unexpected: $(tail -1 <<<"$out2")"
+else
+  fail "--strict with only missing or only unexpected names (rc $rc, $rc2): $out --- $out2"
+fi
+
 # 3. a shape mismatch fails, strict or not, naming the tensor and both shapes
 st write "$tmp/bad.safetensors" shape model/fc2/weights 256 100
 out=$("$psgraph" "${run[@]}" --init-from "$tmp/bad.safetensors" 2>&1); rc=$?
@@ -145,6 +192,18 @@ if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 100\], variab
   ok "shape mismatch: $out"
 else
   fail "shape mismatch (rc $rc): $out"
+fi
+# ... and for column shards (fc2 in 4 parts of 64 columns): a whole weight of other rows, and
+# one of too few columns for its last part
+st write "$tmp/rows.safetensors" shape model/fc2/weights 255 256
+st write "$tmp/cols.safetensors" shape model/fc2/weights 256 200
+out=$("$psgraph" "${run[@]}" --init-from "$tmp/rows.safetensors" --shard-bytes 65536 2>&1); rc=$?
+out2=$("$psgraph" "${run[@]}" --init-from "$tmp/cols.safetensors" --shard-bytes 65536 2>&1); rc2=$?
+if [ $rc = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[255, 256\], variable 'model/fc2/weights/part_0' is f32\[256, 64\] (a part of it)" <<<"$out" &&
+   [ $rc2 = 1 ] && grep -q "tensor 'model/fc2/weights' is f32\[256, 200\], variable 'model/fc2/weights/part_3' is f32\[256, 64\] (a part of it)" <<<"$out2"; then
+  ok "column shards that do not fit: $(tail -1 <<<"$out2")"
+else
+  fail "column shards that do not fit (rc $rc, $rc2): $out --- $out2"
 fi
 
 # 4. a cluster: fc1 (784 x 256 f32, over 512 KiB) is two column shards, filled from the whole
@@ -156,5 +215,102 @@ if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
   ok "cluster, sharded fc1: $res"
 else
   fail "cluster (rc $rc): $(tail -8 <<<"$out") ${res:-}"
+fi
+
+# 5. issue 37: any layout of a variable into any other. A checkpoint's variables, whole or
+# in column parts (--shard-bytes: 0 whole; 524288: fc1 in 2 parts; 200000: fc1 in 5, fc2 in
+# 2), load into a model of each layout; --lr 0 keeps the weights, so the target's first
+# checkpoint holds the source's values exactly (parts put together by columns), and its
+# momentum slots equal those of the same-layout load (one step of the same gradient on them)
+cat >"$tmp/layout.py" <<'PY'
+import json, os, re, struct, sys
+
+def load(index):
+    ix, out = json.load(open(index)), {}
+    for sh in ix["shards"]:
+        data = open(os.path.join(os.path.dirname(index), sh["file"]), "rb").read()
+        (n,) = struct.unpack_from("<Q", data)
+        for k, v in json.loads(data[8:8 + n]).items():
+            if k == "__metadata__" or v["dtype"] != "F32":
+                continue
+            b, e = v["data_offsets"]
+            out[k] = (v["shape"], struct.unpack_from("<%df" % ((e - b) // 4), data, 8 + n + b))
+    return out
+
+def whole(t):  # every variable whole: "a/part_K/b" put back together by columns into "a/b"
+    parts, out = {}, {}
+    for k, v in t.items():
+        m = re.fullmatch(r"(.*)/part_(\d+)(/.*)?", k)
+        if m:
+            parts.setdefault(m.group(1) + (m.group(3) or ""), {})[int(m.group(2))] = v
+        else:
+            out[k] = v
+    for k, ps in parts.items():
+        ps = [ps[i] for i in range(len(ps))]
+        rows = ps[0][0][0]
+        vals = []
+        for r in range(rows):
+            for shape, v in ps:
+                vals.extend(v[r * shape[1]:(r + 1) * shape[1]])
+        out[k] = ([rows, sum(s[1] for s, _ in ps)], tuple(vals))
+    return out
+
+src, dst, ref = (whole(load(p)) for p in sys.argv[1:4])
+layout = sorted(k for k in load(sys.argv[2]) if "/part_" in k and "/Momentum" not in k)
+for k, (shape, v) in src.items():
+    if k.startswith("sync_replicas/"):  # a cluster job's counters, not the model's
+        continue
+    if k.endswith("/Momentum"):  # the same step on the same values as the same-layout load's
+        assert dst[k][0] == shape and max(abs(a - b) for a, b in zip(dst[k][1], ref[k][1])) < 1e-5, k
+    else:
+        assert dst[k] == (shape, v), (k, shape, dst[k][0])
+print("%d tensors equal (target parts: %s)" % (len(src), ", ".join(layout) or "none"))
+PY
+lay=(0 524288 200000)
+name=(whole "2 parts" "5+2 parts")
+for i in 0 1 2; do
+  "$psgraph" "${run[@]}" --lr 0 --seed 7 --shard-bytes "${lay[$i]}" --logdir "$tmp/src$i" >"$tmp/src$i.out" 2>&1 ||
+    fail "source layout ${name[$i]}: $(tail -3 "$tmp/src$i.out")"
+done
+for i in 0 1 2; do
+  for j in 0 1 2; do
+    "$psgraph" "${run[@]}" --lr 0 --shard-bytes "${lay[$j]}" --logdir "$tmp/dst$i$j" \
+      --init-from "$tmp/src$i/model.ckpt-1.index.json" >"$tmp/dst$i$j.out" 2>&1
+    echo $? >"$tmp/dst$i$j.rc"
+  done
+done
+for i in 0 1 2; do
+  for j in 0 1 2; do
+    out=$(cat "$tmp/dst$i$j.out")
+    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["weight_map"]))' "$tmp/src$i/model.ckpt-1.index.json")
+    if [ "$(cat "$tmp/dst$i$j.rc")" = 0 ] &&
+       grep -q "$((n - 1)) of its $n tensors matched, 0 missing (keep their initializers), 0 unexpected" <<<"$out" &&
+       res=$(python3 "$tmp/layout.py" "$tmp/src$i/model.ckpt-1.index.json" "$tmp/dst$i$j/model.ckpt-1.index.json" \
+             "$tmp/dst$i$i/model.ckpt-1.index.json" 2>&1); then
+      ok "layout ${name[$i]} -> ${name[$j]}: $res"
+    else
+      fail "layout ${name[$i]} -> ${name[$j]} (rc $(cat "$tmp/dst$i$j.rc")): $(grep -- --init-from <<<"$out" | head -2) ${res:-}"
+    fi
+  done
+done
+
+# 6. the cluster's own checkpoint (fc1 in part_0, part_1 on 2 ps) into one process, without
+# --strict: every tensor used, none silently left out (the run of the issue started from random)
+out=$("$psgraph" "${run[@]}" --lr 0 --logdir "$tmp/l6" --init-from "$tmp/l4/model.ckpt-1.index.json" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "0 missing (keep their initializers), 0 unexpected (no such variable); its global_step is not loaded (the run starts at step 0); its sync_replicas/worker_counts (a cluster job's counters) is not loaded" <<<"$out" &&
+   res=$(python3 "$tmp/layout.py" "$tmp/l4/model.ckpt-1.index.json" "$tmp/l6/model.ckpt-1.index.json" \
+         "$tmp/l6/model.ckpt-1.index.json" 2>&1); then
+  ok "a cluster's checkpoint into one process: $(grep -o '[0-9]* of its.*unexpected[^;]*' <<<"$out"); $res"
+else
+  fail "a cluster's checkpoint into one process (rc $rc): $(grep -- --init-from <<<"$out") ${res:-}"
+fi
+
+# 7. a weight in PyTorch's [out, in] layout: the shape error says to transpose it
+st write "$tmp/torch.safetensors" shape model/fc3/weights 10 256
+out=$("$psgraph" "${run[@]}" --init-from "$tmp/torch.safetensors" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "tensor 'model/fc3/weights' is f32\[10, 256\], variable 'model/fc3/weights' is f32\[256, 10\]; it is the variable's transpose: psgraph keeps a weight as \[in, out\], PyTorch's nn.Linear as \[out, in\]: save it transposed (w.T)" <<<"$out"; then
+  ok "a transposed weight: $(grep -o "it is the variable's transpose.*" <<<"$out")"
+else
+  fail "a transposed weight (rc $rc): $out"
 fi
 [ $fails = 0 ]

@@ -23,8 +23,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 # 1. the objects
 "$psgraph" launch --k8s --ps 2 --workers 3 --gpus-per-worker 1 --cpu 2 --memory 4Gi --logdir-volume ckpts \
-  --restart on-failure --image reg.example/psgraph:1 --out "$tmp/k8s" -- psgraph train --model mlp \
-  --logdir /ckpt >"$tmp/out" 2>&1; rc=$?
+  --restart on-failure --image reg.example/psgraph:1 --data fmnist --node-selector disktype=ssd \
+  --node-selector example.com/pool=train --toleration dedicated=ml:NoSchedule --toleration nvidia.com/gpu \
+  --ttl-after-finished 600 --active-deadline 7200 --out "$tmp/k8s" -- psgraph train --model mlp \
+  --device gpu --logdir /ckpt --data-dir /data/fm >"$tmp/out" 2>&1; rc=$?
 if [ $rc = 0 ] && [ "$(stat -c %a "$tmp/k8s/psgraph.yaml")" = 600 ] && python3 - "$tmp/k8s/psgraph.yaml" <<'PY'
 import base64, json, sys, yaml
 docs = list(yaml.safe_load_all(open(sys.argv[1])))
@@ -54,20 +56,70 @@ for job, n in ((ps, 2), (wk, 3)):
     assert (c["resources"]["limits"].get("nvidia.com/gpu") == "1") == (job is wk), c["resources"]
     assert c["volumeMounts"][0]["mountPath"] == "/ckpt"
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "ckpts"
+    # the data volume (a PVC here) read-only at the command's --data-dir, for the workers only
+    data = [m for m in c["volumeMounts"] if m["name"] == "data"]
+    assert data == ([{"name": "data", "mountPath": "/data/fm", "readOnly": True}] if job is wk else []), data
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert ("data" in vols) == (job is wk) and (job is ps or vols["data"]["persistentVolumeClaim"]["claimName"] == "fmnist"), vols
+    assert s["ttlSecondsAfterFinished"] == 600 and s["activeDeadlineSeconds"] == 7200, s
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}, pod
+    assert pod["nodeSelector"] == {"disktype": "ssd", "example.com/pool": "train"}, pod["nodeSelector"]
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+                                  {"key": "nvidia.com/gpu", "operator": "Exists"}], pod["tolerations"]
 assert wk["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["psgraph", "train"]
 assert ps["spec"]["template"]["spec"]["containers"][0]["args"] == ["psgraph", "server", "--logdir", "/ckpt"]
 PY
 then
-  ok "--k8s: a Secret of the keys (file mode 0600) mounted read-only, 0400, in every pod at \$PSGRAPH_KEYS, no PSGRAPH_INSECURE; a headless Service and Indexed Jobs (2 ps, 3 workers), OnFailure, resources, GPUs, the PVC"
+  ok "--k8s: a Secret of the keys (file mode 0600) mounted read-only, 0400, in every pod at \$PSGRAPH_KEYS, no PSGRAPH_INSECURE; a headless Service and Indexed Jobs (2 ps, 3 workers), OnFailure, resources, GPUs with --device gpu, the PVCs (logdir; data read-only at --data-dir, workers only), nodeSelector, tolerations, ttlSecondsAfterFinished, activeDeadlineSeconds, the image's non-root user"
 else
   fail "--k8s objects (rc $rc): $(cat "$tmp/out")"
 fi
-out=$("$psgraph" launch --k8s --ps 1 --workers 1 -- psgraph train 2>&1)
-if grep -q "restartPolicy: Never" <<<"$out" && grep -q "backoffLimit: 0" <<<"$out" && grep -q "emptyDir" <<<"$out"; then
-  ok "--restart never (the default): restartPolicy Never, backoffLimit 0; no --logdir-volume: an emptyDir"
+"$psgraph" launch --k8s --ps 1 --workers 1 --data /srv/fmnist --logdir-volume /srv/logs -- "$psgraph" train \
+  --logdir /logs >"$tmp/defaults.yaml" 2>"$tmp/err"
+out=$(cat "$tmp/defaults.yaml")
+if grep -q "restartPolicy: Never" <<<"$out" && grep -q "backoffLimit: 0" <<<"$out" &&
+   grep -q "the pods run the image's psgraph (psgraph:[0-9.]*) for $psgraph" "$tmp/err" && python3 - "$tmp/defaults.yaml" <<'PY'
+import sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+for job in docs[2:]:
+    s = job["spec"]
+    pod = s["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"].startswith("psgraph:") and c["args"][0] == "psgraph", c
+    # requests without limits: Burstable, not BestEffort
+    assert c["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}, c["resources"]
+    assert s["ttlSecondsAfterFinished"] == 3600 and s["activeDeadlineSeconds"] == 604800, s
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["logdir"]["hostPath"] == {"path": "/srv/logs", "type": "DirectoryOrCreate"}, vols
+    assert job["metadata"]["name"] == "psgraph-ps" or vols["data"]["hostPath"] == {"path": "/srv/fmnist", "type": "Directory"}, vols
+    assert job["metadata"]["name"] == "psgraph-ps" or {"name": "data", "mountPath": "/usr/share/datasets/fashion-mnist", "readOnly": True} in c["volumeMounts"]
+PY
+then
+  ok "defaults: restartPolicy Never, backoffLimit 0, requests cpu 1 and 1Gi without limits (Burstable), a TTL of 1 h and a deadline of 7 days, the image psgraph:VERSION; $psgraph in the command is the image's psgraph (said: $(cat "$tmp/err")); hostPath volumes for --data (train's default --data-dir) and --logdir-volume"
 else
-  fail "--k8s defaults: $out"
+  fail "--k8s defaults: $(cat "$tmp/err") $out"
 fi
+out=$("$psgraph" launch --k8s --ps 1 --workers 1 -- psgraph train 2>&1)
+grep -q "emptyDir" <<<"$out" && ok "no --logdir-volume: an emptyDir" || fail "no --logdir-volume: $out"
+# what would not run as written is refused before any object is written
+refused() { # want-in-message args...
+  local want=$1 out rc
+  shift
+  out=$("$psgraph" launch --k8s --ps 1 --workers 1 "$@" 2>&1); rc=$?
+  if [ $rc = 2 ] && grep -qF -- "$want" <<<"$out" && ! grep -q "kind:" <<<"$out"; then
+    ok "refused: $out"
+  else
+    fail "not refused as '$want' (rc $rc): $out"
+  fi
+}
+refused "--gpus-per-worker 1 asks for GPUs that the workers' command does not use: add --device gpu" \
+  --gpus-per-worker 1 -- psgraph train
+refused "has --device gpu, but no --gpus-per-worker G" -- psgraph train --device gpu
+refused "the workers' program build/mytrainer is a path on this machine; the pods run the image psgraph:" -- build/mytrainer
+refused "the workers' --data-dir data/fm is relative" --data fm -- psgraph train --data-dir data/fm
+refused "the workers' --logdir runs is relative" -- psgraph train --logdir runs
+refused "--node-selector 'disktype' is not KEY=VALUE" --node-selector disktype -- psgraph train
+refused "--toleration 'gpu:Never' is not KEY[=VALUE][:NoSchedule|PreferNoSchedule|NoExecute]" --toleration gpu:Never -- psgraph train
 "$psgraph" keygen "$tmp/mine" >/dev/null
 out=$("$psgraph" launch --k8s --keys "$tmp/mine" --ps 1 --workers 1 -- psgraph train 2>&1)
 want=$(base64 -w0 "$tmp/mine/cluster.key_secret")

@@ -3,6 +3,8 @@
  * step; a ps silent for longer fails the step with an error naming it long before the step
  * timeout (heartbeats), and is served again once it answers; a ps restarted at the same
  * address is known as a new process by its incarnation, and the session recovers from it.
+ * A wait that heartbeats should end and does not fails the test in at most WATCHDOG_S, and the
+ * ps dies with this process whatever ends it (never left behind stopped).
  * Not the emulated hosts' cut links (test_hosts_launch.sh). */
 #include "core/json.h"
 #include "tests/testutil.h"
@@ -11,28 +13,55 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define PEER_TIMEOUT_S 2
-#define STEP_TIMEOUT_MS 60000 /* far above the peer timeout: only heartbeats fail a step early */
+/* 10x the peer timeout: a step failed by the step timeout rather than by heartbeats (a lost
+ * connection not noticed) fails the silent-ps test by its message, after 20 s */
+#define STEP_TIMEOUT_MS 20000
+/* under meson's 120 s: whatever still waits then fails here, naming its test, ps killed */
+#define WATCHDOG_S 100
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *psgraph_exe;
 static char tmpdir[256], cluster_path[512];
 static int ports[2]; /* ps0, worker0 */
 static pid_t ps_pid;
+static const char *volatile running = "start"; /* the test the watchdog names */
+
+static void on_watchdog(int sig) {
+    (void)sig;
+    static const char a[] = "FAIL ", b[] = ": still waiting after the watchdog's " STR(
+                                         WATCHDOG_S) " s (a wait that "
+                                                     "heartbeats should end); the ps's log is in ";
+    /* only async-signal-safe calls: write, strlen, kill, _exit */
+    if (write(2, a, sizeof a - 1) < 0 || write(2, running, strlen(running)) < 0 ||
+        write(2, b, sizeof b - 1) < 0 || write(2, tmpdir, strlen(tmpdir)) < 0 ||
+        write(2, "\n", 1) < 0) {
+    }
+    if (ps_pid > 0) kill(ps_pid, SIGKILL);
+    _exit(1);
+}
 
 static pid_t spawn_ps(void) {
     char log[600];
     snprintf(log, sizeof log, "%s/ps0.log", tmpdir);
+    pid_t parent = getpid();
     pid_t pid = fork();
     PSG_ASSERT(pid >= 0);
     if (pid == 0) {
+        /* killed when this test dies, however (meson's timeout, a crash): stopped or not */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
         FILE *f = freopen(log, "a", stdout);
         (void)f;
         dup2(1, 2);
-        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster_path, "--job", "ps", "--task", "0",
-              "--idle-timeout", "120", "--recv-timeout", "3", "--expect-workers", "1", (char *)NULL);
+        execl(psgraph_exe, psgraph_exe, "server", "--cluster", cluster_path, "--job", "ps",
+              "--task", "0", "--idle-timeout", "120", "--recv-timeout", "3", "--expect-workers",
+              "1", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -66,7 +95,8 @@ static void build(model_t *m, const psg_cluster_t *c) {
     CHECK(m->setter != NULL);
     psg_graph_push_replica_setter(m->g, m->setter);
     psg_shape_t s4 = psg_shape_1d(4);
-    psg_endpoint_t w = psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t w =
+        psg_variable(m->g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
     m->x = psg_placeholder(m->g, "x", PSG_DT_F32, &s4);
     int add = psg_assign_add(m->g, "add", w, m->x);
     psg_node_builder_t *b = psg_node_begin(m->g, "ReadVariable", "after");
@@ -135,6 +165,7 @@ static void test_silent_ps(psg_dist_session_t *s, const model_t *m, uint64_t inc
     double dt = psg_test_now_sec() - t0;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[0]);
+    int before = psg_test_failures;
     CHECK(rc < 0);
     CHECK_ERROR_HAS("/job:ps/replica:0/task:0");
     CHECK_ERROR_HAS(addr);
@@ -143,6 +174,7 @@ static void test_silent_ps(psg_dist_session_t *s, const model_t *m, uint64_t inc
     printf("silent ps (peer timeout %d s, step timeout %d s): the step failed after %.2f s: %s\n",
            PEER_TIMEOUT_S, STEP_TIMEOUT_MS / 1000, dt, psg_error_message());
     kill(ps_pid, SIGCONT);
+    if (psg_test_failures != before) return; /* the loss went unnoticed: no recovery to check */
     float w0 = 0;
     rc = -1;
     for (int tries = 0; tries < 20 && rc < 0; tries++) rc = step(s, m, &w0);
@@ -183,20 +215,25 @@ static void run_tests(psg_cluster_t *c) {
     uint64_t inc = 0;
     if (s) {
         int before = psg_test_failures;
-#define REPORT(name)                                                                         \
-    do {                                                                                     \
-        printf("%s %s\n", psg_test_failures == before ? "ok  " : "FAIL", name);             \
-        fflush(stdout);                                                                      \
-        before = psg_test_failures;                                                          \
+#define REPORT(name)                                                                               \
+    do {                                                                                           \
+        printf("%s %s\n", psg_test_failures == before ? "ok  " : "FAIL", name);                    \
+        fflush(stdout);                                                                            \
+        before = psg_test_failures;                                                                \
     } while (0)
+        running = "test_incarnation";
         test_incarnation(s, &m, &inc);
         REPORT("test_incarnation");
+        running = "test_short_pause";
         test_short_pause(s, &m);
         REPORT("test_short_pause");
+        running = "test_silent_ps";
         test_silent_ps(s, &m, inc);
         REPORT("test_silent_ps");
+        running = "test_restarted_ps";
         test_restarted_ps(s, &m, inc);
         REPORT("test_restarted_ps");
+        running = "the end";
 #undef REPORT
         psg_dist_session_job_done(s);
     }
@@ -214,12 +251,16 @@ int main(int argc, char **argv) {
     psgraph_exe = argv[1];
     snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_test_liveness_XXXXXX");
     PSG_ASSERT(mkdtemp(tmpdir));
+    signal(SIGALRM, on_watchdog);
+    alarm(WATCHDOG_S);
     snprintf(cluster_path, sizeof cluster_path, "%s/cluster.json", tmpdir);
     for (int i = 0; i < 2; i++) ports[i] = psg_test_free_port();
     FILE *f = fopen(cluster_path, "w");
     PSG_ASSERT(f);
-    fprintf(f, "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, \"peer_timeout\": %d}\n",
-            ports[0], ports[1], PEER_TIMEOUT_S);
+    fprintf(
+        f,
+        "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, \"peer_timeout\": %d}\n",
+        ports[0], ports[1], PEER_TIMEOUT_S);
     fclose(f);
     ps_pid = spawn_ps();
     wait_up();

@@ -25,8 +25,7 @@ static void test_gradients_of_the_cases(void) {
         CHECK(rc == 0);
         printf("  %-28s %s\n", c->name, rc == 0 ? "ok" : "FAIL");
         checked++;
-        for (int i = 0; i < c->n_in; i++)
-            psg_tensor_destroy(&values[i]);
+        for (int i = 0; i < c->n_in; i++) psg_tensor_destroy(&values[i]);
     }
     CHECK(checked >= 30); /* the table's f32 differentiable cases */
 }

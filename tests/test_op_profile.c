@@ -87,16 +87,17 @@ static void test_session_steps(void) {
     CHECK(psg_op_profile_write_json(p, n.g, 4, 3, 30.0, f) == 0);
     fclose(f);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "python3 -c 'import json, sys\n"
-             "rows = [json.loads(l) for l in open(\"%s\")]\n"
-             "by = {r[\"op_profile\"]: r for r in rows}\n"
-             "assert rows[-1][\"op_profile\"] == \"total\"\n"
-             "assert by[\"MatMul\"][\"runs_per_step\"] == 1 and abs(by[\"Conv2D\"][\"gflop_per_step\"] - 1.08e-5) < 1e-6\n"
-             "assert by[\"total\"][\"step_ms\"] == 10\n"
-             "assert abs(sum(r[\"ms_per_step\"] for r in rows[:-1]) - by[\"total\"][\"ms_per_step\"]) < 1e-2\n"
-             "print(\"op profile json: %%d op types\" %% (len(rows) - 1))'",
-             path);
+    snprintf(
+        cmd, sizeof cmd,
+        "python3 -c 'import json, sys\n"
+        "rows = [json.loads(l) for l in open(\"%s\")]\n"
+        "by = {r[\"op_profile\"]: r for r in rows}\n"
+        "assert rows[-1][\"op_profile\"] == \"total\"\n"
+        "assert by[\"MatMul\"][\"runs_per_step\"] == 1 and abs(by[\"Conv2D\"][\"gflop_per_step\"] - 1.08e-5) < 1e-6\n"
+        "assert by[\"total\"][\"step_ms\"] == 10\n"
+        "assert abs(sum(r[\"ms_per_step\"] for r in rows[:-1]) - by[\"total\"][\"ms_per_step\"]) < 1e-2\n"
+        "print(\"op profile json: %%d op types\" %% (len(rows) - 1))'",
+        path);
     fflush(stdout);
     CHECK(system(cmd) == 0);
     unlink(path);

@@ -119,8 +119,7 @@ static psg_endpoint_t build_op(psg_graph_t *g, const psg_endpoint_t *in, void *v
 static int check_grad(const char *label, const op_ctx_t *ctx, int n, psg_tensor_t **xs,
                       const bool *diff) {
     psg_gradcheck_input_t in[4];
-    for (int i = 0; i < n; i++)
-        in[i] = (psg_gradcheck_input_t){xs[i], diff ? diff[i] : true};
+    for (int i = 0; i < n; i++) in[i] = (psg_gradcheck_input_t){xs[i], diff ? diff[i] : true};
     return psg_gradcheck(label, n, in, build_op, (void *)ctx, 1e-2);
 }
 
@@ -189,30 +188,14 @@ static void test_unary_values(void) {
             for (int i = 0; out && i < 6; i++) {
                 double e, xi = x[i];
                 switch (o) {
-                case 0:
-                    e = -xi;
-                    break;
-                case 1:
-                    e = xi * xi;
-                    break;
-                case 2:
-                    e = sqrt(xi);
-                    break;
-                case 3:
-                    e = exp(xi);
-                    break;
-                case 4:
-                    e = log(xi);
-                    break;
-                case 5:
-                    e = xi > 0 ? xi : 0;
-                    break;
-                case 6:
-                    e = 1 / (1 + exp(-xi));
-                    break;
-                default:
-                    e = tanh(xi);
-                    break;
+                case 0: e = -xi; break;
+                case 1: e = xi * xi; break;
+                case 2: e = sqrt(xi); break;
+                case 3: e = exp(xi); break;
+                case 4: e = log(xi); break;
+                case 5: e = xi > 0 ? xi : 0; break;
+                case 6: e = 1 / (1 + exp(-xi)); break;
+                default: e = tanh(xi); break;
                 }
                 CHECK_NEAR(psg_tensor_f32(out)[i], e, 1e-5 * (1 + fabs(e)));
             }
@@ -343,8 +326,7 @@ static void test_sparse_xent(void) {
         for (int r = 0; lo && bo && r < 4; r++) {
             const float *x = psg_tensor_f32(logits) + r * 5;
             double z = 0;
-            for (int k = 0; k < 5; k++)
-                z += exp(x[k]);
+            for (int k = 0; k < 5; k++) z += exp(x[k]);
             CHECK_NEAR(psg_tensor_f32(lo)[r], log(z) - x[lab[r]], 1e-5);
             for (int k = 0; k < 5; k++)
                 CHECK_NEAR(psg_tensor_f32(bo)[r * 5 + k], exp(x[k]) / z - (k == lab[r]), 1e-6);
@@ -393,8 +375,7 @@ static void test_reductions(void) {
                  {2, {0, 2}}, {2, {-1, 1}}, {3, {0, 1, 2}}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         bool red[3] = {cases[k].n == 0, cases[k].n == 0, cases[k].n == 0};
-        for (int i = 0; i < cases[k].n; i++)
-            red[(cases[k].axes[i] + 3) % 3] = true;
+        for (int i = 0; i < cases[k].n; i++) red[(cases[k].axes[i] + 3) % 3] = true;
         for (int mean = 0; mean < 2; mean++) {
             for (int keep = 0; keep < 2; keep++) {
                 psg_graph_t *g = psg_graph_new();
@@ -406,8 +387,7 @@ static void test_reductions(void) {
                 /* naive: out index from the kept coordinates */
                 float want[24] = {0};
                 int count = 1;
-                for (int i = 0; i < 3; i++)
-                    count *= red[i] ? (int)d[i] : 1;
+                for (int i = 0; i < 3; i++) count *= red[i] ? (int)d[i] : 1;
                 int ostride[3], s = 1;
                 for (int i = 2; i >= 0; i--) {
                     ostride[i] = red[i] ? 0 : s;
@@ -476,8 +456,7 @@ static void test_mean_gradient_unknown_batch(void) {
     psg_tensor_t *xv = psg_tensor_zeros(PSG_DT_F32, &(psg_shape_t){2, {5, 3}});
     psg_tensor_t *out = run_n(g, 1, &x, &xv, dx, 1);
     CHECK(out && out->shape.dims[0] == 5);
-    for (int i = 0; out && i < 15; i++)
-        CHECK_NEAR(psg_tensor_f32(out)[i], 0.2, 1e-7);
+    for (int i = 0; out && i < 15; i++) CHECK_NEAR(psg_tensor_f32(out)[i], 0.2, 1e-7);
     psg_tensor_destroy(&out);
     psg_tensor_destroy(&xv);
     psg_graph_destroy(&g);
@@ -580,8 +559,7 @@ static void test_dense(void) {
                 CHECK(check_grad(relu ? "Dense relu" : "Dense", &ctx, 3, xs, NULL) == 0);
             }
         }
-        for (int i = 0; i < 3; i++)
-            psg_tensor_destroy(&xs[i]);
+        for (int i = 0; i < 3; i++) psg_tensor_destroy(&xs[i]);
     }
     psg_graph_t *g = psg_graph_new();
     psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){2, {-1, 3}});
@@ -601,8 +579,7 @@ static void test_concat_slice(void) {
                            rnd(2, dc, -1, 1, &seed)};
     psg_graph_t *g = psg_graph_new();
     psg_endpoint_t ph[3];
-    for (int i = 0; i < 3; i++)
-        ph[i] = psg_placeholder(g, NULL, PSG_DT_F32, &xs[i]->shape);
+    for (int i = 0; i < 3; i++) ph[i] = psg_placeholder(g, NULL, PSG_DT_F32, &xs[i]->shape);
     psg_endpoint_t y = psg_concat(g, "cat", 3, ph, -1);
     psg_tensor_t *out = run_n(g, 3, ph, xs, y, 1);
     CHECK(out && out->shape.dims[0] == 2 && out->shape.dims[1] == 6);
@@ -654,8 +631,7 @@ static void test_concat_slice(void) {
     psg_tensor_destroy(&x);
     psg_tensor_destroy(&ys[1]);
     psg_tensor_destroy(&ys[2]);
-    for (int i = 0; i < 3; i++)
-        psg_tensor_destroy(&xs[i]);
+    for (int i = 0; i < 3; i++) psg_tensor_destroy(&xs[i]);
     /* ExpandDims, and its gradient */
     int64_t d2[2] = {2, 3}, axes[2] = {0, 2};
     psg_tensor_t *e = rnd(2, d2, -1, 1, &seed);
@@ -755,8 +731,7 @@ static void test_dropout(void) {
         } else {
             CHECK(memcmp(first_mask->data, out[1]->data, psg_tensor_nbytes(out[1])) != 0);
         }
-        for (int i = 0; i < 3; i++)
-            psg_tensor_destroy(&out[i]);
+        for (int i = 0; i < 3; i++) psg_tensor_destroy(&out[i]);
     }
     psg_tensor_destroy(&first_mask);
     CHECK(!psg_endpoint_valid(psg_dropout(g, "bad", x, 1.0, 1)));

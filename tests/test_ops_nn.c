@@ -1,6 +1,8 @@
 /* The nn ops: values against naive loops (a plain 7-loop convolution, pooling
  * by brute force, a two-pass batch norm), finite-difference gradient checks of
- * every differentiable op, and shape errors that name the node. */
+ * every differentiable op, the conv's im2col path with several bands and slices
+ * against its direct kernels, and shape errors that name the node. */
+#include "ops/cpu/conv2d_direct.h"
 #include "tests/gradcheck.h"
 #include "tests/testutil.h"
 
@@ -30,13 +32,13 @@ static psg_tensor_t *run_graph(int n, psg_tensor_t **vals, psg_gradcheck_build_f
     return out;
 }
 
-/* max |a - ref| <= tol * (1 + max |ref|) */
+/* max |a - ref| <= tol * (1 + max |ref|); a NaN is never close */
 static void check_close(const char *what, const float *a, const float *ref, int64_t n, double tol) {
     double worst = 0, scale = 0;
     int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n && !isnan(worst); i++) {
         double d = fabs((double)a[i] - ref[i]);
-        if (d > worst) worst = d, at = i;
+        if (!(d <= worst)) worst = d, at = i;
         if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
     }
     psg_test_checks++;
@@ -100,7 +102,9 @@ static void naive_conv(const geom_t *g, int mode, float *x, float *w, float *y) 
                 }
 }
 
-static psg_padding_t pad_of(bool same) { return same ? PSG_PADDING_SAME : PSG_PADDING_VALID; }
+static psg_padding_t pad_of(bool same) {
+    return same ? PSG_PADDING_SAME : PSG_PADDING_VALID;
+}
 
 static psg_endpoint_t build_conv(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
     const conv_case_t *k = ctx;
@@ -118,13 +122,17 @@ static psg_endpoint_t build_conv_bf(psg_graph_t *g, const psg_endpoint_t *in, vo
 }
 
 static const conv_case_t conv_cases[] = {
-    {2, 7, 9, 3, 3, 3, 4, 1, 1, true},   {2, 7, 9, 3, 3, 3, 4, 2, 2, true},
-    {1, 8, 8, 2, 3, 3, 3, 2, 2, true},   /* odd padding total: the extra cell goes after */
-    {1, 8, 8, 2, 4, 4, 3, 2, 2, true},   {2, 7, 9, 3, 3, 2, 4, 2, 1, false},
-    {1, 9, 9, 2, 1, 7, 3, 1, 1, true},   {1, 9, 9, 2, 7, 1, 3, 1, 1, true},
-    {3, 5, 5, 4, 1, 1, 6, 1, 1, false},  /* 1x1: one GEMM */
-    {2, 6, 6, 4, 1, 1, 5, 2, 2, true},   {1, 4, 4, 2, 5, 5, 3, 1, 1, true},
-    {5, 9, 9, 3, 5, 5, 4, 1, 1, true},   /* uneven split of the batch */
+    {2, 7, 9, 3, 3, 3, 4, 1, 1, true},
+    {2, 7, 9, 3, 3, 3, 4, 2, 2, true},
+    {1, 8, 8, 2, 3, 3, 3, 2, 2, true}, /* odd padding total: the extra cell goes after */
+    {1, 8, 8, 2, 4, 4, 3, 2, 2, true},
+    {2, 7, 9, 3, 3, 2, 4, 2, 1, false},
+    {1, 9, 9, 2, 1, 7, 3, 1, 1, true},
+    {1, 9, 9, 2, 7, 1, 3, 1, 1, true},
+    {3, 5, 5, 4, 1, 1, 6, 1, 1, false}, /* 1x1: one GEMM */
+    {2, 6, 6, 4, 1, 1, 5, 2, 2, true},
+    {1, 4, 4, 2, 5, 5, 3, 1, 1, true},
+    {5, 9, 9, 3, 5, 5, 4, 1, 1, true},    /* uneven split of the batch */
     {3, 32, 32, 16, 3, 3, 8, 1, 1, true}, /* several im2col bands per slice */
     {2, 17, 17, 3, 3, 3, 4, 2, 2, false},
     {2, 6, 7, 16, 3, 2, 4, 1, 1, false}, /* dx as a conv with the flipped filter, VALID */
@@ -192,10 +200,12 @@ static void test_conv2d_values(void) {
         psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
                     sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
                     sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
-        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed),
+                     *w = psg_test_random(&sw, -1, 1, &seed);
         psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
         int64_t nx = psg_shape_numel(&sx), nw = psg_shape_numel(&sw), ny = psg_shape_numel(&sy);
-        float *ref_y = malloc(sizeof(float) * (size_t)ny), *ref_dx = malloc(sizeof(float) * (size_t)nx);
+        float *ref_y = malloc(sizeof(float) * (size_t)ny),
+              *ref_dx = malloc(sizeof(float) * (size_t)nx);
         float *ref_dw = malloc(sizeof(float) * (size_t)nw);
         naive_conv(&g, 0, psg_tensor_f32(x), psg_tensor_f32(w), ref_y);
         naive_conv(&g, 1, ref_dx, psg_tensor_f32(w), psg_tensor_f32(dy));
@@ -220,6 +230,135 @@ static void test_conv2d_values(void) {
         free(ref_y);
         free(ref_dx);
         free(ref_dw);
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&w);
+        psg_tensor_destroy(&dy);
+    }
+}
+
+/* ---- the im2col path on large images, fewer images than threads ---- */
+
+/* Images large enough that the im2col path (conv2d.c: taken when the batch does not fill the
+ * threads) cuts each slice of the batch into several bands of output pixels, and more threads
+ * than images, so that the batch is split into slices whose filter gradients are summed. */
+static const struct {
+    conv_case_t k;
+    int threads;
+    const char *what;
+} band_cases[] = {
+    /* filter gradient rows of 576 floats: 910-pixel bands, two per 40x40 image */
+    {{3, 40, 40, 64, 3, 3, 8, 1, 1, true}, 4, "3 images on 4 threads: 3 slices of 2 filter bands"},
+    {{1, 40, 40, 64, 3, 3, 8, 1, 1, true},
+     4,
+     "1 image on 4 threads: 1 slice, split GEMMs, 2 bands"},
+    {{2, 96, 96, 32, 3, 3, 16, 2, 2, true},
+     3,
+     "stride 2 (dx by col2im): 2 slices of 2 filter bands"},
+    {{3, 37, 43, 24, 5, 3, 12, 2, 1, false}, 4, "VALID, odd sizes: forward bands end inside a row"},
+};
+
+/* sum(dy * conv(x, w)) on `threads`, in double */
+static double conv_loss(const conv_case_t *k, psg_tensor_t *x, psg_tensor_t *w,
+                        const psg_tensor_t *dy, int threads) {
+    psg_tensor_t *fw[2] = {x, w}, *y = run_graph(2, fw, build_conv, (void *)k, threads);
+    double l = 0;
+    for (int64_t i = 0; y && i < psg_tensor_numel(y); i++)
+        l += (double)psg_tensor_f32(y)[i] * psg_tensor_f32(dy)[i];
+    psg_tensor_destroy(&y);
+    return l;
+}
+
+/* Central differences of the loss at `samples` elements of t (x or w) against grad: the conv
+ * is linear in each, so a step of 1 is exact up to rounding. */
+static void check_differences(const char *what, const conv_case_t *k, int threads, psg_tensor_t *x,
+                              psg_tensor_t *w, const psg_tensor_t *dy, psg_tensor_t *t,
+                              const float *grad, int samples) {
+    float *v = psg_tensor_f32(t);
+    for (int s = 0; s < samples; s++) {
+        int64_t i = (psg_tensor_numel(t) - 1) * s / (samples - 1);
+        float keep = v[i];
+        v[i] = keep + 1;
+        double up = conv_loss(k, x, w, dy, threads);
+        v[i] = keep - 1;
+        double numeric = (up - conv_loss(k, x, w, dy, threads)) / 2;
+        v[i] = keep;
+        psg_test_checks++;
+        if (!(fabs(grad[i] - numeric) <= 1e-3 * (1 + fabs(numeric)))) {
+            psg_test_failures++;
+            fprintf(stderr, "%s: element %lld: gradient %g, central difference %g\n", what,
+                    (long long)i, grad[i], numeric);
+        }
+    }
+}
+
+/* The im2col path's y, dx and dw equal the direct kernels' (one thread) and the naive loops';
+ * its dw and dx equal central differences of the loss. */
+static void test_conv2d_im2col_bands(void) {
+    unsigned seed = 37;
+    for (size_t c = 0; c < sizeof band_cases / sizeof band_cases[0]; c++) {
+        const conv_case_t *k = &band_cases[c].k;
+        int threads = band_cases[c].threads;
+        geom_t g = geom_of(k);
+        /* the dispatch this case is about: im2col on `threads`, the direct kernels on one */
+        psg_nn_geom_t ng = {.n = k->n,
+                            .h = k->h,
+                            .w = k->w,
+                            .c = k->c,
+                            .kh = k->kh,
+                            .kw = k->kw,
+                            .oc = k->oc,
+                            .oh = g.oh,
+                            .ow = g.ow,
+                            .sh = k->sh,
+                            .sw = k->sw,
+                            .pt = g.pt,
+                            .pl = g.pl};
+        psg_threadpool_t *pool = psg_threadpool_new(threads);
+        CHECK(pool && !psg_conv_direct_applies(&ng, pool) && psg_conv_direct_applies(&ng, NULL));
+        psg_threadpool_destroy(&pool);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
+                    sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed),
+                     *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
+        int64_t sizes[3] = {psg_shape_numel(&sy), psg_shape_numel(&sx), psg_shape_numel(&sw)};
+        float *ref[3];
+        for (int i = 0; i < 3; i++) PSG_ASSERT((ref[i] = malloc(sizeof(float) * (size_t)sizes[i])));
+        naive_conv(&g, 0, psg_tensor_f32(x), psg_tensor_f32(w), ref[0]);
+        naive_conv(&g, 1, ref[1], psg_tensor_f32(w), psg_tensor_f32(dy));
+        naive_conv(&g, 2, psg_tensor_f32(x), ref[2], psg_tensor_f32(dy));
+        psg_tensor_t *fw[2] = {x, w}, *b3[3] = {x, w, dy}, *im2col[3], *direct[3];
+        psg_gradcheck_build_fn builds[3] = {build_conv, build_conv_bi, build_conv_bf};
+        const char *names[3] = {"y", "dx", "dw"};
+        for (int i = 0; i < 3; i++) {
+            char what[160];
+            im2col[i] = run_graph(i ? 3 : 2, i ? b3 : fw, builds[i], (void *)k, threads);
+            direct[i] = run_graph(i ? 3 : 2, i ? b3 : fw, builds[i], (void *)k, 1);
+            if (!im2col[i] || !direct[i]) continue;
+            CHECK(psg_tensor_numel(im2col[i]) == sizes[i] &&
+                  psg_tensor_numel(direct[i]) == sizes[i]);
+            snprintf(what, sizeof what, "%s: %s, im2col against the direct kernel",
+                     band_cases[c].what, names[i]);
+            check_close(what, psg_tensor_f32(im2col[i]), psg_tensor_f32(direct[i]), sizes[i], 1e-5);
+            snprintf(what, sizeof what, "%s: %s, im2col against the loops", band_cases[c].what,
+                     names[i]);
+            check_close(what, psg_tensor_f32(im2col[i]), ref[i], sizes[i], 1e-5);
+            snprintf(what, sizeof what, "%s: %s, direct against the loops", band_cases[c].what,
+                     names[i]);
+            check_close(what, psg_tensor_f32(direct[i]), ref[i], sizes[i], 1e-5);
+        }
+        if (im2col[2])
+            check_differences(band_cases[c].what, k, threads, x, w, dy, w,
+                              psg_tensor_f32(im2col[2]), 7);
+        if (im2col[1])
+            check_differences(band_cases[c].what, k, threads, x, w, dy, x,
+                              psg_tensor_f32(im2col[1]), 4);
+        for (int i = 0; i < 3; i++) {
+            psg_tensor_destroy(&im2col[i]);
+            psg_tensor_destroy(&direct[i]);
+            free(ref[i]);
+        }
         psg_tensor_destroy(&x);
         psg_tensor_destroy(&w);
         psg_tensor_destroy(&dy);
@@ -305,12 +444,12 @@ static psg_endpoint_t build_pool_grad(psg_graph_t *g, const psg_endpoint_t *in, 
 }
 
 static const pool_case_t pool_cases[] = {
-    {2, 7, 9, 3, 2, 2, 2, 2, false, false}, {2, 7, 9, 3, 3, 3, 2, 2, true, false},
-    {1, 8, 8, 2, 3, 3, 2, 2, true, false},  {2, 5, 6, 3, 3, 3, 1, 1, true, false},
+    {2, 7, 9, 3, 2, 2, 2, 2, false, false},  {2, 7, 9, 3, 3, 3, 2, 2, true, false},
+    {1, 8, 8, 2, 3, 3, 2, 2, true, false},   {2, 5, 6, 3, 3, 3, 1, 1, true, false},
     {1, 28, 28, 4, 2, 2, 2, 2, true, false}, {1, 35, 35, 2, 3, 3, 2, 2, false, false},
-    {2, 7, 9, 3, 2, 2, 2, 2, false, true},  {2, 7, 9, 3, 3, 3, 2, 2, true, true},
-    {1, 8, 8, 2, 3, 3, 2, 2, true, true},   {2, 5, 6, 3, 3, 3, 1, 1, true, true},
-    {3, 8, 8, 5, 8, 8, 1, 1, false, true},  /* global average */
+    {2, 7, 9, 3, 2, 2, 2, 2, false, true},   {2, 7, 9, 3, 3, 3, 2, 2, true, true},
+    {1, 8, 8, 2, 3, 3, 2, 2, true, true},    {2, 5, 6, 3, 3, 3, 1, 1, true, true},
+    {3, 8, 8, 5, 8, 8, 1, 1, false, true}, /* global average */
 };
 
 /* Max pool's gradient where windows tie (ReLU outputs: many zeros): the first
@@ -338,10 +477,13 @@ static void test_pool_values(void) {
         int oh, ow, pad;
         out_and_pad(k->h, k->kh, k->sh, k->same, &oh, &pad);
         out_and_pad(k->w, k->kw, k->sw, k->same, &ow, &pad);
-        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c), sy = psg_shape_4d(k->n, oh, ow, k->c);
-        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *dy = psg_test_random(&sy, -1, 1, &seed);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sy = psg_shape_4d(k->n, oh, ow, k->c);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed),
+                     *dy = psg_test_random(&sy, -1, 1, &seed);
         int64_t nx = psg_shape_numel(&sx), ny = psg_shape_numel(&sy);
-        float *ref_y = malloc(sizeof(float) * (size_t)ny), *ref_dx = malloc(sizeof(float) * (size_t)nx);
+        float *ref_y = malloc(sizeof(float) * (size_t)ny),
+              *ref_dx = malloc(sizeof(float) * (size_t)nx);
         naive_pool(k, 0, psg_tensor_f32(x), ref_y, NULL, NULL);
         naive_pool(k, 1, psg_tensor_f32(x), NULL, ref_dx, psg_tensor_f32(dy));
         psg_tensor_t *b2[2] = {x, dy};
@@ -411,10 +553,9 @@ typedef struct {
 
 static psg_endpoint_t build_bn(psg_graph_t *g, const psg_endpoint_t *in, void *ctx) {
     const bn_ctx_t *b = ctx;
-    psg_batch_norm_t r = psg_fused_batch_norm(g, "bn", in[0], in[1], in[2],
-                                              b->training ? PSG_NO_ENDPOINT : in[3],
-                                              b->training ? PSG_NO_ENDPOINT : in[4], 1e-3f,
-                                              b->training);
+    psg_batch_norm_t r =
+        psg_fused_batch_norm(g, "bn", in[0], in[1], in[2], b->training ? PSG_NO_ENDPOINT : in[3],
+                             b->training ? PSG_NO_ENDPOINT : in[4], 1e-3f, b->training);
     psg_endpoint_t outs[5] = {r.y, r.batch_mean, r.batch_var, r.saved_mean, r.saved_inv_std};
     return outs[b->output];
 }
@@ -451,8 +592,9 @@ static void test_batch_norm_values(void) {
             }
         bn_ctx_t b = {training, 0};
         psg_tensor_t *y = run_graph(5, in, build_bn, &b, 2);
-        if (y) check_close(training ? "bn train y" : "bn inference y", psg_tensor_f32(y), ref,
-                           rows * C, 1e-5);
+        if (y)
+            check_close(training ? "bn train y" : "bn inference y", psg_tensor_f32(y), ref,
+                        rows * C, 1e-5);
         psg_tensor_destroy(&y);
     }
     bn_ctx_t b = {true, 1};
@@ -479,9 +621,9 @@ static void test_batch_norm_values(void) {
 /* ---- gradients ---- */
 
 static const conv_case_t grad_conv_cases[] = {
-    {1, 4, 5, 2, 3, 3, 2, 1, 1, true}, {2, 5, 5, 2, 3, 3, 2, 2, 2, true},
+    {1, 4, 5, 2, 3, 3, 2, 1, 1, true},  {2, 5, 5, 2, 3, 3, 2, 2, 2, true},
     {1, 5, 6, 2, 2, 3, 2, 2, 1, false}, {1, 4, 6, 1, 1, 3, 2, 1, 1, true},
-    {1, 5, 4, 2, 3, 1, 2, 1, 1, true}, {2, 3, 3, 3, 1, 1, 2, 1, 1, false},
+    {1, 5, 4, 2, 3, 1, 2, 1, 1, true},  {2, 3, 3, 3, 1, 1, 2, 1, 1, false},
 };
 
 static void test_conv2d_gradients(void) {
@@ -492,7 +634,8 @@ static void test_conv2d_gradients(void) {
         psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
                     sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
                     sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
-        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed), *w = psg_test_random(&sw, -1, 1, &seed);
+        psg_tensor_t *x = psg_test_random(&sx, -1, 1, &seed),
+                     *w = psg_test_random(&sw, -1, 1, &seed);
         psg_tensor_t *dy = psg_test_random(&sy, -1, 1, &seed);
         char label[64];
         snprintf(label, sizeof label, "Conv2D case %zu", i);
@@ -533,7 +676,8 @@ static void test_pool_gradients(void) {
             out_and_pad(k->h, k->kh, k->sh, k->same, &oh, &pad);
             out_and_pad(k->w, k->kw, k->sw, k->same, &ow, &pad);
             unsigned seed = 9;
-            psg_tensor_t *dy = psg_test_random(&(psg_shape_t){4, {k->n, oh, ow, k->c}}, -1, 1, &seed);
+            psg_tensor_t *dy =
+                psg_test_random(&(psg_shape_t){4, {k->n, oh, ow, k->c}}, -1, 1, &seed);
             snprintf(label, sizeof label, "AvgPoolGrad case %zu", i);
             psg_gradcheck_input_t gin[2] = {{x, false}, {dy, true}};
             CHECK(psg_gradcheck(label, 2, gin, build_pool_grad, (void *)k, 1e-2) == 0);
@@ -562,7 +706,8 @@ static void test_batch_norm_gradients(void) {
     psg_tensor_t *offset = psg_test_random(&sc, -1, 1, &seed);
     psg_tensor_t *mean = psg_test_random(&sc, -0.5f, 0.5f, &seed);
     psg_tensor_t *var = psg_test_random(&sc, 0.5f, 2, &seed);
-    psg_gradcheck_input_t in[5] = {{x, true}, {scale, true}, {offset, true}, {mean, false}, {var, false}};
+    psg_gradcheck_input_t in[5] = {
+        {x, true}, {scale, true}, {offset, true}, {mean, false}, {var, false}};
     bn_ctx_t train = {true, 0}, infer = {false, 0};
     CHECK(psg_gradcheck("FusedBatchNorm training", 5, in, build_bn, &train, 2e-2) == 0);
     CHECK(psg_gradcheck("FusedBatchNorm inference", 5, in, build_bn, &infer, 1e-2) == 0);
@@ -615,7 +760,8 @@ static void test_shape_errors(void) {
     CHECK_ERROR_HAS("'ksize' must be positive");
     psg_endpoint_t dy = psg_placeholder(g, "dy", PSG_DT_F32, &(psg_shape_t){4, {2, 5, 5, 1}});
     CHECK(!psg_endpoint_valid(psg_max_pool_grad(g, "mpg", x, dy, 2, 2, 2, 2, PSG_PADDING_SAME)));
-    CHECK_ERROR_HAS("node 'mpg' (MaxPoolGrad): dy [2, 5, 5, 1] does not match the forward output [2, 4, 4, 1]");
+    CHECK_ERROR_HAS(
+        "node 'mpg' (MaxPoolGrad): dy [2, 5, 5, 1] does not match the forward output [2, 4, 4, 1]");
     psg_graph_destroy(&g);
 
     g = psg_graph_new();
@@ -629,8 +775,8 @@ static void test_shape_errors(void) {
     x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {2, 4, 4, 3}});
     psg_endpoint_t s3 = psg_placeholder(g, "s", PSG_DT_F32, &(psg_shape_t){1, {3}});
     psg_endpoint_t s4 = psg_placeholder(g, "s4", PSG_DT_F32, &(psg_shape_t){1, {4}});
-    psg_batch_norm_t r = psg_fused_batch_norm(g, "bn", x, s3, s4, PSG_NO_ENDPOINT,
-                                              PSG_NO_ENDPOINT, 1e-3f, true);
+    psg_batch_norm_t r =
+        psg_fused_batch_norm(g, "bn", x, s3, s4, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f, true);
     CHECK(!psg_endpoint_valid(r.y));
     CHECK_ERROR_HAS("node 'bn' (FusedBatchNorm): offset [4] does not match");
     psg_graph_destroy(&g);
@@ -640,6 +786,7 @@ int main(void) {
     RUN_TEST(test_same_padding_arithmetic);
     RUN_TEST(test_conv2d_values);
     RUN_TEST(test_conv2d_batch_unknown_at_build);
+    RUN_TEST(test_conv2d_im2col_bands);
     RUN_TEST(test_pool_values);
     RUN_TEST(test_bias_add_values);
     RUN_TEST(test_batch_norm_values);

@@ -45,7 +45,8 @@ static void reference(const psg_optimizer_config_t *c, float *w, float *s1, floa
         } else if (!strcmp(k, "ftrl")) { /* McMahan et al. 2013, TensorFlow's ApplyFtrl */
             double acc = s1[i] + (double)g[i] * g[i], p = -c->lr_power;
             s2[i] += (float)(g[i] - (pow(acc, p) - pow(s1[i], p)) / lr * w[i]);
-            w[i] = fabsf(s2[i]) > c->l1 ? (float)(((s2[i] > 0 ? c->l1 : -c->l1) - s2[i]) / (pow(acc, p) / lr + 2 * c->l2))
+            w[i] = fabsf(s2[i]) > c->l1 ? (float)(((s2[i] > 0 ? c->l1 : -c->l1) - s2[i]) /
+                                                  (pow(acc, p) / lr + 2 * c->l2))
                                         : 0.0f;
             s1[i] = (float)acc;
         }
@@ -87,9 +88,10 @@ static void check_rule(psg_optimizer_config_t cfg, const char *slot1, const char
     float rw[N], r1[N], r2[N], b1p = cfg.beta1, b2p = cfg.beta2;
     memcpy(rw, w0, sizeof rw);
     for (int i = 0; i < N; i++) {
-        r1[i] = !strcmp(cfg.kind, "rmsprop")                                    ? 1.0f
-                : !strcmp(cfg.kind, "adagrad") || !strcmp(cfg.kind, "ftrl") ? cfg.initial_accumulator
-                                                                                : 0.0f;
+        r1[i] = !strcmp(cfg.kind, "rmsprop") ? 1.0f
+                : !strcmp(cfg.kind, "adagrad") || !strcmp(cfg.kind, "ftrl")
+                    ? cfg.initial_accumulator
+                    : 0.0f;
         r2[i] = 0;
     }
     psg_endpoint_t feeds[2] = {grad, lr};
@@ -154,9 +156,11 @@ static void test_ftrl_sparse_and_params(void) {
     int set;
     psg_endpoint_t w = make_w(g, &set);
     psg_shape_t vs = psg_shape_1d(3), is = psg_shape_1d(3);
-    psg_tensor_t *v = psg_test_tensor(&vs, (float[]){0.3f, -0.2f, 0.5f}), *ix = psg_tensor_new(PSG_DT_I32, &is);
+    psg_tensor_t *v = psg_test_tensor(&vs, (float[]){0.3f, -0.2f, 0.5f}),
+                 *ix = psg_tensor_new(PSG_DT_I32, &is);
     psg_tensor_i32(ix)[0] = 1, psg_tensor_i32(ix)[1] = 3, psg_tensor_i32(ix)[2] = 3;
-    psg_endpoint_t grad = psg_indexed_slices(g, "grad", psg_const(g, "rows", &v), psg_const(g, "ids", &ix), w);
+    psg_endpoint_t grad =
+        psg_indexed_slices(g, "grad", psg_const(g, "rows", &v), psg_const(g, "ids", &ix), w);
     psg_optimizer_config_t cfg = psg_optimizer_defaults("ftrl");
     cfg.learning_rate = 0.5f, cfg.l1 = 0.01f, cfg.l2 = 0.02f;
     psg_optimizer_t *opt = psg_optimizer_new(&cfg);
@@ -325,8 +329,7 @@ static void test_converges_quadratic(void) {
         psg_endpoint_t w = make_w(g, &set);
         psg_shape_t s = psg_shape_1d(N);
         float neg[N];
-        for (int i = 0; i < N; i++)
-            neg[i] = -target[i];
+        for (int i = 0; i < N; i++) neg[i] = -target[i];
         psg_tensor_t *t = psg_test_tensor(&s, neg);
         psg_endpoint_t both[2] = {psg_read_variable(g, NULL, w), psg_const(g, "minus_t", &t)};
         psg_endpoint_t grad = psg_add_n(g, "grad", 2, both);
@@ -340,12 +343,10 @@ static void test_converges_quadratic(void) {
         CHECK(psg_session_run_init(sess) == 0);
         CHECK(psg_session_run(sess, 0, NULL, NULL, 0, NULL, NULL, 1, &set) == 0);
         psg_callable_t *call = psg_session_make_callable(sess, 0, NULL, 0, NULL, 1, &train);
-        for (int step = 0; step < 2000; step++)
-            CHECK(psg_callable_run(call, NULL, NULL) == 0);
+        for (int step = 0; step < 2000; step++) CHECK(psg_callable_run(call, NULL, NULL) == 0);
         const float *v = var_data(sess, "w");
         double err = 0;
-        for (int i = 0; i < N; i++)
-            err = fmax(err, fabs(v[i] - target[i]));
+        for (int i = 0; i < N; i++) err = fmax(err, fabs(v[i] - target[i]));
         if (err > 1e-2) fprintf(stderr, "%s: max error %g\n", kinds[k], err);
         CHECK(err <= 1e-2);
         psg_callable_destroy(&call);
@@ -378,8 +379,7 @@ static void test_minimize_least_squares(void) {
     psg_tensor_destroy(&xr);
     for (int i = 0; i < M; i++) {
         y[i] = 0;
-        for (int j = 0; j < D; j++)
-            y[i] += x[i * D + j] * wt[j];
+        for (int j = 0; j < D; j++) y[i] += x[i * D + j] * wt[j];
     }
     psg_graph_t *g = psg_graph_new();
     psg_shape_t ws = psg_shape_2d(D, 1);
@@ -395,8 +395,7 @@ static void test_minimize_least_squares(void) {
     c.learning_rate = 0.005f;
     psg_session_t *sess = minimize_steps(g, loss, &c, 500);
     const float *v = var_data(sess, "w");
-    for (int j = 0; v && j < D; j++)
-        CHECK_NEAR(v[j], wt[j], 1e-3);
+    for (int j = 0; v && j < D; j++) CHECK_NEAR(v[j], wt[j], 1e-3);
     psg_session_destroy(&sess);
     psg_graph_destroy(&g);
 }
@@ -425,8 +424,7 @@ static void test_nan_policy(void) {
             CHECK(rc < 0);
             CHECK_ERROR_HAS("node 'Momentum/update_w' (ApplyMomentum)");
             CHECK_ERROR_HAS("non-finite gradient for variable 'w': element 1 is NaN");
-            for (int i = 0; i < N; i++)
-                CHECK(v[i] == w0[i] && acc[i] == 0.0f);
+            for (int i = 0; i < N; i++) CHECK(v[i] == w0[i] && acc[i] == 0.0f);
             CHECK(psg_tensor_i64(gs->value)[0] == 0);
             bad[1] = INFINITY;
             memcpy(gv->data, bad, sizeof bad);
@@ -540,8 +538,7 @@ static void test_exponential_decay(void) {
     psg_endpoint_t smooth = psg_exponential_decay(g, "lr_smooth", 0.1f, step, 2, 0.5f, false);
     psg_shape_t s = psg_shape_1d(N);
     psg_tensor_t *ones = psg_tensor_new(PSG_DT_F32, &s);
-    for (int i = 0; i < N; i++)
-        psg_tensor_f32(ones)[i] = 1;
+    for (int i = 0; i < N; i++) psg_tensor_f32(ones)[i] = 1;
     psg_endpoint_t grad = psg_const(g, "grad", &ones);
     psg_optimizer_config_t c = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&c);

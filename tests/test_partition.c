@@ -59,7 +59,8 @@ static void *part_main(void *arg) {
  * for step `step` on its own thread; fetched[i] gets the step's fetch i.
  * threads: the executor threads of each partition (1: no pool). */
 static int run_set(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_t *rv, int64_t step,
-                   psg_tensor_t *const *feeds, psg_tensor_t **fetched, int threads, const bool *only) {
+                   psg_tensor_t *const *feeds, psg_tensor_t **fetched, int threads,
+                   const bool *only) {
     int np = set->num_partitions, rc = 0;
     part_run_t *runs = calloc((size_t)np, sizeof *runs);
     pthread_t *th = calloc((size_t)np, sizeof *th);
@@ -76,7 +77,8 @@ static int run_set(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_
             continue;
         }
         if (threads > 1) pools[k] = psg_threadpool_new(threads);
-        runs[k].env = (psg_run_env_t){.pool = pools[k], .rm = task_rm(cl, p->task), .step_id = step, .rendezvous = rv};
+        runs[k].env = (psg_run_env_t){
+            .pool = pools[k], .rm = task_rm(cl, p->task), .step_id = step, .rendezvous = rv};
         for (int i = 0; i < p->num_feeds; i++) runs[k].feeds[i] = feeds[p->feed_index[i]];
     }
     bool started = rc == 0;
@@ -116,7 +118,8 @@ static void round_trip_partitions(psg_partition_set_t *set) {
             CHECK(la == lb && b && !memcmp(a, b, la));
             for (int i = 0; i < psg_graph_num_nodes(back); i++) {
                 const psg_node_t *x = psg_graph_node(p->graph, i), *y = psg_graph_node(back, i);
-                CHECK(!strcmp(psg_node_name(x), psg_node_name(y)) && !strcmp(psg_node_op(x), psg_node_op(y)));
+                CHECK(!strcmp(psg_node_name(x), psg_node_name(y)) &&
+                      !strcmp(psg_node_op(x), psg_node_op(y)));
                 CHECK(!strcmp(psg_node_assigned_device(y), p->device));
             }
             psg_graph_destroy(&p->graph);
@@ -151,11 +154,13 @@ static psg_graph_t *build_model(model_t *m, psg_replica_setter_t *s) {
     psg_graph_push_replica_setter(g, s);
     psg_shape_t s23 = psg_shape_2d(2, 3), s6 = psg_shape_1d(6), s43 = psg_shape_2d(4, 3);
     m->x = psg_placeholder(g, "x", PSG_DT_F32, &s23);
-    psg_endpoint_t w1 = psg_variable(g, "w1", PSG_DT_F32, &s23, (psg_initializer_t){"uniform", 1.0, 1}, true);
-    psg_endpoint_t w2 = psg_variable(g, "w2", PSG_DT_F32, &s6, (psg_initializer_t){"normal", 1.0, 2}, true);
+    psg_endpoint_t w1 =
+        psg_variable(g, "w1", PSG_DT_F32, &s23, (psg_initializer_t){"uniform", 1.0, 1}, true);
+    psg_endpoint_t w2 =
+        psg_variable(g, "w2", PSG_DT_F32, &s6, (psg_initializer_t){"normal", 1.0, 2}, true);
     psg_partitioned_var_t emb;
-    psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43, (psg_initializer_t){"uniform", 0.5, 3}, true,
-                             &(psg_partitioner_t){.num_shards = 2}, &emb);
+    psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43, (psg_initializer_t){"uniform", 0.5, 3},
+                             true, &(psg_partitioner_t){.num_shards = 2}, &emb);
     psg_endpoint_t r1 = psg_read_variable(g, "r1", w1);
     psg_endpoint_t three[3] = {m->x, r1, r1};
     psg_endpoint_t y = psg_add_n(g, "y", 3, three);
@@ -192,7 +197,9 @@ static int count_recvs_of(const psg_graph_t *g, const char *edge) {
     int n = 0;
     for (int i = 0; i < psg_graph_num_nodes(g); i++) {
         const psg_node_t *nd = psg_graph_node(g, i);
-        if (!strcmp(psg_node_op(nd), "Recv") && !strcmp(psg_node_get_str(nd, "tensor_name", ""), edge)) n++;
+        if (!strcmp(psg_node_op(nd), "Recv") &&
+            !strcmp(psg_node_get_str(nd, "tensor_name", ""), edge))
+            n++;
     }
     return n;
 }
@@ -201,7 +208,8 @@ static void compare_tensors(const psg_tensor_t *a, const psg_tensor_t *b) {
     CHECK(a && b);
     if (!a || !b) return;
     CHECK(a->dtype == b->dtype && psg_shape_equal(&a->shape, &b->shape));
-    CHECK(psg_tensor_nbytes(a) == psg_tensor_nbytes(b) && !memcmp(a->data, b->data, psg_tensor_nbytes(a)));
+    CHECK(psg_tensor_nbytes(a) == psg_tensor_nbytes(b) &&
+          !memcmp(a->data, b->data, psg_tensor_nbytes(a)));
 }
 
 /* Compares every variable of the single-process run with its copy in the
@@ -228,7 +236,8 @@ static void test_partitioned_model_matches(void) {
     psg_graph_t *g = build_model(&m, s);
     psg_placement_options_t po = {.default_device = "/job:worker/replica:0/task:0/device:CPU:0"};
     CHECK(psg_place(g, &po) == 0);
-    const char *ps0 = "/job:ps/replica:0/task:0/device:CPU:0", *ps1 = "/job:ps/replica:0/task:1/device:CPU:0",
+    const char *ps0 = "/job:ps/replica:0/task:0/device:CPU:0",
+               *ps1 = "/job:ps/replica:0/task:1/device:CPU:0",
                *wk = "/job:worker/replica:0/task:0/device:CPU:0";
 
     /* the reference: the whole graph in one session */
@@ -243,7 +252,8 @@ static void test_partitioned_model_matches(void) {
     if (!init_set || !set) goto out;
     CHECK(init_set->num_partitions == 2); /* initializers live beside their variables */
     CHECK(set->num_partitions == 3);
-    int kps0 = psg_partition_set_find(set, ps0), kps1 = psg_partition_set_find(set, "/job:ps/task:1/cpu:0"),
+    int kps0 = psg_partition_set_find(set, ps0),
+        kps1 = psg_partition_set_find(set, "/job:ps/task:1/cpu:0"),
         kwk = psg_partition_set_find(set, wk);
     CHECK(kps0 >= 0 && kps1 >= 0 && kwk >= 0);
     if (kps0 < 0 || kps1 < 0 || kwk < 0) goto out;
@@ -319,10 +329,12 @@ static void test_partitioned_training_matches(void) {
     psg_graph_push_replica_setter(g, s);
     psg_shape_t s43 = psg_shape_2d(4, 3), s3 = psg_shape_1d(3);
     psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &s43);
-    psg_endpoint_t w = psg_variable(g, "w", PSG_DT_F32, &s3, (psg_initializer_t){"uniform", 1.0, 5}, true);
+    psg_endpoint_t w =
+        psg_variable(g, "w", PSG_DT_F32, &s3, (psg_initializer_t){"uniform", 1.0, 5}, true);
     psg_partitioned_var_t emb;
-    CHECK(psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43, (psg_initializer_t){"uniform", 1.0, 6},
-                                   true, &(psg_partitioner_t){.num_shards = 2}, &emb) == 0);
+    CHECK(psg_partitioned_variable(g, "emb", PSG_DT_F32, &s43,
+                                   (psg_initializer_t){"uniform", 1.0, 6}, true,
+                                   &(psg_partitioner_t){.num_shards = 2}, &emb) == 0);
     psg_endpoint_t xw = psg_mul(g, "xw", x, psg_read_variable(g, "w/read", w));
     psg_endpoint_t xe = psg_mul(g, "xe", x, psg_partitioned_read(g, NULL, &emb));
     psg_endpoint_t both[2] = {psg_square(g, NULL, xw), xe};
@@ -342,7 +354,8 @@ static void test_partitioned_training_matches(void) {
         int v = psg_graph_find(g, names[i]), sl = psg_graph_find(g, slot);
         CHECK(v >= 0 && sl >= 0);
         if (v >= 0 && sl >= 0)
-            CHECK(!strcmp(psg_node_device(psg_graph_node(g, v)), psg_node_device(psg_graph_node(g, sl))));
+            CHECK(!strcmp(psg_node_device(psg_graph_node(g, v)),
+                          psg_node_device(psg_graph_node(g, sl))));
     }
     CHECK(strcmp(psg_node_device(psg_graph_node(g, emb.shards[0].node)),
                  psg_node_device(psg_graph_node(g, emb.shards[1].node))));
@@ -390,11 +403,12 @@ static void test_partitioned_training_matches(void) {
 }
 
 /* Runs set for `step` and checks its two scalar fetches. */
-static void expect_two_fetches(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_t *rv, int64_t step,
-                               psg_tensor_t *const *feeds, float want0, float want1) {
+static void expect_two_fetches(psg_partition_set_t *set, fake_cluster_t *cl, psg_rendezvous_t *rv,
+                               int64_t step, psg_tensor_t *const *feeds, float want0, float want1) {
     psg_tensor_t *out[2] = {0};
     CHECK(run_set(set, cl, rv, step, feeds, out, 1, NULL) == 0);
-    CHECK(out[0] && out[1] && psg_tensor_f32(out[0])[0] == want0 && psg_tensor_f32(out[1])[0] == want1);
+    CHECK(out[0] && out[1] && psg_tensor_f32(out[0])[0] == want0 &&
+          psg_tensor_f32(out[1])[0] == want1);
     psg_tensor_destroy(&out[0]);
     psg_tensor_destroy(&out[1]);
 }
@@ -405,10 +419,12 @@ static void expect_two_fetches(psg_partition_set_t *set, fake_cluster_t *cl, psg
  * graph's; per device (the default) the worker's two devices are two partitions. */
 static void test_by_task_keeps_a_tasks_devices(void) {
     psg_graph_t *g = psg_graph_new();
-    const char *w0 = "/job:worker/replica:0/task:0/device:CPU:0", *w1 = "/job:worker/replica:0/task:0/device:CPU:1";
+    const char *w0 = "/job:worker/replica:0/task:0/device:CPU:0",
+               *w1 = "/job:worker/replica:0/task:0/device:CPU:1";
     psg_graph_push_device(g, w0);
     psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){0, {0}});
-    psg_tensor_t *two = psg_tensor_scalar_f32(2), *one = psg_tensor_scalar_f32(1), *three = psg_tensor_scalar_f32(3);
+    psg_tensor_t *two = psg_tensor_scalar_f32(2), *one = psg_tensor_scalar_f32(1),
+                 *three = psg_tensor_scalar_f32(3);
     psg_endpoint_t k1 = psg_const(g, "one", &one);
     psg_graph_pop_device(g);
     psg_graph_push_device(g, w1);
@@ -429,7 +445,8 @@ static void test_by_task_keeps_a_tasks_devices(void) {
     if (!per_device || !set) goto out;
     CHECK(per_device->num_partitions == 3);
     CHECK(set->num_partitions == 2);
-    int kw = psg_partition_set_find(set, "/job:worker/task:0"), kp = psg_partition_set_find(set, "/job:ps/task:0");
+    int kw = psg_partition_set_find(set, "/job:worker/task:0"),
+        kp = psg_partition_set_find(set, "/job:ps/task:0");
     CHECK(kw >= 0 && kp >= 0);
     if (kw < 0 || kp < 0) goto out;
     const psg_graph_t *wg = set->partitions[kw].graph;
@@ -456,12 +473,15 @@ out:
  * input stays its own. Per device, each read is received. */
 static void test_by_task_reads_a_variable_once(void) {
     psg_graph_t *g = psg_graph_new();
-    const char *ps = "/job:ps/replica:0/task:0/device:CPU:0", *w0 = "/job:worker/replica:0/task:0/device:CPU:0",
+    const char *ps = "/job:ps/replica:0/task:0/device:CPU:0",
+               *w0 = "/job:worker/replica:0/task:0/device:CPU:0",
                *w1 = "/job:worker/replica:0/task:0/device:CPU:1";
     psg_shape_t one = {0, {0}};
     psg_graph_push_device(g, ps);
-    psg_endpoint_t v = psg_variable(g, "v", PSG_DT_F32, &one, (psg_initializer_t){"ones", 0, 0}, true);
-    psg_endpoint_t r0 = psg_read_variable(g, "tower_0/read", v), r1 = psg_read_variable(g, "tower_1/read", v);
+    psg_endpoint_t v =
+        psg_variable(g, "v", PSG_DT_F32, &one, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t r0 = psg_read_variable(g, "tower_0/read", v),
+                   r1 = psg_read_variable(g, "tower_1/read", v);
     psg_graph_pop_device(g);
     psg_graph_push_device(g, w0);
     psg_endpoint_t a = psg_add(g, "a", r0, r0);
@@ -476,13 +496,15 @@ static void test_by_task_reads_a_variable_once(void) {
     psg_partition_set_t *set = psg_partition_graph(g, 0, NULL, 2, fetches, 0, NULL, &opt);
     CHECK(per_device && set && set->num_partitions == 2);
     if (!per_device || !set || set->num_partitions != 2) goto out;
-    int kw = psg_partition_set_find(set, "/job:worker/task:0"), kp = psg_partition_set_find(set, "/job:ps/task:0");
+    int kw = psg_partition_set_find(set, "/job:worker/task:0"),
+        kp = psg_partition_set_find(set, "/job:ps/task:0");
     CHECK(kw >= 0 && kp >= 0);
     if (kw < 0 || kp < 0) goto out;
     CHECK(set->partitions[kw].num_recvs == 1 && set->partitions[kp].num_sends == 1);
     CHECK(psg_graph_find(set->partitions[kp].graph, "tower_1/read") < 0);
     int recvs = 0;
-    for (int k = 0; k < per_device->num_partitions; k++) recvs += per_device->partitions[k].num_recvs;
+    for (int k = 0; k < per_device->num_partitions; k++)
+        recvs += per_device->partitions[k].num_recvs;
     CHECK(recvs == 2);
     /* the values: v = 1, a = 2, b = 1 */
     fake_cluster_t cl = {0};
@@ -506,7 +528,8 @@ static psg_graph_t *build_small(psg_endpoint_t *fetch) {
     psg_graph_t *g = psg_graph_new();
     psg_shape_t sh = psg_shape_1d(3);
     psg_graph_push_device(g, "/job:ps/task:0");
-    psg_endpoint_t v = psg_variable(g, "v", PSG_DT_F32, &sh, (psg_initializer_t){"ones", 0, 0}, true);
+    psg_endpoint_t v =
+        psg_variable(g, "v", PSG_DT_F32, &sh, (psg_initializer_t){"ones", 0, 0}, true);
     psg_endpoint_t r = psg_read_variable(g, "v/read", v);
     psg_graph_pop_device(g);
     psg_graph_push_device(g, "/job:worker/task:0");
@@ -541,8 +564,9 @@ static void test_recv_timeout_names_the_key(void) {
     CHECK(run_set(set, &cl, rv, 7, NULL, &out, 1, only) < 0);
     CHECK(seconds_since(&t0) < 5.0);
     CHECK_ERROR_HAS("node 'v/read/_recv_0' (Recv)");
-    CHECK_ERROR_HAS("timed out after 100 ms waiting for key '/job:ps/replica:0/task:0/device:CPU:0;"
-                    "0000000000000000;/job:worker/replica:0/task:0/device:CPU:0;v/read:0;0:0' (step 7)");
+    CHECK_ERROR_HAS(
+        "timed out after 100 ms waiting for key '/job:ps/replica:0/task:0/device:CPU:0;"
+        "0000000000000000;/job:worker/replica:0/task:0/device:CPU:0;v/read:0;0:0' (step 7)");
     CHECK(out == NULL);
     psg_rendezvous_destroy(&rv);
     fake_cluster_free(&cl);
@@ -588,7 +612,8 @@ static void test_partition_errors(void) {
     int r = psg_graph_find(g, "v/read");
     psg_graph_set_assigned_device(g, r, "/job:worker/replica:0/task:0/device:CPU:0");
     CHECK(psg_partition_graph(g, 0, NULL, 1, &sum, 0, NULL, NULL) == NULL);
-    CHECK_ERROR_HAS("node 'v' (VarHandle): its resource handle is used on '/job:worker/replica:0/task:0/device:CPU:0'");
+    CHECK_ERROR_HAS(
+        "node 'v' (VarHandle): its resource handle is used on '/job:worker/replica:0/task:0/device:CPU:0'");
     psg_endpoint_t bad = {999, 0};
     CHECK(psg_partition_graph(g, 0, NULL, 1, &bad, 0, NULL, NULL) == NULL);
     CHECK_ERROR_HAS("fetch 0 refers to a missing node");
@@ -660,7 +685,8 @@ static void test_rendezvous(void) {
     /* receive first, the send arrives from another thread */
     pthread_t th;
     pthread_create(&th, NULL, late_sender, rv);
-    CHECK(psg_rendezvous_recv(rv, 5, "late", 5000, &out) == 0 && out && psg_tensor_f32(out)[0] == 42.0f);
+    CHECK(psg_rendezvous_recv(rv, 5, "late", 5000, &out) == 0 && out &&
+          psg_tensor_f32(out)[0] == 42.0f);
     psg_tensor_destroy(&out);
     pthread_join(th, NULL);
     /* a step abort fails that step only */
@@ -703,14 +729,17 @@ static void test_rendezvous(void) {
 
     /* keys */
     char key[PSG_RENDEZVOUS_KEY_MAX];
-    psg_rendezvous_key("/job:ps/replica:0/task:1/device:CPU:0", 0xabcdef, "/job:worker/replica:0/task:0/device:CPU:0",
-                       "layer/w/read:0", key, sizeof key);
+    psg_rendezvous_key("/job:ps/replica:0/task:1/device:CPU:0", 0xabcdef,
+                       "/job:worker/replica:0/task:0/device:CPU:0", "layer/w/read:0", key,
+                       sizeof key);
     CHECK(!strcmp(key, "/job:ps/replica:0/task:1/device:CPU:0;0000000000abcdef;"
                        "/job:worker/replica:0/task:0/device:CPU:0;layer/w/read:0;0:0"));
     psg_rendezvous_key_t k;
     CHECK(psg_rendezvous_key_parse(key, &k) == 0);
-    CHECK(!strcmp(k.src_device, "/job:ps/replica:0/task:1/device:CPU:0") && k.src_incarnation == 0xabcdef);
-    CHECK(!strcmp(k.dst_device, "/job:worker/replica:0/task:0/device:CPU:0") && !strcmp(k.edge_name, "layer/w/read:0"));
+    CHECK(!strcmp(k.src_device, "/job:ps/replica:0/task:1/device:CPU:0") &&
+          k.src_incarnation == 0xabcdef);
+    CHECK(!strcmp(k.dst_device, "/job:worker/replica:0/task:0/device:CPU:0") &&
+          !strcmp(k.edge_name, "layer/w/read:0"));
     CHECK(psg_rendezvous_key_parse("a;b;c", &k) < 0);
     CHECK_ERROR_HAS("malformed rendezvous key 'a;b;c'");
     CHECK(psg_rendezvous_key_parse("a;000000000000000g;c;d;0:0", &k) < 0);
@@ -747,7 +776,8 @@ static void sleep_ms(int ms) {
 }
 #define WORKER_DEVICE "/job:worker/replica:0/task:0/device:CPU:0"
 
-static void edge_attrs(psg_node_builder_t *b, const char *tensor, const char *from, const char *to) {
+static void edge_attrs(psg_node_builder_t *b, const char *tensor, const char *from,
+                       const char *to) {
     psg_node_attr_str(b, "tensor_name", tensor);
     psg_node_attr_str(b, "send_device", from);
     psg_node_attr_int(b, "send_device_incarnation", 0);
@@ -785,7 +815,8 @@ static void ps_step_init(ps_step_t *t) {
     psg_endpoint_t hv = psg_var_handle(g, "v", PSG_DT_F32, &scalar);
     psg_endpoint_t hw = psg_var_handle(g, "w", PSG_DT_F32, &scalar);
     /* a copy: the read itself aliases the variable, which the update changes in place */
-    psg_endpoint_t v_now = psg_add(g, "v_now", psg_read_variable(g, "read_v", hv), psg_const_scalar(g, "z", 0));
+    psg_endpoint_t v_now =
+        psg_add(g, "v_now", psg_read_variable(g, "read_v", hv), psg_const_scalar(g, "z", 0));
     psg_node_builder_t *b = psg_node_begin(g, "Send", "send_w");
     psg_node_add_input(b, psg_read_variable(g, "read_w", hw));
     edge_attrs(b, "w:0", PS_DEVICE, WORKER_DEVICE);
@@ -817,7 +848,8 @@ static void ps_step_free(ps_step_t *t) {
 }
 
 /* Starts step `step` of t with ticket on a thread. */
-static void ps_step_start(ps_step_t *t, part_run_t *r, pthread_t *th, int64_t step, psg_run_ticket_t *ticket) {
+static void ps_step_start(ps_step_t *t, part_run_t *r, pthread_t *th, int64_t step,
+                          psg_run_ticket_t *ticket) {
     memset(r, 0, sizeof *r);
     r->plan = t->plan;
     r->env = (psg_run_env_t){.rm = t->rm, .step_id = step, .rendezvous = t->rv, .ticket = ticket};
@@ -827,7 +859,9 @@ static void ps_step_start(ps_step_t *t, part_run_t *r, pthread_t *th, int64_t st
 static float ps_step_recv_w(ps_step_t *t, int64_t step) {
     char key[PSG_RENDEZVOUS_KEY_MAX];
     psg_tensor_t *w = NULL;
-    if (psg_rendezvous_recv(t->rv, step, edge_key("w:0", PS_DEVICE, WORKER_DEVICE, key), 5000, &w) < 0) return -1;
+    if (psg_rendezvous_recv(t->rv, step, edge_key("w:0", PS_DEVICE, WORKER_DEVICE, key), 5000, &w) <
+        0)
+        return -1;
     float v = psg_tensor_f32(w)[0];
     psg_tensor_destroy(&w);
     return v;
@@ -836,7 +870,8 @@ static float ps_step_recv_w(ps_step_t *t, int64_t step) {
 static void ps_step_send_x(ps_step_t *t, int64_t step, float x) {
     char key[PSG_RENDEZVOUS_KEY_MAX];
     psg_tensor_t *tx = psg_tensor_scalar_f32(x);
-    CHECK(psg_rendezvous_send(t->rv, step, edge_key("x:0", WORKER_DEVICE, PS_DEVICE, key), &tx) == 0);
+    CHECK(psg_rendezvous_send(t->rv, step, edge_key("x:0", WORKER_DEVICE, PS_DEVICE, key), &tx) ==
+          0);
 }
 
 static float ps_step_join(part_run_t *r, pthread_t th) {

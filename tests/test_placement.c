@@ -15,7 +15,8 @@ static void check_canonical(const char *in, const char *want) {
     char buf[PSG_DEVICE_NAME_MAX];
     int rc = psg_device_name_canonical(in, buf, sizeof buf);
     CHECK(rc == 0);
-    if (rc == 0 && strcmp(buf, want)) fprintf(stderr, "canonical('%s') = '%s', want '%s'\n", in, buf, want);
+    if (rc == 0 && strcmp(buf, want))
+        fprintf(stderr, "canonical('%s') = '%s', want '%s'\n", in, buf, want);
     CHECK(rc == 0 && !strcmp(buf, want));
 }
 
@@ -36,7 +37,8 @@ static void test_device_names(void) {
     CHECK(psg_device_name_parse("/job:worker/replica:0/task:1/device:GPU:0", &d) == 0);
     CHECK(psg_device_name_is_complete(&d) && d.task == 1 && !strcmp(d.type, "GPU"));
     check_canonical("/job:ps/task:0/cpu:0", "/job:ps/task:0/device:CPU:0");
-    check_canonical("/job:worker/replica:0/task:1/device:GPU:0", "/job:worker/replica:0/task:1/device:GPU:0");
+    check_canonical("/job:worker/replica:0/task:1/device:GPU:0",
+                    "/job:worker/replica:0/task:1/device:GPU:0");
     check_canonical("/job:ps", "/job:ps");
     check_canonical("/cpu:0", "/device:CPU:0");
     check_canonical("/gpu:1", "/device:GPU:1");
@@ -97,7 +99,8 @@ static void test_device_stack(void) {
     CHECK(!strcmp(dev_of(g, x), "/job:ps/task:2"));
     CHECK(!strcmp(dev_of(g, y), "/job:ps/task:0/device:GPU:0"));
     CHECK(!strcmp(dev_of(g, z), "/job:ps"));
-    CHECK(e >= 0 && !strcmp(psg_node_device(psg_graph_node(g, e)), "/job:worker/task:1/device:CPU:0"));
+    CHECK(e >= 0 &&
+          !strcmp(psg_node_device(psg_graph_node(g, e)), "/job:worker/task:1/device:CPU:0"));
     psg_graph_destroy(&g);
 }
 
@@ -134,7 +137,8 @@ static void test_setter_strategies(void) {
     psg_endpoint_t r = psg_read_variable(g, "a_read", v[0]);
     int upd = psg_assign_add(g, "a_update", v[0], x);
     /* a slot of a: beside a, its bytes counted on ps 0 */
-    psg_endpoint_t slot = psg_variable(g, "a/Momentum", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, false);
+    psg_endpoint_t slot =
+        psg_variable(g, "a/Momentum", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, false);
     psg_graph_pop_device(g);
     int want_greedy[6] = {0, 1, 2, 2, 2, 1};
     check_tasks(g, v, want_greedy, 6);
@@ -146,8 +150,10 @@ static void test_setter_strategies(void) {
     CHECK(!strcmp(dev_of(g, r), "/job:ps/task:0"));
     CHECK(upd >= 0 && !strcmp(psg_node_device(psg_graph_node(g, upd)), "/job:ps/task:0"));
     /* the initializer sits with its variable */
-    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "e/initial_value"))), "/job:ps/task:2"));
-    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "a/Momentum/init"))), "/job:ps/task:0"));
+    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "e/initial_value"))),
+                  "/job:ps/task:2"));
+    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "a/Momentum/init"))),
+                  "/job:ps/task:0"));
     psg_placement_options_t popt = {.default_device = "/job:worker/replica:0/task:1/device:CPU:0"};
     CHECK(psg_place(g, &popt) == 0);
     CHECK(!strcmp(assigned(g, "a"), "/job:ps/replica:0/task:0/device:CPU:0"));
@@ -166,9 +172,11 @@ static void test_setter_strategies(void) {
     build_sized_vars(g, v);
     /* an explicit task wins and takes no turn */
     psg_graph_push_device(g, "/job:ps/task:2");
-    psg_endpoint_t pinned = psg_variable(g, "pinned", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t pinned =
+        psg_variable(g, "pinned", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_graph_pop_device(g);
-    psg_endpoint_t after = psg_variable(g, "after", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t after =
+        psg_variable(g, "after", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_graph_pop_device(g);
     int want_rr[6] = {0, 1, 2, 0, 1, 2};
     check_tasks(g, v, want_rr, 6);
@@ -193,6 +201,31 @@ static void test_setter_strategies(void) {
     CHECK_ERROR_HAS("replica device setter: invalid device name '/job:ps/tusk:0'");
 }
 
+/* Variables past 2^48 bytes (2^62 here, or a size that overflows) count as 2^48 each: greedy
+ * still spreads them, and the sums stay exact. */
+static void test_setter_huge_variables(void) {
+    psg_replica_setter_options_t opt = {.ps_tasks = 2};
+    psg_replica_setter_t *s = psg_replica_setter_new(&opt);
+    psg_graph_t *g = psg_graph_new();
+    psg_graph_push_replica_setter(g, s);
+    psg_shape_t huge = psg_shape_2d((int64_t)1 << 30, (int64_t)1 << 30),
+                overflow = psg_shape_2d((int64_t)1 << 40, (int64_t)1 << 22),
+                small = psg_shape_1d(4);
+    psg_endpoint_t v[3] = {
+        psg_variable(g, "huge", PSG_DT_F32, &huge, (psg_initializer_t){"zeros", 0, 0}, true),
+        psg_variable(g, "overflow", PSG_DT_F32, &overflow, (psg_initializer_t){"zeros", 0, 0},
+                     true),
+        psg_variable(g, "small", PSG_DT_F32, &small, (psg_initializer_t){"zeros", 0, 0}, true),
+    };
+    psg_graph_pop_device(g);
+    int want[3] = {0, 1, 0};
+    check_tasks(g, v, want, 3);
+    CHECK(psg_replica_setter_ps_bytes(s, 0) == ((int64_t)1 << 48) + 16);
+    CHECK(psg_replica_setter_ps_bytes(s, 1) == (int64_t)1 << 48);
+    psg_graph_destroy(&g);
+    psg_replica_setter_destroy(&s);
+}
+
 static void test_partitioned_variable(void) {
     psg_replica_setter_options_t opt = {.ps_tasks = 2};
     psg_replica_setter_t *s = psg_replica_setter_new(&opt);
@@ -201,8 +234,8 @@ static void test_partitioned_variable(void) {
     psg_partitioned_var_t pv;
     psg_shape_t full = psg_shape_2d(5, 2);
     psg_partitioner_t two = {.num_shards = 2};
-    CHECK(psg_partitioned_variable(g, "emb", PSG_DT_F32, &full, (psg_initializer_t){"uniform", 1.0, 3},
-                                   true, &two, &pv) == 0);
+    CHECK(psg_partitioned_variable(g, "emb", PSG_DT_F32, &full,
+                                   (psg_initializer_t){"uniform", 1.0, 3}, true, &two, &pv) == 0);
     psg_endpoint_t read = psg_partitioned_read(g, NULL, &pv);
     psg_endpoint_t gy = psg_placeholder(g, "gy", PSG_DT_F32, &full);
     psg_endpoint_t grads[2];
@@ -212,7 +245,8 @@ static void test_partitioned_variable(void) {
     CHECK(!strcmp(psg_node_name(psg_graph_node(g, pv.shards[1].node)), "emb/part_1"));
     CHECK(!strcmp(dev_of(g, pv.shards[0]), "/job:ps/task:0"));
     CHECK(!strcmp(dev_of(g, pv.shards[1]), "/job:ps/task:1"));
-    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "emb/part_1/read"))), "/job:ps/task:1"));
+    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "emb/part_1/read"))),
+                  "/job:ps/task:1"));
     CHECK(!strcmp(dev_of(g, read), "/job:worker"));
     CHECK(psg_graph_shape(g, read)->dims[0] == 5);
     CHECK(psg_place(g, NULL) == 0);
@@ -234,7 +268,8 @@ static void test_partitioned_variable(void) {
         psg_variable_t *p1 = psg_resource_find_variable(psg_session_resources(sess), "emb/part_1");
         CHECK(p0 && p1);
         for (int i = 0; p0 && p1 && i < 10; i++)
-            CHECK(psg_tensor_f32(out[2])[i] == (i < 6 ? psg_tensor_f32(p0->value)[i] : psg_tensor_f32(p1->value)[i - 6]));
+            CHECK(psg_tensor_f32(out[2])[i] ==
+                  (i < 6 ? psg_tensor_f32(p0->value)[i] : psg_tensor_f32(p1->value)[i - 6]));
     }
     for (int i = 0; i < 3; i++) psg_tensor_destroy(&out[i]);
     psg_tensor_destroy(&gt);
@@ -243,17 +278,35 @@ static void test_partitioned_variable(void) {
     /* by size: 160 bytes in shards of at least 48 -> 3 shards of 4, 3, 3 rows */
     psg_shape_t tall = psg_shape_2d(10, 4);
     psg_partitioner_t by_size = {.min_shard_bytes = 48};
-    CHECK(psg_partitioned_variable(g, "tall", PSG_DT_F32, &tall, (psg_initializer_t){"zeros", 0, 0}, true,
-                                   &by_size, &pv) == 0);
+    CHECK(psg_partitioned_variable(g, "tall", PSG_DT_F32, &tall, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &by_size, &pv) == 0);
     CHECK(pv.num_shards == 3 && pv.offsets[1] == 4 && pv.offsets[2] == 7 && pv.offsets[3] == 10);
     by_size.max_shards = 2;
-    CHECK(psg_partitioned_variable(g, "capped", PSG_DT_F32, &tall, (psg_initializer_t){"zeros", 0, 0}, true,
-                                   &by_size, &pv) == 0);
+    CHECK(psg_partitioned_variable(g, "capped", PSG_DT_F32, &tall,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &by_size, &pv) == 0);
     CHECK(pv.num_shards == 2);
     psg_partitioner_t none = {0};
-    CHECK(psg_partitioned_variable(g, "none", PSG_DT_F32, &tall, (psg_initializer_t){"zeros", 0, 0}, true,
-                                   &none, &pv) < 0);
+    CHECK(psg_partitioned_variable(g, "none", PSG_DT_F32, &tall, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &none, &pv) < 0);
     CHECK_ERROR_HAS("partitioned variable 'none'");
+    /* the edges: one row (one shard, whatever is asked), no bytes at all, PSG_MAX_SHARDS
+     * shards and one more */
+    psg_shape_t one_row = psg_shape_2d(1, 4), empty = psg_shape_2d(5, 0),
+                many = psg_shape_2d(100, 1);
+    CHECK(psg_partitioned_variable(g, "one_row", PSG_DT_F32, &one_row,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &two, &pv) == 0 &&
+          pv.num_shards == 1);
+    CHECK(psg_partitioned_variable(g, "empty", PSG_DT_F32, &empty,
+                                   (psg_initializer_t){"zeros", 0, 0}, true, &by_size, &pv) == 0 &&
+          pv.num_shards == 1 && pv.offsets[1] == 5);
+    psg_partitioner_t max = {.num_shards = PSG_MAX_SHARDS};
+    CHECK(psg_partitioned_variable(g, "max", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &max, &pv) == 0 &&
+          pv.num_shards == PSG_MAX_SHARDS);
+    max.num_shards++;
+    CHECK(psg_partitioned_variable(g, "over", PSG_DT_F32, &many, (psg_initializer_t){"zeros", 0, 0},
+                                   true, &max, &pv) < 0);
+    CHECK_ERROR_HAS("partitioned variable 'over': 65 shards, at most 64");
     psg_graph_destroy(&g);
     psg_replica_setter_destroy(&s);
 }
@@ -268,7 +321,8 @@ static void test_placement_errors(void) {
     psg_read_variable(g, "r", v);
     psg_graph_pop_device(g);
     CHECK(psg_place(g, NULL) < 0);
-    CHECK_ERROR_HAS("node 'r' (ReadVariable) uses the resource of 'v' (VarHandle) and must sit beside it");
+    CHECK_ERROR_HAS(
+        "node 'r' (ReadVariable) uses the resource of 'v' (VarHandle) and must sit beside it");
     CHECK_ERROR_HAS("/job:worker/task:0");
     psg_graph_destroy(&g);
 
@@ -281,13 +335,15 @@ static void test_placement_errors(void) {
     psg_graph_destroy(&g);
 
     psg_job_spec_t jobs[2] = {{"ps", 2, 0}, {"worker", 1, 1}};
-    psg_placement_options_t opt = {.default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs};
+    psg_placement_options_t opt = {
+        .default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs};
     g = psg_graph_new();
     psg_graph_push_device(g, "/job:ps/task:5");
     psg_var_handle(g, "far", PSG_DT_F32, &sh);
     psg_graph_pop_device(g);
     CHECK(psg_place(g, &opt) < 0);
-    CHECK_ERROR_HAS("node 'far' (VarHandle): device '/job:ps/replica:0/task:5/device:CPU:0' does not exist: job 'ps' has 2 tasks");
+    CHECK_ERROR_HAS(
+        "node 'far' (VarHandle): device '/job:ps/replica:0/task:5/device:CPU:0' does not exist: job 'ps' has 2 tasks");
     psg_graph_destroy(&g);
 
     g = psg_graph_new();
@@ -315,6 +371,47 @@ static void test_placement_errors(void) {
     CHECK(!strcmp(assigned(g, "x"), "/job:worker/replica:0/task:0/device:CPU:0"));
     psg_graph_destroy(&g);
 
+    /* a GPU the task does not have, named with the task's count */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:worker/task:0/device:GPU:1");
+    psg_placeholder(g, "g1", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    opt.allow_soft_placement = false;
+    CHECK(psg_place(g, &opt) < 0);
+    CHECK_ERROR_HAS(
+        "node 'g1' (Placeholder): device '/job:worker/replica:0/task:0/device:GPU:1' does not exist: "
+        "job 'worker' has 1 GPU per task");
+    psg_graph_destroy(&g);
+
+    /* the ps memory limit: the graph's first node a variable over it; a variable at the limit
+     * with a read beside it (not a variable: not counted) fits */
+    psg_placement_options_t mem = {
+        .default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs, .ps_memory_limit = 16};
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:1");
+    psg_var_handle(g, "big", PSG_DT_F32, &(psg_shape_t){1, {5}});
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &mem) < 0);
+    CHECK_ERROR_HAS(
+        "variable 'big' (20 bytes) does not fit on /job:ps/task:1: its variables would take 20 bytes, "
+        "over the ps memory limit of 16 bytes a task (2 ps tasks, 20 bytes of variables in all)");
+    psg_graph_destroy(&g);
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:0");
+    v = psg_var_handle(g, "fits", PSG_DT_F32, &sh);
+    psg_read_variable(g, "fits_read", v);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &mem) == 0);
+    psg_graph_destroy(&g);
+
+    /* a default device without a task: task 0 */
+    g = psg_graph_new();
+    psg_placeholder(g, "anywhere", PSG_DT_F32, &sh);
+    psg_placement_options_t no_task = {.default_device = "/job:worker"};
+    CHECK(psg_place(g, &no_task) == 0);
+    CHECK(!strcmp(assigned(g, "anywhere"), "/job:worker/replica:0/task:0/device:CPU:0"));
+    psg_graph_destroy(&g);
+
     /* a group takes what any member asks for */
     g = psg_graph_new();
     v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
@@ -330,6 +427,7 @@ int main(void) {
     RUN_TEST(test_device_names);
     RUN_TEST(test_device_stack);
     RUN_TEST(test_setter_strategies);
+    RUN_TEST(test_setter_huge_variables);
     RUN_TEST(test_partitioned_variable);
     RUN_TEST(test_placement_errors);
     return psg_test_summary();

@@ -151,8 +151,7 @@ static void test_cast_gradient(void) {
         psg_shape_t s = psg_shape_2d(2, 3);
         unsigned seed = 11;
         psg_tensor_t *x = psg_tensor_new(PSG_DT_F32, &s), *w = psg_test_random(&s, -1, 1, &seed);
-        for (int i = 0; i < 6; i++)
-            psg_tensor_f32(x)[i] = (float)(1.25 + (i + 1) * 4 * ulp);
+        for (int i = 0; i < 6; i++) psg_tensor_f32(x)[i] = (float)(1.25 + (i + 1) * 4 * ulp);
         psg_graph_t *g = psg_graph_new();
         psg_endpoint_t ph = psg_placeholder(g, "x", PSG_DT_F32, &s);
         psg_endpoint_t y = psg_cast(g, "y", psg_cast(g, "h", ph, dt), PSG_DT_F32);
@@ -274,11 +273,9 @@ static void test_half_kernels_against_f32(void) {
             CHECK(worst <= tol && worst > 0);
             printf("  %-26s %-4s y, da, db vs f32: max error %.2g of the largest (tol %.0e)\n",
                    cases[k].name, psg_dtype_name(dt), worst, tol);
-            for (int i = 0; i < 3; i++)
-                psg_tensor_destroy(&h[i]);
+            for (int i = 0; i < 3; i++) psg_tensor_destroy(&h[i]);
         }
-        for (int i = 0; i < 3; i++)
-            psg_tensor_destroy(&ref[i]);
+        for (int i = 0; i < 3; i++) psg_tensor_destroy(&ref[i]);
         psg_tensor_destroy(&a);
         psg_tensor_destroy(&b);
     }
@@ -375,7 +372,8 @@ static void test_inception_casts_once(void) {
         products += !strcmp(op, "MatMul") || !strcmp(op, "Conv2D");
     }
     int casts = count_casts(g, PSG_DT_BF16, &twice);
-    printf("  inception3 forward: %d products, %d casts to bf16 (two inputs a product)\n", products, casts);
+    printf("  inception3 forward: %d products, %d casts to bf16 (two inputs a product)\n", products,
+           casts);
     CHECK(twice == 0 && casts < 2 * products);
     psg_graph_destroy(&g);
 }
@@ -441,8 +439,7 @@ static void test_f16_loss_scale(void) {
                i, e);
         CHECK(e < 5e-3);
     }
-    for (int i = 0; i < 4; i++)
-        psg_tensor_destroy(&grads[i / 2][i % 2]);
+    for (int i = 0; i < 4; i++) psg_tensor_destroy(&grads[i / 2][i % 2]);
     psg_tensor_destroy(&a);
     psg_tensor_destroy(&b);
 }

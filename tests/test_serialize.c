@@ -67,7 +67,8 @@ static void test_round_trip_exact(void) {
         CHECK(n == 1);
         /* the rebuilt graph runs and initializes the same variable value */
         psg_session_t *s1 = psg_session_new(g, NULL, NULL), *s2 = psg_session_new(h, NULL, NULL);
-        psg_endpoint_t r1 = {psg_graph_find(g, "layer/read"), 0}, r2 = {psg_graph_find(h, "layer/read"), 0};
+        psg_endpoint_t r1 = {psg_graph_find(g, "layer/read"), 0},
+                       r2 = {psg_graph_find(h, "layer/read"), 0};
         psg_tensor_t *v1 = NULL, *v2 = NULL;
         CHECK(psg_session_run_init(s1) == 0 && psg_session_run_init(s2) == 0);
         CHECK(psg_session_run(s1, 0, NULL, NULL, 1, &r1, &v1, 0, NULL) == 0);

@@ -44,7 +44,8 @@ static void test_gradchecks(void) {
     unsigned seed = 7;
     psg_tensor_t *params = psg_test_random(&(psg_shape_t){2, {5, 3}}, -1, 1, &seed);
     int64_t ix2d[] = {4, 0, 4, 2, 1, 4};
-    psg_tensor_t *ix = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){2, {2, 3}}, ix2d, sizeof ix2d);
+    psg_tensor_t *ix =
+        psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){2, {2, 3}}, ix2d, sizeof ix2d);
     psg_gradcheck_input_t gi[] = {{params, true}, {ix, false}};
     CHECK(psg_gradcheck("Gather", 2, gi, build_gather, NULL, 1e-2) == 0);
 
@@ -112,8 +113,8 @@ static void test_unique_and_partition(void) {
 }
 
 /* A table of `rows` x 3 in `n` shards. */
-static int make_table(psg_graph_t *g, psg_partitioned_var_t *pv, psg_embedding_table_t *t, int64_t rows,
-                      int n, psg_partition_strategy_t st, bool uniq) {
+static int make_table(psg_graph_t *g, psg_partitioned_var_t *pv, psg_embedding_table_t *t,
+                      int64_t rows, int n, psg_partition_strategy_t st, bool uniq) {
     psg_partitioner_t p = {.num_shards = n};
     if (psg_partitioned_variable(g, "emb", PSG_DT_F32, &(psg_shape_t){2, {rows, 3}},
                                  (psg_initializer_t){"zeros", 0, 0}, true, &p, pv) < 0)
@@ -123,7 +124,8 @@ static int make_table(psg_graph_t *g, psg_partitioned_var_t *pv, psg_embedding_t
 }
 
 /* Sets row `id` of the table (wherever the strategy put it) to id + k / 10 + 0.05 * k^2. */
-static void fill_table(psg_session_t *s, const psg_partitioned_var_t *pv, psg_partition_strategy_t st) {
+static void fill_table(psg_session_t *s, const psg_partitioned_var_t *pv,
+                       psg_partition_strategy_t st) {
     int n = pv->num_shards;
     for (int k = 0; k < n; k++) {
         char name[64];
@@ -133,16 +135,18 @@ static void fill_table(psg_session_t *s, const psg_partitioned_var_t *pv, psg_pa
         if (!v) return;
         for (int64_t r = 0; r < v->shape.dims[0]; r++) {
             int64_t id = st == PSG_PARTITION_MOD ? r * n + k : pv->offsets[k] + r;
-            for (int c = 0; c < 3; c++) psg_tensor_f32(v->value)[r * 3 + c] = (float)id + 0.1f * c + 0.05f * c * c;
+            for (int c = 0; c < 3; c++)
+                psg_tensor_f32(v->value)[r * 3 + c] = (float)id + 0.1f * c + 0.05f * c * c;
         }
     }
 }
 
 /* Finite differences of the scalar `loss` over every element of the table's shards,
  * against the gradients autodiff builds (each must stay an IndexedSlices). */
-static void check_table_grads(const char *label, psg_graph_t *g, psg_session_t *s, psg_endpoint_t loss,
-                              const psg_partitioned_var_t *pv, int nf, const psg_endpoint_t *feeds,
-                              psg_tensor_t *const *vals, bool want_concat) {
+static void check_table_grads(const char *label, psg_graph_t *g, psg_session_t *s,
+                              psg_endpoint_t loss, const psg_partitioned_var_t *pv, int nf,
+                              const psg_endpoint_t *feeds, psg_tensor_t *const *vals,
+                              bool want_concat) {
     int n = pv->num_shards;
     psg_endpoint_t grads[PSG_MAX_SHARDS];
     CHECK(psg_gradients(g, 1, &loss, NULL, n, pv->shards, grads) == 0);
@@ -172,7 +176,8 @@ static void check_table_grads(const char *label, psg_graph_t *g, psg_session_t *
             x[j] = orig;
             double num = (f[0] - f[1]) / (2 * eps), an = psg_tensor_f32(ga[k])[j];
             if (fabs(num - an) > 2e-2 * (1 + fabs(num)) && bad++ < 5)
-                fprintf(stderr, "%s: d/d shard %d [%lld]: analytic %g numeric %g\n", label, k, (long long)j, an, num);
+                fprintf(stderr, "%s: d/d shard %d [%lld]: analytic %g numeric %g\n", label, k,
+                        (long long)j, an, num);
         }
     }
     CHECK(bad == 0);
@@ -191,7 +196,8 @@ static void test_embedding_lookup(void) {
             psg_endpoint_t ids2 = psg_placeholder(g, "ids2", PSG_DT_I32, &(psg_shape_t){1, {-1}});
             psg_endpoint_t y2 = psg_embedding_lookup(g, "lookup2", &t, ids2);
             /* loss = sum(y^2) / 2 + sum(y2 * 3): two paths into each shard */
-            psg_endpoint_t l1 = psg_scale(g, NULL, psg_sum(g, NULL, psg_square(g, NULL, y), 0, NULL, false), 0.5);
+            psg_endpoint_t l1 =
+                psg_scale(g, NULL, psg_sum(g, NULL, psg_square(g, NULL, y), 0, NULL, false), 0.5);
             psg_endpoint_t l2 = psg_scale(g, NULL, psg_sum(g, NULL, y2, 0, NULL, false), 3.0);
             psg_endpoint_t loss = psg_add(g, "loss", l1, l2);
             CHECK(psg_graph_error(g) == NULL);
@@ -201,17 +207,20 @@ static void test_embedding_lookup(void) {
             CHECK(psg_session_run_init(s) == 0);
             fill_table(s, &pv, (psg_partition_strategy_t)st);
             int64_t iv[] = {6, 0, 3, 6, 2, 5};
-            psg_tensor_t *it = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){2, {3, 2}}, iv, sizeof iv);
+            psg_tensor_t *it =
+                psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){2, {3, 2}}, iv, sizeof iv);
             psg_tensor_t *it2 = ids_i32(3, (int32_t[]){1, 6, 1});
             psg_endpoint_t feeds[] = {ids, ids2};
             psg_tensor_t *vals[] = {it, it2}, *out = NULL;
             CHECK(psg_session_run(s, 2, feeds, vals, 1, &y, &out, 0, NULL) == 0);
             for (int i = 0; out && i < 6; i++)
                 for (int c = 0; c < 3; c++)
-                    CHECK_NEAR(psg_tensor_f32(out)[i * 3 + c], iv[i] + 0.1 * c + 0.05 * c * c, 1e-5);
+                    CHECK_NEAR(psg_tensor_f32(out)[i * 3 + c], iv[i] + 0.1 * c + 0.05 * c * c,
+                               1e-5);
             psg_tensor_destroy(&out);
             char label[64];
-            snprintf(label, sizeof label, "embedding_lookup %s%s", st ? "div" : "mod", uniq ? " unique" : "");
+            snprintf(label, sizeof label, "embedding_lookup %s%s", st ? "div" : "mod",
+                     uniq ? " unique" : "");
             check_table_grads(label, g, s, loss, &pv, 2, feeds, vals, true);
             psg_tensor_destroy(&it);
             psg_tensor_destroy(&it2);
@@ -231,14 +240,16 @@ static void test_embedding_lookup_sparse(void) {
         psg_endpoint_t ids = psg_placeholder(g, "ids", PSG_DT_I64, &(psg_shape_t){1, {-1}});
         psg_endpoint_t seg = psg_placeholder(g, "seg", PSG_DT_I32, &(psg_shape_t){1, {-1}});
         psg_endpoint_t num = psg_placeholder(g, "num", PSG_DT_I64, &(psg_shape_t){0, {0}});
-        psg_endpoint_t y = psg_embedding_lookup_sparse(g, "bags", &t, ids, seg, num, (psg_combiner_t)comb);
+        psg_endpoint_t y =
+            psg_embedding_lookup_sparse(g, "bags", &t, ids, seg, num, (psg_combiner_t)comb);
         psg_endpoint_t loss = psg_sum(g, "loss", psg_square(g, NULL, y), 0, NULL, false);
         CHECK(psg_graph_error(g) == NULL);
         psg_session_t *s = psg_session_new(g, NULL, NULL);
         CHECK(psg_session_run_init(s) == 0);
         fill_table(s, &pv, PSG_PARTITION_DIV);
         /* bags: {4, 1, 4}, {}, {0, 3} over 3 segments */
-        psg_tensor_t *iv = ids_i64(5, (int64_t[]){4, 1, 4, 0, 3}), *sv = ids_i32(5, (int32_t[]){0, 0, 0, 2, 2});
+        psg_tensor_t *iv = ids_i64(5, (int64_t[]){4, 1, 4, 0, 3}),
+                     *sv = ids_i32(5, (int32_t[]){0, 0, 0, 2, 2});
         psg_tensor_t *nv = psg_tensor_scalar_i64(3), *out = NULL;
         psg_endpoint_t feeds[] = {ids, seg, num};
         psg_tensor_t *vals[] = {iv, sv, nv};
@@ -299,12 +310,15 @@ static void test_ps_memory_limit(void) {
         psg_graph_pop_device(g);
         psg_job_spec_t jobs[] = {{"ps", 2, 0}, {"worker", 1, 0}};
         /* 64000 bytes in all: 32000 a task */
-        psg_placement_options_t po = {.default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs,
+        psg_placement_options_t po = {.default_device = "/job:worker/task:0",
+                                      .num_jobs = 2,
+                                      .jobs = jobs,
                                       .ps_memory_limit = round == 0 ? 40000 : 30000};
         int rc = psg_place(g, &po);
         if (round == 0) {
             CHECK(rc == 0);
-            CHECK(psg_replica_setter_ps_bytes(rs, 0) == 32000 && psg_replica_setter_ps_bytes(rs, 1) == 32000);
+            CHECK(psg_replica_setter_ps_bytes(rs, 0) == 32000 &&
+                  psg_replica_setter_ps_bytes(rs, 1) == 32000);
         } else {
             CHECK(rc < 0);
             CHECK_ERROR_HAS("variable 'table/part_");

@@ -33,7 +33,8 @@ static void rig_new(rig_t *r, const char *sop, const char *dop, int nslots, int 
     psg_endpoint_t h[3];
     const char *names[] = {"var", "s1", "s2"};
     for (int k = 0; k < 1 + nslots; k++)
-        h[k] = psg_variable(g, names[k], PSG_DT_F32, &vs, (psg_initializer_t){"zeros", 0, 0}, false);
+        h[k] =
+            psg_variable(g, names[k], PSG_DT_F32, &vs, (psg_initializer_t){"zeros", 0, 0}, false);
     r->vals = psg_placeholder(g, "vals", PSG_DT_F32, &(psg_shape_t){2, {-1, DIM}});
     r->ix = psg_placeholder(g, "ix", PSG_DT_I64, &(psg_shape_t){1, {-1}});
     r->dense = psg_placeholder(g, "dense", PSG_DT_F32, &vs);
@@ -45,7 +46,9 @@ static void rig_new(rig_t *r, const char *sop, const char *dop, int nslots, int 
     }
     /* the dense op's inputs: handles, then the scalars with the gradient at its place */
     psg_endpoint_t in[12];
-    int n = 0, gi = !strcmp(sop, "SparseApplyGradientDescent") ? 2 : !strcmp(sop, "SparseApplyAdam") ? 9 : 3;
+    int n = 0, gi = !strcmp(sop, "SparseApplyGradientDescent") ? 2
+                    : !strcmp(sop, "SparseApplyAdam")          ? 9
+                                                               : 3;
     for (int k = 0; k < 1 + nslots; k++) in[n++] = h[k];
     for (int i = 0; n < gi; i++) in[n++] = sc[i];
     int used = gi - 1 - nslots;
@@ -76,12 +79,14 @@ static void rig_free(rig_t *r) {
 /* Copies of var and slots (3 x ROWS x DIM). */
 static void snapshot(const rig_t *r, float *out) {
     for (int k = 0; k < 3; k++)
-        for (int i = 0; i < ROWS * DIM; i++) out[k * ROWS * DIM + i] = r->v[k] ? psg_tensor_f32(r->v[k]->value)[i] : 0;
+        for (int i = 0; i < ROWS * DIM; i++)
+            out[k * ROWS * DIM + i] = r->v[k] ? psg_tensor_f32(r->v[k]->value)[i] : 0;
 }
 
 static void restore(rig_t *r, const float *in) {
     for (int k = 0; k < 3; k++)
-        for (int i = 0; r->v[k] && i < ROWS * DIM; i++) psg_tensor_f32(r->v[k]->value)[i] = in[k * ROWS * DIM + i];
+        for (int i = 0; r->v[k] && i < ROWS * DIM; i++)
+            psg_tensor_f32(r->v[k]->value)[i] = in[k * ROWS * DIM + i];
 }
 
 /* The known case: rows 1, 4, 1 (a duplicate) of gradient values. */
@@ -89,7 +94,8 @@ static const int64_t IDS[] = {1, 4, 1};
 static const float VALS[] = {0.5f, -1.0f, 0.25f, 2.0f, 0.1f, -0.3f, -0.2f, 0.4f, 1.5f};
 
 static int run_sparse(rig_t *r) {
-    psg_tensor_t *v = psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {3, DIM}}, VALS, sizeof VALS);
+    psg_tensor_t *v =
+        psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {3, DIM}}, VALS, sizeof VALS);
     psg_tensor_t *ix = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){1, {3}}, IDS, sizeof IDS);
     psg_endpoint_t f[] = {r->vals, r->ix};
     psg_tensor_t *fv[] = {v, ix};
@@ -108,7 +114,9 @@ static void run_dense(rig_t *r) {
     psg_tensor_destroy(&t);
 }
 
-static bool touched(int i) { return i / DIM == 1 || i / DIM == 4; }
+static bool touched(int i) {
+    return i / DIM == 1 || i / DIM == 4;
+}
 
 /* The sparse update against the dense one on the touched rows; untouched rows of the
  * variable and its slots keep their values. */
@@ -128,7 +136,8 @@ static void against_dense(const char *sop, const char *dop, int nslots, int nsc,
             int j = k * ROWS * DIM + i;
             float want = touched(i) ? dense[j] : before[j];
             if (fabsf(sparse[j] - want) > 1e-6f * (1 + fabsf(want)) && bad++ < 4)
-                fprintf(stderr, "%s: tensor %d element %d: %g, want %g\n", sop, k, i, sparse[j], want);
+                fprintf(stderr, "%s: tensor %d element %d: %g, want %g\n", sop, k, i, sparse[j],
+                        want);
         }
     CHECK(bad == 0);
     /* the touched rows moved */
@@ -150,7 +159,8 @@ static void test_adagrad(void) {
 
 static void test_lazy_adam(void) {
     /* beta1_power, beta2_power, lr, beta1, beta2, epsilon */
-    against_dense("SparseApplyAdam", "ApplyAdam", 2, 6, (float[]){0.81f, 0.998f, 0.01f, 0.9f, 0.999f, 1e-8f});
+    against_dense("SparseApplyAdam", "ApplyAdam", 2, 6,
+                  (float[]){0.81f, 0.998f, 0.01f, 0.9f, 0.999f, 1e-8f});
 }
 
 static void test_ftrl(void) {
@@ -176,7 +186,8 @@ static void test_ftrl(void) {
         double want[3] = {w, acc, lin};
         for (int k = 0; k < 3; k++)
             if (fabs(after[k * ROWS * DIM + i] - want[k]) > 1e-5 * (1 + fabs(want[k])) && bad++ < 4)
-                fprintf(stderr, "ftrl: tensor %d element %d: %g, want %g\n", k, i, after[k * ROWS * DIM + i], want[k]);
+                fprintf(stderr, "ftrl: tensor %d element %d: %g, want %g\n", k, i,
+                        after[k * ROWS * DIM + i], want[k]);
     }
     CHECK(bad == 0);
     rig_free(&r);
@@ -191,7 +202,8 @@ static void test_errors(void) {
     float vals[3 * DIM];
     memcpy(vals, VALS, sizeof vals);
     vals[5] = NAN;
-    psg_tensor_t *v = psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {3, DIM}}, vals, sizeof vals);
+    psg_tensor_t *v =
+        psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {3, DIM}}, vals, sizeof vals);
     psg_tensor_t *ix = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){1, {3}}, IDS, sizeof IDS);
     psg_endpoint_t f[] = {r.vals, r.ix};
     psg_tensor_t *fv[] = {v, ix};
@@ -201,7 +213,8 @@ static void test_errors(void) {
     CHECK(!memcmp(before, after, sizeof before));
     /* a row the variable does not have */
     psg_tensor_destroy(&ix);
-    ix = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){1, {3}}, (int64_t[]){1, 6, 0}, 3 * sizeof(int64_t));
+    ix = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){1, {3}}, (int64_t[]){1, 6, 0},
+                              3 * sizeof(int64_t));
     fv[0] = psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {3, DIM}}, VALS, sizeof VALS);
     fv[1] = ix;
     CHECK(psg_session_run(r.s, 2, f, fv, 0, NULL, NULL, 1, &r.sparse_id) < 0);
@@ -216,7 +229,8 @@ static void test_errors(void) {
  * a step only the rows looked up changed (lazy Adam's slots too), the dense weight all. */
 static void test_optimizer_sparse(void) {
     const char *kinds[] = {"sgd", "momentum", "adagrad", "adam"};
-    const char *ops[] = {"SparseApplyGradientDescent", "SparseApplyMomentum", "SparseApplyAdagrad", "SparseApplyAdam"};
+    const char *ops[] = {"SparseApplyGradientDescent", "SparseApplyMomentum", "SparseApplyAdagrad",
+                         "SparseApplyAdam"};
     for (int k = 0; k < 4; k++) {
         psg_graph_t *g = psg_graph_new();
         psg_endpoint_t table = psg_variable(g, "table", PSG_DT_F32, &(psg_shape_t){2, {10, 4}},
@@ -233,15 +247,18 @@ static void test_optimizer_sparse(void) {
         int train = -1;
         CHECK(psg_optimizer_minimize(opt, g, loss, &train) == 0);
         int found = 0;
-        for (int i = 0; i < psg_graph_num_nodes(g); i++) found += !strcmp(psg_node_op(psg_graph_node(g, i)), ops[k]);
+        for (int i = 0; i < psg_graph_num_nodes(g); i++)
+            found += !strcmp(psg_node_op(psg_graph_node(g, i)), ops[k]);
         CHECK(found == 1);
         psg_session_t *s = psg_session_new(g, NULL, NULL);
         CHECK(psg_session_run_init(s) == 0);
         psg_resource_mgr_t *rm = psg_session_resources(s);
         psg_tensor_t *before = psg_tensor_copy(psg_resource_find_variable(rm, "table")->value);
-        psg_tensor_t *iv = psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){1, {4}}, (int64_t[]){7, 2, 7, 5}, 32);
+        psg_tensor_t *iv =
+            psg_tensor_from_data(PSG_DT_I64, &(psg_shape_t){1, {4}}, (int64_t[]){7, 2, 7, 5}, 32);
         CHECK(psg_session_run(s, 1, &ids, &iv, 0, NULL, NULL, 1, &train) == 0);
-        const float *a = psg_tensor_f32(psg_resource_find_variable(rm, "table")->value), *b = psg_tensor_f32(before);
+        const float *a = psg_tensor_f32(psg_resource_find_variable(rm, "table")->value),
+                    *b = psg_tensor_f32(before);
         for (int r = 0; r < 10; r++) {
             bool hit = r == 7 || r == 2 || r == 5, moved = memcmp(a + r * 4, b + r * 4, 16) != 0;
             CHECK(hit == moved);
@@ -261,11 +278,13 @@ static void test_big_constant_init(void) {
     psg_endpoint_t v = psg_variable(g, "big", PSG_DT_F32, &(psg_shape_t){2, {100000, 17}},
                                     (psg_initializer_t){"constant", 0.25, 0}, false);
     CHECK(psg_endpoint_valid(v));
-    for (int i = 0; i < psg_graph_num_nodes(g); i++) CHECK(strcmp(psg_node_op(psg_graph_node(g, i)), "Const"));
+    for (int i = 0; i < psg_graph_num_nodes(g); i++)
+        CHECK(strcmp(psg_node_op(psg_graph_node(g, i)), "Const"));
     psg_session_t *s = psg_session_new(g, NULL, NULL);
     CHECK(psg_session_run_init(s) == 0);
     psg_variable_t *var = psg_resource_find_variable(psg_session_resources(s), "big");
-    CHECK(var && psg_tensor_f32(var->value)[0] == 0.25f && psg_tensor_f32(var->value)[1699999] == 0.25f);
+    CHECK(var && psg_tensor_f32(var->value)[0] == 0.25f &&
+          psg_tensor_f32(var->value)[1699999] == 0.25f);
     psg_session_destroy(&s);
     psg_graph_destroy(&g);
 }

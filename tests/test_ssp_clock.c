@@ -83,6 +83,23 @@ static void test_deadline_and_close(void) {
     psg_resource_mgr_destroy(&rm);
 }
 
+/* One worker (SSP of a single worker never waits for another), whose wait asks for no
+ * timeout (it gets the task's longest), and no workers (refused). */
+static void test_sizes(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    CHECK(psg_ssp_clock_get(rm, "none", 0) == NULL);
+    CHECK_ERROR_HAS("ssp clock 'none': 0 workers (at least 1)");
+    psg_ssp_clock_t *solo = psg_ssp_clock_get(rm, "solo", 1);
+    CHECK(solo != NULL);
+    answer_t a = {0};
+    psg_ssp_clock_wait_async(solo, 0, READ, 1, 0, on_answer, &a); /* 0: the task's longest wait */
+    pause_ms(50);
+    CHECK(atomic_load(&a.calls) == 0);
+    CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
+    CHECK(atomic_load(&a.calls) == 1 && a.least == 1 && !a.error[0]);
+    psg_resource_mgr_destroy(&rm);
+}
+
 typedef struct {
     psg_session_t *s;
     psg_endpoint_t want;
@@ -116,7 +133,8 @@ static void test_ops_wait_without_a_thread(void) {
     CHECK(psg_graph_error(g) == NULL && slow >= 0 && reset >= 0);
     psg_session_t *s = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
     CHECK(s);
-    waiter_t w = {.s = s, .want = want, .fetch = {least, {least.node, 1}}, .want_value = 1, .rc = -2};
+    waiter_t w = {
+        .s = s, .want = want, .fetch = {least, {least.node, 1}}, .want_value = 1, .rc = -2};
     pthread_t th;
     pthread_create(&th, NULL, wait_main, &w);
     pause_ms(30);
@@ -124,7 +142,8 @@ static void test_ops_wait_without_a_thread(void) {
     CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &ahead) == 0); /* worker 0 only */
     pause_ms(10);
     CHECK(atomic_load(&w.finished) == 0);
-    CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &slow) == 0); /* worker 1 catches up */
+    CHECK(psg_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &slow) ==
+          0); /* worker 1 catches up */
     pthread_join(th, NULL);
     CHECK(w.rc == 0 && w.got[0] && psg_tensor_i64(w.got[0])[0] == 1);
     CHECK(w.got[1] && psg_tensor_f32(w.got[1])[0] > 0.02f); /* the seconds it waited */
@@ -140,6 +159,7 @@ static void test_ops_wait_without_a_thread(void) {
 int main(void) {
     RUN_TEST(test_ahead_worker_waits_for_the_slowest);
     RUN_TEST(test_deadline_and_close);
+    RUN_TEST(test_sizes);
     RUN_TEST(test_ops_wait_without_a_thread);
     return psg_test_summary();
 }

@@ -20,7 +20,9 @@ static uint32_t crc32c_ref(const uint8_t *p, size_t n) {
     return ~c;
 }
 
-static uint32_t mask(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8u; }
+static uint32_t mask(uint32_t c) {
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
 
 /* ---- a protobuf reader of our own ---- */
 
@@ -180,8 +182,10 @@ static void test_event_file(void) {
         CHECK(!strcmp(ev[0].file_version, "brain.Event:2") && ev[0].num_values == 0);
         CHECK(ev[0].wall_time > 1.6e9 && ev[0].wall_time < 4e9);
         CHECK(ev[1].step == 100 && ev[1].num_values == 3 && !strcmp(ev[1].tags[0], "loss"));
-        CHECK(ev[1].values[0] == 2.5f && !strcmp(ev[1].tags[1], "learning_rate") && ev[1].values[1] == 0.05f);
-        CHECK(ev[3].step == 300 && ev[3].values[2] == 3000.0f && !strcmp(ev[3].tags[2], "examples_per_sec"));
+        CHECK(ev[1].values[0] == 2.5f && !strcmp(ev[1].tags[1], "learning_rate") &&
+              ev[1].values[1] == 0.05f);
+        CHECK(ev[3].step == 300 && ev[3].values[2] == 3000.0f &&
+              !strcmp(ev[3].tags[2], "examples_per_sec"));
         CHECK(ev[4].step == 300 && ev[4].num_values == 1 && !strcmp(ev[4].tags[0], "accuracy") &&
               ev[4].values[0] == 0.875f);
         CHECK(ev[5].step == 1LL << 40 && ev[5].values[0] == -1.0f);
@@ -190,20 +194,21 @@ static void test_event_file(void) {
     /* TensorBoard's own reader, where it is installed */
     if (system("python3 -c 'import tensorboard' 2>/dev/null") == 0) {
         char cmd[1500];
-        snprintf(cmd, sizeof cmd,
-                 "python3 -c 'from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E\n"
-                 "a = E(\"%s\"); a.Reload(); s = a.Scalars(\"loss\")\n"
-                 "assert [x.step for x in s] == [100, 200, 300], s\n"
-                 "assert abs(s[1].value - 1.25) < 1e-6 and a.Scalars(\"accuracy\")[0].value == 0.875\n"
-                 "print(\"tensorboard reads\", sorted(a.Tags()[\"scalars\"]))'",
-                 dir);
+        snprintf(
+            cmd, sizeof cmd,
+            "python3 -c 'from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E\n"
+            "a = E(\"%s\"); a.Reload(); s = a.Scalars(\"loss\")\n"
+            "assert [x.step for x in s] == [100, 200, 300], s\n"
+            "assert abs(s[1].value - 1.25) < 1e-6 and a.Scalars(\"accuracy\")[0].value == 0.875\n"
+            "print(\"tensorboard reads\", sorted(a.Tags()[\"scalars\"]))'",
+            dir);
         fflush(stdout);
         CHECK(system(cmd) == 0);
     } else {
         printf("tensorboard is not installed: skipped reading the file with it\n");
     }
-    CHECK(!psg_summary_writer_new("/nonexistent/dir/x"));
-    CHECK_ERROR_HAS("/nonexistent/dir");
+    CHECK(!psg_summary_writer_new("/dev/null/dir/x"));
+    CHECK_ERROR_HAS("/dev/null/dir"); /* a folder that cannot be made */
     nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 

@@ -4,7 +4,8 @@
  * and one rendezvous, as tests/test_partition.c runs one step; the chief's
  * runner is one more thread. Equivalence with one process of batch N·B,
  * backup workers that drop a delayed worker's gradients, a dead worker, and
- * the end of the data. */
+ * the end of the data; every strategy of the table (tests/strategy_halved.c,
+ * compiled in, adds one as a program would) offered by --help and built. */
 #include "ops/state/sync_resources.h"
 #include "runtime/executor.h"
 #include "runtime/partition.h"
@@ -37,19 +38,15 @@ static _Atomic int64_t next_step_id = 1; /* step ids are unique across workers a
 
 static void cluster_init(cluster_t *c) {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < NUM_PS; i++)
-        c->ps[i] = psg_resource_mgr_new();
-    for (int i = 0; i < MAX_WORKERS; i++)
-        c->workers[i] = psg_resource_mgr_new();
+    for (int i = 0; i < NUM_PS; i++) c->ps[i] = psg_resource_mgr_new();
+    for (int i = 0; i < MAX_WORKERS; i++) c->workers[i] = psg_resource_mgr_new();
     c->rv = psg_rendezvous_new(20000); /* longer than any sync timeout */
 }
 
 static void cluster_free(cluster_t *c) {
     psg_rendezvous_destroy(&c->rv);
-    for (int i = 0; i < NUM_PS; i++)
-        psg_resource_mgr_destroy(&c->ps[i]);
-    for (int i = 0; i < MAX_WORKERS; i++)
-        psg_resource_mgr_destroy(&c->workers[i]);
+    for (int i = 0; i < NUM_PS; i++) psg_resource_mgr_destroy(&c->ps[i]);
+    for (int i = 0; i < MAX_WORKERS; i++) psg_resource_mgr_destroy(&c->workers[i]);
 }
 
 static psg_resource_mgr_t *task_rm(cluster_t *c, const char *task) {
@@ -89,8 +86,7 @@ static prepared_t *prepare(cluster_t *cl, psg_graph_t *g, int n_feeds, const psg
 static void prepared_free(prepared_t **pp) {
     prepared_t *p = *pp;
     if (!p) return;
-    for (int k = 0; p->set && k < p->set->num_partitions; k++)
-        psg_plan_destroy(&p->plans[k]);
+    for (int k = 0; p->set && k < p->set->num_partitions; k++) psg_plan_destroy(&p->plans[k]);
     free(p->plans);
     psg_partition_set_destroy(&p->set);
     free(p);
@@ -128,25 +124,21 @@ static int prepared_run(prepared_t *p, psg_tensor_t *const *feeds, psg_tensor_t 
         runs[k].plan = p->plans[k];
         runs[k].env = (psg_run_env_t){
             .rm = task_rm(p->cl, pt->task), .step_id = step, .rendezvous = p->cl->rv};
-        for (int i = 0; i < pt->num_feeds; i++)
-            runs[k].feeds[i] = feeds[pt->feed_index[i]];
+        for (int i = 0; i < pt->num_feeds; i++) runs[k].feeds[i] = feeds[pt->feed_index[i]];
     }
     for (int k = 0; k < np - 1; k++)
         PSG_ASSERT(pthread_create(&th[k], NULL, part_main, &runs[k]) == 0);
     part_main(&runs[np - 1]);
-    for (int k = 0; k < np - 1; k++)
-        pthread_join(th[k], NULL);
+    for (int k = 0; k < np - 1; k++) pthread_join(th[k], NULL);
     const part_run_t *failed = NULL;
     for (int k = 0; k < np; k++) {
         psg_partition_t *pt = &p->set->partitions[k];
         if (runs[k].rc < 0) {
             rc = -1;
             /* the node that failed first, not a partition its abort woke */
-            if (!failed || psg_error_is_cause_of(failed->code, runs[k].code))
-                failed = &runs[k];
+            if (!failed || psg_error_is_cause_of(failed->code, runs[k].code)) failed = &runs[k];
         }
-        for (int i = 0; i < pt->num_fetches; i++)
-            fetched[pt->fetch_index[i]] = runs[k].fetched[i];
+        for (int i = 0; i < pt->num_fetches; i++) fetched[pt->fetch_index[i]] = runs[k].fetched[i];
     }
     psg_rendezvous_cleanup_step(p->cl->rv, step);
     return rc < 0 ? psg_error_set_code(failed->code, "%s", failed->error) : 0;
@@ -214,10 +206,8 @@ static void model_free(model_t *m) {
  * fixed data order every run. */
 static void global_batch(int j, int rows, float *x, float *y) {
     unsigned seed = 1000u + (unsigned)j;
-    for (int i = 0; i < rows * IN; i++)
-        x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
-    for (int i = 0; i < rows * OUT; i++)
-        y[i] = (float)rand_r(&seed) / (float)RAND_MAX;
+    for (int i = 0; i < rows * IN; i++) x[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
+    for (int i = 0; i < rows * OUT; i++) y[i] = (float)rand_r(&seed) / (float)RAND_MAX;
 }
 
 static void shard_batch(int j, int shard, int num_shards, psg_tensor_t **x, psg_tensor_t **y) {
@@ -303,8 +293,7 @@ static void *worker_main(void *arg) {
             w->last_next_step = st.next_step;
             local_step = st.next_step;
         }
-        for (int i = 0; i < 4; i++)
-            psg_tensor_destroy(&out[i]);
+        for (int i = 0; i < 4; i++) psg_tensor_destroy(&out[i]);
         psg_tensor_destroy(&x);
         psg_tensor_destroy(&y);
         psg_tensor_destroy(&ls);
@@ -362,8 +351,7 @@ static void job_run(job_t *job, cluster_t *cl, const psg_sync_config_t *cfg, con
 }
 
 static void job_free(job_t *job) {
-    for (int i = 0; i < job->n; i++)
-        worker_free(&job->w[i]);
+    for (int i = 0; i < job->n; i++) worker_free(&job->w[i]);
 }
 
 static int64_t global_step_of(cluster_t *cl) {
@@ -525,11 +513,11 @@ static void test_end_of_data_ends_cleanly(void) {
     }
 }
 
-/* The async variant in the same harness: no tokens, every gradient applied. */
-static void test_async_variant(void) {
+/* The async strategy in the same harness: no tokens, every gradient applied. */
+static void test_async_strategy(void) {
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
-    cfg.variant = "async";
+    cfg.strategy = "async";
     cfg.num_workers = 2;
     model_t m;
     build_model(&m, B, 1, &cfg);
@@ -544,38 +532,25 @@ static void test_async_variant(void) {
     psg_tensor_destroy(&seen[0]);
     psg_tensor_destroy(&seen[1]);
     model_free(&m);
-    cfg.variant = "bounded";
+    cfg.strategy = "bounded";
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
-    CHECK_ERROR_HAS("unknown strategy 'bounded' (known: sync, async, ssp, local, easgd)");
-    cfg.variant = "sync";
+    char known[1024] = "unknown strategy 'bounded' (known: "; /* the table's names, in order */
+    for (int i = 0; i < psg_sync_num_strategies(); i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                 psg_sync_strategy_at(i)->name);
+    CHECK(psg_sync_num_strategies() >= 5 && strstr(known, "sync, async"));
+    CHECK_ERROR_HAS(known);
+    cfg.strategy = "sync";
     cfg.backup_workers = 2;
     CHECK(psg_sync_replicas_new(opt, &cfg) == NULL);
     CHECK_ERROR_HAS("replicas_to_aggregate 0 + backup_workers 2");
     psg_optimizer_destroy(&opt);
 }
 
-/* ---- a strategy written as docs/sync.md ("Adding a strategy") says ---- */
-
-/* "halved": async whose update applies each gradient times 1/2 and counts its steps
- * in its own state: build and step are all a strategy needs. */
-static int build_halved(const psg_sync_build_t *b, psg_sync_graph_t *out) {
-    psg_endpoint_t half[8];
-    for (int i = 0; i < b->n; i++) half[i] = psg_scale(b->g, "halved/grad", b->grads[i], 0.5);
-    return psg_optimizer_apply_gradients(b->opt, b->g, b->n, half, b->vars, &out->train_op);
-}
-
-static int step_halved(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
-    int64_t *count = w->state;
-    if (!count && !(w->state = count = calloc(1, sizeof *count))) return -1;
-    if (psg_sync_step_default(w, loss, st) < 0) return -1;
-    ++*count;
-    return 0;
-}
-
-static const psg_sync_strategy_t halved = {
-    .name = "halved", .summary = "async at half the rate", .build = build_halved, .step = step_halved};
+/* ---- a strategy written as docs/sync.md ("Adding a strategy") says: "halved", the
+ * file tests/strategy_halved.c, in this binary's table ---- */
 
 typedef struct {
     psg_callable_t *step;
@@ -595,7 +570,8 @@ static psg_graph_t *sum_wx_graph(psg_endpoint_t *x, psg_endpoint_t *w, psg_endpo
     psg_shape_t s4 = psg_shape_1d(4);
     *x = psg_placeholder(g, "x", PSG_DT_F32, &s4);
     *w = psg_variable(g, "w", PSG_DT_F32, &s4, (psg_initializer_t){"zeros", 0, 0}, true);
-    *loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", *w), *x), 0, NULL, false);
+    *loss = psg_sum(g, "loss", psg_mul(g, "wx", psg_read_variable(g, "w/read", *w), *x), 0, NULL,
+                    false);
     return g;
 }
 
@@ -611,11 +587,13 @@ static void check_w_is(psg_session_t *sess, psg_graph_t *g, psg_endpoint_t w, fl
     psg_tensor_t *wv = NULL;
     psg_endpoint_t wr = psg_read_variable(g, "w/read_after", w);
     CHECK(psg_session_run(sess, 0, NULL, NULL, 1, &wr, &wv, 0, NULL) == 0);
-    for (int i = 0; wv && i < 4; i++) CHECK(fabsf(psg_tensor_f32(wv)[i] - c * (float)(i + 1)) < 1e-5f);
+    for (int i = 0; wv && i < 4; i++)
+        CHECK(fabsf(psg_tensor_f32(wv)[i] - c * (float)(i + 1)) < 1e-5f);
     psg_tensor_destroy(&wv);
 }
 
-/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps w = -3 * 0.1 * x / 2. */
+/* One process: loss = sum(w * x), SGD lr 0.1, w starting at 0: after 3 steps of "halved",
+ * found by its name in the table, w = -3 * 0.1 * x / 2. */
 static void test_a_strategy_from_the_docs(void) {
     psg_shape_t s4 = psg_shape_1d(4);
     psg_endpoint_t x, w, loss;
@@ -623,8 +601,9 @@ static void test_a_strategy_from_the_docs(void) {
     psg_optimizer_t *opt = optimizer_at("sgd", 0.1f, 0);
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
-    psg_sync_replicas_t *sr = psg_sync_replicas_new_with(opt, &cfg, &halved);
-    CHECK(sr && !strcmp(psg_sync_replicas_variant(sr), "halved"));
+    cfg.strategy = "halved";
+    psg_sync_replicas_t *sr = psg_sync_replicas_new(opt, &cfg);
+    CHECK(sr && !strcmp(psg_sync_replicas_strategy_name(sr), "halved"));
     psg_sync_graph_t sg;
     CHECK(psg_sync_replicas_minimize(sr, g, loss, &sg) == 0);
     psg_session_t *sess = psg_session_new(g, &(psg_session_options_t){.num_threads = 1}, NULL);
@@ -651,6 +630,44 @@ static void test_a_strategy_from_the_docs(void) {
     psg_graph_destroy(&g);
 }
 
+/* Every strategy of the table, whatever it holds: --help offers it with its summary and
+ * its options, --sync takes its name, and it builds a worker's graph of loss = sum(w * x)
+ * for 2 workers with a step to run. */
+static void test_every_strategy_of_the_table(void) {
+    char *help = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&help, &len);
+    PSG_ASSERT(f);
+    psg_sync_print_help(f);
+    fclose(f);
+    CHECK(psg_sync_strategy_find("halved") != NULL); /* tests/strategy_halved.c's row */
+    for (int i = 0; i < psg_sync_num_strategies(); i++) {
+        const psg_sync_strategy_t *s = psg_sync_strategy_at(i);
+        char line[128];
+        snprintf(line, sizeof line, "    %-8s %s\n", s->name, s->summary);
+        CHECK(strstr(help, line) != NULL);
+        for (int k = 0; s->options && s->options[k]; k++) CHECK(strstr(help, s->options[k]));
+        CHECK(psg_sync_strategy_check_name(s->name) == 0);
+        psg_endpoint_t x, w, loss;
+        psg_graph_t *g = sum_wx_graph(&x, &w, &loss);
+        psg_optimizer_t *opt = optimizer_at("sgd", 0.1f, 0);
+        psg_sync_config_t cfg;
+        psg_sync_config_defaults(&cfg);
+        cfg.strategy = s->name;
+        cfg.num_workers = 2;
+        psg_sync_replicas_t *sr = psg_sync_replicas_new(opt, &cfg);
+        psg_sync_graph_t sg;
+        CHECK(sr && psg_sync_replicas_strategy(sr) == s);
+        CHECK(sr && psg_sync_replicas_minimize(sr, g, loss, &sg) == 0 && sg.train_op >= 0);
+        if (psg_error_message()[0]) fprintf(stderr, "  %s: %s\n", s->name, psg_error_message());
+        psg_error_clear();
+        psg_sync_replicas_destroy(&sr);
+        psg_optimizer_destroy(&opt);
+        psg_graph_destroy(&g);
+    }
+    free(help);
+}
+
 /* --compress-momentum folded with a rate tensor (a schedule's place): one process, async,
  * top-k of every entry, loss = sum(w * x), momentum 0.5 at a rate tensor of 0.1, w from 0:
  * the ps runs SGD of rate 0.1 / (1 - 0.5) = 0.2, so w = -3 * 0.2 * x after 3 steps
@@ -664,7 +681,7 @@ static void test_folded_momentum_scales_the_rate_tensor(void) {
     psg_optimizer_set_learning_rate_tensor(opt, psg_const_scalar(g, "rate", 0.1f));
     psg_sync_config_t cfg;
     psg_sync_config_defaults(&cfg);
-    cfg.variant = "async";
+    cfg.strategy = "async";
     cfg.opt.compress = PSG_SYNC_COMPRESS_TOPK;
     cfg.opt.compress_ratio = 1;
     cfg.opt.compress_momentum = PSG_SYNC_COMPRESS_MOMENTUM_FOLDED;
@@ -675,7 +692,8 @@ static void test_folded_momentum_scales_the_rate_tensor(void) {
     CHECK(sess && psg_session_run_init(sess) == 0);
     psg_tensor_t *xt = psg_tensor_new(PSG_DT_F32, &s4);
     for (int i = 0; i < 4; i++) psg_tensor_f32(xt)[i] = (float)(i + 1);
-    for (int k = 0; sess && k < 3; k++) CHECK(psg_session_run(sess, 1, &x, &xt, 0, NULL, NULL, 1, &sg.train_op) == 0);
+    for (int k = 0; sess && k < 3; k++)
+        CHECK(psg_session_run(sess, 1, &x, &xt, 0, NULL, NULL, 1, &sg.train_op) == 0);
     if (sess) check_w_is(sess, g, w, -0.6f);
     psg_tensor_destroy(&xt);
     psg_session_destroy(&sess);
@@ -684,13 +702,37 @@ static void test_folded_momentum_scales_the_rate_tensor(void) {
     psg_graph_destroy(&g);
 }
 
+/* Why a dropped gradient was dropped, and the counts by reason. */
+static void test_drop_reasons(void) {
+    psg_sync_stats_t s = {0};
+    psg_sync_step_t used = {.used = true, .next_step = 3, .num_accepted = 4, .num_vars = 4};
+    psg_sync_step_t stale = {.next_step = 3, .num_accepted = 0, .num_vars = 4};
+    psg_sync_step_t partial = {.next_step = 3, .num_accepted = 2, .num_vars = 4};
+    psg_sync_step_t closed = {.next_step = -1, .num_accepted = 0, .num_vars = 4};
+    CHECK(psg_sync_step_drop_reason(&used) == NULL);
+    CHECK(!strcmp(psg_sync_step_drop_reason(&stale), "stale"));
+    CHECK(!strcmp(psg_sync_step_drop_reason(&partial), "partial"));
+    CHECK(!strcmp(psg_sync_step_drop_reason(&closed), "closed"));
+    const psg_sync_step_t *all[] = {&used, &stale, &stale, &partial, &closed};
+    for (int i = 0; i < 5; i++) psg_sync_stats_add(&s, all[i]);
+    CHECK(s.used == 1 && s.dropped == 4 && s.dropped_stale == 2 && s.dropped_partial == 1 &&
+          s.dropped_closed == 1);
+    char line[640];
+    psg_sync_step_json(&partial, 1, line, sizeof line);
+    CHECK(strstr(line, "\"gradient\":\"dropped\",\"why\":\"partial\"") != NULL);
+    psg_sync_step_json(&used, 1, line, sizeof line);
+    CHECK(strstr(line, "\"why\"") == NULL);
+}
+
 int main(void) {
     RUN_TEST(test_equivalence_with_one_process);
     RUN_TEST(test_backup_worker_drops_the_straggler);
     RUN_TEST(test_dead_worker_fails_within_the_timeout);
     RUN_TEST(test_end_of_data_ends_cleanly);
-    RUN_TEST(test_async_variant);
+    RUN_TEST(test_async_strategy);
     RUN_TEST(test_a_strategy_from_the_docs);
+    RUN_TEST(test_every_strategy_of_the_table);
     RUN_TEST(test_folded_momentum_scales_the_rate_tensor);
+    RUN_TEST(test_drop_reasons);
     return psg_test_summary();
 }

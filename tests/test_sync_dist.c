@@ -61,8 +61,7 @@ static void job_spawn(job_t *j, int i, const char *const *args) {
     const char *argv[64] = {psgraph_exe, "train",  "--cluster", j->cluster,
                             "--job",     "worker", "--task",    task};
     int n = 8;
-    for (int k = 0; args[k] && n < 63; k++)
-        argv[n++] = args[k];
+    for (int k = 0; args[k] && n < 63; k++) argv[n++] = args[k];
     argv[n] = NULL;
     pid_t pid = fork();
     PSG_ASSERT(pid >= 0);
@@ -97,8 +96,7 @@ static int job_wait(job_t *j, int i, double deadline) {
 }
 
 static void job_stop(job_t *j) {
-    for (int i = 0; i < j->nw; i++)
-        job_wait(j, i, 0);
+    for (int i = 0; i < j->nw; i++) job_wait(j, i, 0);
     psg_task_server_destroy(&j->ps);
     psg_cluster_destroy(&j->c);
 }
@@ -223,9 +221,11 @@ static void job_start_with(job_t *j, const char *name, int nw, const char *const
  * both have read the step) and local SGD with H = 1 (the average of the two copies after
  * one step each is the averaged gradient step); the parameters on the ps within 1e-5. */
 static void test_strategies_equal_sync(void) {
-    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
-                          "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
-    const char *tails[4][6] = {{"sync", NULL}, {"ssp", "--staleness", "0", NULL},
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                          "--steps", "20",  "--seed", "3",         "--step-timeout", "20",
+                          "--batch", "16",  "--sync"};
+    const char *tails[4][6] = {{"sync", NULL},
+                               {"ssp", "--staleness", "0", NULL},
                                {"local", "--local-steps", "1", NULL},
                                {"sync", "--compress", "topk", "--compress-ratio", "1", NULL}};
     const char *names[4] = {"strat_sync", "strat_ssp", "strat_local", "strat_topk"};
@@ -239,11 +239,13 @@ static void test_strategies_equal_sync(void) {
     CHECK(ok);
     for (int j = 0; !ok && j < 4; j++) dump_logs(&jobs[j]);
     /* ssp's global step counts each worker's update; local SGD's counts averages */
-    CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40, 40) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "ssp s = 0 vs sync b = 0", "", 20, 40, 40) <=
+          1e-5);
     CHECK(compare_variables_as(&jobs[2], &jobs[0], "local H = 1 vs sync b = 0", "local_sgd/global/",
                                20, 40, 20) <= 1e-5);
     /* top-k of every entry: the gradients as they were (sent as values and indices) */
-    CHECK(compare_variables_as(&jobs[3], &jobs[0], "sync, top-k ratio 1 vs sync", "", 20, 40, 20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[3], &jobs[0], "sync, top-k ratio 1 vs sync", "", 20, 40, 20) <=
+          1e-5);
     for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
 }
 
@@ -253,9 +255,11 @@ static void test_strategies_equal_sync(void) {
  * slowest (staleness max exactly 1: the fast one did run ahead, and was held there), and
  * worker 0 is released each time worker 1 applies (both finish their 20 steps). */
 static void test_ssp_holds_the_fast_worker(void) {
-    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps", "20",
-                          "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync", "ssp",
-                          "--staleness", "1", "--straggler", "worker=1,delay_ms=200"};
+    const char *base[] = {"--model",     "mlp", "--data",         "synthetic",
+                          "--optimizer", "sgd", "--steps",        "20",
+                          "--seed",      "3",   "--step-timeout", "20",
+                          "--batch",     "16",  "--sync",         "ssp",
+                          "--staleness", "1",   "--straggler",    "worker=1,delay_ms=200"};
     const char *tail[] = {NULL};
     job_t job;
     job_start_with(&job, "ssp_straggler", 2, base, sizeof base / sizeof *base, tail);
@@ -268,8 +272,9 @@ static void test_ssp_holds_the_fast_worker(void) {
     const char *done = "{\"event\":\"done\"";
     long long max = field(log0, done, "max"), used = field(log0, done, "gradients_used");
     double mean = field_f(log0, done, "mean");
-    printf("  ssp s = 1, worker 1 200 ms slower a step: staleness mean %.3f max %lld, %lld gradients\n",
-           mean, max, used);
+    printf(
+        "  ssp s = 1, worker 1 200 ms slower a step: staleness mean %.3f max %lld, %lld gradients\n",
+        mean, max, used);
     CHECK(max == 1 && mean > 0 && used == 40);
     CHECK(strstr(log0, "\"per_worker\":[[20,0],[20,0]]") != NULL);
     free(log0);
@@ -278,15 +283,16 @@ static void test_ssp_holds_the_fast_worker(void) {
 
 /* The straggler's draws under local SGD (H = 4), 2 workers, 8 steps: worker 1 sleeps, before
  * its j-th step, the delay the documented hash gives (seed, worker 1, step j), step by step
- * as every variant's j-th step does. Keyed by the local step, which local SGD keeps for H
+ * as every strategy's j-th step does. Keyed by the local step, which local SGD keeps for H
  * steps, it slept one draw 4 times over and its stragglers cost as much as sync's. */
 static void test_local_sgd_draws_a_delay_each_step(void) {
     char logdir[400];
     snprintf(logdir, sizeof logdir, "%s/local_straggler_logs", tmpdir);
     const char *spec = "worker=all,dist=lognormal,median_ms=2,sigma=1";
-    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps", "8",
-                          "--seed", "5", "--step-timeout", "20", "--batch", "16", "--sync", "local",
-                          "--local-steps", "4", "--straggler", spec, "--logdir", logdir};
+    const char *base[] = {"--model",     "mlp", "--data",   "synthetic", "--optimizer",    "sgd",
+                          "--steps",     "8",   "--seed",   "5",         "--step-timeout", "20",
+                          "--batch",     "16",  "--sync",   "local",     "--local-steps",  "4",
+                          "--straggler", spec,  "--logdir", logdir};
     const char *tail[] = {NULL};
     job_t job;
     job_start_with(&job, "local_straggler", 2, base, sizeof base / sizeof *base, tail);
@@ -308,7 +314,8 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
         if (!strstr(line, "\"event\":\"sync_step\"")) continue;
         double got = field_f(line, "", "straggler_ms"), w = psg_straggler_delay_ms(want, 1, steps);
         if (fabs(got - w) > 1e-3 * (1 + w)) {
-            fprintf(stderr, "  worker 1's step %d slept %.3f ms, the draw for it is %.3f ms\n", steps, got, w);
+            fprintf(stderr, "  worker 1's step %d slept %.3f ms, the draw for it is %.3f ms\n",
+                    steps, got, w);
             CHECK(false);
         }
         distinct += got != prev;
@@ -330,18 +337,23 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
  * folded, the ps runs plain SGD of rate lr / (1 - m): SGD of that rate (m = 0.5, so that
  * the rate is the same float as --lr 0.1). */
 static void test_topk_momentum_known_answers(void) {
-    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--steps", "20", "--seed", "3",
-                          "--step-timeout", "20", "--batch", "16", "--sync", "sync", "--optimizer"};
+    const char *base[] = {"--model", "mlp",    "--data", "synthetic",      "--steps",
+                          "20",      "--seed", "3",      "--step-timeout", "20",
+                          "--batch", "16",     "--sync", "sync",           "--optimizer"};
     const char *tails[7][10] = {
         {"momentum", NULL},
-        {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker", NULL},
+        {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker",
+         NULL},
         {"sgd", NULL},
-        {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum", "worker-masked", NULL},
-        {"momentum", "--compress", "topk", "--compress-ratio", "0.01", "--compress-min-size", "1000000", NULL},
-        {"momentum", "--momentum", "0.5", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum",
-         "folded", NULL},
+        {"momentum", "--compress", "topk", "--compress-ratio", "1", "--compress-momentum",
+         "worker-masked", NULL},
+        {"momentum", "--compress", "topk", "--compress-ratio", "0.01", "--compress-min-size",
+         "1000000", NULL},
+        {"momentum", "--momentum", "0.5", "--compress", "topk", "--compress-ratio", "1",
+         "--compress-momentum", "folded", NULL},
         {"sgd", "--lr", "0.1", NULL}}; /* the mlp's lr 0.05 / (1 - 0.5): the same float */
-    const char *names[7] = {"mom", "mom_worker", "sgd", "mom_masked", "mom_min_size", "mom_folded", "sgd_folded_rate"};
+    const char *names[7] = {"mom",        "mom_worker",     "sgd", "mom_masked", "mom_min_size",
+                            "mom_folded", "sgd_folded_rate"};
     job_t jobs[7];
     for (int j = 0; j < 7; j++)
         job_start_with(&jobs[j], names[j], 2, base, sizeof base / sizeof *base, tails[j]);
@@ -352,22 +364,26 @@ static void test_topk_momentum_known_answers(void) {
     CHECK(ok);
     for (int j = 0; !ok && j < 7; j++) dump_logs(&jobs[j]);
     /* against the job without the ps's Momentum slots */
-    CHECK(compare_variables_as(&jobs[0], &jobs[1], "momentum vs top-k 1, momentum on the workers", "", 20, 40,
+    CHECK(compare_variables_as(&jobs[0], &jobs[1], "momentum vs top-k 1, momentum on the workers",
+                               "", 20, 40, 20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[3], &jobs[2], "top-k 1, masked momentum vs sgd", "", 20, 40,
                                20) <= 1e-5);
-    CHECK(compare_variables_as(&jobs[3], &jobs[2], "top-k 1, masked momentum vs sgd", "", 20, 40, 20) <= 1e-5);
-    CHECK(compare_variables_as(&jobs[4], &jobs[0], "top-k 1 %, all under the min size vs momentum", "", 20, 40,
+    CHECK(compare_variables_as(&jobs[4], &jobs[0], "top-k 1 %, all under the min size vs momentum",
+                               "", 20, 40, 20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[5], &jobs[6],
+                               "top-k 1, momentum folded vs sgd at lr / (1 - m)", "", 20, 40,
                                20) <= 1e-5);
-    CHECK(compare_variables_as(&jobs[5], &jobs[6], "top-k 1, momentum folded vs sgd at lr / (1 - m)", "", 20,
-                               40, 20) <= 1e-5);
     for (int j = 0; j < 7; j++) job_stop(&jobs[j]);
 }
 
 /* Async with top-k at ratio 1 against async uncompressed (one worker: a fixed order), and
  * at 1 %: 20x fewer bytes pushed a step, as the chief reports. */
 static void test_topk_ratio_one_is_uncompressed(void) {
-    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
-                          "20", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync", "async"};
-    const char *tails[3][5] = {{NULL}, {"--compress", "topk", "--compress-ratio", "1", NULL},
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                          "--steps", "20",  "--seed", "3",         "--step-timeout", "20",
+                          "--batch", "16",  "--sync", "async"};
+    const char *tails[3][5] = {{NULL},
+                               {"--compress", "topk", "--compress-ratio", "1", NULL},
                                {"--compress", "topk", "--compress-ratio", "0.01", NULL}};
     const char *names[3] = {"async_dense", "async_topk1", "async_topk001"};
     job_t jobs[3];
@@ -378,7 +394,8 @@ static void test_topk_ratio_one_is_uncompressed(void) {
     for (int j = 0; j < 3; j++) ok &= job_wait(&jobs[j], 0, deadline) == 0;
     CHECK(ok);
     for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
-    CHECK(compare_variables_as(&jobs[1], &jobs[0], "async, top-k ratio 1 vs async", "", 20, 20, 20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "async, top-k ratio 1 vs async", "", 20, 20,
+                               20) <= 1e-5);
     char *dense = job_log(&jobs[0], 0), *sparse = job_log(&jobs[2], 0);
     long long full = field(dense, "{\"event\":\"done\"", "push_bytes_per_step"),
               sent = field(sparse, "{\"event\":\"done\"", "push_bytes_per_step");
@@ -394,13 +411,16 @@ static void test_topk_ratio_one_is_uncompressed(void) {
  * lr: the center starts at the model's initial x0 and moves half way to x0 - lr g, which is
  * one SGD step of rate lr / 2 (async, one worker, --lr 0.025). */
 static void test_easgd_center_moves_by_alpha(void) {
-    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer", "sgd", "--steps",
-                          "1", "--seed", "3", "--step-timeout", "20", "--batch", "16", "--sync"};
-    const char *tails[2][8] = {{"easgd", "--elastic-alpha", "0.5", "--local-steps", "1", "--lr", "0.05", NULL},
-                               {"async", "--lr", "0.025", NULL}};
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                          "--steps", "1",   "--seed", "3",         "--step-timeout", "20",
+                          "--batch", "16",  "--sync"};
+    const char *tails[2][8] = {
+        {"easgd", "--elastic-alpha", "0.5", "--local-steps", "1", "--lr", "0.05", NULL},
+        {"async", "--lr", "0.025", NULL}};
     job_t jobs[2];
     for (int j = 0; j < 2; j++)
-        job_start_with(&jobs[j], j ? "easgd_ref" : "easgd", 1, base, sizeof base / sizeof *base, tails[j]);
+        job_start_with(&jobs[j], j ? "easgd_ref" : "easgd", 1, base, sizeof base / sizeof *base,
+                       tails[j]);
     double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     bool ok = job_wait(&jobs[0], 0, deadline) == 0;
     ok &= job_wait(&jobs[1], 0, deadline) == 0;
@@ -487,12 +507,10 @@ static void test_backup_drops_the_straggler(void) {
                           NULL};
     job_t j;
     job_start(&j, "backup", 3);
-    for (int i = 0; i < 3; i++)
-        job_spawn(&j, i, args);
+    for (int i = 0; i < 3; i++) job_spawn(&j, i, args);
     double deadline = psg_test_now_sec() + (asan ? 240 : 60);
     int rc[3];
-    for (int i = 0; i < 3; i++)
-        rc[i] = job_wait(&j, i, deadline);
+    for (int i = 0; i < 3; i++) rc[i] = job_wait(&j, i, deadline);
     CHECK(rc[0] == 0 && rc[1] == 0 && rc[2] == 0);
     char *l0 = job_log(&j, 0), *l1 = job_log(&j, 1), *l2 = job_log(&j, 2);
     const char *done = "{\"event\":\"done\"", *sum = "{\"event\":\"sync_summary\"";
@@ -540,8 +558,7 @@ static void dead_task_fails_in_time(const char *name, int workers, int b, int vi
                           NULL};
     job_t j;
     job_start(&j, name, workers);
-    for (int i = 0; i < workers; i++)
-        job_spawn(&j, i, args);
+    for (int i = 0; i < workers; i++) job_spawn(&j, i, args);
     bool running = job_log_wait(&j, victim, "step 20 ", psg_test_now_sec() + (asan ? 120 : 30));
     CHECK(running);
     kill(j.pids[victim], SIGKILL);
@@ -555,8 +572,7 @@ static void dead_task_fails_in_time(const char *name, int workers, int b, int vi
     CHECK(clear);
     CHECK(took < 1.5 * timeout + 2);
     const char *e = strstr(l, "psgraph train: ");
-    while (e && strstr(e + 1, "psgraph train: "))
-        e = strstr(e + 1, "psgraph train: ");
+    while (e && strstr(e + 1, "psgraph train: ")) e = strstr(e + 1, "psgraph train: ");
     printf("  %s (b = %d): worker %d failed %.1f s after worker %d was killed (timeout %d s): "
            "%.400s\n",
            name, b, watched, took, victim, timeout, e ? e : "?");
@@ -609,8 +625,7 @@ static void test_killed_worker_does_not_stop_training(void) {
     job_t j;
     job_start(&j, "kill", 3);
     double t0 = psg_test_now_sec();
-    for (int i = 0; i < 3; i++)
-        job_spawn(&j, i, args);
+    for (int i = 0; i < 3; i++) job_spawn(&j, i, args);
     bool running = job_log_wait(&j, 2, "step 200 ", psg_test_now_sec() + 60);
     CHECK(running);
     kill(j.pids[2], SIGKILL);

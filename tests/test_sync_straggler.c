@@ -64,15 +64,13 @@ static void test_sampler(void) {
     psg_straggler_t *ln = psg_straggler_new(7);
     CHECK(psg_straggler_add(ln, "worker=all,median_ms=20,sigma=1") == 0);
     int below = 0;
-    for (int step = 0; step < n; step++)
-        below += psg_straggler_delay_ms(ln, 3, step) < 20.0;
+    for (int step = 0; step < n; step++) below += psg_straggler_delay_ms(ln, 3, step) < 20.0;
     CHECK_NEAR((double)below / n, 0.5, 0.02);
     /* prob: about that share of steps are delayed */
     psg_straggler_t *p = psg_straggler_new(9);
     CHECK(psg_straggler_add(p, "worker=1,delay_ms=5,prob=0.1") == 0);
     int delayed = 0;
-    for (int step = 0; step < n; step++)
-        delayed += psg_straggler_delay_ms(p, 1, step) > 0;
+    for (int step = 0; step < n; step++) delayed += psg_straggler_delay_ms(p, 1, step) > 0;
     CHECK_NEAR((double)delayed / n, 0.1, 0.01);
     CHECK(psg_straggler_delay_ms(p, 0, 3) == 0);
     CHECK(psg_straggler_sleep(NULL, 0, 0) == 0);

@@ -42,8 +42,9 @@ static void test_example_round_trip(void) {
         free(cut);
     }
     free(buf);
-    /* an unpacked int64 list, as older writers emit: Features{feature{key, Feature{int64_list{1: 7}}}} */
-    const uint8_t unpacked[] = {0x0a, 0x0f, 0x0a, 0x0d, 0x0a, 0x01, 'k', 0x12, 0x08,
+    /* an unpacked int64 list, as older writers emit: Features{feature{key, Feature{int64_list{1:
+     * 7}}}} */
+    const uint8_t unpacked[] = {0x0a, 0x0f, 0x0a, 0x0d, 0x0a, 0x01, 'k',  0x12, 0x08,
                                 0x1a, 0x06, 0x08, 0x07, 0x08, 0x09, 0x08, 0x0b};
     CHECK(psg_example_parse(unpacked, sizeof unpacked, "x", "k", &ex) == 0);
     CHECK(ex.has_label && ex.label == 7);
@@ -150,7 +151,8 @@ static void test_extreme_label(void) {
     uint8_t *jpeg, *ex;
     size_t jn, en;
     colour_jpeg(20, 20, 0, &jpeg, &jn);
-    CHECK(psg_example_encode("image/encoded", jpeg, jn, "image/class/label", INT64_MIN, &ex, &en) == 0);
+    CHECK(psg_example_encode("image/encoded", jpeg, jn, "image/class/label", INT64_MIN, &ex, &en) ==
+          0);
     CHECK(psg_tfrecord_write(w, ex, en) == 0);
     free(ex);
     free(jpeg);
@@ -254,7 +256,8 @@ static void test_corrupt_records_are_skipped(void) {
     const char junk[] = "not a jpeg at all";
     uint8_t *ex;
     size_t en;
-    CHECK(psg_example_encode("image/encoded", (const uint8_t *)junk, sizeof junk, "image/class/label", 2, &ex, &en) == 0);
+    CHECK(psg_example_encode("image/encoded", (const uint8_t *)junk, sizeof junk,
+                             "image/class/label", 2, &ex, &en) == 0);
     CHECK(psg_tfrecord_write(w, ex, en) == 0); /* 2: not a JPEG */
     free(ex);
     write_example(w, 3, 20, 20); /* 3: header CRC broken below */
@@ -296,7 +299,8 @@ static void test_corrupt_records_are_skipped(void) {
     psg_tensor_t *img = NULL, *lab = NULL;
     for (int epoch = 0; epoch < 2; epoch++) {
         CHECK(psg_dataset_slice(psg_imagenet_dataset(r), 0, 5, &img, &lab) == 0);
-        for (int i = 0; lab && i < 5; i++) CHECK(psg_tensor_i32(lab)[i] >= 0 && psg_tensor_i32(lab)[i] < 3);
+        for (int i = 0; lab && i < 5; i++)
+            CHECK(psg_tensor_i32(lab)[i] >= 0 && psg_tensor_i32(lab)[i] < 3);
         psg_tensor_destroy(&img);
         psg_tensor_destroy(&lab);
     }
@@ -330,8 +334,8 @@ static void test_corrupt_records_are_skipped(void) {
 /* The index as first written, over bytes in memory: the length CRC computed afresh at every
  * byte offset of a resync. The reader's rolled CRC must find the same records and report the
  * same problems, in the same words, at the same bytes. */
-static int reference_index(const uint8_t *b, int64_t size, const char *path, int64_t *offs, int64_t *n,
-                           reports_t *rep) {
+static int reference_index(const uint8_t *b, int64_t size, const char *path, int64_t *offs,
+                           int64_t *n, reports_t *rep) {
     int64_t off = 0;
     int problems = 0;
     bool resyncing = false;
@@ -341,10 +345,14 @@ static int reference_index(const uint8_t *b, int64_t size, const char *path, int
         const uint8_t *h = b + off;
         uint64_t len = 0;
         for (int i = 7; i >= 0; i--) len = len << 8 | h[i];
-        uint32_t want = (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+        uint32_t want =
+            (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
         if (psg_crc32c_mask(psg_crc32c(0, h, 8)) != want) {
             if (!resyncing) {
-                snprintf(msg, sizeof msg, "%s: byte %lld: corrupt record header (length CRC mismatch): skipping to the next valid header", path, (long long)off);
+                snprintf(
+                    msg, sizeof msg,
+                    "%s: byte %lld: corrupt record header (length CRC mismatch): skipping to the next valid header",
+                    path, (long long)off);
                 on_report(rep, msg);
                 problems++;
                 resyncing = true;
@@ -353,7 +361,9 @@ static int reference_index(const uint8_t *b, int64_t size, const char *path, int
             continue;
         }
         if (size - off < 16 || len > (uint64_t)(size - off - 16)) {
-            snprintf(msg, sizeof msg, "%s: byte %lld: record runs past the end of the file (truncated): skipped", path, (long long)off);
+            snprintf(msg, sizeof msg,
+                     "%s: byte %lld: record runs past the end of the file (truncated): skipped",
+                     path, (long long)off);
             on_report(rep, msg);
             problems++;
             break;
@@ -363,7 +373,9 @@ static int reference_index(const uint8_t *b, int64_t size, const char *path, int
         off += 16 + (int64_t)len;
     }
     if (off < size && off + 12 > size && !resyncing) {
-        snprintf(msg, sizeof msg, "%s: byte %lld: trailing bytes shorter than a record header: ignored", path, (long long)off);
+        snprintf(msg, sizeof msg,
+                 "%s: byte %lld: trailing bytes shorter than a record header: ignored", path,
+                 (long long)off);
         on_report(rep, msg);
         problems++;
     }
@@ -425,7 +437,8 @@ static void test_resync_finds_what_a_scan_of_every_offset_finds(void) {
     snprintf(want, sizeof want, "%s: byte 108: corrupt record header (length CRC mismatch)", path);
     CHECK(strstr(rep.all, want) != NULL);
 
-    /* while resyncing, a header whose CRC holds but whose length runs past the end stops the scan */
+    /* while resyncing, a header whose CRC holds but whose length runs past the end stops the scan
+     */
     memset(b, 0x11, 500);
     put_header(b + 300, 1u << 20);
     put_header(b + 400, 3);
@@ -433,7 +446,8 @@ static void test_resync_finds_what_a_scan_of_every_offset_finds(void) {
     rep = (reports_t){0};
     CHECK(psg_tfrecord_index(path, &e, &n, on_report, &rep) == 2 && n == 0);
     free(e);
-    snprintf(want, sizeof want, "%s: byte 300: record runs past the end of the file (truncated)", path);
+    snprintf(want, sizeof want, "%s: byte 300: record runs past the end of the file (truncated)",
+             path);
     CHECK(strstr(rep.all, want) != NULL);
 
     /* garbage ending inside a header's 12 bytes; a file of garbage; files of 0 to 12 bytes */

@@ -125,7 +125,8 @@ static void test_gzip_and_zlib(void) {
         CHECK(fd >= 0 && psg_tfrecord_index_fd(fd, name, &e, &k, NULL, NULL) == 0 && k == 4);
         free(e);
         if (fd >= 0) close(fd);
-        printf("  %s: detected %s, name \"%s\"\n", paths[i], psg_tfrecord_compression_name(found), name);
+        printf("  %s: detected %s, name \"%s\"\n", paths[i], psg_tfrecord_compression_name(found),
+               name);
         /* the path-level index and the ImageNet reader detect it too */
         CHECK(psg_tfrecord_index(paths[i], &e, &k, NULL, NULL) == 0 && k == 4);
         free(e);
@@ -167,7 +168,9 @@ static void test_gzip_and_zlib(void) {
     psg_tfrecord_entry_t *e = NULL;
     int64_t k = 0;
     CHECK(psg_tfrecord_index(gz, &e, &k, on_report, &rep) == 1 && k == 3);
-    CHECK(strstr(rep.all, "(GZIP; byte offsets of the inflated records): byte 0: corrupt record header") != NULL);
+    CHECK(strstr(rep.all,
+                 "(GZIP; byte offsets of the inflated records): byte 0: corrupt record header") !=
+          NULL);
     free(e);
     free(z);
     free(bytes);
@@ -227,10 +230,12 @@ static void test_cmyk_jpeg(void) {
         double err = 0;
         for (int i = 0; out && i < w * h; i++) {
             int k = (i % w) >= w / 2 ? 128 : 255;
-            for (int c = 0; c < 3; c++) err += fabs((double)out[3 * i + c] - rgb[3 * i + c] * k / 255);
+            for (int c = 0; c < 3; c++)
+                err += fabs((double)out[3 * i + c] - rgb[3 * i + c] * k / 255);
         }
         err /= w * h * 3;
-        printf("  %s JPEG: mean abs error %.2f against TensorFlow's conversion\n", ycck ? "YCCK" : "CMYK", err);
+        printf("  %s JPEG: mean abs error %.2f against TensorFlow's conversion\n",
+               ycck ? "YCCK" : "CMYK", err);
         CHECK(out && err < 4); /* TensorFlow's own CMYK test allows an average error of 4 */
         free(out);
         /* and as a record of an ImageNet shard */
@@ -251,7 +256,8 @@ static void test_cmyk_jpeg(void) {
         o.report_ctx = &rep;
         psg_imagenet_t *r = psg_imagenet_new(path, &o);
         psg_tensor_t *img = NULL, *lab = NULL;
-        CHECK(r && psg_dataset_slice(psg_imagenet_dataset(r), 0, 2, &img, &lab) == 0 && rep.count == 0);
+        CHECK(r && psg_dataset_slice(psg_imagenet_dataset(r), 0, 2, &img, &lab) == 0 &&
+              rep.count == 0);
         for (int i = 0; lab && i < 2; i++) {
             CHECK(psg_tensor_i32(lab)[i] == 2);
             CHECK_NEAR(psg_tensor_f32(img)[(size_t)i * 8 * 8 * 3 + 1], 128 * 2.0 / 255 - 1, 0.05);

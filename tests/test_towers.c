@@ -21,8 +21,14 @@ static int rig_new(rig_t *r, const char *model, int towers) {
     oc.learning_rate = 0.05f;
     oc.momentum = 0.9f;
     r->opt = psg_optimizer_new(&oc);
-    psg_towers_config_t tc = {.model = model, .height = 28, .width = 28, .channels = 1, .classes = 10,
-                              .seed = 7, .num_towers = towers, .device = PSG_TOWERS_CPU};
+    psg_towers_config_t tc = {.model = model,
+                              .height = 28,
+                              .width = 28,
+                              .channels = 1,
+                              .classes = 10,
+                              .seed = 7,
+                              .num_towers = towers,
+                              .device = PSG_TOWERS_CPU};
     if (!r->opt || psg_towers_build(r->g, &tc, r->opt, &r->t) < 0) return -1;
     psg_session_options_t so = {.num_threads = 2};
     r->s = psg_session_new(r->g, &so, NULL);
@@ -44,8 +50,7 @@ static int rig_step(rig_t *r, psg_tensor_t *images, psg_tensor_t *labels, float 
     psg_tensor_t *fv[2 * PSG_MAX_TOWERS], *out = NULL;
     if (psg_towers_split(&r->t, images, labels, fv) < 0) return -1;
     int rc = psg_callable_run(r->step, fv, &out);
-    for (int i = 0; i < 2 * r->t.num_towers; i++)
-        psg_tensor_destroy(&fv[i]);
+    for (int i = 0; i < 2 * r->t.num_towers; i++) psg_tensor_destroy(&fv[i]);
     if (rc == 0) *loss = psg_tensor_f32(out)[0];
     psg_tensor_destroy(&out);
     return rc;
@@ -90,8 +95,7 @@ static void check_equivalence(const char *model, int K, int B, int steps) {
         psg_shape_t is = psg_shape_4d(K * B, 28, 28, 1), ls = psg_shape_1d(K * B);
         psg_tensor_t *images = psg_test_random(&is, 0, 1, &seed);
         psg_tensor_t *labels = psg_tensor_new(PSG_DT_I32, &ls);
-        for (int i = 0; i < K * B; i++)
-            psg_tensor_i32(labels)[i] = (int32_t)(rand_r(&seed) % 10);
+        for (int i = 0; i < K * B; i++) psg_tensor_i32(labels)[i] = (int32_t)(rand_r(&seed) % 10);
         float l1 = 0, lk = 0;
         CHECK(rig_step(&one, images, labels, &l1) == 0);
         CHECK(rig_step(&many, images, labels, &lk) == 0);
@@ -153,18 +157,15 @@ static void test_split(void) {
     psg_towers_t t = {.num_towers = 3};
     psg_shape_t is = psg_shape_2d(7, 2), ls = psg_shape_1d(7);
     psg_tensor_t *x = psg_tensor_new(PSG_DT_F32, &is), *y = psg_tensor_new(PSG_DT_I32, &ls);
-    for (int i = 0; i < 14; i++)
-        psg_tensor_f32(x)[i] = (float)i;
-    for (int i = 0; i < 7; i++)
-        psg_tensor_i32(y)[i] = i;
+    for (int i = 0; i < 14; i++) psg_tensor_f32(x)[i] = (float)i;
+    for (int i = 0; i < 7; i++) psg_tensor_i32(y)[i] = i;
     psg_tensor_t *v[6];
     CHECK(psg_towers_split(&t, x, y, v) == 0);
     /* rows [0,2), [2,4), [4,7), sharing the batch's buffers */
     CHECK(v[0]->shape.dims[0] == 2 && v[2]->shape.dims[0] == 2 && v[4]->shape.dims[0] == 3);
     CHECK(psg_tensor_f32(v[2])[0] == 4.0f && psg_tensor_i32(v[5])[0] == 4);
     CHECK(v[4]->buf == x->buf);
-    for (int i = 0; i < 6; i++)
-        psg_tensor_destroy(&v[i]);
+    for (int i = 0; i < 6; i++) psg_tensor_destroy(&v[i]);
     psg_shape_t small = psg_shape_1d(2);
     psg_tensor_t *y2 = psg_tensor_new(PSG_DT_I32, &small);
     CHECK(psg_towers_split(&t, x, y2, v) < 0);
@@ -179,8 +180,14 @@ static void test_bad_config(void) {
     psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
     psg_optimizer_t *opt = psg_optimizer_new(&oc);
     psg_towers_t t;
-    psg_towers_config_t tc = {.model = "mlp", .height = 28, .width = 28, .channels = 1, .classes = 10,
-                              .seed = 1, .num_towers = 0, .device = PSG_TOWERS_CPU};
+    psg_towers_config_t tc = {.model = "mlp",
+                              .height = 28,
+                              .width = 28,
+                              .channels = 1,
+                              .classes = 10,
+                              .seed = 1,
+                              .num_towers = 0,
+                              .device = PSG_TOWERS_CPU};
     CHECK(psg_towers_build(g, &tc, opt, &t) < 0);
     CHECK_ERROR_HAS("--towers 0");
     tc.num_towers = psg_gpu_count() + 1;

@@ -72,13 +72,16 @@ static int mlp_loss_grad(int64_t shard_bytes, const float *fc1, float *fc1_out, 
     psg_resource_mgr_t *rm = psg_session_resources(s);
     int64_t col = 0;
     for (int k = 0; k < n; k++) { /* shard k holds columns [col, col + cols) */
-        psg_variable_t *v = psg_resource_find_variable(rm, psg_node_name(psg_graph_node(g, xs[k].node)));
+        psg_variable_t *v =
+            psg_resource_find_variable(rm, psg_node_name(psg_graph_node(g, xs[k].node)));
         int64_t cols = v->shape.dims[1];
         for (int r = 0; r < IN; r++)
             for (int c = 0; c < cols; c++) {
                 float *w = &psg_tensor_f32(v->value)[r * cols + c];
-                if (fc1) *w = fc1[r * OUT + col + c];
-                else fc1_out[r * OUT + col + c] = *w;
+                if (fc1)
+                    *w = fc1[r * OUT + col + c];
+                else
+                    fc1_out[r * OUT + col + c] = *w;
             }
         col += cols;
     }
@@ -96,7 +99,8 @@ static int mlp_loss_grad(int64_t shard_bytes, const float *fc1, float *fc1_out, 
         for (int k = 0; k < n; k++) {
             int64_t cols = out[1 + k]->shape.dims[1];
             for (int r = 0; r < IN; r++)
-                for (int c = 0; c < cols; c++) grad[r * OUT + col + c] = psg_tensor_f32(out[1 + k])[r * cols + c];
+                for (int c = 0; c < cols; c++)
+                    grad[r * OUT + col + c] = psg_tensor_f32(out[1 + k])[r * cols + c];
             col += cols;
         }
     }

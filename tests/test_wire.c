@@ -1,6 +1,7 @@
 /* Tests of the wire (net/): real sockets on 127.0.0.1 with ephemeral ports. Round trips of
- * tensors byte for byte, hostile input to a live server, timeouts, reconnects, replies from
- * other threads. Not a test of the task server (ps/), which has its own. */
+ * tensors byte for byte, hostile input to a live server, timeouts, lost connections,
+ * reconnects, replies from other threads. Not a test of the task server (ps/), which has its
+ * own. */
 #include "net/codec.h"
 #include "psgraph/wire.h"
 
@@ -14,14 +15,14 @@
 #include <string.h>
 
 static int failures;
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #cond, psg_error_message());                                             \
-            failures++;                                                                      \
-            return;                                                                          \
-        }                                                                                    \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__,      \
+                    #cond, psg_error_message());                                                   \
+            failures++;                                                                            \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* ---- an echo server on its own thread ---------------------------------------------- */
@@ -58,7 +59,8 @@ static void echo_handle(echo_t *e, psg_msg_t *req, pthread_t *later_thread, late
         psg_msg_set_key(r, req->key);
         r->step = req->step;
         if (req->body) r->body = psg_buffer_ref(req->body);
-        for (int i = 0; i < req->ntensors; i++) psg_msg_add_tensor(r, req->names[i], req->tensors[i]);
+        for (int i = 0; i < req->ntensors; i++)
+            psg_msg_add_tensor(r, req->names[i], req->tensors[i]);
         psg_server_reply(s, req, &r);
     } else if (strcmp(op, "ack") == 0) {
         psg_msg_t *r = psg_msg_new(PSG_MSG_REPLY, NULL);
@@ -154,17 +156,17 @@ static void test_round_trip(void) {
         psg_dtype_t dt;
         psg_shape_t shape;
     } cases[] = {
-        {PSG_DT_F32, {0, {0}}},                       /* scalar */
-        {PSG_DT_F32, {1, {0}}},                       /* empty */
+        {PSG_DT_F32, {0, {0}}}, /* scalar */
+        {PSG_DT_F32, {1, {0}}}, /* empty */
         {PSG_DT_F64, {2, {3, 5}}},
         {PSG_DT_I32, {1, {1000}}},
         {PSG_DT_I64, {3, {2, 3, 17}}},
-        {PSG_DT_U8, {1, {(1 << 20) + 3}}},            /* 1 MB, zero-copy frame */
+        {PSG_DT_U8, {1, {(1 << 20) + 3}}}, /* 1 MB, zero-copy frame */
         {PSG_DT_BF16, {1, {7}}},
         {PSG_DT_F16, {2, {100, 100}}},
         {PSG_DT_BOOL, {1, {9}}},
-        {PSG_DT_F32, {2, {1024, 4096}}},              /* 16 MB: whole */
-        {PSG_DT_F32, {1, {(16 << 20) + 1}}},          /* 64 MB + 4 bytes: 17 chunks of 4 MB */
+        {PSG_DT_F32, {2, {1024, 4096}}},     /* 16 MB: whole */
+        {PSG_DT_F32, {1, {(16 << 20) + 1}}}, /* 64 MB + 4 bytes: 17 chunks of 4 MB */
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -207,7 +209,8 @@ static void test_round_trip(void) {
     CHECK(same_tensor(rep->tensors[0], a) && same_tensor(rep->tensors[1], b) &&
           same_tensor(rep->tensors[2], cc) && same_tensor(rep->tensors[3], d));
     CHECK(rep->names[1] == NULL && psg_msg_tensor(rep, "d") == rep->tensors[3]);
-    CHECK(rep->body && rep->body->size == 22 && memcmp(rep->body->data, "graph bytes\0with a NUL", 22) == 0);
+    CHECK(rep->body && rep->body->size == 22 &&
+          memcmp(rep->body->data, "graph bytes\0with a NUL", 22) == 0);
     /* The 1 MB-and-up inline frames are used in place: their buffer belongs to ZeroMQ. */
     psg_msg_destroy(&rep);
     psg_tensor_destroy(&a);
@@ -309,7 +312,8 @@ static psg_msg_t *raw_reply(raw_t *r, int timeout_ms) {
         uint64_t id;
         psg_route_t route;
         char peer[64];
-        psg_rx_result_t res = psg_codec_rx_read(r->rx, r->sock, false, &m, &id, &route, peer, sizeof peer);
+        psg_rx_result_t res =
+            psg_codec_rx_read(r->rx, r->sock, false, &m, &id, &route, peer, sizeof peer);
         if (res == PSG_RX_MSG) return m;
         if (res != PSG_RX_AGAIN && res != PSG_RX_NONE) return NULL;
         int64_t left = psg_codec_left(deadline);
@@ -340,7 +344,8 @@ static void pk_head(int n, uint64_t id) {
     msgpack_pack_uint64(&pk, id);
 }
 /* One tensor descriptor inside "t". */
-static void pk_tensor(const char *dtype, int rank, const int64_t *dims, uint64_t nbytes, bool chunked) {
+static void pk_tensor(const char *dtype, int rank, const int64_t *dims, uint64_t nbytes,
+                      bool chunked) {
     msgpack_pack_array(&pk, 5);
     pk_str("x");
     pk_str(dtype);
@@ -453,7 +458,8 @@ static void hostile_bad_tensors(raw_t *r, psg_client_t *good) {
     pk_one(11, "f32", 1, d4, 12, false);
     f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 12;
     raw_send(r, 2, f, z);
-    expect_rejected(r, good, 11, "byte count 12 does not match dtype f32 and shape [4]", "byte count");
+    expect_rejected(r, good, 11, "byte count 12 does not match dtype f32 and shape [4]",
+                    "byte count");
 
     /* Negative and overflowing dims. */
     int64_t neg[] = {-4};
@@ -528,13 +534,15 @@ static void hostile_bad_headers(raw_t *r, psg_client_t *good) {
     pk_str("new");
     f[0] = sb.data, z[0] = sb.size;
     raw_send(r, 1, f, z);
-    expect_rejected(r, good, 21, "header field \"inc\" is not an unsigned integer", "string incarnation");
+    expect_rejected(r, good, 21, "header field \"inc\" is not an unsigned integer",
+                    "string incarnation");
     pk_head(4, 22);
     pk_str("inc");
     msgpack_pack_int64(&pk, -5);
     f[0] = sb.data, z[0] = sb.size;
     raw_send(r, 1, f, z);
-    expect_rejected(r, good, 22, "header field \"inc\" is not an unsigned integer", "negative incarnation");
+    expect_rejected(r, good, 22, "header field \"inc\" is not an unsigned integer",
+                    "negative incarnation");
 }
 
 /* Chunks out of order, unfinished and misdirected messages, frame counts. */
@@ -674,7 +682,15 @@ static void test_dead_peer(void) {
     int64_t took = psg_codec_now_ms() - t0;
     CHECK(took >= 150 && took < 2000);
     CHECK(strstr(psg_error_message(), ep));
-    CHECK(strstr(psg_error_message(), "RunGraph"));
+    CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms to send RunGraph"));
+    /* waiting to be able to send: until the deadline, or until the wake fd is readable */
+    CHECK(psg_client_wait_writable(c, -1, 200) < 0);
+    CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms (is it up?)"));
+    int wake[2];
+    CHECK(pipe(wake) == 0 && write(wake[1], "x", 1) == 1);
+    CHECK(psg_client_wait_writable(c, wake[0], 60000) == 0);
+    close(wake[0]);
+    close(wake[1]);
     psg_client_destroy(&c);
     if (fd >= 0) close(fd);
 
@@ -692,6 +708,78 @@ static void test_dead_peer(void) {
     psg_msg_t *rep = psg_client_call(c, &req, 3000);
     CHECK(rep && rep->step == 5);
     psg_msg_destroy(&rep);
+    psg_client_destroy(&c);
+    echo_stop(&e);
+}
+
+/* With heartbeats (a peer timeout), a lost connection fails what is in flight at once, naming
+ * the peer and how many requests were lost; a loss with nothing in flight is no error; a call
+ * that timed out resets the connection and the count; a wait without a deadline waits. */
+static void test_lost_connection(void) {
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.peer_timeout_ms = 2000;
+    /* two requests the server holds, then it closes */
+    psg_server_t *s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", psg_server_endpoint(s));
+    psg_client_t *c = psg_client_new(ep, &o);
+    CHECK(c);
+    psg_msg_t *got = NULL, *m = NULL, *req = NULL;
+    for (int i = 0; i < 2; i++) {
+        req = psg_msg_new(PSG_MSG_REQUEST, "held");
+        CHECK(psg_client_send(c, &req, NULL) == 0);
+        CHECK(psg_server_recv(s, &got, 5000) == 1);
+        psg_msg_destroy(&got);
+    }
+    psg_server_destroy(&s);
+    CHECK(psg_client_recv(c, &m, 10000) < 0 && !m);
+    CHECK(psg_error_code() == PSG_ERR_UNAVAILABLE);
+    CHECK(strstr(psg_error_message(), ep));
+    CHECK(strstr(psg_error_message(), "lost the connection to the peer with 2 requests in flight"));
+    psg_client_destroy(&c);
+    /* a call answered, then the server closes with nothing in flight: no error */
+    s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    c = psg_client_new(psg_server_endpoint(s), &o);
+    req = psg_msg_new(PSG_MSG_REQUEST, "ping");
+    CHECK(psg_client_send(c, &req, NULL) == 0);
+    CHECK(psg_server_recv(s, &got, 5000) == 1);
+    psg_msg_t *rep = psg_msg_new(PSG_MSG_REPLY, NULL);
+    CHECK(psg_server_reply(s, got, &rep) == 0);
+    psg_msg_destroy(&got);
+    CHECK(psg_client_recv(c, &m, 5000) == 1 && m);
+    psg_msg_destroy(&m);
+    psg_server_destroy(&s);
+    CHECK(psg_client_recv(c, &m, 300) == 0 && !m);
+    psg_client_destroy(&c);
+    /* a call the server never answers times out and resets the connection: a loss after it
+     * counts only the request sent since */
+    s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    c = psg_client_new(psg_server_endpoint(s), &o);
+    req = psg_msg_new(PSG_MSG_REQUEST, "unanswered");
+    CHECK(psg_client_call(c, &req, 300) == NULL);
+    CHECK(strstr(psg_error_message(), "no reply to unanswered within 300 ms"));
+    req = psg_msg_new(PSG_MSG_REQUEST, "held");
+    CHECK(psg_client_send(c, &req, NULL) == 0);
+    for (int i = 0; i < 2 && psg_server_recv(s, &got, 5000) == 1; i++) {
+        bool held = got->op && !strcmp(got->op, "held");
+        psg_msg_destroy(&got);
+        if (held) break;
+    }
+    psg_server_destroy(&s);
+    CHECK(psg_client_recv(c, &m, 10000) < 0);
+    CHECK(strstr(psg_error_message(), "lost the connection to the peer with 1 request in flight"));
+    psg_client_destroy(&c);
+    /* no deadline (-1): the reply that comes is waited for */
+    echo_t e;
+    CHECK(echo_start(&e, &o) == 0);
+    c = psg_client_new(e.endpoint, &o);
+    req = psg_msg_new(PSG_MSG_REQUEST, "later");
+    CHECK(psg_client_send(c, &req, NULL) == 0);
+    CHECK(psg_client_recv(c, &m, -1) == 1 && m && m->key && !strcmp(m->key, "from another thread"));
+    psg_msg_destroy(&m);
     psg_client_destroy(&c);
     echo_stop(&e);
 }
@@ -733,6 +821,8 @@ static void test_limits_and_api(void) {
     CHECK(psg_client_new("udp://x:1", NULL) == NULL);
     CHECK(strstr(psg_error_message(), "udp://x:1"));
     CHECK(psg_client_new("nohostport", NULL) == NULL);
+    CHECK(psg_client_new("tcp://nohost", NULL) == NULL); /* no port: the socket refuses it */
+    CHECK(strstr(psg_error_message(), "cannot connect to tcp://nohost"));
     psg_server_t *a = psg_server_new("tcp://127.0.0.1:*", NULL);
     CHECK(a);
     char ep[256];
@@ -761,7 +851,8 @@ static void test_limits_and_api(void) {
     o = psg_wire_opts_default();
     o.chunk_bytes = o.chunk_above = 1024;
     CHECK(psg_codec_encode(m, NULL, &o, &out) == 0);
-    CHECK(out.n == 1 + 4 * 2); /* header, then 4 chunks (3 of 1024 bytes, 1 of 928) as [header, data] */
+    CHECK(out.n ==
+          1 + 4 * 2); /* header, then 4 chunks (3 of 1024 bytes, 1 of 928) as [header, data] */
     psg_msg_destroy(&m);
     psg_codec_out_clear(&out);
     psg_tensor_destroy(&t);
@@ -778,6 +869,7 @@ int main(void) {
         {"hostile", test_hostile},
         {"header_fuzz", test_header_fuzz},
         {"dead_peer", test_dead_peer},
+        {"lost_connection", test_lost_connection},
         {"reconnect", test_reconnect},
         {"limits_and_api", test_limits_and_api},
     };

@@ -13,44 +13,44 @@
 extern int psg_test_failures;
 extern int psg_test_checks;
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        psg_test_checks++;                                                            \
-        if (!(cond)) {                                                                \
-            psg_test_failures++;                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__,   \
-                    __LINE__, #cond, psg_error_message());                            \
-        }                                                                             \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        psg_test_checks++;                                                                         \
+        if (!(cond)) {                                                                             \
+            psg_test_failures++;                                                                   \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__,      \
+                    #cond, psg_error_message());                                                   \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                         \
-    do {                                                                              \
-        double _a = (a), _b = (b);                                                    \
-        psg_test_checks++;                                                            \
-        if (!(fabs(_a - _b) <= (tol))) {                                              \
-            psg_test_failures++;                                                      \
-            fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s = %g, %s = %g, tol %g\n",   \
-                    __FILE__, __LINE__, #a, _a, #b, _b, (double)(tol));               \
-        }                                                                             \
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double _a = (a), _b = (b);                                                                 \
+        psg_test_checks++;                                                                         \
+        if (!(fabs(_a - _b) <= (tol))) {                                                           \
+            psg_test_failures++;                                                                   \
+            fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s = %g, %s = %g, tol %g\n", __FILE__,      \
+                    __LINE__, #a, _a, #b, _b, (double)(tol));                                      \
+        }                                                                                          \
     } while (0)
 
 /* CHECK that the last error message contains `needle`. */
-#define CHECK_ERROR_HAS(needle)                                                       \
-    do {                                                                              \
-        psg_test_checks++;                                                            \
-        if (!strstr(psg_error_message(), (needle))) {                                 \
-            psg_test_failures++;                                                      \
-            fprintf(stderr, "%s:%d: error message '%s' lacks '%s'\n", __FILE__,       \
-                    __LINE__, psg_error_message(), (needle));                         \
-        }                                                                             \
+#define CHECK_ERROR_HAS(needle)                                                                    \
+    do {                                                                                           \
+        psg_test_checks++;                                                                         \
+        if (!strstr(psg_error_message(), (needle))) {                                              \
+            psg_test_failures++;                                                                   \
+            fprintf(stderr, "%s:%d: error message '%s' lacks '%s'\n", __FILE__, __LINE__,          \
+                    psg_error_message(), (needle));                                                \
+        }                                                                                          \
     } while (0)
 
 /* Runs a named test function and reports it. */
-#define RUN_TEST(fn)                                                                  \
-    do {                                                                              \
-        int _before = psg_test_failures;                                              \
-        fn();                                                                         \
-        printf("%s %s\n", psg_test_failures == _before ? "ok  " : "FAIL", #fn);       \
+#define RUN_TEST(fn)                                                                               \
+    do {                                                                                           \
+        int _before = psg_test_failures;                                                           \
+        fn();                                                                                      \
+        printf("%s %s\n", psg_test_failures == _before ? "ok  " : "FAIL", #fn);                    \
     } while (0)
 
 /* Exit status for main: 0 if all checks passed. */

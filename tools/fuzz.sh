@@ -14,10 +14,10 @@ if ! command -v clang >/dev/null; then
 fi
 if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dbuildtype=debug -Doptimization=1 -Dcuda=disabled -Dnative=false >/dev/null || exit 1
+    -Dbuildtype=debug -Doptimization=1 -Dcuda=disabled -Dnative=false -Dpython=disabled >/dev/null || exit 1
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_wire fuzz_graph fuzz_requests fuzz_cluster fuzz_tfrecord fuzz_jpeg fuzz_png fuzz_idx fuzz_safetensors fuzz_run)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_wire fuzz_graph fuzz_requests fuzz_cluster fuzz_tfrecord fuzz_jpeg fuzz_png fuzz_idx fuzz_safetensors fuzz_rest fuzz_run)
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/}" >/dev/null || { echo "fuzz: build failed"; exit 1; }
 mkdir -p build-fuzz/crashes
 failed=0

@@ -36,7 +36,8 @@ struct psg_cluster_ckpt {
     psg_checkpoint_policy_t policy;
     int64_t last_saved; /* the step of the newest committed checkpoint, -1: none */
     double last_save_time;
-    uint64_t *ps_inc; /* each ps's incarnation when last heard (0: not yet): a new one is a restart */
+    uint64_t
+        *ps_inc; /* each ps's incarnation when last heard (0: not yet): a new one is a restart */
 };
 
 static const char *ps_task(int i, char *buf, size_t size) {
@@ -51,12 +52,19 @@ psg_cluster_ckpt_t *psg_cluster_ckpt_new(const psg_train_config_t *c, const psg_
         psg_error_set("out of memory");
         return NULL;
     }
-    *h = (psg_cluster_ckpt_t){.c = c, .ds = ds, .chief = chief, .task = task, .out = out,
-                              .metrics = metrics, .nps = psg_cluster_num_tasks(cluster, "ps"),
+    *h = (psg_cluster_ckpt_t){.c = c,
+                              .ds = ds,
+                              .chief = chief,
+                              .task = task,
+                              .out = out,
+                              .metrics = metrics,
+                              .nps = psg_cluster_num_tasks(cluster, "ps"),
                               .timeout_ms = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000,
-                              .recovery_ms = c->recovery_timeout_s > 0 ? (int64_t)(c->recovery_timeout_s * 1000)
-                                                                       : DEFAULT_RECOVERY_MS,
-                              .last_saved = -1, .last_save_time = psg_now_sec()};
+                              .recovery_ms = c->recovery_timeout_s > 0
+                                                 ? (int64_t)(c->recovery_timeout_s * 1000)
+                                                 : DEFAULT_RECOVERY_MS,
+                              .last_saved = -1,
+                              .last_save_time = psg_now_sec()};
     if (!(h->ps_inc = calloc((size_t)h->nps + 1, sizeof *h->ps_inc))) {
         psg_error_set("out of memory");
         free(h);
@@ -102,13 +110,18 @@ static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *restarte
     for (;;) {
         /* each try bounded by what is left, so that the deadline holds */
         int64_t left = (int64_t)((deadline - psg_now_sec()) * 1e3);
-        char *json = psg_dist_session_inspect_within(h->ds, task, left < 1000 ? 1000 : left < h->timeout_ms ? left : h->timeout_ms);
+        char *json = psg_dist_session_inspect_within(h->ds, task,
+                                                     left < 1000            ? 1000
+                                                     : left < h->timeout_ms ? left
+                                                                            : h->timeout_ms);
         if (json) {
             uint64_t inc = psg_dist_session_incarnation(h->ds, task);
             bool holds = strstr(json, "\"initialized\":true") != NULL;
             *restarted = h->ps_inc[i] ? inc != h->ps_inc[i] : !holds;
             if (h->ps_inc[i] && *restarted) {
-                fprintf(h->out, "%s: ps%d is a new process (incarnation %016" PRIx64 ", was %016" PRIx64 ")\n",
+                fprintf(h->out,
+                        "%s: ps%d is a new process (incarnation %016" PRIx64 ", was %016" PRIx64
+                        ")\n",
                         h->task, i, inc, h->ps_inc[i]);
                 fflush(h->out);
             }
@@ -127,7 +140,8 @@ static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) 
     *tensors = 0;
     if (step < 0) return psg_dist_session_run_init_on(h->ds, task);
     (void)psg_dist_session_drain(h->ds); /* a step open on a restarted ps failed with it */
-    psg_req_t req = {.type = PSG_REQ_RESTORE_SHARD, .step = step, .u.shard = {.shard = i, .num_shards = h->nps}};
+    psg_req_t req = {
+        .type = PSG_REQ_RESTORE_SHARD, .step = step, .u.shard = {.shard = i, .num_shards = h->nps}};
     snprintf(req.u.shard.dir, sizeof req.u.shard.dir, "%s", h->c->logdir);
     psg_msg_t *m = psg_req_encode(&req);
     psg_msg_t *r = m ? psg_dist_session_call(h->ds, task, &m, h->timeout_ms) : NULL;
@@ -149,14 +163,16 @@ int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
     if (!h->chief) {
         if (psg_dist_session_wait_init(h->ds, 600000) < 0) return psg_error_wrap("%s", h->task);
         if (latest > 0) {
-            fprintf(h->out, "%s: going on from the checkpoint at step %" PRId64 "\n", h->task, latest);
+            fprintf(h->out, "%s: going on from the checkpoint at step %" PRId64 "\n", h->task,
+                    latest);
             fflush(h->out);
         }
         return 0;
     }
     /* the ps tasks may still be starting (over ssh, pulling an image): the default at least */
     int64_t wait_ms = h->recovery_ms > DEFAULT_RECOVERY_MS ? h->recovery_ms : DEFAULT_RECOVERY_MS;
-    double deadline = psg_now_sec() + (double)(wait_ms > h->timeout_ms ? wait_ms : h->timeout_ms) / 1e3;
+    double deadline =
+        psg_now_sec() + (double)(wait_ms > h->timeout_ms ? wait_ms : h->timeout_ms) / 1e3;
     int holding = 0;
     for (int i = 0; i < h->nps; i++) {
         bool fresh = false;
@@ -169,12 +185,16 @@ int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
         double t0 = psg_now_sec();
         if (restore_ps(h, i, latest, &n) < 0) return -1;
         if (latest >= 0)
-            fprintf(h->out, "restored shard %d of %s/%s-%" PRId64 ".index.json on ps%d: %d tensors (%.3f s)\n",
+            fprintf(h->out,
+                    "restored shard %d of %s/%s-%" PRId64
+                    ".index.json on ps%d: %d tensors (%.3f s)\n",
                     i, h->c->logdir, PSG_CKPT_PREFIX, latest, i, n, psg_now_sec() - t0);
     }
     if (holding)
-        fprintf(h->out, "%d of %d ps tasks hold initialized variables (the chief restarted): not "
-                        "re-initializing them; going on from step %" PRId64 "\n", holding, h->nps, *start_step);
+        fprintf(h->out,
+                "%d of %d ps tasks hold initialized variables (the chief restarted): not "
+                "re-initializing them; going on from step %" PRId64 "\n",
+                holding, h->nps, *start_step);
     fflush(h->out);
     /* variables of the chief's own task, if any (a fresh process) */
     return psg_dist_session_run_init_on(h->ds, h->task);
@@ -195,7 +215,9 @@ static void *save_one(void *arg) {
     psg_cluster_ckpt_t *h = j->h;
     char task[PSG_DEVICE_NAME_MAX];
     ps_task(j->shard, task, sizeof task);
-    psg_req_t req = {.type = PSG_REQ_SAVE_SHARD, .step = j->step, .u.shard = {.shard = j->shard, .num_shards = h->nps}};
+    psg_req_t req = {.type = PSG_REQ_SAVE_SHARD,
+                     .step = j->step,
+                     .u.shard = {.shard = j->shard, .num_shards = h->nps}};
     snprintf(req.u.shard.dir, sizeof req.u.shard.dir, "%s", h->c->logdir);
     psg_msg_t *m = psg_req_encode(&req), *r = NULL;
     j->rc = -1;
@@ -220,8 +242,10 @@ static void *save_one(void *arg) {
         j->rc = s->names ? 0 : -1;
         for (size_t k = 0, at = 0; s->names && k < n; k++)
             if (p[k] == '\n') {
-                if (!(s->names[s->num_tensors] = strndup(p + at, k - at))) j->rc = -1;
-                else s->num_tensors++;
+                if (!(s->names[s->num_tensors] = strndup(p + at, k - at)))
+                    j->rc = -1;
+                else
+                    s->num_tensors++;
                 at = k + 1;
             }
         if (j->rc < 0) snprintf(j->error, sizeof j->error, "out of memory");
@@ -234,7 +258,8 @@ static void *save_one(void *arg) {
 static int save(psg_cluster_ckpt_t *h, int64_t step) {
     double t0 = psg_now_sec();
     /* the shards hold every update of the steps before: the last overlapped one applied */
-    if (psg_dist_session_drain(h->ds) < 0) return psg_error_wrap("checkpoint at step %" PRId64, step);
+    if (psg_dist_session_drain(h->ds) < 0)
+        return psg_error_wrap("checkpoint at step %" PRId64, step);
     save_job_t *jobs = calloc((size_t)h->nps, sizeof *jobs);
     pthread_t *th = calloc((size_t)h->nps, sizeof *th);
     bool *started = calloc((size_t)h->nps, sizeof *started);
@@ -247,7 +272,8 @@ static int save(psg_cluster_ckpt_t *h, int64_t step) {
     for (int i = 0; rc == 0 && i < h->nps; i++)
         if (started[i]) pthread_join(th[i], NULL);
     for (int i = 0; rc == 0 && i < h->nps; i++)
-        if (jobs[i].rc < 0) rc = psg_error_set("checkpoint at step %" PRId64 ": %s", step, jobs[i].error);
+        if (jobs[i].rc < 0)
+            rc = psg_error_set("checkpoint at step %" PRId64 ": %s", step, jobs[i].error);
     psg_checkpoint_shard_t *reports = rc == 0 ? calloc((size_t)h->nps, sizeof *reports) : NULL;
     for (int i = 0; reports && i < h->nps; i++) reports[i] = jobs[i].report;
     if (rc == 0 && !reports) rc = psg_error_set("out of memory");
@@ -262,18 +288,22 @@ static int save(psg_cluster_ckpt_t *h, int64_t step) {
     double secs = psg_now_sec() - t0;
     h->last_saved = step;
     h->last_save_time = psg_now_sec();
-    fprintf(h->out, "checkpoint %s/%s-%" PRId64 ".index.json written in %.3f s (%d ps shards in parallel)\n",
+    fprintf(h->out,
+            "checkpoint %s/%s-%" PRId64
+            ".index.json written in %.3f s (%d ps shards in parallel)\n",
             h->c->logdir, PSG_CKPT_PREFIX, step, secs, h->nps);
     fflush(h->out);
     if (h->metrics)
-        fprintf(h->metrics, "{\"event\":\"checkpoint\",\"step\":%" PRId64 ",\"seconds\":%.4f,\"shards\":%d}\n",
+        fprintf(h->metrics,
+                "{\"event\":\"checkpoint\",\"step\":%" PRId64 ",\"seconds\":%.4f,\"shards\":%d}\n",
                 step, secs, h->nps);
     return 0;
 }
 
 int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done) {
     if (!h->chief || !h->c->logdir ||
-        !psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(), h->last_save_time))
+        !psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(),
+                                   h->last_save_time))
         return 0;
     if (save(h, done) == 0) return 0;
     /* a ps down (it will be restarted): no index, the shard files written are orphans that
@@ -285,14 +315,15 @@ int psg_cluster_ckpt_after_step(psg_cluster_ckpt_t *h, int64_t done) {
 }
 
 int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step) {
-    if (!h->chief || !h->c->logdir || step == h->last_saved) return 0;
+    if (!h->chief || !h->c->logdir) return 0;
     return save(h, step);
 }
 
 int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
     char why[1024];
     snprintf(why, sizeof why, "%s", psg_error_message());
-    fprintf(h->out, "recovery: step %" PRId64 " failed (%s); waiting for every ps task\n", step + 1, why);
+    fprintf(h->out, "recovery: step %" PRId64 " failed (%s); waiting for every ps task\n", step + 1,
+            why);
     fflush(h->out);
     double t0 = psg_now_sec();
     double deadline = t0 + (double)h->recovery_ms / 1e3;
@@ -305,23 +336,30 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
         if (restore_ps(h, i, h->last_saved, &n) < 0) return -1;
         int64_t lost = h->last_saved >= 0 ? step - h->last_saved : step;
         if (h->last_saved >= 0)
-            fprintf(h->out, "recovery: ps%d restarted; restored its shard %d from %s/%s-%" PRId64
-                            ".index.json (%d tensors); lost %" PRId64 " steps of shard %d (step %" PRId64
-                            ", checkpoint at %" PRId64 "); the other shards keep their values\n",
-                    i, i, h->c->logdir, PSG_CKPT_PREFIX, h->last_saved, n, lost, i, step, h->last_saved);
+            fprintf(h->out,
+                    "recovery: ps%d restarted; restored its shard %d from %s/%s-%" PRId64
+                    ".index.json (%d tensors); lost %" PRId64 " steps of shard %d (step %" PRId64
+                    ", checkpoint at %" PRId64 "); the other shards keep their values\n",
+                    i, i, h->c->logdir, PSG_CKPT_PREFIX, h->last_saved, n, lost, i, step,
+                    h->last_saved);
         else
-            fprintf(h->out, "recovery: ps%d restarted before any checkpoint; re-initialized its "
-                            "variables; lost %" PRId64 " steps of shard %d\n", i, lost, i);
+            fprintf(h->out,
+                    "recovery: ps%d restarted before any checkpoint; re-initialized its "
+                    "variables; lost %" PRId64 " steps of shard %d\n",
+                    i, lost, i);
         if (h->metrics)
-            fprintf(h->metrics, "{\"event\":\"recovery\",\"ps\":%d,\"step\":%" PRId64
-                                ",\"checkpoint\":%" PRId64 ",\"steps_lost\":%" PRId64 "}\n",
+            fprintf(h->metrics,
+                    "{\"event\":\"recovery\",\"ps\":%d,\"step\":%" PRId64 ",\"checkpoint\":%" PRId64
+                    ",\"steps_lost\":%" PRId64 "}\n",
                     i, step, h->last_saved, lost);
         fflush(h->out);
     }
-    if (!h->chief && psg_dist_session_wait_init(h->ds, (int64_t)((deadline - psg_now_sec()) * 1e3) + h->timeout_ms) < 0)
+    if (!h->chief && psg_dist_session_wait_init(h->ds, (int64_t)((deadline - psg_now_sec()) * 1e3) +
+                                                           h->timeout_ms) < 0)
         return psg_error_wrap("recovery");
     if (psg_dist_session_reregister(h->ds) < 0) return psg_error_wrap("recovery");
-    fprintf(h->out, "recovery: every ps task answers (%.2f s); retrying step %" PRId64 "\n", psg_now_sec() - t0, step + 1);
+    fprintf(h->out, "recovery: every ps task answers (%.2f s); retrying step %" PRId64 "\n",
+            psg_now_sec() - t0, step + 1);
     fflush(h->out);
     return 0;
 }
@@ -331,12 +369,15 @@ int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, c
     for (int i = 0; i < h->nps; i++) {
         char task[PSG_DEVICE_NAME_MAX];
         ps_task(i, task, sizeof task);
-        psg_req_t req = {.type = PSG_REQ_TRACE, .step = step, .u.trace = {.start = start, .pid = i}};
+        psg_req_t req = {
+            .type = PSG_REQ_TRACE, .step = step, .u.trace = {.start = start, .pid = i}};
         snprintf(req.u.trace.path, sizeof req.u.trace.path, "%s.ps%d.json", prefix, i);
         psg_msg_t *m = psg_req_encode(&req);
         psg_msg_t *r = m ? psg_dist_session_call(h->ds, task, &m, h->timeout_ms) : NULL;
         if (!r) return psg_error_wrap("--trace");
-        if (!start) fprintf(h->out, "trace: %s events of %s written to %s\n", r->key ? r->key : "?", task, req.u.trace.path);
+        if (!start)
+            fprintf(h->out, "trace: %s events of %s written to %s\n", r->key ? r->key : "?", task,
+                    req.u.trace.path);
         psg_msg_destroy(&r);
     }
     fflush(h->out);

@@ -41,7 +41,9 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step);
 /* The chief's control of the ps tasks' timeline: start (every ps records its nodes as
  * trace pid = its index, training step `step`) or stop (each writes PREFIX.ps<i>.json). */
 int psg_cluster_ckpt_trace_ps(psg_cluster_ckpt_t *h, bool start, int64_t step, const char *prefix);
-/* At the end, at step `step`: the chief's last checkpoint. */
+/* At the end, once every worker is done, named `step` (the job's global step): the chief's
+ * last checkpoint, written even when one of that name exists (a periodic save of the same
+ * step may predate the others' last updates). */
 int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step);
 
 #endif

@@ -109,7 +109,8 @@ static int peer_index(psg_dist_session_t *s, const char *task) {
     snprintf(p->task, sizeof p->task, "%s", task);
     snprintf(p->address, sizeof p->address, "%s", addr);
     if (strcmp(task, s->task)) {
-        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms, psg_cluster_peer_timeout_ms(s->cluster),
+        if (!(p->client = psg_ts_client_new(task, addr, s->timeout_ms,
+                                            psg_cluster_peer_timeout_ms(s->cluster),
                                             psg_cluster_keys(s->cluster))))
             return -1;
     }
@@ -198,8 +199,11 @@ static int place(psg_dist_session_t *s) {
         jobs[i].num_gpus = strcmp(jobs[i].name, "ps") ? psg_gpu_count() : 0;
     }
     /* a GPU tower's op without a CUDA kernel runs on the task's CPU, as in one process */
-    psg_placement_options_t po = {.default_device = s->device, .allow_soft_placement = true, .num_jobs = nj,
-                                  .jobs = jobs, .ps_memory_limit = s->ps_memory_limit};
+    psg_placement_options_t po = {.default_device = s->device,
+                                  .allow_soft_placement = true,
+                                  .num_jobs = nj,
+                                  .jobs = jobs,
+                                  .ps_memory_limit = s->ps_memory_limit};
     if (psg_place(s->g, &po) < 0) return -1;
     s->placed_nodes = psg_graph_num_nodes(s->g);
     return 0;
@@ -228,8 +232,8 @@ static int register_partition(psg_dist_session_t *s, const psg_partition_t *p, p
     } else {
         peer_t *peer = &s->peers[run->peer];
         psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH,
-                       .u.reg = {bytes, len, p->num_feeds, p->num_fetches, p->num_targets, p->feeds, p->fetches,
-                                 p->targets}};
+                       .u.reg = {bytes, len, p->num_feeds, p->num_fetches, p->num_targets, p->feeds,
+                                 p->fetches, p->targets}};
         psg_rep_t rep;
         psg_msg_t *m = psg_ts_call(peer->client, &r, &rep, s->timeout_ms);
         rc = m ? 0 : -1;
@@ -267,7 +271,8 @@ static void add_members(const psg_graph_t *g, int id, char *seen, int *out, int 
 static int *expand_groups(const psg_graph_t *g, int n, const int *targets, int *n_out) {
     int nn = psg_graph_num_nodes(g), m = 0;
     char *seen = calloc((size_t)nn + 1, 1);
-    int *out = malloc(((size_t)nn + (size_t)n + 1) * sizeof *out); /* each node once, plus bad ids */
+    int *out =
+        malloc(((size_t)nn + (size_t)n + 1) * sizeof *out); /* each node once, plus bad ids */
     if (!seen || !out) {
         free(seen);
         free(out);
@@ -282,8 +287,8 @@ static int *expand_groups(const psg_graph_t *g, int n, const int *targets, int *
 
 psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
                                                     const psg_endpoint_t *feeds, int n_fetches,
-                                                    const psg_endpoint_t *fetches,
-                                                    int n_targets, const int *targets) {
+                                                    const psg_endpoint_t *fetches, int n_targets,
+                                                    const int *targets) {
     for (int i = 0; i < s->n_callables; i++)
         if (same_signature(s->callables[i], n_feeds, feeds, n_fetches, fetches, n_targets, targets))
             return s->callables[i];
@@ -312,7 +317,8 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     /* one partition a task: a worker's towers on its logical CPUs or its GPUs run in its
      * one partition, the executor copying between its devices */
     psg_partition_options_t popt = {.by_task = true};
-    c->set = psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_run, run_targets, &popt);
+    c->set =
+        psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_run, run_targets, &popt);
     free(run_targets);
     if (!c->set) goto fail;
     int np = c->set->num_partitions;
@@ -348,7 +354,9 @@ fail:
     return NULL;
 }
 
-int psg_dist_callable_num_tasks(const psg_dist_callable_t *c) { return c->set->num_partitions; }
+int psg_dist_callable_num_tasks(const psg_dist_callable_t *c) {
+    return c->set->num_partitions;
+}
 
 /* Sends a request that needs no answer now (its reply is dropped by id later). */
 static void send_note(peer_t *peer, psg_req_type_t type, int64_t step, const char *reason) {
@@ -404,15 +412,17 @@ static void read_peer(psg_dist_callable_t *c, int k) {
 
 /* The error of partition k's request q, or NULL: its connection lost, its task restarted
  * (a new incarnation: it lost its variables and graphs, whatever the reply says). */
-static const char *peer_failure(psg_dist_callable_t *c, const part_req_t *q, int k, char *buf, size_t size) {
+static const char *peer_failure(psg_dist_callable_t *c, const part_req_t *q, int k, char *buf,
+                                size_t size) {
     peer_t *peer = &c->s->peers[c->runs[k].peer];
     if (q->lost) return q->lost;
     uint64_t restarts = psg_ts_client_restarts(peer->client);
     if (restarts == peer->restarts_seen) return NULL;
     peer->restarts_seen = restarts;
-    snprintf(buf, size, "task %s (%s) restarted (it answers as incarnation %016" PRIx64
-             "): its variables and graphs are gone", peer->task, peer->address,
-             psg_ts_client_incarnation(peer->client));
+    snprintf(buf, size,
+             "task %s (%s) restarted (it answers as incarnation %016" PRIx64
+             "): its variables and graphs are gone",
+             peer->task, peer->address, psg_ts_client_incarnation(peer->client));
     return buf;
 }
 
@@ -458,9 +468,10 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
         } else if (q->waiting) { /* the deadline passed: name the first silent task */
             q->waiting = false;
             if (!err[0]) {
-                snprintf(err, errsize, "task %s (%s): no reply to RunGraph of step %" PRId64
-                         " within %" PRId64 " ms (task down or stuck)", peer->task, peer->address,
-                         r->step, s->timeout_ms);
+                snprintf(err, errsize,
+                         "task %s (%s): no reply to RunGraph of step %" PRId64 " within %" PRId64
+                         " ms (task down or stuck)",
+                         peer->task, peer->address, r->step, s->timeout_ms);
                 *code = PSG_ERR_TIMEOUT;
             }
             psg_ts_client_reset(peer->client);
@@ -470,7 +481,8 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
             /* the first failure, unless it was only the abort another failure caused */
             if (!err[0] || psg_error_is_cause_of(*code, (psg_err_code_t)m->code)) {
                 snprintf(err, errsize, "%s", m->error ? m->error : "error");
-                *code = m->code > 0 && m->code < PSG_ERR_CODE_COUNT ? (psg_err_code_t)m->code : PSG_ERR_UNKNOWN;
+                *code = m->code > 0 && m->code < PSG_ERR_CODE_COUNT ? (psg_err_code_t)m->code
+                                                                    : PSG_ERR_UNKNOWN;
             }
         } else if (m->ntensors != p->num_fetches) {
             if (!err[0])
@@ -546,7 +558,9 @@ void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
     c->ahead = c->overlap && !remote_feeds && c->local >= 0;
 }
 
-bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) { return c->overlap; }
+bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) {
+    return c->overlap;
+}
 
 /* A fresh step id: the task in the high bits (step_base), so that workers sharing a ps never
  * share one. */
@@ -561,8 +575,8 @@ static void swap_reqs(step_reqs_t *a, step_reqs_t *b) {
 }
 
 /* Sends step r's RunGraph to every remote partition; the first failure into err. */
-static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t *const *feed_values,
-                            char *err, size_t errsize) {
+static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
+                            psg_tensor_t *const *feed_values, char *err, size_t errsize) {
     psg_dist_session_t *s = c->s;
     for (int k = 0; k < c->set->num_partitions && !err[0]; k++) {
         part_run_t *run = &c->runs[k];
@@ -571,7 +585,8 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r, psg_tensor_t
         psg_tensor_t *feeds[PSG_WIRE_MAX_TENSORS];
         int nf = p->num_feeds < PSG_WIRE_MAX_TENSORS ? p->num_feeds : PSG_WIRE_MAX_TENSORS;
         for (int i = 0; i < nf; i++) feeds[i] = feed_values[p->feed_index[i]];
-        psg_req_t req = {.type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds}};
+        psg_req_t req = {
+            .type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds}};
         int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
@@ -627,7 +642,8 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
             snprintf(err, sizeof err, "too many feeds or fetches in one partition");
         } else {
             for (int i = 0; i < p->num_feeds; i++) lf[i] = feed_values[p->feed_index[i]];
-            if (psg_task_server_run(s->server, c->runs[c->local].handle, step, p->num_feeds, lf, lx) < 0) {
+            if (psg_task_server_run(s->server, c->runs[c->local].handle, step, p->num_feeds, lf,
+                                    lx) < 0) {
                 code = psg_error_code();
                 snprintf(err, sizeof err, "%s", psg_error_message());
             } else
@@ -682,18 +698,22 @@ static int run_init_parts(psg_dist_session_t *s, int n, const int *init) {
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
         const psg_node_t *a = psg_graph_node(s->g, init[i]);
-        const psg_shape_t *sh = psg_node_num_inputs(a) > 1 ? psg_graph_shape(s->g, psg_node_input(a, 1)) : NULL;
+        const psg_shape_t *sh =
+            psg_node_num_inputs(a) > 1 ? psg_graph_shape(s->g, psg_node_input(a, 1)) : NULL;
         int64_t numel = 1;
         for (int d = 0; sh && d < sh->rank; d++) numel *= sh->dims[d] > 0 ? sh->dims[d] : 1;
         size_t b = (size_t)numel * sizeof(float);
         if (i > start && bytes + b > INIT_PART_BYTES) {
-            if (psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, i - start, init + start) < 0) return -1;
+            if (psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, i - start, init + start) < 0)
+                return -1;
             start = i;
             bytes = 0;
         }
         bytes += b;
     }
-    return n > start ? psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, n - start, init + start) : 0;
+    return n > start
+               ? psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, n - start, init + start)
+               : 0;
 }
 
 int psg_dist_session_run_init(psg_dist_session_t *s) {
@@ -775,7 +795,8 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
             len += l;
             names[len++] = '\n';
         }
-        psg_msg_t *m = names ? psg_msg_new(PSG_MSG_REQUEST, psg_proto_entry(PSG_REQ_WAIT_INIT)->op) : NULL;
+        psg_msg_t *m =
+            names ? psg_msg_new(PSG_MSG_REQUEST, psg_proto_entry(PSG_REQ_WAIT_INIT)->op) : NULL;
         if (!m || psg_msg_set_body(m, names, len) < 0) {
             psg_msg_destroy(&m);
             free(names);
@@ -869,7 +890,9 @@ int psg_dist_session_reregister(psg_dist_session_t *s) {
             /* the old graph, if the task still has it (it did not restart): not kept twice */
             psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = run->handle};
             psg_rep_t rep;
-            psg_msg_t *m = run->handle ? psg_ts_call(s->peers[run->peer].client, &d, &rep, s->timeout_ms) : NULL;
+            psg_msg_t *m = run->handle
+                               ? psg_ts_call(s->peers[run->peer].client, &d, &rep, s->timeout_ms)
+                               : NULL;
             psg_msg_destroy(&m);
             if (register_partition(s, &c->set->partitions[k], run) < 0) return -1;
         }
@@ -888,7 +911,8 @@ int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task) {
     if (!mine) return psg_error_set("out of memory");
     for (int i = 0; i < n; i++) {
         psg_device_name_t d;
-        if (psg_device_name_parse(psg_node_assigned_device(psg_graph_node(s->g, init[i])), &d) == 0 &&
+        if (psg_device_name_parse(psg_node_assigned_device(psg_graph_node(s->g, init[i])), &d) ==
+                0 &&
             psg_device_name_same_task(&d, &want))
             mine[m++] = init[i];
     }

@@ -13,6 +13,7 @@
 #include "psgraph/precision.h"
 #include "psgraph/session.h"
 #include "psgraph/summary.h"
+#include "worker/inception_train.h"
 #include "worker/metrics_log.h"
 #include "worker/train_data.h"
 
@@ -25,11 +26,11 @@
 
 static psg_cluster_t *cluster_of(const psg_train_config_t *c) {
     if (c->cluster_file) return psg_cluster_from_file(c->cluster_file, c->job, c->task);
-    return getenv("TF_CONFIG") ? psg_cluster_from_env() : NULL;
+    return psg_cluster_env_given() ? psg_cluster_from_env() : NULL;
 }
 
 bool psg_evaluator_wanted(const psg_train_config_t *c) {
-    if (!c->cluster_file && !getenv("TF_CONFIG")) return false;
+    if (!c->cluster_file && !psg_cluster_env_given()) return false;
     psg_cluster_t *cl = cluster_of(c);
     psg_task_t me = cl ? psg_cluster_task(cl) : (psg_task_t){0};
     bool yes = me.job && !strcmp(me.job, PSG_EVALUATOR_JOB);
@@ -43,18 +44,21 @@ typedef struct {
     psg_graph_t *g;
     psg_session_t *sess;
     psg_callable_t *eval;
+    psg_inception_train_t inc; /* --model inception3 */
+    psg_eval_models_t em;
     FILE *metrics;
     psg_summary_writer_t *events;
     char task[PSG_DEVICE_NAME_MAX];
     int num_workers;
-    int64_t total;       /* the job's last step */
-    long metrics_start;  /* the size of the chief's metrics.jsonl when we started */
+    int64_t total;      /* the job's last step */
+    long metrics_start; /* the size of the chief's metrics.jsonl when we started */
 } evaluator_t;
 
 static void evaluator_free(evaluator_t *e) {
     psg_summary_writer_destroy(&e->events);
     if (e->metrics) fclose(e->metrics);
     psg_callable_destroy(&e->eval);
+    psg_inception_train_free(&e->inc);
     psg_session_destroy(&e->sess);
     psg_graph_destroy(&e->g);
     psg_dataset_destroy(&e->train);
@@ -75,7 +79,8 @@ static bool job_done(const evaluator_t *e) {
     bool done = false;
     char line[4096];
     if (fseek(f, e->metrics_start, SEEK_SET) == 0)
-        while (!done && fgets(line, sizeof line, f)) done = strstr(line, "\"event\":\"done\"") != NULL;
+        while (!done && fgets(line, sizeof line, f))
+            done = strstr(line, "\"event\":\"done\"") != NULL;
     fclose(f);
     return done;
 }
@@ -88,24 +93,36 @@ static int build(evaluator_t *e) {
     if (psg_train_load_data(c, &e->train, &e->test) < 0) return -1;
     psg_shape_t ex = psg_dataset_example_shape(e->train);
     /* the job's last step: the chief's, shard 0 of the training set over the workers */
-    psg_batch_iter_options_t io = psg_batch_iter_train_options(c->batch > 0 ? c->batch : d.batch, c->seed);
+    psg_batch_iter_options_t io =
+        psg_batch_iter_train_options(c->batch > 0 ? c->batch : d.batch, c->seed);
     io.num_shards = e->num_workers;
     io.prefetch = 0;
     psg_batch_iter_t *it = psg_batch_iter_new(e->train, &io);
     if (!it) return -1;
     e->total = c->steps > 0 ? c->steps : psg_batch_iter_batches_per_epoch(it) * c->epochs;
     psg_batch_iter_destroy(&it);
-    psg_model_options_t mo = {.dense_shard_bytes = c->dense_shard_bytes >= 0 ? c->dense_shard_bytes
-                                                                            : PSG_TRAIN_CLUSTER_SHARD_BYTES};
-    psg_model_t m;
-    if (!(e->g = psg_graph_new()) || psg_graph_set_precision(e->g, c->precision) < 0 ||
-        psg_model_build_with(e->g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
-                             psg_dataset_num_classes(e->train), c->seed, &mo, &m) < 0)
-        return -1;
+    if (!(e->g = psg_graph_new()) || psg_graph_set_precision(e->g, c->precision) < 0) return -1;
+    if (!strcmp(c->model, "inception3")) { /* the evaluation models, as the chief's */
+        if (psg_inception_train_init(&e->inc, c, (int)ex.dims[0], psg_dataset_num_classes(e->train),
+                                     psg_dataset_size(e->train), c->batch > 0 ? c->batch : d.batch,
+                                     1) < 0 ||
+            psg_inception_train_eval_models(&e->inc, e->g, &e->em) < 0)
+            return -1;
+    } else {
+        psg_model_options_t mo = {.dense_shard_bytes = c->dense_shard_bytes >= 0
+                                                           ? c->dense_shard_bytes
+                                                           : PSG_TRAIN_CLUSTER_SHARD_BYTES};
+        psg_model_t m;
+        if (psg_model_build_with(e->g, c->model, (int)ex.dims[0], (int)ex.dims[1], (int)ex.dims[2],
+                                 psg_dataset_num_classes(e->train), c->seed, &mo, &m) < 0)
+            return -1;
+        e->em = (psg_eval_models_t){1, {m.images}, {m.logits}};
+    }
     psg_session_options_t so = {.num_threads = c->threads};
-    if (!(e->sess = psg_session_new(e->g, &so, NULL)) || psg_session_run_init(e->sess) < 0) return -1;
-    psg_endpoint_t feeds[2] = {m.images, m.labels};
-    e->eval = psg_session_make_callable(e->sess, 2, feeds, 1, &m.correct, 0, NULL);
+    if (!(e->sess = psg_session_new(e->g, &so, NULL)) || psg_session_run_init(e->sess) < 0)
+        return -1;
+    e->eval =
+        psg_session_make_callable(e->sess, e->em.n, e->em.images, e->em.n, e->em.logits, 0, NULL);
     return e->eval ? 0 : -1;
 }
 
@@ -113,15 +130,25 @@ static int build(evaluator_t *e) {
 static int evaluate_checkpoint(evaluator_t *e, psg_checkpoint_t *ck, double *acc) {
     int64_t step = psg_checkpoint_step(ck);
     double t0 = psg_now_sec();
+    psg_train_eval_t ev;
+    /* not all of a checkpoint's variables are the evaluation's (optimizer slots): the
+     * checkpoint must hold every one of the evaluation's */
     if (psg_checkpoint_restore(ck, psg_session_resources(e->sess), true) < 0 ||
-        psg_train_evaluate(e->eval, NULL, e->test, acc) < 0)
+        psg_train_evaluate(e->eval, NULL, e->em.n, e->test, &ev) < 0)
         return psg_error_wrap("%s: checkpoint at step %lld", e->task, (long long)step);
+    *acc = ev.accuracy;
     FILE *out = e->c->out ? e->c->out : stdout;
-    fprintf(out, "%s: checkpoint %s: step %lld  test accuracy %.4f  (%.2f s)\n", e->task,
-            psg_checkpoint_path(ck), (long long)step, *acc, psg_now_sec() - t0);
+    char tk[160] = "";
+    if (!strcmp(e->c->model, "inception3"))
+        snprintf(tk, sizeof tk, ",\"top1\":%.6f,\"top5\":%.6f,\"top1_ema\":%.6f,\"top5_ema\":%.6f",
+                 ev.top1[0], ev.top5[0], ev.top1[1], ev.top5[1]);
+    fprintf(out, "%s: checkpoint %s: step %lld  test accuracy %.4f%s%s  (%.2f s)\n", e->task,
+            psg_checkpoint_path(ck), (long long)step, *acc, tk[0] ? "  " : "", tk[0] ? tk + 1 : "",
+            psg_now_sec() - t0);
     fflush(out);
-    fprintf(e->metrics, "{\"event\":\"eval\",\"step\":%lld,\"test_accuracy\":%.6f,\"checkpoint\":\"%s\"}\n",
-            (long long)step, *acc, psg_checkpoint_path(ck));
+    fprintf(e->metrics,
+            "{\"event\":\"eval\",\"step\":%lld,\"test_accuracy\":%.6f%s,\"checkpoint\":\"%s\"}\n",
+            (long long)step, *acc, tk, psg_checkpoint_path(ck));
     return psg_summary_scalar(e->events, step, "accuracy", (float)*acc);
 }
 
@@ -157,8 +184,9 @@ static int watch(evaluator_t *e, psg_train_result_t *r) {
             idle_since = psg_now_sec();
         }
         if (psg_now_sec() - idle_since > PSG_EVALUATOR_IDLE_SECS)
-            return psg_error_set("%s: no new checkpoint or metrics record in %s for %.0f s: the job is gone",
-                                 e->task, e->c->logdir, PSG_EVALUATOR_IDLE_SECS);
+            return psg_error_set(
+                "%s: no new checkpoint or metrics record in %s for %.0f s: the job is gone",
+                e->task, e->c->logdir, PSG_EVALUATOR_IDLE_SECS);
         nanosleep(&(struct timespec){0, (long)(POLL_SECS * 1e9)}, NULL);
     }
 }
@@ -174,9 +202,16 @@ int psg_evaluator_run(const psg_train_config_t *c, psg_train_result_t *r) {
     int nps = psg_cluster_num_tasks(cl, "ps");
     psg_cluster_destroy(&cl);
     if (nps == 0)
-        return psg_error_set("%s: the cluster has no \"ps\" job: psgraph keeps the variables on parameter servers", e.task);
-    if (e.num_workers == 0) return psg_error_set("%s: the cluster has no worker or chief job to evaluate", e.task);
-    if (!c->logdir) return psg_error_set("%s: the evaluator needs --logdir (the job's, where its checkpoints are)", e.task);
+        return psg_error_set_code(
+            PSG_ERR_CONFIG,
+            "%s: the cluster has no \"ps\" job: psgraph keeps the variables on parameter servers",
+            e.task);
+    if (e.num_workers == 0)
+        return psg_error_set_code(PSG_ERR_CONFIG,
+                                  "%s: the cluster has no worker or chief job to evaluate", e.task);
+    if (!c->logdir)
+        return psg_error_set(
+            "%s: the evaluator needs --logdir (the job's, where its checkpoints are)", e.task);
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/metrics.jsonl", c->logdir);
     e.metrics_start = file_size(dir);
@@ -186,13 +221,15 @@ int psg_evaluator_run(const psg_train_config_t *c, psg_train_result_t *r) {
         !(e.events = psg_summary_writer_new(dir)))
         goto done;
     FILE *out = c->out ? c->out : stdout;
-    fprintf(out, "%s: watching %s for checkpoints of %s up to step %lld (TensorBoard: %s)\n", e.task, c->logdir,
-            c->model, (long long)e.total, dir);
+    fprintf(out, "%s: watching %s for checkpoints of %s up to step %lld (TensorBoard: %s)\n",
+            e.task, c->logdir, c->model, (long long)e.total, dir);
     fflush(out);
     rc = watch(&e, r);
     if (rc == 0) {
-        fprintf(out, "{\"event\":\"evaluator_done\",\"task\":\"%s\",\"step\":%lld,\"test_accuracy\":%.4f}\n",
-                e.task, (long long)r->steps, r->test_accuracy);
+        fprintf(
+            out,
+            "{\"event\":\"evaluator_done\",\"task\":\"%s\",\"step\":%lld,\"test_accuracy\":%.4f}\n",
+            e.task, (long long)r->steps, r->test_accuracy);
         fflush(out);
     }
 done:

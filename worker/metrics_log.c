@@ -3,6 +3,7 @@
  * Not a JSON encoder: the callers format their records. */
 #include "worker/metrics_log.h"
 
+#include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
 
 #include <errno.h>
@@ -82,8 +83,8 @@ static int mlog_close(void *cookie) {
 }
 
 FILE *psg_metrics_open(const char *logdir, const char *tag, const char *task) {
-    if (mkdir(logdir, 0755) < 0 && errno != EEXIST) {
-        psg_error_set("--logdir %s: %s", logdir, strerror(errno));
+    if (psg_logdir_make(logdir) < 0) {
+        psg_error_wrap("--logdir");
         return NULL;
     }
     mlog_t *m = calloc(1, sizeof *m);

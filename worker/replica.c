@@ -29,7 +29,8 @@ static int build_model(psg_graph_t *g, const psg_replica_spec_t *s, psg_replica_
     r->feeds[0] = r->m.images;
     r->feeds[1] = r->m.labels;
     r->n_feeds = 2;
-    return cluster ? 0 : psg_optimizer_minimize(s->opt, g, r->m.loss, &r->train_op);
+    return cluster || s->forward_only ? 0
+                                      : psg_optimizer_minimize(s->opt, g, r->m.loss, &r->train_op);
 }
 
 int psg_replica_build(psg_graph_t *g, const psg_replica_spec_t *s, psg_replica_t *r) {
@@ -52,8 +53,8 @@ int psg_replica_build(psg_graph_t *g, const psg_replica_spec_t *s, psg_replica_t
             psg_graph_pop_device(g);
             psg_graph_push_replica_setter(g, s->w->setter);
         }
-        r->sync = psg_sync_train_new(s->c, g, s->opt, n, grads, vars, r->loss, r->n_feeds,
-                                     r->feeds, r->towers, s->w->rank, s->w->num_workers, s->out);
+        r->sync = psg_sync_train_new(s->c, g, s->opt, n, grads, vars, r->loss, r->n_feeds, r->feeds,
+                                     r->towers, s->w->rank, s->w->num_workers, s->out);
         rc = r->sync ? 0 : -1;
         r->train_op = r->loss.node; /* a generic callable only evaluates */
     }

@@ -2,8 +2,8 @@
  * built from (model, towers, one process or a cluster's strategy): the
  * model or its towers, their gradients, and either the optimizer's update
  * (one process) or the strategy's (a cluster worker, worker/sync_train.h).
- * Used by `psgraph train` (worker/trainer.c) and `psgraph bench inception3`
- * (cli/bench_run.c). Not the loop, not the session. */
+ * Used by the training loop (worker/trainer.c), which `psgraph bench inception3` runs
+ * too. Not the loop, not the session. */
 #ifndef PSGRAPH_WORKER_REPLICA_H
 #define PSGRAPH_WORKER_REPLICA_H
 
@@ -26,6 +26,7 @@ typedef struct {
     int (*build_one)(void *ctx, psg_graph_t *g, psg_model_t *m);
     void *ctx;
     FILE *out;
+    bool forward_only; /* one model in one process, no optimizer: train_op -1 */
 } psg_replica_spec_t;
 
 typedef struct {

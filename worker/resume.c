@@ -33,13 +33,16 @@ int psg_resume_open_latest(const char *logdir, bool fresh_start, FILE *out, psg_
     int rc = found;
     if (found == 0 && s.skipped) {
         if (fresh_start) {
-            fprintf(out, "--fresh-start: none of the %d checkpoints of %s verifies; starting from "
-                         "step 0 with fresh weights\n", s.skipped, logdir);
+            fprintf(out,
+                    "--fresh-start: none of the %d checkpoints of %s verifies; starting from "
+                    "step 0 with fresh weights\n",
+                    s.skipped, logdir);
             fflush(out);
         } else {
-            rc = psg_error_set("%s holds %d checkpoint%s and none verifies; not starting from step 0 "
-                               "with fresh weights (--fresh-start to do so, or move them away):%s",
-                               logdir, s.skipped, s.skipped == 1 ? "" : "s", s.why ? s.why : "");
+            rc = psg_error_set(
+                "%s holds %d checkpoint%s and none verifies; not starting from step 0 "
+                "with fresh weights (--fresh-start to do so, or move them away):%s",
+                logdir, s.skipped, s.skipped == 1 ? "" : "s", s.why ? s.why : "");
         }
     }
     free(s.why);

@@ -19,8 +19,8 @@
 #define MAX_FETCH (1 + 8 + PSG_SYNC_CALL_MAX)
 /* the columns of a worker's row of counts: used, dropped, reported, examples/sec,
  * staleness n, sum, min, max, tensor bytes pushed and pulled a step (as its task server
- * counted them) */
-#define COUNTS 10
+ * counted them), and the dropped ones by why: stale, partial, closed */
+#define COUNTS 13
 
 struct psg_sync_train {
     psg_sync_replicas_t *sr;
@@ -41,13 +41,14 @@ struct psg_sync_train {
     FILE *out, *metrics;
     /* running */
     psg_dist_callable_t *calls[1 + PSG_SYNC_MAX_CALLS]; /* owned by the worker's session */
-    psg_tensor_t *model_values[2 * PSG_MAX_TOWERS];      /* this step's, borrowed */
+    psg_tensor_t *model_values[2 * PSG_MAX_TOWERS];     /* this step's, borrowed */
     psg_sync_worker_t w;
     psg_dist_session_t *chief_sess;  /* the chief's runner's own session */
     psg_dist_callable_t *chief_step; /* owned by chief_sess */
     psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
     psg_dist_session_t *sess;        /* the worker's (borrowed) */
     psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
+    char task[PSG_DEVICE_NAME_MAX];  /* its task, as metrics.jsonl names it ("" in one process) */
     int64_t served0, pulled0;        /* the counts when training started */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
@@ -86,7 +87,7 @@ static int build_counts(psg_sync_train_t *st) {
 static void strategy_config(psg_sync_train_t *st, const psg_train_config_t *c) {
     psg_sync_config_t *cfg = &st->cfg;
     psg_sync_config_defaults(cfg);
-    cfg->variant = psg_sync_train_strategy(c);
+    cfg->strategy = psg_sync_train_strategy(c);
     cfg->opt = c->sync_opt;
     cfg->num_workers = st->num_workers;
     cfg->replicas_to_aggregate = c->replicas_to_aggregate;
@@ -132,10 +133,9 @@ static int build_strategy(psg_sync_train_t *st, psg_optimizer_t *opt, int n,
 
 psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
                                      psg_optimizer_t *opt, int n, const psg_endpoint_t *grads,
-                                     const psg_endpoint_t *vars, psg_endpoint_t loss,
-                                     int n_feeds, const psg_endpoint_t *feeds,
-                                     const psg_towers_t *towers, int rank, int num_workers,
-                                     FILE *out) {
+                                     const psg_endpoint_t *vars, psg_endpoint_t loss, int n_feeds,
+                                     const psg_endpoint_t *feeds, const psg_towers_t *towers,
+                                     int rank, int num_workers, FILE *out) {
     psg_sync_train_t *st = calloc(1, sizeof *st);
     if (!st) {
         psg_error_set("out of memory");
@@ -166,12 +166,14 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     if (build_strategy(st, opt, n, grads, vars) < 0 || build_counts(st) < 0) goto fail;
     return st;
 fail:
-    psg_error_wrap("--sync %s", st->cfg.variant);
+    psg_error_wrap("--sync %s", st->cfg.strategy);
     psg_sync_train_destroy(&st);
     return NULL;
 }
 
-const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) { return &st->sg; }
+const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st) {
+    return &st->sg;
+}
 
 int psg_sync_train_after_update(const psg_sync_train_t *st) {
     return st->strategy->chief_runner ? st->sg.chief_global_step.node : st->sg.train_op;
@@ -261,9 +263,8 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
                                     .id_stream = 1};
     if (!(st->chief_sess = psg_dist_session_new(st->g, &o))) return -1;
     int targets[2] = {sg->chief_op, st->after_op};
-    st->chief_step = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1,
-                                                    &sg->chief_global_step,
-                                                    st->after_op >= 0 ? 2 : 1, targets);
+    st->chief_step = psg_dist_session_make_callable(
+        st->chief_sess, 0, NULL, 1, &sg->chief_global_step, st->after_op >= 0 ? 2 : 1, targets);
     if (!st->chief_step) return psg_error_wrap("the chief's step");
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
@@ -274,7 +275,7 @@ int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s) {
     int op = st->sg.local_init_op;
     if (op < 0) return 0;
     return psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &op) < 0
-               ? psg_error_wrap("--sync %s: this worker's own variables", st->cfg.variant)
+               ? psg_error_wrap("--sync %s: this worker's own variables", st->cfg.strategy)
                : 0;
 }
 
@@ -285,27 +286,32 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->sess = s;
     st->chief = chief;
     st->server = server;
+    psg_task_t me = psg_cluster_task(cluster);
+    if (me.job) psg_device_name(me.job, me.index, NULL, st->task, sizeof st->task);
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
-    if (make_calls(st, s) < 0) return psg_error_wrap("--sync %s: the worker's step", st->cfg.variant);
+    if (make_calls(st, s) < 0)
+        return psg_error_wrap("--sync %s: the worker's step", st->cfg.strategy);
     if (chief && sg->chief_init_op >= 0 &&
         psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->chief_init_op) < 0)
-        return psg_error_wrap("--sync %s: the chief's init", st->cfg.variant);
-    if (sg->start_op >= 0 && psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->start_op) < 0)
-        return psg_error_wrap("--sync %s: the worker's start", st->cfg.variant);
+        return psg_error_wrap("--sync %s: the chief's init", st->cfg.strategy);
+    if (sg->start_op >= 0 &&
+        psg_dist_session_run(s, 0, NULL, NULL, 0, NULL, NULL, 1, &sg->start_op) < 0)
+        return psg_error_wrap("--sync %s: the worker's start", st->cfg.strategy);
     psg_tensor_t *gs = NULL;
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &sg->global_step, &gs, 0, NULL) < 0)
-        return psg_error_wrap("--sync %s: reading the global step", st->cfg.variant);
+        return psg_error_wrap("--sync %s: reading the global step", st->cfg.strategy);
     st->w.local_step = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
     st->start_sec = psg_now_sec();
     if (server) psg_task_server_tensor_bytes(server, &st->served0, &st->pulled0);
     if (!chief || !st->strategy->chief_runner) return 0;
-    return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.variant) : 0;
+    return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.strategy)
+                                                 : 0;
 }
 
 /* The --straggler delay before a step, keyed by the worker's own step count, not its
  * local step: local SGD keeps one local step for H steps (each would draw the same
- * delay, H times), and every variant's j-th step then draws the same delay. */
+ * delay, H times), and every strategy's j-th step then draws the same delay. */
 static double straggle(psg_sync_train_t *st) {
     double ms = psg_straggler_sleep(st->stragglers, st->rank, st->w.steps);
     st->straggler_sec += ms * 1e-3;
@@ -316,8 +322,7 @@ static double straggle(psg_sync_train_t *st) {
 static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over, double delay_ms) {
     psg_sync_step_t s;
     int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
-    for (int i = 0; st->towers && i < st->num_feeds; i++)
-        psg_tensor_destroy(&st->model_values[i]);
+    for (int i = 0; st->towers && i < st->num_feeds; i++) psg_tensor_destroy(&st->model_values[i]);
     if (rc < 0) return -1;
     s.straggler_ms = delay_ms;
     st->w.steps++;
@@ -343,16 +348,15 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
     return step_fed(st, loss, over, delay_ms);
 }
 
-int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values, psg_tensor_t **loss,
-                              bool *over) {
+int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values,
+                              psg_tensor_t **loss, bool *over) {
     *loss = NULL;
     *over = false;
     if (st->towers || n != st->num_feeds)
-        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.variant, n, st->num_feeds,
-                             st->towers ? " with towers" : "");
+        return psg_error_set("--sync %s: %d feeds for a step of %d%s", st->cfg.strategy, n,
+                             st->num_feeds, st->towers ? " with towers" : "");
     double delay_ms = straggle(st);
-    for (int i = 0; i < n; i++)
-        st->model_values[i] = values[i];
+    for (int i = 0; i < n; i++) st->model_values[i] = values[i];
     return step_fed(st, loss, over, delay_ms);
 }
 
@@ -366,15 +370,24 @@ static int report_counts(psg_sync_train_t *st, double examples_per_sec) {
     int64_t served = 0, pulled = 0;
     if (st->server) psg_task_server_tensor_bytes(st->server, &served, &pulled);
     double steps = s->steps > 0 ? (double)s->steps : 1;
-    float r[COUNTS] = {(float)s->used, (float)s->dropped, 1, (float)examples_per_sec,
-                       (float)s->stale_n, (float)s->stale_sum, (float)s->stale_min,
-                       (float)s->stale_max, (float)((double)(served - st->served0) / steps),
-                       (float)((double)(pulled - st->pulled0) / steps)};
+    float r[COUNTS] = {(float)s->used,
+                       (float)s->dropped,
+                       1,
+                       (float)examples_per_sec,
+                       (float)s->stale_n,
+                       (float)s->stale_sum,
+                       (float)s->stale_min,
+                       (float)s->stale_max,
+                       (float)((double)(served - st->served0) / steps),
+                       (float)((double)(pulled - st->pulled0) / steps),
+                       (float)s->dropped_stale,
+                       (float)s->dropped_partial,
+                       (float)s->dropped_closed};
     memcpy(row, r, sizeof r);
     int rc = psg_dist_session_run(st->sess, 1, &st->counts_delta, &delta, 0, NULL, NULL, 1,
                                   &st->counts_add);
     psg_tensor_destroy(&delta);
-    return rc < 0 ? psg_error_wrap("--sync %s: reporting the counts", st->cfg.variant) : 0;
+    return rc < 0 ? psg_error_wrap("--sync %s: reporting the counts", st->cfg.strategy) : 0;
 }
 
 int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
@@ -384,7 +397,7 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     int rc = 0;
     /* out of data before the queue closed: end it for everyone, cleanly */
     if (!st->over && st->close_step && psg_dist_callable_run(st->close_step, NULL, NULL) < 0)
-        rc = psg_error_wrap("--sync %s: closing the token queue", st->cfg.variant);
+        rc = psg_error_wrap("--sync %s: closing the token queue", st->cfg.strategy);
     if (report_counts(st, examples_per_sec) < 0 && rc == 0) rc = -1;
     if (st->runner) {
         int jr = psg_sync_chief_join(&st->runner, &st->chief_steps);
@@ -396,12 +409,20 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
     snprintf(line, sizeof line,
              "{\"event\":\"sync_summary\",\"worker\":%d,\"sync\":\"%s\",\"steps\":%" PRId64
              ",\"gradients_used\":%" PRId64 ",\"gradients_dropped\":%" PRId64
+             ",\"dropped\":{\"stale\":%" PRId64 ",\"partial\":%" PRId64 ",\"closed\":%" PRId64 "}"
              ",\"compute_sec\":%.3f,\"token_wait_sec\":%.3f,\"wait_sec\":%.3f,"
              "\"straggler_sec\":%.3f,%s}",
-             st->rank, st->cfg.variant, st->stats.steps, st->stats.used, st->stats.dropped,
-             st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec,
-             st->straggler_sec, stale);
-    fprintf(st->out, "%s\n", line);
+             st->rank, st->cfg.strategy, st->stats.steps, st->stats.used, st->stats.dropped,
+             st->stats.dropped_stale, st->stats.dropped_partial, st->stats.dropped_closed,
+             st->stats.compute_sec, st->stats.token_wait_sec, st->stats.wait_sec, st->straggler_sec,
+             stale);
+    /* "worker" is the rank (--straggler worker=N's); the task names it as the cluster does
+     * (with a "chief" job, /job:worker/task:0 is rank 1), as metrics.jsonl's prefix does */
+    const char *head = "{\"event\":\"sync_summary\",";
+    if (st->task[0])
+        fprintf(st->out, "%s\"task\":\"%s\",%s\n", head, st->task, line + strlen(head));
+    else
+        fprintf(st->out, "%s\n", line);
     fflush(st->out);
     if (st->metrics) fprintf(st->metrics, "%s\n", line);
     return rc;
@@ -443,11 +464,16 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->counts_read, &counts, 0, NULL) == 0 &&
         psg_tensor_numel(counts) == COUNTS * st->num_workers &&
         (st->counts = malloc(sizeof(float) * COUNTS * (size_t)st->num_workers)))
-        memcpy(st->counts, psg_tensor_f32(counts), sizeof(float) * COUNTS * (size_t)st->num_workers);
+        memcpy(st->counts, psg_tensor_f32(counts),
+               sizeof(float) * COUNTS * (size_t)st->num_workers);
     psg_tensor_destroy(&counts);
     if (psg_dist_session_run(s, 0, NULL, NULL, 1, &st->sg.global_step, &gs, 0, NULL) == 0)
         st->global_steps = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
+}
+
+int64_t psg_sync_train_global_steps(const psg_sync_train_t *st) {
+    return st->strategy->chief_runner ? st->chief_steps : st->global_steps;
 }
 
 /* The job's staleness from the workers' rows into *out (stale_* fields only). */
@@ -484,7 +510,7 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     /* the pace between the first and the last global step: not the start-up (the other
      * workers' registration, the first step's plans) */
     double span = st->last_step_at - st->first_step_at;
-    int64_t steps = st->strategy->chief_runner ? st->chief_steps : st->global_steps;
+    int64_t steps = psg_sync_train_global_steps(st);
     double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
                  : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
                  : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)
@@ -509,20 +535,30 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
              ",\"gradients_dropped\":%" PRId64 ",%s,\"push_bytes_per_step\":%.0f,"
              "\"pull_bytes_per_step\":%.0f,\"model_push_bytes_per_step\":%.0f,"
              "\"model_pull_bytes_per_step\":%.0f,",
-             st->cfg.variant, st->num_required, st->backups, steps, sps, used, dropped, stale, push,
-             pull, (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
+             st->cfg.strategy, st->num_required, st->backups, steps, sps, used, dropped, stale,
+             push, pull,
+             (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
              (double)st->model_bytes * comm);
-    /* "per_worker":[[used, dropped], ..., null (never reported: dead)] */
+    /* "per_worker":[[used, dropped], ..., null (never reported: dead)], and
+     * "per_worker_dropped":[{"stale":s,"partial":p,"closed":c}, ..., null] */
     size_t len = strlen(buf);
-    for (int i = 0; st->counts && i < st->num_workers && len + 64 < size; i++) {
-        const float *r = st->counts + COUNTS * i;
-        len += (size_t)snprintf(buf + len, size - len, "%s", i ? "," : "\"per_worker\":[");
-        if (r[2] > 0)
-            len += (size_t)snprintf(buf + len, size - len, "[%.0f,%.0f]", r[0], r[1]);
-        else
-            len += (size_t)snprintf(buf + len, size - len, "null");
-        if (i + 1 == st->num_workers) len += (size_t)snprintf(buf + len, size - len, "],");
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; st->counts && i < st->num_workers && len + 96 < size; i++) {
+            const float *r = st->counts + COUNTS * i;
+            len += (size_t)snprintf(buf + len, size - len, "%s",
+                                    i           ? ","
+                                    : pass == 0 ? "\"per_worker\":["
+                                                : "\"per_worker_dropped\":[");
+            if (r[2] <= 0)
+                len += (size_t)snprintf(buf + len, size - len, "null");
+            else if (pass == 0)
+                len += (size_t)snprintf(buf + len, size - len, "[%.0f,%.0f]", r[0], r[1]);
+            else
+                len += (size_t)snprintf(buf + len, size - len,
+                                        "{\"stale\":%.0f,\"partial\":%.0f,\"closed\":%.0f}", r[10],
+                                        r[11], r[12]);
+            if (i + 1 == st->num_workers) len += (size_t)snprintf(buf + len, size - len, "],");
+        }
 }
 
 int psg_sync_train_worker_rates(const psg_sync_train_t *st, double *rates) {

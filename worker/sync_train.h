@@ -37,10 +37,9 @@ bool psg_sync_train_local_model(const psg_train_config_t *c);
  * borrowed. NULL with the error set (a bad N, b, option or --straggler). */
 psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g,
                                      psg_optimizer_t *opt, int n, const psg_endpoint_t *grads,
-                                     const psg_endpoint_t *vars, psg_endpoint_t loss,
-                                     int n_feeds, const psg_endpoint_t *feeds,
-                                     const psg_towers_t *towers, int rank, int num_workers,
-                                     FILE *out);
+                                     const psg_endpoint_t *vars, psg_endpoint_t loss, int n_feeds,
+                                     const psg_endpoint_t *feeds, const psg_towers_t *towers,
+                                     int rank, int num_workers, FILE *out);
 /* The replica's graph, borrowed: to build around it. */
 const psg_sync_graph_t *psg_sync_train_graph(const psg_sync_train_t *st);
 /* The node after which the update is done (sync: the chief's, chief_global_step's; the
@@ -77,8 +76,8 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
 
 /* The same on any model's feeds without towers: values[n], one for each feed given to
  * psg_sync_train_new (borrowed). The model of `psgraph train --model wide-deep` uses it. */
-int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values, psg_tensor_t **loss,
-                              bool *over);
+int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values,
+                              psg_tensor_t **loss, bool *over);
 
 /* The end of this worker's training: closes the strategy's queues when it stopped on its
  * own, adds its counts and examples_per_sec to the job's (a variable on a ps), waits for
@@ -89,6 +88,9 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec);
  * step and the workers' reported counts. */
 void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
                           const psg_cluster_t *cluster);
+/* After count: the job's global step as the final JSON line gives it ("global_steps": the
+ * chief's runner's updates, else the global step variable's value); -1 when unknown. */
+int64_t psg_sync_train_global_steps(const psg_sync_train_t *st);
 /* The chief's fields for its final JSON line, after finish and count: "sync":NAME, N, b,
  * global_steps, steps_per_sec, gradients_used, gradients_dropped, staleness {min, mean,
  * max, n} over all workers, push_bytes_per_step, pull_bytes_per_step, per_worker, each

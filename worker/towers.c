@@ -55,10 +55,10 @@ static int build_tower(psg_graph_t *g, const psg_towers_config_t *c, int k, towe
     int rc = 0;
     if (k > 0) rc = psg_graph_push_scope(g, scope);
     if (rc == 0) {
-        rc = c->build ? c->build(c->build_ctx, g, k, m)
-                      : psg_model_build_with(g, c->model, c->height, c->width, c->channels,
-                                             c->classes, c->seed,
-                                             &(psg_model_options_t){c->dense_shard_bytes}, m);
+        rc = c->build
+                 ? c->build(c->build_ctx, g, k, m)
+                 : psg_model_build_with(g, c->model, c->height, c->width, c->channels, c->classes,
+                                        c->seed, &(psg_model_options_t){c->dense_shard_bytes}, m);
         if (k > 0) psg_graph_pop_scope(g);
     }
     psg_graph_pop_device(g);
@@ -129,8 +129,7 @@ int psg_towers_build_gradients(psg_graph_t *g, const psg_towers_config_t *c, psg
         free(grads);
         return psg_error_set("out of memory");
     }
-    for (int i = 0; i < n; i++)
-        vars[i] = (psg_endpoint_t){ids[i], 0};
+    for (int i = 0; i < n; i++) vars[i] = (psg_endpoint_t){ids[i], 0};
     int rc = 0;
     for (int k = 0; k < K && rc == 0; k++)
         rc = tower_gradients(g, k, &tp[k], &t->towers[k], n, vars, grads[k]);
@@ -141,8 +140,7 @@ int psg_towers_build_gradients(psg_graph_t *g, const psg_towers_config_t *c, psg
     for (int i = 0; i < n && rc == 0; i++) {
         char name[160];
         snprintf(name, sizeof name, "average_gradients/%d", i);
-        for (int k = 0; k < K; k++)
-            per_tower[k] = grads[k][i];
+        for (int k = 0; k < K; k++) per_tower[k] = grads[k][i];
         avg[i] = psg_endpoint_valid(per_tower[0]) ? tower_mean(g, name, K, per_tower, true)
                                                   : PSG_NO_ENDPOINT;
     }
@@ -208,15 +206,13 @@ int psg_towers_split(const psg_towers_t *t, psg_tensor_t *images, psg_tensor_t *
         return psg_error_set("a batch needs images (N, ...) and labels (N) of the same N");
     int64_t N = images->shape.dims[0];
     if (N < K) return psg_error_set("a batch of %lld rows cannot feed %d towers", (long long)N, K);
-    for (int k = 0; k < 2 * K; k++)
-        values[k] = NULL;
+    for (int k = 0; k < 2 * K; k++) values[k] = NULL;
     for (int k = 0; k < K; k++) {
         int64_t r0 = N * k / K, r1 = N * (k + 1) / K;
         values[2 * k] = row_view(images, r0, r1);
         values[2 * k + 1] = values[2 * k] ? row_view(labels, r0, r1) : NULL;
         if (!values[2 * k + 1]) {
-            for (int j = 0; j < 2 * K; j++)
-                psg_tensor_destroy(&values[j]);
+            for (int j = 0; j < 2 * K; j++) psg_tensor_destroy(&values[j]);
             return psg_error_wrap("splitting the batch");
         }
     }

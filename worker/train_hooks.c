@@ -31,12 +31,13 @@ struct psg_train_hooks {
     bool tracing;
     psg_cluster_ckpt_t *cluster; /* in a cluster: the chief's saver, recovery */
     bool chief;
-    psg_task_server_t *server;     /* in a cluster: whose node hook traces */
-    const char *trace_path;        /* the merged trace's path (the launcher merges) */
+    psg_task_server_t *server; /* in a cluster: whose node hook traces */
+    const char *trace_path;    /* the merged trace's path (the launcher merges) */
     int64_t trace_first, trace_last;
-    char trace_file[4200];         /* this task's part */
+    char trace_file[4200]; /* this task's part */
     bool ps_tracing;
     int64_t step_start_ns, step_served, step_pulled; /* the traced step's start */
+    int64_t last_step;                               /* the loop's last step; 0: unknown */
 };
 
 static int restore(psg_train_hooks_t *h, int64_t *start_step) {
@@ -48,21 +49,25 @@ static int restore(psg_train_hooks_t *h, int64_t *start_step) {
     bool match = false;
     int rc = psg_checkpoint_restore(ck, rm, true);
     if (rc == 0) rc = psg_checkpoint_verify_restored(ck, rm, &match);
-    if (rc == 0 && !match) rc = psg_error_set("%s: the variables differ from the checkpoint after restore",
-                                              psg_checkpoint_path(ck));
+    if (rc == 0 && !match)
+        rc = psg_error_set("%s: the variables differ from the checkpoint after restore",
+                           psg_checkpoint_path(ck));
     if (rc == 0) {
         *start_step = psg_checkpoint_step(ck);
         h->last_saved = *start_step;
-        fprintf(h->out, "restored %s: global step %lld, %d tensors, values verified against its crc32 (%.3f s)\n",
-                psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck), psg_now_sec() - t0);
+        fprintf(
+            h->out,
+            "restored %s: global step %lld, %d tensors, values verified against its crc32 (%.3f s)\n",
+            psg_checkpoint_path(ck), (long long)*start_step, psg_checkpoint_num_tensors(ck),
+            psg_now_sec() - t0);
         fflush(h->out);
     }
     psg_checkpoint_destroy(&ck);
     return rc;
 }
 
-psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess,
-                                       FILE *out, FILE *metrics, int64_t *start_step) {
+psg_train_hooks_t *psg_train_hooks_new(const psg_train_config_t *c, psg_session_t *sess, FILE *out,
+                                       FILE *metrics, int64_t *start_step) {
     *start_step = 0;
     psg_train_hooks_t *h = calloc(1, sizeof *h);
     if (!h) {
@@ -96,8 +101,10 @@ fail:
 void psg_train_hooks_destroy(psg_train_hooks_t **ph) {
     if (!ph || !*ph) return;
     psg_train_hooks_t *h = *ph;
-    if (h->tracing && h->server) psg_task_server_set_node_hook(h->server, NULL, NULL);
-    else if (h->tracing) psg_session_set_node_hook(h->sess, NULL, NULL);
+    if (h->tracing && h->server)
+        psg_task_server_set_node_hook(h->server, NULL, NULL);
+    else if (h->tracing)
+        psg_session_set_node_hook(h->sess, NULL, NULL);
     psg_summary_writer_destroy(&h->events);
     psg_trace_destroy(&h->trace);
     psg_cluster_ckpt_destroy(&h->cluster);
@@ -112,9 +119,11 @@ int psg_train_hooks_set_cluster(psg_train_hooks_t *h, psg_cluster_ckpt_t *cc, bo
     h->cluster = cc;
     h->chief = chief;
     h->server = server;
-    if (chief && c->logdir && !h->events && !(h->events = psg_summary_writer_new(c->logdir))) return -1;
+    if (chief && c->logdir && !h->events && !(h->events = psg_summary_writer_new(c->logdir)))
+        return -1;
     if (c->trace_path && !h->trace) {
-        if (!(h->trace = psg_trace_new(trace_pid, task, "CPU:0"))) return psg_error_set("out of memory");
+        if (!(h->trace = psg_trace_new(trace_pid, task, "CPU:0")))
+            return psg_error_set("out of memory");
         h->trace_path = c->trace_path;
         h->trace_first = c->trace_first;
         h->trace_last = c->trace_last;
@@ -132,7 +141,8 @@ void psg_train_hooks_before_step(psg_train_hooks_t *h, int64_t step) {
     if (h->server) {
         if (!h->trace || step + 1 < h->trace_first || step + 1 > h->trace_last) return;
         if (h->chief && !h->ps_tracing) {
-            h->ps_tracing = psg_cluster_ckpt_trace_ps(h->cluster, true, step + 1, h->trace_path) == 0;
+            h->ps_tracing =
+                psg_cluster_ckpt_trace_ps(h->cluster, true, step + 1, h->trace_path) == 0;
             if (!h->ps_tracing) fprintf(h->out, "warning: %s\n", psg_error_message());
         }
         psg_trace_set_step(h->trace, step + 1);
@@ -162,11 +172,12 @@ static int save(psg_train_hooks_t *h, int64_t step) {
         return psg_error_wrap("checkpoint at step %lld", (long long)step);
     h->last_saved = step;
     h->last_save_time = psg_now_sec();
-    fprintf(h->out, "checkpoint %s/%s-%lld.index.json written in %.3f s\n", h->c->logdir, PSG_CKPT_PREFIX,
-            (long long)step, secs);
+    fprintf(h->out, "checkpoint %s/%s-%lld.index.json written in %.3f s\n", h->c->logdir,
+            PSG_CKPT_PREFIX, (long long)step, secs);
     fflush(h->out);
     if (h->metrics)
-        fprintf(h->metrics, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.4f}\n", (long long)step, secs);
+        fprintf(h->metrics, "{\"event\":\"checkpoint\",\"step\":%lld,\"seconds\":%.4f}\n",
+                (long long)step, secs);
     return 0;
 }
 
@@ -186,8 +197,12 @@ int psg_train_hooks_after_step(psg_train_hooks_t *h, int64_t done) {
         h->tracing = false;
     }
     if (h->server && done >= h->trace_last && stop_ps_trace(h) < 0) return -1;
-    if (h->cluster) return psg_cluster_ckpt_after_step(h->cluster, done);
-    if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(), h->last_save_time))
+    if (h->cluster) /* the last one waits for the other workers (final_checkpoint) */
+        return h->last_step > 0 && done >= h->last_step
+                   ? 0
+                   : psg_cluster_ckpt_after_step(h->cluster, done);
+    if (h->c->logdir && psg_checkpoint_policy_due(&h->policy, done, h->last_saved, psg_now_sec(),
+                                                  h->last_save_time))
         return save(h, done);
     return 0;
 }
@@ -200,19 +215,33 @@ int psg_train_hooks_progress(psg_train_hooks_t *h, int64_t step, double loss, do
     return psg_summary_scalars(h->events, step, 3, tags, v);
 }
 
-int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, double accuracy) {
-    return h->events ? psg_summary_scalar(h->events, step, "accuracy", (float)accuracy) : 0;
+int psg_train_hooks_eval(psg_train_hooks_t *h, int64_t step, const psg_train_eval_t *e, bool topk) {
+    if (!h->events) return 0;
+    if (!topk) return psg_summary_scalar(h->events, step, "accuracy", (float)e->accuracy);
+    const char *tags[] = {"accuracy", "top1", "top5", "top1_ema", "top5_ema"};
+    float v[] = {(float)e->accuracy, (float)e->top1[0], (float)e->top5[0], (float)e->top1[1],
+                 (float)e->top5[1]};
+    return psg_summary_scalars(h->events, step, e->n_models > 1 ? 5 : 3, tags, v);
+}
+
+void psg_train_hooks_set_last_step(psg_train_hooks_t *h, int64_t last) {
+    h->last_step = last;
+}
+
+int psg_train_hooks_final_checkpoint(psg_train_hooks_t *h, int64_t step) {
+    return h->cluster ? psg_cluster_ckpt_end(h->cluster, step) : 0;
 }
 
 int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
-    if (h->cluster && psg_cluster_ckpt_end(h->cluster, step) < 0) return -1;
     if (h->server) {
         if (stop_ps_trace(h) < 0) return -1;
         if (!h->trace) return 0;
         if (psg_trace_write(h->trace, h->trace_file) < 0) return psg_error_wrap("--trace");
-        fprintf(h->out, "trace: %d op events of steps %lld to %lld written to %s (psgraph launch merges the tasks' files into %s)\n",
-                psg_trace_num_events(h->trace), (long long)h->trace_first, (long long)h->trace_last,
-                h->trace_file, h->trace_path);
+        fprintf(
+            h->out,
+            "trace: %d op events of steps %lld to %lld written to %s (psgraph launch merges the tasks' files into %s)\n",
+            psg_trace_num_events(h->trace), (long long)h->trace_first, (long long)h->trace_last,
+            h->trace_file, h->trace_path);
         fflush(h->out);
         return 0;
     }
@@ -220,8 +249,8 @@ int psg_train_hooks_end(psg_train_hooks_t *h, int64_t step) {
     if (h->trace) {
         if (psg_trace_write(h->trace, h->c->trace_path) < 0) return psg_error_wrap("--trace");
         fprintf(h->out, "trace: %d op events of steps %lld to %lld written to %s\n",
-                psg_trace_num_events(h->trace), (long long)h->c->trace_first, (long long)h->c->trace_last,
-                h->c->trace_path);
+                psg_trace_num_events(h->trace), (long long)h->c->trace_first,
+                (long long)h->c->trace_last, h->c->trace_path);
         fflush(h->out);
     }
     return 0;
@@ -238,9 +267,11 @@ const char *psg_train_hooks_eta(double secs, char *buf, size_t size) {
     return buf;
 }
 
-int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t *c, const psg_worker_task_t *w,
-                                 psg_dist_session_t *ds, FILE *out, FILE *metrics, int64_t *start_step) {
-    psg_cluster_ckpt_t *cc = psg_cluster_ckpt_new(c, w->cluster, ds, w->chief, w->task, out, metrics);
+int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t *c,
+                                 const psg_worker_task_t *w, psg_dist_session_t *ds, FILE *out,
+                                 FILE *metrics, int64_t *start_step) {
+    psg_cluster_ckpt_t *cc =
+        psg_cluster_ckpt_new(c, w->cluster, ds, w->chief, w->task, out, metrics);
     if (!cc || psg_cluster_ckpt_start(cc, start_step) < 0) {
         psg_cluster_ckpt_destroy(&cc);
         return psg_error_wrap("%s", w->task);
@@ -248,5 +279,6 @@ int psg_train_hooks_join_cluster(psg_train_hooks_t *h, const psg_train_config_t 
     char tag[64];
     psg_worker_task_tag(w, tag, sizeof tag);
     return psg_train_hooks_set_cluster(h, cc, w->chief, c, w->server,
-                                       psg_cluster_num_tasks(w->cluster, "ps") + w->rank, w->task, tag);
+                                       psg_cluster_num_tasks(w->cluster, "ps") + w->rank, w->task,
+                                       tag);
 }

@@ -15,8 +15,10 @@
 #include "psgraph/towers.h"
 #include "ops/cpu/blas.h"
 #include "psgraph/trainer.h"
+#include "worker/bench_timing.h"
 #include "worker/ctr_train.h"
 #include "worker/evaluator.h"
+#include "worker/inception_train.h"
 #include "worker/init_from.h"
 #include "worker/metrics_log.h"
 #include "worker/replica.h"
@@ -36,10 +38,9 @@
 
 void psg_train_config_defaults(psg_train_config_t *c) {
     memset(c, 0, sizeof *c);
-    c->model = "cnn";
-    c->data = "fashion-mnist";
-    c->data_dir = "/usr/share/datasets/fashion-mnist";
+    c->model = "cnn"; /* data NULL: the model's (psg_train_resolve) */
     c->epochs = 2;
+    c->lr = -1; /* the model's */
     c->seed = 1;
     c->threads = 1;
     c->log_every = 100;
@@ -50,6 +51,9 @@ void psg_train_config_defaults(psg_train_config_t *c) {
     c->dense_shard_bytes = -1;
     c->out = stdout;
     psg_sync_options_defaults(&c->sync_opt);
+    c->label_offset = -1;
+    c->label_smoothing = -1;
+    c->recipe = psg_inception3_recipe_defaults();
 }
 
 static double peak_rss_mb(void) {
@@ -69,12 +73,6 @@ static double rss_mb(void) {
     return (double)resident * 4096.0 / (1024.0 * 1024.0);
 }
 
-/* Test accuracy over the whole evaluation set (worker/train_data.c). */
-static int evaluate(psg_callable_t *eval, psg_dist_callable_t *deval, const psg_dataset_t *test,
-                    double *accuracy) {
-    return psg_train_evaluate(eval, deval, test, accuracy);
-}
-
 typedef struct {
     const psg_train_config_t *c;
     FILE *out;
@@ -86,14 +84,18 @@ typedef struct {
     psg_callable_t *step, *eval;
     FILE *metrics;
     psg_replica_t rep; /* the model, its towers, the strategy in a cluster (worker/replica.c) */
-    psg_sync_train_t *sync; /* rep.sync: a cluster's strategy (worker/sync_train.c) */
+    psg_sync_train_t *sync;     /* rep.sync: a cluster's strategy (worker/sync_train.c) */
     psg_init_from_t *init_from; /* --init-from (worker/init_from.c) */
+    bool inception;             /* --model inception3: its recipe (worker/inception_train.c) */
+    psg_inception_train_t inc;
+    psg_eval_models_t em;      /* the evaluation models: images fed, logits fetched */
+    psg_bench_timing_t *bench; /* --bench: the timed steps (worker/bench_timing.c) */
     /* in a cluster */
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
-    psg_train_hooks_t *hooks; /* checkpoints, TensorBoard, timeline */
-    psg_train_config_t hook_cfg; /* the hooks' config (borrowed by them) */
+    psg_train_hooks_t *hooks;           /* checkpoints, TensorBoard, timeline */
+    psg_train_config_t hook_cfg;        /* the hooks' config (borrowed by them) */
     /* the recipe and the run */
     int batch;
     double lr;
@@ -102,9 +104,13 @@ typedef struct {
     int64_t start_step, per_epoch, total;
     double run_start, steady_time, interval_start, loss_sum, last_loss, rss_at_100;
     int64_t steady_examples, interval_steps;
+    double all_time; /* every step's, for a run shorter than the warm-up */
+    int64_t all_examples;
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_bench_timing_destroy(&t->bench);
+    psg_inception_train_free(&t->inc);
     psg_init_from_destroy(&t->init_from);
     psg_replica_free(&t->rep);
     psg_train_hooks_destroy(&t->hooks);
@@ -128,8 +134,9 @@ static int join_cluster(const psg_train_config_t *c, trainer_t *t) {
     if ((c->sync && !strcmp(c->sync, "none")) || (!c->sync && !want)) return 0;
     if (psg_sync_strategy_check_name(psg_sync_train_strategy(c)) < 0) return -1;
     if (!want)
-        return psg_error_set("--sync %s needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I",
-                             c->sync);
+        return psg_error_set(
+            "--sync %s needs a cluster: TF_CONFIG, or --cluster FILE --job worker --task I",
+            c->sync);
     return psg_worker_task_join(&t->w, c, "psgraph train");
 }
 
@@ -142,16 +149,21 @@ static int make_runners(trainer_t *t) {
         psg_session_options_t so = {.num_threads = c->threads};
         t->sess = psg_session_new(t->g, &so, NULL);
         if (!t->sess || psg_session_run_init(t->sess) < 0) return -1;
-        t->step = psg_session_make_callable(t->sess, r->n_feeds, r->feeds, 1, &r->loss, 1, &r->train_op);
-        t->eval = t->step ? psg_session_make_callable(t->sess, 2, r->feeds, 1, &r->correct, 0, NULL) : NULL;
+        t->step = psg_session_make_callable(t->sess, r->n_feeds, r->feeds, 1, &r->loss,
+                                            c->forward_only ? 0 : 1, &r->train_op);
+        t->eval = t->step ? psg_session_make_callable(t->sess, t->em.n, t->em.images, t->em.n,
+                                                      t->em.logits, 0, NULL)
+                          : NULL;
         return t->eval ? 0 : -1;
     }
-    psg_dist_session_options_t o = {.cluster = t->w.cluster, .server = t->w.server,
+    psg_dist_session_options_t o = {.cluster = t->w.cluster,
+                                    .server = t->w.server,
                                     .step_timeout_ms = c->step_timeout_ms,
                                     .ps_memory_limit = c->ps_memory_limit};
     if (!(t->dsess = psg_dist_session_new(t->g, &o))) return -1;
     /* the steps are the strategy's (worker/sync_train.c); this one only evaluates */
-    t->deval = psg_dist_session_make_callable(t->dsess, 2, r->feeds, 1, &r->correct, 0, NULL);
+    t->deval = psg_dist_session_make_callable(t->dsess, t->em.n, t->em.images, t->em.n,
+                                              t->em.logits, 0, NULL);
     return t->deval ? 0 : psg_error_wrap("%s", t->w.task);
 }
 
@@ -161,30 +173,67 @@ static int make_runners(trainer_t *t) {
 static int start_cluster(trainer_t *t) {
     const psg_train_config_t *c = t->c;
     if (psg_sync_train_init_local(t->sync, t->dsess) < 0) return -1;
-    if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, t->out, t->metrics, &t->start_step) < 0)
+    if (psg_train_hooks_join_cluster(t->hooks, c, &t->w, t->dsess, t->out, t->metrics,
+                                     &t->start_step) < 0)
         return -1;
-    return psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief, t->metrics);
+    return psg_sync_train_start(t->sync, t->dsess, t->w.cluster, t->w.server, t->w.chief,
+                                t->metrics);
 }
 
 static int load_data(const psg_train_config_t *c, trainer_t *t) {
     return psg_train_load_data(c, &t->train, &t->test);
 }
 
-static void write_eval(trainer_t *t, int64_t step, double acc) {
+/* inception3's top-1 and top-5 of the weights and their moving average as JSON fields
+ * (each after a comma), or "". */
+static void topk_json(const trainer_t *t, const psg_train_eval_t *e, char *buf, size_t size) {
+    buf[0] = 0;
+    if (!t->inception) return;
+    size_t n = (size_t)snprintf(buf, size, ",\"top1\":%.6f,\"top5\":%.6f", e->top1[0], e->top5[0]);
+    if (e->n_models > 1 && n < size)
+        snprintf(buf + n, size - n, ",\"top1_ema\":%.6f,\"top5_ema\":%.6f", e->top1[1], e->top5[1]);
+}
+
+static void write_eval(trainer_t *t, int64_t step, const psg_train_eval_t *e) {
+    char tk[160];
+    topk_json(t, e, tk, sizeof tk);
     if (t->metrics)
-        fprintf(t->metrics, "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f,\"wall_sec\":%.3f}\n",
-                (long long)step, (double)step / (double)t->per_epoch, acc, psg_now_sec() - t->run_start);
+        fprintf(
+            t->metrics,
+            "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f%s,\"examples\":%lld,\"wall_sec\":%.3f}\n",
+            (long long)step, (double)step / (double)t->per_epoch, e->accuracy, tk,
+            (long long)e->examples, psg_now_sec() - t->run_start);
+}
+
+/* The evaluation's line: "test accuracy A", and inception3's top-1 and top-5. */
+static void print_eval(trainer_t *t, int64_t step, const psg_train_eval_t *e, const char *tail) {
+    fprintf(t->out, "epoch %lld  ", (long long)((step + t->per_epoch - 1) / t->per_epoch));
+    if (t->inception) fprintf(t->out, "step %lld  ", (long long)step);
+    fprintf(t->out, "test accuracy %.4f", e->accuracy);
+    if (t->inception) {
+        fprintf(t->out, "  top-1 %.4f  top-5 %.4f", e->top1[0], e->top5[0]);
+        if (e->n_models > 1)
+            fprintf(t->out, "  moving average: top-1 %.4f  top-5 %.4f", e->top1[1], e->top5[1]);
+        fprintf(t->out, "  (%lld images)", (long long)e->examples);
+    }
+    fprintf(t->out, "%s\n", tail);
+    fflush(t->out);
+}
+
+static void keep_eval(psg_train_result_t *r, const psg_train_eval_t *e) {
+    r->test_accuracy = e->accuracy;
+    for (int m = 0; m < 2; m++) r->top1[m] = e->top1[m], r->top5[m] = e->top5[m];
 }
 
 /* Test accuracy now: printed, logged, given to the hooks. */
 static int eval_now(trainer_t *t, int64_t step, psg_train_result_t *r) {
-    double acc = 0, eval_start = psg_now_sec();
-    if (evaluate(t->eval, t->deval, t->test, &acc) < 0) return -1;
-    r->test_accuracy = acc;
-    fprintf(t->out, "epoch %lld  test accuracy %.4f\n", (long long)((step + t->per_epoch - 1) / t->per_epoch), acc);
-    fflush(t->out);
-    write_eval(t, step, acc);
-    if (psg_train_hooks_eval(t->hooks, step, acc) < 0) return -1;
+    double eval_start = psg_now_sec();
+    psg_train_eval_t e;
+    if (psg_train_evaluate(t->eval, t->deval, t->em.n, t->test, &e) < 0) return -1;
+    keep_eval(r, &e);
+    print_eval(t, step, &e, "");
+    write_eval(t, step, &e);
+    if (psg_train_hooks_eval(t->hooks, step, &e, t->inception) < 0) return -1;
     t->interval_start += psg_now_sec() - eval_start; /* evaluation is not training time */
     return 0;
 }
@@ -197,22 +246,29 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
     if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
     /* a worker that died (as many as the strategy tolerates) never says it is done */
     int64_t wait_ms = psg_sync_train_graph(t->sync)->chief_op >= 0
-                          ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
+                          ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000)
+                          : 600000;
     bool all_done = psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) == 0;
     if (!all_done) {
         fprintf(t->out, "warning: %s; evaluating anyway\n", psg_error_message());
         fflush(t->out);
     }
     psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
-    double acc = 0;
-    if (evaluate(NULL, t->deval, t->test, &acc) < 0) return -1;
-    r->test_accuracy = acc;
-    fprintf(t->out, "epoch %lld  test accuracy %.4f  (%s %d workers done)\n",
-            (long long)((t->total + t->per_epoch - 1) / t->per_epoch), acc, all_done ? "all" : "not all",
-            t->w.num_workers);
-    fflush(t->out);
-    write_eval(t, t->total, acc);
-    if (psg_train_hooks_eval(t->hooks, t->total, acc) < 0) return -1;
+    /* every update is in now: the final checkpoint holds them all, named by the job's global
+     * step (async: every worker's steps), and the accuracy below is that checkpoint's */
+    int64_t gs = psg_sync_train_global_steps(t->sync);
+    if (psg_train_hooks_final_checkpoint(t->hooks, gs > r->steps ? gs : r->steps) < 0) return -1;
+    if (!c->bench || c->eval_every > 0) { /* a benchmark times the loop only */
+        psg_train_eval_t e;
+        if (psg_train_evaluate(NULL, t->deval, t->em.n, t->test, &e) < 0) return -1;
+        keep_eval(r, &e);
+        char tail[64];
+        snprintf(tail, sizeof tail, "  (%s %d workers done)", all_done ? "all" : "not all",
+                 t->w.num_workers);
+        print_eval(t, t->total, &e, tail);
+        write_eval(t, t->total, &e);
+        if (psg_train_hooks_eval(t->hooks, t->total, &e, t->inception) < 0) return -1;
+    }
     return psg_dist_session_job_done(t->dsess);
 }
 
@@ -238,11 +294,14 @@ static int setup(trainer_t *t) {
     psg_model_defaults_t d;
     if (psg_model_defaults(c->model, &d) < 0) return psg_error_wrap("--model");
     t->batch = c->batch > 0 ? c->batch : d.batch;
-    t->lr = c->lr > 0 ? c->lr : d.lr;
-    t->opt_kind = c->optimizer ? c->optimizer : "momentum";
-    if (c->towers > t->batch) /* in a cluster too: --batch is each worker's, split over its towers */
-        return psg_error_set("--towers %d is more than --batch %d: each tower needs at least one example",
-                             c->towers, t->batch);
+    t->lr = c->lr >= 0 ? c->lr : d.lr;
+    t->inception = !strcmp(c->model, "inception3");
+    t->opt_kind = c->optimizer ? c->optimizer : t->inception ? "rmsprop" : "momentum";
+    if (c->towers >
+        t->batch) /* in a cluster too: --batch is each worker's, split over its towers */
+        return psg_error_set(
+            "--towers %d is more than --batch %d: each tower needs at least one example", c->towers,
+            t->batch);
     if (load_data(c, t) < 0) return -1;
     if (psg_dataset_example_shape(t->train).rank != 3)
         return psg_error_set("data set examples must be (height, width, channels)");
@@ -250,18 +309,71 @@ static int setup(trainer_t *t) {
     t->g = psg_graph_new();
     /* before any node: every model and gradient (towers, strategies) is built under it */
     if (!t->g || psg_graph_set_precision(t->g, c->precision) < 0) return -1;
-    if (c->init_from && !(t->init_from = psg_init_from_new(c->init_from, c->init_strict, t->g))) return -1;
-    psg_optimizer_config_t oc = psg_optimizer_defaults(t->opt_kind);
-    oc.learning_rate = (float)t->lr;
-    if (!strcmp(t->opt_kind, "momentum")) oc.momentum = (float)c->momentum;
-    oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
-    if (!(t->opt = psg_optimizer_new(&oc))) return psg_error_wrap("--optimizer");
+    if (c->init_from && !(t->init_from = psg_init_from_new(c->init_from, c->init_strict, t->g)))
+        return -1;
     t->gpu = c->device && !strcmp(c->device, "gpu");
     if (t->gpu && psg_gpu_count() == 0) {
         fprintf(t->out, "psgraph train: --device gpu: %s; running on the CPU\n", psg_gpu_status());
         t->gpu = false;
     }
+    if (t->inception) return 0; /* its optimizer reads the global step: built with the graph */
+    psg_optimizer_config_t oc = psg_optimizer_defaults(t->opt_kind);
+    oc.learning_rate = (float)t->lr;
+    if (!strcmp(t->opt_kind, "momentum")) oc.momentum = (float)c->momentum;
+    oc.l1 = (float)c->l1, oc.l2 = (float)c->l2, oc.lr_power = (float)c->lr_power;
+    if (!(t->opt = psg_optimizer_new(&oc))) return psg_error_wrap("--optimizer");
     return 0;
+}
+
+/* The gradients a step aggregates in a cluster (the decay's replicas): sync's N, else 1. */
+static int replicas(const trainer_t *t) {
+    const psg_train_config_t *c = t->c;
+    if (!t->w.cluster || strcmp(psg_sync_train_strategy(c), "sync")) return 1;
+    return c->replicas_to_aggregate > 0 ? c->replicas_to_aggregate
+                                        : t->w.num_workers - c->backup_workers;
+}
+
+/* inception3's config, recipe and optimizer (under the replica setter in a cluster: its
+ * learning rate reads the global step). */
+static int inception_setup(trainer_t *t) {
+    const psg_train_config_t *c = t->c;
+    if (psg_inception_train_init(&t->inc, c, c->image_size, psg_dataset_num_classes(t->train),
+                                 psg_dataset_size(t->train), t->batch, replicas(t)) < 0)
+        return -1;
+    if (c->lr < 0) t->lr = t->inc.recipe.learning_rate;
+    if (t->init_from) { /* Keras's names for slim's (examples/inception3_names.c) */
+        psg_inception3_name_t *pairs;
+        int n = psg_inception3_keras_names(&t->inc.cfg, &pairs);
+        int rc = n < 0 ? -1 : psg_init_from_alias(t->init_from, n, pairs);
+        free(pairs);
+        if (rc < 0) return -1;
+    }
+    if (t->w.cluster) psg_graph_push_replica_setter(t->g, t->w.setter);
+    t->opt = psg_inception_train_optimizer(&t->inc, t->g);
+    if (t->w.cluster) psg_graph_pop_device(t->g);
+    return t->opt ? 0 : -1;
+}
+
+/* After the replica: inception3's step (batch-norm updates, moving average), then the
+ * evaluation models, placed as the replica is (towers: soft placement of the nodes added
+ * after them; a cluster: the replica setter). mlp and cnn evaluate the training model. */
+static int finish_graph(trainer_t *t) {
+    psg_replica_t *r = &t->rep;
+    if (!t->inception) {
+        t->em = (psg_eval_models_t){1, {r->m.images}, {r->m.logits}};
+        return 0;
+    }
+    const char *dev = r->towers && !t->w.cluster ? r->towers->variable_device : NULL;
+    if (dev) psg_graph_push_device(t->g, dev);
+    int rc = psg_inception_train_finish(&t->inc, t->g, &r->train_op, t->sync, t->w.setter);
+    if (dev) psg_graph_pop_device(t->g);
+    if (rc < 0) return -1;
+    if (t->w.cluster) psg_graph_push_replica_setter(t->g, t->w.setter);
+    rc = psg_inception_train_eval_models(&t->inc, t->g, &t->em);
+    if (t->w.cluster) psg_graph_pop_device(t->g);
+    if (rc < 0) return -1;
+    psg_placement_options_t po = {.allow_soft_placement = true};
+    return r->towers && !t->w.cluster ? psg_place(t->g, &po) : 0;
 }
 
 /* The replica (worker/replica.c decides model x towers x one process or strategy). */
@@ -278,15 +390,22 @@ static int build_graph(trainer_t *t) {
                               .device = t->gpu ? PSG_TOWERS_GPU : PSG_TOWERS_CPU,
                               .variable_device = t->w.cluster ? "/device:CPU:0" : NULL,
                               .dense_shard_bytes = shard_bytes(t)};
+    if (t->inception) {
+        if (inception_setup(t) < 0) return -1;
+        tc.build = psg_inception_train_build_tower;
+        tc.build_ctx = &t->inc;
+    }
     psg_replica_spec_t rs = {.c = c,
                              .w = &t->w,
                              .opt = t->opt,
                              .towers = t->gpu || c->towers > 1 ? &tc : NULL,
-                             .build_one = build_one,
-                             .ctx = t,
-                             .out = t->out};
+                             .build_one = t->inception ? psg_inception_train_build_one : build_one,
+                             .ctx = t->inception ? (void *)&t->inc : t,
+                             .out = t->out,
+                             .forward_only = c->forward_only};
     if (psg_replica_build(t->g, &rs, &t->rep) < 0) return -1;
     t->sync = t->rep.sync;
+    if (finish_graph(t) < 0) return -1;
     return t->init_from ? psg_init_from_report(t->init_from, t->out) : 0;
 }
 
@@ -303,7 +422,9 @@ static int start(trainer_t *t) {
         t->hook_cfg.logdir = NULL;
         t->hook_cfg.trace_path = NULL;
     }
-    if (!(t->hooks = psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step))) return -1;
+    if (!(t->hooks =
+              psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step)))
+        return -1;
     if (t->w.cluster && start_cluster(t) < 0) return -1;
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(t->batch, c->seed);
@@ -315,14 +436,29 @@ static int start(trainer_t *t) {
     if (!(t->it = psg_batch_iter_new(t->train, &io))) return -1;
     t->per_epoch = psg_batch_iter_batches_per_epoch(t->it);
     t->total = c->steps > 0 ? c->steps : t->per_epoch * c->epochs;
-    fprintf(t->out, "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
-            c->model, c->data, t->batch, t->opt_kind, t->lr, (long long)t->total, (long long)t->per_epoch,
-            c->threads, c->towers, t->gpu ? "GPU" : "CPU", c->towers == 1 ? "" : "s");
+    psg_train_hooks_set_last_step(t->hooks, t->total);
+    fprintf(
+        t->out,
+        "psgraph train: model %s, %s, batch %d, %s lr %g, %lld steps (%lld per epoch), %d threads, %d %s tower%s\n",
+        c->model, c->data, t->batch, t->opt_kind, t->lr, (long long)t->total,
+        (long long)t->per_epoch, c->threads, c->towers, t->gpu ? "GPU" : "CPU",
+        c->towers == 1 ? "" : "s");
     if (t->w.cluster)
-        fprintf(t->out, "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
-                t->w.task, t->w.num_workers, t->w.chief ? "chief" : "not chief", psg_sync_train_strategy(c),
-                psg_cluster_num_tasks(t->w.cluster, "ps"), t->w.rank);
+        fprintf(t->out,
+                "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
+                t->w.task, t->w.num_workers, t->w.chief ? "chief" : "not chief",
+                psg_sync_train_strategy(c), psg_cluster_num_tasks(t->w.cluster, "ps"), t->w.rank);
+    if (t->rep.towers)
+        fprintf(t->out, "%d %s towers, %d images each, gradients averaged in-graph\n",
+                t->rep.towers->num_towers, t->gpu ? "GPU" : "CPU",
+                t->batch / t->rep.towers->num_towers);
+    if (t->inception) {
+        fprintf(t->out, "psgraph train: inception3, %lld params, %.2f GMACs/image; ",
+                (long long)t->inc.stats.params, (double)t->inc.stats.macs_per_example / 1e9);
+        psg_inception_train_describe(&t->inc, t->out);
+    }
     fflush(t->out);
+    if (c->bench && !(t->bench = psg_bench_timing_new(c))) return -1;
     t->run_start = t->interval_start = psg_now_sec();
     t->last_loss = NAN;
     return 0;
@@ -341,7 +477,8 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
         /* a strategy without tokens: a step that hit a restarted ps is retried once the ps
          * is back */
         bool tokens = psg_sync_train_graph(t->sync)->chief_op >= 0;
-        for (int retry = 0; rc < 0 && !tokens && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
+        for (int retry = 0;
+             rc < 0 && !tokens && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
              retry++)
             rc = psg_sync_train_step(t->sync, images, labels, loss, over);
     } else {
@@ -357,17 +494,21 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
 /* The progress line every --log-every steps (and the last). */
 static int log_progress(trainer_t *t, int64_t step, double now) {
     double dt = now - t->interval_start;
-    double eps = (double)t->interval_steps * t->batch / dt, mean = t->loss_sum / (double)t->interval_steps;
+    double eps = (double)t->interval_steps * t->batch / dt,
+           mean = t->loss_sum / (double)t->interval_steps;
     char eta[32];
     fprintf(t->out, "step %lld  epoch %.2f  loss %.4f  examples/sec %.0f  sec/batch %.4f  eta %s\n",
             (long long)(step + 1), (double)(step + 1) / (double)t->per_epoch, mean, eps,
             dt / (double)t->interval_steps,
-            psg_train_hooks_eta((double)(t->total - step - 1) * dt / (double)t->interval_steps, eta, sizeof eta));
+            psg_train_hooks_eta((double)(t->total - step - 1) * dt / (double)t->interval_steps, eta,
+                                sizeof eta));
     fflush(t->out);
     if (t->metrics)
-        fprintf(t->metrics, "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f,\"wall_sec\":%.3f}\n",
-                (long long)(step + 1), (double)(step + 1) / (double)t->per_epoch, mean, t->lr, eps, rss_mb(),
-                now - t->run_start);
+        fprintf(
+            t->metrics,
+            "{\"event\":\"progress\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"learning_rate\":%g,\"examples_per_sec\":%.1f,\"rss_mb\":%.1f,\"wall_sec\":%.3f}\n",
+            (long long)(step + 1), (double)(step + 1) / (double)t->per_epoch, mean, t->lr, eps,
+            rss_mb(), now - t->run_start);
     if (psg_train_hooks_progress(t->hooks, step + 1, mean, t->lr, eps) < 0) return -1;
     t->loss_sum = 0;
     t->interval_steps = 0;
@@ -384,24 +525,35 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
         bool over = false;
         double t0 = psg_now_sec();
         psg_train_hooks_before_step(t->hooks, step);
-        if (one_step(t, step, &loss, &over) < 0) return psg_error_wrap("step %lld", (long long)step);
+        if (t->bench && psg_bench_timing_before_step(t->bench, step, t->sess, t->gpu) < 0)
+            return -1;
+        if (one_step(t, step, &loss, &over) < 0)
+            return psg_error_wrap("step %lld", (long long)step);
         t->last_loss = psg_tensor_f32(loss)[0];
         psg_tensor_destroy(&loss);
-        if (!isfinite(t->last_loss)) return psg_error_set("step %lld: the loss is %g", (long long)step, t->last_loss);
+        if (!isfinite(t->last_loss))
+            return psg_error_set("step %lld: the loss is %g", (long long)step, t->last_loss);
         if (psg_train_hooks_after_step(t->hooks, step + 1) < 0) return -1;
         double t1 = psg_now_sec();
-        if (step >= WARMUP_STEPS) {
+        if (t->bench && psg_bench_timing_after_step(t->bench, step, t1 - t0) < 0) return -1;
+        if (step >= (c->bench ? c->bench_warmup : WARMUP_STEPS)) {
             t->steady_time += t1 - t0;
             t->steady_examples += t->batch;
         }
+        t->all_time += t1 - t0;
+        t->all_examples += t->batch;
         if (step + 1 == 100) t->rss_at_100 = rss_mb();
         t->loss_sum += t->last_loss;
         t->interval_steps++;
-        if (((step + 1) % c->log_every == 0 || step + 1 == t->total) && log_progress(t, step, t1) < 0) return -1;
+        if (((step + 1) % c->log_every == 0 || step + 1 == t->total) &&
+            log_progress(t, step, t1) < 0)
+            return -1;
         bool chief = !t->w.cluster || t->w.chief;
-        bool due = (step + 1) % t->per_epoch == 0 || (c->eval_every > 0 && (step + 1) % c->eval_every == 0);
-        if (((due && step + 1 < t->total && chief) || (step + 1 == t->total && !t->w.cluster)) &&
-            eval_now(t, step + 1, r) < 0)
+        /* a benchmark evaluates only when told to (--eval-every) */
+        bool due = (!c->bench && (step + 1) % t->per_epoch == 0) ||
+                   (c->eval_every > 0 && (step + 1) % c->eval_every == 0);
+        bool last = step + 1 == t->total && !t->w.cluster && (!c->bench || c->eval_every > 0);
+        if (((due && step + 1 < t->total && chief) || last) && eval_now(t, step + 1, r) < 0)
             return -1;
         r->steps = step + 1;
         if (over) break; /* the strategy ended training (sync: the token queue closed) */
@@ -412,56 +564,118 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
 /* The chief's (or one process's) final JSON line. */
 static void final_line(trainer_t *t, const psg_train_result_t *r) {
     const psg_train_config_t *c = t->c;
-    char line[3072], cluster_desc[2048] = "", sync_desc[1536] = "";
+    char line[7168], cluster_desc[4608] = "", sync_desc[4096] = "", tk[160] = "", loss[32] = "null";
+    if (isfinite(r->final_loss)) /* none after --steps 0: null, JSON has no nan */
+        snprintf(loss, sizeof loss, "%.6f", r->final_loss);
     if (t->w.cluster) {
         psg_sync_train_json(t->sync, sync_desc, sizeof sync_desc);
         snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,", sync_desc,
                  t->w.num_workers, psg_cluster_num_tasks(t->w.cluster, "ps"));
     }
+    if (t->inception && r->top1[0] >= 0) {
+        psg_train_eval_t e = {.n_models = r->top1[1] >= 0 ? 2 : 1};
+        for (int m = 0; m < 2; m++) e.top1[m] = r->top1[m], e.top5[m] = r->top5[m];
+        topk_json(t, &e, tk, sizeof tk);
+    }
     snprintf(line, sizeof line,
              "{\"event\":\"done\",\"model\":\"%s\",\"data\":\"%s\",%s\"steps\":%lld,\"batch\":%d,"
-             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%.6f,\"test_accuracy\":%.4f,"
+             "\"threads\":%d,\"precision\":\"%s\",\"final_loss\":%s,\"test_accuracy\":%.4f%s,"
              "\"examples_per_sec\":%.1f,\"wall_sec\":%.3f,"
              "\"peak_rss_mb\":%.1f,\"rss_mb_at_step_100\":%.1f,\"rss_mb_at_end\":%.1f,"
              "\"blas\":\"%s\"}",
              c->model, c->data, cluster_desc, (long long)r->steps, t->batch, c->threads,
-             psg_precision_name(psg_graph_compute_dtype(t->g)), r->final_loss, r->test_accuracy,
-             r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100, rss_mb(),
-             psg_blas_core());
+             psg_precision_name(psg_graph_compute_dtype(t->g)), loss, r->test_accuracy, tk,
+             r->examples_per_sec, psg_now_sec() - t->run_start, peak_rss_mb(), t->rss_at_100,
+             rss_mb(), psg_blas_core());
     fprintf(t->out, "%s\n", line);
     fflush(t->out);
     if (t->metrics) fprintf(t->metrics, "%s\n", line);
 }
 
+/* The cluster's fields of a bench line, each followed by a comma: N as "workers", the
+ * strategy's, and each worker's own images/sec. */
+static void bench_cluster(trainer_t *t, char *buf, size_t size) {
+    char sj[4096] = "";
+    int W = t->w.num_workers;
+    double *rates = malloc(sizeof *rates * (size_t)W);
+    psg_sync_train_json(t->sync, sj, sizeof sj);
+    int nr = rates ? psg_sync_train_worker_rates(t->sync, rates) : 0;
+    size_t len =
+        (size_t)snprintf(buf, size, "\"ps\":%d,\"workers\":%d,%s\"per_worker_images_per_sec\":[",
+                         psg_cluster_num_tasks(t->w.cluster, "ps"), replicas(t), sj);
+    for (int i = 0; i < nr && len + 32 < size; i++)
+        len += rates[i] < 0
+                   ? (size_t)snprintf(buf + len, size - len, "%snull", i ? "," : "")
+                   : (size_t)snprintf(buf + len, size - len, "%s%.3f", i ? "," : "", rates[i]);
+    if (len + 4 < size) snprintf(buf + len, size - len, "],");
+    free(rates);
+}
+
+/* psgraph bench's line after the final one (worker/bench_timing.c). */
+static int bench_line(trainer_t *t, const psg_train_result_t *r) {
+    const psg_train_config_t *c = t->c;
+    char cl[6144] = "";
+    if (t->w.cluster) bench_cluster(t, cl, sizeof cl);
+    int towers = t->rep.towers ? t->rep.towers->num_towers : 1;
+    psg_bench_line_t l = {.model = c->model,
+                          .data = c->data,
+                          .device = t->gpu ? "gpu" : "cpu",
+                          .precision = psg_precision_name(psg_graph_compute_dtype(t->g)),
+                          .mode = c->forward_only ? "forward" : "train",
+                          .towers = towers,
+                          .batch = t->batch,
+                          .image_size = c->image_size,
+                          .classes = c->classes,
+                          .threads = c->threads,
+                          .per_step = t->w.cluster ? replicas(t) * t->batch : t->batch,
+                          .final_loss = r->final_loss,
+                          .params = t->inc.stats.params,
+                          .macs_per_image = t->inc.stats.macs_per_example,
+                          .cluster = cl,
+                          .g = t->g,
+                          .profile_batch = t->batch / towers};
+    return psg_bench_timing_report(t->bench, &l, t->out);
+}
+
 /* After the loop: the strategy's end, the hooks', the cluster's, the final line. */
 static int finish(trainer_t *t, psg_train_result_t *r) {
     r->final_loss = t->last_loss;
-    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time : 0;
+    /* past the warm-up steps (plans, first touches); a shorter run: all of its steps */
+    r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time
+                          : t->all_time > 0  ? (double)t->all_examples / t->all_time
+                                             : 0;
     if (t->dsess && psg_dist_session_drain(t->dsess) < 0) return -1; /* the last overlapped step */
     if (t->sync && psg_sync_train_finish(t->sync, r->examples_per_sec) < 0) return -1;
     if (psg_train_hooks_end(t->hooks, r->steps) < 0) return -1;
     if (t->w.cluster && finish_cluster(t, r) < 0) return -1;
     if (t->w.cluster && !t->w.chief) {
-        fprintf(t->out, "{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"final_loss\":%.6f,"
-                        "\"examples_per_sec\":%.1f}\n",
+        fprintf(t->out,
+                "{\"event\":\"worker_done\",\"task\":\"%s\",\"steps\":%lld,\"final_loss\":%.6f,"
+                "\"examples_per_sec\":%.1f}\n",
                 t->w.task, (long long)r->steps, r->final_loss, r->examples_per_sec);
         fflush(t->out);
         return 0;
     }
     final_line(t, r);
-    return 0;
+    return t->bench ? bench_line(t, r) : 0;
 }
 
-int psg_train(const psg_train_config_t *c, psg_train_result_t *r) {
+int psg_train(const psg_train_config_t *given, psg_train_result_t *r) {
+    psg_train_config_t cfg = *given;
+    const psg_train_config_t *c = &cfg;
+    psg_train_resolve(&cfg);
     if (psg_evaluator_wanted(c)) return psg_evaluator_run(c, r); /* TF_CONFIG's evaluator task */
     if (!strcmp(c->model, "wide-deep")) return psg_train_ctr(c, r);
     trainer_t t = {.c = c, .out = c->out ? c->out : stdout};
     memset(r, 0, sizeof *r);
+    r->top1[0] = r->top1[1] = r->top5[0] = r->top5[1] = -1;
     int rc = setup(&t) < 0 || build_graph(&t) < 0 || start(&t) < 0 || train_loop(&t, r) < 0 ||
                      finish(&t, r) < 0
                  ? -1
                  : 0;
     if (rc < 0) psg_graph_wrap_error(t.g);
+    psg_err_code_t code = psg_error_code();
     trainer_free(&t);
+    if (rc < 0) psg_error_recode(code); /* the caller decides on it (a wrong TF_CONFIG: exit 2) */
     return rc;
 }

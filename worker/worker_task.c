@@ -10,38 +10,51 @@
 #include <string.h>
 
 bool psg_worker_task_wanted(const psg_train_config_t *c) {
-    return c->cluster_file || getenv("TF_CONFIG");
+    return c->cluster_file || psg_cluster_env_given();
 }
+
+/* The cluster's errors are the configuration's (psgraph exits 2 on them). */
+#define CONFIG_ERROR(...) psg_error_set_code(PSG_ERR_CONFIG, __VA_ARGS__)
 
 int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, const char *prog) {
     memset(w, 0, sizeof *w);
     w->cluster = c->cluster_file ? psg_cluster_from_file(c->cluster_file, c->job, c->task)
                                  : psg_cluster_from_env();
     if (!w->cluster) return -1;
-    if (c->keys_dir && psg_cluster_set_keys(w->cluster, c->keys_dir) < 0) return psg_error_wrap("--keys");
+    if (c->keys_dir && psg_cluster_set_keys(w->cluster, c->keys_dir) < 0)
+        return psg_error_wrap("--keys");
     if (c->peer_timeout_s > 0 && psg_cluster_set_peer_timeout(w->cluster, c->peer_timeout_s) < 0)
         return psg_error_wrap("--peer-timeout");
     psg_task_t me = psg_cluster_task(w->cluster);
-    if (!me.job) return psg_error_set("the cluster names no task for this process (--job, --task)");
+    if (!me.job)
+        return CONFIG_ERROR(
+            "%s names no task for this process: give it \"task\": {\"type\": \"worker\", "
+            "\"index\": I}%s",
+            c->cluster_file ? c->cluster_file : "TF_CONFIG",
+            c->cluster_file ? ", or --job worker --task I" : "");
     int chiefs = psg_cluster_num_tasks(w->cluster, "chief");
     if (!strcmp(me.job, PSG_EVALUATOR_JOB))
-        return psg_error_set("task %s/%d: %s has no evaluator task (psgraph train's evaluator "
-                             "evaluates the models it builds itself: mlp, cnn)", me.job, me.index, prog);
+        return CONFIG_ERROR("task %s/%d: %s has no evaluator task (psgraph train's evaluator "
+                            "evaluates the models it builds itself: mlp, cnn)",
+                            me.job, me.index, prog);
     if (strcmp(me.job, "worker") && strcmp(me.job, "chief"))
-        return psg_error_set("task %s/%d: %s runs workers; a %s task runs `psgraph server`", me.job,
-                             me.index, prog, me.job);
+        return CONFIG_ERROR("task %s/%d: %s runs workers; a %s task runs `psgraph server`", me.job,
+                            me.index, prog, me.job);
     if (psg_cluster_num_tasks(w->cluster, "ps") == 0)
-        return psg_error_set("the cluster has no \"ps\" job: psgraph keeps the variables on parameter "
-                             "servers, so a cluster needs at least one ps task (a TF_CONFIG with only "
-                             "chief and worker jobs is MultiWorkerMirroredStrategy's form, which "
-                             "psgraph does not run); add \"ps\": [\"host:port\"]");
+        return CONFIG_ERROR(
+            "the cluster has no \"ps\" job: psgraph keeps the variables on parameter "
+            "servers, so a cluster needs at least one ps task (a TF_CONFIG with only "
+            "chief and worker jobs is MultiWorkerMirroredStrategy's form, which "
+            "psgraph does not run); add \"ps\": [\"host:port\"]");
     w->num_workers = chiefs + psg_cluster_num_tasks(w->cluster, "worker");
     w->rank = !strcmp(me.job, "chief") ? 0 : chiefs + me.index;
     w->chief = w->rank == 0;
     psg_device_name(me.job, me.index, NULL, w->task, sizeof w->task);
     int64_t timeout = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
-    psg_task_server_options_t so = {.cluster = w->cluster, .num_threads = c->threads,
-                                    .recv_timeout_ms = timeout, .logdirs = {c->logdir},
+    psg_task_server_options_t so = {.cluster = w->cluster,
+                                    .num_threads = c->threads,
+                                    .recv_timeout_ms = timeout,
+                                    .logdirs = {c->logdir},
                                     .insecure = c->insecure};
     /* a Trace request writes beside the --trace file */
     char trace_dir[4096];
@@ -56,7 +69,8 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
     }
     if (!(w->server = psg_task_server_new(&so))) return -1;
     if (psg_curve_listen_check(psg_task_server_endpoint(w->server), psg_cluster_keys(w->cluster),
-                               c->insecure) == 1 && c->out)
+                               c->insecure) == 1 &&
+        c->out)
         fprintf(c->out, "%s: warning: %s\n", w->task, psg_error_message());
     if (!(w->setter = psg_dist_replica_setter_new(w->cluster, PSG_PS_GREEDY))) return -1;
     return 0;

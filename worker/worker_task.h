@@ -16,10 +16,10 @@
 typedef struct {
     psg_cluster_t *cluster;
     psg_task_server_t *server;
-    psg_replica_setter_t *setter; /* variables on the ps tasks, greedy by bytes */
-    int num_workers;              /* the chief job's and the worker job's tasks */
-    int rank;                     /* in [0, num_workers): the chief job first */
-    bool chief;                   /* rank 0 */
+    psg_replica_setter_t *setter;   /* variables on the ps tasks, greedy by bytes */
+    int num_workers;                /* the chief job's and the worker job's tasks */
+    int rank;                       /* in [0, num_workers): the chief job first */
+    bool chief;                     /* rank 0 */
     char task[PSG_DEVICE_NAME_MAX]; /* "/job:worker/task:1" */
 } psg_worker_task_t;
 

@@ -60,8 +60,10 @@ int main(int argc, char **argv) {
     /* a session, the variables initialized, one callable per signature */
     psg_session_t *s = psg_session_new(g, NULL, NULL);
     psg_endpoint_t feeds[2] = {m.images, m.labels};
-    psg_callable_t *step = s ? psg_session_make_callable(s, 2, feeds, 1, &m.loss, 1, &train_op) : NULL;
-    psg_callable_t *eval = s ? psg_session_make_callable(s, 2, feeds, 1, &m.correct, 0, NULL) : NULL;
+    psg_callable_t *step =
+        s ? psg_session_make_callable(s, 2, feeds, 1, &m.loss, 1, &train_op) : NULL;
+    psg_callable_t *eval =
+        s ? psg_session_make_callable(s, 2, feeds, 1, &m.correct, 0, NULL) : NULL;
     if (!step || !eval || psg_session_run_init(s) < 0) return fail("preparing the session");
 
     psg_batch_iter_options_t io = psg_batch_iter_train_options(BATCH, 1);

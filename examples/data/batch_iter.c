@@ -65,8 +65,7 @@ static int produce(producer_t *p, item_t *it) {
     int64_t start =
         (p->next * shards(&p->opt) + (p->opt.num_shards > 1 ? p->opt.shard_index : 0)) * b;
     int64_t count = n - start < b ? n - start : b;
-    for (int64_t i = 0; i < count; i++)
-        p->idx[i] = p->order[start + i];
+    for (int64_t i = 0; i < count; i++) p->idx[i] = p->order[start + i];
     it->epoch = p->epoch;
     if (psg_dataset_gather(p->ds, (int)count, p->idx, &it->images, &it->labels) < 0) {
         it->err = strdup(psg_error_message());
@@ -83,8 +82,7 @@ static void *prefetch_main(void *arg) {
     psg_batch_iter_t *it = arg;
     for (;;) {
         pthread_mutex_lock(&it->lock);
-        while (it->count == it->cap && !it->stop)
-            pthread_cond_wait(&it->not_full, &it->lock);
+        while (it->count == it->cap && !it->stop) pthread_cond_wait(&it->not_full, &it->lock);
         bool stop = it->stop;
         pthread_mutex_unlock(&it->lock);
         if (stop) break;
@@ -117,9 +115,10 @@ psg_batch_iter_t *psg_batch_iter_new(const psg_dataset_t *ds, const psg_batch_it
     int64_t n = psg_dataset_size(ds);
     if (opt->batch_size <= 0 || opt->prefetch < 0 || opt->num_epochs < 0 || opt->start_batch < 0 ||
         (opt->num_shards > 1 && (opt->shard_index < 0 || opt->shard_index >= opt->num_shards))) {
-        psg_error_set("batch iterator: bad options (batch %d, shard %d of %d, prefetch %d, start %lld)",
-                      opt->batch_size, opt->shard_index, opt->num_shards, opt->prefetch,
-                      (long long)opt->start_batch);
+        psg_error_set(
+            "batch iterator: bad options (batch %d, shard %d of %d, prefetch %d, start %lld)",
+            opt->batch_size, opt->shard_index, opt->num_shards, opt->prefetch,
+            (long long)opt->start_batch);
         return NULL;
     }
     int64_t per = batches_per_epoch(n, opt);
@@ -176,8 +175,7 @@ int psg_batch_iter_next(psg_batch_iter_t *it, psg_tensor_t **images, psg_tensor_
     item_t item;
     if (it->threaded) {
         pthread_mutex_lock(&it->lock);
-        while (it->count == 0)
-            pthread_cond_wait(&it->not_empty, &it->lock);
+        while (it->count == 0) pthread_cond_wait(&it->not_empty, &it->lock);
         item = it->ring[it->head];
         it->head = (it->head + 1) % it->cap;
         it->count--;

@@ -18,10 +18,14 @@ int64_t psg_ctr_hash(const char *s, size_t len, int64_t buckets) {
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
         int c = s[i], d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else return -1;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
         /* (v * 16 + d) mod buckets, exact for any length: v < buckets <= 2^40 */
         v = (v * 16 + (uint64_t)d) % (uint64_t)buckets;
     }
@@ -57,7 +61,8 @@ static int parse_line(char *line, psg_ctr_data_t *d, int64_t r, const char *path
         if (!p) break;
         *p = '\0';
     }
-    if (n != FIELDS) return psg_error_set("%s:%lld: %d fields, expected %d", path, (long long)ln, n, FIELDS);
+    if (n != FIELDS)
+        return psg_error_set("%s:%lld: %d fields, expected %d", path, (long long)ln, n, FIELDS);
     if (strcmp(f[0], "0") && strcmp(f[0], "1"))
         return psg_error_set("%s:%lld: label '%s' is not 0 or 1", path, (long long)ln, f[0]);
     d->labels[r] = f[0][0] == '1' ? 1.0f : 0.0f;
@@ -69,7 +74,8 @@ static int parse_line(char *line, psg_ctr_data_t *d, int64_t r, const char *path
             errno = 0;
             x = strtod(s, &end);
             if (errno || *end || !isfinite(x))
-                return psg_error_set("%s:%lld: integer feature %d '%s' is not a number", path, (long long)ln, j + 1, s);
+                return psg_error_set("%s:%lld: integer feature %d '%s' is not a number", path,
+                                     (long long)ln, j + 1, s);
         }
         d->dense[r * PSG_CTR_DENSE + j] = (float)log1p(x > 0 ? x : 0);
     }
@@ -77,8 +83,8 @@ static int parse_line(char *line, psg_ctr_data_t *d, int64_t r, const char *path
         const char *s = f[1 + PSG_CTR_DENSE + k];
         int64_t h = psg_ctr_hash(s, strlen(s), d->buckets);
         if (h < 0)
-            return psg_error_set("%s:%lld: categorical feature %d '%s' is not hexadecimal", path, (long long)ln,
-                                 k + 1, s);
+            return psg_error_set("%s:%lld: categorical feature %d '%s' is not hexadecimal", path,
+                                 (long long)ln, k + 1, s);
         d->ids[r * PSG_CTR_FIELDS + k] = h + (int64_t)k * d->buckets;
     }
     return 0;
@@ -110,9 +116,12 @@ static int read_file(const char *path, grow_t *g) {
         ln++;
         if (len && line[len - 1] == '\r') len--;
         line[len] = '\0';
-        if (g->d->rows == g->cap && grow(g) < 0) rc = -1;
-        else if (parse_line(line, g->d, g->d->rows, path, ln) < 0) rc = -1;
-        else g->d->rows++;
+        if (g->d->rows == g->cap && grow(g) < 0)
+            rc = -1;
+        else if (parse_line(line, g->d, g->d->rows, path, ln) < 0)
+            rc = -1;
+        else
+            g->d->rows++;
     }
     int err = 0;
     const char *msg = gzerror(z, &err);
@@ -122,7 +131,9 @@ static int read_file(const char *path, grow_t *g) {
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int read_dir(const char *dir, grow_t *g) {
     DIR *dp = opendir(dir);
@@ -143,8 +154,10 @@ static int read_dir(const char *dir, grow_t *g) {
         names = nn;
         snprintf(p, len, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) names[n++] = p;
-        else free(p);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode))
+            names[n++] = p;
+        else
+            free(p);
     }
     closedir(dp);
     if (rc == 0 && n == 0) rc = psg_error_set("%s: no data files in the folder", dir);
@@ -171,8 +184,10 @@ psg_ctr_data_t *psg_ctr_load(const char *path, int64_t buckets) {
     grow_t g = {d, 0};
     struct stat st;
     int rc;
-    if (!path || stat(path, &st) < 0) rc = psg_error_set("%s: %s", path ? path : "(null)", strerror(errno));
-    else rc = S_ISDIR(st.st_mode) ? read_dir(path, &g) : read_file(path, &g);
+    if (!path || stat(path, &st) < 0)
+        rc = psg_error_set("%s: %s", path ? path : "(null)", strerror(errno));
+    else
+        rc = S_ISDIR(st.st_mode) ? read_dir(path, &g) : read_file(path, &g);
     if (rc == 0 && d->rows == 0) rc = psg_error_set("%s: no rows", path);
     if (rc < 0) psg_ctr_destroy(&d);
     return d;

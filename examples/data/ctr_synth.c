@@ -21,7 +21,9 @@ static uint64_t mix64(uint64_t z) {
 }
 
 /* uniform in (0, 1) from a 64-bit value */
-static double unit(uint64_t h) { return ((double)(h >> 11) + 0.5) / 9007199254740992.0; }
+static double unit(uint64_t h) {
+    return ((double)(h >> 11) + 0.5) / 9007199254740992.0;
+}
 
 /* A standard normal that is a pure function of (seed, a, b, c): the planted weights are
  * never stored. */
@@ -34,7 +36,9 @@ typedef struct {
     uint64_t s;
 } rng_t;
 
-static double rng_unit(rng_t *r) { return unit(mix64(r->s++)); }
+static double rng_unit(rng_t *r) {
+    return unit(mix64(r->s++));
+}
 
 static double rng_gauss(rng_t *r) {
     double u = rng_unit(r), v = rng_unit(r);
@@ -55,7 +59,8 @@ static int zipf_init(zipf_t *z) {
     memset(z, 0, sizeof *z);
     for (int f = 0; f < PSG_CTR_FIELDS; f++) {
         int64_t n = vocab(f);
-        if (!(z->cdf[f] = malloc(sizeof(double) * (size_t)n))) return psg_error_set("out of memory");
+        if (!(z->cdf[f] = malloc(sizeof(double) * (size_t)n)))
+            return psg_error_set("out of memory");
         double s = 0;
         for (int64_t i = 0; i < n; i++) z->cdf[f][i] = s += pow((double)(i + 1), -1.1);
         for (int64_t i = 0; i < n; i++) z->cdf[f][i] /= s;
@@ -71,8 +76,10 @@ static int64_t zipf_draw(const zipf_t *z, int f, double u) {
     int64_t lo = 0, hi = vocab(f) - 1;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (z->cdf[f][mid] < u) lo = mid + 1;
-        else hi = mid;
+        if (z->cdf[f][mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -106,15 +113,18 @@ static void planted_init(planted_t *m, uint64_t seed) {
     for (int f = 0; f < PSG_CTR_FIELDS; f++)
         for (int i = 0; i <= FREQUENT; i++) {
             m->wide[f][i] = (float)(WIDE_SCALE * gauss(seed, (uint64_t)f, (uint64_t)i, 99));
-            for (int k = 0; k < EMB; k++) m->emb[f][i][k] = (float)gauss(seed, (uint64_t)f, (uint64_t)i, (uint64_t)k);
+            for (int k = 0; k < EMB; k++)
+                m->emb[f][i][k] = (float)gauss(seed, (uint64_t)f, (uint64_t)i, (uint64_t)k);
         }
-    for (int j = 0; j < PSG_CTR_DENSE; j++) m->dense[j] = (float)(0.25 * gauss(seed, 1000 + (uint64_t)j, 0, 0));
+    for (int j = 0; j < PSG_CTR_DENSE; j++)
+        m->dense[j] = (float)(0.25 * gauss(seed, 1000 + (uint64_t)j, 0, 0));
     /* a hidden unit's input has a variance of about 2 */
     double s = 1.0 / sqrt((double)(PSG_CTR_FIELDS * EMB) / 2.0);
     for (int h = 0; h < HIDDEN; h++) {
         for (int f = 0; f < PSG_CTR_FIELDS; f++)
             for (int k = 0; k < EMB; k++)
-                m->w1[h][f][k] = (float)(s * gauss(seed, 2000 + (uint64_t)h, (uint64_t)f, (uint64_t)k));
+                m->w1[h][f][k] =
+                    (float)(s * gauss(seed, 2000 + (uint64_t)h, (uint64_t)f, (uint64_t)k));
         m->b1[h] = (float)(0.5 * gauss(seed, 3000 + (uint64_t)h, 0, 0));
         m->w2[h] = (float)gauss(seed, 4000 + (uint64_t)h, 0, 0);
     }
@@ -137,7 +147,8 @@ static double planted_logit(const planted_t *m, const double *lx, const int64_t 
 }
 
 /* One row: writes its line into buf and returns the planted click probability. */
-static double draw_row(const planted_t *m, rng_t *r, const zipf_t *z, char *buf, size_t size, int *label) {
+static double draw_row(const planted_t *m, rng_t *r, const zipf_t *z, char *buf, size_t size,
+                       int *label) {
     int64_t id[PSG_CTR_FIELDS];
     double lx[PSG_CTR_DENSE];
     char dense[PSG_CTR_DENSE][24], cat[PSG_CTR_FIELDS][12];
@@ -161,13 +172,16 @@ static double draw_row(const planted_t *m, rng_t *r, const zipf_t *z, char *buf,
     double p = 1.0 / (1.0 + exp(-planted_logit(m, lx, id)));
     *label = rng_unit(r) < p;
     int at = snprintf(buf, size, "%d", *label);
-    for (int j = 0; j < PSG_CTR_DENSE; j++) at += snprintf(buf + at, size - (size_t)at, "\t%s", dense[j]);
-    for (int f = 0; f < PSG_CTR_FIELDS; f++) at += snprintf(buf + at, size - (size_t)at, "\t%s", cat[f]);
+    for (int j = 0; j < PSG_CTR_DENSE; j++)
+        at += snprintf(buf + at, size - (size_t)at, "\t%s", dense[j]);
+    for (int f = 0; f < PSG_CTR_FIELDS; f++)
+        at += snprintf(buf + at, size - (size_t)at, "\t%s", cat[f]);
     snprintf(buf + at, size - (size_t)at, "\n");
     return p;
 }
 
-int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out, double *planted_auc) {
+int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out,
+                       double *planted_auc) {
     if (rows < 10) return psg_error_set("--rows %lld: at least 10", (long long)rows);
     size_t plen = strlen(path);
     bool gz = plen > 3 && !strcmp(path + plen - 3, ".gz");
@@ -198,13 +212,16 @@ int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out,
     if (rc == 0) {
         double auc = psg_auc(p, y, held);
         if (planted_auc) *planted_auc = auc;
-        char auc_s[32] = "null"; /* no AUC when the held-out rows are all of one label (JSON has no NaN) */
+        char auc_s[32] =
+            "null"; /* no AUC when the held-out rows are all of one label (JSON has no NaN) */
         if (isfinite(auc)) snprintf(auc_s, sizeof auc_s, "%.4f", auc);
         if (out)
-            fprintf(out, "{\"event\":\"ctr_data\",\"file\":\"%s\",\"rows\":%lld,\"seed\":%llu,\"click_rate\":%.4f,"
-                         "\"held_out_rows\":%lld,\"planted_auc\":%s,\"planted_logloss\":%.4f}\n",
-                    path, (long long)rows, (unsigned long long)seed, clicks / (double)rows, (long long)held, auc_s,
-                    ll / (double)held);
+            fprintf(
+                out,
+                "{\"event\":\"ctr_data\",\"file\":\"%s\",\"rows\":%lld,\"seed\":%llu,\"click_rate\":%.4f,"
+                "\"held_out_rows\":%lld,\"planted_auc\":%s,\"planted_logloss\":%.4f}\n",
+                path, (long long)rows, (unsigned long long)seed, clicks / (double)rows,
+                (long long)held, auc_s, ll / (double)held);
     }
     if (p && y) zipf_free(&z);
     free(p);

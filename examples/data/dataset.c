@@ -19,6 +19,7 @@ struct psg_dataset {
     psg_tensor_t *labels; /* i32 [n] */
     psg_dataset_fill_fn fill;
     void *ctx;
+    void (*free_ctx)(void *ctx); /* psg_dataset_own_ctx: called on destroy */
 };
 
 static psg_dataset_t *dataset_alloc(int64_t n, const psg_shape_t *example_shape, int num_classes) {
@@ -65,8 +66,7 @@ psg_dataset_t *psg_dataset_from_tensors(psg_tensor_t **images, psg_tensor_t **la
         }
     }
     psg_shape_t ex = {.rank = im->shape.rank - 1};
-    for (int i = 1; i < im->shape.rank; i++)
-        ex.dims[i - 1] = im->shape.dims[i];
+    for (int i = 1; i < im->shape.rank; i++) ex.dims[i - 1] = im->shape.dims[i];
     ds = dataset_alloc(im->shape.dims[0], &ex, num_classes);
     if (!ds) goto fail;
     ds->images = im;
@@ -131,8 +131,7 @@ psg_dataset_t *psg_dataset_synthetic(int64_t n, const psg_shape_t *example_shape
     psg_dataset_t *ds = dataset_alloc(n, example_shape, num_classes);
     if (!ds) return NULL;
     psg_shape_t s = {.rank = example_shape->rank + 1, .dims = {n}};
-    for (int i = 0; i < example_shape->rank; i++)
-        s.dims[i + 1] = example_shape->dims[i];
+    for (int i = 0; i < example_shape->rank; i++) s.dims[i + 1] = example_shape->dims[i];
     psg_shape_t ls = psg_shape_1d(n);
     ds->images = psg_tensor_new(PSG_DT_F32, &s);
     ds->labels = psg_tensor_new(PSG_DT_I32, &ls);
@@ -170,7 +169,64 @@ void psg_dataset_destroy(psg_dataset_t **dsp) {
     *dsp = NULL;
     psg_tensor_destroy(&ds->images);
     psg_tensor_destroy(&ds->labels);
+    if (ds->free_ctx) ds->free_ctx(ds->ctx);
     free(ds);
+}
+
+void psg_dataset_own_ctx(psg_dataset_t *ds, void (*free_ctx)(void *ctx)) {
+    ds->free_ctx = free_ctx;
+}
+
+/* The pool behind psg_dataset_synthetic_pool: `count` images, labels from the index. */
+typedef struct {
+    psg_tensor_t *pool;
+    int64_t count, size;
+    int classes;
+    uint64_t seed;
+} pool_t;
+
+static int pool_fill(void *ctx, int n, const int64_t *indices, float *images, int32_t *labels) {
+    const pool_t *p = ctx;
+    for (int i = 0; i < n; i++) {
+        uint64_t st = p->seed ^ ((uint64_t)indices[i] * 0x9e3779b97f4a7c15ull);
+        memcpy(images + (size_t)i * (size_t)p->size,
+               psg_tensor_f32(p->pool) + (size_t)(indices[i] % p->count) * (size_t)p->size,
+               sizeof(float) * (size_t)p->size);
+        labels[i] = (int32_t)(psg_splitmix64(&st) % (uint64_t)p->classes);
+    }
+    return 0;
+}
+
+static void pool_free(void *ctx) {
+    pool_t *p = ctx;
+    psg_tensor_destroy(&p->pool);
+    free(p);
+}
+
+psg_dataset_t *psg_dataset_synthetic_pool(int64_t n, const psg_shape_t *example_shape,
+                                          int num_classes, int64_t pool, uint64_t seed) {
+    pool_t *p = calloc(1, sizeof *p);
+    psg_dataset_t *ds = p ? psg_dataset_from_fn(n, example_shape, num_classes, pool_fill, p) : NULL;
+    if (!ds) {
+        if (!p) psg_error_set("out of memory");
+        free(p);
+        return NULL;
+    }
+    psg_dataset_own_ctx(ds, pool_free);
+    p->count = pool > 0 ? pool : 1;
+    p->size = ds->example_size;
+    p->classes = num_classes;
+    p->seed = seed;
+    psg_shape_t s = psg_shape_1d(p->count * p->size);
+    if (!(p->pool = psg_tensor_new(PSG_DT_F32, &s))) {
+        psg_dataset_destroy(&ds);
+        return NULL;
+    }
+    uint64_t st = seed;
+    float *im = psg_tensor_f32(p->pool);
+    for (int64_t i = 0; i < p->count * p->size; i++)
+        im[i] = (float)(psg_splitmix64(&st) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    return ds;
 }
 
 int64_t psg_dataset_size(const psg_dataset_t *ds) {
@@ -192,8 +248,7 @@ int psg_dataset_gather(const psg_dataset_t *ds, int n, const int64_t *indices,
             return psg_error_set("dataset: example %lld is outside [0, %lld)",
                                  (long long)indices[i], (long long)ds->n);
     psg_shape_t s = {.rank = ds->example_shape.rank + 1, .dims = {n}};
-    for (int i = 0; i < ds->example_shape.rank; i++)
-        s.dims[i + 1] = ds->example_shape.dims[i];
+    for (int i = 0; i < ds->example_shape.rank; i++) s.dims[i + 1] = ds->example_shape.dims[i];
     psg_shape_t ls = psg_shape_1d(n);
     psg_tensor_t *im = psg_tensor_new(PSG_DT_F32, &s), *lb = psg_tensor_new(PSG_DT_I32, &ls);
     if (!im || !lb) goto fail;
@@ -211,8 +266,7 @@ int psg_dataset_gather(const psg_dataset_t *ds, int n, const int64_t *indices,
         int64_t k = indices[i];
         if (ds->images->dtype == PSG_DT_U8) {
             const uint8_t *src = (const uint8_t *)ds->images->data + k * es;
-            for (int64_t j = 0; j < es; j++)
-                dst[i * es + j] = (float)src[j] * (1.0f / 255.0f);
+            for (int64_t j = 0; j < es; j++) dst[i * es + j] = (float)src[j] * (1.0f / 255.0f);
         } else {
             memcpy(dst + i * es, psg_tensor_f32(ds->images) + k * es, sizeof(float) * (size_t)es);
         }
@@ -235,16 +289,14 @@ int psg_dataset_slice(const psg_dataset_t *ds, int64_t start, int64_t count, psg
                              (long long)(start + count), (long long)ds->n);
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)count);
     if (!idx) return psg_error_set("out of memory");
-    for (int64_t i = 0; i < count; i++)
-        idx[i] = start + i;
+    for (int64_t i = 0; i < count; i++) idx[i] = start + i;
     int rc = psg_dataset_gather(ds, (int)count, idx, images, labels);
     free(idx);
     return rc;
 }
 
 void psg_data_epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t *order) {
-    for (int64_t i = 0; i < n; i++)
-        order[i] = i;
+    for (int64_t i = 0; i < n; i++) order[i] = i;
     if (!shuffle) return;
     /* the epoch's stream: seed and epoch mixed, so neighbouring seeds or
      * epochs give unrelated orders */

@@ -57,7 +57,8 @@ psg_tensor_t *psg_idx_read(const char *path) {
     for (int i = 0; i < nd; i++) {
         const unsigned char *p = raw + 4 * i;
         shape.dims[i] = ((int64_t)p[0] << 24) | ((int64_t)p[1] << 16) | ((int64_t)p[2] << 8) | p[3];
-        if (shape.dims[i] == 0 || psg_ckd_mul_i64(&total, total, shape.dims[i]) || total > IDX_MAX_BYTES) {
+        if (shape.dims[i] == 0 || psg_ckd_mul_i64(&total, total, shape.dims[i]) ||
+            total > IDX_MAX_BYTES) {
             psg_error_set("'%s': corrupt header: dim %d is %lld", path, i,
                           (long long)shape.dims[i]);
             goto out;
@@ -102,8 +103,7 @@ psg_tensor_t *psg_idx_load_images(const char *path) {
     if (t) {
         const uint8_t *src = raw->data;
         float *dst = psg_tensor_f32(t);
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++)
-            dst[i] = (float)src[i] * (1.0f / 255.0f);
+        for (int64_t i = 0; i < psg_tensor_numel(t); i++) dst[i] = (float)src[i] * (1.0f / 255.0f);
     }
     psg_tensor_destroy(&raw);
     return t;
@@ -115,8 +115,7 @@ psg_tensor_t *psg_idx_load_labels(const char *path) {
     psg_tensor_t *t = psg_tensor_new(PSG_DT_I32, &raw->shape);
     if (t) {
         const uint8_t *src = raw->data;
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++)
-            psg_tensor_i32(t)[i] = src[i];
+        for (int64_t i = 0; i < psg_tensor_numel(t); i++) psg_tensor_i32(t)[i] = src[i];
     }
     psg_tensor_destroy(&raw);
     return t;

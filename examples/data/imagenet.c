@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jpeglib.h>
 #include <math.h>
 #include <pthread.h>
@@ -27,7 +28,7 @@
 /* ---- JPEG through libjpeg, errors by longjmp, nothing printed ---- */
 
 #define JPEG_MAX_SIDE 20000
-#define JPEG_MAX_PIXELS (64 << 20)             /* 192 MiB of RGB */
+#define JPEG_MAX_PIXELS (64 << 20)            /* 192 MiB of RGB */
 #define JPEG_MAX_WORK_BYTES ((long)512 << 20) /* libjpeg's own (progressive coefficients) */
 
 typedef struct {
@@ -67,12 +68,38 @@ static void cmyk_row_to_rgb(const uint8_t *in, uint8_t *out, int w, bool adobe) 
     }
 }
 
+int psg_jpeg_dct_parse(const char *s, psg_jpeg_dct_t *out) {
+    if (!strcmp(s, "INTEGER_FAST") || !*s)
+        *out = PSG_JPEG_DCT_INTEGER_FAST;
+    else if (!strcmp(s, "INTEGER_ACCURATE"))
+        *out = PSG_JPEG_DCT_INTEGER_ACCURATE;
+    else
+        return psg_error_set(
+            "'%s' is not a dct_method (INTEGER_FAST, TensorFlow's default, or INTEGER_ACCURATE)",
+            s);
+    return 0;
+}
+
+const char *psg_jpeg_dct_name(psg_jpeg_dct_t dct) {
+    return dct == PSG_JPEG_DCT_INTEGER_ACCURATE ? "INTEGER_ACCURATE" : "INTEGER_FAST";
+}
+
 int psg_image_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height) {
+    return psg_image_decode_with(data, n, PSG_JPEG_DCT_INTEGER_FAST, rgb, width, height);
+}
+
+int psg_image_decode_with(const uint8_t *data, size_t n, psg_jpeg_dct_t dct, uint8_t **rgb,
+                          int *width, int *height) {
     if (psg_png_is(data, n)) return psg_png_decode(data, n, rgb, width, height);
-    return psg_jpeg_decode(data, n, rgb, width, height);
+    return psg_jpeg_decode_with(data, n, dct, rgb, width, height);
 }
 
 int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, int *height) {
+    return psg_jpeg_decode_with(jpeg, n, PSG_JPEG_DCT_INTEGER_FAST, rgb, width, height);
+}
+
+int psg_jpeg_decode_with(const uint8_t *jpeg, size_t n, psg_jpeg_dct_t dct, uint8_t **rgb,
+                         int *width, int *height) {
     struct jpeg_decompress_struct d;
     jpeg_err_t err;
     /* volatile: read after longjmp */
@@ -93,9 +120,10 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
     /* a decompression bomb (a 292-byte progressive 65500x65500 took 8.4 GB) is refused
      * from its header, before libjpeg allocates; its own buffers are capped too */
     if (d.image_width == 0 || d.image_height == 0 || d.image_width > JPEG_MAX_SIDE ||
-        d.image_height > JPEG_MAX_SIDE || (uint64_t)d.image_width * d.image_height > JPEG_MAX_PIXELS) {
-        snprintf(err.msg, sizeof err.msg, "image %ux%u over the limit (%d per side, %d Mpixels)", d.image_width,
-                 d.image_height, JPEG_MAX_SIDE, JPEG_MAX_PIXELS >> 20);
+        d.image_height > JPEG_MAX_SIDE ||
+        (uint64_t)d.image_width * d.image_height > JPEG_MAX_PIXELS) {
+        snprintf(err.msg, sizeof err.msg, "image %ux%u over the limit (%d per side, %d Mpixels)",
+                 d.image_width, d.image_height, JPEG_MAX_SIDE, JPEG_MAX_PIXELS >> 20);
         longjmp(err.jump, 1);
     }
     d.mem->max_memory_to_use = JPEG_MAX_WORK_BYTES;
@@ -103,6 +131,10 @@ int psg_jpeg_decode(const uint8_t *jpeg, size_t n, uint8_t **rgb, int *width, in
      * converted below, as TensorFlow's decode_jpeg does */
     bool cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
     d.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    /* TensorFlow's decode_jpeg (jpeg_mem.cc): fast integer IDCT unless INTEGER_ACCURATE, fancy
+     * upsampling (libjpeg's default) */
+    d.dct_method = dct == PSG_JPEG_DCT_INTEGER_ACCURATE ? JDCT_ISLOW : JDCT_IFAST;
+    d.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&d);
     if (d.output_components != (cmyk ? 4 : 3) || d.output_width == 0 || d.output_height == 0 ||
         d.output_width > JPEG_MAX_SIDE || d.output_height > JPEG_MAX_SIDE) {
@@ -160,7 +192,8 @@ static int encode(const uint8_t *pixels, int width, int height, int quality, int
     jpeg_set_quality(&c, quality, TRUE);
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(pixels + (size_t)c.next_scanline * (size_t)width * (size_t)components);
+        JSAMPROW row =
+            (JSAMPROW)(pixels + (size_t)c.next_scanline * (size_t)width * (size_t)components);
         jpeg_write_scanlines(&c, &row, 1);
     }
     jpeg_finish_compress(&c);
@@ -197,8 +230,10 @@ void psg_image_crop_resize(const uint8_t *rgb, int width, int height, int x0, in
             fx = fmin(fmax(fx, 0.0), width - 1.0);
             int x1 = (int)fx, x2 = x1 + 1 < width ? x1 + 1 : x1;
             float wx = (float)(fx - x1);
-            const uint8_t *a = rgb + ((size_t)y1 * width + x1) * 3, *b = rgb + ((size_t)y1 * width + x2) * 3;
-            const uint8_t *c = rgb + ((size_t)y2 * width + x1) * 3, *d = rgb + ((size_t)y2 * width + x2) * 3;
+            const uint8_t *a = rgb + ((size_t)y1 * width + x1) * 3,
+                          *b = rgb + ((size_t)y1 * width + x2) * 3;
+            const uint8_t *c = rgb + ((size_t)y2 * width + x1) * 3,
+                          *d = rgb + ((size_t)y2 * width + x2) * 3;
             float *o = out + ((size_t)oy * size + (flip ? size - 1 - ox : ox)) * 3;
             for (int k = 0; k < 3; k++) {
                 float top = a[k] + (b[k] - a[k]) * wx, bot = c[k] + (d[k] - c[k]) * wx;
@@ -208,7 +243,9 @@ void psg_image_crop_resize(const uint8_t *rgb, int width, int height, int x0, in
     }
 }
 
-static double uniform01(uint64_t *s) { return (double)(psg_splitmix64(s) >> 11) / 9007199254740992.0; }
+static double uniform01(uint64_t *s) {
+    return (double)(psg_splitmix64(s) >> 11) / 9007199254740992.0;
+}
 
 void psg_image_random_crop(int width, int height, uint64_t *state, int *x0, int *y0, int *cw,
                            int *ch) {
@@ -260,8 +297,12 @@ struct psg_imagenet {
 };
 
 psg_imagenet_options_t psg_imagenet_defaults(bool train) {
-    return (psg_imagenet_options_t){
-        .image_size = 299, .train = train, .label_offset = 1, .classes = 1000, .threads = 2, .seed = 1};
+    return (psg_imagenet_options_t){.image_size = 299,
+                                    .train = train,
+                                    .label_offset = 1,
+                                    .classes = 1000,
+                                    .threads = 2,
+                                    .seed = 1};
 }
 
 static void tell(psg_imagenet_t *r, const char *msg) {
@@ -272,7 +313,9 @@ static void tell(psg_imagenet_t *r, const char *msg) {
     pthread_mutex_unlock(&r->report_lock);
 }
 
-static void tell_index(void *ctx, const char *msg) { tell(ctx, msg); }
+static void tell_index(void *ctx, const char *msg) {
+    tell(ctx, msg);
+}
 
 /* Loads record i into out (size x size x 3) and its label. -1 with the
  * error "file: byte N: why" when the record or its image is bad. */
@@ -280,10 +323,12 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
     const record_t *rec = &r->records[i];
     const shard_t *sh = &r->shards[rec->shard];
     uint8_t *buf = malloc(rec->e.length > 0 ? (size_t)rec->e.length : 1);
-    if (!buf) return psg_error_set("%s: byte %lld: out of memory", sh->path, (long long)rec->e.offset);
+    if (!buf)
+        return psg_error_set("%s: byte %lld: out of memory", sh->path, (long long)rec->e.offset);
     int rc = psg_tfrecord_read(sh->fd, sh->path, &rec->e, buf);
     psg_example_image_t ex;
-    if (rc == 0 && psg_example_parse(buf, (size_t)rec->e.length, "image/encoded", "image/class/label", &ex) < 0)
+    if (rc == 0 && psg_example_parse(buf, (size_t)rec->e.length, "image/encoded",
+                                     "image/class/label", &ex) < 0)
         rc = psg_error_wrap("%s: byte %lld", sh->path, (long long)rec->e.offset);
     if (rc == 0 && (!ex.has_encoded || !ex.has_label))
         rc = psg_error_set("%s: byte %lld: tf.Example lacks %s", sh->path, (long long)rec->e.offset,
@@ -295,13 +340,19 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
                            r->o.label_offset + r->o.classes);
     uint8_t *rgb = NULL;
     int w = 0, h = 0;
-    if (rc == 0 && psg_image_decode(ex.encoded, ex.encoded_len, &rgb, &w, &h) < 0)
+    if (rc == 0 &&
+        psg_image_decode_with(ex.encoded, ex.encoded_len, r->o.dct_method, &rgb, &w, &h) < 0)
         rc = psg_error_wrap("%s: byte %lld", sh->path, (long long)rec->e.offset);
     if (rc == 0) {
         int x0, y0, cw, ch;
         bool flip = false;
-        if (r->o.train) {
-            psg_image_random_crop(w, h, &rng, &x0, &y0, &cw, &ch);
+        if (r->o.train) { /* TF's image_processing.py: the record's boxes, the crop, a flip */
+            float boxes[PSG_EXAMPLE_MAX_BOXES][4];
+            for (int b = 0; b < ex.n_boxes; b++)
+                for (int k = 0; k < 4; k++) boxes[b][k] = ex.box[k][b];
+            psg_distort_options_t d = psg_distort_defaults();
+            psg_image_sample_distorted_box(w, h, (const float(*)[4])boxes, ex.n_boxes, &d, &rng,
+                                           &x0, &y0, &cw, &ch);
             flip = psg_splitmix64(&rng) & 1;
         } else {
             cw = (int)lround(w * 0.875);
@@ -312,6 +363,12 @@ static int load(psg_imagenet_t *r, int64_t i, uint64_t rng, float *out, int32_t 
             y0 = (h - ch) / 2;
         }
         psg_image_crop_resize(rgb, w, h, x0, y0, cw, ch, flip, r->o.image_size, out);
+        if (r->o.train && !r->o.no_color) { /* in [0, 1], as distort_color takes it */
+            int64_t px = (int64_t)r->o.image_size * r->o.image_size;
+            for (int64_t k = 0; k < 3 * px; k++) out[k] = (out[k] + 1.0f) * 0.5f;
+            psg_image_distort_color(out, px, (int)(psg_splitmix64(&rng) & 1), &rng);
+            for (int64_t k = 0; k < 3 * px; k++) out[k] = out[k] * 2.0f - 1.0f;
+        }
         *label = (int32_t)y;
     }
     free(rgb);
@@ -334,7 +391,8 @@ static void fill_range(void *ctx, int64_t begin, int64_t end) {
     size_t per = (size_t)r->o.image_size * r->o.image_size * 3;
     for (int64_t k = begin; k < end; k++) {
         int64_t i = j->indices[k];
-        uint64_t rng = r->o.seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull ^ j->fill * 0x94d049bb133111ebull;
+        uint64_t rng = r->o.seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull ^
+                       j->fill * 0x94d049bb133111ebull;
         bool ok = false;
         /* a bad record is replaced by the next good one */
         for (int64_t t = 0; t < r->n_records && t < 64 && !ok; t++) {
@@ -352,13 +410,17 @@ static void fill_range(void *ctx, int64_t begin, int64_t end) {
 
 static int fill(void *ctx, int n, const int64_t *indices, float *images, int32_t *labels) {
     psg_imagenet_t *r = ctx;
-    fill_job_t j = {.r = r, .indices = indices, .images = images, .labels = labels,
+    fill_job_t j = {.r = r,
+                    .indices = indices,
+                    .images = images,
+                    .labels = labels,
                     .fill = atomic_fetch_add(&r->fills, 1)};
     atomic_init(&j.failed, 0);
     psg_parallel_for(r->pool, n, 1, fill_range, &j);
     if (atomic_load(&j.failed))
-        return psg_error_set("imagenet: no readable record among 64 after one of the batch's (%lld skipped so far)",
-                             (long long)atomic_load(&r->skipped));
+        return psg_error_set(
+            "imagenet: no readable record among 64 after one of the batch's (%lld skipped so far)",
+            (long long)atomic_load(&r->skipped));
     return 0;
 }
 
@@ -366,10 +428,34 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* The regular files a glob pattern names, sorted (glob's order); *n set. NULL with the
+ * error set when none does. */
+static char **list_pattern(const char *pattern, int *n) {
+    glob_t gl;
+    char **v = NULL;
+    if (glob(pattern, 0, NULL, &gl) == 0) {
+        v = calloc(gl.gl_pathc, sizeof *v);
+        for (size_t i = 0; v && i < gl.gl_pathc; i++) {
+            struct stat st;
+            if (stat(gl.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode) &&
+                (v[*n] = strdup(gl.gl_pathv[i])))
+                (*n)++;
+        }
+    }
+    globfree(&gl);
+    if (*n == 0) {
+        free(v);
+        psg_error_set("%s: no file matches", pattern);
+        return NULL;
+    }
+    return v;
+}
+
 /* The shard files at path, sorted; *n set. NULL with the error set. */
 static char **list_files(const char *path, bool train, int *n) {
     struct stat st;
     *n = 0;
+    if (strpbrk(path, "*?[")) return list_pattern(path, n);
     if (stat(path, &st) < 0) {
         psg_error_set("%s: %s", path, strerror(errno));
         return NULL;
@@ -389,7 +475,8 @@ static char **list_files(const char *path, bool train, int *n) {
         }
         struct dirent *de;
         while ((de = readdir(d))) {
-            if (de->d_name[0] == '.' || (pass == 0 && strncmp(de->d_name, prefix, strlen(prefix)))) continue;
+            if (de->d_name[0] == '.' || (pass == 0 && strncmp(de->d_name, prefix, strlen(prefix))))
+                continue;
             char full[4096];
             snprintf(full, sizeof full, "%s/%s", path, de->d_name);
             if (stat(full, &st) < 0 || !S_ISREG(st.st_mode)) continue;
@@ -463,7 +550,8 @@ psg_imagenet_t *psg_imagenet_new(const char *path, const psg_imagenet_options_t 
         free(e);
     }
     if (r->n_records == 0) {
-        psg_error_set("%s: no readable records (%lld problems)", path, (long long)atomic_load(&r->skipped));
+        psg_error_set("%s: no readable records (%lld problems)", path,
+                      (long long)atomic_load(&r->skipped));
         psg_imagenet_destroy(&r);
         return NULL;
     }
@@ -495,6 +583,26 @@ void psg_imagenet_destroy(psg_imagenet_t **rp) {
     free(r);
 }
 
-const psg_dataset_t *psg_imagenet_dataset(const psg_imagenet_t *r) { return r->ds; }
-int64_t psg_imagenet_num_records(const psg_imagenet_t *r) { return r->n_records; }
-int64_t psg_imagenet_num_skipped(const psg_imagenet_t *r) { return atomic_load(&r->skipped); }
+const psg_dataset_t *psg_imagenet_dataset(const psg_imagenet_t *r) {
+    return r->ds;
+}
+
+static void destroy_reader(void *ctx) {
+    psg_imagenet_t *r = ctx;
+    psg_imagenet_destroy(&r);
+}
+
+psg_dataset_t *psg_imagenet_take_dataset(psg_imagenet_t **rp) {
+    psg_imagenet_t *r = *rp;
+    psg_dataset_t *ds = r->ds;
+    *rp = NULL;
+    r->ds = NULL; /* the reader is the data set's now */
+    psg_dataset_own_ctx(ds, destroy_reader);
+    return ds;
+}
+int64_t psg_imagenet_num_records(const psg_imagenet_t *r) {
+    return r->n_records;
+}
+int64_t psg_imagenet_num_skipped(const psg_imagenet_t *r) {
+    return atomic_load(&r->skipped);
+}

@@ -35,13 +35,16 @@ static void read_mem(png_structp png, png_bytep out, png_size_t n) {
     s->at += n;
 }
 
-bool psg_png_is(const uint8_t *data, size_t n) { return n >= 8 && !png_sig_cmp(data, 0, 8); }
+bool psg_png_is(const uint8_t *data, size_t n) {
+    return n >= 8 && !png_sig_cmp(data, 0, 8);
+}
 
 int psg_png_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int *height) {
     *rgb = NULL;
     if (!psg_png_is(data, n)) return psg_error_set("corrupt PNG: no PNG signature (%zu bytes)", n);
     png_src_t src = {.p = data, .n = n};
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, on_png_error, on_png_warning);
+    png_structp png =
+        png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, on_png_error, on_png_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     uint8_t *volatile out = NULL;
     png_bytep *volatile rows = NULL;
@@ -70,8 +73,8 @@ int psg_png_decode(const uint8_t *data, size_t n, uint8_t **rgb, int *width, int
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
     if (png_get_channels(png, info) != 3 || png_get_bit_depth(png, info) != 8) {
-        snprintf(src.msg, sizeof src.msg, "%d channels of %d bits after conversion", png_get_channels(png, info),
-                 png_get_bit_depth(png, info));
+        snprintf(src.msg, sizeof src.msg, "%d channels of %d bits after conversion",
+                 png_get_channels(png, info), png_get_bit_depth(png, info));
         png_longjmp(png, 1);
     }
     size_t stride = (size_t)w * 3;
@@ -112,17 +115,21 @@ static void write_mem(png_structp png, png_bytep data, png_size_t n) {
     d->n += n;
 }
 
-static void flush_mem(png_structp png) { (void)png; }
+static void flush_mem(png_structp png) {
+    (void)png;
+}
 
-int psg_png_encode(const uint8_t *pixels, int width, int height, int channels, uint8_t **out, size_t *out_len) {
-    static const int types[] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB,
-                                PNG_COLOR_TYPE_RGB_ALPHA};
+int psg_png_encode(const uint8_t *pixels, int width, int height, int channels, uint8_t **out,
+                   size_t *out_len) {
+    static const int types[] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA,
+                                PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA};
     *out = NULL;
     if (channels < 1 || channels > 4 || width <= 0 || height <= 0)
         return psg_error_set("PNG encode: %dx%d with %d channels", width, height, channels);
     png_src_t err = {0};
     png_dst_t dst = {0};
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, on_png_error, on_png_warning);
+    png_structp png =
+        png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, on_png_error, on_png_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info) {
         png_destroy_write_struct(&png, NULL);
@@ -134,8 +141,8 @@ int psg_png_encode(const uint8_t *pixels, int width, int height, int channels, u
         return psg_error_set("PNG encode: %s", err.msg);
     }
     png_set_write_fn(png, &dst, write_mem, flush_mem);
-    png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, types[channels], PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, types[channels],
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     png_write_info(png, info);
     for (int y = 0; y < height; y++) png_write_row(png, pixels + (size_t)y * width * channels);
     png_write_end(png, NULL);

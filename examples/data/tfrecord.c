@@ -22,7 +22,9 @@ static uint32_t crc_roll_out[256]; /* crc_roll's term for the byte leaving an 8-
 static int crc_ready;
 
 /* One byte into the CRC register (no inversion). */
-static uint32_t crc_step(uint32_t reg, uint8_t byte) { return (reg >> 8) ^ crc_table[0][(reg ^ byte) & 0xff]; }
+static uint32_t crc_step(uint32_t reg, uint8_t byte) {
+    return (reg >> 8) ^ crc_table[0][(reg ^ byte) & 0xff];
+}
 
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -49,17 +51,21 @@ static void crc_init(void) {
 /* The CRC-32C of the 8 bytes after `out`, from crc, the CRC of the 8 bytes starting at `out`
  * (psg_crc32c(0, p, 8) -> psg_crc32c(0, p + 1, 8) with p[0] = out, p[8] = in): two table
  * lookups where computing it afresh takes eight. Only after psg_crc32c has set the tables. */
-static uint32_t crc_roll(uint32_t crc, uint8_t out, uint8_t in) { return crc_step(crc, in) ^ crc_roll_out[out]; }
+static uint32_t crc_roll(uint32_t crc, uint8_t out, uint8_t in) {
+    return crc_step(crc, in) ^ crc_roll_out[out];
+}
 
 uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n) {
-    if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE)) crc_init(); /* idempotent: a race writes equal tables */
+    if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE))
+        crc_init(); /* idempotent: a race writes equal tables */
     const uint8_t *p = data;
     crc = ~crc;
     while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
-              crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^
-              crc_table[0][p[7]];
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                             (uint32_t)p[3] << 24);
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
+              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^
+              crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
         p += 8;
         n -= 8;
     }
@@ -67,7 +73,9 @@ uint32_t psg_crc32c(uint32_t crc, const void *data, size_t n) {
     return ~crc;
 }
 
-uint32_t psg_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+uint32_t psg_crc32c_mask(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
 
 static void put_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -78,7 +86,9 @@ static void put_u64(uint8_t *p, uint64_t v) {
 static uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+static uint64_t get_u64(const uint8_t *p) {
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
 
 /* ---- writer ---- */
 
@@ -132,7 +142,8 @@ int psg_tfrecord_writer_flush(psg_tfrecord_writer_t *w) {
 int psg_tfrecord_writer_close(psg_tfrecord_writer_t **w) {
     if (!w || !*w) return 0;
     int rc = (*w)->failed ? -1 : 0;
-    if (fclose((*w)->f) != 0 && rc == 0) rc = psg_error_set("%s: close failed: %s", (*w)->path, strerror(errno));
+    if (fclose((*w)->f) != 0 && rc == 0)
+        rc = psg_error_set("%s: close failed: %s", (*w)->path, strerror(errno));
     free((*w)->path);
     free(*w);
     *w = NULL;
@@ -231,7 +242,9 @@ int psg_tfrecord_index_fd(int fd, const char *path, psg_tfrecord_entry_t **entri
         }
         uint64_t len = get_u64(head);
         if (psg_crc32c_mask(psg_crc32c(0, head, 8)) != get_u32(head + 8)) {
-            report(fn, ctx, path, off, "corrupt record header (length CRC mismatch): skipping to the next valid header");
+            report(
+                fn, ctx, path, off,
+                "corrupt record header (length CRC mismatch): skipping to the next valid header");
             problems++;
             resyncing = true;
             if (next_valid_header(w, &off, size) < 0) {
@@ -276,7 +289,8 @@ int psg_tfrecord_read(int fd, const char *path, const psg_tfrecord_entry_t *e, u
     if (got != (ssize_t)len || pread(fd, foot, 4, e->offset + 12 + (int64_t)len) != 4)
         return psg_error_set("%s: byte %lld: record cut short", path, (long long)e->offset);
     if (psg_crc32c_mask(psg_crc32c(0, buf, len)) != get_u32(foot))
-        return psg_error_set("%s: byte %lld: corrupt record data (CRC mismatch)", path, (long long)e->offset);
+        return psg_error_set("%s: byte %lld: corrupt record data (CRC mismatch)", path,
+                             (long long)e->offset);
     return 0;
 }
 
@@ -305,27 +319,64 @@ static int field(pb_t *b, int *num, int *type, pb_t *sub, uint64_t *v) {
     *num = (int)(key >> 3);
     *type = (int)(key & 7);
     switch (*type) {
-    case 0:
-        return varint(b, v);
+    case 0: return varint(b, v);
     case 1:
     case 5: {
         size_t k = *type == 1 ? 8 : 4;
-        if ((size_t)(b->end - b->p) < k) return psg_error_set("malformed tf.Example: fixed field past the end");
+        if ((size_t)(b->end - b->p) < k)
+            return psg_error_set("malformed tf.Example: fixed field past the end");
         b->p += k;
         return 0;
     }
     case 2: {
         uint64_t len;
         if (varint(b, &len) < 0) return -1;
-        if (len > (uint64_t)(b->end - b->p)) return psg_error_set("malformed tf.Example: field of %llu bytes past the end", (unsigned long long)len);
+        if (len > (uint64_t)(b->end - b->p))
+            return psg_error_set("malformed tf.Example: field of %llu bytes past the end",
+                                 (unsigned long long)len);
         sub->p = b->p;
         sub->end = b->p + len;
         b->p += len;
         return 0;
     }
-    default:
-        return psg_error_set("malformed tf.Example: wire type %d", *type);
+    default: return psg_error_set("malformed tf.Example: wire type %d", *type);
     }
+}
+
+static const char *const box_keys[4] = {"image/object/bbox/ymin", "image/object/bbox/xmin",
+                                        "image/object/bbox/ymax", "image/object/bbox/xmax"};
+
+static float f32_le(const uint8_t *p) {
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Feature { float_list = 2 { repeated float value = 1 (packed or fixed32) } } into
+ * out->box[k]. */
+static int parse_floats(pb_t f, int k, psg_example_image_t *out) {
+    while (f.p < f.end) {
+        int num, type;
+        pb_t list = {0};
+        uint64_t v;
+        if (field(&f, &num, &type, &list, &v) < 0) return -1;
+        if (type != 2 || num != 2) continue;
+        while (list.p < list.end) {
+            int n2, t2;
+            pb_t packed = {0};
+            if (field(&list, &n2, &t2, &packed, &v) < 0) return -1;
+            if (n2 != 1) continue;
+            if (t2 == 2) { /* packed: 4 bytes a value */
+                for (const uint8_t *q = packed.p; q + 4 <= packed.end; q += 4)
+                    if (out->n_box[k] < PSG_EXAMPLE_MAX_BOXES)
+                        out->box[k][out->n_box[k]++] = f32_le(q);
+            } else if (t2 == 5 && out->n_box[k] < PSG_EXAMPLE_MAX_BOXES) {
+                out->box[k][out->n_box[k]++] = f32_le(list.p - 4); /* field() passed it */
+            }
+        }
+    }
+    return 0;
 }
 
 /* Feature { bytes_list = 1 | float_list = 2 | int64_list = 3 } */
@@ -399,9 +450,17 @@ int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const
                 if (parse_feature(value, true, out) < 0) return -1;
             } else if (kl == ik && !memcmp(key.p, int64_key, ik)) {
                 if (parse_feature(value, false, out) < 0) return -1;
+            } else {
+                for (int k = 0; k < 4; k++)
+                    if (kl == strlen(box_keys[k]) && !memcmp(key.p, box_keys[k], kl) &&
+                        parse_floats(value, k, out) < 0)
+                        return -1;
             }
         }
     }
+    out->n_boxes = PSG_EXAMPLE_MAX_BOXES;
+    for (int k = 0; k < 4; k++)
+        if (out->n_box[k] < out->n_boxes) out->n_boxes = out->n_box[k];
     return 0;
 }
 
@@ -413,7 +472,9 @@ static void put_len(psg_pb_t *o, int num, size_t len) {
     psg_pb_varint(o, len);
 }
 
-static size_t len_field(size_t len) { return 1 + psg_pb_varint_len(len) + len; }
+static size_t len_field(size_t len) {
+    return 1 + psg_pb_varint_len(len) + len;
+}
 
 /* A Features map entry { key, Feature { <list> { value: payload } } }: its
  * length, and its head written up to the payload (list 1: bytes_list, 3:
@@ -430,6 +491,37 @@ static void put_entry_head(psg_pb_t *o, const char *key, size_t klen, int list, 
     put_len(o, 2, feature);
     put_len(o, list, value);
     put_len(o, 1, payload);
+}
+
+int psg_example_encode_boxes(const char *bytes_key, const char *int64_key,
+                             const psg_example_image_t *ex, uint8_t **out, size_t *out_len) {
+    size_t bk = strlen(bytes_key), ik = strlen(int64_key), fl = 4 * (size_t)ex->n_boxes;
+    size_t packed = psg_pb_varint_len((uint64_t)ex->label);
+    size_t total = len_field(entry_len(bk, ex->encoded_len)) + len_field(entry_len(ik, packed));
+    for (int k = 0; k < 4 && ex->n_boxes > 0; k++)
+        total += len_field(entry_len(strlen(box_keys[k]), fl));
+    psg_pb_t o = {0};
+    put_len(&o, 1, total);
+    put_entry_head(&o, bytes_key, bk, 1, ex->encoded_len);
+    psg_pb_bytes(&o, ex->encoded, ex->encoded_len);
+    put_entry_head(&o, int64_key, ik, 3, packed);
+    psg_pb_varint(&o, (uint64_t)ex->label);
+    for (int k = 0; k < 4 && ex->n_boxes > 0; k++) { /* Feature { float_list { packed } } */
+        put_entry_head(&o, box_keys[k], strlen(box_keys[k]), 2, fl);
+        for (int i = 0; i < ex->n_boxes; i++) {
+            uint32_t u;
+            memcpy(&u, &ex->box[k][i], sizeof u);
+            uint8_t le[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+            psg_pb_bytes(&o, le, 4);
+        }
+    }
+    if (o.oom) {
+        free(o.b);
+        return psg_error_set("out of memory encoding a tf.Example");
+    }
+    *out = o.b;
+    *out_len = o.len;
+    return 0;
 }
 
 int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,

@@ -27,19 +27,26 @@ const char *psg_tfrecord_compression_name(psg_tfrecord_compression_t c) {
 }
 
 int psg_tfrecord_compression_parse(const char *s, psg_tfrecord_compression_t *c) {
-    if (!strcasecmp(s, "auto")) *c = PSG_TFRECORD_AUTO;
-    else if (!strcasecmp(s, "none") || !*s) *c = PSG_TFRECORD_NONE;
-    else if (!strcasecmp(s, "gzip")) *c = PSG_TFRECORD_GZIP;
-    else if (!strcasecmp(s, "zlib")) *c = PSG_TFRECORD_ZLIB;
-    else return psg_error_set("TFRecord compression '%s' is not auto, none, gzip or zlib", s);
+    if (!strcasecmp(s, "auto"))
+        *c = PSG_TFRECORD_AUTO;
+    else if (!strcasecmp(s, "none") || !*s)
+        *c = PSG_TFRECORD_NONE;
+    else if (!strcasecmp(s, "gzip"))
+        *c = PSG_TFRECORD_GZIP;
+    else if (!strcasecmp(s, "zlib"))
+        *c = PSG_TFRECORD_ZLIB;
+    else
+        return psg_error_set("TFRecord compression '%s' is not auto, none, gzip or zlib", s);
     return 0;
 }
 
 /* What the first n bytes (n <= 12) of a file say it is. */
 static psg_tfrecord_compression_t detect(const uint8_t *b, size_t n) {
     if (n >= 12) {
-        /* a record header whose length crc matches: an uncompressed file, whatever its first byte */
-        uint32_t want = (uint32_t)b[8] | (uint32_t)b[9] << 8 | (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
+        /* a record header whose length crc matches: an uncompressed file, whatever its first byte
+         */
+        uint32_t want =
+            (uint32_t)b[8] | (uint32_t)b[9] << 8 | (uint32_t)b[10] << 16 | (uint32_t)b[11] << 24;
         if (psg_crc32c_mask(psg_crc32c(0, b, 8)) == want) return PSG_TFRECORD_NONE;
     }
     if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return PSG_TFRECORD_GZIP;
@@ -53,7 +60,9 @@ static int temp_file(const char *path) {
     char tmpl[4096];
     snprintf(tmpl, sizeof tmpl, "%s/psg_tfrecord_XXXXXX", dir && *dir ? dir : "/tmp");
     int fd = mkstemp(tmpl);
-    if (fd < 0) return psg_error_set("%s: a temporary file for the inflated records (%s): %s", path, tmpl, strerror(errno));
+    if (fd < 0)
+        return psg_error_set("%s: a temporary file for the inflated records (%s): %s", path, tmpl,
+                             strerror(errno));
     unlink(tmpl); /* gone with the descriptor */
     return fd;
 }
@@ -62,7 +71,8 @@ static int write_all(int fd, const uint8_t *p, size_t n, const char *path) {
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return psg_error_set("%s: writing its inflated records: %s", path, strerror(errno));
+        if (w <= 0)
+            return psg_error_set("%s: writing its inflated records: %s", path, strerror(errno));
         p += w;
         n -= (size_t)w;
     }
@@ -93,8 +103,8 @@ static int inflate_file(int in, int out, const char *path, psg_tfrecord_compress
             if (ended) {
                 /* bytes after the stream: another gzip member (zlib has one stream) */
                 if (c != PSG_TFRECORD_GZIP) {
-                    rc = psg_error_set("%s: %s: %u bytes after the end of the compressed stream", path, cname,
-                                       z.avail_in);
+                    rc = psg_error_set("%s: %s: %u bytes after the end of the compressed stream",
+                                       path, cname, z.avail_in);
                     break;
                 }
                 inflateReset(&z);
@@ -106,8 +116,9 @@ static int inflate_file(int in, int out, const char *path, psg_tfrecord_compress
             int zr = inflate(&z, Z_NO_FLUSH);
             consumed += before - z.avail_in;
             if (zr != Z_OK && zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && z.avail_out == 0)) {
-                rc = psg_error_set("%s: %s: corrupt compressed data near compressed byte %lld (zlib: %s)", path,
-                                   cname, consumed, z.msg ? z.msg : zError(zr));
+                rc = psg_error_set(
+                    "%s: %s: corrupt compressed data near compressed byte %lld (zlib: %s)", path,
+                    cname, consumed, z.msg ? z.msg : zError(zr));
                 break;
             }
             rc = write_all(out, ob, CHUNK - z.avail_out, path);
@@ -115,16 +126,16 @@ static int inflate_file(int in, int out, const char *path, psg_tfrecord_compress
         }
     }
     if (rc == 0 && !ended)
-        rc = psg_error_set("%s: %s: the compressed stream ends early, after %lld bytes (truncated)", path, cname,
-                           consumed);
+        rc = psg_error_set("%s: %s: the compressed stream ends early, after %lld bytes (truncated)",
+                           path, cname, consumed);
     inflateEnd(&z);
     free(ib);
     free(ob);
     return rc;
 }
 
-int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want, psg_tfrecord_compression_t *found,
-                      char *name, size_t size) {
+int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want,
+                      psg_tfrecord_compression_t *found, char *name, size_t size) {
     snprintf(name, size, "%s", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return psg_error_set("%s: %s", path, strerror(errno));
@@ -139,8 +150,9 @@ int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want, psg_tfr
                                            : n >= 2 && detect(head, 2) == PSG_TFRECORD_ZLIB;
     if (!magic_ok) {
         close(fd);
-        return psg_error_set("%s: not a %s-compressed TFRecord file (its first bytes are no %s header)", path,
-                             cname, c == PSG_TFRECORD_GZIP ? "gzip" : "zlib");
+        return psg_error_set(
+            "%s: not a %s-compressed TFRecord file (its first bytes are no %s header)", path, cname,
+            c == PSG_TFRECORD_GZIP ? "gzip" : "zlib");
     }
     int out = temp_file(path);
     if (out < 0 || inflate_file(fd, out, path, c) < 0) {

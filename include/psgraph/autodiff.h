@@ -12,9 +12,8 @@
  * PSG_NO_ENDPOINT. Nodes that do not depend on any x are not differentiated.
  * The new nodes live under the scope "gradients" (or "gradients_1", ...).
  * Returns 0, or -1 with the error naming the node whose op has no gradient. */
-int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys,
-                  const psg_endpoint_t *grad_ys, int n_xs, const psg_endpoint_t *xs,
-                  psg_endpoint_t *grads);
+int psg_gradients(psg_graph_t *g, int n_ys, const psg_endpoint_t *ys, const psg_endpoint_t *grad_ys,
+                  int n_xs, const psg_endpoint_t *xs, psg_endpoint_t *grads);
 
 /* d(loss)/d(xs[i]) into grads[i] as psg_gradients, under g's loss scale S
  * (psg_graph_loss_scale, precision.h): the backward pass starts from S

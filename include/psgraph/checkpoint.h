@@ -49,6 +49,10 @@ int psg_checkpoint_write_shard(psg_resource_mgr_t *rm, const char *dir, int64_t 
 int psg_checkpoint_write_index(const char *dir, int64_t step, int num_shards,
                                const psg_checkpoint_shard_t *shards);
 
+/* Makes folder dir and its missing parents (as TensorFlow's makedirs: `--logdir runs/x` in a
+ * fresh folder). -1 with the error naming it when it cannot be made or is not a folder. */
+int psg_logdir_make(const char *dir);
+
 /* The whole save of one process: the shards of rms[0..num_shards) (written in
  * parallel when more than one), then the index, then prunes to the last `keep`
  * checkpoints (keep <= 0: keep all). Creates dir if absent. *seconds (may be
@@ -79,6 +83,11 @@ void psg_checkpoint_destroy(psg_checkpoint_t **ck);
 int64_t psg_checkpoint_step(const psg_checkpoint_t *ck);
 /* The path it was opened from. */
 const char *psg_checkpoint_path(const psg_checkpoint_t *ck);
+/* How many of ck's files were verified against a checksum when opened (their header's
+ * data_crc32, or the index's crc32 of the whole file): all, for psgraph's checkpoints; none
+ * for a safetensors file another writer made (Python's carry no data_crc32: only its sizes,
+ * offsets and layout could be checked). *num_files (may be NULL) gets the number of files. */
+int psg_checkpoint_num_verified(const psg_checkpoint_t *ck, int *num_files);
 
 /* One tensor of an opened checkpoint (borrowed from ck). */
 typedef struct {

@@ -6,6 +6,7 @@
 
 #include "psgraph/curve.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct psg_cluster psg_cluster_t;
@@ -25,13 +26,19 @@ typedef struct {
  * (psgraph/curve.h), loaded here; "peer_timeout": S the seconds a silent peer is waited
  * for (psg_cluster_peer_timeout_ms); any other field is an error (a typo would otherwise
  * pass silently). `origin` ("TF_CONFIG", a file name) starts every error message.
- * NULL with the error set, naming the field, on malformed JSON, a job that is not a list
- * of "host:port" (or "ipc://path") strings, an empty job, a duplicate address, more than one chief, a task
- * type that is not a job, or an index out of range. The caller owns the result. */
+ * NULL with the error set (code PSG_ERR_CONFIG), naming the field, on malformed JSON, a job that is
+ * not a list of "host:port" (or "ipc://path") strings, an empty job, a duplicate address, more than
+ * one chief, a task type that is not a job, or an index out of range. The caller owns the result.
+ */
 psg_cluster_t *psg_cluster_parse(const char *json, const char *origin);
 /* As psg_cluster_parse, from the TF_CONFIG environment variable; without "keys" in it, the
  * key folder of $PSGRAPH_KEYS when set. NULL with the error set when it is unset or invalid. */
 psg_cluster_t *psg_cluster_from_env(void);
+/* Whether TF_CONFIG names a cluster for this process: false when it is unset, empty, or a
+ * document whose "cluster" is absent or empty, with no "task" ('{}', '{"cluster": {}}'),
+ * which TensorFlow takes as local training; true otherwise (a malformed one or an unknown
+ * field too: psg_cluster_from_env says what is wrong). */
+bool psg_cluster_env_given(void);
 /* As psg_cluster_parse, from a file (as `--cluster FILE`; a relative "keys" is relative to the
  * file's folder; without "keys", $PSGRAPH_KEYS when set); then, when job is not NULL,
  * sets this process's task to (job, index) as `--job` and `--task` do, overriding the
@@ -67,8 +74,8 @@ int psg_cluster_num_jobs(const psg_cluster_t *c);
 const char *psg_cluster_job(const psg_cluster_t *c, int i);
 /* Tasks of a job; 0 for a job the cluster does not have (no error). */
 int psg_cluster_num_tasks(const psg_cluster_t *c, const char *job);
-/* The address ("host:port" or "ipc://path") of a task. NULL with the error set on an unknown job or an
- * index out of range. */
+/* The address ("host:port" or "ipc://path") of a task. NULL with the error set on an unknown job or
+ * an index out of range. */
 const char *psg_cluster_address(const psg_cluster_t *c, const char *job, int index);
 /* Every task, jobs in name order then by index, into out (room for max); returns how many
  * there are (which may exceed max: then only max are written). */

@@ -45,6 +45,7 @@ double psg_auc(const float *scores, const float *labels, int64_t n);
  * and the planted model's AUC and log-loss on the last 10% of the rows (the held-out part
  * of `psgraph train`); *planted_auc gets that AUC (may be NULL). Returns 0, or -1 with
  * the error naming the file. */
-int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out, double *planted_auc);
+int psg_ctr_synthesize(const char *path, int64_t rows, uint64_t seed, FILE *out,
+                       double *planted_auc);
 
 #endif

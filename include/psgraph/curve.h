@@ -56,8 +56,8 @@ int psg_curve_keys_allowed(const psg_curve_keys_t *k);
  *   address, 0.0.0.0 and * included, is refused); an ipc:// endpoint: plain frames, its folder
  *   must be ours with no permission for others (0700) unless `insecure`.
  * Returns 1 when the server will take plain frames over TCP on loopback, with the warning
- * to print once as the error message (psg_error_message), 0 when all is well, -1 with the error set (naming the endpoint and how to make
- * keys) when it must not listen. */
+ * to print once as the error message (psg_error_message), 0 when all is well, -1 with the error set
+ * (naming the endpoint and how to make keys) when it must not listen. */
 int psg_curve_listen_check(const char *endpoint, const psg_curve_keys_t *keys, bool insecure);
 /* True when a tcp:// endpoint (or host:port) names a loopback address. */
 bool psg_curve_is_loopback(const char *endpoint);

@@ -58,6 +58,15 @@ typedef int (*psg_dataset_fill_fn)(void *ctx, int n, const int64_t *indices, flo
 psg_dataset_t *psg_dataset_from_fn(int64_t n, const psg_shape_t *example_shape, int num_classes,
                                    psg_dataset_fill_fn fill, void *ctx);
 void psg_dataset_destroy(psg_dataset_t **ds);
+/* From now on destroying ds calls free_ctx on the ctx given to psg_dataset_from_fn (the
+ * dataset owns its source). */
+void psg_dataset_own_ctx(psg_dataset_t *ds, void (*free_ctx)(void *ctx));
+/* n examples made on demand from `pool` random images (f32 of example_shape, uniform in
+ * [-1, 1), made once from seed), example i being image i % pool with a label drawn from
+ * (seed, i) in [0, num_classes): a data set of any size in little memory, for benchmarks
+ * (tf_cnn_benchmarks' synthetic images). */
+psg_dataset_t *psg_dataset_synthetic_pool(int64_t n, const psg_shape_t *example_shape,
+                                          int num_classes, int64_t pool, uint64_t seed);
 
 int64_t psg_dataset_size(const psg_dataset_t *ds);
 /* One example's shape ([28, 28, 1] for Fashion-MNIST). */

@@ -46,8 +46,8 @@ void psg_dist_session_destroy(psg_dist_session_t **s);
  * partitioning or a task refusing the graph, named). */
 psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
                                                     const psg_endpoint_t *feeds, int n_fetches,
-                                                    const psg_endpoint_t *fetches,
-                                                    int n_targets, const int *targets);
+                                                    const psg_endpoint_t *fetches, int n_targets,
+                                                    const int *targets);
 /* Runs one step: RunGraph with a fresh step id on every task with a partition, the local
  * one on the calling thread. fetched[i] gets a new reference. Returns 0, or -1 with the
  * error naming the task that failed or did not answer within the step timeout; the step
@@ -61,8 +61,8 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
  * last step's updates are applied. A failure of the open step fails the next run, naming
  * the step. The session's other requests (another callable's run, wait_init, job_done,
  * wait_workers, inspect, destroy) first wait for the open step; psg_dist_session_call does
- * not (threads may make calls at once to distinct tasks): drain first. Takes effect only when no other task's
- * partition fetches a tensor. Off by default. */
+ * not (threads may make calls at once to distinct tasks): drain first. Takes effect only when no
+ * other task's partition fetches a tensor. Off by default. */
 void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on);
 bool psg_dist_callable_overlaps(const psg_dist_callable_t *c);
 /* Waits for the open step of an overlapped callable, if any. -1 with its error. */

@@ -29,6 +29,8 @@ typedef enum {
     PSG_ERR_DENIED = 8,      /* not allowed (a path outside the task's logdir) */
     PSG_ERR_NO_MEMORY = 9,
     PSG_ERR_UNAVAILABLE = 10, /* a peer cannot be reached */
+    PSG_ERR_CONFIG = 11,      /* the cluster's configuration (TF_CONFIG, --cluster FILE) is wrong or
+                                 names no task for this process: commands exit 2 on it */
     PSG_ERR_CODE_COUNT
 } psg_err_code_t;
 
@@ -37,6 +39,8 @@ typedef enum {
 int psg_error_set(const char *fmt, ...) PSG_PRINTF(1, 2);
 /* As psg_error_set, with a code. */
 int psg_error_set_code(psg_err_code_t code, const char *fmt, ...) PSG_PRINTF(2, 3);
+/* Gives this thread's error `code`, its message kept. Always returns -1. */
+int psg_error_recode(psg_err_code_t code);
 /* This thread's last error code (psg_error_wrap keeps it). */
 psg_err_code_t psg_error_code(void);
 /* Gives this thread's last error the code, its message kept. */
@@ -61,13 +65,12 @@ const char *psg_error_message(void);
 void psg_error_clear(void);
 
 /* A broken internal invariant: never a user error. Always compiled. */
-#define PSG_ASSERT(cond)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: psgraph invariant failed: %s\n", __FILE__,    \
-                    __LINE__, #cond);                                             \
-            abort();                                                              \
-        }                                                                         \
+#define PSG_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: psgraph invariant failed: %s\n", __FILE__, __LINE__, #cond);   \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -23,7 +23,9 @@ typedef struct {
 } psg_endpoint_t;
 
 #define PSG_NO_ENDPOINT ((psg_endpoint_t){-1, 0})
-static inline bool psg_endpoint_valid(psg_endpoint_t e) { return e.node >= 0; }
+static inline bool psg_endpoint_valid(psg_endpoint_t e) {
+    return e.node >= 0;
+}
 
 typedef enum {
     PSG_ATTR_INT = 1,
@@ -85,6 +87,10 @@ int psg_graph_status(const psg_graph_t *g);
  * this thread's message does not already say it), since a later failure may only be its
  * consequence. Returns -1. */
 int psg_graph_wrap_error(const psg_graph_t *g);
+/* Forgets g's build error, after the caller reported it (a Python program that caught the
+ * exception of one failed builder and goes on building): the failed node was never added,
+ * so g is as it was before that call. Nodes built on a failed node's output fail anew. */
+void psg_graph_clear_error(psg_graph_t *g);
 
 /* Name scopes: "tower0/conv1/weights". push returns -1 on a bad name. */
 int psg_graph_push_scope(psg_graph_t *g, const char *scope);
@@ -104,6 +110,14 @@ void psg_graph_push_device_fn(psg_graph_t *g, psg_device_fn fn, void *ctx);
 void psg_graph_push_device(psg_graph_t *g, const char *device);
 void psg_graph_pop_device(psg_graph_t *g);
 
+/* Control dependencies, as `with tf.control_dependencies(ids)`: every node built while a
+ * set is pushed gets the set's nodes as control inputs (those of the enclosing pushes too),
+ * so it runs after them. clear: the enclosing sets do not apply inside this one (n may be
+ * 0): TensorFlow's init_scope, under which psg_variable builds an initializer. push
+ * returns -1 naming a missing node. */
+int psg_graph_push_control(psg_graph_t *g, int n, const int *ids, bool clear);
+void psg_graph_pop_control(psg_graph_t *g);
+
 /* Initial values that override the initializers of the variables psg_variable creates
  * from now on (TensorFlow's init_from_checkpoint; worker/init_from.c): fn is asked for
  * each new variable's name, dtype and shape and returns its initial value (the caller of
@@ -117,6 +131,15 @@ void psg_graph_set_initial_value_fn(psg_graph_t *g, psg_initial_value_fn fn, voi
  * fn failed. */
 struct psg_tensor *psg_graph_initial_value(psg_graph_t *g, const char *name, psg_dtype_t dt,
                                            const psg_shape_t *shape, bool *failed);
+
+/* Sets the dtype the allowlisted ops of g are built in from now on (mixed precision,
+ * psgraph/precision.h): PSG_DT_F32 (the default: no casts), PSG_DT_BF16 or PSG_DT_F16.
+ * Nodes built before are unchanged. Returns 0, or -1 with the error set for another
+ * dtype. A model is built in mixed precision by:
+ *   psg_graph_set_compute_dtype(g, PSG_DT_BF16);   (before building it) */
+int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt);
+/* The dtype set by psg_graph_set_compute_dtype (PSG_DT_F32 when never set). */
+psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g);
 
 /* Collections by name, as TensorFlow's: "variables", "trainable_variables",
  * "init" (initializer targets), "losses". Adds node `id` to collection. */

@@ -65,11 +65,11 @@ psg_endpoint_t psg_smoothed_xent(psg_graph_t *g, const char *scope, psg_endpoint
 
 /* The size of a model, from its graph. */
 typedef struct {
-    int64_t params;          /* elements of every variable in "variables" (Keras's
-                              * total: trainable + batch-norm moving statistics) */
-    int64_t trainable;       /* of those, in "trainable_variables" */
+    int64_t params;           /* elements of every variable in "variables" (Keras's
+                               * total: trainable + batch-norm moving statistics) */
+    int64_t trainable;        /* of those, in "trainable_variables" */
     int64_t macs_per_example; /* forward multiply-adds of Conv2D, MatMul and Dense
-                              * nodes per example (batch dim excluded) */
+                               * nodes per example (batch dim excluded) */
 } psg_model_stats_t;
 
 /* Counts g's variables and the forward multiply-adds of its nodes whose
@@ -78,6 +78,24 @@ typedef struct {
  * an optimizer (whose slots are variables too). Returns 0, or -1 with the
  * error set when a shape is not known at build time. */
 int psg_model_stats(const psg_graph_t *g, const char *prefix, psg_model_stats_t *s);
+
+/* ---- the names of keras.applications.InceptionV3 (examples/inception3_names.c) ---- */
+
+typedef struct {
+    char slim[160]; /* "InceptionV3/Mixed_5b/Branch_0/Conv2d_0a_1x1/weights" */
+    char keras[64]; /* "conv2d_5/kernel" (a layer's name, its weight's); "" for none (the
+                     * auxiliary head: Keras's model has none) */
+    bool logits;    /* the classifier's (slim: C + 1 classes with the background, Keras's
+                     * ImageNet weights: 1000): a reader may add or drop column 0 */
+} psg_inception3_name_t;
+
+/* The pairs of every model variable of cfg's Inception-v3 (built on a scratch graph), in
+ * the order they are made: slim's weights, BatchNorm/{beta,moving_mean,moving_variance}
+ * and Logits/Conv2d_1c_1x1/{weights,biases} against Keras's conv2d_K/kernel,
+ * batch_normalization_K/{beta,moving_mean,moving_variance} and predictions/{kernel,bias}
+ * (Keras's layers numbered from 0 without a suffix, as a fresh session names them).
+ * *pairs is malloc'd; returns their number, or -1 with the error set. */
+int psg_inception3_keras_names(const psg_inception3_config_t *cfg, psg_inception3_name_t **pairs);
 
 /* ---- the recipe ---- */
 
@@ -93,6 +111,8 @@ typedef struct {
     double epsilon;             /* 1.0 */
     double ema_decay;           /* 0.9999; 0 turns the moving average off */
     bool plain_sgd;             /* false; true: plain SGD at the decayed rate, not RMSProp */
+    int64_t warmup_steps;       /* 0; > 0: the rate times min(1, (step + 1) / warmup_steps),
+                                 * a linear warm-up (Goyal et al. 2017) */
 } psg_inception3_recipe_t;
 
 psg_inception3_recipe_t psg_inception3_recipe_defaults(void);
@@ -119,9 +139,9 @@ int psg_inception3_train_op(psg_graph_t *g, const psg_inception3_recipe_t *r,
  * Returns their number, or -1 with the error set. */
 int psg_inception3_variables(const psg_graph_t *g, psg_endpoint_t **vars);
 
-/* The recipe's optimizer: RMSProp at the staircase-decayed learning rate, a
- * tensor of the global step (*lr, may be NULL). New (psg_optimizer_destroy);
- * NULL with the error set. */
+/* The recipe's optimizer: RMSProp at the staircase-decayed learning rate (after the
+ * warm-up, when r->warmup_steps > 0), a tensor of the global step (*lr, may be NULL). New
+ * (psg_optimizer_destroy); NULL with the error set. */
 psg_optimizer_t *psg_inception3_optimizer(psg_graph_t *g, const psg_inception3_recipe_t *r,
                                           psg_endpoint_t *lr);
 

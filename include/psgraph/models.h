@@ -27,11 +27,11 @@ typedef struct {
 /* The one table of the models `psgraph train --model` knows: every message and --help that
  * lists models reads it. */
 typedef struct {
-    const char *name;           /* "mlp" */
-    const char *description;    /* one line for --help */
+    const char *name;        /* "mlp" */
+    const char *description; /* one line for --help */
     psg_model_defaults_t defaults;
-    bool built_here;            /* false: trained by its own command with its own recipe and
-                                   options (inception3: psgraph/inception3.h, cli/bench_cmd.c) */
+    bool built_here; /* false: built by its own builder, with its recipe (inception3:
+                        psgraph/inception3.h, worker/inception_train.c), not psg_model_build */
 } psg_model_info_t;
 
 /* The number of models, and the i-th (0 <= i < count). */
@@ -42,8 +42,7 @@ const psg_model_info_t *psg_model_find(const char *name);
 /* The names joined by sep ("mlp, cnn, inception3"), into buf (returned). */
 const char *psg_model_names(const char *sep, char *buf, size_t size);
 
-/* Defaults of `name` (a model psg_model_build builds); -1 with the error set for another
- * name, listing the known models. */
+/* Defaults of `name`; -1 with the error set for an unknown name, listing the known models. */
 int psg_model_defaults(const char *name, psg_model_defaults_t *d);
 
 /* How a model is built beyond its name and shape. */

@@ -37,13 +37,14 @@ typedef struct {
 /* The rows, most time first, in *rows (malloc'd; the caller frees it); FLOPs from g
  * (NULL: none), unknown dims counted as `batch`. Returns how many, -1 with the error
  * set when out of memory. */
-int psg_op_profile_rows(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch, psg_op_profile_row_t **rows);
+int psg_op_profile_rows(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch,
+                        psg_op_profile_row_t **rows);
 
 /* One JSON line per op type, most time first, then a "total" line: time and FLOPs per
  * step over `steps` steps, each op's share of the steps' wall time `wall_ms` and its
  * TFLOP/s. Nodes that ran at once on several threads each count their own time: the
  * total may pass the wall time. 0, or -1 with the error set. */
-int psg_op_profile_write_json(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch, int64_t steps,
-                              double wall_ms, FILE *out);
+int psg_op_profile_write_json(psg_op_profile_t *p, const psg_graph_t *g, int64_t batch,
+                              int64_t steps, double wall_ms, FILE *out);
 
 #endif

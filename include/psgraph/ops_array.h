@@ -13,6 +13,10 @@ psg_endpoint_t psg_const_scalar(psg_graph_t *g, const char *name, float v);
 psg_endpoint_t psg_placeholder(psg_graph_t *g, const char *name, psg_dtype_t dt,
                                const psg_shape_t *shape);
 psg_endpoint_t psg_identity(psg_graph_t *g, const char *name, psg_endpoint_t x);
+/* input's value unless fed; a feed may have any shape that fits `shape` (dims may be -1),
+ * which input must fit too (tf.placeholder_with_default). */
+psg_endpoint_t psg_placeholder_with_default(psg_graph_t *g, const char *name, psg_endpoint_t input,
+                                            const psg_shape_t *shape);
 /* Stops gradients: identity forward, no gradient backward. */
 psg_endpoint_t psg_stop_gradient(psg_graph_t *g, const char *name, psg_endpoint_t x);
 /* Reshape to `shape`; one dim may be -1 (inferred). */
@@ -51,6 +55,24 @@ typedef struct {
 /* Glorot's uniform limit sqrt(6 / (fan_in + fan_out)) for a variable of
  * `shape` (dense [in, out]; conv [kh, kw, in, out]; a vector: its length twice). */
 double psg_glorot_uniform_scale(const psg_shape_t *shape);
+/* TensorFlow's variance_scaling_initializer for a variable of `shape` as an initializer of
+ * the kinds above: variance scale / n, n the fan-in, fan-out or their mean (mode "fan_in",
+ * "fan_out", "fan_avg"; fans as psg_glorot_uniform_scale), drawn "uniform",
+ * "truncated_normal" (TensorFlow's default; "normal" is taken for it, as TF 1.x did) or
+ * "untruncated_normal". Returns 0 with *init set, or -1 with the error naming a bad mode,
+ * distribution or scale. */
+int psg_variance_scaling(const psg_shape_t *shape, double scale, const char *mode,
+                         const char *distribution, uint64_t seed, psg_initializer_t *init);
+/* A node `name` (NULL: "initial_value") holding the initial value init gives a
+ * tensor of `shape` (f32, complete): what psg_variable assigns first, and what
+ * tf.zeros, tf.fill and the random_* draws build. */
+psg_endpoint_t psg_initializer_value(psg_graph_t *g, const char *name, const psg_shape_t *shape,
+                                     psg_initializer_t init);
+/* f32 draws of `shape` (complete), new ones at every step: "uniform" in [-scale, scale),
+ * "normal" of stddev scale, "truncated_normal" (within 2 stddevs) of stddev scale; from
+ * seed, the node's name and the step (tf.random_normal, tf.random_uniform). */
+psg_endpoint_t psg_random(psg_graph_t *g, const char *name, const char *distribution,
+                          const psg_shape_t *shape, double scale, uint64_t seed);
 
 /* A variable `name` (its handle, dtype PSG_DT_RESOURCE, shape = the
  * variable's). Adds an initializer op to the "init" collection and the handle
@@ -77,8 +99,8 @@ int psg_topk_abs(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
                  psg_endpoint_t *values, psg_endpoint_t *indices);
 /* The same, keeping max(k, ceil(ratio * numel)) entries (at most numel), ratio an f32
  * scalar read each run (PSG_NO_ENDPOINT: k): the outputs' length changes with it. */
-int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k, psg_endpoint_t ratio,
-                       psg_endpoint_t *values, psg_endpoint_t *indices);
+int psg_topk_abs_ratio(psg_graph_t *g, const char *name, psg_endpoint_t x, int64_t k,
+                       psg_endpoint_t ratio, psg_endpoint_t *values, psg_endpoint_t *indices);
 /* A dense f32 tensor of *shape, zeros but values at indices (as psg_topk_abs gives). */
 psg_endpoint_t psg_scatter_dense(psg_graph_t *g, const char *name, psg_endpoint_t values,
                                  psg_endpoint_t indices, const psg_shape_t *shape);

@@ -66,6 +66,29 @@ psg_endpoint_t psg_argmax(psg_graph_t *g, const char *name, psg_endpoint_t x);
 /* a == b elementwise (same dtype; same shape, or b a scalar): bool. */
 psg_endpoint_t psg_equal(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b);
 
+/* ---- comparisons, extrema, one-hot, shapes (ops/compare.c) ---- */
+
+/* max(a, b) / min(a, b) elementwise, f32 with numpy broadcasting; the gradient goes to a
+ * where a >= b (max) or a <= b (min), else to b. */
+psg_endpoint_t psg_maximum(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b);
+psg_endpoint_t psg_minimum(psg_graph_t *g, const char *name, psg_endpoint_t a, psg_endpoint_t b);
+/* a op b elementwise, bool, with numpy broadcasting; a and b of one dtype (f32, i32, i64).
+ * op is "Greater", "GreaterEqual", "Less", "LessEqual", "NotEqual" or "Equal" (a
+ * BroadcastEqual node: psg_equal's Equal takes one shape or a scalar); another op fails
+ * naming it. Not differentiable. */
+psg_endpoint_t psg_compare(psg_graph_t *g, const char *name, const char *op, psg_endpoint_t a,
+                           psg_endpoint_t b);
+/* The maximum over `axes` (as psg_sum); the gradient is shared by the elements equal to
+ * it. f32. */
+psg_endpoint_t psg_reduce_max(psg_graph_t *g, const char *name, psg_endpoint_t x, int n_axes,
+                              const int64_t *axes, bool keep_dims);
+/* indices (any shape, i32 or i64) to f32 indices.shape + [depth]: on_value at each index,
+ * off_value elsewhere (everywhere for an index outside [0, depth)). Not differentiable. */
+psg_endpoint_t psg_one_hot(psg_graph_t *g, const char *name, psg_endpoint_t indices, int64_t depth,
+                           double on_value, double off_value);
+/* The shape of x as an i32 vector (its length: x's rank, which must be known when built). */
+psg_endpoint_t psg_shape_of(psg_graph_t *g, const char *name, psg_endpoint_t x);
+
 /* ---- matrix products ---- */
 
 /* op(a) * op(b), rank 2; op transposes when the flag is set. */

@@ -14,8 +14,8 @@ typedef enum { PSG_PADDING_VALID = 0, PSG_PADDING_SAME = 1 } psg_padding_t;
 /* y = conv(x, filter): x is [N, H, W, C], filter [KH, KW, C, OC], y is
  * [N, OH, OW, OC]. Strides >= 1; dilation is 1 (a node carrying another
  * "dilations" attribute is rejected). Its gradient is the two ops below. */
-psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
-                          psg_endpoint_t filter, int stride_h, int stride_w, psg_padding_t padding);
+psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_endpoint_t filter,
+                          int stride_h, int stride_w, psg_padding_t padding);
 /* dx of a conv, from dy [N, OH, OW, OC]; x gives only its shape. */
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                          psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,
@@ -71,9 +71,9 @@ typedef struct {
 } psg_batch_norm_grad_t;
 
 /* The gradient of FusedBatchNorm's y: dx, dscale, doffset. */
-psg_batch_norm_grad_t psg_fused_batch_norm_grad(psg_graph_t *g, const char *name,
-                                                psg_endpoint_t dy, psg_endpoint_t x,
-                                                psg_endpoint_t scale, psg_endpoint_t saved_mean,
+psg_batch_norm_grad_t psg_fused_batch_norm_grad(psg_graph_t *g, const char *name, psg_endpoint_t dy,
+                                                psg_endpoint_t x, psg_endpoint_t scale,
+                                                psg_endpoint_t saved_mean,
                                                 psg_endpoint_t saved_inv_std, float epsilon,
                                                 bool is_training);
 

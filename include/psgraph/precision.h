@@ -14,14 +14,8 @@
 
 #include <stdbool.h>
 
-/* Sets the dtype the allowlisted ops of g are built in from now on:
- * PSG_DT_F32 (the default: no casts), PSG_DT_BF16 or PSG_DT_F16. Nodes built
- * before are unchanged. Returns 0, or -1 with the error set for another dtype.
- * A model is built in mixed precision by:
- *   psg_graph_set_compute_dtype(g, PSG_DT_BF16);   (before building it) */
-int psg_graph_set_compute_dtype(psg_graph_t *g, psg_dtype_t dt);
-/* The dtype set by psg_graph_set_compute_dtype (PSG_DT_F32 when never set). */
-psg_dtype_t psg_graph_compute_dtype(const psg_graph_t *g);
+/* The graph's setting itself, psg_graph_set_compute_dtype and psg_graph_compute_dtype,
+ * is declared in psgraph/graph.h (the graph keeps it). */
 
 /* The --precision option: "f32" -> PSG_DT_F32, "mixed" (or "mixed-bf16") ->
  * PSG_DT_BF16, "mixed-f16" -> PSG_DT_F16. Returns 0, or -1 with the error

@@ -8,6 +8,7 @@
 #include "psgraph/threadpool.h"
 #include "psgraph/graph.h"
 #include "psgraph/op.h"
+#include "psgraph/kernel.h"
 #include "psgraph/resource.h"
 #include "psgraph/autodiff.h"
 #include "psgraph/half.h"
@@ -44,5 +45,7 @@
 #include "psgraph/trace.h"
 #include "psgraph/op_profile.h"
 #include "psgraph/summary.h"
+#include "psgraph/onnx.h"
+#include "psgraph/servable.h"
 
 #endif

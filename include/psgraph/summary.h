@@ -1,7 +1,7 @@
 /* TensorBoard event files: Event protocol buffers written by hand, holding
- * scalar summaries, in TFRecord framing (psgraph/tfrecord.h). Not a protobuf
- * library, not images or histograms, and not a reader (the tests parse the
- * files back on their own). */
+ * scalar and histogram summaries, in TFRecord framing (psgraph/tfrecord.h). Not a
+ * protobuf library, not images, and not a reader (the tests parse the files back on
+ * their own, or with TensorBoard's reader). */
 #ifndef PSGRAPH_SUMMARY_H
 #define PSGRAPH_SUMMARY_H
 
@@ -27,5 +27,12 @@ int psg_summary_scalars(psg_summary_writer_t *w, int64_t step, int n, const char
                         const float *values);
 /* As psg_summary_scalars with one value. */
 int psg_summary_scalar(psg_summary_writer_t *w, int64_t step, const char *tag, float value);
+
+/* Appends one Event at `step` holding the histogram of values[0..n) under `tag`, with
+ * TensorFlow's default buckets (1e-12 * 1.1^k, both signs; runs of empty buckets folded),
+ * min, max, count, sum and sum of squares; NaNs are left out. -1 with the error naming
+ * the file. */
+int psg_summary_histogram(psg_summary_writer_t *w, int64_t step, const char *tag,
+                          const float *values, int64_t n);
 
 #endif

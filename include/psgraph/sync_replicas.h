@@ -4,8 +4,9 @@
  * gradients to per-variable accumulators and takes its next token, and the
  * chief's step that averages the first N gradients, applies them, advances
  * the global step and releases N + b tokens; per-step statistics; and the
- * chief's runner. Other ways to agree (async, ...) are variants behind the
- * same calls (sync/variant.h). Not the resources (sync_resources.h) and not
+ * chief's runner. Other ways to agree (async, ssp, local SGD, ...) are
+ * strategies behind the same calls (sync/strategy.h, the table in
+ * sync/strategies.c). Not the resources (ops/state/sync_resources.h) and not
  * the training loop. */
 #ifndef PSGRAPH_SYNC_REPLICAS_H
 #define PSGRAPH_SYNC_REPLICAS_H
@@ -34,14 +35,14 @@ enum {
 /* The strategies' own settings, each a --flag of `psgraph train` (sync/strategies.c's
  * table of options; a strategy reads only the ones it lists). */
 typedef struct {
-    int64_t max_staleness;  /* async: steps a read may run ahead of this worker's own
-                               last update (steps asked for ahead); 0 (default): none */
-    int64_t staleness;      /* ssp: the most steps a worker may be ahead of the slowest */
-    int64_t local_steps;    /* local: H, steps on the worker's own copy between averages */
-    int64_t local_after;    /* local: plain sync steps before local SGD starts (post-local) */
-    double elastic_alpha;   /* easgd: how far a copy and the center move toward each other */
-    int64_t compress;       /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
-    double compress_ratio;  /* topk: the share of each gradient's entries sent (default 0.01) */
+    int64_t max_staleness;     /* async: steps a read may run ahead of this worker's own
+                                  last update (steps asked for ahead); 0 (default): none */
+    int64_t staleness;         /* ssp: the most steps a worker may be ahead of the slowest */
+    int64_t local_steps;       /* local: H, steps on the worker's own copy between averages */
+    int64_t local_after;       /* local: plain sync steps before local SGD starts (post-local) */
+    double elastic_alpha;      /* easgd: how far a copy and the center move toward each other */
+    int64_t compress;          /* async, sync: PSG_SYNC_COMPRESS_NONE or _TOPK (--compress) */
+    double compress_ratio;     /* topk: the share of each gradient's entries sent (default 0.01) */
     int64_t compress_min_size; /* topk: a gradient of fewer entries is sent whole (dense) */
     int64_t compress_warmup;   /* topk: steps over which the share sent falls from
                                   compress_warmup_ratio to compress_ratio (0: none) */
@@ -61,23 +62,23 @@ void psg_sync_print_help(FILE *f);
 int psg_sync_strategy_check_name(const char *name);
 
 typedef struct {
-    const char *variant;       /* the strategy (NULL: "sync"); psg_sync_variant_names() */
+    const char *strategy;      /* its name (NULL: "sync"); psg_sync_strategy_names() */
     int num_workers;           /* N + b: all the job's workers, >= 1 */
     int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
     int backup_workers;        /* b >= 0 */
     int worker_index;          /* this worker, in [0, num_workers); 0 is the chief */
-    int64_t total_steps; /* the chief ends training when the global step reaches it; 0: never */
-    int64_t timeout_ms;  /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
+    int64_t total_steps;    /* the chief ends training when the global step reaches it; 0: never */
+    int64_t timeout_ms;     /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
     psg_sync_options_t opt; /* the strategy's own settings */
 } psg_sync_config_t;
 
-/* Fills c for one worker and no backups: variant "sync", 60 s timeout. */
+/* Fills c for one worker and no backups: strategy "sync", 60 s timeout. */
 void psg_sync_config_defaults(psg_sync_config_t *c);
 
 #define PSG_SYNC_MAX_CALLS 4
 #define PSG_SYNC_CALL_MAX 64
 
-/* What a variant builds into one worker's graph. Endpoints a variant does
+/* What a strategy builds into one worker's graph. Endpoints a strategy does
  * not use are PSG_NO_ENDPOINT and ops -1. */
 typedef struct {
     /* the worker's step: feed local_step (i64 scalar) with the worker's
@@ -114,9 +115,9 @@ typedef struct {
     /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
     int n_step_fetches;
     psg_endpoint_t step_fetches[PSG_SYNC_CALL_MAX];
-    bool overlap;       /* steps may be asked for ahead (async with --max-staleness 1) */
-    int local_init_op;  /* local_model: this worker's own variables' initializers; -1 none */
-    int start_op;       /* run by every worker once the variables are initialized; -1 none */
+    bool overlap;         /* steps may be asked for ahead (async with --max-staleness 1) */
+    int local_init_op;    /* local_model: this worker's own variables' initializers; -1 none */
+    int start_op;         /* run by every worker once the variables are initialized; -1 none */
     double comm_per_step; /* share of steps that move the model (local SGD: 1/H); 0: 1 */
     double push_scale;    /* bytes pushed for each byte of the model (compression); 0: 1 */
 } psg_sync_graph_t;
@@ -129,11 +130,11 @@ int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg);
 
 /* A wrapper of opt (borrowed: it must outlive the wrapper) with a copy of
  * *cfg. NULL with the error naming the field on a bad config (unknown
- * variant, N < 1 or N + b > num_workers, worker_index out of range). */
+ * strategy, N < 1 or N + b > num_workers, worker_index out of range). */
 psg_sync_replicas_t *psg_sync_replicas_new(psg_optimizer_t *opt, const psg_sync_config_t *cfg);
 void psg_sync_replicas_destroy(psg_sync_replicas_t **sr);
-/* The variant's name and N (gradients averaged per step). */
-const char *psg_sync_replicas_variant(const psg_sync_replicas_t *sr);
+/* The strategy's name and N (gradients averaged per step). */
+const char *psg_sync_replicas_strategy_name(const psg_sync_replicas_t *sr);
 int psg_sync_replicas_num_required(const psg_sync_replicas_t *sr);
 
 /* Builds this worker's graph for grads[i] of vars[i] (handles; a pair
@@ -149,8 +150,8 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
 int psg_sync_replicas_minimize(psg_sync_replicas_t *sr, psg_graph_t *g, psg_endpoint_t loss,
                                psg_sync_graph_t *out);
 
-/* The variants known, comma-separated ("sync, async"). */
-const char *psg_sync_variant_names(void);
+/* The strategies known, comma-separated ("sync, async, ..."), in the table's order. */
+const char *psg_sync_strategy_names(void);
 
 /* ---- statistics of a worker's steps ---- */
 
@@ -175,13 +176,15 @@ typedef struct {
 
 /* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
  * that order). Returns 0, or -1 with the error set on a missing or
- * malformed tensor. A variant with no fetches gives used, next_step =
+ * malformed tensor. A strategy with no fetches gives used, next_step =
  * local_step + 1. */
 int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
                        double step_sec, psg_sync_step_t *st);
 
 typedef struct {
     int64_t steps, used, dropped;
+    /* why each dropped one was (psg_sync_step_drop_reason): stale, partial, closed */
+    int64_t dropped_stale, dropped_partial, dropped_closed;
     double compute_sec, token_wait_sec, wait_sec;
     /* staleness of the applied gradients whose staleness is known */
     int64_t stale_n, stale_min, stale_max, stale_sum;
@@ -192,6 +195,10 @@ typedef struct {
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size);
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st);
+/* Why a step's gradient was dropped: NULL (used); "closed" (training ended before it was
+ * taken); "stale" (no accumulator kept it: it was computed for a step the N fastest had
+ * already ended); "partial" (some accumulators kept it, others had moved on). */
+const char *psg_sync_step_drop_reason(const psg_sync_step_t *st);
 /* One metrics.jsonl line (no newline) for worker's step: {"event":"sync_step", ...}.
  * Returns the length, as snprintf. */
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size);

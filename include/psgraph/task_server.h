@@ -1,7 +1,8 @@
 /* The task server every psgraph process runs: one resource manager and one rendezvous per
  * process, a ZeroMQ ROUTER answering RegisterGraph, RunGraph, Recv (a peer pulls a tensor a
  * local Send left: TensorFlow's RecvTensor), Inspect, AbortStep, CleanupStep, WaitInit,
- * JobDone, SaveShard, RestoreShard and Shutdown. Not the worker's session (dist_session.h), which drives it. */
+ * JobDone, SaveShard, RestoreShard and Shutdown. Not the worker's session (dist_session.h), which
+ * drives it. */
 #ifndef PSGRAPH_TASK_SERVER_H
 #define PSGRAPH_TASK_SERVER_H
 
@@ -45,39 +46,39 @@ typedef struct psg_task_server psg_task_server_t;
  * its default. A request past a limit gets an error naming it (code PSG_ERR_LIMIT) and the
  * server goes on answering the others (docs/distributed.md, "Limits"). */
 typedef struct {
-    int64_t memory_bytes;         /* the task's memory, one budget for all its peers: the
-                                   * graphs as built, every buffer their steps make (variables,
-                                   * Random, temporaries), the requests waiting; a graph one of
-                                   * whose outputs would pass what is left is refused by name;
-                                   * default half the machine's memory */
-    int64_t peer_memory_bytes;    /* a peer's share: what its registered graphs may allocate
-                                   * in all (every output of a known shape, each variable once);
-                                   * default half the task's */
-    int max_graphs_per_peer;      /* registered and not deregistered; default 256 */
-    int64_t max_graph_bytes_per_peer; /* their bytes as built (psg_graph_footprint: ~14x
-                                   * the serialized bytes); default 1 GiB */
-    int max_pending_per_peer;     /* RunGraph queued or running; default 64 */
-    int max_running_per_peer;     /* RunGraph on runner threads at once: the rest of the
-                                   * peer's wait in the queue, so that one peer's waiting
-                                   * steps never hold every runner; default half the runners
-                                   * (at least 1) */
-    int max_recvs_per_peer;       /* Recv waiting for its tensor (one a variable a step:
-                                   * Inception-v3 pulls ~400 a step); default 16384 */
+    int64_t memory_bytes;               /* the task's memory, one budget for all its peers: the
+                                         * graphs as built, every buffer their steps make (variables,
+                                         * Random, temporaries), the requests waiting; a graph one of
+                                         * whose outputs would pass what is left is refused by name;
+                                         * default half the machine's memory */
+    int64_t peer_memory_bytes;          /* a peer's share: what its registered graphs may allocate
+                                         * in all (every output of a known shape, each variable once);
+                                         * default half the task's */
+    int max_graphs_per_peer;            /* registered and not deregistered; default 256 */
+    int64_t max_graph_bytes_per_peer;   /* their bytes as built (psg_graph_footprint: ~14x
+                                         * the serialized bytes); default 1 GiB */
+    int max_pending_per_peer;           /* RunGraph queued or running; default 64 */
+    int max_running_per_peer;           /* RunGraph on runner threads at once: the rest of the
+                                         * peer's wait in the queue, so that one peer's waiting
+                                         * steps never hold every runner; default half the runners
+                                         * (at least 1) */
+    int max_recvs_per_peer;             /* Recv waiting for its tensor (one a variable a step:
+                                         * Inception-v3 pulls ~400 a step); default 16384 */
     int64_t max_pending_bytes_per_peer; /* the bytes pending RunGraphs hold; default memory / 4 */
-    int max_waiters_per_peer;     /* WaitInit, WaitDone; default 16 */
-    int max_queue;                /* RunGraphs queued for the runner threads; default 1024 */
-    int max_peers;                /* peers with a connection open holding anything at once
-                                   * (closed ones, waiting out graph_grace_ms, are bounded
-                                   * apart to as many); default 1024 */
-    int max_peers_per_address;    /* of those, from one address (a client key is not
-                                   * counted); default 64 */
-    int64_t max_wait_ms;          /* the longest wait of an accumulator take or a token
-                                   * dequeue, whatever a graph asks; default 10 minutes */
-    int max_connections;          /* connections open at once (psg_wire_opts_t); default
-                                   * what ulimit -n allows, less 128 */
-    int64_t graph_grace_ms;       /* a peer's graphs outlive its last connection this long (a
-                                   * worker that reconnects keeps them), then are released;
-                                   * default 60 s */
+    int max_waiters_per_peer;           /* WaitInit, WaitDone; default 16 */
+    int max_queue;                      /* RunGraphs queued for the runner threads; default 1024 */
+    int max_peers;                      /* peers with a connection open holding anything at once
+                                         * (closed ones, waiting out graph_grace_ms, are bounded
+                                         * apart to as many); default 1024 */
+    int max_peers_per_address;          /* of those, from one address (a client key is not
+                                         * counted); default 64 */
+    int64_t max_wait_ms;                /* the longest wait of an accumulator take or a token
+                                         * dequeue, whatever a graph asks; default 10 minutes */
+    int max_connections;                /* connections open at once (psg_wire_opts_t); default
+                                         * what ulimit -n allows, less 128 */
+    int64_t graph_grace_ms;             /* a peer's graphs outlive its last connection this long (a
+                                         * worker that reconnects keeps them), then are released;
+                                         * default 60 s */
 } psg_task_limits_t;
 
 /* The limits with every default filled in (memory from the machine's). */
@@ -94,13 +95,13 @@ typedef struct {
     /* where to bind; NULL: the task's address in the cluster ("tcp://127.0.0.1:*" when
      * there is no cluster) */
     const char *endpoint;
-    int num_threads;           /* executor threads per step (<= 1: the step's own thread) */
-    int max_steps;             /* steps run at once (runner threads; <= 0: 8) */
-    int64_t recv_timeout_ms;   /* how long a Recv (local or pulled) waits; <= 0: 60000 */
-    int64_t idle_timeout_ms;   /* stop after this long without a request; 0: never */
-    int peer_timeout_ms;       /* heartbeats: a peer silent this long is dropped (psgraph/wire.h);
-                                * 0: the cluster's, else PSG_WIRE_PEER_TIMEOUT_MS */
-    int expect_workers;        /* stop once this many workers sent JobDone; 0: never */
+    int num_threads;         /* executor threads per step (<= 1: the step's own thread) */
+    int max_steps;           /* steps run at once (runner threads; <= 0: 8) */
+    int64_t recv_timeout_ms; /* how long a Recv (local or pulled) waits; <= 0: 60000 */
+    int64_t idle_timeout_ms; /* stop after this long without a request; 0: never */
+    int peer_timeout_ms;     /* heartbeats: a peer silent this long is dropped (psgraph/wire.h);
+                              * 0: the cluster's, else PSG_WIRE_PEER_TIMEOUT_MS */
+    int expect_workers;      /* stop once this many workers sent JobDone; 0: never */
     /* where SaveShard and Trace may write (each made when absent; a path under one of
      * them); none: they are refused */
     const char *logdirs[PSG_TS_MAX_LOGDIRS];
@@ -163,7 +164,8 @@ void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step);
 /* Fails a step here: its Recvs stop waiting, with `why`. */
 void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char *why);
 /* The Inspect report: JSON {"task", "variables": [{"name", "dtype", "shape", "bytes",
- * "initialized"}], "graphs", "pending", "received", "rejected", "refused" (peers CURVE refused)}; malloc'd, caller frees. */
+ * "initialized"}], "graphs", "pending", "received", "rejected", "refused" (peers CURVE refused)};
+ * malloc'd, caller frees. */
 char *psg_task_server_inspect(psg_task_server_t *ts);
 
 /* Tensor bytes (payload, headers excluded) that peers pulled from this task's sends

@@ -105,11 +105,11 @@ psg_tensor_t *psg_tensor_new(psg_dtype_t dt, const psg_shape_t *shape);
 psg_tensor_t *psg_tensor_zeros(psg_dtype_t dt, const psg_shape_t *shape);
 /* A tensor over `buf` starting at byte `offset`; takes a new reference to buf.
  * Fails if the tensor does not fit in the buffer. */
-psg_tensor_t *psg_tensor_from_buffer(psg_dtype_t dt, const psg_shape_t *shape,
-                                     psg_buffer_t *buf, size_t offset);
+psg_tensor_t *psg_tensor_from_buffer(psg_dtype_t dt, const psg_shape_t *shape, psg_buffer_t *buf,
+                                     size_t offset);
 /* A new tensor holding a copy of `data` (nbytes must match dtype and shape). */
-psg_tensor_t *psg_tensor_from_data(psg_dtype_t dt, const psg_shape_t *shape,
-                                   const void *data, size_t nbytes);
+psg_tensor_t *psg_tensor_from_data(psg_dtype_t dt, const psg_shape_t *shape, const void *data,
+                                   size_t nbytes);
 /* A scalar f32 / i64 tensor. */
 psg_tensor_t *psg_tensor_scalar_f32(float v);
 psg_tensor_t *psg_tensor_scalar_i64(int64_t v);
@@ -123,8 +123,14 @@ void psg_tensor_destroy(psg_tensor_t **t);
 
 int64_t psg_tensor_numel(const psg_tensor_t *t);
 size_t psg_tensor_nbytes(const psg_tensor_t *t);
-static inline float *psg_tensor_f32(const psg_tensor_t *t) { return (float *)t->data; }
-static inline int32_t *psg_tensor_i32(const psg_tensor_t *t) { return (int32_t *)t->data; }
-static inline int64_t *psg_tensor_i64(const psg_tensor_t *t) { return (int64_t *)t->data; }
+static inline float *psg_tensor_f32(const psg_tensor_t *t) {
+    return (float *)t->data;
+}
+static inline int32_t *psg_tensor_i32(const psg_tensor_t *t) {
+    return (int32_t *)t->data;
+}
+static inline int64_t *psg_tensor_i64(const psg_tensor_t *t) {
+    return (int64_t *)t->data;
+}
 
 #endif

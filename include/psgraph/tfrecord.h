@@ -78,8 +78,8 @@ int psg_tfrecord_compression_parse(const char *s, psg_tfrecord_compression_t *c)
  * *found the compression, name (size bytes) the name to give psg_tfrecord_index_fd and
  * psg_tfrecord_read. -1 with the error naming the file and the compression (a corrupt or
  * truncated compressed stream, a file that is not of the compression named). */
-int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want, psg_tfrecord_compression_t *found,
-                      char *name, size_t size);
+int psg_tfrecord_open(const char *path, psg_tfrecord_compression_t want,
+                      psg_tfrecord_compression_t *found, char *name, size_t size);
 
 /* psg_tfrecord_index over an open record stream (psg_tfrecord_open's), reporting as
  * `name`. The descriptor stays open. */
@@ -95,17 +95,24 @@ int psg_tfrecord_read(int fd, const char *path, const psg_tfrecord_entry_t *e, u
 
 /* The two features of an ImageNet record as build_imagenet_data.py writes
  * them. Pointers point into the parsed buffer. */
+#define PSG_EXAMPLE_MAX_BOXES 16
+
 typedef struct {
     const uint8_t *encoded; /* image/encoded: the JPEG bytes */
     size_t encoded_len;
     int64_t label; /* image/class/label */
     bool has_encoded, has_label;
+    /* image/object/bbox/{ymin,xmin,ymax,xmax}: the first PSG_EXAMPLE_MAX_BOXES boxes, in
+     * [0, 1] of the image; n_boxes the fewest of the four lists */
+    float box[4][PSG_EXAMPLE_MAX_BOXES];
+    int n_box[4], n_boxes;
 } psg_example_image_t;
 
-/* Parses a serialized tf.Example and picks the bytes feature `bytes_key`
- * and the first value of the int64 feature `int64_key` (packed or not);
- * other features are skipped. Returns 0 (absent features leave has_* false),
- * or -1 with the error "malformed tf.Example: why" on bad wire data. */
+/* Parses a serialized tf.Example and picks the bytes feature `bytes_key`,
+ * the first value of the int64 feature `int64_key` (packed or not) and the
+ * float features image/object/bbox/{ymin,xmin,ymax,xmax} (packed or not, as
+ * build_imagenet_data.py writes them); other features are skipped. Returns 0 (absent features leave
+ * has_* false), or -1 with the error "malformed tf.Example: why" on bad wire data. */
 int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const char *int64_key,
                       psg_example_image_t *out);
 
@@ -114,5 +121,10 @@ int psg_example_parse(const uint8_t *buf, size_t n, const char *bytes_key, const
  * -1 with the error set. */
 int psg_example_encode(const char *bytes_key, const uint8_t *bytes, size_t bytes_len,
                        const char *int64_key, int64_t value, uint8_t **out, size_t *out_len);
+/* The same with ex's boxes as the four float features image/object/bbox/{ymin,...} (packed), as
+ * build_imagenet_data.py writes them (ex->encoded under bytes_key, ex->label under
+ * int64_key). */
+int psg_example_encode_boxes(const char *bytes_key, const char *int64_key,
+                             const psg_example_image_t *ex, uint8_t **out, size_t *out_len);
 
 #endif

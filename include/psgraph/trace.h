@@ -27,8 +27,8 @@ void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t 
 /* Records the span of training step `step` (an event named "step N", cat "step") with
  * the tensor bytes this task pushed to and pulled from its peers during it, in its args
  * (bytes_pushed, bytes_pulled). */
-void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_t end_ns, int64_t bytes_pushed,
-                          int64_t bytes_pulled);
+void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_t end_ns,
+                          int64_t bytes_pushed, int64_t bytes_pulled);
 
 /* A psg_node_timing_fn (session.h) over a psg_trace_t *ctx: pass it to
  * psg_session_set_node_hook(s, psg_trace_node_hook, trace). */

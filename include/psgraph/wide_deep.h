@@ -10,20 +10,20 @@
 #include "psgraph/placement.h"
 
 typedef struct {
-    int64_t buckets;   /* per field (default 10^6) */
-    int dim;           /* deep embedding dim (16) */
-    int table_shards;  /* the table's shards along its rows (1: one variable) */
+    int64_t buckets;                   /* per field (default 10^6) */
+    int dim;                           /* deep embedding dim (16) */
+    int table_shards;                  /* the table's shards along its rows (1: one variable) */
     psg_partition_strategy_t strategy; /* which shard holds an id (mod) */
     uint64_t seed;
 } psg_wide_deep_config_t;
 
 typedef struct {
-    psg_endpoint_t dense;   /* placeholder f32 (?, 13): log(1 + max(x, 0)) */
-    psg_endpoint_t ids;     /* placeholder i64 (?, 26): field f's bucket + f * buckets */
-    psg_endpoint_t labels;  /* placeholder f32 (?): 0 or 1 */
-    psg_endpoint_t logits;  /* (?) */
-    psg_endpoint_t prob;    /* (?) sigmoid(logits) */
-    psg_endpoint_t loss;    /* scalar: mean log-loss */
+    psg_endpoint_t dense;        /* placeholder f32 (?, 13): log(1 + max(x, 0)) */
+    psg_endpoint_t ids;          /* placeholder i64 (?, 26): field f's bucket + f * buckets */
+    psg_endpoint_t labels;       /* placeholder f32 (?): 0 or 1 */
+    psg_endpoint_t logits;       /* (?) */
+    psg_endpoint_t prob;         /* (?) sigmoid(logits) */
+    psg_endpoint_t loss;         /* scalar: mean log-loss */
     psg_partitioned_var_t table; /* (26 * buckets, dim + 1): columns 0..dim-1 deep, dim wide */
 } psg_wide_deep_t;
 

@@ -19,11 +19,11 @@
  * is disconnected by ZeroMQ itself, before the frame is allocated. */
 #define PSG_WIRE_MAX_FRAME ((size_t)64 << 20)
 /* Limits a header must respect (checked on every received header). */
-#define PSG_WIRE_MAX_OP 64          /* bytes of an op name */
-#define PSG_WIRE_MAX_KEY 4096       /* bytes of a key, a tensor name */
-#define PSG_WIRE_MAX_ERROR 4096     /* bytes of an error text */
-#define PSG_WIRE_MAX_TENSORS 4096   /* tensors in one message */
-#define PSG_WIRE_MAX_ROUTE 255      /* bytes of a ZeroMQ routing id */
+#define PSG_WIRE_MAX_OP 64        /* bytes of an op name */
+#define PSG_WIRE_MAX_KEY 4096     /* bytes of a key, a tensor name */
+#define PSG_WIRE_MAX_ERROR 4096   /* bytes of an error text */
+#define PSG_WIRE_MAX_TENSORS 4096 /* tensors in one message */
+#define PSG_WIRE_MAX_ROUTE 255    /* bytes of a ZeroMQ routing id */
 
 typedef enum {
     PSG_MSG_INVALID = 0,
@@ -58,24 +58,24 @@ void psg_wire_random(void *buf, size_t n);
  * owned by the message (NULL when absent); every tensor holds one reference. */
 typedef struct psg_msg {
     psg_msg_kind_t kind;
-    uint64_t id;           /* request id: set by the client, echoed by the reply */
-    char *op;              /* what a request asks for: "RunGraph", "Recv", ... */
-    char *key;             /* a rendezvous key, a resource name, a graph handle */
-    int64_t step;          /* a step id; 0 when unused */
-    uint64_t incarnation;  /* the sender's process (psg_wire_incarnation): set on every message
-                            * sent, read on every one received; 0: a peer that sends none */
-    char *error;           /* the reason, in an ERROR message */
-    int code;              /* in an ERROR message: a psg_err_code_t (0: unknown) */
-    psg_buffer_t *body;    /* opaque bytes (a serialized graph, a status report); may be NULL */
+    uint64_t id;          /* request id: set by the client, echoed by the reply */
+    char *op;             /* what a request asks for: "RunGraph", "Recv", ... */
+    char *key;            /* a rendezvous key, a resource name, a graph handle */
+    int64_t step;         /* a step id; 0 when unused */
+    uint64_t incarnation; /* the sender's process (psg_wire_incarnation): set on every message
+                           * sent, read on every one received; 0: a peer that sends none */
+    char *error;          /* the reason, in an ERROR message */
+    int code;             /* in an ERROR message: a psg_err_code_t (0: unknown) */
+    psg_buffer_t *body;   /* opaque bytes (a serialized graph, a status report); may be NULL */
     int ntensors;
-    psg_tensor_t **tensors; /* ntensors references */
-    char **names;           /* ntensors names, each may be NULL */
-    psg_route_t route;      /* on a server: the sender; set by psg_server_recv */
-    psg_conn_t conn;        /* on a server: the connection it came by (psg_conn_open) */
-    char peer[64];          /* on a server: the sender's address, for error messages */
+    psg_tensor_t **tensors;            /* ntensors references */
+    char **names;                      /* ntensors names, each may be NULL */
+    psg_route_t route;                 /* on a server: the sender; set by psg_server_recv */
+    psg_conn_t conn;                   /* on a server: the connection it came by (psg_conn_open) */
+    char peer[64];                     /* on a server: the sender's address, for error messages */
     char peer_key[PSG_CURVE_NAME_MAX]; /* on a CURVE server: the name of the sender's key
-                            * (psgraph/curve.h: NAME of its NAME.key, "cluster" for the
-                            * cluster's own); "" without CURVE */
+                                        * (psgraph/curve.h: NAME of its NAME.key, "cluster" for the
+                                        * cluster's own); "" without CURVE */
 } psg_msg_t;
 
 /* A new message of `kind` with a copy of `op` (may be NULL). NULL on out of memory. */
@@ -138,11 +138,11 @@ typedef struct psg_server psg_server_t;
 
 /* What a server has seen, for tests and the inspect request. */
 typedef struct {
-    uint64_t received;  /* good messages returned by psg_server_recv */
-    uint64_t rejected;  /* bad messages answered with an error */
-    uint64_t dropped;   /* bad messages dropped without a reply (no way to address one) */
+    uint64_t received;     /* good messages returned by psg_server_recv */
+    uint64_t rejected;     /* bad messages answered with an error */
+    uint64_t dropped;      /* bad messages dropped without a reply (no way to address one) */
     uint64_t replies_lost; /* replies whose peer was gone */
-    uint64_t refused;   /* peers refused by CURVE (no keys, a wrong key, not allowed) */
+    uint64_t refused;      /* peers refused by CURVE (no keys, a wrong key, not allowed) */
 } psg_server_stats_t;
 
 /* Binds a ROUTER to `endpoint` ("tcp://127.0.0.1:2222", "tcp://127.0.0.1:0" or
@@ -178,8 +178,8 @@ int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply);
 int psg_server_reply_error(psg_server_t *s, const psg_msg_t *req, const char *fmt, ...)
     PSG_PRINTF(3, 4);
 /* As psg_server_reply_error, with a psg_err_code_t the client reads as psg_error_code(). */
-int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt, ...)
-    PSG_PRINTF(4, 5);
+int psg_server_reply_error_code(psg_server_t *s, const psg_msg_t *req, int code, const char *fmt,
+                                ...) PSG_PRINTF(4, 5);
 psg_server_stats_t psg_server_stats(const psg_server_t *s);
 /* The ZeroMQ socket, for zmq_poll beside other sockets (readable: call psg_server_recv
  * with timeout 0). Owned by the server. */
@@ -191,8 +191,9 @@ typedef struct psg_client psg_client_t;
 
 /* Connects a DEALER to `endpoint` ("tcp://host:port", or "host:port" as in a cluster
  * spec); with opts->keys a tcp:// connection is a CURVE client of the cluster (a server
- * that refuses it looks like one that is down: the call times out). The connection is made in the background and re-made when the peer restarts;
- * nothing waits here. NULL with the error set on a malformed endpoint. */
+ * that refuses it looks like one that is down: the call times out). The connection is made in the
+ * background and re-made when the peer restarts; nothing waits here. NULL with the error set on a
+ * malformed endpoint. */
 psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts);
 /* Closes the socket, dropping what is queued. NULL-safe; sets *c to NULL. */
 void psg_client_destroy(psg_client_t **c);
@@ -202,8 +203,8 @@ const char *psg_client_endpoint(const psg_client_t *c);
  * its id; consumes *req. Returns the reply (the caller owns it). Returns NULL with the
  * error set when: the peer cannot be reached or does not answer in time (the message
  * names the peer's endpoint), the reply is malformed, or the peer answered with an ERROR
- * (the message is "<endpoint>: <peer's error>", psg_error_code() the peer's code). After a timeout the connection is reset,
- * so a late reply or a queued request cannot leak into the next call. */
+ * (the message is "<endpoint>: <peer's error>", psg_error_code() the peer's code). After a timeout
+ * the connection is reset, so a late reply or a queued request cannot leak into the next call. */
 psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
 /* The asynchronous half of psg_client_call: gives *req a fresh id (returned in *id when
  * id is not NULL), sends it and consumes it. -1 with the error set if the peer cannot be

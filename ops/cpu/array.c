@@ -40,7 +40,8 @@ int psg_cpu_add_n(psg_kernel_ctx_t *c) {
     const float *a = psg_tensor_f32(c->inputs[0]);
     for (int64_t j = 0; j < n; j++) o[j] = a[j];
     for (int i = 1; i < c->num_inputs; i++) {
-        if (psg_tensor_numel(c->inputs[i]) != n) return psg_error_set("input %d has another size", i);
+        if (psg_tensor_numel(c->inputs[i]) != n)
+            return psg_error_set("input %d has another size", i);
         const float *x = psg_tensor_f32(c->inputs[i]);
         for (int64_t j = 0; j < n; j++) o[j] += x[j];
     }
@@ -76,8 +77,8 @@ int psg_cpu_sum_to_shape_of(psg_kernel_ctx_t *c) {
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
     if (out->dtype != PSG_DT_F32) return psg_error_set("SumToShapeOf supports f32 only");
-    psg_reduce_to_shape_f32(psg_tensor_f32(c->inputs[0]), &c->inputs[0]->shape,
-                            psg_tensor_f32(out), &out->shape);
+    psg_reduce_to_shape_f32(psg_tensor_f32(c->inputs[0]), &c->inputs[0]->shape, psg_tensor_f32(out),
+                            &out->shape);
     return 0;
 }
 
@@ -158,7 +159,11 @@ int psg_cpu_random(psg_kernel_ctx_t *c) {
     /* The seed mixes the node's name in, so two variables of one shape and
      * one seed differ, and a graph rebuilt the same way gets the same values. */
     uint64_t s = (uint64_t)psg_node_get_int(c->node, "seed", 0) * 0x100000001b3ull;
-    for (const char *p = psg_node_name(c->node); *p; p++) s = (s ^ (unsigned char)*p) * 0x100000001b3ull;
+    for (const char *p = psg_node_name(c->node); *p; p++)
+        s = (s ^ (unsigned char)*p) * 0x100000001b3ull;
+    /* a draw of the model (tf.random_normal), not an initial value: new numbers each step */
+    if (psg_node_get_bool(c->node, "per_step", false))
+        s = (s ^ (uint64_t)c->step_id) * 0x100000001b3ull;
     double scale = psg_node_get_float(c->node, "scale", 1.0);
     const char *dist = psg_node_get_str(c->node, "distribution", "uniform");
     float *o = psg_tensor_f32(out);

@@ -2,7 +2,7 @@
 #ifndef PSGRAPH_OPS_CPU_ARRAY_H
 #define PSGRAPH_OPS_CPU_ARRAY_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 int psg_cpu_const(psg_kernel_ctx_t *c);
 int psg_cpu_placeholder(psg_kernel_ctx_t *c);

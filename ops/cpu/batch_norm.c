@@ -73,10 +73,10 @@ static int channel_sums(psg_threadpool_t *pool, sums_job_t *j, double *out0, dou
  * (backward, the three-term formula folded per channel). */
 typedef struct {
     int64_t c;
-    const float *x;  /* (rows, C) */
-    const float *dy; /* (rows, C), NULL in the forward */
+    const float *x;                /* (rows, C) */
+    const float *dy;               /* (rows, C), NULL in the forward */
     const float *a, *b, *k, *mean; /* (C) */
-    float *out;      /* (rows, C) */
+    float *out;                    /* (rows, C) */
 } affine_job_t;
 
 static void affine_rows(void *ctx, int64_t begin, int64_t end) {
@@ -178,8 +178,8 @@ int psg_cpu_fused_batch_norm_grad(psg_kernel_ctx_t *c) {
         return psg_error_set("out of memory");
     }
     float *b = a + C, *k = b + C;
-    sums_job_t j = {.mode = SUM_DY_XHAT, .rows = rows, .c = C, .x = x, .dy = dy, .mean = mean,
-                    .inv_std = inv};
+    sums_job_t j = {
+        .mode = SUM_DY_XHAT, .rows = rows, .c = C, .x = x, .dy = dy, .mean = mean, .inv_std = inv};
     int rc = channel_sums(c->pool, &j, sum, sum + C);
     if (rc == 0) {
         for (int64_t i = 0; i < C; i++) {
@@ -191,7 +191,13 @@ int psg_cpu_fused_batch_norm_grad(psg_kernel_ctx_t *c) {
             b[i] = training ? (float)(-(double)a[i] * inv[i] * sdyx / m) : 0.0f;
             k[i] = training ? (float)(-(double)a[i] * sdy / m) : 0.0f;
         }
-        affine_job_t aj = {.c = C, .x = x, .dy = dy, .a = a, .b = b, .k = k, .mean = mean,
+        affine_job_t aj = {.c = C,
+                           .x = x,
+                           .dy = dy,
+                           .a = a,
+                           .b = b,
+                           .k = k,
+                           .mean = mean,
                            .out = psg_tensor_f32(c->outputs[0])};
         run_affine(c->pool, rows, &aj);
     }

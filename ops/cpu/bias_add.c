@@ -8,7 +8,9 @@
 #include <string.h>
 
 /* Rows per chunk: about 32K floats, enough to amortize a hand-off. */
-static int64_t row_grain(int64_t c) { return c > 0 ? 32768 / c + 1 : 1; }
+static int64_t row_grain(int64_t c) {
+    return c > 0 ? 32768 / c + 1 : 1;
+}
 
 typedef struct {
     int64_t rows, c;

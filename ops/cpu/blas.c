@@ -23,8 +23,8 @@
 
 const char *psg_blas_pick_core(const char *current, bool avx2_fma, bool avx512) {
     /* OpenBLAS's SSE-only x86-64 cores: what an unknown CPU falls back to. */
-    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
-                                          "Atom", "Unknown"};
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington",
+                                          "Nehalem",  "Atom",  "Unknown"};
     if (!current) return NULL;
     bool is_generic = false;
     for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
@@ -63,7 +63,9 @@ static void blas_setup(void) {
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-void psg_blas_init(void) { pthread_once(&blas_once, blas_setup); }
+void psg_blas_init(void) {
+    pthread_once(&blas_once, blas_setup);
+}
 
 const char *psg_blas_core(void) {
     psg_blas_init();

@@ -72,7 +72,8 @@ static void im2col(const psg_nn_geom_t *g, const float *restrict x, int64_t p0, 
             const float *restrict src = hi > lo ? img + (ih * g->w + iw0 + lo) * C : img;
             int64_t n_valid = (hi - lo) * C;
             if (KW * C <= 16) {
-                /* few channels (conv1's one): a libc call per few floats costs more than the copy */
+                /* few channels (conv1's one): a libc call per few floats costs more than the copy
+                 */
                 for (int64_t i = 0; i < lo * C; i++) dst[i] = 0;
                 for (int64_t i = 0; i < n_valid; i++) dst[lo * C + i] = src[i];
                 for (int64_t i = hi * C; i < KW * C; i++) dst[i] = 0;
@@ -204,7 +205,8 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
                      g->oc, 0.0f, j.y, g->oc);
         return 0;
     }
-    if (psg_conv_direct_applies(g, c->pool)) return psg_conv_direct_forward(c->pool, g, j.x, j.w, j.y);
+    if (psg_conv_direct_applies(g, c->pool))
+        return psg_conv_direct_forward(c->pool, g, j.x, j.w, j.y);
     psg_parallel_for(c->pool, j.parts, 1, forward_part, &j);
     return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
 }
@@ -213,8 +215,8 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
 
 /* The part's dx is zeroed at its first band; each band's columns are added
  * back into it. */
-static void backprop_input_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0,
-                                int64_t p1, float *col) {
+static void backprop_input_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0, int64_t p1,
+                                float *col) {
     (void)part;
     const psg_nn_geom_t *g = &j->g;
     if (p0 == begin) {
@@ -239,9 +241,19 @@ static void backprop_input_part(void *ctx, int64_t part, int64_t part_end) {
 static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
     const psg_nn_geom_t *g = &j->g;
     conv_job_t t = {.x = j->dy, .y = j->dx};
-    t.g = (psg_nn_geom_t){.n = g->n, .h = g->oh, .w = g->ow, .c = g->oc, .kh = g->kh,
-                          .kw = g->kw, .oc = g->c, .oh = g->h, .ow = g->w, .sh = 1, .sw = 1,
-                          .pt = g->kh - 1 - g->pt, .pl = g->kw - 1 - g->pl};
+    t.g = (psg_nn_geom_t){.n = g->n,
+                          .h = g->oh,
+                          .w = g->ow,
+                          .c = g->oc,
+                          .kh = g->kh,
+                          .kw = g->kw,
+                          .oc = g->c,
+                          .oh = g->h,
+                          .ow = g->w,
+                          .sh = 1,
+                          .sw = 1,
+                          .pt = g->kh - 1 - g->pt,
+                          .pl = g->kw - 1 - g->pl};
     plan_job(&t, c->pool, PSG_CONV_COL_BYTES);
     psg_buffer_t *fb = psg_buffer_new(sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc));
     if (!fb) return -1;
@@ -249,7 +261,8 @@ static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
     float *restrict wf = fb->data;
     for (int64_t kh = 0; kh < g->kh; kh++)
         for (int64_t kw = 0; kw < g->kw; kw++) {
-            const float *restrict src = j->w + ((g->kh - 1 - kh) * g->kw + g->kw - 1 - kw) * g->c * g->oc;
+            const float *restrict src =
+                j->w + ((g->kh - 1 - kh) * g->kw + g->kw - 1 - kw) * g->c * g->oc;
             float *restrict dst = wf + (kh * g->kw + kw) * g->oc * g->c;
             for (int64_t i = 0; i < g->c; i++)
                 for (int64_t o = 0; o < g->oc; o++) dst[o * g->c + i] = src[i * g->oc + o];
@@ -283,8 +296,8 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
         return 0;
     }
     if (is_pointwise(g)) {
-        psg_gemm_f32(c->pool, false, true, g->n * g->h * g->w, g->c, g->oc, 1.0f, j.dy, g->oc,
-                     j.w, g->oc, 0.0f, j.dx, g->c);
+        psg_gemm_f32(c->pool, false, true, g->n * g->h * g->w, g->c, g->oc, 1.0f, j.dy, g->oc, j.w,
+                     g->oc, 0.0f, j.dx, g->c);
         return 0;
     }
     if (g->sh == 1 && g->sw == 1 && g->c >= 16) return backprop_input_stride1(c, &j);
@@ -295,8 +308,8 @@ int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
 /* ---- Conv2DBackpropFilter: dW = sum over images of col^T * dy ---- */
 
 /* Part 0 accumulates into dw, the others into their own partial sums. */
-static void backprop_filter_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0,
-                                 int64_t p1, float *col) {
+static void backprop_filter_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0, int64_t p1,
+                                 float *col) {
     const psg_nn_geom_t *g = &j->g;
     float *dw = part == 0 ? j->dw : j->partial + (part - 1) * j->k * g->oc;
     im2col(g, j->x, p0, p1, col);
@@ -330,7 +343,8 @@ int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
                      g->oc, 0.0f, j.dw, g->oc);
         return 0;
     }
-    if (psg_conv_direct_applies(g, c->pool)) return psg_conv_direct_filter(c->pool, g, j.x, j.dy, j.dw);
+    if (psg_conv_direct_applies(g, c->pool))
+        return psg_conv_direct_filter(c->pool, g, j.x, j.dy, j.dw);
     psg_buffer_t *pbuf = NULL;
     if (j.parts > 1) {
         pbuf = psg_buffer_new(sizeof(float) * (size_t)((j.parts - 1) * nw));

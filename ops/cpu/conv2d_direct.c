@@ -41,9 +41,13 @@ typedef float vec_t __attribute__((vector_size(64)));
 #define UNROLL
 #endif
 
-static inline void vload(vec_t *v, const float *p) { memcpy(v, p, sizeof *v); }
+static inline void vload(vec_t *v, const float *p) {
+    memcpy(v, p, sizeof *v);
+}
 
-static inline void vstore(float *p, const vec_t *v) { memcpy(p, v, sizeof *v); }
+static inline void vstore(float *p, const vec_t *v) {
+    memcpy(p, v, sizeof *v);
+}
 
 #define SPLAT(x) ((vec_t){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
 
@@ -77,18 +81,16 @@ typedef struct {
     float *out[RMAX]; /* the row's V * VL results */
     const float *b;   /* filter (forward) or dy (filter gradient), at the channel block */
     int64_t ldw;
-    int64_t kh0, kh1, j0, j1, rs, row; /* forward */
+    int64_t kh0, kh1, j0, j1, rs, row;             /* forward */
     int64_t oh0, oh1, ow0, ow1, xs_h, xs_w, dy_rs; /* filter gradient */
-    bool accumulate; /* add to out (a later block), else overwrite */
+    bool accumulate;                               /* add to out (a later block), else overwrite */
 } tile_t;
 
 static inline __attribute__((always_inline)) void tile_load(const tile_t *t, int R, int V,
                                                             vec_t acc[RMAX][VMAX]) {
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        if (t->accumulate)
-            vload(&acc[r][v], t->out[r] + v * VL);
-        else
-            acc[r][v] = (vec_t){0};
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) if (t->accumulate)
+        vload(&acc[r][v], t->out[r] + v * VL);
+    else acc[r][v] = (vec_t){0};
 }
 
 static inline __attribute__((always_inline)) void tile_store(const tile_t *t, int R, int V,
@@ -136,9 +138,13 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
 
 typedef void (*tile_fn)(const tile_t *t);
 
-#define TILES(R, V)                                                                \
-    static void forward_##R##_##V(const tile_t *t) { forward_tile(t, R, V); }      \
-    static void filter_##R##_##V(const tile_t *t) { filter_tile(t, R, V); }
+#define TILES(R, V)                                                                                \
+    static void forward_##R##_##V(const tile_t *t) {                                               \
+        forward_tile(t, R, V);                                                                     \
+    }                                                                                              \
+    static void filter_##R##_##V(const tile_t *t) {                                                \
+        filter_tile(t, R, V);                                                                      \
+    }
 TILES(2, 1)
 TILES(4, 1)
 TILES(6, 1)
@@ -160,17 +166,17 @@ TILES(6, 4)
 
 /* The tile sizes for V vectors: R * V accumulators and V loaded vectors fit
  * the 32 AVX-512 registers; the largest first. */
-static const int tile_rows[VMAX + 1][5] = {{0}, {12, 8, 6, 4, 2}, {12, 8, 6, 4, 2}, {8, 6, 4, 2}, {6, 4, 2}};
+static const int tile_rows[VMAX + 1][5] = {
+    {0}, {12, 8, 6, 4, 2}, {12, 8, 6, 4, 2}, {8, 6, 4, 2}, {6, 4, 2}};
 
 static tile_fn tile_of(bool forward, int r, int v) {
-#define CASE(R, V) \
+#define CASE(R, V)                                                                                 \
     if (r == R && v == V) return forward ? forward_##R##_##V : filter_##R##_##V;
-    CASE(2, 1) CASE(4, 1) CASE(6, 1) CASE(8, 1) CASE(12, 1)
-    CASE(2, 2) CASE(4, 2) CASE(6, 2) CASE(8, 2) CASE(12, 2)
-    CASE(2, 3) CASE(4, 3) CASE(6, 3) CASE(8, 3)
-    CASE(2, 4) CASE(4, 4) CASE(6, 4)
+    CASE(2, 1)
+    CASE(4, 1) CASE(6, 1) CASE(8, 1) CASE(12, 1) CASE(2, 2) CASE(4, 2) CASE(6, 2) CASE(8, 2)
+        CASE(12, 2) CASE(2, 3) CASE(4, 3) CASE(6, 3) CASE(8, 3) CASE(2, 4) CASE(4, 4) CASE(6, 4)
 #undef CASE
-    return NULL;
+            return NULL;
 }
 
 /* The rows of the next tile when `left` rows remain: as many tiles as the
@@ -289,7 +295,9 @@ static void run_parts(void *ctx, int64_t part, int64_t part_end) {
             j->failed = 1;
             return;
         }
-        float *sum = !j->first ? NULL : part == 0 ? j->first : j->partial + (part - 1) * j->k * j->ocp;
+        float *sum = !j->first   ? NULL
+                     : part == 0 ? j->first
+                                 : j->partial + (part - 1) * j->k * j->ocp;
         int64_t n0 = j->g.n * part / j->parts, n1 = j->g.n * (part + 1) / j->parts;
         for (int64_t n = n0; n < n1; n++) {
             pad_image(j, j->x, n, b.xp);
@@ -365,7 +373,8 @@ static void forward_image(const direct_job_t *j, const float *xp, float *yi, flo
 }
 
 /* Image n of the forward pass, padded in b->xp. */
-static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum, const part_bufs_t *b) {
+static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
+                             const part_bufs_t *b) {
     (void)first;
     (void)sum;
     const psg_nn_geom_t *g = &j->g;
@@ -427,8 +436,11 @@ static void tile_outputs(const direct_job_t *j, int64_t k0, int64_t k1, tile_t *
 static void filter_image(const direct_job_t *j, const float *xp, const float *dyi, float *dwp,
                          bool first, float *scratch) {
     const psg_nn_geom_t *g = &j->g;
-    tile_t t = {.ldw = j->ocp, .xs_h = g->sh * j->wp * g->c, .xs_w = g->sw * g->c,
-                .dy_rs = g->ow * j->ocp, .accumulate = !first};
+    tile_t t = {.ldw = j->ocp,
+                .xs_h = g->sh * j->wp * g->c,
+                .xs_w = g->sw * g->c,
+                .dy_rs = g->ow * j->ocp,
+                .accumulate = !first};
     int64_t segment = g->c >= 8 ? g->kw * g->c : j->k;
     for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
         int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
@@ -451,7 +463,8 @@ static void filter_image(const direct_job_t *j, const float *xp, const float *dy
 }
 
 /* Image n's filter gradient, written to sum when first, else added. */
-static void filter_of_image(direct_job_t *j, int64_t n, bool first, float *sum, const part_bufs_t *b) {
+static void filter_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
+                            const part_bufs_t *b) {
     const psg_nn_geom_t *g = &j->g;
     int64_t npix = g->oh * g->ow;
     const float *dy = j->dy + n * npix * g->oc;
@@ -468,7 +481,8 @@ int psg_conv_direct_filter(psg_threadpool_t *pool, const psg_nn_geom_t *g, const
     /* part 0 sums into dw itself when its rows are OC wide, the others into their own */
     bool into_dw = j.ocp == g->oc;
     int64_t nw = j.k * j.ocp, own = into_dw ? j.parts - 1 : j.parts;
-    psg_buffer_t *buf = psg_buffer_new(sizeof(int64_t) * (size_t)j.k + sizeof(float) * (size_t)(own * nw));
+    psg_buffer_t *buf =
+        psg_buffer_new(sizeof(int64_t) * (size_t)j.k + sizeof(float) * (size_t)(own * nw));
     if (!buf) return psg_error_set("out of memory for the filter gradient's partial sums");
     int64_t *offset = buf->data;
     for (int64_t kh = 0, k = 0; kh < g->kh; kh++)

@@ -25,8 +25,8 @@ static void gemm_slice(void *ctx, int64_t begin, int64_t end) {
     } else {
         /* columns [begin, end) of op(B) and C */
         const float *b = j->tb ? j->B + begin * j->ldb : j->B + begin;
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)j->M, (int)(end - begin), (int)j->K, j->alpha,
-                    j->A, (int)j->lda, b, (int)j->ldb, j->beta, j->C + begin, (int)j->ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)j->M, (int)(end - begin), (int)j->K, j->alpha, j->A,
+                    (int)j->lda, b, (int)j->ldb, j->beta, j->C + begin, (int)j->ldc);
     }
 }
 

@@ -24,20 +24,16 @@ static void convert_range(void *ctx, int64_t i0, int64_t i1) {
         const float *restrict x = j->x;
         uint16_t *restrict y = j->y;
         if (j->to == PSG_DT_BF16)
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_f32_to_bf16(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_f32_to_bf16(x[i]);
         else
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_f32_to_f16(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_f32_to_f16(x[i]);
     } else {
         const uint16_t *restrict x = j->x;
         float *restrict y = j->y;
         if (j->from == PSG_DT_BF16)
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_bf16_to_f32(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_bf16_to_f32(x[i]);
         else
-            for (int64_t i = i0; i < i1; i++)
-                y[i] = psg_f16_to_f32(x[i]);
+            for (int64_t i = i0; i < i1; i++) y[i] = psg_f16_to_f32(x[i]);
     }
 }
 
@@ -94,10 +90,8 @@ int psg_cpu_run_as_f32(psg_kernel_ctx_t *c, psg_kernel_fn f32_kernel) {
                                       psg_tensor_numel(o))
                : -1;
     }
-    for (int i = 0; i < made; i++)
-        psg_tensor_destroy(&in[i]);
+    for (int i = 0; i < made; i++) psg_tensor_destroy(&in[i]);
     if (in != few) free(in);
-    for (int i = 0; i < c->num_outputs; i++)
-        psg_tensor_destroy(&out[i]);
+    for (int i = 0; i < c->num_outputs; i++) psg_tensor_destroy(&out[i]);
     return rc;
 }

@@ -5,7 +5,7 @@
 #ifndef PSGRAPH_OPS_CPU_HALF_H
 #define PSGRAPH_OPS_CPU_HALF_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 #include <stdbool.h>
 

@@ -110,8 +110,7 @@ static void bin_inner(const bin_job_t *j, int64_t oa, int64_t ob, int64_t begin,
         j->loops->sv(a, b, o, n);
     } else {
         j->loops->vs(a, b, o, 1);
-        for (int64_t i = 1; i < n; i++)
-            o[i] = o[0];
+        for (int64_t i = 1; i < n; i++) o[i] = o[0];
     }
 }
 
@@ -233,10 +232,11 @@ static int unary(psg_kernel_ctx_t *c, un_loop_fn fn, float p) {
 /* Neg..Tanh: the loop of the prepared function and its constant. */
 int psg_cpu_unary(psg_kernel_ctx_t *c) {
     static const un_loop_fn loops[PSG_MATH_FN_COUNT] = {
-        [PSG_MATH_NEG] = neg_loop,         [PSG_MATH_SQUARE] = square_loop, [PSG_MATH_SQRT] = sqrt_loop,
-        [PSG_MATH_EXP] = exp_loop,         [PSG_MATH_LOG] = log_loop,       [PSG_MATH_POW] = pow_loop,
-        [PSG_MATH_SCALE] = scale_loop,     [PSG_MATH_RELU] = relu_loop,     [PSG_MATH_SIGMOID] = sigmoid_loop,
-        [PSG_MATH_TANH] = tanh_loop,
+        [PSG_MATH_NEG] = neg_loop,         [PSG_MATH_SQUARE] = square_loop,
+        [PSG_MATH_SQRT] = sqrt_loop,       [PSG_MATH_EXP] = exp_loop,
+        [PSG_MATH_LOG] = log_loop,         [PSG_MATH_POW] = pow_loop,
+        [PSG_MATH_SCALE] = scale_loop,     [PSG_MATH_RELU] = relu_loop,
+        [PSG_MATH_SIGMOID] = sigmoid_loop, [PSG_MATH_TANH] = tanh_loop,
     };
     const psg_math_fn_params_t *p = psg_kernel_params(c);
     PSG_ASSERT(loops[p->fn]);
@@ -299,23 +299,15 @@ int psg_cpu_dropout(psg_kernel_ctx_t *c) {
 
 static double load_as_double(const void *p, psg_dtype_t dt, int64_t i) {
     switch (dt) {
-    case PSG_DT_F32:
-        return ((const float *)p)[i];
-    case PSG_DT_F64:
-        return ((const double *)p)[i];
-    case PSG_DT_I32:
-        return ((const int32_t *)p)[i];
-    case PSG_DT_I64:
-        return (double)((const int64_t *)p)[i];
+    case PSG_DT_F32: return ((const float *)p)[i];
+    case PSG_DT_F64: return ((const double *)p)[i];
+    case PSG_DT_I32: return ((const int32_t *)p)[i];
+    case PSG_DT_I64: return (double)((const int64_t *)p)[i];
     case PSG_DT_BOOL:
-    case PSG_DT_U8:
-        return ((const uint8_t *)p)[i];
-    case PSG_DT_BF16:
-        return psg_bf16_to_f32(((const uint16_t *)p)[i]);
-    case PSG_DT_F16:
-        return psg_f16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return 0;
+    case PSG_DT_U8: return ((const uint8_t *)p)[i];
+    case PSG_DT_BF16: return psg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PSG_DT_F16: return psg_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0;
     }
 }
 
@@ -341,11 +333,9 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
         float *o = psg_tensor_f32(out);
         if (x->dtype == PSG_DT_I32) {
             const int32_t *s = psg_tensor_i32(x);
-            for (int64_t i = 0; i < n; i++)
-                o[i] = (float)s[i];
+            for (int64_t i = 0; i < n; i++) o[i] = (float)s[i];
         } else {
-            for (int64_t i = 0; i < n; i++)
-                o[i] = (float)load_as_double(x->data, x->dtype, i);
+            for (int64_t i = 0; i < n; i++) o[i] = (float)load_as_double(x->data, x->dtype, i);
         }
         return 0;
     }
@@ -360,8 +350,7 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
         int64_t *o = psg_tensor_i64(out);
         if (x->dtype == PSG_DT_I32) {
             const int32_t *s = psg_tensor_i32(x);
-            for (int64_t i = 0; i < n; i++)
-                o[i] = s[i];
+            for (int64_t i = 0; i < n; i++) o[i] = s[i];
         } else {
             /* 2^63 is exact in double; the largest double below it is the top */
             for (int64_t i = 0; i < n; i++)
@@ -380,8 +369,7 @@ int psg_cpu_cast(psg_kernel_ctx_t *c) {
         }
         return 0;
     }
-    default:
-        return psg_error_set("Cast to %s is not supported", psg_dtype_name(out->dtype));
+    default: return psg_error_set("Cast to %s is not supported", psg_dtype_name(out->dtype));
     }
 }
 
@@ -396,11 +384,9 @@ int psg_cpu_equal(psg_kernel_ctx_t *c) {
     const char *pa = a->data, *pb = b->data;
     if (a->dtype == PSG_DT_F32) {
         const float *fa = psg_tensor_f32(a), *fb = psg_tensor_f32(b);
-        for (int64_t i = 0; i < n; i++)
-            o[i] = fa[i] == fb[i * sb];
+        for (int64_t i = 0; i < n; i++) o[i] = fa[i] == fb[i * sb];
     } else {
-        for (int64_t i = 0; i < n; i++)
-            o[i] = memcmp(pa + i * es, pb + i * sb * es, es) == 0;
+        for (int64_t i = 0; i < n; i++) o[i] = memcmp(pa + i * es, pb + i * sb * es, es) == 0;
     }
     return 0;
 }

@@ -4,7 +4,7 @@
 #ifndef PSGRAPH_OPS_CPU_MATH_H
 #define PSGRAPH_OPS_CPU_MATH_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 /* Above this many elements a kernel splits its loop over the pool. */
 #define PSG_MATH_PARALLEL_MIN 32768
@@ -34,10 +34,13 @@ int psg_cpu_matmul(psg_kernel_ctx_t *c);
 int psg_cpu_dense(psg_kernel_ctx_t *c);
 int psg_cpu_dense_backprop(psg_kernel_ctx_t *c);
 
-/* The reduced axes of a Sum/Mean/ReductionSize node for an input of rank
+/* The reduced axes of a Sum/Mean/ReductionSize/Max node for an input of rank
  * `rank`: reduced[i] set for each reduced axis (attr "axes", negative from
  * the end, empty: all). Returns 0, or -1 with the error set on a bad axis. */
 int psg_math_reduced_axes(const psg_node_t *node, int rank, bool *reduced);
+/* The shape inference of Sum, Mean and Max: f32, the reduced axes dropped (or kept as 1s
+ * with attr "keep_dims"). */
+int psg_math_infer_reduce(psg_infer_ctx_t *c);
 /* The number of elements a Sum/Mean/ReductionSize node over x reduces into
  * each output element (ReductionSize's value). -1 with the error set on a bad axis. */
 int64_t psg_math_reduced_count(const psg_node_t *node, const psg_shape_t *x);

@@ -17,13 +17,10 @@ static float sum_contig(const float *restrict x, int64_t n) {
     float lane[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            lane[k] += x[i + k];
+        for (int k = 0; k < 8; k++) lane[k] += x[i + k];
     float s = 0;
-    for (; i < n; i++)
-        s += x[i];
-    for (int k = 0; k < 8; k++)
-        s += lane[k];
+    for (; i < n; i++) s += x[i];
+    for (int k = 0; k < 8; k++) s += lane[k];
     return s;
 }
 
@@ -46,16 +43,13 @@ static void reduce_block(const reduce_job_t *j, int64_t a0, int64_t a1, int64_t 
             o[0] = sum_contig(x, R) * j->scale;
             continue;
         }
-        for (int64_t b = 0; b < nb; b++)
-            o[b] = x[b];
+        for (int64_t b = 0; b < nb; b++) o[b] = x[b];
         for (int64_t r = 1; r < R; r++) {
             const float *restrict xr = x + r * B;
-            for (int64_t b = 0; b < nb; b++)
-                o[b] += xr[b];
+            for (int64_t b = 0; b < nb; b++) o[b] += xr[b];
         }
         if (j->scale != 1.0f)
-            for (int64_t b = 0; b < nb; b++)
-                o[b] *= j->scale;
+            for (int64_t b = 0; b < nb; b++) o[b] *= j->scale;
     }
 }
 
@@ -100,8 +94,7 @@ int psg_cpu_reduce(psg_kernel_ctx_t *c) {
     float scale = mean ? (m ? (float)((double)m / (double)n) : 0.0f) : 1.0f;
     if (n == 0) {
         /* the mean of nothing is NaN, as numpy says; the sum is 0 */
-        for (int64_t i = 0; i < m; i++)
-            psg_tensor_f32(out)[i] = mean ? NAN : 0.0f;
+        for (int64_t i = 0; i < m; i++) psg_tensor_f32(out)[i] = mean ? NAN : 0.0f;
         return 0;
     }
     reduce_job_t j = {psg_tensor_f32(x), psg_tensor_f32(out), 1, 1, 1, scale, true};
@@ -111,8 +104,7 @@ int psg_cpu_reduce(psg_kernel_ctx_t *c) {
             if (reduced[i]) keep.dims[i] = 1;
         psg_reduce_to_shape_f32(j.x, &x->shape, j.o, &keep);
         if (mean)
-            for (int64_t i = 0; i < m; i++)
-                j.o[i] *= scale;
+            for (int64_t i = 0; i < m; i++) j.o[i] *= scale;
         return 0;
     }
     if (n < PSG_MATH_PARALLEL_MIN) {
@@ -151,15 +143,13 @@ typedef struct {
 
 static float row_max(const float *restrict x, int64_t C) {
     float m = -INFINITY;
-    for (int64_t k = 0; k < C; k++)
-        m = x[k] > m ? x[k] : m;
+    for (int64_t k = 0; k < C; k++) m = x[k] > m ? x[k] : m;
     return m;
 }
 
 /* y = exp(x - max); returns the sum of y. */
 static float row_exp(const float *restrict x, float *restrict y, int64_t C, float max) {
-    for (int64_t k = 0; k < C; k++)
-        y[k] = expf(x[k] - max);
+    for (int64_t k = 0; k < C; k++) y[k] = expf(x[k] - max);
     return sum_contig(y, C);
 }
 
@@ -169,8 +159,7 @@ static void softmax_rows(void *ctx, int64_t begin, int64_t end) {
         const float *x = j->x + r * j->C;
         float *y = j->y + r * j->C;
         float inv = 1.0f / row_exp(x, y, j->C, row_max(x, j->C));
-        for (int64_t k = 0; k < j->C; k++)
-            y[k] *= inv;
+        for (int64_t k = 0; k < j->C; k++) y[k] *= inv;
     }
 }
 
@@ -181,8 +170,7 @@ static void log_softmax_rows(void *ctx, int64_t begin, int64_t end) {
         float *y = j->y + r * j->C;
         float max = row_max(x, j->C);
         float lse = max + logf(row_exp(x, y, j->C, max));
-        for (int64_t k = 0; k < j->C; k++)
-            y[k] = x[k] - lse;
+        for (int64_t k = 0; k < j->C; k++) y[k] = x[k] - lse;
     }
 }
 
@@ -200,8 +188,7 @@ static void xent_rows(void *ctx, int64_t begin, int64_t end) {
         float inv = 1.0f / sum;
         int64_t label = label_at(j, r);
         j->loss[r] = logf(sum) + max - x[label];
-        for (int64_t k = 0; k < j->C; k++)
-            y[k] *= inv;
+        for (int64_t k = 0; k < j->C; k++) y[k] *= inv;
         y[label] -= 1.0f;
     }
 }
@@ -280,12 +267,9 @@ int psg_cpu_l2_loss(psg_kernel_ctx_t *c) {
         float lane[8] = {0};
         int64_t i = i0;
         for (; i + 8 <= i1; i += 8)
-            for (int k = 0; k < 8; k++)
-                lane[k] += d[i + k] * d[i + k];
-        for (; i < i1; i++)
-            lane[0] += d[i] * d[i];
-        for (int k = 0; k < 8; k++)
-            total += lane[k];
+            for (int k = 0; k < 8; k++) lane[k] += d[i + k] * d[i + k];
+        for (; i < i1; i++) lane[0] += d[i] * d[i];
+        for (int k = 0; k < 8; k++) total += lane[k];
     }
     psg_tensor_f32(out)[0] = (float)(total / 2);
     return 0;
@@ -330,8 +314,7 @@ static void copy_block(size_t es, int rank, const int64_t *size, const char *src
     }
     for (int i = 0; i < rank; i++)
         if (size[i] == 0) return;
-    for (int i = 0; i + 1 < rank; i++)
-        rows *= size[i];
+    for (int i = 0; i + 1 < rank; i++) rows *= size[i];
     size_t run = (size_t)size[rank - 1] * es;
     for (int64_t r = 0; r < rows; r++) {
         memcpy(dst + (size_t)doff * es, src + (size_t)so * es, run);

@@ -43,8 +43,7 @@ typedef struct {
 } dense_job_t;
 
 static void dense_relu(float *restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
 /* Rows [r0, r1): y = bias, y += x w (GEMM with beta 1), then ReLU, while the
@@ -53,8 +52,7 @@ static void dense_rows(void *ctx, int64_t r0, int64_t r1) {
     const dense_job_t *j = ctx;
     int64_t M = j->M;
     float *y = j->y + r0 * M;
-    for (int64_t r = 0; r < r1 - r0; r++)
-        memcpy(y + r * M, j->b, sizeof(float) * (size_t)M);
+    for (int64_t r = 0; r < r1 - r0; r++) memcpy(y + r * M, j->b, sizeof(float) * (size_t)M);
     if (j->K > 0)
         psg_gemm_f32(NULL, false, false, r1 - r0, M, j->K, 1.0f, j->x + r0 * j->K, j->K, j->w, M,
                      1.0f, y, M);
@@ -79,8 +77,7 @@ int psg_cpu_dense(psg_kernel_ctx_t *c) {
         psg_parallel_for(c->pool, j.N, (j.N + threads - 1) / threads, dense_rows, &j);
     } else {
         /* few rows: let psg_gemm_f32 split the columns, then one ReLU pass */
-        for (int64_t r = 0; r < j.N; r++)
-            memcpy(j.y + r * j.M, j.b, sizeof(float) * (size_t)j.M);
+        for (int64_t r = 0; r < j.N; r++) memcpy(j.y + r * j.M, j.b, sizeof(float) * (size_t)j.M);
         psg_gemm_f32(c->pool, false, false, j.N, j.M, j.K, 1.0f, j.x, j.K, j.w, j.M, 1.0f, j.y,
                      j.M);
         if (j.relu) dense_relu(j.y, j.N * j.M);
@@ -101,8 +98,7 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
     const dense_back_job_t *j = ctx;
     int64_t M = j->M, n = c1 - c0;
     float *restrict db = j->db + c0;
-    for (int64_t k = 0; k < n; k++)
-        db[k] = 0.0f;
+    for (int64_t k = 0; k < n; k++) db[k] = 0.0f;
     for (int64_t r = 0; r < j->N; r++) {
         const float *restrict dy = j->dy + r * M + c0;
         if (j->dz) {
@@ -114,8 +110,7 @@ static void dense_back_cols(void *ctx, int64_t c0, int64_t c1) {
                 db[k] += v;
             }
         } else {
-            for (int64_t k = 0; k < n; k++)
-                db[k] += dy[k];
+            for (int64_t k = 0; k < n; k++) db[k] += dy[k];
         }
     }
 }

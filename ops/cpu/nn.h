@@ -4,7 +4,7 @@
 #ifndef PSGRAPH_OPS_CPU_NN_H
 #define PSGRAPH_OPS_CPU_NN_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,8 +40,8 @@ typedef struct {
 
 /* Fills g from an NHWC input shape, the window (kh, kw) and the attributes.
  * Returns 0 or -1 with the error set. */
-int psg_nn_geom(const psg_shape_t *in, int64_t kh, int64_t kw, int64_t oc,
-                const psg_nn_attrs_t *a, psg_nn_geom_t *g);
+int psg_nn_geom(const psg_shape_t *in, int64_t kh, int64_t kw, int64_t oc, const psg_nn_attrs_t *a,
+                psg_nn_geom_t *g);
 
 int psg_cpu_conv2d(psg_kernel_ctx_t *c);
 int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c);

@@ -68,8 +68,12 @@ static inline void pool_rows(pool_job_t *j, int64_t begin, int64_t end, bool max
     }
 }
 
-static void max_pool_rows(void *ctx, int64_t begin, int64_t end) { pool_rows(ctx, begin, end, true); }
-static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) { pool_rows(ctx, begin, end, false); }
+static void max_pool_rows(void *ctx, int64_t begin, int64_t end) {
+    pool_rows(ctx, begin, end, true);
+}
+static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) {
+    pool_rows(ctx, begin, end, false);
+}
 
 static int run_forward(psg_kernel_ctx_t *c, psg_range_fn fn) {
     pool_job_t j;
@@ -85,8 +89,12 @@ static int run_forward(psg_kernel_ctx_t *c, psg_range_fn fn) {
 }
 
 /* inputs: x (N, H, W, C); output (N, OH, OW, C) */
-int psg_cpu_max_pool(psg_kernel_ctx_t *c) { return run_forward(c, max_pool_rows); }
-int psg_cpu_avg_pool(psg_kernel_ctx_t *c) { return run_forward(c, avg_pool_rows); }
+int psg_cpu_max_pool(psg_kernel_ctx_t *c) {
+    return run_forward(c, max_pool_rows);
+}
+int psg_cpu_avg_pool(psg_kernel_ctx_t *c) {
+    return run_forward(c, avg_pool_rows);
+}
 
 /* ---- backward: one image per item (windows overlap, so dx rows are shared) ---- */
 
@@ -100,8 +108,8 @@ typedef struct {
 /* arg[ch]: the position (kh * KW + kw) of the first maximum of channel ch in
  * the window of valid rows [hlo, hhi) and columns [wlo, whi) whose corner
  * (maybe in the padding) is at offset `at` of image img. */
-static void window_argmax(const psg_nn_geom_t *g, const float *restrict img, int64_t at, int64_t hlo,
-                          int64_t hhi, int64_t wlo, int64_t whi, argmax_t *m) {
+static void window_argmax(const psg_nn_geom_t *g, const float *restrict img, int64_t at,
+                          int64_t hlo, int64_t hhi, int64_t wlo, int64_t whi, argmax_t *m) {
     const int64_t C = g->c;
     float *restrict best = m->best;
     int32_t *restrict arg = m->arg;
@@ -212,6 +220,10 @@ static int run_backward(psg_kernel_ctx_t *c, psg_range_fn fn) {
 }
 
 /* inputs: x (N, H, W, C), dy (N, OH, OW, C); output dx (N, H, W, C) */
-int psg_cpu_max_pool_grad(psg_kernel_ctx_t *c) { return run_backward(c, max_pool_grad_images); }
+int psg_cpu_max_pool_grad(psg_kernel_ctx_t *c) {
+    return run_backward(c, max_pool_grad_images);
+}
 /* inputs: x (only its shape is read), dy (N, OH, OW, C); output dx (N, H, W, C) */
-int psg_cpu_avg_pool_grad(psg_kernel_ctx_t *c) { return run_backward(c, avg_pool_grad_images); }
+int psg_cpu_avg_pool_grad(psg_kernel_ctx_t *c) {
+    return run_backward(c, avg_pool_grad_images);
+}

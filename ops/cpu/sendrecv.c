@@ -18,7 +18,8 @@ int psg_cpu_send(psg_kernel_ctx_t *c) {
     char key[PSG_RENDEZVOUS_KEY_MAX];
     psg_sendrecv_key(c->node, key, sizeof key);
     if (!c->rendezvous)
-        return psg_error_set("no rendezvous for key '%s' (Send runs only in a partitioned step)", key);
+        return psg_error_set("no rendezvous for key '%s' (Send runs only in a partitioned step)",
+                             key);
     psg_tensor_t *t = psg_tensor_ref(c->inputs[0]);
     return psg_rendezvous_send(c->rendezvous, c->step_id, key, &t);
 }
@@ -53,9 +54,11 @@ int psg_cpu_recv(psg_kernel_ctx_t *c) {
     char key[PSG_RENDEZVOUS_KEY_MAX];
     psg_sendrecv_key(c->node, key, sizeof key);
     if (!c->rendezvous)
-        return psg_error_set("no rendezvous for key '%s' (Recv runs only in a partitioned step)", key);
+        return psg_error_set("no rendezvous for key '%s' (Recv runs only in a partitioned step)",
+                             key);
     PSG_ASSERT(c->async);
     psg_rendezvous_recv_async(c->rendezvous, c->step_id, key,
-                              psg_rendezvous_default_timeout_ms(c->rendezvous), recv_done, c->async);
+                              psg_rendezvous_default_timeout_ms(c->rendezvous), recv_done,
+                              c->async);
     return 0;
 }

@@ -2,7 +2,7 @@
 #ifndef PSGRAPH_OPS_CPU_SENDRECV_H
 #define PSGRAPH_OPS_CPU_SENDRECV_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 int psg_cpu_send(psg_kernel_ctx_t *c);
 int psg_cpu_recv(psg_kernel_ctx_t *c);

@@ -77,8 +77,8 @@ int psg_cpu_gather(psg_kernel_ctx_t *c) {
     const psg_tensor_t *p = c->inputs[0];
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
-    return gather_rows("params", p->data, p->shape.dims[0], row_bytes_of(p), c->inputs[1], out->data,
-                       psg_node_get_bool(c->node, "negative_is_zero", false));
+    return gather_rows("params", p->data, p->shape.dims[0], row_bytes_of(p), c->inputs[1],
+                       out->data, psg_node_get_bool(c->node, "negative_is_zero", false));
 }
 
 int psg_cpu_resource_gather(psg_kernel_ctx_t *c) {
@@ -90,8 +90,8 @@ int psg_cpu_resource_gather(psg_kernel_ctx_t *c) {
     char what[300];
     snprintf(what, sizeof what, "variable '%s'", v->name);
     pthread_mutex_lock(&v->lock);
-    int rc = gather_rows(what, v->value->data, v->shape.dims[0], row_bytes_of(v->value), c->inputs[1],
-                         out->data, false);
+    int rc = gather_rows(what, v->value->data, v->shape.dims[0], row_bytes_of(v->value),
+                         c->inputs[1], out->data, false);
     pthread_mutex_unlock(&v->lock);
     return rc;
 }
@@ -104,15 +104,15 @@ int psg_cpu_indexed_slices(psg_kernel_ctx_t *c) {
     int64_t rows = out->shape.dims[0], n = psg_tensor_numel(ix);
     int64_t d = rows > 0 ? psg_tensor_numel(out) / rows : 0;
     if (psg_tensor_numel(vals) != n * d)
-        return psg_error_set("values of %lld elements are not %lld rows of %lld", (long long)psg_tensor_numel(vals),
-                             (long long)n, (long long)d);
+        return psg_error_set("values of %lld elements are not %lld rows of %lld",
+                             (long long)psg_tensor_numel(vals), (long long)n, (long long)d);
     float *o = psg_tensor_f32(out);
     const float *v = psg_tensor_f32(vals);
     for (int64_t i = 0; i < n; i++) {
         int64_t r = psg_index_at(ix, i);
         if (r < 0 || r >= rows)
-            return psg_error_set("index %lld (element %lld of indices) is outside [0, %lld)", (long long)r,
-                                 (long long)i, (long long)rows);
+            return psg_error_set("index %lld (element %lld of indices) is outside [0, %lld)",
+                                 (long long)r, (long long)i, (long long)rows);
         float *dst = o + r * d;
         const float *src = v + i * d;
         for (int64_t k = 0; k < d; k++) dst[k] += src[k];
@@ -155,8 +155,10 @@ int psg_cpu_unique(psg_kernel_ctx_t *c) {
     s = psg_shape_1d(m.n);
     psg_tensor_t *y = dyn_output(c, 0, x->dtype, &s);
     for (int32_t k = 0; y && k < m.n; k++) {
-        if (x->dtype == PSG_DT_I64) psg_tensor_i64(y)[k] = first[k];
-        else psg_tensor_i32(y)[k] = (int32_t)first[k];
+        if (x->dtype == PSG_DT_I64)
+            psg_tensor_i64(y)[k] = first[k];
+        else
+            psg_tensor_i32(y)[k] = (int32_t)first[k];
     }
     free(first);
     psg_id_map_free(&m);
@@ -179,8 +181,8 @@ int psg_cpu_unsorted_segment_sum(psg_kernel_ctx_t *c) {
         int64_t r = psg_index_at(ids, i);
         if (r < 0) continue;
         if (r >= num)
-            return psg_error_set("segment id %lld (element %lld) is not below num_segments %lld", (long long)r,
-                                 (long long)i, (long long)num);
+            return psg_error_set("segment id %lld (element %lld) is not below num_segments %lld",
+                                 (long long)r, (long long)i, (long long)num);
         for (int64_t k = 0; k < d; k++) o[r * d + k] += x[i * d + k];
     }
     return 0;
@@ -199,7 +201,8 @@ int psg_cpu_dynamic_stitch(psg_kernel_ctx_t *c) {
         for (int64_t i = 0; i < psg_tensor_numel(ix); i++) {
             int64_t r = psg_tensor_i32(ix)[i];
             if (r < 0 || r >= rows)
-                return psg_error_set("index %lld of indices %d is outside [0, %lld)", (long long)r, k, (long long)rows);
+                return psg_error_set("index %lld of indices %d is outside [0, %lld)", (long long)r,
+                                     k, (long long)rows);
             memcpy(o + (size_t)r * rb, src + (size_t)i * rb, rb);
         }
     }
@@ -225,15 +228,16 @@ static void shard_of(int64_t id, int64_t rows, int64_t n, bool div, int64_t *sha
 
 int psg_cpu_partition_ids(psg_kernel_ctx_t *c) {
     const psg_tensor_t *ids = c->inputs[0];
-    int64_t rows = psg_node_get_int(c->node, "rows", 0), n = psg_node_get_int(c->node, "num_shards", 1);
+    int64_t rows = psg_node_get_int(c->node, "rows", 0),
+            n = psg_node_get_int(c->node, "num_shards", 1);
     int64_t want = psg_node_get_int(c->node, "shard", 0), m = 0, len = psg_tensor_numel(ids);
     bool div = !strcmp(psg_node_get_str(c->node, "strategy", "mod"), "div");
     if ((rows + n - 1) / n > INT32_MAX) return psg_error_set("a shard of more than 2^31 - 1 rows");
     for (int64_t i = 0; i < len; i++) {
         int64_t id = psg_index_at(ids, i), k, r;
         if (id < 0 || id >= rows)
-            return psg_error_set("id %lld (element %lld of ids) is outside the table's %lld rows", (long long)id,
-                                 (long long)i, (long long)rows);
+            return psg_error_set("id %lld (element %lld of ids) is outside the table's %lld rows",
+                                 (long long)id, (long long)i, (long long)rows);
         shard_of(id, rows, n, div, &k, &r);
         m += k == want;
     }
@@ -262,14 +266,19 @@ int psg_cpu_segment_weights(psg_kernel_ctx_t *c) {
     int rc = 0;
     for (int64_t i = 0; i < n && rc == 0; i++) {
         int64_t r = psg_index_at(ids, i);
-        if (r >= num) rc = psg_error_set("segment id %lld is not below num_segments %lld", (long long)r, (long long)num);
-        else if (r >= 0) count[r]++;
+        if (r >= num)
+            rc = psg_error_set("segment id %lld is not below num_segments %lld", (long long)r,
+                               (long long)num);
+        else if (r >= 0)
+            count[r]++;
     }
     float *w = psg_tensor_f32(out);
     for (int64_t i = 0; i < n && rc == 0; i++) {
         int64_t r = psg_index_at(ids, i);
         double k = r >= 0 ? (double)count[r] : 1.0;
-        w[i] = !strcmp(comb, "mean") ? (float)(1.0 / k) : !strcmp(comb, "sqrtn") ? (float)(1.0 / sqrt(k)) : 1.0f;
+        w[i] = !strcmp(comb, "mean")    ? (float)(1.0 / k)
+               : !strcmp(comb, "sqrtn") ? (float)(1.0 / sqrt(k))
+                                        : 1.0f;
     }
     free(count);
     return rc;

@@ -2,7 +2,7 @@
 #ifndef PSGRAPH_OPS_CPU_SPARSE_H
 #define PSGRAPH_OPS_CPU_SPARSE_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 int psg_cpu_gather(psg_kernel_ctx_t *c);
 int psg_cpu_resource_gather(psg_kernel_ctx_t *c);

@@ -13,12 +13,12 @@
 
 typedef struct {
     psg_variable_t *var, *slot[2];
-    float *w, *s1, *s2;  /* (rows, d) */
-    int64_t d;           /* elements per row */
-    int32_t n;           /* unique rows */
-    int64_t *rows;       /* (n) their rows in the variable */
-    const float *g;      /* (n, d): the summed gradient of each */
-    float *owned;        /* g when duplicates were summed */
+    float *w, *s1, *s2; /* (rows, d) */
+    int64_t d;          /* elements per row */
+    int32_t n;          /* unique rows */
+    int64_t *rows;      /* (n) their rows in the variable */
+    const float *g;     /* (n, d): the summed gradient of each */
+    float *owned;       /* g when duplicates were summed */
 } sparse_t;
 
 static void sparse_free(sparse_t *s) {
@@ -29,8 +29,10 @@ static void sparse_free(sparse_t *s) {
 static int f32_var(psg_kernel_ctx_t *c, int i, psg_variable_t **out) {
     psg_variable_t *v = psg_kernel_variable(c, i);
     if (v->dtype != PSG_DT_F32)
-        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name, psg_dtype_name(v->dtype));
-    if (!v->initialized) return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
+        return psg_error_set("variable '%s' is %s; optimizers update f32 variables", v->name,
+                             psg_dtype_name(v->dtype));
+    if (!v->initialized)
+        return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
     *out = v;
     return 0;
 }
@@ -54,9 +56,11 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, sparse_t *s) {
     const psg_tensor_t *g = c->inputs[gi], *ix = c->inputs[gi + 1];
     int64_t rows = v->shape.dims[0], n = psg_tensor_numel(ix);
     s->d = rows > 0 ? psg_tensor_numel(v->value) / rows : 0;
-    if (g->dtype != PSG_DT_F32 || psg_tensor_numel(g) != n * s->d || (g->shape.rank > 0 && g->shape.dims[0] != n))
-        return psg_error_set("gradient of %lld elements is not %lld rows of variable '%s' (%lld elements a row)",
-                             (long long)psg_tensor_numel(g), (long long)n, v->name, (long long)s->d);
+    if (g->dtype != PSG_DT_F32 || psg_tensor_numel(g) != n * s->d ||
+        (g->shape.rank > 0 && g->shape.dims[0] != n))
+        return psg_error_set(
+            "gradient of %lld elements is not %lld rows of variable '%s' (%lld elements a row)",
+            (long long)psg_tensor_numel(g), (long long)n, v->name, (long long)s->d);
     if (n > INT32_MAX) return psg_error_set("%lld gradient rows: at most 2^31 - 1", (long long)n);
     const float *gd = psg_tensor_f32(g);
     if (psg_node_get_bool(c->node, "check_numerics", true))
@@ -73,8 +77,9 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, sparse_t *s) {
     for (int64_t i = 0; rc == 0 && i < n; i++) {
         int64_t r = psg_index_at(ix, i);
         if (r < 0 || r >= rows) {
-            rc = psg_error_set("index %lld (element %lld) is outside the %lld rows of variable '%s'", (long long)r,
-                               (long long)i, (long long)rows, v->name);
+            rc =
+                psg_error_set("index %lld (element %lld) is outside the %lld rows of variable '%s'",
+                              (long long)r, (long long)i, (long long)rows, v->name);
             break;
         }
         int32_t before = m.n;
@@ -112,7 +117,8 @@ static int run(sparse_t *s, row_fn fn, const float *p) {
     pthread_mutex_lock(&s->var->lock);
     for (int32_t i = 0; i < s->n; i++) {
         int64_t o = s->rows[i] * s->d;
-        fn(p, s->d, s->w + o, s->s1 ? s->s1 + o : NULL, s->s2 ? s->s2 + o : NULL, s->g + (int64_t)i * s->d);
+        fn(p, s->d, s->w + o, s->s1 ? s->s1 + o : NULL, s->s2 ? s->s2 + o : NULL,
+           s->g + (int64_t)i * s->d);
     }
     pthread_mutex_unlock(&s->var->lock);
     sparse_free(s);
@@ -126,7 +132,8 @@ static void sgd_row(const float *p, int64_t d, float *w, float *s1, float *s2, c
 }
 
 /* p: lr, momentum, nesterov */
-static void momentum_row(const float *p, int64_t d, float *w, float *s1, float *s2, const float *g) {
+static void momentum_row(const float *p, int64_t d, float *w, float *s1, float *s2,
+                         const float *g) {
     (void)s2;
     for (int64_t k = 0; k < d; k++) {
         float a = s1[k] * p[1] + g[k];
@@ -206,8 +213,8 @@ int psg_cpu_sparse_apply_ftrl(psg_kernel_ctx_t *c) {
 int psg_cpu_sparse_apply_adam(psg_kernel_ctx_t *c) {
     float b1p = 0, b2p = 0, lr = 0, p[4] = {0};
     sparse_t s;
-    if (scalar(c, 3, &b1p) < 0 || scalar(c, 4, &b2p) < 0 || scalar(c, 5, &lr) < 0 || scalar(c, 6, &p[1]) < 0 ||
-        scalar(c, 7, &p[2]) < 0 || scalar(c, 8, &p[3]) < 0)
+    if (scalar(c, 3, &b1p) < 0 || scalar(c, 4, &b2p) < 0 || scalar(c, 5, &lr) < 0 ||
+        scalar(c, 6, &p[1]) < 0 || scalar(c, 7, &p[2]) < 0 || scalar(c, 8, &p[3]) < 0)
         return -1;
     if (b1p == 1.0f) return psg_error_set("beta1_power is 1: Adam's bias correction divides by 0");
     p[0] = lr * sqrtf(1.0f - b2p) / (1.0f - b1p);

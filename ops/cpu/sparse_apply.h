@@ -2,7 +2,7 @@
 #ifndef PSGRAPH_OPS_CPU_SPARSE_APPLY_H
 #define PSGRAPH_OPS_CPU_SPARSE_APPLY_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 int psg_cpu_sparse_apply_gradient_descent(psg_kernel_ctx_t *c);
 int psg_cpu_sparse_apply_momentum(psg_kernel_ctx_t *c);

@@ -44,8 +44,9 @@ int psg_cpu_accumulator(psg_kernel_ctx_t *c) {
 
 int psg_cpu_sparse_accumulator(psg_kernel_ctx_t *c) {
     const psg_attr_t *sh = psg_node_attr(c->node, "shape");
-    psg_accumulator_t *a = psg_sparse_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
-                                                      (int)psg_node_get_int(c->node, "num_required", 0));
+    psg_accumulator_t *a =
+        psg_sparse_accumulator_get(c->resources, resource_name(c->node), &sh->u.shape,
+                                   (int)psg_node_get_int(c->node, "num_required", 0));
     return a ? set_handle(c, psg_accumulator_handle(a)) : -1;
 }
 
@@ -56,8 +57,9 @@ int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c) {
     int64_t step = 0;
     bool accepted;
     if (!a || scalar_i64(c, 1, &step) < 0) return -1;
-    int rc = c->num_inputs == 4 ? psg_accumulator_apply_sparse(a, step, c->inputs[2], c->inputs[3], &accepted)
-                                : psg_accumulator_apply(a, step, c->inputs[2], &accepted);
+    int rc = c->num_inputs == 4
+                 ? psg_accumulator_apply_sparse(a, step, c->inputs[2], c->inputs[3], &accepted)
+                 : psg_accumulator_apply(a, step, c->inputs[2], &accepted);
     return rc < 0 ? -1 : output_scalar_i32(c, accepted ? 1 : 0);
 }
 
@@ -220,9 +222,9 @@ int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c) {
     if (!k || scalar_i64(c, 1, &want) < 0) return -1;
     dequeue_t *d = wait_begin(c);
     if (!d) return -1;
-    psg_ssp_clock_wait_async(k, (int)psg_node_get_int(c->node, "worker", 0),
-                             (int)psg_node_get_int(c->node, "half", 0), want,
-                             psg_node_get_int(c->node, "timeout_ms", 0), dequeue_done, d); /* least as the token */
+    psg_ssp_clock_wait_async(
+        k, (int)psg_node_get_int(c->node, "worker", 0), (int)psg_node_get_int(c->node, "half", 0),
+        want, psg_node_get_int(c->node, "timeout_ms", 0), dequeue_done, d); /* least as the token */
     return 0;
 }
 

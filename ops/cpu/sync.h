@@ -2,7 +2,7 @@
 #ifndef PSGRAPH_OPS_CPU_SYNC_H
 #define PSGRAPH_OPS_CPU_SYNC_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 int psg_cpu_accumulator(psg_kernel_ctx_t *c);
 int psg_cpu_accumulator_apply(psg_kernel_ctx_t *c);

@@ -48,8 +48,7 @@ static void scan_range(void *ctx, int64_t b, int64_t e) {
     }
     if (!any) return;
     int64_t i = b;
-    while (isfinite(sc->g[i]))
-        i++;
+    while (isfinite(sc->g[i])) i++;
     int64_t cur = atomic_load(&sc->first_bad);
     while (i < cur && !atomic_compare_exchange_weak(&sc->first_bad, &cur, i)) {
     }
@@ -97,8 +96,7 @@ static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, u
 
 static void sgd_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
-    for (int64_t i = b; i < e; i++)
-        u->w[i] -= u->lr * u->g[i];
+    for (int64_t i = b; i < e; i++) u->w[i] -= u->lr * u->g[i];
 }
 
 /* accum = momentum*accum + g; var -= lr*accum
@@ -162,7 +160,8 @@ static void ftrl_range(void *ctx, int64_t b, int64_t e) {
         float pow_old = lp == -0.5f ? sqrtf(u->s1[i]) : powf(u->s1[i], -lp);
         float lin = u->s2[i] + g - (pow_new - pow_old) / lr * u->w[i];
         u->s2[i] = lin;
-        u->w[i] = fabsf(lin) > l1 ? ((lin > 0 ? l1 : -l1) - lin) / (pow_new / lr + 2.0f * l2) : 0.0f;
+        u->w[i] =
+            fabsf(lin) > l1 ? ((lin > 0 ? l1 : -l1) - lin) / (pow_new / lr + 2.0f * l2) : 0.0f;
         u->s1[i] = acc;
     }
 }
@@ -228,8 +227,9 @@ int psg_cpu_apply_adam(psg_kernel_ctx_t *c) {
 int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     update_t u;
-    if (prepare(c, 2, 3, &v, &u) < 0 || scalar_input(c, 4, "lr", &u.lr) < 0 || scalar_input(c, 5, "l1", &u.a) < 0 ||
-        scalar_input(c, 6, "l2", &u.b) < 0 || scalar_input(c, 7, "lr_power", &u.eps) < 0)
+    if (prepare(c, 2, 3, &v, &u) < 0 || scalar_input(c, 4, "lr", &u.lr) < 0 ||
+        scalar_input(c, 5, "l1", &u.a) < 0 || scalar_input(c, 6, "l2", &u.b) < 0 ||
+        scalar_input(c, 7, "lr_power", &u.eps) < 0)
         return -1;
     if (!(u.lr > 0)) return psg_error_set("FTRL's lr must be > 0, got %g", (double)u.lr);
     if (!(u.a >= 0) || !(u.b >= 0) || !(u.eps <= 0))
@@ -241,11 +241,12 @@ int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
 int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     float f = 0;
-    if (psg_update_variable(c, psg_kernel_variable, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
+    if (psg_update_variable(c, psg_kernel_variable, 0, &v) < 0 ||
+        scalar_input(c, 1, "factor", &f) < 0)
+        return -1;
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
-    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++)
-        w[i] *= f;
+    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++) w[i] *= f;
     pthread_mutex_unlock(&v->lock);
     return 0;
 }
@@ -261,16 +262,13 @@ int psg_cpu_increment_variable(psg_kernel_ctx_t *c) {
     pthread_mutex_lock(&v->lock);
     switch (v->dtype) {
     case PSG_DT_I64:
-        for (int64_t i = 0; i < n; i++)
-            psg_tensor_i64(v->value)[i] += by;
+        for (int64_t i = 0; i < n; i++) psg_tensor_i64(v->value)[i] += by;
         break;
     case PSG_DT_I32:
-        for (int64_t i = 0; i < n; i++)
-            psg_tensor_i32(v->value)[i] += (int32_t)by;
+        for (int64_t i = 0; i < n; i++) psg_tensor_i32(v->value)[i] += (int32_t)by;
         break;
     case PSG_DT_F32:
-        for (int64_t i = 0; i < n; i++)
-            psg_tensor_f32(v->value)[i] += (float)by;
+        for (int64_t i = 0; i < n; i++) psg_tensor_f32(v->value)[i] += (float)by;
         break;
     default:
         rc = psg_error_set("cannot increment variable '%s' of dtype %s", v->name,
@@ -287,17 +285,10 @@ int psg_cpu_exponential_decay(psg_kernel_ctx_t *c) {
     const psg_tensor_t *t = c->inputs[0];
     double step;
     switch (t->dtype) {
-    case PSG_DT_I64:
-        step = (double)psg_tensor_i64(t)[0];
-        break;
-    case PSG_DT_I32:
-        step = (double)psg_tensor_i32(t)[0];
-        break;
-    case PSG_DT_F32:
-        step = (double)psg_tensor_f32(t)[0];
-        break;
-    default:
-        return psg_error_set("step must be i64, i32 or f32, got %s", psg_dtype_name(t->dtype));
+    case PSG_DT_I64: step = (double)psg_tensor_i64(t)[0]; break;
+    case PSG_DT_I32: step = (double)psg_tensor_i32(t)[0]; break;
+    case PSG_DT_F32: step = (double)psg_tensor_f32(t)[0]; break;
+    default: return psg_error_set("step must be i64, i32 or f32, got %s", psg_dtype_name(t->dtype));
     }
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;

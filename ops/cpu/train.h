@@ -5,7 +5,7 @@
 #ifndef PSGRAPH_OPS_CPU_TRAIN_H
 #define PSGRAPH_OPS_CPU_TRAIN_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 
 int psg_cpu_apply_gradient_descent(psg_kernel_ctx_t *c);
 int psg_cpu_apply_momentum(psg_kernel_ctx_t *c);
@@ -31,7 +31,8 @@ int psg_update_check_gradient(const psg_tensor_t *g, const psg_variable_t *v);
  * psg_gpu_variable); NULL with the error set. */
 typedef psg_variable_t *(*psg_variable_lookup_fn)(psg_kernel_ctx_t *c, int input);
 /* Input i's variable, found by lookup and checked by psg_update_check_variable. */
-int psg_update_variable(psg_kernel_ctx_t *c, psg_variable_lookup_fn lookup, int i, psg_variable_t **v);
+int psg_update_variable(psg_kernel_ctx_t *c, psg_variable_lookup_fn lookup, int i,
+                        psg_variable_t **v);
 /* An update's operands: the variable (input 0), its nslots slots (inputs
  * 1..nslots; s[k] NULL past them), each checked, and the gradient (input gi)
  * checked against the variable. */

@@ -26,8 +26,8 @@ extern "C" int psg_cuda_gemm(int gpu, bool ta, bool tb, int64_t m, int64_t n, in
 }
 
 extern "C" int psg_cuda_gemm_half(int gpu, int dtype, bool ta, bool tb, int64_t m, int64_t n,
-                                  int64_t k, const void *a, int64_t lda, const void *b,
-                                  int64_t ldb, void *c, int64_t ldc) {
+                                  int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                  void *c, int64_t ldc) {
     PSG_CUDA_DEV(d, gpu);
     if (dtype != PSG_CU_BF16 && dtype != PSG_CU_F16)
         return psg_error_set("16-bit GEMM: dtype %d is not bf16 or f16", dtype);
@@ -41,10 +41,10 @@ extern "C" int psg_cuda_gemm_half(int gpu, int dtype, bool ta, bool tb, int64_t 
     /* CUBLAS_COMPUTE_32F takes float alpha and beta, whatever the data type */
     const float alpha = 1.0f, beta = 0.0f;
     pthread_mutex_lock(&d->lock);
-    cublasStatus_t s = cublasGemmEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
-                                    b, t, (int)ldb, a, t, (int)lda, &beta, c, t, (int)ldc,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t s =
+        cublasGemmEx(d->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     (int)n, (int)m, (int)k, &alpha, b, t, (int)ldb, a, t, (int)lda, &beta, c, t,
+                     (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     pthread_mutex_unlock(&d->lock);
     PSG_CUBLAS_CHECK(s);
     return 0;

@@ -107,8 +107,8 @@ static int descriptors(int dtype, const psg_cu_geom_t *g, int64_t eh, int64_t ew
     PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*cd, (int)g->pt, (int)g->pl, (int)g->sh,
                                                     (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT));
-    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(
-        *cd, dtype == PSG_CU_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(*cd, dtype == PSG_CU_F32 ? CUDNN_FMA_MATH
+                                                                         : CUDNN_TENSOR_OP_MATH));
     return 0;
 }
 
@@ -148,8 +148,7 @@ static plan_t *plan_get(int gpu, int dtype, const psg_cu_geom_t *g) {
     }
     pthread_mutex_lock(&plans_lock);
     plan_t *p = plans;
-    while (p && !(p->gpu == gpu && p->dtype == dtype && same_geom(&p->g, g)))
-        p = p->next;
+    while (p && !(p->gpu == gpu && p->dtype == dtype && same_geom(&p->g, g))) p = p->next;
     if (!p) {
         p = (plan_t *)calloc(1, sizeof *p);
         if (!p) {
@@ -321,8 +320,7 @@ static void *scratch(int gpu, scratch_t *s, int64_t n, size_t es) {
 }
 
 static void scratch_free(scratch_t *s) {
-    for (int i = 0; i < s->n; i++)
-        psg_cuda_free(s->p[i], s->hint[i]);
+    for (int i = 0; i < s->n; i++) psg_cuda_free(s->p[i], s->hint[i]);
     s->n = 0;
 }
 

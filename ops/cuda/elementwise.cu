@@ -12,20 +12,13 @@
 
 __device__ static inline float binary_op(int op, float x, float y) {
     switch (op) {
-    case PSG_CU_ADD:
-        return x + y;
-    case PSG_CU_SUB:
-        return x - y;
-    case PSG_CU_MUL:
-        return x * y;
-    case PSG_CU_DIV:
-        return x / y;
-    case PSG_CU_RELU_GRAD:
-        return y > 0.0f ? x : 0.0f;
-    case PSG_CU_SIGMOID_GRAD:
-        return x * y * (1.0f - y);
-    default:
-        return x * (1.0f - y * y); /* PSG_CU_TANH_GRAD */
+    case PSG_CU_ADD: return x + y;
+    case PSG_CU_SUB: return x - y;
+    case PSG_CU_MUL: return x * y;
+    case PSG_CU_DIV: return x / y;
+    case PSG_CU_RELU_GRAD: return y > 0.0f ? x : 0.0f;
+    case PSG_CU_SIGMOID_GRAD: return x * y * (1.0f - y);
+    default: return x * (1.0f - y * y); /* PSG_CU_TANH_GRAD */
     }
 }
 
@@ -52,8 +45,7 @@ __global__ static void binary_bcast(int op, const float *a, const float *b, floa
 
 static int64_t bc_numel(const psg_cu_bcast_t *bc) {
     int64_t n = 1;
-    for (int d = 0; d < bc->rank; d++)
-        n *= bc->dims[d];
+    for (int d = 0; d < bc->rank; d++) n *= bc->dims[d];
     return n;
 }
 
@@ -112,36 +104,16 @@ __global__ static void unary_kernel(int op, float p, const float *x, float *y, i
     PSG_GRID_STRIDE(i, n) {
         float v = x[i], r;
         switch (op) {
-        case PSG_CU_NEG:
-            r = -v;
-            break;
-        case PSG_CU_SQUARE:
-            r = v * v;
-            break;
-        case PSG_CU_SQRT:
-            r = sqrtf(v);
-            break;
-        case PSG_CU_EXP:
-            r = expf(v);
-            break;
-        case PSG_CU_LOG:
-            r = logf(v);
-            break;
-        case PSG_CU_POW:
-            r = powf(v, p);
-            break;
-        case PSG_CU_SCALE:
-            r = v * p;
-            break;
-        case PSG_CU_RELU:
-            r = v > 0.0f ? v : 0.0f;
-            break;
-        case PSG_CU_SIGMOID:
-            r = 1.0f / (1.0f + expf(-v));
-            break;
-        default:
-            r = tanhf(v);
-            break;
+        case PSG_CU_NEG: r = -v; break;
+        case PSG_CU_SQUARE: r = v * v; break;
+        case PSG_CU_SQRT: r = sqrtf(v); break;
+        case PSG_CU_EXP: r = expf(v); break;
+        case PSG_CU_LOG: r = logf(v); break;
+        case PSG_CU_POW: r = powf(v, p); break;
+        case PSG_CU_SCALE: r = v * p; break;
+        case PSG_CU_RELU: r = v > 0.0f ? v : 0.0f; break;
+        case PSG_CU_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
+        default: r = tanhf(v); break;
         }
         y[i] = r;
     }
@@ -160,18 +132,12 @@ extern "C" int psg_cuda_unary(int gpu, psg_cu_unary_t op, float p, const float *
 
 __device__ static inline double load_as_double(const void *p, int dt, int64_t i) {
     switch (dt) {
-    case PSG_CU_F32:
-        return ((const float *)p)[i];
-    case PSG_CU_I32:
-        return ((const int32_t *)p)[i];
-    case PSG_CU_I64:
-        return (double)((const int64_t *)p)[i];
-    case PSG_CU_BF16:
-        return psg_bf16_to_f32(((const uint16_t *)p)[i]);
-    case PSG_CU_F16:
-        return psg_f16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const uint8_t *)p)[i]; /* u8, bool */
+    case PSG_CU_F32: return ((const float *)p)[i];
+    case PSG_CU_I32: return ((const int32_t *)p)[i];
+    case PSG_CU_I64: return (double)((const int64_t *)p)[i];
+    case PSG_CU_BF16: return psg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PSG_CU_F16: return psg_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const uint8_t *)p)[i]; /* u8, bool */
     }
 }
 
@@ -189,18 +155,12 @@ __global__ static void convert_kernel(int from, const void *x, double v, int to,
     PSG_GRID_STRIDE(i, n) {
         double s = x ? load_as_double(x, from, i) : v;
         switch (to) {
-        case PSG_CU_F32:
-            ((float *)y)[i] = (float)s;
-            break;
-        case PSG_CU_I32:
-            ((int32_t *)y)[i] = (int32_t)to_int(s, -2147483648.0, 2147483647.0);
-            break;
+        case PSG_CU_F32: ((float *)y)[i] = (float)s; break;
+        case PSG_CU_I32: ((int32_t *)y)[i] = (int32_t)to_int(s, -2147483648.0, 2147483647.0); break;
         case PSG_CU_BF16: /* through f32, as the CPU */
             ((uint16_t *)y)[i] = psg_f32_to_bf16((float)s);
             break;
-        case PSG_CU_F16:
-            ((uint16_t *)y)[i] = psg_f32_to_f16((float)s);
-            break;
+        case PSG_CU_F16: ((uint16_t *)y)[i] = psg_f32_to_f16((float)s); break;
         default:
             ((int64_t *)y)[i] = to_int(s, -9223372036854775808.0, 9223372036854774784.0);
             break;
@@ -263,8 +223,7 @@ __global__ static void equal_kernel(bool f32, int es, const uint8_t *a, const ui
             out[i] = ((const float *)a)[i] == ((const float *)b)[i * sb];
         } else {
             bool eq = true;
-            for (int k = 0; k < es; k++)
-                eq = eq && a[i * es + k] == b[i * sb * es + k];
+            for (int k = 0; k < es; k++) eq = eq && a[i * es + k] == b[i * sb * es + k];
             out[i] = eq;
         }
     }
@@ -364,8 +323,7 @@ __global__ static void copy_block_kernel(int es, const uint8_t *src, uint8_t *ds
             s += idx * b.ss[d];
             t += idx * b.ds[d];
         }
-        for (int k = 0; k < es; k++)
-            dst[t * es + k] = src[s * es + k];
+        for (int k = 0; k < es; k++) dst[t * es + k] = src[s * es + k];
     }
 }
 

@@ -7,7 +7,7 @@
 #ifndef PSGRAPH_OPS_CUDA_KERNELS_H
 #define PSGRAPH_OPS_CUDA_KERNELS_H
 
-#include "psgraph/op.h"
+#include "psgraph/kernel.h"
 #include "psgraph/resource.h"
 
 #include "ops/cuda/kernel_list.h"

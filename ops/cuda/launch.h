@@ -90,8 +90,8 @@ int psg_cuda_memcpy2d(int gpu, void *dst, size_t dpitch, const void *src, size_t
 /* out (n, row_bytes) = src (rows, row_bytes) at rows ix (n, i32 or i64 as ix64); a
  * negative index gives a zero row when negative_is_zero; *bad gets the count of the
  * other indices outside [0, rows) (their rows zero). Waits for the count. */
-int psg_cuda_gather(int gpu, const void *src, int64_t rows, int64_t row_bytes, const void *ix, bool ix64,
-                    int64_t n, bool negative_is_zero, void *out, int64_t *bad);
+int psg_cuda_gather(int gpu, const void *src, int64_t rows, int64_t row_bytes, const void *ix,
+                    bool ix64, int64_t n, bool negative_is_zero, void *out, int64_t *bad);
 
 /* ---- reductions and row-wise ops (reduce.cu) ---- */
 

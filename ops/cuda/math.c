@@ -30,14 +30,17 @@ static int binary(psg_kernel_ctx_t *c, psg_cu_binary_t op) {
 }
 
 /* psg_math_fn_t lists the binary and the unary functions in the launchers' orders */
-_Static_assert(PSG_MATH_TANH_GRAD - PSG_MATH_ADD == PSG_CU_TANH_GRAD && PSG_MATH_NEG == PSG_MATH_TANH_GRAD + 1,
+_Static_assert(PSG_MATH_TANH_GRAD - PSG_MATH_ADD == PSG_CU_TANH_GRAD &&
+                   PSG_MATH_NEG == PSG_MATH_TANH_GRAD + 1,
                "psg_math_fn_t's binary functions are not in psg_cu_binary_t's order");
-_Static_assert(PSG_MATH_TANH - PSG_MATH_NEG == PSG_CU_TANH && PSG_MATH_POW - PSG_MATH_NEG == PSG_CU_POW,
+_Static_assert(PSG_MATH_TANH - PSG_MATH_NEG == PSG_CU_TANH &&
+                   PSG_MATH_POW - PSG_MATH_NEG == PSG_CU_POW,
                "psg_math_fn_t's unary functions are not in psg_cu_unary_t's order");
 
 /* Add..TanhGrad: the prepared function (ops/params.h) */
 int psg_gpu_binary(psg_kernel_ctx_t *c) {
-    return binary(c, (psg_cu_binary_t)(((const psg_math_fn_params_t *)psg_kernel_params(c))->fn - PSG_MATH_ADD));
+    return binary(c, (psg_cu_binary_t)(((const psg_math_fn_params_t *)psg_kernel_params(c))->fn -
+                                       PSG_MATH_ADD));
 }
 
 static int unary(psg_kernel_ctx_t *c, psg_cu_unary_t op, float p) {
@@ -93,8 +96,8 @@ int psg_gpu_softmax(psg_kernel_ctx_t *c) {
     psg_rows_setup_t s;
     if (psg_rows_setup(c, &s) < 0) return -1;
     if (s.C == 0) return 0;
-    return psg_cuda_softmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(s.out), s.rows, s.C,
-                            s.log);
+    return psg_cuda_softmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_f32(s.out), s.rows,
+                            s.C, s.log);
 }
 
 /* Labels are not checked before the work, as the CPU kernel does: that
@@ -113,7 +116,8 @@ int psg_gpu_argmax(psg_kernel_ctx_t *c) {
     psg_rows_setup_t s;
     if (psg_rows_setup(c, &s) < 0) return -1;
     if (s.C == 0) return psg_error_set("ArgMax over an empty axis");
-    return psg_cuda_argmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_i64(s.out), s.rows, s.C);
+    return psg_cuda_argmax(c->device, psg_tensor_f32(c->inputs[0]), psg_tensor_i64(s.out), s.rows,
+                           s.C);
 }
 
 int psg_gpu_equal(psg_kernel_ctx_t *c) {

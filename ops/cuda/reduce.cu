@@ -23,14 +23,12 @@ static void tmp_free(tmp_t *t) {
 }
 
 __device__ static inline float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     return v;
 }
 
 __device__ static inline float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -52,8 +50,7 @@ __device__ static float block_sum(float v) {
 __global__ static void reduce_rows(const float *x, float *o, int64_t A, int64_t R, float scale) {
     for (int64_t a = blockIdx.x; a < A; a += gridDim.x) {
         float s = 0.0f;
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
-            s += x[a * R + r];
+        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += x[a * R + r];
         s = block_sum(s);
         if (threadIdx.x == 0) o[a] = s * scale;
     }
@@ -67,8 +64,7 @@ __global__ static void reduce_chunks(const float *x, float *o, int64_t A, int64_
         int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
         const float *xa = x + a * R * B + b;
         float s = 0.0f;
-        for (int64_t r = r0; r < r1; r++)
-            s += xa[r * B];
+        for (int64_t r = r0; r < r1; r++) s += xa[r * B];
         o[i] = s * scale;
     }
 }
@@ -205,12 +201,10 @@ static unsigned row_blocks(int64_t rows) {
 __device__ static void row_stats(const float *x, int64_t c, float *max, float *sum) {
     int lane = threadIdx.x % 32;
     float m = -INFINITY;
-    for (int64_t k = lane; k < c; k += 32)
-        m = fmaxf(m, x[k]);
+    for (int64_t k = lane; k < c; k += 32) m = fmaxf(m, x[k]);
     m = __shfl_sync(0xffffffffu, warp_max(m), 0);
     float s = 0.0f;
-    for (int64_t k = lane; k < c; k += 32)
-        s += expf(x[k] - m);
+    for (int64_t k = lane; k < c; k += 32) s += expf(x[k] - m);
     s = __shfl_sync(0xffffffffu, warp_sum(s), 0);
     *max = m;
     *sum = s;

@@ -123,8 +123,7 @@ static dpool_t dpools[PSG_CUDA_MAX_GPUS];
 static pthread_once_t dpools_once = PTHREAD_ONCE_INIT;
 
 static void dpools_init(void) {
-    for (int i = 0; i < PSG_CUDA_MAX_GPUS; i++)
-        pthread_mutex_init(&dpools[i].lock, NULL);
+    for (int i = 0; i < PSG_CUDA_MAX_GPUS; i++) pthread_mutex_init(&dpools[i].lock, NULL);
 }
 
 /* Frees every cached block of one GPU; the pool's lock is held. */

@@ -17,10 +17,12 @@ int psg_gpu_gather(psg_kernel_ctx_t *c) {
     int64_t row_bytes = (int64_t)psg_dtype_size(p->dtype);
     for (int d = 1; d < p->shape.rank; d++) row_bytes *= p->shape.dims[d];
     int64_t bad = 0;
-    if (psg_cuda_gather(c->device, p->data, rows, row_bytes, ix->data, ix->dtype == PSG_DT_I64, psg_tensor_numel(ix),
-                        psg_node_get_bool(c->node, "negative_is_zero", false), out->data, &bad) < 0)
+    if (psg_cuda_gather(c->device, p->data, rows, row_bytes, ix->data, ix->dtype == PSG_DT_I64,
+                        psg_tensor_numel(ix), psg_node_get_bool(c->node, "negative_is_zero", false),
+                        out->data, &bad) < 0)
         return -1;
     if (bad > 0)
-        return psg_error_set("%lld of the indices are outside [0, %lld) of params", (long long)bad, (long long)rows);
+        return psg_error_set("%lld of the indices are outside [0, %lld) of params", (long long)bad,
+                             (long long)rows);
     return 0;
 }

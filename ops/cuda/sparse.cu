@@ -6,9 +6,9 @@
 
 /* out (n, row_bytes) = src (rows, row_bytes) at rows ix (n, i32 or i64); a negative
  * index gives a zero row when neg_zero; one outside [0, rows) a zero row and *bad += 1 */
-__global__ static void gather_kernel(const unsigned char *src, int64_t rows, int64_t row_bytes, const void *ix,
-                                     bool ix64, bool neg_zero, unsigned char *out, int64_t total,
-                                     unsigned int *bad) {
+__global__ static void gather_kernel(const unsigned char *src, int64_t rows, int64_t row_bytes,
+                                     const void *ix, bool ix64, bool neg_zero, unsigned char *out,
+                                     int64_t total, unsigned int *bad) {
     PSG_GRID_STRIDE(i, total) {
         int64_t k = i / row_bytes, b = i % row_bytes;
         int64_t r = ix64 ? ((const int64_t *)ix)[k] : (int64_t)((const int32_t *)ix)[k];
@@ -21,8 +21,9 @@ __global__ static void gather_kernel(const unsigned char *src, int64_t rows, int
     }
 }
 
-extern "C" int psg_cuda_gather(int gpu, const void *src, int64_t rows, int64_t row_bytes, const void *ix, bool ix64,
-                               int64_t n, bool negative_is_zero, void *out, int64_t *bad) {
+extern "C" int psg_cuda_gather(int gpu, const void *src, int64_t rows, int64_t row_bytes,
+                               const void *ix, bool ix64, int64_t n, bool negative_is_zero,
+                               void *out, int64_t *bad) {
     PSG_CUDA_DEV(d, gpu);
     *bad = 0;
     int64_t total = n * row_bytes;
@@ -32,11 +33,12 @@ extern "C" int psg_cuda_gather(int gpu, const void *src, int64_t rows, int64_t r
     cudaError_t e = cudaMemsetAsync(dbad, 0, sizeof *dbad, d->compute);
     if (e == cudaSuccess) {
         gather_kernel<<<psg_cuda_blocks(total), PSG_CUDA_THREADS, 0, d->compute>>>(
-            (const unsigned char *)src, rows, row_bytes, ix, ix64, negative_is_zero, (unsigned char *)out, total,
-            dbad);
+            (const unsigned char *)src, rows, row_bytes, ix, ix64, negative_is_zero,
+            (unsigned char *)out, total, dbad);
         e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(&hbad, dbad, sizeof hbad, cudaMemcpyDeviceToHost, d->compute);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(&hbad, dbad, sizeof hbad, cudaMemcpyDeviceToHost, d->compute);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->compute);
     cudaFreeAsync(dbad, d->compute);
     PSG_CUDA_CHECK(e);

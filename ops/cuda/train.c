@@ -76,7 +76,8 @@ int psg_gpu_apply_adagrad(psg_kernel_ctx_t *c) {
 int psg_gpu_scale_variable(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     const float *f = NULL;
-    if (psg_update_variable(c, psg_gpu_variable, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0) return -1;
+    if (psg_update_variable(c, psg_gpu_variable, 0, &v) < 0 || scalar_input(c, 1, "factor", &f) < 0)
+        return -1;
     pthread_mutex_lock(&v->lock);
     int rc = psg_cuda_scale_by(c->device, psg_tensor_f32(v->value), psg_tensor_numel(v->value), f);
     pthread_mutex_unlock(&v->lock);

@@ -21,28 +21,20 @@ __global__ static void apply_kernel(int rule, float *w, float *s1, float *s2, co
     if (bad && *bad) return;
     float lr, a = 0.0f, b = 0.0f, eps = 0.0f;
     switch (rule) {
-    case PSG_CU_MOMENTUM:
-        lr = *h.hp[0], a = *h.hp[1];
-        break;
-    case PSG_CU_RMSPROP:
-        lr = *h.hp[0], a = *h.hp[1], b = *h.hp[2], eps = *h.hp[3];
-        break;
+    case PSG_CU_MOMENTUM: lr = *h.hp[0], a = *h.hp[1]; break;
+    case PSG_CU_RMSPROP: lr = *h.hp[0], a = *h.hp[1], b = *h.hp[2], eps = *h.hp[3]; break;
     case PSG_CU_ADAM: {
         float b1p = *h.hp[0], b2p = *h.hp[1];
         lr = *h.hp[2] * sqrtf(1.0f - b2p) / (1.0f - b1p);
         a = *h.hp[3], b = *h.hp[4], eps = *h.hp[5];
         break;
     }
-    default:
-        lr = *h.hp[0];
-        break; /* SGD, Adagrad */
+    default: lr = *h.hp[0]; break; /* SGD, Adagrad */
     }
     PSG_GRID_STRIDE(i, n) {
         float gi = g[i];
         switch (rule) {
-        case PSG_CU_SGD:
-            w[i] -= lr * gi;
-            break;
+        case PSG_CU_SGD: w[i] -= lr * gi; break;
         case PSG_CU_MOMENTUM: {
             float acc = s1[i] * a + gi;
             s1[i] = acc;
@@ -82,8 +74,7 @@ extern "C" int psg_cuda_apply(int gpu, psg_cu_rule_t rule, float *w, float *s1, 
     static const int num_hp[] = {1, 2, 4, 6, 1};
     hyper_t h;
     memset(&h, 0, sizeof h);
-    for (int i = 0; i < num_hp[rule]; i++)
-        h.hp[i] = hp[i];
+    for (int i = 0; i < num_hp[rule]; i++) h.hp[i] = hp[i];
     if (n == 0) return 0;
     void *hint = NULL;
     int *bad = NULL;

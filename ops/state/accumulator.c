@@ -107,7 +107,7 @@ static void destroy_accumulator(void *obj) {
 }
 
 static psg_accumulator_t *get(psg_resource_mgr_t *rm, const char *name, const psg_shape_t *shape,
-                               int num_required, bool sparse) {
+                              int num_required, bool sparse) {
     if (!psg_shape_is_complete(shape) || (sparse && shape->rank < 1)) {
         psg_error_set("accumulator '%s': needs a complete shape", name);
         return NULL;
@@ -168,8 +168,7 @@ static int sparse_mean_locked(psg_accumulator_t *a, psg_tensor_t **values, psg_t
         return psg_error_set("accumulator '%s': out of memory", a->name);
     }
     float *v = psg_tensor_f32(*values), inv = 1.0f / (float)(a->count > 0 ? a->count : 1);
-    for (int64_t i = 0; i < n * a->row_len; i++)
-        v[i] = a->rows[i] * inv;
+    for (int64_t i = 0; i < n * a->row_len; i++) v[i] = a->rows[i] * inv;
     int64_t *ix = psg_tensor_i64(*indices);
     for (int64_t i = 0; n > 0 && i < a->ids.cap; i++)
         if (a->ids.slot[i] >= 0) ix[a->ids.slot[i]] = a->ids.keys[i];
@@ -188,8 +187,7 @@ static int take_mean_locked(psg_accumulator_t *a, psg_tensor_t **mean, psg_tenso
         a->sum = NULL;
         float *m = psg_tensor_f32(*mean);
         float n = (float)a->count;
-        for (int64_t i = 0; i < a->numel; i++)
-            m[i] /= n;
+        for (int64_t i = 0; i < a->numel; i++) m[i] /= n;
     }
     a->count = 0;
     a->step++;
@@ -232,10 +230,14 @@ static void finish_take(psg_accumulator_t *a, finished_take_t *f) {
 /* With the lock held: whether a gradient for local_step is dropped (the accumulator is
  * closed, the step is older than its own: stale, or it has its N already: late), counted. */
 static bool dropped_locked(psg_accumulator_t *a, int64_t local_step) {
-    if (a->closed) a->counts.closed++;
-    else if (local_step < a->step) a->counts.stale++;
-    else if (a->num_required > 0 && a->count >= a->num_required) a->counts.late++;
-    else return false;
+    if (a->closed)
+        a->counts.closed++;
+    else if (local_step < a->step)
+        a->counts.stale++;
+    else if (a->num_required > 0 && a->count >= a->num_required)
+        a->counts.late++;
+    else
+        return false;
     return true;
 }
 
@@ -243,8 +245,8 @@ int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_te
                           bool *accepted) {
     *accepted = false;
     if (a->sparse)
-        return psg_error_set("accumulator '%s' takes sparse gradients (rows and ids), got a dense one",
-                             a->name);
+        return psg_error_set(
+            "accumulator '%s' takes sparse gradients (rows and ids), got a dense one", a->name);
     if (grad->dtype != PSG_DT_F32 || !psg_shape_equal(&grad->shape, &a->shape)) {
         char s1[PSG_SHAPE_STR_MAX], s2[PSG_SHAPE_STR_MAX];
         return psg_error_set("accumulator '%s' takes f32%s gradients, got %s%s", a->name,
@@ -266,8 +268,7 @@ int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_te
             memcpy(a->sum->data, g, sizeof(float) * (size_t)a->numel);
         } else {
             float *s = psg_tensor_f32(a->sum);
-            for (int64_t i = 0; i < a->numel; i++)
-                s[i] += g[i];
+            for (int64_t i = 0; i < a->numel; i++) s[i] += g[i];
         }
         a->count++;
         a->counts.accepted++;
@@ -348,8 +349,8 @@ typedef struct {
     psg_err_code_t code;
 } take_wait_t;
 
-static void take_wait_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices, psg_err_code_t code,
-                           const char *error) {
+static void take_wait_done(void *arg, psg_tensor_t *mean, psg_tensor_t *indices,
+                           psg_err_code_t code, const char *error) {
     take_wait_t *w = arg;
     w->mean = mean;
     w->indices = indices;
@@ -403,8 +404,7 @@ static int sparse_reserve_locked(psg_accumulator_t *a, int64_t more) {
             }
             for (int64_t i = 0; i < a->ids.cap; i++)
                 if (a->ids.slot[i] >= 0) order[a->ids.slot[i]] = a->ids.keys[i];
-            for (int64_t i = 0; i < a->ids.n; i++)
-                psg_id_map_put(&m, order[i]);
+            for (int64_t i = 0; i < a->ids.n; i++) psg_id_map_put(&m, order[i]);
             free(order);
         }
         psg_id_map_free(&a->ids);
@@ -412,8 +412,7 @@ static int sparse_reserve_locked(psg_accumulator_t *a, int64_t more) {
     }
     if (need > a->rows_cap) {
         int64_t cap = a->rows_cap > 0 ? a->rows_cap : 256;
-        while (cap < need)
-            cap *= 2;
+        while (cap < need) cap *= 2;
         float *r = realloc(a->rows, sizeof(float) * (size_t)(cap * a->row_len));
         if (!r) return psg_error_set("out of memory");
         a->rows = r;
@@ -423,7 +422,8 @@ static int sparse_reserve_locked(psg_accumulator_t *a, int64_t more) {
 }
 
 /* The checks of a sparse gradient against the accumulator's shape, before the lock. */
-static int check_sparse(const psg_accumulator_t *a, const psg_tensor_t *values, const psg_tensor_t *indices) {
+static int check_sparse(const psg_accumulator_t *a, const psg_tensor_t *values,
+                        const psg_tensor_t *indices) {
     char s1[PSG_SHAPE_STR_MAX], s2[PSG_SHAPE_STR_MAX];
     if (!a->sparse)
         return psg_error_set("accumulator '%s' takes dense gradients, got a sparse one", a->name);
@@ -434,17 +434,17 @@ static int check_sparse(const psg_accumulator_t *a, const psg_tensor_t *values, 
         return psg_error_set("accumulator '%s' takes f32 rows of %s, got %s%s", a->name,
                              psg_shape_str(&a->shape, s1, sizeof s1), psg_dtype_name(values->dtype),
                              psg_shape_str(&values->shape, s2, sizeof s2));
-    if ((indices->dtype != PSG_DT_I32 && indices->dtype != PSG_DT_I64) || indices->shape.rank != 1 ||
-        indices->shape.dims[0] != values->shape.dims[0])
-        return psg_error_set("accumulator '%s': %s%s indices for %lld rows (want i32 or i64, one a row)",
-                             a->name, psg_dtype_name(indices->dtype),
-                             psg_shape_str(&indices->shape, s2, sizeof s2),
-                             (long long)values->shape.dims[0]);
+    if ((indices->dtype != PSG_DT_I32 && indices->dtype != PSG_DT_I64) ||
+        indices->shape.rank != 1 || indices->shape.dims[0] != values->shape.dims[0])
+        return psg_error_set(
+            "accumulator '%s': %s%s indices for %lld rows (want i32 or i64, one a row)", a->name,
+            psg_dtype_name(indices->dtype), psg_shape_str(&indices->shape, s2, sizeof s2),
+            (long long)values->shape.dims[0]);
     for (int64_t i = 0; i < indices->shape.dims[0]; i++) {
         int64_t r = psg_index_at(indices, i);
         if (r < 0 || r >= a->shape.dims[0])
-            return psg_error_set("accumulator '%s': index %lld out of [0, %lld)", a->name, (long long)r,
-                                 (long long)a->shape.dims[0]);
+            return psg_error_set("accumulator '%s': index %lld out of [0, %lld)", a->name,
+                                 (long long)r, (long long)a->shape.dims[0]);
     }
     return 0;
 }
@@ -452,26 +452,27 @@ static int check_sparse(const psg_accumulator_t *a, const psg_tensor_t *values, 
 /* The first gradient of a step starts the sum afresh. */
 static void sparse_reset_locked(psg_accumulator_t *a) {
     a->ids.n = 0;
-    for (int64_t i = 0; a->ids.slot && i < a->ids.cap; i++)
-        a->ids.slot[i] = -1;
+    for (int64_t i = 0; a->ids.slot && i < a->ids.cap; i++) a->ids.slot[i] = -1;
 }
 
 /* Adds k rows to the sum, with the lock held and room reserved. */
-static void sparse_add_locked(psg_accumulator_t *a, const float *v, const psg_tensor_t *indices, int64_t k) {
+static void sparse_add_locked(psg_accumulator_t *a, const float *v, const psg_tensor_t *indices,
+                              int64_t k) {
     size_t row = sizeof(float) * (size_t)a->row_len;
     for (int64_t i = 0; i < k; i++) {
         int32_t before = a->ids.n, slot = psg_id_map_put(&a->ids, psg_index_at(indices, i));
         float *dst = a->rows + (int64_t)slot * a->row_len;
         const float *src = v + i * a->row_len;
-        if (a->ids.n > before) memcpy(dst, src, row);
+        if (a->ids.n > before)
+            memcpy(dst, src, row);
         else
-            for (int64_t j = 0; j < a->row_len; j++)
-                dst[j] += src[j];
+            for (int64_t j = 0; j < a->row_len; j++) dst[j] += src[j];
     }
 }
 
-int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *values,
-                                 const psg_tensor_t *indices, bool *accepted) {
+int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step,
+                                 const psg_tensor_t *values, const psg_tensor_t *indices,
+                                 bool *accepted) {
     *accepted = false;
     if (check_sparse(a, values, indices) < 0) return -1;
     int64_t k = values->shape.dims[0];

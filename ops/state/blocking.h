@@ -35,8 +35,7 @@ static inline void psg_blocking_finish(psg_blocking_t *b, const char *error) {
 /* Waits for psg_blocking_finish, then releases b's lock and condition. */
 static inline void psg_blocking_wait(psg_blocking_t *b) {
     pthread_mutex_lock(&b->lock);
-    while (!b->done)
-        pthread_cond_wait(&b->cond, &b->lock);
+    while (!b->done) pthread_cond_wait(&b->cond, &b->lock);
     pthread_mutex_unlock(&b->lock);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);

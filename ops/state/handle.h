@@ -37,8 +37,14 @@ static inline void *psg_ps_handle_object(const psg_tensor_t *h, uint32_t magic, 
  * `name`) has: PREFIX_name, PREFIX_handle and PREFIX_from_handle, WHAT naming
  * the type in the error of a wrong handle ("an accumulator"). */
 #define PSG_PS_HANDLE_ACCESSORS(type, prefix, magic, what)                                         \
-    const char *prefix##_name(const type *x) { return x->name; }                                   \
-    psg_tensor_t *prefix##_handle(type *x) { return psg_ps_handle_new(x); }                        \
-    type *prefix##_from_handle(const psg_tensor_t *h) { return psg_ps_handle_object(h, magic, what); }
+    const char *prefix##_name(const type *x) {                                                     \
+        return x->name;                                                                            \
+    }                                                                                              \
+    psg_tensor_t *prefix##_handle(type *x) {                                                       \
+        return psg_ps_handle_new(x);                                                               \
+    }                                                                                              \
+    type *prefix##_from_handle(const psg_tensor_t *h) {                                            \
+        return psg_ps_handle_object(h, magic, what);                                               \
+    }
 
 #endif

@@ -22,8 +22,8 @@ typedef struct entry {
     psg_tensor_t *value;         /* a sent tensor, or NULL for a waiter */
     psg_rendezvous_done_fn done; /* a waiter's callback */
     void *arg;
-    int64_t deadline_ns;         /* a waiter's deadline; 0: none */
-    int64_t timeout_ms;          /* what the deadline came from, for the message */
+    int64_t deadline_ns; /* a waiter's deadline; 0: none */
+    int64_t timeout_ms;  /* what the deadline came from, for the message */
     struct entry *next;
 } entry_t;
 
@@ -145,8 +145,9 @@ static void fail_all(entry_t *list, psg_err_code_t code, const char *what) {
         list = e->next;
         if (!e->value) {
             char msg[1024];
-            snprintf(msg, sizeof msg, "rendezvous: %s while waiting for key '%s' (step %" PRId64 ")",
-                     what, e->key, e->step);
+            snprintf(msg, sizeof msg,
+                     "rendezvous: %s while waiting for key '%s' (step %" PRId64 ")", what, e->key,
+                     e->step);
             e->done(e->arg, NULL, code, msg);
         }
         free_entry(e);
@@ -192,7 +193,8 @@ static void *timer_main(void *arg) {
                 expired = e->next;
                 char msg[1024];
                 snprintf(msg, sizeof msg,
-                         "rendezvous: timed out after %" PRId64 " ms waiting for key '%s' (step %" PRId64 ")",
+                         "rendezvous: timed out after %" PRId64
+                         " ms waiting for key '%s' (step %" PRId64 ")",
                          e->timeout_ms, e->key, e->step);
                 e->done(e->arg, NULL, PSG_ERR_TIMEOUT, msg);
                 free_entry(e);
@@ -232,9 +234,9 @@ int psg_rendezvous_send(psg_rendezvous_t *rv, int64_t step, const char *key, psg
     pthread_mutex_lock(&rv->lock);
     const char *why = step_abort_locked(rv, step);
     if (why) {
-        int rc = psg_error_set_code(PSG_ERR_ABORTED,
-                                    "rendezvous: aborted (%s) while sending key '%s' (step %" PRId64 ")",
-                                    why, key, step);
+        int rc = psg_error_set_code(
+            PSG_ERR_ABORTED, "rendezvous: aborted (%s) while sending key '%s' (step %" PRId64 ")",
+            why, key, step);
         pthread_mutex_unlock(&rv->lock);
         psg_tensor_destroy(&value);
         return rc;
@@ -289,7 +291,8 @@ void psg_rendezvous_recv_async(psg_rendezvous_t *rv, int64_t step, const char *k
     if (e) {
         insert_locked(rv, e);
         pthread_mutex_unlock(&rv->lock);
-        snprintf(msg, sizeof msg, "rendezvous: key '%s' received twice in step %" PRId64, key, step);
+        snprintf(msg, sizeof msg, "rendezvous: key '%s' received twice in step %" PRId64, key,
+                 step);
         done(arg, NULL, PSG_ERR_BAD_REQUEST, msg);
         return;
     }
@@ -362,7 +365,9 @@ static bool pick_any(const entry_t *e, const void *ctx) {
     return true;
 }
 
-static bool pick_step(const entry_t *e, const void *ctx) { return e->step == *(const int64_t *)ctx; }
+static bool pick_step(const entry_t *e, const void *ctx) {
+    return e->step == *(const int64_t *)ctx;
+}
 
 void psg_rendezvous_abort(psg_rendezvous_t *rv, const char *why) {
     entry_t *list = NULL;
@@ -468,7 +473,8 @@ int psg_rendezvous_key_parse(const char *key, psg_rendezvous_key_t *out) {
     for (int i = 0; i < 5; i++) {
         const char *semi = strchr(p, ';');
         if ((i < 4) != (semi != NULL))
-            return psg_error_set("malformed rendezvous key '%s': expected 5 parts separated by ';'", key);
+            return psg_error_set("malformed rendezvous key '%s': expected 5 parts separated by ';'",
+                                 key);
         part[i] = p;
         len[i] = semi ? (size_t)(semi - p) : strlen(p);
         p = semi ? semi + 1 : p + len[i];
@@ -476,13 +482,15 @@ int psg_rendezvous_key_parse(const char *key, psg_rendezvous_key_t *out) {
     if (len[0] == 0 || len[2] == 0 || len[3] == 0)
         return psg_error_set("malformed rendezvous key '%s': empty device or edge name", key);
     if (len[1] != 16)
-        return psg_error_set("malformed rendezvous key '%s': incarnation is not 16 hex digits", key);
+        return psg_error_set("malformed rendezvous key '%s': incarnation is not 16 hex digits",
+                             key);
     uint64_t inc = 0;
     for (size_t i = 0; i < 16; i++) {
         char c = part[1][i];
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (d < 0)
-            return psg_error_set("malformed rendezvous key '%s': incarnation is not 16 hex digits", key);
+            return psg_error_set("malformed rendezvous key '%s': incarnation is not 16 hex digits",
+                                 key);
         inc = inc << 4 | (uint64_t)d;
     }
     if (len[4] != 3 || memcmp(part[4], "0:0", 3))

@@ -91,8 +91,8 @@ psg_ssp_clock_t *psg_ssp_clock_get(psg_resource_mgr_t *rm, const char *name, int
     psg_timer_t *timer = psg_timer_of(rm);
     if (!timer) return NULL;
     const void *c[3] = {name, timer, &workers};
-    psg_ssp_clock_t *k = psg_resource_lookup_or_create(rm, name, "ssp clock", create_clock, (void *)c,
-                                                       destroy_clock);
+    psg_ssp_clock_t *k = psg_resource_lookup_or_create(rm, name, "ssp clock", create_clock,
+                                                       (void *)c, destroy_clock);
     if (k && k->workers != workers) {
         psg_error_set("ssp clock '%s' has %d workers, asked for %d", name, k->workers, workers);
         return NULL;
@@ -111,8 +111,7 @@ psg_ssp_clock_t *psg_ssp_clock_from_handle(const psg_tensor_t *h) {
 static int64_t least_locked(const psg_ssp_clock_t *k, int half) {
     const int64_t *c = k->clocks + (size_t)half * (size_t)k->workers;
     int64_t m = c[0];
-    for (int i = 1; i < k->workers; i++)
-        m = c[i] < m ? c[i] : m;
+    for (int i = 1; i < k->workers; i++) m = c[i] < m ? c[i] : m;
     return m;
 }
 
@@ -193,8 +192,8 @@ static void wait_timed_out(void *arg, uint64_t id) {
     free(w);
 }
 
-void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t want, int64_t timeout_ms,
-                              psg_ssp_clock_fn done, void *arg) {
+void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t want,
+                              int64_t timeout_ms, psg_ssp_clock_fn done, void *arg) {
     half = half ? 1 : 0;
     pthread_mutex_lock(&k->lock);
     if (k->error) {
@@ -225,8 +224,7 @@ void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t 
         return;
     }
     clock_waiter_t **p = &k->waiters;
-    while (*p)
-        p = &(*p)->next;
+    while (*p) p = &(*p)->next;
     *p = w;
     pthread_mutex_unlock(&k->lock);
 }

@@ -19,7 +19,6 @@
  * over), whose code is PSG_ERR_CLOSED: callers decide on the code, people read the text. */
 #define PSG_SYNC_CLOSED_TEXT "training is over"
 
-
 /* ---- the gradient accumulator ---- */
 
 typedef struct psg_accumulator psg_accumulator_t;
@@ -70,8 +69,9 @@ int psg_accumulator_apply(psg_accumulator_t *a, int64_t local_step, const psg_te
  * their ids in [0, shape[0]); accepted or dropped as psg_accumulator_apply. -1 with the
  * error naming the accumulator on a dtype, shape or id that does not fit (nothing
  * counted), or when it is a dense one. */
-int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step, const psg_tensor_t *values,
-                                 const psg_tensor_t *indices, bool *accepted);
+int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step,
+                                 const psg_tensor_t *values, const psg_tensor_t *indices,
+                                 bool *accepted);
 
 /* Receives a take's mean (a reference the callee owns; a sparse accumulator's: its rows,
  * with their ids in indices, i64, also owned; a dense one's indices is NULL) and error
@@ -82,9 +82,9 @@ typedef void (*psg_accumulator_take_fn)(void *arg, psg_tensor_t *mean, psg_tenso
 
 /* Asks for the mean of num_required (>= 1) gradients of the current step:
  * done runs once, at once if they are in, else from the psg_accumulator_apply
- * that brings the last one, from the timer after timeout_ms (<= 0 or longer than the longest wait of the task, 10 minutes unless set: that longest wait)
- * with an error that says how many came, or from psg_accumulator_close. On
- * success the sum is reset and the global step advances by one, so
+ * that brings the last one, from the timer after timeout_ms (<= 0 or longer than the longest wait
+ * of the task, 10 minutes unless set: that longest wait) with an error that says how many came, or
+ * from psg_accumulator_close. On success the sum is reset and the global step advances by one, so
  * gradients still computed for the old step are stale. One take at a time:
  * a second one fails at once. */
 void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
@@ -138,8 +138,8 @@ typedef void (*psg_token_fn)(void *arg, int64_t token, const char *error);
  * step: a worker never takes two tokens of one step); `worker` names the
  * worker in messages. done runs once: at once when such a token is there or
  * the queue is closed, else when one is enqueued, on close, or after
- * timeout_ms (<= 0 or longer than the longest wait of the task, 10 minutes unless set: that longest wait) with an error naming the queue, the worker
- * and the step it waits for. */
+ * timeout_ms (<= 0 or longer than the longest wait of the task, 10 minutes unless set: that longest
+ * wait) with an error naming the queue, the worker and the step it waits for. */
 void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t after_step,
                                    int64_t timeout_ms, psg_token_fn done, void *arg);
 /* Blocking dequeue into *token. Returns 0 or -1 with the error set. */
@@ -174,8 +174,8 @@ typedef void (*psg_ssp_clock_fn)(void *arg, int64_t least, const char *error);
  * runs once, at once when it is, else on the tick that makes it so, on close, or after
  * timeout_ms (<= 0 or longer than the task's longest wait: that longest wait) with an
  * error naming the clock, `worker` and the step. */
-void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t want, int64_t timeout_ms,
-                              psg_ssp_clock_fn done, void *arg);
+void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t want,
+                              int64_t timeout_ms, psg_ssp_clock_fn done, void *arg);
 /* Fails the waits and every later one with error (the task server stopping). */
 void psg_ssp_clock_close(psg_ssp_clock_t *k, const char *error);
 
@@ -200,14 +200,15 @@ psg_endpoint_t psg_accumulator_apply_op(psg_graph_t *g, const char *name, psg_en
  * (output 1, *indices). */
 psg_endpoint_t psg_sparse_accumulator_op(psg_graph_t *g, const char *name, const psg_shape_t *shape,
                                          int num_required);
-psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                               psg_endpoint_t local_step, psg_endpoint_t values,
-                                               psg_endpoint_t indices);
-psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
-                                              int num_required, int64_t timeout_ms,
-                                              psg_endpoint_t *indices);
+psg_endpoint_t psg_sparse_accumulator_apply_op(psg_graph_t *g, const char *name,
+                                               psg_endpoint_t handle, psg_endpoint_t local_step,
+                                               psg_endpoint_t values, psg_endpoint_t indices);
+psg_endpoint_t psg_sparse_accumulator_take_op(psg_graph_t *g, const char *name,
+                                              psg_endpoint_t handle, int num_required,
+                                              int64_t timeout_ms, psg_endpoint_t *indices);
 /* AccumulatorTakeGradient(handle): the mean of num_required gradients, waiting
- * without a thread; fails after timeout_ms (<= 0: the longest wait, 10 minutes unless set) or when closed. */
+ * without a thread; fails after timeout_ms (<= 0: the longest wait, 10 minutes unless set) or when
+ * closed. */
 psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                        int num_required, int64_t timeout_ms);
 /* AccumulatorSetGlobalStep(handle, step i64 scalar). */
@@ -239,8 +240,8 @@ int psg_token_queue_close_op(psg_graph_t *g, const char *name, psg_endpoint_t ha
 psg_endpoint_t psg_ssp_clock_op(psg_graph_t *g, const char *name, int workers);
 /* SspClockTick(handle), after the nodes after[n_after]: adds delta to clock `half` of
  * `worker`; no outputs. */
-int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker, int half,
-                          int64_t delta, int n_after, const int *after);
+int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker,
+                          int half, int64_t delta, int n_after, const int *after);
 /* SspClockReset(handle): every clock to 0. */
 int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle);
 /* SspClockWait(handle, want i64 scalar): waits, holding no thread, until every worker's

@@ -150,8 +150,7 @@ uint64_t psg_timer_add(psg_timer_t *t, int64_t delay_ms, psg_timer_fn fn, void *
     pthread_mutex_lock(&t->lock);
     e->id = t->next_id++;
     entry_t **p = &t->head;
-    while (*p && !before(&e->deadline, &(*p)->deadline))
-        p = &(*p)->next;
+    while (*p && !before(&e->deadline, &(*p)->deadline)) p = &(*p)->next;
     e->next = *p;
     *p = e;
     uint64_t id = e->id;
@@ -173,8 +172,7 @@ bool psg_timer_cancel(psg_timer_t *t, uint64_t id, bool wait) {
     }
     /* a callback that cancels its own entry must not wait for itself */
     wait = wait && !pthread_equal(pthread_self(), t->thread);
-    while (wait && t->running == id)
-        pthread_cond_wait(&t->fired, &t->lock);
+    while (wait && t->running == id) pthread_cond_wait(&t->fired, &t->lock);
     pthread_mutex_unlock(&t->lock);
     return false;
 }

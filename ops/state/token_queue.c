@@ -116,8 +116,7 @@ static int serve_locked(psg_token_queue_t *q, served_t *out) {
 
 static int count_waiters_locked(psg_token_queue_t *q) {
     int n = 0;
-    for (waiter_t *w = q->waiters; w; w = w->next)
-        n++;
+    for (waiter_t *w = q->waiters; w; w = w->next) n++;
     return n;
 }
 
@@ -165,8 +164,7 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
             q->cap = cap;
         }
         for (int i = 0; i < n; i++)
-            for (int r = 0; r < repeat; r++)
-                q->tokens[q->n++] = tokens[i];
+            for (int r = 0; r < repeat; r++) q->tokens[q->n++] = tokens[i];
         if (hi > q->last_released) q->last_released = hi;
     }
     int nw = count_waiters_locked(q);
@@ -232,8 +230,7 @@ void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t aft
             snprintf(msg, sizeof msg, "token queue '%s': out of memory", q->name);
         } else {
             waiter_t **p = &q->waiters;
-            while (*p)
-                p = &(*p)->next;
+            while (*p) p = &(*p)->next;
             *p = w;
             pthread_mutex_unlock(&q->lock);
             return;

@@ -1,5 +1,5 @@
 /* libFuzzer: the cluster spec (TF_CONFIG JSON, net/cluster.c) over the JSON reader
- * (net/json.c): a launch script's typo or a hostile environment must be an error. */
+ * (core/json.c): a launch script's typo or a hostile environment must be an error. */
 #include "fuzz_util.h"
 #include "core/json.h"
 #include "psgraph/cluster.h"

@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t flags = data[1];
     const uint8_t *p = data + 2;
     size_t left = size - 2, n = 0;
-    psg_msg_t *m = psg_msg_new(flags & 1 ? PSG_MSG_REPLY : PSG_MSG_REQUEST, flags & 2 ? "Nope" : e->op);
+    psg_msg_t *m =
+        psg_msg_new(flags & 1 ? PSG_MSG_REPLY : PSG_MSG_REQUEST, flags & 2 ? "Nope" : e->op);
     const uint8_t *key = take(&p, &left, &n);
     if (key && !(flags & 4)) {
         char *k = malloc(n + 1);
@@ -48,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         p += 8, left -= 8;
     }
     const uint8_t *ids = take(&p, &left, &n);
-    if (ids && (flags & 8)) add_ids(m, flags & 16 ? "targets" : "feeds", ids, n, flags & 16 ? 1 : 2);
+    if (ids && (flags & 8))
+        add_ids(m, flags & 16 ? "targets" : "feeds", ids, n, flags & 16 ? 1 : 2);
     if (ids && (flags & 32)) add_ids(m, "fetches", ids, n, 2);
     if (left || (flags & 64)) psg_msg_set_body(m, p, left);
     if (m->kind == PSG_MSG_REQUEST) {

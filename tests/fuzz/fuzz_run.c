@@ -32,7 +32,8 @@ static double work_of(const psg_graph_t *g) {
         for (int o = 0; o < psg_node_num_outputs(n); o++) {
             const psg_shape_t *s = psg_node_output_shape(n, o);
             double numel = 1;
-            for (int d = 0; s->rank > 0 && d < s->rank; d++) numel *= s->dims[d] > 0 ? (double)s->dims[d] : 1;
+            for (int d = 0; s->rank > 0 && d < s->rank; d++)
+                numel *= s->dims[d] > 0 ? (double)s->dims[d] : 1;
             work += numel * window;
         }
         work += psg_node_flops(g, n, 1);
@@ -62,7 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (strcmp(psg_node_op(nd), "Placeholder") || psg_node_num_outputs(nd) != 1) continue;
         const psg_shape_t *s = psg_node_output_shape(nd, 0);
         psg_dtype_t dt = psg_node_output_dtype(nd, 0);
-        if (!psg_shape_is_complete(s) || dt == PSG_DT_RESOURCE || !(values[nf] = psg_tensor_zeros(dt, s))) continue;
+        if (!psg_shape_is_complete(s) || dt == PSG_DT_RESOURCE ||
+            !(values[nf] = psg_tensor_zeros(dt, s)))
+            continue;
         feeds[nf++] = (psg_endpoint_t){i, 0};
     }
     psg_membudget_enter(outer);
@@ -77,7 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         psg_run_env_t env = {.rm = rm, .step_id = 1, .rendezvous = rv, .budget = budget};
         rc = psg_plan_run_with(plan, &env, values, NULL);
     }
-    if (getenv("PSG_FUZZ_VERBOSE")) fprintf(stderr, "fuzz_run: %s\n", rc == 0 ? "ran" : psg_error_message());
+    if (getenv("PSG_FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_run: %s\n", rc == 0 ? "ran" : psg_error_message());
 done:
     psg_plan_destroy(&plan);
     psg_rendezvous_destroy(&rv);

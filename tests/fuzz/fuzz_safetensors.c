@@ -34,8 +34,9 @@ static int index_file(void) {
     snprintf(shard, sizeof shard, "%s/model.ckpt-1-00000-of-00001.safetensors", dir);
     snprintf(index_path, sizeof index_path, "%s/model.ckpt-1.index.json", dir);
     mkdir(dir, 0700);
-    static const char st[] = "\x40\0\0\0\0\0\0\0{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}          "
-                             "\0\0\x80\x3f";
+    static const char st[] =
+        "\x40\0\0\0\0\0\0\0{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}          "
+        "\0\0\x80\x3f";
     FILE *f = fopen(shard, "wb");
     if (!f || fwrite(st, 1, sizeof st - 1, f) != sizeof st - 1 || fclose(f) != 0) abort();
     fd = psg_fuzz_memfile_at(index_path);

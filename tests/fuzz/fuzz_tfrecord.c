@@ -21,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int64_t i = 0; fd >= 0 && i < n; i++) {
             uint8_t *buf = malloc(e[i].length > 0 ? (size_t)e[i].length : 1);
             if (buf && psg_tfrecord_read(fd, path, &e[i], buf) == 0)
-                psg_example_parse(buf, (size_t)e[i].length, "image/encoded", "image/class/label", &ex);
+                psg_example_parse(buf, (size_t)e[i].length, "image/encoded", "image/class/label",
+                                  &ex);
             free(buf);
         }
         if (fd >= 0) close(fd);

@@ -23,8 +23,10 @@ static inline const char *psg_fuzz_dir(void) {
 /* The process whose id a name of ours carries (psg_fuzz_PID.suffix, psg_fuzz_ckpt_PID), or 0. */
 static inline int psg_fuzz_name_pid(const char *name) {
     int pid = 0, used = 0;
-    if (sscanf(name, "psg_fuzz_ckpt_%d%n", &pid, &used) == 1 && pid > 0 && name[used] == 0) return pid;
-    if (sscanf(name, "psg_fuzz_%d%n", &pid, &used) == 1 && pid > 0 && (name[used] == '.' || name[used] == 0))
+    if (sscanf(name, "psg_fuzz_ckpt_%d%n", &pid, &used) == 1 && pid > 0 && name[used] == 0)
+        return pid;
+    if (sscanf(name, "psg_fuzz_%d%n", &pid, &used) == 1 && pid > 0 &&
+        (name[used] == '.' || name[used] == 0))
         return pid;
     return 0;
 }
@@ -37,7 +39,8 @@ static inline void psg_fuzz_remove_stale(const char *dir) {
     if (!d) return;
     for (struct dirent *de; (de = readdir(d));) {
         int pid = psg_fuzz_name_pid(de->d_name);
-        if (pid == 0 || kill(pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to ask */
+        if (pid == 0 || kill(pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive, or not ours to ask */
         char path[512];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -90,8 +93,8 @@ static void psg_fuzz_file_remove(void) {
 static inline const char *psg_fuzz_file(const uint8_t *data, size_t size, const char *suffix) {
     static int fd = -1;
     if (fd < 0) {
-        snprintf(psg_fuzz_file_path, sizeof psg_fuzz_file_path, "%s/psg_fuzz_%d%s", psg_fuzz_dir(), (int)getpid(),
-                 suffix);
+        snprintf(psg_fuzz_file_path, sizeof psg_fuzz_file_path, "%s/psg_fuzz_%d%s", psg_fuzz_dir(),
+                 (int)getpid(), suffix);
         fd = psg_fuzz_memfile_at(psg_fuzz_file_path);
         atexit(psg_fuzz_file_remove);
     }

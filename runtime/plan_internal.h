@@ -1,11 +1,13 @@
-/* A plan's layout, shared by the planner (plan.c) and the executor (executor.c): the
- * executed nodes in a topological order, their slots, consumers and resource groups. Not a
- * public API: runtime/executor.h is. */
-#ifndef PSGRAPH_RUNTIME_PLAN_H
-#define PSGRAPH_RUNTIME_PLAN_H
+/* The layout of an executor's plan, shared by runtime/executor.c (building and running it)
+ * and runtime/resource_groups.c (which nodes touch which resource). Private to runtime/. */
+#ifndef PSGRAPH_RUNTIME_PLAN_INTERNAL_H
+#define PSGRAPH_RUNTIME_PLAN_INTERNAL_H
 
-#include "graph/graph_internal.h"
 #include "runtime/executor.h"
+#include "graph/graph_layout.h"
+#include "psgraph/op.h"
+
+#include <stdbool.h>
 
 typedef struct {
     const psg_node_t *node;
@@ -13,12 +15,12 @@ typedef struct {
     int *input_slots; /* one per input */
     int *consumers;   /* plan-local ids of nodes that wait on this one (with repeats removed) */
     int num_consumers;
-    int num_deps;     /* distinct producers + control inputs inside the plan */
-    bool fed;         /* not executed: its outputs are fed */
-    int device;       /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
+    int num_deps; /* distinct producers + control inputs inside the plan */
+    bool fed;     /* not executed: its outputs are fed */
+    int device;   /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
     psg_kernel_fn kernel;
-    void *params;     /* the def's prepare struct, or NULL */
-    int *groups;      /* the resource groups whose state it touches (see psg_run_order_t) */
+    void *params; /* the def's prepare struct, or NULL */
+    int *groups;  /* the resource groups whose state it touches (see psg_run_order_t) */
     int num_groups;
 } plan_node_t;
 
@@ -41,5 +43,9 @@ struct psg_plan {
     bool can_overlap; /* every stateful node is a handle, Send, Recv or a user of a group */
     bool host_only;   /* no node on a GPU: any thread may run its kernels */
 };
+
+/* Groups p's executed nodes by the resource they touch and sets p->can_overlap.
+ * Returns 0, or -1 with the error set (out of memory). */
+int psg_plan_find_resource_groups(psg_plan_t *p);
 
 #endif

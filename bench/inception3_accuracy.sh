@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 36's time-to-accuracy numbers on the synthetic ImageNet-format set
+# (`psgraph data imagenet`: 10 shapes, 400 train + 100 validation images, 75x75, TF's
+# shard layout, labels 1..10, boxes), one JSON line per evaluation:
+#   keras:   Keras's InceptionV3 (TF 2.21, bench/inception3_keras_peer.py) with TF's recipe
+#   one:     psgraph, one process, batch B, the same initial weights (Keras's, --init-from
+#            through the slim <-> Keras name map), the same recipe and steps
+#   cluster: psgraph, 1 ps + 2 workers + 1 backup (sync, N = 2), batch B/2 a worker: the same
+#            effective batch as `one`
+# usage: bench/inception3_accuracy.sh [steps, default 200] [eval every, default 50]
+#        PSG_TF_VENV: a venv with tensorflow-cpu==2.21.0 and safetensors (else made in build/)
+#        PSG_ACC_RUNS: which runs (default "keras one cluster")
+set -u
+cd "$(dirname "$0")/.."
+steps=${1:-200} every=${2:-50}
+B=8 lr=${PSG_ACC_LR:-0.01} bn=0.9
+runs=${PSG_ACC_RUNS:-keras one cluster}
+out=${PSG_ACC_OUT:-$(mktemp -d /tmp/psg_inception3_accuracy.XXXXXX)}
+psg=${PSG_BIN:-build/cli/psgraph}
+venv=${PSG_TF_VENV:-build/tf-venv}
+if ! "$venv/bin/python" -c 'import tensorflow, safetensors' 2>/dev/null; then
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q tensorflow-cpu==2.21.0 safetensors || exit 1
+fi
+mkdir -p "$out"
+[ -d "$out/inet" ] || "$psg" data imagenet --out "$out/inet" >"$out/data.json" || exit 1
+[ -f "$out/init.safetensors" ] || "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" \
+  --bn-decay $bn --init-out "$out/init.safetensors" >/dev/null 2>&1 || exit 1
+common=(train --model inception3 --data imagenet --data-dir "$out/inet" --image-size 75
+        --classes 10 --steps "$steps" --eval-every "$every" --initial-learning-rate $lr
+        --batchnorm-decay $bn --init-from "$out/init.safetensors" --log-every 10)
+report() { # run name, metrics.jsonl
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for l in open(sys.argv[2]):
+    d = json.loads(l)
+    if d.get("event") == "eval":
+        print(json.dumps({"run": sys.argv[1], "step": d["step"], "top1": d["top1"], "top5": d["top5"],
+                          "top1_ema": d["top1_ema"], "top5_ema": d["top5_ema"], "wall_sec": d["wall_sec"]}))
+PY
+}
+for r in $runs; do
+  case $r in
+  keras)
+    "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" --classes 10 --size 75 \
+      --batch $B --steps "$steps" --eval-every "$every" --lr $lr --bn-decay $bn --threads 2 \
+      2>"$out/keras.err" | sed 's/"peer": "keras"/"run": "keras"/' ;;
+  one)
+    "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1 &&
+      report one "$out/one/metrics.jsonl" ;;
+  cluster)
+    "$psg" launch --ps 1 --workers 3 -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
+      --sync sync --backup-workers 1 --step-timeout 600 --logdir "$out/cluster" >"$out/cluster.log" 2>&1 &&
+      report cluster "$out/cluster/metrics.jsonl" &&
+      grep -o '"per_worker":[^]]*]],"per_worker_dropped":[^]]*]' "$out/cluster/metrics.jsonl" | tail -1 ;;
+  esac
+done

@@ -1,0 +1,228 @@
+"""Graphs, sessions, fetches, feeds, scopes, collections, errors: psgraph.compat.v1's core
+behaves as TF 1.x's."""
+import collections
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import psgraph.compat.v1 as tf
+from psgraph import errors
+
+
+def test_run_nested_fetches(sess):
+    a = tf.constant(2.0)
+    b = tf.constant([1.0, 2.0])
+    noop = tf.no_op()
+    Pair = collections.namedtuple("Pair", "x y")
+    out = sess.run({"a": a, "list": [a, (b, noop)], "nt": Pair(a, b)})
+    assert out["a"] == 2.0 and isinstance(out["a"], np.float32)
+    assert out["list"][0] == 2.0
+    assert isinstance(out["list"][1], tuple) and out["list"][1][1] is None
+    np.testing.assert_array_equal(out["list"][1][0], [1.0, 2.0])
+    assert isinstance(out["nt"], Pair) and out["nt"].x == 2.0
+    assert sess.run(noop) is None
+    assert sess.run([]) == []
+
+
+def test_feed_dict_and_names(sess):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.placeholder(tf.float32, [3], name="y")
+    z = tf.placeholder(tf.float32, [], name="z")
+    s = x + y * z
+    assert x.name == "x:0" and s.shape.as_list() == [None, 3]
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = sess.run(s, feed_dict={x: xv, y: [1.0, 2.0, 3.0], z: 2.0})
+    np.testing.assert_allclose(got, xv + np.array([1, 2, 3], np.float32) * 2)
+    # by name, and feeding a float64 array (converted as TF converts it)
+    got = sess.run("add:0" if False else s.name, feed_dict={"x:0": xv.astype(np.float64), y: [0, 0, 0], z: 1})
+    np.testing.assert_allclose(got, xv)
+
+
+def test_feed_of_wrong_shape_names_the_tensor(sess):
+    x = tf.placeholder(tf.float32, [None, 3], name="inp")
+    with pytest.raises(ValueError, match=r"Cannot feed value of shape \[2, 4\] for Tensor 'inp:0'"):
+        sess.run(x * 2.0, {x: np.zeros((2, 4), np.float32)})
+
+
+def test_unfed_placeholder_is_an_error_naming_it(sess):
+    x = tf.placeholder(tf.float32, [2], name="needed")
+    with pytest.raises(errors.OpError, match="needed"):
+        sess.run(x + 1.0)
+
+
+def test_build_error_is_a_value_error_naming_the_node(fresh_graph):
+    a = tf.placeholder(tf.float32, [None, 3136])
+    w = tf.Variable(tf.zeros([3137, 256]))
+    with tf.variable_scope("cnn"), tf.variable_scope("fc1"):
+        with pytest.raises(ValueError, match=r"node 'cnn/fc1/MatMul' \(MatMul\): .*3136.*3137"):
+            tf.matmul(a, w)
+    # the graph stays usable after the caught error
+    with tf.Session() as s:
+        assert s.run(tf.constant(1.0) + 1.0) == 2.0
+
+
+def test_zero_copy_fetch_and_feed(sess):
+    x = tf.placeholder(tf.float32, [4])
+    y = x * 3.0
+    a = np.ones(4, np.float32)
+    out = sess.run(y, {x: a})
+    assert out.flags["OWNDATA"] is False  # a view of psgraph's tensor, not a copy
+    v = tf.Variable(tf.ones([3]))
+    sess.run(v.initializer)
+    first = sess.run(v)
+    sess.run(v.assign([5.0, 5.0, 5.0]))
+    np.testing.assert_array_equal(first, [1, 1, 1])  # a variable's value comes out as a copy
+
+
+def test_session_runs_without_the_gil(sess):
+    x = tf.placeholder(tf.float32, [None, 512])
+    w = tf.constant(np.ones((512, 512), np.float32) / 512)
+    y = x
+    for _ in range(20):
+        y = tf.matmul(y, w)
+    feed = {x: np.ones((256, 512), np.float32)}
+    sess.run(y, feed)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        for _ in range(5):
+            sess.run(y, feed)
+    finally:
+        stop.set()
+        t.join()
+    assert len(ticks) > 100  # the other thread ran while the steps did
+
+
+def test_scopes_and_names(fresh_graph):
+    with tf.name_scope("outer"):
+        a = tf.constant(1.0, name="c")
+        with tf.name_scope("inner"):
+            b = tf.add(a, a, name="sum")
+    with tf.name_scope("outer"):
+        c = tf.constant(2.0, name="c")
+    assert a.op.name == "outer/c" and b.op.name == "outer/inner/sum"
+    assert c.op.name == "outer_1/c"
+    assert tf.constant(3.0, name="c").op.name == "c"
+    assert tf.constant(3.0, name="c").op.name == "c_1"
+    with tf.variable_scope("vs"):
+        v = tf.get_variable("w", [2, 3])
+        t = tf.identity(v, name="id")
+    assert v.name == "vs/w:0" and t.op.name == "vs/id"
+    with tf.variable_scope("vs", reuse=True):
+        assert tf.get_variable("w", [2, 3]) is v
+    with tf.variable_scope("vs", reuse=tf.AUTO_REUSE):
+        assert tf.get_variable("w") is v
+        u = tf.get_variable("u", [1])
+    assert u.name == "vs/u:0"
+    with pytest.raises(ValueError, match="Variable vs/w already exists"):
+        with tf.variable_scope("vs"):
+            tf.get_variable("w", [2, 3])
+    with pytest.raises(ValueError, match="Variable vs/nope does not exist"):
+        with tf.variable_scope("vs", reuse=True):
+            tf.get_variable("nope", [1])
+    assert fresh_graph.get_tensor_by_name("vs/id:0") is t
+
+
+def test_collections_and_initializers(sess):
+    v = tf.Variable(tf.ones([2]), name="v")
+    w = tf.get_variable("w", [3], initializer=tf.constant_initializer(2.5), trainable=False)
+    assert tf.global_variables() == [v, w]
+    assert tf.trainable_variables() == [v]
+    tf.add_to_collection("mine", v)
+    assert tf.get_collection("mine") == [v]
+    assert tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="w") == [w]
+    sess.run(tf.global_variables_initializer())
+    np.testing.assert_array_equal(sess.run(w), [2.5, 2.5, 2.5])
+    np.testing.assert_array_equal(v.eval(session=sess), [1, 1])
+
+
+def test_control_dependencies_order_the_read(sess):
+    v = tf.Variable(0.0)
+    inc = tf.assign_add(v, 1.0)
+    with tf.control_dependencies([inc]):
+        after = v.read_value() + 0.0
+    sess.run(v.initializer)
+    assert sess.run(after) == 1.0
+    assert sess.run(after) == 2.0
+    grouped = tf.group(inc, tf.no_op())
+    sess.run(grouped)
+    assert sess.run(v) == 3.0
+
+
+def test_placeholder_with_default(sess):
+    d = tf.placeholder_with_default(tf.constant([1.0, 2.0]), shape=[None])
+    y = d * 2.0
+    np.testing.assert_array_equal(sess.run(y), [2, 4])
+    np.testing.assert_array_equal(sess.run(y, {d: [1.0, 1.0, 1.0]}), [2, 2, 2])
+
+
+def test_device_and_config(fresh_graph):
+    with tf.device("/cpu:0"):
+        a = tf.constant(1.0)
+    assert "cpu" in a.device.lower()
+    cfg = tf.ConfigProto(device_filters=["/job:ps"], intra_op_parallelism_threads=2,
+                         inter_op_parallelism_threads=1, allow_soft_placement=True)
+    with tf.Session(config=cfg) as s:
+        assert s.run(a) == 1.0
+    with pytest.raises(ValueError, match='no "bogus" field'):
+        tf.ConfigProto(bogus=1)
+    tf.disable_v2_behavior()
+    tf.disable_eager_execution()
+
+
+def test_seeds_make_draws_repeatable():
+    def draw():
+        with tf.Graph().as_default():
+            tf.set_random_seed(7)
+            r = tf.random_normal([5])
+            with tf.Session() as s:
+                return s.run(r)
+    np.testing.assert_array_equal(draw(), draw())
+
+
+def test_unsupported_name_raises_attribute_error():
+    with pytest.raises(AttributeError, match=r"psgraph does not have tf\.while_loop yet"):
+        tf.while_loop
+    with pytest.raises(AttributeError, match=r"psgraph does not have tf\.nn\.ctc_loss yet"):
+        tf.nn.ctc_loss
+    with pytest.raises(AttributeError, match=r"psgraph does not have tf\.train\.SyncReplicasOptimizer yet"):
+        tf.train.SyncReplicasOptimizer
+
+
+def test_a_script_with_an_unsupported_name_fails_naming_it(tmp_path):
+    script = tmp_path / "tf1_script.py"
+    script.write_text("import psgraph.compat.v1 as tf\n"
+                      "x = tf.placeholder(tf.float32, [None, 4])\n"
+                      "y = tf.contrib.layers.fully_connected(x, 3)\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "AttributeError: psgraph does not have tf.contrib yet" in r.stderr
+
+
+def test_closed_session_and_eval_without_session(fresh_graph):
+    a = tf.constant(1.0)
+    with pytest.raises(ValueError, match="No default session"):
+        a.eval()
+    s = tf.Session()
+    s.close()
+    with pytest.raises(RuntimeError, match="closed Session"):
+        s.run(a)
+    with tf.Session() as s2:
+        assert a.eval() == 1.0 and s2 is tf.get_default_session()
+
+
+def test_make_callable(sess):
+    x = tf.placeholder(tf.float32, [2])
+    f = sess.make_callable([x * 2.0, x + 1.0], feed_list=[x])
+    a, b = f(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(a, [2, 4])
+    np.testing.assert_array_equal(b, [2, 3])

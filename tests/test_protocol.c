@@ -1,0 +1,297 @@
+/* The task server's protocol table (ps/protocol.c) as a program extends it: a test-only
+ * request, TestScale, added through psg_proto_register with its own coders both ways and
+ * its handler, served by a task server in a forked process over TCP and called through
+ * the client half, beside the built-in rows; the table's checks on what is added. Not
+ * the built-in requests' behaviour (test_dist, test_hostile). */
+#include "ps/client.h"
+#include "ps/task_server_internal.h"
+#include "tests/testutil.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_FACTOR 1000
+
+/* TestScale's fields: key the factor (1..MAX_FACTOR, decimal), tensors the f32 values.
+ * The reply: the values times the factor, in order. */
+typedef struct {
+    int64_t factor;
+    int n;
+    psg_tensor_t *const *values; /* the message's */
+} scale_req_t;
+
+static int scale_encode(const psg_req_t *r, psg_msg_t *m) {
+    const scale_req_t *s = r->u.ext;
+    char key[32];
+    snprintf(key, sizeof key, "%" PRId64, s->factor);
+    if (psg_msg_set_key(m, key) < 0) return -1;
+    for (int i = 0; i < s->n; i++)
+        if (psg_msg_add_tensor(m, NULL, s->values[i]) < 0) return -1;
+    return 0;
+}
+
+/* Every tensor of m is f32, or the error names the first that is not. */
+static int all_f32(const psg_msg_t *m, psg_err_code_t code) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i]->dtype != PSG_DT_F32)
+            return psg_error_set_code(code, "tensor %d is %s, not f32", i,
+                                      psg_dtype_name(m->tensors[i]->dtype));
+    return 0;
+}
+
+static int scale_decode(const psg_msg_t *m, psg_req_t *r) {
+    char *end = NULL;
+    long long f = m->key ? strtoll(m->key, &end, 10) : 0;
+    if (!m->key || !*m->key || *end || f < 1 || f > MAX_FACTOR)
+        return psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                                  "TestScale: key '%.64s' is not a factor in [1, %d]",
+                                  m->key ? m->key : "", MAX_FACTOR);
+    if (all_f32(m, PSG_ERR_BAD_REQUEST) < 0) return psg_error_wrap("TestScale");
+    scale_req_t *s = calloc(1, sizeof *s);
+    if (!s) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    *s = (scale_req_t){f, m->ntensors, m->tensors};
+    r->u.ext = s;
+    return 0;
+}
+
+static void scale_clear(psg_req_t *r) {
+    free(r->u.ext);
+    r->u.ext = NULL;
+}
+
+static int scale_encode_reply(const psg_rep_t *rep, psg_msg_t *m) {
+    for (int i = 0; i < rep->u.fetched.n; i++)
+        if (psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]) < 0) return -1;
+    return 0;
+}
+
+static int scale_decode_reply(const psg_msg_t *m, psg_rep_t *rep) {
+    if (all_f32(m, PSG_ERR_UNKNOWN) < 0) return -1;
+    rep->u.fetched.n = m->ntensors;
+    rep->u.fetched.t = m->tensors;
+    return 0;
+}
+
+/* On the server thread: scales each value and replies through the row's reply encoder. */
+static void scale_handler(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    const scale_req_t *s = r->u.ext;
+    psg_tensor_t *out[8] = {0};
+    if (s->n > 8) {
+        psg_ts_reply_error(ts, *reqp, PSG_ERR_LIMIT, "TestScale: %d tensors (at most 8)", s->n);
+        return;
+    }
+    int ok = 1;
+    for (int i = 0; i < s->n && ok; i++) {
+        out[i] = psg_tensor_new(PSG_DT_F32, &s->values[i]->shape);
+        ok = out[i] != NULL;
+        for (int64_t k = 0; ok && k < psg_tensor_numel(out[i]); k++)
+            psg_tensor_f32(out[i])[k] =
+                psg_tensor_f32((psg_tensor_t *)s->values[i])[k] * (float)s->factor;
+    }
+    psg_rep_t rep = {.type = r->type, .u.fetched = {s->n, out}};
+    psg_msg_t *m = ok ? psg_rep_encode(r->type, &rep) : NULL;
+    if (m)
+        psg_ts_reply_ok(ts, *reqp, &m);
+    else
+        psg_ts_reply_error(ts, *reqp, PSG_ERR_NO_MEMORY, "TestScale: out of memory");
+    for (int i = 0; i < s->n; i++) psg_tensor_destroy(&out[i]);
+}
+
+static const psg_proto_entry_t scale_row = {
+    .op = "TestScale",
+    .fields = "key: factor (1..1000); tensors: f32 values",
+    .reply = "tensors: the values times the factor",
+    .encode = scale_encode,
+    .decode = scale_decode,
+    .clear = scale_clear,
+    .encode_reply = scale_encode_reply,
+    .decode_reply = scale_decode_reply,
+    .handler = scale_handler,
+};
+
+static int scale_type = -1;
+
+/* The server's process (this binary again, run with --serve FD): it adds the same row to
+ * its own table, runs a task server on a free port (written to fd) and serves until
+ * Shutdown. */
+static int serve(int fd) {
+    int rc = 1;
+    if (psg_proto_register(&scale_row) == PSG_REQ_COUNT) {
+        psg_task_server_options_t o = {.task_name = "/job:ps/task:0",
+                                       .endpoint = "tcp://127.0.0.1:*",
+                                       .idle_timeout_ms = 60000};
+        psg_task_server_t *ts = psg_task_server_new(&o);
+        int port = ts ? psg_task_server_port(ts) : -1;
+        if (write(fd, &port, sizeof port) == (ssize_t)sizeof port && ts &&
+            psg_task_server_wait(ts, 60000) == 1 &&
+            strstr(psg_task_server_stop_reason(ts), "shutdown"))
+            rc = 0;
+        psg_task_server_destroy(&ts);
+    }
+    close(fd);
+    return rc;
+}
+
+static psg_tensor_t *f32(psg_shape_t s, const float *v) {
+    return psg_test_tensor(&s, v);
+}
+
+static void test_table(void) {
+    /* every built-in row, from the table itself: its own op and all its coders */
+    for (int t = 0; t < PSG_REQ_COUNT; t++) {
+        const psg_proto_entry_t *e = psg_proto_entry((psg_req_type_t)t);
+        CHECK(e->type == (psg_req_type_t)t && psg_proto_find(e->op) == e);
+        CHECK(e->encode && e->decode && e->encode_reply && e->decode_reply && e->handler);
+    }
+    scale_type = psg_proto_register(&scale_row);
+    CHECK(scale_type == PSG_REQ_COUNT);
+    CHECK(psg_proto_find("TestScale") == psg_proto_entry((psg_req_type_t)scale_type));
+    CHECK(psg_proto_find("TestScale")->type == (psg_req_type_t)scale_type);
+
+    psg_proto_entry_t dup = scale_row;
+    CHECK(psg_proto_register(&dup) < 0);
+    CHECK_ERROR_HAS("request 'TestScale' is in the table already");
+    dup.op = PSG_TS_RUN_GRAPH;
+    CHECK(psg_proto_register(&dup) < 0);
+    CHECK_ERROR_HAS("request 'RunGraph' is in the table already");
+    dup.op = "TestNoReply";
+    dup.decode_reply = NULL;
+    CHECK(psg_proto_register(&dup) < 0);
+    CHECK_ERROR_HAS("request 'TestNoReply' needs its encoder, decoder, reply encoder");
+    CHECK(psg_proto_find("TestNoReply") == NULL);
+
+    /* the row's own coders, both ways, without a server */
+    float v[3] = {1, 2, 3};
+    psg_tensor_t *x = f32(psg_shape_1d(3), v);
+    scale_req_t s = {7, 1, &x};
+    psg_req_t r = {.type = (psg_req_type_t)scale_type, .u.ext = &s}, back;
+    psg_msg_t *m = psg_req_encode(&r);
+    CHECK(m && !strcmp(m->op, "TestScale") && !strcmp(m->key, "7") && m->ntensors == 1);
+    CHECK(m && psg_req_decode(m, &back) == 0 && back.type == (psg_req_type_t)scale_type);
+    if (m && back.u.ext) {
+        const scale_req_t *d = back.u.ext;
+        CHECK(d->factor == 7 && d->n == 1 && d->values[0] == m->tensors[0]);
+    }
+    psg_req_clear(&back);
+    CHECK(back.u.ext == NULL);
+    psg_msg_destroy(&m);
+
+    /* its reply decoder refuses what its reply does not carry, under its op's name */
+    int64_t iv[1] = {5};
+    psg_shape_t one = psg_shape_1d(1);
+    psg_tensor_t *i64 = psg_tensor_new(PSG_DT_I64, &one);
+    memcpy(i64->data, iv, sizeof iv);
+    psg_msg_t *rm = psg_msg_new(PSG_MSG_REPLY, "TestScale");
+    psg_msg_add_tensor(rm, NULL, i64);
+    psg_rep_t rep;
+    CHECK(psg_rep_decode(rm, (psg_req_type_t)scale_type, &rep) < 0);
+    CHECK_ERROR_HAS("TestScale reply: tensor 0 is i64, not f32");
+    psg_msg_destroy(&rm);
+    psg_tensor_destroy(&i64);
+    psg_tensor_destroy(&x);
+}
+
+static void test_served(void) {
+    int fds[2];
+    PSG_ASSERT(pipe(fds) == 0);
+    pid_t pid = fork();
+    PSG_ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", fds[1]);
+        execl("/proc/self/exe", "test_protocol", "--serve", fd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    int port = -1;
+    CHECK(read(fds[0], &port, sizeof port) == (ssize_t)sizeof port && port > 0);
+    close(fds[0]);
+    if (port <= 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return;
+    }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    psg_ts_client_t *c = psg_ts_client_new("/job:ps/task:0", addr, 20000, 0, NULL);
+    CHECK(c != NULL);
+
+    /* the added request, through the client half and the server's dispatch */
+    float a[3] = {1, 2, 3}, b[1] = {0.5f};
+    psg_tensor_t *in[2] = {f32(psg_shape_1d(3), a), f32(psg_shape_2d(1, 1), b)};
+    scale_req_t s = {3, 2, in};
+    psg_req_t r = {.type = (psg_req_type_t)scale_type, .u.ext = &s};
+    psg_rep_t rep;
+    psg_msg_t *m = psg_ts_call(c, &r, &rep, 20000);
+    CHECK(m && rep.u.fetched.n == 2);
+    if (m && rep.u.fetched.n == 2) {
+        const float *y = psg_tensor_f32(rep.u.fetched.t[0]),
+                    *z = psg_tensor_f32(rep.u.fetched.t[1]);
+        CHECK(psg_tensor_numel(rep.u.fetched.t[0]) == 3 && y[0] == 3 && y[1] == 6 && y[2] == 9);
+        CHECK(rep.u.fetched.t[1]->shape.rank == 2 && z[0] == 1.5f);
+    }
+    psg_msg_destroy(&m);
+
+    /* its decoder's refusals come back as errors naming the op and the field */
+    s.factor = 0;
+    CHECK(psg_ts_call(c, &r, &rep, 20000) == NULL);
+    CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
+    CHECK_ERROR_HAS("TestScale: key '0' is not a factor in [1, 1000]");
+    int64_t iv[1] = {4};
+    psg_shape_t one = psg_shape_1d(1);
+    psg_tensor_t *i64 = psg_tensor_new(PSG_DT_I64, &one);
+    memcpy(i64->data, iv, sizeof iv);
+    psg_tensor_t *bad_in[1] = {i64};
+    s = (scale_req_t){2, 1, bad_in};
+    CHECK(psg_ts_call(c, &r, &rep, 20000) == NULL);
+    CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
+    CHECK_ERROR_HAS("TestScale: tensor 0 is i64, not f32");
+
+    /* the built-in rows still answer beside it */
+    psg_req_t in_req = {.type = PSG_REQ_INSPECT};
+    m = psg_ts_call(c, &in_req, &rep, 20000);
+    CHECK(m && rep.u.json.len > 0 && rep.u.json.text[0] == '{');
+    psg_msg_destroy(&m);
+    psg_req_t stop = {.type = PSG_REQ_SHUTDOWN};
+    m = psg_ts_call(c, &stop, &rep, 20000);
+    CHECK(m != NULL);
+    psg_msg_destroy(&m);
+    int status = -1;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    psg_ts_client_destroy(&c);
+    psg_tensor_destroy(&i64);
+    psg_tensor_destroy(&in[0]);
+    psg_tensor_destroy(&in[1]);
+}
+
+/* The table holds PSG_PROTO_MAX_ADDED added rows, and says so past them. */
+static void test_limit(void) {
+    static char ops[PSG_PROTO_MAX_ADDED + 1][32];
+    int added = 1; /* TestScale */
+    for (int i = 0; i < PSG_PROTO_MAX_ADDED; i++) {
+        psg_proto_entry_t row = scale_row;
+        snprintf(ops[i], sizeof ops[i], "TestFill%d", i);
+        row.op = ops[i];
+        int t = psg_proto_register(&row);
+        if (added < PSG_PROTO_MAX_ADDED) {
+            CHECK(t == PSG_REQ_COUNT + added);
+            added++;
+        } else {
+            CHECK(t < 0);
+            CHECK_ERROR_HAS("requests were added already (the limit)");
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
+    RUN_TEST(test_table);
+    RUN_TEST(test_served);
+    RUN_TEST(test_limit);
+    return psg_test_summary();
+}

@@ -1,0 +1,315 @@
+/* The serving layer without HTTP: the ONNX writer's refusals (an op with no ONNX form,
+ * named with its node; training-only ops; a placeholder not among the inputs), a
+ * servable from a checkpoint with its weight in column shards, TensorFlow Serving's
+ * REST routes and bodies (every error naming the field, the expected dtype and shape),
+ * and the model server: concurrent requests batched, a new checkpoint swapped in while a
+ * request holds the old version. ONNX Runtime's check of the files is
+ * tests/test_serving.sh's. */
+#include "psgraph/psgraph.h"
+#include "serving/model_server.h"
+#include "serving/rest.h"
+#include "serving/servable_internal.h"
+#include "tests/testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char tmpdir[64];
+
+static void test_onnx_refusals(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){2, {-1, 4}});
+    psg_endpoint_t y = psg_placeholder(g, "y", PSG_DT_F32, &(psg_shape_t){2, {-1, 4}});
+    psg_endpoint_t l2 = psg_l2_loss(g, "l2", x);
+    psg_endpoint_t sum = psg_add(g, "sum", x, y);
+    psg_endpoint_t drop = psg_dropout(g, "drop", x, 0.5, 1);
+    CHECK(psg_graph_status(g) == 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/x.onnx", tmpdir);
+    psg_onnx_io_t in = {"x", x}, out = {"out", l2};
+    psg_onnx_spec_t spec = {.num_inputs = 1, .inputs = &in, .num_outputs = 1, .outputs = &out};
+    CHECK(psg_onnx_export(g, &spec, path) < 0);
+    CHECK_ERROR_HAS("node 'l2' (L2Loss): no ONNX form");
+    CHECK(access(path, F_OK) != 0); /* nothing written */
+    out.endpoint = sum;
+    CHECK(psg_onnx_export(g, &spec, path) < 0);
+    CHECK_ERROR_HAS("node 'y' (Placeholder)");
+    out.endpoint = drop;
+    CHECK(psg_onnx_export(g, &spec, path) < 0);
+    CHECK_ERROR_HAS("node 'drop' (Dropout): runs only in training");
+    CHECK(!psg_onnx_supports("L2Loss") && psg_onnx_supports("Conv2D") &&
+          !psg_onnx_supports("Dropout"));
+    psg_graph_destroy(&g);
+}
+
+/* An mlp's checkpoint at `step` in dir, its fc1 weight in column shards (as a cluster
+ * with --shard-bytes writes it), all values from `seed`. */
+static void write_mlp_checkpoint(const char *dir, int64_t step, uint64_t seed) {
+    psg_graph_t *g = psg_graph_new();
+    psg_model_t m;
+    psg_model_options_t o = {.dense_shard_bytes = 410000};
+    CHECK(psg_model_build_with(g, "mlp", 28, 28, 1, 10, seed, &o, &m) == 0);
+    CHECK(psg_graph_find(g, "model/fc1/weights/part_0") >= 0);
+    psg_session_t *s = psg_session_new(g, &(psg_session_options_t){1}, NULL);
+    CHECK(s && psg_session_run_init(s) == 0);
+    psg_resource_mgr_t *rm = psg_session_resources(s);
+    CHECK(psg_checkpoint_save(dir, step, 1, &rm, 0, NULL) == 0);
+    psg_session_destroy(&s);
+    psg_graph_destroy(&g);
+}
+
+static void test_servable_merges_column_shards(void) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/mlp", tmpdir);
+    write_mlp_checkpoint(dir, 7, 3);
+    psg_servable_t *s = psg_servable_load(dir, NULL);
+    CHECK(s != NULL);
+    if (!s) return;
+    CHECK(!strcmp(psg_servable_model(s), "mlp") && psg_servable_step(s) == 7);
+    psg_variable_t *w = psg_resource_find_variable(psg_servable_values(s), "model/fc1/weights");
+    CHECK(w && w->shape.rank == 2 && w->shape.dims[0] == 784 && w->shape.dims[1] == 256);
+    /* the whole weight's row 5 = part_0's row 5, then part_1's */
+    psg_checkpoint_t *ck = NULL;
+    CHECK(psg_checkpoint_open_latest(dir, -1, NULL, NULL, &ck) == 1);
+    psg_tensor_t *p0 = psg_checkpoint_read(ck, "model/fc1/weights/part_0");
+    psg_tensor_t *p1 = psg_checkpoint_read(ck, "model/fc1/weights/part_1");
+    CHECK(p0 && p1 && p0->shape.dims[1] + p1->shape.dims[1] == 256);
+    if (w && p0 && p1) {
+        int64_t c0 = p0->shape.dims[1], c1 = p1->shape.dims[1];
+        CHECK(psg_tensor_f32(w->value)[5 * 256 + 3] == psg_tensor_f32(p0)[5 * c0 + 3]);
+        CHECK(psg_tensor_f32(w->value)[5 * 256 + c0 + 2] == psg_tensor_f32(p1)[5 * c1 + 2]);
+    }
+    psg_tensor_destroy(&p0);
+    psg_tensor_destroy(&p1);
+    psg_checkpoint_destroy(&ck);
+    /* a wrong input is refused naming it */
+    psg_tensor_t *bad = psg_tensor_zeros(PSG_DT_F32, &(psg_shape_t){4, {2, 28, 27, 1}}),
+                 *outs[4] = {0};
+    CHECK(psg_servable_run(s, &bad, outs) < 0);
+    CHECK_ERROR_HAS("input 'images' must be f32[?, 28, 28, 1], got f32[2, 28, 27, 1]");
+    psg_tensor_destroy(&bad);
+    psg_servable_destroy(&s);
+    psg_servable_options_t o = {.model = "cnn"};
+    CHECK(psg_servable_load(dir, &o) == NULL);
+    CHECK_ERROR_HAS("model/conv1/weights");
+}
+
+/* A table of 5 rows in 2 row shards: merged by mod (id i is row i / 2 of shard i % 2) or
+ * div (shard 0 holds ids 0..2), into the one variable "t/part_0" of a one-shard build. */
+static void test_row_shards_merged(void) {
+    for (int div = 0; div < 2; div++) {
+        psg_resource_mgr_t *rm = psg_resource_mgr_new();
+        int64_t rows[2] = {3, 2};
+        for (int k = 0; k < 2; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "t/part_%d", k);
+            psg_variable_t *v =
+                psg_resource_variable(rm, name, PSG_DT_F32, &(psg_shape_t){2, {rows[k], 3}});
+            for (int64_t r = 0; r < rows[k]; r++) {
+                int64_t id = div ? r + 3 * k : 2 * r + k;
+                for (int c = 0; c < 3; c++)
+                    psg_tensor_f32(v->value)[r * 3 + c] = (float)(10 * id + c);
+            }
+            v->initialized = true;
+        }
+        char dir[128];
+        snprintf(dir, sizeof dir, "%s/table%d", tmpdir, div);
+        CHECK(psg_checkpoint_save(dir, 1, 1, &rm, 0, NULL) == 0);
+        psg_resource_mgr_destroy(&rm);
+        psg_graph_t *g = psg_graph_new();
+        psg_endpoint_t h = psg_var_handle(g, "t/part_0", PSG_DT_F32, &(psg_shape_t){2, {5, 3}});
+        CHECK(psg_endpoint_valid(h));
+        psg_checkpoint_t *ck = NULL;
+        CHECK(psg_checkpoint_open_latest(dir, -1, NULL, NULL, &ck) == 1);
+        rm = psg_resource_mgr_new();
+        CHECK(psg_serving_fill_values(g, ck, rm, div ? "div" : "mod") == 0);
+        psg_variable_t *v = psg_resource_find_variable(rm, "t/part_0");
+        bool same = v && v->initialized;
+        for (int i = 0; same && i < 15; i++)
+            same = psg_tensor_f32(v->value)[i] == (float)(10 * (i / 3) + i % 3);
+        CHECK(same);
+        psg_resource_mgr_destroy(&rm);
+        psg_checkpoint_destroy(&ck);
+        psg_graph_destroy(&g);
+    }
+}
+
+static void test_rest_routes(void) {
+    psg_rest_route_t r;
+    CHECK(psg_rest_route("GET", "/v1/models/cnn", &r) == 0 && r.kind == PSG_REST_STATUS &&
+          !strcmp(r.model, "cnn") && r.version == -1);
+    CHECK(psg_rest_route("GET", "/v1/models/cnn/versions/12", &r) == 0 && r.version == 12);
+    CHECK(psg_rest_route("GET", "/v1/models/cnn/metadata", &r) == 0 && r.kind == PSG_REST_METADATA);
+    CHECK(psg_rest_route("POST", "/v1/models/cnn/versions/3:predict", &r) == 0 &&
+          r.kind == PSG_REST_PREDICT && r.version == 3);
+    CHECK(psg_rest_route("GET", "/v1/models/cnn:predict", &r) == 405);
+    CHECK(psg_rest_route("POST", "/v1/models/cnn/metadata", &r) == 405);
+    CHECK(psg_rest_route("GET", "/v2/models/cnn", &r) == 404);
+    CHECK(psg_rest_route("GET", "/v1/models/cnn/versions/x", &r) == 404);
+    CHECK(psg_rest_route("POST", "/v1/models/cnn:classify", &r) == 404);
+    CHECK(psg_rest_route("GET", "/v1/models/", &r) == 404);
+}
+
+static const psg_servable_tensor_t image_in[] = {
+    {"images", PSG_DT_F32, {4, {-1, 2, 2, 1}}, {0, 0}}};
+static const psg_servable_tensor_t wd_in[] = {{"dense", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
+                                              {"ids", PSG_DT_I64, {2, {-1, 3}}, {0, 0}}};
+static const psg_servable_tensor_t two_out[] = {
+    {"logits", PSG_DT_F32, {2, {-1, 2}}, {0, 0}},
+    {"probabilities", PSG_DT_F32, {2, {-1, 2}}, {0, 0}}};
+
+static int parse(const psg_rest_signature_t *sig, const char *body, psg_rest_request_t *r) {
+    return psg_rest_parse_predict(sig, body, strlen(body), r);
+}
+
+static void test_rest_bodies(void) {
+    psg_rest_signature_t sig = {1, 2, image_in, two_out};
+    psg_rest_request_t r;
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]],[[[5],[6]],[[7],[8.5]]]]}", &r) == 0);
+    CHECK(!r.columnar && r.batch == 2 && psg_tensor_f32(r.inputs[0])[7] == 8.5f);
+    psg_rest_request_clear(&r);
+    CHECK(
+        parse(
+            &sig,
+            "{\"signature_name\":\"serving_default\",\"inputs\":{\"images\":[[[[1],[2]],[[3],[4]]]]}}",
+            &r) == 0);
+    CHECK(r.columnar && r.batch == 1 && psg_tensor_f32(r.inputs[0])[3] == 4.0f);
+    psg_rest_request_clear(&r);
+    CHECK(parse(&sig, "{\"instances\":[{\"images\":[[[1],[2]],[[3],[4]]]}]}", &r) == 0 &&
+          r.batch == 1);
+    psg_rest_request_clear(&r);
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]],[[[5],[6]],[[7]]]]}", &r) < 0);
+    CHECK_ERROR_HAS(
+        "'images' must be f32[?, 2, 2, 1]: an array of 1 where 2 belong at instances[1][1]");
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[\"x\"]]]]}", &r) < 0);
+    CHECK_ERROR_HAS("a string where a number belongs at instances[0][1][1][0]");
+    CHECK(parse(&sig, "{\"instances\":[]}", &r) < 0);
+    CHECK_ERROR_HAS("non-empty array");
+    CHECK(parse(&sig, "{\"instances\":[1],\"inputs\":[1]}", &r) < 0);
+    CHECK_ERROR_HAS("both 'instances' and 'inputs'");
+    CHECK(parse(&sig, "{\"instance\":[1]}", &r) < 0);
+    CHECK_ERROR_HAS("unknown field 'instance'");
+    CHECK(parse(&sig, "{\"instances\":[1]", &r) < 0);
+    CHECK_ERROR_HAS("the body is not JSON");
+    CHECK(parse(&sig, "{\"signature_name\":\"other\",\"instances\":[1]}", &r) < 0);
+    CHECK_ERROR_HAS("serving_default");
+
+    psg_rest_signature_t wd = {2, 2, wd_in, two_out};
+    CHECK(
+        parse(
+            &wd,
+            "{\"instances\":[{\"dense\":[0.5,1],\"ids\":[1,2,3]},{\"dense\":[2,3],\"ids\":[4,5,6]}]}",
+            &r) == 0);
+    CHECK(r.batch == 2 && ((int64_t *)r.inputs[1]->data)[5] == 6 &&
+          psg_tensor_f32(r.inputs[0])[0] == 0.5f);
+    psg_rest_request_clear(&r);
+    CHECK(parse(&wd, "{\"inputs\":{\"dense\":[[1,2]],\"ids\":[[1,2,3],[4,5,6]]}}", &r) < 0);
+    CHECK_ERROR_HAS("'ids' must be i64[?, 3]: 2 rows where the other inputs have 1");
+    CHECK(parse(&wd, "{\"instances\":[{\"dense\":[1,2],\"ids\":[1,2.5,3]}]}", &r) < 0);
+    CHECK_ERROR_HAS(
+        "'ids' must be i64[?, 3]: 2.5 is not an integer it can hold at instances[0][1]");
+    CHECK(parse(&wd, "{\"instances\":[{\"dense\":[1,2]}]}", &r) < 0);
+    CHECK_ERROR_HAS("instances[0] has no input 'ids'");
+    CHECK(parse(&wd, "{\"inputs\":{\"dense\":[[1,2]],\"ids\":[[1,2,3]],\"x\":1}}", &r) < 0);
+    CHECK_ERROR_HAS("'x', which is no input");
+
+    /* answers: rows 1..2 of a batch, both formats */
+    psg_tensor_t *outs[2] = {
+        psg_test_tensor(&(psg_shape_t){2, {3, 2}}, (float[]){0, 1, 2, 3, 0.1f, 5}),
+        psg_test_tensor(&(psg_shape_t){2, {3, 2}}, (float[]){9, 9, 8, 8, 7, 7})};
+    psg_strbuf_t t = {0};
+    psg_rest_format_predict(&sig, false, outs, 1, 2, &t);
+    CHECK(t.s && !strcmp(t.s, "{\"predictions\":[{\"logits\":[2,3],\"probabilities\":[8,8]},"
+                              "{\"logits\":[0.100000001,5],\"probabilities\":[7,7]}]}"));
+    free(t.s);
+    t = (psg_strbuf_t){0};
+    psg_rest_format_predict(&sig, true, outs, 0, 1, &t);
+    CHECK(t.s && !strcmp(t.s, "{\"outputs\":{\"logits\":[[0,1]],\"probabilities\":[[9,9]]}}"));
+    free(t.s);
+    psg_tensor_destroy(&outs[0]);
+    psg_tensor_destroy(&outs[1]);
+}
+
+typedef struct {
+    psg_model_server_t *ms;
+    psg_servable_t *s;
+    int failures;
+} client_t;
+
+static void *client(void *arg) {
+    client_t *c = arg;
+    psg_tensor_t *x = psg_tensor_zeros(PSG_DT_F32, &(psg_shape_t){4, {1, 28, 28, 1}});
+    for (int i = 0; i < 10; i++) {
+        psg_tensor_t *outs[4] = {0};
+        int64_t row0 = -1;
+        if (psg_model_server_predict(c->ms, c->s, &x, 1, outs, &row0) < 0 || !outs[0] || row0 < 0 ||
+            row0 >= outs[0]->shape.dims[0])
+            c->failures++;
+        psg_tensor_destroy(&outs[0]);
+        psg_tensor_destroy(&outs[1]);
+    }
+    psg_tensor_destroy(&x);
+    return NULL;
+}
+
+static void test_model_server(void) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/served", tmpdir);
+    write_mlp_checkpoint(dir, 10, 1);
+    psg_model_server_config_t c = {
+        .dir = dir, .max_batch = 8, .batch_timeout_us = 50000, .poll_secs = 0.05};
+    psg_model_server_t *ms = psg_model_server_new(&c);
+    CHECK(ms != NULL);
+    if (!ms) return;
+    psg_servable_t *old = psg_model_server_acquire(ms, -1);
+    CHECK(old && psg_servable_step(old) == 10);
+    CHECK(psg_model_server_acquire(ms, 11) == NULL);
+    CHECK_ERROR_HAS("no version 11 of the model: it serves version 10");
+    /* 8 clients at once: their requests share batches */
+    pthread_t th[8];
+    client_t cl[8];
+    for (int i = 0; i < 8; i++) {
+        cl[i] = (client_t){ms, old, 0};
+        pthread_create(&th[i], NULL, client, &cl[i]);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(cl[i].failures == 0);
+    }
+    psg_model_server_stats_t st;
+    psg_model_server_stats(ms, &st);
+    CHECK(st.requests == 80 && st.rows == 80 && st.batches < st.requests);
+    printf("    80 requests of 8 clients ran in %lld batches\n", (long long)st.batches);
+    /* a new checkpoint: served within the polls, while `old` stays usable */
+    write_mlp_checkpoint(dir, 20, 2);
+    int64_t v[4];
+    for (int i = 0; i < 200 && !(psg_model_server_versions(ms, v, 4) == 1 && v[0] == 20); i++)
+        usleep(20000);
+    CHECK(psg_model_server_versions(ms, v, 4) == 1 && v[0] == 20);
+    client_t late = {ms, old, 0};
+    client(&late);
+    CHECK(late.failures == 0);
+    psg_model_server_release(ms, old);
+    CHECK(psg_model_server_acquire(ms, 10) == NULL);
+    psg_servable_t *now = psg_model_server_acquire(ms, 20);
+    CHECK(now != NULL);
+    psg_model_server_release(ms, now);
+    psg_model_server_destroy(&ms);
+    CHECK(ms == NULL);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/psg_test_serving.XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    RUN_TEST(test_onnx_refusals);
+    RUN_TEST(test_servable_merges_column_shards);
+    RUN_TEST(test_row_shards_merged);
+    RUN_TEST(test_rest_routes);
+    RUN_TEST(test_rest_bodies);
+    RUN_TEST(test_model_server);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return psg_test_summary();
+}
