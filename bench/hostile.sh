@@ -6,8 +6,35 @@
 # round trip during and after; targets: RSS within 50 MB, 50 ms), and how long SIGTERM
 # takes to end it (target 2 s). The test test_hostile runs the same, shorter.
 #   bench/hostile.sh
+#   bench/hostile.sh --waits [ROUNDS]
+# (issue 27) a real `psgraph train` (mlp, 300 steps) beside a ps, alone and beside 4
+# connections of 8 takes each waiting, ROUNDS times alternated: steps/s of each, the ratio.
+#   bench/hostile.sh --graphs [PAIRS]
+# (issue 27) PAIRS (default 100000) mutated RegisterGraph + RunGraph pairs from the seeds of
+# tests/fuzz/corpus/fuzz_run against an AddressSanitizer + UBSan `psgraph server
+# --memory-limit 256M` (build-asan): its RSS growth, the task's memory peak as it counted it,
+# and the sanitizer reports in its log (target: none, +50 MB, the peak under the limit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh build >/dev/null || exit 1
+if [ "${1:-}" = "--waits" ]; then # a real job's steps/s alone and beside 32 waiting takes, ROUNDS times
+  for _ in $(seq "${2:-3}"); do
+    PSG_HOSTILE_ONLY=test_waits_hold_no_runner build/tests/test_hostile_graphs build/cli/psgraph | grep '^{"bench":"hostile_waits"'
+  done
+  exit
+fi
+if [ "${1:-}" = "--graphs" ]; then
+  bash tools/build.sh build-asan -Db_sanitize=address,undefined -Dbuildtype=debug -Doptimization=1 >/dev/null || exit 1
+  log=$(mktemp /tmp/psg_hostile_graphs_ps.XXXXXX)
+  # a small quarantine: freed memory would otherwise stay in RSS for 256 MB
+  ASAN_OPTIONS=allocator_may_return_null=1:quarantine_size_mb=16:detect_leaks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1 \
+    build/bench/bench_hostile_graphs build-asan/cli/psgraph tests/fuzz/corpus/fuzz_run "${2:-100000}" 256M "$log"
+  rc=$?
+  reports=$(grep -cE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log")
+  echo "{\"bench\":\"hostile_graphs_sanitizer\",\"reports\":$reports,\"server_log\":\"$log\"}"
+  [ "$rc" = 0 ] && [ "$reports" = 0 ]
+  exit
+fi
 build/bench/bench_limits
 PSG_REPLAY=${PSG_REPLAY:-100000} build/tests/test_hostile build/cli/psgraph | grep '^{'

@@ -425,8 +425,13 @@ static const psg_cli_option_t rows[] = {
                     "listen off loopback without keys (a network you trust)")}},
     {"--memory-limit", PSG_OPT_BYTES, 1, 9e18,
      .use = {SERVER(lim.memory_bytes, "--memory-limit BYTES",
-                    "the task's memory: what a peer's registered graphs may\n"
-                    "allocate (suffix K, M, G; default half the machine's)")}},
+                    "the task's memory, for all its peers: graphs as built, what\n"
+                    "their steps allocate, requests waiting (suffix K, M, G;\n"
+                    "default half the machine's)")}},
+    {"--peer-memory", PSG_OPT_BYTES, 1, 9e18,
+     .use = {SERVER(lim.peer_memory_bytes, "--peer-memory BYTES",
+                    "a peer's share: what its graphs may allocate in all\n"
+                    "(default half of --memory-limit)")}},
     {"--max-pending", PSG_OPT_INT, 1, 1e9,
      .use = {SERVER(lim.max_pending_per_peer, "--max-pending N",
                     "RunGraph requests a peer may have pending (default 64)")}},
@@ -438,10 +443,20 @@ static const psg_cli_option_t rows[] = {
                     "graphs a peer may have registered (default 256)")}},
     {"--max-peers-per-address", PSG_OPT_INT, 1, 1e9,
      .use = {SERVER(lim.max_peers_per_address, "--max-peers-per-address N",
-                    "connections from one address holding anything here\n"
-                    "(a peer that reconnects gets fresh quotas; default 64).\n"
+                    "open connections from one address holding anything here\n"
+                    "(a closed one's graphs wait out --graph-grace; default 64).\n"
                     "With --keys a peer is a client key, all its connections\n"
                     "one quota (the cluster's own key: per connection)")}},
+    {"--max-connections", PSG_OPT_INT, 1, 1e6,
+     .use = {SERVER(lim.max_connections, "--max-connections N",
+                    "connections open at once; at the cap a new one closes the\n"
+                    "oldest that never finished its handshake, or itself\n"
+                    "(default: what ulimit -n allows, less 128)")}},
+    {"--graph-grace", PSG_OPT_REAL, 0.001, 86400,
+     .use = {SERVER(graph_grace, "--graph-grace S",
+                    "a peer's graphs outlive its last connection S seconds (a\n"
+                    "worker that reconnects keeps them), then are released\n"
+                    "(default 60)")}},
     {"--max-wait", PSG_OPT_REAL, 0.001, 1e9,
      .use = {SERVER(max_wait, "--max-wait S",
                     "the longest wait of an accumulator take or token dequeue,\n"

@@ -119,6 +119,7 @@ int psg_cmd_server(int argc, char **argv) {
                                    .keys = keys,
                                    .insecure = insecure};
     o.limits.max_wait_ms = (int64_t)(a.max_wait * 1000);
+    o.limits.graph_grace_ms = (int64_t)(a.graph_grace * 1000); /* 0: the default */
     for (int i = 0; i < a.logdirs.n; i++) o.logdirs[i] = a.logdirs.v[i];
     psg_task_server_t *ts = psg_task_server_new(&o);
     if (!ts) {

@@ -1,6 +1,7 @@
 /* Reference-counted buffers and the size-bucketed cache behind them.
  * The cache exists because a training step frees and re-allocates the same
  * sizes every step: reusing blocks avoids page faults and keeps RSS flat. */
+#include "core/membudget.h"
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
 
@@ -22,6 +23,7 @@ typedef struct block {
     size_t capacity;
     int bucket;
     struct block *next;
+    psg_membudget_t *budget; /* charged its capacity while it lives (a reference), or NULL */
 } block_t;
 
 #define HEADER_BYTES (((sizeof(block_t) + BUFFER_ALIGN - 1) / BUFFER_ALIGN) * BUFFER_ALIGN)
@@ -50,6 +52,10 @@ psg_buffer_t *psg_buffer_new(size_t size) {
     size_t capacity;
     int b = bucket_of(size, &capacity);
     block_t *blk = NULL;
+    /* the thread's budget (a task server's, while a peer's step runs) pays for it */
+    psg_membudget_t *budget = psg_membudget_current();
+    if (budget && (capacity > INT64_MAX || psg_membudget_charge(budget, (int64_t)capacity) < 0))
+        return NULL;
     pthread_mutex_lock(&cache_lock);
     if (cache[b]) {
         blk = cache[b];
@@ -67,6 +73,7 @@ psg_buffer_t *psg_buffer_new(size_t size) {
             mem = aligned_alloc(BUFFER_ALIGN, HEADER_BYTES + capacity);
         }
         if (!mem) {
+            if (budget) psg_membudget_release(budget, (int64_t)capacity);
             psg_error_set("out of memory allocating a buffer of %zu bytes", size);
             return NULL;
         }
@@ -75,6 +82,7 @@ psg_buffer_t *psg_buffer_new(size_t size) {
         blk->bucket = b;
     }
     blk->next = NULL;
+    blk->budget = psg_membudget_ref(budget);
     blk->pub.data = (char *)blk + HEADER_BYTES;
     blk->pub.size = size;
     atomic_init(&blk->pub.refcount, 1);
@@ -115,6 +123,10 @@ static void block_free(block_t *blk) {
 
 static void block_release(block_t *blk) {
     atomic_fetch_sub(&live_bytes, blk->capacity);
+    if (blk->budget) {
+        psg_membudget_release(blk->budget, (int64_t)blk->capacity);
+        psg_membudget_unref(&blk->budget);
+    }
     pthread_mutex_lock(&cache_lock);
     if (cached_bytes + blk->capacity <= CACHE_MAX_BYTES) {
         blk->next = cache[blk->bucket];

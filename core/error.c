@@ -36,6 +36,10 @@ psg_err_code_t psg_error_code(void) {
     return error_code;
 }
 
+void psg_error_set_code_only(psg_err_code_t code) {
+    error_code = code;
+}
+
 const char *psg_error_code_name(int code) {
     static const char *const names[PSG_ERR_CODE_COUNT] = {
         "unknown", "bad_request", "not_found", "limit",     "timeout",     "aborted",

@@ -168,6 +168,37 @@ int psg_graph_num_nodes(const psg_graph_t *g) {
     return g->num_nodes;
 }
 
+/* A heap block of n bytes as malloc holds it: its header, rounded to 16. */
+static size_t heap_bytes(size_t n) {
+    return (n + 8 + 15) & ~(size_t)15;
+}
+
+static size_t str_bytes(const char *s) {
+    return s ? heap_bytes(strlen(s) + 1) : 0;
+}
+
+size_t psg_graph_footprint(const psg_graph_t *g) {
+    size_t n = heap_bytes(sizeof *g) + heap_bytes(sizeof(psg_node_t *) * (size_t)g->cap_nodes) +
+               heap_bytes(sizeof(int) * (size_t)g->num_slots);
+    for (int i = 0; i < g->num_nodes; i++) {
+        const psg_node_t *nd = g->nodes[i];
+        n += heap_bytes(sizeof *nd) + str_bytes(nd->name) + str_bytes(nd->device) +
+             str_bytes(nd->assigned_device) +
+             heap_bytes(sizeof *nd->inputs * (size_t)nd->num_inputs) +
+             heap_bytes(sizeof *nd->controls * (size_t)nd->num_controls) +
+             heap_bytes(sizeof *nd->attrs * (size_t)nd->num_attrs);
+        for (int k = 0; k < nd->num_attrs; k++) {
+            const psg_attr_t *a = &nd->attrs[k];
+            n += str_bytes(a->key);
+            if (a->type == PSG_ATTR_STR) n += str_bytes(a->u.s);
+            if (a->type == PSG_ATTR_INTS) n += heap_bytes(sizeof(int64_t) * (size_t)a->u.ints.n);
+            if (a->type == PSG_ATTR_FLOATS) n += heap_bytes(sizeof(double) * (size_t)a->u.floats.n);
+            if (a->type == PSG_ATTR_TENSOR && a->u.tensor) n += heap_bytes(sizeof *a->u.tensor);
+        }
+    }
+    return n;
+}
+
 const psg_node_t *psg_graph_node(const psg_graph_t *g, int id) {
     return (id >= 0 && id < g->num_nodes) ? g->nodes[id] : NULL;
 }

@@ -344,6 +344,10 @@ done:
 }
 
 psg_graph_t *psg_graph_deserialize(const void *data, size_t len) {
+    return psg_graph_deserialize_within(data, len, SIZE_MAX);
+}
+
+psg_graph_t *psg_graph_deserialize_within(const void *data, size_t len, size_t max_bytes) {
     msgpack_unpacked up;
     msgpack_unpacked_init(&up);
     size_t off = 0;
@@ -375,6 +379,15 @@ psg_graph_t *psg_graph_deserialize(const void *data, size_t len) {
     const msgpack_object *nodes = map_get(root, "nodes"), *colls = map_get(root, "collections");
     if (!nodes || nodes->type != MSGPACK_OBJECT_ARRAY) {
         psg_error_set("graph: field 'nodes' is missing or not an array");
+        goto fail;
+    }
+    /* a node takes ~700 bytes as built whatever it holds (its outputs' shapes): its count
+     * alone says whether the graph can fit, before any is built */
+    if ((size_t)nodes->via.array.size > max_bytes / sizeof(psg_node_t)) {
+        psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "graph: %u nodes take at least %zu bytes as built, over the %zu bytes left",
+            nodes->via.array.size, (size_t)nodes->via.array.size * sizeof(psg_node_t), max_bytes);
         goto fail;
     }
     g = psg_graph_new();

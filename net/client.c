@@ -25,6 +25,9 @@ struct psg_client {
     uint64_t drops, drops_at_send;
     int64_t in_flight;
     uint64_t peer_inc, peer_restarts;
+    /* its routing id, drawn once and kept by every connection and reset: a server knows a
+     * client that reconnects as the same peer (its registered graphs stay its own) */
+    uint8_t routing_id[16];
 };
 
 static atomic_uint_fast64_t monitor_seq;
@@ -65,6 +68,7 @@ static int client_connect(psg_client_t *c) {
     int connect_ms = 1000;
     zmq_setsockopt(c->sock, ZMQ_CONNECT_TIMEOUT, &connect_ms, sizeof connect_ms);
     zsock_set_sndhwm(c->zs, 100000);
+    zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, c->routing_id, sizeof c->routing_id);
     c->sndtimeo = c->opts.timeout_ms;
     zsock_set_sndtimeo(c->zs, c->sndtimeo);
     if (c->opts.keys && !strncmp(c->endpoint, "tcp://", 6) &&
@@ -101,6 +105,8 @@ psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts) 
         return NULL;
     }
     psg_codec_init_czmq();
+    psg_wire_random(c->routing_id, sizeof c->routing_id);
+    c->routing_id[0] |= 0x80; /* ZeroMQ's own ids start with a 0 byte */
     if (client_connect(c) < 0) {
         psg_client_destroy(&c);
         return NULL;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* Below this many bytes a frame is copied: a zero-copy frame costs ZeroMQ an allocation
@@ -347,8 +348,8 @@ static bool pending_advance(pending_t *p) {
 
 /* A message's first part: parts[0] is the header. */
 static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
-                                  const psg_route_t *route, const char *peer, const char *peer_key,
-                                  psg_msg_t **out) {
+                                  const psg_route_t *route, const psg_conn_t *conn,
+                                  const char *peer, const char *peer_key, psg_msg_t **out) {
     psg_codec_header_t *h = &rx->hdr;
     int ninline = 0, nchunked = 0;
     uint64_t total = h->body, chunked_bytes = 0;
@@ -401,6 +402,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     m->incarnation = h->incarnation;
     m->code = h->code;
     m->route = *route;
+    m->conn = *conn;
     snprintf(m->peer, sizeof m->peer, "%s", peer);
     snprintf(m->peer_key, sizeof m->peer_key, "%s", peer_key);
     if ((h->op && !(m->op = dup_n(h->op, h->op_len))) ||
@@ -534,6 +536,13 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
     /* the ZAP handler's answer for the connection (curve_guard.c): its key's name */
     const char *key = zmq_msg_gets(&rx->parts[n > 0 ? n - 1 : 0], "User-Id");
     psg_route_t route = {0};
+    /* the connection it came by: ZeroMQ's descriptor (ZMQ_SRCFD) and its socket's inode */
+    psg_conn_t conn = {.fd = with_route && n > 0 ? zmq_msg_get(&rx->parts[n - 1], ZMQ_SRCFD) : -1};
+    struct stat st;
+    if (conn.fd >= 0 && fstat(conn.fd, &st) == 0)
+        conn.ino = (uint64_t)st.st_ino;
+    else
+        conn.fd = -1;
     zmq_msg_t *parts = rx->parts;
     int np = n;
     psg_rx_result_t res = PSG_RX_BAD;
@@ -566,7 +575,7 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
     if (rx->hdr.kind == PSG_CODEC_CHUNK)
         res = take_chunk(rx, parts, np, &route, out);
     else
-        res = take_first(rx, parts, np, &route, bad_peer, key ? key : "", out);
+        res = take_first(rx, parts, np, &route, &conn, bad_peer, key ? key : "", out);
 done:
     for (int i = 0; i < n; i++) zmq_msg_close(&rx->parts[i]);
     return res;

@@ -1,9 +1,10 @@
-/* The process's CURVE guard: one czmq actor that answers ZeroMQ's authentication requests
- * (ZAP, inproc://zeromq.zap.01) for every CURVE server of the process against that server's
- * allow-list, and watches their handshakes through socket monitors, so that every refused
- * peer is counted and logged once per address and reason. A refused peer never completes its
- * handshake: ZeroMQ hands none of its frames to the server. Not the keys (curve_keys.c) nor
- * the sockets (server.c). */
+/* The process's guard of its servers' connections: one czmq actor that answers ZeroMQ's
+ * authentication requests (ZAP, inproc://zeromq.zap.01) for every CURVE server of the
+ * process against that server's allow-list, and watches every server's connections through
+ * socket monitors: each refused CURVE peer is counted and logged once per address and reason
+ * (a refused peer never completes its handshake: ZeroMQ hands none of its frames to the
+ * server), and a server's open connections are capped. Not the keys (curve_keys.c) nor the
+ * sockets (server.c). */
 #include "net/codec.h"
 #include "net/curve_internal.h"
 
@@ -14,15 +15,18 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
-#define MAX_WATCHED 64
+#define MAX_WATCHED 256
 #define MAX_FDS 256
 #define MAX_LOGGED 1024
 #define MONITOR_EVENTS                                                                             \
     (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |           \
-     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                      \
+     ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
 /* a handshake the peer broke off (a failure code of ours, not ZeroMQ's): a client without
  * keys sees the mismatch too, and when it hangs up first the server never reads its greeting */
 #define FAILURE_PEER_LEFT 0xffffffffu
@@ -41,6 +45,14 @@ typedef struct {
      * which logged it): two failing handshakes can interleave, HF HF D D */
     uint32_t failures[8];
     int nfailures;
+    /* its open connections, oldest first, against its cap */
+    struct conn {
+        int fd;
+        uint64_t ino;
+        bool shook; /* finished its handshake */
+    } * conns;
+    int nconns, cap;
+    uint64_t capped; /* connections closed at the cap */
 } watched_t;
 
 typedef struct {
@@ -68,10 +80,10 @@ static void log_once(guard_t *g, watched_t *w, const char *addr, const char *kin
         if (!strcmp(g->logged[i], key)) return;
     if (g->nlogged == MAX_LOGGED) return;
     snprintf(g->logged[g->nlogged++], sizeof g->logged[0], "%s", key);
-    psg_curve_log("%s: %s", w->endpoint, what);
+    psg_net_log("%s: %s", w->endpoint, what);
     if (g->nlogged == MAX_LOGGED)
-        psg_curve_log("%s: %d refusals logged; further ones are counted, not logged", w->endpoint,
-                      MAX_LOGGED);
+        psg_net_log("%s: %d refusals logged; further ones are counted, not logged", w->endpoint,
+                    MAX_LOGGED);
 }
 
 /* Counts a refusal and logs it unless this (address, reason) was logged before. */
@@ -86,8 +98,10 @@ static void refuse(guard_t *g, watched_t *w, const char *addr, const char *kind,
 }
 
 static watched_t *find_domain(guard_t *g, const char *domain, size_t len) {
-    for (int i = 0; i < g->nw; i++)
-        if (strlen(g->w[i]->domain) == len && !memcmp(g->w[i]->domain, domain, len)) return g->w[i];
+    for (int i = 0; i < g->nw; i++) /* a server without keys has no ZAP domain of its own */
+        if (g->w[i]->keys && strlen(g->w[i]->domain) == len &&
+            !memcmp(g->w[i]->domain, domain, len))
+            return g->w[i];
     return NULL;
 }
 
@@ -127,6 +141,61 @@ static void peer_of(int fd, const char *endpoint, char *out, size_t size) {
     if (self_port == port) snprintf(out, size, "%s", host);
 }
 
+/* ---- the cap on connections ---- */
+
+static void conn_drop(watched_t *w, int i) {
+    memmove(&w->conns[i], &w->conns[i + 1], (size_t)(w->nconns - i - 1) * sizeof *w->conns);
+    w->nconns--;
+}
+
+/* Forgets the connections whose descriptor was closed (or holds another socket now). */
+static void conn_prune(watched_t *w) {
+    for (int i = w->nconns - 1; i >= 0; i--) {
+        struct stat st;
+        if (fstat(w->conns[i].fd, &st) < 0 || (uint64_t)st.st_ino != w->conns[i].ino)
+            conn_drop(w, i);
+    }
+}
+
+/* A connection accepted: at the cap, the oldest that never finished its handshake (a client
+ * that connected and sent nothing) is closed for it, else the new one; logged once. */
+static void conn_accepted(guard_t *g, watched_t *w, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return; /* gone already */
+    if (w->nconns >= w->cap) conn_prune(w);
+    if (w->nconns >= w->cap) {
+        int victim = -1;
+        for (int i = 0; i < w->nconns && victim < 0; i++)
+            if (!w->conns[i].shook) victim = i;
+        shutdown(victim >= 0 ? w->conns[victim].fd : fd, SHUT_RDWR); /* ZeroMQ sees it end */
+        w->capped++;
+        char what[512];
+        snprintf(
+            what, sizeof what,
+            "%d connections open, at its cap of %d (--max-connections, or what ulimit -n leaves): "
+            "closing %s; further ones are counted, not logged",
+            w->nconns, w->cap,
+            victim >= 0 ? "the oldest that never finished its handshake for each new one"
+                        : "new ones");
+        log_once(g, w, "-", "cap", what);
+        if (victim < 0) return;
+        conn_drop(w, victim);
+    }
+    if (w->nconns == w->cap) return; /* no room to track it (cap 0) */
+    w->conns[w->nconns++] = (struct conn){fd, (uint64_t)st.st_ino, false};
+}
+
+static void conn_event(watched_t *w, int fd, bool shook) {
+    for (int i = 0; i < w->nconns; i++) {
+        if (w->conns[i].fd != fd) continue;
+        if (shook)
+            w->conns[i].shook = true;
+        else
+            conn_drop(w, i);
+        return;
+    }
+}
+
 static const char *protocol_reason(uint32_t code, const char **kind) {
     switch (code) {
     case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
@@ -164,6 +233,9 @@ static void monitor_event(guard_t *g, watched_t *w) {
             char addr[64];
             peer_of((int)value, w->endpoint, addr, sizeof addr);
             fd_put(w, (int)value, addr);
+            conn_accepted(g, w, (int)value);
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            conn_event(w, (int)value, true);
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             /* ZeroMQ says which connection only in the DISCONNECTED that follows at once */
             push_failure(w, value ? value : ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED);
@@ -172,6 +244,7 @@ static void monitor_event(guard_t *g, watched_t *w) {
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
             push_failure(w, FAILURE_PEER_LEFT);
         } else if (ev == ZMQ_EVENT_DISCONNECTED) {
+            conn_event(w, (int)value, false);
             const char *addr = "an address unknown";
             int slot = -1;
             for (int i = 0; i < MAX_FDS && slot < 0; i++)
@@ -273,6 +346,7 @@ static void zap_request(guard_t *g) {
 static void watch_remove(guard_t *g, int i) {
     zpoller_remove(g->poller, g->w[i]->mon);
     zsock_destroy(&g->w[i]->mon);
+    free(g->w[i]->conns);
     free(g->w[i]);
     g->w[i] = g->w[--g->nw];
 }
@@ -282,13 +356,20 @@ static void watch_remove(guard_t *g, int i) {
 static bool command(guard_t *g) {
     char *cmd = NULL, *domain = NULL, *endpoint = NULL, *monitor = NULL;
     void *keys = NULL, *refused = NULL;
-    if (zsock_recv(g->pipe, "sssspp", &cmd, &domain, &endpoint, &monitor, &keys, &refused) < 0)
+    int cap = 0;
+    if (zsock_recv(g->pipe, "ssssppi", &cmd, &domain, &endpoint, &monitor, &keys, &refused, &cap) <
+        0)
         return false;
     bool go_on = cmd && strcmp(cmd, "$TERM");
     int status = 0;
     if (cmd && !strcmp(cmd, "ADD")) {
         watched_t *w = g->nw < MAX_WATCHED ? calloc(1, sizeof *w) : NULL;
+        if (w && !(w->conns = calloc((size_t)cap + 1, sizeof *w->conns))) {
+            free(w);
+            w = NULL;
+        }
         if (w && (w->mon = zsock_new_pair(monitor)) != NULL) {
+            w->cap = cap;
             snprintf(w->domain, sizeof w->domain, "%s", domain);
             snprintf(w->endpoint, sizeof w->endpoint, "%s", endpoint);
             w->keys = keys;
@@ -297,6 +378,7 @@ static bool command(guard_t *g) {
             zpoller_add(g->poller, w->mon);
             g->w[g->nw++] = w;
         } else {
+            if (w) free(w->conns);
             free(w);
             status = -1;
         }
@@ -356,7 +438,8 @@ static void guard_actor(zsock_t *pipe, void *args) {
 /* ---- attach, detach ---- */
 
 int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k,
-                           atomic_uint_fast64_t *refused, char *domain, size_t size) {
+                           int max_connections, atomic_uint_fast64_t *refused, char *domain,
+                           size_t size) {
     psg_codec_init_czmq();
     pthread_mutex_lock(&guard_lock);
     int rc = 0;
@@ -377,15 +460,14 @@ int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_key
     snprintf(domain, size, "psgraph-%llu", n);
     char monitor[96];
     snprintf(monitor, sizeof monitor, "inproc://psgraph-curve-monitor-%llu", n);
-    if (zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) < 0 ||
+    if ((k && zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) < 0) ||
         zmq_socket_monitor(sock, monitor, MONITOR_EVENTS) < 0) {
-        rc = psg_error_set("cannot watch the CURVE handshakes of %s: %s", endpoint,
-                           zmq_strerror(errno));
-    } else if (zsock_send(guard, "sssspp", "ADD", domain, endpoint, monitor, (void *)k,
-                          (void *)refused) < 0 ||
+        rc = psg_error_set("cannot watch the connections of %s: %s", endpoint, zmq_strerror(errno));
+    } else if (zsock_send(guard, "ssssppi", "ADD", domain, endpoint, monitor, (void *)k,
+                          (void *)refused, max_connections) < 0 ||
                zsock_wait(guard) != 0) {
         zmq_socket_monitor(sock, NULL, 0);
-        rc = psg_error_set("cannot watch the CURVE handshakes of %s", endpoint);
+        rc = psg_error_set("cannot watch the connections of %s", endpoint);
     }
     if (rc == 0)
         guard_refs++;
@@ -401,7 +483,7 @@ void psg_curve_guard_detach(void *sock, const char *domain) {
     zmq_socket_monitor(sock, NULL, 0);
     pthread_mutex_lock(&guard_lock);
     if (guard) {
-        zsock_send(guard, "sssspp", "DEL", domain, "", "", NULL, NULL);
+        zsock_send(guard, "ssssppi", "DEL", domain, "", "", NULL, NULL, 0);
         zsock_wait(guard);
         if (--guard_refs == 0) zactor_destroy(&guard);
     }

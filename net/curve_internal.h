@@ -24,18 +24,18 @@ int psg_curve_apply_server(void *sock, const psg_curve_keys_t *k);
  * connections (psg_msg_t.peer_key, by ZAP's User-Id). */
 const char *psg_curve_keys_name(const psg_curve_keys_t *k, const uint8_t *key);
 
-/* Puts a CURVE server socket under the process's guard, before its bind: a ZAP domain of
- * its own (set on the socket here) whose requests are checked against k's allow-list, and a
- * monitor of its handshakes. Every refusal adds 1 to *refused and is logged once per peer
- * address and reason, naming `endpoint`. Call from the socket's thread. Fills domain (the
- * handle for detach). -1 with the error set. */
+/* Puts a server socket under the process's guard, before its bind: a monitor of its
+ * connections, at most max_connections open at once (at the cap a new one closes the oldest
+ * that never finished its handshake, else itself; logged once, naming `endpoint`). With keys
+ * k (a CURVE server) also a ZAP domain of its own (set on the socket here) whose requests are
+ * checked against k's allow-list: every refusal adds 1 to *refused and is logged once per
+ * peer address and reason. Call from the socket's thread. Fills domain (the handle for
+ * detach). -1 with the error set. */
 int psg_curve_guard_attach(void *sock, const char *endpoint, const psg_curve_keys_t *k,
-                           atomic_uint_fast64_t *refused, char *domain, size_t size);
+                           int max_connections, atomic_uint_fast64_t *refused, char *domain,
+                           size_t size);
 /* Takes the socket out of the guard (before it is closed); the guard's thread stops with
  * the last one. */
 void psg_curve_guard_detach(void *sock, const char *domain);
-
-/* Writes a line to the log of psg_net_set_log (nothing when none is set). */
-void psg_curve_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

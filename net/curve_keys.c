@@ -46,7 +46,7 @@ void psg_net_set_log(psg_net_log_fn fn, void *ctx) {
     pthread_mutex_unlock(&log_lock);
 }
 
-void psg_curve_log(const char *fmt, ...) {
+void psg_net_log(const char *fmt, ...) {
     char line[1024];
     va_list ap;
     va_start(ap, fmt);

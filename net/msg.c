@@ -3,23 +3,42 @@
 #include "psgraph/wire.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static pthread_once_t incarnation_once = PTHREAD_ONCE_INIT;
 static uint64_t incarnation;
 
+void psg_wire_random(void *buf, size_t n) {
+    if (getrandom(buf, n, 0) == (ssize_t)n) return;
+    /* no entropy source: time, pid and a counter, through a 64-bit mix */
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint8_t *b = buf;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
+                     ((uint64_t)getpid() << 40) ^ (counter++ * 0x9e3779b97f4a7c15u);
+        v ^= v >> 31, v *= 0xbf58476d1ce4e5b9u, v ^= v >> 29;
+        memcpy(b + i, &v, n - i < 8 ? n - i : 8);
+    }
+}
+
+bool psg_conn_open(const psg_conn_t *c) {
+    struct stat st;
+    if (c->fd < 0) return true;
+    return fstat(c->fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint64_t)st.st_ino == c->ino;
+}
+
 static void draw_incarnation(void) {
     uint64_t v = 0;
-    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) { /* no entropy source: time and pid */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        v = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
-    }
+    psg_wire_random(&v, sizeof v);
     incarnation = v ? v : 1;
 }
 
@@ -55,6 +74,7 @@ psg_msg_t *psg_msg_new(psg_msg_kind_t kind, const char *op) {
         return NULL;
     }
     m->kind = kind;
+    m->conn.fd = -1;
     if (op && !(m->op = strdup(op))) {
         free(m);
         psg_error_set("out of memory");

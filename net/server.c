@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 typedef struct outbox_item {
@@ -30,8 +31,18 @@ struct psg_server {
     outbox_item_t *head, **tail;
     int wake_fd; /* an eventfd another thread writes after queueing a reply */
     atomic_uint_fast64_t received, rejected, dropped, replies_lost, refused;
-    char zap_domain[32]; /* under the CURVE guard; "" when plain */
+    char zap_domain[32]; /* its watch under the guard (curve_guard.c); "" when none */
 };
+
+/* The cap on open connections: as asked, else what the descriptors allow (ulimit -n) less
+ * 128 for the process's other files and sockets. */
+static int max_connections(const psg_wire_opts_t *o) {
+    if (o->max_connections > 0) return o->max_connections;
+    struct rlimit rl;
+    rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    if (n == RLIM_INFINITY || n > (1 << 20)) n = 1 << 20;
+    return n > 256 ? (int)(n - 128) : (int)(n / 2);
+}
 
 psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) {
     char ep[256];
@@ -56,6 +67,10 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     }
     s->sock = zsock_resolve(s->zs);
     zsock_set_router_mandatory(s->zs, 1);
+    /* a client that reconnects keeps its routing id (client.c draws one per client): the new
+     * connection takes it over from one the server has not yet seen closed (without this,
+     * ZeroMQ never delivers the new connection's messages) */
+    zsock_set_router_handover(s->zs, 1);
     zsock_set_maxmsgsize(s->zs, (int)PSG_WIRE_MAX_FRAME);
     zsock_set_sndtimeo(s->zs, s->opts.timeout_ms);
     zsock_set_linger(s->zs, 0);
@@ -67,13 +82,21 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
         zsock_set_heartbeat_timeout(s->zs, timeout);
     }
     /* CURVE before the bind: no connection may come in plain */
-    if (o.keys && !strncmp(ep, "tcp://", 6) &&
-        (psg_curve_apply_server(s->sock, o.keys) < 0 ||
-         psg_curve_guard_attach(s->sock, ep, o.keys, &s->refused, s->zap_domain,
-                                sizeof s->zap_domain) < 0)) {
+    bool curve = o.keys && !strncmp(ep, "tcp://", 6);
+    if (curve && psg_curve_apply_server(s->sock, o.keys) < 0) {
         psg_error_wrap("%s", ep);
         goto fail;
     }
+    /* its connections watched and capped; a plain server whose guard cannot start (the
+     * process runs a ZAP handler of its own) goes without the cap */
+    if (psg_curve_guard_attach(s->sock, ep, curve ? o.keys : NULL, max_connections(&o), &s->refused,
+                               s->zap_domain, sizeof s->zap_domain) < 0 &&
+        curve) {
+        psg_error_wrap("%s", ep);
+        goto fail;
+    }
+    /* a peer that connects and never finishes its handshake is dropped after 10 s */
+    zsock_set_handshake_ivl(s->zs, 10000);
     if (zmq_bind(s->sock, ep) < 0) {
         psg_error_set("cannot bind %s: %s", ep, zmq_strerror(errno));
         goto fail;

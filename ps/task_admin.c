@@ -2,6 +2,7 @@
  * the waits (WaitInit, WaitDone). Files are written only under the task's own logdirs.
  * A waiter keeps what its reply needs and its parsed names, not the request's bytes. Not
  * the dispatch (task_server.c) nor the registered graphs (task_graphs.c). */
+#include "core/membudget.h"
 #include "core/strbuf.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/checkpoint.h"
@@ -62,6 +63,10 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
         psg_rendezvous_num_pending(ts->rv), nq, np, nd);
     /* a string: JSON readers keep 53 bits of a number */
     psg_strbuf_printf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", psg_wire_incarnation());
+    psg_strbuf_printf(
+        &b, ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64 "}",
+        psg_membudget_limit(ts->budget), psg_membudget_held(ts->budget),
+        psg_membudget_peak(ts->budget));
     if (ts->server) {
         psg_server_stats_t st = psg_server_stats(ts->server);
         psg_strbuf_printf(&b,

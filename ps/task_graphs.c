@@ -4,6 +4,7 @@
  * dispatch (task_server.c) nor the admin requests (task_admin.c). */
 #include "ops/cpu/sendrecv.h"
 #include "core/checked.h"
+#include "core/membudget.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -19,6 +20,8 @@
 
 static void reg_graph_free(reg_graph_t *rg) {
     if (!rg) return;
+    if (rg->budget) psg_membudget_release(rg->budget, (int64_t)rg->built_bytes);
+    psg_membudget_unref(&rg->budget);
     psg_run_order_destroy(&rg->order);
     psg_plan_destroy(&rg->plan);
     free(rg->vars);
@@ -27,7 +30,6 @@ static void reg_graph_free(reg_graph_t *rg) {
     free(rg->pulls);
     for (int i = 0; i < rg->n_sends; i++) free(rg->send_keys[i]);
     free(rg->send_keys);
-    pthread_mutex_destroy(&rg->run_lock);
     free(rg);
 }
 
@@ -143,8 +145,10 @@ static size_t vars_held_elsewhere(const psg_task_server_t *ts, const reg_graph_t
 
 /* The bytes a step of the graph may allocate, at most: every output of a known shape
  * (Random, constants, temporaries; not handles) and every variable a VarHandle creates. Saturates
- * at SIZE_MAX; *worst names the largest node. */
-static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) {
+ * at SIZE_MAX; *worst names the node that would make the most (a variable rm has already is not
+ * made again), *top its bytes. */
+static size_t graph_alloc_bytes(const psg_graph_t *g, psg_resource_mgr_t *rm,
+                                const psg_node_t **worst, size_t *top_bytes) {
     size_t total = 0, top = 0;
     int nn = psg_graph_num_nodes(g);
     for (int i = 0; i < nn; i++) {
@@ -161,32 +165,63 @@ static size_t graph_alloc_bytes(const psg_graph_t *g, const psg_node_t **worst) 
                               psg_ckd_add_size(&bytes, bytes, b)))
                 bytes = SIZE_MAX;
         }
-        if (psg_ckd_add_size(&bytes, bytes, var_bytes(n))) bytes = SIZE_MAX;
-        if (bytes > top) top = bytes, *worst = n;
+        size_t made = bytes, vb = var_bytes(n);
+        if (psg_ckd_add_size(&bytes, bytes, vb)) bytes = SIZE_MAX;
+        if (vb && !psg_resource_find_variable(rm, var_name_of(n)) &&
+            psg_ckd_add_size(&made, made, vb))
+            made = SIZE_MAX;
+        if (made > top) top = made, *worst = n;
         if (psg_ckd_add_size(&total, total, bytes)) total = SIZE_MAX;
     }
+    *top_bytes = top;
     return total;
 }
 
-/* The peer's share of the task: graphs, their bytes, what they may allocate. Under lock. */
-static int check_owner_limits(psg_task_server_t *ts, const peer_t *p, size_t body, size_t alloc) {
+/* The peer's share of the task: graphs, their bytes as built, what they may allocate.
+ * Under lock. */
+static int check_owner_limits(psg_task_server_t *ts, const peer_t *p, size_t built, size_t alloc) {
     const psg_task_limits_t *l = &ts->lim;
     if (p->graphs + 1 > l->max_graphs_per_peer)
         return psg_error_set_code(PSG_ERR_LIMIT,
                                   "peer %s has %d graphs registered (the limit is %d per peer)",
                                   p->label, p->graphs, l->max_graphs_per_peer);
-    if (p->graph_bytes + body > (size_t)l->max_graph_bytes_per_peer)
+    if (p->graph_bytes + built > (size_t)l->max_graph_bytes_per_peer)
         return psg_error_set_code(
             PSG_ERR_LIMIT,
-            "peer %s: graphs of %zu bytes registered, this one %zu (the limit is %" PRId64
+            "peer %s: graphs of %zu bytes as built registered, this one %zu (the limit is %" PRId64
             " bytes per peer)",
-            p->label, p->graph_bytes, body, l->max_graph_bytes_per_peer);
-    if (p->alloc_bytes + alloc > (size_t)l->memory_bytes)
+            p->label, p->graph_bytes, built, l->max_graph_bytes_per_peer);
+    if (p->alloc_bytes + alloc > (size_t)l->peer_memory_bytes)
         return psg_error_set_code(
             PSG_ERR_LIMIT,
-            "peer %s: its graphs may allocate %zu bytes, this one %zu more (the task's "
-            "memory limit is %" PRId64 " bytes, --memory-limit)",
-            p->label, p->alloc_bytes, alloc, l->memory_bytes);
+            "peer %s: its graphs may allocate %zu bytes, this one %zu more (a peer's share of "
+            "the task's memory is %" PRId64 " bytes, --peer-memory)",
+            p->label, p->alloc_bytes, alloc, l->peer_memory_bytes);
+    return 0;
+}
+
+/* The task's budget against the graph as built and its largest output: a Random, a
+ * VarHandle, a Fill that would pass what the task has left is refused by name. Charges the
+ * graph's bytes as built (given back when it is freed). */
+static int check_task_memory(psg_task_server_t *ts, reg_graph_t *rg, const psg_node_t *worst,
+                             size_t top) {
+    int64_t limit = psg_membudget_limit(ts->budget), held = psg_membudget_held(ts->budget);
+    if (rg->alloc_bytes > (size_t)limit)
+        return psg_error_set_code(
+            PSG_ERR_LIMIT,
+            "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64
+            " bytes (--memory-limit); the largest is node '%s' (%s)",
+            rg->alloc_bytes, limit, worst ? psg_node_name(worst) : "?",
+            worst ? psg_node_op(worst) : "?");
+    if (worst && top > (size_t)(limit - held))
+        return psg_error_set_code(PSG_ERR_LIMIT,
+                                  "node '%s' (%s) would make %zu bytes: the task holds %" PRId64
+                                  " of its %" PRId64 " bytes (--memory-limit)",
+                                  psg_node_name(worst), psg_node_op(worst), top, held, limit);
+    rg->built_bytes = psg_graph_footprint(rg->g) + psg_plan_footprint(rg->plan);
+    if (psg_membudget_charge(ts->budget, (int64_t)rg->built_bytes) < 0)
+        return psg_error_wrap("the graph takes %zu bytes as built", rg->built_bytes);
+    rg->budget = psg_membudget_ref(ts->budget);
     return 0;
 }
 
@@ -197,21 +232,18 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&rg->run_lock, NULL);
     rg->body_bytes = r->len;
-    if (!(rg->g = psg_graph_deserialize(r->graph, r->len))) goto fail;
+    /* a peer's graph as built, its constants included, is the task's memory */
+    int64_t left = psg_membudget_limit(ts->budget) - psg_membudget_held(ts->budget);
+    psg_membudget_t *outer = psg_membudget_enter(limited ? ts->budget : NULL);
+    rg->g = psg_graph_deserialize_within(r->graph, r->len,
+                                         limited ? (size_t)(left > 0 ? left : 0) : SIZE_MAX);
+    psg_membudget_enter(outer);
+    if (!rg->g) goto fail;
     const psg_node_t *worst = NULL;
-    rg->alloc_bytes = graph_alloc_bytes(rg->g, &worst);
+    size_t top = 0;
+    rg->alloc_bytes = graph_alloc_bytes(rg->g, ts->rm, &worst, &top);
     if (collect_vars(rg) < 0) goto fail;
-    if (limited && rg->alloc_bytes > (size_t)ts->lim.memory_bytes) {
-        psg_error_set_code(
-            PSG_ERR_LIMIT,
-            "the graph may allocate %zu bytes, over the task's memory limit of %" PRId64
-            " bytes (--memory-limit); the largest is node '%s' (%s)",
-            rg->alloc_bytes, ts->lim.memory_bytes, worst ? psg_node_name(worst) : "?",
-            worst ? psg_node_op(worst) : "?");
-        goto fail;
-    }
     int nn = psg_graph_num_nodes(rg->g);
     for (int i = 0; i < r->n_feeds + r->n_fetches; i++) {
         psg_endpoint_t e = i < r->n_feeds ? r->feeds[i] : r->fetches[i - r->n_feeds];
@@ -221,6 +253,17 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
                                "%s %d names output %d of node %d, which the graph does not have",
                                i < r->n_feeds ? "feed" : "fetch",
                                i < r->n_feeds ? i : i - r->n_feeds, e.index, e.node);
+            goto fail;
+        }
+        const psg_node_t *en = psg_graph_node(rg->g, e.node);
+        if (psg_node_output_dtype(en, e.index) ==
+            PSG_DT_RESOURCE) { /* a handle means nothing elsewhere */
+            psg_error_set_code(
+                PSG_ERR_BAD_REQUEST,
+                "%s %d is output %d of node '%s' (%s), a resource handle, which cannot cross the "
+                "wire: %s the variable's value (a read of it) instead",
+                i < r->n_feeds ? "feed" : "fetch", i < r->n_feeds ? i : i - r->n_feeds, e.index,
+                psg_node_name(en), psg_node_op(en), i < r->n_feeds ? "feed" : "fetch");
             goto fail;
         }
     }
@@ -248,19 +291,37 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
     if (!rg->run_inline && psg_plan_can_overlap(rg->plan) &&
         !(rg->order = psg_run_order_new(rg->plan)))
         goto fail;
+    if (limited && check_task_memory(ts, rg, worst, top) < 0) goto fail;
     return rg;
 fail:
     reg_graph_free(rg);
     return NULL;
 }
 
+/* A handle no live graph has: 63 random bits (not 0), so that a peer cannot guess another's
+ * (each is also its registrant's alone: psg_ts_on_run, psg_ts_graph_deregister). Under lock. */
+static uint64_t new_handle_locked(const psg_task_server_t *ts) {
+    for (;;) {
+        uint64_t h = 0;
+        psg_wire_random(&h, sizeof h);
+        h >>= 1; /* a JSON number and an int64 alike */
+        bool taken = h == 0;
+        for (int i = 0; i < ts->n_graphs && !taken; i++) taken = ts->graphs[i]->handle == h;
+        if (!taken) return h;
+    }
+}
+
 int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r,
                           uint64_t *handle) {
     reg_graph_t *rg = build(ts, r, owner != NULL);
-    if (!rg) return psg_error_wrap("task %s: RegisterGraph", ts->task);
+    if (!rg) {
+        /* the graph did not parse, infer or plan: the peer's request is at fault */
+        if (psg_error_code() == PSG_ERR_UNKNOWN) psg_error_set_code_only(PSG_ERR_BAD_REQUEST);
+        return psg_error_wrap("task %s: RegisterGraph", ts->task);
+    }
     pthread_mutex_lock(&ts->lock);
     rg->charged_bytes = rg->alloc_bytes - (owner ? vars_held_elsewhere(ts, rg, owner) : 0);
-    if (owner && check_owner_limits(ts, owner, rg->body_bytes, rg->charged_bytes) < 0)
+    if (owner && check_owner_limits(ts, owner, rg->built_bytes, rg->charged_bytes) < 0)
         goto fail_locked;
     if (ts->n_graphs == ts->cap_graphs) {
         int cap = ts->cap_graphs ? 2 * ts->cap_graphs : 16;
@@ -272,12 +333,12 @@ int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_re
         ts->graphs = v;
         ts->cap_graphs = cap;
     }
-    rg->handle = ++ts->next_handle;
+    rg->handle = new_handle_locked(ts);
     rg->refs = 1;
     rg->owner = owner;
     if (owner) {
         owner->graphs++;
-        owner->graph_bytes += rg->body_bytes;
+        owner->graph_bytes += rg->built_bytes;
         owner->alloc_bytes += rg->charged_bytes;
     }
     ts->graphs[ts->n_graphs++] = rg;
@@ -325,24 +386,51 @@ void psg_ts_graph_put(psg_task_server_t *ts, reg_graph_t **rgp) {
     if (last) reg_graph_free(rg);
 }
 
-int psg_ts_graph_deregister(psg_task_server_t *ts, uint64_t handle) {
-    reg_graph_t *rg = NULL;
-    pthread_mutex_lock(&ts->lock);
-    for (int i = 0; i < ts->n_graphs && !rg; i++)
-        if (ts->graphs[i]->handle == handle) {
-            rg = ts->graphs[i];
-            ts->graphs[i] = ts->graphs[--ts->n_graphs];
-        }
-    if (rg && rg->owner) {
+/* Under lock: takes graph i out of the table and its owner's counts. */
+static reg_graph_t *unlink_locked(psg_task_server_t *ts, int i) {
+    reg_graph_t *rg = ts->graphs[i];
+    ts->graphs[i] = ts->graphs[--ts->n_graphs];
+    if (rg->owner) {
         rg->owner->graphs--;
-        rg->owner->graph_bytes -= rg->body_bytes;
+        rg->owner->graph_bytes -= rg->built_bytes;
         rg->owner->alloc_bytes -= rg->charged_bytes;
         rg->owner = NULL;
     }
+    return rg;
+}
+
+int psg_ts_graph_deregister(psg_task_server_t *ts, const peer_t *peer, uint64_t handle) {
+    reg_graph_t *rg = NULL;
+    bool denied = false;
+    pthread_mutex_lock(&ts->lock);
+    for (int i = 0; i < ts->n_graphs && !rg && !denied; i++) {
+        if (ts->graphs[i]->handle != handle) continue;
+        if (ts->graphs[i]->owner != peer)
+            denied = true;
+        else
+            rg = unlink_locked(ts, i);
+    }
     pthread_mutex_unlock(&ts->lock);
+    if (denied)
+        return psg_error_set_code(PSG_ERR_DENIED,
+                                  "graph %" PRIu64 " was registered by another peer", handle);
     if (!rg) return psg_error_set_code(PSG_ERR_NOT_FOUND, "unknown graph handle %" PRIu64, handle);
     psg_ts_graph_put(ts, &rg); /* the table's reference: freed now, or by the last runner */
     return 0;
+}
+
+int psg_ts_graphs_release_owner(psg_task_server_t *ts, peer_t *owner) {
+    int n = 0;
+    for (;;) {
+        reg_graph_t *rg = NULL;
+        pthread_mutex_lock(&ts->lock);
+        for (int i = 0; i < ts->n_graphs && !rg; i++)
+            if (ts->graphs[i]->owner == owner) rg = unlink_locked(ts, i);
+        pthread_mutex_unlock(&ts->lock);
+        if (!rg) return n;
+        psg_ts_graph_put(ts, &rg);
+        n++;
+    }
 }
 
 void psg_ts_graphs_free_all(psg_task_server_t *ts) {
@@ -391,36 +479,80 @@ int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step
     return rc;
 }
 
-int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
-                     int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
+bool psg_ts_graph_acquire(psg_task_server_t *ts, reg_graph_t *rg, job_t *j) {
+    pthread_mutex_lock(&ts->lock);
+    bool got = !rg->busy;
+    if (got) {
+        rg->busy = true;
+    } else if (j) { /* waits in the graph's line, holding no runner */
+        j->next = NULL;
+        if (rg->waiting_tail)
+            rg->waiting_tail->next = j;
+        else
+            rg->waiting_head = j;
+        rg->waiting_tail = j;
+    } else {
+        while (rg->busy) pthread_cond_wait(&ts->graph_idle, &ts->lock);
+        rg->busy = got = true;
+    }
+    pthread_mutex_unlock(&ts->lock);
+    return got;
+}
+
+void psg_ts_graph_release(psg_task_server_t *ts, reg_graph_t *rg) {
+    pthread_mutex_lock(&ts->lock);
+    job_t *j = rg->waiting_head;
+    if (j) { /* the graph passes to the next in line, which goes to the runners */
+        rg->waiting_head = j->next;
+        if (!rg->waiting_head) rg->waiting_tail = NULL;
+        j->holds_graph = true;
+        psg_ts_queue_locked(ts, j, true);
+    } else {
+        rg->busy = false;
+        pthread_cond_broadcast(&ts->graph_idle);
+    }
+    pthread_mutex_unlock(&ts->lock);
+}
+
+int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step,
+                            psg_run_env_t *env) {
+    int rc = 0;
+    if (!take_prepared(ts, rg, step))
+        rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
+    if (rc < 0) {
+        psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
+        return psg_error_wrap("task %s", ts->task);
+    }
+    *env = (psg_run_env_t){.pool = ts->pool, .rm = ts->rm, .step_id = step, .rendezvous = ts->rv};
+    pthread_mutex_lock(&ts->lock);
+    env->on_node = ts->on_node;
+    env->on_node_ctx = ts->on_node_ctx;
+    pthread_mutex_unlock(&ts->lock);
+    return 0;
+}
+
+/* In process, on the caller's thread (a worker's own partition): the run blocks it. */
+static int graph_run_here(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket,
+                          int64_t step, int n_feeds, psg_tensor_t *const *feeds,
+                          psg_tensor_t **fetched) {
     if (n_feeds != rg->n_feeds) {
         psg_run_ticket_release(&ticket);
         return psg_error_set_code(
             PSG_ERR_BAD_REQUEST, "task %s: RunGraph of graph %" PRIu64 " got %d feeds, it takes %d",
             ts->task, rg->handle, n_feeds, rg->n_feeds);
     }
-    if (!ticket) pthread_mutex_lock(&rg->run_lock);
-    int rc = 0;
-    if (!take_prepared(ts, rg, step))
-        rc = psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls);
-    if (rc < 0) {
-        psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
-    } else {
-        psg_run_env_t env = {.pool = ts->pool,
-                             .rm = ts->rm,
-                             .step_id = step,
-                             .rendezvous = ts->rv,
-                             .ticket = ticket};
-        pthread_mutex_lock(&ts->lock);
-        env.on_node = ts->on_node;
-        env.on_node_ctx = ts->on_node_ctx;
-        pthread_mutex_unlock(&ts->lock);
+    if (!ticket) psg_ts_graph_acquire(ts, rg, NULL);
+    psg_run_env_t env;
+    int rc = psg_ts_graph_step_start(ts, rg, step, &env);
+    if (rc == 0) {
+        env.ticket = ticket;
+        env.budget = rg->budget; /* a peer's graph, even run in process: the task's memory */
         rc = psg_plan_run_with(rg->plan, &env, feeds, fetched);
     }
     if (ticket)
         psg_run_ticket_release(&ticket);
     else
-        pthread_mutex_unlock(&rg->run_lock);
+        psg_ts_graph_release(ts, rg);
     if (rc < 0) {
         psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
         return psg_error_wrap("task %s", ts->task);
@@ -439,7 +571,7 @@ int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, in
     if (rg->order && !(ticket = psg_run_order_take(rg->order)))
         rc = psg_error_wrap("task %s", ts->task);
     else
-        rc = psg_ts_graph_run(ts, rg, ticket, step, n_feeds, feeds, fetched);
+        rc = graph_run_here(ts, rg, ticket, step, n_feeds, feeds, fetched);
     psg_ts_graph_put(ts, &rg);
     return rc;
 }

@@ -5,9 +5,11 @@
  * requests in task_admin.c; the wire (net/) checks every frame before this file sees it. */
 #include "ps/task_server_internal.h"
 
+#include "core/membudget.h"
 #include "ops/state/sync_resources.h"
 #include "ops/state/timer.h"
 #include "psgraph/checkpoint.h"
+#include "psgraph/curve.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
 
@@ -22,6 +24,12 @@
 #include <unistd.h>
 
 #define LOOP_MS 50
+/* How often the peers' connections are looked at (psg_ts_peers_sweep). */
+#define SWEEP_MS 250
+/* "No peer" for the ownership checks: a requester that holds nothing here owns no graph
+ * (NULL would be the in-process owner). */
+static const peer_t peer_none;
+#define PEER_NONE (&peer_none)
 
 /* ---- replies ---- */
 
@@ -65,126 +73,6 @@ void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
     pthread_mutex_unlock(&ts->lock);
 }
 
-/* ---- peers and their limits ---- */
-
-/* The key whose connections share one quota: a client's, not the cluster's own (NULL). */
-static const char *quota_key(const psg_msg_t *req) {
-    return req->peer_key[0] && strcmp(req->peer_key, PSG_CURVE_CLUSTER) ? req->peer_key : NULL;
-}
-
-/* The peer as errors name it, at the address of its latest request. */
-static void peer_label(peer_t *p, const char *addr) {
-    snprintf(p->addr, sizeof p->addr, "%s", addr);
-    if (p->key[0])
-        snprintf(p->label, sizeof p->label, "key '%s' (%s)", p->key, p->addr);
-    else
-        snprintf(p->label, sizeof p->label, "%s", p->addr);
-}
-
-static peer_t *peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req, const char *key) {
-    for (peer_t *p = ts->peers; p; p = p->next) {
-        if (key ? !strcmp(p->key, key)
-                : !p->key[0] && p->route.len == req->route.len &&
-                      !memcmp(p->route.id, req->route.id, req->route.len)) {
-            if (key && strcmp(p->addr, req->peer)) peer_label(p, req->peer); /* it moved */
-            return p;
-        }
-    }
-    return NULL;
-}
-
-peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
-    const char *key = quota_key(req);
-    peer_t *found = peer_find_locked(ts, req, key);
-    if (found) return found;
-    if (ts->n_peers >= ts->lim.max_peers) {
-        psg_error_set_code(PSG_ERR_LIMIT, "%s: %d peers hold requests here (the limit is %d)",
-                           req->op, ts->n_peers, ts->lim.max_peers);
-        return NULL;
-    }
-    int same = 0; /* connections without a key of their own: a key is one peer wherever it is */
-    for (peer_t *q = ts->peers; q; q = q->next) same += !q->key[0] && !strcmp(q->addr, req->peer);
-    if (!key && same >= ts->lim.max_peers_per_address) {
-        psg_error_set_code(
-            PSG_ERR_LIMIT,
-            "%s: %d connections from %s hold requests here (the limit is %d per address)", req->op,
-            same, req->peer, ts->lim.max_peers_per_address);
-        return NULL;
-    }
-    peer_t *p = calloc(1, sizeof *p);
-    if (!p) {
-        psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-        return NULL;
-    }
-    if (key)
-        snprintf(p->key, sizeof p->key, "%s", key);
-    else
-        p->route = req->route;
-    peer_label(p, req->peer);
-    p->next = ts->peers;
-    ts->peers = p;
-    ts->n_peers++;
-    return p;
-}
-
-/* Forgets peers that hold nothing any more (a connection that came and went). */
-static void peers_prune_locked(psg_task_server_t *ts) {
-    for (peer_t **pp = &ts->peers; *pp;) {
-        peer_t *p = *pp;
-        if (!p->pending && !p->running && !p->recvs && !p->waiters && !p->graphs) {
-            *pp = p->next;
-            free(p);
-            ts->n_peers--;
-        } else {
-            pp = &p->next;
-        }
-    }
-}
-
-/* Takes a pending slot of req's peer for `bytes`; -1 with a PSG_ERR_LIMIT error naming
- * the limit when the peer or the task is full. Under lock. */
-static int take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes,
-                               bool queued, bool recv, peer_t **out) {
-    const psg_task_limits_t *l = &ts->lim;
-    peer_t *p = psg_ts_peer_locked(ts, req);
-    if (!p) return -1;
-    if (recv && p->recvs >= l->max_recvs_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "%s: peer %s has %d Recvs pending (the limit is %d per peer)",
-                                  req->op, p->label, p->recvs, l->max_recvs_per_peer);
-    if (!recv && p->pending >= l->max_pending_per_peer)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "%s: peer %s has %d steps pending (the limit is %d per peer)",
-                                  req->op, p->label, p->pending, l->max_pending_per_peer);
-    if (p->pending_bytes + bytes > (size_t)l->max_pending_bytes_per_peer)
-        return psg_error_set_code(
-            PSG_ERR_LIMIT,
-            "%s: peer %s has %zu bytes pending, this request %zu (the limit is %" PRId64
-            " bytes per peer)",
-            req->op, p->label, p->pending_bytes, bytes, l->max_pending_bytes_per_peer);
-    if (queued && ts->jq_len >= l->max_queue)
-        return psg_error_set_code(PSG_ERR_LIMIT,
-                                  "%s: %d steps queued for the runners (the limit is %d)", req->op,
-                                  ts->jq_len, l->max_queue);
-    if (recv)
-        p->recvs++;
-    else
-        p->pending++;
-    p->pending_bytes += bytes;
-    *out = p;
-    return 0;
-}
-
-static void put_pending(psg_task_server_t *ts, peer_t *p, size_t bytes, bool recv) {
-    pthread_mutex_lock(&ts->lock);
-    if (recv)
-        p->recvs--;
-    else
-        p->pending--;
-    p->pending_bytes -= bytes;
-    pthread_mutex_unlock(&ts->lock);
-}
-
 /* The bytes a request holds while it waits: its tensors and body. */
 static size_t msg_bytes(const psg_msg_t *m) {
     size_t n = m->body ? m->body->size : 0;
@@ -216,21 +104,43 @@ void psg_ts_on_register(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
 }
 
 void psg_ts_on_deregister(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
-    if (psg_ts_graph_deregister(ts, r->u.handle) < 0)
+    pthread_mutex_lock(&ts->lock);
+    const peer_t *peer = psg_ts_peer_find_locked(ts, *reqp); /* one that holds no graph owns none */
+    pthread_mutex_unlock(&ts->lock);
+    if (psg_ts_graph_deregister(ts, peer ? peer : PEER_NONE, r->u.handle) < 0)
         psg_ts_reply_last_error(ts, *reqp);
     else
         psg_ts_reply_ok(ts, *reqp, NULL);
 }
 
-static void run_job(psg_task_server_t *ts, job_t *j) {
+void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont) {
+    job_t **head = cont ? &ts->cq_head : &ts->jq_head, **tail = cont ? &ts->cq_tail : &ts->jq_tail;
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+    if (!cont) ts->jq_len++;
+    pthread_cond_signal(&ts->jobs_cond);
+}
+
+/* The run of j has nodes to run again, or is over: to the runners (any thread). */
+static void job_wake(void *ctx) {
+    job_t *j = ctx;
+    pthread_mutex_lock(&j->ts->lock);
+    psg_ts_queue_locked(j->ts, j, true);
+    pthread_mutex_unlock(&j->ts->lock);
+}
+
+/* Replies to j (its fetches, or the error set when rc < 0) and frees it. */
+static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetched) {
     psg_msg_t *req = j->req;
     reg_graph_t *rg = j->rg;
-    psg_tensor_t **fetched = calloc((size_t)rg->n_fetches + 1, sizeof *fetched);
-    if (!fetched) {
-        psg_run_ticket_release(&j->ticket);
-        psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
-    } else if (psg_ts_graph_run(ts, rg, j->ticket, req->step, req->ntensors, req->tensors,
-                                fetched) < 0) {
+    if (rc < 0) {
+        /* a feed that does not fit, a node of the peer's graph that fails on its input:
+         * the request's fault unless the error says otherwise */
+        if (psg_error_code() == PSG_ERR_UNKNOWN) psg_error_set_code_only(PSG_ERR_BAD_REQUEST);
         psg_ts_reply_last_error(ts, req);
     } else {
         psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH, .u.fetched = {rg->n_fetches, fetched}};
@@ -239,15 +149,74 @@ static void run_job(psg_task_server_t *ts, job_t *j) {
             m->step = req->step;
             psg_ts_reply_ok(ts, req, &m);
         } else {
-            psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "cannot build the reply");
+            psg_ts_reply_last_error(ts, req);
         }
     }
-    for (int i = 0; fetched && i < rg->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
-    free(fetched);
-    if (j->peer) put_pending(ts, j->peer, j->bytes, false);
+    psg_run_ticket_release(&j->ticket);
+    if (j->holds_graph) psg_ts_graph_release(ts, rg);
+    if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
     psg_ts_graph_put(ts, &j->rg);
     psg_msg_destroy(&j->req);
     free(j);
+}
+
+/* Starts j's run; -1 with the error set (the step aborted) when it cannot. */
+static int job_start(psg_task_server_t *ts, job_t *j) {
+    psg_run_env_t env;
+    if (psg_ts_graph_step_start(ts, j->rg, j->req->step, &env) < 0) return -1;
+    env.ticket = j->ticket;
+    env.budget = ts->budget; /* a peer's step: what it allocates is the task's memory */
+    if (!(j->run = psg_run_start(j->rg->plan, &env, j->req->tensors, job_wake, j))) {
+        psg_rendezvous_abort_step(ts->rv, j->req->step, psg_error_message());
+        return psg_error_wrap("task %s", ts->task);
+    }
+    pthread_mutex_lock(&ts->lock);
+    ts->live_runs++;
+    pthread_mutex_unlock(&ts->lock);
+    return 0;
+}
+
+/* Runs j on this thread while it has nodes to run: started first (once the graph is its
+ * own, for a plan that cannot overlap), ended when its run is over. A run that waits holds
+ * no thread: its wake queues j again, and j is not touched here after. */
+static void run_job(psg_task_server_t *ts, job_t *j) {
+    if (!j->run) {
+        bool stopping;
+        pthread_mutex_lock(&ts->lock);
+        stopping = ts->draining;
+        pthread_mutex_unlock(&ts->lock);
+        if (stopping) {
+            psg_error_set_code(PSG_ERR_STOPPING, "the server is stopping");
+            job_end(ts, j, -1, NULL);
+            return;
+        }
+        if (!j->ticket && !j->holds_graph) {
+            if (!psg_ts_graph_acquire(ts, j->rg, j)) return; /* in the graph's line */
+            j->holds_graph = true;
+        }
+        if (job_start(ts, j) < 0) {
+            job_end(ts, j, -1, NULL);
+            return;
+        }
+    }
+    if (psg_run_continue(j->run) == 0) return;
+    int nf = j->rg->n_fetches;
+    psg_tensor_t **fetched = calloc((size_t)nf + 1, sizeof *fetched);
+    int64_t step = j->req->step;
+    int rc = psg_run_finish(&j->run, fetched);
+    if (rc == 0 && !fetched)
+        rc = psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory for %d fetches", nf);
+    if (rc < 0) {
+        psg_rendezvous_abort_step(ts->rv, step, psg_error_message());
+        psg_error_wrap("task %s", ts->task);
+    }
+    job_end(ts, j, rc, fetched);
+    for (int i = 0; fetched && i < nf; i++) psg_tensor_destroy(&fetched[i]);
+    free(fetched);
+    pthread_mutex_lock(&ts->lock);
+    ts->live_runs--;
+    pthread_cond_broadcast(&ts->cond); /* a draining stop waits for the last */
+    pthread_mutex_unlock(&ts->lock);
 }
 
 void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
@@ -256,6 +225,16 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     if (!rg) {
         psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND, "unknown graph handle '%s'",
                            req->key ? req->key : "");
+        return;
+    }
+    pthread_mutex_lock(&ts->lock);
+    bool own = rg->owner && rg->owner == psg_ts_peer_find_locked(ts, req);
+    pthread_mutex_unlock(&ts->lock);
+    if (!own) {
+        psg_ts_reply_error(ts, req, PSG_ERR_DENIED,
+                           "RunGraph: graph %" PRIu64 " was registered by another peer",
+                           rg->handle);
+        psg_ts_graph_put(ts, &rg);
         return;
     }
     if (r->u.run.n_feeds != rg->n_feeds) {
@@ -272,23 +251,16 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
         free(j);
         return;
     }
+    j->ts = ts;
     j->req = req;
     j->rg = rg;
     j->bytes = msg_bytes(req);
-    bool inline_now = rg->run_inline && pthread_mutex_trylock(&rg->run_lock) == 0;
-    /* run_job takes the lock itself: hand it over by releasing it just before */
-    if (inline_now) pthread_mutex_unlock(&rg->run_lock);
     pthread_mutex_lock(&ts->lock);
-    int rc = take_pending_locked(ts, req, j->bytes, !inline_now, false, &j->peer);
-    if (rc == 0 && !inline_now) {
-        if (ts->jq_tail)
-            ts->jq_tail->next = j;
-        else
-            ts->jq_head = j;
-        ts->jq_tail = j;
-        ts->jq_len++;
-        pthread_cond_signal(&ts->jobs_cond);
-    }
+    /* a graph that cannot wait, and is free: the server thread runs it now */
+    bool inline_now = rg->run_inline && !rg->busy && !ts->draining;
+    int rc = psg_ts_take_pending_locked(ts, req, j->bytes, !inline_now, false, &j->peer);
+    if (rc == 0 && inline_now) rg->busy = j->holds_graph = true;
+    if (rc == 0 && !inline_now) psg_ts_queue_locked(ts, j, false);
     pthread_mutex_unlock(&ts->lock);
     if (rc < 0) {
         psg_ts_reply_last_error(ts, req);
@@ -301,10 +273,10 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     if (inline_now) run_job(ts, j);
 }
 
-/* Takes the first queued job whose peer runs fewer than its limit of steps (a peer's own
- * jobs keep their order); NULL when every queued job's peer is at its limit. Under lock. */
-static job_t *next_job_locked(psg_task_server_t *ts) {
-    job_t *prev = NULL, *j = ts->jq_head;
+/* Takes from a queue the first job whose peer runs fewer than its limit of steps on the
+ * runners (a peer's own jobs keep their order); NULL when there is none. Under lock. */
+static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail) {
+    job_t *prev = NULL, *j = *head;
     while (j && j->peer && j->peer->running >= ts->lim.max_running_per_peer) {
         prev = j;
         j = j->next;
@@ -313,11 +285,18 @@ static job_t *next_job_locked(psg_task_server_t *ts) {
     if (prev)
         prev->next = j->next;
     else
-        ts->jq_head = j->next;
-    if (ts->jq_tail == j) ts->jq_tail = prev;
+        *head = j->next;
+    if (*tail == j) *tail = prev;
     j->next = NULL;
-    ts->jq_len--;
     if (j->peer) j->peer->running++;
+    return j;
+}
+
+/* The next job for a runner: a started one with nodes to run first (it holds memory and
+ * maybe a graph), then the oldest not started. Under lock. */
+static job_t *next_job_locked(psg_task_server_t *ts) {
+    job_t *j = take_job_locked(ts, &ts->cq_head, &ts->cq_tail);
+    if (!j && (j = take_job_locked(ts, &ts->jq_head, &ts->jq_tail))) ts->jq_len--;
     return j;
 }
 
@@ -366,7 +345,7 @@ static void recv_done(void *arg, psg_tensor_t *t, psg_err_code_t code, const cha
         }
         psg_tensor_destroy(&t);
     }
-    put_pending(c->ts, c->peer, 0, true);
+    psg_ts_put_pending(c->ts, c->peer, 0, true);
     psg_msg_destroy(&c->req);
     free(c);
 }
@@ -385,7 +364,7 @@ void psg_ts_on_recv(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     }
     recv_ctx_t *c = calloc(1, sizeof *c);
     pthread_mutex_lock(&ts->lock);
-    int rc = c ? take_pending_locked(ts, req, 0, false, true, &c->peer)
+    int rc = c ? psg_ts_take_pending_locked(ts, req, 0, false, true, &c->peer)
                : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     pthread_mutex_unlock(&ts->lock);
     if (rc < 0) {
@@ -444,6 +423,11 @@ static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
 
 static void stop_runners(psg_task_server_t *ts) {
     pthread_mutex_lock(&ts->lock);
+    /* what started ends (its waits fail now: the rendezvous and the sync resources are
+     * closed), what did not is refused */
+    ts->draining = true;
+    pthread_cond_broadcast(&ts->jobs_cond);
+    while (ts->live_runs > 0 || ts->cq_head || ts->jq_head) pthread_cond_wait(&ts->cond, &ts->lock);
     ts->runners_stop = true;
     pthread_cond_broadcast(&ts->jobs_cond);
     pthread_mutex_unlock(&ts->lock);
@@ -455,7 +439,7 @@ static void stop_runners(psg_task_server_t *ts) {
         ts->jq_head = j->next;
         psg_ts_reply_error(ts, j->req, PSG_ERR_STOPPING, "the server is stopping");
         psg_run_ticket_release(&j->ticket);
-        if (j->peer) put_pending(ts, j->peer, j->bytes, false);
+        if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
         psg_ts_graph_put(ts, &j->rg);
         psg_msg_destroy(&j->req);
         free(j);
@@ -484,6 +468,7 @@ static void end_sync_waits(psg_task_server_t *ts) {
 
 static void serve(psg_task_server_t *ts) {
     ts->last_request_ms = psg_codec_now_ms();
+    int64_t last_sweep = ts->last_request_ms;
     for (;;) {
         psg_msg_t *m = NULL;
         int r = psg_server_recv(ts->server, &m, LOOP_MS);
@@ -495,12 +480,16 @@ static void serve(psg_task_server_t *ts) {
             psg_msg_destroy(&m);
         }
         psg_ts_check_waiters(ts, false);
+        if (psg_codec_now_ms() - last_sweep >= SWEEP_MS) {
+            psg_ts_peers_sweep(ts);
+            last_sweep = psg_codec_now_ms();
+        }
         if (ts->idle_timeout_ms > 0 &&
             psg_codec_now_ms() - ts->last_request_ms > ts->idle_timeout_ms)
             psg_ts_request_stop(ts, "idle: no request for %" PRId64 " ms", ts->idle_timeout_ms);
         pthread_mutex_lock(&ts->lock);
         bool stop = ts->stop_requested;
-        peers_prune_locked(ts);
+        psg_ts_peers_prune_locked(ts);
         pthread_mutex_unlock(&ts->lock);
         if (stop) break;
     }
@@ -513,6 +502,7 @@ static void *server_main(void *arg) {
     wo.keys = ts->keys;
     wo.insecure = ts->insecure;
     wo.peer_timeout_ms = ts->peer_timeout_ms;
+    wo.max_connections = ts->lim.max_connections;
     ts->server = psg_server_new(ts->bind, &wo);
     pthread_mutex_lock(&ts->lock);
     if (!ts->server) {
@@ -553,26 +543,6 @@ static void *server_main(void *arg) {
 }
 
 /* ---- limits and logdirs ---- */
-
-psg_task_limits_t psg_task_limits_resolve(const psg_task_limits_t *given) {
-    psg_task_limits_t l = given ? *given : (psg_task_limits_t){0};
-    if (l.memory_bytes <= 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-        l.memory_bytes = pages > 0 && size > 0 ? (int64_t)pages * size / 2 : (int64_t)4 << 30;
-    }
-    if (l.max_graphs_per_peer <= 0) l.max_graphs_per_peer = 256;
-    if (l.max_graph_bytes_per_peer <= 0) l.max_graph_bytes_per_peer = (int64_t)1 << 30;
-    if (l.max_pending_per_peer <= 0) l.max_pending_per_peer = 64;
-    /* max_running_per_peer: set by the server, which knows its runners */
-    if (l.max_pending_bytes_per_peer <= 0) l.max_pending_bytes_per_peer = l.memory_bytes / 4;
-    if (l.max_waiters_per_peer <= 0) l.max_waiters_per_peer = 16;
-    if (l.max_recvs_per_peer <= 0) l.max_recvs_per_peer = 16384;
-    if (l.max_queue <= 0) l.max_queue = 1024;
-    if (l.max_peers <= 0) l.max_peers = 1024;
-    if (l.max_peers_per_address <= 0) l.max_peers_per_address = 64;
-    if (l.max_wait_ms <= 0) l.max_wait_ms = PSG_TIMER_MAX_WAIT_MS;
-    return l;
-}
 
 /* Makes each logdir (and its parents) when absent and keeps its real path. */
 static int set_logdirs(psg_task_server_t *ts, const char *const *dirs) {
@@ -648,6 +618,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     pthread_mutex_init(&ts->lock, NULL);
     pthread_cond_init(&ts->cond, NULL);
     pthread_cond_init(&ts->jobs_cond, NULL);
+    pthread_cond_init(&ts->graph_idle, NULL);
     ts->cluster = opt->cluster;
     ts->keys = opt->keys ? opt->keys : psg_cluster_keys(opt->cluster);
     ts->insecure = opt->insecure;
@@ -672,6 +643,9 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     psg_remote_rv_set_keys(ts->remote, ts->keys);
     psg_remote_rv_set_peer_timeout(ts->remote, ts->peer_timeout_ms);
     psg_timer_set_max_wait(timer, ts->lim.max_wait_ms);
+    if (!(ts->budget =
+              psg_membudget_new(ts->lim.memory_bytes, "the task's memory (--memory-limit)")))
+        goto fail;
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
     ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);
     if (!ts->runners) {
@@ -740,8 +714,10 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_rendezvous_destroy(&ts->rv);
     psg_resource_mgr_destroy(&ts->rm);
     psg_trace_destroy(&ts->trace);
+    psg_membudget_unref(&ts->budget);
     pthread_cond_destroy(&ts->cond);
     pthread_cond_destroy(&ts->jobs_cond);
+    pthread_cond_destroy(&ts->graph_idle);
     pthread_mutex_destroy(&ts->lock);
     free(ts);
 }

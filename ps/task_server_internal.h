@@ -22,22 +22,28 @@
 #define PREPARED_STEPS 4
 
 typedef struct peer peer_t;
+typedef struct job job_t;
+/* The connections a peer is known by: its latest few (a client key's may be several). */
+#define PEER_CONNS 4
 
 typedef struct {
     uint64_t handle;
     peer_t *owner; /* the peer that registered it (NULL: in-process); counts it */
     int refs;      /* under ts->lock: the table's (until deregistered) and each runner's */
     size_t body_bytes, alloc_bytes;
-    size_t charged_bytes;    /* alloc_bytes less the variables its owner's other graphs hold */
-    struct psg_ts_var *vars; /* its VarHandles' variables, sorted by name */
+    size_t built_bytes;           /* as built (graph and plan), charged to budget */
+    struct psg_membudget *budget; /* the task's, while charged (a reference) */
+    size_t charged_bytes;         /* alloc_bytes less the variables its owner's other graphs hold */
+    struct psg_ts_var *vars;      /* its VarHandles' variables, sorted by name */
     int n_vars;
     psg_graph_t *g;
     psg_plan_t *plan;
     /* Steps of a plan whose state is all in resources overlap, each resource
-     * seeing them in the order they came (order); others run one at a time
-     * (run_lock). */
+     * seeing them in the order they came (order); others run one at a time: busy while
+     * one is started, the next ones waiting in line (holding no runner), under ts->lock. */
     psg_run_order_t *order;
-    pthread_mutex_t run_lock;
+    bool busy;
+    job_t *waiting_head, *waiting_tail;
     int n_feeds, n_fetches;
     int n_pulls;
     psg_remote_pull_t *pulls;
@@ -59,20 +65,29 @@ struct peer {
     int recvs;       /* Recv waiting for its tensor */
     int running;     /* RunGraph on a runner thread */
     size_t pending_bytes;
-    int waiters; /* WaitInit, WaitDone */
-    int graphs;  /* registered, not deregistered */
-    size_t graph_bytes, alloc_bytes;
+    int waiters;                     /* WaitInit, WaitDone */
+    int graphs;                      /* registered, not deregistered */
+    size_t graph_bytes, alloc_bytes; /* its graphs as built; what they may allocate */
+    psg_conn_t conns[PEER_CONNS];    /* the connections its latest requests came by */
+    int n_conns;
+    int64_t closed_ms; /* when none of them was open any more (0: one is): its graphs go
+                        * after the grace (peers_sweep in task_server.c) */
     struct peer *next;
 };
 
-typedef struct job {
+/* A RunGraph from its arrival to its reply. Its run holds no runner while it waits (a Recv,
+ * a take, a dequeue): its wake queues it again (psg_ts_queue_locked). */
+struct job {
+    psg_task_server_t *ts;
     psg_msg_t *req;
     reg_graph_t *rg; /* holds a reference */
     peer_t *peer;
     size_t bytes;
     psg_run_ticket_t *ticket; /* taken as the request came, when rg->order */
+    bool holds_graph;         /* without an order: it is the graph's one run now */
+    psg_run_t *run;           /* once started */
     struct job *next;
-} job_t;
+};
 
 /* A WaitInit or WaitDone: only what the reply needs and the names, parsed once. */
 typedef struct {
@@ -107,6 +122,8 @@ struct psg_task_server {
     int64_t recv_timeout_ms, idle_timeout_ms;
     int peer_timeout_ms; /* heartbeats of its socket and its pulls' (0: the default) */
     psg_task_limits_t lim;
+    struct psg_membudget *budget; /* --memory-limit: graphs as built, what peers' steps
+                                   * allocate, the requests that wait (core/membudget.h) */
 
     psg_resource_mgr_t *rm;
     psg_rendezvous_t *rv;
@@ -128,9 +145,12 @@ struct psg_task_server {
     char stop_reason[512];
     reg_graph_t **graphs; /* live ones only: a deregistered graph leaves at once */
     int n_graphs, cap_graphs;
-    uint64_t next_handle;
-    job_t *jq_head, *jq_tail;
+    job_t *jq_head, *jq_tail; /* RunGraphs not started */
     int jq_len;
+    job_t *cq_head, *cq_tail;  /* started ones with nodes to run again, and graphs' next in line */
+    int live_runs;             /* started and not finished */
+    bool draining;             /* stopping: what is started ends, nothing starts */
+    pthread_cond_t graph_idle; /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;
     int n_peers;
     char *workers_done[MAX_WORKERS_DONE];
@@ -161,6 +181,19 @@ void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF
  * each of its connections is a peer); else its connection's. NULL with a PSG_ERR_LIMIT error
  * naming the limit when the table is full or the peer's address holds its share of it. */
 peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req);
+/* The peer of req if it holds anything here, else NULL (never made). Under ts->lock. */
+peer_t *psg_ts_peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req);
+/* Takes a pending slot of req's peer (a RunGraph, or a Recv) for `bytes`; -1 with a
+ * PSG_ERR_LIMIT error naming the limit when the peer or the task is full. Under lock. */
+int psg_ts_take_pending_locked(psg_task_server_t *ts, const psg_msg_t *req, size_t bytes,
+                               bool queued, bool recv, peer_t **out);
+/* Gives it back (takes the lock). */
+void psg_ts_put_pending(psg_task_server_t *ts, peer_t *p, size_t bytes, bool recv);
+/* Releases the graphs of peers whose connections closed longer than --graph-grace ago;
+ * on the server thread, which alone frees peers. */
+void psg_ts_peers_sweep(psg_task_server_t *ts);
+/* Forgets the peers that hold nothing any more. Under lock, on the server thread. */
+void psg_ts_peers_prune_locked(psg_task_server_t *ts);
 
 /* ---- registered graphs (task_graphs.c) ---- */
 /* The live graph `handle` with a reference taken, or NULL. */
@@ -169,9 +202,22 @@ void psg_ts_graph_put(psg_task_server_t *ts, reg_graph_t **rg);
 /* Registers with the owner's limits checked (owner NULL: in-process, no limits). */
 int psg_ts_graph_register(psg_task_server_t *ts, peer_t *owner, const psg_req_register_t *r,
                           uint64_t *handle);
-int psg_ts_graph_deregister(psg_task_server_t *ts, uint64_t handle);
-int psg_ts_graph_run(psg_task_server_t *ts, reg_graph_t *rg, psg_run_ticket_t *ticket, int64_t step,
-                     int n_feeds, psg_tensor_t *const *feeds, psg_tensor_t **fetched);
+/* Deregisters `handle` for `peer` (NULL: in-process): PSG_ERR_NOT_FOUND when unknown,
+ * PSG_ERR_DENIED when another peer registered it. */
+int psg_ts_graph_deregister(psg_task_server_t *ts, const peer_t *peer, uint64_t handle);
+/* Deregisters every graph of `owner` (its connections closed); how many. */
+int psg_ts_graphs_release_owner(psg_task_server_t *ts, peer_t *owner);
+/* A plan that cannot overlap runs once at a time: takes the graph (true), else queues j in
+ * its line (false: the release hands the graph to j and queues it for the runners), or with
+ * j NULL (in process) waits for it. */
+bool psg_ts_graph_acquire(psg_task_server_t *ts, reg_graph_t *rg, job_t *j);
+void psg_ts_graph_release(psg_task_server_t *ts, reg_graph_t *rg);
+/* A step's pulls (unless psg_task_server_prepare sent them) and its run's env (its ticket
+ * left to the caller). -1 with the step aborted and the error set. */
+int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step,
+                            psg_run_env_t *env);
+/* Queues j for the runners: a started or graph-holding job first (cont), under ts->lock. */
+void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont);
 bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key);
 void psg_ts_graphs_free_all(psg_task_server_t *ts);
 

@@ -3,8 +3,9 @@
  * and every buffer released as soon as its last consumer is done. A node
  * assigned to a GPU runs its CUDA kernel on device tensors (its CPU kernel on
  * host copies when the op has none); tensors are copied where an edge
- * crosses devices. Not placement or partitioning. */
+ * crosses devices. Not the planner (plan.c), placement or partitioning. */
 #include "runtime/executor.h"
+#include "core/membudget.h"
 #include "graph/graph_layout.h"
 #include "ops/kernel_ctx.h"
 #include "psgraph/device.h"
@@ -20,302 +21,9 @@
 
 #include "runtime/plan_internal.h"
 
-/* ---- building a plan ---- */
-
-static int slot_of(const psg_plan_t *p, const int *local_of, psg_endpoint_t e) {
-    return p->nodes[local_of[e.node]].slot_base + e.index;
-}
-
-/* The kernel and device of a node from its assigned device: a GPU's CUDA
- * kernel, the CPU kernel on the host for a GPU op without one (Send, Recv,
- * Random), the CPU kernel for every CPU device of the process. */
-static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
-    psg_device_name_t d;
-    pn->device = PSG_DEVICE_HOST;
-    pn->kernel = n->def->cpu;
-    if (n->assigned_device && n->assigned_device[0] &&
-        psg_device_name_parse(n->assigned_device, &d) == 0 && d.has_type &&
-        !strcmp(d.type, "GPU")) {
-        int gpu = d.has_id ? d.id : 0;
-        if (gpu >= psg_gpu_count())
-            return psg_error_set(
-                "node '%s' (%s): assigned to '%s', but this process has no GPU %d (%s)", n->name,
-                psg_node_op(n), n->assigned_device, gpu, psg_gpu_status());
-        if (n->def->cuda) {
-            pn->device = PSG_DEVICE_GPU(gpu);
-            pn->kernel = n->def->cuda;
-        }
-    }
-    if (!pn->kernel)
-        return psg_error_set("node '%s' (%s): no CPU kernel for this op", n->name, psg_node_op(n));
-    return 0;
-}
-
-/* The def's prepare step, once for this plan node: its params for both kernels. */
-static int prepare_node(const psg_graph_t *g, const psg_node_t *n, plan_node_t *pn) {
-    if (!n->def->prepare) return 0;
-    pn->params = calloc(1, n->def->params_size ? n->def->params_size : 1);
-    if (!pn->params) return psg_error_set("out of memory");
-    if (n->def->prepare(g, n, pn->params) < 0)
-        return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
-    return 0;
-}
-
-/* The i-th dependency of n: inputs first, then control inputs. */
-static int dep_of(const psg_node_t *n, int i) {
-    return i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
-}
-
-/* Iterative DFS post-order from the fetches and targets: p->nodes in a
- * topological order, local_of[graph id] their index. Each node is on the stack
- * at most once (a frame: the node and its next dependency to look at), so the
- * stack holds at most every node, however often a dependency is listed. */
-static int order_nodes(psg_plan_t *p, const char *fed, int *local_of, int n_fetches,
-                       const psg_endpoint_t *fetches, int n_targets, const int *targets) {
-    const psg_graph_t *g = p->g;
-    int total = g->num_nodes;
-    char *state = calloc((size_t)total + 1, 1); /* 0 new, 1 on stack, 2 done */
-    struct frame {
-        int id, next;
-    } *stack = malloc(sizeof *stack * ((size_t)total + 1));
-    p->nodes = calloc((size_t)total + 1, sizeof(plan_node_t));
-    int rc = -1;
-    if (!state || !stack || !p->nodes) {
-        psg_error_set("out of memory");
-        goto done;
-    }
-    int roots = n_fetches + n_targets;
-    for (int r = 0; r < roots; r++) {
-        int root = r < n_fetches ? fetches[r].node : targets[r - n_fetches];
-        if (root < 0 || root >= total ||
-            (r < n_fetches &&
-             (fetches[r].index < 0 || fetches[r].index >= g->nodes[root]->num_outputs))) {
-            psg_error_set("%s %d refers to a missing node", r < n_fetches ? "fetch" : "target",
-                          r < n_fetches ? r : r - n_fetches);
-            goto done;
-        }
-        if (state[root] == 2) continue;
-        int sp = 0;
-        stack[sp++] = (struct frame){root, 0};
-        state[root] = 1;
-        while (sp) {
-            struct frame *f = &stack[sp - 1];
-            const psg_node_t *n = g->nodes[f->id];
-            int ndeps = fed[f->id] ? 0 : n->num_inputs + n->num_controls;
-            if (f->next < ndeps) {
-                int i = f->next++;
-                int dep = i < n->num_inputs ? n->inputs[i].node : n->controls[i - n->num_inputs];
-                if (dep < 0 || dep >= total) {
-                    psg_error_set("node '%s' (%s): input %d refers to a missing node %d", n->name,
-                                  psg_node_op(n), i, dep);
-                    goto done;
-                }
-                if (state[dep] == 1) {
-                    psg_error_set("node '%s' (%s): the graph has a cycle through '%s'", n->name,
-                                  psg_node_op(n), g->nodes[dep]->name);
-                    goto done;
-                }
-                if (state[dep] == 0) {
-                    PSG_ASSERT(sp < total); /* each node is pushed once */
-                    state[dep] = 1;
-                    stack[sp++] = (struct frame){dep, 0};
-                }
-                continue;
-            }
-            sp--;
-            state[f->id] = 2;
-            local_of[f->id] = p->num_nodes;
-            plan_node_t *pn = &p->nodes[p->num_nodes++];
-            pn->node = n;
-            pn->fed = fed[f->id];
-            pn->slot_base = p->num_slots;
-            p->num_slots += n->num_outputs;
-        }
-    }
-    rc = 0;
-done:
-    free(state);
-    free(stack);
-    return rc;
-}
-
-/* Each node's kernel, input slots and use counts, its consumers (counted
- * first), and the nodes ready at the start. A producer listed several times
- * among a node's inputs and control inputs counts once: seen[] holds, per plan
- * node, the last consumer that counted it (linear in the edges, however often
- * one is repeated). */
-static int link_nodes(psg_plan_t *p, const int *local_of) {
-    int *consumer_count = calloc((size_t)p->num_nodes + 1, sizeof(int));
-    int *seen = malloc(sizeof(int) * ((size_t)p->num_nodes + 1));
-    int rc = -1;
-    if (!consumer_count || !seen) {
-        psg_error_set("out of memory");
-        goto done;
-    }
-    for (int li = 0; li < p->num_nodes; li++) seen[li] = -1;
-    for (int li = 0; li < p->num_nodes; li++) {
-        plan_node_t *pn = &p->nodes[li];
-        const psg_node_t *n = pn->node;
-        if (pn->fed) continue;
-        p->num_exec++;
-        if (choose_kernel(n, pn) < 0 || prepare_node(p->g, n, pn) < 0) goto done;
-        if (pn->device != PSG_DEVICE_HOST) p->host_only = false;
-        if (n->def->flags & PSG_OP_SOURCE_FEED) {
-            psg_error_set("node '%s' (%s): placeholder must be fed", n->name, psg_node_op(n));
-            goto done;
-        }
-        if (!(pn->input_slots = malloc(sizeof(int) * (size_t)(n->num_inputs + 1)))) {
-            psg_error_set("out of memory");
-            goto done;
-        }
-        for (int i = 0; i < n->num_inputs; i++) {
-            pn->input_slots[i] = slot_of(p, local_of, n->inputs[i]);
-            p->slot_uses[pn->input_slots[i]]++;
-        }
-        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
-            int d = local_of[dep_of(n, i)];
-            if (seen[d] == li || p->nodes[d].fed) continue;
-            seen[d] = li;
-            pn->num_deps++;
-            consumer_count[d]++;
-        }
-    }
-    for (int li = 0; li < p->num_nodes; li++) {
-        if (!(p->nodes[li].consumers = malloc(sizeof(int) * (size_t)(consumer_count[li] + 1)))) {
-            psg_error_set("out of memory");
-            goto done;
-        }
-        seen[li] = -1;
-    }
-    for (int li = 0; li < p->num_nodes; li++) {
-        plan_node_t *pn = &p->nodes[li];
-        const psg_node_t *n = pn->node;
-        if (pn->fed) continue;
-        for (int i = 0; i < n->num_inputs + n->num_controls; i++) {
-            int d = local_of[dep_of(n, i)];
-            if (seen[d] == li || p->nodes[d].fed) continue;
-            seen[d] = li;
-            plan_node_t *producer = &p->nodes[d];
-            producer->consumers[producer->num_consumers++] = li;
-        }
-        if (pn->num_deps == 0) p->initial_ready[p->num_initial_ready++] = li;
-    }
-    rc = 0;
-done:
-    free(consumer_count);
-    free(seen);
-    return rc;
-}
-
-/* The slots of the feeds and fetches; fails when a fed node's needed output
- * is not among the feeds. */
-static int bind_feeds_fetches(psg_plan_t *p, const int *local_of, int n_feeds,
-                              const psg_endpoint_t *feeds, int n_fetches,
-                              const psg_endpoint_t *fetches) {
-    p->n_feeds = n_feeds;
-    p->n_fetches = n_fetches;
-    p->feed_slots = malloc(sizeof(int) * (size_t)(n_feeds + 1));
-    p->fetch_slots = malloc(sizeof(int) * (size_t)(n_fetches + 1));
-    p->feeds = malloc(sizeof(psg_endpoint_t) * (size_t)(n_feeds + 1));
-    if (!p->feed_slots || !p->fetch_slots || !p->feeds) return psg_error_set("out of memory");
-    if (n_feeds) memcpy(p->feeds, feeds, sizeof(psg_endpoint_t) * (size_t)n_feeds);
-    for (int i = 0; i < n_feeds; i++) {
-        /* a feed the fetches do not need is accepted and ignored */
-        p->feed_slots[i] = local_of[feeds[i].node] >= 0 ? slot_of(p, local_of, feeds[i]) : -1;
-    }
-    for (int i = 0; i < n_fetches; i++) {
-        p->fetch_slots[i] = slot_of(p, local_of, fetches[i]);
-        p->slot_uses[p->fetch_slots[i]]++;
-    }
-    /* a fed node's outputs that are needed must all be fed */
-    for (int li = 0; li < p->num_nodes; li++) {
-        plan_node_t *pn = &p->nodes[li];
-        if (!pn->fed) continue;
-        for (int o = 0; o < pn->node->num_outputs; o++) {
-            if (!p->slot_uses[pn->slot_base + o]) continue;
-            bool is_fed = false;
-            for (int i = 0; i < n_feeds && !is_fed; i++)
-                is_fed = p->feed_slots[i] == pn->slot_base + o;
-            if (!is_fed)
-                return psg_error_set(
-                    "node '%s' (%s): output %d is needed but only other outputs are fed",
-                    pn->node->name, psg_node_op(pn->node), o);
-        }
-    }
-    return 0;
-}
-
-psg_plan_t *psg_plan_new(const psg_graph_t *g, int n_feeds, const psg_endpoint_t *feeds,
-                         int n_fetches, const psg_endpoint_t *fetches, int n_targets,
-                         const int *targets) {
-    int total = g->num_nodes;
-    psg_plan_t *p = calloc(1, sizeof *p);
-    int *local_of = malloc(sizeof(int) * (size_t)(total + 1));
-    char *fed = calloc((size_t)total + 1, 1);
-    if (!p || !local_of || !fed) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    p->g = g;
-    p->host_only = true;
-    for (int i = 0; i < total; i++) local_of[i] = -1;
-    for (int i = 0; i < n_feeds; i++) {
-        if (feeds[i].node < 0 || feeds[i].node >= total ||
-            feeds[i].index >= g->nodes[feeds[i].node]->num_outputs) {
-            psg_error_set("feed %d refers to a missing output", i);
-            goto fail;
-        }
-        fed[feeds[i].node] = 1;
-    }
-    if (order_nodes(p, fed, local_of, n_fetches, fetches, n_targets, targets) < 0) goto fail;
-    p->slot_uses = calloc((size_t)p->num_slots + 1, sizeof(int));
-    p->initial_ready = malloc(sizeof(int) * (size_t)(p->num_nodes + 1));
-    if (!p->slot_uses || !p->initial_ready) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    if (link_nodes(p, local_of) < 0 ||
-        bind_feeds_fetches(p, local_of, n_feeds, feeds, n_fetches, fetches) < 0 ||
-        psg_plan_find_resource_groups(p) < 0)
-        goto fail;
-    free(local_of);
-    free(fed);
-    return p;
-fail:
-    free(local_of);
-    free(fed);
-    psg_plan_destroy(&p);
-    return NULL;
-}
-
-void psg_plan_destroy(psg_plan_t **pp) {
-    if (!pp || !*pp) return;
-    psg_plan_t *p = *pp;
-    *pp = NULL;
-    for (int i = 0; p->nodes && i < p->num_nodes; i++) {
-        free(p->nodes[i].input_slots);
-        free(p->nodes[i].consumers);
-        free(p->nodes[i].groups);
-        free(p->nodes[i].params);
-    }
-    free(p->nodes);
-    free(p->slot_uses);
-    free(p->feed_slots);
-    free(p->feeds);
-    free(p->fetch_slots);
-    free(p->initial_ready);
-    free(p->group_start);
-    free(p->group_nodes);
-    free(p);
-}
-
-int psg_plan_num_nodes(const psg_plan_t *p) {
-    return p->num_exec;
-}
-
 /* ---- running a plan ---- */
 
-typedef struct run run_t;
+typedef struct psg_run run_t;
 
 /* Runs of one plan in arrival order (docs/engine.md, "Overlapping runs, ordered per resource").
  * Each run holds a ticket with a gate per resource group: closed while the
@@ -337,7 +45,7 @@ struct psg_run_ticket {
     run_t *run;             /* while its plan runs */
 };
 
-struct run {
+struct psg_run {
     psg_plan_t *p;
     psg_threadpool_t *pool;
     psg_resource_mgr_t *rm;
@@ -345,7 +53,8 @@ struct run {
     psg_rendezvous_t *rendezvous;
     psg_node_timing_fn on_node; /* NULL: no timing */
     void *on_node_ctx;
-    bool sync_gpu; /* with on_node: a GPU node's time ends when its kernels did */
+    bool sync_gpu;           /* with on_node: a GPU node's time ends when its kernels did */
+    psg_membudget_t *budget; /* its kernels' buffers are charged to it (NULL: none) */
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *ready; /* LIFO stack of plan-local ids */
@@ -359,6 +68,11 @@ struct run {
     char error[1024];
     psg_run_ticket_t *ticket; /* NULL: runs alone */
     bool continued;           /* the thread that opened a gate runs what it released */
+    /* a run without a thread of its own while it waits (psg_run_start with a wake): */
+    psg_run_wake_fn wake; /* NULL: its driver sleeps on `changed` instead */
+    void *wake_ctx;
+    bool suspended; /* psg_run_continue returned 0: no thread drives it */
+    bool wake_due;  /* wake it once its lock is let go (run_unlock) */
     /* the run's own state */
     psg_tensor_t **slots;
     atomic_int *pending;
@@ -367,6 +81,58 @@ struct run {
 
 static void release_slot(run_t *r, int slot) {
     if (atomic_fetch_sub(&r->uses_left[slot], 1) == 1) psg_tensor_destroy(&r->slots[slot]);
+}
+
+/* With r->lock: whether its driver (psg_run_continue) has something to do: nodes to run,
+ * or the run to end (done, failed, or stalled with every gate open). */
+static bool driver_can_go(const run_t *r) {
+    if (r->num_ready > 0 && !r->failed && !r->continued) return true;
+    return r->running == 0 && r->helpers == 0 &&
+           (r->remaining == 0 || r->failed || !r->ticket || !r->ticket->closed);
+}
+
+/* With r->lock, where something of r changed: wakes its sleeping driver, or makes a run
+ * that waits without a thread due to be woken (by run_unlock, once the lock is let go). */
+static void signal_driver(run_t *r) {
+    if (!r->wake) {
+        pthread_cond_broadcast(&r->changed);
+    } else if (r->suspended && driver_can_go(r)) {
+        r->suspended = false;
+        r->wake_due = true;
+    }
+}
+
+/* Lets go of r->lock and calls the wake that became due: from then on another thread may
+ * drive r, and finish it, so r is not touched after. */
+static void run_unlock(run_t *r) {
+    bool due = r->wake_due;
+    r->wake_due = false;
+    psg_run_wake_fn fn = r->wake;
+    void *ctx = r->wake_ctx;
+    pthread_mutex_unlock(&r->lock);
+    if (due) fn(ctx);
+}
+
+/* Wakes that became due under the order's lock (open_gate), called once it is let go. */
+static _Thread_local struct {
+    psg_run_wake_fn fn;
+    void *ctx;
+} deferred_wake[4];
+static _Thread_local int n_deferred_wakes;
+
+static void defer_wake_locked(run_t *r) {
+    if (!r->wake_due) return;
+    r->wake_due = false;
+    PSG_ASSERT(n_deferred_wakes < 4); /* one gate opening wakes the one run after */
+    deferred_wake[n_deferred_wakes].fn = r->wake;
+    deferred_wake[n_deferred_wakes++].ctx = r->wake_ctx;
+}
+
+static void flush_deferred_wakes(void) {
+    while (n_deferred_wakes > 0) {
+        n_deferred_wakes--;
+        deferred_wake[n_deferred_wakes].fn(deferred_wake[n_deferred_wakes].ctx);
+    }
 }
 
 /* Finishes a PSG_OP_ASYNC node: the done hook of its psg_async_op (ops/kernel_ctx.h),
@@ -539,10 +305,6 @@ static void abort_step(run_t *r) {
 
 /* ---- ordered runs ---- */
 
-bool psg_plan_can_overlap(const psg_plan_t *p) {
-    return p->can_overlap;
-}
-
 psg_run_order_t *psg_run_order_new(const psg_plan_t *p) {
     if (!p->can_overlap) {
         psg_error_set(
@@ -626,8 +388,8 @@ static void run_continuation(void) {
         }
         r->continued = false;
         r->helpers--;
-        pthread_cond_broadcast(&r->changed);
-        pthread_mutex_unlock(&r->lock);
+        signal_driver(r);
+        run_unlock(r);
         break;
     }
     continuing = false;
@@ -658,8 +420,9 @@ static void open_gate(psg_run_ticket_t *t, int g) {
         r->helpers++; /* keeps r alive, and its thread waiting, until run_continuation */
         continuation = r;
     } else {
-        pthread_cond_broadcast(&r->changed);
+        signal_driver(r);
     }
+    defer_wake_locked(r);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -673,6 +436,7 @@ static void groups_node_done(run_t *r, int li) {
     for (int k = 0; k < pn->num_groups; k++)
         if (--t->group_left[pn->groups[k]] == 0) open_gate(t->next, pn->groups[k]);
     pthread_mutex_unlock(&t->order->lock);
+    flush_deferred_wakes();
     run_continuation();
 }
 
@@ -698,6 +462,7 @@ void psg_run_ticket_release(psg_run_ticket_t **tp) {
     free(t->group_left);
     free(t->gate_closed);
     free(t);
+    flush_deferred_wakes();
     run_continuation();
 }
 
@@ -721,7 +486,7 @@ static void node_finished(run_t *r, int li, int rc) {
             if (atomic_fetch_sub(&r->pending[c], 1) == 1) r->ready[r->num_ready++] = c;
         }
     }
-    pthread_cond_broadcast(&r->changed);
+    signal_driver(r);
 }
 
 static void async_done(psg_async_op_t *a, int rc) {
@@ -742,9 +507,8 @@ static void async_done(psg_async_op_t *a, int rc) {
     groups_node_done(r, a->index);
     pthread_mutex_lock(&r->lock);
     node_finished(r, a->index, rc);
-    /* r may be gone as soon as the lock is released */
-    pthread_mutex_unlock(&r->lock);
     free(a);
+    run_unlock(r); /* r may be gone as soon as the lock is released */
 }
 
 static void helper_main(void *arg) {
@@ -752,8 +516,8 @@ static void helper_main(void *arg) {
     run_loop(r);
     pthread_mutex_lock(&r->lock);
     r->helpers--;
-    pthread_cond_broadcast(&r->changed);
-    pthread_mutex_unlock(&r->lock);
+    signal_driver(r);
+    run_unlock(r);
 }
 
 /* Called with the lock held: wakes pool helpers for ready work beyond what
@@ -776,16 +540,18 @@ static void run_loop(run_t *r) {
         int li = r->ready[--r->num_ready];
         r->running++;
         maybe_spawn(r);
-        pthread_mutex_unlock(&r->lock);
+        run_unlock(r);
 
+        psg_membudget_t *outer = psg_membudget_enter(r->budget);
         int rc = execute_node(r, &p->nodes[li]);
+        psg_membudget_enter(outer);
         if (rc < 0) abort_step(r);
         if (rc != 1) groups_node_done(r, li);
 
         pthread_mutex_lock(&r->lock);
         if (rc != 1) node_finished(r, li, rc);
     }
-    pthread_mutex_unlock(&r->lock);
+    run_unlock(r);
 }
 
 int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, int64_t step_id,
@@ -794,16 +560,13 @@ int psg_plan_run(psg_plan_t *p, psg_threadpool_t *pool, psg_resource_mgr_t *rm, 
     return psg_plan_run_with(p, &env, feed_values, fetched);
 }
 
-int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
-                      psg_tensor_t **fetched) {
-    psg_threadpool_t *pool = env->pool;
-    for (int i = 0; i < p->n_fetches; i++) fetched[i] = NULL;
+/* Whether the fed values match the fed outputs' static dtypes and shapes. */
+static int check_feeds(const psg_plan_t *p, psg_tensor_t *const *feed_values) {
     for (int i = 0; i < p->n_feeds; i++) {
         int s = p->feed_slots[i];
         if (s < 0) continue;
         const psg_tensor_t *t = feed_values[i];
         if (!t) return psg_error_set("feed %d is NULL", i);
-        /* the value against the fed output's static dtype and shape */
         const psg_node_t *n = p->g->nodes[p->feeds[i].node];
         int o = p->feeds[i].index;
         if (t->dtype != n->out_dtypes[o] || !psg_shape_compatible(&t->shape, &n->out_shapes[o])) {
@@ -814,88 +577,125 @@ int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *con
                                  psg_shape_str(&n->out_shapes[o], b, sizeof b));
         }
     }
-    run_t r = {.p = p,
-               .pool = pool,
-               .rm = env->rm,
-               .step_id = env->step_id,
-               .rendezvous = env->rendezvous,
-               .on_node = env->on_node,
-               .on_node_ctx = env->on_node_ctx,
-               .sync_gpu = env->sync_gpu,
-               .ticket = env->ticket};
-    PSG_ASSERT(!r.ticket || r.ticket->order->p == p);
-    /* the run's own state, in one block: slots first (pointers), then the counters */
+    return 0;
+}
+
+psg_run_t *psg_run_start(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
+                         psg_run_wake_fn wake, void *wake_ctx) {
+    if (check_feeds(p, feed_values) < 0) return NULL;
+    /* the run and its own state, in one block: the run, slots (pointers), then the counters */
     size_t ns = (size_t)p->num_slots + 1, nn = (size_t)p->num_nodes + 1;
-    void *state = calloc(1, ns * sizeof *r.slots + ns * sizeof *r.uses_left +
-                                nn * sizeof *r.pending + nn * sizeof *r.ready);
-    if (!state) return psg_error_set("out of memory");
-    r.slots = state;
-    r.uses_left = (atomic_int *)(r.slots + ns);
-    r.pending = r.uses_left + ns;
-    r.ready = (int *)(r.pending + nn);
-    for (int s = 0; s < p->num_slots; s++) atomic_init(&r.uses_left[s], p->slot_uses[s]);
+    run_t *r = calloc(1, sizeof *r + ns * sizeof *r->slots + ns * sizeof *r->uses_left +
+                             nn * sizeof *r->pending + nn * sizeof *r->ready);
+    if (!r) {
+        psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory for a run of %d nodes", p->num_nodes);
+        return NULL;
+    }
+    *r = (run_t){.p = p,
+                 .pool = env->pool,
+                 .rm = env->rm,
+                 .step_id = env->step_id,
+                 .rendezvous = env->rendezvous,
+                 .on_node = env->on_node,
+                 .on_node_ctx = env->on_node_ctx,
+                 .sync_gpu = env->sync_gpu,
+                 .ticket = env->ticket,
+                 .budget = env->budget,
+                 .wake = wake,
+                 .wake_ctx = wake_ctx};
+    PSG_ASSERT(!r->ticket || r->ticket->order->p == p);
+    r->slots = (psg_tensor_t **)(r + 1);
+    r->uses_left = (atomic_int *)(r->slots + ns);
+    r->pending = r->uses_left + ns;
+    r->ready = (int *)(r->pending + nn);
+    for (int s = 0; s < p->num_slots; s++) atomic_init(&r->uses_left[s], p->slot_uses[s]);
     for (int i = 0; i < p->n_feeds; i++) {
         int s = p->feed_slots[i];
-        if (s >= 0 && p->slot_uses[s] && !r.slots[s]) r.slots[s] = psg_tensor_ref(feed_values[i]);
+        if (s >= 0 && p->slot_uses[s] && !r->slots[s]) r->slots[s] = psg_tensor_ref(feed_values[i]);
     }
-    for (int li = 0; li < p->num_nodes; li++) atomic_init(&r.pending[li], p->nodes[li].num_deps);
-    pthread_mutex_init(&r.lock, NULL);
-    pthread_cond_init(&r.changed, NULL);
-    r.remaining = p->num_exec;
-    r.max_threads = psg_threadpool_size(pool);
+    for (int li = 0; li < p->num_nodes; li++) atomic_init(&r->pending[li], p->nodes[li].num_deps);
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    r->remaining = p->num_exec;
+    r->max_threads = psg_threadpool_size(env->pool);
 
     /* The gates still closed hold their groups' nodes back; from here on the
      * run before opens them (open_gate), under the order's lock. */
-    psg_run_order_t *order = r.ticket ? r.ticket->order : NULL;
+    psg_run_order_t *order = r->ticket ? r->ticket->order : NULL;
     if (order) {
         pthread_mutex_lock(&order->lock);
         for (int g = 0; g < p->num_groups; g++) {
-            if (!r.ticket->gate_closed[g]) continue;
+            if (!r->ticket->gate_closed[g]) continue;
             for (int i = p->group_start[g]; i < p->group_start[g + 1]; i++)
-                atomic_fetch_add(&r.pending[p->group_nodes[i]], 1);
+                atomic_fetch_add(&r->pending[p->group_nodes[i]], 1);
         }
-        r.ticket->run = &r;
+        r->ticket->run = r;
     }
     for (int i = p->num_initial_ready - 1; i >= 0; i--)
-        if (atomic_load(&r.pending[p->initial_ready[i]]) == 0)
-            r.ready[r.num_ready++] = p->initial_ready[i];
+        if (atomic_load(&r->pending[p->initial_ready[i]]) == 0)
+            r->ready[r->num_ready++] = p->initial_ready[i];
     if (order) pthread_mutex_unlock(&order->lock);
+    return r;
+}
 
-    pthread_mutex_lock(&r.lock);
+int psg_run_continue(psg_run_t *r) {
+    pthread_mutex_lock(&r->lock);
     for (;;) {
-        if (r.num_ready > 0 && !r.failed && !r.continued) {
-            pthread_mutex_unlock(&r.lock);
-            run_loop(&r);
-            pthread_mutex_lock(&r.lock);
+        if (r->num_ready > 0 && !r->failed && !r->continued) {
+            pthread_mutex_unlock(&r->lock);
+            run_loop(r);
+            pthread_mutex_lock(&r->lock);
             continue;
         }
-        if (r.running == 0 && r.helpers == 0 &&
-            (r.remaining == 0 || r.failed || !order || !r.ticket->closed))
+        if (r->running == 0 && r->helpers == 0 &&
+            (r->remaining == 0 || r->failed || !r->ticket || !r->ticket->closed))
             break;
-        pthread_cond_wait(&r.changed, &r.lock);
+        if (r->wake) { /* waits without this thread: signal_driver makes the wake due */
+            r->suspended = true;
+            pthread_mutex_unlock(&r->lock);
+            return 0;
+        }
+        pthread_cond_wait(&r->changed, &r->lock);
     }
-    pthread_mutex_unlock(&r.lock);
-    if (order) {
-        pthread_mutex_lock(&order->lock);
-        r.ticket->run = NULL;
-        pthread_mutex_unlock(&order->lock);
+    pthread_mutex_unlock(&r->lock);
+    return 1;
+}
+
+int psg_run_finish(psg_run_t **rp, psg_tensor_t **fetched) {
+    run_t *r = *rp;
+    *rp = NULL;
+    const psg_plan_t *p = r->p;
+    if (r->ticket) {
+        pthread_mutex_lock(&r->ticket->order->lock);
+        r->ticket->run = NULL;
+        pthread_mutex_unlock(&r->ticket->order->lock);
     }
     int rc = 0;
-    if (r.failed) {
-        rc = psg_error_set_code(r.error_code, "%s", r.error);
-    } else if (r.remaining != 0) {
-        rc = psg_error_set("executor stalled with %d nodes left (internal error)", r.remaining);
-    } else {
+    for (int i = 0; fetched && i < p->n_fetches; i++) fetched[i] = NULL;
+    if (r->failed) {
+        rc = psg_error_set_code(r->error_code, "%s", r->error);
+    } else if (r->remaining != 0) {
+        rc = psg_error_set("executor stalled with %d nodes left (internal error)", r->remaining);
+    } else if (fetched) {
         /* fetches come back in host memory, as every caller reads them there */
         for (int i = 0; i < p->n_fetches && rc == 0; i++) {
-            fetched[i] = psg_tensor_to_host(r.slots[p->fetch_slots[i]]);
+            fetched[i] = psg_tensor_to_host(r->slots[p->fetch_slots[i]]);
             if (!fetched[i]) rc = psg_error_wrap("fetch %d", i);
         }
         for (int i = 0; rc < 0 && i < p->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
     }
-    for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&r.slots[s]);
-    free(state);
-    pthread_mutex_destroy(&r.lock);
-    pthread_cond_destroy(&r.changed);
+    for (int s = 0; s < p->num_slots; s++) psg_tensor_destroy(&r->slots[s]);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->changed);
+    free(r);
     return rc;
+}
+
+int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
+                      psg_tensor_t **fetched) {
+    for (int i = 0; i < p->n_fetches; i++) fetched[i] = NULL;
+    psg_run_t *r = psg_run_start(p, env, feed_values, NULL, NULL);
+    if (!r) return -1;
+    psg_run_continue(r); /* without a wake: returns once the run is over */
+    return psg_run_finish(&r, fetched);
 }

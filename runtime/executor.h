@@ -24,6 +24,8 @@ void psg_plan_destroy(psg_plan_t **p);
 
 /* Number of nodes the plan executes (fed nodes excluded). */
 int psg_plan_num_nodes(const psg_plan_t *p);
+/* The bytes the plan holds (its node table, slots, consumer lists, kernel parameters). */
+size_t psg_plan_footprint(const psg_plan_t *p);
 
 /* Runs the plan once. Runs of one plan may overlap only with tickets
  * (psg_run_env_t.ticket); without, one at a time. fetched[i]
@@ -79,6 +81,9 @@ typedef struct {
     /* Optional, NULL: the caller runs the plan once at a time. Else a ticket
      * of the plan's order, which the caller releases after the run. */
     psg_run_ticket_t *ticket;
+    /* Optional, NULL: none. The budget (core/membudget.h) that every buffer the run's
+     * kernels make is charged to: a node that would pass it fails, naming it. */
+    struct psg_membudget *budget;
 } psg_run_env_t;
 
 /* As psg_plan_run, in env. When a node fails and env->rendezvous is set,
@@ -86,5 +91,23 @@ typedef struct {
  * of this and the other partitions of the step fail at once, not by timeout. */
 int psg_plan_run_with(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
                       psg_tensor_t **fetched);
+
+/* A run that holds no thread while it waits (a Recv, an accumulator take, a token
+ * dequeue): a server's runner drives it while it has nodes to run, and is free meanwhile.
+ * psg_plan_run_with is these three on one thread, which it blocks. */
+typedef struct psg_run psg_run_t;
+/* Called once (from any thread, holding none of the run's locks) after psg_run_continue
+ * returned 0, when the run has nodes to run again or is over: call psg_run_continue. */
+typedef void (*psg_run_wake_fn)(void *ctx);
+/* Starts a run of p in env (NULL with the error set on a bad feed, or out of memory);
+ * nothing runs yet. wake NULL: psg_run_continue blocks until the run is over. */
+psg_run_t *psg_run_start(psg_plan_t *p, const psg_run_env_t *env, psg_tensor_t *const *feed_values,
+                         psg_run_wake_fn wake, void *wake_ctx);
+/* Runs what is ready on the calling thread: 1 when the run is over (psg_run_finish), 0 when
+ * it waits (the wake will come; the run may be driven by another thread from then on). */
+int psg_run_continue(psg_run_t *r);
+/* The run's result as psg_plan_run's (fetched[n_fetches]; NULL: dropped), and frees it;
+ * *r becomes NULL. */
+int psg_run_finish(psg_run_t **r, psg_tensor_t **fetched);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "ops/state/sync_resources.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@ const char *psgraph_exe;
 char tmpdir[256], logdir[300];
 pid_t server_pid;
 int port;
+char server_log[400];
 
 /* Starts `psgraph server` on a free port with `argv` after its own arguments (NULL-ended);
  * reads the port it prints. */
@@ -34,6 +36,10 @@ int start_server_argv(const char *const *argv) {
     if (server_pid == 0) {
         dup2(p[1], 1);
         close(p[0]);
+        if (server_log[0]) {
+            int fd = open(server_log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd >= 0) dup2(fd, 2);
+        }
         unsetenv("PSGRAPH_KEYS");
         execv(psgraph_exe, (char *const *)args);
         _exit(127);
@@ -182,13 +188,13 @@ void send_run(psg_client_t *c, uint64_t handle) {
 }
 
 /* Inspect's "field" through c (-1: no answer); the replies before it are dropped. */
-int inspect_field(psg_client_t *c, const char *field) {
+long long inspect_field(psg_client_t *c, const char *field) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_msg_t *m = psg_req_encode(&in), *rep = psg_client_call(c, &m, 20000);
     char want[64];
     snprintf(want, sizeof want, "\"%s\":", field);
     const char *at = rep && rep->body ? strstr((const char *)rep->body->data, want) : NULL;
-    int v = at ? atoi(at + strlen(want)) : -1;
+    long long v = at ? atoll(at + strlen(want)) : -1;
     psg_msg_destroy(&rep);
     return v;
 }
@@ -234,4 +240,17 @@ int hostile_end(const char *what) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);
     return psg_test_summary();
+}
+
+/* A graph that fetches 2.5 through a chain of identities (too long to run inline). */
+psg_graph_t *chain_graph(int *fetch) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t x = psg_const_scalar(g, "c", 2.5f);
+    for (int i = 0; i < 20; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "id%d", i);
+        x = psg_identity(g, name, x);
+    }
+    *fetch = x.node;
+    return g;
 }

@@ -22,6 +22,7 @@ extern const char *psgraph_exe;
 extern char tmpdir[256], logdir[300]; /* the test's folder; the server's --logdir in it */
 extern pid_t server_pid;              /* the server the helpers below talk to */
 extern int port;
+extern char server_log[400]; /* when set, the next server's stderr goes to this file */
 
 /* A test's start: psgraph_exe from argv[1], a fresh tmpdir named for it, the server
  * started; -1 (said on stderr) when it did not start. */
@@ -60,10 +61,13 @@ psg_req_t register_req(psg_graph_t *g, int fetch, char **bytes);
 uint64_t register_graph(psg_client_t *via, psg_graph_t *g, int fetch);
 /* Registers an accumulator's take of timeout 0 (which waits up to --max-wait). */
 uint64_t register_take(psg_client_t *via, const char *acc);
+/* A graph that fetches 2.5 through a chain of 20 identities (too long to run inline on the
+ * server thread); *fetch its last node. */
+psg_graph_t *chain_graph(int *fetch);
 /* Sends a RunGraph of `handle` through c (its reply comes later). */
 void send_run(psg_client_t *c, uint64_t handle);
 /* Inspect's integer "field" through c (-1: no answer). */
-int inspect_field(psg_client_t *c, const char *field);
+long long inspect_field(psg_client_t *c, const char *field);
 /* Sends SIGTERM to pid and waits up to 30 s for its exit; prints how long it took as the
  * bench line `what`. What waitpid returned (0: still running), its status in *st. */
 pid_t sigterm_and_wait(pid_t pid, const char *what, int *st);

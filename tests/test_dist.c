@@ -41,13 +41,16 @@ static pid_t spawn_ps(int task) {
 }
 
 /* A request to a live server and its reply (NULL with the error set). */
+/* When set, call() goes through this connection: a graph is the peer's that registered it. */
+static psg_client_t *sticky;
+
 static psg_msg_t *call(int port, const char *op, psg_msg_t *m, int timeout_ms) {
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    psg_client_t *c = psg_client_new(ep, NULL);
+    psg_client_t *c = sticky ? sticky : psg_client_new(ep, NULL);
     if (!m) m = psg_msg_new(PSG_MSG_REQUEST, op);
     psg_msg_t *r = psg_client_call(c, &m, timeout_ms);
-    psg_client_destroy(&c);
+    if (c != sticky) psg_client_destroy(&c);
     return r;
 }
 
@@ -410,6 +413,9 @@ static void hostile_graph(int port) {
         psg_tensor_destroy(&oob);
         expect_error(port, m, "which the graph does not have");
     }
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    sticky = psg_client_new(ep, NULL); /* registers and runs: the graph is its own */
     psg_msg_t *m = req(PSG_TS_REGISTER_GRAPH, NULL, 0);
     psg_msg_set_body(m, bytes, len);
     psg_msg_add_tensor(m, "feeds", fe);
@@ -436,6 +442,10 @@ static void hostile_graph(int port) {
     expect_error(port, m, "fed f32[3], expects f32[2]");
     m = req(PSG_TS_RUN_GRAPH, handle, 14);
     expect_error(port, m, "got 0 feeds, it takes 1");
+    psg_client_destroy(&sticky);
+    m = req(PSG_TS_RUN_GRAPH, handle, 15);
+    psg_msg_add_tensor(m, NULL, good);
+    expect_error(port, m, "was registered by another peer"); /* another connection's run */
     psg_tensor_destroy(&good);
     psg_tensor_destroy(&f64);
     psg_tensor_destroy(&shape3);

@@ -70,20 +70,15 @@ static void test_pending_limit(void) {
 
 /* A graph too large to run on the server thread that needs no wait: a chain of identities. */
 static uint64_t register_chain(psg_client_t *via) {
-    psg_graph_t *g = psg_graph_new();
-    psg_endpoint_t x = psg_const_scalar(g, "c", 2.5f);
-    for (int i = 0; i < 20; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "id%d", i);
-        x = psg_identity(g, name, x);
-    }
-    uint64_t handle = register_graph(via, g, x.node);
+    int fetch = 0;
+    psg_graph_t *g = chain_graph(&fetch);
+    uint64_t handle = register_graph(via, g, fetch);
     psg_graph_destroy(&g);
     return handle;
 }
 
-/* One peer's waiting steps hold at most half the runner threads (--max-running, default
- * 4 of 8): another peer's step runs at once, while all of the first peer's still wait. */
+/* A peer's waiting steps hold no runner thread (docs/engine.md, "Runs that wait without a
+ * thread"): another peer's step runs at once, while all ten of the first peer's still wait. */
 static void test_running_cap(void) {
     pid_t first_pid = server_pid;
     int first_port = port;
@@ -278,10 +273,20 @@ static void test_quota_per_key(void) {
     CHECK(register_take(t1, "acc_t3") == 0);
     CHECK_ERROR_HAS("peer 127.0.0.1 has 3 graphs registered (the limit is 3 per peer)");
     CHECK((ht[3] = register_take(t2, "acc_t4")) > 0);
+    /* each graph is its registrant's: worker2 may not deregister worker1's, nor a cluster
+     * connection another's; any connection of worker1 may */
+    psg_client_t *owner[8] = {b, a, b, c, t1, t1, t1, t2};
     for (int i = 0; i < 8; i++) {
         psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = i < 4 ? h[i] : ht[i - 4]};
+        bool other_first = i == 0 || i == 4; /* tried first by worker2, by another connection */
         m = psg_req_encode(&d);
-        rep = psg_client_call(c, &m, 20000);
+        rep = psg_client_call(other_first ? (i ? t2 : c) : owner[i], &m, 20000);
+        CHECK((rep == NULL) == other_first);
+        if (!rep) CHECK(psg_error_code() == PSG_ERR_DENIED);
+        psg_msg_destroy(&rep);
+        if (!other_first) continue;
+        m = psg_req_encode(&d);
+        rep = psg_client_call(owner[i], &m, 20000);
         CHECK(rep != NULL);
         psg_msg_destroy(&rep);
     }
@@ -316,7 +321,10 @@ static void test_allocation_cap(void) {
     g = psg_graph_new();
     psg_shape_t huge = psg_shape_1d((int64_t)1 << 32);
     psg_endpoint_t v = psg_var_handle(g, "v", PSG_DT_U8, &huge);
-    reg = register_req(g, v.node, &bytes);
+    reg =
+        register_req(g, -1, &bytes); /* the handle is run, not fetched: it cannot cross the wire */
+    reg.u.reg.n_targets = 1;
+    reg.u.reg.targets = &v.node;
     expect_error(&reg, PSG_ERR_LIMIT, "node 'v' (VarHandle)");
     free(bytes);
     psg_graph_destroy(&g);
@@ -333,7 +341,9 @@ static void test_variable_counted_once(void) {
         psg_graph_t *g = psg_graph_new();
         psg_endpoint_t v = psg_var_handle(g, "table_shard", PSG_DT_F32, &s);
         char *bytes = NULL;
-        psg_req_t reg = register_req(g, v.node, &bytes);
+        psg_req_t reg = register_req(g, -1, &bytes);
+        reg.u.reg.n_targets = 1;
+        reg.u.reg.targets = &v.node;
         psg_msg_t *m = psg_req_encode(&reg);
         psg_msg_t *rep = m ? psg_client_call(c, &m, 20000) : NULL;
         psg_rep_t r;
@@ -355,7 +365,7 @@ static void test_msgpack_expansion(void) {
     body[4] = (char)n;
     memset(body + 5, 0xc0, n);
     psg_req_t reg = {.type = PSG_REQ_REGISTER_GRAPH, .u.reg = {.graph = body, .len = n + 5}};
-    expect_error(&reg, PSG_ERR_UNKNOWN, "msgpack: over 8388608 objects");
+    expect_error(&reg, PSG_ERR_BAD_REQUEST, "msgpack: over 8388608 objects");
     free(body);
 }
 

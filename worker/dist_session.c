@@ -884,10 +884,18 @@ int psg_dist_session_reregister(psg_dist_session_t *s) {
     (void)psg_dist_session_drain(s); /* a restarted task lost that step anyway */
     for (int i = 0; i < s->n_callables; i++) {
         psg_dist_callable_t *c = s->callables[i];
-        for (int k = 0; k < c->set->num_partitions; k++)
-            if (c->runs[k].peer >= 0 &&
-                register_partition(s, &c->set->partitions[k], &c->runs[k]) < 0)
-                return -1;
+        for (int k = 0; k < c->set->num_partitions; k++) {
+            part_run_t *run = &c->runs[k];
+            if (run->peer < 0) continue;
+            /* the old graph, if the task still has it (it did not restart): not kept twice */
+            psg_req_t d = {.type = PSG_REQ_DEREGISTER_GRAPH, .u.handle = run->handle};
+            psg_rep_t rep;
+            psg_msg_t *m = run->handle
+                               ? psg_ts_call(s->peers[run->peer].client, &d, &rep, s->timeout_ms)
+                               : NULL;
+            psg_msg_destroy(&m);
+            if (register_partition(s, &c->set->partitions[k], run) < 0) return -1;
+        }
     }
     return 0;
 }

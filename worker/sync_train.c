@@ -515,14 +515,14 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
                  : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
                  : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)
                                                  : 0;
-    int64_t used = st->ps_used, dropped = st->ps_dropped;
-    if (used < 0 && st->counts) { /* no accumulators: what the workers reported */
-        used = dropped = 0;
-        for (int i = 0; i < st->num_workers; i++) {
-            used += (int64_t)st->counts[COUNTS * i];
-            dropped += (int64_t)st->counts[COUNTS * i + 1];
-        }
+    /* the ps's accumulators count since they were made: a ps that restarted (recovery)
+     * counts from then on, so what the workers reported, each of its own, wins when more */
+    int64_t used = st->ps_used, dropped = st->ps_dropped, w_used = 0, w_dropped = 0;
+    for (int i = 0; st->counts && i < st->num_workers; i++) {
+        w_used += (int64_t)st->counts[COUNTS * i];
+        w_dropped += (int64_t)st->counts[COUNTS * i + 1];
     }
+    if (st->counts && w_used > used) used = w_used, dropped = w_dropped;
     psg_sync_stats_t js;
     job_staleness(st, &js);
     char stale[160];

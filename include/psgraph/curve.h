@@ -67,5 +67,8 @@ bool psg_curve_is_loopback(const char *endpoint);
  * newline. NULL (the default): nothing is written (the counts in psg_server_stats stay). */
 typedef void (*psg_net_log_fn)(void *ctx, const char *line);
 void psg_net_set_log(psg_net_log_fn fn, void *ctx);
+/* Writes a line to that log (nothing when none is set): the task server's notes too (a
+ * peer's graphs released, connections over the cap). */
+void psg_net_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -43,6 +43,8 @@ int psg_error_set_code(psg_err_code_t code, const char *fmt, ...) PSG_PRINTF(2, 
 int psg_error_recode(psg_err_code_t code);
 /* This thread's last error code (psg_error_wrap keeps it). */
 psg_err_code_t psg_error_code(void);
+/* Gives this thread's last error the code, its message kept. */
+void psg_error_set_code_only(psg_err_code_t code);
 /* The name of a code ("limit", "closed"), "unknown" for any other value. */
 const char *psg_error_code_name(int code);
 /* Which of two failures of one step to report: `next` replaces `kept` only when kept was

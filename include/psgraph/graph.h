@@ -67,6 +67,10 @@ psg_graph_t *psg_graph_new(void);
 void psg_graph_destroy(psg_graph_t **g);
 
 int psg_graph_num_nodes(const psg_graph_t *g);
+/* The bytes g's own structure holds as built: nodes, names, edges, attributes (a tensor
+ * attribute's bytes are a buffer of its own, not counted here). A node takes ~700 bytes
+ * whatever it holds (its outputs' shapes): far more than it takes serialized. */
+size_t psg_graph_footprint(const psg_graph_t *g);
 /* The node with id `id` (0 <= id < num_nodes); node ids are dense and stable. */
 const psg_node_t *psg_graph_node(const psg_graph_t *g, int id);
 /* The id of the node named `name`, or -1. */

@@ -16,5 +16,8 @@ int psg_graph_serialize(const psg_graph_t *g, char **out, size_t *len);
  * inference on every node. Untrusted input is safe: any malformed, truncated
  * or inconsistent input gives NULL with an error naming the field (and node). */
 psg_graph_t *psg_graph_deserialize(const void *data, size_t len);
+/* The same, refusing (PSG_ERR_LIMIT) a graph whose nodes alone would take more than
+ * max_bytes as built (psg_graph_footprint), before it builds any. */
+psg_graph_t *psg_graph_deserialize_within(const void *data, size_t len, size_t max_bytes);
 
 #endif

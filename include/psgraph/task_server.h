@@ -46,11 +46,17 @@ typedef struct psg_task_server psg_task_server_t;
  * its default. A request past a limit gets an error naming it (code PSG_ERR_LIMIT) and the
  * server goes on answering the others (docs/distributed.md, "Limits"). */
 typedef struct {
-    int64_t memory_bytes;               /* the task's memory: what a peer's registered graphs may
-                                         * allocate in all (variables, Random, constants, every output
-                                         * of a known shape); default half the machine's memory */
+    int64_t memory_bytes;               /* the task's memory, one budget for all its peers: the
+                                         * graphs as built, every buffer their steps make (variables,
+                                         * Random, temporaries), the requests waiting; a graph one of
+                                         * whose outputs would pass what is left is refused by name;
+                                         * default half the machine's memory */
+    int64_t peer_memory_bytes;          /* a peer's share: what its registered graphs may allocate
+                                         * in all (every output of a known shape, each variable once);
+                                         * default half the task's */
     int max_graphs_per_peer;            /* registered and not deregistered; default 256 */
-    int64_t max_graph_bytes_per_peer;   /* their serialized bytes; default 1 GiB */
+    int64_t max_graph_bytes_per_peer;   /* their bytes as built (psg_graph_footprint: ~14x
+                                         * the serialized bytes); default 1 GiB */
     int max_pending_per_peer;           /* RunGraph queued or running; default 64 */
     int max_running_per_peer;           /* RunGraph on runner threads at once: the rest of the
                                          * peer's wait in the queue, so that one peer's waiting
@@ -61,13 +67,18 @@ typedef struct {
     int64_t max_pending_bytes_per_peer; /* the bytes pending RunGraphs hold; default memory / 4 */
     int max_waiters_per_peer;           /* WaitInit, WaitDone; default 16 */
     int max_queue;                      /* RunGraphs queued for the runner threads; default 1024 */
-    int max_peers;                      /* peers holding anything at once; default 1024 */
-    int max_peers_per_address;          /* of those, from one address (a peer that reconnects is a
-                                         * new peer with fresh quotas: this bounds what one host
-                                         * holds by reconnecting; a client key is not counted);
-                                         * default 64 */
+    int max_peers;                      /* peers with a connection open holding anything at once
+                                         * (closed ones, waiting out graph_grace_ms, are bounded
+                                         * apart to as many); default 1024 */
+    int max_peers_per_address;          /* of those, from one address (a client key is not
+                                         * counted); default 64 */
     int64_t max_wait_ms;                /* the longest wait of an accumulator take or a token
                                          * dequeue, whatever a graph asks; default 10 minutes */
+    int max_connections;                /* connections open at once (psg_wire_opts_t); default
+                                         * what ulimit -n allows, less 128 */
+    int64_t graph_grace_ms;             /* a peer's graphs outlive its last connection this long (a
+                                         * worker that reconnects keeps them), then are released;
+                                         * default 60 s */
 } psg_task_limits_t;
 
 /* The limits with every default filled in (memory from the machine's). */

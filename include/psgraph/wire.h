@@ -39,6 +39,20 @@ typedef struct {
     uint8_t id[PSG_WIRE_MAX_ROUTE];
 } psg_route_t;
 
+/* One connection of a server's socket, as a request saw it: ZeroMQ's descriptor of it and
+ * the socket's inode, which no other open socket shares (a descriptor number is reused at
+ * once). fd -1: unknown (no descriptor, as inproc). */
+typedef struct {
+    int fd;
+    uint64_t ino;
+} psg_conn_t;
+
+/* Whether the connection c is still open (true when unknown). Cheap: one fstat. */
+bool psg_conn_open(const psg_conn_t *c);
+
+/* n random bytes from the kernel (time and pid mixed in if it has none). */
+void psg_wire_random(void *buf, size_t n);
+
 /* One logical message. Plain data with owned members: build it with psg_msg_new and the
  * psg_msg_add_* / psg_msg_set_* helpers, free it with psg_msg_destroy. Every string is
  * owned by the message (NULL when absent); every tensor holds one reference. */
@@ -57,6 +71,7 @@ typedef struct psg_msg {
     psg_tensor_t **tensors;            /* ntensors references */
     char **names;                      /* ntensors names, each may be NULL */
     psg_route_t route;                 /* on a server: the sender; set by psg_server_recv */
+    psg_conn_t conn;                   /* on a server: the connection it came by (psg_conn_open) */
     char peer[64];                     /* on a server: the sender's address, for error messages */
     char peer_key[PSG_CURVE_NAME_MAX]; /* on a CURVE server: the name of the sender's key
                                         * (psgraph/curve.h: NAME of its NAME.key, "cluster" for the
@@ -94,6 +109,10 @@ typedef struct {
      * busy): a connection silent this long is dropped, and a request sent on it fails
      * (psg_client_check). 0: PSG_WIRE_PEER_TIMEOUT_MS; < 0: no heartbeats */
     int peer_timeout_ms;
+    /* a server's cap on its open connections: at the cap, a new one closes the oldest that
+     * never finished its handshake, or is closed itself, logged once (psg_net_set_log).
+     * 0: what the process's descriptors allow (ulimit -n, less 128 for the rest) */
+    int max_connections;
 } psg_wire_opts_t;
 
 /* The default peer timeout: above the 6.2 s by which TCP's backed-off retransmissions
