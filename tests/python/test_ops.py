@@ -218,8 +218,14 @@ def test_dropout():
     close(y[kept], np.full(kept.sum(), 1 / 0.75))
     y2 = run(tf.nn.dropout(x, keep_prob=0.5))
     assert abs((y2 != 0).mean() - 0.5) < 0.02
-    with pytest.raises(NotImplementedError, match="constant rate"):
-        tf.nn.dropout(x, keep_prob=tf.placeholder(tf.float32, []))
+    keep = tf.placeholder(tf.float32, [])  # TF 1.x's tutorials feed keep_prob
+    p = tf.placeholder(tf.float32, [None, 100])
+    d = tf.nn.dropout(p, keep_prob=keep)
+    ones = np.ones((300, 100), np.float32)
+    y3 = run(d, {p: ones, keep: 0.8})
+    assert abs((y3 != 0).mean() - 0.8) < 0.02
+    close(y3[y3 != 0], np.full((y3 != 0).sum(), 1 / 0.8))
+    np.testing.assert_array_equal(run(d, {p: ones, keep: 1.0}), ones)
 
 
 def test_embedding_lookup(rng):
