@@ -124,6 +124,19 @@ def test_shapes_and_casts(rng):
     close(run(tf.gather(tf.constant(x.reshape(2, 3)), tf.constant([1, 0, 1]))), x.reshape(2, 3)[[1, 0, 1]])
 
 
+def test_half_dtypes():
+    h = tf.placeholder(tf.float16, [3])
+    b = tf.placeholder(tf.bfloat16, [3])
+    v = np.array([1.5, -2.25, 1024.0], np.float32)
+    got_h = run(tf.cast(h, tf.float32), {h: v.astype(np.float16)})
+    got_b = run(tf.cast(b, tf.float32), {b: v})  # bfloat16 fed as float32, rounded by C
+    np.testing.assert_array_equal(got_h, v)
+    np.testing.assert_array_equal(got_b, v)
+    back = run(tf.cast(tf.constant(v), tf.bfloat16))  # fetched as float32
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(back, v)
+
+
 def test_indexing(rng):
     x = rng.standard_normal((4, 5, 6)).astype(np.float32)
     tx = tf.constant(x)
