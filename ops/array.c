@@ -190,6 +190,16 @@ static int infer_random(psg_infer_ctx_t *c) {
     return 0;
 }
 
+/* RandomLike: the Random op's draws, of the shape its input has at run time. */
+static int infer_random_like(psg_infer_ctx_t *c) {
+    const char *dist = psg_node_get_str(c->node, "distribution", "");
+    if (strcmp(dist, "uniform") && strcmp(dist, "normal") && strcmp(dist, "truncated_normal"))
+        return psg_error_set("unknown distribution '%s'", dist);
+    c->out_dtypes[0] = PSG_DT_F32;
+    c->out_shapes[0] = c->in_shapes[0];
+    return 0;
+}
+
 /* ---- gradients ---- */
 
 static int grad_identity(psg_graph_t *g, const psg_node_t *n, const psg_endpoint_t *dy,
@@ -369,6 +379,14 @@ static const psg_op_def_t op_random = {.name = "Random",
                                        .grad = psg_grad_none,
                                        .cpu = psg_cpu_random};
 
+static const psg_op_def_t op_random_like = {.name = "RandomLike",
+                                            .num_inputs = 1,
+                                            .num_outputs = 1,
+                                            .flags = PSG_OP_STATEFUL,
+                                            .infer = infer_random_like,
+                                            .grad = psg_grad_none,
+                                            .cpu = psg_cpu_random};
+
 const psg_op_def_t *const psg_array_ops[] = {
     &op_const,
     &op_placeholder,
@@ -387,6 +405,7 @@ const psg_op_def_t *const psg_array_ops[] = {
     &op_assign_add,
     &op_no_op,
     &op_random,
+    &op_random_like,
     NULL,
 };
 
@@ -581,6 +600,17 @@ psg_endpoint_t psg_random(psg_graph_t *g, const char *name, const char *distribu
     psg_node_builder_t *b = psg_node_begin(g, "Random", name);
     psg_node_attr_str(b, "distribution", distribution);
     psg_node_attr_shape(b, "shape", shape);
+    psg_node_attr_float(b, "scale", scale);
+    psg_node_attr_int(b, "seed", (int64_t)seed);
+    psg_node_attr_bool(b, "per_step", true);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_random_like(psg_graph_t *g, const char *name, psg_endpoint_t like,
+                               const char *distribution, double scale, uint64_t seed) {
+    psg_node_builder_t *b = psg_node_begin(g, "RandomLike", name);
+    psg_node_add_input(b, like);
+    psg_node_attr_str(b, "distribution", distribution);
     psg_node_attr_float(b, "scale", scale);
     psg_node_attr_int(b, "seed", (int64_t)seed);
     psg_node_attr_bool(b, "per_step", true);

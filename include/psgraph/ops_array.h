@@ -73,6 +73,10 @@ psg_endpoint_t psg_initializer_value(psg_graph_t *g, const char *name, const psg
  * seed, the node's name and the step (tf.random_normal, tf.random_uniform). */
 psg_endpoint_t psg_random(psg_graph_t *g, const char *name, const char *distribution,
                           const psg_shape_t *shape, double scale, uint64_t seed);
+/* As psg_random, of the shape `like` has when run (any dtype; its values are not read):
+ * draws for a tensor whose batch is known only then (dropout with a fed rate). */
+psg_endpoint_t psg_random_like(psg_graph_t *g, const char *name, psg_endpoint_t like,
+                               const char *distribution, double scale, uint64_t seed);
 
 /* A variable `name` (its handle, dtype PSG_DT_RESOURCE, shape = the
  * variable's). Adds an initializer op to the "init" collection and the handle

@@ -317,6 +317,19 @@ static PyObject *b_random(PyObject *self, PyObject *args) {
     return psg_py_ep_or_raise(GRAPH(self), psg_random(GRAPH(self), name, dist, &s, scale, seed));
 }
 
+/* random_like(name, like, dist, scale, seed) */
+static PyObject *b_random_like(PyObject *self, PyObject *args) {
+    const char *name, *dist;
+    psg_endpoint_t like;
+    double scale;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "O&O&sdK", psg_py_name_conv, &name, psg_py_endpoint_conv, &like,
+                          &dist, &scale, &seed))
+        return NULL;
+    return psg_py_ep_or_raise(GRAPH(self),
+                              psg_random_like(GRAPH(self), name, like, dist, scale, seed));
+}
+
 /* variance_scaling(shape, scale, mode, distribution, seed) -> (kind, scale) */
 static PyObject *b_variance_scaling(PyObject *self, PyObject *args) {
     (void)self;
@@ -434,6 +447,8 @@ PyMethodDef psg_py_build_methods[] = {
      "placeholder_with_default(name, input, shape)"},
     {"initializer_value", b_initializer_value, METH_VARARGS,
      "initializer_value(name, shape, kind, scale, seed)"},
+    {"random_like", b_random_like, METH_VARARGS,
+     "random_like(name, like, distribution, scale, seed)"},
     {"random", b_random, METH_VARARGS, "random(name, distribution, shape, scale, seed)"},
     {"variance_scaling", b_variance_scaling, METH_VARARGS,
      "variance_scaling(shape, scale, mode, distribution, seed) -> (kind, scale)"},

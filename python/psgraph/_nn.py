@@ -164,24 +164,25 @@ def avg_pool(value, ksize, strides, padding, data_format="NHWC", name=None, inpu
 
 
 def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None):
-    """Inverted dropout: kept with probability 1 - rate, scaled by 1 / (1 - rate)."""
+    """Inverted dropout: kept with probability 1 - rate, scaled by 1 / (1 - rate). A number
+    as the rate is psgraph's Dropout op; a Tensor (a fed keep_prob, as TF 1.x's tutorials)
+    draws uniforms of x's shape each step and keeps those >= rate, by graph ops."""
     if noise_shape is not None:
         raise NotImplementedError("psgraph does not have dropout's noise_shape yet")
-    if rate is None:
-        if keep_prob is None:
-            raise ValueError("dropout needs rate (or keep_prob)")
-        if isinstance(keep_prob, Tensor):
-            raise NotImplementedError(
-                "psgraph's dropout takes a constant rate, not a Tensor: use "
-                "tf.layers.dropout(x, rate, training=<bool tensor>) to switch it off at test time")
-        rate = 1.0 - float(keep_prob)
-    if isinstance(rate, Tensor):
-        raise NotImplementedError("psgraph's dropout takes a constant rate, not a Tensor")
+    if rate is None and keep_prob is None:
+        raise ValueError("dropout needs rate (or keep_prob)")
     x = convert_to_tensor(x)
-    if float(rate) == 0.0:
-        return x
     g = x.graph
-    return g._tensor(g._build().dropout(name or "dropout", x._ep, float(rate), g._op_seed(seed)))
+    if isinstance(rate, Tensor) or isinstance(keep_prob, Tensor):
+        with g.name_scope(name or "dropout"):
+            r = _math_ops.subtract(1.0, keep_prob) if rate is None else convert_to_tensor(rate)
+            u = g._tensor(g._build().random_like("random_uniform", x._ep, "uniform", 0.5, g._op_seed(seed)))
+            keep = _array_ops.cast(_math_ops.greater_equal(_math_ops.add(u, 0.5), r), _dtypes.float32)
+            return _math_ops.divide(_math_ops.multiply(x, keep), _math_ops.subtract(1.0, r))
+    rate = 1.0 - float(keep_prob) if rate is None else float(rate)
+    if rate == 0.0:
+        return x
+    return g._tensor(g._build().dropout(name or "dropout", x._ep, rate, g._op_seed(seed)))
 
 
 def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True,

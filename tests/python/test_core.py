@@ -196,6 +196,10 @@ def test_unsupported_name_raises_attribute_error():
         tf.nn.ctc_loss
     with pytest.raises(AttributeError, match=r"psgraph does not have tf\.train\.SyncReplicasOptimizer yet"):
         tf.train.SyncReplicasOptimizer
+    with pytest.raises(AttributeError, match=r"psgraph does not have tf\.math\.cumsum yet"):
+        tf.math.cumsum
+    assert tf.math.log is tf.log and tf.random.normal is tf.random_normal
+    assert tf.compat.v1 is tf
 
 
 def test_a_script_with_an_unsupported_name_fails_naming_it(tmp_path):

@@ -113,6 +113,7 @@ def test_embedding_lookup_gradient(rng):
     ids = tf.constant(np.array([1, 4, 1, 6], np.int64))
     e = tf.nn.embedding_lookup(table, ids)
     loss = tf.reduce_sum(tf.square(e) * tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3)))
+    assert tf.gradients(loss, table)[0].op.type == "IndexedSlices"  # only the touched rows
     with session() as s:
         fd_check(loss, [table], {}, s)
 

@@ -124,6 +124,19 @@ def test_shapes_and_casts(rng):
     close(run(tf.gather(tf.constant(x.reshape(2, 3)), tf.constant([1, 0, 1]))), x.reshape(2, 3)[[1, 0, 1]])
 
 
+def test_half_dtypes():
+    h = tf.placeholder(tf.float16, [3])
+    b = tf.placeholder(tf.bfloat16, [3])
+    v = np.array([1.5, -2.25, 1024.0], np.float32)
+    got_h = run(tf.cast(h, tf.float32), {h: v.astype(np.float16)})
+    got_b = run(tf.cast(b, tf.float32), {b: v})  # bfloat16 fed as float32, rounded by C
+    np.testing.assert_array_equal(got_h, v)
+    np.testing.assert_array_equal(got_b, v)
+    back = run(tf.cast(tf.constant(v), tf.bfloat16))  # fetched as float32
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(back, v)
+
+
 def test_indexing(rng):
     x = rng.standard_normal((4, 5, 6)).astype(np.float32)
     tx = tf.constant(x)
@@ -218,8 +231,14 @@ def test_dropout():
     close(y[kept], np.full(kept.sum(), 1 / 0.75))
     y2 = run(tf.nn.dropout(x, keep_prob=0.5))
     assert abs((y2 != 0).mean() - 0.5) < 0.02
-    with pytest.raises(NotImplementedError, match="constant rate"):
-        tf.nn.dropout(x, keep_prob=tf.placeholder(tf.float32, []))
+    keep = tf.placeholder(tf.float32, [])  # TF 1.x's tutorials feed keep_prob
+    p = tf.placeholder(tf.float32, [None, 100])
+    d = tf.nn.dropout(p, keep_prob=keep)
+    ones = np.ones((300, 100), np.float32)
+    y3 = run(d, {p: ones, keep: 0.8})
+    assert abs((y3 != 0).mean() - 0.8) < 0.02
+    close(y3[y3 != 0], np.full((y3 != 0).sum(), 1 / 0.8))
+    np.testing.assert_array_equal(run(d, {p: ones, keep: 1.0}), ones)
 
 
 def test_embedding_lookup(rng):

@@ -225,6 +225,18 @@ logging = _make(_here, "logging", dict(
     debug=_log.debug, info=_log.info, warn=_log.warning, warning=_log.warning, error=_log.error,
     fatal=_log.critical))
 
+random = _make(_here, "random", dict(
+    set_random_seed=set_random_seed, normal=random_normal, truncated_normal=truncated_normal,
+    uniform=random_uniform))
+
+math = _make(_here, "math", dict(
+    add=add, subtract=subtract, multiply=multiply, divide=divide, truediv=truediv,
+    negative=negative, square=square, sqrt=sqrt, exp=exp, log=log, pow=pow, abs=abs,
+    maximum=maximum, minimum=minimum, sigmoid=sigmoid, tanh=tanh, add_n=add_n,
+    reduce_sum=reduce_sum, reduce_mean=reduce_mean, reduce_max=reduce_max, argmax=argmax,
+    equal=equal, not_equal=not_equal, greater=greater, greater_equal=greater_equal, less=less,
+    less_equal=less_equal))
+
 compat = _make(_here, "compat", {})
 
 
