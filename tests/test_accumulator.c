@@ -372,6 +372,11 @@ static void test_accumulator_errors(void) {
     psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 0);
     CHECK(psg_accumulator_get(rm, "acc", &s2, 0) == NULL);
     CHECK_ERROR_HAS("accumulator 'acc' exists with shape [3], asked for [2]");
+    psg_shape_t unknown = psg_shape_2d(-1, 3), scalar = psg_shape_scalar();
+    CHECK(psg_accumulator_get(rm, "partial", &unknown, 0) == NULL);
+    CHECK_ERROR_HAS("accumulator 'partial': needs a complete shape");
+    CHECK(psg_sparse_accumulator_get(rm, "rowless", &scalar, 0) == NULL);
+    CHECK_ERROR_HAS("accumulator 'rowless': needs a complete shape");
     CHECK(psg_resource_variable(rm, "v", PSG_DT_F32, &s2) != NULL);
     CHECK(psg_accumulator_get(rm, "v", &s2, 0) == NULL);
     CHECK_ERROR_HAS("resource 'v' is a variable, not a accumulator");

@@ -421,6 +421,12 @@ static void test_header_and_write_edges(void) {
         NULL, 0, "tensor 'a': bad dimension 0");
     check_refused(path, "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}",
                   data, 1, "tensor 'a': unsupported dtype 'F8_E4M3'");
+    /* a folder named like a shard is not read as one */
+    char folder[160];
+    snprintf(folder, sizeof folder, "%s/folder.safetensors", dir);
+    CHECK(mkdir(folder, 0755) == 0);
+    CHECK(!psg_checkpoint_open(folder, -1));
+    CHECK_ERROR_HAS("folder.safetensors: not a regular file");
     /* a shard written into no directory, and one whose name is taken by a directory */
     psg_resource_mgr_t *rm = psg_resource_mgr_new();
     make_var(rm, "w", PSG_DT_F32, psg_shape_1d(3), 1);

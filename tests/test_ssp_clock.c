@@ -97,6 +97,16 @@ static void test_sizes(void) {
     CHECK(atomic_load(&a.calls) == 0);
     CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
     CHECK(atomic_load(&a.calls) == 1 && a.least == 1 && !a.error[0]);
+    /* three waits, two of which one tick releases: both answered, the third still waits */
+    answer_t w[3] = {0};
+    psg_ssp_clock_wait_async(solo, 0, READ, 2, 5000, on_answer, &w[0]);
+    psg_ssp_clock_wait_async(solo, 0, READ, 3, 5000, on_answer, &w[1]);
+    psg_ssp_clock_wait_async(solo, 0, READ, 2, 5000, on_answer, &w[2]);
+    CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
+    CHECK(atomic_load(&w[0].calls) == 1 && atomic_load(&w[2].calls) == 1 && atomic_load(&w[1].calls) == 0);
+    CHECK(w[0].least == 2 && w[2].least == 2);
+    CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
+    CHECK(atomic_load(&w[1].calls) == 1 && w[1].least == 3);
     psg_resource_mgr_destroy(&rm);
 }
 
