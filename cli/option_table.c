@@ -468,9 +468,11 @@ static const psg_cli_option_t rows[] = {
                    "0, no shards, in one process)")}},
     {"--overlap", PSG_OPT_WORDS, .words = on_off,
      .use = {TRAIN(overlap, "--overlap on|off",
-                   "on: async asks for the next step ahead, the same as\n"
-                   "--max-staleness 1; off: never ahead, whatever --max-staleness\n"
-                   "says (default: as --max-staleness says, 0: never ahead)")}},
+                   "on: async overlaps steps, the same as --max-staleness 1;\n"
+                   "off: never ahead, whatever --max-staleness says (default:\n"
+                   "a lone async worker asks for the next step's reads ahead,\n"
+                   "each after this step's update of its variable: no staleness;\n"
+                   "overlap as --max-staleness says)")}},
     {"--eval-every", PSG_OPT_INT, 1, 1e12,
      .use = {TRAIN(c.eval_every, "--eval-every N",
                    "the chief also evaluates every N of its steps (default: each epoch)"),

@@ -250,6 +250,36 @@ static void test_overlap(psg_dist_session_t *s, model_t *m) {
         if (after) CHECK_NEAR(psg_tensor_f32(after)[9], first + 18.0 * 20, 1e-3);
         psg_tensor_destroy(&after);
     }
+    /* Asked for ahead without overlap (async training's default): each run still waits for
+     * its own step, y grows by exactly 2x a step, and another callable's run calls the step
+     * asked for ahead off and reads every update, none more. */
+    if (ahead) {
+        psg_dist_callable_set_overlap(ahead, false);
+        psg_dist_callable_set_ahead(ahead, true);
+        CHECK(psg_dist_callable_asks_ahead(ahead));
+        CHECK(!psg_dist_callable_overlaps(ahead));
+        psg_tensor_t *r0 = NULL;
+        CHECK(psg_dist_callable_run(read, NULL, &r0) == 0);
+        float base = r0 ? psg_tensor_f32(r0)[9] : -1, first = 0;
+        psg_tensor_destroy(&r0);
+        int in_order = 0;
+        for (int i = 0; i < 10; i++) {
+            psg_tensor_t *y = NULL;
+            CHECK(psg_dist_callable_run(ahead, &x, &y) == 0);
+            float y9 = y ? psg_tensor_f32(y)[9] : -1;
+            if (i == 0) first = y9;
+            in_order += fabsf(y9 - (first + 18.0f * (float)i)) < 1e-3f;
+            psg_tensor_destroy(&y);
+        }
+        CHECK(in_order == 10);
+        CHECK(fabsf(first - base) < 1e-3f); /* y is read before the step's add */
+        CHECK(psg_dist_callable_run(read, NULL, &after) == 0);
+        if (after) CHECK_NEAR(psg_tensor_f32(after)[9], base + 18.0 * 10, 1e-3);
+        psg_tensor_destroy(&after);
+        /* a set_ahead off callable is not asked for ahead */
+        psg_dist_callable_set_ahead(ahead, false);
+        CHECK(!psg_dist_callable_asks_ahead(ahead));
+    }
     /* a stopped ps: the overlapped step returns at once; waiting for it names the task */
     int k = ps_of_w_small(m);
     char task[64];

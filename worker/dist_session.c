@@ -54,7 +54,8 @@ struct psg_dist_callable {
     part_run_t *runs; /* one per partition */
     int local;        /* the partition this process runs, or -1 */
     bool overlap;     /* psg_dist_callable_set_overlap, and no remote partition fetches */
-    bool ahead;       /* overlap, a local partition, and no remote partition takes feeds */
+    bool ahead_on;    /* psg_dist_callable_set_ahead */
+    bool ahead;       /* overlap or ahead_on, a local partition, no remote partition's feeds */
     /* cur: the step being run; open: an overlapped step whose remote partitions may
      * still run (valid while the session's open callable is this one); next: the step
      * after cur, asked for one ahead (valid while has_next) */
@@ -75,7 +76,8 @@ struct psg_dist_session {
     psg_dist_callable_t **callables;
     int n_callables;
     int64_t step_base, step_counter;
-    psg_dist_callable_t *open; /* the callable with an overlapped step still open, or NULL */
+    psg_dist_callable_t *open;  /* the callable with an overlapped step still open, or NULL */
+    psg_dist_callable_t *asked; /* the callable with a step asked for ahead, or NULL */
 };
 
 psg_replica_setter_t *psg_dist_replica_setter_new(const psg_cluster_t *cluster,
@@ -532,6 +534,7 @@ static void cancel_next(psg_dist_callable_t *c) {
     if (!c->has_next) return;
     c->has_next = false;
     psg_dist_session_t *s = c->s;
+    if (s->asked == c) s->asked = NULL;
     char why[] = "the step asked for ahead was not run";
     for (int k = 0; k < c->set->num_partitions; k++)
         if (c->runs[k].peer >= 0 && !c->next.reqs[k].unreachable)
@@ -543,19 +546,34 @@ static void cancel_next(psg_dist_callable_t *c) {
 }
 
 int psg_dist_session_drain(psg_dist_session_t *s) {
+    if (s->asked) cancel_next(s->asked);
     if (!s->open) return 0;
     cancel_next(s->open);
     return close_open_step(s->open);
 }
 
-void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
+/* overlap and ahead from what was asked and what the partitions allow */
+static void set_modes(psg_dist_callable_t *c, bool overlap_on) {
     bool remote_fetches = false, remote_feeds = false;
     for (int k = 0; k < c->set->num_partitions; k++) {
         remote_fetches |= c->runs[k].peer >= 0 && c->set->partitions[k].num_fetches > 0;
         remote_feeds |= c->runs[k].peer >= 0 && c->set->partitions[k].num_feeds > 0;
     }
-    c->overlap = on && !remote_fetches;
-    c->ahead = c->overlap && !remote_feeds && c->local >= 0;
+    c->overlap = overlap_on && !remote_fetches;
+    c->ahead = (c->overlap || c->ahead_on) && !remote_feeds && c->local >= 0;
+}
+
+void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
+    set_modes(c, on);
+}
+
+void psg_dist_callable_set_ahead(psg_dist_callable_t *c, bool on) {
+    c->ahead_on = on;
+    set_modes(c, c->overlap);
+}
+
+bool psg_dist_callable_asks_ahead(const psg_dist_callable_t *c) {
+    return c->ahead;
 }
 
 bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) {
@@ -610,6 +628,7 @@ static void ask_ahead(psg_dist_callable_t *c) {
     char err[2048] = "";
     send_run_graphs(c, r, NULL, err, sizeof err);
     c->has_next = true;
+    s->asked = c;
     if (!err[0] && psg_task_server_prepare(s->server, c->runs[c->local].handle, r->step) < 0)
         snprintf(err, sizeof err, "%s", psg_error_message());
     if (err[0]) cancel_next(c);
@@ -619,7 +638,8 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
                           psg_tensor_t **fetched) {
     psg_dist_session_t *s = c->s;
     /* another callable's open step ends first: its updates come before this step */
-    if (s->open && s->open != c && psg_dist_session_drain(s) < 0) return -1;
+    if (((s->open && s->open != c) || (s->asked && s->asked != c)) && psg_dist_session_drain(s) < 0)
+        return -1;
     int np = c->set->num_partitions;
     step_reqs_t *r = &c->cur;
     int64_t deadline = psg_ts_now_ms() + s->timeout_ms;
@@ -629,6 +649,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     if (c->has_next) { /* asked for ahead by the last run: its RunGraphs and pulls are out */
         swap_reqs(&c->cur, &c->next);
         c->has_next = false;
+        s->asked = NULL;
     } else {
         r->step = new_step_id(s);
         send_run_graphs(c, r, feed_values, err, sizeof err);

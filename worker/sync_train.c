@@ -240,6 +240,7 @@ static int make_calls(psg_sync_train_t *st, psg_dist_session_t *s) {
     st->calls[0] = psg_dist_session_make_callable(s, nfeeds, feeds, nf, fetches, nt, targets);
     if (!st->calls[0]) return -1;
     if (sg->overlap && !st->no_overlap) psg_dist_callable_set_overlap(st->calls[0], true);
+    if (sg->ahead && !st->no_overlap) psg_dist_callable_set_ahead(st->calls[0], true);
     for (int k = 0; k < sg->num_calls; k++) {
         st->calls[k + 1] = psg_dist_session_make_callable(
             s, sg->calls[k].n_feeds, sg->calls[k].feeds, sg->calls[k].n_fetches,

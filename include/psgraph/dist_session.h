@@ -65,7 +65,19 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
  * other task's partition fetches a tensor. Off by default. */
 void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on);
 bool psg_dist_callable_overlaps(const psg_dist_callable_t *c);
-/* Waits for the open step of an overlapped callable, if any. -1 with its error. */
+/* Steps asked for one ahead, without overlap: each run also sends the next step's RunGraphs
+ * to the other tasks and queues its own partition's pulls before its partition runs, so
+ * that a ps reads each variable for the next step as soon as this step's update of it is
+ * applied (each resource sees the steps in the order their RunGraphs came) and the value
+ * travels while this worker still runs backprop. What is read is what one step at a time
+ * reads; the run still waits for this step's replies. Takes effect only when this task
+ * runs a partition and no other task's partition takes feeds. The next run of another
+ * callable, and every request that waits for an open step (drain), first calls the step
+ * asked for ahead off (nothing of it was applied). Off by default. */
+void psg_dist_callable_set_ahead(psg_dist_callable_t *c, bool on);
+bool psg_dist_callable_asks_ahead(const psg_dist_callable_t *c);
+/* Calls off a step asked for ahead and waits for the open step of an overlapped callable,
+ * if any. -1 with the open step's error. */
 int psg_dist_session_drain(psg_dist_session_t *s);
 
 /* Tasks a callable runs on (for tests and logs). */

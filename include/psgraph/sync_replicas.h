@@ -115,9 +115,10 @@ typedef struct {
     /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
     int n_step_fetches;
     psg_endpoint_t step_fetches[PSG_SYNC_CALL_MAX];
-    bool overlap;         /* steps may be asked for ahead (async with --max-staleness 1) */
-    int local_init_op;    /* local_model: this worker's own variables' initializers; -1 none */
-    int start_op;         /* run by every worker once the variables are initialized; -1 none */
+    bool overlap;      /* steps may be asked for ahead (async with --max-staleness 1) */
+    bool ahead;        /* the next step's reads asked for ahead, no staleness (async, 1 worker) */
+    int local_init_op; /* local_model: this worker's own variables' initializers; -1 none */
+    int start_op;      /* run by every worker once the variables are initialized; -1 none */
     double comm_per_step; /* share of steps that move the model (local SGD: 1/H); 0: 1 */
     double push_scale;    /* bytes pushed for each byte of the model (compression); 0: 1 */
 } psg_sync_graph_t;
