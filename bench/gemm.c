@@ -1,6 +1,8 @@
 /* bench_gemm: GFLOP/s of psgraph's MatMul (and fused Dense) through a
  * session, on 1 and 2 threads, beside cblas_sgemm called directly with
  * OpenBLAS's own threading, in the same run. One JSON line per result.
+ * `bench_gemm peak`: only the 1024-cube, the machine's f32 peak as a tuned
+ * sgemm reaches it (bench/peak.sh).
  * Not a training benchmark (bench/train does that). */
 #include "ops/cpu/blas.h"
 #include "psgraph/psgraph.h"
@@ -32,6 +34,7 @@ static const shape_t shapes[] = {
     {"cnn fc1", 64, 3136, 512, false, false, false},
     {"cnn fc1 dW", 3136, 64, 512, true, false, false},
     {"cnn conv2 im2col", 12544, 800, 64, false, false, false},
+    {"peak", 1024, 1024, 1024, false, false, false},
 };
 
 static double now(void) {
@@ -118,12 +121,14 @@ static double time_psgraph(const shape_t *s, int threads, psg_tensor_t *a, psg_t
     return t;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     psg_blas_init(); /* the kernels psgraph uses, for the peer figure too */
     unsigned seed = 1;
     char *cfg = openblas_get_config();
+    const char *only = argc > 1 ? argv[1] : NULL;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape_t *s = &shapes[i];
+        if (only && strcmp(s->workload, only)) continue;
         psg_tensor_t *a = random_tensor(s->ta ? s->k : s->m, s->ta ? s->m : s->k, &seed);
         psg_tensor_t *b = random_tensor(s->tb ? s->n : s->k, s->tb ? s->k : s->n, &seed);
         psg_tensor_t *bias = random_tensor(1, s->n, &seed);

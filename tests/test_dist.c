@@ -204,6 +204,21 @@ static int ps_of_w_small(const model_t *m) {
     return strstr(psg_node_assigned_device(v), "/task:1/") ? 1 : 0;
 }
 
+/* Runs c (x in, y = the variable read before its add of 2x) n times: how many read exactly
+ * 18 more at element 9 than the first, a step apart; the first into *first. */
+static int runs_in_order(psg_dist_callable_t *c, psg_tensor_t *x, int n, float *first) {
+    int in_order = 0;
+    for (int i = 0; i < n; i++) {
+        psg_tensor_t *y = NULL;
+        CHECK(psg_dist_callable_run(c, &x, &y) == 0);
+        float y9 = y ? psg_tensor_f32(y)[9] : -1;
+        if (i == 0) *first = y9;
+        in_order += fabsf(y9 - (*first + 18.0f * (float)i)) < 1e-3f;
+        psg_tensor_destroy(&y);
+    }
+    return in_order;
+}
+
 static void test_overlap(psg_dist_session_t *s, model_t *m) {
     psg_dist_callable_t *add = psg_dist_session_make_callable(s, 1, &m->x, 0, NULL, 1, &m->add);
     psg_dist_callable_t *read = psg_dist_session_make_callable(s, 0, NULL, 1, &m->r_small, 0, NULL);
@@ -235,16 +250,7 @@ static void test_overlap(psg_dist_session_t *s, model_t *m) {
         psg_dist_callable_set_overlap(ahead, true);
         CHECK(psg_dist_callable_overlaps(ahead));
         float first = 0;
-        int in_order = 0;
-        for (int i = 0; i < 20; i++) {
-            psg_tensor_t *y = NULL;
-            CHECK(psg_dist_callable_run(ahead, &x, &y) == 0);
-            float y9 = y ? psg_tensor_f32(y)[9] : -1;
-            if (i == 0) first = y9;
-            in_order += fabsf(y9 - (first + 18.0f * (float)i)) < 1e-3f;
-            psg_tensor_destroy(&y);
-        }
-        CHECK(in_order == 20);
+        CHECK(runs_in_order(ahead, x, 20, &first) == 20);
         CHECK(psg_dist_session_drain(s) == 0);
         CHECK(psg_dist_callable_run(read, NULL, &after) == 0);
         if (after) CHECK_NEAR(psg_tensor_f32(after)[9], first + 18.0 * 20, 1e-3);
@@ -262,16 +268,7 @@ static void test_overlap(psg_dist_session_t *s, model_t *m) {
         CHECK(psg_dist_callable_run(read, NULL, &r0) == 0);
         float base = r0 ? psg_tensor_f32(r0)[9] : -1, first = 0;
         psg_tensor_destroy(&r0);
-        int in_order = 0;
-        for (int i = 0; i < 10; i++) {
-            psg_tensor_t *y = NULL;
-            CHECK(psg_dist_callable_run(ahead, &x, &y) == 0);
-            float y9 = y ? psg_tensor_f32(y)[9] : -1;
-            if (i == 0) first = y9;
-            in_order += fabsf(y9 - (first + 18.0f * (float)i)) < 1e-3f;
-            psg_tensor_destroy(&y);
-        }
-        CHECK(in_order == 10);
+        CHECK(runs_in_order(ahead, x, 10, &first) == 10);
         CHECK(fabsf(first - base) < 1e-3f); /* y is read before the step's add */
         CHECK(psg_dist_callable_run(read, NULL, &after) == 0);
         if (after) CHECK_NEAR(psg_tensor_f32(after)[9], base + 18.0 * 10, 1e-3);
