@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "core/json.h"
 #include "psgraph/error.h"
+#include "psgraph/sync_replicas.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -85,6 +86,9 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
     if (o->strategies.n == 0)
         for (size_t k = 0; k < sizeof default_strategies / sizeof *default_strategies; k++)
             o->strategies.v[o->strategies.n++] = default_strategies[k];
+    for (int i = 0; i < o->strategies.n; i++) /* every one before anything starts */
+        if (psg_sync_spec_check(o->strategies.v[i]) < 0)
+            return psg_error_wrap("--strategy '%s'", o->strategies.v[i]);
     return 0;
 }
 

@@ -133,6 +133,17 @@ esac
 check 2 "unknown strategy 'bsp' (known: $strategies)" "$psgraph" train --sync bsp
 check 2 "--local-steps: '0' is not an integer in [1, " "$psgraph" train --local-steps 0
 check 2 "unknown option '--colour'" "$psgraph" compare --colour red
+# a misspelt strategy or option is refused before anything starts, naming the closest known one
+for bad in "sycn|unknown strategy 'sycn' (closest: sync;" \
+           "ssp --stalenes 2|ssp: unknown option '--stalenes', closest: --staleness" \
+           "sync --staleness 2|sync: unknown option '--staleness' (an option of ssp)" \
+           "ssp --staleness|ssp: --staleness needs a value" \
+           "local --local-steps 0|local: --local-steps: '0' is not an integer"; do
+  nodir=$(mktemp -u /tmp/psg_test_cli_cmp.XXXXXX)
+  check 2 "--strategy '${bad%%|*}': ${bad#*|}" "$psgraph" compare --strategy sync --variant "${bad%%|*}" \
+    --outdir "$nodir" --data synthetic -- --steps 1
+  if [ -e "$nodir" ]; then echo "FAIL: compare --variant '${bad%%|*}' made $nodir"; fails=$((fails + 1)); rm -rf "$nodir"; fi
+done
 cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot

@@ -60,6 +60,11 @@ int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *v
 void psg_sync_print_help(FILE *f);
 /* The strategy named name (NULL: "sync") is known: 0, or -1 with the error listing them. */
 int psg_sync_strategy_check_name(const char *name);
+/* A strategy as psgraph compare's --strategy takes it, "NAME [--flag VALUE]...", checked
+ * against the table of strategies and the table of options before anything runs: NAME a
+ * strategy's, every flag one the strategy lists, every value in its range. Returns 0, or
+ * -1 with the error naming the unknown name or flag and the closest known one. */
+int psg_sync_spec_check(const char *spec);
 
 typedef struct {
     const char *strategy;      /* its name (NULL: "sync"); psg_sync_strategy_names() */
