@@ -309,7 +309,7 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
     PSG_ASSERT(want && psg_straggler_add(want, spec) == 0);
     char line[2048];
     int steps = 0, distinct = 0;
-    double prev = -1;
+    double prev = -1, last_wall = 0;
     while (f && fgets(line, sizeof line, f)) {
         if (!strstr(line, "\"event\":\"sync_step\"")) continue;
         double got = field_f(line, "", "straggler_ms"), w = psg_straggler_delay_ms(want, 1, steps);
@@ -320,10 +320,23 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
         }
         distinct += got != prev;
         prev = got;
+        /* the step's loss, when it ended, and the bytes it moved: none on a local step, the
+         * model's difference out and the average in every 4th */
+        double loss = field_f(line, "", "loss"), wall = field_f(line, "", "wall_sec"),
+               push = field_f(line, "", "push_bytes"), pull = field_f(line, "", "pull_bytes");
+        bool avg = steps % 4 == 3;
+        if (!(loss > 0 && isfinite(loss) && wall >= last_wall && (push > 0) == avg &&
+              (pull > 0) == avg)) {
+            fprintf(stderr, "  worker 1's step %d: %s", steps, line);
+            CHECK(false);
+        }
+        last_wall = wall;
         steps++;
     }
     if (f) fclose(f);
-    printf("  local H = 4, worker 1: %d steps, %d distinct delays in a row\n", steps, distinct);
+    printf("  local H = 4, worker 1: %d steps, %d distinct delays in a row, loss, wall time and "
+           "bytes in each line\n",
+           steps, distinct);
     CHECK(steps == 8 && distinct == 8);
     psg_straggler_destroy(&want);
     job_stop(&job);

@@ -177,6 +177,14 @@ typedef struct {
     int64_t staleness;     /* updates between its read and its own apply; -1: not known */
     double wait_sec;       /* of step_sec, waiting for others (ssp's clock) besides tokens */
     double straggler_ms;   /* the --straggler delay slept before the step (not in step_sec) */
+    /* filled by the training loop (worker/sync_train.c), not by the strategy: */
+    bool has_loss;      /* loss below is the step's training loss */
+    double loss;        /* the worker's training loss of the step (its batch's mean) */
+    double wall_sec;    /* when the step ended, seconds since the worker's training began; < 0
+                           unknown */
+    int64_t push_bytes; /* tensor bytes the worker's task server sent during the step; < 0
+                           unknown (psg_task_server_tensor_bytes) */
+    int64_t pull_bytes; /* and received */
 } psg_sync_step_t;
 
 /* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
@@ -186,6 +194,8 @@ typedef struct {
 int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
                        double step_sec, psg_sync_step_t *st);
 
+#define PSG_SYNC_STALE_BINS 33
+
 typedef struct {
     int64_t steps, used, dropped;
     /* why each dropped one was (psg_sync_step_drop_reason): stale, partial, closed */
@@ -193,10 +203,12 @@ typedef struct {
     double compute_sec, token_wait_sec, wait_sec;
     /* staleness of the applied gradients whose staleness is known */
     int64_t stale_n, stale_min, stale_max, stale_sum;
+    /* stale_hist[k]: how many had staleness k (the last bin: PSG_SYNC_STALE_BINS - 1 or more) */
+    int64_t stale_hist[PSG_SYNC_STALE_BINS];
 } psg_sync_stats_t;
 
-/* "\"staleness\":{\"min\":A,\"mean\":B,\"max\":C,\"n\":N}" of s (nulls when none is
- * known), as snprintf. */
+/* "\"staleness\":{\"min\":A,\"mean\":B,\"max\":C,\"n\":N,\"hist\":[H0,H1,...]}" of s
+ * (nulls and [] when none is known; hist up to its last non-zero bin), as snprintf. */
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size);
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st);
