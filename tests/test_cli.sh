@@ -157,9 +157,35 @@ if command -v gnuplot >/dev/null; then
     echo "FAIL: psgraph compare: $out" | head -20
     fails=$((fails + 1))
   fi
+  # repeats: the strategies interleaved (sync, ssp, sync, ssp), each run its seed and the
+  # machine's load, then a line per strategy over its repeats
+  out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --strategy "ssp --staleness 1" \
+        --seeds 3,4 --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir/rep" -- --steps 6 --batch 16 2>/dev/null)
+  order=$(python3 -c '
+import json, sys
+runs, sums = [], {}
+for line in sys.stdin:
+    d = json.loads(line)
+    if d.get("summary"):
+        sums[d["compare"]] = d
+    else:
+        assert d["exit"] == 0 and d["load"] >= 0 and d["others_cpu_sec"] >= 0, d
+        runs.append("%s/%d" % (d["sync"], d["seed"]))
+for name, d in sums.items():
+    t = d["time_to_target_sec"]
+    assert d["runs"] == 2 and t["n"] == 2 and t["min"] <= t["mean"] <= t["max"], d
+    assert t["ci95"][0] <= t["mean"] <= t["ci95"][1] and d["final_accuracy"]["n"] == 2, d
+print(" ".join(runs), len(sums))' <<<"$out" 2>&1)
+  if [ "$order" = "sync/3 ssp/3 sync/4 ssp/4 2" ]; then
+    echo "ok   psgraph compare --seeds 3,4: runs interleaved, a summary line per strategy"
+  else
+    echo "FAIL: psgraph compare --seeds 3,4: $order; $out" | head -20
+    fails=$((fails + 1))
+  fi
 else
   echo "skip psgraph compare: gnuplot is not installed"
 fi
+check 2 "--repeats 3 but --seeds '1,2' gives 2 seeds" "$psgraph" compare --repeats 3 --seeds 1,2
 rm -rf "$cmpdir"
 
 # psgraph data ctr: its JSON line parses even when the held-out rows are all of one label
