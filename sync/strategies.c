@@ -18,7 +18,7 @@
 
 /* The built-in strategies, in --help's order: a row declares the strategy its file
  * defines and lists it. */
-#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd)
+#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd) X(diloco)
 
 #define DECLARE(name) extern const psg_sync_strategy_t psg_sync_strategy_##name;
 BUILT_IN(DECLARE)
@@ -85,6 +85,12 @@ static const psg_sync_option_t options[] = {
      "-masked: with its masking; folded: nowhere, SGD of rate lr/(1-m) on the ps, with sync "
      "the recipe that matches uncompressed at 1 %, docs/sync.md; default ps)",
      OPT(compress_momentum), 0, 3, false, momentum_places},
+    {"--outer-lr", "LR",
+     "the outer Nesterov step's rate on the averaged pseudo-gradient (default 0.7; 1 with "
+     "--outer-momentum 0: local SGD)",
+     OPT(outer_lr), 0, 1e6, true, NULL},
+    {"--outer-momentum", "M", "the outer step's Nesterov momentum, in [0, 1) (default 0.9)",
+     OPT(outer_momentum), 0, 0.999999, true, NULL},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
@@ -95,6 +101,8 @@ void psg_sync_options_defaults(psg_sync_options_t *o) {
     o->elastic_alpha = 0.5;
     o->compress_ratio = 0.01;
     o->compress_warmup_ratio = 0.25;
+    o->outer_lr = 0.7;
+    o->outer_momentum = 0.9;
 }
 
 /* The strategy named name, or NULL (no error set). */

@@ -48,6 +48,8 @@ typedef struct {
                                   compress_warmup_ratio to compress_ratio (0: none) */
     double compress_warmup_ratio; /* topk: the share sent at the first step of the warm-up */
     int64_t compress_momentum;    /* topk: PSG_SYNC_COMPRESS_MOMENTUM_* */
+    double outer_lr;              /* diloco: the outer Nesterov step's rate (default 0.7) */
+    double outer_momentum;        /* diloco: its momentum (default 0.9) */
 } psg_sync_options_t;
 
 /* The defaults of every strategy option. */
