@@ -7,6 +7,7 @@
  * repeats (cli/compare_stats.c), and draws the curves into one PNG with gnuplot. Not a
  * scheduler: the runs share this machine one at a time. */
 #include "cli/commands.h"
+#include "cli/compare_curves.h"
 #include "cli/compare_stats.h"
 #include "cli/options.h"
 #include "core/json.h"
@@ -330,29 +331,6 @@ static void print_summary(const char *strategy, const compare_opts_t *o, const r
     fflush(stdout);
 }
 
-/* Test accuracy against wall time and against steps, one line per strategy. */
-static int draw(const compare_opts_t *o, char dirs[][MAX_REPEATS][4096], int n, const char *png) {
-    FILE *g = popen("gnuplot 2>/dev/null", "w");
-    if (!g) return psg_error_set("cannot start gnuplot: %s", strerror(errno));
-    fprintf(
-        g,
-        "set terminal pngcairo noenhanced size 1000,900 font 'sans,10'\nset output '%s'\n"
-        "set multiplot layout 2,1 title 'psgraph compare: %s, %d ps + %d workers, target %.3f'\n"
-        "set grid\nset key bottom right\nset ylabel 'test accuracy'\n",
-        png, o->model, o->ps, o->workers, o->target);
-    for (int axis = 0; axis < 2; axis++) {
-        fprintf(g, "set xlabel '%s'\nplot %.4f title 'target' with lines dt 2 lc rgb 'gray'",
-                axis ? "steps of the chief" : "wall time (s)", o->target);
-        for (int i = 0; i < n; i++)
-            fprintf(g, ", '%s/eval.dat' using %d:3 title '%s' with linespoints lw 2 pt 7 ps 0.5",
-                    dirs[i][0], axis ? 2 : 1, o->strategies.v[i]);
-        fprintf(g, "\n");
-    }
-    fprintf(g, "unset multiplot\n");
-    int st = pclose(g);
-    return st == 0 ? 0 : psg_error_set("gnuplot failed drawing %s (status %d)", png, st);
-}
-
 int psg_cmd_compare(int argc, char **argv) {
     compare_opts_t o;
     int prc = parse(argc, argv, &o);
@@ -430,14 +408,26 @@ int psg_cmd_compare(int argc, char **argv) {
         }
         print_summary(o.strategies.v[i], &o, res[i], nr);
     }
-    char png[4200];
+    char png[4200], csv[4300], title[512];
     snprintf(png, sizeof png, "%s", o.png ? o.png : "");
     if (!o.png) snprintf(png, sizeof png, "%s/compare.png", o.outdir);
-    if (draw(&o, dirs, o.strategies.n, png) < 0) {
+    size_t pl = strlen(png); /* the CSV beside the PNG: its name, .csv for .png */
+    snprintf(csv, sizeof csv, "%.*s.csv",
+             (int)(pl > 4 && !strcmp(png + pl - 4, ".png") ? pl - 4 : pl), png);
+    snprintf(title, sizeof title, "psgraph compare: %s, %d ps + %d workers, %d repeat%s", o.model,
+             o.ps, o.workers, nr, nr > 1 ? "s" : "");
+    static psg_compare_curve_set_t sets[MAX_STRATEGIES];
+    static const char *dir_of[MAX_STRATEGIES][MAX_REPEATS];
+    for (int i = 0; i < nv; i++) {
+        for (int k = 0; k < nr; k++) dir_of[i][k] = dirs[i][k];
+        sets[i] = (psg_compare_curve_set_t){o.strategies.v[i], dir_of[i], o.seed_of, nr};
+    }
+    if (psg_compare_curves(sets, nv, o.outdir, csv, png, title, o.target) < 0) {
         fprintf(stderr, "psgraph compare: %s (is gnuplot installed? Debian: gnuplot-nox)\n",
                 psg_error_message());
         return 1;
     }
+    fprintf(stderr, "psgraph compare: %s\n", csv);
     fprintf(stderr, "psgraph compare: %s\n", png);
     return worst;
 }

@@ -176,9 +176,22 @@ for name, d in sums.items():
     assert d["runs"] == 2 and t["n"] == 2 and t["min"] <= t["mean"] <= t["max"], d
     assert t["ci95"][0] <= t["mean"] <= t["ci95"][1] and d["final_accuracy"]["n"] == 2, d
 print(" ".join(runs), len(sums))' <<<"$out" 2>&1)
-  if [ "$order" = "sync/3 ssp/3 sync/4 ssp/4 2" ]; then
-    echo "ok   psgraph compare --seeds 3,4: runs interleaved, a summary line per strategy"
+  # the CSV beside the PNG: every evaluation and every worker step of the 4 runs (2 workers x
+  # 6 steps each at least), with the loss and the bytes of each step
+  csvcheck=$(python3 -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+runs = {(r["strategy"], r["repeat"]) for r in rows}
+steps = [r for r in rows if r["event"] == "step"]
+evals = [r for r in rows if r["event"] == "eval"]
+assert len(runs) == 4 and len(steps) >= 4 * 12 and len(evals) >= 4, (runs, len(steps), len(evals))
+assert all(float(r["loss"]) > 0 and int(r["push_bytes"]) >= 0 for r in steps), steps[:2]
+assert all(0 <= float(r["test_accuracy"]) <= 1 for r in evals)
+print("ok")' "$cmpdir/rep/compare.csv" 2>&1)
+  if [ "$order" = "sync/3 ssp/3 sync/4 ssp/4 2" ] && [ "$csvcheck" = ok ] && [ -s "$cmpdir/rep/compare.png" ]; then
+    echo "ok   psgraph compare --seeds 3,4: runs interleaved, a summary line per strategy, compare.csv, compare.png"
   else
+    echo "FAIL: psgraph compare --seeds 3,4: csv: $csvcheck" | head -5
     echo "FAIL: psgraph compare --seeds 3,4: $order; $out" | head -20
     fails=$((fails + 1))
   fi
