@@ -41,10 +41,11 @@ typedef struct {
     int evals, rc, repeat;
     char sync[32];
     long long seed;
-    /* the machine during the run: the mean 1-minute load average sampled every 0.25 s, the
-     * CPU time this run's processes took, the CPU time every other process took, the
-     * hypervisor's steal */
-    double load, cpu_sec, others_cpu_sec, steal_sec;
+    /* the machine during the run, sampled every 0.25 s: the mean number of runnable tasks
+     * (the load, as it is while the run runs) and the mean 1-minute load average (which lags
+     * it by up to a minute); the CPU time this run's processes took, the CPU time every
+     * other process took, the hypervisor's steal */
+    double load, load1, cpu_sec, others_cpu_sec, steal_sec;
     bool flagged; /* its load differs from the other runs' median by more than the margin */
 } result_t;
 
@@ -70,8 +71,9 @@ static void usage(FILE *f) {
         "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
         "  --repeats N         runs of each strategy, interleaved round-robin (default 1)\n"
         "  --seeds S1,S2,...   the seed of each repeat (default: --seed, --seed + 1, ...)\n"
-        "  --load-margin L     flag a run whose load average differs from the other runs'\n"
-        "                      median by more than L (default 1.5)\n"
+        "  --load-margin L     flag a run whose load (runnable tasks, its mean) differs from\n"
+        "                      the other runs' median by more than L x that median (default\n"
+        "                      0.25)\n"
         "  --outdir DIR        each run's logdir and log under DIR (default ./compare)\n"
         "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n");
 }
@@ -86,7 +88,7 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
                           .ps = 1,
                           .workers = 4,
                           .repeats = 0,
-                          .load_margin = 1.5,
+                          .load_margin = 0.25,
                           .target = 0.85};
     int rest;
     int rc = psg_cli_parse(PSG_CLI_COMPARE, argc, argv, 1, o, &rest);
@@ -133,21 +135,23 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
 static int wait_measured(pid_t pid, result_t *r) {
     psg_machine_sample_t m0, m1, now;
     bool have = psg_machine_sample(&m0) == 0;
-    double load_sum = 0;
+    double load_sum = 0, load1_sum = 0;
     int samples = 0, st = 0;
     struct rusage ru;
     for (;;) {
         pid_t got = wait4(pid, &st, WNOHANG, &ru);
         if (got < 0 && errno != EINTR) return -1;
         if (got == pid) break;
-        if (have && psg_machine_sample(&now) == 0) load_sum += now.load1, samples++;
+        if (have && psg_machine_sample(&now) == 0)
+            load_sum += now.runnable, load1_sum += now.load1, samples++;
         nanosleep(&(struct timespec){.tv_nsec = 250000000}, NULL);
     }
     /* wait4's usage is the run's: launch and every process it waited for */
     r->cpu_sec = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                  (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
     if (have && psg_machine_sample(&m1) == 0) {
-        r->load = samples ? load_sum / samples : m1.load1;
+        r->load = samples ? load_sum / samples : m1.runnable;
+        r->load1 = samples ? load1_sum / samples : m1.load1;
         r->others_cpu_sec = m1.busy_sec - m0.busy_sec - r->cpu_sec;
         if (r->others_cpu_sec < 0) r->others_cpu_sec = 0; /* the clocks' ticks differ */
         r->steal_sec = m1.steal_sec - m0.steal_sec;
@@ -266,14 +270,14 @@ static const char *jnum(char *buf, size_t n, double v, const char *fmt) {
 static double chief_pace(const result_t *r);
 
 static void print_result(const char *strategy, const compare_opts_t *o, const result_t *r) {
-    char b[16][32];
+    char b[17][32];
     printf(
         "{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
         "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
         "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
         "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
         "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\","
-        "\"repeat\":%d,\"seed\":%lld,\"load\":%s,\"cpu_sec\":%.2f,\"others_cpu_sec\":%s,"
+        "\"repeat\":%d,\"seed\":%lld,\"load\":%s,\"load1\":%s,\"cpu_sec\":%.2f,\"others_cpu_sec\":%s,"
         "\"steal_sec\":%s}\n",
         strategy, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
         jnum(b[1], 32, r->steps_to_target, "%.0f"), jnum(b[12], 32, chief_pace(r), "%.3f"),
@@ -283,8 +287,8 @@ static void print_result(const char *strategy, const compare_opts_t *o, const re
         jnum(b[8], 32, r->stale_max, "%.0f"), jnum(b[9], 32, r->final_accuracy, "%.4f"),
         jnum(b[10], 32, r->dropped, "%.0f"), r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps,
         o->workers, o->model, o->straggler, o->launch_text, r->repeat, r->seed,
-        jnum(b[13], 32, r->load, "%.2f"), r->cpu_sec, jnum(b[14], 32, r->others_cpu_sec, "%.2f"),
-        jnum(b[15], 32, r->steal_sec, "%.2f"));
+        jnum(b[13], 32, r->load, "%.2f"), jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec,
+        jnum(b[14], 32, r->others_cpu_sec, "%.2f"), jnum(b[15], 32, r->steal_sec, "%.2f"));
     fflush(stdout);
 }
 
@@ -381,6 +385,7 @@ int psg_cmd_compare(int argc, char **argv) {
                             .dropped = -1,
                             .global_steps = -1,
                             .load = -1,
+                            .load1 = -1,
                             .others_cpu_sec = -1,
                             .steal_sec = -1,
                             .repeat = k,
@@ -402,9 +407,9 @@ int psg_cmd_compare(int argc, char **argv) {
             res[i][k].flagged = flags[i * nr + k];
             if (res[i][k].flagged)
                 fprintf(stderr,
-                        "psgraph compare: %s, repeat %d ran at load %.2f, more than %.2f from "
-                        "the other runs' median: flagged\n",
-                        o.strategies.v[i], k, res[i][k].load, o.load_margin);
+                        "psgraph compare: %s, repeat %d ran at load %.2f, more than %.0f %% "
+                        "from the other runs' median: flagged\n",
+                        o.strategies.v[i], k, res[i][k].load, 100 * o.load_margin);
         }
         print_summary(o.strategies.v[i], &o, res[i], nr);
     }

@@ -58,9 +58,11 @@ int psg_machine_sample(psg_machine_sample_t *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen("/proc/loadavg", "r");
     if (!f) return psg_error_set("/proc/loadavg: %s", strerror(errno));
-    int got = fscanf(f, "%lf", &out->load1);
+    double l5, l15;
+    int running = 0, got = fscanf(f, "%lf %lf %lf %d/", &out->load1, &l5, &l15, &running);
     fclose(f);
-    if (got != 1) return psg_error_set("/proc/loadavg: no load average in it");
+    if (got != 4) return psg_error_set("/proc/loadavg: no load average in it");
+    out->runnable = running > 0 ? running - 1 : 0; /* not counting the reader itself */
     f = fopen("/proc/stat", "r");
     if (!f) return psg_error_set("/proc/stat: %s", strerror(errno));
     unsigned long long user = 0, nice = 0, sys = 0, idle = 0, iow = 0, irq = 0, sirq = 0, steal = 0;
@@ -91,7 +93,7 @@ int psg_compare_flag_loads(const double *load, int n, double margin, bool *flagg
             if (j != i) others[m++] = load[j];
         qsort(others, (size_t)m, sizeof *others, cmp_double);
         double median = m % 2 ? others[m / 2] : (others[m / 2 - 1] + others[m / 2]) / 2;
-        flagged[i] = fabs(load[i] - median) > margin;
+        flagged[i] = fabs(load[i] - median) > margin * fmax(median, 1);
         count += flagged[i];
     }
     free(others);

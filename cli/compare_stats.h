@@ -23,9 +23,11 @@ double psg_compare_t975(int df);
 int psg_compare_stat_json(char *buf, size_t size, const char *key, const psg_compare_stat_t *s,
                           const char *fmt);
 
-/* The machine at one moment: /proc/loadavg's 1-minute load and /proc/stat's CPU times. */
+/* The machine at one moment: /proc/loadavg's 1-minute load and its tasks runnable now (the
+ * instantaneous load the average smooths over a minute), and /proc/stat's CPU times. */
 typedef struct {
     double load1;
+    double runnable;
     double busy_sec;  /* every CPU's user, nice, system, irq, softirq time */
     double steal_sec; /* the hypervisor's steal time (0 on bare metal) */
 } psg_machine_sample_t;
@@ -34,7 +36,8 @@ typedef struct {
 int psg_machine_sample(psg_machine_sample_t *out);
 
 /* flagged[i] = load[i] differs from the median of the other n - 1 loads by more than margin
- * (none when n < 2). Returns how many it flagged. */
+ * times that median (times 1 when the median is under 1: an idle machine); none when n < 2.
+ * Returns how many it flagged. */
 int psg_compare_flag_loads(const double *load, int n, double margin, bool *flagged);
 
 #endif
