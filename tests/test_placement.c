@@ -346,6 +346,23 @@ static void test_placement_errors(void) {
         "node 'far' (VarHandle): device '/job:ps/replica:0/task:5/device:CPU:0' does not exist: job 'ps' has 2 tasks");
     psg_graph_destroy(&g);
 
+    /* the task one past the last (tasks count from 0): refused too; the last one is there */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:2");
+    psg_var_handle(g, "next", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &opt) < 0);
+    CHECK_ERROR_HAS("node 'next' (VarHandle): device '/job:ps/replica:0/task:2/device:CPU:0' "
+                    "does not exist: job 'ps' has 2 tasks");
+    psg_graph_destroy(&g);
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:1");
+    psg_var_handle(g, "last", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &opt) == 0);
+    CHECK(!strcmp(assigned(g, "last"), "/job:ps/replica:0/task:1/device:CPU:0"));
+    psg_graph_destroy(&g);
+
     g = psg_graph_new();
     psg_graph_push_device(g, "/job:chief");
     psg_placeholder(g, "c", PSG_DT_F32, &sh);
