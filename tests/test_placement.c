@@ -434,6 +434,30 @@ static void test_placement_errors(void) {
     CHECK(!strcmp(assigned(g, "anywhere"), "/job:worker/replica:0/task:0/device:CPU:0"));
     psg_graph_destroy(&g);
 
+    /* nor a job (a bare device type, as a laptop's "/cpu:0"): the local job */
+    g = psg_graph_new();
+    psg_placeholder(g, "local", PSG_DT_F32, &sh);
+    psg_placement_options_t no_job = {.default_device = "/device:CPU:0"};
+    CHECK(psg_place(g, &no_job) == 0);
+    CHECK(!strcmp(assigned(g, "local"), "/job:localhost/replica:0/task:0/device:CPU:0"));
+    psg_graph_destroy(&g);
+
+    /* two asks that differ name the member that asked first (the variable), not a later one
+     * that agreed with it */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:0");
+    v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
+    psg_read_variable(g, "agrees", v);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, "/job:worker/task:0");
+    psg_read_variable(g, "differs", v);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, NULL) < 0);
+    CHECK_ERROR_HAS("node 'differs' (ReadVariable) uses the resource of 'v' (VarHandle) and must "
+                    "sit beside it, but asks for '/job:worker/task:0' while 'v' asks for "
+                    "'/job:ps/task:0'");
+    psg_graph_destroy(&g);
+
     /* a group takes what any member asks for */
     g = psg_graph_new();
     v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
