@@ -346,23 +346,6 @@ static void test_placement_errors(void) {
         "node 'far' (VarHandle): device '/job:ps/replica:0/task:5/device:CPU:0' does not exist: job 'ps' has 2 tasks");
     psg_graph_destroy(&g);
 
-    /* the task one past the last (tasks count from 0): refused too; the last one is there */
-    g = psg_graph_new();
-    psg_graph_push_device(g, "/job:ps/task:2");
-    psg_var_handle(g, "next", PSG_DT_F32, &sh);
-    psg_graph_pop_device(g);
-    CHECK(psg_place(g, &opt) < 0);
-    CHECK_ERROR_HAS("node 'next' (VarHandle): device '/job:ps/replica:0/task:2/device:CPU:0' "
-                    "does not exist: job 'ps' has 2 tasks");
-    psg_graph_destroy(&g);
-    g = psg_graph_new();
-    psg_graph_push_device(g, "/job:ps/task:1");
-    psg_var_handle(g, "last", PSG_DT_F32, &sh);
-    psg_graph_pop_device(g);
-    CHECK(psg_place(g, &opt) == 0);
-    CHECK(!strcmp(assigned(g, "last"), "/job:ps/replica:0/task:1/device:CPU:0"));
-    psg_graph_destroy(&g);
-
     g = psg_graph_new();
     psg_graph_push_device(g, "/job:chief");
     psg_placeholder(g, "c", PSG_DT_F32, &sh);
@@ -434,7 +417,45 @@ static void test_placement_errors(void) {
     CHECK(!strcmp(assigned(g, "anywhere"), "/job:worker/replica:0/task:0/device:CPU:0"));
     psg_graph_destroy(&g);
 
-    /* nor a job (a bare device type, as a laptop's "/cpu:0"): the local job */
+    /* a group takes what any member asks for */
+    g = psg_graph_new();
+    v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
+    psg_graph_push_device(g, "/job:ps/task:1");
+    psg_read_variable(g, "r", v);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, NULL) == 0);
+    CHECK(!strcmp(assigned(g, "v"), "/job:ps/replica:0/task:1/device:CPU:0"));
+    psg_graph_destroy(&g);
+}
+
+/* The edges: the task one past the last, a default device without a job, and which member a
+ * conflict names. */
+static void test_placement_edges(void) {
+    psg_shape_t sh = psg_shape_1d(4);
+    psg_job_spec_t jobs[2] = {{"ps", 2, 0}, {"worker", 1, 1}};
+    psg_placement_options_t opt = {
+        .default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs};
+    psg_graph_t *g;
+    psg_endpoint_t v;
+
+    /* the task one past the last (tasks count from 0): refused too; the last one is there */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:2");
+    psg_var_handle(g, "next", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &opt) < 0);
+    CHECK_ERROR_HAS("node 'next' (VarHandle): device '/job:ps/replica:0/task:2/device:CPU:0' "
+                    "does not exist: job 'ps' has 2 tasks");
+    psg_graph_destroy(&g);
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:1");
+    psg_var_handle(g, "last", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &opt) == 0);
+    CHECK(!strcmp(assigned(g, "last"), "/job:ps/replica:0/task:1/device:CPU:0"));
+    psg_graph_destroy(&g);
+
+    /* a default device without a job (a bare device type): the local job */
     g = psg_graph_new();
     psg_placeholder(g, "local", PSG_DT_F32, &sh);
     psg_placement_options_t no_job = {.default_device = "/device:CPU:0"};
@@ -457,16 +478,6 @@ static void test_placement_errors(void) {
                     "sit beside it, but asks for '/job:worker/task:0' while 'v' asks for "
                     "'/job:ps/task:0'");
     psg_graph_destroy(&g);
-
-    /* a group takes what any member asks for */
-    g = psg_graph_new();
-    v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
-    psg_graph_push_device(g, "/job:ps/task:1");
-    psg_read_variable(g, "r", v);
-    psg_graph_pop_device(g);
-    CHECK(psg_place(g, NULL) == 0);
-    CHECK(!strcmp(assigned(g, "v"), "/job:ps/replica:0/task:1/device:CPU:0"));
-    psg_graph_destroy(&g);
 }
 
 int main(void) {
@@ -476,5 +487,6 @@ int main(void) {
     RUN_TEST(test_setter_huge_variables);
     RUN_TEST(test_partitioned_variable);
     RUN_TEST(test_placement_errors);
+    RUN_TEST(test_placement_edges);
     return psg_test_summary();
 }
