@@ -5,6 +5,7 @@
  * (ps/task_*.c) and not the wire (net/). */
 #include "ps/protocol.h"
 
+#include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -176,6 +177,17 @@ static int enc_key(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
     if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
+    r->u.key = m->key;
+    return 0;
+}
+
+/* Replicate: the kind, and a name on every tensor (the values themselves are checked
+ * against the variables by the handler, ps/replicate.c). */
+static int dec_replicate(const psg_msg_t *m, psg_req_t *r) {
+    if (!m->key || (strcmp(m->key, "update") && strcmp(m->key, "full")))
+        return bad(m, "key '%.64s' is not \"update\" or \"full\"", m->key ? m->key : "");
+    for (int i = 0; i < m->ntensors; i++)
+        if (!m->names[i] || !*m->names[i]) return bad(m, "tensor %d has no name", i);
     r->u.key = m->key;
     return 0;
 }
@@ -433,6 +445,9 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "key (stop): events written", enc_trace, dec_trace, NULL, REPLY(count), psg_ts_on_trace},
     {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, NULL, REPLY(none),
      psg_ts_on_shutdown},
+    {PSG_REQ_REPLICATE, PSG_TS_REPLICATE,
+     "key: \"update\" | \"full\"; tensors: the values, named by their variables",
+     "empty, once applied", enc_key, dec_replicate, NULL, REPLY(none), psg_ts_on_replicate},
 };
 
 /* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,

@@ -31,6 +31,7 @@ typedef enum {
     PSG_REQ_RESTORE_SHARD,
     PSG_REQ_TRACE,
     PSG_REQ_SHUTDOWN,
+    PSG_REQ_REPLICATE,
     PSG_REQ_COUNT
 } psg_req_type_t;
 
@@ -64,7 +65,7 @@ typedef struct {
             int n_feeds;
             psg_tensor_t *const *feeds;
         } run;
-        const char *key;    /* Recv: a rendezvous key */
+        const char *key;    /* Recv: a rendezvous key; Replicate: "update" or "full" */
         const char *reason; /* AbortStep: key the reason ("" when none) */
         struct {            /* WaitInit: body the variable names, one a line */
             int n;

@@ -3,6 +3,7 @@
  * registered partitions (so the server keeps answering while a step waits), the per-peer
  * limits, and the server's life. The registered graphs are in task_graphs.c, the admin
  * requests in task_admin.c; the wire (net/) checks every frame before this file sees it. */
+#include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 
 #include "core/membudget.h"
@@ -143,6 +144,8 @@ static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetc
         if (psg_error_code() == PSG_ERR_UNKNOWN) psg_error_set_code_only(PSG_ERR_BAD_REQUEST);
         psg_ts_reply_last_error(ts, req);
     } else {
+        /* chain replication: the step is acknowledged once the backup holds its writes */
+        psg_ts_replicate(ts, rg->written, rg->n_written);
         psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH, .u.fetched = {rg->n_fetches, fetched}};
         psg_msg_t *m = psg_rep_encode(PSG_REQ_RUN_GRAPH, &rep);
         if (m) {
@@ -635,6 +638,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;
+    if (psg_ts_repl_new(ts, &ts->repl) < 0) goto fail;
     ts->rm = psg_resource_mgr_new();
     ts->rv = psg_rendezvous_new(ts->recv_timeout_ms);
     ts->remote = ts->rv ? psg_remote_rv_new(ts->rv, 2000) : NULL;
@@ -702,6 +706,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
         for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     }
     free(ts->runners);
+    psg_ts_repl_destroy(&ts->repl);
     psg_remote_rv_destroy(&ts->remote);
     psg_ts_graphs_free_all(ts);
     while (ts->peers) {

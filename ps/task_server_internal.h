@@ -50,6 +50,8 @@ typedef struct {
     int n_sends;
     char **send_keys;
     bool run_inline; /* nothing that waits and a few nodes: the server thread runs it */
+    const char **written; /* the variables it writes (psg_ts_repl_written), into g's strings */
+    int n_written;
     /* steps whose pulls psg_task_server_prepare sent (0: a free slot), under ts->lock */
     int64_t prepared[PREPARED_STEPS];
 } reg_graph_t;
@@ -159,6 +161,7 @@ struct psg_task_server {
     psg_node_timing_fn on_node; /* under lock */
     void *on_node_ctx;
     psg_trace_t *trace; /* a Trace request's recording; kept until the server goes */
+    struct psg_ts_repl *repl; /* the forward to this ps task's backup; NULL: none */
 
     /* the server thread's own */
     waiter_list_t wait_init, wait_done;
