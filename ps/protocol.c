@@ -159,6 +159,7 @@ static int dec_handle(const psg_msg_t *m, psg_req_t *r) {
 
 static int enc_run(const psg_req_t *r, psg_msg_t *m) {
     if (set_handle(m, r->u.run.handle) < 0) return -1;
+    if (r->u.run.update[0] && set_body(m, r->u.run.update, strlen(r->u.run.update)) < 0) return -1;
     for (int i = 0; i < r->u.run.n_feeds; i++)
         if (psg_msg_add_tensor(m, NULL, r->u.run.feeds[i]) < 0) return -1;
     return 0;
@@ -166,6 +167,18 @@ static int enc_run(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_run(const psg_msg_t *m, psg_req_t *r) {
     if (get_handle(m, &r->u.run.handle) < 0) return -1;
+    r->u.run.update[0] = 0;
+    if (m->body && m->body->size) { /* the update id: printable, "WRITER SEQ" */
+        size_t n = m->body->size;
+        const char *d = (const char *)m->body->data;
+        if (n >= PSG_PROTO_MAX_UPDATE)
+            return bad(m, "update id of %zu bytes (the limit is %d)", n, PSG_PROTO_MAX_UPDATE - 1);
+        for (size_t i = 0; i < n; i++)
+            if (d[i] < 0x20 || d[i] > 0x7e)
+                return bad(m, "the update id has a byte 0x%02x", (unsigned char)d[i]);
+        memcpy(r->u.run.update, d, n);
+        r->u.run.update[n] = 0;
+    }
     r->u.run.n_feeds = m->ntensors;
     r->u.run.feeds = m->tensors;
     return 0;
@@ -416,7 +429,8 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      psg_ts_on_register},
     {PSG_REQ_DEREGISTER_GRAPH, PSG_TS_DEREGISTER_GRAPH, "key: handle (u64)", "empty", enc_handle,
      dec_handle, NULL, REPLY(none), psg_ts_on_deregister},
-    {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH, "key: handle (u64); step; tensors: the feeds",
+    {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH,
+     "key: handle (u64); step; tensors: the feeds; body (optional): update id \"WRITER SEQ\"",
      "step; tensors: the fetches", enc_run, dec_run, NULL, REPLY(tensors), psg_ts_on_run},
     {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
      NULL, REPLY(tensor), psg_ts_on_recv},

@@ -6,6 +6,7 @@
  * worker's failover (worker/failover.c). */
 #include "ps/replicate.h"
 
+#include "ps/applied.h"
 #include "ps/checkpoint_internal.h"
 #include "ps/client.h"
 #include "ps/task_server_internal.h"
@@ -28,10 +29,11 @@ struct psg_ts_repl {
     int64_t timeout_ms;
     /* one forward at a time: the backup applies them in the order the values were taken */
     pthread_mutex_t lock;
-    bool synced;         /* a full copy went through since the backup was last lost */
-    uint64_t restarts;   /* the backup's restarts (new incarnations) when it was synced */
-    int64_t last_try_ms; /* the last forward that failed (0: none since the last success) */
-    bool lost_said;      /* the loss was logged */
+    bool synced;            /* a full copy went through since the backup was last lost */
+    uint64_t restarts;      /* the backup's restarts (new incarnations) when it was synced */
+    int64_t last_try_ms;    /* the last forward that failed (0: none since the last success) */
+    psg_applied_t *applied; /* which update of each writer every variable holds */
+    bool lost_said;         /* the loss was logged */
 };
 
 int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
@@ -47,8 +49,10 @@ int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     int peer = ts->peer_timeout_ms > 0 ? ts->peer_timeout_ms : PSG_WIRE_PEER_TIMEOUT_MS;
     r->timeout_ms = peer;
     pthread_mutex_init(&r->lock, NULL);
-    if (!(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
+    if (!(r->applied = psg_applied_new()) ||
+        !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
                                         ts->keys))) {
+        psg_applied_destroy(&r->applied);
         pthread_mutex_destroy(&r->lock);
         free(r);
         return -1;
@@ -62,6 +66,7 @@ void psg_ts_repl_destroy(psg_ts_repl_t **rp) {
     psg_ts_repl_t *r = *rp;
     *rp = NULL;
     psg_ts_client_destroy(&r->client);
+    psg_applied_destroy(&r->applied);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }
@@ -144,13 +149,24 @@ static int add_value(psg_msg_t *m, psg_variable_t *v, size_t *bytes) {
     return rc;
 }
 
-/* The Replicate request of the named variables, or with full, of the whole shard. */
-static psg_msg_t *build(psg_task_server_t *ts, const char *const *names, int n, bool full,
-                        int *count, size_t *bytes) {
+/* The Replicate request of the named variables (but those skip marks), or with full, of the
+ * whole shard; the body: which updates they hold. */
+static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n,
+                        bool full, int *count, size_t *bytes) {
+    psg_task_server_t *ts = r->ts;
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
     if (!m || psg_msg_set_key(m, full ? "full" : "update") < 0) goto fail;
     *count = 0;
     *bytes = 0;
+    psg_strbuf_t rows = {0};
+    if (full) psg_applied_dump(r->applied, NULL, &rows);
+    for (int i = 0; !full && i < n; i++)
+        if (!skip || !skip[i]) psg_applied_dump(r->applied, names[i], &rows);
+    int rc = rows.oom   ? psg_error_set("out of memory")
+             : rows.len ? psg_msg_set_body(m, rows.s, rows.len)
+                        : 0;
+    free(rows.s);
+    if (rc < 0) goto fail;
     if (full) {
         int nv = psg_resource_num_variables(ts->rm);
         for (int i = 0; i < nv; i++) {
@@ -163,7 +179,7 @@ static psg_msg_t *build(psg_task_server_t *ts, const char *const *names, int n, 
     }
     for (int i = 0; i < n; i++) {
         psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
-        if (!v || !v->initialized) continue;
+        if (!v || !v->initialized || (skip && skip[i])) continue;
         if (add_value(m, v, bytes) < 0) goto fail;
         (*count)++;
     }
@@ -174,9 +190,9 @@ fail:
 }
 
 /* Sends one Replicate; 0 once the backup applied it. Under r->lock. */
-static int forward(psg_ts_repl_t *r, const char *const *names, int n, bool full, int *count,
-                   size_t *bytes) {
-    psg_msg_t *m = build(r->ts, names, n, full, count, bytes);
+static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n, bool full,
+                   int *count, size_t *bytes) {
+    psg_msg_t *m = build(r, names, skip, n, full, count, bytes);
     if (!m) return -1;
     if (!full && *count == 0) {
         psg_msg_destroy(&m);
@@ -188,28 +204,104 @@ static int forward(psg_ts_repl_t *r, const char *const *names, int n, bool full,
     return 0;
 }
 
-void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n) {
+/* ---- a retried step: the variables that hold its update already ---- */
+
+struct psg_ts_undo {
+    char writer[PSG_APPLIED_WRITER_MAX];
+    int64_t seq;
+    int n;
+    bool *skip;            /* (n) names[i] holds the update: put back after the step */
+    psg_tensor_t **values; /* (n) their values before it */
+};
+
+static void undo_free(psg_ts_undo_t *u) {
+    for (int i = 0; u && i < u->n; i++) psg_tensor_destroy(&u->values[i]);
+    if (u) free(u->values), free(u->skip);
+    free(u);
+}
+
+int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *const *names, int n,
+                      psg_ts_undo_t **out) {
+    *out = NULL;
     psg_ts_repl_t *r = ts->repl;
-    if (!r || n <= 0) return;
+    if (!r || !update[0] || n <= 0) return 0;
+    psg_ts_undo_t *u = calloc(1, sizeof *u);
+    if (!u || !(u->skip = calloc((size_t)n, sizeof *u->skip)) ||
+        !(u->values = calloc((size_t)n, sizeof *u->values))) {
+        undo_free(u);
+        return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    }
+    u->n = n;
+    if (psg_applied_parse_id(update, u->writer, sizeof u->writer, &u->seq) < 0) {
+        undo_free(u);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
+        if (!v || !v->initialized || psg_applied_get(r->applied, names[i], u->writer) < u->seq)
+            continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        u->values[i] = psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : NULL;
+        pthread_mutex_unlock(&guard->lock);
+        u->skip[i] = u->values[i] != NULL;
+    }
+    *out = u;
+    return 0;
+}
+
+/* Puts back the values of the variables that held the step's update before it ran. */
+static void undo_restore(psg_task_server_t *ts, const psg_ts_undo_t *u, const char *const *names) {
+    for (int i = 0; u && i < u->n; i++) {
+        psg_variable_t *v = u->skip[i] ? psg_resource_find_variable(ts->rm, names[i]) : NULL;
+        if (!v) continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
+        pthread_mutex_unlock(&guard->lock);
+    }
+}
+
+void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
+    if (!u || !*u) return;
+    undo_restore(ts, *u, names);
+    undo_free(*u);
+    *u = NULL;
+}
+
+void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
+                      psg_ts_undo_t **undo) {
+    psg_ts_repl_t *r = ts->repl;
+    psg_ts_undo_t *u = undo ? *undo : NULL;
+    if (undo) *undo = NULL;
+    if (!r || n <= 0) {
+        undo_free(u);
+        return;
+    }
     pthread_mutex_lock(&r->lock);
     int64_t t0 = psg_ts_now_ms();
     int count = 0;
     size_t bytes = 0;
+    const bool *skip = u ? u->skip : NULL;
+    undo_restore(ts, u, names);
+    for (int i = 0; u && i < n; i++)
+        if (!skip[i]) (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
     promote(ts, names, n);
     if (!r->synced && r->last_try_ms && t0 - r->last_try_ms < RETRY_MS) {
         /* no backup now: the step goes on, its values travel with the next full copy */
         pthread_mutex_unlock(&r->lock);
+        undo_free(u);
         return;
     }
     bool full = !r->synced;
-    int rc = forward(r, names, n, full, &count, &bytes);
+    int rc = forward(r, names, skip, n, full, &count, &bytes);
     /* a backup that restarted since the last full copy holds only what this step sent */
     if (rc == 0 && psg_ts_client_restarts(r->client) != r->restarts) {
         psg_net_log("task %s: its backup %s (%s) restarted: copying the whole shard to it",
                     ts->task, r->backup, r->address);
         r->restarts = psg_ts_client_restarts(r->client);
         full = true;
-        rc = forward(r, names, n, true, &count, &bytes);
+        rc = forward(r, names, skip, n, true, &count, &bytes);
     }
     if (rc == 0) {
         if (full && r->last_try_ms)
@@ -232,6 +324,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n) {
         psg_ts_client_reset(r->client);
     }
     pthread_mutex_unlock(&r->lock);
+    undo_free(u);
 }
 
 /* ---- the backup's side ---- */
@@ -261,6 +354,17 @@ static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_
 void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     (void)r;
     psg_msg_t *req = *reqp;
+    if (!ts->repl) {
+        psg_ts_reply_error(ts, req, PSG_ERR_DENIED,
+                           "Replicate: this task keeps no backups (--ps-replicas is 1)");
+        return;
+    }
+    if (req->body && req->body->size &&
+        psg_applied_merge(ts->repl->applied, (const char *)req->body->data, req->body->size) < 0) {
+        psg_error_wrap("Replicate");
+        psg_ts_reply_last_error(ts, req);
+        return;
+    }
     for (int i = 0; i < req->ntensors; i++) {
         const char *name = req->names[i];
         if (!name || !*name) {

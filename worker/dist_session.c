@@ -81,6 +81,11 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
     s->ps_memory_limit = opt->ps_memory_limit;
     snprintf(s->task, sizeof s->task, "%s", psg_task_server_task(opt->server));
     snprintf(s->device, sizeof s->device, "%s/device:CPU:0", s->task);
+    /* a retried step is known as such; each session of a process (the sync chief's runner
+     * beside the worker's loop) counts its own steps */
+    if (psg_cluster_ps_replicas(opt->cluster) > 1)
+        snprintf(s->writer, sizeof s->writer, "%s@%016" PRIx64 ".%d", s->task,
+                 psg_wire_incarnation(), opt->id_stream & 1);
     /* step ids: unique across the workers sharing a ps (the task in the high bits) and
      * across restarts of this one (a few bits of time and pid) */
     uint64_t inc = ((uint64_t)time(NULL) ^ (uint64_t)getpid() * 2654435761u) & 0x3fff;
@@ -509,7 +514,10 @@ void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
         remote_fetches |= c->runs[k].peer >= 0 && c->set->partitions[k].num_fetches > 0;
         remote_feeds |= c->runs[k].peer >= 0 && c->set->partitions[k].num_feeds > 0;
     }
-    c->overlap = on && !remote_fetches;
+    /* with backups of the shards, a step's reply is its ack and a failed step is retried
+     * with its own update id: a step left open would fail inside the next one's, whose
+     * retry does not carry it (docs/replication.md) */
+    c->overlap = on && !remote_fetches && !c->s->writer[0];
     c->ahead = c->overlap && !remote_feeds && c->local >= 0;
 }
 
@@ -541,7 +549,9 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
         int nf = p->num_feeds < PSG_WIRE_MAX_TENSORS ? p->num_feeds : PSG_WIRE_MAX_TENSORS;
         for (int i = 0; i < nf; i++) feeds[i] = feed_values[p->feed_index[i]];
         psg_req_t req = {
-            .type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds}};
+            .type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds, ""}};
+        if (s->writer[0] && r->seq > 0)
+            snprintf(req.u.run.update, sizeof req.u.run.update, "%s %" PRId64, s->writer, r->seq);
         int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
@@ -562,6 +572,7 @@ static void ask_ahead(psg_dist_callable_t *c) {
     psg_dist_session_t *s = c->s;
     step_reqs_t *r = &c->next;
     r->step = new_step_id(s);
+    r->seq = ++s->update_seq;
     char err[2048] = "";
     send_run_graphs(c, r, NULL, err, sizeof err);
     c->has_next = true;
@@ -586,8 +597,11 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         c->has_next = false;
     } else {
         r->step = new_step_id(s);
+        r->seq = c->retry_seq ? c->retry_seq : ++s->update_seq; /* a retry: the same update */
+        c->retry_seq = 0;
         send_run_graphs(c, r, feed_values, err, sizeof err);
     }
+    int64_t seq = r->seq;
     int64_t step = r->step;
     if (!err[0] && c->ahead) ask_ahead(c);
     if (!err[0] && c->local >= 0) {
@@ -628,6 +642,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     collect(c, r, deadline, fetched, err, sizeof err, &code);
     end_step(c, r, err);
     if (err[0]) {
+        c->retry_seq = seq; /* a shard may hold this step's update: its retry says so */
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
         if (err_names_step) return psg_error_set_code(code, "%s", err);
         return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x7fffffff, err);

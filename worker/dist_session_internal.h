@@ -31,6 +31,7 @@ typedef struct {
 
 typedef struct {
     int64_t step;
+    int64_t seq;      /* its update id's SEQ (0: none; docs/replication.md) */
     part_req_t *reqs; /* one per partition */
 } step_reqs_t;
 
@@ -50,6 +51,7 @@ struct psg_dist_callable {
      * after cur, asked for one ahead (valid while has_next) */
     step_reqs_t cur, open, next;
     bool has_next;
+    int64_t retry_seq; /* a failed step's SEQ, which the next run (its retry) carries again */
 };
 
 struct psg_dist_session {
@@ -69,6 +71,10 @@ struct psg_dist_session {
     /* failover (worker/dist_failover.c): ps task k's nodes run on ps task served_by[k] */
     int *served_by;
     int n_ps;
+    /* with backups of the shards: every step's RunGraphs carry "WRITER SEQ", WRITER this
+     * task and process, SEQ counting this session's steps ("" without) */
+    char writer[PSG_DEVICE_NAME_MAX + 24];
+    int64_t update_seq;
 };
 
 /* Places the graph when it grew (or placed_nodes was reset), then applies the failovers. */
