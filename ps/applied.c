@@ -5,6 +5,7 @@
 
 #include "core/strmap.h"
 #include "psgraph/error.h"
+#include "psgraph/tensor.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -22,6 +23,9 @@ typedef struct {
 typedef struct {
     char *var;
     int first;
+    char *last_writer; /* the update that wrote the variable last (NULL: not known) */
+    int64_t last_seq;
+    psg_tensor_t *pre; /* the variable's value before it */
 } head_t;
 
 struct psg_applied {
@@ -52,7 +56,11 @@ void psg_applied_destroy(psg_applied_t **ap) {
     psg_strmap_destroy(&a->by_pair);
     psg_strmap_destroy(&a->by_var);
     for (int i = 0; i < a->n; i++) free(a->recs[i].pair);
-    for (int i = 0; i < a->n_heads; i++) free(a->heads[i].var);
+    for (int i = 0; i < a->n_heads; i++) {
+        free(a->heads[i].var);
+        free(a->heads[i].last_writer);
+        psg_tensor_destroy(&a->heads[i].pre);
+    }
     free(a->recs);
     free(a->heads);
     pthread_mutex_destroy(&a->lock);
@@ -93,7 +101,7 @@ static int find_locked(psg_applied_t *a, const char *var, const char *writer, bo
             free(name);
             goto oom;
         }
-        a->heads[a->n_heads] = (head_t){name, -1};
+        a->heads[a->n_heads] = (head_t){name, -1, NULL, 0, NULL};
         h = a->n_heads++;
     }
     if (a->n == a->cap) {
@@ -129,6 +137,7 @@ int psg_applied_set(psg_applied_t *a, const char *var, const char *writer, int64
 }
 
 static void dump_one(const record_t *r, psg_strbuf_t *b) {
+    if (!r->pair[r->var_len + 1]) return; /* a head's placeholder */
     psg_strbuf_printf(b, "%.*s\t%s\t%" PRId64 "\n", (int)r->var_len, r->pair,
                       r->pair + r->var_len + 1, r->seq);
 }
@@ -145,6 +154,51 @@ void psg_applied_dump(psg_applied_t *a, const char *var, psg_strbuf_t *b) {
     pthread_mutex_unlock(&a->lock);
 }
 
+int psg_applied_forget(psg_applied_t *a, const char *var, const char *writer, int64_t seq) {
+    pthread_mutex_lock(&a->lock);
+    int i = find_locked(a, var, writer, true);
+    if (i >= 0) a->recs[i].seq = seq;
+    pthread_mutex_unlock(&a->lock);
+    return i >= 0 ? 0 : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+}
+
+/* The head of var, made when absent (through a record of writer ""). Under lock. */
+static head_t *head_locked(psg_applied_t *a, const char *var) {
+    int h = psg_strmap_get(a->by_var, var);
+    if (h < 0 && find_locked(a, var, "", true) >= 0) h = psg_strmap_get(a->by_var, var);
+    return h >= 0 ? &a->heads[h] : NULL;
+}
+
+int psg_applied_set_last(psg_applied_t *a, const char *var, const char *writer, int64_t seq,
+                         psg_tensor_t **pre) {
+    pthread_mutex_lock(&a->lock);
+    head_t *h = head_locked(a, var);
+    char *w = writer && h ? strdup(writer) : NULL;
+    if (h && (!writer || w)) {
+        free(h->last_writer);
+        psg_tensor_destroy(&h->pre);
+        h->last_writer = w;
+        h->last_seq = seq;
+        if (w && pre) h->pre = *pre, *pre = NULL;
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (pre) psg_tensor_destroy(pre);
+    return h && (!writer || w) ? 0 : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+}
+
+psg_tensor_t *psg_applied_pre_of(psg_applied_t *a, const char *var, const char *writer,
+                                 int64_t seq) {
+    pthread_mutex_lock(&a->lock);
+    int h = psg_strmap_get(a->by_var, var);
+    const head_t *hd = h >= 0 ? &a->heads[h] : NULL;
+    psg_tensor_t *pre =
+        hd && hd->pre && hd->last_writer && hd->last_seq == seq && !strcmp(hd->last_writer, writer)
+            ? psg_tensor_ref(hd->pre)
+            : NULL;
+    pthread_mutex_unlock(&a->lock);
+    return pre;
+}
+
 int psg_applied_merge(psg_applied_t *a, const char *text, size_t len) {
     char var[1024], writer[PSG_APPLIED_WRITER_MAX];
     int line = 0;
@@ -152,6 +206,7 @@ int psg_applied_merge(psg_applied_t *a, const char *text, size_t len) {
         const char *s = text + at, *nl = memchr(s, '\n', len - at);
         size_t n = nl ? (size_t)(nl - s) : len - at;
         at += n + 1;
+        if (n && s[0] == '#') continue; /* the forward's own update id */
         const char *t1 = memchr(s, '\t', n),
                    *t2 = t1 ? memchr(t1 + 1, '\t', n - (size_t)(t1 + 1 - s)) : NULL;
         if (!t2 || (size_t)(t1 - s) >= sizeof var || (size_t)(t2 - t1 - 1) >= sizeof writer ||

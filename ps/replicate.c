@@ -122,6 +122,15 @@ int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n) {
 
 /* ---- the primary's side ---- */
 
+struct psg_ts_undo {
+    char writer[PSG_APPLIED_WRITER_MAX];
+    int64_t seq;
+    int n;
+    bool *skip;            /* (n) holds the update, written since by another: put back after */
+    bool *rolled;          /* (n) holds it as its last: rolled back to before it, run again */
+    psg_tensor_t **values; /* (n) skip: its value to put back; else its value before the step */
+};
+
 /* The written variables that were backup copies here are this task's own from now on: the
  * workers failed over to it. */
 static void promote(psg_task_server_t *ts, const char *const *names, int n) {
@@ -152,13 +161,15 @@ static int add_value(psg_msg_t *m, psg_variable_t *v, size_t *bytes) {
 /* The Replicate request of the named variables (but those skip marks), or with full, of the
  * whole shard; the body: which updates they hold. */
 static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n,
-                        bool full, int *count, size_t *bytes) {
+                        bool full, const psg_ts_undo_t *u, int *count, size_t *bytes) {
     psg_task_server_t *ts = r->ts;
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
     if (!m || psg_msg_set_key(m, full ? "full" : "update") < 0) goto fail;
     *count = 0;
     *bytes = 0;
     psg_strbuf_t rows = {0};
+    /* the update these values hold: the backup keeps the ones before as its way back */
+    if (!full && u) psg_strbuf_printf(&rows, "#%s %" PRId64 "\n", u->writer, u->seq);
     if (full) psg_applied_dump(r->applied, NULL, &rows);
     for (int i = 0; !full && i < n; i++)
         if (!skip || !skip[i]) psg_applied_dump(r->applied, names[i], &rows);
@@ -191,8 +202,8 @@ fail:
 
 /* Sends one Replicate; 0 once the backup applied it. Under r->lock. */
 static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n, bool full,
-                   int *count, size_t *bytes) {
-    psg_msg_t *m = build(r, names, skip, n, full, count, bytes);
+                   const psg_ts_undo_t *u, int *count, size_t *bytes) {
+    psg_msg_t *m = build(r, names, skip, n, full, u, count, bytes);
     if (!m) return -1;
     if (!full && *count == 0) {
         psg_msg_destroy(&m);
@@ -206,18 +217,30 @@ static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip,
 
 /* ---- a retried step: the variables that hold its update already ---- */
 
-struct psg_ts_undo {
-    char writer[PSG_APPLIED_WRITER_MAX];
-    int64_t seq;
-    int n;
-    bool *skip;            /* (n) names[i] holds the update: put back after the step */
-    psg_tensor_t **values; /* (n) their values before it */
-};
-
 static void undo_free(psg_ts_undo_t *u) {
     for (int i = 0; u && i < u->n; i++) psg_tensor_destroy(&u->values[i]);
-    if (u) free(u->values), free(u->skip);
+    if (u) free(u->values), free(u->skip), free(u->rolled);
     free(u);
+}
+
+/* Before the step, variable i of u: rolled back, kept aside or its value before recorded. */
+static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t *v,
+                      const char *name) {
+    psg_tensor_t *pre = psg_applied_pre_of(r->applied, name, u->writer, u->seq);
+    bool held = !pre && psg_applied_get(r->applied, name, u->writer) >= u->seq;
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    if (pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value)) {
+        memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
+        u->rolled[i] = true;
+        u->values[i] = pre; /* where a failure of this run puts it back */
+        pre = NULL;
+    } else {
+        u->values[i] = psg_tensor_copy(v->value);
+        u->skip[i] = held && u->values[i];
+    }
+    pthread_mutex_unlock(&guard->lock);
+    psg_tensor_destroy(&pre);
 }
 
 int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *const *names, int n,
@@ -227,6 +250,7 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *con
     if (!r || !update[0] || n <= 0) return 0;
     psg_ts_undo_t *u = calloc(1, sizeof *u);
     if (!u || !(u->skip = calloc((size_t)n, sizeof *u->skip)) ||
+        !(u->rolled = calloc((size_t)n, sizeof *u->rolled)) ||
         !(u->values = calloc((size_t)n, sizeof *u->values))) {
         undo_free(u);
         return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
@@ -238,22 +262,22 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *con
     }
     for (int i = 0; i < n; i++) {
         psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
-        if (!v || !v->initialized || psg_applied_get(r->applied, names[i], u->writer) < u->seq)
-            continue;
-        psg_variable_t *guard = psg_variable_guard(v);
-        pthread_mutex_lock(&guard->lock);
-        u->values[i] = psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : NULL;
-        pthread_mutex_unlock(&guard->lock);
-        u->skip[i] = u->values[i] != NULL;
+        if (v && v->initialized && psg_tensor_on_host(v->value)) undo_take(r, u, i, v, names[i]);
     }
     *out = u;
     return 0;
 }
 
-/* Puts back the values of the variables that held the step's update before it ran. */
-static void undo_restore(psg_task_server_t *ts, const psg_ts_undo_t *u, const char *const *names) {
+/* Puts back the values of the variables that held the step's update before it ran; with
+ * all (the step failed), of every variable it wrote: a failed step leaves no write here, so
+ * that its retry is its only update (a step fails after some of its updates ran when a Recv
+ * after them fails: the global step's increment waits for every shard's). */
+static void undo_restore(psg_task_server_t *ts, const psg_ts_undo_t *u, const char *const *names,
+                         bool all) {
     for (int i = 0; u && i < u->n; i++) {
-        psg_variable_t *v = u->skip[i] ? psg_resource_find_variable(ts->rm, names[i]) : NULL;
+        psg_variable_t *v = (u->skip[i] || (all && u->values[i]))
+                                ? psg_resource_find_variable(ts->rm, names[i])
+                                : NULL;
         if (!v) continue;
         psg_variable_t *guard = psg_variable_guard(v);
         pthread_mutex_lock(&guard->lock);
@@ -264,7 +288,12 @@ static void undo_restore(psg_task_server_t *ts, const psg_ts_undo_t *u, const ch
 
 void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
     if (!u || !*u) return;
-    undo_restore(ts, *u, names);
+    undo_restore(ts, *u, names, true);
+    for (int i = 0; i < (*u)->n; i++)
+        if ((*u)->rolled[i]) { /* rolled back and not run again: it holds the update no more */
+            (void)psg_applied_forget(ts->repl->applied, names[i], (*u)->writer, (*u)->seq - 1);
+            (void)psg_applied_set_last(ts->repl->applied, names[i], NULL, 0, NULL);
+        }
     undo_free(*u);
     *u = NULL;
 }
@@ -278,14 +307,20 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         undo_free(u);
         return;
     }
+    const bool *skip = u ? u->skip : NULL;
+    undo_restore(ts, u, names, false);
+    /* recorded at once, not after the forward: a retry of this step may come while the
+     * forward still waits for a backup that died */
+    for (int i = 0; u && i < n; i++) {
+        if (skip[i]) continue;
+        (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
+        if (!u->rolled[i]) /* what a retry of this step starts again from */
+            (void)psg_applied_set_last(r->applied, names[i], u->writer, u->seq, &u->values[i]);
+    }
     pthread_mutex_lock(&r->lock);
     int64_t t0 = psg_ts_now_ms();
     int count = 0;
     size_t bytes = 0;
-    const bool *skip = u ? u->skip : NULL;
-    undo_restore(ts, u, names);
-    for (int i = 0; u && i < n; i++)
-        if (!skip[i]) (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
     promote(ts, names, n);
     if (!r->synced && r->last_try_ms && t0 - r->last_try_ms < RETRY_MS) {
         /* no backup now: the step goes on, its values travel with the next full copy */
@@ -294,14 +329,14 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         return;
     }
     bool full = !r->synced;
-    int rc = forward(r, names, skip, n, full, &count, &bytes);
+    int rc = forward(r, names, skip, n, full, u, &count, &bytes);
     /* a backup that restarted since the last full copy holds only what this step sent */
     if (rc == 0 && psg_ts_client_restarts(r->client) != r->restarts) {
         psg_net_log("task %s: its backup %s (%s) restarted: copying the whole shard to it",
                     ts->task, r->backup, r->address);
         r->restarts = psg_ts_client_restarts(r->client);
         full = true;
-        rc = forward(r, names, skip, n, true, &count, &bytes);
+        rc = forward(r, names, skip, n, true, u, &count, &bytes);
     }
     if (rc == 0) {
         if (full && r->last_try_ms)
@@ -329,11 +364,17 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
 
 /* ---- the backup's side ---- */
 
-static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_t *t) {
+/* Writes a forwarded value into the backup copy `name`; with an update id (writer, seq), the
+ * copy's value before is kept as the way back of a retry of that update. */
+static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_t *t,
+                      const char *writer, int64_t seq) {
     psg_variable_t *v = psg_resource_variable(ts->rm, name, t->dtype, &t->shape);
     if (!v) return -1;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
+    psg_tensor_t *pre = writer && v->initialized && v->backup && psg_tensor_on_host(v->value)
+                            ? psg_tensor_copy(v->value)
+                            : NULL;
     int rc = 0;
     if (v->initialized && !v->backup)
         rc = psg_error_set_code(PSG_ERR_DENIED,
@@ -348,7 +389,32 @@ static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_
         v->initialized = true;
     }
     pthread_mutex_unlock(&guard->lock);
+    if (rc == 0)
+        (void)psg_applied_set_last(ts->repl->applied, name, pre ? writer : NULL, seq, &pre);
+    psg_tensor_destroy(&pre);
     return rc;
+}
+
+/* The forward's update id, its body's first line "#WRITER SEQ" (absent: none, writer "").
+ * false with the error set when malformed. */
+static bool update_id(const psg_msg_t *req, char *writer, size_t size, int64_t *seq) {
+    const char *d = req->body ? (const char *)req->body->data : NULL;
+    size_t len = req->body ? req->body->size : 0;
+    if (!len || d[0] != '#') return true;
+    const char *nl = memchr(d, '\n', len);
+    size_t n = nl ? (size_t)(nl - d) : len;
+    char id[PSG_APPLIED_WRITER_MAX + 32];
+    if (n - 1 >= sizeof id) {
+        psg_error_set_code(PSG_ERR_BAD_REQUEST, "Replicate: update id of %zu bytes", n - 1);
+        return false;
+    }
+    memcpy(id, d + 1, n - 1);
+    id[n - 1] = 0;
+    if (psg_applied_parse_id(id, writer, size, seq) < 0) {
+        psg_error_wrap("Replicate");
+        return false;
+    }
+    return true;
 }
 
 void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
@@ -365,13 +431,19 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
         psg_ts_reply_last_error(ts, req);
         return;
     }
+    char writer[PSG_APPLIED_WRITER_MAX] = "";
+    int64_t seq = 0;
+    if (!update_id(req, writer, sizeof writer, &seq)) {
+        psg_ts_reply_last_error(ts, req);
+        return;
+    }
     for (int i = 0; i < req->ntensors; i++) {
         const char *name = req->names[i];
         if (!name || !*name) {
             psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Replicate: tensor %d has no name", i);
             return;
         }
-        if (apply_copy(ts, name, req->tensors[i]) < 0) {
+        if (apply_copy(ts, name, req->tensors[i], writer[0] ? writer : NULL, seq) < 0) {
             psg_error_wrap("Replicate");
             psg_ts_reply_last_error(ts, req);
             return;

@@ -25,8 +25,9 @@ bool psg_failover_holds_own(const char *json) {
     return holds;
 }
 
-/* Whether ps task k answers Inspect within probe_ms as the process it was; *why says what
- * is wrong when not. */
+/* Whether ps task k answers Inspect within probe_ms as the process it was, holding variables
+ * of its own shard (a ps that serves one holds its variables: a restarted one holds none, or
+ * only backup copies); *why says what is wrong when not. */
 static bool alive(psg_dist_session_t *ds, int k, int64_t probe_ms, char *why, size_t size) {
     char task[PSG_DEVICE_NAME_MAX];
     psg_device_name("ps", k, NULL, task, sizeof task);
@@ -36,8 +37,16 @@ static bool alive(psg_dist_session_t *ds, int k, int64_t probe_ms, char *why, si
         snprintf(why, size, "%s", psg_error_message());
         return false;
     }
+    bool holds = psg_failover_holds_own(json);
     free(json);
     uint64_t now = psg_dist_session_incarnation(ds, task);
+    if (!holds) { /* a new process whose restart the failed step already reported */
+        snprintf(why, size,
+                 "it answers as incarnation %016" PRIx64 " and holds none of its shard's "
+                 "variables: it restarted",
+                 now);
+        return false;
+    }
     if (was && now != was) {
         snprintf(why, size,
                  "it restarted (incarnation %016" PRIx64 ", was %016" PRIx64 "): its shard is gone",
