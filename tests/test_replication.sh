@@ -3,8 +3,9 @@
 # after async and sync training with --ps-replicas 2, every variable of each ps's shard (Adam's
 # slots, the beta powers and the global step included) is bitwise equal, by crc32, on its
 # backup (the next ps); SIGKILL of ps0 under `launch --restart on-failure`: the worker fails
-# over to ps1 with no checkpoint read, the job reaches its planned step, and ps1 copies the
-# whole shard to ps0 when it is back; a bad --ps-replicas is named. Every process is gone
+# over to ps1 with no checkpoint read and ps1 copies the whole shard to ps0 when it is back;
+# SIGKILL of ps1 then: back to ps0; the job reaches its planned step with its variables bitwise
+# those of a run without a kill; a bad --ps-replicas is named. Every process is gone
 # afterwards.
 set -u
 psgraph=$1
@@ -86,7 +87,8 @@ else
   fail "sync backups: ${out:-} $(tail -5 "$tmp"/sync.w*.log "$tmp"/sync.ps*.log)"
 fi
 
-# 3. SIGKILL of ps0 at step 100 of 300 under launch --restart on-failure: failover to ps1; one
+# 3. SIGKILL of ps0 at step 100 of 300 under launch --restart on-failure: failover to ps1, which
+# copies the shard to the restarted ps0; SIGKILL of ps1 at step 200: failover to ps0. One
 # worker, the same seed: the final checkpoint bitwise equal to a run without a kill
 train=(train --model mlp "${data[@]}" --optimizer adam --lr 0.001 --batch 64 --steps 300 --log-every 50
        --peer-timeout 2 --step-timeout 30 --ps-replicas 2)
@@ -98,6 +100,10 @@ pids=($bg)
 for _ in $(seq 1 600); do grep -q '^\[worker0\] step 100 ' "$tmp/kill.log" && break; sleep 0.1; done
 ps0=$(sed -n 's/^psgraph launch: ps0 pid \([0-9]*\)$/\1/p' "$tmp/kill.log")
 [ -n "$ps0" ] && kill -9 "$ps0"
+# then, once ps1 copied the shard to the restarted ps0, SIGKILL of ps1 at step 200: back to ps0
+for _ in $(seq 1 600); do grep -q '^\[worker0\] step 200 ' "$tmp/kill.log" && break; sleep 0.1; done
+ps1=$(sed -n 's/^psgraph launch: ps1 pid \([0-9]*\)$/\1/p' "$tmp/kill.log")
+grep -q 'restarted: copying the whole shard\|re-replicated its shard' "$tmp/kill.log" && [ -n "$ps1" ] && kill -9 "$ps1"
 timeout 240 tail --pid="$bg" -f /dev/null
 wait "$bg"; rc=$?
 pids=()
@@ -124,8 +130,9 @@ PY
 if [ $rc = 0 ] && grep -q '^\[worker0\] failover: ps0 is lost (.*); its shard is served by its backup ps1 from step [0-9]* (switched in [0-9.]* s; no checkpoint read)' "$tmp/kill.log" &&
    ! grep -q 'restored shard\|re-initialized' "$tmp/kill.log" &&
    grep -q '^\[ps1\] .*task /job:ps/replica:0/task:1: its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/kill.log" &&
+   grep -q '^\[worker0\] failover: ps1 is lost (.*); its shard is served by its backup ps0 from step' "$tmp/kill.log" &&
    [ "$steps" = 300 ] && grep -q 'tensors equal, global_step 300' <<<"$same"; then
-  ok "SIGKILL of ps0 at step 100: failover to ps1, no checkpoint read, shard copied to the restarted ps0, 300 global steps, final checkpoint bitwise equal to the run without a kill ($same)"
+  ok "SIGKILL of ps0 at step 100: failover to ps1, no checkpoint read, shard copied to the restarted ps0; SIGKILL of ps1 at step 200: failover to ps0; 300 global steps, final checkpoint bitwise equal to the run without a kill ($same)"
 else
   fail "failover (rc $rc, global steps ${steps:-none}): $same $(grep -v '\] step ' "$tmp/kill.log" | tail -20)"
 fi

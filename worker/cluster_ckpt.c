@@ -334,12 +334,20 @@ static int try_failover(psg_cluster_ckpt_t *h, int64_t step, const char *why) {
     int64_t probe = 1000, peer = psg_cluster_peer_timeout_ms(h->cluster);
     if (peer > 0 && peer < probe) probe = peer;
     bool moved = false;
-    if (psg_failover_recover(h->ds, h->cluster, probe, h->timeout_ms, h->out, h->metrics, step,
-                             &moved) < 0) {
+    /* a backup being re-replicated holds its copies within a few seconds */
+    int64_t wait = h->timeout_ms < 5000 ? h->timeout_ms : 5000;
+    if (psg_failover_recover(h->ds, h->cluster, probe, wait, h->out, h->metrics, step, &moved) <
+        0) {
         fprintf(h->out, "failover: %s; falling back to the checkpoint restore\n",
                 psg_error_message());
         fflush(h->out);
         return 0;
+    }
+    for (int i = 0; moved && i < h->nps; i++) { /* the processes the shards are on now */
+        char task[PSG_DEVICE_NAME_MAX];
+        ps_task(i, task, sizeof task);
+        uint64_t inc = psg_dist_session_incarnation(h->ds, task);
+        if (inc) h->ps_inc[i] = inc;
     }
     return moved;
 }

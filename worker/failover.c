@@ -56,6 +56,20 @@ static bool alive(psg_dist_session_t *ds, int k, int64_t probe_ms, char *why, si
     return true;
 }
 
+/* Whether ps task b answers Inspect within probe_ms (whatever it holds: a backup holds
+ * copies of another's shard, WaitInit then checks they are all there). */
+static bool answers(psg_dist_session_t *ds, int b, int64_t probe_ms, char *why, size_t size) {
+    char task[PSG_DEVICE_NAME_MAX];
+    psg_device_name("ps", b, NULL, task, sizeof task);
+    char *json = psg_dist_session_inspect_within(ds, task, probe_ms);
+    if (!json) snprintf(why, size, "%s", psg_error_message());
+    free(json);
+    /* a restart of it (a re-replicated backup is a new process) is known: the steps now
+     * sent to it must not fail for it */
+    (void)psg_dist_session_incarnation(ds, task);
+    return json != NULL;
+}
+
 /* Moves ps k's shards to its backup; -1 when the backup cannot take them. */
 static int fail_over(psg_dist_session_t *ds, const psg_cluster_t *cluster, int k, int64_t probe_ms,
                      int64_t wait_ms, const char *why, FILE *out, FILE *metrics, int64_t step,
@@ -63,17 +77,14 @@ static int fail_over(psg_dist_session_t *ds, const psg_cluster_t *cluster, int k
     int b = psg_cluster_ps_backup(cluster, k);
     char bwhy[1024] = "";
     if (b < 0) return psg_error_set("ps%d is lost (%s) and has no backup", k, why);
-    if (psg_dist_session_ps_serving(ds, b) != b)
-        return psg_error_set("ps%d is lost (%s) and so is its backup ps%d (lost before): a "
-                             "second failure of the shard before it was re-replicated",
-                             k, why, b);
-    if (!alive(ds, b, probe_ms, bwhy, sizeof bwhy))
+    if (!answers(ds, b, probe_ms, bwhy, sizeof bwhy))
         return psg_error_set("ps%d is lost (%s) and so is its backup ps%d (%s)", k, why, b, bwhy);
     if (psg_dist_session_failover(ds, k, b) < 0) return -1;
     /* the backup holds every variable of the shard, or it was not re-replicated yet */
     if (psg_dist_session_wait_init(ds, wait_ms) < 0)
         return psg_error_set("ps%d is lost (%s) and its backup ps%d does not hold its shard (it "
-                             "came back and was not re-replicated yet: %s)",
+                             "came back and was not re-replicated yet: a second failure of the "
+                             "shard; %s)",
                              k, why, b, psg_error_message());
     double dt = psg_now_sec() - t0;
     fprintf(out,
