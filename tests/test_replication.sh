@@ -127,7 +127,8 @@ assert len(a) > 20 and not diff, diff
 print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
 PY
 )
-if [ $rc = 0 ] && grep -q '^\[worker0\] failover: ps0 is lost (.*); its shard is served by its backup ps1 from step [0-9]* (switched in [0-9.]* s; no checkpoint read)' "$tmp/kill.log" &&
+if [ $rc = 0 ] && grep -q 'variables on 2 ps tasks (each shard backed up on the next ps task: --ps-replicas 2)' "$tmp/kill.log" &&
+   grep -q '^\[worker0\] failover: ps0 is lost (.*); its shard is served by its backup ps1 from step [0-9]* (switched in [0-9.]* s; no checkpoint read)' "$tmp/kill.log" &&
    ! grep -q 'restored shard\|re-initialized' "$tmp/kill.log" &&
    grep -q '^\[ps1\] .*task /job:ps/replica:0/task:1: its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/kill.log" &&
    grep -q '^\[worker0\] failover: ps1 is lost (.*); its shard is served by its backup ps0 from step' "$tmp/kill.log" &&
