@@ -7,6 +7,7 @@
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -225,8 +226,9 @@ int psg_applied_merge(psg_applied_t *a, const char *text, size_t len) {
         memcpy(num, t2 + 1, ln);
         num[ln] = 0;
         char *end = NULL;
+        errno = 0;
         long long seq = strtoll(num, &end, 10);
-        if (*end || seq < 0)
+        if (*end || seq < 0 || errno == ERANGE)
             return psg_error_set_code(PSG_ERR_BAD_REQUEST, "applied updates, line %d: bad SEQ '%s'",
                                       line + 1, num);
         if (psg_applied_set(a, var, writer, seq) < 0) return -1;
@@ -237,8 +239,10 @@ int psg_applied_merge(psg_applied_t *a, const char *text, size_t len) {
 int psg_applied_parse_id(const char *id, char *writer, size_t size, int64_t *seq) {
     const char *sp = strrchr(id, ' ');
     char *end = NULL;
+    errno = 0;
     long long v = sp ? strtoll(sp + 1, &end, 10) : 0;
-    if (!sp || sp == id || (size_t)(sp - id) >= size || !end || *end || v <= 0 || sp[1] == '-')
+    if (!sp || sp == id || (size_t)(sp - id) >= size || !end || *end || v <= 0 || sp[1] == '-' ||
+        errno == ERANGE)
         return psg_error_set_code(PSG_ERR_BAD_REQUEST, "update id '%.64s' is not \"WRITER SEQ\"",
                                   id);
     memcpy(writer, id, (size_t)(sp - id));
