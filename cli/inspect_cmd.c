@@ -3,6 +3,7 @@
  * them) and lists its tensors with dtype, shape, bytes and min / max / mean / NaN
  * and Inf counts. Not an editor of checkpoints. */
 #include "cli/commands.h"
+#include "ps/client.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
 
@@ -118,16 +119,36 @@ static void skipped(void *ctx, const char *path, const char *why) {
     fprintf(stderr, "psgraph inspect: skipping %s: %s\n", path, why);
 }
 
+/* `psgraph inspect --task HOST:PORT`: a live task's Inspect report, one JSON line (its
+ * variables with their crc32, which are backup copies, its backup task). */
+static int inspect_task(const char *address) {
+    psg_ts_client_t *c = psg_ts_client_new("task", address, 5000, 0, NULL);
+    psg_req_t r = {.type = PSG_REQ_INSPECT};
+    psg_rep_t rep;
+    psg_msg_t *m = c ? psg_ts_call(c, &r, &rep, 5000) : NULL;
+    psg_ts_client_destroy(&c);
+    if (!m) {
+        fprintf(stderr, "psgraph inspect: %s\n", psg_error_message());
+        return 1;
+    }
+    printf("%.*s\n", (int)rep.u.json.len, rep.u.json.text);
+    psg_msg_destroy(&m);
+    return 0;
+}
+
 int psg_cmd_inspect(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--task")) return inspect_task(argv[2]);
     if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc == 2 ? stdout : stderr;
         fprintf(
             f,
-            "usage: psgraph inspect CHECKPOINT\n"
+            "usage: psgraph inspect CHECKPOINT | --task HOST:PORT\n"
             "  CHECKPOINT: an index (model.ckpt-S.index.json), one shard file (.safetensors),\n"
             "  or a directory (its newest complete checkpoint). Verifies sizes, offsets and\n"
             "  checksums (a safetensors file without psgraph's data_crc32 has none: said so),\n"
-            "  then lists each tensor: dtype, shape, bytes, min, max, mean, NaN and Inf counts.\n");
+            "  then lists each tensor: dtype, shape, bytes, min, max, mean, NaN and Inf counts.\n"
+            "  --task HOST:PORT: a running task's report as JSON (its variables with their\n"
+            "  crc32, which are backup copies of another ps's shard, its backup task).\n");
         return argc == 2 ? 0 : 2;
     }
     struct stat st;

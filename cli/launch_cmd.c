@@ -293,8 +293,9 @@ static int reap(task_proc_t *t, int n) {
 /* The ps tasks write checkpoint shards into the workers' --logdir and their part of a
  * timeline beside the workers' --trace file: those are the directories a ps may write
  * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out; and they time out
- * silent peers as the workers do (--peer-timeout). NULL-terminated, 6 entries at most. */
-#define PS_ARGS 6
+ * silent peers as the workers do (--peer-timeout), and forward updates to their backups as the
+ * workers expect (--ps-replicas). NULL-terminated, 8 entries at most. */
+#define PS_ARGS 8
 const char *psg_launch_cmd_option(char **cmd, const char *opt, const char *otherwise) {
     for (int i = 0; cmd[i] && cmd[i + 1]; i++)
         if (!strcmp(cmd[i], opt)) return cmd[i + 1];
@@ -308,6 +309,11 @@ static void ps_args(char **cmd, char **out) {
     if (peer_timeout) {
         out[n++] = "--peer-timeout";
         out[n++] = (char *)peer_timeout;
+    }
+    const char *replicas = psg_launch_cmd_option(cmd, "--ps-replicas", NULL);
+    if (replicas) {
+        out[n++] = "--ps-replicas";
+        out[n++] = (char *)replicas;
     }
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
         if (!strcmp(cmd[i], "--logdir")) {

@@ -20,7 +20,8 @@ static const struct {
     {"bench", psg_cmd_bench, "benchmark a model: psgraph bench inception3 --help"},
     {"simulate", psg_cmd_simulate, "predict sync-replicas scaling from measured numbers"},
     {"inspect", psg_cmd_inspect,
-     "list a checkpoint's tensors with stats (psgraph inspect CHECKPOINT)"},
+     "list a checkpoint's tensors with stats, or a running task's variables "
+     "(psgraph inspect CHECKPOINT | --task HOST:PORT)"},
     {"compare", psg_cmd_compare,
      "run strategies on one workload, time to accuracy (psgraph compare --help)"},
     {"data", psg_cmd_data, "write a synthetic click log: psgraph data ctr --rows N --out FILE"},

@@ -403,6 +403,16 @@ static const psg_cli_option_t rows[] = {
              SERVER(peer_timeout, "--peer-timeout S",
                     "a peer silent S seconds (heartbeats) is dropped and its requests\n"
                     "fail, naming it (default: the cluster file's \"peer_timeout\", else 10)")}},
+    {"--ps-replicas", PSG_OPT_INT, 1, 2,
+     .use = {TRAIN(c.ps_replicas, "--ps-replicas N",
+                   "copies of each ps shard: 2 keeps a backup on the next ps task,\n"
+                   "updated before each step is acknowledged, which the workers switch\n"
+                   "to when the primary is lost (default: the cluster file's\n"
+                   "\"ps_replicas\", else 1; docs/replication.md)"),
+             SERVER(ps_replicas, "--ps-replicas N",
+                    "2: forward every update of this task's shard to its backup (the\n"
+                    "next ps task) before answering (default: the cluster file's\n"
+                    "\"ps_replicas\", else 1)")}},
     {"--expect-workers", PSG_OPT_INT, 0, 1e6,
      .use = {SERVER(expect, "--expect-workers N",
                     "stop once N workers said they are done (default: the\n"

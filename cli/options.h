@@ -113,7 +113,7 @@ typedef struct {
 typedef struct {
     const char *cluster_file, *job, *listen, *task_name, *keys_dir;
     bool insecure;
-    int task, threads, expect;
+    int task, threads, expect, ps_replicas;
     double idle, recv_timeout, max_wait, peer_timeout, graph_grace;
     psg_cli_list_t logdirs;
     psg_task_limits_t lim;

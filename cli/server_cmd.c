@@ -103,6 +103,13 @@ int psg_cmd_server(int argc, char **argv) {
     psg_curve_keys_t *lone_keys = NULL;
     if (server_cluster(a.cluster_file, a.job, a.task, task_name, a.keys_dir, &c, &lone_keys) < 0)
         return 2;
+    if (a.ps_replicas > 0 && (!c || psg_cluster_set_ps_replicas(c, a.ps_replicas) < 0)) {
+        fprintf(stderr, "psgraph server: --ps-replicas: %s\n",
+                c ? psg_error_message() : "a lone task has no other ps task to back it up");
+        psg_cluster_destroy(&c);
+        psg_curve_keys_destroy(&lone_keys);
+        return 2;
+    }
     const psg_curve_keys_t *keys = lone_keys ? lone_keys : psg_cluster_keys(c);
     if (expect < 0)
         expect = c ? psg_cluster_num_tasks(c, "worker") + psg_cluster_num_tasks(c, "chief") : 0;

@@ -33,6 +33,7 @@ struct psg_cluster {
     char *keys_field;       /* the document's "keys", NULL when absent */
     psg_curve_keys_t *keys; /* loaded from --keys, "keys" or PSGRAPH_KEYS; NULL: none */
     int peer_timeout_ms;    /* "peer_timeout" (seconds) or --peer-timeout; 0: the default */
+    int ps_replicas;        /* "ps_replicas" or --ps-replicas; 0: 1 */
 };
 
 void psg_cluster_destroy(psg_cluster_t **cp) {
@@ -219,6 +220,44 @@ int psg_cluster_set_peer_timeout(psg_cluster_t *c, double seconds) {
     return 0;
 }
 
+int psg_cluster_ps_replicas(const psg_cluster_t *c) {
+    return c && c->ps_replicas > 1 ? c->ps_replicas : 1;
+}
+
+static int ps_job_tasks(const psg_cluster_t *c) {
+    for (int j = 0; j < c->njobs; j++)
+        if (!strcmp(c->jobs[j].name, "ps")) return c->jobs[j].ntasks;
+    return 0;
+}
+
+int psg_cluster_set_ps_replicas(psg_cluster_t *c, int n) {
+    int nps = ps_job_tasks(c);
+    if (n != 1 && n != 2)
+        return psg_error_set_code(PSG_ERR_CONFIG,
+                                  "ps replicas %d: must be 1 (no backup) or 2 (a backup of each "
+                                  "shard on the next ps task)",
+                                  n);
+    if (n == 2 && nps < 2)
+        return psg_error_set_code(PSG_ERR_CONFIG,
+                                  "ps replicas 2 needs at least 2 ps tasks (the cluster has %d): "
+                                  "a shard's backup lives on another ps task",
+                                  nps);
+    c->ps_replicas = n;
+    return 0;
+}
+
+int psg_cluster_ps_backup(const psg_cluster_t *c, int k) {
+    int nps = c ? ps_job_tasks(c) : 0;
+    if (psg_cluster_ps_replicas(c) < 2 || k < 0 || k >= nps) return -1;
+    return (k + 1) % nps;
+}
+
+int psg_cluster_ps_backed_up(const psg_cluster_t *c, int k) {
+    int nps = c ? ps_job_tasks(c) : 0;
+    if (psg_cluster_ps_replicas(c) < 2 || k < 0 || k >= nps) return -1;
+    return (k + nps - 1) % nps;
+}
+
 static psg_cluster_t *parse_doc(const char *json, const char *origin, const char *base_dir,
                                 bool use_env);
 
@@ -244,8 +283,10 @@ static psg_cluster_t *parse_doc(const char *json, const char *origin, const char
     for (int i = 0; i < doc->count; i++) {
         const char *k = doc->items[i]->key;
         if (strcmp(k, "cluster") && strcmp(k, "task") && strcmp(k, "environment") &&
-            strcmp(k, "rpc_layer") && strcmp(k, "keys") && strcmp(k, "peer_timeout")) {
-            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys, peer_timeout)",
+            strcmp(k, "rpc_layer") && strcmp(k, "keys") && strcmp(k, "peer_timeout") &&
+            strcmp(k, "ps_replicas")) {
+            psg_error_set("unknown field \"%.64s\" (expected cluster, task, keys, peer_timeout, "
+                          "ps_replicas)",
                           k);
             goto fail;
         }
@@ -276,6 +317,16 @@ static psg_cluster_t *parse_doc(const char *json, const char *origin, const char
         goto fail;
     }
     if (parse_cluster(c, cl) < 0) goto fail;
+    const psg_json_t *reps = psg_json_get(doc, "ps_replicas");
+    if (reps && (reps->type != PSG_JSON_NUMBER || !(reps->number >= 0 && reps->number <= 64) ||
+                 reps->number != (double)(int)reps->number)) {
+        psg_error_set("\"ps_replicas\" is %s, not 1 or 2", psg_json_type_name(reps->type));
+        goto fail;
+    }
+    if (reps && psg_cluster_set_ps_replicas(c, (int)reps->number) < 0) {
+        psg_error_wrap("\"ps_replicas\"");
+        goto fail;
+    }
     const psg_json_t *task = psg_json_get(doc, "task");
     if (task && parse_task(c, task) < 0) goto fail;
     if (load_keys(c, base_dir, use_env) < 0) goto fail;

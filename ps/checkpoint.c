@@ -166,7 +166,8 @@ static int collect_vars(psg_resource_mgr_t *rm, psg_variable_t ***out, const cha
     for (size_t s = 0; s < 4; s++)
         for (int i = 0; i < n; i++) {
             psg_variable_t *var = psg_resource_variable_at(rm, i);
-            if (!var->initialized || psg_dtype_size(var->dtype) != sizes[s]) continue;
+            if (!var->initialized || var->backup || psg_dtype_size(var->dtype) != sizes[s])
+                continue;
             if (!psg_ckpt_dtype_name(var->dtype)) {
                 free(v);
                 return psg_error_set(
@@ -821,7 +822,7 @@ int psg_checkpoint_restore(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, b
     if (require_all) {
         for (int i = 0; i < psg_resource_num_variables(rm); i++) {
             psg_variable_t *v = psg_resource_variable_at(rm, i);
-            if (v->initialized && psg_checkpoint_find(ck, v->name) < 0)
+            if (v->initialized && !v->backup && psg_checkpoint_find(ck, v->name) < 0)
                 return psg_error_set(
                     "%s: has no tensor for variable '%s' (a checkpoint of another model?)",
                     ck->path, v->name);
@@ -845,6 +846,7 @@ int psg_checkpoint_restore(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, b
             v->value = h;
         }
         v->initialized = true;
+        v->backup = false; /* restored as this task's shard (a fallback of failover) */
         pthread_mutex_unlock(&v->lock);
     }
     return 0;

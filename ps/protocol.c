@@ -5,6 +5,7 @@
  * (ps/task_*.c) and not the wire (net/). */
 #include "ps/protocol.h"
 
+#include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -158,6 +159,7 @@ static int dec_handle(const psg_msg_t *m, psg_req_t *r) {
 
 static int enc_run(const psg_req_t *r, psg_msg_t *m) {
     if (set_handle(m, r->u.run.handle) < 0) return -1;
+    if (r->u.run.update[0] && set_body(m, r->u.run.update, strlen(r->u.run.update)) < 0) return -1;
     for (int i = 0; i < r->u.run.n_feeds; i++)
         if (psg_msg_add_tensor(m, NULL, r->u.run.feeds[i]) < 0) return -1;
     return 0;
@@ -165,6 +167,18 @@ static int enc_run(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_run(const psg_msg_t *m, psg_req_t *r) {
     if (get_handle(m, &r->u.run.handle) < 0) return -1;
+    r->u.run.update[0] = 0;
+    if (m->body && m->body->size) { /* the update id: printable, "WRITER SEQ" */
+        size_t n = m->body->size;
+        const char *d = (const char *)m->body->data;
+        if (n >= PSG_PROTO_MAX_UPDATE)
+            return bad(m, "update id of %zu bytes (the limit is %d)", n, PSG_PROTO_MAX_UPDATE - 1);
+        for (size_t i = 0; i < n; i++)
+            if (d[i] < 0x20 || d[i] > 0x7e)
+                return bad(m, "the update id has a byte 0x%02x", (unsigned char)d[i]);
+        memcpy(r->u.run.update, d, n);
+        r->u.run.update[n] = 0;
+    }
     r->u.run.n_feeds = m->ntensors;
     r->u.run.feeds = m->tensors;
     return 0;
@@ -176,6 +190,17 @@ static int enc_key(const psg_req_t *r, psg_msg_t *m) {
 
 static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
     if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
+    r->u.key = m->key;
+    return 0;
+}
+
+/* Replicate: the kind, and a name on every tensor (the values themselves are checked
+ * against the variables by the handler, ps/replicate.c). */
+static int dec_replicate(const psg_msg_t *m, psg_req_t *r) {
+    if (!m->key || (strcmp(m->key, "update") && strcmp(m->key, "full")))
+        return bad(m, "key '%.64s' is not \"update\" or \"full\"", m->key ? m->key : "");
+    for (int i = 0; i < m->ntensors; i++)
+        if (!m->names[i] || !*m->names[i]) return bad(m, "tensor %d has no name", i);
     r->u.key = m->key;
     return 0;
 }
@@ -404,7 +429,8 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      psg_ts_on_register},
     {PSG_REQ_DEREGISTER_GRAPH, PSG_TS_DEREGISTER_GRAPH, "key: handle (u64)", "empty", enc_handle,
      dec_handle, NULL, REPLY(none), psg_ts_on_deregister},
-    {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH, "key: handle (u64); step; tensors: the feeds",
+    {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH,
+     "key: handle (u64); step; tensors: the feeds; body (optional): update id \"WRITER SEQ\"",
      "step; tensors: the fetches", enc_run, dec_run, NULL, REPLY(tensors), psg_ts_on_run},
     {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
      NULL, REPLY(tensor), psg_ts_on_recv},
@@ -433,6 +459,9 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "key (stop): events written", enc_trace, dec_trace, NULL, REPLY(count), psg_ts_on_trace},
     {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, NULL, REPLY(none),
      psg_ts_on_shutdown},
+    {PSG_REQ_REPLICATE, PSG_TS_REPLICATE,
+     "key: \"update\" | \"full\"; tensors: the values, named by their variables",
+     "empty, once applied", enc_key, dec_replicate, NULL, REPLY(none), psg_ts_on_replicate},
 };
 
 /* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,

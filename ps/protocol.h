@@ -31,6 +31,7 @@ typedef enum {
     PSG_REQ_RESTORE_SHARD,
     PSG_REQ_TRACE,
     PSG_REQ_SHUTDOWN,
+    PSG_REQ_REPLICATE,
     PSG_REQ_COUNT
 } psg_req_type_t;
 
@@ -39,6 +40,7 @@ typedef enum {
 #define PSG_PROTO_MAX_NAMES_BYTES ((size_t)4 << 20) /* WaitInit's variable names */
 #define PSG_PROTO_MAX_PATH 4096 /* SaveShard/RestoreShard's directory, Trace's file */
 #define PSG_PROTO_MAX_SHARDS 4096
+#define PSG_PROTO_MAX_UPDATE 192 /* RunGraph's update id, "WRITER SEQ" (docs/replication.md) */
 
 /* RegisterGraph's fields: the graph (body) and its endpoints (i64 tensors "feeds" [n, 2],
  * "fetches" [n, 2], "targets" [n]). */
@@ -59,12 +61,15 @@ typedef struct {
     union {
         psg_req_register_t reg;
         uint64_t handle; /* DeregisterGraph: key the handle in decimal */
-        struct {         /* RunGraph: key the handle, the feeds as tensors */
+        struct {         /* RunGraph: key the handle, the feeds as tensors, body (optional) the
+                          * update id "WRITER SEQ": a step retried after a failover carries the
+                          * same, and a variable that holds it already is not updated twice */
             uint64_t handle;
             int n_feeds;
             psg_tensor_t *const *feeds;
+            char update[PSG_PROTO_MAX_UPDATE]; /* "" when none */
         } run;
-        const char *key;    /* Recv: a rendezvous key */
+        const char *key;    /* Recv: a rendezvous key; Replicate: "update" or "full" */
         const char *reason; /* AbortStep: key the reason ("" when none) */
         struct {            /* WaitInit: body the variable names, one a line */
             int n;

@@ -4,6 +4,7 @@
  * the dispatch (task_server.c) nor the registered graphs (task_graphs.c). */
 #include "core/membudget.h"
 #include "core/strbuf.h"
+#include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
@@ -28,9 +29,13 @@ static void inspect_variables(psg_task_server_t *ts, psg_strbuf_t *b) {
         for (int d = 0; d < v->shape.rank; d++)
             psg_strbuf_printf(b, "%s%" PRId64, d ? "," : "", v->shape.dims[d]);
         int64_t numel = psg_shape_numel(&v->shape);
-        psg_strbuf_printf(b, "],\"bytes\":%" PRId64 ",\"initialized\":%s}",
+        psg_strbuf_printf(b, "],\"bytes\":%" PRId64 ",\"initialized\":%s",
                           numel < 0 ? 0 : numel * (int64_t)psg_dtype_size(v->dtype),
                           v->initialized ? "true" : "false");
+        /* a string: JSON readers keep 53 bits of a number; a backup copy and its primary
+         * hold the same bytes when their crc32 are equal */
+        if (v->initialized) psg_strbuf_printf(b, ",\"crc32\":\"%08x\"", psg_ts_variable_crc32(v));
+        psg_strbuf_printf(b, "%s}", v->backup ? ",\"backup\":true" : "");
     }
 }
 
@@ -63,6 +68,10 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
         psg_rendezvous_num_pending(ts->rv), nq, np, nd);
     /* a string: JSON readers keep 53 bits of a number */
     psg_strbuf_printf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", psg_wire_incarnation());
+    if (ts->repl) { /* chain replication: where this task's shard is backed up */
+        psg_strbuf_str(&b, ",\"backup_task\":");
+        psg_strbuf_json_str(&b, psg_ts_repl_backup(ts->repl));
+    }
     psg_strbuf_printf(
         &b, ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64 "}",
         psg_membudget_limit(ts->budget), psg_membudget_held(ts->budget),

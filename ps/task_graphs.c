@@ -5,6 +5,7 @@
 #include "ops/cpu/sendrecv.h"
 #include "core/checked.h"
 #include "core/membudget.h"
+#include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
@@ -25,6 +26,7 @@ static void reg_graph_free(reg_graph_t *rg) {
     psg_run_order_destroy(&rg->order);
     psg_plan_destroy(&rg->plan);
     free(rg->vars);
+    free(rg->written);
     psg_graph_destroy(&rg->g);
     for (int i = 0; i < rg->n_pulls; i++) free(rg->pulls[i].key);
     free(rg->pulls);
@@ -287,6 +289,9 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
         const psg_op_def_t *d = psg_op_lookup(psg_node_op(psg_graph_node(rg->g, i)));
         if (!d || (d->flags & PSG_OP_ASYNC)) rg->run_inline = false;
     }
+    /* a step whose writes go to a backup waits for its ack: never on the server thread */
+    if (ts->repl && psg_ts_repl_written(rg->g, &rg->written, &rg->n_written) < 0) goto fail;
+    if (rg->n_written) rg->run_inline = false;
     /* an inline step must never wait for the step before: the server thread runs it */
     if (!rg->run_inline && psg_plan_can_overlap(rg->plan) &&
         !(rg->order = psg_run_order_new(rg->plan)))

@@ -3,6 +3,7 @@
  * registered partitions (so the server keeps answering while a step waits), the per-peer
  * limits, and the server's life. The registered graphs are in task_graphs.c, the admin
  * requests in task_admin.c; the wire (net/) checks every frame before this file sees it. */
+#include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 
 #include "core/membudget.h"
@@ -138,11 +139,14 @@ static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetc
     psg_msg_t *req = j->req;
     reg_graph_t *rg = j->rg;
     if (rc < 0) {
+        psg_ts_repl_abort(ts, rg->written, &j->undo);
         /* a feed that does not fit, a node of the peer's graph that fails on its input:
          * the request's fault unless the error says otherwise */
         if (psg_error_code() == PSG_ERR_UNKNOWN) psg_error_set_code_only(PSG_ERR_BAD_REQUEST);
         psg_ts_reply_last_error(ts, req);
     } else {
+        /* chain replication: the step is acknowledged once the backup holds its writes */
+        psg_ts_replicate(ts, rg->written, rg->n_written, &j->undo);
         psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH, .u.fetched = {rg->n_fetches, fetched}};
         psg_msg_t *m = psg_rep_encode(PSG_REQ_RUN_GRAPH, &rep);
         if (m) {
@@ -194,7 +198,8 @@ static void run_job(psg_task_server_t *ts, job_t *j) {
             if (!psg_ts_graph_acquire(ts, j->rg, j)) return; /* in the graph's line */
             j->holds_graph = true;
         }
-        if (job_start(ts, j) < 0) {
+        if (psg_ts_repl_begin(ts, j->update, j->rg->written, j->rg->n_written, &j->undo) < 0 ||
+            job_start(ts, j) < 0) {
             job_end(ts, j, -1, NULL);
             return;
         }
@@ -254,6 +259,7 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     j->ts = ts;
     j->req = req;
     j->rg = rg;
+    snprintf(j->update, sizeof j->update, "%s", r->u.run.update);
     j->bytes = msg_bytes(req);
     pthread_mutex_lock(&ts->lock);
     /* a graph that cannot wait, and is free: the server thread runs it now */
@@ -635,6 +641,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;
+    if (psg_ts_repl_new(ts, &ts->repl) < 0) goto fail;
     ts->rm = psg_resource_mgr_new();
     ts->rv = psg_rendezvous_new(ts->recv_timeout_ms);
     ts->remote = ts->rv ? psg_remote_rv_new(ts->rv, 2000) : NULL;
@@ -702,6 +709,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
         for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     }
     free(ts->runners);
+    psg_ts_repl_destroy(&ts->repl);
     psg_remote_rv_destroy(&ts->remote);
     psg_ts_graphs_free_all(ts);
     while (ts->peers) {

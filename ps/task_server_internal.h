@@ -49,7 +49,9 @@ typedef struct {
     psg_remote_pull_t *pulls;
     int n_sends;
     char **send_keys;
-    bool run_inline; /* nothing that waits and a few nodes: the server thread runs it */
+    bool run_inline;      /* nothing that waits and a few nodes: the server thread runs it */
+    const char **written; /* the variables it writes (psg_ts_repl_written), into g's strings */
+    int n_written;
     /* steps whose pulls psg_task_server_prepare sent (0: a free slot), under ts->lock */
     int64_t prepared[PREPARED_STEPS];
 } reg_graph_t;
@@ -83,9 +85,11 @@ struct job {
     reg_graph_t *rg; /* holds a reference */
     peer_t *peer;
     size_t bytes;
-    psg_run_ticket_t *ticket; /* taken as the request came, when rg->order */
-    bool holds_graph;         /* without an order: it is the graph's one run now */
-    psg_run_t *run;           /* once started */
+    psg_run_ticket_t *ticket;          /* taken as the request came, when rg->order */
+    bool holds_graph;                  /* without an order: it is the graph's one run now */
+    psg_run_t *run;                    /* once started */
+    char update[PSG_PROTO_MAX_UPDATE]; /* the request's update id ("" none) */
+    struct psg_ts_undo *undo;          /* a retried step's variables that hold it already */
     struct job *next;
 };
 
@@ -158,7 +162,8 @@ struct psg_task_server {
 
     psg_node_timing_fn on_node; /* under lock */
     void *on_node_ctx;
-    psg_trace_t *trace; /* a Trace request's recording; kept until the server goes */
+    psg_trace_t *trace;       /* a Trace request's recording; kept until the server goes */
+    struct psg_ts_repl *repl; /* the forward to this ps task's backup; NULL: none */
 
     /* the server thread's own */
     waiter_list_t wait_init, wait_done;

@@ -226,7 +226,36 @@ static void test_env_and_file(void) {
     CHECK(strstr(psg_error_message(), path) && strstr(psg_error_message(), "No such file"));
 }
 
+/* "ps_replicas" and --ps-replicas: each shard's backup is the next ps task in the ring. */
+static void test_ps_replicas(void) {
+    const char *three = "{\"cluster\": {\"ps\": [\"h:1\", \"h:2\", \"h:3\"], \"worker\": "
+                        "[\"h:4\"]}, \"ps_replicas\": 2}";
+    psg_cluster_t *c = psg_cluster_parse(three, "TF_CONFIG");
+    CHECK(c && psg_cluster_ps_replicas(c) == 2);
+    CHECK(c && psg_cluster_ps_backup(c, 0) == 1 && psg_cluster_ps_backup(c, 1) == 2 &&
+          psg_cluster_ps_backup(c, 2) == 0 && psg_cluster_ps_backup(c, 3) == -1);
+    CHECK(c && psg_cluster_ps_backed_up(c, 0) == 2 && psg_cluster_ps_backed_up(c, 1) == 0);
+    CHECK(c && psg_cluster_set_ps_replicas(c, 1) == 0 && psg_cluster_ps_backup(c, 0) == -1);
+    CHECK(c && psg_cluster_set_ps_replicas(c, 3) < 0 && psg_error_code() == PSG_ERR_CONFIG &&
+          strstr(psg_error_message(), "ps replicas 3: must be 1"));
+    psg_cluster_destroy(&c);
+    c = psg_cluster_parse("{\"cluster\": {\"ps\": [\"h:1\"]}}", "TF_CONFIG");
+    CHECK(c && psg_cluster_ps_replicas(c) == 1 && psg_cluster_ps_backup(c, 0) == -1);
+    CHECK(c && psg_cluster_set_ps_replicas(c, 2) < 0 &&
+          strstr(psg_error_message(), "needs at least 2 ps tasks (the cluster has 1)"));
+    psg_cluster_destroy(&c);
+    c = psg_cluster_parse("{\"cluster\": {\"ps\": [\"h:1\"]}, \"ps_replicas\": 2}", "TF_CONFIG");
+    CHECK(!c && strstr(psg_error_message(), "TF_CONFIG: \"ps_replicas\": ps replicas 2 needs"));
+    c = psg_cluster_parse("{\"cluster\": {\"ps\": [\"h:1\", \"h:2\"]}, \"ps_replicas\": \"2\"}",
+                          "TF_CONFIG");
+    CHECK(!c && strstr(psg_error_message(), "\"ps_replicas\" is a string, not 1 or 2"));
+    c = psg_cluster_parse("{\"cluster\": {\"ps\": [\"h:1\", \"h:2\"]}, \"ps_replicas\": 1e300}",
+                          "TF_CONFIG");
+    CHECK(!c && strstr(psg_error_message(), "\"ps_replicas\" is a number, not 1 or 2"));
+}
+
 int main(void) {
+    test_ps_replicas();
     test_good();
     test_errors();
     test_json();

@@ -10,6 +10,7 @@
 #include "psgraph/clock.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
+#include "worker/failover.h"
 #include "worker/resume.h"
 
 #include <inttypes.h>
@@ -26,6 +27,7 @@
 
 struct psg_cluster_ckpt {
     const psg_train_config_t *c;
+    const psg_cluster_t *cluster;
     psg_dist_session_t *ds;
     bool chief;
     const char *task;
@@ -53,6 +55,7 @@ psg_cluster_ckpt_t *psg_cluster_ckpt_new(const psg_train_config_t *c, const psg_
         return NULL;
     }
     *h = (psg_cluster_ckpt_t){.c = c,
+                              .cluster = cluster,
                               .ds = ds,
                               .chief = chief,
                               .task = task,
@@ -116,7 +119,7 @@ static int wait_ps(psg_cluster_ckpt_t *h, int i, double deadline, bool *restarte
                                                                             : h->timeout_ms);
         if (json) {
             uint64_t inc = psg_dist_session_incarnation(h->ds, task);
-            bool holds = strstr(json, "\"initialized\":true") != NULL;
+            bool holds = psg_failover_holds_own(json); /* backup copies are another's */
             *restarted = h->ps_inc[i] ? inc != h->ps_inc[i] : !holds;
             if (h->ps_inc[i] && *restarted) {
                 fprintf(h->out,
@@ -319,9 +322,40 @@ int psg_cluster_ckpt_end(psg_cluster_ckpt_t *h, int64_t step) {
     return save(h, step);
 }
 
+/* With a backup of each shard: fails over from the ps tasks that are lost. 1 when it did
+ * (the step can be retried), 0 when none is lost or it cannot (then the checkpoint restore
+ * runs, said so). */
+static int try_failover(psg_cluster_ckpt_t *h, int64_t step, const char *why) {
+    if (psg_cluster_ps_replicas(h->cluster) < 2) return 0;
+    fprintf(h->out, "recovery: step %" PRId64 " failed (%s); probing the ps tasks\n", step + 1,
+            why);
+    fflush(h->out);
+    /* a live ps answers Inspect on its server thread at once: a second tells a dead one */
+    int64_t probe = 1000, peer = psg_cluster_peer_timeout_ms(h->cluster);
+    if (peer > 0 && peer < probe) probe = peer;
+    bool moved = false;
+    /* a backup being re-replicated holds its copies within a few seconds */
+    int64_t wait = h->timeout_ms < 5000 ? h->timeout_ms : 5000;
+    if (psg_failover_recover(h->ds, h->cluster, probe, wait, h->out, h->metrics, step, &moved) <
+        0) {
+        fprintf(h->out, "failover: %s; falling back to the checkpoint restore\n",
+                psg_error_message());
+        fflush(h->out);
+        return 0;
+    }
+    for (int i = 0; moved && i < h->nps; i++) { /* the processes the shards are on now */
+        char task[PSG_DEVICE_NAME_MAX];
+        ps_task(i, task, sizeof task);
+        uint64_t inc = psg_dist_session_incarnation(h->ds, task);
+        if (inc) h->ps_inc[i] = inc;
+    }
+    return moved;
+}
+
 int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
     char why[1024];
     snprintf(why, sizeof why, "%s", psg_error_message());
+    if (try_failover(h, step, why)) return 0;
     fprintf(h->out, "recovery: step %" PRId64 " failed (%s); waiting for every ps task\n", step + 1,
             why);
     fflush(h->out);
@@ -329,6 +363,7 @@ int psg_cluster_ckpt_recover(psg_cluster_ckpt_t *h, int64_t step) {
     double deadline = t0 + (double)h->recovery_ms / 1e3;
     for (int i = 0; i < h->nps; i++) {
         bool restarted = false;
+        if (psg_dist_session_ps_serving(h->ds, i) != i) continue; /* failed over: serves none */
         if (wait_ps(h, i, deadline, &restarted) < 0) return -1;
         if (!restarted || !h->chief) continue;
         /* ps i restarted: only its shard rolls back, the others keep their values */

@@ -5,6 +5,7 @@
 #include "psgraph/dist_session.h"
 
 #include "ps/client.h"
+#include "worker/dist_session_internal.h"
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
@@ -18,67 +19,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-typedef struct {
-    char task[PSG_DEVICE_NAME_MAX]; /* canonical "/job:ps/replica:0/task:0" */
-    char address[256];
-    psg_ts_client_t *client; /* NULL for this process's task */
-    uint64_t restarts_seen;  /* the client's restarts already reported in a step's error */
-} peer_t;
-
-typedef struct {
-    int peer;        /* index into the session's peers; -1: local */
-    uint64_t handle; /* on that task */
-} part_run_t;
-
-/* A step's RunGraph requests to the remote partitions, one entry per partition. */
-typedef struct {
-    uint64_t pending_id;
-    bool waiting;
-    bool unreachable; /* the RunGraph could not be sent (send no notes) */
-    psg_msg_t *reply; /* arrived, not yet read (a reply of the other open step) */
-    char *lost;       /* its connection was lost: why (then not waiting) */
-} part_req_t;
-
-typedef struct {
-    int64_t step;
-    part_req_t *reqs; /* one per partition */
-} step_reqs_t;
-
-struct psg_dist_callable {
-    psg_dist_session_t *s;
-    int n_feeds, n_fetches, n_targets;
-    psg_endpoint_t *feeds, *fetches;
-    int *targets;
-    psg_partition_set_t *set;
-    part_run_t *runs; /* one per partition */
-    int local;        /* the partition this process runs, or -1 */
-    bool overlap;     /* psg_dist_callable_set_overlap, and no remote partition fetches */
-    bool ahead_on;    /* psg_dist_callable_set_ahead */
-    bool ahead;       /* overlap or ahead_on, a local partition, no remote partition's feeds */
-    /* cur: the step being run; open: an overlapped step whose remote partitions may
-     * still run (valid while the session's open callable is this one); next: the step
-     * after cur, asked for one ahead (valid while has_next) */
-    step_reqs_t cur, open, next;
-    bool has_next;
-};
-
-struct psg_dist_session {
-    psg_graph_t *g;
-    const psg_cluster_t *cluster;
-    psg_task_server_t *server;
-    int64_t timeout_ms, ps_memory_limit;
-    char task[PSG_DEVICE_NAME_MAX];
-    char device[PSG_DEVICE_NAME_MAX + 16];
-    int placed_nodes; /* node count at the last placement */
-    peer_t *peers;
-    int n_peers;
-    psg_dist_callable_t **callables;
-    int n_callables;
-    int64_t step_base, step_counter;
-    psg_dist_callable_t *open;  /* the callable with an overlapped step still open, or NULL */
-    psg_dist_callable_t *asked; /* the callable with a step asked for ahead, or NULL */
-};
 
 psg_replica_setter_t *psg_dist_replica_setter_new(const psg_cluster_t *cluster,
                                                   psg_ps_strategy_t strategy) {
@@ -141,6 +81,11 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
     s->ps_memory_limit = opt->ps_memory_limit;
     snprintf(s->task, sizeof s->task, "%s", psg_task_server_task(opt->server));
     snprintf(s->device, sizeof s->device, "%s/device:CPU:0", s->task);
+    /* a retried step is known as such; each session of a process (the sync chief's runner
+     * beside the worker's loop) counts its own steps */
+    if (psg_cluster_ps_replicas(opt->cluster) > 1)
+        snprintf(s->writer, sizeof s->writer, "%s@%016" PRIx64 ".%d", s->task,
+                 psg_wire_incarnation(), opt->id_stream & 1);
     /* step ids: unique across the workers sharing a ps (the task in the high bits) and
      * across restarts of this one (a few bits of time and pid) */
     uint64_t inc = ((uint64_t)time(NULL) ^ (uint64_t)getpid() * 2654435761u) & 0x3fff;
@@ -158,8 +103,7 @@ static void reqs_clear(step_reqs_t *r, int np) {
     }
 }
 
-static void callable_free(psg_dist_callable_t *c) {
-    if (!c) return;
+void psg_dist_callable_unbuild(psg_dist_callable_t *c) {
     if (c->set) {
         reqs_clear(&c->cur, c->set->num_partitions);
         reqs_clear(&c->open, c->set->num_partitions);
@@ -168,11 +112,20 @@ static void callable_free(psg_dist_callable_t *c) {
     free(c->cur.reqs);
     free(c->open.reqs);
     free(c->next.reqs);
+    free(c->runs);
+    c->cur.reqs = c->open.reqs = c->next.reqs = NULL;
+    c->runs = NULL;
+    c->has_next = false;
+    if (c->s && c->s->asked == c) c->s->asked = NULL;
+    psg_partition_set_destroy(&c->set);
+}
+
+static void callable_free(psg_dist_callable_t *c) {
+    if (!c) return;
+    psg_dist_callable_unbuild(c);
     free(c->feeds);
     free(c->fetches);
     free(c->targets);
-    free(c->runs);
-    psg_partition_set_destroy(&c->set);
     free(c);
 }
 
@@ -185,10 +138,11 @@ void psg_dist_session_destroy(psg_dist_session_t **sp) {
     free(s->callables);
     for (int i = 0; i < s->n_peers; i++) psg_ts_client_destroy(&s->peers[i].client);
     free(s->peers);
+    free(s->served_by);
     free(s);
 }
 
-static int place(psg_dist_session_t *s) {
+int psg_dist_session_place(psg_dist_session_t *s) {
     if (psg_graph_num_nodes(s->g) == s->placed_nodes) return 0;
     int nj = psg_cluster_num_jobs(s->cluster);
     psg_job_spec_t jobs[16];
@@ -206,7 +160,7 @@ static int place(psg_dist_session_t *s) {
                                   .num_jobs = nj,
                                   .jobs = jobs,
                                   .ps_memory_limit = s->ps_memory_limit};
-    if (psg_place(s->g, &po) < 0) return -1;
+    if (psg_place(s->g, &po) < 0 || psg_dist_session_apply_failover(s) < 0) return -1;
     s->placed_nodes = psg_graph_num_nodes(s->g);
     return 0;
 }
@@ -287,6 +241,38 @@ static int *expand_groups(const psg_graph_t *g, int n, const int *targets, int *
     return out;
 }
 
+int psg_dist_callable_build(psg_dist_session_t *s, psg_dist_callable_t *c) {
+    int n_run = 0, *run_targets = expand_groups(s->g, c->n_targets, c->targets, &n_run);
+    if (!run_targets) return -1;
+    /* one partition a task: a worker's towers on its logical CPUs or its GPUs run in its
+     * one partition, the executor copying between its devices */
+    psg_partition_options_t popt = {.by_task = true};
+    c->set = psg_partition_graph(s->g, c->n_feeds, c->feeds, c->n_fetches, c->fetches, n_run,
+                                 run_targets, &popt);
+    free(run_targets);
+    if (!c->set) return -1;
+    int np = c->set->num_partitions;
+    c->runs = calloc((size_t)np + 1, sizeof *c->runs);
+    c->cur.reqs = calloc((size_t)np + 1, sizeof *c->cur.reqs);
+    c->open.reqs = calloc((size_t)np + 1, sizeof *c->open.reqs);
+    c->next.reqs = calloc((size_t)np + 1, sizeof *c->next.reqs);
+    if (!c->runs || !c->cur.reqs || !c->open.reqs || !c->next.reqs)
+        return psg_error_set("out of memory");
+    c->local = -1;
+    for (int k = 0; k < np; k++) {
+        const psg_partition_t *p = &c->set->partitions[k];
+        if (!strcmp(p->task, s->task)) {
+            c->runs[k].peer = -1;
+            c->local = k;
+        } else if ((c->runs[k].peer = peer_index(s, p->task)) < 0) {
+            return -1;
+        }
+        if (register_partition(s, p, &c->runs[k]) < 0) return -1;
+    }
+    psg_dist_callable_set_overlap(c, c->want_overlap);
+    return 0;
+}
+
 psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n_feeds,
                                                     const psg_endpoint_t *feeds, int n_fetches,
                                                     const psg_endpoint_t *fetches, int n_targets,
@@ -294,7 +280,7 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     for (int i = 0; i < s->n_callables; i++)
         if (same_signature(s->callables[i], n_feeds, feeds, n_fetches, fetches, n_targets, targets))
             return s->callables[i];
-    if (place(s) < 0) return NULL;
+    if (psg_dist_session_place(s) < 0) return NULL;
     psg_dist_callable_t *c = calloc(1, sizeof *c);
     if (!c) {
         psg_error_set("out of memory");
@@ -314,35 +300,7 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     if (n_feeds) memcpy(c->feeds, feeds, (size_t)n_feeds * sizeof *feeds);
     if (n_fetches) memcpy(c->fetches, fetches, (size_t)n_fetches * sizeof *fetches);
     if (n_targets) memcpy(c->targets, targets, (size_t)n_targets * sizeof *targets);
-    int n_run = 0, *run_targets = expand_groups(s->g, n_targets, targets, &n_run);
-    if (!run_targets) goto fail;
-    /* one partition a task: a worker's towers on its logical CPUs or its GPUs run in its
-     * one partition, the executor copying between its devices */
-    psg_partition_options_t popt = {.by_task = true};
-    c->set =
-        psg_partition_graph(s->g, n_feeds, feeds, n_fetches, fetches, n_run, run_targets, &popt);
-    free(run_targets);
-    if (!c->set) goto fail;
-    int np = c->set->num_partitions;
-    c->runs = calloc((size_t)np + 1, sizeof *c->runs);
-    c->cur.reqs = calloc((size_t)np + 1, sizeof *c->cur.reqs);
-    c->open.reqs = calloc((size_t)np + 1, sizeof *c->open.reqs);
-    c->next.reqs = calloc((size_t)np + 1, sizeof *c->next.reqs);
-    if (!c->runs || !c->cur.reqs || !c->open.reqs || !c->next.reqs) {
-        psg_error_set("out of memory");
-        goto fail;
-    }
-    c->local = -1;
-    for (int k = 0; k < np; k++) {
-        const psg_partition_t *p = &c->set->partitions[k];
-        if (!strcmp(p->task, s->task)) {
-            c->runs[k].peer = -1;
-            c->local = k;
-        } else if ((c->runs[k].peer = peer_index(s, p->task)) < 0) {
-            goto fail;
-        }
-        if (register_partition(s, p, &c->runs[k]) < 0) goto fail;
-    }
+    if (psg_dist_callable_build(s, c) < 0) goto fail;
     psg_dist_callable_t **v = realloc(s->callables, (size_t)(s->n_callables + 1) * sizeof *v);
     if (!v) {
         psg_error_set("out of memory");
@@ -531,10 +489,10 @@ static int close_open_step(psg_dist_callable_t *c) {
  * nothing was updated, as no gradient of it was sent), their replies are read, and every
  * task forgets it. */
 static void cancel_next(psg_dist_callable_t *c) {
-    if (!c->has_next) return;
-    c->has_next = false;
     psg_dist_session_t *s = c->s;
     if (s->asked == c) s->asked = NULL;
+    if (!c->has_next) return;
+    c->has_next = false;
     char why[] = "the step asked for ahead was not run";
     for (int k = 0; k < c->set->num_partitions; k++)
         if (c->runs[k].peer >= 0 && !c->next.reqs[k].unreachable)
@@ -553,23 +511,28 @@ int psg_dist_session_drain(psg_dist_session_t *s) {
 }
 
 /* overlap and ahead from what was asked and what the partitions allow */
-static void set_modes(psg_dist_callable_t *c, bool overlap_on) {
+static void set_modes(psg_dist_callable_t *c) {
     bool remote_fetches = false, remote_feeds = false;
     for (int k = 0; k < c->set->num_partitions; k++) {
         remote_fetches |= c->runs[k].peer >= 0 && c->set->partitions[k].num_fetches > 0;
         remote_feeds |= c->runs[k].peer >= 0 && c->set->partitions[k].num_feeds > 0;
     }
-    c->overlap = overlap_on && !remote_fetches;
-    c->ahead = (c->overlap || c->ahead_on) && !remote_feeds && c->local >= 0;
+    /* with backups of the shards, a step's reply is its ack and a failed step is retried
+     * with its own update id: a step left open (or asked for ahead) would fail inside the
+     * next one's, whose retry does not carry it (docs/replication.md) */
+    bool backups = c->s->writer[0] != 0;
+    c->overlap = c->want_overlap && !remote_fetches && !backups;
+    c->ahead = (c->overlap || c->want_ahead) && !remote_feeds && c->local >= 0 && !backups;
 }
 
 void psg_dist_callable_set_overlap(psg_dist_callable_t *c, bool on) {
-    set_modes(c, on);
+    c->want_overlap = on;
+    set_modes(c);
 }
 
 void psg_dist_callable_set_ahead(psg_dist_callable_t *c, bool on) {
-    c->ahead_on = on;
-    set_modes(c, c->overlap);
+    c->want_ahead = on;
+    set_modes(c);
 }
 
 bool psg_dist_callable_asks_ahead(const psg_dist_callable_t *c) {
@@ -604,7 +567,9 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
         int nf = p->num_feeds < PSG_WIRE_MAX_TENSORS ? p->num_feeds : PSG_WIRE_MAX_TENSORS;
         for (int i = 0; i < nf; i++) feeds[i] = feed_values[p->feed_index[i]];
         psg_req_t req = {
-            .type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds}};
+            .type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds, ""}};
+        if (s->writer[0] && r->seq > 0)
+            snprintf(req.u.run.update, sizeof req.u.run.update, "%s %" PRId64, s->writer, r->seq);
         int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0)
@@ -625,6 +590,7 @@ static void ask_ahead(psg_dist_callable_t *c) {
     psg_dist_session_t *s = c->s;
     step_reqs_t *r = &c->next;
     r->step = new_step_id(s);
+    r->seq = ++s->update_seq;
     char err[2048] = "";
     send_run_graphs(c, r, NULL, err, sizeof err);
     c->has_next = true;
@@ -652,8 +618,11 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         s->asked = NULL;
     } else {
         r->step = new_step_id(s);
+        r->seq = c->retry_seq ? c->retry_seq : ++s->update_seq; /* a retry: the same update */
+        c->retry_seq = 0;
         send_run_graphs(c, r, feed_values, err, sizeof err);
     }
+    int64_t seq = r->seq;
     int64_t step = r->step;
     if (!err[0] && c->ahead) ask_ahead(c);
     if (!err[0] && c->local >= 0) {
@@ -694,6 +663,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     collect(c, r, deadline, fetched, err, sizeof err, &code);
     end_step(c, r, err);
     if (err[0]) {
+        c->retry_seq = seq; /* a shard may hold this step's update: its retry says so */
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
         if (err_names_step) return psg_error_set_code(code, "%s", err);
         return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x7fffffff, err);
@@ -775,7 +745,7 @@ static psg_msg_t *call_task(psg_dist_session_t *s, const char *task, psg_msg_t *
 
 int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
     if (psg_dist_session_drain(s) < 0) return -1;
-    if (place(s) < 0) return -1;
+    if (psg_dist_session_place(s) < 0) return -1;
     /* the variables of the graph, grouped by the task their handle sits on */
     int nn = psg_graph_num_nodes(s->g), rc = 0;
     char done[64][PSG_DEVICE_NAME_MAX];
@@ -841,7 +811,8 @@ int psg_dist_session_job_done(psg_dist_session_t *s) {
         psg_req_t jd = {.type = PSG_REQ_JOB_DONE, .u.worker = s->task};
         psg_msg_t *m = psg_req_encode(&jd);
         psg_msg_t *r = m ? call_task(s, task, &m, 5000) : NULL;
-        if (!r && !first[0]) {
+        /* a ps task that failed over serves no shard: told if it answers, not waited for */
+        if (!r && !first[0] && psg_dist_session_ps_serving(s, i) == i) {
             snprintf(first, sizeof first, "%s", psg_error_message());
             rc = -1;
         }
@@ -857,7 +828,9 @@ int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_
     psg_req_t wd = {.type = PSG_REQ_WAIT_DONE, .u.workers = n};
     psg_msg_t *m = psg_req_encode(&wd);
     if (!m) return -1;
-    psg_msg_t *r = call_task(s, "/job:ps/task:0", &m, timeout_ms);
+    char task[PSG_DEVICE_NAME_MAX]; /* ps0, or the task serving its shard since a failover */
+    psg_device_name("ps", psg_dist_session_ps_serving(s, 0), NULL, task, sizeof task);
+    psg_msg_t *r = call_task(s, task, &m, timeout_ms);
     if (!r) return psg_error_wrap("waiting for %d workers to finish", n);
     psg_msg_destroy(&r);
     return 0;
@@ -903,8 +876,13 @@ psg_msg_t *psg_dist_session_call(psg_dist_session_t *s, const char *task, psg_ms
 
 int psg_dist_session_reregister(psg_dist_session_t *s) {
     (void)psg_dist_session_drain(s); /* a restarted task lost that step anyway */
+    if (psg_dist_session_place(s) < 0) return -1;
     for (int i = 0; i < s->n_callables; i++) {
         psg_dist_callable_t *c = s->callables[i];
+        if (!c->set) { /* dropped by a failover */
+            if (psg_dist_callable_build(s, c) < 0) return -1;
+            continue;
+        }
         for (int k = 0; k < c->set->num_partitions; k++) {
             part_run_t *run = &c->runs[k];
             if (run->peer < 0) continue;
@@ -924,7 +902,7 @@ int psg_dist_session_reregister(psg_dist_session_t *s) {
 int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task) {
     int n = 0;
     const int *init = psg_graph_collection(s->g, "init", &n);
-    if (place(s) < 0) return -1;
+    if (psg_dist_session_place(s) < 0) return -1;
     psg_device_name_t want;
     if (psg_device_name_parse(task, &want) < 0) return -1;
     if (!want.has_replica) want.has_replica = true, want.replica = 0;

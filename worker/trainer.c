@@ -445,9 +445,13 @@ static int start(trainer_t *t) {
         c->towers == 1 ? "" : "s");
     if (t->w.cluster)
         fprintf(t->out,
-                "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks, shard %d\n",
+                "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks%s, shard %d\n",
                 t->w.task, t->w.num_workers, t->w.chief ? "chief" : "not chief",
-                psg_sync_train_strategy(c), psg_cluster_num_tasks(t->w.cluster, "ps"), t->w.rank);
+                psg_sync_train_strategy(c), psg_cluster_num_tasks(t->w.cluster, "ps"),
+                psg_cluster_ps_replicas(t->w.cluster) > 1
+                    ? " (each shard backed up on the next ps task: --ps-replicas 2)"
+                    : "",
+                t->w.rank);
     if (t->rep.towers)
         fprintf(t->out, "%d %s towers, %d images each, gradients averaged in-graph\n",
                 t->rep.towers->num_towers, t->gpu ? "GPU" : "CPU",

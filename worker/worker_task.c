@@ -25,6 +25,8 @@ int psg_worker_task_join(psg_worker_task_t *w, const psg_train_config_t *c, cons
         return psg_error_wrap("--keys");
     if (c->peer_timeout_s > 0 && psg_cluster_set_peer_timeout(w->cluster, c->peer_timeout_s) < 0)
         return psg_error_wrap("--peer-timeout");
+    if (c->ps_replicas > 0 && psg_cluster_set_ps_replicas(w->cluster, c->ps_replicas) < 0)
+        return psg_error_wrap("--ps-replicas");
     psg_task_t me = psg_cluster_task(w->cluster);
     if (!me.job)
         return CONFIG_ERROR(

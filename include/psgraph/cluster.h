@@ -24,7 +24,8 @@ typedef struct {
  * "task" may be absent (then no task is set); "environment" and "rpc_layer" are accepted
  * and ignored, as TensorFlow does; "keys": "DIR" names the cluster's key folder
  * (psgraph/curve.h), loaded here; "peer_timeout": S the seconds a silent peer is waited
- * for (psg_cluster_peer_timeout_ms); any other field is an error (a typo would otherwise
+ * for (psg_cluster_peer_timeout_ms); "ps_replicas": 1 or 2 the copies of each ps shard
+ * (psg_cluster_ps_replicas); any other field is an error (a typo would otherwise
  * pass silently). `origin` ("TF_CONFIG", a file name) starts every error message.
  * NULL with the error set (code PSG_ERR_CONFIG), naming the field, on malformed JSON, a job that is
  * not a list of "host:port" (or "ipc://path") strings, an empty job, a duplicate address, more than
@@ -56,6 +57,17 @@ const psg_curve_keys_t *psg_cluster_keys(const psg_cluster_t *c);
 int psg_cluster_peer_timeout_ms(const psg_cluster_t *c);
 /* Sets it (as `--peer-timeout S`): -1 with the error set unless 0 < seconds <= a day. */
 int psg_cluster_set_peer_timeout(psg_cluster_t *c, double seconds);
+/* The copies of each ps task's shard (docs/replication.md): 1, the primary alone (the
+ * default), or 2, the primary and a backup on the next ps task in the ring. NULL-safe. */
+int psg_cluster_ps_replicas(const psg_cluster_t *c);
+/* Sets it (as `--ps-replicas N`): -1 with the error set (code PSG_ERR_CONFIG) unless n is
+ * 1, or 2 with at least two ps tasks. */
+int psg_cluster_set_ps_replicas(psg_cluster_t *c, int n);
+/* The ps task that holds the backup of ps task k's shard: (k + 1) mod the ps tasks with 2
+ * replicas; -1 with 1 replica or k out of range. */
+int psg_cluster_ps_backup(const psg_cluster_t *c, int k);
+/* The ps task whose shard ps task k backs up (the inverse of psg_cluster_ps_backup), or -1. */
+int psg_cluster_ps_backed_up(const psg_cluster_t *c, int k);
 /* Frees the cluster; sets *c to NULL. NULL-safe. */
 void psg_cluster_destroy(psg_cluster_t **c);
 

@@ -115,6 +115,20 @@ int psg_dist_session_reregister(psg_dist_session_t *s);
  * initializers of the variables that task holds, and of no other. */
 int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task);
 
+/* ---- hot failover (docs/replication.md) ---- */
+
+/* From now on the nodes placed on ps task `from` (and the shards it took over before) run
+ * on ps task `to`, which holds their backup copies: the graph is placed again and every
+ * callable partitioned and registered again (callables stay valid). -1 with the error
+ * naming the task that refused a partition. */
+int psg_dist_session_failover(psg_dist_session_t *s, int from, int to);
+/* Every shard on its own ps task again (a fallback to the checkpoint restore); the callables
+ * are partitioned and registered by the next psg_dist_session_reregister, which must come
+ * before the next run. */
+void psg_dist_session_failover_reset(psg_dist_session_t *s);
+/* The ps task serving ps task k's shard now: k until a failover moved it. */
+int psg_dist_session_ps_serving(psg_dist_session_t *s, int k);
+
 /* The incarnation of task `task` as its latest reply to this session gave it (0: none yet,
  * or this process's own task): a task restarted at the same address answers with a new
  * one (psgraph/wire.h). Reading it acknowledges a restart: steps no longer report it. */

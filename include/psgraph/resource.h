@@ -24,6 +24,9 @@ typedef struct psg_variable {
     /* an optimizer slot's variable (the one whose update writes this slot), recorded by
      * psg_variable_lock_update under this slot's lock; NULL: none seen yet */
     struct psg_variable *owner;
+    /* a copy of another ps task's variable, kept by chain replication (docs/replication.md):
+     * not this task's shard (a checkpoint of the shard leaves it out) until it is promoted */
+    bool backup;
 } psg_variable_t;
 
 /* The locks of one optimizer update: v's, then each of its n slots' (always in that

@@ -40,6 +40,10 @@ typedef struct psg_task_server psg_task_server_t;
  * now on as trace pid PID, training step STEP; key "stop" with the body a path writes the
  * events recorded since to that file (a Chrome trace) and stops recording. */
 #define PSG_TS_TRACE "Trace"
+/* Chain replication (docs/replication.md): a primary's values of the variables a step wrote
+ * (key "update") or of its whole shard (key "full"), as tensors named by the variables, kept
+ * by its backup as backup copies; replied once applied. */
+#define PSG_TS_REPLICATE "Replicate"
 
 /* What one peer (a connection; under CURVE a client key, all its connections, the cluster's
  * own key excepted) may cost the task, and the task's memory; each <= 0 takes

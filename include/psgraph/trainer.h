@@ -46,6 +46,8 @@ typedef struct {
     int64_t step_timeout_ms;   /* a distributed step fails after this long; 0: 30000 */
     double peer_timeout_s;     /* a peer silent this long fails the step waiting on it, naming it
                                   (heartbeats); 0: the cluster's "peer_timeout", else 10 s */
+    int ps_replicas;           /* 2: each ps shard has a backup (docs/replication.md); 0: the
+                                  cluster's "ps_replicas", else 1 */
     double recovery_timeout_s; /* after a failed step, how long a lost ps is waited for before
                                   the job stops naming it; 0: 60 s */
     const char *keys_dir;      /* the cluster's CURVE keys (psgraph/curve.h); NULL: the cluster

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The cost of --ps-replicas 2 and the time of a failover (docs/replication.md), on loopback:
+# mlp, 2 ps + 2 workers, async and sync, alternating in one run: without replication, without
+# replication and without overlapped steps (what replication also turns off), and with it.
+# One JSON line per run ({"bench":"replication","mode","sync","round","steps_per_sec"}), then
+# one summary line per strategy and mode with the best, the spread and the ratio to the
+# run without replication. Then, --failover runs: 2 ps + 1 worker async, --log-every 1,
+# SIGKILL of ps0 at step 100 under launch --restart on-failure, and the time from the kill
+# to the next step the worker completes (each output line stamped as it comes), against the
+# peer timeout. The load average is printed beside.
+#   bench/replication.sh [ROUNDS] [STEPS] [FAILOVERS]     (default 3 400 3)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+case ${1:-} in -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+rounds=${1:-3} steps=${2:-400} failovers=${3:-3}
+psgraph=build/cli/psgraph
+[ -x "$psgraph" ] || bash tools/build.sh build >/dev/null || exit 1
+data=(--data synthetic)
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && data=(--data fashion-mnist)
+tmp=$(mktemp -d /tmp/psg_bench_replication.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+run() { # sync mode round
+  local sync=$1 mode=$2 round=$3 extra=()
+  case $mode in
+    none) ;;
+    no_overlap) extra=(--overlap off) ;;
+    replicas2) extra=(--ps-replicas 2) ;;
+  esac
+  timeout 600 "$psgraph" launch --ps 2 --workers 2 -- "$psgraph" train --model mlp "${data[@]}" \
+    --optimizer adam --lr 0.001 --batch 64 --steps "$steps" --log-every 100000 --sync "$sync" \
+    --step-timeout 60 "${extra[@]}" >"$tmp/run.log" 2>&1
+  local sps
+  sps=$(sed -n 's/^\[worker0\] {"event":"done".*"steps_per_sec":\([0-9.]*\).*/\1/p' "$tmp/run.log")
+  echo "{\"bench\":\"replication\",\"sync\":\"$sync\",\"mode\":\"$mode\",\"round\":$round,\"steps_per_sec\":${sps:-null},\"load\":$(load)}"
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for sync in async sync; do
+    for mode in none no_overlap replicas2; do run "$sync" "$mode" "$r"; done
+  done
+done | tee "$tmp/lines.jsonl"
+python3 - "$tmp/lines.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for sync in ("async", "sync"):
+    best = {}
+    for mode in ("none", "no_overlap", "replicas2"):
+        v = [l["steps_per_sec"] for l in lines if l["sync"] == sync and l["mode"] == mode and l["steps_per_sec"]]
+        if not v:
+            continue
+        best[mode] = max(v)
+        out = {"bench": "replication_summary", "sync": sync, "mode": mode, "runs": len(v),
+               "best_steps_per_sec": max(v), "spread": round(max(v) / min(v) - 1, 3)}
+        if mode != "none" and "none" in best:
+            out["ratio_to_none"] = round(max(v) / best["none"], 3)
+        print(json.dumps(out))
+PY
+
+# failover: the time from SIGKILL of ps0 to the next step the worker completes
+for ((f = 1; f <= failovers; f++)); do
+  peer=2
+  "$psgraph" launch --ps 2 --workers 1 --restart on-failure -- "$psgraph" train --model mlp "${data[@]}" \
+    --optimizer adam --lr 0.001 --batch 64 --steps 300 --log-every 1 --peer-timeout $peer \
+    --step-timeout 30 --ps-replicas 2 2>&1 |
+    while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$tmp/f.log" &
+  for _ in $(seq 1 600); do grep -q '\[worker0\] step 100 ' "$tmp/f.log" && break; sleep 0.05; done
+  pid=$(sed -n 's/^[0-9.]* psgraph launch: ps0 pid \([0-9]*\)$/\1/p' "$tmp/f.log")
+  t_kill=$EPOCHREALTIME
+  kill -9 "$pid"
+  wait
+  python3 - "$tmp/f.log" "$t_kill" "$peer" "$(load)" <<'PY'
+import json, re, sys
+t_kill, peer, load = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+last_before, after, switch = None, None, None
+for line in open(sys.argv[1]):
+    t, _, rest = line.partition(" ")
+    m = re.match(r"\[worker0\] step (\d+) ", rest)
+    if m and float(t) <= t_kill:
+        last_before = int(m.group(1))
+    if m and float(t) > t_kill and after is None and last_before is not None and int(m.group(1)) > last_before:
+        after = (int(m.group(1)), float(t) - t_kill)
+    s = re.search(r"failover: ps0 is lost .*switched in ([0-9.]+) s", rest)
+    if s:
+        switch = float(s.group(1))
+print(json.dumps({"bench": "replication_failover", "last_step_before_kill": last_before,
+                  "next_step": after[0] if after else None,
+                  "kill_to_next_step_sec": round(after[1], 3) if after else None,
+                  "switch_sec": switch, "peer_timeout_sec": peer,
+                  "within_peer_timeout_plus_1s": bool(after and after[1] <= peer + 1), "load": load}))
+PY
+done

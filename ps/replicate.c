@@ -1,0 +1,465 @@
+/* Chain replication of a ps task's shard (ps/replicate.h, docs/replication.md): after a
+ * step that wrote variables, the primary sends their values to its backup and waits for its
+ * ack before the step's reply; the backup keeps them as backup copies. State is forwarded,
+ * not operations: whatever op wrote a variable (a dense or sparse update, its slots, the
+ * global step, an initializer), the backup gets the bytes the primary holds. Not the
+ * worker's failover (worker/failover.c). */
+#include "ps/replicate.h"
+
+#include "ps/applied.h"
+#include "ps/checkpoint_internal.h"
+#include "ps/client.h"
+#include "ps/task_server_internal.h"
+#include "psgraph/device.h"
+#include "psgraph/curve.h"
+#include "psgraph/error.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A lost backup is tried again at most this often (each try copies the whole shard). */
+#define RETRY_MS 1000
+
+struct psg_ts_repl {
+    psg_task_server_t *ts;
+    char backup[PSG_DEVICE_NAME_MAX];
+    char address[256];
+    psg_ts_client_t *client;
+    int64_t timeout_ms;
+    /* one forward at a time: the backup applies them in the order the values were taken */
+    pthread_mutex_t lock;
+    bool synced;            /* a full copy went through since the backup was last lost */
+    uint64_t restarts;      /* the backup's restarts (new incarnations) when it was synced */
+    int64_t last_try_ms;    /* the last forward that failed (0: none since the last success) */
+    psg_applied_t *applied; /* which update of each writer every variable holds */
+    bool lost_said;         /* the loss was logged */
+};
+
+int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
+    *out = NULL;
+    if (!ts->cluster || strcmp(ts->task_dn.job, "ps")) return 0;
+    int b = psg_cluster_ps_backup(ts->cluster, ts->task_dn.task);
+    if (b < 0 || b == ts->task_dn.task) return 0;
+    psg_ts_repl_t *r = calloc(1, sizeof *r);
+    if (!r) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    r->ts = ts;
+    psg_device_name("ps", b, NULL, r->backup, sizeof r->backup);
+    snprintf(r->address, sizeof r->address, "%s", psg_cluster_address(ts->cluster, "ps", b));
+    int peer = ts->peer_timeout_ms > 0 ? ts->peer_timeout_ms : PSG_WIRE_PEER_TIMEOUT_MS;
+    r->timeout_ms = peer;
+    pthread_mutex_init(&r->lock, NULL);
+    if (!(r->applied = psg_applied_new()) ||
+        !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
+                                        ts->keys))) {
+        psg_applied_destroy(&r->applied);
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void psg_ts_repl_destroy(psg_ts_repl_t **rp) {
+    if (!rp || !*rp) return;
+    psg_ts_repl_t *r = *rp;
+    *rp = NULL;
+    psg_ts_client_destroy(&r->client);
+    psg_applied_destroy(&r->applied);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+const char *psg_ts_repl_backup(const psg_ts_repl_t *r) {
+    return r ? r->backup : "";
+}
+
+/* ---- what a graph writes ---- */
+
+static bool writes_variables(const char *op) {
+    return !strncmp(op, "Apply", 5) || !strncmp(op, "SparseApply", 11) ||
+           !strncmp(op, "Assign", 6) || !strncmp(op, "Scatter", 7) ||
+           !strcmp(op, "ScaleVariable") || !strcmp(op, "IncrementVariable");
+}
+
+static const char *handle_name(const psg_graph_t *g, psg_endpoint_t e) {
+    if (e.node < 0 || e.node >= psg_graph_num_nodes(g)) return NULL;
+    const psg_node_t *src = psg_graph_node(g, e.node);
+    if (strcmp(psg_node_op(src), "VarHandle")) return NULL;
+    const char *shared = psg_node_get_str(src, "shared_name", "");
+    return shared[0] ? shared : psg_node_name(src);
+}
+
+int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n) {
+    *names = NULL;
+    *n = 0;
+    int nn = psg_graph_num_nodes(g), cap = 0;
+    for (int i = 0; i < nn; i++) {
+        const psg_node_t *node = psg_graph_node(g, i);
+        if (!writes_variables(psg_node_op(node))) continue;
+        for (int j = 0; j < psg_node_num_inputs(node); j++) {
+            const char *name = handle_name(g, psg_node_input(node, j));
+            bool seen = !name;
+            for (int k = 0; k < *n && !seen; k++) seen = !strcmp((*names)[k], name);
+            if (seen) continue;
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 8;
+                const char **v = realloc(*names, (size_t)cap * sizeof *v);
+                if (!v) {
+                    free(*names);
+                    *names = NULL;
+                    *n = 0;
+                    return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+                }
+                *names = v;
+            }
+            (*names)[(*n)++] = name;
+        }
+    }
+    return 0;
+}
+
+/* ---- the primary's side ---- */
+
+struct psg_ts_undo {
+    char writer[PSG_APPLIED_WRITER_MAX];
+    int64_t seq;
+    int n;
+    bool *skip;            /* (n) holds the update, written since by another: put back after */
+    bool *rolled;          /* (n) holds it as its last: rolled back to before it, run again */
+    psg_tensor_t **values; /* (n) skip: its value to put back; else its value before the step */
+};
+
+/* The written variables that were backup copies here are this task's own from now on: the
+ * workers failed over to it. */
+static void promote(psg_task_server_t *ts, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) {
+        psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
+        if (!v || !v->backup) continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        v->backup = false;
+        pthread_mutex_unlock(&guard->lock);
+    }
+}
+
+/* A host copy of v's value, taken under the lock that guards it. */
+static int add_value(psg_msg_t *m, psg_variable_t *v, size_t *bytes) {
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    psg_tensor_t *copy =
+        psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : psg_tensor_to_host(v->value);
+    pthread_mutex_unlock(&guard->lock);
+    if (!copy) return -1;
+    *bytes += psg_tensor_nbytes(copy);
+    int rc = psg_msg_add_tensor(m, v->name, copy);
+    psg_tensor_destroy(&copy);
+    return rc;
+}
+
+/* The Replicate request of the named variables (but those skip marks), or with full, of the
+ * whole shard; the body: which updates they hold. */
+static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n,
+                        bool full, const psg_ts_undo_t *u, int *count, size_t *bytes) {
+    psg_task_server_t *ts = r->ts;
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
+    if (!m || psg_msg_set_key(m, full ? "full" : "update") < 0) goto fail;
+    *count = 0;
+    *bytes = 0;
+    psg_strbuf_t rows = {0};
+    /* the update these values hold: the backup keeps the ones before as its way back */
+    if (!full && u) psg_strbuf_printf(&rows, "#%s %" PRId64 "\n", u->writer, u->seq);
+    if (full) psg_applied_dump(r->applied, NULL, &rows);
+    for (int i = 0; !full && i < n; i++)
+        if (!skip || !skip[i]) psg_applied_dump(r->applied, names[i], &rows);
+    int rc = rows.oom   ? psg_error_set("out of memory")
+             : rows.len ? psg_msg_set_body(m, rows.s, rows.len)
+                        : 0;
+    free(rows.s);
+    if (rc < 0) goto fail;
+    if (full) {
+        int nv = psg_resource_num_variables(ts->rm);
+        for (int i = 0; i < nv; i++) {
+            psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
+            if (!v->initialized || v->backup) continue;
+            if (add_value(m, v, bytes) < 0) goto fail;
+            (*count)++;
+        }
+        return m;
+    }
+    for (int i = 0; i < n; i++) {
+        psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
+        if (!v || !v->initialized || (skip && skip[i])) continue;
+        if (add_value(m, v, bytes) < 0) goto fail;
+        (*count)++;
+    }
+    return m;
+fail:
+    psg_msg_destroy(&m);
+    return NULL;
+}
+
+/* Sends one Replicate; 0 once the backup applied it. Under r->lock. */
+static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n, bool full,
+                   const psg_ts_undo_t *u, int *count, size_t *bytes) {
+    psg_msg_t *m = build(r, names, skip, n, full, u, count, bytes);
+    if (!m) return -1;
+    if (!full && *count == 0) {
+        psg_msg_destroy(&m);
+        return 0;
+    }
+    psg_msg_t *reply = psg_ts_call_msg(r->client, &m, r->timeout_ms);
+    if (!reply) return -1;
+    psg_msg_destroy(&reply);
+    return 0;
+}
+
+/* ---- a retried step: the variables that hold its update already ---- */
+
+static void undo_free(psg_ts_undo_t *u) {
+    for (int i = 0; u && i < u->n; i++) psg_tensor_destroy(&u->values[i]);
+    if (u) free(u->values), free(u->skip), free(u->rolled);
+    free(u);
+}
+
+/* Before the step, variable i of u: rolled back, kept aside or its value before recorded. */
+static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t *v,
+                      const char *name) {
+    psg_tensor_t *pre = psg_applied_pre_of(r->applied, name, u->writer, u->seq);
+    bool held = !pre && psg_applied_get(r->applied, name, u->writer) >= u->seq;
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    if (pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value)) {
+        memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
+        u->rolled[i] = true;
+        u->values[i] = pre; /* where a failure of this run puts it back */
+        pre = NULL;
+    } else {
+        u->values[i] = psg_tensor_copy(v->value);
+        u->skip[i] = held && u->values[i];
+    }
+    pthread_mutex_unlock(&guard->lock);
+    psg_tensor_destroy(&pre);
+}
+
+int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *const *names, int n,
+                      psg_ts_undo_t **out) {
+    *out = NULL;
+    psg_ts_repl_t *r = ts->repl;
+    if (!r || !update[0] || n <= 0) return 0;
+    psg_ts_undo_t *u = calloc(1, sizeof *u);
+    if (!u || !(u->skip = calloc((size_t)n, sizeof *u->skip)) ||
+        !(u->rolled = calloc((size_t)n, sizeof *u->rolled)) ||
+        !(u->values = calloc((size_t)n, sizeof *u->values))) {
+        undo_free(u);
+        return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    }
+    u->n = n;
+    if (psg_applied_parse_id(update, u->writer, sizeof u->writer, &u->seq) < 0) {
+        undo_free(u);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
+        if (v && v->initialized && psg_tensor_on_host(v->value)) undo_take(r, u, i, v, names[i]);
+    }
+    *out = u;
+    return 0;
+}
+
+/* Puts back the values of the variables that held the step's update before it ran; with
+ * all (the step failed), of every variable it wrote: a failed step leaves no write here, so
+ * that its retry is its only update (a step fails after some of its updates ran when a Recv
+ * after them fails: the global step's increment waits for every shard's). */
+static void undo_restore(psg_task_server_t *ts, const psg_ts_undo_t *u, const char *const *names,
+                         bool all) {
+    for (int i = 0; u && i < u->n; i++) {
+        psg_variable_t *v = (u->skip[i] || (all && u->values[i]))
+                                ? psg_resource_find_variable(ts->rm, names[i])
+                                : NULL;
+        if (!v) continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
+        pthread_mutex_unlock(&guard->lock);
+    }
+}
+
+void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
+    if (!u || !*u) return;
+    undo_restore(ts, *u, names, true);
+    for (int i = 0; i < (*u)->n; i++)
+        if ((*u)->rolled[i]) { /* rolled back and not run again: it holds the update no more */
+            (void)psg_applied_forget(ts->repl->applied, names[i], (*u)->writer, (*u)->seq - 1);
+            (void)psg_applied_set_last(ts->repl->applied, names[i], NULL, 0, NULL);
+        }
+    undo_free(*u);
+    *u = NULL;
+}
+
+void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
+                      psg_ts_undo_t **undo) {
+    psg_ts_repl_t *r = ts->repl;
+    psg_ts_undo_t *u = undo ? *undo : NULL;
+    if (undo) *undo = NULL;
+    if (!r || n <= 0) {
+        undo_free(u);
+        return;
+    }
+    const bool *skip = u ? u->skip : NULL;
+    undo_restore(ts, u, names, false);
+    /* recorded at once, not after the forward: a retry of this step may come while the
+     * forward still waits for a backup that died */
+    for (int i = 0; u && i < n; i++) {
+        if (skip[i]) continue;
+        (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
+        if (!u->rolled[i]) /* what a retry of this step starts again from */
+            (void)psg_applied_set_last(r->applied, names[i], u->writer, u->seq, &u->values[i]);
+    }
+    pthread_mutex_lock(&r->lock);
+    int64_t t0 = psg_ts_now_ms();
+    int count = 0;
+    size_t bytes = 0;
+    promote(ts, names, n);
+    if (!r->synced && r->last_try_ms && t0 - r->last_try_ms < RETRY_MS) {
+        /* no backup now: the step goes on, its values travel with the next full copy */
+        pthread_mutex_unlock(&r->lock);
+        undo_free(u);
+        return;
+    }
+    bool full = !r->synced;
+    int rc = forward(r, names, skip, n, full, u, &count, &bytes);
+    /* a backup that restarted since the last full copy holds only what this step sent */
+    if (rc == 0 && psg_ts_client_restarts(r->client) != r->restarts) {
+        psg_net_log("task %s: its backup %s (%s) restarted: copying the whole shard to it",
+                    ts->task, r->backup, r->address);
+        r->restarts = psg_ts_client_restarts(r->client);
+        full = true;
+        rc = forward(r, names, skip, n, true, u, &count, &bytes);
+    }
+    if (rc == 0) {
+        if (full && r->last_try_ms)
+            psg_net_log("task %s: re-replicated its shard to %s (%s): %d variables, %zu bytes in "
+                        "%.3f s; it is the backup again",
+                        ts->task, r->backup, r->address, count, bytes,
+                        (double)(psg_ts_now_ms() - t0) / 1e3);
+        r->synced = true;
+        r->last_try_ms = 0;
+        r->lost_said = false;
+    }
+    if (rc < 0) {
+        if (!r->lost_said)
+            psg_net_log("task %s: its backup %s (%s) is lost (%s): the shard has no backup "
+                        "until it answers again",
+                        ts->task, r->backup, r->address, psg_error_message());
+        r->lost_said = true;
+        r->synced = false;
+        r->last_try_ms = t0;
+        psg_ts_client_reset(r->client);
+    }
+    pthread_mutex_unlock(&r->lock);
+    undo_free(u);
+}
+
+/* ---- the backup's side ---- */
+
+/* Writes a forwarded value into the backup copy `name`; with an update id (writer, seq), the
+ * copy's value before is kept as the way back of a retry of that update. */
+static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_t *t,
+                      const char *writer, int64_t seq) {
+    psg_variable_t *v = psg_resource_variable(ts->rm, name, t->dtype, &t->shape);
+    if (!v) return -1;
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    psg_tensor_t *pre = writer && v->initialized && v->backup && psg_tensor_on_host(v->value)
+                            ? psg_tensor_copy(v->value)
+                            : NULL;
+    int rc = 0;
+    if (v->initialized && !v->backup)
+        rc = psg_error_set_code(PSG_ERR_DENIED,
+                                "variable '%s' is this task's own (its primary), not a backup "
+                                "copy: two primaries of one shard",
+                                name);
+    else if (!psg_tensor_on_host(v->value))
+        rc = psg_error_set("variable '%s' is not on the host", name);
+    if (rc == 0) {
+        memcpy(v->value->data, t->data, psg_tensor_nbytes(v->value));
+        v->backup = true;
+        v->initialized = true;
+    }
+    pthread_mutex_unlock(&guard->lock);
+    if (rc == 0)
+        (void)psg_applied_set_last(ts->repl->applied, name, pre ? writer : NULL, seq, &pre);
+    psg_tensor_destroy(&pre);
+    return rc;
+}
+
+/* The forward's update id, its body's first line "#WRITER SEQ" (absent: none, writer "").
+ * false with the error set when malformed. */
+static bool update_id(const psg_msg_t *req, char *writer, size_t size, int64_t *seq) {
+    const char *d = req->body ? (const char *)req->body->data : NULL;
+    size_t len = req->body ? req->body->size : 0;
+    if (!len || d[0] != '#') return true;
+    const char *nl = memchr(d, '\n', len);
+    size_t n = nl ? (size_t)(nl - d) : len;
+    char id[PSG_APPLIED_WRITER_MAX + 32];
+    if (n - 1 >= sizeof id) {
+        psg_error_set_code(PSG_ERR_BAD_REQUEST, "Replicate: update id of %zu bytes", n - 1);
+        return false;
+    }
+    memcpy(id, d + 1, n - 1);
+    id[n - 1] = 0;
+    if (psg_applied_parse_id(id, writer, size, seq) < 0) {
+        psg_error_wrap("Replicate");
+        return false;
+    }
+    return true;
+}
+
+void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
+    (void)r;
+    psg_msg_t *req = *reqp;
+    if (!ts->repl) {
+        psg_ts_reply_error(ts, req, PSG_ERR_DENIED,
+                           "Replicate: this task keeps no backups (--ps-replicas is 1)");
+        return;
+    }
+    if (req->body && req->body->size &&
+        psg_applied_merge(ts->repl->applied, (const char *)req->body->data, req->body->size) < 0) {
+        psg_error_wrap("Replicate");
+        psg_ts_reply_last_error(ts, req);
+        return;
+    }
+    char writer[PSG_APPLIED_WRITER_MAX] = "";
+    int64_t seq = 0;
+    if (!update_id(req, writer, sizeof writer, &seq)) {
+        psg_ts_reply_last_error(ts, req);
+        return;
+    }
+    for (int i = 0; i < req->ntensors; i++) {
+        const char *name = req->names[i];
+        if (!name || !*name) {
+            psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Replicate: tensor %d has no name", i);
+            return;
+        }
+        if (apply_copy(ts, name, req->tensors[i], writer[0] ? writer : NULL, seq) < 0) {
+            psg_error_wrap("Replicate");
+            psg_ts_reply_last_error(ts, req);
+            return;
+        }
+    }
+    psg_ts_reply_ok(ts, req, NULL);
+}
+
+/* The crc32 of a variable's bytes, for Inspect (a backup compared with its primary). */
+uint32_t psg_ts_variable_crc32(psg_variable_t *v) {
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    uint32_t crc = 0;
+    if (psg_tensor_on_host(v->value))
+        crc =
+            psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), v->value->data, psg_tensor_nbytes(v->value));
+    pthread_mutex_unlock(&guard->lock);
+    return crc;
+}

@@ -1,0 +1,94 @@
+/* Internal to the worker's distributed session (worker/dist_session.c) and its failover
+ * (worker/dist_failover.c): the session's and a callable's state. Nothing else includes it. */
+#ifndef PSGRAPH_WORKER_DIST_SESSION_INTERNAL_H
+#define PSGRAPH_WORKER_DIST_SESSION_INTERNAL_H
+
+#include "ps/client.h"
+#include "psgraph/device_name.h"
+#include "psgraph/dist_session.h"
+#include "runtime/partition.h"
+
+typedef struct {
+    char task[PSG_DEVICE_NAME_MAX]; /* canonical "/job:ps/replica:0/task:0" */
+    char address[256];
+    psg_ts_client_t *client; /* NULL for this process's task */
+    uint64_t restarts_seen;  /* the client's restarts already reported in a step's error */
+} peer_t;
+
+typedef struct {
+    int peer;        /* index into the session's peers; -1: local */
+    uint64_t handle; /* on that task */
+} part_run_t;
+
+/* A step's RunGraph requests to the remote partitions, one entry per partition. */
+typedef struct {
+    uint64_t pending_id;
+    bool waiting;
+    bool unreachable; /* the RunGraph could not be sent (send no notes) */
+    psg_msg_t *reply; /* arrived, not yet read (a reply of the other open step) */
+    char *lost;       /* its connection was lost: why (then not waiting) */
+} part_req_t;
+
+typedef struct {
+    int64_t step;
+    int64_t seq;      /* its update id's SEQ (0: none; docs/replication.md) */
+    part_req_t *reqs; /* one per partition */
+} step_reqs_t;
+
+struct psg_dist_callable {
+    psg_dist_session_t *s;
+    int n_feeds, n_fetches, n_targets;
+    psg_endpoint_t *feeds, *fetches;
+    int *targets;
+    psg_partition_set_t *set;
+    part_run_t *runs;  /* one per partition */
+    int local;         /* the partition this process runs, or -1 */
+    bool want_overlap; /* psg_dist_callable_set_overlap's */
+    bool want_ahead;   /* psg_dist_callable_set_ahead's */
+    bool overlap;      /* psg_dist_callable_set_overlap, and no remote partition fetches */
+    bool ahead;        /* overlap or want_ahead, a local partition, no remote partition's feeds */
+    /* cur: the step being run; open: an overlapped step whose remote partitions may
+     * still run (valid while the session's open callable is this one); next: the step
+     * after cur, asked for one ahead (valid while has_next) */
+    step_reqs_t cur, open, next;
+    bool has_next;
+    int64_t retry_seq; /* a failed step's SEQ, which the next run (its retry) carries again */
+};
+
+struct psg_dist_session {
+    psg_graph_t *g;
+    const psg_cluster_t *cluster;
+    psg_task_server_t *server;
+    int64_t timeout_ms, ps_memory_limit;
+    char task[PSG_DEVICE_NAME_MAX];
+    char device[PSG_DEVICE_NAME_MAX + 16];
+    int placed_nodes; /* node count at the last placement */
+    peer_t *peers;
+    int n_peers;
+    psg_dist_callable_t **callables;
+    int n_callables;
+    int64_t step_base, step_counter;
+    psg_dist_callable_t *open;  /* the callable with an overlapped step still open, or NULL */
+    psg_dist_callable_t *asked; /* the callable with a step asked for ahead, or NULL */
+    /* failover (worker/dist_failover.c): ps task k's nodes run on ps task served_by[k] */
+    int *served_by;
+    int n_ps;
+    /* with backups of the shards: every step's RunGraphs carry "WRITER SEQ", WRITER this
+     * task and process, SEQ counting this session's steps ("" without) */
+    char writer[PSG_DEVICE_NAME_MAX + 24];
+    int64_t update_seq;
+};
+
+/* Places the graph when it grew (or placed_nodes was reset), then applies the failovers. */
+int psg_dist_session_place(psg_dist_session_t *s);
+/* Partitions c's signature on the session's placed graph and registers each piece with
+ * its task (dist_session.c). -1 with the error naming the task that refused. */
+int psg_dist_callable_build(psg_dist_session_t *s, psg_dist_callable_t *c);
+/* Drops c's partitions and its steps' requests, keeping its signature (dist_session.c);
+ * psg_dist_session_reregister builds it again. */
+void psg_dist_callable_unbuild(psg_dist_callable_t *c);
+/* Moves the nodes placed on a ps task that failed over to the task serving its shard now
+ * (dist_failover.c); after each placement. -1 with the error set. */
+int psg_dist_session_apply_failover(psg_dist_session_t *s);
+
+#endif
