@@ -1,0 +1,255 @@
+"""TF 1.x's distributed surface on psgraph (docs/python.md, "A cluster"): ClusterSpec,
+Server (a psgraph task server), TF_CONFIG, replica_device_setter, Session(server.target),
+MonitoredTrainingSession with its hooks, and a whole job of real processes: ps tasks as
+`psgraph server` or a Python Server, workers in Python or in C, over loopback."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import psgraph.compat.v1 as tf
+from conftest import fashion_mnist_present
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+REPLICA = os.path.join(ROOT, "examples", "python", "mnist_replica.py")
+needs_data = pytest.mark.skipif(not fashion_mnist_present(), reason="no Fashion-MNIST")
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def cluster(ps, workers):
+    ports = free_ports(ps + workers)
+    return {"ps": ["127.0.0.1:%d" % p for p in ports[:ps]],
+            "worker": ["127.0.0.1:%d" % p for p in ports[ps:]]}
+
+
+def tf_config(spec, job, index):
+    return json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+
+
+def env_for(spec, job, index):
+    env = dict(os.environ)
+    env["TF_CONFIG"] = tf_config(spec, job, index)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def finish(procs, timeout=600):
+    """Waits for every process; returns [(rc, output)], killing what is left at timeout."""
+    out = []
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+        out.append((p.returncode, text))
+    return out
+
+
+def done_line(text):
+    lines = [json.loads(l) for l in text.splitlines() if l.startswith('{"event": "done"')]
+    assert lines, text
+    return lines[-1]
+
+
+# ---- ClusterSpec, TF_CONFIG ----
+
+def test_cluster_spec_as_tf():
+    c = tf.train.ClusterSpec({"ps": ["a:1", "b:2"], "worker": {0: "c:3", 2: "d:4"}})
+    assert c.jobs == ["ps", "worker"]
+    assert c.num_tasks("ps") == 2 and c.num_tasks("worker") == 2
+    assert c.task_indices("worker") == [0, 2]
+    assert c.task_address("ps", 1) == "b:2"
+    assert c.job_tasks("worker") == ["c:3", None, "d:4"]
+    assert c.as_dict() == {"ps": ["a:1", "b:2"], "worker": {0: "c:3", 2: "d:4"}}
+    assert tf.train.ClusterSpec(c) == c and bool(c)
+    with pytest.raises(ValueError, match="No such job"):
+        c.num_tasks("chief")
+    with pytest.raises(TypeError):
+        tf.train.ClusterSpec({"ps": "a:1"})
+    # a sparse job cannot make a psgraph task: it names the job
+    with pytest.raises(ValueError, match="job 'worker' lists tasks"):
+        tf.train.Server(c, "ps", 0)
+    assert tf.distribute.Server is tf.train.Server
+
+
+def test_tf_config_resolver(monkeypatch):
+    spec = {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
+            "chief": ["127.0.0.1:4"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": spec,
+                                                "task": {"type": "worker", "index": 1}}))
+    r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert (r.task_type, r.task_id) == ("worker", 1)
+    assert r.cluster_spec().as_dict() == spec
+    assert r.master() == "grpc://127.0.0.1:3"
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        tf.distribute.cluster_resolver.TFConfigClusterResolver()
+
+
+def test_server_errors_name_the_task():
+    spec = cluster(1, 1)
+    with pytest.raises(Exception, match="worker"):
+        tf.train.Server(spec, "worker", 3)  # no such task: the C cluster's message
+    with pytest.raises(ValueError, match="explicit `job_name`"):
+        tf.train.Server(spec)
+    with pytest.raises(ValueError, match="needs this process's tf.train.Server"):
+        tf.Session("grpc://127.0.0.1:1")
+
+
+# ---- the replica device setter ----
+
+def test_replica_device_setter_round_robin_and_greedy():
+    with tf.device(tf.train.replica_device_setter(ps_tasks=2)):
+        a = tf.get_variable("a", [1000])
+        b = tf.get_variable("b", [10])
+        c = tf.get_variable("c", [10])
+        y = a * 2.0
+    assert "/job:ps/task:0" in a.op.device and "/job:ps/task:1" in b.op.device
+    assert "/job:ps/task:0" in c.op.device
+    assert "/job:worker" in y.op.device
+    greedy = tf.train.replica_device_setter(
+        cluster={"ps": ["x:1", "x:2"], "worker": ["x:3"]},
+        ps_strategy=tf.train.GreedyLoadBalancingStrategy(2, tf.train.byte_size_load_fn))
+    with tf.device(greedy):
+        d = tf.get_variable("d", [1000])
+        e = tf.get_variable("e", [10])
+        f = tf.get_variable("f", [10])
+    assert "/job:ps/task:0" in d.op.device and "/job:ps/task:1" in e.op.device
+    assert "/job:ps/task:1" in f.op.device  # task 1 holds fewer bytes than task 0
+    assert greedy.ps_bytes(0) == 4000 and greedy.ps_bytes(1) == 80
+    assert tf.train.replica_device_setter(ps_tasks=0) is None
+
+
+# ---- one process: a ps Server and a worker Server ----
+
+def test_session_on_server_target_runs_on_the_ps(fresh_graph):
+    spec = cluster(1, 1)
+    ps = tf.train.Server(spec, "ps", 0)
+    worker = tf.train.Server(spec, "worker", 0, config=tf.ConfigProto(device_filters=["/job:ps"]))
+    assert worker.target == "grpc://" + spec["worker"][0]
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        v = tf.get_variable("v", initializer=tf.constant([1.0, 2.0]))
+        count = tf.get_variable("count", initializer=tf.constant(0.0))
+        x = tf.placeholder(tf.float32, [2])
+        update = tf.group(tf.assign_add(v, x), tf.assign_add(count, 1.0))
+    with tf.Session(worker.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        for _ in range(3):
+            sess.run(update, {x: np.array([1.0, 1.0], np.float32)})
+        np.testing.assert_allclose(sess.run(v), [4.0, 5.0])
+        assert sess.run(count) == 3
+        names = sess._runner.variable_names()
+    assert "v" in names and "count" in names  # held by the ps task, not here
+    report = json.loads(ps._ts.inspect())
+    held = {x["name"]: x["initialized"] for x in report["variables"]}
+    assert held["v"] and held["count"]
+
+
+def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
+    spec = cluster(1, 2)
+    tf.train.Server(spec, "ps", 0)
+    worker = tf.train.Server(spec, "worker", 1)
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        tf.get_variable("w", [4])
+        tf.train.get_or_create_global_step()
+    t0 = time.time()
+    with pytest.raises(Exception, match="ps") as err:
+        tf.train.MonitoredTrainingSession(master=worker.target, is_chief=False, max_wait_secs=2)
+    assert time.time() - t0 < 60, "the wait had no deadline"
+    assert "task" in str(err.value)
+
+
+# ---- real processes ----
+
+@needs_data
+def test_python_ps_serves_a_c_worker(psgraph_bin, tmp_path):
+    """A ps started from Python is a real psgraph task server: `psgraph train` trains
+    against it, and its join() returns once the worker is done."""
+    spec = cluster(1, 1)
+    ps_code = ("import psgraph.compat.v1 as tf, json, os\n"
+               "r = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
+               "s = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)\n"
+               "print('joined:', s.join(), flush=True)\n")
+    ps = subprocess.Popen([sys.executable, "-c", ps_code], env=env_for(spec, "ps", 0),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    w = subprocess.Popen([psgraph_bin, "train", "--model", "mlp", "--steps", "40",
+                          "--threads", "1"], env=env_for(spec, "worker", 0),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (wrc, wout), (prc, pout) = finish([w, ps])
+    assert wrc == 0, wout
+    assert prc == 0 and "joined: job done" in pout, pout
+    final = [json.loads(l) for l in wout.splitlines() if l.startswith("{")][-1]
+    assert final["steps"] == 40
+
+
+def run_job(psgraph_bin, spec, args, logdir=None, python_ps=False):
+    """1 ps + the workers of spec running mnist_replica.py; [(rc, output)] ps last."""
+    ps_env = env_for(spec, "ps", 0)
+    if python_ps:
+        if logdir:
+            ps_env["PSGRAPH_LOGDIR"] = str(logdir)
+        ps = subprocess.Popen([sys.executable, REPLICA], env=ps_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    else:
+        ps = subprocess.Popen([psgraph_bin, "server"] + (["--logdir", str(logdir)] if logdir else []),
+                              env=ps_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    workers = [subprocess.Popen([sys.executable, REPLICA] + args, env=env_for(spec, "worker", i),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for i in range(len(spec["worker"]))]
+    return finish(workers + [ps])
+
+
+@needs_data
+def test_async_mlp_one_ps_two_workers(psgraph_bin):
+    spec = cluster(1, 2)
+    res = run_job(psgraph_bin, spec, ["--train_steps", "300"], python_ps=True)
+    for rc, text in res:
+        assert rc == 0, text
+    chief = done_line(res[0][1])
+    other = done_line(res[1][1])
+    assert chief["global_step"] >= 300
+    # both trained: the global step counts the steps of both workers
+    assert chief["local_steps"] + other["local_steps"] >= 300
+    assert other["local_steps"] > 0 and chief["local_steps"] < 300
+    assert chief["test_accuracy"] > 0.7
+
+
+@needs_data
+def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
+    """MonitoredTrainingSession's checkpoints are psgraph's (psgraph inspect reads them), and
+    a new job in the same folder goes on from the newest one."""
+    spec = cluster(1, 2)
+    logdir = tmp_path / "run"
+    args = ["--train_steps", "60", "--train_dir", str(logdir)]
+    for rc, text in run_job(psgraph_bin, spec, args, logdir):
+        assert rc == 0, text
+    latest = tf.train.latest_checkpoint(str(logdir))
+    assert latest and int(latest.rsplit("-", 1)[1]) >= 60
+    insp = subprocess.run([psgraph_bin, "inspect", str(logdir)], capture_output=True, text=True)
+    assert insp.returncode == 0, insp.stderr
+    assert "fc1/kernel" in insp.stdout and "global_step" in insp.stdout
+    spec = cluster(1, 2)
+    res = run_job(psgraph_bin, spec, ["--train_steps", "100", "--train_dir", str(logdir)], logdir)
+    for rc, text in res:
+        assert rc == 0, text
+    assert "Restored from" in res[0][1]
+    assert done_line(res[0][1])["global_step"] >= 100
+    assert done_line(res[0][1])["local_steps"] + done_line(res[1][1])["local_steps"] < 100
