@@ -79,8 +79,9 @@ def main(_):
             opt = tf.train.SyncReplicasOptimizer(
                 opt, replicas_to_aggregate=FLAGS.replicas_to_aggregate or num_workers,
                 total_num_replicas=num_workers)
-            hooks.append(opt.make_session_run_hook(is_chief))
         train_op = opt.minimize(loss, global_step=global_step)
+        if sync:
+            hooks.append(opt.make_session_run_hook(is_chief))
         tf.summary.scalar("loss", loss)
 
     train_set = data.fashion_mnist(True, FLAGS.data_dir)
@@ -103,6 +104,9 @@ def main(_):
         result = {"event": "done", "task": "worker%d" % index, "sync": sync,
                   "local_steps": steps, "final_loss": round(float(last), 6),
                   "examples_per_sec": round(examples / elapsed, 1) if elapsed else 0}
+        if sync:  # this worker's gradients the accumulators kept, and the stale ones dropped
+            result["gradients_used"] = hooks[-1].used
+            result["gradients_dropped"] = hooks[-1].dropped
         if is_chief:
             test = data.fashion_mnist(False, FLAGS.data_dir)
             tx, ty = test.slice(0, len(test))

@@ -445,6 +445,10 @@ class MonitoredSession:
             if _ending:
                 for h in self._hooks:
                     h.end(self._sess)
+            else:
+                for h in self._hooks:
+                    if hasattr(h, "_on_error"):
+                        h._on_error(self._sess)
         finally:
             try:
                 if self._dist:

@@ -10,7 +10,7 @@ import logging
 import threading
 
 from . import _variables as vs
-from ._graph import GraphKeys, convert_to_tensor
+from ._graph import GraphKeys, Operation, convert_to_tensor
 from ._monitored import SessionRunArgs, SessionRunHook
 
 _log = logging.getLogger("tensorflow")
@@ -170,6 +170,7 @@ class _SyncReplicasHook(SessionRunHook):
         o = self._opt
         self._local_step = o._tensor("local_step")
         self._fetch = [o._tensor("next_step"), o._tensor("num_accepted")]
+        self._train_id = o._sg["train_op"]
 
     def after_create_session(self, session, coord):
         o = self._opt
@@ -185,10 +186,24 @@ class _SyncReplicasHook(SessionRunHook):
             session.run(g._op(sg["local_init_op"]))
         self._step = int(session.run(o._tensor("global_step")))
 
+    def _trains(self, fetches):
+        """Whether the caller's fetches run the train op (a token is taken only then)."""
+        if isinstance(fetches, dict):
+            return any(self._trains(f) for f in fetches.values())
+        if isinstance(fetches, (list, tuple)):
+            return any(self._trains(f) for f in fetches)
+        op = getattr(fetches, "op", fetches)  # a Tensor's op, or the Operation itself
+        return isinstance(op, Operation) and op._id == self._train_id
+
     def before_run(self, run_context):
+        self._ran = self._trains(run_context.original_args.fetches)
+        if not self._ran:
+            return None
         return SessionRunArgs(self._fetch, feed_dict={self._local_step: self._step})
 
     def after_run(self, run_context, run_values):
+        if not self._ran:
+            return
         nxt, accepted = run_values.results
         if int(accepted) >= self._opt._sg["num_vars"]:
             self.used += 1
@@ -199,12 +214,27 @@ class _SyncReplicasHook(SessionRunHook):
             run_context.request_stop()
 
     def end(self, session):
+        self._close(session)
+        if self._runner is not None and self._runner.error is not None:
+            raise self._runner.error
+        self._log()
+
+    def _on_error(self, session):
+        """The session ends on an error: the chief still closes training, so that its
+        runner's take and the other workers' tokens end now instead of at their timeout."""
+        try:
+            self._close(session)
+        except Exception:  # the error being raised says more
+            pass
+
+    def _close(self, session):
         o = self._opt
         if self._is_chief and o._sg["close_op"] >= 0:
             session.run(o._graph._op(o._sg["close_op"]))
         if self._runner is not None:
             self._runner.join(60)
-            if self._runner.error is not None:
-                raise self._runner.error
+
+    def _log(self):
+        o = self._opt
         _log.info("sync replicas, worker %d: %d gradients used, %d dropped (stale)",
                   o._index, self.used, self.dropped)

@@ -233,6 +233,27 @@ def test_async_mlp_one_ps_two_workers(psgraph_bin):
 
 
 @needs_data
+def test_sync_replicas_with_a_backup_worker(psgraph_bin):
+    """SyncReplicasOptimizer(N=2) over 3 workers: one backup; the gradients computed for a
+    step the others already ended are dropped and counted; every worker ends when the chief
+    closes training."""
+    spec = cluster(1, 3)
+    res = run_job(psgraph_bin, spec, ["--train_steps", "60", "--sync",
+                                      "--replicas_to_aggregate", "2"])
+    for rc, text in res:
+        assert rc == 0, text
+    lines = [done_line(text) for _, text in res[:3]]
+    for d in lines:
+        assert d["sync"] and d["gradients_used"] + d["gradients_dropped"] == d["local_steps"]
+    # N = 2 gradients a step at most are kept whole (a partly kept one counts as dropped)
+    assert 0 < sum(d["gradients_used"] for d in lines) <= 2 * lines[0]["global_step"] + 2
+    assert sum(d["gradients_dropped"] for d in lines) > 0
+    assert lines[0]["global_step"] >= 59
+    assert lines[0]["test_accuracy"] > 0.6
+    assert "job done: 3 workers finished" in res[3][1]
+
+
+@needs_data
 def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
     """MonitoredTrainingSession's checkpoints are psgraph's (psgraph inspect reads them), and
     a new job in the same folder goes on from the newest one."""
@@ -253,3 +274,42 @@ def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
     assert "Restored from" in res[0][1]
     assert done_line(res[0][1])["global_step"] >= 100
     assert done_line(res[0][1])["local_steps"] + done_line(res[1][1])["local_steps"] < 100
+
+
+# ---- psgraph launch ----
+
+@needs_data
+def test_launch_runs_a_python_script_as_every_worker(psgraph_bin, tmp_path):
+    """`psgraph launch --ps 1 --workers 2 -- python3 mnist_replica.py`: ps tasks as `psgraph
+    server` (with the script's --train_dir as their logdir), CURVE keys made for the run,
+    TF_CONFIG per worker; the checkpoints land in --train_dir."""
+    logdir = tmp_path / "run"
+    r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", "2", "--",
+                        sys.executable, REPLICA, "--train_steps", "80", "--train_dir",
+                        str(logdir)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[ps0] psgraph server: stopped: job done: 2 workers finished" in r.stdout
+    chief = [l for l in r.stdout.splitlines() if l.startswith('[worker0] {"event": "done"')]
+    assert chief and json.loads(chief[0].split(" ", 1)[1])["global_step"] >= 80
+    assert tf.train.latest_checkpoint(str(logdir)).endswith("model.ckpt-%d" % json.loads(
+        chief[0].split(" ", 1)[1])["global_step"])
+
+
+def test_launch_stops_the_job_when_a_worker_script_raises(psgraph_bin, tmp_path):
+    script = tmp_path / "raises.py"
+    script.write_text(
+        "import time\n"
+        "import psgraph.compat.v1 as tf\n"
+        "r = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
+        "s = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)\n"
+        "if r.task_id == 1:\n"
+        "    raise ValueError('the data of worker 1 is missing')\n"
+        "time.sleep(120)\n")
+    t0 = time.time()
+    r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", "2", "--",
+                        sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "[worker1] ValueError: the data of worker 1 is missing" in r.stdout
+    assert "[worker1] exited with code 1" in r.stdout
+    assert "a task failed, stopping the others" in r.stdout + r.stderr
+    assert time.time() - t0 < 100  # worker0 did not sleep its 120 s out
