@@ -49,9 +49,13 @@ parts=$(grep -o 'model/fc1/weights/part_[0-9]*' "$tmp"/mlp2/model.ckpt-*.index.j
 
 # ---- 1. export, and ONNX Runtime against psgraph ----
 venv=$builddir/onnx-venv
+# the lock: tests/python/test_export_onnx.py may be making the same venv
+exec 9>"$builddir/onnx-venv.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
   { python3 -m venv "$venv" && timeout 600 "$venv/bin/pip" install -q onnx onnxruntime numpy; } >"$tmp/pip.log" 2>&1
 fi
+flock -u 9
 have_ort=0
 "$venv/bin/python" -c "import onnx, onnxruntime, numpy" 2>/dev/null && have_ort=1
 [ $have_ort = 1 ] || echo "skip ONNX Runtime: cannot install onnx, onnxruntime from PyPI into $venv: $(tail -2 "$tmp/pip.log")"

@@ -103,7 +103,8 @@ static void test_sizes(void) {
     psg_ssp_clock_wait_async(solo, 0, READ, 3, 5000, on_answer, &w[1]);
     psg_ssp_clock_wait_async(solo, 0, READ, 2, 5000, on_answer, &w[2]);
     CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
-    CHECK(atomic_load(&w[0].calls) == 1 && atomic_load(&w[2].calls) == 1 && atomic_load(&w[1].calls) == 0);
+    CHECK(atomic_load(&w[0].calls) == 1 && atomic_load(&w[2].calls) == 1 &&
+          atomic_load(&w[1].calls) == 0);
     CHECK(w[0].least == 2 && w[2].least == 2);
     CHECK(psg_ssp_clock_tick(solo, 0, READ, 1) == 0);
     CHECK(atomic_load(&w[1].calls) == 1 && w[1].least == 3);

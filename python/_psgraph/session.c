@@ -323,6 +323,68 @@ static PyObject *session_restore(PyObject *o, PyObject *args) {
     return PyLong_FromLongLong(step);
 }
 
+/* Parses [(name, endpoint), ...] into ios (PyMem_Free it) of *n; the names stay borrowed
+ * from the list, which the caller keeps alive. */
+static int parse_onnx_ios(PyObject *list, const char *what, psg_onnx_io_t **ios, int *n) {
+    PyObject *fast = PySequence_Fast(list, "export_onnx: inputs and outputs are lists");
+    if (!fast) return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    *ios = PyMem_Calloc(len ? (size_t)len : 1, sizeof **ios);
+    if (!*ios) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyArg_ParseTuple(item, "sO&", &(*ios)[i].name, psg_py_endpoint_conv,
+                              &(*ios)[i].endpoint)) {
+            PyErr_Format(PyExc_TypeError, "export_onnx: %s %zd is not a (name, tensor) pair", what,
+                         i);
+            Py_DECREF(fast);
+            PyMem_Free(*ios);
+            *ios = NULL;
+            return -1;
+        }
+    }
+    *n = (int)len;
+    Py_DECREF(fast); /* the items (and their names) stay alive in the caller's list */
+    return 0;
+}
+
+/* export_onnx(path, [(name, endpoint)], [(name, endpoint)], doc, version): the subgraph
+ * that computes the outputs from the inputs, with the session's variables as initializers
+ * (psg_onnx_export) */
+static PyObject *session_export_onnx(PyObject *o, PyObject *args) {
+    session_t *self = (session_t *)o;
+    const char *path, *doc = NULL;
+    PyObject *inputs, *outputs;
+    long long version = 0;
+    if (!PyArg_ParseTuple(args, "sO!O!|zL", &path, &PyList_Type, &inputs, &PyList_Type, &outputs,
+                          &doc, &version))
+        return NULL;
+    psg_onnx_spec_t spec = {
+        .values = psg_session_resources(self->s), .doc = doc, .model_version = version};
+    psg_onnx_io_t *in = NULL, *out = NULL;
+    if (parse_onnx_ios(inputs, "input", &in, &spec.num_inputs) < 0) return NULL;
+    if (parse_onnx_ios(outputs, "output", &out, &spec.num_outputs) < 0) {
+        PyMem_Free(in);
+        return NULL;
+    }
+    spec.inputs = in;
+    spec.outputs = out;
+    psg_graph_t *g = session_graph(self);
+    int rc;
+    /* the session's lock: no step writes the variables while they are copied out */
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+    rc = psg_onnx_export(g, &spec, path);
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS PyMem_Free(in);
+    PyMem_Free(out);
+    if (rc < 0) return psg_py_raise();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef session_methods[] = {
     {"make_callable", session_make_callable, METH_VARARGS,
      "make_callable(feeds, fetches, targets) -> Callable"},
@@ -332,6 +394,8 @@ static PyMethodDef session_methods[] = {
     {"variable_names", session_variable_names, METH_NOARGS, "the session's variables"},
     {"save", session_save, METH_VARARGS, "save(dir, step, keep) -> seconds"},
     {"restore", session_restore, METH_VARARGS, "restore(path, mapping) -> step"},
+    {"export_onnx", session_export_onnx, METH_VARARGS,
+     "export_onnx(path, [(name, endpoint)], [(name, endpoint)], doc, version): an ONNX file"},
     {NULL, NULL, 0, NULL},
 };
 

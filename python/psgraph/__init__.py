@@ -6,3 +6,4 @@ from . import _psgraph  # noqa: F401  (the C library)
 from . import errors  # noqa: F401  (registers the exception classes)
 
 __version__ = "0.1.0"
+from ._onnx import export_onnx  # noqa: F401,E402  (a Python model out as ONNX)
