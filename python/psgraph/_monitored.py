@@ -345,6 +345,7 @@ class MonitoredSession:
             for h in self._hooks:
                 h.begin()
         self._sess = Session(master, graph=self._graph, config=config)
+        self._sess._implicit_off = True  # the hooks run here (make_session_run_hook's)
         self._dist = bool(master)
         self._should_stop = False
         self._closed = False
@@ -507,3 +508,28 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
                 scaffold=scaffold))
     return MonitoredSession(master, is_chief, checkpoint_dir, scaffold, all_hooks, config,
                             max_wait_secs)
+
+
+class _ImplicitContext(SessionRunContext):
+    pass
+
+
+def run_implicit(sess, hooks, fetches, feed_dict):
+    """A plain Session.run with the hooks a graph carries (a SyncReplicasOptimizer's, for
+    Supervisor-era scripts that run the train op without MonitoredSession)."""
+    ctx = _ImplicitContext(SessionRunArgs(fetches, feed_dict, None), sess)
+    extra, feeds = {}, dict(feed_dict or {})
+    for i, h in enumerate(hooks):
+        args = h.before_run(ctx)
+        if args is not None:
+            if args.fetches is not None:
+                extra[i] = args.fetches
+            feeds.update(args.feed_dict or {})
+    if not extra:
+        return sess.run(fetches, feed_dict)
+    out = sess.run({"caller": fetches, "hooks": extra}, feeds)
+    for i, h in enumerate(hooks):
+        h.after_run(ctx, SessionRunValues(out["hooks"].get(i), None, None))
+    if ctx.stop_requested:
+        sess._stop_requested = True
+    return out["caller"]

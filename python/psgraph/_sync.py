@@ -9,6 +9,7 @@ local step and reads what each step fetched."""
 import logging
 import threading
 
+from . import _train
 from . import _variables as vs
 from ._graph import GraphKeys, Operation, convert_to_tensor
 from ._monitored import SessionRunArgs, SessionRunHook
@@ -75,6 +76,7 @@ class SyncReplicasOptimizer:
             _log.warning("SyncReplicasOptimizer: total_num_replicas=%d but the cluster has %d "
                          "workers", self._total, workers)
         workers = max(workers, self._total)
+        _train._adopt_global_step(g, global_step)
         cap = g._build().optimizer(self._opt._kind, self._opt._hyper(), self._opt._lr_tensor(g))
         c = g._build()
         c.set_scope("")
@@ -88,9 +90,19 @@ class SyncReplicasOptimizer:
         self._graph = g
         self._index = index
         sg = self._sg
-        self.local_step_init_op = None
-        self.chief_init_op = g._op(sg["chief_init_op"]) if sg["chief_init_op"] >= 0 else None
+        # the seed era's ops: psgraph's chief runner releases the first tokens itself when it
+        # starts (get_chief_queue_runner, make_session_run_hook), so these run nothing
+        from ._ops import no_op
+        with g.as_default():
+            self.local_step_init_op = no_op(name="sync_rep_local_init")
+            self.chief_init_op = no_op(name="sync_rep_chief_init")
+            self._init_tokens = no_op(name="sync_rep_init_tokens")
         self.ready_for_local_init_op = None
+        # a plain Session.run of the train op (Supervisor's scripts) feeds the local step and
+        # takes the token through this hook; MonitoredSession uses make_session_run_hook's
+        implicit = _SyncReplicasHook(self, False)
+        implicit.begin()
+        g._implicit_hooks = getattr(g, "_implicit_hooks", []) + [implicit]
         return g._op(sg["train_op"])
 
     def minimize(self, loss, global_step=None, var_list=None, gate_gradients=1,
@@ -108,8 +120,8 @@ class SyncReplicasOptimizer:
         return _ChiefRunner(self)
 
     def get_init_tokens_op(self, num_tokens=-1):
-        """psgraph's chief releases the first step's tokens itself (its chief_init_op)."""
-        return self.chief_init_op
+        """psgraph's chief runner releases the first step's tokens itself."""
+        return self._init_tokens
 
     def make_session_run_hook(self, is_chief, num_tokens=-1):
         if self._sg is None:
@@ -135,6 +147,8 @@ class _ChiefRunner:
             raise ValueError("the sync chief's runner needs a cluster session")
         self._ds = _psgraph.DistSession(self._opt._graph._c, runner._server._ts, id_stream=1)
         sg = self._opt._sg
+        if sg["chief_init_op"] >= 0:  # the first step's tokens
+            sess.run(self._opt._graph._op(sg["chief_init_op"]))
         self._call = self._ds.make_callable([], [tuple(sg["chief_global_step"])],
                                             [sg["chief_op"]], None)
         self._thread = threading.Thread(target=self._loop, name="sync-chief", daemon=True)
@@ -164,6 +178,7 @@ class _SyncReplicasHook(SessionRunHook):
     def __init__(self, opt, is_chief):
         self._opt, self._is_chief = opt, is_chief
         self._runner = None
+        self._step = None
         self.used = self.dropped = 0
 
     def begin(self):
@@ -176,8 +191,6 @@ class _SyncReplicasHook(SessionRunHook):
         o = self._opt
         g, sg = o._graph, o._sg
         if self._is_chief:
-            if sg["chief_init_op"] >= 0:
-                session.run(g._op(sg["chief_init_op"]))
             self._runner = _ChiefRunner(o)
             self._runner.create_threads(session, start=True)
         if sg["start_op"] >= 0:
@@ -199,6 +212,8 @@ class _SyncReplicasHook(SessionRunHook):
         self._ran = self._trains(run_context.original_args.fetches)
         if not self._ran:
             return None
+        if self._step is None:  # a plain session's first training step
+            self._step = int(run_context.session.run(self._opt._tensor("global_step")))
         return SessionRunArgs(self._fetch, feed_dict={self._local_step: self._step})
 
     def after_run(self, run_context, run_values):

@@ -18,6 +18,7 @@ from conftest import fashion_mnist_present
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 REPLICA = os.path.join(ROOT, "examples", "python", "mnist_replica.py")
+SUPERVISOR = os.path.join(ROOT, "examples", "python", "mnist_replica_supervisor.py")
 needs_data = pytest.mark.skipif(not fashion_mnist_present(), reason="no Fashion-MNIST")
 
 
@@ -313,3 +314,26 @@ def test_launch_stops_the_job_when_a_worker_script_raises(psgraph_bin, tmp_path)
     assert "[worker1] exited with code 1" in r.stdout
     assert "a task failed, stopping the others" in r.stdout + r.stderr
     assert time.time() - t0 < 100  # worker0 did not sleep its 120 s out
+
+
+@needs_data
+@pytest.mark.parametrize("sync", [False, True])
+def test_supervisor_script_of_the_seed_era(psgraph_bin, tmp_path, sync):
+    """TF's mnist_replica.py with tf.train.Supervisor (async, and SyncReplicasOptimizer with
+    its chief queue runner and init tokens, one backup worker), run by psgraph launch."""
+    workers = 3 if sync else 2
+    args = ["--train_steps", "120", "--train_dir", str(tmp_path / "sv")]
+    if sync:
+        args += ["--sync_replicas", "--replicas_to_aggregate", "2"]
+    r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", str(workers), "--",
+                        sys.executable, SUPERVISOR] + args, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "job done: %d workers finished" % workers in r.stdout
+    done = [json.loads(l.split(" ", 1)[1]) for l in r.stdout.splitlines()
+            if '{"event": "done"' in l]
+    assert len(done) == workers
+    assert all(d["global_step"] >= 120 for d in done)
+    assert max(d["test_accuracy"] for d in done) > 0.7
+    if not sync:  # async: the global step counts every worker's steps
+        assert sum(d["local_steps"] for d in done) >= 120
