@@ -337,3 +337,63 @@ def test_supervisor_script_of_the_seed_era(psgraph_bin, tmp_path, sync):
     assert max(d["test_accuracy"] for d in done) > 0.7
     if not sync:  # async: the global step counts every worker's steps
         assert sum(d["local_steps"] for d in done) >= 120
+
+
+PY_MLP_WORKER = """
+import json
+import psgraph.compat.v1 as tf
+from psgraph import data
+r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+server = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)
+with tf.device(tf.train.replica_device_setter(cluster=r.cluster_spec(),
+                                              worker_device="/job:worker/task:%d" % r.task_id)):
+    gs = tf.train.get_or_create_global_step()
+    x = tf.placeholder(tf.float32, [None, 28, 28, 1])
+    y = tf.placeholder(tf.int32, [None])
+    h = tf.reshape(x, [-1, 784])
+    for i, (n_in, n_out) in enumerate([(784, 256), (256, 256), (256, 10)]):
+        with tf.variable_scope("model/fc%d" % (i + 1)):  # the C mlp's variables
+            w = tf.get_variable("weights", [n_in, n_out])
+            b = tf.get_variable("biases", [n_out])
+        h = tf.matmul(h, w) + b
+        if i < 2:
+            h = tf.nn.relu(h)
+    loss = tf.losses.sparse_softmax_cross_entropy(y, h)
+    train = tf.train.MomentumOptimizer(0.05, 0.9).minimize(loss, global_step=gs)
+batches = data.fashion_mnist(True).batches(128, seed=7)
+steps = 0
+with tf.train.MonitoredTrainingSession(master=server.target, is_chief=False,
+        hooks=[tf.train.StopAtStepHook(num_steps=100)]) as sess:
+    while not sess.should_stop():
+        bx, by = next(batches)
+        last, _ = sess.run([loss, train], {x: bx, y: by})
+        steps += 1
+    step = int(sess.run(gs))
+print(json.dumps({"event": "done", "local_steps": steps, "global_step": step,
+                  "final_loss": float(last)}), flush=True)
+"""
+
+
+@needs_data
+def test_a_python_worker_and_a_c_worker_share_one_ps(psgraph_bin, tmp_path):
+    """`psgraph train --model mlp` as the chief and a Python worker whose graph names the C
+    model's variables train the same variables on one ps, asynchronously."""
+    spec = cluster(1, 2)
+    script = tmp_path / "py_mlp_worker.py"
+    script.write_text(PY_MLP_WORKER)
+    ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    c = subprocess.Popen([psgraph_bin, "train", "--model", "mlp", "--steps", "150",
+                          "--shard-bytes", "0", "--threads", "1"], env=env_for(spec, "worker", 0),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([sys.executable, str(script)], env=env_for(spec, "worker", 1),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (crc, cout), (prc, pout), (src, sout) = finish([c, p, ps])
+    assert crc == 0, cout
+    assert prc == 0, pout
+    assert src == 0 and "job done: 2 workers finished" in sout, sout
+    py = done_line(pout)
+    assert py["local_steps"] > 0 and py["final_loss"] < 1.5
+    assert py["global_step"] > py["local_steps"]  # the C worker's steps count on the same step
+    final = [json.loads(l) for l in cout.splitlines() if l.startswith('{"event":"done"')][-1]
+    assert final["test_accuracy"] > 0.7
