@@ -32,6 +32,8 @@ flags.DEFINE_boolean("sync_replicas", False, "aggregate the workers' gradients e
 flags.DEFINE_boolean("sync", False, "the same as --sync_replicas")
 flags.DEFINE_integer("replicas_to_aggregate", 0, "gradients per step in sync mode (0: all)")
 flags.DEFINE_string("train_dir", "", "checkpoints and summaries (the chief writes them)")
+flags.DEFINE_integer("save_checkpoint_steps", 0, "a checkpoint every N global steps (0: 600 s)")
+flags.DEFINE_integer("operation_timeout_ms", 0, "a step fails after this long (0: 30 s)")
 flags.DEFINE_string("data_dir", data.FASHION_MNIST, "Fashion-MNIST's IDX files")
 flags.DEFINE_integer("seed", 1, "initial values and data order")
 FLAGS = flags.FLAGS
@@ -87,11 +89,14 @@ def main(_):
     train_set = data.fashion_mnist(True, FLAGS.data_dir)
     batches = train_set.batches(FLAGS.batch_size, seed=FLAGS.seed + index)
     steps, examples, t0, last = 0, 0, None, float("nan")
+    config = tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % index],
+                            operation_timeout_in_ms=FLAGS.operation_timeout_ms)
+    ckpt = dict(save_checkpoint_steps=FLAGS.save_checkpoint_steps) if FLAGS.save_checkpoint_steps \
+        else {}
     with tf.train.MonitoredTrainingSession(master=server.target, is_chief=is_chief,
                                            checkpoint_dir=FLAGS.train_dir or None,
-                                           hooks=hooks, log_step_count_steps=0,
-                                           config=tf.ConfigProto(device_filters=[
-                                               "/job:ps", "/job:worker/task:%d" % index])) as sess:
+                                           hooks=hooks, log_step_count_steps=0, config=config,
+                                           **ckpt) as sess:
         while not sess.should_stop():
             x_, y_ = next(batches)
             last, _ = sess.run([loss, train_op], {images: x_, labels: y_})

@@ -378,12 +378,13 @@ static PyObject *ds_save(PyObject *o, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* restore(logdir, step, num_ps, timeout_ms) -> tensors restored: each ps loads its shard of
- * the committed checkpoint at step */
-static int restore_cluster(psg_dist_session_t *ds, int nps, const char *logdir, int64_t step,
-                           int64_t timeout_ms, long *count) {
+/* restore(logdir, step, num_ps, timeout_ms, shard=-1) -> tensors restored: each ps (or
+ * only ps `shard`) loads its shard of the committed checkpoint at step */
+static int restore_cluster(psg_dist_session_t *ds, int nps, int only, const char *logdir,
+                           int64_t step, int64_t timeout_ms, long *count) {
     *count = 0;
     for (int i = 0; i < nps; i++) {
+        if (only >= 0 && i != only) continue;
         psg_msg_t *r = ps_call(ds, PSG_TS_RESTORE_SHARD, i, nps, step, logdir, timeout_ms);
         if (!r) return psg_error_wrap("restoring shard %d of step %" PRId64, i, step);
         *count += r->key ? strtol(r->key, NULL, 10) : 0;
@@ -395,14 +396,47 @@ static int restore_cluster(psg_dist_session_t *ds, int nps, const char *logdir, 
 static PyObject *ds_restore(PyObject *o, PyObject *args) {
     const char *logdir;
     long long step, ms;
-    int nps;
-    if (!PyArg_ParseTuple(args, "sLiL", &logdir, &step, &nps, &ms)) return NULL;
+    int nps, only = -1;
+    if (!PyArg_ParseTuple(args, "sLiL|i", &logdir, &step, &nps, &ms, &only)) return NULL;
     dist_session_t *self = (dist_session_t *)o;
     int rc;
     long count = 0;
-    DS_CALL(self, rc, restore_cluster(self->ds, nps, logdir, step, ms, &count));
+    DS_CALL(self, rc, restore_cluster(self->ds, nps, only, logdir, step, ms, &count));
     if (rc < 0) return psg_py_raise();
     return PyLong_FromLong(count);
+}
+
+/* ---- recovery: a ps task that restarted (docs/checkpoints.md) ---- */
+
+/* incarnation(task) -> the task's incarnation as its last reply gave it (0: none yet) */
+static PyObject *ds_incarnation(PyObject *o, PyObject *args) {
+    const char *task;
+    if (!PyArg_ParseTuple(args, "s", &task)) return NULL;
+    dist_session_t *self = (dist_session_t *)o;
+    uint64_t inc;
+    DS_CALL(self, inc, psg_dist_session_incarnation(self->ds, task));
+    return PyLong_FromUnsignedLongLong(inc);
+}
+
+/* run_init_on(task): the initializers of the variables that task holds */
+static PyObject *ds_run_init_on(PyObject *o, PyObject *args) {
+    const char *task;
+    if (!PyArg_ParseTuple(args, "s", &task)) return NULL;
+    dist_session_t *self = (dist_session_t *)o;
+    int rc;
+    DS_CALL(self, rc, psg_dist_session_run_init_on(self->ds, task));
+    if (rc < 0) return psg_py_raise();
+    Py_RETURN_NONE;
+}
+
+/* reregister(): every callable's partitions registered again (a task lost its graphs) */
+static PyObject *ds_reregister(PyObject *o, PyObject *noargs) {
+    (void)noargs;
+    dist_session_t *self = (dist_session_t *)o;
+    int rc;
+    DS_CALL(self, rc, psg_dist_session_reregister(self->ds));
+    if (rc < 0) return psg_py_raise();
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef ds_methods[] = {
@@ -415,7 +449,11 @@ static PyMethodDef ds_methods[] = {
     {"drain", ds_drain, METH_NOARGS, "waits for the open overlapped step"},
     {"inspect", ds_inspect, METH_VARARGS, "inspect(task, timeout_ms) -> JSON"},
     {"save", ds_save, METH_VARARGS, "save(logdir, step, num_ps, keep, timeout_ms)"},
-    {"restore", ds_restore, METH_VARARGS, "restore(logdir, step, num_ps, timeout_ms) -> count"},
+    {"restore", ds_restore, METH_VARARGS,
+     "restore(logdir, step, num_ps, timeout_ms, shard=-1) -> count"},
+    {"incarnation", ds_incarnation, METH_VARARGS, "incarnation(task) -> int"},
+    {"run_init_on", ds_run_init_on, METH_VARARGS, "run_init_on(task)"},
+    {"reregister", ds_reregister, METH_NOARGS, "registers every callable again"},
     {NULL, NULL, 0, NULL},
 };
 

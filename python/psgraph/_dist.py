@@ -5,10 +5,19 @@ or greedy by bytes) and the distributed runner behind Session(server.target): ps
 distributed session (docs/distributed.md), which places the graph on the cluster, cuts it
 per task and runs each step as RunGraph on every task involved."""
 import json
+import logging
 import os
 import threading
+import time
 
 from . import _psgraph
+
+_log = logging.getLogger("tensorflow")
+
+# the failures of a step that a lost ps task causes (psgraph.errors' classes), after which a
+# monitored session recovers (docs/checkpoints.md), and how long a lost ps is waited for
+RECOVERABLE = ("UnavailableError", "DeadlineExceededError", "AbortedError")
+RECOVERY_S = 60
 
 # Servers of this process by target: Session(target) runs through the one named.
 _servers = {}
@@ -401,3 +410,67 @@ class _DistRunner:
             finally:
                 self._ds = None
 
+    def _ps_tasks(self):
+        return ["/job:ps/task:%d" % i for i in range(_num_ps(self._server))]
+
+    def note_incarnations(self):
+        """Remembers each ps task's process, so that a restart is told from a slow reply."""
+        self._inc = {t: self._ds.incarnation(t) for t in self._ps_tasks()}
+
+    def _wait_ps(self, task, deadline):
+        while True:
+            left = deadline - time.time()
+            try:
+                ms = int(max(1000, min(left * 1000, self._timeout_ms)))
+                return json.loads(self._ds.inspect(task, ms))
+            except Exception as e:  # not back yet: try again until the deadline
+                if time.time() > deadline:
+                    raise type(e)("recovery: %s did not come back within %d s: %s"
+                                  % (task, RECOVERY_S, e)) from e
+
+    def recover(self, is_chief, checkpoint_dir, error):
+        """After a step failed on a lost ps task: waits for every ps task; the chief gives a
+        ps that restarted its shard of the newest checkpoint (or its initializers), the
+        others wait for the variables; the graphs are registered again. The other shards
+        keep their values (psgraph train's recovery, docs/checkpoints.md)."""
+        _log.warning("recovery: the step failed (%s); waiting for every ps task", error)
+        t0 = time.time()
+        deadline = t0 + RECOVERY_S
+        nps = _num_ps(self._server)
+        known = getattr(self, "_inc", {})
+        for i, task in enumerate(self._ps_tasks()):
+            report = self._wait_ps(task, deadline)
+            inc = self._ds.incarnation(task)
+            holds = any(v["initialized"] for v in report["variables"])
+            restarted = inc != known[task] if known.get(task) else not holds
+            known[task] = inc
+            if not restarted or not is_chief:
+                continue
+            latest = _latest(checkpoint_dir)
+            if latest is None:
+                self._ds.run_init_on(task)
+                _log.warning("recovery: ps%d restarted before any checkpoint; re-initialized "
+                             "its variables", i)
+            else:
+                d, step = latest
+                n = self._ds.restore(d, step, nps, self._timeout_ms, i)
+                _log.warning("recovery: ps%d restarted; restored its shard %d from "
+                             "%s/model.ckpt-%d.index.json (%d tensors); the other shards keep "
+                             "their values", i, i, d, step, n)
+        self._inc = known
+        if not is_chief:
+            self._ds.wait_init(int(max(1.0, deadline - time.time()) * 1000) + self._timeout_ms)
+        self._ds.reregister()
+        _log.warning("recovery: every ps task answers (%.2f s); retrying the step",
+                     time.time() - t0)
+
+
+def _latest(checkpoint_dir):
+    """(folder, step) of the newest checkpoint of checkpoint_dir, or None."""
+    if not checkpoint_dir:
+        return None
+    from . import _train
+    prefix = _train.latest_checkpoint(checkpoint_dir)
+    if prefix is None:
+        return None
+    return os.path.abspath(os.path.dirname(prefix)), int(prefix.rsplit("-", 1)[1])

@@ -19,6 +19,8 @@ _log = logging.getLogger("tensorflow")
 # how long a worker that is not the chief waits for the chief's initialization at most,
 # whatever max_wait_secs says (psgraph train's wait: cluster_ckpt's 10 minutes)
 _WAIT_INIT_CAP_S = 600
+# recoveries in a row before a step's failure is the job's
+_MAX_RECOVERIES = 3
 
 
 class SessionRunArgs(collections.namedtuple("SessionRunArgs", ["fetches", "feed_dict", "options"])):
@@ -377,6 +379,8 @@ class MonitoredSession:
                 self._sess._runner.wait_init(int(wait * 1000))
             if sc.local_init_op is not None:
                 sess.run(sc.local_init_op)
+            if self._dist:
+                sess._runner.note_incarnations()
             return
         latest = _train.latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
         if self._dist and self._ps_ready():
@@ -391,6 +395,8 @@ class MonitoredSession:
                 sc.init_fn(sc, sess)
         if sc.local_init_op is not None:
             sess.run(sc.local_init_op)
+        if self._dist:
+            sess._runner.note_incarnations()
 
     @property
     def graph(self):
@@ -414,17 +420,29 @@ class MonitoredSession:
                 if k in feeds:
                     raise RuntimeError("Same tensor is fed by a SessionRunHook and user.")
                 feeds[k] = v
-        try:
-            out = self._sess.run({"caller": fetches, "hooks": extra}, feed_dict=feeds or None)
-        except Exception as e:
-            if type(e).__name__ == "OutOfRangeError":
-                self._should_stop = True
-            raise
+        out = self._run_recovering({"caller": fetches, "hooks": extra}, feeds or None)
         for i, h in enumerate(self._hooks):
             h.after_run(ctx, SessionRunValues(out["hooks"].get(i), options, run_metadata))
         if ctx.stop_requested:
             self._should_stop = True
         return out["caller"]
+
+    def _run_recovering(self, fetches, feeds):
+        """A step; over a cluster, a step failed by a lost ps task is retried after the
+        recovery (at most _MAX_RECOVERIES in a row)."""
+        from . import _dist
+        tries = 0
+        while True:
+            try:
+                return self._sess.run(fetches, feed_dict=feeds)
+            except Exception as e:
+                if type(e).__name__ == "OutOfRangeError":
+                    self._should_stop = True
+                if (not self._dist or type(e).__name__ not in _dist.RECOVERABLE or
+                        tries >= _MAX_RECOVERIES):
+                    raise
+                tries += 1
+                self._sess._runner.recover(self._is_chief, self._checkpoint_dir, e)
 
     def run_step_fn(self, step_fn):
         class _StepContext:
