@@ -163,6 +163,35 @@ def test_session_on_server_target_runs_on_the_ps(fresh_graph):
     assert held["v"] and held["count"]
 
 
+def test_partitioned_variables_over_two_ps_tasks(fresh_graph):
+    """get_variable with a partitioner: TF's shards "w/part_i" (the first dim0 % n one row
+    more), each on a ps task of its own; used whole as their concatenation, trained, and
+    looked up as a list of shards."""
+    spec = cluster(2, 1)
+    ps = [tf.train.Server(spec, "ps", i) for i in range(2)]
+    worker = tf.train.Server(spec, "worker", 0)
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        w = tf.get_variable("w", [5, 3], partitioner=tf.fixed_size_partitioner(2),
+                            initializer=tf.ones_initializer())
+        with tf.variable_scope("e", partitioner=tf.min_max_variable_partitioner(
+                max_partitions=4, min_slice_size=64 << 10)):
+            emb = tf.get_variable("table", [1000, 64])
+        x = tf.placeholder(tf.float32, [None, 5])
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(tf.matmul(x, w)))
+        rows = tf.nn.embedding_lookup(w, [0, 4], partition_strategy="div")
+    assert [v.op.name for v in w] == ["w/part_0", "w/part_1"]
+    assert [v.shape.as_list() for v in w] == [[3, 3], [2, 3]]
+    assert len(emb) == 4 and sum(int(v.shape[0]) for v in emb) == 1000
+    with tf.Session(worker.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, {x: np.ones([2, 5], np.float32)})
+        np.testing.assert_allclose(sess.run(w.as_tensor()), np.full([5, 3], 0.8), rtol=1e-6)
+        np.testing.assert_allclose(sess.run(rows), np.full([2, 3], 0.8), rtol=1e-6)
+    held = [{v["name"] for v in json.loads(p._ts.inspect())["variables"]} for p in ps]
+    assert "w/part_0" in held[0] and "w/part_1" in held[1]
+    assert "e/table/part_0" in held[0] and "e/table/part_1" in held[1]
+
+
 def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
     spec = cluster(1, 2)
     tf.train.Server(spec, "ps", 0)

@@ -4,7 +4,8 @@ naming it (docs/python.md lists the surface)."""
 import logging as _pylogging
 
 from psgraph import _array_ops, _dtypes, _graph, _layers, _math_ops, _nn, _ops, _session
-from psgraph import _dist, _monitored, _summary, _supervisor, _sync, _train, _variables
+from psgraph import _dist, _monitored, _partitioned, _summary, _supervisor, _sync, _train
+from psgraph import _variables
 from psgraph import errors as _errors
 from psgraph._namespace import make as _make
 
@@ -83,6 +84,9 @@ random_uniform_initializer = _variables.random_uniform_initializer
 glorot_uniform_initializer = _variables.glorot_uniform_initializer
 glorot_normal_initializer = _variables.glorot_normal_initializer
 variance_scaling_initializer = _variables.variance_scaling_initializer
+fixed_size_partitioner = _partitioned.fixed_size_partitioner
+min_max_variable_partitioner = _partitioned.min_max_variable_partitioner
+PartitionedVariable = _partitioned.PartitionedVariable
 
 # ---- arrays ----
 constant = _array_ops.constant
