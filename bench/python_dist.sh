@@ -51,7 +51,7 @@ c_side() {
     /usr/bin/python3 -c '
 import json, sys
 # only the chief prints the done line: its own examples/s (after its first 20 steps) times
-# the share of the global steps it ran is the workers' aggregate, as the peers sum theirs
+# the share of the global steps it ran is the aggregate of the workers, as the peers sum theirs
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 c = rows[0] if rows else {}
 rate = c.get("examples_per_sec", 0) * c.get("global_steps", 0) / max(1, c.get("steps", 1))
