@@ -35,5 +35,6 @@ hosts_exec ctl "$psgraph" compare --outdir "$outdir" \
   --launch-arg --hosts-file --launch-arg "$placement" "${args[@]}"
 rc=$?
 [ -f "$outdir/compare.png" ] && cp "$outdir/compare.png" "compare_hosts_$rate.png" &&
-  echo "{\"bench\":\"compare_hosts\",\"png\":\"compare_hosts_$rate.png\"}"
+  cp "$outdir/compare.csv" "compare_hosts_$rate.csv" &&
+  echo "{\"bench\":\"compare_hosts\",\"png\":\"compare_hosts_$rate.png\",\"csv\":\"compare_hosts_$rate.csv\"}"
 exit $rc

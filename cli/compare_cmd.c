@@ -1,25 +1,32 @@
-/* `psgraph compare`: runs several strategies (sync/strategies.c) one after the
- * other on the same workload, local cluster, data order and straggler model
- * (each a `psgraph launch ... -- psgraph train` with its own --logdir), then
- * prints one JSON line per strategy (time to a target test accuracy, pace,
- * bytes per step, staleness, final accuracy, gradients dropped) and draws the
- * test accuracy of all against wall time and against steps into one PNG with
- * gnuplot. Not a scheduler: the runs share this machine one at a time. */
+/* `psgraph compare`: runs several strategies (sync/strategies.c) on the same workload,
+ * local cluster and straggler model, each repeat with its seed, the strategies
+ * interleaved (repeat 0 of each, then repeat 1 of each, ...; each run a `psgraph launch
+ * ... -- psgraph train` with its own --logdir), then prints one JSON line per run (time to
+ * a target test accuracy, pace, bytes per step, staleness, final accuracy, gradients
+ * dropped, the machine's load and the CPU others took) and one per strategy over its
+ * repeats (cli/compare_stats.c), and draws the curves into one PNG with gnuplot. Not a
+ * scheduler: the runs share this machine one at a time. */
 #include "cli/commands.h"
+#include "cli/compare_curves.h"
+#include "cli/compare_stats.h"
 #include "cli/options.h"
 #include "core/json.h"
 #include "psgraph/error.h"
+#include "psgraph/sync_replicas.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_STRATEGIES PSG_CLI_LIST_MAX
+#define MAX_REPEATS 64
 
 static const char *const default_strategies[] = {
     "async", "sync", "sync --backup-workers 1", "ssp --staleness 2", "local --local-steps 4",
@@ -31,8 +38,15 @@ typedef psg_compare_args_t compare_opts_t; /* cli/options.h */
 typedef struct {
     double time_to_target, steps_to_target, final_accuracy, steps_per_sec, push, pull, wall;
     double stale_min, stale_mean, stale_max, dropped, global_steps, chief_steps;
-    int evals, rc;
+    int evals, rc, repeat;
     char sync[32];
+    long long seed;
+    /* the machine during the run, sampled every 0.25 s: the mean number of runnable tasks
+     * (the load, as it is while the run runs) and the mean 1-minute load average (which lags
+     * it by up to a minute); the CPU time this run's processes took, the CPU time every
+     * other process took, the hypervisor's steal */
+    double load, load1, cpu_sec, others_cpu_sec, steal_sec;
+    bool flagged; /* its load differs from the other runs' median by more than the margin */
 } result_t;
 
 static void usage(FILE *f) {
@@ -55,7 +69,12 @@ static void usage(FILE *f) {
         "                      average, docs/inception3.md)\n"
         "  --epochs E          (default 6)    --eval-every N  the chief's steps between\n"
         "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
-        "  --outdir DIR        each strategy's logdir and log under DIR (default ./compare)\n"
+        "  --repeats N         runs of each strategy, interleaved round-robin (default 1)\n"
+        "  --seeds S1,S2,...   the seed of each repeat (default: --seed, --seed + 1, ...)\n"
+        "  --load-margin L     flag a run whose load (runnable tasks, its mean) differs from\n"
+        "                      the other runs' median by more than L x that median (default\n"
+        "                      0.25)\n"
+        "  --outdir DIR        each run's logdir and log under DIR (default ./compare)\n"
         "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n");
 }
 
@@ -68,6 +87,8 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
                           .seed = "1",
                           .ps = 1,
                           .workers = 4,
+                          .repeats = 0,
+                          .load_margin = 0.25,
                           .target = 0.85};
     int rest;
     int rc = psg_cli_parse(PSG_CLI_COMPARE, argc, argv, 1, o, &rest);
@@ -85,14 +106,65 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
     if (o->strategies.n == 0)
         for (size_t k = 0; k < sizeof default_strategies / sizeof *default_strategies; k++)
             o->strategies.v[o->strategies.n++] = default_strategies[k];
+    if (o->seeds) {
+        int v[MAX_REPEATS], n = psg_cli_counts(o->seeds, v, MAX_REPEATS, 0, 2147483647);
+        if (n < 1)
+            return psg_error_set("--seeds '%s': not a list of 1 to %d seeds (0 to 2147483647) "
+                                 "separated by commas",
+                                 o->seeds, MAX_REPEATS);
+        if (o->repeats && o->repeats != n)
+            return psg_error_set("--repeats %d but --seeds '%s' gives %d seeds", o->repeats,
+                                 o->seeds, n);
+        o->repeats = n;
+        for (int k = 0; k < n; k++) o->seed_of[k] = v[k];
+    } else {
+        if (!o->repeats) o->repeats = 1;
+        if (o->repeats > MAX_REPEATS)
+            return psg_error_set("--repeats %d: at most %d", o->repeats, MAX_REPEATS);
+        for (int k = 0; k < o->repeats; k++) o->seed_of[k] = atoll(o->seed) + k;
+    }
+    for (int i = 0; i < o->strategies.n; i++) /* every one before anything starts */
+        if (psg_sync_spec_check(o->strategies.v[i]) < 0)
+            return psg_error_wrap("--strategy '%s'", o->strategies.v[i]);
     return 0;
+}
+
+/* Waits for the run pid, sampling the machine's load every 0.25 s meanwhile, into r's
+ * load, cpu_sec, others_cpu_sec and steal_sec (-1 where /proc cannot say). Returns its exit
+ * code (or -1). */
+static int wait_measured(pid_t pid, result_t *r) {
+    psg_machine_sample_t m0, m1, now;
+    bool have = psg_machine_sample(&m0) == 0;
+    double load_sum = 0, load1_sum = 0;
+    int samples = 0, st = 0;
+    struct rusage ru;
+    for (;;) {
+        pid_t got = wait4(pid, &st, WNOHANG, &ru);
+        if (got < 0 && errno != EINTR) return -1;
+        if (got == pid) break;
+        if (have && psg_machine_sample(&now) == 0)
+            load_sum += now.runnable, load1_sum += now.load1, samples++;
+        nanosleep(&(struct timespec){.tv_nsec = 250000000}, NULL);
+    }
+    /* wait4's usage is the run's: launch and every process it waited for */
+    r->cpu_sec = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+    if (have && psg_machine_sample(&m1) == 0) {
+        r->load = samples ? load_sum / samples : m1.runnable;
+        r->load1 = samples ? load1_sum / samples : m1.load1;
+        r->others_cpu_sec = m1.busy_sec - m0.busy_sec - r->cpu_sec;
+        if (r->others_cpu_sec < 0) r->others_cpu_sec = 0; /* the clocks' ticks differ */
+        r->steal_sec = m1.steal_sec - m0.steal_sec;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* The run of one strategy: psgraph launch ... -- psgraph train ... --logdir dir, its
  * output into dir/run.log. Returns the launch's exit code (or -1). */
 static int run_strategy(const compare_opts_t *o, const char *self, const char *strategy,
-                        const char *dir) {
-    char spec[512], ps[16], workers[16], log[4200];
+                        const char *dir, result_t *r) {
+    char spec[512], ps[16], workers[16], log[4200], seed[24];
+    snprintf(seed, sizeof seed, "%lld", r->seed);
     snprintf(spec, sizeof spec, "%s", strategy);
     snprintf(ps, sizeof ps, "%d", o->ps);
     snprintf(workers, sizeof workers, "%d", o->workers);
@@ -103,7 +175,7 @@ static int run_strategy(const compare_opts_t *o, const char *self, const char *s
     const char *fixed[] = {
         "--ps",    ps,         "--workers", workers,       "--",           self,          "train",
         "--model", o->model,   "--epochs",  o->epochs,     "--eval-every", o->eval_every, "--seed",
-        o->seed,   "--logdir", dir,         "--log-every", "1000000"};
+        seed,      "--logdir", dir,         "--log-every", "1000000"};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) argv[n++] = fixed[k];
     if (o->data) argv[n++] = "--data", argv[n++] = o->data;
     argv[n++] = "--sync";
@@ -124,9 +196,7 @@ static int run_strategy(const compare_opts_t *o, const char *self, const char *s
         execv(self, (char *const *)argv);
         _exit(127);
     }
-    int st = 0;
-    if (waitpid(pid, &st, 0) < 0) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return wait_measured(pid, r);
 }
 
 static double num_or(const psg_json_t *j, const char *key, double dflt) {
@@ -197,47 +267,72 @@ static const char *jnum(char *buf, size_t n, double v, const char *fmt) {
     return buf;
 }
 
+static double chief_pace(const result_t *r);
+
 static void print_result(const char *strategy, const compare_opts_t *o, const result_t *r) {
-    char b[13][32];
+    char b[17][32];
     printf(
         "{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
         "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
         "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
         "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
-        "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\"}\n",
+        "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\","
+        "\"repeat\":%d,\"seed\":%lld,\"load\":%s,\"load1\":%s,\"cpu_sec\":%.2f,\"others_cpu_sec\":%s,"
+        "\"steal_sec\":%s}\n",
         strategy, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
-        jnum(b[1], 32, r->steps_to_target, "%.0f"),
-        jnum(b[12], 32, r->chief_steps > 0 && r->wall > 0 ? r->chief_steps / r->wall : -1, "%.3f"),
+        jnum(b[1], 32, r->steps_to_target, "%.0f"), jnum(b[12], 32, chief_pace(r), "%.3f"),
         jnum(b[2], 32, r->steps_per_sec, "%.3f"), jnum(b[3], 32, r->global_steps, "%.0f"),
         jnum(b[4], 32, r->push, "%.0f"), jnum(b[5], 32, r->pull, "%.0f"),
         jnum(b[6], 32, r->stale_min, "%.0f"), jnum(b[7], 32, r->stale_mean, "%.4f"),
         jnum(b[8], 32, r->stale_max, "%.0f"), jnum(b[9], 32, r->final_accuracy, "%.4f"),
         jnum(b[10], 32, r->dropped, "%.0f"), r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps,
-        o->workers, o->model, o->straggler, o->launch_text);
+        o->workers, o->model, o->straggler, o->launch_text, r->repeat, r->seed,
+        jnum(b[13], 32, r->load, "%.2f"), jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec,
+        jnum(b[14], 32, r->others_cpu_sec, "%.2f"), jnum(b[15], 32, r->steal_sec, "%.2f"));
     fflush(stdout);
 }
 
-/* Test accuracy against wall time and against steps, one line per strategy. */
-static int draw(const compare_opts_t *o, char dirs[][4096], int n, const char *png) {
-    FILE *g = popen("gnuplot 2>/dev/null", "w");
-    if (!g) return psg_error_set("cannot start gnuplot: %s", strerror(errno));
-    fprintf(
-        g,
-        "set terminal pngcairo noenhanced size 1000,900 font 'sans,10'\nset output '%s'\n"
-        "set multiplot layout 2,1 title 'psgraph compare: %s, %d ps + %d workers, target %.3f'\n"
-        "set grid\nset key bottom right\nset ylabel 'test accuracy'\n",
-        png, o->model, o->ps, o->workers, o->target);
-    for (int axis = 0; axis < 2; axis++) {
-        fprintf(g, "set xlabel '%s'\nplot %.4f title 'target' with lines dt 2 lc rgb 'gray'",
-                axis ? "steps of the chief" : "wall time (s)", o->target);
-        for (int i = 0; i < n; i++)
-            fprintf(g, ", '%s/eval.dat' using %d:3 title '%s' with linespoints lw 2 pt 7 ps 0.5",
-                    dirs[i], axis ? 2 : 1, o->strategies.v[i]);
-        fprintf(g, "\n");
+/* The chief's own steps a second of run r (-1: unknown). */
+static double chief_pace(const result_t *r) {
+    return r->chief_steps > 0 && r->wall > 0 ? r->chief_steps / r->wall : -1;
+}
+
+/* One line for strategy i over its n repeats rs[0..n): time to the target, final accuracy
+ * and the chief's steps/s (mean, min, max, 95 % interval over the runs that measured it),
+ * the load, and the runs flagged for their load. */
+static void print_summary(const char *strategy, const compare_opts_t *o, const result_t *rs,
+                          int n) {
+    double x[3][MAX_REPEATS], load[MAX_REPEATS];
+    int reached = 0, ok = 0;
+    char flagged[MAX_REPEATS * 48] = "", part[4][320];
+    size_t fl = 0;
+    for (int k = 0; k < n; k++) {
+        const result_t *r = &rs[k];
+        x[0][k] = r->rc == 0 ? r->time_to_target : -1;
+        x[1][k] = r->rc == 0 ? r->final_accuracy : -1;
+        x[2][k] = r->rc == 0 ? chief_pace(r) : -1;
+        load[k] = r->load;
+        reached += r->rc == 0 && r->time_to_target >= 0;
+        ok += r->rc == 0;
+        if (r->flagged)
+            fl += (size_t)snprintf(flagged + fl, sizeof flagged - fl,
+                                   "%s{\"repeat\":%d,\"seed\":%lld,\"load\":%.2f}", fl ? "," : "",
+                                   r->repeat, r->seed, r->load);
     }
-    fprintf(g, "unset multiplot\n");
-    int st = pclose(g);
-    return st == 0 ? 0 : psg_error_set("gnuplot failed drawing %s (status %d)", png, st);
+    const char *keys[3] = {"time_to_target_sec", "final_accuracy", "steps_per_sec"},
+               *fmts[3] = {"%.3f", "%.4f", "%.3f"};
+    for (int m = 0; m < 3; m++) {
+        psg_compare_stat_t st = psg_compare_stat(x[m], n);
+        psg_compare_stat_json(part[m], sizeof part[m], keys[m], &st, fmts[m]);
+    }
+    psg_compare_stat_t ls = psg_compare_stat(load, n);
+    psg_compare_stat_json(part[3], sizeof part[3], "load", &ls, "%.2f");
+    printf("{\"compare\":\"%s\",\"summary\":true,\"runs\":%d,\"exit_0\":%d,\"reached_target\":%d,"
+           "\"target\":%.4f,%s,%s,%s,%s,\"flagged\":[%s],\"load_margin\":%.2f,\"model\":\"%s\","
+           "\"ps\":%d,\"workers\":%d}\n",
+           strategy, n, ok, reached, o->target, part[0], part[1], part[2], part[3], flagged,
+           o->load_margin, o->model, o->ps, o->workers);
+    fflush(stdout);
 }
 
 int psg_cmd_compare(int argc, char **argv) {
@@ -255,47 +350,89 @@ int psg_cmd_compare(int argc, char **argv) {
         return 1;
     }
     self[sl] = 0;
-    static char dirs[MAX_STRATEGIES][4096];
-    int worst = 0;
-    for (int i = 0; i < o.strategies.n; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s", o.strategies.v[i]);
-        for (char *c = name; *c; c++)
-            if (*c == ' ' || *c == '/') *c = '_';
-        snprintf(dirs[i], sizeof dirs[i], "%s/%d-%s", o.outdir, i, name);
-        char cmd[4200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dirs[i]); /* a fresh run, not a resumed one */
-        if (system(cmd) != 0 || mkdir(dirs[i], 0755) < 0) {
-            fprintf(stderr, "psgraph compare: %s: %s\n", dirs[i], strerror(errno));
-            return 1;
+    static char dirs[MAX_STRATEGIES][MAX_REPEATS][4096];
+    static result_t res[MAX_STRATEGIES][MAX_REPEATS];
+    int worst = 0, nv = o.strategies.n, nr = o.repeats;
+    for (int k = 0; k < nr; k++) /* round-robin: repeat k of every strategy, then k + 1 */
+        for (int i = 0; i < nv; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s", o.strategies.v[i]);
+            for (char *c = name; *c; c++)
+                if (*c == ' ' || *c == '/') *c = '_';
+            if (nr == 1)
+                snprintf(dirs[i][k], sizeof dirs[i][k], "%s/%d-%s", o.outdir, i, name);
+            else
+                snprintf(dirs[i][k], sizeof dirs[i][k], "%s/%d-%s/r%d", o.outdir, i, name, k);
+            char cmd[4200];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dirs[i][k], dirs[i][k]);
+            if (system(cmd) != 0) { /* a fresh run, not a resumed one */
+                fprintf(stderr, "psgraph compare: cannot make %s afresh\n", dirs[i][k]);
+                return 1;
+            }
+            fprintf(stderr, "psgraph compare: %s, repeat %d, seed %lld (%s/run.log)\n",
+                    o.strategies.v[i], k, o.seed_of[k], dirs[i][k]);
+            result_t *r = &res[i][k];
+            *r = (result_t){.time_to_target = -1,
+                            .steps_to_target = -1,
+                            .final_accuracy = -1,
+                            .steps_per_sec = -1,
+                            .push = -1,
+                            .pull = -1,
+                            .wall = -1,
+                            .stale_min = -1,
+                            .stale_mean = -1,
+                            .stale_max = -1,
+                            .dropped = -1,
+                            .global_steps = -1,
+                            .load = -1,
+                            .load1 = -1,
+                            .others_cpu_sec = -1,
+                            .steal_sec = -1,
+                            .repeat = k,
+                            .seed = o.seed_of[k]};
+            r->rc = run_strategy(&o, self, o.strategies.v[i], dirs[i][k], r);
+            if (read_metrics(dirs[i][k], o.target, r) < 0)
+                fprintf(stderr, "psgraph compare: %s\n", psg_error_message());
+            if (r->rc != 0) worst = 1;
+            print_result(o.strategies.v[i], &o, r);
         }
-        fprintf(stderr, "psgraph compare: %s (%s/run.log)\n", o.strategies.v[i], dirs[i]);
-        result_t r = {.time_to_target = -1,
-                      .steps_to_target = -1,
-                      .final_accuracy = -1,
-                      .steps_per_sec = -1,
-                      .push = -1,
-                      .pull = -1,
-                      .wall = -1,
-                      .stale_min = -1,
-                      .stale_mean = -1,
-                      .stale_max = -1,
-                      .dropped = -1,
-                      .global_steps = -1};
-        r.rc = run_strategy(&o, self, o.strategies.v[i], dirs[i]);
-        if (read_metrics(dirs[i], o.target, &r) < 0)
-            fprintf(stderr, "psgraph compare: %s\n", psg_error_message());
-        if (r.rc != 0) worst = 1;
-        print_result(o.strategies.v[i], &o, &r);
+    /* a run whose load stands out from all the others' */
+    static double loads[MAX_STRATEGIES * MAX_REPEATS];
+    static bool flags[MAX_STRATEGIES * MAX_REPEATS];
+    for (int i = 0; i < nv; i++)
+        for (int k = 0; k < nr; k++) loads[i * nr + k] = res[i][k].load;
+    psg_compare_flag_loads(loads, nv * nr, o.load_margin, flags);
+    for (int i = 0; i < nv; i++) {
+        for (int k = 0; k < nr; k++) {
+            res[i][k].flagged = flags[i * nr + k];
+            if (res[i][k].flagged)
+                fprintf(stderr,
+                        "psgraph compare: %s, repeat %d ran at load %.2f, more than %.0f %% "
+                        "from the other runs' median: flagged\n",
+                        o.strategies.v[i], k, res[i][k].load, 100 * o.load_margin);
+        }
+        print_summary(o.strategies.v[i], &o, res[i], nr);
     }
-    char png[4200];
+    char png[4200], csv[4300], title[512];
     snprintf(png, sizeof png, "%s", o.png ? o.png : "");
     if (!o.png) snprintf(png, sizeof png, "%s/compare.png", o.outdir);
-    if (draw(&o, dirs, o.strategies.n, png) < 0) {
+    size_t pl = strlen(png); /* the CSV beside the PNG: its name, .csv for .png */
+    snprintf(csv, sizeof csv, "%.*s.csv",
+             (int)(pl > 4 && !strcmp(png + pl - 4, ".png") ? pl - 4 : pl), png);
+    snprintf(title, sizeof title, "psgraph compare: %s, %d ps + %d workers, %d repeat%s", o.model,
+             o.ps, o.workers, nr, nr > 1 ? "s" : "");
+    static psg_compare_curve_set_t sets[MAX_STRATEGIES];
+    static const char *dir_of[MAX_STRATEGIES][MAX_REPEATS];
+    for (int i = 0; i < nv; i++) {
+        for (int k = 0; k < nr; k++) dir_of[i][k] = dirs[i][k];
+        sets[i] = (psg_compare_curve_set_t){o.strategies.v[i], dir_of[i], o.seed_of, nr};
+    }
+    if (psg_compare_curves(sets, nv, o.outdir, csv, png, title, o.target) < 0) {
         fprintf(stderr, "psgraph compare: %s (is gnuplot installed? Debian: gnuplot-nox)\n",
                 psg_error_message());
         return 1;
     }
+    fprintf(stderr, "psgraph compare: %s\n", csv);
     fprintf(stderr, "psgraph compare: %s\n", png);
     return worst;
 }

@@ -579,6 +579,9 @@ static const psg_cli_option_t rows[] = {
     {"--target", PSG_OPT_REAL, 1e-9, 1, .use = {COMPARE(target)}},
     {"--target-top1", PSG_OPT_REAL, 1e-9, 1, .use = {COMPARE(target)}},
     {"--outdir", PSG_OPT_STRING, .use = {COMPARE(outdir)}},
+    {"--repeats", PSG_OPT_INT, 1, 1000, .use = {COMPARE(repeats)}},
+    {"--seeds", PSG_OPT_STRING, .use = {COMPARE(seeds)}},
+    {"--load-margin", PSG_OPT_REAL, 0, 1e6, .use = {COMPARE(load_margin)}},
     {"--png", PSG_OPT_STRING, .use = {COMPARE(png)}},
 };
 

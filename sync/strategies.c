@@ -18,7 +18,7 @@
 
 /* The built-in strategies, in --help's order: a row declares the strategy its file
  * defines and lists it. */
-#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd)
+#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd) X(diloco)
 
 #define DECLARE(name) extern const psg_sync_strategy_t psg_sync_strategy_##name;
 BUILT_IN(DECLARE)
@@ -85,6 +85,12 @@ static const psg_sync_option_t options[] = {
      "-masked: with its masking; folded: nowhere, SGD of rate lr/(1-m) on the ps, with sync "
      "the recipe that matches uncompressed at 1 %, docs/sync.md; default ps)",
      OPT(compress_momentum), 0, 3, false, momentum_places},
+    {"--outer-lr", "LR",
+     "the outer Nesterov step's rate on the averaged pseudo-gradient (default 0.7; 1 with "
+     "--outer-momentum 0: local SGD)",
+     OPT(outer_lr), 0, 1e6, true, NULL},
+    {"--outer-momentum", "M", "the outer step's Nesterov momentum, in [0, 1) (default 0.9)",
+     OPT(outer_momentum), 0, 0.999999, true, NULL},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
@@ -95,6 +101,8 @@ void psg_sync_options_defaults(psg_sync_options_t *o) {
     o->elastic_alpha = 0.5;
     o->compress_ratio = 0.01;
     o->compress_warmup_ratio = 0.25;
+    o->outer_lr = 0.7;
+    o->outer_momentum = 0.9;
 }
 
 /* The strategy named name, or NULL (no error set). */
@@ -231,4 +239,101 @@ int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg) {
     int n = cfg->replicas_to_aggregate > 0 ? cfg->replicas_to_aggregate
                                            : cfg->num_workers - cfg->backup_workers;
     return s->lost_workers ? s->lost_workers(cfg, n) : 0;
+}
+
+/* The edit distance of a and b (Levenshtein), both at most 63 characters counted. */
+static int distance(const char *a, const char *b) {
+    int row[64], la = (int)strnlen(a, 63), lb = (int)strnlen(b, 63);
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* The strategy whose name is closest to name. */
+static const char *closest_strategy(const char *name) {
+    const char *best = psg_sync_strategy_at(0)->name;
+    for (int i = 1, n = psg_sync_num_strategies(); i < n; i++)
+        if (distance(name, psg_sync_strategy_at(i)->name) < distance(name, best))
+            best = psg_sync_strategy_at(i)->name;
+    return best;
+}
+
+/* The option of s closest to flag ("" when it has none), and its list into list. */
+static const char *closest_option(const psg_sync_strategy_t *s, const char *flag, char *list,
+                                  size_t cap) {
+    const char *best = "";
+    size_t len = 0;
+    list[0] = 0;
+    for (int k = 0; s->options && s->options[k]; k++) {
+        if (!*best || distance(flag, s->options[k]) < distance(flag, best)) best = s->options[k];
+        len += (size_t)snprintf(list + len, len < cap ? cap - len : 0, "%s%s", k ? ", " : "",
+                                s->options[k]);
+    }
+    if (!*list) snprintf(list, cap, "none");
+    return best;
+}
+
+/* value of op (a command's own option: an integer in its range), checked. */
+static int check_cmd_value(const psg_sync_option_t *op, const char *value) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end || !(v >= op->lo && v <= op->hi))
+        return psg_error_set("%s: '%s' is not an integer in [%g, %g]", op->flag, value, op->lo,
+                             op->hi);
+    return 0;
+}
+
+int psg_sync_spec_check(const char *spec) {
+    char words[512];
+    if (!spec || strlen(spec) >= sizeof words)
+        return psg_error_set("strategy '%.64s...': longer than %zu characters", spec ? spec : "",
+                             sizeof words - 1);
+    snprintf(words, sizeof words, "%s", spec);
+    char *save = NULL, *name = strtok_r(words, " ", &save);
+    if (!name) return psg_error_set("an empty strategy (say its name, e.g. 'sync')");
+    const psg_sync_strategy_t *s = lookup(name);
+    if (!s)
+        return psg_error_set("unknown strategy '%s' (closest: %s; known: %s)", name,
+                             closest_strategy(name), psg_sync_strategy_names());
+    psg_sync_options_t scratch;
+    psg_sync_options_defaults(&scratch);
+    char list[512];
+    for (char *flag = strtok_r(NULL, " ", &save); flag; flag = strtok_r(NULL, " ", &save)) {
+        bool listed = false;
+        for (int k = 0; s->options && s->options[k] && !listed; k++)
+            listed = !strcmp(s->options[k], flag);
+        if (!listed) {
+            char owners[256] = "";
+            for (int i = 0, n = psg_sync_num_strategies(), len = 0; i < n; i++)
+                for (int k = 0;
+                     psg_sync_strategy_at(i)->options && psg_sync_strategy_at(i)->options[k]; k++)
+                    if (!strcmp(psg_sync_strategy_at(i)->options[k], flag) && len < 200)
+                        len +=
+                            snprintf(owners + len, sizeof owners - (size_t)len, "%s%s",
+                                     len ? ", " : " (an option of ", psg_sync_strategy_at(i)->name);
+            const char *near = closest_option(s, flag, list, sizeof list);
+            return psg_error_set("%s: unknown option '%s'%s%s%s%s (%s takes: %s; options for "
+                                 "every strategy go after --)",
+                                 name, flag, owners, *owners ? ")" : "", *near ? ", closest: " : "",
+                                 near, name, list);
+        }
+        const char *value = strtok_r(NULL, " ", &save);
+        if (!value) return psg_error_set("%s: %s needs a value", name, flag);
+        const psg_sync_option_t *op = find_option(flag);
+        int rc = op->offset == PSG_SYNC_OPT_CMD ? check_cmd_value(op, value)
+                                                : psg_sync_option_parse(&scratch, flag, value);
+        if (rc < 0) return psg_error_wrap("%s", name);
+    }
+    return 0;
 }

@@ -96,7 +96,7 @@ static int step_easgd(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t
     st->next_step = w->local_step + 1;
     st->used = true;
     st->num_accepted = st->num_vars = w->sg->num_vars;
-    st->staleness = -1;
+    st->staleness = 0; /* its gradient updates its own copy at once, as local SGD's */
     w->local_step++;
     if ((w->steps + 1) % w->cfg->opt.local_steps != 0) return 0;
     if (w->run(w->ctx, 1, NULL, NULL) == 0) return 0;

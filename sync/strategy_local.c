@@ -95,13 +95,12 @@ static int build_globals(const psg_sync_build_t *b, psg_endpoint_t *globals, psg
     return psg_graph_status(g);
 }
 
-/* The average every H steps: sync's protocol on the ps's copies (calls 1 and 2). */
+/* The average every H steps: sync's protocol on the ps's copies (calls 1 and 2), the chief
+ * applying the outer optimizer oc to the mean of the d. */
 static int build_average(const psg_sync_build_t *b, psg_sync_graph_t *out,
-                         const psg_endpoint_t *globals, const psg_endpoint_t *d, const int *pulls) {
-    psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
-    oc.learning_rate = 1;
-    oc.check_numerics = false;
-    psg_optimizer_t *sgd = psg_optimizer_new(&oc);
+                         const psg_endpoint_t *globals, const psg_endpoint_t *d, const int *pulls,
+                         const psg_optimizer_config_t *oc) {
+    psg_optimizer_t *sgd = psg_optimizer_new(oc);
     if (!sgd) return -1;
     psg_sync_config_t cfg = *b->cfg;
     cfg.total_steps = 0; /* the global step counts averages: training ends by the close */
@@ -131,7 +130,8 @@ static int build_average(const psg_sync_build_t *b, psg_sync_graph_t *out,
     return out->calls[1].targets[0] < 0 ? -1 : 0;
 }
 
-static int build_local(const psg_sync_build_t *b, psg_sync_graph_t *out) {
+int psg_sync_build_local(const psg_sync_build_t *b, psg_sync_graph_t *out,
+                         const psg_optimizer_config_t *outer) {
     psg_graph_t *g = b->g;
     char dev[256];
     snprintf(dev, sizeof dev, "%s", psg_node_device(psg_graph_node(g, b->vars[0].node)));
@@ -141,15 +141,22 @@ static int build_local(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     int *pulls = malloc(sizeof *pulls * (size_t)b->n);
     int rc =
         mem && pulls ? build_globals(b, mem, mem + b->n, pulls) : psg_error_set("out of memory");
-    if (rc == 0) rc = build_average(b, out, mem, mem + b->n, pulls);
+    if (rc == 0) rc = build_average(b, out, mem, mem + b->n, pulls, outer);
     free(mem);
     free(pulls);
     out->comm_per_step = 1.0 / (double)b->cfg->opt.local_steps;
     return rc;
 }
 
-/* After the step: the average when it is due, then the pull of the new global. */
-static int step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
+/* Local SGD's outer step: SGD with rate 1 on the mean of global - local, the mean. */
+static int build_local(const psg_sync_build_t *b, psg_sync_graph_t *out) {
+    psg_optimizer_config_t oc = psg_optimizer_defaults("sgd");
+    oc.learning_rate = 1;
+    oc.check_numerics = false;
+    return psg_sync_build_local(b, out, &oc);
+}
+
+int psg_sync_step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
     const psg_sync_options_t *o = &w->cfg->opt;
     int64_t j = w->steps + 1, local_step = w->local_step;
     const psg_sync_graph_t *sg = w->sg;
@@ -184,7 +191,7 @@ static int step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t
     return 0;
 }
 
-static int lost_local(const psg_sync_config_t *cfg, int num_required) {
+int psg_sync_lost_local(const psg_sync_config_t *cfg, int num_required) {
     return cfg->num_workers - num_required;
 }
 
@@ -196,9 +203,9 @@ const psg_sync_strategy_t psg_sync_strategy_local = {
     .summary = "local SGD: each worker takes H steps on its own copy, then the copies are "
                "averaged through the ps",
     .options = local_options,
-    .lost_workers = lost_local,
+    .lost_workers = psg_sync_lost_local,
     .build = build_local,
-    .step = step_local,
+    .step = psg_sync_step_local,
     .chief_runner = true,
     .local_model = true,
 };

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #define DEFAULT_TIMEOUT_MS 60000
@@ -357,31 +358,51 @@ void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st) {
         if (s->stale_n == 0 || st->staleness > s->stale_max) s->stale_max = st->staleness;
         s->stale_sum += st->staleness;
         s->stale_n++;
+        s->stale_hist[st->staleness < PSG_SYNC_STALE_BINS ? st->staleness
+                                                          : PSG_SYNC_STALE_BINS - 1]++;
     }
 }
 
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size) {
     if (s->stale_n == 0)
         return snprintf(buf, size,
-                        "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0}");
-    return snprintf(buf, size, "\"staleness\":{\"min\":%lld,\"mean\":%.4f,\"max\":%lld,\"n\":%lld}",
+                        "\"staleness\":{\"min\":null,\"mean\":null,\"max\":null,\"n\":0,"
+                        "\"hist\":[]}");
+    char hist[PSG_SYNC_STALE_BINS * 22 + 16] = "";
+    int last = PSG_SYNC_STALE_BINS - 1, len = 0;
+    int64_t counted = 0;
+    for (int k = 0; k < PSG_SYNC_STALE_BINS; k++) counted += s->stale_hist[k];
+    while (last > 0 && s->stale_hist[last] == 0) last--;
+    /* only when every one was counted into it (a sum of workers' rows carries none) */
+    for (int k = 0; counted == s->stale_n && k <= last; k++)
+        len += snprintf(hist + len, sizeof hist - (size_t)len, "%s%lld", k ? "," : ",\"hist\":[",
+                        (long long)s->stale_hist[k]);
+    if (len) snprintf(hist + len, sizeof hist - (size_t)len, "]");
+    return snprintf(buf, size,
+                    "\"staleness\":{\"min\":%lld,\"mean\":%.4f,\"max\":%lld,\"n\":%lld%s}",
                     (long long)s->stale_min, (double)s->stale_sum / (double)s->stale_n,
-                    (long long)s->stale_max, (long long)s->stale_n);
+                    (long long)s->stale_max, (long long)s->stale_n, hist);
 }
 
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size) {
-    char stale[24] = "null", why[32] = "";
+    char stale[24] = "null", why[32] = "", loss[32] = "null", wall[32] = "null", push[24] = "null",
+         pull[24] = "null";
     if (st->staleness >= 0) snprintf(stale, sizeof stale, "%lld", (long long)st->staleness);
     if (!st->used) snprintf(why, sizeof why, ",\"why\":\"%s\"", psg_sync_step_drop_reason(st));
+    if (st->has_loss && isfinite(st->loss)) snprintf(loss, sizeof loss, "%.6g", st->loss);
+    if (st->wall_sec >= 0) snprintf(wall, sizeof wall, "%.4f", st->wall_sec);
+    if (st->push_bytes >= 0) snprintf(push, sizeof push, "%lld", (long long)st->push_bytes);
+    if (st->pull_bytes >= 0) snprintf(pull, sizeof pull, "%lld", (long long)st->pull_bytes);
     return snprintf(buf, size,
                     "{\"event\":\"sync_step\",\"worker\":%d,\"local_step\":%lld,\"next_step\":%lld,"
                     "\"gradient\":\"%s\"%s,\"accepted\":%d,\"variables\":%d,\"step_sec\":%.6f,"
                     "\"compute_sec\":%.6f,\"token_wait_sec\":%.6f,\"wait_sec\":%.6f,"
-                    "\"staleness\":%s,\"straggler_ms\":%.3f}",
+                    "\"staleness\":%s,\"straggler_ms\":%.3f,\"loss\":%s,\"wall_sec\":%s,"
+                    "\"push_bytes\":%s,\"pull_bytes\":%s}",
                     worker, (long long)st->local_step, (long long)st->next_step,
                     st->used ? "used" : "dropped", why, st->num_accepted, st->num_vars,
                     st->step_sec, st->compute_sec, st->token_wait_sec, st->wait_sec, stale,
-                    st->straggler_ms);
+                    st->straggler_ms, loss, wall, push, pull);
 }
 
 /* ---- the chief's runner ---- */

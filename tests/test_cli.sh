@@ -133,6 +133,17 @@ esac
 check 2 "unknown strategy 'bsp' (known: $strategies)" "$psgraph" train --sync bsp
 check 2 "--local-steps: '0' is not an integer in [1, " "$psgraph" train --local-steps 0
 check 2 "unknown option '--colour'" "$psgraph" compare --colour red
+# a misspelt strategy or option is refused before anything starts, naming the closest known one
+for bad in "sycn|unknown strategy 'sycn' (closest: sync;" \
+           "ssp --stalenes 2|ssp: unknown option '--stalenes', closest: --staleness" \
+           "sync --staleness 2|sync: unknown option '--staleness' (an option of ssp)" \
+           "ssp --staleness|ssp: --staleness needs a value" \
+           "local --local-steps 0|local: --local-steps: '0' is not an integer"; do
+  nodir=$(mktemp -u /tmp/psg_test_cli_cmp.XXXXXX)
+  check 2 "--strategy '${bad%%|*}': ${bad#*|}" "$psgraph" compare --strategy sync --variant "${bad%%|*}" \
+    --outdir "$nodir" --data synthetic -- --steps 1
+  if [ -e "$nodir" ]; then echo "FAIL: compare --variant '${bad%%|*}' made $nodir"; fails=$((fails + 1)); rm -rf "$nodir"; fi
+done
 cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
@@ -146,9 +157,48 @@ if command -v gnuplot >/dev/null; then
     echo "FAIL: psgraph compare: $out" | head -20
     fails=$((fails + 1))
   fi
+  # repeats: the strategies interleaved (sync, ssp, sync, ssp), each run its seed and the
+  # machine's load, then a line per strategy over its repeats
+  out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --strategy "ssp --staleness 1" \
+        --seeds 3,4 --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir/rep" -- --steps 6 --batch 16 2>/dev/null)
+  order=$(python3 -c '
+import json, sys
+runs, sums = [], {}
+for line in sys.stdin:
+    d = json.loads(line)
+    if d.get("summary"):
+        sums[d["compare"]] = d
+    else:
+        assert d["exit"] == 0 and d["load"] >= 0 and d["others_cpu_sec"] >= 0, d
+        runs.append("%s/%d" % (d["sync"], d["seed"]))
+for name, d in sums.items():
+    t = d["time_to_target_sec"]
+    assert d["runs"] == 2 and t["n"] == 2 and t["min"] <= t["mean"] <= t["max"], d
+    assert t["ci95"][0] <= t["mean"] <= t["ci95"][1] and d["final_accuracy"]["n"] == 2, d
+print(" ".join(runs), len(sums))' <<<"$out" 2>&1)
+  # the CSV beside the PNG: every evaluation and every worker step of the 4 runs (2 workers x
+  # 6 steps each at least), with the loss and the bytes of each step
+  csvcheck=$(python3 -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+runs = {(r["strategy"], r["repeat"]) for r in rows}
+steps = [r for r in rows if r["event"] == "step"]
+evals = [r for r in rows if r["event"] == "eval"]
+assert len(runs) == 4 and len(steps) >= 4 * 12 and len(evals) >= 4, (runs, len(steps), len(evals))
+assert all(float(r["loss"]) > 0 and int(r["push_bytes"]) >= 0 for r in steps), steps[:2]
+assert all(0 <= float(r["test_accuracy"]) <= 1 for r in evals)
+print("ok")' "$cmpdir/rep/compare.csv" 2>&1)
+  if [ "$order" = "sync/3 ssp/3 sync/4 ssp/4 2" ] && [ "$csvcheck" = ok ] && [ -s "$cmpdir/rep/compare.png" ]; then
+    echo "ok   psgraph compare --seeds 3,4: runs interleaved, a summary line per strategy, compare.csv, compare.png"
+  else
+    echo "FAIL: psgraph compare --seeds 3,4: csv: $csvcheck" | head -5
+    echo "FAIL: psgraph compare --seeds 3,4: $order; $out" | head -20
+    fails=$((fails + 1))
+  fi
 else
   echo "skip psgraph compare: gnuplot is not installed"
 fi
+check 2 "--repeats 3 but --seeds '1,2' gives 2 seeds" "$psgraph" compare --repeats 3 --seeds 1,2
 rm -rf "$cmpdir"
 
 # psgraph data ctr: its JSON line parses even when the held-out rows are all of one label

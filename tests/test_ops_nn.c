@@ -365,6 +365,45 @@ static void test_conv2d_im2col_bands(void) {
     }
 }
 
+/* The padding is zeros, exactly: an image of zeros convolves to zeros and gives a filter
+ * gradient of zeros, bit for bit (a tolerance would let a padding of 1e-38 through), on the
+ * im2col path (one image, two threads: wide windows, copied by memset and memcpy, and one
+ * channel, copied float by float) and on the direct kernels (one thread). */
+static void test_conv2d_padding_is_zero(void) {
+    static const conv_case_t cases[] = {{1, 6, 6, 16, 3, 3, 4, 1, 1, true},
+                                        {1, 6, 6, 1, 3, 3, 4, 1, 1, true}};
+    unsigned seed = 11;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case_t *k = &cases[i];
+        geom_t g = geom_of(k);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc),
+                    sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
+        psg_tensor_t *x = psg_tensor_zeros(PSG_DT_F32, &sx),
+                     *w = psg_test_random(&sw, -1, 1, &seed),
+                     *dy = psg_test_random(&sy, -1, 1, &seed);
+        for (int threads = 1; threads <= 2; threads++) {
+            psg_tensor_t *fw[2] = {x, w}, *b3[3] = {x, w, dy};
+            psg_tensor_t *y = run_graph(2, fw, build_conv, (void *)k, threads);
+            psg_tensor_t *dw = run_graph(3, b3, build_conv_bf, (void *)k, threads);
+            int64_t nonzero = 0;
+            for (int64_t j = 0; y && j < psg_tensor_numel(y); j++)
+                nonzero += psg_tensor_f32(y)[j] != 0;
+            for (int64_t j = 0; dw && j < psg_tensor_numel(dw); j++)
+                nonzero += psg_tensor_f32(dw)[j] != 0;
+            CHECK(y && dw && nonzero == 0);
+            if (nonzero)
+                fprintf(stderr, "case %zu, %d threads: %lld values not 0 from an image of zeros\n",
+                        i, threads, (long long)nonzero);
+            psg_tensor_destroy(&y);
+            psg_tensor_destroy(&dw);
+        }
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&w);
+        psg_tensor_destroy(&dy);
+    }
+}
+
 static void test_same_padding_arithmetic(void) {
     /* TensorFlow: out = ceil(in / s); total = max((out - 1) * s + k - in, 0); before = total / 2 */
     int out, pad;
@@ -787,6 +826,7 @@ int main(void) {
     RUN_TEST(test_conv2d_values);
     RUN_TEST(test_conv2d_batch_unknown_at_build);
     RUN_TEST(test_conv2d_im2col_bands);
+    RUN_TEST(test_conv2d_padding_is_zero);
     RUN_TEST(test_pool_values);
     RUN_TEST(test_bias_add_values);
     RUN_TEST(test_batch_norm_values);

@@ -428,6 +428,58 @@ static void test_placement_errors(void) {
     psg_graph_destroy(&g);
 }
 
+/* The edges: the task one past the last, a default device without a job, and which member a
+ * conflict names. */
+static void test_placement_edges(void) {
+    psg_shape_t sh = psg_shape_1d(4);
+    psg_job_spec_t jobs[2] = {{"ps", 2, 0}, {"worker", 1, 1}};
+    psg_placement_options_t opt = {
+        .default_device = "/job:worker/task:0", .num_jobs = 2, .jobs = jobs};
+    psg_graph_t *g;
+    psg_endpoint_t v;
+
+    /* the task one past the last (tasks count from 0): refused too; the last one is there */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:2");
+    psg_var_handle(g, "next", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &opt) < 0);
+    CHECK_ERROR_HAS("node 'next' (VarHandle): device '/job:ps/replica:0/task:2/device:CPU:0' "
+                    "does not exist: job 'ps' has 2 tasks");
+    psg_graph_destroy(&g);
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:1");
+    psg_var_handle(g, "last", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &opt) == 0);
+    CHECK(!strcmp(assigned(g, "last"), "/job:ps/replica:0/task:1/device:CPU:0"));
+    psg_graph_destroy(&g);
+
+    /* a default device without a job (a bare device type): the local job */
+    g = psg_graph_new();
+    psg_placeholder(g, "local", PSG_DT_F32, &sh);
+    psg_placement_options_t no_job = {.default_device = "/device:CPU:0"};
+    CHECK(psg_place(g, &no_job) == 0);
+    CHECK(!strcmp(assigned(g, "local"), "/job:localhost/replica:0/task:0/device:CPU:0"));
+    psg_graph_destroy(&g);
+
+    /* two asks that differ name the member that asked first (the variable), not a later one
+     * that agreed with it */
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:ps/task:0");
+    v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
+    psg_read_variable(g, "agrees", v);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, "/job:worker/task:0");
+    psg_read_variable(g, "differs", v);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, NULL) < 0);
+    CHECK_ERROR_HAS("node 'differs' (ReadVariable) uses the resource of 'v' (VarHandle) and must "
+                    "sit beside it, but asks for '/job:worker/task:0' while 'v' asks for "
+                    "'/job:ps/task:0'");
+    psg_graph_destroy(&g);
+}
+
 int main(void) {
     RUN_TEST(test_device_names);
     RUN_TEST(test_device_stack);
@@ -435,5 +487,6 @@ int main(void) {
     RUN_TEST(test_setter_huge_variables);
     RUN_TEST(test_partitioned_variable);
     RUN_TEST(test_placement_errors);
+    RUN_TEST(test_placement_edges);
     return psg_test_summary();
 }

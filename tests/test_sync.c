@@ -722,6 +722,33 @@ static void test_drop_reasons(void) {
     CHECK(strstr(line, "\"gradient\":\"dropped\",\"why\":\"partial\"") != NULL);
     psg_sync_step_json(&used, 1, line, sizeof line);
     CHECK(strstr(line, "\"why\"") == NULL);
+    CHECK(strstr(line, "\"loss\":null") != NULL); /* no loss known: null, not 0 */
+    used.has_loss = true, used.loss = 0.5, used.push_bytes = 1234, used.wall_sec = 2;
+    psg_sync_step_json(&used, 1, line, sizeof line);
+    CHECK(strstr(line, "\"loss\":0.5,\"wall_sec\":2.0000,\"push_bytes\":1234,") != NULL);
+}
+
+/* The staleness of the used gradients, a histogram: 0, 0, 2, 40 (the last bin holds all from
+ * PSG_SYNC_STALE_BINS - 1 on); a dropped one is not counted. */
+static void test_staleness_histogram(void) {
+    psg_sync_stats_t s = {0};
+    int64_t seen[] = {0, 0, 2, 40};
+    for (int i = 0; i < 4; i++) {
+        psg_sync_step_t st = {.used = true, .next_step = 1, .staleness = seen[i]};
+        psg_sync_stats_add(&s, &st);
+    }
+    psg_sync_step_t dropped = {.next_step = 1, .num_vars = 1, .staleness = 3};
+    psg_sync_stats_add(&s, &dropped);
+    char buf[1024], want[1024] = "\"staleness\":{\"min\":0,\"mean\":10.5000,\"max\":40,\"n\":4,"
+                                 "\"hist\":[2,0,1";
+    for (int k = 3; k < PSG_SYNC_STALE_BINS; k++)
+        strcat(want, k == PSG_SYNC_STALE_BINS - 1 ? ",1]}" : ",0");
+    psg_sync_stats_staleness_json(&s, buf, sizeof buf);
+    if (strcmp(buf, want)) fprintf(stderr, "  got  %s\n  want %s\n", buf, want);
+    CHECK(!strcmp(buf, want));
+    s.stale_hist[0] = 0; /* a sum of workers' means has no histogram: none is made up */
+    psg_sync_stats_staleness_json(&s, buf, sizeof buf);
+    CHECK(strstr(buf, "hist") == NULL && strstr(buf, "\"n\":4}") != NULL);
 }
 
 int main(void) {
@@ -734,5 +761,6 @@ int main(void) {
     RUN_TEST(test_every_strategy_of_the_table);
     RUN_TEST(test_folded_momentum_scales_the_rate_tensor);
     RUN_TEST(test_drop_reasons);
+    RUN_TEST(test_staleness_histogram);
     return psg_test_summary();
 }

@@ -159,12 +159,12 @@ static void dump_logs(const job_t *j) {
 
 /* The worst relative difference of job a's f32 variables (named prefix + b's name: local
  * SGD's ps copies are "local_sgd/global/<var>") from job b's, read from their ps, after
- * steps steps of a, the chief reporting global_steps and 2 gradients a step. */
+ * steps steps of a, the chief reporting global_steps and used gradients (-1: not checked). */
 static double compare_variables_as(job_t *a, job_t *b, const char *what, const char *prefix,
                                    int steps, int used, int global_steps) {
     char *log0 = job_log(a, 0);
     CHECK(field(log0, "{\"event\":\"done\"", "global_steps") == global_steps);
-    CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == used);
+    if (used >= 0) CHECK(field(log0, "{\"event\":\"done\"", "gradients_used") == used);
     CHECK(field(log0, "{\"event\":\"done\"", "gradients_dropped") == 0);
     free(log0);
     psg_resource_mgr_t *ra = psg_task_server_resources(a->ps),
@@ -249,6 +249,36 @@ static void test_strategies_equal_sync(void) {
     for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
 }
 
+/* DiLoCo where its answer is known: with --outer-lr 1 and --outer-momentum 0 the outer
+ * Nesterov step is global -= mean(global - local), local SGD's average: 2 workers, SGD,
+ * H = 4, 20 steps of the same batches, the ps's copies within 1e-5. With the default outer
+ * step (lr 0.7, momentum 0.9) the copies differ: the outer optimizer is the one applied. */
+static void test_diloco_outer_sgd_is_local_sgd(void) {
+    const char *base[] = {"--model", "mlp", "--data",        "synthetic", "--optimizer",    "sgd",
+                          "--steps", "20",  "--seed",        "3",         "--step-timeout", "20",
+                          "--batch", "16",  "--local-steps", "4",         "--sync"};
+    const char *tails[3][6] = {{"local", NULL},
+                               {"diloco", "--outer-lr", "1", "--outer-momentum", "0", NULL},
+                               {"diloco", NULL}};
+    const char *names[3] = {"diloco_local", "diloco_sgd", "diloco_nesterov"};
+    job_t jobs[3];
+    for (int j = 0; j < 3; j++)
+        job_start_with(&jobs[j], names[j], 2, base, sizeof base / sizeof *base, tails[j]);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = true;
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 2; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 3; j++) dump_logs(&jobs[j]);
+    /* 5 averages (the used count: the ps's 10 or the workers' own 20 or 40 local steps, as
+     * their reports came in time: not checked) */
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "diloco outer lr 1, momentum 0 vs local H = 4",
+                               "", 20, -1, 5) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[2], &jobs[0], "diloco outer lr 0.7, Nesterov 0.9 vs local", "",
+                               20, -1, 5) > 1e-3);
+    for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
+}
+
 /* SSP across processes: worker 1 is 200 ms slower a step, worker 0 may be at most s = 1 step
  * ahead. Without the ps's wait, worker 0 would finish its 20 steps while worker 1 is at its
  * second (staleness up to ~19); with it, every step of both reads within 1 step of the
@@ -309,7 +339,7 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
     PSG_ASSERT(want && psg_straggler_add(want, spec) == 0);
     char line[2048];
     int steps = 0, distinct = 0;
-    double prev = -1;
+    double prev = -1, last_wall = 0;
     while (f && fgets(line, sizeof line, f)) {
         if (!strstr(line, "\"event\":\"sync_step\"")) continue;
         double got = field_f(line, "", "straggler_ms"), w = psg_straggler_delay_ms(want, 1, steps);
@@ -320,10 +350,23 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
         }
         distinct += got != prev;
         prev = got;
+        /* the step's loss, when it ended, and the bytes it moved: none on a local step, the
+         * model's difference out and the average in every 4th */
+        double loss = field_f(line, "", "loss"), wall = field_f(line, "", "wall_sec"),
+               push = field_f(line, "", "push_bytes"), pull = field_f(line, "", "pull_bytes");
+        bool avg = steps % 4 == 3;
+        if (!(loss > 0 && isfinite(loss) && wall >= last_wall && (push > 0) == avg &&
+              (pull > 0) == avg)) {
+            fprintf(stderr, "  worker 1's step %d: %s", steps, line);
+            CHECK(false);
+        }
+        last_wall = wall;
         steps++;
     }
     if (f) fclose(f);
-    printf("  local H = 4, worker 1: %d steps, %d distinct delays in a row\n", steps, distinct);
+    printf("  local H = 4, worker 1: %d steps, %d distinct delays in a row, loss, wall time and "
+           "bytes in each line\n",
+           steps, distinct);
     CHECK(steps == 8 && distinct == 8);
     psg_straggler_destroy(&want);
     job_stop(&job);
@@ -666,6 +709,7 @@ int main(int argc, char **argv) {
     } while (0)
     RUN_IF(test_equivalence);
     RUN_IF(test_strategies_equal_sync);
+    RUN_IF(test_diloco_outer_sgd_is_local_sgd);
     RUN_IF(test_easgd_center_moves_by_alpha);
     RUN_IF(test_topk_ratio_one_is_uncompressed);
     RUN_IF(test_topk_momentum_known_answers);

@@ -50,6 +50,7 @@ struct psg_sync_train {
     psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
     char task[PSG_DEVICE_NAME_MAX];  /* its task, as metrics.jsonl names it ("" in one process) */
     int64_t served0, pulled0;        /* the counts when training started */
+    int64_t served_at, pulled_at;    /* and after the last step */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
     bool over, finished, chief;
@@ -304,6 +305,7 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     psg_tensor_destroy(&gs);
     st->start_sec = psg_now_sec();
     if (server) psg_task_server_tensor_bytes(server, &st->served0, &st->pulled0);
+    st->served_at = st->served0, st->pulled_at = st->pulled0;
     if (!chief || !st->strategy->chief_runner) return 0;
     return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.strategy)
                                                  : 0;
@@ -325,10 +327,20 @@ static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over, doubl
     for (int i = 0; st->towers && i < st->num_feeds; i++) psg_tensor_destroy(&st->model_values[i]);
     if (rc < 0) return -1;
     s.straggler_ms = delay_ms;
+    s.wall_sec = psg_now_sec() - st->start_sec;
+    s.has_loss = *loss && (*loss)->dtype == PSG_DT_F32 && psg_tensor_numel(*loss) >= 1;
+    if (s.has_loss) s.loss = psg_tensor_f32(*loss)[0];
+    s.push_bytes = s.pull_bytes = -1;
+    if (st->server) { /* this step's bytes: the counts' change since the last step */
+        int64_t served = 0, pulled = 0;
+        psg_task_server_tensor_bytes(st->server, &served, &pulled);
+        s.push_bytes = served - st->served_at, s.pull_bytes = pulled - st->pulled_at;
+        st->served_at = served, st->pulled_at = pulled;
+    }
     st->w.steps++;
     psg_sync_stats_add(&st->stats, &s);
     if (st->metrics) {
-        char line[640];
+        char line[1024];
         psg_sync_step_json(&s, st->rank, line, sizeof line);
         fprintf(st->metrics, "%s\n", line);
     }
@@ -404,7 +416,7 @@ int psg_sync_train_finish(psg_sync_train_t *st, double examples_per_sec) {
         st->runner_sec = psg_now_sec() - st->runner_start;
         if (jr < 0 && rc == 0) rc = -1;
     }
-    char line[896], stale[160];
+    char line[1800], stale[800];
     psg_sync_stats_staleness_json(&st->stats, stale, sizeof stale);
     snprintf(line, sizeof line,
              "{\"event\":\"sync_summary\",\"worker\":%d,\"sync\":\"%s\",\"steps\":%" PRId64

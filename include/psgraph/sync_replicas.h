@@ -48,6 +48,8 @@ typedef struct {
                                   compress_warmup_ratio to compress_ratio (0: none) */
     double compress_warmup_ratio; /* topk: the share sent at the first step of the warm-up */
     int64_t compress_momentum;    /* topk: PSG_SYNC_COMPRESS_MOMENTUM_* */
+    double outer_lr;              /* diloco: the outer Nesterov step's rate (default 0.7) */
+    double outer_momentum;        /* diloco: its momentum (default 0.9) */
 } psg_sync_options_t;
 
 /* The defaults of every strategy option. */
@@ -60,6 +62,11 @@ int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *v
 void psg_sync_print_help(FILE *f);
 /* The strategy named name (NULL: "sync") is known: 0, or -1 with the error listing them. */
 int psg_sync_strategy_check_name(const char *name);
+/* A strategy as psgraph compare's --strategy takes it, "NAME [--flag VALUE]...", checked
+ * against the table of strategies and the table of options before anything runs: NAME a
+ * strategy's, every flag one the strategy lists, every value in its range. Returns 0, or
+ * -1 with the error naming the unknown name or flag and the closest known one. */
+int psg_sync_spec_check(const char *spec);
 
 typedef struct {
     const char *strategy;      /* its name (NULL: "sync"); psg_sync_strategy_names() */
@@ -172,6 +179,14 @@ typedef struct {
     int64_t staleness;     /* updates between its read and its own apply; -1: not known */
     double wait_sec;       /* of step_sec, waiting for others (ssp's clock) besides tokens */
     double straggler_ms;   /* the --straggler delay slept before the step (not in step_sec) */
+    /* filled by the training loop (worker/sync_train.c), not by the strategy: */
+    bool has_loss;      /* loss below is the step's training loss */
+    double loss;        /* the worker's training loss of the step (its batch's mean) */
+    double wall_sec;    /* when the step ended, seconds since the worker's training began; < 0
+                           unknown */
+    int64_t push_bytes; /* tensor bytes the worker's task server sent during the step; < 0
+                           unknown (psg_task_server_tensor_bytes) */
+    int64_t pull_bytes; /* and received */
 } psg_sync_step_t;
 
 /* Reads one step from the tensors fetched for psg_sync_graph_fetches (in
@@ -181,6 +196,8 @@ typedef struct {
 int psg_sync_step_read(const psg_sync_graph_t *sg, psg_tensor_t *const *fetched, int64_t local_step,
                        double step_sec, psg_sync_step_t *st);
 
+#define PSG_SYNC_STALE_BINS 33
+
 typedef struct {
     int64_t steps, used, dropped;
     /* why each dropped one was (psg_sync_step_drop_reason): stale, partial, closed */
@@ -188,10 +205,12 @@ typedef struct {
     double compute_sec, token_wait_sec, wait_sec;
     /* staleness of the applied gradients whose staleness is known */
     int64_t stale_n, stale_min, stale_max, stale_sum;
+    /* stale_hist[k]: how many had staleness k (the last bin: PSG_SYNC_STALE_BINS - 1 or more) */
+    int64_t stale_hist[PSG_SYNC_STALE_BINS];
 } psg_sync_stats_t;
 
-/* "\"staleness\":{\"min\":A,\"mean\":B,\"max\":C,\"n\":N}" of s (nulls when none is
- * known), as snprintf. */
+/* "\"staleness\":{\"min\":A,\"mean\":B,\"max\":C,\"n\":N,\"hist\":[H0,H1,...]}" of s
+ * (nulls and [] when none is known; hist up to its last non-zero bin), as snprintf. */
 int psg_sync_stats_staleness_json(const psg_sync_stats_t *s, char *buf, size_t size);
 
 void psg_sync_stats_add(psg_sync_stats_t *s, const psg_sync_step_t *st);
