@@ -38,19 +38,7 @@ trap 'rm -rf "$tmp"' EXIT
 [ -x build/cli/psgraph ] && $py -c 'import psgraph.compat.v1' 2>/dev/null ||
   { echo '{"bench":"python","error":"build it first: bash tools/build.sh build (with python3-dev python3-numpy)"}'; exit 1; }
 
-have_tf=0
-tf_venv() {
-  if ! TF_USE_LEGACY_KERAS=1 "$venv/bin/python" -c 'import tensorflow, tf_keras' 2>/dev/null; then
-    { python3 -m venv "$venv" && timeout 1200 "$venv/bin/pip" install -q tensorflow-cpu==2.21.0 tf-keras==2.21.0; } \
-      >"$tmp/pip.log" 2>&1
-  fi
-  if TF_USE_LEGACY_KERAS=1 "$venv/bin/python" -c 'import tensorflow, tf_keras' 2>/dev/null; then
-    have_tf=1
-  else
-    echo "{\"bench\":\"python\",\"note\":\"no TensorFlow 2.21 in $venv (pip: $(tail -1 "$tmp/pip.log" | tr -d '"'))\"}"
-  fi
-}
-tfpy() { TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3 "$venv/bin/python" "$@" 2>/dev/null; }
+. bench/tf_venv.sh # tf_venv, tfpy: TensorFlow 2.21 in $venv (uses $tmp)
 
 # alternate A B: rounds of the commands in functions A and B (each appends a JSON line to
 # $tmp/A and $tmp/B), odd rounds A first

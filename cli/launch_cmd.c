@@ -316,7 +316,10 @@ static void ps_args(char **cmd, char **out) {
         out[n++] = (char *)replicas;
     }
     for (int i = 0; cmd[i] && cmd[i + 1]; i++) {
-        if (!strcmp(cmd[i], "--logdir")) {
+        /* a Python script's checkpoint folder (mnist_replica.py's --train_dir,
+         * MonitoredTrainingSession's checkpoint_dir) is a logdir too */
+        if (!strcmp(cmd[i], "--logdir") || !strcmp(cmd[i], "--train_dir") ||
+            !strcmp(cmd[i], "--checkpoint_dir")) {
             out[n++] = "--logdir";
             out[n++] = cmd[i + 1];
         } else if (!strcmp(cmd[i], "--trace")) {

@@ -155,6 +155,30 @@ void psg_checkpoint_shard_clear(psg_checkpoint_shard_t *s) {
     memset(s, 0, sizeof *s);
 }
 
+int psg_checkpoint_shard_parse(psg_checkpoint_shard_t *s, const char *line, const char *names,
+                               size_t len) {
+    unsigned crc = 0;
+    unsigned long long size = 0, bytes = 0;
+    if (!line || sscanf(line, "%127s %llu %x %llu", s->file, &size, &crc, &bytes) != 4)
+        return psg_error_set("a shard's report '%.64s' is not \"FILE SIZE CRC32 TENSOR_BYTES\"",
+                             line ? line : "");
+    s->size = size;
+    s->crc32 = crc;
+    s->tensor_bytes = bytes;
+    int count = 0;
+    for (size_t k = 0; k < len; k++) count += names[k] == '\n';
+    if (!(s->names = calloc((size_t)count + 1, sizeof *s->names)))
+        return psg_error_set("out of memory");
+    for (size_t k = 0, at = 0; k < len; k++)
+        if (names[k] == '\n') {
+            if (!(s->names[s->num_tensors] = strndup(names + at, k - at)))
+                return psg_error_set("out of memory");
+            s->num_tensors++;
+            at = k + 1;
+        }
+    return 0;
+}
+
 /* Variables to write, sorted by element size (largest first, creation order
  * within): with no padding between tensors, every tensor is then aligned to
  * its element size, since the data starts on a multiple of 8. */

@@ -146,8 +146,11 @@ psg_endpoint_t psg_global_step(psg_graph_t *g) {
 static psg_endpoint_t new_global_step(psg_graph_t *g) {
     psg_shape_t s = psg_shape_scalar();
     psg_endpoint_t h = psg_var_handle(g, "global_step", PSG_DT_I64, &s);
-    if (!psg_endpoint_valid(h) || psg_graph_push_scope(g, "global_step") < 0)
-        return PSG_NO_ENDPOINT;
+    if (!psg_endpoint_valid(h)) return PSG_NO_ENDPOINT;
+    /* beside a variable of the user's named global_step the handle is "global_step_1": its
+     * initializer goes under its own name ("global_step_1/init"), where it is looked for */
+    const char *name = psg_node_name(psg_graph_node(g, h.node)), *leaf = strrchr(name, '/');
+    if (psg_graph_push_scope(g, leaf ? leaf + 1 : name) < 0) return PSG_NO_ENDPOINT;
     psg_tensor_t *zero = psg_tensor_scalar_i64(0);
     psg_endpoint_t v = zero ? psg_const(g, "initial_value", &zero) : PSG_NO_ENDPOINT;
     int assign = psg_endpoint_valid(v) ? psg_assign(g, "init", h, v) : -1;

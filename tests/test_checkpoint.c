@@ -536,6 +536,25 @@ static void test_policy(void) {
           !psg_checkpoint_policy_due(&p, 5, 2, 80, 60));
 }
 
+/* A SaveShard reply's report, as the chief (C or Python) reads it for the index. */
+static void test_shard_report_parse(void) {
+    psg_checkpoint_shard_t s = {0};
+    const char names[] = "w\nw/Momentum\nglobal_step\n";
+    CHECK(psg_checkpoint_shard_parse(&s,
+                                     "model.ckpt-5-00000-of-00002.safetensors 4096 0badf00d 4000",
+                                     names, sizeof names - 1) == 0);
+    CHECK(!strcmp(s.file, "model.ckpt-5-00000-of-00002.safetensors"));
+    CHECK(s.size == 4096 && s.crc32 == 0x0badf00du && s.tensor_bytes == 4000);
+    CHECK(s.num_tensors == 3 && !strcmp(s.names[1], "w/Momentum") &&
+          !strcmp(s.names[2], "global_step"));
+    psg_checkpoint_shard_clear(&s);
+    CHECK(psg_checkpoint_shard_parse(&s, "model.ckpt-5 4096", "", 0) < 0);
+    CHECK_ERROR_HAS("'model.ckpt-5 4096'");
+    psg_checkpoint_shard_clear(&s);
+    CHECK(psg_checkpoint_shard_parse(&s, NULL, "", 0) < 0);
+    psg_checkpoint_shard_clear(&s);
+}
+
 /* The cnn (3.3 M parameters) with its momentum slots: one save, one restore. */
 static void test_cnn_timing(void) {
     char dir[64];
@@ -727,6 +746,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_keep_last_k);
     RUN_TEST(test_restore_errors);
     RUN_TEST(test_policy);
+    RUN_TEST(test_shard_report_parse);
     RUN_TEST(test_cnn_timing);
     RUN_TEST(test_train_resumes);
     RUN_TEST(test_all_corrupt_stops);

@@ -226,32 +226,13 @@ static void *save_one(void *arg) {
     j->rc = -1;
     if (m) r = psg_dist_session_call(h->ds, task, &m, h->timeout_ms);
     psg_msg_destroy(&m);
-    unsigned crc = 0;
-    unsigned long long size = 0, bytes = 0;
-    psg_checkpoint_shard_t *s = &j->report;
     if (!r) {
         snprintf(j->error, sizeof j->error, "%s", psg_error_message());
-    } else if (!r->key || sscanf(r->key, "%127s %llu %x %llu", s->file, &size, &crc, &bytes) != 4) {
-        snprintf(j->error, sizeof j->error, "task %s: a SaveShard reply without its report", task);
+    } else if (psg_checkpoint_shard_parse(&j->report, r->key, r->body ? r->body->data : "",
+                                          r->body ? r->body->size : 0) < 0) {
+        snprintf(j->error, sizeof j->error, "task %s: SaveShard: %s", task, psg_error_message());
     } else {
-        s->size = size;
-        s->crc32 = crc;
-        s->tensor_bytes = bytes;
-        size_t n = r->body ? r->body->size : 0;
-        const char *p = r->body ? (const char *)r->body->data : "";
-        int count = 0;
-        for (size_t k = 0; k < n; k++) count += p[k] == '\n';
-        s->names = calloc((size_t)count + 1, sizeof *s->names);
-        j->rc = s->names ? 0 : -1;
-        for (size_t k = 0, at = 0; s->names && k < n; k++)
-            if (p[k] == '\n') {
-                if (!(s->names[s->num_tensors] = strndup(p + at, k - at)))
-                    j->rc = -1;
-                else
-                    s->num_tensors++;
-                at = k + 1;
-            }
-        if (j->rc < 0) snprintf(j->error, sizeof j->error, "out of memory");
+        j->rc = 0;
     }
     psg_msg_destroy(&r);
     return NULL;

@@ -32,6 +32,12 @@ typedef struct {
 
 /* Frees what s owns and zeroes it. NULL-safe. */
 void psg_checkpoint_shard_clear(psg_checkpoint_shard_t *s);
+/* Reads a shard's report as a SaveShard reply carries it (docs/distributed.md): `line`
+ * "FILE SIZE CRC32 TENSOR_BYTES" (crc32 in hex) and the tensor names, one a line, in the
+ * len bytes at names. Fills *s (the caller clears it, also on failure). -1 with the error
+ * set on a malformed line or out of memory. */
+int psg_checkpoint_shard_parse(psg_checkpoint_shard_t *s, const char *line, const char *names,
+                               size_t len);
 
 /* Writes every initialized variable of rm as shard `shard` of `num_shards` of
  * the checkpoint at `step` in dir (which must exist): temp file, fsync, rename,

@@ -17,6 +17,8 @@
 
 #include "psgraph/psgraph.h"
 
+#include <pthread.h>
+
 /* ---- errors (module.c) ---- */
 
 /* Raises the exception class registered for this thread's C error code (psgraph.errors:
@@ -81,9 +83,23 @@ PyObject *psg_py_array_from(psg_tensor_t **t);
 extern PyMethodDef psg_py_build_methods[];
 extern PyMethodDef psg_py_build_nn_methods[];
 extern PyMethodDef psg_py_train_methods[];
+extern PyMethodDef psg_py_sync_methods[];
 extern PyMethodDef psg_py_io_functions[];
 extern PyTypeObject psg_py_session_type;
 extern PyTypeObject psg_py_callable_type;
 int psg_py_io_ready(PyObject *module);
+
+/* make_callable(feeds, fetches, targets[, feed shapes]) of a Session (s) or a DistSession
+ * (ds): a Callable keeping owner alive, its runs serialized by lock (session.c). */
+PyObject *psg_py_callable_make(PyObject *owner, psg_graph_t *g, pthread_mutex_t *lock,
+                               psg_session_t *s, psg_dist_session_t *ds, PyObject *args);
+
+/* ---- a cluster (dist.c): TaskServer, DistSession, ReplicaSetter ---- */
+
+extern PyTypeObject psg_py_task_server_type;
+extern PyTypeObject psg_py_dist_session_type;
+extern PyTypeObject psg_py_replica_setter_type;
+/* The setter of a ReplicaSetter object, or NULL with TypeError. */
+psg_replica_setter_t *psg_py_replica_setter(PyObject *o);
 
 #endif

@@ -145,6 +145,15 @@ static PyObject *g_pop_device(PyObject *self, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
+/* push_replica_setter(ReplicaSetter): as tf.device(replica_device_setter(...)); the caller
+ * keeps the setter alive until pop_device */
+static PyObject *g_push_replica_setter(PyObject *self, PyObject *arg) {
+    psg_replica_setter_t *s = psg_py_replica_setter(arg);
+    if (!s) return NULL;
+    psg_graph_push_replica_setter(((psg_py_graph_t *)self)->g, s);
+    Py_RETURN_NONE;
+}
+
 /* push_control([ids], clear) */
 static PyObject *g_push_control(PyObject *self, PyObject *args) {
     PyObject *seq;
@@ -196,6 +205,8 @@ static PyMethodDef graph_methods[] = {
     {"set_scope", g_set_scope, METH_VARARGS, "set_scope(scope): the name scope of new nodes"},
     {"push_device", g_push_device, METH_VARARGS, "push_device(spec), as tf.device"},
     {"pop_device", g_pop_device, METH_NOARGS, "pops push_device"},
+    {"push_replica_setter", g_push_replica_setter, METH_O,
+     "push_replica_setter(setter): a replica device setter as the device function"},
     {"push_control", g_push_control, METH_VARARGS,
      "push_control(ids, clear=False), as tf.control_dependencies"},
     {"pop_control", g_pop_control, METH_NOARGS, "pops push_control"},
@@ -216,7 +227,7 @@ PyTypeObject psg_py_graph_type = {
 /* The type's methods: graph_methods and the builders' tables, joined once. */
 int psg_py_graph_ready(void) {
     PyMethodDef *tables[] = {graph_methods, psg_py_build_methods, psg_py_build_nn_methods,
-                             psg_py_train_methods};
+                             psg_py_train_methods, psg_py_sync_methods};
     size_t n = 0;
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (PyMethodDef *d = tables[t]; d->ml_name; d++) n++;

@@ -140,8 +140,11 @@ PyMODINIT_FUNC PyInit__psgraph(void) {
     import_array();
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    PyTypeObject *types[] = {&psg_py_graph_type, &psg_py_session_type, &psg_py_callable_type};
-    const char *names[] = {"Graph", "Session", "Callable"};
+    PyTypeObject *types[] = {&psg_py_graph_type,        &psg_py_session_type,
+                             &psg_py_callable_type,     &psg_py_task_server_type,
+                             &psg_py_dist_session_type, &psg_py_replica_setter_type};
+    const char *names[] = {"Graph",      "Session",     "Callable",
+                           "TaskServer", "DistSession", "ReplicaSetter"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         int ready = i == 0 ? psg_py_graph_ready() : PyType_Ready(types[i]);
         if (ready < 0 || PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) {

@@ -15,8 +15,11 @@ typedef struct {
 } session_t;
 
 typedef struct {
-    PyObject_HEAD session_t *session;
-    psg_callable_t *c;
+    PyObject_HEAD PyObject *owner; /* the Session or DistSession: kept alive */
+    pthread_mutex_t *lock;         /* the owner's: one run at a time */
+    psg_graph_t *g;                /* the owner's graph */
+    psg_callable_t *c;             /* a local plan, or */
+    psg_dist_callable_t *dc;       /* a distributed one (the owner's) */
     int n_feeds, n_fetches;
     psg_endpoint_t *feeds;
     psg_dtype_t *feed_dtypes;
@@ -57,10 +60,8 @@ static psg_graph_t *session_graph(session_t *s) {
     return psg_py_graph(s->graph);
 }
 
-/* make_callable([feeds], [fetches], [target ids], [feed shapes] or None) -> Callable: a
- * feed's shape None (or no list) is its node's inferred shape, which a fed value must fit */
-static PyObject *session_make_callable(PyObject *o, PyObject *args) {
-    session_t *self = (session_t *)o;
+PyObject *psg_py_callable_make(PyObject *owner, psg_graph_t *g, pthread_mutex_t *lock,
+                               psg_session_t *s, psg_dist_session_t *ds, PyObject *args) {
     PyObject *feeds_o, *fetches_o, *targets_o, *shapes_o = Py_None;
     if (!PyArg_ParseTuple(args, "OOO|O", &feeds_o, &fetches_o, &targets_o, &shapes_o)) return NULL;
     psg_endpoint_t *feeds = NULL, *fetches = NULL;
@@ -70,11 +71,13 @@ static PyObject *session_make_callable(PyObject *o, PyObject *args) {
         psg_py_parse_endpoints(fetches_o, &fetches, &nt) < 0 ||
         psg_py_parse_ints(targets_o, &targets, &nq) < 0)
         goto fail;
-    psg_graph_t *g = session_graph(self);
     c = PyObject_New(callable_t, &psg_py_callable_type);
     if (!c) goto fail;
-    c->session = (session_t *)Py_NewRef(o);
+    c->owner = Py_NewRef(owner);
+    c->lock = lock;
+    c->g = g;
     c->c = NULL;
+    c->dc = NULL;
     c->n_feeds = nf;
     c->n_fetches = nt;
     c->feeds = feeds;
@@ -98,8 +101,16 @@ static PyObject *session_make_callable(PyObject *o, PyObject *args) {
         Py_XDECREF(given);
         if (rc < 0) goto fail;
     }
-    c->c = psg_session_make_callable(self->s, nf, c->feeds, nt, fetches, nq, targets);
-    if (!c->c) {
+    if (s) {
+        c->c = psg_session_make_callable(s, nf, c->feeds, nt, fetches, nq, targets);
+    } else {
+        /* placing, partitioning and registering talk to the tasks: without the GIL */
+        Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(lock);
+        c->dc = psg_dist_session_make_callable(ds, nf, c->feeds, nt, fetches, nq, targets);
+        pthread_mutex_unlock(lock);
+        Py_END_ALLOW_THREADS
+    }
+    if (!c->c && !c->dc) {
         psg_py_raise();
         goto fail;
     }
@@ -114,19 +125,26 @@ fail:
     return NULL;
 }
 
+/* make_callable([feeds], [fetches], [target ids], [feed shapes] or None) -> Callable: a
+ * feed's shape None (or no list) is its node's inferred shape, which a fed value must fit */
+static PyObject *session_make_callable(PyObject *o, PyObject *args) {
+    session_t *self = (session_t *)o;
+    return psg_py_callable_make(o, session_graph(self), &self->lock, self->s, NULL, args);
+}
+
 static void callable_dealloc(PyObject *o) {
     callable_t *c = (callable_t *)o;
-    psg_callable_destroy(&c->c);
+    psg_callable_destroy(&c->c); /* a distributed one is its session's */
     PyMem_Free(c->feeds);
     PyMem_Free(c->feed_dtypes);
     PyMem_Free(c->feed_shapes);
-    Py_XDECREF(c->session);
+    Py_XDECREF(c->owner);
     PyObject_Free(o);
 }
 
 /* TensorFlow's message for a feed whose shape the placeholder does not take. */
 static void feed_shape_error(callable_t *c, int i, const psg_tensor_t *t) {
-    const psg_node_t *n = psg_graph_node(session_graph(c->session), c->feeds[i].node);
+    const psg_node_t *n = psg_graph_node(c->g, c->feeds[i].node);
     char got[PSG_SHAPE_STR_MAX], want[PSG_SHAPE_STR_MAX];
     PyErr_Format(PyExc_ValueError,
                  "Cannot feed value of shape %s for Tensor '%s:%d', which has shape %s",
@@ -166,10 +184,9 @@ static PyObject *callable_run(PyObject *o, PyObject *arg) {
             goto done;
         }
     }
-    session_t *s = c->session;
-    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&s->lock);
-    rc = psg_callable_run(c->c, in, out);
-    pthread_mutex_unlock(&s->lock);
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(c->lock);
+    rc = c->c ? psg_callable_run(c->c, in, out) : psg_dist_callable_run(c->dc, in, out);
+    pthread_mutex_unlock(c->lock);
     Py_END_ALLOW_THREADS if (rc < 0) {
         psg_py_raise();
         goto done;
@@ -382,8 +399,19 @@ static PyMethodDef session_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* set_overlap(on): a distributed step returns once this worker's part is done
+ * (psg_dist_callable_set_overlap); no effect on a local plan */
+static PyObject *callable_set_overlap(PyObject *o, PyObject *arg) {
+    callable_t *c = (callable_t *)o;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    if (c->dc) psg_dist_callable_set_overlap(c->dc, on);
+    return PyBool_FromLong(c->dc && psg_dist_callable_overlaps(c->dc));
+}
+
 static PyMethodDef callable_methods[] = {
     {"run", callable_run, METH_O, "run([feed values]) -> [fetched arrays]"},
+    {"set_overlap", callable_set_overlap, METH_O, "set_overlap(on) -> whether it overlaps"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -493,6 +493,14 @@ class Graph:
 
     @contextlib.contextmanager
     def device(self, device_name_or_function):
+        if hasattr(device_name_or_function, "_c") and hasattr(device_name_or_function, "ps_tasks"):
+            setter = device_name_or_function  # replica_device_setter: kept alive while pushed
+            self._c.push_replica_setter(setter._c)
+            try:
+                yield
+            finally:
+                self._c.pop_device()
+            return
         if callable(device_name_or_function):
             raise NotImplementedError("psgraph does not have device functions in tf.device yet "
                                       "(a device string works)")

@@ -191,6 +191,8 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     partition_strategy), read beside the variable; the gradient is sparse."""
     if max_norm is not None:
         raise NotImplementedError("psgraph does not have embedding_lookup's max_norm yet")
+    if hasattr(params, "_get_variable_list"):  # a PartitionedVariable: its shards
+        params = params._get_variable_list()
     shards = list(params) if isinstance(params, (list, tuple)) else [params]
     i = convert_to_tensor(ids)
     if not all(hasattr(s, "_handle") for s in shards):

@@ -2,8 +2,8 @@
 tuples, dicts and namedtuples of them, and a feed_dict; results put back in the fetches'
 shape (TF's session.py: flattened once, rebuilt after). Each signature (fetches, feeds) is
 a prepared C plan (psg_callable_t) made on first use and kept; the step runs in C without
-the GIL. The runner behind a Session is local today; a cluster target (issue 39) will be
-another runner with the same five methods."""
+the GIL. The runner behind a Session is local (target ''), or psgraph's distributed
+session over this process's tf.train.Server (target server.target: _dist._DistRunner)."""
 import collections
 import os
 
@@ -158,13 +158,14 @@ def _feed_key(g, k):
 
 class BaseSession:
     def __init__(self, target="", graph=None, config=None):
-        if target not in ("", None, b""):
-            raise NotImplementedError(
-                "psgraph's Session runs in this process; a cluster target (%r) comes with its "
-                "distributed session" % (target,))
         self._graph = graph or get_default_graph()
         self._config = config or ConfigProto()
-        self._runner = _LocalRunner(self._graph, self._config._threads())
+        self._target = target or ""
+        if target not in ("", None, b""):
+            from . import _dist
+            self._runner = _dist._DistRunner(self._graph, _dist._server_for(target), config)
+        else:
+            self._runner = _LocalRunner(self._graph, self._config._threads())
         self._plans = {}
         self._closed = False
         self._default_ctx = None
@@ -179,7 +180,7 @@ class BaseSession:
 
     @property
     def sess_str(self):
-        return ""
+        return self._target
 
     def _plan(self, fetches, feed_keys):
         g = self._graph
@@ -222,9 +223,20 @@ class BaseSession:
             plan.rebuild = rebuild_all
         return plan
 
+    _implicit_off = False
+    _in_implicit = False
+
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
+        hooks = getattr(self._graph, "_implicit_hooks", None)
+        if hooks and not self._implicit_off and not self._in_implicit:
+            from . import _monitored
+            self._in_implicit = True
+            try:
+                return _monitored.run_implicit(self, hooks, fetches, feed_dict)
+            finally:
+                self._in_implicit = False
         if feed_dict:
             keys = tuple(feed_dict)
             values = list(feed_dict.values())

@@ -30,6 +30,19 @@ def get_or_create_global_step(graph=None):
 create_global_step = get_or_create_global_step
 
 
+def _adopt_global_step(g, global_step):
+    """A global step the user made (TF 1.x's `tf.Variable(0, name="global_step",
+    trainable=False)`), a scalar int64 variable, becomes the one the C optimizers advance,
+    when the graph has none yet: else they would make and advance a second one."""
+    h = getattr(global_step, "_handle", None)
+    if h is None or g._c.collection("global_step"):
+        return
+    if global_step.dtype.name == "int64" and global_step.shape.ndims == 0:
+        g._c.add_to_collection("global_step", h[0])
+        if global_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
+            g.add_to_collection(GraphKeys.GLOBAL_STEP, global_step)
+
+
 def get_global_step(graph=None):
     g = graph or get_default_graph()
     steps = g.get_collection(GraphKeys.GLOBAL_STEP)
@@ -134,6 +147,7 @@ class Optimizer:
             raise ValueError("No gradients provided for any variable: %s"
                              % ([v.name for _, v in grads_and_vars],))
         g = pairs[0][1].graph
+        _adopt_global_step(g, global_step)
         cap = g._build().optimizer(self._kind, self._hyper(), self._lr_tensor(g))
         c = g._build()
         c.set_scope("")  # the slots are named "<var>/<Name>", as TensorFlow's

@@ -387,10 +387,18 @@ class VariableScope:
         self._regularizer = regularizer
         self._dtype = dtype
         self._name_scope = name_scope
+        self._partitioner = None
 
     @property
     def name(self):
         return self._name
+
+    @property
+    def partitioner(self):
+        return self._partitioner
+
+    def set_partitioner(self, partitioner):
+        self._partitioner = partitioner
 
     @property
     def original_name_scope(self):
@@ -437,9 +445,6 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
                    regularizer=None, caching_device=None, partitioner=None, custom_getter=None,
                    reuse=None, dtype=None, use_resource=None, constraint=None,
                    auxiliary_name_scope=True):
-    if partitioner is not None:
-        raise NotImplementedError("psgraph does not have partitioned variables in "
-                                  "tf.variable_scope yet")
     if custom_getter is not None:
         raise NotImplementedError("psgraph does not have custom getters yet")
     g = get_default_graph()
@@ -473,6 +478,8 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
                           initializer if initializer is not None else src.initializer,
                           regularizer if regularizer is not None else src.regularizer,
                           dtype or src.dtype)
+    scope._partitioner = partitioner if partitioner is not None else getattr(src, "_partitioner",
+                                                                             None)
     old = g._var_scope
     g._var_scope = scope
     try:
@@ -492,16 +499,31 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
         g._var_scope = old
 
 
+_NO_PARTITION = object()
+
+
 def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None, trainable=None,
                  collections=None, caching_device=None, partitioner=None, validate_shape=True,
                  use_resource=None, custom_getter=None, constraint=None, synchronization=None,
                  aggregation=None):
-    if partitioner is not None:
-        raise NotImplementedError("psgraph does not have partitioned variables in "
-                                  "tf.get_variable yet")
     g = get_default_graph()
     scope = get_variable_scope()
     full = scope.name + "/" + name if scope.name else name
+    if partitioner is _NO_PARTITION:  # a shard of a partitioned variable
+        partitioner = None
+    elif partitioner is None:
+        partitioner = scope.partitioner
+    if partitioner is not None:
+        if full in g._var_store:  # reused: the same shards
+            return g._var_store[full]
+        from . import _partitioned
+        dt = _dtypes.as_dtype(dtype or scope.dtype or _dtypes.float32)
+        pv = _partitioned.make(get_variable, full, name, shape, dt, partitioner,
+                               initializer=initializer, regularizer=regularizer,
+                               trainable=trainable, collections=collections,
+                               partitioner=_NO_PARTITION)
+        g._var_store[full] = pv
+        return pv
     existing = g._var_store.get(full)
     if existing is not None:
         if scope.reuse is False or scope.reuse is None:

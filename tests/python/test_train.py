@@ -254,3 +254,18 @@ def test_regularization_loss():
         with tf.Session() as s:
             assert s.run(tf.losses.get_regularization_loss()) == 0.0
     del w
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_a_global_step_of_the_users_own(fresh_graph, dtype):
+    """TF 1.x's `tf.Variable(0, name="global_step", trainable=False)` passed to minimize is
+    advanced once a step, and every variable the optimizer made is initialized."""
+    gs = tf.Variable(0, name="global_step", trainable=False, dtype=getattr(tf, dtype))
+    w = tf.Variable(tf.zeros([3]), name="w")
+    op = tf.train.AdamOptimizer(0.01).minimize(tf.reduce_sum((w - 1.0) * (w - 1.0)),
+                                               global_step=gs)
+    with tf.Session() as s:
+        s.run(tf.global_variables_initializer())
+        for _ in range(3):
+            s.run(op)
+        assert s.run(gs) == 3

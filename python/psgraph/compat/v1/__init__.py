@@ -4,7 +4,8 @@ naming it (docs/python.md lists the surface)."""
 import logging as _pylogging
 
 from psgraph import _array_ops, _dtypes, _graph, _layers, _math_ops, _nn, _ops, _session
-from psgraph import _summary, _train, _variables
+from psgraph import _dist, _monitored, _partitioned, _summary, _supervisor, _sync, _train
+from psgraph import _variables
 from psgraph import errors as _errors
 from psgraph._namespace import make as _make
 
@@ -83,6 +84,9 @@ random_uniform_initializer = _variables.random_uniform_initializer
 glorot_uniform_initializer = _variables.glorot_uniform_initializer
 glorot_normal_initializer = _variables.glorot_normal_initializer
 variance_scaling_initializer = _variables.variance_scaling_initializer
+fixed_size_partitioner = _partitioned.fixed_size_partitioner
+min_max_variable_partitioner = _partitioned.min_max_variable_partitioner
+PartitionedVariable = _partitioned.PartitionedVariable
 
 # ---- arrays ----
 constant = _array_ops.constant
@@ -180,7 +184,26 @@ train = _make(_here, "train", dict(
     piecewise_constant=_train.piecewise_constant,
     ExponentialMovingAverage=_train.ExponentialMovingAverage, Saver=_train.Saver,
     latest_checkpoint=_train.latest_checkpoint, list_variables=_train.list_variables,
-    load_variable=_train.load_variable))
+    load_variable=_train.load_variable,
+    # the cluster (psgraph/_dist.py) and the monitored session (psgraph/_monitored.py)
+    ClusterSpec=_dist.ClusterSpec, Server=_dist.Server,
+    replica_device_setter=_dist.replica_device_setter,
+    GreedyLoadBalancingStrategy=_dist.GreedyLoadBalancingStrategy,
+    byte_size_load_fn=_dist.byte_size_load_fn,
+    MonitoredTrainingSession=_monitored.MonitoredTrainingSession,
+    MonitoredSession=_monitored.MonitoredSession, Scaffold=_monitored.Scaffold,
+    SessionRunHook=_monitored.SessionRunHook, SessionRunArgs=_monitored.SessionRunArgs,
+    SessionRunContext=_monitored.SessionRunContext, SessionRunValues=_monitored.SessionRunValues,
+    StopAtStepHook=_monitored.StopAtStepHook, LoggingTensorHook=_monitored.LoggingTensorHook,
+    CheckpointSaverHook=_monitored.CheckpointSaverHook,
+    CheckpointSaverListener=_monitored.CheckpointSaverListener,
+    SummarySaverHook=_monitored.SummarySaverHook, StepCounterHook=_monitored.StepCounterHook,
+    SyncReplicasOptimizer=_sync.SyncReplicasOptimizer, Supervisor=_supervisor.Supervisor,
+    Coordinator=_supervisor.Coordinator))
+
+distribute = _make(_here, "distribute", dict(Server=_dist.Server, ClusterSpec=_dist.ClusterSpec))
+distribute.cluster_resolver = _make(_here + ".distribute", "cluster_resolver", dict(
+    TFConfigClusterResolver=_dist.TFConfigClusterResolver))
 
 summary = _make(_here, "summary", dict(
     scalar=_summary.scalar, histogram=_summary.histogram, merge=_summary.merge,

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""One TF 1.x distributed script (between-graph replication: ClusterSpec, Server,
+replica_device_setter, MonitoredTrainingSession, optionally SyncReplicasOptimizer), run on
+TensorFlow (`--impl tensorflow`: tensorflow.compat.v1) or on psgraph (`--impl psgraph`:
+psgraph.compat.v1): the import is the only difference. Workload: psgraph's mlp recipe
+(784-256-256-10 ReLU, momentum 0.9, lr 0.05, batch 128 per worker) on Fashion-MNIST, each
+worker on its share of one epoch, fed with feed_dict from the same numpy arrays.
+
+  tf1_dist_peer.py launch --impl psgraph|tensorflow [--workers 2] [--sync] [--epochs 1]
+    starts 1 ps + W workers on loopback, each with its TF_CONFIG, and prints one JSON line:
+    aggregate examples/s (every worker's, after its first 20 steps), the chief's test
+    accuracy, the global step.
+  tf1_dist_peer.py task --impl ...   (one task; TF_CONFIG names it)
+"""
+import argparse
+import gzip
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(name):
+    raw = gzip.open(os.path.join(DATA, name), "rb").read()
+    nd = raw[3]
+    dims = struct.unpack(">" + "I" * nd, raw[4:4 + 4 * nd])
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+def load():
+    xtr = read_idx("train-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255
+    ytr = read_idx("train-labels-idx1-ubyte.gz").astype(np.int32)
+    xte = read_idx("t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255
+    yte = read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int32)
+    return xtr, ytr, xte, yte
+
+
+def task(a):
+    if a.impl == "psgraph":
+        import psgraph.compat.v1 as tf
+    else:
+        import tensorflow.compat.v1 as tf
+        tf.disable_eager_execution()
+    conf = json.loads(os.environ["TF_CONFIG"])
+    cluster = tf.train.ClusterSpec(conf["cluster"])
+    job, index = conf["task"]["type"], conf["task"]["index"]
+    cfg = tf.ConfigProto(intra_op_parallelism_threads=a.threads, inter_op_parallelism_threads=1,
+                         device_filters=["/job:ps", "/job:worker/task:%d" % index])
+    server = tf.train.Server(cluster, job_name=job, task_index=index, config=cfg)
+    if job == "ps":
+        server.join()
+        return
+    nw = cluster.num_tasks("worker")
+    chief = index == 0
+    with tf.device(tf.train.replica_device_setter(worker_device="/job:worker/task:%d" % index,
+                                                  cluster=cluster)):
+        x = tf.placeholder(tf.float32, [None, 784])
+        y = tf.placeholder(tf.int32, [None])
+        h = x
+        for i, (n_in, n_out) in enumerate([(784, 256), (256, 256), (256, 10)]):
+            w = tf.get_variable("w%d" % i, [n_in, n_out],
+                                initializer=tf.glorot_uniform_initializer())
+            b = tf.get_variable("b%d" % i, [n_out], initializer=tf.zeros_initializer())
+            h = tf.matmul(h, w) + b
+            if i < 2:
+                h = tf.nn.relu(h)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+        hits = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(h, 1, output_type=tf.int32), y),
+                                     tf.float32))
+        gs = tf.train.get_or_create_global_step()
+        opt = tf.train.MomentumOptimizer(a.lr, 0.9)
+        hooks = []
+        if a.sync:
+            opt = tf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=nw - a.backup,
+                                                 total_num_replicas=nw)
+        train = opt.minimize(loss, global_step=gs)
+        if a.sync:
+            hooks.append(opt.make_session_run_hook(chief))
+    xtr, ytr, xte, yte = load()
+    rng = np.random.RandomState(a.seed)
+    bs = 128
+    t0, seen, steps = None, 0, 0
+    with tf.train.MonitoredTrainingSession(master=server.target, is_chief=chief, hooks=hooks,
+                                           config=cfg, save_checkpoint_secs=None,
+                                           save_summaries_steps=None,
+                                           log_step_count_steps=None) as sess:
+        for _ in range(a.epochs):
+            perm = rng.permutation(xtr.shape[0])[index::nw]
+            for i in range(0, perm.shape[0] - bs + 1, bs):
+                if sess.should_stop():
+                    break
+                idx = perm[i:i + bs]
+                sess.run(train, {x: xtr[idx], y: ytr[idx]})
+                steps += 1
+                if steps == 20:
+                    t0 = time.perf_counter()
+                elif steps > 20:
+                    seen += bs
+        dt = time.perf_counter() - t0 if t0 else 0
+        out = {"task": index, "steps": steps,
+               "examples_per_sec": round(seen / dt, 1) if dt else 0.0}
+        if chief:
+            n = sum(sess.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
+                    for i in range(0, len(yte), 1000))
+            out["test_accuracy"] = round(float(n) / len(yte), 4)
+            out["global_step"] = int(sess.run(gs))
+    print(json.dumps(out), flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def launch(a):
+    spec = {"ps": ["127.0.0.1:%d" % free_port()],
+            "worker": ["127.0.0.1:%d" % free_port() for _ in range(a.workers)]}
+    base = [sys.executable, os.path.abspath(__file__), "task", "--impl", a.impl, "--epochs",
+            str(a.epochs), "--threads", str(a.threads), "--backup", str(a.backup), "--lr",
+            str(a.lr)] + (["--sync"] if a.sync else [])
+
+    def env(job, i):
+        return dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
+                    TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": i}}))
+    ps = subprocess.Popen(base, env=env("ps", 0), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    workers = [subprocess.Popen(base, env=env("worker", i), stdout=subprocess.PIPE, text=True)
+               for i in range(a.workers)]
+    try:
+        outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in workers]
+    finally:
+        if a.impl == "tensorflow":
+            ps.kill()  # tf.train.Server.join() never returns (tensorflow#4713)
+        ps.wait()
+    chief = outs[0]
+    print(json.dumps({"impl": a.impl, "ps": 1, "workers": a.workers, "sync": a.sync,
+                      "backup": a.backup, "epochs": a.epochs,
+                      "examples_per_sec": round(sum(o["examples_per_sec"] for o in outs), 1),
+                      "test_accuracy": chief.get("test_accuracy"),
+                      "global_step": chief.get("global_step")}), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["launch", "task"])
+    ap.add_argument("--impl", choices=["psgraph", "tensorflow"], required=True)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sync", action="store_true")
+    ap.add_argument("--backup", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    launch(a) if a.mode == "launch" else task(a)
+
+
+if __name__ == "__main__":
+    main()

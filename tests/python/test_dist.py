@@ -1,0 +1,475 @@
+"""TF 1.x's distributed surface on psgraph (docs/python.md, "A cluster"): ClusterSpec,
+Server (a psgraph task server), TF_CONFIG, replica_device_setter, Session(server.target),
+MonitoredTrainingSession with its hooks, and a whole job of real processes: ps tasks as
+`psgraph server` or a Python Server, workers in Python or in C, over loopback."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import psgraph.compat.v1 as tf
+from conftest import fashion_mnist_present
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+REPLICA = os.path.join(ROOT, "examples", "python", "mnist_replica.py")
+SUPERVISOR = os.path.join(ROOT, "examples", "python", "mnist_replica_supervisor.py")
+needs_data = pytest.mark.skipif(not fashion_mnist_present(), reason="no Fashion-MNIST")
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def cluster(ps, workers):
+    ports = free_ports(ps + workers)
+    return {"ps": ["127.0.0.1:%d" % p for p in ports[:ps]],
+            "worker": ["127.0.0.1:%d" % p for p in ports[ps:]]}
+
+
+def tf_config(spec, job, index):
+    return json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+
+
+def env_for(spec, job, index):
+    env = dict(os.environ)
+    env["TF_CONFIG"] = tf_config(spec, job, index)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def finish(procs, timeout=600):
+    """Waits for every process; returns [(rc, output)], killing what is left at timeout."""
+    out = []
+    deadline = time.time() + timeout
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+        out.append((p.returncode, text))
+    return out
+
+
+def done_line(text):
+    lines = [json.loads(l) for l in text.splitlines() if l.startswith('{"event": "done"')]
+    assert lines, text
+    return lines[-1]
+
+
+# ---- ClusterSpec, TF_CONFIG ----
+
+def test_cluster_spec_as_tf():
+    c = tf.train.ClusterSpec({"ps": ["a:1", "b:2"], "worker": {0: "c:3", 2: "d:4"}})
+    assert c.jobs == ["ps", "worker"]
+    assert c.num_tasks("ps") == 2 and c.num_tasks("worker") == 2
+    assert c.task_indices("worker") == [0, 2]
+    assert c.task_address("ps", 1) == "b:2"
+    assert c.job_tasks("worker") == ["c:3", None, "d:4"]
+    assert c.as_dict() == {"ps": ["a:1", "b:2"], "worker": {0: "c:3", 2: "d:4"}}
+    assert tf.train.ClusterSpec(c) == c and bool(c)
+    with pytest.raises(ValueError, match="No such job"):
+        c.num_tasks("chief")
+    with pytest.raises(TypeError):
+        tf.train.ClusterSpec({"ps": "a:1"})
+    # a sparse job cannot make a psgraph task: it names the job
+    with pytest.raises(ValueError, match="job 'worker' lists tasks"):
+        tf.train.Server(c, "ps", 0)
+    assert tf.distribute.Server is tf.train.Server
+
+
+def test_tf_config_resolver(monkeypatch):
+    spec = {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"],
+            "chief": ["127.0.0.1:4"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": spec,
+                                                "task": {"type": "worker", "index": 1}}))
+    r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert (r.task_type, r.task_id) == ("worker", 1)
+    assert r.cluster_spec().as_dict() == spec
+    assert r.master() == "grpc://127.0.0.1:3"
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        tf.distribute.cluster_resolver.TFConfigClusterResolver()
+
+
+def test_server_errors_name_the_task():
+    spec = cluster(1, 1)
+    with pytest.raises(Exception, match="worker"):
+        tf.train.Server(spec, "worker", 3)  # no such task: the C cluster's message
+    with pytest.raises(ValueError, match="explicit `job_name`"):
+        tf.train.Server(spec)
+    with pytest.raises(ValueError, match="needs this process's tf.train.Server"):
+        tf.Session("grpc://127.0.0.1:1")
+
+
+# ---- the replica device setter ----
+
+def test_replica_device_setter_round_robin_and_greedy():
+    with tf.device(tf.train.replica_device_setter(ps_tasks=2)):
+        a = tf.get_variable("a", [1000])
+        b = tf.get_variable("b", [10])
+        c = tf.get_variable("c", [10])
+        y = a * 2.0
+    assert "/job:ps/task:0" in a.op.device and "/job:ps/task:1" in b.op.device
+    assert "/job:ps/task:0" in c.op.device
+    assert "/job:worker" in y.op.device
+    greedy = tf.train.replica_device_setter(
+        cluster={"ps": ["x:1", "x:2"], "worker": ["x:3"]},
+        ps_strategy=tf.train.GreedyLoadBalancingStrategy(2, tf.train.byte_size_load_fn))
+    with tf.device(greedy):
+        d = tf.get_variable("d", [1000])
+        e = tf.get_variable("e", [10])
+        f = tf.get_variable("f", [10])
+    assert "/job:ps/task:0" in d.op.device and "/job:ps/task:1" in e.op.device
+    assert "/job:ps/task:1" in f.op.device  # task 1 holds fewer bytes than task 0
+    assert greedy.ps_bytes(0) == 4000 and greedy.ps_bytes(1) == 80
+    assert tf.train.replica_device_setter(ps_tasks=0) is None
+
+
+# ---- one process: a ps Server and a worker Server ----
+
+def test_session_on_server_target_runs_on_the_ps(fresh_graph):
+    spec = cluster(1, 1)
+    ps = tf.train.Server(spec, "ps", 0)
+    worker = tf.train.Server(spec, "worker", 0, config=tf.ConfigProto(device_filters=["/job:ps"]))
+    assert worker.target == "grpc://" + spec["worker"][0]
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        v = tf.get_variable("v", initializer=tf.constant([1.0, 2.0]))
+        count = tf.get_variable("count", initializer=tf.constant(0.0))
+        x = tf.placeholder(tf.float32, [2])
+        update = tf.group(tf.assign_add(v, x), tf.assign_add(count, 1.0))
+    with tf.Session(worker.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        for _ in range(3):
+            sess.run(update, {x: np.array([1.0, 1.0], np.float32)})
+        np.testing.assert_allclose(sess.run(v), [4.0, 5.0])
+        assert sess.run(count) == 3
+        names = sess._runner.variable_names()
+    assert "v" in names and "count" in names  # held by the ps task, not here
+    report = json.loads(ps._ts.inspect())
+    held = {x["name"]: x["initialized"] for x in report["variables"]}
+    assert held["v"] and held["count"]
+
+
+def test_partitioned_variables_over_two_ps_tasks(fresh_graph):
+    """get_variable with a partitioner: TF's shards "w/part_i" (the first dim0 % n one row
+    more), each on a ps task of its own; used whole as their concatenation, trained, and
+    looked up as a list of shards."""
+    spec = cluster(2, 1)
+    ps = [tf.train.Server(spec, "ps", i) for i in range(2)]
+    worker = tf.train.Server(spec, "worker", 0)
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        w = tf.get_variable("w", [5, 3], partitioner=tf.fixed_size_partitioner(2),
+                            initializer=tf.ones_initializer())
+        with tf.variable_scope("e", partitioner=tf.min_max_variable_partitioner(
+                max_partitions=4, min_slice_size=64 << 10)):
+            emb = tf.get_variable("table", [1000, 64])
+        x = tf.placeholder(tf.float32, [None, 5])
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(tf.matmul(x, w)))
+        rows = tf.nn.embedding_lookup(w, [0, 4], partition_strategy="div")
+    assert [v.op.name for v in w] == ["w/part_0", "w/part_1"]
+    assert [v.shape.as_list() for v in w] == [[3, 3], [2, 3]]
+    assert len(emb) == 4 and sum(int(v.shape[0]) for v in emb) == 1000
+    with tf.Session(worker.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, {x: np.ones([2, 5], np.float32)})
+        np.testing.assert_allclose(sess.run(w.as_tensor()), np.full([5, 3], 0.8), rtol=1e-6)
+        np.testing.assert_allclose(sess.run(rows), np.full([2, 3], 0.8), rtol=1e-6)
+    held = [{v["name"] for v in json.loads(p._ts.inspect())["variables"]} for p in ps]
+    assert "w/part_0" in held[0] and "w/part_1" in held[1]
+    assert "e/table/part_0" in held[0] and "e/table/part_1" in held[1]
+
+
+def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
+    spec = cluster(1, 2)
+    tf.train.Server(spec, "ps", 0)
+    worker = tf.train.Server(spec, "worker", 1)
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        tf.get_variable("w", [4])
+        tf.train.get_or_create_global_step()
+    t0 = time.time()
+    with pytest.raises(Exception, match="ps") as err:
+        tf.train.MonitoredTrainingSession(master=worker.target, is_chief=False, max_wait_secs=2)
+    assert time.time() - t0 < 60, "the wait had no deadline"
+    assert "task" in str(err.value)
+
+
+# ---- real processes ----
+
+@needs_data
+def test_python_ps_serves_a_c_worker(psgraph_bin, tmp_path):
+    """A ps started from Python is a real psgraph task server: `psgraph train` trains
+    against it, and its join() returns once the worker is done."""
+    spec = cluster(1, 1)
+    ps_code = ("import psgraph.compat.v1 as tf, json, os\n"
+               "r = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
+               "s = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)\n"
+               "print('joined:', s.join(), flush=True)\n")
+    ps = subprocess.Popen([sys.executable, "-c", ps_code], env=env_for(spec, "ps", 0),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    w = subprocess.Popen([psgraph_bin, "train", "--model", "mlp", "--steps", "40",
+                          "--threads", "1"], env=env_for(spec, "worker", 0),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (wrc, wout), (prc, pout) = finish([w, ps])
+    assert wrc == 0, wout
+    assert prc == 0 and "joined: job done" in pout, pout
+    final = [json.loads(l) for l in wout.splitlines() if l.startswith("{")][-1]
+    assert final["steps"] == 40
+
+
+def run_job(psgraph_bin, spec, args, logdir=None, python_ps=False):
+    """1 ps + the workers of spec running mnist_replica.py; [(rc, output)] ps last."""
+    ps_env = env_for(spec, "ps", 0)
+    if python_ps:
+        if logdir:
+            ps_env["PSGRAPH_LOGDIR"] = str(logdir)
+        ps = subprocess.Popen([sys.executable, REPLICA], env=ps_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    else:
+        ps = subprocess.Popen([psgraph_bin, "server"] + (["--logdir", str(logdir)] if logdir else []),
+                              env=ps_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    workers = [subprocess.Popen([sys.executable, REPLICA] + args, env=env_for(spec, "worker", i),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for i in range(len(spec["worker"]))]
+    return finish(workers + [ps])
+
+
+@needs_data
+def test_async_mlp_one_ps_two_workers(psgraph_bin):
+    spec = cluster(1, 2)
+    res = run_job(psgraph_bin, spec, ["--train_steps", "300"], python_ps=True)
+    for rc, text in res:
+        assert rc == 0, text
+    chief = done_line(res[0][1])
+    other = done_line(res[1][1])
+    assert chief["global_step"] >= 299  # the step read with the last update may lag it
+    # both trained: the global step counts the steps of both workers
+    assert chief["local_steps"] + other["local_steps"] >= 300
+    assert other["local_steps"] > 0 and chief["local_steps"] < 300
+    assert chief["test_accuracy"] > 0.7
+
+
+@needs_data
+def test_sync_replicas_with_a_backup_worker(psgraph_bin):
+    """SyncReplicasOptimizer(N=2) over 3 workers: one backup; the gradients computed for a
+    step the others already ended are dropped and counted; every worker ends when the chief
+    closes training."""
+    spec = cluster(1, 3)
+    res = run_job(psgraph_bin, spec, ["--train_steps", "60", "--sync",
+                                      "--replicas_to_aggregate", "2"])
+    for rc, text in res:
+        assert rc == 0, text
+    lines = [done_line(text) for _, text in res[:3]]
+    for d in lines:
+        assert d["sync"] and d["gradients_used"] + d["gradients_dropped"] == d["local_steps"]
+    # N = 2 gradients a step at most are kept whole (a partly kept one counts as dropped)
+    assert 0 < sum(d["gradients_used"] for d in lines) <= 2 * lines[0]["global_step"] + 2
+    assert sum(d["gradients_dropped"] for d in lines) > 0
+    assert lines[0]["global_step"] >= 59
+    assert lines[0]["test_accuracy"] > 0.6
+    assert "job done: 3 workers finished" in res[3][1]
+
+
+@needs_data
+def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
+    """MonitoredTrainingSession's checkpoints are psgraph's (psgraph inspect reads them), and
+    a new job in the same folder goes on from the newest one."""
+    spec = cluster(1, 2)
+    logdir = tmp_path / "run"
+    args = ["--train_steps", "60", "--train_dir", str(logdir)]
+    for rc, text in run_job(psgraph_bin, spec, args, logdir):
+        assert rc == 0, text
+    latest = tf.train.latest_checkpoint(str(logdir))
+    assert latest and int(latest.rsplit("-", 1)[1]) >= 59
+    insp = subprocess.run([psgraph_bin, "inspect", str(logdir)], capture_output=True, text=True)
+    assert insp.returncode == 0, insp.stderr
+    assert "fc1/kernel" in insp.stdout and "global_step" in insp.stdout
+    spec = cluster(1, 2)
+    res = run_job(psgraph_bin, spec, ["--train_steps", "100", "--train_dir", str(logdir)], logdir)
+    for rc, text in res:
+        assert rc == 0, text
+    assert "Restored from" in res[0][1]
+    assert done_line(res[0][1])["global_step"] >= 99
+    assert done_line(res[0][1])["local_steps"] + done_line(res[1][1])["local_steps"] < 100
+
+
+# ---- psgraph launch ----
+
+@needs_data
+def test_launch_runs_a_python_script_as_every_worker(psgraph_bin, tmp_path):
+    """`psgraph launch --ps 1 --workers 2 -- python3 mnist_replica.py`: ps tasks as `psgraph
+    server` (with the script's --train_dir as their logdir), CURVE keys made for the run,
+    TF_CONFIG per worker; the checkpoints land in --train_dir."""
+    logdir = tmp_path / "run"
+    r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", "2", "--",
+                        sys.executable, REPLICA, "--train_steps", "80", "--train_dir",
+                        str(logdir)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[ps0] psgraph server: stopped: job done: 2 workers finished" in r.stdout
+    chief = [l for l in r.stdout.splitlines() if l.startswith('[worker0] {"event": "done"')]
+    assert chief and json.loads(chief[0].split(" ", 1)[1])["global_step"] >= 79
+    assert tf.train.latest_checkpoint(str(logdir)).endswith("model.ckpt-%d" % json.loads(
+        chief[0].split(" ", 1)[1])["global_step"])
+
+
+def test_launch_stops_the_job_when_a_worker_script_raises(psgraph_bin, tmp_path):
+    script = tmp_path / "raises.py"
+    script.write_text(
+        "import time\n"
+        "import psgraph.compat.v1 as tf\n"
+        "r = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
+        "s = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)\n"
+        "if r.task_id == 1:\n"
+        "    raise ValueError('the data of worker 1 is missing')\n"
+        "time.sleep(120)\n")
+    t0 = time.time()
+    r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", "2", "--",
+                        sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "[worker1] ValueError: the data of worker 1 is missing" in r.stdout
+    assert "[worker1] exited with code 1" in r.stdout
+    assert "a task failed, stopping the others" in r.stdout + r.stderr
+    assert time.time() - t0 < 100  # worker0 did not sleep its 120 s out
+
+
+@needs_data
+@pytest.mark.parametrize("sync", [False, True])
+def test_supervisor_script_of_the_seed_era(psgraph_bin, tmp_path, sync):
+    """TF's mnist_replica.py with tf.train.Supervisor (async, and SyncReplicasOptimizer with
+    its chief queue runner and init tokens, one backup worker), run by psgraph launch."""
+    workers = 3 if sync else 2
+    args = ["--train_steps", "120", "--train_dir", str(tmp_path / "sv")]
+    if sync:
+        args += ["--sync_replicas", "--replicas_to_aggregate", "2"]
+    r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", str(workers), "--",
+                        sys.executable, SUPERVISOR] + args, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "job done: %d workers finished" % workers in r.stdout
+    done = [json.loads(l.split(" ", 1)[1]) for l in r.stdout.splitlines()
+            if '{"event": "done"' in l]
+    assert len(done) == workers
+    assert all(d["global_step"] >= 119 for d in done)
+    assert max(d["test_accuracy"] for d in done) > 0.7
+    if not sync:  # async: the global step counts every worker's steps
+        assert sum(d["local_steps"] for d in done) >= 120
+
+
+PY_MLP_WORKER = """
+import json
+import psgraph.compat.v1 as tf
+from psgraph import data
+r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+server = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)
+with tf.device(tf.train.replica_device_setter(cluster=r.cluster_spec(),
+                                              worker_device="/job:worker/task:%d" % r.task_id)):
+    gs = tf.train.get_or_create_global_step()
+    x = tf.placeholder(tf.float32, [None, 28, 28, 1])
+    y = tf.placeholder(tf.int32, [None])
+    h = tf.reshape(x, [-1, 784])
+    for i, (n_in, n_out) in enumerate([(784, 256), (256, 256), (256, 10)]):
+        with tf.variable_scope("model/fc%d" % (i + 1)):  # the C mlp's variables
+            w = tf.get_variable("weights", [n_in, n_out])
+            b = tf.get_variable("biases", [n_out])
+        h = tf.matmul(h, w) + b
+        if i < 2:
+            h = tf.nn.relu(h)
+    loss = tf.losses.sparse_softmax_cross_entropy(y, h)
+    train = tf.train.MomentumOptimizer(0.05, 0.9).minimize(loss, global_step=gs)
+batches = data.fashion_mnist(True).batches(128, seed=7)
+steps = 0
+with tf.train.MonitoredTrainingSession(master=server.target, is_chief=False,
+        hooks=[tf.train.StopAtStepHook(num_steps=100)]) as sess:
+    while not sess.should_stop():
+        bx, by = next(batches)
+        last, _ = sess.run([loss, train], {x: bx, y: by})
+        steps += 1
+    step = int(sess.run(gs))
+print(json.dumps({"event": "done", "local_steps": steps, "global_step": step,
+                  "final_loss": float(last)}), flush=True)
+"""
+
+
+@needs_data
+def test_a_python_worker_and_a_c_worker_share_one_ps(psgraph_bin, tmp_path):
+    """`psgraph train --model mlp` as the chief and a Python worker whose graph names the C
+    model's variables train the same variables on one ps, asynchronously."""
+    spec = cluster(1, 2)
+    script = tmp_path / "py_mlp_worker.py"
+    script.write_text(PY_MLP_WORKER)
+    ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    c = subprocess.Popen([psgraph_bin, "train", "--model", "mlp", "--steps", "150",
+                          "--shard-bytes", "0", "--threads", "1"], env=env_for(spec, "worker", 0),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen([sys.executable, str(script)], env=env_for(spec, "worker", 1),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (crc, cout), (prc, pout), (src, sout) = finish([c, p, ps])
+    assert crc == 0, cout
+    assert prc == 0, pout
+    assert src == 0 and "job done: 2 workers finished" in sout, sout
+    py = done_line(pout)
+    assert py["local_steps"] > 0 and py["final_loss"] < 1.5
+    assert py["global_step"] > py["local_steps"]  # the C worker's steps count on the same step
+    final = [json.loads(l) for l in cout.splitlines() if l.startswith('{"event":"done"')][-1]
+    assert final["test_accuracy"] > 0.7
+
+
+@needs_data
+@pytest.mark.parametrize("victim", ["ps0", "worker0"])
+def test_a_task_killed_under_launch_restart_while_python_workers_train(psgraph_bin, tmp_path,
+                                                                       victim):
+    """SIGKILL under `psgraph launch --restart on-failure`. The ps: the Python workers' step
+    fails naming it, the chief restores only its shard from the newest checkpoint, the other
+    worker waits for it, both retry and the job finishes. The chief: restarted, it finds the
+    variables on the ps and goes on without initializing or restoring them."""
+    logdir = tmp_path / "run"
+    log = tmp_path / "launch.log"
+    with open(log, "w") as out:
+        job = subprocess.Popen([psgraph_bin, "launch", "--ps", "1", "--workers", "2", "--restart",
+                                "on-failure", "--", sys.executable, REPLICA, "--train_steps",
+                                "600", "--train_dir", str(logdir), "--save_checkpoint_steps",
+                                "100", "--operation_timeout_ms", "3000"],
+                               stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and job.poll() is None:
+            latest = tf.train.latest_checkpoint(str(logdir))
+            if latest and int(latest.rsplit("-", 1)[1]) >= 200:
+                break
+            time.sleep(0.05)
+        text = log.read_text()
+        pid = [l.split()[-1] for l in text.splitlines()
+               if l.startswith("psgraph launch: %s pid" % victim)]
+        assert pid and job.poll() is None, text
+        time.sleep(0.2)
+        os.kill(int(pid[0]), 9)
+        assert job.wait(timeout=300) == 0, log.read_text()
+    finally:
+        if job.poll() is None:
+            job.terminate()
+            job.wait()
+    text = log.read_text()
+    assert "[%s] restarted: pid" % victim in text
+    if victim == "ps0":
+        assert "recovery: ps0 restarted; restored its shard 0 from %s/model.ckpt-" % logdir in text
+        assert "[worker1] WARNING:tensorflow:recovery: every ps task answers" in text
+    else:
+        assert "[worker0] INFO:tensorflow:The variables are on the ps tasks already" in text
+        assert "Restored from" not in text
+    chief = [l for l in text.splitlines() if l.startswith('[worker0] {"event": "done"')]
+    result = json.loads(chief[0].split(" ", 1)[1])
+    assert result["global_step"] >= 599 and result["test_accuracy"] > 0.75
