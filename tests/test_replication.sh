@@ -87,10 +87,13 @@ else
   fail "sync backups: ${out:-} $(tail -5 "$tmp"/sync.w*.log "$tmp"/sync.ps*.log)"
 fi
 
-# 3. SIGKILL of ps0 at step 100 of 300 under launch --restart on-failure: failover to ps1, which
-# copies the shard to the restarted ps0; SIGKILL of ps1 at step 200: failover to ps0. One
-# worker, the same seed: the final checkpoint bitwise equal to a run without a kill
-train=(train --model mlp "${data[@]}" --optimizer adam --lr 0.001 --batch 64 --steps 300 --log-every 50
+# 3. SIGKILL of ps0 at step 100 of 1000 under launch --restart on-failure: failover to ps1, which
+# copies the shard to the restarted ps0; SIGKILL of ps1 at step 200 or after, once that copy is
+# logged: failover to ps0. One worker, the same seed: the final checkpoint bitwise equal to a
+# run without a kill. (1000 steps: the restarted ps0 may take seconds to get its copy on a busy
+# machine, and the second kill must come before the end.)
+total=1000
+train=(train --model mlp "${data[@]}" --optimizer adam --lr 0.001 --batch 64 --steps $total --log-every 50
        --peer-timeout 2 --step-timeout 30 --ps-replicas 2)
 timeout 240 "$psgraph" launch --ps 2 --workers 1 -- "$psgraph" "${train[@]}" --logdir "$tmp/ref" >"$tmp/ref.log" 2>&1
 "$psgraph" launch --ps 2 --workers 1 --restart on-failure -- "$psgraph" "${train[@]}" --logdir "$tmp/killed" \
@@ -100,15 +103,19 @@ pids=($bg)
 for _ in $(seq 1 600); do grep -q '^\[worker0\] step 100 ' "$tmp/kill.log" && break; sleep 0.1; done
 ps0=$(sed -n 's/^psgraph launch: ps0 pid \([0-9]*\)$/\1/p' "$tmp/kill.log")
 [ -n "$ps0" ] && kill -9 "$ps0"
-# then, once ps1 copied the shard to the restarted ps0, SIGKILL of ps1 at step 200: back to ps0
-for _ in $(seq 1 600); do grep -q '^\[worker0\] step 200 ' "$tmp/kill.log" && break; sleep 0.1; done
+# then, once ps1 copied the shard to the restarted ps0 and step 200 passed, SIGKILL of ps1: back to ps0
+for _ in $(seq 1 1200); do
+  grep -q 'restarted: copying the whole shard\|re-replicated its shard' "$tmp/kill.log" &&
+    grep -q '^\[worker0\] step \([2-9][0-9][0-9]\) ' "$tmp/kill.log" && break
+  sleep 0.1
+done
 ps1=$(sed -n 's/^psgraph launch: ps1 pid \([0-9]*\)$/\1/p' "$tmp/kill.log")
 grep -q 'restarted: copying the whole shard\|re-replicated its shard' "$tmp/kill.log" && [ -n "$ps1" ] && kill -9 "$ps1"
 timeout 240 tail --pid="$bg" -f /dev/null
 wait "$bg"; rc=$?
 pids=()
 steps=$(sed -n 's/^\[worker0\] {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$tmp/kill.log")
-same=$(python3 - "$tmp/ref/model.ckpt-300.index.json" "$tmp/killed/model.ckpt-300.index.json" <<'PY' 2>&1
+same=$(python3 - "$tmp/ref/model.ckpt-$total.index.json" "$tmp/killed/model.ckpt-$total.index.json" <<'PY' 2>&1
 import json, os, struct, sys
 def load(idx):  # every tensor's bytes, from the shard files read by hand
     out = {}
@@ -132,8 +139,8 @@ if [ $rc = 0 ] && grep -q 'variables on 2 ps tasks (each shard backed up on the 
    ! grep -q 'restored shard\|re-initialized' "$tmp/kill.log" &&
    grep -q '^\[ps1\] .*task /job:ps/replica:0/task:1: its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/kill.log" &&
    grep -q '^\[worker0\] failover: ps1 is lost (.*); its shard is served by its backup ps0 from step' "$tmp/kill.log" &&
-   [ "$steps" = 300 ] && grep -q 'tensors equal, global_step 300' <<<"$same"; then
-  ok "SIGKILL of ps0 at step 100: failover to ps1, no checkpoint read, shard copied to the restarted ps0; SIGKILL of ps1 at step 200: failover to ps0; 300 global steps, final checkpoint bitwise equal to the run without a kill ($same)"
+   [ "$steps" = $total ] && grep -q "tensors equal, global_step $total" <<<"$same"; then
+  ok "SIGKILL of ps0 at step 100: failover to ps1, no checkpoint read, shard copied to the restarted ps0; SIGKILL of ps1 after step 200: failover to ps0; $total global steps, final checkpoint bitwise equal to the run without a kill ($same)"
 else
   fail "failover (rc $rc, global steps ${steps:-none}): $same $(grep -v '\] step ' "$tmp/kill.log" | tail -20)"
 fi
