@@ -450,8 +450,9 @@ static void test_backup_worker_drops_the_straggler(void) {
     CHECK(job.w[0].stats.used + job.w[1].stats.used == 2 * k);
     CHECK(job.w[2].stats.steps >= 1 && job.w[2].stats.used == 0 &&
           job.w[2].stats.dropped == job.w[2].stats.steps);
-    /* the fast two never waited for the straggler's 250 ms a step */
-    CHECK(job.w[0].seconds < k * (compute + delay) * 1e-3 / 2);
+    /* the fast two never waited for the straggler: it ran fewer steps than they did (no
+     * timing asserted: a step count) */
+    CHECK(job.w[2].stats.steps < k);
     /* the ps counted the dropped gradients too */
     int64_t dropped = 0;
     for (int p = 0; p < NUM_PS; p++) {
