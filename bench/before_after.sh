@@ -57,16 +57,17 @@ python3 - "$out" "$sha" <<'PY'
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 timeish = re.compile(r"(_us|_ms|_s|seconds|latency|rss|_mb|_bytes)$")
-skip = {"round", "load", "tree"}
-def kind(d):
-    return tuple((k, d[k]) for k in sorted(d) if k not in skip and isinstance(d[k], str))
+skip = {"round", "load", "tree", "ab_rounds", "bytes", "batch"}
+IDENTITY = ("bench", "workload", "step", "model", "op", "bytes", "batch")
+def kind(d):  # what a line measures: its bench and, where it has them, workload, step, size
+    return tuple((k, d[k]) for k in IDENTITY if k in d and not isinstance(d[k], (dict, list)))
 kinds = {}
 for d in rows:
     kinds.setdefault(kind(d), []).append(d)
 for k, ds in kinds.items():
     summary = dict(k)
     summary.update(bench_before_after=True, before=sys.argv[2][:12],
-                   rounds=max(d["round"] for d in ds),
+                   ab_rounds=max(d["round"] for d in ds),
                    load_min=min(d["load"] for d in ds), load_max=max(d["load"] for d in ds))
     fields = {}
     for d in ds:
