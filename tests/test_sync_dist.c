@@ -380,8 +380,10 @@ static void test_local_sgd_draws_a_delay_each_step(void) {
  * folded, the ps runs plain SGD of rate lr / (1 - m): SGD of that rate (m = 0.5, so that
  * the rate is the same float as --lr 0.1). */
 static void test_topk_momentum_known_answers(void) {
+    /* 7 jobs of 3 processes at once: under ASan on 2 busy cores a first step took over the
+     * 15 s a token wait gets of --step-timeout 20 */
     const char *base[] = {"--model", "mlp",    "--data", "synthetic",      "--steps",
-                          "20",      "--seed", "3",      "--step-timeout", "20",
+                          "20",      "--seed", "3",      "--step-timeout", "60",
                           "--batch", "16",     "--sync", "sync",           "--optimizer"};
     const char *tails[7][10] = {
         {"momentum", NULL},
