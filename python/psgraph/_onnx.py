@@ -5,9 +5,9 @@ current variable values as initializers, through the same C writer as `psgraph e
 from psgraph import _graph
 
 
-def _named(what, tensors):
+def _named(what, tensors, graph):
     """[(name, endpoint)] of a {name: Tensor} dict or a list of Tensors (named by their op,
-    with ':k' for an output k > 0)."""
+    with ':k' for an output k > 0), each a Tensor of `graph`."""
     if isinstance(tensors, _graph.Tensor):
         tensors = [tensors]
     items = tensors.items() if isinstance(tensors, dict) else (
@@ -16,6 +16,8 @@ def _named(what, tensors):
     for name, t in items:
         if not isinstance(t, _graph.Tensor):
             raise TypeError("export_onnx: %s '%s' is a %s, not a Tensor" % (what, name, type(t).__name__))
+        if t.graph is not graph:
+            raise ValueError("export_onnx: %s %s is not in the session's graph" % (what, t.name))
         out.append((str(name), t._ep))
     if not out:
         raise ValueError("export_onnx: no %ss given" % what)
@@ -30,8 +32,5 @@ def export_onnx(session, inputs, outputs, path, doc=None, version=0):
     c = getattr(runner, "_s", None)
     if c is None or not hasattr(c, "export_onnx"):
         raise ValueError("export_onnx: the session must be an open local psgraph Session")
-    for what, ts in (("input", inputs), ("output", outputs)):
-        for t in (ts.values() if isinstance(ts, dict) else ts if isinstance(ts, (list, tuple)) else [ts]):
-            if isinstance(t, _graph.Tensor) and t.graph is not session.graph:
-                raise ValueError("export_onnx: %s %s is not in the session's graph" % (what, t.name))
-    c.export_onnx(str(path), _named("input", inputs), _named("output", outputs), doc, int(version))
+    g = session.graph
+    c.export_onnx(str(path), _named("input", inputs, g), _named("output", outputs, g), doc, int(version))
