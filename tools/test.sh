@@ -20,7 +20,9 @@ run_suite() { # name builddir meson-options...
   local log
   log=$(meson test -C "$dir" --print-errorlogs --num-processes 2 2>&1)
   echo "$log" | grep -E '^ *[0-9]+/[0-9]+ ' | sed "s/^/[$name] /"
-  echo "$log" | grep -E -A40 '^=+ [0-9]+/[0-9]+ =+$' | head -200 || true
+  # a failed test's own output follows its result line (meson 1.0 frames it with '―' rules)
+  echo "$log" | awk '/^ *[0-9]+\/[0-9]+ .* (FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS) / && !seen[$0]++ {n = 110}
+                     n > 0 {print; n--}' | head -400 || true
   local ok fail
   ok=$(echo "$log" | awk '/^Ok:/ {print $2}')
   fail=$(echo "$log" | awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $2} END {print s + 0}')
