@@ -241,3 +241,16 @@ psg_variable_t *psg_variable_guard(psg_variable_t *v) {
     pthread_mutex_unlock(&v->lock);
     return o ? o : v;
 }
+
+bool psg_variable_note_write(psg_variable_t *v, int64_t step) {
+    if (step && v->skip_step == step) return false;
+    v->recent[v->writes % PSG_VARIABLE_RECENT] = step;
+    v->writes++;
+    return true;
+}
+
+bool psg_variable_wrote(const psg_variable_t *v, int64_t step) {
+    for (uint64_t i = 0; i < PSG_VARIABLE_RECENT && i < v->writes; i++)
+        if (v->recent[i] == step) return true;
+    return false;
+}

@@ -283,6 +283,14 @@ int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_end
     return psg_node_finish(begin(g, "AccumulatorSetGlobalStep", name, 2, in));
 }
 
+int psg_accumulator_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                             psg_endpoint_t step) {
+    psg_endpoint_t in[2] = {handle, step};
+    psg_node_builder_t *b = begin(g, "AccumulatorSetGlobalStep", name, 2, in);
+    psg_node_attr_int(b, "reset", 1);
+    return psg_node_finish(b);
+}
+
 psg_endpoint_t psg_accumulator_num_accumulated_op(psg_graph_t *g, const char *name,
                                                   psg_endpoint_t handle) {
     return psg_node_finish_ep(begin(g, "AccumulatorNumAccumulated", name, 1, &handle));

@@ -125,10 +125,12 @@ int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n) {
 struct psg_ts_undo {
     char writer[PSG_APPLIED_WRITER_MAX];
     int64_t seq;
+    int64_t step; /* the run's step id: the writes its kernels count (psg_variable_note_write) */
     int n;
-    bool *skip;            /* (n) holds the update, written since by another: put back after */
+    bool *skip;            /* (n) holds the update, written since by another: not written */
     bool *rolled;          /* (n) holds it as its last: rolled back to before it, run again */
-    psg_tensor_t **values; /* (n) skip: its value to put back; else its value before the step */
+    psg_tensor_t **values; /* (n) not skip: its value before the step */
+    uint64_t *writes;      /* (n) its count of writes before the step */
 };
 
 /* The written variables that were backup copies here are this task's own from now on: the
@@ -219,7 +221,7 @@ static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip,
 
 static void undo_free(psg_ts_undo_t *u) {
     for (int i = 0; u && i < u->n; i++) psg_tensor_destroy(&u->values[i]);
-    if (u) free(u->values), free(u->skip), free(u->rolled);
+    if (u) free(u->values), free(u->skip), free(u->rolled), free(u->writes);
     free(u);
 }
 
@@ -230,32 +232,39 @@ static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t 
     bool held = !pre && psg_applied_get(r->applied, name, u->writer) >= u->seq;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
+    u->writes[i] = v->writes;
     if (pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value)) {
         memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
         u->rolled[i] = true;
         u->values[i] = pre; /* where a failure of this run puts it back */
         pre = NULL;
+    } else if (held) {
+        /* this run's kernels leave it alone: another's update landing meanwhile stays (a
+         * copy put back after the run would drop it) */
+        v->skip_step = u->step;
+        u->skip[i] = true;
     } else {
         u->values[i] = psg_tensor_copy(v->value);
-        u->skip[i] = held && u->values[i];
     }
     pthread_mutex_unlock(&guard->lock);
     psg_tensor_destroy(&pre);
 }
 
-int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *const *names, int n,
-                      psg_ts_undo_t **out) {
+int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
+                      const char *const *names, int n, psg_ts_undo_t **out) {
     *out = NULL;
     psg_ts_repl_t *r = ts->repl;
     if (!r || !update[0] || n <= 0) return 0;
     psg_ts_undo_t *u = calloc(1, sizeof *u);
     if (!u || !(u->skip = calloc((size_t)n, sizeof *u->skip)) ||
         !(u->rolled = calloc((size_t)n, sizeof *u->rolled)) ||
-        !(u->values = calloc((size_t)n, sizeof *u->values))) {
+        !(u->values = calloc((size_t)n, sizeof *u->values)) ||
+        !(u->writes = calloc((size_t)n, sizeof *u->writes))) {
         undo_free(u);
         return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     }
     u->n = n;
+    u->step = step;
     if (psg_applied_parse_id(update, u->writer, sizeof u->writer, &u->seq) < 0) {
         undo_free(u);
         return -1;
@@ -268,32 +277,47 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, const char *con
     return 0;
 }
 
-/* Puts back the values of the variables that held the step's update before it ran; with
- * all (the step failed), of every variable it wrote: a failed step leaves no write here, so
- * that its retry is its only update (a step fails after some of its updates ran when a Recv
- * after them fails: the global step's increment waits for every shard's). */
-static void undo_restore(psg_task_server_t *ts, const psg_ts_undo_t *u, const char *const *names,
-                         bool all) {
+/* After the run: the variables it left alone written by others again. */
+static void undo_unskip(psg_task_server_t *ts, const psg_ts_undo_t *u, const char *const *names) {
     for (int i = 0; u && i < u->n; i++) {
-        psg_variable_t *v = (u->skip[i] || (all && u->values[i]))
-                                ? psg_resource_find_variable(ts->rm, names[i])
-                                : NULL;
+        psg_variable_t *v = u->skip[i] ? psg_resource_find_variable(ts->rm, names[i]) : NULL;
         if (!v) continue;
         psg_variable_t *guard = psg_variable_guard(v);
         pthread_mutex_lock(&guard->lock);
-        memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
+        if (v->skip_step == u->step) v->skip_step = 0;
         pthread_mutex_unlock(&guard->lock);
+    }
+}
+
+/* After a failed run, variable i of u: put back to its value before the run when only this
+ * run wrote it since (a failed step leaves no write here, so that its retry is its only
+ * update: a step fails after some of its updates ran when a Recv after them fails); kept
+ * when another's update landed on it too (putting it back would drop that one): then it
+ * holds this update, and its retry leaves it alone. */
+static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, const char *name) {
+    psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
+    if (!v || !u->values[i]) return;
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    bool wrote = psg_variable_wrote(v, u->step);
+    uint64_t since = v->writes - u->writes[i];
+    bool others = since > (wrote ? 1u : 0u);
+    if (wrote && !others) memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
+    pthread_mutex_unlock(&guard->lock);
+    psg_applied_t *a = ts->repl->applied;
+    if (wrote && others) { /* it holds the update; its value before is not the way back */
+        (void)psg_applied_set(a, name, u->writer, u->seq);
+        (void)psg_applied_set_last(a, name, NULL, 0, NULL);
+    } else if (u->rolled[i]) { /* rolled back and not run again: it holds the update no more */
+        (void)psg_applied_forget(a, name, u->writer, u->seq - 1);
+        (void)psg_applied_set_last(a, name, NULL, 0, NULL);
     }
 }
 
 void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
     if (!u || !*u) return;
-    undo_restore(ts, *u, names, true);
-    for (int i = 0; i < (*u)->n; i++)
-        if ((*u)->rolled[i]) { /* rolled back and not run again: it holds the update no more */
-            (void)psg_applied_forget(ts->repl->applied, names[i], (*u)->writer, (*u)->seq - 1);
-            (void)psg_applied_set_last(ts->repl->applied, names[i], NULL, 0, NULL);
-        }
+    undo_unskip(ts, *u, names);
+    for (int i = 0; i < (*u)->n; i++) abort_one(ts, *u, i, names[i]);
     undo_free(*u);
     *u = NULL;
 }
@@ -308,7 +332,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         return;
     }
     const bool *skip = u ? u->skip : NULL;
-    undo_restore(ts, u, names, false);
+    undo_unskip(ts, u, names);
     /* recorded at once, not after the forward: a retry of this step may come while the
      * forward still waits for a backup that died */
     for (int i = 0; u && i < n; i++) {
@@ -417,12 +441,50 @@ static bool update_id(const psg_msg_t *req, char *writer, size_t size, int64_t *
     return true;
 }
 
+/* Puts every variable whose last update is (writer, seq) back to its value before it (the
+ * chief's step of a sync job that failed over: docs/replication.md); how many were. */
+static int undo_update(psg_task_server_t *ts, const char *writer, int64_t seq) {
+    int nv = psg_resource_num_variables(ts->rm), undone = 0;
+    for (int i = 0; i < nv; i++) {
+        psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
+        psg_tensor_t *pre = psg_applied_pre_of(ts->repl->applied, v->name, writer, seq);
+        if (!pre) continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        bool fits =
+            psg_tensor_on_host(v->value) && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value);
+        if (fits) memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
+        pthread_mutex_unlock(&guard->lock);
+        psg_tensor_destroy(&pre);
+        if (!fits) continue;
+        (void)psg_applied_forget(ts->repl->applied, v->name, writer, seq - 1);
+        (void)psg_applied_set_last(ts->repl->applied, v->name, NULL, 0, NULL);
+        undone++;
+    }
+    return undone;
+}
+
 void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
-    (void)r;
     psg_msg_t *req = *reqp;
     if (!ts->repl) {
         psg_ts_reply_error(ts, req, PSG_ERR_DENIED,
                            "Replicate: this task keeps no backups (--ps-replicas is 1)");
+        return;
+    }
+    if (r && r->u.key && !strcmp(r->u.key, "undo")) {
+        char writer[PSG_APPLIED_WRITER_MAX] = "";
+        int64_t seq = 0;
+        if (!update_id(req, writer, sizeof writer, &seq) || !writer[0]) {
+            if (!writer[0]) psg_error_set_code(PSG_ERR_BAD_REQUEST, "Replicate undo: no update id");
+            psg_ts_reply_last_error(ts, req);
+            return;
+        }
+        int n = undo_update(ts, writer, seq);
+        if (n > 0)
+            psg_net_log("task %s: took back update %s %" PRId64 " from %d variables (its step "
+                        "failed over: it runs again)",
+                        ts->task, writer, seq, n);
+        psg_ts_reply_ok(ts, req, NULL);
         return;
     }
     if (req->body && req->body->size &&

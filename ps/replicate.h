@@ -40,14 +40,17 @@ int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n);
 void psg_ts_replicate(struct psg_task_server *ts, const char *const *names, int n,
                       psg_ts_undo_t **undo);
 
-/* Before a step with update id `update` ("WRITER SEQ"; "" none) of a graph writing the n
- * variables `names`: *out (NULL when there is nothing to record) keeps the values of those
- * that hold this update already (a step retried after a failover), which psg_ts_replicate
- * puts back after the step, so no variable gets an update twice; the others are recorded as
- * holding it. -1 with the error set on a malformed id or out of memory. */
-int psg_ts_repl_begin(struct psg_task_server *ts, const char *update, const char *const *names,
-                      int n, psg_ts_undo_t **out);
-/* After a step that failed: puts those values back and frees *u. NULL-safe. */
+/* Before the run `step` (its step id) of a step with update id `update` ("WRITER SEQ"; ""
+ * none) of a graph writing the n variables `names`: *out (NULL when there is nothing to
+ * record) keeps each one's value before the run; one whose last update is this one is rolled
+ * back to its value before it (run again from there); one that holds this update and was
+ * written since by another is left alone by the run's kernels (psg_variable_note_write), so no
+ * variable gets an update twice and none loses another's. -1 with the error set on a
+ * malformed id or out of memory. */
+int psg_ts_repl_begin(struct psg_task_server *ts, const char *update, int64_t step,
+                      const char *const *names, int n, psg_ts_undo_t **out);
+/* After a step that failed: puts back the values only it wrote (one another's update landed
+ * on too keeps it, and holds this update from then on) and frees *u. NULL-safe. */
 void psg_ts_repl_abort(struct psg_task_server *ts, const char *const *names, psg_ts_undo_t **u);
 
 /* The Replicate request's handler (the backup's side), on the server thread: key "update"

@@ -198,7 +198,8 @@ static void run_job(psg_task_server_t *ts, job_t *j) {
             if (!psg_ts_graph_acquire(ts, j->rg, j)) return; /* in the graph's line */
             j->holds_graph = true;
         }
-        if (psg_ts_repl_begin(ts, j->update, j->rg->written, j->rg->n_written, &j->undo) < 0 ||
+        if (psg_ts_repl_begin(ts, j->update, j->req->step, j->rg->written, j->rg->n_written,
+                              &j->undo) < 0 ||
             job_start(ts, j) < 0) {
             job_end(ts, j, -1, NULL);
             return;

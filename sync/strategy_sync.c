@@ -22,7 +22,7 @@ static const char *var_name(const psg_sync_build_t *b, int i, const char *suffix
 
 typedef struct {
     psg_endpoint_t *accums, *applied, *means;
-    int *applies, *closes, *sets;
+    int *applies, *closes, *sets, *resets;
 } nodes_t;
 
 /* Variable i's accumulator, the worker's apply and the chief's take (t->accums[i],
@@ -62,11 +62,44 @@ static int accumulator_of(const psg_sync_build_t *b, int i, psg_endpoint_t local
     return 0;
 }
 
+/* After a failover (docs/replication.md): every accumulator emptied at the global step, then
+ * N + b tokens carrying it (the chief's reissue_op); the token a worker rejoins with (the
+ * first above the local step it feeds, waiting for none of its applies). */
+static int reissue(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
+                   psg_sync_graph_t *out) {
+    psg_graph_t *g = b->g;
+    char name[1024];
+    for (int i = 0; i < b->n; i++) {
+        bool pushed = psg_sync_push_device_of(g, b->vars[i]);
+        t->resets[i] =
+            psg_accumulator_reset_op(g, var_name(b, i, "grad_accum/reset", name, sizeof name),
+                                     t->accums[i], out->global_step);
+        if (pushed) psg_graph_pop_device(g);
+    }
+    bool pushed = psg_sync_push_device_of(g, b->global_step);
+    psg_node_builder_t *nb = psg_node_begin(g, "TokenQueueEnqueueMany", "sync_replicas/reissue");
+    psg_node_add_input(nb, queue);
+    psg_node_add_input(nb, out->global_step);
+    psg_node_attr_int(nb, "repeat", b->cfg->num_workers);
+    psg_node_attr_int(nb, "end_step", b->cfg->total_steps);
+    psg_node_attr_int(nb, "restart", 1);
+    for (int i = 0; i < b->n; i++) psg_node_add_control(nb, t->resets[i]);
+    out->reissue_op = psg_node_finish(nb);
+    nb = psg_node_begin(g, "TokenQueueDequeue", "sync_replicas/rejoin_token");
+    psg_node_add_input(nb, queue);
+    psg_node_add_input(nb, out->local_step);
+    psg_node_attr_int(nb, "worker", b->cfg->worker_index);
+    psg_node_attr_int(nb, "timeout_ms", b->timeout_ms);
+    out->rejoin_token = psg_node_finish_ep(nb);
+    if (pushed) psg_graph_pop_device(g);
+    return psg_graph_status(g);
+}
+
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
     int n = b->n, rc = -1;
     nodes_t t;
-    void *mem = calloc((size_t)(n + 1), 3 * sizeof(psg_endpoint_t) + 3 * sizeof(int));
+    void *mem = calloc((size_t)(n + 1), 3 * sizeof(psg_endpoint_t) + 4 * sizeof(int));
     if (!mem) return psg_error_set("out of memory");
     t.accums = mem;
     t.applied = t.accums + n + 1;
@@ -74,6 +107,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     t.applies = (int *)(t.means + n + 1);
     t.closes = t.applies + n + 1;
     t.sets = t.closes + n + 1;
+    t.resets = t.sets + n + 1;
     char name[1024];
     psg_shape_t scalar = psg_shape_scalar();
 
@@ -132,6 +166,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
             g, var_name(b, i, "grad_accum/set_global_step", name, sizeof name), t.accums[i],
             out->global_step);
     t.closes[n] = close_queue;
+    if (reissue(b, &t, queue, out) < 0) goto out;
     if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
     out->chief_init_op = psg_group(g, "chief_init", n, t.sets);
     out->close_op = psg_group(g, "close", n + 1, t.closes);

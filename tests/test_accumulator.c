@@ -6,6 +6,7 @@
 #include "tests/testutil.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -366,6 +367,50 @@ static void test_take_waits_times_out_and_closes(void) {
     psg_resource_mgr_destroy(&rm);
 }
 
+typedef struct {
+    taker_t t;
+    atomic_bool done;
+} waited_t;
+
+static void *waited_main(void *arg) {
+    waited_t *w = arg;
+    taker_main(&w->t);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+/* A failover's reset (docs/replication.md): the step's gradients dropped, the step kept, a
+ * waiting take failed as aborted; set_global_step to the same step keeps them. */
+static void test_reset(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 0);
+    psg_accumulator_set_global_step(acc, 3);
+    CHECK(apply3(acc, 3, 1, 1, 1));
+    psg_accumulator_set_global_step(acc, 3);
+    CHECK(psg_accumulator_num_accumulated(acc) == 1);
+    psg_accumulator_reset(acc, 3);
+    CHECK(psg_accumulator_global_step(acc) == 3 && psg_accumulator_num_accumulated(acc) == 0);
+    /* a take waiting (for 2, with 1 in) fails at a reset, which drops that one too */
+    CHECK(apply3(acc, 3, 5, 5, 5));
+    waited_t w = {.t = {.acc = acc}};
+    pthread_t th;
+    pthread_create(&th, NULL, waited_main, &w);
+    while (!atomic_load(&w.done)) { /* until the take waits and is failed */
+        sleep_ms(5);
+        psg_accumulator_reset(acc, 3);
+    }
+    pthread_join(th, NULL);
+    CHECK(w.t.rc < 0 && w.t.code == PSG_ERR_ABORTED && strstr(w.t.error, "reset"));
+    /* the step then runs again: its gradients sent again complete a new take */
+    CHECK(apply3(acc, 3, 2, 2, 2) && apply3(acc, 3, 4, 4, 4));
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && psg_tensor_f32(mean)[0] == 3.0f);
+    psg_tensor_destroy(&mean);
+    CHECK(psg_accumulator_global_step(acc) == 4);
+    psg_resource_mgr_destroy(&rm);
+}
+
 static void test_accumulator_errors(void) {
     psg_resource_mgr_t *rm = psg_resource_mgr_new();
     psg_shape_t s3 = psg_shape_1d(3), s2 = psg_shape_1d(2);
@@ -542,6 +587,7 @@ int main(void) {
     RUN_TEST(test_edges_of_a_step);
     RUN_TEST(test_sparse_sum_grows);
     RUN_TEST(test_take_waits_times_out_and_closes);
+    RUN_TEST(test_reset);
     RUN_TEST(test_accumulator_errors);
     RUN_TEST(test_token_queue);
     RUN_TEST(test_token_queue_wakes_waiters);

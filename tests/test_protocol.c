@@ -288,10 +288,31 @@ static void test_limit(void) {
     }
 }
 
+/* Replicate's keys: "update", "full" and "undo" (a sync chief's failed step taken back,
+ * docs/replication.md); any other refused, naming it. */
+static void test_replicate_keys(void) {
+    const char *keys[] = {"update", "full", "undo", "rollback"};
+    for (int i = 0; i < 4; i++) {
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
+        CHECK(m && psg_msg_set_key(m, keys[i]) == 0);
+        psg_req_t r;
+        int rc = m ? psg_req_decode(m, &r) : -1;
+        if (i < 3) {
+            CHECK(rc == 0 && r.type == PSG_REQ_REPLICATE && !strcmp(r.u.key, keys[i]));
+        } else {
+            CHECK(rc < 0);
+            CHECK_ERROR_HAS("key 'rollback' is not \"update\", \"full\" or \"undo\"");
+        }
+        if (rc == 0) psg_req_clear(&r);
+        psg_msg_destroy(&m);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
     RUN_TEST(test_table);
     RUN_TEST(test_served);
     RUN_TEST(test_limit);
+    RUN_TEST(test_replicate_keys);
     return psg_test_summary();
 }

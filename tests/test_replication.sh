@@ -145,7 +145,170 @@ else
   fail "failover (rc $rc, global steps ${steps:-none}): $same $(grep -v '\] step ' "$tmp/kill.log" | tail -20)"
 fi
 
-# 4. a bad setting is named
+# 3b. SIGKILL of ps0 at step 100, and of the restarted ps0 as soon as launch says it is back
+# (ps1 copies its shard to it at most once a second until a copy goes through: the kill comes
+# before or during that copy): ps1 copies it to ps0's third process; the job's final
+# checkpoint bitwise that of the run without a kill.
+"$psgraph" launch --ps 2 --workers 1 --restart on-failure -- "$psgraph" "${train[@]}" --logdir "$tmp/rerep" \
+  >"$tmp/rerep.log" 2>&1 &
+bg=$!
+pids=($bg)
+for _ in $(seq 1 600); do grep -q '^\[worker0\] step 100 ' "$tmp/rerep.log" && break; sleep 0.1; done
+ps0=$(sed -n 's/^psgraph launch: ps0 pid \([0-9]*\)$/\1/p' "$tmp/rerep.log")
+[ -n "$ps0" ] && kill -9 "$ps0"
+again=
+for _ in $(seq 1 600); do
+  again=$(sed -n 's/^\[ps0\] restarted: pid \([0-9]*\)$/\1/p' "$tmp/rerep.log" | head -1)
+  [ -n "$again" ] && break
+  sleep 0.02
+done
+[ -n "$again" ] && kill -9 "$again"
+timeout 240 tail --pid="$bg" -f /dev/null
+wait "$bg"; rc=$?
+pids=()
+steps=$(sed -n 's/^\[worker0\] {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$tmp/rerep.log")
+same=$(python3 - "$tmp/ref/model.ckpt-$total.index.json" "$tmp/rerep/model.ckpt-$total.index.json" <<'PY' 2>&1
+import json, os, struct, sys
+def load(idx):
+    out = {}
+    for sh in json.load(open(idx))["shards"]:
+        raw = open(os.path.join(os.path.dirname(idx), sh["file"]), "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        for name, t in json.loads(raw[8:8 + n]).items():
+            if name != "__metadata__":
+                out[name] = raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+skip = {"sync_replicas/worker_counts"}
+diff = sorted(k for k in (set(a) | set(b)) - skip if a.get(k) != b.get(k))
+assert len(a) > 20 and not diff, diff
+print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
+PY
+)
+if [ $rc = 0 ] && [ -n "$again" ] && grep -q '^\[ps0\] restarting it (restart 2 ' "$tmp/rerep.log" &&
+   ! grep -q 'restored shard\|re-initialized' "$tmp/rerep.log" &&
+   grep -q '^\[ps1\] .*its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/rerep.log" &&
+   [ "$steps" = $total ] && grep -q "tensors equal, global_step $total" <<<"$same"; then
+  ok "SIGKILL of ps0 at step 100, then of its restarted process while ps1 re-replicates to it: copied to the third; $total global steps, bitwise equal to the run without a kill ($same)"
+else
+  fail "kill during re-replication (rc $rc, global steps ${steps:-none}): $same $(grep -v '\] step ' "$tmp/rerep.log" | tail -20)"
+fi
+
+# 3c. SIGKILL of the chief (worker0, the only worker) and ps0 at once at step 100: the
+# restarted chief finds ps1 holding its shard and ps0 empty, and fails ps0's shard over to
+# ps1 instead of restoring or initializing it; ps1 copies it to ps0. The job ends.
+"$psgraph" launch --ps 2 --workers 1 --restart on-failure -- "$psgraph" train --model mlp "${data[@]}" \
+  --optimizer adam --lr 0.001 --batch 64 --steps 400 --log-every 50 --peer-timeout 2 --step-timeout 30 \
+  --ps-replicas 2 --logdir "$tmp/chiefps" >"$tmp/chiefps.log" 2>&1 &
+bg=$!
+pids=($bg)
+for _ in $(seq 1 600); do grep -q '^\[worker0\] step 100 ' "$tmp/chiefps.log" && break; sleep 0.1; done
+ps0=$(sed -n 's/^psgraph launch: ps0 pid \([0-9]*\)$/\1/p' "$tmp/chiefps.log")
+w0=$(sed -n 's/^psgraph launch: worker0 pid \([0-9]*\)$/\1/p' "$tmp/chiefps.log")
+[ -n "$ps0" ] && [ -n "$w0" ] && kill -9 "$ps0" "$w0"
+timeout 240 tail --pid="$bg" -f /dev/null
+wait "$bg"; rc=$?
+pids=()
+steps=$(sed -n 's/^\[worker0\] {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$tmp/chiefps.log")
+if [ $rc = 0 ] && [ -n "$steps" ] && [ "$steps" -ge 400 ] &&
+   grep -q '^\[worker0\] .*1 of 2 ps tasks hold their shards and 1 restarted too: failing those over' "$tmp/chiefps.log" &&
+   grep -q '^\[worker0\] failover: ps0 is lost (.*); its shard is served by its backup ps1' "$tmp/chiefps.log" &&
+   ! grep -q 'restored shard\|re-initialized' "$tmp/chiefps.log" &&
+   grep -q '^\[ps1\] .*its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/chiefps.log"; then
+  ok "SIGKILL of the chief and ps0 at once: the restarted chief failed ps0's shard over to ps1 (no checkpoint read, nothing initialized again), ps1 copied it to ps0; global steps $steps"
+else
+  fail "chief and ps0 killed at once (rc $rc, global steps ${steps:-none}): $(grep -v '\] step ' "$tmp/chiefps.log" | tail -20)"
+fi
+
+# 4. sync, 2 ps + 2 workers (N = 2), 1000 global steps: SIGKILL of ps0 at step 300, started
+# again by hand at step 500. The chief takes back its failed step's update, empties the
+# accumulators and releases that step's tokens again; each worker sends that step's gradient
+# again. Every aggregated gradient applied once on every shard: the final checkpoint is
+# bitwise that of a run without a kill (the mean of 2 gradients does not depend on their
+# order), so the accuracy is too. The time from the kill to the next step is printed, not
+# asserted.
+sync_job() { # name kill(0|1)
+  local name=$1 kill=$2 p0 p1 w0 w1 ps0 rc=0
+  read -r p0 p1 w0 w1 <<<"$(free_ports 4)"
+  echo "{\"cluster\": {\"ps\": [\"127.0.0.1:$p0\", \"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$w0\", \"127.0.0.1:$w1\"]}, \"ps_replicas\": 2, \"peer_timeout\": 2}" >"$tmp/$name.json"
+  mkdir -p "$tmp/$name"
+  pids=()
+  start_ps() {
+    "$psgraph" server --cluster "$tmp/$name.json" --job ps --task "$1" --expect-workers 0 \
+      --idle-timeout 300 --logdir "$tmp/$name" >>"$tmp/$name.ps$1.log" 2>&1 &
+    pids+=($!)
+  }
+  start_ps 0; ps0=$!
+  start_ps 1
+  local wp=()
+  for i in 0 1; do
+    timeout 400 "$psgraph" train --cluster "$tmp/$name.json" --job worker --task $i --model mlp "${data[@]}" \
+      --optimizer adam --lr 0.001 --batch 64 --steps 1000 --sync sync --log-every 1 --step-timeout 30 \
+      --logdir "$tmp/$name" 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done \
+      >"$tmp/$name.w$i.log" &
+    wp+=($!)
+  done
+  if [ "$kill" = 1 ]; then
+    for _ in $(seq 1 1200); do grep -q '^[0-9.]* step 300 ' "$tmp/$name.w0.log" && break; sleep 0.1; done
+    echo "$EPOCHREALTIME" >"$tmp/$name.t_kill"
+    kill -9 "$ps0"
+    for _ in $(seq 1 1800); do grep -q '^[0-9.]* step 500 ' "$tmp/$name.w0.log" && break; sleep 0.1; done
+    start_ps 0
+  fi
+  for p in "${wp[@]}"; do wait "$p" || rc=$?; done
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  pids=()
+  return $rc
+}
+sync_job syncref 0
+sync_job synckill 1
+same=$(python3 - "$tmp/syncref/model.ckpt-1000.index.json" "$tmp/synckill/model.ckpt-1000.index.json" <<'PY' 2>&1
+import json, os, struct, sys
+def load(idx):
+    out = {}
+    for sh in json.load(open(idx))["shards"]:
+        raw = open(os.path.join(os.path.dirname(idx), sh["file"]), "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        for name, t in json.loads(raw[8:8 + n]).items():
+            if name != "__metadata__":
+                out[name] = raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+skip = {"sync_replicas/worker_counts"}
+diff = sorted(k for k in (set(a) | set(b)) - skip if a.get(k) != b.get(k))
+assert len(a) > 20 and not diff, diff
+print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
+PY
+)
+acc() { sed -n 's/^[0-9.]* {"event":"done".*"test_accuracy":\([0-9.]*\).*/\1/p' "$1"; }
+gsteps() { sed -n 's/^[0-9.]* {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$1"; }
+a_ref=$(acc "$tmp/syncref.w0.log") a_kill=$(acc "$tmp/synckill.w0.log") g_kill=$(gsteps "$tmp/synckill.w0.log")
+timing=$(python3 - "$tmp/synckill.w0.log" "$(cat "$tmp/synckill.t_kill" 2>/dev/null || echo 0)" <<'PY' 2>&1
+import re, sys
+t_kill = float(sys.argv[2])
+before = after = None
+for line in open(sys.argv[1]):
+    t, _, rest = line.partition(" ")
+    m = re.match(r"step (\d+) ", rest)
+    if m and float(t) <= t_kill:
+        before = int(m.group(1))
+    elif m and after is None and before is not None:
+        after = (int(m.group(1)), float(t) - t_kill)
+print("kill at step %s, next step %s %.3f s after (peer timeout 2 s)" % (before, after and after[0], after and after[1] or -1))
+PY
+)
+if grep -q "tensors equal, global_step 1000" <<<"$same" && [ "$g_kill" = 1000 ] &&
+   grep -q 'failover: ps0 is lost (.*); its shard is served by its backup ps1' "$tmp/synckill.w0.log" &&
+   grep -q 'failover: the chief took back its failed step' "$tmp/synckill.w0.log" &&
+   grep -q 'failover: /job:worker/replica:0/task:1 rejoins at global step\|failover: /job:worker/task:1 rejoins at global step' "$tmp/synckill.w1.log" &&
+   ! grep -q 'restored shard\|re-initialized' "$tmp/synckill.w0.log" &&
+   grep -q 'its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/synckill.ps1.log"; then
+  ok "sync, 2 workers, SIGKILL of ps0 at step 300, back at 500: 1000 global steps, every aggregated gradient applied once on each shard: final checkpoint bitwise equal to the run without a kill ($same); accuracy $a_kill against $a_ref; $timing"
+else
+  fail "sync failover (global steps ${g_kill:-none}, accuracy ${a_kill:-none} against ${a_ref:-none}): $same $(grep -v '^[0-9.]* step ' "$tmp/synckill.w0.log" | tail -15) $(grep -v '^[0-9.]* step ' "$tmp/synckill.w1.log" | tail -8) $(tail -8 "$tmp/synckill.ps1.log")"
+fi
+
+# 5. a bad setting is named
 out=$("$psgraph" launch --ps 1 --workers 1 -- "$psgraph" train --model mlp --data synthetic --steps 5 --ps-replicas 2 2>&1); rc=$?
 if [ $rc != 0 ] && grep -q 'ps replicas 2 needs at least 2 ps tasks (the cluster has 1)' <<<"$out"; then
   ok "--ps-replicas 2 with one ps task: refused, naming why"

@@ -158,6 +158,27 @@ static int restore_ps(psg_cluster_ckpt_t *h, int i, int64_t step, int *tensors) 
     return 0;
 }
 
+/* A chief that restarted while ps tasks hold their shards (holding > 0), some of which
+ * restarted too (fresh): with a backup of each shard, those fail over to their backups
+ * (docs/replication.md) instead of being restored from the checkpoint or initialized again;
+ * the others (no backup holds their shard) are, by the caller. */
+static void start_failover(psg_cluster_ckpt_t *h, int holding, const bool *fresh) {
+    int n_fresh = 0;
+    for (int i = 0; i < h->nps; i++) n_fresh += fresh[i];
+    if (psg_cluster_ps_replicas(h->cluster) < 2 || holding == 0 || n_fresh == 0) return;
+    int64_t probe = 1000, peer = psg_cluster_peer_timeout_ms(h->cluster);
+    if (peer > 0 && peer < probe) probe = peer;
+    int64_t wait = h->timeout_ms < 5000 ? h->timeout_ms : 5000;
+    bool moved = false;
+    fprintf(h->out,
+            "%s: %d of %d ps tasks hold their shards and %d restarted too: failing those over to "
+            "their backups\n",
+            h->task, holding, h->nps, n_fresh);
+    if (psg_failover_recover(h->ds, h->cluster, probe, wait, h->out, h->metrics, -1, &moved) < 0)
+        fprintf(h->out, "failover: %s; restoring them from the checkpoint\n", psg_error_message());
+    fflush(h->out);
+}
+
 int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
     int64_t latest = -1;
     if (latest_step(h, &latest) < 0) return -1;
@@ -177,22 +198,31 @@ int psg_cluster_ckpt_start(psg_cluster_ckpt_t *h, int64_t *start_step) {
     double deadline =
         psg_now_sec() + (double)(wait_ms > h->timeout_ms ? wait_ms : h->timeout_ms) / 1e3;
     int holding = 0;
+    bool *fresh = calloc((size_t)h->nps, sizeof *fresh);
+    if (!fresh) return psg_error_set("out of memory");
     for (int i = 0; i < h->nps; i++) {
-        bool fresh = false;
-        if (wait_ps(h, i, deadline, &fresh) < 0) return -1;
-        if (!fresh) {
-            holding++;
-            continue;
+        if (wait_ps(h, i, deadline, &fresh[i]) < 0) {
+            free(fresh);
+            return -1;
         }
+        holding += !fresh[i];
+    }
+    start_failover(h, holding, fresh);
+    for (int i = 0; i < h->nps; i++) {
+        if (!fresh[i] || psg_dist_session_ps_serving(h->ds, i) != i) continue;
         int n = 0;
         double t0 = psg_now_sec();
-        if (restore_ps(h, i, latest, &n) < 0) return -1;
+        if (restore_ps(h, i, latest, &n) < 0) {
+            free(fresh);
+            return -1;
+        }
         if (latest >= 0)
             fprintf(h->out,
                     "restored shard %d of %s/%s-%" PRId64
                     ".index.json on ps%d: %d tensors (%.3f s)\n",
                     i, h->c->logdir, PSG_CKPT_PREFIX, latest, i, n, psg_now_sec() - t0);
     }
+    free(fresh);
     if (holding)
         fprintf(h->out,
                 "%d of %d ps tasks hold initialized variables (the chief restarted): not "

@@ -4,8 +4,12 @@
  * (which promotes the copies to its own shard as it applies them, ps/replicate.c). Not the
  * decision when to fail over (worker/cluster_ckpt.c) nor the forward of updates (ps/). */
 #include "psgraph/error.h"
+#include "psgraph/task_server.h"
+#include "psgraph/wire.h"
 #include "worker/dist_session_internal.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,4 +80,26 @@ void psg_dist_session_failover_reset(psg_dist_session_t *s) {
     if (!s->served_by) return;
     for (int k = 0; k < s->n_ps; k++) s->served_by[k] = k;
     unbuild_all(s);
+}
+
+int psg_dist_session_undo_failed(psg_dist_session_t *s, psg_dist_callable_t *c) {
+    if (!s->writer[0] || c->retry_seq <= 0) return 0;
+    char id[sizeof s->writer + 32];
+    int len = snprintf(id, sizeof id, "#%s %" PRId64 "\n", s->writer, c->retry_seq);
+    int nps = psg_cluster_num_tasks(s->cluster, "ps");
+    for (int k = 0; k < nps; k++) {
+        if (serving(s, k) != k) continue; /* its shard is served by another: asked there */
+        char task[PSG_DEVICE_NAME_MAX];
+        psg_device_name("ps", k, NULL, task, sizeof task);
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
+        if (!m || psg_msg_set_key(m, "undo") < 0 || psg_msg_set_body(m, id, (size_t)len) < 0) {
+            psg_msg_destroy(&m);
+            return psg_error_set("out of memory");
+        }
+        psg_msg_t *r = psg_dist_session_call(s, task, &m, s->timeout_ms);
+        psg_msg_destroy(&m);
+        if (!r) return psg_error_wrap("taking back the failed step's update on %s", task);
+        psg_msg_destroy(&r);
+    }
+    return 0;
 }

@@ -11,6 +11,7 @@
 #include "psgraph/ops_array.h"
 #include "psgraph/straggler.h"
 #include "sync/strategy.h"
+#include "worker/failover.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -46,13 +47,21 @@ struct psg_sync_train {
     psg_dist_session_t *chief_sess;  /* the chief's runner's own session */
     psg_dist_callable_t *chief_step; /* owned by chief_sess */
     psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
-    psg_dist_session_t *sess;        /* the worker's (borrowed) */
-    psg_task_server_t *server;       /* this worker's (borrowed): its byte counts */
-    char task[PSG_DEVICE_NAME_MAX];  /* its task, as metrics.jsonl names it ("" in one process) */
-    int64_t served0, pulled0;        /* the counts when training started */
-    int64_t served_at, pulled_at;    /* and after the last step */
+    psg_dist_callable_t *rejoin;     /* the worker's token after a failover; NULL: none */
+    psg_dist_callable_t *reissue;    /* the chief's tokens after a failover; NULL: none */
+    const psg_cluster_t *cluster;    /* borrowed; NULL in one process */
+    /* the last step's model feeds (copies; one tower only) and its local step: a failover
+     * that took that step's update back runs it again (psg_sync_train_rejoin) */
+    psg_tensor_t *prev_values[2];
+    int64_t prev_step;
+    psg_dist_session_t *sess;       /* the worker's (borrowed) */
+    psg_task_server_t *server;      /* this worker's (borrowed): its byte counts */
+    char task[PSG_DEVICE_NAME_MAX]; /* its task, as metrics.jsonl names it ("" in one process) */
+    int64_t served0, pulled0;       /* the counts when training started */
+    int64_t served_at, pulled_at;   /* and after the last step */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
+    int64_t runner_gs; /* the global step after the runner's last step (its thread's) */
     bool over, finished, chief;
     double runner_start, runner_sec, straggler_sec, start_sec, end_sec;
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
@@ -199,16 +208,63 @@ void psg_sync_train_destroy(psg_sync_train_t **stp) {
     psg_straggler_destroy(&st->stragglers);
     free(st->w.state);
     free(st->counts);
+    for (int i = 0; i < 2; i++) psg_tensor_destroy(&st->prev_values[i]);
     free(st);
     *stp = NULL;
+}
+
+/* With a backup of every shard, after a failed step of the chief's (docs/replication.md):
+ * its session fails over from the lost ps tasks, takes back what the failed step applied
+ * anywhere, empties every accumulator at the global step and releases its tokens again, so
+ * that every worker sends that step's gradient again and the step is applied once. -1 with
+ * the step's own error kept when no ps task was lost or it cannot fail over. */
+static int chief_failover(psg_sync_train_t *st) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", psg_error_message());
+    psg_err_code_t code = psg_error_code();
+    if (!st->cluster || !st->reissue || psg_cluster_ps_replicas(st->cluster) < 2 ||
+        code == PSG_ERR_CLOSED)
+        return -1;
+    fprintf(st->out,
+            "recovery: the chief's step after global step %" PRId64
+            " failed (%s); probing the ps tasks\n",
+            st->runner_gs, why);
+    fflush(st->out);
+    double t0 = psg_now_sec();
+    int64_t probe = 1000, peer = psg_cluster_peer_timeout_ms(st->cluster);
+    if (peer > 0 && peer < probe) probe = peer;
+    int64_t wait = st->step_timeout_ms < 5000 ? st->step_timeout_ms : 5000;
+    bool moved = false;
+    if (psg_failover_recover(st->chief_sess, st->cluster, probe, wait, st->out, st->metrics,
+                             st->runner_gs, &moved) < 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", psg_error_message());
+        fprintf(st->out, "failover: %s\n", msg);
+        fflush(st->out);
+        return psg_error_set_code(code, "%s (no failover: %s)", why, msg);
+    }
+    if (!moved) return psg_error_set_code(code, "%s", why);
+    psg_tensor_t *gs = NULL;
+    if (psg_dist_session_undo_failed(st->chief_sess, st->chief_step) < 0 ||
+        psg_dist_callable_run(st->reissue, NULL, &gs) < 0)
+        return psg_error_wrap("the chief's failover");
+    fprintf(st->out,
+            "failover: the chief took back its failed step's update and released the tokens of "
+            "global step %" PRId64 " again (%.3f s): every worker sends that step's gradient "
+            "again\n",
+            psg_tensor_i64(gs)[0], psg_now_sec() - t0);
+    fflush(st->out);
+    psg_tensor_destroy(&gs);
+    return 0;
 }
 
 /* The chief's step for psg_sync_chief_start: take, apply, advance, release. */
 static int chief_run(void *ctx, int64_t *global_step) {
     psg_sync_train_t *st = ctx;
     psg_tensor_t *gs = NULL;
-    if (psg_dist_callable_run(st->chief_step, NULL, &gs) < 0) return -1;
-    *global_step = psg_tensor_i64(gs)[0];
+    for (int tries = 0; psg_dist_callable_run(st->chief_step, NULL, &gs) < 0; tries++)
+        if (tries == 3 || chief_failover(st) < 0) return -1;
+    *global_step = st->runner_gs = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
     st->last_step_at = psg_now_sec(); /* the runner's thread only, read after the join */
     if (st->first_step_at == 0) st->first_step_at = st->last_step_at;
@@ -251,6 +307,10 @@ static int make_calls(psg_sync_train_t *st, psg_dist_session_t *s) {
     if (sg->close_op >= 0 &&
         !(st->close_step = psg_dist_session_make_callable(s, 0, NULL, 0, NULL, 1, &sg->close_op)))
         return -1;
+    if (psg_endpoint_valid(sg->rejoin_token) &&
+        !(st->rejoin =
+              psg_dist_session_make_callable(s, 1, &sg->local_step, 1, &sg->rejoin_token, 0, NULL)))
+        return -1;
     st->w = (psg_sync_worker_t){&st->cfg, sg, run_call, st, 0, 0, NULL};
     return 0;
 }
@@ -268,6 +328,10 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
     st->chief_step = psg_dist_session_make_callable(
         st->chief_sess, 0, NULL, 1, &sg->chief_global_step, st->after_op >= 0 ? 2 : 1, targets);
     if (!st->chief_step) return psg_error_wrap("the chief's step");
+    if (sg->reissue_op >= 0 &&
+        !(st->reissue = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1, &sg->global_step,
+                                                       1, &sg->reissue_op)))
+        return psg_error_wrap("the chief's tokens after a failover");
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
     return st->runner ? 0 : -1;
@@ -288,6 +352,7 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
     st->sess = s;
     st->chief = chief;
     st->server = server;
+    st->cluster = cluster;
     psg_task_t me = psg_cluster_task(cluster);
     if (me.job) psg_device_name(me.job, me.index, NULL, st->task, sizeof st->task);
     if (metrics) setvbuf(metrics, NULL, _IOLBF, 0);
@@ -324,9 +389,17 @@ static double straggle(psg_sync_train_t *st) {
 /* The step on st->model_values (the model's feeds). */
 static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over, double delay_ms) {
     psg_sync_step_t s;
+    int64_t local = st->w.local_step;
     int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
     for (int i = 0; st->towers && i < st->num_feeds; i++) psg_tensor_destroy(&st->model_values[i]);
     if (rc < 0) return -1;
+    if (st->rejoin && !st->towers && st->num_feeds == 2) {
+        for (int i = 0; i < 2; i++) {
+            psg_tensor_destroy(&st->prev_values[i]);
+            st->prev_values[i] = psg_tensor_copy(st->model_values[i]);
+        }
+        st->prev_step = st->prev_values[0] && st->prev_values[1] ? local : -1;
+    }
     s.straggler_ms = delay_ms;
     s.wall_sec = psg_now_sec() - st->start_sec;
     s.has_loss = *loss && (*loss)->dtype == PSG_DT_F32 && psg_tensor_numel(*loss) >= 1;
@@ -371,6 +444,53 @@ int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *
     double delay_ms = straggle(st);
     for (int i = 0; i < n; i++) st->model_values[i] = values[i];
     return step_fed(st, loss, over, delay_ms);
+}
+
+bool psg_sync_train_can_rejoin(const psg_sync_train_t *st) {
+    return st->rejoin && st->cluster && psg_cluster_ps_replicas(st->cluster) > 1;
+}
+
+/* The last step again, from local step prev_step (its update was taken back). */
+static int replay_prev(psg_sync_train_t *st) {
+    psg_tensor_t *loss = NULL;
+    psg_sync_step_t s;
+    st->model_values[0] = st->prev_values[0];
+    st->model_values[1] = st->prev_values[1];
+    st->w.local_step = st->prev_step;
+    int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, &loss, &s);
+    psg_tensor_destroy(&loss);
+    return rc;
+}
+
+int psg_sync_train_rejoin(psg_sync_train_t *st, bool *applied) {
+    *applied = false;
+    if (!st->rejoin) return psg_error_set("--sync %s: no token to rejoin with", st->cfg.strategy);
+    /* any token: the queue of the lost ps is a new one, which holds only the chief's
+     * release of the step that runs again (it may be the step this worker failed in, the one
+     * after when that step was applied, or the one before when its update was taken back) */
+    psg_tensor_t *after = psg_tensor_scalar_i64(-1), *token = NULL;
+    if (!after) return psg_error_set("out of memory");
+    int rc = psg_dist_callable_run(st->rejoin, &after, &token);
+    psg_tensor_destroy(&after);
+    if (rc < 0) return psg_error_wrap("--sync %s: rejoining after a failover", st->cfg.strategy);
+    int64_t t = psg_tensor_i64(token)[0];
+    psg_tensor_destroy(&token);
+    /* -1: training ended meanwhile; the step then sees the queue closed */
+    if (t < 0) return 0;
+    int64_t was = st->w.local_step;
+    bool replay = t + 1 == was && t == st->prev_step && st->prev_values[0];
+    fprintf(st->out,
+            "failover: %s rejoins at global step %" PRId64 " (its step failed at %" PRId64 "%s)\n",
+            st->task[0] ? st->task : "the worker", t, was,
+            t == was + 1 ? ": that step was applied"
+            : replay     ? ": the step before it runs again first"
+                         : "");
+    fflush(st->out);
+    *applied = t == was + 1;
+    st->w.local_step = t;
+    if (replay && replay_prev(st) < 0)
+        return psg_error_wrap("--sync %s: the step before the failover again", st->cfg.strategy);
+    return 0;
 }
 
 /* This worker's row of the job's counts, added to the variable on the ps. */

@@ -79,6 +79,16 @@ int psg_sync_train_step(psg_sync_train_t *st, psg_tensor_t *images, psg_tensor_t
 int psg_sync_train_step_feeds(psg_sync_train_t *st, int n, psg_tensor_t *const *values,
                               psg_tensor_t **loss, bool *over);
 
+/* Whether a failed step of a strategy with tokens (sync) can be run again after a failover:
+ * the cluster keeps a backup of every shard. */
+bool psg_sync_train_can_rejoin(const psg_sync_train_t *st);
+/* After this worker's session failed over (docs/replication.md): waits for a token the
+ * chief released again and takes its step as the worker's local step, so that the next
+ * psg_sync_train_step sends that step's gradient. When it is the step before the failed one
+ * (its update was taken back), runs that step again first on its batch; *applied when it is
+ * the step after (the failed step's gradient was applied: its batch is done). -1 with the
+ * error set. */
+int psg_sync_train_rejoin(psg_sync_train_t *st, bool *applied);
 /* The end of this worker's training: closes the strategy's queues when it stopped on its
  * own, adds its counts and examples_per_sec to the job's (a variable on a ps), waits for
  * the chief's runner, prints and logs the summary line. Returns 0, or -1 with the error. */

@@ -479,12 +479,22 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
     if (t->sync) { /* the strategy splits the batch itself */
         rc = psg_sync_train_step(t->sync, images, labels, loss, over);
         /* a strategy without tokens: a step that hit a restarted ps is retried once the ps
-         * is back */
+         * is back; with tokens (sync), after a failover to the backups, from the token the
+         * chief releases again (docs/replication.md) */
         bool tokens = psg_sync_train_graph(t->sync)->chief_op >= 0;
+        bool retries = !tokens || psg_sync_train_can_rejoin(t->sync);
         for (int retry = 0;
-             rc < 0 && !tokens && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
-             retry++)
+             rc < 0 && retries && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
+             retry++) {
+            bool applied = false;
+            if (tokens && psg_sync_train_rejoin(t->sync, &applied) < 0) break;
+            if (applied) { /* its gradient was used: the batch is done, its loss not known */
+                *loss = psg_tensor_scalar_f32(isfinite(t->last_loss) ? t->last_loss : 0);
+                rc = *loss ? 0 : psg_error_set("out of memory");
+                break;
+            }
             rc = psg_sync_train_step(t->sync, images, labels, loss, over);
+        }
     } else {
         rc = t->rep.towers ? psg_towers_split(t->rep.towers, images, labels, fv) : 0;
         if (rc == 0) rc = psg_callable_run(t->step, fv, loss);

@@ -126,6 +126,11 @@ int psg_dist_session_failover(psg_dist_session_t *s, int from, int to);
  * are partitioned and registered by the next psg_dist_session_reregister, which must come
  * before the next run. */
 void psg_dist_session_failover_reset(psg_dist_session_t *s);
+/* After a failed step of c (a sync chief's, whose takes emptied the accumulators): each
+ * ps task serving a shard puts every variable whose last update is that step's back to its
+ * value before it, so that the step can run again from the same values. 0 when c's last
+ * step did not fail or carries no update id; -1 naming the task that did not answer. */
+int psg_dist_session_undo_failed(psg_dist_session_t *s, psg_dist_callable_t *c);
 /* The ps task serving ps task k's shard now: k until a failover moved it. */
 int psg_dist_session_ps_serving(psg_dist_session_t *s, int k);
 

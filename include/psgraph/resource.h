@@ -10,8 +10,12 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct psg_resource_mgr psg_resource_mgr_t;
+
+/* The step ids of its last writes a variable keeps (psg_variable_wrote). */
+#define PSG_VARIABLE_RECENT 4
 
 /* A variable: a named tensor updated in place. */
 typedef struct psg_variable {
@@ -27,7 +31,20 @@ typedef struct psg_variable {
     /* a copy of another ps task's variable, kept by chain replication (docs/replication.md):
      * not this task's shard (a checkpoint of the shard leaves it out) until it is promoted */
     bool backup;
+    /* its writes (docs/replication.md), under the lock that guards it: how many, the step
+     * ids of the last PSG_VARIABLE_RECENT, and a step whose writes of it are not applied (a
+     * retry of an update it holds already; 0: none) */
+    uint64_t writes;
+    int64_t recent[PSG_VARIABLE_RECENT];
+    int64_t skip_step;
 } psg_variable_t;
+
+/* Under the lock that guards v, before step `step` writes it: false when that step's writes
+ * of v are skipped (v->skip_step); else counts the write and true. */
+bool psg_variable_note_write(psg_variable_t *v, int64_t step);
+/* Under the lock that guards v: whether step `step` is among the last PSG_VARIABLE_RECENT
+ * writes of v. */
+bool psg_variable_wrote(const psg_variable_t *v, int64_t step);
 
 /* The locks of one optimizer update: v's, then each of its n slots' (always in that
  * order), recording v as each slot's owner. A reader that takes the owner's lock then sees

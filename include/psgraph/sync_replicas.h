@@ -108,6 +108,12 @@ typedef struct {
     int chief_op;
     psg_endpoint_t chief_global_step;
     int chief_init_op;
+    /* after a failover (docs/replication.md): the chief runs reissue_op (every accumulator
+     * emptied at the global step, N + b tokens carrying it), each worker fetches
+     * rejoin_token (feed local_step: the token taken is the first above it) and runs that
+     * step again; -1 / PSG_NO_ENDPOINT for strategies without tokens */
+    int reissue_op;
+    psg_endpoint_t rejoin_token;
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */
     int close_op;

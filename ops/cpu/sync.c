@@ -99,7 +99,10 @@ int psg_cpu_accumulator_set_global_step(psg_kernel_ctx_t *c) {
     psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
     int64_t step = 0;
     if (!a || scalar_i64(c, 1, &step) < 0) return -1;
-    psg_accumulator_set_global_step(a, step);
+    if (psg_node_get_int(c->node, "reset", 0))
+        psg_accumulator_reset(a, step);
+    else
+        psg_accumulator_set_global_step(a, step);
     return 0;
 }
 
@@ -125,6 +128,9 @@ int psg_cpu_token_queue_enqueue_many(psg_kernel_ctx_t *c) {
     const psg_tensor_t *t = c->inputs[1];
     if (!q) return -1;
     if (t->dtype != PSG_DT_I64) return psg_error_set("tokens must be i64");
+    int64_t n = psg_tensor_numel(t), lo = INT64_MAX;
+    for (int64_t i = 0; i < n; i++) lo = psg_tensor_i64(t)[i] < lo ? psg_tensor_i64(t)[i] : lo;
+    if (n > 0 && psg_node_get_int(c->node, "restart", 0)) psg_token_queue_restart(q, lo);
     return psg_token_queue_enqueue_many(q, psg_tensor_i64(t), (int)psg_tensor_numel(t),
                                         (int)psg_node_get_int(c->node, "repeat", 1),
                                         psg_node_get_int(c->node, "end_step", 0));

@@ -87,7 +87,11 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
  * the variable and its slots under the variable's lock: one update, never half of one). */
 static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, update_t *u) {
     psg_variable_lock_update(v, u->slots, u->nslots);
-    psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
+    /* a retried step's update that v holds already is not applied twice (ps/replicate.c) */
+    if (psg_variable_note_write(v, c->step_id)) {
+        for (int i = 0; i < u->nslots; i++) (void)psg_variable_note_write(u->slots[i], c->step_id);
+        psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
+    }
     psg_variable_unlock_update(v, u->slots, u->nslots);
     return 0;
 }
@@ -246,7 +250,8 @@ int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
         return -1;
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
-    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++) w[i] *= f;
+    int64_t n = psg_variable_note_write(v, c->step_id) ? psg_tensor_numel(v->value) : 0;
+    for (int64_t i = 0; i < n; i++) w[i] *= f;
     pthread_mutex_unlock(&v->lock);
     return 0;
 }
@@ -257,9 +262,9 @@ int psg_cpu_increment_variable(psg_kernel_ctx_t *c) {
     if (!v->initialized)
         return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
     int64_t by = psg_node_get_int(c->node, "by", 1);
-    int64_t n = psg_tensor_numel(v->value);
     int rc = 0;
     pthread_mutex_lock(&v->lock);
+    int64_t n = psg_variable_note_write(v, c->step_id) ? psg_tensor_numel(v->value) : 0;
     switch (v->dtype) {
     case PSG_DT_I64:
         for (int64_t i = 0; i < n; i++) psg_tensor_i64(v->value)[i] += by;

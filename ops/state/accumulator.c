@@ -496,6 +496,16 @@ int psg_accumulator_apply_sparse(psg_accumulator_t *a, int64_t local_step,
     return rc;
 }
 
+void psg_accumulator_reset(psg_accumulator_t *a, int64_t step) {
+    /* a take of the failed step may wait still (its step was aborted, not the take) */
+    fail_take(a, false, PSG_ERR_ABORTED, "reset: the step starts again after a failover");
+    pthread_mutex_lock(&a->lock);
+    a->step = step;
+    a->count = 0;
+    psg_tensor_destroy(&a->sum);
+    pthread_mutex_unlock(&a->lock);
+}
+
 int64_t psg_accumulator_global_step(psg_accumulator_t *a) {
     pthread_mutex_lock(&a->lock);
     int64_t s = a->step;

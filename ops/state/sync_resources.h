@@ -101,6 +101,9 @@ int psg_accumulator_take_sparse(psg_accumulator_t *a, int num_required, int64_t 
 /* Sets the global step (a chief that restarts sets it from the global step
  * variable); gradients accumulated for another step are dropped. */
 void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step);
+/* Sets the global step and drops every gradient accumulated, of this step too, and fails a
+ * pending take (the step of a failover starts again: docs/replication.md). */
+void psg_accumulator_reset(psg_accumulator_t *a, int64_t step);
 int64_t psg_accumulator_global_step(psg_accumulator_t *a);
 /* Gradients of the current step accumulated so far. */
 int psg_accumulator_num_accumulated(psg_accumulator_t *a);
@@ -148,6 +151,10 @@ int psg_token_queue_dequeue(psg_token_queue_t *q, int worker, int64_t after_step
 /* Closes it: error NULL ends training cleanly (waiters and later dequeues
  * get -1); else they fail with `error`. The first close wins. */
 void psg_token_queue_close(psg_token_queue_t *q, const char *error);
+/* The tokens dropped and every dequeue waiting for a token above `step` failed (a failover:
+ * the chief releases the tokens of `step` again, docs/replication.md); dequeues waiting for
+ * a token at or below it stay, for the new ones. */
+void psg_token_queue_restart(psg_token_queue_t *q, int64_t step);
 /* Tokens held now. */
 int psg_token_queue_size(psg_token_queue_t *q);
 
@@ -214,6 +221,9 @@ psg_endpoint_t psg_accumulator_take_op(psg_graph_t *g, const char *name, psg_end
 /* AccumulatorSetGlobalStep(handle, step i64 scalar). */
 int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                        psg_endpoint_t step);
+/* AccumulatorSetGlobalStep with attr reset 1: psg_accumulator_reset. */
+int psg_accumulator_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                             psg_endpoint_t step);
 /* AccumulatorNumAccumulated(handle): an i32 scalar. */
 psg_endpoint_t psg_accumulator_num_accumulated_op(psg_graph_t *g, const char *name,
                                                   psg_endpoint_t handle);
@@ -223,7 +233,8 @@ int psg_accumulator_close_op(psg_graph_t *g, const char *name, psg_endpoint_t ha
 /* TokenQueueHandle: the token queue `name`. */
 psg_endpoint_t psg_token_queue_op(psg_graph_t *g, const char *name);
 /* TokenQueueEnqueueMany(handle, tokens i64, any shape): each token `repeat`
- * times; closes the queue instead when a token reaches end_step (> 0). */
+ * times; closes the queue instead when a token reaches end_step (> 0). With attr restart 1,
+ * psg_token_queue_restart at the least token first. */
 int psg_token_queue_enqueue_many_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                     psg_endpoint_t tokens, int repeat, int64_t end_step);
 /* TokenQueueDequeue(handle, after_step i64 scalar): output 0 the token (i64

@@ -280,6 +280,31 @@ void psg_token_queue_close(psg_token_queue_t *q, const char *error) {
     free(s);
 }
 
+void psg_token_queue_restart(psg_token_queue_t *q, int64_t step) {
+    pthread_mutex_lock(&q->lock);
+    q->n = 0;
+    int nw = count_waiters_locked(q);
+    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
+    int k = 0;
+    for (waiter_t **p = &q->waiters; s && *p;) {
+        waiter_t *w = *p;
+        if (w->after_step < step) { /* the step's new tokens serve it */
+            p = &w->next;
+            continue;
+        }
+        *p = w->next;
+        s[k++] = (served_t){w, -1};
+    }
+    pthread_mutex_unlock(&q->lock);
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "token queue '%s': global step %lld starts again after a failover (its tokens are "
+             "released again)",
+             q->name, (long long)step);
+    finish_served(q, s, k, msg);
+    free(s);
+}
+
 int psg_token_queue_size(psg_token_queue_t *q) {
     pthread_mutex_lock(&q->lock);
     int n = q->n;
