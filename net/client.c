@@ -22,6 +22,7 @@ struct psg_client {
      * flight means their replies will never come (drops_at_send: the count when the oldest
      * of them was sent) */
     bool up;
+    int64_t down_since; /* when a connection that was up went down (ms); 0: up, or not yet */
     uint64_t drops, drops_at_send;
     int64_t in_flight;
     uint64_t peer_inc, peer_restarts;
@@ -89,6 +90,7 @@ static void client_disconnect(psg_client_t *c) {
     psg_codec_rx_destroy(&c->rx);
     /* what was in flight is dropped with the socket: nothing to wait for, nothing lost */
     c->up = false;
+    c->down_since = 0;
     c->in_flight = 0;
     c->drops_at_send = c->drops;
 }
@@ -147,8 +149,10 @@ static void read_event(psg_client_t *c) {
         memcpy(&ev, zframe_data(f), 2);
         if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             c->up = true;
+            c->down_since = 0;
         } else if (ev == ZMQ_EVENT_DISCONNECTED && c->up) { /* not a connect that failed */
             c->up = false;
+            c->down_since = psg_codec_now_ms();
             c->drops++;
         }
     }
@@ -157,12 +161,19 @@ static void read_event(psg_client_t *c) {
 
 int psg_client_check(psg_client_t *c) {
     while (c->events && (zsock_events(c->events) & ZMQ_POLLIN)) read_event(c);
+    int ivl = 0, timeout = 0;
+    psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
+    /* requests sent after the connection went down: lost too once it stayed down for the
+     * peer timeout (no other loss is coming for them: the peer may be gone for good) */
+    if (c->in_flight > 0 && !c->up && c->down_since > 0 && ivl > 0 &&
+        psg_codec_now_ms() - c->down_since > ivl + timeout) {
+        c->drops++;
+        c->down_since = psg_codec_now_ms();
+    }
     if (c->in_flight == 0 || c->drops == c->drops_at_send) return 0;
     int64_t lost = c->in_flight;
     c->in_flight = 0;
     c->drops_at_send = c->drops;
-    int ivl = 0, timeout = 0;
-    psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
     return psg_error_set_code(PSG_ERR_UNAVAILABLE,
                               "%s: lost the connection to the peer with %lld request%s in flight: "
                               "it closed it (it stopped or restarted), or was silent for %d ms "

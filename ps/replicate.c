@@ -20,6 +20,9 @@
 
 /* A lost backup is tried again at most this often (each try copies the whole shard). */
 #define RETRY_MS 1000
+/* How long a lost backup may take to answer an empty forward before the whole shard is sent
+ * to it: the step that tries waits that long while it is still gone. */
+#define PROBE_MS 100
 
 struct psg_ts_repl {
     psg_task_server_t *ts;
@@ -217,6 +220,21 @@ static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip,
     return 0;
 }
 
+/* Whether a backup that was lost answers again: an empty forward within PROBE_MS (a step
+ * that tries does not wait the whole timeout for a backup still gone). Under r->lock. */
+static int probe(psg_ts_repl_t *r) {
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
+    if (!m || psg_msg_set_key(m, "update") < 0) {
+        psg_msg_destroy(&m);
+        return psg_error_set("out of memory");
+    }
+    psg_msg_t *reply =
+        psg_ts_call_msg(r->client, &m, r->timeout_ms < PROBE_MS ? r->timeout_ms : PROBE_MS);
+    if (!reply) return -1;
+    psg_msg_destroy(&reply);
+    return 0;
+}
+
 /* ---- a retried step: the variables that hold its update already ---- */
 
 static void undo_free(psg_ts_undo_t *u) {
@@ -353,7 +371,8 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         return;
     }
     bool full = !r->synced;
-    int rc = forward(r, names, skip, n, full, u, &count, &bytes);
+    int rc = full && r->last_try_ms ? probe(r) : 0;
+    if (rc == 0) rc = forward(r, names, skip, n, full, u, &count, &bytes);
     /* a backup that restarted since the last full copy holds only what this step sent */
     if (rc == 0 && psg_ts_client_restarts(r->client) != r->restarts) {
         psg_net_log("task %s: its backup %s (%s) restarted: copying the whole shard to it",

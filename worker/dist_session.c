@@ -390,6 +390,7 @@ static const char *peer_failure(psg_dist_callable_t *c, const part_req_t *q, int
  * the callable's other step in flight are kept for later), then reads them: fetches into
  * fetched (NULL: the step fetches nothing remotely), the first failure into err. A task
  * whose connection is lost fails the step at once (heartbeats: the peer timeout). */
+#define CHECK_MS 250
 static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
                     psg_tensor_t **fetched, char *err, size_t errsize, psg_err_code_t *code) {
     psg_dist_session_t *s = c->s;
@@ -407,9 +408,11 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
         if (n == 0) break;
         int64_t left = deadline - psg_ts_now_ms();
         if (left <= 0) break;
-        if (psg_ts_client_poll(clients, n, ready, left) <= 0) continue;
+        /* woken at least every CHECK_MS: a task whose connection went down before a request
+         * was sent to it says nothing more, its loss is told by the time it stays down */
+        bool any = psg_ts_client_poll(clients, n, ready, left < CHECK_MS ? left : CHECK_MS) > 0;
         for (int i = 0; i < n; i++)
-            if (ready[i]) read_peer(c, item_part[i]);
+            if (ready[i] || !any) read_peer(c, item_part[i]);
     }
     for (int k = 0; k < np; k++) {
         part_req_t *q = &r->reqs[k];
