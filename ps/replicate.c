@@ -340,6 +340,19 @@ void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_u
     *u = NULL;
 }
 
+/* Whether variable i was written by this run only since it began: its value before the run
+ * is then its value before this update (another's update landing on it meanwhile would be
+ * dropped by a retry that rolls back to it). */
+static bool only_this_step(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, const char *name) {
+    psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
+    if (!v) return false;
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    bool only = v->writes - u->writes[i] == 1 && psg_variable_wrote(v, u->step);
+    pthread_mutex_unlock(&guard->lock);
+    return only;
+}
+
 void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
                       psg_ts_undo_t **undo) {
     psg_ts_repl_t *r = ts->repl;
@@ -356,7 +369,9 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
     for (int i = 0; u && i < n; i++) {
         if (skip[i]) continue;
         (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
-        if (!u->rolled[i]) /* what a retry of this step starts again from */
+        if (!only_this_step(ts, u, i, names[i])) /* no way back: a retry leaves it alone */
+            (void)psg_applied_set_last(r->applied, names[i], NULL, 0, NULL);
+        else if (!u->rolled[i]) /* what a retry of this step starts again from */
             (void)psg_applied_set_last(r->applied, names[i], u->writer, u->seq, &u->values[i]);
     }
     pthread_mutex_lock(&r->lock);
