@@ -245,7 +245,13 @@ static void *puller_main(void *arg) {
                 items[n++] = (zmq_pollitem_t){events, 0, ZMQ_POLLIN, 0};
             }
         }
-        if (zmq_poll(items, n, -1) < 0) continue; /* EINTR */
+        /* woken at least every 250 ms: a pull sent after its connection went down hears
+         * nothing more, its loss is told by the time it stays down (psg_client_check) */
+        int woke = zmq_poll(items, n, 250);
+        if (woke < 0) continue; /* EINTR */
+        for (int k = 1; woke == 0 && k < n; k++)
+            if (item_peer[k] >= 0 && psg_client_check(r->peers[item_peer[k]].client) < 0)
+                fail_pulls_of(r, item_peer[k], psg_error_message());
         if (items[0].revents & ZMQ_POLLIN) {
             uint64_t v;
             ssize_t got = read(r->efd, &v, sizeof v);
