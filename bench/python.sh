@@ -14,8 +14,9 @@
 # alternate the two sides (odd rounds psgraph first); ratios are best against best, each
 # side's spread (worst/best) beside, and the load average at the start. Threads:
 # PSG_BENCH_THREADS (default 1) for both. PSG_PY_MODELS (default "mlp cnn"): the models of
-# train and tf1. TensorFlow is the peer, not a dependency: it lives in the venv PSG_TF_VENV (default build/tf-venv), made here when it lacks tensorflow-cpu==2.21.0
-# and tf-keras (tf.compat.v1.layers needs Keras 2: TF_USE_LEGACY_KERAS=1).
+# train and tf1. TensorFlow is the peer, not a dependency: it lives in the venv PSG_TF_VENV
+# (default build/tf-venv), made here when it lacks tensorflow-cpu==2.21.0 and tf-keras
+# (tf.compat.v1.layers needs Keras 2: TF_USE_LEGACY_KERAS=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=train,overhead,tf1
