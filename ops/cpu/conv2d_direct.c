@@ -242,13 +242,26 @@ static const int tile_rows[VMAX + 1][5] = {{0}, {6, 4, 2}, {0}, {0}, {0}};
 
 static tile_fn tile_of(bool forward, int r, int v) {
 #define CASE(R, V)                                                                                 \
-    if (r == R && v == V) return forward ? forward_##R##_##V : filter_##R##_##V;
-    CASE(2, 1)
-    CASE(4, 1)
-    CASE(6, 1) CASE(8, 1) CASE(12, 1) CASE(2, 2) CASE(4, 2) CASE(6, 2) CASE(8, 2) CASE(12, 2)
-        CASE(2, 3) CASE(4, 3) CASE(6, 3) CASE(8, 3) CASE(2, 4) CASE(4, 4) CASE(6, 4)
+    if (r == R && v == V) return forward ? forward_##R##_##V : filter_##R##_##V
+    CASE(2, 1);
+    CASE(4, 1);
+    CASE(6, 1);
+    CASE(8, 1);
+    CASE(12, 1);
+    CASE(2, 2);
+    CASE(4, 2);
+    CASE(6, 2);
+    CASE(8, 2);
+    CASE(12, 2);
+    CASE(2, 3);
+    CASE(4, 3);
+    CASE(6, 3);
+    CASE(8, 3);
+    CASE(2, 4);
+    CASE(4, 4);
+    CASE(6, 4);
 #undef CASE
-            return NULL;
+    return NULL;
 }
 
 /* The rows of the next tile when `left` rows remain: as many tiles as the
