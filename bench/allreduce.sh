@@ -12,6 +12,11 @@
 # only comparable within a round.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+case ${1:-} in
+  -h | --help) sed -n '2,/^set /p' bench/allreduce.sh | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "" | --quick) ;;
+  *) echo "usage: bench/allreduce.sh [--quick]" >&2; exit 2 ;;
+esac
 steps=${PSG_BENCH_STEPS:-300}
 [ "${1:-}" = --quick ] && steps=${PSG_BENCH_STEPS:-100}
 rounds=${PSG_BENCH_ROUNDS:-3}
