@@ -481,8 +481,9 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
         /* a strategy without tokens: a step that hit a restarted ps is retried once the ps
          * is back; with tokens (sync), after a failover to the backups, from the token the
          * chief releases again (docs/replication.md) */
-        bool tokens = psg_sync_train_graph(t->sync)->chief_op >= 0;
-        bool retries = !tokens || psg_sync_train_can_rejoin(t->sync);
+        const psg_sync_graph_t *sg = psg_sync_train_graph(t->sync);
+        bool tokens = sg->chief_op >= 0;
+        bool retries = !sg->no_retry && (!tokens || psg_sync_train_can_rejoin(t->sync));
         for (int retry = 0;
              rc < 0 && retries && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
              retry++) {
