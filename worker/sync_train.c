@@ -62,6 +62,7 @@ struct psg_sync_train {
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
     int64_t runner_gs; /* the global step after the runner's last step (its thread's) */
+    bool failed_over;  /* the runner's session failed over (its thread's) */
     bool over, finished, chief;
     double runner_start, runner_sec, straggler_sec, start_sec, end_sec;
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
@@ -243,7 +244,10 @@ static int chief_failover(psg_sync_train_t *st) {
         fflush(st->out);
         return psg_error_set_code(code, "%s (no failover: %s)", why, msg);
     }
-    if (!moved) return psg_error_set_code(code, "%s", why);
+    /* none lost now, but a failover happened: a worker may have come back after the take's
+     * timeout (its step held up to its own timeout), so the step is released again */
+    if (!moved && !st->failed_over) return psg_error_set_code(code, "%s", why);
+    st->failed_over = true;
     psg_tensor_t *gs = NULL;
     if (psg_dist_session_undo_failed(st->chief_sess, st->chief_step) < 0 ||
         psg_dist_callable_run(st->reissue, NULL, &gs) < 0)
