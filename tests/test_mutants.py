@@ -7,6 +7,7 @@ it. Not a mutation run (that takes hours: docs/testing.md)."""
 import os
 import re
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -77,8 +78,29 @@ def test_reviewed_list():
     check(len(mutate.load_reviewed()) > 0 or not bullets, "the reviewed survivors load")
 
 
+def test_resume_and_baselines():
+    """--resume reruns only what a new test could change: an unreviewed survivor; a cached
+    baseline holds while the test's files are the same bytes, whatever their times."""
+    key = ("x.c", "if (a < b && on) n += 2;", "&&", "||")
+    reviewed = {key: "equivalent: ..."}
+    for status in ("killed", "same_object", "stillborn"):
+        check(mutate.reusable({"status": status}, key, {}), "an earlier %s is reused" % status)
+    check(mutate.reusable({"status": "survived"}, key, reviewed), "a reviewed survivor is reused")
+    check(not mutate.reusable({"status": "survived"}, key, {}), "an unreviewed survivor runs again")
+    check(not mutate.reusable(None, key, reviewed), "a mutant never run runs")
+    with tempfile.TemporaryDirectory() as d:
+        a, b = os.path.join(d, "test_x"), os.path.join(d, "test_x.sh")
+        for p, data in ((a, b"\x7fELF one"), (b, b"#!/bin/sh\n")):
+            open(p, "wb").write(data)
+        fp = mutate.fingerprint([a, b])
+        os.utime(a, (1, 1))
+        check(mutate.fingerprint([b, a]) == fp, "a relink to the same bytes keeps the baseline")
+        open(a, "wb").write(b"\x7fELF two")
+        check(mutate.fingerprint([a, b]) != fp, "a changed program is timed again")
+
+
 if __name__ == "__main__":
-    for t in (test_snippet, test_map, test_reviewed_list):
+    for t in (test_snippet, test_map, test_reviewed_list, test_resume_and_baselines):
         before = failures
         t()
         print("%s %s" % ("ok  " if failures == before else "FAIL", t.__name__))

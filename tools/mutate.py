@@ -7,14 +7,16 @@ cores.
 
   python3 tools/mutate.py                      # every critical file, 40 mutants each (seed 1)
   python3 tools/mutate.py --files ps/checkpoint.c --per-file 0   # every mutant of one file
-  python3 tools/mutate.py --resume             # reuses the last run's kills, reruns survivors
+  python3 tools/mutate.py --resume             # reuses the last run's kills and reviewed survivors
   python3 tools/mutate.py --list               # the mutants it would make, and exits
 
 Two passes, as tools/test.sh: a release build (with LeakSanitizer's scan at exit, so a dropped
-free() is seen), then, for what survives it, ASan + UBSan. Each test gets a timeout of 3x its
-unmutated time + 20 s, and a mutant that makes a test hang past it counts as killed. A mutant
-whose object code equals the original's (the compiler folded it away) is equivalent and not
-run; one that does not compile is stillborn. Neither counts in the score.
+free() is seen), then, for what survives it, ASan + UBSan (built and timed at the first
+survivor). A test's unmutated time is kept in baselines.json and reused while its programs are
+the same bytes. Each test gets a timeout of 3x its unmutated time + 20 s, and a mutant that
+makes a test hang past it counts as killed. A mutant whose object code equals the original's
+(the compiler folded it away) is equivalent and not run; one that does not compile is
+stillborn. Neither counts in the score.
 Not a test of speed, and not the fuzzers (tools/fuzz.sh).
 """
 import argparse
@@ -161,35 +163,85 @@ def run_test(test, build_dir, timeout, extra_env):
         errors="replace")[-1500:]
 
 
+def fingerprint(paths):
+    """A digest of the files' names and contents (not their times: ninja relinks a test after
+    each mutant, and the unmutated link is byte for byte the earlier one)."""
+    h = hashlib.sha1()
+    for p in sorted(paths):
+        h.update(p.encode() + b"\0")
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def reusable(prev, reviewed_key, reviewed):
+    """Whether --resume takes a mutant's earlier outcome instead of running it again: killed,
+    same object and stillborn always (results are keyed by the file's text), a survivor when
+    docs/testing.md reviews it (equivalent or unreachable: a new test cannot change that); an
+    unreviewed survivor runs again, to see whether a test added since kills it."""
+    if not prev:
+        return False
+    return prev["status"] in ("killed", "same_object", "stillborn") or \
+        (prev["status"] == "survived" and reviewed_key in reviewed)
+
+
 class Build:
     """One build of the copied tree: its tests, and how long each takes unmutated."""
 
     def __init__(self, bdir, name, options, env):
         self.name, self.dir, self.options, self.env = name, os.path.join(bdir, name), options, env
-        self.base_time = {}
+        self.base_time, self.tests = {}, None
 
-    def setup(self, src_dir, needed):
+    def configure(self, src_dir):
+        """meson setup (once), meson again when a meson.build changed, and the tests' map."""
+        if self.tests is not None:
+            return
         if not os.path.exists(os.path.join(self.dir, "build.ninja")):
             subprocess.run(["meson", "setup", self.dir, src_dir, "-Dcuda=disabled"] + self.options,
                            check=True, stdout=subprocess.DEVNULL)
-        ok, log = ninja(self.dir, ["build.ninja"])  # meson again when a meson.build changed
+        ok, log = ninja(self.dir, ["build.ninja"])
         if not ok:
             sys.exit("mutate: cannot configure %s:\n%s" % (self.dir, log[-3000:]))
         self.tests = {t["name"]: t for t in json.loads(sh(["meson", "introspect", "--tests", self.dir]))}
         self.files_of = {t["id"]: [os.path.relpath(f, self.dir) for f in t["filename"]]
                          for t in json.loads(sh(["meson", "introspect", "--targets", self.dir]))}
-        missing = [t for t in needed if t not in self.tests]
+
+    def prepare(self, src_dir, needed):
+        """Builds the unmutated tree for the tests needed and times each unmutated run, or
+        takes the time from baselines.json when the test's files (its programs, its script)
+        are byte for byte those of the cached run: a restart does not rerun a 2-minute test."""
+        self.configure(src_dir)
+        todo = [t for t in needed if t not in self.base_time]
+        if not todo:
+            return
+        missing = [t for t in todo if t not in self.tests]
         if missing:
             sys.exit("mutate: no test %s in %s" % (", ".join(missing), self.dir))
-        ok, log = ninja(self.dir, self.targets(needed))
+        ok, log = ninja(self.dir, self.targets(todo))
         if not ok:
             sys.exit("mutate: the unmutated tree does not build in %s:\n%s" % (self.dir, log[-3000:]))
-        for t in needed:
+        cache_path = os.path.join(self.dir, "baselines.json")
+        cache = json.load(open(cache_path)) if os.path.exists(cache_path) else {}
+        for t in todo:
+            fp = fingerprint(self.test_files(t))
+            if cache.get(t, {}).get("fp") == fp:
+                self.base_time[t] = cache[t]["secs"]
+                print("baseline %-8s %-20s %6.1f s (cached)" % (self.name, t, self.base_time[t]), flush=True)
+                continue
             passed, secs, _, tail = run_test(self.tests[t], self.dir, self.tests[t].get("timeout") or 300, self.env)
             if not passed:
                 sys.exit("mutate: %s fails in %s without a mutant:\n%s" % (t, self.dir, tail))
             self.base_time[t] = secs
+            cache[t] = {"fp": fp, "secs": round(secs, 2)}
+            with open(cache_path, "w") as fh:
+                json.dump(cache, fh, indent=1)
             print("baseline %-8s %-20s %6.1f s" % (self.name, t, secs), flush=True)
+
+    def test_files(self, t):
+        """The files a test runs: the programs it depends on, and its command's files."""
+        files = [os.path.join(self.dir, f) for f in self.targets([t])]
+        return files + [a for a in self.tests[t]["cmd"] if os.path.isfile(a)]
 
     def targets(self, names):
         return sorted({x for t in names for d in self.tests[t].get("depends", []) for x in self.files_of.get(d, [])})
@@ -209,10 +261,13 @@ class Build:
 
 # ---- the run ----------------------------------------------------------------------------
 
-def try_mutant(m, src, path, builds, base_obj, factor):
-    """(status, the test that killed it): killed, survived, same_object or stillborn."""
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(m.apply(src))
+def try_mutant(m, src, path, builds, base_obj, factor, src_dir):
+    """(status, the test that killed it): killed, survived, same_object or stillborn. The
+    sanitizer build is made and timed only when a mutant survives the release pass."""
+    def write(text):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    write(m.apply(src))
     try:
         release = builds[0]
         if not ninja(release.dir, list(base_obj))[0]:
@@ -220,6 +275,10 @@ def try_mutant(m, src, path, builds, base_obj, factor):
         if all(open(os.path.join(release.dir, o), "rb").read() == data for o, data in base_obj.items()):
             return "same_object", None
         for b in builds:
+            if b is not release and any(t not in b.base_time for t in CRITICAL[m.path]):
+                write(src)  # its baselines on the unmutated file
+                b.prepare(src_dir, CRITICAL[m.path])
+                write(m.apply(src))
             by = b.first_failing(CRITICAL[m.path], factor)
             if by == "stillborn":
                 return "stillborn", None
@@ -227,8 +286,7 @@ def try_mutant(m, src, path, builds, base_obj, factor):
                 return "killed", by + ("" if b is release else " [%s]" % b.name)
         return "survived", None
     finally:
-        with open(path, "w", encoding="utf-8") as fh:  # the file back as it was, whatever happened
-            fh.write(src)
+        write(src)  # the file back as it was, whatever happened
 
 
 def report(summary, minutes, args):
@@ -260,7 +318,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-mut"))
     ap.add_argument("--resume", action="store_true",
-                    help="reuse the last run's killed, same-object and stillborn mutants; rerun the rest")
+                    help="reuse the last run's killed, same-object, stillborn and reviewed mutants; rerun the rest")
     ap.add_argument("--no-sanitizers", action="store_true", help="no ASan + UBSan pass for the survivors")
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
     ap.add_argument("--timeout-factor", type=float, default=3.0)
@@ -298,8 +356,7 @@ def main():
     sync_tree(src_dir)  # and the file it left mutated, back
     needed = sorted({t for f in files for t in CRITICAL[f]})
     builds = [Build(bdir, *b) for b in ([RELEASE] if args.no_sanitizers else [RELEASE, SANITIZERS])]
-    for b in builds:
-        b.setup(src_dir, needed)
+    builds[0].prepare(src_dir, needed)  # the sanitizer build: at the first survivor
     base_obj = {}
     for f in files:
         objs = objects_of(builds[0].dir, src_dir, f)
@@ -317,11 +374,12 @@ def main():
         for m in chosen:
             done += 1
             prev = previous.get((m.id, sha))
-            if prev and prev["status"] in ("killed", "same_object", "stillborn"):
+            if args.resume and reusable(prev, m.equivalent_key(), reviewed):
                 status, by = prev["status"], prev.get("by")
             else:
                 t0 = time.time()
-                status, by = try_mutant(m, src, os.path.join(src_dir, f), builds, base_obj[f], args.timeout_factor)
+                status, by = try_mutant(m, src, os.path.join(src_dir, f), builds, base_obj[f], args.timeout_factor,
+                                        src_dir)
                 out.write(json.dumps({"id": m.id, "sha": sha, "status": status, "by": by,
                                       "secs": round(time.time() - t0, 1), "desc": m.describe()}) + "\n")
                 out.flush()
