@@ -686,6 +686,9 @@ static void test_dead_peer(void) {
     /* waiting to be able to send: until the deadline, or until the wake fd is readable */
     CHECK(psg_client_wait_writable(c, -1, 200) < 0);
     CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms (is it up?)"));
+    /* a deadline already past (remote_rendezvous asks with 0 ms left): one poll, the error */
+    CHECK(psg_client_wait_writable(c, -1, 0) < 0);
+    CHECK(strstr(psg_error_message(), "cannot reach the peer within 0 ms (is it up?)"));
     int wake[2];
     CHECK(pipe(wake) == 0 && write(wake[1], "x", 1) == 1);
     CHECK(psg_client_wait_writable(c, wake[0], 60000) == 0);
