@@ -9,6 +9,7 @@ cores.
   python3 tools/mutate.py --files ps/checkpoint.c --per-file 0   # every mutant of one file
   python3 tools/mutate.py --resume             # reuses the last run's kills and reviewed survivors
   python3 tools/mutate.py --list               # the mutants it would make, and exits
+  python3 tools/mutate.py --report --per-file 20   # the score so far, from results.jsonl; runs nothing
 
 Two passes, as tools/test.sh: a release build (with LeakSanitizer's scan at exit, so a dropped
 free() is seen), then, for what survives it, ASan + UBSan (built and timed at the first
@@ -291,14 +292,17 @@ def try_mutant(m, src, path, builds, base_obj, factor, src_dir):
 
 def report(summary, minutes, args):
     print("\nmutation score (seed %d, %s mutants a file, %.0f min)" % (args.seed, args.per_file or "all", minutes))
-    print("%-26s %7s %4s %6s %6s %8s %8s %8s %6s" % ("file", "mutants", "run", "killed", "(asan)", "survived",
-                                                     "reviewed", "same-obj", "score"))
+    print("%-26s %7s %4s %6s %6s %8s %8s %8s %9s %6s" % ("file", "mutants", "run", "killed", "(asan)", "survived",
+                                                         "reviewed", "same-obj", "stillborn", "score"))
     k_all = s_all = r_all = 0
     for f, s in summary.items():
         k, sv, rv = s["killed"], len(s["survived"]), len(s["reviewed"])
         k_all, s_all, r_all = k_all + k, s_all + sv, r_all + rv
-        print("%-26s %7d %4d %6d %6d %8d %8d %8d %5.1f%%" % (f, s["mutants"], s["run"], k, s["by_sanitizers"], sv,
-                                                             rv, s["same_object"], 100.0 * k / max(1, k + sv + rv)))
+        print("%-26s %7d %4d %6d %6d %8d %8d %8d %9d %5.1f%%" % (
+            f, s["mutants"], s["run"] - s["not_run"], k, s["by_sanitizers"], sv, rv, s["same_object"], s["stillborn"],
+            100.0 * k / max(1, k + sv + rv)))
+        if s["not_run"]:
+            print("%-26s %d of its %d sampled mutants not run yet" % ("", s["not_run"], s["run"]))
     print("total: %d killed of %d mutants that compiled to new code: %.1f%%; of those not reviewed as "
           "equivalent (%d, docs/testing.md): %.1f%%" %
           (k_all, k_all + s_all + r_all, 100.0 * k_all / max(1, k_all + s_all + r_all), r_all,
@@ -321,6 +325,9 @@ def main():
                     help="reuse the last run's killed, same-object, stillborn and reviewed mutants; rerun the rest")
     ap.add_argument("--no-sanitizers", action="store_true", help="no ASan + UBSan pass for the survivors")
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
+    ap.add_argument("--report", action="store_true",
+                    help="the score of the sampled mutants from build-mut/results.jsonl (each one's last outcome on the "
+                         "file's present text), running nothing; those never run are counted as not run")
     ap.add_argument("--timeout-factor", type=float, default=3.0)
     args = ap.parse_args()
     os.nice(19)
@@ -345,36 +352,40 @@ def main():
 
     bdir = os.path.abspath(args.build_dir)
     src_dir = os.path.join(bdir, "src")
-    os.makedirs(src_dir, exist_ok=True)
     results_path = os.path.join(bdir, "results.jsonl")
     previous = {}
-    if args.resume and os.path.exists(results_path):
+    if (args.resume or args.report) and os.path.exists(results_path):
         for line in open(results_path):
             r = json.loads(line)
             previous[(r["id"], r["sha"])] = r
-    sweep(bdir)  # what an interrupted run left running
-    sync_tree(src_dir)  # and the file it left mutated, back
-    needed = sorted({t for f in files for t in CRITICAL[f]})
-    builds = [Build(bdir, *b) for b in ([RELEASE] if args.no_sanitizers else [RELEASE, SANITIZERS])]
-    builds[0].prepare(src_dir, needed)  # the sanitizer build: at the first survivor
-    base_obj = {}
-    for f in files:
+    builds, base_obj = [], {}
+    if not args.report:
+        os.makedirs(src_dir, exist_ok=True)
+        sweep(bdir)  # what an interrupted run left running
+        sync_tree(src_dir)  # and the file it left mutated, back
+        needed = sorted({t for f in files for t in CRITICAL[f]})
+        builds = [Build(bdir, *b) for b in ([RELEASE] if args.no_sanitizers else [RELEASE, SANITIZERS])]
+        builds[0].prepare(src_dir, needed)  # the sanitizer build: at the first survivor
+    for f in files if builds else []:
         objs = objects_of(builds[0].dir, src_dir, f)
         if not objs:
             sys.exit("mutate: no object file is built from %s" % f)
         base_obj[f] = {o: open(os.path.join(builds[0].dir, o), "rb").read() for o in objs}
     reviewed = load_reviewed()
 
-    out = open(results_path, "a" if args.resume else "w")
+    out = open(os.devnull if args.report else results_path, "a" if args.resume else "w")
     summary, done, total, t_start = {}, 0, sum(len(p[3]) for p in plan), time.time()
     for f, src, n_all, chosen in plan:
         sha = hashlib.sha1(src.encode()).hexdigest()
         s = summary[f] = {"mutants": n_all, "run": len(chosen), "killed": 0, "by_sanitizers": 0,
-                          "survived": [], "reviewed": [], "same_object": 0, "stillborn": 0}
+                          "survived": [], "reviewed": [], "same_object": 0, "stillborn": 0, "not_run": 0}
         for m in chosen:
             done += 1
             prev = previous.get((m.id, sha))
-            if args.resume and reusable(prev, m.equivalent_key(), reviewed):
+            if args.report and not prev:
+                s["not_run"] += 1
+                continue
+            if args.report or (args.resume and reusable(prev, m.equivalent_key(), reviewed)):
                 status, by = prev["status"], prev.get("by")
             else:
                 t0 = time.time()
