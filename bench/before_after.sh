@@ -56,7 +56,7 @@ done
 python3 - "$out" "$sha" <<'PY'
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-timeish = re.compile(r"(_us|_ms|_s|seconds|latency|rss|_mb|_bytes)$")
+timeish = re.compile(r"(_us|_ms|_s|seconds|latency|rss|_mb|_bytes)($|_)")  # psgraph_us_median too
 skip = {"round", "load", "tree", "ab_rounds", "bytes", "batch"}
 IDENTITY = ("bench", "workload", "step", "model", "op", "bytes", "batch")
 def kind(d):  # what a line measures: its bench and, where it has them, workload, step, size
