@@ -9,7 +9,9 @@ its cnn recipe (tf.layers: two 5x5 conv + 2x2 max pool blocks of 32 and 64 chann
 of one epoch, fed with feed_dict from the same numpy arrays. With --sync every worker stops
 at the global step of an epoch's share (StopAtStepHook), and prints its rate every 50 steps:
 a TensorFlow worker left waiting for a token when the chief ends is killed after a grace
-period, its last rate counted.
+period, its last rate counted. Every worker starts training at once (the launcher's go file),
+and async the chief evaluates once the global step has reached every worker's share (the
+whole job's model, as psgraph train's chief evaluates).
 
   tf1_dist_peer.py launch --impl psgraph|tensorflow [--workers 2] [--sync] [--epochs 1]
     starts 1 ps + W workers on loopback, each with its TF_CONFIG, and prints one JSON line:
@@ -25,6 +27,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -97,6 +100,12 @@ def task(a):
                                            config=cfg, save_checkpoint_secs=None,
                                            save_summaries_steps=None,
                                            log_step_count_steps=None) as sess:
+        # every worker starts training at once (the launcher's go file, made once each is
+        # ready): TensorFlow's non-chief polls for the chief's init every 30 s, and would else
+        # train after the chief instead of beside it (a sequential run, not async)
+        print(json.dumps({"ready": index}), flush=True)
+        while a.go and not os.path.exists(a.go):
+            time.sleep(0.05)
         epoch = 0
         while not sess.should_stop() and (a.sync or epoch < a.epochs):
             perm = rng.permutation(xtr.shape[0])[index::nw]
@@ -114,6 +123,14 @@ def task(a):
                 if a.sync and steps % 50 == 0:
                     print(json.dumps(rate()), flush=True)
         out = rate()
+        if chief and not a.sync:
+            # evaluate the model of the whole job, as psgraph train's chief does: the other
+            # workers' last updates too (TensorFlow's non-chief starts up to 30 s after the
+            # chief, psgraph's at once: evaluated at the chief's own end, the two sides saw
+            # different shares of the job's updates)
+            deadline = time.time() + 600
+            while sess.run(gs) < share * nw * a.epochs and time.time() < deadline:
+                time.sleep(0.1)
         if chief:
             n = sum(sess.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
                     for i in range(0, len(yte), 1000))
@@ -173,11 +190,19 @@ def launch(a):
     def env(job, i):
         return dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                     TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": i}}))
+    go = os.path.join(tempfile.mkdtemp(), "go")
+    base += ["--go", go]
     ps = subprocess.Popen(base, env=env("ps", 0), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
     workers = [subprocess.Popen(base, env=env("worker", i), stdout=subprocess.PIPE, text=True)
                for i in range(a.workers)]
     try:
+        for p in workers:  # each prints {"ready": i} once its session is made
+            while True:
+                line = p.stdout.readline()
+                if not line or line.startswith('{"ready"'):
+                    break
+        open(go, "w").close()
         outs = [None] * a.workers
         outs[0] = last_line(workers[0], None)
         # a TF sync worker may wait for a token that never comes once the chief ended
@@ -206,6 +231,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0, help="0: 0.05 mlp, 0.01 cnn")
     ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--go", default="", help="(task) start training once this file exists")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     launch(a) if a.mode == "launch" else task(a)
