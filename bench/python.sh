@@ -13,9 +13,10 @@
 # --quick: 1 epoch of the mlp and 200 steps of the cnn. Rounds: PSG_BENCH_ROUNDS (default 3)
 # alternate the two sides (odd rounds psgraph first); ratios are best against best, each
 # side's spread (worst/best) beside, and the load average at the start. Threads:
-# PSG_BENCH_THREADS (default 1) for both. TensorFlow is the peer, not a dependency: it lives in
-# the venv PSG_TF_VENV (default build/tf-venv), made here when it lacks tensorflow-cpu==2.21.0
-# and tf-keras (tf.compat.v1.layers needs Keras 2: TF_USE_LEGACY_KERAS=1).
+# PSG_BENCH_THREADS (default 1) for both. PSG_PY_MODELS (default "mlp cnn"): the models of
+# train and tf1. TensorFlow is the peer, not a dependency: it lives in the venv PSG_TF_VENV
+# (default build/tf-venv), made here when it lacks tensorflow-cpu==2.21.0 and tf-keras
+# (tf.compat.v1.layers needs Keras 2: TF_USE_LEGACY_KERAS=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=train,overhead,tf1
@@ -30,6 +31,7 @@ done
 rounds=${PSG_BENCH_ROUNDS:-3}
 threads=${PSG_BENCH_THREADS:-1}
 epochs=${PSG_PY_EPOCHS:-3}
+models=${PSG_PY_MODELS:-mlp cnn} # train and tf1: which models
 venv=${PSG_TF_VENV:-build/tf-venv}
 py=/usr/bin/python3
 export PYTHONPATH=$PWD/build/python
@@ -82,12 +84,13 @@ for extra in ("version",):
         out[b + "_" + extra] = B[0][extra]
 print(json.dumps(out))
 PYEOF
+  rm -f "$tmp/$3" "$tmp/$4" # the next report starts from its own runs
 }
 
 for part in ${parts//,/ }; do
   case $part in
     train)
-      for m in mlp cnn; do
+      for m in $models; do
         span=(--epochs "$epochs")
         [ $quick = 1 ] && { [ $m = mlp ] && span=(--epochs 1) || span=(--steps 200); }
         build/cli/psgraph train --model $m --steps 0 --logdir "$tmp/init_$m" >/dev/null || exit 1
@@ -107,7 +110,7 @@ for part in ${parts//,/ }; do
       report session_run mean_us psgraph tensorflow min ;;
     tf1)
       tf_venv
-      for m in mlp cnn; do
+      for m in $models; do
         span=(--epochs "$epochs")
         [ $m = cnn ] && span=(--epochs 1)
         [ $quick = 1 ] && span=(--steps 200)

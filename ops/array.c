@@ -630,7 +630,7 @@ psg_endpoint_t psg_initializer_value(psg_graph_t *g, const char *name, const psg
         psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, shape);
         if (!t) return PSG_NO_ENDPOINT;
         float *d = psg_tensor_f32(t);
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++) d[i] = (float)v;
+        for (int64_t i = 0, n = psg_tensor_numel(t); i < n; i++) d[i] = (float)v;
         return psg_const(g, name, &t);
     }
     if (!strcmp(k, "uniform") || !strcmp(k, "normal") || !strcmp(k, "truncated_normal"))

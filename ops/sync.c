@@ -1,7 +1,8 @@
 /* The sync-replicas ops: handles to gradient accumulators and token
  * queues, applying and taking gradients, releasing and taking tokens
  * (TensorFlow's ConditionalAccumulator and FIFOQueue ops of
- * SyncReplicasOptimizer), and SSP's clocks (ticks and waits for the slowest):
+ * SyncReplicasOptimizer), SSP's clocks (ticks and waits for the slowest) and ring
+ * all-reduce's mailboxes (a chunk put for a step, taken by the owner):
  * defs, shape inference and builders. Kernels:
  * ops/cpu/sync.c; the resources: ps/; the protocol: sync/. */
 #include "ops/cpu/sync.h"
@@ -140,6 +141,27 @@ static int infer_ssp_clock_wait(psg_infer_ctx_t *c) {
     return 0;
 }
 
+static int infer_mailbox(psg_infer_ctx_t *c) {
+    set_output(c, 0, PSG_DT_RESOURCE, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_mailbox_put(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "step") < 0) return -1;
+    return psg_infer_expect_dtype(c, 2, PSG_DT_F32);
+}
+
+static int infer_mailbox_take(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "step") < 0) return -1;
+    const psg_attr_t *sh = psg_node_attr(c->node, "shape");
+    if (!sh || sh->type != PSG_ATTR_SHAPE || !psg_shape_is_complete(&sh->u.shape))
+        return psg_error_set("a mailbox's take needs a complete 'shape'");
+    set_output(c, 0, PSG_DT_F32, sh->u.shape);
+    return 0;
+}
+
 static int infer_count_accepted(psg_infer_ctx_t *c) {
     for (int i = 0; i < c->num_inputs; i++)
         if (expect_scalar(c, i, PSG_DT_I32, "flag") < 0) return -1;
@@ -185,6 +207,10 @@ SYNC_OP(op_ssp_clock_tick, "SspClockTick", 1, 0, 0, infer_handle_only, psg_cpu_s
 SYNC_OP(op_ssp_clock_reset, "SspClockReset", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_reset);
 SYNC_OP(op_ssp_clock_wait, "SspClockWait", 2, 2, PSG_OP_ASYNC, infer_ssp_clock_wait,
         psg_cpu_ssp_clock_wait);
+SYNC_OP(op_mailbox, "MailboxHandle", 0, 1, 0, infer_mailbox, psg_cpu_mailbox);
+SYNC_OP(op_mailbox_put, "MailboxPut", 3, 0, 0, infer_mailbox_put, psg_cpu_mailbox_put);
+SYNC_OP(op_mailbox_take, "MailboxTake", 2, 1, PSG_OP_ASYNC, infer_mailbox_take,
+        psg_cpu_mailbox_take);
 static const psg_op_def_t op_count_accepted = {.name = "CountAccepted",
                                                .num_inputs = -1,
                                                .num_outputs = 1,
@@ -210,6 +236,9 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_ssp_clock_tick,
     &op_ssp_clock_reset,
     &op_ssp_clock_wait,
+    &op_mailbox,
+    &op_mailbox_put,
+    &op_mailbox_take,
     NULL,
 };
 
@@ -360,4 +389,25 @@ psg_endpoint_t psg_ssp_clock_wait_op(psg_graph_t *g, const char *name, psg_endpo
 psg_endpoint_t psg_count_accepted(psg_graph_t *g, const char *name, int n,
                                   const psg_endpoint_t *flags) {
     return psg_node_finish_ep(begin(g, "CountAccepted", name, n, flags));
+}
+
+psg_endpoint_t psg_mailbox_op(psg_graph_t *g, const char *name) {
+    return psg_node_finish_ep(psg_node_begin(g, "MailboxHandle", name));
+}
+
+int psg_mailbox_put_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t step,
+                       psg_endpoint_t value) {
+    psg_endpoint_t in[3] = {handle, step, value};
+    return psg_node_finish(begin(g, "MailboxPut", name, 3, in));
+}
+
+psg_endpoint_t psg_mailbox_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                   psg_endpoint_t step, const psg_shape_t *shape, const char *from,
+                                   int64_t timeout_ms) {
+    psg_endpoint_t in[2] = {handle, step};
+    psg_node_builder_t *b = begin(g, "MailboxTake", name, 2, in);
+    psg_node_attr_shape(b, "shape", shape);
+    psg_node_attr_str(b, "from", from ? from : "");
+    psg_node_attr_int(b, "timeout_ms", timeout_ms);
+    return psg_node_finish_ep(b);
 }

@@ -454,7 +454,8 @@ static void stop_runners(psg_task_server_t *ts) {
     ts->jq_len = 0;
 }
 
-/* Closes every accumulator, token queue and ssp clock: a step waiting in one fails at once. */
+/* Closes every accumulator, token queue, ssp clock and mailbox: a step waiting in one fails at
+ * once. */
 static void end_sync_waits(psg_task_server_t *ts) {
     int na = psg_resource_count(ts->rm, "accumulator"),
         nq = psg_resource_count(ts->rm, "token queue");
@@ -469,6 +470,10 @@ static void end_sync_waits(psg_task_server_t *ts) {
     for (int i = 0, nc = psg_resource_count(ts->rm, "ssp clock"); i < nc; i++) {
         psg_ssp_clock_t *k = psg_resource_at(ts->rm, "ssp clock", i, NULL);
         if (k) psg_ssp_clock_close(k, "the task server is stopping");
+    }
+    for (int i = 0, nm = psg_resource_count(ts->rm, "mailbox"); i < nm; i++) {
+        psg_mailbox_t *m = psg_resource_at(ts->rm, "mailbox", i, NULL);
+        if (m) psg_mailbox_close(m, "the task server is stopping");
     }
 }
 

@@ -18,7 +18,7 @@
 
 /* The built-in strategies, in --help's order: a row declares the strategy its file
  * defines and lists it. */
-#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd) X(diloco)
+#define BUILT_IN(X) X(sync) X(async) X(ssp) X(local) X(easgd) X(diloco) X(allreduce)
 
 #define DECLARE(name) extern const psg_sync_strategy_t psg_sync_strategy_##name;
 BUILT_IN(DECLARE)

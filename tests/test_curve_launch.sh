@@ -3,7 +3,8 @@
 # its cluster (every task serves with CURVE, the folder is private and removed at the end),
 # async training of the mlp on Fashion-MNIST by 2 ps + 2 workers to the usual bar (>= 84%
 # in 2 epochs) with every connection encrypted; --keys DIR given; an open key folder
-# refused, named. Not the refusals of a server (test_curve).
+# refused, named; ring all-reduce (--sync allreduce) with its worker-to-worker chunks over
+# CURVE. Not the refusals of a server (test_curve).
 set -u
 psgraph=$1
 asan=${2:-}
@@ -56,6 +57,20 @@ if [ $rc = 1 ] && grep -q "key folder $tmp/keys is open to other users (mode 075
   ok "launch --keys with an open folder refused: $out"
 else
   fail "launch --keys open folder: rc $rc: $out"
+fi
+
+# 4. ring all-reduce over CURVE: the workers' chunks go worker to worker, encrypted like the rest
+chmod 700 "$tmp/keys"
+out=$(timeout 200 "$psgraph" launch --transport tcp --keys "$tmp/keys" --ps 1 --workers 3 -- "$psgraph" train \
+      --model mlp --data synthetic --steps 20 --optimizer sgd --sync allreduce --step-timeout 60 \
+      --log-every 20 2>&1); rc=$?
+done_line=$(grep '^\[worker0\] {"event":"done"' <<<"$out")
+if [ $rc = 0 ] && grep -q '"sync":"allreduce",.*"global_steps":20,' <<<"$done_line" &&
+   grep -q '"push_bytes_per_step":[1-9]' <<<"$done_line" &&
+   ! grep -q 'refused a peer\|takes plain frames' <<<"$out"; then
+  ok "allreduce over TCP with CURVE, 3 workers, 20 steps: worker-to-worker chunks encrypted"
+else
+  fail "allreduce over CURVE (rc $rc): $(tail -15 <<<"$out")"
 fi
 
 [ $fails = 0 ] || exit 1

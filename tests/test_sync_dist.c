@@ -4,7 +4,8 @@
  * worker of batch 2·B (also with 2 CPU towers a worker), a delayed backup
  * worker's gradients dropped, a dead worker failing the others in time with
  * b = 0 (and a dead chief with b = 1: no recovery yet), and a SIGKILLed
- * worker not stopping training with b = 1 (mlp to the accuracy bar). Every
+ * worker not stopping training with b = 1 (mlp to the accuracy bar); ring all-reduce equal
+ * to sync with b = 0 (2 and 4 workers) and failing in time, naming the dead worker. Every
  * process is reaped, every file removed. */
 #include "tests/testutil.h"
 
@@ -277,6 +278,43 @@ static void test_diloco_outer_sgd_is_local_sgd(void) {
     CHECK(compare_variables_as(&jobs[2], &jobs[0], "diloco outer lr 0.7, Nesterov 0.9 vs local", "",
                                20, -1, 5) > 1e-3);
     for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
+}
+
+/* Ring all-reduce where its answer is known: with SGD, 2 and 4 workers, 20 steps of the
+ * same batches, the mean of the workers' gradients applied by each to its own copy is sync's
+ * step with b = 0: the chief's copy (written to the ps at the end) within 1e-5 of sync's
+ * variables on its ps. */
+static void test_allreduce_equals_sync(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                          "--steps", "20",  "--seed", "3",         "--step-timeout", "60",
+                          "--batch", "16",  "--sync"};
+    const char *tails[2][2] = {{"sync", NULL}, {"allreduce", NULL}};
+    const char *names[4] = {"ar_sync2", "ar_ring2", "ar_sync4", "ar_ring4"};
+    job_t jobs[4];
+    for (int j = 0; j < 4; j++)
+        job_start_with(&jobs[j], names[j], j < 2 ? 2 : 4, base, sizeof base / sizeof *base,
+                       tails[j % 2]);
+    double deadline = psg_test_now_sec() + (asan ? 300 : 120);
+    bool ok = true;
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < jobs[j].nw; i++) ok &= job_wait(&jobs[j], i, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 4; j++) dump_logs(&jobs[j]);
+    CHECK(compare_variables_as(&jobs[1], &jobs[0], "allreduce vs sync b = 0, 2 workers",
+                               "allreduce/model/", 20, -1, 20) <= 1e-5);
+    CHECK(compare_variables_as(&jobs[3], &jobs[2], "allreduce vs sync b = 0, 4 workers",
+                               "allreduce/model/", 20, -1, 20) <= 1e-5);
+    /* each worker sent 2 (N - 1) / N of the model a step, in its ring's chunks */
+    char *l = job_log(&jobs[3], 0);
+    long long push = field(l, "{\"event\":\"done\"", "push_bytes_per_step"),
+              model = field(l, "{\"event\":\"done\"", "model_push_bytes_per_step");
+    printf(
+        "  allreduce, 4 workers: %lld bytes pushed a step by a worker, 2 (N - 1) / N x the model "
+        "%lld\n",
+        push, model);
+    CHECK(model > 0 && push >= model && push <= model + model / 20);
+    free(l);
+    for (int j = 0; j < 4; j++) job_stop(&jobs[j]);
 }
 
 /* SSP across processes: worker 1 is 200 ms slower a step, worker 0 may be at most s = 1 step
@@ -587,7 +625,8 @@ static void test_backup_drops_the_straggler(void) {
 /* Workers (b backups among them) train; worker `victim` is SIGKILLed
  * mid-run; worker `watched` fails within the step timeout with an error
  * that says what it waited for. */
-static void dead_task_fails_in_time(const char *name, int workers, int b, int victim, int watched) {
+static void dead_task_fails_in_time(const char *name, const char *sync, int workers, int b,
+                                    int victim, int watched) {
     /* A live step must never reach the timeout, or the survivor fails before
      * the kill: CI runs two suites at once on 2 cores (the Inception test beside
      * this one stalled a healthy step 2 s), and AddressSanitizer slows it more. */
@@ -597,7 +636,7 @@ static void dead_task_fails_in_time(const char *name, int workers, int b, int vi
     snprintf(bs, sizeof bs, "%d", b);
     const char *args[] = {"--model",     "mlp",     "--data",           "synthetic",
                           "--steps",     "1000000", "--batch",          "16",
-                          "--sync",      "sync",    "--step-timeout",   ts,
+                          "--sync",      sync,      "--step-timeout",   ts,
                           "--log-every", "10",      "--backup-workers", bs,
                           NULL};
     job_t j;
@@ -613,6 +652,11 @@ static void dead_task_fails_in_time(const char *name, int workers, int b, int vi
     char *l = job_log(&j, watched);
     CHECK(rc == 1);
     bool clear = strstr(l, "got no token for a step after") || strstr(l, "gradients for step");
+    if (!strcmp(sync, "allreduce")) { /* the ring's mailbox names the worker that did not send */
+        char who[96];
+        snprintf(who, sizeof who, "/job:worker/task:%d sent nothing for step", victim);
+        clear = strstr(l, who) != NULL;
+    }
     CHECK(clear);
     CHECK(took < 3 * timeout + 4); /* job_wait's deadline: the survivor did not hang */
     const char *e = strstr(l, "psgraph train: ");
@@ -627,12 +671,18 @@ static void dead_task_fails_in_time(const char *name, int workers, int b, int vi
 
 /* b = 0: worker 1 dies; the chief fails in time. */
 static void test_dead_worker_fails_in_time(void) {
-    dead_task_fails_in_time("dead_worker", 2, 0, 1, 0);
+    dead_task_fails_in_time("dead_worker", "sync", 2, 0, 1, 0);
 }
 
 /* b = 1: the chief dies (no recovery yet): the others fail in time, not hang. */
 static void test_dead_chief_fails_in_time(void) {
-    dead_task_fails_in_time("dead_chief", 3, 1, 0, 1);
+    dead_task_fails_in_time("dead_chief", "sync", 3, 1, 0, 1);
+}
+
+/* Ring all-reduce, 3 workers: worker 1 dies; worker 2, whose mailboxes worker 1 fills,
+ * fails in time naming it. */
+static void test_allreduce_dead_worker_fails_in_time(void) {
+    dead_task_fails_in_time("allreduce_dead", "allreduce", 3, 0, 1, 2);
 }
 
 /* b = 1: worker 2 is SIGKILLed mid-run; the others finish, and the mlp
@@ -711,6 +761,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_equivalence);
     RUN_IF(test_strategies_equal_sync);
     RUN_IF(test_diloco_outer_sgd_is_local_sgd);
+    RUN_IF(test_allreduce_equals_sync);
     RUN_IF(test_easgd_center_moves_by_alpha);
     RUN_IF(test_topk_ratio_one_is_uncompressed);
     RUN_IF(test_topk_momentum_known_answers);
@@ -719,6 +770,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);
+    RUN_IF(test_allreduce_dead_worker_fails_in_time);
     RUN_IF(test_killed_worker_does_not_stop_training);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -480,7 +480,8 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
         rc = psg_sync_train_step(t->sync, images, labels, loss, over);
         /* a strategy without tokens: a step that hit a restarted ps is retried once the ps
          * is back */
-        bool tokens = psg_sync_train_graph(t->sync)->chief_op >= 0;
+        const psg_sync_graph_t *sg = psg_sync_train_graph(t->sync);
+        bool tokens = sg->chief_op >= 0 || sg->no_retry;
         for (int retry = 0;
              rc < 0 && !tokens && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
              retry++)

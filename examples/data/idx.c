@@ -103,7 +103,8 @@ psg_tensor_t *psg_idx_load_images(const char *path) {
     if (t) {
         const uint8_t *src = raw->data;
         float *dst = psg_tensor_f32(t);
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++) dst[i] = (float)src[i] * (1.0f / 255.0f);
+        for (int64_t i = 0, n = psg_tensor_numel(t); i < n; i++)
+            dst[i] = (float)src[i] * (1.0f / 255.0f);
     }
     psg_tensor_destroy(&raw);
     return t;
@@ -115,7 +116,7 @@ psg_tensor_t *psg_idx_load_labels(const char *path) {
     psg_tensor_t *t = psg_tensor_new(PSG_DT_I32, &raw->shape);
     if (t) {
         const uint8_t *src = raw->data;
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++) psg_tensor_i32(t)[i] = src[i];
+        for (int64_t i = 0, n = psg_tensor_numel(t); i < n; i++) psg_tensor_i32(t)[i] = src[i];
     }
     psg_tensor_destroy(&raw);
     return t;

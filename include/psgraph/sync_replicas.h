@@ -128,6 +128,8 @@ typedef struct {
     int start_op;      /* run by every worker once the variables are initialized; -1 none */
     double comm_per_step; /* share of steps that move the model (local SGD: 1/H); 0: 1 */
     double push_scale;    /* bytes pushed for each byte of the model (compression); 0: 1 */
+    bool no_retry;        /* a failed step is not retried once the ps tasks are back (allreduce: the
+                             other workers' exchange of that step failed too) */
 } psg_sync_graph_t;
 
 typedef struct psg_sync_replicas psg_sync_replicas_t;

@@ -143,7 +143,8 @@ int psg_cpu_assign_add(psg_kernel_ctx_t *c) {
     pthread_mutex_lock(&v->lock);
     float *d = psg_tensor_f32(v->value);
     const float *x = psg_tensor_f32(c->inputs[1]);
-    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++) d[i] += x[i];
+    /* numel read once: the stores through d could alias the shape, for the compiler */
+    for (int64_t i = 0, n = psg_tensor_numel(v->value); i < n; i++) d[i] += x[i];
     pthread_mutex_unlock(&v->lock);
     return 0;
 }

@@ -136,14 +136,78 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
     tile_store(t, R, V, acc);
 }
 
+#if !defined(__AVX512F__) && defined(__FMA__)
+/* AVX2's tiles of one vector (16 channels, two registers) a pixel or filter row, written with
+ * the registers' own type: GCC keeps a vec_t of 64 bytes in memory without AVX-512, so the
+ * generic tiles above would load and store every accumulator at every FMA. Same FMAs in the
+ * same order, so the same results. */
+static inline __attribute__((always_inline)) void tile2_load(const tile_t *t, int R,
+                                                             __m256 acc[RMAX][2]) {
+    UNROLL for (int r = 0; r < R; r++) {
+        acc[r][0] = t->accumulate ? _mm256_loadu_ps(t->out[r]) : _mm256_setzero_ps();
+        acc[r][1] = t->accumulate ? _mm256_loadu_ps(t->out[r] + 8) : _mm256_setzero_ps();
+    }
+}
+
+static inline __attribute__((always_inline)) void tile2_store(const tile_t *t, int R,
+                                                              __m256 acc[RMAX][2]) {
+    UNROLL for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(t->out[r], acc[r][0]);
+        _mm256_storeu_ps(t->out[r] + 8, acc[r][1]);
+    }
+}
+
+static inline __attribute__((always_inline)) void forward_tile2(const tile_t *t, int R) {
+    __m256 acc[RMAX][2];
+    tile2_load(t, R, acc);
+    for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
+        const float *a[RMAX];
+        UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
+        const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
+        for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
+            __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256 x = _mm256_broadcast_ss(a[r] + j);
+                acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+            }
+        }
+    }
+    tile2_store(t, R, acc);
+}
+
+static inline __attribute__((always_inline)) void filter_tile2(const tile_t *t, int R) {
+    __m256 acc[RMAX][2];
+    tile2_load(t, R, acc);
+    for (int64_t oh = t->oh0; oh < t->oh1; oh++) {
+        int64_t i = oh * t->xs_h + t->ow0 * t->xs_w;
+        const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
+        for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
+            __m256 b0 = _mm256_loadu_ps(dy), b1 = _mm256_loadu_ps(dy + 8);
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256 x = _mm256_broadcast_ss(t->a[r] + i);
+                acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+            }
+        }
+    }
+    tile2_store(t, R, acc);
+}
+#define FORWARD_TILE(t, R, V) ((V) == 1 ? forward_tile2(t, R) : forward_tile(t, R, V))
+#define FILTER_TILE(t, R, V) ((V) == 1 ? filter_tile2(t, R) : filter_tile(t, R, V))
+#else
+#define FORWARD_TILE(t, R, V) forward_tile(t, R, V)
+#define FILTER_TILE(t, R, V) filter_tile(t, R, V)
+#endif
+
 typedef void (*tile_fn)(const tile_t *t);
 
 #define TILES(R, V)                                                                                \
     static void forward_##R##_##V(const tile_t *t) {                                               \
-        forward_tile(t, R, V);                                                                     \
+        FORWARD_TILE(t, R, V);                                                                     \
     }                                                                                              \
     static void filter_##R##_##V(const tile_t *t) {                                                \
-        filter_tile(t, R, V);                                                                      \
+        FILTER_TILE(t, R, V);                                                                      \
     }
 TILES(2, 1)
 TILES(4, 1)
@@ -164,19 +228,40 @@ TILES(4, 4)
 TILES(6, 4)
 #undef TILES
 
-/* The tile sizes for V vectors: R * V accumulators and V loaded vectors fit
- * the 32 AVX-512 registers; the largest first. */
+/* The tile sizes for V vectors, the largest first: R * V accumulators, V loaded vectors and
+ * the broadcast fit the registers, or every FMA spills (a 6 x 4 tile on AVX2 ran at a tenth of
+ * the FMA units' rate). VTILE: the most vectors a tile takes. */
+#if defined(__AVX512F__)
+#define VTILE 4 /* 32 registers of one vector each */
 static const int tile_rows[VMAX + 1][5] = {
     {0}, {12, 8, 6, 4, 2}, {12, 8, 6, 4, 2}, {8, 6, 4, 2}, {6, 4, 2}};
+#else
+#define VTILE 1 /* 16 registers, two a vector: 12 accumulators, 2 loads, 1 broadcast */
+static const int tile_rows[VMAX + 1][5] = {{0}, {6, 4, 2}, {0}, {0}, {0}};
+#endif
 
 static tile_fn tile_of(bool forward, int r, int v) {
 #define CASE(R, V)                                                                                 \
-    if (r == R && v == V) return forward ? forward_##R##_##V : filter_##R##_##V;
-    CASE(2, 1)
-    CASE(4, 1) CASE(6, 1) CASE(8, 1) CASE(12, 1) CASE(2, 2) CASE(4, 2) CASE(6, 2) CASE(8, 2)
-        CASE(12, 2) CASE(2, 3) CASE(4, 3) CASE(6, 3) CASE(8, 3) CASE(2, 4) CASE(4, 4) CASE(6, 4)
+    if (r == R && v == V) return forward ? forward_##R##_##V : filter_##R##_##V
+    CASE(2, 1);
+    CASE(4, 1);
+    CASE(6, 1);
+    CASE(8, 1);
+    CASE(12, 1);
+    CASE(2, 2);
+    CASE(4, 2);
+    CASE(6, 2);
+    CASE(8, 2);
+    CASE(12, 2);
+    CASE(2, 3);
+    CASE(4, 3);
+    CASE(6, 3);
+    CASE(8, 3);
+    CASE(2, 4);
+    CASE(4, 4);
+    CASE(6, 4);
 #undef CASE
-            return NULL;
+    return NULL;
 }
 
 /* The rows of the next tile when `left` rows remain: as many tiles as the
@@ -358,8 +443,8 @@ static void forward_image(const direct_job_t *j, const float *xp, float *yi, flo
     const psg_nn_geom_t *g = &j->g;
     int64_t row = g->kw * g->c;
     tile_t t = {.ldw = j->ocp, .rs = j->wp * g->c, .row = row};
-    for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
-        int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
+    for (int64_t ocb = 0; ocb < j->ocp; ocb += VTILE * VL) {
+        int v = (int)((j->ocp - ocb) / VL < VTILE ? (j->ocp - ocb) / VL : VTILE);
         int64_t khb = W_BLOCK_BYTES / (row * v * VL * (int64_t)sizeof(float));
         if (khb < 1) khb = 1;
         t.b = j->w + ocb;
@@ -442,8 +527,8 @@ static void filter_image(const direct_job_t *j, const float *xp, const float *dy
                 .dy_rs = g->ow * j->ocp,
                 .accumulate = !first};
     int64_t segment = g->c >= 8 ? g->kw * g->c : j->k;
-    for (int64_t ocb = 0; ocb < j->ocp; ocb += VMAX * VL) {
-        int v = (int)((j->ocp - ocb) / VL < VMAX ? (j->ocp - ocb) / VL : VMAX);
+    for (int64_t ocb = 0; ocb < j->ocp; ocb += VTILE * VL) {
+        int v = (int)((j->ocp - ocb) / VL < VTILE ? (j->ocp - ocb) / VL : VTILE);
         t.b = dyi + ocb;
         for (int64_t s0 = 0; s0 < j->k; s0 += segment) {
             for (int64_t k0 = s0; k0 < s0 + segment;) {

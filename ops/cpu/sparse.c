@@ -198,7 +198,7 @@ int psg_cpu_dynamic_stitch(psg_kernel_ctx_t *c) {
     for (int k = 0; k < n; k++) {
         const psg_tensor_t *ix = c->inputs[k];
         const char *src = c->inputs[n + k]->data;
-        for (int64_t i = 0; i < psg_tensor_numel(ix); i++) {
+        for (int64_t i = 0, ni = psg_tensor_numel(ix); i < ni; i++) {
             int64_t r = psg_tensor_i32(ix)[i];
             if (r < 0 || r >= rows)
                 return psg_error_set("index %lld of indices %d is outside [0, %lld)", (long long)r,

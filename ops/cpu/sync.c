@@ -237,3 +237,46 @@ int psg_cpu_count_accepted(psg_kernel_ctx_t *c) {
     }
     return output_scalar_i32(c, n);
 }
+
+int psg_cpu_mailbox(psg_kernel_ctx_t *c) {
+    psg_mailbox_t *m = psg_mailbox_get(c->resources, resource_name(c->node));
+    return m ? set_handle(c, psg_mailbox_handle(m)) : -1;
+}
+
+int psg_cpu_mailbox_put(psg_kernel_ctx_t *c) {
+    psg_mailbox_t *m = psg_mailbox_from_handle(c->inputs[0]);
+    int64_t step = 0;
+    if (!m || scalar_i64(c, 1, &step) < 0) return -1;
+    return psg_mailbox_put(m, step, c->inputs[2]);
+}
+
+static void mailbox_take_done(void *arg, psg_tensor_t *value, const char *error) {
+    psg_async_op_t *op = arg;
+    if (!value) {
+        psg_error_set_code(PSG_ERR_TIMEOUT, "%s", error);
+        psg_async_op_done(op, -1);
+        return;
+    }
+    const psg_node_t *n = psg_async_op_node(op);
+    const psg_attr_t *sh = psg_node_attr(n, "shape");
+    if (value->dtype != PSG_DT_F32 || !psg_shape_equal(&value->shape, &sh->u.shape)) {
+        char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
+        psg_error_set("%s: got %s%s, takes f32%s", psg_node_name(n), psg_dtype_name(value->dtype),
+                      psg_shape_str(&value->shape, a, sizeof a),
+                      psg_shape_str(&sh->u.shape, b, sizeof b));
+        psg_async_op_done(op, -1);
+        return;
+    }
+    psg_async_op_set_output(op, 0, value);
+    psg_async_op_done(op, 0);
+}
+
+int psg_cpu_mailbox_take(psg_kernel_ctx_t *c) {
+    psg_mailbox_t *m = psg_mailbox_from_handle(c->inputs[0]);
+    int64_t step = 0;
+    if (!m || scalar_i64(c, 1, &step) < 0) return -1;
+    PSG_ASSERT(c->async);
+    psg_mailbox_take_async(m, step, psg_node_get_str(c->node, "from", ""),
+                           psg_node_get_int(c->node, "timeout_ms", 0), mailbox_take_done, c->async);
+    return 0;
+}

@@ -20,5 +20,8 @@ int psg_cpu_ssp_clock_tick(psg_kernel_ctx_t *c);
 int psg_cpu_ssp_clock_reset(psg_kernel_ctx_t *c);
 int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c);
 int psg_cpu_count_accepted(psg_kernel_ctx_t *c);
+int psg_cpu_mailbox(psg_kernel_ctx_t *c);
+int psg_cpu_mailbox_put(psg_kernel_ctx_t *c);
+int psg_cpu_mailbox_take(psg_kernel_ctx_t *c);
 
 #endif

@@ -246,7 +246,7 @@ int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
         return -1;
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
-    for (int64_t i = 0; i < psg_tensor_numel(v->value); i++) w[i] *= f;
+    for (int64_t i = 0, n = psg_tensor_numel(v->value); i < n; i++) w[i] *= f;
     pthread_mutex_unlock(&v->lock);
     return 0;
 }

@@ -179,6 +179,35 @@ void psg_ssp_clock_wait_async(psg_ssp_clock_t *k, int worker, int half, int64_t 
 /* Fails the waits and every later one with error (the task server stopping). */
 void psg_ssp_clock_close(psg_ssp_clock_t *k, const char *error);
 
+/* ---- the mailboxes of ring all-reduce (ops/state/mailbox.c) ---- */
+
+typedef struct psg_mailbox psg_mailbox_t;
+
+/* The mailbox `name` of rm, created empty when absent. The manager owns it. */
+psg_mailbox_t *psg_mailbox_get(psg_resource_mgr_t *rm, const char *name);
+const char *psg_mailbox_name(const psg_mailbox_t *m);
+psg_tensor_t *psg_mailbox_handle(psg_mailbox_t *m);
+psg_mailbox_t *psg_mailbox_from_handle(const psg_tensor_t *h);
+/* Leaves value (a new reference is kept) for step: it answers the take waiting for that
+ * step, or is kept until one asks. Dropped when the mailbox is closed or step was taken
+ * already. 0, or -1 with the error naming the mailbox on out of memory or a second put for
+ * one step. */
+int psg_mailbox_put(psg_mailbox_t *m, int64_t step, psg_tensor_t *value);
+/* Receives a take's tensor (borrowed: ref it to keep it) and error NULL, or value NULL and
+ * the reason (valid during the call only). */
+typedef void (*psg_mailbox_fn)(void *arg, psg_tensor_t *value, const char *error);
+/* Asks for step's tensor (steps are taken in increasing order; letters of older steps are
+ * dropped): done runs once, at once when it is there, else from the put that brings it,
+ * from psg_mailbox_close, or after timeout_ms (<= 0 or longer than the task's longest
+ * wait: that longest wait) with an error naming the mailbox, `from` (the sender, for
+ * people) and the step. One take at a time: a second one fails at once. */
+void psg_mailbox_take_async(psg_mailbox_t *m, int64_t step, const char *from, int64_t timeout_ms,
+                            psg_mailbox_fn done, void *arg);
+/* Fails the pending take and every later one with error; drops what it holds. */
+void psg_mailbox_close(psg_mailbox_t *m, const char *error);
+/* Tensors held, not yet taken. */
+int psg_mailbox_size(psg_mailbox_t *m);
+
 /* ---- the graph ops (ops/sync.c) ----
  * Each builder returns the node's output endpoint (or its id for ops with no
  * outputs), or PSG_NO_ENDPOINT / -1 with the graph's error set. Resources
@@ -249,6 +278,16 @@ int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t hand
  * seconds it waited (f32 scalar). Fails after timeout_ms naming `worker`. */
 psg_endpoint_t psg_ssp_clock_wait_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                      psg_endpoint_t want, int worker, int half, int64_t timeout_ms);
+/* MailboxHandle: the mailbox `name`. */
+psg_endpoint_t psg_mailbox_op(psg_graph_t *g, const char *name);
+/* MailboxPut(handle, step i64 scalar, value f32): leaves value for step; no outputs. */
+int psg_mailbox_put_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t step,
+                       psg_endpoint_t value);
+/* MailboxTake(handle, step i64 scalar): the f32 tensor of `shape` put for step, waiting
+ * without a thread; fails after timeout_ms naming `from` (the sender's task). */
+psg_endpoint_t psg_mailbox_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                   psg_endpoint_t step, const psg_shape_t *shape, const char *from,
+                                   int64_t timeout_ms);
 /* CountAccepted(flags...): how many of n i32 scalars are nonzero (i32 scalar). */
 psg_endpoint_t psg_count_accepted(psg_graph_t *g, const char *name, int n,
                                   const psg_endpoint_t *flags);

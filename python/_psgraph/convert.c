@@ -187,7 +187,7 @@ static psg_tensor_t *bf16_tensor_from(PyObject *value) {
     if (t) {
         const float *src = PyArray_DATA(a);
         uint16_t *dst = t->data;
-        for (int64_t i = 0; i < psg_tensor_numel(t); i++) dst[i] = psg_f32_to_bf16(src[i]);
+        for (int64_t i = 0, n = psg_tensor_numel(t); i < n; i++) dst[i] = psg_f32_to_bf16(src[i]);
     }
     Py_DECREF(a);
     if (!t) psg_py_raise();
@@ -242,7 +242,8 @@ PyObject *psg_py_array_from(psg_tensor_t **tp) {
         if (out) {
             const uint16_t *src = t->data;
             float *dst = PyArray_DATA((PyArrayObject *)out);
-            for (int64_t i = 0; i < psg_tensor_numel(t); i++) dst[i] = psg_bf16_to_f32(src[i]);
+            for (int64_t i = 0, n = psg_tensor_numel(t); i < n; i++)
+                dst[i] = psg_bf16_to_f32(src[i]);
         }
     } else if (psg_py_npy_type(t->dtype) < 0) {
         PyErr_Format(PyExc_TypeError, "a %s tensor cannot be fetched", psg_dtype_name(t->dtype));
