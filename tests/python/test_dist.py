@@ -284,11 +284,6 @@ def test_sync_replicas_with_a_backup_worker(psgraph_bin):
 
 
 @needs_data
-@pytest.mark.xfail(strict=True, reason="known bug: after the last step the sync chief's runner "
-                   "(Python) starts one more chief step; once training is closed its worker-side "
-                   "Recv of 'Momentum/update_fc1/kernel' (the cnn's sharded fc1) waits out the 60 s "
-                   "rendezvous timeout instead of ending with the ps's closed take, and the chief "
-                   "raises DeadlineExceededError at its end (the mlp's does not)")
 def test_cnn_sync_replicas_with_a_backup_worker(psgraph_bin):
     """The example's cnn (examples/python/mnist_replica.py --model cnn) under
     SyncReplicasOptimizer(N=2) over 3 workers: one backup, whose stale gradients are dropped;
