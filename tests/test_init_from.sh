@@ -68,15 +68,17 @@ if sys.argv[1] == "write":
             r, c = int(a[2]), int(a[3]); t[a[1]] = ([r, c], [0.0] * (r * c)); a = a[4:]
     save(sys.argv[2], t)
 elif sys.argv[1] == "index":  # a sharded file as Hugging Face writes it: two files + an index
-    d, t = sys.argv[2], mlp()
+    d, t = sys.argv[2], mlp()  # [PAD: a metadata text of PAD bytes, for an index that size]
     files = {"model-00001-of-00002.safetensors": ["model/fc1/weights", "model/fc1/biases"],
              "model-00002-of-00002.safetensors": [k for k in t if not k.startswith("model/fc1/")]}
     wmap = {}
     for name, keys in files.items():
         save(d + "/" + name, {k: t[k] for k in keys})
         wmap.update({k: name for k in keys})
-    json.dump({"metadata": {"total_size": 4 * sum(math.prod(s) for s, _ in t.values())}, "weight_map": wmap},
-              open(d + "/model.safetensors.index.json", "w"))
+    meta = {"total_size": 4 * sum(math.prod(s) for s, _ in t.values())}
+    if len(sys.argv) > 3:
+        meta["note"] = "x" * int(sys.argv[3])
+    json.dump({"metadata": meta, "weight_map": wmap}, open(d + "/model.safetensors.index.json", "w"))
 else:  # check CKPT_SHARD...: every mlp tensor equals the file's (shards joined by columns)
     want, got = mlp(), {}
     for p in sys.argv[2:]:
@@ -119,6 +121,20 @@ if [ $rc = 0 ] && grep -q "6 of its 6 tensors matched" <<<"$out" &&
   ok "a sharded index: $res"
 else
   fail "a sharded index (rc $rc): $out ${res:-}"
+fi
+
+# 1b'. an index over 64 KiB (a large model's names; here its metadata), given by a relative
+# path of 6 characters ("i.json", from its folder)
+mkdir -p "$tmp/hf2"
+st index "$tmp/hf2" 70000
+mv "$tmp/hf2/model.safetensors.index.json" "$tmp/hf2/i.json"
+psgraph_abs=$(realpath "$psgraph")
+out=$(cd "$tmp/hf2" && "$psgraph_abs" "${run[@]}" --logdir "$tmp/l1b2" --init-from i.json --strict 2>&1); rc=$?
+if [ $rc = 0 ] && [ "$(stat -c %s "$tmp/hf2/i.json")" -gt 65536 ] &&
+   grep -q "6 of its 6 tensors matched" <<<"$out" && res=$(st check "$tmp"/l1b2/model.ckpt-1-*.safetensors 2>&1); then
+  ok "an index of $(stat -c %s "$tmp/hf2/i.json") bytes named i.json: $res"
+else
+  fail "an index over 64 KiB named i.json (rc $rc): $out ${res:-}"
 fi
 
 # 1c. a psgraph checkpoint (its index) as the source: weights and slots, not its global_step

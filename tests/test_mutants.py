@@ -4,9 +4,13 @@ second: on a C snippet, each kind of mutant is made where it should be and nowhe
 strings or preprocessor lines; every critical file exists and every test mapped to it is
 registered in tests/meson.build; every survivor docs/testing.md lists parses as the tool reads
 it. Not a mutation run (that takes hours: docs/testing.md)."""
+import hashlib
+import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -77,8 +81,51 @@ def test_reviewed_list():
     check(len(mutate.load_reviewed()) > 0 or not bullets, "the reviewed survivors load")
 
 
+def test_resume_and_baselines():
+    """--resume reruns only what a new test could change: an unreviewed survivor; a cached
+    baseline holds while the test's files are the same bytes, whatever their times."""
+    key = ("x.c", "if (a < b && on) n += 2;", "&&", "||")
+    reviewed = {key: "equivalent: ..."}
+    for status in ("killed", "same_object", "stillborn"):
+        check(mutate.reusable({"status": status}, key, {}), "an earlier %s is reused" % status)
+    check(mutate.reusable({"status": "survived"}, key, reviewed), "a reviewed survivor is reused")
+    check(not mutate.reusable({"status": "survived"}, key, {}), "an unreviewed survivor runs again")
+    check(not mutate.reusable(None, key, reviewed), "a mutant never run runs")
+    with tempfile.TemporaryDirectory() as d:
+        a, b = os.path.join(d, "test_x"), os.path.join(d, "test_x.sh")
+        for p, data in ((a, b"\x7fELF one"), (b, b"#!/bin/sh\n")):
+            open(p, "wb").write(data)
+        fp = mutate.fingerprint([a, b])
+        os.utime(a, (1, 1))
+        check(mutate.fingerprint([b, a]) == fp, "a relink to the same bytes keeps the baseline")
+        open(a, "wb").write(b"\x7fELF two")
+        check(mutate.fingerprint([a, b]) != fp, "a changed program is timed again")
+
+
+def test_report():
+    """--report scores what results.jsonl holds for the sample, runs nothing, and counts the
+    rest as not run."""
+    f = "core/msgpack_check.c"
+    src = open(os.path.join(ROOT, f), encoding="utf-8").read()
+    listed = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "mutate.py"), "--list", "--per-file", "2",
+                             "--files", f], capture_output=True, text=True).stdout
+    ids = [m.id for m in (mutants.Mutant(f, src, *x) for x in mutants.make_mutants(src))
+           if "  " + m.describe() + "    | " in listed]
+    check(len(ids) == 2, "--list shows the 2 sampled mutants, got %d" % len(ids))
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "results.jsonl"), "w") as out:
+            out.write(json.dumps({"id": ids[0] if ids else "x", "sha": hashlib.sha1(src.encode()).hexdigest(),
+                                  "status": "killed", "by": "test_msgpack_check", "secs": 1.0, "desc": "x"}) + "\n")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "mutate.py"), "--report", "--per-file", "2",
+                            "--files", f, "--build-dir", d], capture_output=True, text=True)
+        row = next((line.split() for line in r.stdout.splitlines() if line.startswith(f)), [])
+        check(r.returncode == 0 and row[2:4] == ["1", "1"] and "1 of its 2 sampled mutants not run yet" in r.stdout,
+              "--report: 1 run, 1 killed, 1 not run: " + r.stdout + r.stderr)
+        check(sorted(os.listdir(d)) == ["results.jsonl"], "--report builds nothing: %s" % os.listdir(d))
+
+
 if __name__ == "__main__":
-    for t in (test_snippet, test_map, test_reviewed_list):
+    for t in (test_snippet, test_map, test_reviewed_list, test_resume_and_baselines, test_report):
         before = failures
         t()
         print("%s %s" % ("ok  " if failures == before else "FAIL", t.__name__))

@@ -686,6 +686,9 @@ static void test_dead_peer(void) {
     /* waiting to be able to send: until the deadline, or until the wake fd is readable */
     CHECK(psg_client_wait_writable(c, -1, 200) < 0);
     CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms (is it up?)"));
+    /* a deadline already past (remote_rendezvous asks with 0 ms left): one poll, the error */
+    CHECK(psg_client_wait_writable(c, -1, 0) < 0);
+    CHECK(strstr(psg_error_message(), "cannot reach the peer within 0 ms (is it up?)"));
     int wake[2];
     CHECK(pipe(wake) == 0 && write(wake[1], "x", 1) == 1);
     CHECK(psg_client_wait_writable(c, wake[0], 60000) == 0);
@@ -733,7 +736,9 @@ static void test_lost_connection(void) {
         psg_msg_destroy(&got);
     }
     psg_server_destroy(&s);
-    CHECK(psg_client_recv(c, &m, 10000) < 0 && !m);
+    /* waited for without a deadline: the loss itself ends the wait (the connection's events
+     * are polled beside its socket) */
+    CHECK(psg_client_recv(c, &m, -1) < 0 && !m);
     CHECK(psg_error_code() == PSG_ERR_UNAVAILABLE);
     CHECK(strstr(psg_error_message(), ep));
     CHECK(strstr(psg_error_message(), "lost the connection to the peer with 2 requests in flight"));

@@ -7,14 +7,17 @@ cores.
 
   python3 tools/mutate.py                      # every critical file, 40 mutants each (seed 1)
   python3 tools/mutate.py --files ps/checkpoint.c --per-file 0   # every mutant of one file
-  python3 tools/mutate.py --resume             # reuses the last run's kills, reruns survivors
+  python3 tools/mutate.py --resume             # reuses the last run's kills and reviewed survivors
   python3 tools/mutate.py --list               # the mutants it would make, and exits
+  python3 tools/mutate.py --report --per-file 20   # the score so far, from results.jsonl; runs nothing
 
 Two passes, as tools/test.sh: a release build (with LeakSanitizer's scan at exit, so a dropped
-free() is seen), then, for what survives it, ASan + UBSan. Each test gets a timeout of 3x its
-unmutated time + 20 s, and a mutant that makes a test hang past it counts as killed. A mutant
-whose object code equals the original's (the compiler folded it away) is equivalent and not
-run; one that does not compile is stillborn. Neither counts in the score.
+free() is seen), then, for what survives it, ASan + UBSan (built and timed at the first
+survivor). A test's unmutated time is kept in baselines.json and reused while its programs are
+the same bytes. Each test gets a timeout of 3x its unmutated time + 20 s, and a mutant that
+makes a test hang past it counts as killed. A mutant whose object code equals the original's
+(the compiler folded it away) is equivalent and not run; one that does not compile is
+stillborn. Neither counts in the score.
 Not a test of speed, and not the fuzzers (tools/fuzz.sh).
 """
 import argparse
@@ -161,35 +164,85 @@ def run_test(test, build_dir, timeout, extra_env):
         errors="replace")[-1500:]
 
 
+def fingerprint(paths):
+    """A digest of the files' names and contents (not their times: ninja relinks a test after
+    each mutant, and the unmutated link is byte for byte the earlier one)."""
+    h = hashlib.sha1()
+    for p in sorted(paths):
+        h.update(p.encode() + b"\0")
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def reusable(prev, reviewed_key, reviewed):
+    """Whether --resume takes a mutant's earlier outcome instead of running it again: killed,
+    same object and stillborn always (results are keyed by the file's text), a survivor when
+    docs/testing.md reviews it (equivalent or unreachable: a new test cannot change that); an
+    unreviewed survivor runs again, to see whether a test added since kills it."""
+    if not prev:
+        return False
+    return prev["status"] in ("killed", "same_object", "stillborn") or \
+        (prev["status"] == "survived" and reviewed_key in reviewed)
+
+
 class Build:
     """One build of the copied tree: its tests, and how long each takes unmutated."""
 
     def __init__(self, bdir, name, options, env):
         self.name, self.dir, self.options, self.env = name, os.path.join(bdir, name), options, env
-        self.base_time = {}
+        self.base_time, self.tests = {}, None
 
-    def setup(self, src_dir, needed):
+    def configure(self, src_dir):
+        """meson setup (once), meson again when a meson.build changed, and the tests' map."""
+        if self.tests is not None:
+            return
         if not os.path.exists(os.path.join(self.dir, "build.ninja")):
             subprocess.run(["meson", "setup", self.dir, src_dir, "-Dcuda=disabled"] + self.options,
                            check=True, stdout=subprocess.DEVNULL)
-        ok, log = ninja(self.dir, ["build.ninja"])  # meson again when a meson.build changed
+        ok, log = ninja(self.dir, ["build.ninja"])
         if not ok:
             sys.exit("mutate: cannot configure %s:\n%s" % (self.dir, log[-3000:]))
         self.tests = {t["name"]: t for t in json.loads(sh(["meson", "introspect", "--tests", self.dir]))}
         self.files_of = {t["id"]: [os.path.relpath(f, self.dir) for f in t["filename"]]
                          for t in json.loads(sh(["meson", "introspect", "--targets", self.dir]))}
-        missing = [t for t in needed if t not in self.tests]
+
+    def prepare(self, src_dir, needed):
+        """Builds the unmutated tree for the tests needed and times each unmutated run, or
+        takes the time from baselines.json when the test's files (its programs, its script)
+        are byte for byte those of the cached run: a restart does not rerun a 2-minute test."""
+        self.configure(src_dir)
+        todo = [t for t in needed if t not in self.base_time]
+        if not todo:
+            return
+        missing = [t for t in todo if t not in self.tests]
         if missing:
             sys.exit("mutate: no test %s in %s" % (", ".join(missing), self.dir))
-        ok, log = ninja(self.dir, self.targets(needed))
+        ok, log = ninja(self.dir, self.targets(todo))
         if not ok:
             sys.exit("mutate: the unmutated tree does not build in %s:\n%s" % (self.dir, log[-3000:]))
-        for t in needed:
+        cache_path = os.path.join(self.dir, "baselines.json")
+        cache = json.load(open(cache_path)) if os.path.exists(cache_path) else {}
+        for t in todo:
+            fp = fingerprint(self.test_files(t))
+            if cache.get(t, {}).get("fp") == fp:
+                self.base_time[t] = cache[t]["secs"]
+                print("baseline %-8s %-20s %6.1f s (cached)" % (self.name, t, self.base_time[t]), flush=True)
+                continue
             passed, secs, _, tail = run_test(self.tests[t], self.dir, self.tests[t].get("timeout") or 300, self.env)
             if not passed:
                 sys.exit("mutate: %s fails in %s without a mutant:\n%s" % (t, self.dir, tail))
             self.base_time[t] = secs
+            cache[t] = {"fp": fp, "secs": round(secs, 2)}
+            with open(cache_path, "w") as fh:
+                json.dump(cache, fh, indent=1)
             print("baseline %-8s %-20s %6.1f s" % (self.name, t, secs), flush=True)
+
+    def test_files(self, t):
+        """The files a test runs: the programs it depends on, and its command's files."""
+        files = [os.path.join(self.dir, f) for f in self.targets([t])]
+        return files + [a for a in self.tests[t]["cmd"] if os.path.isfile(a)]
 
     def targets(self, names):
         return sorted({x for t in names for d in self.tests[t].get("depends", []) for x in self.files_of.get(d, [])})
@@ -209,10 +262,13 @@ class Build:
 
 # ---- the run ----------------------------------------------------------------------------
 
-def try_mutant(m, src, path, builds, base_obj, factor):
-    """(status, the test that killed it): killed, survived, same_object or stillborn."""
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(m.apply(src))
+def try_mutant(m, src, path, builds, base_obj, factor, src_dir):
+    """(status, the test that killed it): killed, survived, same_object or stillborn. The
+    sanitizer build is made and timed only when a mutant survives the release pass."""
+    def write(text):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    write(m.apply(src))
     try:
         release = builds[0]
         if not ninja(release.dir, list(base_obj))[0]:
@@ -220,6 +276,10 @@ def try_mutant(m, src, path, builds, base_obj, factor):
         if all(open(os.path.join(release.dir, o), "rb").read() == data for o, data in base_obj.items()):
             return "same_object", None
         for b in builds:
+            if b is not release and any(t not in b.base_time for t in CRITICAL[m.path]):
+                write(src)  # its baselines on the unmutated file
+                b.prepare(src_dir, CRITICAL[m.path])
+                write(m.apply(src))
             by = b.first_failing(CRITICAL[m.path], factor)
             if by == "stillborn":
                 return "stillborn", None
@@ -227,20 +287,22 @@ def try_mutant(m, src, path, builds, base_obj, factor):
                 return "killed", by + ("" if b is release else " [%s]" % b.name)
         return "survived", None
     finally:
-        with open(path, "w", encoding="utf-8") as fh:  # the file back as it was, whatever happened
-            fh.write(src)
+        write(src)  # the file back as it was, whatever happened
 
 
 def report(summary, minutes, args):
     print("\nmutation score (seed %d, %s mutants a file, %.0f min)" % (args.seed, args.per_file or "all", minutes))
-    print("%-26s %7s %4s %6s %6s %8s %8s %8s %6s" % ("file", "mutants", "run", "killed", "(asan)", "survived",
-                                                     "reviewed", "same-obj", "score"))
+    print("%-26s %7s %4s %6s %6s %8s %8s %8s %9s %6s" % ("file", "mutants", "run", "killed", "(asan)", "survived",
+                                                         "reviewed", "same-obj", "stillborn", "score"))
     k_all = s_all = r_all = 0
     for f, s in summary.items():
         k, sv, rv = s["killed"], len(s["survived"]), len(s["reviewed"])
         k_all, s_all, r_all = k_all + k, s_all + sv, r_all + rv
-        print("%-26s %7d %4d %6d %6d %8d %8d %8d %5.1f%%" % (f, s["mutants"], s["run"], k, s["by_sanitizers"], sv,
-                                                             rv, s["same_object"], 100.0 * k / max(1, k + sv + rv)))
+        print("%-26s %7d %4d %6d %6d %8d %8d %8d %9d %5.1f%%" % (
+            f, s["mutants"], s["run"] - s["not_run"], k, s["by_sanitizers"], sv, rv, s["same_object"], s["stillborn"],
+            100.0 * k / max(1, k + sv + rv)))
+        if s["not_run"]:
+            print("%-26s %d of its %d sampled mutants not run yet" % ("", s["not_run"], s["run"]))
     print("total: %d killed of %d mutants that compiled to new code: %.1f%%; of those not reviewed as "
           "equivalent (%d, docs/testing.md): %.1f%%" %
           (k_all, k_all + s_all + r_all, 100.0 * k_all / max(1, k_all + s_all + r_all), r_all,
@@ -260,9 +322,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-mut"))
     ap.add_argument("--resume", action="store_true",
-                    help="reuse the last run's killed, same-object and stillborn mutants; rerun the rest")
+                    help="reuse the last run's killed, same-object, stillborn and reviewed mutants; rerun the rest")
     ap.add_argument("--no-sanitizers", action="store_true", help="no ASan + UBSan pass for the survivors")
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
+    ap.add_argument("--report", action="store_true",
+                    help="the score of the sampled mutants from build-mut/results.jsonl (each one's last outcome on the "
+                         "file's present text), running nothing; those never run are counted as not run")
     ap.add_argument("--timeout-factor", type=float, default=3.0)
     args = ap.parse_args()
     os.nice(19)
@@ -287,41 +352,45 @@ def main():
 
     bdir = os.path.abspath(args.build_dir)
     src_dir = os.path.join(bdir, "src")
-    os.makedirs(src_dir, exist_ok=True)
     results_path = os.path.join(bdir, "results.jsonl")
     previous = {}
-    if args.resume and os.path.exists(results_path):
+    if (args.resume or args.report) and os.path.exists(results_path):
         for line in open(results_path):
             r = json.loads(line)
             previous[(r["id"], r["sha"])] = r
-    sweep(bdir)  # what an interrupted run left running
-    sync_tree(src_dir)  # and the file it left mutated, back
-    needed = sorted({t for f in files for t in CRITICAL[f]})
-    builds = [Build(bdir, *b) for b in ([RELEASE] if args.no_sanitizers else [RELEASE, SANITIZERS])]
-    for b in builds:
-        b.setup(src_dir, needed)
-    base_obj = {}
-    for f in files:
+    builds, base_obj = [], {}
+    if not args.report:
+        os.makedirs(src_dir, exist_ok=True)
+        sweep(bdir)  # what an interrupted run left running
+        sync_tree(src_dir)  # and the file it left mutated, back
+        needed = sorted({t for f in files for t in CRITICAL[f]})
+        builds = [Build(bdir, *b) for b in ([RELEASE] if args.no_sanitizers else [RELEASE, SANITIZERS])]
+        builds[0].prepare(src_dir, needed)  # the sanitizer build: at the first survivor
+    for f in files if builds else []:
         objs = objects_of(builds[0].dir, src_dir, f)
         if not objs:
             sys.exit("mutate: no object file is built from %s" % f)
         base_obj[f] = {o: open(os.path.join(builds[0].dir, o), "rb").read() for o in objs}
     reviewed = load_reviewed()
 
-    out = open(results_path, "a" if args.resume else "w")
+    out = open(os.devnull if args.report else results_path, "a" if args.resume else "w")
     summary, done, total, t_start = {}, 0, sum(len(p[3]) for p in plan), time.time()
     for f, src, n_all, chosen in plan:
         sha = hashlib.sha1(src.encode()).hexdigest()
         s = summary[f] = {"mutants": n_all, "run": len(chosen), "killed": 0, "by_sanitizers": 0,
-                          "survived": [], "reviewed": [], "same_object": 0, "stillborn": 0}
+                          "survived": [], "reviewed": [], "same_object": 0, "stillborn": 0, "not_run": 0}
         for m in chosen:
             done += 1
             prev = previous.get((m.id, sha))
-            if prev and prev["status"] in ("killed", "same_object", "stillborn"):
+            if args.report and not prev:
+                s["not_run"] += 1
+                continue
+            if args.report or (args.resume and reusable(prev, m.equivalent_key(), reviewed)):
                 status, by = prev["status"], prev.get("by")
             else:
                 t0 = time.time()
-                status, by = try_mutant(m, src, os.path.join(src_dir, f), builds, base_obj[f], args.timeout_factor)
+                status, by = try_mutant(m, src, os.path.join(src_dir, f), builds, base_obj[f], args.timeout_factor,
+                                        src_dir)
                 out.write(json.dumps({"id": m.id, "sha": sha, "status": status, "by": by,
                                       "secs": round(time.time() - t0, 1), "desc": m.describe()}) + "\n")
                 out.flush()
