@@ -3,8 +3,15 @@
 replica_device_setter, MonitoredTrainingSession, optionally SyncReplicasOptimizer), run on
 TensorFlow (`--impl tensorflow`: tensorflow.compat.v1) or on psgraph (`--impl psgraph`:
 psgraph.compat.v1): the import is the only difference. Workload: psgraph's mlp recipe
-(784-256-256-10 ReLU, momentum 0.9, lr 0.05, batch 128 per worker) on Fashion-MNIST, each
-worker on its share of one epoch, fed with feed_dict from the same numpy arrays.
+(784-256-256-10 ReLU, momentum 0.9, lr 0.05, batch 128 per worker) or, with --model cnn,
+its cnn recipe (tf.layers: two 5x5 conv + 2x2 max pool blocks of 32 and 64 channels, dense
+512, dense 10; momentum 0.9, lr 0.01, batch 64) on Fashion-MNIST, each worker on its share
+of one epoch, fed with feed_dict from the same numpy arrays. With --sync every worker stops
+at the global step of an epoch's share (StopAtStepHook), and prints its rate every 50 steps:
+a TensorFlow worker left waiting for a token when the chief ends is killed after a grace
+period, its last rate counted. Every worker starts training at once (the launcher's go file),
+and async the chief evaluates once the global step has reached every worker's share (the
+whole job's model, as psgraph train's chief evaluates).
 
   tf1_dist_peer.py launch --impl psgraph|tensorflow [--workers 2] [--sync] [--epochs 1]
     starts 1 ps + W workers on loopback, each with its TF_CONFIG, and prints one JSON line:
@@ -20,6 +27,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -63,19 +71,12 @@ def task(a):
                                                   cluster=cluster)):
         x = tf.placeholder(tf.float32, [None, 784])
         y = tf.placeholder(tf.int32, [None])
-        h = x
-        for i, (n_in, n_out) in enumerate([(784, 256), (256, 256), (256, 10)]):
-            w = tf.get_variable("w%d" % i, [n_in, n_out],
-                                initializer=tf.glorot_uniform_initializer())
-            b = tf.get_variable("b%d" % i, [n_out], initializer=tf.zeros_initializer())
-            h = tf.matmul(h, w) + b
-            if i < 2:
-                h = tf.nn.relu(h)
+        h = model(tf, a.model, x)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
         hits = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(h, 1, output_type=tf.int32), y),
                                      tf.float32))
         gs = tf.train.get_or_create_global_step()
-        opt = tf.train.MomentumOptimizer(a.lr, 0.9)
+        opt = tf.train.MomentumOptimizer(a.lr or (0.01 if a.model == "cnn" else 0.05), 0.9)
         hooks = []
         if a.sync:
             opt = tf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=nw - a.backup,
@@ -85,14 +86,30 @@ def task(a):
             hooks.append(opt.make_session_run_hook(chief))
     xtr, ytr, xte, yte = load()
     rng = np.random.RandomState(a.seed)
-    bs = 128
+    bs = 64 if a.model == "cnn" else 128
+    share = (xtr.shape[0] // nw) // bs  # this worker's steps of one epoch
+    if a.sync:
+        hooks.append(tf.train.StopAtStepHook(last_step=share * a.epochs))
     t0, seen, steps = None, 0, 0
+
+    def rate():
+        dt = time.perf_counter() - t0 if t0 else 0
+        return {"task": index, "steps": steps,
+                "examples_per_sec": round(seen / dt, 1) if dt else 0.0}
     with tf.train.MonitoredTrainingSession(master=server.target, is_chief=chief, hooks=hooks,
                                            config=cfg, save_checkpoint_secs=None,
                                            save_summaries_steps=None,
                                            log_step_count_steps=None) as sess:
-        for _ in range(a.epochs):
+        # every worker starts training at once (the launcher's go file, made once each is
+        # ready): TensorFlow's non-chief polls for the chief's init every 30 s, and would else
+        # train after the chief instead of beside it (a sequential run, not async)
+        print(json.dumps({"ready": index}), flush=True)
+        while a.go and not os.path.exists(a.go):
+            time.sleep(0.05)
+        epoch = 0
+        while not sess.should_stop() and (a.sync or epoch < a.epochs):
             perm = rng.permutation(xtr.shape[0])[index::nw]
+            epoch += 1
             for i in range(0, perm.shape[0] - bs + 1, bs):
                 if sess.should_stop():
                     break
@@ -103,15 +120,42 @@ def task(a):
                     t0 = time.perf_counter()
                 elif steps > 20:
                     seen += bs
-        dt = time.perf_counter() - t0 if t0 else 0
-        out = {"task": index, "steps": steps,
-               "examples_per_sec": round(seen / dt, 1) if dt else 0.0}
+                if a.sync and steps % 50 == 0:
+                    print(json.dumps(rate()), flush=True)
+        out = rate()
+        if chief and not a.sync:
+            # evaluate the model of the whole job, as psgraph train's chief does: the other
+            # workers' last updates too (TensorFlow's non-chief starts up to 30 s after the
+            # chief, psgraph's at once: evaluated at the chief's own end, the two sides saw
+            # different shares of the job's updates)
+            deadline = time.time() + 600
+            while sess.run(gs) < share * nw * a.epochs and time.time() < deadline:
+                time.sleep(0.1)
         if chief:
             n = sum(sess.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
                     for i in range(0, len(yte), 1000))
             out["test_accuracy"] = round(float(n) / len(yte), 4)
             out["global_step"] = int(sess.run(gs))
     print(json.dumps(out), flush=True)
+
+
+def model(tf, name, x):
+    """The logits of the mlp or the cnn (psgraph train's recipes) on x [batch, 784]."""
+    if name == "cnn":
+        h = tf.reshape(x, [-1, 28, 28, 1])
+        for filters in (32, 64):
+            h = tf.layers.conv2d(h, filters, 5, padding="same", activation=tf.nn.relu)
+            h = tf.layers.max_pooling2d(h, 2, 2)
+        h = tf.layers.dense(tf.layers.flatten(h), 512, tf.nn.relu)
+        return tf.layers.dense(h, 10)
+    h = x
+    for i, (n_in, n_out) in enumerate([(784, 256), (256, 256), (256, 10)]):
+        w = tf.get_variable("w%d" % i, [n_in, n_out], initializer=tf.glorot_uniform_initializer())
+        b = tf.get_variable("b%d" % i, [n_out], initializer=tf.zeros_initializer())
+        h = tf.matmul(h, w) + b
+        if i < 2:
+            h = tf.nn.relu(h)
+    return h
 
 
 def free_port():
@@ -122,29 +166,55 @@ def free_port():
     return p
 
 
+def last_line(p, timeout):
+    """The last JSON line of worker p; killed after timeout s (its last rate line kept)."""
+    killed = False
+    try:
+        text = p.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text, killed = p.communicate()[0], True
+    lines = [l for l in text.strip().splitlines() if l.startswith("{")]
+    out = json.loads(lines[-1]) if lines else {"examples_per_sec": 0.0}
+    out["killed"] = killed
+    return out
+
+
 def launch(a):
     spec = {"ps": ["127.0.0.1:%d" % free_port()],
             "worker": ["127.0.0.1:%d" % free_port() for _ in range(a.workers)]}
     base = [sys.executable, os.path.abspath(__file__), "task", "--impl", a.impl, "--epochs",
             str(a.epochs), "--threads", str(a.threads), "--backup", str(a.backup), "--lr",
-            str(a.lr)] + (["--sync"] if a.sync else [])
+            str(a.lr), "--model", a.model] + (["--sync"] if a.sync else [])
 
     def env(job, i):
         return dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                     TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": i}}))
+    go = os.path.join(tempfile.mkdtemp(), "go")
+    base += ["--go", go]
     ps = subprocess.Popen(base, env=env("ps", 0), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
     workers = [subprocess.Popen(base, env=env("worker", i), stdout=subprocess.PIPE, text=True)
                for i in range(a.workers)]
     try:
-        outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in workers]
+        for p in workers:  # each prints {"ready": i} once its session is made
+            while True:
+                line = p.stdout.readline()
+                if not line or line.startswith('{"ready"'):
+                    break
+        open(go, "w").close()
+        outs = [None] * a.workers
+        outs[0] = last_line(workers[0], None)
+        # a TF sync worker may wait for a token that never comes once the chief ended
+        outs[1:] = [last_line(p, 60 if a.sync else None) for p in workers[1:]]
     finally:
         if a.impl == "tensorflow":
             ps.kill()  # tf.train.Server.join() never returns (tensorflow#4713)
         ps.wait()
     chief = outs[0]
-    print(json.dumps({"impl": a.impl, "ps": 1, "workers": a.workers, "sync": a.sync,
-                      "backup": a.backup, "epochs": a.epochs,
+    print(json.dumps({"impl": a.impl, "model": a.model, "ps": 1, "workers": a.workers,
+                      "sync": a.sync, "backup": a.backup, "epochs": a.epochs,
+                      "killed": sum(1 for o in outs if o.get("killed")),
                       "examples_per_sec": round(sum(o["examples_per_sec"] for o in outs), 1),
                       "test_accuracy": chief.get("test_accuracy"),
                       "global_step": chief.get("global_step")}), flush=True)
@@ -159,7 +229,9 @@ def main():
     ap.add_argument("--backup", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--lr", type=float, default=0, help="0: 0.05 mlp, 0.01 cnn")
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--go", default="", help="(task) start training once this file exists")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     launch(a) if a.mode == "launch" else task(a)

@@ -53,6 +53,7 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: psgraph compare [options] [-- more psgraph train options for every strategy]\n"
+        "       psgraph compare --script FILE.py [options] [-- the script's arguments]\n"
         "  --strategy 'NAME [OPTIONS]'  a strategy and its options, as psgraph train's --sync\n"
         "                      NAME OPTIONS (repeatable; --variant, its older name, is the same;\n"
         "                      default: async; sync; sync --backup-workers 1; ssp --staleness 2;\n"
@@ -75,13 +76,21 @@ static void usage(FILE *f) {
         "                      the other runs' median by more than L x that median (default\n"
         "                      0.25)\n"
         "  --outdir DIR        each run's logdir and log under DIR (default ./compare)\n"
-        "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n");
+        "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n"
+        "  --script FILE.py    every worker runs python3 FILE.py instead of psgraph train,\n"
+        "                      its strategy in $PSGRAPH_STRATEGY (psgraph.train.Strategy.\n"
+        "                      from_env()), its stragglers in $PSGRAPH_STRAGGLERS, its logdir\n"
+        "                      (metrics.jsonl) in $PSGRAPH_LOGDIR, --seed, --epochs and\n"
+        "                      --eval-every in $PSGRAPH_SEED, $PSGRAPH_EPOCHS and\n"
+        "                      $PSGRAPH_EVAL_EVERY (docs/python.md)\n"
+        "  --python P          the script's interpreter (default python3, found on PATH)\n");
 }
 
 static int parse(int argc, char **argv, compare_opts_t *o) {
     *o = (compare_opts_t){.model = "mlp",
                           .straggler = "worker=all,dist=lognormal,median_ms=20,sigma=1",
                           .outdir = "compare",
+                          .python = "python3",
                           .epochs = "6",
                           .eval_every = "20",
                           .seed = "1",
@@ -103,6 +112,9 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
             if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
     }
     if (o->ps < 1) return psg_error_set("--ps and --workers must be >= 1");
+    if (o->script && access(o->script, R_OK) < 0)
+        return psg_error_set("--script %s: %s", o->script, strerror(errno));
+    if (o->script) o->model = o->script; /* what the JSON lines and the plot name */
     if (o->strategies.n == 0)
         for (size_t k = 0; k < sizeof default_strategies / sizeof *default_strategies; k++)
             o->strategies.v[o->strategies.n++] = default_strategies[k];
@@ -159,8 +171,27 @@ static int wait_measured(pid_t pid, result_t *r) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* The run of one strategy: psgraph launch ... -- psgraph train ... --logdir dir, its
- * output into dir/run.log. Returns the launch's exit code (or -1). */
+/* Runs self argv, its output into log, the environment of a --script run when o is given;
+ * waits for it (wait_measured). Returns its exit code (or -1). */
+static int spawn_run(const char *self, const char **argv, const char *log, const compare_opts_t *o,
+                     const char *strategy, const char *dir, const char *seed, result_t *r);
+
+/* The environment of a --script run's workers (the launcher passes its own on to the
+ * tasks it starts here): what `psgraph train` would get as flags. */
+static void script_env(const compare_opts_t *o, const char *strategy, const char *dir,
+                       const char *seed) {
+    setenv("PSGRAPH_STRATEGY", strategy, 1);
+    setenv("PSGRAPH_STRAGGLERS", strcmp(o->straggler, "none") ? o->straggler : "", 1);
+    setenv("PSGRAPH_LOGDIR", dir, 1);
+    setenv("PSGRAPH_SEED", seed, 1);
+    setenv("PSGRAPH_EPOCHS", o->epochs, 1);
+    setenv("PSGRAPH_EVAL_EVERY", o->eval_every, 1);
+    if (o->batch) setenv("PSGRAPH_BATCH", o->batch, 1);
+}
+
+/* The run of one strategy: psgraph launch ... -- psgraph train ... --logdir dir (or, with
+ * --script, python3 FILE.py ARGS with script_env), its output into dir/run.log. Returns the
+ * launch's exit code (or -1). */
 static int run_strategy(const compare_opts_t *o, const char *self, const char *strategy,
                         const char *dir, result_t *r) {
     char spec[512], ps[16], workers[16], log[4200], seed[24];
@@ -172,6 +203,13 @@ static int run_strategy(const compare_opts_t *o, const char *self, const char *s
     const char *argv[200] = {self, "launch"};
     int n = 2;
     for (int k = 0; k < o->launch.n; k++) argv[n++] = o->launch.v[k];
+    if (o->script) {
+        const char *py[] = {"--ps", ps, "--workers", workers, "--", o->python, o->script};
+        for (size_t k = 0; k < sizeof py / sizeof *py; k++) argv[n++] = py[k];
+        for (int k = 0; k < o->n_extra && n < 158; k++) argv[n++] = o->extra[k];
+        argv[n] = NULL;
+        return spawn_run(self, argv, log, o, strategy, dir, seed, r);
+    }
     const char *fixed[] = {
         "--ps",    ps,         "--workers", workers,       "--",           self,          "train",
         "--model", o->model,   "--epochs",  o->epochs,     "--eval-every", o->eval_every, "--seed",
@@ -186,6 +224,11 @@ static int run_strategy(const compare_opts_t *o, const char *self, const char *s
     if (o->batch) argv[n++] = "--batch", argv[n++] = o->batch;
     for (int k = 0; k < o->n_extra && n < 158; k++) argv[n++] = o->extra[k];
     argv[n] = NULL;
+    return spawn_run(self, argv, log, NULL, strategy, dir, seed, r);
+}
+
+static int spawn_run(const char *self, const char **argv, const char *log, const compare_opts_t *o,
+                     const char *strategy, const char *dir, const char *seed, result_t *r) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -193,6 +236,7 @@ static int run_strategy(const compare_opts_t *o, const char *self, const char *s
         if (fd < 0) _exit(126);
         dup2(fd, 1);
         dup2(fd, 2);
+        if (o) script_env(o, strategy, dir, seed);
         execv(self, (char *const *)argv);
         _exit(127);
     }

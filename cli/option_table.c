@@ -595,6 +595,8 @@ static const psg_cli_option_t rows[] = {
     {"--seeds", PSG_OPT_STRING, .use = {COMPARE(seeds)}},
     {"--load-margin", PSG_OPT_REAL, 0, 1e6, .use = {COMPARE(load_margin)}},
     {"--png", PSG_OPT_STRING, .use = {COMPARE(png)}},
+    {"--script", PSG_OPT_STRING, .use = {COMPARE(script)}},
+    {"--python", PSG_OPT_STRING, .use = {COMPARE(python)}},
 };
 
 const psg_cli_option_t *psg_cli_options(int *n) {

@@ -95,10 +95,13 @@ typedef struct {
      * hosts, e.g. emulated ones with capped links, bench/compare_hosts.sh) */
     psg_cli_list_t launch;
     const char *model, *data, *straggler, *outdir, *png, *epochs, *eval_every, *seed, *batch;
-    const char *seeds; /* --seeds S1,S2,...: repeat k's seed */
+    const char *seeds;  /* --seeds S1,S2,...: repeat k's seed */
+    const char *script; /* --script FILE.py: a Python script as every worker, not psgraph train */
+    const char *python; /* --python P: its interpreter (default python3) */
     int ps, workers, repeats;
     double target, load_margin;
-    const char *extra[PSG_COMPARE_MAX_EXTRA]; /* after --: more train options for every strategy */
+    /* after --: more train options for every strategy (with --script: the script's args) */
+    const char *extra[PSG_COMPARE_MAX_EXTRA];
     int n_extra;
     char launch_text[1024]; /* the --launch-arg values, joined, for the JSON lines */
     long long seed_of[64];  /* each repeat's seed, from --seeds or --seed */

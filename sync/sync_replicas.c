@@ -406,6 +406,50 @@ int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t 
                     st->straggler_ms, loss, wall, push, pull);
 }
 
+/* ---- one worker's steps from another loop (psg_sync_stepper_t) ---- */
+
+struct psg_sync_stepper {
+    psg_sync_worker_t w;
+    const psg_sync_strategy_t *strategy;
+};
+
+psg_sync_stepper_t *psg_sync_stepper_new(const psg_sync_replicas_t *sr, const psg_sync_graph_t *sg,
+                                         psg_sync_call_fn run, void *ctx, int64_t local_step) {
+    psg_sync_stepper_t *p = calloc(1, sizeof *p);
+    if (!p) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    p->w = (psg_sync_worker_t){&sr->cfg, sg, run, ctx, local_step, 0, NULL};
+    p->strategy = sr->strategy;
+    return p;
+}
+
+void psg_sync_stepper_destroy(psg_sync_stepper_t **w) {
+    if (!w || !*w) return;
+    free((*w)->w.state);
+    free(*w);
+    *w = NULL;
+}
+
+int psg_sync_stepper_step(psg_sync_stepper_t *w, psg_tensor_t **loss, psg_sync_step_t *st) {
+    *loss = NULL;
+    memset(st, 0, sizeof *st);
+    int rc = (w->strategy->step ? w->strategy->step : psg_sync_step_default)(&w->w, loss, st);
+    if (rc < 0)
+        return psg_error_wrap("--sync %s: step %lld", w->strategy->name, (long long)w->w.steps);
+    w->w.steps++;
+    return 0;
+}
+
+int64_t psg_sync_stepper_steps(const psg_sync_stepper_t *w) {
+    return w->w.steps;
+}
+
+int64_t psg_sync_stepper_local_step(const psg_sync_stepper_t *w) {
+    return w->w.local_step;
+}
+
 /* ---- the chief's runner ---- */
 
 struct psg_sync_chief {

@@ -5,6 +5,7 @@
 
 #include "psgraph/checkpoint.h"
 #include "psgraph/error.h"
+#include "psgraph/trainer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -112,6 +113,10 @@ FILE *psg_metrics_open(const char *logdir, const char *tag, const char *task) {
     }
     setvbuf(f, NULL, _IOLBF, 0); /* each record out when its line ends */
     return f;
+}
+
+FILE *psg_train_metrics_open(const char *logdir, const char *tag, const char *task) {
+    return psg_metrics_open(logdir, tag, task);
 }
 
 FILE *psg_metrics_open_worker(const char *logdir, const psg_worker_task_t *w) {

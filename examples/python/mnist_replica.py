@@ -4,12 +4,16 @@ tf.train.replica_device_setter (the variables on the ps tasks), trains its own r
 its share of Fashion-MNIST, asynchronously, or with --sync through
 tf.train.SyncReplicasOptimizer (psgraph's sync replicas; --replicas_to_aggregate below the
 workers leaves backup workers, whose stale gradients are dropped). The chief (worker 0)
-initializes the variables or restores the newest checkpoint of --train_dir.
+initializes the variables or restores the newest checkpoint of --train_dir. --model cnn
+trains psgraph train's cnn instead of the mlp (with --sync --replicas_to_aggregate 2 over 3
+workers: sync replicas with one backup worker).
 
 The cluster comes from TF_CONFIG (as `psgraph launch` sets it), or from --ps_hosts,
 --worker_hosts, --job_name and --task_index:
 
   psgraph launch --ps 1 --workers 2 -- python3 examples/python/mnist_replica.py --train_steps 400
+  psgraph launch --ps 1 --workers 3 -- python3 examples/python/mnist_replica.py --model cnn \
+      --sync --replicas_to_aggregate 2 --train_steps 100
 """
 import json
 import os
@@ -24,10 +28,11 @@ flags.DEFINE_string("ps_hosts", "", "comma-separated host:port of the ps tasks (
 flags.DEFINE_string("worker_hosts", "", "comma-separated host:port of the workers")
 flags.DEFINE_string("job_name", "", "ps or worker")
 flags.DEFINE_integer("task_index", -1, "this task's index in its job")
-flags.DEFINE_integer("hidden_units", 256, "units of each of the two hidden layers")
+flags.DEFINE_string("model", "mlp", "mlp (two hidden layers) or cnn (psgraph train's cnn)")
+flags.DEFINE_integer("hidden_units", 256, "units of each of the mlp's two hidden layers")
 flags.DEFINE_integer("train_steps", 400, "global steps to train (all workers together)")
-flags.DEFINE_integer("batch_size", 128, "batch size of each worker")
-flags.DEFINE_float("learning_rate", 0.05, "momentum SGD's rate")
+flags.DEFINE_integer("batch_size", 0, "batch size of each worker (0: 128 mlp, 64 cnn)")
+flags.DEFINE_float("learning_rate", 0, "momentum SGD's rate (0: 0.05 mlp, 0.01 cnn)")
 flags.DEFINE_boolean("sync_replicas", False, "aggregate the workers' gradients each step")
 flags.DEFINE_boolean("sync", False, "the same as --sync_replicas")
 flags.DEFINE_integer("replicas_to_aggregate", 0, "gradients per step in sync mode (0: all)")
@@ -51,6 +56,25 @@ def cluster_and_task():
     return resolver.cluster_spec(), resolver.task_type, resolver.task_id
 
 
+def model(images):
+    """The logits of --model: the mlp, or the cnn of `psgraph train --model cnn` (two 5x5
+    conv + 2x2 max pool blocks of 32 and 64 channels, dense 512, dense 10)."""
+    if FLAGS.model == "cnn":
+        x = images
+        for i, filters in enumerate((32, 64)):
+            x = tf.layers.conv2d(x, filters, 5, padding="same", activation=tf.nn.relu,
+                                 name="conv%d" % (i + 1))
+            x = tf.layers.max_pooling2d(x, 2, 2)
+        x = tf.layers.dense(tf.layers.flatten(x), 512, tf.nn.relu, name="fc1")
+        return tf.layers.dense(x, 10, name="fc2")
+    if FLAGS.model != "mlp":
+        sys.exit("mnist_replica.py: --model %s: mlp or cnn" % FLAGS.model)
+    x = tf.layers.flatten(images)
+    x = tf.layers.dense(x, FLAGS.hidden_units, tf.nn.relu, name="fc1")
+    x = tf.layers.dense(x, FLAGS.hidden_units, tf.nn.relu, name="fc2")
+    return tf.layers.dense(x, 10, name="fc3")
+
+
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     cluster, job, index = cluster_and_task()
@@ -68,14 +92,12 @@ def main(_):
         global_step = tf.train.get_or_create_global_step()
         images = tf.placeholder(tf.float32, [None, 28, 28, 1], name="images")
         labels = tf.placeholder(tf.int32, [None], name="labels")
-        x = tf.layers.flatten(images)
-        x = tf.layers.dense(x, FLAGS.hidden_units, tf.nn.relu, name="fc1")
-        x = tf.layers.dense(x, FLAGS.hidden_units, tf.nn.relu, name="fc2")
-        logits = tf.layers.dense(x, 10, name="fc3")
+        logits = model(images)
         loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32),
                                                  labels), tf.float32))
-        opt = tf.train.MomentumOptimizer(FLAGS.learning_rate, 0.9)
+        cnn = FLAGS.model == "cnn"
+        opt = tf.train.MomentumOptimizer(FLAGS.learning_rate or (0.01 if cnn else 0.05), 0.9)
         hooks = [tf.train.StopAtStepHook(last_step=FLAGS.train_steps)]
         if sync:
             opt = tf.train.SyncReplicasOptimizer(
@@ -87,7 +109,7 @@ def main(_):
         tf.summary.scalar("loss", loss)
 
     train_set = data.fashion_mnist(True, FLAGS.data_dir)
-    batches = train_set.batches(FLAGS.batch_size, seed=FLAGS.seed + index)
+    batches = train_set.batches(FLAGS.batch_size or (64 if cnn else 128), seed=FLAGS.seed + index)
     steps, examples, t0, last = 0, 0, None, float("nan")
     config = tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % index],
                             operation_timeout_in_ms=FLAGS.operation_timeout_ms)
@@ -106,7 +128,7 @@ def main(_):
             elif steps > 20:
                 examples += len(y_)
         elapsed = time.perf_counter() - t0 if t0 else 0.0
-        result = {"event": "done", "task": "worker%d" % index, "sync": sync,
+        result = {"event": "done", "task": "worker%d" % index, "model": FLAGS.model, "sync": sync,
                   "local_steps": steps, "final_loss": round(float(last), 6),
                   "examples_per_sec": round(examples / elapsed, 1) if elapsed else 0}
         if sync:  # this worker's gradients the accumulators kept, and the stale ones dropped

@@ -231,6 +231,34 @@ const char *psg_sync_step_drop_reason(const psg_sync_step_t *st);
  * Returns the length, as snprintf. */
 int psg_sync_step_json(const psg_sync_step_t *st, int worker, char *buf, size_t size);
 
+/* ---- one worker's steps, driven from outside psgraph's training loop ---- */
+
+/* Runs call k of a worker's step for the strategy's step function: k = 0 is the worker's
+ * step (the model's feeds, then feeds[0], the local step (i64 scalar), when
+ * sg->local_step is valid; fetched[0] a tensor given back as the step's loss, then
+ * psg_sync_graph_fetches' in their order), k >= 1 is sg->calls[k - 1] (its feeds and
+ * fetches). Returns 0, or -1 with the error set. */
+typedef int (*psg_sync_call_fn)(void *ctx, int k, psg_tensor_t *const *feeds,
+                                psg_tensor_t **fetched);
+
+typedef struct psg_sync_stepper psg_sync_stepper_t;
+
+/* A worker of sr whose steps run sr's strategy's step function (the one `psgraph train`
+ * runs) through run: what a Python script's training step uses. sr, sg (the graph sr
+ * built) and ctx are borrowed and must outlive it; local_step is the worker's first (the
+ * global step's value once the variables are initialized). NULL with the error set on out
+ * of memory. */
+psg_sync_stepper_t *psg_sync_stepper_new(const psg_sync_replicas_t *sr, const psg_sync_graph_t *sg,
+                                         psg_sync_call_fn run, void *ctx, int64_t local_step);
+void psg_sync_stepper_destroy(psg_sync_stepper_t **w);
+/* One step: the strategy's calls in its order. *loss gets fetched[0] of call 0 (new; NULL
+ * on failure); *st the step's statistics (the strategy's fields; not the training loop's:
+ * loss, wall_sec, bytes, straggler_ms). Returns 0, or -1 with the error set. */
+int psg_sync_stepper_step(psg_sync_stepper_t *w, psg_tensor_t **loss, psg_sync_step_t *st);
+/* The steps it ran (the --straggler step count), and the local step the next one runs. */
+int64_t psg_sync_stepper_steps(const psg_sync_stepper_t *w);
+int64_t psg_sync_stepper_local_step(const psg_sync_stepper_t *w);
+
 /* ---- the chief's runner ---- */
 
 /* Runs the chief's step once (chief_op, fetching chief_global_step into

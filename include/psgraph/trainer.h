@@ -127,4 +127,12 @@ typedef struct {
  * *r, or -1 with the error set (naming the task when one failed). */
 int psg_train(const psg_train_config_t *c, psg_train_result_t *r);
 
+/* The metrics file of a training process in logdir (created if absent; docs/checkpoints.md),
+ * for a training loop of its own (a Python script's) writing the records psgraph train
+ * writes: metrics.jsonl when tag is NULL (the chief, or one process), else
+ * metrics.<tag>.jsonl ("worker1"). Each whole line that starts with '{' goes out as one
+ * write(2), "task":"<task>" put first, so the workers of a job never tear each other's
+ * lines. fclose it. NULL with the error naming the file. */
+FILE *psg_train_metrics_open(const char *logdir, const char *tag, const char *task);
+
 #endif

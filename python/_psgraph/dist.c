@@ -18,6 +18,14 @@ typedef struct {
     psg_task_server_t *ts;
 } task_server_t;
 
+psg_task_server_t *psg_py_task_server(PyObject *o) {
+    if (!PyObject_TypeCheck(o, &psg_py_task_server_type)) {
+        PyErr_SetString(PyExc_TypeError, "not a TaskServer");
+        return NULL;
+    }
+    return ((task_server_t *)o)->ts;
+}
+
 /* TaskServer(tf_config_json, job, index, threads=1, logdir=None, expect_workers=0,
  *            recv_timeout_ms=0, peer_timeout_s=0) */
 static PyObject *ts_new(PyTypeObject *type, PyObject *args, PyObject *kw) {

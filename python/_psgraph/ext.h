@@ -84,6 +84,8 @@ extern PyMethodDef psg_py_build_methods[];
 extern PyMethodDef psg_py_build_nn_methods[];
 extern PyMethodDef psg_py_train_methods[];
 extern PyMethodDef psg_py_sync_methods[];
+extern PyMethodDef psg_py_sync_functions[];
+extern PyTypeObject psg_py_sync_worker_type;
 extern PyMethodDef psg_py_io_functions[];
 extern PyTypeObject psg_py_session_type;
 extern PyTypeObject psg_py_callable_type;
@@ -94,11 +96,18 @@ int psg_py_io_ready(PyObject *module);
 PyObject *psg_py_callable_make(PyObject *owner, psg_graph_t *g, pthread_mutex_t *lock,
                                psg_session_t *s, psg_dist_session_t *ds, PyObject *args);
 
+/* Runs Callable o on tensors (the GIL held; released for the run): in[n_in] its feeds,
+ * out[n_out] its fetches (new). Returns 0, or -1 with the psgraph error set. */
+int psg_py_callable_run_tensors(PyObject *o, int n_in, psg_tensor_t *const *in, int n_out,
+                                psg_tensor_t **out);
+
 /* ---- a cluster (dist.c): TaskServer, DistSession, ReplicaSetter ---- */
 
 extern PyTypeObject psg_py_task_server_type;
 extern PyTypeObject psg_py_dist_session_type;
 extern PyTypeObject psg_py_replica_setter_type;
+/* The task server of a TaskServer object, or NULL with TypeError. */
+psg_task_server_t *psg_py_task_server(PyObject *o);
 /* The setter of a ReplicaSetter object, or NULL with TypeError. */
 psg_replica_setter_t *psg_py_replica_setter(PyObject *o);
 

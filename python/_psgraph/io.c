@@ -1,5 +1,6 @@
 /* The module's functions over files and data: checkpoints read back (their tensors, the
- * newest one of a folder), TensorBoard event files (psgraph/summary.h), and the data sets
+ * newest one of a folder), TensorBoard event files (psgraph/summary.h), the metrics files
+ * of a training job (psg_train_metrics_open), and the data sets
  * and batch iterators of psgraph/data.h (Fashion-MNIST's IDX files, shuffled by seed as
  * `psgraph train` reads them). Objects are capsules owned by the Python wrappers. */
 #include "python/_psgraph/ext.h"
@@ -149,6 +150,37 @@ static PyObject *f_summary_close(PyObject *self, PyObject *cap) {
     Py_RETURN_NONE;
 }
 
+/* ---- metrics.jsonl (psg_train_metrics_open) ---- */
+
+static void metrics_free(PyObject *cap) {
+    FILE *f = PyCapsule_GetPointer(cap, "psg_metrics");
+    if (f) fclose(f);
+}
+
+/* metrics_open(logdir, tag or None, task) -> the metrics file (a capsule; closed with it) */
+static PyObject *f_metrics_open(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *logdir, *tag, *task;
+    if (!PyArg_ParseTuple(args, "szs", &logdir, &tag, &task)) return NULL;
+    FILE *f = psg_train_metrics_open(logdir, tag, task);
+    if (!f) return psg_py_raise();
+    PyObject *cap = PyCapsule_New(f, "psg_metrics", metrics_free);
+    if (!cap) fclose(f);
+    return cap;
+}
+
+/* metrics_write(file, line): one JSON record, written whole */
+static PyObject *f_metrics_write(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap;
+    const char *line;
+    if (!PyArg_ParseTuple(args, "Os", &cap, &line)) return NULL;
+    FILE *f = PyCapsule_GetPointer(cap, "psg_metrics");
+    if (!f) return NULL;
+    if (fprintf(f, "%s\n", line) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 /* ---- data ---- */
 
 static void dataset_free(PyObject *cap) {
@@ -285,6 +317,9 @@ PyMethodDef psg_py_io_functions[] = {
     {"summary_histogram", f_summary_histogram, METH_VARARGS,
      "summary_histogram(writer, step, tag, values)"},
     {"summary_close", f_summary_close, METH_O, "summary_close(writer)"},
+    {"metrics_open", f_metrics_open, METH_VARARGS,
+     "metrics_open(logdir, tag, task) -> metrics.jsonl (or metrics.TAG.jsonl)"},
+    {"metrics_write", f_metrics_write, METH_VARARGS, "metrics_write(file, line)"},
     {"fashion_mnist", f_fashion_mnist, METH_VARARGS, "fashion_mnist(dir, train) -> dataset"},
     {"dataset_info", f_dataset_info, METH_O, "dataset_info(ds) -> (size, example shape, classes)"},
     {"dataset_slice", f_dataset_slice, METH_VARARGS,

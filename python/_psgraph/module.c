@@ -142,9 +142,10 @@ PyMODINIT_FUNC PyInit__psgraph(void) {
     if (!m) return NULL;
     PyTypeObject *types[] = {&psg_py_graph_type,        &psg_py_session_type,
                              &psg_py_callable_type,     &psg_py_task_server_type,
-                             &psg_py_dist_session_type, &psg_py_replica_setter_type};
-    const char *names[] = {"Graph",      "Session",     "Callable",
-                           "TaskServer", "DistSession", "ReplicaSetter"};
+                             &psg_py_dist_session_type, &psg_py_replica_setter_type,
+                             &psg_py_sync_worker_type};
+    const char *names[] = {"Graph",       "Session",       "Callable",  "TaskServer",
+                           "DistSession", "ReplicaSetter", "SyncWorker"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         int ready = i == 0 ? psg_py_graph_ready() : PyType_Ready(types[i]);
         if (ready < 0 || PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) {
@@ -152,7 +153,8 @@ PyMODINIT_FUNC PyInit__psgraph(void) {
             return NULL;
         }
     }
-    if (add_functions(m, psg_py_io_functions) < 0 || psg_py_io_ready(m) < 0) {
+    if (add_functions(m, psg_py_io_functions) < 0 || add_functions(m, psg_py_sync_functions) < 0 ||
+        psg_py_io_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

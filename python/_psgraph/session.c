@@ -211,6 +211,20 @@ done:
     return result;
 }
 
+int psg_py_callable_run_tensors(PyObject *o, int n_in, psg_tensor_t *const *in, int n_out,
+                                psg_tensor_t **out) {
+    if (!PyObject_TypeCheck(o, &psg_py_callable_type)) return psg_error_set("not a Callable");
+    callable_t *c = (callable_t *)o;
+    if (n_in != c->n_feeds || n_out != c->n_fetches)
+        return psg_error_set("a Callable of %d feeds and %d fetches run with %d and %d", c->n_feeds,
+                             c->n_fetches, n_in, n_out);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(c->lock);
+    rc = c->c ? psg_callable_run(c->c, in, out) : psg_dist_callable_run(c->dc, in, out);
+    pthread_mutex_unlock(c->lock);
+    Py_END_ALLOW_THREADS return rc;
+}
+
 /* ---- the session's variables ---- */
 
 static psg_variable_t *find_var(session_t *s, const char *name) {

@@ -7,3 +7,4 @@ from . import errors  # noqa: F401  (registers the exception classes)
 
 __version__ = "0.1.0"
 from ._onnx import export_onnx  # noqa: F401,E402  (a Python model out as ONNX)
+from . import train  # noqa: F401,E402  (psgraph's strategies for a Python model)

@@ -102,7 +102,7 @@ def _is_namedtuple(x):
 
 class _Plan:
     """One signature: the C callable and how its results become the fetches' structure."""
-    __slots__ = ("callable", "rebuild")
+    __slots__ = ("callable", "rebuild", "n_user", "strategy")
 
 
 def _element(g, f):
@@ -201,8 +201,20 @@ class BaseSession:
                 slots.append((leaf, first, len(ts)))
         feeds = [_feed_key(g, k) for k in feed_keys]
         shapes = [f.shape._as_c() if f.op.type != "Placeholder" else None for f in feeds]
+        feed_eps = [f._ep for f in feeds]
         plan = _Plan()
-        plan.callable = self._runner.make_callable([f._ep for f in feeds], eps, targets, shapes)
+        plan.n_user = len(eps)
+        # a run of a strategy's train op is its step (psgraph.train.Strategy): the strategy's
+        # fetches and its local step's feed go with the caller's
+        plan.strategy = getattr(g, "_strategy_step", None)
+        if plan.strategy is not None and plan.strategy.train_id in targets:
+            eps = eps + plan.strategy.extra_fetches
+            if plan.strategy.local_step is not None:
+                feed_eps.append(plan.strategy.local_step)
+                shapes.append(None)
+        else:
+            plan.strategy = None
+        plan.callable = self._runner.make_callable(feed_eps, eps, targets, shapes)
         single = not isinstance(fetches, (list, tuple, dict)) or hasattr(fetches, "_summary_tensors")
         if single and isinstance(slots[0], int):
             plan.rebuild = lambda out: out[0]
@@ -257,7 +269,12 @@ class BaseSession:
             plan = self._plan(fetches, keys)
             if key is not None:
                 self._plans[key] = plan
-        return plan.rebuild(plan.callable.run(values))
+        return plan.rebuild(self._call(plan, values))
+
+    def _call(self, plan, values):
+        if plan.strategy is not None:
+            return plan.strategy.run(self, plan, values)
+        return plan.callable.run(values)
 
     def partial_run_setup(self, *a, **kw):
         raise NotImplementedError("psgraph does not have partial runs yet")
@@ -269,7 +286,7 @@ class BaseSession:
         def call(*args, **kw):
             if len(args) != len(feed_list):
                 raise ValueError("expected %d feed values, got %d" % (len(feed_list), len(args)))
-            return plan.rebuild(plan.callable.run(list(args)))
+            return plan.rebuild(self._call(plan, list(args)))
         return call
 
     def list_devices(self):

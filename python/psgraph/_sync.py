@@ -34,7 +34,23 @@ def _this_worker():
     return rank, _dist._num_workers(s._cluster)
 
 
-class SyncReplicasOptimizer:
+class _Wrapped:
+    """An optimizer around another (self._opt): its gradients, slots and variables."""
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._opt.compute_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._opt.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._opt.get_slot_names(*args, **kwargs)
+
+    def variables(self):
+        return self._opt.variables()
+
+
+class SyncReplicasOptimizer(_Wrapped):
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
                  variable_averages=None, variables_to_average=None, use_locking=False,
                  name="sync_replicas"):
@@ -49,18 +65,6 @@ class SyncReplicasOptimizer:
         self._name = name
         self._sg = None
         self._graph = None
-
-    def compute_gradients(self, *args, **kwargs):
-        return self._opt.compute_gradients(*args, **kwargs)
-
-    def get_slot(self, *args, **kwargs):
-        return self._opt.get_slot(*args, **kwargs)
-
-    def get_slot_names(self, *args, **kwargs):
-        return self._opt.get_slot_names(*args, **kwargs)
-
-    def variables(self):
-        return self._opt.variables()
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         if global_step is None:

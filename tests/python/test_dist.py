@@ -284,6 +284,25 @@ def test_sync_replicas_with_a_backup_worker(psgraph_bin):
 
 
 @needs_data
+def test_cnn_sync_replicas_with_a_backup_worker(psgraph_bin):
+    """The example's cnn (examples/python/mnist_replica.py --model cnn) under
+    SyncReplicasOptimizer(N=2) over 3 workers: one backup, whose stale gradients are dropped;
+    the cnn learns."""
+    spec = cluster(1, 3)
+    res = run_job(psgraph_bin, spec, ["--model", "cnn", "--train_steps", "40", "--sync",
+                                      "--replicas_to_aggregate", "2"])
+    for rc, text in res:
+        assert rc == 0, text
+    lines = [done_line(text) for _, text in res[:3]]
+    for d in lines:
+        assert d["model"] == "cnn" and d["gradients_used"] + d["gradients_dropped"] == \
+            d["local_steps"]
+    assert sum(d["gradients_dropped"] for d in lines) > 0
+    assert lines[0]["global_step"] >= 39
+    assert lines[0]["test_accuracy"] > 0.5
+
+
+@needs_data
 def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
     """MonitoredTrainingSession's checkpoints are psgraph's (psgraph inspect reads them), and
     a new job in the same folder goes on from the newest one."""

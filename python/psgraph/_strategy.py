@@ -1,0 +1,331 @@
+"""psgraph's strategies for a model written in Python (docs/python.md, "Strategies"): the
+one table of `psgraph train --sync NAME` (sync/strategies.c) wraps a tf.train optimizer,
+and each training step of the script runs the strategy's step function in C (the one
+`psgraph train` runs: SSP's clock waits and its apply call, local SGD's averages, ...),
+with the script's own fetches and feeds as its call 0. Python only names the options,
+feeds the local step, and hands the step's fetches to C; no numbers are made here."""
+import json
+import logging
+import os
+import shlex
+import threading
+import time
+
+from . import _psgraph
+from . import _train
+from . import _variables as vs
+from ._graph import GraphKeys, convert_to_tensor
+from ._sync import _ChiefRunner, _this_worker, _Wrapped
+
+_log = logging.getLogger("tensorflow")
+
+# the longest a take, a token or a clock wait waits (psgraph train's default)
+_TIMEOUT_MS = 60000
+# the options the command takes itself (not in psg_sync_options_t)
+_COMMAND = ("--replicas-to-aggregate", "--backup-workers")
+
+
+def _text(v):
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _task():
+    """(job, index) of this process's worker Server."""
+    from . import _dist
+    with _dist._servers_lock:
+        mine = [s for s in _dist._servers.values() if s._job in ("worker", "chief")]
+    return (mine[0]._job, mine[0]._index) if len(mine) == 1 else ("worker", 0)
+
+
+class Strategy:
+    """A strategy of psgraph's table by name, with its options as keywords:
+    Strategy("ssp", staleness=1), Strategy("local", local_steps=4), Strategy("sync",
+    backup_workers=1), Strategy("async", compress="topk", compress_ratio=0.01). Each keyword
+    is the --flag of `psgraph train` (underscores for dashes), checked against the table
+    here; stragglers takes --straggler texts ("worker=1,delay_ms=50"). strategy.optimizer(opt)
+    wraps a tf.train optimizer."""
+
+    def __init__(self, name="sync", stragglers=(), seed=0, timeout_ms=_TIMEOUT_MS, logdir=None,
+                 **options):
+        self.name = str(name)
+        self.logdir = logdir
+        self.options = [("--" + k.replace("_", "-"), _text(v)) for k, v in options.items()]
+        self.stragglers = [str(s) for s in stragglers]
+        self.seed = int(seed)
+        self.timeout_ms = int(timeout_ms)
+        _psgraph.sync_spec_check(" ".join([self.name] + ["%s %s" % f for f in self.options]))
+
+    @classmethod
+    def from_flags(cls, text, **kw):
+        """A strategy as `psgraph compare --strategy` writes it: "ssp --staleness 1"."""
+        words = shlex.split(text)
+        if not words or len(words) % 2 == 0:
+            raise ValueError("strategy '%s': NAME then --flag VALUE pairs" % text)
+        opts = {words[i][2:].replace("-", "_"): words[i + 1] for i in range(1, len(words), 2)
+                if words[i].startswith("--")}
+        if len(opts) * 2 + 1 != len(words):
+            raise ValueError("strategy '%s': each option is --flag VALUE" % text)
+        return cls(words[0], **dict(kw, **opts))
+
+    @classmethod
+    def from_env(cls, default="async"):
+        """The strategy $PSGRAPH_STRATEGY names (psgraph compare --script sets it), else
+        Strategy(default); stragglers from $PSGRAPH_STRAGGLERS (';'-separated), the seed
+        from $PSGRAPH_SEED, the metrics' logdir from $PSGRAPH_LOGDIR."""
+        env = os.environ
+        strag = [s for s in env.get("PSGRAPH_STRAGGLERS", "").split(";") if s]
+        return cls.from_flags(env.get("PSGRAPH_STRATEGY") or default, stragglers=strag,
+                              seed=int(env.get("PSGRAPH_SEED", "0")),
+                              logdir=env.get("PSGRAPH_LOGDIR") or None)
+
+    def flags(self):
+        """The same strategy as `psgraph train` flags."""
+        out = ["--sync", self.name]
+        for f, v in self.options:
+            out += [f, v]
+        for s in self.stragglers:
+            out += ["--straggler", s]
+        return out
+
+    def __repr__(self):
+        return "Strategy(%r)" % " ".join(self.flags()[1:])
+
+    def optimizer(self, opt):
+        return StrategyOptimizer(opt, self)
+
+
+class StrategyOptimizer(_Wrapped):
+    """A tf.train optimizer under a strategy: apply_gradients builds the strategy's graph
+    (psg_sync_replicas_apply_gradients) and returns its train op; a session run that runs
+    that op is one step of the strategy (its C step function). make_session_run_hook ends
+    the worker's training cleanly and stops the session when the strategy ends it."""
+
+    def __init__(self, opt, strategy):
+        self._opt = opt
+        self._strategy = strategy if isinstance(strategy, Strategy) else Strategy(strategy)
+        self._stepper = None
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        if self._stepper is not None:
+            raise ValueError("apply_gradients of a strategy's optimizer runs once")
+        pairs = [(gr, v) for gr, v in grads_and_vars if gr is not None]
+        if not pairs:
+            raise ValueError("No gradients provided for any variable.")
+        g = pairs[0][1].graph
+        index, workers = _this_worker()
+        if global_step is None:
+            global_step = _train.get_or_create_global_step(g)
+        _train._adopt_global_step(g, global_step)
+        st = self._strategy
+        n = b = 0
+        opts = []
+        for f, v in st.options:
+            if f == "--replicas-to-aggregate":
+                n = int(v)
+            elif f == "--backup-workers":
+                b = int(v)
+            else:
+                opts.append((f, v))
+        cap = g._build().optimizer(self._opt._kind, self._opt._hyper(), self._opt._lr_tensor(g))
+        c = g._build()
+        c.set_scope("")
+        desc = c.sync_apply_gradients(
+            cap, [convert_to_tensor(gr)._ep for gr, _ in pairs], [v._handle for _, v in pairs],
+            workers, n, b, index, st.timeout_ms, st.name, opts)
+        vs._adopt_c_variables(g)
+        c_step = g._variables_by_handle[g._c.global_step()[0]]
+        if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
+            g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)
+        self._stepper = _Stepper(g, desc, st, index, getattr(self, "_loss", None))
+        g._strategy_step = self._stepper
+        return g._op(desc["train_op"])
+
+    def minimize(self, loss, global_step=None, var_list=None, gate_gradients=1,
+                 aggregation_method=None, colocate_gradients_with_ops=False, name=None,
+                 grad_loss=None):
+        gv = self.compute_gradients(loss, var_list, grad_loss=grad_loss)
+        self._loss = loss  # fetched with each step: the metrics' loss
+        return self.apply_gradients(gv, global_step=global_step, name=name)
+
+    @property
+    def stats(self):
+        """{"steps", "used", "dropped", "staleness_max"} of this worker so far."""
+        return dict(self._stepper.stats) if self._stepper else {}
+
+    def finish(self, session):
+        """Ends this worker's training (a plain Session's script calls it; the hook does)."""
+        if self._stepper is not None:
+            self._stepper.finish(session)
+
+    def log_eval(self, step, test_accuracy):
+        """The chief's evaluation at global step `step`: an "eval" record of the logdir's
+        metrics.jsonl (the points of psgraph compare's curves), as psgraph train writes."""
+        if self._stepper is not None:
+            self._stepper.log_eval(step, test_accuracy)
+
+    def make_session_run_hook(self, is_chief=None):
+        if self._stepper is None:
+            raise ValueError("apply_gradients should be called before using the hook")
+        from ._monitored import SessionRunHook
+
+        stepper = self._stepper
+
+        class _Hook(SessionRunHook):
+            def after_run(self, run_context, run_values):
+                if stepper.over:
+                    run_context.request_stop()
+
+            def end(self, session):
+                stepper.finish(session)
+
+            def _on_error(self, session):
+                try:
+                    stepper.close(session)
+                except Exception:  # the error being raised says more
+                    pass
+        return _Hook()
+
+
+class _Stepper:
+    """The strategy's step in one graph: a session run that runs the train op goes through
+    run(), which makes (once a session) the worker's SyncWorker, the strategy's other calls
+    and the chief's runner, then steps with the caller's run as call 0."""
+
+    def __init__(self, graph, desc, strategy, rank, loss=None):
+        self._graph, self._sg, self._strategy, self._rank = graph, desc, strategy, rank
+        self.train_id = desc["train_op"]
+        self._with_loss = loss is not None
+        self.extra_fetches = ([loss._ep] if loss is not None else []) + \
+            [tuple(e) for e in desc["fetches"]]
+        self.local_step = tuple(desc["local_step"]) if desc["local_step"] is not None else None
+        self._sess = self._worker = self._runner = self._metrics = None
+        self._t0 = None
+        self._accuracy = None
+        self.over = False
+        self.stats = {"steps": 0, "used": 0, "dropped": 0, "staleness_max": -1}
+        self._lock = threading.Lock()
+
+    def _op(self, key):
+        return self._graph._op(self._sg[key]) if self._sg[key] >= 0 else None
+
+    def _start(self, sess):
+        runner = sess._runner
+        if not hasattr(runner, "_server"):
+            raise ValueError("psgraph.train.Strategy %r needs a cluster session "
+                             "(Session(server.target))" % self._strategy.name)
+        sg = self._sg
+        chief = self._rank == 0
+        calls = [runner.make_callable([tuple(e) for e in f], [tuple(e) for e in t], list(tg), None)
+                 for f, t, tg in sg["calls"]]
+        with self._nested(sess):
+            if sg["local_init_op"] >= 0:
+                sess.run(self._op("local_init_op"))
+            if chief and sg["chief_op"] >= 0:  # the runner runs the chief's init first
+                self._runner = _ChiefRunner(self)
+                self._runner.create_threads(sess, start=True)
+            elif chief and sg["chief_init_op"] >= 0:
+                sess.run(self._op("chief_init_op"))
+            if sg["start_op"] >= 0:
+                sess.run(self._op("start_op"))
+            first = int(sess.run(self._graph._tensor(tuple(sg["global_step"]))))
+        st = self._strategy
+        self._worker = self._graph._c.sync_worker(sg, calls, first, self._rank, st.stragglers,
+                                                  st.seed, self._with_loss, runner._server._ts)
+        if st.logdir and self._metrics is None:
+            job, index = _task()
+            tag = None if chief else "%s%d" % (job, index)
+            self._metrics = _psgraph.metrics_open(st.logdir, tag, "/job:%s/task:%d" % (job, index))
+        self._t0 = time.time()
+        self._sess = sess
+
+    def _nested(self, sess):
+        """The strategy's own runs (init, the global step) skip the session's hooks."""
+        class _Ctx:
+            def __enter__(ctx):
+                ctx.prev = sess._in_implicit
+                sess._in_implicit = True
+
+            def __exit__(ctx, *exc):
+                sess._in_implicit = ctx.prev
+        return _Ctx()
+
+    def run(self, sess, plan, values):
+        """One step: the caller's plan (its fetches, then the strategy's; its feeds, then the
+        local step's) as call 0 of the strategy's step. Returns the caller's fetched."""
+        with self._lock:
+            if self._sess is not sess:
+                self._start(sess)
+            n = plan.n_user
+            got = []
+
+            def call0(local_step):
+                vals = list(values)
+                if self.local_step is not None:
+                    vals.append(local_step)
+                out = plan.callable.run(vals)
+                got.append(out[:n])
+                return out[n:]
+            s = self._worker.step(call0)
+        self._count(s)
+        return got[-1]
+
+    def _count(self, s):
+        c = self.stats
+        c["steps"] += 1
+        c["used" if s["used"] else "dropped"] += 1
+        c["staleness_max"] = max(c["staleness_max"], s["staleness"])
+        if s["next_step"] < 0:
+            self.over = True
+        self.last = s
+        if self._metrics is not None:
+            _psgraph.metrics_write(self._metrics, s["json"])
+
+    def _record(self, fields):
+        if self._metrics is not None:
+            _psgraph.metrics_write(self._metrics, json.dumps(fields, separators=(",", ":")))
+
+    def log_eval(self, step, accuracy):
+        if self._rank != 0:
+            return
+        self._accuracy = float(accuracy)
+        wall = time.time() - self._t0 if self._t0 else 0.0
+        self._record({"event": "eval", "step": int(step), "test_accuracy": self._accuracy,
+                      "wall_sec": round(wall, 3)})
+
+    def close(self, session):
+        """Ends this worker's part: a worker whose steps did not end by the strategy closes
+        its queues and clocks (the chief, for a strategy with a chief's runner, which closes
+        everyone's), so no other worker waits for it; the chief's runner is joined."""
+        if self._sess is None:
+            return
+        chief_runner = self._sg["chief_op"] >= 0
+        if not self.over and self._sg["close_op"] >= 0 and (self._rank == 0 or not chief_runner):
+            with self._nested(session):
+                session.run(self._op("close_op"))
+        if self._runner is not None:
+            self._runner.join(60)
+
+    def finish(self, session):
+        if self._sess is None:
+            return
+        self.close(session)
+        if self._runner is not None and self._runner.error is not None:
+            raise self._runner.error
+        c = self.stats
+        if self._rank == 0 and self._metrics is not None:
+            with self._nested(session):
+                gsteps = int(session.run(self._graph._tensor(tuple(self._sg["global_step"]))))
+            wall = time.time() - self._t0
+            done = {"event": "done", "sync": self._strategy.name, "steps": c["steps"],
+                    "global_steps": gsteps, "steps_per_sec": round(gsteps / wall, 3) if wall else 0,
+                    "gradients_used": c["used"], "gradients_dropped": c["dropped"],
+                    "wall_sec": round(wall, 3)}
+            if self._accuracy is not None:
+                done["test_accuracy"] = self._accuracy
+            self._record(done)
+        self._metrics = None  # closed with its capsule
+        _log.info("strategy %s, worker %d: %d steps, %d gradients used, %d dropped",
+                  self._strategy.name, self._rank, c["steps"], c["used"], c["dropped"])
+        self._sess = None
