@@ -48,6 +48,29 @@ print(" ".join("ps%d: %d variables" % (k, len(own[k])) for k in range(n)))
 PY
 }
 
+# Whether two checkpoints (their .index.json) hold the same bytes in every tensor but the job's
+# statistics: prints how many, or the assertion naming the ones that differ.
+ckpt_same() { # ref.index.json other.index.json
+  python3 - "$1" "$2" <<'PY' 2>&1
+import json, os, struct, sys
+def load(idx):  # every tensor's bytes, from the shard files read by hand
+    out = {}
+    for sh in json.load(open(idx))["shards"]:
+        raw = open(os.path.join(os.path.dirname(idx), sh["file"]), "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        for name, t in json.loads(raw[8:8 + n]).items():
+            if name != "__metadata__":
+                out[name] = raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+# the job's statistics (compute seconds...) differ between any two runs
+skip = {"sync_replicas/worker_counts"}
+diff = sorted(k for k in (set(a) | set(b)) - skip if a.get(k) != b.get(k))
+assert len(a) > 20 and not diff, diff
+print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
+PY
+}
+
 # 1-2. bitwise equal backups after async (1 worker) and sync (2 workers) training
 run_cluster() { # name workers train-args...
   local name=$1 nw=$2
@@ -115,25 +138,7 @@ timeout 240 tail --pid="$bg" -f /dev/null
 wait "$bg"; rc=$?
 pids=()
 steps=$(sed -n 's/^\[worker0\] {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$tmp/kill.log")
-same=$(python3 - "$tmp/ref/model.ckpt-$total.index.json" "$tmp/killed/model.ckpt-$total.index.json" <<'PY' 2>&1
-import json, os, struct, sys
-def load(idx):  # every tensor's bytes, from the shard files read by hand
-    out = {}
-    for sh in json.load(open(idx))["shards"]:
-        raw = open(os.path.join(os.path.dirname(idx), sh["file"]), "rb").read()
-        (n,) = struct.unpack("<Q", raw[:8])
-        for name, t in json.loads(raw[8:8 + n]).items():
-            if name != "__metadata__":
-                out[name] = raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-# the job's statistics (compute seconds...) differ between any two runs
-skip = {"sync_replicas/worker_counts"}
-diff = sorted(k for k in (set(a) | set(b)) - skip if a.get(k) != b.get(k))
-assert len(a) > 20 and not diff, diff
-print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
-PY
-)
+same=$(ckpt_same "$tmp/ref/model.ckpt-$total.index.json" "$tmp/killed/model.ckpt-$total.index.json")
 if [ $rc = 0 ] && grep -q 'variables on 2 ps tasks (each shard backed up on the next ps task: --ps-replicas 2)' "$tmp/kill.log" &&
    grep -q '^\[worker0\] failover: ps0 is lost (.*); its shard is served by its backup ps1 from step [0-9]* (switched in [0-9.]* s; no checkpoint read)' "$tmp/kill.log" &&
    ! grep -q 'restored shard\|re-initialized' "$tmp/kill.log" &&
@@ -167,24 +172,7 @@ timeout 240 tail --pid="$bg" -f /dev/null
 wait "$bg"; rc=$?
 pids=()
 steps=$(sed -n 's/^\[worker0\] {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$tmp/rerep.log")
-same=$(python3 - "$tmp/ref/model.ckpt-$total.index.json" "$tmp/rerep/model.ckpt-$total.index.json" <<'PY' 2>&1
-import json, os, struct, sys
-def load(idx):
-    out = {}
-    for sh in json.load(open(idx))["shards"]:
-        raw = open(os.path.join(os.path.dirname(idx), sh["file"]), "rb").read()
-        (n,) = struct.unpack("<Q", raw[:8])
-        for name, t in json.loads(raw[8:8 + n]).items():
-            if name != "__metadata__":
-                out[name] = raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-skip = {"sync_replicas/worker_counts"}
-diff = sorted(k for k in (set(a) | set(b)) - skip if a.get(k) != b.get(k))
-assert len(a) > 20 and not diff, diff
-print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
-PY
-)
+same=$(ckpt_same "$tmp/ref/model.ckpt-$total.index.json" "$tmp/rerep/model.ckpt-$total.index.json")
 if [ $rc = 0 ] && [ -n "$again" ] && grep -q '^\[ps0\] restarting it (restart 2 ' "$tmp/rerep.log" &&
    ! grep -q 'restored shard\|re-initialized' "$tmp/rerep.log" &&
    grep -q '^\[ps1\] .*its backup /job:ps/task:0 .*\(restarted: copying the whole shard\|re-replicated its shard\)' "$tmp/rerep.log" &&
@@ -268,24 +256,7 @@ if [ "${PSG_TEST_SYNC_FAILOVER:-0}" != 1 ]; then
 else
 sync_job syncref 0
 sync_job synckill 1
-same=$(python3 - "$tmp/syncref/model.ckpt-1000.index.json" "$tmp/synckill/model.ckpt-1000.index.json" <<'PY' 2>&1
-import json, os, struct, sys
-def load(idx):
-    out = {}
-    for sh in json.load(open(idx))["shards"]:
-        raw = open(os.path.join(os.path.dirname(idx), sh["file"]), "rb").read()
-        (n,) = struct.unpack("<Q", raw[:8])
-        for name, t in json.loads(raw[8:8 + n]).items():
-            if name != "__metadata__":
-                out[name] = raw[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]]
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-skip = {"sync_replicas/worker_counts"}
-diff = sorted(k for k in (set(a) | set(b)) - skip if a.get(k) != b.get(k))
-assert len(a) > 20 and not diff, diff
-print(len(a) - len(skip & set(a)), "tensors equal, global_step", struct.unpack("<q", a["global_step"])[0])
-PY
-)
+same=$(ckpt_same "$tmp/syncref/model.ckpt-1000.index.json" "$tmp/synckill/model.ckpt-1000.index.json")
 acc() { sed -n 's/^[0-9.]* {"event":"done".*"test_accuracy":\([0-9.]*\).*/\1/p' "$1"; }
 gsteps() { sed -n 's/^[0-9.]* {"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$1"; }
 a_ref=$(acc "$tmp/syncref.w0.log") a_kill=$(acc "$tmp/synckill.w0.log") g_kill=$(gsteps "$tmp/synckill.w0.log")
