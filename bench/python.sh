@@ -42,10 +42,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 . bench/tf_venv.sh # tf_venv, tfpy: TensorFlow 2.21 in $venv (uses $tmp)
 
-# alternate A B: rounds of the commands in functions A and B (each appends a JSON line to
-# $tmp/A and $tmp/B), odd rounds A first
+# alternate A B: rounds of the commands in functions A and B (each appends a JSON line to its
+# side's file in $tmp, which report reads and then removes), odd rounds A first
 alternate() {
-  rm -f "$tmp/$1" "$tmp/$2"
   for ((r = 1; r <= rounds; r++)); do
     if ((r % 2 == 1)); then $1; $2; else $2; $1; fi
   done
