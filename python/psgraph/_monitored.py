@@ -126,9 +126,12 @@ class StopAtStepHook(SessionRunHook):
         return SessionRunArgs(self._gs)
 
     def after_run(self, run_context, run_values):
-        step = int(run_values.results) + 1  # this step's update is applied as the run returns
-        if step >= self._last_step:
-            run_context.request_stop()
+        # The step read with this run may come before or after its own update (and another
+        # worker's): near the end, read the global step again, as TensorFlow does, so no worker
+        # stops one step short.
+        if int(run_values.results) + 1 >= self._last_step:
+            if int(run_context.session.run(self._gs)) >= self._last_step:
+                run_context.request_stop()
 
 
 class LoggingTensorHook(SessionRunHook):

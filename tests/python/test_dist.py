@@ -255,7 +255,7 @@ def test_async_mlp_one_ps_two_workers(psgraph_bin):
         assert rc == 0, text
     chief = done_line(res[0][1])
     other = done_line(res[1][1])
-    assert chief["global_step"] >= 299  # the step read with the last update may lag it
+    assert chief["global_step"] >= 300  # StopAtStepHook reads the step again near the end
     # both trained: the global step counts the steps of both workers
     assert chief["local_steps"] + other["local_steps"] >= 300
     assert other["local_steps"] > 0 and chief["local_steps"] < 300
