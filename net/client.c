@@ -159,8 +159,20 @@ static void read_event(psg_client_t *c) {
     zmsg_destroy(&m);
 }
 
-int psg_client_check(psg_client_t *c) {
+/* Reads the connection's events that arrived (up, down), reporting nothing. */
+static void read_events(psg_client_t *c) {
     while (c->events && (zsock_events(c->events) & ZMQ_POLLIN)) read_event(c);
+}
+
+/* The peer timeout (heartbeats' interval + timeout), 0 without heartbeats. */
+static int peer_timeout(const psg_client_t *c) {
+    int ivl = 0, timeout = 0;
+    psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
+    return ivl > 0 ? ivl + timeout : 0;
+}
+
+int psg_client_check(psg_client_t *c) {
+    read_events(c);
     int ivl = 0, timeout = 0;
     psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
     /* requests sent after the connection went down: lost too once it stayed down for the
@@ -194,6 +206,60 @@ int psg_client_reset(psg_client_t *c) {
     return client_connect(c);
 }
 
+/* How long a connection that went down may still be waited for: the peer timeout from when it
+ * went down (then the peer is lost, as psg_client_check says of the requests in flight); -1
+ * when it is up, never came up, or there are no heartbeats (no limit but the caller's). */
+static int64_t down_left_ms(const psg_client_t *c) {
+    int t = peer_timeout(c);
+    if (c->up || c->down_since <= 0 || t <= 0) return -1;
+    int64_t left = c->down_since + t - psg_codec_now_ms();
+    return left > 0 ? left : 0;
+}
+
+/* A send to a peer already lost (down for the peer timeout) still looks this long for its
+ * connection: a caller that loops until the peer comes back does not spin. */
+#define LOST_LOOK_MS 100
+
+/* Waits up to timeout_ms (< 0: no limit) for the socket to take a message at once (a
+ * connection is up: IMMEDIATE queues nothing for a peer not connected), or for wake_fd (-1:
+ * none) to be readable; a connection that went down is waited for until it stayed down for
+ * the peer timeout (a send to a dead peer once held a worker's step for its whole step
+ * timeout). 1: ready; 0: woken; -1 with the error set, naming the peer and what (NULL:
+ * nothing named). */
+static int wait_out(psg_client_t *c, int wake_fd, int timeout_ms, const char *what) {
+    int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
+    for (;;) {
+        read_events(c);
+        int64_t left = timeout_ms < 0 ? -1 : psg_codec_left(deadline);
+        int64_t down = down_left_ms(c);
+        bool lost = down >= 0 && (left < 0 || down <= left);
+        int64_t wait = !lost                              ? left
+                       : down > 0                         ? down
+                       : left >= 0 && left < LOST_LOOK_MS ? left
+                                                          : LOST_LOOK_MS;
+        bool last = lost ? down == 0 : left == 0;
+        zmq_pollitem_t items[3] = {{c->sock, 0, ZMQ_POLLOUT, 0},
+                                   {NULL, wake_fd, ZMQ_POLLIN, 0},
+                                   {psg_client_events_socket(c), 0, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, c->events ? 3 : 2, (long)wait);
+        if (n < 0 && errno != EINTR)
+            return psg_error_set("%s: poll failed: %s", c->endpoint, zmq_strerror(errno));
+        if (n > 0 && (items[0].revents & ZMQ_POLLOUT)) return 1;
+        if (n > 0 && (items[1].revents & ZMQ_POLLIN)) return 0;
+        if (n != 0 || !last) continue; /* its events (read above), or time still left */
+        if (lost)
+            return psg_error_set_code(PSG_ERR_UNAVAILABLE,
+                                      "%s: cannot reach the peer to send %s: its connection has "
+                                      "been down for the peer timeout (%d ms)",
+                                      c->endpoint, what ? what : "a request", peer_timeout(c));
+        if (what)
+            return psg_error_set("%s: cannot reach the peer within %d ms to send %s (is it up?)",
+                                 c->endpoint, timeout_ms, what);
+        return psg_error_set("%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
+                             timeout_ms);
+    }
+}
+
 static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int timeout_ms) {
     psg_msg_t *m = *req;
     *req = NULL;
@@ -212,6 +278,12 @@ static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int
         zsock_set_sndtimeo(c->zs, timeout_ms);
     }
     (void)psg_client_check(c); /* a loss before this send is not this request's */
+    /* nothing sent when the peer cannot be reached: the connection stays as it is (a reset
+     * would drop the requests in flight on it, whose loss is then never told) */
+    if (wait_out(c, -1, timeout_ms, op) <= 0) {
+        psg_codec_out_clear(&out);
+        return -1;
+    }
     if (c->in_flight++ == 0) c->drops_at_send = c->drops;
     rc = psg_codec_send(c->sock, &out);
     int e = errno;
@@ -234,19 +306,17 @@ int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id) {
 }
 
 int psg_client_wait_writable(psg_client_t *c, int wake_fd, int timeout_ms) {
-    int64_t deadline = psg_codec_now_ms() + timeout_ms;
-    for (;;) {
-        zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLOUT, 0}, {NULL, wake_fd, ZMQ_POLLIN, 0}};
-        int64_t left = psg_codec_left(deadline);
-        int n = zmq_poll(items, 2, (long)left);
-        if (n < 0 && errno != EINTR)
-            return psg_error_set("%s: poll failed: %s", c->endpoint, zmq_strerror(errno));
-        if (items[0].revents & ZMQ_POLLOUT) return 1;
-        if (items[1].revents & ZMQ_POLLIN) return 0;
-        if (left == 0)
-            return psg_error_set("%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
-                                 timeout_ms);
+    return wait_out(c, wake_fd, timeout_ms, NULL);
+}
+
+int psg_client_send_note(psg_client_t *c, psg_msg_t **req) {
+    char op[PSG_WIRE_MAX_OP + 1];
+    snprintf(op, sizeof op, "%s", *req && (*req)->op ? (*req)->op : "request");
+    if (wait_out(c, -1, 0, op) <= 0) { /* no connection up now: not sent, not waited for */
+        psg_msg_destroy(req);
+        return 0;
     }
+    return send_with_timeout(c, req, NULL, c->opts.timeout_ms) < 0 ? -1 : 1;
 }
 
 int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {

@@ -72,6 +72,13 @@ int psg_ts_send(psg_ts_client_t *c, const psg_req_t *r, uint64_t *id) {
     return rc < 0 ? psg_error_wrap("task %s", c->task) : 0;
 }
 
+int psg_ts_send_note(psg_ts_client_t *c, const psg_req_t *r) {
+    psg_msg_t *m = psg_req_encode(r);
+    if (!m) return psg_error_wrap("task %s", c->task);
+    int rc = psg_client_send_note(c->client, &m);
+    return rc < 0 ? psg_error_wrap("task %s", c->task) : rc;
+}
+
 int psg_ts_client_recv(psg_ts_client_t *c, psg_msg_t **out) {
     int rc = psg_client_recv(c->client, out, 0);
     return rc < 0 ? psg_error_wrap("task %s", c->task) : rc;

@@ -31,6 +31,9 @@ psg_msg_t *psg_ts_call_msg(psg_ts_client_t *c, psg_msg_t **m, int64_t timeout_ms
 /* Sends r without waiting; *id (may be NULL) receives the request's id. -1 with the error
  * set when the peer cannot be reached. */
 int psg_ts_send(psg_ts_client_t *c, const psg_req_t *r, uint64_t *id);
+/* Sends r, a note whose reply nobody waits for, only when the connection takes it at once
+ * (psg_client_send_note): 1 sent, 0 not (the task is not connected), -1 on an error. */
+int psg_ts_send_note(psg_ts_client_t *c, const psg_req_t *r);
 /* The next reply that arrived, without waiting: 1 and *out (an ERROR reply is a message
  * of kind PSG_MSG_ERROR), 0 when none, -1 on a malformed reply. */
 int psg_ts_client_recv(psg_ts_client_t *c, psg_msg_t **out);

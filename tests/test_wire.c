@@ -789,6 +789,55 @@ static void test_lost_connection(void) {
     echo_stop(&e);
 }
 
+/* A send to a peer whose connection went down fails once it stayed down for the peer timeout
+ * (not the send's own timeout: a worker's note to a dead ps held its step 30 s), naming the
+ * peer, nothing sent and the connection kept; a note to it is not sent and not waited for, a
+ * note to a live peer is; the peer back at its address is reached again. */
+static void test_send_to_lost_peer(void) {
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.peer_timeout_ms = 2000;
+    o.timeout_ms = 120000; /* what a send below would wait for a connection before */
+    psg_server_t *s = psg_server_new("tcp://127.0.0.1:0", &o);
+    CHECK(s);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", psg_server_endpoint(s));
+    psg_client_t *c = psg_client_new(ep, &o);
+    psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "hello"), *got = NULL;
+    CHECK(c && psg_client_send(c, &req, NULL) == 0); /* waits for the connection */
+    CHECK(psg_server_recv(s, &got, 5000) == 1);
+    psg_msg_destroy(&got);
+    req = psg_msg_new(PSG_MSG_REQUEST, "note");
+    CHECK(psg_client_send_note(c, &req) == 1 && !req);
+    CHECK(psg_server_recv(s, &got, 5000) == 1 && got->op && !strcmp(got->op, "note"));
+    psg_msg_destroy(&got);
+    psg_server_destroy(&s);
+    /* the loss seen (the two requests never answered): the connection is down from now */
+    CHECK(psg_client_recv(c, &got, 10000) < 0 && !got);
+    CHECK(strstr(psg_error_message(), "lost the connection to the peer with 2 requests"));
+    req = psg_msg_new(PSG_MSG_REQUEST, "RunGraph");
+    CHECK(psg_client_send(c, &req, NULL) < 0 && !req);
+    CHECK(psg_error_code() == PSG_ERR_UNAVAILABLE);
+    CHECK(strstr(psg_error_message(), ep));
+    CHECK(strstr(psg_error_message(),
+                 "cannot reach the peer to send RunGraph: its connection has been down for the "
+                 "peer timeout (2000 ms)"));
+    req = psg_msg_new(PSG_MSG_REQUEST, "CleanupStep");
+    CHECK(psg_client_send_note(c, &req) == 0 && !req);
+    /* the ones not sent are not in flight: no loss to report for them */
+    CHECK(psg_client_check(c) == 0);
+    for (int i = 0; i < 200 && !(s = psg_server_new(ep, &o)); i++) zclock_sleep(10);
+    CHECK(s);
+    bool sent = false;
+    for (int i = 0; i < 100 && s && !sent; i++) {
+        req = psg_msg_new(PSG_MSG_REQUEST, "again");
+        sent = psg_client_send(c, &req, NULL) == 0;
+    }
+    CHECK(sent && psg_server_recv(s, &got, 5000) == 1 && got->op && !strcmp(got->op, "again"));
+    psg_msg_destroy(&got);
+    psg_server_destroy(&s);
+    psg_client_destroy(&c);
+}
+
 static void test_reconnect(void) {
     psg_server_t *s = psg_server_new("127.0.0.1:0", NULL);
     CHECK(s);
@@ -875,6 +924,7 @@ int main(void) {
         {"header_fuzz", test_header_fuzz},
         {"dead_peer", test_dead_peer},
         {"lost_connection", test_lost_connection},
+        {"send_to_lost_peer", test_send_to_lost_peer},
         {"reconnect", test_reconnect},
         {"limits_and_api", test_limits_and_api},
     };

@@ -318,11 +318,15 @@ int psg_dist_callable_num_tasks(const psg_dist_callable_t *c) {
     return c->set->num_partitions;
 }
 
-/* Sends a request that needs no answer now (its reply is dropped by id later). */
+/* Sends a request that needs no answer now (its reply is dropped by id later), only when
+ * the task's connection takes it at once: a note to a task that is down waited for the whole
+ * step timeout (a sync worker's step on a ps that failed over reported its failure 30 s
+ * late); a dead or restarted task holds nothing of the step (one cut off keeps the step's
+ * leftovers, as with any note lost on a link; its Recvs fail at their own timeout). */
 static void send_note(peer_t *peer, psg_req_type_t type, int64_t step, const char *reason) {
     psg_req_t r = {.type = type, .step = step};
     if (type == PSG_REQ_ABORT_STEP) r.u.reason = reason;
-    psg_ts_send(peer->client, &r, NULL);
+    (void)psg_ts_send_note(peer->client, &r);
 }
 
 /* Files a reply of this callable into the open or the current step it answers; replies of
