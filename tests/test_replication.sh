@@ -5,7 +5,8 @@
 # backup (the next ps); SIGKILL of ps0 under `launch --restart on-failure`: the worker fails
 # over to ps1 with no checkpoint read and ps1 copies the whole shard to ps0 when it is back;
 # SIGKILL of ps1 then: back to ps0; the job reaches its planned step with its variables bitwise
-# those of a run without a kill; a bad --ps-replicas is named. Every process is gone
+# those of a run without a kill; a second failure of a shard before it was re-replicated falls
+# back to the checkpoint restore, said so; a bad --ps-replicas is named. Every process is gone
 # afterwards.
 set -u
 psgraph=$1
@@ -208,6 +209,66 @@ else
   fail "chief and ps0 killed at once (rc $rc, global steps ${steps:-none}): $(grep -v '\] step ' "$tmp/chiefps.log" | tail -20)"
 fi
 
+# A cluster file $tmp/NAME.json: 2 ps tasks and W workers on free ports, --ps-replicas 2, a
+# peer timeout of 2 s; its checkpoints in $tmp/NAME.
+ps_cluster() { # name workers
+  local ports w="" i
+  read -r -a ports <<<"$(free_ports $((2 + $2)))"
+  for ((i = 0; i < $2; i++)); do w="$w${w:+, }\"127.0.0.1:${ports[2 + i]}\""; done
+  echo "{\"cluster\": {\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\"], \"worker\": [$w]}, \"ps_replicas\": 2, \"peer_timeout\": 2}" >"$tmp/$1.json"
+  mkdir -p "$tmp/$1"
+}
+# Ps task K of $tmp/NAME.json, logging to $tmp/NAME.psK.log; its pid in $! and pids.
+start_ps() { # name task
+  "$psgraph" server --cluster "$tmp/$1.json" --job ps --task "$2" --expect-workers 0 \
+    --idle-timeout 300 --logdir "$tmp/$1" >>"$tmp/$1.ps$2.log" 2>&1 &
+  pids+=($!)
+}
+
+# 3d. A second failure of a shard before it was re-replicated: SIGKILL of ps0 at step 100 (the
+# worker fails over to ps1; ps0 stays down, so ps1 cannot copy the shard back), then of ps1 at
+# step 200: both copies of shard 0 are gone. The worker says so and falls back to the checkpoint
+# restore; the two ps tasks started again, it restores both shards from the last checkpoint and
+# the job runs its 400 steps, its global step rolled back by the steps the restore lost.
+second_failure() {
+  local rc=0 pid0 pid1
+  ps_cluster second 1
+  pids=()
+  start_ps second 0; pid0=$!
+  start_ps second 1; pid1=$!
+  timeout 400 "$psgraph" train --cluster "$tmp/second.json" --job worker --task 0 --model mlp "${data[@]}" \
+    --optimizer adam --lr 0.001 --batch 64 --steps 400 --log-every 10 --step-timeout 30 \
+    --checkpoint-every 50 --recovery-timeout 120 --logdir "$tmp/second" >"$tmp/second.log" 2>&1 &
+  local wp=$!
+  for _ in $(seq 1 1200); do grep -q '^step 100 ' "$tmp/second.log" && break; sleep 0.1; done
+  kill -9 "$pid0"
+  for _ in $(seq 1 1200); do
+    grep -q '^failover: ps0 is lost' "$tmp/second.log" && grep -q '^step \([2-9][0-9][0-9]\) ' "$tmp/second.log" && break
+    sleep 0.1
+  done
+  kill -9 "$pid1"
+  for _ in $(seq 1 1200); do grep -q 'falling back to the checkpoint restore' "$tmp/second.log" && break; sleep 0.1; done
+  start_ps second 0
+  start_ps second 1
+  wait "$wp" || rc=$?
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  pids=()
+  return $rc
+}
+second_failure; rc=$?
+steps=$(sed -n 's/^{"event":"done".*"global_steps":\([0-9]*\).*/\1/p' "$tmp/second.log")
+# the restore rolls the job back to the checkpoint: its 400 steps end at 400 - the steps lost
+lost=$(sed -n 's/^recovery: ps0 restarted; restored its shard 0 from .*; lost \([0-9]*\) steps of shard 0 .*/\1/p' "$tmp/second.log")
+if [ $rc = 0 ] && grep -q '^failover: ps0 is lost (.*); its shard is served by its backup ps1' "$tmp/second.log" &&
+   grep -q '^failover: ps1 is lost (.*) and so is its backup ps0 (.*); it served the shard of ps0 too since a failover: a second failure of that shard before it was re-replicated; falling back to the checkpoint restore' "$tmp/second.log" &&
+   grep -q '^recovery: ps0 restarted; restored its shard 0 from' "$tmp/second.log" &&
+   grep -q '^recovery: ps1 restarted; restored its shard 1 from' "$tmp/second.log" &&
+   [ -n "$lost" ] && [ "$lost" -gt 0 ] && [ "$steps" = $((400 - lost)) ]; then
+  ok "second failure of shard 0 before re-replication (ps0, then ps1 killed): named, fell back to the checkpoint restore of both shards ($lost steps lost); global steps $steps of 400"
+else
+  fail "second failure before re-replication (rc $rc, global steps ${steps:-none}): $(grep -v '^step ' "$tmp/second.log" | tail -15)"
+fi
+
 # 4. sync, 2 ps + 2 workers (N = 2), 1000 global steps: SIGKILL of ps0 at step 300, started
 # again by hand at step 500. The chief takes back its failed step's update, empties the
 # accumulators and releases that step's tokens again; each worker sends that step's gradient
@@ -216,18 +277,11 @@ fi
 # order), so the accuracy is too. The time from the kill to the next step is printed, not
 # asserted.
 sync_job() { # name kill(0|1)
-  local name=$1 kill=$2 p0 p1 w0 w1 ps0 rc=0
-  read -r p0 p1 w0 w1 <<<"$(free_ports 4)"
-  echo "{\"cluster\": {\"ps\": [\"127.0.0.1:$p0\", \"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$w0\", \"127.0.0.1:$w1\"]}, \"ps_replicas\": 2, \"peer_timeout\": 2}" >"$tmp/$name.json"
-  mkdir -p "$tmp/$name"
+  local name=$1 kill=$2 ps0 rc=0
+  ps_cluster "$name" 2
   pids=()
-  start_ps() {
-    "$psgraph" server --cluster "$tmp/$name.json" --job ps --task "$1" --expect-workers 0 \
-      --idle-timeout 300 --logdir "$tmp/$name" >>"$tmp/$name.ps$1.log" 2>&1 &
-    pids+=($!)
-  }
-  start_ps 0; ps0=$!
-  start_ps 1
+  start_ps "$name" 0; ps0=$!
+  start_ps "$name" 1
   local wp=()
   for i in 0 1; do
     timeout 400 "$psgraph" train --cluster "$tmp/$name.json" --job worker --task $i --model mlp "${data[@]}" \
@@ -241,7 +295,7 @@ sync_job() { # name kill(0|1)
     echo "$EPOCHREALTIME" >"$tmp/$name.t_kill"
     kill -9 "$ps0"
     for _ in $(seq 1 1800); do grep -q '^[0-9.]* step 500 ' "$tmp/$name.w0.log" && break; sleep 0.1; done
-    start_ps 0
+    start_ps "$name" 0
   fi
   for p in "${wp[@]}"; do wait "$p" || rc=$?; done
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done

@@ -70,15 +70,34 @@ static bool answers(psg_dist_session_t *ds, int b, int64_t probe_ms, char *why, 
     return json != NULL;
 }
 
+/* "; it served the shard of psJ[, psL] too since a failover: a second failure of that shard
+ * before it was re-replicated" when ps k serves others' shards, else "". */
+static void taken_over(psg_dist_session_t *ds, const psg_cluster_t *cluster, int k, char *buf,
+                       size_t size) {
+    size_t len = 0;
+    buf[0] = 0;
+    int nps = psg_cluster_num_tasks(cluster, "ps");
+    for (int j = 0; j < nps && len + 48 < size; j++)
+        if (j != k && psg_dist_session_ps_serving(ds, j) == k)
+            len += (size_t)snprintf(buf + len, size - len, "%sps%d",
+                                    len ? ", " : "; it served the shard of ", j);
+    if (len && len < size)
+        snprintf(buf + len, size - len,
+                 " too since a failover: a second failure of that shard before it was "
+                 "re-replicated");
+}
+
 /* Moves ps k's shards to its backup; -1 when the backup cannot take them. */
 static int fail_over(psg_dist_session_t *ds, const psg_cluster_t *cluster, int k, int64_t probe_ms,
                      int64_t wait_ms, const char *why, FILE *out, FILE *metrics, int64_t step,
                      double t0) {
     int b = psg_cluster_ps_backup(cluster, k);
-    char bwhy[1024] = "";
-    if (b < 0) return psg_error_set("ps%d is lost (%s) and has no backup", k, why);
+    char bwhy[1024] = "", others[256];
+    taken_over(ds, cluster, k, others, sizeof others);
+    if (b < 0) return psg_error_set("ps%d is lost (%s) and has no backup%s", k, why, others);
     if (!answers(ds, b, probe_ms, bwhy, sizeof bwhy))
-        return psg_error_set("ps%d is lost (%s) and so is its backup ps%d (%s)", k, why, b, bwhy);
+        return psg_error_set("ps%d is lost (%s) and so is its backup ps%d (%s)%s", k, why, b, bwhy,
+                             others);
     if (psg_dist_session_failover(ds, k, b) < 0) return -1;
     /* the backup holds every variable of the shard, or it was not re-replicated yet */
     if (psg_dist_session_wait_init(ds, wait_ms) < 0)
