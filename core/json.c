@@ -7,6 +7,7 @@
 
 #include "core/strmap.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,46 @@ bad:
     return NULL;
 }
 
+/* Clinger's fast path: a number whose digits make an integer m < 2^53 (at most 19 of them,
+ * leading zeros aside) and whose value is m * 10^e with |e| <= 22 is one multiplication or
+ * division of two exact doubles, so one correct rounding: the double strtod returns, found
+ * without strtod's cost (a served image is 268,203 numbers). Anything else goes to strtod.
+ * s is a well-formed JSON number ending at end. */
+static bool fast_number(const char *s, const char *end, double *out) {
+    static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    bool neg = *s == '-';
+    s += neg;
+    uint64_t m = 0;
+    int digits = 0, e = 0, frac = 0;
+    for (; s < end && *s != 'e' && *s != 'E'; s++) {
+        if (*s == '.') {
+            frac = 1;
+            continue;
+        }
+        if (m || *s != '0') {
+            if (++digits > 19) return false;
+            m = m * 10 + (uint64_t)(*s - '0');
+        }
+        e -= frac;
+    }
+    if (s < end) { /* the exponent */
+        bool eneg = *++s == '-';
+        if (*s == '-' || *s == '+') s++;
+        int x = 0;
+        for (; s < end; s++) {
+            if (x > 100000) return false;
+            x = x * 10 + (*s - '0');
+        }
+        e += eneg ? -x : x;
+    }
+    if (m > ((uint64_t)1 << 53) || e < -22 || e > 22) return false;
+    double v = e < 0 ? (double)m / pow10[-e] : (double)m * pow10[e];
+    *out = neg ? -v : v;
+    return true;
+}
+
 static int parse_number(parser_t *ps, psg_json_t *j) {
     const char *s = ps->p, *q = s;
     if (*q == '-') q++;
@@ -171,7 +212,7 @@ static int parse_number(parser_t *ps, psg_json_t *j) {
         if (!(*q >= '0' && *q <= '9')) return fail(ps, "expected a digit in the exponent");
         while (*q >= '0' && *q <= '9') q++;
     }
-    j->number = strtod(s, NULL);
+    if (!fast_number(s, q, &j->number)) j->number = strtod(s, NULL);
     ps->p = q;
     return 0;
 }
