@@ -129,10 +129,34 @@ static void test_bad_numbers(void) {
     }
 }
 
+/* Strings longer than a block, many keys, nesting: every part readable until the one free. */
+static void test_strings_and_keys(void) {
+    size_t big = (size_t)3 << 20;
+    char *s = malloc(big + 65536), *p = s;
+    p += sprintf(p, "{\"long\":\"");
+    memset(p, 'x', big);
+    p += big;
+    p += sprintf(p, "\",\"k\":[");
+    for (int i = 0; i < 300; i++) p += sprintf(p, "%s{\"a%d\":\"v\\u00e9%d\"}", i ? "," : "", i, i);
+    strcpy(p, "]}");
+    psg_json_t *j = psg_json_parse(s);
+    CHECK(j && j->count == 2);
+    const psg_json_t *l = psg_json_get(j, "long"), *k = psg_json_get(j, "k");
+    CHECK(l && strlen(l->string) == big && l->string[big - 1] == 'x');
+    CHECK(k && k->count == 300 && !strcmp(k->items[299]->items[0]->key, "a299"));
+    CHECK(k && !strcmp(k->items[7]->items[0]->string, "v\xc3\xa9" "7"));
+    psg_json_free(j);
+    /* the same with an error at the very end: all of it freed (ASan's leak check) */
+    strcpy(p, "],}");
+    CHECK(!psg_json_parse(s));
+    free(s);
+}
+
 int main(void) {
     RUN_TEST(test_edge_numbers);
     RUN_TEST(test_random_numbers);
     RUN_TEST(test_number_array);
     RUN_TEST(test_bad_numbers);
+    RUN_TEST(test_strings_and_keys);
     return psg_test_summary();
 }
