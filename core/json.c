@@ -359,11 +359,12 @@ static psg_json_t *parse_value(parser_t *ps) {
     } else if (c == '"') {
         j->type = PSG_JSON_STRING;
         rc = (j->string = parse_string(ps)) ? 0 : -1;
-    } else if (strncmp(ps->p, "true", 4) == 0 || strncmp(ps->p, "false", 5) == 0) {
+    } else if ((c == 't' && strncmp(ps->p, "true", 4) == 0) ||
+               (c == 'f' && strncmp(ps->p, "false", 5) == 0)) {
         j->type = PSG_JSON_BOOL;
         j->boolean = c == 't';
         ps->p += j->boolean ? 4 : 5;
-    } else if (strncmp(ps->p, "null", 4) == 0) {
+    } else if (c == 'n' && strncmp(ps->p, "null", 4) == 0) {
         j->type = PSG_JSON_NULL;
         ps->p += 4;
     } else {
