@@ -144,7 +144,8 @@ static void test_strings_and_keys(void) {
     const psg_json_t *l = psg_json_get(j, "long"), *k = psg_json_get(j, "k");
     CHECK(l && strlen(l->string) == big && l->string[big - 1] == 'x');
     CHECK(k && k->count == 300 && !strcmp(k->items[299]->items[0]->key, "a299"));
-    CHECK(k && !strcmp(k->items[7]->items[0]->string, "v\xc3\xa9" "7"));
+    CHECK(k && !strcmp(k->items[7]->items[0]->string, "v\xc3\xa9"
+                                                      "7"));
     psg_json_free(j);
     /* the same with an error at the very end: all of it freed (ASan's leak check) */
     strcpy(p, "],}");
