@@ -338,7 +338,7 @@ static int check_profile(const psg_sim_profile_t *p) {
                              p->compute_ms, p->overhead_ms);
     for (int i = 0; i < p->n_pulls + p->n_pushes; i++) {
         const psg_sim_msg_t *q = i < p->n_pulls ? &p->pulls[i] : &p->pushes[i - p->n_pulls];
-        if (!(q->bytes >= 0) || !(q->at_ms >= 0) || !(q->apply_ms >= 0) || q->ps < 0 ||
+        if (!(q->bytes >= 0) || !(q->at_ms >= 0) || !(q->apply_ms >= 0) || q->ps < -1 ||
             !isfinite(q->bytes) || !isfinite(q->at_ms) || !isfinite(q->apply_ms))
             return psg_error_set("simulate: profile %s %d: bytes %g, at %g ms, apply %g ms, ps %d "
                                  "(must be >= 0)",
@@ -479,6 +479,45 @@ static int simulate(const psg_sim_config_t *c, const psg_sim_profile_t *p, int n
     return rc;
 }
 
+/* p with each message of ps -1 split into ps equal ones, one per ps (the caller frees
+ * out->pulls and out->pushes); -1 on out of memory. */
+static int spread(const psg_sim_profile_t *p, int ps, psg_sim_profile_t *out) {
+    *out = *p;
+    out->pulls = calloc((size_t)(p->n_pulls + 1) * (size_t)ps, sizeof *out->pulls);
+    out->pushes = calloc((size_t)p->n_pushes * (size_t)ps, sizeof *out->pushes);
+    if (!out->pulls || !out->pushes) {
+        free(out->pulls);
+        free(out->pushes);
+        return psg_error_set("simulate: out of memory");
+    }
+    out->n_pulls = out->n_pushes = 0;
+    for (int i = 0; i < p->n_pulls + p->n_pushes; i++) {
+        bool push = i >= p->n_pulls;
+        const psg_sim_msg_t *q = push ? &p->pushes[i - p->n_pulls] : &p->pulls[i];
+        int parts = q->ps < 0 ? ps : 1;
+        for (int k = 0; k < parts; k++) {
+            psg_sim_msg_t m = *q;
+            if (q->ps < 0) m = (psg_sim_msg_t){q->bytes / ps, q->at_ms, q->apply_ms / ps, k};
+            if (push)
+                out->pushes[out->n_pushes++] = m;
+            else
+                out->pulls[out->n_pulls++] = m;
+        }
+    }
+    return 0;
+}
+
+/* The mean step and compute of n + b workers on ps parameter servers. */
+static int simulate_spread(const psg_sim_config_t *c, const psg_sim_profile_t *p, int n, int b,
+                           int ps, double *step_ms, double *compute_ms) {
+    psg_sim_profile_t q;
+    if (spread(p, ps, &q) < 0) return -1;
+    int rc = simulate(c, &q, n, b, ps, step_ms, compute_ms);
+    free(q.pulls);
+    free(q.pushes);
+    return rc;
+}
+
 int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, int workers,
                         int backups, psg_sim_result_t *r) {
     if (psg_sim_check(c, workers, backups) < 0 || check_profile(p) < 0) return -1;
@@ -488,8 +527,8 @@ int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, i
     r->backups = backups;
     r->ps = ps;
     double one, one_compute;
-    if (simulate(c, p, workers, backups, ps, &r->step_ms, &r->compute_ms) < 0 ||
-        simulate(c, p, 1, 0, c->ps > 0 ? c->ps : 1, &one, &one_compute) < 0)
+    if (simulate_spread(c, p, workers, backups, ps, &r->step_ms, &r->compute_ms) < 0 ||
+        simulate_spread(c, p, 1, 0, c->ps > 0 ? c->ps : 1, &one, &one_compute) < 0)
         return -1;
     r->transfer_ms = r->step_ms - r->compute_ms;
     r->steps_per_sec = 1000.0 / r->step_ms;
@@ -500,8 +539,8 @@ int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, i
 
 void psg_sim_profile_serial(const psg_sim_config_t *c, psg_sim_msg_t msgs[2],
                             psg_sim_profile_t *p) {
-    msgs[0] = (psg_sim_msg_t){c->bytes_per_step, 0, 0, 0};
-    msgs[1] = (psg_sim_msg_t){c->bytes_per_step, c->step_ms, 0, 0};
+    msgs[0] = (psg_sim_msg_t){c->bytes_per_step, 0, 0, -1};
+    msgs[1] = (psg_sim_msg_t){c->bytes_per_step, c->step_ms, 0, -1};
     *p = (psg_sim_profile_t){.pulls = &msgs[0],
                              .pushes = &msgs[1],
                              .n_pulls = 1,

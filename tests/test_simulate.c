@@ -85,6 +85,11 @@ static void test_shared_link(void) {
     CHECK(run_serial(&c, 2, 0, &r) == 0);
     CHECK_NEAR(r.step_ms, 44, 1e-6);
     CHECK(r.speedup > 1 && r.speedup < 2); /* one worker: 25 ms a step */
+    /* two ps: the serial inputs are spread, 5 B a worker on each ps's link each way, and
+     * each worker's own link carries its 10 B: about 10 + 5 + 10, far from 44 */
+    c.ps = 2;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK(r.ps == 2 && r.step_ms >= 25 - 1e-6 && r.step_ms < 30);
 }
 
 /* Three workers as above, the last on a link of 0.1 byte/ms. b = 0: its pull's chunks

@@ -55,7 +55,8 @@ typedef struct {
     double at_ms;    /* pull: the worker's compute done before the step needs it; push: the
                       * compute done when it is ready to send (ms of one step's compute) */
     double apply_ms; /* push: the ps's time to apply it once N are in; pull: unused */
-    int ps;          /* the ps it comes from or goes to (taken modulo P) */
+    int ps;          /* the ps it comes from or goes to (taken modulo P); -1: split in P equal
+                      * parts, one to each ps */
 } psg_sim_msg_t;
 
 /* What one worker's step does, in the order the runtime does it: its pulls (all asked for
@@ -119,8 +120,8 @@ int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, i
                         int backups, psg_sim_result_t *r);
 
 /* The serial model's inputs as a profile (no overlap but the links' queues): one pull of
- * c->bytes_per_step needed at once, compute c->step_ms, one push of it at the end. msgs
- * holds the two messages (the caller's). */
+ * c->bytes_per_step needed at once, compute c->step_ms, one push of it at the end, each
+ * spread evenly over the P ps (ps -1). msgs holds the two messages (the caller's). */
 void psg_sim_profile_serial(const psg_sim_config_t *c, psg_sim_msg_t msgs[2], psg_sim_profile_t *p);
 
 /* Reads a merged cluster trace (psgraph launch ... train --trace FILE; docs/checkpoints.md)
