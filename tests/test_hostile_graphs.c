@@ -185,7 +185,7 @@ typedef struct {
 } cluster_t;
 
 /* A ps task of a one-worker cluster on 127.0.0.1, with `extra` arguments (NULL-ended), and
- * its cluster file; `port` is the ps's while it runs. */
+ * its cluster file; `port` is the ps's while it runs; its stderr in tmpdir/ps_PORT.log. */
 static int cluster_start(cluster_t *c, const char *const *extra) {
     c->ps_port = psg_test_free_port();
     c->worker_port = psg_test_free_port();
@@ -201,10 +201,13 @@ static int cluster_start(cluster_t *c, const char *const *extra) {
     int n = 12;
     for (int i = 0; extra && extra[i] && n < 31; i++) args[n++] = extra[i];
     fflush(stdout);
+    char log[500];
+    snprintf(log, sizeof log, "%s/ps_%d.log", tmpdir, c->ps_port);
     c->ps = fork();
     if (c->ps == 0) {
-        int fd = open("/dev/null", O_WRONLY);
+        int fd = open("/dev/null", O_WRONLY), err = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fd, 1);
+        if (err >= 0) dup2(err, 2);
         execv(psgraph_exe, (char *const *)args);
         _exit(127);
     }
@@ -284,6 +287,17 @@ static void test_closed_connections_lock_nobody_out(void) {
     for (double end = psg_now_sec() + 60; left != 0 && psg_now_sec() < end; usleep(200000))
         left = inspect_field(watch, "graphs");
     CHECK(left == 0); /* every closed connection's graphs, the job's too, released */
+    /* a line each named at most 16 a minute (it was one a closed connection: a peer that
+     * connects, registers and closes filled the ps's log) */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep -c ': released [0-9]* graphs* of peer ' '%s/ps_%d.log'", tmpdir,
+             c.ps_port);
+    FILE *f = popen(cmd, "r");
+    int named = -1;
+    if (!f || fscanf(f, "%d", &named) != 1) named = -1;
+    if (f) pclose(f);
+    printf("  %d releases named in the ps's log\n", named);
+    CHECK(named >= 1 && named <= 16);
     psg_client_destroy(&watch);
     psg_graph_destroy(&g);
     port = saved;
