@@ -152,7 +152,7 @@ fi
 if [ "${PSG_BENCH_INCEPTION:-1}" = 1 ]; then
   inc=${PSG_BENCH_INCEPTION_LOGDIR:-$tmp/inc}
   if [ -z "${PSG_BENCH_INCEPTION_LOGDIR:-}" ]; then
-    $psg train --model inception3 --batch 1 --steps 1 --warmup 0 --threads "$threads" --logdir "$inc" \
+    $psg train --model inception3 --batch 1 --steps 1 --threads "$threads" --logdir "$inc" \
       >"$tmp/inc.log" 2>&1 || { tail -3 "$tmp/inc.log" >&2; exit 1; }
   fi
   $psg export --logdir "$inc" --out "$tmp/inc.onnx" >/dev/null || exit 1

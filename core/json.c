@@ -7,6 +7,7 @@
 
 #include "core/strmap.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,62 @@
 #define MAX_BYTES ((size_t)16 << 20)
 #define SMALL_OBJECT 16 /* members checked for duplicates by a scan; past it, by a map */
 
+/* A document's nodes, strings and item arrays come from its arena, freed at once with the
+ * document: a served image is 268,203 numbers, and a malloc and a free each were a sixth of
+ * a served request's CPU. Blocks double from 4 KiB to 1 MiB; a bigger request gets its own. */
+typedef struct block {
+    struct block *next;
+    size_t used, cap;
+    max_align_t data[];
+} block_t;
+
+struct psg_json_arena {
+    block_t *head;
+    size_t next_cap;
+};
+
 typedef struct {
     const char *start, *p;
     int depth;
+    struct psg_json_arena *arena;
 } parser_t;
+
+static void arena_free(struct psg_json_arena *a) {
+    if (!a) return;
+    for (block_t *b = a->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(a);
+}
+
+/* size bytes of the arena, aligned for any type; NULL with the error set */
+static void *arena_alloc(parser_t *ps, size_t size) {
+    struct psg_json_arena *a = ps->arena;
+    size = (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    block_t *b = a->head;
+    if (!b || b->cap - b->used < size) {
+        size_t cap = size > a->next_cap ? size : a->next_cap;
+        if (!(b = malloc(sizeof *b + cap))) {
+            psg_error_set("out of memory");
+            return NULL;
+        }
+        b->used = 0;
+        b->cap = cap;
+        if (a->next_cap < ((size_t)1 << 20)) a->next_cap *= 2;
+        /* a block of its own goes behind the head, whose free space stays in use */
+        if (a->head && cap == size) {
+            b->next = a->head->next;
+            a->head->next = b;
+        } else {
+            b->next = a->head;
+            a->head = b;
+        }
+    }
+    void *p = (char *)b->data + b->used;
+    b->used += size;
+    return p;
+}
 
 static int fail(parser_t *ps, const char *what) {
     int line = 1, col = 1;
@@ -38,12 +91,7 @@ static void skip_ws(parser_t *ps) {
 }
 
 void psg_json_free(psg_json_t *j) {
-    if (!j) return;
-    for (int i = 0; i < j->count; i++) psg_json_free(j->items[i]);
-    free(j->items);
-    free(j->string);
-    free(j->key);
-    free(j);
+    if (j) arena_free(j->arena);
 }
 
 static psg_json_t *parse_value(parser_t *ps);
@@ -85,16 +133,13 @@ static size_t put_utf8(char *out, unsigned cp) {
     return 4;
 }
 
-/* A string at ps->p (on its opening quote); returns a malloc'd copy, unescaped. */
+/* A string at ps->p (on its opening quote); returns a copy in the arena, unescaped. */
 static char *parse_string(parser_t *ps) {
     const char *q = ++ps->p;
     size_t raw = 0;
     while (q[raw] && q[raw] != '"') raw += q[raw] == '\\' && q[raw + 1] ? 2 : 1;
-    char *out = malloc(raw + 1); /* unescaping never grows the text */
-    if (!out) {
-        psg_error_set("out of memory");
-        return NULL;
-    }
+    char *out = arena_alloc(ps, raw + 1); /* unescaping never grows the text */
+    if (!out) return NULL;
     size_t n = 0;
     for (;;) {
         unsigned char c = (unsigned char)*ps->p;
@@ -144,8 +189,47 @@ static char *parse_string(parser_t *ps) {
     out[n] = '\0';
     return out;
 bad:
-    free(out);
-    return NULL;
+    return NULL; /* out stays in the arena, freed with it */
+}
+
+/* Clinger's fast path: a number whose digits make an integer m < 2^53 (at most 19 of them,
+ * leading zeros aside) and whose value is m * 10^e with |e| <= 22 is one multiplication or
+ * division of two exact doubles, so one correct rounding: the double strtod returns, found
+ * without strtod's cost (a served image is 268,203 numbers). Anything else goes to strtod.
+ * s is a well-formed JSON number ending at end. */
+static bool fast_number(const char *s, const char *end, double *out) {
+    static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    bool neg = *s == '-';
+    s += neg;
+    uint64_t m = 0;
+    int digits = 0, e = 0, frac = 0;
+    for (; s < end && *s != 'e' && *s != 'E'; s++) {
+        if (*s == '.') {
+            frac = 1;
+            continue;
+        }
+        if (m || *s != '0') {
+            if (++digits > 19) return false;
+            m = m * 10 + (uint64_t)(*s - '0');
+        }
+        e -= frac;
+    }
+    if (s < end) { /* the exponent */
+        bool eneg = *++s == '-';
+        if (*s == '-' || *s == '+') s++;
+        int x = 0;
+        for (; s < end; s++) {
+            if (x > 100000) return false;
+            x = x * 10 + (*s - '0');
+        }
+        e += eneg ? -x : x;
+    }
+    if (m > ((uint64_t)1 << 53) || e < -22 || e > 22) return false;
+    double v = e < 0 ? (double)m / pow10[-e] : (double)m * pow10[e];
+    *out = neg ? -v : v;
+    return true;
 }
 
 static int parse_number(parser_t *ps, psg_json_t *j) {
@@ -171,16 +255,17 @@ static int parse_number(parser_t *ps, psg_json_t *j) {
         if (!(*q >= '0' && *q <= '9')) return fail(ps, "expected a digit in the exponent");
         while (*q >= '0' && *q <= '9') q++;
     }
-    j->number = strtod(s, NULL);
+    if (!fast_number(s, q, &j->number)) j->number = strtod(s, NULL);
     ps->p = q;
     return 0;
 }
 
-static int push_item(psg_json_t *j, psg_json_t *item) {
+static int push_item(parser_t *ps, psg_json_t *j, psg_json_t *item) {
     if ((j->count & (j->count - 1)) == 0) { /* full at powers of two */
         int cap = j->count ? 2 * j->count : 1;
-        psg_json_t **items = realloc(j->items, (size_t)cap * sizeof *items);
-        if (!items) return psg_error_set("out of memory");
+        psg_json_t **items = arena_alloc(ps, (size_t)cap * sizeof *items);
+        if (!items) return -1;
+        if (j->count) memcpy(items, j->items, (size_t)j->count * sizeof *items);
         j->items = items;
     }
     j->items[j->count++] = item;
@@ -235,27 +320,15 @@ static int parse_members(parser_t *ps, psg_json_t *j, bool object, psg_strmap_t 
             skip_ws(ps);
             if (*ps->p != '"') return fail(ps, "expected a string key");
             if (!(key = parse_string(ps))) return -1;
-            if (seen_key(ps, j, keysp, key) < 0) {
-                free(key);
-                return -1;
-            }
+            if (seen_key(ps, j, keysp, key) < 0) return -1;
             skip_ws(ps);
-            if (*ps->p != ':') {
-                free(key);
-                return fail(ps, "expected ':'");
-            }
+            if (*ps->p != ':') return fail(ps, "expected ':'");
             ps->p++;
         }
         psg_json_t *item = parse_value(ps);
-        if (!item) {
-            free(key);
-            return -1;
-        }
+        if (!item) return -1;
         item->key = key;
-        if (push_item(j, item) < 0) {
-            psg_json_free(item);
-            return -1;
-        }
+        if (push_item(ps, j, item) < 0) return -1;
         skip_ws(ps);
         if (*ps->p == ',') {
             ps->p++;
@@ -275,11 +348,9 @@ static psg_json_t *parse_value(parser_t *ps) {
         fail(ps, "nested too deep");
         return NULL;
     }
-    psg_json_t *j = calloc(1, sizeof *j);
-    if (!j) {
-        psg_error_set("out of memory");
-        return NULL;
-    }
+    psg_json_t *j = arena_alloc(ps, sizeof *j);
+    if (!j) return NULL;
+    memset(j, 0, sizeof *j);
     int rc = 0;
     char c = *ps->p;
     if (c == '{' || c == '[') {
@@ -288,11 +359,12 @@ static psg_json_t *parse_value(parser_t *ps) {
     } else if (c == '"') {
         j->type = PSG_JSON_STRING;
         rc = (j->string = parse_string(ps)) ? 0 : -1;
-    } else if (strncmp(ps->p, "true", 4) == 0 || strncmp(ps->p, "false", 5) == 0) {
+    } else if ((c == 't' && strncmp(ps->p, "true", 4) == 0) ||
+               (c == 'f' && strncmp(ps->p, "false", 5) == 0)) {
         j->type = PSG_JSON_BOOL;
         j->boolean = c == 't';
         ps->p += j->boolean ? 4 : 5;
-    } else if (strncmp(ps->p, "null", 4) == 0) {
+    } else if (c == 'n' && strncmp(ps->p, "null", 4) == 0) {
         j->type = PSG_JSON_NULL;
         ps->p += 4;
     } else {
@@ -300,11 +372,7 @@ static psg_json_t *parse_value(parser_t *ps) {
         rc = parse_number(ps, j);
     }
     ps->depth--;
-    if (rc < 0) {
-        psg_json_free(j);
-        return NULL;
-    }
-    return j;
+    return rc < 0 ? NULL : j; /* a failure frees the whole arena (psg_json_parse) */
 }
 
 psg_json_t *psg_json_parse(const char *text) {
@@ -316,15 +384,23 @@ psg_json_t *psg_json_parse(const char *text) {
         psg_error_set("JSON text over %zu bytes", MAX_BYTES);
         return NULL;
     }
-    parser_t ps = {text, text, 0};
-    psg_json_t *j = parse_value(&ps);
-    if (!j) return NULL;
-    skip_ws(&ps);
-    if (*ps.p) {
-        fail(&ps, "unexpected text after the document");
-        psg_json_free(j);
+    parser_t ps = {text, text, 0, calloc(1, sizeof *ps.arena)};
+    if (!ps.arena) {
+        psg_error_set("out of memory");
         return NULL;
     }
+    ps.arena->next_cap = 4096;
+    psg_json_t *j = parse_value(&ps);
+    skip_ws(&ps);
+    if (j && *ps.p) {
+        fail(&ps, "unexpected text after the document");
+        j = NULL;
+    }
+    if (!j) {
+        arena_free(ps.arena);
+        return NULL;
+    }
+    j->arena = ps.arena;
     return j;
 }
 

@@ -25,10 +25,12 @@ typedef struct psg_json {
     char *key;     /* a member of an OBJECT: its name */
     int count;     /* ARRAY, OBJECT: number of items */
     struct psg_json **items;
+    struct psg_json_arena *arena; /* the document's, on its root only: every node is in it */
 } psg_json_t;
 
 /* Parses a whole document. NULL with the error set ("line 3, column 7: expected ','");
- * duplicate keys in an object are an error. The caller frees with psg_json_free. */
+ * duplicate keys in an object are an error. The caller frees the document (its root, never a
+ * part of it: the parts are freed with it) with psg_json_free. */
 psg_json_t *psg_json_parse(const char *text);
 void psg_json_free(psg_json_t *j);
 /* The member `key` of an object, or NULL. */

@@ -82,15 +82,21 @@ psg_rest_signature_t psg_rest_signature_of(const psg_servable_t *s) {
 typedef struct {
     const psg_servable_tensor_t *sig;
     psg_tensor_t *t;
-    int64_t at;    /* elements written */
-    char path[96]; /* "[3][5]" of the item at hand */
+    int64_t at;      /* elements written */
+    const char *top; /* "instances" or "inputs" */
+    /* the item at hand is top[idx[0]]...[idx[depth - 1]]: the path is written only for an
+     * error (formatting it for every number was a fifth of a served request's CPU) */
+    int depth;
+    int idx[PSG_MAX_RANK + 1];
 } fill_t;
 
 static int expected(const fill_t *f, const char *what) {
-    char s[128];
+    char s[128], path[160];
+    int n = snprintf(path, sizeof path, "%s", f->top);
+    for (int d = 0; d < f->depth && n < (int)sizeof path - 24; d++)
+        n += snprintf(path + n, sizeof path - (size_t)n, "[%d]", f->idx[d]);
     return psg_error_set("'%s' must be %s%s: %s at %s", f->sig->name, psg_dtype_name(f->sig->dtype),
-                         psg_shape_str(&f->sig->shape, s, sizeof s), what,
-                         f->path[0] ? f->path : "its top");
+                         psg_shape_str(&f->sig->shape, s, sizeof s), what, path);
 }
 
 /* Writes the number j as element f->at. */
@@ -121,6 +127,7 @@ static int fill_number(fill_t *f, const psg_json_t *j) {
 
 /* Writes j, which must be of shape dims[d..rank), into f->t. */
 static int fill(fill_t *f, const psg_json_t *j, const int64_t *dims, int d, int rank) {
+    f->depth = d;
     if (d == rank) return fill_number(f, j);
     char what[96];
     if (j->type != PSG_JSON_ARRAY) {
@@ -133,12 +140,10 @@ static int fill(fill_t *f, const psg_json_t *j, const int64_t *dims, int d, int 
                  (long long)dims[d]);
         return expected(f, what);
     }
-    size_t len = strlen(f->path);
     for (int i = 0; i < j->count; i++) {
-        if (len + 24 < sizeof f->path) snprintf(f->path + len, sizeof f->path - len, "[%d]", i);
+        f->idx[d] = i;
         if (fill(f, j->items[i], dims, d + 1, rank) < 0) return -1;
     }
-    f->path[len] = 0;
     return 0;
 }
 
@@ -164,7 +169,7 @@ static psg_tensor_t *new_input(const psg_servable_tensor_t *sig, int64_t batch) 
 /* Input i of a columnar request: the value j is the whole batch. */
 static int parse_column(const psg_rest_signature_t *sig, int i, const psg_json_t *j,
                         psg_rest_request_t *r) {
-    fill_t f = {.sig = &sig->in[i], .path = "inputs"};
+    fill_t f = {.sig = &sig->in[i], .top = "inputs"};
     if (j->type != PSG_JSON_ARRAY) return expected(&f, "not an array of rows");
     if (r->batch >= 0 && j->count != r->batch) {
         char what[96];
@@ -196,11 +201,12 @@ static int parse_instances(const psg_rest_signature_t *sig, const psg_json_t *li
                                                           : psg_json_type_name(list->type));
     r->batch = list->count;
     for (int i = 0; i < sig->n_in; i++) {
-        fill_t f = {.sig = &sig->in[i]};
+        fill_t f = {.sig = &sig->in[i], .top = "instances"};
         if (!(f.t = r->inputs[i] = new_input(f.sig, r->batch))) return -1;
         for (int k = 0; k < list->count; k++) {
             const psg_json_t *v = instance_value(sig, i, list->items[k]);
-            snprintf(f.path, sizeof f.path, "instances[%d]", k);
+            f.idx[0] = k;
+            f.depth = 1;
             if (!v)
                 return psg_error_set(
                     "instances[%d] has no input '%s' (an object naming every input: %s%s%s)", k,

@@ -372,7 +372,9 @@ def test_supervisor_script_of_the_seed_era(psgraph_bin, tmp_path, sync):
     """TF's mnist_replica.py with tf.train.Supervisor (async, and SyncReplicasOptimizer with
     its chief queue runner and init tokens, one backup worker), run by psgraph launch."""
     workers = 3 if sync else 2
-    args = ["--train_steps", "120", "--train_dir", str(tmp_path / "sv")]
+    # async: 200 steps, as 120 gave 0.6911 once (each worker evaluates at its own end)
+    steps = 120 if sync else 200
+    args = ["--train_steps", str(steps), "--train_dir", str(tmp_path / "sv")]
     if sync:
         args += ["--sync_replicas", "--replicas_to_aggregate", "2"]
     r = subprocess.run([psgraph_bin, "launch", "--ps", "1", "--workers", str(workers), "--",
@@ -383,10 +385,10 @@ def test_supervisor_script_of_the_seed_era(psgraph_bin, tmp_path, sync):
     done = [json.loads(l.split(" ", 1)[1]) for l in r.stdout.splitlines()
             if '{"event": "done"' in l]
     assert len(done) == workers
-    assert all(d["global_step"] >= 119 for d in done)
+    assert all(d["global_step"] >= steps - 1 for d in done)
     assert max(d["test_accuracy"] for d in done) > 0.7
     if not sync:  # async: the global step counts every worker's steps
-        assert sum(d["local_steps"] for d in done) >= 120
+        assert sum(d["local_steps"] for d in done) >= steps
 
 
 PY_MLP_WORKER = """
