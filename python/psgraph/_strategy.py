@@ -207,6 +207,7 @@ class StrategyOptimizer(_Wrapped):
                 cap, [convert_to_tensor(gr)._ep for gr, _ in pairs],
                 [v._handle for _, v in pairs], workers, n, b, index, st.timeout_ms, st.name, opts)
         vs._adopt_c_variables(g)
+        g._sync_timeout_ms = st.timeout_ms  # the session's step deadline is past it
         c_step = g._variables_by_handle[g._c.global_step()[0]]
         if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
             g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)

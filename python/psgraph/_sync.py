@@ -92,6 +92,7 @@ class SyncReplicasOptimizer(_Wrapped):
         if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
             g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)
         self._graph = g
+        g._sync_timeout_ms = _TIMEOUT_MS  # the session's step deadline is past it
         self._index = index
         sg = self._sg
         # the seed era's ops: psgraph's chief runner releases the first tokens itself when it
