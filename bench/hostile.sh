@@ -9,6 +9,10 @@
 #   bench/hostile.sh --waits [ROUNDS]
 # (issue 27) a real `psgraph train` (mlp, 300 steps) beside a ps, alone and beside 4
 # connections of 8 takes each waiting, ROUNDS times alternated: steps/s of each, the ratio.
+#   bench/hostile.sh --beside [ROUNDS]
+# (issue 27) the same job (PSG_BESIDE_STEPS, default 300 steps) alone and beside each
+# reproducer of findings 1-4 looping against its ps, alternated, ROUNDS times: steps/s of
+# each and the ratio (target 0.8), then per finding the best ratio and the spread.
 #   bench/hostile.sh --graphs [PAIRS]
 # (issue 27) PAIRS (default 100000) mutated RegisterGraph + RunGraph pairs from the seeds of
 # tests/fuzz/corpus/fuzz_run against an AddressSanitizer + UBSan `psgraph server
@@ -21,6 +25,26 @@ if [ "${1:-}" = "--waits" ]; then # a real job's steps/s alone and beside 32 wai
   for _ in $(seq "${2:-3}"); do
     PSG_HOSTILE_ONLY=test_waits_hold_no_runner build/tests/test_hostile_graphs build/cli/psgraph | grep '^{"bench":"hostile_waits"'
   done
+  exit
+fi
+if [ "${1:-}" = "--beside" ]; then # a real job's steps/s alone and beside each finding's reproducer
+  out=$(mktemp /tmp/psg_hostile_beside.XXXXXX)
+  for _ in $(seq "${2:-3}"); do
+    PSG_BESIDE_STEPS=${PSG_BESIDE_STEPS:-300} PSG_HOSTILE_ONLY=test_job_beside_reproducers \
+      build/tests/test_hostile_graphs build/cli/psgraph | grep '^{"bench":"hostile_beside"' | tee -a "$out"
+  done
+  python3 - "$out" <<'PY'
+import json, sys
+by = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    by.setdefault((r["finding"], r["reproducer"]), []).append(r["ratio"])
+for (f, name), ratios in sorted(by.items()):
+    print(json.dumps({"bench": "hostile_beside_summary", "finding": f, "reproducer": name,
+                      "runs": len(ratios), "best_ratio": max(ratios),
+                      "spread": round(max(ratios) - min(ratios), 2), "target": 0.8}))
+PY
+  rm -f "$out"
   exit
 fi
 if [ "${1:-}" = "--graphs" ]; then

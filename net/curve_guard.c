@@ -13,8 +13,10 @@
 #include <arpa/inet.h>
 #include <czmq.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,10 +25,23 @@
 #define MAX_WATCHED 256
 #define MAX_FDS 256
 #define MAX_LOGGED 1024
+#define MAX_CAP_NAMED 32 /* connections closed at the cap named in the log, per server */
+/* (no HANDSHAKE_SUCCEEDED: libzmq gives it the value 0, not the descriptor; see written_bytes) */
 #define MONITOR_EVENTS                                                                             \
     (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |           \
-     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                      \
-     ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+/* The most a server writes to a connection whose handshake has not finished: ZMTP 3's greeting
+ * (64 bytes, RFC 23), then with CURVE its WELCOME (168 bytes and a 2-byte frame header, RFC 26)
+ * and the ERROR that refuses an INITIATE (6 + 1 + a 3-digit status code, framed: 12). Past it
+ * only by READY, the last command of the handshake, which libzmq's CURVE server sends once
+ * the client's INITIATE checked out and ZAP said 200 (>= 52 bytes: it names the socket type).
+ * With NULL (plain TCP) the server sends its READY as soon as the peer's greeting arrived. */
+#define GREETING_BYTES 64
+#define CURVE_UNFINISHED_MAX (GREETING_BYTES + 170 + 12)
+/* tcpi_bytes_acked's offset in the kernel's struct tcp_info (linux/tcp.h: 8 bytes of u8
+ * fields, 24 u32, tcpi_pacing_rate, tcpi_max_pacing_rate); glibc's struct, which czmq
+ * includes (linux/tcp.h clashes with it), stops before it. The kernel only appends fields. */
+#define TCPI_BYTES_ACKED_AT 120
 /* a handshake the peer broke off (a failure code of ours, not ZeroMQ's): a client without
  * keys sees the mismatch too, and when it hangs up first the server never reads its greeting */
 #define FAILURE_PEER_LEFT 0xffffffffu
@@ -49,10 +64,11 @@ typedef struct {
     struct conn {
         int fd;
         uint64_t ino;
-        bool shook; /* finished its handshake */
+        bool shook; /* finished its handshake (seen once: it stays so) */
     } * conns;
     int nconns, cap;
     uint64_t capped; /* connections closed at the cap */
+    int named;       /* of them named in the log (MAX_CAP_NAMED) */
 } watched_t;
 
 typedef struct {
@@ -157,8 +173,85 @@ static void conn_prune(watched_t *w) {
     }
 }
 
+/* The bytes this end wrote to connection fd: those the peer acknowledged (TCP_INFO) plus those
+ * still queued (SIOCOUTQ); -1 when fd is no TCP socket (ipc://) or the kernel predates
+ * tcpi_bytes_acked (Linux 4.1). Read in that order, again while the acknowledged count moved: an
+ * ACK between the reads would move bytes from the queue to the count after it was read (at
+ * worst, after 3 tries, a lower bound: never more than was written).
+ *
+ * Why this tells a finished handshake: ZeroMQ's HANDSHAKE_SUCCEEDED event carries the value
+ * 0, not the descriptor (libzmq 4.3, stream_engine_base.cpp mechanism_ready), and nothing
+ * else it tells the guard names the connection. The descriptor of a peer's messages
+ * (ZMQ_SRCFD) is seen by the server's thread, not here, and only once the peer sends: a
+ * client that finished its handshake and has not sent yet would look idle. The bytes a peer
+ * sent are its to choose: a greeting, a HELLO and most of a long INITIATE pass any count
+ * without finishing. What the server wrote is not: the peer cannot make it write READY
+ * without passing the handshake (CURVE_UNFINISHED_MAX). */
+static long long written_bytes(int fd) {
+    uint64_t a[32], b[32]; /* struct tcp_info as the kernel fills it (TCPI_BYTES_ACKED_AT) */
+    for (int tries = 0;; tries++) {
+        socklen_t al = sizeof a, bl = sizeof b;
+        int queued = 0; /* TIOCOUTQ is SIOCOUTQ (linux/sockios.h) on a socket */
+        uint64_t acked_a, acked_b;
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, a, &al) < 0 || ioctl(fd, TIOCOUTQ, &queued) < 0 ||
+            getsockopt(fd, IPPROTO_TCP, TCP_INFO, b, &bl) < 0 || al < TCPI_BYTES_ACKED_AT + 8)
+            return -1;
+        memcpy(&acked_a, (const char *)a + TCPI_BYTES_ACKED_AT, 8);
+        memcpy(&acked_b, (const char *)b + TCPI_BYTES_ACKED_AT, 8);
+        if (acked_a == acked_b || tries == 2) return (long long)acked_a + (queued > 0 ? queued : 0);
+    }
+}
+
+/* Whether a connection finished its handshake: for CURVE, the server wrote its READY; for
+ * NULL, the peer sent its greeting (plain TCP authenticates no one: any peer can finish). A
+ * connection whose count cannot be read (ipc://) counts as not finished. */
+static bool conn_finished(const watched_t *w, struct conn *c) {
+    if (!c->shook)
+        c->shook = written_bytes(c->fd) > (w->keys ? CURVE_UNFINISHED_MAX : GREETING_BYTES);
+    return c->shook;
+}
+
+/* "host:port" of the peer of fd, "an address unknown" when it cannot be read. */
+static void peer_name(int fd, char *out, size_t size) {
+    struct sockaddr_storage peer;
+    socklen_t pl = sizeof peer;
+    char host[INET6_ADDRSTRLEN];
+    snprintf(out, size, "an address unknown");
+    if (getpeername(fd, (struct sockaddr *)&peer, &pl) < 0) return;
+    if (peer.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&peer;
+        if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof host))
+            snprintf(out, size, "%s:%u", host, (unsigned)ntohs(in->sin_port));
+    } else if (peer.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&peer;
+        if (inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host))
+            snprintf(out, size, "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+    }
+}
+
+/* Closes connection fd at the cap (ZeroMQ sees it end), naming its peer in the log up to
+ * MAX_CAP_NAMED times per server, then saying that no more are named. */
+static void cap_close(watched_t *w, int fd, bool is_new) {
+    char addr[96];
+    peer_name(fd, addr, sizeof addr);
+    w->capped++;
+    if (w->named < MAX_CAP_NAMED && is_new)
+        psg_net_log("%s: closed the new connection of %s at the cap: every open one finished its "
+                    "handshake",
+                    w->endpoint, addr);
+    else if (w->named < MAX_CAP_NAMED)
+        psg_net_log("%s: closed the connection of %s at the cap: it never %s", w->endpoint, addr,
+                    w->keys ? "finished its CURVE handshake" : "sent its ZMTP greeting");
+    if (w->named < MAX_CAP_NAMED && ++w->named == MAX_CAP_NAMED)
+        psg_net_log("%s: %d connections closed at the cap named; further ones are counted, not "
+                    "logged",
+                    w->endpoint, MAX_CAP_NAMED);
+    shutdown(fd, SHUT_RDWR); /* after its line: whoever sees it closed finds it logged */
+}
+
 /* A connection accepted: at the cap, the oldest that never finished its handshake (a client
- * that connected and sent nothing) is closed for it, else the new one; logged once. */
+ * that connected and sent nothing, or stopped mid-handshake) is closed for it, else the new
+ * one; the cap logged once, each closed connection named. */
 static void conn_accepted(guard_t *g, watched_t *w, int fd) {
     struct stat st;
     if (fstat(fd, &st) < 0) return; /* gone already */
@@ -166,9 +259,7 @@ static void conn_accepted(guard_t *g, watched_t *w, int fd) {
     if (w->nconns >= w->cap) {
         int victim = -1;
         for (int i = 0; i < w->nconns && victim < 0; i++)
-            if (!w->conns[i].shook) victim = i;
-        shutdown(victim >= 0 ? w->conns[victim].fd : fd, SHUT_RDWR); /* ZeroMQ sees it end */
-        w->capped++;
+            if (!conn_finished(w, &w->conns[i])) victim = i;
         char what[512];
         snprintf(
             what, sizeof what,
@@ -178,6 +269,7 @@ static void conn_accepted(guard_t *g, watched_t *w, int fd) {
             victim >= 0 ? "the oldest that never finished its handshake for each new one"
                         : "new ones");
         log_once(g, w, "-", "cap", what);
+        cap_close(w, victim >= 0 ? w->conns[victim].fd : fd, victim < 0);
         if (victim < 0) return;
         conn_drop(w, victim);
     }
@@ -185,15 +277,13 @@ static void conn_accepted(guard_t *g, watched_t *w, int fd) {
     w->conns[w->nconns++] = (struct conn){fd, (uint64_t)st.st_ino, false};
 }
 
-static void conn_event(watched_t *w, int fd, bool shook) {
-    for (int i = 0; i < w->nconns; i++) {
-        if (w->conns[i].fd != fd) continue;
-        if (shook)
-            w->conns[i].shook = true;
-        else
+/* A connection closed: out of the table. */
+static void conn_closed(watched_t *w, int fd) {
+    for (int i = 0; i < w->nconns; i++)
+        if (w->conns[i].fd == fd) {
             conn_drop(w, i);
-        return;
-    }
+            return;
+        }
 }
 
 static const char *protocol_reason(uint32_t code, const char **kind) {
@@ -234,8 +324,6 @@ static void monitor_event(guard_t *g, watched_t *w) {
             peer_of((int)value, w->endpoint, addr, sizeof addr);
             fd_put(w, (int)value, addr);
             conn_accepted(g, w, (int)value);
-        } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-            conn_event(w, (int)value, true);
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             /* ZeroMQ says which connection only in the DISCONNECTED that follows at once */
             push_failure(w, value ? value : ZMQ_PROTOCOL_ERROR_ZMTP_UNSPECIFIED);
@@ -244,7 +332,7 @@ static void monitor_event(guard_t *g, watched_t *w) {
         } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
             push_failure(w, FAILURE_PEER_LEFT);
         } else if (ev == ZMQ_EVENT_DISCONNECTED) {
-            conn_event(w, (int)value, false);
+            conn_closed(w, (int)value);
             const char *addr = "an address unknown";
             int slot = -1;
             for (int i = 0; i < MAX_FDS && slot < 0; i++)

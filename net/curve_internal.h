@@ -26,7 +26,8 @@ const char *psg_curve_keys_name(const psg_curve_keys_t *k, const uint8_t *key);
 
 /* Puts a server socket under the process's guard, before its bind: a monitor of its
  * connections, at most max_connections open at once (at the cap a new one closes the oldest
- * that never finished its handshake, else itself; logged once, naming `endpoint`). With keys
+ * that never finished its handshake, else itself; logged once, naming `endpoint`, and each
+ * closed connection named). With keys
  * k (a CURVE server) also a ZAP domain of its own (set on the socket here) whose requests are
  * checked against k's allow-list: every refusal adds 1 to *refused and is logged once per
  * peer address and reason. Call from the socket's thread. Fills domain (the handle for

@@ -109,12 +109,44 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
     return p;
 }
 
+/* Peers whose released graphs are named in the log, at most, a minute: a peer that opens
+ * connections, registers a graph on each and closes it would have the ps write a line a
+ * connection (a thousand a second); the others are summed in one line a minute. */
+#define RELEASED_NAMED_PER_MIN 16
+
+/* Logs the release of n graphs of p (the minute's budget allowing), its connection closed
+ * `ago` ms before; at a new minute, the sum of the last one's unnamed releases first. */
+static void released_log(psg_task_server_t *ts, int64_t now, const peer_t *p, int n, int64_t ago,
+                         bool due) {
+    if (now - ts->released_since >= 60000) {
+        if (ts->released_quiet_peers)
+            psg_net_log("task %s: released %d graph%s of %d more peer%s whose connections closed, "
+                        "in the minute before (at most %d named a minute)",
+                        ts->task, ts->released_quiet_graphs,
+                        ts->released_quiet_graphs == 1 ? "" : "s", ts->released_quiet_peers,
+                        ts->released_quiet_peers == 1 ? "" : "s", RELEASED_NAMED_PER_MIN);
+        ts->released_since = now;
+        ts->released_named = ts->released_quiet_peers = ts->released_quiet_graphs = 0;
+    }
+    if (!p) return;
+    if (ts->released_named == RELEASED_NAMED_PER_MIN) {
+        ts->released_quiet_peers++;
+        ts->released_quiet_graphs += n;
+        return;
+    }
+    ts->released_named++;
+    psg_net_log("task %s: released %d graph%s of peer %s: its connection closed %.1f s ago (%s)",
+                ts->task, n, n == 1 ? "" : "s", p->label, (double)ago / 1e3,
+                due ? "--graph-grace" : "more closed peers than --max-peers hold graphs");
+}
+
 /* Releases the graphs of peers whose connections closed longer than the grace ago (a
  * worker that reconnects within it keeps them), and at once those of the longest closed
  * while more than max_peers closed ones hold graphs. On the server thread: only it frees
  * peers (peers_prune_locked). */
 void psg_ts_peers_sweep(psg_task_server_t *ts) {
     int64_t now = psg_codec_now_ms();
+    released_log(ts, now, NULL, 0, 0, false); /* a past minute's sum */
     for (;;) {
         peer_t *oldest = NULL, *due = NULL;
         int closed = 0;
@@ -130,10 +162,7 @@ void psg_ts_peers_sweep(psg_task_server_t *ts) {
         pthread_mutex_unlock(&ts->lock);
         if (!p) return;
         int n = psg_ts_graphs_release_owner(ts, p);
-        psg_net_log(
-            "task %s: released %d graph%s of peer %s: its connection closed %.1f s ago (%s)",
-            ts->task, n, n == 1 ? "" : "s", p->label, (double)ago / 1e3,
-            due ? "--graph-grace" : "more closed peers than --max-peers hold graphs");
+        released_log(ts, now, p, n, ago, due != NULL);
     }
 }
 

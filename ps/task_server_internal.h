@@ -168,6 +168,10 @@ struct psg_task_server {
     /* the server thread's own */
     waiter_list_t wait_init, wait_done;
     int64_t last_request_ms;
+    /* released peers named in the log this minute (since), the others summed (psg_ts_peers_sweep)
+     */
+    int64_t released_since;
+    int released_named, released_quiet_peers, released_quiet_graphs;
 };
 
 /* ---- replies (task_server.c) ---- */

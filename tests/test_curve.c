@@ -13,8 +13,10 @@
 #include <arpa/inet.h>
 #include <czmq.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -580,29 +582,38 @@ static psg_client_t *client_through(psg_server_t *sv, const psg_wire_opts_t *o) 
     return c;
 }
 
+/* A CURVE server on 127.0.0.1 with new keys in tmp/name (*k, the caller's to destroy) and a
+ * cap of `cap` connections (its options in *o); the guard's lines go to log from now on. */
+static psg_server_t *capped_server(const char *name, int cap, net_log_t *log, psg_curve_keys_t **k,
+                                   psg_wire_opts_t *o) {
+    char dir[400], out[4096];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    CHECK(run(out, sizeof out, "'%s' keygen '%s'", psgraph_exe, dir) == 0);
+    *k = psg_curve_keys_load(dir, NULL);
+    PSG_ASSERT(*k);
+    psg_net_set_log(collect, log);
+    *o = psg_wire_opts_default();
+    o->keys = *k;
+    o->max_connections = cap;
+    psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", o);
+    PSG_ASSERT(sv);
+    return sv;
+}
+
 /* A server's table of its connections, in process (test_hostile_graphs caps a psgraph server
  * with 100 sockets): at a cap of 2, connections past it are closed (idle sockets end, by the
  * cap or at the latest by the server's 10 s handshake limit), the cap is logged once, and the
- * clients are served after it. (Which connection the cap closes is not checked: libzmq gives
- * HANDSHAKE_SUCCEEDED the value 0, not the descriptor, so the guard never marks a connection
- * as having finished its handshake and closes the oldest: a client, which reconnects.) A
+ * clients are served after it (which ones the cap closes: test_cap_spares_clients). A
  * refused peer is logged with its own address when another connection came after it
  * (127.0.0.2 speaks plain ZMTP to a CURVE server after a client from 127.0.0.1 connected). A
  * process that makes and closes 300 servers, one open all along (its guard stays), still gets
  * a new one. */
 static void test_connection_table(void) {
-    char dir[400], line[512], out[4096];
-    snprintf(dir, sizeof dir, "%s/table", tmp);
-    CHECK(run(out, sizeof out, "'%s' keygen '%s'", psgraph_exe, dir) == 0);
-    psg_curve_keys_t *k = psg_curve_keys_load(dir, NULL);
-    PSG_ASSERT(k);
+    char line[512];
     static net_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
-    psg_net_set_log(collect, &log);
-    psg_wire_opts_t o = psg_wire_opts_default();
-    o.keys = k;
-    o.max_connections = 2;
-    psg_server_t *sv = psg_server_new("tcp://127.0.0.1:0", &o);
-    PSG_ASSERT(sv);
+    psg_curve_keys_t *k = NULL;
+    psg_wire_opts_t o;
+    psg_server_t *sv = capped_server("table", 2, &log, &k, &o);
     psg_client_t *a = client_through(sv, &o);
     int i1 = raw_connect(sv, "127.0.0.1");
     CHECK(a && i1 >= 0);
@@ -654,6 +665,176 @@ static void test_connection_table(void) {
     psg_server_destroy(&sv);
     psg_net_set_log(NULL, NULL);
     if (psg_test_failures) fprintf(stderr, "the log:\n%s", log.text);
+    psg_curve_keys_destroy(&k);
+}
+
+/* A TCP relay between one client and a server that passes the client's first `limit` bytes
+ * and no more (the server's all): a real CURVE client through it stops mid-handshake there.
+ * Its connection to the server is made first, by relay_start. */
+typedef struct {
+    int listen_fd, up_fd, port;
+    size_t limit;
+    atomic_size_t up, down; /* bytes passed to the server, from it */
+    atomic_bool stop;
+    pthread_t thread;
+} relay_t;
+
+static void *relay_main(void *arg) {
+    relay_t *r = arg;
+    int client = -1;
+    struct pollfd p = {.fd = r->listen_fd, .events = POLLIN};
+    while (!atomic_load(&r->stop) && client < 0)
+        if (poll(&p, 1, 100) == 1) client = accept(r->listen_fd, NULL, NULL);
+    close(r->listen_fd); /* the client's reconnects are refused */
+    struct pollfd ps[2] = {{.fd = client, .events = POLLIN}, {.fd = r->up_fd, .events = POLLIN}};
+    char buf[4096];
+    while (client >= 0 && !atomic_load(&r->stop)) {
+        if (poll(ps, 2, 100) <= 0) continue;
+        if (ps[0].revents) {
+            ssize_t n = read(client, buf, sizeof buf);
+            if (n <= 0) break;
+            size_t pass = atomic_load(&r->up) >= r->limit ? 0 : r->limit - atomic_load(&r->up);
+            if ((size_t)n < pass) pass = (size_t)n;
+            if (pass && write(r->up_fd, buf, pass) != (ssize_t)pass) break;
+            atomic_fetch_add(&r->up, pass);
+        }
+        if (ps[1].revents) {
+            ssize_t n = read(r->up_fd, buf, sizeof buf);
+            if (n <= 0 || write(client, buf, (size_t)n) != n) break;
+            atomic_fetch_add(&r->down, (size_t)n);
+        }
+    }
+    if (client >= 0) close(client);
+    return NULL;
+}
+
+/* Connects the relay to sv (from 127.0.0.1) and listens for its client on a port of its own;
+ * -1 when it cannot. */
+static int relay_start(relay_t *r, const psg_server_t *sv, size_t limit) {
+    memset(r, 0, sizeof *r);
+    r->limit = limit;
+    r->up_fd = raw_connect(sv, "127.0.0.1");
+    r->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof a;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (r->up_fd < 0 || r->listen_fd < 0 ||
+        bind(r->listen_fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(r->listen_fd, 1) < 0 ||
+        getsockname(r->listen_fd, (struct sockaddr *)&a, &al) < 0 ||
+        pthread_create(&r->thread, NULL, relay_main, r) != 0) {
+        if (r->up_fd >= 0) close(r->up_fd);
+        if (r->listen_fd >= 0) close(r->listen_fd);
+        return -1;
+    }
+    r->port = ntohs(a.sin_port);
+    return 0;
+}
+
+static void relay_stop(relay_t *r) {
+    atomic_store(&r->stop, true);
+    pthread_join(r->thread, NULL);
+    close(r->up_fd);
+}
+
+/* "127.0.0.1:port" of fd's own end (self) or its peer's. */
+static void addr_of(int fd, bool self, char *out, size_t size) {
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    char host[INET_ADDRSTRLEN] = "?";
+    int rc = self ? getsockname(fd, (struct sockaddr *)&a, &al)
+                  : getpeername(fd, (struct sockaddr *)&a, &al);
+    if (rc == 0) inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
+    snprintf(out, size, "%s:%u", host, rc == 0 ? (unsigned)ntohs(a.sin_port) : 0u);
+}
+
+/* One request from c that sv receives: the connection it came by. */
+static psg_conn_t request_conn(psg_client_t *c, psg_server_t *sv) {
+    psg_conn_t conn = {.fd = -1};
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "Inspect"), *got = NULL;
+    if (c && psg_client_send(c, &m, NULL) == 0 && psg_server_recv(sv, &got, 10000) == 1)
+        conn = got->conn;
+    psg_msg_destroy(&m);
+    psg_msg_destroy(&got);
+    return conn;
+}
+
+/* At the cap (CURVE, cap 4) the connections closed are the idle ones, never an authenticated
+ * client: one client is served, then come a real client stopped mid-handshake (greeting,
+ * HELLO, WELCOME back, a third of its INITIATE), a socket that sent only a CURVE greeting,
+ * and 4 that sent nothing. The first three of those are closed, in that order, each named in
+ * the log by address and port; the client's next request comes by the same connection, and
+ * a new client is served at the cap. (Before, the guard never knew a handshake finished and
+ * closed the oldest connection: the served client.) */
+static void test_cap_spares_clients(void) {
+    char line[600], name[64];
+    static net_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    psg_curve_keys_t *k = NULL;
+    psg_wire_opts_t o;
+    psg_server_t *sv = capped_server("cap", 4, &log, &k, &o);
+    const char *ep = psg_server_endpoint(sv);
+    psg_client_t *a = psg_client_new(ep, &o);
+    psg_conn_t first = request_conn(a, sv);
+    char a_addr[64] = "none";
+    if (first.fd >= 0) addr_of(first.fd, false, a_addr, sizeof a_addr);
+    CHECK(first.fd >= 0);
+    /* stopped mid-handshake: greeting 64 + HELLO 202 + 100 bytes of INITIATE */
+    relay_t r;
+    bool relayed = relay_start(&r, sv, 64 + 202 + 100) == 0;
+    CHECK(relayed);
+    char ep_r[64];
+    snprintf(ep_r, sizeof ep_r, "tcp://127.0.0.1:%d", r.port);
+    psg_client_t *mid = psg_client_new(ep_r, &o);
+    for (int i = 0; i < 100 && (atomic_load(&r.up) < r.limit || atomic_load(&r.down) < 64 + 170);
+         i++)
+        usleep(100000);
+    CHECK(atomic_load(&r.up) == r.limit && atomic_load(&r.down) == 64 + 170);
+    /* a CURVE greeting (ZMTP 3.0: signature, version, mechanism, as-server 0, filler), then
+     * nothing: the server's greeting read back */
+    int greeted = raw_connect(sv, "127.0.0.1");
+    unsigned char greeting[64] = {0xff, 0, 0, 0,   0,   0,   0,   0,  1,
+                                  0x7f, 3, 0, 'C', 'U', 'R', 'V', 'E'};
+    size_t back = 0;
+    ssize_t n = 1;
+    CHECK(greeted >= 0 && write(greeted, greeting, sizeof greeting) == (ssize_t)sizeof greeting);
+    while (greeted >= 0 && back < 64 && (n = read(greeted, line, 64 - back)) > 0) back += (size_t)n;
+    CHECK(back == 64);
+    enum { IDLE = 4 };
+    int idle[IDLE];
+    for (int i = 0; i < IDLE; i++) CHECK((idle[i] = raw_connect(sv, "127.0.0.1")) >= 0);
+    /* closed at the cap: the stopped client, the greeting, the first idle socket */
+    CHECK(closed_by_server(greeted) && closed_by_server(idle[0]));
+    addr_of(relayed ? r.up_fd : -1, true, name, sizeof name);
+    snprintf(line, sizeof line,
+             "%s: closed the connection of %s at the cap: it never finished its "
+             "CURVE handshake",
+             ep, name);
+    CHECK(logged(&log, line) == 1);
+    int fds[] = {greeted, idle[0]};
+    for (int i = 0; i < 2; i++) {
+        addr_of(fds[i], true, name, sizeof name);
+        snprintf(line, sizeof line, "closed the connection of %s at the cap", name);
+        CHECK(logged(&log, line) == 1);
+    }
+    CHECK(logged(&log, "closed the connection of") == 3);
+    /* the client's next request comes by the same connection, never closed */
+    psg_conn_t again = request_conn(a, sv);
+    CHECK(again.fd == first.fd && again.ino == first.ino);
+    snprintf(line, sizeof line, "of %s at the cap", a_addr);
+    CHECK(logged(&log, line) == 0);
+    /* a new client at the cap: served, idle[1] closed for it */
+    psg_client_t *b = psg_client_new(ep, &o);
+    CHECK(request_conn(b, sv).fd >= 0 && closed_by_server(idle[1]));
+    CHECK(request_conn(a, sv).ino == first.ino);
+    if (psg_test_failures) fprintf(stderr, "the log:\n%s", log.text);
+    psg_client_destroy(&mid);
+    if (relayed) relay_stop(&r);
+    if (greeted >= 0) close(greeted);
+    for (int i = 0; i < IDLE; i++)
+        if (idle[i] >= 0) close(idle[i]);
+    psg_client_destroy(&a);
+    psg_client_destroy(&b);
+    psg_server_destroy(&sv);
+    psg_net_set_log(NULL, NULL);
     psg_curve_keys_destroy(&k);
 }
 
@@ -720,6 +901,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_peer_key);
     RUN_TEST(test_guard_in_process);
     RUN_TEST(test_connection_table);
+    RUN_TEST(test_cap_spares_clients);
     RUN_TEST(test_listen_rules);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
