@@ -4,12 +4,15 @@
 #    (bench_transport --server-netns) beside iperf3 on the same link, in the same run: ratio;
 # 2. sync training (mlp, 1 ps, b = 0) of W = 1..4 workers, every link capped at 100 Mbit/s
 #    and at 1 Gbit/s, launched with `psgraph launch --ssh`: measured steps/sec beside
-#    `psgraph simulate`'s prediction, calibrated by an uncapped W = 1 run (its step time
-#    is the compute) and the bytes the ps sent per step (its eth0 counters);
+#    `psgraph simulate`'s predictions: the overlap model (--trace), calibrated by the trace
+#    of an uncapped W = 1 run made in this same run, and the serial model, calibrated by an
+#    uncapped W = 1 run (its step time is the compute) and the bytes the ps sent per step
+#    (its eth0 counters);
 # 3. 3 workers, one of them on a 50 Mbit/s link, with and without a backup worker: steps/sec
 #    against the same job uncapped, and the simulator's (--slow-link-gbps 0.05).
+# Every line carries load1 (/proc/loadavg) at its measurement: the hosts share the cores.
 # Needs root, iperf3 (installed here from Debian when missing), openssh-server.
-#   bash bench/hosts.sh [build/cli/psgraph] [STEPS]
+#   bash bench/hosts.sh [build/cli/psgraph] [STEPS]     (PSG_HOSTS_ONLY=sim: no wire part)
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 psgraph=$(realpath "${1:-$root/build/cli/psgraph}")
@@ -27,7 +30,8 @@ hosts_up ctl p0 w0 w1 w2 w3 || exit 1
 sshd_start p0 w0 w1 w2 w3 || exit 1
 echo "{\"bench\":\"hosts\",\"note\":\"emulated hosts on one machine: every process shares its cores; numbers are disturbed by whatever else runs there\",\"cores\":$(nproc)}"
 
-# 1. the wire beside iperf3, over a 1 Gbit/s cap on both hosts
+# 1. the wire beside iperf3, over a 1 Gbit/s cap on both hosts (PSG_HOSTS_ONLY=sim: skipped)
+if [ "${PSG_HOSTS_ONLY:-}" != sim ]; then
 hosts_cap p0 1gbit && hosts_cap w0 1gbit
 if command -v iperf3 >/dev/null; then
   hosts_exec p0 iperf3 -s -B "$(hosts_ip p0)" -1 >/dev/null 2>&1 &
@@ -51,6 +55,7 @@ print(json.dumps({"bench": "hosts_wire", "link": "1gbit", "op": d["op"], "bytes"
 PY
 done
 hosts_uncap p0 && hosts_uncap w0
+fi
 
 # a sync run of W workers (1 ps on p0) of $steps steps, extra args after W; prints
 # "steps_per_sec ps_tx_bytes"
@@ -74,20 +79,34 @@ run_steps() {
   sps=$(sed -n 's/^\[worker0\] {"event":"done".*"steps_per_sec":\([0-9.]*\).*/\1/p' "$log")
   echo "${sps:-0} $((tx1 - tx0))"
 }
-predict() { # W B extra simulate args...; prints steps/sec
+predict() { # W B extra simulate args...; prints steps/sec (the serial model)
   local w=$1 b=$2
   shift 2
   "$psgraph" simulate --tail none --step-ms "$step_ms" --bytes "$bytes" --ps 1 --latency-ms 0.1 --overhead-ms 0 \
     --workers "$w" --backups "$b" --steps 10 "$@" | sed -n 's/.*"steps_per_sec":\([0-9.]*\).*/\1/p'
 }
+# the overlap model from the calibration trace; tc tbf's burst as tools/hosts.sh sets it
+predict_overlap() { # W B extra simulate args...; prints steps/sec
+  local w=$1 b=$2
+  shift 2
+  "$psgraph" simulate --trace "$cal_trace" --tail none --ps 1 --latency-ms 0.05 --overhead-ms 0 \
+    --burst-ms 4 --burst-min-bytes 65536 --line-gbps 10 --workers "$w" --backups "$b" --steps 200 "$@" |
+    sed -n 's/.*"steps_per_sec":\([0-9.]*\).*/\1/p'
+}
+load1() { cut -d' ' -f1 /proc/loadavg; }
+ratio() { python3 -c "a, b = float('${1:-0}'), float('${2:-0}'); print(round(a / b, 3) if b else 'null')"; }
 
 # calibration: W = 1 uncapped, its step the compute; the bytes the ps sent per step (the
 # pull) from runs of 4 x and 8 x STEPS steps, so that start-up and evaluation cancel
-read -r _ txa <<<"$(run_steps $((4 * steps)) 1)"
+# (the first also writes the overlap model's trace: 20 steps from its middle)
+cal_trace=$HOSTS_DIR/calibration.json
+read -r _ txa <<<"$(run_steps $((4 * steps)) 1 --trace "$cal_trace" --trace-steps $((2 * steps)):$((2 * steps + 20)))"
 read -r sps1 txb <<<"$(run_steps $((8 * steps)) 1)"
 step_ms=$(python3 -c "print(round(1000 / $sps1, 3) if $sps1 > 0 else 1)")
 bytes=$(python3 -c "print(int(($txb - $txa) / (4 * $steps)))")
-echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes}"
+echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"load1\":$(load1)}"
+"$psgraph" simulate --trace "$cal_trace" --workers 1 --backups 0 --steps 10 --line-gbps 10 --ps 1 --tail none \
+  --latency-ms 0.05 --overhead-ms 0 | sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
 
 # 2. W = 1..4 over 100 Mbit/s and 1 Gbit/s caps on every link
 for rate in 100mbit 1gbit; do
@@ -95,8 +114,10 @@ for rate in 100mbit 1gbit; do
   gbps=$(python3 -c "print($(tc_rate_bps "$rate") / 1e9)")
   for w in 1 2 3 4; do
     read -r sps _ <<<"$(run "$w")"
-    pred=$(predict "$w" 0 --link-gbps "$gbps")
-    echo "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"measured_steps_per_sec\":$sps,\"predicted_steps_per_sec\":$pred,\"ratio\":$(python3 -c "print(round($sps / $pred, 3) if $pred else None)")}"
+    l1=$(load1)
+    pred=$(predict_overlap "$w" 0 --link-gbps "$gbps")
+    spred=$(predict "$w" 0 --link-gbps "$gbps")
+    echo "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"measured_steps_per_sec\":$sps,\"predicted_steps_per_sec\":${pred:-null},\"ratio\":$(ratio "$sps" "$pred"),\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}"
   done
   for h in p0 w0 w1 w2 w3; do hosts_uncap "$h"; done
 done
@@ -104,11 +125,14 @@ done
 # 3. one worker (w2) on a 50 Mbit/s link: 3 workers with b = 0 and b = 1 (N = 2)
 for b in 0 1; do
   read -r base _ <<<"$(run 3 --backup-workers $b)"
+  l1b=$(load1)
   hosts_cap w2 50mbit
   read -r capped _ <<<"$(run 3 --backup-workers $b)"
+  l1c=$(load1)
   hosts_uncap w2
   n=$((3 - b))
-  pred_base=$(predict "$n" "$b" --link-gbps 10)
-  pred=$(predict "$n" "$b" --link-gbps 10 --slow-link-gbps 0.05)
-  echo "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"50mbit\",\"uncapped_steps_per_sec\":$base,\"capped_steps_per_sec\":$capped,\"capped_over_uncapped\":$(python3 -c "print(round($capped / $base, 3) if $base else None)"),\"predicted_capped_over_uncapped\":$(python3 -c "print(round($pred / $pred_base, 3))"),\"predicted_capped_steps_per_sec\":$pred,\"capped_measured_over_predicted\":$(python3 -c "print(round($capped / $pred, 3) if $pred else None)")}"
+  pred_base=$(predict_overlap "$n" "$b" --link-gbps 10)
+  pred=$(predict_overlap "$n" "$b" --link-gbps 10 --slow-link-gbps 0.05)
+  spred=$(predict "$n" "$b" --link-gbps 10 --slow-link-gbps 0.05)
+  echo "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"50mbit\",\"uncapped_steps_per_sec\":$base,\"capped_steps_per_sec\":$capped,\"capped_over_uncapped\":$(ratio "$capped" "$base"),\"predicted_capped_over_uncapped\":$(ratio "$pred" "$pred_base"),\"predicted_uncapped_steps_per_sec\":${pred_base:-null},\"uncapped_measured_over_predicted\":$(ratio "$base" "$pred_base"),\"predicted_capped_steps_per_sec\":${pred:-null},\"capped_measured_over_predicted\":$(ratio "$capped" "$pred"),\"serial_predicted_capped_steps_per_sec\":${spred:-null},\"load1_uncapped\":$l1b,\"load1_capped\":$l1c}"
 done

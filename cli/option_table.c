@@ -266,12 +266,29 @@ static const psg_cli_option_t rows[] = {
                  "each ps's link instead (default: as the others)")}},
     {"--latency-ms", PSG_OPT_REAL, 0, 1e9,
      .use = {SIM(c.latency_ms, "--latency-ms X", "per message (default 0.07)")}},
+    {"--overlap", PSG_OPT_FLAG,
+     .use = {SIM(overlap, "--overlap",
+                 "the overlap model on --step-ms and --bytes (one pull needed\n"
+                 "at once, one push at the end; the links as shared queues)")}},
+    {"--burst-ms", PSG_OPT_REAL, 0, 1e9,
+     .use = {SIM(c.burst_ms, "--burst-ms X --burst-min-bytes N",
+                 "overlap model: a capped link's token bucket, X ms of its rate\n"
+                 "and at least N bytes (tc tbf's burst; default 0, 0)")}},
+    {"--burst-min-bytes", PSG_OPT_REAL, 0, 9e18, .use = {SIM(c.burst_min_bytes, NULL, NULL)}},
+    {"--line-gbps", PSG_OPT_REAL, 1e-9, 1e9,
+     .use = {SIM(c.line_gbps, "--line-gbps X",
+                 "overlap model: the wire under a cap, an uncapped link (10)")}},
+    {"--chunk-bytes", PSG_OPT_REAL, 1, 9e18,
+     .use = {SIM(c.chunk_bytes, "--chunk-bytes N",
+                 "overlap model: links share their time in chunks of N (65536)")}},
     /* simulate's ps, steps, workers and backups are a model's, not a cluster's: rows of their
      * own (a command sees one row a name) */
     {"--ps", PSG_OPT_INT, 0, 100000,
      .use = {SIM(c.ps, "--ps P", "parameter servers (default: (W + b) / 4, rounded up)")}},
     {"--overhead-ms", PSG_OPT_REAL, 0, 1e9,
-     .use = {SIM(c.overhead_ms, "--overhead-ms X", "per step: chief's apply, tokens (default 2)")}},
+     .use = {SIM(c.overhead_ms, "--overhead-ms X",
+                 "per step: chief's apply, tokens (default 2; with --trace 0:\n"
+                 "the trace's applies are modelled)")}},
     {"--batch", PSG_OPT_INT, 1, 1 << 20,
      .use = {TRAIN(c.batch, "--batch B", "batch size (default: the model's, above)"),
              BENCH(c.batch, "--batch B", "images per step (default 32)"), COMPARE(batch),
@@ -514,7 +531,11 @@ static const psg_cli_option_t rows[] = {
      .use = {TRAIN(c.trace_path, "--trace FILE",
                    "write a Chrome trace (Perfetto, chrome://tracing) of some steps"),
              BENCH(trace, "--trace FILE",
-                   "write a Chrome trace of the timed steps: each op's time")}},
+                   "write a Chrome trace of the timed steps: each op's time"),
+             SIM(trace, "--trace FILE",
+                 "the overlap model, calibrated from the merged trace of one\n"
+                 "uncapped run (psgraph launch ... train --trace FILE): each\n"
+                 "pull and push, its bytes, when the compute needs or makes it")}},
     {"--trace-steps", PSG_OPT_STRING, .check = check_trace_steps,
      .use = {TRAIN(trace_steps, "--trace-steps A:B",
                    "the steps traced, 1-based, inclusive (default 5:6)")}},

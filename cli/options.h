@@ -111,6 +111,8 @@ typedef struct {
     psg_sim_config_t c;
     int tail; /* psg_sim_tail_t */
     const char *samples, *workers, *backups;
+    const char *trace; /* the overlap model, calibrated from this trace */
+    bool overlap;      /* the overlap model on the serial model's inputs */
 } psg_simulate_args_t;
 
 typedef struct {

@@ -1,6 +1,7 @@
 /* `psgraph simulate`: predicts sync-replicas scaling (steps/sec, speedup)
- * of W workers + b backups + P parameter servers from measured numbers,
- * prints its assumptions and one JSON line per point. Not a measurement. */
+ * of W workers + b backups + P parameter servers from measured numbers (the
+ * serial model) or from a trace of one run (the overlap model), prints its
+ * assumptions and one JSON line per point. Not a measurement. */
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "psgraph/error.h"
@@ -50,12 +51,14 @@ static int simulate_parse(int argc, char **argv, psg_simulate_args_t *a, int *wo
                           int *backups, int *nb) {
     memset(a, 0, sizeof *a);
     a->c = psg_sim_defaults();
+    a->c.overhead_ms = -1; /* not given: the serial model's 2, 0 with a trace (measured) */
     a->tail = (int)a->c.tail;
     int rc = psg_cli_parse(PSG_CLI_SIMULATE, argc, argv, 1, a, NULL);
     if (rc == 1) usage(stdout);
     if (rc < 0) fprintf(stderr, "psgraph simulate: %s\n", psg_error_message());
     if (rc == -2) usage(stderr);
     if (rc) return rc == 1 ? 1 : 2;
+    if (a->c.overhead_ms < 0) a->c.overhead_ms = a->trace ? 0 : psg_sim_defaults().overhead_ms;
     a->c.tail = (psg_sim_tail_t)a->tail;
     if (a->workers) *nw = psg_cli_counts(a->workers, workers, 64, 1, 100000);
     if (a->backups) *nb = psg_cli_counts(a->backups, backups, 16, 0, 100000);
@@ -67,6 +70,93 @@ static int simulate_parse(int argc, char **argv, psg_simulate_args_t *a, int *wo
     return 0;
 }
 
+static void print_serial_assumptions(const psg_sim_config_t *c) {
+    printf("psgraph simulate: a model, not a measurement. Assumptions:\n"
+           "- sync replicas: each step every one of N + b workers pulls the variables, computes,\n"
+           "  pushes its gradient; the step ends when N gradients are in (the b slowest dropped),\n"
+           "  then the chief applies them (overhead %.2f ms a step)\n"
+           "- compute per worker and step: %s, mean %.1f ms",
+           c->overhead_ms, psg_sim_tail_name(c->tail), c->step_ms);
+    if (c->tail == PSG_SIM_TAIL_PARETO)
+        printf(
+            " (normal cv %.3f + with p %.3f a straggle of step x Pareto(0.5, alpha %.2f), capped at 50x)",
+            c->cv, c->straggle_p, c->alpha);
+    else if (c->tail == PSG_SIM_TAIL_NORMAL)
+        printf(" (cv %.3f)", c->cv);
+    else if (c->tail == PSG_SIM_TAIL_LOGNORMAL)
+        printf(" (sigma %.3f)", c->sigma);
+    else if (c->tail == PSG_SIM_TAIL_SAMPLES)
+        printf(" (%d measured samples, drawn with replacement)", c->n_samples);
+    printf(
+        ", independent across workers and steps\n"
+        "- transfer per direction: latency %.3f ms + max(bytes / link, (N + b) x bytes / (P x link)),\n"
+        "  %.0f bytes, %.1f Gbit/s links, full duplex, no overlap of compute and transfer;\n"
+        "  the ps links are shared by all N + b workers (backups' traffic counts)\n"
+        "- a worker's time in a step: its compute + its pull + its push (the slow link's worker\n"
+        "  is the last one in); the last worker's link %.3f Gbit/s, the ps links %.3f Gbit/s\n"
+        "- P = %s; speedup = images/sec over one worker without backups (same step-time stream)\n",
+        c->latency_ms, c->bytes_per_step, c->link_gbps,
+        c->slow_link_gbps > 0 ? c->slow_link_gbps : c->link_gbps,
+        c->ps_link_gbps > 0 ? c->ps_link_gbps : c->link_gbps,
+        c->ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
+    if (c->ps > 0) printf("  (P = %d)\n", c->ps);
+}
+
+static void print_overlap_assumptions(const psg_sim_config_t *c, const psg_sim_profile_t *p) {
+    double pull = 0, push = 0;
+    for (int i = 0; i < p->n_pulls; i++) pull += p->pulls[i].bytes;
+    for (int j = 0; j < p->n_pushes; j++) push += p->pushes[j].bytes;
+    printf("psgraph simulate: a model, not a measurement (the overlap model). Assumptions:\n"
+           "- sync replicas, event by event: a worker's step starts one latency (%.3f ms) after\n"
+           "  its token, plus %.3f ms of overhead; it asks for its %d pulls (%.0f bytes) at once,\n"
+           "  computes %.3f ms (x its draw: %s), waits where it needs a pull not yet in, and\n"
+           "  sends each of its %d pushes (%.0f bytes) when its compute has made it\n"
+           "- each message crosses its sender's uplink and its receiver's downlink, %.3f Gbit/s\n"
+           "  (the last worker's %.3f, the ps's %.3f; full duplex), shared round-robin by the\n"
+           "  peers in chunks of %.0f bytes; a capped link's token bucket holds %.1f ms of its\n"
+           "  rate (at least %.0f bytes), drained at %.1f Gbit/s\n"
+           "- a ps applies a gradient when the N-th of the step is in (one apply at a time);\n"
+           "  the chief releases the next step %.2f ms after the last; late gradients are\n"
+           "  dropped, their bytes still cross the links\n"
+           "- P = %s; speedup = images/sec over one worker without backups\n",
+           c->latency_ms, p->overhead_ms, p->n_pulls, pull, p->compute_ms,
+           psg_sim_tail_name(c->tail), p->n_pushes, push, c->link_gbps,
+           c->slow_link_gbps > 0 ? c->slow_link_gbps : c->link_gbps,
+           c->ps_link_gbps > 0 ? c->ps_link_gbps : c->link_gbps, c->chunk_bytes, c->burst_ms,
+           c->burst_min_bytes, c->line_gbps, c->overhead_ms,
+           c->ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
+    if (c->ps > 0) printf("  (P = %d)\n", c->ps);
+}
+
+/* The overlap model's profile into *p: from the trace (calibrated; its JSON line printed)
+ * or from the serial inputs. -1 with the error set. */
+static int overlap_profile(const psg_simulate_args_t *a, const psg_sim_config_t *c,
+                           psg_sim_msg_t serial[2], psg_sim_profile_t *p) {
+    if (!a->trace) {
+        psg_sim_profile_serial(c, serial, p);
+        return 0;
+    }
+    const char *note = NULL;
+    if (psg_sim_profile_from_trace(a->trace, p) < 0) return -1;
+    if (psg_sim_calibrate(c, p, &note) < 0) {
+        psg_sim_profile_free(p);
+        return -1;
+    }
+    double pull = 0, push = 0, apply = 0;
+    for (int i = 0; i < p->n_pulls; i++) pull += p->pulls[i].bytes;
+    for (int j = 0; j < p->n_pushes; j++) {
+        push += p->pushes[j].bytes;
+        apply += p->pushes[j].apply_ms;
+    }
+    printf("{\"simulate\":\"calibration\",\"trace\":\"%s\",\"trace_workers\":%d,\"trace_steps\":%d,"
+           "\"measured_step_ms\":%.3f,\"compute_ms\":%.3f,\"overhead_ms\":%.3f,\"pulls\":%d,"
+           "\"pull_bytes\":%.0f,\"pushes\":%d,\"push_bytes\":%.0f,\"ps_apply_ms\":%.3f%s%s%s}\n",
+           a->trace, p->trace_workers, p->trace_steps, p->trace_step_ms, p->compute_ms,
+           p->overhead_ms, p->n_pulls, pull, p->n_pushes, push, apply, note ? ",\"note\":\"" : "",
+           note ? note : "", note ? "\"" : "");
+    return 0;
+}
+
 int psg_cmd_simulate(int argc, char **argv) {
     psg_simulate_args_t a;
     int workers[64] = {1, 2, 4, 8, 16, 32, 50, 64, 100, 200}, nw = 10;
@@ -74,10 +164,9 @@ int psg_cmd_simulate(int argc, char **argv) {
     int prc = simulate_parse(argc, argv, &a, workers, &nw, backups, &nb);
     if (prc) return prc == 1 ? 0 : 2;
     psg_sim_config_t c = a.c;
-    const char *samples = a.samples;
     double *sv = NULL;
-    if (samples) {
-        if (!(sv = read_samples(samples, &c.n_samples))) {
+    if (a.samples) {
+        if (!(sv = read_samples(a.samples, &c.n_samples))) {
             fprintf(stderr, "psgraph simulate: %s\n", psg_error_message());
             return 1;
         }
@@ -87,51 +176,36 @@ int psg_cmd_simulate(int argc, char **argv) {
         for (int i = 0; i < c.n_samples; i++) sum += sv[i];
         c.step_ms = sum / c.n_samples;
     }
-    printf("psgraph simulate: a model, not a measurement. Assumptions:\n"
-           "- sync replicas: each step every one of N + b workers pulls the variables, computes,\n"
-           "  pushes its gradient; the step ends when N gradients are in (the b slowest dropped),\n"
-           "  then the chief applies them (overhead %.2f ms a step)\n"
-           "- compute per worker and step: %s, mean %.1f ms",
-           c.overhead_ms, psg_sim_tail_name(c.tail), c.step_ms);
-    if (c.tail == PSG_SIM_TAIL_PARETO)
-        printf(
-            " (normal cv %.3f + with p %.3f a straggle of step x Pareto(0.5, alpha %.2f), capped at 50x)",
-            c.cv, c.straggle_p, c.alpha);
-    else if (c.tail == PSG_SIM_TAIL_NORMAL)
-        printf(" (cv %.3f)", c.cv);
-    else if (c.tail == PSG_SIM_TAIL_LOGNORMAL)
-        printf(" (sigma %.3f)", c.sigma);
-    else if (c.tail == PSG_SIM_TAIL_SAMPLES)
-        printf(" (%d measured samples, drawn with replacement)", c.n_samples);
-    printf(
-        ", independent across workers and steps\n"
-        "- transfer per direction: latency %.3f ms + max(bytes / link, (N + b) x bytes / (P x link)),\n"
-        "  %.0f bytes, %.1f Gbit/s links, full duplex, no overlap of compute and transfer;\n"
-        "  the ps links are shared by all N + b workers (backups' traffic counts)\n"
-        "- a worker's time in a step: its compute + its pull + its push (the slow link's worker\n"
-        "  is the last one in); the last worker's link %.3f Gbit/s, the ps links %.3f Gbit/s\n"
-        "- P = %s; speedup = images/sec over one worker without backups (same step-time stream)\n",
-        c.latency_ms, c.bytes_per_step, c.link_gbps,
-        c.slow_link_gbps > 0 ? c.slow_link_gbps : c.link_gbps,
-        c.ps_link_gbps > 0 ? c.ps_link_gbps : c.link_gbps,
-        c.ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
-    if (c.ps > 0) printf("  (P = %d)\n", c.ps);
+    bool overlap = a.trace || a.overlap;
+    psg_sim_profile_t prof = {0};
+    psg_sim_msg_t serial[2];
+    if (overlap && overlap_profile(&a, &c, serial, &prof) < 0) {
+        fprintf(stderr, "psgraph simulate: %s\n", psg_error_message());
+        free(sv);
+        return 1;
+    }
+    if (overlap)
+        print_overlap_assumptions(&c, &prof);
+    else
+        print_serial_assumptions(&c);
     int rc = 0;
     for (int i = 0; i < nw && rc == 0; i++)
         for (int j = 0; j < nb; j++) {
             psg_sim_result_t r;
-            if (psg_sim_run(&c, workers[i], backups[j], &r) < 0) {
+            if ((overlap ? psg_sim_overlap_run(&c, &prof, workers[i], backups[j], &r)
+                         : psg_sim_run(&c, workers[i], backups[j], &r)) < 0) {
                 fprintf(stderr, "psgraph simulate: %s\n", psg_error_message());
                 rc = 1;
                 break;
             }
             printf(
                 "{\"simulate\":\"sync_replicas\",\"workers\":%d,\"backups\":%d,\"ps\":%d,"
-                "\"step_ms\":%.1f,\"compute_ms\":%.1f,\"transfer_ms\":%.1f,\"steps_per_sec\":%.4f,"
-                "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f}\n",
+                "\"step_ms\":%.2f,\"compute_ms\":%.2f,\"transfer_ms\":%.2f,\"steps_per_sec\":%.4f,"
+                "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f,\"model\":\"%s\"}\n",
                 r.workers, r.backups, r.ps, r.step_ms, r.compute_ms, r.transfer_ms, r.steps_per_sec,
-                r.images_per_sec, r.speedup, r.speedup / r.workers);
+                r.images_per_sec, r.speedup, r.speedup / r.workers, overlap ? "overlap" : "serial");
         }
+    if (a.trace) psg_sim_profile_free(&prof);
     free(sv);
     return rc;
 }

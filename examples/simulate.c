@@ -3,6 +3,7 @@
  * of N + b workers, transfers over shared parameter-server links. Not a
  * network simulator: no queues, no packet-level effects. */
 #include "core/rng.h"
+#include "examples/simulate_internal.h"
 #include "psgraph/simulate.h"
 
 #include "psgraph/error.h"
@@ -27,6 +28,8 @@ psg_sim_config_t psg_sim_defaults(void) {
         .batch = 32,
         .steps = 2000,
         .seed = 1,
+        .line_gbps = 10,
+        .chunk_bytes = 65536,
     };
 }
 
@@ -42,9 +45,7 @@ const char *psg_sim_tail_name(psg_sim_tail_t t) {
     return (unsigned)t < sizeof tail_names / sizeof tail_names[0] ? tail_names[t] : "?";
 }
 
-/* One compute time in ms. Always draws the same count of numbers per call,
- * so a worker's stream stays aligned across runs. */
-static double draw(const psg_sim_config_t *c, uint64_t *s) {
+double psg_sim_draw(const psg_sim_config_t *c, uint64_t *s) {
     double z = psg_normal01(s), u = psg_uniform01(s), v = psg_uniform01(s);
     switch (c->tail) {
     case PSG_SIM_TAIL_NONE: return c->step_ms;
@@ -68,7 +69,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int check(const psg_sim_config_t *c, int workers, int backups) {
+int psg_sim_check(const psg_sim_config_t *c, int workers, int backups) {
     if (workers < 1 || backups < 0 || workers + backups > 100000)
         return psg_error_set("simulate: %d workers + %d backups (need >= 1 worker, >= 0 backups)",
                              workers, backups);
@@ -91,6 +92,9 @@ static int check(const psg_sim_config_t *c, int workers, int backups) {
         c->batch < 1 || c->steps < 1)
         return psg_error_set(
             "simulate: link, bytes, latency, overhead, ps, batch or steps out of range");
+    if (c->burst_ms < 0 || c->burst_min_bytes < 0 || !(c->line_gbps > 0) || !(c->chunk_bytes >= 1))
+        return psg_error_set("simulate: burst, line or chunk out of range (burst >= 0, line > 0, "
+                             "chunk >= 1 byte)");
     return 0;
 }
 
@@ -120,7 +124,7 @@ static void simulate(const psg_sim_config_t *c, int n, int b, int ps, double *st
     double sum = 0, sum_compute = 0;
     for (int s = 0; s < c->steps; s++) {
         for (int k = 0; k < m; k++) {
-            u[k] = draw(c, &streams[k]);
+            u[k] = psg_sim_draw(c, &streams[k]);
             t[k] = u[k] + xfer[k];
         }
         qsort(t, (size_t)m, sizeof *t, cmp_double);
@@ -138,7 +142,7 @@ static void simulate(const psg_sim_config_t *c, int n, int b, int ps, double *st
 }
 
 int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r) {
-    if (check(c, workers, backups) < 0) return -1;
+    if (psg_sim_check(c, workers, backups) < 0) return -1;
     int ps = c->ps > 0 ? c->ps : (workers + backups + 3) / 4;
     memset(r, 0, sizeof *r);
     r->workers = workers;

@@ -145,6 +145,15 @@ static int64_t mono_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The bytes of the tensors (the timeline's args.bytes of a Send or a Recv); a resource
+ * handle counts nothing. */
+static int64_t tensors_bytes(psg_tensor_t *const *t, int n) {
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i] && t[i]->dtype != PSG_DT_RESOURCE) sum += (int64_t)psg_tensor_nbytes(t[i]);
+    return sum;
+}
+
 /* Keeps the outputs that someone reads and releases the node's inputs. */
 static void store_outputs(run_t *r, plan_node_t *pn, psg_tensor_t **outputs) {
     const psg_node_t *n = pn->node;
@@ -254,6 +263,9 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
         }
     }
     int64_t start_ns = r->on_node ? mono_ns() : 0;
+    /* the timeline's bytes of a Send: its input, read before the kernel moves it */
+    int64_t send_bytes =
+        r->on_node && rc == 0 && !strcmp(psg_node_op(n), "Send") ? tensors_bytes(inputs, ni) : 0;
     if (a) a->start_ns = start_ns;
     if (rc == 0) {
         psg_kernel_ctx_t kc = {.node = n,
@@ -284,9 +296,12 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
         free(a);
         return psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
     }
+    int64_t recv_bytes =
+        r->on_node && !strcmp(psg_node_op(n), "Recv") ? tensors_bytes(outputs, no) : 0;
     store_outputs(r, pn, outputs);
     if (r->on_node)
-        r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns());
+        r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, start_ns, mono_ns(),
+                   send_bytes + recv_bytes);
     return 0;
 }
 
@@ -500,9 +515,13 @@ static void async_done(psg_async_op_t *a, int rc) {
         psg_error_wrap("node '%s' (%s)", n->name, psg_node_op(n));
         abort_step(r);
     } else {
+        int64_t bytes = r->on_node && !strcmp(psg_node_op(n), "Recv")
+                            ? tensors_bytes(a->outputs, n->num_outputs)
+                            : 0;
         store_outputs(r, pn, a->outputs);
         if (r->on_node)
-            r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns());
+            r->on_node(r->on_node_ctx, n->name, psg_node_op(n), r->step_id, a->start_ns, mono_ns(),
+                       bytes);
     }
     groups_node_done(r, a->index);
     pthread_mutex_lock(&r->lock);

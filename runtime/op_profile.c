@@ -70,8 +70,9 @@ static node_row_t *row_of(psg_op_profile_t *p, const char *name, const char *op)
 }
 
 void psg_op_profile_node_hook(void *ctx, const char *node, const char *op, int64_t step_id,
-                              int64_t start_ns, int64_t end_ns) {
+                              int64_t start_ns, int64_t end_ns, int64_t bytes) {
     (void)step_id;
+    (void)bytes;
     psg_op_profile_t *p = ctx;
     pthread_mutex_lock(&p->lock);
     node_row_t *r = row_of(p, node, op);

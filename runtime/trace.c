@@ -20,6 +20,7 @@ typedef struct {
     int64_t start_ns, end_ns, step;
     int tid;
     int64_t pushed, pulled; /* a step's tensor bytes; -1: not a step event */
+    int64_t bytes;          /* a Send's or a Recv's tensor bytes; 0: none */
 } event_t;
 
 struct psg_trace {
@@ -113,7 +114,7 @@ static void add_event(psg_trace_t *t, event_t e, bool own_step) {
 
 void psg_trace_event(psg_trace_t *t, const char *name, const char *cat, int64_t start_ns,
                      int64_t end_ns) {
-    add_event(t, (event_t){strdup(name), strdup(cat), start_ns, end_ns, 0, thread_tid(), -1, -1},
+    add_event(t, (event_t){strdup(name), strdup(cat), start_ns, end_ns, 0, thread_tid(), -1, -1, 0},
               false);
 }
 
@@ -128,14 +129,18 @@ void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_
                  step,
                  thread_tid(),
                  bytes_pushed < 0 ? 0 : bytes_pushed,
-                 bytes_pulled < 0 ? 0 : bytes_pulled};
+                 bytes_pulled < 0 ? 0 : bytes_pulled,
+                 0};
     add_event(t, e, true);
 }
 
 void psg_trace_node_hook(void *ctx, const char *node, const char *op, int64_t step_id,
-                         int64_t start_ns, int64_t end_ns) {
+                         int64_t start_ns, int64_t end_ns, int64_t bytes) {
     (void)step_id;
-    psg_trace_event(ctx, node, op, start_ns, end_ns);
+    add_event(ctx,
+              (event_t){strdup(node), strdup(op), start_ns, end_ns, 0, thread_tid(), -1, -1,
+                        bytes > 0 ? bytes : 0},
+              false);
 }
 
 int psg_trace_num_events(psg_trace_t *t) {
@@ -210,6 +215,8 @@ int psg_trace_write(psg_trace_t *t, const char *path) {
         if (e->pushed >= 0)
             fprintf(f, ",\"bytes_pushed\":%lld,\"bytes_pulled\":%lld", (long long)e->pushed,
                     (long long)e->pulled);
+        if (e->bytes > 0 || !strcmp(e->cat, "Send") || !strcmp(e->cat, "Recv"))
+            fprintf(f, ",\"bytes\":%lld", (long long)e->bytes);
         fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");

@@ -18,7 +18,7 @@ void psg_op_profile_destroy(psg_op_profile_t **p);
 
 /* A psg_node_timing_fn over a psg_op_profile_t *ctx (thread-safe). */
 void psg_op_profile_node_hook(void *ctx, const char *node, const char *op, int64_t step_id,
-                              int64_t start_ns, int64_t end_ns);
+                              int64_t start_ns, int64_t end_ns, int64_t bytes);
 
 /* The floating-point operations of one run of node n of g, from its shapes, an unknown
  * dim counted as unknown_dim (the batch): 2·M·N·K for MatMul and Dense, 2·(output or

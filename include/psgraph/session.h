@@ -44,10 +44,11 @@ int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
 
 /* A timing hook (the timeline): called once per executed node, after it
  * finished, on the thread that finished it, with the node's name, op type,
- * the run's step id and its start and end times (CLOCK_MONOTONIC, ns).
+ * the run's step id, its start and end times (CLOCK_MONOTONIC, ns) and, for a
+ * Send or a Recv, the tensor bytes it sent or received (0 for other nodes).
  * Must be thread-safe: nodes of one step finish on several threads. */
 typedef void (*psg_node_timing_fn)(void *ctx, const char *node, const char *op, int64_t step_id,
-                                   int64_t start_ns, int64_t end_ns);
+                                   int64_t start_ns, int64_t end_ns, int64_t bytes);
 
 /* Sets (fn != NULL) or clears the timing hook of the callables of s for the
  * runs that start after this call. Off by default, and free when off. */

@@ -40,7 +40,39 @@ typedef struct {
     int batch;             /* per worker: 32 */
     int steps;             /* Monte Carlo steps per point: 2000 */
     uint64_t seed;         /* 1 */
+    /* the overlap model's links (psg_sim_overlap_run) */
+    double burst_ms;        /* a capped link's token bucket holds burst_ms of its rate (tc tbf's
+                             * burst; bench/hosts.sh: 4): 0 */
+    double burst_min_bytes; /* ... and at least this many bytes (bench/hosts.sh: 65536): 0 */
+    double line_gbps;       /* the wire under a cap, and an uncapped link: 10 */
+    double chunk_bytes;     /* links share their time in chunks of this size: 65536 */
 } psg_sim_config_t;
+
+/* One tensor a worker moves each step in the overlap model: a pull (a variable, from
+ * its ps to the worker) or a push (a gradient, from the worker to the ps). */
+typedef struct {
+    double bytes;
+    double at_ms;    /* pull: the worker's compute done before the step needs it; push: the
+                      * compute done when it is ready to send (ms of one step's compute) */
+    double apply_ms; /* push: the ps's time to apply it once N are in; pull: unused */
+    int ps;          /* the ps it comes from or goes to (taken modulo P); -1: split in P equal
+                      * parts, one to each ps */
+} psg_sim_msg_t;
+
+/* What one worker's step does, in the order the runtime does it: its pulls (all asked for
+ * at the step's start), its compute (the forward waits for each variable where it needs
+ * it), its pushes (each sent when backprop made it). From a trace
+ * (psg_sim_profile_from_trace) or the serial model's inputs (psg_sim_profile_serial). */
+typedef struct {
+    psg_sim_msg_t *pulls, *pushes;
+    int n_pulls, n_pushes;
+    double compute_ms;    /* one worker's compute a step */
+    double overhead_ms;   /* a worker's time a step outside the modelled parts, serial with
+                           * the rest (the session, RPCs, the token): psg_sim_calibrate */
+    int trace_workers;    /* the traced run's workers (0: not from a trace) */
+    double trace_step_ms; /* its measured step (start to next start), median */
+    int trace_steps;      /* steps of the trace used */
+} psg_sim_profile_t;
 
 typedef struct {
     int workers, backups, ps;
@@ -68,5 +100,45 @@ const char *psg_sim_tail_name(psg_sim_tail_t t);
  * its own stream of the seed, so one worker is the same in every run and speedup <= N for b = 0.
  * Returns 0, or -1 with the error set on a bad config. */
 int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r);
+
+/* The overlap model: an event simulation of c->steps sync steps of `workers` + `backups`
+ * workers running profile p. A worker's step starts when it has its token (the chief's
+ * release, one latency later) plus p->overhead_ms; it asks for every pull at once, computes
+ * (scaled by its draw from c's tail over c->step_ms), waits where a pull it needs is not in,
+ * and sends each push as its compute passes the push's at_ms. Every message crosses its
+ * sender's uplink and its receiver's downlink; each link serves its peers round-robin in
+ * chunks of c->chunk_bytes at its rate, with a token bucket of c->burst_ms of the rate (at
+ * least c->burst_min_bytes) drained at c->line_gbps (both directions of a link are
+ * independent: full duplex). A ps applies push j when the N-th gradient of the current step
+ * is in (its apply_ms, one at a time per ps); when all are applied, the chief releases the
+ * next step after c->overhead_ms; gradients of an older step are dropped (backups). Links
+ * and workers carry over from step to step: a slow worker's late push still holds the ps's
+ * link. r's step is the mean over the steps after a warm-up (a fifth, at most 10); compute
+ * is the mean draw x p->compute_ms; speedup is against 1 worker, same profile.
+ * Returns 0, or -1 with the error set on a bad config or profile. */
+int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, int workers,
+                        int backups, psg_sim_result_t *r);
+
+/* The serial model's inputs as a profile (no overlap but the links' queues): one pull of
+ * c->bytes_per_step needed at once, compute c->step_ms, one push of it at the end, each
+ * spread evenly over the P ps (ps -1). msgs holds the two messages (the caller's). */
+void psg_sim_profile_serial(const psg_sim_config_t *c, psg_sim_msg_t msgs[2], psg_sim_profile_t *p);
+
+/* Reads a merged cluster trace (psgraph launch ... train --trace FILE; docs/checkpoints.md)
+ * of an uncapped run into p: for the first worker's traced steps (but the first, a
+ * warm-up), its compute (the union of its ops' spans other than Recv), each Recv's bytes
+ * (args.bytes) and the compute done when it came in, each Send's bytes and the compute
+ * done when it started; medians over the steps, matched by node name. The ps's update ops
+ * of the step (types with "Apply") give the apply time, shared out over the pushes by bytes.
+ * trace_step_ms: the median from one step's start to the next's. The ps of a message: its
+ * peer's task in the node's name is not known, so the pulls and pushes are spread over the
+ * ps tasks in turn. -1 with the error naming the file and what is missing. */
+int psg_sim_profile_from_trace(const char *path, psg_sim_profile_t *p);
+void psg_sim_profile_free(psg_sim_profile_t *p);
+
+/* Sets p->overhead_ms so that the model of the traced run (p->trace_workers workers, no
+ * backups, every link uncapped at c->line_gbps) steps in p->trace_step_ms. 0 when the
+ * model alone is already slower (said in *note when note is not NULL). -1 on a bad config. */
+int psg_sim_calibrate(const psg_sim_config_t *c, psg_sim_profile_t *p, const char **note);
 
 #endif

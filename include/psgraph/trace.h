@@ -31,9 +31,10 @@ void psg_trace_step_event(psg_trace_t *t, int64_t step, int64_t start_ns, int64_
                           int64_t bytes_pushed, int64_t bytes_pulled);
 
 /* A psg_node_timing_fn (session.h) over a psg_trace_t *ctx: pass it to
- * psg_session_set_node_hook(s, psg_trace_node_hook, trace). */
+ * psg_session_set_node_hook(s, psg_trace_node_hook, trace). A Send's or a Recv's
+ * bytes go into its event's args ("bytes"). */
 void psg_trace_node_hook(void *ctx, const char *node, const char *op, int64_t step_id,
-                         int64_t start_ns, int64_t end_ns);
+                         int64_t start_ns, int64_t end_ns, int64_t bytes);
 
 int psg_trace_num_events(psg_trace_t *t);
 int psg_trace_dropped(psg_trace_t *t);

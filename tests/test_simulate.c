@@ -1,0 +1,262 @@
+/* The overlap model of `psgraph simulate` (examples/simulate_overlap.c) on small cases
+ * whose answers are worked out by hand in the comments, its calibration, and the trace
+ * reader (examples/simulate_trace.c) on a trace written here with known numbers. A real
+ * cluster's trace is read by tests/test_simulate_trace.sh. */
+#include "psgraph/error.h"
+#include "psgraph/simulate.h"
+#include "tests/testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Links of 1 byte/ms (8e-6 Gbit/s), chunks of 1 byte, a wire 1e9 times faster under the
+ * cap, no latency, no overhead, no tail: each case's answer is a sum of whole ms. */
+static psg_sim_config_t unit_config(void) {
+    psg_sim_config_t c = psg_sim_defaults();
+    c.tail = PSG_SIM_TAIL_NONE;
+    c.link_gbps = 8e-6;
+    c.line_gbps = 8e3;
+    c.chunk_bytes = 1;
+    c.latency_ms = 0;
+    c.overhead_ms = 0;
+    c.ps = 1;
+    c.steps = 20;
+    c.batch = 1;
+    return c;
+}
+
+/* The serial model's inputs (compute step_ms, bytes_per_step each way) in the overlap
+ * model: r of n + b workers; 0, or -1 with the error set. */
+static int run_serial(const psg_sim_config_t *c, int n, int b, psg_sim_result_t *r) {
+    psg_sim_msg_t m[2];
+    psg_sim_profile_t p;
+    psg_sim_profile_serial(c, m, &p);
+    return psg_sim_overlap_run(c, &p, n, b, r);
+}
+
+/* One worker: pull 10 bytes (10 ms), compute 30, push 10 (10 ms): 50 ms a step, the
+ * serial model's sum, since nothing overlaps with one pull needed at once and one push
+ * at the end. */
+static void test_serial_profile(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 30;
+    c.bytes_per_step = 10;
+    psg_sim_result_t r;
+    CHECK(run_serial(&c, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 50, 1e-6);
+    CHECK_NEAR(r.compute_ms, 30, 1e-9);
+    CHECK_NEAR(r.speedup, 1, 1e-9);
+}
+
+/* One worker, compute 30: pull a (10 B) needed at 0, pull b (20 B) needed at 10; push x
+ * (20 B) made at 20, push y (10 B) at 30. a is in at 10, b at 30 (behind a on the ps's
+ * link); compute 0-10 runs 10-20, waits for b, 10-20 runs 30-40: x leaves at 40 (in at
+ * 60), compute 20-30 runs 40-50, y queues behind x on the worker's link: in at 70. The
+ * next step starts at 70: 70 ms, against 30 + 30 + 30 = 90 without overlap. */
+static void test_overlap_one_worker(void) {
+    psg_sim_config_t c = unit_config();
+    psg_sim_msg_t pulls[2] = {{10, 0, 0, 0}, {20, 10, 0, 0}};
+    psg_sim_msg_t pushes[2] = {{20, 20, 0, 0}, {10, 30, 0, 0}};
+    psg_sim_profile_t p = {
+        .pulls = pulls, .pushes = pushes, .n_pulls = 2, .n_pushes = 2, .compute_ms = 30};
+    psg_sim_result_t r;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 70, 1e-6);
+    /* applies on the ps: x's (2 ms) runs at 60-62 while y is on the wire, y's (3 ms) at
+     * 70-73, then the chief's overhead (1 ms): 74 */
+    pushes[0].apply_ms = 2;
+    pushes[1].apply_ms = 3;
+    c.overhead_ms = 1;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 74, 1e-6);
+}
+
+/* Two workers, one ps: each pulls 10 B, computes 5, pushes 10 B. The ps's uplink serves
+ * them in turn a chunk each: worker 0's pull is in at 19, worker 1's at 20; worker 0
+ * pushes from 24, worker 1 from 25; the ps's downlink, busy from 24 with 20 bytes, is
+ * done at 44. A step: 44 ms (not 20 + 5 + 20 = 45: worker 0's push starts early). */
+static void test_shared_link(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 5;
+    c.bytes_per_step = 10;
+    psg_sim_result_t r;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 44, 1e-6);
+    CHECK(r.speedup > 1 && r.speedup < 2); /* one worker: 25 ms a step */
+    /* two ps: the serial inputs are spread, 5 B a worker on each ps's link each way, and
+     * each worker's own link carries its 10 B: about 10 + 5 + 10, far from 44 */
+    c.ps = 2;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK(r.ps == 2 && r.step_ms >= 25 - 1e-6 && r.step_ms < 30);
+}
+
+/* Three workers as above, the last on a link of 0.1 byte/ms. b = 0: its pull's chunks
+ * leave the ps at 2, 5, ..., 29 and take 10 ms each on its link: in at 102; its compute
+ * ends at 107 and its push takes 100 ms: every step waits for it, 207 ms. b = 1 (N = 2):
+ * the two others step every 44 ms as above, and the slow worker's traffic (a late push
+ * dropped, a pull now and then) adds a little on the ps's links. */
+static void test_slow_link_and_backup(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 5;
+    c.bytes_per_step = 10;
+    c.slow_link_gbps = 8e-7;
+    c.steps = 40;
+    psg_sim_result_t r0, r1;
+    CHECK(run_serial(&c, 3, 0, &r0) == 0);
+    CHECK_NEAR(r0.step_ms, 207, 1e-6);
+    CHECK(run_serial(&c, 2, 1, &r1) == 0);
+    CHECK(r1.step_ms >= 44 - 1e-6 && r1.step_ms < 55); /* 10 of its chunks per ~207 ms */
+}
+
+/* A token bucket of 4 bytes on every link: each transfer of 10 B takes the 4 at the
+ * wire's speed (the bucket refills while the worker computes) and 6 ms for the rest. */
+static void test_burst(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 30;
+    c.bytes_per_step = 10;
+    c.burst_min_bytes = 4;
+    psg_sim_result_t r;
+    CHECK(run_serial(&c, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 6 + 30 + 6, 1e-3);
+}
+
+/* Calibration: a traced run of 1 worker measured 100 ms a step on uncapped links; the
+ * model without overhead gives about 30 (the wire is fast): the overhead is what is left,
+ * and the model of that run then gives 100. */
+static void test_calibrate(void) {
+    psg_sim_config_t c = unit_config();
+    psg_sim_msg_t pulls[2] = {{10, 0, 0, 0}, {20, 10, 0, 0}};
+    psg_sim_msg_t pushes[2] = {{20, 20, 0, 0}, {10, 30, 0, 0}};
+    psg_sim_profile_t p = {.pulls = pulls,
+                           .pushes = pushes,
+                           .n_pulls = 2,
+                           .n_pushes = 2,
+                           .compute_ms = 30,
+                           .trace_workers = 1,
+                           .trace_step_ms = 100};
+    CHECK(psg_sim_calibrate(&c, &p, NULL) == 0);
+    CHECK_NEAR(p.overhead_ms, 70, 1e-3);
+    c.link_gbps = c.line_gbps;
+    psg_sim_result_t r;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 100, 1e-6);
+    /* on the capped links of the other cases: 70 + 70 (overlap, above) */
+    c.link_gbps = 8e-6;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 70 + p.overhead_ms, 1e-6);
+    p.trace_workers = 0;
+    CHECK(psg_sim_calibrate(&c, &p, NULL) < 0);
+    CHECK_ERROR_HAS("trace");
+}
+
+static void test_bad_profile(void) {
+    psg_sim_config_t c = unit_config();
+    psg_sim_msg_t pushes[1] = {{-5, 0, 0, 0}};
+    psg_sim_profile_t p = {.pushes = pushes, .n_pushes = 1, .compute_ms = 1};
+    psg_sim_result_t r;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) < 0);
+    CHECK_ERROR_HAS("push 0");
+    p.n_pushes = 0;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) < 0);
+    CHECK_ERROR_HAS("no pushes");
+}
+
+/* A merged trace of 1 ps (pid 0) and 1 worker (pid 1), steps 1..4 at 1000 µs apart, each:
+ * the worker's Recv of a variable (400 B, in at +100), compute 200 + 300 µs, a Send of a
+ * gradient (400 B, at +600, 50 µs), compute 100 µs; the ps's Send and Recv of those edges
+ * and an apply of 40 µs. */
+static const char *write_trace(const char *path, bool with_bytes) {
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fprintf(f, "{\"traceEvents\":[\n"
+               "{\"ph\":\"M\",\"pid\":0,\"tid\":1,\"name\":\"process_name\",\"args\":{\"name\":"
+               "\"/job:ps/replica:0/task:0\"}},\n"
+               "{\"ph\":\"M\",\"pid\":1,\"tid\":1,\"name\":\"process_name\",\"args\":{\"name\":"
+               "\"/job:worker/replica:0/task:0\"}}");
+    const char *b = with_bytes ? ",\"bytes\":400" : "";
+    for (int s = 1; s <= 4; s++) {
+        double t = 1e6 + 1000.0 * s;
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.1f,\"dur\":900,\"name\":\"step %d\","
+                "\"cat\":\"step\",\"args\":{\"step\":%d}}",
+                t, s, s);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":%.1f,\"dur\":100,\"name\":"
+                "\"fc/w/_recv_0\",\"cat\":\"Recv\",\"args\":{\"step\":%d%s}}",
+                t, s, b);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.1f,\"dur\":200,\"name\":\"mm\","
+                "\"cat\":\"MatMul\",\"args\":{\"step\":%d}}",
+                t + 100, s);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.1f,\"dur\":300,\"name\":\"mmg\","
+                "\"cat\":\"MatMul\",\"args\":{\"step\":%d}}",
+                t + 300, s);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.1f,\"dur\":50,\"name\":"
+                "\"grad/fc/w/_send_0\",\"cat\":\"Send\",\"args\":{\"step\":%d%s}}",
+                t + 600, s, b);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.1f,\"dur\":100,\"name\":\"loss\","
+                "\"cat\":\"Mean\",\"args\":{\"step\":%d}}",
+                t + 650, s);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"ts\":%.1f,\"dur\":20,\"name\":"
+                "\"fc/w/_send_1\",\"cat\":\"Send\",\"args\":{\"step\":%d%s}}",
+                t + 10, s, b);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"ts\":%.1f,\"dur\":10,\"name\":"
+                "\"grad/fc/w/_recv_0\",\"cat\":\"Recv\",\"args\":{\"step\":%d%s}}",
+                t + 620, s, b);
+        fprintf(f,
+                ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":1,\"ts\":%.1f,\"dur\":40,\"name\":\"apply\","
+                "\"cat\":\"ApplyGradientDescent\",\"args\":{\"step\":%d}}",
+                t + 700, s);
+    }
+    fprintf(f, "\n]}\n");
+    fclose(f);
+    return path;
+}
+
+static void test_trace_reader(void) {
+    char dir[] = "/tmp/test_simulate.XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    CHECK(write_trace(path, true) != NULL);
+    psg_sim_profile_t p;
+    CHECK(psg_sim_profile_from_trace(path, &p) == 0);
+    CHECK(p.n_pulls == 1 && p.n_pushes == 1);
+    CHECK(p.trace_workers == 1 && p.trace_steps == 2); /* steps 2 and 3: 1 warms, 4 has no next */
+    CHECK_NEAR(p.compute_ms, 0.65, 1e-9);              /* 200 + 300 + 50 (the Send) + 100 µs */
+    CHECK_NEAR(p.trace_step_ms, 1.0, 1e-9);
+    if (p.n_pulls == 1 && p.n_pushes == 1) {
+        CHECK_NEAR(p.pulls[0].bytes, 400, 0);
+        CHECK_NEAR(p.pulls[0].at_ms, 0, 1e-9);    /* in before any compute */
+        CHECK_NEAR(p.pushes[0].at_ms, 0.5, 1e-9); /* after 500 µs of compute */
+        CHECK_NEAR(p.pushes[0].bytes, 400, 0);
+        CHECK_NEAR(p.pushes[0].apply_ms, 0.04, 1e-9);
+        CHECK(p.pulls[0].ps == 0 && p.pushes[0].ps == 0);
+    }
+    psg_sim_profile_free(&p);
+    CHECK(write_trace(path, false) != NULL);
+    CHECK(psg_sim_profile_from_trace(path, &p) < 0);
+    CHECK_ERROR_HAS("args.bytes");
+    unlink(path);
+    CHECK(psg_sim_profile_from_trace(path, &p) < 0);
+    CHECK_ERROR_HAS(path);
+    rmdir(dir);
+}
+
+int main(void) {
+    RUN_TEST(test_serial_profile);
+    RUN_TEST(test_overlap_one_worker);
+    RUN_TEST(test_shared_link);
+    RUN_TEST(test_slow_link_and_backup);
+    RUN_TEST(test_burst);
+    RUN_TEST(test_calibrate);
+    RUN_TEST(test_bad_profile);
+    RUN_TEST(test_trace_reader);
+    return psg_test_summary();
+}
