@@ -123,6 +123,11 @@ int psg_sync_strategy_check_name(const char *name) {
     return psg_sync_strategy_find(name) ? 0 : psg_error_wrap("--sync");
 }
 
+int psg_sync_strategy_local_model(const char *name) {
+    const psg_sync_strategy_t *s = psg_sync_strategy_find(name);
+    return s ? s->local_model : psg_error_wrap("--sync");
+}
+
 int psg_sync_num_strategies(void) {
     return NUM_BUILT_IN + atomic_load(&num_added);
 }

@@ -652,6 +652,7 @@ static void test_every_strategy_of_the_table(void) {
         CHECK(strstr(help, line) != NULL);
         for (int k = 0; s->options && s->options[k]; k++) CHECK(strstr(help, s->options[k]));
         CHECK(psg_sync_strategy_check_name(s->name) == 0);
+        CHECK(psg_sync_strategy_local_model(s->name) == (s->local_model ? 1 : 0));
         psg_endpoint_t x, w, loss;
         psg_graph_t *g = sum_wx_graph(&x, &w, &loss);
         psg_optimizer_t *opt = optimizer_at("sgd", 0.1f, 0);
@@ -670,6 +671,10 @@ static void test_every_strategy_of_the_table(void) {
         psg_graph_destroy(&g);
     }
     free(help);
+    /* the model is each worker's own for local SGD, not for sync; an unknown name is named */
+    CHECK(psg_sync_strategy_local_model("local") == 1 && psg_sync_strategy_local_model(NULL) == 0);
+    CHECK(psg_sync_strategy_local_model("lcoal") == -1 && strstr(psg_error_message(), "lcoal"));
+    psg_error_clear();
 }
 
 /* --compress-momentum folded with a rate tensor (a schedule's place): one process, async,

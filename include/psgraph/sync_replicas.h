@@ -62,6 +62,11 @@ int psg_sync_option_parse(psg_sync_options_t *o, const char *flag, const char *v
 void psg_sync_print_help(FILE *f);
 /* The strategy named name (NULL: "sync") is known: 0, or -1 with the error listing them. */
 int psg_sync_strategy_check_name(const char *name);
+/* Whether the strategy named name (NULL: "sync") trains each worker's own copy of the model
+ * (local, easgd, diloco: the model's variables are built on the worker's device, the ps
+ * tasks hold the strategy's global or center copies): 1 or 0, or -1 with the error listing
+ * the known ones. */
+int psg_sync_strategy_local_model(const char *name);
 /* A strategy as psgraph compare's --strategy takes it, "NAME [--flag VALUE]...", checked
  * against the table of strategies and the table of options before anything runs: NAME a
  * strategy's, every flag one the strategy lists, every value in its range. Returns 0, or

@@ -388,10 +388,25 @@ static PyObject *f_strategy_names(PyObject *self, PyObject *noargs) {
     return l;
 }
 
+/* strategy_local_model(name) -> bool: the model is each worker's own copy */
+static PyObject *f_strategy_local_model(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    int local = psg_sync_strategy_local_model(name);
+    if (local < 0) {
+        PyErr_SetString(PyExc_ValueError, psg_error_message());
+        return NULL;
+    }
+    return PyBool_FromLong(local);
+}
+
 PyMethodDef psg_py_sync_functions[] = {
     {"sync_spec_check", f_sync_spec_check, METH_O,
      "sync_spec_check('NAME --flag VALUE ...'): checked against the strategies' tables"},
     {"strategy_names", f_strategy_names, METH_NOARGS, "the strategies' names"},
+    {"strategy_local_model", f_strategy_local_model, METH_O,
+     "strategy_local_model(name): whether the model's variables are each worker's own"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -340,9 +340,12 @@ class _DistRunner:
 
     def __init__(self, graph, server, config):
         timeout = getattr(config, "operation_timeout_in_ms", 0) if config is not None else 0
+        if not timeout:  # a sync step waits for its token up to the sync timeout: past it
+            # (psgraph train's tokens wait 3/4 of its step timeout)
+            timeout = max(30000, getattr(graph, "_sync_timeout_ms", 0) * 4 // 3)
         self._server = server
-        self._ds = _psgraph.DistSession(graph._c, server._ts, step_timeout_ms=int(timeout or 0))
-        self._timeout_ms = int(timeout or 30000)
+        self._ds = _psgraph.DistSession(graph._c, server._ts, step_timeout_ms=int(timeout))
+        self._timeout_ms = int(timeout)
 
     @property
     def is_chief(self):

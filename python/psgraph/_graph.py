@@ -367,6 +367,7 @@ class Graph:
         self._var_scope = None     # the current VariableScope (variables.py)
         self._var_scope_counts = {}
         self._variables_by_handle = {}  # handle node id -> Variable
+        self._ps_setters = []  # the ps tasks' setters of local-model strategies' scopes
         self._seed = None
         self._finalized = False
         self._building_function = False
@@ -493,12 +494,17 @@ class Graph:
 
     @contextlib.contextmanager
     def device(self, device_name_or_function):
-        if hasattr(device_name_or_function, "_c") and hasattr(device_name_or_function, "ps_tasks"):
-            setter = device_name_or_function  # replica_device_setter: kept alive while pushed
+        # a local-model strategy's setter: the model on the worker, its ps setter kept
+        ps = getattr(device_name_or_function, "_ps_setter", None)
+        setter = device_name_or_function._model if ps is not None else device_name_or_function
+        if hasattr(setter, "_c") and hasattr(setter, "ps_tasks"):
+            # replica_device_setter: kept alive while pushed
             self._c.push_replica_setter(setter._c)
+            self._ps_setters.append(ps)
             try:
                 yield
             finally:
+                self._ps_setters.pop()
                 self._c.pop_device()
             return
         if callable(device_name_or_function):
@@ -506,6 +512,21 @@ class Graph:
                                       "(a device string works)")
         spec = device_name_or_function or ""
         self._c.push_device(spec)
+        try:
+            yield
+        finally:
+            self._c.pop_device()
+
+    @contextlib.contextmanager
+    def _ps_placement(self):
+        """Under a local-model strategy's setter, what the cluster shares (the global step,
+        the strategy's copies) goes on the ps tasks by the replica setter's rules; else
+        where the current device says."""
+        ps = self._ps_setters[-1] if self._ps_setters else None
+        if ps is None:
+            yield
+            return
+        self._c.push_replica_setter(ps._c)
         try:
             yield
         finally:

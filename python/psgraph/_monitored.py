@@ -426,8 +426,11 @@ class MonitoredSession:
         out = self._run_recovering({"caller": fetches, "hooks": extra}, feeds or None)
         for i, h in enumerate(self._hooks):
             h.after_run(ctx, SessionRunValues(out["hooks"].get(i), options, run_metadata))
-        if ctx.stop_requested:
+        if ctx.stop_requested and not self._should_stop:
             self._should_stop = True
+            for h in self._hooks:  # the training ends here (sync replicas close it)
+                if hasattr(h, "_on_stop"):
+                    h._on_stop(self._sess)
         return out["caller"]
 
     def _run_recovering(self, fetches, feeds):

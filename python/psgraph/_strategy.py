@@ -4,6 +4,7 @@ and each training step of the script runs the strategy's step function in C (the
 `psgraph train` runs: SSP's clock waits and its apply call, local SGD's averages, ...),
 with the script's own fetches and feeds as its call 0. Python only names the options,
 feeds the local step, and hands the step's fetches to C; no numbers are made here."""
+import contextlib
 import json
 import logging
 import os
@@ -95,6 +96,68 @@ class Strategy:
     def optimizer(self, opt):
         return StrategyOptimizer(opt, self)
 
+    @property
+    def local_model(self):
+        """Whether each worker trains its own copy of the model (local, easgd, diloco)."""
+        return _psgraph.strategy_local_model(self.name)
+
+    def replica_device_setter(self, cluster=None, worker_device=None, ps_tasks=0,
+                              ps_device="/job:ps", ps_strategy=None):
+        """tf.train.replica_device_setter for a model under this strategy. A local-model
+        strategy's model is each worker's own, as `psgraph train --sync local` builds it: its
+        variables and ops on worker_device (this process's worker task when not given), the
+        global step and the strategy's global or center copies on the ps tasks. Otherwise
+        tf.train.replica_device_setter's own."""
+        from . import _dist
+        if not self.local_model:
+            return _dist.replica_device_setter(ps_tasks, ps_device, worker_device or "/job:worker",
+                                               cluster=cluster, ps_strategy=ps_strategy)
+        if worker_device is None or "/task:" not in worker_device:
+            worker_device = "/job:%s/task:%d" % _task()
+        ps = _dist.replica_device_setter(ps_tasks, ps_device, worker_device, cluster=cluster,
+                                         ps_strategy=ps_strategy)
+        return _LocalModel(ps, worker_device) if ps is not None else None
+
+
+class _LocalModel:
+    """In tf.device: the model on worker_device (a setter without ps tasks: an op on a
+    variable still goes beside it, as the global step's read), the shared state by the ps
+    setter."""
+
+    def __init__(self, ps_setter, worker_device):
+        from . import _dist
+        self._ps_setter, self.worker_device = ps_setter, worker_device
+        self._model = _dist._ReplicaSetter(0, "/job:ps", worker_device, True)
+
+    def __call__(self, op):
+        raise NotImplementedError("a strategy's setter places ops as they are built: use it in "
+                                  "`with tf.device(setter)`")
+
+
+def _ps_setter(g):
+    """The ps tasks' setter of the strategy's scope, else one for this process's cluster."""
+    if g._ps_setters and g._ps_setters[-1] is not None:
+        return g._ps_setters[-1]
+    from . import _dist
+    with _dist._servers_lock:
+        mine = [s for s in _dist._servers.values() if s._job in ("worker", "chief")]
+    return _dist.replica_device_setter(cluster=mine[0]._cluster) if len(mine) == 1 else None
+
+
+def _check_local(strategy, variables, global_step):
+    """A local-model strategy's variables on the worker, its global step on a ps task."""
+    on_ps = [v for v in variables if "/job:ps" in v.device]
+    if on_ps:
+        raise ValueError("Strategy(%r) trains each worker's own copy of the model, but variable "
+                         "'%s' is on %s: build the model under tf.device(strategy."
+                         "replica_device_setter(cluster=...))"
+                         % (strategy.name, on_ps[0].op.name, on_ps[0].device))
+    if "/job:ps" not in (getattr(global_step, "device", "") or ""):
+        raise ValueError("Strategy(%r): the global step '%s' counts the averages of every "
+                         "worker and belongs on a ps task: make it with "
+                         "tf.train.get_or_create_global_step() under the strategy's setter"
+                         % (strategy.name, global_step.op.name))
+
 
 class StrategyOptimizer(_Wrapped):
     """A tf.train optimizer under a strategy: apply_gradients builds the strategy's graph
@@ -115,10 +178,18 @@ class StrategyOptimizer(_Wrapped):
             raise ValueError("No gradients provided for any variable.")
         g = pairs[0][1].graph
         index, workers = _this_worker()
-        if global_step is None:
-            global_step = _train.get_or_create_global_step(g)
-        _train._adopt_global_step(g, global_step)
         st = self._strategy
+        local = st.local_model
+        setter = _ps_setter(g) if local else None  # a local model's shared state on the ps
+
+        def on_ps():
+            return g.device(setter) if setter is not None else contextlib.nullcontext()
+        if global_step is None:
+            with on_ps():
+                global_step = _train.get_or_create_global_step(g)
+        if local:
+            _check_local(st, [v for _, v in pairs], global_step)
+        _train._adopt_global_step(g, global_step)
         n = b = 0
         opts = []
         for f, v in st.options:
@@ -131,10 +202,12 @@ class StrategyOptimizer(_Wrapped):
         cap = g._build().optimizer(self._opt._kind, self._opt._hyper(), self._opt._lr_tensor(g))
         c = g._build()
         c.set_scope("")
-        desc = c.sync_apply_gradients(
-            cap, [convert_to_tensor(gr)._ep for gr, _ in pairs], [v._handle for _, v in pairs],
-            workers, n, b, index, st.timeout_ms, st.name, opts)
+        with on_ps():
+            desc = c.sync_apply_gradients(
+                cap, [convert_to_tensor(gr)._ep for gr, _ in pairs],
+                [v._handle for _, v in pairs], workers, n, b, index, st.timeout_ms, st.name, opts)
         vs._adopt_c_variables(g)
+        g._sync_timeout_ms = st.timeout_ms  # the session's step deadline is past it
         c_step = g._variables_by_handle[g._c.global_step()[0]]
         if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
             g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)
@@ -180,6 +253,10 @@ class StrategyOptimizer(_Wrapped):
             def end(self, session):
                 stepper.finish(session)
 
+            def _on_stop(self, session):  # the chief trains no more: its runner ends now
+                if stepper._runner is not None:
+                    stepper.close(session)
+
             def _on_error(self, session):
                 try:
                     stepper.close(session)
@@ -203,7 +280,7 @@ class _Stepper:
         self._sess = self._worker = self._runner = self._metrics = None
         self._t0 = None
         self._accuracy = None
-        self.over = False
+        self.over = self._closed = False
         self.stats = {"steps": 0, "used": 0, "dropped": 0, "staleness_max": -1}
         self._lock = threading.Lock()
 
@@ -300,8 +377,12 @@ class _Stepper:
         everyone's), so no other worker waits for it; the chief's runner is joined."""
         if self._sess is None:
             return
+        if self._runner is not None:
+            self._runner.stop()
         chief_runner = self._sg["chief_op"] >= 0
-        if not self.over and self._sg["close_op"] >= 0 and (self._rank == 0 or not chief_runner):
+        if not self.over and not self._closed and self._sg["close_op"] >= 0 and (
+                self._rank == 0 or not chief_runner):
+            self._closed = True
             with self._nested(session):
                 session.run(self._op("close_op"))
         if self._runner is not None:

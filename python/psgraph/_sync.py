@@ -92,6 +92,7 @@ class SyncReplicasOptimizer(_Wrapped):
         if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
             g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)
         self._graph = g
+        g._sync_timeout_ms = _TIMEOUT_MS  # the session's step deadline is past it
         self._index = index
         sg = self._sg
         # the seed era's ops: psgraph's chief runner releases the first tokens itself when it
@@ -141,6 +142,7 @@ class _ChiefRunner:
     def __init__(self, opt):
         self._opt = opt
         self._thread = None
+        self._closing = threading.Event()
         self.error = None
         self.steps = 0
 
@@ -162,12 +164,16 @@ class _ChiefRunner:
 
     def _loop(self):
         try:
-            while True:
+            while not self._closing.is_set():
                 self._call.run([])
                 self.steps += 1
         except Exception as e:  # closed: the clean end; anything else is kept
             if type(e).__name__ not in ("CancelledError", "AbortedError", "OutOfRangeError"):
                 self.error = e
+
+    def stop(self):
+        """Starts no step from now on (the one running ends when training is closed)."""
+        self._closing.set()
 
     def join(self, timeout=None):
         if self._thread is not None:
@@ -183,6 +189,7 @@ class _SyncReplicasHook(SessionRunHook):
         self._opt, self._is_chief = opt, is_chief
         self._runner = None
         self._step = None
+        self._closed = False
         self.used = self.dropped = 0
 
     def begin(self):
@@ -246,9 +253,20 @@ class _SyncReplicasHook(SessionRunHook):
         except Exception:  # the error being raised says more
             pass
 
+    def _on_stop(self, session):
+        """The session stops (a hook asked, StopAtStepHook at its last step): the chief
+        trains no more, so it closes training now, not when the session closes after the
+        script's own work (an evaluation): its runner has started the step after the last,
+        whose take would wait for gradients no worker sends and fail at its timeout."""
+        if self._is_chief:
+            self._close(session)
+
     def _close(self, session):
         o = self._opt
-        if self._is_chief and o._sg["close_op"] >= 0:
+        if self._runner is not None:
+            self._runner.stop()
+        if self._is_chief and o._sg["close_op"] >= 0 and not self._closed:
+            self._closed = True
             session.run(o._graph._op(o._sg["close_op"]))
         if self._runner is not None:
             self._runner.join(60)

@@ -19,7 +19,8 @@ def get_or_create_global_step(graph=None):
     found = get_global_step(g)
     if found is not None:
         return found
-    h = g._build().global_step()
+    with g._ps_placement():  # on a ps, also where the model is each worker's own
+        h = g._build().global_step()
     vs._adopt_c_variables(g)
     v = g._variables_by_handle[h[0]]
     if v not in g.get_collection(GraphKeys.GLOBAL_STEP):
