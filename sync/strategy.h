@@ -118,6 +118,8 @@ const psg_sync_strategy_t *psg_sync_replicas_strategy(const psg_sync_replicas_t 
  * the initializers of the variables on device dev (the worker's own), or -1. */
 int psg_sync_local_update(const psg_sync_build_t *b, int *train_op);
 int psg_sync_local_inits(psg_graph_t *g, const char *dev);
+/* The initial value the model gave variable v (its "init" Assign's value), or none. */
+psg_endpoint_t psg_sync_initial_value(psg_graph_t *g, psg_endpoint_t v);
 /* Compressed gradients (sync/compress.c): what it added. */
 typedef struct {
     int init_op;       /* the residuals' initializers (the worker's own variables); -1 none */

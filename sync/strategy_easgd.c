@@ -15,24 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The initial value the model gave variable v (its "init" Assign's value), or none. */
-static psg_endpoint_t initial_value(psg_graph_t *g, psg_endpoint_t v) {
-    int n = 0;
-    const int *init = psg_graph_collection(g, "init", &n);
-    for (int i = 0; i < n; i++) {
-        const psg_node_t *a = psg_graph_node(g, init[i]);
-        if (psg_node_num_inputs(a) >= 2 && psg_node_input(a, 0).node == v.node)
-            return psg_node_input(a, 1);
-    }
-    return PSG_NO_ENDPOINT;
-}
-
 /* Variable i's center on the ps, its initializer, and the elastic exchange. */
 static int build_one(const psg_sync_build_t *b, int i, int *ops) {
     psg_graph_t *g = b->g;
     const char *v = psg_node_name(psg_graph_node(g, b->vars[i].node));
     char name[512];
-    psg_endpoint_t x0 = initial_value(g, b->vars[i]);
+    psg_endpoint_t x0 = psg_sync_initial_value(g, b->vars[i]);
     if (!psg_endpoint_valid(x0)) return psg_error_set("easgd: variable '%s' has no initializer", v);
     snprintf(name, sizeof name, "easgd/center/%s", v); /* not under v: beside v is the worker */
     psg_endpoint_t c = psg_var_handle(g, name, PSG_DT_F32, psg_graph_shape(g, b->vars[i]));

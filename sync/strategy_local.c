@@ -68,17 +68,36 @@ int psg_sync_local_inits(psg_graph_t *g, const char *dev) {
     return op;
 }
 
-/* The ps's copy of each variable, d = global - local for the averaging, and the pull. */
+psg_endpoint_t psg_sync_initial_value(psg_graph_t *g, psg_endpoint_t v) {
+    int n = 0;
+    const int *init = psg_graph_collection(g, "init", &n);
+    for (int i = 0; i < n; i++) {
+        const psg_node_t *a = psg_graph_node(g, init[i]);
+        if (psg_node_num_inputs(a) >= 2 && psg_node_input(a, 0).node == v.node)
+            return psg_node_input(a, 1);
+    }
+    return PSG_NO_ENDPOINT;
+}
+
+/* The ps's copy of each variable, starting at the model's initial value (DiLoCo's first outer
+ * gradient is x0 - mean(local): from zeros, its outer step at lr 0.7 shrank the model to 0.7 of
+ * the workers' mean), d = global - local for the averaging, and the pull. */
 static int build_globals(const psg_sync_build_t *b, psg_endpoint_t *globals, psg_endpoint_t *d,
                          int *pulls) {
     psg_graph_t *g = b->g;
     char name[512];
     for (int i = 0; i < b->n; i++) {
         const char *v = psg_node_name(psg_graph_node(g, b->vars[i].node));
+        psg_endpoint_t x0 = psg_sync_initial_value(g, b->vars[i]);
+        if (!psg_endpoint_valid(x0))
+            return psg_error_set("--sync %s: variable '%s' has no initializer",
+                                 b->cfg->strategy ? b->cfg->strategy : "local", v);
         snprintf(name, sizeof name, "local_sgd/global/%s",
                  v); /* not under v: beside v is the worker */
-        globals[i] = psg_variable(g, name, PSG_DT_F32, psg_graph_shape(g, b->vars[i]),
-                                  (psg_initializer_t){"zeros", 0, 0}, false);
+        globals[i] = psg_var_handle(g, name, PSG_DT_F32, psg_graph_shape(g, b->vars[i]));
+        psg_graph_add_to_collection(g, "variables", globals[i].node);
+        snprintf(name, sizeof name, "local_sgd/global/%s/init", v);
+        psg_graph_add_to_collection(g, "init", psg_assign(g, name, globals[i], x0));
         snprintf(name, sizeof name, "local_sgd/global/%s/read", v);
         bool on_ps = psg_sync_push_device_of(g, globals[i]);
         psg_endpoint_t gr = psg_read_variable(g, name, globals[i]);

@@ -280,6 +280,31 @@ static void test_diloco_outer_sgd_is_local_sgd(void) {
     for (int j = 0; j < 3; j++) job_stop(&jobs[j]);
 }
 
+/* DiLoCo's outer step starts from the model's initial x0: one worker, H = 1, outer lr 1/2,
+ * momentum 0, one inner SGD step of rate lr: the ps's copy moves half way from x0 to
+ * x0 - lr g, one SGD step of rate lr / 2 (async, --lr 0.025). Its copies started at zeros
+ * (0.5 x0 - lr g / 2 here). */
+static void test_diloco_starts_from_the_model(void) {
+    const char *base[] = {"--model", "mlp", "--data", "synthetic", "--optimizer",    "sgd",
+                          "--steps", "1",   "--seed", "3",         "--step-timeout", "60",
+                          "--batch", "16",  "--sync"};
+    const char *tails[2][12] = {{"diloco", "--outer-lr", "0.5", "--outer-momentum", "0",
+                                 "--local-steps", "1", "--lr", "0.05", NULL},
+                                {"async", "--lr", "0.025", NULL}};
+    job_t jobs[2];
+    for (int j = 0; j < 2; j++)
+        job_start_with(&jobs[j], j ? "diloco_ref" : "diloco_x0", 1, base,
+                       sizeof base / sizeof *base, tails[j]);
+    double deadline = psg_test_now_sec() + (asan ? 240 : 60);
+    bool ok = job_wait(&jobs[0], 0, deadline) == 0;
+    ok &= job_wait(&jobs[1], 0, deadline) == 0;
+    CHECK(ok);
+    for (int j = 0; !ok && j < 2; j++) dump_logs(&jobs[j]);
+    CHECK(compare_variables_as(&jobs[0], &jobs[1], "diloco (outer lr 1/2) vs SGD at lr / 2",
+                               "local_sgd/global/", 1, -1, 1) <= 1e-5);
+    for (int j = 0; j < 2; j++) job_stop(&jobs[j]);
+}
+
 /* Ring all-reduce where its answer is known: with SGD, 2 and 4 workers, 20 steps of the
  * same batches, the mean of the workers' gradients applied by each to its own copy is sync's
  * step with b = 0: the chief's copy (written to the ps at the end) within 1e-5 of sync's
@@ -652,10 +677,20 @@ static void dead_task_fails_in_time(const char *name, const char *sync, int work
     char *l = job_log(&j, watched);
     CHECK(rc == 1);
     bool clear = strstr(l, "got no token for a step after") || strstr(l, "gradients for step");
-    if (!strcmp(sync, "allreduce")) { /* the ring's mailbox names the worker that did not send */
-        char who[96];
+    if (!strcmp(sync, "allreduce")) {
+        /* the ring's mailbox names the worker that did not send; or the first survivor to fail
+         * names the dead one's lost connection (a send to a peer down for the peer timeout
+         * fails then), and the others the survivors that stopped after it */
+        char who[96], lost[96];
         snprintf(who, sizeof who, "/job:worker/task:%d sent nothing for step", victim);
+        snprintf(lost, sizeof lost, "task /job:worker/replica:0/task:%d: ", victim);
         clear = strstr(l, who) != NULL;
+        for (int i = 0; i < workers && !clear; i++) {
+            char *li = i == victim ? NULL : job_log(&j, i);
+            const char *at = li ? strstr(li, lost) : NULL;
+            clear = at && strstr(at, "lost the connection to the peer");
+            free(li);
+        }
     }
     CHECK(clear);
     CHECK(took < 3 * timeout + 4); /* job_wait's deadline: the survivor did not hang */
@@ -761,6 +796,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_equivalence);
     RUN_IF(test_strategies_equal_sync);
     RUN_IF(test_diloco_outer_sgd_is_local_sgd);
+    RUN_IF(test_diloco_starts_from_the_model);
     RUN_IF(test_allreduce_equals_sync);
     RUN_IF(test_easgd_center_moves_by_alpha);
     RUN_IF(test_topk_ratio_one_is_uncompressed);
