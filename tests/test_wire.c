@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int failures;
@@ -793,6 +794,24 @@ static void test_lost_connection(void) {
  * (not the send's own timeout: a worker's note to a dead ps held its step 30 s), naming the
  * peer, nothing sent and the connection kept; a note to it is not sent and not waited for, a
  * note to a live peer is; the peer back at its address is reached again. */
+/* Holds the TCP port of endpoint ep ("tcp://127.0.0.1:P") bound but not listening, so that a
+ * connection to it is refused and no other test's server, binding port 0 in parallel, takes it
+ * (that made a send to the lost peer succeed once in the full suite); -1 if it cannot. */
+static int hold_port(const char *ep) {
+    const char *colon = strrchr(ep, ':');
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 200; i++) { /* the server's listener closes in ZeroMQ's I/O thread */
+        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        if (fd < 0) return -1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+        close(fd);
+        zclock_sleep(10);
+    }
+    return -1;
+}
+
 static void test_send_to_lost_peer(void) {
     psg_wire_opts_t o = psg_wire_opts_default();
     o.peer_timeout_ms = 2000;
@@ -811,6 +830,8 @@ static void test_send_to_lost_peer(void) {
     CHECK(psg_server_recv(s, &got, 5000) == 1 && got->op && !strcmp(got->op, "note"));
     psg_msg_destroy(&got);
     psg_server_destroy(&s);
+    int held = hold_port(ep);
+    CHECK(held >= 0);
     /* the loss seen (the two requests never answered): the connection is down from now */
     CHECK(psg_client_recv(c, &got, 10000) < 0 && !got);
     CHECK(strstr(psg_error_message(), "lost the connection to the peer with 2 requests"));
@@ -825,6 +846,7 @@ static void test_send_to_lost_peer(void) {
     CHECK(psg_client_send_note(c, &req) == 0 && !req);
     /* the ones not sent are not in flight: no loss to report for them */
     CHECK(psg_client_check(c) == 0);
+    if (held >= 0) close(held);
     for (int i = 0; i < 200 && !(s = psg_server_new(ep, &o)); i++) zclock_sleep(10);
     CHECK(s);
     bool sent = false;
