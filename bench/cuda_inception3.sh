@@ -4,7 +4,7 @@
 #    Inception-v3 in PyTorch in the same run (cuDNN benchmark mode, TF32 off; autocast to
 #    bf16), both on plain SGD at lr 0.01 and random 299x299 input, with the ratio;
 #  - a cluster of 1 ps + 1 GPU worker on this machine beside one process (f32);
-#  - where an f32 step's time goes (`--op-profile`: a line an op type, then the total).
+#  - where an f32 step's time goes (`--op-profile`: a line an op type, then the total), first.
 #   bench/cuda_inception3.sh [batch] [steps]
 # Without a GPU it prints one "skipped" line and exits 0; without torch with CUDA the peer
 # is skipped with a note.
@@ -12,9 +12,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 batch=${1:-128}
 steps=${2:-20}
-bash tools/build.sh build || exit 1
-if build/bench/bench_cuda_gemm 0 | grep -q skipped; then
-  build/bench/bench_cuda_gemm 0 | sed 's/"cuda_gemm"/"cuda_inception3"/'
+[ -n "${PSG_NO_BUILD:-}" ] || bash tools/build.sh build || exit 1
+if build/bench/bench_cuda_gemm 1 | grep -q skipped; then
+  build/bench/bench_cuda_gemm 1 | sed 's/"cuda_gemm"/"cuda_inception3"/'
   exit 0
 fi
 py=${PSG_PEER_PYTHON:-python3}
@@ -26,9 +26,13 @@ torch_peer() { # batch steps precision -> images/sec
   $py bench/torch_cuda_peer.py inception3 "$@"
 }
 
-ours() { # extra options... -> the bench's final JSON line
-  build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 5 --steps "$steps" \
-    --optimizer sgd --log-every 1000000 "$@" 2>&1 | grep '^{"bench":"inception3"' | tail -1
+ours() { # extra options... -> the bench's final JSON line (on failure, the run's end on stderr)
+  local log
+  log=$(mktemp)
+  build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 3 --steps "$steps" \
+    --optimizer sgd --log-every 1000000 "$@" >"$log" 2>&1
+  grep '^{"bench":"inception3"' "$log" | tail -1 || tail -15 "$log" >&2
+  rm -f "$log"
 }
 
 report() { # name ours-line theirs-images/sec
@@ -46,19 +50,21 @@ print(json.dumps(out))
 PY
 }
 
+# where an f32 step's time goes (first: it says what to fix); one executor thread, so that each
+# node's time is its own (with more, a node's wait for its kernels takes in its neighbours')
+build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 3 --steps 3 --threads 1 --optimizer sgd \
+  --log-every 1000000 --op-profile 2>&1 | grep '^{"op_profile"'
+
+single=""
 for precision in f32 mixed; do
   line=$(ours --precision "$precision")
+  [ "$precision" = f32 ] && single=$line
   theirs=""
   [ $have_torch = 1 ] && theirs=$(torch_peer "$batch" "$steps" "$precision" 2>/dev/null | tail -1)
   report "one process vs torch ($precision)" "$line" "$theirs"
 done
 
 # the cluster path on a real GPU: 1 ps + 1 GPU worker beside one process (target >= 0.9)
-single=$(ours --precision f32)
 cluster=$(ours --precision f32 --ps 1 --workers 1)
 report "1 ps + 1 GPU worker vs one process" "$cluster" \
   "$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["images_per_sec"])' "$single" 2>/dev/null)"
-
-# where an f32 step's time goes
-build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 3 --steps 3 --optimizer sgd \
-  --log-every 1000000 --op-profile 2>&1 | grep '^{"op_profile"'

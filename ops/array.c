@@ -262,7 +262,9 @@ static const psg_op_def_t op_const = {.name = "Const",
                                       .infer = infer_const,
                                       .grad = psg_grad_none,
                                       .cpu = psg_cpu_const,
-                                      .cuda = PSG_GPU_KERNEL(psg_gpu_const)};
+                                      .cuda = PSG_GPU_KERNEL(psg_gpu_const),
+                                      .state_size = sizeof(psg_const_state_t),
+                                      .state_free = psg_const_state_free};
 static const psg_op_def_t op_placeholder = {.name = "Placeholder",
                                             .num_inputs = 0,
                                             .num_outputs = 1,

@@ -281,7 +281,8 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
                                .rendezvous = r->rendezvous,
                                .async = a,
                                .device = pn->device - 1,
-                               .params = pn->params};
+                               .params = pn->params,
+                               .state = pn->state};
         rc = pn->kernel(&kc);
         for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
         if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */

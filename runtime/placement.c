@@ -3,6 +3,7 @@
  * a default device, checks against the cluster and the kernels).
  * Not partitioning: partition.c cuts the placed graph. */
 #include "graph/graph_layout.h"
+#include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
 #include "psgraph/ops_math.h"
@@ -111,8 +112,10 @@ static const char *setter_fn(void *ctx, const psg_graph_t *g, const psg_node_t *
     bool is_var = n->def->flags & PSG_OP_VARIABLE;
     int owner = owner_variable(g, n);
     if (owner >= 0) {
+        /* beside its variable: the variable's fields win (a GPU tower's scope must not move an
+         * initial value or a slot to a GPU the ps does not have), the node's own fill the rest */
         if (psg_device_name_parse(g->nodes[owner]->device, &d) < 0) return NULL;
-        psg_device_name_merge(&d, &cur, &d);
+        psg_device_name_merge(&cur, &d, &d);
         /* a slot variable's bytes count on its variable's ps */
         if (is_var && d.has_task && d.task < s->ps_tasks && s->ps.has_job && d.has_job &&
             !strcmp(d.job, s->ps.job))
@@ -239,6 +242,11 @@ static int check_device(const psg_graph_t *g, const int *parent, int root,
         return psg_error_set("node '%s' (%s): device '%s': unknown device type '%s' (CPU or GPU)",
                              who->name, psg_node_op(who), psg_device_name_str(d, buf, sizeof buf),
                              d->type);
+    if (!strcmp(d->type, "GPU") && opt && opt->allow_soft_placement && opt->soft_missing_gpus &&
+        d->id >= psg_gpu_count()) {
+        snprintf(d->type, sizeof d->type, "CPU");
+        d->id = 0;
+    }
     if (!strcmp(d->type, "GPU")) {
         for (int i = root; i < g->num_nodes; i++) {
             if (find_root((int *)parent, i) != root || g->nodes[i]->def->cuda) continue;

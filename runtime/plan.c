@@ -45,6 +45,10 @@ static int choose_kernel(const psg_node_t *n, plan_node_t *pn) {
 
 /* The def's prepare step, once for this plan node: its params for both kernels. */
 static int prepare_node(const psg_graph_t *g, const psg_node_t *n, plan_node_t *pn) {
+    if (n->def->state_size) {
+        pn->state = calloc(1, n->def->state_size);
+        if (!pn->state) return psg_error_set("out of memory");
+    }
     if (!n->def->prepare) return 0;
     pn->params = calloc(1, n->def->params_size ? n->def->params_size : 1);
     if (!pn->params) return psg_error_set("out of memory");
@@ -289,6 +293,9 @@ void psg_plan_destroy(psg_plan_t **pp) {
         free(p->nodes[i].consumers);
         free(p->nodes[i].groups);
         free(p->nodes[i].params);
+        if (p->nodes[i].state && p->nodes[i].node->def->state_free)
+            p->nodes[i].node->def->state_free(p->nodes[i].state);
+        free(p->nodes[i].state);
     }
     free(p->nodes);
     free(p->slot_uses);

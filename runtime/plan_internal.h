@@ -20,6 +20,7 @@ typedef struct {
     int device;   /* where its kernel's tensors live: PSG_DEVICE_HOST or PSG_DEVICE_GPU(k) */
     psg_kernel_fn kernel;
     void *params; /* the def's prepare struct, or NULL */
+    void *state;  /* the def's kernel state, or NULL */
     int *groups;  /* the resource groups whose state it touches (see psg_run_order_t) */
     int num_groups;
 } plan_node_t;

@@ -201,6 +201,37 @@ static void test_setter_strategies(void) {
     CHECK_ERROR_HAS("replica device setter: invalid device name '/job:ps/tusk:0'");
 }
 
+/* A GPU tower's device function inside the replica setter, as a GPU worker's towers
+ * (worker/towers.c): variables on "/device:CPU:0", other ops on the GPU. */
+static const char *gpu_tower_fn(void *ctx, const psg_graph_t *g, const psg_node_t *n) {
+    (void)ctx;
+    (void)g;
+    if (psg_node_device(n)[0]) return NULL;
+    return psg_node_def(n)->flags & PSG_OP_VARIABLE ? "/device:CPU:0" : "/device:GPU:0";
+}
+
+/* A variable's initial value stays on the variable's ps device, not the GPU the tower's
+ * scope names (found on an H100: 'beta/initial_value' went to the ps's GPU 0). */
+static void test_setter_under_a_gpu_tower(void) {
+    psg_replica_setter_options_t opt = {.ps_tasks = 1, .worker_device = "/job:worker/task:0"};
+    psg_replica_setter_t *s = psg_replica_setter_new(&opt);
+    psg_graph_t *g = psg_graph_new();
+    psg_graph_push_replica_setter(g, s);
+    psg_graph_push_device_fn(g, gpu_tower_fn, NULL);
+    psg_shape_t sh = psg_shape_1d(4);
+    psg_endpoint_t beta =
+        psg_variable(g, "beta", PSG_DT_F32, &sh, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    psg_graph_pop_device(g);
+    CHECK(!strcmp(dev_of(g, beta), "/job:ps/task:0/device:CPU:0"));
+    CHECK(!strcmp(psg_node_device(psg_graph_node(g, psg_graph_find(g, "beta/initial_value"))),
+                  "/job:ps/task:0/device:CPU:0"));
+    CHECK(!strcmp(dev_of(g, x), "/job:worker/task:0/device:GPU:0"));
+    psg_graph_destroy(&g);
+    psg_replica_setter_destroy(&s);
+}
+
 /* Variables past 2^48 bytes (2^62 here, or a size that overflows) count as 2^48 each: greedy
  * still spreads them, and the sums stay exact. */
 static void test_setter_huge_variables(void) {
@@ -484,6 +515,7 @@ int main(void) {
     RUN_TEST(test_device_names);
     RUN_TEST(test_device_stack);
     RUN_TEST(test_setter_strategies);
+    RUN_TEST(test_setter_under_a_gpu_tower);
     RUN_TEST(test_setter_huge_variables);
     RUN_TEST(test_partitioned_variable);
     RUN_TEST(test_placement_errors);

@@ -27,6 +27,7 @@ struct psg_kernel_ctx {
     psg_async_op_t *async;             /* set for PSG_OP_ASYNC ops only */
     int device;         /* -1: a CPU kernel on host tensors; k: a CUDA kernel on GPU k's tensors */
     const void *params; /* the def's prepare struct for this node; NULL without prepare */
+    void *state;        /* the def's state for this plan node; NULL without state_size */
 };
 
 /* Allocates output i with its inferred dtype and shape (uninitialized), in

@@ -76,6 +76,11 @@ struct psg_op_def {
     psg_kernel_fn cuda;     /* NULL: no CUDA kernel */
     psg_prepare_fn prepare; /* NULL: the kernels read the node's attributes themselves */
     size_t params_size;     /* the bytes of prepare's struct */
+    /* a kernel's own state per plan node, as TensorFlow's kernel members (Const's copy on
+     * its GPU): state_size zeroed bytes made with the plan, kept across its runs (one run
+     * of a plan at a time), passed to state_free (may be NULL) before the plan frees them */
+    size_t state_size;
+    void (*state_free)(void *state);
 };
 
 /* The registered op named `name`, or NULL. */

@@ -101,6 +101,9 @@ typedef struct {
     /* a GPU request for an op with no GPU kernel falls back to the CPU
      * (else it is an error) */
     bool allow_soft_placement;
+    /* with allow_soft_placement: a GPU this process does not have (psg_gpu_count) is the
+     * CPU too, as TensorFlow's soft placement on a machine without it (a local session's) */
+    bool soft_missing_gpus;
     /* when num_jobs > 0, every device must name one of these jobs, a task
      * below its count and a GPU below num_gpus */
     int num_jobs;

@@ -13,6 +13,10 @@ int psg_cpu_const(psg_kernel_ctx_t *c) {
     return 0;
 }
 
+void psg_const_state_free(void *state) {
+    psg_tensor_destroy(&((psg_const_state_t *)state)->value);
+}
+
 int psg_cpu_placeholder(psg_kernel_ctx_t *c) {
     (void)c;
     return psg_error_set("placeholder must be fed");

@@ -5,6 +5,11 @@
 #include "psgraph/kernel.h"
 
 int psg_cpu_const(psg_kernel_ctx_t *c);
+/* Const's kernel state: its value's copy on the plan node's GPU (the CUDA kernel's). */
+typedef struct {
+    psg_tensor_t *value;
+} psg_const_state_t;
+void psg_const_state_free(void *state);
 int psg_cpu_placeholder(psg_kernel_ctx_t *c);
 int psg_cpu_identity(psg_kernel_ctx_t *c);
 int psg_cpu_reshape(psg_kernel_ctx_t *c);

@@ -1,14 +1,23 @@
 /* Conv2D and its two gradients through cuDNN (the one file that includes
- * it): NHWC f32 in FMA math (no TF32, as the CPU's f32), or bf16 / f16 on
+ * it): f32 in FMA math (no TF32, as the CPU's f32), or bf16 / f16 on
  * tensor cores with an f32 compute type (mixed precision), the filter turned
- * from psgraph's (KH, KW, C, OC) to cuDNN's (OC, KH, KW, C), SAME padding
- * that is larger after than before made even by a zero-padded copy of the
- * input, and per shape the descriptors and each direction's algorithm
- * (cudnnFind*Ex once, heuristics as the fallback) cached for the process. */
+ * from psgraph's (KH, KW, C, OC) to cuDNN's, SAME padding that is larger
+ * after than before made even by a zero-padded copy of the input, and per
+ * shape the descriptors and each direction's algorithm (cudnnFind*Ex once,
+ * heuristics as the fallback) cached for the process.
+ *
+ * Layout: psgraph's tensors are NHWC. cuDNN's FMA (non-TF32) kernels are far
+ * slower on NHWC f32 than on NCHW (an H100, Inception-v3 at batch 128: the
+ * 93 Conv2DBackpropInput took 844 ms of a 1,080 ms step in NHWC), so an f32
+ * convolution runs in NCHW between cudnnTransformTensor copies of its
+ * operands, as PyTorch's f32 convolutions do. 16-bit ones stay NHWC, the
+ * tensor cores' own layout. PSG_CUDNN_LAYOUT=nhwc|nchw forces one layout
+ * for every dtype (for measuring one against the other). */
 #include "ops/cuda/common.h"
 
 #include <cudnn.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* A cuDNN call that must succeed, as PSG_CUDA_CHECK. */
 #define PSG_CUDNN_CHECK(call)                                                                      \
@@ -54,9 +63,13 @@ typedef struct plan {
     int dtype; /* PSG_CU_F32, PSG_CU_BF16 or PSG_CU_F16 */
     psg_cu_geom_t g;
     int64_t eh, ew; /* rows / columns of zeros added after the input */
+    bool nchw;      /* cuDNN works on NCHW copies of the NHWC operands */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
+    /* nchw: the NHWC operands as strided views (x, y, psgraph's filter),
+     * the unpadded part of the padded NCHW input, the NCHW filter */
+    cudnnTensorDescriptor_t x_nhwc, y_nhwc, w_hwcn, x_part, w_nchw;
     bool found[3];
     int algo[3];
     size_t workspace[3];
@@ -84,31 +97,72 @@ static size_t elem_size(int dtype) {
     return dtype == PSG_CU_F32 ? 4 : 2;
 }
 
-/* The descriptors of the NHWC convolution g on tensors of `dtype`, on an
- * input with eh rows and ew columns added after. f32: FMA math (no TF32);
- * bf16 / f16: cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF configs (16-bit tensors,
- * f32 compute type) on tensor cores. */
-static int descriptors(int dtype, const psg_cu_geom_t *g, int64_t eh, int64_t ew,
+static cudnnDataType_t cudnn_type(int dtype) {
+    return dtype == PSG_CU_BF16  ? CUDNN_DATA_BFLOAT16
+           : dtype == PSG_CU_F16 ? CUDNN_DATA_HALF
+                                 : CUDNN_DATA_FLOAT;
+}
+
+/* Whether convolutions of dtype run on NCHW copies (see the top). */
+static bool layout_nchw(int dtype) {
+    const char *env = getenv("PSG_CUDNN_LAYOUT");
+    if (env && strcmp(env, "nchw") == 0) return true;
+    if (env && strcmp(env, "nhwc") == 0) return false;
+    return dtype == PSG_CU_F32;
+}
+
+/* The descriptors of the convolution g on tensors of `dtype`, NHWC or NCHW,
+ * on an input with eh rows and ew columns added after. f32: FMA math (no
+ * TF32); bf16 / f16: cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF configs (16-bit
+ * tensors, f32 compute type) on tensor cores. */
+static int descriptors(int dtype, bool nchw, const psg_cu_geom_t *g, int64_t eh, int64_t ew,
                        cudnnTensorDescriptor_t *xd, cudnnTensorDescriptor_t *yd,
                        cudnnFilterDescriptor_t *wd, cudnnConvolutionDescriptor_t *cd) {
-    cudnnDataType_t t = dtype == PSG_CU_BF16  ? CUDNN_DATA_BFLOAT16
-                        : dtype == PSG_CU_F16 ? CUDNN_DATA_HALF
-                                              : CUDNN_DATA_FLOAT;
+    cudnnDataType_t t = cudnn_type(dtype);
+    cudnnTensorFormat_t f = nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
     PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(xd));
     PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(yd));
     PSG_CUDNN_CHECK(cudnnCreateFilterDescriptor(wd));
     PSG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(cd));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, t, (int)g->n, (int)g->c,
-                                               (int)(g->h + eh), (int)(g->w + ew)));
-    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*yd, CUDNN_TENSOR_NHWC, t, (int)g->n, (int)g->oc,
-                                               (int)g->oh, (int)g->ow));
-    PSG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(*wd, t, CUDNN_TENSOR_NHWC, (int)g->oc, (int)g->c,
-                                               (int)g->kh, (int)g->kw));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*xd, f, t, (int)g->n, (int)g->c, (int)(g->h + eh),
+                                               (int)(g->w + ew)));
+    PSG_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(*yd, f, t, (int)g->n, (int)g->oc, (int)g->oh, (int)g->ow));
+    PSG_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(*wd, t, f, (int)g->oc, (int)g->c, (int)g->kh, (int)g->kw));
     PSG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*cd, (int)g->pt, (int)g->pl, (int)g->sh,
                                                     (int)g->sw, 1, 1, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT));
     PSG_CUDNN_CHECK(cudnnSetConvolutionMathType(*cd, dtype == PSG_CU_F32 ? CUDNN_FMA_MATH
                                                                          : CUDNN_TENSOR_OP_MATH));
+    return 0;
+}
+
+/* A 4-d view (n, c, h, w) with these element strides. */
+static int view(cudnnTensorDescriptor_t *d, int dtype, int64_t n, int64_t c, int64_t h, int64_t w,
+                int64_t sn, int64_t sc, int64_t sh, int64_t sw) {
+    PSG_CUDNN_CHECK(cudnnCreateTensorDescriptor(d));
+    PSG_CUDNN_CHECK(cudnnSetTensor4dDescriptorEx(*d, cudnn_type(dtype), (int)n, (int)c, (int)h,
+                                                 (int)w, (int)sn, (int)sc, (int)sh, (int)sw));
+    return 0;
+}
+
+/* The strided views an NCHW plan copies its operands through. */
+static int nchw_views(plan_t *p) {
+    const psg_cu_geom_t *g = &p->g;
+    int64_t hp = g->h + p->eh, wp = g->w + p->ew;
+    if (g->n * g->c * hp * wp > INT32_MAX || g->n * g->oc * g->oh * g->ow > INT32_MAX)
+        return psg_error_set("convolution too large for cuDNN's 32-bit strides");
+    int t = p->dtype;
+    if (view(&p->x_nhwc, t, g->n, g->c, g->h, g->w, g->h * g->w * g->c, 1, g->w * g->c, g->c) < 0 ||
+        view(&p->x_part, t, g->n, g->c, g->h, g->w, g->c * hp * wp, hp * wp, wp, 1) < 0 ||
+        view(&p->y_nhwc, t, g->n, g->oc, g->oh, g->ow, g->oh * g->ow * g->oc, 1, g->ow * g->oc,
+             g->oc) < 0 ||
+        view(&p->w_hwcn, t, g->oc, g->c, g->kh, g->kw, 1, g->oc, g->kw * g->c * g->oc,
+             g->c * g->oc) < 0 ||
+        view(&p->w_nchw, t, g->oc, g->c, g->kh, g->kw, g->c * g->kh * g->kw, g->kh * g->kw, g->kw,
+             1) < 0)
+        return -1;
     return 0;
 }
 
@@ -118,7 +172,10 @@ static int plan_init(plan_t *p) {
     p->eh = e > 0 ? e : 0;
     e = (g->ow - 1) * g->sw + g->kw - g->w - 2 * g->pl;
     p->ew = e > 0 ? e : 0;
-    if (descriptors(p->dtype, g, p->eh, p->ew, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
+    p->nchw = layout_nchw(p->dtype);
+    if (descriptors(p->dtype, p->nchw, g, p->eh, p->ew, &p->xd, &p->yd, &p->wd, &p->cd) < 0)
+        return -1;
+    if (p->nchw && nchw_views(p) < 0) return -1;
     int n, c, h, w;
     PSG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &h, &w));
     if (h != g->oh || w != g->ow)
@@ -128,6 +185,9 @@ static int plan_init(plan_t *p) {
 }
 
 static void plan_free(plan_t *p) {
+    cudnnTensorDescriptor_t views[] = {p->x_nhwc, p->y_nhwc, p->w_hwcn, p->x_part, p->w_nchw};
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
+        if (views[i]) cudnnDestroyTensorDescriptor(views[i]);
     if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
     if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
@@ -324,6 +384,77 @@ static void scratch_free(scratch_t *s) {
     s->n = 0;
 }
 
+/* dst (view dd) = src (view sd), on the GPU's compute stream. */
+static int transform(int gpu, cudnnTensorDescriptor_t sd, const void *src,
+                     cudnnTensorDescriptor_t dd, void *dst) {
+    PSG_CUDA_DEV(d, gpu);
+    const float one = 1.0f, zero = 0.0f;
+    pthread_mutex_lock(&d->lock);
+    cudnnHandle_t h;
+    int rc = handle_of(gpu, d, &h);
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    if (rc == 0) s = cudnnTransformTensor(h, &one, sd, src, &zero, dd, dst);
+    pthread_mutex_unlock(&d->lock);
+    if (rc < 0) return -1;
+    PSG_CUDNN_CHECK(s);
+    return 0;
+}
+
+/* An NCHW plan's copy of the filter w (KH, KW, C, OC): (OC, C, KH, KW). */
+static void *filter_nchw(int gpu, const plan_t *p, scratch_t *s, const void *w) {
+    const psg_cu_geom_t *g = &p->g;
+    void *wn = scratch(gpu, s, g->kh * g->kw * g->c * g->oc, elem_size(p->dtype));
+    return wn && transform(gpu, p->w_hwcn, w, p->w_nchw, wn) == 0 ? wn : NULL;
+}
+
+/* An NCHW plan's copy of the input x, with its padding's zeros. */
+static void *input_nchw(int gpu, const plan_t *p, scratch_t *s, const void *x) {
+    const psg_cu_geom_t *g = &p->g;
+    size_t es = elem_size(p->dtype);
+    int64_t n = g->n * g->c * (g->h + p->eh) * (g->w + p->ew);
+    void *xn = scratch(gpu, s, n, es);
+    if (!xn) return NULL;
+    if ((p->eh || p->ew) && psg_cuda_memset0(gpu, xn, es * (size_t)n) < 0) return NULL;
+    return transform(gpu, p->x_nhwc, x, p->x_part, xn) == 0 ? xn : NULL;
+}
+
+/* An NCHW plan's copy of the output gradient dy. */
+static void *output_nchw(int gpu, const plan_t *p, scratch_t *s, const void *dy) {
+    const psg_cu_geom_t *g = &p->g;
+    void *yn = scratch(gpu, s, g->n * g->oc * g->oh * g->ow, elem_size(p->dtype));
+    return yn && transform(gpu, p->y_nhwc, dy, p->yd, yn) == 0 ? yn : NULL;
+}
+
+/* The three directions on NCHW copies; the result copied back to NHWC. */
+static int conv_nchw(int gpu, plan_t *p, int dir, const void *x, const void *w, const void *dy,
+                     void *out) {
+    const psg_cu_geom_t *g = &p->g;
+    size_t es = elem_size(p->dtype);
+    scratch_t s = {{NULL}, {NULL}, 0};
+    bufs_t b = {NULL, NULL, NULL, NULL, NULL, NULL};
+    int rc = -1;
+    if (dir == FWD) {
+        b.w = filter_nchw(gpu, p, &s, w);
+        b.x = b.w ? input_nchw(gpu, p, &s, x) : NULL;
+        b.y = b.x ? scratch(gpu, &s, g->n * g->oc * g->oh * g->ow, es) : NULL;
+        if (b.y && run_conv(gpu, p, FWD, &b) == 0) rc = transform(gpu, p->yd, b.y, p->y_nhwc, out);
+    } else if (dir == BWD_DATA) {
+        b.w = filter_nchw(gpu, p, &s, w);
+        b.dy = b.w ? output_nchw(gpu, p, &s, dy) : NULL;
+        b.dx = b.dy ? scratch(gpu, &s, g->n * g->c * (g->h + p->eh) * (g->w + p->ew), es) : NULL;
+        if (b.dx && run_conv(gpu, p, BWD_DATA, &b) == 0)
+            rc = transform(gpu, p->x_part, b.dx, p->x_nhwc, out); /* the padding's cells dropped */
+    } else {
+        b.x = input_nchw(gpu, p, &s, x);
+        b.dy = b.x ? output_nchw(gpu, p, &s, dy) : NULL;
+        b.dw = b.dy ? scratch(gpu, &s, g->kh * g->kw * g->c * g->oc, es) : NULL;
+        if (b.dw && run_conv(gpu, p, BWD_FILTER, &b) == 0)
+            rc = transform(gpu, p->w_nchw, b.dw, p->w_hwcn, out);
+    }
+    scratch_free(&s);
+    return rc;
+}
+
 /* x with eh rows and ew columns of zeros after: into xe, (N, H+eh, W+ew, C) */
 static int pad_input(int gpu, const plan_t *p, const void *x, void *xe) {
     const psg_cu_geom_t *g = &p->g;
@@ -340,6 +471,7 @@ extern "C" int psg_cuda_conv2d(int gpu, int dtype, const psg_cu_geom_t *g, const
     if (g->n * g->oh * g->ow * g->oc == 0) return 0;
     plan_t *p = plan_get(gpu, dtype, g);
     if (!p) return -1;
+    if (p->nchw) return conv_nchw(gpu, p, FWD, x, w, NULL, y);
     size_t es = elem_size(dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {x, NULL, NULL, y, NULL, NULL};
@@ -361,6 +493,7 @@ extern "C" int psg_cuda_conv2d_backprop_input(int gpu, int dtype, const psg_cu_g
     if (g->n * g->h * g->w * g->c == 0) return 0;
     plan_t *p = plan_get(gpu, dtype, g);
     if (!p) return -1;
+    if (p->nchw) return conv_nchw(gpu, p, BWD_DATA, NULL, w, dy, dx);
     size_t es = elem_size(dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {NULL, NULL, dy, NULL, dx, NULL};
@@ -391,6 +524,7 @@ extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_
     if (g->n == 0) return psg_cuda_memset0(gpu, dw, es * (size_t)nw);
     plan_t *p = plan_get(gpu, dtype, g);
     if (!p) return -1;
+    if (p->nchw) return conv_nchw(gpu, p, BWD_FILTER, x, NULL, dy, dw);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {x, NULL, dy, NULL, NULL, NULL};
     b.dw = scratch(gpu, &s, nw, es);
@@ -425,7 +559,9 @@ static int peer_setup(int gpu, const psg_cu_geom_t *g, peer_t *p) {
     PSG_CUDA_CHECK(cudaStreamCreate(&p->st));
     PSG_CUDNN_CHECK(cudnnCreate(&p->h));
     PSG_CUDNN_CHECK(cudnnSetStream(p->h, p->st));
-    if (descriptors(PSG_CU_F32, g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
+    if (descriptors(PSG_CU_F32, layout_nchw(PSG_CU_F32), g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) <
+        0)
+        return -1;
     PSG_CUDA_CHECK(cudaMalloc(&p->x, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c)));
     PSG_CUDA_CHECK(cudaMalloc(&p->w, sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc)));
     PSG_CUDA_CHECK(cudaMalloc(&p->y, sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc)));

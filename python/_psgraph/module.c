@@ -4,6 +4,7 @@
  * (graph.c, build*.c), not sessions (session.c). */
 #define PSG_PY_IMPORT_ARRAY
 #include "python/_psgraph/ext.h"
+#include "psgraph/device.h"
 
 #include <pthread.h>
 
@@ -108,7 +109,22 @@ static PyObject *dtype_info(PyObject *self, PyObject *noargs) {
     return d;
 }
 
+static PyObject *gpu_count(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyLong_FromLong(psg_gpu_count());
+}
+
+static PyObject *gpu_status(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyUnicode_FromString(psg_gpu_status());
+}
+
 static PyMethodDef module_functions[] = {
+    {"gpu_count", gpu_count, METH_NOARGS,
+     "the GPUs this process can use (0 without the CUDA backend)"},
+    {"gpu_status", gpu_status, METH_NOARGS, "one line: the GPUs found, or why there are none"},
     {"register_errors", register_errors, METH_O,
      "register_errors({code: class}): the exception class of each C error code"},
     {"error_code_names", error_code_names, METH_NOARGS, "{code: name} of psgraph's error codes"},

@@ -11,7 +11,9 @@
 typedef struct {
     PyObject_HEAD PyObject *graph; /* the Graph object: the session borrows its psg_graph_t */
     psg_session_t *s;
-    pthread_mutex_t lock; /* one run at a time */
+    pthread_mutex_t lock;      /* one run at a time */
+    bool allow_soft_placement; /* ConfigProto's */
+    int placed_nodes;          /* the graph's node count when it was last placed */
 } session_t;
 
 typedef struct {
@@ -26,17 +28,18 @@ typedef struct {
     psg_shape_t *feed_shapes;
 } callable_t;
 
-/* Session(graph, num_threads) */
+/* Session(graph, num_threads, allow_soft_placement) */
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"graph", "num_threads", NULL};
+    static char *kwlist[] = {"graph", "num_threads", "allow_soft_placement", NULL};
     PyObject *graph;
-    int threads = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|i", kwlist, &psg_py_graph_type, &graph,
-                                     &threads))
+    int threads = 1, soft = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|ip", kwlist, &psg_py_graph_type, &graph,
+                                     &threads, &soft))
         return NULL;
     session_t *self = (session_t *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     pthread_mutex_init(&self->lock, NULL);
+    self->allow_soft_placement = soft;
     self->graph = Py_NewRef(graph);
     psg_session_options_t o = {.num_threads = threads};
     self->s = psg_session_new(psg_py_graph(graph), &o, NULL);
@@ -129,7 +132,15 @@ fail:
  * feed's shape None (or no list) is its node's inferred shape, which a fed value must fit */
 static PyObject *session_make_callable(PyObject *o, PyObject *args) {
     session_t *self = (session_t *)o;
-    return psg_py_callable_make(o, session_graph(self), &self->lock, self->s, NULL, args);
+    psg_graph_t *g = session_graph(self);
+    /* the devices tf.device asked for (a GPU's ops run there), placed again when the graph grew */
+    if (psg_graph_num_nodes(g) != self->placed_nodes) {
+        psg_placement_options_t po = {.allow_soft_placement = self->allow_soft_placement,
+                                      .soft_missing_gpus = true};
+        if (psg_place(g, &po) < 0) return psg_py_raise();
+        self->placed_nodes = psg_graph_num_nodes(g);
+    }
+    return psg_py_callable_make(o, g, &self->lock, self->s, NULL, args);
 }
 
 static void callable_dealloc(PyObject *o) {

@@ -69,8 +69,8 @@ class RunMetadata:
 class _LocalRunner:
     """Runs the graph in this process: a psg_session_t."""
 
-    def __init__(self, graph, threads):
-        self._s = _psgraph.Session(graph._c, threads)
+    def __init__(self, graph, threads, allow_soft_placement=False):
+        self._s = _psgraph.Session(graph._c, threads, allow_soft_placement)
 
     def make_callable(self, feeds, fetches, targets, feed_shapes):
         return self._s.make_callable(feeds, fetches, targets, feed_shapes)
@@ -165,7 +165,8 @@ class BaseSession:
             from . import _dist
             self._runner = _dist._DistRunner(self._graph, _dist._server_for(target), config)
         else:
-            self._runner = _LocalRunner(self._graph, self._config._threads())
+            self._runner = _LocalRunner(self._graph, self._config._threads(),
+                                        self._config.allow_soft_placement)
         self._plans = {}
         self._closed = False
         self._default_ctx = None

@@ -5,7 +5,7 @@ import logging as _pylogging
 
 from psgraph import _array_ops, _dtypes, _graph, _layers, _math_ops, _nn, _ops, _session
 from psgraph import _dist, _monitored, _partitioned, _summary, _supervisor, _sync, _train
-from psgraph import _variables
+from psgraph import _devices, _variables
 from psgraph import errors as _errors
 from psgraph._namespace import make as _make
 
@@ -173,6 +173,15 @@ losses = _make(_here, "losses", dict(
     get_losses=_layers.get_losses, get_regularization_loss=_layers.get_regularization_loss,
     get_regularization_losses=_layers.get_regularization_losses,
     get_total_loss=_layers.get_total_loss, Reduction=_layers.Reduction))
+
+test = _make(_here, "test", dict(
+    is_gpu_available=_devices.is_gpu_available, is_built_with_cuda=_devices.is_built_with_cuda,
+    gpu_device_name=_devices.gpu_device_name))
+
+config = _make(_here, "config", dict(
+    list_physical_devices=_devices.list_physical_devices,
+    experimental=_make(_here + ".config", "experimental", dict(
+        list_physical_devices=_devices.list_physical_devices))))
 
 train = _make(_here, "train", dict(
     Optimizer=_train.Optimizer, GradientDescentOptimizer=_train.GradientDescentOptimizer,
