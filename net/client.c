@@ -193,6 +193,12 @@ int psg_client_check(psg_client_t *c) {
                               c->endpoint, (long long)lost, lost == 1 ? "" : "s", ivl + timeout);
 }
 
+bool psg_client_peer_lost(psg_client_t *c) {
+    read_events(c);
+    int pt = peer_timeout(c);
+    return pt > 0 && !c->up && c->down_since > 0 && psg_codec_now_ms() - c->down_since > pt;
+}
+
 /* A reply arrived: one request less in flight, and the peer's incarnation. */
 static void got_reply(psg_client_t *c, const psg_msg_t *m) {
     if (c->in_flight > 0) c->in_flight--;

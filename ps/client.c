@@ -110,6 +110,10 @@ int psg_ts_client_check(psg_ts_client_t *c) {
     return psg_client_check(c->client) < 0 ? psg_error_wrap("task %s", c->task) : 0;
 }
 
+bool psg_ts_client_lost(psg_ts_client_t *c) {
+    return psg_client_peer_lost(c->client);
+}
+
 uint64_t psg_ts_client_incarnation(const psg_ts_client_t *c) {
     return psg_client_peer_incarnation(c->client);
 }

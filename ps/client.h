@@ -47,6 +47,8 @@ void psg_ts_client_reset(psg_ts_client_t *c);
 /* -1 with the error "task T: ..." (code PSG_ERR_UNAVAILABLE) when the connection that
  * carried requests in flight was lost (psg_client_check): their replies will never come. */
 int psg_ts_client_check(psg_ts_client_t *c);
+/* Whether the task's connection has been down for the peer timeout (psg_client_peer_lost). */
+bool psg_ts_client_lost(psg_ts_client_t *c);
 /* The task's incarnation as its latest reply gave it (0: none yet), and how often it
  * changed since this client was made: each change is a restart of the task. */
 uint64_t psg_ts_client_incarnation(const psg_ts_client_t *c);

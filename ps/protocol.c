@@ -197,8 +197,10 @@ static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
 /* Replicate: the kind, and a name on every tensor (the values themselves are checked
  * against the variables by the handler, ps/replicate.c). */
 static int dec_replicate(const psg_msg_t *m, psg_req_t *r) {
-    if (!m->key || (strcmp(m->key, "update") && strcmp(m->key, "full") && strcmp(m->key, "undo")))
-        return bad(m, "key '%.64s' is not \"update\", \"full\" or \"undo\"", m->key ? m->key : "");
+    if (!m->key || (strcmp(m->key, "update") && strcmp(m->key, "full") && strcmp(m->key, "undo") &&
+                    strcmp(m->key, "lost")))
+        return bad(m, "key '%.64s' is not \"update\", \"full\", \"undo\" or \"lost\"",
+                   m->key ? m->key : "");
     for (int i = 0; i < m->ntensors; i++)
         if (!m->names[i] || !*m->names[i]) return bad(m, "tensor %d has no name", i);
     r->u.key = m->key;
@@ -461,8 +463,10 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      psg_ts_on_shutdown},
     {PSG_REQ_REPLICATE, PSG_TS_REPLICATE,
      "key: \"update\" | \"full\"; tensors: the values, named by their variables; key "
-     "\"undo\", body \"#WRITER SEQ\": that update taken back where it is the last",
-     "empty, once applied", enc_key, dec_replicate, NULL, REPLY(none), psg_ts_on_replicate},
+     "\"undo\", body \"#WRITER SEQ\": that update taken back where it is the last; key \"lost\", "
+     "body \"PS INCARNATION\" lines: failovers to this task (none: a question)",
+     "empty, once applied; \"lost\": body, every failover kept", enc_key, dec_replicate, NULL,
+     REPLY(none), psg_ts_on_replicate},
 };
 
 /* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,

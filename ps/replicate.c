@@ -10,11 +10,13 @@
 #include "ps/checkpoint_internal.h"
 #include "ps/client.h"
 #include "ps/task_server_internal.h"
+#include "ops/state/sync_resources.h"
 #include "psgraph/device.h"
 #include "psgraph/curve.h"
 #include "psgraph/error.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,8 @@
 /* How long a lost backup may take to answer an empty forward before the whole shard is sent
  * to it: the step that tries waits that long while it is still gone. */
 #define PROBE_MS 100
+/* The verdicts a task keeps: ps tasks found lost whose shards it serves (a few per job). */
+#define MAX_VERDICTS 32
 
 struct psg_ts_repl {
     psg_task_server_t *ts;
@@ -37,6 +41,16 @@ struct psg_ts_repl {
     int64_t last_try_ms;    /* the last forward that failed (0: none since the last success) */
     psg_applied_t *applied; /* which update of each writer every variable holds */
     bool lost_said;         /* the loss was logged */
+    /* the verdicts of failovers to this task (psg_ts_on_replicate, key "lost"): ps task
+     * verdicts[i].ps, as process verdicts[i].inc, was found lost; its shard is served here */
+    pthread_mutex_t verdict_lock;
+    int n_verdicts;
+    struct {
+        int ps;
+        uint64_t inc;
+    } verdicts[MAX_VERDICTS];
+    /* a verdict named this task's backup: the next forward does not wait for it */
+    atomic_bool backup_found_lost;
 };
 
 int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
@@ -52,11 +66,13 @@ int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     int peer = ts->peer_timeout_ms > 0 ? ts->peer_timeout_ms : PSG_WIRE_PEER_TIMEOUT_MS;
     r->timeout_ms = peer;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->verdict_lock, NULL);
     if (!(r->applied = psg_applied_new()) ||
         !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
                                         ts->keys))) {
         psg_applied_destroy(&r->applied);
         pthread_mutex_destroy(&r->lock);
+        pthread_mutex_destroy(&r->verdict_lock);
         free(r);
         return -1;
     }
@@ -71,12 +87,15 @@ void psg_ts_repl_destroy(psg_ts_repl_t **rp) {
     psg_ts_client_destroy(&r->client);
     psg_applied_destroy(&r->applied);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->verdict_lock);
     free(r);
 }
 
 const char *psg_ts_repl_backup(const psg_ts_repl_t *r) {
     return r ? r->backup : "";
 }
+
+static int send_verdicts(psg_ts_repl_t *r);
 
 /* ---- what a graph writes ---- */
 
@@ -379,6 +398,17 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
     int count = 0;
     size_t bytes = 0;
     promote(ts, names, n);
+    if (atomic_exchange(&r->backup_found_lost, false) && r->synced) {
+        /* lost already for the workers: not waited for (a cut link holds a forward for the
+         * peer timeout); tried again as a backup that does not answer */
+        psg_net_log("task %s: its backup %s (%s) was found lost (a failover to this task): the "
+                    "shard has no backup until it answers again",
+                    ts->task, r->backup, r->address);
+        r->lost_said = true;
+        r->synced = false;
+        r->last_try_ms = t0;
+        psg_ts_client_reset(r->client);
+    }
     if (!r->synced && r->last_try_ms && t0 - r->last_try_ms < RETRY_MS) {
         /* no backup now: the step goes on, its values travel with the next full copy */
         pthread_mutex_unlock(&r->lock);
@@ -387,6 +417,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
     }
     bool full = !r->synced;
     int rc = full && r->last_try_ms ? probe(r) : 0;
+    if (rc == 0 && full) rc = send_verdicts(r);
     if (rc == 0) rc = forward(r, names, skip, n, full, u, &count, &bytes);
     /* a backup that restarted since the last full copy holds only what this step sent */
     if (rc == 0 && psg_ts_client_restarts(r->client) != r->restarts) {
@@ -498,11 +529,161 @@ static int undo_update(psg_task_server_t *ts, const char *writer, int64_t seq) {
     return undone;
 }
 
+/* ---- verdicts: the ps tasks found lost whose shards this task serves ---- */
+
+/* The verdicts as lines "PS INCARNATION" (hex) into b. */
+static void verdicts_dump(psg_ts_repl_t *r, psg_strbuf_t *b) {
+    pthread_mutex_lock(&r->verdict_lock);
+    for (int i = 0; i < r->n_verdicts; i++)
+        psg_strbuf_printf(b, "%d %016" PRIx64 "\n", r->verdicts[i].ps, r->verdicts[i].inc);
+    pthread_mutex_unlock(&r->verdict_lock);
+}
+
+/* This process was found lost and another task serves its shard since (its link was cut and
+ * came back): every variable of its own becomes a backup copy, so that the task serving the
+ * shard now copies it here (it rejoins as that task's backup) and its stale values are never
+ * served, checkpointed or copied as the shard's. */
+static void demote(psg_task_server_t *ts) {
+    int nv = psg_resource_num_variables(ts->rm), n = 0;
+    for (int i = 0; i < nv; i++) {
+        psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        if (v->initialized && !v->backup) {
+            v->backup = true;
+            n++;
+        }
+        pthread_mutex_unlock(&guard->lock);
+    }
+    if (n > 0)
+        psg_net_log("task %s: its shard is served by another task since a failover (this process, "
+                    "incarnation %016" PRIx64 ", was found lost): its %d variables are backup "
+                    "copies from now on, to be copied again from the shard's new primary",
+                    ts->task, psg_wire_incarnation(), n);
+}
+
+/* One verdict line "PS INCARNATION" (a ps task's index, 1-16 hex digits, not 0); false when
+ * malformed. */
+static bool verdict_parse(const char *s, size_t n, int nps, int *ps, uint64_t *inc) {
+    size_t i = 0;
+    long k = 0;
+    for (; i < n && i < 6 && s[i] >= '0' && s[i] <= '9'; i++) k = 10 * k + (s[i] - '0');
+    if (i == 0 || i >= n || s[i] != ' ' || k >= nps) return false;
+    size_t h0 = ++i;
+    uint64_t x = 0;
+    for (; i < n && i - h0 < 16 && strchr("0123456789abcdefABCDEF", s[i]) && s[i]; i++)
+        x = x << 4 | (uint64_t)(s[i] <= '9' ? s[i] - '0' : (s[i] | 0x20) - 'a' + 10);
+    if (i != n || i == h0 || x == 0) return false;
+    *ps = (int)k;
+    *inc = x;
+    return true;
+}
+
+/* A new verdict (ps task `ps` lost): a take waiting here fails, so that the sync chief whose
+ * step waits in it (for gradients the workers' failed steps send again only after its
+ * failover) fails over at once instead of at the take's timeout. */
+static void fail_takes(psg_task_server_t *ts, int ps) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "take failed: ps%d was found lost and failed over (the step starts again)", ps);
+    int na = psg_resource_count(ts->rm, "accumulator");
+    for (int i = 0; i < na; i++) {
+        psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, NULL);
+        if (a) psg_accumulator_fail_take(a, why);
+    }
+}
+
+/* Keeps the verdicts of a "lost" request's body, lines "PS INCARNATION"; one naming this
+ * process demotes it. -1 with the error set (naming the line) on a malformed one. */
+static int verdicts_take(psg_task_server_t *ts, const char *d, size_t len) {
+    psg_ts_repl_t *r = ts->repl;
+    int nps = psg_cluster_num_tasks(ts->cluster, "ps");
+    for (size_t at = 0, line = 1; at < len; line++) {
+        const char *nl = memchr(d + at, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - (d + at)) : len - at;
+        int ps = 0;
+        uint64_t inc = 0;
+        if (!verdict_parse(d + at, n, nps, &ps, &inc))
+            return psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                                      "Replicate lost: line %zu '%.*s' is not \"PS INCARNATION\" "
+                                      "(a ps task below %d, a hexadecimal incarnation)",
+                                      line, (int)(n < 40 ? n : 40), d + at, nps);
+        at += n + 1;
+        if (ps == ts->task_dn.task && inc == psg_wire_incarnation()) {
+            demote(ts);
+            continue;
+        }
+        pthread_mutex_lock(&r->verdict_lock);
+        bool seen = false;
+        for (int i = 0; i < r->n_verdicts && !seen; i++)
+            seen = r->verdicts[i].ps == ps && r->verdicts[i].inc == inc;
+        if (!seen && r->n_verdicts == MAX_VERDICTS) { /* the oldest goes */
+            memmove(r->verdicts, r->verdicts + 1, (MAX_VERDICTS - 1) * sizeof r->verdicts[0]);
+            r->n_verdicts--;
+        }
+        if (!seen) {
+            r->verdicts[r->n_verdicts].ps = ps;
+            r->verdicts[r->n_verdicts++].inc = inc;
+        }
+        pthread_mutex_unlock(&r->verdict_lock);
+        if (!seen) fail_takes(ts, ps);
+        if (!seen && ps == psg_cluster_ps_backup(ts->cluster, ts->task_dn.task))
+            atomic_store(&r->backup_found_lost, true);
+    }
+    return 0;
+}
+
+/* Key "lost": the body's verdicts kept (none: a question); the reply's body lists them all. */
+static void on_lost(psg_task_server_t *ts, const psg_msg_t *req) {
+    if (req->body && req->body->size &&
+        verdicts_take(ts, (const char *)req->body->data, req->body->size) < 0) {
+        psg_ts_reply_last_error(ts, req);
+        return;
+    }
+    psg_strbuf_t b = {0};
+    verdicts_dump(ts->repl, &b);
+    psg_msg_t *m = b.oom ? NULL : psg_msg_new(PSG_MSG_REPLY, req->op);
+    if (!m || (b.len && psg_msg_set_body(m, b.s, b.len) < 0)) {
+        psg_msg_destroy(&m);
+        free(b.s);
+        psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    free(b.s);
+    psg_ts_reply_ok(ts, req, &m);
+}
+
+/* Before a full copy to a backup that was lost: the verdicts kept here, so that a backup
+ * that is the lost primary of one of them (its link came back) turns its shard into backup
+ * copies first. Under r->lock. */
+static int send_verdicts(psg_ts_repl_t *r) {
+    psg_strbuf_t b = {0};
+    verdicts_dump(r, &b);
+    if (b.oom || !b.len) {
+        free(b.s);
+        return b.oom ? psg_error_set("out of memory") : 0;
+    }
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
+    int rc = m && psg_msg_set_key(m, "lost") == 0 && psg_msg_set_body(m, b.s, b.len) == 0
+                 ? 0
+                 : psg_error_set("out of memory");
+    free(b.s);
+    psg_msg_t *reply = rc == 0 ? psg_ts_call_msg(r->client, &m, r->timeout_ms) : NULL;
+    psg_msg_destroy(&m);
+    if (!reply) return -1;
+    psg_msg_destroy(&reply);
+    return 0;
+}
+
 void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
     if (!ts->repl) {
         psg_ts_reply_error(ts, req, PSG_ERR_DENIED,
                            "Replicate: this task keeps no backups (--ps-replicas is 1)");
+        return;
+    }
+    if (r && r->u.key && !strcmp(r->u.key, "lost")) {
+        on_lost(ts, req);
         return;
     }
     if (r && r->u.key && !strcmp(r->u.key, "undo")) {

@@ -411,6 +411,33 @@ static void test_reset(void) {
     psg_resource_mgr_destroy(&rm);
 }
 
+/* A take failed because a ps task was lost (psg_accumulator_fail_take): the gradients in stay,
+ * a later take completes with them. */
+static void test_fail_take(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 0);
+    psg_accumulator_set_global_step(acc, 7);
+    psg_accumulator_fail_take(acc, "nobody waits"); /* no take: nothing happens */
+    CHECK(apply3(acc, 7, 1, 1, 1));
+    waited_t w = {.t = {.acc = acc}};
+    pthread_t th;
+    pthread_create(&th, NULL, waited_main, &w);
+    while (!atomic_load(&w.done)) { /* until the take waits and is failed */
+        sleep_ms(5);
+        psg_accumulator_fail_take(acc, "take failed: ps0 was found lost");
+    }
+    pthread_join(th, NULL);
+    CHECK(w.t.rc < 0 && w.t.code == PSG_ERR_ABORTED &&
+          strstr(w.t.error, "accumulator 'acc' take failed: ps0 was found lost"));
+    CHECK(psg_accumulator_num_accumulated(acc) == 1 && psg_accumulator_global_step(acc) == 7);
+    CHECK(apply3(acc, 7, 3, 3, 3));
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && psg_tensor_f32(mean)[0] == 2.0f);
+    psg_tensor_destroy(&mean);
+    psg_resource_mgr_destroy(&rm);
+}
+
 static void test_accumulator_errors(void) {
     psg_resource_mgr_t *rm = psg_resource_mgr_new();
     psg_shape_t s3 = psg_shape_1d(3), s2 = psg_shape_1d(2);
@@ -588,6 +615,7 @@ int main(void) {
     RUN_TEST(test_sparse_sum_grows);
     RUN_TEST(test_take_waits_times_out_and_closes);
     RUN_TEST(test_reset);
+    RUN_TEST(test_fail_take);
     RUN_TEST(test_accumulator_errors);
     RUN_TEST(test_token_queue);
     RUN_TEST(test_token_queue_wakes_waiters);

@@ -288,20 +288,20 @@ static void test_limit(void) {
     }
 }
 
-/* Replicate's keys: "update", "full" and "undo" (a sync chief's failed step taken back,
- * docs/replication.md); any other refused, naming it. */
+/* Replicate's keys: "update", "full", "undo" (a sync chief's failed step taken back) and
+ * "lost" (the failovers to a task, docs/replication.md); any other refused, naming it. */
 static void test_replicate_keys(void) {
-    const char *keys[] = {"update", "full", "undo", "rollback"};
-    for (int i = 0; i < 4; i++) {
+    const char *keys[] = {"update", "full", "undo", "lost", "rollback"};
+    for (int i = 0; i < 5; i++) {
         psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
         CHECK(m && psg_msg_set_key(m, keys[i]) == 0);
         psg_req_t r;
         int rc = m ? psg_req_decode(m, &r) : -1;
-        if (i < 3) {
+        if (i < 4) {
             CHECK(rc == 0 && r.type == PSG_REQ_REPLICATE && !strcmp(r.u.key, keys[i]));
         } else {
             CHECK(rc < 0);
-            CHECK_ERROR_HAS("key 'rollback' is not \"update\", \"full\" or \"undo\"");
+            CHECK_ERROR_HAS("key 'rollback' is not \"update\", \"full\", \"undo\" or \"lost\"");
         }
         if (rc == 0) psg_req_clear(&r);
         psg_msg_destroy(&m);

@@ -390,6 +390,27 @@ static const char *peer_failure(psg_dist_callable_t *c, const part_req_t *q, int
     return buf;
 }
 
+/* Whether a task that answered its part of step r has been lost since (its connection down
+ * for the peer timeout) while the step still waits on other tasks, whose replies may then
+ * never come (a sync chief's take waits for gradients that the workers' failed steps send
+ * again only after its failover): the step fails naming it (err, code). */
+static bool answered_task_lost(psg_dist_callable_t *c, const step_reqs_t *r, char *err,
+                               size_t errsize, psg_err_code_t *code) {
+    for (int k = 0; k < c->set->num_partitions; k++) {
+        const part_req_t *q = &r->reqs[k];
+        if (c->runs[k].peer < 0 || q->waiting || !q->reply) continue;
+        peer_t *peer = &c->s->peers[c->runs[k].peer];
+        if (!psg_ts_client_lost(peer->client)) continue;
+        snprintf(err, errsize,
+                 "task %s (%s): lost (its connection has been down for the peer timeout) after "
+                 "it answered its part of the step, while the step waited on other tasks",
+                 peer->task, peer->address);
+        *code = PSG_ERR_UNAVAILABLE;
+        return true;
+    }
+    return false;
+}
+
 /* Collects the RunGraph replies of step r's remote partitions until deadline (replies of
  * the callable's other step in flight are kept for later), then reads them: fetches into
  * fetched (NULL: the step fetches nothing remotely), the first failure into err. A task
@@ -402,6 +423,7 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
     psg_ts_client_t *clients[64];
     bool ready[64];
     int item_part[64];
+    bool gave_up = false; /* on the others, a task of the step being lost */
     for (;;) {
         int n = 0;
         for (int k = 0; k < np && n < 64; k++) {
@@ -417,6 +439,10 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
         bool any = psg_ts_client_poll(clients, n, ready, left < CHECK_MS ? left : CHECK_MS) > 0;
         for (int i = 0; i < n; i++)
             if (ready[i] || !any) read_peer(c, item_part[i]);
+        if (!any && answered_task_lost(c, r, err, errsize, code)) {
+            gave_up = true;
+            break;
+        }
     }
     for (int k = 0; k < np; k++) {
         part_req_t *q = &r->reqs[k];
@@ -441,7 +467,8 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
                          peer->task, peer->address, r->step, s->timeout_ms);
                 *code = PSG_ERR_TIMEOUT;
             }
-            psg_ts_client_reset(peer->client);
+            if (!gave_up) /* silent to the deadline: not waited for any more */
+                psg_ts_client_reset(peer->client);
         } else if (!m) {
             continue; /* not sent */
         } else if (m->kind == PSG_MSG_ERROR) {

@@ -235,6 +235,9 @@ int psg_client_reset(psg_client_t *c);
  * failed check was lost: the peer closed it, or was silent for the peer timeout; that
  * request's reply will never come. 0 otherwise. psg_client_recv and psg_client_call check. */
 int psg_client_check(psg_client_t *c);
+/* Whether the connection has been down for the peer timeout (the peer is lost, whether or not
+ * a request is in flight on it); false without heartbeats. Reads the connection's events. */
+bool psg_client_peer_lost(psg_client_t *c);
 /* The incarnation of the peer's latest reply (0: none yet), and how often it changed: a
  * change means the peer's process restarted. */
 uint64_t psg_client_peer_incarnation(const psg_client_t *c);

@@ -506,6 +506,10 @@ void psg_accumulator_reset(psg_accumulator_t *a, int64_t step) {
     pthread_mutex_unlock(&a->lock);
 }
 
+void psg_accumulator_fail_take(psg_accumulator_t *a, const char *why) {
+    fail_take(a, false, PSG_ERR_ABORTED, why);
+}
+
 int64_t psg_accumulator_global_step(psg_accumulator_t *a) {
     pthread_mutex_lock(&a->lock);
     int64_t s = a->step;

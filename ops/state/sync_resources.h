@@ -104,6 +104,9 @@ void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step);
 /* Sets the global step and drops every gradient accumulated, of this step too, and fails a
  * pending take (the step of a failover starts again: docs/replication.md). */
 void psg_accumulator_reset(psg_accumulator_t *a, int64_t step);
+/* Fails a pending take (code PSG_ERR_ABORTED, "accumulator NAME <why>"), keeping what was
+ * accumulated: a ps task lost meanwhile (docs/replication.md). No-op when none waits. */
+void psg_accumulator_fail_take(psg_accumulator_t *a, const char *why);
 int64_t psg_accumulator_global_step(psg_accumulator_t *a);
 /* Gradients of the current step accumulated so far. */
 int psg_accumulator_num_accumulated(psg_accumulator_t *a);
