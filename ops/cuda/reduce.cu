@@ -339,8 +339,9 @@ __global__ static void bn_finalize(bool training, float eps, int64_t rows, int64
 __global__ static void bn_affine(const float *x, const float *dy, const float *a, const float *b,
                                  const float *k, const float *mean, float *out, int64_t n,
                                  int64_t c) {
+    bool narrow = n <= (int64_t)UINT32_MAX; /* 32-bit modulo: 64-bit division is emulated */
     PSG_GRID_STRIDE(i, n) {
-        int64_t ch = i % c;
+        int64_t ch = narrow ? (int64_t)((uint32_t)i % (uint32_t)c) : i % c;
         out[i] = dy ? dy[i] * a[ch] + (x[i] - mean[ch]) * b[ch] + k[ch] : x[i] * a[ch] + b[ch];
     }
 }
