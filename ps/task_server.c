@@ -332,7 +332,8 @@ static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail)
     uint64_t turn = UINT64_MAX;
     for (job_t *q = *head, *before = NULL; q && turn > 0; before = q, q = q->next) {
         uint64_t served = q->peer ? q->peer->served : 0;
-        if (served >= turn || (q->peer && q->peer->running >= ts->lim.max_running_per_peer))
+        if (served >= turn || (q->peer && q->peer->running >= ts->lim.max_running_per_peer) ||
+            (q->registers && ts->building >= ts->max_building))
             continue;
         j = q, prev = before, turn = served;
     }
@@ -344,6 +345,7 @@ static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail)
     if (*tail == j) *tail = prev;
     j->next = NULL;
     if (j->peer) j->peer->running++, j->peer->served = ++ts->served;
+    ts->building += j->registers;
     return j;
 }
 
@@ -364,13 +366,14 @@ static void *runner_main(void *arg) {
             pthread_cond_wait(&ts->jobs_cond, &ts->lock);
         if (!j) break;          /* stopping: stop_runners fails what is queued */
         peer_t *peer = j->peer; /* run_job frees j; a running peer is never pruned */
+        bool builds = j->registers;
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
         pthread_mutex_lock(&ts->lock);
-        if (peer) {
-            peer->running--;
-            pthread_cond_broadcast(&ts->jobs_cond); /* its next queued job may run now */
-        }
+        if (peer) peer->running--;
+        ts->building -= builds;
+        /* its next queued job, or a queued registration, may run now */
+        if (peer || builds) pthread_cond_broadcast(&ts->jobs_cond);
     }
     pthread_mutex_unlock(&ts->lock);
     return NULL;
@@ -688,6 +691,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->lim = psg_task_limits_resolve(&opt->limits);
     if (ts->lim.max_running_per_peer <= 0)
         ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
+    ts->max_building = ts->max_steps >= 4 ? ts->max_steps / 4 : 1;
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;

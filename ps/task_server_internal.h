@@ -156,11 +156,13 @@ struct psg_task_server {
     int n_graphs, cap_graphs;
     job_t *jq_head, *jq_tail; /* RunGraphs not started */
     int jq_len;
-    job_t *cq_head, *cq_tail;  /* started ones with nodes to run again, and graphs' next in line */
-    int live_runs;             /* started and not finished */
-    uint64_t served;           /* jobs the runners took: the peers take turns */
-    bool draining;             /* stopping: what is started ends, nothing starts */
-    pthread_cond_t graph_idle; /* a graph's run ended (an in-process run waits for it) */
+    job_t *cq_head, *cq_tail;   /* started ones with nodes to run again, and graphs' next in line */
+    int live_runs;              /* started and not finished */
+    uint64_t served;            /* jobs the runners took: the peers take turns */
+    int building, max_building; /* RegisterGraphs the runners build now; at most (a quarter of
+                                 * them: the graphs' CPU leaves the server thread and steps some) */
+    bool draining;              /* stopping: what is started ends, nothing starts */
+    pthread_cond_t graph_idle;  /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;
     int n_peers;
     char *workers_done[MAX_WORKERS_DONE];

@@ -138,15 +138,44 @@ static int take_answers(psg_client_t *c, int want, int timeout_ms, uint64_t *han
     return got;
 }
 
+/* RunGraph of the job's graph `handle` (it fetches 2.5) through c: whether it did. */
+static bool job_step(psg_client_t *c, uint64_t handle, int64_t step) {
+    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = step, .u.run = {.handle = handle}};
+    psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(c, &m, 120000);
+    bool ok = rep && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f;
+    psg_msg_destroy(&rep);
+    return ok;
+}
+
+enum { HOSTILE = 16, EACH = 4 }; /* the suite's server: --max-pending 4 */
+
+/* The hostile connections' answers come by now (wait_ms 0: those there already); how many
+ * in all so far. */
+static int hostile_answers(psg_client_t **hostile, int (*got)[2], uint64_t (*handles)[EACH],
+                           int wait_ms) {
+    int answered = 0;
+    for (int i = 0; i < HOSTILE; i++) {
+        got[i][0] += take_answers(hostile[i], EACH - got[i][0], wait_ms, handles[i], &got[i][1]);
+        answered += got[i][0];
+    }
+    return answered;
+}
+
 /* Finding 2 beside another peer: each RegisterGraph of the 200,000-input AddN was parsed,
  * inferred and planned on the server thread (~30 ms), and every other peer's request waited
  * behind it (a real job beside one such peer ran at 0.09-0.47 of its rate). A runner builds
- * them now. 8 connections queue 8 of them each (64), then a job registers a small graph and
- * runs 20 steps of it: all answered while at most half of the 64 were (before, each of its
- * 21 requests came after one registration of every connection: 168 > 64), and then all of
- * the 64, registered. Progress by count, not by clock. */
+ * them now, the runners taking the peers in turn. 16 connections queue 4 of them each (64);
+ * a job's 20 steps are answered while at most a quarter of the 64 are, then its registration
+ * of a second graph and a step of it while at most 3/4 are (before, each of the job's
+ * requests came after one registration of every connection: 16 x 22 > 64), and then all of
+ * the 64 are, registered. Progress by count, not by clock. */
 static void test_registrations_hold_nobody(void) {
-    enum { HOSTILE = 16, EACH = 4, STEPS = 20 }; /* the suite's server: --max-pending 4 */
+    enum { STEPS = 20 };
+    psg_client_t *job = connect_peer();
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t y = psg_identity(g, "y", psg_const_scalar(g, "k", 2.5f));
+    uint64_t h = register_graph(job, g, y.node), h2 = 0;
+    CHECK(h != 0);
     int fetch = -1, sent = 0;
     psg_graph_t *wide = fan_in_graph(&fetch);
     char *bytes = NULL;
@@ -161,39 +190,32 @@ static void test_registrations_hold_nobody(void) {
         }
     }
     CHECK(sent == HOSTILE * EACH);
-    psg_client_t *job = connect_peer();
-    psg_graph_t *g = psg_graph_new();
-    psg_endpoint_t y = psg_identity(g, "y", psg_const_scalar(g, "k", 2.5f));
-    uint64_t h = register_graph(job, g, y.node);
     int steps = 0;
-    for (int s = 1; h && s <= STEPS; s++) {
-        psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = s, .u.run = {.handle = h}};
-        psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(job, &m, 120000);
-        steps += rep && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f;
-        psg_msg_destroy(&rep);
-    }
+    for (int s = 1; h && s <= STEPS; s++) steps += job_step(job, h, s);
     uint64_t handles[HOSTILE][EACH];
-    int got[HOSTILE], n_handles[HOSTILE], before = 0, answered = 0, registered = 0;
+    int got[HOSTILE][2] = {{0}}; /* answers, handles */
+    int during_steps = hostile_answers(hostile, got, handles, 0);
+    int chain = -1;
+    psg_graph_t *g2 = chain_graph(&chain);
+    bool second = (h2 = register_graph(job, g2, chain)) != 0 && job_step(job, h2, STEPS + 1);
+    int during_register = hostile_answers(hostile, got, handles, 0);
+    int answered = hostile_answers(hostile, got, handles, 120000), registered = 0;
     for (int i = 0; i < HOSTILE; i++) {
-        n_handles[i] = 0;
-        before += got[i] = take_answers(hostile[i], EACH, 0, handles[i], &n_handles[i]);
+        registered += got[i][1];
+        for (int k = 0; k < got[i][1]; k++) deregister(hostile[i], handles[i][k]);
     }
-    for (int i = 0; i < HOSTILE; i++) {
-        got[i] += take_answers(hostile[i], EACH - got[i], 120000, handles[i], &n_handles[i]);
-        answered += got[i];
-        registered += n_handles[i];
-        for (int k = 0; k < n_handles[i]; k++) deregister(hostile[i], handles[i][k]);
-    }
-    printf("  the job's %d steps answered while %d of %d huge registrations were; then %d "
-           "answered, %d registered\n",
-           steps, before, sent, answered, registered);
-    CHECK(h != 0 && steps == STEPS);
-    CHECK(before <= sent / 2);
+    printf("  the job's %d steps answered while %d of %d huge registrations were, its second "
+           "graph registered and run while %d were; then %d answered, %d registered\n",
+           steps, during_steps, sent, during_register, answered, registered);
+    CHECK(steps == STEPS && during_steps <= sent / 4);
+    CHECK(second && during_register <= sent * 3 / 4);
     CHECK(answered == sent && registered == sent);
     if (h) deregister(job, h);
+    if (h2) deregister(job, h2);
     for (int i = 0; i < HOSTILE; i++) psg_client_destroy(&hostile[i]);
     psg_client_destroy(&job);
     psg_graph_destroy(&g);
+    psg_graph_destroy(&g2);
     psg_graph_destroy(&wide);
     free(bytes);
     CHECK(alive());
