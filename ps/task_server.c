@@ -194,8 +194,9 @@ static void register_job(psg_task_server_t *ts, job_t *j) {
     psg_msg_t *m = NULL;
     if (stopping)
         psg_error_set_code(PSG_ERR_STOPPING, "the server is stopping");
-    else if (psg_ts_graph_register(ts, j->peer, &j->reg, &rep.u.handle) == 0)
-        m = psg_rep_encode(PSG_REQ_REGISTER_GRAPH, &rep);
+    else if (psg_ts_graph_register(ts, j->peer, &j->reg, &rep.u.handle) == 0 &&
+             !(m = psg_rep_encode(PSG_REQ_REGISTER_GRAPH, &rep)))
+        psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     if (m)
         psg_ts_reply_ok(ts, j->req, &m);
     else
