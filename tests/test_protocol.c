@@ -308,11 +308,65 @@ static void test_replicate_keys(void) {
     }
 }
 
+/* Replicate "lost" (docs/replication.md) to a ps task of a cluster with backups: a verdict
+ * kept and listed (once however often told), a question answers the list, a malformed line
+ * refused naming it, the task serving on. */
+static char *lost_call(psg_ts_client_t *c, const char *body) {
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
+    CHECK(m && psg_msg_set_key(m, "lost") == 0);
+    if (body) CHECK(psg_msg_set_body(m, body, strlen(body)) == 0);
+    psg_msg_t *r = psg_ts_call_msg(c, &m, 5000);
+    if (!r) return NULL;
+    size_t n = r->body ? r->body->size : 0;
+    char *out = calloc(1, n + 1);
+    if (out && n) memcpy(out, r->body->data, n);
+    psg_msg_destroy(&r);
+    return out;
+}
+
+static void test_lost_verdicts(void) {
+    psg_cluster_t *cl = psg_cluster_parse(
+        "{\"cluster\": {\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"worker\": [\"127.0.0.1:3\"]}, "
+        "\"ps_replicas\": 2}",
+        "test");
+    CHECK(cl != NULL);
+    psg_task_server_options_t o = {
+        .cluster = cl, .task_name = "/job:ps/task:1", .endpoint = "tcp://127.0.0.1:*"};
+    psg_task_server_t *ts = cl ? psg_task_server_new(&o) : NULL;
+    CHECK(ts != NULL);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ts ? psg_task_server_port(ts) : 1);
+    psg_ts_client_t *c = ts ? psg_ts_client_new("/job:ps/task:1", addr, 5000, 0, NULL) : NULL;
+    char *got = c ? lost_call(c, NULL) : NULL;
+    CHECK(got && !strcmp(got, "")); /* none yet */
+    free(got);
+    got = c ? lost_call(c, "0 00000000000000ab\n") : NULL;
+    CHECK(got && !strcmp(got, "0 00000000000000ab\n"));
+    free(got);
+    got = c ? lost_call(c, "0 ab") : NULL; /* the same again: kept once */
+    CHECK(got && !strcmp(got, "0 00000000000000ab\n"));
+    free(got);
+    const char *bad[] = {"zero ab\n", "0 ab\n2 cd\n", "0 0\n", "0 12345678901234567\n", "0  ab\n"};
+    for (int i = 0; i < 5 && c; i++) {
+        CHECK(lost_call(c, bad[i]) == NULL);
+        CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
+        CHECK_ERROR_HAS("is not \"PS INCARNATION\" (a ps task below 2, a hexadecimal incarnation)");
+    }
+    CHECK_ERROR_HAS("Replicate lost: line 1 '0  ab'");
+    got = c ? lost_call(c, NULL) : NULL; /* still serving, the verdict kept */
+    CHECK(got && !strcmp(got, "0 00000000000000ab\n"));
+    free(got);
+    psg_ts_client_destroy(&c);
+    psg_task_server_destroy(&ts);
+    psg_cluster_destroy(&cl);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
     RUN_TEST(test_table);
     RUN_TEST(test_served);
     RUN_TEST(test_limit);
     RUN_TEST(test_replicate_keys);
+    RUN_TEST(test_lost_verdicts);
     return psg_test_summary();
 }
