@@ -8,6 +8,7 @@
  * vectors of channels, summed over the image's output pixels.
  * Not the dispatch (conv2d.c). */
 #include "ops/cpu/conv2d_direct.h"
+#include "ops/cpu/unroll.h"
 
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
@@ -32,14 +33,6 @@ typedef float vec_t __attribute__((vector_size(64)));
 
 /* A padded image bigger than this goes through im2col's bands instead. */
 #define MAX_PADDED_BYTES (64 * 1024 * 1024)
-
-#if defined(__clang__)
-#define UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define UNROLL _Pragma("GCC unroll 16")
-#else
-#define UNROLL
-#endif
 
 static inline void vload(vec_t *v, const float *p) {
     memcpy(v, p, sizeof *v);
@@ -88,14 +81,14 @@ typedef struct {
 
 static inline __attribute__((always_inline)) void tile_load(const tile_t *t, int R, int V,
                                                             vec_t acc[RMAX][VMAX]) {
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) if (t->accumulate)
+    PSG_UNROLL for (int r = 0; r < R; r++) PSG_UNROLL for (int v = 0; v < V; v++) if (t->accumulate)
         vload(&acc[r][v], t->out[r] + v * VL);
     else acc[r][v] = (vec_t){0};
 }
 
 static inline __attribute__((always_inline)) void tile_store(const tile_t *t, int R, int V,
                                                              vec_t acc[RMAX][VMAX]) {
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
+    PSG_UNROLL for (int r = 0; r < R; r++) PSG_UNROLL for (int v = 0; v < V; v++)
         vstore(t->out[r] + v * VL, &acc[r][v]);
 }
 
@@ -104,14 +97,14 @@ static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, 
     tile_load(t, R, V, acc);
     for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
         const float *a[RMAX];
-        UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
+        PSG_UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
         const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
         for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
             vec_t b[VMAX];
-            UNROLL for (int v = 0; v < V; v++) vload(&b[v], w + v * VL);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int v = 0; v < V; v++) vload(&b[v], w + v * VL);
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 vec_t x = SPLAT(a[r][j]);
-                UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
+                PSG_UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
             }
         }
     }
@@ -126,10 +119,10 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
         const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
         for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
             vec_t b[VMAX];
-            UNROLL for (int v = 0; v < V; v++) vload(&b[v], dy + v * VL);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int v = 0; v < V; v++) vload(&b[v], dy + v * VL);
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 vec_t x = SPLAT(t->a[r][i]);
-                UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
+                PSG_UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
             }
         }
     }
@@ -143,7 +136,7 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
  * same order, so the same results. */
 static inline __attribute__((always_inline)) void tile2_load(const tile_t *t, int R,
                                                              __m256 acc[RMAX][2]) {
-    UNROLL for (int r = 0; r < R; r++) {
+    PSG_UNROLL for (int r = 0; r < R; r++) {
         acc[r][0] = t->accumulate ? _mm256_loadu_ps(t->out[r]) : _mm256_setzero_ps();
         acc[r][1] = t->accumulate ? _mm256_loadu_ps(t->out[r] + 8) : _mm256_setzero_ps();
     }
@@ -151,7 +144,7 @@ static inline __attribute__((always_inline)) void tile2_load(const tile_t *t, in
 
 static inline __attribute__((always_inline)) void tile2_store(const tile_t *t, int R,
                                                               __m256 acc[RMAX][2]) {
-    UNROLL for (int r = 0; r < R; r++) {
+    PSG_UNROLL for (int r = 0; r < R; r++) {
         _mm256_storeu_ps(t->out[r], acc[r][0]);
         _mm256_storeu_ps(t->out[r] + 8, acc[r][1]);
     }
@@ -162,11 +155,11 @@ static inline __attribute__((always_inline)) void forward_tile2(const tile_t *t,
     tile2_load(t, R, acc);
     for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
         const float *a[RMAX];
-        UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
+        PSG_UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
         const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
         for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
             __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 __m256 x = _mm256_broadcast_ss(a[r] + j);
                 acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
                 acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
@@ -184,7 +177,7 @@ static inline __attribute__((always_inline)) void filter_tile2(const tile_t *t, 
         const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
         for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
             __m256 b0 = _mm256_loadu_ps(dy), b1 = _mm256_loadu_ps(dy + 8);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 __m256 x = _mm256_broadcast_ss(t->a[r] + i);
                 acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
                 acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
