@@ -333,10 +333,18 @@ static void job_init(direct_job_t *j, psg_threadpool_t *pool, const psg_nn_geom_
     if (j->parts < 1) j->parts = 1;
 }
 
-bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
-    if (g->n < psg_threadpool_size(pool) || g->oh <= 0 || g->ow <= 0) return false;
+static bool padded_fits(const psg_nn_geom_t *g) {
+    if (g->oh <= 0 || g->ow <= 0) return false;
     int64_t hp = (g->oh - 1) * g->sh + g->kh, wp = (g->ow - 1) * g->sw + g->kw;
     return hp * wp * g->c * (int64_t)sizeof(float) <= MAX_PADDED_BYTES;
+}
+
+bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
+    return g->n >= psg_threadpool_size(pool) && padded_fits(g);
+}
+
+bool psg_conv_direct_forward_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
+    return g->n >= 1 && g->n * g->oh >= psg_threadpool_size(pool) && padded_fits(g);
 }
 
 /* Copies image n of x into xp (hp, wp, C), whose border already holds zeros.
@@ -400,15 +408,16 @@ static bool tiles_per_row(int64_t ow, int v) {
     return true;
 }
 
-/* The tiles of the output pixels of one image, for window rows [kh0, kh1):
+/* The tiles of the output pixels [p0, p1) of one image, for window rows [kh0, kh1):
  * each tile's window rows and columns are the union of its pixels' rows and
  * columns inside the input. */
 static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, float *scratch, int v,
-                          bool per_row, int64_t kh0, int64_t kh1, tile_t *t) {
+                          bool per_row, int64_t p0, int64_t p1, int64_t kh0, int64_t kh1,
+                          tile_t *t) {
     const psg_nn_geom_t *g = &j->g;
-    int64_t npix = g->oh * g->ow, lo, hi, unused;
-    for (int64_t p = 0; p < npix;) {
-        int64_t oh = p / g->ow, ow = p % g->ow, left = per_row ? g->ow - ow : npix - p;
+    int64_t lo, hi, unused;
+    for (int64_t p = p0; p < p1;) {
+        int64_t oh = p / g->ow, ow = p % g->ow, left = per_row ? g->ow - ow : p1 - p;
         int R = tile_size(v, left);
         int64_t valid = R < left ? R : left, last = p + valid - 1;
         int64_t oh_last = last / g->ow, ow_last = oh_last == oh ? last % g->ow : g->ow - 1;
@@ -431,8 +440,9 @@ static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, flo
     }
 }
 
-/* One image's outputs yi (OH*OW, ocp) from its padded input xp. */
-static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch) {
+/* One image's outputs yi (OH*OW, ocp) at pixels [p0, p1) from its padded input xp. */
+static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch,
+                          int64_t p0, int64_t p1) {
     const psg_nn_geom_t *g = &j->g;
     int64_t row = g->kw * g->c;
     tile_t t = {.ldw = j->ocp, .rs = j->wp * g->c, .row = row};
@@ -444,7 +454,7 @@ static void forward_image(const direct_job_t *j, const float *xp, float *yi, flo
         bool per_row = tiles_per_row(g->ow, v);
         for (int64_t kh0 = 0; kh0 < g->kh; kh0 += khb) {
             t.accumulate = kh0 > 0;
-            forward_tiles(j, xp, yi + ocb, scratch, v, per_row, kh0,
+            forward_tiles(j, xp, yi + ocb, scratch, v, per_row, p0, p1, kh0,
                           kh0 + khb < g->kh ? kh0 + khb : g->kh, &t);
         }
     }
@@ -458,9 +468,51 @@ static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
     const psg_nn_geom_t *g = &j->g;
     int64_t npix = g->oh * g->ow;
     float *y = j->y + n * npix * g->oc;
-    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch);
+    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch, 0, npix);
     for (int64_t p = 0; b->wide && p < npix; p++)
         memcpy(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+}
+
+/* The forward pass of fewer images than threads: all of them padded at once, then
+ * bands of output rows of each image in parallel (whole images left threads idle). */
+typedef struct {
+    const direct_job_t *j;
+    float *xp;     /* (N, hp, wp, C): the padded images */
+    float *wide;   /* (N, OH*OW, ocp) when OC is not whole vectors, else NULL */
+    int64_t bands; /* of each image */
+} rows_job_t;
+
+static void forward_bands(void *ctx, int64_t u0, int64_t u1) {
+    const rows_job_t *r = ctx;
+    const direct_job_t *j = r->j;
+    const psg_nn_geom_t *g = &j->g;
+    int64_t npix = g->oh * g->ow;
+    float scratch[RMAX * VMAX * VL];
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t n = u / r->bands, band = u % r->bands;
+        int64_t p0 = g->oh * band / r->bands * g->ow, p1 = g->oh * (band + 1) / r->bands * g->ow;
+        float *y = j->y + n * npix * g->oc;
+        forward_image(j, r->xp + n * j->hp * j->wp * g->c,
+                      r->wide ? r->wide + n * npix * j->ocp : y, scratch, p0, p1);
+        for (int64_t p = p0; r->wide && p < p1; p++)
+            memcpy(y + p * g->oc, r->wide + (n * npix + p) * j->ocp, sizeof(float) * (size_t)g->oc);
+    }
+}
+
+static int forward_rows(psg_threadpool_t *pool, direct_job_t *j) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t threads = psg_threadpool_size(pool), img = j->hp * j->wp * g->c;
+    size_t wide = j->ocp != g->oc ? (size_t)(g->n * g->oh * g->ow * j->ocp) : 0;
+    psg_buffer_t *buf = psg_buffer_new(sizeof(float) * ((size_t)(g->n * img) + wide));
+    if (!buf) return psg_error_set("out of memory for the padded images");
+    rows_job_t r = {.j = j, .xp = buf->data, .wide = wide ? (float *)buf->data + g->n * img : NULL};
+    memset(r.xp, 0, sizeof(float) * (size_t)(g->n * img));
+    for (int64_t n = 0; n < g->n; n++) pad_image(j, j->x, n, r.xp + n * img);
+    r.bands = (threads + g->n - 1) / g->n;
+    if (r.bands > g->oh) r.bands = g->oh;
+    psg_parallel_for(pool, g->n * r.bands, 1, forward_bands, &r);
+    psg_buffer_unref(&buf);
+    return 0;
 }
 
 int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
@@ -480,9 +532,15 @@ int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, cons
         }
         j.w = wp;
     }
-    psg_parallel_for(pool, j.parts, 1, run_parts, &j);
+    int rc = 0;
+    if (g->n < psg_threadpool_size(pool))
+        rc = forward_rows(pool, &j);
+    else {
+        psg_parallel_for(pool, j.parts, 1, run_parts, &j);
+        if (j.failed) rc = psg_error_set("out of memory for the padded image");
+    }
     psg_buffer_unref(&wb);
-    return j.failed ? psg_error_set("out of memory for the padded image") : 0;
+    return rc;
 }
 
 /* ---- filter gradient ---- */
