@@ -140,6 +140,9 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     for (int i = 0; i < n; i++) psg_node_add_control(nb, t.applies[i]);
     psg_endpoint_t token = psg_node_finish_ep(nb);
     int close_queue = psg_token_queue_close_op(g, "sync_replicas/close_token_q", queue, "");
+    out->abort_op = psg_token_queue_close_op(
+        g, "sync_replicas/abort_token_q", queue,
+        "the chief's runner failed (the chief's output names its error): no more tokens");
     if (pushed) psg_graph_pop_device(g);
     if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
     out->num_accepted = psg_count_accepted(g, "num_accepted", n, t.applied);

@@ -122,6 +122,10 @@ typedef struct {
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */
     int close_op;
+    /* run by the chief when its runner failed (sync strategies; -1 none): the token queue
+     * is closed with an error that says so, so every worker's wait for a token ends now,
+     * not at its timeout */
+    int abort_op;
     /* the strategy's other calls (its step function runs them: sync/strategy.h): feeds,
      * fetches and targets of each; no model feeds */
     struct {

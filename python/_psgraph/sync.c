@@ -97,14 +97,15 @@ static PyObject *describe(psg_sync_graph_t *sg, PyObject *sr_cap) {
         Py_DECREF(cap);
         return NULL;
     }
-    return Py_BuildValue(
-        "{s:N,s:i,s:N,s:N,s:N,s:i,s:N,s:i,s:i,s:i,s:i,s:i,s:N,s:N,s:O,s:N}", "local_step",
-        ep_or_none(sg->local_step), "train_op", sg->train_op, "next_step",
-        ep_or_none(sg->next_step), "num_accepted", ep_or_none(sg->num_accepted), "global_step",
-        ep_or_none(sg->global_step), "chief_op", sg->chief_op, "chief_global_step",
-        ep_or_none(sg->chief_global_step), "chief_init_op", sg->chief_init_op, "close_op",
-        sg->close_op, "start_op", sg->start_op, "local_init_op", sg->local_init_op, "num_vars",
-        sg->num_vars, "fetches", fl, "graph", cap, "replicas", sr_cap, "calls", calls);
+    return Py_BuildValue("{s:N,s:i,s:N,s:N,s:N,s:i,s:N,s:i,s:i,s:i,s:i,s:i,s:i,s:N,s:N,s:O,s:N}",
+                         "local_step", ep_or_none(sg->local_step), "train_op", sg->train_op,
+                         "next_step", ep_or_none(sg->next_step), "num_accepted",
+                         ep_or_none(sg->num_accepted), "global_step", ep_or_none(sg->global_step),
+                         "chief_op", sg->chief_op, "chief_global_step",
+                         ep_or_none(sg->chief_global_step), "chief_init_op", sg->chief_init_op,
+                         "close_op", sg->close_op, "abort_op", sg->abort_op, "start_op",
+                         sg->start_op, "local_init_op", sg->local_init_op, "num_vars", sg->num_vars,
+                         "fetches", fl, "graph", cap, "replicas", sr_cap, "calls", calls);
 }
 
 /* sync_apply_gradients(optimizer, [grads], [handles], num_workers, replicas_to_aggregate,

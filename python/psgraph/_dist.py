@@ -435,18 +435,23 @@ class _DistRunner:
         """After a step failed on a lost ps task: waits for every ps task; the chief gives a
         ps that restarted its shard of the newest checkpoint (or its initializers), the
         others wait for the variables; the graphs are registered again. The other shards
-        keep their values (psgraph train's recovery, docs/checkpoints.md)."""
+        keep their values (psgraph train's recovery, docs/checkpoints.md). Returns whether the
+        step is to be retried: not after a deadline when every ps task answers as the same
+        incarnation (the step was slow or stuck there, not lost: a retry would wait behind
+        it in its graph's line, and a sync step would offer its gradient twice)."""
         _log.warning("recovery: the step failed (%s); waiting for every ps task", error)
         t0 = time.time()
         deadline = t0 + RECOVERY_S
         nps = _num_ps(self._server)
         known = getattr(self, "_inc", {})
+        lost = False
         for i, task in enumerate(self._ps_tasks()):
             report = self._wait_ps(task, deadline)
             inc = self._ds.incarnation(task)
             holds = any(v["initialized"] for v in report["variables"])
             restarted = inc != known[task] if known.get(task) else not holds
             known[task] = inc
+            lost = lost or restarted
             if not restarted or not is_chief:
                 continue
             latest = _latest(checkpoint_dir)
@@ -461,11 +466,16 @@ class _DistRunner:
                              "%s/model.ckpt-%d.index.json (%d tensors); the other shards keep "
                              "their values", i, i, d, step, n)
         self._inc = known
+        if not lost and type(error).__name__ == "DeadlineExceededError":
+            _log.warning("recovery: every ps task answers as the same incarnation (%.2f s): the "
+                         "step was stuck, not lost; not retried", time.time() - t0)
+            return False
         if not is_chief:
             self._ds.wait_init(int(max(1.0, deadline - time.time()) * 1000) + self._timeout_ms)
         self._ds.reregister()
         _log.warning("recovery: every ps task answers (%.2f s); retrying the step",
                      time.time() - t0)
+        return True
 
 
 def _latest(checkpoint_dir):

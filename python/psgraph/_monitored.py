@@ -442,13 +442,15 @@ class MonitoredSession:
             try:
                 return self._sess.run(fetches, feed_dict=feeds)
             except Exception as e:
+                _raise_explained(self._hooks, e)
                 if type(e).__name__ == "OutOfRangeError":
                     self._should_stop = True
                 if (not self._dist or type(e).__name__ not in _dist.RECOVERABLE or
                         tries >= _MAX_RECOVERIES):
                     raise
                 tries += 1
-                self._sess._runner.recover(self._is_chief, self._checkpoint_dir, e)
+                if not self._sess._runner.recover(self._is_chief, self._checkpoint_dir, e):
+                    raise
 
     def run_step_fn(self, step_fn):
         class _StepContext:
@@ -551,9 +553,22 @@ def run_implicit(sess, hooks, fetches, feed_dict):
             feeds.update(args.feed_dict or {})
     if not extra:
         return sess.run(fetches, feed_dict)
-    out = sess.run({"caller": fetches, "hooks": extra}, feeds)
+    try:
+        out = sess.run({"caller": fetches, "hooks": extra}, feeds)
+    except Exception as e:
+        _raise_explained(hooks, e)
+        raise
     for i, h in enumerate(hooks):
         h.after_run(ctx, SessionRunValues(out["hooks"].get(i), None, None))
     if ctx.stop_requested:
         sess._stop_requested = True
     return out["caller"]
+
+
+def _raise_explained(hooks, e):
+    """Raises, from e, the error a hook gives for e (a sync hook: its chief's runner failed,
+    so the step's token never came); returns when none does (e is the one to raise)."""
+    for h in hooks:
+        why = h._explain(e) if hasattr(h, "_explain") else None
+        if why is not None:
+            raise why from e

@@ -65,6 +65,11 @@ class SyncReplicasOptimizer(_Wrapped):
         self._name = name
         self._sg = None
         self._graph = None
+        self._runners = []  # the chief's runners started (_ChiefRunner)
+
+    def _runner_failed(self):
+        """The first failed chief's runner of this optimizer, or None."""
+        return next((r for r in self._runners if r.error is not None), None)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         if global_step is None:
@@ -151,12 +156,22 @@ class _ChiefRunner:
         runner = sess._runner
         if not hasattr(runner, "_server"):
             raise ValueError("the sync chief's runner needs a cluster session")
-        self._ds = _psgraph.DistSession(self._opt._graph._c, runner._server._ts, id_stream=1)
+        # its take waits up to the sync timeout for the workers' gradients: its step deadline
+        # is past that (it was the 30 s default, so under load a take cut at 30 s ended the
+        # runner and no token came again)
+        wait = getattr(self._opt._graph, "_sync_timeout_ms", _TIMEOUT_MS)
+        deadline = max(runner._timeout_ms, wait * 4 // 3)
+        self._ds = _psgraph.DistSession(self._opt._graph._c, runner._server._ts,
+                                        step_timeout_ms=deadline, id_stream=1)
         sg = self._opt._sg
         if sg["chief_init_op"] >= 0:  # the first step's tokens
             sess.run(self._opt._graph._op(sg["chief_init_op"]))
         self._call = self._ds.make_callable([], [tuple(sg["chief_global_step"])],
                                             [sg["chief_op"]], None)
+        self._abort = self._ds.make_callable([], [], [sg["abort_op"]], None) \
+            if sg.get("abort_op", -1) >= 0 else None
+        if hasattr(self._opt, "_runners"):  # a strategy's stepper keeps none
+            self._opt._runners.append(self)
         self._thread = threading.Thread(target=self._loop, name="sync-chief", daemon=True)
         if start:
             self._thread.start()
@@ -167,9 +182,34 @@ class _ChiefRunner:
             while not self._closing.is_set():
                 self._call.run([])
                 self.steps += 1
-        except Exception as e:  # closed: the clean end; anything else is kept
+        except Exception as e:  # closed: the clean end; anything else ends training now
             if type(e).__name__ not in ("CancelledError", "AbortedError", "OutOfRangeError"):
-                self.error = e
+                self._fail(e)
+
+    def _fail(self, e):
+        """Keeps e, says it at once and closes the token queue with an error, so that every
+        worker's step waiting on a token fails now (the chief's names e), not at its timeout
+        (the runner's error was once only raised when the chief's session closed)."""
+        self.error = e
+        _log.error("sync replicas: the chief's runner failed at its step %d (%s): %s; no more "
+                   "tokens", self.steps + 1, type(e).__name__, e)
+        if self._abort is None:
+            return
+        try:
+            self._abort.run([])
+        except Exception as e2:  # a lost ps: the workers' waits end at their timeout
+            _log.error("sync replicas: closing the token queue after the runner's failure "
+                       "failed too: %s", e2)
+
+    def explain(self, e):
+        """The error a step that waited on a token raises once this runner failed: the
+        runner's class and message, with the step's own error after them."""
+        msg = ("sync replicas: the chief's runner failed at its step %d, so no token came: "
+               "%s (this step: %s)" % (self.steps + 1, self.error, e))
+        try:
+            return type(self.error)(msg)
+        except Exception:  # a class that takes other arguments
+            return RuntimeError(msg)
 
     def stop(self):
         """Starts no step from now on (the one running ends when training is closed)."""
@@ -223,6 +263,9 @@ class _SyncReplicasHook(SessionRunHook):
         self._ran = self._trains(run_context.original_args.fetches)
         if not self._ran:
             return None
+        failed = self._opt._runner_failed()
+        if failed is not None:  # no token will come: the step fails now, naming why
+            raise failed.explain("not started")
         if self._step is None:  # a plain session's first training step
             self._step = int(run_context.session.run(self._opt._tensor("global_step")))
         return SessionRunArgs(self._fetch, feed_dict={self._local_step: self._step})
@@ -244,6 +287,12 @@ class _SyncReplicasHook(SessionRunHook):
         if self._runner is not None and self._runner.error is not None:
             raise self._runner.error
         self._log()
+
+    def _explain(self, e):
+        """The error to raise for a step that failed with e: the runner's when it failed
+        (the step waited on a token it never released), else None (e as it is)."""
+        failed = self._opt._runner_failed()
+        return failed.explain(e) if failed is not None else None
 
     def _on_error(self, session):
         """The session ends on an error: the chief still closes training, so that its

@@ -206,6 +206,53 @@ def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
     assert "task" in str(err.value)
 
 
+
+def test_sync_runner_failure_fails_the_waiting_step_at_once(fresh_graph, monkeypatch):
+    """When the chief's sync-replicas runner fails, the token queue is closed with an error:
+    the chief's step waiting on a token fails then, as the runner's error class, naming the
+    runner's error (it was once kept until the session closed, while every worker waited out
+    its token timeout). The failure is injected at the runner's third step; the ps, the token
+    queue and the accumulators are real."""
+    from psgraph import _sync
+    spec = cluster(1, 1)
+    tf.train.Server(spec, "ps", 0)
+    worker = tf.train.Server(spec, "worker", 0)
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        step = tf.train.get_or_create_global_step()
+        w = tf.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        loss = tf.reduce_sum(tf.square(w))
+        opt = tf.train.SyncReplicasOptimizer(tf.train.GradientDescentOptimizer(0.1), 1, 1)
+        train = opt.minimize(loss, global_step=step)
+    real_loop = _sync._ChiefRunner._loop
+
+    class Failing:
+        def __init__(self, call):
+            self.call, self.n = call, 0
+
+        def run(self, feeds):
+            self.n += 1
+            if self.n == 3:
+                raise tf.errors.UnavailableError("injected: the runner lost its ps")
+            return self.call.run(feeds)
+
+    def loop(runner):
+        runner._call = Failing(runner._call)
+        real_loop(runner)
+    monkeypatch.setattr(_sync._ChiefRunner, "_loop", loop)
+    hook = opt.make_session_run_hook(True)
+    with pytest.raises(tf.errors.UnavailableError) as err:
+        with tf.train.MonitoredTrainingSession(master=worker.target, is_chief=True,
+                                               hooks=[hook]) as sess:
+            for _ in range(20):
+                sess.run(train)
+    text = str(err.value)
+    assert "the chief's runner failed at its step 3" in text, text
+    assert "injected: the runner lost its ps" in text, text
+    # the queue closed by the failure ended the wait, not the token's timeout
+    assert "no more tokens" in text or "not started" in text, text
+    assert "got no token" not in text, text
+    assert hook.used >= 1  # steps trained before the failure
+
 # ---- real processes ----
 
 @needs_data
