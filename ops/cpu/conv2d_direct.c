@@ -440,13 +440,14 @@ static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, flo
     }
 }
 
-/* One image's outputs yi (OH*OW, ocp) at pixels [p0, p1) from its padded input xp. */
+/* One image's outputs yi (OH*OW, ocp) at pixels [p0, p1) and channels [oc0, oc1)
+ * (whole tiles' channels) from its padded input xp. */
 static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch,
-                          int64_t p0, int64_t p1) {
+                          int64_t p0, int64_t p1, int64_t oc0, int64_t oc1) {
     const psg_nn_geom_t *g = &j->g;
     int64_t row = g->kw * g->c;
     tile_t t = {.ldw = j->ocp, .rs = j->wp * g->c, .row = row};
-    for (int64_t ocb = 0; ocb < j->ocp; ocb += VTILE * VL) {
+    for (int64_t ocb = oc0; ocb < oc1; ocb += VTILE * VL) {
         int v = (int)((j->ocp - ocb) / VL < VTILE ? (j->ocp - ocb) / VL : VTILE);
         int64_t khb = W_BLOCK_BYTES / (row * v * VL * (int64_t)sizeof(float));
         if (khb < 1) khb = 1;
@@ -468,18 +469,22 @@ static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
     const psg_nn_geom_t *g = &j->g;
     int64_t npix = g->oh * g->ow;
     float *y = j->y + n * npix * g->oc;
-    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch, 0, npix);
+    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch, 0, npix, 0, j->ocp);
     for (int64_t p = 0; b->wide && p < npix; p++)
         memcpy(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
 }
 
-/* The forward pass of fewer images than threads: all of them padded at once, then
- * bands of output rows of each image in parallel (whole images left threads idle). */
+/* The forward pass of fewer images than threads: all of them padded at once, then, a
+ * tile's channels at a time, bands of output rows of each image in parallel (whole
+ * images left threads idle; one parallel pass over all the channels waited, under load,
+ * on a descheduled thread's half, where a pass a channel block lets the others take
+ * its share of the next). */
 typedef struct {
     const direct_job_t *j;
     float *xp;     /* (N, hp, wp, C): the padded images */
     float *wide;   /* (N, OH*OW, ocp) when OC is not whole vectors, else NULL */
     int64_t bands; /* of each image */
+    int64_t oc0;   /* the pass's channels: [oc0, oc0 + VTILE * VL) */
 } rows_job_t;
 
 static void forward_bands(void *ctx, int64_t u0, int64_t u1) {
@@ -491,11 +496,10 @@ static void forward_bands(void *ctx, int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; u++) {
         int64_t n = u / r->bands, band = u % r->bands;
         int64_t p0 = g->oh * band / r->bands * g->ow, p1 = g->oh * (band + 1) / r->bands * g->ow;
-        float *y = j->y + n * npix * g->oc;
+        int64_t oc1 = r->oc0 + VTILE * VL < j->ocp ? r->oc0 + VTILE * VL : j->ocp;
         forward_image(j, r->xp + n * j->hp * j->wp * g->c,
-                      r->wide ? r->wide + n * npix * j->ocp : y, scratch, p0, p1);
-        for (int64_t p = p0; r->wide && p < p1; p++)
-            memcpy(y + p * g->oc, r->wide + (n * npix + p) * j->ocp, sizeof(float) * (size_t)g->oc);
+                      r->wide ? r->wide + n * npix * j->ocp : j->y + n * npix * g->oc, scratch, p0,
+                      p1, r->oc0, oc1);
     }
 }
 
@@ -510,7 +514,10 @@ static int forward_rows(psg_threadpool_t *pool, direct_job_t *j) {
     for (int64_t n = 0; n < g->n; n++) pad_image(j, j->x, n, r.xp + n * img);
     r.bands = (threads + g->n - 1) / g->n;
     if (r.bands > g->oh) r.bands = g->oh;
-    psg_parallel_for(pool, g->n * r.bands, 1, forward_bands, &r);
+    for (r.oc0 = 0; r.oc0 < j->ocp; r.oc0 += VTILE * VL)
+        psg_parallel_for(pool, g->n * r.bands, 1, forward_bands, &r);
+    for (int64_t p = 0; r.wide && p < g->n * g->oh * g->ow; p++)
+        memcpy(j->y + p * g->oc, r.wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
     psg_buffer_unref(&buf);
     return 0;
 }
