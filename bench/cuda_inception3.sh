@@ -52,8 +52,11 @@ PY
 
 # where an f32 step's time goes (first: it says what to fix); one executor thread, so that each
 # node's time is its own (with more, a node's wait for its kernels takes in its neighbours')
-build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 3 --steps 3 --threads 1 --optimizer sgd \
-  --log-every 1000000 --op-profile 2>&1 | grep '^{"op_profile"'
+for precision in f32 mixed; do
+  build/cli/psgraph bench inception3 --device gpu --batch "$batch" --warmup 3 --steps 3 --threads 1 \
+    --optimizer sgd --precision $precision --log-every 1000000 --op-profile 2>&1 |
+    grep '^{"op_profile"' | sed "s/^{/{\"precision\":\"$precision\",/"
+done
 
 single=""
 for precision in f32 mixed; do

@@ -83,25 +83,35 @@ static size_t msg_bytes(const psg_msg_t *m) {
 
 /* ---- graphs ---- */
 
+/* Queues a RegisterGraph for the runners (register_job), its peer's pending slot taken for
+ * its bytes: a graph is built off the server thread, so another peer's requests never wait
+ * behind it, and a peer's registrations take at most its share of the runners
+ * (--max-running) and of the requests that wait (--max-pending). */
 void psg_ts_on_register(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
-    pthread_mutex_lock(&ts->lock);
-    peer_t *owner = psg_ts_peer_locked(ts, req);
-    pthread_mutex_unlock(&ts->lock);
-    psg_rep_t rep = {.type = r->type};
-    if (!owner) {
-        psg_ts_reply_last_error(ts, req);
-        return;
-    }
-    if (psg_ts_graph_register(ts, owner, &r->u.reg, &rep.u.handle) < 0) {
-        psg_ts_reply_last_error(ts, req);
-        return;
-    }
-    psg_msg_t *m = psg_rep_encode(r->type, &rep);
-    if (m)
-        psg_ts_reply_ok(ts, req, &m);
-    else
+    job_t *j = calloc(1, sizeof *j);
+    if (!j) {
         psg_ts_reply_error(ts, req, PSG_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    j->ts = ts;
+    j->req = req;
+    j->registers = true;
+    j->reg = r->u.reg; /* the job's now: a runner may take it as soon as it is queued */
+    r->u.reg.feeds = r->u.reg.fetches = NULL;
+    r->u.reg.targets = NULL;
+    j->bytes = msg_bytes(req);
+    pthread_mutex_lock(&ts->lock);
+    int rc = psg_ts_take_pending_locked(ts, req, j->bytes, true, false, &j->peer);
+    if (rc == 0) psg_ts_queue_locked(ts, j, false);
+    pthread_mutex_unlock(&ts->lock);
+    if (rc < 0) {
+        psg_ts_reply_last_error(ts, req);
+        r->u.reg = j->reg; /* handle() clears it */
+        free(j);
+        return;
+    }
+    *reqp = NULL;
 }
 
 void psg_ts_on_deregister(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
@@ -134,6 +144,20 @@ static void job_wake(void *ctx) {
     pthread_mutex_unlock(&j->ts->lock);
 }
 
+/* Gives back what j holds (its ticket, its pending slot, its graph, its request) and frees
+ * it. */
+static void job_free(psg_task_server_t *ts, job_t *j) {
+    psg_run_ticket_release(&j->ticket);
+    if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
+    psg_ts_graph_put(ts, &j->rg);
+    if (j->registers) {
+        psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH, .u.reg = j->reg};
+        psg_req_clear(&r);
+    }
+    psg_msg_destroy(&j->req);
+    free(j);
+}
+
 /* Replies to j (its fetches, or the error set when rc < 0) and frees it. */
 static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetched) {
     psg_msg_t *req = j->req;
@@ -158,10 +182,26 @@ static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetc
     }
     psg_run_ticket_release(&j->ticket);
     if (j->holds_graph) psg_ts_graph_release(ts, rg);
-    if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
-    psg_ts_graph_put(ts, &j->rg);
-    psg_msg_destroy(&j->req);
-    free(j);
+    job_free(ts, j);
+}
+
+/* A RegisterGraph on a runner: the graph built and registered to its peer, the reply. */
+static void register_job(psg_task_server_t *ts, job_t *j) {
+    pthread_mutex_lock(&ts->lock);
+    bool stopping = ts->draining;
+    pthread_mutex_unlock(&ts->lock);
+    psg_rep_t rep = {.type = PSG_REQ_REGISTER_GRAPH};
+    psg_msg_t *m = NULL;
+    if (stopping)
+        psg_error_set_code(PSG_ERR_STOPPING, "the server is stopping");
+    else if (psg_ts_graph_register(ts, j->peer, &j->reg, &rep.u.handle) == 0 &&
+             !(m = psg_rep_encode(PSG_REQ_REGISTER_GRAPH, &rep)))
+        psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    if (m)
+        psg_ts_reply_ok(ts, j->req, &m);
+    else
+        psg_ts_reply_last_error(ts, j->req);
+    job_free(ts, j);
 }
 
 /* Starts j's run; -1 with the error set (the step aborted) when it cannot. */
@@ -184,6 +224,10 @@ static int job_start(psg_task_server_t *ts, job_t *j) {
  * own, for a plan that cannot overlap), ended when its run is over. A run that waits holds
  * no thread: its wake queues j again, and j is not touched here after. */
 static void run_job(psg_task_server_t *ts, job_t *j) {
+    if (j->registers) {
+        register_job(ts, j);
+        return;
+    }
     if (!j->run) {
         bool stopping;
         pthread_mutex_lock(&ts->lock);
@@ -280,13 +324,19 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     if (inline_now) run_job(ts, j);
 }
 
-/* Takes from a queue the first job whose peer runs fewer than its limit of steps on the
- * runners (a peer's own jobs keep their order); NULL when there is none. Under lock. */
+/* Takes from a queue the first job of the peer whose turn it is: the one the runners served
+ * least recently, under its limit of jobs on them (a peer's own jobs keep their order; a
+ * peer that queued many, a burst of huge RegisterGraphs, does not hold the others' behind
+ * them); NULL when there is none. Under lock. */
 static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail) {
-    job_t *prev = NULL, *j = *head;
-    while (j && j->peer && j->peer->running >= ts->lim.max_running_per_peer) {
-        prev = j;
-        j = j->next;
+    job_t *j = NULL, *prev = NULL;
+    uint64_t turn = UINT64_MAX;
+    for (job_t *q = *head, *before = NULL; q && turn > 0; before = q, q = q->next) {
+        uint64_t served = q->peer ? q->peer->served : 0;
+        if (served >= turn || (q->peer && q->peer->running >= ts->lim.max_running_per_peer) ||
+            (q->registers && ts->building >= ts->max_building))
+            continue;
+        j = q, prev = before, turn = served;
     }
     if (!j) return NULL;
     if (prev)
@@ -295,7 +345,8 @@ static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail)
         *head = j->next;
     if (*tail == j) *tail = prev;
     j->next = NULL;
-    if (j->peer) j->peer->running++;
+    if (j->peer) j->peer->running++, j->peer->served = ++ts->served;
+    ts->building += j->registers;
     return j;
 }
 
@@ -316,13 +367,14 @@ static void *runner_main(void *arg) {
             pthread_cond_wait(&ts->jobs_cond, &ts->lock);
         if (!j) break;          /* stopping: stop_runners fails what is queued */
         peer_t *peer = j->peer; /* run_job frees j; a running peer is never pruned */
+        bool builds = j->registers;
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
         pthread_mutex_lock(&ts->lock);
-        if (peer) {
-            peer->running--;
-            pthread_cond_broadcast(&ts->jobs_cond); /* its next queued job may run now */
-        }
+        if (peer) peer->running--;
+        ts->building -= builds;
+        /* its next queued job, or a queued registration, may run now */
+        if (peer || builds) pthread_cond_broadcast(&ts->jobs_cond);
     }
     pthread_mutex_unlock(&ts->lock);
     return NULL;
@@ -445,11 +497,7 @@ static void stop_runners(psg_task_server_t *ts) {
         job_t *j = ts->jq_head;
         ts->jq_head = j->next;
         psg_ts_reply_error(ts, j->req, PSG_ERR_STOPPING, "the server is stopping");
-        psg_run_ticket_release(&j->ticket);
-        if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
-        psg_ts_graph_put(ts, &j->rg);
-        psg_msg_destroy(&j->req);
-        free(j);
+        job_free(ts, j);
     }
     ts->jq_tail = NULL;
     ts->jq_len = 0;
@@ -644,6 +692,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->lim = psg_task_limits_resolve(&opt->limits);
     if (ts->lim.max_running_per_peer <= 0)
         ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
+    ts->max_building = ts->max_steps >= 4 ? ts->max_steps / 4 : 1;
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;

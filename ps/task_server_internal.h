@@ -63,9 +63,10 @@ struct peer {
     char key[PSG_CURVE_NAME_MAX]; /* the client key's name; "": a peer by connection */
     char addr[64];
     char label[160]; /* how errors name it: "127.0.0.1", "key 'alice' (127.0.0.1)" */
-    int pending;     /* RunGraph queued or running */
+    int pending;     /* RunGraph or RegisterGraph queued or running */
     int recvs;       /* Recv waiting for its tensor */
     int running;     /* RunGraph on a runner thread */
+    uint64_t served; /* when a runner last took a job of it (ts->served's count; 0: never) */
     size_t pending_bytes;
     int waiters;                     /* WaitInit, WaitDone */
     int graphs;                      /* registered, not deregistered */
@@ -78,7 +79,9 @@ struct peer {
 };
 
 /* A RunGraph from its arrival to its reply. Its run holds no runner while it waits (a Recv,
- * a take, a dequeue): its wake queues it again (psg_ts_queue_locked). */
+ * a take, a dequeue): its wake queues it again (psg_ts_queue_locked). Or a RegisterGraph,
+ * whose graph a runner parses, infers and plans (never the server thread: a peer's huge
+ * graphs would hold every other peer's requests behind them), then replies. */
 struct job {
     psg_task_server_t *ts;
     psg_msg_t *req;
@@ -90,6 +93,8 @@ struct job {
     psg_run_t *run;                    /* once started */
     char update[PSG_PROTO_MAX_UPDATE]; /* the request's update id ("" none) */
     struct psg_ts_undo *undo;          /* a retried step's variables that hold it already */
+    bool registers;                    /* a RegisterGraph: reg its fields (rg NULL) */
+    psg_req_register_t reg;            /* pointing into req; its arrays its own */
     struct job *next;
 };
 
@@ -151,10 +156,13 @@ struct psg_task_server {
     int n_graphs, cap_graphs;
     job_t *jq_head, *jq_tail; /* RunGraphs not started */
     int jq_len;
-    job_t *cq_head, *cq_tail;  /* started ones with nodes to run again, and graphs' next in line */
-    int live_runs;             /* started and not finished */
-    bool draining;             /* stopping: what is started ends, nothing starts */
-    pthread_cond_t graph_idle; /* a graph's run ended (an in-process run waits for it) */
+    job_t *cq_head, *cq_tail;   /* started ones with nodes to run again, and graphs' next in line */
+    int live_runs;              /* started and not finished */
+    uint64_t served;            /* jobs the runners took: the peers take turns */
+    int building, max_building; /* RegisterGraphs the runners build now; at most (a quarter of
+                                 * them: the graphs' CPU leaves the server thread and steps some) */
+    bool draining;              /* stopping: what is started ends, nothing starts */
+    pthread_cond_t graph_idle;  /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;
     int n_peers;
     char *workers_done[MAX_WORKERS_DONE];

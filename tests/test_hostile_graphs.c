@@ -122,6 +122,105 @@ static void test_huge_fan_in(void) {
     psg_client_destroy(&c);
 }
 
+/* Answers that came to c by now (timeout_ms 0: those already there), at most `want`; the
+ * handles of the registered graphs into *handles (n_handles of them). */
+static int take_answers(psg_client_t *c, int want, int timeout_ms, uint64_t *handles,
+                        int *n_handles) {
+    int got = 0;
+    psg_msg_t *rep = NULL;
+    while (got < want && psg_client_recv(c, &rep, timeout_ms) == 1) {
+        psg_rep_t r;
+        if (rep->kind == PSG_MSG_REPLY && psg_rep_decode(rep, PSG_REQ_REGISTER_GRAPH, &r) == 0)
+            handles[(*n_handles)++] = r.u.handle;
+        psg_msg_destroy(&rep);
+        got++;
+    }
+    return got;
+}
+
+/* RunGraph of the job's graph `handle` (it fetches 2.5) through c: whether it did. */
+static bool job_step(psg_client_t *c, uint64_t handle, int64_t step) {
+    psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = step, .u.run = {.handle = handle}};
+    psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(c, &m, 120000);
+    bool ok = rep && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f;
+    psg_msg_destroy(&rep);
+    return ok;
+}
+
+enum { HOSTILE = 16, EACH = 4 }; /* the suite's server: --max-pending 4 */
+
+/* The hostile connections' answers come by now (wait_ms 0: those there already); how many
+ * in all so far. */
+static int hostile_answers(psg_client_t **hostile, int (*got)[2], uint64_t (*handles)[EACH],
+                           int wait_ms) {
+    int answered = 0;
+    for (int i = 0; i < HOSTILE; i++) {
+        got[i][0] += take_answers(hostile[i], EACH - got[i][0], wait_ms, handles[i], &got[i][1]);
+        answered += got[i][0];
+    }
+    return answered;
+}
+
+/* Finding 2 beside another peer: each RegisterGraph of the 200,000-input AddN was parsed,
+ * inferred and planned on the server thread (~30 ms), and every other peer's request waited
+ * behind it (a real job beside one such peer ran at 0.09-0.47 of its rate). A runner builds
+ * them now, the runners taking the peers in turn. 16 connections queue 4 of them each (64);
+ * a job's 20 steps are answered while at most a quarter of the 64 are, then its registration
+ * of a second graph and a step of it while at most 3/4 are (before, each of the job's
+ * requests came after one registration of every connection: 16 x 22 > 64), and then all of
+ * the 64 are, registered. Progress by count, not by clock. */
+static void test_registrations_hold_nobody(void) {
+    enum { STEPS = 20 };
+    psg_client_t *job = connect_peer();
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t y = psg_identity(g, "y", psg_const_scalar(g, "k", 2.5f));
+    uint64_t h = register_graph(job, g, y.node), h2 = 0;
+    CHECK(h != 0);
+    int fetch = -1, sent = 0;
+    psg_graph_t *wide = fan_in_graph(&fetch);
+    char *bytes = NULL;
+    psg_req_t r = register_req(wide, fetch, &bytes);
+    psg_client_t *hostile[HOSTILE];
+    for (int i = 0; i < HOSTILE; i++) {
+        hostile[i] = connect_peer();
+        for (int k = 0; k < EACH; k++) {
+            psg_msg_t *m = psg_req_encode(&r);
+            sent += m && psg_client_send(hostile[i], &m, NULL) == 0;
+            psg_msg_destroy(&m);
+        }
+    }
+    CHECK(sent == HOSTILE * EACH);
+    int steps = 0;
+    for (int s = 1; h && s <= STEPS; s++) steps += job_step(job, h, s);
+    uint64_t handles[HOSTILE][EACH];
+    int got[HOSTILE][2] = {{0}}; /* answers, handles */
+    int during_steps = hostile_answers(hostile, got, handles, 0);
+    int chain = -1;
+    psg_graph_t *g2 = chain_graph(&chain);
+    bool second = (h2 = register_graph(job, g2, chain)) != 0 && job_step(job, h2, STEPS + 1);
+    int during_register = hostile_answers(hostile, got, handles, 0);
+    int answered = hostile_answers(hostile, got, handles, 120000), registered = 0;
+    for (int i = 0; i < HOSTILE; i++) {
+        registered += got[i][1];
+        for (int k = 0; k < got[i][1]; k++) deregister(hostile[i], handles[i][k]);
+    }
+    printf("  the job's %d steps answered while %d of %d huge registrations were, its second "
+           "graph registered and run while %d were; then %d answered, %d registered\n",
+           steps, during_steps, sent, during_register, answered, registered);
+    CHECK(steps == STEPS && during_steps <= sent / 4);
+    CHECK(second && during_register <= sent * 3 / 4);
+    CHECK(answered == sent && registered == sent);
+    if (h) deregister(job, h);
+    if (h2) deregister(job, h2);
+    for (int i = 0; i < HOSTILE; i++) psg_client_destroy(&hostile[i]);
+    psg_client_destroy(&job);
+    psg_graph_destroy(&g);
+    psg_graph_destroy(&g2);
+    psg_graph_destroy(&wide);
+    free(bytes);
+    CHECK(alive());
+}
+
 /* ---- graphs belong to their registrant ---- */
 
 /* RunGraph of `handle` through c: 1 when it fetched 2.5, 0 when refused with `code`. */
@@ -675,6 +774,7 @@ int main(int argc, char **argv) {
     CHECK(!server_restart_if_dead());
     RUN_SOME(test_huge_fan_in);
     CHECK(!server_restart_if_dead());
+    RUN_SOME(test_registrations_hold_nobody);
     RUN_SOME(test_graphs_belong_to_registrant);
     RUN_SOME(test_closed_connections_lock_nobody_out);
     RUN_SOME(test_waits_hold_no_runner);

@@ -6,6 +6,7 @@
 #   inception  bench/cuda_inception3.sh (op profile, f32 and mixed beside PyTorch, cluster)
 #   python     the Python library's GPU tests (needs .gpu/py's extension for this python3)
 #   layouts    Inception-v3 f32 and mixed with each cuDNN layout (PSG_CUDNN_LAYOUT), one line each
+#   kernels    bench_cuda_gemm and bench_cuda_conv: psgraph's op against cuBLAS / cuDNN alone
 #   bash tools/gpu_run.sh [step...]        env: BATCH (128), STEPS (10)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,8 @@ for step in $steps; do
           --log-every 1000000 --precision $precision 2>&1 | grep '^{"bench":"inception3"' | tail -1 |
           python3 -c 'import json, sys; o = json.loads(sys.stdin.read() or "{}"); print(json.dumps({"layout": sys.argv[1], "precision": sys.argv[2], "images_per_sec": o.get("images_per_sec"), "step_ms_median": o.get("step_ms_median"), "final_loss": o.get("final_loss")}))' $layout $precision
       done; done | tee "$out/layouts.jsonl" ;;
+    kernels) { timeout 120 build/bench/bench_cuda_gemm; timeout 180 build/bench/bench_cuda_conv; } 2>&1 |
+      tee "$out/kernels.jsonl" ;;
     *) echo "unknown step $step" ;;
   esac
   echo "== $step: $(( $(date +%s) - t0 )) s"

@@ -22,12 +22,26 @@ static int conv_geom(psg_kernel_ctx_t *c, psg_cu_geom_t *g) {
     return 0;
 }
 
+/* An f32 1x1 convolution of stride 1 without padding is, in NHWC, a matrix
+ * product over the N*H*W rows (the filter (1, 1, C, OC) is the (C, OC)
+ * matrix): cuBLAS's SGEMM on the tensors as they are, without cuDNN's
+ * layout copies (cudnn.cu) and at a higher f32 rate (Inception-v3 has 45 of
+ * them). Rows M = N*H*W. */
+static bool conv_is_gemm(const psg_cu_geom_t *g, psg_dtype_t dt) {
+    return dt == PSG_DT_F32 && g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 &&
+           g->pl == 0 && g->oh == g->h && g->ow == g->w;
+}
+
 /* inputs: x (N, H, W, C), filter (KH, KW, C, OC) */
 int psg_gpu_conv2d(psg_kernel_ctx_t *c) {
     psg_cu_geom_t g;
     if (conv_geom(c, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
+    if (conv_is_gemm(&g, out->dtype)) /* y (M, OC) = x (M, C) w (C, OC) */
+        return psg_cuda_gemm(c->device, false, false, g.n * g.h * g.w, g.oc, g.c, 1.0f,
+                             c->inputs[0]->data, g.c, c->inputs[1]->data, g.oc, 0.0f, out->data,
+                             g.oc);
     return psg_cuda_conv2d(c->device, (int)out->dtype, &g, c->inputs[0]->data, c->inputs[1]->data,
                            out->data);
 }
@@ -38,6 +52,10 @@ int psg_gpu_conv2d_backprop_input(psg_kernel_ctx_t *c) {
     if (conv_geom(c, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
+    if (conv_is_gemm(&g, out->dtype)) /* dx (M, C) = dy (M, OC) w^T */
+        return psg_cuda_gemm(c->device, false, true, g.n * g.h * g.w, g.c, g.oc, 1.0f,
+                             c->inputs[2]->data, g.oc, c->inputs[1]->data, g.oc, 0.0f, out->data,
+                             g.c);
     return psg_cuda_conv2d_backprop_input(c->device, (int)out->dtype, &g, c->inputs[1]->data,
                                           c->inputs[2]->data, out->data);
 }
@@ -48,6 +66,10 @@ int psg_gpu_conv2d_backprop_filter(psg_kernel_ctx_t *c) {
     if (conv_geom(c, &g) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
     if (!out) return -1;
+    if (conv_is_gemm(&g, out->dtype)) /* dw (C, OC) = x^T (C, M) dy (M, OC) */
+        return psg_cuda_gemm(c->device, true, false, g.c, g.oc, g.n * g.h * g.w, 1.0f,
+                             c->inputs[0]->data, g.c, c->inputs[2]->data, g.oc, 0.0f, out->data,
+                             g.oc);
     return psg_cuda_conv2d_backprop_filter(c->device, (int)out->dtype, &g, c->inputs[0]->data,
                                            c->inputs[2]->data, out->data);
 }

@@ -46,11 +46,28 @@ __device__ static float block_sum(float v) {
 
 /* ---- (A, R, B) ---- */
 
+/* What a reduction sums at x's element i of channel b: x itself (mean NULL),
+ * or batch norm's (x - mean[b]) * inv[b] (inv NULL: 1), squared when sq,
+ * times dy[i] when dy is set (the products rounded on their own, not
+ * fused into the sum, as when a kernel wrote them out first): the
+ * statistics without a temporary tensor written and read again. */
+typedef struct {
+    const float *mean, *inv, *dy;
+    bool sq;
+} term_t;
+
+__device__ static inline float term_at(const float *x, int64_t i, int64_t b, const term_t &t) {
+    if (!t.mean) return x[i];
+    float v = (x[i] - t.mean[b]) * (t.inv ? t.inv[b] : 1.0f);
+    return t.sq ? __fmul_rn(v, v) : t.dy ? __fmul_rn(t.dy[i], v) : v;
+}
+
 /* o (A, B) = scale * sum over r of x (A, R, 1): a block per row a */
-__global__ static void reduce_rows(const float *x, float *o, int64_t A, int64_t R, float scale) {
+__global__ static void reduce_rows(const float *x, float *o, int64_t A, int64_t R, float scale,
+                                   term_t t) {
     for (int64_t a = blockIdx.x; a < A; a += gridDim.x) {
         float s = 0.0f;
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += x[a * R + r];
+        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += term_at(x, a * R + r, 0, t);
         s = block_sum(s);
         if (threadIdx.x == 0) o[a] = s * scale;
     }
@@ -58,25 +75,26 @@ __global__ static void reduce_rows(const float *x, float *o, int64_t A, int64_t 
 
 /* o (A, P, B) = scale * the sums of x (A, R, B) over the P chunks of R */
 __global__ static void reduce_chunks(const float *x, float *o, int64_t A, int64_t R, int64_t B,
-                                     int64_t P, float scale) {
+                                     int64_t P, float scale, term_t t) {
     PSG_GRID_STRIDE(i, A * P * B) {
         int64_t b = i % B, p = (i / B) % P, a = i / (B * P);
-        int64_t r0 = R * p / P, r1 = R * (p + 1) / P;
-        const float *xa = x + a * R * B + b;
+        int64_t r0 = R * p / P, r1 = R * (p + 1) / P, base = a * R * B + b;
         float s = 0.0f;
-        for (int64_t r = r0; r < r1; r++) s += xa[r * B];
+        for (int64_t r = r0; r < r1; r++) s += term_at(x, base + r * B, b, t);
         o[i] = s * scale;
     }
 }
 
-extern "C" int psg_cuda_reduce_arb(int gpu, const float *x, float *o, int64_t A, int64_t R,
-                                   int64_t B, float scale) {
+/* psg_cuda_reduce_arb of term t of x */
+static int reduce_arb_term(int gpu, const float *x, float *o, int64_t A, int64_t R, int64_t B,
+                           float scale, term_t t) {
     PSG_CUDA_DEV(d, gpu);
+    const term_t plain = {NULL, NULL, NULL, false};
     if (A * B == 0) return 0;
     if (R == 0) return psg_cuda_fill(gpu, PSG_CU_F32, o, A * B, 0.0);
     if (B == 1) {
         unsigned grid = (unsigned)(A < 65535 ? A : 65535);
-        reduce_rows<<<grid, PSG_CUDA_THREADS, 0, d->compute>>>(x, o, A, R, scale);
+        reduce_rows<<<grid, PSG_CUDA_THREADS, 0, d->compute>>>(x, o, A, R, scale, t);
         PSG_CUDA_LAUNCHED("reduce_rows");
         return 0;
     }
@@ -86,20 +104,26 @@ extern "C" int psg_cuda_reduce_arb(int gpu, const float *x, float *o, int64_t A,
     if (P < 1) P = 1;
     if (P == 1) {
         reduce_chunks<<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(x, o, A, R, B, 1,
-                                                                                   scale);
+                                                                                   scale, t);
         PSG_CUDA_LAUNCHED("reduce_chunks");
         return 0;
     }
-    tmp_t t = {NULL, NULL};
-    float *part = tmp_new(gpu, &t, A * P * B);
+    tmp_t tp = {NULL, NULL};
+    float *part = tmp_new(gpu, &tp, A * P * B);
     if (!part) return -1;
     reduce_chunks<<<psg_cuda_blocks(A * P * B), PSG_CUDA_THREADS, 0, d->compute>>>(x, part, A, R, B,
-                                                                                   P, 1.0f);
+                                                                                   P, 1.0f, t);
     reduce_chunks<<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(part, o, A, P, B, 1,
-                                                                               scale);
-    tmp_free(&t);
+                                                                               scale, plain);
+    tmp_free(&tp);
     PSG_CUDA_LAUNCHED("reduce_chunks");
     return 0;
+}
+
+extern "C" int psg_cuda_reduce_arb(int gpu, const float *x, float *o, int64_t A, int64_t R,
+                                   int64_t B, float scale) {
+    const term_t plain = {NULL, NULL, NULL, false};
+    return reduce_arb_term(gpu, x, o, A, R, B, scale, plain);
 }
 
 /* ---- any set of axes ---- */
@@ -177,8 +201,9 @@ extern "C" int psg_cuda_sum_squares(int gpu, const float *x, int64_t n, float sc
     tmp_t t = {NULL, NULL};
     float *part = tmp_new(gpu, &t, blocks);
     if (!part) return -1;
+    const term_t plain = {NULL, NULL, NULL, false};
     squares_partial<<<blocks, PSG_CUDA_THREADS, 0, d->compute>>>(x, n, part);
-    reduce_rows<<<1, PSG_CUDA_THREADS, 0, d->compute>>>(part, out, 1, blocks, scale);
+    reduce_rows<<<1, PSG_CUDA_THREADS, 0, d->compute>>>(part, out, 1, blocks, scale, plain);
     tmp_free(&t);
     PSG_CUDA_LAUNCHED("sum_squares");
     return 0;
@@ -288,16 +313,6 @@ extern "C" int psg_cuda_argmax(int gpu, const float *x, int64_t *out, int64_t ro
 
 /* ---- batch norm ---- */
 
-/* t (rows, c) = (x - mean) * inv (inv NULL: 1), times dy when dy is set, squared when sq */
-__global__ static void bn_centered(const float *x, const float *mean, const float *inv,
-                                   const float *dy, bool sq, float *t, int64_t n, int64_t c) {
-    PSG_GRID_STRIDE(i, n) {
-        int64_t ch = i % c;
-        float v = (x[i] - mean[ch]) * (inv ? inv[ch] : 1.0f);
-        t[i] = sq ? v * v : dy ? dy[i] * v : v;
-    }
-}
-
 /* Per channel: the statistics and the folded affine y = x * a + b. */
 __global__ static void bn_finalize(bool training, float eps, int64_t rows, int64_t c,
                                    const float *sqsum, const float *mean_in, const float *var_in,
@@ -324,8 +339,9 @@ __global__ static void bn_finalize(bool training, float eps, int64_t rows, int64
 __global__ static void bn_affine(const float *x, const float *dy, const float *a, const float *b,
                                  const float *k, const float *mean, float *out, int64_t n,
                                  int64_t c) {
+    bool narrow = n <= (int64_t)UINT32_MAX; /* 32-bit modulo: 64-bit division is emulated */
     PSG_GRID_STRIDE(i, n) {
-        int64_t ch = i % c;
+        int64_t ch = narrow ? (int64_t)((uint32_t)i % (uint32_t)c) : i % c;
         out[i] = dy ? dy[i] * a[ch] + (x[i] - mean[ch]) * b[ch] + k[ch] : x[i] * a[ch] + b[ch];
     }
 }
@@ -339,17 +355,13 @@ extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t ro
     if (training && rows == 0)
         return psg_error_set("batch norm in training needs at least one row");
     int64_t n = rows * c;
-    tmp_t t = {NULL, NULL}, s = {NULL, NULL};
-    float *tmp = training ? tmp_new(gpu, &t, n) : NULL;
+    tmp_t s = {NULL, NULL};
     float *small = tmp_new(gpu, &s, 3 * c); /* sqsum, a, b */
-    int rc = (training && !tmp) || !small ? -1 : 0;
+    int rc = !small ? -1 : 0;
     if (rc == 0 && training) {
         rc = psg_cuda_reduce_arb(gpu, x, smean, 1, rows, c, 1.0f / (float)rows);
-        if (rc == 0) {
-            bn_centered<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
-                x, smean, NULL, NULL, true, tmp, n, c);
-            rc = psg_cuda_reduce_arb(gpu, tmp, small, 1, rows, c, 1.0f);
-        }
+        const term_t squares = {smean, NULL, NULL, true}; /* (x - mean)^2 */
+        if (rc == 0) rc = reduce_arb_term(gpu, x, small, 1, rows, c, 1.0f, squares);
     }
     if (rc == 0) {
         bn_finalize<<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
@@ -359,7 +371,6 @@ extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t ro
             bn_affine<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
                 x, NULL, small + c, small + 2 * c, NULL, NULL, y, n, c);
     }
-    tmp_free(&t);
     tmp_free(&s);
     if (rc < 0) return -1;
     PSG_CUDA_LAUNCHED("batch_norm");
@@ -388,15 +399,13 @@ extern "C" int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, in
     PSG_CUDA_DEV(d, gpu);
     if (c == 0) return 0;
     int64_t n = rows * c;
-    tmp_t t = {NULL, NULL}, s = {NULL, NULL};
-    float *tmp = tmp_new(gpu, &t, n);
+    tmp_t s = {NULL, NULL};
     float *small = tmp_new(gpu, &s, 5 * c); /* sdy, sdyx, a, b, k */
-    int rc = !tmp || !small ? -1 : 0;
+    int rc = !small ? -1 : 0;
     if (rc == 0 && n) {
-        bn_centered<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(x, smean, sinv, dy,
-                                                                             false, tmp, n, c);
         rc = psg_cuda_reduce_arb(gpu, dy, small, 1, rows, c, 1.0f);
-        if (rc == 0) rc = psg_cuda_reduce_arb(gpu, tmp, small + c, 1, rows, c, 1.0f);
+        const term_t dyx = {smean, sinv, dy, false}; /* dy (x - mean) inv */
+        if (rc == 0) rc = reduce_arb_term(gpu, x, small + c, 1, rows, c, 1.0f, dyx);
     } else if (rc == 0) {
         rc = psg_cuda_fill(gpu, PSG_CU_F32, small, 2 * c, 0.0);
     }
@@ -408,7 +417,6 @@ extern "C" int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, in
             bn_affine<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
                 x, dy, small + 2 * c, small + 3 * c, small + 4 * c, smean, dx, n, c);
     }
-    tmp_free(&t);
     tmp_free(&s);
     if (rc < 0) return -1;
     PSG_CUDA_LAUNCHED("batch_norm_grad");
