@@ -53,7 +53,7 @@ class _Wrapped:
 class SyncReplicasOptimizer(_Wrapped):
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
                  variable_averages=None, variables_to_average=None, use_locking=False,
-                 name="sync_replicas"):
+                 name="sync_replicas", timeout_ms=_TIMEOUT_MS):
         if variable_averages is not None:
             raise NotImplementedError("psgraph's SyncReplicasOptimizer has no variable_averages")
         self._opt = opt
@@ -63,6 +63,8 @@ class SyncReplicasOptimizer(_Wrapped):
             raise ValueError("replicas_to_aggregate (%d) must be >= 1 and <= total_num_replicas "
                              "(%d)" % (self._n, self._total))
         self._name = name
+        # psgraph's: the longest a take or a token waits (psgraph train: 3/4 of --step-timeout)
+        self._timeout_ms = int(timeout_ms)
         self._sg = None
         self._graph = None
         self._runners = []  # the chief's runners started (_ChiefRunner)
@@ -91,13 +93,13 @@ class SyncReplicasOptimizer(_Wrapped):
         c.set_scope("")
         self._sg = c.sync_apply_gradients(
             cap, [convert_to_tensor(gr)._ep for gr, _ in pairs], [v._handle for _, v in pairs],
-            workers, self._n, workers - self._n, index, _TIMEOUT_MS)
+            workers, self._n, workers - self._n, index, self._timeout_ms)
         vs._adopt_c_variables(g)
         c_step = g._variables_by_handle[g._c.global_step()[0]]
         if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
             g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)
         self._graph = g
-        g._sync_timeout_ms = _TIMEOUT_MS  # the session's step deadline is past it
+        g._sync_timeout_ms = self._timeout_ms  # the session's step deadline is past it
         self._index = index
         sg = self._sg
         # the seed era's ops: psgraph's chief runner releases the first tokens itself when it
