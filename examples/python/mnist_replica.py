@@ -78,8 +78,10 @@ def model(images):
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     cluster, job, index = cluster_and_task()
+    # the server's Recvs wait as long as a step may (psgraph: at least 80 s)
     server = tf.train.Server(cluster, job_name=job, task_index=index,
-                             config=tf.ConfigProto(device_filters=["/job:ps"]))
+                             config=tf.ConfigProto(device_filters=["/job:ps"],
+                                                   operation_timeout_in_ms=FLAGS.operation_timeout_ms))
     if job == "ps":
         server.join()
         return

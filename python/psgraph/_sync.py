@@ -150,6 +150,7 @@ class _ChiefRunner:
         self._opt = opt
         self._thread = None
         self._closing = threading.Event()
+        self._failing = threading.Lock()  # held while a failure closes the token queue
         self.error = None
         self.steps = 0
 
@@ -192,16 +193,17 @@ class _ChiefRunner:
         """Keeps e, says it at once and closes the token queue with an error, so that every
         worker's step waiting on a token fails now (the chief's names e), not at its timeout
         (the runner's error was once only raised when the chief's session closed)."""
-        self.error = e
-        _log.error("sync replicas: the chief's runner failed at its step %d (%s): %s; no more "
-                   "tokens", self.steps + 1, type(e).__name__, e)
-        if self._abort is None:
-            return
-        try:
-            self._abort.run([])
-        except Exception as e2:  # a lost ps: the workers' waits end at their timeout
-            _log.error("sync replicas: closing the token queue after the runner's failure "
-                       "failed too: %s", e2)
+        with self._failing:
+            self.error = e
+            _log.error("sync replicas: the chief's runner failed at its step %d (%s): %s; no "
+                       "more tokens", self.steps + 1, type(e).__name__, e)
+            if self._abort is None:
+                return
+            try:
+                self._abort.run([])
+            except Exception as e2:  # a lost ps: the workers' waits end at their timeout
+                _log.error("sync replicas: closing the token queue after the runner's failure "
+                           "failed too: %s", e2)
 
     def explain(self, e):
         """The error a step that waited on a token raises once this runner failed: the
@@ -214,8 +216,11 @@ class _ChiefRunner:
             return RuntimeError(msg)
 
     def stop(self):
-        """Starts no step from now on (the one running ends when training is closed)."""
+        """Starts no step from now on (the one running ends when training is closed); a
+        failure being said first closes the queue with its error (not the clean close)."""
         self._closing.set()
+        with self._failing:
+            pass
 
     def join(self, timeout=None):
         if self._thread is not None:

@@ -241,18 +241,19 @@ def test_sync_runner_failure_fails_the_waiting_step_at_once(fresh_graph, monkeyp
         real_loop(runner)
     monkeypatch.setattr(_sync._ChiefRunner, "_loop", loop)
     hook = opt.make_session_run_hook(True)
+    sess = tf.train.MonitoredTrainingSession(master=worker.target, is_chief=True, hooks=[hook])
     with pytest.raises(tf.errors.UnavailableError) as err:
-        with tf.train.MonitoredTrainingSession(master=worker.target, is_chief=True,
-                                               hooks=[hook]) as sess:
-            for _ in range(20):
-                sess.run(train)
+        for _ in range(20):
+            sess.run(train)
     text = str(err.value)
     assert "the chief's runner failed at its step 3" in text, text
     assert "injected: the runner lost its ps" in text, text
+    assert hook.used >= 1  # steps trained before the failure
     # the queue closed by the failure ended the wait, not the token's timeout
     assert "no more tokens" in text or "not started" in text, text
     assert "got no token" not in text, text
-    assert hook.used >= 1  # steps trained before the failure
+    with pytest.raises(tf.errors.UnavailableError):  # the chief's end says it again
+        sess.close()
 
 # ---- real processes ----
 
