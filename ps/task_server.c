@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -133,7 +134,7 @@ void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont) {
         *head = j;
     *tail = j;
     if (!cont) ts->jq_len++;
-    pthread_cond_signal(&ts->jobs_cond);
+    pthread_cond_signal(j->registers ? &ts->builds_cond : &ts->jobs_cond);
 }
 
 /* The run of j has nodes to run again, or is over: to the runners (any thread). */
@@ -197,6 +198,9 @@ static void register_job(psg_task_server_t *ts, job_t *j) {
     else if (psg_ts_graph_register(ts, j->peer, &j->reg, &rep.u.handle) == 0 &&
              !(m = psg_rep_encode(PSG_REQ_REGISTER_GRAPH, &rep)))
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    /* the peer's slot is free before it reads the reply: its next request may take it */
+    if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
+    j->peer = NULL;
     if (m)
         psg_ts_reply_ok(ts, j->req, &m);
     else
@@ -327,14 +331,15 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
 /* Takes from a queue the first job of the peer whose turn it is: the one the runners served
  * least recently, under its limit of jobs on them (a peer's own jobs keep their order; a
  * peer that queued many, a burst of huge RegisterGraphs, does not hold the others' behind
- * them); NULL when there is none. Under lock. */
-static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail) {
+ * them); a RegisterGraph for a builder (`builds`), a RunGraph for a runner. NULL when there
+ * is none. Under lock. */
+static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail, bool builds) {
     job_t *j = NULL, *prev = NULL;
     uint64_t turn = UINT64_MAX;
     for (job_t *q = *head, *before = NULL; q && turn > 0; before = q, q = q->next) {
         uint64_t served = q->peer ? q->peer->served : 0;
-        if (served >= turn || (q->peer && q->peer->running >= ts->lim.max_running_per_peer) ||
-            (q->registers && ts->building >= ts->max_building))
+        if (served >= turn || q->registers != builds ||
+            (q->peer && q->peer->running >= ts->lim.max_running_per_peer))
             continue;
         j = q, prev = before, turn = served;
     }
@@ -346,37 +351,56 @@ static job_t *take_job_locked(psg_task_server_t *ts, job_t **head, job_t **tail)
     if (*tail == j) *tail = prev;
     j->next = NULL;
     if (j->peer) j->peer->running++, j->peer->served = ++ts->served;
-    ts->building += j->registers;
     return j;
 }
 
 /* The next job for a runner: a started one with nodes to run first (it holds memory and
- * maybe a graph), then the oldest not started. Under lock. */
-static job_t *next_job_locked(psg_task_server_t *ts) {
-    job_t *j = take_job_locked(ts, &ts->cq_head, &ts->cq_tail);
-    if (!j && (j = take_job_locked(ts, &ts->jq_head, &ts->jq_tail))) ts->jq_len--;
+ * maybe a graph), then the oldest not started; for a builder, the next RegisterGraph. Under
+ * lock. */
+static job_t *next_job_locked(psg_task_server_t *ts, bool builds) {
+    job_t *j = builds ? NULL : take_job_locked(ts, &ts->cq_head, &ts->cq_tail, false);
+    if (!j && (j = take_job_locked(ts, &ts->jq_head, &ts->jq_tail, builds))) ts->jq_len--;
     return j;
 }
 
-static void *runner_main(void *arg) {
-    psg_task_server_t *ts = arg;
+static void serve_jobs(psg_task_server_t *ts, bool builds) {
     pthread_mutex_lock(&ts->lock);
     for (;;) {
         job_t *j = NULL;
-        while (!ts->runners_stop && !(j = next_job_locked(ts)))
-            pthread_cond_wait(&ts->jobs_cond, &ts->lock);
+        while (!ts->runners_stop && !(j = next_job_locked(ts, builds)))
+            pthread_cond_wait(builds ? &ts->builds_cond : &ts->jobs_cond, &ts->lock);
         if (!j) break;          /* stopping: stop_runners fails what is queued */
         peer_t *peer = j->peer; /* run_job frees j; a running peer is never pruned */
-        bool builds = j->registers;
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
         pthread_mutex_lock(&ts->lock);
-        if (peer) peer->running--;
-        ts->building -= builds;
-        /* its next queued job, or a queued registration, may run now */
-        if (peer || builds) pthread_cond_broadcast(&ts->jobs_cond);
+        if (peer) { /* its next queued job, of either kind, may run now */
+            peer->running--;
+            pthread_cond_broadcast(&ts->jobs_cond);
+            pthread_cond_broadcast(&ts->builds_cond);
+        }
     }
     pthread_mutex_unlock(&ts->lock);
+}
+
+static void *runner_main(void *arg) {
+    serve_jobs(arg, false);
+    return NULL;
+}
+
+/* How much lower than the runners' the builders' CPU priority is (nice). */
+#define BUILDER_NICE 10
+
+/* A builder: parses, infers and plans the RegisterGraphs, at a lower CPU priority than the
+ * server thread and the runners (Linux's nice is a thread's own), so that on a busy machine
+ * a peer's huge graphs take the CPU the steps leave. Lowering it needs no privilege; where
+ * it fails anyway the builder runs at the runners' priority, as it would elsewhere. */
+static void *builder_main(void *arg) {
+    id_t self = (id_t)gettid();
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, self);
+    if (errno == 0 && setpriority(PRIO_PROCESS, self, now + BUILDER_NICE) < 0) errno = 0;
+    serve_jobs(arg, true);
     return NULL;
 }
 
@@ -486,9 +510,11 @@ static void stop_runners(psg_task_server_t *ts) {
      * closed), what did not is refused */
     ts->draining = true;
     pthread_cond_broadcast(&ts->jobs_cond);
+    pthread_cond_broadcast(&ts->builds_cond);
     while (ts->live_runs > 0 || ts->cq_head || ts->jq_head) pthread_cond_wait(&ts->cond, &ts->lock);
     ts->runners_stop = true;
     pthread_cond_broadcast(&ts->jobs_cond);
+    pthread_cond_broadcast(&ts->builds_cond);
     pthread_mutex_unlock(&ts->lock);
     for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     ts->n_runners = 0;
@@ -678,6 +704,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     pthread_mutex_init(&ts->lock, NULL);
     pthread_cond_init(&ts->cond, NULL);
     pthread_cond_init(&ts->jobs_cond, NULL);
+    pthread_cond_init(&ts->builds_cond, NULL);
     pthread_cond_init(&ts->graph_idle, NULL);
     ts->cluster = opt->cluster;
     ts->keys = opt->keys ? opt->keys : psg_cluster_keys(opt->cluster);
@@ -692,7 +719,6 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     ts->lim = psg_task_limits_resolve(&opt->limits);
     if (ts->lim.max_running_per_peer <= 0)
         ts->lim.max_running_per_peer = ts->max_steps > 1 ? ts->max_steps / 2 : 1;
-    ts->max_building = ts->max_steps >= 4 ? ts->max_steps / 4 : 1;
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;
@@ -709,13 +735,16 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
               psg_membudget_new(ts->lim.memory_bytes, "the task's memory (--memory-limit)")))
         goto fail;
     if (ts->num_threads > 1 && !(ts->pool = psg_threadpool_new(ts->num_threads))) goto fail;
-    ts->runners = calloc((size_t)ts->max_steps, sizeof *ts->runners);
+    /* a quarter as many builders as runners: a peer's graphs take at most their CPU */
+    int builders = ts->max_steps >= 4 ? ts->max_steps / 4 : 1;
+    ts->runners = calloc((size_t)(ts->max_steps + builders), sizeof *ts->runners);
     if (!ts->runners) {
         psg_error_set("out of memory");
         goto fail;
     }
-    for (int i = 0; i < ts->max_steps; i++) {
-        if (pthread_create(&ts->runners[i], NULL, runner_main, ts) != 0) {
+    for (int i = 0; i < ts->max_steps + builders; i++) {
+        if (pthread_create(&ts->runners[i], NULL, i < ts->max_steps ? runner_main : builder_main,
+                           ts) != 0) {
             psg_error_set("cannot start a step runner thread");
             goto fail;
         }
@@ -760,6 +789,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
         pthread_mutex_lock(&ts->lock);
         ts->runners_stop = true;
         pthread_cond_broadcast(&ts->jobs_cond);
+        pthread_cond_broadcast(&ts->builds_cond);
         pthread_mutex_unlock(&ts->lock);
         for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     }
@@ -780,6 +810,7 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_membudget_unref(&ts->budget);
     pthread_cond_destroy(&ts->cond);
     pthread_cond_destroy(&ts->jobs_cond);
+    pthread_cond_destroy(&ts->builds_cond);
     pthread_cond_destroy(&ts->graph_idle);
     pthread_mutex_destroy(&ts->lock);
     free(ts);

@@ -143,7 +143,7 @@ struct psg_task_server {
 
     pthread_t thread;
     bool thread_started;
-    pthread_t *runners;
+    pthread_t *runners; /* max_steps runners, then the builders (of RegisterGraphs) */
     int n_runners;
 
     pthread_mutex_t lock;
@@ -159,8 +159,7 @@ struct psg_task_server {
     job_t *cq_head, *cq_tail;   /* started ones with nodes to run again, and graphs' next in line */
     int live_runs;              /* started and not finished */
     uint64_t served;            /* jobs the runners took: the peers take turns */
-    int building, max_building; /* RegisterGraphs the runners build now; at most (a quarter of
-                                 * them: the graphs' CPU leaves the server thread and steps some) */
+    pthread_cond_t builds_cond; /* a queued RegisterGraph or the runners' stop */
     bool draining;              /* stopping: what is started ends, nothing starts */
     pthread_cond_t graph_idle;  /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;

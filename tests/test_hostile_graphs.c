@@ -538,12 +538,15 @@ static void test_job_beside_reproducers(void) {
         CHECK(cluster_train(&c, steps, &beside, &failures) == 0 && failures == 0);
         atomic_store(&r.stop, true);
         if (made) pthread_join(r.thread, NULL);
+        /* the first wrong answer in the line too (bench/hostile.sh keeps only the lines) */
+        for (char *q = r.first_wrong; *q; q++)
+            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '\'';
         printf("{\"bench\":\"hostile_beside\",\"finding\":%d,\"reproducer\":\"%s\","
                "\"reproductions\":%d,\"wrong\":%d,\"steps_per_sec_alone\":%.1f,"
-               "\"steps_per_sec_beside\":%.1f,\"ratio\":%.2f,\"target\":0.8}\n",
+               "\"steps_per_sec_beside\":%.1f,\"ratio\":%.2f,\"target\":0.8,"
+               "\"first_wrong\":\"%s\"}\n",
                finding, names[finding], r.rounds, r.wrong, alone, beside,
-               alone > 0 ? beside / alone : 0);
-        if (r.wrong) printf("  first wrong answer: %s\n", r.first_wrong);
+               alone > 0 ? beside / alone : 0, r.first_wrong);
         CHECK(r.rounds > 0 && r.wrong == 0);
         CHECK(alive());
     }

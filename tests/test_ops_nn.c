@@ -291,6 +291,78 @@ static void check_differences(const char *what, const conv_case_t *k, int thread
     }
 }
 
+/* ---- the direct forward pass of fewer images than threads: bands of output rows ---- */
+
+/* The kernels' geometry of case k (its output and padding in g). */
+static psg_nn_geom_t nn_geom_of(const conv_case_t *k, const geom_t *g) {
+    return (psg_nn_geom_t){.n = k->n,
+                           .h = k->h,
+                           .w = k->w,
+                           .c = k->c,
+                           .kh = k->kh,
+                           .kw = k->kw,
+                           .oc = k->oc,
+                           .oh = g->oh,
+                           .ow = g->ow,
+                           .sh = k->sh,
+                           .sw = k->sw,
+                           .pt = g->pt,
+                           .pl = g->pl};
+}
+
+static const struct {
+    conv_case_t k;
+    int threads;
+    bool direct; /* whether the rows go around the threads (else the im2col path) */
+} row_cases[] = {
+    {{1, 28, 28, 1, 5, 5, 32, 1, 1, true}, 2, true},  /* the served cnn's conv1 at batch 1 */
+    {{1, 14, 14, 32, 5, 5, 64, 1, 1, true}, 2, true}, /* ... and conv2 */
+    {{1, 17, 19, 3, 3, 3, 40, 2, 2, false}, 3, true}, /* 40 channels padded to 48, VALID */
+    {{2, 9, 11, 8, 3, 3, 16, 1, 1, true}, 5, true},   /* 2 images of 3 bands on 5 threads */
+    {{1, 3, 5, 4, 3, 3, 20, 1, 1, true}, 4, false},   /* 3 rows for 4 threads: im2col */
+};
+
+/* The forward pass on more threads than images equals the naive loops (1e-5) and the
+ * direct kernel on one thread (whole images) exactly: the same sums in the same order. */
+static void test_conv2d_direct_rows(void) {
+    unsigned seed = 41;
+    for (size_t c = 0; c < sizeof row_cases / sizeof row_cases[0]; c++) {
+        const conv_case_t *k = &row_cases[c].k;
+        geom_t g = geom_of(k);
+        psg_nn_geom_t ng = nn_geom_of(k, &g);
+        psg_threadpool_t *pool = psg_threadpool_new(row_cases[c].threads);
+        CHECK(pool && psg_conv_direct_forward_applies(&ng, pool) == row_cases[c].direct &&
+              !psg_conv_direct_applies(&ng, pool));
+        psg_threadpool_destroy(&pool);
+        psg_shape_t sx = psg_shape_4d(k->n, k->h, k->w, k->c),
+                    sw = psg_shape_4d(k->kh, k->kw, k->c, k->oc);
+        psg_tensor_t *fw[2] = {psg_test_random(&sx, -1, 1, &seed),
+                               psg_test_random(&sw, -1, 1, &seed)};
+        int64_t n = (int64_t)k->n * g.oh * g.ow * k->oc;
+        float *ref = malloc(sizeof(float) * (size_t)n);
+        PSG_ASSERT(ref);
+        naive_conv(&g, 0, psg_tensor_f32(fw[0]), psg_tensor_f32(fw[1]), ref);
+        psg_tensor_t *rows = run_graph(2, fw, build_conv, (void *)k, row_cases[c].threads);
+        psg_tensor_t *whole = run_graph(2, fw, build_conv, (void *)k, 1);
+        if (rows && whole) {
+            CHECK(psg_tensor_numel(rows) == n && psg_tensor_numel(whole) == n);
+            check_close("rows against the loops", psg_tensor_f32(rows), ref, n, 1e-5);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < n; i++)
+                differ += psg_tensor_f32(rows)[i] != psg_tensor_f32(whole)[i];
+            if (row_cases[c].direct && differ)
+                fprintf(stderr, "case %zu: %lld outputs differ from one thread's\n", c,
+                        (long long)differ);
+            CHECK(!row_cases[c].direct || differ == 0);
+        }
+        psg_tensor_destroy(&rows);
+        psg_tensor_destroy(&whole);
+        psg_tensor_destroy(&fw[0]);
+        psg_tensor_destroy(&fw[1]);
+        free(ref);
+    }
+}
+
 /* The im2col path's y, dx and dw equal the direct kernels' (one thread) and the naive loops';
  * its dw and dx equal central differences of the loss. */
 static void test_conv2d_im2col_bands(void) {
@@ -299,20 +371,9 @@ static void test_conv2d_im2col_bands(void) {
         const conv_case_t *k = &band_cases[c].k;
         int threads = band_cases[c].threads;
         geom_t g = geom_of(k);
-        /* the dispatch this case is about: im2col on `threads`, the direct kernels on one */
-        psg_nn_geom_t ng = {.n = k->n,
-                            .h = k->h,
-                            .w = k->w,
-                            .c = k->c,
-                            .kh = k->kh,
-                            .kw = k->kw,
-                            .oc = k->oc,
-                            .oh = g.oh,
-                            .ow = g.ow,
-                            .sh = k->sh,
-                            .sw = k->sw,
-                            .pt = g.pt,
-                            .pl = g.pl};
+        /* the dispatch this case is about: im2col on `threads`, the direct kernels on one
+         * (the forward pass: the direct kernel's bands of rows, test_conv2d_direct_rows) */
+        psg_nn_geom_t ng = nn_geom_of(k, &g);
         psg_threadpool_t *pool = psg_threadpool_new(threads);
         CHECK(pool && !psg_conv_direct_applies(&ng, pool) && psg_conv_direct_applies(&ng, NULL));
         psg_threadpool_destroy(&pool);
@@ -826,6 +887,7 @@ int main(void) {
     RUN_TEST(test_conv2d_values);
     RUN_TEST(test_conv2d_batch_unknown_at_build);
     RUN_TEST(test_conv2d_im2col_bands);
+    RUN_TEST(test_conv2d_direct_rows);
     RUN_TEST(test_conv2d_padding_is_zero);
     RUN_TEST(test_pool_values);
     RUN_TEST(test_bias_add_values);

@@ -205,7 +205,7 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
                      g->oc, 0.0f, j.y, g->oc);
         return 0;
     }
-    if (psg_conv_direct_applies(g, c->pool))
+    if (psg_conv_direct_forward_applies(g, c->pool))
         return psg_conv_direct_forward(c->pool, g, j.x, j.w, j.y);
     psg_parallel_for(c->pool, j.parts, 1, forward_part, &j);
     return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;

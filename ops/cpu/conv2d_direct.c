@@ -8,6 +8,7 @@
  * vectors of channels, summed over the image's output pixels.
  * Not the dispatch (conv2d.c). */
 #include "ops/cpu/conv2d_direct.h"
+#include "ops/cpu/unroll.h"
 
 #include "psgraph/error.h"
 #include "psgraph/tensor.h"
@@ -32,14 +33,6 @@ typedef float vec_t __attribute__((vector_size(64)));
 
 /* A padded image bigger than this goes through im2col's bands instead. */
 #define MAX_PADDED_BYTES (64 * 1024 * 1024)
-
-#if defined(__clang__)
-#define UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define UNROLL _Pragma("GCC unroll 16")
-#else
-#define UNROLL
-#endif
 
 static inline void vload(vec_t *v, const float *p) {
     memcpy(v, p, sizeof *v);
@@ -88,14 +81,14 @@ typedef struct {
 
 static inline __attribute__((always_inline)) void tile_load(const tile_t *t, int R, int V,
                                                             vec_t acc[RMAX][VMAX]) {
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) if (t->accumulate)
+    PSG_UNROLL for (int r = 0; r < R; r++) PSG_UNROLL for (int v = 0; v < V; v++) if (t->accumulate)
         vload(&acc[r][v], t->out[r] + v * VL);
     else acc[r][v] = (vec_t){0};
 }
 
 static inline __attribute__((always_inline)) void tile_store(const tile_t *t, int R, int V,
                                                              vec_t acc[RMAX][VMAX]) {
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
+    PSG_UNROLL for (int r = 0; r < R; r++) PSG_UNROLL for (int v = 0; v < V; v++)
         vstore(t->out[r] + v * VL, &acc[r][v]);
 }
 
@@ -104,14 +97,14 @@ static inline __attribute__((always_inline)) void forward_tile(const tile_t *t, 
     tile_load(t, R, V, acc);
     for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
         const float *a[RMAX];
-        UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
+        PSG_UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
         const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
         for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
             vec_t b[VMAX];
-            UNROLL for (int v = 0; v < V; v++) vload(&b[v], w + v * VL);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int v = 0; v < V; v++) vload(&b[v], w + v * VL);
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 vec_t x = SPLAT(a[r][j]);
-                UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
+                PSG_UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
             }
         }
     }
@@ -126,10 +119,10 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
         const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
         for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
             vec_t b[VMAX];
-            UNROLL for (int v = 0; v < V; v++) vload(&b[v], dy + v * VL);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int v = 0; v < V; v++) vload(&b[v], dy + v * VL);
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 vec_t x = SPLAT(t->a[r][i]);
-                UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
+                PSG_UNROLL for (int v = 0; v < V; v++) vfma(&acc[r][v], &x, &b[v]);
             }
         }
     }
@@ -143,7 +136,7 @@ static inline __attribute__((always_inline)) void filter_tile(const tile_t *t, i
  * same order, so the same results. */
 static inline __attribute__((always_inline)) void tile2_load(const tile_t *t, int R,
                                                              __m256 acc[RMAX][2]) {
-    UNROLL for (int r = 0; r < R; r++) {
+    PSG_UNROLL for (int r = 0; r < R; r++) {
         acc[r][0] = t->accumulate ? _mm256_loadu_ps(t->out[r]) : _mm256_setzero_ps();
         acc[r][1] = t->accumulate ? _mm256_loadu_ps(t->out[r] + 8) : _mm256_setzero_ps();
     }
@@ -151,7 +144,7 @@ static inline __attribute__((always_inline)) void tile2_load(const tile_t *t, in
 
 static inline __attribute__((always_inline)) void tile2_store(const tile_t *t, int R,
                                                               __m256 acc[RMAX][2]) {
-    UNROLL for (int r = 0; r < R; r++) {
+    PSG_UNROLL for (int r = 0; r < R; r++) {
         _mm256_storeu_ps(t->out[r], acc[r][0]);
         _mm256_storeu_ps(t->out[r] + 8, acc[r][1]);
     }
@@ -162,11 +155,11 @@ static inline __attribute__((always_inline)) void forward_tile2(const tile_t *t,
     tile2_load(t, R, acc);
     for (int64_t kh = t->kh0; kh < t->kh1; kh++) {
         const float *a[RMAX];
-        UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
+        PSG_UNROLL for (int r = 0; r < R; r++) a[r] = t->a[r] + kh * t->rs;
         const float *w = t->b + (kh * t->row + t->j0) * t->ldw;
         for (int64_t j = t->j0; j < t->j1; j++, w += t->ldw) {
             __m256 b0 = _mm256_loadu_ps(w), b1 = _mm256_loadu_ps(w + 8);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 __m256 x = _mm256_broadcast_ss(a[r] + j);
                 acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
                 acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
@@ -184,7 +177,7 @@ static inline __attribute__((always_inline)) void filter_tile2(const tile_t *t, 
         const float *dy = t->b + oh * t->dy_rs + t->ow0 * t->ldw;
         for (int64_t ow = t->ow0; ow < t->ow1; ow++, i += t->xs_w, dy += t->ldw) {
             __m256 b0 = _mm256_loadu_ps(dy), b1 = _mm256_loadu_ps(dy + 8);
-            UNROLL for (int r = 0; r < R; r++) {
+            PSG_UNROLL for (int r = 0; r < R; r++) {
                 __m256 x = _mm256_broadcast_ss(t->a[r] + i);
                 acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
                 acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
@@ -340,10 +333,18 @@ static void job_init(direct_job_t *j, psg_threadpool_t *pool, const psg_nn_geom_
     if (j->parts < 1) j->parts = 1;
 }
 
-bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
-    if (g->n < psg_threadpool_size(pool) || g->oh <= 0 || g->ow <= 0) return false;
+static bool padded_fits(const psg_nn_geom_t *g) {
+    if (g->oh <= 0 || g->ow <= 0) return false;
     int64_t hp = (g->oh - 1) * g->sh + g->kh, wp = (g->ow - 1) * g->sw + g->kw;
     return hp * wp * g->c * (int64_t)sizeof(float) <= MAX_PADDED_BYTES;
+}
+
+bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
+    return g->n >= psg_threadpool_size(pool) && padded_fits(g);
+}
+
+bool psg_conv_direct_forward_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
+    return g->n >= 1 && g->n * g->oh >= psg_threadpool_size(pool) && padded_fits(g);
 }
 
 /* Copies image n of x into xp (hp, wp, C), whose border already holds zeros.
@@ -407,15 +408,16 @@ static bool tiles_per_row(int64_t ow, int v) {
     return true;
 }
 
-/* The tiles of the output pixels of one image, for window rows [kh0, kh1):
+/* The tiles of the output pixels [p0, p1) of one image, for window rows [kh0, kh1):
  * each tile's window rows and columns are the union of its pixels' rows and
  * columns inside the input. */
 static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, float *scratch, int v,
-                          bool per_row, int64_t kh0, int64_t kh1, tile_t *t) {
+                          bool per_row, int64_t p0, int64_t p1, int64_t kh0, int64_t kh1,
+                          tile_t *t) {
     const psg_nn_geom_t *g = &j->g;
-    int64_t npix = g->oh * g->ow, lo, hi, unused;
-    for (int64_t p = 0; p < npix;) {
-        int64_t oh = p / g->ow, ow = p % g->ow, left = per_row ? g->ow - ow : npix - p;
+    int64_t lo, hi, unused;
+    for (int64_t p = p0; p < p1;) {
+        int64_t oh = p / g->ow, ow = p % g->ow, left = per_row ? g->ow - ow : p1 - p;
         int R = tile_size(v, left);
         int64_t valid = R < left ? R : left, last = p + valid - 1;
         int64_t oh_last = last / g->ow, ow_last = oh_last == oh ? last % g->ow : g->ow - 1;
@@ -438,12 +440,14 @@ static void forward_tiles(const direct_job_t *j, const float *xp, float *yi, flo
     }
 }
 
-/* One image's outputs yi (OH*OW, ocp) from its padded input xp. */
-static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch) {
+/* One image's outputs yi (OH*OW, ocp) at pixels [p0, p1) and channels [oc0, oc1)
+ * (whole tiles' channels) from its padded input xp. */
+static void forward_image(const direct_job_t *j, const float *xp, float *yi, float *scratch,
+                          int64_t p0, int64_t p1, int64_t oc0, int64_t oc1) {
     const psg_nn_geom_t *g = &j->g;
     int64_t row = g->kw * g->c;
     tile_t t = {.ldw = j->ocp, .rs = j->wp * g->c, .row = row};
-    for (int64_t ocb = 0; ocb < j->ocp; ocb += VTILE * VL) {
+    for (int64_t ocb = oc0; ocb < oc1; ocb += VTILE * VL) {
         int v = (int)((j->ocp - ocb) / VL < VTILE ? (j->ocp - ocb) / VL : VTILE);
         int64_t khb = W_BLOCK_BYTES / (row * v * VL * (int64_t)sizeof(float));
         if (khb < 1) khb = 1;
@@ -451,7 +455,7 @@ static void forward_image(const direct_job_t *j, const float *xp, float *yi, flo
         bool per_row = tiles_per_row(g->ow, v);
         for (int64_t kh0 = 0; kh0 < g->kh; kh0 += khb) {
             t.accumulate = kh0 > 0;
-            forward_tiles(j, xp, yi + ocb, scratch, v, per_row, kh0,
+            forward_tiles(j, xp, yi + ocb, scratch, v, per_row, p0, p1, kh0,
                           kh0 + khb < g->kh ? kh0 + khb : g->kh, &t);
         }
     }
@@ -465,9 +469,57 @@ static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
     const psg_nn_geom_t *g = &j->g;
     int64_t npix = g->oh * g->ow;
     float *y = j->y + n * npix * g->oc;
-    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch);
+    forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch, 0, npix, 0, j->ocp);
     for (int64_t p = 0; b->wide && p < npix; p++)
         memcpy(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+}
+
+/* The forward pass of fewer images than threads: all of them padded at once, then, a
+ * tile's channels at a time, bands of output rows of each image in parallel (whole
+ * images left threads idle; one parallel pass over all the channels waited, under load,
+ * on a descheduled thread's half, where a pass a channel block lets the others take
+ * its share of the next). */
+typedef struct {
+    const direct_job_t *j;
+    float *xp;     /* (N, hp, wp, C): the padded images */
+    float *wide;   /* (N, OH*OW, ocp) when OC is not whole vectors, else NULL */
+    int64_t bands; /* of each image */
+    int64_t oc0;   /* the pass's channels: [oc0, oc0 + VTILE * VL) */
+} rows_job_t;
+
+static void forward_bands(void *ctx, int64_t u0, int64_t u1) {
+    const rows_job_t *r = ctx;
+    const direct_job_t *j = r->j;
+    const psg_nn_geom_t *g = &j->g;
+    int64_t npix = g->oh * g->ow;
+    float scratch[RMAX * VMAX * VL];
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t n = u / r->bands, band = u % r->bands;
+        int64_t p0 = g->oh * band / r->bands * g->ow, p1 = g->oh * (band + 1) / r->bands * g->ow;
+        int64_t oc1 = r->oc0 + VTILE * VL < j->ocp ? r->oc0 + VTILE * VL : j->ocp;
+        forward_image(j, r->xp + n * j->hp * j->wp * g->c,
+                      r->wide ? r->wide + n * npix * j->ocp : j->y + n * npix * g->oc, scratch, p0,
+                      p1, r->oc0, oc1);
+    }
+}
+
+static int forward_rows(psg_threadpool_t *pool, direct_job_t *j) {
+    const psg_nn_geom_t *g = &j->g;
+    int64_t threads = psg_threadpool_size(pool), img = j->hp * j->wp * g->c;
+    size_t wide = j->ocp != g->oc ? (size_t)(g->n * g->oh * g->ow * j->ocp) : 0;
+    psg_buffer_t *buf = psg_buffer_new(sizeof(float) * ((size_t)(g->n * img) + wide));
+    if (!buf) return psg_error_set("out of memory for the padded images");
+    rows_job_t r = {.j = j, .xp = buf->data, .wide = wide ? (float *)buf->data + g->n * img : NULL};
+    memset(r.xp, 0, sizeof(float) * (size_t)(g->n * img));
+    for (int64_t n = 0; n < g->n; n++) pad_image(j, j->x, n, r.xp + n * img);
+    r.bands = (threads + g->n - 1) / g->n;
+    if (r.bands > g->oh) r.bands = g->oh;
+    for (r.oc0 = 0; r.oc0 < j->ocp; r.oc0 += VTILE * VL)
+        psg_parallel_for(pool, g->n * r.bands, 1, forward_bands, &r);
+    for (int64_t p = 0; r.wide && p < g->n * g->oh * g->ow; p++)
+        memcpy(j->y + p * g->oc, r.wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+    psg_buffer_unref(&buf);
+    return 0;
 }
 
 int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
@@ -487,9 +539,15 @@ int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, cons
         }
         j.w = wp;
     }
-    psg_parallel_for(pool, j.parts, 1, run_parts, &j);
+    int rc = 0;
+    if (g->n < psg_threadpool_size(pool))
+        rc = forward_rows(pool, &j);
+    else {
+        psg_parallel_for(pool, j.parts, 1, run_parts, &j);
+        if (j.failed) rc = psg_error_set("out of memory for the padded image");
+    }
     psg_buffer_unref(&wb);
-    return j.failed ? psg_error_set("out of memory for the padded image") : 0;
+    return rc;
 }
 
 /* ---- filter gradient ---- */

@@ -16,8 +16,14 @@
  * work, so the batch must fill the pool's threads. */
 bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool);
 
-/* y (N, OH, OW, OC) = conv(x (N, H, W, C), w (KH, KW, C, OC)).
- * Returns 0, or -1 with the error set (out of memory). */
+/* Whether psg_conv_direct_forward takes conv g on pool: a batch that fills the pool, or
+ * fewer images whose output rows go around its threads (a served batch of one). */
+bool psg_conv_direct_forward_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool);
+
+/* y (N, OH, OW, OC) = conv(x (N, H, W, C), w (KH, KW, C, OC)): whole images a thread,
+ * or, with fewer images than threads, bands of each image's output rows (the same
+ * sums in the same order either way). Returns 0, or -1 with the error set (out of
+ * memory). */
 int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
                             const float *w, float *y);
 

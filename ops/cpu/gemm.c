@@ -1,7 +1,9 @@
-/* psg_gemm_f32: cblas_sgemm per slice of rows (or columns) on the pool. */
+/* psg_gemm_f32: cblas_sgemm per slice of rows (or columns) on the pool; a slice of
+ * few rows goes to psg_gemm_small_f32 (no packing of B). */
 #include "ops/cpu/gemm.h"
 
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_small.h"
 
 #include <cblas.h>
 
@@ -20,11 +22,21 @@ static void gemm_slice(void *ctx, int64_t begin, int64_t end) {
     if (j->split_rows) {
         /* rows [begin, end) of op(A) and C */
         const float *a = j->ta ? j->A + begin : j->A + begin * j->lda;
+        if (psg_gemm_small_applies(j->ta, j->tb, end - begin, j->N)) {
+            psg_gemm_small_f32(end - begin, j->N, j->K, j->alpha, a, j->lda, j->B, j->ldb, j->beta,
+                               j->C + begin * j->ldc, j->ldc);
+            return;
+        }
         cblas_sgemm(CblasRowMajor, ta, tb, (int)(end - begin), (int)j->N, (int)j->K, j->alpha, a,
                     (int)j->lda, j->B, (int)j->ldb, j->beta, j->C + begin * j->ldc, (int)j->ldc);
     } else {
         /* columns [begin, end) of op(B) and C */
         const float *b = j->tb ? j->B + begin * j->ldb : j->B + begin;
+        if (psg_gemm_small_applies(j->ta, j->tb, j->M, end - begin)) {
+            psg_gemm_small_f32(j->M, end - begin, j->K, j->alpha, j->A, j->lda, b, j->ldb, j->beta,
+                               j->C + begin, j->ldc);
+            return;
+        }
         cblas_sgemm(CblasRowMajor, ta, tb, (int)j->M, (int)(end - begin), (int)j->K, j->alpha, j->A,
                     (int)j->lda, b, (int)j->ldb, j->beta, j->C + begin, (int)j->ldc);
     }

@@ -1,6 +1,7 @@
 /* The one GEMM entry point of the CPU kernels: row-major sgemm through
- * OpenBLAS, split across psgraph's pool (OpenBLAS itself runs one thread,
- * so its threads never fight the executor's for the cores). */
+ * OpenBLAS (or, for a slice of at most 16 rows, gemm_small.h's GEMM, which
+ * does not pack B), split across psgraph's pool (OpenBLAS itself runs one
+ * thread, so its threads never fight the executor's for the cores). */
 #ifndef PSGRAPH_OPS_CPU_GEMM_H
 #define PSGRAPH_OPS_CPU_GEMM_H
 
