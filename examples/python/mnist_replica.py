@@ -78,8 +78,10 @@ def model(images):
 def main(_):
     tf.logging.set_verbosity(tf.logging.INFO)
     cluster, job, index = cluster_and_task()
+    # the server's Recvs wait as long as a step may (psgraph: at least 80 s)
     server = tf.train.Server(cluster, job_name=job, task_index=index,
-                             config=tf.ConfigProto(device_filters=["/job:ps"]))
+                             config=tf.ConfigProto(device_filters=["/job:ps"],
+                                                   operation_timeout_in_ms=FLAGS.operation_timeout_ms))
     if job == "ps":
         server.join()
         return
@@ -100,9 +102,13 @@ def main(_):
         opt = tf.train.MomentumOptimizer(FLAGS.learning_rate or (0.01 if cnn else 0.05), 0.9)
         hooks = [tf.train.StopAtStepHook(last_step=FLAGS.train_steps)]
         if sync:
+            # psgraph's timeout_ms: tokens and takes wait 3/4 of the step deadline, as
+            # psgraph train's (60 s without one)
+            wait = {"timeout_ms": FLAGS.operation_timeout_ms * 3 // 4} \
+                if FLAGS.operation_timeout_ms else {}
             opt = tf.train.SyncReplicasOptimizer(
                 opt, replicas_to_aggregate=FLAGS.replicas_to_aggregate or num_workers,
-                total_num_replicas=num_workers)
+                total_num_replicas=num_workers, **wait)
         train_op = opt.minimize(loss, global_step=global_step)
         if sync:
             hooks.append(opt.make_session_run_hook(is_chief))

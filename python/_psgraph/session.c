@@ -14,6 +14,7 @@ typedef struct {
     pthread_mutex_t lock;      /* one run at a time */
     bool allow_soft_placement; /* ConfigProto's */
     int placed_nodes;          /* the graph's node count when it was last placed */
+    psg_trace_t *trace;        /* the runs' Chrome trace while one is recorded, else NULL */
 } session_t;
 
 typedef struct {
@@ -54,6 +55,7 @@ static void session_dealloc(PyObject *o) {
     session_t *self = (session_t *)o;
     Py_BEGIN_ALLOW_THREADS psg_session_destroy(&self->s); /* joins the pool's threads */
     Py_END_ALLOW_THREADS pthread_mutex_destroy(&self->lock);
+    psg_trace_destroy(&self->trace);
     Py_CLEAR(self->graph);
     psg_py_drain_releases();
     Py_TYPE(o)->tp_free(o);
@@ -410,6 +412,49 @@ static PyObject *session_export_onnx(PyObject *o, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* trace_start(pid, process_name, device, step): the runs from now on record each node
+ * they run (name, op type, thread, start, end) into a Chrome trace (psgraph/trace.h), the
+ * timeline psgraph train --trace writes; step goes into the events' args */
+static PyObject *session_trace_start(PyObject *o, PyObject *args) {
+    session_t *self = (session_t *)o;
+    int pid;
+    const char *process, *device;
+    long long step;
+    if (!PyArg_ParseTuple(args, "issL", &pid, &process, &device, &step)) return NULL;
+    if (self->trace) {
+        PyErr_SetString(PyExc_RuntimeError, "this session records a trace already");
+        return NULL;
+    }
+    psg_trace_t *t = psg_trace_new(pid, process, device);
+    if (!t) return PyErr_NoMemory();
+    psg_trace_set_step(t, step);
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock); /* between two runs */
+    self->trace = t;
+    psg_session_set_node_hook(self->s, psg_trace_node_hook, t);
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* trace_stop(path) -> events: ends the recording and writes its trace to path (JSON) */
+static PyObject *session_trace_stop(PyObject *o, PyObject *args) {
+    session_t *self = (session_t *)o;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    if (!self->trace) {
+        PyErr_SetString(PyExc_RuntimeError, "this session records no trace");
+        return NULL;
+    }
+    int rc, n;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock); /* no run holds the hook */
+    psg_session_set_node_hook(self->s, NULL, NULL);
+    pthread_mutex_unlock(&self->lock);
+    n = psg_trace_num_events(self->trace);
+    rc = psg_trace_write(self->trace, path);
+    psg_trace_destroy(&self->trace);
+    Py_END_ALLOW_THREADS if (rc < 0) return psg_py_raise();
+    return PyLong_FromLong(n);
+}
+
 static PyMethodDef session_methods[] = {
     {"make_callable", session_make_callable, METH_VARARGS,
      "make_callable(feeds, fetches, targets) -> Callable"},
@@ -421,6 +466,9 @@ static PyMethodDef session_methods[] = {
     {"restore", session_restore, METH_VARARGS, "restore(path, mapping) -> step"},
     {"export_onnx", session_export_onnx, METH_VARARGS,
      "export_onnx(path, [(name, endpoint)], [(name, endpoint)], doc, version): an ONNX file"},
+    {"trace_start", session_trace_start, METH_VARARGS,
+     "trace_start(pid, process_name, device, step): the next runs record a Chrome trace"},
+    {"trace_stop", session_trace_stop, METH_VARARGS, "trace_stop(path) -> events: writes it"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,6 +18,10 @@ _log = logging.getLogger("tensorflow")
 # monitored session recovers (docs/checkpoints.md), and how long a lost ps is waited for
 RECOVERABLE = ("UnavailableError", "DeadlineExceededError", "AbortedError")
 RECOVERY_S = 60
+# how long a worker's Recv waits for the ps: past a sync step's wait for its token or its
+# gradients (60 s), so that the ps's own error ends a slow step, not a Recv racing it (as
+# psgraph train gives its Recvs the whole step deadline); `psgraph server`'s 60 s elsewhere
+WORKER_RECV_MS = 80000
 
 # Servers of this process by target: Session(target) runs through the one named.
 _servers = {}
@@ -198,10 +202,13 @@ class Server:
         if config is not None and hasattr(config, "_threads"):
             threads = config._threads()
         expect = _num_workers(cluster) if job_name == "ps" else 0
+        recv_ms = 0
+        if job_name in ("worker", "chief"):
+            recv_ms = max(WORKER_RECV_MS, getattr(config, "operation_timeout_in_ms", 0) or 0)
         doc = cluster._tf_config(job_name, self._index, _env_extra())
         self._ts = _psgraph.TaskServer(doc, job_name, self._index, threads=threads,
                                        logdir=os.environ.get("PSGRAPH_LOGDIR") or None,
-                                       expect_workers=expect)
+                                       expect_workers=expect, recv_timeout_ms=recv_ms)
         self._target = "grpc://" + cluster.task_address(job_name, self._index)
         with _servers_lock:
             _servers[self._target] = self

@@ -63,7 +63,10 @@ class RunOptions:
 
 
 class RunMetadata:
-    pass
+    """Filled by a run with RunOptions(trace_level=FULL_TRACE): step_stats (psgraph.timeline)."""
+
+    def __init__(self):
+        self.step_stats = None
 
 
 class _LocalRunner:
@@ -89,6 +92,12 @@ class _LocalRunner:
 
     def variable_names(self):
         return self._s.variable_names()
+
+    def trace_start(self, pid, process_name, device, step):
+        self._s.trace_start(pid, process_name, device, step)
+
+    def trace_stop(self, path):
+        return self._s.trace_stop(path)
 
     def close(self):
         self._s = None
@@ -270,6 +279,10 @@ class BaseSession:
             plan = self._plan(fetches, keys)
             if key is not None:
                 self._plans[key] = plan
+        if options is not None and getattr(options, "trace_level", 0) and run_metadata is not None:
+            from . import timeline
+            return timeline.traced_run(self, run_metadata,
+                                       lambda: plan.rebuild(self._call(plan, values)))
         return plan.rebuild(self._call(plan, values))
 
     def _call(self, plan, values):

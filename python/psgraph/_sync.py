@@ -53,7 +53,7 @@ class _Wrapped:
 class SyncReplicasOptimizer(_Wrapped):
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
                  variable_averages=None, variables_to_average=None, use_locking=False,
-                 name="sync_replicas"):
+                 name="sync_replicas", timeout_ms=_TIMEOUT_MS):
         if variable_averages is not None:
             raise NotImplementedError("psgraph's SyncReplicasOptimizer has no variable_averages")
         self._opt = opt
@@ -63,6 +63,8 @@ class SyncReplicasOptimizer(_Wrapped):
             raise ValueError("replicas_to_aggregate (%d) must be >= 1 and <= total_num_replicas "
                              "(%d)" % (self._n, self._total))
         self._name = name
+        # psgraph's: the longest a take or a token waits (psgraph train: 3/4 of --step-timeout)
+        self._timeout_ms = int(timeout_ms)
         self._sg = None
         self._graph = None
         self._runners = []  # the chief's runners started (_ChiefRunner)
@@ -91,13 +93,13 @@ class SyncReplicasOptimizer(_Wrapped):
         c.set_scope("")
         self._sg = c.sync_apply_gradients(
             cap, [convert_to_tensor(gr)._ep for gr, _ in pairs], [v._handle for _, v in pairs],
-            workers, self._n, workers - self._n, index, _TIMEOUT_MS)
+            workers, self._n, workers - self._n, index, self._timeout_ms)
         vs._adopt_c_variables(g)
         c_step = g._variables_by_handle[g._c.global_step()[0]]
         if c_step not in g.get_collection(GraphKeys.GLOBAL_STEP):
             g.add_to_collection(GraphKeys.GLOBAL_STEP, c_step)
         self._graph = g
-        g._sync_timeout_ms = _TIMEOUT_MS  # the session's step deadline is past it
+        g._sync_timeout_ms = self._timeout_ms  # the session's step deadline is past it
         self._index = index
         sg = self._sg
         # the seed era's ops: psgraph's chief runner releases the first tokens itself when it
@@ -148,6 +150,7 @@ class _ChiefRunner:
         self._opt = opt
         self._thread = None
         self._closing = threading.Event()
+        self._failing = threading.Lock()  # held while a failure closes the token queue
         self.error = None
         self.steps = 0
 
@@ -190,16 +193,17 @@ class _ChiefRunner:
         """Keeps e, says it at once and closes the token queue with an error, so that every
         worker's step waiting on a token fails now (the chief's names e), not at its timeout
         (the runner's error was once only raised when the chief's session closed)."""
-        self.error = e
-        _log.error("sync replicas: the chief's runner failed at its step %d (%s): %s; no more "
-                   "tokens", self.steps + 1, type(e).__name__, e)
-        if self._abort is None:
-            return
-        try:
-            self._abort.run([])
-        except Exception as e2:  # a lost ps: the workers' waits end at their timeout
-            _log.error("sync replicas: closing the token queue after the runner's failure "
-                       "failed too: %s", e2)
+        with self._failing:
+            self.error = e
+            _log.error("sync replicas: the chief's runner failed at its step %d (%s): %s; no "
+                       "more tokens", self.steps + 1, type(e).__name__, e)
+            if self._abort is None:
+                return
+            try:
+                self._abort.run([])
+            except Exception as e2:  # a lost ps: the workers' waits end at their timeout
+                _log.error("sync replicas: closing the token queue after the runner's failure "
+                           "failed too: %s", e2)
 
     def explain(self, e):
         """The error a step that waited on a token raises once this runner failed: the
@@ -212,8 +216,11 @@ class _ChiefRunner:
             return RuntimeError(msg)
 
     def stop(self):
-        """Starts no step from now on (the one running ends when training is closed)."""
+        """Starts no step from now on (the one running ends when training is closed); a
+        failure being said first closes the queue with its error (not the clean close)."""
         self._closing.set()
+        with self._failing:
+            pass
 
     def join(self, timeout=None):
         if self._thread is not None:

@@ -38,13 +38,14 @@ def cluster(ps, workers):
             "worker": ["127.0.0.1:%d" % p for p in ports[ps:]]}
 
 
-def tf_config(spec, job, index):
-    return json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+def tf_config(spec, job, index, extra=None):
+    return json.dumps(dict({"cluster": spec, "task": {"type": job, "index": index}},
+                           **(extra or {})))
 
 
-def env_for(spec, job, index):
+def env_for(spec, job, index, extra=None):
     env = dict(os.environ)
-    env["TF_CONFIG"] = tf_config(spec, job, index)
+    env["TF_CONFIG"] = tf_config(spec, job, index, extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -240,18 +241,19 @@ def test_sync_runner_failure_fails_the_waiting_step_at_once(fresh_graph, monkeyp
         real_loop(runner)
     monkeypatch.setattr(_sync._ChiefRunner, "_loop", loop)
     hook = opt.make_session_run_hook(True)
+    sess = tf.train.MonitoredTrainingSession(master=worker.target, is_chief=True, hooks=[hook])
     with pytest.raises(tf.errors.UnavailableError) as err:
-        with tf.train.MonitoredTrainingSession(master=worker.target, is_chief=True,
-                                               hooks=[hook]) as sess:
-            for _ in range(20):
-                sess.run(train)
+        for _ in range(20):
+            sess.run(train)
     text = str(err.value)
     assert "the chief's runner failed at its step 3" in text, text
     assert "injected: the runner lost its ps" in text, text
+    assert hook.used >= 1  # steps trained before the failure
     # the queue closed by the failure ended the wait, not the token's timeout
     assert "no more tokens" in text or "not started" in text, text
     assert "got no token" not in text, text
-    assert hook.used >= 1  # steps trained before the failure
+    with pytest.raises(tf.errors.UnavailableError):  # the chief's end says it again
+        sess.close()
 
 # ---- real processes ----
 
@@ -276,22 +278,29 @@ def test_python_ps_serves_a_c_worker(psgraph_bin, tmp_path):
     assert final["steps"] == 40
 
 
-def run_job(psgraph_bin, spec, args, logdir=None, python_ps=False):
-    """1 ps + the workers of spec running mnist_replica.py; [(rc, output)] ps last."""
-    ps_env = env_for(spec, "ps", 0)
+def run_job(psgraph_bin, spec, args, logdir=None, python_ps=False, slow=False):
+    """1 ps + the workers of spec running mnist_replica.py; [(rc, output)] ps last. slow:
+    the timeouts of a slow machine (a cnn under ASan beside other jobs: a step past 60 s),
+    as a user gives them: 4-minute steps (tokens and takes wait 3 minutes), the ps's Recvs
+    as long, and a peer silent for a minute still alive."""
+    extra = {"peer_timeout": 60} if slow else None
+    if slow:
+        args = args + ["--operation_timeout_ms", "240000"]
+    ps_env = env_for(spec, "ps", 0, extra)
     if python_ps:
         if logdir:
             ps_env["PSGRAPH_LOGDIR"] = str(logdir)
         ps = subprocess.Popen([sys.executable, REPLICA], env=ps_env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     else:
-        ps = subprocess.Popen([psgraph_bin, "server"] + (["--logdir", str(logdir)] if logdir else []),
+        ps = subprocess.Popen([psgraph_bin, "server"] + (["--logdir", str(logdir)] if logdir else []) +
+                              (["--recv-timeout", "240"] if slow else []),
                               env=ps_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
-    workers = [subprocess.Popen([sys.executable, REPLICA] + args, env=env_for(spec, "worker", i),
+    workers = [subprocess.Popen([sys.executable, REPLICA] + args, env=env_for(spec, "worker", i, extra),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for i in range(len(spec["worker"]))]
-    return finish(workers + [ps])
+    return finish(workers + [ps], timeout=900 if slow else 600)
 
 
 @needs_data
@@ -331,9 +340,9 @@ def test_sync_replicas_with_a_backup_worker(psgraph_bin):
 
 
 @needs_data
-@pytest.mark.xfail(strict=False, reason="known bug (issue 39): under ASan beside CPU hogs the "
-                   "chief's sync runner stops releasing tokens after step 4 and the chief's "
-                   "step 5 times out (worker 0 got no token); the end-of-training stall is fixed")
+@pytest.mark.xfail(strict=False, reason="issue 39: the runner's stall under ASan is fixed (its "
+                   "30 s step deadline); not yet 5 passes in a row under ASan beside CPU hogs, "
+                   "where the job takes about 10 minutes")
 def test_cnn_sync_replicas_with_a_backup_worker(psgraph_bin):
     """The example's cnn (examples/python/mnist_replica.py --model cnn) under
     SyncReplicasOptimizer(N=2) over 3 workers: one backup, whose stale gradients are dropped;
@@ -342,7 +351,7 @@ def test_cnn_sync_replicas_with_a_backup_worker(psgraph_bin):
     take's 60 s timeout (it failed the chief with DeadlineExceededError)."""
     spec = cluster(1, 3)
     res = run_job(psgraph_bin, spec, ["--model", "cnn", "--train_steps", "40", "--sync",
-                                      "--replicas_to_aggregate", "2"])
+                                      "--replicas_to_aggregate", "2"], slow=True)
     for rc, text in res:
         assert rc == 0, text
     lines = [done_line(text) for _, text in res[:3]]
