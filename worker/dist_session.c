@@ -879,16 +879,19 @@ char *psg_dist_session_inspect_within(psg_dist_session_t *s, const char *task, i
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_msg_t *m = psg_req_encode(&in);
     psg_msg_t *r = m ? call_task(s, task, &m, timeout_ms) : NULL;
-    if (!r) return NULL;
-    char *out = malloc(r->body ? r->body->size + 1 : 1);
+    return r ? psg_dist_session_reply_text(&r) : NULL;
+}
+
+char *psg_dist_session_reply_text(psg_msg_t **r) {
+    size_t n = (*r)->body ? (*r)->body->size : 0;
+    char *out = malloc(n + 1);
     if (out) {
-        size_t n = r->body ? r->body->size : 0;
-        if (n) memcpy(out, r->body->data, n);
+        if (n) memcpy(out, (*r)->body->data, n);
         out[n] = 0;
     } else {
         psg_error_set("out of memory");
     }
-    psg_msg_destroy(&r);
+    psg_msg_destroy(r);
     return out;
 }
 

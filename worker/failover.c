@@ -77,17 +77,7 @@ static char *verdicts_call(psg_dist_session_t *ds, int b, const char *body, int6
     }
     psg_msg_t *r = psg_dist_session_call(ds, task, &m, timeout_ms);
     psg_msg_destroy(&m);
-    if (!r) return NULL;
-    size_t n = r->body ? r->body->size : 0;
-    char *out = malloc(n + 1);
-    if (out) {
-        if (n) memcpy(out, r->body->data, n);
-        out[n] = 0;
-    } else {
-        psg_error_set("out of memory");
-    }
-    psg_msg_destroy(&r);
-    return out;
+    return r ? psg_dist_session_reply_text(&r) : NULL;
 }
 
 /* Whether another task (the chief, a worker) failed ps task k, as process `was`, over to its

@@ -107,6 +107,9 @@ int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_
  * NULL with the error naming the task (an ERROR reply, no reply within timeout_ms). */
 psg_msg_t *psg_dist_session_call(psg_dist_session_t *s, const char *task, psg_msg_t **m,
                                  int64_t timeout_ms);
+/* A reply's body as a malloc'd string ("" when it has none); the reply *r is destroyed.
+ * NULL with the error set when out of memory. */
+char *psg_dist_session_reply_text(psg_msg_t **r);
 /* Registers every callable's partition again on every other task (after a task restarted
  * and lost its graphs; a task that kept them holds a second, unused copy). -1 naming the
  * task that refused. */
