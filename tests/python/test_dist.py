@@ -255,6 +255,37 @@ def test_sync_runner_failure_fails_the_waiting_step_at_once(fresh_graph, monkeyp
     with pytest.raises(tf.errors.UnavailableError):  # the chief's end says it again
         sess.close()
 
+@pytest.mark.parametrize("mode", ["hook", "raise", "no_ps"])
+def test_a_failed_script_exits_with_its_exception(psgraph_bin, mode):
+    """A chief whose session start fails (a user's hook raising after the sync chief's runner
+    started; no ps task answering) or whose script raises with its session never closed ends
+    with the Python exception and exit status 1. It once aborted at exit: czmq's exit handler
+    closed the sockets of the runner's C call still in flight (zsock_set_sndtimeo's
+    assertion, `dangling` sockets)."""
+    spec = cluster(1, 1)
+    ps = None
+    if mode != "no_ps":
+        ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        w = subprocess.run([sys.executable, os.path.join(HERE, "exit_job.py"), mode],
+                           env=env_for(spec, "worker", 0), capture_output=True, text=True,
+                           timeout=300)
+    finally:
+        if ps is not None:
+            ps.kill()
+            ps.wait()
+    text = w.stdout + w.stderr
+    assert w.returncode == 1, text
+    assert "Assertion" not in text and "dangling" not in text, text
+    last = text.strip().splitlines()[-1]
+    want = {"hook": "RuntimeError: the user's hook failed",
+            "raise": "RuntimeError: the script failed after training",
+            "no_ps": "/job:ps/replica:0/task:0"}[mode]
+    assert want in last, text
+    if mode == "raise":
+        assert "trained 3 steps" in text, text
+
 # ---- real processes ----
 
 @needs_data
