@@ -50,7 +50,10 @@ static void job_start(job_t *j, const char *name, int nw) {
     fclose(f);
     j->c = psg_cluster_from_file(j->cluster, "ps", 0);
     PSG_ASSERT(j->c);
-    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 5000, .logdirs = {tmpdir}};
+    /* Recvs wait past the chief's take (3/4 of a step timeout of 8 s, 16 s under ASan): a
+     * dead worker shows as the take's "gradients for step", not as the update's Recv of the
+     * worker's group of applies timing out first */
+    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 30000, .logdirs = {tmpdir}};
     j->ps = psg_task_server_new(&so);
     PSG_ASSERT(j->ps);
 }
@@ -754,6 +757,7 @@ static void test_runner_failure_ends_the_workers_waits(void) {
     char *l0 = job_log(&j, 0), *l1 = job_log(&j, 1);
     CHECK(rc0 == 1 && rc1 == 1);
     CHECK(strstr(l0, "sync replicas: the chief's runner failed at its step 1 ") != NULL);
+    CHECK(strstr(l0, " of 3 gradients for step") != NULL); /* what its take waited for */
     CHECK(strstr(l1, "the chief's runner failed (the chief's output names its error): no more "
                      "tokens") != NULL);
     CHECK(strstr(l1, "got no token") == NULL);
