@@ -7,6 +7,7 @@
 #   python     the Python library's GPU tests (needs .gpu/py's extension for this python3)
 #   layouts    Inception-v3 f32 and mixed with each cuDNN layout (PSG_CUDNN_LAYOUT), one line each
 #   kernels    bench_cuda_gemm and bench_cuda_conv: psgraph's op against cuBLAS / cuDNN alone
+#   variants   Inception-v3 once with each environment assignment of VARIANTS (at PRECISIONS)
 #   ab         Inception-v3 f32 and mixed, this build against .gpu_before/build (another
 #              commit's psgraph, libpsgraph and CUDA module, carried beside .gpu), alternating
 #   bash tools/gpu_run.sh [step...]        env: BATCH (128), STEPS (10), LAYOUTS ("nhwc nchw"),
@@ -54,6 +55,9 @@ for step in $steps; do
     layouts) for precision in f32 mixed; do for layout in ${LAYOUTS:-nhwc nchw}; do
         PSG_CUDNN_LAYOUT=$layout inception_line build/cli/psgraph $precision "layout $layout"
       done; done | tee "$out/layouts.jsonl" ;;
+    variants) for v in ${VARIANTS:-PSG_CUDNN_LAYOUT=nchw}; do for precision in ${PRECISIONS:-f32}; do
+        (export "$v"; inception_line build/cli/psgraph $precision "$v")
+      done; done | tee "$out/variants.jsonl" ;;
     ab) for round in $(seq "${ROUNDS:-2}"); do for side in before after; do for precision in f32 mixed; do
         bin=build/cli/psgraph
         [ $side = before ] && bin=.gpu_before/build/cli/psgraph
