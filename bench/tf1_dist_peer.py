@@ -132,11 +132,18 @@ def task(a):
             while sess.run(gs) < share * nw * a.epochs and time.time() < deadline:
                 time.sleep(0.1)
         if chief:
-            n = sum(sess.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
-                    for i in range(0, len(yte), 1000))
-            out["test_accuracy"] = round(float(n) / len(yte), 4)
-            out["global_step"] = int(sess.run(gs))
-    print(json.dumps(out), flush=True)
+            # on the raw session: TensorFlow's monitored session refuses a run once a hook
+            # stopped it ("Run called even after should_stop requested": the sync chief,
+            # stopped by StopAtStepHook, printed no accuracy)
+            def evaluate(step_context):
+                raw = step_context.session
+                n = sum(raw.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
+                        for i in range(0, len(yte), 1000))
+                return round(float(n) / len(yte), 4), int(raw.run(gs))
+            out["test_accuracy"], out["global_step"] = sess.run_step_fn(evaluate)
+        # said before the session closes: TensorFlow's sync chief may fail or hang in its
+        # close (its queue runner's step after the last waits for gradients no worker sends)
+        print(json.dumps(out), flush=True)
 
 
 def model(tf, name, x):
@@ -166,14 +173,20 @@ def free_port():
     return p
 
 
-def last_line(p, timeout):
-    """The last JSON line of worker p; killed after timeout s (its last rate line kept)."""
-    killed = False
+def last_line(p, timeout, until=None):
+    """The last JSON line of worker p; killed after timeout s (its last rate line kept).
+    until: the timeout starts once a line holding it is read (before: no limit)."""
+    killed, text = False, ""
+    if until is not None:
+        for line in p.stdout:
+            text += line
+            if until in line:
+                break
     try:
-        text = p.communicate(timeout=timeout)[0]
+        text += p.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
         p.kill()
-        text, killed = p.communicate()[0], True
+        text, killed = text + p.communicate()[0], True
     lines = [l for l in text.strip().splitlines() if l.startswith("{")]
     out = json.loads(lines[-1]) if lines else {"examples_per_sec": 0.0}
     out["killed"] = killed
@@ -204,7 +217,8 @@ def launch(a):
                     break
         open(go, "w").close()
         outs = [None] * a.workers
-        outs[0] = last_line(workers[0], None)
+        # the chief's line with its accuracy, then a grace for its close
+        outs[0] = last_line(workers[0], 60, until='"test_accuracy"')
         # a TF sync worker may wait for a token that never comes once the chief ended
         outs[1:] = [last_line(p, 60 if a.sync else None) for p in workers[1:]]
     finally:
