@@ -163,6 +163,10 @@ static void job_free(psg_task_server_t *ts, job_t *j) {
 static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetched) {
     psg_msg_t *req = j->req;
     reg_graph_t *rg = j->rg;
+    /* the peer's slot is free before it reads the reply: its next request may take it (a
+     * runner preempted between the two held a peer at --max-pending out) */
+    if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
+    j->peer = NULL;
     if (rc < 0) {
         psg_ts_repl_abort(ts, rg->written, &j->undo);
         /* a feed that does not fit, a node of the peer's graph that fails on its input:
@@ -198,7 +202,7 @@ static void register_job(psg_task_server_t *ts, job_t *j) {
     else if (psg_ts_graph_register(ts, j->peer, &j->reg, &rep.u.handle) == 0 &&
              !(m = psg_rep_encode(PSG_REQ_REGISTER_GRAPH, &rep)))
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-    /* the peer's slot is free before it reads the reply: its next request may take it */
+    /* the peer's slot is free before it reads the reply (as in job_end) */
     if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
     j->peer = NULL;
     if (m)
