@@ -378,8 +378,9 @@ static void serve_jobs(psg_task_server_t *ts, bool builds) {
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
         pthread_mutex_lock(&ts->lock);
-        if (peer) { /* its next queued job, of either kind, may run now */
-            peer->running--;
+        /* a job of a peer at its --max-running was passed over: it may run now (every
+         * thread woken at every job's end, 8 runners and 2 builders fought for the lock) */
+        if (peer && peer->running-- >= ts->lim.max_running_per_peer) {
             pthread_cond_broadcast(&ts->jobs_cond);
             pthread_cond_broadcast(&ts->builds_cond);
         }
@@ -570,7 +571,8 @@ static void serve(psg_task_server_t *ts) {
             psg_msg_destroy(&m);
         }
         psg_ts_check_waiters(ts, false);
-        if (psg_codec_now_ms() - last_sweep >= SWEEP_MS) {
+        bool sweep = psg_codec_now_ms() - last_sweep >= SWEEP_MS;
+        if (sweep) {
             psg_ts_peers_sweep(ts);
             last_sweep = psg_codec_now_ms();
         }
@@ -579,7 +581,9 @@ static void serve(psg_task_server_t *ts) {
             psg_ts_request_stop(ts, "idle: no request for %" PRId64 " ms", ts->idle_timeout_ms);
         pthread_mutex_lock(&ts->lock);
         bool stop = ts->stop_requested;
-        psg_ts_peers_prune_locked(ts);
+        /* with the sweep, not at every request: a walk of every peer (one that holds nothing
+         * counts against no limit meanwhile) */
+        if (sweep) psg_ts_peers_prune_locked(ts);
         pthread_mutex_unlock(&ts->lock);
         if (stop) break;
     }
@@ -706,6 +710,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
         return NULL;
     }
     pthread_mutex_init(&ts->lock, NULL);
+    psg_wire_random(&ts->peer_seed, sizeof ts->peer_seed);
     pthread_cond_init(&ts->cond, NULL);
     pthread_cond_init(&ts->jobs_cond, NULL);
     pthread_cond_init(&ts->builds_cond, NULL);
