@@ -32,7 +32,9 @@ print(' '.join(str(s.getsockname()[1]) for s in ss))"
 data=(--data synthetic)
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && data=(--data fashion-mnist)
 
-# Every ps's own variables against the backup copies on the next ps: names and crc32 equal.
+# Every ps's own variables (Adam's slots m and v, the beta powers, the global step included)
+# against the backup copies on the next ps: names and crc32 equal; and the primary's dense
+# updates were replayed on the backup (Inspect's "replication"), not sent by value.
 compare_backups() {
   python3 - "$@" <<'PY'
 import json, sys
@@ -46,7 +48,15 @@ for k in range(n):
     assert own[k], "ps%d holds no variable" % k
     assert own[k] == bak[b], ("ps%d's shard and its backup on ps%d differ" % (k, b),
                               {x: (own[k].get(x), bak[b].get(x)) for x in set(own[k]) | set(bak[b]) if own[k].get(x) != bak[b].get(x)})
-print(" ".join("ps%d: %d variables" % (k, len(own[k])) for k in range(n)))
+# the forwards carried the updates (gradients), replayed by the backup, not the values
+for k in range(n):
+    b = (k + 1) % n
+    fw, bk = reps[k]["replication"], reps[b]["replication"]
+    assert fw["updates_replayed"] > 0 and fw["updates_replayed"] == bk["replayed_as_backup"], (
+        "ps%d's updates were not replayed on ps%d" % (k, b), fw, bk)
+print(" ".join("ps%d: %d variables, %d updates replayed on its backup, %d values sent" % (
+    k, len(own[k]), reps[k]["replication"]["updates_replayed"], reps[k]["replication"]["values"])
+    for k in range(n)))
 PY
 }
 
@@ -78,7 +88,7 @@ run_cluster() { # name workers train-args...
   return $rc
 }
 if run_cluster async 1 --steps 60 && out=$(compare_backups "$tmp/async.i0.json" "$tmp/async.i1.json" 2>&1); then
-  ok "async, 60 steps of Adam: every variable of each shard bitwise equal on its backup ($out)"
+  ok "async, 60 steps of Adam: every variable and slot of each shard bitwise equal on its backup ($out)"
 else
   fail "async backups: ${out:-} $(tail -5 "$tmp"/async.w0.log "$tmp"/async.ps*.log)"
 fi

@@ -90,6 +90,7 @@ static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, u
     /* a retried step's update that v holds already is not applied twice (ps/replicate.c) */
     if (psg_variable_note_write(v, c->step_id)) {
         for (int i = 0; i < u->nslots; i++) (void)psg_variable_note_write(u->slots[i], c->step_id);
+        psg_resource_log_write(c->resources, c->node, c->inputs, c->num_inputs);
         psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
     }
     psg_variable_unlock_update(v, u->slots, u->nslots);
@@ -251,6 +252,7 @@ int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
     int64_t n = psg_variable_note_write(v, c->step_id) ? psg_tensor_numel(v->value) : 0;
+    if (n) psg_resource_log_write(c->resources, c->node, c->inputs, c->num_inputs);
     for (int64_t i = 0; i < n; i++) w[i] *= f;
     pthread_mutex_unlock(&v->lock);
     return 0;
@@ -265,6 +267,7 @@ int psg_cpu_increment_variable(psg_kernel_ctx_t *c) {
     int rc = 0;
     pthread_mutex_lock(&v->lock);
     int64_t n = psg_variable_note_write(v, c->step_id) ? psg_tensor_numel(v->value) : 0;
+    if (n) psg_resource_log_write(c->resources, c->node, c->inputs, c->num_inputs);
     switch (v->dtype) {
     case PSG_DT_I64:
         for (int64_t i = 0; i < n; i++) psg_tensor_i64(v->value)[i] += by;
