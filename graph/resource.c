@@ -260,6 +260,10 @@ void psg_resource_set_write_log(psg_resource_mgr_t *rm, psg_write_log_fn fn, voi
     rm->write_log_ctx = ctx;
 }
 
+bool psg_resource_logs(const psg_resource_mgr_t *rm) {
+    return rm && rm->write_log;
+}
+
 void psg_resource_log_write(psg_resource_mgr_t *rm, const struct psg_node *node,
                             psg_tensor_t *const *inputs, int n) {
     if (rm && rm->write_log) rm->write_log(rm->write_log_ctx, node, inputs, n);

@@ -64,6 +64,8 @@ typedef void (*psg_write_log_fn)(void *ctx, const struct psg_node *node,
                                  psg_tensor_t *const *inputs, int n);
 /* Sets rm's write log (NULL: none), before anything runs on rm. */
 void psg_resource_set_write_log(psg_resource_mgr_t *rm, psg_write_log_fn fn, void *ctx);
+/* Whether rm has a write log (a kernel prepares what it tells it only then). */
+bool psg_resource_logs(const psg_resource_mgr_t *rm);
 /* Tells rm's write log (if any) of an update (see psg_write_log_fn). */
 void psg_resource_log_write(psg_resource_mgr_t *rm, const struct psg_node *node,
                             psg_tensor_t *const *inputs, int n);
