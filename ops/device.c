@@ -75,12 +75,20 @@ psg_tensor_t *psg_gpu_tensor_new(int gpu, psg_dtype_t dt, const psg_shape_t *sha
     return t;
 }
 
-/* A host tensor whose buffer is a pinned block. */
-static psg_tensor_t *pinned_tensor_new(psg_dtype_t dt, const psg_shape_t *shape, size_t nbytes) {
+/* The free function of psg_tensor_new_pinned's blocks: it tells them from
+ * the blocks a copy to the host lands in, which may become a variable's
+ * storage and be written while a copy from them is under way. */
+static void pinned_input_free(void *data, void *hint) {
+    CUDA->pinned_free(data, hint);
+}
+
+/* A host tensor whose buffer is a pinned block, freed by free_fn. */
+static psg_tensor_t *pinned_tensor_new(psg_dtype_t dt, const psg_shape_t *shape, size_t nbytes,
+                                       psg_free_fn free_fn) {
     void *hint = NULL;
     void *p = CUDA->pinned_alloc(nbytes ? nbytes : 1, &hint);
     if (!p) return NULL;
-    psg_buffer_t *buf = psg_buffer_wrap(p, nbytes, CUDA->pinned_free, hint);
+    psg_buffer_t *buf = psg_buffer_wrap(p, nbytes, free_fn, hint);
     if (!buf) {
         CUDA->pinned_free(p, hint);
         return NULL;
@@ -90,6 +98,19 @@ static psg_tensor_t *pinned_tensor_new(psg_dtype_t dt, const psg_shape_t *shape,
     return t;
 }
 
+psg_tensor_t *psg_tensor_new_pinned(psg_dtype_t dt, const psg_shape_t *shape) {
+    if (psg_gpu_count() == 0) return psg_tensor_new(dt, shape);
+    int64_t n = psg_shape_numel(shape);
+    size_t es = psg_dtype_size(dt);
+    if (n < 0 || es == 0) return psg_tensor_new(dt, shape); /* it words the error */
+    return pinned_tensor_new(dt, shape, (size_t)n * es, pinned_input_free);
+}
+
+/* Whether t is psg_tensor_new_pinned's, copied to a GPU without staging. */
+static bool pinned_input(const psg_tensor_t *t) {
+    return t->buf->device == PSG_DEVICE_HOST && t->buf->free_fn == pinned_input_free;
+}
+
 psg_tensor_t *psg_tensor_to_device(psg_tensor_t *t, int device) {
     int from = t->buf->device;
     if (from == device || t->dtype == PSG_DT_RESOURCE) return psg_tensor_ref(t);
@@ -97,13 +118,15 @@ psg_tensor_t *psg_tensor_to_device(psg_tensor_t *t, int device) {
     psg_tensor_t *out = NULL;
     int rc;
     if (device == PSG_DEVICE_HOST) {
-        out = pinned_tensor_new(t->dtype, &t->shape, n);
+        out = pinned_tensor_new(t->dtype, &t->shape, n, CUDA->pinned_free);
         if (!out) return NULL;
         rc = CUDA->copy_d2h(from - 1, out->data, t->data, n);
     } else {
         out = psg_gpu_tensor_new(device - 1, t->dtype, &t->shape);
         if (!out) return NULL;
-        if (from == PSG_DEVICE_HOST)
+        if (from == PSG_DEVICE_HOST && pinned_input(t))
+            rc = CUDA->copy_h2d_pinned(device - 1, out->data, t->data, n, t->buf->hint);
+        else if (from == PSG_DEVICE_HOST)
             rc = CUDA->copy_h2d(device - 1, out->data, t->data, n);
         else
             rc = CUDA->copy_d2d(device - 1, out->data, from - 1, t->data, n);
@@ -150,6 +173,10 @@ psg_tensor_t *psg_gpu_tensor_new(int gpu, psg_dtype_t dt, const psg_shape_t *sha
     (void)shape;
     psg_error_set("GPU %d: %s", gpu, NO_CUDA);
     return NULL;
+}
+
+psg_tensor_t *psg_tensor_new_pinned(psg_dtype_t dt, const psg_shape_t *shape) {
+    return psg_tensor_new(dt, shape);
 }
 
 psg_tensor_t *psg_tensor_to_device(psg_tensor_t *t, int device) {

@@ -61,6 +61,8 @@ static void load(void) {
     api.pinned_alloc = (void *(*)(size_t, void **))need("psg_cuda_pinned_alloc");
     api.pinned_free = (void (*)(void *, void *))need("psg_cuda_pinned_free");
     api.copy_h2d = (int (*)(int, void *, const void *, size_t))need("psg_cuda_copy_h2d");
+    api.copy_h2d_pinned =
+        (int (*)(int, void *, const void *, size_t, void *))need("psg_cuda_copy_h2d_pinned");
     api.copy_d2h = (int (*)(int, void *, const void *, size_t))need("psg_cuda_copy_d2h");
     api.copy_d2d = (int (*)(int, void *, int, const void *, size_t))need("psg_cuda_copy_d2d");
     api.synchronize = (int (*)(int))need("psg_cuda_synchronize");

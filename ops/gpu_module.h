@@ -17,6 +17,8 @@ typedef struct {
     void *(*pinned_alloc)(size_t size, void **hint);
     void (*pinned_free)(void *data, void *hint);
     int (*copy_h2d)(int gpu, void *dst, const void *src, size_t n);
+    /* from a pinned block's memory (hint: the block): no staging copy */
+    int (*copy_h2d_pinned)(int gpu, void *dst, const void *src, size_t n, void *hint);
     int (*copy_d2h)(int gpu, void *dst, const void *src, size_t n);
     int (*copy_d2d)(int dst_gpu, void *dst, int src_gpu, const void *src, size_t n);
     int (*synchronize)(int gpu);

@@ -256,7 +256,9 @@ static void test_synthetic_and_prefetch(void) {
     o.prefetch = 0;
     psg_batch_iter_t *sync = psg_batch_iter_new(ds, &o);
     o.prefetch = 3;
+    o.pin_memory = true; /* pinned batches (host memory without a GPU): the same batches */
     psg_batch_iter_t *pre = psg_batch_iter_new(ds, &o);
+    o.pin_memory = false;
     CHECK(sync && pre);
     for (int k = 0; sync && pre && k < 30; k++) {
         CHECK(psg_batch_iter_next(sync, &a, &al) == 1);

@@ -433,6 +433,7 @@ static int start(trainer_t *t) {
         io.shard_index = t->w.rank;
     }
     io.start_batch = t->start_step;
+    io.pin_memory = t->gpu;
     if (!(t->it = psg_batch_iter_new(t->train, &io))) return -1;
     t->per_epoch = psg_batch_iter_batches_per_epoch(t->it);
     t->total = c->steps > 0 ? c->steps : t->per_epoch * c->epochs;

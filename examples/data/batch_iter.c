@@ -3,6 +3,7 @@
  * that makes the same batches ahead into a bounded queue. Not the datasets
  * themselves (examples/data/dataset.c). */
 #include "psgraph/data.h"
+#include "psgraph/device.h"
 #include "psgraph/error.h"
 
 #include <pthread.h>
@@ -53,6 +54,17 @@ static int64_t batches_per_epoch(int64_t n, const psg_batch_iter_options_t *o) {
     return o->shard_index < blocks ? (blocks - o->shard_index + s - 1) / s : 0;
 }
 
+/* *t moved into pinned memory (opt.pin_memory): the copy to a GPU then needs
+ * no staging copy on the step's time, and this one is made on the producer's. */
+static int pin(psg_tensor_t **t) {
+    psg_tensor_t *p = psg_tensor_new_pinned((*t)->dtype, &(*t)->shape);
+    if (!p) return -1;
+    memcpy(p->data, (*t)->data, psg_tensor_nbytes(*t));
+    psg_tensor_destroy(t);
+    *t = p;
+    return 0;
+}
+
 /* 1 and a batch, 0 at the end, -1 on error. */
 static int produce(producer_t *p, item_t *it) {
     memset(it, 0, sizeof *it);
@@ -67,7 +79,10 @@ static int produce(producer_t *p, item_t *it) {
     int64_t count = n - start < b ? n - start : b;
     for (int64_t i = 0; i < count; i++) p->idx[i] = p->order[start + i];
     it->epoch = p->epoch;
-    if (psg_dataset_gather(p->ds, (int)count, p->idx, &it->images, &it->labels) < 0) {
+    if (psg_dataset_gather(p->ds, (int)count, p->idx, &it->images, &it->labels) < 0 ||
+        (p->opt.pin_memory && (pin(&it->images) < 0 || pin(&it->labels) < 0))) {
+        psg_tensor_destroy(&it->images);
+        psg_tensor_destroy(&it->labels);
         it->err = strdup(psg_error_message());
         return it->status = -1;
     }

@@ -98,6 +98,8 @@ typedef struct {
     int prefetch;        /* batches a background thread keeps ready; 0: none */
     int64_t start_batch; /* the first batch returned is this one of the sequence (0-based,
                             epochs included): a resumed run reads on where it stopped */
+    bool pin_memory;     /* batches in pinned host memory (psg_tensor_new_pinned), copied to a
+                            GPU without a staging copy on the step's time: for a GPU consumer */
 } psg_batch_iter_options_t;
 
 /* Training: shuffled by seed, full batches only, forever, 2 batches prefetched. */

@@ -41,9 +41,17 @@ const char *psg_gpu_status(void);
  * device memory). The caller owns it. */
 psg_tensor_t *psg_gpu_tensor_new(int gpu, psg_dtype_t dt, const psg_shape_t *shape);
 
+/* A host tensor in pinned (page-locked) memory, uninitialized: copied to a GPU
+ * by psg_tensor_to_device without a staging copy on the host (as PyTorch's
+ * pin_memory). Write it before the first such copy, never after (the copy
+ * reads it on the GPU's time). Without a GPU, a plain host tensor. NULL with
+ * the error set. The caller owns it. */
+psg_tensor_t *psg_tensor_new_pinned(psg_dtype_t dt, const psg_shape_t *shape);
+
 /* t's contents on `device` (PSG_DEVICE_HOST or PSG_DEVICE_GPU(k)): a new
  * reference to t when it is there already, else a copy (host to GPU through
- * a pinned staging block; GPU to host into a pinned block that becomes the
+ * a pinned staging block, or straight from t's memory when t is
+ * psg_tensor_new_pinned's; GPU to host into a pinned block that becomes the
  * new tensor's buffer, so no second host copy is made; GPU to GPU by peer
  * copy). The copy is ordered after the work queued so far on the GPUs
  * involved; a copy to the host has finished when this returns. NULL with the

@@ -12,10 +12,14 @@
  * convolution runs in NCHW between cudnnTransformTensor copies of its
  * operands, as PyTorch's f32 convolutions do. 16-bit ones stay NHWC, the
  * tensor cores' own layout. PSG_CUDNN_LAYOUT=nhwc|nchw forces one layout
- * for every dtype (for measuring one against the other). */
+ * for every dtype (for measuring one against the other); =auto times both
+ * for each shape and direction on its first call and keeps the faster (the
+ * copies cost some shapes more than NHWC's slower kernels do);
+ * PSG_CUDNN_LAYOUT_LOG=1 prints each such choice on stderr. */
 #include "ops/cuda/common.h"
 
 #include <cudnn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +68,7 @@ typedef struct plan {
     psg_cu_geom_t g;
     int64_t eh, ew; /* rows / columns of zeros added after the input */
     bool nchw;      /* cuDNN works on NCHW copies of the NHWC operands */
+    int pick[3];    /* auto layout, per direction: PICK_NCHW, PICK_NHWC or PICK_UNKNOWN */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
@@ -103,12 +108,16 @@ static cudnnDataType_t cudnn_type(int dtype) {
                                  : CUDNN_DATA_FLOAT;
 }
 
-/* Whether convolutions of dtype run on NCHW copies (see the top). */
-static bool layout_nchw(int dtype) {
+enum { LAYOUT_NHWC, LAYOUT_NCHW, LAYOUT_AUTO };
+enum { PICK_UNKNOWN, PICK_NCHW, PICK_NHWC };
+
+/* How convolutions of dtype pick their layout (see the top). */
+static int layout_mode(int dtype) {
     const char *env = getenv("PSG_CUDNN_LAYOUT");
-    if (env && strcmp(env, "nchw") == 0) return true;
-    if (env && strcmp(env, "nhwc") == 0) return false;
-    return dtype == PSG_CU_F32;
+    if (env && strcmp(env, "nchw") == 0) return LAYOUT_NCHW;
+    if (env && strcmp(env, "nhwc") == 0) return LAYOUT_NHWC;
+    if (env && strcmp(env, "auto") == 0) return LAYOUT_AUTO;
+    return dtype == PSG_CU_F32 ? LAYOUT_NCHW : LAYOUT_NHWC;
 }
 
 /* The descriptors of the convolution g on tensors of `dtype`, NHWC or NCHW,
@@ -172,7 +181,6 @@ static int plan_init(plan_t *p) {
     p->eh = e > 0 ? e : 0;
     e = (g->ow - 1) * g->sw + g->kw - g->w - 2 * g->pl;
     p->ew = e > 0 ? e : 0;
-    p->nchw = layout_nchw(p->dtype);
     if (descriptors(p->dtype, p->nchw, g, p->eh, p->ew, &p->xd, &p->yd, &p->wd, &p->cd) < 0)
         return -1;
     if (p->nchw && nchw_views(p) < 0) return -1;
@@ -195,9 +203,9 @@ static void plan_free(plan_t *p) {
     free(p);
 }
 
-/* The plan of one geometry and dtype on one GPU, made on first use. NULL
- * with the error set. */
-static plan_t *plan_get(int gpu, int dtype, const psg_cu_geom_t *g) {
+/* The plan of one geometry, dtype and layout on one GPU, made on first use.
+ * NULL with the error set. */
+static plan_t *plan_get(int gpu, int dtype, const psg_cu_geom_t *g, bool nchw) {
     if (!fits_int(g)) {
         psg_error_set("convolution too large for cuDNN's 32-bit dims");
         return NULL;
@@ -208,7 +216,8 @@ static plan_t *plan_get(int gpu, int dtype, const psg_cu_geom_t *g) {
     }
     pthread_mutex_lock(&plans_lock);
     plan_t *p = plans;
-    while (p && !(p->gpu == gpu && p->dtype == dtype && same_geom(&p->g, g))) p = p->next;
+    while (p && !(p->gpu == gpu && p->dtype == dtype && p->nchw == nchw && same_geom(&p->g, g)))
+        p = p->next;
     if (!p) {
         p = (plan_t *)calloc(1, sizeof *p);
         if (!p) {
@@ -217,6 +226,7 @@ static plan_t *plan_get(int gpu, int dtype, const psg_cu_geom_t *g) {
             p->gpu = gpu;
             p->dtype = dtype;
             p->g = *g;
+            p->nchw = nchw;
             if (plan_init(p) < 0) {
                 plan_free(p);
                 p = NULL;
@@ -407,6 +417,13 @@ static void *filter_nchw(int gpu, const plan_t *p, scratch_t *s, const void *w) 
     return wn && transform(gpu, p->w_hwcn, w, p->w_nchw, wn) == 0 ? wn : NULL;
 }
 
+/* Whether the activations' NCHW copies are cudnnTransformTensor's rather than
+ * layout.cu's (PSG_CUDNN_TRANSPOSE=cudnn: for measuring one against the other). */
+static bool cudnn_transpose(void) {
+    const char *env = getenv("PSG_CUDNN_TRANSPOSE");
+    return env && !strcmp(env, "cudnn");
+}
+
 /* An NCHW plan's copy of the input x, with its padding's zeros. */
 static void *input_nchw(int gpu, const plan_t *p, scratch_t *s, const void *x) {
     const psg_cu_geom_t *g = &p->g;
@@ -415,14 +432,23 @@ static void *input_nchw(int gpu, const plan_t *p, scratch_t *s, const void *x) {
     void *xn = scratch(gpu, s, n, es);
     if (!xn) return NULL;
     if ((p->eh || p->ew) && psg_cuda_memset0(gpu, xn, es * (size_t)n) < 0) return NULL;
-    return transform(gpu, p->x_nhwc, x, p->x_part, xn) == 0 ? xn : NULL;
+    if (cudnn_transpose()) return transform(gpu, p->x_nhwc, x, p->x_part, xn) == 0 ? xn : NULL;
+    return psg_cuda_nhwc_to_nchw(gpu, (int)es, x, xn, g->n, g->c, g->h, g->w, g->h + p->eh,
+                                 g->w + p->ew) == 0
+               ? xn
+               : NULL;
 }
 
 /* An NCHW plan's copy of the output gradient dy. */
 static void *output_nchw(int gpu, const plan_t *p, scratch_t *s, const void *dy) {
     const psg_cu_geom_t *g = &p->g;
-    void *yn = scratch(gpu, s, g->n * g->oc * g->oh * g->ow, elem_size(p->dtype));
-    return yn && transform(gpu, p->y_nhwc, dy, p->yd, yn) == 0 ? yn : NULL;
+    size_t es = elem_size(p->dtype);
+    void *yn = scratch(gpu, s, g->n * g->oc * g->oh * g->ow, es);
+    if (!yn) return NULL;
+    if (cudnn_transpose()) return transform(gpu, p->y_nhwc, dy, p->yd, yn) == 0 ? yn : NULL;
+    return psg_cuda_nhwc_to_nchw(gpu, (int)es, dy, yn, g->n, g->oc, g->oh, g->ow, g->oh, g->ow) == 0
+               ? yn
+               : NULL;
 }
 
 /* The three directions on NCHW copies; the result copied back to NHWC. */
@@ -437,13 +463,18 @@ static int conv_nchw(int gpu, plan_t *p, int dir, const void *x, const void *w, 
         b.w = filter_nchw(gpu, p, &s, w);
         b.x = b.w ? input_nchw(gpu, p, &s, x) : NULL;
         b.y = b.x ? scratch(gpu, &s, g->n * g->oc * g->oh * g->ow, es) : NULL;
-        if (b.y && run_conv(gpu, p, FWD, &b) == 0) rc = transform(gpu, p->yd, b.y, p->y_nhwc, out);
+        if (b.y && run_conv(gpu, p, FWD, &b) == 0)
+            rc = cudnn_transpose() ? transform(gpu, p->yd, b.y, p->y_nhwc, out)
+                                   : psg_cuda_nchw_to_nhwc(gpu, (int)es, b.y, out, g->n, g->oc,
+                                                           g->oh, g->ow, g->oh, g->ow);
     } else if (dir == BWD_DATA) {
         b.w = filter_nchw(gpu, p, &s, w);
         b.dy = b.w ? output_nchw(gpu, p, &s, dy) : NULL;
         b.dx = b.dy ? scratch(gpu, &s, g->n * g->c * (g->h + p->eh) * (g->w + p->ew), es) : NULL;
-        if (b.dx && run_conv(gpu, p, BWD_DATA, &b) == 0)
-            rc = transform(gpu, p->x_part, b.dx, p->x_nhwc, out); /* the padding's cells dropped */
+        if (b.dx && run_conv(gpu, p, BWD_DATA, &b) == 0) /* the padding's cells dropped */
+            rc = cudnn_transpose() ? transform(gpu, p->x_part, b.dx, p->x_nhwc, out)
+                                   : psg_cuda_nchw_to_nhwc(gpu, (int)es, b.dx, out, g->n, g->c,
+                                                           g->h, g->w, g->h + p->eh, g->w + p->ew);
     } else {
         b.x = input_nchw(gpu, p, &s, x);
         b.dy = b.x ? output_nchw(gpu, p, &s, dy) : NULL;
@@ -466,17 +497,14 @@ static int pad_input(int gpu, const plan_t *p, const void *x, void *xe) {
     return psg_cuda_copy_block(gpu, (int)es, 4, size, x, size, zero, xe, full, zero);
 }
 
-extern "C" int psg_cuda_conv2d(int gpu, int dtype, const psg_cu_geom_t *g, const void *x,
-                               const void *w, void *y) {
-    if (g->n * g->oh * g->ow * g->oc == 0) return 0;
-    plan_t *p = plan_get(gpu, dtype, g);
-    if (!p) return -1;
-    if (p->nchw) return conv_nchw(gpu, p, FWD, x, w, NULL, y);
-    size_t es = elem_size(dtype);
+/* The forward convolution on the NHWC operands. */
+static int forward_nhwc(int gpu, plan_t *p, const void *x, const void *w, void *y) {
+    const psg_cu_geom_t *g = &p->g;
+    size_t es = elem_size(p->dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {x, NULL, NULL, y, NULL, NULL};
     void *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc, es);
-    int rc = wk ? transpose(gpu, dtype, w, wk, g, false) : -1;
+    int rc = wk ? transpose(gpu, p->dtype, w, wk, g, false) : -1;
     b.w = wk;
     if (rc == 0 && (p->eh || p->ew)) {
         void *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c, es);
@@ -488,17 +516,14 @@ extern "C" int psg_cuda_conv2d(int gpu, int dtype, const psg_cu_geom_t *g, const
     return rc;
 }
 
-extern "C" int psg_cuda_conv2d_backprop_input(int gpu, int dtype, const psg_cu_geom_t *g,
-                                              const void *w, const void *dy, void *dx) {
-    if (g->n * g->h * g->w * g->c == 0) return 0;
-    plan_t *p = plan_get(gpu, dtype, g);
-    if (!p) return -1;
-    if (p->nchw) return conv_nchw(gpu, p, BWD_DATA, NULL, w, dy, dx);
-    size_t es = elem_size(dtype);
+/* The input gradient on the NHWC operands. */
+static int backprop_input_nhwc(int gpu, plan_t *p, const void *w, const void *dy, void *dx) {
+    const psg_cu_geom_t *g = &p->g;
+    size_t es = elem_size(p->dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {NULL, NULL, dy, NULL, dx, NULL};
     void *wk = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc, es);
-    int rc = wk ? transpose(gpu, dtype, w, wk, g, false) : -1;
+    int rc = wk ? transpose(gpu, p->dtype, w, wk, g, false) : -1;
     b.w = wk;
     bool padded = p->eh || p->ew;
     if (rc == 0 && padded) {
@@ -516,18 +541,13 @@ extern "C" int psg_cuda_conv2d_backprop_input(int gpu, int dtype, const psg_cu_g
     return rc;
 }
 
-extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_geom_t *g,
-                                               const void *x, const void *dy, void *dw) {
-    int64_t nw = g->kh * g->kw * g->c * g->oc;
-    size_t es = elem_size(dtype);
-    if (nw == 0) return 0;
-    if (g->n == 0) return psg_cuda_memset0(gpu, dw, es * (size_t)nw);
-    plan_t *p = plan_get(gpu, dtype, g);
-    if (!p) return -1;
-    if (p->nchw) return conv_nchw(gpu, p, BWD_FILTER, x, NULL, dy, dw);
+/* The filter gradient on the NHWC operands. */
+static int backprop_filter_nhwc(int gpu, plan_t *p, const void *x, const void *dy, void *dw) {
+    const psg_cu_geom_t *g = &p->g;
+    size_t es = elem_size(p->dtype);
     scratch_t s = {{NULL}, {NULL}, 0};
     bufs_t b = {x, NULL, dy, NULL, NULL, NULL};
-    b.dw = scratch(gpu, &s, nw, es);
+    b.dw = scratch(gpu, &s, g->kh * g->kw * g->c * g->oc, es);
     int rc = b.dw ? 0 : -1;
     if (rc == 0 && (p->eh || p->ew)) {
         void *xe = scratch(gpu, &s, g->n * (g->h + p->eh) * (g->w + p->ew) * g->c, es);
@@ -535,9 +555,94 @@ extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_
         b.x = xe;
     }
     if (rc == 0) rc = run_conv(gpu, p, BWD_FILTER, &b);
-    if (rc == 0) rc = transpose(gpu, dtype, b.dw, dw, g, true);
+    if (rc == 0) rc = transpose(gpu, p->dtype, b.dw, dw, g, true);
     scratch_free(&s);
     return rc;
+}
+
+/* Direction dir of plan p: x, w, dy as the direction reads them, into out. */
+static int conv_run(int gpu, plan_t *p, int dir, const void *x, const void *w, const void *dy,
+                    void *out) {
+    if (p->nchw) return conv_nchw(gpu, p, dir, x, w, dy, out);
+    if (dir == FWD) return forward_nhwc(gpu, p, x, w, out);
+    if (dir == BWD_DATA) return backprop_input_nhwc(gpu, p, w, dy, out);
+    return backprop_filter_nhwc(gpu, p, x, dy, out);
+}
+
+/* Milliseconds of the fastest of three calls of direction dir of p (after a
+ * first that finds its algorithm); the GPU's other work in between only adds. */
+static int best_ms(int gpu, plan_t *p, int dir, const void *x, const void *w, const void *dy,
+                   void *out, float *ms) {
+    PSG_CUDA_DEV(d, gpu);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = conv_run(gpu, p, dir, x, w, dy, out);
+    if (rc == 0 && (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess))
+        rc = psg_error_set("convolution layout: cudaEventCreate failed");
+    *ms = 1e30f;
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        float t = 0;
+        cudaEventRecord(e0, d->compute);
+        rc = conv_run(gpu, p, dir, x, w, dy, out);
+        cudaEventRecord(e1, d->compute);
+        if (rc == 0 && (cudaEventSynchronize(e1) != cudaSuccess ||
+                        cudaEventElapsedTime(&t, e0, e1) != cudaSuccess))
+            rc = psg_error_set("convolution layout: timing failed");
+        if (rc == 0 && t < *ms) *ms = t;
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    return rc;
+}
+
+/* Direction dir of the convolution g: in the layout PSG_CUDNN_LAYOUT says, or
+ * with auto in the faster one for this shape and direction, timed once. */
+static int conv_dir(int gpu, int dtype, const psg_cu_geom_t *g, int dir, const void *x,
+                    const void *w, const void *dy, void *out) {
+    int mode = layout_mode(dtype);
+    plan_t *p = plan_get(gpu, dtype, g, mode != LAYOUT_NHWC);
+    if (!p) return -1;
+    if (mode != LAYOUT_AUTO) return conv_run(gpu, p, dir, x, w, dy, out);
+    plan_t *q = plan_get(gpu, dtype, g, false);
+    if (!q) return -1;
+    int pick = __atomic_load_n(&p->pick[dir], __ATOMIC_ACQUIRE);
+    if (pick != PICK_UNKNOWN) return conv_run(gpu, pick == PICK_NCHW ? p : q, dir, x, w, dy, out);
+    float nchw_ms, nhwc_ms;
+    if (best_ms(gpu, p, dir, x, w, dy, out, &nchw_ms) < 0 ||
+        best_ms(gpu, q, dir, x, w, dy, out, &nhwc_ms) < 0)
+        return -1;
+    pick = nchw_ms <= nhwc_ms ? PICK_NCHW : PICK_NHWC;
+    __atomic_store_n(&p->pick[dir], pick, __ATOMIC_RELEASE);
+    const char *log = getenv("PSG_CUDNN_LAYOUT_LOG");
+    if (log && !strcmp(log, "1"))
+        fprintf(stderr,
+                "{\"conv_layout\":\"%s\",\"dir\":%d,\"dtype\":%d,\"n\":%lld,\"h\":%lld,\"w\":%lld,"
+                "\"c\":%lld,\"kh\":%lld,\"kw\":%lld,\"oc\":%lld,\"stride\":%lld,\"nchw_ms\":%.3f,"
+                "\"nhwc_ms\":%.3f}\n",
+                pick == PICK_NCHW ? "nchw" : "nhwc", dir, dtype, (long long)g->n, (long long)g->h,
+                (long long)g->w, (long long)g->c, (long long)g->kh, (long long)g->kw,
+                (long long)g->oc, (long long)g->sh, nchw_ms, nhwc_ms);
+    /* the last call was q's: out holds the result either way */
+    return 0;
+}
+
+extern "C" int psg_cuda_conv2d(int gpu, int dtype, const psg_cu_geom_t *g, const void *x,
+                               const void *w, void *y) {
+    if (g->n * g->oh * g->ow * g->oc == 0) return 0;
+    return conv_dir(gpu, dtype, g, FWD, x, w, NULL, y);
+}
+
+extern "C" int psg_cuda_conv2d_backprop_input(int gpu, int dtype, const psg_cu_geom_t *g,
+                                              const void *w, const void *dy, void *dx) {
+    if (g->n * g->h * g->w * g->c == 0) return 0;
+    return conv_dir(gpu, dtype, g, BWD_DATA, NULL, w, dy, dx);
+}
+
+extern "C" int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_geom_t *g,
+                                               const void *x, const void *dy, void *dw) {
+    int64_t nw = g->kh * g->kw * g->c * g->oc;
+    if (nw == 0) return 0;
+    if (g->n == 0) return psg_cuda_memset0(gpu, dw, elem_size(dtype) * (size_t)nw);
+    return conv_dir(gpu, dtype, g, BWD_FILTER, x, NULL, dy, dw);
 }
 
 /* ---- the benchmark peer: cuDNN alone ---- */
@@ -559,9 +664,7 @@ static int peer_setup(int gpu, const psg_cu_geom_t *g, peer_t *p) {
     PSG_CUDA_CHECK(cudaStreamCreate(&p->st));
     PSG_CUDNN_CHECK(cudnnCreate(&p->h));
     PSG_CUDNN_CHECK(cudnnSetStream(p->h, p->st));
-    if (descriptors(PSG_CU_F32, layout_nchw(PSG_CU_F32), g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) <
-        0)
-        return -1;
+    if (descriptors(PSG_CU_F32, true, g, 0, 0, &p->xd, &p->yd, &p->wd, &p->cd) < 0) return -1;
     PSG_CUDA_CHECK(cudaMalloc(&p->x, sizeof(float) * (size_t)(g->n * g->h * g->w * g->c)));
     PSG_CUDA_CHECK(cudaMalloc(&p->w, sizeof(float) * (size_t)(g->kh * g->kw * g->c * g->oc)));
     PSG_CUDA_CHECK(cudaMalloc(&p->y, sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc)));

@@ -191,6 +191,39 @@ __global__ static void half_kernel(int from, const void *x, int to, void *y, int
     }
 }
 
+/* As half_kernel, four elements a thread (16-byte f32 and 8-byte 16-bit
+ * accesses: the casts of mixed precision move whole activations, and the
+ * one-element kernel reached a fraction of the memory's bandwidth on them);
+ * n4 = n / 4, for n % 4 == 0 and x, y aligned to their vectors. */
+__global__ static void half_kernel4(int from, const void *x, int to, void *y, int64_t n4) {
+    PSG_GRID_STRIDE(i, n4) {
+        if (from == PSG_CU_F32) {
+            float4 v = ((const float4 *)x)[i];
+            bool bf = to == PSG_CU_BF16;
+            ushort4 h;
+            h.x = bf ? psg_f32_to_bf16(v.x) : psg_f32_to_f16(v.x);
+            h.y = bf ? psg_f32_to_bf16(v.y) : psg_f32_to_f16(v.y);
+            h.z = bf ? psg_f32_to_bf16(v.z) : psg_f32_to_f16(v.z);
+            h.w = bf ? psg_f32_to_bf16(v.w) : psg_f32_to_f16(v.w);
+            ((ushort4 *)y)[i] = h;
+        } else {
+            ushort4 h = ((const ushort4 *)x)[i];
+            bool bf = from == PSG_CU_BF16;
+            float4 v;
+            v.x = bf ? psg_bf16_to_f32(h.x) : psg_f16_to_f32(h.x);
+            v.y = bf ? psg_bf16_to_f32(h.y) : psg_f16_to_f32(h.y);
+            v.z = bf ? psg_bf16_to_f32(h.z) : psg_f16_to_f32(h.z);
+            v.w = bf ? psg_bf16_to_f32(h.w) : psg_f16_to_f32(h.w);
+            ((float4 *)y)[i] = v;
+        }
+    }
+}
+
+/* Whether a cast of n elements between x and y can take four at a time. */
+static bool vector_cast(const void *x, const void *y, int64_t n) {
+    return n % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+}
+
 extern "C" int psg_cuda_fill(int gpu, int dtype, void *y, int64_t n, double v) {
     PSG_CUDA_DEV(d, gpu);
     if (!convertible(dtype)) return psg_error_set("fill: unsupported dtype %d", dtype);
@@ -205,6 +238,13 @@ extern "C" int psg_cuda_cast(int gpu, int from, const void *x, int to, void *y, 
     PSG_CUDA_DEV(d, gpu);
     if (!convertible(to)) return psg_error_set("Cast to dtype %d is not supported", to);
     if (n == 0) return 0;
+    if (((from == PSG_CU_F32 && is_half(to)) || (is_half(from) && to == PSG_CU_F32)) &&
+        vector_cast(x, y, n)) {
+        half_kernel4<<<psg_cuda_blocks(n / 4), PSG_CUDA_THREADS, 0, d->compute>>>(from, x, to, y,
+                                                                                  n / 4);
+        PSG_CUDA_LAUNCHED("cast");
+        return 0;
+    }
     if ((from == PSG_CU_F32 && is_half(to)) || (is_half(from) && to == PSG_CU_F32)) {
         half_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(from, x, to, y, n);
         PSG_CUDA_LAUNCHED("cast");

@@ -347,35 +347,54 @@ static int stream_wait(cudaStream_t waiter, cudaStream_t on, int on_gpu) {
     return 0;
 }
 
+/* b's event on `gpu`, made on its first copy there (a block may stage copies
+ * to several GPUs in turn). */
+static int pblock_event_on(pblock_t *b, int gpu) {
+    if (b->ev_gpu == gpu) return 0;
+    if (b->ev_gpu >= 0) {
+        cudaSetDevice(b->ev_gpu);
+        cudaEventDestroy(b->done);
+        cudaSetDevice(gpu);
+    }
+    b->ev_gpu = -1;
+    PSG_CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+    b->ev_gpu = gpu;
+    return 0;
+}
+
+/* n bytes at src in the pinned block b to dst on gpu, on its copy-in stream:
+ * after the work queued on compute so far (dst may be a block a queued kernel
+ * still reads) and before the compute work queued next; b is reused only
+ * after the copy. */
+static int copy_from_pinned(int gpu, psg_cuda_dev_t *d, void *dst, pblock_t *b, const void *src,
+                            size_t n) {
+    if (pblock_event_on(b, gpu) < 0) return -1;
+    if (stream_wait(d->copy_in, d->compute, gpu) < 0) return -1;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->copy_in);
+    if (e == cudaSuccess) e = cudaEventRecord(b->done, d->copy_in);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(d->compute, b->done, 0);
+    PSG_CUDA_CHECK(e);
+    return 0;
+}
+
 extern "C" int psg_cuda_copy_h2d(int gpu, void *dst, const void *src, size_t n) {
     if (n == 0) return 0;
     PSG_CUDA_DEV(d, gpu);
     pblock_t *b = pinned_get(n);
     if (!b) return -1;
     memcpy(b->ptr, src, n);
-    if (b->ev_gpu != gpu) {
-        if (b->ev_gpu >= 0) {
-            cudaSetDevice(b->ev_gpu);
-            cudaEventDestroy(b->done);
-            cudaSetDevice(gpu);
-        }
-        b->ev_gpu = -1;
-        if (cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming) != cudaSuccess) {
-            pinned_put(b);
-            PSG_CUDA_CHECK(cudaGetLastError());
-        }
-        b->ev_gpu = gpu;
-    }
-    /* dst may be a block a queued kernel still reads: wait for compute first */
-    int rc = stream_wait(d->copy_in, d->compute, gpu);
-    cudaError_t e =
-        rc == 0 ? cudaMemcpyAsync(dst, b->ptr, n, cudaMemcpyHostToDevice, d->copy_in) : cudaSuccess;
-    if (rc == 0 && e == cudaSuccess) e = cudaEventRecord(b->done, d->copy_in);
-    if (rc == 0 && e == cudaSuccess) e = cudaStreamWaitEvent(d->compute, b->done, 0);
+    int rc = copy_from_pinned(gpu, d, dst, b, b->ptr, n);
     pinned_put(b);
-    if (rc < 0) return -1;
-    PSG_CUDA_CHECK(e);
-    return 0;
+    return rc;
+}
+
+/* As psg_cuda_copy_h2d, from the memory of a pinned block (hint: the block, as
+ * psg_cuda_pinned_alloc gave it): no staging copy on the host, and the block
+ * is reused only after this copy, so its owner may free it at once. */
+extern "C" int psg_cuda_copy_h2d_pinned(int gpu, void *dst, const void *src, size_t n, void *hint) {
+    if (n == 0) return 0;
+    PSG_CUDA_DEV(d, gpu);
+    return copy_from_pinned(gpu, d, dst, (pblock_t *)hint, src, n);
 }
 
 extern "C" int psg_cuda_copy_d2h(int gpu, void *dst, const void *src, size_t n) {

@@ -46,6 +46,7 @@ void psg_cuda_pinned_free(void *data, void *hint);
  * compute stream's work so far, and the compute stream waits for it. The
  * source may be reused when this returns. 0, or -1 with the error set. */
 int psg_cuda_copy_h2d(int gpu, void *dst, const void *src, size_t n);
+int psg_cuda_copy_h2d_pinned(int gpu, void *dst, const void *src, size_t n, void *hint);
 /* Copies n bytes from `src` on `gpu` into host memory `dst` after the
  * compute stream's work so far, on the device-to-host copy stream, and
  * waits for it. dst should be pinned (psg_cuda_pinned_alloc) for speed. */
