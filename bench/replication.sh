@@ -8,11 +8,22 @@
 # SIGKILL of ps0 at step 100 under launch --restart on-failure, and the time from the kill
 # to the next step the worker completes (each output line stamped as it comes), against the
 # peer timeout. The load average is printed beside.
+# --link RATE: the same cost rounds (without replication, with it) on 4 emulated hosts (ps0,
+# ps1, w0, w1: tools/hosts.sh, root), each host's link capped at RATE (tc tbf, e.g. 1gbit),
+# tasks --insecure; no failover runs. Lines {"bench":"replication","link":RATE,...}.
 #   bench/replication.sh [ROUNDS] [STEPS] [FAILOVERS]     (default 3 400 3)
+#   bench/replication.sh --link 1gbit [ROUNDS] [STEPS]     (default 2 300)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-case ${1:-} in -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-rounds=${1:-3} steps=${2:-400} failovers=${3:-3}
+case ${1:-} in -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+link=
+if [ "${1:-}" = --link ]; then
+  link=${2:?--link RATE (tc units: 1gbit)}
+  shift 2
+  rounds=${1:-2} steps=${2:-300} failovers=0
+else
+  rounds=${1:-3} steps=${2:-400} failovers=${3:-3}
+fi
 psgraph=build/cli/psgraph
 [ -x "$psgraph" ] || bash tools/build.sh build >/dev/null || exit 1
 data=(--data synthetic)
@@ -36,9 +47,45 @@ run() { # sync mode round
   echo "{\"bench\":\"replication\",\"sync\":\"$sync\",\"mode\":\"$mode\",\"round\":$round,\"steps_per_sec\":${sps:-null},\"load\":$(load)}"
 }
 
+# --link: the tasks on emulated hosts, each link capped
+port=25000
+run_link() { # sync mode round
+  local sync=$1 mode=$2 extra=() wp=() k i
+  [ "$mode" = replicas2 ] && extra=(--ps-replicas 2)
+  port=$((port + 10))
+  echo "{\"cluster\": {\"ps\": [\"ps0:$port\", \"ps1:$((port + 1))\"], \"worker\": [\"w0:$((port + 2))\", \"w1:$((port + 3))\"]}}" >"$tmp/c.json"
+  for k in 0 1; do
+    hosts_exec ps$k "$psgraph" server --cluster "$tmp/c.json" --job ps --task $k --expect-workers 2 \
+      --insecure --idle-timeout 120 "${extra[@]}" >"$tmp/ps$k.log" 2>&1 &
+  done
+  for i in 0 1; do
+    hosts_exec w$i timeout 600 "$psgraph" train --cluster "$tmp/c.json" --job worker --task $i --insecure \
+      --model mlp "${data[@]}" --optimizer adam --lr 0.001 --batch 64 --steps "$steps" \
+      --log-every 100000 --sync "$sync" --step-timeout 60 "${extra[@]}" >"$tmp/w$i.log" 2>&1 &
+    wp+=($!)
+  done
+  for p in "${wp[@]}"; do wait "$p"; done
+  local sps
+  sps=$(sed -n 's/^{"event":"done".*"steps_per_sec":\([0-9.]*\).*/\1/p' "$tmp/w0.log")
+  echo "{\"bench\":\"replication\",\"link\":\"$link\",\"sync\":\"$sync\",\"mode\":\"$mode\",\"round\":$3,\"steps_per_sec\":${sps:-null},\"load\":$(load)}"
+  for k in 0 1; do for p in $(hosts_pids ps$k); do kill -TERM "$p" 2>/dev/null; done; done
+  for _ in $(seq 1 50); do [ -z "$(hosts_pids ps0)$(hosts_pids ps1)" ] && break; sleep 0.1; done
+}
+modes=(none no_overlap replicas2)
+if [ -n "$link" ]; then
+  psgraph=$(realpath "$psgraph")
+  . tools/hosts.sh
+  hosts_init || exit 77
+  HOSTS_AT_EXIT+=('rm -rf "$tmp"') # hosts_init's trap replaces this script's
+  hosts_up ps0 ps1 w0 w1 || exit 1
+  for h in ps0 ps1 w0 w1; do hosts_cap $h "$link" || exit 1; done
+  modes=(none replicas2)
+fi
 for ((r = 1; r <= rounds; r++)); do
   for sync in async sync; do
-    for mode in none no_overlap replicas2; do run "$sync" "$mode" "$r"; done
+    for mode in "${modes[@]}"; do
+      if [ -n "$link" ]; then run_link "$sync" "$mode" "$r"; else run "$sync" "$mode" "$r"; fi
+    done
   done
 done | tee "$tmp/lines.jsonl"
 python3 - "$tmp/lines.jsonl" <<'PY'

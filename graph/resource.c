@@ -20,6 +20,8 @@ struct psg_resource_mgr {
     int num_vars, cap_vars;
     named_resource_t *named;
     int num_named, cap_named;
+    psg_write_log_fn write_log;
+    void *write_log_ctx;
 };
 
 psg_resource_mgr_t *psg_resource_mgr_new(void) {
@@ -247,6 +249,24 @@ bool psg_variable_note_write(psg_variable_t *v, int64_t step) {
     v->recent[v->writes % PSG_VARIABLE_RECENT] = step;
     v->writes++;
     return true;
+}
+
+void psg_variable_note_unlogged(psg_variable_t *v) {
+    v->unlogged = true;
+}
+
+void psg_resource_set_write_log(psg_resource_mgr_t *rm, psg_write_log_fn fn, void *ctx) {
+    rm->write_log = fn;
+    rm->write_log_ctx = ctx;
+}
+
+bool psg_resource_logs(const psg_resource_mgr_t *rm) {
+    return rm && rm->write_log;
+}
+
+void psg_resource_log_write(psg_resource_mgr_t *rm, const struct psg_node *node,
+                            psg_tensor_t *const *inputs, int n) {
+    if (rm && rm->write_log) rm->write_log(rm->write_log_ctx, node, inputs, n);
 }
 
 bool psg_variable_wrote(const psg_variable_t *v, int64_t step) {

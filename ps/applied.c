@@ -207,7 +207,7 @@ int psg_applied_merge(psg_applied_t *a, const char *text, size_t len) {
         const char *s = text + at, *nl = memchr(s, '\n', len - at);
         size_t n = nl ? (size_t)(nl - s) : len - at;
         at += n + 1;
-        if (n && s[0] == '#') continue; /* the forward's own update id */
+        if (n && (s[0] == '#' || s[0] == '!')) continue; /* the update id, a replay line */
         const char *t1 = memchr(s, '\t', n),
                    *t2 = t1 ? memchr(t1 + 1, '\t', n - (size_t)(t1 + 1 - s)) : NULL;
         if (!t2 || (size_t)(t1 - s) >= sizeof var || (size_t)(t2 - t1 - 1) >= sizeof writer ||

@@ -41,7 +41,7 @@ psg_tensor_t *psg_applied_pre_of(psg_applied_t *a, const char *var, const char *
 /* Appends the records of var (NULL: of every variable) to b, one a line: "VAR\tWRITER\tSEQ". */
 void psg_applied_dump(psg_applied_t *a, const char *var, psg_strbuf_t *b);
 /* Merges lines as psg_applied_dump writes them (from a peer: untrusted; a line starting
- * with '#' is skipped). -1 with the error
+ * with '#' or '!' is skipped). -1 with the error
  * naming the line when one is malformed (the lines before it are merged). */
 int psg_applied_merge(psg_applied_t *a, const char *text, size_t len);
 

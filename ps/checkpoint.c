@@ -871,6 +871,7 @@ int psg_checkpoint_restore(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, b
         }
         v->initialized = true;
         v->backup = false; /* restored as this task's shard (a fallback of failover) */
+        psg_variable_note_unlogged(v);
         pthread_mutex_unlock(&v->lock);
     }
     return 0;

@@ -462,7 +462,8 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
     {PSG_REQ_SHUTDOWN, PSG_TS_SHUTDOWN, "none", "empty", enc_none, dec_none, NULL, REPLY(none),
      psg_ts_on_shutdown},
     {PSG_REQ_REPLICATE, PSG_TS_REPLICATE,
-     "key: \"update\" | \"full\"; tensors: the values, named by their variables; key "
+     "key: \"update\" | \"full\"; tensors: the values, named by their variables, and the "
+     "inputs (\"@\") of the updates to replay, body \"!OP\\tATTRS\\tINPUTS\" lines; key "
      "\"undo\", body \"#WRITER SEQ\": that update taken back where it is the last; key \"lost\", "
      "body \"PS INCARNATION\" lines: failovers to this task (none: a question)",
      "empty, once applied; \"lost\": body, every failover kept", enc_key, dec_replicate, NULL,

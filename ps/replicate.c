@@ -1,13 +1,15 @@
 /* Chain replication of a ps task's shard (ps/replicate.h, docs/replication.md): after a
- * step that wrote variables, the primary sends their values to its backup and waits for its
- * ack before the step's reply; the backup keeps them as backup copies. State is forwarded,
- * not operations: whatever op wrote a variable (a dense or sparse update, its slots, the
- * global step, an initializer), the backup gets the bytes the primary holds. Not the
- * worker's failover (worker/failover.c). */
+ * step that wrote variables, the primary sends its backup what they need to hold the same
+ * bytes and waits for its ack before the step's reply: the dense updates logged since the
+ * last forward (ps/repl_log.c: their gradients and hyper-parameters, replayed by the same
+ * kernels), or the values of variables that something else wrote (an assign, a sparse
+ * update, a value put back) and of the whole shard on a re-replication. Not the worker's
+ * failover (worker/failover.c). */
 #include "ps/replicate.h"
 
 #include "ps/applied.h"
 #include "ps/checkpoint_internal.h"
+#include "ps/repl_log.h"
 #include "ps/client.h"
 #include "ps/task_server_internal.h"
 #include "ops/state/sync_resources.h"
@@ -40,7 +42,11 @@ struct psg_ts_repl {
     uint64_t restarts;      /* the backup's restarts (new incarnations) when it was synced */
     int64_t last_try_ms;    /* the last forward that failed (0: none since the last success) */
     psg_applied_t *applied; /* which update of each writer every variable holds */
-    bool lost_said;         /* the loss was logged */
+    psg_repl_log_t *log;    /* the updates logged since the last forward; the backup's replay */
+    /* what was forwarded (Inspect "replication"): forwards acknowledged, updates replayed,
+     * variables sent by value, bytes of tensors; and, as a backup, updates replayed here */
+    atomic_uint_fast64_t forwards, replayed, values, bytes, replayed_here;
+    bool lost_said; /* the loss was logged */
     /* the verdicts of failovers to this task (psg_ts_on_replicate, key "lost"): ps task
      * verdicts[i].ps, as process verdicts[i].inc, was found lost; its shard is served here */
     pthread_mutex_t verdict_lock;
@@ -67,10 +73,11 @@ int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     r->timeout_ms = peer;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->verdict_lock, NULL);
-    if (!(r->applied = psg_applied_new()) ||
+    if (!(r->applied = psg_applied_new()) || !(r->log = psg_repl_log_new(ts->rm)) ||
         !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
                                         ts->keys))) {
         psg_applied_destroy(&r->applied);
+        psg_repl_log_destroy(&r->log);
         pthread_mutex_destroy(&r->lock);
         pthread_mutex_destroy(&r->verdict_lock);
         free(r);
@@ -85,6 +92,7 @@ void psg_ts_repl_destroy(psg_ts_repl_t **rp) {
     psg_ts_repl_t *r = *rp;
     *rp = NULL;
     psg_ts_client_destroy(&r->client);
+    psg_repl_log_destroy(&r->log);
     psg_applied_destroy(&r->applied);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->verdict_lock);
@@ -164,62 +172,53 @@ static void promote(psg_task_server_t *ts, const char *const *names, int n) {
         psg_variable_t *guard = psg_variable_guard(v);
         pthread_mutex_lock(&guard->lock);
         v->backup = false;
+        psg_variable_note_unlogged(v); /* its writes as a copy were not logged: by value */
         pthread_mutex_unlock(&guard->lock);
     }
 }
 
-/* A host copy of v's value, taken under the lock that guards it. */
-static int add_value(psg_msg_t *m, psg_variable_t *v, size_t *bytes) {
-    psg_variable_t *guard = psg_variable_guard(v);
-    pthread_mutex_lock(&guard->lock);
-    psg_tensor_t *copy =
-        psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : psg_tensor_to_host(v->value);
-    pthread_mutex_unlock(&guard->lock);
-    if (!copy) return -1;
-    *bytes += psg_tensor_nbytes(copy);
-    int rc = psg_msg_add_tensor(m, v->name, copy);
-    psg_tensor_destroy(&copy);
-    return rc;
-}
-
-/* The Replicate request of the named variables (but those skip marks), or with full, of the
- * whole shard; the body: which updates they hold. */
+/* The Replicate request of a step that wrote the named variables (but those skip marks):
+ * the logged updates to replay and the values of the variables written otherwise
+ * (ps/repl_log.c); with full, the values of the whole shard. The body: the update these
+ * hold, which updates the variables hold, the replay lines. *plan: for psg_repl_commit. */
 static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n,
-                        bool full, const psg_ts_undo_t *u, int *count, size_t *bytes) {
+                        bool full, const psg_ts_undo_t *u, int *count, int *replays, size_t *bytes,
+                        psg_repl_plan_t **plan) {
     psg_task_server_t *ts = r->ts;
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_REPLICATE);
-    if (!m || psg_msg_set_key(m, full ? "full" : "update") < 0) goto fail;
-    *count = 0;
-    *bytes = 0;
     psg_strbuf_t rows = {0};
+    *count = *replays = 0;
+    *bytes = 0;
+    if (!m || psg_msg_set_key(m, full ? "full" : "update") < 0) goto fail;
     /* the update these values hold: the backup keeps the ones before as its way back */
     if (!full && u) psg_strbuf_printf(&rows, "#%s %" PRId64 "\n", u->writer, u->seq);
     if (full) psg_applied_dump(r->applied, NULL, &rows);
     for (int i = 0; !full && i < n; i++)
         if (!skip || !skip[i]) psg_applied_dump(r->applied, names[i], &rows);
-    int rc = rows.oom   ? psg_error_set("out of memory")
-             : rows.len ? psg_msg_set_body(m, rows.s, rows.len)
-                        : 0;
-    free(rows.s);
-    if (rc < 0) goto fail;
     if (full) {
+        /* logged from now on: an update logged before a variable's value is taken is in it */
+        psg_repl_log_set_on(r->log, true);
         int nv = psg_resource_num_variables(ts->rm);
         for (int i = 0; i < nv; i++) {
             psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
             if (!v->initialized || v->backup) continue;
-            if (add_value(m, v, bytes) < 0) goto fail;
+            if (psg_repl_add_value(m, v, bytes) < 0) goto fail;
             (*count)++;
         }
-        return m;
+    } else if (psg_repl_log_forward(r->log, ts->rm, names, skip, n, m, &rows, count, replays, bytes,
+                                    plan) < 0) {
+        goto fail;
     }
-    for (int i = 0; i < n; i++) {
-        psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
-        if (!v || !v->initialized || (skip && skip[i])) continue;
-        if (add_value(m, v, bytes) < 0) goto fail;
-        (*count)++;
+    if (rows.oom) {
+        psg_error_set("out of memory");
+        goto fail;
     }
+    if (rows.len && psg_msg_set_body(m, rows.s, rows.len) < 0) goto fail;
+    free(rows.s);
     return m;
 fail:
+    free(rows.s);
+    psg_repl_commit(plan, false);
     psg_msg_destroy(&m);
     return NULL;
 }
@@ -227,15 +226,27 @@ fail:
 /* Sends one Replicate; 0 once the backup applied it. Under r->lock. */
 static int forward(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n, bool full,
                    const psg_ts_undo_t *u, int *count, size_t *bytes) {
-    psg_msg_t *m = build(r, names, skip, n, full, u, count, bytes);
+    psg_repl_plan_t *plan = NULL;
+    int replays = 0;
+    psg_msg_t *m = build(r, names, skip, n, full, u, count, &replays, bytes, &plan);
     if (!m) return -1;
-    if (!full && *count == 0) {
+    /* nothing to send: no value, no update to replay, and no update id whose records the
+     * backup must get (the step's updates went with another step's forward) */
+    bool records = false;
+    for (int i = 0; u && i < n && !records; i++) records = !skip || !skip[i];
+    if (!full && *count == 0 && !records) {
+        psg_repl_commit(&plan, true);
         psg_msg_destroy(&m);
         return 0;
     }
     psg_msg_t *reply = psg_ts_call_msg(r->client, &m, r->timeout_ms);
+    psg_repl_commit(&plan, reply != NULL);
     if (!reply) return -1;
     psg_msg_destroy(&reply);
+    atomic_fetch_add(&r->forwards, 1);
+    atomic_fetch_add(&r->replayed, (uint64_t)replays);
+    atomic_fetch_add(&r->values, (uint64_t)(*count - replays));
+    atomic_fetch_add(&r->bytes, *bytes);
     return 0;
 }
 
@@ -272,6 +283,7 @@ static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t 
     u->writes[i] = v->writes;
     if (pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value)) {
         memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
+        psg_variable_note_unlogged(v);
         u->rolled[i] = true;
         u->values[i] = pre; /* where a failure of this run puts it back */
         pre = NULL;
@@ -339,7 +351,10 @@ static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, cons
     bool wrote = psg_variable_wrote(v, u->step);
     uint64_t since = v->writes - u->writes[i];
     bool others = since > (wrote ? 1u : 0u);
-    if (wrote && !others) memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
+    if (wrote && !others) {
+        memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
+        psg_variable_note_unlogged(v);
+    }
     pthread_mutex_unlock(&guard->lock);
     psg_applied_t *a = ts->repl->applied;
     if (wrote && others) { /* it holds the update; its value before is not the way back */
@@ -407,6 +422,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         r->lost_said = true;
         r->synced = false;
         r->last_try_ms = t0;
+        psg_repl_log_set_on(r->log, false);
         psg_ts_client_reset(r->client);
     }
     if (!r->synced && r->last_try_ms && t0 - r->last_try_ms < RETRY_MS) {
@@ -445,6 +461,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         r->lost_said = true;
         r->synced = false;
         r->last_try_ms = t0;
+        psg_repl_log_set_on(r->log, false);
         psg_ts_client_reset(r->client);
     }
     pthread_mutex_unlock(&r->lock);
@@ -476,6 +493,7 @@ static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_
         memcpy(v->value->data, t->data, psg_tensor_nbytes(v->value));
         v->backup = true;
         v->initialized = true;
+        psg_variable_note_unlogged(v);
     }
     pthread_mutex_unlock(&guard->lock);
     if (rc == 0)
@@ -518,7 +536,10 @@ static int undo_update(psg_task_server_t *ts, const char *writer, int64_t seq) {
         pthread_mutex_lock(&guard->lock);
         bool fits =
             psg_tensor_on_host(v->value) && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value);
-        if (fits) memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
+        if (fits) {
+            memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
+            psg_variable_note_unlogged(v);
+        }
         pthread_mutex_unlock(&guard->lock);
         psg_tensor_destroy(&pre);
         if (!fits) continue;
@@ -720,13 +741,33 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
             psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Replicate: tensor %d has no name", i);
             return;
         }
+        if (!strcmp(name, "@")) continue; /* an input of a replayed update */
         if (apply_copy(ts, name, req->tensors[i], writer[0] ? writer : NULL, seq) < 0) {
             psg_error_wrap("Replicate");
             psg_ts_reply_last_error(ts, req);
             return;
         }
     }
+    /* then the updates of the variables not sent by value (disjoint from those) */
+    int replayed = 0;
+    if (psg_repl_replay(ts->repl->log, ts->rm, ts->repl->applied, req, writer[0] ? writer : NULL,
+                        seq, &replayed) < 0) {
+        psg_error_wrap("Replicate");
+        psg_ts_reply_last_error(ts, req);
+        return;
+    }
+    atomic_fetch_add(&ts->repl->replayed_here, (uint64_t)replayed);
     psg_ts_reply_ok(ts, req, NULL);
+}
+
+void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b) {
+    psg_strbuf_printf(b,
+                      "{\"forwards\":%" PRIu64 ",\"updates_replayed\":%" PRIu64
+                      ",\"values\":%" PRIu64 ",\"bytes\":%" PRIu64
+                      ",\"replayed_as_backup\":%" PRIu64 "}",
+                      (uint64_t)atomic_load(&r->forwards), (uint64_t)atomic_load(&r->replayed),
+                      (uint64_t)atomic_load(&r->values), (uint64_t)atomic_load(&r->bytes),
+                      (uint64_t)atomic_load(&r->replayed_here));
 }
 
 /* The crc32 of a variable's bytes, for Inspect (a backup compared with its primary). */

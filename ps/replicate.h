@@ -6,6 +6,7 @@
 #ifndef PSGRAPH_PS_REPLICATE_H
 #define PSGRAPH_PS_REPLICATE_H
 
+#include "core/strbuf.h"
 #include "ps/protocol.h"
 
 #include <stdbool.h>
@@ -57,6 +58,11 @@ void psg_ts_repl_abort(struct psg_task_server *ts, const char *const *names, psg
  * or "full", the values as tensors named by their variables; each is created when absent,
  * marked a backup copy and overwritten. A variable of this task's own shard is refused. */
 void psg_ts_on_replicate(struct psg_task_server *ts, psg_msg_t **req, psg_req_t *r);
+
+/* What the task forwarded and replayed, as a JSON object onto b (Inspect's "replication"):
+ * forwards acknowledged, updates replayed by the backup, variables sent by value, tensor
+ * bytes sent, and updates this task replayed as a backup. */
+void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b);
 
 /* zlib's crc32 of a variable's bytes (0 for one off the host), under its update lock: what
  * Inspect reports, so that a backup copy can be compared with its primary. */

@@ -72,6 +72,8 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     if (ts->repl) { /* chain replication: where this task's shard is backed up */
         psg_strbuf_str(&b, ",\"backup_task\":");
         psg_strbuf_json_str(&b, psg_ts_repl_backup(ts->repl));
+        psg_strbuf_str(&b, ",\"replication\":");
+        psg_ts_repl_stats(ts->repl, &b);
     }
     psg_strbuf_printf(
         &b, ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64 "}",

@@ -731,8 +731,8 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     const char *task = NULL;
     if (set_identity(ts, opt, &task) < 0) goto fail;
     if (set_logdirs(ts, opt->logdirs) < 0) goto fail;
-    if (psg_ts_repl_new(ts, &ts->repl) < 0) goto fail;
     ts->rm = psg_resource_mgr_new();
+    if (!ts->rm || psg_ts_repl_new(ts, &ts->repl) < 0) goto fail; /* it logs ts->rm's updates */
     ts->rv = psg_rendezvous_new(ts->recv_timeout_ms);
     ts->remote = ts->rv ? psg_remote_rv_new(ts->rv, 2000) : NULL;
     psg_timer_t *timer = ts->rm ? psg_timer_of(ts->rm) : NULL;

@@ -37,6 +37,12 @@ typedef struct psg_variable {
     uint64_t writes;
     int64_t recent[PSG_VARIABLE_RECENT];
     int64_t skip_step;
+    /* chain replication's (ps/replicate.c), under the lock that guards it: written since its
+     * last forward by other than a logged update (an assign, a sparse update, a value put
+     * back, a restore), so that its next forward sends its value; and the count of its
+     * writes (above) that its backup holds */
+    bool unlogged;
+    uint64_t repl_writes;
 } psg_variable_t;
 
 /* Under the lock that guards v, before step `step` writes it: false when that step's writes
@@ -45,6 +51,24 @@ bool psg_variable_note_write(psg_variable_t *v, int64_t step);
 /* Under the lock that guards v: whether step `step` is among the last PSG_VARIABLE_RECENT
  * writes of v. */
 bool psg_variable_wrote(const psg_variable_t *v, int64_t step);
+/* Under the lock that guards v: v was written by other than an update the write log got
+ * (psg_resource_log_write): an assign, a sparse update, a value put back or restored. */
+void psg_variable_note_unlogged(psg_variable_t *v);
+
+/* The write log (chain replication, ps/replicate.c): told of each dense update an update
+ * kernel applies, with its node and inputs (a variable's input is its resource handle),
+ * under the locks of the variables it writes, after psg_variable_note_write let it write,
+ * so that the order it sees them in is the order they were applied in per variable. */
+struct psg_node;
+typedef void (*psg_write_log_fn)(void *ctx, const struct psg_node *node,
+                                 psg_tensor_t *const *inputs, int n);
+/* Sets rm's write log (NULL: none), before anything runs on rm. */
+void psg_resource_set_write_log(psg_resource_mgr_t *rm, psg_write_log_fn fn, void *ctx);
+/* Whether rm has a write log (a kernel prepares what it tells it only then). */
+bool psg_resource_logs(const psg_resource_mgr_t *rm);
+/* Tells rm's write log (if any) of an update (see psg_write_log_fn). */
+void psg_resource_log_write(psg_resource_mgr_t *rm, const struct psg_node *node,
+                            psg_tensor_t *const *inputs, int n);
 
 /* The locks of one optimizer update: v's, then each of its n slots' (always in that
  * order), recording v as each slot's owner. A reader that takes the owner's lock then sees

@@ -131,6 +131,7 @@ int psg_cpu_assign(psg_kernel_ctx_t *c) {
     psg_variable_t *v = psg_kernel_variable(c, 0);
     if (psg_variable_check_value(v, c->inputs[1]) < 0) return -1;
     pthread_mutex_lock(&v->lock);
+    psg_variable_note_unlogged(v);
     if (v->value->data != c->inputs[1]->data)
         memcpy(v->value->data, c->inputs[1]->data, psg_tensor_nbytes(v->value));
     v->initialized = true;
@@ -145,6 +146,7 @@ int psg_cpu_assign_add(psg_kernel_ctx_t *c) {
         return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
     if (v->dtype != PSG_DT_F32) return psg_error_set("AssignAdd supports f32 only");
     pthread_mutex_lock(&v->lock);
+    psg_variable_note_unlogged(v);
     float *d = psg_tensor_f32(v->value);
     const float *x = psg_tensor_f32(c->inputs[1]);
     /* numel read once: the stores through d could alias the shape, for the compiler */

@@ -115,6 +115,10 @@ typedef void (*row_fn)(const float *p, int64_t d, float *w, float *s1, float *s2
 
 static int run(sparse_t *s, row_fn fn, const float *p) {
     pthread_mutex_lock(&s->var->lock);
+    /* chain replication forwards its value (the write log gets dense updates only) */
+    psg_variable_note_unlogged(s->var);
+    for (int k = 0; k < 2; k++)
+        if (s->slot[k]) psg_variable_note_unlogged(s->slot[k]);
     for (int32_t i = 0; i < s->n; i++) {
         int64_t o = s->rows[i] * s->d;
         fn(p, s->d, s->w + o, s->s1 ? s->s1 + o : NULL, s->s2 ? s->s2 + o : NULL,

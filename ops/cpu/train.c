@@ -11,6 +11,16 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#define PSG_USED_MAX 16
+
+/* The scalar inputs a kernel read, as it read them, for the write log (chain replication): an
+ * input read from a variable (Adam's beta powers) may change under another step before the log
+ * would copy it. */
+typedef struct {
+    float v[PSG_USED_MAX];
+    uint32_t mask; /* bit i: input i's value is v[i] */
+} used_t;
+
 /* One update over elements [begin, end): w, s1, s2 and g are all (n). */
 typedef struct {
     float *w;       /* the variable, (n) */
@@ -20,15 +30,42 @@ typedef struct {
     bool nesterov;
     psg_variable_t *slots[2]; /* the slots' variables, locked with the variable's */
     int nslots;
+    used_t used;
 } update_t;
 
 /* Big variables are updated by several threads; small ones inline. */
 #define UPDATE_GRAIN 32768
 
-static int scalar_input(psg_kernel_ctx_t *c, int i, const char *what, float *out) {
+static int scalar_input(psg_kernel_ctx_t *c, used_t *used, int i, const char *what, float *out) {
     if (psg_update_check_scalar(c, i, what) < 0) return -1;
     *out = psg_tensor_f32(c->inputs[i])[0];
+    if (i < PSG_USED_MAX) {
+        used->v[i] = *out;
+        used->mask |= 1u << i;
+    }
     return 0;
+}
+
+/* Tells the write log of c's resources (if any) of this update, with the scalars as read.
+ * Under the locks of the variables it writes. */
+static void log_update(psg_kernel_ctx_t *c, const used_t *used) {
+    if (!psg_resource_logs(c->resources)) return;
+    int n = c->num_inputs < PSG_USED_MAX ? c->num_inputs : PSG_USED_MAX;
+    psg_tensor_t *in[PSG_USED_MAX] = {0};
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        in[i] = used->mask >> i & 1 ? psg_tensor_scalar_f32(used->v[i]) : c->inputs[i];
+        ok = ok && in[i];
+    }
+    if (ok && n == c->num_inputs) {
+        psg_resource_log_write(c->resources, c->node, in, n);
+    } else { /* not logged: its next forward sends the values */
+        for (int i = 0; i < c->num_inputs; i++)
+            if (c->inputs[i]->dtype == PSG_DT_RESOURCE)
+                psg_variable_note_unlogged(psg_kernel_variable(c, i));
+    }
+    for (int i = 0; i < n; i++)
+        if (used->mask >> i & 1) psg_tensor_destroy(&in[i]);
 }
 
 /* The check_numerics scan: the lowest index of a NaN or Inf, or n. */
@@ -90,6 +127,7 @@ static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, u
     /* a retried step's update that v holds already is not applied twice (ps/replicate.c) */
     if (psg_variable_note_write(v, c->step_id)) {
         for (int i = 0; i < u->nslots; i++) (void)psg_variable_note_write(u->slots[i], c->step_id);
+        log_update(c, &u->used);
         psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
     }
     psg_variable_unlock_update(v, u->slots, u->nslots);
@@ -174,7 +212,8 @@ static void ftrl_range(void *ctx, int64_t b, int64_t e) {
 static int lr_update(psg_kernel_ctx_t *c, int nslots, psg_range_fn fn) {
     psg_variable_t *v = NULL;
     update_t u;
-    if (prepare(c, nslots, nslots + 2, &v, &u) < 0 || scalar_input(c, nslots + 1, "lr", &u.lr) < 0)
+    if (prepare(c, nslots, nslots + 2, &v, &u) < 0 ||
+        scalar_input(c, &u.used, nslots + 1, "lr", &u.lr) < 0)
         return -1;
     return run_update(c, v, fn, &u);
 }
@@ -193,8 +232,8 @@ int psg_cpu_apply_adagrad(psg_kernel_ctx_t *c) {
 int psg_cpu_apply_momentum(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     update_t u;
-    if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, 2, "lr", &u.lr) < 0 ||
-        scalar_input(c, 4, "momentum", &u.a) < 0)
+    if (prepare(c, 1, 3, &v, &u) < 0 || scalar_input(c, &u.used, 2, "lr", &u.lr) < 0 ||
+        scalar_input(c, &u.used, 4, "momentum", &u.a) < 0)
         return -1;
     u.nesterov = ((const psg_apply_params_t *)psg_kernel_params(c))->use_nesterov;
     return run_update(c, v, momentum_range, &u);
@@ -204,9 +243,10 @@ int psg_cpu_apply_momentum(psg_kernel_ctx_t *c) {
 int psg_cpu_apply_rmsprop(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     update_t u;
-    if (prepare(c, 2, 7, &v, &u) < 0 || scalar_input(c, 3, "lr", &u.lr) < 0 ||
-        scalar_input(c, 4, "rho", &u.a) < 0 || scalar_input(c, 5, "momentum", &u.b) < 0 ||
-        scalar_input(c, 6, "epsilon", &u.eps) < 0)
+    if (prepare(c, 2, 7, &v, &u) < 0 || scalar_input(c, &u.used, 3, "lr", &u.lr) < 0 ||
+        scalar_input(c, &u.used, 4, "rho", &u.a) < 0 ||
+        scalar_input(c, &u.used, 5, "momentum", &u.b) < 0 ||
+        scalar_input(c, &u.used, 6, "epsilon", &u.eps) < 0)
         return -1;
     return run_update(c, v, rmsprop_range, &u);
 }
@@ -217,10 +257,12 @@ int psg_cpu_apply_adam(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     update_t u;
     float b1p = 0, b2p = 0, lr = 0;
-    if (prepare(c, 2, 9, &v, &u) < 0 || scalar_input(c, 3, "beta1_power", &b1p) < 0 ||
-        scalar_input(c, 4, "beta2_power", &b2p) < 0 || scalar_input(c, 5, "lr", &lr) < 0 ||
-        scalar_input(c, 6, "beta1", &u.a) < 0 || scalar_input(c, 7, "beta2", &u.b) < 0 ||
-        scalar_input(c, 8, "epsilon", &u.eps) < 0)
+    if (prepare(c, 2, 9, &v, &u) < 0 || scalar_input(c, &u.used, 3, "beta1_power", &b1p) < 0 ||
+        scalar_input(c, &u.used, 4, "beta2_power", &b2p) < 0 ||
+        scalar_input(c, &u.used, 5, "lr", &lr) < 0 ||
+        scalar_input(c, &u.used, 6, "beta1", &u.a) < 0 ||
+        scalar_input(c, &u.used, 7, "beta2", &u.b) < 0 ||
+        scalar_input(c, &u.used, 8, "epsilon", &u.eps) < 0)
         return -1;
     if (b1p == 1.0f) return psg_error_set("beta1_power is 1: Adam's bias correction divides by 0");
     u.lr = lr * sqrtf(1.0f - b2p) / (1.0f - b1p);
@@ -231,9 +273,10 @@ int psg_cpu_apply_adam(psg_kernel_ctx_t *c) {
 int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     update_t u;
-    if (prepare(c, 2, 3, &v, &u) < 0 || scalar_input(c, 4, "lr", &u.lr) < 0 ||
-        scalar_input(c, 5, "l1", &u.a) < 0 || scalar_input(c, 6, "l2", &u.b) < 0 ||
-        scalar_input(c, 7, "lr_power", &u.eps) < 0)
+    if (prepare(c, 2, 3, &v, &u) < 0 || scalar_input(c, &u.used, 4, "lr", &u.lr) < 0 ||
+        scalar_input(c, &u.used, 5, "l1", &u.a) < 0 ||
+        scalar_input(c, &u.used, 6, "l2", &u.b) < 0 ||
+        scalar_input(c, &u.used, 7, "lr_power", &u.eps) < 0)
         return -1;
     if (!(u.lr > 0)) return psg_error_set("FTRL's lr must be > 0, got %g", (double)u.lr);
     if (!(u.a >= 0) || !(u.b >= 0) || !(u.eps <= 0))
@@ -245,12 +288,14 @@ int psg_cpu_apply_ftrl(psg_kernel_ctx_t *c) {
 int psg_cpu_scale_variable(psg_kernel_ctx_t *c) {
     psg_variable_t *v = NULL;
     float f = 0;
+    used_t used = {0};
     if (psg_update_variable(c, psg_kernel_variable, 0, &v) < 0 ||
-        scalar_input(c, 1, "factor", &f) < 0)
+        scalar_input(c, &used, 1, "factor", &f) < 0)
         return -1;
     pthread_mutex_lock(&v->lock);
     float *w = psg_tensor_f32(v->value);
     int64_t n = psg_variable_note_write(v, c->step_id) ? psg_tensor_numel(v->value) : 0;
+    if (n) log_update(c, &used);
     for (int64_t i = 0; i < n; i++) w[i] *= f;
     pthread_mutex_unlock(&v->lock);
     return 0;
@@ -265,6 +310,7 @@ int psg_cpu_increment_variable(psg_kernel_ctx_t *c) {
     int rc = 0;
     pthread_mutex_lock(&v->lock);
     int64_t n = psg_variable_note_write(v, c->step_id) ? psg_tensor_numel(v->value) : 0;
+    if (n) log_update(c, &(used_t){0});
     switch (v->dtype) {
     case PSG_DT_I64:
         for (int64_t i = 0; i < n; i++) psg_tensor_i64(v->value)[i] += by;
