@@ -3,7 +3,8 @@
 #  - psgraph at batch B (default 128), f32 and mixed (bf16 products), beside torchvision's
 #    Inception-v3 in PyTorch in the same run (cuDNN benchmark mode, TF32 off; autocast to
 #    bf16), both on plain SGD at lr 0.01 and random 299x299 input, with the ratio;
-#  - a cluster of 1 ps + 1 GPU worker on this machine beside one process (f32);
+#  - a cluster of 1 ps + 1 GPU worker on this machine beside one process (f32), and of
+#    1 ps + 2 GPU workers sharing the GPU (their images/s summed; not yet run on a GPU);
 #  - where an f32 step's time goes (`--op-profile`: a line an op type, then the total), first.
 #   bench/cuda_inception3.sh [batch] [steps]
 # Without a GPU it prints one "skipped" line and exits 0; without torch with CUDA the peer
@@ -71,3 +72,20 @@ done
 cluster=$(ours --precision f32 --ps 1 --workers 1)
 report "1 ps + 1 GPU worker vs one process" "$cluster" \
   "$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["images_per_sec"])' "$single" 2>/dev/null)"
+
+# 1 ps + 2 GPU workers sharing this machine's GPU (issue 38's case when one GPU is lent):
+# the workers' images/s summed, beside one process on the same GPU
+two=$(ours --precision f32 --ps 1 --workers 2)
+ONE="$single" TWO="$two" python3 - <<'PY'
+import json, os
+one = json.loads(os.environ["ONE"]) if os.environ["ONE"] else {}
+two = json.loads(os.environ["TWO"]) if os.environ["TWO"] else {}
+rates = [r for r in two.get("per_worker_images_per_sec") or [] if r is not None]
+out = {"bench": "cuda_inception3", "what": "1 ps + 2 GPU workers on one GPU vs one process",
+       "batch": two.get("batch"), "precision": "f32", "per_worker_images_per_sec": rates,
+       "psgraph_images_per_sec": round(sum(rates), 3) if rates else None,
+       "other_images_per_sec": one.get("images_per_sec")}
+if rates and one.get("images_per_sec"):
+    out["ratio"] = round(sum(rates) / one["images_per_sec"], 3)
+print(json.dumps(out))
+PY

@@ -12,7 +12,11 @@
 #   bench/hostile.sh --beside [ROUNDS]
 # (issue 27) the same job (PSG_BESIDE_STEPS, default 300 steps) alone and beside each
 # reproducer of findings 1-4 looping against its ps, alternated, ROUNDS times: steps/s of
-# each and the ratio (target 0.8), then per finding the best ratio and the spread.
+# each and the ratio (target 0.8), then per finding the best ratio and the spread, and
+# (medians) the cores the reproducer took (it runs on this host, in the test's process: a
+# hostile peer runs on its own, so on a 2-core machine part of the job's loss is the
+# reproducer's own CPU, not the ps's), the ps's extra cores beside it, and the ps's CPU ms
+# per reproduction. PSG_BESIDE_FINDINGS=3 runs finding 3 only (any of 1234).
 #   bench/hostile.sh --graphs [PAIRS]
 # (issue 27) PAIRS (default 100000) mutated RegisterGraph + RunGraph pairs from the seeds of
 # tests/fuzz/corpus/fuzz_run against an AddressSanitizer + UBSan `psgraph server
@@ -38,11 +42,26 @@ import json, sys
 by = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    by.setdefault((r["finding"], r["reproducer"]), []).append(r["ratio"])
-for (f, name), ratios in sorted(by.items()):
+    by.setdefault((r["finding"], r["reproducer"]), []).append(r)
+for (f, name), runs in sorted(by.items()):
+    ratios = [r["ratio"] for r in runs]
+    # the cores each took while the job ran beside the reproducer: the reproducer runs on this
+    # host (a hostile peer runs on its own), so what it takes of the machine's is not the ps's
+    def cores(key, secs):
+        v = sorted(r[key] / r[secs] for r in runs if r.get(secs))
+        return round(v[len(v) // 2], 2) if v else None
+    ps_extra = [r["ps_cpu_beside"] / r["seconds_beside"] - r["ps_cpu_alone"] / r["seconds_alone"]
+                for r in runs if r.get("seconds_beside") and r.get("seconds_alone")]
     print(json.dumps({"bench": "hostile_beside_summary", "finding": f, "reproducer": name,
                       "runs": len(ratios), "best_ratio": max(ratios),
-                      "spread": round(max(ratios) - min(ratios), 2), "target": 0.8}))
+                      "spread": round(max(ratios) - min(ratios), 2), "target": 0.8,
+                      "cores": runs[0].get("cores"),
+                      "reproducer_cores": cores("reproducer_cpu", "seconds_beside"),
+                      "ps_extra_cores": round(sorted(ps_extra)[len(ps_extra) // 2], 2) if ps_extra else None,
+                      "ps_cpu_ms_per_reproduction": round(1e3 * sorted(
+                          (r["ps_cpu_beside"] - r["ps_cpu_alone"] * r["seconds_beside"] / r["seconds_alone"])
+                          / r["reproductions"] for r in runs)[len(runs) // 2], 3)
+                      if all(r.get("seconds_alone") for r in runs) else None}))
 PY
   rm -f "$out"
   exit

@@ -4,6 +4,9 @@
 #    28 x 28 image a request, --max-batch 8) against ONNX Runtime's own in-process
 #    InferenceSession.run of the exported model at batch 8: examples/sec, p50/p99 latency,
 #    the ratio; PSG_BENCH_ROUNDS rounds (default 3) alternating the two, best and spread;
+#  - "serve_cnn_inprocess": the same model's plan alone in one process (bench_servable:
+#    psg_servable_run at batch 8, no HTTP, no JSON, no batcher) against the same `run`,
+#    alternating, with each side's CPU ms a batch: what the kernels owe of the serve's gap;
 #  - "serve_inception3": the same for Inception-v3 at 299 x 299 (a checkpoint of one
 #    training step), at batch 1 (1 connection, --max-batch 1) and batch 32 (32 connections,
 #    --max-batch 32; PSG_BENCH_INCEPTION32_SECONDS a round, default 150: a batch of 32 takes
@@ -109,6 +112,25 @@ $psg train --model cnn --steps "${PSG_BENCH_CNN_STEPS:-300}" --threads "$threads
 $psg export --logdir "$tmp/cnn" --out "$tmp/cnn.onnx" >/dev/null || exit 1
 body "$tmp/one28.json" 1 28 1
 compare serve_cnn 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json"
+: >"$tmp/inproc.ours"
+: >"$tmp/inproc.peer"
+for r in $(seq "$rounds"); do
+  build/bench/bench_servable "$tmp/cnn" 8 "$secs" "$threads" >>"$tmp/inproc.ours" || exit 1
+  "$venv/bin/python" "$check" ortbench "$tmp/cnn.onnx" 8 "$secs" 1 >>"$tmp/inproc.peer"
+done
+python3 - "$tmp/inproc.ours" "$tmp/inproc.peer" <<'PY'
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peer = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+rate, prate = [o["examples_per_sec"] for o in ours], [p["examples_per_sec"] for p in peer]
+print(json.dumps({"bench": "serve_cnn_inprocess", "batch": 8, "threads": ours[0]["threads"], "rounds": len(rate),
+                  "psgraph_examples_per_sec": max(rate), "psgraph_spread": [min(rate), max(rate)],
+                  "psgraph_cpu_ms_per_batch": min(o["cpu_ms_per_run"] for o in ours),
+                  "onnxruntime_examples_per_sec": round(max(prate), 2),
+                  "onnxruntime_spread": [round(min(prate), 2), round(max(prate), 2)],
+                  "onnxruntime_cpu_ms_per_batch": round(min(p["cpu_ms_per_run"] for p in peer), 3),
+                  "ratio": round(max(rate) / max(prate), 3)}))
+PY
 
 # ---- hot swap under the cnn's load ----
 mkdir -p "$tmp/swap"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define MAX_DEPTH 64
-#define MAX_BYTES ((size_t)16 << 20)
+#define MAX_BYTES PSG_JSON_MAX_BYTES
 #define SMALL_OBJECT 16 /* members checked for duplicates by a scan; past it, by a map */
 
 /* A document's nodes, strings and item arrays come from its arena, freed at once with the
@@ -232,30 +232,48 @@ static bool fast_number(const char *s, const char *end, double *out) {
     return true;
 }
 
-static int parse_number(parser_t *ps, psg_json_t *j) {
-    const char *s = ps->p, *q = s;
+const char *psg_json_scan_number(const char *s, bool *integral, const char **why) {
+    const char *q = s;
     if (*q == '-') q++;
     if (*q == '0') {
         q++;
     } else if (*q >= '1' && *q <= '9') {
         while (*q >= '0' && *q <= '9') q++;
     } else {
-        return fail(ps, "expected a value");
+        *why = "expected a value";
+        return NULL;
     }
-    j->integral = true;
+    *integral = true;
     if (*q == '.') {
-        j->integral = false;
-        if (!(*++q >= '0' && *q <= '9')) return fail(ps, "expected a digit after '.'");
+        *integral = false;
+        if (!(*++q >= '0' && *q <= '9')) {
+            *why = "expected a digit after '.'";
+            return NULL;
+        }
         while (*q >= '0' && *q <= '9') q++;
     }
     if (*q == 'e' || *q == 'E') {
-        j->integral = false;
+        *integral = false;
         q++;
         if (*q == '+' || *q == '-') q++;
-        if (!(*q >= '0' && *q <= '9')) return fail(ps, "expected a digit in the exponent");
+        if (!(*q >= '0' && *q <= '9')) {
+            *why = "expected a digit in the exponent";
+            return NULL;
+        }
         while (*q >= '0' && *q <= '9') q++;
     }
-    if (!fast_number(s, q, &j->number)) j->number = strtod(s, NULL);
+    return q;
+}
+
+double psg_json_number_value(const char *s, const char *end) {
+    double v;
+    return fast_number(s, end, &v) ? v : strtod(s, NULL);
+}
+
+static int parse_number(parser_t *ps, psg_json_t *j) {
+    const char *why = NULL, *q = psg_json_scan_number(ps->p, &j->integral, &why);
+    if (!q) return fail(ps, why);
+    j->number = psg_json_number_value(ps->p, q);
     ps->p = q;
     return 0;
 }

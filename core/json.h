@@ -28,6 +28,9 @@ typedef struct psg_json {
     struct psg_json_arena *arena; /* the document's, on its root only: every node is in it */
 } psg_json_t;
 
+/* The longest text psg_json_parse reads. */
+#define PSG_JSON_MAX_BYTES ((size_t)16 << 20)
+
 /* Parses a whole document. NULL with the error set ("line 3, column 7: expected ','");
  * duplicate keys in an object are an error. The caller frees the document (its root, never a
  * part of it: the parts are freed with it) with psg_json_free. */
@@ -35,6 +38,13 @@ psg_json_t *psg_json_parse(const char *text);
 void psg_json_free(psg_json_t *j);
 /* The member `key` of an object, or NULL. */
 const psg_json_t *psg_json_get(const psg_json_t *obj, const char *key);
+/* The end of the JSON number (RFC 8259's grammar) at s, or NULL with *why saying what is
+ * wrong; *integral: written without fraction or exponent. For a reader that walks a known
+ * layout itself (serving/rest.c's predict bodies) and must read numbers as this one does. */
+const char *psg_json_scan_number(const char *s, bool *integral, const char **why);
+/* The value of the number s..end (psg_json_scan_number's, followed by a character that is no
+ * part of a number): the double strtod gives, which psg_json_parse gives too. */
+double psg_json_number_value(const char *s, const char *end);
 /* "null", "a boolean", "a number", "a string", "an array", "an object". */
 const char *psg_json_type_name(psg_json_type_t t);
 

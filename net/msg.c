@@ -2,6 +2,7 @@
  * Not its encoding (net/header.c, net/codec.c). */
 #include "psgraph/wire.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -33,7 +34,13 @@ void psg_wire_random(void *buf, size_t n) {
 bool psg_conn_open(const psg_conn_t *c) {
     struct stat st;
     if (c->fd < 0) return true;
-    return fstat(c->fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint64_t)st.st_ino == c->ino;
+    if (fstat(c->fd, &st) < 0 || !S_ISSOCK(st.st_mode) || (uint64_t)st.st_ino != c->ino)
+        return false;
+    /* the peer closed it, though ZeroMQ's I/O thread, busy or starved of the CPU, did not
+     * close its descriptor yet: a peer that closes its connections has none open here
+     * (a peer never half-closes a ZeroMQ connection: POLLRDHUP is its end) */
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
 static void draw_incarnation(void) {

@@ -61,7 +61,8 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
                           c.accepted, c.stale, c.late, c.closed, c.takes);
     }
     pthread_mutex_lock(&ts->lock);
-    int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len, np = ts->n_peers;
+    int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len,
+        np = psg_ts_peers_holding_locked(ts);
     pthread_mutex_unlock(&ts->lock);
     psg_strbuf_printf(
         &b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,

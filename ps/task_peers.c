@@ -48,8 +48,23 @@ static bool peer_closed_locked(peer_t *p, int64_t now) {
     return true;
 }
 
+/* Whether p holds anything here: one that holds nothing is forgotten (prune) and does not
+ * count against the limits. */
+static bool peer_holds(const peer_t *p) {
+    return p->pending || p->running || p->recvs || p->waiters || p->graphs;
+}
+
+/* The bucket of ts->peer_index of a client key, else of a routing id (FNV-1a, seeded). */
+static peer_t **peer_bucket(psg_task_server_t *ts, const char *key, const psg_route_t *route) {
+    const uint8_t *b = key ? (const uint8_t *)key : route->id;
+    size_t n = key ? strlen(key) : route->len;
+    uint32_t h = 2166136261u ^ ts->peer_seed;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+    return &ts->peer_index[h % PEER_BUCKETS];
+}
+
 static peer_t *peer_find_locked(psg_task_server_t *ts, const psg_msg_t *req, const char *key) {
-    for (peer_t *p = ts->peers; p; p = p->next) {
+    for (peer_t *p = *peer_bucket(ts, key, &req->route); p; p = p->hnext) {
         if (key ? !strcmp(p->key, key)
                 : !p->key[0] && p->route.len == req->route.len &&
                       !memcmp(p->route.id, req->route.id, req->route.len)) {
@@ -76,7 +91,7 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
     int open = 0, same = 0; /* same: connections without a key of their own from its address */
     int64_t now = psg_codec_now_ms();
     for (peer_t *q = ts->peers; q; q = q->next) {
-        if (peer_closed_locked(q, now)) continue;
+        if (!peer_holds(q) || peer_closed_locked(q, now)) continue;
         open++;
         same += !q->key[0] && !strcmp(q->addr, req->peer);
     }
@@ -105,6 +120,9 @@ peer_t *psg_ts_peer_locked(psg_task_server_t *ts, const psg_msg_t *req) {
     peer_note_conn(p, &req->conn);
     p->next = ts->peers;
     ts->peers = p;
+    peer_t **bucket = peer_bucket(ts, key, &req->route);
+    p->hnext = *bucket;
+    *bucket = p;
     ts->n_peers++;
     return p;
 }
@@ -170,14 +188,23 @@ void psg_ts_peers_sweep(psg_task_server_t *ts) {
 void psg_ts_peers_prune_locked(psg_task_server_t *ts) {
     for (peer_t **pp = &ts->peers; *pp;) {
         peer_t *p = *pp;
-        if (!p->pending && !p->running && !p->recvs && !p->waiters && !p->graphs) {
-            *pp = p->next;
-            free(p);
-            ts->n_peers--;
-        } else {
+        if (peer_holds(p)) {
             pp = &p->next;
+            continue;
         }
+        *pp = p->next;
+        peer_t **hp = peer_bucket(ts, p->key[0] ? p->key : NULL, &p->route);
+        while (*hp != p) hp = &(*hp)->hnext;
+        *hp = p->hnext;
+        free(p);
+        ts->n_peers--;
     }
+}
+
+int psg_ts_peers_holding_locked(psg_task_server_t *ts) {
+    int n = 0;
+    for (const peer_t *p = ts->peers; p; p = p->next) n += peer_holds(p);
+    return n;
 }
 
 /* Takes a pending slot of req's peer for `bytes`; -1 with a PSG_ERR_LIMIT error naming

@@ -163,6 +163,10 @@ static void job_free(psg_task_server_t *ts, job_t *j) {
 static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetched) {
     psg_msg_t *req = j->req;
     reg_graph_t *rg = j->rg;
+    /* the peer's slot is free before it reads the reply: its next request may take it (a
+     * runner preempted between the two held a peer at --max-pending out) */
+    if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
+    j->peer = NULL;
     if (rc < 0) {
         psg_ts_repl_abort(ts, rg->written, &j->undo);
         /* a feed that does not fit, a node of the peer's graph that fails on its input:
@@ -198,7 +202,7 @@ static void register_job(psg_task_server_t *ts, job_t *j) {
     else if (psg_ts_graph_register(ts, j->peer, &j->reg, &rep.u.handle) == 0 &&
              !(m = psg_rep_encode(PSG_REQ_REGISTER_GRAPH, &rep)))
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-    /* the peer's slot is free before it reads the reply: its next request may take it */
+    /* the peer's slot is free before it reads the reply (as in job_end) */
     if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
     j->peer = NULL;
     if (m)
@@ -374,8 +378,9 @@ static void serve_jobs(psg_task_server_t *ts, bool builds) {
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
         pthread_mutex_lock(&ts->lock);
-        if (peer) { /* its next queued job, of either kind, may run now */
-            peer->running--;
+        /* a job of a peer at its --max-running was passed over: it may run now (every
+         * thread woken at every job's end, 8 runners and 2 builders fought for the lock) */
+        if (peer && peer->running-- >= ts->lim.max_running_per_peer) {
             pthread_cond_broadcast(&ts->jobs_cond);
             pthread_cond_broadcast(&ts->builds_cond);
         }
@@ -566,7 +571,8 @@ static void serve(psg_task_server_t *ts) {
             psg_msg_destroy(&m);
         }
         psg_ts_check_waiters(ts, false);
-        if (psg_codec_now_ms() - last_sweep >= SWEEP_MS) {
+        bool sweep = psg_codec_now_ms() - last_sweep >= SWEEP_MS;
+        if (sweep) {
             psg_ts_peers_sweep(ts);
             last_sweep = psg_codec_now_ms();
         }
@@ -575,7 +581,9 @@ static void serve(psg_task_server_t *ts) {
             psg_ts_request_stop(ts, "idle: no request for %" PRId64 " ms", ts->idle_timeout_ms);
         pthread_mutex_lock(&ts->lock);
         bool stop = ts->stop_requested;
-        psg_ts_peers_prune_locked(ts);
+        /* with the sweep, not at every request: a walk of every peer (one that holds nothing
+         * counts against no limit meanwhile) */
+        if (sweep) psg_ts_peers_prune_locked(ts);
         pthread_mutex_unlock(&ts->lock);
         if (stop) break;
     }
@@ -702,6 +710,7 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
         return NULL;
     }
     pthread_mutex_init(&ts->lock, NULL);
+    psg_wire_random(&ts->peer_seed, sizeof ts->peer_seed);
     pthread_cond_init(&ts->cond, NULL);
     pthread_cond_init(&ts->jobs_cond, NULL);
     pthread_cond_init(&ts->builds_cond, NULL);

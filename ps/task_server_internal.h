@@ -25,6 +25,9 @@ typedef struct peer peer_t;
 typedef struct job job_t;
 /* The connections a peer is known by: its latest few (a client key's may be several). */
 #define PEER_CONNS 4
+/* Buckets of the peers' index by key or routing id: a request finds its peer without walking
+ * every peer (a thousand closed connections' peers hold their graphs through the grace). */
+#define PEER_BUCKETS 1024
 
 typedef struct {
     uint64_t handle;
@@ -76,6 +79,7 @@ struct peer {
     int64_t closed_ms; /* when none of them was open any more (0: one is): its graphs go
                         * after the grace (peers_sweep in task_server.c) */
     struct peer *next;
+    struct peer *hnext; /* in its bucket of ts->peer_index */
 };
 
 /* A RunGraph from its arrival to its reply. Its run holds no runner while it waits (a Recv,
@@ -164,6 +168,8 @@ struct psg_task_server {
     pthread_cond_t graph_idle;  /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;
     int n_peers;
+    peer_t *peer_index[PEER_BUCKETS]; /* the same peers by key or routing id */
+    uint32_t peer_seed;               /* of the index's hash: a peer cannot aim at a bucket */
     char *workers_done[MAX_WORKERS_DONE];
     int n_workers_done;
 
@@ -210,6 +216,8 @@ void psg_ts_put_pending(psg_task_server_t *ts, peer_t *p, size_t bytes, bool rec
 void psg_ts_peers_sweep(psg_task_server_t *ts);
 /* Forgets the peers that hold nothing any more. Under lock, on the server thread. */
 void psg_ts_peers_prune_locked(psg_task_server_t *ts);
+/* The peers that hold something (Inspect's "peers"; one not pruned yet may hold nothing). */
+int psg_ts_peers_holding_locked(psg_task_server_t *ts);
 
 /* ---- registered graphs (task_graphs.c) ---- */
 /* The live graph `handle` with a reference taken, or NULL. */

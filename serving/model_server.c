@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,9 @@ typedef struct req {
     psg_tensor_t *outputs[PSG_SERVABLE_MAX_IO];
     int64_t row0;
     int rc;
-    bool done;
+    sem_t answered; /* posted once the batch's results are in: the requester alone wakes,
+                       without the server's lock (a broadcast woke every waiting requester
+                       at once to queue on that lock) */
     char error[1024];
     struct req *next;
 } req_t;
@@ -39,9 +42,12 @@ struct psg_model_server {
     psg_model_server_config_t c;
     char dir[4096];
     pthread_mutex_t lock;
-    pthread_cond_t queued, answered, stop;
+    pthread_cond_t queued, stop;
     version_t *versions; /* newest first */
     req_t *head;
+    int64_t queued_rows; /* rows in the queue */
+    int64_t wake_rows;   /* queued rows that wake the batcher: it sleeps until then (or its
+                            timeout) rather than waking at every request */
     bool stopping;
     int64_t failed_step; /* the newest checkpoint that did not load: not tried again */
     pthread_t batcher, watcher;
@@ -207,18 +213,17 @@ static void run_batch(psg_model_server_t *ms, req_t **list, int n, int64_t rows)
     ms->stats.batches++;
     ms->stats.requests += n;
     ms->stats.rows += rows;
+    pthread_mutex_unlock(&ms->lock);
     int64_t row0 = 0;
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < n; k++) { /* out of the queue: the requests are the batcher's */
         req_t *r = list[k];
         r->rc = rc;
         if (rc < 0) snprintf(r->error, sizeof r->error, "%s", psg_error_message());
         for (int j = 0; rc == 0 && j < n_out; j++) r->outputs[j] = psg_tensor_ref(outs[j]);
         r->row0 = row0;
         row0 += r->batch;
-        r->done = true;
+        sem_post(&r->answered); /* r (the requester's) is not touched after this */
     }
-    pthread_cond_broadcast(&ms->answered);
-    pthread_mutex_unlock(&ms->lock);
     for (int i = 0; i < PSG_SERVABLE_MAX_IO; i++) {
         psg_tensor_destroy(&joined[i]);
         psg_tensor_destroy(&outs[i]);
@@ -234,6 +239,7 @@ static void take_matching(psg_model_server_t *ms, psg_servable_t *s, int64_t max
             *p = r->next;
             list[(*n)++] = r;
             *rows += r->batch;
+            ms->queued_rows -= r->batch;
         } else {
             p = &r->next;
         }
@@ -249,10 +255,12 @@ static void *batch_loop(void *arg) {
     PSG_ASSERT(list);
     pthread_mutex_lock(&ms->lock);
     for (;;) {
+        ms->wake_rows = 1;
         while (!ms->stopping && !ms->head) pthread_cond_wait(&ms->queued, &ms->lock);
         if (!ms->head) break; /* stopping, nothing left */
         req_t *first = ms->head;
         ms->head = first->next;
+        ms->queued_rows -= first->batch;
         int n = 1;
         int64_t rows = first->batch;
         list[0] = first;
@@ -265,6 +273,7 @@ static void *batch_loop(void *arg) {
             for (;;) {
                 take_matching(ms, first->s, max, list, &n, cap, &rows);
                 if (rows >= max || n == cap || ms->stopping) break;
+                ms->wake_rows = max - rows; /* a request that fills the batch wakes it */
                 if (pthread_cond_timedwait(&ms->queued, &ms->lock, &until) != 0) {
                     take_matching(ms, first->s, max, list, &n, cap, &rows);
                     break;
@@ -273,6 +282,7 @@ static void *batch_loop(void *arg) {
         } else if (rows < max) {
             take_matching(ms, first->s, max, list, &n, cap, &rows);
         }
+        ms->wake_rows = INT64_MAX; /* running: nobody to wake */
         pthread_mutex_unlock(&ms->lock);
         run_batch(ms, list, n, rows);
         pthread_mutex_lock(&ms->lock);
@@ -287,17 +297,21 @@ int psg_model_server_predict(psg_model_server_t *ms, psg_servable_t *s, psg_tens
     req_t r = {.s = s, .inputs = inputs, .batch = batch};
     if (psg_servable_check_inputs(s, inputs) < 0)
         return -1; /* before a batch: never fails others */
+    if (sem_init(&r.answered, 0, 0) != 0) return psg_error_set("cannot make a semaphore");
     pthread_mutex_lock(&ms->lock);
     if (ms->stopping) {
         pthread_mutex_unlock(&ms->lock);
+        sem_destroy(&r.answered);
         return psg_error_set("the server is stopping");
     }
     req_t **tail = &ms->head;
     while (*tail) tail = &(*tail)->next;
     *tail = &r;
-    pthread_cond_broadcast(&ms->queued);
-    while (!r.done) pthread_cond_wait(&ms->answered, &ms->lock);
+    ms->queued_rows += batch;
+    if (ms->queued_rows >= ms->wake_rows) pthread_cond_signal(&ms->queued);
     pthread_mutex_unlock(&ms->lock);
+    while (sem_wait(&r.answered) != 0) continue; /* EINTR: wait on */
+    sem_destroy(&r.answered);
     if (r.rc < 0) return psg_error_set("%s", r.error);
     for (int j = 0; j < psg_servable_num_outputs(s); j++) outputs[j] = r.outputs[j];
     *row0 = r.row0;
@@ -321,9 +335,9 @@ psg_model_server_t *psg_model_server_new(const psg_model_server_config_t *c) {
     ms->c = *c;
     snprintf(ms->dir, sizeof ms->dir, "%s", c->dir);
     ms->failed_step = -1;
+    ms->wake_rows = 1;
     pthread_mutex_init(&ms->lock, NULL);
     pthread_cond_init(&ms->queued, NULL);
-    pthread_cond_init(&ms->answered, NULL);
     pthread_cond_init(&ms->stop, NULL);
     psg_servable_t *s = psg_servable_load(ms->dir, &c->load);
     if (!s || install(ms, s) < 0) {
@@ -367,7 +381,6 @@ void psg_model_server_destroy(psg_model_server_t **msp) {
     }
     pthread_mutex_destroy(&ms->lock);
     pthread_cond_destroy(&ms->queued);
-    pthread_cond_destroy(&ms->answered);
     pthread_cond_destroy(&ms->stop);
     free(ms);
     *msp = NULL;

@@ -12,7 +12,7 @@
       the failed ones (any status but 200, or a broken connection) and the versions seen
   serving_check.py ortbench MODEL.onnx BATCH SECONDS THREADS
       ONNX Runtime's own InferenceSession.run in this process at BATCH, THREADS callers
-      (the peer of bench/serve.sh): inferences/sec and run latencies
+      (the peer of bench/serve.sh): inferences/sec, run latencies, the process's CPU ms a run
 onnx, onnxruntime and numpy come from the caller's venv (never the product's).
 """
 import json
@@ -140,17 +140,18 @@ def ortbench(args):
             with lock:
                 lat.append(time.perf_counter() - t0)
 
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     ts = [threading.Thread(target=caller) for _ in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    wall = time.time() - t0
+    wall, cpu = time.time() - t0, time.process_time() - c0
     lat.sort()
     print(json.dumps({"peer": "onnxruntime", "version": onnxruntime.__version__, "batch": batch,
                       "threads": threads, "runs": len(lat), "examples_per_sec": len(lat) * batch / wall,
-                      "p50_ms": 1e3 * lat[len(lat) // 2], "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}))
+                      "p50_ms": 1e3 * lat[len(lat) // 2], "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+                      "cpu_ms_per_run": 1e3 * cpu / max(len(lat), 1)}))
     return 0
 
 

@@ -68,6 +68,9 @@ static void test_pending_limit(void) {
     psg_client_destroy(&c);
 }
 
+/* Steps a peer sends one after the other (test_pending_slot_before_reply). */
+#define STEPS_IN_TURN 3000
+
 /* A graph too large to run on the server thread that needs no wait: a chain of identities. */
 static uint64_t register_chain(psg_client_t *via) {
     int fetch = 0;
@@ -75,6 +78,33 @@ static uint64_t register_chain(psg_client_t *via) {
     uint64_t handle = register_graph(via, g, fetch);
     psg_graph_destroy(&g);
     return handle;
+}
+
+/* A peer at --max-pending 1 that sends its next step once the last one's reply came is never
+ * refused: the runner gives the pending slot back before the reply goes (it gave it back
+ * after: a runner preempted between the two held the next step out). */
+static void test_pending_slot_before_reply(void) {
+    pid_t first_pid = server_pid;
+    int first_port = port;
+    CHECK(start_server_with("1", "8", "2") == 0);
+    psg_client_t *c = connect_peer();
+    uint64_t chain = register_chain(c);
+    CHECK(chain > 0);
+    int answered = 0, refused = 0;
+    char first[256] = "";
+    for (int i = 0; i < STEPS_IN_TURN && chain; i++) {
+        psg_req_t run = {.type = PSG_REQ_RUN_GRAPH, .step = i + 1, .u.run = {.handle = chain}};
+        psg_msg_t *m = psg_req_encode(&run), *rep = psg_client_call(c, &m, 20000);
+        answered += rep && rep->ntensors == 1 && psg_tensor_f32(rep->tensors[0])[0] == 2.5f;
+        if (!rep && psg_error_code() == PSG_ERR_LIMIT && refused++ == 0)
+            snprintf(first, sizeof first, "%s", psg_error_message());
+        psg_msg_destroy(&rep);
+    }
+    printf("  %d steps one after the other at --max-pending 1: %d answered, %d refused%s%s\n",
+           STEPS_IN_TURN, answered, refused, refused ? ": " : "", first);
+    CHECK(answered == STEPS_IN_TURN && refused == 0);
+    psg_client_destroy(&c);
+    restore_server(first_pid, first_port);
 }
 
 /* A peer's waiting steps hold no runner thread (docs/engine.md, "Runs that wait without a
@@ -529,6 +559,7 @@ int main(int argc, char **argv) {
     if (hostile_begin(argc, argv, "hostile") < 0) return 1;
     RUN_TEST(test_take_without_timeout);
     RUN_TEST(test_pending_limit);
+    RUN_TEST(test_pending_slot_before_reply);
     RUN_TEST(test_running_cap);
     RUN_TEST(test_graphs_freed_and_bounded);
     RUN_TEST(test_peers_per_address);

@@ -11,6 +11,7 @@
 #include "serving/servable_internal.h"
 #include "tests/testutil.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -231,6 +232,48 @@ static void test_rest_bodies(void) {
     psg_tensor_destroy(&outs[1]);
 }
 
+/* The row-format body of one f32 input is read straight into the tensor; every other body
+ * goes through the JSON tree. The same rows both ways (the second body's "signature_name"
+ * sends it the general way) must give the same floats bit for bit: numbers strtod rounds
+ * (more than 19 digits, exponents past 22), negative zero, exponents, whitespace; and a
+ * body the direct reader gives up on midway must still be read, or refused with the
+ * general reader's words. */
+static void test_rest_direct_reader(void) {
+    psg_rest_signature_t sig = {1, 2, image_in, two_out};
+    const char *rows = "[ [[[0.1],[-0]] ,[[1e-7],[1.5E+3]]],\n\t[[[123456789012345678901234],"
+                       "[0.30000000000000004441]],[[-2.5e-30],[3.4028235e38]]] ]";
+    char direct[512], tree[512];
+    snprintf(direct, sizeof direct, " {\r\n \"instances\" : %s }\n", rows);
+    snprintf(tree, sizeof tree, "{\"signature_name\":\"serving_default\",\"instances\":%s}", rows);
+    psg_rest_request_t a, b;
+    CHECK(parse(&sig, direct, &a) == 0);
+    CHECK(parse(&sig, tree, &b) == 0);
+    CHECK(a.batch == 2 && b.batch == 2 && !a.columnar);
+    CHECK(a.inputs[0] && b.inputs[0] &&
+          !memcmp(a.inputs[0]->data, b.inputs[0]->data, 8 * sizeof(float)));
+    CHECK(a.inputs[0] && signbit(psg_tensor_f32(a.inputs[0])[1]) &&
+          psg_tensor_f32(a.inputs[0])[3] == 1500.0f);
+    psg_rest_request_clear(&a);
+    psg_rest_request_clear(&b);
+    /* given up on after a whole row: a third row in the wrong shape, a string, a null */
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]],[[[5],[6]],[[7],[8]],[[9],[0]]]]}",
+                &a) < 0);
+    CHECK_ERROR_HAS(
+        "'images' must be f32[?, 2, 2, 1]: an array of 3 where 2 belong at instances[1]");
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]],[[[5],[null]],[[7],[8]]]]}", &a) < 0);
+    CHECK_ERROR_HAS("null where a number belongs at instances[1][0][1][0]");
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]]],\"x\":1}", &a) < 0);
+    CHECK_ERROR_HAS("unknown field 'x'");
+    CHECK(parse(&sig, "{\"instances\":[[[[1],[2]],[[3],[4]]]]} x", &a) < 0);
+    CHECK_ERROR_HAS("the body is not JSON");
+    CHECK(parse(&sig, "{\"instances\":[[[[01],[2]],[[3],[4]]]]}", &a) < 0);
+    CHECK_ERROR_HAS("the body is not JSON");
+    /* the same object with an object a row: the general reader's */
+    CHECK(parse(&sig, "{\"instances\":[{\"images\":[[[1],[2]],[[3],[4e0]]]}]}", &a) == 0 &&
+          a.batch == 1 && psg_tensor_f32(a.inputs[0])[3] == 4.0f);
+    psg_rest_request_clear(&a);
+}
+
 typedef struct {
     psg_model_server_t *ms;
     psg_servable_t *s;
@@ -307,6 +350,7 @@ int main(void) {
     RUN_TEST(test_row_shards_merged);
     RUN_TEST(test_rest_routes);
     RUN_TEST(test_rest_bodies);
+    RUN_TEST(test_rest_direct_reader);
     RUN_TEST(test_model_server);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -3,8 +3,9 @@
  * directly), each worker is a `psgraph train` process. Equivalence with one
  * worker of batch 2·B (also with 2 CPU towers a worker), a delayed backup
  * worker's gradients dropped, a dead worker failing the others in time with
- * b = 0 (and a dead chief with b = 1: no recovery yet), and a SIGKILLed
- * worker not stopping training with b = 1 (mlp to the accuracy bar); ring all-reduce equal
+ * b = 0 (and a dead chief with b = 1: no recovery yet), a failed chief's runner ending
+ * the others' token waits at once, and a SIGKILLed worker not stopping training with
+ * b = 1 (mlp to the accuracy bar); ring all-reduce equal
  * to sync with b = 0 (2 and 4 workers) and failing in time, naming the dead worker. Every
  * process is reaped, every file removed. */
 #include "tests/testutil.h"
@@ -49,7 +50,10 @@ static void job_start(job_t *j, const char *name, int nw) {
     fclose(f);
     j->c = psg_cluster_from_file(j->cluster, "ps", 0);
     PSG_ASSERT(j->c);
-    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 5000, .logdirs = {tmpdir}};
+    /* Recvs wait past the chief's take (3/4 of a step timeout of 8 s, 16 s under ASan): a
+     * dead worker shows as the take's "gradients for step", not as the update's Recv of the
+     * worker's group of applies timing out first */
+    psg_task_server_options_t so = {.cluster = j->c, .recv_timeout_ms = 30000, .logdirs = {tmpdir}};
     j->ps = psg_task_server_new(&so);
     PSG_ASSERT(j->ps);
 }
@@ -720,6 +724,51 @@ static void test_allreduce_dead_worker_fails_in_time(void) {
     dead_task_fails_in_time("allreduce_dead", "allreduce", 3, 0, 1, 2);
 }
 
+/* N = 3 of 3: worker 2 straggles past the chief's take, whose short --step-timeout ends
+ * the chief's runner; the runner closes the token queue with an error (abort_op), so
+ * worker 1, whose own token wait is minutes (--step-timeout 300), fails now, naming the
+ * chief's runner, not at its timeout ("got no token"). (The chief's own step names the
+ * runner's error when the runner failed first; its own token wait is as long as the take.) */
+static void test_runner_failure_ends_the_workers_waits(void) {
+    const char *chief_timeout = asan ? "16" : "8";
+    const char *args[3][20] = {{0}};
+    const char *base[] = {"--model",       "mlp",
+                          "--data",        "synthetic",
+                          "--steps",       "1000",
+                          "--batch",       "16",
+                          "--sync",        "sync",
+                          "--log-every",   "10",
+                          "--straggler",   "worker=2,delay_ms=1000000",
+                          "--step-timeout"};
+    const char *timeouts[3] = {chief_timeout, "300", "300"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = sizeof base / sizeof *base;
+        memcpy(args[i], base, sizeof base);
+        args[i][n] = timeouts[i];
+        args[i][n + 1] = NULL;
+    }
+    job_t j;
+    job_start(&j, "runner_abort", 3);
+    for (int i = 0; i < 3; i++) job_spawn(&j, i, args[i]);
+    /* deadlines past worker 1's own token wait (225 s): a worker still waiting is killed and
+     * its log says it waited */
+    double deadline = psg_test_now_sec() + 280;
+    int rc0 = job_wait(&j, 0, deadline), rc1 = job_wait(&j, 1, deadline);
+    char *l0 = job_log(&j, 0), *l1 = job_log(&j, 1);
+    CHECK(rc0 == 1 && rc1 == 1);
+    CHECK(strstr(l0, "sync replicas: the chief's runner failed at its step 1 ") != NULL);
+    CHECK(strstr(l0, " of 3 gradients for step") != NULL); /* what its take waited for */
+    CHECK(strstr(l1, "the chief's runner failed (the chief's output names its error): no more "
+                     "tokens") != NULL);
+    CHECK(strstr(l1, "got no token") == NULL);
+    const char *e = strstr(l1, "psgraph train: step");
+    printf("  runner abort: worker 1 (token wait 225 s) failed: %.300s\n", e ? e : "?");
+    if (psg_test_failures) dump_logs(&j);
+    free(l0);
+    free(l1);
+    job_stop(&j);
+}
+
 /* b = 1: worker 2 is SIGKILLed mid-run; the others finish, and the mlp
  * reaches the accuracy bar (Fashion-MNIST). */
 static void test_killed_worker_does_not_stop_training(void) {
@@ -806,6 +855,7 @@ int main(int argc, char **argv) {
     RUN_IF(test_backup_drops_the_straggler);
     RUN_IF(test_dead_worker_fails_in_time);
     RUN_IF(test_dead_chief_fails_in_time);
+    RUN_IF(test_runner_failure_ends_the_workers_waits);
     RUN_IF(test_allreduce_dead_worker_fails_in_time);
     RUN_IF(test_killed_worker_does_not_stop_training);
     char cmd[600];

@@ -14,6 +14,7 @@
 #include "worker/failover.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,7 @@ struct psg_sync_train {
     psg_dist_callable_t *close_step; /* owned by the worker's session; NULL: none */
     psg_dist_callable_t *rejoin;     /* the worker's token after a failover; NULL: none */
     psg_dist_callable_t *reissue;    /* the chief's tokens after a failover; NULL: none */
+    psg_dist_callable_t *abort_step; /* the queue closed with an error (chief_sess's); NULL */
     const psg_cluster_t *cluster;    /* borrowed; NULL in one process */
     /* the last step's model feeds (copies; one tower only) and its local step: a failover
      * that took that step's update back runs it again (psg_sync_train_rejoin) */
@@ -61,8 +63,15 @@ struct psg_sync_train {
     int64_t served_at, pulled_at;   /* and after the last step */
     psg_sync_chief_t *runner;
     int64_t chief_steps, total_steps, global_steps;
-    int64_t runner_gs; /* the global step after the runner's last step (its thread's) */
-    bool failed_over;  /* the runner's session failed over (its thread's) */
+    int64_t runner_gs;       /* the global step after the runner's last step (its thread's) */
+    int64_t chief_steps_run; /* the runner's steps so far (its thread's) */
+    bool failed_over;        /* the runner's session failed over (its thread's) */
+    /* the runner's failure, written by its thread before runner_failed is set: the chief's
+     * own step, whose token never comes then, names it */
+    char runner_error[1024];
+    psg_err_code_t runner_code;
+    int64_t runner_failed_at;
+    atomic_bool runner_failed;
     bool over, finished, chief;
     double runner_start, runner_sec, straggler_sec, start_sec, end_sec;
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
@@ -262,12 +271,41 @@ static int chief_failover(psg_sync_train_t *st) {
     return 0;
 }
 
+/* The runner failed (not a clean close): says so at once and closes the token queue with an
+ * error (the strategy's abort_op), so that every worker's step waiting on a token fails now,
+ * naming the chief, instead of at its token timeout. The runner's error stays set. */
+static void runner_abort(psg_sync_train_t *st) {
+    psg_err_code_t code = psg_error_code();
+    if (code == PSG_ERR_CLOSED) return;
+    snprintf(st->runner_error, sizeof st->runner_error, "%s", psg_error_message());
+    st->runner_code = code;
+    st->runner_failed_at = st->chief_steps_run + 1;
+    atomic_store(&st->runner_failed, true);
+    fprintf(st->out,
+            "sync replicas: the chief's runner failed at its step %" PRId64
+            " (%s): %s; no more tokens\n",
+            st->runner_failed_at, psg_error_code_name(code), st->runner_error);
+    fflush(st->out);
+    if (st->abort_step && psg_dist_callable_run(st->abort_step, NULL, NULL) < 0) {
+        fprintf(st->out,
+                "sync replicas: closing the token queue after the runner's failure failed too: "
+                "%s\n",
+                psg_error_message());
+        fflush(st->out);
+    }
+    psg_error_set_code(code, "%s", st->runner_error);
+}
+
 /* The chief's step for psg_sync_chief_start: take, apply, advance, release. */
 static int chief_run(void *ctx, int64_t *global_step) {
     psg_sync_train_t *st = ctx;
     psg_tensor_t *gs = NULL;
     for (int tries = 0; psg_dist_callable_run(st->chief_step, NULL, &gs) < 0; tries++)
-        if (tries == 3 || chief_failover(st) < 0) return -1;
+        if (tries == 3 || chief_failover(st) < 0) {
+            runner_abort(st);
+            return -1;
+        }
+    st->chief_steps_run++;
     *global_step = st->runner_gs = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
     st->last_step_at = psg_now_sec(); /* the runner's thread only, read after the join */
@@ -336,6 +374,9 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
         !(st->reissue = psg_dist_session_make_callable(st->chief_sess, 0, NULL, 1, &sg->global_step,
                                                        1, &sg->reissue_op)))
         return psg_error_wrap("the chief's tokens after a failover");
+    if (sg->abort_op >= 0 && !(st->abort_step = psg_dist_session_make_callable(
+                                   st->chief_sess, 0, NULL, 0, NULL, 1, &sg->abort_op)))
+        return psg_error_wrap("the chief's abort of the token queue");
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
     return st->runner ? 0 : -1;
@@ -396,6 +437,14 @@ static int step_fed(psg_sync_train_t *st, psg_tensor_t **loss, bool *over, doubl
     int64_t local = st->w.local_step;
     int rc = (st->strategy->step ? st->strategy->step : psg_sync_step_default)(&st->w, loss, &s);
     for (int i = 0; st->towers && i < st->num_feeds; i++) psg_tensor_destroy(&st->model_values[i]);
+    if (rc < 0 && atomic_load(&st->runner_failed)) { /* its token never came: say why */
+        char step_error[1024];
+        snprintf(step_error, sizeof step_error, "%s", psg_error_message());
+        return psg_error_set_code(st->runner_code,
+                                  "the chief's runner failed at its step %" PRId64
+                                  ", so no token came: %s (this step: %s)",
+                                  st->runner_failed_at, st->runner_error, step_error);
+    }
     if (rc < 0) return -1;
     if (st->rejoin && !st->towers && st->num_feeds == 2) {
         for (int i = 0; i < 2; i++) {

@@ -116,7 +116,7 @@ def main(_):
 
     train_set = data.fashion_mnist(True, FLAGS.data_dir)
     batches = train_set.batches(FLAGS.batch_size or (64 if cnn else 128), seed=FLAGS.seed + index)
-    steps, examples, t0, last = 0, 0, None, float("nan")
+    steps, examples, t0, last, first = 0, 0, None, float("nan"), float("nan")
     config = tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % index],
                             operation_timeout_in_ms=FLAGS.operation_timeout_ms)
     ckpt = dict(save_checkpoint_steps=FLAGS.save_checkpoint_steps) if FLAGS.save_checkpoint_steps \
@@ -129,13 +129,16 @@ def main(_):
             x_, y_ = next(batches)
             last, _ = sess.run([loss, train_op], {images: x_, labels: y_})
             steps += 1
+            if steps == 1:
+                first = last
             if steps == 20:
                 t0 = time.perf_counter()
             elif steps > 20:
                 examples += len(y_)
         elapsed = time.perf_counter() - t0 if t0 else 0.0
         result = {"event": "done", "task": "worker%d" % index, "model": FLAGS.model, "sync": sync,
-                  "local_steps": steps, "final_loss": round(float(last), 6),
+                  "local_steps": steps, "first_loss": round(float(first), 6),
+                  "final_loss": round(float(last), 6),
                   "examples_per_sec": round(examples / elapsed, 1) if elapsed else 0}
         if sync:  # this worker's gradients the accumulators kept, and the stale ones dropped
             result["gradients_used"] = hooks[-1].used

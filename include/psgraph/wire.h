@@ -47,7 +47,8 @@ typedef struct {
     uint64_t ino;
 } psg_conn_t;
 
-/* Whether the connection c is still open (true when unknown). Cheap: one fstat. */
+/* Whether the connection c is still open (true when unknown): its descriptor still the
+ * socket, and the peer has not closed its end. Cheap: one fstat, one poll. */
 bool psg_conn_open(const psg_conn_t *c);
 
 /* n random bytes from the kernel (time and pid mixed in if it has none). */

@@ -417,13 +417,6 @@ static void *filter_nchw(int gpu, const plan_t *p, scratch_t *s, const void *w) 
     return wn && transform(gpu, p->w_hwcn, w, p->w_nchw, wn) == 0 ? wn : NULL;
 }
 
-/* Whether the activations' NCHW copies are cudnnTransformTensor's rather than
- * layout.cu's (PSG_CUDNN_TRANSPOSE=cudnn: for measuring one against the other). */
-static bool cudnn_transpose(void) {
-    const char *env = getenv("PSG_CUDNN_TRANSPOSE");
-    return env && !strcmp(env, "cudnn");
-}
-
 /* An NCHW plan's copy of the input x, with its padding's zeros. */
 static void *input_nchw(int gpu, const plan_t *p, scratch_t *s, const void *x) {
     const psg_cu_geom_t *g = &p->g;
@@ -432,23 +425,14 @@ static void *input_nchw(int gpu, const plan_t *p, scratch_t *s, const void *x) {
     void *xn = scratch(gpu, s, n, es);
     if (!xn) return NULL;
     if ((p->eh || p->ew) && psg_cuda_memset0(gpu, xn, es * (size_t)n) < 0) return NULL;
-    if (cudnn_transpose()) return transform(gpu, p->x_nhwc, x, p->x_part, xn) == 0 ? xn : NULL;
-    return psg_cuda_nhwc_to_nchw(gpu, (int)es, x, xn, g->n, g->c, g->h, g->w, g->h + p->eh,
-                                 g->w + p->ew) == 0
-               ? xn
-               : NULL;
+    return transform(gpu, p->x_nhwc, x, p->x_part, xn) == 0 ? xn : NULL;
 }
 
 /* An NCHW plan's copy of the output gradient dy. */
 static void *output_nchw(int gpu, const plan_t *p, scratch_t *s, const void *dy) {
     const psg_cu_geom_t *g = &p->g;
-    size_t es = elem_size(p->dtype);
-    void *yn = scratch(gpu, s, g->n * g->oc * g->oh * g->ow, es);
-    if (!yn) return NULL;
-    if (cudnn_transpose()) return transform(gpu, p->y_nhwc, dy, p->yd, yn) == 0 ? yn : NULL;
-    return psg_cuda_nhwc_to_nchw(gpu, (int)es, dy, yn, g->n, g->oc, g->oh, g->ow, g->oh, g->ow) == 0
-               ? yn
-               : NULL;
+    void *yn = scratch(gpu, s, g->n * g->oc * g->oh * g->ow, elem_size(p->dtype));
+    return yn && transform(gpu, p->y_nhwc, dy, p->yd, yn) == 0 ? yn : NULL;
 }
 
 /* The three directions on NCHW copies; the result copied back to NHWC. */
@@ -463,18 +447,13 @@ static int conv_nchw(int gpu, plan_t *p, int dir, const void *x, const void *w, 
         b.w = filter_nchw(gpu, p, &s, w);
         b.x = b.w ? input_nchw(gpu, p, &s, x) : NULL;
         b.y = b.x ? scratch(gpu, &s, g->n * g->oc * g->oh * g->ow, es) : NULL;
-        if (b.y && run_conv(gpu, p, FWD, &b) == 0)
-            rc = cudnn_transpose() ? transform(gpu, p->yd, b.y, p->y_nhwc, out)
-                                   : psg_cuda_nchw_to_nhwc(gpu, (int)es, b.y, out, g->n, g->oc,
-                                                           g->oh, g->ow, g->oh, g->ow);
+        if (b.y && run_conv(gpu, p, FWD, &b) == 0) rc = transform(gpu, p->yd, b.y, p->y_nhwc, out);
     } else if (dir == BWD_DATA) {
         b.w = filter_nchw(gpu, p, &s, w);
         b.dy = b.w ? output_nchw(gpu, p, &s, dy) : NULL;
         b.dx = b.dy ? scratch(gpu, &s, g->n * g->c * (g->h + p->eh) * (g->w + p->ew), es) : NULL;
-        if (b.dx && run_conv(gpu, p, BWD_DATA, &b) == 0) /* the padding's cells dropped */
-            rc = cudnn_transpose() ? transform(gpu, p->x_part, b.dx, p->x_nhwc, out)
-                                   : psg_cuda_nchw_to_nhwc(gpu, (int)es, b.dx, out, g->n, g->c,
-                                                           g->h, g->w, g->h + p->eh, g->w + p->ew);
+        if (b.dx && run_conv(gpu, p, BWD_DATA, &b) == 0)
+            rc = transform(gpu, p->x_part, b.dx, p->x_nhwc, out); /* the padding's cells dropped */
     } else {
         b.x = input_nchw(gpu, p, &s, x);
         b.dy = b.x ? output_nchw(gpu, p, &s, dy) : NULL;

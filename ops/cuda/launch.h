@@ -79,13 +79,6 @@ int psg_cuda_dropout(int gpu, const float *x, float *y, float *mask, int64_t n, 
 int psg_cuda_copy_block(int gpu, int es, int rank, const int64_t *size, const void *src,
                         const int64_t *src_dims, const int64_t *src_begin, void *dst,
                         const int64_t *dst_dims, const int64_t *dst_begin);
-/* dst (n, c, hd, wd)'s interior (h < hd rows, w < wd columns) = src (n, h, w, c);
- * elements of es bytes (4 or 2) (layout.cu) */
-int psg_cuda_nhwc_to_nchw(int gpu, int es, const void *src, void *dst, int64_t n, int64_t c,
-                          int64_t h, int64_t w, int64_t hd, int64_t wd);
-/* dst (n, h, w, c) = src (n, c, hs, ws)'s interior (h rows, w columns) */
-int psg_cuda_nchw_to_nhwc(int gpu, int es, const void *src, void *dst, int64_t n, int64_t c,
-                          int64_t h, int64_t w, int64_t hs, int64_t ws);
 /* n bytes within one GPU, on its compute stream */
 int psg_cuda_memcpy(int gpu, void *dst, const void *src, size_t n);
 /* height rows of width bytes, rows dpitch / spitch bytes apart */

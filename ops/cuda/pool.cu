@@ -43,30 +43,6 @@ __device__ static inline int64_t div_nn(int64_t a, int64_t b, bool narrow) {
     return narrow ? (int64_t)((uint32_t)a / (uint32_t)b) : a / b;
 }
 
-/* The offset of (b, row, col, ch) in an (N, rows, cols, c) tensor, in 32-bit
- * multiplies when narrow (64-bit ones take several instructions each). */
-__device__ static inline int64_t nhwc_offset(int64_t b, int64_t row, int64_t col, int64_t ch,
-                                             int64_t rows, int64_t cols, int64_t c, bool narrow) {
-    if (narrow)
-        return (int64_t)((((uint32_t)b * (uint32_t)rows + (uint32_t)row) * (uint32_t)cols +
-                          (uint32_t)col) *
-                             (uint32_t)c +
-                         (uint32_t)ch);
-    return ((b * rows + row) * cols + col) * c + ch;
-}
-
-/* Window-argmax offsets: 32-bit when narrow (half the bytes MaxPoolGrad reads
- * for every window that holds a cell), else 64-bit. */
-__device__ static inline int64_t arg_load(const void *arg, int64_t o, bool narrow) {
-    return narrow ? (int64_t)((const int32_t *)arg)[o] : ((const int64_t *)arg)[o];
-}
-__device__ static inline void arg_store(void *arg, int64_t o, int64_t v, bool narrow) {
-    if (narrow)
-        ((int32_t *)arg)[o] = (int32_t)v;
-    else
-        ((int64_t *)arg)[o] = v;
-}
-
 /* y (N, OH, OW, C) from x (N, H, W, C) */
 __global__ static void pool_kernel(bool max, psg_cu_geom_t g, const float *x, float *y, int64_t n,
                                    bool narrow) {
@@ -79,7 +55,7 @@ __global__ static void pool_kernel(bool max, psg_cu_geom_t g, const float *x, fl
         float acc = max ? -INFINITY : 0.0f;
         for (int64_t kh = hlo; kh < hhi; kh++)
             for (int64_t kw = wlo; kw < whi; kw++) {
-                float v = x[nhwc_offset(b, ih0 + kh, iw0 + kw, ch, g.h, g.w, g.c, narrow)];
+                float v = x[((b * g.h + ih0 + kh) * g.w + iw0 + kw) * g.c + ch];
                 acc = max ? (v > acc ? v : acc) : acc + v;
             }
         int64_t count = (hhi - hlo) * (whi - wlo);
@@ -99,7 +75,7 @@ extern "C" int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const fl
 
 /* The input offset of the first maximum of output window (b, oh, ow, ch), -1 if empty. */
 __device__ static int64_t window_argmax(const psg_cu_geom_t &g, const float *x, int64_t b,
-                                        int64_t oh, int64_t ow, int64_t ch, bool narrow) {
+                                        int64_t oh, int64_t ow, int64_t ch) {
     int64_t ih0 = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl, hlo, hhi, wlo, whi;
     window(ih0, g.kh, g.h, &hlo, &hhi);
     window(iw0, g.kw, g.w, &wlo, &whi);
@@ -107,26 +83,26 @@ __device__ static int64_t window_argmax(const psg_cu_geom_t &g, const float *x, 
     float best = -INFINITY;
     for (int64_t kh = hlo; kh < hhi; kh++)
         for (int64_t kw = wlo; kw < whi; kw++) {
-            int64_t off = nhwc_offset(b, ih0 + kh, iw0 + kw, ch, g.h, g.w, g.c, narrow);
+            int64_t off = ((b * g.h + ih0 + kh) * g.w + iw0 + kw) * g.c + ch;
             if (arg < 0 || x[off] > best) arg = off, best = x[off];
         }
     return arg;
 }
 
 /* arg (N, OH, OW, C): the input offset of each window's first maximum */
-__global__ static void window_argmax_kernel(psg_cu_geom_t g, const float *x, void *arg, int64_t n,
-                                            bool narrow) {
+__global__ static void window_argmax_kernel(psg_cu_geom_t g, const float *x, int64_t *arg,
+                                            int64_t n, bool narrow) {
     PSG_GRID_STRIDE(i, n) {
         int64_t b, oh, ow, ch;
         nhwc_index(i, g.oh, g.ow, g.c, narrow, &b, &oh, &ow, &ch);
-        arg_store(arg, i, window_argmax(g, x, b, oh, ow, ch, narrow), narrow);
+        arg[i] = window_argmax(g, x, b, oh, ow, ch);
     }
 }
 
 /* dx (N, H, W, C): each input cell sums dy over the windows that hold it
  * (max: only those whose first maximum it is, from arg). dy (N, OH, OW, C) */
-__global__ static void pool_grad_kernel(bool max, psg_cu_geom_t g, const void *arg, const float *dy,
-                                        float *dx, int64_t n, bool narrow) {
+__global__ static void pool_grad_kernel(bool max, psg_cu_geom_t g, const int64_t *arg,
+                                        const float *dy, float *dx, int64_t n, bool narrow) {
     PSG_GRID_STRIDE(i, n) {
         int64_t b, ih, iw, ch;
         nhwc_index(i, g.h, g.w, g.c, narrow, &b, &ih, &iw, &ch);
@@ -142,10 +118,10 @@ __global__ static void pool_grad_kernel(bool max, psg_cu_geom_t g, const void *a
         float acc = 0.0f;
         for (int64_t oh = oh0; oh <= oh1; oh++)
             for (int64_t ow = ow0; ow <= ow1; ow++) {
-                int64_t o = nhwc_offset(b, oh, ow, ch, g.oh, g.ow, g.c, narrow);
+                int64_t o = ((b * g.oh + oh) * g.ow + ow) * g.c + ch;
                 float d = dy[o];
                 if (max) {
-                    if (arg_load(arg, o, narrow) == i) acc += d;
+                    if (arg[o] == i) acc += d;
                 } else {
                     int64_t hlo, hhi, wlo, whi;
                     window(oh * g.sh - g.pt, g.kh, g.h, &hlo, &hhi);
@@ -163,11 +139,11 @@ extern "C" int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, con
     PSG_CUDA_DEV(d, gpu);
     int64_t n = g->n * g->h * g->w * g->c, n_out = g->n * g->oh * g->ow * g->c;
     if (n == 0) return 0;
-    /* narrow: 32-bit arithmetic and argmax offsets (signed: -1 marks an empty window) */
-    bool narrow = n <= (int64_t)INT32_MAX && n_out <= (int64_t)INT32_MAX;
-    void *arg = NULL, *hint = NULL;
+    bool narrow = n <= (int64_t)UINT32_MAX && n_out <= (int64_t)UINT32_MAX;
+    int64_t *arg = NULL;
+    void *hint = NULL;
     if (max && n_out > 0) {
-        arg = psg_cuda_alloc(gpu, (narrow ? 4 : 8) * (size_t)n_out, &hint);
+        arg = (int64_t *)psg_cuda_alloc(gpu, sizeof(int64_t) * (size_t)n_out, &hint);
         if (!arg) return -1;
         window_argmax_kernel<<<psg_cuda_blocks(n_out), PSG_CUDA_THREADS, 0, d->compute>>>(
             *g, x, arg, n_out, narrow);

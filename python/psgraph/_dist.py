@@ -4,11 +4,13 @@ as TensorFlow reads it, replica_device_setter (psgraph's replica device setter, 
 or greedy by bytes) and the distributed runner behind Session(server.target): psgraph's
 distributed session (docs/distributed.md), which places the graph on the cluster, cuts it
 per task and runs each step as RunGraph on every task involved."""
+import atexit
 import json
 import logging
 import os
 import threading
 import time
+import weakref
 
 from . import _psgraph
 
@@ -26,6 +28,29 @@ WORKER_RECV_MS = 80000
 # Servers of this process by target: Session(target) runs through the one named.
 _servers = {}
 _servers_lock = threading.Lock()
+
+# What is still open when the process ends (a script that raised, a session never closed), by
+# rank: 0 monitored sessions, 1 the sync chief's runners, 2 cluster sessions, 3 servers.
+_open = [weakref.WeakSet() for _ in range(4)]
+
+
+def close_at_exit(obj, rank):
+    """obj._close_at_exit() runs when the process ends with obj still open, after every object
+    of a lower rank."""
+    _open[rank].add(obj)
+
+
+@atexit.register
+def _at_exit():
+    """Closes what is open, before the interpreter ends and czmq's own exit handler closes
+    every socket left: a C call still running on a thread then aborted the process
+    (zsock_set_sndtimeo's assertion) after a failed session start."""
+    for rank in _open:
+        for obj in list(rank):
+            try:
+                obj._close_at_exit()
+            except Exception as e:  # the process ends anyway; the first error was said
+                _log.debug("closing %r at exit: %s", obj, e)
 
 
 class ClusterSpec:
@@ -212,6 +237,7 @@ class Server:
         self._target = "grpc://" + cluster.task_address(job_name, self._index)
         with _servers_lock:
             _servers[self._target] = self
+        close_at_exit(self, 3)
 
     @staticmethod
     def create_local_server(config=None, start=True):
@@ -245,6 +271,15 @@ class Server:
             if _servers.get(self._target) is self:
                 del _servers[self._target]
         self._ts.close()
+
+    def _close_at_exit(self):
+        """Stops the server once nothing holds it but this object: a session of it still
+        alive (held elsewhere) would use it after (its C session borrows the server)."""
+        import gc
+        import sys
+        gc.collect()  # sessions closed at exit, in reference cycles
+        if sys.getrefcount(self._ts) <= 2:  # this object's and the call's
+            self._close()
 
 
 def _server_for(target):

@@ -354,13 +354,20 @@ class MonitoredSession:
         self._dist = bool(master)
         self._should_stop = False
         self._closed = False
+        started = 0
         try:
             self._prepare(max_wait_secs)
             for h in self._hooks:
+                started += 1
                 h.after_create_session(self._sess, None)
         except BaseException:
-            self._sess.close()
+            try:  # what the started hooks run ends now (the sync chief's runner)
+                self._on_error(self._hooks[:started])
+            finally:
+                self._sess.close()
             raise
+        from . import _dist
+        _dist.close_at_exit(self, 0)
 
     def _ps_ready(self):
         """Whether every ps task holds its variables already (the chief restarted while the
@@ -473,15 +480,23 @@ class MonitoredSession:
                 for h in self._hooks:
                     h.end(self._sess)
             else:
-                for h in self._hooks:
-                    if hasattr(h, "_on_error"):
-                        h._on_error(self._sess)
+                self._on_error(self._hooks)
         finally:
             try:
                 if self._dist:
                     self._sess._runner.job_done()
             finally:
                 self._sess.close()
+
+    def _on_error(self, hooks):
+        for h in hooks:
+            if hasattr(h, "_on_error"):
+                h._on_error(self._sess)
+
+    def _close_at_exit(self):
+        """The process ends with this session open (a script that raised, or never closed
+        it): it ends as on an error, with no hook's end (as TF 1.x: no last checkpoint)."""
+        self.close(_ending=False)
 
     def __enter__(self):
         return self

@@ -173,6 +173,7 @@ class BaseSession:
         if target not in ("", None, b""):
             from . import _dist
             self._runner = _dist._DistRunner(self._graph, _dist._server_for(target), config)
+            _dist.close_at_exit(self, 2)
         else:
             self._runner = _LocalRunner(self._graph, self._config._threads(),
                                         self._config.allow_soft_placement)
@@ -311,6 +312,8 @@ class BaseSession:
             self._closed = True
             self._plans.clear()
             self._runner.close()
+
+    _close_at_exit = close
 
     def as_default(self):
         sess = self

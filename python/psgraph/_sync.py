@@ -176,6 +176,9 @@ class _ChiefRunner:
         if hasattr(self._opt, "_runners"):  # a strategy's stepper keeps none
             self._opt._runners.append(self)
         self._thread = threading.Thread(target=self._loop, name="sync-chief", daemon=True)
+        self._deadline_s = deadline / 1000.0
+        from . import _dist
+        _dist.close_at_exit(self, 1)
         if start:
             self._thread.start()
         return [self._thread]
@@ -225,6 +228,17 @@ class _ChiefRunner:
     def join(self, timeout=None):
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def _close_at_exit(self):
+        """The process ends: no step starts from now on, the one running ends within its
+        deadline (at once when training was closed), then its session goes."""
+        self.stop()
+        self.join(self._deadline_s + 10)
+        if self._thread is not None and self._thread.is_alive():
+            _log.error("sync replicas: the chief's runner did not end within its step deadline "
+                       "(%.0f s) at exit", self._deadline_s)
+            return
+        self._call = self._abort = self._ds = None
 
 
 class _SyncReplicasHook(SessionRunHook):

@@ -1,7 +1,8 @@
 /* libFuzzer: TensorFlow Serving's REST requests as `psgraph serve` reads them
  * (serving/rest.c over core/json.c): the first line of the input is "METHOD PATH" (the
  * route), the rest a :predict body, checked against a one-input image signature and the
- * two-input wide-and-deep one. What parses is answered (formatted) as the server does. */
+ * two-input wide-and-deep one. What parses is answered (formatted) as the server does, and
+ * read again through the JSON tree: the direct reader of row bodies must agree with it. */
 #include "fuzz_util.h"
 #include "serving/rest.h"
 
@@ -29,6 +30,35 @@ static void answer(const psg_rest_signature_t *sig, const psg_rest_request_t *r)
     psg_tensor_destroy(&o[1]);
 }
 
+/* The body read again with "signature_name" as its first member, which sends it through
+ * the JSON tree rather than the direct reader of {"instances": ...}: the two readers must
+ * agree, both refusing or giving the same rows bit for bit. (Not for a body that names a
+ * signature itself, or may in escapes: the key would then be there twice.) */
+static void same_both_ways(const psg_rest_signature_t *sig, const char *body, size_t len,
+                           const psg_rest_request_t *got) {
+    static const char key[] = "\"signature_name\":\"serving_default\",";
+    if (memchr(body, '\\', len) || memmem(body, len, "signature_name", 14)) return;
+    size_t at = 0;
+    while (at < len && strchr(" \t\n\r", body[at]) && body[at]) at++;
+    if (at == len || body[at] != '{') return;
+    char *tree = malloc(len + sizeof key);
+    if (!tree) abort();
+    memcpy(tree, body, at + 1);
+    memcpy(tree + at + 1, key, sizeof key - 1);
+    memcpy(tree + at + sizeof key, body + at + 1, len - at - 1);
+    psg_rest_request_t other;
+    int rc = psg_rest_parse_predict(sig, tree, len + sizeof key - 1, &other);
+    free(tree);
+    if ((rc == 0) != (got != NULL)) abort();
+    if (rc != 0) return;
+    for (int i = 0; i < sig->n_in; i++)
+        if (other.batch != got->batch || other.columnar != got->columnar ||
+            psg_tensor_nbytes(other.inputs[i]) != psg_tensor_nbytes(got->inputs[i]) ||
+            memcmp(other.inputs[i]->data, got->inputs[i]->data, psg_tensor_nbytes(got->inputs[i])))
+            abort();
+    psg_rest_request_clear(&other);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *nl = memchr(data, '\n', size);
     size_t head = nl ? (size_t)(nl - (const char *)data) : size;
@@ -49,7 +79,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (req.batch < 1 || !req.inputs[0] || req.inputs[0]->shape.dims[0] != req.batch)
                 abort();
             answer(&sigs[k], &req);
+            same_both_ways(&sigs[k], body, len, &req);
             psg_rest_request_clear(&req);
+        } else {
+            same_both_ways(&sigs[k], body, len, NULL);
         }
     }
     return 0;
