@@ -536,7 +536,7 @@ static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, const psg_msg_
     const char *attrs = split(s, n, '\t', &oplen);
     const char *ins = attrs ? split(attrs, n - (size_t)(attrs - s), '\t', &alen) : NULL;
     char op[64];
-    if (!ins || oplen == 0 || oplen >= sizeof op)
+    if (!ins || oplen == 0 || oplen >= sizeof op || memchr(s, 0, n))
         return psg_error_set("not \"!OP\\tATTRS\\tINPUTS\"");
     memcpy(op, s, oplen);
     op[oplen] = 0;
@@ -550,6 +550,9 @@ static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, const psg_msg_
     cached_t *c = rc == 0 && !key.oom ? node_for(l, op, attrs, alen, in, nin, key.s) : NULL;
     free(key.s);
     if (!c) return -1;
+    if (nin != psg_node_num_inputs(c->node))
+        return psg_error_set("op '%s' takes %d inputs, the line gives %d", op,
+                             psg_node_num_inputs(c->node), nin);
     psg_tensor_t *args[16] = {0}, *outs[PSG_MAX_OUTPUTS] = {0};
     psg_shape_t scalar = psg_shape_scalar();
     for (int i = 0; rc == 0 && i < nin; i++) {

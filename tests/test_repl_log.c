@@ -232,6 +232,7 @@ static void test_bad_lines(void) {
     expect_refused(&r, "!ScaleVariable\t\tvbeta1_power\x1fq\n", "input 'q' is not");
     expect_refused(&r, "!ScaleVariable\tvbeta1_power\n", "not \"!OP\\tATTRS\\tINPUTS\"");
     expect_refused(&r, "!ScaleVariable\tk=z1\tvbeta1_power\x1ft\n", "a malformed attribute");
+    expect_refused(&r, "!ScaleVariable\t\tvbeta1_power\n", "replay, line 1");
     /* a gradient of the wrong shape: the kernel's own check, no crash */
     expect_refused(&r, "!ApplyGradientDescent\t\tvw\x1ft\x1ft\n", "replay, line 1");
     CHECK(same_bytes(&r)); /* nothing written by what was refused */
