@@ -177,17 +177,22 @@ static bool is_half(int dt) {
     return dt == PSG_CU_BF16 || dt == PSG_CU_F16;
 }
 
+/* One value to or from bf16 (bf) or f16, rounding as the CPU (psgraph/half.h). */
+__device__ static inline uint16_t to_half(float v, bool bf) {
+    return bf ? psg_f32_to_bf16(v) : psg_f32_to_f16(v);
+}
+__device__ static inline float from_half(uint16_t h, bool bf) {
+    return bf ? psg_bf16_to_f32(h) : psg_f16_to_f32(h);
+}
+
 /* y (n) = x (n) between f32 and bf16 / f16 (mixed precision's casts), in
  * float: memory bound, so no doubles */
 __global__ static void half_kernel(int from, const void *x, int to, void *y, int64_t n) {
     PSG_GRID_STRIDE(i, n) {
-        if (from == PSG_CU_F32) {
-            float v = ((const float *)x)[i];
-            ((uint16_t *)y)[i] = to == PSG_CU_BF16 ? psg_f32_to_bf16(v) : psg_f32_to_f16(v);
-        } else {
-            uint16_t h = ((const uint16_t *)x)[i];
-            ((float *)y)[i] = from == PSG_CU_BF16 ? psg_bf16_to_f32(h) : psg_f16_to_f32(h);
-        }
+        if (from == PSG_CU_F32)
+            ((uint16_t *)y)[i] = to_half(((const float *)x)[i], to == PSG_CU_BF16);
+        else
+            ((float *)y)[i] = from_half(((const uint16_t *)x)[i], from == PSG_CU_BF16);
     }
 }
 
@@ -196,25 +201,16 @@ __global__ static void half_kernel(int from, const void *x, int to, void *y, int
  * one-element kernel reached a fraction of the memory's bandwidth on them);
  * n4 = n / 4, for n % 4 == 0 and x, y aligned to their vectors. */
 __global__ static void half_kernel4(int from, const void *x, int to, void *y, int64_t n4) {
+    bool bf = from == PSG_CU_BF16 || to == PSG_CU_BF16;
     PSG_GRID_STRIDE(i, n4) {
         if (from == PSG_CU_F32) {
             float4 v = ((const float4 *)x)[i];
-            bool bf = to == PSG_CU_BF16;
-            ushort4 h;
-            h.x = bf ? psg_f32_to_bf16(v.x) : psg_f32_to_f16(v.x);
-            h.y = bf ? psg_f32_to_bf16(v.y) : psg_f32_to_f16(v.y);
-            h.z = bf ? psg_f32_to_bf16(v.z) : psg_f32_to_f16(v.z);
-            h.w = bf ? psg_f32_to_bf16(v.w) : psg_f32_to_f16(v.w);
-            ((ushort4 *)y)[i] = h;
+            ((ushort4 *)y)[i] = make_ushort4(to_half(v.x, bf), to_half(v.y, bf), to_half(v.z, bf),
+                                             to_half(v.w, bf));
         } else {
             ushort4 h = ((const ushort4 *)x)[i];
-            bool bf = from == PSG_CU_BF16;
-            float4 v;
-            v.x = bf ? psg_bf16_to_f32(h.x) : psg_f16_to_f32(h.x);
-            v.y = bf ? psg_bf16_to_f32(h.y) : psg_f16_to_f32(h.y);
-            v.z = bf ? psg_bf16_to_f32(h.z) : psg_f16_to_f32(h.z);
-            v.w = bf ? psg_bf16_to_f32(h.w) : psg_f16_to_f32(h.w);
-            ((float4 *)y)[i] = v;
+            ((float4 *)y)[i] = make_float4(from_half(h.x, bf), from_half(h.y, bf),
+                                           from_half(h.z, bf), from_half(h.w, bf));
         }
     }
 }
