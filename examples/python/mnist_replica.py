@@ -41,6 +41,8 @@ flags.DEFINE_integer("save_checkpoint_steps", 0, "a checkpoint every N global st
 flags.DEFINE_integer("operation_timeout_ms", 0, "a step fails after this long (0: 30 s)")
 flags.DEFINE_string("data_dir", data.FASHION_MNIST, "Fashion-MNIST's IDX files")
 flags.DEFINE_integer("seed", 1, "initial values and data order")
+flags.DEFINE_integer("eval_examples", 0, "the chief's test accuracy on the first N test images "
+                     "(0: all 10,000)")
 FLAGS = flags.FLAGS
 
 
@@ -145,7 +147,7 @@ def main(_):
             result["gradients_dropped"] = hooks[-1].dropped
         if is_chief:
             test = data.fashion_mnist(False, FLAGS.data_dir)
-            tx, ty = test.slice(0, len(test))
+            tx, ty = test.slice(0, min(FLAGS.eval_examples or len(test), len(test)))
             hits = sum(sess.run(correct, {images: tx[i:i + 1000], labels: ty[i:i + 1000]})
                        for i in range(0, len(ty), 1000))
             result["test_accuracy"] = round(float(hits) / len(ty), 4)
