@@ -838,6 +838,51 @@ static void test_cap_spares_clients(void) {
     psg_curve_keys_destroy(&k);
 }
 
+/* Whether the server's greeting began on fd (its 10-byte signature, sent on accept): the
+ * server took the connection. */
+static bool greeted_by_server(int fd) {
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    unsigned char sig[10];
+    size_t got = 0;
+    ssize_t n = 1;
+    while (got < sizeof sig && (n = read(fd, sig + got, sizeof sig - got)) > 0) got += (size_t)n;
+    return got == sizeof sig && sig[0] == 0xff && sig[9] == 0x7f;
+}
+
+/* At the cap with no finished handshake among the open connections, the OLDEST is closed for
+ * each new one, in the order they came (cap 2: s1 s2 open, s3 closes s1, s4 closes s2), each
+ * named in the log when it is closed: not a later one that also never finished. */
+static void test_cap_closes_the_oldest(void) {
+    char line[600], name[4][64];
+    static net_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    psg_curve_keys_t *k = NULL;
+    psg_wire_opts_t o;
+    psg_server_t *sv = capped_server("oldest", 2, &log, &k, &o);
+    int s[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK((s[i] = raw_connect(sv, "127.0.0.1")) >= 0);
+        addr_of(s[i], true, name[i], sizeof name[i]);
+        if (i < 2) CHECK(greeted_by_server(s[i])); /* accepted before the next one comes */
+        if (i < 2) continue;
+        CHECK(closed_by_server(s[i - 2]));
+        snprintf(line, sizeof line, "%s: closed the connection of %s at the cap",
+                 psg_server_endpoint(sv), name[i - 2]);
+        CHECK(logged(&log, line) == 1);
+        CHECK(logged(&log, "closed the connection of") == i - 1);
+    }
+    for (int i = 2; i < 4; i++) { /* the two newest: still open, never named */
+        snprintf(line, sizeof line, "of %s at the cap", name[i]);
+        CHECK(logged(&log, line) == 0);
+    }
+    if (psg_test_failures) fprintf(stderr, "the log:\n%s", log.text);
+    for (int i = 0; i < 4; i++)
+        if (s[i] >= 0) close(s[i]);
+    psg_server_destroy(&sv);
+    psg_net_set_log(NULL, NULL);
+    psg_curve_keys_destroy(&k);
+}
+
 /* ---- refusing to run open ---- */
 
 static void test_listen_rules(void) {
@@ -902,6 +947,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_guard_in_process);
     RUN_TEST(test_connection_table);
     RUN_TEST(test_cap_spares_clients);
+    RUN_TEST(test_cap_closes_the_oldest);
     RUN_TEST(test_listen_rules);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
