@@ -688,6 +688,14 @@ static void test_connection_table(void) {
     while (made < 300 && (open[made] = psg_server_new("tcp://127.0.0.1:0", &o)) != NULL) made++;
     CHECK(made == 255);
     CHECK_ERROR_HAS("cannot watch the connections of tcp://127.0.0.1:0");
+    /* a plain server there runs unwatched, and serves (no monitor left on its socket: one
+     * that no one reads would stop ZeroMQ's I/O thread at the first connection) */
+    psg_wire_opts_t po = psg_wire_opts_default();
+    psg_server_t *plain = psg_server_new("tcp://127.0.0.1:0", &po);
+    psg_client_t *pc = plain ? client_through(plain, &po) : NULL;
+    CHECK(plain && pc);
+    psg_client_destroy(&pc);
+    psg_server_destroy(&plain);
     psg_server_destroy(&open[0]);
     CHECK((open[0] = psg_server_new("tcp://127.0.0.1:0", &o)) != NULL);
     for (int i = 0; i < made; i++) psg_server_destroy(&open[i]);
