@@ -53,7 +53,9 @@ static void spin_for_work(psg_threadpool_t *p) {
     int64_t until = mono_ns() + (int64_t)us * 1000;
     for (unsigned i = 1; atomic_load_explicit(&p->queued, memory_order_acquire) == 0; i++) {
         CPU_RELAX();
-        if (i % 64 == 0 && mono_ns() > until) break;
+        if (i % 64 == 0 &&
+            (mono_ns() > until || !atomic_load_explicit(&p->spin_us, memory_order_relaxed)))
+            break; /* no work came, or polling was turned off meanwhile */
     }
     pthread_mutex_lock(&p->lock);
     p->spinning--;
