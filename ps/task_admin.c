@@ -64,9 +64,11 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len,
         np = psg_ts_peers_holding_locked(ts);
     pthread_mutex_unlock(&ts->lock);
-    psg_strbuf_printf(
-        &b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,
-        psg_rendezvous_num_pending(ts->rv), nq, np, nd);
+    psg_strbuf_printf(&b,
+                      "],\"resources\":%d,\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,"
+                      "\"workers_done\":%d",
+                      psg_resource_count(ts->rm, NULL), ng, psg_rendezvous_num_pending(ts->rv), nq,
+                      np, nd);
     /* a string: JSON readers keep 53 bits of a number */
     psg_strbuf_printf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", psg_wire_incarnation());
     if (ts->repl) { /* chain replication: where this task's shard is backed up */
