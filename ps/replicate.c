@@ -292,6 +292,8 @@ static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t 
     if (pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value)) {
         memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
         psg_variable_note_unlogged(v);
+        /* it holds the update no more until the run applies it again (and records it) */
+        (void)psg_applied_forget(r->applied, name, u->writer, u->seq - 1);
         u->rolled[i] = true;
         u->values[i] = pre; /* where a failure of this run puts it back */
         pre = NULL;
@@ -359,6 +361,7 @@ static void undo_unskip(psg_task_server_t *ts, const psg_ts_undo_t *u, const cha
 static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, const char *name) {
     psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
     if (!v || !u->values[i]) return;
+    psg_applied_t *a = ts->repl->applied;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
     bool wrote = psg_variable_wrote(v, u->step);
@@ -368,15 +371,18 @@ static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, cons
         memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
         psg_variable_note_unlogged(v);
     }
-    pthread_mutex_unlock(&guard->lock);
-    psg_applied_t *a = ts->repl->applied;
+    /* the records under the lock too: a value copied for a forward comes with the records
+     * taken with it (psg_repl_add_value) */
     if (wrote && others) { /* it holds the update; its value before is not the way back */
         (void)psg_applied_set(a, name, u->writer, u->seq);
         (void)psg_applied_set_last(a, name, NULL, 0, NULL);
-    } else if (u->rolled[i]) { /* rolled back and not run again: it holds the update no more */
+    } else if (wrote || u->rolled[i]) {
+        /* put back (its kernel recorded the update as it applied it, ps/repl_log.c), or rolled
+         * back and not run again: it holds the update no more */
         (void)psg_applied_forget(a, name, u->writer, u->seq - 1);
         (void)psg_applied_set_last(a, name, NULL, 0, NULL);
     }
+    pthread_mutex_unlock(&guard->lock);
 }
 
 void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
