@@ -297,6 +297,26 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
     return 0;
 }
 
+int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers, int64_t timeout_ms,
+                       FILE *out, bool *all_done) {
+    *all_done = m ? psg_membership_wait_done(m, timeout_ms) == 0
+                  : psg_dist_session_wait_workers(ds, workers, timeout_ms) == 0;
+    if (!*all_done) {
+        fprintf(out, "warning: waiting for the workers to finish: %s; evaluating anyway\n",
+                psg_error_message());
+        fflush(out);
+    }
+    char lost[64][128];
+    int nlost = m ? psg_membership_lost(m, lost, 64) : 0;
+    for (int i = 0; i < nlost; i++)
+        if (psg_dist_session_job_done_for(ds, lost[i]) < 0) { /* they stop later */
+            fprintf(out, "warning: telling the ps tasks %s is lost: %s\n", lost[i],
+                    psg_error_message());
+            fflush(out);
+        }
+    return nlost;
+}
+
 int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max) {
     int n = 0;
     pthread_mutex_lock(&m->lock);

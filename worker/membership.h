@@ -9,6 +9,9 @@
 #define PSGRAPH_WORKER_MEMBERSHIP_H
 
 #include "psgraph/cluster.h"
+#include "psgraph/dist_session.h"
+
+#include <stdbool.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +32,14 @@ void psg_membership_set_step(psg_membership_t *m, int64_t step);
  * with the error naming the workers still running (they answer) otherwise. A worker never
  * heard from is lost once it stayed silent for the peer timeout during this wait. */
 int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms);
+
+/* The chief's end of the job, the others' end awaited: with m, until each other worker is
+ * done or lost (psg_membership_wait_done), then a JobDone to the ps tasks for each lost one
+ * (they stop with the job instead of waiting for it); without m (NULL), until `workers` said
+ * JobDone (psg_dist_session_wait_workers). At most timeout_ms: a warning on out then, naming
+ * who is awaited. Returns the workers found lost; *all_done: none was awaited in vain. */
+int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers, int64_t timeout_ms,
+                       FILE *out, bool *all_done);
 
 /* The lost workers (at most max), as task names ("/job:worker/replica:0/task:2"); how many. */
 int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max);

@@ -252,22 +252,9 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
     int64_t wait_ms = psg_sync_train_graph(t->sync)->chief_op >= 0
                           ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000)
                           : 600000;
-    bool all_done =
-        t->members ? psg_membership_wait_done(t->members, wait_ms) == 0
-                   : psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) == 0;
-    if (!all_done) {
-        fprintf(t->out, "warning: waiting for the workers to finish: %s; evaluating anyway\n",
-                psg_error_message());
-        fflush(t->out);
-    }
-    char lost[64][128];
-    int nlost = t->members ? psg_membership_lost(t->members, lost, 64) : 0;
-    for (int i = 0; i < nlost; i++)
-        if (psg_dist_session_job_done_for(t->dsess, lost[i]) < 0) { /* they stop later */
-            fprintf(t->out, "warning: telling the ps tasks %s is lost: %s\n", lost[i],
-                    psg_error_message());
-            fflush(t->out);
-        }
+    bool all_done = false;
+    int nlost =
+        psg_membership_end(t->members, t->dsess, t->w.num_workers - 1, wait_ms, t->out, &all_done);
     psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
     /* every update is in now: the final checkpoint holds them all, named by the job's global
      * step (async: every worker's steps), and the accuracy below is that checkpoint's */
