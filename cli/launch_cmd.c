@@ -549,8 +549,9 @@ int psg_cmd_launch(int argc, char **argv) {
     return rc;
 }
 
-/* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
- * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
+/* The workers the command's strategy can lose and go on (sync/strategies.c: async all but the
+ * chief; sync and local SGD with --backup-workers b: b; the others 0), for a command that
+ * trains with --sync, or `psgraph train` without it (async in a cluster). */
 static int backup_workers_of(char **cmd, int nworkers) {
     static const char *const read[] = {"--sync", "--backup-workers", "--replicas-to-aggregate"};
     psg_train_args_t t = {
@@ -561,6 +562,11 @@ static int backup_workers_of(char **cmd, int nworkers) {
     psg_sync_config_t c;
     psg_sync_config_defaults(&c);
     c.strategy = t.c.sync;
+    for (int i = 1; cmd[i] && !c.strategy; i++) { /* "... psgraph train": its default */
+        const char *base = strrchr(cmd[i - 1], '/');
+        if (!strcmp(cmd[i], "train") && !strcmp(base ? base + 1 : cmd[i - 1], "psgraph"))
+            c.strategy = "async";
+    }
     c.num_workers = nworkers;
     c.backup_workers = t.c.backup_workers;
     c.replicas_to_aggregate = t.c.replicas_to_aggregate;
