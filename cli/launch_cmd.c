@@ -695,6 +695,12 @@ static void start_tasks(launch_run_t *r) {
     printf("psgraph launch: CURVE keys %s%s%s\n", r->keys.dir,
            r->keys.run[0] ? " (made for this run, removed at the end)" : "",
            r->o->keys_payload ? ", a copy sent to each host over its ssh session" : "");
+    if (r->may_fail > 0)
+        printf("psgraph launch: the job goes on without up to %d worker%s other than the chief "
+               "(%s)\n",
+               r->may_fail, r->may_fail == 1 ? "" : "s",
+               r->o->worker_failures >= 0 ? "--allow-worker-failures"
+                                          : "what the command's strategy can lose");
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)

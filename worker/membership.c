@@ -79,9 +79,18 @@ static void say(psg_membership_t *m, const member_t *x, const char *fmt, ...) {
     fflush(m->out);
 }
 
+/* Whether the thread is told to stop: between two requests (each may wait PROBE_MS on a task
+ * that is gone, the ps tasks too once the job is done), so that the chief exits at once. */
+static bool stopping(psg_membership_t *m) {
+    pthread_mutex_lock(&m->lock);
+    bool stop = m->stop;
+    pthread_mutex_unlock(&m->lock);
+    return stop;
+}
+
 /* The workers that said JobDone to any ps task, marked DONE. */
 static void ask_done(psg_membership_t *m) {
-    for (int k = 0; k < m->nps; k++) {
+    for (int k = 0; k < m->nps && !stopping(m); k++) {
         psg_req_t in = {.type = PSG_REQ_INSPECT};
         psg_rep_t rep;
         psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, PROBE_MS);
@@ -146,13 +155,9 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
 
 static void *run(void *arg) {
     psg_membership_t *m = arg;
-    for (;;) {
-        pthread_mutex_lock(&m->lock);
-        bool stop = m->stop;
-        pthread_mutex_unlock(&m->lock);
-        if (stop) break;
+    while (!stopping(m)) {
         bool any_silent = false, silent[64] = {0};
-        for (int i = 0; i < m->n && i < 64; i++) {
+        for (int i = 0; i < m->n && i < 64 && !stopping(m); i++) {
             pthread_mutex_lock(&m->lock);
             state_t s = m->m[i].state;
             pthread_mutex_unlock(&m->lock);
