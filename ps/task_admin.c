@@ -69,9 +69,11 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
         psg_strbuf_json_str(&done, ts->workers_done[i]);
     }
     pthread_mutex_unlock(&ts->lock);
-    psg_strbuf_printf(
-        &b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,
-        psg_rendezvous_num_pending(ts->rv), nq, np, nd);
+    psg_strbuf_printf(&b,
+                      "],\"resources\":%d,\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,"
+                      "\"workers_done\":%d",
+                      psg_resource_count(ts->rm, NULL), ng, psg_rendezvous_num_pending(ts->rv), nq,
+                      np, nd);
     psg_strbuf_printf(&b, ",\"workers_done_tasks\":[%s]", done.s ? done.s : "");
     free(done.s);
     /* a string: JSON readers keep 53 bits of a number */
