@@ -840,13 +840,17 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
 }
 
 int psg_dist_session_job_done(psg_dist_session_t *s) {
+    return psg_dist_session_job_done_for(s, s->task);
+}
+
+int psg_dist_session_job_done_for(psg_dist_session_t *s, const char *worker) {
     if (psg_dist_session_drain(s) < 0) return -1;
     int nps = psg_cluster_num_tasks(s->cluster, "ps"), rc = 0;
     char first[2048] = "";
     for (int i = 0; i < nps; i++) {
         char task[PSG_DEVICE_NAME_MAX];
         psg_device_name("ps", i, NULL, task, sizeof task);
-        psg_req_t jd = {.type = PSG_REQ_JOB_DONE, .u.worker = s->task};
+        psg_req_t jd = {.type = PSG_REQ_JOB_DONE, .u.worker = worker};
         psg_msg_t *m = psg_req_encode(&jd);
         psg_msg_t *r = m ? call_task(s, task, &m, 5000) : NULL;
         /* a ps task that failed over serves no shard: told if it answers, not waited for */
