@@ -402,9 +402,6 @@ def test_sync_replicas_with_a_backup_worker(psgraph_bin):
 
 
 @needs_data
-@pytest.mark.xfail(strict=False, reason="issue 39: the runner's stall under ASan is fixed (its "
-                   "30 s step deadline); not yet 5 passes in a row under ASan beside CPU hogs, "
-                   "where the job takes about 10 minutes")
 def test_cnn_sync_replicas_with_a_backup_worker(psgraph_bin):
     """The example's cnn (examples/python/mnist_replica.py --model cnn) under
     SyncReplicasOptimizer(N=2) over 3 workers: one backup, whose stale gradients are dropped;
