@@ -2,6 +2,7 @@
  * independent Python reader of the files, corrupt / truncated / missing
  * shards and the fallback, keep-K, the interval, the cnn's timing, and a
  * training run that resumes from its logdir. Not the multi-process runtime. */
+#include "core/json.h"
 #include "psgraph/checkpoint.h"
 #include "tests/testutil.h"
 
@@ -389,6 +390,70 @@ static void test_corrupt_falls_back(void) {
     rm_rf(dir);
 }
 
+/* An index that lacks a field of its metadata is no psgraph index, whatever its shards say:
+ * without global_step (not step 0), without num_shards. */
+static void test_index_fields(void) {
+    char dir[64], path[256], bad[256], *text = NULL;
+    CHECK(make_tmpdir(dir, sizeof dir));
+    psg_resource_mgr_t *rm0 = psg_resource_mgr_new(), *rm1 = psg_resource_mgr_new();
+    psg_resource_mgr_t *rms[2] = {rm0, rm1};
+    fill_shards(rm0, rm1, 2.5);
+    CHECK(psg_checkpoint_save(dir, 7, 2, rms, 0, NULL) == 0);
+    snprintf(path, sizeof path, "%s/model.ckpt-7.index.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.index.json", dir);
+    FILE *in = fopen(path, "rb");
+    PSG_ASSERT(in && (text = calloc(1, 65536)));
+    size_t n = fread(text, 1, 65535, in);
+    fclose(in);
+    const char *fields[] = {"\"global_step\": 7, ", "\"num_shards\": 2, "};
+    for (int i = 0; i < 2; i++) {
+        char *at = strstr(text, fields[i]);
+        CHECK(at != NULL);
+        FILE *f = fopen(bad, "wb");
+        PSG_ASSERT(f);
+        fwrite(text, 1, (size_t)(at - text), f); /* the index without that field */
+        fwrite(at + strlen(fields[i]), 1, n - (size_t)(at - text) - strlen(fields[i]), f);
+        fclose(f);
+        psg_checkpoint_t *ck = psg_checkpoint_open(bad, -1);
+        CHECK(!ck);
+        CHECK_ERROR_HAS("bad.index.json: not a psgraph checkpoint index");
+        psg_checkpoint_destroy(&ck);
+    }
+    free(text);
+    psg_resource_mgr_destroy(&rm0);
+    psg_resource_mgr_destroy(&rm1);
+    rm_rf(dir);
+}
+
+/* The header's limit: the JSON parser's 16 MiB (PSG_JSON_MAX_BYTES; a header of spaces after
+ * its JSON, as safetensors pads it): exactly that opens, a byte more is refused, by name. */
+static void test_header_limit(void) {
+    char dir[64], path[128];
+    CHECK(make_tmpdir(dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/big_header.safetensors", dir);
+    const char *json = "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    size_t limit = PSG_JSON_MAX_BYTES;
+    char *header = malloc(limit + 2);
+    PSG_ASSERT(header);
+    float one = 1.5f;
+    for (size_t extra = 0; extra < 2; extra++) {
+        memset(header, ' ', limit + extra);
+        memcpy(header, json, strlen(json));
+        header[limit + extra] = 0;
+        write_st(path, header, &one, sizeof one);
+        psg_checkpoint_t *ck = psg_checkpoint_open(path, -1);
+        psg_tensor_t *t = ck ? psg_checkpoint_read(ck, "t") : NULL;
+        if (extra == 0) CHECK(t && psg_tensor_f32(t)[0] == 1.5f);
+        if (extra == 1) CHECK(!ck);
+        if (extra == 1)
+            CHECK_ERROR_HAS("big_header.safetensors: header: JSON text over 16777216 bytes");
+        psg_tensor_destroy(&t);
+        psg_checkpoint_destroy(&ck);
+    }
+    free(header);
+    rm_rf(dir);
+}
+
 /* What a safetensors writer may do that psgraph's does not (the header's tensors in another
  * order than their data), what no writer may (offsets that are not whole bytes, dims past 2^40,
  * a dtype of none), and writes that fail: -1 naming the file, no temporary file left. */
@@ -743,6 +808,8 @@ int main(int argc, char **argv) {
     RUN_TEST(test_two_shards_roundtrip);
     RUN_TEST(test_corrupt_falls_back);
     RUN_TEST(test_header_and_write_edges);
+    RUN_TEST(test_header_limit);
+    RUN_TEST(test_index_fields);
     RUN_TEST(test_keep_last_k);
     RUN_TEST(test_restore_errors);
     RUN_TEST(test_policy);
