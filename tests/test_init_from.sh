@@ -154,6 +154,17 @@ else
   fail "a psgraph checkpoint into column shards (rc $rc): $out"
 fi
 
+# ... and into 16 column parts with their slots (--shard-bytes 16 KiB): 40 variables filled
+# from the file, more than the first size (32) of the list of those served
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1m" --init-from "$tmp/l1/model.ckpt-1.index.json" --strict --shard-bytes 16384 2>&1); rc=$?
+n=$(python3 -c 'import json,sys; print(sum("/part_" in k for k in json.load(open(sys.argv[1]))["weight_map"]))' "$tmp/l1m/model.ckpt-1.index.json" 2>&1)
+if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their initializers), 0 unexpected" <<<"$out" &&
+   [ "$n" = 32 ] && res=$(st check "$tmp"/l1m/model.ckpt-1-*.safetensors 2>&1); then
+  ok "a psgraph checkpoint into 16 column parts, slots included ($n part variables): $res"
+else
+  fail "a psgraph checkpoint into 16 column parts (rc $rc, $n parts): $out ${res:-}"
+fi
+
 # 1d. two weights in column shards at once (--shard-bytes 64 KiB: fc1 in 8 parts, fc2 in 4),
 # each part filled from its own whole weight's columns
 out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1d" --init-from "$tmp/w.safetensors" --strict --shard-bytes 65536 2>&1); rc=$?
