@@ -17,11 +17,13 @@
 # hostile peer runs on its own, so on a 2-core machine part of the job's loss is the
 # reproducer's own CPU, not the ps's), the ps's extra cores beside it, and the ps's CPU ms
 # per reproduction. PSG_BESIDE_FINDINGS=3 runs finding 3 only (any of 1234).
-#   bench/hostile.sh --graphs [PAIRS]
+#   bench/hostile.sh --graphs [PAIRS] [CLIENTS]
 # (issue 27) PAIRS (default 100000) mutated RegisterGraph + RunGraph pairs from the seeds of
-# tests/fuzz/corpus/fuzz_run against an AddressSanitizer + UBSan `psgraph server
-# --memory-limit 256M` (build-asan): its RSS growth, the task's memory peak as it counted it,
-# and the sanitizer reports in its log (target: none, +50 MB, the peak under the limit).
+# tests/fuzz/corpus/fuzz_run against one AddressSanitizer + UBSan `psgraph server
+# --memory-limit 256M` (build-asan), sent by CLIENTS processes at once (default 8; a pair
+# mostly waits on the server's 1 s bounds, so one client takes about 4 hours): its RSS growth,
+# the task's memory peak as it counted it, and the sanitizer reports in its log (target: none,
+# +50 MB, the peak under the limit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh build >/dev/null || exit 1
@@ -72,7 +74,7 @@ if [ "${1:-}" = "--graphs" ]; then
   # a small quarantine: freed memory would otherwise stay in RSS for 256 MB
   ASAN_OPTIONS=allocator_may_return_null=1:quarantine_size_mb=16:detect_leaks=1 \
     UBSAN_OPTIONS=print_stacktrace=1 \
-    build/bench/bench_hostile_graphs build-asan/cli/psgraph tests/fuzz/corpus/fuzz_run "${2:-100000}" 256M "$log"
+    build/bench/bench_hostile_graphs build-asan/cli/psgraph tests/fuzz/corpus/fuzz_run "${2:-100000}" 256M "$log" "${3:-8}"
   rc=$?
   reports=$(grep -cE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log")
   echo "{\"bench\":\"hostile_graphs_sanitizer\",\"reports\":$reports,\"server_log\":\"$log\"}"

@@ -5,7 +5,10 @@
  * RSS at the start, every 10% and once settled, the task's memory as it counted it (Inspect:
  * held, peak, against --memory-limit), how the requests ended, and whether the server is
  * still up. The server's own stderr (an ASan build's reports) is the caller's to read.
- *   bench_hostile_graphs PSGRAPH_EXE CORPUS_DIR [PAIRS] [MEMORY_LIMIT] [SERVER_LOG]
+ * CLIENTS processes share the pairs (each its own connection and mutations): most of a pair's
+ * time is the server's bounded waits (--max-wait 1, --recv-timeout 1), not its CPU, so
+ * several clients get through 100,000 pairs in a session, against the one server.
+ *   bench_hostile_graphs PSGRAPH_EXE CORPUS_DIR [PAIRS] [MEMORY_LIMIT] [SERVER_LOG] [CLIENTS]
  * (the ASan server: bench/hostile.sh --graphs). */
 #include "tests/hostile_util.h"
 
@@ -15,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_SEEDS 64
@@ -26,14 +31,21 @@ typedef struct {
     size_t n;
 } seed_t;
 
-/* Inspect's "memory" numbers (held, peak; -1 when it does not answer). */
-static void inspect(psg_client_t *c, long long *held, long long *peak) {
+/* Inspect's "memory" numbers (held, peak; -1 when it does not answer) and the number of
+ * variables the task holds (peers' graphs create them, and they outlive the graphs). */
+static void inspect(psg_client_t *c, long long *held, long long *peak, long long *vars,
+                    long long *resources) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_msg_t *m = psg_req_encode(&in), *rep = psg_client_call(c, &m, 30000);
     const char *js = rep && rep->body ? (const char *)rep->body->data : NULL;
     const char *h = js ? strstr(js, "\"held\":") : NULL, *p = js ? strstr(js, "\"peak\":") : NULL;
+    const char *end = js ? strstr(js, "\"accumulators\":") : NULL;
     *held = h ? atoll(h + 7) : -1;
     *peak = p ? atoll(p + 7) : -1;
+    const char *res = js ? strstr(js, "\"resources\":") : NULL;
+    *vars = end ? 0 : -1;
+    *resources = res ? atoll(res + 12) : -1;
+    for (const char *v = js; end && (v = strstr(v, "{\"name\":")) && v < end; v++) ++*vars;
     psg_msg_destroy(&rep);
 }
 
@@ -84,8 +96,11 @@ static size_t mutate(const seed_t *seeds, int ns, unsigned *r, uint8_t *out) {
     return n;
 }
 
+#define MAX_CLIENTS 64
+
 typedef struct {
     long long registered, ran, run_failed, refused, lost;
+    _Atomic long long done; /* read by the parent while the client runs */
 } tally_t;
 
 /* One pair: a mutation registered through c with the targets and Placeholder feeds a client
@@ -150,6 +165,22 @@ static void one_pair(psg_client_t *c, const seed_t *seeds, int ns, unsigned *r, 
     free(targets);
 }
 
+/* Client k of clients: pairs k, k + clients, ... with its own connection and mutations (the
+ * first client's are those of a run with one client); its exit status for _exit. */
+static int run_client(int k, int clients, int pairs, const seed_t *seeds, int ns, tally_t *t) {
+    psg_client_t *c = connect_peer();
+    uint8_t *buf = malloc(MAX_BYTES);
+    unsigned r = 27 + 7919u * (unsigned)k;
+    for (int i = k; c && buf && i < pairs && kill(server_pid, 0) == 0; i += clients) {
+        one_pair(c, seeds, ns, &r, buf, i, t);
+        t->done++;
+    }
+    int ok = c && buf;
+    psg_client_destroy(&c);
+    free(buf);
+    return ok ? 0 : 1;
+}
+
 static int load_seeds(const char *dir, seed_t *seeds) {
     int ns = 0;
     DIR *d = opendir(dir);
@@ -174,7 +205,8 @@ int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(
             stderr,
-            "usage: bench_hostile_graphs PSGRAPH_EXE CORPUS_DIR [PAIRS] [MEMORY_LIMIT] [SERVER_LOG]\n");
+            "usage: bench_hostile_graphs PSGRAPH_EXE CORPUS_DIR [PAIRS] [MEMORY_LIMIT] [SERVER_LOG] "
+            "[CLIENTS]\n");
         return 2;
     }
     int pairs = argc > 3 ? atoi(argv[3]) : 100000;
@@ -194,28 +226,54 @@ int main(int argc, char **argv) {
         fprintf(stderr, "no seeds in %s, or the server did not start\n", argv[2]);
         return 1;
     }
-    psg_client_t *c = connect_peer(), *watch = connect_peer();
-    long long held = 0, peak = 0, worst_peak = 0;
+    int clients = argc > 6 ? atoi(argv[6]) : 1;
+    if (clients < 1 || clients > MAX_CLIENTS) clients = clients < 1 ? 1 : MAX_CLIENTS;
+    /* each client's tally, in memory the clients and this process share */
+    tally_t *tallies = mmap(NULL, sizeof(tally_t) * (size_t)clients, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (tallies == MAP_FAILED) return 1;
+    memset(tallies, 0, sizeof(tally_t) * (size_t)clients);
+    pid_t kids[MAX_CLIENTS];
     double rss0 = server_rss_mb(), rss_max = rss0;
-    tally_t t = {0};
-    unsigned r = 27;
-    uint8_t *buf = malloc(MAX_BYTES);
-    int done = 0;
-    for (int i = 0; i < pairs && waitpid(server_pid, NULL, WNOHANG) == 0; i++, done++) {
-        one_pair(c, seeds, ns, &r, buf, i, &t);
-        if ((i + 1) % (pairs / 10 > 0 ? pairs / 10 : 1)) continue;
-        inspect(watch, &held, &peak);
+    fflush(stdout);
+    for (int k = 0; k < clients; k++) /* before this process opens a socket of its own */
+        if ((kids[k] = fork()) == 0) _exit(run_client(k, clients, pairs, seeds, ns, &tallies[k]));
+    psg_client_t *watch = connect_peer();
+    long long held = 0, peak = 0, worst_peak = 0, vars = 0, resources = 0;
+    printf("{\"bench\":\"hostile_graphs_start\",\"pairs\":%d,\"clients\":%d,\"rss_mb\":%.1f}\n",
+           pairs, clients, rss0);
+    fflush(stdout);
+    int running = clients, step = pairs / 10 > 0 ? pairs / 10 : 1, next = step, done = 0;
+    for (int up = 1; running > 0 && up;) {
+        nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+        for (int k = 0; k < clients; k++)
+            if (kids[k] > 0 && waitpid(kids[k], NULL, WNOHANG) == kids[k]) kids[k] = 0, running--;
+        up = waitpid(server_pid, NULL, WNOHANG) == 0;
+        done = 0;
+        for (int k = 0; k < clients; k++) done += (int)tallies[k].done;
+        if (done < next && running > 0 && up) continue;
+        for (; next <= done; next += step) {
+        }
+        inspect(watch, &held, &peak, &vars, &resources);
         double rss = server_rss_mb();
         if (rss > rss_max) rss_max = rss;
         if (peak > worst_peak) worst_peak = peak;
-        printf(
-            "{\"bench\":\"hostile_graphs_progress\",\"pairs\":%d,\"registered\":%lld,\"ran\":%lld,"
-            "\"rss_mb\":%.1f,\"held_bytes\":%lld,\"peak_bytes\":%lld}\n",
-            i + 1, t.registered, t.ran, rss, held, peak);
+        printf("{\"bench\":\"hostile_graphs_progress\",\"pairs\":%d,\"rss_mb\":%.1f,"
+               "\"held_bytes\":%lld,\"peak_bytes\":%lld,\"variables\":%lld,\"resources\":%lld}\n",
+               done, rss, held, peak, vars, resources);
         fflush(stdout);
     }
+    for (int k = 0; k < clients; k++) /* the server went: stop the clients still running */
+        if (kids[k] > 0) kill(kids[k], SIGKILL), waitpid(kids[k], NULL, 0);
+    tally_t t = {0};
+    for (int k = 0; k < clients; k++) {
+        t.registered += tallies[k].registered, t.ran += tallies[k].ran;
+        t.run_failed += tallies[k].run_failed, t.refused += tallies[k].refused;
+        t.lost += tallies[k].lost;
+    }
+    munmap(tallies, sizeof(tally_t) * (size_t)clients);
     sleep(3); /* every wait a request started (--max-wait 1, --recv-timeout 1) has ended */
-    inspect(watch, &held, &peak);
+    inspect(watch, &held, &peak, &vars, &resources);
     double rss_end = server_rss_mb();
     int up = waitpid(server_pid, NULL, WNOHANG) == 0;
     printf(
@@ -225,7 +283,6 @@ int main(int argc, char **argv) {
         "\"memory_limit\":\"%s\",\"server_up\":%s,\"targets\":\"rss +50 MB, peak <= limit\"}\n",
         done, ns, t.registered, t.ran, t.run_failed, t.refused, t.lost, rss0, rss_max, rss_end,
         rss_end - rss0, held, peak > worst_peak ? peak : worst_peak, limit, up ? "true" : "false");
-    psg_client_destroy(&c);
     psg_client_destroy(&watch);
     int st = 0;
     pid_t w = sigterm_and_wait(server_pid, "hostile_graphs_sigterm", &st);
@@ -233,7 +290,6 @@ int main(int argc, char **argv) {
            w == server_pid && WIFEXITED(st) ? "true" : "false",
            WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     for (int i = 0; i < ns; i++) free(seeds[i].b);
-    free(buf);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) return 1;

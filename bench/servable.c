@@ -2,8 +2,10 @@
  * inputs (seeded) again and again for S seconds, no HTTP, no JSON, no batcher. What
  * bench/serve.sh sets beside ONNX Runtime's own InferenceSession.run at the same batch,
  * to tell the kernels' share of the serve's gap from the serving's.
- *   bench_servable MODEL_DIR BATCH SECONDS THREADS
- * One JSON line: examples/sec, runs, p50/p99 of a run, the process's CPU ms a run. */
+ *   bench_servable MODEL_DIR BATCH SECONDS THREADS [LANES [SPIN_US]]
+ * (psg_servable_options_t's lanes and spin_us, left out: the servable's defaults.)
+ * One JSON line: examples/sec, runs, p10/p50/p99 of a run (p10: the runs the machine's
+ * other load disturbed least), the process's CPU ms a run. */
 #include "psgraph/error.h"
 #include "psgraph/servable.h"
 
@@ -44,13 +46,16 @@ static psg_tensor_t *random_input(const psg_servable_t *s, int i, int64_t batch,
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: bench_servable MODEL_DIR BATCH SECONDS THREADS\n");
+    if (argc < 5 || argc > 7) {
+        fprintf(stderr,
+                "usage: bench_servable MODEL_DIR BATCH SECONDS THREADS [LANES [SPIN_US]]\n");
         return 2;
     }
     int64_t batch = atoll(argv[2]);
     double secs = atof(argv[3]);
-    psg_servable_options_t o = {.threads = atoi(argv[4])};
+    psg_servable_options_t o = {.threads = atoi(argv[4]),
+                                .lanes = argc > 5 ? atoi(argv[5]) : 0,
+                                .spin_us = argc > 6 ? atoi(argv[6]) : 0};
     psg_servable_t *s = psg_servable_load(argv[1], &o);
     if (!s || batch < 1) {
         fprintf(stderr, "bench_servable: %s\n", s ? "BATCH must be >= 1" : psg_error_message());
@@ -81,11 +86,16 @@ int main(int argc, char **argv) {
     size_t n = runs < cap ? runs : cap;
     qsort(lat, n, sizeof *lat, cmp_double);
     printf(
-        "{\"bench\":\"servable_run\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"runs\":%zu,"
-        "\"examples_per_sec\":%.2f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"cpu_ms_per_run\":%.3f}\n",
-        psg_servable_model(s), (long long)batch, o.threads, runs,
-        (double)runs * (double)batch / wall, n ? lat[n / 2] * 1e3 : 0.0,
-        n ? lat[(n * 99) / 100] * 1e3 : 0.0, runs ? cpu * 1e3 / (double)runs : 0.0);
+        "{\"bench\":\"servable_run\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"lanes\":%d,"
+        "\"spin_us\":%d,\"runs\":%zu,"
+        "\"examples_per_sec\":%.2f,\"p10_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"cpu_ms_per_run\":%.3f}\n",
+        psg_servable_model(s), (long long)batch, o.threads, o.lanes > 0 ? o.lanes : o.threads,
+        o.spin_us == 0  ? PSG_SERVABLE_SPIN_US
+        : o.spin_us < 0 ? 0
+                        : o.spin_us,
+        runs, (double)runs * (double)batch / wall, n ? lat[n / 10] * 1e3 : 0.0,
+        n ? lat[n / 2] * 1e3 : 0.0, n ? lat[(n * 99) / 100] * 1e3 : 0.0,
+        runs ? cpu * 1e3 / (double)runs : 0.0);
     free(lat);
     for (int i = 0; i < PSG_SERVABLE_MAX_IO; i++) psg_tensor_destroy(&in[i]);
     psg_servable_destroy(&s);

@@ -22,6 +22,7 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
         return 1;
     }
     bool known = !strcmp(a, "--model") || !strcmp(a, "--image-size") || !strcmp(a, "--threads") ||
+                 !strcmp(a, "--lanes") || !strcmp(a, "--spin-us") ||
                  !strcmp(a, "--partition-strategy");
     if (!known) return 0;
     if (*i + 1 >= argc) {
@@ -37,14 +38,22 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
             return -1;
         }
         o->partition_strategy = v;
-    } else if (!strcmp(a, "--threads")) {
+    } else if (!strcmp(a, "--spin-us")) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 0 || n > 1000000) {
+            fprintf(stderr, "psgraph: --spin-us '%s' (0 to 1000000)\n", v);
+            return -1;
+        }
+        o->spin_us = n > 0 ? (int)n : -1;
+    } else if (!strcmp(a, "--threads") || !strcmp(a, "--lanes")) {
         char *end;
         long n = strtol(v, &end, 10);
         if (*end || n < 1 || n > 1024) {
-            fprintf(stderr, "psgraph: --threads '%s' (1 to 1024)\n", v);
+            fprintf(stderr, "psgraph: %s '%s' (1 to 1024)\n", a, v);
             return -1;
         }
-        o->threads = (int)n;
+        *(a[2] == 't' ? &o->threads : &o->lanes) = (int)n;
     } else {
         int h = 0, w = 0, c = 0;
         int k = sscanf(v, "%d,%d,%d", &h, &w, &c);

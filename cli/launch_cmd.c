@@ -549,8 +549,9 @@ int psg_cmd_launch(int argc, char **argv) {
     return rc;
 }
 
-/* The workers the command's strategy can lose and go on (sync/strategies.c: sync and local
- * SGD with --backup-workers b: b; the others 0), for a command that trains with --sync. */
+/* The workers the command's strategy can lose and go on (sync/strategies.c: async all but the
+ * chief; sync and local SGD with --backup-workers b: b; the others 0), for a command that
+ * trains with --sync, or `psgraph train` without it (async in a cluster). */
 static int backup_workers_of(char **cmd, int nworkers) {
     static const char *const read[] = {"--sync", "--backup-workers", "--replicas-to-aggregate"};
     psg_train_args_t t = {
@@ -561,6 +562,11 @@ static int backup_workers_of(char **cmd, int nworkers) {
     psg_sync_config_t c;
     psg_sync_config_defaults(&c);
     c.strategy = t.c.sync;
+    for (int i = 1; cmd[i] && !c.strategy; i++) { /* "... psgraph train": its default */
+        const char *base = strrchr(cmd[i - 1], '/');
+        if (!strcmp(cmd[i], "train") && !strcmp(base ? base + 1 : cmd[i - 1], "psgraph"))
+            c.strategy = "async";
+    }
     c.num_workers = nworkers;
     c.backup_workers = t.c.backup_workers;
     c.replicas_to_aggregate = t.c.replicas_to_aggregate;
@@ -689,6 +695,12 @@ static void start_tasks(launch_run_t *r) {
     printf("psgraph launch: CURVE keys %s%s%s\n", r->keys.dir,
            r->keys.run[0] ? " (made for this run, removed at the end)" : "",
            r->o->keys_payload ? ", a copy sent to each host over its ssh session" : "");
+    if (r->may_fail > 0)
+        printf("psgraph launch: the job goes on without up to %d worker%s other than the chief "
+               "(%s)\n",
+               r->may_fail, r->may_fail == 1 ? "" : "s",
+               r->o->worker_failures >= 0 ? "--allow-worker-failures"
+                                          : "what the command's strategy can lose");
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)

@@ -20,6 +20,10 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
     "  --model NAME          mlp, cnn, inception3, wide-deep (default: from the checkpoint)\n"     \
     "  --image-size H[,W[,C]] the input images (default: from the weights; inception3 299)\n"      \
     "  --threads N           compute threads (default 1)\n"                                        \
+    "  --lanes N             a batch's rows cut over N one-thread plans side by side\n"            \
+    "                        (default 1: one plan, its kernels over the threads)\n"                \
+    "  --spin-us US          an idle compute thread polls this long for work before it\n"          \
+    "                        sleeps (default 50; 0: it sleeps at once)\n"                          \
     "  --partition-strategy mod|div  how a row-sharded table was split (default mod)\n"            \
     "  --no-ema              the raw weights even where moving averages are kept\n"
 

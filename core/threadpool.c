@@ -9,6 +9,14 @@
 #include <stdbool.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
 
 typedef struct task {
     void (*fn)(void *);
@@ -23,16 +31,46 @@ struct psg_threadpool {
     pthread_cond_t wake;
     task_t *head, *tail, *free_tasks;
     bool stopping;
+    atomic_int queued;  /* tasks in the queue: what a spinning thread watches, lock-free */
+    atomic_int spin_us; /* how long an idle thread polls for work before it sleeps */
+    int spinning;       /* threads polling now (under the lock) */
 };
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Called with the lock held and the queue empty: polls `queued` for up to spin_us without
+ * the lock (a task queued meanwhile is taken without a wake-up: no futex, no scheduler),
+ * then takes the lock again. */
+static void spin_for_work(psg_threadpool_t *p) {
+    int us = atomic_load_explicit(&p->spin_us, memory_order_relaxed);
+    if (us <= 0) return;
+    p->spinning++;
+    pthread_mutex_unlock(&p->lock);
+    int64_t until = mono_ns() + (int64_t)us * 1000;
+    for (unsigned i = 1; atomic_load_explicit(&p->queued, memory_order_acquire) == 0; i++) {
+        CPU_RELAX();
+        if (i % 64 == 0 &&
+            (mono_ns() > until || !atomic_load_explicit(&p->spin_us, memory_order_relaxed)))
+            break; /* no work came, or polling was turned off meanwhile */
+    }
+    pthread_mutex_lock(&p->lock);
+    p->spinning--;
+}
 
 static void *worker_main(void *arg) {
     psg_threadpool_t *p = arg;
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        if (!p->head && !p->stopping) spin_for_work(p);
         while (!p->head && !p->stopping) pthread_cond_wait(&p->wake, &p->lock);
         if (!p->head) break;
         task_t *t = p->head;
         p->head = t->next;
+        atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
         if (!p->head) p->tail = NULL;
         void (*fn)(void *) = t->fn;
         void *targ = t->arg;
@@ -54,6 +92,8 @@ psg_threadpool_t *psg_threadpool_new(int num_threads) {
         return NULL;
     }
     p->size = num_threads;
+    atomic_init(&p->queued, 0);
+    atomic_init(&p->spin_us, 0);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->threads = calloc((size_t)num_threads, sizeof(pthread_t));
@@ -98,6 +138,10 @@ int psg_threadpool_size(const psg_threadpool_t *p) {
     return p ? p->size : 1;
 }
 
+void psg_threadpool_set_spin(psg_threadpool_t *p, int us) {
+    if (p) atomic_store(&p->spin_us, us > 0 ? us : 0);
+}
+
 void psg_threadpool_submit(psg_threadpool_t *p, void (*fn)(void *), void *arg) {
     if (!p || p->size == 1) {
         fn(arg);
@@ -118,7 +162,9 @@ void psg_threadpool_submit(psg_threadpool_t *p, void (*fn)(void *), void *arg) {
     else
         p->head = t;
     p->tail = t;
-    pthread_cond_signal(&p->wake);
+    /* a polling thread takes it without a wake-up; more tasks than pollers wake sleepers */
+    if (atomic_fetch_add_explicit(&p->queued, 1, memory_order_release) + 1 > p->spinning)
+        pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
 }
 

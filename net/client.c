@@ -259,10 +259,13 @@ static int wait_out(psg_client_t *c, int wake_fd, int timeout_ms, const char *wh
                                       "been down for the peer timeout (%d ms)",
                                       c->endpoint, what ? what : "a request", peer_timeout(c));
         if (what)
-            return psg_error_set("%s: cannot reach the peer within %d ms to send %s (is it up?)",
-                                 c->endpoint, timeout_ms, what);
-        return psg_error_set("%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
-                             timeout_ms);
+            return psg_error_set_code(
+                PSG_ERR_UNREACHABLE,
+                "%s: cannot reach the peer within %d ms to send %s (is it up?)", c->endpoint,
+                timeout_ms, what);
+        return psg_error_set_code(PSG_ERR_UNREACHABLE,
+                                  "%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
+                                  timeout_ms);
     }
 }
 
@@ -296,8 +299,9 @@ static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int
     psg_codec_out_clear(&out);
     if (rc < 0) {
         if (e == EAGAIN)
-            psg_error_set("%s: cannot reach the peer within %d ms to send %s (is it up?)",
-                          c->endpoint, timeout_ms, op);
+            psg_error_set_code(PSG_ERR_UNREACHABLE,
+                               "%s: cannot reach the peer within %d ms to send %s (is it up?)",
+                               c->endpoint, timeout_ms, op);
         else
             psg_error_wrap("%s: sending %s", c->endpoint, op);
         /* A multipart message may be half sent: start over on a clean connection. */

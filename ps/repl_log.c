@@ -28,7 +28,15 @@ typedef struct entry {
     psg_variable_t **vars;  /* (nvars) */
     uint64_t *pre;          /* (nvars) each one's count of writes before this one */
     psg_tensor_t **tensors; /* (ntensors) copies */
+    char *writer;           /* the update id of its step (NULL: none), and its SEQ */
+    int64_t seq;
 } entry_t;
+
+/* A run in progress and its update id (psg_repl_log_step_begin). */
+typedef struct {
+    int64_t step, seq;
+    char writer[PSG_APPLIED_WRITER_MAX];
+} step_id_t;
 
 /* A node built on the backup for a replay line (its key: the line and the tensors' shapes). */
 typedef struct {
@@ -43,6 +51,9 @@ struct psg_repl_log {
     atomic_bool on;
     pthread_mutex_t lock; /* the list; taken under the locks of the variables an update writes */
     entry_t *head, **tail;
+    psg_applied_t *records; /* where each update is recorded as it is applied (may be NULL) */
+    step_id_t *steps;       /* the runs with an update id, under lock */
+    int n_steps, cap_steps;
     cached_t cache[MAX_CACHED]; /* the backup's; on its server thread only */
     int n_cached;
 };
@@ -54,6 +65,7 @@ static void entry_free(entry_t *e) {
     free(e->vars);
     free(e->pre);
     free(e->line);
+    free(e->writer);
     free(e);
 }
 
@@ -131,13 +143,44 @@ static entry_t *entry_make(const psg_node_t *node, psg_tensor_t *const *inputs, 
     return e;
 }
 
+/* The update id of the run that applies an update now (false: none): its step id is the
+ * last write its first variable counted (psg_variable_note_write, under its lock). */
+static bool update_of(psg_repl_log_t *l, psg_tensor_t *const *inputs, int n, char *writer,
+                      int64_t *seq) {
+    psg_variable_t *v = NULL;
+    for (int i = 0; i < n && !v; i++)
+        if (inputs[i]->dtype == PSG_DT_RESOURCE) v = handle_var(inputs[i]);
+    if (!v || v->writes == 0) return false;
+    int64_t step = v->recent[(v->writes - 1) % PSG_VARIABLE_RECENT];
+    bool found = false;
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < l->n_steps && !found; i++)
+        if (l->steps[i].step == step) {
+            memcpy(writer, l->steps[i].writer, PSG_APPLIED_WRITER_MAX);
+            *seq = l->steps[i].seq;
+            found = true;
+        }
+    pthread_mutex_unlock(&l->lock);
+    return found && step != 0;
+}
+
 /* The write log (psg_write_log_fn): under the locks of the update's variables. */
 static void log_write(void *ctx, const psg_node_t *node, psg_tensor_t *const *inputs, int n) {
     psg_repl_log_t *l = ctx;
+    char writer[PSG_APPLIED_WRITER_MAX];
+    int64_t seq = 0;
+    bool id = update_of(l, inputs, n, writer, &seq);
+    /* recorded as it is applied, under the variables' locks: a value copied under them after
+     * this holds the update and comes with its record, one copied before has neither */
+    for (int i = 0; id && l->records && i < n; i++)
+        if (inputs[i]->dtype == PSG_DT_RESOURCE)
+            (void)psg_applied_set(l->records, handle_var(inputs[i])->name, writer, seq);
     if (!atomic_load(&l->on)) return; /* its counts move on: its next forward is by value */
     for (int i = 0; i < n; i++)       /* a backup copy's (a step after a failover): by value */
         if (inputs[i]->dtype == PSG_DT_RESOURCE && handle_var(inputs[i])->backup) return;
     entry_t *e = entry_make(node, inputs, n);
+    if (e && id && !(e->writer = strdup(writer))) entry_free(e), e = NULL;
+    if (e) e->seq = seq;
     if (!e) {
         for (int i = 0; i < n; i++)
             if (inputs[i]->dtype == PSG_DT_RESOURCE)
@@ -151,13 +194,14 @@ static void log_write(void *ctx, const psg_node_t *node, psg_tensor_t *const *in
     pthread_mutex_unlock(&l->lock);
 }
 
-psg_repl_log_t *psg_repl_log_new(psg_resource_mgr_t *rm) {
+psg_repl_log_t *psg_repl_log_new(psg_resource_mgr_t *rm, psg_applied_t *records) {
     psg_repl_log_t *l = calloc(1, sizeof *l);
     if (!l) {
         psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
         return NULL;
     }
     l->rm = rm;
+    l->records = records;
     l->tail = &l->head;
     pthread_mutex_init(&l->lock, NULL);
     psg_resource_set_write_log(rm, log_write, l);
@@ -182,6 +226,7 @@ void psg_repl_log_destroy(psg_repl_log_t **lp) {
     list_free(l->head);
     for (int i = 0; i < l->n_cached; i++) cached_free(&l->cache[i]);
     pthread_mutex_destroy(&l->lock);
+    free(l->steps);
     free(l);
 }
 
@@ -200,9 +245,43 @@ void psg_repl_log_set_on(psg_repl_log_t *l, bool on) {
     if (!on) list_free(take_all(l));
 }
 
+int psg_repl_log_step_begin(psg_repl_log_t *l, int64_t step, const char *writer, int64_t seq) {
+    if (strlen(writer) >= PSG_APPLIED_WRITER_MAX)
+        return psg_error_set("update id: writer '%.40s...' too long", writer);
+    pthread_mutex_lock(&l->lock);
+    int rc = 0;
+    if (l->n_steps == l->cap_steps) {
+        int cap = l->cap_steps ? 2 * l->cap_steps : 8;
+        step_id_t *v = realloc(l->steps, (size_t)cap * sizeof *v);
+        if (v)
+            l->steps = v, l->cap_steps = cap;
+        else
+            rc = psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    }
+    if (rc == 0) {
+        step_id_t *s = &l->steps[l->n_steps++];
+        s->step = step;
+        s->seq = seq;
+        snprintf(s->writer, sizeof s->writer, "%s", writer);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+void psg_repl_log_step_end(psg_repl_log_t *l, int64_t step) {
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < l->n_steps; i++)
+        if (l->steps[i].step == step) {
+            l->steps[i] = l->steps[--l->n_steps];
+            break;
+        }
+    pthread_mutex_unlock(&l->lock);
+}
+
 /* ---- the primary's forward ---- */
 
-int psg_repl_add_value(psg_msg_t *m, psg_variable_t *v, size_t *bytes) {
+int psg_repl_add_value(psg_msg_t *m, psg_variable_t *v, psg_applied_t *records, psg_strbuf_t *body,
+                       size_t *bytes) {
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
     psg_tensor_t *copy =
@@ -210,6 +289,7 @@ int psg_repl_add_value(psg_msg_t *m, psg_variable_t *v, size_t *bytes) {
     if (copy) {
         v->repl_writes = v->writes;
         v->unlogged = false;
+        if (records) psg_applied_dump(records, v->name, body); /* the updates the copy holds */
     }
     pthread_mutex_unlock(&guard->lock);
     if (!copy) return -1;
@@ -318,7 +398,7 @@ int psg_repl_log_forward(psg_repl_log_t *l, psg_resource_mgr_t *rm, const char *
     plan_make(p, d);
     for (int i = 0; rc == 0 && i < p->n; i++) {
         if (!p->vars[i].by_value || p->vars[i].v->backup) continue;
-        rc = psg_repl_add_value(m, p->vars[i].v, bytes);
+        rc = psg_repl_add_value(m, p->vars[i].v, l->records, body, bytes);
         if (rc == 0) (*count)++;
     }
     for (int i = 0; i < p->n; i++) p->vars[i].expect = p->vars[i].v->repl_writes;
@@ -326,6 +406,7 @@ int psg_repl_log_forward(psg_repl_log_t *l, psg_resource_mgr_t *rm, const char *
         bool drop = false, changed = false;
         if (!entry_replays(p, e, &drop, &changed)) continue;
         psg_strbuf_str(body, e->line);
+        if (e->writer) psg_strbuf_printf(body, "\t%s %" PRId64, e->writer, e->seq);
         psg_strbuf_add(body, "\n", 1);
         for (int k = 0; rc == 0 && k < e->ntensors; k++) {
             *bytes += psg_tensor_nbytes(e->tensors[k]);
@@ -497,47 +578,75 @@ static int inputs_parse(psg_resource_mgr_t *rm, const psg_msg_t *req, const char
     }
 }
 
-/* The variables a forward's replay wrote, each with its value before the first. */
+/* A variable a forward's replay wrote: its last update there (its id; writer "" none) and,
+ * with an id, its value before that one. */
+typedef struct {
+    psg_variable_t *v;
+    psg_tensor_t *pre;
+    char writer[PSG_APPLIED_WRITER_MAX];
+    int64_t seq;
+} touch_t;
+
 typedef struct {
     int n, cap;
-    psg_variable_t **v;
-    psg_tensor_t **pre;
+    touch_t *v;
 } touched_t;
 
-static int touch(touched_t *t, psg_variable_t *v, bool keep) {
-    for (int i = 0; i < t->n; i++)
-        if (t->v[i] == v) return 0;
-    if (t->n == t->cap) {
+/* Before update (writer, seq) writes v: v's value now is the way back of a retry of that
+ * update alone, as long as no later update of the forward writes v. */
+static int touch(touched_t *t, psg_variable_t *v, const char *writer, int64_t seq) {
+    touch_t *x = NULL;
+    for (int i = 0; i < t->n && !x; i++)
+        if (t->v[i].v == v) x = &t->v[i];
+    if (!x && t->n == t->cap) {
         int cap = t->cap ? 2 * t->cap : 16;
-        psg_variable_t **nv = realloc(t->v, (size_t)cap * sizeof *nv);
-        if (nv) t->v = nv;
-        psg_tensor_t **np = nv ? realloc(t->pre, (size_t)cap * sizeof *np) : NULL;
-        if (!np) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-        t->pre = np;
+        touch_t *nv = realloc(t->v, (size_t)cap * sizeof *nv);
+        if (!nv) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+        t->v = nv;
         t->cap = cap;
     }
-    psg_tensor_t *pre = NULL;
-    if (keep) {
+    if (!x) {
+        x = &t->v[t->n++];
+        memset(x, 0, sizeof *x);
+        x->v = v;
+    }
+    psg_tensor_destroy(&x->pre);
+    snprintf(x->writer, sizeof x->writer, "%s", writer);
+    x->seq = seq;
+    if (writer[0]) {
         psg_variable_t *guard = psg_variable_guard(v);
         pthread_mutex_lock(&guard->lock);
-        pre = psg_tensor_copy(v->value);
+        x->pre = psg_tensor_copy(v->value);
         pthread_mutex_unlock(&guard->lock);
-        if (!pre) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+        if (!x->pre) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
     }
-    t->v[t->n] = v;
-    t->pre[t->n++] = pre;
     return 0;
 }
 
+/* A line's update id, after its INPUTS: "WRITER SEQ" into writer ("" when absent). */
+static int line_id(const char *s, size_t n, char *writer, int64_t *seq) {
+    writer[0] = 0;
+    *seq = 0;
+    if (!s) return 0;
+    char id[PSG_APPLIED_WRITER_MAX + 24];
+    if (n >= sizeof id) return psg_error_set("an update id of %zu bytes", n);
+    memcpy(id, s, n);
+    id[n] = 0;
+    return psg_applied_parse_id(id, writer, PSG_APPLIED_WRITER_MAX, seq);
+}
+
 /* Runs one replay line (without its '!'); -1 with the error set. */
-static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, const psg_msg_t *req,
-                       const char *s, size_t n, int *ti, touched_t *t, bool keep) {
-    size_t oplen, alen;
+static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, psg_applied_t *applied,
+                       const psg_msg_t *req, const char *s, size_t n, int *ti, touched_t *t) {
+    size_t oplen, alen, ilen;
     const char *attrs = split(s, n, '\t', &oplen);
     const char *ins = attrs ? split(attrs, n - (size_t)(attrs - s), '\t', &alen) : NULL;
-    char op[64];
+    char op[64], writer[PSG_APPLIED_WRITER_MAX];
     if (!ins || oplen == 0 || oplen >= sizeof op || memchr(s, 0, n))
         return psg_error_set("not \"!OP\\tATTRS\\tINPUTS\"");
+    const char *id = split(ins, n - (size_t)(ins - s), '\t', &ilen);
+    int64_t seq = 0;
+    if (line_id(id, id ? n - (size_t)(id - s) : 0, writer, &seq) < 0) return -1;
     memcpy(op, s, oplen);
     op[oplen] = 0;
     if (!replayable(op))
@@ -545,8 +654,8 @@ static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, const psg_msg_
     input_t in[16];
     int nin = 0;
     psg_strbuf_t key = {0};
-    psg_strbuf_add(&key, s, n);
-    int rc = inputs_parse(rm, req, ins, n - (size_t)(ins - s), ti, in, &nin, &key);
+    psg_strbuf_add(&key, s, (size_t)(ins + ilen - s)); /* the line without its id */
+    int rc = inputs_parse(rm, req, ins, ilen, ti, in, &nin, &key);
     cached_t *c = rc == 0 && !key.oom ? node_for(l, op, attrs, alen, in, nin, key.s) : NULL;
     free(key.s);
     if (!c) return -1;
@@ -560,7 +669,7 @@ static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, const psg_msg_
             args[i] = psg_tensor_ref(in[i].t);
             continue;
         }
-        rc = touch(t, in[i].v, keep);
+        rc = touch(t, in[i].v, writer, seq);
         if (rc == 0 && !(args[i] = psg_tensor_new(PSG_DT_RESOURCE, &scalar)))
             rc = psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
         if (rc == 0) memcpy(args[i]->data, &in[i].v, sizeof in[i].v);
@@ -577,13 +686,16 @@ static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, const psg_msg_
                                 .state = c->state};
         rc = psg_node_def(c->node)->cpu(&ctx);
     }
+    /* the copies hold this update: a retry of it here does not apply it twice */
+    for (int i = 0; rc == 0 && writer[0] && i < nin; i++)
+        if (in[i].v) (void)psg_applied_set(applied, in[i].v->name, writer, seq);
     for (int i = 0; i < nin; i++) psg_tensor_destroy(&args[i]);
     for (int i = 0; i < PSG_MAX_OUTPUTS; i++) psg_tensor_destroy(&outs[i]);
     return rc;
 }
 
 int psg_repl_replay(psg_repl_log_t *l, psg_resource_mgr_t *rm, psg_applied_t *applied,
-                    const psg_msg_t *req, const char *writer, int64_t seq, int *replayed) {
+                    const psg_msg_t *req, int *replayed) {
     *replayed = 0;
     const char *d = req->body ? (const char *)req->body->data : NULL;
     size_t len = req->body ? req->body->size : 0;
@@ -594,7 +706,7 @@ int psg_repl_replay(psg_repl_log_t *l, psg_resource_mgr_t *rm, psg_applied_t *ap
         (void)split(d + at, len - at, '\n', &n);
         line++;
         if (n > 1 && d[at] == '!') {
-            rc = replay_line(l, rm, req, d + at + 1, n - 1, &ti, &t, writer != NULL);
+            rc = replay_line(l, rm, applied, req, d + at + 1, n - 1, &ti, &t);
             if (rc < 0)
                 psg_error_wrap("replay, line %d", line);
             else
@@ -603,14 +715,18 @@ int psg_repl_replay(psg_repl_log_t *l, psg_resource_mgr_t *rm, psg_applied_t *ap
         at += n + 1;
     }
     for (int i = 0; i < t.n; i++) {
-        psg_variable_t *guard = psg_variable_guard(t.v[i]);
+        touch_t *x = &t.v[i];
+        psg_variable_t *guard = psg_variable_guard(x->v);
         pthread_mutex_lock(&guard->lock);
-        psg_variable_note_unlogged(t.v[i]); /* a copy: by value once promoted */
+        psg_variable_note_unlogged(x->v); /* a copy: by value once promoted */
         pthread_mutex_unlock(&guard->lock);
-        if (rc == 0) (void)psg_applied_set_last(applied, t.v[i]->name, writer, seq, &t.pre[i]);
-        psg_tensor_destroy(&t.pre[i]);
+        /* its last update and the value before that one only (an earlier update of the forward,
+         * another worker's, stays when a retry of the last rolls back) */
+        if (rc == 0)
+            (void)psg_applied_set_last(applied, x->v->name, x->writer[0] ? x->writer : NULL, x->seq,
+                                       &x->pre);
+        psg_tensor_destroy(&x->pre);
     }
     free(t.v);
-    free(t.pre);
     return rc;
 }

@@ -73,7 +73,7 @@ int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     r->timeout_ms = peer;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->verdict_lock, NULL);
-    if (!(r->applied = psg_applied_new()) || !(r->log = psg_repl_log_new(ts->rm)) ||
+    if (!(r->applied = psg_applied_new()) || !(r->log = psg_repl_log_new(ts->rm, r->applied)) ||
         !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
                                         ts->keys))) {
         psg_applied_destroy(&r->applied);
@@ -190,11 +190,13 @@ static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *
     *count = *replays = 0;
     *bytes = 0;
     if (!m || psg_msg_set_key(m, full ? "full" : "update") < 0) goto fail;
-    /* the update these values hold: the backup keeps the ones before as its way back */
+    /* the step's update: the variables it wrote hold it (its writes were applied, and are in
+     * this forward or in one before); the records of others' updates go with each value,
+     * taken with it, and with each replay line (ps/repl_log.c) */
     if (!full && u) psg_strbuf_printf(&rows, "#%s %" PRId64 "\n", u->writer, u->seq);
-    if (full) psg_applied_dump(r->applied, NULL, &rows);
-    for (int i = 0; !full && i < n; i++)
-        if (!skip || !skip[i]) psg_applied_dump(r->applied, names[i], &rows);
+    for (int i = 0; !full && u && i < n; i++)
+        if (!skip || !skip[i])
+            psg_strbuf_printf(&rows, "%s\t%s\t%" PRId64 "\n", names[i], u->writer, u->seq);
     if (full) {
         /* logged from now on: an update logged before a variable's value is taken is in it */
         psg_repl_log_set_on(r->log, true);
@@ -202,7 +204,7 @@ static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *
         for (int i = 0; i < nv; i++) {
             psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
             if (!v->initialized || v->backup) continue;
-            if (psg_repl_add_value(m, v, bytes) < 0) goto fail;
+            if (psg_repl_add_value(m, v, r->applied, &rows, bytes) < 0) goto fail;
             (*count)++;
         }
     } else if (psg_repl_log_forward(r->log, ts->rm, names, skip, n, m, &rows, count, replays, bytes,
@@ -273,6 +275,12 @@ static void undo_free(psg_ts_undo_t *u) {
     free(u);
 }
 
+/* The run of u is over: its updates are no longer its (psg_repl_log_step_begin); u freed. */
+static void undo_done(psg_ts_repl_t *r, psg_ts_undo_t *u) {
+    if (u && r) psg_repl_log_step_end(r->log, u->step);
+    undo_free(u);
+}
+
 /* Before the step, variable i of u: rolled back, kept aside or its value before recorded. */
 static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t *v,
                       const char *name) {
@@ -284,6 +292,8 @@ static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t 
     if (pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(v->value)) {
         memcpy(v->value->data, pre->data, psg_tensor_nbytes(v->value));
         psg_variable_note_unlogged(v);
+        /* it holds the update no more until the run applies it again (and records it) */
+        (void)psg_applied_forget(r->applied, name, u->writer, u->seq - 1);
         u->rolled[i] = true;
         u->values[i] = pre; /* where a failure of this run puts it back */
         pre = NULL;
@@ -318,6 +328,11 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
         undo_free(u);
         return -1;
     }
+    /* its kernels' updates are logged and recorded under its id as they are applied */
+    if (psg_repl_log_step_begin(r->log, step, u->writer, u->seq) < 0) {
+        undo_free(u);
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
         if (v && v->initialized && psg_tensor_on_host(v->value)) undo_take(r, u, i, v, names[i]);
@@ -346,6 +361,7 @@ static void undo_unskip(psg_task_server_t *ts, const psg_ts_undo_t *u, const cha
 static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, const char *name) {
     psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
     if (!v || !u->values[i]) return;
+    psg_applied_t *a = ts->repl->applied;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
     bool wrote = psg_variable_wrote(v, u->step);
@@ -355,22 +371,25 @@ static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, cons
         memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
         psg_variable_note_unlogged(v);
     }
-    pthread_mutex_unlock(&guard->lock);
-    psg_applied_t *a = ts->repl->applied;
+    /* the records under the lock too: a value copied for a forward comes with the records
+     * taken with it (psg_repl_add_value) */
     if (wrote && others) { /* it holds the update; its value before is not the way back */
         (void)psg_applied_set(a, name, u->writer, u->seq);
         (void)psg_applied_set_last(a, name, NULL, 0, NULL);
-    } else if (u->rolled[i]) { /* rolled back and not run again: it holds the update no more */
+    } else if (wrote || u->rolled[i]) {
+        /* put back (its kernel recorded the update as it applied it, ps/repl_log.c), or rolled
+         * back and not run again: it holds the update no more */
         (void)psg_applied_forget(a, name, u->writer, u->seq - 1);
         (void)psg_applied_set_last(a, name, NULL, 0, NULL);
     }
+    pthread_mutex_unlock(&guard->lock);
 }
 
 void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
     if (!u || !*u) return;
     undo_unskip(ts, *u, names);
     for (int i = 0; i < (*u)->n; i++) abort_one(ts, *u, i, names[i]);
-    undo_free(*u);
+    undo_done(ts->repl, *u);
     *u = NULL;
 }
 
@@ -393,7 +412,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
     psg_ts_undo_t *u = undo ? *undo : NULL;
     if (undo) *undo = NULL;
     if (!r || n <= 0) {
-        undo_free(u);
+        undo_done(r, u);
         return;
     }
     const bool *skip = u ? u->skip : NULL;
@@ -428,7 +447,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
     if (!r->synced && r->last_try_ms && t0 - r->last_try_ms < RETRY_MS) {
         /* no backup now: the step goes on, its values travel with the next full copy */
         pthread_mutex_unlock(&r->lock);
-        undo_free(u);
+        undo_done(r, u);
         return;
     }
     bool full = !r->synced;
@@ -465,22 +484,20 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         psg_ts_client_reset(r->client);
     }
     pthread_mutex_unlock(&r->lock);
-    undo_free(u);
+    undo_done(r, u);
 }
 
 /* ---- the backup's side ---- */
 
-/* Writes a forwarded value into the backup copy `name`; with an update id (writer, seq), the
- * copy's value before is kept as the way back of a retry of that update. */
-static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_t *t,
-                      const char *writer, int64_t seq) {
+/* Writes a forwarded value into the backup copy `name`. Its last update is not known from
+ * then on: a value may hold several workers' updates since the copy's previous one (the
+ * forward's update id names one of them), so its value before is the way back of none; a
+ * retry here of an update its records say it holds leaves it alone. */
+static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_t *t) {
     psg_variable_t *v = psg_resource_variable(ts->rm, name, t->dtype, &t->shape);
     if (!v) return -1;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
-    psg_tensor_t *pre = writer && v->initialized && v->backup && psg_tensor_on_host(v->value)
-                            ? psg_tensor_copy(v->value)
-                            : NULL;
     int rc = 0;
     if (v->initialized && !v->backup)
         rc = psg_error_set_code(PSG_ERR_DENIED,
@@ -496,9 +513,7 @@ static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_
         psg_variable_note_unlogged(v);
     }
     pthread_mutex_unlock(&guard->lock);
-    if (rc == 0)
-        (void)psg_applied_set_last(ts->repl->applied, name, pre ? writer : NULL, seq, &pre);
-    psg_tensor_destroy(&pre);
+    if (rc == 0) (void)psg_applied_set_last(ts->repl->applied, name, NULL, 0, NULL);
     return rc;
 }
 
@@ -742,7 +757,7 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
             return;
         }
         if (!strcmp(name, "@")) continue; /* an input of a replayed update */
-        if (apply_copy(ts, name, req->tensors[i], writer[0] ? writer : NULL, seq) < 0) {
+        if (apply_copy(ts, name, req->tensors[i]) < 0) {
             psg_error_wrap("Replicate");
             psg_ts_reply_last_error(ts, req);
             return;
@@ -750,8 +765,7 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
     }
     /* then the updates of the variables not sent by value (disjoint from those) */
     int replayed = 0;
-    if (psg_repl_replay(ts->repl->log, ts->rm, ts->repl->applied, req, writer[0] ? writer : NULL,
-                        seq, &replayed) < 0) {
+    if (psg_repl_replay(ts->repl->log, ts->rm, ts->repl->applied, req, &replayed) < 0) {
         psg_error_wrap("Replicate");
         psg_ts_reply_last_error(ts, req);
         return;

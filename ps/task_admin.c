@@ -63,10 +63,19 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     pthread_mutex_lock(&ts->lock);
     int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len,
         np = psg_ts_peers_holding_locked(ts);
+    psg_strbuf_t done = {0}; /* who said JobDone: the chief's membership (worker/membership.c) */
+    for (int i = 0; i < nd; i++) {
+        if (i) psg_strbuf_add(&done, ",", 1);
+        psg_strbuf_json_str(&done, ts->workers_done[i]);
+    }
     pthread_mutex_unlock(&ts->lock);
-    psg_strbuf_printf(
-        &b, "],\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,\"workers_done\":%d", ng,
-        psg_rendezvous_num_pending(ts->rv), nq, np, nd);
+    psg_strbuf_printf(&b,
+                      "],\"resources\":%d,\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,"
+                      "\"workers_done\":%d",
+                      psg_resource_count(ts->rm, NULL), ng, psg_rendezvous_num_pending(ts->rv), nq,
+                      np, nd);
+    psg_strbuf_printf(&b, ",\"workers_done_tasks\":[%s]", done.s ? done.s : "");
+    free(done.s);
     /* a string: JSON readers keep 53 bits of a number */
     psg_strbuf_printf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", psg_wire_incarnation());
     if (ts->repl) { /* chain replication: where this task's shard is backed up */

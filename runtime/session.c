@@ -103,6 +103,10 @@ void psg_session_set_gpu_sync(psg_session_t *s, bool on) {
     s->sync_gpu = on;
 }
 
+void psg_session_set_spin(psg_session_t *s, int us) {
+    psg_threadpool_set_spin(s->pool, us);
+}
+
 int psg_session_run(psg_session_t *s, int n_feeds, const psg_endpoint_t *feeds,
                     psg_tensor_t *const *feed_values, int n_fetches, const psg_endpoint_t *fetches,
                     psg_tensor_t **fetched, int n_targets, const int *targets) {

@@ -3,6 +3,7 @@
  * false), its values from the checkpoint, one prepared callable and the signature.
  * Not the values' merging (serving/servable_values.c) nor HTTP (cli/serve_http.c). */
 #include "serving/servable_internal.h"
+#include "serving/servable_lanes.h"
 
 #include "psgraph/error.h"
 #include "psgraph/inception3.h"
@@ -29,8 +30,11 @@ struct psg_servable {
     psg_graph_t *g;
     psg_resource_mgr_t *rm;
     psg_session_t *session;
-    psg_callable_t *callable;
-    pthread_mutex_t lock; /* one run at a time: a callable's plan is not reentrant */
+    psg_callable_t *callable;    /* one plan, its kernels over the session's threads */
+    psg_servable_lanes_t *lanes; /* batches of 2 rows or more cut over single-threaded plans
+                                    (--lanes); NULL: none */
+    pthread_mutex_t lock;        /* one run at a time: a callable's plan is not reentrant */
+    int spin_us;                 /* the pool's threads poll for work this long, in a run only */
     int n_in, n_out;
     psg_servable_tensor_t in[MAX_IO], out[MAX_IO];
     int64_t id_limit; /* wide-deep: the table's rows, what an i64 input's ids must be under */
@@ -163,11 +167,17 @@ static int load(psg_servable_t *s, const char *path, const psg_servable_options_
     }
     if (psg_serving_fill_values(s->g, ck, s->rm, o->partition_strategy) < 0) goto out;
     if (!(s->session = psg_session_new(s->g, &so, s->rm))) goto out;
+    s->spin_us = o->spin_us == 0 ? PSG_SERVABLE_SPIN_US : o->spin_us;
     psg_endpoint_t feeds[MAX_IO], fetches[MAX_IO];
     for (int i = 0; i < s->n_in; i++) feeds[i] = s->in[i].endpoint;
     for (int i = 0; i < s->n_out; i++) fetches[i] = s->out[i].endpoint;
     s->callable = psg_session_make_callable(s->session, s->n_in, feeds, s->n_out, fetches, 0, NULL);
-    rc = s->callable ? 0 : -1;
+    if (!s->callable) goto out;
+    int lanes = o->lanes > 0 ? o->lanes : 1;
+    if (lanes > 1 &&
+        !(s->lanes = psg_servable_lanes_new(s->g, s->rm, lanes, s->n_in, feeds, s->n_out, fetches)))
+        goto out;
+    rc = 0;
 out:
     psg_checkpoint_destroy(&ck);
     return rc;
@@ -191,6 +201,7 @@ psg_servable_t *psg_servable_load(const char *path, const psg_servable_options_t
 void psg_servable_destroy(psg_servable_t **sp) {
     if (!sp || !*sp) return;
     psg_servable_t *s = *sp;
+    psg_servable_lanes_destroy(&s->lanes);
     psg_callable_destroy(&s->callable);
     psg_session_destroy(&s->session);
     psg_resource_mgr_destroy(&s->rm);
@@ -276,7 +287,16 @@ int psg_servable_check_inputs(const psg_servable_t *s, psg_tensor_t *const *inpu
 int psg_servable_run(psg_servable_t *s, psg_tensor_t *const *inputs, psg_tensor_t **outputs) {
     if (psg_servable_check_inputs(s, inputs) < 0) return -1;
     pthread_mutex_lock(&s->lock);
-    int rc = psg_callable_run(s->callable, inputs, outputs);
+    int rc;
+    if (s->lanes && inputs[0]->shape.dims[0] > 1) {
+        rc = psg_servable_lanes_run(s->lanes, inputs, outputs);
+    } else {
+        /* between two kernels the helpers poll; between two runs (the server answering,
+         * parsing the next batch) they sleep, leaving the cores to the server's threads */
+        psg_session_set_spin(s->session, s->spin_us);
+        rc = psg_callable_run(s->callable, inputs, outputs);
+        psg_session_set_spin(s->session, 0);
+    }
     pthread_mutex_unlock(&s->lock);
     return rc;
 }

@@ -150,7 +150,7 @@ def ortbench(args):
     lat.sort()
     print(json.dumps({"peer": "onnxruntime", "version": onnxruntime.__version__, "batch": batch,
                       "threads": threads, "runs": len(lat), "examples_per_sec": len(lat) * batch / wall,
-                      "p50_ms": 1e3 * lat[len(lat) // 2], "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+                      "p10_ms": 1e3 * lat[len(lat) // 10], "p50_ms": 1e3 * lat[len(lat) // 2], "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
                       "cpu_ms_per_run": 1e3 * cpu / max(len(lat), 1)}))
     return 0
 

@@ -23,7 +23,8 @@ typedef struct {
     int n_names;
     psg_resource_mgr_t *backup;
     psg_repl_log_t *log, *replayer;
-    psg_applied_t *applied;
+    psg_applied_t *applied;  /* the backup's records */
+    psg_applied_t *papplied; /* the primary's */
 } rig_t;
 
 static void rig_open(rig_t *r) {
@@ -47,11 +48,12 @@ static void rig_open(rig_t *r) {
     psg_session_options_t so = {.num_threads = 2};
     r->sess = psg_session_new(r->g, &so, NULL);
     CHECK(r->sess != NULL);
-    r->log = psg_repl_log_new(psg_session_resources(r->sess));
+    r->papplied = psg_applied_new();
+    r->log = psg_repl_log_new(psg_session_resources(r->sess), r->papplied);
     r->backup = psg_resource_mgr_new();
-    r->replayer = psg_repl_log_new(r->backup);
     r->applied = psg_applied_new();
-    CHECK(r->log && r->backup && r->replayer && r->applied);
+    r->replayer = psg_repl_log_new(r->backup, r->applied);
+    CHECK(r->log && r->backup && r->replayer && r->applied && r->papplied);
     CHECK(psg_session_run_init(r->sess) == 0);
     CHECK(psg_session_run(r->sess, 0, NULL, NULL, 0, NULL, NULL, 1, &r->set) == 0);
 }
@@ -62,6 +64,7 @@ static void rig_close(rig_t *r) {
     CHECK(r->log == NULL);
     psg_repl_log_destroy(&r->log); /* NULL-safe */
     psg_applied_destroy(&r->applied);
+    psg_applied_destroy(&r->papplied);
     psg_session_destroy(&r->sess);
     psg_resource_mgr_destroy(&r->backup);
     free(r->names);
@@ -80,7 +83,7 @@ static int backup_take(rig_t *r, psg_msg_t *m, int *replayed) {
         memcpy(v->value->data, t->data, psg_tensor_nbytes(t));
         v->initialized = v->backup = true;
     }
-    return psg_repl_replay(r->replayer, r->backup, r->applied, m, "wk 1", 1, replayed);
+    return psg_repl_replay(r->replayer, r->backup, r->applied, m, replayed);
 }
 
 /* Every variable of the primary against its backup copy, byte for byte. */
@@ -106,7 +109,7 @@ static void full_copy(rig_t *r) {
     psg_resource_mgr_t *rm = psg_session_resources(r->sess);
     size_t bytes = 0;
     for (int i = 0; i < psg_resource_num_variables(rm); i++)
-        CHECK(psg_repl_add_value(m, psg_resource_variable_at(rm, i), &bytes) == 0);
+        CHECK(psg_repl_add_value(m, psg_resource_variable_at(rm, i), NULL, NULL, &bytes) == 0);
     int replayed = -1;
     CHECK(backup_take(r, m, &replayed) == 0 && replayed == 0);
     psg_msg_destroy(&m);
@@ -210,7 +213,7 @@ static void expect_refused(rig_t *r, const char *body, const char *why) {
     CHECK(psg_msg_add_tensor(m, "@", t) == 0);
     psg_tensor_destroy(&t);
     int replayed = 0;
-    CHECK(psg_repl_replay(r->replayer, r->backup, r->applied, m, NULL, 0, &replayed) == -1);
+    CHECK(psg_repl_replay(r->replayer, r->backup, r->applied, m, &replayed) == -1);
     const char *msg = psg_error_message();
     CHECK(strstr(msg, why) != NULL);
     if (!strstr(msg, why)) fprintf(stderr, "  got: %s\n  want: %s\n", msg, why);
@@ -233,9 +236,90 @@ static void test_bad_lines(void) {
     expect_refused(&r, "!ScaleVariable\tvbeta1_power\n", "not \"!OP\\tATTRS\\tINPUTS\"");
     expect_refused(&r, "!ScaleVariable\tk=z1\tvbeta1_power\x1ft\n", "a malformed attribute");
     expect_refused(&r, "!ScaleVariable\t\tvbeta1_power\n", "replay, line 1");
+    expect_refused(&r, "!ScaleVariable\t\tvbeta1_power\x1ft\twk\n", "update id 'wk' is not");
     /* a gradient of the wrong shape: the kernel's own check, no crash */
     expect_refused(&r, "!ApplyGradientDescent\t\tvw\x1ft\x1ft\n", "replay, line 1");
     CHECK(same_bytes(&r)); /* nothing written by what was refused */
+    rig_close(&r);
+}
+
+/* The step id the primary session's last update of "w" ran as. */
+static int64_t last_step(rig_t *r) {
+    psg_variable_t *w = psg_resource_find_variable(psg_session_resources(r->sess), "w");
+    return w && w->writes ? w->recent[(w->writes - 1) % PSG_VARIABLE_RECENT] : 0;
+}
+
+/* One training step of the primary as update (writer, 1), as a ps runs a worker's step. */
+static void train_as(rig_t *r, const char *writer, unsigned seed) {
+    int64_t step = last_step(r) + 1; /* the session's next run */
+    CHECK(psg_repl_log_step_begin(r->log, step, writer, 1) == 0);
+    train_steps(r, 1, seed);
+    CHECK(last_step(r) == step);
+    psg_repl_log_step_end(r->log, step);
+}
+
+/* Two workers' steps (ids wA 1 and wB 1), both applied before one forward carries them (the
+ * forward of wA's step took wB's update too, before wB's step recorded itself): after the
+ * backup replays it, a retry of either id there (the primary killed before that step's reply,
+ * the backup promoted) must give each update exactly once. The retry's rule (ps/replicate.c
+ * undo_take): a variable whose last update is the id is rolled back to its value before it
+ * (psg_applied_pre_of) and updated again; else one that holds the id is left alone. Main's
+ * code before the fix failed it: wA's way back was the value before both updates (wB's lost
+ * on a retry of wA), and wB's update was not recorded (applied twice on a retry of wB). */
+static void test_batched_ids(void) {
+    rig_t r;
+    rig_open(&r);
+    full_copy(&r);
+    psg_resource_mgr_t *rm = psg_session_resources(r.sess);
+    int values = 0, replays = 0;
+    size_t bytes = 0;
+    train_steps(&r, 1, 6); /* a step without an id, forwarded alone */
+    forward(&r, &values, &replays, &bytes);
+    train_as(&r, "wA", 7);
+    psg_tensor_t *after_a[16] = {0};
+    CHECK(r.n_names <= 16);
+    for (int i = 0; i < r.n_names && i < 16; i++)
+        after_a[i] = psg_tensor_copy(psg_resource_find_variable(rm, r.names[i])->value);
+    train_as(&r, "wB", 8);
+    /* the primary recorded each update as it was applied */
+    CHECK(psg_applied_get(r.papplied, "w", "wA") == 1 &&
+          psg_applied_get(r.papplied, "w", "wB") == 1);
+    /* wA's forward, as ps/replicate.c builds it: its id, the records of its own step */
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "Replicate");
+    psg_strbuf_t body = {0};
+    psg_strbuf_printf(&body, "#wA 1\n");
+    for (int i = 0; i < r.n_names; i++) psg_strbuf_printf(&body, "%s\twA\t1\n", r.names[i]);
+    psg_repl_plan_t *plan = NULL;
+    int count = 0;
+    CHECK(psg_repl_log_forward(r.log, rm, r.names, NULL, r.n_names, m, &body, &count, &replays,
+                               &bytes, &plan) == 0);
+    CHECK(replays >= 8); /* both steps' updates in one forward */
+    CHECK(psg_msg_set_body(m, body.s, body.len) == 0);
+    free(body.s);
+    CHECK(psg_applied_merge(r.applied, (const char *)m->body->data, m->body->size) == 0);
+    int replayed = 0;
+    CHECK(psg_repl_replay(r.replayer, r.backup, r.applied, m, &replayed) == 0);
+    psg_repl_commit(&plan, true);
+    CHECK(same_bytes(&r));
+    for (int i = 0; i < r.n_names; i++) {
+        const char *name = r.names[i];
+        /* wA's update is not the last of any variable: its retry leaves them alone */
+        psg_tensor_t *pre = psg_applied_pre_of(r.applied, name, "wA", 1);
+        if (pre) fprintf(stderr, "  a retry of wA 1 rolls %s back to before wB 1 too\n", name);
+        CHECK(pre == NULL && psg_applied_get(r.applied, name, "wA") >= 1);
+        psg_tensor_destroy(&pre);
+        /* wB's: rolled back to just after wA's (then updated again: each once), or left
+         * alone as held */
+        pre = psg_applied_pre_of(r.applied, name, "wB", 1);
+        bool back = pre && psg_tensor_nbytes(pre) == psg_tensor_nbytes(after_a[i]) &&
+                    !memcmp(pre->data, after_a[i]->data, psg_tensor_nbytes(pre));
+        bool held = !pre && psg_applied_get(r.applied, name, "wB") >= 1;
+        if (!back && !held) fprintf(stderr, "  a retry of wB 1 updates %s twice\n", name);
+        CHECK(back || held);
+        psg_tensor_destroy(&pre);
+        psg_tensor_destroy(&after_a[i]);
+    }
+    psg_msg_destroy(&m);
     rig_close(&r);
 }
 
@@ -243,5 +327,6 @@ int main(void) {
     RUN_TEST(test_replayed_bitwise);
     RUN_TEST(test_by_value);
     RUN_TEST(test_bad_lines);
+    RUN_TEST(test_batched_ids);
     return psg_test_summary();
 }

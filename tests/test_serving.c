@@ -44,20 +44,112 @@ static void test_onnx_refusals(void) {
     psg_graph_destroy(&g);
 }
 
-/* An mlp's checkpoint at `step` in dir, its fc1 weight in column shards (as a cluster
- * with --shard-bytes writes it), all values from `seed`. */
-static void write_mlp_checkpoint(const char *dir, int64_t step, uint64_t seed) {
+/* A checkpoint of `model` (mlp, cnn) at `step` in dir, all values from `seed`; the mlp's
+ * fc1 weight in column shards (as a cluster with --shard-bytes writes it). */
+static void write_checkpoint(const char *dir, const char *model, int64_t step, uint64_t seed) {
     psg_graph_t *g = psg_graph_new();
     psg_model_t m;
-    psg_model_options_t o = {.dense_shard_bytes = 410000};
-    CHECK(psg_model_build_with(g, "mlp", 28, 28, 1, 10, seed, &o, &m) == 0);
-    CHECK(psg_graph_find(g, "model/fc1/weights/part_0") >= 0);
+    bool mlp = !strcmp(model, "mlp");
+    psg_model_options_t o = {.dense_shard_bytes = mlp ? 410000 : 0};
+    CHECK(psg_model_build_with(g, model, 28, 28, 1, 10, seed, &o, &m) == 0);
+    CHECK(!mlp || psg_graph_find(g, "model/fc1/weights/part_0") >= 0);
     psg_session_t *s = psg_session_new(g, &(psg_session_options_t){1}, NULL);
     CHECK(s && psg_session_run_init(s) == 0);
     psg_resource_mgr_t *rm = psg_session_resources(s);
     CHECK(psg_checkpoint_save(dir, step, 1, &rm, 0, NULL) == 0);
     psg_session_destroy(&s);
     psg_graph_destroy(&g);
+}
+
+static void write_mlp_checkpoint(const char *dir, int64_t step, uint64_t seed) {
+    write_checkpoint(dir, "mlp", step, seed);
+}
+
+/* s's outputs of x's rows cut in `parts` consecutive parts (rows * k / parts), each part run
+ * alone, joined: what lanes must answer. */
+static void run_in_parts(psg_servable_t *s, psg_tensor_t *x, int parts, psg_tensor_t **joined) {
+    int64_t rows = x->shape.dims[0];
+    size_t row_bytes = psg_tensor_nbytes(x) / (size_t)rows;
+    for (int k = 0; k < parts; k++) {
+        int64_t r0 = rows * k / parts, r1 = rows * (k + 1) / parts;
+        psg_shape_t sh = x->shape;
+        sh.dims[0] = r1 - r0;
+        psg_tensor_t *part = psg_tensor_from_data(x->dtype, &sh, (char *)x->data + r0 * row_bytes,
+                                                  (size_t)(r1 - r0) * row_bytes),
+                     *out[4] = {0};
+        CHECK(part && psg_servable_run(s, &part, out) == 0);
+        for (int j = 0; j < psg_servable_num_outputs(s) && out[j]; j++) {
+            if (k == 0) {
+                psg_shape_t all = out[j]->shape;
+                all.dims[0] = rows;
+                joined[j] = psg_tensor_new(out[j]->dtype, &all);
+            }
+            memcpy((char *)joined[j]->data +
+                       (size_t)r0 * (psg_tensor_nbytes(out[j]) / (size_t)(r1 - r0)),
+                   out[j]->data, psg_tensor_nbytes(out[j]));
+            psg_tensor_destroy(&out[j]);
+        }
+        psg_tensor_destroy(&part);
+    }
+}
+
+/* A batch's rows cut over lanes (single-threaded plans side by side) answer what one plan
+ * answers for the same parts, bit for bit, and the whole batch's answer within 1e-6 of the
+ * logits (a batch's size picks the kernels' blocking: one plan alone differs as much
+ * between a batch and its parts); one plan over 2 threads answers as over 1, bit for bit. */
+static void test_servable_lanes(void) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/lanes_cnn", tmpdir);
+    write_checkpoint(dir, "cnn", 3, 5);
+    psg_servable_options_t how[4] = {
+        {.threads = 1}, {.threads = 3, .lanes = 3}, {.threads = 2}, {.threads = 1, .lanes = 2}};
+    int lanes[4] = {1, 3, 1, 2};
+    psg_servable_t *s[4];
+    for (int k = 0; k < 4; k++) CHECK((s[k] = psg_servable_load(dir, &how[k])) != NULL);
+    if (!s[0] || !s[1] || !s[2] || !s[3]) goto out;
+    unsigned seed = 7;
+    int64_t rows[] = {1, 2, 5, 7};
+    for (int b = 0; b < 4; b++) {
+        psg_tensor_t *x = psg_tensor_new(PSG_DT_F32, &(psg_shape_t){4, {rows[b], 28, 28, 1}});
+        for (int64_t i = 0; i < psg_tensor_numel(x); i++)
+            psg_tensor_f32(x)[i] = (float)rand_r(&seed) / (float)RAND_MAX;
+        psg_tensor_t *whole[4] = {0};
+        CHECK(psg_servable_run(s[0], &x, whole) == 0);
+        for (int k = 1; k < 4; k++) {
+            psg_tensor_t *got[4] = {0}, *want[4] = {0};
+            CHECK(psg_servable_run(s[k], &x, got) == 0);
+            run_in_parts(s[0], x, rows[b] < lanes[k] ? (int)rows[b] : lanes[k], want);
+            for (int j = 0; j < psg_servable_num_outputs(s[0]); j++) {
+                bool ok = want[j] && got[j] && whole[j] &&
+                          psg_tensor_nbytes(got[j]) == psg_tensor_nbytes(want[j]) &&
+                          psg_tensor_nbytes(got[j]) == psg_tensor_nbytes(whole[j]);
+                CHECK(ok);
+                if (!ok) continue;
+                CHECK(!memcmp(got[j]->data, want[j]->data, psg_tensor_nbytes(want[j])));
+                double diff = 0, top = 0;
+                for (int64_t q = 0; q < psg_tensor_numel(whole[j]); q++) {
+                    diff =
+                        fmax(diff, fabs(psg_tensor_f32(got[j])[q] - psg_tensor_f32(whole[j])[q]));
+                    top = fmax(top, fabs(psg_tensor_f32(whole[j])[q]));
+                }
+                CHECK(diff <= 1e-6 * top);
+            }
+            for (int j = 0; j < 4; j++) {
+                psg_tensor_destroy(&got[j]);
+                psg_tensor_destroy(&want[j]);
+            }
+        }
+        for (int j = 0; j < 4; j++) psg_tensor_destroy(&whole[j]);
+        psg_tensor_destroy(&x);
+    }
+    /* a wrong batch is refused before any lane runs */
+    psg_tensor_t *bad = psg_tensor_zeros(PSG_DT_F32, &(psg_shape_t){4, {3, 28, 27, 1}}),
+                 *outs[4] = {0};
+    CHECK(psg_servable_run(s[1], &bad, outs) < 0);
+    CHECK_ERROR_HAS("input 'images' must be f32[?, 28, 28, 1], got f32[3, 28, 27, 1]");
+    psg_tensor_destroy(&bad);
+out:
+    for (int k = 0; k < 4; k++) psg_servable_destroy(&s[k]);
 }
 
 static void test_servable_merges_column_shards(void) {
@@ -347,6 +439,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) return 1;
     RUN_TEST(test_onnx_refusals);
     RUN_TEST(test_servable_merges_column_shards);
+    RUN_TEST(test_servable_lanes);
     RUN_TEST(test_row_shards_merged);
     RUN_TEST(test_rest_routes);
     RUN_TEST(test_rest_bodies);

@@ -684,9 +684,11 @@ static void test_dead_peer(void) {
     CHECK(took >= 150 && took < 2000);
     CHECK(strstr(psg_error_message(), ep));
     CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms to send RunGraph"));
+    CHECK(psg_error_code() == PSG_ERR_UNREACHABLE); /* not UNAVAILABLE: nothing was lost */
     /* waiting to be able to send: until the deadline, or until the wake fd is readable */
     CHECK(psg_client_wait_writable(c, -1, 200) < 0);
     CHECK(strstr(psg_error_message(), "cannot reach the peer within 200 ms (is it up?)"));
+    CHECK(psg_error_code() == PSG_ERR_UNREACHABLE);
     /* a deadline already past (remote_rendezvous asks with 0 ms left): one poll, the error */
     CHECK(psg_client_wait_writable(c, -1, 0) < 0);
     CHECK(strstr(psg_error_message(), "cannot reach the peer within 0 ms (is it up?)"));

@@ -14,6 +14,7 @@
 #include "psgraph/wide_deep.h"
 #include "worker/cluster_ckpt.h"
 #include "worker/ctr_train.h"
+#include "worker/membership.h"
 #include "worker/sync_train.h"
 #include "worker/train_hooks.h"
 #include "worker/worker_task.h"
@@ -37,7 +38,8 @@ typedef struct {
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval;
     psg_train_hooks_t *hooks;
-    psg_sync_train_t *sync; /* --sync sync: the strategy's steps (worker/sync_train.c) */
+    psg_sync_train_t *sync;    /* --sync sync: the strategy's steps (worker/sync_train.c) */
+    psg_membership_t *members; /* the chief's: the live workers (worker/membership.c) */
     FILE *metrics;
     psg_train_config_t hooks_config; /* what the hooks borrow: lives as long as they do */
 } ctr_t;
@@ -48,6 +50,7 @@ static void ctr_free(ctr_t *t) {
     psg_callable_destroy(&t->step);
     psg_callable_destroy(&t->eval);
     psg_session_destroy(&t->sess);
+    psg_membership_destroy(&t->members);
     psg_dist_session_destroy(&t->dsess);
     psg_worker_task_leave(&t->w);
     psg_optimizer_destroy(&t->opt);
@@ -216,12 +219,14 @@ static int end_cluster(const psg_train_config_t *c, ctr_t *t, FILE *out, int64_t
     if (!t->w.cluster) return 0;
     if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
     int64_t wait_ms = t->sync ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000) : 600000;
-    if (psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) < 0)
-        fprintf(out, "warning: %s; evaluating anyway\n", psg_error_message());
+    bool all_done = false;
+    (void)psg_membership_end(t->members, t->dsess, t->w.num_workers - 1, wait_ms, out, &all_done);
     if (t->sync) {
         psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
         psg_sync_train_json(t->sync, desc, size);
     }
+    size_t len = strlen(desc);
+    if (t->members && len < size) psg_membership_json(t->members, desc + len, size - len);
     /* every worker done: the final checkpoint holds every update */
     return psg_train_hooks_final_checkpoint(t->hooks, total);
 }
@@ -258,6 +263,9 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
         goto done;
     }
     if (build(c, &t, out, &start_step) < 0) goto done;
+    if (t.w.cluster && t.w.chief && t.w.num_workers > 1 &&
+        !(t.members = psg_membership_new(t.w.cluster, t.w.task, out)))
+        goto done;
     int64_t per_epoch = ntr / bs, total = c->steps > 0 ? c->steps : per_epoch * c->epochs;
     psg_train_hooks_set_last_step(t.hooks, total);
     fprintf(
@@ -291,6 +299,7 @@ int psg_train_ctr(const psg_train_config_t *c, psg_train_result_t *r) {
             goto done;
         }
         if (psg_train_hooks_after_step(t.hooks, s + 1) < 0) goto done;
+        psg_membership_set_step(t.members, s + 1);
         double t1 = psg_now_sec();
         /* past the warm-up; a run no longer than it: every step */
         if (steps >= WARMUP_STEPS || (total - start_step) / W <= WARMUP_STEPS)

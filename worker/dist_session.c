@@ -589,9 +589,11 @@ static void swap_reqs(step_reqs_t *a, step_reqs_t *b) {
     *b = t;
 }
 
-/* Sends step r's RunGraph to every remote partition; the first failure into err. */
+/* Sends step r's RunGraph to every remote partition; the first failure into err, its code
+ * into *code (a task that cannot be reached: PSG_ERR_UNREACHABLE). */
 static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
-                            psg_tensor_t *const *feed_values, char *err, size_t errsize) {
+                            psg_tensor_t *const *feed_values, char *err, size_t errsize,
+                            psg_err_code_t *code) {
     psg_dist_session_t *s = c->s;
     for (int k = 0; k < c->set->num_partitions && !err[0]; k++) {
         part_run_t *run = &c->runs[k];
@@ -606,9 +608,10 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
             snprintf(req.u.run.update, sizeof req.u.run.update, "%s %" PRId64, s->writer, r->seq);
         int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
-        if (rc < 0)
+        if (rc < 0) {
             snprintf(err, errsize, "%s", psg_error_message()); /* names the task */
-        else
+            *code = psg_error_code();
+        } else
             r->reqs[k].waiting = true;
     }
 }
@@ -626,7 +629,8 @@ static void ask_ahead(psg_dist_callable_t *c) {
     r->step = new_step_id(s);
     r->seq = ++s->update_seq;
     char err[2048] = "";
-    send_run_graphs(c, r, NULL, err, sizeof err);
+    psg_err_code_t code = PSG_ERR_UNKNOWN;
+    send_run_graphs(c, r, NULL, err, sizeof err, &code);
     c->has_next = true;
     s->asked = c;
     if (!err[0] && psg_task_server_prepare(s->server, c->runs[c->local].handle, r->step) < 0)
@@ -654,7 +658,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         r->step = new_step_id(s);
         r->seq = c->retry_seq ? c->retry_seq : ++s->update_seq; /* a retry: the same update */
         c->retry_seq = 0;
-        send_run_graphs(c, r, feed_values, err, sizeof err);
+        send_run_graphs(c, r, feed_values, err, sizeof err, &code);
     }
     int64_t seq = r->seq;
     int64_t step = r->step;
@@ -836,13 +840,17 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
 }
 
 int psg_dist_session_job_done(psg_dist_session_t *s) {
+    return psg_dist_session_job_done_for(s, s->task);
+}
+
+int psg_dist_session_job_done_for(psg_dist_session_t *s, const char *worker) {
     if (psg_dist_session_drain(s) < 0) return -1;
     int nps = psg_cluster_num_tasks(s->cluster, "ps"), rc = 0;
     char first[2048] = "";
     for (int i = 0; i < nps; i++) {
         char task[PSG_DEVICE_NAME_MAX];
         psg_device_name("ps", i, NULL, task, sizeof task);
-        psg_req_t jd = {.type = PSG_REQ_JOB_DONE, .u.worker = s->task};
+        psg_req_t jd = {.type = PSG_REQ_JOB_DONE, .u.worker = worker};
         psg_msg_t *m = psg_req_encode(&jd);
         psg_msg_t *r = m ? call_task(s, task, &m, 5000) : NULL;
         /* a ps task that failed over serves no shard: told if it answers, not waited for */

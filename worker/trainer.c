@@ -19,6 +19,7 @@
 #include "worker/ctr_train.h"
 #include "worker/evaluator.h"
 #include "worker/inception_train.h"
+#include "worker/membership.h"
 #include "worker/init_from.h"
 #include "worker/metrics_log.h"
 #include "worker/replica.h"
@@ -94,6 +95,7 @@ typedef struct {
     psg_worker_task_t w;
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
+    psg_membership_t *members;          /* the chief's: the live workers (worker/membership.c) */
     psg_train_hooks_t *hooks;           /* checkpoints, TensorBoard, timeline */
     psg_train_config_t hook_cfg;        /* the hooks' config (borrowed by them) */
     /* the recipe and the run */
@@ -121,6 +123,7 @@ static void trainer_free(trainer_t *t) {
     psg_dataset_destroy(&t->test);
     psg_optimizer_destroy(&t->opt);
     psg_session_destroy(&t->sess);
+    psg_membership_destroy(&t->members);
     psg_dist_session_destroy(&t->dsess);
     psg_worker_task_leave(&t->w);
     psg_graph_destroy(&t->g);
@@ -244,15 +247,14 @@ static int eval_now(trainer_t *t, int64_t step, psg_train_result_t *r) {
 static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
     const psg_train_config_t *c = t->c;
     if (!t->w.chief) return psg_dist_session_job_done(t->dsess);
-    /* a worker that died (as many as the strategy tolerates) never says it is done */
+    /* a worker that died (as many as the strategy tolerates) never says it is done: the
+     * wait follows the live set (worker/membership.c), the ps tasks are told of the lost */
     int64_t wait_ms = psg_sync_train_graph(t->sync)->chief_op >= 0
                           ? (c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000)
                           : 600000;
-    bool all_done = psg_dist_session_wait_workers(t->dsess, t->w.num_workers - 1, wait_ms) == 0;
-    if (!all_done) {
-        fprintf(t->out, "warning: %s; evaluating anyway\n", psg_error_message());
-        fflush(t->out);
-    }
+    bool all_done = false;
+    int nlost =
+        psg_membership_end(t->members, t->dsess, t->w.num_workers - 1, wait_ms, t->out, &all_done);
     psg_sync_train_count(t->sync, t->dsess, t->w.cluster);
     /* every update is in now: the final checkpoint holds them all, named by the job's global
      * step (async: every worker's steps), and the accuracy below is that checkpoint's */
@@ -263,8 +265,8 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
         if (psg_train_evaluate(NULL, t->deval, t->em.n, t->test, &e) < 0) return -1;
         keep_eval(r, &e);
         char tail[64];
-        snprintf(tail, sizeof tail, "  (%s %d workers done)", all_done ? "all" : "not all",
-                 t->w.num_workers);
+        snprintf(tail, sizeof tail, "  (%s %d workers done%s)", all_done ? "all" : "not all",
+                 t->w.num_workers - nlost, nlost ? ", the others lost" : "");
         print_eval(t, t->total, &e, tail);
         write_eval(t, t->total, &e);
         if (psg_train_hooks_eval(t->hooks, t->total, &e, t->inception) < 0) return -1;
@@ -426,6 +428,9 @@ static int start(trainer_t *t) {
               psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step)))
         return -1;
     if (t->w.cluster && start_cluster(t) < 0) return -1;
+    if (t->w.cluster && t->w.chief && t->w.num_workers > 1 &&
+        !(t->members = psg_membership_new(t->w.cluster, t->w.task, t->out)))
+        return -1;
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(t->batch, c->seed);
     if (t->w.cluster) {
@@ -572,6 +577,7 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
         if (((due && step + 1 < t->total && chief) || last) && eval_now(t, step + 1, r) < 0)
             return -1;
         r->steps = step + 1;
+        psg_membership_set_step(t->members, step + 1);
         if (over) break; /* the strategy ended training (sync: the token queue closed) */
     }
     return 0;
@@ -580,13 +586,15 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
 /* The chief's (or one process's) final JSON line. */
 static void final_line(trainer_t *t, const psg_train_result_t *r) {
     const psg_train_config_t *c = t->c;
-    char line[7168], cluster_desc[4608] = "", sync_desc[4096] = "", tk[160] = "", loss[32] = "null";
+    char line[8192], cluster_desc[5632] = "", sync_desc[4096] = "", tk[160] = "", loss[32] = "null";
     if (isfinite(r->final_loss)) /* none after --steps 0: null, JSON has no nan */
         snprintf(loss, sizeof loss, "%.6f", r->final_loss);
     if (t->w.cluster) {
         psg_sync_train_json(t->sync, sync_desc, sizeof sync_desc);
-        snprintf(cluster_desc, sizeof cluster_desc, "%s\"workers\":%d,\"ps\":%d,", sync_desc,
-                 t->w.num_workers, psg_cluster_num_tasks(t->w.cluster, "ps"));
+        char members[1024] = "";
+        if (t->members) psg_membership_json(t->members, members, sizeof members);
+        snprintf(cluster_desc, sizeof cluster_desc, "%s%s\"workers\":%d,\"ps\":%d,", sync_desc,
+                 members, t->w.num_workers, psg_cluster_num_tasks(t->w.cluster, "ps"));
     }
     if (t->inception && r->top1[0] >= 0) {
         psg_train_eval_t e = {.n_models = r->top1[1] >= 0 ? 2 : 1};

@@ -98,6 +98,9 @@ int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms);
 /* Tells every ps task this worker is done (JobDone). -1 naming the first task that did
  * not answer (the others are still told). */
 int psg_dist_session_job_done(psg_dist_session_t *s);
+/* As psg_dist_session_job_done, for worker task `worker`: the chief's, for a worker it found
+ * lost (the ps tasks count it as finished and do not wait for it). */
+int psg_dist_session_job_done_for(psg_dist_session_t *s, const char *worker);
 /* Waits until n workers told ps task 0 they are done (the chief, before it evaluates). */
 int psg_dist_session_wait_workers(psg_dist_session_t *s, int n, int64_t timeout_ms);
 

@@ -31,6 +31,9 @@ typedef enum {
     PSG_ERR_UNAVAILABLE = 10, /* a peer cannot be reached */
     PSG_ERR_CONFIG = 11,      /* the cluster's configuration (TF_CONFIG, --cluster FILE) is wrong or
                                  names no task for this process: commands exit 2 on it */
+    PSG_ERR_UNREACHABLE = 12, /* a peer took no request within the wait (not up yet, gone, or
+                                 its address wrong); unlike PSG_ERR_UNAVAILABLE, no connection to
+                                 it was known lost: nothing of a request was sent */
     PSG_ERR_CODE_COUNT
 } psg_err_code_t;
 

@@ -23,13 +23,24 @@ typedef struct psg_servable psg_servable_t;
 
 /* How to load: what the checkpoint does not say. Zero-initialize for the defaults. */
 typedef struct {
-    const char *model;              /* NULL: known from the checkpoint's tensor names */
-    int height, width, channels;    /* 0: from the weights where they tell (mlp, cnn:
-                                       28 x 28 x 1 when that fits), else 299 x 299 x 3 */
-    int threads;                    /* compute threads; <= 0: 1 */
+    const char *model;           /* NULL: known from the checkpoint's tensor names */
+    int height, width, channels; /* 0: from the weights where they tell (mlp, cnn:
+                                    28 x 28 x 1 when that fits), else 299 x 299 x 3 */
+    int threads;                 /* compute threads; <= 0: 1 */
+    /* > 1: a batch of 2 rows or more has its rows cut over this many single-threaded plans
+     * run side by side; <= 1: one plan, its kernels split over `threads` threads (what a
+     * batch of 1 row always gets) */
+    int lanes;
+    /* how long an idle compute thread polls for the next kernel's share before it sleeps
+     * (psg_threadpool_set_spin); 0: PSG_SERVABLE_SPIN_US, < 0: none */
+    int spin_us;
     const char *partition_strategy; /* how a row-sharded table was split: "mod" (NULL) or "div" */
     bool no_ema;                    /* use the raw weights even when moving averages are kept */
 } psg_servable_options_t;
+
+/* An idle compute thread's poll for work by default: longer than the gap between two
+ * kernels of a plan (tens of microseconds), short beside the wait for a next batch. */
+#define PSG_SERVABLE_SPIN_US 50
 
 /* One tensor of the signature. */
 typedef struct {

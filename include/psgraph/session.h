@@ -57,6 +57,9 @@ void psg_session_set_node_hook(psg_session_t *s, psg_node_timing_fn fn, void *ct
  * read, so the hook sees device times (a per-op profile; the steps are slower,
  * by a synchronisation a GPU node). Off by default. */
 void psg_session_set_gpu_sync(psg_session_t *s, bool on);
+/* How long s's idle compute threads poll for work before they sleep
+ * (psg_threadpool_set_spin); 0, the default: they sleep at once. */
+void psg_session_set_spin(psg_session_t *s, int us);
 
 /* Runs every node of the graph's "init" collection. */
 int psg_session_run_init(psg_session_t *s);

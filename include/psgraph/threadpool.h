@@ -15,6 +15,12 @@ void psg_threadpool_destroy(psg_threadpool_t **p);
 /* The total thread count it was made with (>= 1). NULL pool counts as 1. */
 int psg_threadpool_size(const psg_threadpool_t *p);
 
+/* How long (microseconds) an idle pool thread polls for a new task before it sleeps;
+ * 0 (the default): it sleeps at once, and threads polling now stop within a microsecond. Polling
+ * saves a wake-up (futex, scheduler, an idle CPU's exit) per task where tasks follow each other
+ * closely (a served model's kernels a batch); it burns that CPU when none comes. */
+void psg_threadpool_set_spin(psg_threadpool_t *p, int us);
+
 /* Queues fn(arg) on a pool thread (or runs it inline on a 1-thread pool). */
 void psg_threadpool_submit(psg_threadpool_t *p, void (*fn)(void *), void *arg);
 

@@ -202,16 +202,17 @@ void psg_client_destroy(psg_client_t **c);
 const char *psg_client_endpoint(const psg_client_t *c);
 /* Sends a request and waits up to timeout_ms (-1: the opts' timeout) for the reply with
  * its id; consumes *req. Returns the reply (the caller owns it). Returns NULL with the
- * error set when: the peer cannot be reached or does not answer in time (the message
- * names the peer's endpoint), the reply is malformed, or the peer answered with an ERROR
- * (the message is "<endpoint>: <peer's error>", psg_error_code() the peer's code). After a timeout
- * the connection is reset, so a late reply or a queued request cannot leak into the next call. */
+ * error set when: the peer cannot be reached (code PSG_ERR_UNREACHABLE) or does not answer
+ * in time (the message names the peer's endpoint), the reply is malformed, or the peer answered
+ * with an ERROR (the message is "<endpoint>: <peer's error>", psg_error_code() the peer's code).
+ * After a timeout the connection is reset, so a late reply or a queued request cannot leak into the
+ * next call. */
 psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
 /* The asynchronous half of psg_client_call: gives *req a fresh id (returned in *id when
  * id is not NULL), sends it and consumes it. -1 with the error set if the peer cannot be
- * reached within the opts' timeout, or (with heartbeats) once a connection that went down
- * stayed down for the peer timeout (code PSG_ERR_UNAVAILABLE: the peer is lost). Nothing is
- * sent then, and the connection is left as it is. */
+ * reached within the opts' timeout (code PSG_ERR_UNREACHABLE), or (with heartbeats) once a
+ * connection that went down stayed down for the peer timeout (code PSG_ERR_UNAVAILABLE: the
+ * peer is lost). Nothing is sent then, and the connection is left as it is. */
 int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id);
 /* Sends a request whose reply nobody waits for (a note: a step's abort or cleanup) only when
  * a connection takes it at once, never waiting: a peer that is down has nothing to be told
@@ -221,8 +222,9 @@ int psg_client_send_note(psg_client_t *c, psg_msg_t **req);
 /* Waits up to timeout_ms for the client to take a request at once (a connection is up:
  * nothing is queued for a peer not connected) or for wake_fd to be readable (it is not
  * read), so a thread that sends can be stopped while its peer is missing. 1: ready; 0:
- * wake_fd readable; -1 with the error set, naming the peer, when the time ran out, or
- * (with heartbeats) once a connection that went down stayed down for the peer timeout. */
+ * wake_fd readable; -1 with the error set, naming the peer, when the time ran out (code
+ * PSG_ERR_UNREACHABLE), or (with heartbeats) once a connection that went down stayed down
+ * for the peer timeout (PSG_ERR_UNAVAILABLE). */
 int psg_client_wait_writable(psg_client_t *c, int wake_fd, int timeout_ms);
 /* Waits up to timeout_ms (-1: forever, 0: poll) for the next complete reply, whatever its
  * id; an ERROR reply is returned as a message of kind PSG_MSG_ERROR. Returns 1 and sets

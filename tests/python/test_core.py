@@ -53,6 +53,37 @@ def test_unfed_placeholder_is_an_error_naming_it(sess):
         sess.run(x + 1.0)
 
 
+def test_error_classes_are_tfs():
+    """tf.errors as TF 1.x's API documents it: each class made as `XError(node_def, op,
+    message)`, an OpError with TF's integer `error_code` (error_codes.proto's numbers), the
+    code constants, exception_type_from_error_code / error_code_from_exception_type; psgraph
+    also makes them from a message alone (its C errors)."""
+    want = {"CancelledError": 1, "UnknownError": 2, "InvalidArgumentError": 3,
+            "DeadlineExceededError": 4, "NotFoundError": 5, "AlreadyExistsError": 6,
+            "PermissionDeniedError": 7, "ResourceExhaustedError": 8,
+            "FailedPreconditionError": 9, "AbortedError": 10, "OutOfRangeError": 11,
+            "UnimplementedError": 12, "InternalError": 13, "UnavailableError": 14,
+            "DataLossError": 15, "UnauthenticatedError": 16}
+    for name, code in want.items():
+        cls = getattr(tf.errors, name)
+        const = name[:-len("Error")]
+        const = "".join("_" + c if c.isupper() and i else c for i, c in enumerate(const)).upper()
+        assert getattr(tf.errors, const) == code, name
+        e = cls(None, None, "the message")
+        assert isinstance(e, tf.errors.OpError) and issubclass(cls, tf.errors.OpError)
+        assert (e.error_code, e.message, e.node_def, e.op) == (code, "the message", None, None)
+        assert str(e) == "the message"
+        assert tf.errors.exception_type_from_error_code(code) is cls
+        assert tf.errors.error_code_from_exception_type(cls) == code
+        with pytest.raises(TypeError):
+            cls(None, None, "m", code)  # a subclass takes no error_code, as TF's
+    e = tf.errors.OpError(None, None, "m", tf.errors.UNAVAILABLE)
+    assert e.error_code == 14 and e.message == "m"
+    assert tf.errors.UnavailableError("psgraph's form").error_code == tf.errors.UNAVAILABLE
+    assert issubclass(tf.errors.OutOfMemoryError, tf.errors.ResourceExhaustedError)
+    assert tf.errors.OK == 0
+
+
 def test_build_error_is_a_value_error_naming_the_node(fresh_graph):
     a = tf.placeholder(tf.float32, [None, 3136])
     w = tf.Variable(tf.zeros([3137, 256]))

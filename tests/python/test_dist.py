@@ -216,6 +216,26 @@ def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
     assert "task" in str(err.value)
 
 
+def test_an_unreachable_ps_raises_unavailable_error(fresh_graph):
+    """A ps task that is not up: the step raises tf.errors.UnavailableError (TF's class for
+    a task it cannot reach, error_code UNAVAILABLE), naming the task and its address, within
+    the session's operation timeout; once the ps is up, the same session runs."""
+    spec = cluster(1, 1)
+    worker = tf.train.Server(spec, "worker", 0)
+    with tf.device(tf.train.replica_device_setter(cluster=spec)):
+        v = tf.get_variable("v", initializer=tf.constant([1.0, 2.0]))
+    config = tf.ConfigProto(operation_timeout_in_ms=1000)
+    with tf.Session(worker.target, config=config) as sess:
+        with pytest.raises(tf.errors.UnavailableError) as err:
+            sess.run(v.initializer)
+        assert err.value.error_code == tf.errors.UNAVAILABLE
+        assert "/job:ps/replica:0/task:0" in err.value.message, err.value.message
+        assert spec["ps"][0] in err.value.message, err.value.message
+        assert "cannot reach" in err.value.message, err.value.message
+        tf.train.Server(spec, "ps", 0)
+        sess.run(v.initializer)
+        np.testing.assert_allclose(sess.run(v), [1.0, 2.0])
+
 
 def test_sync_runner_failure_fails_the_waiting_step_at_once(fresh_graph, monkeypatch):
     """When the chief's sync-replicas runner fails, the token queue is closed with an error:
@@ -292,6 +312,8 @@ def test_a_failed_script_exits_with_its_exception(psgraph_bin, mode):
             "raise": "RuntimeError: the script failed after training",
             "no_ps": "/job:ps/replica:0/task:0"}[mode]
     assert want in last, text
+    if mode == "no_ps":  # TF's class for a task it cannot reach
+        assert last.startswith("psgraph.errors.UnavailableError: "), text
     if mode == "raise":
         assert "trained 3 steps" in text, text
 

@@ -239,7 +239,8 @@ initializers = _make(_here, "initializers", dict(
     variables=variables_initializer))
 
 errors = _make(_here, "errors", {k: getattr(_errors, k) for k in dir(_errors)
-                                 if k.endswith("Error")})
+                                 if k.endswith("Error") or k.isupper() or k.endswith("_type")
+                                 or k.endswith("_code")})
 
 dtypes = _make(_here, "dtypes", dict(
     DType=DType, as_dtype=as_dtype, float16=float16, bfloat16=bfloat16, float32=float32,

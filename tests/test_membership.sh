@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The chief's live set of workers (worker/membership.c) with real processes under `psgraph
+# launch`: sync with a backup worker (3 workers, N = 2), and async (launch lets the worker go
+# by default), worker 2 SIGKILLed mid-run. The job finishes with exit code 0; the chief says
+# the loss once, naming worker2, its host and why;
+# its done line counts it; its end-of-job wait neither times out nor blames a ps task; the ps
+# task stops because the job is done. The times (kill -> the chief's next step, the chief's
+# last step -> the end of the job) are printed, never asserted.
+set -u
+psgraph=$1
+asan=${2:-}
+fails=0
+tmp=$(mktemp -d /tmp/psg_test_membership.XXXXXX)
+launch_pid=
+cleanup() {
+  [ -n "$launch_pid" ] && kill -TERM "$launch_pid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+steps=400
+[ -n "$asan" ] && steps=150
+kill_at=$((steps / 4))
+stamp='import sys, time
+for line in sys.stdin:
+    sys.stdout.write("%.3f %s" % (time.time(), line))
+    sys.stdout.flush()'
+
+# run_case NAME ARGS...: 3 workers of `psgraph train ARGS`, worker 2 SIGKILLed at its step
+# $kill_at; the checks above, then the times
+run_case() {
+  local name=$1
+  shift
+  local dir="$tmp/$name"
+  mkdir -p "$dir"
+  # worker 2's process id: the shell's, which exec makes psgraph's
+  local wrap='case "$TF_CONFIG" in *"\"index\": 2}"*) echo $$ >"'"$dir"'/w2.pid";; esac; exec "$0" "$@"'
+  "$psgraph" launch --transport tcp --ps 1 --workers 3 -- sh -c "$wrap" "$psgraph" train \
+    --model mlp --data synthetic --steps $steps --log-every 1 --peer-timeout 2 --step-timeout 30 \
+    "$@" > >(python3 -u -c "$stamp" >"$dir/out.log") 2>&1 &
+  launch_pid=$!
+  local killed= t_kill=0 rc t_end
+  for _ in $(seq 1 1200); do
+    if [ -z "$killed" ] && [ -s "$dir/w2.pid" ] &&
+       grep -q "^[0-9.]* \[worker2\] step $kill_at " "$dir/out.log" 2>/dev/null; then
+      t_kill=$(date +%s.%N)
+      kill -KILL "$(cat "$dir/w2.pid")" && killed=1
+    fi
+    kill -0 "$launch_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  wait "$launch_pid"
+  rc=$?
+  t_end=$(date +%s.%N)
+  launch_pid=
+  sleep 0.5 # the stamper's last lines
+  local out="$dir/out.log" done_line lost_lines
+  done_line=$(grep '\[worker0\] {"event":"done"' "$out" | sed 's/^[0-9.]* \[worker0\] //')
+  lost_lines=$(grep -c '\[worker0\] membership: worker2 on 127.0.0.1: lost (silent [0-9.]* s) at step [0-9]*$' "$out")
+  if [ -n "$killed" ] && [ "$rc" = 0 ] && [ "$lost_lines" = 1 ] &&
+     grep -q '\[worker2\] failed with code .*the job goes on without it' "$out" &&
+     grep -q '\[ps0\] psgraph server: stopped: job done' "$out" &&
+     ! grep -q 'WaitDone\|waiting for the workers to finish' "$out" &&
+     python3 - "$done_line" "$name" "$steps" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+lost = d["workers_lost"]
+assert len(lost) == 1 and lost[0]["task"] == "worker2" and lost[0]["host"] == "127.0.0.1", lost
+assert lost[0]["why"].startswith("lost (silent ") and lost[0]["at_step"] > 0, lost
+assert d["membership_changes"] == 1 and d["sync"] == sys.argv[2], d
+# sync: the global steps of the run; async: every step of the two that lived, and some of the lost one's
+assert d["global_steps"] == int(sys.argv[3]) if sys.argv[2] == "sync" else d["global_steps"] > 2 * int(sys.argv[3]), d
+PY
+  then
+    ok "$name, 3 workers${*:+ ($*)}, worker2 SIGKILLed at its step $kill_at: the job finished (exit 0), the chief said the loss once (worker2 on 127.0.0.1), the done line counts it, no wait blamed a ps task"
+  else
+    fail "$name, worker2 killed (rc $rc, killed '${killed}', $lost_lines loss lines): $(grep -v '\] step ' "$out" | tail -30)"
+  fi
+  # the times, printed only: the kill -> the chief's next step; its last step -> the job's end
+  python3 - "$out" "$t_kill" "$t_end" <<'PY'
+import re, sys
+kill, end = float(sys.argv[2]), float(sys.argv[3])
+steps = [(float(l.split()[0]), l) for l in open(sys.argv[1]) if re.match(r"[0-9.]+ \[worker0\] step ", l)]
+after = [t for t, _ in steps if t > kill]
+lost = [float(l.split()[0]) for l in open(sys.argv[1]) if "membership: worker2" in l]
+if kill and after and steps:
+    print("  kill -> the chief's next step %.3f s; kill -> the loss said %s; the chief's last step -> the end of the job %.3f s"
+          % (after[0] - kill, "%.3f s" % (lost[0] - kill) if lost else "never", end - steps[-1][0]))
+PY
+}
+
+# sync replicas with a backup worker (N = 2 of 3): the loss is within b
+run_case sync --sync sync --backup-workers 1
+# async (no --sync: psgraph train's default in a cluster): launch lets any worker but the
+# chief go, as the strategy waits for none
+run_case async
+[ $fails = 0 ]

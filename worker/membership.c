@@ -1,0 +1,353 @@
+/* The chief's set of live workers (worker/membership.h, docs/distributed.md "Membership"):
+ * a thread that asks the other workers' task servers and the ps tasks, the states it keeps,
+ * the end-of-job wait on them. Not the strategies' aggregation (sync/) nor the launcher. */
+#include "worker/membership.h"
+
+#include "core/json.h"
+#include "core/strbuf.h"
+#include "ps/client.h"
+#include "psgraph/device_name.h"
+#include "psgraph/error.h"
+#include "psgraph/wire.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* How often each worker is asked, and how long an answer may take. */
+#define PROBE_MS 250
+
+typedef enum { JOINING, LIVE, DONE, LOST } state_t;
+
+typedef struct {
+    char task[PSG_DEVICE_NAME_MAX]; /* "/job:worker/replica:0/task:2" */
+    char tag[48];                   /* "worker2" */
+    char host[128];                 /* its address's host */
+    psg_ts_client_t *client;
+    state_t state;
+    int64_t heard_ms; /* its last answer (or when it was first asked) */
+    uint64_t inc;     /* its incarnation when it last answered (0: none yet) */
+    char why[96];     /* LOST: why */
+    int64_t at_step;  /* the chief's step when it was found lost */
+} member_t;
+
+struct psg_membership {
+    FILE *out;
+    int peer_ms;
+    int n, nps;
+    member_t *m;
+    psg_ts_client_t **ps; /* (nps) who said JobDone */
+    pthread_mutex_t lock; /* the states, changes, wait_from_ms */
+    pthread_cond_t cond;  /* a state changed, or stop */
+    int changes;
+    int64_t wait_from_ms; /* the end-of-job wait began (0: not yet) */
+    atomic_llong step;
+    bool stop;
+    pthread_t thread;
+    bool started;
+};
+
+/* "host" of "host:port", "tcp://host:port"; "this host" for an ipc:// address. */
+static void host_of(const char *addr, char *buf, size_t size) {
+    if (!strncmp(addr, "ipc://", 6)) {
+        snprintf(buf, size, "this host");
+        return;
+    }
+    if (!strncmp(addr, "tcp://", 6)) addr += 6;
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
+    snprintf(buf, size, "%.*s", (int)(n < size ? n : size - 1), addr);
+}
+
+/* Says a change of worker x (under lock). */
+static void say(psg_membership_t *m, const member_t *x, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(psg_membership_t *m, const member_t *x, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    m->changes++;
+    if (!m->out) return;
+    fprintf(m->out, "membership: %s on %s: %s\n", x->tag, x->host, what);
+    fflush(m->out);
+}
+
+/* Whether the thread is told to stop: between two requests (each may wait PROBE_MS on a task
+ * that is gone, the ps tasks too once the job is done), so that the chief exits at once. */
+static bool stopping(psg_membership_t *m) {
+    pthread_mutex_lock(&m->lock);
+    bool stop = m->stop;
+    pthread_mutex_unlock(&m->lock);
+    return stop;
+}
+
+/* The workers that said JobDone to any ps task, marked DONE. */
+static void ask_done(psg_membership_t *m) {
+    for (int k = 0; k < m->nps && !stopping(m); k++) {
+        psg_req_t in = {.type = PSG_REQ_INSPECT};
+        psg_rep_t rep;
+        psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, PROBE_MS);
+        char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
+        psg_msg_destroy(&r);
+        psg_json_t *j = text ? psg_json_parse(text) : NULL;
+        free(text);
+        const psg_json_t *done = j ? psg_json_get(j, "workers_done_tasks") : NULL;
+        pthread_mutex_lock(&m->lock);
+        for (int i = 0; done && done->type == PSG_JSON_ARRAY && i < done->count; i++) {
+            psg_device_name_t d;
+            const psg_json_t *s = done->items[i];
+            if (s->type != PSG_JSON_STRING || psg_device_name_parse(s->string, &d) < 0) continue;
+            for (int w = 0; w < m->n; w++) {
+                psg_device_name_t e;
+                /* a lost one's JobDone is the chief's own (psg_dist_session_job_done_for) */
+                if (psg_device_name_parse(m->m[w].task, &e) < 0 || strcmp(d.job, e.job) ||
+                    d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST)
+                    continue;
+                m->m[w].state = DONE;
+                pthread_cond_broadcast(&m->cond);
+            }
+        }
+        pthread_mutex_unlock(&m->lock);
+        psg_json_free(j);
+        psg_error_clear();
+    }
+}
+
+/* Asks worker x whether it answers; a change of its state said. */
+static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
+    psg_req_t in = {.type = PSG_REQ_INSPECT};
+    psg_rep_t rep;
+    psg_msg_t *r = psg_ts_call(x->client, &in, &rep, PROBE_MS);
+    bool answered = r != NULL;
+    psg_msg_destroy(&r);
+    if (!answered) psg_error_clear();
+    int64_t now = psg_ts_now_ms();
+    uint64_t inc = answered ? psg_ts_client_incarnation(x->client) : 0;
+    pthread_mutex_lock(&m->lock);
+    if (answered) {
+        if (x->state == LOST)
+            say(m, x, "answers again (incarnation %016" PRIx64 ") at step %lld", inc,
+                (long long)atomic_load(&m->step));
+        else if (x->inc && inc && inc != x->inc)
+            say(m, x, "restarted (incarnation %016" PRIx64 ", was %016" PRIx64 ") at step %lld",
+                inc, x->inc, (long long)atomic_load(&m->step));
+        if (x->state != DONE) x->state = LIVE;
+        x->heard_ms = now;
+        if (inc) x->inc = inc;
+    } else if (x->state == LIVE || (x->state == JOINING && m->wait_from_ms)) {
+        /* never heard from: silent since the end-of-job wait began, not since the start */
+        int64_t from =
+            x->state == JOINING && x->heard_ms < m->wait_from_ms ? m->wait_from_ms : x->heard_ms;
+        *silent_long = now - from >= m->peer_ms;
+        if (*silent_long)
+            snprintf(x->why, sizeof x->why, "lost (silent %.1f s%s)", (double)(now - from) / 1e3,
+                     x->state == JOINING ? ", never heard from" : "");
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void *run(void *arg) {
+    psg_membership_t *m = arg;
+    while (!stopping(m)) {
+        bool any_silent = false, silent[64] = {0};
+        for (int i = 0; i < m->n && i < 64 && !stopping(m); i++) {
+            pthread_mutex_lock(&m->lock);
+            state_t s = m->m[i].state;
+            pthread_mutex_unlock(&m->lock);
+            if (s == DONE) continue;
+            ask_worker(m, &m->m[i], &silent[i]);
+            any_silent |= silent[i];
+        }
+        /* a worker that finished exits: silent, but it said JobDone first */
+        ask_done(m);
+        pthread_mutex_lock(&m->lock);
+        for (int i = 0; any_silent && i < m->n && i < 64; i++) {
+            member_t *x = &m->m[i];
+            if (!silent[i] || x->state == DONE || x->state == LOST) continue;
+            x->state = LOST;
+            x->at_step = atomic_load(&m->step);
+            say(m, x, "%s at step %lld", x->why, (long long)x->at_step);
+            pthread_cond_broadcast(&m->cond);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += PROBE_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        if (!m->stop) pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        pthread_mutex_unlock(&m->lock);
+    }
+    return NULL;
+}
+
+/* The worker tasks of cl but self, in rank order (the chief job's first). */
+static int members_init(psg_membership_t *m, const psg_cluster_t *cl, const char *self) {
+    static const char *const jobs[] = {"chief", "worker"};
+    psg_device_name_t me;
+    if (psg_device_name_parse(self, &me) < 0) return -1;
+    int total = psg_cluster_num_tasks(cl, "chief") + psg_cluster_num_tasks(cl, "worker");
+    if (!(m->m = calloc((size_t)(total > 0 ? total : 1), sizeof *m->m)))
+        return psg_error_set("out of memory");
+    int64_t now = psg_ts_now_ms();
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < psg_cluster_num_tasks(cl, jobs[j]); k++) {
+            if (!strcmp(me.job, jobs[j]) && me.task == k) continue;
+            member_t *x = &m->m[m->n];
+            const char *addr = psg_cluster_address(cl, jobs[j], k);
+            psg_device_name(jobs[j], k, NULL, x->task, sizeof x->task);
+            snprintf(x->tag, sizeof x->tag, "%s%d", jobs[j], k);
+            host_of(addr ? addr : "?", x->host, sizeof x->host);
+            x->heard_ms = now;
+            if (!addr || !(x->client = psg_ts_client_new(x->task, addr, PROBE_MS, m->peer_ms,
+                                                         psg_cluster_keys(cl))))
+                return -1;
+            m->n++;
+        }
+    return 0;
+}
+
+psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, FILE *out) {
+    psg_membership_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        psg_error_set("out of memory");
+        return NULL;
+    }
+    m->out = out;
+    m->peer_ms = psg_cluster_peer_timeout_ms(cl);
+    if (m->peer_ms <= 0) m->peer_ms = PSG_WIRE_PEER_TIMEOUT_MS;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->cond, NULL);
+    m->nps = psg_cluster_num_tasks(cl, "ps");
+    int rc = members_init(m, cl, self);
+    if (rc == 0 && m->n > 64) rc = psg_error_set("membership: %d workers (at most 65)", m->n + 1);
+    if (rc == 0 && !(m->ps = calloc((size_t)(m->nps > 0 ? m->nps : 1), sizeof *m->ps)))
+        rc = psg_error_set("out of memory");
+    for (int k = 0; rc == 0 && k < m->nps; k++) {
+        char task[PSG_DEVICE_NAME_MAX];
+        psg_device_name("ps", k, NULL, task, sizeof task);
+        const char *addr = psg_cluster_address(cl, "ps", k);
+        if (!(m->ps[k] = psg_ts_client_new(task, addr ? addr : "", PROBE_MS, m->peer_ms,
+                                           psg_cluster_keys(cl))))
+            rc = -1;
+    }
+    if (rc == 0 && pthread_create(&m->thread, NULL, run, m) != 0)
+        rc = psg_error_set("membership: cannot start its thread");
+    m->started = rc == 0;
+    if (rc < 0) psg_membership_destroy(&m);
+    return m;
+}
+
+void psg_membership_destroy(psg_membership_t **mp) {
+    if (!mp || !*mp) return;
+    psg_membership_t *m = *mp;
+    *mp = NULL;
+    if (m->started) {
+        pthread_mutex_lock(&m->lock);
+        m->stop = true;
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+        pthread_join(m->thread, NULL);
+    }
+    for (int i = 0; i < m->n; i++) psg_ts_client_destroy(&m->m[i].client);
+    for (int k = 0; m->ps && k < m->nps; k++) psg_ts_client_destroy(&m->ps[k]);
+    free(m->ps);
+    free(m->m);
+    pthread_cond_destroy(&m->cond);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+void psg_membership_set_step(psg_membership_t *m, int64_t step) {
+    if (m) atomic_store(&m->step, step);
+}
+
+int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
+    int64_t t0 = psg_ts_now_ms();
+    pthread_mutex_lock(&m->lock);
+    m->wait_from_ms = t0;
+    pthread_cond_broadcast(&m->cond); /* asked again at once */
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < m->n; i++) running += m->m[i].state == LIVE || m->m[i].state == JOINING;
+        if (running == 0) break;
+        int64_t left = t0 + timeout_ms - psg_ts_now_ms();
+        if (left <= 0) {
+            psg_strbuf_t b = {0};
+            for (int i = 0; i < m->n; i++)
+                if (m->m[i].state == LIVE || m->m[i].state == JOINING)
+                    psg_strbuf_printf(&b, "%s%s on %s (%s)", b.len ? ", " : "", m->m[i].tag,
+                                      m->m[i].host,
+                                      m->m[i].state == LIVE ? "it answers" : "never heard from");
+            pthread_mutex_unlock(&m->lock);
+            psg_error_set_code(
+                PSG_ERR_TIMEOUT, "after %.1f s, %d worker%s neither done nor lost: %s",
+                (double)timeout_ms / 1e3, running, running == 1 ? "" : "s", b.s ? b.s : "");
+            free(b.s);
+            return -1;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t w = left < 100 ? left : 100;
+        ts.tv_nsec += w * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers, int64_t timeout_ms,
+                       FILE *out, bool *all_done) {
+    *all_done = m ? psg_membership_wait_done(m, timeout_ms) == 0
+                  : psg_dist_session_wait_workers(ds, workers, timeout_ms) == 0;
+    if (!*all_done) {
+        fprintf(out, "warning: waiting for the workers to finish: %s; evaluating anyway\n",
+                psg_error_message());
+        fflush(out);
+    }
+    char lost[64][128];
+    int nlost = m ? psg_membership_lost(m, lost, 64) : 0;
+    for (int i = 0; i < nlost; i++)
+        if (psg_dist_session_job_done_for(ds, lost[i]) < 0) { /* they stop later */
+            fprintf(out, "warning: telling the ps tasks %s is lost: %s\n", lost[i],
+                    psg_error_message());
+            fflush(out);
+        }
+    return nlost;
+}
+
+int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max) {
+    int n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < m->n; i++)
+        if (m->m[i].state == LOST && n < max) snprintf(tasks[n++], 128, "%s", m->m[i].task);
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
+void psg_membership_json(psg_membership_t *m, char *buf, size_t size) {
+    psg_strbuf_t b = {0};
+    pthread_mutex_lock(&m->lock);
+    psg_strbuf_str(&b, "\"workers_lost\":[");
+    for (int i = 0, k = 0; i < m->n; i++) {
+        const member_t *x = &m->m[i];
+        if (x->state != LOST) continue;
+        psg_strbuf_str(&b, k++ ? ",{\"task\":" : "{\"task\":");
+        psg_strbuf_json_str(&b, x->tag);
+        psg_strbuf_str(&b, ",\"host\":");
+        psg_strbuf_json_str(&b, x->host);
+        psg_strbuf_str(&b, ",\"why\":");
+        psg_strbuf_json_str(&b, x->why);
+        psg_strbuf_printf(&b, ",\"at_step\":%lld}", (long long)x->at_step);
+    }
+    psg_strbuf_printf(&b, "],\"membership_changes\":%d,", m->changes);
+    pthread_mutex_unlock(&m->lock);
+    snprintf(buf, size, "%s", b.oom || !b.s ? "" : b.s);
+    free(b.s);
+}

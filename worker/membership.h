@@ -1,0 +1,51 @@
+/* The chief's set of live workers (docs/distributed.md, "Membership"): a thread asks every
+ * other worker's task server whether it answers (Inspect: a new incarnation is a restart) and
+ * the ps tasks who said JobDone; a worker silent for the peer timeout that did not say it is
+ * done is lost. Each change is said once, naming the worker, its host and why, and counted in
+ * the chief's done line; the end of the job waits for the workers neither done nor lost.
+ * Internal to psgraph. Not the strategies' aggregation (sync/) nor the launcher's view of its
+ * processes (cli/launch_cmd.c). */
+#ifndef PSGRAPH_WORKER_MEMBERSHIP_H
+#define PSGRAPH_WORKER_MEMBERSHIP_H
+
+#include "psgraph/cluster.h"
+#include "psgraph/dist_session.h"
+
+#include <stdbool.h>
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct psg_membership psg_membership_t;
+
+/* The other workers of cluster cl (the chief job's and the worker job's tasks but `self`),
+ * asked from now on, each change said on out. NULL with the error set on out of memory, a
+ * bad address or a thread that does not start. */
+psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, FILE *out);
+/* Stops the thread and closes the connections. NULL-safe; sets *m to NULL. */
+void psg_membership_destroy(psg_membership_t **m);
+
+/* The chief's step now: a change is said with the step it was seen at. */
+void psg_membership_set_step(psg_membership_t *m, int64_t step);
+
+/* Waits until every other worker said it is done or is lost, at most timeout_ms: 0 then; -1
+ * with the error naming the workers still running (they answer) otherwise. A worker never
+ * heard from is lost once it stayed silent for the peer timeout during this wait. */
+int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms);
+
+/* The chief's end of the job, the others' end awaited: with m, until each other worker is
+ * done or lost (psg_membership_wait_done), then a JobDone to the ps tasks for each lost one
+ * (they stop with the job instead of waiting for it); without m (NULL), until `workers` said
+ * JobDone (psg_dist_session_wait_workers). At most timeout_ms: a warning on out then, naming
+ * who is awaited. Returns the workers found lost; *all_done: none was awaited in vain. */
+int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers, int64_t timeout_ms,
+                       FILE *out, bool *all_done);
+
+/* The lost workers (at most max), as task names ("/job:worker/replica:0/task:2"); how many. */
+int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max);
+
+/* The done line's fields, each followed by a comma: "workers_lost":[{"task","host","why",
+ * "at_step"}] and "membership_changes":N. */
+void psg_membership_json(psg_membership_t *m, char *buf, size_t size);
+
+#endif
