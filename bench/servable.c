@@ -90,12 +90,9 @@ int main(int argc, char **argv) {
         "\"spin_us\":%d,\"runs\":%zu,"
         "\"examples_per_sec\":%.2f,\"p10_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"cpu_ms_per_run\":%.3f}\n",
         psg_servable_model(s), (long long)batch, o.threads, o.lanes > 0 ? o.lanes : o.threads,
-        o.spin_us == 0  ? PSG_SERVABLE_SPIN_US
-        : o.spin_us < 0 ? 0
-                        : o.spin_us,
-        runs, (double)runs * (double)batch / wall, n ? lat[n / 10] * 1e3 : 0.0,
-        n ? lat[n / 2] * 1e3 : 0.0, n ? lat[(n * 99) / 100] * 1e3 : 0.0,
-        runs ? cpu * 1e3 / (double)runs : 0.0);
+        o.spin_us > 0 ? o.spin_us : 0, runs, (double)runs * (double)batch / wall,
+        n ? lat[n / 10] * 1e3 : 0.0, n ? lat[n / 2] * 1e3 : 0.0,
+        n ? lat[(n * 99) / 100] * 1e3 : 0.0, runs ? cpu * 1e3 / (double)runs : 0.0);
     free(lat);
     for (int i = 0; i < PSG_SERVABLE_MAX_IO; i++) psg_tensor_destroy(&in[i]);
     psg_servable_destroy(&s);

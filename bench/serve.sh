@@ -4,9 +4,14 @@
 #    28 x 28 image a request, --max-batch 8) against ONNX Runtime's own in-process
 #    InferenceSession.run of the exported model at batch 8: examples/sec, p50/p99 latency,
 #    the ratio; PSG_BENCH_ROUNDS rounds (default 3) alternating the two, best and spread;
-#  - "serve_cnn_inprocess": the same model's plan alone in one process (bench_servable:
-#    psg_servable_run at batch 8, no HTTP, no JSON, no batcher) against the same `run`,
-#    alternating, with each side's CPU ms a batch: what the kernels owe of the serve's gap;
+#  - "serve_cnn_spin": the same with `--spin-us PSG_BENCH_SPIN_US` (default 50): the compute
+#    threads poll for the next kernel's share during a batch instead of sleeping (as ONNX
+#    Runtime's intra-op threads spin by default; the serve's default is to sleep);
+#  - "serve_cnn_inprocess" (and "_spin"): the same model's plan alone in one process
+#    (bench_servable: psg_servable_run at batch 8, no HTTP, no JSON, no batcher) against the
+#    same `run`, alternating, with each side's CPU ms a batch: what the kernels owe of the
+#    serve's gap; ONNX Runtime is given the same cores (its default intra-op pool: one
+#    thread a physical core, 2 here);
 #  - "serve_inception3": the same for Inception-v3 at 299 x 299 (a checkpoint of one
 #    training step), at batch 1 (1 connection, --max-batch 1) and batch 32 (32 connections,
 #    --max-batch 32; PSG_BENCH_INCEPTION32_SECONDS a round, default 150: a batch of 32 takes
@@ -27,6 +32,7 @@ check=$PWD/tests/serving_check.py
 rounds=${PSG_BENCH_ROUNDS:-3}
 secs=${PSG_BENCH_SECONDS:-10}
 threads=${PSG_BENCH_THREADS:-2}
+spin=${PSG_BENCH_SPIN_US:-50}
 fm=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d /tmp/psg_bench_serve.XXXXXX)
 pids=()
@@ -112,18 +118,25 @@ $psg train --model cnn --steps "${PSG_BENCH_CNN_STEPS:-300}" --threads "$threads
 $psg export --logdir "$tmp/cnn" --out "$tmp/cnn.onnx" >/dev/null || exit 1
 body "$tmp/one28.json" 1 28 1
 compare serve_cnn 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json"
+compare serve_cnn_spin 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json" --spin-us "$spin"
+# in process: the plan alone as served by default, with its threads polling (--spin-us),
+# and ONNX Runtime, alternating
 : >"$tmp/inproc.ours"
+: >"$tmp/inproc.spin"
 : >"$tmp/inproc.peer"
 for r in $(seq "$rounds"); do
   build/bench/bench_servable "$tmp/cnn" 8 "$secs" "$threads" >>"$tmp/inproc.ours" || exit 1
+  build/bench/bench_servable "$tmp/cnn" 8 "$secs" "$threads" 1 "$spin" >>"$tmp/inproc.spin" || exit 1
   "$venv/bin/python" "$check" ortbench "$tmp/cnn.onnx" 8 "$secs" 1 >>"$tmp/inproc.peer"
 done
-python3 - "$tmp/inproc.ours" "$tmp/inproc.peer" <<'PY'
-import json, sys
+for v in ours spin; do
+  NAME=serve_cnn_inprocess$([ $v = spin ] && echo _spin) python3 - "$tmp/inproc.$v" "$tmp/inproc.peer" <<'PY'
+import json, os, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peer = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 rate, prate = [o["examples_per_sec"] for o in ours], [p["examples_per_sec"] for p in peer]
-print(json.dumps({"bench": "serve_cnn_inprocess", "batch": 8, "threads": ours[0]["threads"], "rounds": len(rate),
+print(json.dumps({"bench": os.environ["NAME"], "batch": 8, "threads": ours[0]["threads"],
+                  "spin_us": ours[0]["spin_us"], "rounds": len(rate),
                   "psgraph_examples_per_sec": max(rate), "psgraph_spread": [min(rate), max(rate)],
                   "psgraph_cpu_ms_per_batch": min(o["cpu_ms_per_run"] for o in ours),
                   "onnxruntime_examples_per_sec": round(max(prate), 2),
@@ -131,6 +144,7 @@ print(json.dumps({"bench": "serve_cnn_inprocess", "batch": 8, "threads": ours[0]
                   "onnxruntime_cpu_ms_per_batch": round(min(p["cpu_ms_per_run"] for p in peer), 3),
                   "ratio": round(max(rate) / max(prate), 3)}))
 PY
+done
 
 # ---- hot swap under the cnn's load ----
 mkdir -p "$tmp/swap"

@@ -45,7 +45,7 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
             fprintf(stderr, "psgraph: --spin-us '%s' (0 to 1000000)\n", v);
             return -1;
         }
-        o->spin_us = n > 0 ? (int)n : -1;
+        o->spin_us = (int)n;
     } else if (!strcmp(a, "--threads") || !strcmp(a, "--lanes")) {
         char *end;
         long n = strtol(v, &end, 10);

@@ -23,7 +23,7 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
     "  --lanes N             a batch's rows cut over N one-thread plans side by side\n"            \
     "                        (default 1: one plan, its kernels over the threads)\n"                \
     "  --spin-us US          an idle compute thread polls this long for work before it\n"          \
-    "                        sleeps (default 50; 0: it sleeps at once)\n"                          \
+    "                        sleeps (default 0: it sleeps at once)\n"                              \
     "  --partition-strategy mod|div  how a row-sharded table was split (default mod)\n"            \
     "  --no-ema              the raw weights even where moving averages are kept\n"
 

@@ -167,7 +167,7 @@ static int load(psg_servable_t *s, const char *path, const psg_servable_options_
     }
     if (psg_serving_fill_values(s->g, ck, s->rm, o->partition_strategy) < 0) goto out;
     if (!(s->session = psg_session_new(s->g, &so, s->rm))) goto out;
-    s->spin_us = o->spin_us == 0 ? PSG_SERVABLE_SPIN_US : o->spin_us;
+    s->spin_us = o->spin_us > 0 ? o->spin_us : 0;
     psg_endpoint_t feeds[MAX_IO], fetches[MAX_IO];
     for (int i = 0; i < s->n_in; i++) feeds[i] = s->in[i].endpoint;
     for (int i = 0; i < s->n_out; i++) fetches[i] = s->out[i].endpoint;

@@ -31,16 +31,12 @@ typedef struct {
      * run side by side; <= 1: one plan, its kernels split over `threads` threads (what a
      * batch of 1 row always gets) */
     int lanes;
-    /* how long an idle compute thread polls for the next kernel's share before it sleeps
-     * (psg_threadpool_set_spin); 0: PSG_SERVABLE_SPIN_US, < 0: none */
+    /* during a run, how long an idle compute thread polls for the next kernel's share
+     * before it sleeps (psg_threadpool_set_spin); <= 0: it sleeps at once */
     int spin_us;
     const char *partition_strategy; /* how a row-sharded table was split: "mod" (NULL) or "div" */
     bool no_ema;                    /* use the raw weights even when moving averages are kept */
 } psg_servable_options_t;
-
-/* An idle compute thread's poll for work by default: longer than the gap between two
- * kernels of a plan (tens of microseconds), short beside the wait for a next batch. */
-#define PSG_SERVABLE_SPIN_US 50
 
 /* One tensor of the signature. */
 typedef struct {
