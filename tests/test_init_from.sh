@@ -69,14 +69,21 @@ if sys.argv[1] == "write":
     save(sys.argv[2], t)
 elif sys.argv[1] == "index":  # a sharded file as Hugging Face writes it: two files + an index
     d, t = sys.argv[2], mlp()  # [PAD: a metadata text of PAD bytes, for an index that size]
-    files = {"model-00001-of-00002.safetensors": ["model/fc1/weights", "model/fc1/biases"],
-             "model-00002-of-00002.safetensors": [k for k in t if not k.startswith("model/fc1/")]}
+    parts = sys.argv[3:] == ["parts"]  # [parts: fc1's weight in 2 column parts, alone first]
+    first = ["model/fc1/weights", "model/fc1/biases"]
+    if parts:
+        (r, c), v = t.pop("model/fc1/weights")
+        for k in range(2):
+            t["model/fc1/weights/part_%d" % k] = ([r, c // 2], [v[i * c + k * (c // 2) + j] for i in range(r) for j in range(c // 2)])
+        first = ["model/fc1/weights/part_0", "model/fc1/weights/part_1"]
+    files = {"model-00001-of-00002.safetensors": first,
+             "model-00002-of-00002.safetensors": [k for k in t if k not in first]}
     wmap = {}
     for name, keys in files.items():
         save(d + "/" + name, {k: t[k] for k in keys})
         wmap.update({k: name for k in keys})
     meta = {"total_size": 4 * sum(math.prod(s) for s, _ in t.values())}
-    if len(sys.argv) > 3:
+    if len(sys.argv) > 3 and not parts:
         meta["note"] = "x" * int(sys.argv[3])
     json.dump({"metadata": meta, "weight_map": wmap}, open(d + "/model.safetensors.index.json", "w"))
 else:  # check CKPT_SHARD...: every mlp tensor equals the file's (shards joined by columns)
@@ -123,6 +130,18 @@ else
   fail "a sharded index (rc $rc): $out ${res:-}"
 fi
 
+# ... and with fc1's weight in 2 column parts, alone in the first file (part_0 its first
+# tensor): put together into the whole variable
+mkdir -p "$tmp/hf3"
+st index "$tmp/hf3" parts
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1b3" --init-from "$tmp/hf3/model.safetensors.index.json" --strict 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "7 of its 7 tensors matched, 0 missing" <<<"$out" &&
+   res=$(st check "$tmp"/l1b3/model.ckpt-1-*.safetensors 2>&1); then
+  ok "a sharded index, fc1 in 2 parts first in their file: $res"
+else
+  fail "a sharded index, fc1 in 2 parts first in their file (rc $rc): $out ${res:-}"
+fi
+
 # 1b'. an index over 64 KiB (a large model's names; here its metadata), given by a relative
 # path of 6 characters ("i.json", from its folder)
 mkdir -p "$tmp/hf2"
@@ -152,6 +171,17 @@ if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their i
   ok "a psgraph checkpoint into column shards, slots included: $(grep -o '12 of its[^;]*' <<<"$out")"
 else
   fail "a psgraph checkpoint into column shards (rc $rc): $out"
+fi
+
+# ... and into 16 column parts with their slots (--shard-bytes 16 KiB): 40 variables filled
+# from the file, more than the first size (32) of the list of those served
+out=$("$psgraph" "${run[@]}" --logdir "$tmp/l1m" --init-from "$tmp/l1/model.ckpt-1.index.json" --strict --shard-bytes 16384 2>&1); rc=$?
+n=$(python3 -c 'import json,sys; print(sum("/part_" in k for k in json.load(open(sys.argv[1]))["weight_map"]))' "$tmp/l1m/model.ckpt-1.index.json" 2>&1)
+if [ $rc = 0 ] && grep -q "12 of its 13 tensors matched, 0 missing (keep their initializers), 0 unexpected" <<<"$out" &&
+   [ "$n" = 32 ] && res=$(st check "$tmp"/l1m/model.ckpt-1-*.safetensors 2>&1); then
+  ok "a psgraph checkpoint into 16 column parts, slots included ($n part variables): $res"
+else
+  fail "a psgraph checkpoint into 16 column parts (rc $rc, $n parts): $out ${res:-}"
 fi
 
 # 1d. two weights in column shards at once (--shard-bytes 64 KiB: fc1 in 8 parts, fc2 in 4),
