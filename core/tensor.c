@@ -191,6 +191,20 @@ psg_tensor_t *psg_tensor_reshaped(psg_tensor_t *t, const psg_shape_t *shape) {
                                   (size_t)((char *)t->data - (char *)t->buf->data));
 }
 
+psg_tensor_t *psg_tensor_concat_rows(psg_tensor_t *const *parts, int n) {
+    psg_shape_t s = parts[0]->shape;
+    s.dims[0] = 0;
+    for (int k = 0; k < n; k++) s.dims[0] += parts[k]->shape.dims[0];
+    psg_tensor_t *t = psg_tensor_new(parts[0]->dtype, &s);
+    size_t at = 0;
+    for (int k = 0; t && k < n; k++) {
+        size_t bytes = psg_tensor_nbytes(parts[k]);
+        memcpy((char *)t->data + at, parts[k]->data, bytes);
+        at += bytes;
+    }
+    return t;
+}
+
 psg_tensor_t *psg_tensor_copy(const psg_tensor_t *t) {
     return psg_tensor_from_data(t->dtype, &t->shape, t->data, psg_tensor_nbytes(t));
 }

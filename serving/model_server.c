@@ -183,20 +183,16 @@ int psg_model_server_versions(psg_model_server_t *ms, int64_t *out, int max) {
 
 /* ---- the batcher ---- */
 
-/* inputs of the requests list (n of them, `rows` rows in all) concatenated along dim 0. */
-static int concat_inputs(req_t **list, int n, int64_t rows, int n_in, psg_tensor_t **out) {
-    for (int i = 0; i < n_in; i++) {
-        psg_shape_t s = list[0]->inputs[i]->shape;
-        s.dims[0] = rows;
-        if (!(out[i] = psg_tensor_new(list[0]->inputs[i]->dtype, &s))) return -1;
-        size_t at = 0;
-        for (int k = 0; k < n; k++) {
-            size_t bytes = psg_tensor_nbytes(list[k]->inputs[i]);
-            memcpy((char *)out[i]->data + at, list[k]->inputs[i]->data, bytes);
-            at += bytes;
-        }
+/* inputs of the requests list (n of them) concatenated along dim 0. */
+static int concat_inputs(req_t **list, int n, int n_in, psg_tensor_t **out) {
+    psg_tensor_t **parts = malloc((size_t)n * sizeof *parts);
+    int rc = parts ? 0 : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; rc == 0 && i < n_in; i++) {
+        for (int k = 0; k < n; k++) parts[k] = list[k]->inputs[i];
+        if (!(out[i] = psg_tensor_concat_rows(parts, n))) rc = -1;
     }
-    return 0;
+    free(parts);
+    return rc;
 }
 
 static void run_batch(psg_model_server_t *ms, req_t **list, int n, int64_t rows) {
@@ -207,8 +203,7 @@ static void run_batch(psg_model_server_t *ms, req_t **list, int n, int64_t rows)
     if (n == 1)
         rc = psg_servable_run(s, list[0]->inputs, outs);
     else
-        rc =
-            concat_inputs(list, n, rows, n_in, joined) < 0 ? -1 : psg_servable_run(s, joined, outs);
+        rc = concat_inputs(list, n, n_in, joined) < 0 ? -1 : psg_servable_run(s, joined, outs);
     pthread_mutex_lock(&ms->lock);
     ms->stats.batches++;
     ms->stats.requests += n;

@@ -131,17 +131,14 @@ static psg_tensor_t *rows_of(psg_tensor_t *t, int64_t r0, int64_t r1) {
 
 /* The lanes' outputs j, joined along dim 0 into a new tensor. */
 static psg_tensor_t *join_rows(psg_servable_lanes_t *ls, int parts, int j) {
-    psg_tensor_t *first = ls->lane[0].out[j];
-    psg_shape_t s = first->shape;
-    s.dims[0] = 0;
-    for (int k = 0; k < parts; k++) s.dims[0] += ls->lane[k].out[j]->shape.dims[0];
-    psg_tensor_t *t = psg_tensor_new(first->dtype, &s);
-    size_t at = 0;
-    for (int k = 0; t && k < parts; k++) {
-        size_t bytes = psg_tensor_nbytes(ls->lane[k].out[j]);
-        memcpy((char *)t->data + at, ls->lane[k].out[j]->data, bytes);
-        at += bytes;
+    psg_tensor_t **outs = malloc((size_t)parts * sizeof *outs);
+    if (!outs) {
+        psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+        return NULL;
     }
+    for (int k = 0; k < parts; k++) outs[k] = ls->lane[k].out[j];
+    psg_tensor_t *t = psg_tensor_concat_rows(outs, parts);
+    free(outs);
     return t;
 }
 

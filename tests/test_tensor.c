@@ -68,10 +68,25 @@ static void test_cache_reuse(void) {
     CHECK(psg_buffer_cached_bytes() == 0);
 }
 
+/* Rows of parts joined in order: a (1 x 3) then b (2 x 3). */
+static void test_concat_rows(void) {
+    psg_tensor_t *a = psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {1, 3}},
+                                           (float[]){1, 2, 3}, 3 * sizeof(float));
+    psg_tensor_t *b = psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){2, {2, 3}},
+                                           (float[]){4, 5, 6, 7, 8, 9}, 6 * sizeof(float));
+    psg_tensor_t *t = psg_tensor_concat_rows((psg_tensor_t *[]){a, b}, 2);
+    CHECK(t && psg_shape_equal(&t->shape, &(psg_shape_t){2, {3, 3}}));
+    for (int i = 0; t && i < 9; i++) CHECK(psg_tensor_f32(t)[i] == (float)(i + 1));
+    psg_tensor_destroy(&t);
+    psg_tensor_destroy(&a);
+    psg_tensor_destroy(&b);
+}
+
 int main(void) {
     RUN_TEST(test_shapes);
     RUN_TEST(test_tensor_lifetime);
     RUN_TEST(test_wrapped_buffer);
     RUN_TEST(test_cache_reuse);
+    RUN_TEST(test_concat_rows);
     return psg_test_summary();
 }

@@ -115,6 +115,8 @@ psg_tensor_t *psg_tensor_scalar_f32(float v);
 psg_tensor_t *psg_tensor_scalar_i64(int64_t v);
 /* A tensor sharing t's buffer with another shape of the same element count. */
 psg_tensor_t *psg_tensor_reshaped(psg_tensor_t *t, const psg_shape_t *shape);
+/* A new host tensor of parts[0..n) joined along dim 0 (their other dims and dtype alike). */
+psg_tensor_t *psg_tensor_concat_rows(psg_tensor_t *const *parts, int n);
 /* A deep copy (new buffer) of a host tensor (device.h copies GPU tensors). */
 psg_tensor_t *psg_tensor_copy(const psg_tensor_t *t);
 psg_tensor_t *psg_tensor_ref(psg_tensor_t *t);
