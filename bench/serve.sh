@@ -4,10 +4,11 @@
 #    28 x 28 image a request, --max-batch 8) against ONNX Runtime's own in-process
 #    InferenceSession.run of the exported model at batch 8: examples/sec, p50/p99 latency,
 #    the ratio; PSG_BENCH_ROUNDS rounds (default 3) alternating the two, best and spread;
-#  - "serve_cnn_spin": the same with `--spin-us PSG_BENCH_SPIN_US` (default 50): the compute
-#    threads poll for the next kernel's share during a batch instead of sleeping (as ONNX
-#    Runtime's intra-op threads spin by default; the serve's default is to sleep);
-#  - "serve_cnn_inprocess" (and "_spin"): the same model's plan alone in one process
+#  - "serve_cnn_nospin": the same with `--spin-us 0`: the compute threads sleep at once
+#    when they have no share of a kernel left, instead of polling 50 us for the next one
+#    during a batch (serve's default, as ONNX Runtime's intra-op threads spin by default);
+#  - "serve_cnn_inprocess" (and "_spin": polling PSG_BENCH_SPIN_US, default 50, as serve does
+#    by default): the same model's plan alone in one process
 #    (bench_servable: psg_servable_run at batch 8, no HTTP, no JSON, no batcher) against the
 #    same `run`, alternating, with each side's CPU ms a batch: what the kernels owe of the
 #    serve's gap; ONNX Runtime is given the same cores (its default intra-op pool: one
@@ -118,9 +119,9 @@ $psg train --model cnn --steps "${PSG_BENCH_CNN_STEPS:-300}" --threads "$threads
 $psg export --logdir "$tmp/cnn" --out "$tmp/cnn.onnx" >/dev/null || exit 1
 body "$tmp/one28.json" 1 28 1
 compare serve_cnn 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json"
-compare serve_cnn_spin 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json" --spin-us "$spin"
-# in process: the plan alone as served by default, with its threads polling (--spin-us),
-# and ONNX Runtime, alternating
+compare serve_cnn_nospin 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json" --spin-us 0
+# in process: the plan alone with its threads sleeping at once, with them polling (--spin-us,
+# as served by default), and ONNX Runtime, alternating
 : >"$tmp/inproc.ours"
 : >"$tmp/inproc.spin"
 : >"$tmp/inproc.peer"

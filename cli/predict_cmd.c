@@ -317,7 +317,7 @@ int psg_cmd_predict(int argc, char **argv) {
     const char *dir = NULL, *labels = NULL, *output = NULL, *files[256];
     int n_files = 0;
     predict_t p = {.top_k = 5, .batch = 250};
-    psg_servable_options_t o = {0};
+    psg_servable_options_t o = {.spin_us = PSG_CLI_SPIN_US_DEFAULT};
     for (int i = 1; i < argc; i++) {
         int r = psg_cli_servable_option(argc, argv, &i, &o);
         if (r < 0) return 2;

@@ -210,7 +210,7 @@ int psg_cmd_serve(int argc, char **argv) {
                       .max_body = (double)MAX_BODY_LIMIT,
                       .max_conn = 64,
                       .poll = 1};
-    psg_servable_options_t o = {0};
+    psg_servable_options_t o = {.spin_us = PSG_CLI_SPIN_US_DEFAULT};
     if (parse(argc, argv, &s, &o) < 0) return 2;
     return serve(&s, &o);
 }

@@ -16,6 +16,11 @@ int psg_serve_k8s(int argc, char **argv);
  * 0 when argv[*i] is another option, -1 after printing what is wrong with it. */
 int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_t *o);
 /* The help lines of those options. */
+/* Serve and predict poll 50 us for the next kernel's share during a batch, as ONNX Runtime's
+ * intra-op threads spin by default: on an idle machine it saves a wake-up a kernel
+ * (docs/serving.md, "Compute threads"). */
+#define PSG_CLI_SPIN_US_DEFAULT 50
+
 #define PSG_CLI_SERVABLE_HELP                                                                      \
     "  --model NAME          mlp, cnn, inception3, wide-deep (default: from the checkpoint)\n"     \
     "  --image-size H[,W[,C]] the input images (default: from the weights; inception3 299)\n"      \
@@ -23,7 +28,7 @@ int psg_cli_servable_option(int argc, char **argv, int *i, psg_servable_options_
     "  --lanes N             a batch's rows cut over N one-thread plans side by side\n"            \
     "                        (default 1: one plan, its kernels over the threads)\n"                \
     "  --spin-us US          an idle compute thread polls this long for work before it\n"          \
-    "                        sleeps (default 0: it sleeps at once)\n"                              \
+    "                        sleeps, during a batch only (default 50; 0: it sleeps at once)\n"     \
     "  --partition-strategy mod|div  how a row-sharded table was split (default mod)\n"            \
     "  --no-ema              the raw weights even where moving averages are kept\n"
 
