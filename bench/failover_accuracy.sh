@@ -46,7 +46,7 @@ one() { # one MODE FAULT I: a run, its JSON line
     --ps 2 --workers 2 --restart on-failure -- "${train[@]}" --steps $steps --logdir "$tmp/$mode.$fault.$i" \
     "${extra[@]}" >"$log" 2>&1 &
   bg=$!
-  for _ in $(seq 2400); do grep -q '^\[worker0\] step 200 ' "$log" && break; kill -0 $bg 2>/dev/null || break; sleep 0.05; done
+  for _ in $(seq 2400); do grep -qs '^\[worker0\] step 200 ' "$log" && break; kill -0 $bg 2>/dev/null || break; sleep 0.05; done
   if [ "$fault" = cut ]; then
     hosts_cut h1
     sleep 8
