@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         "{\"bench\":\"servable_run\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"lanes\":%d,"
         "\"spin_us\":%d,\"runs\":%zu,"
         "\"examples_per_sec\":%.2f,\"p10_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"cpu_ms_per_run\":%.3f}\n",
-        psg_servable_model(s), (long long)batch, o.threads, o.lanes > 0 ? o.lanes : o.threads,
+        psg_servable_model(s), (long long)batch, o.threads, o.lanes > 0 ? o.lanes : 1,
         o.spin_us > 0 ? o.spin_us : 0, runs, (double)runs * (double)batch / wall,
         n ? lat[n / 10] * 1e3 : 0.0, n ? lat[n / 2] * 1e3 : 0.0,
         n ? lat[(n * 99) / 100] * 1e3 : 0.0, runs ? cpu * 1e3 / (double)runs : 0.0);
