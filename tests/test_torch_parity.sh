@@ -20,6 +20,11 @@ asan=${2:-}
 here=$(dirname "$(readlink -f "$0")")
 data=/usr/share/datasets/fashion-mnist
 tol=0.005
+# by hand (minutes each on 2 cores): PSG_PARITY_MODELS="mlp cnn" PSG_PARITY_EPOCHS=3
+# PSG_PARITY_SEEDS="1 2 3 4" (docs/testing.md); CI: the mlp, 1 epoch, seeds 1-3
+epoch_models=${PSG_PARITY_MODELS:-mlp}
+epochs=${PSG_PARITY_EPOCHS:-1}
+seeds=${PSG_PARITY_SEEDS:-1 2 3}
 [ -f $data/train-images-idx3-ubyte.gz ] || { echo "skip: $data missing (dataset-fashion-mnist)"; exit 77; }
 tmp=$(mktemp -d /tmp/psg_test_torch_parity.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -49,15 +54,16 @@ epoch() {
   fi
   local shard ours theirs
   shard=$(ls "$dir"/model.ckpt-0-*.safetensors)
-  ours=$("$psgraph" train --model "$model" --epochs 1 --seed "$seed" --threads 1 \
+  ours=$("$psgraph" train --model "$model" --epochs "$epochs" --seed "$seed" --threads 1 \
     --init-from "$shard" --strict --log-every 1000000 2>"$dir.err" | acc)
-  theirs=$("$py" "$here/torch_parity.py" "$shard" --model "$model" --seed "$seed" 2>"$dir.torch.err" | torch_acc)
+  theirs=$("$py" "$here/torch_parity.py" "$shard" --model "$model" --seed "$seed" --epochs "$epochs" \
+    2>"$dir.torch.err" | torch_acc)
   if [ -z "$ours" ] || [ -z "$theirs" ]; then
     echo "FAIL: $model seed $seed: no accuracy (psgraph: $(tail -1 "$dir.err"); torch: $(tail -1 "$dir.torch.err"))"
     fails=$((fails + 1))
     return
   fi
-  echo "     $model seed $seed, 1 epoch from the same initial values: psgraph $ours, PyTorch $theirs"
+  echo "     $model seed $seed, $epochs epoch(s) from the same initial values: psgraph $ours, PyTorch $theirs"
   echo "$ours $theirs" >>"$tmp/$model.acc"
 }
 
@@ -73,9 +79,9 @@ PY
 )
   set -- "$1" $line
   if [ "${2:-0}" = 1 ]; then
-    echo "ok   $1, 1 epoch, mean of $3 seeds: psgraph $4, PyTorch $5 (within $tol)"
+    echo "ok   $1, $epochs epoch(s), mean of $3 seeds: psgraph $4, PyTorch $5 (within $tol)"
   else
-    echo "FAIL: $1, 1 epoch, mean of ${3:-0} seeds: psgraph ${4:-?}, PyTorch ${5:-?} (more than $tol apart)"
+    echo "FAIL: $1, $epochs epoch(s), mean of ${3:-0} seeds: psgraph ${4:-?}, PyTorch ${5:-?} (more than $tol apart)"
     fails=$((fails + 1))
   fi
 }
@@ -107,16 +113,19 @@ check_steps() {
 
 # the epochs take minutes in a sanitizer build: release only
 if [ -z "$asan" ]; then
-  for seed in 1 2 3; do epoch mlp $seed; done
-  means mlp
-else
-  "$psgraph" train --model mlp --steps 0 --seed 1 --logdir "$tmp/mlp-1" >/dev/null 2>&1
+  for model in $epoch_models; do
+    for seed in $seeds; do epoch "$model" "$seed"; done
+    means "$model"
+  done
 fi
+# the step checks start from seed 1's initial values
+[ -d "$tmp/mlp-1" ] || "$psgraph" train --model mlp --steps 0 --seed 1 --logdir "$tmp/mlp-1" >/dev/null 2>&1
 check_steps mlp 0.05 100 0.05
 check_steps mlp 0.1 100 0.05
 # the cnn: its steps (an epoch of it takes minutes on a shared 2-core machine, more in a
 # sanitizer build; its accuracy is in docs/testing.md)
-"$psgraph" train --model cnn --steps 0 --seed 1 --logdir "$tmp/cnn-1" >"$tmp/cnn-1.init.log" 2>&1 ||
+[ -d "$tmp/cnn-1" ] ||
+  "$psgraph" train --model cnn --steps 0 --seed 1 --logdir "$tmp/cnn-1" >"$tmp/cnn-1.init.log" 2>&1 ||
   { echo "FAIL: cnn: the initial checkpoint: $(tail -1 "$tmp/cnn-1.init.log")"; fails=$((fails + 1)); }
 check_steps cnn 0.01 5 0.01
 check_steps cnn 0.02 5 0.01
