@@ -41,7 +41,7 @@ if ! "$py" -c "import torch, numpy" 2>"$tmp/import.log"; then
 fi
 fails=0
 acc() { sed -n 's/.*"event":"done".*"test_accuracy":\([0-9.]*\).*/\1/p'; }
-torch_acc() { "$py" -c 'import json, sys; print(json.loads(sys.stdin.read())["test_acc"][0])'; }
+torch_acc() { "$py" -c 'import json, sys; print(json.loads(sys.stdin.read())["test_acc"][-1])'; }
 
 # MODEL SEED: psgraph's initial values, then one epoch of each from them; appends
 # "ours theirs" to $tmp/MODEL.acc
