@@ -453,6 +453,84 @@ def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
     assert done_line(res[0][1])["local_steps"] + done_line(res[1][1])["local_steps"] < 100
 
 
+FILES_JOB = os.path.join(HERE, "files_job.py")
+READ_EVENTS = os.path.join(ROOT, "tests", "read_events.py")
+
+
+@needs_data
+def test_a_python_cluster_job_writes_psgraph_train_s_files(psgraph_bin, tmp_path):
+    """A Python cluster job (1 `psgraph server` ps + 2 Python workers, MonitoredTrainingSession
+    into checkpoint_dir) leaves psgraph train's files there: its checkpoint is read by
+    `psgraph inspect`, loaded by `psgraph train --init-from` (every tensor matched, the values
+    equal) and by Python's own Saver.restore in one process; the chief's summaries are
+    TensorBoard event files (read as tests/read_events.py reads them); a traced step
+    (RunOptions FULL_TRACE) is a Chrome trace of every task: the worker's ops and the ps's."""
+    spec = cluster(1, 2)
+    logdir = tmp_path / "run"
+    ps = subprocess.Popen([psgraph_bin, "server", "--logdir", str(logdir)],
+                          env=env_for(spec, "ps", 0), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    workers = [subprocess.Popen([sys.executable, FILES_JOB, str(logdir), "40"],
+                                env=env_for(spec, "worker", i), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    all_ok(finish(workers + [ps]))
+    latest = tf.train.latest_checkpoint(str(logdir))
+    assert latest and int(latest.rsplit("-", 1)[1]) >= 39, os.listdir(logdir)
+    index = latest + ".index.json"
+    insp = subprocess.run([psgraph_bin, "inspect", index], capture_output=True, text=True)
+    assert insp.returncode == 0 and "checksums ok" in insp.stdout, insp.stdout + insp.stderr
+    assert "model/fc1/weights/Momentum" in insp.stdout
+
+    # psgraph train --init-from: every tensor of the C mlp found, with the job's values
+    init = tmp_path / "init"
+    tr = subprocess.run([psgraph_bin, "train", "--model", "mlp", "--steps", "0", "--threads",
+                         "1", "--init-from", index, "--strict", "--logdir", str(init)],
+                        capture_output=True, text=True, timeout=300)
+    assert tr.returncode == 0, tr.stdout + tr.stderr
+    assert "12 of its 13 tensors matched, 0 missing" in tr.stdout + tr.stderr, tr.stdout  # not its step
+    loaded = tf.train.latest_checkpoint(str(init))
+    names = ["model/%s/%s" % (l, k) for l in ("fc1", "fc2", "fc3") for k in ("weights", "biases")]
+    for n in names + [x + "/Momentum" for x in names]:
+        np.testing.assert_array_equal(tf.train.load_variable(loaded, n),
+                                      tf.train.load_variable(latest, n), err_msg=n)
+
+    # Python's own restore, in one process
+    g = tf.Graph()
+    with g.as_default():
+        with tf.variable_scope("model/fc1"):
+            w = tf.get_variable("weights", [784, 256])
+        step = tf.train.get_or_create_global_step()
+        with tf.Session() as sess:
+            tf.train.Saver([w, step]).restore(sess, latest)
+            np.testing.assert_array_equal(sess.run(w),
+                                          tf.train.load_variable(latest, "model/fc1/weights"))
+            # the step the ps held when it saved (another worker may step after the chief
+            # read it for the checkpoint's name, as in TF)
+            assert int(sess.run(step)) == tf.train.load_variable(latest, "global_step") >= 39
+
+    # TensorBoard: the chief's loss every 5 steps
+    events = [str(p) for p in logdir.iterdir() if p.name.startswith("events.out.tfevents")]
+    assert events, os.listdir(logdir)
+    rd = subprocess.run([sys.executable, READ_EVENTS] + events, capture_output=True, text=True)
+    assert rd.returncode == 0, rd.stderr
+    scalars = [json.loads(l) for l in rd.stdout.splitlines()]
+    losses = [r for r in scalars if r["tag"] == "loss"]
+    assert len(losses) >= 3 and all(0 < r["value"] < 10 for r in losses), scalars
+    assert len({r["step"] for r in losses}) == len(losses)
+
+    # the Chrome trace of the traced step: the chief's ops (its pid: 1 ps + rank 0) and the
+    # ps's (pid 0: the momentum updates of the variables it holds)
+    doc = json.loads((logdir / "timeline.json").read_text())
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    by_pid = {}
+    for e in ops:
+        by_pid.setdefault(e["pid"], set()).add(e.get("cat"))
+    assert set(by_pid) == {0, 1}, sorted(by_pid)
+    assert "MatMul" in by_pid[1], sorted(c for c in by_pid[1] if c)
+    assert any(c and "Momentum" in c for c in by_pid[0]), sorted(c for c in by_pid[0] if c)
+    assert not [p for p in logdir.iterdir() if p.name.startswith("trace.")]  # parts merged
+
+
 # ---- psgraph launch ----
 
 @needs_data
