@@ -210,10 +210,50 @@ def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
         tf.get_variable("w", [4])
         tf.train.get_or_create_global_step()
     t0 = time.time()
-    with pytest.raises(Exception, match="ps") as err:
+    with pytest.raises(tf.errors.DeadlineExceededError) as err:
         tf.train.MonitoredTrainingSession(master=worker.target, is_chief=False, max_wait_secs=2)
     assert time.time() - t0 < 60, "the wait had no deadline"
-    assert "task" in str(err.value)
+    assert err.value.error_code == tf.errors.DEADLINE_EXCEEDED
+    assert "/job:ps/replica:0/task:0" in err.value.message, err.value.message
+    assert spec["ps"][0] in err.value.message, err.value.message
+
+
+def test_a_step_past_its_deadline_raises_deadline_exceeded_error(psgraph_bin, fresh_graph):
+    """A ps task that is up but does not answer (stopped by SIGSTOP): the step raises
+    tf.errors.DeadlineExceededError (TF's class for a deadline passed, error_code
+    DEADLINE_EXCEEDED), naming the task and its address, within the session's operation
+    timeout; once the ps goes on (SIGCONT), the same session runs again."""
+    import signal
+    spec = cluster(1, 1)
+    ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        worker = tf.train.Server(spec, "worker", 0)
+        with tf.device(tf.train.replica_device_setter(cluster=spec)):
+            v = tf.get_variable("v", initializer=tf.constant([1.0, 2.0]))
+            add = tf.assign_add(v, tf.constant([1.0, 1.0]))
+        config = tf.ConfigProto(operation_timeout_in_ms=1500)
+        with tf.Session(worker.target, config=config) as sess:
+            sess.run(v.initializer)  # waits for the ps to come up (the same timeout)
+            sess.run(add)
+            os.kill(ps.pid, signal.SIGSTOP)
+            t0 = time.time()
+            try:
+                with pytest.raises(tf.errors.DeadlineExceededError) as err:
+                    sess.run(add)
+            finally:
+                os.kill(ps.pid, signal.SIGCONT)
+            assert time.time() - t0 < 30
+            assert err.value.error_code == tf.errors.DEADLINE_EXCEEDED
+            assert "/job:ps/replica:0/task:0" in err.value.message, err.value.message
+            assert spec["ps"][0] in err.value.message, err.value.message
+            assert "within 1500 ms" in err.value.message, err.value.message
+            before = sess.run(v)  # the cut step may still apply when the ps goes on
+            sess.run(add)
+            np.testing.assert_allclose(sess.run(v), before + 1.0)
+    finally:
+        ps.kill()
+        ps.communicate()
 
 
 def test_an_unreachable_ps_raises_unavailable_error(fresh_graph):
