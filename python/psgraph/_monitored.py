@@ -355,7 +355,6 @@ class MonitoredSession:
             for h in self._hooks:
                 h.begin()
         self._sess = Session(master, graph=self._graph, config=config)
-        self._sess._implicit_off = True  # the hooks run here (make_session_run_hook's)
         self._sess._trace_dir = checkpoint_dir  # where a traced run's ps tasks write theirs
         self._dist = bool(master)
         self._should_stop = False
@@ -457,11 +456,10 @@ class MonitoredSession:
                 return self._sess.run(fetches, feed_dict=feeds, options=options,
                                       run_metadata=run_metadata)
             except Exception as e:
-                _raise_explained(self._hooks, e)
                 if type(e).__name__ == "OutOfRangeError":
                     self._should_stop = True
                 if (not self._dist or type(e).__name__ not in _dist.RECOVERABLE or
-                        tries >= _MAX_RECOVERIES):
+                        tries >= _MAX_RECOVERIES or getattr(e, "runner_failed", False)):
                     raise
                 tries += 1
                 if not self._sess._runner.recover(self._is_chief, self._checkpoint_dir, e):
@@ -557,41 +555,3 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
                 scaffold=scaffold))
     return MonitoredSession(master, is_chief, checkpoint_dir, scaffold, all_hooks, config,
                             max_wait_secs)
-
-
-class _ImplicitContext(SessionRunContext):
-    pass
-
-
-def run_implicit(sess, hooks, fetches, feed_dict):
-    """A plain Session.run with the hooks a graph carries (a SyncReplicasOptimizer's, for
-    Supervisor-era scripts that run the train op without MonitoredSession)."""
-    ctx = _ImplicitContext(SessionRunArgs(fetches, feed_dict, None), sess)
-    extra, feeds = {}, dict(feed_dict or {})
-    for i, h in enumerate(hooks):
-        args = h.before_run(ctx)
-        if args is not None:
-            if args.fetches is not None:
-                extra[i] = args.fetches
-            feeds.update(args.feed_dict or {})
-    if not extra:
-        return sess.run(fetches, feed_dict)
-    try:
-        out = sess.run({"caller": fetches, "hooks": extra}, feeds)
-    except Exception as e:
-        _raise_explained(hooks, e)
-        raise
-    for i, h in enumerate(hooks):
-        h.after_run(ctx, SessionRunValues(out["hooks"].get(i), None, None))
-    if ctx.stop_requested:
-        sess._stop_requested = True
-    return out["caller"]
-
-
-def _raise_explained(hooks, e):
-    """Raises, from e, the error a hook gives for e (a sync hook: its chief's runner failed,
-    so the step's token never came); returns when none does (e is the one to raise)."""
-    for h in hooks:
-        why = h._explain(e) if hasattr(h, "_explain") else None
-        if why is not None:
-            raise why from e

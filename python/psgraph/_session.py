@@ -246,20 +246,9 @@ class BaseSession:
             plan.rebuild = rebuild_all
         return plan
 
-    _implicit_off = False
-    _in_implicit = False
-
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
-        hooks = getattr(self._graph, "_implicit_hooks", None)
-        if hooks and not self._implicit_off and not self._in_implicit:
-            from . import _monitored
-            self._in_implicit = True
-            try:
-                return _monitored.run_implicit(self, hooks, fetches, feed_dict)
-            finally:
-                self._in_implicit = False
         if feed_dict:
             keys = tuple(feed_dict)
             values = list(feed_dict.values())
