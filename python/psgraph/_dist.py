@@ -163,9 +163,14 @@ def _env_tf_config():
 
 
 def _env_extra():
-    """The fields of TF_CONFIG that psgraph adds to TensorFlow's (keys, peer_timeout)."""
+    """The fields of TF_CONFIG that psgraph adds to TensorFlow's (keys, peer_timeout); without
+    "keys", the key folder of $PSGRAPH_KEYS when set, as psgraph's tasks take it
+    (psg_cluster_from_env: `psgraph launch --ssh` gives a remote task its private copy so)."""
     doc = _env_tf_config()
-    return {k: doc[k] for k in ("keys", "peer_timeout") if k in doc}
+    extra = {k: doc[k] for k in ("keys", "peer_timeout") if k in doc}
+    if "keys" not in extra and os.environ.get("PSGRAPH_KEYS"):
+        extra["keys"] = os.environ["PSGRAPH_KEYS"]
+    return extra
 
 
 class TFConfigClusterResolver:

@@ -610,6 +610,53 @@ def test_launch_stops_the_job_when_a_worker_script_raises(psgraph_bin, tmp_path)
     assert time.time() - t0 < 100  # worker0 did not sleep its 120 s out
 
 
+def test_launch_k8s_objects_of_a_python_script(psgraph_bin, tmp_path):
+    """`psgraph launch --k8s -- python3 SCRIPT`: the workers' pods run the script as written,
+    the ps's `psgraph server` writes into the script's --train_dir, which every pod mounts (as
+    launch's ps tasks take it locally and over ssh), and the workers mount the data volume at
+    its --data_dir; every pod finds its keys by $PSGRAPH_KEYS, which a Server reads when
+    TF_CONFIG has none."""
+    yaml = pytest.importorskip("yaml")
+    out = tmp_path / "k8s"
+    script = ["python3", "/app/mnist_replica.py", "--train_steps", "200", "--train_dir",
+              "/ckpt", "--data_dir", "/data/fm"]
+    r = subprocess.run([psgraph_bin, "launch", "--k8s", "--ps", "1", "--workers", "2", "--data",
+                        "fmnist", "--image", "reg.example/psgraph:1", "--out", str(out), "--"] +
+                       script, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    docs = list(yaml.safe_load_all((out / "psgraph.yaml").read_text()))
+    jobs = {d["metadata"]["name"]: d for d in docs if d and d["kind"] == "Job"}
+    ps = jobs["psgraph-ps"]["spec"]["template"]["spec"]["containers"][0]
+    wk = jobs["psgraph-worker"]["spec"]["template"]["spec"]["containers"][0]
+    assert ps["args"] == ["psgraph", "server", "--logdir", "/ckpt"], ps["args"]
+    assert wk["args"] == script, wk["args"]
+    mounts = {c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in (ps, wk)}
+    assert mounts["ps"]["logdir"] == mounts["worker"]["logdir"] == "/ckpt", mounts
+    assert mounts["worker"]["data"] == "/data/fm", mounts
+    assert {"name": "PSGRAPH_KEYS", "value": "/etc/psgraph/keys"} in wk["env"]
+    assert jobs["psgraph-worker"]["spec"]["completions"] == 2
+
+
+def test_a_server_takes_its_keys_from_psgraph_keys(tmp_path, monkeypatch, psgraph_bin):
+    """Without "keys" in TF_CONFIG a Server serves with CURVE from $PSGRAPH_KEYS (a remote task
+    of `psgraph launch --ssh` gets its private copy so, a pod of --k8s its Secret); with
+    neither, it refuses to listen on a network address without keys."""
+    spec = cluster(1, 1)
+    keys = tmp_path / "keys"
+    assert subprocess.run([psgraph_bin, "keygen", str(keys)], capture_output=True).returncode == 0
+    port = free_ports(1)[0]
+    monkeypatch.setenv("TF_CONFIG", tf_config({"ps": ["0.0.0.0:%d" % port],
+                                               "worker": spec["worker"]}, "ps", 0))
+    monkeypatch.delenv("PSGRAPH_INSECURE", raising=False)
+    r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    monkeypatch.delenv("PSGRAPH_KEYS", raising=False)
+    with pytest.raises(Exception, match="without keys"):
+        tf.train.Server(r.cluster_spec(), "ps", 0)
+    monkeypatch.setenv("PSGRAPH_KEYS", str(keys))
+    s = tf.train.Server(r.cluster_spec(), "ps", 0)  # listens there: it has the keys
+    assert s._ts.endpoint() == "tcp://0.0.0.0:%d" % port
+
+
 @needs_data
 @pytest.mark.parametrize("sync", [False, True])
 def test_supervisor_script_of_the_seed_era(psgraph_bin, tmp_path, sync):
