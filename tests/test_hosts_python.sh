@@ -31,18 +31,7 @@ ok() { echo "ok   $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # within 300 s (timeout's SIGTERM stops the launcher, which stops every task)
 launch() { hosts_exec ctl timeout 300 "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" "$@"; }
-left_on_hosts() {
-  local n h p
-  for _ in $(seq 100); do
-    n=0
-    for h in h1 h2 h3; do
-      for p in $(hosts_pids "$h"); do [ "$p" = "$(cat "$SSHD_DIR/$h.pid")" ] || n=$((n + 1)); done
-    done
-    [ $n = 0 ] && break
-    sleep 0.1
-  done
-  echo $n
-}
+left_on_hosts() { sshd_left_on h1 h2 h3; }
 
 # 1. mnist_replica.py async over ssh: ps0 on h1, the workers on h2 and h3
 if [ -z "$asan" ] && [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
