@@ -49,7 +49,7 @@ if [ -z "$asan" ] && [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ub
     fail "mnist_replica.py over ssh (rc $rc, done '$done_line'): $(tail -20 "$tmp/async.log")"
   fi
 else
-  echo "skip training over ssh: ${asan:+too slow under AddressSanitizer}${asan:-no Fashion-MNIST}"
+  echo "skip training over ssh: $([ -n "$asan" ] && echo "too slow under AddressSanitizer" || echo "no Fashion-MNIST")"
 fi
 
 # 2. a worker script that raises: the job stops naming the task and the traceback's last line
