@@ -102,9 +102,18 @@ static int secret(FILE *f, const k8s_t *k, const char *keys_dir) {
     return psg_launch_keys_each(keys_dir, secret_entry, f);
 }
 
-/* The logdir the command names (--logdir DIR), else /logdir. */
+/* The logdir the command names (--logdir DIR; a Python script's --train_dir or
+ * --checkpoint_dir, as psgraph launch's ps tasks take it), else /logdir. */
 static const char *logdir_of(char **cmd) {
-    return psg_launch_cmd_option(cmd, "--logdir", "/logdir");
+    const char *d = psg_launch_cmd_option(cmd, "--logdir", NULL);
+    if (!d) d = psg_launch_cmd_option(cmd, "--train_dir", NULL);
+    return d ? d : psg_launch_cmd_option(cmd, "--checkpoint_dir", "/logdir");
+}
+
+/* The data folder the command names (--data-dir DIR; a Python script's --data_dir). */
+static const char *data_dir_of(char **cmd) {
+    return psg_launch_cmd_option(cmd, "--data-dir",
+                                 psg_launch_cmd_option(cmd, "--data_dir", K8S_DATA_DIR));
 }
 
 static void container(FILE *f, const k8s_t *k, const char *job, const char *cluster) {
@@ -162,7 +171,7 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
     q(f, logdir_of(k->cmd));
     if (!ps && k->data) {
         fprintf(f, "\n              - name: data\n                mountPath: ");
-        q(f, psg_launch_cmd_option(k->cmd, "--data-dir", K8S_DATA_DIR));
+        q(f, data_dir_of(k->cmd));
         fprintf(f, "\n                readOnly: true");
     }
     fprintf(
@@ -411,9 +420,7 @@ static int k8s_check(k8s_t *k, const char **cmd0) {
                 prog, k->image);
         return 2;
     }
-    const char *dirs[] = {logdir_of(k->cmd),
-                          k->data ? psg_launch_cmd_option(k->cmd, "--data-dir", K8S_DATA_DIR)
-                                  : "/"};
+    const char *dirs[] = {logdir_of(k->cmd), k->data ? data_dir_of(k->cmd) : "/"};
     for (int i = 0; i < 2; i++)
         if (dirs[i][0] != '/') {
             fprintf(stderr,

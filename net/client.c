@@ -360,8 +360,9 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
         int64_t left = psg_codec_left(deadline);
         if (left == 0 && timeout_ms == 0) return 0; /* a poll found nothing: not an error */
         if (left == 0)
-            return psg_error_set("%s: no reply within %d ms (peer down or busy)", c->endpoint,
-                                 timeout_ms),
+            return psg_error_set_code(PSG_ERR_TIMEOUT,
+                                      "%s: no reply within %d ms (peer down or busy)", c->endpoint,
+                                      timeout_ms),
                    0;
         zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0},
                                    {psg_client_events_socket(c), 0, ZMQ_POLLIN, 0}};
@@ -385,8 +386,10 @@ psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms) {
             return NULL;
         }
         if (r == 0) {
-            psg_error_set("%s: no reply to %s within %d ms (peer down or busy)", c->endpoint, op,
-                          timeout_ms);
+            /* a deadline past (TF's DeadlineExceeded), not a peer known lost */
+            psg_error_set_code(PSG_ERR_TIMEOUT,
+                               "%s: no reply to %s within %d ms (peer down or busy)", c->endpoint,
+                               op, timeout_ms);
             /* The request may still sit in a queue, or its reply come late: drop both. */
             psg_client_reset(c);
             return NULL;

@@ -74,3 +74,18 @@ sshd_start() {
     done
   done
 }
+
+# The number of processes on hosts $@ other than their sshd (waits up to 10 s for them to
+# go): 0 once a launch left nothing behind.
+sshd_left_on() {
+  local n h p
+  for _ in $(seq 100); do
+    n=0
+    for h in "$@"; do
+      for p in $(hosts_pids "$h"); do [ "$p" = "$(cat "$SSHD_DIR/$h.pid")" ] || n=$((n + 1)); done
+    done
+    [ $n = 0 ] && break
+    sleep 0.1
+  done
+  echo $n
+}

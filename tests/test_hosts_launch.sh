@@ -40,18 +40,7 @@ launch_bg() {
 bg=
 HOSTS_AT_EXIT+=('[ -n "$bg" ] && kill -TERM "$bg" 2>/dev/null; wait')
 # the processes on h1..h4 other than their sshd (waits up to 10 s for them to go)
-left_on_hosts() {
-  local n h p
-  for _ in $(seq 100); do
-    n=0
-    for h in h1 h2 h3 h4; do
-      for p in $(hosts_pids "$h"); do [ "$p" = "$(cat "$SSHD_DIR/$h.pid")" ] || n=$((n + 1)); done
-    done
-    [ $n = 0 ] && break
-    sleep 0.1
-  done
-  echo $n
-}
+left_on_hosts() { sshd_left_on h1 h2 h3 h4; }
 accuracy() { sed -n 's/^\[worker0\] {"event":"done".*"test_accuracy":\([0-9.]*\).*/\1/p' "$1"; }
 at_least() { python3 -c 'import sys; sys.exit(not (sys.argv[1] and float(sys.argv[1]) >= float(sys.argv[2])))' "$1" "$2"; }
 # a restored shard rolls back up to one checkpoint interval while the others do not (issue 30,

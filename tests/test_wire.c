@@ -708,6 +708,7 @@ static void test_dead_peer(void) {
     CHECK(psg_client_call(c, &req, 300) == NULL);
     CHECK(strstr(psg_error_message(), "no reply to silent within 300 ms"));
     CHECK(strstr(psg_error_message(), e.endpoint));
+    CHECK(psg_error_code() == PSG_ERR_TIMEOUT); /* TF's DeadlineExceeded: the peer is up */
     /* The connection was reset: the next call works and gets its own reply. */
     req = psg_msg_new(PSG_MSG_REQUEST, "echo");
     req->step = 5;

@@ -16,6 +16,7 @@
 typedef struct {
     PyObject_HEAD psg_cluster_t *cluster;
     psg_task_server_t *ts;
+    psg_trace_t *trace; /* the nodes this task runs, while a traced run records them */
 } task_server_t;
 
 psg_task_server_t *psg_py_task_server(PyObject *o) {
@@ -68,6 +69,7 @@ static void ts_dealloc(PyObject *o) {
     task_server_t *self = (task_server_t *)o;
     Py_BEGIN_ALLOW_THREADS psg_task_server_destroy(&self->ts);
     Py_END_ALLOW_THREADS psg_cluster_destroy(&self->cluster);
+    psg_trace_destroy(&self->trace); /* after the server: no runner holds the hook */
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -117,6 +119,37 @@ static PyObject *ts_inspect(PyObject *o, PyObject *noargs) {
     return s;
 }
 
+/* trace_start(pid, step): every node this task runs from now on (the local partitions of
+ * this worker's steps) goes into a Chrome trace as pid `pid`, training step `step`: what a
+ * ps task records on a Trace request (psgraph train --trace's worker side) */
+static PyObject *ts_trace_start(PyObject *o, PyObject *args) {
+    int pid;
+    long long step;
+    if (!PyArg_ParseTuple(args, "iL", &pid, &step)) return NULL;
+    task_server_t *self = (task_server_t *)o;
+    if (!ts_live(o)) return NULL;
+    if (self->trace) return PyErr_Format(PyExc_RuntimeError, "this task records a trace already");
+    if (!(self->trace = psg_trace_new(pid, psg_task_server_task(self->ts), "CPU:0")))
+        return PyErr_NoMemory();
+    psg_trace_set_step(self->trace, step);
+    psg_task_server_set_node_hook(self->ts, psg_trace_node_hook, self->trace);
+    Py_RETURN_NONE;
+}
+
+/* trace_stop(path) -> events: ends the recording, writes it to path (JSON) */
+static PyObject *ts_trace_stop(PyObject *o, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    task_server_t *self = (task_server_t *)o;
+    if (!self->trace) return PyErr_Format(PyExc_RuntimeError, "this task records no trace");
+    if (self->ts) psg_task_server_set_node_hook(self->ts, NULL, NULL);
+    int n = psg_trace_num_events(self->trace), rc;
+    Py_BEGIN_ALLOW_THREADS rc = psg_trace_write(self->trace, path);
+    Py_END_ALLOW_THREADS psg_trace_destroy(&self->trace);
+    if (rc < 0) return psg_py_raise();
+    return PyLong_FromLong(n);
+}
+
 static PyObject *ts_close(PyObject *o, PyObject *noargs) {
     (void)noargs;
     task_server_t *self = (task_server_t *)o;
@@ -131,6 +164,8 @@ static PyMethodDef ts_methods[] = {
     {"stop_reason", ts_stop_reason, METH_NOARGS, "why the server stopped ('' while it serves)"},
     {"inspect", ts_inspect, METH_NOARGS, "the Inspect report (JSON)"},
     {"close", ts_close, METH_NOARGS, "stops the server"},
+    {"trace_start", ts_trace_start, METH_VARARGS, "trace_start(pid, step): record the nodes run"},
+    {"trace_stop", ts_trace_stop, METH_VARARGS, "trace_stop(path) -> events: writes the trace"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -414,6 +449,32 @@ static PyObject *ds_restore(PyObject *o, PyObject *args) {
     return PyLong_FromLong(count);
 }
 
+/* trace_ps(task, pid, step, path, timeout_ms) -> events: a Trace request to a ps task
+ * (psgraph train --trace's): path None starts its recording as trace pid `pid` at step
+ * `step`; a path (under the task's logdir) stops it and has the task write its events there */
+static PyObject *ds_trace_ps(PyObject *o, PyObject *args) {
+    const char *task, *path;
+    int pid;
+    long long step, ms;
+    if (!PyArg_ParseTuple(args, "siLzL", &task, &pid, &step, &path, &ms)) return NULL;
+    char key[64];
+    snprintf(key, sizeof key, "start %d %lld", pid, step);
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, PSG_TS_TRACE);
+    if (!m || psg_msg_set_key(m, path ? "stop" : key) < 0 ||
+        (path && psg_msg_set_body(m, path, strlen(path)) < 0)) {
+        psg_msg_destroy(&m);
+        return PyErr_NoMemory();
+    }
+    dist_session_t *self = (dist_session_t *)o;
+    psg_msg_t *r;
+    DS_CALL(self, r, psg_dist_session_call(self->ds, task, &m, ms));
+    psg_msg_destroy(&m);
+    if (!r) return psg_py_raise();
+    long n = r->key ? strtol(r->key, NULL, 10) : 0;
+    psg_msg_destroy(&r);
+    return PyLong_FromLong(n);
+}
+
 /* ---- recovery: a ps task that restarted (docs/checkpoints.md) ---- */
 
 /* incarnation(task) -> the task's incarnation as its last reply gave it (0: none yet) */
@@ -460,6 +521,8 @@ static PyMethodDef ds_methods[] = {
     {"restore", ds_restore, METH_VARARGS,
      "restore(logdir, step, num_ps, timeout_ms, shard=-1) -> count"},
     {"incarnation", ds_incarnation, METH_VARARGS, "incarnation(task) -> int"},
+    {"trace_ps", ds_trace_ps, METH_VARARGS,
+     "trace_ps(task, pid, step, path, timeout_ms) -> events: start (path None) or stop"},
     {"run_init_on", ds_run_init_on, METH_VARARGS, "run_init_on(task)"},
     {"reregister", ds_reregister, METH_NOARGS, "registers every callable again"},
     {NULL, NULL, 0, NULL},

@@ -163,9 +163,14 @@ def _env_tf_config():
 
 
 def _env_extra():
-    """The fields of TF_CONFIG that psgraph adds to TensorFlow's (keys, peer_timeout)."""
+    """The fields of TF_CONFIG that psgraph adds to TensorFlow's (keys, peer_timeout); without
+    "keys", the key folder of $PSGRAPH_KEYS when set, as psgraph's tasks take it
+    (psg_cluster_from_env: `psgraph launch --ssh` gives a remote task its private copy so)."""
     doc = _env_tf_config()
-    return {k: doc[k] for k in ("keys", "peer_timeout") if k in doc}
+    extra = {k: doc[k] for k in ("keys", "peer_timeout") if k in doc}
+    if "keys" not in extra and os.environ.get("PSGRAPH_KEYS"):
+        extra["keys"] = os.environ["PSGRAPH_KEYS"]
+    return extra
 
 
 class TFConfigClusterResolver:
@@ -455,6 +460,40 @@ class _DistRunner:
             finally:
                 self._ds = None
 
+    def traced(self, step, run, logdir):
+        """run() with every task of the step recording the nodes it runs (psgraph train
+        --trace's Trace requests): this worker's task server, and each ps task when a folder
+        it may write is known (logdir); returns (run's value, the Chrome trace of them all).
+        A ps task's part is read from logdir/trace.PID.psI.json, when that is on this host."""
+        from ._sync import _this_worker
+        tasks = self._ps_tasks()
+        traced = []
+        if not logdir:
+            _log.warning("a traced run: the ps tasks are not traced (no checkpoint_dir and no "
+                         "$PSGRAPH_LOGDIR: no folder they may write their part into)")
+        for i, task in enumerate(tasks if logdir else []):
+            try:
+                self._ds.trace_ps(task, i, step, None, self._timeout_ms)
+                traced.append(i)
+            except Exception as e:  # the run goes on, traced on the other tasks
+                _log.warning("a traced run: %s is not traced: %s", task, e)
+        ts = self._server._ts
+        ts.trace_start(len(tasks) + _this_worker()[0], step)
+        events = []
+        try:
+            out = run()
+            self._ds.drain()  # an overlapped step ends before its trace
+        finally:
+            events += _trace_events(ts.trace_stop, None)
+            for i in traced:
+                part = os.path.join(os.path.abspath(logdir), "trace.%d.ps%d.json" % (os.getpid(), i))
+                try:
+                    events += _trace_events(
+                        lambda p: self._ds.trace_ps(tasks[i], i, step, p, self._timeout_ms), part)
+                except Exception as e:  # the run's own error, if any, says more
+                    _log.warning("a traced run: the trace of %s: %s", tasks[i], e)
+        return out, json.dumps({"traceEvents": events})
+
     def _ps_tasks(self):
         return ["/job:ps/task:%d" % i for i in range(_num_ps(self._server))]
 
@@ -518,6 +557,27 @@ class _DistRunner:
         _log.warning("recovery: every ps task answers (%.2f s); retrying the step",
                      time.time() - t0)
         return True
+
+
+def _trace_events(write, path):
+    """The events of the Chrome trace that write(path) writes (a temporary file when path is
+    None), the file removed; [] when it is not on this host (a ps task's, on its own)."""
+    import tempfile
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="psgraph-trace-", suffix=".json")
+        os.close(fd)
+    try:
+        write(path)
+        with open(path) as f:
+            return json.load(f)["traceEvents"]
+    except FileNotFoundError:
+        _log.warning("a traced run: %s is not on this host: left where its task wrote it", path)
+        return []
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _latest(checkpoint_dir):

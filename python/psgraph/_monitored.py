@@ -234,10 +234,13 @@ class CheckpointSaverHook(SessionRunHook):
         return SessionRunArgs(self._gs)
 
     def after_run(self, run_context, run_values):
-        step = int(run_values.results) + 1
-        if self._timer.should_trigger_for_step(step):
-            self._timer.update_last_triggered_step(step)
-            self._save(run_context.session, step)
+        if self._timer.should_trigger_for_step(int(run_values.results) + 1):
+            # the step as it is now (TF's: another worker may have moved it), the name of
+            # the checkpoint, not the value fetched before this step's update
+            step = int(run_context.session.run(self._gs))
+            if self._timer.should_trigger_for_step(step):
+                self._timer.update_last_triggered_step(step)
+                self._save(run_context.session, step)
 
     def end(self, session):
         step = int(session.run(self._gs))
@@ -285,18 +288,20 @@ class SummarySaverHook(SessionRunHook):
         self._gs = _global_step_tensor()
 
     def before_run(self, run_context):
-        self._due = self._op is not None and self._timer.should_trigger_for_step(self._step_guess())
+        # due by the step after the last one seen (TF's _next_step): the step the last
+        # triggered one was, plus one, never came due with every N > 1 steps
+        nxt = getattr(self, "_next", None)
+        self._due = self._op is not None and (nxt is None or
+                                              self._timer.should_trigger_for_step(nxt))
         return SessionRunArgs({"step": self._gs, "summary": self._op} if self._due else
                               {"step": self._gs})
-
-    def _step_guess(self):
-        return self._timer._last_step + 1 if self._timer._last_step is not None else 0
 
     def after_run(self, run_context, run_values):
         step = int(run_values.results["step"])
         if self._due:
             self._timer.update_last_triggered_step(step)
             self._writer.add_summary(run_values.results["summary"], step)
+        self._next = step + 1
 
     def end(self, session):
         if self._own:
@@ -350,7 +355,7 @@ class MonitoredSession:
             for h in self._hooks:
                 h.begin()
         self._sess = Session(master, graph=self._graph, config=config)
-        self._sess._implicit_off = True  # the hooks run here (make_session_run_hook's)
+        self._sess._trace_dir = checkpoint_dir  # where a traced run's ps tasks write theirs
         self._dist = bool(master)
         self._should_stop = False
         self._closed = False
@@ -430,7 +435,8 @@ class MonitoredSession:
                 if k in feeds:
                     raise RuntimeError("Same tensor is fed by a SessionRunHook and user.")
                 feeds[k] = v
-        out = self._run_recovering({"caller": fetches, "hooks": extra}, feeds or None)
+        out = self._run_recovering({"caller": fetches, "hooks": extra}, feeds or None, options,
+                                   run_metadata)
         for i, h in enumerate(self._hooks):
             h.after_run(ctx, SessionRunValues(out["hooks"].get(i), options, run_metadata))
         if ctx.stop_requested and not self._should_stop:
@@ -440,20 +446,20 @@ class MonitoredSession:
                     h._on_stop(self._sess)
         return out["caller"]
 
-    def _run_recovering(self, fetches, feeds):
+    def _run_recovering(self, fetches, feeds, options=None, run_metadata=None):
         """A step; over a cluster, a step failed by a lost ps task is retried after the
         recovery (at most _MAX_RECOVERIES in a row)."""
         from . import _dist
         tries = 0
         while True:
             try:
-                return self._sess.run(fetches, feed_dict=feeds)
+                return self._sess.run(fetches, feed_dict=feeds, options=options,
+                                      run_metadata=run_metadata)
             except Exception as e:
-                _raise_explained(self._hooks, e)
                 if type(e).__name__ == "OutOfRangeError":
                     self._should_stop = True
                 if (not self._dist or type(e).__name__ not in _dist.RECOVERABLE or
-                        tries >= _MAX_RECOVERIES):
+                        tries >= _MAX_RECOVERIES or getattr(e, "runner_failed", False)):
                     raise
                 tries += 1
                 if not self._sess._runner.recover(self._is_chief, self._checkpoint_dir, e):
@@ -549,41 +555,3 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
                 scaffold=scaffold))
     return MonitoredSession(master, is_chief, checkpoint_dir, scaffold, all_hooks, config,
                             max_wait_secs)
-
-
-class _ImplicitContext(SessionRunContext):
-    pass
-
-
-def run_implicit(sess, hooks, fetches, feed_dict):
-    """A plain Session.run with the hooks a graph carries (a SyncReplicasOptimizer's, for
-    Supervisor-era scripts that run the train op without MonitoredSession)."""
-    ctx = _ImplicitContext(SessionRunArgs(fetches, feed_dict, None), sess)
-    extra, feeds = {}, dict(feed_dict or {})
-    for i, h in enumerate(hooks):
-        args = h.before_run(ctx)
-        if args is not None:
-            if args.fetches is not None:
-                extra[i] = args.fetches
-            feeds.update(args.feed_dict or {})
-    if not extra:
-        return sess.run(fetches, feed_dict)
-    try:
-        out = sess.run({"caller": fetches, "hooks": extra}, feeds)
-    except Exception as e:
-        _raise_explained(hooks, e)
-        raise
-    for i, h in enumerate(hooks):
-        h.after_run(ctx, SessionRunValues(out["hooks"].get(i), None, None))
-    if ctx.stop_requested:
-        sess._stop_requested = True
-    return out["caller"]
-
-
-def _raise_explained(hooks, e):
-    """Raises, from e, the error a hook gives for e (a sync hook: its chief's runner failed,
-    so the step's token never came); returns when none does (e is the one to raise)."""
-    for h in hooks:
-        why = h._explain(e) if hasattr(h, "_explain") else None
-        if why is not None:
-            raise why from e

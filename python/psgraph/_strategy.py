@@ -16,6 +16,7 @@ from . import _psgraph
 from . import _train
 from . import _variables as vs
 from ._graph import GraphKeys, convert_to_tensor
+from ._monitored import SessionRunHook
 from ._sync import _ChiefRunner, _this_worker, _Wrapped
 
 _log = logging.getLogger("tensorflow")
@@ -169,6 +170,7 @@ class StrategyOptimizer(_Wrapped):
         self._opt = opt
         self._strategy = strategy if isinstance(strategy, Strategy) else Strategy(strategy)
         self._stepper = None
+        self._num_workers = None  # the cluster's workers, unless told more
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         if self._stepper is not None:
@@ -178,6 +180,7 @@ class StrategyOptimizer(_Wrapped):
             raise ValueError("No gradients provided for any variable.")
         g = pairs[0][1].graph
         index, workers = _this_worker()
+        workers = max(workers, self._num_workers or 0)
         st = self._strategy
         local = st.local_model
         setter = _ps_setter(g) if local else None  # a local model's shared state on the ps
@@ -241,28 +244,104 @@ class StrategyOptimizer(_Wrapped):
     def make_session_run_hook(self, is_chief=None):
         if self._stepper is None:
             raise ValueError("apply_gradients should be called before using the hook")
-        from ._monitored import SessionRunHook
+        return _StrategyHook(self._stepper)
 
-        stepper = self._stepper
 
-        class _Hook(SessionRunHook):
-            def after_run(self, run_context, run_values):
-                if stepper.over:
-                    run_context.request_stop()
+class _StrategyHook(SessionRunHook):
+    """Stops the session when the strategy ends training; the chief ends its runner when it
+    trains no more (its step after the last would wait for gradients no worker sends);
+    `used` and `dropped` count this worker's gradients."""
 
-            def end(self, session):
-                stepper.finish(session)
+    def __init__(self, stepper):
+        self._stepper = stepper
 
-            def _on_stop(self, session):  # the chief trains no more: its runner ends now
-                if stepper._runner is not None:
-                    stepper.close(session)
+    used = property(lambda self: self._stepper.stats["used"])
+    dropped = property(lambda self: self._stepper.stats["dropped"])
 
-            def _on_error(self, session):
-                try:
-                    stepper.close(session)
-                except Exception:  # the error being raised says more
-                    pass
-        return _Hook()
+    def after_run(self, run_context, run_values):
+        if self._stepper.over:
+            run_context.request_stop()
+
+    def end(self, session):
+        self._stepper.finish(session)
+
+    def _on_stop(self, session):
+        if self._stepper._runner is not None:
+            self._stepper.close(session)
+
+    def _on_error(self, session):
+        try:
+            self._stepper.close(session)
+        except Exception:  # the error being raised says more
+            pass
+
+
+class SyncReplicasOptimizer(StrategyOptimizer):
+    """tf.train.SyncReplicasOptimizer: psgraph's sync strategy (Strategy("sync",
+    replicas_to_aggregate=N, backup_workers=total - N)), stepped by the C step function that
+    `psgraph train --sync sync` runs (psg_sync_stepper_t). Each worker offers its gradients
+    to per-variable accumulators on the ps tasks and takes a token before its next step; the
+    chief's runner applies the mean of the first N and releases the next step's tokens; the
+    backups' stale gradients are dropped and counted. A plain Session.run of the train op
+    (Supervisor's scripts) is a step too; the seed era's init ops are no-ops (the chief's
+    runner releases the first tokens when it starts, at the chief's first step)."""
+
+    def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
+                 variable_averages=None, variables_to_average=None, use_locking=False,
+                 name="sync_replicas", timeout_ms=_TIMEOUT_MS):
+        if variable_averages is not None:
+            raise NotImplementedError("psgraph's SyncReplicasOptimizer has no variable_averages")
+        n = int(replicas_to_aggregate)
+        total = int(total_num_replicas) if total_num_replicas is not None else n
+        if n < 1 or total < n:
+            raise ValueError("replicas_to_aggregate (%d) must be >= 1 and <= total_num_replicas "
+                             "(%d)" % (n, total))
+        super().__init__(opt, Strategy("sync", timeout_ms=timeout_ms))
+        self._n, self._total, self._name = n, total, name
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        if global_step is None:
+            raise ValueError("Global step is required to check staleness")
+        if self._stepper is not None:
+            raise ValueError("apply_gradients of a SyncReplicasOptimizer runs once")
+        index, workers = _this_worker()
+        if workers != self._total:
+            _log.warning("SyncReplicasOptimizer: total_num_replicas=%d but the cluster has %d "
+                         "workers", self._total, workers)
+        workers = self._num_workers = max(workers, self._total)
+        st = self._strategy
+        self._strategy = Strategy("sync", timeout_ms=st.timeout_ms, replicas_to_aggregate=self._n,
+                                  backup_workers=workers - self._n)
+        op = super().apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        self._index = index
+        g = op.graph
+        from ._ops import no_op
+        with g.as_default():
+            self.local_step_init_op = no_op(name="sync_rep_local_init")
+            self.chief_init_op = no_op(name="sync_rep_chief_init")
+            self._init_tokens = no_op(name="sync_rep_init_tokens")
+        self.ready_for_local_init_op = None
+        return op
+
+    def get_chief_queue_runner(self):
+        """A queue runner for Supervisor.start_queue_runners: the chief's runner itself starts
+        with the chief's first step (the stepper's), so this one starts nothing."""
+        return _StartedByTheStep()
+
+    def get_init_tokens_op(self, num_tokens=-1):
+        """psgraph's chief runner releases the first step's tokens itself."""
+        return self._init_tokens
+
+    def make_session_run_hook(self, is_chief, num_tokens=-1):
+        if self._stepper is None:
+            raise ValueError("SyncReplicasOptimizer.apply_gradients should be called before "
+                             "using the hook")
+        return super().make_session_run_hook(is_chief)
+
+
+class _StartedByTheStep:
+    def create_threads(self, sess, coord=None, daemon=False, start=False):
+        return []
 
 
 class _Stepper:
@@ -296,17 +375,16 @@ class _Stepper:
         chief = self._rank == 0
         calls = [runner.make_callable([tuple(e) for e in f], [tuple(e) for e in t], list(tg), None)
                  for f, t, tg in sg["calls"]]
-        with self._nested(sess):
-            if sg["local_init_op"] >= 0:
-                sess.run(self._op("local_init_op"))
-            if chief and sg["chief_op"] >= 0:  # the runner runs the chief's init first
-                self._runner = _ChiefRunner(self)
-                self._runner.create_threads(sess, start=True)
-            elif chief and sg["chief_init_op"] >= 0:
-                sess.run(self._op("chief_init_op"))
-            if sg["start_op"] >= 0:
-                sess.run(self._op("start_op"))
-            first = int(sess.run(self._graph._tensor(tuple(sg["global_step"]))))
+        if sg["local_init_op"] >= 0:
+            sess.run(self._op("local_init_op"))
+        if chief and sg["chief_op"] >= 0:  # the runner runs the chief's init first
+            self._runner = _ChiefRunner(self)
+            self._runner.create_threads(sess, start=True)
+        elif chief and sg["chief_init_op"] >= 0:
+            sess.run(self._op("chief_init_op"))
+        if sg["start_op"] >= 0:
+            sess.run(self._op("start_op"))
+        first = int(sess.run(self._graph._tensor(tuple(sg["global_step"]))))
         st = self._strategy
         self._worker = self._graph._c.sync_worker(sg, calls, first, self._rank, st.stragglers,
                                                   st.seed, self._with_loss, runner._server._ts)
@@ -317,21 +395,13 @@ class _Stepper:
         self._t0 = time.time()
         self._sess = sess
 
-    def _nested(self, sess):
-        """The strategy's own runs (init, the global step) skip the session's hooks."""
-        class _Ctx:
-            def __enter__(ctx):
-                ctx.prev = sess._in_implicit
-                sess._in_implicit = True
-
-            def __exit__(ctx, *exc):
-                sess._in_implicit = ctx.prev
-        return _Ctx()
-
     def run(self, sess, plan, values):
         """One step: the caller's plan (its fetches, then the strategy's; its feeds, then the
         local step's) as call 0 of the strategy's step. Returns the caller's fetched."""
         with self._lock:
+            failed = self._failed()
+            if failed is not None:  # no token will come: the step fails now, naming why
+                raise failed.explain("not started")
             if self._sess is not sess:
                 self._start(sess)
             n = plan.n_user
@@ -344,9 +414,20 @@ class _Stepper:
                 out = plan.callable.run(vals)
                 got.append(out[:n])
                 return out[n:]
-            s = self._worker.step(call0)
+            try:
+                s = self._worker.step(call0)
+            except Exception as e:  # it waited on a token the failed runner never released
+                failed = self._failed()
+                if failed is None:
+                    raise
+                raise failed.explain(e) from e
         self._count(s)
         return got[-1]
+
+    def _failed(self):
+        """The chief's runner when it failed, else None."""
+        r = self._runner
+        return r if r is not None and r.error is not None else None
 
     def _count(self, s):
         c = self.stats
@@ -383,8 +464,7 @@ class _Stepper:
         if not self.over and not self._closed and self._sg["close_op"] >= 0 and (
                 self._rank == 0 or not chief_runner):
             self._closed = True
-            with self._nested(session):
-                session.run(self._op("close_op"))
+            session.run(self._op("close_op"))
         if self._runner is not None:
             self._runner.join(60)
 
@@ -396,8 +476,7 @@ class _Stepper:
             raise self._runner.error
         c = self.stats
         if self._rank == 0 and self._metrics is not None:
-            with self._nested(session):
-                gsteps = int(session.run(self._graph._tensor(tuple(self._sg["global_step"]))))
+            gsteps = int(session.run(self._graph._tensor(tuple(self._sg["global_step"]))))
             wall = time.time() - self._t0
             done = {"event": "done", "sync": self._strategy.name, "steps": c["steps"],
                     "global_steps": gsteps, "steps_per_sec": round(gsteps / wall, 3) if wall else 0,

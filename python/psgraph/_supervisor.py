@@ -177,8 +177,8 @@ class Supervisor:
         return threads
 
     def should_stop(self):
-        return self._coord.should_stop() or bool(
-            self._sess is not None and getattr(self._sess, "_stop_requested", False))
+        stepper = getattr(self._graph, "_strategy_step", None)  # its training ended
+        return self._coord.should_stop() or bool(stepper is not None and stepper.over)
 
     def request_stop(self, ex=None):
         self._coord.request_stop(ex)
@@ -187,12 +187,9 @@ class Supervisor:
         self._coord.request_stop()
         sess = self._sess
         try:
-            for h in getattr(self._graph, "_implicit_hooks", []):
-                if self._is_chief and hasattr(h, "_opt"):
-                    h._is_chief = True  # the chief closes sync training: its runner ends
-                    h._runner = next((q for q in getattr(self, "_queue_runners", [])
-                                      if getattr(q, "_opt", None) is h._opt), None)
-                    h._close(sess)
+            stepper = getattr(self._graph, "_strategy_step", None)
+            if stepper is not None and sess is not None:
+                stepper.finish(sess)  # the chief closes sync training: its runner ends
             self._coord.join(self._threads + list(threads or []), self._stop_grace_secs)
         finally:
             if close_summary_writer and self._writer is not None:

@@ -12,9 +12,11 @@ chrome://tracing or Perfetto:
     sess.run(train_op, options=opts, run_metadata=meta)
     open("timeline.json", "w").write(timeline.Timeline(meta.step_stats).generate_chrome_trace_format())
 
-A session over a cluster (Session(server.target)) records no trace from Python yet: its run
-is untraced, with a warning (`psgraph launch ... psgraph train --trace FILE` traces a
-cluster)."""
+A session over a cluster (Session(server.target)) traces every task of the step, as
+`psgraph train --trace` does: this worker's task server (trace pid: ps tasks + its rank) and
+each ps task (pid: its index), which writes its part into a folder it may write (the
+MonitoredTrainingSession's checkpoint_dir, else $PSGRAPH_LOGDIR: its logdir) on its host,
+read back and merged here when that folder is this machine's."""
 import logging
 import os
 import tempfile
@@ -43,12 +45,12 @@ class Timeline:
 def traced_run(session, run_metadata, run):
     """run() with the session's runs recording a trace, left in run_metadata.step_stats."""
     runner = session._runner
-    if not hasattr(runner, "trace_start"):
-        _log.warning("RunOptions(trace_level=FULL_TRACE): a cluster session records no trace "
-                     "from Python; this run is untraced")
-        run_metadata.step_stats = StepStats('{"traceEvents": []}')
-        return run()
     session._traced_runs = getattr(session, "_traced_runs", 0) + 1
+    if hasattr(runner, "traced"):  # a cluster
+        logdir = getattr(session, "_trace_dir", None) or os.environ.get("PSGRAPH_LOGDIR")
+        out, text = runner.traced(session._traced_runs, run, logdir)
+        run_metadata.step_stats = StepStats(text)
+        return out
     runner.trace_start(0, "/job:localhost/replica:0/task:0", "CPU:0", session._traced_runs)
     fd, path = tempfile.mkstemp(prefix="psgraph-trace-", suffix=".json")
     os.close(fd)

@@ -3,7 +3,10 @@ under psgraph.train.Strategy, trained on a fixed sequence of batches of its own;
 waits for the job's last update and writes the variables to an .npz (with a local-model
 strategy, its own copy, and the ps's global or center copy as ps_<name>).
 
-    strategy_job.py STEPS OUT.npz "ssp --staleness 0" [EXPECTED_GLOBAL_STEP [LR]]"""
+    strategy_job.py STEPS OUT.npz "ssp --staleness 0" [EXPECTED_GLOBAL_STEP [LR]]
+
+The strategy "replicas" is TF's tf.train.SyncReplicasOptimizer(opt, workers, workers) under
+tf.train.replica_device_setter: psgraph's sync strategy with no backup worker."""
 import json
 import sys
 import time
@@ -16,7 +19,8 @@ import psgraph.compat.v1 as tf
 steps, out, spec = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 want = int(sys.argv[4]) if len(sys.argv) > 4 else steps
 lr = float(sys.argv[5]) if len(sys.argv) > 5 else 0.1
-strategy = psgraph.train.Strategy.from_flags(spec, timeout_ms=60000)
+replicas = spec == "replicas"
+strategy = psgraph.train.Strategy.from_flags("sync" if replicas else spec, timeout_ms=60000)
 r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 server = tf.train.Server(r.cluster_spec(), r.task_type, r.task_id)
 index = r.task_id
@@ -33,7 +37,11 @@ with tf.device(strategy.replica_device_setter(cluster=r.cluster_spec())):
     logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2) + b2
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
     gs = tf.train.get_or_create_global_step()
-    opt = strategy.optimizer(tf.train.GradientDescentOptimizer(lr))
+    if replicas:
+        n = r.cluster_spec().num_tasks("worker")
+        opt = tf.train.SyncReplicasOptimizer(tf.train.GradientDescentOptimizer(lr), n, n)
+    else:
+        opt = strategy.optimizer(tf.train.GradientDescentOptimizer(lr))
     train_op = opt.minimize(loss, global_step=gs)
 data = np.random.default_rng(100 + index)  # this worker's batches, the same in every job
 batches = [(data.standard_normal((16, 8)).astype(np.float32), data.integers(0, 4, 16))

@@ -27,6 +27,32 @@ def test_run_nested_fetches(sess):
     assert sess.run([]) == []
 
 
+def test_a_nested_fetch_is_planned_once(sess):
+    """A nested structure (MonitoredSession runs {"caller": ..., "hooks": {...}} each step)
+    is prepared once, as a flat one: its second run makes no new callable; its kinds
+    (list, tuple, namedtuple, dict) rebuild each time, and another structure of the same
+    leaves is a plan of its own."""
+    a = tf.constant(2.0)
+    b = tf.constant([1.0, 2.0])
+    Pair = collections.namedtuple("Pair", "x y")
+    made = []
+    real = sess._runner.make_callable
+
+    def counting(*args):
+        made.append(1)
+        return real(*args)
+    sess._runner.make_callable = counting
+    fetch = {"caller": [a, (b,)], "hooks": {0: Pair(a, b), 1: []}}
+    for _ in range(3):
+        out = sess.run(fetch)
+        assert isinstance(out["caller"][1], tuple) and isinstance(out["hooks"][0], Pair)
+        assert out["hooks"][1] == [] and out["hooks"][0].x == 2.0
+    assert len(made) == 1
+    out = sess.run({"caller": [a, [b]], "hooks": {0: (a, b), 1: []}})
+    assert isinstance(out["caller"][1], list) and type(out["hooks"][0]) is tuple
+    assert len(made) == 2
+
+
 def test_feed_dict_and_names(sess):
     x = tf.placeholder(tf.float32, [None, 3], name="x")
     y = tf.placeholder(tf.float32, [3], name="y")

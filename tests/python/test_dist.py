@@ -210,10 +210,50 @@ def test_worker_waits_for_the_chief_with_a_deadline(fresh_graph):
         tf.get_variable("w", [4])
         tf.train.get_or_create_global_step()
     t0 = time.time()
-    with pytest.raises(Exception, match="ps") as err:
+    with pytest.raises(tf.errors.DeadlineExceededError) as err:
         tf.train.MonitoredTrainingSession(master=worker.target, is_chief=False, max_wait_secs=2)
     assert time.time() - t0 < 60, "the wait had no deadline"
-    assert "task" in str(err.value)
+    assert err.value.error_code == tf.errors.DEADLINE_EXCEEDED
+    assert "/job:ps/replica:0/task:0" in err.value.message, err.value.message
+    assert spec["ps"][0] in err.value.message, err.value.message
+
+
+def test_a_step_past_its_deadline_raises_deadline_exceeded_error(psgraph_bin, fresh_graph):
+    """A ps task that is up but does not answer (stopped by SIGSTOP): the step raises
+    tf.errors.DeadlineExceededError (TF's class for a deadline passed, error_code
+    DEADLINE_EXCEEDED), naming the task and its address, within the session's operation
+    timeout; once the ps goes on (SIGCONT), the same session runs again."""
+    import signal
+    spec = cluster(1, 1)
+    ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        worker = tf.train.Server(spec, "worker", 0)
+        with tf.device(tf.train.replica_device_setter(cluster=spec)):
+            v = tf.get_variable("v", initializer=tf.constant([1.0, 2.0]))
+            add = tf.assign_add(v, tf.constant([1.0, 1.0]))
+        config = tf.ConfigProto(operation_timeout_in_ms=1500)
+        with tf.Session(worker.target, config=config) as sess:
+            sess.run(v.initializer)  # waits for the ps to come up (the same timeout)
+            sess.run(add)
+            os.kill(ps.pid, signal.SIGSTOP)
+            t0 = time.time()
+            try:
+                with pytest.raises(tf.errors.DeadlineExceededError) as err:
+                    sess.run(add)
+            finally:
+                os.kill(ps.pid, signal.SIGCONT)
+            assert time.time() - t0 < 30
+            assert err.value.error_code == tf.errors.DEADLINE_EXCEEDED
+            assert "/job:ps/replica:0/task:0" in err.value.message, err.value.message
+            assert spec["ps"][0] in err.value.message, err.value.message
+            assert "within 1500 ms" in err.value.message, err.value.message
+            before = sess.run(v)  # the cut step may still apply when the ps goes on
+            sess.run(add)
+            np.testing.assert_allclose(sess.run(v), before + 1.0)
+    finally:
+        ps.kill()
+        ps.communicate()
 
 
 def test_an_unreachable_ps_raises_unavailable_error(fresh_graph):
@@ -453,6 +493,84 @@ def test_checkpoints_are_psgraph_train_files(psgraph_bin, tmp_path):
     assert done_line(res[0][1])["local_steps"] + done_line(res[1][1])["local_steps"] < 100
 
 
+FILES_JOB = os.path.join(HERE, "files_job.py")
+READ_EVENTS = os.path.join(ROOT, "tests", "read_events.py")
+
+
+@needs_data
+def test_a_python_cluster_job_writes_psgraph_train_s_files(psgraph_bin, tmp_path):
+    """A Python cluster job (1 `psgraph server` ps + 2 Python workers, MonitoredTrainingSession
+    into checkpoint_dir) leaves psgraph train's files there: its checkpoint is read by
+    `psgraph inspect`, loaded by `psgraph train --init-from` (every tensor matched, the values
+    equal) and by Python's own Saver.restore in one process; the chief's summaries are
+    TensorBoard event files (read as tests/read_events.py reads them); a traced step
+    (RunOptions FULL_TRACE) is a Chrome trace of every task: the worker's ops and the ps's."""
+    spec = cluster(1, 2)
+    logdir = tmp_path / "run"
+    ps = subprocess.Popen([psgraph_bin, "server", "--logdir", str(logdir)],
+                          env=env_for(spec, "ps", 0), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    workers = [subprocess.Popen([sys.executable, FILES_JOB, str(logdir), "40"],
+                                env=env_for(spec, "worker", i), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    all_ok(finish(workers + [ps]))
+    latest = tf.train.latest_checkpoint(str(logdir))
+    assert latest and int(latest.rsplit("-", 1)[1]) >= 39, os.listdir(logdir)
+    index = latest + ".index.json"
+    insp = subprocess.run([psgraph_bin, "inspect", index], capture_output=True, text=True)
+    assert insp.returncode == 0 and "checksums ok" in insp.stdout, insp.stdout + insp.stderr
+    assert "model/fc1/weights/Momentum" in insp.stdout
+
+    # psgraph train --init-from: every tensor of the C mlp found, with the job's values
+    init = tmp_path / "init"
+    tr = subprocess.run([psgraph_bin, "train", "--model", "mlp", "--steps", "0", "--threads",
+                         "1", "--init-from", index, "--strict", "--logdir", str(init)],
+                        capture_output=True, text=True, timeout=300)
+    assert tr.returncode == 0, tr.stdout + tr.stderr
+    assert "12 of its 13 tensors matched, 0 missing" in tr.stdout + tr.stderr, tr.stdout  # not its step
+    loaded = tf.train.latest_checkpoint(str(init))
+    names = ["model/%s/%s" % (l, k) for l in ("fc1", "fc2", "fc3") for k in ("weights", "biases")]
+    for n in names + [x + "/Momentum" for x in names]:
+        np.testing.assert_array_equal(tf.train.load_variable(loaded, n),
+                                      tf.train.load_variable(latest, n), err_msg=n)
+
+    # Python's own restore, in one process
+    g = tf.Graph()
+    with g.as_default():
+        with tf.variable_scope("model/fc1"):
+            w = tf.get_variable("weights", [784, 256])
+        step = tf.train.get_or_create_global_step()
+        with tf.Session() as sess:
+            tf.train.Saver([w, step]).restore(sess, latest)
+            np.testing.assert_array_equal(sess.run(w),
+                                          tf.train.load_variable(latest, "model/fc1/weights"))
+            # the step the ps held when it saved (another worker may step after the chief
+            # read it for the checkpoint's name, as in TF)
+            assert int(sess.run(step)) == tf.train.load_variable(latest, "global_step") >= 39
+
+    # TensorBoard: the chief's loss every 5 steps
+    events = [str(p) for p in logdir.iterdir() if p.name.startswith("events.out.tfevents")]
+    assert events, os.listdir(logdir)
+    rd = subprocess.run([sys.executable, READ_EVENTS] + events, capture_output=True, text=True)
+    assert rd.returncode == 0, rd.stderr
+    scalars = [json.loads(l) for l in rd.stdout.splitlines()]
+    losses = [r for r in scalars if r["tag"] == "loss"]
+    assert len(losses) >= 3 and all(0 < r["value"] < 10 for r in losses), scalars
+    assert len({r["step"] for r in losses}) == len(losses)
+
+    # the Chrome trace of the traced step: the chief's ops (its pid: 1 ps + rank 0) and the
+    # ps's (pid 0: the momentum updates of the variables it holds)
+    doc = json.loads((logdir / "timeline.json").read_text())
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    by_pid = {}
+    for e in ops:
+        by_pid.setdefault(e["pid"], set()).add(e.get("cat"))
+    assert set(by_pid) == {0, 1}, sorted(by_pid)
+    assert "MatMul" in by_pid[1], sorted(c for c in by_pid[1] if c)
+    assert any(c and "Momentum" in c for c in by_pid[0]), sorted(c for c in by_pid[0] if c)
+    assert not [p for p in logdir.iterdir() if p.name.startswith("trace.")]  # parts merged
+
+
 # ---- psgraph launch ----
 
 @needs_data
@@ -490,6 +608,53 @@ def test_launch_stops_the_job_when_a_worker_script_raises(psgraph_bin, tmp_path)
     assert "[worker1] exited with code 1" in r.stdout
     assert "a task failed, stopping the others" in r.stdout + r.stderr
     assert time.time() - t0 < 100  # worker0 did not sleep its 120 s out
+
+
+def test_launch_k8s_objects_of_a_python_script(psgraph_bin, tmp_path):
+    """`psgraph launch --k8s -- python3 SCRIPT`: the workers' pods run the script as written,
+    the ps's `psgraph server` writes into the script's --train_dir, which every pod mounts (as
+    launch's ps tasks take it locally and over ssh), and the workers mount the data volume at
+    its --data_dir; every pod finds its keys by $PSGRAPH_KEYS, which a Server reads when
+    TF_CONFIG has none."""
+    yaml = pytest.importorskip("yaml")
+    out = tmp_path / "k8s"
+    script = ["python3", "/app/mnist_replica.py", "--train_steps", "200", "--train_dir",
+              "/ckpt", "--data_dir", "/data/fm"]
+    r = subprocess.run([psgraph_bin, "launch", "--k8s", "--ps", "1", "--workers", "2", "--data",
+                        "fmnist", "--image", "reg.example/psgraph:1", "--out", str(out), "--"] +
+                       script, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    docs = list(yaml.safe_load_all((out / "psgraph.yaml").read_text()))
+    jobs = {d["metadata"]["name"]: d for d in docs if d and d["kind"] == "Job"}
+    ps = jobs["psgraph-ps"]["spec"]["template"]["spec"]["containers"][0]
+    wk = jobs["psgraph-worker"]["spec"]["template"]["spec"]["containers"][0]
+    assert ps["args"] == ["psgraph", "server", "--logdir", "/ckpt"], ps["args"]
+    assert wk["args"] == script, wk["args"]
+    mounts = {c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in (ps, wk)}
+    assert mounts["ps"]["logdir"] == mounts["worker"]["logdir"] == "/ckpt", mounts
+    assert mounts["worker"]["data"] == "/data/fm", mounts
+    assert {"name": "PSGRAPH_KEYS", "value": "/etc/psgraph/keys"} in wk["env"]
+    assert jobs["psgraph-worker"]["spec"]["completions"] == 2
+
+
+def test_a_server_takes_its_keys_from_psgraph_keys(tmp_path, monkeypatch, psgraph_bin):
+    """Without "keys" in TF_CONFIG a Server serves with CURVE from $PSGRAPH_KEYS (a remote task
+    of `psgraph launch --ssh` gets its private copy so, a pod of --k8s its Secret); with
+    neither, it refuses to listen on a network address without keys."""
+    spec = cluster(1, 1)
+    keys = tmp_path / "keys"
+    assert subprocess.run([psgraph_bin, "keygen", str(keys)], capture_output=True).returncode == 0
+    port = free_ports(1)[0]
+    monkeypatch.setenv("TF_CONFIG", tf_config({"ps": ["0.0.0.0:%d" % port],
+                                               "worker": spec["worker"]}, "ps", 0))
+    monkeypatch.delenv("PSGRAPH_INSECURE", raising=False)
+    r = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    monkeypatch.delenv("PSGRAPH_KEYS", raising=False)
+    with pytest.raises(Exception, match="without keys"):
+        tf.train.Server(r.cluster_spec(), "ps", 0)
+    monkeypatch.setenv("PSGRAPH_KEYS", str(keys))
+    s = tf.train.Server(r.cluster_spec(), "ps", 0)  # listens there: it has the keys
+    assert s._ts.endpoint() == "tcp://0.0.0.0:%d" % port
 
 
 @needs_data

@@ -83,15 +83,23 @@ def worst_relative(a, b, prefix=""):
 
 
 def test_ssp_s0_and_topk_ratio_1_equal_sync(psgraph_bin, tmp_path):
+    """... and TF's SyncReplicasOptimizer(N = workers) is the sync strategy on the same C
+    step function (its opt.stats are the stepper's): the same parameters, exactly."""
     steps = 20
     # ssp's global step counts each worker's update; sync's the averaged ones
     jobs = [("sync", "sync", steps), ("ssp", "ssp --staleness 0", 2 * steps),
-            ("topk", "sync --compress topk --compress-ratio 1", steps)]
+            ("topk", "sync --compress topk --compress-ratio 1", steps),
+            ("replicas", "replicas", steps)]
     started = [(name, steps, want) + run_job(psgraph_bin, tmp_path, name, spec, steps, want)
-               for name, spec, want in jobs]
-    results = finish_jobs(started)
+               for name, spec, want in jobs[:2]]
+    results = finish_jobs(started)  # two jobs at a time
+    started = [(name, steps, want) + run_job(psgraph_bin, tmp_path, name, spec, steps, want)
+               for name, spec, want in jobs[2:]]
+    results.update(finish_jobs(started))
     assert worst_relative(results["ssp"], results["sync"]) <= 1e-5
     assert worst_relative(results["topk"], results["sync"]) <= 1e-5
+    for k in ("w1", "b1", "w2", "b2"):
+        np.testing.assert_array_equal(results["replicas"][k], results["sync"][k], err_msg=k)
     # and the answer is not the initial values: the steps moved the parameters
     init = np.random.default_rng(7)
     w1_0 = (init.standard_normal((8, 16)) * 0.3).astype(np.float32)

@@ -4,7 +4,7 @@ naming it (docs/python.md lists the surface)."""
 import logging as _pylogging
 
 from psgraph import _array_ops, _dtypes, _graph, _layers, _math_ops, _nn, _ops, _session
-from psgraph import _dist, _monitored, _partitioned, _summary, _supervisor, _sync, _train
+from psgraph import _dist, _monitored, _partitioned, _strategy, _summary, _supervisor, _train
 from psgraph import _devices, _variables
 from psgraph import errors as _errors
 from psgraph._namespace import make as _make
@@ -207,7 +207,7 @@ train = _make(_here, "train", dict(
     CheckpointSaverHook=_monitored.CheckpointSaverHook,
     CheckpointSaverListener=_monitored.CheckpointSaverListener,
     SummarySaverHook=_monitored.SummarySaverHook, StepCounterHook=_monitored.StepCounterHook,
-    SyncReplicasOptimizer=_sync.SyncReplicasOptimizer, Supervisor=_supervisor.Supervisor,
+    SyncReplicasOptimizer=_strategy.SyncReplicasOptimizer, Supervisor=_supervisor.Supervisor,
     Coordinator=_supervisor.Coordinator))
 
 distribute = _make(_here, "distribute", dict(Server=_dist.Server, ClusterSpec=_dist.ClusterSpec))
