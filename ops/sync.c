@@ -97,6 +97,11 @@ static int infer_set_global_step(psg_infer_ctx_t *c) {
     return expect_scalar(c, 1, PSG_DT_I64, "step");
 }
 
+static int infer_set_count(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    return expect_scalar(c, 1, PSG_DT_I64, "n");
+}
+
 static int infer_num_accumulated(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
@@ -191,6 +196,10 @@ SYNC_OP(op_sparse_take, "SparseAccumulatorTakeGradient", 1, 2, PSG_OP_ASYNC | PS
         infer_sparse_take, psg_cpu_accumulator_take);
 SYNC_OP(op_set_global_step, "AccumulatorSetGlobalStep", 2, 0, 0, infer_set_global_step,
         psg_cpu_accumulator_set_global_step);
+SYNC_OP(op_set_required, "AccumulatorSetRequired", 2, 0, 0, infer_set_count,
+        psg_cpu_accumulator_set_required);
+SYNC_OP(op_set_repeat, "TokenQueueSetRepeat", 2, 0, 0, infer_set_count,
+        psg_cpu_token_queue_set_repeat);
 SYNC_OP(op_num_accumulated, "AccumulatorNumAccumulated", 1, 1, 0, infer_num_accumulated,
         psg_cpu_accumulator_num_accumulated);
 SYNC_OP(op_accumulator_close, "AccumulatorClose", 1, 0, 0, infer_handle_only,
@@ -222,6 +231,8 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_apply,
     &op_take,
     &op_set_global_step,
+    &op_set_required,
+    &op_set_repeat,
     &op_num_accumulated,
     &op_accumulator_close,
     &op_token_queue,
@@ -310,6 +321,18 @@ int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_end
                                        psg_endpoint_t step) {
     psg_endpoint_t in[2] = {handle, step};
     return psg_node_finish(begin(g, "AccumulatorSetGlobalStep", name, 2, in));
+}
+
+int psg_accumulator_set_required_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                    psg_endpoint_t n) {
+    psg_endpoint_t in[2] = {handle, n};
+    return psg_node_finish(begin(g, "AccumulatorSetRequired", name, 2, in));
+}
+
+int psg_token_queue_set_repeat_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                  psg_endpoint_t n) {
+    psg_endpoint_t in[2] = {handle, n};
+    return psg_node_finish(begin(g, "TokenQueueSetRepeat", name, 2, in));
 }
 
 int psg_accumulator_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,

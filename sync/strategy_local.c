@@ -146,6 +146,9 @@ static int build_average(const psg_sync_build_t *b, psg_sync_graph_t *out,
     out->chief_init_op = avg.chief_init_op;
     out->close_op = avg.close_op;
     out->global_step = avg.global_step;
+    out->set_live_op = avg.set_live_op;
+    out->live_required = avg.live_required;
+    out->live_tokens = avg.live_tokens;
     return out->calls[1].targets[0] < 0 ? -1 : 0;
 }
 
@@ -211,7 +214,8 @@ int psg_sync_step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step
 }
 
 int psg_sync_lost_local(const psg_sync_config_t *cfg, int num_required) {
-    return cfg->num_workers - num_required;
+    (void)num_required;
+    return cfg->num_workers - 1; /* as sync: its N follows the live workers */
 }
 
 static const char *const local_options[] = {"--local-steps", "--local-after", "--backup-workers",

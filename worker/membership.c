@@ -47,6 +47,9 @@ struct psg_membership {
     int changes;
     int64_t wait_from_ms; /* the end-of-job wait began (0: not yet) */
     atomic_llong step;
+    psg_membership_live_fn on_live; /* NULL: none */
+    void *live_arg;
+    int live_told; /* the live count on_live was last called with */
     bool stop;
     pthread_t thread;
     bool started;
@@ -153,6 +156,31 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     pthread_mutex_unlock(&m->lock);
 }
 
+/* The chief and the others not lost (under lock). */
+static int live_locked(const psg_membership_t *m) {
+    int live = 1;
+    for (int i = 0; i < m->n; i++) live += m->m[i].state != LOST;
+    return live;
+}
+
+/* Tells on_live a new count, outside the lock. */
+static void tell_live(psg_membership_t *m) {
+    pthread_mutex_lock(&m->lock);
+    int live = live_locked(m);
+    bool changed = m->on_live && live != m->live_told && !m->stop;
+    pthread_mutex_unlock(&m->lock);
+    if (!changed) return;
+    if (m->on_live(m->live_arg, live) < 0) {
+        if (m->out) {
+            fprintf(m->out, "membership: warning: %s\n", psg_error_message());
+            fflush(m->out);
+        }
+        psg_error_clear();
+        return;
+    }
+    m->live_told = live;
+}
+
 static void *run(void *arg) {
     psg_membership_t *m = arg;
     while (!stopping(m)) {
@@ -176,10 +204,13 @@ static void *run(void *arg) {
             say(m, x, "%s at step %lld", x->why, (long long)x->at_step);
             pthread_cond_broadcast(&m->cond);
         }
+        pthread_mutex_unlock(&m->lock);
+        tell_live(m); /* the strategy follows a loss or a return at once */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += PROBE_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_mutex_lock(&m->lock);
         if (!m->stop) pthread_cond_timedwait(&m->cond, &m->lock, &ts);
         pthread_mutex_unlock(&m->lock);
     }
@@ -261,6 +292,14 @@ void psg_membership_destroy(psg_membership_t **mp) {
     pthread_cond_destroy(&m->cond);
     pthread_mutex_destroy(&m->lock);
     free(m);
+}
+
+void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg) {
+    pthread_mutex_lock(&m->lock);
+    m->on_live = fn;
+    m->live_arg = arg;
+    m->live_told = live_locked(m);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void psg_membership_set_step(psg_membership_t *m, int64_t step) {

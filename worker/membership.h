@@ -25,6 +25,13 @@ psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, 
 /* Stops the thread and closes the connections. NULL-safe; sets *m to NULL. */
 void psg_membership_destroy(psg_membership_t **m);
 
+/* Called from the membership's thread, outside its lock, when the count of live workers
+ * (the chief and every other not lost) changed: the strategy follows it (sync's N, its
+ * tokens: psg_sync_train_set_live). A failure is said on out; the next change tries again. */
+typedef int (*psg_membership_live_fn)(void *arg, int live);
+/* Sets it (before any loss: call it right after psg_membership_new). */
+void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg);
+
 /* The chief's step now: a change is said with the step it was seen at. */
 void psg_membership_set_step(psg_membership_t *m, int64_t step);
 

@@ -51,6 +51,9 @@ struct psg_sync_train {
     psg_dist_callable_t *rejoin;     /* the worker's token after a failover; NULL: none */
     psg_dist_callable_t *reissue;    /* the chief's tokens after a failover; NULL: none */
     psg_dist_callable_t *abort_step; /* the queue closed with an error (chief_sess's); NULL */
+    psg_dist_session_t *live_sess;   /* the chief's, for set_live: the membership's thread */
+    psg_dist_callable_t *live_step;  /* owned by live_sess; NULL: the strategy has no N */
+    int live_workers;                /* the last count set (live_sess's thread) */
     const psg_cluster_t *cluster;    /* borrowed; NULL in one process */
     /* the last step's model feeds (copies; one tower only) and its local step: a failover
      * that took that step's update back runs it again (psg_sync_train_rejoin) */
@@ -214,6 +217,7 @@ void psg_sync_train_destroy(psg_sync_train_t **stp) {
         psg_error_set("%s", saved);
     }
     psg_dist_session_destroy(&st->chief_sess);
+    psg_dist_session_destroy(&st->live_sess);
     psg_sync_replicas_destroy(&st->sr);
     psg_straggler_destroy(&st->stragglers);
     free(st->w.state);
@@ -377,9 +381,40 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
     if (sg->abort_op >= 0 && !(st->abort_step = psg_dist_session_make_callable(
                                    st->chief_sess, 0, NULL, 0, NULL, 1, &sg->abort_op)))
         return psg_error_wrap("the chief's abort of the token queue");
+    if (sg->set_live_op >= 0) {
+        o.id_stream = 2;
+        psg_endpoint_t feeds[2] = {sg->live_required, sg->live_tokens};
+        if (!(st->live_sess = psg_dist_session_new(st->g, &o)) ||
+            !(st->live_step = psg_dist_session_make_callable(st->live_sess, 2, feeds, 0, NULL, 1,
+                                                             &sg->set_live_op)))
+            return psg_error_wrap("the chief's count of live workers");
+        st->live_workers = st->num_workers;
+    }
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
     return st->runner ? 0 : -1;
+}
+
+int psg_sync_train_set_live(psg_sync_train_t *st, int workers) {
+    if (!st->live_step || workers < 1 || workers == st->live_workers) return 0;
+    /* a loss spends the backups first (N kept while N workers live: the same batch a step),
+     * then N; a worker that joins adds to N (the b backups kept) */
+    int n0 = st->num_required, b = st->num_workers - n0;
+    int required = workers < n0 ? workers : n0;
+    if (workers - b > required) required = workers - b;
+    psg_tensor_t *feeds[2] = {psg_tensor_scalar_i64(required), psg_tensor_scalar_i64(workers)};
+    int rc = feeds[0] && feeds[1] ? psg_dist_callable_run(st->live_step, feeds, NULL)
+                                  : psg_error_set("out of memory");
+    for (int i = 0; i < 2; i++) psg_tensor_destroy(&feeds[i]);
+    if (rc < 0)
+        return psg_error_wrap("--sync %s: averaging %d of %d gradients a step", st->cfg.strategy,
+                              required, workers);
+    fprintf(st->out,
+            "membership: --sync %s now averages %d of %d gradients a step (%d live workers)\n",
+            st->cfg.strategy, required, workers, workers);
+    fflush(st->out);
+    st->live_workers = workers;
+    return 0;
 }
 
 int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s) {

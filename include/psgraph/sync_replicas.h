@@ -119,6 +119,12 @@ typedef struct {
      * step again; -1 / PSG_NO_ENDPOINT for strategies without tokens */
     int reissue_op;
     psg_endpoint_t rejoin_token;
+    /* run by the chief as workers are lost or join (docs/distributed.md "Membership"), fed
+     * live_required (i64 scalar: the gradients a step averages from now on, the pending one's
+     * too) and live_tokens (i64 scalar: the tokens each release carries); -1 /
+     * PSG_NO_ENDPOINT for strategies without an accumulator's N */
+    psg_endpoint_t live_required, live_tokens;
+    int set_live_op;
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */
     int close_op;
@@ -149,7 +155,8 @@ typedef struct {
 
 typedef struct psg_sync_replicas psg_sync_replicas_t;
 
-/* The workers the strategy of cfg can lose and go on (sync: b; async: all but the chief;
+/* The workers the strategy of cfg can lose and go on (sync, local, diloco, async: all but the
+ * chief, as the chief follows the live workers;
  * others: 0). -1 with the error set on an unknown strategy. */
 int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg);
 

@@ -33,6 +33,7 @@ struct psg_token_queue {
     int64_t *tokens; /* FIFO: tokens[0..n) */
     int n, cap;
     int64_t last_released; /* the newest token enqueued, -1 before the first */
+    int live_repeat;       /* set by the chief as workers come and go; 0: the enqueue's own */
     bool closed;
     char *error;       /* the close's error; NULL: closed cleanly */
     waiter_t *waiters; /* in arrival order */
@@ -134,6 +135,7 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
     if (n < 0 || repeat < 1)
         return psg_error_set("token queue '%s': bad count %d x %d", q->name, n, repeat);
     pthread_mutex_lock(&q->lock);
+    if (q->live_repeat > 0) repeat = q->live_repeat;
     if (q->closed) {
         int rc = q->error ? psg_error_set("token queue '%s' is closed: %s", q->name, q->error) : 0;
         pthread_mutex_unlock(&q->lock);
@@ -173,6 +175,15 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
     pthread_mutex_unlock(&q->lock);
     finish_served(q, s, k, NULL);
     free(s);
+    return 0;
+}
+
+int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat) {
+    if (repeat < 1)
+        return psg_error_set("token queue '%s': repeat must be >= 1, got %d", q->name, repeat);
+    pthread_mutex_lock(&q->lock);
+    q->live_repeat = repeat;
+    pthread_mutex_unlock(&q->lock);
     return 0;
 }
 
