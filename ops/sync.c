@@ -138,6 +138,11 @@ static int infer_ssp_clock(psg_infer_ctx_t *c) {
     return 0;
 }
 
+static int infer_ssp_set_live(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    return psg_infer_expect_dtype(c, 1, PSG_DT_I32);
+}
+
 static int infer_ssp_clock_wait(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     if (expect_scalar(c, 1, PSG_DT_I64, "want") < 0) return -1;
@@ -214,6 +219,8 @@ SYNC_OP(op_token_queue_close, "TokenQueueClose", 1, 0, 0, infer_handle_only,
 SYNC_OP(op_ssp_clock, "SspClockHandle", 0, 1, 0, infer_ssp_clock, psg_cpu_ssp_clock);
 SYNC_OP(op_ssp_clock_tick, "SspClockTick", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_tick);
 SYNC_OP(op_ssp_clock_reset, "SspClockReset", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_reset);
+SYNC_OP(op_ssp_set_live, "SspClockSetLive", 2, 0, 0, infer_ssp_set_live,
+        psg_cpu_ssp_clock_set_live);
 SYNC_OP(op_ssp_clock_wait, "SspClockWait", 2, 2, PSG_OP_ASYNC, infer_ssp_clock_wait,
         psg_cpu_ssp_clock_wait);
 SYNC_OP(op_mailbox, "MailboxHandle", 0, 1, 0, infer_mailbox, psg_cpu_mailbox);
@@ -247,6 +254,7 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_ssp_clock_tick,
     &op_ssp_clock_reset,
     &op_ssp_clock_wait,
+    &op_ssp_set_live,
     &op_mailbox,
     &op_mailbox_put,
     &op_mailbox_take,
@@ -400,6 +408,12 @@ int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handl
     psg_node_attr_int(b, "half", half);
     psg_node_attr_int(b, "delta", delta);
     return psg_node_finish(b);
+}
+
+int psg_ssp_clock_set_live_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                              psg_endpoint_t live) {
+    psg_endpoint_t in[2] = {handle, live};
+    return psg_node_finish(begin(g, "SspClockSetLive", name, 2, in));
 }
 
 int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle) {

@@ -213,11 +213,6 @@ int psg_sync_step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step
     return 0;
 }
 
-int psg_sync_lost_local(const psg_sync_config_t *cfg, int num_required) {
-    (void)num_required;
-    return cfg->num_workers - 1; /* as sync: its N follows the live workers */
-}
-
 static const char *const local_options[] = {"--local-steps", "--local-after", "--backup-workers",
                                             NULL};
 
@@ -226,7 +221,7 @@ const psg_sync_strategy_t psg_sync_strategy_local = {
     .summary = "local SGD: each worker takes H steps on its own copy, then the copies are "
                "averaged through the ps",
     .options = local_options,
-    .lost_workers = psg_sync_lost_local,
+    .lost_workers = psg_sync_lost_any,
     .build = build_local,
     .step = psg_sync_step_local,
     .chief_runner = true,

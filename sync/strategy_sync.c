@@ -209,13 +209,6 @@ out:
     return rc;
 }
 
-/* Every worker but the chief: the chief's membership lowers N as workers are lost
- * (psg_sync_graph_t's set_live_op). */
-static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
-    (void)num_required;
-    return cfg->num_workers - 1;
-}
-
 static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers",
                                            PSG_SYNC_COMPRESS_OPTIONS, NULL};
 
@@ -224,7 +217,7 @@ const psg_sync_strategy_t psg_sync_strategy_sync = {
     .summary = "synchronous SGD: the mean of the first N of N + b gradients a step, the b "
                "slowest dropped",
     .options = sync_options,
-    .lost_workers = lost_sync,
+    .lost_workers = psg_sync_lost_any,
     .build = psg_sync_build_sync,
     .chief_runner = true,
     .compress = true,

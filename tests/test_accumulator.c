@@ -514,6 +514,13 @@ static void test_live_required(void) {
     int64_t one = 1;
     CHECK(psg_token_queue_set_repeat(q, 2) == 0);
     CHECK(psg_token_queue_enqueue_many(q, &one, 1, 3, 0) == 0 && psg_token_queue_size(q) == 2);
+    /* a worker joins: one more token of the last step at once, for it (local step 0) */
+    int64_t tok = 0;
+    CHECK(psg_token_queue_dequeue(q, 0, 0, 100, &tok) == 0 && tok == 1);
+    CHECK(psg_token_queue_dequeue(q, 1, 0, 100, &tok) == 0 && tok == 1);
+    CHECK(psg_token_queue_set_repeat(q, 3) == 0 && psg_token_queue_size(q) == 1);
+    CHECK(psg_token_queue_dequeue(q, 2, 0, 100, &tok) == 0 && tok == 1);
+    CHECK(psg_token_queue_set_repeat(q, 3) == 0 && psg_token_queue_size(q) == 0);
     CHECK(psg_token_queue_set_repeat(q, 0) < 0);
     CHECK_ERROR_HAS("token queue 'q': repeat must be >= 1, got 0");
     psg_resource_mgr_destroy(&rm);

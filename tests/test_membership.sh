@@ -1,36 +1,22 @@
 #!/usr/bin/env bash
 # The chief's live set of workers (worker/membership.c) with real processes under `psgraph
 # launch`: sync with a backup worker (3 workers, N = 2), sync without (N = 3), local SGD
-# (N = 3) and async
-# (launch lets the worker go by default), worker 2 SIGKILLed mid-run. The job finishes with
-# exit code 0; the chief says the loss once, naming worker2, its host and why; with sync it
-# says the N it averages now (2 of the 2 live: without backup workers the job would stall on
-# the lost one's gradient otherwise); its done line counts the loss; its end-of-job wait
-# neither times out nor blames a ps task; the ps task stops because the job is done. The
-# times (kill -> the chief's next step, its first step once the loss was said, its last
-# step -> the end of the job) are printed, never asserted.
+# (N = 3), SSP and async (launch lets the worker go by default), worker 2 SIGKILLed mid-run.
+# The job finishes with exit code 0; the chief says the loss once, naming worker2, its host
+# and why; with sync it says the N it averages now (2 of the 2 live: without backup workers
+# the job would stall on the lost one's gradient otherwise), with SSP that the clocks wait
+# for the 2 live workers; its done line counts the loss; its end-of-job wait neither times
+# out nor blames a ps task; the ps task stops because the job is done. The times (kill ->
+# the chief's next step, its first step once the loss was said, its last step -> the end of
+# the job) are printed, never asserted.
 set -u
 psgraph=$1
 asan=${2:-}
-fails=0
-tmp=$(mktemp -d /tmp/psg_test_membership.XXXXXX)
-launch_pid=
-cleanup() {
-  [ -n "$launch_pid" ] && kill -TERM "$launch_pid" 2>/dev/null
-  wait 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-ok() { echo "ok   $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/membership_lib.sh"
 
-steps=400
+steps=240
 [ -n "$asan" ] && steps=150
 kill_at=$((steps / 4))
-stamp='import sys, time
-for line in sys.stdin:
-    sys.stdout.write("%.3f %s" % (time.time(), line))
-    sys.stdout.flush()'
 
 # run_case NAME STRATEGY ARGS...: 3 workers of `psgraph train ARGS`, worker 2 SIGKILLed at
 # its step $kill_at; the checks above, then the times
@@ -67,8 +53,11 @@ run_case() {
      grep -q '\[worker2\] failed with code .*the job goes on without it' "$out" &&
      grep -q '\[ps0\] psgraph server: stopped: job done' "$out" &&
      ! grep -q 'WaitDone\|waiting for the workers to finish' "$out" &&
-     { [ "$strategy" = async ] ||
-       grep -q "\[worker0\] membership: --sync $strategy now averages 2 of 2 gradients a step (2 live workers)" "$out"; } &&
+     case $strategy in
+       async) true ;;
+       ssp) grep -q '\[worker0\] membership: --sync ssp now waits for the 2 live workers' "$out" ;;
+       *) grep -q "\[worker0\] membership: --sync $strategy now averages 2 of 2 gradients a step (2 live workers)" "$out" ;;
+     esac &&
      python3 - "$done_line" "$strategy" "$steps" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
@@ -111,6 +100,8 @@ run_case sync sync --sync sync --backup-workers 1
 run_case sync_b0 sync --sync sync
 # local SGD (its averages through sync's accumulators, N = 3): the same
 run_case local local --sync local --local-steps 4
+# SSP (staleness 1): the lost worker's clocks no longer hold the others back
+run_case ssp ssp --sync ssp --staleness 1
 # async (no --sync: psgraph train's default in a cluster): launch lets any worker but the
 # chief go, as the strategy waits for none
 run_case async async

@@ -22,7 +22,9 @@
 /* How often each worker is asked, and how long an answer may take. */
 #define PROBE_MS 250
 
-typedef enum { JOINING, LIVE, DONE, LOST } state_t;
+/* JOINING: not heard from yet; ABSENT: not heard from for the peer timeout since the job
+ * began (not started: --workers MIN:MAX), not counted live until it answers (it joins). */
+typedef enum { JOINING, LIVE, DONE, LOST, ABSENT } state_t;
 
 typedef struct {
     char task[PSG_DEVICE_NAME_MAX]; /* "/job:worker/replica:0/task:2" */
@@ -44,12 +46,13 @@ struct psg_membership {
     psg_ts_client_t **ps; /* (nps) who said JobDone */
     pthread_mutex_t lock; /* the states, changes, wait_from_ms */
     pthread_cond_t cond;  /* a state changed, or stop */
-    int changes;
+    int changes, joined;
+    int64_t start_ms;     /* the thread began */
     int64_t wait_from_ms; /* the end-of-job wait began (0: not yet) */
     atomic_llong step;
     psg_membership_live_fn on_live; /* NULL: none */
     void *live_arg;
-    int live_told; /* the live count on_live was last called with */
+    bool told[65]; /* the set on_live was last called with, by rank */
     bool stop;
     pthread_t thread;
     bool started;
@@ -138,12 +141,19 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
         if (x->state == LOST)
             say(m, x, "answers again (incarnation %016" PRIx64 ") at step %lld", inc,
                 (long long)atomic_load(&m->step));
-        else if (x->inc && inc && inc != x->inc)
+        else if (x->state == ABSENT) {
+            say(m, x, "joined at global step %lld", (long long)atomic_load(&m->step));
+            m->joined++;
+        } else if (x->inc && inc && inc != x->inc)
             say(m, x, "restarted (incarnation %016" PRIx64 ", was %016" PRIx64 ") at step %lld",
                 inc, x->inc, (long long)atomic_load(&m->step));
         if (x->state != DONE) x->state = LIVE;
         x->heard_ms = now;
         if (inc) x->inc = inc;
+    } else if (x->state == JOINING && !m->wait_from_ms && now - m->start_ms >= m->peer_ms) {
+        x->state = ABSENT; /* not started: the job goes on without it until it joins */
+        say(m, x, "not started (silent %.1f s since the job began): the job goes on without it",
+            (double)(now - m->start_ms) / 1e3);
     } else if (x->state == LIVE || (x->state == JOINING && m->wait_from_ms)) {
         /* never heard from: silent since the end-of-job wait began, not since the start */
         int64_t from =
@@ -156,21 +166,23 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     pthread_mutex_unlock(&m->lock);
 }
 
-/* The chief and the others not lost (under lock). */
-static int live_locked(const psg_membership_t *m) {
-    int live = 1;
-    for (int i = 0; i < m->n; i++) live += m->m[i].state != LOST;
-    return live;
+/* The chief and the others neither lost nor absent, by rank (under lock); how many ranks. */
+static int live_locked(const psg_membership_t *m, bool *alive) {
+    alive[0] = true;
+    for (int i = 0; i < m->n && i < 64; i++)
+        alive[i + 1] = m->m[i].state != LOST && m->m[i].state != ABSENT;
+    return (m->n < 64 ? m->n : 64) + 1;
 }
 
-/* Tells on_live a new count, outside the lock. */
+/* Tells on_live a new set, outside the lock. */
 static void tell_live(psg_membership_t *m) {
+    bool alive[65];
     pthread_mutex_lock(&m->lock);
-    int live = live_locked(m);
-    bool changed = m->on_live && live != m->live_told && !m->stop;
+    int n = live_locked(m, alive);
+    bool changed = m->on_live && !m->stop && memcmp(alive, m->told, sizeof *alive * (size_t)n);
     pthread_mutex_unlock(&m->lock);
     if (!changed) return;
-    if (m->on_live(m->live_arg, live) < 0) {
+    if (m->on_live(m->live_arg, alive, n) < 0) {
         if (m->out) {
             fprintf(m->out, "membership: warning: %s\n", psg_error_message());
             fflush(m->out);
@@ -178,7 +190,7 @@ static void tell_live(psg_membership_t *m) {
         psg_error_clear();
         return;
     }
-    m->live_told = live;
+    memcpy(m->told, alive, sizeof *alive * (size_t)n);
 }
 
 static void *run(void *arg) {
@@ -267,6 +279,7 @@ psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, 
                                            psg_cluster_keys(cl))))
             rc = -1;
     }
+    m->start_ms = psg_ts_now_ms();
     if (rc == 0 && pthread_create(&m->thread, NULL, run, m) != 0)
         rc = psg_error_set("membership: cannot start its thread");
     m->started = rc == 0;
@@ -298,7 +311,7 @@ void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void
     pthread_mutex_lock(&m->lock);
     m->on_live = fn;
     m->live_arg = arg;
-    m->live_told = live_locked(m);
+    live_locked(m, m->told);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -365,7 +378,8 @@ int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max) {
     int n = 0;
     pthread_mutex_lock(&m->lock);
     for (int i = 0; i < m->n; i++)
-        if (m->m[i].state == LOST && n < max) snprintf(tasks[n++], 128, "%s", m->m[i].task);
+        if ((m->m[i].state == LOST || m->m[i].state == ABSENT) && n < max)
+            snprintf(tasks[n++], 128, "%s", m->m[i].task);
     pthread_mutex_unlock(&m->lock);
     return n;
 }
@@ -385,7 +399,8 @@ void psg_membership_json(psg_membership_t *m, char *buf, size_t size) {
         psg_strbuf_json_str(&b, x->why);
         psg_strbuf_printf(&b, ",\"at_step\":%lld}", (long long)x->at_step);
     }
-    psg_strbuf_printf(&b, "],\"membership_changes\":%d,", m->changes);
+    psg_strbuf_printf(&b, "],\"workers_joined\":%d,\"membership_changes\":%d,", m->joined,
+                      m->changes);
     pthread_mutex_unlock(&m->lock);
     snprintf(buf, size, "%s", b.oom || !b.s ? "" : b.s);
     free(b.s);

@@ -412,8 +412,8 @@ static int build_graph(trainer_t *t) {
 }
 
 /* The chief's membership thread: the strategy follows the live workers. */
-static int set_live(void *sync, int live) {
-    return psg_sync_train_set_live(sync, live);
+static int set_live(void *sync, const bool *alive, int n) {
+    return psg_sync_train_set_live(sync, alive, n);
 }
 
 /* Runners, metrics, hooks, the cluster's start, the batches from the restored step. */
@@ -432,6 +432,11 @@ static int start(trainer_t *t) {
     if (!(t->hooks =
               psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step)))
         return -1;
+    if (c->join && (!t->w.cluster || t->w.chief))
+        return psg_error_set_code(PSG_ERR_CONFIG,
+                                  "--join: %s starts the job, it cannot join one (only a worker "
+                                  "other than the chief joins)",
+                                  t->w.cluster ? t->w.task : "a process without a cluster");
     if (t->w.cluster && start_cluster(t) < 0) return -1;
     if (t->w.cluster && t->w.chief && t->w.num_workers > 1 &&
         !(t->members = psg_membership_new(t->w.cluster, t->w.task, t->out)))

@@ -120,10 +120,11 @@ typedef struct {
     int reissue_op;
     psg_endpoint_t rejoin_token;
     /* run by the chief as workers are lost or join (docs/distributed.md "Membership"), fed
-     * live_required (i64 scalar: the gradients a step averages from now on, the pending one's
-     * too) and live_tokens (i64 scalar: the tokens each release carries); -1 /
-     * PSG_NO_ENDPOINT for strategies without an accumulator's N */
-    psg_endpoint_t live_required, live_tokens;
+     * those of its endpoints that are valid: live_required (i64 scalar: the gradients a step
+     * averages from now on, the pending one's too), live_tokens (i64 scalar: the tokens each
+     * release carries), live_mask (i32 [num_workers]: 1 for a live worker, by rank; ssp's
+     * clocks); -1 / PSG_NO_ENDPOINT for strategies that wait for no other worker */
+    psg_endpoint_t live_required, live_tokens, live_mask;
     int set_live_op;
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */

@@ -260,6 +260,14 @@ int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c) {
     return 0;
 }
 
+int psg_cpu_ssp_clock_set_live(psg_kernel_ctx_t *c) {
+    psg_ssp_clock_t *k = psg_ssp_clock_from_handle(c->inputs[0]);
+    const psg_tensor_t *t = c->inputs[1];
+    if (!k) return -1;
+    if (t->dtype != PSG_DT_I32) return psg_error_set("live flags must be i32");
+    return psg_ssp_clock_set_live(k, psg_tensor_i32(t), (int)psg_tensor_numel(t));
+}
+
 int psg_cpu_count_accepted(psg_kernel_ctx_t *c) {
     int32_t n = 0;
     for (int i = 0; i < c->num_inputs; i++) {

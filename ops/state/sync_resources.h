@@ -142,7 +142,10 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
                                  int64_t end_step);
 
 /* Sets how many times each later token is enqueued, whatever the enqueue asks (the chief,
- * as workers are lost or join: one token per live worker). -1 with the error when < 1. */
+ * as workers are lost or join: one token per live worker). More than the last release
+ * carried (a worker joined): the difference is enqueued now as copies of that release's
+ * token (the worker that joined takes one: the others are past it), waiters served. -1 with
+ * the error when < 1 or out of memory. */
 int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat);
 
 /* Receives a dequeued token (-1: the queue is closed, training is over)
@@ -182,6 +185,10 @@ psg_ssp_clock_t *psg_ssp_clock_from_handle(const psg_tensor_t *h);
 /* Adds delta to clock `half` (0: steps read, 1: steps applied) of `worker` and answers
  * the waits it satisfies. 0, or -1 with the error naming the clock. */
 int psg_ssp_clock_tick(psg_ssp_clock_t *k, int worker, int half, int64_t delta);
+/* The workers the chief's membership counts live (live[i] != 0, n: the clock's workers):
+ * a lost one is never the slowest (the waits it held up are answered); one live again
+ * starts at the slowest of the others when behind. -1 with the error when n does not fit. */
+int psg_ssp_clock_set_live(psg_ssp_clock_t *k, const int32_t *live, int n);
 /* Every clock back to 0 (a job's start); waits stay. */
 void psg_ssp_clock_reset(psg_ssp_clock_t *k);
 /* The least of clock `half` over the workers. */
@@ -300,6 +307,9 @@ psg_endpoint_t psg_ssp_clock_op(psg_graph_t *g, const char *name, int workers);
  * `worker`; no outputs. */
 int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker,
                           int half, int64_t delta, int n_after, const int *after);
+/* SspClockSetLive(handle, live i32 [workers]): psg_ssp_clock_set_live. */
+int psg_ssp_clock_set_live_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                              psg_endpoint_t live);
 /* SspClockReset(handle): every clock to 0. */
 int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle);
 /* SspClockWait(handle, want i64 scalar): waits, holding no thread, until every worker's
