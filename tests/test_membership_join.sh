@@ -66,16 +66,19 @@ PY
   else
     fail "$name, worker2 joining (rc $rc, joined '${joined}'): $(grep -v '\] step ' "$out" | tail -30)"
   fi
-  # printed only: the join's start (SIGUSR1) -> its first step, and -> the chief's admission
+  # printed only: the join's start (SIGUSR1) -> its first step, -> the chief's admission, and
+  # the chief's longest step from the start until 1 s after the admission (a stall)
   python3 - "$out" "$t_join" <<'PY'
 import re, sys
 t0 = float(sys.argv[2])
 lines = [(float(l.split()[0]), l) for l in open(sys.argv[1]) if re.match(r"[0-9.]+ \[", l)]
 first = [t for t, l in lines if re.match(r"[0-9.]+ \[worker2\] step 1 ", l)]
 admit = [t for t, l in lines if "membership: worker2 on 127.0.0.1: joined" in l]
+chief = [t for t, l in lines if re.match(r"[0-9.]+ \[worker0\] step ", l)]
+gaps = [b - a for a, b in zip(chief, chief[1:]) if a >= t0 and (not admit or a <= admit[0] + 1)]
 if t0 and first:
-    print("  SIGUSR1 -> worker2's first step %.3f s; -> the chief admits it %s"
-          % (first[0] - t0, "%.3f s" % (admit[0] - t0) if admit else "never"))
+    print("  SIGUSR1 -> worker2's first step %.3f s; -> the chief admits it %s; the chief's longest step meanwhile (until 1 s after) %.3f s"
+          % (first[0] - t0, "%.3f s" % (admit[0] - t0) if admit else "never", max(gaps) if gaps else 0))
 PY
 }
 

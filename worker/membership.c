@@ -127,13 +127,33 @@ static void ask_done(psg_membership_t *m) {
 }
 
 /* Asks worker x whether it answers; a change of its state said. */
+/* Whether Inspect's reply r says its task server runs a graph ("graphs" >= 1): the worker
+ * made its step, so it is about to send its first gradient. */
+static bool runs_a_graph(const psg_msg_t *r) {
+    char *text = r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
+    psg_json_t *j = text ? psg_json_parse(text) : NULL;
+    free(text);
+    const psg_json_t *g = j ? psg_json_get(j, "graphs") : NULL;
+    bool runs = g && g->type == PSG_JSON_NUMBER && g->number >= 1;
+    psg_json_free(j);
+    psg_error_clear();
+    return runs;
+}
+
 static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_rep_t rep;
     psg_msg_t *r = psg_ts_call(x->client, &in, &rep, PROBE_MS);
     bool answered = r != NULL;
+    pthread_mutex_lock(&m->lock);
+    bool absent = x->state == ABSENT;
+    pthread_mutex_unlock(&m->lock);
+    /* one that joins is admitted once it made its step, not while it starts: the step in
+     * progress would wait for its gradient meanwhile */
+    bool ready = !answered || !absent || runs_a_graph(r);
     psg_msg_destroy(&r);
     if (!answered) psg_error_clear();
+    if (!ready) return;
     int64_t now = psg_ts_now_ms();
     uint64_t inc = answered ? psg_ts_client_incarnation(x->client) : 0;
     pthread_mutex_lock(&m->lock);
