@@ -47,7 +47,7 @@ run_case() {
      grep -q '\[worker0\] membership: worker2 on 127.0.0.1: not started (silent [0-9.]* s since the job began): the job goes on without it' "$out" &&
      grep -q '\[worker2\] started: pid [0-9]*, joining the running job (SIGUSR1)' "$out" &&
      grep -q '\[worker2\] psgraph train: /job:worker/task:2 joins the running job at global step [0-9]*$' "$out" &&
-     [ "$(grep -c '\[worker0\] membership: worker2 on 127.0.0.1: joined at global step [0-9]*$' "$out")" = 1 ] &&
+     [ "$(grep -c '\[worker0\] membership: worker2 on 127.0.0.1: joined at step [0-9]*$' "$out")" = 1 ] &&
      { [ "$name" = async ] ||
        grep -q '\[worker0\] membership: --sync sync now averages 3 of 3 gradients a step (3 live workers)' "$out"; } &&
      grep -q '\[worker2\] step 5 ' "$out" &&

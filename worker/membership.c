@@ -126,7 +126,6 @@ static void ask_done(psg_membership_t *m) {
     }
 }
 
-/* Asks worker x whether it answers; a change of its state said. */
 /* Whether Inspect's reply r says its task server runs a graph ("graphs" >= 1): the worker
  * made its step, so it is about to send its first gradient. */
 static bool runs_a_graph(const psg_msg_t *r) {
@@ -140,6 +139,7 @@ static bool runs_a_graph(const psg_msg_t *r) {
     return runs;
 }
 
+/* Asks worker x whether it answers; a change of its state said. */
 static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_rep_t rep;
@@ -162,7 +162,7 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
             say(m, x, "answers again (incarnation %016" PRIx64 ") at step %lld", inc,
                 (long long)atomic_load(&m->step));
         else if (x->state == ABSENT) {
-            say(m, x, "joined at global step %lld", (long long)atomic_load(&m->step));
+            say(m, x, "joined at step %lld", (long long)atomic_load(&m->step));
             m->joined++;
         } else if (x->inc && inc && inc != x->inc)
             say(m, x, "restarted (incarnation %016" PRIx64 ", was %016" PRIx64 ") at step %lld",
