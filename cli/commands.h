@@ -19,12 +19,14 @@ int psg_cmd_keygen(int argc, char **argv);
 
 /* A local cluster as `psgraph launch` starts it (cli/launch_cmd.c). */
 typedef struct {
-    int ps, workers;  /* P ps tasks (`psgraph server`), W workers running cmd */
-    int port_base;    /* 0: free ports */
-    const char *host; /* NULL: 127.0.0.1 */
-    bool tcp;         /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
-                         private folder, unless port_base or host is given */
-    bool restart;     /* --restart on-failure, at most max_restarts times */
+    int ps, workers;      /* P ps tasks (`psgraph server`), W workers running cmd */
+    int workers_at_start; /* --workers MIN:MAX: MIN started, the others one a SIGUSR1 (with
+                             --join); 0: all */
+    int port_base;        /* 0: free ports */
+    const char *host;     /* NULL: 127.0.0.1 */
+    bool tcp;             /* TCP on ports of host; false: Unix domain sockets (ipc://) in a
+                             private folder, unless port_base or host is given */
+    bool restart;         /* --restart on-failure, at most max_restarts times */
     int max_restarts;
     int worker_failures; /* non-chief workers that may fail without stopping the job;
                             -1: the command's --backup-workers when it trains --sync sync */

@@ -36,6 +36,7 @@ typedef struct {
     size_t len;
     bool exited, killed_by_us;
     bool tolerated; /* a non-chief worker whose failure the job outlives */
+    bool pending;   /* --workers MIN:MAX: not started yet (a SIGUSR1 starts it, --join) */
     int code;
     int restarts;
     char *cfg;        /* its TF_CONFIG */
@@ -60,15 +61,19 @@ static bool on_tty;
 static int block_lines; /* lines of the block drawn last (0: none on screen) */
 static bool block_dirty;
 
-static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t got_signal, joins_asked;
 static void on_signal(int sig) {
     got_signal = sig;
+}
+static void on_usr1(int sig) {
+    (void)sig;
+    joins_asked++;
 }
 
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: psgraph launch --ps P --workers W [--transport ipc|tcp] [--port-base N] [--host H]\n"
+        "usage: psgraph launch --ps P --workers W|MIN:MAX [--transport ipc|tcp] [--port-base N] [--host H]\n"
         "                      [--restart never|on-failure] [--max-restarts R] -- CMD [ARGS...]\n"
         "       psgraph launch --ssh --hosts H1,H2,... | --hosts-file F [--ssh-config F]\n"
         "                      [--ssh-option OPT]... [--remote-bin PATH] [--keys-shared] --ps P ...\n"
@@ -88,6 +93,8 @@ static void usage(FILE *f) {
         "  --transport ipc (the default) Unix domain sockets in a private folder, removed at the end;\n"
         "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
         "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
+        "  --workers MIN:MAX a cluster of MAX workers of which MIN start; each SIGUSR1 to launch\n"
+        "                      starts the next one with CMD --join (it joins the running job)\n"
         "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
         "                      pair in a private folder, removed at the end (with --ssh: copied to a\n"
         "                      private folder on each host over the task's ssh session, removed when\n"
@@ -494,6 +501,14 @@ int psg_cmd_launch(int argc, char **argv) {
     int cmd_at = parse_options(argc, argv, &a);
     if (cmd_at == 0) return 0;
     if (cmd_at == -1) return 2;
+    if (a.workers && psg_cli_workers_range(a.workers, &o->workers_at_start, &o->workers) < 0)
+        return 2; /* checked by the table already */
+    if (o->workers_at_start == o->workers) o->workers_at_start = 0;
+    if (o->workers_at_start && (a.ssh || a.k8s || o->slurm)) {
+        fprintf(stderr, "psgraph launch: --workers MIN:MAX starts workers on this host only "
+                        "(not with --ssh, --slurm or --k8s yet)\n");
+        return 2;
+    }
     if (o->ps < 0 || o->workers < 1 || cmd_at < 0) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
@@ -586,6 +601,7 @@ typedef struct {
     char *cluster;
     char self[4096];
     int may_fail, failed_workers;
+    int joins_done; /* SIGUSR1s handled (joins_asked: received) */
     bool stopping;
     double stop_at, workers_done_at, drawn_at;
     int signaled;
@@ -685,7 +701,9 @@ static void start_tasks(launch_run_t *r) {
         if (cfg)
             snprintf(cfg, cap, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
                      r->cluster, t->is_ps ? "ps" : "worker", t->is_ps ? i : i - r->nps);
-        if (!cfg || !(t->cfg = strdup(cfg)) || spawn(t, r->o, r->self, r->o->cmd) < 0) {
+        t->pending = !t->is_ps && r->o->workers_at_start && i - r->nps >= r->o->workers_at_start;
+        if (!cfg || !(t->cfg = strdup(cfg)) ||
+            (!t->pending && spawn(t, r->o, r->self, r->o->cmd) < 0)) {
             kill_all(r->t, i, SIGTERM);
             break;
         }
@@ -701,6 +719,10 @@ static void start_tasks(launch_run_t *r) {
                r->may_fail, r->may_fail == 1 ? "" : "s",
                r->o->worker_failures >= 0 ? "--allow-worker-failures"
                                           : "what the command's strategy can lose");
+    if (r->o->workers_at_start)
+        printf("psgraph launch: worker%d..worker%d not started: each SIGUSR1 (kill -USR1 %d) "
+               "starts the next, with CMD --join\n",
+               r->o->workers_at_start, r->o->workers - 1, (int)getpid());
     for (int i = 0; i < r->n; i++)
         if (r->t[i].pid > 0) {
             if (r->t[i].host)
@@ -732,6 +754,40 @@ static int restart_dead(launch_run_t *r) {
     return started;
 }
 
+/* --workers MIN:MAX: the next pending worker started for each SIGUSR1, its command with
+ * --join. Returns the workers started. */
+static int start_joins(launch_run_t *r) {
+    int started = 0;
+    while (r->joins_done < joins_asked && !r->stopping && !got_signal) {
+        r->joins_done++;
+        task_proc_t *t = NULL;
+        for (int i = r->nps; i < r->n && !t; i++)
+            if (r->t[i].pending) t = &r->t[i];
+        if (!t) {
+            say("psgraph launch: SIGUSR1: every worker of the %d is started already\n",
+                r->n - r->nps);
+            continue;
+        }
+        int n = 0;
+        while (r->o->cmd[n]) n++;
+        char **cmd = calloc((size_t)n + 2, sizeof *cmd);
+        if (!cmd) {
+            say("psgraph launch: out of memory\n");
+            continue;
+        }
+        memcpy(cmd, r->o->cmd, sizeof *cmd * (size_t)n);
+        cmd[n] = "--join";
+        t->pending = false;
+        if (spawn(t, r->o, r->self, cmd) == 0) {
+            task_line(t, "started: pid %d, joining the running job (SIGUSR1)", (int)t->pid);
+            started++;
+        }
+        free(cmd);
+        fflush(stdout);
+    }
+    return started;
+}
+
 /* Whether a task failed in a way that stops the job (a worker the job can lose is let go,
  * once); notes when every worker is done. */
 static bool job_failed(launch_run_t *r) {
@@ -753,7 +809,7 @@ static bool job_failed(launch_run_t *r) {
             died = false;
         }
         if (died) failed = true;
-        if (!t->is_ps && !t->exited) workers_left = true;
+        if (!t->is_ps && !t->exited && !t->pending) workers_left = true;
     }
     if (!workers_left && r->workers_done_at == 0) r->workers_done_at = psg_now_sec();
     return failed;
@@ -785,6 +841,7 @@ static void supervise(launch_run_t *r) {
             }
         int alive = reap(r->t, r->n);
         alive += restart_dead(r);
+        alive += start_joins(r);
         if (alive == 0) break;
         if (got_signal && !r->signaled) {
             r->signaled = got_signal;
@@ -883,6 +940,8 @@ int psg_launch_local(psg_launch_t *o) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN); /* a closed ssh stdin must not kill the launcher */
     ssize_t sl = readlink("/proc/self/exe", r.self, sizeof r.self - 1);
     r.self[sl > 0 ? sl : 0] = 0;

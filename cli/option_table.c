@@ -68,6 +68,12 @@ static int check_backups(const char *v) {
     return check_counts(v, 0);
 }
 
+/* launch's --workers W or MIN:MAX (cli/launch_cmd.c reads it: psg_cli_workers_range) */
+static int check_launch_workers(const char *v) {
+    int lo, hi;
+    return psg_cli_workers_range(v, &lo, &hi);
+}
+
 static const char *const device_words[] = {"cpu", "gpu", NULL};
 static const char *const on_off[] = {"on", "off", NULL};
 static const char *const partition_words[] = {"mod", "div", NULL};
@@ -523,6 +529,10 @@ static const psg_cli_option_t rows[] = {
     {"--strict", PSG_OPT_FLAG,
      .use = {TRAIN(c.init_strict, "--strict",
                    "with --init-from: fail on any missing or unexpected name")}},
+    {"--join", PSG_OPT_FLAG,
+     .use = {TRAIN(c.join, "--join",
+                   "a worker that joins a running job (not the chief): the chief\n"
+                   "admits it at a step boundary (docs/distributed.md \"Membership\")")}},
     {"--fresh-start", PSG_OPT_FLAG,
      .use = {TRAIN(c.fresh_start, "--fresh-start",
                    "when every checkpoint of --logdir fails verification, start\n"
@@ -551,8 +561,8 @@ static const psg_cli_option_t rows[] = {
                           "images/sec (W x batch a global step) and the final JSON line"},
              LAUNCH(l.ps),
              COMPARE(ps)}},
-    {"--workers", PSG_OPT_INT, 1, 128,
-     .use = {BENCH(workers, NULL, NULL), LAUNCH(l.workers), COMPARE(workers)}},
+    {"--workers", PSG_OPT_INT, 1, 128, .use = {BENCH(workers, NULL, NULL), COMPARE(workers)}},
+    {"--workers", PSG_OPT_STRING, .check = check_launch_workers, .use = {LAUNCH(workers)}},
     /* the strategies' options that the command keeps (sync/strategies.c prints them for
      * train: psg_sync_print_help) */
     {"--backup-workers", PSG_OPT_INT, 0, 1e6,

@@ -208,6 +208,21 @@ int psg_cli_counts(const char *s, int *v, int cap, int lo, int hi) {
     return n;
 }
 
+int psg_cli_workers_range(const char *s, int *lo, int *hi) {
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end != s && *end == ':') {
+        const char *p = end + 1;
+        b = strtol(p, &end, 10);
+        if (end == p) b = 0;
+    }
+    if (end == s || *end || a < 1 || b < a || b > 128)
+        return psg_error_set("'%s': want W or MIN:MAX workers (1 <= MIN <= MAX <= 128)", s);
+    *lo = (int)a;
+    *hi = (int)b;
+    return 0;
+}
+
 void psg_cli_list_drop(psg_cli_list_t *l, const char *word) {
     int k = 0;
     for (int i = 0; i < l->n; i++)

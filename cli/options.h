@@ -82,6 +82,7 @@ typedef struct {
 typedef struct {
     psg_launch_t l;
     const char *transport, *hosts, *hosts_file, *host;
+    const char *workers; /* --workers W or MIN:MAX */
     bool ssh, k8s;
     psg_cli_list_t ssh_options;
     psg_cli_list_t k8s_args; /* --image IMG --namespace NS ... pairs (cli/launch_k8s.c) */
@@ -151,6 +152,9 @@ void psg_cli_print_help(psg_cli_cmd_t cmd, FILE *f, int width);
 /* "1,2,50" into v (at most cap counts, each in [lo, hi]); the count, or -1. */
 #define PSG_CLI_COUNTS_MAX 64
 int psg_cli_counts(const char *s, int *v, int cap, int lo, int hi);
+/* launch's --workers: "W" (*lo = *hi = W) or "MIN:MAX" (1 <= MIN <= MAX), each at most 128;
+ * 0, or -1 with the error. */
+int psg_cli_workers_range(const char *s, int *lo, int *hi);
 /* Removes the values equal to word from *l. */
 void psg_cli_list_drop(psg_cli_list_t *l, const char *word);
 

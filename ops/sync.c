@@ -97,6 +97,11 @@ static int infer_set_global_step(psg_infer_ctx_t *c) {
     return expect_scalar(c, 1, PSG_DT_I64, "step");
 }
 
+static int infer_set_count(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    return expect_scalar(c, 1, PSG_DT_I64, "n");
+}
+
 static int infer_num_accumulated(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     set_output(c, 0, PSG_DT_I32, psg_shape_scalar());
@@ -131,6 +136,11 @@ static int infer_ssp_clock(psg_infer_ctx_t *c) {
     if (psg_node_get_int(c->node, "workers", 0) < 1) return psg_error_set("workers must be >= 1");
     set_output(c, 0, PSG_DT_RESOURCE, psg_shape_scalar());
     return 0;
+}
+
+static int infer_ssp_set_live(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    return psg_infer_expect_dtype(c, 1, PSG_DT_I32);
 }
 
 static int infer_ssp_clock_wait(psg_infer_ctx_t *c) {
@@ -191,6 +201,10 @@ SYNC_OP(op_sparse_take, "SparseAccumulatorTakeGradient", 1, 2, PSG_OP_ASYNC | PS
         infer_sparse_take, psg_cpu_accumulator_take);
 SYNC_OP(op_set_global_step, "AccumulatorSetGlobalStep", 2, 0, 0, infer_set_global_step,
         psg_cpu_accumulator_set_global_step);
+SYNC_OP(op_set_required, "AccumulatorSetRequired", 2, 0, 0, infer_set_count,
+        psg_cpu_accumulator_set_required);
+SYNC_OP(op_set_repeat, "TokenQueueSetRepeat", 2, 0, 0, infer_set_count,
+        psg_cpu_token_queue_set_repeat);
 SYNC_OP(op_num_accumulated, "AccumulatorNumAccumulated", 1, 1, 0, infer_num_accumulated,
         psg_cpu_accumulator_num_accumulated);
 SYNC_OP(op_accumulator_close, "AccumulatorClose", 1, 0, 0, infer_handle_only,
@@ -205,6 +219,8 @@ SYNC_OP(op_token_queue_close, "TokenQueueClose", 1, 0, 0, infer_handle_only,
 SYNC_OP(op_ssp_clock, "SspClockHandle", 0, 1, 0, infer_ssp_clock, psg_cpu_ssp_clock);
 SYNC_OP(op_ssp_clock_tick, "SspClockTick", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_tick);
 SYNC_OP(op_ssp_clock_reset, "SspClockReset", 1, 0, 0, infer_handle_only, psg_cpu_ssp_clock_reset);
+SYNC_OP(op_ssp_set_live, "SspClockSetLive", 2, 0, 0, infer_ssp_set_live,
+        psg_cpu_ssp_clock_set_live);
 SYNC_OP(op_ssp_clock_wait, "SspClockWait", 2, 2, PSG_OP_ASYNC, infer_ssp_clock_wait,
         psg_cpu_ssp_clock_wait);
 SYNC_OP(op_mailbox, "MailboxHandle", 0, 1, 0, infer_mailbox, psg_cpu_mailbox);
@@ -222,6 +238,8 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_apply,
     &op_take,
     &op_set_global_step,
+    &op_set_required,
+    &op_set_repeat,
     &op_num_accumulated,
     &op_accumulator_close,
     &op_token_queue,
@@ -236,6 +254,7 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_ssp_clock_tick,
     &op_ssp_clock_reset,
     &op_ssp_clock_wait,
+    &op_ssp_set_live,
     &op_mailbox,
     &op_mailbox_put,
     &op_mailbox_take,
@@ -312,6 +331,18 @@ int psg_accumulator_set_global_step_op(psg_graph_t *g, const char *name, psg_end
     return psg_node_finish(begin(g, "AccumulatorSetGlobalStep", name, 2, in));
 }
 
+int psg_accumulator_set_required_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                    psg_endpoint_t n) {
+    psg_endpoint_t in[2] = {handle, n};
+    return psg_node_finish(begin(g, "AccumulatorSetRequired", name, 2, in));
+}
+
+int psg_token_queue_set_repeat_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                  psg_endpoint_t n) {
+    psg_endpoint_t in[2] = {handle, n};
+    return psg_node_finish(begin(g, "TokenQueueSetRepeat", name, 2, in));
+}
+
 int psg_accumulator_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                              psg_endpoint_t step) {
     psg_endpoint_t in[2] = {handle, step};
@@ -377,6 +408,12 @@ int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handl
     psg_node_attr_int(b, "half", half);
     psg_node_attr_int(b, "delta", delta);
     return psg_node_finish(b);
+}
+
+int psg_ssp_clock_set_live_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                              psg_endpoint_t live) {
+    psg_endpoint_t in[2] = {handle, live};
+    return psg_node_finish(begin(g, "SspClockSetLive", name, 2, in));
 }
 
 int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle) {

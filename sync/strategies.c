@@ -238,6 +238,11 @@ void psg_sync_print_help(FILE *f) {
     }
 }
 
+int psg_sync_lost_any(const psg_sync_config_t *cfg, int num_required) {
+    (void)num_required;
+    return cfg->num_workers - 1;
+}
+
 int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg) {
     const psg_sync_strategy_t *s = psg_sync_strategy_find(cfg->strategy);
     if (!s) return -1;

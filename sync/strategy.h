@@ -140,11 +140,13 @@ int psg_sync_compress(psg_graph_t *g, const psg_sync_options_t *o, double moment
 /* Local SGD's graph (sync/strategy_local.c) with the outer optimizer outer: every H steps
  * the chief applies it to the mean over the workers of d = global - local on the ps's copies
  * (SGD with rate 1: the copies' mean, local SGD; Nesterov momentum: DiLoCo), its slots
- * beside the copies; the step that runs it, and the workers it can lose (b). */
+ * beside the copies; the step that runs it. */
 int psg_sync_build_local(const psg_sync_build_t *b, psg_sync_graph_t *out,
                          const psg_optimizer_config_t *outer);
 int psg_sync_step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st);
-int psg_sync_lost_local(const psg_sync_config_t *cfg, int num_required);
+/* Every worker but the chief (lost_workers of every strategy that goes on without one: the
+ * chief's membership lowers sync's N, answers ssp's clocks; async and easgd wait for none). */
+int psg_sync_lost_any(const psg_sync_config_t *cfg, int num_required);
 /* sync's graph (sync/strategy_sync.c), for a strategy that averages through it. */
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out);
 

@@ -22,20 +22,13 @@ static int build_async(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     return psg_sync_staleness_pair(b->g, b->global_step, out->train_op, out);
 }
 
-/* Every worker but the chief: nothing waits for another worker's gradient (the chief's end
- * of the job follows the live set, worker/membership.c). */
-static int lost_async(const psg_sync_config_t *cfg, int num_required) {
-    (void)num_required;
-    return cfg->num_workers - 1;
-}
-
 static const char *const async_options[] = {"--max-staleness", PSG_SYNC_COMPRESS_OPTIONS, NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_async = {
     .name = "async",
     .summary = "asynchronous SGD: each worker applies its gradient as soon as it has it",
     .options = async_options,
-    .lost_workers = lost_async,
+    .lost_workers = psg_sync_lost_any,
     .build = build_async,
     .compress = true,
 };

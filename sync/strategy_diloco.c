@@ -36,7 +36,7 @@ const psg_sync_strategy_t psg_sync_strategy_diloco = {
                "pseudo-gradient, on the ps",
     .options = diloco_options,
     .check = check_diloco,
-    .lost_workers = psg_sync_lost_local,
+    .lost_workers = psg_sync_lost_any,
     .build = build_diloco,
     .step = psg_sync_step_local,
     .chief_runner = true,

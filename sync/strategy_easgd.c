@@ -106,6 +106,7 @@ const psg_sync_strategy_t psg_sync_strategy_easgd = {
                "the ps pull toward each other by alpha",
     .options = easgd_options,
     .check = check_easgd,
+    .lost_workers = psg_sync_lost_any,
     .build = build_easgd,
     .step = step_easgd,
     .local_model = true,

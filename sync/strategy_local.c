@@ -146,6 +146,9 @@ static int build_average(const psg_sync_build_t *b, psg_sync_graph_t *out,
     out->chief_init_op = avg.chief_init_op;
     out->close_op = avg.close_op;
     out->global_step = avg.global_step;
+    out->set_live_op = avg.set_live_op;
+    out->live_required = avg.live_required;
+    out->live_tokens = avg.live_tokens;
     return out->calls[1].targets[0] < 0 ? -1 : 0;
 }
 
@@ -210,10 +213,6 @@ int psg_sync_step_local(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step
     return 0;
 }
 
-int psg_sync_lost_local(const psg_sync_config_t *cfg, int num_required) {
-    return cfg->num_workers - num_required;
-}
-
 static const char *const local_options[] = {"--local-steps", "--local-after", "--backup-workers",
                                             NULL};
 
@@ -222,7 +221,7 @@ const psg_sync_strategy_t psg_sync_strategy_local = {
     .summary = "local SGD: each worker takes H steps on its own copy, then the copies are "
                "averaged through the ps",
     .options = local_options,
-    .lost_workers = psg_sync_lost_local,
+    .lost_workers = psg_sync_lost_any,
     .build = build_local,
     .step = psg_sync_step_local,
     .chief_runner = true,

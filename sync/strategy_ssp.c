@@ -124,6 +124,13 @@ static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     }
     if (pushed) psg_graph_pop_device(g);
     free(ctl);
+    if (rc == 0 && r == 0) { /* the chief: lost workers are never the slowest */
+        psg_shape_t ws = psg_shape_1d(W);
+        out->live_mask = psg_placeholder(g, "ssp/live", PSG_DT_I32, &ws);
+        pushed = psg_sync_push_device_of(g, clock);
+        out->set_live_op = psg_ssp_clock_set_live_op(g, "ssp/set_live", clock, out->live_mask);
+        if (pushed) psg_graph_pop_device(g);
+    }
     if (rc < 0 || build_apply(b, out, clock) < 0) return -1;
     build_wait(b, out, clock, HALF_APPLIED);
     build_wait(b, out, clock, HALF_READ);
@@ -186,6 +193,7 @@ const psg_sync_strategy_t psg_sync_strategy_ssp = {
     .summary = "stale-synchronous: each worker applies its gradient / W at once, and waits "
                "when more than S steps ahead of the slowest",
     .options = ssp_options,
+    .lost_workers = psg_sync_lost_any,
     .build = build_ssp,
     .step = step_ssp,
 };

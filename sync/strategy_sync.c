@@ -22,7 +22,7 @@ static const char *var_name(const psg_sync_build_t *b, int i, const char *suffix
 
 typedef struct {
     psg_endpoint_t *accums, *applied, *means;
-    int *applies, *closes, *sets, *resets;
+    int *applies, *closes, *sets, *resets, *lives;
 } nodes_t;
 
 /* Variable i's accumulator, the worker's apply and the chief's take (t->accums[i],
@@ -95,11 +95,39 @@ static int reissue(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
     return psg_graph_status(g);
 }
 
+/* As workers are lost or join (the chief's set_live_op, docs/distributed.md "Membership"):
+ * every accumulator's N and the tokens of each release, fed. */
+static int set_live(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
+                    psg_sync_graph_t *out) {
+    psg_graph_t *g = b->g;
+    char name[1024];
+    psg_shape_t scalar = psg_shape_scalar();
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) return -1;
+    out->live_required = psg_placeholder(g, "live_required", PSG_DT_I64, &scalar);
+    out->live_tokens = psg_placeholder(g, "live_tokens", PSG_DT_I64, &scalar);
+    psg_graph_pop_scope(g);
+    for (int i = 0; i < b->n; i++) {
+        bool pushed = psg_sync_push_device_of(g, b->vars[i]);
+        t->lives[i] = psg_accumulator_set_required_op(
+            g, var_name(b, i, "grad_accum/set_required", name, sizeof name), t->accums[i],
+            out->live_required);
+        if (pushed) psg_graph_pop_device(g);
+    }
+    bool pushed = psg_sync_push_device_of(g, b->global_step);
+    t->lives[b->n] =
+        psg_token_queue_set_repeat_op(g, "sync_replicas/set_tokens", queue, out->live_tokens);
+    if (pushed) psg_graph_pop_device(g);
+    if (psg_graph_push_scope(g, "sync_replicas") < 0) return -1;
+    out->set_live_op = psg_group(g, "set_live", b->n + 1, t->lives);
+    psg_graph_pop_scope(g);
+    return psg_graph_status(g);
+}
+
 int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
     int n = b->n, rc = -1;
     nodes_t t;
-    void *mem = calloc((size_t)(n + 1), 3 * sizeof(psg_endpoint_t) + 4 * sizeof(int));
+    void *mem = calloc((size_t)(n + 1), 3 * sizeof(psg_endpoint_t) + 5 * sizeof(int));
     if (!mem) return psg_error_set("out of memory");
     t.accums = mem;
     t.applied = t.accums + n + 1;
@@ -108,6 +136,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     t.closes = t.applies + n + 1;
     t.sets = t.closes + n + 1;
     t.resets = t.sets + n + 1;
+    t.lives = t.resets + n + 1;
     char name[1024];
     psg_shape_t scalar = psg_shape_scalar();
 
@@ -169,7 +198,7 @@ int psg_sync_build_sync(const psg_sync_build_t *b, psg_sync_graph_t *out) {
             g, var_name(b, i, "grad_accum/set_global_step", name, sizeof name), t.accums[i],
             out->global_step);
     t.closes[n] = close_queue;
-    if (reissue(b, &t, queue, out) < 0) goto out;
+    if (reissue(b, &t, queue, out) < 0 || set_live(b, &t, queue, out) < 0) goto out;
     if (psg_graph_push_scope(g, "sync_replicas") < 0) goto out;
     out->chief_init_op = psg_group(g, "chief_init", n, t.sets);
     out->close_op = psg_group(g, "close", n + 1, t.closes);
@@ -180,10 +209,6 @@ out:
     return rc;
 }
 
-static int lost_sync(const psg_sync_config_t *cfg, int num_required) {
-    return cfg->num_workers - num_required;
-}
-
 static const char *const sync_options[] = {"--replicas-to-aggregate", "--backup-workers",
                                            PSG_SYNC_COMPRESS_OPTIONS, NULL};
 
@@ -192,7 +217,7 @@ const psg_sync_strategy_t psg_sync_strategy_sync = {
     .summary = "synchronous SGD: the mean of the first N of N + b gradients a step, the b "
                "slowest dropped",
     .options = sync_options,
-    .lost_workers = lost_sync,
+    .lost_workers = psg_sync_lost_any,
     .build = psg_sync_build_sync,
     .chief_runner = true,
     .compress = true,

@@ -473,6 +473,59 @@ static void test_accumulator_errors(void) {
     psg_resource_mgr_destroy(&rm);
 }
 
+/* The chief's N as workers are lost or join (psg_accumulator_set_required): a take waiting
+ * for 2 with 1 in completes when N drops to 1; later takes ask for the live N whatever
+ * their own, and the cap follows it; N grows again. The token queue's repeat the same. */
+static void test_live_required(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_shape_t s3 = psg_shape_1d(3);
+    psg_accumulator_t *acc = psg_accumulator_get(rm, "acc", &s3, 2);
+    CHECK(apply3(acc, 0, 6, 6, 6));
+    waited_t w = {.t = {.acc = acc}};
+    pthread_t th;
+    pthread_create(&th, NULL, waited_main, &w);
+    sleep_ms(20);
+    CHECK(!atomic_load(&w.done)); /* 1 of 2 */
+    CHECK(psg_accumulator_set_required(acc, 1) == 0);
+    pthread_join(th, NULL);
+    CHECK(w.t.rc == 0 && w.t.mean && psg_tensor_f32(w.t.mean)[0] == 6.0f);
+    psg_tensor_destroy(&w.t.mean);
+    CHECK(psg_accumulator_global_step(acc) == 1);
+    /* a take of 2 (its attr) gets the live 1; a second gradient of the step is late */
+    CHECK(apply3(acc, 1, 2, 2, 2) && !apply3(acc, 1, 9, 9, 9));
+    psg_tensor_t *mean = NULL;
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && psg_tensor_f32(mean)[0] == 2.0f);
+    psg_tensor_destroy(&mean);
+    /* a worker joins: 3 from now on, a take of 2 times out with 2 in */
+    CHECK(psg_accumulator_set_required(acc, 3) == 0);
+    CHECK(apply3(acc, 2, 1, 1, 1) && apply3(acc, 2, 2, 2, 2));
+    CHECK(psg_accumulator_take(acc, 2, 50, &mean) < 0);
+    CHECK_ERROR_HAS("accumulator 'acc': 2 of 3 gradients for step 2 after 50 ms");
+    CHECK(apply3(acc, 2, 3, 3, 3));
+    CHECK(psg_accumulator_take(acc, 2, 1000, &mean) == 0 && psg_tensor_f32(mean)[0] == 2.0f);
+    psg_tensor_destroy(&mean);
+    psg_accumulator_counts_t c;
+    psg_accumulator_counts(acc, &c);
+    CHECK(c.accepted == 5 && c.late == 1 && c.takes == 3);
+    CHECK(psg_accumulator_set_required(acc, 0) < 0);
+    CHECK_ERROR_HAS("accumulator 'acc': num_required must be >= 1, got 0");
+    /* tokens: 2 a step from now on, whatever the enqueue asks */
+    psg_token_queue_t *q = psg_token_queue_get(rm, "q");
+    int64_t one = 1;
+    CHECK(psg_token_queue_set_repeat(q, 2) == 0);
+    CHECK(psg_token_queue_enqueue_many(q, &one, 1, 3, 0) == 0 && psg_token_queue_size(q) == 2);
+    /* a worker joins: one more token of the last step at once, for it (local step 0) */
+    int64_t tok = 0;
+    CHECK(psg_token_queue_dequeue(q, 0, 0, 100, &tok) == 0 && tok == 1);
+    CHECK(psg_token_queue_dequeue(q, 1, 0, 100, &tok) == 0 && tok == 1);
+    CHECK(psg_token_queue_set_repeat(q, 3) == 0 && psg_token_queue_size(q) == 1);
+    CHECK(psg_token_queue_dequeue(q, 2, 0, 100, &tok) == 0 && tok == 1);
+    CHECK(psg_token_queue_set_repeat(q, 3) == 0 && psg_token_queue_size(q) == 0);
+    CHECK(psg_token_queue_set_repeat(q, 0) < 0);
+    CHECK_ERROR_HAS("token queue 'q': repeat must be >= 1, got 0");
+    psg_resource_mgr_destroy(&rm);
+}
+
 static void test_token_queue(void) {
     psg_resource_mgr_t *rm = psg_resource_mgr_new();
     psg_token_queue_t *q = psg_token_queue_get(rm, "sync_token_q");
@@ -548,7 +601,10 @@ static void test_ops_in_a_session(void) {
     psg_endpoint_t wait = {deq.node, 1};
     int set = psg_accumulator_set_global_step_op(g, "set_step", h, step);
     int close_q = psg_token_queue_close_op(g, "close_q", q, "");
-    CHECK(psg_graph_error(g) == NULL && enq >= 0 && set >= 0 && close_q >= 0);
+    int live_n = psg_accumulator_set_required_op(g, "set_required", h, step);
+    int live_q = psg_token_queue_set_repeat_op(g, "set_repeat", q, step);
+    CHECK(psg_graph_error(g) == NULL && enq >= 0 && set >= 0 && close_q >= 0 && live_n >= 0 &&
+          live_q >= 0);
     /* a variable's handle is not an accumulator's */
     psg_endpoint_t v = psg_var_handle(g, "v", PSG_DT_F32, &s3);
     psg_endpoint_t bad = psg_accumulator_apply_op(g, "bad_apply", v, step, grad);
@@ -583,8 +639,16 @@ static void test_ops_in_a_session(void) {
     CHECK(psg_session_run(s, 2, feeds, fv, 1, &bad, &out, 0, NULL) < 0);
     CHECK_ERROR_HAS(
         "node 'bad_apply' (AccumulatorApplyGradient): input is not an accumulator handle");
-    /* tokens: enqueue 4 three times, dequeue one newer than step 0 */
+    /* a count below 1 is refused, naming the node */
+    CHECK(psg_session_run(s, 1, &step, &s0, 0, NULL, NULL, 1, &live_n) < 0);
+    CHECK_ERROR_HAS("set_required: n must be in [1, ");
+    /* tokens: 4 a step from now on (the chief's count of live workers), then enqueue 4
+     * (3 times, the op says: 4 taken), dequeue one newer than step 0 */
+    CHECK(psg_session_run(s, 1, &step, &s4, 0, NULL, NULL, 1, &live_q) == 0);
     CHECK(psg_session_run(s, 1, &step, &s4, 0, NULL, NULL, 1, &enq) == 0);
+    psg_token_queue_t *tq =
+        psg_resource_find(psg_session_resources(s), "sync_token_q", "token queue");
+    CHECK(tq && psg_token_queue_size(tq) == 4);
     psg_tensor_t *got[2] = {NULL, NULL};
     psg_endpoint_t dq[2] = {deq, wait};
     CHECK(psg_session_run(s, 1, &step, &s0, 2, dq, got, 0, NULL) == 0);
@@ -617,6 +681,7 @@ int main(void) {
     RUN_TEST(test_reset);
     RUN_TEST(test_fail_take);
     RUN_TEST(test_accumulator_errors);
+    RUN_TEST(test_live_required);
     RUN_TEST(test_token_queue);
     RUN_TEST(test_token_queue_wakes_waiters);
     RUN_TEST(test_ops_in_a_session);

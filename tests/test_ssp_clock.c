@@ -65,6 +65,30 @@ static void test_ahead_worker_waits_for_the_slowest(void) {
     psg_resource_mgr_destroy(&rm);
 }
 
+/* The chief's membership (psg_ssp_clock_set_live): a lost worker is never the slowest, so
+ * the wait it held up is answered; when it is live again it starts at the slowest of the
+ * others, not behind them; a mask of the wrong size is refused, naming the clock. */
+static void test_lost_worker_holds_none_back(void) {
+    psg_resource_mgr_t *rm = psg_resource_mgr_new();
+    psg_ssp_clock_t *k = psg_ssp_clock_get(rm, "ssp/clock", 3);
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 4; i++) CHECK(psg_ssp_clock_tick(k, w, APPLIED, 1) == 0);
+    answer_t a = {0};
+    psg_ssp_clock_wait_async(k, 0, APPLIED, 3, 5000, on_answer, &a);
+    pause_ms(20);
+    CHECK(atomic_load(&a.calls) == 0); /* worker 2 is at 0 */
+    int32_t live[3] = {1, 1, 0};
+    CHECK(psg_ssp_clock_set_live(k, live, 3) == 0);
+    CHECK(atomic_load(&a.calls) == 1 && a.least == 4 && !a.error[0]);
+    CHECK(psg_ssp_clock_least(k, APPLIED) == 4);
+    live[2] = 1; /* back: at the slowest of the others */
+    CHECK(psg_ssp_clock_set_live(k, live, 3) == 0);
+    CHECK(psg_ssp_clock_least(k, APPLIED) == 4 && psg_ssp_clock_least(k, READ) == 0);
+    CHECK(psg_ssp_clock_set_live(k, live, 2) < 0);
+    CHECK_ERROR_HAS("ssp clock 'ssp/clock': 2 live flags for 3 workers");
+    psg_resource_mgr_destroy(&rm);
+}
+
 static void test_deadline_and_close(void) {
     psg_resource_mgr_t *rm = psg_resource_mgr_new();
     psg_ssp_clock_t *k = psg_ssp_clock_get(rm, "ssp/clock", 2);
@@ -169,6 +193,7 @@ static void test_ops_wait_without_a_thread(void) {
 
 int main(void) {
     RUN_TEST(test_ahead_worker_waits_for_the_slowest);
+    RUN_TEST(test_lost_worker_holds_none_back);
     RUN_TEST(test_deadline_and_close);
     RUN_TEST(test_sizes);
     RUN_TEST(test_ops_wait_without_a_thread);

@@ -85,13 +85,13 @@ psg_dist_session_t *psg_dist_session_new(psg_graph_t *g, const psg_dist_session_
      * beside the worker's loop) counts its own steps */
     if (psg_cluster_ps_replicas(opt->cluster) > 1)
         snprintf(s->writer, sizeof s->writer, "%s@%016" PRIx64 ".%d", s->task,
-                 psg_wire_incarnation(), opt->id_stream & 1);
+                 psg_wire_incarnation(), opt->id_stream & 3);
     /* step ids: unique across the workers sharing a ps (the task in the high bits) and
      * across restarts of this one (a few bits of time and pid) */
     uint64_t inc = ((uint64_t)time(NULL) ^ (uint64_t)getpid() * 2654435761u) & 0x3fff;
     s->step_base = (int64_t)((inc << 48) | ((uint64_t)(me.index & 0xffff) << 32) |
                              ((uint64_t)(strcmp(me.job, "worker") ? 1 : 0) << 62) |
-                             ((uint64_t)(opt->id_stream & 1) << 31));
+                             ((uint64_t)(opt->id_stream & 3) << 30));
     return s;
 }
 
@@ -515,7 +515,7 @@ static int close_open_step(psg_dist_callable_t *c) {
     collect(c, &c->open, psg_ts_now_ms() + c->s->timeout_ms, NULL, err, sizeof err, &code);
     int64_t step = c->open.step;
     end_step(c, &c->open, err);
-    if (err[0]) return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x7fffffff, err);
+    if (err[0]) return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x3fffffff, err);
     return 0;
 }
 
@@ -580,7 +580,7 @@ bool psg_dist_callable_overlaps(const psg_dist_callable_t *c) {
 /* A fresh step id: the task in the high bits (step_base), so that workers sharing a ps never
  * share one. */
 static int64_t new_step_id(psg_dist_session_t *s) {
-    return s->step_base | (++s->step_counter & 0x7fffffff);
+    return s->step_base | (++s->step_counter & 0x3fffffff);
 }
 
 static void swap_reqs(step_reqs_t *a, step_reqs_t *b) {
@@ -704,7 +704,7 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         c->retry_seq = seq; /* a shard may hold this step's update: its retry says so */
         for (int i = 0; i < c->n_fetches; i++) psg_tensor_destroy(&fetched[i]);
         if (err_names_step) return psg_error_set_code(code, "%s", err);
-        return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x7fffffff, err);
+        return psg_error_set_code(code, "step %" PRId64 ": %s", step & 0x3fffffff, err);
     }
     return 0;
 }

@@ -22,7 +22,9 @@
 /* How often each worker is asked, and how long an answer may take. */
 #define PROBE_MS 250
 
-typedef enum { JOINING, LIVE, DONE, LOST } state_t;
+/* JOINING: not heard from yet; ABSENT: not heard from for the peer timeout since the job
+ * began (not started: --workers MIN:MAX), not counted live until it answers (it joins). */
+typedef enum { JOINING, LIVE, DONE, LOST, ABSENT } state_t;
 
 typedef struct {
     char task[PSG_DEVICE_NAME_MAX]; /* "/job:worker/replica:0/task:2" */
@@ -44,9 +46,13 @@ struct psg_membership {
     psg_ts_client_t **ps; /* (nps) who said JobDone */
     pthread_mutex_t lock; /* the states, changes, wait_from_ms */
     pthread_cond_t cond;  /* a state changed, or stop */
-    int changes;
+    int changes, joined;
+    int64_t start_ms;     /* the thread began */
     int64_t wait_from_ms; /* the end-of-job wait began (0: not yet) */
     atomic_llong step;
+    psg_membership_live_fn on_live; /* NULL: none */
+    void *live_arg;
+    bool told[65]; /* the set on_live was last called with, by rank */
     bool stop;
     pthread_t thread;
     bool started;
@@ -120,14 +126,34 @@ static void ask_done(psg_membership_t *m) {
     }
 }
 
+/* Whether Inspect's reply r says its task server runs a graph ("graphs" >= 1): the worker
+ * made its step, so it is about to send its first gradient. */
+static bool runs_a_graph(const psg_msg_t *r) {
+    char *text = r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
+    psg_json_t *j = text ? psg_json_parse(text) : NULL;
+    free(text);
+    const psg_json_t *g = j ? psg_json_get(j, "graphs") : NULL;
+    bool runs = g && g->type == PSG_JSON_NUMBER && g->number >= 1;
+    psg_json_free(j);
+    psg_error_clear();
+    return runs;
+}
+
 /* Asks worker x whether it answers; a change of its state said. */
 static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_rep_t rep;
     psg_msg_t *r = psg_ts_call(x->client, &in, &rep, PROBE_MS);
     bool answered = r != NULL;
+    pthread_mutex_lock(&m->lock);
+    bool absent = x->state == ABSENT;
+    pthread_mutex_unlock(&m->lock);
+    /* one that joins is admitted once it made its step, not while it starts: the step in
+     * progress would wait for its gradient meanwhile */
+    bool ready = !answered || !absent || runs_a_graph(r);
     psg_msg_destroy(&r);
     if (!answered) psg_error_clear();
+    if (!ready) return;
     int64_t now = psg_ts_now_ms();
     uint64_t inc = answered ? psg_ts_client_incarnation(x->client) : 0;
     pthread_mutex_lock(&m->lock);
@@ -135,12 +161,19 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
         if (x->state == LOST)
             say(m, x, "answers again (incarnation %016" PRIx64 ") at step %lld", inc,
                 (long long)atomic_load(&m->step));
-        else if (x->inc && inc && inc != x->inc)
+        else if (x->state == ABSENT) {
+            say(m, x, "joined at step %lld", (long long)atomic_load(&m->step));
+            m->joined++;
+        } else if (x->inc && inc && inc != x->inc)
             say(m, x, "restarted (incarnation %016" PRIx64 ", was %016" PRIx64 ") at step %lld",
                 inc, x->inc, (long long)atomic_load(&m->step));
         if (x->state != DONE) x->state = LIVE;
         x->heard_ms = now;
         if (inc) x->inc = inc;
+    } else if (x->state == JOINING && !m->wait_from_ms && now - m->start_ms >= m->peer_ms) {
+        x->state = ABSENT; /* not started: the job goes on without it until it joins */
+        say(m, x, "not started (silent %.1f s since the job began): the job goes on without it",
+            (double)(now - m->start_ms) / 1e3);
     } else if (x->state == LIVE || (x->state == JOINING && m->wait_from_ms)) {
         /* never heard from: silent since the end-of-job wait began, not since the start */
         int64_t from =
@@ -151,6 +184,33 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
                      x->state == JOINING ? ", never heard from" : "");
     }
     pthread_mutex_unlock(&m->lock);
+}
+
+/* The chief and the others neither lost nor absent, by rank (under lock); how many ranks. */
+static int live_locked(const psg_membership_t *m, bool *alive) {
+    alive[0] = true;
+    for (int i = 0; i < m->n && i < 64; i++)
+        alive[i + 1] = m->m[i].state != LOST && m->m[i].state != ABSENT;
+    return (m->n < 64 ? m->n : 64) + 1;
+}
+
+/* Tells on_live a new set, outside the lock. */
+static void tell_live(psg_membership_t *m) {
+    bool alive[65];
+    pthread_mutex_lock(&m->lock);
+    int n = live_locked(m, alive);
+    bool changed = m->on_live && !m->stop && memcmp(alive, m->told, sizeof *alive * (size_t)n);
+    pthread_mutex_unlock(&m->lock);
+    if (!changed) return;
+    if (m->on_live(m->live_arg, alive, n) < 0) {
+        if (m->out) {
+            fprintf(m->out, "membership: warning: %s\n", psg_error_message());
+            fflush(m->out);
+        }
+        psg_error_clear();
+        return;
+    }
+    memcpy(m->told, alive, sizeof *alive * (size_t)n);
 }
 
 static void *run(void *arg) {
@@ -176,10 +236,13 @@ static void *run(void *arg) {
             say(m, x, "%s at step %lld", x->why, (long long)x->at_step);
             pthread_cond_broadcast(&m->cond);
         }
+        pthread_mutex_unlock(&m->lock);
+        tell_live(m); /* the strategy follows a loss or a return at once */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += PROBE_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_mutex_lock(&m->lock);
         if (!m->stop) pthread_cond_timedwait(&m->cond, &m->lock, &ts);
         pthread_mutex_unlock(&m->lock);
     }
@@ -236,6 +299,7 @@ psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, 
                                            psg_cluster_keys(cl))))
             rc = -1;
     }
+    m->start_ms = psg_ts_now_ms();
     if (rc == 0 && pthread_create(&m->thread, NULL, run, m) != 0)
         rc = psg_error_set("membership: cannot start its thread");
     m->started = rc == 0;
@@ -261,6 +325,14 @@ void psg_membership_destroy(psg_membership_t **mp) {
     pthread_cond_destroy(&m->cond);
     pthread_mutex_destroy(&m->lock);
     free(m);
+}
+
+void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg) {
+    pthread_mutex_lock(&m->lock);
+    m->on_live = fn;
+    m->live_arg = arg;
+    live_locked(m, m->told);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void psg_membership_set_step(psg_membership_t *m, int64_t step) {
@@ -326,7 +398,8 @@ int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max) {
     int n = 0;
     pthread_mutex_lock(&m->lock);
     for (int i = 0; i < m->n; i++)
-        if (m->m[i].state == LOST && n < max) snprintf(tasks[n++], 128, "%s", m->m[i].task);
+        if ((m->m[i].state == LOST || m->m[i].state == ABSENT) && n < max)
+            snprintf(tasks[n++], 128, "%s", m->m[i].task);
     pthread_mutex_unlock(&m->lock);
     return n;
 }
@@ -346,7 +419,8 @@ void psg_membership_json(psg_membership_t *m, char *buf, size_t size) {
         psg_strbuf_json_str(&b, x->why);
         psg_strbuf_printf(&b, ",\"at_step\":%lld}", (long long)x->at_step);
     }
-    psg_strbuf_printf(&b, "],\"membership_changes\":%d,", m->changes);
+    psg_strbuf_printf(&b, "],\"workers_joined\":%d,\"membership_changes\":%d,", m->joined,
+                      m->changes);
     pthread_mutex_unlock(&m->lock);
     snprintf(buf, size, "%s", b.oom || !b.s ? "" : b.s);
     free(b.s);

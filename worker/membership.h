@@ -25,6 +25,15 @@ psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, 
 /* Stops the thread and closes the connections. NULL-safe; sets *m to NULL. */
 void psg_membership_destroy(psg_membership_t **m);
 
+/* Called from the membership's thread, outside its lock, when the set of live workers (the
+ * chief and every other neither lost nor absent) changed: alive[r] for each rank r < n (the
+ * chief's 0, the others in the cluster's order). The strategy follows it (sync's N, its
+ * tokens, ssp's clocks: psg_sync_train_set_live). A failure is said on out; the next change
+ * tries again. */
+typedef int (*psg_membership_live_fn)(void *arg, const bool *alive, int n);
+/* Sets it (before any loss: call it right after psg_membership_new). */
+void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg);
+
 /* The chief's step now: a change is said with the step it was seen at. */
 void psg_membership_set_step(psg_membership_t *m, int64_t step);
 
@@ -41,11 +50,13 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms);
 int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers, int64_t timeout_ms,
                        FILE *out, bool *all_done);
 
-/* The lost workers (at most max), as task names ("/job:worker/replica:0/task:2"); how many. */
+/* The lost workers and those that never started (at most max), as task names
+ * ("/job:worker/replica:0/task:2"); how many. */
 int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max);
 
 /* The done line's fields, each followed by a comma: "workers_lost":[{"task","host","why",
- * "at_step"}] and "membership_changes":N. */
+ * "at_step"}], "workers_joined":J (workers not started within the peer timeout that
+ * joined later) and "membership_changes":N. */
 void psg_membership_json(psg_membership_t *m, char *buf, size_t size);
 
 #endif

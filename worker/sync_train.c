@@ -51,6 +51,8 @@ struct psg_sync_train {
     psg_dist_callable_t *rejoin;     /* the worker's token after a failover; NULL: none */
     psg_dist_callable_t *reissue;    /* the chief's tokens after a failover; NULL: none */
     psg_dist_callable_t *abort_step; /* the queue closed with an error (chief_sess's); NULL */
+    psg_dist_session_t *live_sess;   /* the chief's, for set_live: the membership's thread */
+    psg_dist_callable_t *live_step;  /* owned by live_sess; NULL: the strategy has no N */
     const psg_cluster_t *cluster;    /* borrowed; NULL in one process */
     /* the last step's model feeds (copies; one tower only) and its local step: a failover
      * that took that step's update back runs it again (psg_sync_train_rejoin) */
@@ -72,7 +74,7 @@ struct psg_sync_train {
     psg_err_code_t runner_code;
     int64_t runner_failed_at;
     atomic_bool runner_failed;
-    bool over, finished, chief;
+    bool over, finished, chief, join;
     double runner_start, runner_sec, straggler_sec, start_sec, end_sec;
     double first_step_at, last_step_at; /* when the runner's first and last steps ended */
     psg_sync_stats_t stats;
@@ -175,6 +177,7 @@ psg_sync_train_t *psg_sync_train_new(const psg_train_config_t *c, psg_graph_t *g
     st->step_timeout_ms = c->step_timeout_ms > 0 ? c->step_timeout_ms : 30000;
     st->no_overlap = c->no_overlap;
     st->backups = c->backup_workers;
+    st->join = c->join;
     strategy_config(st, c);
     st->stragglers = psg_straggler_new(c->seed);
     if (!st->stragglers) {
@@ -214,6 +217,7 @@ void psg_sync_train_destroy(psg_sync_train_t **stp) {
         psg_error_set("%s", saved);
     }
     psg_dist_session_destroy(&st->chief_sess);
+    psg_dist_session_destroy(&st->live_sess);
     psg_sync_replicas_destroy(&st->sr);
     psg_straggler_destroy(&st->stragglers);
     free(st->w.state);
@@ -357,6 +361,23 @@ static int make_calls(psg_sync_train_t *st, psg_dist_session_t *s) {
     return 0;
 }
 
+/* The chief's set_live_op (the strategy follows the live workers: psg_sync_train_set_live)
+ * on a session of its own, for the membership's thread; none when the strategy has none. */
+static int start_live(psg_sync_train_t *st, psg_dist_session_options_t *o) {
+    const psg_sync_graph_t *sg = &st->sg;
+    if (sg->set_live_op < 0) return 0;
+    o->id_stream = 2;
+    psg_endpoint_t all[3] = {sg->live_required, sg->live_tokens, sg->live_mask}, feeds[3];
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (psg_endpoint_valid(all[i])) feeds[n++] = all[i];
+    if (!(st->live_sess = psg_dist_session_new(st->g, o)) ||
+        !(st->live_step = psg_dist_session_make_callable(st->live_sess, n, feeds, 0, NULL, 1,
+                                                         &sg->set_live_op)))
+        return psg_error_wrap("the chief's count of live workers");
+    return 0;
+}
+
 /* The chief's runner on its own session: a session is one caller's. */
 static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
                         psg_task_server_t *server) {
@@ -377,9 +398,43 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
     if (sg->abort_op >= 0 && !(st->abort_step = psg_dist_session_make_callable(
                                    st->chief_sess, 0, NULL, 0, NULL, 1, &sg->abort_op)))
         return psg_error_wrap("the chief's abort of the token queue");
+    if (start_live(st, &o) < 0) return -1;
     st->runner_start = psg_now_sec();
     st->runner = psg_sync_chief_start(chief_run, st, st->total_steps);
     return st->runner ? 0 : -1;
+}
+
+int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n) {
+    if (!st->live_step) return 0;
+    const psg_sync_graph_t *sg = &st->sg;
+    int workers = 0;
+    for (int i = 0; i < n; i++) workers += alive[i];
+    /* a loss spends the backups first (N kept while N workers live: the same batch a step),
+     * then N; a worker that joins adds to N (the b backups kept) */
+    int n0 = st->num_required, b = st->num_workers - n0;
+    int required = workers < n0 ? workers : n0;
+    if (workers - b > required) required = workers - b;
+    psg_shape_t ms = psg_shape_1d(st->num_workers);
+    psg_tensor_t *mask = psg_tensor_new(PSG_DT_I32, &ms), *feeds[3] = {0};
+    for (int i = 0; mask && i < st->num_workers; i++) psg_tensor_i32(mask)[i] = i < n && alive[i];
+    psg_tensor_t *all[3] = {psg_tensor_scalar_i64(required), psg_tensor_scalar_i64(workers), mask};
+    psg_endpoint_t eps[3] = {sg->live_required, sg->live_tokens, sg->live_mask};
+    int nf = 0, rc = all[0] && all[1] && mask ? 0 : psg_error_set("out of memory");
+    for (int i = 0; i < 3; i++)
+        if (psg_endpoint_valid(eps[i])) feeds[nf++] = all[i];
+    if (rc == 0) rc = psg_dist_callable_run(st->live_step, feeds, NULL);
+    for (int i = 0; i < 3; i++) psg_tensor_destroy(&all[i]);
+    if (rc < 0)
+        return psg_error_wrap("--sync %s: following %d live workers", st->cfg.strategy, workers);
+    if (psg_endpoint_valid(sg->live_required))
+        fprintf(st->out,
+                "membership: --sync %s now averages %d of %d gradients a step (%d live workers)\n",
+                st->cfg.strategy, required, workers, workers);
+    else
+        fprintf(st->out, "membership: --sync %s now waits for the %d live workers\n",
+                st->cfg.strategy, workers);
+    fflush(st->out);
+    return 0;
 }
 
 int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s) {
@@ -414,10 +469,20 @@ int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_
         return psg_error_wrap("--sync %s: reading the global step", st->cfg.strategy);
     st->w.local_step = psg_tensor_i64(gs)[0];
     psg_tensor_destroy(&gs);
+    if (st->join) { /* the chief admits it once it answers (worker/membership.c) */
+        fprintf(st->out, "psgraph train: %s joins the running job at global step %" PRId64 "\n",
+                st->task, st->w.local_step);
+        fflush(st->out);
+    }
     st->start_sec = psg_now_sec();
     if (server) psg_task_server_tensor_bytes(server, &st->served0, &st->pulled0);
     st->served_at = st->served0, st->pulled_at = st->pulled0;
-    if (!chief || !st->strategy->chief_runner) return 0;
+    if (!chief) return 0;
+    if (!st->strategy->chief_runner) {
+        psg_dist_session_options_t o = {
+            .cluster = cluster, .server = server, .step_timeout_ms = st->step_timeout_ms};
+        return start_live(st, &o) < 0 ? psg_error_wrap("--sync %s", st->cfg.strategy) : 0;
+    }
     return start_runner(st, cluster, server) < 0 ? psg_error_wrap("--sync %s", st->cfg.strategy)
                                                  : 0;
 }

@@ -68,6 +68,14 @@ int psg_sync_train_init_local(psg_sync_train_t *st, psg_dist_session_t *s);
 int psg_sync_train_start(psg_sync_train_t *st, psg_dist_session_t *s, const psg_cluster_t *cluster,
                          psg_task_server_t *server, bool chief, FILE *metrics);
 
+/* The chief, as workers are lost or join (docs/distributed.md "Membership"): alive[r] for
+ * each rank r < n (the chief's 0). sync, local, diloco: each step (the pending one too)
+ * averages max(min(N, live), live - b) gradients of the live workers it releases tokens to
+ * (a loss spends the backups first); ssp: the clocks wait for the live workers only. Said
+ * on out. A no-op for strategies that wait for no other worker (async, easgd). Called from
+ * one thread (the membership's). 0, or -1 with the error set. */
+int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n);
+
 /* One worker step on (images, labels), the worker's whole batch: the straggler's delay,
  * the strategy's step, its statistics (a metrics.jsonl line). *loss gets the loss (new);
  * *over is set when training is over. Returns 0, or -1 with the error set. */

@@ -111,6 +111,7 @@ typedef struct {
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
+    psg_membership_destroy(&t->members); /* first: its thread calls the strategy */
     psg_bench_timing_destroy(&t->bench);
     psg_inception_train_free(&t->inc);
     psg_init_from_destroy(&t->init_from);
@@ -123,7 +124,6 @@ static void trainer_free(trainer_t *t) {
     psg_dataset_destroy(&t->test);
     psg_optimizer_destroy(&t->opt);
     psg_session_destroy(&t->sess);
-    psg_membership_destroy(&t->members);
     psg_dist_session_destroy(&t->dsess);
     psg_worker_task_leave(&t->w);
     psg_graph_destroy(&t->g);
@@ -411,6 +411,11 @@ static int build_graph(trainer_t *t) {
     return t->init_from ? psg_init_from_report(t->init_from, t->out) : 0;
 }
 
+/* The chief's membership thread: the strategy follows the live workers. */
+static int set_live(void *sync, const bool *alive, int n) {
+    return psg_sync_train_set_live(sync, alive, n);
+}
+
 /* Runners, metrics, hooks, the cluster's start, the batches from the restored step. */
 static int start(trainer_t *t) {
     const psg_train_config_t *c = t->c;
@@ -427,10 +432,16 @@ static int start(trainer_t *t) {
     if (!(t->hooks =
               psg_train_hooks_new(&t->hook_cfg, t->sess, t->out, t->metrics, &t->start_step)))
         return -1;
+    if (c->join && (!t->w.cluster || t->w.chief))
+        return psg_error_set_code(PSG_ERR_CONFIG,
+                                  "--join: %s starts the job, it cannot join one (only a worker "
+                                  "other than the chief joins)",
+                                  t->w.cluster ? t->w.task : "a process without a cluster");
     if (t->w.cluster && start_cluster(t) < 0) return -1;
     if (t->w.cluster && t->w.chief && t->w.num_workers > 1 &&
         !(t->members = psg_membership_new(t->w.cluster, t->w.task, t->out)))
         return -1;
+    if (t->members && t->sync) psg_membership_on_live(t->members, set_live, t->sync);
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(t->batch, c->seed);
     if (t->w.cluster) {

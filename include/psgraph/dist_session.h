@@ -22,8 +22,9 @@ typedef struct {
     psg_task_server_t *server;    /* this process's task server (borrowed), which runs the
                                      local partition and answers the peers' Recvs */
     int64_t step_timeout_ms;      /* a step, a registration, a wait fails after this; <= 0: 30000 */
-    int id_stream;                /* 0 or 1: two sessions of one process (the sync chief's
-                                     runner beside the worker's loop) draw disjoint step ids */
+    int id_stream;                /* 0 to 3: sessions of one process (the sync chief's
+                                     runner and its count of live workers beside the worker's
+                                     loop) draw disjoint step ids */
     int64_t ps_memory_limit;      /* > 0: bytes of variables a ps task may hold (placement.h) */
 } psg_dist_session_options_t;
 

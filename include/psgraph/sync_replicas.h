@@ -119,6 +119,13 @@ typedef struct {
      * step again; -1 / PSG_NO_ENDPOINT for strategies without tokens */
     int reissue_op;
     psg_endpoint_t rejoin_token;
+    /* run by the chief as workers are lost or join (docs/distributed.md "Membership"), fed
+     * those of its endpoints that are valid: live_required (i64 scalar: the gradients a step
+     * averages from now on, the pending one's too), live_tokens (i64 scalar: the tokens each
+     * release carries), live_mask (i32 [num_workers]: 1 for a live worker, by rank; ssp's
+     * clocks); -1 / PSG_NO_ENDPOINT for strategies that wait for no other worker */
+    psg_endpoint_t live_required, live_tokens, live_mask;
+    int set_live_op;
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */
     int close_op;
@@ -149,7 +156,8 @@ typedef struct {
 
 typedef struct psg_sync_replicas psg_sync_replicas_t;
 
-/* The workers the strategy of cfg can lose and go on (sync: b; async: all but the chief;
+/* The workers the strategy of cfg can lose and go on (sync, local, diloco, async: all but the
+ * chief, as the chief follows the live workers;
  * others: 0). -1 with the error set on an unknown strategy. */
 int psg_sync_lost_workers_tolerated(const psg_sync_config_t *cfg);
 

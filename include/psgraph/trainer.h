@@ -53,6 +53,7 @@ typedef struct {
     const char *keys_dir;      /* the cluster's CURVE keys (psgraph/curve.h); NULL: the cluster
                                   file's "keys", else $PSGRAPH_KEYS, else none */
     bool insecure;             /* this task may listen off loopback without keys */
+    bool join;                 /* a worker that joins a running job (--join: not the chief) */
     bool no_overlap;           /* async: each step waits for the ps to apply its gradients
                                   (default: the next step's reads overlap the apply) */
     /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */

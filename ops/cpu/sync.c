@@ -5,6 +5,7 @@
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -104,6 +105,31 @@ int psg_cpu_accumulator_set_global_step(psg_kernel_ctx_t *c) {
     else
         psg_accumulator_set_global_step(a, step);
     return 0;
+}
+
+/* n: AccumulatorSetRequired's and TokenQueueSetRepeat's count, in [1, INT32_MAX]. */
+static int count_input(psg_kernel_ctx_t *c, int *n) {
+    int64_t v = 0;
+    if (scalar_i64(c, 1, &v) < 0) return -1;
+    if (v < 1 || v > INT32_MAX)
+        return psg_error_set("%s: n must be in [1, %d], got %lld", psg_node_name(c->node),
+                             INT32_MAX, (long long)v);
+    *n = (int)v;
+    return 0;
+}
+
+int psg_cpu_accumulator_set_required(psg_kernel_ctx_t *c) {
+    psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
+    int n = 0;
+    if (!a || count_input(c, &n) < 0) return -1;
+    return psg_accumulator_set_required(a, n);
+}
+
+int psg_cpu_token_queue_set_repeat(psg_kernel_ctx_t *c) {
+    psg_token_queue_t *q = psg_token_queue_from_handle(c->inputs[0]);
+    int n = 0;
+    if (!q || count_input(c, &n) < 0) return -1;
+    return psg_token_queue_set_repeat(q, n);
 }
 
 int psg_cpu_accumulator_num_accumulated(psg_kernel_ctx_t *c) {
@@ -232,6 +258,14 @@ int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c) {
         k, (int)psg_node_get_int(c->node, "worker", 0), (int)psg_node_get_int(c->node, "half", 0),
         want, psg_node_get_int(c->node, "timeout_ms", 0), dequeue_done, d); /* least as the token */
     return 0;
+}
+
+int psg_cpu_ssp_clock_set_live(psg_kernel_ctx_t *c) {
+    psg_ssp_clock_t *k = psg_ssp_clock_from_handle(c->inputs[0]);
+    const psg_tensor_t *t = c->inputs[1];
+    if (!k) return -1;
+    if (t->dtype != PSG_DT_I32) return psg_error_set("live flags must be i32");
+    return psg_ssp_clock_set_live(k, psg_tensor_i32(t), (int)psg_tensor_numel(t));
 }
 
 int psg_cpu_count_accepted(psg_kernel_ctx_t *c) {

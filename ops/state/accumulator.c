@@ -27,6 +27,7 @@ struct psg_accumulator {
     int64_t step;       /* the global step gradients must be computed for */
     int count;          /* gradients summed for `step` */
     int num_required;   /* cap per step; 0: none */
+    int live_required;  /* set by the chief as workers come and go; 0: the takes' own */
     psg_tensor_t *sum;  /* f32, the shape; valid when count > 0 */
     /* a sparse accumulator: the rows of the step's gradients summed per id (ids in order
      * of first appearance), valid when count > 0 */
@@ -320,6 +321,7 @@ void psg_accumulator_take_async(psg_accumulator_t *a, int num_required, int64_t 
         done(arg, NULL, NULL, code, msg);
         return;
     }
+    if (a->live_required > 0) num_required = a->live_required;
     a->num_required = num_required;
     a->waiting = true;
     a->want = num_required;
@@ -375,6 +377,20 @@ int psg_accumulator_take_sparse(psg_accumulator_t *a, int num_required, int64_t 
     *mean = w.mean;
     *indices = w.indices;
     return w.mean ? 0 : psg_error_set_code(w.code, "%s", w.b.error);
+}
+
+int psg_accumulator_set_required(psg_accumulator_t *a, int num_required) {
+    if (num_required < 1)
+        return psg_error_set("accumulator '%s': num_required must be >= 1, got %d", a->name,
+                             num_required);
+    finished_take_t f;
+    pthread_mutex_lock(&a->lock);
+    a->live_required = a->num_required = num_required;
+    if (a->waiting) a->want = num_required;
+    bool finished = complete_if_ready_locked(a, &f);
+    pthread_mutex_unlock(&a->lock);
+    if (finished) finish_take(a, &f);
+    return 0;
 }
 
 void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step) {

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ struct psg_ssp_clock {
     psg_timer_t *timer;
     int workers;
     int64_t *clocks;         /* [2 * workers]: the steps read, then the steps applied */
+    bool *gone;              /* [workers]: lost (the chief's membership): never the slowest */
     char *error;             /* closed: why; later waits fail with it */
     clock_waiter_t *waiters; /* in arrival order */
 };
@@ -41,8 +43,9 @@ static void *create_clock(void *ctx) {
     int workers = *(const int *)c[2];
     psg_ssp_clock_t *k = calloc(1, sizeof *k);
     if (k) k->clocks = calloc(2 * (size_t)workers, sizeof *k->clocks);
-    if (!k || !k->clocks || !(k->name = strdup(c[0]))) {
-        if (k) free(k->clocks);
+    if (k) k->gone = calloc((size_t)workers, sizeof *k->gone);
+    if (!k || !k->clocks || !k->gone || !(k->name = strdup(c[0]))) {
+        if (k) free(k->clocks), free(k->gone);
         free(k);
         psg_error_set("out of memory");
         return NULL;
@@ -79,6 +82,7 @@ static void destroy_clock(void *obj) {
     k->magic = 0;
     free(k->error);
     free(k->clocks);
+    free(k->gone);
     free(k->name);
     free(k);
 }
@@ -108,11 +112,15 @@ psg_ssp_clock_t *psg_ssp_clock_from_handle(const psg_tensor_t *h) {
     return psg_ps_handle_object(h, SSP_CLOCK_MAGIC, "an ssp clock");
 }
 
+/* The least clock `half` of the workers not gone (of all when every one is). */
 static int64_t least_locked(const psg_ssp_clock_t *k, int half) {
     const int64_t *c = k->clocks + (size_t)half * (size_t)k->workers;
-    int64_t m = c[0];
-    for (int i = 1; i < k->workers; i++) m = c[i] < m ? c[i] : m;
-    return m;
+    int64_t m = INT64_MAX, all = c[0];
+    for (int i = 0; i < k->workers; i++) {
+        all = c[i] < all ? c[i] : all;
+        if (!k->gone[i]) m = c[i] < m ? c[i] : m;
+    }
+    return m == INT64_MAX ? all : m;
 }
 
 int64_t psg_ssp_clock_least(psg_ssp_clock_t *k, int half) {
@@ -157,6 +165,27 @@ int psg_ssp_clock_tick(psg_ssp_clock_t *k, int worker, int half, int64_t delta) 
                              worker, k->workers);
     pthread_mutex_lock(&k->lock);
     k->clocks[(size_t)half * (size_t)k->workers + (size_t)worker] += delta;
+    clock_waiter_t *ready = ready_locked(k);
+    pthread_mutex_unlock(&k->lock);
+    answer(k, ready);
+    return 0;
+}
+
+int psg_ssp_clock_set_live(psg_ssp_clock_t *k, const int32_t *live, int n) {
+    if (n != k->workers)
+        return psg_error_set("ssp clock '%s': %d live flags for %d workers", k->name, n,
+                             k->workers);
+    pthread_mutex_lock(&k->lock);
+    int64_t least[2] = {least_locked(k, 0), least_locked(k, 1)};
+    for (int i = 0; i < n; i++) {
+        bool back = k->gone[i] && live[i];
+        k->gone[i] = !live[i];
+        /* one that answers again or joins starts at the slowest of the others, not behind */
+        for (int h = 0; back && h < 2; h++) {
+            int64_t *c = &k->clocks[(size_t)h * (size_t)k->workers + (size_t)i];
+            if (*c < least[h]) *c = least[h];
+        }
+    }
     clock_waiter_t *ready = ready_locked(k);
     pthread_mutex_unlock(&k->lock);
     answer(k, ready);

@@ -98,6 +98,11 @@ int psg_accumulator_take(psg_accumulator_t *a, int num_required, int64_t timeout
 int psg_accumulator_take_sparse(psg_accumulator_t *a, int num_required, int64_t timeout_ms,
                                 psg_tensor_t **mean, psg_tensor_t **indices);
 
+/* Sets the gradients a step needs from now on, whatever the takes ask (the chief, as
+ * workers are lost or join: docs/distributed.md "Membership"): a pending take wants that
+ * many and completes at once when the step holds them (its mean over those it holds); the
+ * cap of later gradients is the same. -1 with the error naming it when num_required < 1. */
+int psg_accumulator_set_required(psg_accumulator_t *a, int num_required);
 /* Sets the global step (a chief that restarts sets it from the global step
  * variable); gradients accumulated for another step are dropped. */
 void psg_accumulator_set_global_step(psg_accumulator_t *a, int64_t step);
@@ -136,6 +141,13 @@ psg_token_queue_t *psg_token_queue_from_handle(const psg_tensor_t *h);
 int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, int n, int repeat,
                                  int64_t end_step);
 
+/* Sets how many times each later token is enqueued, whatever the enqueue asks (the chief,
+ * as workers are lost or join: one token per live worker). More than the last release
+ * carried (a worker joined): the difference is enqueued now as copies of that release's
+ * token (the worker that joined takes one: the others are past it), waiters served. -1 with
+ * the error when < 1 or out of memory. */
+int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat);
+
 /* Receives a dequeued token (-1: the queue is closed, training is over)
  * and error NULL, or the reason of a failure (valid during the call only). */
 typedef void (*psg_token_fn)(void *arg, int64_t token, const char *error);
@@ -173,6 +185,10 @@ psg_ssp_clock_t *psg_ssp_clock_from_handle(const psg_tensor_t *h);
 /* Adds delta to clock `half` (0: steps read, 1: steps applied) of `worker` and answers
  * the waits it satisfies. 0, or -1 with the error naming the clock. */
 int psg_ssp_clock_tick(psg_ssp_clock_t *k, int worker, int half, int64_t delta);
+/* The workers the chief's membership counts live (live[i] != 0, n: the clock's workers):
+ * a lost one is never the slowest (the waits it held up are answered); one live again
+ * starts at the slowest of the others when behind. -1 with the error when n does not fit. */
+int psg_ssp_clock_set_live(psg_ssp_clock_t *k, const int32_t *live, int n);
 /* Every clock back to 0 (a job's start); waits stay. */
 void psg_ssp_clock_reset(psg_ssp_clock_t *k);
 /* The least of clock `half` over the workers. */
@@ -269,6 +285,12 @@ psg_endpoint_t psg_token_queue_op(psg_graph_t *g, const char *name);
  * psg_token_queue_restart at the least token first. */
 int psg_token_queue_enqueue_many_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                     psg_endpoint_t tokens, int repeat, int64_t end_step);
+/* AccumulatorSetRequired(handle, n i64 scalar): psg_accumulator_set_required.
+ * TokenQueueSetRepeat(handle, n i64 scalar): psg_token_queue_set_repeat. No outputs. */
+int psg_accumulator_set_required_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                    psg_endpoint_t n);
+int psg_token_queue_set_repeat_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                  psg_endpoint_t n);
 /* TokenQueueDequeue(handle, after_step i64 scalar): output 0 the token (i64
  * scalar, -1 when training is over), output 1 the seconds it waited (f32
  * scalar). `worker` names the caller in errors; fails after timeout_ms. */
@@ -285,6 +307,9 @@ psg_endpoint_t psg_ssp_clock_op(psg_graph_t *g, const char *name, int workers);
  * `worker`; no outputs. */
 int psg_ssp_clock_tick_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, int worker,
                           int half, int64_t delta, int n_after, const int *after);
+/* SspClockSetLive(handle, live i32 [workers]): psg_ssp_clock_set_live. */
+int psg_ssp_clock_set_live_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                              psg_endpoint_t live);
 /* SspClockReset(handle): every clock to 0. */
 int psg_ssp_clock_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle);
 /* SspClockWait(handle, want i64 scalar): waits, holding no thread, until every worker's

@@ -33,6 +33,8 @@ struct psg_token_queue {
     int64_t *tokens; /* FIFO: tokens[0..n) */
     int n, cap;
     int64_t last_released; /* the newest token enqueued, -1 before the first */
+    int live_repeat;       /* set by the chief as workers come and go; 0: the enqueue's own */
+    int last_repeat;       /* the copies of last_released enqueued */
     bool closed;
     char *error;       /* the close's error; NULL: closed cleanly */
     waiter_t *waiters; /* in arrival order */
@@ -134,6 +136,7 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
     if (n < 0 || repeat < 1)
         return psg_error_set("token queue '%s': bad count %d x %d", q->name, n, repeat);
     pthread_mutex_lock(&q->lock);
+    if (q->live_repeat > 0) repeat = q->live_repeat;
     if (q->closed) {
         int rc = q->error ? psg_error_set("token queue '%s' is closed: %s", q->name, q->error) : 0;
         pthread_mutex_unlock(&q->lock);
@@ -166,8 +169,37 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
         for (int i = 0; i < n; i++)
             for (int r = 0; r < repeat; r++) q->tokens[q->n++] = tokens[i];
         if (hi > q->last_released) q->last_released = hi;
+        q->last_repeat = repeat;
     }
     int nw = count_waiters_locked(q);
+    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
+    int k = s ? serve_locked(q, s) : 0;
+    pthread_mutex_unlock(&q->lock);
+    finish_served(q, s, k, NULL);
+    free(s);
+    return 0;
+}
+
+int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat) {
+    if (repeat < 1)
+        return psg_error_set("token queue '%s': repeat must be >= 1, got %d", q->name, repeat);
+    pthread_mutex_lock(&q->lock);
+    q->live_repeat = repeat;
+    /* more workers than the last release counted (one joined): as many more tokens of that
+     * step, so that the step, which waits for its gradient now, gets it */
+    int more = q->closed || q->last_released < 0 ? 0 : repeat - q->last_repeat;
+    if (more > 0 && q->n + more > q->cap) {
+        int64_t *t = realloc(q->tokens, sizeof(int64_t) * (size_t)(q->n + more));
+        if (!t) {
+            pthread_mutex_unlock(&q->lock);
+            return psg_error_set("token queue '%s': out of memory", q->name);
+        }
+        q->tokens = t;
+        q->cap = q->n + more;
+    }
+    for (int i = 0; i < more; i++) q->tokens[q->n++] = q->last_released;
+    if (more > 0) q->last_repeat = repeat;
+    int nw = more > 0 ? count_waiters_locked(q) : 0;
     served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
     int k = s ? serve_locked(q, s) : 0;
     pthread_mutex_unlock(&q->lock);
