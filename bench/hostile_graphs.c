@@ -34,13 +34,15 @@ typedef struct {
 /* Inspect's "memory" numbers (held, peak; -1 when it does not answer) and the number of
  * variables the task holds (peers' graphs create them, and they outlive the graphs). */
 static void inspect(psg_client_t *c, long long *held, long long *peak, long long *vars,
-                    long long *resources) {
+                    long long *resources, long long *cached) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_msg_t *m = psg_req_encode(&in), *rep = psg_client_call(c, &m, 30000);
     const char *js = rep && rep->body ? (const char *)rep->body->data : NULL;
     const char *h = js ? strstr(js, "\"held\":") : NULL, *p = js ? strstr(js, "\"peak\":") : NULL;
     const char *end = js ? strstr(js, "\"accumulators\":") : NULL;
     *held = h ? atoll(h + 7) : -1;
+    const char *bc = js ? strstr(js, "\"buffer_cache\":") : NULL;
+    *cached = bc ? atoll(bc + 15) : -1;
     *peak = p ? atoll(p + 7) : -1;
     const char *res = js ? strstr(js, "\"resources\":") : NULL;
     *vars = end ? 0 : -1;
@@ -239,7 +241,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < clients; k++) /* before this process opens a socket of its own */
         if ((kids[k] = fork()) == 0) _exit(run_client(k, clients, pairs, seeds, ns, &tallies[k]));
     psg_client_t *watch = connect_peer();
-    long long held = 0, peak = 0, worst_peak = 0, vars = 0, resources = 0;
+    long long held = 0, peak = 0, worst_peak = 0, vars = 0, resources = 0, cached = 0;
     printf("{\"bench\":\"hostile_graphs_start\",\"pairs\":%d,\"clients\":%d,\"rss_mb\":%.1f}\n",
            pairs, clients, rss0);
     fflush(stdout);
@@ -254,13 +256,14 @@ int main(int argc, char **argv) {
         if (done < next && running > 0 && up) continue;
         for (; next <= done; next += step) {
         }
-        inspect(watch, &held, &peak, &vars, &resources);
+        inspect(watch, &held, &peak, &vars, &resources, &cached);
         double rss = server_rss_mb();
         if (rss > rss_max) rss_max = rss;
         if (peak > worst_peak) worst_peak = peak;
         printf("{\"bench\":\"hostile_graphs_progress\",\"pairs\":%d,\"rss_mb\":%.1f,"
-               "\"held_bytes\":%lld,\"peak_bytes\":%lld,\"variables\":%lld,\"resources\":%lld}\n",
-               done, rss, held, peak, vars, resources);
+               "\"held_bytes\":%lld,\"peak_bytes\":%lld,\"variables\":%lld,\"resources\":%lld,"
+               "\"buffer_cache_bytes\":%lld}\n",
+               done, rss, held, peak, vars, resources, cached);
         fflush(stdout);
     }
     for (int k = 0; k < clients; k++) /* the server went: stop the clients still running */
@@ -273,7 +276,7 @@ int main(int argc, char **argv) {
     }
     munmap(tallies, sizeof(tally_t) * (size_t)clients);
     sleep(3); /* every wait a request started (--max-wait 1, --recv-timeout 1) has ended */
-    inspect(watch, &held, &peak, &vars, &resources);
+    inspect(watch, &held, &peak, &vars, &resources, &cached);
     double rss_end = server_rss_mb();
     int up = waitpid(server_pid, NULL, WNOHANG) == 0;
     printf(

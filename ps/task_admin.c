@@ -62,7 +62,8 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     }
     pthread_mutex_lock(&ts->lock);
     int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len,
-        np = psg_ts_peers_holding_locked(ts);
+        np = psg_ts_peers_holding_locked(ts), used = ts->runners_used, idle = 0;
+    for (const idle_thread_t *t = ts->idle_runners; t; t = t->next) idle++;
     psg_strbuf_t done = {0}; /* who said JobDone: the chief's membership (worker/membership.c) */
     for (int i = 0; i < nd; i++) {
         if (i) psg_strbuf_add(&done, ",", 1);
@@ -71,9 +72,9 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     pthread_mutex_unlock(&ts->lock);
     psg_strbuf_printf(&b,
                       "],\"resources\":%d,\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,"
-                      "\"workers_done\":%d",
+                      "\"workers_done\":%d,\"runners\":%d,\"runners_idle\":%d,\"runners_used\":%d",
                       psg_resource_count(ts->rm, NULL), ng, psg_rendezvous_num_pending(ts->rv), nq,
-                      np, nd);
+                      np, nd, ts->max_steps, idle, used);
     psg_strbuf_printf(&b, ",\"workers_done_tasks\":[%s]", done.s ? done.s : "");
     free(done.s);
     /* a string: JSON readers keep 53 bits of a number */
@@ -84,10 +85,11 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
         psg_strbuf_str(&b, ",\"replication\":");
         psg_ts_repl_stats(ts->repl, &b);
     }
-    psg_strbuf_printf(
-        &b, ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64 "}",
-        psg_membudget_limit(ts->budget), psg_membudget_held(ts->budget),
-        psg_membudget_peak(ts->budget));
+    psg_strbuf_printf(&b,
+                      ",\"memory\":{\"limit\":%" PRId64 ",\"held\":%" PRId64 ",\"peak\":%" PRId64
+                      ",\"buffer_cache\":%zu}",
+                      psg_membudget_limit(ts->budget), psg_membudget_held(ts->budget),
+                      psg_membudget_peak(ts->budget), psg_buffer_cached_bytes());
     if (ts->server) {
         psg_server_stats_t st = psg_server_stats(ts->server);
         psg_strbuf_printf(&b,

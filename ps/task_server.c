@@ -125,6 +125,31 @@ void psg_ts_on_deregister(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r)
         psg_ts_reply_ok(ts, *reqp, NULL);
 }
 
+/* Runners and builders wait for jobs on a stack, and a queued job wakes the thread that
+ * went idle last (a condition variable wakes the one that waited longest): the jobs go to
+ * as few threads as they keep busy, not round the whole pool, so the others' stacks,
+ * allocator caches and malloc arenas stay cold (under AddressSanitizer each thread that
+ * frees also holds its own 1 MB quarantine). All of them run when the jobs need them. */
+static void wake_idle_locked(idle_thread_t **stack) {
+    idle_thread_t *t = *stack;
+    if (!t) return;
+    *stack = t->next;
+    t->woken = true;
+    pthread_cond_signal(&t->wake);
+}
+
+static void wake_all_idle_locked(idle_thread_t **stack) {
+    while (*stack) wake_idle_locked(stack);
+}
+
+/* Under lock: on the stack until a wake takes this thread off it. */
+static void wait_idle_locked(psg_task_server_t *ts, idle_thread_t **stack, idle_thread_t *self) {
+    self->woken = false;
+    self->next = *stack;
+    *stack = self;
+    while (!self->woken) pthread_cond_wait(&self->wake, &ts->lock);
+}
+
 void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont) {
     job_t **head = cont ? &ts->cq_head : &ts->jq_head, **tail = cont ? &ts->cq_tail : &ts->jq_tail;
     j->next = NULL;
@@ -134,7 +159,7 @@ void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont) {
         *head = j;
     *tail = j;
     if (!cont) ts->jq_len++;
-    pthread_cond_signal(j->registers ? &ts->builds_cond : &ts->jobs_cond);
+    wake_idle_locked(j->registers ? &ts->idle_builders : &ts->idle_runners);
 }
 
 /* The run of j has nodes to run again, or is over: to the runners (any thread). */
@@ -368,12 +393,17 @@ static job_t *next_job_locked(psg_task_server_t *ts, bool builds) {
 }
 
 static void serve_jobs(psg_task_server_t *ts, bool builds) {
+    idle_thread_t self = {.woken = false};
+    pthread_cond_init(&self.wake, NULL);
+    idle_thread_t **idle = builds ? &ts->idle_builders : &ts->idle_runners;
+    bool ran = false;
     pthread_mutex_lock(&ts->lock);
     for (;;) {
         job_t *j = NULL;
         while (!ts->runners_stop && !(j = next_job_locked(ts, builds)))
-            pthread_cond_wait(builds ? &ts->builds_cond : &ts->jobs_cond, &ts->lock);
-        if (!j) break;          /* stopping: stop_runners fails what is queued */
+            wait_idle_locked(ts, idle, &self);
+        if (!j) break; /* stopping: stop_runners fails what is queued */
+        if (!builds && !ran) ran = true, ts->runners_used++;
         peer_t *peer = j->peer; /* run_job frees j; a running peer is never pruned */
         pthread_mutex_unlock(&ts->lock);
         run_job(ts, j);
@@ -381,11 +411,12 @@ static void serve_jobs(psg_task_server_t *ts, bool builds) {
         /* a job of a peer at its --max-running was passed over: it may run now (every
          * thread woken at every job's end, 8 runners and 2 builders fought for the lock) */
         if (peer && peer->running-- >= ts->lim.max_running_per_peer) {
-            pthread_cond_broadcast(&ts->jobs_cond);
-            pthread_cond_broadcast(&ts->builds_cond);
+            wake_all_idle_locked(&ts->idle_runners);
+            wake_all_idle_locked(&ts->idle_builders);
         }
     }
     pthread_mutex_unlock(&ts->lock);
+    pthread_cond_destroy(&self.wake);
 }
 
 static void *runner_main(void *arg) {
@@ -514,12 +545,12 @@ static void stop_runners(psg_task_server_t *ts) {
     /* what started ends (its waits fail now: the rendezvous and the sync resources are
      * closed), what did not is refused */
     ts->draining = true;
-    pthread_cond_broadcast(&ts->jobs_cond);
-    pthread_cond_broadcast(&ts->builds_cond);
+    wake_all_idle_locked(&ts->idle_runners);
+    wake_all_idle_locked(&ts->idle_builders);
     while (ts->live_runs > 0 || ts->cq_head || ts->jq_head) pthread_cond_wait(&ts->cond, &ts->lock);
     ts->runners_stop = true;
-    pthread_cond_broadcast(&ts->jobs_cond);
-    pthread_cond_broadcast(&ts->builds_cond);
+    wake_all_idle_locked(&ts->idle_runners);
+    wake_all_idle_locked(&ts->idle_builders);
     pthread_mutex_unlock(&ts->lock);
     for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     ts->n_runners = 0;
@@ -712,8 +743,6 @@ psg_task_server_t *psg_task_server_new(const psg_task_server_options_t *opt) {
     pthread_mutex_init(&ts->lock, NULL);
     psg_wire_random(&ts->peer_seed, sizeof ts->peer_seed);
     pthread_cond_init(&ts->cond, NULL);
-    pthread_cond_init(&ts->jobs_cond, NULL);
-    pthread_cond_init(&ts->builds_cond, NULL);
     pthread_cond_init(&ts->graph_idle, NULL);
     ts->cluster = opt->cluster;
     ts->keys = opt->keys ? opt->keys : psg_cluster_keys(opt->cluster);
@@ -797,8 +826,8 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     if (ts->n_runners) {
         pthread_mutex_lock(&ts->lock);
         ts->runners_stop = true;
-        pthread_cond_broadcast(&ts->jobs_cond);
-        pthread_cond_broadcast(&ts->builds_cond);
+        wake_all_idle_locked(&ts->idle_runners);
+        wake_all_idle_locked(&ts->idle_builders);
         pthread_mutex_unlock(&ts->lock);
         for (int i = 0; i < ts->n_runners; i++) pthread_join(ts->runners[i], NULL);
     }
@@ -818,8 +847,6 @@ void psg_task_server_destroy(psg_task_server_t **tsp) {
     psg_trace_destroy(&ts->trace);
     psg_membudget_unref(&ts->budget);
     pthread_cond_destroy(&ts->cond);
-    pthread_cond_destroy(&ts->jobs_cond);
-    pthread_cond_destroy(&ts->builds_cond);
     pthread_cond_destroy(&ts->graph_idle);
     pthread_mutex_destroy(&ts->lock);
     free(ts);

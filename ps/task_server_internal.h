@@ -120,6 +120,14 @@ typedef struct {
     int n, cap;
 } waiter_list_t;
 
+/* A runner or builder with no job, on its kind's stack of idle threads: a queued job wakes
+ * the one that went idle last (task_server.c). */
+typedef struct idle_thread {
+    pthread_cond_t wake;
+    bool woken;
+    struct idle_thread *next;
+} idle_thread_t;
+
 struct psg_task_server {
     const psg_cluster_t *cluster;
     const psg_curve_keys_t *keys; /* NULL: plain frames */
@@ -152,7 +160,8 @@ struct psg_task_server {
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    pthread_cond_t jobs_cond; /* a queued job or the runners' stop */
+    idle_thread_t *idle_runners; /* waiting for a job (a queued one, or the stop) */
+    int runners_used;            /* runners that ever ran a job (Inspect) */
     bool ready, stopped, stop_requested, runners_stop;
     char start_error[1024];
     char stop_reason[512];
@@ -160,12 +169,12 @@ struct psg_task_server {
     int n_graphs, cap_graphs;
     job_t *jq_head, *jq_tail; /* RunGraphs not started */
     int jq_len;
-    job_t *cq_head, *cq_tail;   /* started ones with nodes to run again, and graphs' next in line */
-    int live_runs;              /* started and not finished */
-    uint64_t served;            /* jobs the runners took: the peers take turns */
-    pthread_cond_t builds_cond; /* a queued RegisterGraph or the runners' stop */
-    bool draining;              /* stopping: what is started ends, nothing starts */
-    pthread_cond_t graph_idle;  /* a graph's run ended (an in-process run waits for it) */
+    job_t *cq_head, *cq_tail; /* started ones with nodes to run again, and graphs' next in line */
+    int live_runs;            /* started and not finished */
+    uint64_t served;          /* jobs the runners took: the peers take turns */
+    idle_thread_t *idle_builders; /* waiting for a RegisterGraph (or the stop) */
+    bool draining;                /* stopping: what is started ends, nothing starts */
+    pthread_cond_t graph_idle;    /* a graph's run ended (an in-process run waits for it) */
     peer_t *peers;
     int n_peers;
     peer_t *peer_index[PEER_BUCKETS]; /* the same peers by key or routing id */

@@ -475,6 +475,35 @@ static void test_waits_hold_no_runner(void) {
     cluster_stop(&c); /* SIGTERM ends the waits at once */
 }
 
+/* Steps go to the runner that went idle last: one peer's steps one after another, each
+ * sent once every runner is idle again, all run on one of the 8 runners (a condition
+ * variable's waiter that waited longest went round all 8, and under AddressSanitizer each
+ * held its own 1 MB quarantine of freed memory). */
+static void test_steps_keep_to_few_runners(void) {
+    pid_t first_pid = server_pid;
+    int first_port = port;
+    const char *argv[] = {"--memory-limit", "256M", NULL};
+    CHECK(start_server_argv(argv) == 0);
+    psg_client_t *c = connect_peer();
+    int fetch = -1;
+    psg_graph_t *g = chain_graph(&fetch);
+    uint64_t h = register_graph(c, g, fetch);
+    CHECK(h != 0);
+    int ran = 0;
+    for (int i = 0; h && i < 32; i++) {
+        /* the runner that replied is back on the idle stack (it replies, then frees) */
+        for (int k = 0; k < 2000 && inspect_field(c, "runners_idle") < 8; k++) usleep(1000);
+        ran += run_chain(c, h, PSG_ERR_UNKNOWN) == 1;
+    }
+    CHECK(ran == 32);
+    long long runners = inspect_field(c, "runners"), used = inspect_field(c, "runners_used");
+    printf("  runners %lld, used by 32 steps one after another: %lld\n", runners, used);
+    CHECK(runners == 8 && used == 1);
+    psg_graph_destroy(&g);
+    psg_client_destroy(&c);
+    restore_server(first_pid, first_port);
+}
+
 /* ---- a real job beside each finding's reproducer ---- */
 
 typedef struct {
@@ -850,6 +879,7 @@ int main(int argc, char **argv) {
     RUN_SOME(test_closed_connection_seen_closed);
     RUN_SOME(test_closed_connections_lock_nobody_out);
     RUN_SOME(test_waits_hold_no_runner);
+    RUN_SOME(test_steps_keep_to_few_runners);
     RUN_SOME(test_job_beside_reproducers);
     RUN_SOME(test_one_memory_budget);
     RUN_SOME(test_every_failure_has_a_code);

@@ -714,6 +714,24 @@ static void test_rendezvous(void) {
     CHECK(psg_rendezvous_recv(rv, 163, "x", 0, &out) < 0);
     CHECK_ERROR_HAS("aborted (gone)");
     psg_rendezvous_cleanup_step(rv, 4);
+    /* steps aborted and never cleaned up (a peer whose steps fail and that never sends
+     * CleanupStep) are remembered 256 at most, then 64 more as if cleaned up: a record
+     * each for good grew the task server by every failed step of such a peer */
+    for (int64_t k = 1000; k < 1000 + 256 + 64 + 10; k++)
+        psg_rendezvous_abort_step(rv, k, "no cleanup");
+    for (int64_t k = 1000; k < 1010; k++) { /* forgotten: a send waits for its receiver */
+        t = psg_tensor_scalar_f32(1);
+        CHECK(psg_rendezvous_send(rv, k, "x", &t) == 0);
+        psg_rendezvous_cleanup_step(rv, k);
+    }
+    for (int64_t k = 1010; k < 1000 + 256 + 64 + 10; k += 37) { /* remembered: refused */
+        t = psg_tensor_scalar_f32(1);
+        CHECK(psg_rendezvous_send(rv, k, "x", &t) < 0);
+        CHECK_ERROR_HAS("aborted (no cleanup)");
+        psg_tensor_destroy(&t);
+    }
+    CHECK(psg_rendezvous_recv(rv, 1000 + 256 + 64 + 9, "x", 0, &out) < 0);
+    CHECK_ERROR_HAS("aborted (no cleanup)");
     /* an abort wakes a receiver that waits with no limit, naming its key */
     pthread_create(&th, NULL, waiter, rv);
     struct timespec ts = {0, 20 * 1000 * 1000};

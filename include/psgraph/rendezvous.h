@@ -53,7 +53,8 @@ int psg_rendezvous_recv(psg_rendezvous_t *rv, int64_t step, const char *key, int
  * and their key; later sends and receives fail at once. */
 void psg_rendezvous_abort(psg_rendezvous_t *rv, const char *why);
 /* Aborts one step (a failed partition): its waiters fail, its tensors are
- * dropped, its later sends and receives fail, until psg_rendezvous_cleanup_step. */
+ * dropped, its later sends and receives fail, until psg_rendezvous_cleanup_step
+ * (or until 256 later aborted steps wait for theirs: then as if cleaned up). */
 void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *why);
 /* Ends a step: drops its unreceived tensors and fails its waiters ("step
  * ended"). An aborted step's later sends and receives still fail at once

@@ -15,6 +15,10 @@
 
 #define NUM_BUCKETS 256
 #define ENDED_ABORTS 64 /* aborted steps remembered after their cleanup */
+/* Aborted steps remembered before it: a peer whose steps fail and that never cleans them
+ * up (a hostile one, or one that died) made a record per step, for good; past this many
+ * the oldest goes to the cleaned-up ring as if cleaned up. */
+#define MAX_ABORTS 256
 
 typedef struct entry {
     int64_t step;
@@ -40,8 +44,9 @@ struct psg_rendezvous {
     int num_entries;
     int num_timed; /* waiters with a deadline */
     int64_t default_timeout_ms;
-    char *aborted; /* reason of a global abort */
-    aborted_step_t *aborted_steps;
+    char *aborted;                 /* reason of a global abort */
+    aborted_step_t *aborted_steps; /* newest first */
+    int num_aborted;
     /* aborted steps already cleaned up, newest last in a ring: a late pull of one (a peer
      * that was stopped or slow runs the step after this task gave it up) fails at once
      * instead of waiting out its timeout while holding the peer's graph */
@@ -380,6 +385,17 @@ void psg_rendezvous_abort(psg_rendezvous_t *rv, const char *why) {
     fail_all(list, PSG_ERR_ABORTED, what);
 }
 
+/* Moves a (off the aborted list) into the ring of cleaned-up steps, its oldest out. */
+static void end_abort_locked(psg_rendezvous_t *rv, aborted_step_t *a) {
+    aborted_step_t *slot = &rv->ended[rv->ended_next];
+    rv->ended_next = (rv->ended_next + 1) % ENDED_ABORTS;
+    free(slot->why);
+    slot->step = a->step;
+    slot->why = a->why; /* moved */
+    free(a);
+    rv->num_aborted--;
+}
+
 void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *why) {
     entry_t *list = NULL;
     char what[600];
@@ -392,6 +408,14 @@ void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *w
             a->why = strdup(why && *why ? why : "aborted");
             a->next = rv->aborted_steps;
             rv->aborted_steps = a;
+            rv->num_aborted++;
+        }
+        if (rv->num_aborted > MAX_ABORTS) {
+            aborted_step_t **oldest = &rv->aborted_steps;
+            while ((*oldest)->next) oldest = &(*oldest)->next;
+            aborted_step_t *o = *oldest;
+            *oldest = NULL;
+            end_abort_locked(rv, o);
         }
     }
     take_all_locked(rv, pick_step, &step, &list);
@@ -410,12 +434,7 @@ void psg_rendezvous_cleanup_step(psg_rendezvous_t *rv, int64_t step) {
             continue;
         }
         *pp = a->next;
-        aborted_step_t *slot = &rv->ended[rv->ended_next];
-        rv->ended_next = (rv->ended_next + 1) % ENDED_ABORTS;
-        free(slot->why);
-        slot->step = step;
-        slot->why = a->why; /* moved */
-        free(a);
+        end_abort_locked(rv, a);
     }
     pthread_mutex_unlock(&rv->lock);
     fail_all(list, PSG_ERR_ABORTED, "step ended");
