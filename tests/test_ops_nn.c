@@ -151,6 +151,10 @@ static const conv_case_t conv_cases[] = {
     {2, 9, 9, 3, 1, 2, 17, 3, 3, true},
     /* conv1 of the cnn, smaller: one input channel, 32 output channels */
     {3, 12, 12, 1, 5, 5, 32, 1, 1, true},
+    /* 64 output channels (a tile of 4 vectors with AVX-512) on rows of 3 and 2 pixels: the
+     * smallest tiles of the widest vectors (conv2d_direct.c's tile_rows) */
+    {2, 5, 3, 4, 3, 3, 64, 1, 1, true},
+    {2, 4, 2, 4, 3, 3, 64, 1, 1, true},
 };
 
 /* A conv's params are prepared once per plan (ops/params.h) from the shapes
