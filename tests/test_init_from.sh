@@ -364,7 +364,8 @@ fi
 # 8. Keras's classifier names for Inception-v3's slim ones (examples/inception3_names.c), of
 # one class more than the model's (slim's 1001 with TF's background class into 1000): the
 # file's predictions/kernel and predictions/bias lose their column 0; of one class less
-# (Keras's 1000 into slim's 1001): the variables get a zero column 0; the rest is the file's
+# (Keras's 1000 into slim's 1001): the variables get a zero column 0; the rest is the file's;
+# of two more: a shape mismatch
 cat >"$tmp/classes.py" <<'PY'
 import json, math, struct, sys
 
@@ -419,4 +420,13 @@ for cf in 11 9; do
   fi
   rm -rf "$tmp/l8_$cf"  # 260 MB
 done
+# ... and of two classes more: no column to add or drop, refused naming both shapes
+python3 "$tmp/classes.py" write "$tmp/keras12.safetensors" 12
+out=$("$psgraph" train --model inception3 --data synthetic --classes 10 --image-size 75 --batch 1 --steps 1 \
+  --init-from "$tmp/keras12.safetensors" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "tensor 'predictions/kernel' is f32\[2048, 12\], variable 'InceptionV3/Logits/Conv2d_1c_1x1/weights' is f32\[2048, 10\]" <<<"$out"; then
+  ok "Keras's classifier of 12 classes into inception3's 10: $(grep -o "tensor 'predictions.*" <<<"$out")"
+else
+  fail "Keras's classifier of 12 classes into inception3's 10 (rc $rc): $out"
+fi
 [ $fails = 0 ]
