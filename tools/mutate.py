@@ -182,8 +182,9 @@ def reusable(prev, reviewed_key, reviewed, trust_reviews=False):
     docs/testing.md reviews it (equivalent or unreachable: a new test cannot change that); an
     unreviewed survivor runs again, to see whether a test added since kills it. A reviewed
     mutant with no result on the file's text runs, to see that it still survives, unless
-    --trust-reviews (a run short of time: the review is taken, and the report says so); an
-    outcome taken that way is not reused by a later run without the option."""
+    --trust-reviews (a run short of time: the review is taken, and the report says so; main()
+    trusts only a review of a line whose text is unique in the file); an outcome taken that way
+    is not reused by a later run without the option."""
     if not prev:
         return trust_reviews and reviewed_key in reviewed
     if prev.get("review_taken"):
@@ -387,6 +388,7 @@ def main():
     summary, done, total, t_start = {}, 0, sum(len(p[3]) for p in plan), time.time()
     for f, src, n_all, chosen in plan:
         sha = hashlib.sha1(src.encode()).hexdigest()
+        lines = [line.strip() for line in src.splitlines()]
         s = summary[f] = {"mutants": n_all, "run": len(chosen), "killed": 0, "by_sanitizers": 0,
                           "survived": [], "reviewed": [], "same_object": 0, "stillborn": 0, "not_run": 0,
                           "review_taken": 0}
@@ -396,7 +398,10 @@ def main():
             if args.report and not prev:
                 s["not_run"] += 1
                 continue
-            if args.resume and not args.report and reusable(prev, m.equivalent_key(), reviewed, args.trust_reviews) \
+            # a review is taken only for a line whose text is the file's only one: a review names
+            # its line by the text, and a second line of that text (an unlock) is another mutant
+            trust = args.trust_reviews and lines.count(m.equivalent_key()[1]) == 1
+            if args.resume and not args.report and reusable(prev, m.equivalent_key(), reviewed, trust) \
                     and (not prev or prev.get("review_taken")):
                 status, by = "survived", "review taken, not run"  # --trust-reviews
                 s["review_taken"] += 1
