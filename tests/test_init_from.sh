@@ -8,7 +8,8 @@
 # sharded file's index (model.safetensors.index.json) loads its files, one that maps nothing is
 # refused; in a cluster the whole fc1 weight fills the model's column shards part_0, part_1; any
 # layout of a variable (whole, 2 or 5 column parts) loads into any other, a cluster's checkpoint
-# into one process (issue 37).
+# into one process (issue 37); Inception-v3's classifier from Keras's names, of one class more
+# (TF's background class) than the model's.
 set -u
 psgraph=$1
 asan=${2:-}
@@ -358,5 +359,74 @@ if [ $rc = 1 ] && grep -q "tensor 'model/fc3/weights' is f32\[10, 256\], variabl
   ok "a transposed weight: $(grep -o "it is the variable's transpose.*" <<<"$out")"
 else
   fail "a transposed weight (rc $rc): $out"
+fi
+
+# 8. Keras's classifier names for Inception-v3's slim ones (examples/inception3_names.c), of
+# one class more than the model's (slim's 1001 with TF's background class into 1000): the
+# file's predictions/kernel and predictions/bias lose their column 0; of one class less
+# (Keras's 1000 into slim's 1001): the variables get a zero column 0; the rest is the file's;
+# of two more: a shape mismatch
+cat >"$tmp/classes.py" <<'PY'
+import json, math, struct, sys
+
+W, B = "InceptionV3/Logits/Conv2d_1c_1x1/weights", "InceptionV3/Logits/Conv2d_1c_1x1/biases"
+
+def head(c):  # Keras's classifier of c classes: kernel [2048, c], bias [c]
+    return {"predictions/kernel": ([2048, c], [0.01 * math.sin(0.37 * i) for i in range(2048 * c)]),
+            "predictions/bias": ([c], [0.5 + k for k in range(c)])}
+
+if sys.argv[1] == "write":  # write OUT C
+    tensors, header, blobs, off = head(int(sys.argv[3])), {}, [], 0
+    for name, (shape, vals) in sorted(tensors.items()):
+        b = struct.pack("<%df" % len(vals), *vals)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(sys.argv[2], "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+else:  # check C F CKPT_SHARD...: the checkpoint's classifier of C classes from the file's of F
+    c, cf, got = int(sys.argv[2]), int(sys.argv[3]), {}
+    for path in sys.argv[4:]:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            hdr = json.loads(f.read(n))
+            for k in (W, B):
+                if k in hdr:
+                    b, e = hdr[k]["data_offsets"]
+                    f.seek(8 + n + b)
+                    got[k] = (hdr[k]["shape"], struct.unpack("<%df" % ((e - b) // 4), f.read(e - b)))
+    src = head(cf)
+    (_, kv), (_, bv) = src["predictions/kernel"], src["predictions/bias"]
+    rows = [kv[r * cf:(r + 1) * cf] for r in range(2048)] + [bv]
+    rows = [row[1:] if cf == c + 1 else [0.0] + list(row) for row in rows]  # column 0 dropped or added
+    want = {W: ([2048, c], [v for row in rows[:-1] for v in row]), B: ([c], rows[-1])}
+    for k, (shape, vals) in want.items():
+        assert k in got and got[k][0] == shape, (k, got.get(k, (None,))[0], shape)
+        err = max(abs(a - b) for a, b in zip(got[k][1], vals))
+        assert err < 1e-5, (k, err)
+    print("%d classes from the file's %d (bias %s...)" % (c, cf, ", ".join("%g" % v for v in got[B][1][:3])))
+PY
+for cf in 11 9; do
+  python3 "$tmp/classes.py" write "$tmp/keras$cf.safetensors" $cf
+  out=$("$psgraph" train --model inception3 --data synthetic --classes 10 --image-size 75 --batch 1 --steps 1 \
+    --test-examples 2 --moving-average-decay 0 --lr 1e-9 --checkpoint-every 1 --logdir "$tmp/l8_$cf" \
+    --init-from "$tmp/keras$cf.safetensors" 2>&1); rc=$?
+  if [ $rc = 0 ] && grep -q "2 of its 2 tensors matched" <<<"$out" &&
+     res=$(python3 "$tmp/classes.py" check 10 $cf "$tmp"/l8_$cf/model.ckpt-1-*.safetensors 2>&1); then
+    ok "Keras's classifier of $cf classes into inception3's 10: $res"
+  else
+    fail "Keras's classifier of $cf classes into inception3's 10 (rc $rc): $(grep -- --init-from <<<"$out" | head -3) ${res:-}"
+  fi
+  rm -rf "$tmp/l8_$cf"  # 260 MB
+done
+# ... and of two classes more: no column to add or drop, refused naming both shapes
+python3 "$tmp/classes.py" write "$tmp/keras12.safetensors" 12
+out=$("$psgraph" train --model inception3 --data synthetic --classes 10 --image-size 75 --batch 1 --steps 1 \
+  --init-from "$tmp/keras12.safetensors" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "tensor 'predictions/kernel' is f32\[2048, 12\], variable 'InceptionV3/Logits/Conv2d_1c_1x1/weights' is f32\[2048, 10\]" <<<"$out"; then
+  ok "Keras's classifier of 12 classes into inception3's 10: $(grep -o "tensor 'predictions.*" <<<"$out")"
+else
+  fail "Keras's classifier of 12 classes into inception3's 10 (rc $rc): $out"
 fi
 [ $fails = 0 ]

@@ -91,6 +91,11 @@ def test_resume_and_baselines():
     check(mutate.reusable({"status": "survived"}, key, reviewed), "a reviewed survivor is reused")
     check(not mutate.reusable({"status": "survived"}, key, {}), "an unreviewed survivor runs again")
     check(not mutate.reusable(None, key, reviewed), "a mutant never run runs")
+    check(mutate.reusable(None, key, reviewed, True), "--trust-reviews: a reviewed mutant never run is taken")
+    check(not mutate.reusable(None, key, {}, True), "--trust-reviews: an unreviewed mutant never run runs")
+    taken = {"status": "survived", "review_taken": True}
+    check(not mutate.reusable(taken, key, reviewed), "a review taken unrun runs in a later run without the option")
+    check(mutate.reusable(taken, key, reviewed, True), "... and is taken again with it")
     with tempfile.TemporaryDirectory() as d:
         a, b = os.path.join(d, "test_x"), os.path.join(d, "test_x.sh")
         for p, data in ((a, b"\x7fELF one"), (b, b"#!/bin/sh\n")):

@@ -151,6 +151,10 @@ static const conv_case_t conv_cases[] = {
     {2, 9, 9, 3, 1, 2, 17, 3, 3, true},
     /* conv1 of the cnn, smaller: one input channel, 32 output channels */
     {3, 12, 12, 1, 5, 5, 32, 1, 1, true},
+    /* 64 output channels (a tile of 4 vectors with AVX-512) on rows of 3 and 2 pixels: the
+     * smallest tiles of the widest vectors (conv2d_direct.c's tile_rows) */
+    {2, 5, 3, 4, 3, 3, 64, 1, 1, true},
+    {2, 4, 2, 4, 3, 3, 64, 1, 1, true},
 };
 
 /* A conv's params are prepared once per plan (ops/params.h) from the shapes
@@ -322,8 +326,9 @@ static const struct {
     {{1, 3, 5, 4, 3, 3, 20, 1, 1, true}, 4, false},   /* 3 rows for 4 threads: im2col */
 };
 
-/* The forward pass on more threads than images equals the naive loops (1e-5) and the
- * direct kernel on one thread (whole images) exactly: the same sums in the same order. */
+/* The forward pass on more threads than images equals the naive loops (1e-5) and, when it
+ * goes around the threads by rows, the direct kernel itself on one thread (whole images)
+ * exactly: the same sums in the same order (the op took the direct kernel). */
 static void test_conv2d_direct_rows(void) {
     unsigned seed = 41;
     for (size_t c = 0; c < sizeof row_cases / sizeof row_cases[0]; c++) {
@@ -343,7 +348,14 @@ static void test_conv2d_direct_rows(void) {
         PSG_ASSERT(ref);
         naive_conv(&g, 0, psg_tensor_f32(fw[0]), psg_tensor_f32(fw[1]), ref);
         psg_tensor_t *rows = run_graph(2, fw, build_conv, (void *)k, row_cases[c].threads);
-        psg_tensor_t *whole = run_graph(2, fw, build_conv, (void *)k, 1);
+        /* the direct kernel itself on one thread: whole images, one after another */
+        psg_shape_t sy = psg_shape_4d(k->n, g.oh, g.ow, k->oc);
+        psg_tensor_t *whole = psg_tensor_new(PSG_DT_F32, &sy);
+        psg_threadpool_t *one = psg_threadpool_new(1);
+        CHECK(whole && one &&
+              psg_conv_direct_forward(one, &ng, psg_tensor_f32(fw[0]), psg_tensor_f32(fw[1]),
+                                      psg_tensor_f32(whole)) == 0);
+        psg_threadpool_destroy(&one);
         if (rows && whole) {
             CHECK(psg_tensor_numel(rows) == n && psg_tensor_numel(whole) == n);
             check_close("rows against the loops", psg_tensor_f32(rows), ref, n, 1e-5);

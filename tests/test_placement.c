@@ -376,6 +376,19 @@ static void test_placement_errors(void) {
     CHECK_ERROR_HAS(
         "node 'far' (VarHandle): device '/job:ps/replica:0/task:5/device:CPU:0' does not exist: job 'ps' has 2 tasks");
     psg_graph_destroy(&g);
+    /* ... in a cluster of one job, of one task: checked too, and said in the singular */
+    psg_job_spec_t alone[1] = {{"worker", 1, 0}};
+    psg_placement_options_t one = {
+        .default_device = "/job:worker/task:0", .num_jobs = 1, .jobs = alone};
+    g = psg_graph_new();
+    psg_graph_push_device(g, "/job:worker/task:1");
+    psg_placeholder(g, "next", PSG_DT_F32, &sh);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, &one) < 0);
+    CHECK(!strcmp(psg_error_message(), "node 'next' (Placeholder): device "
+                                       "'/job:worker/replica:0/task:1/device:CPU:0' does not "
+                                       "exist: job 'worker' has 1 task"));
+    psg_graph_destroy(&g);
 
     g = psg_graph_new();
     psg_graph_push_device(g, "/job:chief");
