@@ -443,51 +443,6 @@ static void zap_ask(const char *version, const char *domain, const char *mechani
  * address; the guard keeps watching the others when one goes; it answers ZAP requests
  * that are malformed, of another socket, of another mechanism or of a key not allowed; and a
  * process whose ZAP endpoint is taken gets a clear error, as often as it asks. */
-/* A peer replaced on its address by another cluster's server (each handshake refused: a
- * disconnect of a connection that never came up) is lost at the peer timeout from when the
- * first one went down, as a silent peer is: the refusals do not start the wait again. */
-static void test_replaced_by_other_cluster(void) {
-    char out[4096], dir_a[400], dir_b[400];
-    snprintf(dir_a, sizeof dir_a, "%s/lost_a", tmp);
-    snprintf(dir_b, sizeof dir_b, "%s/lost_b", tmp);
-    CHECK(run(out, sizeof out, "'%s' keygen '%s' && '%s' keygen '%s'", psgraph_exe, dir_a,
-              psgraph_exe, dir_b) == 0);
-    psg_curve_keys_t *a = psg_curve_keys_load(dir_a, NULL), *b = psg_curve_keys_load(dir_b, NULL);
-    PSG_ASSERT(a && b);
-    psg_wire_opts_t o = psg_wire_opts_default(), other;
-    o.keys = a;
-    o.peer_timeout_ms = 3000;
-    o.timeout_ms = 9000;
-    other = o;
-    other.keys = b;
-    psg_server_t *s = psg_server_new("tcp://127.0.0.1:0", &o);
-    PSG_ASSERT(s);
-    char ep[256];
-    snprintf(ep, sizeof ep, "%s", psg_server_endpoint(s));
-    psg_client_t *c = psg_client_new(ep, &o);
-    psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "Inspect"), *got = NULL;
-    CHECK(c && psg_client_send(c, &req, NULL) == 0 && psg_server_recv(s, &got, 10000) == 1);
-    psg_msg_destroy(&got);
-    psg_server_destroy(&s);
-    /* the loss seen (the Inspect never answered): the connection is down from now */
-    CHECK(c && psg_client_recv(c, &got, 10000) < 0 && !got);
-    CHECK_ERROR_HAS("lost the connection to the peer with 1 request");
-    for (int i = 0; i < 500 && !(s = psg_server_new(ep, &other)); i++) usleep(10000);
-    CHECK(s != NULL);
-    /* ZeroMQ's I/O thread takes the dead connection's pipe away on its own time: a send before
-     * that goes into it (test_wire's test_send_to_lost_peer) */
-    usleep(300000);
-    req = psg_msg_new(PSG_MSG_REQUEST, "Inspect");
-    CHECK(c && psg_client_send(c, &req, NULL) < 0 && !req);
-    CHECK_ERROR_HAS("cannot reach the peer to send Inspect: its connection has been down for the "
-                    "peer timeout (3000 ms)");
-    psg_msg_destroy(&req);
-    psg_client_destroy(&c);
-    psg_server_destroy(&s);
-    psg_curve_keys_destroy(&a);
-    psg_curve_keys_destroy(&b);
-}
-
 static void test_guard_in_process(void) {
     char out[4096], dir_a[400], dir_b[400], dir_i[400];
     snprintf(dir_a, sizeof dir_a, "%s/guard_a", tmp);
@@ -712,10 +667,6 @@ static void test_connection_table(void) {
     CHECK(logged(&log, line) == 1);
     if (x >= 0) close(x);
     psg_client_destroy(&a);
-    /* ZeroMQ names no connection in a handshake failure: the guard gives it to the next
-     * DISCONNECTED (net/curve_guard.c). Let a's go first: under ASan and load it once came
-     * after y's failure and took it (1 run in 7), so y's line was never logged */
-    usleep(300000);
     /* a peer that hangs up mid-handshake (its CURVE greeting sent): logged as one that left,
      * by its address, and not counted as refused */
     unsigned char curve_greeting[64] = {0xff, 0, 0, 0,   0,   0,   0,   0,  1,
@@ -723,6 +674,9 @@ static void test_connection_table(void) {
     uint64_t refused = psg_server_stats(sv).refused;
     int y = raw_connect(sv, "127.0.0.3");
     CHECK(y >= 0 && write(y, curve_greeting, 64) == 64 && greeted_by_server(y));
+    /* the guard learns y's address from its ACCEPTED event, on its own thread: a y gone before
+     * that is "a peer at an address unknown" (under load: 1 ASan run in 7, and a suite) */
+    usleep(500000);
     if (y >= 0) close(y);
     snprintf(line, sizeof line,
              "%s: a peer at 127.0.0.3 closed its connection during the CURVE handshake",
@@ -1028,7 +982,6 @@ int main(int argc, char **argv) {
     RUN_TEST(test_keygen);
     RUN_TEST(test_refused_peers);
     RUN_TEST(test_peer_key);
-    RUN_TEST(test_replaced_by_other_cluster);
     RUN_TEST(test_guard_in_process);
     RUN_TEST(test_connection_table);
     RUN_TEST(test_cap_spares_clients);

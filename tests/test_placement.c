@@ -452,9 +452,14 @@ static void test_placement_errors(void) {
     psg_graph_pop_device(g);
     CHECK(psg_place(g, &mem) == 0);
     psg_graph_destroy(&g);
+}
 
+/* What a node gets when it does not say: a default device without a task is task 0; a group
+ * takes what any member asks for. */
+static void test_placement_defaults(void) {
+    psg_shape_t sh = psg_shape_1d(4);
     /* a default device without a task: task 0 */
-    g = psg_graph_new();
+    psg_graph_t *g = psg_graph_new();
     psg_placeholder(g, "anywhere", PSG_DT_F32, &sh);
     psg_placement_options_t no_task = {.default_device = "/job:worker"};
     CHECK(psg_place(g, &no_task) == 0);
@@ -463,7 +468,7 @@ static void test_placement_errors(void) {
 
     /* a group takes what any member asks for */
     g = psg_graph_new();
-    v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
+    psg_endpoint_t v = psg_var_handle(g, "v", PSG_DT_F32, &sh);
     psg_graph_push_device(g, "/job:ps/task:1");
     psg_read_variable(g, "r", v);
     psg_graph_pop_device(g);
@@ -532,6 +537,7 @@ int main(void) {
     RUN_TEST(test_setter_huge_variables);
     RUN_TEST(test_partitioned_variable);
     RUN_TEST(test_placement_errors);
+    RUN_TEST(test_placement_defaults);
     RUN_TEST(test_placement_edges);
     return psg_test_summary();
 }
