@@ -194,12 +194,6 @@ static void test_silent_ps(psg_dist_session_t *s, const model_t *m, uint64_t inc
 static void test_restarted_ps(psg_dist_session_t *s, const model_t *m, uint64_t inc) {
     kill(ps_pid, SIGKILL);
     waitpid(ps_pid, NULL, 0);
-    running = "test_reconnect";
-    RUN_TEST(test_reconnect);
-    running = "test_down_until_peer_timeout";
-    RUN_TEST(test_down_until_peer_timeout);
-    running = "test_replaced_by_other_cluster";
-    RUN_TEST(test_replaced_by_other_cluster);
     ps_pid = spawn_ps();
     wait_up();
     int rc = step(s, m, NULL);
@@ -405,6 +399,12 @@ int main(int argc, char **argv) {
         "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, \"peer_timeout\": %d}\n",
         ports[0], ports[1], PEER_TIMEOUT_S);
     fclose(f);
+    running = "test_reconnect";
+    RUN_TEST(test_reconnect);
+    running = "test_down_until_peer_timeout";
+    RUN_TEST(test_down_until_peer_timeout);
+    running = "test_replaced_by_other_cluster";
+    RUN_TEST(test_replaced_by_other_cluster);
     ps_pid = spawn_ps();
     wait_up();
     psg_cluster_t *c = psg_cluster_from_file(cluster_path, "worker", 0);
