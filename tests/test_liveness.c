@@ -405,6 +405,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_down_until_peer_timeout);
     running = "test_replaced_by_other_cluster";
     RUN_TEST(test_replaced_by_other_cluster);
+    fflush(stdout); /* not printed again by the ps's fork */
     ps_pid = spawn_ps();
     wait_up();
     psg_cluster_t *c = psg_cluster_from_file(cluster_path, "worker", 0);
