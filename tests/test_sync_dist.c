@@ -630,7 +630,7 @@ static void test_backup_drops_the_straggler(void) {
     CHECK(field(l0, done, "global_steps") == 20);
     /* Every global step uses exactly N = 2 gradients. The straggler's are
      * dropped once it runs behind; only its first step, when start-up skew
-     * can leave the others just as late, may count. Then a worker that started
+     * can leave the others just as late, may count. Then, probably, a worker that started
      * late made its last gradient for step 20, which the accumulators accepted
      * (counted used) and no take came for: 41 (once in a suite under load). */
     long long used0 = field(l0, sum, "gradients_used"), used1 = field(l1, sum, "gradients_used");
