@@ -131,6 +131,16 @@ static void finish_served(psg_token_queue_t *q, served_t *s, int k, const char *
     }
 }
 
+/* Hands the queued tokens to the waiters they fit, then drops the lock (taken by the caller). */
+static void serve_waiters_unlock(psg_token_queue_t *q) {
+    int nw = count_waiters_locked(q);
+    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
+    int k = s ? serve_locked(q, s) : 0;
+    pthread_mutex_unlock(&q->lock);
+    finish_served(q, s, k, NULL);
+    free(s);
+}
+
 int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, int n, int repeat,
                                  int64_t end_step) {
     if (n < 0 || repeat < 1)
@@ -171,12 +181,7 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
         if (hi > q->last_released) q->last_released = hi;
         q->last_repeat = repeat;
     }
-    int nw = count_waiters_locked(q);
-    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
-    int k = s ? serve_locked(q, s) : 0;
-    pthread_mutex_unlock(&q->lock);
-    finish_served(q, s, k, NULL);
-    free(s);
+    serve_waiters_unlock(q);
     return 0;
 }
 
@@ -198,13 +203,12 @@ int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat) {
         q->cap = q->n + more;
     }
     for (int i = 0; i < more; i++) q->tokens[q->n++] = q->last_released;
-    if (more > 0) q->last_repeat = repeat;
-    int nw = more > 0 ? count_waiters_locked(q) : 0;
-    served_t *s = nw ? malloc(sizeof *s * (size_t)nw) : NULL;
-    int k = s ? serve_locked(q, s) : 0;
-    pthread_mutex_unlock(&q->lock);
-    finish_served(q, s, k, NULL);
-    free(s);
+    if (more > 0) {
+        q->last_repeat = repeat;
+        serve_waiters_unlock(q);
+    } else {
+        pthread_mutex_unlock(&q->lock);
+    }
     return 0;
 }
 
