@@ -170,6 +170,13 @@ static psg_endpoint_t b_bn(psg_graph_t *g, const psg_endpoint_t *x) {
                                 true)
         .y;
 }
+/* batch norm reading a bf16 tensor itself (the Cast to f32 skipped, ops/nn.c) */
+static psg_endpoint_t b_bn_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
+    psg_endpoint_t x16 = psg_cast(g, NULL, psg_cast(g, "h", x[0], PSG_DT_BF16), PSG_DT_F32);
+    return psg_fused_batch_norm(g, "y", x16, x[1], x[2], PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f,
+                                true)
+        .y;
+}
 static psg_endpoint_t b_addn(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_add_n(g, "y", 3, x);
 }
@@ -437,7 +444,16 @@ const psg_op_case_t psg_op_cases[] = {
      b_bn,
      1e-4,
      true,
-     2e-2}};
+     2e-2},
+    /* dx rounded to bf16 on both: one ulp (2^-8) apart where the f32 sums straddle an edge */
+    {"FusedBatchNorm bf16 x",
+     3,
+     {SHAPE4(4, 3, 3, 6), SHAPE1(6), SHAPE1(6)},
+     {PSG_CASE_F32, PSG_CASE_POSITIVE, PSG_CASE_F32},
+     b_bn_bf16,
+     1e-2,
+     true,
+     0}};
 const int psg_num_op_cases = (int)(sizeof psg_op_cases / sizeof psg_op_cases[0]);
 
 void psg_op_case_values(const psg_op_case_t *c, unsigned *seed, psg_tensor_t **values) {

@@ -162,14 +162,15 @@ int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_geom_t *g, 
 /* x, y (rows, C); scale, offset, mean, var, and the outputs bmean, bvar,
  * smean, sinv (C). Training: batch statistics (bvar unbiased), mean and var
  * unused; else mean and var are used. As psg_cpu_fused_batch_norm. */
-int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c, const float *x,
-                        const float *scale, const float *offset, const float *mean,
+int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c, int x_dtype,
+                        const void *x, const float *scale, const float *offset, const float *mean,
                         const float *var, float *y, float *bmean, float *bvar, float *smean,
                         float *sinv);
-/* dx (rows, C), dscale, doffset (C) from dy, x (rows, C), scale, smean, sinv (C) */
-int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c, const float *dy,
-                             const float *x, const float *scale, const float *smean,
-                             const float *sinv, float *dx, float *dscale, float *doffset);
+/* dx (rows, C), dscale, doffset (C) from dy, x (rows, C), scale, smean, sinv (C); x and dx of
+ * x_dtype (PSG_CU_F32, or a 16-bit x read exactly and dx rounded once as the CPU rounds) */
+int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c, int x_dtype,
+                             const float *dy, const void *x, const float *scale, const float *smean,
+                             const float *sinv, void *dx, float *dscale, float *doffset);
 
 /* ---- optimizer updates (train.cu) ---- */
 
