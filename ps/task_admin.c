@@ -228,6 +228,15 @@ void psg_ts_on_trace(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
 void psg_ts_on_job_done(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
     const char *who = r->u.worker[0] ? r->u.worker : req->peer;
+    /* one worker, however its name is spelt ("/job:worker/task:2" from the chief's verdict,
+     * "/job:worker/replica:0/task:2" from the worker itself): counted once */
+    char canon[PSG_DEVICE_NAME_MAX];
+    psg_device_name_t d;
+    if (psg_device_name_parse(who, &d) == 0 && d.has_job && d.has_task) {
+        if (!d.has_replica) d.has_replica = true, d.replica = 0;
+        who = psg_device_name_task_str(&d, canon, sizeof canon);
+    }
+    psg_error_clear();
     pthread_mutex_lock(&ts->lock);
     bool seen = false;
     for (int i = 0; i < ts->n_workers_done && !seen; i++) seen = !strcmp(ts->workers_done[i], who);

@@ -476,6 +476,33 @@ static void test_retry_after_failed_step(void) {
     psg_cluster_destroy(&cl);
 }
 
+/* JobDone counts each worker once, however its name is spelt: the chief's verdict on a lost
+ * worker ("/job:worker/task:1") after that worker's own ("/job:worker/replica:0/task:1") does
+ * not stop a ps that expects two workers. */
+static void test_job_done_counts_each_worker_once(void) {
+    psg_task_server_options_t so = {.endpoint = "tcp://127.0.0.1:*", .expect_workers = 2};
+    psg_task_server_t *ts = psg_task_server_new(&so);
+    CHECK(ts != NULL);
+    if (!ts) return;
+    psg_ts_client_t *c =
+        psg_ts_client_new("/job:ps/task:0", psg_task_server_endpoint(ts), 20000, 0, NULL);
+    CHECK(c != NULL);
+    const char *names[] = {"/job:worker/replica:0/task:1", "/job:worker/task:1",
+                           "/job:worker/task:0"};
+    for (int i = 0; c && i < 3; i++) {
+        psg_req_t r = {.type = PSG_REQ_JOB_DONE, .u.worker = names[i]};
+        psg_rep_t rep;
+        psg_msg_t *m = psg_ts_call(c, &r, &rep, 20000);
+        CHECK(m != NULL);
+        psg_msg_destroy(&m);
+        /* serving after the same worker twice; stopped after the second worker */
+        CHECK(psg_task_server_wait(ts, i < 2 ? 300 : 10000) == (i < 2 ? 0 : 1));
+    }
+    CHECK(strstr(psg_task_server_stop_reason(ts), "job done: 2 workers finished") != NULL);
+    psg_ts_client_destroy(&c);
+    psg_task_server_destroy(&ts);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
     RUN_TEST(test_table);
@@ -484,5 +511,6 @@ int main(int argc, char **argv) {
     RUN_TEST(test_replicate_keys);
     RUN_TEST(test_lost_verdicts);
     RUN_TEST(test_retry_after_failed_step);
+    RUN_TEST(test_job_done_counts_each_worker_once);
     return psg_test_summary();
 }
