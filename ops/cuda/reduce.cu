@@ -106,6 +106,26 @@ __global__ static void reduce_chunks(const void *x, float *o, int64_t A, int64_t
     }
 }
 
+/* As reduce_chunks, with a second sum beside it, of t.dy itself, into o2: batch norm's
+ * gradient reads dy once for both of its sums. Each sum sees the values in the same order
+ * as its own reduce_chunks would: the same results, bit for bit. */
+template <int DT>
+__global__ static void reduce_chunks_and_dy(const void *x, float *o, float *o2, int64_t A,
+                                            int64_t R, int64_t B, int64_t P, float scale,
+                                            term_t t) {
+    PSG_GRID_STRIDE(i, A * P * B) {
+        int64_t b = i % B, p = (i / B) % P, a = i / (B * P);
+        int64_t r0 = R * p / P, r1 = R * (p + 1) / P, base = a * R * B + b;
+        float s = 0.0f, s2 = 0.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            s += term_at<DT>(x, base + r * B, b, t);
+            s2 += t.dy[base + r * B];
+        }
+        o[i] = s * scale;
+        o2[i] = s2 * scale;
+    }
+}
+
 /* psg_cuda_reduce_arb of term t of x (of dtype DT) */
 template <int DT>
 static int reduce_arb_term(int gpu, const void *x, float *o, int64_t A, int64_t R, int64_t B,
@@ -383,13 +403,39 @@ static int bn_moments(int gpu, const void *x, int64_t rows, int64_t c, float *sm
     return rc == 0 ? reduce_arb_term<DT>(gpu, x, small, 1, rows, c, 1.0f, squares) : rc;
 }
 
-/* The sums for the gradient: small (c) of dy, small + c of dy (x - mean) inv. */
+/* The sums for the gradient: small (c) of dy, small + c of dy (x - mean) inv; in one pass
+ * over dy and x (reduce_chunks_and_dy) where reduce_arb_term would take reduce_chunks. */
 template <int DT>
 static int bn_grad_sums(int gpu, const float *dy, const void *x, int64_t rows, int64_t c,
                         const float *smean, const float *sinv, float *small) {
-    int rc = psg_cuda_reduce_arb(gpu, dy, small, 1, rows, c, 1.0f);
+    PSG_CUDA_DEV(d, gpu);
     const term_t dyx = {smean, sinv, dy, false}; /* dy (x - mean) inv */
-    return rc == 0 ? reduce_arb_term<DT>(gpu, x, small + c, 1, rows, c, 1.0f, dyx) : rc;
+    if (c <= 1 || rows == 0) {
+        int rc = psg_cuda_reduce_arb(gpu, dy, small, 1, rows, c, 1.0f);
+        return rc == 0 ? reduce_arb_term<DT>(gpu, x, small + c, 1, rows, c, 1.0f, dyx) : rc;
+    }
+    /* reduce_arb_term's chunks (A = 1, R = rows, B = c), so that each sum is the same */
+    int64_t P = (65536 + c - 1) / c, most = (rows + 31) / 32;
+    if (P > most) P = most;
+    if (P < 1) P = 1;
+    if (P == 1) {
+        reduce_chunks_and_dy<DT><<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
+            x, small + c, small, 1, rows, c, 1, 1.0f, dyx);
+        PSG_CUDA_LAUNCHED("reduce_chunks_and_dy");
+        return 0;
+    }
+    tmp_t tp = {NULL, NULL};
+    float *part = tmp_new(gpu, &tp, 2 * P * c);
+    if (!part) return -1;
+    const term_t plain = {NULL, NULL, NULL, false};
+    reduce_chunks_and_dy<DT><<<psg_cuda_blocks(P * c), PSG_CUDA_THREADS, 0, d->compute>>>(
+        x, part + P * c, part, 1, rows, c, P, 1.0f, dyx);
+    for (int k = 0; k < 2; k++)
+        reduce_chunks<PSG_CU_F32><<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
+            part + k * P * c, small + k * c, 1, P, c, 1, 1.0f, plain);
+    tmp_free(&tp);
+    PSG_CUDA_LAUNCHED("reduce_chunks_and_dy");
+    return 0;
 }
 
 #define PSG_BN_BY_DTYPE(dt, call)                                                                  \
