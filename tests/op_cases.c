@@ -159,6 +159,12 @@ static psg_endpoint_t b_maxpool(psg_graph_t *g, const psg_endpoint_t *x) {
 static psg_endpoint_t b_avgpool(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME);
 }
+static psg_endpoint_t b_avgpool_s1(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_avg_pool(g, "y", x[0], 3, 3, 1, 1, PSG_PADDING_SAME);
+}
+static psg_endpoint_t b_avgpool_valid(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_VALID);
+}
 static psg_endpoint_t b_maxpool2(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_max_pool(g, "y", x[0], 2, 2, 2, 2, PSG_PADDING_VALID);
 }
@@ -428,6 +434,23 @@ const psg_op_case_t psg_op_cases[] = {
      1e-2},
     {"MaxPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {PSG_CASE_F32}, b_maxpool, 1e-6, true, 1e-2},
     {"AvgPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {PSG_CASE_F32}, b_avgpool, 1e-5, true, 1e-2},
+    /* even padding (or none): cuDNN's average pooling on a GPU */
+    {"AvgPool 3x3 s1 SAME",
+     1,
+     {SHAPE4(2, 7, 7, 5)},
+     {PSG_CASE_F32},
+     b_avgpool_s1,
+     1e-5,
+     true,
+     1e-2},
+    {"AvgPool 3x3 s2 VALID",
+     1,
+     {SHAPE4(2, 8, 9, 3)},
+     {PSG_CASE_F32},
+     b_avgpool_valid,
+     1e-5,
+     true,
+     1e-2},
     {"MaxPool 2x2 VALID", 1, {SHAPE4(2, 7, 7, 4)}, {PSG_CASE_F32}, b_maxpool2, 1e-6, true, 1e-2},
     {"BiasAdd",
      2,

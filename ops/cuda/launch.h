@@ -145,6 +145,11 @@ int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const float *x, flo
  * maximum of a window takes its gradient */
 int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, const float *x, const float *dy,
                        float *dx);
+/* Average pooling (dy NULL: y into out; else dx into out) through cuDNN where its windows
+ * are TensorFlow's (cudnn.cu): 1 when it ran, 0 when g is not such (pool.cu's kernels then),
+ * -1 with the error set. */
+int psg_cudnn_avg_pool(int gpu, const psg_cu_geom_t *g, const float *x, const float *dy,
+                       float *out);
 /* The convolutions take tensors of one dtype: PSG_CU_F32 (FMA math, no
  * TF32), or PSG_CU_BF16 / PSG_CU_F16 (tensor cores, f32 compute type). */
 /* y (N, OH, OW, OC) = x (N, H, W, C) conv w (KH, KW, C, OC) */
