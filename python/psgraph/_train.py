@@ -376,6 +376,19 @@ def _checkpoint_file(path):
     return path + _INDEX
 
 
+def _checkpoint_names(path):
+    """The tensor names of a checkpoint: an index's weight_map (no shard read: in a cluster
+    the shards may be on the ps tasks' hosts), or a safetensors file's."""
+    if path.endswith(_INDEX):
+        import json
+        try:
+            with open(path) as f:
+                return set(json.load(f).get("weight_map", {}))
+        except (OSError, ValueError, AttributeError):
+            return set()  # the restore itself says what is wrong with it
+    return {n for n, _, _ in _psgraph.checkpoint_info(_psgraph.checkpoint_open(path))[1]}
+
+
 class Saver:
     """Saves and restores variables as psgraph's checkpoints: one safetensors shard and its
     JSON index per save, named "model.ckpt-STEP" in the folder of save_path (psgraph's name,
@@ -425,11 +438,10 @@ class Saver:
         path = _checkpoint_file(save_path)
         moves = {}
         if self._map is None:
-            ck = _psgraph.checkpoint_open(path)
-            names = [n for n, _, _ in _psgraph.checkpoint_info(ck)[1]]
+            names = _checkpoint_names(path)
             variables = {v.op.name: v for v in sess.graph._variables_by_handle.values()}
-            moves = _partitioned.layout_moves(set(names), {n: v.shape.as_list()
-                                                            for n, v in variables.items()})
+            moves = _partitioned.layout_moves(names, {n: v.shape.as_list()
+                                                       for n, v in variables.items()})
             if moves and not getattr(sess._runner, "restores_layouts", False):
                 name = sorted(moves)[0]
                 raise NotImplementedError(
@@ -441,6 +453,7 @@ class Saver:
         # the tensors of the graph's variables only: no variable of the other layout made
         step = sess._runner.restore(path, {n: n for n in names if n in variables}
                                     if moves else self._map)
+        ck = _psgraph.checkpoint_open(path) if moves else None
         for name, move in sorted(moves.items()):
             v = variables[name]
             value = _partitioned.value_of(move, lambda n: _psgraph.checkpoint_read(ck, n),
