@@ -10,10 +10,14 @@
 # as the headless Service names the pod (psgraph-ps-0.psgraph.default.svc.cluster.local),
 # with the Secret laid out as the kubelet does (a read-only tmpfs, files linked through
 # ..data into a ..TIMESTAMP folder): 1 ps + 2 workers serve with CURVE and train to the end;
-# the Secret with mode 0444 is refused, naming the file. Skips (77) the pods' part where namespaces cannot be made.
+# the Secret with mode 0444 is refused, naming the file; the pods of a Python script
+# (tests/python/k8s_job.py, the build tree's package as the image's) train the same way and
+# leave their checkpoint in the script's --train_dir. No Kubernetes runs here: the kubelet's
+# part is emulated. Skips (77) the pods' part where namespaces cannot be made.
 set -u
 psgraph=$(realpath "$1")
-builddir=${2:-$(dirname "$psgraph")/..}
+builddir=$(realpath "${2:-$(dirname "$psgraph")/..}")
+asan=${3:-} # "asan": the build is sanitized
 root=$(cd "$(dirname "$0")/.." && pwd)
 fails=0
 ok() { echo "ok   $*"; }
@@ -165,12 +169,14 @@ HOSTS_AT_EXIT+=('rm -rf "$tmp"')
 "$psgraph" launch --k8s --ps 1 --workers 2 --out "$tmp/run" -- psgraph train --model mlp --data synthetic \
   --steps 30 --log-every 10 --step-timeout 20 >/dev/null
 mkdir -p "$tmp/bin" && ln -s "$psgraph" "$tmp/bin/psgraph" # the image's psgraph on PATH
-# one line per pod, tab-separated: its name, then the pod's argv and env as JSON; the
-# Secret's files into $tmp/secret (the pods see them at $keys: PSGRAPH_KEYS is the Secret's
-# mountPath, which is /etc/psgraph/keys in a pod and this folder here)
+# pods_of YAML [ENV_JSON]: one line per pod, tab-separated: its name, then the pod's argv and
+# env as JSON (plus ENV_JSON: what the image would set); the Secret's files into $tmp/secret
+# (the pods see them at $keys: PSGRAPH_KEYS is the Secret's mountPath, which is
+# /etc/psgraph/keys in a pod and this folder here)
 keys=$tmp/keys
 mkdir -p "$keys" "$tmp/secret"
-python3 - "$tmp/run/psgraph.yaml" "$tmp/secret" "$keys" >"$tmp/pods" <<'PY'
+pods_of() {
+  python3 - "$1" "$tmp/secret" "$keys" "${2:-"{}"}" <<'PY'
 import base64, json, os, sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):
     if d["kind"] == "Secret":
@@ -184,8 +190,11 @@ for d in yaml.safe_load_all(open(sys.argv[1])):
         env = {e["name"]: e["value"] for e in c["env"]}
         env["JOB_COMPLETION_INDEX"] = str(i)  # set by Kubernetes in an Indexed Job's pod
         env["PSGRAPH_KEYS"] = sys.argv[3]
+        env.update(json.loads(sys.argv[4]))
         print(f'{d["metadata"]["name"]}-{i}', json.dumps(c["command"] + c["args"]), json.dumps(env), sep="\t")
 PY
+}
+pods_of "$tmp/run/psgraph.yaml" >"$tmp/pods"
 # $2... with the Secret at $keys as the kubelet lays it out with defaultMode $1: its own
 # tmpfs (1777, root's), the files in a ..TIMESTAMP folder (0755), ..data linking to it, a
 # link per file through ..data, the mount read-only; in a mount namespace of its own
@@ -198,31 +207,35 @@ secret_pod() {
     done
     mount -o remount,ro "$keys" && exec "$@"' sh "$@"
 }
+# run_pods PODS LOGPREFIX: each pod's command on its host (h0, h1, ... in the order of PODS,
+# named as the Service names its pod), its output in LOGPREFIX-POD.log; prints the exit codes
+run_pods() {
+  local i=0 pids=() pod argv env p rcs=""
+  while IFS=$'\t' read -r pod argv env; do
+    hosts_exec "h$i" bash -c "$(declare -f secret_pod); secret_pod \"\$@\"" sh 400 "$keys" "$tmp/secret" \
+      env -i PATH="$tmp/bin:/usr/bin:/bin" python3 -c '
+import json, os, sys
+argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+os.environ.update(env)
+os.execvp(argv[0], argv)' "$argv" "$env" >"$2-$pod.log" 2>&1 &
+    pids+=($!)
+    i=$((i + 1))
+  done <"$1"
+  for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
+  echo "$rcs"
+}
 hosts=()
 while IFS=$'\t' read -r pod _; do hosts+=("h${#hosts[@]}"); done <"$tmp/pods"
 hosts_up "${hosts[@]}" || { echo "FAIL: hosts_up"; exit 1; }
 i=0
 while IFS=$'\t' read -r pod _; do hosts_alias "h$i" "$pod.psgraph.default.svc.cluster.local $pod"; i=$((i + 1)); done <"$tmp/pods"
-i=0
-pids=()
-while IFS=$'\t' read -r pod argv env; do
-  hosts_exec "h$i" bash -c "$(declare -f secret_pod); secret_pod \"\$@\"" sh 400 "$keys" "$tmp/secret" \
-    env -i PATH="$tmp/bin:/usr/bin:/bin" python3 -c '
-import json, os, sys
-argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-os.environ.update(env)
-os.execvp(argv[0], argv)' "$argv" "$env" >"$tmp/$pod.log" 2>&1 &
-  pids+=($!)
-  i=$((i + 1))
-done <"$tmp/pods"
-rcs=""
-for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
-if [ "$rcs" = " 0 0 0" ] && grep -q '{"event":"done".*"workers":2,"ps":1' "$tmp/psgraph-worker-0.log" &&
-   grep -q "serving on tcp://0.0.0.0:2222 with CURVE (keys $keys)" "$tmp/psgraph-ps-0.log" &&
-   grep -q "stopped: job done" "$tmp/psgraph-ps-0.log"; then
+rcs=$(run_pods "$tmp/pods" "$tmp/c")
+if [ "$rcs" = " 0 0 0" ] && grep -q '{"event":"done".*"workers":2,"ps":1' "$tmp/c-psgraph-worker-0.log" &&
+   grep -q "serving on tcp://0.0.0.0:2222 with CURVE (keys $keys)" "$tmp/c-psgraph-ps-0.log" &&
+   grep -q "stopped: job done" "$tmp/c-psgraph-ps-0.log"; then
   ok "the 3 pods' commands on hosts psgraph-{ps-0,worker-0,worker-1}.psgraph.default.svc.cluster.local, the Secret mounted as the kubelet does: served with CURVE, trained, exit 0"
 else
-  fail "pods on emulated hosts (exit codes$rcs): $(for f in "$tmp"/psgraph-*.log; do echo "== $f"; tail -n 5 "$f"; done)"
+  fail "pods on emulated hosts (exit codes$rcs): $(for f in "$tmp"/c-psgraph-*.log; do echo "== $f"; tail -n 5 "$f"; done)"
 fi
 # the Secret with defaultMode 0444: the secret key readable by every user of the pod
 out=$(hosts_exec h0 bash -c "$(declare -f secret_pod); secret_pod \"\$@\"" sh 444 "$keys" "$tmp/secret" \
@@ -231,5 +244,31 @@ if [ $rc = 2 ] && grep -q "$keys/cluster.key_secret is open to other users (mode
   ok "a Secret mounted with mode 0444 is refused: $out"
 else
   fail "Secret with mode 0444 (rc $rc): $out"
+fi
+
+# 4. the pods of a Python script (tests/python/k8s_job.py: the replica setter cuts its dense
+# kernel into two row shards) on the same hosts: the image's package is the build tree's;
+# under ASan the sanitizer is preloaded into Python, as the package's tests do
+pyenv="{\"PYTHONPATH\": \"$builddir/python\", \"PYTHONDONTWRITEBYTECODE\": \"1\""
+[ -n "$asan" ] && pyenv="$pyenv, \"LD_PRELOAD\": \"$(cc -print-file-name=libasan.so)\", \"ASAN_OPTIONS\": \"detect_leaks=0\""
+pyenv="$pyenv}"
+if ! env -i PATH=/usr/bin:/bin python3 -c 'import json, os, sys; os.environ.update(json.loads(sys.argv[1])); import psgraph.compat.v1' "$pyenv" 2>/dev/null; then
+  echo "skip a Python script's pods: no psgraph package in $builddir/python"
+else
+  "$psgraph" launch --k8s --ps 1 --workers 2 --out "$tmp/py" -- python3 "$root/tests/python/k8s_job.py" \
+    --train_dir "$tmp/pyckpt" >/dev/null
+  pods_of "$tmp/py/psgraph.yaml" "$pyenv" >"$tmp/pypods"
+  rcs=$(run_pods "$tmp/pypods" "$tmp/py")
+  done_line=$(grep '^{"event": "done"' "$tmp/py-psgraph-worker-0.log")
+  ckpt=$(ls "$tmp/pyckpt"/model.ckpt-*.index.json 2>/dev/null | tail -1)
+  if [ "$rcs" = " 0 0 0" ] && python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["global_step"] >= 39' "$done_line" 2>/dev/null &&
+     grep -q '^{"event": "done"' "$tmp/py-psgraph-worker-1.log" &&
+     grep -q "serving on tcp://0.0.0.0:2222 with CURVE (keys $keys)" "$tmp/py-psgraph-ps-0.log" &&
+     grep -q "stopped: job done" "$tmp/py-psgraph-ps-0.log" && [ -n "$ckpt" ] &&
+     grep -q '"dense/kernel/part_1"' "$ckpt" && "$psgraph" inspect "$ckpt" >"$tmp/inspect" 2>&1; then
+    ok "a Python script's 3 pods (python3 k8s_job.py, psgraph server --logdir from its --train_dir) on the same hosts with CURVE: $done_line; $(basename "$ckpt") holds dense/kernel/part_0..1, psgraph inspect reads it"
+  else
+    fail "a Python script's pods (exit codes$rcs, checkpoint '$ckpt'): $(for f in "$tmp"/py-psgraph-*.log; do echo "== $f"; tail -n 8 "$f"; done)"
+  fi
 fi
 [ $fails = 0 ]

@@ -330,11 +330,12 @@ class _ReplicaSetter:
     """What replica_device_setter returns: a device function for `with tf.device(...)`,
     psgraph's psg_replica_setter_t underneath."""
 
-    def __init__(self, ps_tasks, ps_device, worker_device, round_robin):
+    def __init__(self, ps_tasks, ps_device, worker_device, round_robin, shard_bytes=0):
         self._c = _psgraph.ReplicaSetter(ps_tasks, ps_device, worker_device, round_robin)
         self.ps_tasks = ps_tasks
         self.ps_device = ps_device
         self.worker_device = worker_device
+        self.shard_bytes = shard_bytes if ps_tasks else 0
 
     def ps_bytes(self, k):
         return self._c.ps_bytes(k)
@@ -344,11 +345,33 @@ class _ReplicaSetter:
                                   "in `with tf.device(setter)`")
 
 
+# a dense layer's kernel above this many bytes is cut into row shards under the setter, as
+# psgraph train cuts its fully connected weights in a cluster (PSG_TRAIN_CLUSTER_SHARD_BYTES)
+DEFAULT_SHARD_BYTES = 512 << 10
+
+
+def _shard_bytes(shard_bytes):
+    if shard_bytes is None:
+        env = os.environ.get("PSGRAPH_SHARD_BYTES", "")
+        try:
+            shard_bytes = int(env) if env else DEFAULT_SHARD_BYTES
+        except ValueError:
+            raise ValueError("PSGRAPH_SHARD_BYTES=%r: a number of bytes (0: off)" % env)
+    if shard_bytes < 0:
+        raise ValueError("shard_bytes %d: a number of bytes (0: off)" % shard_bytes)
+    return int(shard_bytes)
+
+
 def replica_device_setter(ps_tasks=0, ps_device="/job:ps", worker_device="/job:worker",
-                          merge_devices=True, cluster=None, ps_ops=None, ps_strategy=None):
+                          merge_devices=True, cluster=None, ps_ops=None, ps_strategy=None,
+                          shard_bytes=None):
     """tf.train.replica_device_setter: variables (and their slots) on the ps tasks, round
     robin (TF's default) or with GreedyLoadBalancingStrategy, everything else on
-    worker_device. None when there is no ps task (as TF)."""
+    worker_device. None when there is no ps task (as TF). psgraph's own shard_bytes (None:
+    $PSGRAPH_SHARD_BYTES, else 512 KiB; 0: off): a tf.layers.dense kernel bigger than that,
+    made under the setter with no partitioner of the user's, is a partitioned variable of
+    row shards (NAME/part_i), as psgraph train --shard-bytes cuts its fully connected
+    weights, so that their transfers and updates overlap."""
     if cluster is not None:
         cluster = ClusterSpec(cluster)
         ps_tasks = cluster.num_tasks("ps") if "ps" in cluster.jobs else 0
@@ -367,7 +390,7 @@ def replica_device_setter(ps_tasks=0, ps_device="/job:ps", worker_device="/job:w
                                       "GreedyLoadBalancingStrategy, not %r" % (ps_strategy,))
         round_robin = ps_strategy._round_robin
     return _ReplicaSetter(ps_tasks, ps_device or "/job:ps", worker_device or "/job:worker",
-                          round_robin)
+                          round_robin, _shard_bytes(shard_bytes))
 
 
 # ---- the runner behind Session(server.target) ----

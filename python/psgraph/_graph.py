@@ -368,6 +368,7 @@ class Graph:
         self._var_scope_counts = {}
         self._variables_by_handle = {}  # handle node id -> Variable
         self._ps_setters = []  # the ps tasks' setters of local-model strategies' scopes
+        self._replica_setters = []  # the setter of each tf.device scope (None: a device string)
         self._seed = None
         self._finalized = False
         self._building_function = False
@@ -501,9 +502,11 @@ class Graph:
             # replica_device_setter: kept alive while pushed
             self._c.push_replica_setter(setter._c)
             self._ps_setters.append(ps)
+            self._replica_setters.append(setter)
             try:
                 yield
             finally:
+                self._replica_setters.pop()
                 self._ps_setters.pop()
                 self._c.pop_device()
             return
@@ -512,9 +515,11 @@ class Graph:
                                       "(a device string works)")
         spec = device_name_or_function or ""
         self._c.push_device(spec)
+        self._replica_setters.append(None)
         try:
             yield
         finally:
+            self._replica_setters.pop()
             self._c.pop_device()
 
     @contextlib.contextmanager

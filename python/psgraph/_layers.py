@@ -9,6 +9,7 @@ from . import _array_ops
 from . import _dtypes
 from . import _math_ops
 from . import _nn
+from . import _partitioned
 from . import _variables as vs
 from ._graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
 
@@ -29,7 +30,8 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     in_dim = x.shape[-1].value
     with vs.variable_scope(name, default_name="dense", reuse=reuse):
         kernel = vs.get_variable("kernel", [in_dim, units], x.dtype, kernel_initializer,
-                                 kernel_regularizer, trainable)
+                                 kernel_regularizer, trainable, partitioner=_partitioned.
+                                 dense_kernel_partitioner(x.graph, [in_dim, units], x.dtype))
         bias = vs.get_variable("bias", [units], x.dtype, bias_initializer, bias_regularizer,
                                trainable) if use_bias else None
         rank = x.shape.ndims

@@ -71,6 +71,7 @@ class RunMetadata:
 
 class _LocalRunner:
     """Runs the graph in this process: a psg_session_t."""
+    restores_layouts = True  # Saver.restore assigns a variable put together from shards
 
     def __init__(self, graph, threads, allow_soft_placement=False):
         self._s = _psgraph.Session(graph._c, threads, allow_soft_placement)

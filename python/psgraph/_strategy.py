@@ -103,7 +103,7 @@ class Strategy:
         return _psgraph.strategy_local_model(self.name)
 
     def replica_device_setter(self, cluster=None, worker_device=None, ps_tasks=0,
-                              ps_device="/job:ps", ps_strategy=None):
+                              ps_device="/job:ps", ps_strategy=None, shard_bytes=None):
         """tf.train.replica_device_setter for a model under this strategy. A local-model
         strategy's model is each worker's own, as `psgraph train --sync local` builds it: its
         variables and ops on worker_device (this process's worker task when not given), the
@@ -112,7 +112,8 @@ class Strategy:
         from . import _dist
         if not self.local_model:
             return _dist.replica_device_setter(ps_tasks, ps_device, worker_device or "/job:worker",
-                                               cluster=cluster, ps_strategy=ps_strategy)
+                                               cluster=cluster, ps_strategy=ps_strategy,
+                                               shard_bytes=shard_bytes)
         if worker_device is None or "/task:" not in worker_device:
             worker_device = "/job:%s/task:%d" % _task()
         ps = _dist.replica_device_setter(ps_tasks, ps_device, worker_device, cluster=cluster,

@@ -7,6 +7,7 @@ import os
 from . import _array_ops
 from . import _dtypes
 from . import _math_ops
+from . import _partitioned
 from . import _psgraph
 from . import _variables as vs
 from ._graph import GraphKeys, Operation, Tensor, convert_to_tensor, get_default_graph
@@ -375,6 +376,19 @@ def _checkpoint_file(path):
     return path + _INDEX
 
 
+def _checkpoint_names(path):
+    """The tensor names of a checkpoint: an index's weight_map (no shard read: in a cluster
+    the shards may be on the ps tasks' hosts), or a safetensors file's."""
+    if path.endswith(_INDEX):
+        import json
+        try:
+            with open(path) as f:
+                return set(json.load(f).get("weight_map", {}))
+        except (OSError, ValueError, AttributeError):
+            return set()  # the restore itself says what is wrong with it
+    return {n for n, _, _ in _psgraph.checkpoint_info(_psgraph.checkpoint_open(path))[1]}
+
+
 class Saver:
     """Saves and restores variables as psgraph's checkpoints: one safetensors shard and its
     JSON index per save, named "model.ckpt-STEP" in the folder of save_path (psgraph's name,
@@ -415,9 +429,37 @@ class Saver:
         return prefix
 
     def restore(self, sess, save_path):
+        """Every variable of the checkpoint (or var_list's); a variable that the checkpoint
+        holds in another layout of row shards (NAME/part_i: a partitioned variable, e.g. a
+        dense kernel a cluster's replica setter cut) is put together from it or cut out of
+        it, in one process."""
         if save_path is None:
             raise ValueError("Can't load save_path when it is None.")
-        return sess._runner.restore(_checkpoint_file(save_path), self._map)
+        path = _checkpoint_file(save_path)
+        moves = {}
+        if self._map is None:
+            names = _checkpoint_names(path)
+            variables = {v.op.name: v for v in sess.graph._variables_by_handle.values()}
+            moves = _partitioned.layout_moves(names, {n: v.shape.as_list()
+                                                       for n, v in variables.items()})
+            if moves and not getattr(sess._runner, "restores_layouts", False):
+                name = sorted(moves)[0]
+                raise NotImplementedError(
+                    "%s holds variable %s as %s: a cluster restores a checkpoint of its own "
+                    "layout (restore it in one process, or make the replica setter with "
+                    "shard_bytes=0 / PSGRAPH_SHARD_BYTES=0 as the checkpoint's job had it)"
+                    % (path, name, "row shards" if moves[name][0] == "concat" else
+                       "one variable " + moves[name][1]))
+        # the tensors of the graph's variables only: no variable of the other layout made
+        step = sess._runner.restore(path, {n: n for n in names if n in variables}
+                                    if moves else self._map)
+        ck = _psgraph.checkpoint_open(path) if moves else None
+        for name, move in sorted(moves.items()):
+            v = variables[name]
+            value = _partitioned.value_of(move, lambda n: _psgraph.checkpoint_read(ck, n),
+                                          v.shape.as_list(), name, path)
+            sess._runner.assign_variable(name, v.dtype._code, value)
+        return step
 
     @property
     def last_checkpoints(self):

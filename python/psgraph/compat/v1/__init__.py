@@ -86,6 +86,7 @@ glorot_normal_initializer = _variables.glorot_normal_initializer
 variance_scaling_initializer = _variables.variance_scaling_initializer
 fixed_size_partitioner = _partitioned.fixed_size_partitioner
 min_max_variable_partitioner = _partitioned.min_max_variable_partitioner
+variable_axis_size_partitioner = _partitioned.variable_axis_size_partitioner
 PartitionedVariable = _partitioned.PartitionedVariable
 
 # ---- arrays ----
