@@ -58,6 +58,7 @@ import json, sys
 d = json.loads(sys.argv[1])
 assert d["workers_lost"] == [] and d["workers_joined"] == 1, d
 assert d["membership_changes"] == 2 and d["sync"] == sys.argv[2], d
+assert d["workers_live"] == 3, d  # the count the strategy followed: worker2 in again
 if sys.argv[2] == "sync":
     # the global steps of the run, and worker2's gradients in them
     assert d["global_steps"] == int(sys.argv[3]) and d["per_worker"][2][0] > 0, d
@@ -156,7 +157,7 @@ run_late() {
      python3 - "$done_line" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
-assert d["workers_joined"] == 0, d
+assert d["workers_joined"] == 0 and d["workers_live"] == 2, d
 PY
   then
     ok "late, worker2 started after the chief's end-of-job wait: not admitted, its step told the job is done, it stopped at once saying so (exit 0), launch exit 0"
