@@ -63,9 +63,9 @@ static int set_live(psg_graph_t *g, psg_sync_graph_t *out, psg_endpoint_t clock,
     int ops[2];
     ops[0] = psg_ssp_clock_set_live_op(g, "ssp/set_live", clock, out->live_mask);
     /* the chief is one of them: never 0 */
-    psg_endpoint_t live = psg_sum(g, "ssp/set_live/count",
-                                  psg_cast(g, "ssp/set_live/mask", out->live_mask, PSG_DT_F32), 0,
-                                  NULL, false);
+    psg_endpoint_t live =
+        psg_sum(g, "ssp/set_live/count",
+                psg_cast(g, "ssp/set_live/mask", out->live_mask, PSG_DT_F32), 0, NULL, false);
     ops[1] = psg_assign(g, "ssp/set_live/share", share,
                         psg_div(g, "ssp/set_live/one_of", psg_const_scalar(g, "ssp/one", 1), live));
     out->set_live_op = psg_group(g, "ssp/set_live_all", 2, ops);

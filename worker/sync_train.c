@@ -794,14 +794,14 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     measured_bytes(st, &push, &pull);
     snprintf(buf, size,
              "\"sync\":\"%s\",\"replicas_to_aggregate\":%d,\"replicas_to_aggregate_live\":%d,"
-             "\"workers_live\":%d,\"backup_workers\":%d,\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64
-             ",\"gradients_dropped\":%" PRId64 ",%s,\"push_bytes_per_step\":%.0f,"
+             "\"workers_live\":%d,\"backup_workers\":%d,\"global_steps\":%" PRId64
+             ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64 ",\"gradients_dropped\":%" PRId64
+             ",%s,\"push_bytes_per_step\":%.0f,"
              "\"pull_bytes_per_step\":%.0f,\"model_push_bytes_per_step\":%.0f,"
              "\"model_pull_bytes_per_step\":%.0f,",
              st->cfg.strategy, st->num_required, atomic_load(&st->live_required),
-             atomic_load(&st->live_workers), st->backups, steps, sps, used, dropped, stale,
-             push, pull,
-             (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
+             atomic_load(&st->live_workers), st->backups, steps, sps, used, dropped, stale, push,
+             pull, (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
              (double)st->model_bytes * comm);
     /* "per_worker":[[used, dropped], ..., null (never reported: dead)], and
      * "per_worker_dropped":[{"stale":s,"partial":p,"closed":c}, ..., null] */
