@@ -116,9 +116,11 @@ static void ask_done(psg_membership_t *m) {
             if (s->type != PSG_JSON_STRING || psg_device_name_parse(s->string, &d) < 0) continue;
             for (int w = 0; w < m->n; w++) {
                 psg_device_name_t e;
-                /* a lost one's JobDone is the chief's own (psg_dist_session_job_done_for) */
+                /* a lost or absent one's JobDone is the chief's own
+                 * (psg_dist_session_job_done_for): it stays out of the live workers */
                 if (psg_device_name_parse(m->m[w].task, &e) < 0 || strcmp(d.job, e.job) ||
-                    d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST)
+                    d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST ||
+                    m->m[w].state == ABSENT)
                     continue;
                 m->m[w].state = DONE;
                 pthread_cond_broadcast(&m->cond);
