@@ -14,6 +14,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+/* How long the replies handed to ZeroMQ before a server closes may still take to leave. */
+#define SERVER_CLOSE_LINGER_MS 500
+
 typedef struct outbox_item {
     psg_codec_out_t out;
     struct outbox_item *next;
@@ -127,11 +130,20 @@ static void outbox_free(outbox_item_t *it) {
     }
 }
 
+static int flush_outbox(psg_server_t *s, bool drain_fd);
+
 void psg_server_destroy(psg_server_t **sp) {
     if (!sp || !*sp) return;
     psg_server_t *s = *sp;
     *sp = NULL;
-    if (s->zs) psg_curve_guard_detach(s->sock, s->zap_domain);
+    if (s->zs) {
+        (void)flush_outbox(s, false); /* replies a runner queued after the last receive */
+        psg_curve_guard_detach(s->sock, s->zap_domain);
+        /* the replies already handed to ZeroMQ still leave (a JobDone's own reply, sent
+         * just before the job's end stops the server): a loaded machine's I/O thread can
+         * take longer than the stop's moment for them; bounded, for a peer that is gone */
+        zsock_set_linger(s->zs, SERVER_CLOSE_LINGER_MS);
+    }
     zsock_destroy(&s->zs);
     outbox_free(s->head);
     psg_codec_rx_destroy(&s->rx);

@@ -144,6 +144,16 @@ static int expect_f32(psg_infer_ctx_t *c) {
     return 0;
 }
 
+/* f32 inputs, but input xi may be 16-bit too: batch norm reads a 16-bit product's output
+ * itself (exactly, as a Cast to f32 would give it) instead of an f32 copy made first. */
+static int expect_f32_but_x(psg_infer_ctx_t *c, int xi) {
+    for (int i = 0; i < c->num_inputs; i++)
+        if ((i != xi || (c->in_dtypes[i] != PSG_DT_BF16 && c->in_dtypes[i] != PSG_DT_F16)) &&
+            psg_infer_expect_dtype(c, i, PSG_DT_F32) < 0)
+            return -1;
+    return 0;
+}
+
 /* The output shape of a conv of input x (in_shapes[xi]) with filter
  * (in_shapes[fi]), with errors that show both shapes. */
 static int conv_out_shape(psg_infer_ctx_t *c, int xi, int fi, psg_shape_t *out) {
@@ -293,7 +303,7 @@ static int infer_fused_batch_norm(psg_infer_ctx_t *c) {
                              c->num_inputs);
     if (psg_node_get_float(c->node, "epsilon", 1e-3) < 0) return psg_error_set("epsilon < 0");
     int64_t ch;
-    if (expect_f32(c) < 0 || channels_of(c, 0, &ch) < 0) return -1;
+    if (expect_f32_but_x(c, 0) < 0 || channels_of(c, 0, &ch) < 0) return -1;
     for (int i = 1; i < c->num_inputs; i++)
         if (expect_channel_vector(c, i, 0, ch, bn_input_names[i]) < 0) return -1;
     c->out_dtypes[0] = PSG_DT_F32;
@@ -308,7 +318,7 @@ static int infer_fused_batch_norm(psg_infer_ctx_t *c) {
 /* FusedBatchNormGrad: (dy, x, scale, saved_mean, saved_inv_std) -> dx, dscale, doffset */
 static int infer_fused_batch_norm_grad(psg_infer_ctx_t *c) {
     int64_t ch;
-    if (expect_f32(c) < 0 || channels_of(c, 1, &ch) < 0) return -1;
+    if (expect_f32_but_x(c, 1) < 0 || channels_of(c, 1, &ch) < 0) return -1;
     if (!psg_shape_compatible(&c->in_shapes[0], &c->in_shapes[1])) {
         char a[PSG_SHAPE_STR_MAX], b[PSG_SHAPE_STR_MAX];
         return psg_error_set("dy %s does not match x %s",
@@ -318,7 +328,8 @@ static int infer_fused_batch_norm_grad(psg_infer_ctx_t *c) {
     static const char *const names[] = {"dy", "x", "scale", "saved_mean", "saved_inv_std"};
     for (int i = 2; i < 5; i++)
         if (expect_channel_vector(c, i, 1, ch, names[i]) < 0) return -1;
-    c->out_dtypes[0] = c->out_dtypes[1] = c->out_dtypes[2] = PSG_DT_F32;
+    c->out_dtypes[0] = c->in_dtypes[1]; /* dx as x: a 16-bit x gets its gradient rounded once */
+    c->out_dtypes[1] = c->out_dtypes[2] = PSG_DT_F32;
     c->out_shapes[0] = c->in_shapes[1];
     c->out_shapes[1] = c->out_shapes[2] = psg_shape_1d(ch);
     return 0;
@@ -619,12 +630,28 @@ psg_endpoint_t psg_bias_add_grad(psg_graph_t *g, const char *name, psg_endpoint_
     return psg_node_finish_ep(b);
 }
 
+/* The 16-bit tensor that x is the f32 Cast of, else x. Batch norm reads it itself, exactly as
+ * the Cast would give it: a mixed-precision convolution's output is then not copied to f32
+ * (nor kept in f32 for the gradient), and the gradient comes back in 16 bits, rounded once as
+ * the Cast's gradient would round it (docs/gpu.md). The Cast stays for other consumers. */
+static psg_endpoint_t uncast_half(const psg_graph_t *g, psg_endpoint_t x) {
+    if (!psg_endpoint_valid(x) || x.index != 0) return x;
+    const psg_node_t *n = psg_graph_node(g, x.node);
+    if (!n || strcmp(psg_node_op(n), "Cast") || psg_node_num_inputs(n) != 1 ||
+        psg_graph_dtype(g, x) != PSG_DT_F32)
+        return x;
+    psg_endpoint_t src = psg_node_input(n, 0);
+    psg_dtype_t dt = psg_graph_dtype(g, src);
+    return dt == PSG_DT_BF16 || dt == PSG_DT_F16 ? src : x;
+}
+
 psg_batch_norm_t psg_fused_batch_norm(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                       psg_endpoint_t scale, psg_endpoint_t offset,
                                       psg_endpoint_t mean, psg_endpoint_t variance, float epsilon,
                                       bool is_training) {
     psg_batch_norm_t r = {PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT,
                           PSG_NO_ENDPOINT};
+    x = uncast_half(g, x);
     psg_node_builder_t *b = psg_node_begin(g, "FusedBatchNorm", name);
     psg_node_add_input(b, x);
     psg_node_add_input(b, scale);

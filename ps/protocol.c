@@ -466,8 +466,9 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "inputs (\"@\") of the updates to replay, body \"!OP\\tATTRS\\tINPUTS\" lines; key "
      "\"undo\", body \"#WRITER SEQ\": that update taken back where it is the last; key \"lost\", "
      "body \"PS INCARNATION\" lines: failovers to this task (none: a question)",
-     "empty, once applied; \"lost\": body, every failover kept", enc_key, dec_replicate, NULL,
-     REPLY(none), psg_ts_on_replicate},
+     "empty, once taken (applied in order before the backup serves anything that reads its "
+     "copies); \"lost\": body, every failover kept",
+     enc_key, dec_replicate, NULL, REPLY(none), psg_ts_on_replicate},
 };
 
 /* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,

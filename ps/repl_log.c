@@ -54,7 +54,7 @@ struct psg_repl_log {
     psg_applied_t *records; /* where each update is recorded as it is applied (may be NULL) */
     step_id_t *steps;       /* the runs with an update id, under lock */
     int n_steps, cap_steps;
-    cached_t cache[MAX_CACHED]; /* the backup's; on its server thread only */
+    cached_t cache[MAX_CACHED]; /* the backup's; on its apply thread only (ps/repl_queue.c) */
     int n_cached;
 };
 

@@ -10,6 +10,7 @@
 #include "ps/applied.h"
 #include "ps/checkpoint_internal.h"
 #include "ps/repl_log.h"
+#include "ps/repl_queue.h"
 #include "ps/client.h"
 #include "ps/task_server_internal.h"
 #include "ops/state/sync_resources.h"
@@ -29,6 +30,8 @@
 #define PROBE_MS 100
 /* The verdicts a task keeps: ps tasks found lost whose shards it serves (a few per job). */
 #define MAX_VERDICTS 32
+/* The forwards a backup holds taken and not yet applied before it waits to take the next. */
+#define MAX_QUEUED 4
 
 struct psg_ts_repl {
     psg_task_server_t *ts;
@@ -38,11 +41,12 @@ struct psg_ts_repl {
     int64_t timeout_ms;
     /* one forward at a time: the backup applies them in the order the values were taken */
     pthread_mutex_t lock;
-    bool synced;            /* a full copy went through since the backup was last lost */
-    uint64_t restarts;      /* the backup's restarts (new incarnations) when it was synced */
-    int64_t last_try_ms;    /* the last forward that failed (0: none since the last success) */
-    psg_applied_t *applied; /* which update of each writer every variable holds */
-    psg_repl_log_t *log;    /* the updates logged since the last forward; the backup's replay */
+    bool synced;             /* a full copy went through since the backup was last lost */
+    uint64_t restarts;       /* the backup's restarts (new incarnations) when it was synced */
+    int64_t last_try_ms;     /* the last forward that failed (0: none since the last success) */
+    psg_applied_t *applied;  /* which update of each writer every variable holds */
+    psg_repl_log_t *log;     /* the updates logged since the last forward; the backup's replay */
+    psg_repl_queue_t *queue; /* as a backup: the forwards taken, applied by its thread */
     /* what was forwarded (Inspect "replication"): forwards acknowledged, updates replayed,
      * variables sent by value, bytes of tensors; and, as a backup, updates replayed here */
     atomic_uint_fast64_t forwards, replayed, values, bytes, replayed_here;
@@ -58,6 +62,8 @@ struct psg_ts_repl {
     /* a verdict named this task's backup: the next forward does not wait for it */
     atomic_bool backup_found_lost;
 };
+
+static int apply_forward(void *ctx, const psg_msg_t *req);
 
 int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     *out = NULL;
@@ -75,7 +81,9 @@ int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     pthread_mutex_init(&r->verdict_lock, NULL);
     if (!(r->applied = psg_applied_new()) || !(r->log = psg_repl_log_new(ts->rm, r->applied)) ||
         !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
-                                        ts->keys))) {
+                                        ts->keys)) ||
+        !(r->queue = psg_repl_queue_new(apply_forward, r))) {
+        psg_ts_client_destroy(&r->client);
         psg_applied_destroy(&r->applied);
         psg_repl_log_destroy(&r->log);
         pthread_mutex_destroy(&r->lock);
@@ -91,6 +99,7 @@ void psg_ts_repl_destroy(psg_ts_repl_t **rp) {
     if (!rp || !*rp) return;
     psg_ts_repl_t *r = *rp;
     *rp = NULL;
+    psg_repl_queue_destroy(&r->queue); /* applies what it took (it writes the copies) */
     psg_ts_client_destroy(&r->client);
     psg_repl_log_destroy(&r->log);
     psg_applied_destroy(&r->applied);
@@ -121,6 +130,25 @@ static const char *handle_name(const psg_graph_t *g, psg_endpoint_t e) {
     return shared[0] ? shared : psg_node_name(src);
 }
 
+/* Adds name to names (n of cap) unless there; -1 (names freed) on out of memory. */
+static int names_add(const char ***names, int *n, int *cap, const char *name) {
+    for (int k = 0; k < *n; k++)
+        if (!strcmp((*names)[k], name)) return 0;
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        const char **v = realloc(*names, (size_t)*cap * sizeof *v);
+        if (!v) {
+            free(*names);
+            *names = NULL;
+            *n = 0;
+            return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+        }
+        *names = v;
+    }
+    (*names)[(*n)++] = name;
+    return 0;
+}
+
 int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n) {
     *names = NULL;
     *n = 0;
@@ -130,22 +158,19 @@ int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n) {
         if (!writes_variables(psg_node_op(node))) continue;
         for (int j = 0; j < psg_node_num_inputs(node); j++) {
             const char *name = handle_name(g, psg_node_input(node, j));
-            bool seen = !name;
-            for (int k = 0; k < *n && !seen; k++) seen = !strcmp((*names)[k], name);
-            if (seen) continue;
-            if (*n == cap) {
-                cap = cap ? 2 * cap : 8;
-                const char **v = realloc(*names, (size_t)cap * sizeof *v);
-                if (!v) {
-                    free(*names);
-                    *names = NULL;
-                    *n = 0;
-                    return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-                }
-                *names = v;
-            }
-            (*names)[(*n)++] = name;
+            if (name && names_add(names, n, &cap, name) < 0) return -1;
         }
+    }
+    return 0;
+}
+
+int psg_ts_repl_handles(const psg_graph_t *g, const char ***names, int *n) {
+    *names = NULL;
+    *n = 0;
+    int nn = psg_graph_num_nodes(g), cap = 0;
+    for (int i = 0; i < nn; i++) {
+        const char *name = handle_name(g, (psg_endpoint_t){i, 0});
+        if (name && names_add(names, n, &cap, name) < 0) return -1;
     }
     return 0;
 }
@@ -738,40 +763,80 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
         psg_ts_reply_ok(ts, req, NULL);
         return;
     }
-    if (req->body && req->body->size &&
-        psg_applied_merge(ts->repl->applied, (const char *)req->body->data, req->body->size) < 0) {
-        psg_error_wrap("Replicate");
-        psg_ts_reply_last_error(ts, req);
-        return;
-    }
+    /* "update", "full": answered once taken (the backup holds the forward: a primary lost
+     * from now on loses none of it, the server thread serves nothing before it is applied),
+     * applied by the queue's thread, in the order taken, off this thread */
     char writer[PSG_APPLIED_WRITER_MAX] = "";
     int64_t seq = 0;
-    if (!update_id(req, writer, sizeof writer, &seq)) {
-        psg_ts_reply_last_error(ts, req);
-        return;
-    }
-    for (int i = 0; i < req->ntensors; i++) {
-        const char *name = req->names[i];
-        if (!name || !*name) {
+    for (int i = 0; i < req->ntensors; i++)
+        if (!req->names[i] || !*req->names[i]) {
             psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Replicate: tensor %d has no name", i);
             return;
         }
-        if (!strcmp(name, "@")) continue; /* an input of a replayed update */
-        if (apply_copy(ts, name, req->tensors[i]) < 0) {
-            psg_error_wrap("Replicate");
-            psg_ts_reply_last_error(ts, req);
-            return;
-        }
-    }
-    /* then the updates of the variables not sent by value (disjoint from those) */
-    int replayed = 0;
-    if (psg_repl_replay(ts->repl->log, ts->rm, ts->repl->applied, req, &replayed) < 0) {
-        psg_error_wrap("Replicate");
+    if (!update_id(req, writer, sizeof writer, &seq) ||
+        psg_repl_queue_ready(ts->repl->queue, MAX_QUEUED) < 0) {
         psg_ts_reply_last_error(ts, req);
         return;
     }
-    atomic_fetch_add(&ts->repl->replayed_here, (uint64_t)replayed);
     psg_ts_reply_ok(ts, req, NULL);
+    psg_repl_queue_push(ts->repl->queue, reqp);
+}
+
+/* Whether every variable a registered graph names is this task's own (not a backup copy,
+ * not absent): a forward taken before its run does not write them. */
+static bool graph_own_only(psg_task_server_t *ts, uint64_t handle) {
+    reg_graph_t *rg = psg_ts_graph_get(ts, handle);
+    bool own = rg != NULL;
+    for (int i = 0; own && i < rg->n_handles; i++) {
+        psg_variable_t *v = psg_resource_find_variable(ts->rm, rg->handles[i]);
+        if (!v) {
+            own = false;
+            break;
+        }
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        own = v->initialized && !v->backup;
+        pthread_mutex_unlock(&guard->lock);
+    }
+    psg_ts_graph_put(ts, &rg);
+    return own;
+}
+
+void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
+    if (!ts->repl || r->type == PSG_REQ_RECV) return; /* a Recv reads no variable */
+    bool forward = r->type == PSG_REQ_REPLICATE &&
+                   (!r->u.key || (strcmp(r->u.key, "lost") && strcmp(r->u.key, "undo")));
+    /* a step of this task's own shard runs beside the replay of its primary's (disjoint
+     * variables); one that names a copy (a failover to this task) runs after it */
+    bool own_step = r->type == PSG_REQ_RUN_GRAPH && graph_own_only(ts, r->u.run.handle);
+    if (!forward && !own_step) psg_repl_queue_drain(ts->repl->queue);
+}
+
+/* A forward taken (psg_ts_on_replicate), on the queue's thread: its records merged, its
+ * values written, its updates replayed; -1 with the error set (and said). */
+static int apply_forward(void *ctx, const psg_msg_t *req) {
+    psg_ts_repl_t *r = ctx;
+    psg_task_server_t *ts = r->ts;
+    char writer[PSG_APPLIED_WRITER_MAX] = "";
+    int64_t seq = 0;
+    int rc = 0, replayed = 0;
+    if (req->body && req->body->size &&
+        psg_applied_merge(r->applied, (const char *)req->body->data, req->body->size) < 0)
+        rc = -1;
+    if (rc == 0 && !update_id(req, writer, sizeof writer, &seq)) rc = -1;
+    for (int i = 0; rc == 0 && i < req->ntensors; i++)
+        if (strcmp(req->names[i], "@")) /* "@": an input of a replayed update */
+            rc = apply_copy(ts, req->names[i], req->tensors[i]);
+    /* then the updates of the variables not sent by value (disjoint from those) */
+    if (rc == 0) rc = psg_repl_replay(r->log, ts->rm, r->applied, req, &replayed);
+    atomic_fetch_add(&r->replayed_here, (uint64_t)replayed);
+    if (rc < 0) {
+        psg_error_wrap("Replicate");
+        psg_net_log("task %s: a forward of its primary failed to apply here (%s): its next "
+                    "forward is refused, so that it copies the whole shard again",
+                    ts->task, psg_error_message());
+    }
+    return rc;
 }
 
 void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b) {

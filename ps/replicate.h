@@ -29,6 +29,8 @@ const char *psg_ts_repl_backup(const psg_ts_repl_t *r);
  * handle inputs of its writing ops), as pointers into g's strings, each once: *names
  * malloc'd (NULL when none). -1 on out of memory. */
 int psg_ts_repl_written(const psg_graph_t *g, const char ***names, int *n);
+/* The names of the variables graph g's VarHandles name (read or written), as above. */
+int psg_ts_repl_handles(const psg_graph_t *g, const char ***names, int *n);
 
 /* After a step that wrote the n variables `names` (and *undo from psg_ts_repl_begin, taken:
  * its values put back, the others recorded as holding the update): their values (taken under their
@@ -55,9 +57,14 @@ int psg_ts_repl_begin(struct psg_task_server *ts, const char *update, int64_t st
 void psg_ts_repl_abort(struct psg_task_server *ts, const char *const *names, psg_ts_undo_t **u);
 
 /* The Replicate request's handler (the backup's side), on the server thread: key "update"
- * or "full", the values as tensors named by their variables; each is created when absent,
- * marked a backup copy and overwritten. A variable of this task's own shard is refused. */
+ * or "full", the values as tensors named by their variables (each created when absent,
+ * marked a backup copy and overwritten) and the updates to replay; answered once taken,
+ * applied in order by a thread of the backup's own (ps/repl_queue.h). A variable of this
+ * task's own shard is refused: the primary's next forward gets the error. */
 void psg_ts_on_replicate(struct psg_task_server *ts, psg_msg_t **req, psg_req_t *r);
+/* Before the server thread handles request r: every forward taken before it applied,
+ * unless r is a forward (queued after them) or a Recv (it reads no variable). */
+void psg_ts_repl_before(struct psg_task_server *ts, const psg_req_t *r);
 
 /* What the task forwarded and replayed, as a JSON object onto b (Inspect's "replication"):
  * forwards acknowledged, updates replayed by the backup, variables sent by value, tensor

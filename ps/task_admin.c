@@ -239,14 +239,13 @@ static void global_step_said(psg_task_server_t *ts, char *buf, size_t size) {
 void psg_ts_on_job_done(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
     const char *who = r->u.worker[0] ? r->u.worker : req->peer;
-    /* one form a worker: its own JobDone ("/job:worker/task:2") and the chief's for it
-     * ("/job:worker/replica:0/task:2", a worker found lost that ends later) count once */
+    /* one worker, however its name is spelt ("/job:worker/task:2" from the chief's verdict,
+     * "/job:worker/replica:0/task:2" from the worker itself): counted once */
+    char canon[PSG_DEVICE_NAME_MAX];
     psg_device_name_t d;
-    char task[PSG_DEVICE_NAME_MAX];
-    if (r->u.worker[0] && psg_device_name_parse(who, &d) == 0 && d.has_job && d.has_task) {
+    if (psg_device_name_parse(who, &d) == 0 && d.has_job && d.has_task) {
         if (!d.has_replica) d.has_replica = true, d.replica = 0;
-        d.has_type = d.has_id = false;
-        who = psg_device_name_task_str(&d, task, sizeof task);
+        who = psg_device_name_task_str(&d, canon, sizeof canon);
     }
     psg_error_clear();
     pthread_mutex_lock(&ts->lock);

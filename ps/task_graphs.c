@@ -27,6 +27,7 @@ static void reg_graph_free(reg_graph_t *rg) {
     psg_plan_destroy(&rg->plan);
     free(rg->vars);
     free(rg->written);
+    free(rg->handles);
     psg_graph_destroy(&rg->g);
     for (int i = 0; i < rg->n_pulls; i++) free(rg->pulls[i].key);
     free(rg->pulls);
@@ -290,7 +291,9 @@ static reg_graph_t *build(psg_task_server_t *ts, const psg_req_register_t *r, bo
         if (!d || (d->flags & PSG_OP_ASYNC)) rg->run_inline = false;
     }
     /* a step whose writes go to a backup waits for its ack: never on the server thread */
-    if (ts->repl && psg_ts_repl_written(rg->g, &rg->written, &rg->n_written) < 0) goto fail;
+    if (ts->repl && (psg_ts_repl_written(rg->g, &rg->written, &rg->n_written) < 0 ||
+                     psg_ts_repl_handles(rg->g, &rg->handles, &rg->n_handles) < 0))
+        goto fail;
     if (rg->n_written) rg->run_inline = false;
     /* an inline step must never wait for the step before: the server thread runs it */
     if (!rg->run_inline && psg_plan_can_overlap(rg->plan) &&

@@ -543,6 +543,7 @@ static void handle(psg_task_server_t *ts, psg_msg_t **reqp) {
         psg_ts_reply_last_error(ts, *reqp);
         return;
     }
+    psg_ts_repl_before(ts, &r); /* a backup's forwards taken before r applied first */
     psg_proto_entry(r.type)->handler(ts, reqp, &r);
     psg_req_clear(&r);
 }

@@ -56,6 +56,8 @@ typedef struct {
     bool run_inline;      /* nothing that waits and a few nodes: the server thread runs it */
     const char **written; /* the variables it writes (psg_ts_repl_written), into g's strings */
     int n_written;
+    const char **handles; /* with a backup: every variable it names (psg_ts_repl_handles) */
+    int n_handles;
     /* steps whose pulls psg_task_server_prepare sent (0: a free slot), under ts->lock */
     int64_t prepared[PREPARED_STEPS];
 } reg_graph_t;

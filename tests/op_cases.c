@@ -159,6 +159,12 @@ static psg_endpoint_t b_maxpool(psg_graph_t *g, const psg_endpoint_t *x) {
 static psg_endpoint_t b_avgpool(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_SAME);
 }
+static psg_endpoint_t b_avgpool_s1(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_avg_pool(g, "y", x[0], 3, 3, 1, 1, PSG_PADDING_SAME);
+}
+static psg_endpoint_t b_avgpool_valid(psg_graph_t *g, const psg_endpoint_t *x) {
+    return psg_avg_pool(g, "y", x[0], 3, 3, 2, 2, PSG_PADDING_VALID);
+}
 static psg_endpoint_t b_maxpool2(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_max_pool(g, "y", x[0], 2, 2, 2, 2, PSG_PADDING_VALID);
 }
@@ -167,6 +173,13 @@ static psg_endpoint_t b_bias(psg_graph_t *g, const psg_endpoint_t *x) {
 }
 static psg_endpoint_t b_bn(psg_graph_t *g, const psg_endpoint_t *x) {
     return psg_fused_batch_norm(g, "y", x[0], x[1], x[2], PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f,
+                                true)
+        .y;
+}
+/* batch norm reading a bf16 tensor itself (the Cast to f32 skipped, ops/nn.c) */
+static psg_endpoint_t b_bn_bf16(psg_graph_t *g, const psg_endpoint_t *x) {
+    psg_endpoint_t x16 = psg_cast(g, NULL, psg_cast(g, "h", x[0], PSG_DT_BF16), PSG_DT_F32);
+    return psg_fused_batch_norm(g, "y", x16, x[1], x[2], PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f,
                                 true)
         .y;
 }
@@ -421,6 +434,23 @@ const psg_op_case_t psg_op_cases[] = {
      1e-2},
     {"MaxPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {PSG_CASE_F32}, b_maxpool, 1e-6, true, 1e-2},
     {"AvgPool 3x3 s2 SAME", 1, {SHAPE4(2, 8, 8, 3)}, {PSG_CASE_F32}, b_avgpool, 1e-5, true, 1e-2},
+    /* even padding (or none): cuDNN's average pooling on a GPU */
+    {"AvgPool 3x3 s1 SAME",
+     1,
+     {SHAPE4(2, 7, 7, 5)},
+     {PSG_CASE_F32},
+     b_avgpool_s1,
+     1e-5,
+     true,
+     1e-2},
+    {"AvgPool 3x3 s2 VALID",
+     1,
+     {SHAPE4(2, 8, 9, 3)},
+     {PSG_CASE_F32},
+     b_avgpool_valid,
+     1e-5,
+     true,
+     1e-2},
     {"MaxPool 2x2 VALID", 1, {SHAPE4(2, 7, 7, 4)}, {PSG_CASE_F32}, b_maxpool2, 1e-6, true, 1e-2},
     {"BiasAdd",
      2,
@@ -437,7 +467,16 @@ const psg_op_case_t psg_op_cases[] = {
      b_bn,
      1e-4,
      true,
-     2e-2}};
+     2e-2},
+    /* dx rounded to bf16 on both: one ulp (2^-8) apart where the f32 sums straddle an edge */
+    {"FusedBatchNorm bf16 x",
+     3,
+     {SHAPE4(4, 3, 3, 6), SHAPE1(6), SHAPE1(6)},
+     {PSG_CASE_F32, PSG_CASE_POSITIVE, PSG_CASE_F32},
+     b_bn_bf16,
+     1e-2,
+     true,
+     0}};
 const int psg_num_op_cases = (int)(sizeof psg_op_cases / sizeof psg_op_cases[0]);
 
 void psg_op_case_values(const psg_op_case_t *c, unsigned *seed, psg_tensor_t **values) {

@@ -3,6 +3,7 @@
  * every differentiable op, the conv's im2col path with several bands and slices
  * against its direct kernels, and shape errors that name the node. */
 #include "ops/cpu/conv2d_direct.h"
+#include "psgraph/half.h"
 #include "tests/gradcheck.h"
 #include "tests/testutil.h"
 
@@ -830,6 +831,77 @@ static void test_batch_norm_gradients(void) {
     psg_tensor_destroy(&var);
 }
 
+/* y and d(sum(w * y))/dx of batch norm in training over x: with x16 set, x is the f32 Cast of
+ * its 16-bit rounding (batch norm then reads the 16-bit tensor itself); else x as fed. */
+static void bn_forward_backward(psg_tensor_t *x, psg_tensor_t *scale, psg_tensor_t *offset,
+                                psg_tensor_t *w, psg_dtype_t x16, psg_tensor_t **y,
+                                psg_tensor_t **dx) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t px = psg_placeholder(g, "x", PSG_DT_F32, &x->shape);
+    psg_endpoint_t xin = x16 ? psg_cast(g, "x32", psg_cast(g, "x16", px, x16), PSG_DT_F32) : px;
+    psg_tensor_t *sc = psg_tensor_ref(scale), *of = psg_tensor_ref(offset), *wc = psg_tensor_ref(w);
+    psg_batch_norm_t r =
+        psg_fused_batch_norm(g, "bn", xin, psg_const(g, "scale", &sc), psg_const(g, "offset", &of),
+                             PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, 1e-3f, true);
+    /* the 16-bit x is batch norm's own input, not the Cast's f32 copy */
+    CHECK(psg_graph_dtype(g, psg_node_input(psg_graph_node(g, r.y.node), 0)) ==
+          (x16 ? x16 : PSG_DT_F32));
+    psg_endpoint_t loss =
+        psg_sum(g, "loss", psg_mul(g, "wy", r.y, psg_const(g, "w", &wc)), 0, NULL, false);
+    psg_endpoint_t fetch[2] = {r.y, PSG_NO_ENDPOINT}, xs[1] = {px};
+    CHECK(psg_gradients(g, 1, &loss, NULL, 1, xs, fetch + 1) == 0);
+    psg_session_t *s = psg_session_new(g, NULL, NULL);
+    psg_tensor_t *out[2] = {NULL, NULL}, *feed[1] = {x};
+    CHECK(s && psg_session_run(s, 1, &px, feed, 2, fetch, out, 0, NULL) == 0);
+    *y = out[0];
+    *dx = out[1];
+    psg_session_destroy(&s);
+    psg_graph_destroy(&g);
+}
+
+/* Batch norm over a 16-bit x computes what it computed over x's f32 Cast, bit for bit: y the
+ * same, and dx that of the f32 x rounded once to 16 bits (the Cast's gradient's rounding). */
+static void test_batch_norm_reads_16bit(void) {
+    unsigned seed = 12;
+    psg_shape_t sx = psg_shape_4d(6, 5, 7, 4), sc = psg_shape_1d(4);
+    psg_tensor_t *x = psg_test_random(&sx, -2, 3, &seed), *w = psg_test_random(&sx, -1, 1, &seed);
+    psg_tensor_t *scale = psg_test_random(&sc, 0.5f, 1.5f, &seed);
+    psg_tensor_t *offset = psg_test_random(&sc, -1, 1, &seed);
+    const psg_dtype_t dts[2] = {PSG_DT_BF16, PSG_DT_F16};
+    for (int k = 0; k < 2; k++) {
+        psg_tensor_t *xr = psg_tensor_new(PSG_DT_F32, &sx); /* x rounded to 16 bits */
+        for (int64_t i = 0; i < psg_tensor_numel(x); i++) {
+            float v = psg_tensor_f32(x)[i];
+            psg_tensor_f32(xr)[i] = dts[k] == PSG_DT_BF16 ? psg_bf16_to_f32(psg_f32_to_bf16(v))
+                                                          : psg_f16_to_f32(psg_f32_to_f16(v));
+        }
+        psg_tensor_t *y16 = NULL, *dx16 = NULL, *y = NULL, *dx = NULL;
+        bn_forward_backward(x, scale, offset, w, dts[k], &y16, &dx16);
+        bn_forward_backward(xr, scale, offset, w, 0, &y, &dx);
+        int64_t ybad = 0, dxbad = 0;
+        for (int64_t i = 0; y16 && y && dx16 && dx && i < psg_tensor_numel(x); i++) {
+            float d = psg_tensor_f32(dx)[i];
+            float d16 = dts[k] == PSG_DT_BF16 ? psg_bf16_to_f32(psg_f32_to_bf16(d))
+                                              : psg_f16_to_f32(psg_f32_to_f16(d));
+            ybad += psg_tensor_f32(y16)[i] != psg_tensor_f32(y)[i];
+            dxbad += psg_tensor_f32(dx16)[i] != d16;
+        }
+        CHECK(y16 && dx16 && ybad == 0 && dxbad == 0);
+        if (ybad || dxbad)
+            printf("  %s: %lld of y and %lld of dx differ\n", psg_dtype_name(dts[k]),
+                   (long long)ybad, (long long)dxbad);
+        psg_tensor_destroy(&y16);
+        psg_tensor_destroy(&dx16);
+        psg_tensor_destroy(&y);
+        psg_tensor_destroy(&dx);
+        psg_tensor_destroy(&xr);
+    }
+    psg_tensor_destroy(&x);
+    psg_tensor_destroy(&w);
+    psg_tensor_destroy(&scale);
+    psg_tensor_destroy(&offset);
+}
+
 /* ---- shape errors ---- */
 
 static void test_shape_errors(void) {
@@ -908,6 +980,7 @@ int main(void) {
     RUN_TEST(test_pool_gradients);
     RUN_TEST(test_bias_add_gradients);
     RUN_TEST(test_batch_norm_gradients);
+    RUN_TEST(test_batch_norm_reads_16bit);
     RUN_TEST(test_shape_errors);
     return psg_test_summary();
 }

@@ -21,6 +21,10 @@
 
 /* How often each worker is asked, and how long an answer may take. */
 #define PROBE_MS 250
+/* How long the ps tasks may take to say who is done before a silent worker is called lost: a
+ * ps busy with a large model's gradients under load can take longer than PROBE_MS, and a
+ * worker that said JobDone then exited is done, not lost. */
+#define CONFIRM_MS 3000
 
 /* JOINING: not heard from yet; ABSENT: not heard from for the peer timeout since the job
  * began (not started: --workers MIN:MAX), not counted live until it answers (it joins). */
@@ -98,12 +102,12 @@ static bool stopping(psg_membership_t *m) {
     return stop;
 }
 
-/* The workers that said JobDone to any ps task, marked DONE. */
-static void ask_done(psg_membership_t *m) {
+/* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms). */
+static void ask_done(psg_membership_t *m, int timeout_ms) {
     for (int k = 0; k < m->nps && !stopping(m); k++) {
         psg_req_t in = {.type = PSG_REQ_INSPECT};
         psg_rep_t rep;
-        psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, PROBE_MS);
+        psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, timeout_ms);
         char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
         psg_msg_destroy(&r);
         psg_json_t *j = text ? psg_json_parse(text) : NULL;
@@ -242,7 +246,7 @@ static void *run(void *arg) {
             any_silent |= silent[i];
         }
         /* a worker that finished exits: silent, but it said JobDone first */
-        ask_done(m);
+        ask_done(m, any_silent ? CONFIRM_MS : PROBE_MS);
         pthread_mutex_lock(&m->lock);
         for (int i = 0; any_silent && i < m->n && i < 64; i++) {
             member_t *x = &m->m[i];

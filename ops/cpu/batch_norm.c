@@ -1,6 +1,8 @@
 /* CPU kernels of FusedBatchNorm and FusedBatchNormGrad over the last
- * (channel) dim, f32 with per-channel sums in double, split over the pool by
- * rows. Not the moving averages: the model updates those (see ops/nn.c). */
+ * (channel) dim, f32 (x also bf16 / f16, through an f32 copy) with per-channel
+ * sums in double, split over the pool by rows. Not the moving averages: the model updates those
+ * (see ops/nn.c). */
+#include "ops/cpu/half.h"
 #include "ops/cpu/nn.h"
 #include "psgraph/error.h"
 
@@ -103,6 +105,9 @@ static void run_affine(psg_threadpool_t *pool, int64_t rows, affine_job_t *j) {
  * outputs: y (..., C), batch_mean (C), batch_var (C, unbiased in training),
  * saved_mean (C), saved_inv_std (C) */
 int psg_cpu_fused_batch_norm(psg_kernel_ctx_t *c) {
+    /* a 16-bit x (ops/nn.c): read exactly as f32, the same as the Cast it replaces */
+    if (psg_dtype_is_half(c->inputs[0]->dtype))
+        return psg_cpu_run_as_f32(c, psg_cpu_fused_batch_norm);
     bool training = psg_node_get_bool(c->node, "is_training", true);
     float eps = (float)psg_node_get_float(c->node, "epsilon", 1e-3);
     for (int o = 0; o < 5; o++)
@@ -161,6 +166,9 @@ done:
 /* inputs: dy (..., C), x (..., C), scale (C), saved_mean (C), saved_inv_std (C)
  * outputs: dx (..., C), dscale (C), doffset (C) */
 int psg_cpu_fused_batch_norm_grad(psg_kernel_ctx_t *c) {
+    /* a 16-bit x: dx computed in f32 and rounded once, as the Cast's gradient rounded it */
+    if (psg_dtype_is_half(c->inputs[1]->dtype))
+        return psg_cpu_run_as_f32(c, psg_cpu_fused_batch_norm_grad);
     bool training = psg_node_get_bool(c->node, "is_training", true);
     for (int o = 0; o < 3; o++)
         if (!psg_kernel_alloc_output(c, o)) return -1;

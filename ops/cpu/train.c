@@ -11,6 +11,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #define PSG_USED_MAX 16
 
 /* The scalar inputs a kernel read, as it read them, for the write log (chain replication): an
@@ -166,9 +170,8 @@ static void rmsprop_range(void *ctx, int64_t b, int64_t e) {
 }
 
 /* m += (g-m)*(1-beta1); v += (g^2-v)*(1-beta2); var -= lr_t*m/(sqrt(v)+eps),
- * lr_t (in u->lr) = lr*sqrt(1-beta2_power)/(1-beta1_power) */
-static void adam_range(void *ctx, int64_t b, int64_t e) {
-    const update_t *u = ctx;
+ * lr_t (in u->lr) = lr*sqrt(1-beta2_power)/(1-beta1_power): the reference loop */
+static void adam_scalar(const update_t *u, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) {
         float g = u->g[i];
         float m = u->s1[i] + (g - u->s1[i]) * (1.0f - u->a);
@@ -178,6 +181,47 @@ static void adam_range(void *ctx, int64_t b, int64_t e) {
         u->w[i] -= u->lr * m / (sqrtf(v) + u->eps);
     }
 }
+
+#if defined(__AVX__)
+typedef float v8f_t __attribute__((vector_size(32)));
+
+static inline v8f_t v8_load(const float *p) {
+    v8f_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* The same operations as adam_scalar, in the same order, 8 elements at a time: IEEE's
+ * +, -, *, / and sqrt are correctly rounded in vectors too, and ISO C mode never fuses a
+ * multiply-add, so each element gets the reference's bits (the loop above is not vectorized
+ * by the compiler: sqrtf may set errno). A backup replays it on its copies: Adam ran twice
+ * per step with --ps-replicas 2. */
+static void adam_range(void *ctx, int64_t b, int64_t e) {
+    const update_t *u = ctx;
+    const v8f_t ca = (v8f_t){0} + (1.0f - u->a), cb = (v8f_t){0} + (1.0f - u->b);
+    const v8f_t lr = (v8f_t){0} + u->lr, eps = (v8f_t){0} + u->eps;
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+        v8f_t g = v8_load(u->g + i), s1 = v8_load(u->s1 + i), s2 = v8_load(u->s2 + i);
+        v8f_t m = s1 + (g - s1) * ca;
+        v8f_t v = s2 + (g * g - s2) * cb;
+        __m256 vv;
+        memcpy(&vv, &v, sizeof vv);
+        vv = _mm256_sqrt_ps(vv);
+        v8f_t root;
+        memcpy(&root, &vv, sizeof root);
+        v8f_t w = v8_load(u->w + i) - lr * m / (root + eps);
+        memcpy(u->s1 + i, &m, sizeof m);
+        memcpy(u->s2 + i, &v, sizeof v);
+        memcpy(u->w + i, &w, sizeof w);
+    }
+    adam_scalar(u, i, e);
+}
+#else
+static void adam_range(void *ctx, int64_t b, int64_t e) {
+    adam_scalar(ctx, b, e);
+}
+#endif
 
 /* accum += g^2; var -= lr*g/sqrt(accum) */
 static void adagrad_range(void *ctx, int64_t b, int64_t e) {

@@ -1,5 +1,5 @@
-/* Conv2D and its two gradients through cuDNN (the one file that includes
- * it): f32 in FMA math (no TF32, as the CPU's f32), or bf16 / f16 on
+/* Conv2D and its two gradients, and average pooling, through cuDNN (the one
+ * file that includes it): f32 in FMA math (no TF32, as the CPU's f32), or bf16 / f16 on
  * tensor cores with an f32 compute type (mixed precision), the filter turned
  * from psgraph's (KH, KW, C, OC) to cuDNN's, SAME padding that is larger
  * after than before made even by a zero-padded copy of the input, and per
@@ -730,4 +730,68 @@ extern "C" double psg_cuda_peer_conv_seconds(int gpu, const psg_cu_geom_t *g, in
     if (e1) cudaEventDestroy(e1);
     peer_free(&p);
     return sec;
+}
+
+/* ---- average pooling ---- */
+
+/* Whether cuDNN's average pooling computes TensorFlow's for g: cuDNN pads as much after as
+ * before, so its windows are g's when its output size is g's (no padding, or even SAME
+ * padding as a 3x3 stride-1 window's); both count the cells inside the input only.
+ * PSG_CUDNN_POOL=0 keeps every pooling on pool.cu's kernels (to measure one against the
+ * other). */
+static bool avg_pool_fits(const psg_cu_geom_t *g) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *e = getenv("PSG_CUDNN_POOL");
+        enabled = !(e && !strcmp(e, "0"));
+    }
+    if (!enabled || !fits_int(g) || g->pt < 0 || g->pl < 0 || g->pt >= g->kh || g->pl >= g->kw)
+        return false;
+    return g->sh > 0 && g->sw > 0 && 1 + (g->h + 2 * g->pt - g->kh) / g->sh == g->oh &&
+           1 + (g->w + 2 * g->pl - g->kw) / g->sw == g->ow;
+}
+
+/* x (N, H, W, C) -> y (N, OH, OW, C), or with dy (N, OH, OW, C) given, the gradient dx of x's
+ * shape into out: NHWC descriptors, no copies. */
+static int avg_pool_run(int gpu, const psg_cu_geom_t *g, const float *x, const float *dy,
+                        float *out) {
+    PSG_CUDA_DEV(d, gpu);
+    cudnnTensorDescriptor_t xd = NULL, yd = NULL;
+    cudnnPoolingDescriptor_t pd = NULL;
+    cudnnStatus_t s = cudnnCreateTensorDescriptor(&xd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&yd);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreatePoolingDescriptor(&pd);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                       (int)g->c, (int)g->h, (int)g->w);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g->n,
+                                       (int)g->c, (int)g->oh, (int)g->ow);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+                                        CUDNN_NOT_PROPAGATE_NAN, (int)g->kh, (int)g->kw, (int)g->pt,
+                                        (int)g->pl, (int)g->sh, (int)g->sw);
+    int rc = 0;
+    if (s == CUDNN_STATUS_SUCCESS) {
+        const float one = 1.0f, zero = 0.0f;
+        pthread_mutex_lock(&d->lock);
+        cudnnHandle_t h;
+        rc = handle_of(gpu, d, &h);
+        if (rc == 0 && !dy)
+            s = cudnnPoolingForward(h, pd, &one, xd, x, &zero, yd, out);
+        else if (rc == 0) /* average pooling reads neither y nor x: dy stands for y */
+            s = cudnnPoolingBackward(h, pd, &one, yd, dy, yd, dy, xd, x, &zero, xd, out);
+        pthread_mutex_unlock(&d->lock);
+    }
+    if (pd) cudnnDestroyPoolingDescriptor(pd);
+    if (yd) cudnnDestroyTensorDescriptor(yd);
+    if (xd) cudnnDestroyTensorDescriptor(xd);
+    if (rc < 0) return -1;
+    PSG_CUDNN_CHECK(s);
+    return 1;
+}
+
+extern "C" int psg_cudnn_avg_pool(int gpu, const psg_cu_geom_t *g, const float *x, const float *dy,
+                                  float *out) {
+    return avg_pool_fits(g) ? avg_pool_run(gpu, g, x, dy, out) : 0;
 }

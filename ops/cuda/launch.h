@@ -145,6 +145,11 @@ int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const float *x, flo
  * maximum of a window takes its gradient */
 int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, const float *x, const float *dy,
                        float *dx);
+/* Average pooling (dy NULL: y into out; else dx into out) through cuDNN where its windows
+ * are TensorFlow's (cudnn.cu): 1 when it ran, 0 when g is not such (pool.cu's kernels then),
+ * -1 with the error set. */
+int psg_cudnn_avg_pool(int gpu, const psg_cu_geom_t *g, const float *x, const float *dy,
+                       float *out);
 /* The convolutions take tensors of one dtype: PSG_CU_F32 (FMA math, no
  * TF32), or PSG_CU_BF16 / PSG_CU_F16 (tensor cores, f32 compute type). */
 /* y (N, OH, OW, OC) = x (N, H, W, C) conv w (KH, KW, C, OC) */
@@ -162,14 +167,15 @@ int psg_cuda_conv2d_backprop_filter(int gpu, int dtype, const psg_cu_geom_t *g, 
 /* x, y (rows, C); scale, offset, mean, var, and the outputs bmean, bvar,
  * smean, sinv (C). Training: batch statistics (bvar unbiased), mean and var
  * unused; else mean and var are used. As psg_cpu_fused_batch_norm. */
-int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c, const float *x,
-                        const float *scale, const float *offset, const float *mean,
+int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c, int x_dtype,
+                        const void *x, const float *scale, const float *offset, const float *mean,
                         const float *var, float *y, float *bmean, float *bvar, float *smean,
                         float *sinv);
-/* dx (rows, C), dscale, doffset (C) from dy, x (rows, C), scale, smean, sinv (C) */
-int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c, const float *dy,
-                             const float *x, const float *scale, const float *smean,
-                             const float *sinv, float *dx, float *dscale, float *doffset);
+/* dx (rows, C), dscale, doffset (C) from dy, x (rows, C), scale, smean, sinv (C); x and dx of
+ * x_dtype (PSG_CU_F32, or a 16-bit x read exactly and dx rounded once as the CPU rounds) */
+int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c, int x_dtype,
+                             const float *dy, const void *x, const float *scale, const float *smean,
+                             const float *sinv, void *dx, float *dscale, float *doffset);
 
 /* ---- optimizer updates (train.cu) ---- */
 

@@ -152,11 +152,11 @@ int psg_gpu_fused_batch_norm(psg_kernel_ctx_t *c) {
     const float *var = c->num_inputs > 4 ? psg_tensor_f32(c->inputs[4]) : NULL;
     if (!training && (!mean || !var))
         return psg_error_set("inference needs the mean and variance inputs");
-    return psg_cuda_batch_norm(c->device, training, eps, rows, ch, psg_tensor_f32(c->inputs[0]),
-                               psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]), mean,
-                               var, psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]),
-                               psg_tensor_f32(c->outputs[2]), psg_tensor_f32(c->outputs[3]),
-                               psg_tensor_f32(c->outputs[4]));
+    return psg_cuda_batch_norm(
+        c->device, training, eps, rows, ch, (int)c->inputs[0]->dtype, c->inputs[0]->data,
+        psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]), mean, var,
+        psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]), psg_tensor_f32(c->outputs[2]),
+        psg_tensor_f32(c->outputs[3]), psg_tensor_f32(c->outputs[4]));
 }
 
 /* As psg_cpu_fused_batch_norm_grad. */
@@ -166,9 +166,9 @@ int psg_gpu_fused_batch_norm_grad(psg_kernel_ctx_t *c) {
         if (!psg_kernel_alloc_output(c, o)) return -1;
     int64_t rows, ch;
     rows_c(c->inputs[0], &rows, &ch);
-    return psg_cuda_batch_norm_grad(c->device, training, rows, ch, psg_tensor_f32(c->inputs[0]),
-                                    psg_tensor_f32(c->inputs[1]), psg_tensor_f32(c->inputs[2]),
-                                    psg_tensor_f32(c->inputs[3]), psg_tensor_f32(c->inputs[4]),
-                                    psg_tensor_f32(c->outputs[0]), psg_tensor_f32(c->outputs[1]),
-                                    psg_tensor_f32(c->outputs[2]));
+    return psg_cuda_batch_norm_grad(c->device, training, rows, ch, (int)c->inputs[1]->dtype,
+                                    psg_tensor_f32(c->inputs[0]), c->inputs[1]->data,
+                                    psg_tensor_f32(c->inputs[2]), psg_tensor_f32(c->inputs[3]),
+                                    psg_tensor_f32(c->inputs[4]), c->outputs[0]->data,
+                                    psg_tensor_f32(c->outputs[1]), psg_tensor_f32(c->outputs[2]));
 }

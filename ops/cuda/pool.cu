@@ -5,8 +5,9 @@
  * hold it (no atomics: deterministic). MaxPool's gradient first finds each
  * window's first maximum once (a pass per output), so the gather reads one
  * offset a window instead of searching the window again for every cell in
- * it (an H100, Inception-v3 batch 128: 10 ms a MaxPoolGrad before). Not
- * convolution (cudnn.cu). */
+ * it (an H100, Inception-v3 batch 128: 10 ms a MaxPoolGrad before). Average
+ * pooling goes to cuDNN where its windows are TensorFlow's (cudnn.cu), these
+ * kernels otherwise. Not convolution (cudnn.cu). */
 #include "ops/cuda/common.h"
 
 #include <math.h>
@@ -67,6 +68,8 @@ extern "C" int psg_cuda_pool(int gpu, bool max, const psg_cu_geom_t *g, const fl
     PSG_CUDA_DEV(d, gpu);
     int64_t n = g->n * g->oh * g->ow * g->c;
     if (n == 0) return 0;
+    int done = max ? 0 : psg_cudnn_avg_pool(gpu, g, x, NULL, y);
+    if (done != 0) return done < 0 ? -1 : 0;
     bool narrow = g->n * g->h * g->w * g->c <= (int64_t)UINT32_MAX && n <= (int64_t)UINT32_MAX;
     pool_kernel<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(max, *g, x, y, n, narrow);
     PSG_CUDA_LAUNCHED("pool");
@@ -139,6 +142,8 @@ extern "C" int psg_cuda_pool_grad(int gpu, bool max, const psg_cu_geom_t *g, con
     PSG_CUDA_DEV(d, gpu);
     int64_t n = g->n * g->h * g->w * g->c, n_out = g->n * g->oh * g->ow * g->c;
     if (n == 0) return 0;
+    int done = max || n_out == 0 ? 0 : psg_cudnn_avg_pool(gpu, g, x, dy, dx);
+    if (done != 0) return done < 0 ? -1 : 0;
     bool narrow = n <= (int64_t)UINT32_MAX && n_out <= (int64_t)UINT32_MAX;
     int64_t *arg = NULL;
     void *hint = NULL;

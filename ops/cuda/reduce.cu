@@ -4,6 +4,7 @@
  * warp per row), and batch norm over the last dim built on the reductions.
  * Not elementwise ops (elementwise.cu). */
 #include "ops/cuda/common.h"
+#include "psgraph/half.h"
 
 #include <math.h>
 
@@ -56,37 +57,78 @@ typedef struct {
     bool sq;
 } term_t;
 
-__device__ static inline float term_at(const float *x, int64_t i, int64_t b, const term_t &t) {
-    if (!t.mean) return x[i];
-    float v = (x[i] - t.mean[b]) * (t.inv ? t.inv[b] : 1.0f);
+/* Element i of x of dtype DT as f32: exact for the 16-bit floats (batch norm reads a
+ * mixed-precision product's output itself, ops/nn.c). */
+template <int DT> __device__ static inline float load_f32(const void *x, int64_t i) {
+    if (DT == PSG_CU_F32) return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return DT == PSG_CU_BF16 ? psg_bf16_to_f32(h) : psg_f16_to_f32(h);
+}
+
+/* v stored as element i of y of dtype DT, rounded as the CPU rounds (psgraph/half.h). */
+template <int DT> __device__ static inline void store_f32(void *y, int64_t i, float v) {
+    if (DT == PSG_CU_F32)
+        ((float *)y)[i] = v;
+    else
+        ((uint16_t *)y)[i] = DT == PSG_CU_BF16 ? psg_f32_to_bf16(v) : psg_f32_to_f16(v);
+}
+
+template <int DT>
+__device__ static inline float term_at(const void *x, int64_t i, int64_t b, const term_t &t) {
+    float xi = load_f32<DT>(x, i);
+    if (!t.mean) return xi;
+    float v = (xi - t.mean[b]) * (t.inv ? t.inv[b] : 1.0f);
     return t.sq ? __fmul_rn(v, v) : t.dy ? __fmul_rn(t.dy[i], v) : v;
 }
 
 /* o (A, B) = scale * sum over r of x (A, R, 1): a block per row a */
-__global__ static void reduce_rows(const float *x, float *o, int64_t A, int64_t R, float scale,
+template <int DT>
+__global__ static void reduce_rows(const void *x, float *o, int64_t A, int64_t R, float scale,
                                    term_t t) {
     for (int64_t a = blockIdx.x; a < A; a += gridDim.x) {
         float s = 0.0f;
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += term_at(x, a * R + r, 0, t);
+        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += term_at<DT>(x, a * R + r, 0, t);
         s = block_sum(s);
         if (threadIdx.x == 0) o[a] = s * scale;
     }
 }
 
 /* o (A, P, B) = scale * the sums of x (A, R, B) over the P chunks of R */
-__global__ static void reduce_chunks(const float *x, float *o, int64_t A, int64_t R, int64_t B,
+template <int DT>
+__global__ static void reduce_chunks(const void *x, float *o, int64_t A, int64_t R, int64_t B,
                                      int64_t P, float scale, term_t t) {
     PSG_GRID_STRIDE(i, A * P * B) {
         int64_t b = i % B, p = (i / B) % P, a = i / (B * P);
         int64_t r0 = R * p / P, r1 = R * (p + 1) / P, base = a * R * B + b;
         float s = 0.0f;
-        for (int64_t r = r0; r < r1; r++) s += term_at(x, base + r * B, b, t);
+        for (int64_t r = r0; r < r1; r++) s += term_at<DT>(x, base + r * B, b, t);
         o[i] = s * scale;
     }
 }
 
-/* psg_cuda_reduce_arb of term t of x */
-static int reduce_arb_term(int gpu, const float *x, float *o, int64_t A, int64_t R, int64_t B,
+/* As reduce_chunks, with a second sum beside it, of t.dy itself, into o2: batch norm's
+ * gradient reads dy once for both of its sums. Each sum sees the values in the same order
+ * as its own reduce_chunks would: the same results, bit for bit. */
+template <int DT>
+__global__ static void reduce_chunks_and_dy(const void *x, float *o, float *o2, int64_t A,
+                                            int64_t R, int64_t B, int64_t P, float scale,
+                                            term_t t) {
+    PSG_GRID_STRIDE(i, A * P * B) {
+        int64_t b = i % B, p = (i / B) % P, a = i / (B * P);
+        int64_t r0 = R * p / P, r1 = R * (p + 1) / P, base = a * R * B + b;
+        float s = 0.0f, s2 = 0.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            s += term_at<DT>(x, base + r * B, b, t);
+            s2 += t.dy[base + r * B];
+        }
+        o[i] = s * scale;
+        o2[i] = s2 * scale;
+    }
+}
+
+/* psg_cuda_reduce_arb of term t of x (of dtype DT) */
+template <int DT>
+static int reduce_arb_term(int gpu, const void *x, float *o, int64_t A, int64_t R, int64_t B,
                            float scale, term_t t) {
     PSG_CUDA_DEV(d, gpu);
     const term_t plain = {NULL, NULL, NULL, false};
@@ -94,7 +136,7 @@ static int reduce_arb_term(int gpu, const float *x, float *o, int64_t A, int64_t
     if (R == 0) return psg_cuda_fill(gpu, PSG_CU_F32, o, A * B, 0.0);
     if (B == 1) {
         unsigned grid = (unsigned)(A < 65535 ? A : 65535);
-        reduce_rows<<<grid, PSG_CUDA_THREADS, 0, d->compute>>>(x, o, A, R, scale, t);
+        reduce_rows<DT><<<grid, PSG_CUDA_THREADS, 0, d->compute>>>(x, o, A, R, scale, t);
         PSG_CUDA_LAUNCHED("reduce_rows");
         return 0;
     }
@@ -103,18 +145,18 @@ static int reduce_arb_term(int gpu, const float *x, float *o, int64_t A, int64_t
     if (P > most) P = most;
     if (P < 1) P = 1;
     if (P == 1) {
-        reduce_chunks<<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(x, o, A, R, B, 1,
-                                                                                   scale, t);
+        reduce_chunks<DT><<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(
+            x, o, A, R, B, 1, scale, t);
         PSG_CUDA_LAUNCHED("reduce_chunks");
         return 0;
     }
     tmp_t tp = {NULL, NULL};
     float *part = tmp_new(gpu, &tp, A * P * B);
     if (!part) return -1;
-    reduce_chunks<<<psg_cuda_blocks(A * P * B), PSG_CUDA_THREADS, 0, d->compute>>>(x, part, A, R, B,
-                                                                                   P, 1.0f, t);
-    reduce_chunks<<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(part, o, A, P, B, 1,
-                                                                               scale, plain);
+    reduce_chunks<DT><<<psg_cuda_blocks(A * P * B), PSG_CUDA_THREADS, 0, d->compute>>>(
+        x, part, A, R, B, P, 1.0f, t);
+    reduce_chunks<PSG_CU_F32><<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(
+        part, o, A, P, B, 1, scale, plain);
     tmp_free(&tp);
     PSG_CUDA_LAUNCHED("reduce_chunks");
     return 0;
@@ -123,7 +165,7 @@ static int reduce_arb_term(int gpu, const float *x, float *o, int64_t A, int64_t
 extern "C" int psg_cuda_reduce_arb(int gpu, const float *x, float *o, int64_t A, int64_t R,
                                    int64_t B, float scale) {
     const term_t plain = {NULL, NULL, NULL, false};
-    return reduce_arb_term(gpu, x, o, A, R, B, scale, plain);
+    return reduce_arb_term<PSG_CU_F32>(gpu, x, o, A, R, B, scale, plain);
 }
 
 /* ---- any set of axes ---- */
@@ -203,7 +245,8 @@ extern "C" int psg_cuda_sum_squares(int gpu, const float *x, int64_t n, float sc
     if (!part) return -1;
     const term_t plain = {NULL, NULL, NULL, false};
     squares_partial<<<blocks, PSG_CUDA_THREADS, 0, d->compute>>>(x, n, part);
-    reduce_rows<<<1, PSG_CUDA_THREADS, 0, d->compute>>>(part, out, 1, blocks, scale, plain);
+    reduce_rows<PSG_CU_F32>
+        <<<1, PSG_CUDA_THREADS, 0, d->compute>>>(part, out, 1, blocks, scale, plain);
     tmp_free(&t);
     PSG_CUDA_LAUNCHED("sum_squares");
     return 0;
@@ -335,21 +378,75 @@ __global__ static void bn_finalize(bool training, float eps, int64_t rows, int64
     }
 }
 
-/* out (rows, c) = dy * a + (x - mean) * b + k (dy NULL: x * a + b) */
-__global__ static void bn_affine(const float *x, const float *dy, const float *a, const float *b,
-                                 const float *k, const float *mean, float *out, int64_t n,
+/* out (rows, c) = dy * a + (x - mean) * b + k (dy NULL: x * a + b); x of dtype DT, out of
+ * dtype OUT */
+template <int DT, int OUT>
+__global__ static void bn_affine(const void *x, const float *dy, const float *a, const float *b,
+                                 const float *k, const float *mean, void *out, int64_t n,
                                  int64_t c) {
     bool narrow = n <= (int64_t)UINT32_MAX; /* 32-bit modulo: 64-bit division is emulated */
     PSG_GRID_STRIDE(i, n) {
         int64_t ch = narrow ? (int64_t)((uint32_t)i % (uint32_t)c) : i % c;
-        out[i] = dy ? dy[i] * a[ch] + (x[i] - mean[ch]) * b[ch] + k[ch] : x[i] * a[ch] + b[ch];
+        float xi = load_f32<DT>(x, i);
+        store_f32<OUT>(out, i,
+                       dy ? dy[i] * a[ch] + (xi - mean[ch]) * b[ch] + k[ch] : xi * a[ch] + b[ch]);
     }
 }
 
+/* The statistics of x (rows, c) of dtype DT: smean, and small (c) the sums of the squared
+ * deviations. */
+template <int DT>
+static int bn_moments(int gpu, const void *x, int64_t rows, int64_t c, float *smean, float *small) {
+    const term_t plain = {NULL, NULL, NULL, false};
+    int rc = reduce_arb_term<DT>(gpu, x, smean, 1, rows, c, 1.0f / (float)rows, plain);
+    const term_t squares = {smean, NULL, NULL, true}; /* (x - mean)^2 */
+    return rc == 0 ? reduce_arb_term<DT>(gpu, x, small, 1, rows, c, 1.0f, squares) : rc;
+}
+
+/* The sums for the gradient: small (c) of dy, small + c of dy (x - mean) inv; in one pass
+ * over dy and x (reduce_chunks_and_dy) where reduce_arb_term would take reduce_chunks. */
+template <int DT>
+static int bn_grad_sums(int gpu, const float *dy, const void *x, int64_t rows, int64_t c,
+                        const float *smean, const float *sinv, float *small) {
+    PSG_CUDA_DEV(d, gpu);
+    const term_t dyx = {smean, sinv, dy, false}; /* dy (x - mean) inv */
+    if (c <= 1 || rows == 0) {
+        int rc = psg_cuda_reduce_arb(gpu, dy, small, 1, rows, c, 1.0f);
+        return rc == 0 ? reduce_arb_term<DT>(gpu, x, small + c, 1, rows, c, 1.0f, dyx) : rc;
+    }
+    /* reduce_arb_term's chunks (A = 1, R = rows, B = c), so that each sum is the same */
+    int64_t P = (65536 + c - 1) / c, most = (rows + 31) / 32;
+    if (P > most) P = most;
+    if (P < 1) P = 1;
+    if (P == 1) {
+        reduce_chunks_and_dy<DT><<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
+            x, small + c, small, 1, rows, c, 1, 1.0f, dyx);
+        PSG_CUDA_LAUNCHED("reduce_chunks_and_dy");
+        return 0;
+    }
+    tmp_t tp = {NULL, NULL};
+    float *part = tmp_new(gpu, &tp, 2 * P * c);
+    if (!part) return -1;
+    const term_t plain = {NULL, NULL, NULL, false};
+    reduce_chunks_and_dy<DT><<<psg_cuda_blocks(P * c), PSG_CUDA_THREADS, 0, d->compute>>>(
+        x, part + P * c, part, 1, rows, c, P, 1.0f, dyx);
+    for (int k = 0; k < 2; k++)
+        reduce_chunks<PSG_CU_F32><<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
+            part + k * P * c, small + k * c, 1, P, c, 1, 1.0f, plain);
+    tmp_free(&tp);
+    PSG_CUDA_LAUNCHED("reduce_chunks_and_dy");
+    return 0;
+}
+
+#define PSG_BN_BY_DTYPE(dt, call)                                                                  \
+    ((dt) == PSG_CU_BF16  ? call(PSG_CU_BF16)                                                      \
+     : (dt) == PSG_CU_F16 ? call(PSG_CU_F16)                                                       \
+                          : call(PSG_CU_F32))
+
 extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t rows, int64_t c,
-                                   const float *x, const float *scale, const float *offset,
-                                   const float *mean, const float *var, float *y, float *bmean,
-                                   float *bvar, float *smean, float *sinv) {
+                                   int x_dtype, const void *x, const float *scale,
+                                   const float *offset, const float *mean, const float *var,
+                                   float *y, float *bmean, float *bvar, float *smean, float *sinv) {
     PSG_CUDA_DEV(d, gpu);
     if (c == 0) return 0;
     if (training && rows == 0)
@@ -358,18 +455,19 @@ extern "C" int psg_cuda_batch_norm(int gpu, bool training, float eps, int64_t ro
     tmp_t s = {NULL, NULL};
     float *small = tmp_new(gpu, &s, 3 * c); /* sqsum, a, b */
     int rc = !small ? -1 : 0;
-    if (rc == 0 && training) {
-        rc = psg_cuda_reduce_arb(gpu, x, smean, 1, rows, c, 1.0f / (float)rows);
-        const term_t squares = {smean, NULL, NULL, true}; /* (x - mean)^2 */
-        if (rc == 0) rc = reduce_arb_term(gpu, x, small, 1, rows, c, 1.0f, squares);
-    }
+#define MOMENTS(DT) bn_moments<DT>(gpu, x, rows, c, smean, small)
+    if (rc == 0 && training) rc = PSG_BN_BY_DTYPE(x_dtype, MOMENTS);
+#undef MOMENTS
     if (rc == 0) {
         bn_finalize<<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
             training, eps, rows, c, small, mean, var, scale, offset, bmean, bvar, smean, sinv,
             small + c, small + 2 * c);
-        if (n)
-            bn_affine<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
-                x, NULL, small + c, small + 2 * c, NULL, NULL, y, n, c);
+#define AFFINE(DT)                                                                                 \
+    (bn_affine<DT, PSG_CU_F32><<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(           \
+         x, NULL, small + c, small + 2 * c, NULL, NULL, y, n, c),                                  \
+     0)
+        if (n) (void)PSG_BN_BY_DTYPE(x_dtype, AFFINE);
+#undef AFFINE
     }
     tmp_free(&s);
     if (rc < 0) return -1;
@@ -393,19 +491,19 @@ __global__ static void bn_grad_finalize(bool training, int64_t rows, int64_t c, 
 }
 
 extern "C" int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, int64_t c,
-                                        const float *dy, const float *x, const float *scale,
-                                        const float *smean, const float *sinv, float *dx,
-                                        float *dscale, float *doffset) {
+                                        int x_dtype, const float *dy, const void *x,
+                                        const float *scale, const float *smean, const float *sinv,
+                                        void *dx, float *dscale, float *doffset) {
     PSG_CUDA_DEV(d, gpu);
     if (c == 0) return 0;
     int64_t n = rows * c;
     tmp_t s = {NULL, NULL};
     float *small = tmp_new(gpu, &s, 5 * c); /* sdy, sdyx, a, b, k */
     int rc = !small ? -1 : 0;
+#define SUMS(DT) bn_grad_sums<DT>(gpu, dy, x, rows, c, smean, sinv, small)
     if (rc == 0 && n) {
-        rc = psg_cuda_reduce_arb(gpu, dy, small, 1, rows, c, 1.0f);
-        const term_t dyx = {smean, sinv, dy, false}; /* dy (x - mean) inv */
-        if (rc == 0) rc = reduce_arb_term(gpu, x, small + c, 1, rows, c, 1.0f, dyx);
+        rc = PSG_BN_BY_DTYPE(x_dtype, SUMS);
+#undef SUMS
     } else if (rc == 0) {
         rc = psg_cuda_fill(gpu, PSG_CU_F32, small, 2 * c, 0.0);
     }
@@ -413,9 +511,12 @@ extern "C" int psg_cuda_batch_norm_grad(int gpu, bool training, int64_t rows, in
         bn_grad_finalize<<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
             training, rows, c, small, small + c, scale, sinv, dscale, doffset, small + 2 * c,
             small + 3 * c, small + 4 * c);
-        if (n)
-            bn_affine<<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(
-                x, dy, small + 2 * c, small + 3 * c, small + 4 * c, smean, dx, n, c);
+#define AFFINE(DT)                                                                                 \
+    (bn_affine<DT, DT><<<psg_cuda_blocks(n), PSG_CUDA_THREADS, 0, d->compute>>>(                   \
+         x, dy, small + 2 * c, small + 3 * c, small + 4 * c, smean, dx, n, c),                     \
+     0)
+        if (n) (void)PSG_BN_BY_DTYPE(x_dtype, AFFINE);
+#undef AFFINE
     }
     tmp_free(&s);
     if (rc < 0) return -1;
