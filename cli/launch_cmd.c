@@ -604,6 +604,7 @@ typedef struct {
     int joins_done; /* SIGUSR1s handled (joins_asked: received) */
     bool stopping;
     double stop_at, workers_done_at, drawn_at;
+    double job_over_at; /* the chief and every ps task exited 0 (0: not yet) */
     int signaled;
 } launch_run_t;
 
@@ -768,6 +769,11 @@ static int start_joins(launch_run_t *r) {
                 r->n - r->nps);
             continue;
         }
+        if (r->t[r->nps].exited) { /* the chief: the job it would join is over */
+            say("psgraph launch: SIGUSR1: the job is ending (the chief exited): %s not started\n",
+                t->tag);
+            continue;
+        }
         int n = 0;
         while (r->o->cmd[n]) n++;
         char **cmd = calloc((size_t)n + 2, sizeof *cmd);
@@ -788,6 +794,15 @@ static int start_joins(launch_run_t *r) {
     return started;
 }
 
+/* Whether the job ended well: the chief and every ps task exited 0 (the ps tasks stop when
+ * every worker said it is done). */
+static bool job_over(const launch_run_t *r) {
+    bool over = r->n > r->nps;
+    for (int i = 0; i <= r->nps && i < r->n; i++)
+        over = over && r->t[i].exited && r->t[i].code == 0;
+    return over;
+}
+
 /* Whether a task failed in a way that stops the job (a worker the job can lose is let go,
  * once); notes when every worker is done. */
 static bool job_failed(launch_run_t *r) {
@@ -798,6 +813,15 @@ static bool job_failed(launch_run_t *r) {
         /* a worker other than the chief (worker 0) the job can do without: it goes on */
         bool spare = !t->is_ps && i > r->nps && r->failed_workers < r->may_fail &&
                      (!r->o->restart || t->restarts >= r->o->max_restarts);
+        if (died && !t->is_ps && i > r->nps && job_over(r)) { /* one that joined at the end */
+            t->tolerated = true;
+            task_line(t,
+                      "failed with code %d after the job ended (the chief and the ps tasks "
+                      "exited 0): not counted",
+                      t->code);
+            fflush(stdout);
+            died = false;
+        }
         if (died && spare && !r->stopping) {
             t->tolerated = true;
             r->failed_workers++;
@@ -813,6 +837,26 @@ static bool job_failed(launch_run_t *r) {
     }
     if (!workers_left && r->workers_done_at == 0) r->workers_done_at = psg_now_sec();
     return failed;
+}
+
+/* Seconds a worker still running after the job ended is given to see it and stop. */
+#define LEFT_OUT_GRACE_S 5
+
+/* Once the chief and every ps task exited 0 (the ps tasks stop when every worker said it is
+ * done), a worker still running was left out of the job (one that joined at its end): it
+ * stops by itself when a ps task told it the job is done; else it is stopped here after
+ * LEFT_OUT_GRACE_S, said, and not counted as failed. Whether it stopped them. */
+static bool stop_left_out(launch_run_t *r) {
+    if (!job_over(r) || r->stopping) return false;
+    if (r->job_over_at == 0) r->job_over_at = psg_now_sec();
+    if (psg_now_sec() - r->job_over_at < LEFT_OUT_GRACE_S) return false;
+    for (int i = r->nps + 1; i < r->n; i++)
+        if (r->t[i].pid > 0 && !r->t[i].exited)
+            task_line(&r->t[i],
+                      "still running %d s after the job ended (the chief and the ps tasks "
+                      "exited 0): stopping it",
+                      LEFT_OUT_GRACE_S);
+    return true;
 }
 
 /* Forwards the tasks' output until every task has exited: restarts, stops all when one
@@ -842,15 +886,16 @@ static void supervise(launch_run_t *r) {
         int alive = reap(r->t, r->n);
         alive += restart_dead(r);
         alive += start_joins(r);
+        /* before the end: the last task to exit may be a worker the job can do without */
+        bool failed = job_failed(r);
         if (alive == 0) break;
         if (got_signal && !r->signaled) {
             r->signaled = got_signal;
             say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
         }
-        bool failed = job_failed(r);
         /* the ps tasks exit once every worker said it is done; give them a few seconds */
         bool ps_linger = r->workers_done_at > 0 && psg_now_sec() - r->workers_done_at > 10;
-        if (!r->stopping && (r->signaled || failed || ps_linger)) {
+        if (!r->stopping && (r->signaled || failed || ps_linger || stop_left_out(r))) {
             if (failed) say("psgraph launch: a task failed, stopping the others\n");
             kill_all(r->t, r->n, SIGTERM);
             r->stopping = true;

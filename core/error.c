@@ -42,8 +42,9 @@ void psg_error_set_code_only(psg_err_code_t code) {
 
 const char *psg_error_code_name(int code) {
     static const char *const names[PSG_ERR_CODE_COUNT] = {
-        "unknown",  "bad_request", "not_found", "limit",       "timeout", "aborted",    "closed",
-        "stopping", "denied",      "no_memory", "unavailable", "config",  "unreachable"};
+        "unknown",     "bad_request", "not_found",   "limit",   "timeout",
+        "aborted",     "closed",      "stopping",    "denied",  "no_memory",
+        "unavailable", "config",      "unreachable", "job_done"};
     return code >= 0 && code < PSG_ERR_CODE_COUNT ? names[code] : "unknown";
 }
 

@@ -225,6 +225,17 @@ void psg_ts_on_trace(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
 
 /* ---- JobDone and the waits ---- */
 
+/* " at global step N" when this task holds the job's global step; "" otherwise. */
+static void global_step_said(psg_task_server_t *ts, char *buf, size_t size) {
+    buf[0] = 0;
+    psg_variable_t *v = psg_resource_find_variable(ts->rm, "global_step");
+    if (!v || v->dtype != PSG_DT_I64 || !v->value) return;
+    pthread_mutex_lock(&v->lock);
+    if (v->initialized && psg_tensor_numel(v->value) == 1)
+        snprintf(buf, size, " at global step %" PRId64, psg_tensor_i64(v->value)[0]);
+    pthread_mutex_unlock(&v->lock);
+}
+
 void psg_ts_on_job_done(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     psg_msg_t *req = *reqp;
     const char *who = r->u.worker[0] ? r->u.worker : req->peer;
@@ -247,8 +258,13 @@ void psg_ts_on_job_done(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     int n = ts->n_workers_done;
     pthread_mutex_unlock(&ts->lock);
     psg_ts_reply_ok(ts, req, NULL);
-    if (ts->expect_workers > 0 && n >= ts->expect_workers)
-        psg_ts_request_stop(ts, "job done: %d workers finished", n);
+    if (ts->expect_workers > 0 && n >= ts->expect_workers) {
+        char at[64];
+        global_step_said(ts, at, sizeof at);
+        /* the server thread's: set before its loop sees the stop */
+        if (psg_ts_request_stop(ts, "job done: %d workers finished%s", n, at))
+            atomic_store(&ts->job_done, true);
+    }
 }
 
 /* Whether the waiter is answered: its names from `next` on are initialized (a variable

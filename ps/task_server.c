@@ -42,6 +42,13 @@ void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_cod
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    /* the job's end, not a crash: what a request waited for will never come (a joiner that
+     * came late stops on it, without a recovery) */
+    if (atomic_load(&ts->job_done) &&
+        (code == PSG_ERR_ABORTED || code == PSG_ERR_STOPPING || code == PSG_ERR_CLOSED)) {
+        code = PSG_ERR_JOB_DONE; /* its reason is all there is to say ("job done: ...") */
+        snprintf(why, sizeof why, "%s", ts->stop_reason);
+    }
     /* the message already names this task when it comes from a task_server function */
     size_t n = strlen(ts->task);
     bool named = !strncmp(why, "task ", 5) && !strncmp(why + 5, ts->task, n);
@@ -63,9 +70,10 @@ void psg_ts_reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **re
     psg_server_reply(ts->server, req, &r);
 }
 
-void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
+bool psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
     pthread_mutex_lock(&ts->lock);
-    if (!ts->stop_requested) {
+    bool first = !ts->stop_requested;
+    if (first) {
         ts->stop_requested = true;
         va_list ap;
         va_start(ap, fmt);
@@ -73,6 +81,7 @@ void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) {
         va_end(ap);
     }
     pthread_mutex_unlock(&ts->lock);
+    return first;
 }
 
 /* The bytes a request holds while it waits: its tensors and body. */
@@ -567,8 +576,8 @@ static void stop_runners(psg_task_server_t *ts) {
 }
 
 /* Closes every accumulator, token queue, ssp clock and mailbox: a step waiting in one fails at
- * once. */
-static void end_sync_waits(psg_task_server_t *ts) {
+ * once, told why. */
+static void end_sync_waits(psg_task_server_t *ts, const char *why) {
     int na = psg_resource_count(ts->rm, "accumulator"),
         nq = psg_resource_count(ts->rm, "token queue");
     for (int i = 0; i < na; i++) {
@@ -577,15 +586,15 @@ static void end_sync_waits(psg_task_server_t *ts) {
     }
     for (int i = 0; i < nq; i++) {
         psg_token_queue_t *q = psg_resource_at(ts->rm, "token queue", i, NULL);
-        if (q) psg_token_queue_close(q, "the task server is stopping");
+        if (q) psg_token_queue_close(q, why);
     }
     for (int i = 0, nc = psg_resource_count(ts->rm, "ssp clock"); i < nc; i++) {
         psg_ssp_clock_t *k = psg_resource_at(ts->rm, "ssp clock", i, NULL);
-        if (k) psg_ssp_clock_close(k, "the task server is stopping");
+        if (k) psg_ssp_clock_close(k, why);
     }
     for (int i = 0, nm = psg_resource_count(ts->rm, "mailbox"); i < nm; i++) {
         psg_mailbox_t *m = psg_resource_at(ts->rm, "mailbox", i, NULL);
-        if (m) psg_mailbox_close(m, "the task server is stopping");
+        if (m) psg_mailbox_close(m, why);
     }
 }
 
@@ -647,8 +656,11 @@ static void *server_main(void *arg) {
     /* Fail what waits, end what runs (its takes and dequeues fail now, not at their
      * deadline), and give the replies a moment to leave. */
     psg_ts_check_waiters(ts, true);
-    psg_rendezvous_abort(ts->rv, "the task server is stopping");
-    end_sync_waits(ts);
+    char why[sizeof ts->stop_reason + 64] = "the task server is stopping";
+    if (atomic_load(&ts->job_done)) /* the waits' errors say so */
+        snprintf(why, sizeof why, "the task server is stopping: %s", ts->stop_reason);
+    psg_rendezvous_abort(ts->rv, why);
+    end_sync_waits(ts, why);
     stop_runners(ts);
     psg_remote_rv_destroy(&ts->remote);
     int64_t until = psg_codec_now_ms() + 100;

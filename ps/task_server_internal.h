@@ -16,6 +16,7 @@
 #include "psgraph/wire.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define MAX_WORKERS_DONE 1024
 /* Steps of one graph whose pulls may be out before they run (a worker runs one ahead). */
@@ -167,6 +168,10 @@ struct psg_task_server {
     bool ready, stopped, stop_requested, runners_stop;
     char start_error[1024];
     char stop_reason[512];
+    /* the stop is the job's end (every worker said JobDone; stop_reason says so, written
+     * before this is set and never after): what fails from then on fails with
+     * PSG_ERR_JOB_DONE, not as a crash (psg_ts_reply_error) */
+    atomic_bool job_done;
     reg_graph_t **graphs; /* live ones only: a deregistered graph leaves at once */
     int n_graphs, cap_graphs;
     job_t *jq_head, *jq_tail; /* RunGraphs not started */
@@ -206,7 +211,9 @@ void psg_ts_reply_error(psg_task_server_t *ts, const psg_msg_t *req, psg_err_cod
 void psg_ts_reply_ok(psg_task_server_t *ts, const psg_msg_t *req, psg_msg_t **rep);
 /* Replies the current error (psg_error_message / psg_error_code). */
 void psg_ts_reply_last_error(psg_task_server_t *ts, const psg_msg_t *req);
-void psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF(2, 3);
+/* Asks the server thread to stop, the reason kept; false when a stop was asked already
+ * (its reason kept). */
+bool psg_ts_request_stop(psg_task_server_t *ts, const char *fmt, ...) PSG_PRINTF(2, 3);
 
 /* ---- peers (task_server.c), under ts->lock ---- */
 /* The peer of req (made on first sight): its client key's under CURVE, shared by every

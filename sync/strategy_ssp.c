@@ -1,6 +1,7 @@
 /* The "ssp" strategy: stale-synchronous parallel (Ho et al., 2013). Each
- * worker applies its own gradient, divided by the number of workers W (so
- * that the W gradients of a clock add up to sync's mean), and counts its
+ * worker applies its own gradient, divided by the number of live workers W
+ * (ssp/share = 1 / W, set by the chief as workers are lost or join; so that
+ * the W gradients of a clock add up to sync's mean), and counts its
  * steps read and applied on the ps's clock (SspClock, ops/state/ssp_clock.c).
  * A worker starts step k only when every worker has applied step k - s - 1
  * (it is at most s steps ahead of the slowest); with s = 0 it also applies
@@ -39,19 +40,55 @@ static int reset_with_init(psg_graph_t *g, psg_endpoint_t clock) {
     return psg_graph_status(g);
 }
 
-/* call 1: the update from the gradients fed back, divided by W, then the apply tick */
-static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clock) {
+/* ssp/share, beside the clock: each gradient's share of a clock's update, 1 / W (W the
+ * live workers: the chief's set_live_op sets it), initialized to 1 / the cluster's workers. */
+static psg_endpoint_t share_var(psg_graph_t *g, int W, psg_endpoint_t clock) {
+    psg_shape_t scalar = psg_shape_scalar();
+    bool pushed = psg_sync_push_device_of(g, clock);
+    psg_endpoint_t h = psg_var_handle(g, "ssp/share", PSG_DT_F32, &scalar);
+    int init = psg_assign(g, "ssp/share/init", h, psg_const_scalar(g, "ssp/share/all", 1.0f / W));
+    if (pushed) psg_graph_pop_device(g);
+    if (init < 0) return h;
+    psg_graph_add_to_collection(g, "variables", h.node);
+    psg_graph_add_to_collection(g, "init", init);
+    return h;
+}
+
+/* The chief's: the live workers (mask, i32 [W]) are never the slowest, and their share. */
+static int set_live(psg_graph_t *g, psg_sync_graph_t *out, psg_endpoint_t clock,
+                    psg_endpoint_t share, int W) {
+    psg_shape_t ws = psg_shape_1d(W);
+    out->live_mask = psg_placeholder(g, "ssp/live", PSG_DT_I32, &ws);
+    bool pushed = psg_sync_push_device_of(g, clock);
+    int ops[2];
+    ops[0] = psg_ssp_clock_set_live_op(g, "ssp/set_live", clock, out->live_mask);
+    /* the chief is one of them: never 0 */
+    psg_endpoint_t live =
+        psg_sum(g, "ssp/set_live/count",
+                psg_cast(g, "ssp/set_live/mask", out->live_mask, PSG_DT_F32), 0, NULL, false);
+    ops[1] = psg_assign(g, "ssp/set_live/share", share,
+                        psg_div(g, "ssp/set_live/one_of", psg_const_scalar(g, "ssp/one", 1), live));
+    out->set_live_op = psg_group(g, "ssp/set_live_all", 2, ops);
+    if (pushed) psg_graph_pop_device(g);
+    return psg_graph_status(g);
+}
+
+/* call 1: the update from the gradients fed back, times ssp/share, then the apply tick */
+static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_endpoint_t clock,
+                       psg_endpoint_t share) {
     psg_graph_t *g = b->g;
-    int W = b->cfg->num_workers;
     psg_endpoint_t *scaled = malloc(sizeof *scaled * (size_t)b->n);
     if (!scaled) return psg_error_set("out of memory");
+    bool pushed = psg_sync_push_device_of(g, clock);
+    psg_endpoint_t each = psg_read_variable(g, "ssp/share/read", share);
+    if (pushed) psg_graph_pop_device(g);
     char name[256];
     for (int i = 0; i < b->n; i++) {
         snprintf(name, sizeof name, "ssp/gradient_%d", i);
         out->calls[0].feeds[i] =
             psg_placeholder(g, name, PSG_DT_F32, psg_graph_shape(g, b->grads[i]));
         snprintf(name, sizeof name, "ssp/gradient_%d/share", i);
-        scaled[i] = psg_scale(g, name, out->calls[0].feeds[i], 1.0 / W);
+        scaled[i] = psg_mul(g, name, out->calls[0].feeds[i], each);
     }
     int update = -1, rc = psg_graph_status(g);
     if (rc == 0) rc = psg_optimizer_apply_gradients(b->opt, g, b->n, scaled, b->vars, &update);
@@ -61,7 +98,7 @@ static int build_apply(const psg_sync_build_t *b, psg_sync_graph_t *out, psg_end
     int nc = psg_node_num_controls(grp), *ctl = malloc(sizeof *ctl * (size_t)(nc + 1));
     if (!ctl) return psg_error_set("out of memory");
     for (int j = 0; j < nc; j++) ctl[j] = psg_node_control(grp, j);
-    bool pushed = psg_sync_push_device_of(g, clock);
+    pushed = psg_sync_push_device_of(g, clock);
     int t = psg_ssp_clock_tick_op(g, "ssp/apply_tick", clock, b->cfg->worker_index, HALF_APPLIED, 1,
                                   nc, ctl);
     if (pushed) psg_graph_pop_device(g);
@@ -124,14 +161,10 @@ static int build_ssp(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     }
     if (pushed) psg_graph_pop_device(g);
     free(ctl);
-    if (rc == 0 && r == 0) { /* the chief: lost workers are never the slowest */
-        psg_shape_t ws = psg_shape_1d(W);
-        out->live_mask = psg_placeholder(g, "ssp/live", PSG_DT_I32, &ws);
-        pushed = psg_sync_push_device_of(g, clock);
-        out->set_live_op = psg_ssp_clock_set_live_op(g, "ssp/set_live", clock, out->live_mask);
-        if (pushed) psg_graph_pop_device(g);
-    }
-    if (rc < 0 || build_apply(b, out, clock) < 0) return -1;
+    psg_endpoint_t share = rc == 0 ? share_var(g, W, clock) : PSG_NO_ENDPOINT;
+    if (rc == 0) rc = psg_graph_status(g);
+    if (rc == 0 && r == 0) rc = set_live(g, out, clock, share, W); /* the chief */
+    if (rc < 0 || build_apply(b, out, clock, share) < 0) return -1;
     build_wait(b, out, clock, HALF_APPLIED);
     build_wait(b, out, clock, HALF_READ);
     out->num_calls = 3;
@@ -190,8 +223,8 @@ static const char *const ssp_options[] = {"--staleness", NULL};
 
 const psg_sync_strategy_t psg_sync_strategy_ssp = {
     .name = "ssp",
-    .summary = "stale-synchronous: each worker applies its gradient / W at once, and waits "
-               "when more than S steps ahead of the slowest",
+    .summary = "stale-synchronous: each worker applies its gradient / W (the live workers) at "
+               "once, and waits when more than S steps ahead of the slowest",
     .options = ssp_options,
     .lost_workers = psg_sync_lost_any,
     .build = build_ssp,

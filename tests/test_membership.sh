@@ -55,7 +55,7 @@ run_case() {
      ! grep -q 'WaitDone\|waiting for the workers to finish' "$out" &&
      case $strategy in
        async | easgd) true ;; # nothing waits for another worker: nothing to follow
-       ssp) grep -q '\[worker0\] membership: --sync ssp now waits for the 2 live workers' "$out" ;;
+       ssp) grep -q '\[worker0\] membership: --sync ssp now waits for the 2 live workers, each gradient divided by 2$' "$out" ;;
        *) grep -q "\[worker0\] membership: --sync $strategy now averages 2 of 2 gradients a step (2 live workers)" "$out" ;;
      esac &&
      python3 - "$done_line" "$strategy" "$steps" <<'PY'
@@ -65,6 +65,10 @@ lost = d["workers_lost"]
 assert len(lost) == 1 and lost[0]["task"] == "worker2" and lost[0]["host"] == "127.0.0.1", lost
 assert lost[0]["why"].startswith("lost (silent ") and lost[0]["at_step"] > 0, lost
 assert d["membership_changes"] == 1 and d["sync"] == sys.argv[2], d
+# the live count at the end, and N as it followed it (sync b = 1: 2 of 3 kept; b = 0 and
+# local: 3 -> 2)
+assert d["workers_live"] == 2, d
+assert sys.argv[2] not in ("sync", "local") or d["replicas_to_aggregate_live"] == 2, d
 # sync: the global steps of the run; local: its averages (every 4 steps); easgd: none (each
 # worker's own copy, the center's exchanges are not steps); async, ssp: every step of the
 # two that lived, and some of the lost one's

@@ -503,6 +503,44 @@ static void test_job_done_counts_each_worker_once(void) {
     psg_task_server_destroy(&ts);
 }
 
+/* A task that stops because the job is done (every expected worker said JobDone) answers
+ * what waited with PSG_ERR_JOB_DONE and the reason, not as a crash: a worker left out of the
+ * job (one that joined at its end) stops on it without a recovery. */
+static void test_job_done_reply(void) {
+    psg_task_server_options_t o = {
+        .task_name = "/job:ps/task:0", .endpoint = "tcp://127.0.0.1:*", .expect_workers = 1};
+    psg_task_server_t *ts = psg_task_server_new(&o);
+    CHECK(ts != NULL);
+    if (!ts) return;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", psg_task_server_port(ts));
+    psg_ts_client_t *waiter = psg_ts_client_new("/job:ps/task:0", addr, 20000, 0, NULL),
+                    *done = psg_ts_client_new("/job:ps/task:0", addr, 20000, 0, NULL);
+    psg_req_t in = {.type = PSG_REQ_INSPECT}, wd = {.type = PSG_REQ_WAIT_DONE, .u.workers = 2},
+              jd = {.type = PSG_REQ_JOB_DONE, .u.worker = "/job:worker/task:0"};
+    psg_rep_t rep;
+    psg_msg_t *r = psg_ts_call(waiter, &in, &rep, 20000); /* connected */
+    CHECK(r != NULL);
+    psg_msg_destroy(&r);
+    uint64_t id = 0;
+    CHECK(psg_ts_send(waiter, &wd, &id) == 0); /* waits for 2 workers: 1 comes, the job ends */
+    r = psg_ts_call(done, &jd, &rep, 20000);
+    CHECK(r != NULL);
+    psg_msg_destroy(&r);
+    psg_msg_t *m = NULL;
+    bool ready = false;
+    for (int64_t t0 = psg_ts_now_ms(); !m && psg_ts_now_ms() - t0 < 20000;)
+        if (psg_ts_client_poll(&waiter, 1, &ready, 100) > 0) psg_ts_client_recv(waiter, &m);
+    CHECK(m && m->id == id && m->kind == PSG_MSG_ERROR && m->code == PSG_ERR_JOB_DONE);
+    CHECK(m && m->error && strstr(m->error, "job done: 1 workers finished"));
+    if (m && m->error)
+        printf("  the waiter's reply: %s (%s)\n", m->error, psg_error_code_name(m->code));
+    psg_msg_destroy(&m);
+    psg_ts_client_destroy(&waiter);
+    psg_ts_client_destroy(&done);
+    psg_task_server_destroy(&ts);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
     RUN_TEST(test_table);
@@ -512,5 +550,6 @@ int main(int argc, char **argv) {
     RUN_TEST(test_lost_verdicts);
     RUN_TEST(test_retry_after_failed_step);
     RUN_TEST(test_job_done_counts_each_worker_once);
+    RUN_TEST(test_job_done_reply);
     return psg_test_summary();
 }

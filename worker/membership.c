@@ -39,6 +39,7 @@ typedef struct {
     int64_t heard_ms; /* its last answer (or when it was first asked) */
     uint64_t inc;     /* its incarnation when it last answered (0: none yet) */
     char why[96];     /* LOST: why */
+    bool late;        /* ABSENT or LOST, answered after the end-of-job wait: said once */
     int64_t at_step;  /* the chief's step when it was found lost */
 } member_t;
 
@@ -53,6 +54,9 @@ struct psg_membership {
     int changes, joined;
     int64_t start_ms;     /* the thread began */
     int64_t wait_from_ms; /* the end-of-job wait began (0: not yet) */
+    /* the end-of-job wait is over: the ps tasks are told the job is done for every worker
+     * not awaited, so an absent one is admitted no more (it stops with the job) */
+    bool closed;
     atomic_llong step;
     psg_membership_live_fn on_live; /* NULL: none */
     void *live_arg;
@@ -116,9 +120,11 @@ static void ask_done(psg_membership_t *m, int timeout_ms) {
             if (s->type != PSG_JSON_STRING || psg_device_name_parse(s->string, &d) < 0) continue;
             for (int w = 0; w < m->n; w++) {
                 psg_device_name_t e;
-                /* a lost one's JobDone is the chief's own (psg_dist_session_job_done_for) */
+                /* a lost or absent one's JobDone is the chief's own
+                 * (psg_dist_session_job_done_for): it stays out of the live workers */
                 if (psg_device_name_parse(m->m[w].task, &e) < 0 || strcmp(d.job, e.job) ||
-                    d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST)
+                    d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST ||
+                    m->m[w].state == ABSENT)
                     continue;
                 m->m[w].state = DONE;
                 pthread_cond_broadcast(&m->cond);
@@ -162,6 +168,16 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     uint64_t inc = answered ? psg_ts_client_incarnation(x->client) : 0;
     pthread_mutex_lock(&m->lock);
     if (answered) {
+        if ((x->state == ABSENT || x->state == LOST) && m->closed) {
+            if (!x->late)
+                say(m, x,
+                    "answers after the job's end (step %lld): not admitted, it stops with the "
+                    "job",
+                    (long long)atomic_load(&m->step));
+            x->late = true;
+            pthread_mutex_unlock(&m->lock);
+            return;
+        }
         if (x->state == LOST)
             say(m, x, "answers again (incarnation %016" PRIx64 ") at step %lld", inc,
                 (long long)atomic_load(&m->step));
@@ -354,6 +370,7 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
         if (running == 0) break;
         int64_t left = t0 + timeout_ms - psg_ts_now_ms();
         if (left <= 0) {
+            m->closed = true;
             psg_strbuf_t b = {0};
             for (int i = 0; i < m->n; i++)
                 if (m->m[i].state == LIVE || m->m[i].state == JOINING)
@@ -374,6 +391,8 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&m->cond, &m->lock, &ts);
     }
+    /* under the lock that admits: one admitted before this is awaited above, none after */
+    m->closed = true;
     pthread_mutex_unlock(&m->lock);
     return 0;
 }
@@ -387,23 +406,32 @@ int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers,
                 psg_error_message());
         fflush(out);
     }
-    char lost[64][128];
-    int nlost = m ? psg_membership_lost(m, lost, 64) : 0;
-    for (int i = 0; i < nlost; i++)
+    char lost[64][128], who[64][256];
+    int nlost = m ? psg_membership_lost(m, lost, who, 64) : 0;
+    for (int i = 0; i < nlost; i++) {
+        /* one that starts now is not admitted: the ps tasks tell it the job is done */
+        fprintf(out, "membership: %s: the job ends without it; the ps tasks are told it is done\n",
+                who[i]);
+        fflush(out);
         if (psg_dist_session_job_done_for(ds, lost[i]) < 0) { /* they stop later */
             fprintf(out, "warning: telling the ps tasks %s is lost: %s\n", lost[i],
                     psg_error_message());
             fflush(out);
         }
+    }
     return nlost;
 }
 
-int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max) {
+int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], char (*who)[256], int max) {
     int n = 0;
     pthread_mutex_lock(&m->lock);
-    for (int i = 0; i < m->n; i++)
-        if ((m->m[i].state == LOST || m->m[i].state == ABSENT) && n < max)
-            snprintf(tasks[n++], 128, "%s", m->m[i].task);
+    for (int i = 0; i < m->n; i++) {
+        const member_t *x = &m->m[i];
+        if ((x->state != LOST && x->state != ABSENT) || n >= max) continue;
+        snprintf(who[n], 256, "%s on %s (%s)", x->tag, x->host,
+                 x->state == LOST ? "lost" : "not started");
+        snprintf(tasks[n++], 128, "%s", x->task);
+    }
     pthread_mutex_unlock(&m->lock);
     return n;
 }

@@ -51,8 +51,9 @@ int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers,
                        FILE *out, bool *all_done);
 
 /* The lost workers and those that never started (at most max), as task names
- * ("/job:worker/replica:0/task:2"); how many. */
-int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], int max);
+ * ("/job:worker/replica:0/task:2") and as said ("worker2 on h3 (not started)"); how many.
+ * Neither is admitted after the end-of-job wait (one that answers then is said once). */
+int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], char (*who)[256], int max);
 
 /* The done line's fields, each followed by a comma: "workers_lost":[{"task","host","why",
  * "at_step"}], "workers_joined":J (workers not started within the peer timeout that

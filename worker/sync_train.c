@@ -37,6 +37,8 @@ struct psg_sync_train {
     psg_endpoint_t loss;
     int worker_op, after_op; /* psg_sync_train_add_ops: -1 none */
     int rank, num_workers, num_required, backups;
+    /* what the chief's set_live last set (the membership's thread): N and the live workers */
+    atomic_int live_required, live_workers;
     int64_t step_timeout_ms;
     bool no_overlap;
     int64_t model_bytes; /* of the variables the strategy moves */
@@ -146,6 +148,8 @@ static int build_strategy(psg_sync_train_t *st, psg_optimizer_t *opt, int n,
     if ((st->sr = psg_sync_replicas_new(opt, &st->cfg))) {
         st->strategy = psg_sync_replicas_strategy(st->sr);
         st->num_required = psg_sync_replicas_num_required(st->sr);
+        atomic_store(&st->live_required, st->num_required);
+        atomic_store(&st->live_workers, st->num_workers);
         st->model_bytes = vars_bytes(st->g, n, vars);
         rc = psg_sync_replicas_apply_gradients(st->sr, st->g, n, grads, vars, &st->sg);
     }
@@ -405,7 +409,6 @@ static int start_runner(psg_sync_train_t *st, const psg_cluster_t *cluster,
 }
 
 int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n) {
-    if (!st->live_step) return 0;
     const psg_sync_graph_t *sg = &st->sg;
     int workers = 0;
     for (int i = 0; i < n; i++) workers += alive[i];
@@ -414,6 +417,11 @@ int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n) {
     int n0 = st->num_required, b = st->num_workers - n0;
     int required = workers < n0 ? workers : n0;
     if (workers - b > required) required = workers - b;
+    if (!st->live_step) { /* nothing to set (async, easgd): the done line's count only */
+        atomic_store(&st->live_required, required);
+        atomic_store(&st->live_workers, workers);
+        return 0;
+    }
     psg_shape_t ms = psg_shape_1d(st->num_workers);
     psg_tensor_t *mask = psg_tensor_new(PSG_DT_I32, &ms), *feeds[3] = {0};
     for (int i = 0; mask && i < st->num_workers; i++) psg_tensor_i32(mask)[i] = i < n && alive[i];
@@ -426,13 +434,17 @@ int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n) {
     for (int i = 0; i < 3; i++) psg_tensor_destroy(&all[i]);
     if (rc < 0)
         return psg_error_wrap("--sync %s: following %d live workers", st->cfg.strategy, workers);
+    atomic_store(&st->live_required, required);
+    atomic_store(&st->live_workers, workers);
     if (psg_endpoint_valid(sg->live_required))
         fprintf(st->out,
                 "membership: --sync %s now averages %d of %d gradients a step (%d live workers)\n",
                 st->cfg.strategy, required, workers, workers);
     else
-        fprintf(st->out, "membership: --sync %s now waits for the %d live workers\n",
-                st->cfg.strategy, workers);
+        fprintf(st->out,
+                "membership: --sync %s now waits for the %d live workers, each gradient divided "
+                "by %d\n",
+                st->cfg.strategy, workers, workers);
     fflush(st->out);
     return 0;
 }
@@ -781,14 +793,15 @@ void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
     double comm = st->sg.comm_per_step > 0 ? st->sg.comm_per_step : 1, push = 0, pull = 0;
     measured_bytes(st, &push, &pull);
     snprintf(buf, size,
-             "\"sync\":\"%s\",\"replicas_to_aggregate\":%d,\"backup_workers\":%d,"
-             "\"global_steps\":%" PRId64 ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64
-             ",\"gradients_dropped\":%" PRId64 ",%s,\"push_bytes_per_step\":%.0f,"
+             "\"sync\":\"%s\",\"replicas_to_aggregate\":%d,\"replicas_to_aggregate_live\":%d,"
+             "\"workers_live\":%d,\"backup_workers\":%d,\"global_steps\":%" PRId64
+             ",\"steps_per_sec\":%.3f,\"gradients_used\":%" PRId64 ",\"gradients_dropped\":%" PRId64
+             ",%s,\"push_bytes_per_step\":%.0f,"
              "\"pull_bytes_per_step\":%.0f,\"model_push_bytes_per_step\":%.0f,"
              "\"model_pull_bytes_per_step\":%.0f,",
-             st->cfg.strategy, st->num_required, st->backups, steps, sps, used, dropped, stale,
-             push, pull,
-             (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
+             st->cfg.strategy, st->num_required, atomic_load(&st->live_required),
+             atomic_load(&st->live_workers), st->backups, steps, sps, used, dropped, stale, push,
+             pull, (double)st->model_bytes * comm * (st->sg.push_scale > 0 ? st->sg.push_scale : 1),
              (double)st->model_bytes * comm);
     /* "per_worker":[[used, dropped], ..., null (never reported: dead)], and
      * "per_worker_dropped":[{"stale":s,"partial":p,"closed":c}, ..., null] */

@@ -501,8 +501,10 @@ static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over)
         const psg_sync_graph_t *sg = psg_sync_train_graph(t->sync);
         bool tokens = sg->chief_op >= 0;
         bool retries = !sg->no_retry && (!tokens || psg_sync_train_can_rejoin(t->sync));
+        /* the job is done (the ps tasks stop, nothing crashed): nothing to recover */
         for (int retry = 0;
-             rc < 0 && retries && retry < 3 && psg_train_hooks_recover(t->hooks, step) == 0;
+             rc < 0 && retries && retry < 3 && psg_error_code() != PSG_ERR_JOB_DONE &&
+             psg_train_hooks_recover(t->hooks, step) == 0;
              retry++) {
             bool applied = false;
             if (tokens && psg_sync_train_rejoin(t->sync, &applied) < 0) break;
@@ -695,6 +697,26 @@ static int finish(trainer_t *t, psg_train_result_t *r) {
     return t->bench ? bench_line(t, r) : 0;
 }
 
+/* Whether a worker's run failed because the job ended without it (the ps tasks stop: every
+ * worker said it is done, this one left out, e.g. one that joined at the job's end): said,
+ * the run is over, nothing crashed. */
+static bool job_ended(trainer_t *t, const psg_train_result_t *r) {
+    if (psg_error_code() != PSG_ERR_JOB_DONE || !t->w.cluster || t->w.chief) return false;
+    char when[64] = "before this worker's first step";
+    if (r->steps >= t->total)
+        snprintf(when, sizeof when, "after this worker's last step");
+    else if (r->steps > t->start_step)
+        snprintf(when, sizeof when, "before this worker's step %lld", (long long)r->steps + 1);
+    /* the ps task's reply ("task /job:ps/...: job done: ..."), not the steps' wrapping */
+    const char *msg = psg_error_message(), *ps = strstr(msg, "task /job:"), *next;
+    while (ps && (next = strstr(ps + 1, "task /job:"))) ps = next;
+    fprintf(t->out, "psgraph train: %s: the job ended (%s) %s: it stops here\n", t->w.task,
+            ps ? ps : msg, when);
+    fflush(t->out);
+    psg_error_clear();
+    return true;
+}
+
 int psg_train(const psg_train_config_t *given, psg_train_result_t *r) {
     psg_train_config_t cfg = *given;
     const psg_train_config_t *c = &cfg;
@@ -708,6 +730,7 @@ int psg_train(const psg_train_config_t *given, psg_train_result_t *r) {
                      finish(&t, r) < 0
                  ? -1
                  : 0;
+    if (rc < 0 && job_ended(&t, r)) rc = 0;
     if (rc < 0) psg_graph_wrap_error(t.g);
     psg_err_code_t code = psg_error_code();
     trainer_free(&t);

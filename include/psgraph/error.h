@@ -34,6 +34,9 @@ typedef enum {
     PSG_ERR_UNREACHABLE = 12, /* a peer took no request within the wait (not up yet, gone, or
                                  its address wrong); unlike PSG_ERR_UNAVAILABLE, no connection to
                                  it was known lost: nothing of a request was sent */
+    PSG_ERR_JOB_DONE = 13,    /* the task server stops because the job is done (every worker
+                                 said JobDone): what a request waited for will never come, and
+                                 nothing crashed (a worker stops; no recovery) */
     PSG_ERR_CODE_COUNT
 } psg_err_code_t;
 

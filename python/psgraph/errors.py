@@ -68,7 +68,8 @@ def _make(name, code, c_names=(), doc=None, base=OpError):
     return cls
 
 
-CancelledError = _make("CancelledError", CANCELLED, ("stopping",), "The server is stopping.")
+CancelledError = _make("CancelledError", CANCELLED, ("stopping", "job_done"),
+                        "The server is stopping (or stops: the job is done).")
 UnknownError = _make("UnknownError", UNKNOWN, ("unknown",),
                      "An unclassified failure (most kernels' errors: a bad value or shape at run "
                      "time).")
