@@ -2,6 +2,7 @@
  * precision): Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, MaxPool(Grad), AvgPool(Grad),
  * BiasAdd(Grad), FusedBatchNorm(Grad): defs, window geometry, shape inference, gradients (as graph
  * nodes) and builders. Kernels: ops/cpu/{conv2d,pool,bias_add,batch_norm}.c. */
+#include "ops/cpu/half.h"
 #include "ops/cpu/nn.h"
 #include "ops/cuda/kernels.h"
 #include "ops/params.h"
@@ -148,7 +149,7 @@ static int expect_f32(psg_infer_ctx_t *c) {
  * itself (exactly, as a Cast to f32 would give it) instead of an f32 copy made first. */
 static int expect_f32_but_x(psg_infer_ctx_t *c, int xi) {
     for (int i = 0; i < c->num_inputs; i++)
-        if ((i != xi || (c->in_dtypes[i] != PSG_DT_BF16 && c->in_dtypes[i] != PSG_DT_F16)) &&
+        if ((i != xi || !psg_dtype_is_half(c->in_dtypes[i])) &&
             psg_infer_expect_dtype(c, i, PSG_DT_F32) < 0)
             return -1;
     return 0;
@@ -641,8 +642,7 @@ static psg_endpoint_t uncast_half(const psg_graph_t *g, psg_endpoint_t x) {
         psg_graph_dtype(g, x) != PSG_DT_F32)
         return x;
     psg_endpoint_t src = psg_node_input(n, 0);
-    psg_dtype_t dt = psg_graph_dtype(g, src);
-    return dt == PSG_DT_BF16 || dt == PSG_DT_F16 ? src : x;
+    return psg_dtype_is_half(psg_graph_dtype(g, src)) ? src : x;
 }
 
 psg_batch_norm_t psg_fused_batch_norm(psg_graph_t *g, const char *name, psg_endpoint_t x,
