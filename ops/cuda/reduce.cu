@@ -126,6 +126,15 @@ __global__ static void reduce_chunks_and_dy(const void *x, float *o, float *o2, 
     }
 }
 
+/* How many chunks of R a reduction of (A, R, B) takes: enough to fill the GPU, each at least
+ * 32 rows. One function for reduce_arb_term and bn_grad_sums: the same chunks give the same
+ * sums, bit for bit. */
+static int64_t chunks_of(int64_t A, int64_t R, int64_t B) {
+    int64_t P = (65536 + A * B - 1) / (A * B), most = (R + 31) / 32;
+    if (P > most) P = most;
+    return P < 1 ? 1 : P;
+}
+
 /* psg_cuda_reduce_arb of term t of x (of dtype DT) */
 template <int DT>
 static int reduce_arb_term(int gpu, const void *x, float *o, int64_t A, int64_t R, int64_t B,
@@ -140,10 +149,7 @@ static int reduce_arb_term(int gpu, const void *x, float *o, int64_t A, int64_t 
         PSG_CUDA_LAUNCHED("reduce_rows");
         return 0;
     }
-    /* enough chunks of R to fill the GPU, each at least 32 rows */
-    int64_t P = (65536 + A * B - 1) / (A * B), most = (R + 31) / 32;
-    if (P > most) P = most;
-    if (P < 1) P = 1;
+    int64_t P = chunks_of(A, R, B);
     if (P == 1) {
         reduce_chunks<DT><<<psg_cuda_blocks(A * B), PSG_CUDA_THREADS, 0, d->compute>>>(
             x, o, A, R, B, 1, scale, t);
@@ -414,10 +420,7 @@ static int bn_grad_sums(int gpu, const float *dy, const void *x, int64_t rows, i
         int rc = psg_cuda_reduce_arb(gpu, dy, small, 1, rows, c, 1.0f);
         return rc == 0 ? reduce_arb_term<DT>(gpu, x, small + c, 1, rows, c, 1.0f, dyx) : rc;
     }
-    /* reduce_arb_term's chunks (A = 1, R = rows, B = c), so that each sum is the same */
-    int64_t P = (65536 + c - 1) / c, most = (rows + 31) / 32;
-    if (P > most) P = most;
-    if (P < 1) P = 1;
+    int64_t P = chunks_of(1, rows, c); /* reduce_arb_term's: each sum the same */
     if (P == 1) {
         reduce_chunks_and_dy<DT><<<psg_cuda_blocks(c), PSG_CUDA_THREADS, 0, d->compute>>>(
             x, small + c, small, 1, rows, c, 1, 1.0f, dyx);
