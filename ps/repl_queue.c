@@ -24,8 +24,9 @@ struct psg_repl_queue {
     pthread_cond_t work; /* the thread waits for a forward or the stop */
     pthread_cond_t done; /* drains and ready wait for the thread */
     item_t *head, **tail;
-    int pending;              /* queued and not yet applied (the one being applied too) */
-    uint64_t pushed, applied; /* counts: a drain waits for applied to reach pushed */
+    /* counts: pushed - applied are queued and not yet applied (the one being applied too);
+     * a drain waits for applied to reach pushed */
+    uint64_t pushed, applied;
     bool stop;
     bool failed; /* a forward failed to apply, not said to a primary yet */
     psg_err_code_t err_code;
@@ -53,7 +54,6 @@ static void *apply_loop(void *arg) {
         int rc = q->apply(q->ctx, it->forward);
         pthread_mutex_lock(&q->lock);
         if (rc < 0) fail_locked(q);
-        q->pending--;
         q->applied++;
         pthread_cond_broadcast(&q->done);
         pthread_mutex_unlock(&q->lock);
@@ -106,7 +106,8 @@ void psg_repl_queue_destroy(psg_repl_queue_t **qp) {
 
 int psg_repl_queue_ready(psg_repl_queue_t *q, int max_pending) {
     pthread_mutex_lock(&q->lock);
-    while (q->pending >= max_pending && !q->failed) pthread_cond_wait(&q->done, &q->lock);
+    while (q->pushed - q->applied >= (uint64_t)max_pending && !q->failed)
+        pthread_cond_wait(&q->done, &q->lock);
     int rc = 0;
     if (q->failed) {
         q->failed = false;
@@ -124,7 +125,6 @@ void psg_repl_queue_push(psg_repl_queue_t *q, psg_msg_t **forward) {
         *forward = NULL;
         *q->tail = it;
         q->tail = &it->next;
-        q->pending++;
         q->pushed++;
         pthread_cond_signal(&q->work);
     }
