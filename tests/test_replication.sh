@@ -183,8 +183,10 @@ fi
 # 3c. SIGKILL of the chief (worker0, the only worker) and ps0 at once at step 100: the
 # restarted chief finds ps1 holding its shard and ps0 empty, and fails ps0's shard over to
 # ps1 instead of restoring or initializing it; ps1 copies it to ps0. The job ends.
+# 1,500 steps: the restarted chief's run outlasts ps0's return and ps1's copy to it (with 400,
+# at 500 steps/s once Adam's loop was vectorized, the job once ended before the copy began)
 "$psgraph" launch --ps 2 --workers 1 --restart on-failure -- "$psgraph" train --model mlp "${data[@]}" \
-  --optimizer adam --lr 0.001 --batch 64 --steps 400 --log-every 50 --peer-timeout 2 --step-timeout 30 \
+  --optimizer adam --lr 0.001 --batch 64 --steps 1500 --log-every 50 --peer-timeout 2 --step-timeout 30 \
   --ps-replicas 2 --logdir "$tmp/chiefps" >"$tmp/chiefps.log" 2>&1 &
 bg=$!
 pids=($bg)
