@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,11 @@ typedef struct {
      * it by up to a minute); the CPU time this run's processes took, the CPU time every
      * other process took, the hypervisor's steal */
     double load, load1, cpu_sec, others_cpu_sec, steal_sec;
-    bool flagged; /* its load differs from the other runs' median by more than the margin */
+    /* the mean runnable tasks not of this run (load less its own threads runnable): what
+     * flags it, not the load, whose own part differs by strategy (async's workers never
+     * wait, local SGD's do) */
+    double others_load;
+    bool flagged; /* its others' load differs from the other runs' median by the margin */
 } result_t;
 
 static void usage(FILE *f) {
@@ -72,9 +77,9 @@ static void usage(FILE *f) {
         "                      evaluations (default 20)    --seed S (default 1)  --batch B\n"
         "  --repeats N         runs of each strategy, interleaved round-robin (default 1)\n"
         "  --seeds S1,S2,...   the seed of each repeat (default: --seed, --seed + 1, ...)\n"
-        "  --load-margin L     flag a run whose load (runnable tasks, its mean) differs from\n"
-        "                      the other runs' median by more than L x that median (default\n"
-        "                      0.25)\n"
+        "  --load-margin L     flag a run whose others' load (runnable tasks not of the run,\n"
+        "                      its mean) differs from the other runs' median by more than\n"
+        "                      L x max(that median, 1) (default 0.25)\n"
         "  --outdir DIR        each run's logdir and log under DIR (default ./compare)\n"
         "  --png FILE          the plot (default DIR/compare.png; needs gnuplot)\n"
         "  --script FILE.py    every worker runs python3 FILE.py instead of psgraph train,\n"
@@ -142,20 +147,21 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
 }
 
 /* Waits for the run pid, sampling the machine's load every 0.25 s meanwhile, into r's
- * load, cpu_sec, others_cpu_sec and steal_sec (-1 where /proc cannot say). Returns its exit
+ * load, others_load, cpu_sec, others_cpu_sec and steal_sec (-1 where /proc cannot say). Returns its exit
  * code (or -1). */
 static int wait_measured(pid_t pid, result_t *r) {
     psg_machine_sample_t m0, m1, now;
     bool have = psg_machine_sample(&m0) == 0;
-    double load_sum = 0, load1_sum = 0;
+    double load_sum = 0, load1_sum = 0, own_sum = 0;
     int samples = 0, st = 0;
     struct rusage ru;
     for (;;) {
         pid_t got = wait4(pid, &st, WNOHANG, &ru);
         if (got < 0 && errno != EINTR) return -1;
         if (got == pid) break;
-        if (have && psg_machine_sample(&now) == 0)
-            load_sum += now.runnable, load1_sum += now.load1, samples++;
+        int own = have ? psg_tree_runnable(pid) : -1;
+        if (own >= 0 && psg_machine_sample(&now) == 0)
+            load_sum += now.runnable, load1_sum += now.load1, own_sum += own, samples++;
         nanosleep(&(struct timespec){.tv_nsec = 250000000}, NULL);
     }
     /* wait4's usage is the run's: launch and every process it waited for */
@@ -164,6 +170,8 @@ static int wait_measured(pid_t pid, result_t *r) {
     if (have && psg_machine_sample(&m1) == 0) {
         r->load = samples ? load_sum / samples : m1.runnable;
         r->load1 = samples ? load1_sum / samples : m1.load1;
+        /* the two counts are read a moment apart: never below 0 */
+        r->others_load = samples ? fmax(0, (load_sum - own_sum) / samples) : -1;
         r->others_cpu_sec = m1.busy_sec - m0.busy_sec - r->cpu_sec;
         if (r->others_cpu_sec < 0) r->others_cpu_sec = 0; /* the clocks' ticks differ */
         r->steal_sec = m1.steal_sec - m0.steal_sec;
@@ -314,15 +322,15 @@ static const char *jnum(char *buf, size_t n, double v, const char *fmt) {
 static double chief_pace(const result_t *r);
 
 static void print_result(const char *strategy, const compare_opts_t *o, const result_t *r) {
-    char b[17][32];
+    char b[18][32];
     printf(
         "{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
         "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
         "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
         "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
         "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\","
-        "\"repeat\":%d,\"seed\":%lld,\"load\":%s,\"load1\":%s,\"cpu_sec\":%.2f,\"others_cpu_sec\":%s,"
-        "\"steal_sec\":%s}\n",
+        "\"repeat\":%d,\"seed\":%lld,\"load\":%s,\"others_load\":%s,\"load1\":%s,\"cpu_sec\":%.2f,"
+        "\"others_cpu_sec\":%s,\"steal_sec\":%s}\n",
         strategy, r->sync, r->rc, o->target, jnum(b[0], 32, r->time_to_target, "%.3f"),
         jnum(b[1], 32, r->steps_to_target, "%.0f"), jnum(b[12], 32, chief_pace(r), "%.3f"),
         jnum(b[2], 32, r->steps_per_sec, "%.3f"), jnum(b[3], 32, r->global_steps, "%.0f"),
@@ -331,7 +339,8 @@ static void print_result(const char *strategy, const compare_opts_t *o, const re
         jnum(b[8], 32, r->stale_max, "%.0f"), jnum(b[9], 32, r->final_accuracy, "%.4f"),
         jnum(b[10], 32, r->dropped, "%.0f"), r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps,
         o->workers, o->model, o->straggler, o->launch_text, r->repeat, r->seed,
-        jnum(b[13], 32, r->load, "%.2f"), jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec,
+        jnum(b[13], 32, r->load, "%.2f"), jnum(b[17], 32, r->others_load, "%.2f"),
+        jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec,
         jnum(b[14], 32, r->others_cpu_sec, "%.2f"), jnum(b[15], 32, r->steal_sec, "%.2f"));
     fflush(stdout);
 }
@@ -346,9 +355,9 @@ static double chief_pace(const result_t *r) {
  * the load, and the runs flagged for their load. */
 static void print_summary(const char *strategy, const compare_opts_t *o, const result_t *rs,
                           int n) {
-    double x[3][MAX_REPEATS], load[MAX_REPEATS];
+    double x[3][MAX_REPEATS], load[MAX_REPEATS], others[MAX_REPEATS];
     int reached = 0, ok = 0;
-    char flagged[MAX_REPEATS * 48] = "", part[4][320];
+    char flagged[MAX_REPEATS * 64] = "", part[5][320];
     size_t fl = 0;
     for (int k = 0; k < n; k++) {
         const result_t *r = &rs[k];
@@ -356,12 +365,13 @@ static void print_summary(const char *strategy, const compare_opts_t *o, const r
         x[1][k] = r->rc == 0 ? r->final_accuracy : -1;
         x[2][k] = r->rc == 0 ? chief_pace(r) : -1;
         load[k] = r->load;
+        others[k] = r->others_load;
         reached += r->rc == 0 && r->time_to_target >= 0;
         ok += r->rc == 0;
         if (r->flagged)
             fl += (size_t)snprintf(flagged + fl, sizeof flagged - fl,
-                                   "%s{\"repeat\":%d,\"seed\":%lld,\"load\":%.2f}", fl ? "," : "",
-                                   r->repeat, r->seed, r->load);
+                                   "%s{\"repeat\":%d,\"seed\":%lld,\"others_load\":%.2f}",
+                                   fl ? "," : "", r->repeat, r->seed, r->others_load);
     }
     const char *keys[3] = {"time_to_target_sec", "final_accuracy", "steps_per_sec"},
                *fmts[3] = {"%.3f", "%.4f", "%.3f"};
@@ -371,10 +381,12 @@ static void print_summary(const char *strategy, const compare_opts_t *o, const r
     }
     psg_compare_stat_t ls = psg_compare_stat(load, n);
     psg_compare_stat_json(part[3], sizeof part[3], "load", &ls, "%.2f");
+    psg_compare_stat_t os = psg_compare_stat(others, n);
+    psg_compare_stat_json(part[4], sizeof part[4], "others_load", &os, "%.2f");
     printf("{\"compare\":\"%s\",\"summary\":true,\"runs\":%d,\"exit_0\":%d,\"reached_target\":%d,"
-           "\"target\":%.4f,%s,%s,%s,%s,\"flagged\":[%s],\"load_margin\":%.2f,\"model\":\"%s\","
+           "\"target\":%.4f,%s,%s,%s,%s,%s,\"flagged\":[%s],\"load_margin\":%.2f,\"model\":\"%s\","
            "\"ps\":%d,\"workers\":%d}\n",
-           strategy, n, ok, reached, o->target, part[0], part[1], part[2], part[3], flagged,
+           strategy, n, ok, reached, o->target, part[0], part[1], part[2], part[3], part[4], flagged,
            o->load_margin, o->model, o->ps, o->workers);
     fflush(stdout);
 }
@@ -430,6 +442,7 @@ int psg_cmd_compare(int argc, char **argv) {
                             .global_steps = -1,
                             .load = -1,
                             .load1 = -1,
+                            .others_load = -1,
                             .others_cpu_sec = -1,
                             .steal_sec = -1,
                             .repeat = k,
@@ -440,20 +453,21 @@ int psg_cmd_compare(int argc, char **argv) {
             if (r->rc != 0) worst = 1;
             print_result(o.strategies.v[i], &o, r);
         }
-    /* a run whose load stands out from all the others' */
+    /* a run beside other work: its others' load stands out from the other runs' */
     static double loads[MAX_STRATEGIES * MAX_REPEATS];
     static bool flags[MAX_STRATEGIES * MAX_REPEATS];
     for (int i = 0; i < nv; i++)
-        for (int k = 0; k < nr; k++) loads[i * nr + k] = res[i][k].load;
+        for (int k = 0; k < nr; k++) loads[i * nr + k] = res[i][k].others_load;
     psg_compare_flag_loads(loads, nv * nr, o.load_margin, flags);
     for (int i = 0; i < nv; i++) {
         for (int k = 0; k < nr; k++) {
             res[i][k].flagged = flags[i * nr + k];
             if (res[i][k].flagged)
                 fprintf(stderr,
-                        "psgraph compare: %s, repeat %d ran at load %.2f, more than %.0f %% "
-                        "from the other runs' median: flagged\n",
-                        o.strategies.v[i], k, res[i][k].load, 100 * o.load_margin);
+                        "psgraph compare: %s, repeat %d ran beside %.2f runnable tasks of "
+                        "other processes, more than %.0f %% from the other runs' median: "
+                        "flagged\n",
+                        o.strategies.v[i], k, res[i][k].others_load, 100 * o.load_margin);
         }
         print_summary(o.strategies.v[i], &o, res[i], nr);
     }

@@ -1,9 +1,11 @@
 /* psgraph compare's numbers over repeats: a sample's mean, min, max and Student's 95 %
- * interval; the machine's load and CPU times from /proc; the runs whose load stands out
- * from the others'. Not the runs (cli/compare_cmd.c) nor the plots. */
+ * interval; the machine's load and CPU times from /proc, and the part of the load that is
+ * a run's own; the runs whose load stands out from the others'. Not the runs (cli/compare_cmd.c) nor the plots. */
 #include "cli/compare_stats.h"
 #include "psgraph/error.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -75,6 +77,92 @@ int psg_machine_sample(psg_machine_sample_t *out) {
     out->busy_sec = (double)(user + nice + sys + irq + sirq) / tick;
     out->steal_sec = (double)steal / tick;
     return 0;
+}
+
+/* From /proc/ID/stat or /proc/P/task/T/stat: the state letter and the parent's pid (the
+ * command's name, in parentheses, may hold spaces and parentheses: read after the last ')').
+ * Returns 0, or -1 when the task is gone. */
+static int read_stat(const char *path, char *state, long *ppid) {
+    char buf[1024];
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close = strrchr(buf, ')');
+    return close && sscanf(close + 1, " %c %ld", state, ppid) == 2 ? 0 : -1;
+}
+
+static bool is_number(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return false;
+    return true;
+}
+
+/* The threads of process pid that are runnable now. */
+static int process_runnable(long pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", pid);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_number(e->d_name)) continue;
+        char stat[320], state = 0;
+        long ppid;
+        snprintf(stat, sizeof stat, "/proc/%ld/task/%s/stat", pid, e->d_name);
+        count += read_stat(stat, &state, &ppid) == 0 && state == 'R';
+    }
+    closedir(d);
+    return count;
+}
+
+int psg_tree_runnable(long root) {
+    DIR *d = opendir("/proc");
+    if (!d) return psg_error_set("/proc: %s", strerror(errno));
+    size_t n = 0, cap = 256;
+    long(*procs)[2] = malloc(sizeof *procs * cap); /* pid, ppid */
+    bool ok = procs != NULL;
+    for (struct dirent *e; ok && (e = readdir(d));) {
+        if (!is_number(e->d_name)) continue;
+        char path[300], state;
+        long ppid;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        if (read_stat(path, &state, &ppid) < 0) continue;
+        if (n == cap) {
+            void *more = realloc(procs, sizeof *procs * (cap *= 2));
+            if (!more) {
+                ok = false;
+                break;
+            }
+            procs = more;
+        }
+        procs[n][0] = atol(e->d_name), procs[n][1] = ppid;
+        n++;
+    }
+    closedir(d);
+    bool *in = ok ? calloc(n ? n : 1, sizeof *in) : NULL;
+    if (!in) {
+        free(procs);
+        return psg_error_set("/proc: out of memory listing the processes");
+    }
+    /* the tree: root, then every process whose parent is in it, until nothing is added */
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (size_t i = 0; i < n; i++) {
+            if (in[i]) continue;
+            bool child = procs[i][0] == root;
+            for (size_t j = 0; !child && j < n; j++) child = in[j] && procs[j][0] == procs[i][1];
+            if (child) in[i] = grew = true;
+        }
+    }
+    int count = 0;
+    for (size_t i = 0; i < n; i++)
+        if (in[i]) count += process_runnable(procs[i][0]);
+    free(in);
+    free(procs);
+    return count;
 }
 
 static int cmp_double(const void *a, const void *b) {

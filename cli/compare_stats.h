@@ -35,9 +35,14 @@ typedef struct {
 /* Reads the machine now into *out. Returns 0, or -1 with the error naming the file. */
 int psg_machine_sample(psg_machine_sample_t *out);
 
+/* The threads runnable now in the process root and its descendants (a run's own part of
+ * the machine's runnable tasks). Returns the count, or -1 with the error. */
+int psg_tree_runnable(long root);
+
 /* flagged[i] = load[i] differs from the median of the other n - 1 loads by more than margin
  * times that median (times 1 when the median is under 1: an idle machine); none when n < 2.
- * Returns how many it flagged. */
+ * compare passes each run's others' load (the runnable tasks not of the run). Returns how
+ * many it flagged. */
 int psg_compare_flag_loads(const double *load, int n, double margin, bool *flagged);
 
 #endif

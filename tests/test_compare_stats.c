@@ -4,9 +4,13 @@
 #include "cli/compare_stats.h"
 #include "tests/testutil.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static bool near(double a, double b, double tol) {
     return fabs(a - b) <= tol;
@@ -46,7 +50,7 @@ static void test_interval_by_hand(void) {
  * One run alone has nothing to differ from. */
 static void test_load_flags(void) {
     double load[] = {3.1, 2.9, 3.4, 5.2, 3.0, 2.7, 3.3};
-    bool flagged[7];
+    bool flagged[16];
     CHECK(psg_compare_flag_loads(load, 7, 0.25, flagged) == 1);
     for (int i = 0; i < 7; i++) CHECK(flagged[i] == (i == 3));
     CHECK(psg_compare_flag_loads(load, 7, 1.0, flagged) == 0);
@@ -55,6 +59,55 @@ static void test_load_flags(void) {
     double idle[] = {0.1, 0.0, 0.2, 1.6};
     CHECK(psg_compare_flag_loads(idle, 4, 0.25, flagged) == 1 && flagged[3]);
     CHECK(psg_compare_flag_loads(load, 1, 0.0, flagged) == 0 && !flagged[0]);
+    /* What compare flags by: the runnable tasks not of the run. The default workload's 15
+     * runs on a quiet machine (2026-11-27) had 0.57 (local SGD) to 1.31 (async) runnable
+     * tasks, nearly all their own: by that load ten were flagged. Their others' load is near
+     * 0 and none is; one more run beside two busy loops is. */
+    double quiet[16] = {0.02, 0.05, 0.01, 0.03, 0.00, 0.04, 0.02, 0.06,
+                        0.01, 0.03, 0.02, 0.00, 0.05, 0.02, 0.04, 1.95};
+    CHECK(psg_compare_flag_loads(quiet, 15, 0.25, flagged) == 0);
+    CHECK(psg_compare_flag_loads(quiet, 16, 0.25, flagged) == 1 && flagged[15]);
+}
+
+/* The runnable threads of a process tree: a child spinning on a second thread is counted
+ * (while it spins), a sleeping child is not, and a pid that does not exist has none. */
+static void test_tree_runnable(void) {
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t spinner = fork();
+    if (spinner == 0) { /* spin until the parent closes the pipe */
+        close(pipefd[1]);
+        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+        char c;
+        while (read(pipefd[0], &c, 1) < 0) {
+        }
+        _exit(0);
+    }
+    close(pipefd[0]);
+    int seen = 0;
+    for (int i = 0; i < 200 && !seen; i++) { /* on a busy machine: runnable at some sample */
+        int n = psg_tree_runnable((long)spinner);
+        CHECK(n >= 0);
+        seen = n == 1;
+        usleep(5000);
+    }
+    CHECK(seen);
+    close(pipefd[1]);
+    CHECK(waitpid(spinner, NULL, 0) == spinner);
+    pid_t sleeper = fork();
+    if (sleeper == 0) {
+        pause();
+        _exit(0);
+    }
+    int asleep = 0; /* once it reached pause() */
+    for (int i = 0; i < 400 && !asleep; i++) {
+        asleep = psg_tree_runnable((long)sleeper) == 0;
+        usleep(5000);
+    }
+    CHECK(asleep);
+    kill(sleeper, SIGKILL);
+    CHECK(waitpid(sleeper, NULL, 0) == sleeper);
+    CHECK(psg_tree_runnable(999999999L) == 0);
 }
 
 /* /proc gives a load and CPU times; the busy time only grows. */
@@ -68,6 +121,7 @@ static void test_machine_sample(void) {
 
 int main(void) {
     RUN_TEST(test_interval_by_hand);
+    RUN_TEST(test_tree_runnable);
     RUN_TEST(test_load_flags);
     RUN_TEST(test_machine_sample);
     return psg_test_summary();
