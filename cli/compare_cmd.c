@@ -147,8 +147,8 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
 }
 
 /* Waits for the run pid, sampling the machine's load every 0.25 s meanwhile, into r's
- * load, others_load, cpu_sec, others_cpu_sec and steal_sec (-1 where /proc cannot say). Returns its exit
- * code (or -1). */
+ * load, others_load, cpu_sec, others_cpu_sec and steal_sec (-1 where /proc cannot say). Returns its
+ * exit code (or -1). */
 static int wait_measured(pid_t pid, result_t *r) {
     psg_machine_sample_t m0, m1, now;
     bool have = psg_machine_sample(&m0) == 0;
@@ -340,8 +340,8 @@ static void print_result(const char *strategy, const compare_opts_t *o, const re
         jnum(b[10], 32, r->dropped, "%.0f"), r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps,
         o->workers, o->model, o->straggler, o->launch_text, r->repeat, r->seed,
         jnum(b[13], 32, r->load, "%.2f"), jnum(b[17], 32, r->others_load, "%.2f"),
-        jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec,
-        jnum(b[14], 32, r->others_cpu_sec, "%.2f"), jnum(b[15], 32, r->steal_sec, "%.2f"));
+        jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec, jnum(b[14], 32, r->others_cpu_sec, "%.2f"),
+        jnum(b[15], 32, r->steal_sec, "%.2f"));
     fflush(stdout);
 }
 
@@ -386,8 +386,8 @@ static void print_summary(const char *strategy, const compare_opts_t *o, const r
     printf("{\"compare\":\"%s\",\"summary\":true,\"runs\":%d,\"exit_0\":%d,\"reached_target\":%d,"
            "\"target\":%.4f,%s,%s,%s,%s,%s,\"flagged\":[%s],\"load_margin\":%.2f,\"model\":\"%s\","
            "\"ps\":%d,\"workers\":%d}\n",
-           strategy, n, ok, reached, o->target, part[0], part[1], part[2], part[3], part[4], flagged,
-           o->load_margin, o->model, o->ps, o->workers);
+           strategy, n, ok, reached, o->target, part[0], part[1], part[2], part[3], part[4],
+           flagged, o->load_margin, o->model, o->ps, o->workers);
     fflush(stdout);
 }
 

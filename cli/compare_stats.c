@@ -1,6 +1,7 @@
 /* psgraph compare's numbers over repeats: a sample's mean, min, max and Student's 95 %
  * interval; the machine's load and CPU times from /proc, and the part of the load that is
- * a run's own; the runs whose load stands out from the others'. Not the runs (cli/compare_cmd.c) nor the plots. */
+ * a run's own; the runs whose load stands out from the others'. Not the runs (cli/compare_cmd.c)
+ * nor the plots. */
 #include "cli/compare_stats.h"
 #include "psgraph/error.h"
 
