@@ -366,14 +366,16 @@ static void mark_lost(psg_dist_callable_t *c, int p, const char *why) {
 static void read_peer(psg_dist_callable_t *c, int k) {
     int p = c->runs[k].peer;
     psg_ts_client_t *client = c->s->peers[p].client;
+    int rc;
     for (;;) {
         psg_msg_t *m = NULL;
-        int rc = psg_ts_client_recv(client, &m);
+        rc = psg_ts_client_recv(client, &m);
         if (rc < 0 && psg_error_code() == PSG_ERR_UNAVAILABLE) mark_lost(c, p, psg_error_message());
         if (rc <= 0) break;
         file_reply(c, k, m);
     }
-    if (psg_ts_client_check(client) < 0) mark_lost(c, p, psg_error_message());
+    /* a recv that found nothing (0) checked the connection already */
+    if (rc < 0 && psg_ts_client_check(client) < 0) mark_lost(c, p, psg_error_message());
 }
 
 /* The error of partition k's request q, or NULL: its connection lost, its task restarted
