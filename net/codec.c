@@ -216,6 +216,31 @@ int psg_codec_send(void *sock, psg_codec_out_t *out) {
     return rc;
 }
 
+int psg_codec_try_send(void *sock, psg_codec_out_t *out) {
+    if (out->n == 0) return psg_codec_send(sock, out) < 0 ? -1 : 1;
+    /* once ZeroMQ took a message's first frame it takes the rest at once */
+    if (zmq_msg_send(&out->parts[0], sock, ZMQ_DONTWAIT | (out->more[0] ? ZMQ_SNDMORE : 0)) < 0) {
+        int e = errno;
+        if (e == EAGAIN) return 0;
+        psg_error_set("send failed: %s", zmq_strerror(e));
+        errno = e;
+        return -1;
+    }
+    int rc = 0, i = 1;
+    for (; i < out->n; i++) {
+        if (zmq_msg_send(&out->parts[i], sock, out->more[i] ? ZMQ_SNDMORE : 0) < 0) {
+            int e = errno;
+            rc = psg_error_set("send failed: %s", e == EAGAIN ? "timed out" : zmq_strerror(e));
+            errno = e;
+            break;
+        }
+    }
+    for (; i < out->n; i++) zmq_msg_close(&out->parts[i]);
+    zmq_msg_close(&out->parts[0]); /* sent: an empty message now */
+    out->n = 0;
+    return rc < 0 ? -1 : 1;
+}
+
 void psg_codec_out_clear(psg_codec_out_t *out) {
     for (int i = 0; i < out->n; i++) zmq_msg_close(&out->parts[i]);
     free(out->parts);

@@ -63,6 +63,9 @@ int psg_codec_encode(const psg_msg_t *m, const psg_route_t *route, const psg_wir
 /* Sends the frames in order; closes every frame whatever happens. -1 with errno-based
  * error set if a send fails (EHOSTUNREACH: the peer is gone). */
 int psg_codec_send(void *sock, psg_codec_out_t *out);
+/* Sends out only if the socket takes it now: 1 sent (as psg_codec_send), 0 it would wait
+ * (nothing sent, out kept), -1 with the error set and errno. */
+int psg_codec_try_send(void *sock, psg_codec_out_t *out);
 /* Closes any frames left and frees the arrays. */
 void psg_codec_out_clear(psg_codec_out_t *out);
 

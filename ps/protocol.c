@@ -9,6 +9,7 @@
 #include "ps/task_server_internal.h"
 #include "psgraph/error.h"
 #include "psgraph/op.h"
+#include "psgraph/rendezvous.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -181,6 +182,78 @@ static int dec_run(const psg_msg_t *m, psg_req_t *r) {
     }
     r->u.run.n_feeds = m->ntensors;
     r->u.run.feeds = m->tensors;
+    return 0;
+}
+
+/* RunGraphRecv: RunGraph's fields, the body the update id's line ("" when none) and then
+ * one rendezvous key a line. */
+static int enc_run_recv(const psg_req_t *r, psg_msg_t *m) {
+    psg_req_t plain = *r;
+    plain.u.run.update[0] = 0; /* the update id goes into this body, not RunGraph's */
+    if (enc_run(&plain, m) < 0) return -1;
+    size_t n = strlen(r->u.run.update) + 1;
+    for (int i = 0; i < r->u.run.n_recv_keys; i++) n += strlen(r->u.run.recv_keys[i]) + 1;
+    char *body = malloc(n), *at = body;
+    if (!body) return psg_error_set("out of memory");
+    at += sprintf(at, "%s", r->u.run.update);
+    for (int i = 0; i < r->u.run.n_recv_keys; i++) at += sprintf(at, "\n%s", r->u.run.recv_keys[i]);
+    int rc = set_body(m, body, (size_t)(at - body));
+    free(body);
+    return rc;
+}
+
+static void clear_run_recv(psg_req_t *r) {
+    free(r->u.run.recv_keys);
+    r->u.run.recv_keys = NULL;
+    r->u.run.n_recv_keys = 0;
+}
+
+/* Checks and splits RunGraphRecv's body: the update id's line, then 1 to
+ * PSG_PROTO_MAX_RECV_KEYS keys, every byte printable. */
+static int dec_run_recv(const psg_msg_t *m, psg_req_t *r) {
+    psg_msg_t plain = *m;
+    plain.body = NULL;
+    if (dec_run(&plain, r) < 0) return -1;
+    r->u.run.recv_keys = NULL;
+    r->u.run.n_recv_keys = 0;
+    size_t n = m->body ? m->body->size : 0;
+    const char *d = n ? (const char *)m->body->data : "";
+    int lines = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == '\n') {
+            if (++lines > PSG_PROTO_MAX_RECV_KEYS + 1)
+                return bad(m, "more than %d keys", PSG_PROTO_MAX_RECV_KEYS);
+        } else if (d[i] < 0x20 || d[i] > 0x7e) {
+            return bad(m, "the body has a byte 0x%02x", (unsigned char)d[i]);
+        }
+    }
+    if (lines < 2) return bad(m, "no key to send back (the body's lines after the update id)");
+    const char *nl = memchr(d, '\n', n);
+    size_t ul = (size_t)(nl - d);
+    if (ul >= PSG_PROTO_MAX_UPDATE)
+        return bad(m, "update id of %zu bytes (the limit is %d)", ul, PSG_PROTO_MAX_UPDATE - 1);
+    memcpy(r->u.run.update, d, ul);
+    r->u.run.update[ul] = 0;
+    /* the pointers, then the keys' bytes, in one block */
+    size_t keys_bytes = n - ul; /* each key and its NUL */
+    char **v = malloc((size_t)(lines - 1) * sizeof *v + keys_bytes);
+    if (!v) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    char *blk = (char *)(v + lines - 1);
+    memcpy(blk, nl + 1, keys_bytes - 1);
+    blk[keys_bytes - 1] = 0;
+    for (int k = 0; k < lines - 1; k++) {
+        v[k] = blk;
+        char *end = strchr(blk, '\n');
+        if (end) *end = 0;
+        size_t kl = strlen(blk);
+        if (kl == 0 || kl >= PSG_RENDEZVOUS_KEY_MAX) {
+            free(v);
+            return bad(m, "key %d of %zu bytes (1 to %d)", k, kl, PSG_RENDEZVOUS_KEY_MAX - 1);
+        }
+        blk += kl + 1;
+    }
+    r->u.run.recv_keys = v;
+    r->u.run.n_recv_keys = lines - 1;
     return 0;
 }
 
@@ -362,13 +435,16 @@ static int rep_dec_handle(const psg_msg_t *m, psg_rep_t *rep) {
 
 static int rep_enc_tensors(const psg_rep_t *rep, psg_msg_t *m) {
     for (int i = 0; i < rep->u.fetched.n; i++)
-        if (psg_msg_add_tensor(m, NULL, rep->u.fetched.t[i]) < 0) return -1;
+        if (psg_msg_add_tensor(m, rep->u.fetched.names ? rep->u.fetched.names[i] : NULL,
+                               rep->u.fetched.t[i]) < 0)
+            return -1;
     return 0;
 }
 
 static int rep_dec_tensors(const psg_msg_t *m, psg_rep_t *rep) {
     rep->u.fetched.n = m->ntensors;
     rep->u.fetched.t = m->tensors;
+    rep->u.fetched.names = m->names;
     return 0;
 }
 
@@ -469,6 +545,12 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "empty, once taken (applied in order before the backup serves anything that reads its "
      "copies); \"lost\": body, every failover kept",
      enc_key, dec_replicate, NULL, REPLY(none), psg_ts_on_replicate},
+    {PSG_REQ_RUN_GRAPH_RECV, PSG_TS_RUN_GRAPH_RECV,
+     "RunGraph's, but body: the update id's line (\"\" when none), then the rendezvous keys of "
+     "tensors the graph sends to the requester, one a line (Sends of this graph)",
+     "step; tensors: the fetches, then those tensors, each named by its key (the requester "
+     "does not pull them)",
+     enc_run_recv, dec_run_recv, clear_run_recv, REPLY(tensors), psg_ts_on_run},
 };
 
 /* The rows added by psg_proto_register, type PSG_REQ_COUNT + i: written under the lock,

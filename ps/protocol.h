@@ -32,6 +32,7 @@ typedef enum {
     PSG_REQ_TRACE,
     PSG_REQ_SHUTDOWN,
     PSG_REQ_REPLICATE,
+    PSG_REQ_RUN_GRAPH_RECV,
     PSG_REQ_COUNT
 } psg_req_type_t;
 
@@ -40,7 +41,8 @@ typedef enum {
 #define PSG_PROTO_MAX_NAMES_BYTES ((size_t)4 << 20) /* WaitInit's variable names */
 #define PSG_PROTO_MAX_PATH 4096 /* SaveShard/RestoreShard's directory, Trace's file */
 #define PSG_PROTO_MAX_SHARDS 4096
-#define PSG_PROTO_MAX_UPDATE 192 /* RunGraph's update id, "WRITER SEQ" (docs/replication.md) */
+#define PSG_PROTO_MAX_UPDATE 192     /* RunGraph's update id, "WRITER SEQ" (docs/replication.md) */
+#define PSG_PROTO_MAX_RECV_KEYS 1024 /* RunGraphRecv's keys */
 
 /* RegisterGraph's fields: the graph (body) and its endpoints (i64 tensors "feeds" [n, 2],
  * "fetches" [n, 2], "targets" [n]). */
@@ -68,6 +70,11 @@ typedef struct {
             int n_feeds;
             psg_tensor_t *const *feeds;
             char update[PSG_PROTO_MAX_UPDATE]; /* "" when none */
+            /* RunGraphRecv: the rendezvous keys of the tensors the partition sends to the
+             * requester, which the reply carries after the fetches (the requester does not
+             * pull them); the body's lines after the update id's. Owned: one block */
+            int n_recv_keys;
+            char **recv_keys;
         } run;
         const char *key;    /* Recv: a rendezvous key; Replicate: "update" or "full" */
         const char *reason; /* AbortStep: key the reason ("" when none) */
@@ -97,9 +104,12 @@ typedef struct {
     psg_req_type_t type;
     union {
         uint64_t handle; /* RegisterGraph: key */
-        struct {         /* RunGraph: the fetches, the message's references */
+        struct {         /* RunGraph: the fetches, the message's references; RunGraphRecv: then
+                          * the tensors asked for, each named by its key (names: NULL for
+                          * RunGraph; the message's names when decoded) */
             int n;
             psg_tensor_t *const *t;
+            char *const *names;
         } fetched;
         psg_tensor_t *tensor; /* Recv: the one tensor */
         struct {              /* Inspect: body JSON (not NUL-terminated) */

@@ -465,7 +465,8 @@ static bool take_prepared(psg_task_server_t *ts, reg_graph_t *rg, int64_t step) 
     return found;
 }
 
-int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step) {
+/* Takes a prepared slot for step; with pull, sends its pulls now. */
+static int prepare(psg_task_server_t *ts, uint64_t handle, int64_t step, bool pull) {
     reg_graph_t *rg = psg_ts_graph_get(ts, handle);
     if (!rg)
         return psg_error_set_code(PSG_ERR_NOT_FOUND, "task %s: unknown graph handle %" PRIu64,
@@ -479,12 +480,23 @@ int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step
     if (slot >= 0) rg->prepared[slot] = step;
     pthread_mutex_unlock(&ts->lock);
     /* all taken: the step's run pulls as usual */
-    if (slot >= 0 && psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls) < 0) {
+    if (slot >= 0 && pull && psg_remote_rv_pull(ts->remote, step, rg->n_pulls, rg->pulls) < 0) {
         take_prepared(ts, rg, step);
         rc = psg_error_wrap("task %s", ts->task);
     }
+    if (slot < 0 && !pull && rc == 0)
+        rc = psg_error_set("task %s: %d steps of graph %" PRIu64 " prepared already", ts->task,
+                           PREPARED_STEPS, handle);
     psg_ts_graph_put(ts, &rg);
     return rc;
+}
+
+int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step) {
+    return prepare(ts, handle, step, true);
+}
+
+int psg_task_server_prepare_delivered(psg_task_server_t *ts, uint64_t handle, int64_t step) {
+    return prepare(ts, handle, step, false);
 }
 
 bool psg_ts_graph_acquire(psg_task_server_t *ts, reg_graph_t *rg, job_t *j) {
@@ -594,13 +606,17 @@ void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step) {
     psg_rendezvous_cleanup_step(ts->rv, step);
 }
 
+bool psg_ts_graph_sends(const reg_graph_t *rg, const char *key) {
+    for (int k = 0; k < rg->n_sends; k++)
+        if (!strcmp(rg->send_keys[k], key)) return true;
+    return false;
+}
+
 /* A key a peer may pull: one that a registered graph of this task sends. */
 bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key) {
     bool found = false;
     pthread_mutex_lock(&ts->lock);
-    for (int i = 0; i < ts->n_graphs && !found; i++)
-        for (int k = 0; k < ts->graphs[i]->n_sends && !found; k++)
-            found = !strcmp(ts->graphs[i]->send_keys[k], key);
+    for (int i = 0; i < ts->n_graphs && !found; i++) found = psg_ts_graph_sends(ts->graphs[i], key);
     pthread_mutex_unlock(&ts->lock);
     return found;
 }

@@ -185,12 +185,41 @@ static void job_free(psg_task_server_t *ts, job_t *j) {
     psg_run_ticket_release(&j->ticket);
     if (j->peer) psg_ts_put_pending(ts, j->peer, j->bytes, false);
     psg_ts_graph_put(ts, &j->rg);
+    free(j->recv_keys);
     if (j->registers) {
         psg_req_t r = {.type = PSG_REQ_REGISTER_GRAPH, .u.reg = j->reg};
         psg_req_clear(&r);
     }
     psg_msg_destroy(&j->req);
     free(j);
+}
+
+/* The reply of j's run: its fetches, then for a RunGraphRecv the tensors it sent to the
+ * requester, taken out of the rendezvous (the run's Sends are done: each is there, unless a
+ * Recv of another peer took it). NULL with the error set. */
+static psg_msg_t *run_reply(psg_task_server_t *ts, job_t *j, psg_tensor_t **fetched) {
+    int nf = j->rg->n_fetches, n = nf + j->n_recv_keys;
+    if (!j->n_recv_keys) {
+        psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH, .u.fetched = {nf, fetched, NULL}};
+        return psg_rep_encode(PSG_REQ_RUN_GRAPH, &rep);
+    }
+    psg_tensor_t **t = calloc((size_t)n, sizeof *t);
+    char **names = calloc((size_t)n, sizeof *names);
+    psg_msg_t *m = NULL;
+    int rc = t && names ? 0 : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < nf && rc == 0; i++) t[i] = fetched[i];
+    for (int k = 0; k < j->n_recv_keys && rc == 0; k++) {
+        names[nf + k] = j->recv_keys[k];
+        rc = psg_rendezvous_recv(ts->rv, j->req->step, j->recv_keys[k], 1, &t[nf + k]);
+    }
+    if (rc == 0) {
+        psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH_RECV, .u.fetched = {n, t, names}};
+        m = psg_rep_encode(PSG_REQ_RUN_GRAPH_RECV, &rep);
+    }
+    for (int k = 0; t && k < j->n_recv_keys; k++) psg_tensor_destroy(&t[nf + k]);
+    free(t);
+    free(names);
+    return m;
 }
 
 /* Replies to j (its fetches, or the error set when rc < 0) and frees it. */
@@ -210,8 +239,7 @@ static void job_end(psg_task_server_t *ts, job_t *j, int rc, psg_tensor_t **fetc
     } else {
         /* chain replication: the step is acknowledged once the backup holds its writes */
         psg_ts_replicate(ts, rg->written, rg->n_written, &j->undo);
-        psg_rep_t rep = {.type = PSG_REQ_RUN_GRAPH, .u.fetched = {rg->n_fetches, fetched}};
-        psg_msg_t *m = psg_rep_encode(PSG_REQ_RUN_GRAPH, &rep);
+        psg_msg_t *m = run_reply(ts, j, fetched);
         if (m) {
             m->step = req->step;
             psg_ts_reply_ok(ts, req, &m);
@@ -307,7 +335,10 @@ static void run_job(psg_task_server_t *ts, job_t *j) {
     free(fetched);
     pthread_mutex_lock(&ts->lock);
     ts->live_runs--;
-    pthread_cond_broadcast(&ts->cond); /* a draining stop waits for the last */
+    /* only a draining stop waits for the last run: a broadcast at every step woke the
+     * thread in psg_task_server_wait (the ps process's main thread) for nothing, a futex
+     * wake and a context switch a step */
+    if (ts->draining) pthread_cond_broadcast(&ts->cond);
     pthread_mutex_unlock(&ts->lock);
 }
 
@@ -329,6 +360,16 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
         psg_ts_graph_put(ts, &rg);
         return;
     }
+    const char *unsent = NULL; /* a RunGraphRecv key this graph does not send */
+    for (int k = 0; k < r->u.run.n_recv_keys && !unsent; k++)
+        if (!psg_ts_graph_sends(rg, r->u.run.recv_keys[k])) unsent = r->u.run.recv_keys[k];
+    if (unsent) {
+        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST,
+                           "RunGraphRecv of graph %" PRIu64 ": it sends no '%s'", rg->handle,
+                           unsent);
+        psg_ts_graph_put(ts, &rg);
+        return;
+    }
     if (r->u.run.n_feeds != rg->n_feeds) {
         psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST,
                            "RunGraph of graph %" PRIu64 " got %d feeds, it takes %d", rg->handle,
@@ -346,6 +387,10 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     j->ts = ts;
     j->req = req;
     j->rg = rg;
+    j->recv_keys = r->u.run.recv_keys; /* RunGraphRecv's: the job's now */
+    j->n_recv_keys = r->u.run.n_recv_keys;
+    r->u.run.recv_keys = NULL;
+    r->u.run.n_recv_keys = 0;
     snprintf(j->update, sizeof j->update, "%s", r->u.run.update);
     j->bytes = msg_bytes(req);
     pthread_mutex_lock(&ts->lock);
@@ -359,6 +404,7 @@ void psg_ts_on_run(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
         psg_ts_reply_last_error(ts, req);
         psg_run_ticket_release(&j->ticket);
         psg_ts_graph_put(ts, &j->rg);
+        free(j->recv_keys);
         free(j);
         return;
     }

@@ -102,6 +102,8 @@ struct job {
     struct psg_ts_undo *undo;          /* a retried step's variables that hold it already */
     bool registers;                    /* a RegisterGraph: reg its fields (rg NULL) */
     psg_req_register_t reg;            /* pointing into req; its arrays its own */
+    char **recv_keys;                  /* RunGraphRecv's keys (its own block), sent back */
+    int n_recv_keys;
     struct job *next;
 };
 
@@ -261,6 +263,8 @@ int psg_ts_graph_step_start(psg_task_server_t *ts, reg_graph_t *rg, int64_t step
 /* Queues j for the runners: a started or graph-holding job first (cont), under ts->lock. */
 void psg_ts_queue_locked(psg_task_server_t *ts, job_t *j, bool cont);
 bool psg_ts_known_send_key(psg_task_server_t *ts, const char *key);
+/* Whether graph rg sends key (its Sends' keys never change). */
+bool psg_ts_graph_sends(const reg_graph_t *rg, const char *key);
 void psg_ts_graphs_free_all(psg_task_server_t *ts);
 
 /* ---- the handlers of the protocol table (ps/protocol.c), on the server thread ---- */

@@ -197,6 +197,30 @@ static void test_placement_and_steps(psg_dist_session_t *s, model_t *m) {
     psg_tensor_destroy(&r);
 }
 
+/* A step whose ps partitions receive nothing (w_small read there, scaled here): their
+ * RunGraphRecv replies carry the tensors, and this worker pulls none of them. */
+static void test_replies_carry_pulls(psg_dist_session_t *s, psg_task_server_t *ts, model_t *m) {
+    int64_t served0, pulled0, served1, pulled1;
+    psg_task_server_tensor_bytes(ts, &served0, &pulled0);
+    for (int i = 0; i < 3; i++) {
+        psg_tensor_t *y = NULL, *both[2] = {NULL, NULL};
+        CHECK(psg_dist_session_run(s, 0, NULL, NULL, 1, &m->y, &y, 0, NULL) == 0);
+        if (y) CHECK_NEAR(psg_tensor_f32(y)[9], 2.0 * 9 * 3, 1e-6);
+        /* with a fetch of the other ps's shards beside it */
+        psg_endpoint_t fetch[2] = {m->y, m->e};
+        CHECK(psg_dist_session_run(s, 0, NULL, NULL, 2, fetch, both, 0, NULL) == 0);
+        if (both[0] && both[1]) {
+            CHECK(psg_tensor_f32(both[0])[9] == psg_tensor_f32(y)[9]);
+            CHECK(both[1]->shape.dims[0] == 2000);
+        }
+        psg_tensor_destroy(&y);
+        psg_tensor_destroy(&both[0]);
+        psg_tensor_destroy(&both[1]);
+    }
+    psg_task_server_tensor_bytes(ts, &served1, &pulled1);
+    CHECK(pulled1 == pulled0);
+}
+
 /* ---- overlapped steps (async training) ---- */
 
 static int ps_of_w_small(const model_t *m) {
@@ -469,6 +493,18 @@ static void hostile_graph(int port) {
     expect_error(port, m, "fed f32[3], expects f32[2]");
     m = req(PSG_TS_RUN_GRAPH, handle, 14);
     expect_error(port, m, "got 0 feeds, it takes 1");
+    /* RunGraphRecv: a key the graph does not send, no key, an empty key */
+    const char *recv_bodies[3][2] = {{"\n/job:ps/replica:0/task:0/device:CPU:0;0000000000000000;"
+                                      "/job:worker/replica:0/task:0/device:CPU:0;y:0;0:0",
+                                      "it sends no '/job:ps"},
+                                     {"", "no key to send back"},
+                                     {"u 1\n", "key 0 of 0 bytes"}};
+    for (int i = 0; i < 3; i++) {
+        m = req(PSG_TS_RUN_GRAPH_RECV, handle, 16 + i);
+        psg_msg_add_tensor(m, NULL, good);
+        if (recv_bodies[i][0][0]) psg_msg_set_body(m, recv_bodies[i][0], strlen(recv_bodies[i][0]));
+        expect_error(port, m, recv_bodies[i][1]);
+    }
     psg_client_destroy(&sticky);
     m = req(PSG_TS_RUN_GRAPH, handle, 15);
     psg_msg_add_tensor(m, NULL, good);
@@ -554,6 +590,9 @@ int main(int argc, char **argv) {
             int before = psg_test_failures;
             test_placement_and_steps(s, &m);
             printf("%s test_placement_and_steps\n", psg_test_failures == before ? "ok  " : "FAIL");
+            before = psg_test_failures;
+            test_replies_carry_pulls(s, ts, &m);
+            printf("%s test_replies_carry_pulls\n", psg_test_failures == before ? "ok  " : "FAIL");
             before = psg_test_failures;
             test_overlap(s, &m);
             printf("%s test_overlap\n", psg_test_failures == before ? "ok  " : "FAIL");

@@ -194,6 +194,38 @@ static void test_table(void) {
     psg_tensor_destroy(&x);
 }
 
+/* RunGraphRecv's coders: the update id and the keys through the body, both ways; a
+ * body without a key, with an empty key or a byte not printable is refused by name. */
+static void test_run_graph_recv_coders(void) {
+    char *keys[2] = {"a;0000000000000001;b;n:0;0:0", "a;0000000000000001;b;m:1;0:0"};
+    psg_req_t r = {.type = PSG_REQ_RUN_GRAPH_RECV, .step = 9};
+    r.u.run.handle = 42;
+    snprintf(r.u.run.update, sizeof r.u.run.update, "w 3");
+    r.u.run.n_recv_keys = 2;
+    r.u.run.recv_keys = keys;
+    psg_msg_t *m = psg_req_encode(&r);
+    psg_req_t back;
+    CHECK(m && !strcmp(m->op, PSG_TS_RUN_GRAPH_RECV) && psg_req_decode(m, &back) == 0);
+    if (m && back.type == PSG_REQ_RUN_GRAPH_RECV) {
+        CHECK(back.u.run.handle == 42 && !strcmp(back.u.run.update, "w 3"));
+        CHECK(back.u.run.n_recv_keys == 2 && !strcmp(back.u.run.recv_keys[0], keys[0]) &&
+              !strcmp(back.u.run.recv_keys[1], keys[1]));
+        psg_req_clear(&back);
+        CHECK(back.u.run.recv_keys == NULL);
+    }
+    const char *bad[4][2] = {{"w 3", "no key to send back"},
+                             {"\nk\n", "key 1 of 0 bytes"},
+                             {"\nk\x01", "the body has a byte 0x01"},
+                             {"\n\n", "key 0 of 0 bytes"}};
+    for (int i = 0; m && i < 4; i++) {
+        psg_msg_set_body(m, bad[i][0], strlen(bad[i][0]));
+        CHECK(psg_req_decode(m, &back) < 0);
+        CHECK_ERROR_HAS(bad[i][1]);
+        CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
+    }
+    psg_msg_destroy(&m);
+}
+
 static void test_served(void) {
     int fds[2];
     PSG_ASSERT(pipe(fds) == 0);
@@ -544,6 +576,7 @@ static void test_job_done_reply(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
     RUN_TEST(test_table);
+    RUN_TEST(test_run_graph_recv_coders);
     RUN_TEST(test_served);
     RUN_TEST(test_limit);
     RUN_TEST(test_replicate_keys);

@@ -112,11 +112,12 @@ void psg_dist_callable_unbuild(psg_dist_callable_t *c) {
     free(c->cur.reqs);
     free(c->open.reqs);
     free(c->next.reqs);
-    free(c->runs);
     c->cur.reqs = c->open.reqs = c->next.reqs = NULL;
-    c->runs = NULL;
     c->has_next = false;
     if (c->s && c->s->asked == c) c->s->asked = NULL;
+    psg_dist_recv_replies_free(c);
+    free(c->runs);
+    c->runs = NULL;
     psg_partition_set_destroy(&c->set);
 }
 
@@ -269,6 +270,7 @@ int psg_dist_callable_build(psg_dist_session_t *s, psg_dist_callable_t *c) {
         }
         if (register_partition(s, p, &c->runs[k]) < 0) return -1;
     }
+    if (psg_dist_recv_replies_plan(c) < 0) return -1;
     psg_dist_callable_set_overlap(c, c->want_overlap);
     return 0;
 }
@@ -364,14 +366,16 @@ static void mark_lost(psg_dist_callable_t *c, int p, const char *why) {
 static void read_peer(psg_dist_callable_t *c, int k) {
     int p = c->runs[k].peer;
     psg_ts_client_t *client = c->s->peers[p].client;
+    int rc;
     for (;;) {
         psg_msg_t *m = NULL;
-        int rc = psg_ts_client_recv(client, &m);
+        rc = psg_ts_client_recv(client, &m);
         if (rc < 0 && psg_error_code() == PSG_ERR_UNAVAILABLE) mark_lost(c, p, psg_error_message());
         if (rc <= 0) break;
         file_reply(c, k, m);
     }
-    if (psg_ts_client_check(client) < 0) mark_lost(c, p, psg_error_message());
+    /* a recv that found nothing (0) checked the connection already */
+    if (rc < 0 && psg_ts_client_check(client) < 0) mark_lost(c, p, psg_error_message());
 }
 
 /* The error of partition k's request q, or NULL: its connection lost, its task restarted
@@ -478,10 +482,14 @@ static void collect(psg_dist_callable_t *c, step_reqs_t *r, int64_t deadline,
                 *code = m->code > 0 && m->code < PSG_ERR_CODE_COUNT ? (psg_err_code_t)m->code
                                                                     : PSG_ERR_UNKNOWN;
             }
-        } else if (m->ntensors != p->num_fetches) {
+        } else if (m->ntensors != p->num_fetches + (q->with_recvs ? c->runs[k].n_recv_keys : 0)) {
             if (!err[0])
                 snprintf(err, errsize, "task %s: RunGraph replied %d tensors, expected %d",
-                         peer->task, m->ntensors, p->num_fetches);
+                         peer->task, m->ntensors,
+                         p->num_fetches + (q->with_recvs ? c->runs[k].n_recv_keys : 0));
+        } else if (q->with_recvs && !err[0] &&
+                   psg_dist_recv_replies_deliver(c, k, m, r->step, err, errsize) < 0) {
+            /* a reply that does not carry what was asked: err says so */
         } else if (fetched) {
             for (int j = 0; j < p->num_fetches; j++)
                 fetched[p->fetch_index[j]] = psg_tensor_ref(m->tensors[j]);
@@ -592,8 +600,8 @@ static void swap_reqs(step_reqs_t *a, step_reqs_t *b) {
 /* Sends step r's RunGraph to every remote partition; the first failure into err, its code
  * into *code (a task that cannot be reached: PSG_ERR_UNREACHABLE). */
 static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
-                            psg_tensor_t *const *feed_values, char *err, size_t errsize,
-                            psg_err_code_t *code) {
+                            psg_tensor_t *const *feed_values, bool with_recvs, char *err,
+                            size_t errsize, psg_err_code_t *code) {
     psg_dist_session_t *s = c->s;
     for (int k = 0; k < c->set->num_partitions && !err[0]; k++) {
         part_run_t *run = &c->runs[k];
@@ -606,6 +614,12 @@ static void send_run_graphs(psg_dist_callable_t *c, step_reqs_t *r,
             .type = PSG_REQ_RUN_GRAPH, .step = r->step, .u.run = {run->handle, nf, feeds, ""}};
         if (s->writer[0] && r->seq > 0)
             snprintf(req.u.run.update, sizeof req.u.run.update, "%s %" PRId64, s->writer, r->seq);
+        r->reqs[k].with_recvs = with_recvs && run->n_recv_keys > 0;
+        if (r->reqs[k].with_recvs) {
+            req.type = PSG_REQ_RUN_GRAPH_RECV;
+            req.u.run.n_recv_keys = run->n_recv_keys;
+            req.u.run.recv_keys = run->recv_keys;
+        }
         int rc = psg_ts_send(s->peers[run->peer].client, &req, &r->reqs[k].pending_id);
         r->reqs[k].unreachable = rc < 0;
         if (rc < 0) {
@@ -630,7 +644,7 @@ static void ask_ahead(psg_dist_callable_t *c) {
     r->seq = ++s->update_seq;
     char err[2048] = "";
     psg_err_code_t code = PSG_ERR_UNKNOWN;
-    send_run_graphs(c, r, NULL, err, sizeof err, &code);
+    send_run_graphs(c, r, NULL, false, err, sizeof err, &code);
     c->has_next = true;
     s->asked = c;
     if (!err[0] && psg_task_server_prepare(s->server, c->runs[c->local].handle, r->step) < 0)
@@ -650,7 +664,8 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
     char err[2048] = "";
     psg_err_code_t code = PSG_ERR_UNKNOWN; /* the first failure's, with err */
     for (int i = 0; i < c->n_fetches; i++) fetched[i] = NULL;
-    if (c->has_next) { /* asked for ahead by the last run: its RunGraphs and pulls are out */
+    bool first = false; /* the remote partitions' replies before the local run */
+    if (c->has_next) {  /* asked for ahead by the last run: its RunGraphs and pulls are out */
         swap_reqs(&c->cur, &c->next);
         c->has_next = false;
         s->asked = NULL;
@@ -658,11 +673,17 @@ int psg_dist_callable_run(psg_dist_callable_t *c, psg_tensor_t *const *feed_valu
         r->step = new_step_id(s);
         r->seq = c->retry_seq ? c->retry_seq : ++s->update_seq; /* a retry: the same update */
         c->retry_seq = 0;
-        send_run_graphs(c, r, feed_values, err, sizeof err, &code);
+        /* the remote partitions first, their replies carrying the local partition's pulls
+         * (when the local run cannot be told not to pull, as usual) */
+        first =
+            c->replies_first && !c->ahead && !c->overlap &&
+            psg_task_server_prepare_delivered(s->server, c->runs[c->local].handle, r->step) == 0;
+        send_run_graphs(c, r, feed_values, first, err, sizeof err, &code);
     }
     int64_t seq = r->seq;
     int64_t step = r->step;
     if (!err[0] && c->ahead) ask_ahead(c);
+    if (!err[0] && first) collect(c, r, deadline, fetched, err, sizeof err, &code);
     if (!err[0] && c->local >= 0) {
         const psg_partition_t *p = &c->set->partitions[c->local];
         psg_tensor_t *lf[64], *lx[64];

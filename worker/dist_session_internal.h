@@ -16,8 +16,10 @@ typedef struct {
 } peer_t;
 
 typedef struct {
-    int peer;        /* index into the session's peers; -1: local */
-    uint64_t handle; /* on that task */
+    int peer;         /* index into the session's peers; -1: local */
+    uint64_t handle;  /* on that task */
+    char **recv_keys; /* with replies_first: the keys of what it sends to this task */
+    int n_recv_keys;
 } part_run_t;
 
 /* A step's RunGraph requests to the remote partitions, one entry per partition. */
@@ -27,6 +29,7 @@ typedef struct {
     bool unreachable; /* the RunGraph could not be sent (send no notes) */
     psg_msg_t *reply; /* arrived, not yet read (a reply of the other open step) */
     char *lost;       /* its connection was lost: why (then not waiting) */
+    bool with_recvs;  /* sent as RunGraphRecv: the reply carries the run's recv_keys */
 } part_req_t;
 
 typedef struct {
@@ -52,6 +55,9 @@ struct psg_dist_callable {
      * after cur, asked for one ahead (valid while has_next) */
     step_reqs_t cur, open, next;
     bool has_next;
+    /* no remote partition receives, and their Sends are all the local partition's pulls:
+     * a step not overlapped runs them first, RunGraphRecv (worker/dist_recv_reply.c) */
+    bool replies_first;
     int64_t retry_seq; /* a failed step's SEQ, which the next run (its retry) carries again */
 };
 
@@ -84,6 +90,14 @@ int psg_dist_session_place(psg_dist_session_t *s);
 /* Partitions c's signature on the session's placed graph and registers each piece with
  * its task (dist_session.c). -1 with the error naming the task that refused. */
 int psg_dist_callable_build(psg_dist_session_t *s, psg_dist_callable_t *c);
+/* replies_first and the runs' recv_keys, from c's partitions (after they are registered);
+ * -1 on out of memory. */
+int psg_dist_recv_replies_plan(psg_dist_callable_t *c);
+void psg_dist_recv_replies_free(psg_dist_callable_t *c);
+/* Puts the tensors after the fetches of partition k's RunGraphRecv reply m into the local
+ * rendezvous for step; -1 with err set when the reply does not name them as asked. */
+int psg_dist_recv_replies_deliver(psg_dist_callable_t *c, int k, const psg_msg_t *m, int64_t step,
+                                  char *err, size_t errsize);
 /* Drops c's partitions and its steps' requests, keeping its signature (dist_session.c);
  * psg_dist_session_reregister builds it again. */
 void psg_dist_callable_unbuild(psg_dist_callable_t *c);

@@ -22,6 +22,7 @@ typedef struct psg_task_server psg_task_server_t;
 #define PSG_TS_DEREGISTER_GRAPH "DeregisterGraph"
 #define PSG_TS_RUN_GRAPH "RunGraph"
 #define PSG_TS_RECV "Recv"
+#define PSG_TS_RUN_GRAPH_RECV "RunGraphRecv"
 #define PSG_TS_INSPECT "Inspect"
 #define PSG_TS_ABORT_STEP "AbortStep"
 #define PSG_TS_CLEANUP_STEP "CleanupStep"
@@ -158,6 +159,11 @@ int psg_task_server_run(psg_task_server_t *ts, uint64_t handle, int64_t step, in
  * has them on their way while it still runs this one. -1 with the error set on an unknown
  * handle or when the puller is stopped. psg_task_server_cleanup_step forgets them. */
 int psg_task_server_prepare(psg_task_server_t *ts, uint64_t handle, int64_t step);
+/* Says that the tensors the Recvs of graph `handle` need in step `step` come another way
+ * (a RunGraphRecv's reply puts them into this server's rendezvous): psg_task_server_run
+ * asks for none of them. -1 with the error set on an unknown handle, or when as many steps
+ * of the graph are prepared already as it keeps (then nothing changed). */
+int psg_task_server_prepare_delivered(psg_task_server_t *ts, uint64_t handle, int64_t step);
 /* Calls fn(ctx, ...) after each node of every partition this server runs from now on (the
  * executor's timing hook; NULL: off). A step already running keeps the hook it started with. */
 void psg_task_server_set_node_hook(psg_task_server_t *ts, psg_node_timing_fn fn, void *ctx);
