@@ -65,11 +65,15 @@ hosts_uncap p0 && hosts_uncap w0
 fi
 
 cores=$(nproc)
-# The CPU time of psgraph's processes (by role: argv[1], train, server, launch) while it
-# runs, the machine's busy time, the runnable tasks; a JSON object into $2 on SIGTERM.
+net_inodes=()
+for h in ctl p0 w0 w1 w2 w3; do net_inodes+=("$(stat -L -c %i "/run/netns/$(hosts_ns "$h")")"); done
+# The CPU time of this run's processes while it runs: psgraph's by role (argv[1]: train,
+# server, launch), the rest in the emulated hosts' namespaces (sshd, ssh: "ssh_s"); the
+# machine's busy time, the runnable tasks; a JSON object into $2 on SIGTERM. $3...: the
+# network namespaces' inodes.
 cat >"$HOSTS_DIR/cpu_watch.py" <<'PY'
 import json, os, signal, sys, time
-exe, out = os.path.realpath(sys.argv[1]), sys.argv[2]
+exe, out, nets = os.path.realpath(sys.argv[1]), sys.argv[2], {f"net:[{i}]" for i in sys.argv[3:]}
 tck = os.sysconf("SC_CLK_TCK")
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -95,13 +99,16 @@ while True:  # the known processes every 0.05 s (a process's last 0.05 s is lost
         scan = now + 0.25
         for pid in os.listdir("/proc"):
             try:
-                if not pid.isdigit() or pid in known or os.readlink(f"/proc/{pid}/exe") != exe:
+                if not pid.isdigit() or pid in known:
+                    continue
+                ours = os.readlink(f"/proc/{pid}/exe") == exe
+                if not ours and os.readlink(f"/proc/{pid}/ns/net") not in nets:
                     continue
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            known[pid] = argv[1].decode() if len(argv) > 1 else "?"
+            known[pid] = (argv[1].decode() if len(argv) > 1 else "?") if ours else "ssh"
     for pid, role in list(known.items()):
         if not sample(pid, role):
             del known[pid]
@@ -110,11 +117,11 @@ while True:  # the known processes every 0.05 s (a process's last 0.05 s is lost
         break
     time.sleep(0.05)
 wall, me = time.monotonic() - t0, sum(os.times()[:2])
-role = {r: round(sum(s for q, s in cpu.values() if q == r), 3) for r in ("train", "server", "launch")}
+role = {r: round(sum(s for q, s in cpu.values() if q == r), 3) for r in ("train", "server", "launch", "ssh")}
 ours = sum(s for _, s in cpu.values())
 with open(out, "w") as f:
     json.dump({"wall_s": round(wall, 3), "worker_s": role["train"], "ps_s": role["server"],
-               "launch_s": role["launch"], "others_cores": round(max(0, busy() - b0 - ours - me) / wall, 3),
+               "launch_s": role["launch"], "ssh_s": role["ssh"], "others_cores": round(max(0, busy() - b0 - ours - me) / wall, 3),
                "runnable": round(rsum / max(n, 1), 2)}, f, separators=(",", ":"))
 PY
 # a sync run of STEPS steps of W workers (1 ps on p0), extra args after W; prints
@@ -126,7 +133,7 @@ run_steps() {
   local tx0 tx1 log
   log=$HOSTS_DIR/run.log
   tx0=$(hosts_exec p0 cat /sys/class/net/eth0/statistics/tx_bytes)
-  python3 "$HOSTS_DIR/cpu_watch.py" "$psgraph" "$HOSTS_DIR/cpu.json" &
+  python3 "$HOSTS_DIR/cpu_watch.py" "$psgraph" "$HOSTS_DIR/cpu.json" "${net_inodes[@]}" &
   local watch=$!
   hosts_exec ctl timeout 600 "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts "$hosts" --ps 1 --workers "$w" \
     -- "$psgraph" train --model mlp --data synthetic --batch 64 --steps "$steps" --log-every 1000 --sync sync \
@@ -213,11 +220,12 @@ print(json.dumps({"ratio": r("predicted_steps_per_sec"), "cores_ratio": r("cores
 
 # calibration: W = 1 uncapped, its step the compute; the bytes the ps sent per step (the
 # pull) from runs of 10 x and 20 x STEPS steps, so that start-up and evaluation cancel
-# (the first also writes the overlap model's trace: 20 steps from its middle)
+# (the first also writes the overlap model's trace: 2 x STEPS steps from its middle, at most 200)
 cal_trace=$HOSTS_DIR/calibration.json
+trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
 # (the CPU a step of the worker and the ps likewise: the difference of the two runs' CPU
 # time; what is left of the first, its fixed part, is taken off the other runs' CPU)
-read -r _ txa cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + 20)))"
+read -r _ txa cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
 read -r sps1 txb cpub <<<"$(run_steps $((20 * steps)) 1)"
 step_ms=$(python3 -c "print(round(1000 / $sps1, 3) if $sps1 > 0 else 1)")
 bytes=$(python3 -c "print(int(($txb - $txa) / (10 * $steps)))")
@@ -234,7 +242,7 @@ def per_step(k):  # ms a step, and the fixed part of a run in s
 print(round(w, 3), round(p, 3), round(wf, 3), round(pf, 3))
 PY
 )"
-echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"worker_cpu_ms\":$wcpu,\"ps_cpu_ms\":$pcpu,\"worker_fixed_cpu_s\":$wfix,\"ps_fixed_cpu_s\":$pfix,\"cores\":$cores,\"cpu_run_a\":${cpua:-null},\"cpu_run_b\":${cpub:-null},\"load1\":$(load1)}"
+echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"worker_cpu_ms\":$wcpu,\"ps_cpu_ms\":$pcpu,\"worker_fixed_cpu_s\":$wfix,\"ps_fixed_cpu_s\":$pfix,\"cores\":$cores,\"cpu_run_a\":${cpua:-null},\"cpu_run_b\":${cpub:-null},\"disturbed\":$(python3 -c 'import json, sys; print(str(any(json.loads(a or "{}").get("others_cores", 0) > 0.25 * float(sys.argv[1]) for a in sys.argv[2:])).lower())' "$cores" "$cpua" "$cpub"),\"load1\":$(load1)}"
 "$psgraph" simulate --trace "$cal_trace" --workers 1 --backups 0 --steps 10 --line-gbps 10 --ps 1 --tail none \
   --latency-ms 0.05 --overhead-ms 0 --cores "$cores" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" |
   sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
