@@ -10,9 +10,16 @@
 #    (its eth0 counters);
 # 3. 3 workers, one of them on a 50 Mbit/s link, with and without a backup worker: steps/sec
 #    against the same job uncapped, and the simulator's (--slow-link-gbps 0.05).
-# Every line carries load1 (/proc/loadavg) at its measurement: the hosts share the cores.
+# Beside the overlap model, the shared-cores model (--cores: the hosts share this machine's
+# cores), its CPU per step calibrated from the processes' CPU time (/proc/PID/stat, sampled
+# every 0.05 s) in the two calibration runs. Each run lasts about PSG_HOSTS_RUN_S seconds
+# (default 6; at least STEPS steps) at the predicted pace. Every run's line carries load1,
+# its processes' CPU per step, the mean runnable tasks and the cores the machine spent on
+# other processes during it: a run where others took more than a quarter of the cores is
+# "disturbed": true (flagged, not left out).
 # Needs root, iperf3 (installed here from Debian when missing), openssh-server.
 #   bash bench/hosts.sh [build/cli/psgraph] [STEPS]     (PSG_HOSTS_ONLY=sim: no wire part)
+# e.g. PSG_HOSTS_ONLY=sim nice -n 5 bash bench/hosts.sh build/cli/psgraph 40 (about 5 minutes)
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 psgraph=$(realpath "${1:-$root/build/cli/psgraph}")
@@ -57,13 +64,68 @@ done
 hosts_uncap p0 && hosts_uncap w0
 fi
 
-# a sync run of W workers (1 ps on p0) of $steps steps, extra args after W; prints
-# "steps_per_sec ps_tx_bytes"
-run() {
-  local w=$1 hosts=ps0@p0 i
-  shift
-  run_steps "$steps" "$w" "$@"
-}
+cores=$(nproc)
+net_inodes=()
+for h in ctl p0 w0 w1 w2 w3; do net_inodes+=("$(stat -L -c %i "/run/netns/$(hosts_ns "$h")")"); done
+# The CPU time of this run's processes while it runs: psgraph's by role (argv[1]: train,
+# server, launch), the rest in the emulated hosts' namespaces (sshd, ssh: "ssh_s"); the
+# machine's busy time, the runnable tasks; a JSON object into $2 on SIGTERM. $3...: the
+# network namespaces' inodes.
+cat >"$HOSTS_DIR/cpu_watch.py" <<'PY'
+import json, os, signal, sys, time
+exe, out, nets = os.path.realpath(sys.argv[1]), sys.argv[2], {f"net:[{i}]" for i in sys.argv[3:]}
+tck = os.sysconf("SC_CLK_TCK")
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+def busy():  # user + nice + system of every core, s
+    with open("/proc/stat") as f:
+        return sum(int(x) for x in f.readline().split()[1:4]) / tck
+def runnable():  # less this process
+    with open("/proc/loadavg") as f:
+        return int(f.read().split()[3].split("/")[0]) - 1
+cpu, known, t0, b0, rsum, n, scan = {}, {}, time.monotonic(), busy(), 0, 0, 0.0
+def sample(pid, role):  # cumulative user + system CPU of pid, s; False when gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            v = f.read()
+    except OSError:
+        return False
+    v = v[v.rindex(")") + 2:].split()
+    cpu[pid] = (role, (int(v[11]) + int(v[12])) / tck)
+    return True
+while True:  # the known processes every 0.05 s (a process's last 0.05 s is lost), new ones every 0.25 s
+    now = time.monotonic()
+    if now >= scan:
+        scan = now + 0.25
+        for pid in os.listdir("/proc"):
+            try:
+                if not pid.isdigit() or pid in known:
+                    continue
+                ours = os.readlink(f"/proc/{pid}/exe") == exe
+                if not ours and os.readlink(f"/proc/{pid}/ns/net") not in nets:
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            known[pid] = (argv[1].decode() if len(argv) > 1 else "?") if ours else "ssh"
+    for pid, role in list(known.items()):
+        if not sample(pid, role):
+            del known[pid]
+    rsum, n = rsum + runnable(), n + 1
+    if stop:
+        break
+    time.sleep(0.05)
+wall, me = time.monotonic() - t0, sum(os.times()[:2])
+role = {r: round(sum(s for q, s in cpu.values() if q == r), 3) for r in ("train", "server", "launch", "ssh")}
+ours = sum(s for _, s in cpu.values())
+with open(out, "w") as f:
+    json.dump({"wall_s": round(wall, 3), "worker_s": role["train"], "ps_s": role["server"],
+               "launch_s": role["launch"], "ssh_s": role["ssh"], "others_cores": round(max(0, busy() - b0 - ours - me) / wall, 3),
+               "runnable": round(rsum / max(n, 1), 2)}, f, separators=(",", ":"))
+PY
+# a sync run of STEPS steps of W workers (1 ps on p0), extra args after W; prints
+# "steps_per_sec ps_tx_bytes cpu" (cpu: cpu_watch.py's object)
 run_steps() {
   local steps=$1 w=$2 hosts=ps0@p0 i
   shift 2
@@ -71,13 +133,16 @@ run_steps() {
   local tx0 tx1 log
   log=$HOSTS_DIR/run.log
   tx0=$(hosts_exec p0 cat /sys/class/net/eth0/statistics/tx_bytes)
+  python3 "$HOSTS_DIR/cpu_watch.py" "$psgraph" "$HOSTS_DIR/cpu.json" "${net_inodes[@]}" &
+  local watch=$!
   hosts_exec ctl timeout 600 "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" --hosts "$hosts" --ps 1 --workers "$w" \
     -- "$psgraph" train --model mlp --data synthetic --batch 64 --steps "$steps" --log-every 1000 --sync sync \
     --step-timeout 60 "$@" >"$log" 2>&1
+  kill -TERM "$watch" && wait "$watch"
   tx1=$(hosts_exec p0 cat /sys/class/net/eth0/statistics/tx_bytes)
   local sps
   sps=$(sed -n 's/^\[worker0\] {"event":"done".*"steps_per_sec":\([0-9.]*\).*/\1/p' "$log")
-  echo "${sps:-0} $((tx1 - tx0))"
+  echo "${sps:-0} $((tx1 - tx0)) $(cat "$HOSTS_DIR/cpu.json" 2>/dev/null || echo '{}')"
 }
 predict() { # W B extra simulate args...; prints steps/sec (the serial model)
   local w=$1 b=$2
@@ -85,54 +150,138 @@ predict() { # W B extra simulate args...; prints steps/sec (the serial model)
   "$psgraph" simulate --tail none --step-ms "$step_ms" --bytes "$bytes" --ps 1 --latency-ms 0.1 --overhead-ms 0 \
     --workers "$w" --backups "$b" --steps 10 "$@" | sed -n 's/.*"steps_per_sec":\([0-9.]*\).*/\1/p'
 }
-# the overlap model from the calibration trace; tc tbf's burst as tools/hosts.sh sets it
-predict_overlap() { # W B extra simulate args...; prints steps/sec
+# the overlap model from the calibration trace (tc tbf's burst as tools/hosts.sh sets it),
+# alone and with the shared cores, in one simulation; prints the JSON fields "predicted_steps_per_sec" (alone), "cores_predicted_steps_per_sec", "bound"
+predict_both() { # W B extra simulate args...
   local w=$1 b=$2
   shift 2
   "$psgraph" simulate --trace "$cal_trace" --tail none --ps 1 --latency-ms 0.05 --overhead-ms 0 \
-    --burst-ms 4 --burst-min-bytes 65536 --line-gbps 10 --workers "$w" --backups "$b" --steps 200 "$@" |
-    sed -n 's/.*"steps_per_sec":\([0-9.]*\).*/\1/p'
+    --burst-ms 4 --burst-min-bytes 65536 --line-gbps 10 --workers "$w" --backups "$b" --steps 200 \
+    --cores "${pcores:-$cores}" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" "$@" | python3 -c '
+import json, sys
+d = [json.loads(l) for l in sys.stdin if l.startswith("{\"simulate\":\"sync_replicas\"")]
+d = d[0] if d else {}
+link = d.get("link_step_ms")
+print(json.dumps({"predicted_steps_per_sec": round(1000 / link, 3) if link else None,
+                  "cores_predicted_steps_per_sec": d.get("steps_per_sec"),
+                  "cpu_bound_ms": d.get("cpu_step_ms"), "bound": d.get("bound")}))'
+}
+# a run's measured CPU and load (cpu_watch.py's object $1, STEPS $2, W $3) as JSON fields:
+# worker and ps CPU a step (less the calibration's fixed CPU of a run: start-up, evaluation),
+# the cores others took, runnable tasks, "disturbed"
+cpu_fields() { # CPU STEPS W PREDICTIONS (predict_both's)
+  python3 - "$1" "$2" "$3" "${wfix:-0}" "${pfix:-0}" "$cores" "$4" <<'PY'
+import json, sys
+c, steps, w = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), int(sys.argv[3])
+wfix, pfix, cores = map(float, sys.argv[4:7])
+p = json.loads(sys.argv[7] or "{}")
+ok = "worker_s" in c
+wk = (c["worker_s"] / w - wfix) * 1000 / steps if ok else None
+ps = (c["ps_s"] - pfix) * 1000 / steps if ok else None
+print(json.dumps({"steps": steps, "measured_worker_cpu_ms": round(wk, 3) if ok else None,
+                  "measured_ps_cpu_ms": round(ps, 3) if ok else None,
+                  "measured_cpu_ms": round(w * wk + ps, 3) if ok else None,
+                  "model_cpu_ms": round(p["cpu_bound_ms"] * cores, 3) if p.get("cpu_bound_ms") is not None else None,
+                  "others_cores": c.get("others_cores"), "runnable": c.get("runnable"),
+                  "disturbed": c.get("others_cores", 0) > 0.25 * cores}))
+PY
+}
+# steps for a run of about $PSG_HOSTS_RUN_S seconds (default 6) at predict_both's pace $1,
+# at least STEPS: start-up and evaluation then weigh little in the CPU a step
+steps_for() {
+  python3 -c 'import json, sys; p = json.loads(sys.argv[1] or "{}"); r = p.get("cores_predicted_steps_per_sec") or 0
+print(max(int(sys.argv[2]), min(40 * int(sys.argv[2]), int(r * float(sys.argv[3])))))' "$1" "$steps" "${PSG_HOSTS_RUN_S:-6}"
+}
+# {"a":1} {"b":2} -> {"a":1,"b":2}
+join() { python3 -c 'import json, sys; d = {}; [d.update(json.loads(a)) for a in sys.argv[1:] if a.strip()]; print(json.dumps(d))' "$@"; }
+# the shared-cores model again with the cores others left in the run (cpu_watch.py's object
+# $1; W B and simulate args after it): "loaded_cores", "loaded_predicted_steps_per_sec" and
+# "loaded_ratio" (measured $2 over it). After the fact: it says whether a miss is the load's
+loaded() {
+  local cpu=$1 sps=$2 left
+  shift 2
+  left=$(python3 -c 'import json, sys; c = json.loads(sys.argv[1] or "{}"); print(round(max(0.05, float(sys.argv[2]) - c.get("others_cores", 0)), 3))' "$cpu" "$cores")
+  pcores=$left predict_both "$@" | python3 -c '
+import json, sys
+p, m, left = json.loads(sys.stdin.read() or "{}"), float(sys.argv[1] or 0), float(sys.argv[2])
+r = p.get("cores_predicted_steps_per_sec")
+print(json.dumps({"loaded_cores": left, "loaded_predicted_steps_per_sec": r, "loaded_ratio": round(m / r, 3) if r else None}))' "$sps" "$left"
 }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 ratio() { python3 -c "a, b = float('${1:-0}'), float('${2:-0}'); print(round(a / b, 3) if b else 'null')"; }
+# measured $1 over predict_both's predictions $2: "ratio" (the overlap model alone), "cores_ratio"
+ratios() {
+  python3 -c '
+import json, sys
+m, p = float(sys.argv[1] or 0), json.loads(sys.argv[2] or "{}")
+r = lambda k: round(m / p[k], 3) if p.get(k) else None
+print(json.dumps({"ratio": r("predicted_steps_per_sec"), "cores_ratio": r("cores_predicted_steps_per_sec")}))' "$@"
+}
 
 # calibration: W = 1 uncapped, its step the compute; the bytes the ps sent per step (the
-# pull) from runs of 4 x and 8 x STEPS steps, so that start-up and evaluation cancel
-# (the first also writes the overlap model's trace: 20 steps from its middle)
+# pull) from runs of 10 x and 20 x STEPS steps, so that start-up and evaluation cancel
+# (the first also writes the overlap model's trace: 2 x STEPS steps from its middle, at most 200)
 cal_trace=$HOSTS_DIR/calibration.json
-read -r _ txa <<<"$(run_steps $((4 * steps)) 1 --trace "$cal_trace" --trace-steps $((2 * steps)):$((2 * steps + 20)))"
-read -r sps1 txb <<<"$(run_steps $((8 * steps)) 1)"
+trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
+# (the CPU a step of the worker and the ps likewise: the difference of the two runs' CPU
+# time; what is left of the first, its fixed part, is taken off the other runs' CPU)
+read -r _ txa cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
+read -r sps1 txb cpub <<<"$(run_steps $((20 * steps)) 1)"
 step_ms=$(python3 -c "print(round(1000 / $sps1, 3) if $sps1 > 0 else 1)")
-bytes=$(python3 -c "print(int(($txb - $txa) / (4 * $steps)))")
-echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"load1\":$(load1)}"
+bytes=$(python3 -c "print(int(($txb - $txa) / (10 * $steps)))")
+read -r wcpu pcpu wfix pfix <<<"$(python3 - "$cpua" "$cpub" "$steps" <<'PY'
+import json, sys
+a, b, s = json.loads(sys.argv[1] or "{}"), json.loads(sys.argv[2] or "{}"), int(sys.argv[3])
+def per_step(k):  # ms a step, and the fixed part of a run in s
+    if k not in a or k not in b:
+        return 0, 0
+    d = (b[k] - a[k]) / (10 * s)
+    d = d if d > 0 else b[k] / (20 * s)
+    return d * 1000, max(0, a[k] - 10 * s * d)
+(w, wf), (p, pf) = per_step("worker_s"), per_step("ps_s")
+print(round(w, 3), round(p, 3), round(wf, 3), round(pf, 3))
+PY
+)"
+echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"worker_cpu_ms\":$wcpu,\"ps_cpu_ms\":$pcpu,\"worker_fixed_cpu_s\":$wfix,\"ps_fixed_cpu_s\":$pfix,\"cores\":$cores,\"cpu_run_a\":${cpua:-null},\"cpu_run_b\":${cpub:-null},\"disturbed\":$(python3 -c 'import json, sys; print(str(any(json.loads(a or "{}").get("others_cores", 0) > 0.25 * float(sys.argv[1]) for a in sys.argv[2:])).lower())' "$cores" "$cpua" "$cpub"),\"load1\":$(load1)}"
 "$psgraph" simulate --trace "$cal_trace" --workers 1 --backups 0 --steps 10 --line-gbps 10 --ps 1 --tail none \
-  --latency-ms 0.05 --overhead-ms 0 | sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
+  --latency-ms 0.05 --overhead-ms 0 --cores "$cores" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" |
+  sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
 
 # 2. W = 1..4 over 100 Mbit/s and 1 Gbit/s caps on every link
 for rate in 100mbit 1gbit; do
   for h in p0 w0 w1 w2 w3; do hosts_cap "$h" "$rate"; done
   gbps=$(python3 -c "print($(tc_rate_bps "$rate") / 1e9)")
   for w in 1 2 3 4; do
-    read -r sps _ <<<"$(run "$w")"
+    both=$(predict_both "$w" 0 --link-gbps "$gbps")
+    n_steps=$(steps_for "$both")
+    read -r sps _ cpu <<<"$(run_steps "$n_steps" "$w")"
     l1=$(load1)
-    pred=$(predict_overlap "$w" 0 --link-gbps "$gbps")
     spred=$(predict "$w" 0 --link-gbps "$gbps")
-    echo "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"measured_steps_per_sec\":$sps,\"predicted_steps_per_sec\":${pred:-null},\"ratio\":$(ratio "$sps" "$pred"),\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}"
+    join "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"measured_steps_per_sec\":$sps}" "$both" \
+      "$(ratios "$sps" "$both")" "{\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}" \
+      "$(cpu_fields "$cpu" "$n_steps" "$w" "$both")" "$(loaded "$cpu" "$sps" "$w" 0 --link-gbps "$gbps")"
   done
   for h in p0 w0 w1 w2 w3; do hosts_uncap "$h"; done
 done
 
 # 3. one worker (w2) on a 50 Mbit/s link: 3 workers with b = 0 and b = 1 (N = 2)
+# (each of the four runs a line of its own: "link" uncapped or 50mbit on w2)
 for b in 0 1; do
-  read -r base _ <<<"$(run 3 --backup-workers $b)"
-  l1b=$(load1)
-  hosts_cap w2 50mbit
-  read -r capped _ <<<"$(run 3 --backup-workers $b)"
-  l1c=$(load1)
-  hosts_uncap w2
   n=$((3 - b))
-  pred_base=$(predict_overlap "$n" "$b" --link-gbps 10)
-  pred=$(predict_overlap "$n" "$b" --link-gbps 10 --slow-link-gbps 0.05)
-  spred=$(predict "$n" "$b" --link-gbps 10 --slow-link-gbps 0.05)
-  echo "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"50mbit\",\"uncapped_steps_per_sec\":$base,\"capped_steps_per_sec\":$capped,\"capped_over_uncapped\":$(ratio "$capped" "$base"),\"predicted_capped_over_uncapped\":$(ratio "$pred" "$pred_base"),\"predicted_uncapped_steps_per_sec\":${pred_base:-null},\"uncapped_measured_over_predicted\":$(ratio "$base" "$pred_base"),\"predicted_capped_steps_per_sec\":${pred:-null},\"capped_measured_over_predicted\":$(ratio "$capped" "$pred"),\"serial_predicted_capped_steps_per_sec\":${spred:-null},\"load1_uncapped\":$l1b,\"load1_capped\":$l1c}"
+  for slow in none 50mbit; do
+    args=(--link-gbps 10)
+    if [ "$slow" = 50mbit ]; then
+      hosts_cap w2 50mbit
+      args+=(--slow-link-gbps 0.05)
+    fi
+    both=$(predict_both "$n" "$b" "${args[@]}")
+    n_steps=$(steps_for "$both")
+    read -r sps _ cpu <<<"$(run_steps "$n_steps" 3 --backup-workers $b)"
+    l1=$(load1)
+    [ "$slow" = 50mbit ] && hosts_uncap w2
+    spred=$(predict "$n" "$b" "${args[@]}")
+    join "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"$slow\",\"measured_steps_per_sec\":$sps}" \
+      "$both" "$(ratios "$sps" "$both")" "{\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}" \
+      "$(cpu_fields "$cpu" "$n_steps" 3 "$both")" "$(loaded "$cpu" "$sps" "$n" "$b" "${args[@]}")"
+  done
 done

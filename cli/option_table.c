@@ -287,6 +287,15 @@ static const psg_cli_option_t rows[] = {
     {"--chunk-bytes", PSG_OPT_REAL, 1, 9e18,
      .use = {SIM(c.chunk_bytes, "--chunk-bytes N",
                  "overlap model: links share their time in chunks of N (65536)")}},
+    {"--cores", PSG_OPT_REAL, 0, 1e6,
+     .use = {SIM(
+         c.cores, "--cores N --worker-cpu-ms X --ps-cpu-ms X",
+         "the hosts share N cores (emulated hosts on one\n"
+         "machine: its cores, or what others leave of them); a step is at least the CPU of the N + b\n"
+         "workers (X each) and the ps (X per step serving the traced run's\n"
+         "workers) over N cores (default 0: each host its own cores)")}},
+    {"--worker-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.worker_cpu_ms, NULL, NULL)}},
+    {"--ps-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.ps_cpu_ms, NULL, NULL)}},
     /* simulate's ps, steps, workers and backups are a model's, not a cluster's: rows of their
      * own (a command sees one row a name) */
     {"--ps", PSG_OPT_INT, 0, 100000,

@@ -128,6 +128,18 @@ static void print_overlap_assumptions(const psg_sim_config_t *c, const psg_sim_p
     if (c->ps > 0) printf("  (P = %d)\n", c->ps);
 }
 
+static void print_cores_assumptions(const psg_sim_config_t *c, int trace_workers) {
+    if (!(c->cores > 0)) {
+        printf("- each host has cores of its own: no bound from shared cores (--cores)\n");
+        return;
+    }
+    printf("- the hosts share %g cores (processor sharing): a step is at least (N + b) x %.3f ms\n"
+           "  of worker CPU + the ps's %.3f ms (its applies once, the rest per worker served,\n"
+           "  as measured with %d) over %g cores; the step is the larger of that and the above\n",
+           c->cores, c->worker_cpu_ms, c->ps_cpu_ms, trace_workers > 0 ? trace_workers : 1,
+           c->cores);
+}
+
 /* The overlap model's profile into *p: from the trace (calibrated; its JSON line printed)
  * or from the serial inputs. -1 with the error set. */
 static int overlap_profile(const psg_simulate_args_t *a, const psg_sim_config_t *c,
@@ -150,10 +162,12 @@ static int overlap_profile(const psg_simulate_args_t *a, const psg_sim_config_t 
     }
     printf("{\"simulate\":\"calibration\",\"trace\":\"%s\",\"trace_workers\":%d,\"trace_steps\":%d,"
            "\"measured_step_ms\":%.3f,\"compute_ms\":%.3f,\"overhead_ms\":%.3f,\"pulls\":%d,"
-           "\"pull_bytes\":%.0f,\"pushes\":%d,\"push_bytes\":%.0f,\"ps_apply_ms\":%.3f%s%s%s}\n",
+           "\"pull_bytes\":%.0f,\"pushes\":%d,\"push_bytes\":%.0f,\"ps_apply_ms\":%.3f,"
+           "\"cores_step_ms\":%.3f%s%s%s}\n",
            a->trace, p->trace_workers, p->trace_steps, p->trace_step_ms, p->compute_ms,
-           p->overhead_ms, p->n_pulls, pull, p->n_pushes, push, apply, note ? ",\"note\":\"" : "",
-           note ? note : "", note ? "\"" : "");
+           p->overhead_ms, p->n_pulls, pull, p->n_pushes, push, apply,
+           psg_sim_cpu_step_ms(c, p->trace_workers, apply, p->trace_workers),
+           note ? ",\"note\":\"" : "", note ? note : "", note ? "\"" : "");
     return 0;
 }
 
@@ -188,6 +202,7 @@ int psg_cmd_simulate(int argc, char **argv) {
         print_overlap_assumptions(&c, &prof);
     else
         print_serial_assumptions(&c);
+    print_cores_assumptions(&c, overlap ? prof.trace_workers : 0);
     int rc = 0;
     for (int i = 0; i < nw && rc == 0; i++)
         for (int j = 0; j < nb; j++) {
@@ -201,9 +216,11 @@ int psg_cmd_simulate(int argc, char **argv) {
             printf(
                 "{\"simulate\":\"sync_replicas\",\"workers\":%d,\"backups\":%d,\"ps\":%d,"
                 "\"step_ms\":%.2f,\"compute_ms\":%.2f,\"transfer_ms\":%.2f,\"steps_per_sec\":%.4f,"
-                "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f,\"model\":\"%s\"}\n",
+                "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f,\"model\":\"%s\","
+                "\"link_step_ms\":%.2f,\"cpu_step_ms\":%.2f,\"bound\":\"%s\"}\n",
                 r.workers, r.backups, r.ps, r.step_ms, r.compute_ms, r.transfer_ms, r.steps_per_sec,
-                r.images_per_sec, r.speedup, r.speedup / r.workers, overlap ? "overlap" : "serial");
+                r.images_per_sec, r.speedup, r.speedup / r.workers, overlap ? "overlap" : "serial",
+                r.link_step_ms, r.cpu_step_ms, r.cpu_step_ms > r.link_step_ms ? "cores" : "model");
         }
     if (a.trace) psg_sim_profile_free(&prof);
     free(sv);

@@ -92,6 +92,11 @@ int psg_sim_check(const psg_sim_config_t *c, int workers, int backups) {
         c->batch < 1 || c->steps < 1)
         return psg_error_set(
             "simulate: link, bytes, latency, overhead, ps, batch or steps out of range");
+    if (!(c->cores >= 0) || !(c->worker_cpu_ms >= 0) || !(c->ps_cpu_ms >= 0) ||
+        !isfinite(c->cores) || !isfinite(c->worker_cpu_ms) || !isfinite(c->ps_cpu_ms))
+        return psg_error_set("simulate: cores %g, worker CPU %g ms, ps CPU %g ms a step (must be "
+                             ">= 0)",
+                             c->cores, c->worker_cpu_ms, c->ps_cpu_ms);
     if (c->burst_ms < 0 || c->burst_min_bytes < 0 || !(c->line_gbps > 0) || !(c->chunk_bytes >= 1))
         return psg_error_set("simulate: burst, line or chunk out of range (burst >= 0, line > 0, "
                              "chunk >= 1 byte)");
@@ -141,6 +146,13 @@ static void simulate(const psg_sim_config_t *c, int n, int b, int ps, double *st
     free(xfer);
 }
 
+double psg_sim_cpu_step_ms(const psg_sim_config_t *c, int m, double apply_ms, int trace_workers) {
+    if (!(c->cores > 0)) return 0;
+    double apply = fmin(fmax(apply_ms, 0), c->ps_cpu_ms);
+    double serve = (c->ps_cpu_ms - apply) / (trace_workers > 0 ? trace_workers : 1);
+    return ((double)m * c->worker_cpu_ms + apply + (double)m * serve) / c->cores;
+}
+
 int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r) {
     if (psg_sim_check(c, workers, backups) < 0) return -1;
     int ps = c->ps > 0 ? c->ps : (workers + backups + 3) / 4;
@@ -149,8 +161,12 @@ int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_res
     r->backups = backups;
     r->ps = ps;
     simulate(c, workers, backups, ps, &r->step_ms, &r->compute_ms, &r->transfer_ms);
+    r->link_step_ms = r->step_ms;
+    r->cpu_step_ms = psg_sim_cpu_step_ms(c, workers + backups, 0, 1);
+    r->step_ms = fmax(r->step_ms, r->cpu_step_ms);
     double one_step, one_compute, one_transfer;
     simulate(c, 1, 0, c->ps > 0 ? c->ps : 1, &one_step, &one_compute, &one_transfer);
+    one_step = fmax(one_step, psg_sim_cpu_step_ms(c, 1, 0, 1));
     r->steps_per_sec = 1000.0 / r->step_ms;
     r->images_per_sec = r->steps_per_sec * workers * c->batch;
     r->speedup = r->images_per_sec / (1000.0 / one_step * c->batch);

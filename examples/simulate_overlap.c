@@ -531,6 +531,12 @@ int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, i
         simulate_spread(c, p, 1, 0, c->ps > 0 ? c->ps : 1, &one, &one_compute) < 0)
         return -1;
     r->transfer_ms = r->step_ms - r->compute_ms;
+    double apply = 0;
+    for (int j = 0; j < p->n_pushes; j++) apply += p->pushes[j].apply_ms;
+    r->link_step_ms = r->step_ms;
+    r->cpu_step_ms = psg_sim_cpu_step_ms(c, workers + backups, apply, p->trace_workers);
+    r->step_ms = fmax(r->step_ms, r->cpu_step_ms);
+    one = fmax(one, psg_sim_cpu_step_ms(c, 1, apply, p->trace_workers));
     r->steps_per_sec = 1000.0 / r->step_ms;
     r->images_per_sec = r->steps_per_sec * workers * c->batch;
     r->speedup = r->images_per_sec / (1000.0 / one * c->batch);

@@ -151,6 +151,54 @@ static void test_calibrate(void) {
     CHECK_ERROR_HAS("trace");
 }
 
+/* Shared cores: workers of 10 ms CPU a step, the ps 4 ms with one worker (1 of it its
+ * apply, 3 per worker served), 2 cores. One worker, compute 5, no bytes: the model says 5,
+ * the cores (10 + 1 + 3) / 2 = 7. Three workers + a backup: 4 x 10 + 1 + 4 x 3 = 53 ms of
+ * CPU, 26.5 on 2 cores. Without --cores the model's step stands. */
+static void test_shared_cores(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 5;
+    c.bytes_per_step = 0;
+    psg_sim_msg_t pull = {0, 0, 0, 0}, push = {0, 5, 1, 0};
+    psg_sim_profile_t p = {.pulls = &pull,
+                           .pushes = &push,
+                           .n_pulls = 1,
+                           .n_pushes = 1,
+                           .compute_ms = 5,
+                           .trace_workers = 1};
+    psg_sim_result_t r;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK(r.cpu_step_ms == 0);
+    double alone = r.step_ms;
+    CHECK_NEAR(alone, 5 + 1, 1e-6); /* compute, then the apply */
+    c.cores = 2;
+    c.worker_cpu_ms = 10;
+    c.ps_cpu_ms = 4;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.cpu_step_ms, 7, 1e-9);
+    CHECK_NEAR(r.step_ms, 7, 1e-9);
+    CHECK_NEAR(r.link_step_ms, 6, 1e-6);
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.step_ms, 26.5, 1e-9);
+    CHECK_NEAR(r.link_step_ms, alone, 1e-6);
+    CHECK_NEAR(r.speedup, 3 * 7 / 26.5, 1e-9); /* against one worker's 7 */
+    /* a traced run of 2 workers: 3 ms served for 2, 1.5 each: (40 + 1 + 6) / 2 */
+    p.trace_workers = 2;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.step_ms, 23.5, 1e-9);
+    /* the serial model: no applies known, the ps's CPU all per worker: (4 x 10 + 4 x 4) / 2 */
+    CHECK(psg_sim_run(&c, 3, 1, &r) == 0);
+    CHECK_NEAR(r.cpu_step_ms, 28, 1e-9);
+    CHECK_NEAR(r.step_ms, 28, 1e-9);
+    /* 8 cores: the model's step is the larger */
+    c.cores = 8;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 6, 1e-6);
+    c.worker_cpu_ms = -1;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) < 0);
+    CHECK_ERROR_HAS("worker CPU");
+}
+
 static void test_bad_profile(void) {
     psg_sim_config_t c = unit_config();
     psg_sim_msg_t pushes[1] = {{-5, 0, 0, 0}};
@@ -256,6 +304,7 @@ int main(void) {
     RUN_TEST(test_slow_link_and_backup);
     RUN_TEST(test_burst);
     RUN_TEST(test_calibrate);
+    RUN_TEST(test_shared_cores);
     RUN_TEST(test_bad_profile);
     RUN_TEST(test_trace_reader);
     return psg_test_summary();

@@ -46,6 +46,12 @@ typedef struct {
     double burst_min_bytes; /* ... and at least this many bytes (bench/hosts.sh: 65536): 0 */
     double line_gbps;       /* the wire under a cap, and an uncapped link: 10 */
     double chunk_bytes;     /* links share their time in chunks of this size: 65536 */
+    /* the shared cores (psg_sim_cpu_step_ms): 0 cores, each host its own (no shared bound) */
+    double cores;         /* cores every host shares (emulated hosts on one machine; a part
+                           * of one counts: those other jobs leave): 0 */
+    double worker_cpu_ms; /* CPU time (all threads, user + system) of one worker's step: 0 */
+    double ps_cpu_ms;     /* the ps tasks' CPU time per step, all of them, serving the traced
+                           * run's workers (the profile's trace_workers; 1 without one): 0 */
 } psg_sim_config_t;
 
 /* One tensor a worker moves each step in the overlap model: a pull (a variable, from
@@ -76,15 +82,25 @@ typedef struct {
 
 typedef struct {
     int workers, backups, ps;
-    double step_ms;     /* mean simulated step */
-    double compute_ms;  /* mean of the N-th fastest of N + b compute times */
-    double transfer_ms; /* pull + push, each direction's bandwidth shared */
+    double step_ms;      /* mean simulated step */
+    double compute_ms;   /* mean of the N-th fastest of N + b compute times */
+    double transfer_ms;  /* pull + push, each direction's bandwidth shared */
+    double link_step_ms; /* the step of the model alone (links, compute, overhead) */
+    double cpu_step_ms;  /* the shared cores' bound (psg_sim_cpu_step_ms); 0 without cores */
     double steps_per_sec;
     double images_per_sec; /* workers * batch * steps_per_sec (backups' batches dropped) */
     double speedup;        /* images/sec over one worker's without backups, same seed */
 } psg_sim_result_t;
 
 psg_sim_config_t psg_sim_defaults(void);
+
+/* The shared cores' bound on a step of m = N + b workers: every worker's CPU a step
+ * (c->worker_cpu_ms, the backups' too) and the ps tasks' (apply_ms once a step, the rest of
+ * c->ps_cpu_ms per worker served: (c->ps_cpu_ms - apply_ms) / trace_workers each) shared
+ * by c->cores cores, processor sharing: their sum / c->cores. apply_ms is capped at
+ * c->ps_cpu_ms. 0 when c->cores is 0 (each host its own cores). The models' step is the
+ * larger of theirs and this one. */
+double psg_sim_cpu_step_ms(const psg_sim_config_t *c, int m, double apply_ms, int trace_workers);
 
 /* "none", "normal", "lognormal", "pareto", "samples" and back; -1 / "?" when unknown. */
 int psg_sim_tail_from_name(const char *name);
