@@ -14,9 +14,11 @@
 #    serve's gap; ONNX Runtime is given the same cores (its default intra-op pool: one
 #    thread a physical core, 2 here);
 #  - "serve_inception3": the same for Inception-v3 at 299 x 299 (a checkpoint of one
-#    training step), at batch 1 (1 connection, --max-batch 1) and batch 32 (32 connections,
-#    --max-batch 32; PSG_BENCH_INCEPTION32_SECONDS a round, default 150: a batch of 32 takes
-#    tens of seconds here); PSG_BENCH_INCEPTION=0 skips it (minutes on 2 cores),
+#    training step), at batch 1 (1 connection, --max-batch 1) and batch 32 (8 connections
+#    of 4 images a request, --max-batch 32: 32 connections of one would parse 32 bodies of
+#    2.7 MB on 2 cores between batches), PSG_BENCH_INCEPTION_SECONDS of load a round at
+#    batch 1 (default 30) and PSG_BENCH_INCEPTION32_SECONDS at 32 (default 60), and "serve_inception3_inprocess" the plan alone at each batch beside the
+#    same `run`; PSG_BENCH_INCEPTION=0 skips them (minutes on 2 cores),
 #    PSG_BENCH_INCEPTION_LOGDIR=DIR serves DIR's checkpoint instead of training one step;
 #    PSG_BENCH_CNN=0 skips the cnn's lines;
 #  - "hot_swap": training goes on in the served directory (new checkpoints every 10 steps)
@@ -79,7 +81,8 @@ json.dump({'instances': [[[[round(random.random(), 4)] * c for _ in range(s)] fo
 }
 
 # compare NAME CONNECTIONS MAXBATCH MODELDIR ONNX BODY [SERVE ARGS...]: rounds of wrk against
-# `psgraph serve` and of ONNX Runtime at batch MAXBATCH, alternating
+# `psgraph serve` and of ONNX Runtime at batch MAXBATCH, alternating; PER (default 1) is the
+# number of instances in BODY
 compare() {
   local name=$1 conns=$2 batch=$3 dir=$4 onnx=$5 bodyf=$6
   shift 6
@@ -93,15 +96,17 @@ compare() {
   done
   kill $pid
   wait $pid 2>/dev/null
-  NAME=$name CONNS=$conns BATCH=$batch T=$threads python3 - "$tmp/$name.ours" "$tmp/$name.peer" <<'PY'
+  NAME=$name CONNS=$conns BATCH=$batch T=$threads PER=${PER:-1} python3 - "$tmp/$name.ours" "$tmp/$name.peer" <<'PY'
 import json, os, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peer = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-rate = [o["requests"] / o["duration_s"] for o in ours]  # one example a request
+per = int(os.environ["PER"])  # examples a request
+rate = [o["requests"] * per / o["duration_s"] for o in ours]
 prate = [p["examples_per_sec"] for p in peer]
 b = max(range(len(rate)), key=lambda i: rate[i])
 pb = max(range(len(prate)), key=lambda i: prate[i])
 print(json.dumps({"bench": os.environ["NAME"], "connections": int(os.environ["CONNS"]), "batch": int(os.environ["BATCH"]),
+                  "examples_per_request": per, "load": open("/proc/loadavg").read().split()[0],
                   "threads": int(os.environ["T"]), "rounds": len(rate),
                   "psgraph_examples_per_sec": round(rate[b], 2), "psgraph_spread": [round(min(rate), 2), round(max(rate), 2)],
                   "psgraph_p50_ms": ours[b]["p50_ms"], "psgraph_p99_ms": ours[b]["p99_ms"],
@@ -110,6 +115,36 @@ print(json.dumps({"bench": os.environ["NAME"], "connections": int(os.environ["CO
                   "onnxruntime_p99_ms": round(peer[pb]["p99_ms"], 3), "onnxruntime": peer[pb]["version"],
                   "ratio": round(rate[b] / prate[pb], 3)}))
 PY
+}
+
+# inprocess NAME MODELDIR ONNX BATCH: rounds of the plan alone in this process (sleeping, and
+# polling as served: NAME_spin) and of ONNX Runtime's `run` at BATCH, alternating
+inprocess() {
+  local name=$1 dir=$2 onnx=$3 batch=$4
+  : >"$tmp/$name.ours"
+  : >"$tmp/$name.spin"
+  : >"$tmp/$name.peer"
+  for r in $(seq "$rounds"); do
+    build/bench/bench_servable "$dir" "$batch" "$secs" "$threads" >>"$tmp/$name.ours" || exit 1
+    build/bench/bench_servable "$dir" "$batch" "$secs" "$threads" 1 "$spin" >>"$tmp/$name.spin" || exit 1
+    "$venv/bin/python" "$check" ortbench "$onnx" "$batch" "$secs" 1 >>"$tmp/$name.peer"
+  done
+  for v in ours spin; do
+    NAME=$name$([ $v = spin ] && echo _spin) BATCH=$batch python3 - "$tmp/$name.$v" "$tmp/$name.peer" <<'PY'
+import json, os, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peer = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+rate, prate = [o["examples_per_sec"] for o in ours], [p["examples_per_sec"] for p in peer]
+print(json.dumps({"bench": os.environ["NAME"], "batch": int(os.environ["BATCH"]), "threads": ours[0]["threads"],
+                  "spin_us": ours[0]["spin_us"], "rounds": len(rate), "load": open("/proc/loadavg").read().split()[0],
+                  "psgraph_examples_per_sec": max(rate), "psgraph_spread": [min(rate), max(rate)],
+                  "psgraph_cpu_ms_per_batch": min(o["cpu_ms_per_run"] for o in ours),
+                  "onnxruntime_examples_per_sec": round(max(prate), 2),
+                  "onnxruntime_spread": [round(min(prate), 2), round(max(prate), 2)],
+                  "onnxruntime_cpu_ms_per_batch": round(min(p["cpu_ms_per_run"] for p in peer), 3),
+                  "ratio": round(max(rate) / max(prate), 3)}))
+PY
+  done
 }
 
 if [ "${PSG_BENCH_CNN:-1}" = 1 ]; then
@@ -122,30 +157,7 @@ compare serve_cnn 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json"
 compare serve_cnn_nospin 8 8 "$tmp/cnn" "$tmp/cnn.onnx" "$tmp/one28.json" --spin-us 0
 # in process: the plan alone with its threads sleeping at once, with them polling (--spin-us,
 # as served by default), and ONNX Runtime, alternating
-: >"$tmp/inproc.ours"
-: >"$tmp/inproc.spin"
-: >"$tmp/inproc.peer"
-for r in $(seq "$rounds"); do
-  build/bench/bench_servable "$tmp/cnn" 8 "$secs" "$threads" >>"$tmp/inproc.ours" || exit 1
-  build/bench/bench_servable "$tmp/cnn" 8 "$secs" "$threads" 1 "$spin" >>"$tmp/inproc.spin" || exit 1
-  "$venv/bin/python" "$check" ortbench "$tmp/cnn.onnx" 8 "$secs" 1 >>"$tmp/inproc.peer"
-done
-for v in ours spin; do
-  NAME=serve_cnn_inprocess$([ $v = spin ] && echo _spin) python3 - "$tmp/inproc.$v" "$tmp/inproc.peer" <<'PY'
-import json, os, sys
-ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-peer = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-rate, prate = [o["examples_per_sec"] for o in ours], [p["examples_per_sec"] for p in peer]
-print(json.dumps({"bench": os.environ["NAME"], "batch": 8, "threads": ours[0]["threads"],
-                  "spin_us": ours[0]["spin_us"], "rounds": len(rate),
-                  "psgraph_examples_per_sec": max(rate), "psgraph_spread": [min(rate), max(rate)],
-                  "psgraph_cpu_ms_per_batch": min(o["cpu_ms_per_run"] for o in ours),
-                  "onnxruntime_examples_per_sec": round(max(prate), 2),
-                  "onnxruntime_spread": [round(min(prate), 2), round(max(prate), 2)],
-                  "onnxruntime_cpu_ms_per_batch": round(min(p["cpu_ms_per_run"] for p in peer), 3),
-                  "ratio": round(max(rate) / max(prate), 3)}))
-PY
-done
+inprocess serve_cnn_inprocess "$tmp/cnn" "$tmp/cnn.onnx" 8
 
 # ---- hot swap under the cnn's load ----
 mkdir -p "$tmp/swap"
@@ -189,13 +201,20 @@ fi
 if [ "${PSG_BENCH_INCEPTION:-1}" = 1 ]; then
   inc=${PSG_BENCH_INCEPTION_LOGDIR:-$tmp/inc}
   if [ -z "${PSG_BENCH_INCEPTION_LOGDIR:-}" ]; then
-    $psg train --model inception3 --batch 1 --steps 1 --threads "$threads" --logdir "$inc" \
+    $psg train --model inception3 --batch 1 --steps 1 --test-examples 1 --threads "$threads" --logdir "$inc" \
       >"$tmp/inc.log" 2>&1 || { tail -3 "$tmp/inc.log" >&2; exit 1; }
   fi
   $psg export --logdir "$inc" --out "$tmp/inc.onnx" >/dev/null || exit 1
   body "$tmp/one299.json" 1 299 3
-  secs=${PSG_BENCH_INCEPTION_SECONDS:-20}
-  [ "${PSG_BENCH_INCEPTION1:-1}" = 1 ] && compare serve_inception3 1 1 "$inc" "$tmp/inc.onnx" "$tmp/one299.json"
-  secs=${PSG_BENCH_INCEPTION32_SECONDS:-150}
-  compare serve_inception3 32 32 "$inc" "$tmp/inc.onnx" "$tmp/one299.json" --batch-timeout-us 200000
+  body "$tmp/four299.json" 4 299 3
+  secs=${PSG_BENCH_INCEPTION_SECONDS:-30}
+  if [ "${PSG_BENCH_INCEPTION1:-1}" = 1 ]; then
+    compare serve_inception3 1 1 "$inc" "$tmp/inc.onnx" "$tmp/one299.json"
+    inprocess serve_inception3_inprocess "$inc" "$tmp/inc.onnx" 1
+  fi
+  # a batch of 32 takes seconds here: longer rounds, and a batch timeout that outlasts the
+  # parsing of 8 bodies of 9 MB (a shorter one ran batches of 4 under load)
+  secs=${PSG_BENCH_INCEPTION32_SECONDS:-60}
+  PER=4 compare serve_inception3 8 32 "$inc" "$tmp/inc.onnx" "$tmp/four299.json" --batch-timeout-us 5000000
+  inprocess serve_inception3_inprocess "$inc" "$tmp/inc.onnx" 32
 fi

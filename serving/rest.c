@@ -6,6 +6,7 @@
 
 #include "core/json.h"
 #include "psgraph/error.h"
+#include "serving/float_text.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -391,7 +392,11 @@ static void number(psg_strbuf_t *b, const psg_tensor_t *t, int64_t i) {
     switch (t->dtype) {
     case PSG_DT_F32: {
         float v = psg_tensor_f32(t)[i];
-        if (isfinite(v))
+        char text[PSG_FLOAT_TEXT_MAX];
+        int n = psg_float_text_g9(v, text); /* "%.9g" without printf's cost */
+        if (n > 0)
+            psg_strbuf_add(b, text, (size_t)n);
+        else if (isfinite(v))
             psg_strbuf_printf(b, "%.9g", (double)v);
         else
             psg_strbuf_str(b, "null");
