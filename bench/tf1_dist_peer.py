@@ -21,6 +21,9 @@ whole job's model, as psgraph train's chief evaluates).
   tf1_dist_peer.py flops --impl ... [--model cnn]
     the FLOP of one training example (its MatMuls and convolutions, forward and backward,
     counted from the graph's shapes) and of its forward pass, as one JSON line.
+  tf1_dist_peer.py local --impl ... [--seed S] [--steps N]
+    the recipe in one process, synchronous, from numpy-drawn initial weights: the test
+    accuracy after one epoch (the two sides agree when they run the same recipe).
 """
 import argparse
 import gzip
@@ -169,6 +172,47 @@ def model(tf, name, x):
         if i < 2:
             h = tf.nn.relu(h)
     return h
+
+
+def local(a):
+    """The recipe without the cluster: one process, synchronous, the initial weights drawn by
+    numpy (seed) and loaded into the variables, the examples in the order of the cluster's
+    worker 0 and 1 interleaved; the test accuracy and the last loss after one epoch, one JSON
+    line. Deterministic on each side, so two sides running the same recipe agree to rounding."""
+    if a.impl == "psgraph":
+        import psgraph.compat.v1 as tf
+    else:
+        import tensorflow.compat.v1 as tf
+        tf.disable_eager_execution()
+    x = tf.placeholder(tf.float32, [None, 784])
+    y = tf.placeholder(tf.int32, [None])
+    h = model(tf, a.model, x)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+    hits = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(h, 1, output_type=tf.int32), y), tf.float32))
+    gs = tf.train.get_or_create_global_step()
+    train = tf.train.MomentumOptimizer(a.lr or (0.01 if a.model == "cnn" else 0.05),
+                                       0.9).minimize(loss, global_step=gs)
+    xtr, ytr, xte, yte = load()
+    rng = np.random.RandomState(a.seed)
+    bs = 64 if a.model == "cnn" else 128
+    cfg = tf.ConfigProto(intra_op_parallelism_threads=a.threads, inter_op_parallelism_threads=1)
+    with tf.Session(config=cfg) as sess:
+        sess.run(tf.global_variables_initializer())
+        for v in sorted(tf.trainable_variables(), key=lambda v: v.name):
+            shape = v.shape.as_list()
+            lim = np.sqrt(6.0 / (shape[-2] + shape[-1])) if len(shape) == 2 else 0.0
+            v.load(rng.uniform(-lim, lim, shape).astype(np.float32) if lim else
+                   np.zeros(shape, np.float32), sess)
+        perm = rng.permutation(xtr.shape[0])
+        starts = range(0, perm.shape[0] - bs + 1, bs)
+        for i in starts[:a.steps] if a.steps else starts:
+            idx = perm[i:i + bs]
+            _, last = sess.run([train, loss], {x: xtr[idx], y: ytr[idx]})
+        n = sum(sess.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
+                for i in range(0, len(yte), 1000))
+        print(json.dumps({"impl": a.impl, "model": a.model, "seed": a.seed,
+                          "steps": int(sess.run(gs)), "last_loss": round(float(last), 5),
+                          "test_accuracy": round(float(n) / len(yte), 4)}))
 
 
 # the multiply-add ops of a training step; the others (elementwise, pooling, the update) are
@@ -325,7 +369,7 @@ def launch(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["launch", "task", "flops"])
+    ap.add_argument("mode", choices=["launch", "task", "flops", "local"])
     ap.add_argument("--impl", choices=["psgraph", "tensorflow"], required=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sync", action="store_true")
@@ -338,10 +382,11 @@ def main():
                     help="(launch) the tasks' addresses: ipc (psgraph's default: `psgraph launch`'s) "
                     "or tcp (127.0.0.1 ports: TensorFlow's, the only one it has)")
     ap.add_argument("--go", default="", help="(task) start training once this file exists")
+    ap.add_argument("--steps", type=int, default=0, help="(local) steps; 0: one epoch")
     ap.add_argument("--seed", type=int, default=0,
                     help="the initial weights' graph seed and the examples' order")
     a = ap.parse_args()
-    {"launch": launch, "task": task, "flops": flops}[a.mode](a)
+    {"launch": launch, "task": task, "flops": flops, "local": local}[a.mode](a)
 
 
 if __name__ == "__main__":
