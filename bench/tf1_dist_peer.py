@@ -21,6 +21,9 @@ whole job's model, as psgraph train's chief evaluates).
   tf1_dist_peer.py flops --impl ... [--model cnn]
     the FLOP of one training example (its MatMuls and convolutions, forward and backward,
     counted from the graph's shapes) and of its forward pass, as one JSON line.
+  OPENBLAS_NUM_THREADS=1 tf1_dist_peer.py peak --impl psgraph
+    one core's sgemm GFLOP/s (numpy's BLAS, one thread, best of short products: a loaded
+    machine still shows it) and the machine's (times the cores), as one JSON line.
   tf1_dist_peer.py local --impl ... [--seed S] [--steps N]
     the recipe in one process, synchronous, from numpy-drawn initial weights: the test
     accuracy after one epoch (the two sides agree when they run the same recipe).
@@ -286,6 +289,26 @@ def flops(a):
                       "forward_flop_per_example": sum(fwd.values()), "by_op": step}))
 
 
+def peak(a):
+    """One core's sgemm GFLOP/s (numpy's BLAS on one thread, 384-cube products): the best of
+    many short products over a few seconds, so a loaded machine still shows a core's rate
+    (a product that ran undisturbed), and the machine's: the cores times it."""
+    n = 384
+    rng = np.random.RandomState(0)
+    x, w = rng.rand(n, n).astype(np.float32), rng.rand(n, n).astype(np.float32)
+    out = np.empty((n, n), np.float32)
+    best, end = float("inf"), time.time() + a.peak_secs
+    while time.time() < end:
+        t = time.perf_counter()
+        np.matmul(x, w, out=out)
+        best = min(best, time.perf_counter() - t)
+    core = 2 * n ** 3 / best / 1e9
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        raise SystemExit("peak: run it with OPENBLAS_NUM_THREADS=1 (one core's rate)")
+    print(json.dumps({"sgemm_gflops_one_core": round(core, 1), "cores": os.cpu_count(),
+                      "sgemm_gflops_machine": round(core * os.cpu_count(), 1)}))
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -369,7 +392,7 @@ def launch(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["launch", "task", "flops", "local"])
+    ap.add_argument("mode", choices=["launch", "task", "flops", "local", "peak"])
     ap.add_argument("--impl", choices=["psgraph", "tensorflow"], required=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sync", action="store_true")
@@ -383,10 +406,11 @@ def main():
                     "or tcp (127.0.0.1 ports: TensorFlow's, the only one it has)")
     ap.add_argument("--go", default="", help="(task) start training once this file exists")
     ap.add_argument("--steps", type=int, default=0, help="(local) steps; 0: one epoch")
+    ap.add_argument("--peak-secs", type=float, default=3.0, help="(peak) seconds of products")
     ap.add_argument("--seed", type=int, default=0,
                     help="the initial weights' graph seed and the examples' order")
     a = ap.parse_args()
-    {"launch": launch, "task": task, "flops": flops, "local": local}[a.mode](a)
+    {"launch": launch, "task": task, "flops": flops, "local": local, "peak": peak}[a.mode](a)
 
 
 if __name__ == "__main__":
