@@ -203,9 +203,13 @@ def local(a):
         sess.run(tf.global_variables_initializer())
         for v in sorted(tf.trainable_variables(), key=lambda v: v.name):
             shape = v.shape.as_list()
-            lim = np.sqrt(6.0 / (shape[-2] + shape[-1])) if len(shape) == 2 else 0.0
-            v.load(rng.uniform(-lim, lim, shape).astype(np.float32) if lim else
-                   np.zeros(shape, np.float32), sess)
+            if len(shape) < 2:  # a bias
+                v.load(np.zeros(shape, np.float32), sess)
+                continue
+            # glorot uniform (a kernel's fans: its window times its in and out channels)
+            window = int(np.prod(shape[:-2]))
+            lim = np.sqrt(6.0 / (window * (shape[-2] + shape[-1])))
+            v.load(rng.uniform(-lim, lim, shape).astype(np.float32), sess)
         perm = rng.permutation(xtr.shape[0])
         starts = range(0, perm.shape[0] - bs + 1, bs)
         for i in starts[:a.steps] if a.steps else starts:
