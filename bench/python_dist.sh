@@ -4,6 +4,8 @@
 # started with its TF_CONFIG) on psgraph.compat.v1 and on TensorFlow 2.21
 # (tensorflow.compat.v1; only the import differs), and psgraph's C trainer on the same
 # recipe (`psgraph launch --ps 1 --workers W -- psgraph train --model mlp|cnn --epochs E`).
+# psgraph's tasks, Python's and C's, talk over ipc:// (what `psgraph launch` gives tasks of
+# one host); TensorFlow's over 127.0.0.1 ports, the only kind it has.
 # One JSON line each: aggregate examples/s (every worker's, after its first 20 steps), best of
 # the rounds with the spread (worst/best), and the chief's test accuracy: round r runs every
 # side with seed r (initial weights, examples' order), so the accuracies are a mean over the
@@ -25,7 +27,7 @@ for a in "$@"; do
     --sync) sync=(--sync) ;;
     --cnn) model=cnn ;;
     --quick) export PSG_BENCH_ROUNDS=${PSG_BENCH_ROUNDS:-1} ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/python_dist.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
