@@ -32,6 +32,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -343,6 +344,7 @@ def last_line(p, timeout, until=None):
 
 def launch(a):
     transport = a.transport or ("ipc" if a.impl == "psgraph" else "tcp")
+    made = []  # folders removed at the end: the sockets', the go file's
     if transport == "ipc":
         # what `psgraph launch` gives a script's tasks on one host (--transport ipc, its
         # default, as psgraph train's tasks in the bench get): Unix domain sockets in a
@@ -350,6 +352,7 @@ def launch(a):
         if a.impl != "psgraph":
             raise SystemExit("--transport ipc: psgraph only (TensorFlow's tasks take host:port)")
         where = tempfile.mkdtemp(prefix="psg-")
+        made.append(where)
         spec = {"ps": ["ipc://%s/ps0" % where],
                 "worker": ["ipc://%s/worker%d" % (where, i) for i in range(a.workers)]}
     else:
@@ -362,7 +365,8 @@ def launch(a):
     def env(job, i):
         return dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                     TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": i}}))
-    go = os.path.join(tempfile.mkdtemp(), "go")
+    made.append(tempfile.mkdtemp())
+    go = os.path.join(made[-1], "go")
     base += ["--go", go]
     ps = subprocess.Popen(base, env=env("ps", 0), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
@@ -384,6 +388,8 @@ def launch(a):
         if a.impl == "tensorflow":
             ps.kill()  # tf.train.Server.join() never returns (tensorflow#4713)
         ps.wait()
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
     chief = outs[0]
     print(json.dumps({"impl": a.impl, "model": a.model, "transport": transport, "ps": 1,
                       "workers": a.workers,
