@@ -13,16 +13,26 @@ period, its last rate counted. Every worker starts training at once (the launche
 and async the chief evaluates once the global step has reached every worker's share (the
 whole job's model, as psgraph train's chief evaluates).
 
-  tf1_dist_peer.py launch --impl psgraph|tensorflow [--workers 2] [--sync] [--epochs 1]
+  tf1_dist_peer.py launch --impl psgraph|tensorflow [--workers 2] [--sync] [--epochs 1] [--seed S]
     starts 1 ps + W workers on loopback, each with its TF_CONFIG, and prints one JSON line:
     aggregate examples/s (every worker's, after its first 20 steps), the chief's test
     accuracy, the global step.
   tf1_dist_peer.py task --impl ...   (one task; TF_CONFIG names it)
+  tf1_dist_peer.py flops --impl ... [--model cnn]
+    the FLOP of one training example (its MatMuls and convolutions, forward and backward,
+    counted from the graph's shapes) and of its forward pass, as one JSON line.
+  OPENBLAS_NUM_THREADS=1 tf1_dist_peer.py peak --impl psgraph
+    one core's sgemm GFLOP/s (numpy's BLAS, one thread, best of short products: a loaded
+    machine still shows it) and the machine's (times the cores), as one JSON line.
+  tf1_dist_peer.py local --impl ... [--seed S] [--steps N]
+    the recipe in one process, synchronous, from numpy-drawn initial weights: the test
+    accuracy after one epoch (the two sides agree when they run the same recipe).
 """
 import argparse
 import gzip
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -67,6 +77,9 @@ def task(a):
         return
     nw = cluster.num_tasks("worker")
     chief = index == 0
+    # the run's seed: the initial weights (drawn by each side's own generator: one seed is
+    # not the same weights on both) and, below, the order of the examples (the same on both)
+    tf.set_random_seed(a.seed)
     with tf.device(tf.train.replica_device_setter(worker_device="/job:worker/task:%d" % index,
                                                   cluster=cluster)):
         x = tf.placeholder(tf.float32, [None, 784])
@@ -165,6 +178,142 @@ def model(tf, name, x):
     return h
 
 
+def local(a):
+    """The recipe without the cluster: one process, synchronous, the initial weights drawn by
+    numpy (seed) and loaded into the variables, the examples in the order of the cluster's
+    worker 0 and 1 interleaved; the test accuracy and the last loss after one epoch, one JSON
+    line. Deterministic on each side, so two sides running the same recipe agree to rounding."""
+    if a.impl == "psgraph":
+        import psgraph.compat.v1 as tf
+    else:
+        import tensorflow.compat.v1 as tf
+        tf.disable_eager_execution()
+    x = tf.placeholder(tf.float32, [None, 784])
+    y = tf.placeholder(tf.int32, [None])
+    h = model(tf, a.model, x)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+    hits = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(h, 1, output_type=tf.int32), y), tf.float32))
+    gs = tf.train.get_or_create_global_step()
+    train = tf.train.MomentumOptimizer(a.lr or (0.01 if a.model == "cnn" else 0.05),
+                                       0.9).minimize(loss, global_step=gs)
+    xtr, ytr, xte, yte = load()
+    rng = np.random.RandomState(a.seed)
+    bs = 64 if a.model == "cnn" else 128
+    cfg = tf.ConfigProto(intra_op_parallelism_threads=a.threads, inter_op_parallelism_threads=1)
+    with tf.Session(config=cfg) as sess:
+        sess.run(tf.global_variables_initializer())
+        for v in sorted(tf.trainable_variables(), key=lambda v: v.name):
+            shape = v.shape.as_list()
+            if len(shape) < 2:  # a bias
+                v.load(np.zeros(shape, np.float32), sess)
+                continue
+            # glorot uniform (a kernel's fans: its window times its in and out channels)
+            window = int(np.prod(shape[:-2]))
+            lim = np.sqrt(6.0 / (window * (shape[-2] + shape[-1])))
+            v.load(rng.uniform(-lim, lim, shape).astype(np.float32), sess)
+        perm = rng.permutation(xtr.shape[0])
+        starts = range(0, perm.shape[0] - bs + 1, bs)
+        for i in starts[:a.steps] if a.steps else starts:
+            idx = perm[i:i + bs]
+            _, last = sess.run([train, loss], {x: xtr[idx], y: ytr[idx]})
+        n = sum(sess.run(hits, {x: xte[i:i + 1000], y: yte[i:i + 1000]})
+                for i in range(0, len(yte), 1000))
+        print(json.dumps({"impl": a.impl, "model": a.model, "seed": a.seed,
+                          "steps": int(sess.run(gs)), "last_loss": round(float(last), 5),
+                          "test_accuracy": round(float(n) / len(yte), 4)}))
+
+
+# the multiply-add ops of a training step; the others (elementwise, pooling, the update) are
+# memory-bound and left out, as an FMA peak counts only multiply-adds
+_MULADD = ("MatMul", "Dense", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+
+
+def _dims(t):
+    return [int(d) for d in t.shape.as_list()]
+
+
+def _op_flop(op):
+    """2 x the multiply-adds of one MatMul (psgraph's Dense: x W + b, fused) or convolution,
+    from its tensors' static shapes."""
+    if op.type in ("MatMul", "Dense"):
+        a = _dims(op.inputs[0])
+        k = a[0] if op.type == "MatMul" and op.get_attr("transpose_a") else a[1]
+        out = _dims(op.outputs[0])
+        return 2 * out[0] * out[1] * k
+    # Conv2D(x, W) -> y; Conv2DBackpropInput(x or its sizes, W, dy); Conv2DBackpropFilter(x,
+    # W or its sizes, dy) -> dW: each is as many multiply-adds as the forward convolution
+    if op.type == "Conv2D":
+        kh, kw, ci, _ = _dims(op.inputs[1])
+        n, ho, wo, co = _dims(op.outputs[0])
+    else:
+        w = op.outputs[0] if op.type == "Conv2DBackpropFilter" else op.inputs[1]
+        kh, kw, ci, _ = _dims(w)
+        n, ho, wo, co = _dims(op.inputs[2])
+    return 2 * n * ho * wo * co * kh * kw * ci
+
+
+def _reached(ops):
+    """The ops a run of `ops` runs: their inputs' and control inputs' closure."""
+    seen, todo = {}, list(ops)
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen[op.name] = op
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return list(seen.values())
+
+
+def flops(a):
+    """The FLOP of one training example (forward and backward: every MatMul and convolution
+    a training step runs, from the graph's shapes at a fixed batch) and of its forward pass
+    alone, on the graph the task builds; one JSON line."""
+    if a.impl == "psgraph":
+        import psgraph.compat.v1 as tf
+    else:
+        import tensorflow.compat.v1 as tf
+        tf.disable_eager_execution()
+    bs = 64 if a.model == "cnn" else 128
+    x = tf.placeholder(tf.float32, [bs, 784])
+    y = tf.placeholder(tf.int32, [bs])
+    h = model(tf, a.model, x)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+    gs = tf.train.get_or_create_global_step()
+    train = tf.train.MomentumOptimizer(0.01, 0.9).minimize(loss, global_step=gs)
+
+    def count(ops):
+        by = {}
+        for op in ops:
+            if op.type in _MULADD:
+                by[op.type] = by.get(op.type, 0) + _op_flop(op) // bs
+        return by
+    step, fwd = count(_reached([train])), count(_reached([loss.op]))
+    print(json.dumps({"model": a.model, "impl": a.impl, "batch": bs,
+                      "flop_per_example": sum(step.values()),
+                      "forward_flop_per_example": sum(fwd.values()), "by_op": step}))
+
+
+def peak(a):
+    """One core's sgemm GFLOP/s (numpy's BLAS on one thread, 384-cube products): the best of
+    many short products over a few seconds, so a loaded machine still shows a core's rate
+    (a product that ran undisturbed), and the machine's: the cores times it."""
+    n = 384
+    rng = np.random.RandomState(0)
+    x, w = rng.rand(n, n).astype(np.float32), rng.rand(n, n).astype(np.float32)
+    out = np.empty((n, n), np.float32)
+    best, end = float("inf"), time.time() + a.peak_secs
+    while time.time() < end:
+        t = time.perf_counter()
+        np.matmul(x, w, out=out)
+        best = min(best, time.perf_counter() - t)
+    core = 2 * n ** 3 / best / 1e9
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        raise SystemExit("peak: run it with OPENBLAS_NUM_THREADS=1 (one core's rate)")
+    print(json.dumps({"sgemm_gflops_one_core": round(core, 1), "cores": os.cpu_count(),
+                      "sgemm_gflops_machine": round(core * os.cpu_count(), 1)}))
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -194,16 +343,30 @@ def last_line(p, timeout, until=None):
 
 
 def launch(a):
-    spec = {"ps": ["127.0.0.1:%d" % free_port()],
-            "worker": ["127.0.0.1:%d" % free_port() for _ in range(a.workers)]}
+    transport = a.transport or ("ipc" if a.impl == "psgraph" else "tcp")
+    made = []  # folders removed at the end: the sockets', the go file's
+    if transport == "ipc":
+        # what `psgraph launch` gives a script's tasks on one host (--transport ipc, its
+        # default, as psgraph train's tasks in the bench get): Unix domain sockets in a
+        # private folder; TensorFlow has only host:port
+        if a.impl != "psgraph":
+            raise SystemExit("--transport ipc: psgraph only (TensorFlow's tasks take host:port)")
+        where = tempfile.mkdtemp(prefix="psg-")
+        made.append(where)
+        spec = {"ps": ["ipc://%s/ps0" % where],
+                "worker": ["ipc://%s/worker%d" % (where, i) for i in range(a.workers)]}
+    else:
+        spec = {"ps": ["127.0.0.1:%d" % free_port()],
+                "worker": ["127.0.0.1:%d" % free_port() for _ in range(a.workers)]}
     base = [sys.executable, os.path.abspath(__file__), "task", "--impl", a.impl, "--epochs",
             str(a.epochs), "--threads", str(a.threads), "--backup", str(a.backup), "--lr",
-            str(a.lr), "--model", a.model] + (["--sync"] if a.sync else [])
+            str(a.lr), "--model", a.model, "--seed", str(a.seed)] + (["--sync"] if a.sync else [])
 
     def env(job, i):
         return dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                     TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": i}}))
-    go = os.path.join(tempfile.mkdtemp(), "go")
+    made.append(tempfile.mkdtemp())
+    go = os.path.join(made[-1], "go")
     base += ["--go", go]
     ps = subprocess.Popen(base, env=env("ps", 0), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
@@ -225,18 +388,21 @@ def launch(a):
         if a.impl == "tensorflow":
             ps.kill()  # tf.train.Server.join() never returns (tensorflow#4713)
         ps.wait()
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
     chief = outs[0]
-    print(json.dumps({"impl": a.impl, "model": a.model, "ps": 1, "workers": a.workers,
+    print(json.dumps({"impl": a.impl, "model": a.model, "transport": transport, "ps": 1,
+                      "workers": a.workers,
                       "sync": a.sync, "backup": a.backup, "epochs": a.epochs,
                       "killed": sum(1 for o in outs if o.get("killed")),
                       "examples_per_sec": round(sum(o["examples_per_sec"] for o in outs), 1),
-                      "test_accuracy": chief.get("test_accuracy"),
+                      "seed": a.seed, "test_accuracy": chief.get("test_accuracy"),
                       "global_step": chief.get("global_step")}), flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["launch", "task"])
+    ap.add_argument("mode", choices=["launch", "task", "flops", "local", "peak"])
     ap.add_argument("--impl", choices=["psgraph", "tensorflow"], required=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sync", action="store_true")
@@ -245,10 +411,16 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0, help="0: 0.05 mlp, 0.01 cnn")
     ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--transport", choices=["ipc", "tcp"],
+                    help="(launch) the tasks' addresses: ipc (psgraph's default: `psgraph launch`'s) "
+                    "or tcp (127.0.0.1 ports: TensorFlow's, the only one it has)")
     ap.add_argument("--go", default="", help="(task) start training once this file exists")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=0, help="(local) steps; 0: one epoch")
+    ap.add_argument("--peak-secs", type=float, default=3.0, help="(peak) seconds of products")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the initial weights' graph seed and the examples' order")
     a = ap.parse_args()
-    launch(a) if a.mode == "launch" else task(a)
+    {"launch": launch, "task": task, "flops": flops, "local": local, "peak": peak}[a.mode](a)
 
 
 if __name__ == "__main__":

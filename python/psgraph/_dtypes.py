@@ -57,7 +57,8 @@ class DType:
 
 
 _PSG_NAME = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8",
-             "float16": "f16", "bfloat16": "bf16", "bool": "bool"}
+             "float16": "f16", "bfloat16": "bf16", "bool": "bool",
+             "resource": "resource"}
 _NP = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64,
        "uint8": np.uint8, "float16": np.float16, "bfloat16": None, "bool": np.bool_}
 
@@ -69,12 +70,13 @@ uint8 = DType("uint8", "u8", np.dtype(np.uint8))
 float16 = DType("float16", "f16", np.dtype(np.float16))
 bfloat16 = DType("bfloat16", "bf16", None)
 bool_ = DType("bool", "bool", np.dtype(np.bool_))
-resource = None  # variable handles: never seen as a tensor dtype in Python
+# a variable's handle: an op's input or output (op.inputs of ApplyMomentum), never fed or fetched
+resource = DType("resource", "resource", None)
 
 _ALL = [float32, float64, int32, int64, uint8, float16, bfloat16, bool_]
 _BY_NAME = {d.name: d for d in _ALL}
 _BY_NAME.update({"float": float32, "double": float64, "half": float16, "int": int32})
-_BY_CODE = {d._code: d for d in _ALL}
+_BY_CODE = {d._code: d for d in _ALL + [resource]}
 _BY_NP = {np.dtype(_NP[d.name]): d for d in _ALL if _NP[d.name] is not None}
 
 

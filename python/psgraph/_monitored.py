@@ -423,6 +423,8 @@ class MonitoredSession:
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._closed:
             raise RuntimeError("Run called on a closed MonitoredSession.")
+        if not self._hooks:  # the caller's run as it is: no {"caller", "hooks"} to plan around
+            return self._run_recovering(fetches, feed_dict, options, run_metadata)
         ctx = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self._sess)
         extra, feeds = {}, dict(feed_dict or {})
         for i, h in enumerate(self._hooks):

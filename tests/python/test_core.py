@@ -53,6 +53,40 @@ def test_a_nested_fetch_is_planned_once(sess):
     assert len(made) == 2
 
 
+def test_every_op_s_inputs_are_tensors_a_handle_a_resource(fresh_graph):
+    """op.inputs of every op of a training graph, as a walk of the graph (a FLOP count:
+    bench/tf1_dist_peer.py flops) reads them: an update takes its variable's handle, a
+    tf.resource Tensor (its dtype code raised KeyError before)."""
+    x = tf.placeholder(tf.float32, [4, 3])
+    w = tf.get_variable("w", [3, 2])
+    loss = tf.reduce_sum(tf.matmul(x, w))
+    tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+    kinds = {t.dtype for op in fresh_graph.get_operations() for t in op.inputs}
+    assert tf.resource in kinds and tf.float32 in kinds
+    assert tf.resource != tf.float32 and tf.as_dtype("float32") is tf.float32
+
+
+def test_a_monitored_session_without_hooks_runs_the_caller_s_fetches(fresh_graph):
+    """Without hooks a MonitoredSession's step is the caller's run as it is (no
+    {"caller", "hooks"} around it): the same values, nested fetches rebuilt, one plan."""
+    v = tf.Variable(0.0)
+    inc = tf.assign_add(v, 1.0)
+    with tf.train.MonitoredTrainingSession(save_checkpoint_secs=None, save_summaries_steps=None,
+                                           log_step_count_steps=None) as m:
+        made = []
+        real = m._sess._runner.make_callable
+
+        def counting(*args):
+            made.append(1)
+            return real(*args)
+        m._sess._runner.make_callable = counting
+        assert m.run(inc) == 1
+        for step in (2, 3):
+            out = m.run({"step": inc, "read": [v]})
+            assert out["step"] == step and isinstance(out["read"], list)
+        assert len(made) == 2 and not m.should_stop()
+
+
 def test_feed_dict_and_names(sess):
     x = tf.placeholder(tf.float32, [None, 3], name="x")
     y = tf.placeholder(tf.float32, [3], name="y")

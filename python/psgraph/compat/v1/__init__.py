@@ -36,6 +36,7 @@ as_dtype = _dtypes.as_dtype
 float16, bfloat16, float32, float64 = _dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64
 half, double = _dtypes.float16, _dtypes.float64
 int32, int64, uint8 = _dtypes.int32, _dtypes.int64, _dtypes.uint8
+resource = _dtypes.resource  # a variable's handle (an update op's input)
 bool = _dtypes.bool_  # noqa: A001 - TF's name
 
 # ---- scopes, devices, control ----
