@@ -62,7 +62,8 @@ static void usage(FILE *f) {
         "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
         "  --workers MIN:MAX a cluster of MAX workers of which MIN start; each SIGUSR1 to launch\n"
         "                      starts the next one with CMD --join (it joins the running job;\n"
-        "                      --ssh: on its host; --k8s: the worker Job's parallelism is MIN)\n"
+        "                      --ssh, --slurm: on its host; --k8s: the worker Job's parallelism\n"
+        "                      is MIN)\n"
         "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
         "                      pair in a private folder, removed at the end (with --ssh: copied to a\n"
         "                      private folder on each host over the task's ssh session, removed when\n"
@@ -295,11 +296,6 @@ int psg_cmd_launch(int argc, char **argv) {
     if (a.workers && psg_cli_workers_range(a.workers, &o->workers_at_start, &o->workers) < 0)
         return 2; /* checked by the table already */
     if (o->workers_at_start == o->workers) o->workers_at_start = 0;
-    if (o->workers_at_start && o->slurm) {
-        fprintf(stderr, "psgraph launch: --workers MIN:MAX starts workers on this host, over "
-                        "--ssh or as Kubernetes pods (--k8s), not with --slurm yet\n");
-        return 2;
-    }
     if (o->ps < 0 || o->workers < 1 || cmd_at < 0) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
