@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Data shards handed out by ps0 (`--data-shards dispatch`, docs/distributed.md "Membership"),
 # real processes under `psgraph launch --workers 2:3`, sync with 1 backup worker, 2 epochs of
-# 47 shards (5 batches of 256 each; the last shard 4 batches): worker2 joins once the chief
+# 47 shards (10 batches of 128 each; the last shard 8 batches): worker2 joins once the chief
 # passed its step 20 and said it is not started; worker1 is killed (SIGKILL) once worker2 took
 # a shard. Every worker logs the shards it took and finished (JSON lines); the test counts
 # them: each shard of each epoch finished exactly once, the examples finished an epoch are the
-# epoch's 234 * 256, the killed worker's shard in flight taken again by another worker (its
+# epoch's 468 * 128, the killed worker's shard in flight taken again by another worker (its
 # examples the only ones seen twice: printed), the job ends by itself at the data's end (exit
 # 0), the done line counts the join and the loss.
 set -u
@@ -15,7 +15,7 @@ asan=${2:-}
 
 out="$tmp/out.log"
 "$psgraph" launch --transport tcp --ps 1 --workers 2:3 -- "$psgraph" train \
-  --model mlp --data synthetic --epochs 2 --batch 256 --data-shards dispatch --shard-batches 5 \
+  --model mlp --data synthetic --epochs 2 --batch 128 --data-shards dispatch --shard-batches 10 \
   --log-every 1 --peer-timeout 2 --step-timeout 60 --sync sync --backup-workers 1 \
   > >(python3 -u -c "$stamp" >"$out") 2>&1 &
 launch_pid=$!
@@ -44,7 +44,7 @@ if [ -n "$joined" ] && [ -n "$killed" ] && [ "$rc" = 0 ] &&
    grep -q '\[ps0\] psgraph server: stopped: job done' "$out" &&
    python3 - "$out" "$done_line" <<'PY'
 import collections, json, re, sys
-shards, per_epoch, epochs = 47, 234 * 256, 2
+shards, per_epoch, epochs = 47, 468 * 128, 2
 taken, done = collections.defaultdict(list), collections.defaultdict(list)
 examples = collections.Counter()
 w1_steps_since_take = 0  # worker1's steps on its last shard: the batches seen twice
@@ -78,11 +78,11 @@ assert d["workers_joined"] == 1 and len(d["workers_lost"]) == 1, d
 assert d["workers_lost"][0]["task"] == "worker1", d
 print("shard %d (epoch %d) in flight on worker1 (%d of its batches stepped, at most %d "
       "examples seen twice), finished by worker%d; the examples finished an epoch: %s; shards "
-      "by worker: %s" % (s, s // shards, w1_steps_since_take, w1_steps_since_take * 256,
+      "by worker: %s" % (s, s // shards, w1_steps_since_take, w1_steps_since_take * 128,
       done[s][0], dict(examples), dict(collections.Counter(ws[0] for ws in done.values()))))
 PY
 then
-  ok "2 of 3 workers, worker2 joined, worker1 killed: each of the 2 x 47 shards finished once, $((234 * 256)) examples an epoch, worker1's shard in flight handed out again, the job ended at the data's end (exit 0)"
+  ok "2 of 3 workers, worker2 joined, worker1 killed: each of the 2 x 47 shards finished once, $((468 * 128)) examples an epoch, worker1's shard in flight handed out again, the job ended at the data's end (exit 0)"
 else
   cp "$out" "${TMPDIR:-/tmp}/test_data_shards.failed.log" 2>/dev/null
   fail "data shards (rc $rc, joined '${joined}', killed '${killed}'): $(grep -v '\] step \|shard_' "$out" | tail -40)"
