@@ -22,7 +22,7 @@ HOSTS_AT_EXIT+=('[ -n "$bg" ] && kill -TERM "$bg" 2>/dev/null; wait')
 log=$tmp/elastic.log
 ip netns exec "$(hosts_ns ctl)" "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" \
   --hosts ps0@h1,worker0@h2,worker1@h3,worker2@h3 --ps 1 --workers 2:3 -- "$psgraph" train \
-  --model mlp --data synthetic --epochs 3 --batch 128 --data-shards dispatch --shard-batches 12 \
+  --model mlp --data synthetic --epochs 4 --batch 128 --data-shards dispatch --shard-batches 12 \
   --log-every 1 --peer-timeout 2 --step-timeout 60 --sync async >"$log" 2>&1 &
 bg=$!
 joined=
@@ -51,11 +51,11 @@ for line in open(sys.argv[1]):
         e = json.loads(m.group(1))
         done[e["shard"]] += 1
         by["worker%d" % e["worker"]] += 1
-assert sorted(done) == list(range(117)) and set(done.values()) == {1}, done  # 3 x 468 / 12
+assert sorted(done) == list(range(156)) and set(done.values()) == {1}, done  # 4 x 468 / 12
 print("shards finished by worker:", dict(sorted(by.items())))
 PY
 then
-  echo "ok   --ssh --workers 2:3: worker2 started on h3 over ssh by a SIGUSR1, joined (said once), took shards; each of the 3 x 39 shards finished once; exit 0"
+  echo "ok   --ssh --workers 2:3: worker2 started on h3 over ssh by a SIGUSR1, joined (said once), took shards; each of the 4 x 39 shards finished once; exit 0"
   exit 0
 fi
 echo "FAIL: --ssh --workers 2:3 (rc $rc, joined '$joined'): $(grep -v '\] step \|shard_' "$log" | tail -30)"

@@ -132,7 +132,7 @@ fi
 cat >"$tmp/elastic.sh" <<EOF
 #!/bin/sh
 '$psgraph' launch --slurm --ps 1 --workers 2:3 -- '$psgraph' train --model mlp --data synthetic \
-  --epochs 2 --batch 128 --data-shards dispatch --shard-batches 12 --log-every 1 \
+  --epochs 3 --batch 128 --data-shards dispatch --shard-batches 12 --log-every 1 \
   --peer-timeout 2 --step-timeout 60 --sync async >'$tmp/elastic.log' 2>&1 &
 pid=\$!
 while kill -0 \$pid 2>/dev/null; do
@@ -158,10 +158,10 @@ for line in open(sys.argv[1]):
     m = re.match(r"\[worker\d\] (\{\"event\":\"shard_done\".*)", line)
     if m:
         done[json.loads(m.group(1))["shard"]] += 1
-assert sorted(done) == list(range(78)) and set(done.values()) == {1}, done  # 2 x 468 / 12
+assert sorted(done) == list(range(117)) and set(done.values()) == {1}, done  # 3 x 468 / 12
 PY
 then
-  ok "--workers 2:3: worker2 started by a SIGUSR1 over srun on h2 with --join, joined (said once); each of the 2 x 39 shards finished once; exit 0"
+  ok "--workers 2:3: worker2 started by a SIGUSR1 over srun on h2 with --join, joined (said once); each of the 3 x 39 shards finished once; exit 0"
 else
   fail "--workers 2:3 ($state): $(cat "$tmp/elastic.out") $(grep -v '\] step \|shard_' "$tmp/elastic.log" 2>/dev/null | tail -30)"
 fi
