@@ -123,9 +123,10 @@ void psg_launch_slurm_free(psg_launch_t *o);
 char **psg_launch_srun_argv(const psg_launch_t *o, int i, const char *cfg, char **cmd);
 
 /* `psgraph launch --k8s ...`: writes the Kubernetes objects (cli/launch_k8s.c), with a
- * Secret of the keys in keys_dir (NULL: a fresh pair). */
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd,
-                   const char *keys_dir);
+ * Secret of the keys in keys_dir (NULL: a fresh pair); workers_at_start > 0 (--workers
+ * MIN:MAX): the worker Job's parallelism, the pods from that index on joining (--join). */
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, int workers_at_start, bool restart,
+                   char **cmd, const char *keys_dir);
 int psg_cmd_bench(int argc, char **argv);
 int psg_cmd_simulate(int argc, char **argv);
 int psg_cmd_inspect(int argc, char **argv);

@@ -3,9 +3,10 @@
  * each on its host over ssh; tags every output line with its task, and stops all of them on
  * Ctrl-C or when one fails. With --restart on-failure a task that dies is started again
  * (bounded retries). Not the ssh command line (cli/launch_ssh.c) nor Kubernetes
- * (cli/launch_k8s.c). */
+ * (cli/launch_k8s.c), nor forwarding the tasks' output (cli/launch_tasks.c). */
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/launch_tasks.h"
 #include "psgraph/sync_replicas.h"
 #include "psgraph/clock.h"
 
@@ -26,40 +27,6 @@
 #include <unistd.h>
 
 #define MAX_TASKS 256
-
-typedef struct {
-    char tag[32];
-    bool is_ps;
-    pid_t pid;
-    int fd; /* the read end of its stdout+stderr, -1 once closed */
-    char line[4096];
-    size_t len;
-    bool exited, killed_by_us;
-    bool tolerated; /* a non-chief worker whose failure the job outlives */
-    bool pending;   /* --workers MIN:MAX: not started yet (a SIGUSR1 starts it, --join) */
-    int code;
-    int restarts;
-    char *cfg;        /* its TF_CONFIG */
-    char status[256]; /* on a terminal: its last line */
-    char *json;       /* NULL, or where its last line starting with '{' is kept */
-    size_t json_size;
-    const char *host; /* NULL: this host; else it runs there over ssh or srun */
-    int in_fd;        /* over ssh: the write end of ssh's stdin; closing it stops the task */
-    char last[256];   /* its last line, for the message when it fails */
-    int index;        /* in the cluster: ps first, then workers */
-    /* over ssh or srun: the transport's own stderr (the task's joins its stdout), its lines
-       tagged as the task's and the last one kept: the reason quoted when it fails */
-    int err_fd;
-    char err_line[1024];
-    size_t err_len;
-    char err_last[256];
-    bool srun;
-} task_proc_t;
-
-/* On a terminal, a block of one line per task redrawn in place; else tagged lines. */
-static bool on_tty;
-static int block_lines; /* lines of the block drawn last (0: none on screen) */
-static bool block_dirty;
 
 static volatile sig_atomic_t got_signal, joins_asked;
 static void on_signal(int sig) {
@@ -94,7 +61,9 @@ static void usage(FILE *f) {
         "  --transport tcp, --port-base N or --host H: TCP on ports N, N+1, ... (default: free ports);\n"
         "  --restart on-failure starts a task that died again, at most R times (default 3)\n"
         "  --workers MIN:MAX a cluster of MAX workers of which MIN start; each SIGUSR1 to launch\n"
-        "                      starts the next one with CMD --join (it joins the running job)\n"
+        "                      starts the next one with CMD --join (it joins the running job;\n"
+        "                      --ssh, --slurm: on its host; --k8s: the worker Job's parallelism\n"
+        "                      is MIN)\n"
         "  --keys DIR the cluster's CURVE keys (psgraph keygen DIR) for every task; default: a fresh\n"
         "                      pair in a private folder, removed at the end (with --ssh: copied to a\n"
         "                      private folder on each host over the task's ssh session, removed when\n"
@@ -120,183 +89,6 @@ static int probe_port(int port) {
 }
 
 /* One line of task t: tagged on stdout, or its status line on a terminal. */
-static void task_line(task_proc_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void task_line(task_proc_t *t, const char *fmt, ...) {
-    char line[4200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (!on_tty) {
-        printf("[%s] %s\n", t->tag, line);
-        return;
-    }
-    size_t len = strlen(line);
-    if (len >= sizeof t->status) len = sizeof t->status - 1;
-    memcpy(t->status, line, len);
-    t->status[len] = 0;
-    block_dirty = true;
-}
-
-static void erase_block(void) {
-    if (block_lines) printf("\033[%dA\033[J", block_lines);
-    block_lines = 0;
-}
-
-/* A line of the launcher itself (above the block on a terminal). */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    erase_block();
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    block_dirty = true;
-    fflush(stdout);
-}
-
-/* The block: tag, state (pid or exit code, restarts), the task's last line cut to the
- * terminal's width. */
-static void draw_block(const task_proc_t *t, int n) {
-    struct winsize ws;
-    int width = ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 40 ? ws.ws_col : 100;
-    erase_block();
-    for (int i = 0; i < n; i++) {
-        char state[48];
-        if (t[i].exited)
-            snprintf(state, sizeof state, "exit %d", t[i].code);
-        else
-            snprintf(state, sizeof state, "pid %d", (int)t[i].pid);
-        if (t[i].restarts)
-            snprintf(state + strlen(state), sizeof state - strlen(state), " r%d", t[i].restarts);
-        printf("%-8s %-14s %.*s\n", t[i].tag, state, width - 25 > 0 ? width - 25 : 0, t[i].status);
-    }
-    block_lines = n;
-    block_dirty = false;
-    fflush(stdout);
-}
-
-static void emit(task_proc_t *t, bool flush_partial) {
-    char *start = t->line;
-    for (;;) {
-        char *nl = memchr(start, '\n', t->len - (size_t)(start - t->line));
-        if (!nl) break;
-        if (t->json && *start == '{')
-            snprintf(t->json, t->json_size, "%.*s", (int)(nl - start), start);
-        if (nl > start) snprintf(t->last, sizeof t->last, "%.*s", (int)(nl - start), start);
-        task_line(t, "%.*s", (int)(nl - start), start);
-        start = nl + 1;
-    }
-    size_t rest = t->len - (size_t)(start - t->line);
-    if (flush_partial && rest) {
-        task_line(t, "%.*s", (int)rest, start);
-        rest = 0;
-    } else if (rest == sizeof t->line) { /* a line longer than the buffer: cut it */
-        task_line(t, "%.*s", (int)rest, start);
-        rest = 0;
-    }
-    memmove(t->line, start, rest);
-    t->len = rest;
-    fflush(stdout);
-}
-
-static void drain(task_proc_t *t) {
-    while (t->fd >= 0) {
-        ssize_t n = read(t->fd, t->line + t->len, sizeof t->line - t->len);
-        if (n > 0) {
-            t->len += (size_t)n;
-            emit(t, false);
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-        emit(t, true);
-        close(t->fd);
-        t->fd = -1;
-    }
-}
-
-/* The transport's stderr (ssh's or srun's own messages): tagged lines, the last one kept. */
-static void drain_err(task_proc_t *t) {
-    while (t->err_fd >= 0) {
-        ssize_t n = read(t->err_fd, t->err_line + t->err_len, sizeof t->err_line - t->err_len);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-        bool eof = n <= 0;
-        if (n > 0) t->err_len += (size_t)n;
-        size_t start = 0;
-        for (;;) {
-            char *nl = memchr(t->err_line + start, '\n', t->err_len - start);
-            size_t end = nl ? (size_t)(nl - t->err_line) : t->err_len;
-            if (!nl && !((eof || t->err_len == sizeof t->err_line) && start < t->err_len)) break;
-            size_t len = end - start;
-            while (len && t->err_line[start + len - 1] == '\r') len--;
-            if (len) {
-                snprintf(t->err_last, sizeof t->err_last, "%.*s", (int)len, t->err_line + start);
-                task_line(t, "%.*s", (int)len, t->err_line + start);
-            }
-            start = nl ? end + 1 : end;
-        }
-        memmove(t->err_line, t->err_line + start, t->err_len - start);
-        t->err_len -= start;
-        fflush(stdout);
-        if (eof) {
-            close(t->err_fd);
-            t->err_fd = -1;
-        }
-    }
-}
-
-/* SIGTERM to every task; over ssh, its stdin closed instead: the remote side then stops
- * its task's process group (SIGKILL kills the local ssh, which closes the session too). */
-static void kill_all(task_proc_t *t, int n, int sig) {
-    for (int i = 0; i < n; i++)
-        if (t[i].pid > 0 && !t[i].exited) {
-            if (sig == SIGTERM) t[i].killed_by_us = true;
-            if (t[i].host && sig == SIGTERM && t[i].in_fd >= 0) {
-                close(t[i].in_fd);
-                t[i].in_fd = -1;
-            } else if (!t[i].host || sig == SIGKILL) {
-                kill(-t[i].pid, sig);
-            }
-        }
-}
-
-static int reap(task_proc_t *t, int n) {
-    int alive = 0;
-    for (int i = 0; i < n; i++) {
-        if (t[i].pid <= 0 || t[i].exited) continue;
-        int st;
-        pid_t r = waitpid(t[i].pid, &st, WNOHANG);
-        if (r == t[i].pid) {
-            t[i].exited = true;
-            t[i].code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            drain(&t[i]);
-            drain_err(&t[i]);
-            if (!on_tty &&
-                (t[i].code != 0 || !t[i].killed_by_us)) { /* a terminal: the state column */
-                char how[64] = "";
-                if (WIFSIGNALED(st))
-                    snprintf(how, sizeof how, " (killed by signal %d)", WTERMSIG(st));
-                task_line(&t[i], "exited with code %d%s%s", t[i].code, how,
-                          t[i].killed_by_us ? " (stopped by launch)" : "");
-            }
-            const char *why = t[i].err_last[0] ? t[i].err_last : "no message from it";
-            if (t[i].host && !t[i].killed_by_us && t[i].code == 127)
-                say("psgraph launch: %s on host %s: command not found there (exit 127): %s\n",
-                    t[i].tag, t[i].host, t[i].last[0] ? t[i].last : "no output");
-            else if (t[i].host && !t[i].killed_by_us && !t[i].srun && t[i].code == 255)
-                say("psgraph launch: %s on host %s: ssh failed (exit 255): %s\n", t[i].tag,
-                    t[i].host, why);
-            else if (t[i].srun && !t[i].killed_by_us && t[i].code != 0)
-                say("psgraph launch: %s on host %s: exit %d, srun said: %s\n", t[i].tag, t[i].host,
-                    t[i].code, why);
-            fflush(stdout);
-        } else {
-            alive++;
-        }
-    }
-    return alive;
-}
-
 /* The ps tasks write checkpoint shards into the workers' --logdir and their part of a
  * timeline beside the workers' --trace file: those are the directories a ps may write
  * (`psgraph server --logdir`), as "--logdir" "DIR" pairs into out; and they time out
@@ -504,11 +296,6 @@ int psg_cmd_launch(int argc, char **argv) {
     if (a.workers && psg_cli_workers_range(a.workers, &o->workers_at_start, &o->workers) < 0)
         return 2; /* checked by the table already */
     if (o->workers_at_start == o->workers) o->workers_at_start = 0;
-    if (o->workers_at_start && (a.ssh || a.k8s || o->slurm)) {
-        fprintf(stderr, "psgraph launch: --workers MIN:MAX starts workers on this host only "
-                        "(not with --ssh, --slurm or --k8s yet)\n");
-        return 2;
-    }
     if (o->ps < 0 || o->workers < 1 || cmd_at < 0) {
         fprintf(stderr, "psgraph launch: need --ps P, --workers W and -- CMD\n");
         usage(stderr);
@@ -537,8 +324,8 @@ int psg_cmd_launch(int argc, char **argv) {
     if (a.transport) o->tcp = !strcmp(a.transport, "tcp");
     o->cmd = argv + cmd_at;
     if (a.k8s)
-        return psg_launch_k8s(a.k8s_args.n, (char **)a.k8s_args.v, o->ps, o->workers, o->restart,
-                              o->cmd, o->keys);
+        return psg_launch_k8s(a.k8s_args.n, (char **)a.k8s_args.v, o->ps, o->workers,
+                              o->workers_at_start, o->restart, o->cmd, o->keys);
     if (a.ssh) {
         if (!a.hosts == !a.hosts_file) {
             fprintf(
@@ -705,7 +492,7 @@ static void start_tasks(launch_run_t *r) {
         t->pending = !t->is_ps && r->o->workers_at_start && i - r->nps >= r->o->workers_at_start;
         if (!cfg || !(t->cfg = strdup(cfg)) ||
             (!t->pending && spawn(t, r->o, r->self, r->o->cmd) < 0)) {
-            kill_all(r->t, i, SIGTERM);
+            psg_launch_kill_all(r->t, i, SIGTERM);
             break;
         }
     }
@@ -744,10 +531,10 @@ static int restart_dead(launch_run_t *r) {
         if (!t->exited || t->code == 0 || t->killed_by_us || t->restarts >= r->o->max_restarts)
             continue;
         t->restarts++;
-        task_line(t, "restarting it (restart %d of at most %d, --restart on-failure)", t->restarts,
-                  r->o->max_restarts);
+        psg_launch_task_line(t, "restarting it (restart %d of at most %d, --restart on-failure)",
+                             t->restarts, r->o->max_restarts);
         if (spawn(t, r->o, r->self, r->o->cmd) == 0) {
-            task_line(t, "restarted: pid %d", (int)t->pid);
+            psg_launch_task_line(t, "restarted: pid %d", (int)t->pid);
             started++;
         }
         fflush(stdout);
@@ -765,12 +552,13 @@ static int start_joins(launch_run_t *r) {
         for (int i = r->nps; i < r->n && !t; i++)
             if (r->t[i].pending) t = &r->t[i];
         if (!t) {
-            say("psgraph launch: SIGUSR1: every worker of the %d is started already\n",
-                r->n - r->nps);
+            psg_launch_say("psgraph launch: SIGUSR1: every worker of the %d is started already\n",
+                           r->n - r->nps);
             continue;
         }
         if (r->t[r->nps].exited) { /* the chief: the job it would join is over */
-            say("psgraph launch: SIGUSR1: the job is ending (the chief exited): %s not started\n",
+            psg_launch_say(
+                "psgraph launch: SIGUSR1: the job is ending (the chief exited): %s not started\n",
                 t->tag);
             continue;
         }
@@ -778,14 +566,15 @@ static int start_joins(launch_run_t *r) {
         while (r->o->cmd[n]) n++;
         char **cmd = calloc((size_t)n + 2, sizeof *cmd);
         if (!cmd) {
-            say("psgraph launch: out of memory\n");
+            psg_launch_say("psgraph launch: out of memory\n");
             continue;
         }
         memcpy(cmd, r->o->cmd, sizeof *cmd * (size_t)n);
         cmd[n] = "--join";
         t->pending = false;
         if (spawn(t, r->o, r->self, cmd) == 0) {
-            task_line(t, "started: pid %d, joining the running job (SIGUSR1)", (int)t->pid);
+            psg_launch_task_line(t, "started: pid %d, joining the running job (SIGUSR1)",
+                                 (int)t->pid);
             started++;
         }
         free(cmd);
@@ -815,20 +604,22 @@ static bool job_failed(launch_run_t *r) {
                      (!r->o->restart || t->restarts >= r->o->max_restarts);
         if (died && !t->is_ps && i > r->nps && job_over(r)) { /* one that joined at the end */
             t->tolerated = true;
-            task_line(t,
-                      "failed with code %d after the job ended (the chief and the ps tasks "
-                      "exited 0): not counted",
-                      t->code);
+            psg_launch_task_line(
+                t,
+                "failed with code %d after the job ended (the chief and the ps tasks "
+                "exited 0): not counted",
+                t->code);
             fflush(stdout);
             died = false;
         }
         if (died && spare && !r->stopping) {
             t->tolerated = true;
             r->failed_workers++;
-            task_line(t,
-                      "failed with code %d; the job goes on without it (%d of at most %d "
-                      "workers lost, --allow-worker-failures)",
-                      t->code, r->failed_workers, r->may_fail);
+            psg_launch_task_line(
+                t,
+                "failed with code %d; the job goes on without it (%d of at most %d "
+                "workers lost, --allow-worker-failures)",
+                t->code, r->failed_workers, r->may_fail);
             fflush(stdout);
             died = false;
         }
@@ -852,10 +643,11 @@ static bool stop_left_out(launch_run_t *r) {
     if (psg_now_sec() - r->job_over_at < LEFT_OUT_GRACE_S) return false;
     for (int i = r->nps + 1; i < r->n; i++)
         if (r->t[i].pid > 0 && !r->t[i].exited)
-            task_line(&r->t[i],
-                      "still running %d s after the job ended (the chief and the ps tasks "
-                      "exited 0): stopping it",
-                      LEFT_OUT_GRACE_S);
+            psg_launch_task_line(
+                &r->t[i],
+                "still running %d s after the job ended (the chief and the ps tasks "
+                "exited 0): stopping it",
+                LEFT_OUT_GRACE_S);
     return true;
 }
 
@@ -879,11 +671,11 @@ static void supervise(launch_run_t *r) {
         for (int k = 0; k < np; k++)
             if (pf[k].revents) {
                 if (idx[k] >= 0)
-                    drain(&r->t[idx[k]]);
+                    psg_launch_drain(&r->t[idx[k]]);
                 else
-                    drain_err(&r->t[-1 - idx[k]]);
+                    psg_launch_drain_err(&r->t[-1 - idx[k]]);
             }
-        int alive = reap(r->t, r->n);
+        int alive = psg_launch_reap(r->t, r->n);
         alive += restart_dead(r);
         alive += start_joins(r);
         /* before the end: the last task to exit may be a worker the job can do without */
@@ -891,19 +683,19 @@ static void supervise(launch_run_t *r) {
         if (alive == 0) break;
         if (got_signal && !r->signaled) {
             r->signaled = got_signal;
-            say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
+            psg_launch_say("psgraph launch: signal %d, stopping every task\n", (int)got_signal);
         }
         /* the ps tasks exit once every worker said it is done; give them a few seconds */
         bool ps_linger = r->workers_done_at > 0 && psg_now_sec() - r->workers_done_at > 10;
         if (!r->stopping && (r->signaled || failed || ps_linger || stop_left_out(r))) {
-            if (failed) say("psgraph launch: a task failed, stopping the others\n");
-            kill_all(r->t, r->n, SIGTERM);
+            if (failed) psg_launch_say("psgraph launch: a task failed, stopping the others\n");
+            psg_launch_kill_all(r->t, r->n, SIGTERM);
             r->stopping = true;
             r->stop_at = psg_now_sec();
         }
-        if (r->stopping && psg_now_sec() - r->stop_at > 5) kill_all(r->t, r->n, SIGKILL);
-        if (on_tty && block_dirty && psg_now_sec() - r->drawn_at > 0.2) {
-            draw_block(r->t, r->n);
+        if (r->stopping && psg_now_sec() - r->stop_at > 5) psg_launch_kill_all(r->t, r->n, SIGKILL);
+        if (psg_launch_on_tty && psg_launch_block_dirty && psg_now_sec() - r->drawn_at > 0.2) {
+            psg_launch_draw_block(r->t, r->n);
             r->drawn_at = psg_now_sec();
         }
     }
@@ -913,24 +705,25 @@ static void supervise(launch_run_t *r) {
 static int finish(launch_run_t *r) {
     task_proc_t *t = r->t;
     char **cmd = r->o->cmd;
-    for (int i = 0; i < r->n; i++) drain(&t[i]), drain_err(&t[i]);
-    if (on_tty) draw_block(t, r->n);
+    for (int i = 0; i < r->n; i++) psg_launch_drain(&t[i]), psg_launch_drain_err(&t[i]);
+    if (psg_launch_on_tty) psg_launch_draw_block(t, r->n);
     for (int i = 0; cmd[i] && cmd[i + 1]; i++)
         if (!strcmp(cmd[i], "--trace")) {
             int parts = merge_traces(t, r->n, cmd[i + 1]);
             if (parts < 0)
-                say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1],
-                    strerror(errno));
+                psg_launch_say("psgraph launch: cannot write the merged trace %s: %s\n", cmd[i + 1],
+                               strerror(errno));
             else if (parts > 0)
-                say("psgraph launch: trace of %d tasks merged into %s\n", parts, cmd[i + 1]);
+                psg_launch_say("psgraph launch: trace of %d tasks merged into %s\n", parts,
+                               cmd[i + 1]);
         }
     int worst = 0;
     for (int i = 0; i < r->n; i++)
         if (!t[i].killed_by_us && !t[i].tolerated && t[i].code > worst) worst = t[i].code;
     if (r->failed_workers)
-        say("psgraph launch: %d worker%s failed and the job went on without %s\n",
-            r->failed_workers, r->failed_workers == 1 ? "" : "s",
-            r->failed_workers == 1 ? "it" : "them");
+        psg_launch_say("psgraph launch: %d worker%s failed and the job went on without %s\n",
+                       r->failed_workers, r->failed_workers == 1 ? "" : "s",
+                       r->failed_workers == 1 ? "it" : "them");
     if (r->signaled && worst == 0) worst = 128 + r->signaled;
     return worst;
 }
@@ -962,7 +755,7 @@ int psg_launch_local(psg_launch_t *o) {
     if (o->port_base > 0) o->tcp = true;
     r.may_fail =
         o->worker_failures >= 0 ? o->worker_failures : backup_workers_of(o->cmd, o->workers);
-    on_tty = isatty(1);
+    psg_launch_on_tty = isatty(1);
     r.t = calloc((size_t)r.n, sizeof *r.t);
     r.ports = calloc((size_t)r.n, sizeof *r.ports);
     if (!r.t || !r.ports) {

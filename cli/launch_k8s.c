@@ -27,6 +27,7 @@ typedef struct {
     const char *image, *ns, *name, *cpu, *memory, *volume, *out, *data;
     int gpus;
     int ps, workers;
+    int workers_at_start; /* --workers MIN:MAX: MIN (the Job's parallelism); 0: all */
     bool restart;
     long ttl, deadline; /* ttlSecondsAfterFinished, activeDeadlineSeconds (0: none) */
     const char *selectors[K8S_MAX_LIST], *tolerations[K8S_MAX_LIST];
@@ -122,9 +123,15 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
     q(f, k->image);
     /* TF_CONFIG from the pod's index (JOB_COMPLETION_INDEX, set by Kubernetes) */
     fprintf(f, "\n            command: [\"/bin/sh\", \"-c\", ");
+    /* --workers MIN:MAX: a worker pod of index MIN or more joins the running job */
     q(f,
-      "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": \\\"$PSG_JOB\\\", "
-      "\\\"index\\\": $JOB_COMPLETION_INDEX}}\"; exec \"$@\"");
+      !ps && k->workers_at_start
+          ? "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": "
+            "\\\"$PSG_JOB\\\", \\\"index\\\": $JOB_COMPLETION_INDEX}}\"; "
+            "if [ \"$JOB_COMPLETION_INDEX\" -ge \"$PSG_JOIN_FROM\" ]; then set -- \"$@\" --join; "
+            "fi; exec \"$@\""
+          : "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": "
+            "\\\"$PSG_JOB\\\", \\\"index\\\": $JOB_COMPLETION_INDEX}}\"; exec \"$@\"");
     fprintf(f, ", \"psgraph-task\"]\n            args: [");
     if (ps) {
         /* the shards go to the workers' logdir: the only place a ps writes (docs/distributed.md) */
@@ -148,6 +155,9 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
         "              - name: PSG_CLUSTER\n                value: ",
         K8S_KEYS_PATH, job);
     q(f, cluster);
+    if (!ps && k->workers_at_start)
+        fprintf(f, "\n              - name: PSG_JOIN_FROM\n                value: \"%d\"",
+                k->workers_at_start);
     fprintf(f,
             "\n            ports:\n              - name: task\n                containerPort: %d\n",
             K8S_PORT);
@@ -220,6 +230,7 @@ static void pod_placement(FILE *f, const k8s_t *k) {
 
 /* One Indexed Job: its pods NAME-JOB-0..n-1, each its own task of the cluster. */
 static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *cluster) {
+    bool elastic = strcmp(job, "ps") && k->workers_at_start > 0;
     fprintf(
         f,
         "# the %s tasks: pod NAME-%s-i is /job:%s/task:i\n"
@@ -229,7 +240,14 @@ static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *clu
         "  backoffLimit: %d\n"
         "  # the finished Job and its pods (their logs) removed after this; --ttl-after-finished\n"
         "  ttlSecondsAfterFinished: %ld\n",
-        job, job, job, k->name, job, k->ns, k->name, job, n, n, k->restart ? 3 * n : 0, k->ttl);
+        job, job, job, k->name, job, k->ns, k->name, job, n, elastic ? k->workers_at_start : n,
+        k->restart ? 3 * n : 0, k->ttl);
+    if (elastic) /* --workers MIN:MAX */
+        fprintf(f,
+                "  # --workers %d:%d: pods 0..%d start; raising parallelism starts the next ones\n"
+                "  # (kubectl patch job %s-worker -p '{\"spec\":{\"parallelism\":%d}}'), each\n"
+                "  # with --join: it joins the running job (docs/distributed.md \"Membership\")\n",
+                k->workers_at_start, n, k->workers_at_start - 1, k->name, n);
     if (k->deadline)
         fprintf(f,
                 "  # every pod stopped and the Job failed after this, whatever runs; "
@@ -432,13 +450,14 @@ static int k8s_check(k8s_t *k, const char **cmd0) {
     return 0;
 }
 
-int psg_launch_k8s(int argc, char **argv, int ps, int workers, bool restart, char **cmd,
-                   const char *keys_dir) {
+int psg_launch_k8s(int argc, char **argv, int ps, int workers, int workers_at_start, bool restart,
+                   char **cmd, const char *keys_dir) {
     k8s_t k = {.image = "psgraph:" PSG_VERSION, /* tools/image.sh's tag */
                .ns = "default",
                .name = "psgraph",
                .ps = ps,
                .workers = workers,
+               .workers_at_start = workers_at_start,
                .restart = restart,
                .ttl = 3600,
                .deadline = 7 * 86400,

@@ -77,6 +77,7 @@ static int check_launch_workers(const char *v) {
 static const char *const device_words[] = {"cpu", "gpu", NULL};
 static const char *const on_off[] = {"on", "off", NULL};
 static const char *const partition_words[] = {"mod", "div", NULL};
+static const char *const data_shards_words[] = {"fixed", "dispatch", NULL};
 static const char *const transport_words[] = {"ipc", "tcp", NULL};
 static const char *const restart_words[] = {"never", "on-failure", NULL};
 static const char *const tail_words[] = {"none", "normal", "lognormal", "pareto",
@@ -542,6 +543,15 @@ static const psg_cli_option_t rows[] = {
      .use = {TRAIN(c.join, "--join",
                    "a worker that joins a running job (not the chief): the chief\n"
                    "admits it at a step boundary (docs/distributed.md \"Membership\")")}},
+    {"--data-shards", PSG_OPT_WORDS, .words = data_shards_words,
+     .use = {TRAIN(c.data_shards, "--data-shards fixed|dispatch",
+                   "in a cluster: each worker reads its fixed part of the data (fixed,\n"
+                   "the default), or takes shards of each epoch from ps0 as it goes\n"
+                   "(dispatch: each example once an epoch as workers come and go;\n"
+                   "docs/distributed.md \"Membership\")")}},
+    {"--shard-batches", PSG_OPT_INT, 1, 1e9,
+     .use = {TRAIN(c.shard_batches, "--shard-batches N",
+                   "with --data-shards dispatch: batches a shard (default 20)")}},
     {"--fresh-start", PSG_OPT_FLAG,
      .use = {TRAIN(c.fresh_start, "--fresh-start",
                    "when every checkpoint of --logdir fails verification, start\n"

@@ -8,6 +8,7 @@
 #include "ops/cpu/sync.h"
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
+#include "ops/state/shard_queue.h"
 
 #include <string.h>
 
@@ -179,6 +180,22 @@ static int infer_count_accepted(psg_infer_ctx_t *c) {
     return 0;
 }
 
+static int infer_shard_queue(psg_infer_ctx_t *c) {
+    if (psg_node_get_int(c->node, "shards", 0) < 1 || psg_node_get_int(c->node, "epochs", 0) < 1)
+        return psg_error_set("a shard queue needs shards >= 1 and epochs >= 1");
+    set_output(c, 0, PSG_DT_RESOURCE, psg_shape_scalar());
+    return 0;
+}
+
+static int infer_shard_take(psg_infer_ctx_t *c) {
+    if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
+    if (expect_scalar(c, 1, PSG_DT_I64, "incarnation") < 0) return -1;
+    if (expect_scalar(c, 2, PSG_DT_I64, "done") < 0) return -1;
+    if (psg_infer_expect_dtype(c, 3, PSG_DT_I32) < 0) return -1;
+    set_output(c, 0, PSG_DT_I64, psg_shape_1d(2));
+    return 0;
+}
+
 /* ---- defs: none is differentiable ---- */
 
 #define SYNC_OP(var, op_name, nin, nout, op_flags, infer_fn, kernel)                               \
@@ -227,6 +244,8 @@ SYNC_OP(op_mailbox, "MailboxHandle", 0, 1, 0, infer_mailbox, psg_cpu_mailbox);
 SYNC_OP(op_mailbox_put, "MailboxPut", 3, 0, 0, infer_mailbox_put, psg_cpu_mailbox_put);
 SYNC_OP(op_mailbox_take, "MailboxTake", 2, 1, PSG_OP_ASYNC, infer_mailbox_take,
         psg_cpu_mailbox_take);
+SYNC_OP(op_shard_queue, "ShardQueueHandle", 0, 1, 0, infer_shard_queue, psg_cpu_shard_queue);
+SYNC_OP(op_shard_take, "ShardQueueTake", 4, 1, 0, infer_shard_take, psg_cpu_shard_queue_take);
 static const psg_op_def_t op_count_accepted = {.name = "CountAccepted",
                                                .num_inputs = -1,
                                                .num_outputs = 1,
@@ -258,6 +277,8 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_mailbox,
     &op_mailbox_put,
     &op_mailbox_take,
+    &op_shard_queue,
+    &op_shard_take,
     NULL,
 };
 
@@ -454,5 +475,23 @@ psg_endpoint_t psg_mailbox_take_op(psg_graph_t *g, const char *name, psg_endpoin
     psg_node_attr_shape(b, "shape", shape);
     psg_node_attr_str(b, "from", from ? from : "");
     psg_node_attr_int(b, "timeout_ms", timeout_ms);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_shard_queue_op(psg_graph_t *g, const char *name, int64_t shards, int64_t epochs,
+                                  uint64_t seed) {
+    psg_node_builder_t *b = psg_node_begin(g, "ShardQueueHandle", name);
+    psg_node_attr_int(b, "shards", shards);
+    psg_node_attr_int(b, "epochs", epochs);
+    psg_node_attr_int(b, "seed", (int64_t)seed);
+    return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_shard_queue_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                       psg_endpoint_t incarnation, psg_endpoint_t done,
+                                       psg_endpoint_t live, int worker) {
+    psg_endpoint_t in[4] = {handle, incarnation, done, live};
+    psg_node_builder_t *b = begin(g, "ShardQueueTake", name, 4, in);
+    psg_node_attr_int(b, "worker", worker);
     return psg_node_finish_ep(b);
 }

@@ -141,6 +141,32 @@ else
   fail "bad --name (rc $rc): $out"
 fi
 
+# --workers MIN:MAX: the worker Job's parallelism MIN (raising it starts the next pods), its
+# completions MAX; a pod of index MIN or more joins (--join), as its command runs it
+"$psgraph" launch --k8s --ps 1 --workers 2:4 --out "$tmp/elastic" -- psgraph train \
+  --data-shards dispatch >"$tmp/elastic.out" 2>&1; rc=$?
+if [ $rc = 0 ] && python3 - "$tmp/elastic/psgraph.yaml" <<'PY'
+import subprocess, sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+ps, wk = docs[-2], docs[-1]
+assert wk["spec"]["completions"] == 4 and wk["spec"]["parallelism"] == 2, wk["spec"]
+assert ps["spec"]["parallelism"] == 1 and "PSG_JOIN_FROM" not in str(ps), ps["spec"]
+c = wk["spec"]["template"]["spec"]["containers"][0]
+env = {e["name"]: e["value"] for e in c["env"]}
+assert env["PSG_JOIN_FROM"] == "2", env
+for index in range(4):
+    e = dict(env, JOB_COMPLETION_INDEX=str(index), PATH="/usr/bin:/bin")
+    # the pod's command with echo for its program: the arguments it runs with
+    got = subprocess.run(c["command"] + ["echo"] + c["args"][1:], env=e, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert got[:1] == ["train"] and ("--join" in got) == (index >= 2), (index, got)
+PY
+then
+  ok "--workers 2:4: the worker Job's completions 4, parallelism 2 (raised to start the next pods), pods 2 and 3 run with --join"
+else
+  fail "--k8s --workers 2:4 (rc $rc): $(cat "$tmp/elastic.out")"
+fi
+
 # 2. the schema of a current Kubernetes
 venv=$builddir/k8s-venv
 if [ ! -x "$venv/bin/kubernetes-validate" ]; then
@@ -148,7 +174,7 @@ if [ ! -x "$venv/bin/kubernetes-validate" ]; then
 fi
 if [ -x "$venv/bin/kubernetes-validate" ]; then
   sed 's/completionMode: Indexed/completionMode: 3/; s/clusterIP: None/clusterIp: None/' "$tmp/k8s/psgraph.yaml" >"$tmp/broken.yaml"
-  if out=$("$venv/bin/kubernetes-validate" --strict "$tmp/k8s/psgraph.yaml" 2>&1) &&
+  if out=$("$venv/bin/kubernetes-validate" --strict "$tmp/k8s/psgraph.yaml" "$tmp/elastic/psgraph.yaml" 2>&1) &&
      ! "$venv/bin/kubernetes-validate" --strict "$tmp/broken.yaml" >"$tmp/broken.out" 2>&1; then
     ok "kubernetes-validate --strict ($("$venv/bin/kubernetes-validate" --version)): the objects pass, a broken copy fails"
   else

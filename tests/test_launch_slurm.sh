@@ -125,4 +125,45 @@ if [ "$running" -gt 3 ] && [ "$state" = CANCELLED ] && [ "$n" = 0 ]; then
 else
   fail "scancel: $running processes before, state $state, $n left: $(for h in h1 h2 h3; do slurm_task_pids "$h" | xargs -r ps -o pid,args -p; done) $(tail -5 "$tmp/cancel.out")"
 fi
+
+# 5. --workers 2:3 in an allocation of 4 tasks: worker2 not started, then started by a SIGUSR1
+#    to the launcher (srun on its node, with --join): it joins the running job, the data's
+#    shards handed out by ps0 (--data-shards dispatch), each finished once, exit 0
+cat >"$tmp/elastic.sh" <<EOF
+#!/bin/sh
+'$psgraph' launch --slurm --ps 1 --workers 2:3 -- '$psgraph' train --model mlp --data synthetic \
+  --epochs 3 --batch 128 --data-shards dispatch --shard-batches 12 --log-every 1 \
+  --peer-timeout 2 --step-timeout 60 --sync async >'$tmp/elastic.log' 2>&1 &
+pid=\$!
+while kill -0 \$pid 2>/dev/null; do
+  if grep -q '^\[worker0\] step 20 ' '$tmp/elastic.log' &&
+     grep -q 'membership: worker2 .*: not started' '$tmp/elastic.log'; then
+    kill -USR1 \$pid
+    break
+  fi
+  sleep 0.1
+done
+wait \$pid
+echo "rc \$?"
+EOF
+id=$(submit "$tmp/elastic.sh" elastic --nodes 2 --ntasks-per-node 2)
+state=$(slurm_wait_job "$id" 240)
+if [ "$state" = COMPLETED ] && grep -q '^rc 0$' "$tmp/elastic.out" &&
+   grep -q '^\[worker2\] started: pid [0-9]*, joining the running job (SIGUSR1)' "$tmp/elastic.log" &&
+   [ "$(grep -c '^\[worker0\] membership: worker2 on h2: joined at step [0-9]*$' "$tmp/elastic.log")" = 1 ] &&
+   python3 - "$tmp/elastic.log" <<'PY'
+import collections, json, re, sys
+done = collections.Counter()
+for line in open(sys.argv[1]):
+    m = re.match(r"\[worker\d\] (\{\"event\":\"shard_done\".*)", line)
+    if m:
+        done[json.loads(m.group(1))["shard"]] += 1
+assert sorted(done) == list(range(117)) and set(done.values()) == {1}, done  # 3 x 468 / 12
+PY
+then
+  ok "--workers 2:3: worker2 started by a SIGUSR1 over srun on h2 with --join, joined (said once); each of the 3 x 39 shards finished once; exit 0"
+else
+  fail "--workers 2:3 ($state): $(cat "$tmp/elastic.out") $(grep -v '\] step \|shard_' "$tmp/elastic.log" 2>/dev/null | tail -30)"
+fi
+[ "$(left_on_nodes)" = 0 ] || fail "processes left on the nodes after the elastic job"
 [ $fails = 0 ]

@@ -6,6 +6,7 @@
 #include "psgraph/data.h"
 #include "psgraph/device.h"
 #include "psgraph/dist_session.h"
+#include "worker/shard_data.h"
 #include "psgraph/error.h"
 #include "psgraph/models.h"
 #include "psgraph/ops_array.h"
@@ -96,6 +97,8 @@ typedef struct {
     psg_dist_session_t *dsess;
     psg_dist_callable_t *dstep, *deval; /* owned by dsess */
     psg_membership_t *members;          /* the chief's: the live workers (worker/membership.c) */
+    psg_shard_data_t *shards;           /* --data-shards dispatch: the data (worker/shard_data.c) */
+    int64_t evaluated_epoch;            /* with shards: the last epoch evaluated after */
     psg_train_hooks_t *hooks;           /* checkpoints, TensorBoard, timeline */
     psg_train_config_t hook_cfg;        /* the hooks' config (borrowed by them) */
     /* the recipe and the run */
@@ -120,6 +123,7 @@ static void trainer_free(trainer_t *t) {
     psg_callable_destroy(&t->step);
     psg_callable_destroy(&t->eval);
     psg_batch_iter_destroy(&t->it);
+    psg_shard_data_destroy(&t->shards);
     psg_dataset_destroy(&t->train);
     psg_dataset_destroy(&t->test);
     psg_optimizer_destroy(&t->opt);
@@ -210,7 +214,10 @@ static void write_eval(trainer_t *t, int64_t step, const psg_train_eval_t *e) {
 
 /* The evaluation's line: "test accuracy A", and inception3's top-1 and top-5. */
 static void print_eval(trainer_t *t, int64_t step, const psg_train_eval_t *e, const char *tail) {
-    fprintf(t->out, "epoch %lld  ", (long long)((step + t->per_epoch - 1) / t->per_epoch));
+    int64_t epoch = (step + t->per_epoch - 1) / t->per_epoch;
+    if (t->shards) /* the epochs whose shards were all handed out */
+        epoch = step >= t->total ? t->c->epochs : psg_shard_data_epoch(t->shards);
+    fprintf(t->out, "epoch %lld  ", (long long)epoch);
     if (t->inception) fprintf(t->out, "step %lld  ", (long long)step);
     fprintf(t->out, "test accuracy %.4f", e->accuracy);
     if (t->inception) {
@@ -407,13 +414,53 @@ static int build_graph(trainer_t *t) {
                              .forward_only = c->forward_only};
     if (psg_replica_build(t->g, &rs, &t->rep) < 0) return -1;
     t->sync = t->rep.sync;
+    bool dispatch = c->data_shards && !strcmp(c->data_shards, "dispatch");
+    if (dispatch && !t->w.cluster)
+        return psg_error_set("--data-shards dispatch needs a cluster (the shards are on ps0)");
+    psg_shard_data_options_t so = {.ds = t->train,
+                                   .batch = t->batch,
+                                   .shard_batches = c->shard_batches > 0 ? c->shard_batches : 20,
+                                   .epochs = c->epochs > 0 ? c->epochs : 2,
+                                   .seed = c->seed,
+                                   .rank = t->w.rank,
+                                   .workers = t->w.num_workers,
+                                   .out = t->out};
+    if (dispatch && !(t->shards = psg_shard_data_new(t->g, &so))) return -1;
     if (finish_graph(t) < 0) return -1;
     return t->init_from ? psg_init_from_report(t->init_from, t->out) : 0;
 }
 
-/* The chief's membership thread: the strategy follows the live workers. */
-static int set_live(void *sync, const bool *alive, int n) {
-    return psg_sync_train_set_live(sync, alive, n);
+/* The chief's membership thread: the strategy and the shards' hand-out follow the live
+ * workers. */
+static int set_live(void *arg, const bool *alive, int n) {
+    trainer_t *t = arg;
+    if (t->shards) psg_shard_data_set_live(t->shards, alive, n);
+    return t->sync ? psg_sync_train_set_live(t->sync, alive, n) : 0;
+}
+
+/* --data-shards dispatch: the batches from the shards ps0 hands out until the data of every
+ * epoch is done (or --steps); an epoch's steps as one process would take them. */
+static int start_shards(trainer_t *t) {
+    const psg_train_config_t *c = t->c;
+    if (psg_shard_data_start(t->shards, t->dsess, t->metrics) < 0) return -1;
+    int64_t all = psg_shard_data_batches_per_epoch(t->shards);
+    t->per_epoch = (all + t->w.num_workers - 1) / t->w.num_workers;
+    t->total = c->steps > 0 ? c->steps : INT64_MAX / 2;
+    psg_train_hooks_set_last_step(t->hooks, t->total);
+    fprintf(t->out,
+            "psgraph train: model %s, %s, batch %d, %s lr %g, %s, %lld batches an epoch in shards "
+            "of %d handed out by ps0 (--data-shards dispatch), %d threads\n",
+            c->model, c->data, t->batch, t->opt_kind, t->lr,
+            c->steps > 0 ? "--steps" : "until every epoch's shards are done", (long long)all,
+            c->shard_batches > 0 ? c->shard_batches : 20, c->threads);
+    fprintf(t->out, "psgraph train: %s of %d workers (%s), %s, variables on %d ps tasks\n",
+            t->w.task, t->w.num_workers, t->w.chief ? "chief" : "not chief",
+            psg_sync_train_strategy(c), psg_cluster_num_tasks(t->w.cluster, "ps"));
+    fflush(t->out);
+    t->evaluated_epoch = 0;
+    t->run_start = t->interval_start = psg_now_sec();
+    t->last_loss = NAN;
+    return 0;
 }
 
 /* Runners, metrics, hooks, the cluster's start, the batches from the restored step. */
@@ -441,7 +488,8 @@ static int start(trainer_t *t) {
     if (t->w.cluster && t->w.chief && t->w.num_workers > 1 &&
         !(t->members = psg_membership_new(t->w.cluster, t->w.task, t->out)))
         return -1;
-    if (t->members && t->sync) psg_membership_on_live(t->members, set_live, t->sync);
+    if (t->members && (t->sync || t->shards)) psg_membership_on_live(t->members, set_live, t);
+    if (t->shards) return start_shards(t);
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(t->batch, c->seed);
     if (t->w.cluster) {
@@ -489,7 +537,10 @@ static int start(trainer_t *t) {
 static int one_step(trainer_t *t, int64_t step, psg_tensor_t **loss, bool *over) {
     psg_tensor_t *images = NULL, *labels = NULL;
     *over = false;
-    int got = psg_batch_iter_next(t->it, &images, &labels);
+    *loss = NULL;
+    int got = t->shards ? psg_shard_data_next(t->shards, &images, &labels)
+                        : psg_batch_iter_next(t->it, &images, &labels);
+    if (got == 0 && t->shards) return (*over = true), 0; /* every epoch's shards are done */
     if (got <= 0) return got == 0 ? psg_error_set("the training data ended early") : -1;
     psg_tensor_t *fv[2 * PSG_MAX_TOWERS] = {images, labels};
     int rc;
@@ -563,6 +614,7 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
             return -1;
         if (one_step(t, step, &loss, &over) < 0)
             return psg_error_wrap("step %lld", (long long)step);
+        if (!loss) break; /* no step: the data is done (--data-shards dispatch) */
         t->last_loss = psg_tensor_f32(loss)[0];
         psg_tensor_destroy(&loss);
         if (!isfinite(t->last_loss))
@@ -584,8 +636,10 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
             return -1;
         bool chief = !t->w.cluster || t->w.chief;
         /* a benchmark evaluates only when told to (--eval-every) */
-        bool due = (!c->bench && (step + 1) % t->per_epoch == 0) ||
-                   (c->eval_every > 0 && (step + 1) % c->eval_every == 0);
+        bool due = (!c->bench && !t->shards && (step + 1) % t->per_epoch == 0) ||
+                   (c->eval_every > 0 && (step + 1) % c->eval_every == 0) ||
+                   (t->shards && psg_shard_data_epoch(t->shards) > t->evaluated_epoch);
+        if (t->shards && due) t->evaluated_epoch = psg_shard_data_epoch(t->shards);
         bool last = step + 1 == t->total && !t->w.cluster && (!c->bench || c->eval_every > 0);
         if (((due && step + 1 < t->total && chief) || last) && eval_now(t, step + 1, r) < 0)
             return -1;
@@ -593,6 +647,7 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
         psg_membership_set_step(t->members, step + 1);
         if (over) break; /* the strategy ended training (sync: the token queue closed) */
     }
+    if (t->shards && t->total > r->steps) t->total = r->steps; /* the data's end, for the lines */
     return 0;
 }
 
@@ -722,6 +777,8 @@ int psg_train(const psg_train_config_t *given, psg_train_result_t *r) {
     const psg_train_config_t *c = &cfg;
     psg_train_resolve(&cfg);
     if (psg_evaluator_wanted(c)) return psg_evaluator_run(c, r); /* TF_CONFIG's evaluator task */
+    if (!strcmp(c->model, "wide-deep") && c->data_shards && !strcmp(c->data_shards, "dispatch"))
+        return psg_error_set("--data-shards dispatch: not with --model wide-deep (its own data)");
     if (!strcmp(c->model, "wide-deep")) return psg_train_ctr(c, r);
     trainer_t t = {.c = c, .out = c->out ? c->out : stdout};
     memset(r, 0, sizeof *r);

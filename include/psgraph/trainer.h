@@ -54,6 +54,10 @@ typedef struct {
                                   file's "keys", else $PSGRAPH_KEYS, else none */
     bool insecure;             /* this task may listen off loopback without keys */
     bool join;                 /* a worker that joins a running job (--join: not the chief) */
+    const char *data_shards;   /* "dispatch": shards of each epoch handed out by ps0 (an
+                                  elastic job's data, worker/shard_data.h); NULL or "fixed":
+                                  each worker reads its fixed part of the data */
+    int shard_batches;         /* with dispatch: batches a shard; 0: 20 */
     bool no_overlap;           /* async: each step waits for the ps to apply its gradients
                                   (default: the next step's reads overlap the apply) */
     /* "sync" (docs/sync.md): N of the N + b workers' gradients per step */

@@ -4,6 +4,7 @@
 #include "ops/cpu/sync.h"
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
+#include "ops/state/shard_queue.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -318,5 +319,34 @@ int psg_cpu_mailbox_take(psg_kernel_ctx_t *c) {
     PSG_ASSERT(c->async);
     psg_mailbox_take_async(m, step, psg_node_get_str(c->node, "from", ""),
                            psg_node_get_int(c->node, "timeout_ms", 0), mailbox_take_done, c->async);
+    return 0;
+}
+
+int psg_cpu_shard_queue(psg_kernel_ctx_t *c) {
+    psg_shard_queue_t *q = psg_shard_queue_get(
+        c->resources, resource_name(c->node), psg_node_get_int(c->node, "shards", 0),
+        psg_node_get_int(c->node, "epochs", 0), (uint64_t)psg_node_get_int(c->node, "seed", 0));
+    return q ? set_handle(c, psg_shard_queue_handle(q)) : -1;
+}
+
+/* A peer's feeds checked here: worker, done and the live flags by the queue. */
+int psg_cpu_shard_queue_take(psg_kernel_ctx_t *c) {
+    psg_shard_queue_t *q = psg_shard_queue_from_handle(c->inputs[0]);
+    int64_t incarnation = 0, done = -1, shard = -1;
+    if (!q || scalar_i64(c, 1, &incarnation) < 0 || scalar_i64(c, 2, &done) < 0) return -1;
+    const psg_tensor_t *live = c->inputs[3];
+    if (live->dtype != PSG_DT_I32) return psg_error_set("live flags must be i32");
+    int64_t n_live = psg_tensor_numel(live);
+    if (n_live > (1 << 20)) return psg_error_set("%lld live flags: too many", (long long)n_live);
+    int64_t worker = psg_node_get_int(c->node, "worker", -1);
+    if (worker < 0 || worker > INT32_MAX) return psg_error_set("worker %lld", (long long)worker);
+    bool finished = false;
+    if (psg_shard_queue_take(q, (int)worker, (uint64_t)incarnation, done, psg_tensor_i32(live),
+                             (int)n_live, &shard, &finished) < 0)
+        return -1;
+    psg_tensor_t *o = psg_kernel_alloc_output(c, 0);
+    if (!o) return -1;
+    psg_tensor_i64(o)[0] = shard;
+    psg_tensor_i64(o)[1] = finished;
     return 0;
 }

@@ -26,5 +26,7 @@ int psg_cpu_count_accepted(psg_kernel_ctx_t *c);
 int psg_cpu_mailbox(psg_kernel_ctx_t *c);
 int psg_cpu_mailbox_put(psg_kernel_ctx_t *c);
 int psg_cpu_mailbox_take(psg_kernel_ctx_t *c);
+int psg_cpu_shard_queue(psg_kernel_ctx_t *c);
+int psg_cpu_shard_queue_take(psg_kernel_ctx_t *c);
 
 #endif

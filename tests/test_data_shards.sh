@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Data shards handed out by ps0 (`--data-shards dispatch`, docs/distributed.md "Membership"),
+# real processes under `psgraph launch --workers 2:3`, sync with 1 backup worker, 2 epochs of
+# 47 shards (10 batches of 128 each; the last shard 8 batches): worker2 joins once the chief
+# passed its step 20 and said it is not started; worker1 is killed (SIGKILL) once worker2 took
+# a shard. Every worker logs the shards it took and finished (JSON lines); the test counts
+# them: each shard of each epoch finished exactly once, the examples finished an epoch are the
+# epoch's 468 * 128, the killed worker's shard in flight taken again by another worker (its
+# examples the only ones seen twice: printed), the job ends by itself at the data's end (exit
+# 0), the done line counts the join and the loss.
+set -u
+psgraph=$1
+asan=${2:-}
+. "$(dirname "$0")/membership_lib.sh"
+
+out="$tmp/out.log"
+"$psgraph" launch --transport tcp --ps 1 --workers 2:3 -- "$psgraph" train \
+  --model mlp --data synthetic --epochs 2 --batch 128 --data-shards dispatch --shard-batches 10 \
+  --log-every 1 --peer-timeout 2 --step-timeout 60 --sync sync --backup-workers 1 \
+  > >(python3 -u -c "$stamp" >"$out") 2>&1 &
+launch_pid=$!
+joined= killed=
+for _ in $(seq 1 3000); do
+  if [ -z "$joined" ] && grep -q '^[0-9.]* \[worker0\] step 20 ' "$out" 2>/dev/null &&
+     grep -q '\[worker0\] membership: worker2 .*: not started' "$out"; then
+    kill -USR1 "$launch_pid" && joined=1
+  fi
+  if [ -n "$joined" ] && [ -z "$killed" ] &&
+     grep -q '\[worker2\] {"event":"shard_taken"' "$out" 2>/dev/null; then
+    pid=$(sed -n 's/^[0-9.]* psgraph launch: worker1 pid \([0-9]*\)$/\1/p' "$out")
+    [ -n "$pid" ] && kill -KILL "$pid" && killed=$pid
+  fi
+  kill -0 "$launch_pid" 2>/dev/null || break
+  sleep 0.1
+done
+wait "$launch_pid"
+rc=$?
+launch_pid=
+sleep 0.5 # the stamper's last lines
+done_line=$(grep '\[worker0\] {"event":"done"' "$out" | sed 's/^[0-9.]* \[worker0\] //')
+if [ -n "$joined" ] && [ -n "$killed" ] && [ "$rc" = 0 ] &&
+   grep -q '\[worker0\] membership: worker1 on 127.0.0.1: lost' "$out" &&
+   grep -q '\[worker0\] membership: worker2 on 127.0.0.1: joined at step [0-9]*$' "$out" &&
+   grep -q '\[ps0\] psgraph server: stopped: job done' "$out" &&
+   python3 - "$out" "$done_line" <<'PY'
+import collections, json, re, sys
+shards, per_epoch, epochs = 47, 468 * 128, 2
+taken, done = collections.defaultdict(list), collections.defaultdict(list)
+examples = collections.Counter()
+w1_steps_since_take = 0  # worker1's steps on its last shard: the batches seen twice
+for line in open(sys.argv[1]):
+    if re.match(r"[0-9.]+ \[worker1\] step ", line):
+        w1_steps_since_take += 1
+    if re.match(r"[0-9.]+ \[worker1\] \{\"event\":\"shard_taken\"", line):
+        w1_steps_since_take = 0
+    m = re.match(r"[0-9.]+ \[worker(\d)\] (\{\"event\":\"shard_(taken|done)\".*)", line)
+    if not m:
+        continue
+    e = json.loads(m.group(2))
+    assert e["worker"] == int(m.group(1)), line
+    (taken if m.group(3) == "taken" else done)[e["shard"]].append(e["worker"])
+    if m.group(3) == "done":
+        examples[e["epoch"]] += e["examples"]
+for s in range(shards * epochs):
+    assert len(done[s]) == 1, ("shard", s, "finished", done[s])
+assert dict(examples) == {e: per_epoch for e in range(epochs)}, examples
+# worker1's last shard: in flight when it was killed, handed out again and finished by another
+w1 = [s for s, ws in taken.items() if 1 in ws]
+inflight = [s for s in w1 if 1 not in done[s]]
+assert len(inflight) == 1, ("worker1's shards not finished by it", inflight)
+s = inflight[0]
+assert taken[s][0] == 1 and len(taken[s]) == 2 and done[s] != [1], (s, taken[s], done[s])
+again = [s for s, ws in taken.items() if len(ws) > 1]
+assert again == [s], ("shards taken twice", again)
+assert len(done) == shards * epochs and all(w in (0, 1, 2) for ws in done.values() for w in ws)
+d = json.loads(sys.argv[2])
+assert d["workers_joined"] == 1 and len(d["workers_lost"]) == 1, d
+assert d["workers_lost"][0]["task"] == "worker1", d
+print("shard %d (epoch %d) in flight on worker1 (%d of its batches stepped, at most %d "
+      "examples seen twice), finished by worker%d; the examples finished an epoch: %s; shards "
+      "by worker: %s" % (s, s // shards, w1_steps_since_take, w1_steps_since_take * 128,
+      done[s][0], dict(examples), dict(collections.Counter(ws[0] for ws in done.values()))))
+PY
+then
+  ok "2 of 3 workers, worker2 joined, worker1 killed: each of the 2 x 47 shards finished once, $((468 * 128)) examples an epoch, worker1's shard in flight handed out again, the job ended at the data's end (exit 0)"
+else
+  cp "$out" "${TMPDIR:-/tmp}/test_data_shards.failed.log" 2>/dev/null
+  fail "data shards (rc $rc, joined '${joined}', killed '${killed}'): $(grep -v '\] step \|shard_' "$out" | tail -40)"
+fi
+[ "$fails" = 0 ]
