@@ -84,11 +84,16 @@ static void wake(psg_remote_rv_t *r) {
 }
 
 /* Under lock: the step failed on the peer or the peer is gone. */
-static void fail_pull(psg_remote_rv_t *r, const pull_t *p, const char *why) {
+static void fail_pull_code(psg_remote_rv_t *r, const pull_t *p, psg_err_code_t code,
+                           const char *why) {
     char msg[1024];
     snprintf(msg, sizeof msg, "task %s (%s): %s", r->peers[p->peer].task, r->peers[p->peer].address,
              why);
-    psg_rendezvous_abort_step(r->local, p->step, msg);
+    psg_rendezvous_abort_step_code(r->local, p->step, code, msg);
+}
+
+static void fail_pull(psg_remote_rv_t *r, const pull_t *p, const char *why) {
+    fail_pull_code(r, p, PSG_ERR_ABORTED, why);
 }
 
 /* Waits until the peer's client takes a request at once, and never past a stop: the send
@@ -188,9 +193,12 @@ static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
                 /* the step was aborted here meanwhile: nothing to deliver */
             }
         } else {
-            fail_pull(r, p,
-                      m->kind == PSG_MSG_ERROR && m->error ? m->error
-                                                           : "a reply to Recv without one tensor");
+            /* a ps that stopped because the job is done says so: the worker stops, no recovery */
+            bool job_done = m->kind == PSG_MSG_ERROR && m->code == PSG_ERR_JOB_DONE;
+            fail_pull_code(r, p, job_done ? PSG_ERR_JOB_DONE : PSG_ERR_ABORTED,
+                           m->kind == PSG_MSG_ERROR && m->error
+                               ? m->error
+                               : "a reply to Recv without one tensor");
         }
         free(p->key);
         r->pending.v[i] = r->pending.v[--r->pending.n];

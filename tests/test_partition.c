@@ -693,9 +693,24 @@ static void test_rendezvous(void) {
     psg_rendezvous_abort_step(rv, 4, "worker 1 died");
     CHECK(psg_rendezvous_recv(rv, 4, "x", 0, &out) < 0);
     CHECK_ERROR_HAS("aborted (worker 1 died) while waiting for key 'x' (step 4)");
+    CHECK(psg_error_code() == PSG_ERR_ABORTED);
     t = psg_tensor_scalar_f32(1);
     CHECK(psg_rendezvous_send(rv, 4, "x", &t) < 0);
     CHECK_ERROR_HAS("while sending key 'x'");
+    /* an abort with its cause's code: a pull from a ps that stopped because the job is done
+     * fails the step's waiters, and its later sends and receives, as job done (the worker
+     * stops; no recovery); a second abort of the step keeps the first one's code */
+    slow_wait_t pulled = {0};
+    psg_rendezvous_recv_async(rv, 9, "pulled", 60000, slow_done, &pulled);
+    psg_rendezvous_abort_step_code(rv, 9, PSG_ERR_JOB_DONE,
+                                   "task /job:ps/replica:0/task:0: job done");
+    CHECK(pulled.called && pulled.code == PSG_ERR_JOB_DONE && strstr(pulled.error, "job done"));
+    psg_rendezvous_abort_step(rv, 9, "the executor's abort after it");
+    CHECK(psg_rendezvous_recv(rv, 9, "y", 0, &out) < 0 && psg_error_code() == PSG_ERR_JOB_DONE);
+    CHECK_ERROR_HAS("aborted (task /job:ps/replica:0/task:0: job done) while waiting for key 'y'");
+    t = psg_tensor_scalar_f32(1);
+    CHECK(psg_rendezvous_send(rv, 9, "y", &t) < 0 && psg_error_code() == PSG_ERR_JOB_DONE);
+    psg_rendezvous_cleanup_step(rv, 9);
     t = psg_tensor_scalar_f32(1);
     CHECK(psg_rendezvous_send(rv, 6, "x", &t) == 0);
     /* after its cleanup an aborted step still fails at once (a late peer's pull) */

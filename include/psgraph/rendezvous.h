@@ -56,6 +56,11 @@ void psg_rendezvous_abort(psg_rendezvous_t *rv, const char *why);
  * dropped, its later sends and receives fail, until psg_rendezvous_cleanup_step
  * (or until 256 later aborted steps wait for theirs: then as if cleaned up). */
 void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *why);
+/* As psg_rendezvous_abort_step, its waiters failing with `code` rather than PSG_ERR_ABORTED:
+ * the cause's, where it says more than an abort (PSG_ERR_JOB_DONE: a worker's pull from a ps
+ * that stopped because the job is done; the worker then stops, without a recovery). */
+void psg_rendezvous_abort_step_code(psg_rendezvous_t *rv, int64_t step, psg_err_code_t code,
+                                    const char *why);
 /* Ends a step: drops its unreceived tensors and fails its waiters ("step
  * ended"). An aborted step's later sends and receives still fail at once
  * (the last 64 aborted steps are remembered): a peer that runs the step late

@@ -34,6 +34,7 @@ typedef struct entry {
 typedef struct aborted_step {
     int64_t step;
     char *why;
+    psg_err_code_t code; /* what its waiters fail with: PSG_ERR_ABORTED, or the cause's code */
     struct aborted_step *next;
 } aborted_step_t;
 
@@ -159,13 +160,22 @@ static void fail_all(entry_t *list, psg_err_code_t code, const char *what) {
     }
 }
 
-static const char *step_abort_locked(psg_rendezvous_t *rv, int64_t step) {
+/* Why step was aborted (NULL: it was not), and in *code what its waiters fail with. */
+static const char *step_abort_code_locked(psg_rendezvous_t *rv, int64_t step,
+                                          psg_err_code_t *code) {
+    *code = PSG_ERR_ABORTED;
     if (rv->aborted) return rv->aborted;
     for (aborted_step_t *a = rv->aborted_steps; a; a = a->next)
-        if (a->step == step) return a->why;
+        if (a->step == step) return *code = a->code, a->why;
     for (int i = 0; i < ENDED_ABORTS; i++)
-        if (rv->ended[i].why && rv->ended[i].step == step) return rv->ended[i].why;
+        if (rv->ended[i].why && rv->ended[i].step == step)
+            return *code = rv->ended[i].code, rv->ended[i].why;
     return NULL;
+}
+
+static const char *step_abort_locked(psg_rendezvous_t *rv, int64_t step) {
+    psg_err_code_t code;
+    return step_abort_code_locked(rv, step, &code);
 }
 
 static void *timer_main(void *arg) {
@@ -237,11 +247,12 @@ int psg_rendezvous_send(psg_rendezvous_t *rv, int64_t step, const char *key, psg
     *t = NULL;
     if (!value) return psg_error_set("rendezvous: sending NULL for key '%s'", key);
     pthread_mutex_lock(&rv->lock);
-    const char *why = step_abort_locked(rv, step);
+    psg_err_code_t code;
+    const char *why = step_abort_code_locked(rv, step, &code);
     if (why) {
         int rc = psg_error_set_code(
-            PSG_ERR_ABORTED, "rendezvous: aborted (%s) while sending key '%s' (step %" PRId64 ")",
-            why, key, step);
+            code, "rendezvous: aborted (%s) while sending key '%s' (step %" PRId64 ")", why, key,
+            step);
         pthread_mutex_unlock(&rv->lock);
         psg_tensor_destroy(&value);
         return rc;
@@ -275,13 +286,14 @@ void psg_rendezvous_recv_async(psg_rendezvous_t *rv, int64_t step, const char *k
                                int64_t timeout_ms, psg_rendezvous_done_fn done, void *arg) {
     char msg[1024];
     pthread_mutex_lock(&rv->lock);
-    const char *why = step_abort_locked(rv, step);
+    psg_err_code_t code;
+    const char *why = step_abort_code_locked(rv, step, &code);
     if (why) {
         snprintf(msg, sizeof msg,
                  "rendezvous: aborted (%s) while waiting for key '%s' (step %" PRId64 ")", why, key,
                  step);
         pthread_mutex_unlock(&rv->lock);
-        done(arg, NULL, PSG_ERR_ABORTED, msg);
+        done(arg, NULL, code, msg);
         return;
     }
     entry_t *e = take_locked(rv, step, key);
@@ -391,12 +403,18 @@ static void end_abort_locked(psg_rendezvous_t *rv, aborted_step_t *a) {
     rv->ended_next = (rv->ended_next + 1) % ENDED_ABORTS;
     free(slot->why);
     slot->step = a->step;
+    slot->code = a->code;
     slot->why = a->why; /* moved */
     free(a);
     rv->num_aborted--;
 }
 
 void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *why) {
+    psg_rendezvous_abort_step_code(rv, step, PSG_ERR_ABORTED, why);
+}
+
+void psg_rendezvous_abort_step_code(psg_rendezvous_t *rv, int64_t step, psg_err_code_t code,
+                                    const char *why) {
     entry_t *list = NULL;
     char what[600];
     snprintf(what, sizeof what, "aborted (%s)", why && *why ? why : "aborted");
@@ -405,6 +423,7 @@ void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *w
         aborted_step_t *a = calloc(1, sizeof *a);
         if (a) {
             a->step = step;
+            a->code = code;
             a->why = strdup(why && *why ? why : "aborted");
             a->next = rv->aborted_steps;
             rv->aborted_steps = a;
@@ -418,9 +437,11 @@ void psg_rendezvous_abort_step(psg_rendezvous_t *rv, int64_t step, const char *w
             end_abort_locked(rv, o);
         }
     }
+    psg_err_code_t kept;
+    step_abort_code_locked(rv, step, &kept); /* the first abort's code, as its why */
     take_all_locked(rv, pick_step, &step, &list);
     pthread_mutex_unlock(&rv->lock);
-    fail_all(list, PSG_ERR_ABORTED, what);
+    fail_all(list, kept, what);
 }
 
 void psg_rendezvous_cleanup_step(psg_rendezvous_t *rv, int64_t step) {
