@@ -43,7 +43,15 @@ check(1077288 <= c.get("push_bytes", 0) <= 1077288 + 64,
 check(c.get("pulls", 0) >= 7 and c.get("pull_bytes", 0) >= 1077288, "every variable pulled")
 check(c.get("compute_ms", 0) > 0 and c.get("overhead_ms", -1) >= 0, "compute > 0, overhead >= 0")
 m, p1 = c.get("measured_step_ms", 0), pts.get(1, {}).get("step_ms", 0)
-check(m > 0 and abs(p1 - m) <= 0.01 * m, f"1 worker as traced: predicted {p1} ms, measured {m} ms")
+# the calibration adds the overhead that makes the traced run's own prediction its measured step;
+# when the model alone is already slower (a quiet machine: its links' estimate is above what the
+# loopback step took), the overhead is 0, the calibration line says so, and the prediction is the
+# model's own, not below the measured step
+if c.get("overhead_ms", 0) > 0:
+    check(m > 0 and abs(p1 - m) <= 0.01 * m, f"1 worker as traced: predicted {p1} ms, measured {m} ms")
+else:
+    check(m > 0 and p1 >= 0.99 * m and "already as slow as measured" in c.get("note", ""),
+          f"1 worker as traced, the model alone slower: predicted {p1} ms, measured {m} ms, said")
 check(pts.get(2, {}).get("model") == "overlap" and pts[2]["steps_per_sec"] > 0, "2 workers predicted")
 sys.exit(1 if fails else 0)
 PY

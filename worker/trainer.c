@@ -765,8 +765,13 @@ static bool job_ended(trainer_t *t, const psg_train_result_t *r) {
     /* the ps task's reply ("task /job:ps/...: job done: ..."), not the steps' wrapping */
     const char *msg = psg_error_message(), *ps = strstr(msg, "task /job:"), *next;
     while (ps && (next = strstr(ps + 1, "task /job:"))) ps = next;
-    fprintf(t->out, "psgraph train: %s: the job ended (%s) %s: it stops here\n", t->w.task,
-            ps ? ps : msg, when);
+    /* a pull's abort wraps the reason: "rendezvous: aborted (REASON) while waiting for ..." */
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", ps ? ps : msg);
+    char *wrap = strstr(reason, ") while ");
+    if (wrap) *wrap = 0;
+    fprintf(t->out, "psgraph train: %s: the job ended (%s) %s: it stops here\n", t->w.task, reason,
+            when);
     fflush(t->out);
     psg_error_clear();
     return true;
