@@ -199,9 +199,10 @@ done:
     return rc;
 }
 
-int psg_codec_send(void *sock, psg_codec_out_t *out) {
-    int rc = 0;
-    int i = 0;
+/* Sends out's frames from `first` on, waiting for room; closes those it could not send (their
+ * buffer references go; zmq_msg_send took the frames it sent). Empties out. */
+static int send_frames_from(void *sock, psg_codec_out_t *out, int first) {
+    int rc = 0, i = first;
     for (; i < out->n; i++) {
         if (zmq_msg_send(&out->parts[i], sock, out->more[i] ? ZMQ_SNDMORE : 0) < 0) {
             int e = errno;
@@ -210,10 +211,13 @@ int psg_codec_send(void *sock, psg_codec_out_t *out) {
             break;
         }
     }
-    /* zmq_msg_send took the frames it sent; close the rest (their buffer references go). */
     for (; i < out->n; i++) zmq_msg_close(&out->parts[i]);
     out->n = 0;
     return rc;
+}
+
+int psg_codec_send(void *sock, psg_codec_out_t *out) {
+    return send_frames_from(sock, out, 0);
 }
 
 int psg_codec_try_send(void *sock, psg_codec_out_t *out) {
@@ -226,19 +230,8 @@ int psg_codec_try_send(void *sock, psg_codec_out_t *out) {
         errno = e;
         return -1;
     }
-    int rc = 0, i = 1;
-    for (; i < out->n; i++) {
-        if (zmq_msg_send(&out->parts[i], sock, out->more[i] ? ZMQ_SNDMORE : 0) < 0) {
-            int e = errno;
-            rc = psg_error_set("send failed: %s", e == EAGAIN ? "timed out" : zmq_strerror(e));
-            errno = e;
-            break;
-        }
-    }
-    for (; i < out->n; i++) zmq_msg_close(&out->parts[i]);
     zmq_msg_close(&out->parts[0]); /* sent: an empty message now */
-    out->n = 0;
-    return rc < 0 ? -1 : 1;
+    return send_frames_from(sock, out, 1) < 0 ? -1 : 1;
 }
 
 void psg_codec_out_clear(psg_codec_out_t *out) {
