@@ -106,6 +106,17 @@ static int ps_main(const char *tf_config, int raw_port) {
     return 0;
 }
 
+/* n raw ZeroMQ round trips (after 200 to warm up) into v: the same two processes. */
+static void measure_raw(void *ds, double *v, int n) {
+    char buf[64];
+    for (int i = 0; i < n + 200; i++) {
+        double t0 = now_us();
+        zmq_send(ds, "ping0123", 8, 0);
+        zmq_recv(ds, buf, sizeof buf, 0);
+        if (i >= 200) v[i - 200] = now_us() - t0;
+    }
+}
+
 /* One line: v and raw hold rounds x n round trips (round r at r * n); sorts them. */
 static void print_line(const char *what, double *v, double *raw, int n, int rounds) {
     char per[512] = "";
@@ -213,13 +224,7 @@ int main(int argc, char **argv) {
     const char *names[2] = {"one_op_on_ps", "ps_read_recv_on_worker"};
     bool failed = !ds;
     for (int r = 0; r < rounds && !failed; r++) {
-        char buf[64];
-        for (int i = 0; i < iters + 200; i++) { /* raw ZeroMQ, the same two processes */
-            double t0 = now_us();
-            zmq_send(ds, "ping0123", 8, 0);
-            zmq_recv(ds, buf, sizeof buf, 0);
-            if (i >= 200) raw[(size_t)r * iters + (size_t)(i - 200)] = now_us() - t0;
-        }
+        measure_raw(ds, raw + (size_t)r * iters, iters);
         for (int b = 0; b < 2 && !failed; b++) {
             for (int i = 0; i < iters + 200; i++) {
                 psg_tensor_t *out = NULL;
