@@ -347,6 +347,14 @@ void psg_membership_destroy(psg_membership_t **mp) {
     free(m);
 }
 
+int psg_membership_lost_ranks(psg_membership_t *m, bool *lost, int max) {
+    pthread_mutex_lock(&m->lock);
+    int n = 0;
+    for (; n < max && n <= m->n && n < 65; n++) lost[n] = n > 0 && m->m[n - 1].state == LOST;
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
 void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg) {
     pthread_mutex_lock(&m->lock);
     m->on_live = fn;

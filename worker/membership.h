@@ -34,6 +34,11 @@ typedef int (*psg_membership_live_fn)(void *arg, const bool *alive, int n);
 /* Sets it (before any loss: call it right after psg_membership_new). */
 void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg);
 
+/* lost[r] for each rank r < the returned count (as on_live's alive): whether that worker is
+ * lost (it was heard from, then went silent or failed), not merely absent (never heard from:
+ * not started, or not yet). The shards' hand-out gives back only a lost worker's shards. */
+int psg_membership_lost_ranks(psg_membership_t *m, bool *lost, int max);
+
 /* The chief's step now: a change is said with the step it was seen at. */
 void psg_membership_set_step(psg_membership_t *m, int64_t step);
 

@@ -79,12 +79,16 @@ int psg_shard_data_start(psg_shard_data_t *d, psg_dist_session_t *s, FILE *metri
     return d->call ? 0 : psg_error_wrap("--data-shards dispatch");
 }
 
-/* Only a worker that goes from live to not live is marked: a worker not started yet (absent)
- * that joins later takes a shard before the membership admits it, which must stay its. */
-void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, int n) {
+/* Only a worker that goes from live to lost is marked. Not one found absent (not started: never
+ * heard from, so it holds no shard): absent, then joining, it takes a shard before the
+ * membership admits it, and the chief's next take would have given that shard back (it was
+ * finished twice). A mark not yet sent is dropped when the worker is live again (a restart:
+ * ps0 gives back its old process's shard when the new one first takes). */
+void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, const bool *lost, int n) {
     pthread_mutex_lock(&d->lock);
     for (int i = 0; i < n && i < d->o.workers; i++) {
-        if (d->alive[i] && !alive[i] && d->live[i]) d->live[i] = 0, d->n_lost++;
+        if (d->alive[i] && !alive[i] && lost[i] && d->live[i]) d->live[i] = 0, d->n_lost++;
+        if (!d->alive[i] && alive[i] && !d->live[i]) d->live[i] = 1, d->n_lost--;
         d->alive[i] = alive[i];
     }
     pthread_mutex_unlock(&d->lock);

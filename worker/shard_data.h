@@ -35,8 +35,9 @@ psg_shard_data_t *psg_shard_data_new(psg_graph_t *g, const psg_shard_data_option
 /* Its take made runnable on the worker's session s (which must outlive it); its JSON lines
  * also into metrics (NULL: none). */
 int psg_shard_data_start(psg_shard_data_t *d, psg_dist_session_t *s, FILE *metrics);
-/* The chief's: the live workers as the membership last said (its thread; any time). */
-void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, int n);
+/* The chief's: the live workers and the lost ones as the membership last said (its thread;
+ * any time): a lost worker's shards go back with the chief's next take. */
+void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, const bool *lost, int n);
 /* The next batch (new tensors, the caller owns them): 1; 0 when every shard of every epoch is
  * done (training is over); -1 with the error set. While the last shards are held by others,
  * a worker with none left steps on its last shard again (not counted), so a sync step never

@@ -434,7 +434,11 @@ static int build_graph(trainer_t *t) {
  * workers. */
 static int set_live(void *arg, const bool *alive, int n) {
     trainer_t *t = arg;
-    if (t->shards) psg_shard_data_set_live(t->shards, alive, n);
+    if (t->shards) {
+        bool lost[65] = {false};
+        int nl = psg_membership_lost_ranks(t->members, lost, 65);
+        psg_shard_data_set_live(t->shards, alive, lost, n < nl ? n : nl);
+    }
     return t->sync ? psg_sync_train_set_live(t->sync, alive, n) : 0;
 }
 
