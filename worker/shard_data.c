@@ -21,15 +21,14 @@ struct psg_shard_data {
     pthread_mutex_t lock;      /* the flags below: the membership's thread writes them */
     bool *alive;               /* as the membership last said; all true at first */
     int32_t *live;             /* 0: lost since the chief's last take (its shards go back) */
-    int n_lost;
-    int64_t shard;           /* held (epoch * shards + index), -1: none */
-    int64_t last;            /* the last one held: stepped on again while none is left */
-    int64_t next_batch, end; /* of the epoch's batches, in the shard read now */
-    bool spare;              /* reading `last` again: not counted, not reported */
-    int64_t spares;          /* spare batches read */
-    int64_t order_epoch;     /* the epoch `order` is of, -1: none */
-    int64_t *order;          /* [examples] */
-    int64_t *idx;            /* [batch] */
+    int64_t shard;             /* held (epoch * shards + index), -1: none */
+    int64_t last;              /* the last one held: stepped on again while none is left */
+    int64_t next_batch, end;   /* of the epoch's batches, in the shard read now */
+    bool spare;                /* reading `last` again: not counted, not reported */
+    int64_t spares;            /* spare batches read */
+    int64_t order_epoch;       /* the epoch `order` is of, -1: none */
+    int64_t *order;            /* [examples] */
+    int64_t *idx;              /* [batch] */
 };
 
 psg_shard_data_t *psg_shard_data_new(psg_graph_t *g, const psg_shard_data_options_t *o) {
@@ -87,8 +86,8 @@ int psg_shard_data_start(psg_shard_data_t *d, psg_dist_session_t *s, FILE *metri
 void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, const bool *lost, int n) {
     pthread_mutex_lock(&d->lock);
     for (int i = 0; i < n && i < d->o.workers; i++) {
-        if (d->alive[i] && !alive[i] && lost[i] && d->live[i]) d->live[i] = 0, d->n_lost++;
-        if (!d->alive[i] && alive[i] && !d->live[i]) d->live[i] = 1, d->n_lost--;
+        if (d->alive[i] && !alive[i] && lost[i]) d->live[i] = 0;
+        if (!d->alive[i] && alive[i]) d->live[i] = 1;
         d->alive[i] = alive[i];
     }
     pthread_mutex_unlock(&d->lock);
@@ -121,10 +120,17 @@ static void say(psg_shard_data_t *d, const char *event, int64_t s) {
     if (d->metrics) fprintf(d->metrics, "%s\n", line), fflush(d->metrics);
 }
 
+/* Whether a worker is marked lost (under d->lock). */
+static bool any_lost_locked(const psg_shard_data_t *d) {
+    for (int i = 0; i < d->o.workers; i++)
+        if (!d->live[i]) return true;
+    return false;
+}
+
 /* One take: the shard held reported done, the next into d->shard (-1: none); *finished. */
 static int take(psg_shard_data_t *d, bool *finished) {
     pthread_mutex_lock(&d->lock);
-    int n_live = d->n_lost ? d->o.workers : 0; /* none lost: no word (as every other worker) */
+    int n_live = any_lost_locked(d) ? d->o.workers : 0; /* none lost: no word (as the others) */
     psg_shape_t sh = psg_shape_1d(n_live);
     psg_tensor_t *live = psg_tensor_new(PSG_DT_I32, &sh);
     if (live) memcpy(psg_tensor_i32(live), d->live, sizeof *d->live * (size_t)n_live);
@@ -134,13 +140,16 @@ static int take(psg_shard_data_t *d, bool *finished) {
                  *got = NULL;
     int rc = f[0] && f[1] && f[2] ? psg_dist_callable_run(d->call, f, &got)
                                   : psg_error_set("out of memory");
-    for (int i = 0; i < 3; i++) psg_tensor_destroy(&f[i]);
-    if (rc < 0) return psg_error_wrap("--data-shards dispatch: taking a shard");
-    if (n_live) { /* the lost ones' shards are back in todo: their marks are spent */
+    if (rc == 0 && n_live) { /* the lost ones' shards are back in todo: the marks sent are
+                              * spent, not one the membership set since */
+        const int32_t *sent = psg_tensor_i32(f[2]);
         pthread_mutex_lock(&d->lock);
-        for (int i = 0; i < n_live; i++) d->n_lost -= !d->live[i], d->live[i] = 1;
+        for (int i = 0; i < n_live; i++)
+            if (!sent[i]) d->live[i] = 1;
         pthread_mutex_unlock(&d->lock);
     }
+    for (int i = 0; i < 3; i++) psg_tensor_destroy(&f[i]);
+    if (rc < 0) return psg_error_wrap("--data-shards dispatch: taking a shard");
     if (psg_tensor_numel(got) != 2 || got->dtype != PSG_DT_I64) {
         psg_tensor_destroy(&got);
         return psg_error_set("--data-shards dispatch: a take's answer is not 2 i64 values");
