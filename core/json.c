@@ -192,53 +192,30 @@ bad:
     return NULL; /* out stays in the arena, freed with it */
 }
 
-/* Clinger's fast path: a number whose digits make an integer m < 2^53 (at most 19 of them,
- * leading zeros aside) and whose value is m * 10^e with |e| <= 22 is one multiplication or
- * division of two exact doubles, so one correct rounding: the double strtod returns, found
- * without strtod's cost (a served image is 268,203 numbers). Anything else goes to strtod.
- * s is a well-formed JSON number ending at end. */
-static bool fast_number(const char *s, const char *end, double *out) {
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+
+/* One pass over the number: its grammar checked (RFC 8259) while its digits make an integer m
+ * and its value m * 10^e. Clinger's fast path: m < 2^53 (at most 19 digits, leading zeros
+ * aside) and |e| <= 22 is one multiplication or division of two exact doubles, so one correct
+ * rounding: the double strtod returns, found without strtod's cost (a served image is 268,203
+ * numbers, read once, not scanned and then read). Anything else goes to strtod. */
+const char *psg_json_read_number(const char *s, double *value, bool *integral, const char **why) {
     static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    bool neg = *s == '-';
-    s += neg;
-    uint64_t m = 0;
-    int digits = 0, e = 0, frac = 0;
-    for (; s < end && *s != 'e' && *s != 'E'; s++) {
-        if (*s == '.') {
-            frac = 1;
-            continue;
-        }
-        if (m || *s != '0') {
-            if (++digits > 19) return false;
-            m = m * 10 + (uint64_t)(*s - '0');
-        }
-        e -= frac;
-    }
-    if (s < end) { /* the exponent */
-        bool eneg = *++s == '-';
-        if (*s == '-' || *s == '+') s++;
-        int x = 0;
-        for (; s < end; s++) {
-            if (x > 100000) return false;
-            x = x * 10 + (*s - '0');
-        }
-        e += eneg ? -x : x;
-    }
-    if (m > ((uint64_t)1 << 53) || e < -22 || e > 22) return false;
-    double v = e < 0 ? (double)m / pow10[-e] : (double)m * pow10[e];
-    *out = neg ? -v : v;
-    return true;
-}
-
-const char *psg_json_scan_number(const char *s, bool *integral, const char **why) {
     const char *q = s;
-    if (*q == '-') q++;
+    bool neg = *q == '-';
+    q += neg;
+    uint64_t m = 0; /* wraps past 19 digits, unused then */
+    int digits = 0, e = 0;
     if (*q == '0') {
         q++;
     } else if (*q >= '1' && *q <= '9') {
-        while (*q >= '0' && *q <= '9') q++;
+        const char *d = q;
+        for (; is_digit(*q); q++) m = m * 10 + (uint64_t)(*q - '0');
+        digits = (int)(q - d);
     } else {
         *why = "expected a value";
         return NULL;
@@ -246,34 +223,44 @@ const char *psg_json_scan_number(const char *s, bool *integral, const char **why
     *integral = true;
     if (*q == '.') {
         *integral = false;
-        if (!(*++q >= '0' && *q <= '9')) {
+        if (!is_digit(*++q)) {
             *why = "expected a digit after '.'";
             return NULL;
         }
-        while (*q >= '0' && *q <= '9') q++;
+        const char *f = q;
+        if (!m)
+            while (*q == '0') q++; /* leading zeros: no digits of m */
+        const char *d = q;
+        for (; is_digit(*q); q++) m = m * 10 + (uint64_t)(*q - '0');
+        digits += (int)(q - d);
+        e = -(int)(q - f);
     }
     if (*q == 'e' || *q == 'E') {
         *integral = false;
-        q++;
+        bool eneg = *++q == '-';
         if (*q == '+' || *q == '-') q++;
-        if (!(*q >= '0' && *q <= '9')) {
+        if (!is_digit(*q)) {
             *why = "expected a digit in the exponent";
             return NULL;
         }
-        while (*q >= '0' && *q <= '9') q++;
+        int x = 0;
+        for (; is_digit(*q); q++)
+            if (x <= 100000) x = x * 10 + (*q - '0'); /* past it: strtod's */
+        e += eneg ? -x : x;
+        if (x > 100000) digits = 20;
+    }
+    if (digits > 19 || m > ((uint64_t)1 << 53) || e < -22 || e > 22) {
+        *value = strtod(s, NULL);
+    } else {
+        double v = e < 0 ? (double)m / pow10[-e] : (double)m * pow10[e];
+        *value = neg ? -v : v;
     }
     return q;
 }
 
-double psg_json_number_value(const char *s, const char *end) {
-    double v;
-    return fast_number(s, end, &v) ? v : strtod(s, NULL);
-}
-
 static int parse_number(parser_t *ps, psg_json_t *j) {
-    const char *why = NULL, *q = psg_json_scan_number(ps->p, &j->integral, &why);
+    const char *why = NULL, *q = psg_json_read_number(ps->p, &j->number, &j->integral, &why);
     if (!q) return fail(ps, why);
-    j->number = psg_json_number_value(ps->p, q);
     ps->p = q;
     return 0;
 }

@@ -38,13 +38,11 @@ psg_json_t *psg_json_parse(const char *text);
 void psg_json_free(psg_json_t *j);
 /* The member `key` of an object, or NULL. */
 const psg_json_t *psg_json_get(const psg_json_t *obj, const char *key);
-/* The end of the JSON number (RFC 8259's grammar) at s, or NULL with *why saying what is
- * wrong; *integral: written without fraction or exponent. For a reader that walks a known
- * layout itself (serving/rest.c's predict bodies) and must read numbers as this one does. */
-const char *psg_json_scan_number(const char *s, bool *integral, const char **why);
-/* The value of the number s..end (psg_json_scan_number's, followed by a character that is no
- * part of a number): the double strtod gives, which psg_json_parse gives too. */
-double psg_json_number_value(const char *s, const char *end);
+/* The JSON number (RFC 8259's grammar) at s: its end, its value in *value (the double strtod
+ * gives) and *integral (written without fraction or exponent); or NULL with *why saying what
+ * is wrong. psg_json_parse reads numbers with it; so does a reader that walks a known layout
+ * itself (serving/rest.c's predict bodies) and must read numbers as this one does. */
+const char *psg_json_read_number(const char *s, double *value, bool *integral, const char **why);
 /* "null", "a boolean", "a number", "a string", "an array", "an object". */
 const char *psg_json_type_name(psg_json_type_t t);
 

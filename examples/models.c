@@ -110,15 +110,20 @@ static psg_endpoint_t dense(psg_graph_t *g, const char *scope, psg_endpoint_t x,
 
 /* conv k x k SAME + bias + ReLU + maxpool 2: x (N, H, W, in) -> (N, H/2, W/2, out). */
 static psg_endpoint_t conv_block(psg_graph_t *g, const char *scope, psg_endpoint_t x, int64_t k,
-                                 int64_t in, int64_t out, uint64_t seed) {
+                                 int64_t in, int64_t out, uint64_t seed, bool fused) {
     if (psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
     psg_endpoint_t w =
         param(g, scope, "weights", &(psg_shape_t){4, {k, k, in, out}}, k * k * in, seed);
     psg_endpoint_t b = param(g, scope, "biases", &(psg_shape_t){1, {out}}, k * k * in, seed + 1);
-    psg_endpoint_t y =
-        psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
-    y = psg_bias_add(g, NULL, y, psg_read_variable(g, NULL, b));
-    y = psg_relu(g, NULL, y);
+    psg_endpoint_t y;
+    if (fused) {
+        y = psg_fused_conv2d(g, NULL, x, psg_read_variable(g, NULL, w),
+                             psg_read_variable(g, NULL, b), 1, 1, PSG_PADDING_SAME, true);
+    } else {
+        y = psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
+        y = psg_bias_add(g, NULL, y, psg_read_variable(g, NULL, b));
+        y = psg_relu(g, NULL, y);
+    }
     y = psg_max_pool(g, NULL, y, 2, 2, 2, 2, PSG_PADDING_VALID);
     psg_graph_pop_scope(g);
     return y;
@@ -133,6 +138,7 @@ int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width
                          int classes, uint64_t seed, const psg_model_options_t *opt,
                          psg_model_t *m) {
     int64_t shard = opt ? opt->dense_shard_bytes : 0;
+    bool fused = opt && opt->fused_conv;
     const psg_model_info_t *info = psg_model_find(name);
     psg_model_defaults_t d;
     if (psg_model_defaults(name, &d) < 0) return -1;
@@ -149,8 +155,8 @@ int psg_model_build_with(psg_graph_t *g, const char *name, int height, int width
         x = dense(g, "fc2", x, 256, 256, true, seed * 16 + 3, shard);
         m->logits = dense(g, "fc3", x, 256, classes, false, seed * 16 + 5, shard);
     } else {
-        psg_endpoint_t x = conv_block(g, "conv1", m->images, 5, channels, 32, seed * 16 + 1);
-        x = conv_block(g, "conv2", x, 5, 32, 64, seed * 16 + 3);
+        psg_endpoint_t x = conv_block(g, "conv1", m->images, 5, channels, 32, seed * 16 + 1, fused);
+        x = conv_block(g, "conv2", x, 5, 32, 64, seed * 16 + 3, fused);
         int64_t flat = (int64_t)(height / 4) * (width / 4) * 64;
         x = psg_reshape(g, "flatten", x, &(psg_shape_t){2, {-1, flat}});
         x = dense(g, "fc1", x, flat, 512, true, seed * 16 + 5, shard);

@@ -121,6 +121,12 @@ int psg_nn_prepare_conv(const psg_graph_t *g, const psg_node_t *n, void *params)
     return nn_prepare(g, n, params, false);
 }
 
+int psg_nn_prepare_fused_conv(const psg_graph_t *g, const psg_node_t *n, void *params) {
+    psg_nn_params_t *p = params;
+    p->relu = psg_node_get_bool(n, "relu", false);
+    return nn_prepare(g, n, p, false);
+}
+
 int psg_nn_prepare_pool(const psg_graph_t *g, const psg_node_t *n, void *params) {
     return nn_prepare(g, n, params, true);
 }
@@ -195,6 +201,19 @@ static int expect_dy(psg_infer_ctx_t *c, int di, const psg_shape_t *expected) {
 static int infer_conv2d(psg_infer_ctx_t *c) {
     c->out_dtypes[0] = c->in_dtypes[0];
     return conv_out_shape(c, 0, 1, &c->out_shapes[0]);
+}
+
+/* FusedConv2D: (x, filter, bias [OC]) -> y, f32 */
+static int infer_fused_conv2d(psg_infer_ctx_t *c) {
+    if (expect_f32(c) < 0 || infer_conv2d(c) < 0) return -1;
+    const psg_shape_t *b = &c->in_shapes[2], *f = &c->in_shapes[1];
+    int64_t oc = f->rank == 4 ? f->dims[3] : -1;
+    if (b->rank >= 0 && (b->rank != 1 || (oc >= 0 && b->dims[0] >= 0 && b->dims[0] != oc))) {
+        char sb[PSG_SHAPE_STR_MAX], sf[PSG_SHAPE_STR_MAX];
+        return psg_error_set("bias %s does not match the output channels of filter %s",
+                             psg_shape_str(b, sb, sizeof sb), psg_shape_str(f, sf, sizeof sf));
+    }
+    return 0;
 }
 
 /* Conv2DBackpropInput: (x for its shape, filter, dy) -> dx */
@@ -444,7 +463,8 @@ static int grad_fused_batch_norm(psg_graph_t *g, const psg_node_t *n, const psg_
 
 /* ---- defs ---- */
 
-/* MaxPoolGrad and FusedBatchNormGrad have no gradient (no second order). */
+/* MaxPoolGrad and FusedBatchNormGrad have no gradient (no second order), nor FusedConv2D
+ * (inference graphs only). */
 static const psg_op_def_t op_conv2d = {.name = "Conv2D",
                                        .num_inputs = 2,
                                        .num_outputs = 1,
@@ -454,6 +474,13 @@ static const psg_op_def_t op_conv2d = {.name = "Conv2D",
                                        .cuda = PSG_GPU_KERNEL(psg_gpu_conv2d),
                                        .prepare = psg_nn_prepare_conv,
                                        .params_size = sizeof(psg_nn_params_t)};
+static const psg_op_def_t op_fused_conv2d = {.name = "FusedConv2D",
+                                             .num_inputs = 3,
+                                             .num_outputs = 1,
+                                             .infer = infer_fused_conv2d,
+                                             .cpu = psg_cpu_fused_conv2d,
+                                             .prepare = psg_nn_prepare_fused_conv,
+                                             .params_size = sizeof(psg_nn_params_t)};
 static const psg_op_def_t op_conv2d_bi = {.name = "Conv2DBackpropInput",
                                           .num_inputs = 3,
                                           .num_outputs = 1,
@@ -537,9 +564,9 @@ static const psg_op_def_t op_fused_bn_grad = {.name = "FusedBatchNormGrad",
                                                   PSG_GPU_KERNEL(psg_gpu_fused_batch_norm_grad)};
 
 const psg_op_def_t *const psg_nn_ops[] = {
-    &op_conv2d,        &op_conv2d_bi, &op_conv2d_bf,     &op_max_pool,
-    &op_max_pool_grad, &op_avg_pool,  &op_avg_pool_grad, &op_bias_add,
-    &op_bias_add_grad, &op_fused_bn,  &op_fused_bn_grad, NULL,
+    &op_conv2d,        &op_conv2d_bi,     &op_conv2d_bf, &op_max_pool,      &op_max_pool_grad,
+    &op_avg_pool,      &op_avg_pool_grad, &op_bias_add,  &op_bias_add_grad, &op_fused_bn,
+    &op_fused_bn_grad, &op_fused_conv2d,  NULL,
 };
 
 /* ---- builders ---- */
@@ -577,6 +604,19 @@ psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, ps
                           int stride_h, int stride_w, psg_padding_t padding) {
     return conv_node(g, "Conv2D", name, 2, (psg_endpoint_t[]){x, filter}, stride_h, stride_w,
                      padding);
+}
+
+psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
+                                int stride_w, psg_padding_t padding, bool relu) {
+    psg_node_builder_t *b = psg_node_begin(g, "FusedConv2D", name);
+    psg_node_add_input(b, x);
+    psg_node_add_input(b, filter);
+    psg_node_add_input(b, bias);
+    psg_node_attr_ints(b, "strides", 2, (int64_t[]){stride_h, stride_w});
+    psg_node_attr_str(b, "padding", padding_str(padding));
+    psg_node_attr_bool(b, "relu", relu);
+    return psg_node_finish_ep(b);
 }
 
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,

@@ -19,9 +19,11 @@ typedef struct {
     psg_nn_attrs_t a;
     bool have_geom;
     psg_nn_geom_t geom;
+    bool relu; /* FusedConv2D: ReLU after the bias */
 } psg_nn_params_t;
 
 int psg_nn_prepare_conv(const psg_graph_t *g, const psg_node_t *n, void *params);
+int psg_nn_prepare_fused_conv(const psg_graph_t *g, const psg_node_t *n, void *params);
 int psg_nn_prepare_pool(const psg_graph_t *g, const psg_node_t *n, void *params);
 
 /* The geometry of the conv or pool that kernel ctx c runs (inputs[0] the

@@ -110,7 +110,7 @@ double psg_node_flops(const psg_graph_t *g, const psg_node_t *n, int64_t unknown
         double k = dim_of(g, psg_node_input(n, 0), ta ? 0 : 1), mn = numel_of(g, out, unknown_dim);
         return k < 0 || mn < 0 ? 0 : 2 * mn * k;
     }
-    bool conv = !strcmp(op, "Conv2D"),
+    bool conv = !strcmp(op, "Conv2D") || !strcmp(op, "FusedConv2D"),
          grads = !strcmp(op, "Conv2DBackpropInput") || !strcmp(op, "Conv2DBackpropFilter");
     if ((!conv && !grads) || psg_node_num_inputs(n) < (conv ? 2 : 3)) return 0;
     /* the filter is [Kh, Kw, Ci, Co]; the output space is y (Conv2D) or dy (gradients) */

@@ -226,6 +226,8 @@ static int pair(const psg_node_t *n, const char *key, int64_t *h, int64_t *w) {
     return psg_error_set("attribute '%s' is not [h, w]", key);
 }
 
+/* Conv2D: Conv of the NCHW input and the OIHW filter; FusedConv2D: the same with its bias as
+ * Conv's third input, then Relu when the node asks. */
 static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
     const psg_shape_t *f = in_shape(x, n, 1);
@@ -236,10 +238,20 @@ static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     const char *w = ox_in(x, n, 1), *oihw = ox_fresh(x, psg_node_name(n), "oihw");
     ox_attr_ints(x, ox_node(x, "Transpose", oihw, 1, &w, 1, &oihw), "perm", 4,
                  (const int64_t[]){3, 2, 0, 1});
-    Onnx__NodeProto *c = simple(x, n, "Conv", 2, (const char *[]){ox_in_nchw(x, n, 0), oihw}, true);
+    bool fused = psg_node_num_inputs(n) == 3, relu = fused && psg_node_get_bool(n, "relu", false);
+    const char *in[3] = {ox_in_nchw(x, n, 0), oihw, fused ? ox_in(x, n, 2) : NULL};
+    Onnx__NodeProto *c;
+    const char *y = NULL;
+    if (relu) {
+        y = ox_fresh(x, psg_node_name(n), "conv");
+        c = ox_node(x, "Conv", y, fused ? 3 : 2, in, 1, &y);
+    } else {
+        c = simple(x, n, "Conv", fused ? 3 : 2, in, true);
+    }
     ox_attr_ints(x, c, "kernel_shape", 2, (const int64_t[]){f->dims[0], f->dims[1]});
     ox_attr_ints(x, c, "strides", 2, (const int64_t[]){sh, sw});
     ox_attr_ints(x, c, "pads", 4, pads);
+    if (relu) simple(x, n, "Relu", 1, &y, true);
     return 0;
 }
 
@@ -419,6 +431,7 @@ static const struct {
     {"MatMul", "MatMul", emit_matmul},
     {"Dense", "Gemm", emit_dense},
     {"Conv2D", "Conv", emit_conv},
+    {"FusedConv2D", "Conv", emit_conv},
     {"MaxPool", "MaxPool", emit_pool},
     {"AvgPool", "AveragePool", emit_pool},
     {"FusedBatchNorm", "BatchNormalization", emit_batch_norm},

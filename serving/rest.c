@@ -298,9 +298,10 @@ static bool plain_value(plain_t *x, int d) {
     plain_ws(x);
     if (d == x->rank) {
         bool integral;
-        const char *why, *end = psg_json_scan_number(x->p, &integral, &why);
+        double v;
+        const char *why, *end = psg_json_read_number(x->p, &v, &integral, &why);
         if (!end) return false;
-        x->v[x->at++] = (float)psg_json_number_value(x->p, end);
+        x->v[x->at++] = (float)v;
         x->p = end;
         return true;
     }

@@ -80,7 +80,8 @@ static int build_image_model(psg_servable_t *s, const psg_checkpoint_t *ck,
         return psg_error_set("%s: the %s's first layer takes %lld values: give --image-size H,W,C",
                              s->checkpoint, s->model, (long long)fc1.dims[0]);
     psg_model_t m;
-    if (psg_model_build(s->g, s->model, h, w, c, (int)last.dims[1], 1, &m) < 0) return -1;
+    psg_model_options_t mo = {.fused_conv = true}; /* inference only: one pass a conv layer */
+    if (psg_model_build_with(s->g, s->model, h, w, c, (int)last.dims[1], 1, &mo, &m) < 0) return -1;
     add_io(s, true, "images", m.images);
     add_io(s, false, "logits", m.logits);
     add_io(s, false, "probabilities", psg_softmax(s->g, "probabilities", m.logits));

@@ -354,7 +354,7 @@ static void test_conv2d_direct_rows(void) {
         psg_tensor_t *whole = psg_tensor_new(PSG_DT_F32, &sy);
         psg_threadpool_t *one = psg_threadpool_new(1);
         CHECK(whole && one &&
-              psg_conv_direct_forward(one, &ng, psg_tensor_f32(fw[0]), psg_tensor_f32(fw[1]),
+              psg_conv_direct_forward(one, &ng, psg_tensor_f32(fw[0]), psg_tensor_f32(fw[1]), NULL,
                                       psg_tensor_f32(whole)) == 0);
         psg_threadpool_destroy(&one);
         if (rows && whole) {

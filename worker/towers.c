@@ -55,10 +55,10 @@ static int build_tower(psg_graph_t *g, const psg_towers_config_t *c, int k, towe
     int rc = 0;
     if (k > 0) rc = psg_graph_push_scope(g, scope);
     if (rc == 0) {
-        rc = c->build
-                 ? c->build(c->build_ctx, g, k, m)
-                 : psg_model_build_with(g, c->model, c->height, c->width, c->channels, c->classes,
-                                        c->seed, &(psg_model_options_t){c->dense_shard_bytes}, m);
+        rc = c->build ? c->build(c->build_ctx, g, k, m)
+                      : psg_model_build_with(
+                            g, c->model, c->height, c->width, c->channels, c->classes, c->seed,
+                            &(psg_model_options_t){.dense_shard_bytes = c->dense_shard_bytes}, m);
         if (k > 0) psg_graph_pop_scope(g);
     }
     psg_graph_pop_device(g);

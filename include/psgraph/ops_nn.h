@@ -16,6 +16,13 @@ typedef enum { PSG_PADDING_VALID = 0, PSG_PADDING_SAME = 1 } psg_padding_t;
  * "dilations" attribute is rejected). Its gradient is the two ops below. */
 psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_endpoint_t filter,
                           int stride_h, int stride_w, psg_padding_t padding);
+/* y = conv(x, filter) + bias [OC], then ReLU when relu: an inference graph's conv layer in
+ * one FusedConv2D node (TensorFlow's _FusedConv2D; ONNX's Conv with its bias, and Relu), the
+ * same floats as psg_conv2d, psg_bias_add and psg_relu one after another, in one pass over
+ * the output while it is in cache. f32 only, and no gradient: training builds the three. */
+psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
+                                int stride_w, psg_padding_t padding, bool relu);
 /* dx of a conv, from dy [N, OH, OW, OC]; x gives only its shape. */
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                          psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,

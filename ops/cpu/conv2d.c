@@ -27,17 +27,18 @@
 
 typedef struct {
     psg_nn_geom_t g;
-    int64_t k;                   /* KH * KW * C: the GEMM's inner dim */
-    int64_t parts;               /* slices of the batch run in parallel */
-    int64_t band;                /* output pixels (GEMM rows) per GEMM */
-    psg_threadpool_t *gemm_pool; /* splits each GEMM when the batch is not split */
-    const float *x;              /* input (N, H, W, C) */
-    const float *w;              /* filter (KH, KW, C, OC) */
-    const float *dy;             /* output gradient (N, OH, OW, OC) */
-    float *y;                    /* output (N, OH, OW, OC) */
-    float *dx;                   /* input gradient (N, H, W, C) */
-    float *dw;                   /* filter gradient (KH, KW, C, OC) */
-    float *partial;              /* (parts - 1, KH * KW * C, OC): filter gradient of parts 1.. */
+    int64_t k;                     /* KH * KW * C: the GEMM's inner dim */
+    int64_t parts;                 /* slices of the batch run in parallel */
+    int64_t band;                  /* output pixels (GEMM rows) per GEMM */
+    psg_threadpool_t *gemm_pool;   /* splits each GEMM when the batch is not split */
+    const float *x;                /* input (N, H, W, C) */
+    const float *w;                /* filter (KH, KW, C, OC) */
+    const float *dy;               /* output gradient (N, OH, OW, OC) */
+    float *y;                      /* output (N, OH, OW, OC) */
+    float *dx;                     /* input gradient (N, H, W, C) */
+    float *dw;                     /* filter gradient (KH, KW, C, OC) */
+    float *partial;                /* (parts - 1, KH * KW * C, OC): filter gradient of parts 1.. */
+    const psg_conv_epilogue_t *ep; /* forward: FusedConv2D's bias and ReLU, else NULL */
     int failed;
 } conv_job_t;
 
@@ -173,6 +174,7 @@ static void forward_band(conv_job_t *j, int64_t part, int64_t begin, int64_t p0,
     im2col(g, j->x, p0, p1, col);
     psg_gemm_f32(j->gemm_pool, false, false, p1 - p0, g->oc, j->k, 1.0f, col, j->k, j->w, g->oc,
                  0.0f, j->y + p0 * g->oc, g->oc);
+    if (j->ep) psg_conv_epilogue_rows(j->ep, j->y + p0 * g->oc, p1 - p0, g->oc);
 }
 
 static void forward_part(void *ctx, int64_t part, int64_t part_end) {
@@ -190,8 +192,40 @@ static int conv_setup(psg_kernel_ctx_t *c, int64_t col_bytes, conv_job_t *j) {
     return 0;
 }
 
-int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
-    if (psg_dtype_is_half(c->inputs[0]->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_conv2d);
+void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc) {
+    const float *restrict b = e->bias;
+    for (int64_t r = 0; r < rows; r++) {
+        float *restrict row = y + r * oc;
+        if (e->relu) {
+            for (int64_t i = 0; i < oc; i++) {
+                float v = row[i] + b[i];
+                row[i] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+            for (int64_t i = 0; i < oc; i++) row[i] += b[i];
+        }
+    }
+}
+
+typedef struct {
+    const psg_conv_epilogue_t *e;
+    float *y;
+    int64_t oc;
+} epilogue_job_t;
+
+static void epilogue_range(void *ctx, int64_t r0, int64_t r1) {
+    const epilogue_job_t *j = ctx;
+    psg_conv_epilogue_rows(j->e, j->y + r0 * j->oc, r1 - r0, j->oc);
+}
+
+void psg_conv_epilogue(psg_threadpool_t *pool, const psg_conv_epilogue_t *e, float *y, int64_t rows,
+                       int64_t oc) {
+    epilogue_job_t j = {e, y, oc};
+    psg_parallel_for(pool, rows, oc > 0 ? 32768 / oc + 1 : 1, epilogue_range, &j);
+}
+
+/* Conv2D's output, then the epilogue ep (FusedConv2D's) when not NULL. */
+static int conv_forward(psg_kernel_ctx_t *c, const psg_conv_epilogue_t *ep) {
     conv_job_t j;
     if (conv_setup(c, PSG_CONV_COL_BYTES, &j) < 0) return -1;
     psg_tensor_t *out = psg_kernel_alloc_output(c, 0);
@@ -199,16 +233,29 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
     j.x = psg_tensor_f32(c->inputs[0]);
     j.w = psg_tensor_f32(c->inputs[1]);
     j.y = psg_tensor_f32(out);
+    j.ep = ep;
     const psg_nn_geom_t *g = &j.g;
     if (is_pointwise(g)) {
         psg_gemm_f32(c->pool, false, false, g->n * g->h * g->w, g->oc, g->c, 1.0f, j.x, g->c, j.w,
                      g->oc, 0.0f, j.y, g->oc);
+        if (ep) psg_conv_epilogue(c->pool, ep, j.y, g->n * g->h * g->w, g->oc);
         return 0;
     }
     if (psg_conv_direct_forward_applies(g, c->pool))
-        return psg_conv_direct_forward(c->pool, g, j.x, j.w, j.y);
+        return psg_conv_direct_forward(c->pool, g, j.x, j.w, ep, j.y);
     psg_parallel_for(c->pool, j.parts, 1, forward_part, &j);
     return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
+}
+
+int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
+    if (psg_dtype_is_half(c->inputs[0]->dtype)) return psg_cpu_run_as_f32(c, psg_cpu_conv2d);
+    return conv_forward(c, NULL);
+}
+
+int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c) {
+    const psg_nn_params_t *p = psg_kernel_params(c);
+    psg_conv_epilogue_t ep = {.bias = psg_tensor_f32(c->inputs[2]), .relu = p->relu};
+    return conv_forward(c, &ep);
 }
 
 /* ---- Conv2DBackpropInput: dx = col2im(dy * W^T) ---- */
@@ -270,7 +317,7 @@ static int backprop_input_stride1(psg_kernel_ctx_t *c, const conv_job_t *j) {
     t.w = wf;
     int rc = 0;
     if (psg_conv_direct_applies(&t.g, c->pool)) {
-        rc = psg_conv_direct_forward(c->pool, &t.g, t.x, t.w, t.y);
+        rc = psg_conv_direct_forward(c->pool, &t.g, t.x, t.w, NULL, t.y);
     } else {
         psg_parallel_for(c->pool, t.parts, 1, forward_part, &t);
         if (t.failed) rc = psg_error_set("out of memory for the im2col buffer");

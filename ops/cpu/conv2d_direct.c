@@ -322,7 +322,8 @@ struct direct_job {
     float *y, *dw;
     float *first;   /* (K, ocp): part 0's filter gradient (dw itself when OC is whole vectors) */
     float *partial; /* (parts - 1, K, ocp): the other parts' */
-    const int64_t *offset; /* (K): filter row k's offset in the padded image */
+    const int64_t *offset;         /* (K): filter row k's offset in the padded image */
+    const psg_conv_epilogue_t *ep; /* forward: FusedConv2D's, on each image's outputs */
     int failed;
 };
 
@@ -480,6 +481,7 @@ static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
     forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch, 0, npix, 0, j->ocp);
     for (int64_t p = 0; b->wide && p < npix; p++)
         memcpy(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+    if (j->ep) psg_conv_epilogue_rows(j->ep, y, npix, g->oc); /* while the image is in cache */
 }
 
 /* The forward pass of fewer images than threads: all of them padded at once, then, a
@@ -526,15 +528,17 @@ static int forward_rows(psg_threadpool_t *pool, direct_job_t *j) {
         psg_parallel_for(pool, g->n * r.bands, 1, forward_bands, &r);
     for (int64_t p = 0; r.wide && p < g->n * g->oh * g->ow; p++)
         memcpy(j->y + p * g->oc, r.wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+    if (j->ep) psg_conv_epilogue(pool, j->ep, j->y, g->n * g->oh * g->ow, g->oc);
     psg_buffer_unref(&buf);
     return 0;
 }
 
 int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
-                            const float *w, float *y) {
+                            const float *w, const psg_conv_epilogue_t *ep, float *y) {
     direct_job_t j;
     job_init(&j, pool, g, x, forward_of_image);
     j.y = y;
+    j.ep = ep;
     j.w = w;
     psg_buffer_t *wb = NULL;
     if (j.ocp != g->oc) { /* the filter with OC padded to whole vectors */

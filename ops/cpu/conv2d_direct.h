@@ -23,9 +23,9 @@ bool psg_conv_direct_forward_applies(const psg_nn_geom_t *g, psg_threadpool_t *p
 /* y (N, OH, OW, OC) = conv(x (N, H, W, C), w (KH, KW, C, OC)): whole images a thread,
  * or, with fewer images than threads, bands of each image's output rows (the same
  * sums in the same order either way). Returns 0, or -1 with the error set (out of
- * memory). */
+ * memory). ep: FusedConv2D's bias and ReLU on each image's outputs, or NULL. */
 int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
-                            const float *w, float *y);
+                            const float *w, const psg_conv_epilogue_t *ep, float *y);
 
 /* dw (KH, KW, C, OC) = the filter gradient from x (N, H, W, C) and
  * dy (N, OH, OW, OC). Returns 0, or -1 with the error set. */

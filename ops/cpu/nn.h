@@ -44,6 +44,21 @@ int psg_nn_geom(const psg_shape_t *in, int64_t kh, int64_t kw, int64_t oc, const
                 psg_nn_geom_t *g);
 
 int psg_cpu_conv2d(psg_kernel_ctx_t *c);
+/* inputs: x, filter, bias (OC); Conv2D's output + bias, then ReLU when the params say so */
+int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c);
+
+/* What FusedConv2D adds to a conv's sums, on each output row while it is in cache: + bias,
+ * then ReLU when relu: the floats of BiasAdd (x + b) and Relu (x > 0 ? x : 0) after it. */
+typedef struct {
+    const float *bias; /* (OC) */
+    bool relu;
+} psg_conv_epilogue_t;
+
+/* y (rows, oc) = epilogue(y), row by row. */
+void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc);
+/* The same over the pool's threads. */
+void psg_conv_epilogue(psg_threadpool_t *pool, const psg_conv_epilogue_t *e, float *y, int64_t rows,
+                       int64_t oc);
 int psg_cpu_conv2d_backprop_input(psg_kernel_ctx_t *c);
 int psg_cpu_conv2d_backprop_filter(psg_kernel_ctx_t *c);
 int psg_cpu_max_pool(psg_kernel_ctx_t *c);

@@ -1,0 +1,119 @@
+/* FusedConv2D (ops/nn.c, ops/cpu/conv2d.c): bit for bit the floats of Conv2D, BiasAdd and
+ * Relu one after another, on every path of the CPU conv (direct kernels over whole images,
+ * over bands of rows when the batch is smaller than the pool, im2col + GEMM, a 1x1 conv's
+ * one GEMM), with one thread and with two; and a bias that does not fit refused naming the
+ * node. */
+#include "tests/testutil.h"
+
+#include <string.h>
+
+typedef struct {
+    int n, h, w, c, k, oc, stride;
+    bool same;
+} case_t;
+
+static const case_t cases[] = {
+    {8, 14, 14, 32, 5, 64, 1, true}, /* the cnn's conv2 at a served batch of 8: direct */
+    {8, 28, 28, 1, 5, 32, 1, true},  /* its conv1 */
+    {1, 28, 28, 1, 5, 32, 1, true},  /* a batch of one on two threads: bands of rows */
+    {2, 11, 13, 7, 3, 40, 2, false}, /* 40 channels padded to 48 inside the direct kernel */
+    {3, 5, 5, 4, 1, 6, 1, false},    /* 1x1: one GEMM */
+    {1, 3, 3, 5, 3, 7, 1, false},    /* one output row on two threads: im2col + GEMM */
+};
+
+typedef struct {
+    const case_t *k;
+    bool fused, relu;
+} build_t;
+
+static psg_padding_t pad_of(bool same) {
+    return same ? PSG_PADDING_SAME : PSG_PADDING_VALID;
+}
+
+/* y of case k, fused or as the three ops, on `threads` threads. */
+static psg_tensor_t *run(const build_t *b, psg_tensor_t *x, psg_tensor_t *w, psg_tensor_t *bias,
+                         int threads) {
+    const case_t *k = b->k;
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t in[3] = {psg_placeholder(g, "x", PSG_DT_F32, &x->shape),
+                            psg_placeholder(g, "w", PSG_DT_F32, &w->shape),
+                            psg_placeholder(g, "b", PSG_DT_F32, &bias->shape)};
+    psg_endpoint_t y;
+    if (b->fused) {
+        y = psg_fused_conv2d(g, "conv", in[0], in[1], in[2], k->stride, k->stride, pad_of(k->same),
+                             b->relu);
+    } else {
+        y = psg_conv2d(g, "conv", in[0], in[1], k->stride, k->stride, pad_of(k->same));
+        y = psg_bias_add(g, "bias", y, in[2]);
+        if (b->relu) y = psg_relu(g, "relu", y);
+    }
+    psg_tensor_t *out = NULL, *vals[3] = {x, w, bias};
+    psg_session_options_t opt = {.num_threads = threads};
+    psg_session_t *s = psg_session_new(g, &opt, NULL);
+    CHECK(s != NULL);
+    if (s && psg_session_run(s, 3, in, vals, 1, &y, &out, 0, NULL) < 0) out = NULL;
+    CHECK(out != NULL);
+    psg_session_destroy(&s);
+    psg_graph_destroy(&g);
+    return out;
+}
+
+static psg_tensor_t *random_tensor(psg_shape_t shape, uint64_t *seed) {
+    psg_tensor_t *t = psg_tensor_new(PSG_DT_F32, &shape);
+    float *v = psg_tensor_f32(t);
+    for (int64_t i = 0; i < psg_tensor_numel(t); i++) {
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((*seed >> 40) & 0xffff) / 32768.0f - 1.0f; /* [-1, 1): about half < 0 */
+    }
+    return t;
+}
+
+static void test_fused_equals_three_ops(void) {
+    uint64_t seed = 7;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const case_t *k = &cases[i];
+        psg_tensor_t *x = random_tensor(psg_shape_4d(k->n, k->h, k->w, k->c), &seed);
+        psg_tensor_t *w = random_tensor(psg_shape_4d(k->k, k->k, k->c, k->oc), &seed);
+        psg_tensor_t *bias = random_tensor(psg_shape_1d(k->oc), &seed);
+        for (int relu = 0; relu < 2; relu++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                build_t three = {k, false, relu}, fused = {k, true, relu};
+                psg_tensor_t *want = run(&three, x, w, bias, threads);
+                psg_tensor_t *got = run(&fused, x, w, bias, threads);
+                bool same = want && got && psg_tensor_numel(want) == psg_tensor_numel(got) &&
+                            memcmp(psg_tensor_f32(want), psg_tensor_f32(got),
+                                   sizeof(float) * (size_t)psg_tensor_numel(got)) == 0;
+                int64_t zeros = 0;
+                for (int64_t e = 0; got && e < psg_tensor_numel(got); e++)
+                    zeros += psg_tensor_f32(got)[e] == 0.0f;
+                CHECK(same);
+                /* the ReLU did cut: about half the outputs are 0 with it, almost none without */
+                CHECK(!got || (relu ? zeros > 0 : zeros < psg_tensor_numel(got) / 4));
+                if (!same)
+                    fprintf(stderr, "  case %zu (relu %d, %d threads): fused != conv + bias%s\n", i,
+                            relu, threads, relu ? " + relu" : "");
+                psg_tensor_destroy(&want);
+                psg_tensor_destroy(&got);
+            }
+        }
+        psg_tensor_destroy(&x);
+        psg_tensor_destroy(&w);
+        psg_tensor_destroy(&bias);
+    }
+}
+
+static void test_bias_must_fit(void) {
+    psg_graph_t *g = psg_graph_new();
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {1, 6, 6, 3}});
+    psg_endpoint_t w = psg_placeholder(g, "w", PSG_DT_F32, &(psg_shape_t){4, {3, 3, 3, 8}});
+    psg_endpoint_t b = psg_placeholder(g, "b", PSG_DT_F32, &(psg_shape_t){1, {7}});
+    CHECK(!psg_endpoint_valid(psg_fused_conv2d(g, "conv1", x, w, b, 1, 1, PSG_PADDING_SAME, true)));
+    CHECK_ERROR_HAS("node 'conv1' (FusedConv2D): bias [7] does not match the output channels");
+    psg_graph_destroy(&g);
+}
+
+int main(void) {
+    RUN_TEST(test_fused_equals_three_ops);
+    RUN_TEST(test_bias_must_fit);
+    return psg_test_summary();
+}
