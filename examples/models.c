@@ -117,14 +117,15 @@ static psg_endpoint_t conv_block(psg_graph_t *g, const char *scope, psg_endpoint
     psg_endpoint_t b = param(g, scope, "biases", &(psg_shape_t){1, {out}}, k * k * in, seed + 1);
     psg_endpoint_t y;
     if (fused) {
+        psg_fused_pool_t pool = {2, 2, 2, 2, PSG_PADDING_VALID};
         y = psg_fused_conv2d(g, NULL, x, psg_read_variable(g, NULL, w),
-                             psg_read_variable(g, NULL, b), 1, 1, PSG_PADDING_SAME, true);
+                             psg_read_variable(g, NULL, b), 1, 1, PSG_PADDING_SAME, true, &pool);
     } else {
         y = psg_conv2d(g, NULL, x, psg_read_variable(g, NULL, w), 1, 1, PSG_PADDING_SAME);
         y = psg_bias_add(g, NULL, y, psg_read_variable(g, NULL, b));
         y = psg_relu(g, NULL, y);
+        y = psg_max_pool(g, NULL, y, 2, 2, 2, 2, PSG_PADDING_VALID);
     }
-    y = psg_max_pool(g, NULL, y, 2, 2, 2, 2, PSG_PADDING_VALID);
     psg_graph_pop_scope(g);
     return y;
 }

@@ -121,9 +121,26 @@ int psg_nn_prepare_conv(const psg_graph_t *g, const psg_node_t *n, void *params)
     return nn_prepare(g, n, params, false);
 }
 
+/* The pool of a FusedConv2D ("pool_ksize", "pool_strides", "pool_padding"): *has false when
+ * the node has none. */
+static int read_fused_pool(const psg_node_t *n, bool *has, psg_nn_attrs_t *a) {
+    memset(a, 0, sizeof *a);
+    *has = psg_node_attr(n, "pool_ksize") != NULL;
+    if (!*has) return 0;
+    if (read_pair(n, "pool_ksize", &a->kh, &a->kw) < 0 ||
+        read_pair(n, "pool_strides", &a->sh, &a->sw) < 0)
+        return -1;
+    const char *pad = psg_node_get_str(n, "pool_padding", "");
+    if (strcmp(pad, "SAME") && strcmp(pad, "VALID"))
+        return psg_error_set("pool_padding must be SAME or VALID, got '%s'", pad);
+    a->same = !strcmp(pad, "SAME");
+    return 0;
+}
+
 int psg_nn_prepare_fused_conv(const psg_graph_t *g, const psg_node_t *n, void *params) {
     psg_nn_params_t *p = params;
     p->relu = psg_node_get_bool(n, "relu", false);
+    if (read_fused_pool(n, &p->pool, &p->pool_a) < 0) return -1;
     return nn_prepare(g, n, p, false);
 }
 
@@ -203,9 +220,19 @@ static int infer_conv2d(psg_infer_ctx_t *c) {
     return conv_out_shape(c, 0, 1, &c->out_shapes[0]);
 }
 
-/* FusedConv2D: (x, filter, bias [OC]) -> y, f32 */
+/* FusedConv2D: (x, filter, bias [OC]) -> y, pooled when the node has a pool; f32 */
 static int infer_fused_conv2d(psg_infer_ctx_t *c) {
     if (expect_f32(c) < 0 || infer_conv2d(c) < 0) return -1;
+    bool pool;
+    psg_nn_attrs_t pa;
+    psg_nn_geom_t pg;
+    psg_shape_t *y = &c->out_shapes[0];
+    if (read_fused_pool(c->node, &pool, &pa) < 0) return -1;
+    if (pool) {
+        if (psg_nn_geom(y, pa.kh, pa.kw, y->dims[3], &pa, &pg) < 0)
+            return psg_error_wrap("its pool");
+        *y = psg_shape_4d(y->dims[0], pg.oh, pg.ow, y->dims[3]);
+    }
     const psg_shape_t *b = &c->in_shapes[2], *f = &c->in_shapes[1];
     int64_t oc = f->rank == 4 ? f->dims[3] : -1;
     if (b->rank >= 0 && (b->rank != 1 || (oc >= 0 && b->dims[0] >= 0 && b->dims[0] != oc))) {
@@ -608,7 +635,8 @@ psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, ps
 
 psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                 psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
-                                int stride_w, psg_padding_t padding, bool relu) {
+                                int stride_w, psg_padding_t padding, bool relu,
+                                const psg_fused_pool_t *pool) {
     psg_node_builder_t *b = psg_node_begin(g, "FusedConv2D", name);
     psg_node_add_input(b, x);
     psg_node_add_input(b, filter);
@@ -616,6 +644,11 @@ psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t
     psg_node_attr_ints(b, "strides", 2, (int64_t[]){stride_h, stride_w});
     psg_node_attr_str(b, "padding", padding_str(padding));
     psg_node_attr_bool(b, "relu", relu);
+    if (pool) {
+        psg_node_attr_ints(b, "pool_ksize", 2, (int64_t[]){pool->kh, pool->kw});
+        psg_node_attr_ints(b, "pool_strides", 2, (int64_t[]){pool->stride_h, pool->stride_w});
+        psg_node_attr_str(b, "pool_padding", padding_str(pool->padding));
+    }
     return psg_node_finish_ep(b);
 }
 

@@ -194,14 +194,12 @@ static int emit_dense(ox_t *x, const psg_node_t *n, const char *op) {
 /* ---- the NCHW ops ---- */
 
 /* ONNX's pads [top, left, bottom, right] for psgraph's SAME (TensorFlow's: the odd cell
- * at the end) or VALID window over an input of h x w. */
-static int window_pads(ox_t *x, const psg_node_t *n, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                       int64_t pads[4]) {
+ * at the end) or VALID window over an input of in[0] x in[1]. */
+static int pads_of(const char *padding, const int64_t in[2], int64_t kh, int64_t kw, int64_t sh,
+                   int64_t sw, int64_t pads[4]) {
     memset(pads, 0, 4 * sizeof *pads);
-    const char *p = psg_node_get_str(n, "padding", "VALID");
-    if (strcmp(p, "SAME")) return 0;
-    const psg_shape_t *s = in_shape(x, n, 0);
-    int64_t in[2] = {s->dims[1], s->dims[2]}, k[2] = {kh, kw}, st[2] = {sh, sw};
+    if (strcmp(padding, "SAME")) return 0;
+    int64_t k[2] = {kh, kw}, st[2] = {sh, sw};
     for (int d = 0; d < 2; d++) {
         if (in[d] < 0) return psg_error_set("SAME padding over an unknown spatial size");
         int64_t out = (in[d] + st[d] - 1) / st[d];
@@ -211,6 +209,14 @@ static int window_pads(ox_t *x, const psg_node_t *n, int64_t kh, int64_t kw, int
         pads[d + 2] = total - total / 2;
     }
     return 0;
+}
+
+/* pads_of the window of node n (its "padding") over its input 0. */
+static int window_pads(ox_t *x, const psg_node_t *n, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                       int64_t pads[4]) {
+    const psg_shape_t *s = in_shape(x, n, 0);
+    const int64_t in[2] = {s->dims[1], s->dims[2]};
+    return pads_of(psg_node_get_str(n, "padding", "VALID"), in, kh, kw, sh, sw, pads);
 }
 
 static int pair(const psg_node_t *n, const char *key, int64_t *h, int64_t *w) {
@@ -226,11 +232,25 @@ static int pair(const psg_node_t *n, const char *key, int64_t *h, int64_t *w) {
     return psg_error_set("attribute '%s' is not [h, w]", key);
 }
 
+/* FusedConv2D's pool after the conv's output y (NCHW, of spatial size out): a MaxPool to node n's
+ * output. */
+static int emit_fused_pool(ox_t *x, const psg_node_t *n, const char *y, const int64_t out[2]) {
+    int64_t kh = 1, kw = 1, sh = 1, sw = 1, pads[4];
+    if (pair(n, "pool_ksize", &kh, &kw) < 0 || pair(n, "pool_strides", &sh, &sw) < 0 ||
+        pads_of(psg_node_get_str(n, "pool_padding", "VALID"), out, kh, kw, sh, sw, pads) < 0)
+        return -1;
+    Onnx__NodeProto *p = simple(x, n, "MaxPool", 1, &y, true);
+    ox_attr_ints(x, p, "kernel_shape", 2, (const int64_t[]){kh, kw});
+    ox_attr_ints(x, p, "strides", 2, (const int64_t[]){sh, sw});
+    ox_attr_ints(x, p, "pads", 4, pads);
+    return 0;
+}
+
 /* Conv2D: Conv of the NCHW input and the OIHW filter; FusedConv2D: the same with its bias as
- * Conv's third input, then Relu when the node asks. */
+ * Conv's third input, then Relu and MaxPool when the node has them. */
 static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     (void)op;
-    const psg_shape_t *f = in_shape(x, n, 1);
+    const psg_shape_t *f = in_shape(x, n, 1), *s = in_shape(x, n, 0);
     int64_t sh = 1, sw = 1, pads[4];
     if (f->rank != 4 || pair(n, "strides", &sh, &sw) < 0)
         return psg_error_set("a Conv2D without a 4-d filter and strides");
@@ -239,10 +259,11 @@ static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     ox_attr_ints(x, ox_node(x, "Transpose", oihw, 1, &w, 1, &oihw), "perm", 4,
                  (const int64_t[]){3, 2, 0, 1});
     bool fused = psg_node_num_inputs(n) == 3, relu = fused && psg_node_get_bool(n, "relu", false);
+    bool pool = fused && psg_node_attr(n, "pool_ksize");
     const char *in[3] = {ox_in_nchw(x, n, 0), oihw, fused ? ox_in(x, n, 2) : NULL};
     Onnx__NodeProto *c;
     const char *y = NULL;
-    if (relu) {
+    if (relu || pool) {
         y = ox_fresh(x, psg_node_name(n), "conv");
         c = ox_node(x, "Conv", y, fused ? 3 : 2, in, 1, &y);
     } else {
@@ -251,8 +272,21 @@ static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     ox_attr_ints(x, c, "kernel_shape", 2, (const int64_t[]){f->dims[0], f->dims[1]});
     ox_attr_ints(x, c, "strides", 2, (const int64_t[]){sh, sw});
     ox_attr_ints(x, c, "pads", 4, pads);
-    if (relu) simple(x, n, "Relu", 1, &y, true);
-    return 0;
+    if (relu && !pool) simple(x, n, "Relu", 1, &y, true);
+    if (!pool) return 0;
+    if (relu) {
+        const char *r = ox_fresh(x, psg_node_name(n), "relu");
+        ox_node(x, "Relu", r, 1, &y, 1, &r);
+        y = r;
+    }
+    /* the conv's output size: the pool's input (TensorFlow's SAME: ceil(in / stride)) */
+    int64_t st[2] = {sh, sw}, out[2];
+    for (int d = 0; d < 2; d++) {
+        int64_t i = s->dims[1 + d], k = f->dims[d];
+        out[d] = !strcmp(psg_node_get_str(n, "padding", "VALID"), "SAME") ? (i + st[d] - 1) / st[d]
+                                                                          : (i - k) / st[d] + 1;
+    }
+    return emit_fused_pool(x, n, y, out);
 }
 
 static int emit_pool(ox_t *x, const psg_node_t *n, const char *op) {

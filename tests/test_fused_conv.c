@@ -1,8 +1,8 @@
-/* FusedConv2D (ops/nn.c, ops/cpu/conv2d.c): bit for bit the floats of Conv2D, BiasAdd and
- * Relu one after another, on every path of the CPU conv (direct kernels over whole images,
- * over bands of rows when the batch is smaller than the pool, im2col + GEMM, a 1x1 conv's
- * one GEMM), with one thread and with two; and a bias that does not fit refused naming the
- * node. */
+/* FusedConv2D (ops/nn.c, ops/cpu/conv2d.c): bit for bit the floats of Conv2D, BiasAdd, Relu
+ * and MaxPool one after another, on every path of the CPU conv (direct kernels over whole
+ * images, each pooled as it is finished; over bands of rows when the batch is smaller than
+ * the pool; im2col + GEMM; a 1x1 conv's one GEMM), with one thread and with two; and a bias
+ * or a pool that does not fit refused naming the node. */
 #include "tests/testutil.h"
 
 #include <string.h>
@@ -24,7 +24,13 @@ static const case_t cases[] = {
 typedef struct {
     const case_t *k;
     bool fused, relu;
+    const psg_fused_pool_t *pool; /* NULL: none */
 } build_t;
+
+static const psg_fused_pool_t pools[] = {
+    {2, 2, 2, 2, PSG_PADDING_VALID}, /* the cnn's */
+    {3, 3, 2, 2, PSG_PADDING_SAME},  /* windows over the edge, and overlapping */
+};
 
 static psg_padding_t pad_of(bool same) {
     return same ? PSG_PADDING_SAME : PSG_PADDING_VALID;
@@ -41,11 +47,14 @@ static psg_tensor_t *run(const build_t *b, psg_tensor_t *x, psg_tensor_t *w, psg
     psg_endpoint_t y;
     if (b->fused) {
         y = psg_fused_conv2d(g, "conv", in[0], in[1], in[2], k->stride, k->stride, pad_of(k->same),
-                             b->relu);
+                             b->relu, b->pool);
     } else {
         y = psg_conv2d(g, "conv", in[0], in[1], k->stride, k->stride, pad_of(k->same));
         y = psg_bias_add(g, "bias", y, in[2]);
         if (b->relu) y = psg_relu(g, "relu", y);
+        if (b->pool)
+            y = psg_max_pool(g, "pool", y, b->pool->kh, b->pool->kw, b->pool->stride_h,
+                             b->pool->stride_w, b->pool->padding);
     }
     psg_tensor_t *out = NULL, *vals[3] = {x, w, bias};
     psg_session_options_t opt = {.num_threads = threads};
@@ -75,9 +84,12 @@ static void test_fused_equals_three_ops(void) {
         psg_tensor_t *x = random_tensor(psg_shape_4d(k->n, k->h, k->w, k->c), &seed);
         psg_tensor_t *w = random_tensor(psg_shape_4d(k->k, k->k, k->c, k->oc), &seed);
         psg_tensor_t *bias = random_tensor(psg_shape_1d(k->oc), &seed);
-        for (int relu = 0; relu < 2; relu++) {
+        for (int v = 0; v < 6; v++) { /* ReLU or not, times no pool and the two pools */
+            bool relu = v % 2;
+            const psg_fused_pool_t *pool = v < 2 ? NULL : &pools[(v - 2) / 2];
+            if (pool && (k->h < 4 || k->w < 4)) continue; /* a conv output too small to pool */
             for (int threads = 1; threads <= 2; threads++) {
-                build_t three = {k, false, relu}, fused = {k, true, relu};
+                build_t three = {k, false, relu, pool}, fused = {k, true, relu, pool};
                 psg_tensor_t *want = run(&three, x, w, bias, threads);
                 psg_tensor_t *got = run(&fused, x, w, bias, threads);
                 bool same = want && got && psg_tensor_numel(want) == psg_tensor_numel(got) &&
@@ -87,11 +99,11 @@ static void test_fused_equals_three_ops(void) {
                 for (int64_t e = 0; got && e < psg_tensor_numel(got); e++)
                     zeros += psg_tensor_f32(got)[e] == 0.0f;
                 CHECK(same);
-                /* the ReLU did cut: about half the outputs are 0 with it, almost none without */
+                /* the ReLU did cut: outputs are 0 with it, almost none without */
                 CHECK(!got || (relu ? zeros > 0 : zeros < psg_tensor_numel(got) / 4));
                 if (!same)
-                    fprintf(stderr, "  case %zu (relu %d, %d threads): fused != conv + bias%s\n", i,
-                            relu, threads, relu ? " + relu" : "");
+                    fprintf(stderr, "  case %zu (%d threads): fused != conv + bias%s%s\n", i,
+                            threads, relu ? " + relu" : "", pool ? " + max pool" : "");
                 psg_tensor_destroy(&want);
                 psg_tensor_destroy(&got);
             }
@@ -107,8 +119,16 @@ static void test_bias_must_fit(void) {
     psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &(psg_shape_t){4, {1, 6, 6, 3}});
     psg_endpoint_t w = psg_placeholder(g, "w", PSG_DT_F32, &(psg_shape_t){4, {3, 3, 3, 8}});
     psg_endpoint_t b = psg_placeholder(g, "b", PSG_DT_F32, &(psg_shape_t){1, {7}});
-    CHECK(!psg_endpoint_valid(psg_fused_conv2d(g, "conv1", x, w, b, 1, 1, PSG_PADDING_SAME, true)));
+    CHECK(!psg_endpoint_valid(
+        psg_fused_conv2d(g, "conv1", x, w, b, 1, 1, PSG_PADDING_SAME, true, NULL)));
     CHECK_ERROR_HAS("node 'conv1' (FusedConv2D): bias [7] does not match the output channels");
+    /* a VALID pool window larger than the conv's 6 x 6 output */
+    psg_endpoint_t b8 = psg_placeholder(g, "b8", PSG_DT_F32, &(psg_shape_t){1, {8}});
+    psg_fused_pool_t big = {7, 7, 1, 1, PSG_PADDING_VALID};
+    CHECK(!psg_endpoint_valid(
+        psg_fused_conv2d(g, "conv2", x, w, b8, 1, 1, PSG_PADDING_SAME, true, &big)));
+    CHECK_ERROR_HAS("node 'conv2' (FusedConv2D)");
+    CHECK_ERROR_HAS("VALID window of 7 does not fit an input of 6");
     psg_graph_destroy(&g);
 }
 

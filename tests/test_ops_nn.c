@@ -557,12 +557,20 @@ static psg_endpoint_t build_pool_grad(psg_graph_t *g, const psg_endpoint_t *in, 
 }
 
 static const pool_case_t pool_cases[] = {
-    {2, 7, 9, 3, 2, 2, 2, 2, false, false},  {2, 7, 9, 3, 3, 3, 2, 2, true, false},
-    {1, 8, 8, 2, 3, 3, 2, 2, true, false},   {2, 5, 6, 3, 3, 3, 1, 1, true, false},
-    {1, 28, 28, 4, 2, 2, 2, 2, true, false}, {1, 35, 35, 2, 3, 3, 2, 2, false, false},
-    {2, 7, 9, 3, 2, 2, 2, 2, false, true},   {2, 7, 9, 3, 3, 3, 2, 2, true, true},
-    {1, 8, 8, 2, 3, 3, 2, 2, true, true},    {2, 5, 6, 3, 3, 3, 1, 1, true, true},
+    {2, 7, 9, 3, 2, 2, 2, 2, false, false},
+    {2, 7, 9, 3, 3, 3, 2, 2, true, false},
+    {1, 8, 8, 2, 3, 3, 2, 2, true, false},
+    {2, 5, 6, 3, 3, 3, 1, 1, true, false},
+    {1, 28, 28, 4, 2, 2, 2, 2, true, false},
+    {1, 35, 35, 2, 3, 3, 2, 2, false, false},
+    {2, 7, 9, 3, 2, 2, 2, 2, false, true},
+    {2, 7, 9, 3, 3, 3, 2, 2, true, true},
+    {1, 8, 8, 2, 3, 3, 2, 2, true, true},
+    {2, 5, 6, 3, 3, 3, 1, 1, true, true},
     {3, 8, 8, 5, 8, 8, 1, 1, false, true}, /* global average */
+    /* whole vectors of channels: max pool's window in registers (pool.c's max_window) */
+    {2, 7, 9, 16, 3, 3, 2, 2, true, false},
+    {1, 6, 6, 32, 2, 2, 2, 2, false, false},
 };
 
 /* Max pool's gradient where windows tie (ReLU outputs: many zeros): the first

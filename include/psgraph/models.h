@@ -55,8 +55,8 @@ typedef struct {
      * gradient's transfer is a shard's, not the whole weight's (docs/distributed.md).
      * 0: one variable per weight. */
     int64_t dense_shard_bytes;
-    /* An inference graph (a served model's): each conv layer's Conv2D, BiasAdd and ReLU as one
-     * FusedConv2D node (the same floats, one pass over the output); not for training, as the
+    /* An inference graph (a served model's): each conv layer's Conv2D, BiasAdd, ReLU and MaxPool as
+     * one FusedConv2D node (the same floats, one pass over the output); not for training, as the
      * fused op has no gradient. */
     bool fused_conv;
 } psg_model_options_t;

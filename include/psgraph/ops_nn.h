@@ -16,13 +16,21 @@ typedef enum { PSG_PADDING_VALID = 0, PSG_PADDING_SAME = 1 } psg_padding_t;
  * "dilations" attribute is rejected). Its gradient is the two ops below. */
 psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, psg_endpoint_t filter,
                           int stride_h, int stride_w, psg_padding_t padding);
-/* y = conv(x, filter) + bias [OC], then ReLU when relu: an inference graph's conv layer in
- * one FusedConv2D node (TensorFlow's _FusedConv2D; ONNX's Conv with its bias, and Relu), the
- * same floats as psg_conv2d, psg_bias_add and psg_relu one after another, in one pass over
- * the output while it is in cache. f32 only, and no gradient: training builds the three. */
+/* A max pool after a fused conv: window kh x kw, strides, padding. */
+typedef struct {
+    int kh, kw, stride_h, stride_w;
+    psg_padding_t padding;
+} psg_fused_pool_t;
+
+/* y = conv(x, filter) + bias [OC], then ReLU when relu, then a max pool when pool is not NULL:
+ * an inference graph's conv layer in one FusedConv2D node (TensorFlow's _FusedConv2D; ONNX's
+ * Conv with its bias, Relu, MaxPool), the same floats as psg_conv2d, psg_bias_add, psg_relu and
+ * psg_max_pool one after another, each image's outputs finished while they are in cache.
+ * f32 only, and no gradient: training builds the separate ops. */
 psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                 psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
-                                int stride_w, psg_padding_t padding, bool relu);
+                                int stride_w, psg_padding_t padding, bool relu,
+                                const psg_fused_pool_t *pool);
 /* dx of a conv, from dy [N, OH, OW, OC]; x gives only its shape. */
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                          psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,

@@ -224,7 +224,29 @@ void psg_conv_epilogue(psg_threadpool_t *pool, const psg_conv_epilogue_t *e, flo
     psg_parallel_for(pool, rows, oc > 0 ? 32768 / oc + 1 : 1, epilogue_range, &j);
 }
 
-/* Conv2D's output, then the epilogue ep (FusedConv2D's) when not NULL. */
+/* j's conv into j->y, then the epilogue j->ep's bias and ReLU (its pool only where the direct
+ * kernels take it: direct_pools). */
+static int conv_into(psg_kernel_ctx_t *c, conv_job_t *j, bool direct_pools) {
+    const psg_nn_geom_t *g = &j->g;
+    const psg_conv_epilogue_t *ep = j->ep;
+    if (is_pointwise(g)) {
+        psg_gemm_f32(c->pool, false, false, g->n * g->h * g->w, g->oc, g->c, 1.0f, j->x, g->c, j->w,
+                     g->oc, 0.0f, j->y, g->oc);
+        if (ep) psg_conv_epilogue(c->pool, ep, j->y, g->n * g->h * g->w, g->oc);
+        return 0;
+    }
+    if (psg_conv_direct_forward_applies(g, c->pool)) {
+        psg_conv_epilogue_t unpooled = ep ? *ep : (psg_conv_epilogue_t){0};
+        unpooled.pool = direct_pools && ep ? ep->pool : NULL;
+        return psg_conv_direct_forward(c->pool, g, j->x, j->w, ep ? &unpooled : NULL, j->y);
+    }
+    psg_parallel_for(c->pool, j->parts, 1, forward_part, j);
+    return j->failed ? psg_error_set("out of memory for the im2col buffer") : 0;
+}
+
+/* Conv2D's output, then the epilogue ep (FusedConv2D's) when not NULL: with a pool, each
+ * image pooled as the direct kernels finish it, or else the whole conv's output (a buffer)
+ * pooled after it. */
 static int conv_forward(psg_kernel_ctx_t *c, const psg_conv_epilogue_t *ep) {
     conv_job_t j;
     if (conv_setup(c, PSG_CONV_COL_BYTES, &j) < 0) return -1;
@@ -235,16 +257,16 @@ static int conv_forward(psg_kernel_ctx_t *c, const psg_conv_epilogue_t *ep) {
     j.y = psg_tensor_f32(out);
     j.ep = ep;
     const psg_nn_geom_t *g = &j.g;
-    if (is_pointwise(g)) {
-        psg_gemm_f32(c->pool, false, false, g->n * g->h * g->w, g->oc, g->c, 1.0f, j.x, g->c, j.w,
-                     g->oc, 0.0f, j.y, g->oc);
-        if (ep) psg_conv_epilogue(c->pool, ep, j.y, g->n * g->h * g->w, g->oc);
-        return 0;
-    }
-    if (psg_conv_direct_forward_applies(g, c->pool))
-        return psg_conv_direct_forward(c->pool, g, j.x, j.w, ep, j.y);
-    psg_parallel_for(c->pool, j.parts, 1, forward_part, &j);
-    return j.failed ? psg_error_set("out of memory for the im2col buffer") : 0;
+    if (!ep || !ep->pool) return conv_into(c, &j, false);
+    if (!is_pointwise(g) && psg_conv_direct_pools(g, c->pool)) return conv_into(c, &j, true);
+    psg_buffer_t *tb = psg_buffer_new(sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc));
+    if (!tb) return psg_error_set("out of memory for the conv's output before its pool");
+    float *pooled = j.y;
+    j.y = tb->data;
+    int rc = conv_into(c, &j, false);
+    if (rc == 0) psg_max_pool_f32(c->pool, ep->pool, j.y, pooled);
+    psg_buffer_unref(&tb);
+    return rc;
 }
 
 int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
@@ -255,6 +277,14 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
 int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c) {
     const psg_nn_params_t *p = psg_kernel_params(c);
     psg_conv_epilogue_t ep = {.bias = psg_tensor_f32(c->inputs[2]), .relu = p->relu};
+    psg_nn_geom_t conv, pg;
+    if (p->pool) { /* the pool's geometry over the conv's output */
+        const psg_nn_geom_t *g = psg_nn_kernel_geom(c, false, &conv);
+        if (!g) return -1;
+        psg_shape_t y = psg_shape_4d(g->n, g->oh, g->ow, g->oc);
+        if (psg_nn_geom(&y, p->pool_a.kh, p->pool_a.kw, g->oc, &p->pool_a, &pg) < 0) return -1;
+        ep.pool = &pg;
+    }
     return conv_forward(c, &ep);
 }
 

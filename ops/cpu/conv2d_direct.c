@@ -356,6 +356,10 @@ bool psg_conv_direct_forward_applies(const psg_nn_geom_t *g, psg_threadpool_t *p
     return g->n >= 1 && g->n * g->oh >= psg_threadpool_size(pool) && padded_fits(g);
 }
 
+bool psg_conv_direct_pools(const psg_nn_geom_t *g, psg_threadpool_t *pool) {
+    return psg_conv_direct_forward_applies(g, pool) && g->n >= psg_threadpool_size(pool);
+}
+
 /* Copies image n of x into xp (hp, wp, C), whose border already holds zeros.
  * Rows and columns past the last window (VALID, or strides longer than the
  * window) are left out. */
@@ -371,7 +375,8 @@ static void pad_image(const direct_job_t *j, const float *x, int64_t n, float *x
 
 static int part_bufs_new(const direct_job_t *j, part_bufs_t *b) {
     size_t xp = (size_t)(j->hp * j->wp * j->g.c), scratch = RMAX * VMAX * VL;
-    size_t wide = j->ocp != j->g.oc ? (size_t)(j->g.oh * j->g.ow * j->ocp) : 0;
+    bool pooled = j->ep && j->ep->pool; /* an image's outputs wait here for their pool */
+    size_t wide = j->ocp != j->g.oc || pooled ? (size_t)(j->g.oh * j->g.ow * j->ocp) : 0;
     b->buf = psg_buffer_new(sizeof(float) * (xp + scratch + wide));
     if (!b->buf) return -1;
     memset(b->buf->data, 0, sizeof(float) * (xp + scratch + wide));
@@ -475,13 +480,19 @@ static void forward_of_image(direct_job_t *j, int64_t n, bool first, float *sum,
                              const part_bufs_t *b) {
     (void)first;
     (void)sum;
-    const psg_nn_geom_t *g = &j->g;
+    const psg_nn_geom_t *g = &j->g, *pg = j->ep ? j->ep->pool : NULL;
     int64_t npix = g->oh * g->ow;
-    float *y = j->y + n * npix * g->oc;
+    float *y = pg ? b->wide : j->y + n * npix * g->oc; /* the image's (OH * OW, OC) outputs */
     forward_image(j, b->xp, b->wide ? b->wide : y, b->scratch, 0, npix, 0, j->ocp);
-    for (int64_t p = 0; b->wide && p < npix; p++)
-        memcpy(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
-    if (j->ep) psg_conv_epilogue_rows(j->ep, y, npix, g->oc); /* while the image is in cache */
+    for (int64_t p = 0; b->wide && j->ocp != g->oc && p < npix; p++) /* rows of OC floats */
+        memmove(y + p * g->oc, b->wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
+    if (!j->ep) return;
+    psg_conv_epilogue_rows(j->ep, y, npix, g->oc); /* while the image is in cache */
+    if (pg) {
+        psg_nn_geom_t one = *pg;
+        one.n = 1;
+        psg_max_pool_rows(&one, y, j->y + n * pg->oh * pg->ow * g->oc, 0, pg->oh);
+    }
 }
 
 /* The forward pass of fewer images than threads: all of them padded at once, then, a
@@ -514,6 +525,7 @@ static void forward_bands(void *ctx, int64_t u0, int64_t u1) {
 }
 
 static int forward_rows(psg_threadpool_t *pool, direct_job_t *j) {
+    PSG_ASSERT(!j->ep || !j->ep->pool); /* pooled by the caller (psg_conv_direct_pools) */
     const psg_nn_geom_t *g = &j->g;
     int64_t threads = psg_threadpool_size(pool), img = j->hp * j->wp * g->c;
     size_t wide = j->ocp != g->oc ? (size_t)(g->n * g->oh * g->ow * j->ocp) : 0;

@@ -20,10 +20,14 @@ bool psg_conv_direct_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool);
  * fewer images whose output rows go around its threads (a served batch of one). */
 bool psg_conv_direct_forward_applies(const psg_nn_geom_t *g, psg_threadpool_t *pool);
 
+/* Whether psg_conv_direct_forward takes an epilogue's pool on conv g: a batch that fills the
+ * pool, each image pooled as it is finished; else the caller pools. */
+bool psg_conv_direct_pools(const psg_nn_geom_t *g, psg_threadpool_t *pool);
 /* y (N, OH, OW, OC) = conv(x (N, H, W, C), w (KH, KW, C, OC)): whole images a thread,
  * or, with fewer images than threads, bands of each image's output rows (the same
  * sums in the same order either way). Returns 0, or -1 with the error set (out of
- * memory). ep: FusedConv2D's bias and ReLU on each image's outputs, or NULL. */
+ * memory). ep: FusedConv2D's bias and ReLU on each image's outputs (and its pool, y then
+ * pooled, where psg_conv_direct_pools), or NULL. */
 int psg_conv_direct_forward(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x,
                             const float *w, const psg_conv_epilogue_t *ep, float *y);
 

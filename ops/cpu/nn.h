@@ -48,11 +48,18 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c);
 int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c);
 
 /* What FusedConv2D adds to a conv's sums, on each output row while it is in cache: + bias,
- * then ReLU when relu: the floats of BiasAdd (x + b) and Relu (x > 0 ? x : 0) after it. */
+ * then ReLU when relu: the floats of BiasAdd (x + b) and Relu (x > 0 ? x : 0) after it; then,
+ * when pool is not NULL, MaxPool's of the result (pool: its geometry over the conv's output). */
 typedef struct {
     const float *bias; /* (OC) */
     bool relu;
+    const psg_nn_geom_t *pool;
 } psg_conv_epilogue_t;
+
+/* y = MaxPool(x) of geometry g, its output rows [r0, r1) (of N * OH). */
+void psg_max_pool_rows(const psg_nn_geom_t *g, const float *x, float *y, int64_t r0, int64_t r1);
+/* The same, all of them, over the pool's threads. */
+void psg_max_pool_f32(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x, float *y);
 
 /* y (rows, oc) = epilogue(y), row by row. */
 void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc);

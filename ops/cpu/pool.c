@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 typedef struct {
     psg_nn_geom_t g;
     const float *x;  /* input (N, H, W, C) */
@@ -37,6 +41,44 @@ static int pool_setup(psg_kernel_ctx_t *c, pool_job_t *j) {
 
 /* ---- forward: one output row (n, oh) per item ---- */
 
+/* Channels a register holds: a window's maxima are taken this many at a time in registers,
+ * and stored once (the generic loop loads and stores the output at every window cell). */
+#define MAX_BLOCK 16
+
+/* o (C) = the maxima over input rows [h0, h1) and columns [w0, w1) of image x (W cells a row, C
+ * floats a cell), in the generic loop's order of comparisons: the same floats, NaN too (MAXPS
+ * gives its first operand where it is greater, else the second: x > acc ? x : acc). */
+static inline void max_window(const float *x, int64_t W, int64_t C, int64_t h0, int64_t h1,
+                              int64_t w0, int64_t w1, float *restrict o) {
+    for (int64_t c0 = 0; c0 < C; c0 += MAX_BLOCK) {
+#if defined(__AVX512F__)
+        __m512 acc = _mm512_set1_ps(-INFINITY);
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++)
+                acc = _mm512_max_ps(_mm512_loadu_ps(x + (ih * W + iw) * C + c0), acc);
+        _mm512_storeu_ps(o + c0, acc);
+#elif defined(__AVX__)
+        __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++) {
+                const float *xi = x + (ih * W + iw) * C + c0;
+                lo = _mm256_max_ps(_mm256_loadu_ps(xi), lo);
+                hi = _mm256_max_ps(_mm256_loadu_ps(xi + 8), hi);
+            }
+        _mm256_storeu_ps(o + c0, lo);
+        _mm256_storeu_ps(o + c0 + 8, hi);
+#else
+        for (int i = 0; i < MAX_BLOCK; i++) o[c0 + i] = -INFINITY;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++) {
+                const float *xi = x + (ih * W + iw) * C + c0;
+                for (int i = 0; i < MAX_BLOCK; i++)
+                    o[c0 + i] = xi[i] > o[c0 + i] ? xi[i] : o[c0 + i];
+            }
+#endif
+    }
+}
+
 /* Max or average pooling of rows [begin, end); `max` is a constant in each caller, so the
  * compiler makes one loop nest of each without a branch inside. */
 static inline void pool_rows(pool_job_t *j, int64_t begin, int64_t end, bool max) {
@@ -49,6 +91,11 @@ static inline void pool_rows(pool_job_t *j, int64_t begin, int64_t end, bool max
             int64_t iw0 = ow * g->sw - g->pl, wlo, whi;
             window(iw0, g->kw, g->w, &wlo, &whi);
             float *restrict o = j->y + (r * g->ow + ow) * C;
+            if (max && C % MAX_BLOCK == 0) {
+                max_window(j->x + n * g->h * g->w * C, g->w, C, ih0 + hlo, ih0 + hhi, iw0 + wlo,
+                           iw0 + whi, o);
+                continue;
+            }
             for (int64_t ch = 0; ch < C; ch++) o[ch] = max ? -INFINITY : 0.0f;
             for (int64_t kh = hlo; kh < hhi; kh++) {
                 for (int64_t kw = wlo; kw < whi; kw++) {
@@ -75,6 +122,12 @@ static void avg_pool_rows(void *ctx, int64_t begin, int64_t end) {
     pool_rows(ctx, begin, end, false);
 }
 
+static void run_rows(psg_threadpool_t *pool, pool_job_t *j, psg_range_fn fn) {
+    int64_t rows = j->g.n * j->g.oh, work = j->g.ow * j->g.c * j->g.kh * j->g.kw;
+    int64_t grain = work > 0 ? 32768 / work + 1 : rows;
+    psg_parallel_for(pool, rows, grain, fn, j);
+}
+
 static int run_forward(psg_kernel_ctx_t *c, psg_range_fn fn) {
     pool_job_t j;
     if (pool_setup(c, &j) < 0) return -1;
@@ -82,10 +135,18 @@ static int run_forward(psg_kernel_ctx_t *c, psg_range_fn fn) {
     if (!out) return -1;
     j.x = psg_tensor_f32(c->inputs[0]);
     j.y = psg_tensor_f32(out);
-    int64_t rows = j.g.n * j.g.oh, work = j.g.ow * j.g.c * j.g.kh * j.g.kw;
-    int64_t grain = work > 0 ? 32768 / work + 1 : rows;
-    psg_parallel_for(c->pool, rows, grain, fn, &j);
+    run_rows(c->pool, &j, fn);
     return 0;
+}
+
+void psg_max_pool_rows(const psg_nn_geom_t *g, const float *x, float *y, int64_t r0, int64_t r1) {
+    pool_job_t j = {.g = *g, .x = x, .y = y};
+    pool_rows(&j, r0, r1, true);
+}
+
+void psg_max_pool_f32(psg_threadpool_t *pool, const psg_nn_geom_t *g, const float *x, float *y) {
+    pool_job_t j = {.g = *g, .x = x, .y = y};
+    run_rows(pool, &j, max_pool_rows);
 }
 
 /* inputs: x (N, H, W, C); output (N, OH, OW, C) */
