@@ -28,7 +28,7 @@ struct psg_shard_data {
     psg_dist_callable_t *call; /* owned by the session */
     psg_membership_t *members; /* the chief's (borrowed), NULL: not the chief */
     holder_t *holders;         /* the other processes holding shards at the last take */
-    int n_holders, cap_holders;
+    int n_holders;
     int64_t shard;           /* held (epoch * shards + index), -1: none */
     int64_t last;            /* the last one held: stepped on again while none is left */
     int64_t next_batch, end; /* of the epoch's batches, in the shard read now */
