@@ -191,8 +191,8 @@ static int infer_shard_take(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     if (expect_scalar(c, 1, PSG_DT_I64, "incarnation") < 0) return -1;
     if (expect_scalar(c, 2, PSG_DT_I64, "done") < 0) return -1;
-    if (psg_infer_expect_dtype(c, 3, PSG_DT_I32) < 0) return -1;
-    set_output(c, 0, PSG_DT_I64, psg_shape_1d(2));
+    if (psg_infer_expect_dtype(c, 3, PSG_DT_I64) < 0) return -1;
+    set_output(c, 0, PSG_DT_I64, psg_shape_1d(-1)); /* 2 + the holders' pairs */
     return 0;
 }
 
@@ -245,7 +245,8 @@ SYNC_OP(op_mailbox_put, "MailboxPut", 3, 0, 0, infer_mailbox_put, psg_cpu_mailbo
 SYNC_OP(op_mailbox_take, "MailboxTake", 2, 1, PSG_OP_ASYNC, infer_mailbox_take,
         psg_cpu_mailbox_take);
 SYNC_OP(op_shard_queue, "ShardQueueHandle", 0, 1, 0, infer_shard_queue, psg_cpu_shard_queue);
-SYNC_OP(op_shard_take, "ShardQueueTake", 4, 1, 0, infer_shard_take, psg_cpu_shard_queue_take);
+SYNC_OP(op_shard_take, "ShardQueueTake", 4, 1, PSG_OP_DYNAMIC_SHAPE, infer_shard_take,
+        psg_cpu_shard_queue_take);
 static const psg_op_def_t op_count_accepted = {.name = "CountAccepted",
                                                .num_inputs = -1,
                                                .num_outputs = 1,
@@ -489,8 +490,8 @@ psg_endpoint_t psg_shard_queue_op(psg_graph_t *g, const char *name, int64_t shar
 
 psg_endpoint_t psg_shard_queue_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                        psg_endpoint_t incarnation, psg_endpoint_t done,
-                                       psg_endpoint_t live, int worker) {
-    psg_endpoint_t in[4] = {handle, incarnation, done, live};
+                                       psg_endpoint_t dead, int worker) {
+    psg_endpoint_t in[4] = {handle, incarnation, done, dead};
     psg_node_builder_t *b = begin(g, "ShardQueueTake", name, 4, in);
     psg_node_attr_int(b, "worker", worker);
     return psg_node_finish_ep(b);

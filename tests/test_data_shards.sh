@@ -12,11 +12,15 @@ set -u
 psgraph=$1
 asan=${2:-}
 . "$(dirname "$0")/membership_lib.sh"
+# the peer timeout: under ASan on a loaded machine a live worker's task server once left the
+# chief's probes unanswered for 3.1 s while it stepped (found lost at 2 s: a false loss)
+peer=2
+[ -n "$asan" ] && peer=5
 
 out="$tmp/out.log"
 "$psgraph" launch --transport tcp --ps 1 --workers 2:3 -- "$psgraph" train \
   --model mlp --data synthetic --epochs 2 --batch 128 --data-shards dispatch --shard-batches 10 \
-  --log-every 1 --peer-timeout 2 --step-timeout 60 --sync sync --backup-workers 1 \
+  --log-every 1 --peer-timeout "$peer" --step-timeout 60 --sync sync --backup-workers 1 \
   > >(python3 -u -c "$stamp" >"$out") 2>&1 &
 launch_pid=$!
 joined= killed=
@@ -40,30 +44,25 @@ sleep 0.5 # the stamper's last lines
 done_line=$(grep '\[worker0\] {"event":"done"' "$out" | sed 's/^[0-9.]* \[worker0\] //')
 if [ -n "$joined" ] && [ -n "$killed" ] && [ "$rc" = 0 ] &&
    grep -q '\[worker0\] membership: worker1 on 127.0.0.1: lost' "$out" &&
+   grep -q "\[worker0\] data shards: worker1's process [0-9a-f]* holds shards and was not heard from" "$out" &&
    grep -q '\[worker0\] membership: worker2 on 127.0.0.1: joined at step [0-9]*$' "$out" &&
    grep -q '\[ps0\] psgraph server: stopped: job done' "$out" &&
-   python3 - "$out" "$done_line" <<'PY'
+   PYTHONPATH="$(dirname "$0")" python3 - "$out" "$done_line" <<'PY'
 import collections, json, re, sys
+import shard_events
 shards, per_epoch, epochs = 47, 468 * 128, 2
-taken, done = collections.defaultdict(list), collections.defaultdict(list)
-examples = collections.Counter()
 w1_steps_since_take = 0  # worker1's steps on its last shard: the batches seen twice
-for line in open(sys.argv[1]):
+
+
+def count_w1_steps(line):
+    global w1_steps_since_take
     if re.match(r"[0-9.]+ \[worker1\] step ", line):
         w1_steps_since_take += 1
     if re.match(r"[0-9.]+ \[worker1\] \{\"event\":\"shard_taken\"", line):
         w1_steps_since_take = 0
-    m = re.match(r"[0-9.]+ \[worker(\d)\] (\{\"event\":\"shard_(taken|done)\".*)", line)
-    if not m:
-        continue
-    e = json.loads(m.group(2))
-    assert e["worker"] == int(m.group(1)), line
-    (taken if m.group(3) == "taken" else done)[e["shard"]].append(e["worker"])
-    if m.group(3) == "done":
-        examples[e["epoch"]] += e["examples"]
-for s in range(shards * epochs):
-    assert len(done[s]) == 1, ("shard", s, "finished", done[s])
-assert dict(examples) == {e: per_epoch for e in range(epochs)}, examples
+
+
+taken, done = shard_events.read(sys.argv[1], shards, epochs, per_epoch, count_w1_steps)
 # worker1's last shard: in flight when it was killed, handed out again and finished by another
 w1 = [s for s, ws in taken.items() if 1 in ws]
 inflight = [s for s in w1 if 1 not in done[s]]
@@ -77,9 +76,9 @@ d = json.loads(sys.argv[2])
 assert d["workers_joined"] == 1 and len(d["workers_lost"]) == 1, d
 assert d["workers_lost"][0]["task"] == "worker1", d
 print("shard %d (epoch %d) in flight on worker1 (%d of its batches stepped, at most %d "
-      "examples seen twice), finished by worker%d; the examples finished an epoch: %s; shards "
+      "examples seen twice), finished by worker%d; the examples finished an epoch: %d; shards "
       "by worker: %s" % (s, s // shards, w1_steps_since_take, w1_steps_since_take * 128,
-      done[s][0], dict(examples), dict(collections.Counter(ws[0] for ws in done.values()))))
+      done[s][0], per_epoch, dict(collections.Counter(ws[0] for ws in done.values()))))
 PY
 then
   ok "2 of 3 workers, worker2 joined, worker1 killed: each of the 2 x 47 shards finished once, $((468 * 128)) examples an epoch, worker1's shard in flight handed out again, the job ended at the data's end (exit 0)"

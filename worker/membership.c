@@ -41,6 +41,7 @@ typedef struct {
     char why[96];     /* LOST: why */
     bool late;        /* ABSENT or LOST, answered after the end-of-job wait: said once */
     int64_t at_step;  /* the chief's step when it was found lost */
+    psg_membership_heard_t heard; /* any answer, admitted or not: for the shards' hand-out */
 } member_t;
 
 struct psg_membership {
@@ -153,10 +154,16 @@ static bool runs_a_graph(const psg_msg_t *r) {
 static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     psg_req_t in = {.type = PSG_REQ_INSPECT};
     psg_rep_t rep;
+    int64_t asked = psg_ts_now_ms();
     psg_msg_t *r = psg_ts_call(x->client, &in, &rep, PROBE_MS);
     bool answered = r != NULL;
     pthread_mutex_lock(&m->lock);
     bool absent = x->state == ABSENT;
+    x->heard.probed_ms = asked;
+    if (answered) {
+        x->heard.answered_ms = psg_ts_now_ms();
+        x->heard.inc = psg_ts_client_incarnation(x->client);
+    }
     pthread_mutex_unlock(&m->lock);
     /* one that joins is admitted once it made its step, not while it starts: the step in
      * progress would wait for its gradient meanwhile */
@@ -347,12 +354,18 @@ void psg_membership_destroy(psg_membership_t **mp) {
     free(m);
 }
 
-int psg_membership_lost_ranks(psg_membership_t *m, bool *lost, int max) {
+void psg_membership_heard(psg_membership_t *m, int rank, psg_membership_heard_t *h) {
     pthread_mutex_lock(&m->lock);
-    int n = 0;
-    for (; n < max && n <= m->n && n < 65; n++) lost[n] = n > 0 && m->m[n - 1].state == LOST;
+    *h = rank >= 1 && rank <= m->n ? m->m[rank - 1].heard : (psg_membership_heard_t){0};
     pthread_mutex_unlock(&m->lock);
-    return n;
+}
+
+int psg_membership_peer_timeout_ms(const psg_membership_t *m) {
+    return m->peer_ms;
+}
+
+int64_t psg_membership_now_ms(void) {
+    return psg_ts_now_ms();
 }
 
 void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg) {

@@ -34,10 +34,20 @@ typedef int (*psg_membership_live_fn)(void *arg, const bool *alive, int n);
 /* Sets it (before any loss: call it right after psg_membership_new). */
 void psg_membership_on_live(psg_membership_t *m, psg_membership_live_fn fn, void *arg);
 
-/* lost[r] for each rank r < the returned count (as on_live's alive): whether that worker is
- * lost (it was heard from, then went silent or failed), not merely absent (never heard from:
- * not started, or not yet). The shards' hand-out gives back only a lost worker's shards. */
-int psg_membership_lost_ranks(psg_membership_t *m, bool *lost, int max);
+/* What the probes of one worker heard, any answer counted (one that joins answers before it
+ * is admitted): the times are psg_membership_now_ms's. */
+typedef struct {
+    uint64_t inc;        /* the incarnation in its latest answer (0: it never answered) */
+    int64_t answered_ms; /* that answer came */
+    int64_t probed_ms;   /* the latest probe was sent, answered or not (0: none yet) */
+} psg_membership_heard_t;
+/* Of worker rank r (>= 1, as on_live's alive; all 0 for another rank). The shards' hand-out
+ * judges by it whether a process that holds shards is dead (worker/shard_data.c). */
+void psg_membership_heard(psg_membership_t *m, int rank, psg_membership_heard_t *h);
+/* The peer timeout: a process silent this long is lost. */
+int psg_membership_peer_timeout_ms(const psg_membership_t *m);
+/* The clock of psg_membership_heard, in ms (monotonic). */
+int64_t psg_membership_now_ms(void);
 
 /* The chief's step now: a change is said with the step it was seen at. */
 void psg_membership_set_step(psg_membership_t *m, int64_t step);

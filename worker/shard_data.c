@@ -6,11 +6,19 @@
 #include "psgraph/ops_array.h"
 #include "psgraph/wire.h"
 
-#include <pthread.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PS0_DEVICE "/job:ps/replica:0/task:0/device:CPU:0"
+
+/* The chief's watch on a process that holds shards (ps0 names them in each take's answer). */
+typedef struct {
+    int rank;
+    uint64_t inc;
+    int64_t since_ms; /* heard from last (psg_membership_now_ms), or first named by ps0 */
+    bool said;        /* found dead: said once */
+} holder_t;
 
 struct psg_shard_data {
     psg_shard_data_options_t o;
@@ -18,17 +26,17 @@ struct psg_shard_data {
     int64_t per_epoch, shards; /* batches an epoch; shards an epoch */
     psg_endpoint_t feeds[3], take;
     psg_dist_callable_t *call; /* owned by the session */
-    pthread_mutex_t lock;      /* the flags below: the membership's thread writes them */
-    bool *alive;               /* as the membership last said; all true at first */
-    int32_t *live;             /* 0: lost since the chief's last take (its shards go back) */
-    int64_t shard;             /* held (epoch * shards + index), -1: none */
-    int64_t last;              /* the last one held: stepped on again while none is left */
-    int64_t next_batch, end;   /* of the epoch's batches, in the shard read now */
-    bool spare;                /* reading `last` again: not counted, not reported */
-    int64_t spares;            /* spare batches read */
-    int64_t order_epoch;       /* the epoch `order` is of, -1: none */
-    int64_t *order;            /* [examples] */
-    int64_t *idx;              /* [batch] */
+    psg_membership_t *members; /* the chief's (borrowed), NULL: not the chief */
+    holder_t *holders;         /* the other processes holding shards at the last take */
+    int n_holders;
+    int64_t shard;           /* held (epoch * shards + index), -1: none */
+    int64_t last;            /* the last one held: stepped on again while none is left */
+    int64_t next_batch, end; /* of the epoch's batches, in the shard read now */
+    bool spare;              /* reading `last` again: not counted, not reported */
+    int64_t spares;          /* spare batches read */
+    int64_t order_epoch;     /* the epoch `order` is of, -1: none */
+    int64_t *order;          /* [examples] */
+    int64_t *idx;            /* [batch] */
 };
 
 psg_shard_data_t *psg_shard_data_new(psg_graph_t *g, const psg_shard_data_options_t *o) {
@@ -41,27 +49,23 @@ psg_shard_data_t *psg_shard_data_new(psg_graph_t *g, const psg_shard_data_option
     }
     psg_shard_data_t *d = calloc(1, sizeof *d);
     if (!d || !(d->order = malloc(sizeof *d->order * (size_t)n)) ||
-        !(d->idx = malloc(sizeof *d->idx * (size_t)o->batch)) ||
-        !(d->live = calloc((size_t)(o->workers > 0 ? o->workers : 1), sizeof *d->live)) ||
-        !(d->alive = calloc((size_t)(o->workers > 0 ? o->workers : 1), sizeof *d->alive))) {
-        if (d) free(d->order), free(d->idx), free(d->live);
+        !(d->idx = malloc(sizeof *d->idx * (size_t)o->batch))) {
+        if (d) free(d->order);
         free(d);
         psg_error_set("out of memory");
         return NULL;
     }
-    pthread_mutex_init(&d->lock, NULL);
     d->o = *o;
     d->per_epoch = n / o->batch;
     d->shards = (d->per_epoch + o->shard_batches - 1) / o->shard_batches;
     d->shard = d->last = -1;
-    for (int i = 0; i < o->workers; i++) d->alive[i] = true, d->live[i] = 1;
     d->order_epoch = -1;
     psg_shape_t sc = psg_shape_scalar(), vec = psg_shape_1d(-1);
     psg_graph_push_device(g, PS0_DEVICE);
     psg_endpoint_t h = psg_shard_queue_op(g, "data/shards", d->shards, o->epochs, o->seed);
     d->feeds[0] = psg_placeholder(g, "data/shard_incarnation", PSG_DT_I64, &sc);
     d->feeds[1] = psg_placeholder(g, "data/shard_done", PSG_DT_I64, &sc);
-    d->feeds[2] = psg_placeholder(g, "data/shard_live", PSG_DT_I32, &vec);
+    d->feeds[2] = psg_placeholder(g, "data/shard_dead", PSG_DT_I64, &vec);
     d->take = psg_shard_queue_take_op(g, "data/shard_take", h, d->feeds[0], d->feeds[1],
                                       d->feeds[2], o->rank);
     psg_graph_pop_device(g);
@@ -78,19 +82,8 @@ int psg_shard_data_start(psg_shard_data_t *d, psg_dist_session_t *s, FILE *metri
     return d->call ? 0 : psg_error_wrap("--data-shards dispatch");
 }
 
-/* Only a worker that goes from live to lost is marked. Not one found absent (not started: never
- * heard from, so it holds no shard): absent, then joining, it takes a shard before the
- * membership admits it, and the chief's next take would have given that shard back (it was
- * finished twice). A mark not yet sent is dropped when the worker is live again (a restart:
- * ps0 gives back its old process's shard when the new one first takes). */
-void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, const bool *lost, int n) {
-    pthread_mutex_lock(&d->lock);
-    for (int i = 0; i < n && i < d->o.workers; i++) {
-        if (d->alive[i] && !alive[i] && lost[i]) d->live[i] = 0;
-        if (!d->alive[i] && alive[i]) d->live[i] = 1;
-        d->alive[i] = alive[i];
-    }
-    pthread_mutex_unlock(&d->lock);
+void psg_shard_data_watch(psg_shard_data_t *d, psg_membership_t *members) {
+    d->members = members;
 }
 
 int64_t psg_shard_data_batches_per_epoch(const psg_shard_data_t *d) {
@@ -120,44 +113,82 @@ static void say(psg_shard_data_t *d, const char *event, int64_t s) {
     if (d->metrics) fprintf(d->metrics, "%s\n", line), fflush(d->metrics);
 }
 
-/* Whether a worker is marked lost (under d->lock). */
-static bool any_lost_locked(const psg_shard_data_t *d) {
-    for (int i = 0; i < d->o.workers; i++)
-        if (!d->live[i]) return true;
-    return false;
+/* The chief's verdict on the processes that hold shards, as ps0 named them at its last take:
+ * dead once the membership probed the worker the peer timeout after it last heard that very
+ * process (or after ps0 first named it) and did not hear it (a worker's name alone is never
+ * enough: a process that took a shard after a verdict on its worker is not the one judged).
+ * Their (worker, incarnation) pairs as a new i64 tensor; each said once on out. */
+static psg_tensor_t *dead_holders(psg_shard_data_t *d) {
+    int n = 0;
+    int64_t *pairs = malloc(sizeof *pairs * (size_t)(2 * d->n_holders + 1));
+    if (!pairs) return NULL;
+    int64_t peer = d->members ? psg_membership_peer_timeout_ms(d->members) : 0;
+    for (int i = 0; d->members && i < d->n_holders; i++) {
+        holder_t *h = &d->holders[i];
+        psg_membership_heard_t heard;
+        psg_membership_heard(d->members, h->rank, &heard);
+        if (heard.inc == h->inc && heard.answered_ms > h->since_ms) h->since_ms = heard.answered_ms;
+        if (heard.probed_ms - h->since_ms < peer) continue;
+        pairs[2 * n] = h->rank;
+        pairs[2 * n++ + 1] = (int64_t)h->inc;
+        if (h->said) continue;
+        h->said = true;
+        if (d->o.out)
+            fprintf(d->o.out,
+                    "data shards: worker%d's process %016" PRIx64 " holds shards and was not heard "
+                    "from for %.1f s: they are handed out again\n",
+                    h->rank, h->inc, (double)(heard.probed_ms - h->since_ms) / 1e3),
+                fflush(d->o.out);
+    }
+    psg_shape_t sh = psg_shape_1d(2 * n);
+    psg_tensor_t *t = psg_tensor_new(PSG_DT_I64, &sh);
+    if (t) memcpy(psg_tensor_i64(t), pairs, sizeof *pairs * (size_t)(2 * n));
+    free(pairs);
+    return t;
+}
+
+/* The chief's watch from a take's answer: the n holders in pairs, other than this worker
+ * (its own older process's shards go back when it takes); one already watched keeps its time. */
+static int watch_holders(psg_shard_data_t *d, const int64_t *pairs, int64_t n) {
+    holder_t *next = malloc(sizeof *next * (size_t)(n + 1));
+    if (!next) return psg_error_set("out of memory");
+    int k = 0;
+    int64_t now = psg_membership_now_ms();
+    for (int64_t i = 0; i < n && k < INT32_MAX; i++) {
+        int rank = pairs[2 * i] < INT32_MAX ? (int)pairs[2 * i] : INT32_MAX;
+        uint64_t inc = (uint64_t)pairs[2 * i + 1];
+        if (rank == d->o.rank) continue;
+        next[k] = (holder_t){rank, inc, now, false};
+        for (int j = 0; j < d->n_holders; j++)
+            if (d->holders[j].rank == rank && d->holders[j].inc == inc) next[k] = d->holders[j];
+        k++;
+    }
+    free(d->holders);
+    d->holders = next;
+    d->n_holders = k;
+    return 0;
 }
 
 /* One take: the shard held reported done, the next into d->shard (-1: none); *finished. */
 static int take(psg_shard_data_t *d, bool *finished) {
-    pthread_mutex_lock(&d->lock);
-    int n_live = any_lost_locked(d) ? d->o.workers : 0; /* none lost: no word (as the others) */
-    psg_shape_t sh = psg_shape_1d(n_live);
-    psg_tensor_t *live = psg_tensor_new(PSG_DT_I32, &sh);
-    if (live) memcpy(psg_tensor_i32(live), d->live, sizeof *d->live * (size_t)n_live);
-    pthread_mutex_unlock(&d->lock);
     psg_tensor_t *f[3] = {psg_tensor_scalar_i64((int64_t)psg_wire_incarnation()),
-                          psg_tensor_scalar_i64(d->shard), live},
+                          psg_tensor_scalar_i64(d->shard), dead_holders(d)},
                  *got = NULL;
     int rc = f[0] && f[1] && f[2] ? psg_dist_callable_run(d->call, f, &got)
                                   : psg_error_set("out of memory");
-    if (rc == 0 && n_live) { /* the lost ones' shards are back in todo: the marks sent are
-                              * spent, not one the membership set since */
-        const int32_t *sent = psg_tensor_i32(f[2]);
-        pthread_mutex_lock(&d->lock);
-        for (int i = 0; i < n_live; i++)
-            if (!sent[i]) d->live[i] = 1;
-        pthread_mutex_unlock(&d->lock);
-    }
     for (int i = 0; i < 3; i++) psg_tensor_destroy(&f[i]);
     if (rc < 0) return psg_error_wrap("--data-shards dispatch: taking a shard");
-    if (psg_tensor_numel(got) != 2 || got->dtype != PSG_DT_I64) {
+    int64_t n = psg_tensor_numel(got);
+    if (n < 2 || n % 2 || got->dtype != PSG_DT_I64) {
         psg_tensor_destroy(&got);
-        return psg_error_set("--data-shards dispatch: a take's answer is not 2 i64 values");
+        return psg_error_set("--data-shards dispatch: a take's answer is not 2 + 2 n i64 values");
     }
     if (d->shard >= 0) say(d, "shard_done", d->shard);
     d->shard = psg_tensor_i64(got)[0];
     *finished = psg_tensor_i64(got)[1] != 0;
+    rc = d->members ? watch_holders(d, psg_tensor_i64(got) + 2, n / 2 - 1) : 0;
     psg_tensor_destroy(&got);
+    if (rc < 0) return -1;
     if (d->shard < -1 || d->shard >= d->shards * d->o.epochs)
         return psg_error_set("--data-shards dispatch: shard %lld of %lld", (long long)d->shard,
                              (long long)(d->shards * d->o.epochs));
@@ -197,11 +228,9 @@ int psg_shard_data_next(psg_shard_data_t *d, psg_tensor_t **images, psg_tensor_t
 void psg_shard_data_destroy(psg_shard_data_t **dp) {
     psg_shard_data_t *d = dp ? *dp : NULL;
     if (!d) return;
-    pthread_mutex_destroy(&d->lock);
     free(d->order);
     free(d->idx);
-    free(d->live);
-    free(d->alive);
+    free(d->holders);
     free(d);
     *dp = NULL;
 }

@@ -2,8 +2,9 @@
  * ElasticDL's task queue, docs/distributed.md "Membership"): each epoch's example order
  * (psg_data_epoch_order of the job's seed and the epoch) cut into shards of --shard-batches
  * batches; the worker takes a shard from the queue on ps0 (ops/state/shard_queue.h) when its
- * last one is used up, reporting that one done in the same take; the chief's takes carry the
- * live workers, so a lost worker's shard is handed out again. Each shard taken and done is a
+ * last one is used up, reporting that one done in the same take; ps0 names the processes
+ * (worker, incarnation) that hold shards, the chief's membership judges them, and the chief's
+ * takes name the dead ones, whose shards are handed out again. Each shard taken and done is a
  * JSON line ("shard_taken", "shard_done") on out and in the metrics. Not the queue itself. */
 #ifndef PSGRAPH_WORKER_SHARD_DATA_H
 #define PSGRAPH_WORKER_SHARD_DATA_H
@@ -11,6 +12,7 @@
 #include "psgraph/data.h"
 #include "psgraph/dist_session.h"
 #include "psgraph/graph.h"
+#include "worker/membership.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -24,9 +26,8 @@ typedef struct {
     int64_t shard_batches;   /* batches a shard (> 0) */
     int64_t epochs;          /* > 0 */
     uint64_t seed;
-    int rank;    /* this worker */
-    int workers; /* the cluster's workers (the chief's live flags) */
-    FILE *out;   /* the JSON lines; NULL: none */
+    int rank;  /* this worker */
+    FILE *out; /* the JSON lines; NULL: none */
 } psg_shard_data_options_t;
 
 /* The queue's ops added to g on ps0 (under `data/shards`); NULL with the error set when the
@@ -35,9 +36,9 @@ psg_shard_data_t *psg_shard_data_new(psg_graph_t *g, const psg_shard_data_option
 /* Its take made runnable on the worker's session s (which must outlive it); its JSON lines
  * also into metrics (NULL: none). */
 int psg_shard_data_start(psg_shard_data_t *d, psg_dist_session_t *s, FILE *metrics);
-/* The chief's: the live workers and the lost ones as the membership last said (its thread;
- * any time): a lost worker's shards go back with the chief's next take. */
-void psg_shard_data_set_live(psg_shard_data_t *d, const bool *alive, const bool *lost, int n);
+/* The chief's: its takes name to ps0 the processes holding shards that `members` (which must
+ * outlive d) found dead, and ps0 hands their shards out again. */
+void psg_shard_data_watch(psg_shard_data_t *d, psg_membership_t *members);
 /* The next batch (new tensors, the caller owns them): 1; 0 when every shard of every epoch is
  * done (training is over); -1 with the error set. While the last shards are held by others,
  * a worker with none left steps on its last shard again (not counted), so a sync step never

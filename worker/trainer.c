@@ -423,23 +423,16 @@ static int build_graph(trainer_t *t) {
                                    .epochs = c->epochs > 0 ? c->epochs : 2,
                                    .seed = c->seed,
                                    .rank = t->w.rank,
-                                   .workers = t->w.num_workers,
                                    .out = t->out};
     if (dispatch && !(t->shards = psg_shard_data_new(t->g, &so))) return -1;
     if (finish_graph(t) < 0) return -1;
     return t->init_from ? psg_init_from_report(t->init_from, t->out) : 0;
 }
 
-/* The chief's membership thread: the strategy and the shards' hand-out follow the live
- * workers. */
+/* The chief's membership thread: the strategy follows the live workers. */
 static int set_live(void *arg, const bool *alive, int n) {
     trainer_t *t = arg;
-    if (t->shards) {
-        bool lost[65] = {false};
-        int nl = psg_membership_lost_ranks(t->members, lost, 65);
-        psg_shard_data_set_live(t->shards, alive, lost, n < nl ? n : nl);
-    }
-    return t->sync ? psg_sync_train_set_live(t->sync, alive, n) : 0;
+    return psg_sync_train_set_live(t->sync, alive, n);
 }
 
 /* --data-shards dispatch: the batches from the shards ps0 hands out until the data of every
@@ -492,7 +485,8 @@ static int start(trainer_t *t) {
     if (t->w.cluster && t->w.chief && t->w.num_workers > 1 &&
         !(t->members = psg_membership_new(t->w.cluster, t->w.task, t->out)))
         return -1;
-    if (t->members && (t->sync || t->shards)) psg_membership_on_live(t->members, set_live, t);
+    if (t->members && t->sync) psg_membership_on_live(t->members, set_live, t);
+    if (t->members && t->shards) psg_shard_data_watch(t->shards, t->members);
     if (t->shards) return start_shards(t);
     /* the batches go on where the restored step left them */
     psg_batch_iter_options_t io = psg_batch_iter_train_options(t->batch, c->seed);

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* The resource's name: the shared_name attr, else the node's name. */
@@ -329,24 +330,37 @@ int psg_cpu_shard_queue(psg_kernel_ctx_t *c) {
     return q ? set_handle(c, psg_shard_queue_handle(q)) : -1;
 }
 
-/* A peer's feeds checked here: worker, done and the live flags by the queue. */
+/* A peer's feeds checked here: worker, done and the dead processes by the queue. */
 int psg_cpu_shard_queue_take(psg_kernel_ctx_t *c) {
     psg_shard_queue_t *q = psg_shard_queue_from_handle(c->inputs[0]);
     int64_t incarnation = 0, done = -1, shard = -1;
     if (!q || scalar_i64(c, 1, &incarnation) < 0 || scalar_i64(c, 2, &done) < 0) return -1;
-    const psg_tensor_t *live = c->inputs[3];
-    if (live->dtype != PSG_DT_I32) return psg_error_set("live flags must be i32");
-    int64_t n_live = psg_tensor_numel(live);
-    if (n_live > (1 << 20)) return psg_error_set("%lld live flags: too many", (long long)n_live);
+    const psg_tensor_t *dead = c->inputs[3];
+    if (dead->dtype != PSG_DT_I64) return psg_error_set("dead processes must be i64");
+    int64_t n_dead = psg_tensor_numel(dead);
+    if (n_dead > (1 << 20) || n_dead % 2)
+        return psg_error_set("%lld values of dead processes: not (worker, incarnation) pairs, "
+                             "or too many",
+                             (long long)n_dead);
     int64_t worker = psg_node_get_int(c->node, "worker", -1);
     if (worker < 0 || worker > INT32_MAX) return psg_error_set("worker %lld", (long long)worker);
     bool finished = false;
-    if (psg_shard_queue_take(q, (int)worker, (uint64_t)incarnation, done, psg_tensor_i32(live),
-                             (int)n_live, &shard, &finished) < 0)
+    if (psg_shard_queue_take(q, (int)worker, (uint64_t)incarnation, done, psg_tensor_i64(dead),
+                             n_dead / 2, &shard, &finished) < 0)
         return -1;
-    psg_tensor_t *o = psg_kernel_alloc_output(c, 0);
-    if (!o) return -1;
+    int64_t n_held = 0;
+    int64_t *held = psg_shard_queue_holders(q, &n_held);
+    psg_shape_t sh = psg_shape_1d(2 + 2 * n_held);
+    psg_tensor_t *o = held ? psg_tensor_new(PSG_DT_I64, &sh) : NULL;
+    if (!o) {
+        free(held);
+        return held ? psg_error_set("out of memory") : -1;
+    }
     psg_tensor_i64(o)[0] = shard;
     psg_tensor_i64(o)[1] = finished;
+    memcpy(psg_tensor_i64(o) + 2, held, sizeof *held * (size_t)(2 * n_held));
+    free(held);
+    psg_kernel_set_output(c, 0, o);
+    psg_tensor_destroy(&o);
     return 0;
 }

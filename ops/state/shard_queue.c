@@ -136,14 +136,20 @@ static int fill_epoch(psg_shard_queue_t *q) {
     return 0;
 }
 
-/* Held shards that match (a lost worker's, an older incarnation's) back to todo. */
-static int give_back(psg_shard_queue_t *q, int worker, uint64_t incarnation, const int32_t *live,
-                     int n_live) {
+/* Whether (worker, incarnation) is one of the n pairs in dead. */
+static bool is_dead(const int64_t *dead, int64_t n, int worker, uint64_t incarnation) {
+    for (int64_t k = 0; k < n; k++)
+        if (dead[2 * k] == worker && (uint64_t)dead[2 * k + 1] == incarnation) return true;
+    return false;
+}
+
+/* Held shards of a dead process or of an older incarnation of the taker back to todo. */
+static int give_back(psg_shard_queue_t *q, int worker, uint64_t incarnation, const int64_t *dead,
+                     int64_t n_dead) {
     for (int64_t i = 0; i < q->n_doing;) {
         held_t *h = &q->doing[i];
-        bool lost = h->worker < n_live && live[h->worker] == 0;
         bool older = h->worker == worker && h->incarnation != incarnation;
-        if (!lost && !older) {
+        if (!older && !is_dead(dead, n_dead, h->worker, h->incarnation)) {
             i++;
             continue;
         }
@@ -154,8 +160,21 @@ static int give_back(psg_shard_queue_t *q, int worker, uint64_t incarnation, con
     return 0;
 }
 
+/* done (>= 0) reported by (worker, incarnation): done if it holds it, else stale. */
+static void mark_done(psg_shard_queue_t *q, int worker, uint64_t incarnation, int64_t done) {
+    for (int64_t i = 0; i < q->n_doing; i++) {
+        const held_t *h = &q->doing[i];
+        if (h->shard == done && h->worker == worker && h->incarnation == incarnation) {
+            q->doing[i] = q->doing[--q->n_doing];
+            q->st.done++;
+            return;
+        }
+    }
+    q->st.stale_done++;
+}
+
 int psg_shard_queue_take(psg_shard_queue_t *q, int worker, uint64_t incarnation, int64_t done,
-                         const int32_t *live, int n_live, int64_t *shard, bool *finished) {
+                         const int64_t *dead, int64_t n_dead, int64_t *shard, bool *finished) {
     int64_t total = q->shards * q->epochs;
     if (worker < 0)
         return psg_error_set("shard queue '%s': worker %d is not a worker", q->name, worker);
@@ -163,22 +182,15 @@ int psg_shard_queue_take(psg_shard_queue_t *q, int worker, uint64_t incarnation,
         return psg_error_set("shard queue '%s': shard %lld done by worker %d is not a shard (0 to "
                              "%lld)",
                              q->name, (long long)done, worker, (long long)total - 1);
-    if (n_live < 0 || (n_live > 0 && !live))
-        return psg_error_set("shard queue '%s': %d live flags", q->name, n_live);
+    if (n_dead < 0 || (n_dead > 0 && !dead))
+        return psg_error_set("shard queue '%s': %lld dead processes", q->name, (long long)n_dead);
+    for (int64_t k = 0; k < n_dead; k++)
+        if (dead[2 * k] < 0 || dead[2 * k] > INT32_MAX)
+            return psg_error_set("shard queue '%s': dead process of worker %lld: not a worker",
+                                 q->name, (long long)dead[2 * k]);
     pthread_mutex_lock(&q->lock);
-    int rc = give_back(q, worker, incarnation, live, n_live);
-    if (rc == 0 && done >= 0) {
-        int64_t i = 0;
-        while (i < q->n_doing && !(q->doing[i].shard == done && q->doing[i].worker == worker &&
-                                   q->doing[i].incarnation == incarnation))
-            i++;
-        if (i < q->n_doing) {
-            q->doing[i] = q->doing[--q->n_doing];
-            q->st.done++;
-        } else {
-            q->st.stale_done++;
-        }
-    }
+    int rc = give_back(q, worker, incarnation, dead, n_dead);
+    if (rc == 0 && done >= 0) mark_done(q, worker, incarnation, done);
     if (rc == 0 && q->n_todo == 0 && q->next_epoch < q->epochs) rc = fill_epoch(q);
     *shard = -1;
     if (rc == 0 && q->n_todo > 0 &&
@@ -189,6 +201,26 @@ int psg_shard_queue_take(psg_shard_queue_t *q, int worker, uint64_t incarnation,
     *finished = q->st.done == total;
     pthread_mutex_unlock(&q->lock);
     return rc;
+}
+
+int64_t *psg_shard_queue_holders(psg_shard_queue_t *q, int64_t *n) {
+    pthread_mutex_lock(&q->lock);
+    int64_t *pairs = malloc(sizeof *pairs * (size_t)(2 * q->n_doing + 1));
+    *n = 0;
+    for (int64_t i = 0; pairs && i < q->n_doing; i++) {
+        const held_t *h = &q->doing[i];
+        int64_t k = 0;
+        while (k < *n &&
+               !(pairs[2 * k] == h->worker && (uint64_t)pairs[2 * k + 1] == h->incarnation))
+            k++;
+        if (k < *n) continue;
+        pairs[2 * k] = h->worker;
+        pairs[2 * k + 1] = (int64_t)h->incarnation;
+        (*n)++;
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (!pairs) psg_error_set("out of memory");
+    return pairs;
 }
 
 void psg_shard_queue_stats(psg_shard_queue_t *q, psg_shard_queue_stats_t *out) {
