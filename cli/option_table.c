@@ -288,6 +288,10 @@ static const psg_cli_option_t rows[] = {
     {"--chunk-bytes", PSG_OPT_REAL, 1, 9e18,
      .use = {SIM(c.chunk_bytes, "--chunk-bytes N",
                  "overlap model: links share their time in chunks of N (65536)")}},
+    {"--link-fifo", PSG_OPT_FLAG,
+     .use = {SIM(c.link_fifo, "--link-fifo",
+                 "overlap model: a link sends one peer's queued messages before\n"
+                 "the next peer's (first come, first served) instead of round-robin chunks")}},
     {"--cores", PSG_OPT_REAL, 0, 1e6,
      .use = {SIM(
          c.cores, "--cores N --worker-cpu-ms X --ps-cpu-ms X",
