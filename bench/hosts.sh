@@ -10,8 +10,8 @@
 #    (its eth0 counters);
 # 3. 3 workers, one of them on a 50 Mbit/s link, with and without a backup worker: steps/sec
 #    against the same job uncapped, and the simulator's (--slow-link-gbps 0.05).
-# Beside the overlap model, the shared-cores model (--cores: the hosts share this machine's
-# cores), its CPU per step calibrated from the processes' CPU time (/proc/PID/stat, sampled
+# Beside the overlap model, its CPU bounds (--cores: the hosts share this machine's cores;
+# the ps's critical path: a worker's CPU, then the ps's for the step, serial), the CPU per step calibrated from the processes' CPU time (/proc/PID/stat, sampled
 # every 0.05 s) in the two calibration runs. Each run lasts about PSG_HOSTS_RUN_S seconds
 # (default 6; at least STEPS steps) at the predicted pace. Every run's line carries load1,
 # its processes' CPU per step, the mean runnable tasks and the cores the machine spent on
@@ -151,20 +151,30 @@ predict() { # W B extra simulate args...; prints steps/sec (the serial model)
     --workers "$w" --backups "$b" --steps 10 "$@" | sed -n 's/.*"steps_per_sec":\([0-9.]*\).*/\1/p'
 }
 # the overlap model from the calibration trace (tc tbf's burst as tools/hosts.sh sets it),
-# alone and with the shared cores, in one simulation; prints the JSON fields "predicted_steps_per_sec" (alone), "cores_predicted_steps_per_sec", "bound"
+# alone, with the CPU bounds (the shared cores, the ps's critical path), and alone with the
+# links first come, first served (--link-fifo); prints the JSON fields
+# "predicted_steps_per_sec" (alone), "cores_predicted_steps_per_sec" (with the bounds),
+# "fifo_predicted_steps_per_sec", "cpu_bound_ms", "path_bound_ms", "workers_per_step", "bound"
 predict_both() { # W B extra simulate args...
   local w=$1 b=$2
   shift 2
-  "$psgraph" simulate --trace "$cal_trace" --tail none --ps 1 --latency-ms 0.05 --overhead-ms 0 \
-    --burst-ms 4 --burst-min-bytes 65536 --line-gbps 10 --workers "$w" --backups "$b" --steps 200 \
-    --cores "${pcores:-$cores}" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" "$@" | python3 -c '
+  local args=(--trace "$cal_trace" --tail none --ps 1 --latency-ms 0.05 --overhead-ms 0
+    --burst-ms 4 --burst-min-bytes 65536 --line-gbps 10 --workers "$w" --backups "$b" --steps 200
+    --cores "${pcores:-$cores}" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" "$@")
+  { "$psgraph" simulate "${args[@]}"; "$psgraph" simulate "${args[@]}" --link-fifo | sed 's/^{"simulate":"sync_replicas"/{"simulate":"fifo"/'; } | python3 -c '
 import json, sys
-d = [json.loads(l) for l in sys.stdin if l.startswith("{\"simulate\":\"sync_replicas\"")]
-d = d[0] if d else {}
-link = d.get("link_step_ms")
+d = {}
+for l in sys.stdin:
+    if l.startswith("{\"simulate\":"):
+        j = json.loads(l)
+        d[j["simulate"]] = j
+s, f = d.get("sync_replicas", {}), d.get("fifo", {})
+link, flink = s.get("link_step_ms"), f.get("link_step_ms")
 print(json.dumps({"predicted_steps_per_sec": round(1000 / link, 3) if link else None,
-                  "cores_predicted_steps_per_sec": d.get("steps_per_sec"),
-                  "cpu_bound_ms": d.get("cpu_step_ms"), "bound": d.get("bound")}))'
+                  "cores_predicted_steps_per_sec": s.get("steps_per_sec"),
+                  "fifo_predicted_steps_per_sec": round(1000 / flink, 3) if flink else None,
+                  "cpu_bound_ms": s.get("cpu_step_ms"), "path_bound_ms": s.get("path_step_ms"),
+                  "workers_per_step": s.get("workers_per_step"), "bound": s.get("bound")}))'
 }
 # a run's measured CPU and load (cpu_watch.py's object $1, STEPS $2, W $3) as JSON fields:
 # worker and ps CPU a step (less the calibration's fixed CPU of a run: start-up, evaluation),
@@ -210,12 +220,14 @@ print(json.dumps({"loaded_cores": left, "loaded_predicted_steps_per_sec": r, "lo
 load1() { cut -d' ' -f1 /proc/loadavg; }
 ratio() { python3 -c "a, b = float('${1:-0}'), float('${2:-0}'); print(round(a / b, 3) if b else 'null')"; }
 # measured $1 over predict_both's predictions $2: "ratio" (the overlap model alone), "cores_ratio"
+# (with the CPU bounds: the prediction), "fifo_ratio" (links first come, first served)
 ratios() {
   python3 -c '
 import json, sys
 m, p = float(sys.argv[1] or 0), json.loads(sys.argv[2] or "{}")
 r = lambda k: round(m / p[k], 3) if p.get(k) else None
-print(json.dumps({"ratio": r("predicted_steps_per_sec"), "cores_ratio": r("cores_predicted_steps_per_sec")}))' "$@"
+print(json.dumps({"ratio": r("predicted_steps_per_sec"), "cores_ratio": r("cores_predicted_steps_per_sec"),
+                  "fifo_ratio": r("fifo_predicted_steps_per_sec")}))' "$@"
 }
 
 # calibration: W = 1 uncapped, its step the compute; the bytes the ps sent per step (the

@@ -288,13 +288,19 @@ static const psg_cli_option_t rows[] = {
     {"--chunk-bytes", PSG_OPT_REAL, 1, 9e18,
      .use = {SIM(c.chunk_bytes, "--chunk-bytes N",
                  "overlap model: links share their time in chunks of N (65536)")}},
+    {"--link-fifo", PSG_OPT_FLAG,
+     .use = {SIM(c.link_fifo, "--link-fifo",
+                 "overlap model: a link sends one peer's queued messages before\n"
+                 "the next peer's (first come, first served) instead of round-robin chunks")}},
     {"--cores", PSG_OPT_REAL, 0, 1e6,
      .use = {SIM(
          c.cores, "--cores N --worker-cpu-ms X --ps-cpu-ms X",
          "the hosts share N cores (emulated hosts on one\n"
          "machine: its cores, or what others leave of them); a step is at least the CPU of the N + b\n"
          "workers (X each) and the ps (X per step serving the traced run's\n"
-         "workers) over N cores (default 0: each host its own cores)")}},
+         "workers) over N cores (default 0: each host its own cores); with\n"
+         "either CPU time, also a worker's X and then the ps's CPU of the step\n"
+         "serial (its critical path)")}},
     {"--worker-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.worker_cpu_ms, NULL, NULL)}},
     {"--ps-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.ps_cpu_ms, NULL, NULL)}},
     /* simulate's ps, steps, workers and backups are a model's, not a cluster's: rows of their

@@ -128,16 +128,28 @@ static void print_overlap_assumptions(const psg_sim_config_t *c, const psg_sim_p
     if (c->ps > 0) printf("  (P = %d)\n", c->ps);
 }
 
-static void print_cores_assumptions(const psg_sim_config_t *c, int trace_workers) {
+static void print_cpu_assumptions(const psg_sim_config_t *c, int trace_workers) {
+    int t = trace_workers > 0 ? trace_workers : 1;
+    if (c->worker_cpu_ms > 0 || c->ps_cpu_ms > 0)
+        printf("- the ps's critical path: a step is at least one worker's CPU (%.3f ms) and then\n"
+               "  the ps's CPU of the step, serial in a ps task (%.3f ms as measured with %d\n"
+               "  worker(s): its applies once, the rest per worker served) over the P ps\n",
+               c->worker_cpu_ms, c->ps_cpu_ms, t);
     if (!(c->cores > 0)) {
         printf("- each host has cores of its own: no bound from shared cores (--cores)\n");
         return;
     }
     printf("- the hosts share %g cores (processor sharing): a step is at least (N + b) x %.3f ms\n"
            "  of worker CPU + the ps's %.3f ms (its applies once, the rest per worker served,\n"
-           "  as measured with %d) over %g cores; the step is the larger of that and the above\n",
-           c->cores, c->worker_cpu_ms, c->ps_cpu_ms, trace_workers > 0 ? trace_workers : 1,
-           c->cores);
+           "  as measured with %d) over %g cores (N + b: the workers that start a step)\n",
+           c->cores, c->worker_cpu_ms, c->ps_cpu_ms, t, c->cores);
+    printf("- the step is the largest of the model's and these bounds\n");
+}
+
+/* Which of r's steps is the predicted one. */
+static const char *bound_name(const psg_sim_result_t *r) {
+    if (r->step_ms <= r->link_step_ms) return "model";
+    return r->path_step_ms >= r->cpu_step_ms ? "path" : "cores";
 }
 
 /* The overlap model's profile into *p: from the trace (calibrated; its JSON line printed)
@@ -163,10 +175,12 @@ static int overlap_profile(const psg_simulate_args_t *a, const psg_sim_config_t 
     printf("{\"simulate\":\"calibration\",\"trace\":\"%s\",\"trace_workers\":%d,\"trace_steps\":%d,"
            "\"measured_step_ms\":%.3f,\"compute_ms\":%.3f,\"overhead_ms\":%.3f,\"pulls\":%d,"
            "\"pull_bytes\":%.0f,\"pushes\":%d,\"push_bytes\":%.0f,\"ps_apply_ms\":%.3f,"
-           "\"cores_step_ms\":%.3f%s%s%s}\n",
+           "\"cores_step_ms\":%.3f,\"path_step_ms\":%.3f%s%s%s}\n",
            a->trace, p->trace_workers, p->trace_steps, p->trace_step_ms, p->compute_ms,
            p->overhead_ms, p->n_pulls, pull, p->n_pushes, push, apply,
            psg_sim_cpu_step_ms(c, p->trace_workers, apply, p->trace_workers),
+           psg_sim_path_step_ms(c, p->trace_workers, apply, p->trace_workers,
+                                c->ps > 0 ? c->ps : (p->trace_workers + 3) / 4),
            note ? ",\"note\":\"" : "", note ? note : "", note ? "\"" : "");
     return 0;
 }
@@ -202,7 +216,7 @@ int psg_cmd_simulate(int argc, char **argv) {
         print_overlap_assumptions(&c, &prof);
     else
         print_serial_assumptions(&c);
-    print_cores_assumptions(&c, overlap ? prof.trace_workers : 0);
+    print_cpu_assumptions(&c, overlap ? prof.trace_workers : 0);
     int rc = 0;
     for (int i = 0; i < nw && rc == 0; i++)
         for (int j = 0; j < nb; j++) {
@@ -217,10 +231,11 @@ int psg_cmd_simulate(int argc, char **argv) {
                 "{\"simulate\":\"sync_replicas\",\"workers\":%d,\"backups\":%d,\"ps\":%d,"
                 "\"step_ms\":%.2f,\"compute_ms\":%.2f,\"transfer_ms\":%.2f,\"steps_per_sec\":%.4f,"
                 "\"images_per_sec\":%.1f,\"speedup\":%.2f,\"efficiency\":%.3f,\"model\":\"%s\","
-                "\"link_step_ms\":%.2f,\"cpu_step_ms\":%.2f,\"bound\":\"%s\"}\n",
+                "\"link_step_ms\":%.2f,\"cpu_step_ms\":%.2f,\"path_step_ms\":%.2f,"
+                "\"workers_per_step\":%.3f,\"bound\":\"%s\"}\n",
                 r.workers, r.backups, r.ps, r.step_ms, r.compute_ms, r.transfer_ms, r.steps_per_sec,
                 r.images_per_sec, r.speedup, r.speedup / r.workers, overlap ? "overlap" : "serial",
-                r.link_step_ms, r.cpu_step_ms, r.cpu_step_ms > r.link_step_ms ? "cores" : "model");
+                r.link_step_ms, r.cpu_step_ms, r.path_step_ms, r.workers_per_step, bound_name(&r));
         }
     if (a.trace) psg_sim_profile_free(&prof);
     free(sv);

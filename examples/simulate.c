@@ -146,11 +146,34 @@ static void simulate(const psg_sim_config_t *c, int n, int b, int ps, double *st
     free(xfer);
 }
 
-double psg_sim_cpu_step_ms(const psg_sim_config_t *c, int m, double apply_ms, int trace_workers) {
+double psg_sim_cpu_step_ms(const psg_sim_config_t *c, double m, double apply_ms,
+                           int trace_workers) {
     if (!(c->cores > 0)) return 0;
     double apply = fmin(fmax(apply_ms, 0), c->ps_cpu_ms);
     double serve = (c->ps_cpu_ms - apply) / (trace_workers > 0 ? trace_workers : 1);
-    return ((double)m * c->worker_cpu_ms + apply + (double)m * serve) / c->cores;
+    return (m * c->worker_cpu_ms + apply + m * serve) / c->cores;
+}
+
+double psg_sim_path_step_ms(const psg_sim_config_t *c, double m, double apply_ms, int trace_workers,
+                            int ps) {
+    if (!(c->worker_cpu_ms > 0) && !(c->ps_cpu_ms > 0)) return 0;
+    double apply = fmin(fmax(apply_ms, 0), c->ps_cpu_ms);
+    double serve = (c->ps_cpu_ms - apply) / (trace_workers > 0 ? trace_workers : 1);
+    return c->worker_cpu_ms + (apply + m * serve) / (ps > 0 ? ps : 1);
+}
+
+void psg_sim_finish(const psg_sim_config_t *c, psg_sim_result_t *r, double apply_ms,
+                    int trace_workers, double one, int one_ps) {
+    double m = r->workers_per_step;
+    r->link_step_ms = r->step_ms;
+    r->cpu_step_ms = psg_sim_cpu_step_ms(c, m, apply_ms, trace_workers);
+    r->path_step_ms = psg_sim_path_step_ms(c, m, apply_ms, trace_workers, r->ps);
+    r->step_ms = fmax(r->step_ms, fmax(r->cpu_step_ms, r->path_step_ms));
+    one = fmax(one, fmax(psg_sim_cpu_step_ms(c, 1, apply_ms, trace_workers),
+                         psg_sim_path_step_ms(c, 1, apply_ms, trace_workers, one_ps)));
+    r->steps_per_sec = 1000.0 / r->step_ms;
+    r->images_per_sec = r->steps_per_sec * r->workers * c->batch;
+    r->speedup = r->images_per_sec / (1000.0 / one * c->batch);
 }
 
 int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_result_t *r) {
@@ -160,15 +183,11 @@ int psg_sim_run(const psg_sim_config_t *c, int workers, int backups, psg_sim_res
     r->workers = workers;
     r->backups = backups;
     r->ps = ps;
+    r->workers_per_step = workers + backups; /* every worker computes every step */
     simulate(c, workers, backups, ps, &r->step_ms, &r->compute_ms, &r->transfer_ms);
-    r->link_step_ms = r->step_ms;
-    r->cpu_step_ms = psg_sim_cpu_step_ms(c, workers + backups, 0, 1);
-    r->step_ms = fmax(r->step_ms, r->cpu_step_ms);
     double one_step, one_compute, one_transfer;
-    simulate(c, 1, 0, c->ps > 0 ? c->ps : 1, &one_step, &one_compute, &one_transfer);
-    one_step = fmax(one_step, psg_sim_cpu_step_ms(c, 1, 0, 1));
-    r->steps_per_sec = 1000.0 / r->step_ms;
-    r->images_per_sec = r->steps_per_sec * workers * c->batch;
-    r->speedup = r->images_per_sec / (1000.0 / one_step * c->batch);
+    int one_ps = c->ps > 0 ? c->ps : 1;
+    simulate(c, 1, 0, one_ps, &one_step, &one_compute, &one_transfer);
+    psg_sim_finish(c, r, 0, 1, one_step, one_ps);
     return 0;
 }

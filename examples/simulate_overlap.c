@@ -206,9 +206,11 @@ static void link_done(sim_t *s, int li, double now) {
         l->qh[peer] = m->next[hop];
         if (l->qh[peer] < 0) l->qt[peer] = -1;
     }
-    l->rh = (l->rh + 1) % s->nodes;
-    l->rn--;
-    if (l->qh[peer] >= 0) l->ring[(l->rh + l->rn++) % s->nodes] = peer;
+    if (!s->c->link_fifo || l->qh[peer] < 0) { /* fifo: the same peer until its queue is out */
+        l->rh = (l->rh + 1) % s->nodes;
+        l->rn--;
+        if (l->qh[peer] >= 0) l->ring[(l->rh + l->rn++) % s->nodes] = peer;
+    }
     serve(s, li, now);
 }
 
@@ -438,9 +440,10 @@ static void teardown(sim_t *s) {
     free(s->heap);
 }
 
-/* Simulates n + b workers on ps parameter servers: the mean step and compute in ms. */
+/* Simulates n + b workers on ps parameter servers: the mean step and compute in ms, the
+ * workers' step starts per step (*starts may be NULL). */
 static int simulate(const psg_sim_config_t *c, const psg_sim_profile_t *p, int n, int b, int ps,
-                    double *step_ms, double *compute_ms) {
+                    double *step_ms, double *compute_ms, double *starts) {
     sim_t s = {.c = c, .p = p, .m = n + b, .n = n, .ps = ps};
     int rc = setup(&s);
     for (int k = 0; rc == 0 && k < s.m; k++) push_ev(&s, p->overhead_ms, EV_START, k);
@@ -474,6 +477,7 @@ static int simulate(const psg_sim_config_t *c, const psg_sim_profile_t *p, int n
         double t0 = warm > 0 ? s.release_t[warm - 1] : 0;
         *step_ms = (s.release_t[c->steps - 1] - t0) / (c->steps - warm);
         *compute_ms = s.compute_sum / (double)s.compute_n;
+        if (starts) *starts = (double)s.compute_n / c->steps;
     }
     teardown(&s);
     return rc;
@@ -509,10 +513,10 @@ static int spread(const psg_sim_profile_t *p, int ps, psg_sim_profile_t *out) {
 
 /* The mean step and compute of n + b workers on ps parameter servers. */
 static int simulate_spread(const psg_sim_config_t *c, const psg_sim_profile_t *p, int n, int b,
-                           int ps, double *step_ms, double *compute_ms) {
+                           int ps, double *step_ms, double *compute_ms, double *starts) {
     psg_sim_profile_t q;
     if (spread(p, ps, &q) < 0) return -1;
-    int rc = simulate(c, &q, n, b, ps, step_ms, compute_ms);
+    int rc = simulate(c, &q, n, b, ps, step_ms, compute_ms, starts);
     free(q.pulls);
     free(q.pushes);
     return rc;
@@ -527,19 +531,15 @@ int psg_sim_overlap_run(const psg_sim_config_t *c, const psg_sim_profile_t *p, i
     r->backups = backups;
     r->ps = ps;
     double one, one_compute;
-    if (simulate_spread(c, p, workers, backups, ps, &r->step_ms, &r->compute_ms) < 0 ||
-        simulate_spread(c, p, 1, 0, c->ps > 0 ? c->ps : 1, &one, &one_compute) < 0)
+    int one_ps = c->ps > 0 ? c->ps : 1;
+    if (simulate_spread(c, p, workers, backups, ps, &r->step_ms, &r->compute_ms,
+                        &r->workers_per_step) < 0 ||
+        simulate_spread(c, p, 1, 0, one_ps, &one, &one_compute, NULL) < 0)
         return -1;
     r->transfer_ms = r->step_ms - r->compute_ms;
     double apply = 0;
     for (int j = 0; j < p->n_pushes; j++) apply += p->pushes[j].apply_ms;
-    r->link_step_ms = r->step_ms;
-    r->cpu_step_ms = psg_sim_cpu_step_ms(c, workers + backups, apply, p->trace_workers);
-    r->step_ms = fmax(r->step_ms, r->cpu_step_ms);
-    one = fmax(one, psg_sim_cpu_step_ms(c, 1, apply, p->trace_workers));
-    r->steps_per_sec = 1000.0 / r->step_ms;
-    r->images_per_sec = r->steps_per_sec * workers * c->batch;
-    r->speedup = r->images_per_sec / (1000.0 / one * c->batch);
+    psg_sim_finish(c, r, apply, p->trace_workers, one, one_ps);
     return 0;
 }
 
@@ -567,7 +567,7 @@ int psg_sim_calibrate(const psg_sim_config_t *c, psg_sim_profile_t *p, const cha
     if (check_profile(p) < 0 || psg_sim_check(&u, p->trace_workers, 0) < 0) return -1;
     int ps = c->ps > 0 ? c->ps : (p->trace_workers + 3) / 4;
     double step, compute;
-    if (simulate(&u, p, p->trace_workers, 0, ps, &step, &compute) < 0) return -1;
+    if (simulate(&u, p, p->trace_workers, 0, ps, &step, &compute, NULL) < 0) return -1;
     if (step >= p->trace_step_ms) {
         if (note) *note = "the model of the traced run is already as slow as measured: overhead 0";
         return 0;
@@ -577,7 +577,7 @@ int psg_sim_calibrate(const psg_sim_config_t *c, psg_sim_profile_t *p, const cha
      * a second one takes those in */
     for (int it = 0; it < 3; it++) {
         p->overhead_ms = fmax(0, p->overhead_ms + p->trace_step_ms - step);
-        if (simulate(&u, p, p->trace_workers, 0, ps, &step, &compute) < 0) return -1;
+        if (simulate(&u, p, p->trace_workers, 0, ps, &step, &compute, NULL) < 0) return -1;
     }
     return 0;
 }

@@ -108,6 +108,14 @@ static void test_slow_link_and_backup(void) {
     CHECK_NEAR(r0.step_ms, 207, 1e-6);
     CHECK(run_serial(&c, 2, 1, &r1) == 0);
     CHECK(r1.step_ms >= 44 - 1e-6 && r1.step_ms < 55); /* 10 of its chunks per ~207 ms */
+    /* every worker starts every step without a backup; with one, the slow worker starts
+     * one step in about 4 (its pull takes ~100 ms of each ~207): the CPU bounds count that */
+    CHECK_NEAR(r0.workers_per_step, 3, 1e-9);
+    CHECK(r1.workers_per_step > 2 && r1.workers_per_step < 2.5);
+    c.worker_cpu_ms = 10;
+    c.ps_cpu_ms = 4;
+    CHECK(run_serial(&c, 2, 1, &r1) == 0);
+    CHECK_NEAR(r1.path_step_ms, 10 + 4 * r1.workers_per_step, 1e-9);
 }
 
 /* A token bucket of 4 bytes on every link: each transfer of 10 B takes the 4 at the
@@ -151,11 +159,16 @@ static void test_calibrate(void) {
     CHECK_ERROR_HAS("trace");
 }
 
-/* Shared cores: workers of 10 ms CPU a step, the ps 4 ms with one worker (1 of it its
- * apply, 3 per worker served), 2 cores. One worker, compute 5, no bytes: the model says 5,
- * the cores (10 + 1 + 3) / 2 = 7. Three workers + a backup: 4 x 10 + 1 + 4 x 3 = 53 ms of
- * CPU, 26.5 on 2 cores. Without --cores the model's step stands. */
-static void test_shared_cores(void) {
+/* The CPU bounds: workers of 10 ms CPU a step, the ps 4 ms with one worker (1 of it its
+ * apply, 3 per worker served), compute 5 and no bytes, so the model alone says 5 + the
+ * apply = 6 for any count of workers.
+ * - The ps's critical path (psg_sim_path_step_ms), one worker: 10 + 1 + 3 = 14; three + a
+ *   backup: 10 + 1 + 4 x 3 = 23; on 2 ps the ps's part is split: 10 + 13 / 2 = 16.5.
+ * - The shared cores (2): one worker (10 + 1 + 3) / 2 = 7, below its path; three + a
+ *   backup 4 x 10 + 1 + 4 x 3 = 53 ms of CPU, 26.5 on 2 cores, above its path (23).
+ * Without CPU times the model's step stands; with workers of 1 ms and a ps of 2 it is the
+ * larger (path 1 + 1 + 1 = 3). */
+static void test_cpu_bounds(void) {
     psg_sim_config_t c = unit_config();
     c.step_ms = 5;
     c.bytes_per_step = 0;
@@ -168,35 +181,71 @@ static void test_shared_cores(void) {
                            .trace_workers = 1};
     psg_sim_result_t r;
     CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
-    CHECK(r.cpu_step_ms == 0);
+    CHECK(r.cpu_step_ms == 0 && r.path_step_ms == 0);
+    CHECK_NEAR(r.workers_per_step, 4, 1e-9);
     double alone = r.step_ms;
     CHECK_NEAR(alone, 5 + 1, 1e-6); /* compute, then the apply */
-    c.cores = 2;
     c.worker_cpu_ms = 10;
     c.ps_cpu_ms = 4;
     CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK(r.cpu_step_ms == 0); /* no --cores: each host its own */
+    CHECK_NEAR(r.path_step_ms, 14, 1e-9);
+    CHECK_NEAR(r.step_ms, 14, 1e-9);
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.step_ms, 23, 1e-9);
+    CHECK_NEAR(r.link_step_ms, alone, 1e-6);
+    c.ps = 2;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 16.5, 1e-9);
+    c.ps = 1;
+    c.cores = 2;
+    CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
     CHECK_NEAR(r.cpu_step_ms, 7, 1e-9);
-    CHECK_NEAR(r.step_ms, 7, 1e-9);
+    CHECK_NEAR(r.step_ms, 14, 1e-9);
     CHECK_NEAR(r.link_step_ms, 6, 1e-6);
     CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.cpu_step_ms, 26.5, 1e-9);
+    CHECK_NEAR(r.path_step_ms, 23, 1e-9);
     CHECK_NEAR(r.step_ms, 26.5, 1e-9);
-    CHECK_NEAR(r.link_step_ms, alone, 1e-6);
-    CHECK_NEAR(r.speedup, 3 * 7 / 26.5, 1e-9); /* against one worker's 7 */
+    CHECK_NEAR(r.speedup, 3 * 14 / 26.5, 1e-9); /* against one worker's 14 */
     /* a traced run of 2 workers: 3 ms served for 2, 1.5 each: (40 + 1 + 6) / 2 */
     p.trace_workers = 2;
     CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
     CHECK_NEAR(r.step_ms, 23.5, 1e-9);
-    /* the serial model: no applies known, the ps's CPU all per worker: (4 x 10 + 4 x 4) / 2 */
+    CHECK_NEAR(r.path_step_ms, 10 + 1 + 4 * 1.5, 1e-9);
+    /* the serial model: no applies known, the ps's CPU all per worker: (4 x 10 + 4 x 4) / 2
+     * on the cores, 10 + 4 x 4 on the path */
     CHECK(psg_sim_run(&c, 3, 1, &r) == 0);
     CHECK_NEAR(r.cpu_step_ms, 28, 1e-9);
+    CHECK_NEAR(r.path_step_ms, 26, 1e-9);
     CHECK_NEAR(r.step_ms, 28, 1e-9);
-    /* 8 cores: the model's step is the larger */
-    c.cores = 8;
+    /* small CPU times: the model's step is the largest */
+    c.worker_cpu_ms = 1;
+    c.ps_cpu_ms = 2;
+    p.trace_workers = 1;
     CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 3, 1e-9);
     CHECK_NEAR(r.step_ms, 6, 1e-6);
     c.worker_cpu_ms = -1;
     CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) < 0);
     CHECK_ERROR_HAS("worker CPU");
+}
+
+/* The ps's link in turn or first come, first served: 2 workers pull 10 B each (1 B/ms),
+ * compute 30, push 10 B. Round-robin chunks: both pulls end at about 20, both pushes
+ * share the ps's downlink after 50: the step ends at about 70. First come: worker 0's pull
+ * ends at 10, worker 1's at 20; worker 0 pushes 40-50 while worker 1 computes 20-50, then
+ * worker 1 pushes 50-60: the step is 60. */
+static void test_link_fifo(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 30;
+    c.bytes_per_step = 10;
+    psg_sim_result_t r;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK(r.step_ms > 68 && r.step_ms <= 70 + 1e-6);
+    c.link_fifo = true;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 60, 1e-6);
 }
 
 static void test_bad_profile(void) {
@@ -304,7 +353,8 @@ int main(void) {
     RUN_TEST(test_slow_link_and_backup);
     RUN_TEST(test_burst);
     RUN_TEST(test_calibrate);
-    RUN_TEST(test_shared_cores);
+    RUN_TEST(test_cpu_bounds);
+    RUN_TEST(test_link_fifo);
     RUN_TEST(test_bad_profile);
     RUN_TEST(test_trace_reader);
     return psg_test_summary();

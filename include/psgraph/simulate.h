@@ -7,6 +7,7 @@
 #ifndef PSGRAPH_SIMULATE_H
 #define PSGRAPH_SIMULATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* How one worker's compute time per step spreads around step_ms. */
@@ -46,6 +47,8 @@ typedef struct {
     double burst_min_bytes; /* ... and at least this many bytes (bench/hosts.sh: 65536): 0 */
     double line_gbps;       /* the wire under a cap, and an uncapped link: 10 */
     double chunk_bytes;     /* links share their time in chunks of this size: 65536 */
+    bool link_fifo;         /* true: a link sends a peer's queued messages to the end before the
+                             * next peer's (first come, first served); false: round-robin chunks */
     /* the shared cores (psg_sim_cpu_step_ms): 0 cores, each host its own (no shared bound) */
     double cores;         /* cores every host shares (emulated hosts on one machine; a part
                            * of one counts: those other jobs leave): 0 */
@@ -87,6 +90,9 @@ typedef struct {
     double transfer_ms;  /* pull + push, each direction's bandwidth shared */
     double link_step_ms; /* the step of the model alone (links, compute, overhead) */
     double cpu_step_ms;  /* the shared cores' bound (psg_sim_cpu_step_ms); 0 without cores */
+    double path_step_ms; /* the ps's critical path (psg_sim_path_step_ms); 0 without CPU times */
+    double workers_per_step; /* workers that start a step, per step: N + b, fewer where a
+                              * backup on a slow link misses steps (the overlap model) */
     double steps_per_sec;
     double images_per_sec; /* workers * batch * steps_per_sec (backups' batches dropped) */
     double speedup;        /* images/sec over one worker's without backups, same seed */
@@ -94,13 +100,23 @@ typedef struct {
 
 psg_sim_config_t psg_sim_defaults(void);
 
-/* The shared cores' bound on a step of m = N + b workers: every worker's CPU a step
- * (c->worker_cpu_ms, the backups' too) and the ps tasks' (apply_ms once a step, the rest of
- * c->ps_cpu_ms per worker served: (c->ps_cpu_ms - apply_ms) / trace_workers each) shared
- * by c->cores cores, processor sharing: their sum / c->cores. apply_ms is capped at
- * c->ps_cpu_ms. 0 when c->cores is 0 (each host its own cores). The models' step is the
- * larger of theirs and this one. */
-double psg_sim_cpu_step_ms(const psg_sim_config_t *c, int m, double apply_ms, int trace_workers);
+/* The shared cores' bound on a step of m workers (N + b, or the overlap model's workers
+ * that start a step, per step: a backup that misses steps computes none of them): every
+ * worker's CPU a step (c->worker_cpu_ms) and the ps tasks' (apply_ms once a step, the rest
+ * of c->ps_cpu_ms per worker served: (c->ps_cpu_ms - apply_ms) / trace_workers each)
+ * shared by c->cores cores, processor sharing: their sum / c->cores. apply_ms is capped at
+ * c->ps_cpu_ms. 0 when c->cores is 0 (each host its own cores). */
+double psg_sim_cpu_step_ms(const psg_sim_config_t *c, double m, double apply_ms, int trace_workers);
+
+/* The ps's critical path of a sync step of m workers on ps parameter servers: one worker's
+ * CPU a step (c->worker_cpu_ms: the workers run theirs side by side) and then the ps's CPU
+ * of the whole step, serial within a ps task: apply_ms once and (c->ps_cpu_ms - apply_ms)
+ * / trace_workers for each of the m workers served, spread over the ps tasks. Lockstep
+ * (every worker's push in before the ps's work of the step): no overlap of one worker's
+ * CPU with the ps's. 0 when both CPU times are 0. The models' step is the largest of
+ * theirs, this one and psg_sim_cpu_step_ms. */
+double psg_sim_path_step_ms(const psg_sim_config_t *c, double m, double apply_ms, int trace_workers,
+                            int ps);
 
 /* "none", "normal", "lognormal", "pareto", "samples" and back; -1 / "?" when unknown. */
 int psg_sim_tail_from_name(const char *name);
