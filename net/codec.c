@@ -116,7 +116,10 @@ static int out_sbuf(psg_codec_out_t *out, msgpack_sbuffer *sb, bool more) {
     return rc;
 }
 
-static int check_outgoing(const psg_msg_t *m, const psg_wire_opts_t *o, bool *chunked) {
+/* Where each tensor travels: chunks above the chunk threshold; inline, in the header's frame,
+ * while the small ones (and then the body) fit in PSG_WIRE_INLINE_BYTES in all; else a frame. */
+static int check_outgoing(const psg_msg_t *m, const psg_wire_opts_t *o, uint8_t *place,
+                          bool *body_inline) {
     if (m->kind <= PSG_MSG_INVALID || m->kind >= PSG_MSG_KIND_COUNT)
         return psg_error_set("cannot send a message of kind %d", (int)m->kind);
     if (m->ntensors < 0 || m->ntensors > PSG_WIRE_MAX_TENSORS)
@@ -129,7 +132,8 @@ static int check_outgoing(const psg_msg_t *m, const psg_wire_opts_t *o, bool *ch
     if (m->body && m->body->size > PSG_WIRE_MAX_FRAME)
         return psg_error_set("body of %zu bytes is over the frame limit of %zu", m->body->size,
                              PSG_WIRE_MAX_FRAME);
-    size_t above = o->chunk_above ? o->chunk_above : o->chunk_bytes;
+    size_t above = o->chunk_above ? o->chunk_above : o->chunk_bytes,
+           inline_left = PSG_WIRE_INLINE_BYTES;
     if (above == 0 || above > PSG_WIRE_MAX_FRAME) above = PSG_WIRE_MAX_FRAME;
     for (int i = 0; i < m->ntensors; i++) {
         const psg_tensor_t *t = m->tensors[i];
@@ -140,47 +144,79 @@ static int check_outgoing(const psg_msg_t *m, const psg_wire_opts_t *o, bool *ch
         if (m->names[i] && strlen(m->names[i]) > PSG_WIRE_MAX_KEY)
             return psg_error_set("tensor %d: name over %d bytes", i, PSG_WIRE_MAX_KEY);
         size_t nb = psg_tensor_nbytes(t);
-        chunked[i] = nb > above;
+        place[i] = nb > above ? PSG_PLACE_CHUNKS : PSG_PLACE_FRAME;
+        if (place[i] == PSG_PLACE_FRAME && nb < PSG_WIRE_INLINE_BYTES && nb <= inline_left) {
+            place[i] = PSG_PLACE_INLINE;
+            inline_left -= nb;
+        }
         total += nb;
     }
+    *body_inline = m->body && m->body->size > 0 && m->body->size <= inline_left;
     if (total > o->max_msg_bytes)
         return psg_error_set("message of %llu bytes is over the limit of %zu bytes",
                              (unsigned long long)total, o->max_msg_bytes);
     return 0;
 }
 
+/* The header frame: the msgpack map in sb, then the inline tensors (each at an aligned
+ * offset, zero padding between) and the inline body. One copy of their bytes. */
+static int out_header(psg_codec_out_t *out, msgpack_sbuffer *sb, const psg_msg_t *m,
+                      const uint8_t *place, bool body_inline, bool more) {
+    uint64_t size = sb->size;
+    for (int i = 0; i < m->ntensors; i++)
+        if (place[i] == PSG_PLACE_INLINE)
+            size = psg_codec_inline_at(size) + psg_tensor_nbytes(m->tensors[i]);
+    if (body_inline) size += m->body->size;
+    if (size == sb->size) return out_sbuf(out, sb, more);
+    if (out_reserve(out, 1) < 0) return -1;
+    zmq_msg_t *p = &out->parts[out->n];
+    if (zmq_msg_init_size(p, size) < 0) return psg_error_set("out of memory encoding a frame");
+    char *d = zmq_msg_data(p);
+    memcpy(d, sb->data, sb->size);
+    uint64_t at = sb->size;
+    for (int i = 0; i < m->ntensors; i++) {
+        if (place[i] != PSG_PLACE_INLINE) continue;
+        uint64_t to = psg_codec_inline_at(at);
+        memset(d + at, 0, to - at);
+        size_t nb = psg_tensor_nbytes(m->tensors[i]);
+        if (nb) memcpy(d + to, m->tensors[i]->data, nb);
+        at = to + nb;
+    }
+    if (body_inline) memcpy(d + at, m->body->data, m->body->size);
+    out->more[out->n++] = more;
+    msgpack_sbuffer_clear(sb);
+    return 0;
+}
+
 int psg_codec_encode(const psg_msg_t *m, const psg_route_t *route, const psg_wire_opts_t *o,
                      psg_codec_out_t *out) {
-    bool chunked_small[16];
-    bool *chunked = m->ntensors <= 16 ? chunked_small : calloc((size_t)m->ntensors, 1);
-    if (!chunked) return psg_error_set("out of memory encoding a message");
+    uint8_t place_small[16];
+    uint8_t *place = m->ntensors <= 16 ? place_small : calloc((size_t)m->ntensors, 1);
+    if (!place) return psg_error_set("out of memory encoding a message");
     int rc = -1;
+    bool body_inline = false;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    if (check_outgoing(m, o, chunked) < 0) goto done;
+    if (check_outgoing(m, o, place, &body_inline) < 0) goto done;
     size_t chunk = o->chunk_bytes;
     if (chunk == 0 || chunk > PSG_WIRE_MAX_FRAME) chunk = PSG_WIRE_MAX_FRAME;
-    bool any_chunked = false;
-    int ninline = 0;
-    for (int i = 0; i < m->ntensors; i++) {
-        any_chunked |= chunked[i];
-        ninline += !chunked[i];
-    }
-    (void)any_chunked;
+    int nframes = 0;
+    for (int i = 0; i < m->ntensors; i++) nframes += place[i] == PSG_PLACE_FRAME;
     if (route && out_copy(out, route->id, route->len, true) < 0) goto done;
-    psg_codec_pack_header(&sb, m, chunked);
-    int after = ninline + (m->body && m->body->size > 0); /* an empty body travels as none */
-    if (out_sbuf(out, &sb, after > 0) < 0) goto done;
+    psg_codec_pack_header(&sb, m, place, body_inline);
+    /* an empty body travels as none */
+    int after = nframes + (m->body && m->body->size > 0 && !body_inline);
+    if (out_header(out, &sb, m, place, body_inline, after > 0) < 0) goto done;
     for (int i = 0; i < m->ntensors; i++) {
-        if (chunked[i]) continue;
+        if (place[i] != PSG_PLACE_FRAME) continue;
         psg_tensor_t *t = m->tensors[i];
         if (out_ref(out, t->buf, t->data, psg_tensor_nbytes(t), --after > 0) < 0) goto done;
     }
-    if (m->body && m->body->size > 0 &&
+    if (m->body && m->body->size > 0 && !body_inline &&
         out_ref(out, m->body, m->body->data, m->body->size, false) < 0)
         goto done;
     for (int i = 0; i < m->ntensors; i++) {
-        if (!chunked[i]) continue;
+        if (place[i] != PSG_PLACE_CHUNKS) continue;
         psg_tensor_t *t = m->tensors[i];
         size_t nb = psg_tensor_nbytes(t);
         for (size_t off = 0; off < nb; off += chunk) {
@@ -194,7 +230,7 @@ int psg_codec_encode(const psg_msg_t *m, const psg_route_t *route, const psg_wir
     rc = 0;
 done:
     msgpack_sbuffer_destroy(&sb);
-    if (chunked != chunked_small) free(chunked);
+    if (place != place_small) free(place);
     if (rc < 0) psg_codec_out_clear(out);
     return rc;
 }
@@ -315,6 +351,12 @@ static void free_zmq_msg(void *data, void *hint) {
     free(m);
 }
 
+static psg_buffer_t *frame_copy(const void *data, size_t size) {
+    psg_buffer_t *b = psg_buffer_new(size);
+    if (b && size) memcpy(b->data, data, size);
+    return b;
+}
+
 /* A buffer over a received frame: the frame itself when it is aligned to `align` (it then
  * owns the ZeroMQ message), else a copy. */
 static psg_buffer_t *frame_buffer(zmq_msg_t *part, size_t align) {
@@ -332,9 +374,7 @@ static psg_buffer_t *frame_buffer(zmq_msg_t *part, size_t align) {
         if (!b) free_zmq_msg(NULL, heap);
         return b;
     }
-    psg_buffer_t *b = psg_buffer_new(size);
-    if (b && size) memcpy(b->data, data, size);
-    return b;
+    return frame_copy(data, size);
 }
 
 static char *dup_n(const char *s, size_t n) {
@@ -364,54 +404,89 @@ static bool pending_advance(pending_t *p) {
     return p->cur == p->msg->ntensors;
 }
 
+/* Checks a first part's frames against its header (their count and sizes, the total) and
+ * that a message with chunks can be kept; *chunked_bytes: the bytes its chunks will bring. */
+static int check_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n, const psg_route_t *route,
+                       uint64_t *chunked_bytes) {
+    psg_codec_header_t *h = &rx->hdr;
+    int nframes = 0, nchunked = 0;
+    uint64_t total = h->body;
+    *chunked_bytes = 0;
+    for (int i = 0; i < h->ntensors; i++) {
+        total += h->t[i].nbytes;
+        if (h->t[i].chunked) {
+            nchunked++;
+            *chunked_bytes += h->t[i].nbytes;
+            if (h->t[i].nbytes == 0) return psg_error_set("tensor %d: chunked with 0 bytes", i);
+        } else {
+            nframes += h->t[i].place == PSG_PLACE_FRAME;
+        }
+    }
+    if (total > rx->opts.max_msg_bytes)
+        return psg_error_set("message of %llu bytes is over the limit of %zu bytes",
+                             (unsigned long long)total, rx->opts.max_msg_bytes);
+    int want = 1 + nframes + (h->body > 0 && !h->body_inline);
+    if (n != want) return psg_error_set("message has %d frames, its header announces %d", n, want);
+    for (int i = 0, f = 1; i < h->ntensors; i++) {
+        if (h->t[i].place != PSG_PLACE_FRAME) continue;
+        size_t got = zmq_msg_size(&parts[f++]);
+        if (got != h->t[i].nbytes)
+            return psg_error_set("tensor %d: frame of %zu bytes, header says %llu", i, got,
+                                 (unsigned long long)h->t[i].nbytes);
+    }
+    if (h->body && !h->body_inline && zmq_msg_size(&parts[n - 1]) != h->body)
+        return psg_error_set("body: frame of %zu bytes, header says %llu",
+                             zmq_msg_size(&parts[n - 1]), (unsigned long long)h->body);
+    if (nchunked) {
+        if (rx->npending >= MAX_PENDING ||
+            rx->pending_bytes + *chunked_bytes > rx->opts.max_msg_bytes)
+            return psg_error_set("receiver busy: %d partial messages of %zu bytes pending",
+                                 rx->npending, rx->pending_bytes);
+        if (pending_find(rx, route, h->id))
+            return psg_error_set("message id %llu is already being received",
+                                 (unsigned long long)h->id);
+    }
+    return 0;
+}
+
+/* ZeroMQ keeps a frame of up to 33 bytes inside its message struct, where a move would
+ * take it from under the header's pointers: such a frame is copied, never wrapped. */
+#define WRAP_ABOVE 64
+
+/* The buffer the inline tensors are views of: the header frame itself when its address suits
+ * every dtype (the buffer then owns the ZeroMQ message: no copy), else one copy of it. The
+ * frame's bytes keep their address when moved (WRAP_ABOVE), so h's pointers stay valid. */
+static psg_buffer_t *inline_buffer(zmq_msg_t *frame) {
+    size_t size = zmq_msg_size(frame);
+    void *data = zmq_msg_data(frame);
+    if (size <= WRAP_ABOVE || (uintptr_t)data % PSG_CODEC_INLINE_ALIGN != 0) {
+        psg_buffer_t *b = psg_buffer_new(size);
+        if (b) memcpy(b->data, data, size);
+        return b;
+    }
+    zmq_msg_t *heap = malloc(sizeof *heap);
+    if (!heap) {
+        psg_error_set("out of memory receiving a frame");
+        return NULL;
+    }
+    zmq_msg_init(heap);
+    zmq_msg_move(heap, frame);
+    if (zmq_msg_data(heap) != data) abort(); /* a ZeroMQ that moves large frames' bytes */
+    psg_buffer_t *b = psg_buffer_wrap(data, size, free_zmq_msg, heap);
+    if (!b) free_zmq_msg(NULL, heap);
+    return b;
+}
+
 /* A message's first part: parts[0] is the header. */
 static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
                                   const psg_route_t *route, const psg_conn_t *conn,
                                   const char *peer, const char *peer_key, psg_msg_t **out) {
     psg_codec_header_t *h = &rx->hdr;
-    int ninline = 0, nchunked = 0;
-    uint64_t total = h->body, chunked_bytes = 0;
-    for (int i = 0; i < h->ntensors; i++) {
-        total += h->t[i].nbytes;
-        if (h->t[i].chunked) {
-            nchunked++;
-            chunked_bytes += h->t[i].nbytes;
-            if (h->t[i].nbytes == 0)
-                return psg_error_set("tensor %d: chunked with 0 bytes", i), PSG_RX_BAD;
-        } else {
-            ninline++;
-        }
-    }
-    if (total > rx->opts.max_msg_bytes)
-        return psg_error_set("message of %llu bytes is over the limit of %zu bytes",
-                             (unsigned long long)total, rx->opts.max_msg_bytes),
-               PSG_RX_BAD;
-    int want = 1 + ninline + (h->body > 0);
-    if (n != want)
-        return psg_error_set("message has %d frames, its header announces %d", n, want), PSG_RX_BAD;
-    for (int i = 0, f = 1; i < h->ntensors; i++) {
-        if (h->t[i].chunked) continue;
-        size_t got = zmq_msg_size(&parts[f++]);
-        if (got != h->t[i].nbytes)
-            return psg_error_set("tensor %d: frame of %zu bytes, header says %llu", i, got,
-                                 (unsigned long long)h->t[i].nbytes),
-                   PSG_RX_BAD;
-    }
-    if (h->body && zmq_msg_size(&parts[n - 1]) != h->body)
-        return psg_error_set("body: frame of %zu bytes, header says %llu",
-                             zmq_msg_size(&parts[n - 1]), (unsigned long long)h->body),
-               PSG_RX_BAD;
-    if (nchunked) {
-        if (rx->npending >= MAX_PENDING ||
-            rx->pending_bytes + chunked_bytes > rx->opts.max_msg_bytes)
-            return psg_error_set("receiver busy: %d partial messages of %zu bytes pending",
-                                 rx->npending, rx->pending_bytes),
-                   PSG_RX_BAD;
-        if (pending_find(rx, route, h->id))
-            return psg_error_set("message id %llu is already being received",
-                                 (unsigned long long)h->id),
-                   PSG_RX_BAD;
-    }
+    uint64_t chunked_bytes;
+    if (check_first(rx, parts, n, route, &chunked_bytes) < 0) return PSG_RX_BAD;
+    int nchunked = 0;
+    for (int i = 0; i < h->ntensors; i++) nchunked += h->t[i].chunked;
+    psg_buffer_t *inl = NULL;
 
     psg_msg_t *m = psg_msg_new((psg_msg_kind_t)h->kind, NULL);
     if (!m) return PSG_RX_BAD;
@@ -429,12 +504,18 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
         psg_error_set("out of memory");
         goto oom;
     }
-    if (h->body && !(m->body = frame_buffer(&parts[n - 1], 1))) goto oom;
+    if (h->body && h->body_inline &&
+        !(m->body = frame_copy((const char *)zmq_msg_data(&parts[0]) + h->body_at, h->body)))
+        goto oom;
+    if (h->body && !h->body_inline && !(m->body = frame_buffer(&parts[n - 1], 1))) goto oom;
+    if (h->ninline && !(inl = inline_buffer(&parts[0]))) goto oom;
     for (int i = 0, f = 1; i < h->ntensors; i++) {
         psg_codec_tdesc_t *d = &h->t[i];
         psg_tensor_t *t;
         if (d->chunked) {
             t = psg_tensor_new(d->dtype, &d->shape);
+        } else if (d->place == PSG_PLACE_INLINE) {
+            t = psg_tensor_from_buffer(d->dtype, &d->shape, inl, d->at);
         } else {
             psg_buffer_t *b = frame_buffer(&parts[f++], 8);
             t = b ? psg_tensor_from_buffer(d->dtype, &d->shape, b, 0) : NULL;
@@ -451,6 +532,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
         }
         m->names[m->ntensors - 1] = name;
     }
+    psg_buffer_unref(&inl);
     if (!nchunked) {
         *out = m;
         return PSG_RX_MSG;
@@ -476,6 +558,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     return PSG_RX_NONE;
 oom:
     /* A peer can declare sizes that cannot be allocated: its fault, not the socket's. */
+    psg_buffer_unref(&inl);
     psg_msg_destroy(&m);
     psg_error_wrap("cannot allocate the message");
     return PSG_RX_BAD;

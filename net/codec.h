@@ -12,12 +12,25 @@
 /* Internal message kind: one chunk of a large tensor, after the message's first part. */
 #define PSG_CODEC_CHUNK 4
 
+/* Where a tensor's bytes travel (a tensor descriptor's last field; version 1 wrote a bool:
+ * false for a frame, true for chunks, which a reader still takes). */
+typedef enum {
+    PSG_PLACE_FRAME = 0,  /* a frame of its own after the header */
+    PSG_PLACE_CHUNKS = 1, /* chunk messages after the first message */
+    PSG_PLACE_INLINE = 2  /* inside the header's frame, after the msgpack map */
+} psg_codec_place_t;
+
+/* Inline bytes start at offsets rounded up to this from the header frame's start. */
+#define PSG_CODEC_INLINE_ALIGN 8
+
 /* How a header describes one tensor. */
 typedef struct {
     psg_dtype_t dtype;
     psg_shape_t shape;
     uint64_t nbytes;
-    bool chunked; /* its bytes follow in chunk messages, not in the first message */
+    bool chunked;  /* its bytes follow in chunk messages, not in the first message */
+    uint8_t place; /* psg_codec_place_t */
+    uint64_t at;   /* inline: its offset in the header frame */
 } psg_codec_tdesc_t;
 
 /* A decoded header: either a message's first part (kind 1..3) or a chunk (kind 4). */
@@ -30,6 +43,11 @@ typedef struct {
     int64_t step;
     int code; /* an ERROR's psg_err_code_t */
     uint64_t body;
+    bool body_inline; /* the body's bytes are in the header frame, at body_at */
+    uint64_t body_at;
+    uint64_t map_bytes; /* the msgpack map's bytes: inline bytes start after them */
+    uint64_t version;   /* as the peer wrote it (0: absent) */
+    int ninline;        /* tensors placed inline */
     int ntensors;
     const char *names[PSG_WIRE_MAX_TENSORS];
     size_t name_lens[PSG_WIRE_MAX_TENSORS];
@@ -39,12 +57,20 @@ typedef struct {
 } psg_codec_header_t;
 
 /* Parses a header frame strictly (types, limits, known fields, dtype/shape/byte counts
- * consistent). Allocates nothing. -1 with the error set on anything malformed; h->id is
- * filled as soon as it is read, so an error reply can carry it. */
+ * consistent, the inline bytes exactly filling the frame after the map). Allocates nothing.
+ * -1 with the error set on anything malformed (a peer of another wire version: an error
+ * naming both versions); h->id is filled as soon as it is read, so an error reply can carry it. */
 int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h);
 
-/* Writes the header of m's first part into sb; chunked[i] says tensor i travels in chunks. */
-int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *chunked);
+/* Writes the header (the msgpack map) of m's first part into sb; place[i] says where
+ * tensor i travels (psg_codec_place_t), body_inline where the body does. The inline bytes
+ * are the caller's to append (psg_codec_inline_end gives their layout). */
+int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const uint8_t *place,
+                          bool body_inline);
+/* Where the next inline tensor starts once `at` bytes of the header frame are taken. */
+static inline uint64_t psg_codec_inline_at(uint64_t at) {
+    return (at + PSG_CODEC_INLINE_ALIGN - 1) & ~(uint64_t)(PSG_CODEC_INLINE_ALIGN - 1);
+}
 /* Writes the header of a chunk of tensor ti of message id, at byte offset off. */
 int psg_codec_pack_chunk(msgpack_sbuffer *sb, uint64_t id, uint32_t ti, uint64_t off);
 

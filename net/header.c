@@ -19,13 +19,16 @@ static void pack_key(msgpack_packer *pk, const char *k) {
     pack_cstr(pk, k, strlen(k));
 }
 
-int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *chunked) {
+int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const uint8_t *place,
+                          bool body_inline) {
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     bool code = m->error && m->code > 0;
+    bool body = m->body && m->body->size > 0;
+    body_inline = body && body_inline;
     uint64_t inc = psg_wire_incarnation();
     int fields = 4 + (m->op != NULL) + (m->key != NULL) + (m->step != 0) + (m->error != NULL) +
-                 code + (m->body && m->body->size > 0) + (m->ntensors > 0);
+                 code + body + body_inline + (m->ntensors > 0);
     msgpack_pack_map(&pk, (size_t)fields);
     pack_key(&pk, "v");
     msgpack_pack_uint32(&pk, PSG_WIRE_VERSION);
@@ -59,6 +62,10 @@ int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *c
         pack_key(&pk, "body");
         msgpack_pack_uint64(&pk, m->body->size);
     }
+    if (body_inline) {
+        pack_key(&pk, "bi");
+        msgpack_pack_true(&pk);
+    }
     if (m->ntensors > 0) {
         pack_key(&pk, "t");
         msgpack_pack_array(&pk, (size_t)m->ntensors);
@@ -73,7 +80,9 @@ int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const bool *c
             msgpack_pack_array(&pk, (size_t)t->shape.rank);
             for (int d = 0; d < t->shape.rank; d++) msgpack_pack_int64(&pk, t->shape.dims[d]);
             msgpack_pack_uint64(&pk, psg_tensor_nbytes(t));
-            if (chunked[i])
+            if (place[i] == PSG_PLACE_INLINE) /* version 1's bool for the others */
+                msgpack_pack_uint32(&pk, PSG_PLACE_INLINE);
+            else if (place[i] == PSG_PLACE_CHUNKS)
                 msgpack_pack_true(&pk);
             else
                 msgpack_pack_false(&pk);
@@ -268,8 +277,16 @@ static int rd_tensor(rd_t *r, psg_codec_header_t *h, int i) {
     for (int d = (int)rank; d < PSG_MAX_RANK; d++) t->shape.dims[d] = 0;
     if (rd_uint(r, &t->nbytes) < 0)
         return psg_error_set("tensor %d: byte count is not an unsigned integer", i);
-    if (rd_bool(r, &t->chunked) < 0)
-        return psg_error_set("tensor %d: chunked flag is not a bool", i);
+    bool chunked;
+    uint64_t place;
+    if (rd_bool(r, &chunked) == 0)
+        place = chunked ? PSG_PLACE_CHUNKS : PSG_PLACE_FRAME;
+    else if (rd_uint(r, &place) < 0 || place > PSG_PLACE_INLINE)
+        return psg_error_set("tensor %d: placement is not 0, 1, 2 or a bool", i);
+    t->place = (uint8_t)place;
+    t->chunked = place == PSG_PLACE_CHUNKS;
+    t->at = 0;
+    h->ninline += place == PSG_PLACE_INLINE;
     size_t es = psg_dtype_size(t->dtype);
     if (overflow || numel > UINT64_MAX / es || numel * es != t->nbytes) {
         char s[PSG_SHAPE_STR_MAX];
@@ -280,7 +297,40 @@ static int rd_tensor(rd_t *r, psg_codec_header_t *h, int i) {
     return 0;
 }
 
-int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h) {
+/* Lays the inline tensors and body out after the map; they must fill the frame exactly. */
+static int layout_inline(psg_codec_header_t *h, uint64_t size) {
+    uint64_t at = h->map_bytes;
+    if (h->ninline == 0 && !h->body_inline) {
+        if (at != size)
+            return psg_error_set("%llu trailing bytes after the header",
+                                 (unsigned long long)(size - at));
+        return 0;
+    }
+    for (int i = 0; i < h->ntensors; i++) {
+        psg_codec_tdesc_t *t = &h->t[i];
+        if (t->place != PSG_PLACE_INLINE) continue;
+        at = psg_codec_inline_at(at);
+        if (at > size || t->nbytes > size - at)
+            return psg_error_set("tensor %d: %llu bytes inline, the header frame has %llu left", i,
+                                 (unsigned long long)t->nbytes,
+                                 (unsigned long long)(at > size ? 0 : size - at));
+        t->at = at;
+        at += t->nbytes;
+    }
+    if (h->body_inline) {
+        if (h->body > size - at)
+            return psg_error_set("body: %llu bytes inline, the header frame has %llu left",
+                                 (unsigned long long)h->body, (unsigned long long)(size - at));
+        h->body_at = at;
+        at += h->body;
+    }
+    if (at != size)
+        return psg_error_set("the header frame has %llu bytes, its inline bytes end at %llu",
+                             (unsigned long long)size, (unsigned long long)at);
+    return 0;
+}
+
+static int decode_map(const void *data, size_t size, psg_codec_header_t *h) {
     rd_t r = {data, (const uint8_t *)data + size};
     memset(h, 0, offsetof(psg_codec_header_t, names));
     h->ti = 0;
@@ -288,7 +338,7 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
     uint32_t nfields;
     if (rd_container(&r, true, &nfields) < 0) return psg_error_set("header is not a msgpack map");
     if (nfields > 16) return psg_error_set("header has %u fields", nfields);
-    uint64_t version = 0, kind = 0;
+    uint64_t kind = 0;
     bool have_ti = false, have_off = false, have_id = false;
     for (uint32_t f = 0; f < nfields; f++) {
         const char *k;
@@ -296,7 +346,7 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
         if (rd_str(&r, &k, &kl) < 0)
             return psg_error_set("header field %u: key is not a string", f);
         if (key_is(k, kl, "v")) {
-            if (rd_uint(&r, &version) < 0)
+            if (rd_uint(&r, &h->version) < 0)
                 return psg_error_set("header field \"v\" is not an unsigned integer");
         } else if (key_is(k, kl, "k")) {
             if (rd_uint(&r, &kind) < 0)
@@ -328,6 +378,9 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
         } else if (key_is(k, kl, "body")) {
             if (rd_uint(&r, &h->body) < 0)
                 return psg_error_set("header field \"body\" is not an unsigned integer");
+        } else if (key_is(k, kl, "bi")) {
+            if (rd_bool(&r, &h->body_inline) < 0)
+                return psg_error_set("header field \"bi\" is not a bool");
         } else if (key_is(k, kl, "ti")) {
             uint64_t v;
             if (rd_uint(&r, &v) < 0 || v >= PSG_WIRE_MAX_TENSORS)
@@ -352,21 +405,30 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
             return psg_error_set("unknown header field \"%.*s\"", (int)(kl > 32 ? 32 : kl), k);
         }
     }
-    if (r.p != r.end)
-        return psg_error_set("%zu trailing bytes after the header", (size_t)(r.end - r.p));
-    if (version != PSG_WIRE_VERSION)
-        return psg_error_set("wire version %llu, this peer speaks %d", (unsigned long long)version,
-                             PSG_WIRE_VERSION);
+    h->map_bytes = (uint64_t)(r.p - (const uint8_t *)data);
     if (!have_id) return psg_error_set("header has no \"id\"");
     if (kind == 0 || (kind >= PSG_MSG_KIND_COUNT && kind != PSG_CODEC_CHUNK))
         return psg_error_set("unknown message kind %llu", (unsigned long long)kind);
     h->kind = (int)kind;
     if (kind == PSG_CODEC_CHUNK) {
         if (!have_ti || !have_off) return psg_error_set("chunk header lacks \"ti\" or \"off\"");
-        if (h->op || h->key || h->err || h->code || h->ntensors || h->body || h->incarnation)
+        if (h->op || h->key || h->err || h->code || h->ntensors || h->body || h->incarnation ||
+            h->body_inline)
             return psg_error_set("chunk header has message fields");
     } else if (have_ti || have_off) {
         return psg_error_set("message header has chunk fields");
     }
-    return 0;
+    if (h->body_inline && !h->body) return psg_error_set("header field \"bi\" without a body");
+    return layout_inline(h, size);
+}
+
+int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h) {
+    int rc = decode_map(data, size, h);
+    if (h->version == PSG_WIRE_VERSION || (h->version == 0 && rc < 0)) return rc;
+    if (h->version == 0) return psg_error_set("header has no wire version (\"v\")");
+    /* another version's header may fail on anything: the versions are what to tell */
+    return psg_error_set("wire version %llu, this peer speaks %d: every task must run a "
+                         "psgraph of the same wire version",
+                         (unsigned long long)h->version, PSG_WIRE_VERSION);
+    return rc;
 }

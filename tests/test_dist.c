@@ -373,10 +373,11 @@ static void hostile_frames(int port) {
         raw_send(port, 1 + round % 3, fr, sz, 20);
     }
     CHECK(alive(port));
-    /* a truncated message: a header announcing a tensor whose frame never comes */
+    /* a truncated message: a header announcing a tensor (8000 bytes: a frame of its own, not
+     * inside the header's) whose frame never comes */
     {
         psg_msg_t *m = req(PSG_TS_RUN_GRAPH, "1", 1);
-        psg_shape_t s = psg_shape_1d(1000);
+        psg_shape_t s = psg_shape_1d(2000);
         psg_tensor_t *t = psg_tensor_zeros(PSG_DT_F32, &s);
         psg_msg_add_tensor(m, NULL, t);
         psg_tensor_destroy(&t);

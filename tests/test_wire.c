@@ -547,6 +547,51 @@ static void hostile_bad_headers(raw_t *r, psg_client_t *good) {
 }
 
 /* Chunks out of order, unfinished and misdirected messages, frame counts. */
+/* Wire version 2: a version-1 peer is refused naming both versions; inline bytes (a tensor
+ * placed 2, a body "bi") must fill the header's frame exactly. */
+static void hostile_versions_inline(raw_t *r, psg_client_t *good) {
+    const void *f[2];
+    size_t z[2];
+    uint8_t payload[64] = {0};
+    const int64_t one[1] = {1};
+    /* A version-1 peer (its tensor in a frame of its own, the flag a bool): refused by name. */
+    pk_reset();
+    msgpack_pack_map(&pk, 5);
+    pk_str("v"), msgpack_pack_uint32(&pk, 1), pk_str("k"), msgpack_pack_uint32(&pk, 1);
+    pk_str("id"), msgpack_pack_uint64(&pk, 24);
+    pk_str("op"), pk_str("echo"), pk_str("t");
+    msgpack_pack_array(&pk, 1);
+    pk_tensor("f32", 1, one, 4, false);
+    f[0] = sb.data, z[0] = sb.size, f[1] = payload, z[1] = 4;
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 24, "wire version 1, this peer speaks 2", "version 1 peer");
+    /* Inline bytes (placement 2) that do not fill the header frame, or overrun it. */
+    pk_head(5, 25);
+    pk_str("op"), pk_str("echo"), pk_str("t");
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_array(&pk, 5);
+    pk_str("x"), pk_str("f32"), msgpack_pack_array(&pk, 1), msgpack_pack_int64(&pk, 1);
+    msgpack_pack_uint64(&pk, 4), msgpack_pack_uint32(&pk, PSG_PLACE_INLINE);
+    uint8_t frame0[256];
+    size_t map_len = sb.size, at0 = psg_codec_inline_at(map_len);
+    memset(frame0, 0, sizeof frame0);
+    memcpy(frame0, sb.data, map_len);
+    f[0] = frame0, z[0] = at0 + 2;
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 25, "4 bytes inline, the header frame has 2 left", "short inline");
+    f[0] = frame0, z[0] = at0 + 4, f[1] = payload, z[1] = 4; /* the tensor's bytes twice */
+    raw_send(r, 2, f, z);
+    expect_rejected(r, good, 25, "message has 2 frames, its header announces 1", "inline + frame");
+    f[0] = frame0, z[0] = at0 + 12;
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 25, "its inline bytes end at", "inline, bytes over");
+    pk_head(5, 26);
+    pk_str("op"), pk_str("echo"), pk_str("bi"), msgpack_pack_true(&pk);
+    f[0] = sb.data, z[0] = sb.size;
+    raw_send(r, 1, f, z);
+    expect_rejected(r, good, 26, "\"bi\" without a body", "inline body, no body");
+}
+
 static void hostile_bad_messages(raw_t *r, psg_client_t *good) {
     const void *f[4];
     size_t z[4];
@@ -571,7 +616,8 @@ static void hostile_bad_messages(raw_t *r, psg_client_t *good) {
     /* A reply sent to a server. */
     pk_reset();
     msgpack_pack_map(&pk, 3);
-    pk_str("v"), msgpack_pack_uint32(&pk, 1), pk_str("k"), msgpack_pack_uint32(&pk, PSG_MSG_REPLY);
+    pk_str("v"), msgpack_pack_uint32(&pk, PSG_WIRE_VERSION), pk_str("k"),
+        msgpack_pack_uint32(&pk, PSG_MSG_REPLY);
     pk_str("id"), msgpack_pack_uint64(&pk, 23);
     f[0] = sb.data, z[0] = sb.size;
     raw_send(r, 1, f, z);
@@ -599,8 +645,9 @@ static void test_hostile(void) {
     hostile_bad_tensors(&r, good);
     hostile_bad_headers(&r, good);
     hostile_bad_messages(&r, good);
+    hostile_versions_inline(&r, good);
     psg_server_stats_t st = psg_server_stats(e.server);
-    CHECK(st.rejected == 200 + 22 && st.received >= 20);
+    CHECK(st.rejected == 200 + 22 + 5 && st.received >= 20);
 
     /* A frame over PSG_WIRE_MAX_FRAME: ZeroMQ drops the connection before allocating it;
      * the server goes on serving others. */
@@ -633,19 +680,36 @@ static void test_header_fuzz(void) {
     psg_msg_set_key(m, "k");
     m->id = 99;
     m->step = -5;
-    bool chunked[1] = {false};
+    uint8_t place[1] = {PSG_PLACE_FRAME};
     msgpack_sbuffer good;
     msgpack_sbuffer_init(&good);
-    psg_codec_pack_header(&good, m, chunked);
+    psg_codec_pack_header(&good, m, place, false);
     CHECK(psg_codec_decode_header(good.data, good.size, h) == 0);
     CHECK(h->id == 99 && h->step == -5 && h->ntensors == 1 && h->t[0].nbytes == 48);
     CHECK(h->op_len == 8 && memcmp(h->op, "RunGraph", 8) == 0);
+    /* the same tensor inline: the map, zero padding to 8, its 48 bytes */
+    uint8_t inl[512];
+    msgpack_sbuffer map;
+    msgpack_sbuffer_init(&map);
+    place[0] = PSG_PLACE_INLINE;
+    psg_codec_pack_header(&map, m, place, false);
+    size_t at = psg_codec_inline_at(map.size), inl_len = at + 48;
+    CHECK(inl_len <= sizeof inl);
+    memset(inl, 0, sizeof inl);
+    memcpy(inl, map.data, map.size);
+    memcpy(inl + at, t->data, 48);
+    CHECK(psg_codec_decode_header(inl, inl_len, h) == 0);
+    CHECK(h->ninline == 1 && h->t[0].place == PSG_PLACE_INLINE && h->t[0].at == at);
+    CHECK(psg_codec_decode_header(inl, inl_len - 1, h) < 0); /* one byte short */
+    CHECK(strstr(psg_error_message(), "inline"));
+    CHECK(psg_codec_decode_header(inl, inl_len + 1, h) < 0); /* one byte over */
     uint8_t buf[512];
     uint32_t x = 7;
     int accepted = 0;
     for (int round = 0; round < 200000; round++) {
-        size_t len = good.size < sizeof buf ? good.size : sizeof buf;
-        memcpy(buf, good.data, len);
+        const uint8_t *src = round % 2 ? inl : (const uint8_t *)good.data;
+        size_t len = round % 2 ? inl_len : good.size;
+        memcpy(buf, src, len);
         int flips = 1 + round % 4;
         for (int k = 0; k < flips; k++) {
             x = x * 1664525u + 1013904223u;
@@ -655,6 +719,7 @@ static void test_header_fuzz(void) {
         accepted += psg_codec_decode_header(buf, len, h) == 0;
     }
     CHECK(accepted < 200000);
+    msgpack_sbuffer_destroy(&map);
     msgpack_sbuffer_destroy(&good);
     psg_tensor_destroy(&t);
     psg_msg_destroy(&m);

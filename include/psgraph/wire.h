@@ -13,8 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Version of the header format; a peer speaking another version gets an error reply. */
-#define PSG_WIRE_VERSION 1
+/* Version of the header format; a peer speaking another version gets an error reply naming
+ * both. 2: small tensors and a small body may travel inside the header's frame. */
+#define PSG_WIRE_VERSION 2
+/* Tensors (each under this many bytes) and a body travel inside the header's frame while
+ * their bytes stay within it in all: one ZeroMQ frame for a small message. */
+#define PSG_WIRE_INLINE_BYTES 4096
 /* Largest ZeroMQ frame a socket accepts (ZMQ_MAXMSGSIZE): a peer sending a bigger frame
  * is disconnected by ZeroMQ itself, before the frame is allocated. */
 #define PSG_WIRE_MAX_FRAME ((size_t)64 << 20)
