@@ -555,8 +555,11 @@ def test_a_python_cluster_job_writes_psgraph_train_s_files(psgraph_bin, tmp_path
     assert rd.returncode == 0, rd.stderr
     scalars = [json.loads(l) for l in rd.stdout.splitlines()]
     losses = [r for r in scalars if r["tag"] == "loss"]
-    assert len(losses) >= 3 and all(0 < r["value"] < 10 for r in losses), scalars
-    assert len({r["step"] for r in losses}) == len(losses)
+    # as many as the chief's own steps allow: it may run 4 of the 40 (the other worker takes
+    # the rest under load), so at least one, and never two within 5 global steps
+    assert losses and all(0 < r["value"] < 10 for r in losses), scalars
+    steps = sorted(r["step"] for r in losses)
+    assert all(b - a >= 5 for a, b in zip(steps, steps[1:])), steps
 
     # the Chrome trace of the traced step: the chief's ops (its pid: 1 ps + rank 0) and the
     # ps's (pid 0: the momentum updates of the variables it holds)
