@@ -895,8 +895,9 @@ void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
     bool run = r->type == PSG_REQ_RUN_GRAPH || r->type == PSG_REQ_RUN_GRAPH_RECV;
     if (forward || (run && graph_own_only(ts, r->u.run.handle))) return;
     int held = psg_repl_queue_drain(ts->repl->queue);
-    /* said but before a checkpoint (routine): a failover, a worker's probe, a report */
-    if (held > 0 && r->type != PSG_REQ_SAVE_SHARD)
+    /* said but before what reads the copies routinely: a report (the chief's membership asks
+     * every 250 ms), a checkpoint */
+    if (held > 0 && r->type != PSG_REQ_INSPECT && r->type != PSG_REQ_SAVE_SHARD)
         psg_net_log("task %s: applied the %d forwards of its primary it held (its last snapshot "
                     "and the updates since) before a %s",
                     ts->task, held, psg_proto_entry(r->type)->op);
