@@ -542,8 +542,8 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "inputs (\"@\") of the updates to replay, body \"!OP\\tATTRS\\tINPUTS\" lines; key "
      "\"undo\", body \"#WRITER SEQ\": that update taken back where it is the last; key \"lost\", "
      "body \"PS INCARNATION\" lines: failovers to this task (none: a question)",
-     "empty, once taken (applied in order before the backup serves anything that reads its "
-     "copies); \"lost\": body, every failover kept",
+     "empty, once taken (held, applied in order before the backup serves anything that reads "
+     "its copies; a \"full\" drops those held before it); \"lost\": body, every failover kept",
      enc_key, dec_replicate, NULL, REPLY(none), psg_ts_on_replicate},
     {PSG_REQ_RUN_GRAPH_RECV, PSG_TS_RUN_GRAPH_RECV,
      "RunGraph's, but body: the update id's line (\"\" when none), then the rendezvous keys of "

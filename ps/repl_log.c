@@ -281,11 +281,12 @@ void psg_repl_log_step_end(psg_repl_log_t *l, int64_t step) {
 /* ---- the primary's forward ---- */
 
 int psg_repl_add_value(psg_msg_t *m, psg_variable_t *v, psg_applied_t *records, psg_strbuf_t *body,
-                       size_t *bytes) {
+                       size_t *bytes, const psg_repl_since_t *since, bool *only) {
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
     psg_tensor_t *copy =
         psg_tensor_on_host(v->value) ? psg_tensor_copy(v->value) : psg_tensor_to_host(v->value);
+    if (only) *only = since && v->writes == since->writes + 1 && psg_variable_wrote(v, since->step);
     if (copy) {
         v->repl_writes = v->writes;
         v->unlogged = false;
@@ -398,7 +399,7 @@ int psg_repl_log_forward(psg_repl_log_t *l, psg_resource_mgr_t *rm, const char *
     plan_make(p, d);
     for (int i = 0; rc == 0 && i < p->n; i++) {
         if (!p->vars[i].by_value || p->vars[i].v->backup) continue;
-        rc = psg_repl_add_value(m, p->vars[i].v, l->records, body, bytes);
+        rc = psg_repl_add_value(m, p->vars[i].v, l->records, body, bytes, NULL, NULL);
         if (rc == 0) (*count)++;
     }
     for (int i = 0; i < p->n; i++) p->vars[i].expect = p->vars[i].v->repl_writes;

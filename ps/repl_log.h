@@ -39,12 +39,20 @@ void psg_repl_log_set_on(psg_repl_log_t *l, bool on);
 int psg_repl_log_step_begin(psg_repl_log_t *l, int64_t step, const char *writer, int64_t seq);
 void psg_repl_log_step_end(psg_repl_log_t *l, int64_t step);
 
+/* A run (its step id) and v's count of writes before it. */
+typedef struct {
+    int64_t step;
+    uint64_t writes;
+} psg_repl_since_t;
+
 /* Adds to m a host copy of v's value, named by v, taken under the lock that guards v: from
  * then on the backup holds every write of v so far (a logged update of v before it is not
  * replayed). With records, v's records in them (the updates the copy holds) go onto body,
- * taken under the same lock. -1 with the error set on out of memory. */
+ * taken under the same lock. only (may be NULL): whether the copy holds exactly one write
+ * since `since` (may be NULL: false), the run's own (its value before that run is then the
+ * copy's way back). -1 with the error set on out of memory. */
 int psg_repl_add_value(psg_msg_t *m, psg_variable_t *v, psg_applied_t *records, psg_strbuf_t *body,
-                       size_t *bytes);
+                       size_t *bytes, const psg_repl_since_t *since, bool *only);
 
 /* The primary's forward of a step (under the replicator's lock): takes the log; each
  * variable of names (n; those skip marks left out) or of the logged updates that was written

@@ -30,8 +30,17 @@
 #define PROBE_MS 100
 /* The verdicts a task keeps: ps tasks found lost whose shards it serves (a few per job). */
 #define MAX_VERDICTS 32
-/* The forwards a backup holds taken and not yet applied before it waits to take the next. */
-#define MAX_QUEUED 4
+/* A snapshot (the whole shard by value) when the updates forwarded since the last one reach
+ * this many times the shard's bytes, unless PSG_REPL_SNAPSHOT_EVERY gives a count of forwards:
+ * the backup holds at most that much log, and drops it unapplied at each snapshot. */
+#define SNAPSHOT_FACTOR 8
+/* The backup applies its oldest forwards held beyond these (a primary that sends no snapshot
+ * holds its memory no further). */
+#define MAX_HELD 4096
+#define MAX_HELD_BYTES ((size_t)1 << 30)
+/* The name prefix of a snapshot's tensor that is a variable's value before the step's update
+ * (its way back on the backup). */
+#define PRE_PREFIX '<'
 
 struct psg_ts_repl {
     psg_task_server_t *ts;
@@ -46,10 +55,15 @@ struct psg_ts_repl {
     int64_t last_try_ms;     /* the last forward that failed (0: none since the last success) */
     psg_applied_t *applied;  /* which update of each writer every variable holds */
     psg_repl_log_t *log;     /* the updates logged since the last forward; the backup's replay */
-    psg_repl_queue_t *queue; /* as a backup: the forwards taken, applied by its thread */
+    psg_repl_queue_t *queue; /* as a backup: the forwards held, applied by its thread */
+    /* snapshots: every snapshot_every forwards (0: from the bytes, SNAPSHOT_FACTOR); the
+     * forwards and bytes of updates since the last, the bytes of the last (the shard's) */
+    int snapshot_every;
+    atomic_uint_fast64_t since_snapshot; /* read by Inspect without r->lock */
+    size_t bytes_since, shard_bytes;
     /* what was forwarded (Inspect "replication"): forwards acknowledged, updates replayed,
      * variables sent by value, bytes of tensors; and, as a backup, updates replayed here */
-    atomic_uint_fast64_t forwards, replayed, values, bytes, replayed_here;
+    atomic_uint_fast64_t forwards, replayed, values, bytes, replayed_here, snapshots;
     bool lost_said; /* the loss was logged */
     /* the verdicts of failovers to this task (psg_ts_on_replicate, key "lost"): ps task
      * verdicts[i].ps, as process verdicts[i].inc, was found lost; its shard is served here */
@@ -77,12 +91,14 @@ int psg_ts_repl_new(psg_task_server_t *ts, psg_ts_repl_t **out) {
     snprintf(r->address, sizeof r->address, "%s", psg_cluster_address(ts->cluster, "ps", b));
     int peer = ts->peer_timeout_ms > 0 ? ts->peer_timeout_ms : PSG_WIRE_PEER_TIMEOUT_MS;
     r->timeout_ms = peer;
+    const char *every = getenv("PSG_REPL_SNAPSHOT_EVERY"); /* tests: a snapshot's place */
+    r->snapshot_every = every && atoi(every) > 0 ? atoi(every) : 0;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->verdict_lock, NULL);
     if (!(r->applied = psg_applied_new()) || !(r->log = psg_repl_log_new(ts->rm, r->applied)) ||
         !(r->client = psg_ts_client_new(r->backup, r->address, r->timeout_ms, ts->peer_timeout_ms,
                                         ts->keys)) ||
-        !(r->queue = psg_repl_queue_new(apply_forward, r))) {
+        !(r->queue = psg_repl_queue_new(apply_forward, r, MAX_HELD, MAX_HELD_BYTES))) {
         psg_ts_client_destroy(&r->client);
         psg_applied_destroy(&r->applied);
         psg_repl_log_destroy(&r->log);
@@ -99,7 +115,7 @@ void psg_ts_repl_destroy(psg_ts_repl_t **rp) {
     if (!rp || !*rp) return;
     psg_ts_repl_t *r = *rp;
     *rp = NULL;
-    psg_repl_queue_destroy(&r->queue); /* applies what it took (it writes the copies) */
+    psg_repl_queue_destroy(&r->queue); /* drops what it holds (nothing reads the copies) */
     psg_ts_client_destroy(&r->client);
     psg_repl_log_destroy(&r->log);
     psg_applied_destroy(&r->applied);
@@ -202,10 +218,37 @@ static void promote(psg_task_server_t *ts, const char *const *names, int n) {
     }
 }
 
+/* Adds v's value to a full forward (a snapshot or a re-replication) of step u, and, when v is
+ * one of the step's names that holds the step's update alone since it began, its value
+ * before the update as "<NAME" (the way back of a retry of that update on the backup, as
+ * here: a primary lost right after a snapshot leaves no update to replay that would keep it). */
+static int add_full_value(psg_ts_repl_t *r, psg_msg_t *m, psg_variable_t *v,
+                          const char *const *names, const bool *skip, int n, const psg_ts_undo_t *u,
+                          psg_strbuf_t *rows, size_t *bytes) {
+    int at = -1;
+    for (int i = 0; u && i < n && at < 0; i++)
+        if ((!skip || !skip[i]) && !strcmp(names[i], v->name)) at = i;
+    bool only = false;
+    psg_repl_since_t since = {u ? u->step : 0, at >= 0 ? u->writes[at] : 0};
+    if (psg_repl_add_value(m, v, r->applied, rows, bytes, at >= 0 ? &since : NULL, &only) < 0)
+        return -1;
+    psg_tensor_t *pre = only ? psg_applied_pre_of(r->applied, v->name, u->writer, u->seq) : NULL;
+    if (!pre) return 0;
+    char name[1024];
+    int rc = 0;
+    if (snprintf(name, sizeof name, "%c%s", PRE_PREFIX, v->name) < (int)sizeof name) {
+        *bytes += psg_tensor_nbytes(pre);
+        rc = psg_msg_add_tensor(m, name, pre);
+    }
+    psg_tensor_destroy(&pre);
+    return rc;
+}
+
 /* The Replicate request of a step that wrote the named variables (but those skip marks):
  * the logged updates to replay and the values of the variables written otherwise
- * (ps/repl_log.c); with full, the values of the whole shard. The body: the update these
- * hold, which updates the variables hold, the replay lines. *plan: for psg_repl_commit. */
+ * (ps/repl_log.c); with full, the values of the whole shard (a snapshot, or a copy to a
+ * backup that was lost). The body: the update these hold, which updates the variables
+ * hold, the replay lines. *plan: for psg_repl_commit. */
 static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *skip, int n,
                         bool full, const psg_ts_undo_t *u, int *count, int *replays, size_t *bytes,
                         psg_repl_plan_t **plan) {
@@ -218,8 +261,8 @@ static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *
     /* the step's update: the variables it wrote hold it (its writes were applied, and are in
      * this forward or in one before); the records of others' updates go with each value,
      * taken with it, and with each replay line (ps/repl_log.c) */
-    if (!full && u) psg_strbuf_printf(&rows, "#%s %" PRId64 "\n", u->writer, u->seq);
-    for (int i = 0; !full && u && i < n; i++)
+    if (u) psg_strbuf_printf(&rows, "#%s %" PRId64 "\n", u->writer, u->seq);
+    for (int i = 0; u && i < n; i++)
         if (!skip || !skip[i])
             psg_strbuf_printf(&rows, "%s\t%s\t%" PRId64 "\n", names[i], u->writer, u->seq);
     if (full) {
@@ -229,7 +272,7 @@ static psg_msg_t *build(psg_ts_repl_t *r, const char *const *names, const bool *
         for (int i = 0; i < nv; i++) {
             psg_variable_t *v = psg_resource_variable_at(ts->rm, i);
             if (!v->initialized || v->backup) continue;
-            if (psg_repl_add_value(m, v, r->applied, &rows, bytes) < 0) goto fail;
+            if (add_full_value(r, m, v, names, skip, n, u, &rows, bytes) < 0) goto fail;
             (*count)++;
         }
     } else if (psg_repl_log_forward(r->log, ts->rm, names, skip, n, m, &rows, count, replays, bytes,
@@ -431,6 +474,26 @@ static bool only_this_step(psg_task_server_t *ts, const psg_ts_undo_t *u, int i,
     return only;
 }
 
+/* Whether the next forward is a snapshot: the backup drops the log it holds. Under r->lock. */
+static bool snapshot_due(const psg_ts_repl_t *r) {
+    if (r->snapshot_every > 0)
+        return atomic_load(&r->since_snapshot) + 1 >= (uint64_t)r->snapshot_every;
+    return r->shard_bytes > 0 && r->bytes_since >= SNAPSHOT_FACTOR * r->shard_bytes;
+}
+
+/* A forward went through: a full one starts the count again. Under r->lock. */
+static void snapshot_count(psg_ts_repl_t *r, bool full, size_t bytes) {
+    if (full) {
+        atomic_store(&r->since_snapshot, 0);
+        r->bytes_since = 0;
+        r->shard_bytes = bytes;
+        atomic_fetch_add(&r->snapshots, 1);
+    } else {
+        atomic_fetch_add(&r->since_snapshot, 1);
+        r->bytes_since += bytes;
+    }
+}
+
 void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
                       psg_ts_undo_t **undo) {
     psg_ts_repl_t *r = ts->repl;
@@ -475,9 +538,10 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         undo_done(r, u);
         return;
     }
-    bool full = !r->synced;
-    int rc = full && r->last_try_ms ? probe(r) : 0;
-    if (rc == 0 && full) rc = send_verdicts(r);
+    bool copy = !r->synced; /* the whole shard to a backup that was lost */
+    bool full = copy || snapshot_due(r);
+    int rc = copy && r->last_try_ms ? probe(r) : 0;
+    if (rc == 0 && copy) rc = send_verdicts(r);
     if (rc == 0) rc = forward(r, names, skip, n, full, u, &count, &bytes);
     /* a backup that restarted since the last full copy holds only what this step sent */
     if (rc == 0 && psg_ts_client_restarts(r->client) != r->restarts) {
@@ -488,6 +552,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         rc = forward(r, names, skip, n, true, u, &count, &bytes);
     }
     if (rc == 0) {
+        snapshot_count(r, full, bytes);
         if (full && r->last_try_ms)
             psg_net_log("task %s: re-replicated its shard to %s (%s): %d variables, %zu bytes in "
                         "%.3f s; it is the backup again",
@@ -540,6 +605,20 @@ static int apply_copy(psg_task_server_t *ts, const char *name, const psg_tensor_
     pthread_mutex_unlock(&guard->lock);
     if (rc == 0) (void)psg_applied_set_last(ts->repl->applied, name, NULL, 0, NULL);
     return rc;
+}
+
+/* A snapshot's value of copy `name` before the forward's update (writer, seq): kept as the
+ * copy's way back (the primary keeps the same), as after a replay of that update here. */
+static int apply_pre(psg_task_server_t *ts, const char *name, const psg_tensor_t *t,
+                     const char *writer, int64_t seq) {
+    psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
+    if (!writer[0] || !v || !v->backup || psg_tensor_nbytes(t) != psg_tensor_nbytes(v->value))
+        return psg_error_set_code(PSG_ERR_BAD_REQUEST,
+                                  "'%c%s': not the value before an update of a copy sent with it",
+                                  PRE_PREFIX, name);
+    psg_tensor_t *pre = psg_tensor_copy(t);
+    if (!pre) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    return psg_applied_set_last(ts->repl->applied, name, writer, seq, &pre);
 }
 
 /* The forward's update id, its body's first line "#WRITER SEQ" (absent: none, writer "").
@@ -764,8 +843,9 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
         return;
     }
     /* "update", "full": answered once taken (the backup holds the forward: a primary lost
-     * from now on loses none of it, the server thread serves nothing before it is applied),
-     * applied by the queue's thread, in the order taken, off this thread */
+     * from now on loses none of it, the server thread serves nothing that reads the copies
+     * before it is applied); held, in the order taken, until a snapshot ("full") drops it
+     * or something reads the copies (psg_ts_repl_before) */
     char writer[PSG_APPLIED_WRITER_MAX] = "";
     int64_t seq = 0;
     for (int i = 0; i < req->ntensors; i++)
@@ -773,13 +853,16 @@ void psg_ts_on_replicate(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) 
             psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Replicate: tensor %d has no name", i);
             return;
         }
-    if (!update_id(req, writer, sizeof writer, &seq) ||
-        psg_repl_queue_ready(ts->repl->queue, MAX_QUEUED) < 0) {
+    if (!update_id(req, writer, sizeof writer, &seq) || psg_repl_queue_ready(ts->repl->queue) < 0) {
         psg_ts_reply_last_error(ts, req);
         return;
     }
     psg_ts_reply_ok(ts, req, NULL);
-    psg_repl_queue_push(ts->repl->queue, reqp);
+    int updates = 0; /* its replay lines */
+    const char *d = req->body ? (const char *)req->body->data : NULL;
+    for (size_t i = 0, len = d ? req->body->size : 0; i < len; i++)
+        updates += d[i] == '!' && (i == 0 || d[i - 1] == '\n');
+    psg_repl_queue_push(ts->repl->queue, reqp, r && r->u.key && !strcmp(r->u.key, "full"), updates);
 }
 
 /* Whether every variable a registered graph names is this task's own (not a backup copy,
@@ -806,10 +889,18 @@ void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
     if (!ts->repl || r->type == PSG_REQ_RECV) return; /* a Recv reads no variable */
     bool forward = r->type == PSG_REQ_REPLICATE &&
                    (!r->u.key || (strcmp(r->u.key, "lost") && strcmp(r->u.key, "undo")));
-    /* a step of this task's own shard runs beside the replay of its primary's (disjoint
-     * variables); one that names a copy (a failover to this task) runs after it */
-    bool own_step = r->type == PSG_REQ_RUN_GRAPH && graph_own_only(ts, r->u.run.handle);
-    if (!forward && !own_step) psg_repl_queue_drain(ts->repl->queue);
+    /* a step of this task's own shard runs beside the log of its primary's (disjoint
+     * variables) and leaves it held; one that names a copy (a failover to this task) runs
+     * after it is applied */
+    bool run = r->type == PSG_REQ_RUN_GRAPH || r->type == PSG_REQ_RUN_GRAPH_RECV;
+    if (forward || (run && graph_own_only(ts, r->u.run.handle))) return;
+    int held = psg_repl_queue_drain(ts->repl->queue);
+    /* said but before what reads the copies routinely: a report (the chief's membership asks
+     * every 250 ms), a checkpoint */
+    if (held > 0 && r->type != PSG_REQ_INSPECT && r->type != PSG_REQ_SAVE_SHARD)
+        psg_net_log("task %s: applied the %d forwards of its primary it held (its last snapshot "
+                    "and the updates since) before a %s",
+                    ts->task, held, psg_proto_entry(r->type)->op);
 }
 
 /* A forward taken (psg_ts_on_replicate), on the queue's thread: its records merged, its
@@ -825,8 +916,11 @@ static int apply_forward(void *ctx, const psg_msg_t *req) {
         rc = -1;
     if (rc == 0 && !update_id(req, writer, sizeof writer, &seq)) rc = -1;
     for (int i = 0; rc == 0 && i < req->ntensors; i++)
-        if (strcmp(req->names[i], "@")) /* "@": an input of a replayed update */
+        if (strcmp(req->names[i], "@") && req->names[i][0] != PRE_PREFIX) /* "@": an input */
             rc = apply_copy(ts, req->names[i], req->tensors[i]);
+    for (int i = 0; rc == 0 && i < req->ntensors; i++) /* a snapshot's ways back, then */
+        if (req->names[i][0] == PRE_PREFIX)
+            rc = apply_pre(ts, req->names[i] + 1, req->tensors[i], writer, seq);
     /* then the updates of the variables not sent by value (disjoint from those) */
     if (rc == 0) rc = psg_repl_replay(r->log, ts->rm, r->applied, req, &replayed);
     atomic_fetch_add(&r->replayed_here, (uint64_t)replayed);
@@ -840,13 +934,19 @@ static int apply_forward(void *ctx, const psg_msg_t *req) {
 }
 
 void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b) {
+    uint64_t held = 0, dropped = 0;
+    psg_repl_queue_stats(r->queue, &held, &dropped);
+    uint64_t since = (uint64_t)atomic_load(&r->since_snapshot);
     psg_strbuf_printf(b,
                       "{\"forwards\":%" PRIu64 ",\"updates_replayed\":%" PRIu64
                       ",\"values\":%" PRIu64 ",\"bytes\":%" PRIu64
-                      ",\"replayed_as_backup\":%" PRIu64 "}",
+                      ",\"replayed_as_backup\":%" PRIu64 ",\"snapshots\":%" PRIu64
+                      ",\"since_snapshot\":%" PRIu64 ",\"held_as_backup\":%" PRIu64
+                      ",\"dropped_as_backup\":%" PRIu64 "}",
                       (uint64_t)atomic_load(&r->forwards), (uint64_t)atomic_load(&r->replayed),
                       (uint64_t)atomic_load(&r->values), (uint64_t)atomic_load(&r->bytes),
-                      (uint64_t)atomic_load(&r->replayed_here));
+                      (uint64_t)atomic_load(&r->replayed_here),
+                      (uint64_t)atomic_load(&r->snapshots), since, held, dropped);
 }
 
 /* The crc32 of a variable's bytes, for Inspect (a backup compared with its primary). */

@@ -109,7 +109,8 @@ static void full_copy(rig_t *r) {
     psg_resource_mgr_t *rm = psg_session_resources(r->sess);
     size_t bytes = 0;
     for (int i = 0; i < psg_resource_num_variables(rm); i++)
-        CHECK(psg_repl_add_value(m, psg_resource_variable_at(rm, i), NULL, NULL, &bytes) == 0);
+        CHECK(psg_repl_add_value(m, psg_resource_variable_at(rm, i), NULL, NULL, &bytes, NULL,
+                                 NULL) == 0);
     int replayed = -1;
     CHECK(backup_take(r, m, &replayed) == 0 && replayed == 0);
     psg_msg_destroy(&m);

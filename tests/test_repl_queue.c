@@ -1,7 +1,7 @@
-/* The backup's queue of forwards (ps/repl_queue.c): applied in the order taken, a drain
- * returns once those before it are, a failed apply refuses the next forward once, a full
- * queue holds the one who takes the next, and a destroy applies what it took. Not what a
- * forward does (tests/test_repl_log.c, tests/test_replication.sh). */
+/* The backup's log of forwards (ps/repl_queue.c): held unapplied until a drain, which
+ * applies them in the order taken; a snapshot drops the ones held before it; beyond its bounds
+ * the oldest are applied; a failed apply refuses the next forward once; a destroy drops what
+ * is held. Not what a forward does (tests/test_repl_log.c, tests/test_replication.sh). */
 #include "ps/repl_queue.h"
 #include "psgraph/error.h"
 #include "tests/testutil.h"
@@ -58,33 +58,85 @@ static void push(psg_repl_queue_t *q, int step, const char *key) {
     if (!m) return;
     m->step = step;
     if (key) CHECK(psg_msg_set_key(m, key) == 0);
-    psg_repl_queue_push(q, &m);
+    psg_repl_queue_push(q, &m, key && !strcmp(key, "full"), 1);
     CHECK(m == NULL); /* taken */
 }
 
-static void test_order_and_drain(void) {
+static bool applied_in_order(applier_t *a, int from, int n) {
+    bool ok = applied(a) == n;
+    for (int i = 0; ok && i < n; i++) ok = a->order[i] == from + i;
+    return ok;
+}
+
+static void test_held_until_drain(void) {
     applier_t a;
     applier_init(&a, true);
-    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a);
+    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a, 1000, (size_t)1 << 30);
     CHECK(q != NULL);
-    for (int i = 0; q && i < 100; i++) {
-        CHECK(psg_repl_queue_ready(q, 1000) == 0);
+    if (!q) return;
+    for (int i = 0; i < 100; i++) {
+        CHECK(psg_repl_queue_ready(q) == 0);
         push(q, i, "update");
     }
-    if (q) psg_repl_queue_drain(q);
-    CHECK(applied(&a) == 100);
-    bool in_order = true;
-    for (int i = 0; i < 100; i++) in_order = in_order && a.order[i] == i;
-    CHECK(in_order);
+    uint64_t held = 0, dropped = 0;
+    psg_repl_queue_stats(q, &held, &dropped);
+    CHECK(held == 100 && dropped == 0);
+    CHECK(applied(&a) == 0); /* nothing reads the copies: nothing applied */
+    CHECK(psg_repl_queue_drain(q) == 100);
+    CHECK(applied_in_order(&a, 0, 100));
+    CHECK(psg_repl_queue_drain(q) == 0); /* current */
     psg_repl_queue_destroy(&q);
     CHECK(q == NULL);
     psg_repl_queue_destroy(&q); /* NULL-safe */
 }
 
+static void test_snapshot_drops_before(void) {
+    applier_t a;
+    applier_init(&a, true);
+    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a, 1000, (size_t)1 << 30);
+    CHECK(q != NULL);
+    if (!q) return;
+    for (int i = 1; i <= 5; i++) push(q, i, "update");
+    push(q, 6, "full");
+    push(q, 7, "update");
+    push(q, 8, "update");
+    uint64_t held = 0, dropped = 0;
+    psg_repl_queue_stats(q, &held, &dropped);
+    CHECK(held == 3 && dropped == 5);
+    CHECK(psg_repl_queue_drain(q) == 3);
+    CHECK(applied_in_order(&a, 6, 3)); /* the snapshot, then the log after it */
+    push(q, 9, "full");                /* nothing held before it: nothing dropped */
+    CHECK(psg_repl_queue_drain(q) == 1);
+    CHECK(applied(&a) == 4 && a.order[3] == 9);
+    psg_repl_queue_stats(q, &held, &dropped);
+    CHECK(held == 0 && dropped == 5);
+    psg_repl_queue_destroy(&q);
+}
+
+static void test_bounds_apply_oldest(void) {
+    applier_t a;
+    applier_init(&a, true);
+    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a, 3, (size_t)1 << 30);
+    CHECK(q != NULL);
+    if (!q) return;
+    for (int i = 0; i < 10; i++) push(q, i, "update");
+    /* the thread applies the oldest until 3 are held: waited for, generously */
+    uint64_t held = 10, dropped = 0;
+    for (int t = 0; t < 6000 && (held > 3 || applied(&a) < 7); t++) {
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        psg_repl_queue_stats(q, &held, &dropped);
+    }
+    CHECK(held == 3);
+    CHECK(applied_in_order(&a, 0, 7));
+    CHECK(psg_repl_queue_drain(q) == 3);
+    CHECK(applied_in_order(&a, 0, 10));
+    psg_repl_queue_destroy(&q);
+}
+
 static void test_failure_said_once(void) {
     applier_t a;
     applier_init(&a, true);
-    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a);
+    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a, 1000, (size_t)1 << 30);
     CHECK(q != NULL);
     if (!q) return;
     push(q, 1, "update");
@@ -92,10 +144,10 @@ static void test_failure_said_once(void) {
     push(q, 3, "update");
     psg_repl_queue_drain(q);
     CHECK(applied(&a) == 3); /* the ones after a failure are applied too */
-    CHECK(psg_repl_queue_ready(q, 4) < 0);
+    CHECK(psg_repl_queue_ready(q) < 0);
     CHECK(psg_error_code() == PSG_ERR_DENIED);
     CHECK_ERROR_HAS("forward 2 refused");
-    CHECK(psg_repl_queue_ready(q, 4) == 0); /* said once: the whole copy that follows goes */
+    CHECK(psg_repl_queue_ready(q) == 0); /* said once: the whole copy that follows goes */
     psg_repl_queue_destroy(&q);
 }
 
@@ -103,57 +155,56 @@ typedef struct {
     psg_repl_queue_t *q;
     pthread_mutex_t lock;
     bool returned;
-    int rc;
-} taker_t;
+} drainer_t;
 
-static void *take_next(void *arg) {
-    taker_t *t = arg;
-    int rc = psg_repl_queue_ready(t->q, 2);
-    pthread_mutex_lock(&t->lock);
-    t->returned = true;
-    t->rc = rc;
-    pthread_mutex_unlock(&t->lock);
+static void *drain_all(void *arg) {
+    drainer_t *d = arg;
+    psg_repl_queue_drain(d->q);
+    pthread_mutex_lock(&d->lock);
+    d->returned = true;
+    pthread_mutex_unlock(&d->lock);
     return NULL;
 }
 
-static void test_full_queue_waits(void) {
+static void test_drain_waits_for_apply(void) {
     applier_t a;
     applier_init(&a, false); /* nothing applies until the gate opens */
-    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a);
+    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a, 1000, (size_t)1 << 30);
     CHECK(q != NULL);
     if (!q) return;
     push(q, 1, "update");
     push(q, 2, "update");
-    taker_t t = {.q = q};
-    pthread_mutex_init(&t.lock, NULL);
+    drainer_t d = {.q = q};
+    pthread_mutex_init(&d.lock, NULL);
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, take_next, &t) == 0);
+    CHECK(pthread_create(&th, NULL, drain_all, &d) == 0);
     nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
-    pthread_mutex_lock(&t.lock);
-    CHECK(!t.returned); /* 2 taken and none applied: it cannot return */
-    pthread_mutex_unlock(&t.lock);
+    pthread_mutex_lock(&d.lock);
+    CHECK(!d.returned); /* none applied: it cannot return */
+    pthread_mutex_unlock(&d.lock);
     applier_open(&a);
     pthread_join(th, NULL);
-    CHECK(t.returned && t.rc == 0);
+    CHECK(d.returned && applied_in_order(&a, 1, 2));
+    pthread_mutex_destroy(&d.lock);
     psg_repl_queue_destroy(&q);
-    CHECK(applied(&a) == 2);
 }
 
-static void test_destroy_applies_all(void) {
+static void test_destroy_drops_held(void) {
     applier_t a;
-    applier_init(&a, false);
-    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a);
+    applier_init(&a, true);
+    psg_repl_queue_t *q = psg_repl_queue_new(apply, &a, 1000, (size_t)1 << 30);
     CHECK(q != NULL);
     for (int i = 0; q && i < 10; i++) push(q, i, "update");
-    applier_open(&a);
-    psg_repl_queue_destroy(&q);
-    CHECK(applied(&a) == 10);
+    psg_repl_queue_destroy(&q); /* the task stops: nothing reads its copies */
+    CHECK(applied(&a) == 0);
 }
 
 int main(void) {
-    RUN_TEST(test_order_and_drain);
+    RUN_TEST(test_held_until_drain);
+    RUN_TEST(test_snapshot_drops_before);
+    RUN_TEST(test_bounds_apply_oldest);
     RUN_TEST(test_failure_said_once);
-    RUN_TEST(test_full_queue_waits);
-    RUN_TEST(test_destroy_applies_all);
+    RUN_TEST(test_drain_waits_for_apply);
+    RUN_TEST(test_destroy_drops_held);
     return psg_test_summary();
 }

@@ -48,13 +48,15 @@ for k in range(n):
     assert own[k], "ps%d holds no variable" % k
     assert own[k] == bak[b], ("ps%d's shard and its backup on ps%d differ" % (k, b),
                               {x: (own[k].get(x), bak[b].get(x)) for x in set(own[k]) | set(bak[b]) if own[k].get(x) != bak[b].get(x)})
-# the forwards carried the updates (gradients), replayed by the backup, not the values
+# the forwards carried the updates (gradients), held by the backup and replayed there (the
+# Inspect drains its log) or dropped under a snapshot of the values, not applied twice
 for k in range(n):
     b = (k + 1) % n
     fw, bk = reps[k]["replication"], reps[b]["replication"]
-    assert fw["updates_replayed"] > 0 and fw["updates_replayed"] == bk["replayed_as_backup"], (
-        "ps%d's updates were not replayed on ps%d" % (k, b), fw, bk)
-print(" ".join("ps%d: %d variables, %d updates replayed on its backup, %d values sent" % (
+    assert fw["updates_replayed"] > 0 and bk["held_as_backup"] == 0 and \
+        fw["updates_replayed"] == bk["replayed_as_backup"] + bk["dropped_as_backup"], (
+        "ps%d's updates were not held on ps%d" % (k, b), fw, bk)
+print(" ".join("ps%d: %d variables, %d updates forwarded (replayed or dropped under a snapshot on its backup), %d values sent" % (
     k, len(own[k]), reps[k]["replication"]["updates_replayed"], reps[k]["replication"]["values"])
     for k in range(n)))
 PY
@@ -331,6 +333,83 @@ if grep -q "tensors equal, global_step 1000" <<<"$same" && [ "$g_kill" = 1000 ] 
 else
   fail "sync failover (global steps ${g_kill:-none}, accuracy ${a_kill:-none} against ${a_ref:-none}): $same $(grep -v '^[0-9.]* step ' "$tmp/synckill.w0.log" | tail -15) $(grep -v '^[0-9.]* step ' "$tmp/synckill.w1.log" | tail -8) $(tail -8 "$tmp/synckill.ps1.log")"
 fi
+
+# 5b. The backup holds its primary's forwards as a log, unapplied, until the next snapshot (the
+# whole shard by value, every K forwards: PSG_REPL_SNAPSHOT_EVERY) drops it; a failover applies
+# the snapshot and the log. One worker trains 39 steps (40 forwards with the first copy), the ps
+# tasks stay; ps0 is SIGKILLed and started again empty; the chief's second run fails ps0's shard
+# over to ps1 and trains 30 steps more. With K = 13 the backup held a snapshot alone (a log of
+# 0), with K = 8 a snapshot and 7 forwards (K - 1), and replayed only those (before the
+# chief's second run, or already at the first run's last Inspect of its ps tasks: ps1
+# applies what it holds before answering one): every variable ends bitwise equal to the run
+# without a kill. (Peer timeout 30 s: the chief's second run reuses its first run's address.)
+snapshot_job() { # name K kill(0|1)
+  local name=$1 rc=0 ps0 ports
+  ps_cluster "$name" 1
+  sed -i 's/"peer_timeout": 2}/"peer_timeout": 30}/' "$tmp/$name.json"
+  read -r -a ports <<<"$(sed -n 's/.*"ps": \["127.0.0.1:\([0-9]*\)", "127.0.0.1:\([0-9]*\)"\].*/\1 \2/p' "$tmp/$name.json")"
+  pids=()
+  export PSG_REPL_SNAPSHOT_EVERY=$2
+  start_ps "$name" 0; ps0=$!
+  start_ps "$name" 1
+  local args=(train --cluster "$tmp/$name.json" --job worker --task 0 --model mlp "${data[@]}" --optimizer adam
+              --lr 0.001 --batch 64 --log-every 1000 --step-timeout 60)
+  timeout 300 "$psgraph" "${args[@]}" --steps 39 >"$tmp/$name.w0.log" 2>&1 || rc=1
+  "$psgraph" inspect --task "127.0.0.1:${ports[0]}" >"$tmp/$name.pre.json" 2>&1 || rc=1
+  if [ "$3" = 1 ]; then
+    kill -9 "$ps0"
+    wait "$ps0" 2>/dev/null
+    start_ps "$name" 0
+  fi
+  timeout 300 "$psgraph" "${args[@]}" --steps 30 >>"$tmp/$name.w0.log" 2>&1 || rc=1
+  "$psgraph" inspect --task "127.0.0.1:${ports[0]}" >"$tmp/$name.i0.json" 2>&1 || rc=1
+  "$psgraph" inspect --task "127.0.0.1:${ports[1]}" >"$tmp/$name.i1.json" 2>&1 || rc=1
+  unset PSG_REPL_SNAPSHOT_EVERY
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  pids=()
+  return $rc
+}
+# The crc32 of every variable of the job (the task serving it now), the job's statistics but.
+job_crcs() { # name
+  python3 - "$tmp/$1.i0.json" "$tmp/$1.i1.json" <<'PY'
+import json, sys
+own = {}
+for f in sys.argv[1:]:
+    for v in json.load(open(f))["variables"]:
+        if v["initialized"] and not v.get("backup") and v["name"] != "sync_replicas/worker_counts":
+            own[v["name"]] = v["crc32"]
+assert len(own) > 20, own
+print(" ".join("%s=%s" % kv for kv in sorted(own.items())))
+PY
+}
+# Whether ps1 replayed, as ps0's backup, exactly the updates of the LOG forwards after ps0's
+# last snapshot (ps0's updates per forward that was not a snapshot, times LOG): the rest were
+# dropped under the snapshots, unapplied.
+replayed_log() { # name log
+  python3 - "$tmp/$1.pre.json" "$tmp/$1.i1.json" "$2" <<'PY'
+import json, sys
+fw = json.load(open(sys.argv[1]))["replication"]
+bk = json.load(open(sys.argv[2]))["replication"]
+per = fw["updates_replayed"] // (fw["forwards"] - fw["snapshots"])
+assert bk["replayed_as_backup"] == per * int(sys.argv[3]) and bk["dropped_as_backup"] > 0, (fw, bk)
+PY
+}
+since() { sed -n 's/.*"since_snapshot":\([0-9]*\).*/\1/p' "$tmp/$1.pre.json"; }
+snapshot_job snapref 0 0; rc_ref=$?
+ref_crcs=$(job_crcs snapref 2>&1)
+for kk in "13 0" "8 7"; do
+  read -r k log <<<"$kk"
+  snapshot_job "snap$k" "$k" 1; rc=$?
+  crcs=$(job_crcs "snap$k" 2>&1)
+  if [ $rc_ref = 0 ] && [ $rc = 0 ] && [ "$(since "snap$k")" = "$log" ] &&
+     replayed_log "snap$k" "$log" &&
+     grep -q '^failover: ps0 is lost (.*); its shard is served by its backup ps1' "$tmp/snap$k.w0.log" &&
+     ! grep -q 'restored shard\|re-initialized' "$tmp/snap$k.w0.log" && [ "$crcs" = "$ref_crcs" ]; then
+    ok "snapshot every $k forwards, ps0 SIGKILLed with a log of $log updates after its last snapshot on ps1: ps1 replayed only those (Inspect), the rest dropped under snapshots; every variable bitwise equal to the run without a kill ($(wc -w <<<"$crcs") variables)"
+  else
+    fail "snapshot every $k, log $log (rc $rc_ref $rc, since the snapshot: $(since "snap$k")): $(diff <(tr ' ' '\n' <<<"$ref_crcs") <(tr ' ' '\n' <<<"$crcs") | head -6) $(grep -v '^step ' "$tmp/snap$k.w0.log" | tail -8) $(tail -5 "$tmp/snap$k.ps1.log")"
+  fi
+done
 
 # 5. a bad setting is named
 out=$("$psgraph" launch --ps 1 --workers 1 -- "$psgraph" train --model mlp --data synthetic --steps 5 --ps-replicas 2 2>&1); rc=$?
