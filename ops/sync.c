@@ -222,6 +222,8 @@ SYNC_OP(op_set_required, "AccumulatorSetRequired", 2, 0, 0, infer_set_count,
         psg_cpu_accumulator_set_required);
 SYNC_OP(op_set_repeat, "TokenQueueSetRepeat", 2, 0, 0, infer_set_count,
         psg_cpu_token_queue_set_repeat);
+SYNC_OP(op_set_live, "TokenQueueSetLive", 2, 0, 0, infer_ssp_set_live,
+        psg_cpu_token_queue_set_live);
 SYNC_OP(op_num_accumulated, "AccumulatorNumAccumulated", 1, 1, 0, infer_num_accumulated,
         psg_cpu_accumulator_num_accumulated);
 SYNC_OP(op_accumulator_close, "AccumulatorClose", 1, 0, 0, infer_handle_only,
@@ -260,6 +262,7 @@ const psg_op_def_t *const psg_sync_ops[] = {
     &op_set_global_step,
     &op_set_required,
     &op_set_repeat,
+    &op_set_live,
     &op_num_accumulated,
     &op_accumulator_close,
     &op_token_queue,
@@ -363,6 +366,12 @@ int psg_token_queue_set_repeat_op(psg_graph_t *g, const char *name, psg_endpoint
                                   psg_endpoint_t n) {
     psg_endpoint_t in[2] = {handle, n};
     return psg_node_finish(begin(g, "TokenQueueSetRepeat", name, 2, in));
+}
+
+int psg_token_queue_set_live_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                psg_endpoint_t live) {
+    psg_endpoint_t in[2] = {handle, live};
+    return psg_node_finish(begin(g, "TokenQueueSetLive", name, 2, in));
 }
 
 int psg_accumulator_reset_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,

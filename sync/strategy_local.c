@@ -148,7 +148,7 @@ static int build_average(const psg_sync_build_t *b, psg_sync_graph_t *out,
     out->global_step = avg.global_step;
     out->set_live_op = avg.set_live_op;
     out->live_required = avg.live_required;
-    out->live_tokens = avg.live_tokens;
+    out->live_mask = avg.live_mask;
     return out->calls[1].targets[0] < 0 ? -1 : 0;
 }
 

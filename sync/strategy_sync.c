@@ -96,7 +96,8 @@ static int reissue(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
 }
 
 /* As workers are lost or join (the chief's set_live_op, docs/distributed.md "Membership"):
- * every accumulator's N and the tokens of each release, fed. */
+ * every accumulator's N, fed, and the live workers by rank, whose tokens are theirs only (a
+ * worker found lost that still runs takes none a live one needs). */
 static int set_live(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
                     psg_sync_graph_t *out) {
     psg_graph_t *g = b->g;
@@ -104,7 +105,8 @@ static int set_live(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
     psg_shape_t scalar = psg_shape_scalar();
     if (psg_graph_push_scope(g, "sync_replicas") < 0) return -1;
     out->live_required = psg_placeholder(g, "live_required", PSG_DT_I64, &scalar);
-    out->live_tokens = psg_placeholder(g, "live_tokens", PSG_DT_I64, &scalar);
+    psg_shape_t ws = psg_shape_1d(b->cfg->num_workers);
+    out->live_mask = psg_placeholder(g, "live", PSG_DT_I32, &ws);
     psg_graph_pop_scope(g);
     for (int i = 0; i < b->n; i++) {
         bool pushed = psg_sync_push_device_of(g, b->vars[i]);
@@ -115,7 +117,7 @@ static int set_live(const psg_sync_build_t *b, nodes_t *t, psg_endpoint_t queue,
     }
     bool pushed = psg_sync_push_device_of(g, b->global_step);
     t->lives[b->n] =
-        psg_token_queue_set_repeat_op(g, "sync_replicas/set_tokens", queue, out->live_tokens);
+        psg_token_queue_set_live_op(g, "sync_replicas/set_tokens", queue, out->live_mask);
     if (pushed) psg_graph_pop_device(g);
     if (psg_graph_push_scope(g, "sync_replicas") < 0) return -1;
     out->set_live_op = psg_group(g, "set_live", b->n + 1, t->lives);

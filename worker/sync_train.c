@@ -371,9 +371,9 @@ static int start_live(psg_sync_train_t *st, psg_dist_session_options_t *o) {
     const psg_sync_graph_t *sg = &st->sg;
     if (sg->set_live_op < 0) return 0;
     o->id_stream = 2;
-    psg_endpoint_t all[3] = {sg->live_required, sg->live_tokens, sg->live_mask}, feeds[3];
+    psg_endpoint_t all[2] = {sg->live_required, sg->live_mask}, feeds[2];
     int n = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 2; i++)
         if (psg_endpoint_valid(all[i])) feeds[n++] = all[i];
     if (!(st->live_sess = psg_dist_session_new(st->g, o)) ||
         !(st->live_step = psg_dist_session_make_callable(st->live_sess, n, feeds, 0, NULL, 1,
@@ -423,15 +423,15 @@ int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n) {
         return 0;
     }
     psg_shape_t ms = psg_shape_1d(st->num_workers);
-    psg_tensor_t *mask = psg_tensor_new(PSG_DT_I32, &ms), *feeds[3] = {0};
+    psg_tensor_t *mask = psg_tensor_new(PSG_DT_I32, &ms), *feeds[2] = {0};
     for (int i = 0; mask && i < st->num_workers; i++) psg_tensor_i32(mask)[i] = i < n && alive[i];
-    psg_tensor_t *all[3] = {psg_tensor_scalar_i64(required), psg_tensor_scalar_i64(workers), mask};
-    psg_endpoint_t eps[3] = {sg->live_required, sg->live_tokens, sg->live_mask};
-    int nf = 0, rc = all[0] && all[1] && mask ? 0 : psg_error_set("out of memory");
-    for (int i = 0; i < 3; i++)
+    psg_tensor_t *all[2] = {psg_tensor_scalar_i64(required), mask};
+    psg_endpoint_t eps[2] = {sg->live_required, sg->live_mask};
+    int nf = 0, rc = all[0] && mask ? 0 : psg_error_set("out of memory");
+    for (int i = 0; i < 2; i++)
         if (psg_endpoint_valid(eps[i])) feeds[nf++] = all[i];
     if (rc == 0) rc = psg_dist_callable_run(st->live_step, feeds, NULL);
-    for (int i = 0; i < 3; i++) psg_tensor_destroy(&all[i]);
+    for (int i = 0; i < 2; i++) psg_tensor_destroy(&all[i]);
     if (rc < 0)
         return psg_error_wrap("--sync %s: following %d live workers", st->cfg.strategy, workers);
     atomic_store(&st->live_required, required);

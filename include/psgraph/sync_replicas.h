@@ -121,10 +121,10 @@ typedef struct {
     psg_endpoint_t rejoin_token;
     /* run by the chief as workers are lost or join (docs/distributed.md "Membership"), fed
      * those of its endpoints that are valid: live_required (i64 scalar: the gradients a step
-     * averages from now on, the pending one's too), live_tokens (i64 scalar: the tokens each
-     * release carries), live_mask (i32 [num_workers]: 1 for a live worker, by rank; ssp's
-     * clocks); -1 / PSG_NO_ENDPOINT for strategies that wait for no other worker */
-    psg_endpoint_t live_required, live_tokens, live_mask;
+     * averages from now on, the pending one's too), live_mask (i32 [num_workers]: 1 for a
+     * live worker, by rank; sync's tokens, one for each live worker and only for it, and
+     * ssp's clocks); -1 / PSG_NO_ENDPOINT for strategies that wait for no other worker */
+    psg_endpoint_t live_required, live_mask;
     int set_live_op;
     /* run by a worker whose data ended: later takes, gradients and tokens
      * end training cleanly */

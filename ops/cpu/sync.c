@@ -134,6 +134,24 @@ int psg_cpu_token_queue_set_repeat(psg_kernel_ctx_t *c) {
     return psg_token_queue_set_repeat(q, n);
 }
 
+/* Input 1: the live flags by rank (SspClockSetLive's, TokenQueueSetLive's); NULL, the error set. */
+static const int32_t *live_flags(psg_kernel_ctx_t *c, int *n) {
+    const psg_tensor_t *t = c->inputs[1];
+    if (t->dtype != PSG_DT_I32) {
+        psg_error_set("live flags must be i32");
+        return NULL;
+    }
+    *n = (int)psg_tensor_numel(t);
+    return psg_tensor_i32(t);
+}
+
+int psg_cpu_token_queue_set_live(psg_kernel_ctx_t *c) {
+    psg_token_queue_t *q = psg_token_queue_from_handle(c->inputs[0]);
+    int n = 0;
+    const int32_t *live = q ? live_flags(c, &n) : NULL;
+    return live ? psg_token_queue_set_live(q, live, n) : -1;
+}
+
 int psg_cpu_accumulator_num_accumulated(psg_kernel_ctx_t *c) {
     psg_accumulator_t *a = psg_accumulator_from_handle(c->inputs[0]);
     return a ? output_scalar_i32(c, psg_accumulator_num_accumulated(a)) : -1;
@@ -264,10 +282,9 @@ int psg_cpu_ssp_clock_wait(psg_kernel_ctx_t *c) {
 
 int psg_cpu_ssp_clock_set_live(psg_kernel_ctx_t *c) {
     psg_ssp_clock_t *k = psg_ssp_clock_from_handle(c->inputs[0]);
-    const psg_tensor_t *t = c->inputs[1];
-    if (!k) return -1;
-    if (t->dtype != PSG_DT_I32) return psg_error_set("live flags must be i32");
-    return psg_ssp_clock_set_live(k, psg_tensor_i32(t), (int)psg_tensor_numel(t));
+    int n = 0;
+    const int32_t *live = k ? live_flags(c, &n) : NULL;
+    return live ? psg_ssp_clock_set_live(k, live, n) : -1;
 }
 
 int psg_cpu_count_accepted(psg_kernel_ctx_t *c) {

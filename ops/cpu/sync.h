@@ -11,6 +11,7 @@ int psg_cpu_sparse_accumulator(psg_kernel_ctx_t *c);
 int psg_cpu_accumulator_set_global_step(psg_kernel_ctx_t *c);
 int psg_cpu_accumulator_set_required(psg_kernel_ctx_t *c);
 int psg_cpu_token_queue_set_repeat(psg_kernel_ctx_t *c);
+int psg_cpu_token_queue_set_live(psg_kernel_ctx_t *c);
 int psg_cpu_ssp_clock_set_live(psg_kernel_ctx_t *c);
 int psg_cpu_accumulator_num_accumulated(psg_kernel_ctx_t *c);
 int psg_cpu_accumulator_close(psg_kernel_ctx_t *c);

@@ -148,6 +148,15 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
  * the error when < 1 or out of memory. */
 int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat);
 
+/* Follows the live workers (the chief's membership; live[r] 1 for a live worker, by rank):
+ * from now on each release carries one token for each live worker, which only that worker
+ * takes (the repeat is not used any more). Tokens of workers not live are dropped, and so are
+ * tokens any worker could take; each live worker that has not taken the last release's token
+ * gets one now (it joined or answers again: the step waits for its gradient). A worker not
+ * live waits until it is live again or its timeout, then fails saying so. -1 with the error
+ * when n < 1 or out of memory. */
+int psg_token_queue_set_live(psg_token_queue_t *q, const int32_t *live, int n);
+
 /* Receives a dequeued token (-1: the queue is closed, training is over)
  * and error NULL, or the reason of a failure (valid during the call only). */
 typedef void (*psg_token_fn)(void *arg, int64_t token, const char *error);
@@ -291,6 +300,9 @@ int psg_accumulator_set_required_op(psg_graph_t *g, const char *name, psg_endpoi
                                     psg_endpoint_t n);
 int psg_token_queue_set_repeat_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                   psg_endpoint_t n);
+/* TokenQueueSetLive(handle, live i32 [workers]): psg_token_queue_set_live. No outputs. */
+int psg_token_queue_set_live_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
+                                psg_endpoint_t live);
 /* TokenQueueDequeue(handle, after_step i64 scalar): output 0 the token (i64
  * scalar, -1 when training is over), output 1 the seconds it waited (f32
  * scalar). `worker` names the caller in errors; fails after timeout_ms. */

@@ -31,7 +31,11 @@ struct psg_token_queue {
     char *name;
     psg_timer_t *timer;
     int64_t *tokens; /* FIFO: tokens[0..n) */
+    int *owner;      /* owner[i]: the only worker that may take tokens[i]; -1: any */
     int n, cap;
+    bool *live;            /* NULL: tokens for any worker; else by rank, set by the chief */
+    int64_t *served;       /* by rank: the newest token each worker took, -1 none */
+    int ranks;             /* the length of live and served */
     int64_t last_released; /* the newest token enqueued, -1 before the first */
     int live_repeat;       /* set by the chief as workers come and go; 0: the enqueue's own */
     int last_repeat;       /* the copies of last_released enqueued */
@@ -61,6 +65,9 @@ static void destroy_queue(void *obj) {
     pthread_mutex_destroy(&q->lock);
     q->magic = 0;
     free(q->tokens);
+    free(q->owner);
+    free(q->live);
+    free(q->served);
     free(q->error);
     free(q->name);
     free(q);
@@ -82,16 +89,39 @@ typedef struct {
     int64_t token;
 } served_t;
 
-/* The index of the first token > after, or -1. */
-static int find_token_locked(psg_token_queue_t *q, int64_t after) {
+/* The index of the first token > after that worker may take, or -1. */
+static int find_token_locked(psg_token_queue_t *q, int64_t after, int worker) {
     for (int i = 0; i < q->n; i++)
-        if (q->tokens[i] > after) return i;
+        if (q->tokens[i] > after && (q->owner[i] < 0 || q->owner[i] == worker)) return i;
     return -1;
 }
 
-static void remove_token_locked(psg_token_queue_t *q, int i) {
+/* Room for `need` tokens; -1 out of memory. */
+static int reserve_locked(psg_token_queue_t *q, int need) {
+    if (need <= q->cap) return 0;
+    int cap = need > 2 * q->cap ? need : 2 * q->cap;
+    int64_t *t = realloc(q->tokens, sizeof(int64_t) * (size_t)cap);
+    if (t) q->tokens = t;
+    int *o = t ? realloc(q->owner, sizeof(int) * (size_t)cap) : NULL;
+    if (o) q->owner = o;
+    if (!t || !o) return -1;
+    q->cap = cap;
+    return 0;
+}
+
+static void push_locked(psg_token_queue_t *q, int64_t token, int owner) {
+    q->tokens[q->n] = token;
+    q->owner[q->n++] = owner;
+}
+
+/* Takes token i for worker, remembering the newest each live-tracked worker took. */
+static int64_t take_token_locked(psg_token_queue_t *q, int i, int worker) {
+    int64_t token = q->tokens[i];
     memmove(&q->tokens[i], &q->tokens[i + 1], sizeof(int64_t) * (size_t)(q->n - i - 1));
+    memmove(&q->owner[i], &q->owner[i + 1], sizeof(int) * (size_t)(q->n - i - 1));
     q->n--;
+    if (worker >= 0 && worker < q->ranks && token > q->served[worker]) q->served[worker] = token;
+    return token;
 }
 
 /* Detaches every waiter the queue can answer now into out (room for all). */
@@ -99,18 +129,14 @@ static int serve_locked(psg_token_queue_t *q, served_t *out) {
     int k = 0;
     for (waiter_t **p = &q->waiters; *p;) {
         waiter_t *w = *p;
-        int i = q->closed ? -1 : find_token_locked(q, w->after_step);
+        int i = q->closed ? -1 : find_token_locked(q, w->after_step, w->worker);
         if (!q->closed && i < 0) {
             p = &w->next;
             continue;
         }
         *p = w->next;
         out[k].w = w;
-        out[k].token = -1;
-        if (i >= 0) {
-            out[k].token = q->tokens[i];
-            remove_token_locked(q, i);
-        }
+        out[k].token = i >= 0 ? take_token_locked(q, i, w->worker) : -1;
         k++;
     }
     return k;
@@ -163,23 +189,26 @@ int psg_token_queue_enqueue_many(psg_token_queue_t *q, const int64_t *tokens, in
     } else if (n > 0) {
         int keep = 0;
         for (int i = 0; i < q->n; i++)
-            if (q->tokens[i] >= lo) q->tokens[keep++] = q->tokens[i];
-        q->n = keep;
-        int need = q->n + n * repeat;
-        if (need > q->cap) {
-            int cap = need > 2 * q->cap ? need : 2 * q->cap;
-            int64_t *t = realloc(q->tokens, sizeof(int64_t) * (size_t)cap);
-            if (!t) {
-                pthread_mutex_unlock(&q->lock);
-                return psg_error_set("token queue '%s': out of memory", q->name);
+            if (q->tokens[i] >= lo) {
+                q->owner[keep] = q->owner[i];
+                q->tokens[keep++] = q->tokens[i];
             }
-            q->tokens = t;
-            q->cap = cap;
+        q->n = keep;
+        int per = q->live ? 0 : repeat; /* the live workers' tokens: one for each */
+        for (int r = 0; q->live && r < q->ranks; r++) per += q->live[r];
+        if (reserve_locked(q, q->n + n * per) < 0) {
+            pthread_mutex_unlock(&q->lock);
+            return psg_error_set("token queue '%s': out of memory", q->name);
         }
         for (int i = 0; i < n; i++)
-            for (int r = 0; r < repeat; r++) q->tokens[q->n++] = tokens[i];
+            if (q->live) {
+                for (int r = 0; r < q->ranks; r++)
+                    if (q->live[r]) push_locked(q, tokens[i], r);
+            } else {
+                for (int r = 0; r < repeat; r++) push_locked(q, tokens[i], -1);
+            }
         if (hi > q->last_released) q->last_released = hi;
-        q->last_repeat = repeat;
+        q->last_repeat = per;
     }
     serve_waiters_unlock(q);
     return 0;
@@ -192,23 +221,63 @@ int psg_token_queue_set_repeat(psg_token_queue_t *q, int repeat) {
     q->live_repeat = repeat;
     /* more workers than the last release counted (one joined): as many more tokens of that
      * step, so that the step, which waits for its gradient now, gets it */
-    int more = q->closed || q->last_released < 0 ? 0 : repeat - q->last_repeat;
-    if (more > 0 && q->n + more > q->cap) {
-        int64_t *t = realloc(q->tokens, sizeof(int64_t) * (size_t)(q->n + more));
-        if (!t) {
-            pthread_mutex_unlock(&q->lock);
-            return psg_error_set("token queue '%s': out of memory", q->name);
-        }
-        q->tokens = t;
-        q->cap = q->n + more;
+    int more = q->closed || q->last_released < 0 || q->live ? 0 : repeat - q->last_repeat;
+    if (more > 0 && reserve_locked(q, q->n + more) < 0) {
+        pthread_mutex_unlock(&q->lock);
+        return psg_error_set("token queue '%s': out of memory", q->name);
     }
-    for (int i = 0; i < more; i++) q->tokens[q->n++] = q->last_released;
+    for (int i = 0; i < more; i++) push_locked(q, q->last_released, -1);
     if (more > 0) {
         q->last_repeat = repeat;
         serve_waiters_unlock(q);
     } else {
         pthread_mutex_unlock(&q->lock);
     }
+    return 0;
+}
+
+/* Grows live and served to n ranks (new ones not live, served none); -1 out of memory. */
+static int grow_ranks_locked(psg_token_queue_t *q, int n) {
+    if (n <= q->ranks && q->live) return 0;
+    int ranks = n > q->ranks ? n : q->ranks;
+    bool *l = realloc(q->live, sizeof(bool) * (size_t)(ranks ? ranks : 1));
+    if (l) q->live = l;
+    int64_t *sv = l ? realloc(q->served, sizeof(int64_t) * (size_t)(ranks ? ranks : 1)) : NULL;
+    if (sv) q->served = sv;
+    if (!l || !sv) return -1;
+    for (int r = q->ranks; r < ranks; r++) {
+        q->live[r] = false;
+        q->served[r] = -1;
+    }
+    q->ranks = ranks;
+    return 0;
+}
+
+int psg_token_queue_set_live(psg_token_queue_t *q, const int32_t *live, int n) {
+    if (n < 1) return psg_error_set("token queue '%s': no live flags", q->name);
+    pthread_mutex_lock(&q->lock);
+    if (grow_ranks_locked(q, n) < 0 || reserve_locked(q, q->n + q->ranks) < 0) {
+        pthread_mutex_unlock(&q->lock);
+        return psg_error_set("token queue '%s': out of memory", q->name);
+    }
+    for (int r = 0; r < q->ranks; r++) q->live[r] = r < n && live[r];
+    /* a token only a live worker can take: a worker found lost (perhaps still running) takes
+     * none of the tokens the live ones need */
+    int keep = 0;
+    for (int i = 0; i < q->n; i++)
+        if (q->owner[i] >= 0 && q->live[q->owner[i]]) {
+            q->owner[keep] = q->owner[i];
+            q->tokens[keep++] = q->tokens[i];
+        }
+    q->n = keep;
+    /* each live worker that has not taken the last release's token (it joined, came back,
+     * or its anyone's token is gone) gets one: the step waits for its gradient now */
+    for (int r = 0; r < q->ranks && !q->closed && q->last_released >= 0; r++) {
+        bool has = q->served[r] >= q->last_released;
+        for (int i = 0; i < q->n && !has; i++) has = q->owner[i] == r;
+        if (q->live[r] && !has) push_locked(q, q->last_released, r);
+    }
+    serve_waiters_unlock(q);
     return 0;
 }
 
@@ -223,9 +292,20 @@ static void dequeue_timed_out(void *arg, uint64_t id) {
         break;
     }
     int64_t last = q->last_released;
+    bool out = w && q->live && (w->worker < 0 || w->worker >= q->ranks || !q->live[w->worker]);
     pthread_mutex_unlock(&q->lock);
     if (!w) return;
     char msg[512];
+    if (out) {
+        snprintf(msg, sizeof msg,
+                 "token queue '%s': worker %d got no token for a step after %lld within %lld ms: "
+                 "it is not among the live workers (the chief found it lost and has not heard it "
+                 "since)",
+                 q->name, w->worker, (long long)w->after_step, (long long)w->timeout_ms);
+        w->done(w->arg, 0, msg);
+        free(w);
+        return;
+    }
     if (last < 0)
         snprintf(msg, sizeof msg,
                  "token queue '%s': worker %d got no token for a step after %lld within %lld ms "
@@ -248,10 +328,9 @@ void psg_token_queue_dequeue_async(psg_token_queue_t *q, int worker, int64_t aft
     char msg[512] = "";
     int64_t token = -1;
     pthread_mutex_lock(&q->lock);
-    int i = q->closed ? -1 : find_token_locked(q, after_step);
+    int i = q->closed ? -1 : find_token_locked(q, after_step, worker);
     if (i >= 0) {
-        token = q->tokens[i];
-        remove_token_locked(q, i);
+        token = take_token_locked(q, i, worker);
     } else if (q->closed && q->error) {
         snprintf(msg, sizeof msg, "token queue '%s' is closed: %s", q->name, q->error);
     } else if (!q->closed) {
