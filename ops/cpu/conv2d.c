@@ -257,9 +257,11 @@ static int conv_forward(psg_kernel_ctx_t *c, const psg_conv_epilogue_t *ep) {
     j.y = psg_tensor_f32(out);
     j.ep = ep;
     const psg_nn_geom_t *g = &j.g;
-    if (!ep || !ep->pool) return conv_into(c, &j, false);
+    int64_t outputs = g->n * g->oh * g->ow * g->oc;
+    if (!ep || !ep->pool || outputs == 0)
+        return conv_into(c, &j, false); /* empty: nothing to pool */
     if (!is_pointwise(g) && psg_conv_direct_pools(g, c->pool)) return conv_into(c, &j, true);
-    psg_buffer_t *tb = psg_buffer_new(sizeof(float) * (size_t)(g->n * g->oh * g->ow * g->oc));
+    psg_buffer_t *tb = psg_buffer_new(sizeof(float) * (size_t)outputs);
     if (!tb) return psg_error_set("out of memory for the conv's output before its pool");
     float *pooled = j.y;
     j.y = tb->data;
