@@ -38,6 +38,25 @@ def cluster(ps, workers):
             "worker": ["127.0.0.1:%d" % p for p in ports[ps:]]}
 
 
+def serving_ps(psgraph_bin, workers):
+    """A spec of 1 ps + `workers` and its `psgraph server` ps, seen serving (its "serving on"
+    line). free_ports picks ports that are bound later: a test beside this one may take the
+    ps's meanwhile (the ps then exits, "cannot bind ... Address already in use", and the
+    workers would talk to the other test's ps); then new ports, up to 5 times."""
+    for _ in range(5):
+        spec = cluster(1, workers)
+        ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen = []
+        for line in ps.stdout:  # until it serves, or exits
+            seen.append(line)
+            if "serving on" in line:
+                return spec, ps
+        ps.wait()
+        assert "Address already in use" in "".join(seen), "".join(seen)
+    raise AssertionError("no free port for the ps in 5 tries")
+
+
 def tf_config(spec, job, index, extra=None):
     return json.dumps(dict({"cluster": spec, "task": {"type": job, "index": index}},
                            **(extra or {})))
@@ -224,9 +243,7 @@ def test_a_step_past_its_deadline_raises_deadline_exceeded_error(psgraph_bin, fr
     DEADLINE_EXCEEDED), naming the task and its address, within the session's operation
     timeout; once the ps goes on (SIGCONT), the same session runs again."""
     import signal
-    spec = cluster(1, 1)
-    ps = subprocess.Popen([psgraph_bin, "server"], env=env_for(spec, "ps", 0),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    spec, ps = serving_ps(psgraph_bin, 1)  # this test's own ps, the one it stops
     try:
         worker = tf.train.Server(spec, "worker", 0)
         with tf.device(tf.train.replica_device_setter(cluster=spec)):
