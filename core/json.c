@@ -210,6 +210,7 @@ const char *psg_json_read_number(const char *s, double *value, bool *integral, c
     q += neg;
     uint64_t m = 0; /* wraps past 19 digits, unused then */
     int digits = 0, e = 0;
+    bool huge_exponent = false; /* past 100000: e is not kept, strtod reads it */
     if (*q == '0') {
         q++;
     } else if (*q >= '1' && *q <= '9') {
@@ -247,9 +248,9 @@ const char *psg_json_read_number(const char *s, double *value, bool *integral, c
         for (; is_digit(*q); q++)
             if (x <= 100000) x = x * 10 + (*q - '0'); /* past it: strtod's */
         e += eneg ? -x : x;
-        if (x > 100000) digits = 20;
+        huge_exponent = x > 100000;
     }
-    if (digits > 19 || m > ((uint64_t)1 << 53) || e < -22 || e > 22) {
+    if (huge_exponent || digits > 19 || m > ((uint64_t)1 << 53) || e < -22 || e > 22) {
         *value = strtod(s, NULL);
     } else {
         double v = e < 0 ? (double)m / pow10[-e] : (double)m * pow10[e];

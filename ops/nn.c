@@ -39,17 +39,22 @@ static int read_pair(const psg_node_t *n, const char *key, int64_t *h, int64_t *
     return 0;
 }
 
+/* Attribute `key`: "SAME" (*same true) or "VALID". */
+static int read_padding(const psg_node_t *n, const char *key, bool *same) {
+    const char *pad = psg_node_get_str(n, key, NULL);
+    if (!pad) return psg_error_set("missing attribute '%s'", key);
+    *same = strcmp(pad, "SAME") == 0;
+    if (!*same && strcmp(pad, "VALID") != 0)
+        return psg_error_set("%s must be SAME or VALID, got '%s'", key, pad);
+    return 0;
+}
+
 int psg_nn_read_attrs(const psg_node_t *n, bool want_ksize, psg_nn_attrs_t *a) {
     memset(a, 0, sizeof *a);
     a->kh = a->kw = 1;
     if (want_ksize && read_pair(n, "ksize", &a->kh, &a->kw) < 0) return -1;
     if (read_pair(n, "strides", &a->sh, &a->sw) < 0) return -1;
-    const char *pad = psg_node_get_str(n, "padding", NULL);
-    if (!pad) return psg_error_set("missing attribute 'padding'");
-    if (strcmp(pad, "SAME") == 0)
-        a->same = true;
-    else if (strcmp(pad, "VALID") != 0)
-        return psg_error_set("padding must be SAME or VALID, got '%s'", pad);
+    if (read_padding(n, "padding", &a->same) < 0) return -1;
     const psg_attr_t *d = psg_node_attr(n, "dilations");
     if (d) {
         if (d->type != PSG_ATTR_INTS) return psg_error_set("attribute 'dilations' must be ints");
@@ -130,11 +135,7 @@ static int read_fused_pool(const psg_node_t *n, bool *has, psg_nn_attrs_t *a) {
     if (read_pair(n, "pool_ksize", &a->kh, &a->kw) < 0 ||
         read_pair(n, "pool_strides", &a->sh, &a->sw) < 0)
         return -1;
-    const char *pad = psg_node_get_str(n, "pool_padding", "");
-    if (strcmp(pad, "SAME") && strcmp(pad, "VALID"))
-        return psg_error_set("pool_padding must be SAME or VALID, got '%s'", pad);
-    a->same = !strcmp(pad, "SAME");
-    return 0;
+    return read_padding(n, "pool_padding", &a->same);
 }
 
 int psg_nn_prepare_fused_conv(const psg_graph_t *g, const psg_node_t *n, void *params) {
