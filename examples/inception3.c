@@ -109,43 +109,67 @@ static int64_t spatial(builder_t *b, psg_endpoint_t x, int axis) {
     return s && s->rank == 4 ? s->dims[axis] : -1;
 }
 
+/* The batch norm's parameters of a conv of c channels (its scope "BatchNorm", current): gamma
+ * a constant 1 (no scale, as slim), beta, and the moving statistics with their handles. */
+typedef struct {
+    psg_endpoint_t gamma, beta, mean, variance, mean_h, variance_h;
+} bn_params_t;
+
+static bool bn_params(builder_t *b, int64_t c, bn_params_t *p) {
+    psg_shape_t s = psg_shape_1d(c);
+    psg_tensor_t *ones = psg_tensor_new(PSG_DT_F32, &s);
+    if (!ones) return false;
+    for (int64_t i = 0; i < c; i++) psg_tensor_f32(ones)[i] = 1.0f;
+    p->gamma = psg_const(b->g, "gamma", &ones);
+    p->beta = param(b, "beta", &s, (psg_initializer_t){"zeros", 0, 0}, true, NULL);
+    p->mean = param(b, "moving_mean", &s, (psg_initializer_t){"zeros", 0, 0}, false, &p->mean_h);
+    p->variance =
+        param(b, "moving_variance", &s, (psg_initializer_t){"ones", 0, 0}, false, &p->variance_h);
+    return true;
+}
+
 /* Batch norm without scale over the last dim of x, then ReLU. In training
  * the moving statistics move toward the batch's by (1 - bn_decay). */
 static psg_endpoint_t bn_relu(builder_t *b, psg_endpoint_t x, int64_t c) {
     psg_graph_t *g = b->g;
     if (psg_graph_push_scope(g, "BatchNorm") < 0) return PSG_NO_ENDPOINT;
-    psg_shape_t s = psg_shape_1d(c);
-    psg_tensor_t *ones = psg_tensor_new(PSG_DT_F32, &s);
-    if (!ones) {
+    bn_params_t p;
+    if (!bn_params(b, c, &p)) {
         psg_graph_pop_scope(g);
         return PSG_NO_ENDPOINT;
     }
-    for (int64_t i = 0; i < c; i++) psg_tensor_f32(ones)[i] = 1.0f;
-    psg_endpoint_t gamma = psg_const(g, "gamma", &ones);
-    psg_endpoint_t beta = param(b, "beta", &s, (psg_initializer_t){"zeros", 0, 0}, true, NULL);
-    psg_endpoint_t mm_h, mv_h;
-    psg_endpoint_t mm =
-        param(b, "moving_mean", &s, (psg_initializer_t){"zeros", 0, 0}, false, &mm_h);
-    psg_endpoint_t mv =
-        param(b, "moving_variance", &s, (psg_initializer_t){"ones", 0, 0}, false, &mv_h);
     psg_batch_norm_t bn;
     if (b->cfg->is_training) {
-        bn = psg_fused_batch_norm(g, NULL, x, gamma, beta, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT,
+        bn = psg_fused_batch_norm(g, NULL, x, p.gamma, p.beta, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT,
                                   b->cfg->bn_epsilon, true);
         double rate = 1.0 - (double)b->cfg->bn_decay;
-        psg_endpoint_t dm = psg_scale(g, NULL, psg_sub(g, NULL, bn.batch_mean, mm), rate);
-        psg_endpoint_t dv = psg_scale(g, NULL, psg_sub(g, NULL, bn.batch_var, mv), rate);
-        int um = psg_assign_add(g, "update_moving_mean", mm_h, dm);
-        int uv = psg_assign_add(g, "update_moving_variance", mv_h, dv);
+        psg_endpoint_t dm = psg_scale(g, NULL, psg_sub(g, NULL, bn.batch_mean, p.mean), rate);
+        psg_endpoint_t dv = psg_scale(g, NULL, psg_sub(g, NULL, bn.batch_var, p.variance), rate);
+        int um = psg_assign_add(g, "update_moving_mean", p.mean_h, dm);
+        int uv = psg_assign_add(g, "update_moving_variance", p.variance_h, dv);
         if (um >= 0 && uv >= 0) {
             push_id(&b->updates, &b->n_updates, &b->cap_updates, um);
             push_id(&b->updates, &b->n_updates, &b->cap_updates, uv);
         }
     } else {
-        bn = psg_fused_batch_norm(g, NULL, x, gamma, beta, mm, mv, b->cfg->bn_epsilon, false);
+        bn = psg_fused_batch_norm(g, NULL, x, p.gamma, p.beta, p.mean, p.variance,
+                                  b->cfg->bn_epsilon, false);
     }
     psg_graph_pop_scope(g);
     return psg_relu(g, NULL, bn.y);
+}
+
+/* conv(x, w) + batch norm + ReLU in one FusedConv2D node (inference: the moving statistics);
+ * the batch norm's variables where bn_relu has them. */
+static psg_endpoint_t fused_conv_bn_relu(builder_t *b, psg_endpoint_t x, psg_endpoint_t w,
+                                         int64_t c, int stride, psg_padding_t pad) {
+    if (psg_graph_push_scope(b->g, "BatchNorm") < 0) return PSG_NO_ENDPOINT;
+    bn_params_t p;
+    bool ok = bn_params(b, c, &p);
+    psg_graph_pop_scope(b->g);
+    if (!ok) return PSG_NO_ENDPOINT;
+    psg_fused_bn_t bn = {p.gamma, p.beta, p.mean, p.variance, b->cfg->bn_epsilon};
+    return psg_fused_conv2d_batch_norm(b->g, NULL, x, w, &bn, stride, stride, pad, true, NULL);
 }
 
 /* conv kh x kw (no bias) + batch norm + ReLU, as Keras's conv2d_bn. The
@@ -161,8 +185,13 @@ static psg_endpoint_t conv(builder_t *b, const char *scope, psg_endpoint_t x, in
     psg_endpoint_t wh;
     psg_endpoint_t w = param(b, "weights", &(psg_shape_t){4, {kh, kw, in, out}}, init, true, &wh);
     if (!b->cfg->read_ema) push_ep(b, w);
-    psg_endpoint_t y = psg_conv2d(g, NULL, x, w, stride, stride, pad);
-    y = bn_relu(b, y, out);
+    psg_endpoint_t y;
+    if (b->cfg->fused_conv) {
+        y = fused_conv_bn_relu(b, x, w, out, stride, pad);
+    } else {
+        y = psg_conv2d(g, NULL, x, w, stride, stride, pad);
+        y = bn_relu(b, y, out);
+    }
     psg_graph_pop_scope(g);
     return y;
 }
@@ -410,6 +439,9 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
         return psg_error_set("inception3: image size %d is below the minimum of 75",
                              cfg->image_size);
     if (cfg->classes < 2) return psg_error_set("inception3: %d classes (at least 2)", cfg->classes);
+    if (cfg->fused_conv && cfg->is_training)
+        return psg_error_set("inception3: fused_conv is for inference (FusedConv2D has no "
+                             "gradient): set is_training false");
     if (cfg->dropout_rate < 0 || cfg->dropout_rate >= 1 || cfg->label_smoothing < 0 ||
         cfg->label_smoothing >= 1)
         return psg_error_set("inception3: dropout rate and label smoothing must lie in [0, 1)");

@@ -141,6 +141,7 @@ static int read_fused_pool(const psg_node_t *n, bool *has, psg_nn_attrs_t *a) {
 int psg_nn_prepare_fused_conv(const psg_graph_t *g, const psg_node_t *n, void *params) {
     psg_nn_params_t *p = params;
     p->relu = psg_node_get_bool(n, "relu", false);
+    p->epsilon = (float)psg_node_get_float(n, "epsilon", 1e-3);
     if (read_fused_pool(n, &p->pool, &p->pool_a) < 0) return -1;
     return nn_prepare(g, n, p, false);
 }
@@ -221,8 +222,13 @@ static int infer_conv2d(psg_infer_ctx_t *c) {
     return conv_out_shape(c, 0, 1, &c->out_shapes[0]);
 }
 
-/* FusedConv2D: (x, filter, bias [OC]) -> y, pooled when the node has a pool; f32 */
+/* FusedConv2D: (x, filter, bias [OC]) or (x, filter, scale, offset, mean, variance [OC] each)
+ * -> y, pooled when the node has a pool; f32 */
 static int infer_fused_conv2d(psg_infer_ctx_t *c) {
+    if (c->num_inputs != 3 && c->num_inputs != 6)
+        return psg_error_set("%d inputs: x, filter and a bias, or x, filter and the batch norm's "
+                             "scale, offset, mean and variance",
+                             c->num_inputs);
     if (expect_f32(c) < 0 || infer_conv2d(c) < 0) return -1;
     bool pool;
     psg_nn_attrs_t pa;
@@ -234,12 +240,17 @@ static int infer_fused_conv2d(psg_infer_ctx_t *c) {
             return psg_error_wrap("its pool");
         *y = psg_shape_4d(y->dims[0], pg.oh, pg.ow, y->dims[3]);
     }
-    const psg_shape_t *b = &c->in_shapes[2], *f = &c->in_shapes[1];
+    static const char *const names[] = {"bias", "scale", "offset", "mean", "variance"};
+    const psg_shape_t *f = &c->in_shapes[1];
     int64_t oc = f->rank == 4 ? f->dims[3] : -1;
-    if (b->rank >= 0 && (b->rank != 1 || (oc >= 0 && b->dims[0] >= 0 && b->dims[0] != oc))) {
+    for (int i = 2; i < c->num_inputs; i++) {
+        const psg_shape_t *b = &c->in_shapes[i];
+        if (b->rank < 0 || (b->rank == 1 && (oc < 0 || b->dims[0] < 0 || b->dims[0] == oc)))
+            continue;
         char sb[PSG_SHAPE_STR_MAX], sf[PSG_SHAPE_STR_MAX];
-        return psg_error_set("bias %s does not match the output channels of filter %s",
-                             psg_shape_str(b, sb, sizeof sb), psg_shape_str(f, sf, sizeof sf));
+        return psg_error_set("%s %s does not match the output channels of filter %s",
+                             names[c->num_inputs == 3 ? 0 : i - 1], psg_shape_str(b, sb, sizeof sb),
+                             psg_shape_str(f, sf, sizeof sf));
     }
     return 0;
 }
@@ -503,7 +514,7 @@ static const psg_op_def_t op_conv2d = {.name = "Conv2D",
                                        .prepare = psg_nn_prepare_conv,
                                        .params_size = sizeof(psg_nn_params_t)};
 static const psg_op_def_t op_fused_conv2d = {.name = "FusedConv2D",
-                                             .num_inputs = 3,
+                                             .num_inputs = -1, /* 3 or 6: infer says */
                                              .num_outputs = 1,
                                              .infer = infer_fused_conv2d,
                                              .cpu = psg_cpu_fused_conv2d,
@@ -634,23 +645,42 @@ psg_endpoint_t psg_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x, ps
                      padding);
 }
 
-psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
-                                psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
-                                int stride_w, psg_padding_t padding, bool relu,
-                                const psg_fused_pool_t *pool) {
+/* FusedConv2D with inputs args (n_args of them: the bias, or the batch norm's four) */
+static psg_endpoint_t fused_conv_node(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                      psg_endpoint_t filter, int n_args, const psg_endpoint_t *args,
+                                      int stride_h, int stride_w, psg_padding_t padding, bool relu,
+                                      const psg_fused_pool_t *pool, double epsilon) {
     psg_node_builder_t *b = psg_node_begin(g, "FusedConv2D", name);
     psg_node_add_input(b, x);
     psg_node_add_input(b, filter);
-    psg_node_add_input(b, bias);
+    for (int i = 0; i < n_args; i++) psg_node_add_input(b, args[i]);
     psg_node_attr_ints(b, "strides", 2, (int64_t[]){stride_h, stride_w});
     psg_node_attr_str(b, "padding", padding_str(padding));
     psg_node_attr_bool(b, "relu", relu);
+    if (n_args == 4) psg_node_attr_float(b, "epsilon", epsilon);
     if (pool) {
         psg_node_attr_ints(b, "pool_ksize", 2, (int64_t[]){pool->kh, pool->kw});
         psg_node_attr_ints(b, "pool_strides", 2, (int64_t[]){pool->stride_h, pool->stride_w});
         psg_node_attr_str(b, "pool_padding", padding_str(pool->padding));
     }
     return psg_node_finish_ep(b);
+}
+
+psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
+                                int stride_w, psg_padding_t padding, bool relu,
+                                const psg_fused_pool_t *pool) {
+    return fused_conv_node(g, name, x, filter, 1, &bias, stride_h, stride_w, padding, relu, pool,
+                           0);
+}
+
+psg_endpoint_t psg_fused_conv2d_batch_norm(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                           psg_endpoint_t filter, const psg_fused_bn_t *bn,
+                                           int stride_h, int stride_w, psg_padding_t padding,
+                                           bool relu, const psg_fused_pool_t *pool) {
+    psg_endpoint_t args[4] = {bn->scale, bn->offset, bn->mean, bn->variance};
+    return fused_conv_node(g, name, x, filter, 4, args, stride_h, stride_w, padding, relu, pool,
+                           bn->epsilon);
 }
 
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,

@@ -19,7 +19,8 @@ typedef struct {
     psg_nn_attrs_t a;
     bool have_geom;
     psg_nn_geom_t geom;
-    bool relu;             /* FusedConv2D: ReLU after the bias */
+    bool relu;             /* FusedConv2D: ReLU after the bias or the batch norm */
+    float epsilon;         /* FusedConv2D's batch norm ("epsilon") */
     bool pool;             /* FusedConv2D: a max pool after it, window pool_a */
     psg_nn_attrs_t pool_a; /* its ksize, strides and padding ("pool_ksize" ...) */
 } psg_nn_params_t;

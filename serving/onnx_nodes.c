@@ -246,10 +246,24 @@ static int emit_fused_pool(ox_t *x, const psg_node_t *n, const char *y, const in
     return 0;
 }
 
+/* One node of a conv layer's chain: op of in, giving node n's output when last, else a fresh
+ * name, in *y either way. */
+static Onnx__NodeProto *chain_step(ox_t *x, const psg_node_t *n, const char *op, int n_in,
+                                   const char *const *in, bool last, const char **y) {
+    if (last) {
+        Onnx__NodeProto *p = simple(x, n, op, n_in, in, true);
+        *y = ox_out_name(x, n, 0);
+        return p;
+    }
+    const char *out = ox_fresh(x, psg_node_name(n), op);
+    *y = out;
+    return ox_node(x, op, out, n_in, in, 1, &out);
+}
+
 /* Conv2D: Conv of the NCHW input and the OIHW filter; FusedConv2D: the same with its bias as
- * Conv's third input, then Relu and MaxPool when the node has them. */
+ * Conv's third input, or followed by BatchNormalization (its batch norm form), then Relu and
+ * MaxPool when the node has them. */
 static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
-    (void)op;
     const psg_shape_t *f = in_shape(x, n, 1), *s = in_shape(x, n, 0);
     int64_t sh = 1, sw = 1, pads[4];
     if (f->rank != 4 || pair(n, "strides", &sh, &sw) < 0)
@@ -258,27 +272,23 @@ static int emit_conv(ox_t *x, const psg_node_t *n, const char *op) {
     const char *w = ox_in(x, n, 1), *oihw = ox_fresh(x, psg_node_name(n), "oihw");
     ox_attr_ints(x, ox_node(x, "Transpose", oihw, 1, &w, 1, &oihw), "perm", 4,
                  (const int64_t[]){3, 2, 0, 1});
-    bool fused = psg_node_num_inputs(n) == 3, relu = fused && psg_node_get_bool(n, "relu", false);
+    (void)op;
+    bool fused = !strcmp(psg_node_op(n), "FusedConv2D"), bn = fused && psg_node_num_inputs(n) == 6;
+    bool relu = fused && psg_node_get_bool(n, "relu", false);
     bool pool = fused && psg_node_attr(n, "pool_ksize");
-    const char *in[3] = {ox_in_nchw(x, n, 0), oihw, fused ? ox_in(x, n, 2) : NULL};
-    Onnx__NodeProto *c;
-    const char *y = NULL;
-    if (relu || pool) {
-        y = ox_fresh(x, psg_node_name(n), "conv");
-        c = ox_node(x, "Conv", y, fused ? 3 : 2, in, 1, &y);
-    } else {
-        c = simple(x, n, "Conv", fused ? 3 : 2, in, true);
-    }
+    int after = bn + relu + pool; /* the chain's nodes after the Conv */
+    const char *in[3] = {ox_in_nchw(x, n, 0), oihw, fused && !bn ? ox_in(x, n, 2) : NULL}, *y;
+    Onnx__NodeProto *c = chain_step(x, n, "Conv", in[2] ? 3 : 2, in, after == 0, &y);
     ox_attr_ints(x, c, "kernel_shape", 2, (const int64_t[]){f->dims[0], f->dims[1]});
     ox_attr_ints(x, c, "strides", 2, (const int64_t[]){sh, sw});
     ox_attr_ints(x, c, "pads", 4, pads);
-    if (relu && !pool) simple(x, n, "Relu", 1, &y, true);
-    if (!pool) return 0;
-    if (relu) {
-        const char *r = ox_fresh(x, psg_node_name(n), "relu");
-        ox_node(x, "Relu", r, 1, &y, 1, &r);
-        y = r;
+    if (bn) {
+        const char *b[5] = {y, ox_in(x, n, 2), ox_in(x, n, 3), ox_in(x, n, 4), ox_in(x, n, 5)};
+        ox_attr_float(x, chain_step(x, n, "BatchNormalization", 5, b, --after == 0, &y), "epsilon",
+                      (float)psg_node_get_float(n, "epsilon", 1e-3));
     }
+    if (relu) chain_step(x, n, "Relu", 1, (const char *[]){y}, --after == 0, &y);
+    if (!pool) return 0;
     /* the conv's output size: the pool's input (TensorFlow's SAME: ceil(in / stride)) */
     int64_t st[2] = {sh, sw}, out[2];
     for (int d = 0; d < 2; d++) {

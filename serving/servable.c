@@ -101,6 +101,7 @@ static int build_inception3(psg_servable_t *s, const psg_checkpoint_t *ck,
     cfg.is_training = false;
     cfg.aux_logits = false;
     cfg.read_ema = s->ema;
+    cfg.fused_conv = true; /* inference only: one pass a conv layer */
     psg_inception3_t m;
     if (psg_inception3_build(s->g, &cfg, &m) < 0) return -1;
     add_io(s, true, "images", m.images);

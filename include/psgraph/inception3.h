@@ -20,6 +20,9 @@ typedef struct {
     bool read_ema;         /* read each variable's ExponentialMovingAverage shadow
                             * (an evaluation graph sharing the training graph's
                             * resources): false */
+    bool fused_conv;       /* not training: each conv, its batch norm and ReLU as one
+                            * FusedConv2D node (the same floats, one pass over the
+                            * output): false */
     float dropout_rate;    /* before the logits, training only: 0.2 (slim's keep 0.8) */
     float label_smoothing; /* 0.1 */
     float aux_weight;      /* weight of the auxiliary loss: 0.4 */

@@ -31,6 +31,19 @@ psg_endpoint_t psg_fused_conv2d(psg_graph_t *g, const char *name, psg_endpoint_t
                                 psg_endpoint_t filter, psg_endpoint_t bias, int stride_h,
                                 int stride_w, psg_padding_t padding, bool relu,
                                 const psg_fused_pool_t *pool);
+/* A batch norm in inference after a fused conv: its scale, offset, moving mean and variance
+ * ([OC] each) and epsilon, as psg_fused_batch_norm takes them with training false. */
+typedef struct {
+    psg_endpoint_t scale, offset, mean, variance;
+    double epsilon;
+} psg_fused_bn_t;
+/* The same with the batch norm bn in place of the bias: the floats of psg_conv2d,
+ * psg_fused_batch_norm (training false), psg_relu and psg_max_pool (ONNX's Conv,
+ * BatchNormalization, Relu, MaxPool). */
+psg_endpoint_t psg_fused_conv2d_batch_norm(psg_graph_t *g, const char *name, psg_endpoint_t x,
+                                           psg_endpoint_t filter, const psg_fused_bn_t *bn,
+                                           int stride_h, int stride_w, psg_padding_t padding,
+                                           bool relu, const psg_fused_pool_t *pool);
 /* dx of a conv, from dy [N, OH, OW, OC]; x gives only its shape. */
 psg_endpoint_t psg_conv2d_backprop_input(psg_graph_t *g, const char *name, psg_endpoint_t x,
                                          psg_endpoint_t filter, psg_endpoint_t dy, int stride_h,

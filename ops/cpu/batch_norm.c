@@ -101,6 +101,18 @@ static void run_affine(psg_threadpool_t *pool, int64_t rows, affine_job_t *j) {
     psg_parallel_for(pool, rows, j->c > 0 ? 32768 / j->c + 1 : 1, affine_rows, j);
 }
 
+float psg_batch_norm_inv_std(float var, float eps) {
+    return (float)(1.0 / sqrt((double)var + eps));
+}
+
+void psg_batch_norm_affine(int64_t c, const float *scale, const float *offset, const float *mean,
+                           const float *inv_std, float *a, float *b) {
+    for (int64_t i = 0; i < c; i++) {
+        a[i] = scale[i] * inv_std[i];
+        b[i] = offset[i] - mean[i] * a[i];
+    }
+}
+
 /* inputs: x (..., C), scale (C), offset (C) [, mean (C), variance (C)]
  * outputs: y (..., C), batch_mean (C), batch_var (C, unbiased in training),
  * saved_mean (C), saved_inv_std (C) */
@@ -148,13 +160,10 @@ int psg_cpu_fused_batch_norm(psg_kernel_ctx_t *c) {
         for (int64_t i = 0; i < C; i++) {
             smean[i] = bmean[i] = mean[i];
             bvar[i] = var[i];
-            sinv[i] = (float)(1.0 / sqrt((double)var[i] + eps));
+            sinv[i] = psg_batch_norm_inv_std(var[i], eps);
         }
     }
-    for (int64_t i = 0; i < C; i++) {
-        a[i] = scale[i] * sinv[i];
-        b[i] = offset[i] - smean[i] * a[i];
-    }
+    psg_batch_norm_affine(C, scale, offset, smean, sinv, a, b);
     affine_job_t aj = {.c = C, .x = x, .a = a, .b = b, .out = psg_tensor_f32(c->outputs[0])};
     run_affine(c->pool, rows, &aj);
 done:

@@ -11,6 +11,7 @@
 #include "ops/params.h"
 #include "psgraph/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Bytes of the im2col buffer of one band of output pixels: about a core's
@@ -193,10 +194,15 @@ static int conv_setup(psg_kernel_ctx_t *c, int64_t col_bytes, conv_job_t *j) {
 }
 
 void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc) {
-    const float *restrict b = e->bias;
+    const float *restrict a = e->scale, *restrict b = e->bias;
     for (int64_t r = 0; r < rows; r++) {
         float *restrict row = y + r * oc;
-        if (e->relu) {
+        if (a) { /* batch norm: the affine's float, then Relu's on it */
+            for (int64_t i = 0; i < oc; i++) {
+                float v = row[i] * a[i] + b[i];
+                row[i] = !e->relu || v > 0.0f ? v : 0.0f;
+            }
+        } else if (e->relu) {
             for (int64_t i = 0; i < oc; i++) {
                 float v = row[i] + b[i];
                 row[i] = v > 0.0f ? v : 0.0f;
@@ -276,6 +282,16 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c) {
     return conv_forward(c, NULL);
 }
 
+/* FusedConv2D's batch norm (inputs scale, offset, mean, variance) as its affine: a and b of
+ * OC floats each, inv the inverse deviations they come from. */
+static void fold_batch_norm(const psg_kernel_ctx_t *c, float eps, float *a, float *b, float *inv) {
+    int64_t oc = c->inputs[2]->shape.dims[0];
+    const float *var = psg_tensor_f32(c->inputs[5]);
+    for (int64_t i = 0; i < oc; i++) inv[i] = psg_batch_norm_inv_std(var[i], eps);
+    psg_batch_norm_affine(oc, psg_tensor_f32(c->inputs[2]), psg_tensor_f32(c->inputs[3]),
+                          psg_tensor_f32(c->inputs[4]), inv, a, b);
+}
+
 int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c) {
     const psg_nn_params_t *p = psg_kernel_params(c);
     psg_conv_epilogue_t ep = {.bias = psg_tensor_f32(c->inputs[2]), .relu = p->relu};
@@ -287,7 +303,16 @@ int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c) {
         if (psg_nn_geom(&y, p->pool_a.kh, p->pool_a.kw, g->oc, &p->pool_a, &pg) < 0) return -1;
         ep.pool = &pg;
     }
-    return conv_forward(c, &ep);
+    if (c->num_inputs != 6) return conv_forward(c, &ep);
+    int64_t oc = c->inputs[2]->shape.dims[0];
+    float *a = malloc(sizeof(float) * (size_t)(3 * oc + 1));
+    if (!a) return psg_error_set("out of memory");
+    fold_batch_norm(c, p->epsilon, a, a + oc, a + 2 * oc);
+    ep.scale = a;
+    ep.bias = a + oc;
+    int rc = conv_forward(c, &ep);
+    free(a);
+    return rc;
 }
 
 /* ---- Conv2DBackpropInput: dx = col2im(dy * W^T) ---- */

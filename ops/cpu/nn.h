@@ -47,14 +47,24 @@ int psg_cpu_conv2d(psg_kernel_ctx_t *c);
 /* inputs: x, filter, bias (OC); Conv2D's output + bias, then ReLU when the params say so */
 int psg_cpu_fused_conv2d(psg_kernel_ctx_t *c);
 
-/* What FusedConv2D adds to a conv's sums, on each output row while it is in cache: + bias,
- * then ReLU when relu: the floats of BiasAdd (x + b) and Relu (x > 0 ? x : 0) after it; then,
- * when pool is not NULL, MaxPool's of the result (pool: its geometry over the conv's output). */
+/* What FusedConv2D adds to a conv's sums, on each output row while it is in cache: + bias
+ * (BiasAdd's x + b), or with scale the batch norm's affine x * scale + bias (FusedBatchNorm's
+ * floats in inference: psg_batch_norm_affine), then ReLU when relu (Relu's x > 0 ? x : 0);
+ * then, when pool is not NULL, MaxPool's of the result (pool: its geometry over the conv's
+ * output). */
 typedef struct {
-    const float *bias; /* (OC) */
+    const float *scale; /* (OC), or NULL: no product */
+    const float *bias;  /* (OC) */
     bool relu;
     const psg_nn_geom_t *pool;
 } psg_conv_epilogue_t;
+
+/* Batch norm as one affine map a channel, y = x * a + b: inv_std = 1 / sqrt(var + eps) (in
+ * double, rounded once), a = scale * inv_std, b = offset - mean * a. FusedBatchNorm computes
+ * its output with these, and FusedConv2D's batch norm form with the same floats. */
+float psg_batch_norm_inv_std(float var, float eps);
+void psg_batch_norm_affine(int64_t c, const float *scale, const float *offset, const float *mean,
+                           const float *inv_std, float *a, float *b);
 
 /* y = MaxPool(x) of geometry g, its output rows [r0, r1) (of N * OH). */
 void psg_max_pool_rows(const psg_nn_geom_t *g, const float *x, float *y, int64_t r0, int64_t r1);
