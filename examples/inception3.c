@@ -162,20 +162,22 @@ static psg_endpoint_t bn_relu(builder_t *b, psg_endpoint_t x, int64_t c) {
 /* conv(x, w) + batch norm + ReLU in one FusedConv2D node (inference: the moving statistics);
  * the batch norm's variables where bn_relu has them. */
 static psg_endpoint_t fused_conv_bn_relu(builder_t *b, psg_endpoint_t x, psg_endpoint_t w,
-                                         int64_t c, int stride, psg_padding_t pad) {
+                                         int64_t c, int stride, psg_padding_t pad,
+                                         const psg_fused_pool_t *pool) {
     if (psg_graph_push_scope(b->g, "BatchNorm") < 0) return PSG_NO_ENDPOINT;
     bn_params_t p;
     bool ok = bn_params(b, c, &p);
     psg_graph_pop_scope(b->g);
     if (!ok) return PSG_NO_ENDPOINT;
     psg_fused_bn_t bn = {p.gamma, p.beta, p.mean, p.variance, b->cfg->bn_epsilon};
-    return psg_fused_conv2d_batch_norm(b->g, NULL, x, w, &bn, stride, stride, pad, true, NULL);
+    return psg_fused_conv2d_batch_norm(b->g, NULL, x, w, &bn, stride, stride, pad, true, pool);
 }
 
-/* conv kh x kw (no bias) + batch norm + ReLU, as Keras's conv2d_bn. The
- * weights start as slim's variance_scaling_initializer (He, truncated). */
+/* conv kh x kw (no bias) + batch norm + ReLU, as Keras's conv2d_bn, and then the max pool
+ * `pool` when not NULL (only with fused_conv). The weights start as slim's
+ * variance_scaling_initializer (He, truncated). */
 static psg_endpoint_t conv(builder_t *b, const char *scope, psg_endpoint_t x, int64_t out, int kh,
-                           int kw, int stride, psg_padding_t pad) {
+                           int kw, int stride, psg_padding_t pad, const psg_fused_pool_t *pool) {
     psg_graph_t *g = b->g;
     int64_t in = channels(b, x);
     if (in <= 0 || psg_graph_push_scope(g, scope) < 0) return PSG_NO_ENDPOINT;
@@ -187,7 +189,7 @@ static psg_endpoint_t conv(builder_t *b, const char *scope, psg_endpoint_t x, in
     if (!b->cfg->read_ema) push_ep(b, w);
     psg_endpoint_t y;
     if (b->cfg->fused_conv) {
-        y = fused_conv_bn_relu(b, x, w, out, stride, pad);
+        y = fused_conv_bn_relu(b, x, w, out, stride, pad, pool);
     } else {
         y = psg_conv2d(g, NULL, x, w, stride, stride, pad);
         y = bn_relu(b, y, out);
@@ -224,7 +226,9 @@ typedef struct {
 #define WIDTH (-1)
 #define MAX_LAYERS 8 /* a branch's layers, the last one's name NULL */
 
-static psg_endpoint_t layer(builder_t *b, const layer_t *l, psg_endpoint_t x, int width) {
+/* Layer l of x; a conv's max pool `pool` (NULL: none) goes in its FusedConv2D node. */
+static psg_endpoint_t layer(builder_t *b, const layer_t *l, psg_endpoint_t x, int width,
+                            const psg_fused_pool_t *pool) {
     switch (l->kind) {
     case AVG_POOL:
         return psg_avg_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
@@ -232,20 +236,26 @@ static psg_endpoint_t layer(builder_t *b, const layer_t *l, psg_endpoint_t x, in
         return psg_max_pool(b->g, l->name, x, l->kh, l->kw, l->stride, l->stride, l->pad);
     default:
         return conv(b, l->name, x, l->out == WIDTH ? width : l->out, l->kh, l->kw, l->stride,
-                    l->pad);
+                    l->pad, pool);
     }
 }
 
-/* The layers of one branch in order, each reading the one before. */
+/* The layers of one branch in order, each reading the one before; with fused_conv a conv's
+ * max pool right after it (the stem's) is part of the conv's node. */
 static psg_endpoint_t branch(builder_t *b, const layer_t *l, psg_endpoint_t x, int width) {
     for (; l->name; l++) {
+        if (l->kind == CONV && b->cfg->fused_conv && l[1].name && l[1].kind == MAX_POOL) {
+            psg_fused_pool_t pool = {l[1].kh, l[1].kw, l[1].stride, l[1].stride, l[1].pad};
+            x = layer(b, l++, x, width, &pool);
+            continue;
+        }
         if (l->kind != SPLIT) {
-            x = layer(b, l, x, width);
+            x = layer(b, l, x, width, NULL);
             continue;
         }
         psg_endpoint_t s[2];
-        s[0] = layer(b, l, x, width);
-        s[1] = layer(b, ++l, x, width);
+        s[0] = layer(b, l, x, width, NULL);
+        s[1] = layer(b, ++l, x, width, NULL);
         x = concat(b, 2, s);
     }
     return x;
@@ -388,12 +398,12 @@ static psg_endpoint_t aux_head(builder_t *b, psg_endpoint_t x) {
     kh = kh < 5 ? kh : 5;
     kw = kw < 5 ? kw : 5;
     psg_endpoint_t y = psg_avg_pool(b->g, "AvgPool_1a_5x5", x, kh, kw, 3, 3, VALID);
-    y = conv(b, "Conv2d_1b_1x1", y, 128, 1, 1, 1, SAME);
+    y = conv(b, "Conv2d_1b_1x1", y, 128, 1, 1, 1, SAME, NULL);
     kh = (int)spatial(b, y, 1);
     kw = (int)spatial(b, y, 2);
     kh = kh < 5 ? kh : 5;
     kw = kw < 5 ? kw : 5;
-    y = conv(b, "Conv2d_2a_5x5", y, 768, kh, kw, 1, VALID);
+    y = conv(b, "Conv2d_2a_5x5", y, 768, kh, kw, 1, VALID, NULL);
     const int64_t axes[2] = {1, 2};
     y = psg_mean(b->g, "GlobalPool", y, 2, axes, false);
     y = logits_layer(b, "Conv2d_2b_1x1", y, 768);

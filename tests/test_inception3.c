@@ -7,6 +7,7 @@
 #include "tests/testutil.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static void test_size_matches_keras(void) {
     psg_inception3_config_t c = psg_inception3_defaults();
@@ -152,6 +153,32 @@ static void test_loss_decreases_on_fixed_batch(void) {
             finite &= isfinite(psg_tensor_f32(out)[i]);
         CHECK(finite);
     }
+    /* served: each conv, its batch norm, ReLU (and the stem's max pools) one FusedConv2D node,
+     * the same logits bit for bit */
+    psg_inception3_config_t fc = ec;
+    fc.fused_conv = true;
+    psg_graph_t *fg = psg_graph_new();
+    psg_inception3_t fm;
+    CHECK(psg_inception3_build(fg, &fc, &fm) == 0);
+    int fused_nodes = 0;
+    for (int i = 0; i < psg_graph_num_nodes(fg); i++)
+        fused_nodes += !strcmp(psg_node_op(psg_graph_node(fg, i)), "FusedConv2D");
+    CHECK(fused_nodes == 96); /* every conv but the logits': 94, and the aux head's 2 */
+    psg_session_t *fs = psg_session_new(fg, &(psg_session_options_t){2}, psg_session_resources(s));
+    psg_endpoint_t ffeeds[2] = {fm.images, fm.labels};
+    psg_tensor_t *fout = NULL;
+    CHECK(psg_session_run(fs, 2, ffeeds, fv, 1, &fm.logits, &fout, 0, NULL) == 0);
+    CHECK(out && fout && psg_tensor_numel(out) == psg_tensor_numel(fout) &&
+          !memcmp(psg_tensor_f32(out), psg_tensor_f32(fout),
+                  sizeof(float) * (size_t)psg_tensor_numel(out)));
+    psg_tensor_destroy(&fout);
+    psg_session_destroy(&fs);
+    psg_graph_destroy(&fg);
+    fc.is_training = true;
+    fg = psg_graph_new();
+    CHECK(psg_inception3_build(fg, &fc, &fm) < 0);
+    CHECK_ERROR_HAS("fused_conv is for inference");
+    psg_graph_destroy(&fg);
     psg_tensor_destroy(&out);
     psg_session_destroy(&es);
     psg_graph_destroy(&eg);
