@@ -18,7 +18,9 @@
 #    of 4 images a request, --max-batch 32: 32 connections of one would parse 32 bodies of
 #    2.7 MB on 2 cores between batches), PSG_BENCH_INCEPTION_SECONDS of load a round at
 #    batch 1 (default 30) and PSG_BENCH_INCEPTION32_SECONDS at 32 (default 60), and "serve_inception3_inprocess" the plan alone at each batch beside the
-#    same `run`; PSG_BENCH_INCEPTION=0 skips them (minutes on 2 cores),
+#    same `run`; "serve_inception3_lanes2" batch 32 served with --lanes 2 (its rows over two
+#    one-thread plans; PSG_BENCH_LANES32=N another count, 0 none); PSG_BENCH_INCEPTION=0
+#    skips them (minutes on 2 cores),
 #    PSG_BENCH_INCEPTION_LOGDIR=DIR serves DIR's checkpoint instead of training one step;
 #    PSG_BENCH_CNN=0 skips the cnn's lines;
 #  - "hot_swap": training goes on in the served directory (new checkpoints every 10 steps)
@@ -216,5 +218,12 @@ if [ "${PSG_BENCH_INCEPTION:-1}" = 1 ]; then
   # parsing of 8 bodies of 9 MB (a shorter one ran batches of 4 under load)
   secs=${PSG_BENCH_INCEPTION32_SECONDS:-60}
   PER=4 compare serve_inception3 8 32 "$inc" "$tmp/inc.onnx" "$tmp/four299.json" --batch-timeout-us 5000000
+  # the same batch cut over one-thread plans side by side (--lanes): no barrier between the
+  # threads inside a kernel (PSG_BENCH_LANES32=0 leaves it out)
+  lanes=${PSG_BENCH_LANES32:-2}
+  if [ "$lanes" -gt 1 ]; then
+    PER=4 compare serve_inception3_lanes$lanes 8 32 "$inc" "$tmp/inc.onnx" "$tmp/four299.json" \
+      --batch-timeout-us 5000000 --lanes "$lanes"
+  fi
   inprocess serve_inception3_inprocess "$inc" "$tmp/inc.onnx" 32
 fi
