@@ -18,7 +18,7 @@
 #    of 4 images a request, --max-batch 32: 32 connections of one would parse 32 bodies of
 #    2.7 MB on 2 cores between batches), PSG_BENCH_INCEPTION_SECONDS of load a round at
 #    batch 1 (default 30) and PSG_BENCH_INCEPTION32_SECONDS at 32 (default 60), and "serve_inception3_inprocess" the plan alone at each batch beside the
-#    same `run`; "serve_inception3_lanes2" batch 32 served with --lanes 2 (its rows over two
+#    same `run`; "serve_inception3_nospin" batch 1 with --spin-us 0; "serve_inception3_lanes2" batch 32 served with --lanes 2 (its rows over two
 #    one-thread plans; PSG_BENCH_LANES32=N another count, 0 none); PSG_BENCH_INCEPTION=0
 #    skips them (minutes on 2 cores),
 #    PSG_BENCH_INCEPTION_LOGDIR=DIR serves DIR's checkpoint instead of training one step;
@@ -212,6 +212,7 @@ if [ "${PSG_BENCH_INCEPTION:-1}" = 1 ]; then
   secs=${PSG_BENCH_INCEPTION_SECONDS:-30}
   if [ "${PSG_BENCH_INCEPTION1:-1}" = 1 ]; then
     compare serve_inception3 1 1 "$inc" "$tmp/inc.onnx" "$tmp/one299.json"
+    compare serve_inception3_nospin 1 1 "$inc" "$tmp/inc.onnx" "$tmp/one299.json" --spin-us 0
     inprocess serve_inception3_inprocess "$inc" "$tmp/inc.onnx" 1
   fi
   # a batch of 32 takes seconds here: longer rounds, and a batch timeout that outlasts the
