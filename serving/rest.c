@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "psgraph/error.h"
 #include "serving/float_text.h"
+#include "serving/rest_plain.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -265,98 +266,6 @@ static int parse_body(const psg_rest_signature_t *sig, const psg_json_t *doc,
         "the body must hold 'instances' (row format) or 'inputs' (columnar format)");
 }
 
-/* ---- the common body, read straight into the tensor ---- */
-
-/* A reader of {"instances": [row, ...]} for one f32 input, each row nested arrays of numbers
- * in the input's shape: the body nearly every client sends, read without building a JSON
- * tree (the tree's nodes and the walk over them were most of a served image's parsing).
- * The numbers are read as psg_json_parse reads them, so the tensor is the same. Anything
- * else (another key, a wrong count, a string, a deeper or shallower value...) gives up,
- * and the general reader (above) reads the body and words its error. */
-typedef struct {
-    const char *p;
-    const int64_t *dims;
-    int rank;
-    float *v;        /* the rows read so far */
-    int64_t at, cap; /* elements in v, and its room */
-    bool oom;
-} plain_t;
-
-static void plain_ws(plain_t *x) {
-    while (*x->p == ' ' || *x->p == '\t' || *x->p == '\n' || *x->p == '\r') x->p++;
-}
-
-static bool plain_char(plain_t *x, char c) {
-    plain_ws(x);
-    if (*x->p != c) return false;
-    x->p++;
-    return true;
-}
-
-/* A value of shape dims[d..rank) at x->p, into v[at...] (room already made). */
-static bool plain_value(plain_t *x, int d) {
-    plain_ws(x);
-    if (d == x->rank) {
-        bool integral;
-        double v;
-        const char *why, *end = psg_json_read_number(x->p, &v, &integral, &why);
-        if (!end) return false;
-        x->v[x->at++] = (float)v;
-        x->p = end;
-        return true;
-    }
-    if (!plain_char(x, '[')) return false;
-    for (int64_t i = 0; i < x->dims[d]; i++)
-        if ((i > 0 && !plain_char(x, ',')) || !plain_value(x, d + 1)) return false;
-    return plain_char(x, ']');
-}
-
-/* 1: r holds the body's tensor; 0: not the plain body (nothing kept); -1: out of memory. */
-static int parse_plain(const psg_rest_signature_t *sig, const char *text, size_t len,
-                       psg_rest_request_t *r) {
-    const psg_servable_tensor_t *in = &sig->in[0];
-    int64_t row = 1;
-    for (int d = 1; d < in->shape.rank; d++) row *= in->shape.dims[d] > 0 ? in->shape.dims[d] : 0;
-    if (sig->n_in != 1 || in->dtype != PSG_DT_F32 || in->shape.rank < 1 || row <= 0 ||
-        len > PSG_JSON_MAX_BYTES)
-        return 0;
-    plain_t x = {.p = text, .dims = in->shape.dims, .rank = in->shape.rank};
-    int rc = 0;
-    if (!plain_char(&x, '{') || !plain_char(&x, '"') || strncmp(x.p, "instances\"", 10)) return 0;
-    x.p += 10;
-    if (!plain_char(&x, ':') || !plain_char(&x, '[')) return 0;
-    int64_t rows = 0;
-    do {
-        if (x.at + row > x.cap) {
-            int64_t cap = x.cap ? 2 * x.cap : 8 * row;
-            float *v = cap <= ((int64_t)1 << 31) ? realloc(x.v, sizeof(float) * (size_t)cap) : NULL;
-            if (!v) {
-                rc = cap <= ((int64_t)1 << 31) ? -1 : 0; /* too many: the general reader says so */
-                goto out;
-            }
-            x.v = v;
-            x.cap = cap;
-        }
-        if (!plain_value(&x, 1)) goto out;
-        rows++;
-    } while (plain_char(&x, ','));
-    if (!plain_char(&x, ']') || !plain_char(&x, '}')) goto out;
-    plain_ws(&x);
-    if (*x.p) goto out;
-    psg_shape_t s = in->shape;
-    s.dims[0] = rows;
-    if (!(r->inputs[0] = psg_tensor_new(PSG_DT_F32, &s))) {
-        rc = -1;
-        goto out;
-    }
-    memcpy(r->inputs[0]->data, x.v, sizeof(float) * (size_t)x.at);
-    r->batch = rows;
-    rc = 1;
-out:
-    free(x.v);
-    return rc;
-}
-
 int psg_rest_parse_predict(const psg_rest_signature_t *sig, const char *body, size_t len,
                            psg_rest_request_t *r) {
     memset(r, 0, sizeof *r);
@@ -368,7 +277,7 @@ int psg_rest_parse_predict(const psg_rest_signature_t *sig, const char *body, si
     if (!text) return psg_error_set("out of memory for a body of %zu bytes", len);
     memcpy(text, body, len);
     text[len] = 0;
-    int plain = parse_plain(sig, text, len, r);
+    int plain = psg_rest_parse_plain(sig, text, len, r);
     if (plain != 0) {
         free(text);
         return plain > 0 ? 0 : psg_error_set("out of memory for a body of %zu bytes", len);

@@ -10,6 +10,7 @@
 #include "serving/float_text.h"
 #include "serving/model_server.h"
 #include "serving/rest.h"
+#include "serving/rest_plain.h"
 #include "serving/servable_internal.h"
 #include "tests/testutil.h"
 
@@ -369,6 +370,86 @@ static void test_rest_direct_reader(void) {
     psg_rest_request_clear(&a);
 }
 
+/* n instances of h x w x c numbers as JSON text (many forms: signs, exponents, spaces and
+ * newlines between elements), in a buffer the caller frees. */
+static char *instances_text(int n, int h, int w, int c) {
+    size_t cap = (size_t)n * h * w * c * 24 + 1024, at = 0;
+    char *t = malloc(cap);
+    unsigned seed = 11;
+    at += (size_t)snprintf(t + at, cap - at, "[");
+    for (int i = 0; i < n; i++) {
+        at += (size_t)snprintf(t + at, cap - at, "%s[", i ? ",\n" : "");
+        for (int y = 0; y < h; y++) {
+            at += (size_t)snprintf(t + at, cap - at, "%s[", y ? (y % 3 ? "," : " ,\n ") : "");
+            for (int x = 0; x < w; x++) {
+                at += (size_t)snprintf(t + at, cap - at, "%s[", x ? "," : "");
+                for (int k = 0; k < c; k++) {
+                    seed = seed * 1103515245u + 12345u;
+                    double v = (double)(seed >> 8) / (1 << 24) - 0.5;
+                    const char *form = seed % 5 == 0 ? "%.3e" : seed % 5 == 1 ? "%.9g" : "%.4f";
+                    at += (size_t)snprintf(t + at, cap - at, k ? "," : "");
+                    at += (size_t)snprintf(t + at, cap - at, form, seed % 7 == 0 ? v * 1e6 : v);
+                }
+                at += (size_t)snprintf(t + at, cap - at, "]");
+            }
+            at += (size_t)snprintf(t + at, cap - at, "]");
+        }
+        at += (size_t)snprintf(t + at, cap - at, "]");
+    }
+    snprintf(t + at, cap - at, "]");
+    return t;
+}
+
+/* A body of a megabyte or more is read by two threads, each from one side of an instance's
+ * row near the middle: the floats bit for bit the general reader's, one instance (the
+ * split inside it) or several; an error on either side still refused in the general
+ * reader's words. */
+static void test_rest_split_reader(void) {
+    static const psg_servable_tensor_t big_in[2][1] = {
+        {{"images", PSG_DT_F32, {4, {-1, 190, 190, 3}}, {0, 0}}}, /* one image: split in it */
+        {{"images", PSG_DT_F32, {4, {-1, 61, 57, 3}}, {0, 0}}}};  /* 13: split among them */
+    for (int v = 0; v < 2; v++) {
+        const psg_shape_t *sh = &big_in[v][0].shape;
+        int n = v ? 13 : 1, h = (int)sh->dims[1], w = (int)sh->dims[2];
+        psg_rest_signature_t sig = {1, 2, big_in[v], two_out};
+        char *rows = instances_text(n, h, w, 3);
+        size_t len = strlen(rows) + 128;
+        char *direct = malloc(len), *tree = malloc(len);
+        snprintf(direct, len, "{\"instances\": %s}", rows);
+        snprintf(tree, len, "{\"signature_name\":\"serving_default\",\"instances\":%s}", rows);
+        psg_rest_request_t a, b;
+        int64_t splits = psg_rest_plain_split_reads();
+        CHECK(parse(&sig, direct, &a) == 0);
+        CHECK(psg_rest_plain_split_reads() == splits + 1); /* read in two */
+        CHECK(parse(&sig, tree, &b) == 0);
+        CHECK(a.batch == n && b.batch == n);
+        CHECK(a.inputs[0] && b.inputs[0] &&
+              !memcmp(a.inputs[0]->data, b.inputs[0]->data, sizeof(float) * (size_t)n * h * w * 3));
+        psg_rest_request_clear(&a);
+        psg_rest_request_clear(&b);
+        for (int q = 1; q <= 3; q += 2) { /* a comma gone at a quarter, three quarters */
+            char *bad = strdup(direct), *comma = strchr(bad + strlen(bad) * q / 4, ',');
+            *comma = ' ';
+            CHECK(parse(&sig, bad, &a) < 0);
+            CHECK_ERROR_HAS("the body is not JSON");
+            free(bad);
+        }
+        /* the last instance a row or two short: the general reader's words for it */
+        char *bad = strdup(direct), *last = strrchr(bad, ']');
+        char *row = last - 1;
+        while (row > bad && strncmp(row, ",[[", 3)) row--;
+        memmove(row, last - 1, strlen(last - 1) + 1);
+        char want[64];
+        snprintf(want, sizeof want, "where %d belong at instances[%d]", h, n - 1);
+        CHECK(parse(&sig, bad, &a) < 0);
+        CHECK_ERROR_HAS(want);
+        free(bad);
+        free(rows);
+        free(direct);
+        free(tree);
+    }
+}
+
 typedef struct {
     psg_model_server_t *ms;
     psg_servable_t *s;
@@ -503,6 +584,7 @@ int main(void) {
     RUN_TEST(test_rest_routes);
     RUN_TEST(test_rest_bodies);
     RUN_TEST(test_rest_direct_reader);
+    RUN_TEST(test_rest_split_reader);
     RUN_TEST(test_float_text);
     RUN_TEST(test_model_server);
     char cmd[128];
