@@ -1,10 +1,13 @@
 /* Round trip of a distributed step through the task server path, between two processes
  * (a forked ps task and this worker), beside a raw ZeroMQ round trip between the same
  * two processes in the same run: a one-op step (a Const on the ps, fetched by RunGraph's
- * reply) and a step with a cross-process Recv (a variable read on the ps, pulled by the
- * worker). One JSON line per result. Not a throughput benchmark (bench_transport, dist.sh).
- * The three are measured in ROUNDS rounds, each round raw then one-op then read + Recv (N
- * round trips each), so that the machine's drift falls on all three: on a quiet 2-core machine
+ * reply), a step with a cross-process Recv (a variable read on the ps, pulled by the
+ * worker), and a push (a tensor of the worker's, pulled by the ps and added to a variable
+ * there: the ps partition receives, so it runs on a runner thread, and its RunGraph reply
+ * leaves from that thread, as a training step's updates and reads do). One JSON line per
+ * result. Not a throughput benchmark (bench_transport, dist.sh).
+ * The four are measured in ROUNDS rounds, each round raw, one-op, read + Recv, then the push (N
+ * round trips each), so that the machine's drift falls on all four: on a quiet 2-core machine
  * raw ZeroMQ's median alone moved 83-120 us between back-to-back runs. Each line gives the
  * medians over every round, their ratio, and the ratio of each round's medians.
  *
@@ -146,10 +149,11 @@ static void print_line(const char *what, double *v, double *raw, int n, int roun
 static void usage(FILE *f) {
     fprintf(f,
             "usage: bench_dist_rtt [--iters N] [--keys DIR]\n"
-            "  round trips of a one-op step and of a step with a cross-process Recv through\n"
-            "  the task server (a forked ps task), beside raw ZeroMQ; one JSON line each\n"
+            "  round trips of a one-op step, a step with a cross-process Recv and a push\n"
+            "  applied on the ps, through the task server (a forked ps task), beside raw\n"
+            "  ZeroMQ; one JSON line each\n"
             "  --iters N   round trips a measure in each round (default 3000, at least 10)\n"
-            "  --rounds R  rounds, each raw ZeroMQ then the two steps (default 3, 1 to 20)\n"
+            "  --rounds R  rounds, each raw ZeroMQ then the three steps (default 3, 1 to 20)\n"
             "  --keys DIR  the cluster's CURVE keys (psgraph keygen DIR): every connection speaks\n"
             "              CURVE, the raw one too\n");
 }
@@ -206,26 +210,36 @@ int main(int argc, char **argv) {
         psg_variable(g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
     psg_endpoint_t rd = psg_read_variable(g, "rd", w);      /* on the ps */
     psg_endpoint_t on_w = psg_identity(g, "on_worker", rd); /* on the worker: a Recv */
+    psg_tensor_t *ones = psg_tensor_zeros(PSG_DT_F32, &s);
+    for (int i = 0; ones && i < 256; i++) ((float *)ones->data)[i] = 1.0f;
+    psg_endpoint_t gv = psg_identity(g, "grad", psg_const(g, "grad_value", &ones)); /* worker */
+    psg_tensor_destroy(&ones);
+    psg_endpoint_t acc =
+        psg_variable(g, "acc", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    int apply = psg_assign_add(g, "apply", acc, gv); /* on the ps, beside acc: a Recv there */
     psg_graph_pop_device(g);
     psg_dist_session_options_t o = {.cluster = c, .server = ts, .step_timeout_ms = 10000};
     sess = psg_dist_session_new(g, &o);
     if (!sess || psg_dist_session_run_init(sess) < 0) goto done_sess;
     psg_dist_callable_t *one = psg_dist_session_make_callable(sess, 0, NULL, 1, &k, 0, NULL);
     psg_dist_callable_t *pull = psg_dist_session_make_callable(sess, 0, NULL, 1, &on_w, 0, NULL);
-    if (!one || !pull) goto done_sess;
+    psg_dist_callable_t *push =
+        apply < 0 ? NULL : psg_dist_session_make_callable(sess, 0, NULL, 0, NULL, 1, &apply);
+    if (!one || !pull || !push) goto done_sess;
     size_t all = (size_t)iters * (size_t)rounds;
     double *raw = malloc(sizeof(double) * all),
-           *v[2] = {malloc(sizeof(double) * all), malloc(sizeof(double) * all)};
+           *v[3] = {malloc(sizeof(double) * all), malloc(sizeof(double) * all),
+                    malloc(sizeof(double) * all)};
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", raw_port);
-    zsock_t *d = raw && v[0] && v[1] ? raw_socket(ZMQ_DEALER, ep) : NULL;
+    zsock_t *d = raw && v[0] && v[1] && v[2] ? raw_socket(ZMQ_DEALER, ep) : NULL;
     void *ds = d ? zsock_resolve(d) : NULL;
-    psg_dist_callable_t *which[2] = {one, pull};
-    const char *names[2] = {"one_op_on_ps", "ps_read_recv_on_worker"};
+    psg_dist_callable_t *which[3] = {one, pull, push};
+    const char *names[3] = {"one_op_on_ps", "ps_read_recv_on_worker", "push_apply_on_ps"};
     bool failed = !ds;
     for (int r = 0; r < rounds && !failed; r++) {
         measure_raw(ds, raw + (size_t)r * iters, iters);
-        for (int b = 0; b < 2 && !failed; b++) {
+        for (int b = 0; b < 3 && !failed; b++) {
             for (int i = 0; i < iters + 200; i++) {
                 psg_tensor_t *out = NULL;
                 double t0 = now_us();
@@ -241,7 +255,7 @@ int main(int argc, char **argv) {
     }
     if (ds) zmq_send(ds, "stop", 4, 0);
     zsock_destroy(&d);
-    for (int b = 0; b < 2 && !failed; b++) {
+    for (int b = 0; b < 3 && !failed; b++) {
         double *rawcopy = malloc(sizeof(double) * all); /* print_line sorts it */
         if (!rawcopy) break;
         memcpy(rawcopy, raw, sizeof(double) * all);
@@ -249,12 +263,8 @@ int main(int argc, char **argv) {
         free(rawcopy);
     }
     free(raw);
-    free(v[1]);
-    if (failed) {
-        free(v[0]);
-        goto done_sess;
-    }
-    free(v[0]);
+    for (int b = 0; b < 3; b++) free(v[b]);
+    if (failed) goto done_sess;
     rc = 0;
 done_sess:
     if (sess) psg_dist_session_job_done(sess);

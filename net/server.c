@@ -1,11 +1,23 @@
 /* The wire's server side: a czmq ROUTER that returns complete, validated requests and sends
  * replies, from any thread, back to their sender. It answers malformed input itself.
- * Not the task server (ps/): it knows no op, no graph, no rendezvous. */
+ * Not the task server (ps/): it knows no op, no graph, no rendezvous.
+ *
+ * A reply leaves from the thread that makes it: the socket is used under a lock by every
+ * thread (a ZeroMQ socket may move between threads across a full memory barrier), so a
+ * runner's reply does not wait for the receiving thread to wake and send it (issue 33: that
+ * hand-off was a context switch on every reply a step waits for). The receiving thread waits
+ * on the socket's ZMQ_FD with poll(2), not in zmq_poll, so that it holds no lock while it
+ * sleeps. ZMQ_FD is edge-triggered: another thread's send may take the socket's pending
+ * commands and with them the edge the receiving thread waits for, so such a sender checks
+ * ZMQ_EVENTS after its send and, when a message waits, wakes the receiving thread through
+ * an eventfd. */
 #include "net/codec.h"
 #include "net/curve_internal.h"
 
 #include <czmq.h>
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -17,11 +29,6 @@
 /* How long the replies handed to ZeroMQ before a server closes may still take to leave. */
 #define SERVER_CLOSE_LINGER_MS 500
 
-typedef struct outbox_item {
-    psg_codec_out_t out;
-    struct outbox_item *next;
-} outbox_item_t;
-
 struct psg_server {
     zsock_t *zs;
     void *sock;
@@ -29,10 +36,10 @@ struct psg_server {
     char endpoint[256];
     int port;
     psg_codec_rx_t *rx;
-    pthread_t owner;
-    pthread_mutex_t lock; /* guards the outbox */
-    outbox_item_t *head, **tail;
-    int wake_fd; /* an eventfd another thread writes after queueing a reply */
+    pthread_t owner;      /* the thread that receives */
+    pthread_mutex_t lock; /* guards every call on sock */
+    int zmq_fd;           /* the socket's ZMQ_FD: readable when it has commands to process */
+    int wake_fd; /* an eventfd another thread writes when its send left a message waiting */
     atomic_uint_fast64_t received, rejected, dropped, replies_lost, refused;
     char zap_domain[32]; /* its watch under the guard (curve_guard.c); "" when none */
 };
@@ -61,7 +68,7 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     s->opts = o;
     s->owner = pthread_self();
     s->wake_fd = -1;
-    s->tail = &s->head;
+    s->zmq_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     s->zs = zsock_new(ZMQ_ROUTER);
     if (!s->zs) {
@@ -109,6 +116,11 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     freen(last);
     const char *colon = strrchr(s->endpoint, ':');
     s->port = strncmp(s->endpoint, "tcp://", 6) == 0 && colon ? atoi(colon + 1) : 0;
+    size_t fd_len = sizeof s->zmq_fd;
+    if (zmq_getsockopt(s->sock, ZMQ_FD, &s->zmq_fd, &fd_len) < 0) {
+        psg_error_set("cannot get the ZMQ_FD of %s: %s", ep, zmq_strerror(errno));
+        goto fail;
+    }
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->wake_fd < 0) {
         psg_error_set("eventfd: %s", strerror(errno));
@@ -121,23 +133,11 @@ fail:
     return NULL;
 }
 
-static void outbox_free(outbox_item_t *it) {
-    while (it) {
-        outbox_item_t *next = it->next;
-        psg_codec_out_clear(&it->out);
-        free(it);
-        it = next;
-    }
-}
-
-static int flush_outbox(psg_server_t *s, bool drain_fd);
-
 void psg_server_destroy(psg_server_t **sp) {
     if (!sp || !*sp) return;
     psg_server_t *s = *sp;
     *sp = NULL;
     if (s->zs) {
-        (void)flush_outbox(s, false); /* replies a runner queued after the last receive */
         psg_curve_guard_detach(s->sock, s->zap_domain);
         /* the replies already handed to ZeroMQ still leave (a JobDone's own reply, sent
          * just before the job's end stops the server): a loaded machine's I/O thread can
@@ -145,7 +145,6 @@ void psg_server_destroy(psg_server_t **sp) {
         zsock_set_linger(s->zs, SERVER_CLOSE_LINGER_MS);
     }
     zsock_destroy(&s->zs);
-    outbox_free(s->head);
     psg_codec_rx_destroy(&s->rx);
     if (s->wake_fd >= 0) close(s->wake_fd);
     pthread_mutex_destroy(&s->lock);
@@ -172,36 +171,32 @@ psg_server_stats_t psg_server_stats(const psg_server_t *s) {
     };
 }
 
-/* Sends encoded frames from the server's thread. A vanished or stuck peer only costs the
- * reply (counted); a failure of the socket itself is an error. */
+/* Sends encoded frames, on any thread. A vanished or stuck peer only costs the reply
+ * (counted); a failure of the socket itself is an error. */
 static int send_out(psg_server_t *s, psg_codec_out_t *out) {
-    if (psg_codec_send(s->sock, out) == 0) return 0;
-    if (errno == EHOSTUNREACH || errno == EAGAIN) {
+    bool receiver = pthread_equal(pthread_self(), s->owner);
+    pthread_mutex_lock(&s->lock);
+    int rc = psg_codec_send(s->sock, out);
+    int e = errno;
+    /* the receiving thread reads the socket before it sleeps again: only another thread
+     * must look whether its send took the edge of a message that waits */
+    int events = 0;
+    size_t len = sizeof events;
+    if (!receiver && zmq_getsockopt(s->sock, ZMQ_EVENTS, &events, &len) < 0) events = 0;
+    pthread_mutex_unlock(&s->lock);
+    uint64_t one = 1;
+    if ((events & ZMQ_POLLIN) && write(s->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        return psg_error_set("cannot wake the server thread: %s", strerror(errno));
+    if (rc == 0) return 0;
+    if (e == EHOSTUNREACH || e == EAGAIN) {
         atomic_fetch_add(&s->replies_lost, 1);
         return 0;
     }
+    errno = e;
     return -1;
 }
 
-/* Sends the queued replies; with drain_fd, first resets the wake-up eventfd (only after a
- * poll saw it readable, so that a wake-up is never lost between the queue and the fd). */
-static int flush_outbox(psg_server_t *s, bool drain_fd) {
-    uint64_t ignored;
-    if (drain_fd && read(s->wake_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
-        return psg_error_set("cannot read the wake-up eventfd: %s", strerror(errno));
-    pthread_mutex_lock(&s->lock);
-    outbox_item_t *list = s->head;
-    s->head = NULL;
-    s->tail = &s->head;
-    pthread_mutex_unlock(&s->lock);
-    int rc = 0;
-    for (outbox_item_t *it = list; it; it = it->next)
-        if (send_out(s, &it->out) < 0) rc = -1;
-    outbox_free(list);
-    return rc;
-}
-
-/* Encodes a reply to (route, id) and sends or queues it. Consumes *reply. */
+/* Encodes a reply to (route, id) and sends it from this thread. Consumes *reply. */
 static int reply_to(psg_server_t *s, const psg_route_t *route, uint64_t id, psg_msg_t **reply) {
     psg_msg_t *r = *reply;
     *reply = NULL;
@@ -211,31 +206,13 @@ static int reply_to(psg_server_t *s, const psg_route_t *route, uint64_t id, psg_
         return psg_error_set("psg_server_reply: a reply must be of kind REPLY or ERROR");
     }
     r->id = id;
-    outbox_item_t *it = calloc(1, sizeof *it);
-    if (!it) {
-        psg_msg_destroy(&r);
-        return psg_error_set("out of memory");
-    }
-    int rc = psg_codec_encode(r, route, &s->opts, &it->out);
+    psg_codec_out_t out = {0};
+    int rc = psg_codec_encode(r, route, &s->opts, &out);
     psg_msg_destroy(&r);
-    if (rc < 0) {
-        free(it);
-        return psg_error_wrap("cannot encode the reply");
-    }
-    if (pthread_equal(pthread_self(), s->owner)) {
-        rc = send_out(s, &it->out);
-        psg_codec_out_clear(&it->out);
-        free(it);
-        return rc;
-    }
-    pthread_mutex_lock(&s->lock);
-    *s->tail = it;
-    s->tail = &it->next;
-    pthread_mutex_unlock(&s->lock);
-    uint64_t one = 1;
-    if (write(s->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
-        return psg_error_set("cannot wake the server thread: %s", strerror(errno));
-    return 0;
+    if (rc < 0) return psg_error_wrap("cannot encode the reply");
+    rc = send_out(s, &out);
+    psg_codec_out_clear(&out);
+    return rc;
 }
 
 int psg_server_reply(psg_server_t *s, const psg_msg_t *req, psg_msg_t **reply) {
@@ -295,17 +272,32 @@ static void on_expired(void *ctx, const psg_route_t *route, uint64_t id, const c
     reject(ctx, route, id, why);
 }
 
+/* Sleeps until the socket may have a message (its ZMQ_FD, or another thread's wake-up after
+ * its send) or wait_ms passed; the caller then reads, which re-arms the edge. */
+static int wait_readable(psg_server_t *s, int64_t wait_ms) {
+    struct pollfd fds[2] = {{.fd = s->zmq_fd, .events = POLLIN},
+                            {.fd = s->wake_fd, .events = POLLIN}};
+    int rc = poll(fds, 2, wait_ms < 0 ? -1 : (int)(wait_ms > INT_MAX ? INT_MAX : wait_ms));
+    if (rc < 0 && errno != EINTR) return psg_error_set("poll failed: %s", strerror(errno));
+    uint64_t ignored;
+    if (rc > 0 && (fds[1].revents & POLLIN) && read(s->wake_fd, &ignored, sizeof ignored) < 0 &&
+        errno != EAGAIN)
+        return psg_error_set("cannot read the wake-up eventfd: %s", strerror(errno));
+    return 0;
+}
+
 int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms) {
     *out = NULL;
     int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
     for (;;) {
-        if (flush_outbox(s, false) < 0) return -1;
         psg_msg_t *m = NULL;
         uint64_t bad_id;
         psg_route_t bad_route;
         char peer[64];
+        pthread_mutex_lock(&s->lock);
         psg_rx_result_t r =
             psg_codec_rx_read(s->rx, s->sock, true, &m, &bad_id, &bad_route, peer, sizeof peer);
+        pthread_mutex_unlock(&s->lock);
         if (r == PSG_RX_FAIL) return -1;
         if (r == PSG_RX_BAD) {
             char why[PSG_WIRE_MAX_ERROR];
@@ -333,8 +325,6 @@ int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms) {
         if (left == 0) return 0;
         /* Wake at least once a second while partial messages wait, to expire them. */
         int64_t wait = psg_codec_rx_pending_bytes(s->rx) && (left < 0 || left > 1000) ? 1000 : left;
-        int ready = psg_codec_poll(s->sock, s->wake_fd, wait);
-        if (ready < 0) return -1;
-        if ((ready & 2) && flush_outbox(s, true) < 0) return -1;
+        if (wait_readable(s, wait) < 0) return -1;
     }
 }
