@@ -63,11 +63,14 @@ check 0 '"params":23851784' "$psgraph" bench inception3 --print-model
 check 2 "--workers: 'x' is not a list of counts" "$psgraph" simulate --workers x
 check 0 '"simulate":"sync_replicas","workers":8,"backups":1' "$psgraph" simulate --workers 8 --backups 0,1
 # the CPU bounds: 3 workers of 10 ms CPU, a ps of 4 ms a worker served: its path 10 + 3 x 4;
-# on 1 shared core all of it, 3 x 10 + 3 x 4 (each above the model's 5 ms compute + 2 + links)
-sim_cpu=(simulate --workers 3 --backups 0 --tail none --step-ms 5 --bytes 0 --worker-cpu-ms 10 --ps-cpu-ms 4 --ps 1)
-check 0 '"path_step_ms":22.00,"workers_per_step":3.000,"bound":"path"}' "$psgraph" "${sim_cpu[@]}"
-check 0 '"step_ms":42.00,' "$psgraph" "${sim_cpu[@]}" --cores 1
-check 0 '"bound":"cores"}' "$psgraph" "${sim_cpu[@]}" --cores 1
+# on 2 shared cores the 3 workers' CPU takes 3 x 10 / 2 of them: 15 + 12; on 1 core and 2
+# ps tasks, the cores' bound, all of it: 3 x 10 + 3 x 4 (the path 30 + 12 / 2) (each above
+# the model's 5 ms compute + 2 + links)
+sim_cpu=(simulate --workers 3 --backups 0 --tail none --step-ms 5 --bytes 0 --worker-cpu-ms 10 --ps-cpu-ms 4)
+check 0 '"path_step_ms":22.00,"workers_per_step":3.000,"bound":"path"}' "$psgraph" "${sim_cpu[@]}" --ps 1
+check 0 '"path_step_ms":27.00,"workers_per_step":3.000,"bound":"path"}' "$psgraph" "${sim_cpu[@]}" --ps 1 --cores 2
+check 0 '"step_ms":42.00,' "$psgraph" "${sim_cpu[@]}" --ps 2 --cores 1
+check 0 '"bound":"cores"}' "$psgraph" "${sim_cpu[@]}" --ps 2 --cores 1
 out=$("$psgraph" train --model mlp --data synthetic --steps 25 --log-every 10 --threads 2 2>&1)
 rc=$?
 last=$(tail -1 <<<"$out")
