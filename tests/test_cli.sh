@@ -166,6 +166,18 @@ if command -v gnuplot >/dev/null; then
     echo "FAIL: psgraph compare: $out" | head -20
     fails=$((fails + 1))
   fi
+  # local SGD with H = 2: the chief's evaluation after its step 3 is its own copy, between
+  # averages (left out of the time to the target, counted); the one after step 6 (the last)
+  # is the average's: the target's step is 6 (sync's: 3)
+  out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --strategy "local --local-steps 2" \
+        --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir/local" -- --steps 6 --batch 16 2>&1)
+  if grep -q '"compare":"sync",.*"steps_to_target":3,.*"evaluations_between_averages":0,' <<<"$out" &&
+     grep -q '"compare":"local --local-steps 2",.*"steps_to_target":6,.*"evaluations_between_averages":1,' <<<"$out"; then
+    echo "ok   psgraph compare: local SGD's evaluations between averages left out of the target"
+  else
+    echo "FAIL: psgraph compare, local SGD's rounds: $out" | head -20
+    fails=$((fails + 1))
+  fi
   # repeats: the strategies interleaved (sync, ssp, sync, ssp), each run its seed and the
   # machine's load, then a line per strategy over its repeats
   out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --strategy "ssp --staleness 1" \
