@@ -67,10 +67,10 @@ fi
 cores=$(nproc)
 net_inodes=()
 for h in ctl p0 w0 w1 w2 w3; do net_inodes+=("$(stat -L -c %i "/run/netns/$(hosts_ns "$h")")"); done
-# The CPU time of this run's processes while it runs: psgraph's by role (argv[1]: train,
-# server, launch), the rest in the emulated hosts' namespaces (sshd, ssh: "ssh_s"); the
-# machine's busy time, the runnable tasks; a JSON object into $2 on SIGTERM. $3...: the
-# network namespaces' inodes.
+# The CPU time of this run's processes while it runs, those in the emulated hosts' network
+# namespaces: psgraph's by role (argv[1]: train, server, launch), the rest (sshd, ssh:
+# "ssh_s"); the machine's busy time, the runnable tasks; a JSON object into $2 on SIGTERM.
+# $3...: the network namespaces' inodes.
 cat >"$HOSTS_DIR/cpu_watch.py" <<'PY'
 import json, os, signal, sys, time
 exe, out, nets = os.path.realpath(sys.argv[1]), sys.argv[2], {f"net:[{i}]" for i in sys.argv[3:]}
@@ -101,9 +101,11 @@ while True:  # the known processes every 0.05 s (a process's last 0.05 s is lost
             try:
                 if not pid.isdigit() or pid in known:
                     continue
-                ours = os.readlink(f"/proc/{pid}/exe") == exe
-                if not ours and os.readlink(f"/proc/{pid}/ns/net") not in nets:
+                # only the emulated hosts' processes: a psgraph of the same build outside
+                # them (another job's) is the machine's load, not this run's
+                if os.readlink(f"/proc/{pid}/ns/net") not in nets:
                     continue
+                ours = os.readlink(f"/proc/{pid}/exe") == exe
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
             except OSError:
@@ -125,7 +127,8 @@ with open(out, "w") as f:
                "runnable": round(rsum / max(n, 1), 2)}, f, separators=(",", ":"))
 PY
 # a sync run of STEPS steps of W workers (1 ps on p0), extra args after W; prints
-# "steps_per_sec ps_tx_bytes cpu" (cpu: cpu_watch.py's object)
+# "steps_per_sec ps_tx_bytes gradients cpu" (gradients: the chief's gradients used and
+# dropped a global step, the workers that ran a step, per step; cpu: cpu_watch.py's object)
 run_steps() {
   local steps=$1 w=$2 hosts=ps0@p0 i
   shift 2
@@ -140,9 +143,16 @@ run_steps() {
     --step-timeout 60 "$@" >"$log" 2>&1
   kill -TERM "$watch" && wait "$watch"
   tx1=$(hosts_exec p0 cat /sys/class/net/eth0/statistics/tx_bytes)
-  local sps
+  local sps grads
   sps=$(sed -n 's/^\[worker0\] {"event":"done".*"steps_per_sec":\([0-9.]*\).*/\1/p' "$log")
-  echo "${sps:-0} $((tx1 - tx0)) $(cat "$HOSTS_DIR/cpu.json" 2>/dev/null || echo '{}')"
+  grads=$(sed -n 's/^\[worker0\] \({"event":"done".*\)/\1/p' "$log" | python3 -c '
+import json, sys
+try:
+    d = json.loads(sys.stdin.readline())
+    print(round((d["gradients_used"] + d["gradients_dropped"]) / d["global_steps"], 3))
+except (ValueError, KeyError, ZeroDivisionError):
+    print("null")')
+  echo "${sps:-0} $((tx1 - tx0)) ${grads:-null} $(cat "$HOSTS_DIR/cpu.json" 2>/dev/null || echo '{}')"
 }
 predict() { # W B extra simulate args...; prints steps/sec (the serial model)
   local w=$1 b=$2
@@ -178,17 +188,25 @@ print(json.dumps({"predicted_steps_per_sec": round(1000 / link, 3) if link else 
 }
 # a run's measured CPU and load (cpu_watch.py's object $1, STEPS $2, W $3) as JSON fields:
 # worker and ps CPU a step (less the calibration's fixed CPU of a run: start-up, evaluation),
-# the cores others took, runnable tasks, "disturbed"
-cpu_fields() { # CPU STEPS W PREDICTIONS (predict_both's)
-  python3 - "$1" "$2" "$3" "${wfix:-0}" "${pfix:-0}" "$cores" "$4" <<'PY'
+# the cores others took, runnable tasks, "disturbed"; the workers that ran a step, per step
+# (run_steps' gradients $5: "measured_workers_per_step") and the ps's critical path with
+# this run's own CPU a step ("run_path_ms": all workers' CPU over those workers or the
+# cores, whichever fewer, then the ps's; "run_path_ratio": the measured step over it)
+cpu_fields() { # CPU STEPS W PREDICTIONS (predict_both's) GRADIENTS SPS
+  python3 - "$1" "$2" "$3" "${wfix:-0}" "${pfix:-0}" "$cores" "$4" "${5:-null}" "${6:-0}" <<'PY'
 import json, sys
 c, steps, w = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), int(sys.argv[3])
 wfix, pfix, cores = map(float, sys.argv[4:7])
 p = json.loads(sys.argv[7] or "{}")
+m, sps = json.loads(sys.argv[8]), float(sys.argv[9] or 0)
 ok = "worker_s" in c
 wk = (c["worker_s"] / w - wfix) * 1000 / steps if ok else None
 ps = (c["ps_s"] - pfix) * 1000 / steps if ok else None
-print(json.dumps({"steps": steps, "measured_worker_cpu_ms": round(wk, 3) if ok else None,
+path = w * wk / min(m, cores) + ps if ok and m else None
+print(json.dumps({"steps": steps, "measured_workers_per_step": m,
+                  "run_path_ms": round(path, 3) if path else None,
+                  "run_path_ratio": round(path / (1000 / sps), 3) if path and path > 0 and sps else None,
+                  "measured_worker_cpu_ms": round(wk, 3) if ok else None,
                   "measured_ps_cpu_ms": round(ps, 3) if ok else None,
                   "measured_cpu_ms": round(w * wk + ps, 3) if ok else None,
                   "model_cpu_ms": round(p["cpu_bound_ms"] * cores, 3) if p.get("cpu_bound_ms") is not None else None,
@@ -237,8 +255,8 @@ cal_trace=$HOSTS_DIR/calibration.json
 trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
 # (the CPU a step of the worker and the ps likewise: the difference of the two runs' CPU
 # time; what is left of the first, its fixed part, is taken off the other runs' CPU)
-read -r _ txa cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
-read -r sps1 txb cpub <<<"$(run_steps $((20 * steps)) 1)"
+read -r _ txa _ cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
+read -r sps1 txb _ cpub <<<"$(run_steps $((20 * steps)) 1)"
 step_ms=$(python3 -c "print(round(1000 / $sps1, 3) if $sps1 > 0 else 1)")
 bytes=$(python3 -c "print(int(($txb - $txa) / (10 * $steps)))")
 read -r wcpu pcpu wfix pfix <<<"$(python3 - "$cpua" "$cpub" "$steps" <<'PY'
@@ -266,12 +284,12 @@ for rate in 100mbit 1gbit; do
   for w in 1 2 3 4; do
     both=$(predict_both "$w" 0 --link-gbps "$gbps")
     n_steps=$(steps_for "$both")
-    read -r sps _ cpu <<<"$(run_steps "$n_steps" "$w")"
+    read -r sps _ grads cpu <<<"$(run_steps "$n_steps" "$w")"
     l1=$(load1)
     spred=$(predict "$w" 0 --link-gbps "$gbps")
     join "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"measured_steps_per_sec\":$sps}" "$both" \
       "$(ratios "$sps" "$both")" "{\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}" \
-      "$(cpu_fields "$cpu" "$n_steps" "$w" "$both")" "$(loaded "$cpu" "$sps" "$w" 0 --link-gbps "$gbps")"
+      "$(cpu_fields "$cpu" "$n_steps" "$w" "$both" "$grads" "$sps")" "$(loaded "$cpu" "$sps" "$w" 0 --link-gbps "$gbps")"
   done
   for h in p0 w0 w1 w2 w3; do hosts_uncap "$h"; done
 done
@@ -288,12 +306,12 @@ for b in 0 1; do
     fi
     both=$(predict_both "$n" "$b" "${args[@]}")
     n_steps=$(steps_for "$both")
-    read -r sps _ cpu <<<"$(run_steps "$n_steps" 3 --backup-workers $b)"
+    read -r sps _ grads cpu <<<"$(run_steps "$n_steps" 3 --backup-workers $b)"
     l1=$(load1)
     [ "$slow" = 50mbit ] && hosts_uncap w2
     spred=$(predict "$n" "$b" "${args[@]}")
     join "{\"bench\":\"hosts_slow_link\",\"workers\":3,\"backup_workers\":$b,\"slow_link\":\"$slow\",\"measured_steps_per_sec\":$sps}" \
       "$both" "$(ratios "$sps" "$both")" "{\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}" \
-      "$(cpu_fields "$cpu" "$n_steps" 3 "$both")" "$(loaded "$cpu" "$sps" "$n" "$b" "${args[@]}")"
+      "$(cpu_fields "$cpu" "$n_steps" 3 "$both" "$grads" "$sps")" "$(loaded "$cpu" "$sps" "$n" "$b" "${args[@]}")"
   done
 done

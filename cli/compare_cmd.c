@@ -40,6 +40,11 @@ typedef struct {
     double time_to_target, steps_to_target, final_accuracy, steps_per_sec, push, pull, wall;
     double stale_min, stale_mean, stale_max, dropped, global_steps, chief_steps;
     int evals, rc, repeat;
+    /* local SGD, DiLoCo: the rounds of the averages (every 0: none), and the evaluations of
+     * the chief's own copy between them (the epochs' ones off the rounds), left out of the
+     * time to the target: they are one worker's model, not the average */
+    long long avg_every, avg_after;
+    int evals_between;
     char sync[32];
     long long seed;
     /* the machine during the run, sampled every 0.25 s: the mean number of runnable tasks
@@ -267,6 +272,10 @@ static void read_event(const psg_json_t *j, double target, result_t *r, FILE *da
         fprintf(dat, "%.3f %.0f %.6f\n", wall, step, acc);
         r->evals++;
         r->final_accuracy = acc;
+        if (!psg_compare_averaged_at(step, r->avg_every, r->avg_after)) {
+            r->evals_between++;
+            return;
+        }
         if (acc >= target && r->time_to_target < 0) {
             r->time_to_target = wall;
             r->steps_to_target = step;
@@ -312,6 +321,23 @@ static int read_metrics(const char *dir, double target, result_t *r) {
     return 0;
 }
 
+/* The rounds of a strategy spec that averages workers' own copies (local, diloco:
+ * --local-steps H, --local-after A) into r's avg_every and avg_after; 0 for the rest. */
+static void averaging_rounds(const char *spec, result_t *r) {
+    char words[512];
+    snprintf(words, sizeof words, "%s", spec);
+    char *save = NULL, *name = strtok_r(words, " ", &save);
+    r->avg_every = r->avg_after = 0;
+    if (!name || (strcmp(name, "local") && strcmp(name, "diloco"))) return;
+    psg_sync_options_t opt;
+    psg_sync_options_defaults(&opt);
+    for (char *flag = strtok_r(NULL, " ", &save), *value; flag; flag = strtok_r(NULL, " ", &save))
+        if ((value = strtok_r(NULL, " ", &save)))
+            (void)psg_sync_option_parse(&opt, flag, value); /* checked before the runs */
+    r->avg_every = opt.local_steps;
+    r->avg_after = opt.local_after;
+}
+
 /* -1 as JSON's null. */
 static const char *jnum(char *buf, size_t n, double v, const char *fmt) {
     if (v < 0) return "null";
@@ -327,7 +353,8 @@ static void print_result(const char *strategy, const compare_opts_t *o, const re
         "{\"compare\":\"%s\",\"sync\":\"%s\",\"exit\":%d,\"target\":%.4f,\"time_to_target_sec\":%s,"
         "\"steps_to_target\":%s,\"steps_per_sec\":%s,\"global_steps_per_sec\":%s,\"global_steps\":%s,\"push_bytes_per_step\":%s,"
         "\"pull_bytes_per_step\":%s,\"staleness\":{\"min\":%s,\"mean\":%s,\"max\":%s},"
-        "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,\"wall_sec\":%s,"
+        "\"final_accuracy\":%s,\"gradients_dropped\":%s,\"evaluations\":%d,"
+        "\"evaluations_between_averages\":%d,\"wall_sec\":%s,"
         "\"ps\":%d,\"workers\":%d,\"model\":\"%s\",\"straggler\":\"%s\",\"launch_args\":\"%s\","
         "\"repeat\":%d,\"seed\":%lld,\"load\":%s,\"others_load\":%s,\"load1\":%s,\"cpu_sec\":%.2f,"
         "\"others_cpu_sec\":%s,\"steal_sec\":%s}\n",
@@ -337,11 +364,11 @@ static void print_result(const char *strategy, const compare_opts_t *o, const re
         jnum(b[4], 32, r->push, "%.0f"), jnum(b[5], 32, r->pull, "%.0f"),
         jnum(b[6], 32, r->stale_min, "%.0f"), jnum(b[7], 32, r->stale_mean, "%.4f"),
         jnum(b[8], 32, r->stale_max, "%.0f"), jnum(b[9], 32, r->final_accuracy, "%.4f"),
-        jnum(b[10], 32, r->dropped, "%.0f"), r->evals, jnum(b[11], 32, r->wall, "%.3f"), o->ps,
-        o->workers, o->model, o->straggler, o->launch_text, r->repeat, r->seed,
-        jnum(b[13], 32, r->load, "%.2f"), jnum(b[17], 32, r->others_load, "%.2f"),
-        jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec, jnum(b[14], 32, r->others_cpu_sec, "%.2f"),
-        jnum(b[15], 32, r->steal_sec, "%.2f"));
+        jnum(b[10], 32, r->dropped, "%.0f"), r->evals, r->evals_between,
+        jnum(b[11], 32, r->wall, "%.3f"), o->ps, o->workers, o->model, o->straggler, o->launch_text,
+        r->repeat, r->seed, jnum(b[13], 32, r->load, "%.2f"),
+        jnum(b[17], 32, r->others_load, "%.2f"), jnum(b[16], 32, r->load1, "%.2f"), r->cpu_sec,
+        jnum(b[14], 32, r->others_cpu_sec, "%.2f"), jnum(b[15], 32, r->steal_sec, "%.2f"));
     fflush(stdout);
 }
 
@@ -447,6 +474,7 @@ int psg_cmd_compare(int argc, char **argv) {
                             .steal_sec = -1,
                             .repeat = k,
                             .seed = o.seed_of[k]};
+            averaging_rounds(o.strategies.v[i], r);
             r->rc = run_strategy(&o, self, o.strategies.v[i], dirs[i][k], r);
             if (read_metrics(dirs[i][k], o.target, r) < 0)
                 fprintf(stderr, "psgraph compare: %s\n", psg_error_message());

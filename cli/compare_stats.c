@@ -188,3 +188,9 @@ int psg_compare_flag_loads(const double *load, int n, double margin, bool *flagg
     free(others);
     return count;
 }
+
+bool psg_compare_averaged_at(double step, long long every, long long after) {
+    if (every <= 0) return true;
+    long long j = (long long)step;
+    return j <= after || (j - after) % every == 0;
+}

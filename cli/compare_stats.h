@@ -39,6 +39,15 @@ int psg_machine_sample(psg_machine_sample_t *out);
  * the machine's runnable tasks). Returns the count, or -1 with the error. */
 int psg_tree_runnable(long root);
 
+/* Whether the chief of a strategy that trains each worker's own copy and averages the copies
+ * every `every` steps (local SGD, DiLoCo: --local-steps H, --local-after A) evaluated the
+ * average at `step` (its evaluation after that many of its own steps): after step j the
+ * copies were averaged and the average copied back when j <= after (post-local SGD's sync
+ * steps) or (j - after) is a multiple of every; between averages the chief's copy is its
+ * own, one worker's model. Always true when every <= 0 (no averaging rounds: every
+ * evaluation is of the model). */
+bool psg_compare_averaged_at(double step, long long every, long long after);
+
 /* flagged[i] = load[i] differs from the median of the other n - 1 loads by more than margin
  * times that median (times 1 when the median is under 1: an idle machine); none when n < 2.
  * compare passes each run's others' load (the runnable tasks not of the run). Returns how

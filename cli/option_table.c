@@ -299,8 +299,8 @@ static const psg_cli_option_t rows[] = {
          "machine: its cores, or what others leave of them); a step is at least the CPU of the N + b\n"
          "workers (X each) and the ps (X per step serving the traced run's\n"
          "workers) over N cores (default 0: each host its own cores); with\n"
-         "either CPU time, also a worker's X and then the ps's CPU of the step\n"
-         "serial (its critical path)")}},
+         "either CPU time, also a worker's X (N + b of them over N cores when\n"
+         "more) and then the ps's CPU of the step serial (its critical path)")}},
     {"--worker-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.worker_cpu_ms, NULL, NULL)}},
     {"--ps-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.ps_cpu_ms, NULL, NULL)}},
     /* simulate's ps, steps, workers and backups are a model's, not a cluster's: rows of their

@@ -131,9 +131,10 @@ static void print_overlap_assumptions(const psg_sim_config_t *c, const psg_sim_p
 static void print_cpu_assumptions(const psg_sim_config_t *c, int trace_workers) {
     int t = trace_workers > 0 ? trace_workers : 1;
     if (c->worker_cpu_ms > 0 || c->ps_cpu_ms > 0)
-        printf("- the ps's critical path: a step is at least one worker's CPU (%.3f ms) and then\n"
-               "  the ps's CPU of the step, serial in a ps task (%.3f ms as measured with %d\n"
-               "  worker(s): its applies once, the rest per worker served) over the P ps\n",
+        printf("- the ps's critical path: a step is at least one worker's CPU (%.3f ms; where\n"
+               "  more workers than shared cores, (N + b) x it over the cores) and then the ps's\n"
+               "  CPU of the step, serial in a ps task (%.3f ms as measured with %d worker(s):\n"
+               "  its applies once, the rest per worker served) over the P ps\n",
                c->worker_cpu_ms, c->ps_cpu_ms, t);
     if (!(c->cores > 0)) {
         printf("- each host has cores of its own: no bound from shared cores (--cores)\n");
@@ -179,7 +180,7 @@ static int overlap_profile(const psg_simulate_args_t *a, const psg_sim_config_t 
            a->trace, p->trace_workers, p->trace_steps, p->trace_step_ms, p->compute_ms,
            p->overhead_ms, p->n_pulls, pull, p->n_pushes, push, apply,
            psg_sim_cpu_step_ms(c, p->trace_workers, apply, p->trace_workers),
-           psg_sim_path_step_ms(c, p->trace_workers, apply, p->trace_workers,
+           psg_sim_path_step_ms(c, p->trace_workers, p->trace_workers, apply, p->trace_workers,
                                 c->ps > 0 ? c->ps : (p->trace_workers + 3) / 4),
            note ? ",\"note\":\"" : "", note ? note : "", note ? "\"" : "");
     return 0;

@@ -154,12 +154,15 @@ double psg_sim_cpu_step_ms(const psg_sim_config_t *c, double m, double apply_ms,
     return (m * c->worker_cpu_ms + apply + m * serve) / c->cores;
 }
 
-double psg_sim_path_step_ms(const psg_sim_config_t *c, double m, double apply_ms, int trace_workers,
-                            int ps) {
+double psg_sim_path_step_ms(const psg_sim_config_t *c, int n, double m, double apply_ms,
+                            int trace_workers, int ps) {
     if (!(c->worker_cpu_ms > 0) && !(c->ps_cpu_ms > 0)) return 0;
     double apply = fmin(fmax(apply_ms, 0), c->ps_cpu_ms);
     double serve = (c->ps_cpu_ms - apply) / (trace_workers > 0 ? trace_workers : 1);
-    return c->worker_cpu_ms + (apply + m * serve) / (ps > 0 ? ps : 1);
+    /* more workers than shared cores: the n whose gradients the step waits for take n X
+     * of the cores' time before the last of them is in */
+    double side_by_side = c->cores > 0 && n > c->cores ? n / c->cores : 1;
+    return c->worker_cpu_ms * side_by_side + (apply + m * serve) / (ps > 0 ? ps : 1);
 }
 
 void psg_sim_finish(const psg_sim_config_t *c, psg_sim_result_t *r, double apply_ms,
@@ -167,10 +170,10 @@ void psg_sim_finish(const psg_sim_config_t *c, psg_sim_result_t *r, double apply
     double m = r->workers_per_step;
     r->link_step_ms = r->step_ms;
     r->cpu_step_ms = psg_sim_cpu_step_ms(c, m, apply_ms, trace_workers);
-    r->path_step_ms = psg_sim_path_step_ms(c, m, apply_ms, trace_workers, r->ps);
+    r->path_step_ms = psg_sim_path_step_ms(c, r->workers, m, apply_ms, trace_workers, r->ps);
     r->step_ms = fmax(r->step_ms, fmax(r->cpu_step_ms, r->path_step_ms));
     one = fmax(one, fmax(psg_sim_cpu_step_ms(c, 1, apply_ms, trace_workers),
-                         psg_sim_path_step_ms(c, 1, apply_ms, trace_workers, one_ps)));
+                         psg_sim_path_step_ms(c, 1, 1, apply_ms, trace_workers, one_ps)));
     r->steps_per_sec = 1000.0 / r->step_ms;
     r->images_per_sec = r->steps_per_sec * r->workers * c->batch;
     r->speedup = r->images_per_sec / (1000.0 / one * c->batch);

@@ -63,11 +63,14 @@ check 0 '"params":23851784' "$psgraph" bench inception3 --print-model
 check 2 "--workers: 'x' is not a list of counts" "$psgraph" simulate --workers x
 check 0 '"simulate":"sync_replicas","workers":8,"backups":1' "$psgraph" simulate --workers 8 --backups 0,1
 # the CPU bounds: 3 workers of 10 ms CPU, a ps of 4 ms a worker served: its path 10 + 3 x 4;
-# on 1 shared core all of it, 3 x 10 + 3 x 4 (each above the model's 5 ms compute + 2 + links)
-sim_cpu=(simulate --workers 3 --backups 0 --tail none --step-ms 5 --bytes 0 --worker-cpu-ms 10 --ps-cpu-ms 4 --ps 1)
-check 0 '"path_step_ms":22.00,"workers_per_step":3.000,"bound":"path"}' "$psgraph" "${sim_cpu[@]}"
-check 0 '"step_ms":42.00,' "$psgraph" "${sim_cpu[@]}" --cores 1
-check 0 '"bound":"cores"}' "$psgraph" "${sim_cpu[@]}" --cores 1
+# on 2 shared cores the 3 workers' CPU takes 3 x 10 / 2 of them: 15 + 12; on 1 core and 2
+# ps tasks, the cores' bound, all of it: 3 x 10 + 3 x 4 (the path 30 + 12 / 2) (each above
+# the model's 5 ms compute + 2 + links)
+sim_cpu=(simulate --workers 3 --backups 0 --tail none --step-ms 5 --bytes 0 --worker-cpu-ms 10 --ps-cpu-ms 4)
+check 0 '"path_step_ms":22.00,"workers_per_step":3.000,"bound":"path"}' "$psgraph" "${sim_cpu[@]}" --ps 1
+check 0 '"path_step_ms":27.00,"workers_per_step":3.000,"bound":"path"}' "$psgraph" "${sim_cpu[@]}" --ps 1 --cores 2
+check 0 '"step_ms":42.00,' "$psgraph" "${sim_cpu[@]}" --ps 2 --cores 1
+check 0 '"bound":"cores"}' "$psgraph" "${sim_cpu[@]}" --ps 2 --cores 1
 out=$("$psgraph" train --model mlp --data synthetic --steps 25 --log-every 10 --threads 2 2>&1)
 rc=$?
 last=$(tail -1 <<<"$out")
@@ -161,6 +164,18 @@ if command -v gnuplot >/dev/null; then
     echo "ok   psgraph compare: 2 strategies, 2 JSON lines, compare.png"
   else
     echo "FAIL: psgraph compare: $out" | head -20
+    fails=$((fails + 1))
+  fi
+  # local SGD with H = 2: the chief's evaluation after its step 3 is its own copy, between
+  # averages (left out of the time to the target, counted); the one after step 6 (the last)
+  # is the average's: the target's step is 6 (sync's: 3)
+  out=$("$psgraph" compare --data synthetic --workers 2 --strategy sync --strategy "local --local-steps 2" \
+        --straggler none --target 0.01 --eval-every 3 --outdir "$cmpdir/local" -- --steps 6 --batch 16 2>&1)
+  if grep -q '"compare":"sync",.*"steps_to_target":3,.*"evaluations_between_averages":0,' <<<"$out" &&
+     grep -q '"compare":"local --local-steps 2",.*"steps_to_target":6,.*"evaluations_between_averages":1,' <<<"$out"; then
+    echo "ok   psgraph compare: local SGD's evaluations between averages left out of the target"
+  else
+    echo "FAIL: psgraph compare, local SGD's rounds: $out" | head -20
     fails=$((fails + 1))
   fi
   # repeats: the strategies interleaved (sync, ssp, sync, ssp), each run its seed and the

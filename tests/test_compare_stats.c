@@ -119,10 +119,27 @@ static void test_machine_sample(void) {
     CHECK(psg_machine_sample(&b) == 0 && b.busy_sec >= a.busy_sec);
 }
 
+/* Local SGD with H = 4 (the default workload's: 117 steps an epoch, --eval-every 20): the
+ * chief's copy is the average after steps 4, 8, ..., 20, 120, 400, its own after 117 (an
+ * epoch's evaluation, one local step past the average of 116) and 234; post-local SGD with
+ * --local-after 100: every step to 100 is averaged (sync), then 104, 108; no rounds
+ * (every 0): every step is the model. */
+static void test_averaged_at(void) {
+    CHECK(psg_compare_averaged_at(4, 4, 0) && psg_compare_averaged_at(20, 4, 0));
+    CHECK(psg_compare_averaged_at(120, 4, 0) && psg_compare_averaged_at(400, 4, 0));
+    CHECK(!psg_compare_averaged_at(117, 4, 0) && !psg_compare_averaged_at(234, 4, 0));
+    CHECK(!psg_compare_averaged_at(351, 4, 0) && psg_compare_averaged_at(468, 4, 0));
+    CHECK(psg_compare_averaged_at(1, 4, 100) && psg_compare_averaged_at(99, 4, 100));
+    CHECK(psg_compare_averaged_at(100, 4, 100) && !psg_compare_averaged_at(101, 4, 100));
+    CHECK(!psg_compare_averaged_at(102, 4, 100) && psg_compare_averaged_at(104, 4, 100));
+    CHECK(psg_compare_averaged_at(117, 0, 0) && psg_compare_averaged_at(117, 1, 0));
+}
+
 int main(void) {
     RUN_TEST(test_interval_by_hand);
     RUN_TEST(test_tree_runnable);
     RUN_TEST(test_load_flags);
     RUN_TEST(test_machine_sample);
+    RUN_TEST(test_averaged_at);
     return psg_test_summary();
 }

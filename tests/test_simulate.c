@@ -165,7 +165,11 @@ static void test_calibrate(void) {
  * - The ps's critical path (psg_sim_path_step_ms), one worker: 10 + 1 + 3 = 14; three + a
  *   backup: 10 + 1 + 4 x 3 = 23; on 2 ps the ps's part is split: 10 + 13 / 2 = 16.5.
  * - The shared cores (2): one worker (10 + 1 + 3) / 2 = 7, below its path; three + a
- *   backup 4 x 10 + 1 + 4 x 3 = 53 ms of CPU, 26.5 on 2 cores, above its path (23).
+ *   backup 4 x 10 + 1 + 4 x 3 = 53 ms of CPU, 26.5 on 2 cores. The path on 2 shared cores:
+ *   the 3 gradients the step waits for take 3 x 10 / 2 = 15 of the cores, then the ps's
+ *   1 + 4 x 3: 28, above the cores' bound. On 2 ps tasks the ps's part is split: 15 + 6.5
+ *   = 21.5, and the cores bind (26.5); on 3 cores 10 + 6.5 against 53 / 3 = 17.67; on 1
+ *   core 30 + 6.5 against 53.
  * Without CPU times the model's step stands; with workers of 1 ms and a ps of 2 it is the
  * larger (path 1 + 1 + 1 = 3). */
 static void test_cpu_bounds(void) {
@@ -205,20 +209,35 @@ static void test_cpu_bounds(void) {
     CHECK_NEAR(r.link_step_ms, 6, 1e-6);
     CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
     CHECK_NEAR(r.cpu_step_ms, 26.5, 1e-9);
-    CHECK_NEAR(r.path_step_ms, 23, 1e-9);
+    CHECK_NEAR(r.path_step_ms, 28, 1e-9);
+    CHECK_NEAR(r.step_ms, 28, 1e-9);
+    CHECK_NEAR(r.speedup, 3 * 14 / 28.0, 1e-9); /* against one worker's 14 */
+    c.ps = 2;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 21.5, 1e-9);
     CHECK_NEAR(r.step_ms, 26.5, 1e-9);
-    CHECK_NEAR(r.speedup, 3 * 14 / 26.5, 1e-9); /* against one worker's 14 */
-    /* a traced run of 2 workers: 3 ms served for 2, 1.5 each: (40 + 1 + 6) / 2 */
+    c.cores = 3;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 16.5, 1e-9);
+    CHECK_NEAR(r.step_ms, 53 / 3.0, 1e-9);
+    c.cores = 1;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 36.5, 1e-9);
+    CHECK_NEAR(r.step_ms, 53, 1e-9);
+    c.ps = 1;
+    c.cores = 2;
+    /* a traced run of 2 workers: 3 ms served for 2, 1.5 each: (40 + 1 + 6) / 2 on the
+     * cores, above the path's 15 + 1 + 6 */
     p.trace_workers = 2;
     CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 15 + 1 + 4 * 1.5, 1e-9);
     CHECK_NEAR(r.step_ms, 23.5, 1e-9);
-    CHECK_NEAR(r.path_step_ms, 10 + 1 + 4 * 1.5, 1e-9);
     /* the serial model: no applies known, the ps's CPU all per worker: (4 x 10 + 4 x 4) / 2
-     * on the cores, 10 + 4 x 4 on the path */
+     * on the cores, 3 x 10 / 2 + 4 x 4 on the path */
     CHECK(psg_sim_run(&c, 3, 1, &r) == 0);
     CHECK_NEAR(r.cpu_step_ms, 28, 1e-9);
-    CHECK_NEAR(r.path_step_ms, 26, 1e-9);
-    CHECK_NEAR(r.step_ms, 28, 1e-9);
+    CHECK_NEAR(r.path_step_ms, 31, 1e-9);
+    CHECK_NEAR(r.step_ms, 31, 1e-9);
     /* small CPU times: the model's step is the largest */
     c.worker_cpu_ms = 1;
     c.ps_cpu_ms = 2;

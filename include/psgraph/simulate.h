@@ -108,15 +108,17 @@ psg_sim_config_t psg_sim_defaults(void);
  * c->ps_cpu_ms. 0 when c->cores is 0 (each host its own cores). */
 double psg_sim_cpu_step_ms(const psg_sim_config_t *c, double m, double apply_ms, int trace_workers);
 
-/* The ps's critical path of a sync step of m workers on ps parameter servers: one worker's
- * CPU a step (c->worker_cpu_ms: the workers run theirs side by side) and then the ps's CPU
+/* The ps's critical path of a sync step of m workers (n of whose gradients it waits for: N)
+ * on ps parameter servers: one worker's CPU a step (c->worker_cpu_ms: the workers run
+ * theirs side by side; n x it over c->cores where n is more than the c->cores they share:
+ * the step's n gradients need n x c->worker_cpu_ms of those cores) and then the ps's CPU
  * of the whole step, serial within a ps task: apply_ms once and (c->ps_cpu_ms - apply_ms)
  * / trace_workers for each of the m workers served, spread over the ps tasks. Lockstep
  * (every worker's push in before the ps's work of the step): no overlap of one worker's
  * CPU with the ps's. 0 when both CPU times are 0. The models' step is the largest of
  * theirs, this one and psg_sim_cpu_step_ms. */
-double psg_sim_path_step_ms(const psg_sim_config_t *c, double m, double apply_ms, int trace_workers,
-                            int ps);
+double psg_sim_path_step_ms(const psg_sim_config_t *c, int n, double m, double apply_ms,
+                            int trace_workers, int ps);
 
 /* "none", "normal", "lognormal", "pareto", "samples" and back; -1 / "?" when unknown. */
 int psg_sim_tail_from_name(const char *name);
