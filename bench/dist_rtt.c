@@ -192,7 +192,6 @@ int main(int argc, char **argv) {
     fflush(stdout);
     pid_t pid = fork(); /* before any ZeroMQ context exists */
     if (pid == 0) _exit(ps_main(ps_cfg, raw_port));
-
     psg_cluster_t *c = psg_cluster_parse(w_cfg, "bench");
     psg_task_server_options_t so = {.cluster = c};
     psg_task_server_t *ts = c ? psg_task_server_new(&so) : NULL;
