@@ -64,6 +64,9 @@ struct psg_ts_repl {
     /* what was forwarded (Inspect "replication"): forwards acknowledged, updates replayed,
      * variables sent by value, bytes of tensors; and, as a backup, updates replayed here */
     atomic_uint_fast64_t forwards, replayed, values, bytes, replayed_here, snapshots;
+    /* as a backup: the drains that applied a log, by the request they came before (the last:
+     * a request row added at run time) */
+    atomic_uint_fast64_t drains[PSG_REQ_COUNT + 1];
     bool lost_said; /* the loss was logged */
     /* the verdicts of failovers to this task (psg_ts_on_replicate, key "lost"): ps task
      * verdicts[i].ps, as process verdicts[i].inc, was found lost; its shard is served here */
@@ -886,7 +889,11 @@ static bool graph_own_only(psg_task_server_t *ts, uint64_t handle) {
 }
 
 void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
-    if (!ts->repl || r->type == PSG_REQ_RECV) return; /* a Recv reads no variable */
+    /* a Recv, a brief report (the chief's membership, every 250 ms) and who is done read no
+     * variable: the log stays held (dropped under the next snapshot, unapplied) */
+    if (!ts->repl || r->type == PSG_REQ_RECV || psg_proto_inspect_brief(r) ||
+        r->type == PSG_REQ_JOB_DONE || r->type == PSG_REQ_WAIT_DONE)
+        return;
     bool forward = r->type == PSG_REQ_REPLICATE &&
                    (!r->u.key || (strcmp(r->u.key, "lost") && strcmp(r->u.key, "undo")));
     /* a step of this task's own shard runs beside the log of its primary's (disjoint
@@ -895,8 +902,12 @@ void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
     bool run = r->type == PSG_REQ_RUN_GRAPH || r->type == PSG_REQ_RUN_GRAPH_RECV;
     if (forward || (run && graph_own_only(ts, r->u.run.handle))) return;
     int held = psg_repl_queue_drain(ts->repl->queue);
-    /* said but before what reads the copies routinely: a report (the chief's membership asks
-     * every 250 ms), a checkpoint */
+    if (held > 0) /* Inspect's "drains_as_backup" */
+        atomic_fetch_add(&ts->repl->drains[r->type >= 0 && r->type < PSG_REQ_COUNT ? r->type
+                                                                                   : PSG_REQ_COUNT],
+                         1);
+    /* said but before what reads the copies routinely: a report (psgraph inspect, the tests'
+     * comparisons), a checkpoint */
     if (held > 0 && r->type != PSG_REQ_INSPECT && r->type != PSG_REQ_SAVE_SHARD)
         psg_net_log("task %s: applied the %d forwards of its primary it held (its last snapshot "
                     "and the updates since) before a %s",
@@ -942,11 +953,21 @@ void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b) {
                       ",\"values\":%" PRIu64 ",\"bytes\":%" PRIu64
                       ",\"replayed_as_backup\":%" PRIu64 ",\"snapshots\":%" PRIu64
                       ",\"since_snapshot\":%" PRIu64 ",\"held_as_backup\":%" PRIu64
-                      ",\"dropped_as_backup\":%" PRIu64 "}",
+                      ",\"dropped_as_backup\":%" PRIu64,
                       (uint64_t)atomic_load(&r->forwards), (uint64_t)atomic_load(&r->replayed),
                       (uint64_t)atomic_load(&r->values), (uint64_t)atomic_load(&r->bytes),
                       (uint64_t)atomic_load(&r->replayed_here),
                       (uint64_t)atomic_load(&r->snapshots), since, held, dropped);
+    /* {"Inspect":1,"RegisterGraph":2}: what made this backup apply the log it held */
+    psg_strbuf_str(b, ",\"drains_as_backup\":{");
+    for (int t = 0, k = 0; t <= PSG_REQ_COUNT; t++) {
+        uint64_t n = (uint64_t)atomic_load(&r->drains[t]);
+        if (n)
+            psg_strbuf_printf(b, "%s\"%s\":%" PRIu64, k++ ? "," : "",
+                              t < PSG_REQ_COUNT ? psg_proto_entry((psg_req_type_t)t)->op : "other",
+                              n);
+    }
+    psg_strbuf_str(b, "}}");
 }
 
 /* The crc32 of a variable's bytes, for Inspect (a backup compared with its primary). */
