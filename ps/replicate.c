@@ -203,8 +203,11 @@ struct psg_ts_undo {
     int n;
     bool *skip;            /* (n) holds the update, written since by another: not written */
     bool *rolled;          /* (n) holds it as its last: rolled back to before it, run again */
-    psg_tensor_t **values; /* (n) not skip: its value before the step */
-    uint64_t *writes;      /* (n) its count of writes before the step */
+    /* (n) not skip: its value before the step (rolled: before the update run again; else
+     * kept by the variable as the run writes it, taken after: psg_variable_t.before) */
+    psg_tensor_t **values;
+    bool *keeps;      /* (n) counted among the variable's keepers until taken */
+    uint64_t *writes; /* (n) its count of writes before the step */
 };
 
 /* The written variables that were backup copies here are this task's own from now on: the
@@ -342,7 +345,7 @@ static int probe(psg_ts_repl_t *r) {
 
 static void undo_free(psg_ts_undo_t *u) {
     for (int i = 0; u && i < u->n; i++) psg_tensor_destroy(&u->values[i]);
-    if (u) free(u->values), free(u->skip), free(u->rolled), free(u->writes);
+    if (u) free(u->values), free(u->skip), free(u->rolled), free(u->keeps), free(u->writes);
     free(u);
 }
 
@@ -374,10 +377,32 @@ static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t 
         v->skip_step = u->step;
         u->skip[i] = true;
     } else {
-        u->values[i] = psg_tensor_copy(v->value);
+        /* its value before the run's write, kept as it writes (an update kernel writes a new
+         * buffer and keeps the old one, no copy): a copy here cost 3x the gradient a step
+         * with Adam */
+        v->keepers++;
+        u->keeps[i] = true;
     }
     pthread_mutex_unlock(&guard->lock);
     psg_tensor_destroy(&pre);
+}
+
+/* After the run: each variable's value before the run's write, as it kept it (none when
+ * the run did not write it); the variable keeps no more for this run. */
+static void undo_take_before(psg_task_server_t *ts, psg_ts_undo_t *u, const char *const *names) {
+    for (int i = 0; u && i < u->n; i++) {
+        psg_variable_t *v = u->keeps[i] ? psg_resource_find_variable(ts->rm, names[i]) : NULL;
+        if (!v) continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        if (v->before && v->before_step == u->step) {
+            u->values[i] = v->before;
+            v->before = NULL;
+        }
+        if (--v->keepers == 0) psg_tensor_destroy(&v->before); /* another's, not wanted */
+        pthread_mutex_unlock(&guard->lock);
+        u->keeps[i] = false;
+    }
 }
 
 int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
@@ -389,6 +414,7 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
     if (!u || !(u->skip = calloc((size_t)n, sizeof *u->skip)) ||
         !(u->rolled = calloc((size_t)n, sizeof *u->rolled)) ||
         !(u->values = calloc((size_t)n, sizeof *u->values)) ||
+        !(u->keeps = calloc((size_t)n, sizeof *u->keeps)) ||
         !(u->writes = calloc((size_t)n, sizeof *u->writes))) {
         undo_free(u);
         return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
@@ -458,6 +484,7 @@ static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, cons
 
 void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
     if (!u || !*u) return;
+    undo_take_before(ts, *u, names);
     undo_unskip(ts, *u, names);
     for (int i = 0; i < (*u)->n; i++) abort_one(ts, *u, i, names[i]);
     undo_done(ts->repl, *u);
@@ -507,6 +534,7 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         return;
     }
     const bool *skip = u ? u->skip : NULL;
+    undo_take_before(ts, u, names);
     undo_unskip(ts, u, names);
     /* recorded at once, not after the forward: a retry of this step may come while the
      * forward still waits for a backup that died */
