@@ -8,7 +8,6 @@
 #include "ps/replicate.h"
 
 #include "ps/applied.h"
-#include "ps/checkpoint_internal.h"
 #include "ps/repl_log.h"
 #include "ps/repl_queue.h"
 #include "ps/client.h"
@@ -201,12 +200,12 @@ struct psg_ts_undo {
     int64_t seq;
     int64_t step; /* the run's step id: the writes its kernels count (psg_variable_note_write) */
     int n;
-    bool *skip;            /* (n) holds the update, written since by another: not written */
-    bool *rolled;          /* (n) holds it as its last: rolled back to before it, run again */
+    bool *skip;   /* (n) holds the update, written since by another: not written */
+    bool *rolled; /* (n) holds it as its last: rolled back to before it, run again */
     /* (n) not skip: its value before the step (rolled: before the update run again; else
      * kept by the variable as the run writes it, taken after: psg_variable_t.before) */
     psg_tensor_t **values;
-    bool *keeps;      /* (n) counted among the variable's keepers until taken */
+    bool *keeps; /* (n) counted among the variable's keepers until taken (once, after the run) */
     uint64_t *writes; /* (n) its count of writes before the step */
 };
 
@@ -401,7 +400,6 @@ static void undo_take_before(psg_task_server_t *ts, psg_ts_undo_t *u, const char
         }
         if (--v->keepers == 0) psg_tensor_destroy(&v->before); /* another's, not wanted */
         pthread_mutex_unlock(&guard->lock);
-        u->keeps[i] = false;
     }
 }
 
@@ -457,20 +455,22 @@ static void undo_unskip(psg_task_server_t *ts, const psg_ts_undo_t *u, const cha
  * holds this update, and its retry leaves it alone. */
 static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, const char *name) {
     psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
-    if (!v || !u->values[i]) return;
+    if (!v || (!u->values[i] && !u->keeps[i])) return;
     psg_applied_t *a = ts->repl->applied;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
     bool wrote = psg_variable_wrote(v, u->step);
     uint64_t since = v->writes - u->writes[i];
     bool others = since > (wrote ? 1u : 0u);
-    if (wrote && !others) {
+    /* its value before, kept as the run wrote it (none on out of memory: it holds the update) */
+    bool back = wrote && !others && u->values[i];
+    if (back) {
         memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
         psg_variable_note_unlogged(v);
     }
     /* the records under the lock too: a value copied for a forward comes with the records
      * taken with it (psg_repl_add_value) */
-    if (wrote && others) { /* it holds the update; its value before is not the way back */
+    if (wrote && !back) { /* it holds the update; its value before is not the way back */
         (void)psg_applied_set(a, name, u->writer, u->seq);
         (void)psg_applied_set_last(a, name, NULL, 0, NULL);
     } else if (wrote || u->rolled[i]) {
@@ -541,7 +541,8 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
     for (int i = 0; u && i < n; i++) {
         if (skip[i]) continue;
         (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
-        if (!only_this_step(ts, u, i, names[i])) /* no way back: a retry leaves it alone */
+        /* no way back: a retry leaves it alone */
+        if (!only_this_step(ts, u, i, names[i]) || (!u->values[i] && !u->rolled[i]))
             (void)psg_applied_set_last(r->applied, names[i], NULL, 0, NULL);
         else if (!u->rolled[i]) /* what a retry of this step starts again from */
             (void)psg_applied_set_last(r->applied, names[i], u->writer, u->seq, &u->values[i]);
@@ -931,9 +932,9 @@ void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
     if (forward || (run && graph_own_only(ts, r->u.run.handle))) return;
     int held = psg_repl_queue_drain(ts->repl->queue);
     if (held > 0) /* Inspect's "drains_as_backup" */
-        atomic_fetch_add(&ts->repl->drains[r->type >= 0 && r->type < PSG_REQ_COUNT ? r->type
-                                                                                   : PSG_REQ_COUNT],
-                         1);
+        atomic_fetch_add(
+            &ts->repl->drains[r->type >= 0 && r->type < PSG_REQ_COUNT ? r->type : PSG_REQ_COUNT],
+            1);
     /* said but before what reads the copies routinely: a report (psgraph inspect, the tests'
      * comparisons), a checkpoint */
     if (held > 0 && r->type != PSG_REQ_INSPECT && r->type != PSG_REQ_SAVE_SHARD)
@@ -996,16 +997,4 @@ void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b) {
                               n);
     }
     psg_strbuf_str(b, "}}");
-}
-
-/* The crc32 of a variable's bytes, for Inspect (a backup compared with its primary). */
-uint32_t psg_ts_variable_crc32(psg_variable_t *v) {
-    psg_variable_t *guard = psg_variable_guard(v);
-    pthread_mutex_lock(&guard->lock);
-    uint32_t crc = 0;
-    if (psg_tensor_on_host(v->value))
-        crc =
-            psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), v->value->data, psg_tensor_nbytes(v->value));
-    pthread_mutex_unlock(&guard->lock);
-    return crc;
 }

@@ -4,9 +4,11 @@
  * the dispatch (task_server.c) nor the registered graphs (task_graphs.c). */
 #include "core/membudget.h"
 #include "core/strbuf.h"
+#include "ps/checkpoint_internal.h"
 #include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/checkpoint.h"
+#include "psgraph/device.h"
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
 
@@ -18,6 +20,19 @@
 #include <string.h>
 
 /* ---- Inspect ---- */
+
+/* zlib's crc32 of a variable's bytes (0 for one off the host), under its update lock: a backup
+ * copy and its primary hold the same bytes when theirs are equal. */
+static uint32_t variable_crc32(psg_variable_t *v) {
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    uint32_t crc = 0;
+    if (psg_tensor_on_host(v->value))
+        crc =
+            psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), v->value->data, psg_tensor_nbytes(v->value));
+    pthread_mutex_unlock(&guard->lock);
+    return crc;
+}
 
 static void inspect_variables(psg_task_server_t *ts, psg_strbuf_t *b) {
     int nv = psg_resource_num_variables(ts->rm);
@@ -34,7 +49,7 @@ static void inspect_variables(psg_task_server_t *ts, psg_strbuf_t *b) {
                           v->initialized ? "true" : "false");
         /* a string: JSON readers keep 53 bits of a number; a backup copy and its primary
          * hold the same bytes when their crc32 are equal */
-        if (v->initialized) psg_strbuf_printf(b, ",\"crc32\":\"%08x\"", psg_ts_variable_crc32(v));
+        if (v->initialized) psg_strbuf_printf(b, ",\"crc32\":\"%08x\"", variable_crc32(v));
         psg_strbuf_printf(b, "%s}", v->backup ? ",\"backup\":true" : "");
     }
 }

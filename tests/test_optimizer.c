@@ -1,6 +1,7 @@
 /* The optimizers: each update rule against a hand-computed reference over
- * three steps, each written aside (chain replication's way back) bitwise as in place, slot names and placement, the init collection, global step,
- * learning-rate schedules, convergence, the NaN policy and shape errors. */
+ * three steps, each written aside (chain replication's way back) bitwise as in place, slot names
+ * and placement, the init collection, global step, learning-rate schedules, convergence, the NaN
+ * policy and shape errors. */
 #include "tests/testutil.h"
 
 #include <stdlib.h>

@@ -29,10 +29,10 @@ typedef struct {
  * before from its `in` (the same buffer, in place; another, out of place: chain
  * replication keeps the value before as the way back of a retry, psg_variable_t.keep_step). */
 typedef struct {
-    float *w;       /* the variable, (n) */
-    float *s1, *s2; /* slots, (n) each, or NULL */
+    float *w;                          /* the variable, (n) */
+    float *s1, *s2;                    /* slots, (n) each, or NULL */
     const float *w_in, *s1_in, *s2_in; /* the values before: w, s1, s2 in place */
-    const float *g; /* the gradient, (n) */
+    const float *g;                    /* the gradient, (n) */
     float lr, a, b, eps;
     bool nesterov;
     psg_variable_t *slots[2]; /* the slots' variables, locked with the variable's */
