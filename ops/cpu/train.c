@@ -27,7 +27,7 @@ typedef struct {
 
 /* One update over elements [begin, end): w, s1, s2 and g are all (n). Each reads the value
  * before from its `in` (the same buffer, in place; another, out of place: chain
- * replication keeps the value before as the way back of a retry, psg_variable_t.keep_step). */
+ * replication keeps the value before as the way back of a retry: psg_variable_t.keepers). */
 typedef struct {
     float *w;                          /* the variable, (n) */
     float *s1, *s2;                    /* slots, (n) each, or NULL */
