@@ -127,6 +127,15 @@ int psg_resource_num_variables(psg_resource_mgr_t *rm) {
     return n;
 }
 
+bool psg_resource_holds_buffer(psg_resource_mgr_t *rm, const psg_buffer_t *b) {
+    pthread_mutex_lock(&rm->lock);
+    bool held = false;
+    for (int i = 0; i < rm->num_vars && !held; i++)
+        held = rm->vars[i]->value && rm->vars[i]->value->buf == b;
+    pthread_mutex_unlock(&rm->lock);
+    return held;
+}
+
 psg_variable_t *psg_resource_variable_at(psg_resource_mgr_t *rm, int i) {
     pthread_mutex_lock(&rm->lock);
     psg_variable_t *v = (i >= 0 && i < rm->num_vars) ? rm->vars[i] : NULL;

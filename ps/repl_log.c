@@ -107,12 +107,7 @@ static psg_variable_t *handle_var(const psg_tensor_t *t) {
  * other input (a Recv's, a Const's, an op's output, an accumulator's mean; a variable's
  * value before a write aside, kept as a way back) is never written again: a reference does. */
 static bool variable_buffer(psg_resource_mgr_t *rm, const psg_tensor_t *t) {
-    int nv = rm ? psg_resource_num_variables(rm) : 0;
-    for (int i = 0; i < nv; i++) {
-        psg_variable_t *v = psg_resource_variable_at(rm, i);
-        if (v && v->value && v->value->buf == t->buf) return true;
-    }
-    return !rm;
+    return !rm || psg_resource_holds_buffer(rm, t->buf);
 }
 
 /* The entry of one update; NULL when it cannot be logged (then its variables go by value). */

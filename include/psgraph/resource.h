@@ -104,6 +104,9 @@ int psg_variable_check_value(const psg_variable_t *v, const psg_tensor_t *x);
 
 /* The variable `name`, or NULL (no error set). */
 psg_variable_t *psg_resource_find_variable(psg_resource_mgr_t *rm, const char *name);
+/* Whether buffer b is a variable's value now (a tensor sharing it may change in place:
+ * chain replication's log copies it, ps/repl_log.c). */
+bool psg_resource_holds_buffer(psg_resource_mgr_t *rm, const psg_buffer_t *b);
 /* Number of variables and the i-th one, in creation order (for inspect and checkpoints). */
 int psg_resource_num_variables(psg_resource_mgr_t *rm);
 psg_variable_t *psg_resource_variable_at(psg_resource_mgr_t *rm, int i);
