@@ -47,6 +47,7 @@ void psg_resource_mgr_destroy(psg_resource_mgr_t **rmp) {
         psg_variable_t *v = rm->vars[i];
         free(v->name);
         psg_tensor_destroy(&v->value);
+        psg_tensor_destroy(&v->before);
         pthread_mutex_destroy(&v->lock);
         free(v);
     }
@@ -124,6 +125,15 @@ int psg_resource_num_variables(psg_resource_mgr_t *rm) {
     int n = rm->num_vars;
     pthread_mutex_unlock(&rm->lock);
     return n;
+}
+
+bool psg_resource_holds_buffer(psg_resource_mgr_t *rm, const psg_buffer_t *b) {
+    pthread_mutex_lock(&rm->lock);
+    bool held = false;
+    for (int i = 0; i < rm->num_vars && !held; i++)
+        held = rm->vars[i]->value && rm->vars[i]->value->buf == b;
+    pthread_mutex_unlock(&rm->lock);
+    return held;
 }
 
 psg_variable_t *psg_resource_variable_at(psg_resource_mgr_t *rm, int i) {
@@ -244,10 +254,44 @@ psg_variable_t *psg_variable_guard(psg_variable_t *v) {
     return o ? o : v;
 }
 
-bool psg_variable_note_write(psg_variable_t *v, int64_t step) {
+/* Counts a write of step `step`, unless that step's writes of v are skipped. */
+static bool count_write(psg_variable_t *v, int64_t step) {
     if (step && v->skip_step == step) return false;
     v->recent[v->writes % PSG_VARIABLE_RECENT] = step;
     v->writes++;
+    return true;
+}
+
+/* The value before the write of step `step` kept as v->before: t (its owner from now on). */
+static void keep_before(psg_variable_t *v, int64_t step, psg_tensor_t *t) {
+    psg_tensor_destroy(&v->before);
+    v->before = t;
+    v->before_step = step;
+}
+
+bool psg_variable_note_write(psg_variable_t *v, int64_t step) {
+    if (!count_write(v, step)) return false;
+    /* a writer in place: the value before copied (NULL on out of memory: no way back);
+     * keepers: of a variable on the host only (ps/replicate.c) */
+    if (v->keepers > 0) {
+        keep_before(v, step, psg_tensor_copy(v->value));
+        if (!v->before) psg_error_clear();
+    }
+    return true;
+}
+
+bool psg_variable_note_write_aside(psg_variable_t *v, int64_t step, const void **in) {
+    *in = v->value->data;
+    if (!count_write(v, step)) return false;
+    if (v->keepers <= 0) return true;
+    psg_tensor_t *next = psg_tensor_new(v->value->dtype, &v->value->shape);
+    if (!next) { /* out of memory: in place, with no way back */
+        psg_error_clear();
+        keep_before(v, step, NULL);
+        return true;
+    }
+    keep_before(v, step, v->value);
+    v->value = next;
     return true;
 }
 

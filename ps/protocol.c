@@ -290,6 +290,22 @@ static int dec_none(const psg_msg_t *m, psg_req_t *r) {
     return 0;
 }
 
+/* Inspect: no key (the whole report), or "brief" (psg_proto_inspect_brief). */
+static int enc_inspect(const psg_req_t *r, psg_msg_t *m) {
+    return r->u.key ? psg_msg_set_key(m, r->u.key) : 0;
+}
+
+static int dec_inspect(const psg_msg_t *m, psg_req_t *r) {
+    if (m->key && strcmp(m->key, "brief"))
+        return bad(m, "key '%.64s' is not \"brief\" (or none: the whole report)", m->key);
+    r->u.key = m->key;
+    return 0;
+}
+
+bool psg_proto_inspect_brief(const psg_req_t *r) {
+    return r->type == PSG_REQ_INSPECT && r->u.key && !strcmp(r->u.key, "brief");
+}
+
 static int dec_abort(const psg_msg_t *m, psg_req_t *r) {
     r->u.reason = m->key ? m->key : "";
     return 0;
@@ -512,8 +528,9 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
      "step; tensors: the fetches", enc_run, dec_run, NULL, REPLY(tensors), psg_ts_on_run},
     {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
      NULL, REPLY(tensor), psg_ts_on_recv},
-    {PSG_REQ_INSPECT, PSG_TS_INSPECT, "none", "body: JSON report", enc_none, dec_none, NULL,
-     REPLY(json), psg_ts_on_inspect},
+    {PSG_REQ_INSPECT, PSG_TS_INSPECT,
+     "key (optional): \"brief\", a liveness answer: no variables, no accumulators",
+     "body: JSON report", enc_inspect, dec_inspect, NULL, REPLY(json), psg_ts_on_inspect},
     {PSG_REQ_ABORT_STEP, PSG_TS_ABORT_STEP, "step; key: reason (optional)", "empty", enc_abort,
      dec_abort, NULL, REPLY(none), psg_ts_on_abort_step},
     {PSG_REQ_CLEANUP_STEP, PSG_TS_CLEANUP_STEP, "step", "empty", enc_none, dec_none, NULL,

@@ -76,7 +76,8 @@ typedef struct {
             int n_recv_keys;
             char **recv_keys;
         } run;
-        const char *key;    /* Recv: a rendezvous key; Replicate: "update" or "full" */
+        const char *key;    /* Recv: a rendezvous key; Replicate: "update" or "full";
+                             * Inspect: "brief" or NULL */
         const char *reason; /* AbortStep: key the reason ("" when none) */
         struct {            /* WaitInit: body the variable names, one a line */
             int n;
@@ -147,6 +148,10 @@ typedef struct {
     int (*decode_reply)(const psg_msg_t *m, psg_rep_t *rep);
     psg_req_handler_fn handler;
 } psg_proto_entry_t;
+
+/* Whether r is an Inspect that asks for the brief report (key "brief": a liveness answer
+ * that reads no variable: a backup does not apply its log for it). */
+bool psg_proto_inspect_brief(const psg_req_t *r);
 
 /* The row of `op`, or NULL. */
 const psg_proto_entry_t *psg_proto_find(const char *op);

@@ -102,8 +102,17 @@ static psg_variable_t *handle_var(const psg_tensor_t *t) {
     return v;
 }
 
+/* Whether t shares a variable's current buffer (ReadVariable, Identity and Reshape of a
+ * variable do): a writer in place may change it after the log took it, so it is copied. Any
+ * other input (a Recv's, a Const's, an op's output, an accumulator's mean; a variable's
+ * value before a write aside, kept as a way back) is never written again: a reference does. */
+static bool variable_buffer(psg_resource_mgr_t *rm, const psg_tensor_t *t) {
+    return !rm || psg_resource_holds_buffer(rm, t->buf);
+}
+
 /* The entry of one update; NULL when it cannot be logged (then its variables go by value). */
-static entry_t *entry_make(const psg_node_t *node, psg_tensor_t *const *inputs, int n) {
+static entry_t *entry_make(psg_resource_mgr_t *rm, const psg_node_t *node,
+                           psg_tensor_t *const *inputs, int n) {
     entry_t *e = calloc(1, sizeof *e);
     if (!e || !(e->vars = calloc((size_t)n, sizeof *e->vars)) ||
         !(e->pre = calloc((size_t)n, sizeof *e->pre)) ||
@@ -130,8 +139,11 @@ static entry_t *entry_make(const psg_node_t *node, psg_tensor_t *const *inputs, 
             e->pre[e->nvars] = v->writes - 1; /* psg_variable_note_write counted this one */
             e->vars[e->nvars++] = v;
         } else {
+            /* the gradient by reference (1x its bytes a step copied before) */
             ok = psg_tensor_on_host(inputs[i]) &&
-                 (e->tensors[e->ntensors++] = psg_tensor_copy(inputs[i])) != NULL;
+                 (e->tensors[e->ntensors++] = variable_buffer(rm, inputs[i])
+                                                  ? psg_tensor_copy(inputs[i])
+                                                  : psg_tensor_ref(inputs[i])) != NULL;
             psg_strbuf_add(&b, "t", 1);
         }
     }
@@ -178,7 +190,7 @@ static void log_write(void *ctx, const psg_node_t *node, psg_tensor_t *const *in
     if (!atomic_load(&l->on)) return; /* its counts move on: its next forward is by value */
     for (int i = 0; i < n; i++)       /* a backup copy's (a step after a failover): by value */
         if (inputs[i]->dtype == PSG_DT_RESOURCE && handle_var(inputs[i])->backup) return;
-    entry_t *e = entry_make(node, inputs, n);
+    entry_t *e = entry_make(l->rm, node, inputs, n);
     if (e && id && !(e->writer = strdup(writer))) entry_free(e), e = NULL;
     if (e) e->seq = seq;
     if (!e) {

@@ -8,7 +8,6 @@
 #include "ps/replicate.h"
 
 #include "ps/applied.h"
-#include "ps/checkpoint_internal.h"
 #include "ps/repl_log.h"
 #include "ps/repl_queue.h"
 #include "ps/client.h"
@@ -64,6 +63,9 @@ struct psg_ts_repl {
     /* what was forwarded (Inspect "replication"): forwards acknowledged, updates replayed,
      * variables sent by value, bytes of tensors; and, as a backup, updates replayed here */
     atomic_uint_fast64_t forwards, replayed, values, bytes, replayed_here, snapshots;
+    /* as a backup: the drains that applied a log, by the request they came before (the last:
+     * a request row added at run time) */
+    atomic_uint_fast64_t drains[PSG_REQ_COUNT + 1];
     bool lost_said; /* the loss was logged */
     /* the verdicts of failovers to this task (psg_ts_on_replicate, key "lost"): ps task
      * verdicts[i].ps, as process verdicts[i].inc, was found lost; its shard is served here */
@@ -198,10 +200,13 @@ struct psg_ts_undo {
     int64_t seq;
     int64_t step; /* the run's step id: the writes its kernels count (psg_variable_note_write) */
     int n;
-    bool *skip;            /* (n) holds the update, written since by another: not written */
-    bool *rolled;          /* (n) holds it as its last: rolled back to before it, run again */
-    psg_tensor_t **values; /* (n) not skip: its value before the step */
-    uint64_t *writes;      /* (n) its count of writes before the step */
+    bool *skip;   /* (n) holds the update, written since by another: not written */
+    bool *rolled; /* (n) holds it as its last: rolled back to before it, run again */
+    /* (n) not skip: its value before the step (rolled: before the update run again; else
+     * kept by the variable as the run writes it, taken after: psg_variable_t.before) */
+    psg_tensor_t **values;
+    bool *keeps; /* (n) counted among the variable's keepers until taken (once, after the run) */
+    uint64_t *writes; /* (n) its count of writes before the step */
 };
 
 /* The written variables that were backup copies here are this task's own from now on: the
@@ -339,7 +344,7 @@ static int probe(psg_ts_repl_t *r) {
 
 static void undo_free(psg_ts_undo_t *u) {
     for (int i = 0; u && i < u->n; i++) psg_tensor_destroy(&u->values[i]);
-    if (u) free(u->values), free(u->skip), free(u->rolled), free(u->writes);
+    if (u) free(u->values), free(u->skip), free(u->rolled), free(u->keeps), free(u->writes);
     free(u);
 }
 
@@ -371,10 +376,31 @@ static void undo_take(psg_ts_repl_t *r, psg_ts_undo_t *u, int i, psg_variable_t 
         v->skip_step = u->step;
         u->skip[i] = true;
     } else {
-        u->values[i] = psg_tensor_copy(v->value);
+        /* its value before the run's write, kept as it writes (an update kernel writes a new
+         * buffer and keeps the old one, no copy): a copy here cost 3x the gradient a step
+         * with Adam */
+        v->keepers++;
+        u->keeps[i] = true;
     }
     pthread_mutex_unlock(&guard->lock);
     psg_tensor_destroy(&pre);
+}
+
+/* After the run: each variable's value before the run's write, as it kept it (none when
+ * the run did not write it); the variable keeps no more for this run. */
+static void undo_take_before(psg_task_server_t *ts, psg_ts_undo_t *u, const char *const *names) {
+    for (int i = 0; u && i < u->n; i++) {
+        psg_variable_t *v = u->keeps[i] ? psg_resource_find_variable(ts->rm, names[i]) : NULL;
+        if (!v) continue;
+        psg_variable_t *guard = psg_variable_guard(v);
+        pthread_mutex_lock(&guard->lock);
+        if (v->before && v->before_step == u->step) {
+            u->values[i] = v->before;
+            v->before = NULL;
+        }
+        if (--v->keepers == 0) psg_tensor_destroy(&v->before); /* another's, not wanted */
+        pthread_mutex_unlock(&guard->lock);
+    }
 }
 
 int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
@@ -386,6 +412,7 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
     if (!u || !(u->skip = calloc((size_t)n, sizeof *u->skip)) ||
         !(u->rolled = calloc((size_t)n, sizeof *u->rolled)) ||
         !(u->values = calloc((size_t)n, sizeof *u->values)) ||
+        !(u->keeps = calloc((size_t)n, sizeof *u->keeps)) ||
         !(u->writes = calloc((size_t)n, sizeof *u->writes))) {
         undo_free(u);
         return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
@@ -428,20 +455,22 @@ static void undo_unskip(psg_task_server_t *ts, const psg_ts_undo_t *u, const cha
  * holds this update, and its retry leaves it alone. */
 static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, const char *name) {
     psg_variable_t *v = psg_resource_find_variable(ts->rm, name);
-    if (!v || !u->values[i]) return;
+    if (!v || (!u->values[i] && !u->keeps[i])) return;
     psg_applied_t *a = ts->repl->applied;
     psg_variable_t *guard = psg_variable_guard(v);
     pthread_mutex_lock(&guard->lock);
     bool wrote = psg_variable_wrote(v, u->step);
     uint64_t since = v->writes - u->writes[i];
     bool others = since > (wrote ? 1u : 0u);
-    if (wrote && !others) {
+    /* its value before, kept as the run wrote it (none on out of memory: it holds the update) */
+    bool back = wrote && !others && u->values[i];
+    if (back) {
         memcpy(v->value->data, u->values[i]->data, psg_tensor_nbytes(v->value));
         psg_variable_note_unlogged(v);
     }
     /* the records under the lock too: a value copied for a forward comes with the records
      * taken with it (psg_repl_add_value) */
-    if (wrote && others) { /* it holds the update; its value before is not the way back */
+    if (wrote && !back) { /* it holds the update; its value before is not the way back */
         (void)psg_applied_set(a, name, u->writer, u->seq);
         (void)psg_applied_set_last(a, name, NULL, 0, NULL);
     } else if (wrote || u->rolled[i]) {
@@ -455,6 +484,7 @@ static void abort_one(psg_task_server_t *ts, const psg_ts_undo_t *u, int i, cons
 
 void psg_ts_repl_abort(psg_task_server_t *ts, const char *const *names, psg_ts_undo_t **u) {
     if (!u || !*u) return;
+    undo_take_before(ts, *u, names);
     undo_unskip(ts, *u, names);
     for (int i = 0; i < (*u)->n; i++) abort_one(ts, *u, i, names[i]);
     undo_done(ts->repl, *u);
@@ -504,13 +534,15 @@ void psg_ts_replicate(psg_task_server_t *ts, const char *const *names, int n,
         return;
     }
     const bool *skip = u ? u->skip : NULL;
+    undo_take_before(ts, u, names);
     undo_unskip(ts, u, names);
     /* recorded at once, not after the forward: a retry of this step may come while the
      * forward still waits for a backup that died */
     for (int i = 0; u && i < n; i++) {
         if (skip[i]) continue;
         (void)psg_applied_set(r->applied, names[i], u->writer, u->seq);
-        if (!only_this_step(ts, u, i, names[i])) /* no way back: a retry leaves it alone */
+        /* no way back: a retry leaves it alone */
+        if (!only_this_step(ts, u, i, names[i]) || (!u->values[i] && !u->rolled[i]))
             (void)psg_applied_set_last(r->applied, names[i], NULL, 0, NULL);
         else if (!u->rolled[i]) /* what a retry of this step starts again from */
             (void)psg_applied_set_last(r->applied, names[i], u->writer, u->seq, &u->values[i]);
@@ -886,7 +918,11 @@ static bool graph_own_only(psg_task_server_t *ts, uint64_t handle) {
 }
 
 void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
-    if (!ts->repl || r->type == PSG_REQ_RECV) return; /* a Recv reads no variable */
+    /* a Recv, a brief report (the chief's membership, every 250 ms) and who is done read no
+     * variable: the log stays held (dropped under the next snapshot, unapplied) */
+    if (!ts->repl || r->type == PSG_REQ_RECV || psg_proto_inspect_brief(r) ||
+        r->type == PSG_REQ_JOB_DONE || r->type == PSG_REQ_WAIT_DONE)
+        return;
     bool forward = r->type == PSG_REQ_REPLICATE &&
                    (!r->u.key || (strcmp(r->u.key, "lost") && strcmp(r->u.key, "undo")));
     /* a step of this task's own shard runs beside the log of its primary's (disjoint
@@ -895,8 +931,12 @@ void psg_ts_repl_before(psg_task_server_t *ts, const psg_req_t *r) {
     bool run = r->type == PSG_REQ_RUN_GRAPH || r->type == PSG_REQ_RUN_GRAPH_RECV;
     if (forward || (run && graph_own_only(ts, r->u.run.handle))) return;
     int held = psg_repl_queue_drain(ts->repl->queue);
-    /* said but before what reads the copies routinely: a report (the chief's membership asks
-     * every 250 ms), a checkpoint */
+    if (held > 0) /* Inspect's "drains_as_backup" */
+        atomic_fetch_add(
+            &ts->repl->drains[r->type >= 0 && r->type < PSG_REQ_COUNT ? r->type : PSG_REQ_COUNT],
+            1);
+    /* said but before what reads the copies routinely: a report (psgraph inspect, the tests'
+     * comparisons), a checkpoint */
     if (held > 0 && r->type != PSG_REQ_INSPECT && r->type != PSG_REQ_SAVE_SHARD)
         psg_net_log("task %s: applied the %d forwards of its primary it held (its last snapshot "
                     "and the updates since) before a %s",
@@ -942,21 +982,19 @@ void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b) {
                       ",\"values\":%" PRIu64 ",\"bytes\":%" PRIu64
                       ",\"replayed_as_backup\":%" PRIu64 ",\"snapshots\":%" PRIu64
                       ",\"since_snapshot\":%" PRIu64 ",\"held_as_backup\":%" PRIu64
-                      ",\"dropped_as_backup\":%" PRIu64 "}",
+                      ",\"dropped_as_backup\":%" PRIu64,
                       (uint64_t)atomic_load(&r->forwards), (uint64_t)atomic_load(&r->replayed),
                       (uint64_t)atomic_load(&r->values), (uint64_t)atomic_load(&r->bytes),
                       (uint64_t)atomic_load(&r->replayed_here),
                       (uint64_t)atomic_load(&r->snapshots), since, held, dropped);
-}
-
-/* The crc32 of a variable's bytes, for Inspect (a backup compared with its primary). */
-uint32_t psg_ts_variable_crc32(psg_variable_t *v) {
-    psg_variable_t *guard = psg_variable_guard(v);
-    pthread_mutex_lock(&guard->lock);
-    uint32_t crc = 0;
-    if (psg_tensor_on_host(v->value))
-        crc =
-            psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), v->value->data, psg_tensor_nbytes(v->value));
-    pthread_mutex_unlock(&guard->lock);
-    return crc;
+    /* {"Inspect":1,"RegisterGraph":2}: what made this backup apply the log it held */
+    psg_strbuf_str(b, ",\"drains_as_backup\":{");
+    for (int t = 0, k = 0; t <= PSG_REQ_COUNT; t++) {
+        uint64_t n = (uint64_t)atomic_load(&r->drains[t]);
+        if (n)
+            psg_strbuf_printf(b, "%s\"%s\":%" PRIu64, k++ ? "," : "",
+                              t < PSG_REQ_COUNT ? psg_proto_entry((psg_req_type_t)t)->op : "other",
+                              n);
+    }
+    psg_strbuf_str(b, "}}");
 }

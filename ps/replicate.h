@@ -71,8 +71,4 @@ void psg_ts_repl_before(struct psg_task_server *ts, const psg_req_t *r);
  * bytes sent, and updates this task replayed as a backup. */
 void psg_ts_repl_stats(psg_ts_repl_t *r, psg_strbuf_t *b);
 
-/* zlib's crc32 of a variable's bytes (0 for one off the host), under its update lock: what
- * Inspect reports, so that a backup copy can be compared with its primary. */
-uint32_t psg_ts_variable_crc32(psg_variable_t *v);
-
 #endif

@@ -4,9 +4,11 @@
  * the dispatch (task_server.c) nor the registered graphs (task_graphs.c). */
 #include "core/membudget.h"
 #include "core/strbuf.h"
+#include "ps/checkpoint_internal.h"
 #include "ps/replicate.h"
 #include "ps/task_server_internal.h"
 #include "psgraph/checkpoint.h"
+#include "psgraph/device.h"
 #include "psgraph/error.h"
 #include "ops/state/sync_resources.h"
 
@@ -18,6 +20,19 @@
 #include <string.h>
 
 /* ---- Inspect ---- */
+
+/* zlib's crc32 of a variable's bytes (0 for one off the host), under its update lock: a backup
+ * copy and its primary hold the same bytes when theirs are equal. */
+static uint32_t variable_crc32(psg_variable_t *v) {
+    psg_variable_t *guard = psg_variable_guard(v);
+    pthread_mutex_lock(&guard->lock);
+    uint32_t crc = 0;
+    if (psg_tensor_on_host(v->value))
+        crc =
+            psg_ckpt_crc32(psg_ckpt_crc32(0, NULL, 0), v->value->data, psg_tensor_nbytes(v->value));
+    pthread_mutex_unlock(&guard->lock);
+    return crc;
+}
 
 static void inspect_variables(psg_task_server_t *ts, psg_strbuf_t *b) {
     int nv = psg_resource_num_variables(ts->rm);
@@ -34,31 +49,42 @@ static void inspect_variables(psg_task_server_t *ts, psg_strbuf_t *b) {
                           v->initialized ? "true" : "false");
         /* a string: JSON readers keep 53 bits of a number; a backup copy and its primary
          * hold the same bytes when their crc32 are equal */
-        if (v->initialized) psg_strbuf_printf(b, ",\"crc32\":\"%08x\"", psg_ts_variable_crc32(v));
+        if (v->initialized) psg_strbuf_printf(b, ",\"crc32\":\"%08x\"", variable_crc32(v));
         psg_strbuf_printf(b, "%s}", v->backup ? ",\"backup\":true" : "");
     }
 }
 
-char *psg_task_server_inspect(psg_task_server_t *ts) {
-    psg_strbuf_t b = {0};
-    psg_strbuf_str(&b, "{\"task\":");
-    psg_strbuf_json_str(&b, ts->task);
-    psg_strbuf_str(&b, ",\"variables\":[");
-    inspect_variables(ts, &b);
-    /* the sync accumulators' counts (docs/sync.md): gradients used and dropped */
-    psg_strbuf_str(&b, "],\"accumulators\":[");
+/* the sync accumulators' counts (docs/sync.md): gradients used and dropped */
+static void inspect_accumulators(psg_task_server_t *ts, psg_strbuf_t *b) {
     int na = psg_resource_count(ts->rm, "accumulator");
     for (int i = 0; i < na; i++) {
         const char *name = NULL;
         psg_accumulator_t *a = psg_resource_at(ts->rm, "accumulator", i, &name);
         psg_accumulator_counts_t c = {0};
         if (a) psg_accumulator_counts(a, &c);
-        psg_strbuf_printf(&b, "%s{\"name\":", i ? "," : "");
-        psg_strbuf_json_str(&b, name ? name : "");
-        psg_strbuf_printf(&b,
+        psg_strbuf_printf(b, "%s{\"name\":", i ? "," : "");
+        psg_strbuf_json_str(b, name ? name : "");
+        psg_strbuf_printf(b,
                           ",\"accepted\":%" PRId64 ",\"stale\":%" PRId64 ",\"late\":%" PRId64
                           ",\"closed\":%" PRId64 ",\"takes\":%" PRId64 "}",
                           c.accepted, c.stale, c.late, c.closed, c.takes);
+    }
+}
+
+/* The report; brief: a liveness answer (the chief's membership asks every 250 ms) without
+ * the variables and the accumulators, so that a backup does not apply its log for it. */
+static char *report(psg_task_server_t *ts, bool brief) {
+    psg_strbuf_t b = {0};
+    psg_strbuf_str(&b, "{\"task\":");
+    psg_strbuf_json_str(&b, ts->task);
+    if (brief)
+        psg_strbuf_str(&b, ",\"brief\":true");
+    else {
+        psg_strbuf_str(&b, ",\"variables\":[");
+        inspect_variables(ts, &b);
+        psg_strbuf_str(&b, "],\"accumulators\":[");
+        inspect_accumulators(ts, &b);
+        psg_strbuf_str(&b, "]");
     }
     pthread_mutex_lock(&ts->lock);
     int ng = ts->n_graphs, nd = ts->n_workers_done, nq = ts->jq_len,
@@ -71,7 +97,7 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     }
     pthread_mutex_unlock(&ts->lock);
     psg_strbuf_printf(&b,
-                      "],\"resources\":%d,\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,"
+                      ",\"resources\":%d,\"graphs\":%d,\"pending\":%d,\"queued\":%d,\"peers\":%d,"
                       "\"workers_done\":%d,\"runners\":%d,\"runners_idle\":%d,\"runners_used\":%d",
                       psg_resource_count(ts->rm, NULL), ng, psg_rendezvous_num_pending(ts->rv), nq,
                       np, nd, ts->max_steps, idle, used);
@@ -105,8 +131,12 @@ char *psg_task_server_inspect(psg_task_server_t *ts) {
     return b.s;
 }
 
+char *psg_task_server_inspect(psg_task_server_t *ts) {
+    return report(ts, false);
+}
+
 void psg_ts_on_inspect(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
-    char *json = psg_task_server_inspect(ts);
+    char *json = report(ts, psg_proto_inspect_brief(r));
     psg_rep_t rep = {.type = r->type, .u.json = {json, json ? strlen(json) : 0}};
     psg_msg_t *m = json ? psg_rep_encode(r->type, &rep) : NULL;
     if (m)

@@ -1,6 +1,7 @@
 /* The optimizers: each update rule against a hand-computed reference over
- * three steps, slot names and placement, the init collection, global step,
- * learning-rate schedules, convergence, the NaN policy and shape errors. */
+ * three steps, each written aside (chain replication's way back) bitwise as in place, slot names
+ * and placement, the init collection, global step, learning-rate schedules, convergence, the NaN
+ * policy and shape errors. */
 #include "tests/testutil.h"
 
 #include <stdlib.h>
@@ -176,6 +177,110 @@ static void test_adam_vectors_bitwise(void) {
     psg_optimizer_destroy(&opt);
     psg_session_destroy(&sess);
     psg_graph_destroy(&g);
+}
+
+/* One session of rule cfg over M elements for write_aside: w, its slots and the train op. */
+enum { M_ASIDE = 21 };
+typedef struct {
+    psg_graph_t *g;
+    psg_optimizer_t *opt;
+    psg_session_t *s;
+    psg_endpoint_t grad;
+    int train;
+    psg_variable_t *v[3]; /* w and its slots (NULL past them) */
+} aside_run_t;
+
+static void aside_start(aside_run_t *r, psg_optimizer_config_t cfg, const char *slot1,
+                        const char *slot2) {
+    memset(r, 0, sizeof *r);
+    r->g = psg_graph_new();
+    psg_shape_t s = psg_shape_1d(M_ASIDE);
+    float init[M_ASIDE];
+    for (int i = 0; i < M_ASIDE; i++) init[i] = 0.37f * (float)(i - 9) + 0.01f;
+    psg_endpoint_t w =
+        psg_variable(r->g, "w", PSG_DT_F32, &s, (psg_initializer_t){"zeros", 0, 0}, true);
+    psg_tensor_t *t = psg_test_tensor(&s, init);
+    int set = psg_assign(r->g, "set_w", w, psg_const(r->g, "w0", &t));
+    r->grad = psg_placeholder(r->g, "grad", PSG_DT_F32, &s);
+    r->opt = psg_optimizer_new(&cfg);
+    CHECK(r->opt && psg_optimizer_apply_gradients(r->opt, r->g, 1, &r->grad, &w, &r->train) == 0);
+    r->s = psg_session_new(r->g, NULL, NULL);
+    CHECK(psg_session_run_init(r->s) == 0);
+    CHECK(psg_session_run(r->s, 0, NULL, NULL, 0, NULL, NULL, 1, &set) == 0);
+    const char *names[3] = {"w", slot1, slot2};
+    for (int k = 0; k < 3 && names[k]; k++) {
+        r->v[k] = psg_resource_find_variable(psg_session_resources(r->s), names[k]);
+        CHECK(r->v[k] != NULL);
+    }
+}
+
+static void aside_step(aside_run_t *r, int step) {
+    float gv[M_ASIDE];
+    for (int i = 0; i < M_ASIDE; i++) gv[i] = 0.11f * (float)((i * 7 + step * 3) % 13) - 0.6f;
+    psg_shape_t s = psg_shape_1d(M_ASIDE);
+    psg_tensor_t *val = psg_test_tensor(&s, gv);
+    CHECK(psg_session_run(r->s, 1, &r->grad, &val, 0, NULL, NULL, 1, &r->train) == 0);
+    psg_tensor_destroy(&val);
+}
+
+static void aside_end(aside_run_t *r) {
+    psg_optimizer_destroy(&r->opt);
+    psg_session_destroy(&r->s);
+    psg_graph_destroy(&r->g);
+}
+
+/* Chain replication keeps a variable's value before a step's write (ps/replicate.c: the way
+ * back of a retry): an update kernel then writes a new buffer and keeps the old one, no
+ * copy. Each rule written aside holds the bits of the same rule in place, and the value it
+ * kept is the value before its last step, bitwise; with no keeper the kernel writes in place. */
+static void check_aside(psg_optimizer_config_t cfg, const char *slot1, const char *slot2) {
+    aside_run_t a, b;
+    aside_start(&a, cfg, slot1, slot2);
+    aside_start(&b, cfg, slot1, slot2);
+    float pre[3][M_ASIDE];
+    const psg_tensor_t *was[3] = {0};
+    for (int step = 0; step < 3; step++) {
+        if (step == 2)
+            for (int k = 0; k < 3 && b.v[k]; k++) {
+                memcpy(pre[k], psg_tensor_f32(a.v[k]->value), sizeof pre[k]);
+                b.v[k]->keepers = 1;
+                was[k] = b.v[k]->value;
+            }
+        aside_step(&a, step);
+        aside_step(&b, step);
+    }
+    int differ = 0, kept = 0;
+    for (int k = 0; k < 3 && a.v[k] && b.v[k]; k++) {
+        differ += memcmp(psg_tensor_f32(a.v[k]->value), psg_tensor_f32(b.v[k]->value),
+                         sizeof pre[k]) != 0;
+        kept += b.v[k]->before == was[k] && b.v[k]->value != was[k] && b.v[k]->before &&
+                !memcmp(psg_tensor_f32(b.v[k]->before), pre[k], sizeof pre[k]);
+        CHECK(a.v[k]->before == NULL); /* no keeper: in place */
+        b.v[k]->keepers = 0;           /* the session frees what it kept */
+    }
+    CHECK(differ == 0);
+    CHECK(kept == 1 + (slot1 != NULL) + (slot2 != NULL));
+    aside_end(&a);
+    aside_end(&b);
+}
+
+static void test_write_aside_bitwise(void) {
+    psg_optimizer_config_t c = psg_optimizer_defaults("sgd");
+    check_aside(c, NULL, NULL);
+    c = psg_optimizer_defaults("momentum");
+    c.use_nesterov = true;
+    check_aside(c, "w/Momentum", NULL);
+    c = psg_optimizer_defaults("rmsprop");
+    c.momentum = 0.9f;
+    check_aside(c, "w/RMSProp", "w/RMSProp_1");
+    c = psg_optimizer_defaults("adam");
+    c.learning_rate = 0.01f;
+    check_aside(c, "w/Adam", "w/Adam_1");
+    c = psg_optimizer_defaults("adagrad");
+    check_aside(c, "w/Adagrad", NULL);
+    c = psg_optimizer_defaults("ftrl");
+    c.l1 = 0.05f, c.l2 = 0.1f, c.lr_power = -0.7f, c.initial_accumulator = 0.5f;
+    check_aside(c, "w/Ftrl", "w/Ftrl_1");
 }
 
 static void test_update_rules(void) {
@@ -652,6 +757,7 @@ static void test_update_barrier(void) {
 int main(void) {
     RUN_TEST(test_update_rules);
     RUN_TEST(test_adam_vectors_bitwise);
+    RUN_TEST(test_write_aside_bitwise);
     RUN_TEST(test_ftrl_sparse_and_params);
     RUN_TEST(test_slots_init_and_devices);
     RUN_TEST(test_minimize_sgd_linear);

@@ -226,6 +226,11 @@ static void test_run_graph_recv_coders(void) {
     psg_msg_destroy(&m);
 }
 
+/* Whether an Inspect reply's JSON holds s. */
+static bool has(const psg_rep_t *rep, const char *s) {
+    return memmem(rep->u.json.text, rep->u.json.len, s, strlen(s)) != NULL;
+}
+
 static void test_served(void) {
     int fds[2];
     PSG_ASSERT(pipe(fds) == 0);
@@ -287,6 +292,15 @@ static void test_served(void) {
     psg_req_t in_req = {.type = PSG_REQ_INSPECT};
     m = psg_ts_call(c, &in_req, &rep, 20000);
     CHECK(m && rep.u.json.len > 0 && rep.u.json.text[0] == '{');
+    CHECK(m && has(&rep, "\"variables\":["));
+    psg_msg_destroy(&m);
+    /* the brief report: the task and its incarnation, no variables (a liveness probe) */
+    psg_req_t brief = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
+    m = psg_ts_call(c, &brief, &rep, 20000);
+    CHECK(m && rep.u.json.len > 0 && has(&rep, "\"brief\":true"));
+    CHECK(m && has(&rep, "\"incarnation\":\""));
+    CHECK(m && has(&rep, "\"workers_done_tasks\":["));
+    CHECK(m && !has(&rep, "\"variables\""));
     psg_msg_destroy(&m);
     psg_req_t stop = {.type = PSG_REQ_SHUTDOWN};
     m = psg_ts_call(c, &stop, &rep, 20000);
@@ -334,6 +348,24 @@ static void test_replicate_keys(void) {
         } else {
             CHECK(rc < 0);
             CHECK_ERROR_HAS("key 'rollback' is not \"update\", \"full\", \"undo\" or \"lost\"");
+        }
+        if (rc == 0) psg_req_clear(&r);
+        psg_msg_destroy(&m);
+    }
+}
+
+/* Inspect's key: none (the whole report) or "brief" (a liveness answer); any other refused. */
+static void test_inspect_keys(void) {
+    const char *keys[] = {NULL, "brief", "short"};
+    for (int i = 0; i < 3; i++) {
+        psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = keys[i]}, r;
+        psg_msg_t *m = psg_req_encode(&in);
+        int rc = m ? psg_req_decode(m, &r) : -1;
+        if (i < 2) {
+            CHECK(rc == 0 && r.type == PSG_REQ_INSPECT && psg_proto_inspect_brief(&r) == (i == 1));
+        } else {
+            CHECK(rc < 0);
+            CHECK_ERROR_HAS("key 'short' is not \"brief\"");
         }
         if (rc == 0) psg_req_clear(&r);
         psg_msg_destroy(&m);
@@ -580,6 +612,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_served);
     RUN_TEST(test_limit);
     RUN_TEST(test_replicate_keys);
+    RUN_TEST(test_inspect_keys);
     RUN_TEST(test_lost_verdicts);
     RUN_TEST(test_retry_after_failed_step);
     RUN_TEST(test_job_done_counts_each_worker_once);

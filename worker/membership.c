@@ -106,7 +106,8 @@ static bool stopping(psg_membership_t *m) {
 /* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms). */
 static void ask_done(psg_membership_t *m, int timeout_ms) {
     for (int k = 0; k < m->nps && !stopping(m); k++) {
-        psg_req_t in = {.type = PSG_REQ_INSPECT};
+        /* brief: no variables read (a ps that backs up another's shard keeps its log held) */
+        psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
         psg_rep_t rep;
         psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, timeout_ms);
         char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
@@ -152,7 +153,7 @@ static bool runs_a_graph(const psg_msg_t *r) {
 
 /* Asks worker x whether it answers; a change of its state said. */
 static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
-    psg_req_t in = {.type = PSG_REQ_INSPECT};
+    psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
     psg_rep_t rep;
     int64_t asked = psg_ts_now_ms();
     psg_msg_t *r = psg_ts_call(x->client, &in, &rep, PROBE_MS);

@@ -43,11 +43,24 @@ typedef struct psg_variable {
      * writes (above) that its backup holds */
     bool unlogged;
     uint64_t repl_writes;
+    /* chain replication's way back (ps/replicate.c), under the lock that guards it: while
+     * `keepers` steps want its value before their write, each write keeps the value before
+     * it as `before` (an update kernel writes a new buffer and keeps the old one: no copy;
+     * another writer copies), made by step `before_step`; taken by that step */
+    int keepers;
+    psg_tensor_t *before;
+    int64_t before_step;
 } psg_variable_t;
 
 /* Under the lock that guards v, before step `step` writes it: false when that step's writes
  * of v are skipped (v->skip_step); else counts the write and true. */
 bool psg_variable_note_write(psg_variable_t *v, int64_t step);
+/* psg_variable_note_write for a writer that can write aside: when step `step` may write v
+ * and v keeps its value before each write (keepers), v->value becomes a new buffer (its
+ * contents undefined: the writer writes every element) and the value before is kept as
+ * v->before; *in is where the writer reads the value before from (v->value's data when it
+ * writes in place). Under the lock that guards v. */
+bool psg_variable_note_write_aside(psg_variable_t *v, int64_t step, const void **in);
 /* Under the lock that guards v: whether step `step` is among the last PSG_VARIABLE_RECENT
  * writes of v. */
 bool psg_variable_wrote(const psg_variable_t *v, int64_t step);
@@ -91,6 +104,9 @@ int psg_variable_check_value(const psg_variable_t *v, const psg_tensor_t *x);
 
 /* The variable `name`, or NULL (no error set). */
 psg_variable_t *psg_resource_find_variable(psg_resource_mgr_t *rm, const char *name);
+/* Whether buffer b is a variable's value now (a tensor sharing it may change in place:
+ * chain replication's log copies it, ps/repl_log.c). */
+bool psg_resource_holds_buffer(psg_resource_mgr_t *rm, const psg_buffer_t *b);
 /* Number of variables and the i-th one, in creation order (for inspect and checkpoints). */
 int psg_resource_num_variables(psg_resource_mgr_t *rm);
 psg_variable_t *psg_resource_variable_at(psg_resource_mgr_t *rm, int i);

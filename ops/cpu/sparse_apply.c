@@ -104,10 +104,7 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, sparse_t *s) {
         sparse_free(s);
         return -1;
     }
-    s->w = psg_tensor_f32(v->value);
-    s->s1 = s->slot[0] ? psg_tensor_f32(s->slot[0]->value) : NULL;
-    s->s2 = s->slot[1] ? psg_tensor_f32(s->slot[1]->value) : NULL;
-    return 0;
+    return 0; /* the buffers: under the lock (run) */
 }
 
 /* The update of one row: w, s1, s2 and g each point at the row's d elements. */
@@ -115,6 +112,11 @@ typedef void (*row_fn)(const float *p, int64_t d, float *w, float *s1, float *s2
 
 static int run(sparse_t *s, row_fn fn, const float *p) {
     pthread_mutex_lock(&s->var->lock);
+    /* the buffers as of now: a dense update may have written the variable aside since
+     * prepare (chain replication's way back, psg_variable_note_write_aside) */
+    s->w = psg_tensor_f32(s->var->value);
+    s->s1 = s->slot[0] ? psg_tensor_f32(s->slot[0]->value) : NULL;
+    s->s2 = s->slot[1] ? psg_tensor_f32(s->slot[1]->value) : NULL;
     /* chain replication forwards its value (the write log gets dense updates only) */
     psg_variable_note_unlogged(s->var);
     for (int k = 0; k < 2; k++)

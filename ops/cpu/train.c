@@ -25,11 +25,14 @@ typedef struct {
     uint32_t mask; /* bit i: input i's value is v[i] */
 } used_t;
 
-/* One update over elements [begin, end): w, s1, s2 and g are all (n). */
+/* One update over elements [begin, end): w, s1, s2 and g are all (n). Each reads the value
+ * before from its `in` (the same buffer, in place; another, out of place: chain
+ * replication keeps the value before as the way back of a retry: psg_variable_t.keepers). */
 typedef struct {
-    float *w;       /* the variable, (n) */
-    float *s1, *s2; /* slots, (n) each, or NULL */
-    const float *g; /* the gradient, (n) */
+    float *w;                          /* the variable, (n) */
+    float *s1, *s2;                    /* slots, (n) each, or NULL */
+    const float *w_in, *s1_in, *s2_in; /* the values before: w, s1, s2 in place */
+    const float *g;                    /* the gradient, (n) */
     float lr, a, b, eps;
     bool nesterov;
     psg_variable_t *slots[2]; /* the slots' variables, locked with the variable's */
@@ -112,10 +115,7 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
                                  "(check_numerics; the variable was not updated)",
                                  v->name, (long long)i, isnan(gd[i]) ? "NaN" : "Inf");
     }
-    memset(u, 0, sizeof *u);
-    u->w = psg_tensor_f32(v->value);
-    u->s1 = s[0] ? psg_tensor_f32(s[0]->value) : NULL;
-    u->s2 = s[1] ? psg_tensor_f32(s[1]->value) : NULL;
+    memset(u, 0, sizeof *u); /* w, s1, s2: under the locks (run_update) */
     u->g = gd;
     u->slots[0] = s[0];
     u->slots[1] = s[1];
@@ -128,9 +128,20 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
  * the variable and its slots under the variable's lock: one update, never half of one). */
 static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, update_t *u) {
     psg_variable_lock_update(v, u->slots, u->nslots);
-    /* a retried step's update that v holds already is not applied twice (ps/replicate.c) */
-    if (psg_variable_note_write(v, c->step_id)) {
-        for (int i = 0; i < u->nslots; i++) (void)psg_variable_note_write(u->slots[i], c->step_id);
+    /* a retried step's update that v holds already is not applied twice (ps/replicate.c); a
+     * variable whose value before is kept (chain replication's way back) is written aside,
+     * its buffers resolved here, under the locks */
+    const void *in[3];
+    if (psg_variable_note_write_aside(v, c->step_id, &in[0])) {
+        in[1] = in[2] = NULL;
+        for (int i = 0; i < u->nslots; i++)
+            (void)psg_variable_note_write_aside(u->slots[i], c->step_id, &in[i + 1]);
+        u->w = psg_tensor_f32(v->value);
+        u->s1 = u->nslots > 0 ? psg_tensor_f32(u->slots[0]->value) : NULL;
+        u->s2 = u->nslots > 1 ? psg_tensor_f32(u->slots[1]->value) : NULL;
+        u->w_in = in[0];
+        u->s1_in = in[1];
+        u->s2_in = in[2];
         log_update(c, &u->used);
         psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
     }
@@ -142,7 +153,7 @@ static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, u
 
 static void sgd_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
-    for (int64_t i = b; i < e; i++) u->w[i] -= u->lr * u->g[i];
+    for (int64_t i = b; i < e; i++) u->w[i] = u->w_in[i] - u->lr * u->g[i];
 }
 
 /* accum = momentum*accum + g; var -= lr*accum
@@ -150,9 +161,9 @@ static void sgd_range(void *ctx, int64_t b, int64_t e) {
 static void momentum_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
     for (int64_t i = b; i < e; i++) {
-        float a = u->s1[i] * u->a + u->g[i];
+        float a = u->s1_in[i] * u->a + u->g[i];
         u->s1[i] = a;
-        u->w[i] -= u->nesterov ? u->g[i] * u->lr + a * u->a * u->lr : u->lr * a;
+        u->w[i] = u->w_in[i] - (u->nesterov ? u->g[i] * u->lr + a * u->a * u->lr : u->lr * a);
     }
 }
 
@@ -161,11 +172,11 @@ static void rmsprop_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
     for (int64_t i = b; i < e; i++) {
         float g = u->g[i];
-        float ms = u->a * u->s1[i] + (1.0f - u->a) * g * g;
-        float mom = u->b * u->s2[i] + u->lr * g / sqrtf(ms + u->eps);
+        float ms = u->a * u->s1_in[i] + (1.0f - u->a) * g * g;
+        float mom = u->b * u->s2_in[i] + u->lr * g / sqrtf(ms + u->eps);
         u->s1[i] = ms;
         u->s2[i] = mom;
-        u->w[i] -= mom;
+        u->w[i] = u->w_in[i] - mom;
     }
 }
 
@@ -174,11 +185,11 @@ static void rmsprop_range(void *ctx, int64_t b, int64_t e) {
 static void adam_scalar(const update_t *u, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) {
         float g = u->g[i];
-        float m = u->s1[i] + (g - u->s1[i]) * (1.0f - u->a);
-        float v = u->s2[i] + (g * g - u->s2[i]) * (1.0f - u->b);
+        float m = u->s1_in[i] + (g - u->s1_in[i]) * (1.0f - u->a);
+        float v = u->s2_in[i] + (g * g - u->s2_in[i]) * (1.0f - u->b);
         u->s1[i] = m;
         u->s2[i] = v;
-        u->w[i] -= u->lr * m / (sqrtf(v) + u->eps);
+        u->w[i] = u->w_in[i] - u->lr * m / (sqrtf(v) + u->eps);
     }
 }
 
@@ -202,7 +213,7 @@ static void adam_range(void *ctx, int64_t b, int64_t e) {
     const v8f_t lr = (v8f_t){0} + u->lr, eps = (v8f_t){0} + u->eps;
     int64_t i = b;
     for (; i + 8 <= e; i += 8) {
-        v8f_t g = v8_load(u->g + i), s1 = v8_load(u->s1 + i), s2 = v8_load(u->s2 + i);
+        v8f_t g = v8_load(u->g + i), s1 = v8_load(u->s1_in + i), s2 = v8_load(u->s2_in + i);
         v8f_t m = s1 + (g - s1) * ca;
         v8f_t v = s2 + (g * g - s2) * cb;
         __m256 vv;
@@ -210,7 +221,7 @@ static void adam_range(void *ctx, int64_t b, int64_t e) {
         vv = _mm256_sqrt_ps(vv);
         v8f_t root;
         memcpy(&root, &vv, sizeof root);
-        v8f_t w = v8_load(u->w + i) - lr * m / (root + eps);
+        v8f_t w = v8_load(u->w_in + i) - lr * m / (root + eps);
         memcpy(u->s1 + i, &m, sizeof m);
         memcpy(u->s2 + i, &v, sizeof v);
         memcpy(u->w + i, &w, sizeof w);
@@ -228,9 +239,9 @@ static void adagrad_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
     for (int64_t i = b; i < e; i++) {
         float g = u->g[i];
-        float a = u->s1[i] + g * g;
+        float a = u->s1_in[i] + g * g;
         u->s1[i] = a;
-        u->w[i] -= u->lr * g / sqrtf(a);
+        u->w[i] = u->w_in[i] - u->lr * g / sqrtf(a);
     }
 }
 
@@ -241,10 +252,10 @@ static void ftrl_range(void *ctx, int64_t b, int64_t e) {
     const update_t *u = ctx;
     float lr = u->lr, l1 = u->a, l2 = u->b, lp = u->eps;
     for (int64_t i = b; i < e; i++) {
-        float g = u->g[i], acc = u->s1[i] + g * g;
+        float g = u->g[i], acc = u->s1_in[i] + g * g;
         float pow_new = lp == -0.5f ? sqrtf(acc) : powf(acc, -lp);
-        float pow_old = lp == -0.5f ? sqrtf(u->s1[i]) : powf(u->s1[i], -lp);
-        float lin = u->s2[i] + g - (pow_new - pow_old) / lr * u->w[i];
+        float pow_old = lp == -0.5f ? sqrtf(u->s1_in[i]) : powf(u->s1_in[i], -lp);
+        float lin = u->s2_in[i] + g - (pow_new - pow_old) / lr * u->w_in[i];
         u->s2[i] = lin;
         u->w[i] =
             fabsf(lin) > l1 ? ((lin > 0 ? l1 : -l1) - lin) / (pow_new / lr + 2.0f * l2) : 0.0f;
