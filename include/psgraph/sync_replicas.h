@@ -87,7 +87,7 @@ typedef struct {
 /* Fills c for one worker and no backups: strategy "sync", 60 s timeout. */
 void psg_sync_config_defaults(psg_sync_config_t *c);
 
-#define PSG_SYNC_MAX_CALLS 4
+#define PSG_SYNC_MAX_CALLS 24
 #define PSG_SYNC_CALL_MAX 64
 
 /* What a strategy builds into one worker's graph. Endpoints a strategy does
@@ -141,6 +141,11 @@ typedef struct {
         int targets[PSG_SYNC_CALL_MAX];
     } calls[PSG_SYNC_MAX_CALLS];
     int num_calls;
+    /* calls from index peer_calls_from on (0: none) each run a partition on another worker
+     * that may not be up (allreduce's puts into the next worker of its ring): made at their
+     * first run, on a session of their own whose wait for an unreachable peer is the peer
+     * timeout, not the step timeout */
+    int peer_calls_from;
     /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
     int n_step_fetches;
     psg_endpoint_t step_fetches[PSG_SYNC_CALL_MAX];
