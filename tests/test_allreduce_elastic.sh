@@ -48,10 +48,11 @@ run_kill() {
     --model mlp --data synthetic --steps $steps --log-every 1 --peer-timeout 2 --step-timeout 60 \
     --sync allreduce > >(python3 -u -c "$stamp" >"$out") 2>&1 &
   launch_pid=$!
-  local killed= rc
+  local killed= rc t_kill=0
   for _ in $(seq 1 2400); do
     if [ -z "$killed" ] && [ -s "$dir/w2.pid" ] &&
        grep -aq "^[0-9.]* \[worker2\] step 40 " "$out" 2>/dev/null; then
+      t_kill=$(date +%s.%N)
       kill -KILL "$(cat "$dir/w2.pid")" && killed=1
     fi
     kill -0 "$launch_pid" 2>/dev/null || break
@@ -75,12 +76,26 @@ run_kill() {
   else
     fail "kill (rc $rc, killed '${killed}', rings '$ring0' / '$ring1'): $(grep -av '\] step \|plain frames' "$out" | tail -30)"
   fi
+  # printed only: the kill -> the loss said, -> the chief's first step in the new ring
+  say_times "$out" "$t_kill" 'membership: worker2 on .*: lost' '\[worker0\] allreduce: worker0 steps in the ring of generation' "kill"
+}
+
+# say_times OUT T0 PAT1 PAT2 WHAT: the first line after T0 matching each pattern, in seconds
+say_times() {
+  python3 - "$@" <<'PY'
+import re, sys
+out, t0, p1, p2, what = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+lines = [(float(l.split()[0]), l) for l in open(out, errors="replace") if re.match(r"[0-9.]+ \[", l)]
+def after(p):
+    return next((round(t - t0, 2) for t, l in lines if t >= t0 and re.search(p, l)), None)
+print("  %s -> %s: %s s, -> %s: %s s" % (what, p1, after(p1), p2, after(p2)))
+PY
 }
 
 run_join() {
   local dir="$tmp/join"
   mkdir -p "$dir"
-  local out="$dir/out.log" joined= rc
+  local out="$dir/out.log" joined= rc t_join=0
   "$psgraph" launch --transport tcp --ps 1 --workers 2:3 -- "$psgraph" train \
     --model mlp --data synthetic --steps 300 --log-every 1 --peer-timeout 2 --step-timeout 60 \
     --sync allreduce > >(python3 -u -c "$stamp" >"$out") 2>&1 &
@@ -88,6 +103,7 @@ run_join() {
   for _ in $(seq 1 2400); do
     if [ -z "$joined" ] && grep -aq "^[0-9.]* \[worker0\] step 60 " "$out" 2>/dev/null &&
        grep -aq '\[worker0\] membership: worker2 .*: not started' "$out"; then
+      t_join=$(date +%s.%N)
       kill -USR1 "$launch_pid" && joined=1
     fi
     kill -0 "$launch_pid" 2>/dev/null || break
@@ -110,6 +126,8 @@ run_join() {
   else
     fail "join (rc $rc, joined '${joined}', ring '$ring2'): $(grep -av '\] step \|plain frames' "$out" | tail -30)"
   fi
+  # printed only: SIGUSR1 -> the chief's admission, -> worker2's first step in the ring
+  say_times "$out" "$t_join" 'membership: worker2 on .*: joined' '\[worker2\] allreduce: worker2 at step' "SIGUSR1"
 }
 
 run_kill
