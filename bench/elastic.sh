@@ -17,6 +17,9 @@
 #                   --staleness 2', 'local --local-steps 4' or 'sync --backup-workers 1'
 #                   (the default)
 #   --repeats N     run pairs (default 3)
+#   --fixed-strategy 'S'  the fixed run's `--sync S` instead (e.g. 'sync': N = 3 of 3, as the
+#                   elastic job averages once the loss spent its backup worker)
+#   --fixed-shards fixed|dispatch  the fixed run's --data-shards (default fixed)
 #   --hosts         the elastic run on emulated hosts (tools/hosts.sh; root): `launch --ssh`
 #                   from a host of its own (ctl), ps0@h1 worker0@h2 worker1@h3 worker2@h4
 #                   worker3@h5; worker3's process on h5 SIGKILLed at step 400 and worker2's
@@ -24,7 +27,8 @@
 #                   cuts one); the JSON adds the cut -> the loss said and -> the chief's first
 #                   step after it. The fixed run stays on this machine (loopback). On the
 #                   shared machine: flock /work/notes/netns.lock nice -n 5 bash bench/elastic.sh --hosts
-#   nice -n 5 bash bench/elastic.sh [--strategy S] [--repeats N] [--hosts]   (minutes a pair)
+#   nice -n 5 bash bench/elastic.sh [--strategy S] [--repeats N] [--fixed-strategy S]
+#     [--fixed-shards fixed|dispatch] [--hosts]                                 (minutes a pair)
 # PSGRAPH=path: another build's binary; ELASTIC_LOGS=dir: the runs' logs copied there;
 # ELASTIC_DEADLINE=s: an elastic run stopped after s seconds (default 900).
 set -uo pipefail
@@ -32,14 +36,20 @@ cd "$(dirname "$0")/.."
 strategy='sync --backup-workers 1'
 on_hosts=
 repeats=3
+fixed_strategy=
+fixed_shards=fixed
 while [ $# -gt 0 ]; do
   case $1 in
     --strategy) strategy=${2:?--strategy needs a value}; shift 2 ;;
     --repeats) repeats=${2:?--repeats needs a value}; shift 2 ;;
+    --fixed-strategy) fixed_strategy=${2:?--fixed-strategy needs a value}; shift 2 ;;
+    --fixed-shards) fixed_shards=${2:?--fixed-shards needs a value}; shift 2 ;;
     --hosts) on_hosts=1; shift ;;
-    *) echo "bench/elastic.sh: unknown option '$1' (--strategy S, --repeats N, --hosts)" >&2; exit 2 ;;
+    *) echo "bench/elastic.sh: unknown option '$1' (--strategy S, --repeats N, --fixed-strategy S, --fixed-shards fixed|dispatch, --hosts)" >&2; exit 2 ;;
   esac
 done
+read -r -a fixed_sync_args <<<"${fixed_strategy:-$strategy}"
+case $fixed_shards in fixed | dispatch) ;; *) echo "bench/elastic.sh: --fixed-shards fixed or dispatch" >&2; exit 2 ;; esac
 case $repeats in '' | *[!0-9]* | 0) echo "bench/elastic.sh: --repeats takes a count >= 1" >&2; exit 2 ;; esac
 read -r -a sync_args <<<"$strategy"
 psgraph=${PSGRAPH:-build/cli/psgraph}
@@ -68,8 +78,7 @@ stamp='import sys, time
 for line in sys.stdin:
     sys.stdout.write("%.3f %s" % (time.time(), line))
     sys.stdout.flush()'
-train=(train --model mlp --epochs 3 --batch 32 --log-every 1 --peer-timeout 2 --step-timeout 60
-       --sync "${sync_args[@]}")
+train=(train --model mlp --epochs 3 --batch 32 --log-every 1 --peer-timeout 2 --step-timeout 60)
 
 # run_pair REP: the elastic run and the fixed one with --seed REP; their JSON line
 run_pair() {
@@ -77,7 +86,7 @@ local rep=$1 out base rc rc_base t_end
 joined= killed= cut= t_kill=0 t_cut=0
 out=$tmp/elastic_$rep.log
 "${launch_at[@]}" --ps 1 --workers 2:4 -- "$psgraph" "${train[@]}" --seed "$rep" \
-  --data-shards dispatch > >(python3 -u -c "$stamp" >"$out") 2>&1 &
+  --sync "${sync_args[@]}" --data-shards dispatch > >(python3 -u -c "$stamp" >"$out") 2>&1 &
 launch_pid=$!
 # worker3's train process: over ssh the launcher's pid is the ssh client's, so the one on h5
 kill_worker3() {
@@ -118,13 +127,13 @@ launch_pid=
 sleep 0.3
 base=$tmp/fixed_$rep.log
 "$psgraph" launch --transport tcp --ps 1 --workers 3 -- "$psgraph" "${train[@]}" --seed "$rep" \
-  > >(python3 -u -c "$stamp" >"$base") 2>&1
+  --sync "${fixed_sync_args[@]}" --data-shards "$fixed_shards" > >(python3 -u -c "$stamp" >"$base") 2>&1
 rc_base=$?
 sleep 0.3
 [ -n "${ELASTIC_LOGS:-}" ] && mkdir -p "$ELASTIC_LOGS" && cp "$out" "$base" "$ELASTIC_LOGS/"
-python3 - "$out" "$base" "$rc" "$rc_base" "$t_kill" "$t_end" "$t_cut" "$strategy" "${on_hosts:+1}" "$(uptime | sed 's/.*load average: //')" "$rep" <<'PY'
+python3 - "$out" "$base" "$rc" "$rc_base" "$t_kill" "$t_end" "$t_cut" "$strategy" "${on_hosts:+1}" "$(uptime | sed 's/.*load average: //')" "$rep" "${fixed_strategy:-$strategy} --data-shards $fixed_shards" <<'PY'
 import collections, json, re, sys
-out, base, rc, rc_base, t_kill, t_end, t_cut, strategy, on_hosts, load, rep = sys.argv[1:]
+out, base, rc, rc_base, t_kill, t_end, t_cut, strategy, on_hosts, load, rep, fixed_run = sys.argv[1:]
 t_kill, t_end, t_cut = float(t_kill), float(t_end), float(t_cut)
 def lines(path):
     return [(float(l.split(" ", 1)[0]), l.split(" ", 1)[1]) for l in open(path)
@@ -173,7 +182,7 @@ cut = {}
 if t_cut:
     cut = {"cut_to_loss_said_s": round(cut_lost - t_cut, 3) if cut_lost else None,
            "cut_to_first_step_without_it_s": round(after_cut - t_cut, 3) if after_cut else None}
-print(json.dumps({"bench": "elastic", "repeat": int(rep), "seed": int(rep), "strategy": strategy, "hosts": bool(on_hosts), "load_average": load, "rc": int(rc), "rc_fixed": int(rc_base),
+print(json.dumps({"bench": "elastic", "repeat": int(rep), "seed": int(rep), "strategy": strategy, "fixed_run": fixed_run, "hosts": bool(on_hosts), "load_average": load, "rc": int(rc), "rc_fixed": int(rc_base),
                   "steps_per_sec": phases, "global_steps": d.get("global_steps"),
                   "workers_joined": d.get("workers_joined"), "workers_lost": d.get("workers_lost"),
                   "joined_at_s_after_step_200": [round(j - t200, 3) for j in joins] if t200 else None,
@@ -221,6 +230,7 @@ if pairs:
         diff["within_bar"] = abs(m) <= 0.01  # the point estimate
         diff["interval_within_bar"] = -0.01 <= m - h and m + h <= 0.01
 print(json.dumps({"bench": "elastic_summary", "strategy": runs[0]["strategy"] if runs else None,
+                  "fixed_run": runs[0]["fixed_run"] if runs else None,
                   "repeats": len(runs), "rc": [r["rc"] for r in runs],
                   "rc_fixed": [r["rc_fixed"] for r in runs],
                   "accuracy_elastic": spread(el), "accuracy_fixed_3": spread(fx),
