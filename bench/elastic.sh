@@ -3,7 +3,7 @@
 # epochs, the data's shards handed out by ps0 (--data-shards dispatch): `launch --workers 2:4`
 # starts 2 workers, 2 more join at the chief's step 200 (two SIGUSR1), one of them (worker3)
 # is SIGKILLed at the chief's step 400; the job runs to the data's end. Then a fixed 3-worker
-# run of the same flags (the default --data-shards fixed) for the accuracy. The pair is run
+# run for the accuracy, like with like (--fixed-strategy, --fixed-shards). The pair is run
 # --repeats times (default 3), interleaved (elastic 1, fixed 1, elastic 2, ...), repeat i with
 # --seed i in both runs. A JSON line a run pair: per phase steps/s (the chief's step lines,
 # each phase from its change to the next), the examples finished per epoch (the shard_done
@@ -17,9 +17,12 @@
 #                   --staleness 2', 'local --local-steps 4' or 'sync --backup-workers 1'
 #                   (the default)
 #   --repeats N     run pairs (default 3)
-#   --fixed-strategy 'S'  the fixed run's `--sync S` instead (e.g. 'sync': N = 3 of 3, as the
-#                   elastic job averages once the loss spent its backup worker)
-#   --fixed-shards fixed|dispatch  the fixed run's --data-shards (default fixed)
+#   --fixed-strategy 'S'  the fixed run's `--sync S`; default: the elastic run's without its
+#                   --backup-workers (like with like: from the loss on, the elastic job's 3 live
+#                   workers of 4 with b = 1 average 3 of 3 gradients, as `sync` does on 3; with
+#                   `--fixed-strategy 'sync --backup-workers 1'` the fixed run averages 2 of 3)
+#   --fixed-shards fixed|dispatch  the fixed run's --data-shards (default dispatch, as the
+#                   elastic run's)
 #   --hosts         the elastic run on emulated hosts (tools/hosts.sh; root): `launch --ssh`
 #                   from a host of its own (ctl), ps0@h1 worker0@h2 worker1@h3 worker2@h4
 #                   worker3@h5; worker3's process on h5 SIGKILLed at step 400 and worker2's
@@ -37,7 +40,7 @@ strategy='sync --backup-workers 1'
 on_hosts=
 repeats=3
 fixed_strategy=
-fixed_shards=fixed
+fixed_shards=dispatch
 while [ $# -gt 0 ]; do
   case $1 in
     --strategy) strategy=${2:?--strategy needs a value}; shift 2 ;;
@@ -48,7 +51,8 @@ while [ $# -gt 0 ]; do
     *) echo "bench/elastic.sh: unknown option '$1' (--strategy S, --repeats N, --fixed-strategy S, --fixed-shards fixed|dispatch, --hosts)" >&2; exit 2 ;;
   esac
 done
-read -r -a fixed_sync_args <<<"${fixed_strategy:-$strategy}"
+[ -n "$fixed_strategy" ] || fixed_strategy=$(sed -E 's/ *--backup-workers[ =]+[0-9]+//' <<<"$strategy")
+read -r -a fixed_sync_args <<<"$fixed_strategy"
 case $fixed_shards in fixed | dispatch) ;; *) echo "bench/elastic.sh: --fixed-shards fixed or dispatch" >&2; exit 2 ;; esac
 case $repeats in '' | *[!0-9]* | 0) echo "bench/elastic.sh: --repeats takes a count >= 1" >&2; exit 2 ;; esac
 read -r -a sync_args <<<"$strategy"
@@ -131,7 +135,7 @@ base=$tmp/fixed_$rep.log
 rc_base=$?
 sleep 0.3
 [ -n "${ELASTIC_LOGS:-}" ] && mkdir -p "$ELASTIC_LOGS" && cp "$out" "$base" "$ELASTIC_LOGS/"
-python3 - "$out" "$base" "$rc" "$rc_base" "$t_kill" "$t_end" "$t_cut" "$strategy" "${on_hosts:+1}" "$(uptime | sed 's/.*load average: //')" "$rep" "${fixed_strategy:-$strategy} --data-shards $fixed_shards" <<'PY'
+python3 - "$out" "$base" "$rc" "$rc_base" "$t_kill" "$t_end" "$t_cut" "$strategy" "${on_hosts:+1}" "$(uptime | sed 's/.*load average: //')" "$rep" "$fixed_strategy --data-shards $fixed_shards" <<'PY'
 import collections, json, re, sys
 out, base, rc, rc_base, t_kill, t_end, t_cut, strategy, on_hosts, load, rep, fixed_run = sys.argv[1:]
 t_kill, t_end, t_cut = float(t_kill), float(t_end), float(t_cut)
