@@ -277,16 +277,21 @@ static ring_t *ring_state(psg_sync_worker_t *w, const psg_tensor_t *grad) {
 /* The model's digest as the step read it (its sum and sum of squares, exact in hex), on the
  * first two steps of each generation (as it was shared, and after its first step) and every
  * 50th: a user compares the workers' copies with it. */
-static void say_digest(const psg_sync_worker_t *w, ring_t *rs, const psg_tensor_t *digest) {
-    if (!(rs->fresh > 0 || rs->step % 50 == 0) || !digest || digest->dtype != PSG_DT_F32 ||
-        psg_tensor_numel(digest) != 2)
-        return;
+static int say_digest(psg_sync_worker_t *w, ring_t *rs) {
+    if (!(rs->fresh > 0 || rs->step % 50 == 0)) return 0;
+    psg_tensor_t *digest = NULL;
+    if (w->run(w->ctx, PSG_RING_DIGEST, NULL, &digest) < 0)
+        return psg_error_wrap("allreduce: the model's digest");
+    if (digest->dtype == PSG_DT_F32 && psg_tensor_numel(digest) == 2) {
+        const float *d = psg_tensor_f32(digest);
+        printf("allreduce: worker%d at step %lld (generation %lld): model digest %a %a\n",
+               w->cfg->worker_index, (long long)rs->step, (long long)rs->gen, (double)d[0],
+               (double)d[1]);
+        fflush(stdout);
+    }
+    psg_tensor_destroy(&digest);
     if (rs->fresh > 0) rs->fresh--;
-    const float *d = psg_tensor_f32(digest);
-    printf("allreduce: worker%d at step %lld (generation %lld): model digest %a %a\n",
-           w->cfg->worker_index, (long long)rs->step, (long long)rs->gen, (double)d[0],
-           (double)d[1]);
-    fflush(stdout);
+    return 0;
 }
 
 /* One try of the step: RING_STEPPED (applied), RING_CHANGED (try again), RING_OVER, -1. */
@@ -295,15 +300,15 @@ static int try_step(psg_sync_worker_t *w, psg_tensor_t **loss) {
     int rc = w->run(w->ctx, 0, NULL, fetched);
     ring_t *rs = rc == 0 ? ring_state(w, fetched[1]) : NULL;
     record_t r;
-    if (rs && parse_record(w, fetched[3], fetched[4], &r) == 0) {
+    if (rs && parse_record(w, fetched[2], fetched[3], &r) == 0) {
         int me = w->cfg->worker_index;
         if (r.over)
             rc = RING_OVER;
         else if (r.gen != rs->gen || !r.member[me])
             rc = (rc = reform(w, rs, r)) < 0 ? -1 : rc == RING_OVER ? RING_OVER : RING_CHANGED;
         else {
-            say_digest(w, rs, fetched[2]);
-            if ((rc = exchange(w, rs, psg_tensor_f32(fetched[1]))) == 0)
+            if ((rc = say_digest(w, rs)) == 0 &&
+                (rc = exchange(w, rs, psg_tensor_f32(fetched[1]))) == 0)
                 rc = apply_mean(w, rs) < 0 ? -1 : RING_STEPPED;
         }
     } else {

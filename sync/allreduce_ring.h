@@ -14,6 +14,7 @@ enum {
     PSG_RING_SHARE,     /* the chief: its variables and slots to the ps; others: from it */
     PSG_RING_READY,     /* feed (generation, step) (f32 [2], exact below 2^24): the chief's share is
                            done */
+    PSG_RING_DIGEST,    /* fetch the model's sum and sum of squares (f32 [2]) */
     PSG_RING_PUT0       /* + j: feed a chunk (f32) and a key: into rank j's mailbox (j != me,
                            ranks above me one lower) */
 };

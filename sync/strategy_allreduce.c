@@ -99,8 +99,9 @@ static int build_gradient(ring_build_t *r) {
         r->out->step_fetches[r->out->n_step_fetches++] = grad;
         rc = psg_graph_status(g);
     }
-    /* the model's digest as the step reads it: its sum and its sum of squares, which the
-     * step function logs so that the workers' copies can be compared */
+    /* the model's digest (its own call, run before the step's exchange when it is said): its
+     * sum and its sum of squares, which the step function logs so that the workers' copies
+     * can be compared */
     for (int i = 0; rc == 0 && i < b->n; i++) {
         snprintf(name, sizeof name, "allreduce/digest/read%d", i);
         psg_endpoint_t v = psg_read_variable(g, name, b->vars[i]);
@@ -114,8 +115,8 @@ static int build_gradient(ring_build_t *r) {
                                   psg_sum(g, "allreduce/digest/sum2",
                                           psg_square(g, "allreduce/digest/sq", all), 0, NULL,
                                           true)};
-        r->out->step_fetches[r->out->n_step_fetches++] =
-            psg_concat(g, "allreduce/digest", 2, sums, 0);
+        psg_endpoint_t digest = psg_concat(g, "allreduce/digest", 2, sums, 0);
+        set_call(r->out, PSG_RING_DIGEST, 0, NULL, 1, &digest, 0, NULL);
         rc = psg_graph_status(g);
     }
     free(flat);
