@@ -337,8 +337,10 @@ int psg_ring_step(psg_sync_worker_t *w, psg_tensor_t **loss, psg_sync_step_t *st
     if (rc == RING_OVER) { /* another worker ended training: the chief's copy is the model */
         st->next_step = -1;
         st->staleness = -1;
-        if (w->cfg->worker_index == 0 && w->run(w->ctx, PSG_RING_SHARE, NULL, NULL) < 0)
+        if (w->cfg->worker_index == 0 && w->run(w->ctx, PSG_RING_SHARE, NULL, NULL) < 0) {
+            psg_tensor_destroy(loss);
             return psg_error_wrap("allreduce: the chief's copy of the model at the end");
+        }
         return 0;
     }
     st->used = true;
