@@ -149,10 +149,9 @@ static int64_t key_of(const ring_t *rs, int phase) {
     return (rs->gen << 40) | (rs->step << 8) | phase;
 }
 
-/* len floats at x into the next member's mailbox for phase. 0, RING_CHANGED (the put failed
- * and the record moved on: the next member is gone), or -1. */
-static int put_chunk(psg_sync_worker_t *w, const ring_t *rs, int phase, const float *x,
-                     int64_t len) {
+/* len floats at x into the next member's mailbox for phase, once (0), or -1. */
+static int put_once(psg_sync_worker_t *w, const ring_t *rs, int phase, const float *x,
+                    int64_t len) {
     int me = w->cfg->worker_index;
     psg_shape_t ls = psg_shape_1d(len);
     psg_tensor_t *feeds[2] = {psg_tensor_new(PSG_DT_F32, &ls),
@@ -163,17 +162,27 @@ static int put_chunk(psg_sync_worker_t *w, const ring_t *rs, int phase, const fl
         rc = w->run(w->ctx, PSG_RING_PUT0 + (rs->next < me ? rs->next : rs->next - 1), feeds, NULL);
     }
     for (int i = 0; i < 2; i++) psg_tensor_destroy(&feeds[i]);
-    if (rc == 0) return 0;
+    return rc;
+}
+
+/* The put of phase: 0, RING_CHANGED (it failed and the record moved on: the next member is
+ * gone), or -1. A failed put is tried again while the record stays (a slow next member, not
+ * a dead one); "a second put" then says the first one landed. */
+static int put_chunk(psg_sync_worker_t *w, const ring_t *rs, int phase, const float *x,
+                     int64_t len) {
+    if (put_once(w, rs, phase, x, len) == 0) return 0;
     char why[1024];
     snprintf(why, sizeof why, "%s", psg_error_message());
     double deadline = psg_now_sec() + timeout_sec(w);
-    for (;;) { /* a put to a dead worker: its loss re-forms the ring */
+    for (;;) {
         int c = moved_on(w, rs);
         if (c != 0) return c;
         if (psg_now_sec() > deadline)
             return psg_error_set("allreduce: step %lld: the chunk for worker%d: %s",
                                  (long long)rs->step, rs->next, why);
         sleep_ms(50);
+        if (put_once(w, rs, phase, x, len) == 0 || strstr(psg_error_message(), "a second put"))
+            return 0;
     }
 }
 
