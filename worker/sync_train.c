@@ -323,9 +323,6 @@ static int chief_run(void *ctx, int64_t *global_step) {
     return 0;
 }
 
-/* Runs call k for the strategy's step function (sync/strategy.h). */
-/* Call k into another worker (sg.peer_calls_from), made at its first run on the session of
- * such calls: registering a partition waits at most the peer timeout for a worker not up. */
 /* Call k into another worker (sg.peer_calls_from), made at its first run on the session of
  * such calls: it waits at most the peer timeout (or the step timeout, if shorter) for a worker
  * that is not up, to register the partition or to run it. */
@@ -348,6 +345,7 @@ static psg_dist_callable_t *peer_call(psg_sync_train_t *st, int k) {
                sg->calls[i].targets);
 }
 
+/* Runs call k for the strategy's step function (sync/strategy.h). */
 static int run_call(void *ctx, int k, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
     psg_sync_train_t *st = ctx;
     if (k > 0 && st->sg.peer_calls_from > 0 && k - 1 >= st->sg.peer_calls_from) {

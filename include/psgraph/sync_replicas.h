@@ -144,7 +144,7 @@ typedef struct {
     /* calls from index peer_calls_from on (0: none) each run a partition on another worker
      * that may not be up (allreduce's puts into the next worker of its ring): made at their
      * first run, on a session of their own whose wait for an unreachable peer is the peer
-     * timeout, not the step timeout */
+     * timeout (the step timeout if shorter) */
     int peer_calls_from;
     /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
     int n_step_fetches;
