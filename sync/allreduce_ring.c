@@ -23,6 +23,7 @@ typedef struct {
     int64_t gen, step; /* the ring's generation this worker steps in, its next step */
     int n, pos, next;  /* the members, this worker's position among them, the next's rank */
     int fresh;         /* steps of this generation whose digest is said still */
+    bool fast;         /* the next step runs the whole ring in one call (PSG_SYNC_FAST_STEP) */
     int members[PSG_RING_MAX_WORKERS];
     int64_t m;   /* floats of the gradient */
     float sum[]; /* [m] the chunks as the ring sums them */
@@ -133,6 +134,7 @@ static int reform(psg_sync_worker_t *w, ring_t *rs, record_t r) {
     }
     rs->gen = r.gen;
     rs->fresh = 2;
+    rs->fast = false;
     form(rs, &r, me, nw);
     char who[8 * PSG_RING_MAX_WORKERS] = "";
     for (int i = 0; i < rs->n; i++)
@@ -303,8 +305,58 @@ static int say_digest(psg_sync_worker_t *w, ring_t *rs) {
     return 0;
 }
 
+/* The one-call ring failed (a member lost, or training ended by another): RING_CHANGED once
+ * the record moved on (the calls then re-form the ring and redo the step), -1 when it stays
+ * past the timeout from start. */
+static int fast_failed(psg_sync_worker_t *w, const ring_t *rs, double start) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", psg_error_message());
+    for (;;) {
+        int c = moved_on(w, rs);
+        if (c != 0) return c;
+        if (psg_now_sec() - start > timeout_sec(w))
+            return psg_error_set("allreduce: step %lld of the ring of generation %lld (all its "
+                                 "workers, in one call): %s; the ring's members did not change "
+                                 "within %.0f s",
+                                 (long long)rs->step, (long long)rs->gen, why, timeout_sec(w));
+        sleep_ms(50);
+    }
+}
+
+/* One try of the step as one call: the gradient and the whole ring (while rs->fast), then the
+ * apply; RING_STEPPED, RING_CHANGED (try again by the calls), or -1. */
+static int fast_step(psg_sync_worker_t *w, ring_t *rs, psg_tensor_t **loss) {
+    double start = psg_now_sec();
+    if (say_digest(w, rs) < 0) return -1;
+    psg_tensor_t *fetched[2 + 8 + PSG_SYNC_CALL_MAX] = {0},
+                                  *key = psg_tensor_scalar_i64(rs->gen << 40 | rs->step);
+    if (!key) return psg_error_set("out of memory");
+    int rc = w->run(w->ctx, PSG_SYNC_FAST_STEP, &key, fetched);
+    psg_tensor_destroy(&key);
+    rs->fast = false;
+    record_t r;
+    if (rc < 0) {
+        rc = fast_failed(w, rs, start);
+    } else if ((rc = parse_record(w, fetched[2], fetched[3], &r)) == 0) {
+        const psg_tensor_t *sum = fetched[4];
+        if (!sum || sum->dtype != PSG_DT_F32 || psg_tensor_numel(sum) != rs->m)
+            rc = psg_error_set("allreduce: the one-call ring's sum is not f32 [%lld]",
+                               (long long)rs->m);
+        else
+            memcpy(rs->sum, psg_tensor_f32(sum), sizeof *rs->sum * (size_t)rs->m);
+        if (rc == 0) rc = apply_mean(w, rs) < 0 ? -1 : RING_STEPPED;
+        /* the record as the step read it: a change goes to the calls, which re-form */
+        rs->fast = rc == RING_STEPPED && !r.over && r.gen == rs->gen;
+    }
+    *loss = fetched[0];
+    fetched[0] = NULL;
+    for (int i = 0; i < 2 + 8 + PSG_SYNC_CALL_MAX; i++) psg_tensor_destroy(&fetched[i]);
+    return rc;
+}
+
 /* One try of the step: RING_STEPPED (applied), RING_CHANGED (try again), RING_OVER, -1. */
 static int try_step(psg_sync_worker_t *w, psg_tensor_t **loss) {
+    if (w->state && ((ring_t *)w->state)->fast) return fast_step(w, w->state, loss);
     psg_tensor_t *fetched[1 + 8 + PSG_SYNC_CALL_MAX] = {0};
     int rc = w->run(w->ctx, 0, NULL, fetched);
     ring_t *rs = rc == 0 ? ring_state(w, fetched[1]) : NULL;
@@ -319,6 +371,10 @@ static int try_step(psg_sync_worker_t *w, psg_tensor_t **loss) {
             if ((rc = say_digest(w, rs)) == 0 &&
                 (rc = exchange(w, rs, psg_tensor_f32(fetched[1]))) == 0)
                 rc = apply_mean(w, rs) < 0 ? -1 : RING_STEPPED;
+            /* a step of this generation done by the calls: the next ones in one call while
+             * the members are every worker and the record stays */
+            rs->fast =
+                rc == RING_STEPPED && rs->n == w->cfg->num_workers && w->sg->fast_step_op >= 0;
         }
     } else {
         rc = -1;

@@ -56,7 +56,8 @@ typedef struct {
     psg_sync_graph_t *out;
     int me, n; /* this worker's rank, the workers */
     char own[PSG_DEVICE_NAME_MAX];
-    int64_t m; /* the floats of the flat gradient */
+    int64_t m;           /* the floats of the flat gradient */
+    psg_endpoint_t grad; /* the flat gradient */
 } ring_build_t;
 
 /* Call k (PSG_RING_*) of out: its feeds, fetches and targets. */
@@ -96,6 +97,7 @@ static int build_gradient(ring_build_t *r) {
             b->n == 1 ? flat[0] : psg_concat(g, "allreduce/gradients", b->n, flat, 0);
         psg_endpoint_t grad = psg_identity(g, "allreduce/gradient", all);
         r->out->train_op = grad.node;
+        r->grad = grad;
         r->out->step_fetches[r->out->n_step_fetches++] = grad;
         rc = psg_graph_status(g);
     }
@@ -121,6 +123,70 @@ static int build_gradient(ring_build_t *r) {
     }
     free(flat);
     return rc;
+}
+
+/* Phase k of the one-call ring: x into the next worker's mailbox k, keyed by the fed key; the
+ * previous worker's chunk of phase k (len floats) from this worker's into *got. */
+static void fast_phase(ring_build_t *r, psg_endpoint_t key, int k, psg_endpoint_t x, int64_t len,
+                       int64_t wait_ms, const char *next, const char *prev, int *put,
+                       psg_endpoint_t *got) {
+    psg_graph_t *g = r->b->g;
+    char name[128];
+    psg_graph_push_device(g, next);
+    snprintf(name, sizeof name, "allreduce/all/w%d/phase%d", (r->me + 1) % r->n, k);
+    psg_endpoint_t box = psg_mailbox_op(g, name);
+    snprintf(name, sizeof name, "allreduce/all/w%d/phase%d/put", (r->me + 1) % r->n, k);
+    *put = psg_mailbox_put_op(g, name, box, key, x);
+    psg_graph_pop_device(g);
+    snprintf(name, sizeof name, "allreduce/all/w%d/phase%d", r->me, k);
+    psg_endpoint_t mine = psg_mailbox_op(g, name);
+    snprintf(name, sizeof name, "allreduce/all/w%d/phase%d/take", r->me, k);
+    psg_shape_t s = psg_shape_1d(len);
+    *got = psg_mailbox_take_op(g, name, mine, key, &s, prev, wait_ms);
+}
+
+/* The step's second form: the whole ring over every worker in one call, as the step function
+ * runs it while the ring's members are all the workers (the chunks, phases and sums of the
+ * calls' ring, so the same floats); its mailboxes "allreduce/all/w<j>/phase<k>" keyed by
+ * generation << 40 | step, each take waiting at most the peer timeout (a loss then re-forms the
+ * ring by the calls); it fetches the sum. */
+static int build_fast(ring_build_t *r) {
+    const psg_sync_build_t *b = r->b;
+    psg_graph_t *g = b->g;
+    int n = r->n, me = r->me, puts[2 * PSG_RING_MAX_WORKERS], np = 0;
+    if (n < 2 || r->m < n) return 0;
+    char next[PSG_DEVICE_NAME_MAX], prev[32], name[128];
+    if (rank_device(r->own, me, (me + 1) % n, next, sizeof next) < 0) return -1;
+    snprintf(prev, sizeof prev, "worker%d", (me + n - 1) % n); /* as the membership names it */
+    int64_t peer = b->cfg->peer_timeout_ms, wait = b->timeout_ms;
+    if (peer > 0 && (wait <= 0 || peer < wait)) wait = peer;
+    psg_endpoint_t cur[PSG_RING_MAX_WORKERS];
+    int64_t off[PSG_RING_MAX_WORKERS], len[PSG_RING_MAX_WORKERS];
+    psg_shape_t scalar = psg_shape_scalar();
+    psg_graph_push_device(g, r->own);
+    psg_endpoint_t key = psg_placeholder(g, "allreduce/all/key", PSG_DT_I64, &scalar);
+    for (int c = 0; c < n; c++) {
+        off[c] = r->m * c / n;
+        len[c] = r->m * (c + 1) / n - off[c];
+        snprintf(name, sizeof name, "allreduce/all/chunk%d", c);
+        cur[c] = psg_slice(g, name, r->grad, 1, &off[c], &len[c]);
+    }
+    for (int k = 0; k < 2 * (n - 1); k++) { /* reduce-scatter, then all-gather */
+        bool scatter = k < n - 1;
+        int j = scatter ? k : k - (n - 1);
+        int s = ((me - j + (scatter ? 0 : 1)) % n + n) % n,
+            c = ((me - j - (scatter ? 1 : 0)) % n + n) % n;
+        psg_endpoint_t got;
+        fast_phase(r, key, k, cur[s], len[c], wait, next, prev, &puts[np++], &got);
+        snprintf(name, sizeof name, "allreduce/all/chunk%d/sum%d", c, k);
+        cur[c] = scatter ? psg_add(g, name, cur[c], got) : got;
+    }
+    psg_endpoint_t sum = psg_concat(g, "allreduce/all/sum", n, cur, 0);
+    psg_graph_pop_device(g);
+    r->out->fast_step_op = psg_group(g, "allreduce/all/puts", np, puts);
+    r->out->fast_key = key;
+    r->out->fast_fetch = sum;
+    return psg_graph_status(g);
 }
 
 /* The apply: the mean fed (f32 [M]), cut back into the variables' shapes, applied to the own
@@ -303,7 +369,7 @@ static int build_allreduce(const psg_sync_build_t *b, psg_sync_graph_t *out) {
     psg_graph_push_device(g, r.own);
     int rc = build_gradient(&r);
     psg_graph_pop_device(g);
-    if (rc < 0 || build_apply(&r) < 0 || build_mailboxes(&r) < 0 ||
+    if (rc < 0 || build_fast(&r) < 0 || build_apply(&r) < 0 || build_mailboxes(&r) < 0 ||
         build_record(&r, &close_ring) < 0 || build_share(&r, &publish, &load) < 0)
         return -1;
     int share = r.me == 0 ? publish : load;
