@@ -167,8 +167,8 @@ static int infer_mailbox_take(psg_infer_ctx_t *c) {
     if (psg_infer_expect_dtype(c, 0, PSG_DT_RESOURCE) < 0) return -1;
     if (expect_scalar(c, 1, PSG_DT_I64, "step") < 0) return -1;
     const psg_attr_t *sh = psg_node_attr(c->node, "shape");
-    if (!sh || sh->type != PSG_ATTR_SHAPE || !psg_shape_is_complete(&sh->u.shape))
-        return psg_error_set("a mailbox's take needs a complete 'shape'");
+    if (!sh || sh->type != PSG_ATTR_SHAPE)
+        return psg_error_set("a mailbox's take needs a 'shape' (-1: any size on that axis)");
     set_output(c, 0, PSG_DT_F32, sh->u.shape);
     return 0;
 }

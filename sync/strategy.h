@@ -22,6 +22,8 @@ typedef struct {
     psg_endpoint_t global_step;         /* the graph's global step handle */
 } psg_sync_build_t;
 
+#define PSG_SYNC_FAST_STEP (-1)
+
 /* One worker running a strategy: what its step function gets. */
 typedef struct psg_sync_worker psg_sync_worker_t;
 struct psg_sync_worker {
@@ -29,7 +31,9 @@ struct psg_sync_worker {
     const psg_sync_graph_t *sg;
     /* Runs call k: 0 is the worker's step (the model's feeds, then feeds[] for
      * sg->local_step if it is valid; fetched[0] the loss, then psg_sync_graph_fetches'
-     * and the staleness pair's), k >= 1 is sg->calls[k - 1] (feeds and fetches its own).
+     * and the staleness pair's), k >= 1 is sg->calls[k - 1] (feeds and fetches its own),
+     * PSG_SYNC_FAST_STEP the step's second form (sg->fast_step_op: feeds[0] for fast_key;
+     * the step's fetches, then fast_fetch).
      * Returns 0, or -1 with the error set. */
     int (*run)(void *ctx, int k, psg_tensor_t *const *feeds, psg_tensor_t **fetched);
     void *ctx;

@@ -222,6 +222,8 @@ int psg_sync_replicas_apply_gradients(psg_sync_replicas_t *sr, psg_graph_t *g, i
     out->train_op = out->chief_op = out->chief_init_op = out->close_op = out->abort_op = -1;
     out->local_init_op = out->start_op = out->reissue_op = out->set_live_op = -1;
     out->rejoin_token = out->live_required = out->live_mask = PSG_NO_ENDPOINT;
+    out->fast_step_op = -1;
+    out->fast_key = out->fast_fetch = PSG_NO_ENDPOINT;
     psg_endpoint_t *kept = malloc(sizeof *kept * 2 * (size_t)(n > 0 ? n : 1));
     if (!kept) return psg_error_set("out of memory");
     int k = 0;

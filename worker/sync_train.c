@@ -53,6 +53,8 @@ struct psg_sync_train {
     psg_dist_callable_t *rejoin;     /* the worker's token after a failover; NULL: none */
     psg_dist_callable_t *reissue;    /* the chief's tokens after a failover; NULL: none */
     psg_dist_callable_t *abort_step; /* the queue closed with an error (chief_sess's); NULL */
+    psg_dist_session_t *peer_sess;   /* the calls into other workers (sg.peer_calls_from) */
+    psg_dist_callable_t *fast_step;  /* sg.fast_step_op's, on peer_sess (made at its first run) */
     psg_dist_session_t *live_sess;   /* the chief's, for set_live: the membership's thread */
     psg_dist_callable_t *live_step;  /* owned by live_sess; NULL: the strategy has no N */
     const psg_cluster_t *cluster;    /* borrowed; NULL in one process */
@@ -121,6 +123,8 @@ static void strategy_config(psg_sync_train_t *st, const psg_train_config_t *c) {
     /* the ps answers a take or a token that does not come before the session gives
      * up on the step, so the error says what was waited for */
     cfg->timeout_ms = st->step_timeout_ms * 3 / 4 > 0 ? st->step_timeout_ms * 3 / 4 : 1;
+    /* the trainer's, else the cluster's default (a cluster file's own is not known yet) */
+    cfg->peer_timeout_ms = c->peer_timeout_s > 0 ? (int64_t)(c->peer_timeout_s * 1000) : 10000;
 }
 
 /* Bytes of the f32 variables of vars[n]. */
@@ -222,6 +226,7 @@ void psg_sync_train_destroy(psg_sync_train_t **stp) {
     }
     psg_dist_session_destroy(&st->chief_sess);
     psg_dist_session_destroy(&st->live_sess);
+    psg_dist_session_destroy(&st->peer_sess);
     psg_sync_replicas_destroy(&st->sr);
     psg_straggler_destroy(&st->stragglers);
     free(st->w.state);
@@ -321,12 +326,68 @@ static int chief_run(void *ctx, int64_t *global_step) {
     return 0;
 }
 
+/* The session of the calls into other workers: it waits at most the peer timeout (or the
+ * step timeout, if shorter) for a worker that is not up. */
+static int peer_session(psg_sync_train_t *st) {
+    if (st->peer_sess || !st->cluster) return 0;
+    int64_t peer = psg_cluster_peer_timeout_ms(st->cluster);
+    psg_dist_session_options_t o = {
+        .cluster = st->cluster,
+        .server = st->server,
+        .step_timeout_ms = peer > 0 && peer < st->step_timeout_ms ? peer : st->step_timeout_ms,
+        .id_stream = 3};
+    return (st->peer_sess = psg_dist_session_new(st->g, &o)) ? 0 : -1;
+}
+
+/* Call k into another worker (sg.peer_calls_from), made at its first run on the session of
+ * such calls: it waits at most the peer timeout (or the step timeout, if shorter) for a worker
+ * that is not up, to register the partition or to run it. */
+static psg_dist_callable_t *peer_call(psg_sync_train_t *st, int k) {
+    if (st->calls[k]) return st->calls[k];
+    if (peer_session(st) < 0) return NULL;
+    const psg_sync_graph_t *sg = &st->sg;
+    int i = k - 1;
+    return st->calls[k] = psg_dist_session_make_callable(
+               st->peer_sess ? st->peer_sess : st->sess, sg->calls[i].n_feeds, sg->calls[i].feeds,
+               sg->calls[i].n_fetches, sg->calls[i].fetches, sg->calls[i].n_targets,
+               sg->calls[i].targets);
+}
+
+/* The step's second form (sg.fast_step_op), made at its first run on the session of the
+ * peer calls: its puts run on other workers. */
+static int fast_step(psg_sync_train_t *st) {
+    const psg_sync_graph_t *sg = &st->sg;
+    if (st->fast_step) return 0;
+    if (sg->fast_step_op < 0) return psg_error_set("the strategy has no second form of the step");
+    if (peer_session(st) < 0) return -1;
+    psg_endpoint_t feeds[2 * PSG_MAX_TOWERS + 1], fetches[MAX_FETCH] = {st->loss};
+    memcpy(feeds, st->feeds, sizeof *feeds * (size_t)st->num_feeds);
+    feeds[st->num_feeds] = sg->fast_key;
+    int nf = 1 + psg_sync_graph_fetches(sg, fetches + 1);
+    fetches[nf++] = sg->fast_fetch;
+    int targets[3] = {sg->fast_step_op}, nt = 1;
+    if (st->worker_op >= 0) targets[nt++] = st->worker_op;
+    if (st->after_op >= 0 && !st->strategy->chief_runner) targets[nt++] = st->after_op;
+    st->fast_step =
+        psg_dist_session_make_callable(st->peer_sess ? st->peer_sess : st->sess, st->num_feeds + 1,
+                                       feeds, nf, fetches, nt, targets);
+    return st->fast_step ? 0 : -1;
+}
+
 /* Runs call k for the strategy's step function (sync/strategy.h). */
 static int run_call(void *ctx, int k, psg_tensor_t *const *feeds, psg_tensor_t **fetched) {
     psg_sync_train_t *st = ctx;
+    if (k > 0 && st->sg.peer_calls_from > 0 && k - 1 >= st->sg.peer_calls_from) {
+        psg_dist_callable_t *c = peer_call(st, k);
+        return c ? psg_dist_callable_run(c, feeds, fetched) : -1;
+    }
     if (k > 0) return psg_dist_callable_run(st->calls[k], feeds, fetched);
     psg_tensor_t *fv[2 * PSG_MAX_TOWERS + 1];
     memcpy(fv, st->model_values, sizeof *fv * (size_t)st->num_feeds);
+    if (k == PSG_SYNC_FAST_STEP) {
+        fv[st->num_feeds] = feeds[0];
+        return fast_step(st) < 0 ? -1 : psg_dist_callable_run(st->fast_step, fv, fetched);
+    }
     if (psg_endpoint_valid(st->sg.local_step)) fv[st->num_feeds] = feeds[0];
     return psg_dist_callable_run(st->calls[0], fv, fetched);
 }
@@ -348,7 +409,8 @@ static int make_calls(psg_sync_train_t *st, psg_dist_session_t *s) {
     if (!st->calls[0]) return -1;
     if (sg->overlap && !st->no_overlap) psg_dist_callable_set_overlap(st->calls[0], true);
     if (sg->ahead && !st->no_overlap) psg_dist_callable_set_ahead(st->calls[0], true);
-    for (int k = 0; k < sg->num_calls; k++) {
+    for (int k = 0; k < sg->num_calls && (sg->peer_calls_from <= 0 || k < sg->peer_calls_from);
+         k++) {
         st->calls[k + 1] = psg_dist_session_make_callable(
             s, sg->calls[k].n_feeds, sg->calls[k].feeds, sg->calls[k].n_fetches,
             sg->calls[k].fetches, sg->calls[k].n_targets, sg->calls[k].targets);
@@ -436,7 +498,12 @@ int psg_sync_train_set_live(psg_sync_train_t *st, const bool *alive, int n) {
         return psg_error_wrap("--sync %s: following %d live workers", st->cfg.strategy, workers);
     atomic_store(&st->live_required, required);
     atomic_store(&st->live_workers, workers);
-    if (psg_endpoint_valid(sg->live_required))
+    if (!strcmp(st->cfg.strategy, "allreduce")) /* sync/allreduce_ring.c */
+        fprintf(st->out,
+                "membership: --sync allreduce now rings the %d live workers (the ring re-forms "
+                "at their next step, from the chief's variables)\n",
+                workers);
+    else if (psg_endpoint_valid(sg->live_required))
         fprintf(st->out,
                 "membership: --sync %s now averages %d of %d gradients a step (%d live workers)\n",
                 st->cfg.strategy, required, workers, workers);

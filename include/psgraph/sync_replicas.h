@@ -79,15 +79,17 @@ typedef struct {
     int replicas_to_aggregate; /* N; <= 0: num_workers - backup_workers */
     int backup_workers;        /* b >= 0 */
     int worker_index;          /* this worker, in [0, num_workers); 0 is the chief */
-    int64_t total_steps;    /* the chief ends training when the global step reaches it; 0: never */
-    int64_t timeout_ms;     /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
-    psg_sync_options_t opt; /* the strategy's own settings */
+    int64_t total_steps;     /* the chief ends training when the global step reaches it; 0: never */
+    int64_t timeout_ms;      /* the longest a take or a token may wait; 0: 60000; < 0: no limit */
+    int64_t peer_timeout_ms; /* a peer silent this long is lost (allreduce's one-call ring waits
+                                at most this long for a chunk); 0: timeout_ms */
+    psg_sync_options_t opt;  /* the strategy's own settings */
 } psg_sync_config_t;
 
 /* Fills c for one worker and no backups: strategy "sync", 60 s timeout. */
 void psg_sync_config_defaults(psg_sync_config_t *c);
 
-#define PSG_SYNC_MAX_CALLS 4
+#define PSG_SYNC_MAX_CALLS 24
 #define PSG_SYNC_CALL_MAX 64
 
 /* What a strategy builds into one worker's graph. Endpoints a strategy does
@@ -141,6 +143,17 @@ typedef struct {
         int targets[PSG_SYNC_CALL_MAX];
     } calls[PSG_SYNC_MAX_CALLS];
     int num_calls;
+    /* calls from index peer_calls_from on (0: none) each run a partition on another worker
+     * that may not be up (allreduce's puts into the next worker of its ring): made at their
+     * first run, on a session of their own whose wait for an unreachable peer is the peer
+     * timeout (the step timeout if shorter) */
+    int peer_calls_from;
+    /* a second form of the step, run as call PSG_SYNC_FAST_STEP (sync/strategy.h), -1 none:
+     * the step's feeds and fast_key (i64 scalar), its fetches and fast_fetch after them,
+     * fast_step_op its target in train_op's place; made at its first run on the session of the
+     * peer calls (allreduce: the whole ring in one call while its members stay) */
+    int fast_step_op;
+    psg_endpoint_t fast_key, fast_fetch;
     /* the step's fetches after psg_sync_graph_fetches' (ssp: the gradients) */
     int n_step_fetches;
     psg_endpoint_t step_fetches[PSG_SYNC_CALL_MAX];

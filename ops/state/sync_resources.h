@@ -334,8 +334,8 @@ psg_endpoint_t psg_mailbox_op(psg_graph_t *g, const char *name);
 /* MailboxPut(handle, step i64 scalar, value f32): leaves value for step; no outputs. */
 int psg_mailbox_put_op(psg_graph_t *g, const char *name, psg_endpoint_t handle, psg_endpoint_t step,
                        psg_endpoint_t value);
-/* MailboxTake(handle, step i64 scalar): the f32 tensor of `shape` put for step, waiting
- * without a thread; fails after timeout_ms naming `from` (the sender's task). */
+/* MailboxTake(handle, step i64 scalar): the f32 tensor of `shape` (-1 on an axis: any size) put for
+ * step, waiting without a thread; fails after timeout_ms naming `from` (the sender's task). */
 psg_endpoint_t psg_mailbox_take_op(psg_graph_t *g, const char *name, psg_endpoint_t handle,
                                    psg_endpoint_t step, const psg_shape_t *shape, const char *from,
                                    int64_t timeout_ms);
