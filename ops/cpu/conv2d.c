@@ -193,24 +193,30 @@ static int conv_setup(psg_kernel_ctx_t *c, int64_t col_bytes, conv_job_t *j) {
     return 0;
 }
 
-void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc) {
-    const float *restrict a = e->scale, *restrict b = e->bias;
+void psg_conv_epilogue_block(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t ld,
+                             int64_t c0, int64_t c1) {
+    const float *restrict a = e->scale ? e->scale + c0 : NULL, *restrict b = e->bias + c0;
+    int64_t n = c1 - c0;
     for (int64_t r = 0; r < rows; r++) {
-        float *restrict row = y + r * oc;
+        float *restrict row = y + r * ld + c0;
         if (a) { /* batch norm: the affine's float, then Relu's on it */
-            for (int64_t i = 0; i < oc; i++) {
+            for (int64_t i = 0; i < n; i++) {
                 float v = row[i] * a[i] + b[i];
                 row[i] = !e->relu || v > 0.0f ? v : 0.0f;
             }
         } else if (e->relu) {
-            for (int64_t i = 0; i < oc; i++) {
+            for (int64_t i = 0; i < n; i++) {
                 float v = row[i] + b[i];
                 row[i] = v > 0.0f ? v : 0.0f;
             }
         } else {
-            for (int64_t i = 0; i < oc; i++) row[i] += b[i];
+            for (int64_t i = 0; i < n; i++) row[i] += b[i];
         }
     }
+}
+
+void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc) {
+    psg_conv_epilogue_block(e, y, rows, oc, 0, oc);
 }
 
 typedef struct {

@@ -518,9 +518,11 @@ static void forward_bands(void *ctx, int64_t u0, int64_t u1) {
         int64_t n = u / r->bands, band = u % r->bands;
         int64_t p0 = g->oh * band / r->bands * g->ow, p1 = g->oh * (band + 1) / r->bands * g->ow;
         int64_t oc1 = r->oc0 + VTILE * VL < j->ocp ? r->oc0 + VTILE * VL : j->ocp;
-        forward_image(j, r->xp + n * j->hp * j->wp * g->c,
-                      r->wide ? r->wide + n * npix * j->ocp : j->y + n * npix * g->oc, scratch, p0,
-                      p1, r->oc0, oc1);
+        float *yi = r->wide ? r->wide + n * npix * j->ocp : j->y + n * npix * g->oc;
+        forward_image(j, r->xp + n * j->hp * j->wp * g->c, yi, scratch, p0, p1, r->oc0, oc1);
+        /* the band's channels are final: the epilogue while they are in cache */
+        if (j->ep && !r->wide)
+            psg_conv_epilogue_block(j->ep, yi + p0 * g->oc, p1 - p0, g->oc, r->oc0, oc1);
     }
 }
 
@@ -540,7 +542,7 @@ static int forward_rows(psg_threadpool_t *pool, direct_job_t *j) {
         psg_parallel_for(pool, g->n * r.bands, 1, forward_bands, &r);
     for (int64_t p = 0; r.wide && p < g->n * g->oh * g->ow; p++)
         memcpy(j->y + p * g->oc, r.wide + p * j->ocp, sizeof(float) * (size_t)g->oc);
-    if (j->ep) psg_conv_epilogue(pool, j->ep, j->y, g->n * g->oh * g->ow, g->oc);
+    if (j->ep && r.wide) psg_conv_epilogue(pool, j->ep, j->y, g->n * g->oh * g->ow, g->oc);
     psg_buffer_unref(&buf);
     return 0;
 }

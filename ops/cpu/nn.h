@@ -73,6 +73,9 @@ void psg_max_pool_f32(psg_threadpool_t *pool, const psg_nn_geom_t *g, const floa
 
 /* y (rows, oc) = epilogue(y), row by row. */
 void psg_conv_epilogue_rows(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t oc);
+/* The same on channels [c0, c1) of rows `ld` floats apart (the floats of the whole rows'). */
+void psg_conv_epilogue_block(const psg_conv_epilogue_t *e, float *y, int64_t rows, int64_t ld,
+                             int64_t c0, int64_t c1);
 /* The same over the pool's threads. */
 void psg_conv_epilogue(psg_threadpool_t *pool, const psg_conv_epilogue_t *e, float *y, int64_t rows,
                        int64_t oc);
