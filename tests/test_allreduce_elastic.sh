@@ -49,18 +49,15 @@ run_kill() {
     --sync allreduce > >(python3 -u -c "$stamp" >"$out") 2>&1 &
   launch_pid=$!
   local killed= rc t_kill=0
-  for _ in $(seq 1 2400); do
+  kill_worker2() { # at worker2's step 40
     if [ -z "$killed" ] && [ -s "$dir/w2.pid" ] &&
        grep -aq "^[0-9.]* \[worker2\] step 40 " "$out" 2>/dev/null; then
       t_kill=$(date +%s.%N)
       kill -KILL "$(cat "$dir/w2.pid")" && killed=1
     fi
-    kill -0 "$launch_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  wait "$launch_pid"
-  rc=$?
-  launch_pid=
+  }
+  wait_launch kill_worker2
+  rc=$launch_rc
   sleep 0.5 # the stamper's last lines
   local ring0 ring1
   ring0=$(grep -ao '\[worker0\] allreduce: worker0 steps in the ring of generation [0-9]* from step [0-9]*: workers 0, 1$' "$out" | sed 's/.*generation //')
@@ -100,18 +97,15 @@ run_join() {
     --model mlp --data synthetic --steps 300 --log-every 1 --peer-timeout 2 --step-timeout 60 \
     --sync allreduce > >(python3 -u -c "$stamp" >"$out") 2>&1 &
   launch_pid=$!
-  for _ in $(seq 1 2400); do
+  start_worker2() { # after the chief's step 60
     if [ -z "$joined" ] && grep -aq "^[0-9.]* \[worker0\] step 60 " "$out" 2>/dev/null &&
        grep -aq '\[worker0\] membership: worker2 .*: not started' "$out"; then
       t_join=$(date +%s.%N)
       kill -USR1 "$launch_pid" && joined=1
     fi
-    kill -0 "$launch_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  wait "$launch_pid"
-  rc=$?
-  launch_pid=
+  }
+  wait_launch start_worker2
+  rc=$launch_rc
   sleep 0.5
   local ring2 first
   ring2=$(grep -ao '\[worker2\] allreduce: worker2 steps in the ring of generation [0-9]* from step [0-9]*: workers 0, 1, 2$' "$out" | tail -1)
