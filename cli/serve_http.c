@@ -175,8 +175,9 @@ psg_http_t *psg_http_start(const psg_http_config_t *c) {
         psg_error_set("--listen '%s' is not an IPv4 address", c->listen);
         return NULL;
     }
-    unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    /* poll(2), not select(2): no FD_SETSIZE limit on a connection's descriptor */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (c->tls_key) flags |= MHD_USE_TLS;
     h->d = MHD_start_daemon(
         flags, (uint16_t)c->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
