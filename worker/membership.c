@@ -55,7 +55,9 @@ struct psg_membership {
     int peer_ms;
     int n, nps;
     member_t *m;
-    psg_ts_client_t **ps;  /* (nps) who said JobDone */
+    /* (2 nps) who said JobDone: the thread's clients, then the end-of-job wait's own (it asks
+     * itself, not behind a round of the thread's probes, some waiting on gone workers) */
+    psg_ts_client_t **ps;
     psg_ts_client_t *self; /* the chief's own task server: who said it leaves */
     pthread_mutex_t lock;  /* the states, changes, wait_from_ms */
     pthread_cond_t cond;   /* a state changed, or stop */
@@ -110,13 +112,14 @@ static bool stopping(psg_membership_t *m) {
     return stop;
 }
 
-/* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms). */
-static void ask_done(psg_membership_t *m, int timeout_ms) {
+/* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms), through
+ * the clients ps[0..nps). */
+static void ask_done(psg_membership_t *m, psg_ts_client_t **ps, int timeout_ms) {
     for (int k = 0; k < m->nps && !stopping(m); k++) {
         /* brief: no variables read (a ps that backs up another's shard keeps its log held) */
         psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
         psg_rep_t rep;
-        psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, timeout_ms);
+        psg_msg_t *r = psg_ts_call(ps[k], &in, &rep, timeout_ms);
         char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
         psg_msg_destroy(&r);
         psg_json_t *j = text ? psg_json_parse(text) : NULL;
@@ -305,7 +308,7 @@ static void *run(void *arg) {
          * first, and no probe of a worker not awaited (lost, left, not started: each waits
          * PROBE_MS in vain) comes before it (issue 31: 0.3 s of the job's end) */
         bool end = ending(m);
-        if (end) ask_done(m, PROBE_MS);
+        if (end) ask_done(m, m->ps, PROBE_MS);
         ask_left(m); /* first: a leave is said before the probes' waits on gone workers */
         for (int i = 0; i < m->n && i < 64 && !stopping(m); i++) {
             pthread_mutex_lock(&m->lock);
@@ -316,7 +319,7 @@ static void *run(void *arg) {
             any_silent |= silent[i];
         }
         /* a worker that finished exits: silent, but it said JobDone first */
-        ask_done(m, any_silent ? CONFIRM_MS : PROBE_MS);
+        ask_done(m, m->ps, any_silent ? CONFIRM_MS : PROBE_MS);
         pthread_mutex_lock(&m->lock);
         for (int i = 0; any_silent && i < m->n && i < 64; i++) {
             member_t *x = &m->m[i];
@@ -391,12 +394,12 @@ psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, 
     m->nps = psg_cluster_num_tasks(cl, "ps");
     int rc = members_init(m, cl, self);
     if (rc == 0 && m->n > 64) rc = psg_error_set("membership: %d workers (at most 65)", m->n + 1);
-    if (rc == 0 && !(m->ps = calloc((size_t)(m->nps > 0 ? m->nps : 1), sizeof *m->ps)))
+    if (rc == 0 && !(m->ps = calloc((size_t)(m->nps > 0 ? 2 * m->nps : 1), sizeof *m->ps)))
         rc = psg_error_set("out of memory");
-    for (int k = 0; rc == 0 && k < m->nps; k++) {
+    for (int k = 0; rc == 0 && k < 2 * m->nps; k++) {
         char task[PSG_DEVICE_NAME_MAX];
-        psg_device_name("ps", k, NULL, task, sizeof task);
-        const char *addr = psg_cluster_address(cl, "ps", k);
+        psg_device_name("ps", k % m->nps, NULL, task, sizeof task);
+        const char *addr = psg_cluster_address(cl, "ps", k % m->nps);
         if (!(m->ps[k] = psg_ts_client_new(task, addr ? addr : "", PROBE_MS, m->peer_ms,
                                            psg_cluster_keys(cl))))
             rc = -1;
@@ -422,7 +425,7 @@ void psg_membership_destroy(psg_membership_t **mp) {
         pthread_join(m->thread, NULL);
     }
     for (int i = 0; i < m->n; i++) psg_ts_client_destroy(&m->m[i].client);
-    for (int k = 0; m->ps && k < m->nps; k++) psg_ts_client_destroy(&m->ps[k]);
+    for (int k = 0; m->ps && k < 2 * m->nps; k++) psg_ts_client_destroy(&m->ps[k]);
     psg_ts_client_destroy(&m->self);
     free(m->ps);
     free(m->m);
@@ -463,6 +466,10 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
     m->wait_from_ms = t0;
     pthread_cond_broadcast(&m->cond); /* asked again at once */
     for (;;) {
+        /* the ps tasks asked from here too: the last JobDone seen within END_POLL_MS */
+        pthread_mutex_unlock(&m->lock);
+        ask_done(m, m->ps + m->nps, PROBE_MS);
+        pthread_mutex_lock(&m->lock);
         int running = 0;
         for (int i = 0; i < m->n; i++) running += m->m[i].state == LIVE || m->m[i].state == JOINING;
         if (running == 0) break;
@@ -484,7 +491,7 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t w = left < 100 ? left : 100;
+        int64_t w = left < END_POLL_MS ? left : END_POLL_MS;
         ts.tv_nsec += w * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&m->cond, &m->lock, &ts);
