@@ -3,6 +3,7 @@
  * pod, and one Indexed Job per job (ps, worker) whose pods build their TF_CONFIG from their
  * index and mount the Secret. Writes YAML only: it talks to no API server (docs/hosts.md). */
 #include "cli/commands.h"
+#include "worker/membership_leave.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -117,7 +118,9 @@ static const char *data_dir_of(char **cmd) {
                                  psg_launch_cmd_option(cmd, "--data_dir", K8S_DATA_DIR));
 }
 
-static void container(FILE *f, const k8s_t *k, const char *job, const char *cluster) {
+/* The pod's container; join_from >= 0: a pod of that index or more joins (--workers MIN:MAX). */
+static void container(FILE *f, const k8s_t *k, const char *job, int join_from,
+                      const char *cluster) {
     bool ps = !strcmp(job, "ps");
     fprintf(f, "          - name: %s\n            image: ", job);
     q(f, k->image);
@@ -125,7 +128,7 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
     fprintf(f, "\n            command: [\"/bin/sh\", \"-c\", ");
     /* --workers MIN:MAX: a worker pod of index MIN or more joins the running job */
     q(f,
-      !ps && k->workers_at_start
+      join_from >= 0
           ? "export TF_CONFIG=\"{\\\"cluster\\\": $PSG_CLUSTER, \\\"task\\\": {\\\"type\\\": "
             "\\\"$PSG_JOB\\\", \\\"index\\\": $JOB_COMPLETION_INDEX}}\"; "
             "if [ \"$JOB_COMPLETION_INDEX\" -ge \"$PSG_JOIN_FROM\" ]; then set -- \"$@\" --join; "
@@ -155,9 +158,9 @@ static void container(FILE *f, const k8s_t *k, const char *job, const char *clus
         "              - name: PSG_CLUSTER\n                value: ",
         K8S_KEYS_PATH, job);
     q(f, cluster);
-    if (!ps && k->workers_at_start)
+    if (join_from >= 0)
         fprintf(f, "\n              - name: PSG_JOIN_FROM\n                value: \"%d\"",
-                k->workers_at_start);
+                join_from);
     fprintf(f,
             "\n            ports:\n              - name: task\n                containerPort: %d\n",
             K8S_PORT);
@@ -228,9 +231,13 @@ static void pod_placement(FILE *f, const k8s_t *k) {
     }
 }
 
-/* One Indexed Job: its pods NAME-JOB-0..n-1, each its own task of the cluster. */
-static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *cluster) {
-    bool elastic = strcmp(job, "ps") && k->workers_at_start > 0;
+/* One Indexed Job: its pods NAME-JOB-0..n-1, each its own task of the cluster, `parallelism`
+ * of them running; join_from >= 0: a pod of that index or more joins the running job. */
+static void job(FILE *f, const k8s_t *k, const char *job, int n, int parallelism, int join_from,
+                const char *cluster) {
+    bool elastic = join_from >= 0;
+    if (!strcmp(job, "chief")) /* --workers MIN:MAX: the worker Job is scaled, never this one */
+        fprintf(f, "# the chief in a Job of its own: scaling the worker Job in never deletes it\n");
     fprintf(
         f,
         "# the %s tasks: pod NAME-%s-i is /job:%s/task:i\n"
@@ -240,14 +247,16 @@ static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *clu
         "  backoffLimit: %d\n"
         "  # the finished Job and its pods (their logs) removed after this; --ttl-after-finished\n"
         "  ttlSecondsAfterFinished: %ld\n",
-        job, job, job, k->name, job, k->ns, k->name, job, n, elastic ? k->workers_at_start : n,
-        k->restart ? 3 * n : 0, k->ttl);
-    if (elastic) /* --workers MIN:MAX */
+        job, job, job, k->name, job, k->ns, k->name, job, n, parallelism, k->restart ? 3 * n : 0,
+        k->ttl);
+    if (elastic) /* --workers MIN:MAX: the chief's Job and this one's pods */
         fprintf(f,
-                "  # --workers %d:%d: pods 0..%d start; raising parallelism starts the next ones\n"
-                "  # (kubectl patch job %s-worker -p '{\"spec\":{\"parallelism\":%d}}'), each\n"
-                "  # with --join: it joins the running job (docs/distributed.md \"Membership\")\n",
-                k->workers_at_start, n, k->workers_at_start - 1, k->name, n);
+                "  # --workers %d:%d: the chief (its own Job) and pods 0..%d start; raising\n"
+                "  # parallelism starts the next ones (kubectl patch job %s-worker -p\n"
+                "  # '{\"spec\":{\"parallelism\":%d}}'), each with --join: it joins the running\n"
+                "  # job (docs/distributed.md \"Membership\"); lowering it deletes pods, each of\n"
+                "  # which leaves the job at its SIGTERM (docs/hosts.md \"Scaling in\")\n",
+                k->workers_at_start, k->workers, join_from - 1, k->name, n);
     if (k->deadline)
         fprintf(f,
                 "  # every pod stopped and the Job failed after this, whatever runs; "
@@ -258,13 +267,19 @@ static void job(FILE *f, const k8s_t *k, const char *job, int n, const char *clu
             "        psgraph/cluster: %s\n        psgraph/job: %s\n"
             "    spec:\n      subdomain: %s\n      restartPolicy: %s\n",
             k->name, job, k->name, k->restart ? "OnFailure" : "Never");
+    if (elastic)
+        fprintf(
+            f,
+            "      # SIGTERM: the worker ends its step, tells the chief and exits (at most %d s)\n"
+            "      terminationGracePeriodSeconds: 30\n",
+            PSG_LEAVE_GRACE_S);
     fprintf(f,
             "      securityContext:\n        runAsNonRoot: true\n        runAsUser: %d\n"
             "        runAsGroup: %d\n        fsGroup: %d\n",
             K8S_UID, K8S_UID, K8S_UID);
     pod_placement(f, k);
     fprintf(f, "      containers:\n");
-    container(f, k, job, cluster);
+    container(f, k, job, join_from, cluster);
     fprintf(f, "      volumes:\n        - name: logdir\n");
     volume(f, k->volume, "DirectoryOrCreate");
     if (strcmp(job, "ps") && k->data) {
@@ -283,15 +298,19 @@ static int write_all(FILE *f, const k8s_t *k, const char *secret_yaml) {
     size_t cap = 64 + (size_t)(k->ps + k->workers) * 200, len = 0;
     char *cluster = malloc(cap);
     if (!cluster) return -1;
+    /* --workers MIN:MAX: the chief is the "chief" job's task (a Job of its own), the worker
+     * Job's pods the others (its pod i is /job:worker/task:i, rank i + 1) */
+    bool elastic = k->workers_at_start > 0;
+    const char *jobs[3] = {"ps", elastic ? "chief" : NULL, "worker"};
+    int counts[3] = {k->ps, elastic ? 1 : 0, elastic ? k->workers - 1 : k->workers};
     len += (size_t)snprintf(cluster + len, cap - len, "{");
-    for (int pass = 0; pass < 2; pass++) {
-        int n = pass ? k->workers : k->ps;
-        if (!n) continue;
-        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "",
-                                pass ? "worker" : "ps");
-        for (int i = 0; i < n; i++) {
+    for (int j = 0; j < 3; j++) {
+        if (!counts[j]) continue;
+        len +=
+            (size_t)snprintf(cluster + len, cap - len, "%s\"%s\": [", len > 1 ? ", " : "", jobs[j]);
+        for (int i = 0; i < counts[j]; i++) {
             char a[300];
-            pod_dns(k, pass ? "worker" : "ps", i, a, sizeof a);
+            pod_dns(k, jobs[j], i, a, sizeof a);
             len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\"", i ? ", " : "", a);
         }
         len += (size_t)snprintf(cluster + len, cap - len, "]");
@@ -301,10 +320,18 @@ static int write_all(FILE *f, const k8s_t *k, const char *secret_yaml) {
     service(f, k);
     if (k->ps) {
         fputs("---\n", f);
-        job(f, k, "ps", k->ps, cluster);
+        job(f, k, "ps", k->ps, k->ps, -1, cluster);
+    }
+    if (elastic) {
+        fputs("---\n", f);
+        job(f, k, "chief", 1, 1, -1, cluster);
     }
     fputs("---\n", f);
-    job(f, k, "worker", k->workers, cluster);
+    if (elastic)
+        job(f, k, "worker", k->workers - 1, k->workers_at_start - 1, k->workers_at_start - 1,
+            cluster);
+    else
+        job(f, k, "worker", k->workers, k->workers, -1, cluster);
     free(cluster);
     return ferror(f) ? -1 : 0;
 }

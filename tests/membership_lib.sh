@@ -11,19 +11,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-# wait_launch ACT: while the launch $launch_pid runs (at most 240 s of polls 0.1 s apart), calls
-# ACT, a function that acts once when the line it waits for has come; then waits for the
-# launch: its exit code in $launch_rc, and $launch_pid cleared.
-wait_launch() {
-  for _ in $(seq 1 2400); do
-    "$1"
-    kill -0 "$launch_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  wait "$launch_pid"
-  launch_rc=$?
-  launch_pid=
-}
+. "$(dirname "${BASH_SOURCE[0]}")/wait_launch.sh"
 ok() { echo "ok   $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 stamp='import sys, time

@@ -24,7 +24,7 @@ out="$tmp/out.log"
   > >(python3 -u -c "$stamp" >"$out") 2>&1 &
 launch_pid=$!
 joined= killed=
-for _ in $(seq 1 3000); do
+join_then_kill() {
   if [ -z "$joined" ] && grep -q '^[0-9.]* \[worker0\] step 20 ' "$out" 2>/dev/null &&
      grep -q '\[worker0\] membership: worker2 .*: not started' "$out"; then
     kill -USR1 "$launch_pid" && joined=1
@@ -34,12 +34,9 @@ for _ in $(seq 1 3000); do
     pid=$(sed -n 's/^[0-9.]* psgraph launch: worker1 pid \([0-9]*\)$/\1/p' "$out")
     [ -n "$pid" ] && kill -KILL "$pid" && killed=$pid
   fi
-  kill -0 "$launch_pid" 2>/dev/null || break
-  sleep 0.1
-done
-wait "$launch_pid"
-rc=$?
-launch_pid=
+}
+wait_launch join_then_kill
+rc=$launch_rc
 sleep 0.5 # the stamper's last lines
 done_line=$(grep '\[worker0\] {"event":"done"' "$out" | sed 's/^[0-9.]* \[worker0\] //')
 if [ -n "$joined" ] && [ -n "$killed" ] && [ "$rc" = 0 ] &&

@@ -17,26 +17,24 @@ sshd_setup || exit 77
 hosts_up ctl h1 h2 h3 || { echo "FAIL: hosts_up"; exit 1; }
 sshd_start h1 h2 h3 || { echo "FAIL: sshd_start"; exit 1; }
 tmp=$HOSTS_DIR
-bg=
-HOSTS_AT_EXIT+=('[ -n "$bg" ] && kill -TERM "$bg" 2>/dev/null; wait')
+. "$root/tests/wait_launch.sh"
+launch_pid=
+HOSTS_AT_EXIT+=('[ -n "$launch_pid" ] && kill -TERM "$launch_pid" 2>/dev/null; wait')
 log=$tmp/elastic.log
 ip netns exec "$(hosts_ns ctl)" "$psgraph" launch --ssh --ssh-config "$SSH_CONFIG" \
   --hosts ps0@h1,worker0@h2,worker1@h3,worker2@h3 --ps 1 --workers 2:3 -- "$psgraph" train \
   --model mlp --data synthetic --epochs 4 --batch 128 --data-shards dispatch --shard-batches 12 \
   --log-every 1 --peer-timeout 2 --step-timeout 60 --sync async >"$log" 2>&1 &
-bg=$!
+launch_pid=$!
 joined=
-for _ in $(seq 1 3000); do
+join_worker2() {
   if [ -z "$joined" ] && grep -q '^\[worker0\] step 20 ' "$log" &&
      grep -q '^\[worker0\] membership: worker2 on h3: not started' "$log"; then
-    kill -USR1 "$bg" && joined=1
+    kill -USR1 "$launch_pid" && joined=1
   fi
-  kill -0 "$bg" 2>/dev/null || break
-  sleep 0.1
-done
-wait "$bg"
-rc=$?
-bg=
+}
+wait_launch join_worker2
+rc=$launch_rc
 if [ -n "$joined" ] && [ $rc = 0 ] &&
    grep -q '^\[worker2\] started: pid [0-9]*, joining the running job (SIGUSR1)' "$log" &&
    grep -q '^\[worker2\] psgraph train: /job:worker/task:2 joins the running job at global step' "$log" &&

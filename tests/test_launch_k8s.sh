@@ -141,28 +141,46 @@ else
   fail "bad --name (rc $rc): $out"
 fi
 
-# --workers MIN:MAX: the worker Job's parallelism MIN (raising it starts the next pods), its
-# completions MAX; a pod of index MIN or more joins (--join), as its command runs it
+# --workers MIN:MAX: the chief in a Job of its own (the "chief" job of TF_CONFIG), so that
+# scaling the worker Job in never deletes it; the worker Job holds the other MAX - 1 workers,
+# MIN - 1 of them running (raising its parallelism starts the next pods); a pod of index
+# MIN - 1 or more joins (--join), as its command runs it; a deleted pod's grace covers a leave
 "$psgraph" launch --k8s --ps 1 --workers 2:4 --out "$tmp/elastic" -- psgraph train \
   --data-shards dispatch >"$tmp/elastic.out" 2>&1; rc=$?
 if [ $rc = 0 ] && python3 - "$tmp/elastic/psgraph.yaml" <<'PY'
-import subprocess, sys, yaml
+import json, subprocess, sys, yaml
 docs = list(yaml.safe_load_all(open(sys.argv[1])))
-ps, wk = docs[-2], docs[-1]
-assert wk["spec"]["completions"] == 4 and wk["spec"]["parallelism"] == 2, wk["spec"]
+jobs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Job"}
+assert sorted(jobs) == ["psgraph-chief", "psgraph-ps", "psgraph-worker"], sorted(jobs)
+ps, chief, wk = jobs["psgraph-ps"], jobs["psgraph-chief"], jobs["psgraph-worker"]
+assert wk["spec"]["completions"] == 3 and wk["spec"]["parallelism"] == 1, wk["spec"]
+assert chief["spec"]["completions"] == 1 == chief["spec"]["parallelism"], chief["spec"]
 assert ps["spec"]["parallelism"] == 1 and "PSG_JOIN_FROM" not in str(ps), ps["spec"]
-c = wk["spec"]["template"]["spec"]["containers"][0]
-env = {e["name"]: e["value"] for e in c["env"]}
-assert env["PSG_JOIN_FROM"] == "2", env
-for index in range(4):
-    e = dict(env, JOB_COMPLETION_INDEX=str(index), PATH="/usr/bin:/bin")
-    # the pod's command with echo for its program: the arguments it runs with
-    got = subprocess.run(c["command"] + ["echo"] + c["args"][1:], env=e, capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert got[:1] == ["train"] and ("--join" in got) == (index >= 2), (index, got)
+assert "PSG_JOIN_FROM" not in str(chief), chief
+assert wk["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 10, wk["spec"]
+envs = {}
+for name, job in jobs.items():
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    envs[name] = {e["name"]: e["value"] for e in c["env"]}
+    assert job["spec"]["template"]["metadata"]["labels"]["psgraph/job"] == name.split("-")[1]
+cluster = json.loads(envs["psgraph-worker"]["PSG_CLUSTER"])
+assert all(json.loads(e["PSG_CLUSTER"]) == cluster for e in envs.values()), envs
+assert cluster["chief"] == ["psgraph-chief-0.psgraph.default.svc.cluster.local:2222"], cluster
+assert len(cluster["worker"]) == 3 and cluster["worker"][0].startswith("psgraph-worker-0."), cluster
+assert envs["psgraph-chief"]["PSG_JOB"] == "chief" and envs["psgraph-worker"]["PSG_JOB"] == "worker"
+for job, indexes, joins in ((wk, range(3), lambda i: i >= 1), (chief, [0], lambda i: False)):
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert job is chief or env["PSG_JOIN_FROM"] == "1", env
+    for index in indexes:
+        e = dict(env, JOB_COMPLETION_INDEX=str(index), PATH="/usr/bin:/bin")
+        # the pod's command with echo for its program: the arguments it runs with
+        got = subprocess.run(c["command"] + ["echo"] + c["args"][1:], env=e, capture_output=True,
+                             text=True, check=True).stdout.split()
+        assert got[:1] == ["train"] and ("--join" in got) == joins(index), (index, got)
 PY
 then
-  ok "--workers 2:4: the worker Job's completions 4, parallelism 2 (raised to start the next pods), pods 2 and 3 run with --join"
+  ok "--workers 2:4: the chief in its own Job (TF_CONFIG's chief job: scaling the worker Job in never deletes it), the worker Job's completions 3, parallelism 1 (raised to start the next pods), its pods 1 and 2 run with --join, terminationGracePeriodSeconds covers a leave"
 else
   fail "--k8s --workers 2:4 (rc $rc): $(cat "$tmp/elastic.out")"
 fi

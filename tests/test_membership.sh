@@ -32,19 +32,16 @@ run_case() {
     "$@" > >(python3 -u -c "$stamp" >"$dir/out.log") 2>&1 &
   launch_pid=$!
   local killed= t_kill=0 rc t_end
-  for _ in $(seq 1 1200); do
+  kill_worker2() {
     if [ -z "$killed" ] && [ -s "$dir/w2.pid" ] &&
        grep -q "^[0-9.]* \[worker2\] step $kill_at " "$dir/out.log" 2>/dev/null; then
       t_kill=$(date +%s.%N)
       kill -KILL "$(cat "$dir/w2.pid")" && killed=1
     fi
-    kill -0 "$launch_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  wait "$launch_pid"
-  rc=$?
+  }
+  wait_launch kill_worker2
+  rc=$launch_rc
   t_end=$(date +%s.%N)
-  launch_pid=
   sleep 0.5 # the stamper's last lines
   local out="$dir/out.log" done_line lost_lines
   done_line=$(grep '\[worker0\] {"event":"done"' "$out" | sed 's/^[0-9.]* \[worker0\] //')

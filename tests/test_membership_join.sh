@@ -29,18 +29,15 @@ run_case() {
     "$@" > >(python3 -u -c "$stamp" >"$out") 2>&1 &
   launch_pid=$!
   local joined= t_join=0 rc
-  for _ in $(seq 1 1200); do
+  join_worker2() {
     if [ -z "$joined" ] && grep -q "^[0-9.]* \[worker0\] step $join_at " "$out" 2>/dev/null &&
        grep -q '\[worker0\] membership: worker2 .*: not started' "$out"; then
       t_join=$(date +%s.%N)
       kill -USR1 "$launch_pid" && joined=1
     fi
-    kill -0 "$launch_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  wait "$launch_pid"
-  rc=$?
-  launch_pid=
+  }
+  wait_launch join_worker2
+  rc=$launch_rc
   sleep 0.5 # the stamper's last lines
   local done_line
   done_line=$(grep '\[worker0\] {"event":"done"' "$out" | sed 's/^[0-9.]* \[worker0\] //')
@@ -117,7 +114,7 @@ late_run() {
     "$@" > >(python3 -u -c "$hold" >"$out") 2>&1 &
   launch_pid=$!
   held=
-  for _ in $(seq 1 1200); do
+  hold_chief() {
     if [ -z "$held" ] && grep -q '^[0-9.]* test: the chief held' "$out" 2>/dev/null; then
       chief=$(sed -n 's/^[0-9.]* psgraph launch: worker0 pid \([0-9]*\)$/\1/p' "$out")
       held=1
@@ -127,13 +124,10 @@ late_run() {
       kill -CONT "$chief"
       held=2
     fi
-    kill -0 "$launch_pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  }
+  wait_launch hold_chief
   [ "$held" = 1 ] && kill -CONT "$chief"
-  wait "$launch_pid"
-  rc=$?
-  launch_pid=
+  rc=$launch_rc
   sleep 0.5 # the stamper's last lines
 }
 

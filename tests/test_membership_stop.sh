@@ -26,7 +26,7 @@ wrap='case "$TF_CONFIG" in *"\"index\": 1}"*) echo $$ >"'"$dir"'/w1.pid";; esac;
   --sync sync > >(python3 -u -c "$stamp" >"$out") 2>&1 &
 launch_pid=$!
 stopped= joined= killed=
-for _ in $(seq 1 2400); do
+stop_join_kill() {
   if [ -z "$stopped" ] && [ -s "$dir/w1.pid" ] &&
      grep -q "^[0-9.]* \[worker0\] step $stop_at " "$out" 2>/dev/null &&
      grep -q '\[worker0\] membership: worker2 .*: not started' "$out"; then
@@ -40,12 +40,9 @@ for _ in $(seq 1 2400); do
      grep -q '\[worker0\] membership: worker2 on 127.0.0.1: joined at step' "$out"; then
     kill -KILL "$(cat "$dir/w1.pid")" && killed=1
   fi
-  kill -0 "$launch_pid" 2>/dev/null || break
-  sleep 0.1
-done
-wait "$launch_pid"
-rc=$?
-launch_pid=
+}
+wait_launch stop_join_kill
+rc=$launch_rc
 sleep 0.5 # the stamper's last lines
 if [ -n "$killed" ] && [ "$rc" = 0 ] &&
    grep -q '\[worker0\] membership: --sync sync now averages 1 of 1 gradients a step (1 live workers)' "$out" &&

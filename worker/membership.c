@@ -25,10 +25,15 @@
  * ps busy with a large model's gradients under load can take longer than PROBE_MS, and a
  * worker that said JobDone then exited is done, not lost. */
 #define CONFIRM_MS 3000
+/* During the end-of-job wait, how often the ps tasks are asked who is done: the job ends this
+ * much after the last worker's JobDone at most (a brief Inspect a poll, only then). */
+#define END_POLL_MS 50
 
 /* JOINING: not heard from yet; ABSENT: not heard from for the peer timeout since the job
- * began (not started: --workers MIN:MAX), not counted live until it answers (it joins). */
-typedef enum { JOINING, LIVE, DONE, LOST, ABSENT } state_t;
+ * began (not started: --workers MIN:MAX), not counted live until it answers (it joins);
+ * LEFT: it said it leaves (SIGTERM: worker/membership_leave.h), out of the live set as a lost
+ * one, at once. */
+typedef enum { JOINING, LIVE, DONE, LOST, ABSENT, LEFT } state_t;
 
 typedef struct {
     char task[PSG_DEVICE_NAME_MAX]; /* "/job:worker/replica:0/task:2" */
@@ -38,7 +43,8 @@ typedef struct {
     state_t state;
     int64_t heard_ms; /* its last answer (or when it was first asked) */
     uint64_t inc;     /* its incarnation when it last answered (0: none yet) */
-    char why[96];     /* LOST: why */
+    char why[96];     /* LOST, LEFT: why */
+    bool left_said;   /* its leave was seen (marked LEFT then, if it was live) */
     bool late;        /* ABSENT or LOST, answered after the end-of-job wait: said once */
     int64_t at_step;  /* the chief's step when it was found lost */
     psg_membership_heard_t heard; /* any answer, admitted or not: for the shards' hand-out */
@@ -49,9 +55,12 @@ struct psg_membership {
     int peer_ms;
     int n, nps;
     member_t *m;
-    psg_ts_client_t **ps; /* (nps) who said JobDone */
-    pthread_mutex_t lock; /* the states, changes, wait_from_ms */
-    pthread_cond_t cond;  /* a state changed, or stop */
+    /* (2 nps) who said JobDone: the thread's clients, then the end-of-job wait's own (it asks
+     * itself, not behind a round of the thread's probes, some waiting on gone workers) */
+    psg_ts_client_t **ps;
+    psg_ts_client_t *self; /* the chief's own task server: who said it leaves */
+    pthread_mutex_t lock;  /* the states, changes, wait_from_ms */
+    pthread_cond_t cond;   /* a state changed, or stop */
     int changes, joined;
     int64_t start_ms;     /* the thread began */
     int64_t wait_from_ms; /* the end-of-job wait began (0: not yet) */
@@ -103,13 +112,14 @@ static bool stopping(psg_membership_t *m) {
     return stop;
 }
 
-/* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms). */
-static void ask_done(psg_membership_t *m, int timeout_ms) {
+/* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms), through
+ * the clients ps[0..nps). */
+static void ask_done(psg_membership_t *m, psg_ts_client_t **ps, int timeout_ms) {
     for (int k = 0; k < m->nps && !stopping(m); k++) {
         /* brief: no variables read (a ps that backs up another's shard keeps its log held) */
         psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
         psg_rep_t rep;
-        psg_msg_t *r = psg_ts_call(m->ps[k], &in, &rep, timeout_ms);
+        psg_msg_t *r = psg_ts_call(ps[k], &in, &rep, timeout_ms);
         char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
         psg_msg_destroy(&r);
         psg_json_t *j = text ? psg_json_parse(text) : NULL;
@@ -126,7 +136,7 @@ static void ask_done(psg_membership_t *m, int timeout_ms) {
                  * (psg_dist_session_job_done_for): it stays out of the live workers */
                 if (psg_device_name_parse(m->m[w].task, &e) < 0 || strcmp(d.job, e.job) ||
                     d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST ||
-                    m->m[w].state == ABSENT)
+                    m->m[w].state == ABSENT || m->m[w].state == LEFT)
                     continue;
                 m->m[w].state = DONE;
                 pthread_cond_broadcast(&m->cond);
@@ -136,6 +146,43 @@ static void ask_done(psg_membership_t *m, int timeout_ms) {
         psg_json_free(j);
         psg_error_clear();
     }
+}
+
+/* The workers that told the chief's own task server they leave (a JobDone sent there: only a
+ * leaving worker sends one, worker/membership_leave.c), marked LEFT, once each: a worker that
+ * comes back answers with a new incarnation (ask_worker) and is live again. */
+static void ask_left(psg_membership_t *m) {
+    psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
+    psg_rep_t rep;
+    psg_msg_t *r = m->self ? psg_ts_call(m->self, &in, &rep, PROBE_MS) : NULL;
+    char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
+    psg_msg_destroy(&r);
+    psg_json_t *j = text ? psg_json_parse(text) : NULL;
+    free(text);
+    const psg_json_t *said = j ? psg_json_get(j, "workers_done_tasks") : NULL;
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; said && said->type == PSG_JSON_ARRAY && i < said->count; i++) {
+        psg_device_name_t d, e;
+        const psg_json_t *s = said->items[i];
+        if (s->type != PSG_JSON_STRING || psg_device_name_parse(s->string, &d) < 0) continue;
+        for (int w = 0; w < m->n; w++) {
+            member_t *x = &m->m[w];
+            if (x->left_said || psg_device_name_parse(x->task, &e) < 0 || strcmp(d.job, e.job) ||
+                d.task != e.task)
+                continue;
+            x->left_said = true;
+            if (x->state != LIVE && x->state != JOINING) continue; /* lost, done: it stays so */
+            x->state = LEFT;
+            x->heard.left_inc = x->inc;
+            x->at_step = atomic_load(&m->step);
+            snprintf(x->why, sizeof x->why, "left (it got SIGTERM and said so)");
+            say(m, x, "%s at step %lld", x->why, (long long)x->at_step);
+            pthread_cond_broadcast(&m->cond);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    psg_json_free(j);
+    psg_error_clear();
 }
 
 /* Whether Inspect's reply r says its task server runs a graph ("graphs" >= 1): the worker
@@ -175,8 +222,12 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
     int64_t now = psg_ts_now_ms();
     uint64_t inc = answered ? psg_ts_client_incarnation(x->client) : 0;
     pthread_mutex_lock(&m->lock);
+    if (answered && x->state == LEFT && inc == x->heard.left_inc) {
+        pthread_mutex_unlock(&m->lock); /* the one that left, still exiting */
+        return;
+    }
     if (answered) {
-        if ((x->state == ABSENT || x->state == LOST) && m->closed) {
+        if ((x->state == ABSENT || x->state == LOST || x->state == LEFT) && m->closed) {
             if (!x->late)
                 say(m, x,
                     "answers after the job's end (step %lld): not admitted, it stops with the "
@@ -186,7 +237,7 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
             pthread_mutex_unlock(&m->lock);
             return;
         }
-        if (x->state == LOST)
+        if (x->state == LOST || x->state == LEFT)
             say(m, x, "answers again (incarnation %016" PRIx64 ") at step %lld", inc,
                 (long long)atomic_load(&m->step));
         else if (x->state == ABSENT) {
@@ -218,7 +269,7 @@ static void ask_worker(psg_membership_t *m, member_t *x, bool *silent_long) {
 static int live_locked(const psg_membership_t *m, bool *alive) {
     alive[0] = true;
     for (int i = 0; i < m->n && i < 64; i++)
-        alive[i + 1] = m->m[i].state != LOST && m->m[i].state != ABSENT;
+        alive[i + 1] = m->m[i].state != LOST && m->m[i].state != ABSENT && m->m[i].state != LEFT;
     return (m->n < 64 ? m->n : 64) + 1;
 }
 
@@ -241,24 +292,38 @@ static void tell_live(psg_membership_t *m) {
     memcpy(m->told, alive, sizeof *alive * (size_t)n);
 }
 
+/* Whether the end-of-job wait is on (psg_membership_wait_done): only the awaited count. */
+static bool ending(psg_membership_t *m) {
+    pthread_mutex_lock(&m->lock);
+    bool on = m->wait_from_ms && !m->closed;
+    pthread_mutex_unlock(&m->lock);
+    return on;
+}
+
 static void *run(void *arg) {
     psg_membership_t *m = arg;
     while (!stopping(m)) {
         bool any_silent = false, silent[64] = {0};
+        /* the end of the job waits for the JobDone of the last workers: the ps tasks asked
+         * first, and no probe of a worker not awaited (lost, left, not started: each waits
+         * PROBE_MS in vain) comes before it (issue 31: 0.3 s of the job's end) */
+        bool end = ending(m);
+        if (end) ask_done(m, m->ps, PROBE_MS);
+        ask_left(m); /* first: a leave is said before the probes' waits on gone workers */
         for (int i = 0; i < m->n && i < 64 && !stopping(m); i++) {
             pthread_mutex_lock(&m->lock);
             state_t s = m->m[i].state;
             pthread_mutex_unlock(&m->lock);
-            if (s == DONE) continue;
+            if (s == DONE || (end && s != LIVE && s != JOINING)) continue;
             ask_worker(m, &m->m[i], &silent[i]);
             any_silent |= silent[i];
         }
         /* a worker that finished exits: silent, but it said JobDone first */
-        ask_done(m, any_silent ? CONFIRM_MS : PROBE_MS);
+        ask_done(m, m->ps, any_silent ? CONFIRM_MS : PROBE_MS);
         pthread_mutex_lock(&m->lock);
         for (int i = 0; any_silent && i < m->n && i < 64; i++) {
             member_t *x = &m->m[i];
-            if (!silent[i] || x->state == DONE || x->state == LOST) continue;
+            if (!silent[i] || x->state == DONE || x->state == LOST || x->state == LEFT) continue;
             x->state = LOST;
             x->at_step = atomic_load(&m->step);
             say(m, x, "%s at step %lld", x->why, (long long)x->at_step);
@@ -268,7 +333,7 @@ static void *run(void *arg) {
         tell_live(m); /* the strategy follows a loss or a return at once */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += PROBE_MS * 1000000L;
+        ts.tv_nsec += (end ? END_POLL_MS : PROBE_MS) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_mutex_lock(&m->lock);
         if (!m->stop) pthread_cond_timedwait(&m->cond, &m->lock, &ts);
@@ -303,6 +368,18 @@ static int members_init(psg_membership_t *m, const psg_cluster_t *cl, const char
     return 0;
 }
 
+/* A client of the chief's own task server (task `self` of cl). */
+static psg_ts_client_t *self_client(const psg_cluster_t *cl, const char *self, int peer_ms) {
+    psg_device_name_t me;
+    if (psg_device_name_parse(self, &me) < 0) return NULL;
+    const char *addr = psg_cluster_address(cl, me.job, me.task);
+    if (!addr) {
+        psg_error_set("membership: no address for %s", self);
+        return NULL;
+    }
+    return psg_ts_client_new(self, addr, PROBE_MS, peer_ms, psg_cluster_keys(cl));
+}
+
 psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, FILE *out) {
     psg_membership_t *m = calloc(1, sizeof *m);
     if (!m) {
@@ -317,16 +394,17 @@ psg_membership_t *psg_membership_new(const psg_cluster_t *cl, const char *self, 
     m->nps = psg_cluster_num_tasks(cl, "ps");
     int rc = members_init(m, cl, self);
     if (rc == 0 && m->n > 64) rc = psg_error_set("membership: %d workers (at most 65)", m->n + 1);
-    if (rc == 0 && !(m->ps = calloc((size_t)(m->nps > 0 ? m->nps : 1), sizeof *m->ps)))
+    if (rc == 0 && !(m->ps = calloc((size_t)(m->nps > 0 ? 2 * m->nps : 1), sizeof *m->ps)))
         rc = psg_error_set("out of memory");
-    for (int k = 0; rc == 0 && k < m->nps; k++) {
+    for (int k = 0; rc == 0 && k < 2 * m->nps; k++) {
         char task[PSG_DEVICE_NAME_MAX];
-        psg_device_name("ps", k, NULL, task, sizeof task);
-        const char *addr = psg_cluster_address(cl, "ps", k);
+        psg_device_name("ps", k % m->nps, NULL, task, sizeof task);
+        const char *addr = psg_cluster_address(cl, "ps", k % m->nps);
         if (!(m->ps[k] = psg_ts_client_new(task, addr ? addr : "", PROBE_MS, m->peer_ms,
                                            psg_cluster_keys(cl))))
             rc = -1;
     }
+    if (rc == 0 && !(m->self = self_client(cl, self, m->peer_ms))) rc = -1;
     m->start_ms = psg_ts_now_ms();
     if (rc == 0 && pthread_create(&m->thread, NULL, run, m) != 0)
         rc = psg_error_set("membership: cannot start its thread");
@@ -347,7 +425,8 @@ void psg_membership_destroy(psg_membership_t **mp) {
         pthread_join(m->thread, NULL);
     }
     for (int i = 0; i < m->n; i++) psg_ts_client_destroy(&m->m[i].client);
-    for (int k = 0; m->ps && k < m->nps; k++) psg_ts_client_destroy(&m->ps[k]);
+    for (int k = 0; m->ps && k < 2 * m->nps; k++) psg_ts_client_destroy(&m->ps[k]);
+    psg_ts_client_destroy(&m->self);
     free(m->ps);
     free(m->m);
     pthread_cond_destroy(&m->cond);
@@ -387,6 +466,10 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
     m->wait_from_ms = t0;
     pthread_cond_broadcast(&m->cond); /* asked again at once */
     for (;;) {
+        /* the ps tasks asked from here too: the last JobDone seen within END_POLL_MS */
+        pthread_mutex_unlock(&m->lock);
+        ask_done(m, m->ps + m->nps, PROBE_MS);
+        pthread_mutex_lock(&m->lock);
         int running = 0;
         for (int i = 0; i < m->n; i++) running += m->m[i].state == LIVE || m->m[i].state == JOINING;
         if (running == 0) break;
@@ -408,7 +491,7 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms) {
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t w = left < 100 ? left : 100;
+        int64_t w = left < END_POLL_MS ? left : END_POLL_MS;
         ts.tv_nsec += w * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&m->cond, &m->lock, &ts);
@@ -449,31 +532,40 @@ int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], char (*who)[256
     pthread_mutex_lock(&m->lock);
     for (int i = 0; i < m->n; i++) {
         const member_t *x = &m->m[i];
-        if ((x->state != LOST && x->state != ABSENT) || n >= max) continue;
+        if ((x->state != LOST && x->state != ABSENT && x->state != LEFT) || n >= max) continue;
         snprintf(who[n], 256, "%s on %s (%s)", x->tag, x->host,
-                 x->state == LOST ? "lost" : "not started");
+                 x->state == LOST   ? "lost"
+                 : x->state == LEFT ? "left"
+                                    : "not started");
         snprintf(tasks[n++], 128, "%s", x->task);
     }
     pthread_mutex_unlock(&m->lock);
     return n;
 }
 
+/* "NAME":[{"task","host","why","at_step"}] of the members in state s (under lock). */
+static void members_json(const psg_membership_t *m, psg_strbuf_t *b, const char *name, state_t s) {
+    psg_strbuf_printf(b, "\"%s\":[", name);
+    for (int i = 0, k = 0; i < m->n; i++) {
+        const member_t *x = &m->m[i];
+        if (x->state != s) continue;
+        psg_strbuf_str(b, k++ ? ",{\"task\":" : "{\"task\":");
+        psg_strbuf_json_str(b, x->tag);
+        psg_strbuf_str(b, ",\"host\":");
+        psg_strbuf_json_str(b, x->host);
+        psg_strbuf_str(b, ",\"why\":");
+        psg_strbuf_json_str(b, x->why);
+        psg_strbuf_printf(b, ",\"at_step\":%lld}", (long long)x->at_step);
+    }
+    psg_strbuf_str(b, "],");
+}
+
 void psg_membership_json(psg_membership_t *m, char *buf, size_t size) {
     psg_strbuf_t b = {0};
     pthread_mutex_lock(&m->lock);
-    psg_strbuf_str(&b, "\"workers_lost\":[");
-    for (int i = 0, k = 0; i < m->n; i++) {
-        const member_t *x = &m->m[i];
-        if (x->state != LOST) continue;
-        psg_strbuf_str(&b, k++ ? ",{\"task\":" : "{\"task\":");
-        psg_strbuf_json_str(&b, x->tag);
-        psg_strbuf_str(&b, ",\"host\":");
-        psg_strbuf_json_str(&b, x->host);
-        psg_strbuf_str(&b, ",\"why\":");
-        psg_strbuf_json_str(&b, x->why);
-        psg_strbuf_printf(&b, ",\"at_step\":%lld}", (long long)x->at_step);
-    }
-    psg_strbuf_printf(&b, "],\"workers_joined\":%d,\"membership_changes\":%d,", m->joined,
+    members_json(m, &b, "workers_lost", LOST);
+    members_json(m, &b, "workers_left", LEFT);
+    psg_strbuf_printf(&b, "\"workers_joined\":%d,\"membership_changes\":%d,", m->joined,
                       m->changes);
     pthread_mutex_unlock(&m->lock);
     snprintf(buf, size, "%s", b.oom || !b.s ? "" : b.s);

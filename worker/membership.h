@@ -40,6 +40,7 @@ typedef struct {
     uint64_t inc;        /* the incarnation in its latest answer (0: it never answered) */
     int64_t answered_ms; /* that answer came */
     int64_t probed_ms;   /* the latest probe was sent, answered or not (0: none yet) */
+    uint64_t left_inc;   /* the incarnation that said it leaves (0: none): its shards go back */
 } psg_membership_heard_t;
 /* Of worker rank r (>= 1, as on_live's alive; all 0 for another rank). The shards' hand-out
  * judges by it whether a process that holds shards is dead (worker/shard_data.c). */
@@ -65,14 +66,14 @@ int psg_membership_wait_done(psg_membership_t *m, int64_t timeout_ms);
 int psg_membership_end(psg_membership_t *m, psg_dist_session_t *ds, int workers, int64_t timeout_ms,
                        FILE *out, bool *all_done);
 
-/* The lost workers and those that never started (at most max), as task names
+/* The lost workers, those that left and those that never started (at most max), as task names
  * ("/job:worker/replica:0/task:2") and as said ("worker2 on h3 (not started)"); how many.
  * Neither is admitted after the end-of-job wait (one that answers then is said once). */
 int psg_membership_lost(psg_membership_t *m, char (*tasks)[128], char (*who)[256], int max);
 
 /* The done line's fields, each followed by a comma: "workers_lost":[{"task","host","why",
- * "at_step"}], "workers_joined":J (workers not started within the peer timeout that
- * joined later) and "membership_changes":N. */
+ * "at_step"}], "workers_left" (the same, of those that said they leave), "workers_joined":J
+ * (workers not started within the peer timeout that joined later) and "membership_changes":N. */
 void psg_membership_json(psg_membership_t *m, char *buf, size_t size);
 
 #endif

@@ -128,12 +128,19 @@ static psg_tensor_t *dead_holders(psg_shard_data_t *d) {
         psg_membership_heard_t heard;
         psg_membership_heard(d->members, h->rank, &heard);
         if (heard.inc == h->inc && heard.answered_ms > h->since_ms) h->since_ms = heard.answered_ms;
-        if (heard.probed_ms - h->since_ms < peer) continue;
+        bool left = heard.left_inc && heard.left_inc == h->inc; /* it said so: at once */
+        if (!left && heard.probed_ms - h->since_ms < peer) continue;
         pairs[2 * n] = h->rank;
         pairs[2 * n++ + 1] = (int64_t)h->inc;
         if (h->said) continue;
         h->said = true;
-        if (d->o.out)
+        if (d->o.out && left)
+            fprintf(d->o.out,
+                    "data shards: worker%d's process %016" PRIx64 " left the job holding shards: "
+                    "they are handed out again\n",
+                    h->rank, h->inc),
+                fflush(d->o.out);
+        else if (d->o.out)
             fprintf(d->o.out,
                     "data shards: worker%d's process %016" PRIx64 " holds shards and was not heard "
                     "from for %.1f s: they are handed out again\n",

@@ -21,6 +21,7 @@
 #include "worker/evaluator.h"
 #include "worker/inception_train.h"
 #include "worker/membership.h"
+#include "worker/membership_leave.h"
 #include "worker/init_from.h"
 #include "worker/metrics_log.h"
 #include "worker/replica.h"
@@ -111,6 +112,7 @@ typedef struct {
     int64_t steady_examples, interval_steps;
     double all_time; /* every step's, for a run shorter than the warm-up */
     int64_t all_examples;
+    bool left; /* SIGTERM: this worker left the job at a step boundary */
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
@@ -482,6 +484,8 @@ static int start(trainer_t *t) {
                                   "other than the chief joins)",
                                   t->w.cluster ? t->w.task : "a process without a cluster");
     if (t->w.cluster && start_cluster(t) < 0) return -1;
+    /* a scaled-in pod's SIGTERM: the step in progress ends, the chief is told, the job goes on */
+    if (t->w.cluster && !t->w.chief) psg_membership_leave_arm();
     if (t->w.cluster && t->w.chief && t->w.num_workers > 1 &&
         !(t->members = psg_membership_new(t->w.cluster, t->w.task, t->out)))
         return -1;
@@ -643,6 +647,10 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
             return -1;
         r->steps = step + 1;
         psg_membership_set_step(t->members, step + 1);
+        if (t->w.cluster && !t->w.chief && psg_membership_leave_asked()) {
+            t->left = true; /* SIGTERM: leaves at this step boundary */
+            break;
+        }
         if (over) break; /* the strategy ended training (sync: the token queue closed) */
     }
     if (t->shards && t->total > r->steps) t->total = r->steps; /* the data's end, for the lines */
@@ -727,6 +735,28 @@ static int bench_line(trainer_t *t, const psg_train_result_t *r) {
     return psg_bench_timing_report(t->bench, &l, t->out);
 }
 
+/* A worker asked to leave (SIGTERM) after its step: the chief told, said, exit 0. Neither the
+ * strategy's end (sync's would close the token queue for everyone) nor a JobDone to the ps
+ * tasks (the chief tells them at the job's end, as for a lost worker). */
+static int leave(trainer_t *t, const psg_train_result_t *r) {
+    if (psg_dist_session_drain(t->dsess) < 0) psg_error_clear(); /* its last step: done or not */
+    bool told = psg_membership_leave_tell(t->w.cluster, t->w.task) == 0;
+    if (!told) {
+        fprintf(t->out,
+                "psgraph train: %s: warning: %s (it is found lost after the peer timeout)\n",
+                t->w.task, psg_error_message());
+        psg_error_clear();
+    }
+    fprintf(t->out,
+            "psgraph train: %s: SIGTERM: leaves the job after its step %lld%s\n"
+            "{\"event\":\"worker_left\",\"task\":\"%s\",\"signal\":\"SIGTERM\",\"steps\":%lld,"
+            "\"chief_told\":%s}\n",
+            t->w.task, (long long)r->steps, told ? " (the chief was told)" : "", t->w.task,
+            (long long)r->steps, told ? "true" : "false");
+    fflush(t->out);
+    return 0;
+}
+
 /* After the loop: the strategy's end, the hooks', the cluster's, the final line. */
 static int finish(trainer_t *t, psg_train_result_t *r) {
     r->final_loss = t->last_loss;
@@ -734,6 +764,7 @@ static int finish(trainer_t *t, psg_train_result_t *r) {
     r->examples_per_sec = t->steady_time > 0 ? (double)t->steady_examples / t->steady_time
                           : t->all_time > 0  ? (double)t->all_examples / t->all_time
                                              : 0;
+    if (t->left) return leave(t, r);
     if (t->dsess && psg_dist_session_drain(t->dsess) < 0) return -1; /* the last overlapped step */
     if (t->sync && psg_sync_train_finish(t->sync, r->examples_per_sec) < 0) return -1;
     if (psg_train_hooks_end(t->hooks, r->steps) < 0) return -1;
