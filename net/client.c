@@ -281,7 +281,7 @@ static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int
     psg_codec_out_t out = {0};
     int rc = psg_codec_encode(m, NULL, &c->opts, &out);
     char op[PSG_WIRE_MAX_OP + 1];
-    snprintf(op, sizeof op, "%s", m->op ? m->op : "request");
+    psg_codec_copy_text(op, sizeof op, m->op ? m->op : "request");
     psg_msg_destroy(&m);
     if (rc < 0) return psg_error_wrap("%s: cannot encode %s", c->endpoint, op);
     if (timeout_ms != c->sndtimeo) {
@@ -354,7 +354,7 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
                 psg_msg_destroy(&m);
                 return psg_error_set("%s: sent a request to a client", c->endpoint);
             }
-            snprintf(m->peer, sizeof m->peer, "%.*s", (int)sizeof m->peer - 1, c->endpoint);
+            psg_codec_copy_text(m->peer, sizeof m->peer, c->endpoint);
             got_reply(c, m);
             *out = m;
             return 1;
