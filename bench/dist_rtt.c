@@ -9,13 +9,18 @@
  * The four are measured in ROUNDS rounds, each round raw, one-op, read + Recv, then the push (N
  * round trips each), so that the machine's drift falls on all four: on a quiet 2-core machine
  * raw ZeroMQ's median alone moved 83-120 us between back-to-back runs. Each line gives the
- * medians over every round, their ratio, and the ratio of each round's medians.
+ * medians over every round, their ratio, and the ratio of each round's medians, and what the
+ * worker's calling thread spent a round trip beside raw ZeroMQ's: its CPU time and how often
+ * it was preempted (on a loaded machine these move far less than the times).
  *
  *   bench_dist_rtt [--iters N] [--rounds R] [--keys DIR]
  *
  * --keys DIR: the cluster's keys (psgraph keygen DIR): every connection, the raw one too,
  * speaks CURVE with them.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RUSAGE_THREAD */
+#endif
 #include "psgraph/psgraph.h"
 
 #include <czmq.h>
@@ -24,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -45,6 +51,28 @@ static int free_port(void) {
         return -1;
     close(fd);
     return ntohs(a.sin_port);
+}
+
+/* What the calling thread spent: its CPU time and its involuntary context switches (it was
+ * preempted), the figures a loaded machine moves least (the step's own work and how often
+ * waking a ZeroMQ I/O thread took its core); per round trip over a measure. */
+typedef struct {
+    double cpu_us, preempted;
+} thread_cost_t;
+
+static thread_cost_t thread_cost(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    struct rusage u;
+    getrusage(RUSAGE_THREAD, &u);
+    return (thread_cost_t){(double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3, (double)u.ru_nivcsw};
+}
+
+/* Adds what the thread spent since `from`, per round trip of n, into *sum. */
+static void add_cost(thread_cost_t *sum, thread_cost_t from, int n) {
+    thread_cost_t now = thread_cost();
+    sum->cpu_us += (now.cpu_us - from.cpu_us) / n;
+    sum->preempted += (now.preempted - from.preempted) / n;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -120,8 +148,26 @@ static void measure_raw(void *ds, double *v, int n) {
     }
 }
 
+/* n round trips of step c (after 200 to warm up) into v, what they cost the thread into *cost. */
+static int measure_step(psg_dist_callable_t *c, double *v, int n, thread_cost_t *cost) {
+    thread_cost_t t = thread_cost();
+    for (int i = 0; i < n + 200; i++) {
+        psg_tensor_t *out = NULL;
+        double t0 = now_us();
+        if (psg_dist_callable_run(c, NULL, &out) < 0) {
+            fprintf(stderr, "bench_dist_rtt: %s\n", psg_error_message());
+            return -1;
+        }
+        if (i >= 200) v[i - 200] = now_us() - t0;
+        psg_tensor_destroy(&out);
+    }
+    add_cost(cost, t, n + 200);
+    return 0;
+}
+
 /* One line: v and raw hold rounds x n round trips (round r at r * n); sorts them. */
-static void print_line(const char *what, double *v, double *raw, int n, int rounds) {
+static void print_line(const char *what, double *v, double *raw, int n, int rounds,
+                       thread_cost_t cost, thread_cost_t raw_cost) {
     char per[512] = "";
     size_t len = 0;
     double best = 0;
@@ -140,9 +186,11 @@ static void print_line(const char *what, double *v, double *raw, int n, int roun
     printf("{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"curve\":%s,\"iters\":%d,\"rounds\":%d,"
            "\"psgraph_median_us\":%.1f,\"psgraph_p99_us\":%.1f,\"raw_zmq_median_us\":%.1f,"
            "\"ratio_to_raw\":%.2f,\"ratio_per_round\":[%s],\"ratio_best_round\":%.2f,"
-           "\"target_median_us\":150}\n",
+           "\"cpu_us_per_step\":%.2f,\"raw_cpu_us_per_step\":%.2f,\"preempted_per_step\":%.3f,"
+           "\"raw_preempted_per_step\":%.3f,\"target_median_us\":150}\n",
            what, keys_dir ? "true" : "false", n, rounds, med, p99, raw_med, med / raw_med, per,
-           best);
+           best, cost.cpu_us / rounds, raw_cost.cpu_us / rounds, cost.preempted / rounds,
+           raw_cost.preempted / rounds);
     fflush(stdout);
 }
 
@@ -236,21 +284,13 @@ int main(int argc, char **argv) {
     psg_dist_callable_t *which[3] = {one, pull, push};
     const char *names[3] = {"one_op_on_ps", "ps_read_recv_on_worker", "push_apply_on_ps"};
     bool failed = !ds;
+    thread_cost_t cost[3] = {{0, 0}}, raw_cost = {0, 0};
     for (int r = 0; r < rounds && !failed; r++) {
+        thread_cost_t t = thread_cost();
         measure_raw(ds, raw + (size_t)r * iters, iters);
-        for (int b = 0; b < 3 && !failed; b++) {
-            for (int i = 0; i < iters + 200; i++) {
-                psg_tensor_t *out = NULL;
-                double t0 = now_us();
-                if (psg_dist_callable_run(which[b], NULL, &out) < 0) {
-                    fprintf(stderr, "bench_dist_rtt: %s\n", psg_error_message());
-                    failed = true;
-                    break;
-                }
-                if (i >= 200) v[b][(size_t)r * iters + (size_t)(i - 200)] = now_us() - t0;
-                psg_tensor_destroy(&out);
-            }
-        }
+        add_cost(&raw_cost, t, iters + 200);
+        for (int b = 0; b < 3 && !failed; b++)
+            failed = measure_step(which[b], v[b] + (size_t)r * iters, iters, &cost[b]) < 0;
     }
     if (ds) zmq_send(ds, "stop", 4, 0);
     zsock_destroy(&d);
@@ -258,7 +298,7 @@ int main(int argc, char **argv) {
         double *rawcopy = malloc(sizeof(double) * all); /* print_line sorts it */
         if (!rawcopy) break;
         memcpy(rawcopy, raw, sizeof(double) * all);
-        print_line(names[b], v[b], rawcopy, iters, rounds);
+        print_line(names[b], v[b], rawcopy, iters, rounds, cost[b], raw_cost);
         free(rawcopy);
     }
     free(raw);

@@ -496,8 +496,8 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     m->code = h->code;
     m->route = *route;
     m->conn = *conn;
-    snprintf(m->peer, sizeof m->peer, "%s", peer);
-    snprintf(m->peer_key, sizeof m->peer_key, "%s", peer_key);
+    psg_codec_copy_text(m->peer, sizeof m->peer, peer);
+    psg_codec_copy_text(m->peer_key, sizeof m->peer_key, peer_key);
     if ((h->op && !(m->op = dup_n(h->op, h->op_len))) ||
         (h->key && !(m->key = dup_n(h->key, h->key_len))) ||
         (h->err && !(m->error = dup_n(h->err, h->err_len)))) {
@@ -549,7 +549,7 @@ static psg_rx_result_t take_first(psg_codec_rx_t *rx, zmq_msg_t *parts, int n,
     p->msg = m;
     p->bytes = chunked_bytes;
     p->since = psg_codec_now_ms();
-    snprintf(p->peer, sizeof p->peer, "%s", peer);
+    psg_codec_copy_text(p->peer, sizeof p->peer, peer);
     pending_advance(p);
     p->next = rx->pending;
     rx->pending = p;
@@ -633,7 +633,7 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
     }
     /* a ROUTER's routing frame is made by the socket and has no metadata: the last frame's */
     const char *addr = zmq_msg_gets(&rx->parts[n > 0 ? n - 1 : 0], "Peer-Address");
-    snprintf(bad_peer, bad_peer_size, "%s", addr ? addr : "unknown peer");
+    psg_codec_copy_text(bad_peer, bad_peer_size, addr ? addr : "unknown peer");
     /* the ZAP handler's answer for the connection (curve_guard.c): its key's name */
     const char *key = zmq_msg_gets(&rx->parts[n > 0 ? n - 1 : 0], "User-Id");
     psg_route_t route = {0};

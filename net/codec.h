@@ -7,6 +7,7 @@
 #include "psgraph/wire.h"
 
 #include <msgpack.h>
+#include <string.h>
 #include <zmq.h>
 
 /* Internal message kind: one chunk of a large tensor, after the message's first part. */
@@ -68,6 +69,15 @@ int psg_codec_decode_header(const void *data, size_t size, psg_codec_header_t *h
 int psg_codec_pack_header(msgpack_sbuffer *sb, const psg_msg_t *m, const uint8_t *place,
                           bool body_inline);
 /* Where the next inline tensor starts once `at` bytes of the header frame are taken. */
+/* Copies the text src into dst of size bytes, cut to fit and ended by a NUL: snprintf's "%s"
+ * without its format parsing, for the few names copied on every message (issue 33). */
+static inline void psg_codec_copy_text(char *dst, size_t size, const char *src) {
+    if (size == 0) return;
+    size_t n = src ? strnlen(src, size - 1) : 0;
+    if (n) memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 static inline uint64_t psg_codec_inline_at(uint64_t at) {
     return (at + PSG_CODEC_INLINE_ALIGN - 1) & ~(uint64_t)(PSG_CODEC_INLINE_ALIGN - 1);
 }

@@ -6,6 +6,7 @@
 #include "net/codec.h"
 #include "psgraph/error.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,25 +86,11 @@ int psg_ts_client_recv(psg_ts_client_t *c, psg_msg_t **out) {
 }
 
 int psg_ts_client_poll(psg_ts_client_t *const *cs, int n, bool *ready, int64_t wait_ms) {
-    zmq_pollitem_t items[128]; /* each client's socket, then its connection events */
-    int of[128];
-    if (n > 64) n = 64;
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        of[m] = i;
-        items[m++] = (zmq_pollitem_t){psg_client_socket(cs[i]->client), 0, ZMQ_POLLIN, 0};
-        void *events = psg_client_events_socket(cs[i]->client);
-        if (events) {
-            of[m] = i;
-            items[m++] = (zmq_pollitem_t){events, 0, ZMQ_POLLIN, 0};
-        }
-    }
-    int k = zmq_poll(items, m, (long)wait_ms);
-    for (int i = 0; i < n; i++) ready[i] = false;
-    for (int j = 0; k > 0 && j < m; j++) ready[of[j]] |= (items[j].revents & ZMQ_POLLIN) != 0;
-    int count = 0;
-    for (int i = 0; i < n; i++) count += ready[i];
-    return count;
+    psg_client_t *clients[PSG_CLIENT_POLL_MAX];
+    if (n > PSG_CLIENT_POLL_MAX) n = PSG_CLIENT_POLL_MAX;
+    for (int i = 0; i < n; i++) clients[i] = cs[i]->client;
+    int k = psg_client_poll(clients, n, ready, wait_ms > INT_MAX ? INT_MAX : (int)wait_ms);
+    return k < 0 ? 0 : k; /* a failed poll: as a timeout, the caller checks its connections */
 }
 
 int psg_ts_client_check(psg_ts_client_t *c) {

@@ -362,7 +362,19 @@ static void mark_lost(psg_dist_callable_t *c, int p, const char *why) {
         }
 }
 
-/* Reads what arrived from the task of partition k: its replies, a lost connection. */
+/* Whether a request of the callable's steps still waits for a reply from peer p. */
+static bool peer_awaited(const psg_dist_callable_t *c, int p) {
+    const step_reqs_t *all[3] = {&c->cur, &c->open, &c->next};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; all[i]->reqs && k < c->set->num_partitions; k++)
+            if (c->runs[k].peer == p && all[i]->reqs[k].waiting) return true;
+    return false;
+}
+
+/* Reads what arrived from the task of partition k: its replies, a lost connection. Stops at
+ * the reply that leaves nothing waiting on the task: another read would find nothing and
+ * check the connection, two system calls each on every step's critical path (issue 33); what
+ * else came stays queued for the next read, a loss is seen by the next send or wait. */
 static void read_peer(psg_dist_callable_t *c, int k) {
     int p = c->runs[k].peer;
     psg_ts_client_t *client = c->s->peers[p].client;
@@ -373,6 +385,7 @@ static void read_peer(psg_dist_callable_t *c, int k) {
         if (rc < 0 && psg_error_code() == PSG_ERR_UNAVAILABLE) mark_lost(c, p, psg_error_message());
         if (rc <= 0) break;
         file_reply(c, k, m);
+        if (!peer_awaited(c, p)) return;
     }
     /* a recv that found nothing (0) checked the connection already */
     if (rc < 0 && psg_ts_client_check(client) < 0) mark_lost(c, p, psg_error_message());

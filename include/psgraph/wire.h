@@ -249,6 +249,12 @@ bool psg_client_peer_lost(psg_client_t *c);
  * change means the peer's process restarted. */
 uint64_t psg_client_peer_incarnation(const psg_client_t *c);
 uint64_t psg_client_peer_restarts(const psg_client_t *c);
+/* Waits up to timeout_ms (-1: forever) until a reply waits on one of the n clients (at most
+ * PSG_CLIENT_POLL_MAX), or one of their connections has an event (call psg_client_check);
+ * ready[i] says which. Returns how many, 0 when the time ran out or a signal came, -1 with
+ * the error set when poll fails. Fewer system calls than zmq_poll of the same sockets. */
+#define PSG_CLIENT_POLL_MAX 64
+int psg_client_poll(psg_client_t *const *cs, int n, bool *ready, int timeout_ms);
 /* The ZeroMQ socket, for zmq_poll beside other clients. Owned by the client. */
 void *psg_client_socket(psg_client_t *c);
 /* The socket of its connection events (readable: call psg_client_check), for zmq_poll
