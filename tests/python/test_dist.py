@@ -57,6 +57,26 @@ def serving_ps(psgraph_bin, workers):
     raise AssertionError("no free port for the ps in 5 tries")
 
 
+def stop_and_wait(pid, timeout=30):
+    """SIGSTOP pid and wait until every thread of it is stopped: kill(2) returns before the
+    stop lands, and a request sent meanwhile could still be answered."""
+    import signal
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        states = []
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass  # a thread that ended meanwhile
+        if states and all(st == "T" for st in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} not stopped {timeout} s after SIGSTOP")
+
+
 def tf_config(spec, job, index, extra=None):
     return json.dumps(dict({"cluster": spec, "task": {"type": job, "index": index}},
                            **(extra or {})))
@@ -253,7 +273,7 @@ def test_a_step_past_its_deadline_raises_deadline_exceeded_error(psgraph_bin, fr
         with tf.Session(worker.target, config=config) as sess:
             sess.run(v.initializer)  # waits for the ps to come up (the same timeout)
             sess.run(add)
-            os.kill(ps.pid, signal.SIGSTOP)
+            stop_and_wait(ps.pid)
             t0 = time.time()
             try:
                 with pytest.raises(tf.errors.DeadlineExceededError) as err:
