@@ -49,6 +49,7 @@ void psg_resource_mgr_destroy(psg_resource_mgr_t **rmp) {
         psg_tensor_destroy(&v->value);
         psg_tensor_destroy(&v->before);
         pthread_mutex_destroy(&v->lock);
+        pthread_mutex_destroy(&v->value_lock);
         free(v);
     }
     free(rm->vars);
@@ -109,6 +110,7 @@ psg_variable_t *psg_resource_variable(psg_resource_mgr_t *rm, const char *name, 
     v->shape = *shape;
     v->value = value;
     pthread_mutex_init(&v->lock, NULL);
+    pthread_mutex_init(&v->value_lock, NULL);
     if (rm->num_vars == rm->cap_vars) {
         rm->cap_vars = rm->cap_vars ? rm->cap_vars * 2 : 16;
         psg_variable_t **nv = realloc(rm->vars, sizeof *nv * (size_t)rm->cap_vars);
@@ -130,8 +132,12 @@ int psg_resource_num_variables(psg_resource_mgr_t *rm) {
 bool psg_resource_holds_buffer(psg_resource_mgr_t *rm, const psg_buffer_t *b) {
     pthread_mutex_lock(&rm->lock);
     bool held = false;
-    for (int i = 0; i < rm->num_vars && !held; i++)
-        held = rm->vars[i]->value && rm->vars[i]->value->buf == b;
+    for (int i = 0; i < rm->num_vars && !held; i++) {
+        psg_variable_t *v = rm->vars[i];
+        pthread_mutex_lock(&v->value_lock);
+        held = v->value && v->value->buf == b;
+        pthread_mutex_unlock(&v->value_lock);
+    }
     pthread_mutex_unlock(&rm->lock);
     return held;
 }
@@ -280,19 +286,46 @@ bool psg_variable_note_write(psg_variable_t *v, int64_t step) {
     return true;
 }
 
-bool psg_variable_note_write_aside(psg_variable_t *v, int64_t step, const void **in) {
-    *in = v->value->data;
+bool psg_variable_note_write_aside(psg_variable_t *v, int64_t step, psg_tensor_t **aside) {
+    *aside = NULL;
     if (!count_write(v, step)) return false;
     if (v->keepers <= 0) return true;
-    psg_tensor_t *next = psg_tensor_new(v->value->dtype, &v->value->shape);
-    if (!next) { /* out of memory: in place, with no way back */
+    *aside = psg_tensor_new(v->value->dtype, &v->value->shape);
+    if (!*aside) { /* out of memory: in place, with no way back */
         psg_error_clear();
         keep_before(v, step, NULL);
-        return true;
     }
-    keep_before(v, step, v->value);
-    v->value = next;
     return true;
+}
+
+void psg_variable_end_write_aside(psg_variable_t *v, int64_t step, psg_tensor_t **aside) {
+    if (!*aside) return;
+    /* published after its last element was written (the writers joined): the mutex orders
+     * those writes before any reader's reference */
+    keep_before(v, step, psg_variable_swap_value(v, *aside));
+    *aside = NULL;
+}
+
+psg_tensor_t *psg_variable_value_ref(psg_variable_t *v) {
+    pthread_mutex_lock(&v->value_lock);
+    psg_tensor_t *t = psg_tensor_ref(v->value);
+    pthread_mutex_unlock(&v->value_lock);
+    return t;
+}
+
+bool psg_variable_on_host(psg_variable_t *v) {
+    pthread_mutex_lock(&v->value_lock);
+    bool host = v->value->buf->device == 0; /* host memory: psg_buffer_t.device */
+    pthread_mutex_unlock(&v->value_lock);
+    return host;
+}
+
+psg_tensor_t *psg_variable_swap_value(psg_variable_t *v, psg_tensor_t *t) {
+    pthread_mutex_lock(&v->value_lock);
+    psg_tensor_t *old = v->value;
+    v->value = t;
+    pthread_mutex_unlock(&v->value_lock);
+    return old;
 }
 
 void psg_variable_note_unlogged(psg_variable_t *v) {

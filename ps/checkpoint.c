@@ -866,8 +866,8 @@ int psg_checkpoint_restore(const psg_checkpoint_t *ck, psg_resource_mgr_t *rm, b
                 pthread_mutex_unlock(&v->lock);
                 return psg_error_wrap("%s: tensor '%s'", ck->path, t->name);
             }
-            psg_tensor_destroy(&v->value);
-            v->value = h;
+            psg_tensor_t *old = psg_variable_swap_value(v, h);
+            psg_tensor_destroy(&old);
         }
         v->initialized = true;
         v->backup = false; /* restored as this task's shard (a fallback of failover) */

@@ -430,7 +430,7 @@ int psg_ts_repl_begin(psg_task_server_t *ts, const char *update, int64_t step,
     }
     for (int i = 0; i < n; i++) {
         psg_variable_t *v = psg_resource_find_variable(ts->rm, names[i]);
-        if (v && v->initialized && psg_tensor_on_host(v->value)) undo_take(r, u, i, v, names[i]);
+        if (v && v->initialized && psg_variable_on_host(v)) undo_take(r, u, i, v, names[i]);
     }
     *out = u;
     return 0;

@@ -200,7 +200,7 @@ fi
   --ps-replicas 2 --logdir "$tmp/chiefps" >"$tmp/chiefps.log" 2>&1 &
 bg=$!
 pids=($bg)
-for _ in $(seq 1 600); do grep -q '^\[worker0\] step 100 ' "$tmp/chiefps.log" && break; sleep 0.1; done
+for _ in $(seq 1 600); do grep -qs '^\[worker0\] step 100 ' "$tmp/chiefps.log" && break; sleep 0.1; done
 ps0=$(sed -n 's/^psgraph launch: ps0 pid \([0-9]*\)$/\1/p' "$tmp/chiefps.log")
 w0=$(sed -n 's/^psgraph launch: worker0 pid \([0-9]*\)$/\1/p' "$tmp/chiefps.log")
 [ -n "$ps0" ] && [ -n "$w0" ] && kill -9 "$ps0" "$w0"

@@ -22,9 +22,16 @@ typedef struct psg_variable {
     char *name;
     psg_dtype_t dtype;
     psg_shape_t shape;
-    psg_tensor_t *value; /* allocated at creation, contents valid once initialized */
+    /* allocated at creation, contents valid once initialized; replaced (a write aside, a
+     * move to a GPU, a restore) under the lock that guards v and value_lock both, so that a
+     * reader holding either sees a whole value; read it by psg_variable_value_ref without
+     * that lock */
+    psg_tensor_t *value;
     bool initialized;
     pthread_mutex_t lock; /* held by update ops that must not interleave */
+    /* guards the pointer `value` alone, held only to replace it or take a reference (never
+     * while computing, sending or waiting): a reader that must not wait for an update */
+    pthread_mutex_t value_lock;
     /* an optimizer slot's variable (the one whose update writes this slot), recorded by
      * psg_variable_lock_update under this slot's lock; NULL: none seen yet */
     struct psg_variable *owner;
@@ -56,11 +63,23 @@ typedef struct psg_variable {
  * of v are skipped (v->skip_step); else counts the write and true. */
 bool psg_variable_note_write(psg_variable_t *v, int64_t step);
 /* psg_variable_note_write for a writer that can write aside: when step `step` may write v
- * and v keeps its value before each write (keepers), v->value becomes a new buffer (its
- * contents undefined: the writer writes every element) and the value before is kept as
- * v->before; *in is where the writer reads the value before from (v->value's data when it
- * writes in place). Under the lock that guards v. */
-bool psg_variable_note_write_aside(psg_variable_t *v, int64_t step, const void **in);
+ * and v keeps its value before each write (keepers), *aside is a new tensor for the writer
+ * to write whole (its contents undefined) while it reads v->value, the value before; else
+ * NULL: it writes v->value in place (also on out of memory: v then has no way back). Under
+ * the lock that guards v; a new tensor is published by psg_variable_end_write_aside. */
+bool psg_variable_note_write_aside(psg_variable_t *v, int64_t step, psg_tensor_t **aside);
+/* After the writer of psg_variable_note_write_aside wrote every element of *aside (if any):
+ * it becomes v's value, and the value before is kept as v->before (step's). A reader never
+ * gets a tensor being written. Under the lock that guards v; takes *aside. */
+void psg_variable_end_write_aside(psg_variable_t *v, int64_t step, psg_tensor_t **aside);
+/* A new reference to v's value, whole, taken under v->value_lock only: it does not wait for
+ * an update in progress (ReadVariable; the value before that update). */
+psg_tensor_t *psg_variable_value_ref(psg_variable_t *v);
+/* Whether v's value is on the host, read under v->value_lock (without the lock that guards v). */
+bool psg_variable_on_host(psg_variable_t *v);
+/* Replaces v's value by t (taken; a move to another device or a restore): the old one,
+ * which the caller destroys. Under the lock that guards v. */
+psg_tensor_t *psg_variable_swap_value(psg_variable_t *v, psg_tensor_t *t);
 /* Under the lock that guards v: whether step `step` is among the last PSG_VARIABLE_RECENT
  * writes of v. */
 bool psg_variable_wrote(const psg_variable_t *v, int64_t step);

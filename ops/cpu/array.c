@@ -123,7 +123,12 @@ int psg_cpu_read_variable(psg_kernel_ctx_t *c) {
     psg_variable_t *v = psg_kernel_variable(c, 0);
     if (!v->initialized)
         return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
-    psg_kernel_set_output(c, 0, v->value);
+    /* without the variable's lock (a read does not wait for an update): an update kernel
+     * publishes a value written aside only once it is whole (ops/cpu/train.c), and the
+     * reference is taken under the pointer's own lock, so no later update frees it first */
+    psg_tensor_t *t = psg_variable_value_ref(v);
+    psg_kernel_set_output(c, 0, t);
+    psg_tensor_destroy(&t);
     return 0;
 }
 

@@ -129,21 +129,25 @@ static int prepare(psg_kernel_ctx_t *c, int nslots, int gi, psg_variable_t **var
 static int run_update(psg_kernel_ctx_t *c, psg_variable_t *v, psg_range_fn fn, update_t *u) {
     psg_variable_lock_update(v, u->slots, u->nslots);
     /* a retried step's update that v holds already is not applied twice (ps/replicate.c); a
-     * variable whose value before is kept (chain replication's way back) is written aside,
-     * its buffers resolved here, under the locks */
-    const void *in[3];
-    if (psg_variable_note_write_aside(v, c->step_id, &in[0])) {
-        in[1] = in[2] = NULL;
+     * variable whose value before is kept (chain replication's way back) is written aside:
+     * into a new buffer, published once written whole (a lock-free reader, ReadVariable,
+     * gets the value before the update or after it); buffers resolved here, under the locks */
+    psg_variable_t *vars[3] = {v, u->slots[0], u->slots[1]};
+    psg_tensor_t *aside[3] = {NULL, NULL, NULL};
+    if (psg_variable_note_write_aside(v, c->step_id, &aside[0])) {
         for (int i = 0; i < u->nslots; i++)
-            (void)psg_variable_note_write_aside(u->slots[i], c->step_id, &in[i + 1]);
-        u->w = psg_tensor_f32(v->value);
-        u->s1 = u->nslots > 0 ? psg_tensor_f32(u->slots[0]->value) : NULL;
-        u->s2 = u->nslots > 1 ? psg_tensor_f32(u->slots[1]->value) : NULL;
-        u->w_in = in[0];
-        u->s1_in = in[1];
-        u->s2_in = in[2];
+            (void)psg_variable_note_write_aside(u->slots[i], c->step_id, &aside[i + 1]);
+        float *in[3] = {NULL, NULL, NULL}, *out[3] = {NULL, NULL, NULL};
+        for (int i = 0; i <= u->nslots; i++) {
+            in[i] = psg_tensor_f32(vars[i]->value);
+            out[i] = aside[i] ? psg_tensor_f32(aside[i]) : in[i];
+        }
+        u->w = out[0], u->s1 = out[1], u->s2 = out[2];
+        u->w_in = in[0], u->s1_in = in[1], u->s2_in = in[2];
         log_update(c, &u->used);
         psg_parallel_for(c->pool, psg_tensor_numel(v->value), UPDATE_GRAIN, fn, u);
+        for (int i = 0; i <= u->nslots; i++)
+            psg_variable_end_write_aside(vars[i], c->step_id, &aside[i]);
     }
     psg_variable_unlock_update(v, u->slots, u->nslots);
     return 0;

@@ -79,8 +79,8 @@ psg_variable_t *psg_gpu_variable(psg_kernel_ctx_t *c, int input) {
     if (psg_tensor_gpu(v->value) != c->device) {
         psg_tensor_t *t = psg_tensor_to_device(v->value, PSG_DEVICE_GPU(c->device));
         if (t) {
-            psg_tensor_destroy(&v->value);
-            v->value = t;
+            psg_tensor_t *old = psg_variable_swap_value(v, t);
+            psg_tensor_destroy(&old);
         } else {
             rc = psg_error_wrap("moving variable '%s' to GPU %d", v->name, c->device);
         }
@@ -94,7 +94,9 @@ int psg_gpu_read_variable(psg_kernel_ctx_t *c) {
     if (!v) return -1;
     if (!v->initialized)
         return psg_error_set("variable '%s' is not initialized (run the init op first)", v->name);
-    psg_kernel_set_output(c, 0, v->value);
+    psg_tensor_t *t = psg_variable_value_ref(v); /* as ops/cpu/array.c's ReadVariable */
+    psg_kernel_set_output(c, 0, t);
+    psg_tensor_destroy(&t);
     return 0;
 }
 
