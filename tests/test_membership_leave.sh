@@ -2,7 +2,8 @@
 # A worker that gets SIGTERM leaves the job cleanly (a scaled-in Kubernetes worker Job's pod:
 # docs/hosts.md "Scaling in", docs/distributed.md "Membership"): real processes under
 # `psgraph launch --workers 3:4` (worker3 never started), sync with 1 backup worker, the data's
-# shards handed out by ps0, 2 epochs of 47 shards; worker2 gets SIGTERM once the chief passed
+# shards handed out by ps0, 6 epochs of 47 shards (the job outlasts the peer timeout, after which
+# the chief says worker3 is not started: 2 epochs ran 5 s in CI); worker2 gets SIGTERM once the chief passed
 # its step 30 and said worker3 is not started, and worker2 holds a shard. Checked: worker2 ends its step, says it leaves and
 # exits 0; the chief says "worker2 ...: left (it got SIGTERM and said so)" (not "lost", never
 # after a peer timeout of silence), hands worker2's shard out again; the job goes on and ends
@@ -18,7 +19,7 @@ peer=5
 
 out="$tmp/out.log"
 "$psgraph" launch --transport tcp --ps 1 --workers 3:4 -- "$psgraph" train \
-  --model mlp --data synthetic --epochs 2 --batch 128 --data-shards dispatch --shard-batches 10 \
+  --model mlp --data synthetic --epochs 6 --batch 128 --data-shards dispatch --shard-batches 10 \
   --log-every 1 --peer-timeout "$peer" --step-timeout 120 --sync sync --backup-workers 1 \
   > >(python3 -u -c "$stamp" >"$out") 2>&1 &
 launch_pid=$!
@@ -45,7 +46,7 @@ if [ -n "$termed" ] && [ "$launch_rc" = 0 ] &&
    PYTHONPATH="$(dirname "$0")" python3 - "$out" "$done_line" "$(cat "$tmp/termed_at")" <<'PY'
 import collections, json, re, sys
 import shard_events
-shards, per_epoch, epochs = 47, 468 * 128, 2
+shards, per_epoch, epochs = 47, 468 * 128, 6
 taken, done = shard_events.read(sys.argv[1], shards, epochs, per_epoch)
 # worker2's last shard: in flight when it left, handed out again and finished by another
 w2 = [s for s, ws in taken.items() if 2 in ws]
@@ -67,7 +68,7 @@ print("SIGTERM -> the chief said worker2 left: %.2f s (printed, not asserted); s
       dict(collections.Counter(ws[0] for ws in done.values()))))
 PY
 then
-  ok "3 of 4 workers, worker2 SIGTERMed: it left after its step (exit 0), the chief said so, its shard handed out again, each of the 2 x 47 shards finished once, $((468 * 128)) examples an epoch, the job ended at the data's end (exit 0)"
+  ok "3 of 4 workers, worker2 SIGTERMed: it left after its step (exit 0), the chief said so, its shard handed out again, each of the 6 x 47 shards finished once, $((468 * 128)) examples an epoch, the job ended at the data's end (exit 0)"
 else
   cp "$out" "${TMPDIR:-/tmp}/test_membership_leave.failed.log" 2>/dev/null
   fail "leave on SIGTERM (rc $launch_rc, termed '${termed}'): $(grep -v '\] step \|shard_' "$out" | tail -40)"
