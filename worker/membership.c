@@ -112,31 +112,43 @@ static bool stopping(psg_membership_t *m) {
     return stop;
 }
 
+/* The brief Inspect of task server c (no variables read: a ps that backs up another's shard
+ * keeps its log held), parsed; *said its "workers_done_tasks" array, NULL when none. The
+ * caller frees the result with psg_json_free. */
+static psg_json_t *done_tasks_of(psg_ts_client_t *c, int timeout_ms, const psg_json_t **said) {
+    psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
+    psg_rep_t rep;
+    psg_msg_t *r = c ? psg_ts_call(c, &in, &rep, timeout_ms) : NULL;
+    char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
+    psg_msg_destroy(&r);
+    psg_json_t *j = text ? psg_json_parse(text) : NULL;
+    free(text);
+    const psg_json_t *a = j ? psg_json_get(j, "workers_done_tasks") : NULL;
+    *said = a && a->type == PSG_JSON_ARRAY ? a : NULL;
+    return j;
+}
+
+/* Whether member x is the task that item s of a workers_done_tasks array names. */
+static bool names_member(const psg_json_t *s, const member_t *x) {
+    psg_device_name_t d, e;
+    return s->type == PSG_JSON_STRING && psg_device_name_parse(s->string, &d) == 0 &&
+           psg_device_name_parse(x->task, &e) == 0 && !strcmp(d.job, e.job) && d.task == e.task;
+}
+
 /* The workers that said JobDone to any ps task, marked DONE (each ps given timeout_ms), through
  * the clients ps[0..nps). */
 static void ask_done(psg_membership_t *m, psg_ts_client_t **ps, int timeout_ms) {
     for (int k = 0; k < m->nps && !stopping(m); k++) {
-        /* brief: no variables read (a ps that backs up another's shard keeps its log held) */
-        psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
-        psg_rep_t rep;
-        psg_msg_t *r = psg_ts_call(ps[k], &in, &rep, timeout_ms);
-        char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
-        psg_msg_destroy(&r);
-        psg_json_t *j = text ? psg_json_parse(text) : NULL;
-        free(text);
-        const psg_json_t *done = j ? psg_json_get(j, "workers_done_tasks") : NULL;
+        const psg_json_t *done;
+        psg_json_t *j = done_tasks_of(ps[k], timeout_ms, &done);
         pthread_mutex_lock(&m->lock);
-        for (int i = 0; done && done->type == PSG_JSON_ARRAY && i < done->count; i++) {
-            psg_device_name_t d;
-            const psg_json_t *s = done->items[i];
-            if (s->type != PSG_JSON_STRING || psg_device_name_parse(s->string, &d) < 0) continue;
+        for (int i = 0; done && i < done->count; i++) {
             for (int w = 0; w < m->n; w++) {
-                psg_device_name_t e;
+                state_t s = m->m[w].state;
                 /* a lost or absent one's JobDone is the chief's own
                  * (psg_dist_session_job_done_for): it stays out of the live workers */
-                if (psg_device_name_parse(m->m[w].task, &e) < 0 || strcmp(d.job, e.job) ||
-                    d.task != e.task || m->m[w].state == DONE || m->m[w].state == LOST ||
-                    m->m[w].state == ABSENT || m->m[w].state == LEFT)
+                if (s == DONE || s == LOST || s == ABSENT || s == LEFT ||
+                    !names_member(done->items[i], &m->m[w]))
                     continue;
                 m->m[w].state = DONE;
                 pthread_cond_broadcast(&m->cond);
@@ -152,24 +164,13 @@ static void ask_done(psg_membership_t *m, psg_ts_client_t **ps, int timeout_ms) 
  * leaving worker sends one, worker/membership_leave.c), marked LEFT, once each: a worker that
  * comes back answers with a new incarnation (ask_worker) and is live again. */
 static void ask_left(psg_membership_t *m) {
-    psg_req_t in = {.type = PSG_REQ_INSPECT, .u.key = "brief"};
-    psg_rep_t rep;
-    psg_msg_t *r = m->self ? psg_ts_call(m->self, &in, &rep, PROBE_MS) : NULL;
-    char *text = r && r->body ? strndup((const char *)r->body->data, r->body->size) : NULL;
-    psg_msg_destroy(&r);
-    psg_json_t *j = text ? psg_json_parse(text) : NULL;
-    free(text);
-    const psg_json_t *said = j ? psg_json_get(j, "workers_done_tasks") : NULL;
+    const psg_json_t *said;
+    psg_json_t *j = done_tasks_of(m->self, PROBE_MS, &said);
     pthread_mutex_lock(&m->lock);
-    for (int i = 0; said && said->type == PSG_JSON_ARRAY && i < said->count; i++) {
-        psg_device_name_t d, e;
-        const psg_json_t *s = said->items[i];
-        if (s->type != PSG_JSON_STRING || psg_device_name_parse(s->string, &d) < 0) continue;
+    for (int i = 0; said && i < said->count; i++) {
         for (int w = 0; w < m->n; w++) {
             member_t *x = &m->m[w];
-            if (x->left_said || psg_device_name_parse(x->task, &e) < 0 || strcmp(d.job, e.job) ||
-                d.task != e.task)
-                continue;
+            if (x->left_said || !names_member(said->items[i], x)) continue;
             x->left_said = true;
             if (x->state != LIVE && x->state != JOINING) continue; /* lost, done: it stays so */
             x->state = LEFT;
