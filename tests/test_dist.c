@@ -1,9 +1,11 @@
 /* The distributed runtime with real processes: two `psgraph server` ps tasks on 127.0.0.1
  * and a worker (this process, its task server in process). Placement seen through Inspect,
  * steps across processes, a live server fed hostile requests, a killed ps failing the step
- * in time with its name, the ps exiting when the job is done. Not the launcher (test_launch.sh). */
+ * in time with its name, two sessions of one process failing over apart, the ps exiting when
+ * the job is done. Not the launcher (test_launch.sh). */
 #include "net/codec.h"
 #include "core/json.h"
+#include "worker/dist_session_internal.h"
 #include "tests/testutil.h"
 
 #include <czmq.h>
@@ -553,6 +555,34 @@ static int test_killed_ps(psg_dist_session_t *s, model_t *m) {
     return k;
 }
 
+/* Two sessions of one process on one graph, as a sync chief's runner beside its worker's
+ * loop: the first failed the killed ps k over to the other ps, the second did not and placed
+ * the graph again since (ps k back in its nodes' devices). A callable the first builds then
+ * has no partition on ps k: its RegisterGraph went to the dead ps when it partitioned the
+ * graph as the second had placed it (CI, test_replication's sync failover). */
+static void test_sessions_place_apart(psg_dist_session_t *s, psg_task_server_t *ts, model_t *m,
+                                      const psg_cluster_t *c, int killed) {
+    psg_dist_session_options_t o = {
+        .cluster = c, .server = ts, .step_timeout_ms = 2000, .id_stream = 1};
+    psg_dist_session_t *other = psg_dist_session_new(m->g, &o);
+    CHECK(other != NULL);
+    CHECK(psg_dist_session_failover(s, killed, 1 - killed) == 0);
+    CHECK(other && psg_dist_session_place(other) == 0);
+    char dead[64];
+    snprintf(dead, sizeof dead, "/job:ps/replica:0/task:%d", killed);
+    /* a signature no test ran before: built now, not one rebuilt by the failover */
+    psg_endpoint_t fetch[2] = {m->y, m->r_small};
+    psg_dist_callable_t *cb = psg_dist_session_make_callable(s, 0, NULL, 2, fetch, 0, NULL);
+    CHECK(cb != NULL);
+    if (!cb) printf("  make_callable after the other session placed: %s\n", psg_error_message());
+    for (int k = 0; cb && k < cb->set->num_partitions; k++) {
+        if (!strcmp(cb->set->partitions[k].task, dead))
+            printf("  a partition on %s, failed over\n", dead);
+        CHECK(strcmp(cb->set->partitions[k].task, dead) != 0);
+    }
+    psg_dist_session_destroy(&other);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_dist PATH/TO/psgraph\n");
@@ -604,6 +634,9 @@ int main(int argc, char **argv) {
             before = psg_test_failures;
             int killed = test_killed_ps(s, &m);
             printf("%s test_killed_ps\n", psg_test_failures == before ? "ok  " : "FAIL");
+            before = psg_test_failures;
+            test_sessions_place_apart(s, ts, &m, c, killed);
+            printf("%s test_sessions_place_apart\n", psg_test_failures == before ? "ok  " : "FAIL");
             /* the job is done: the other ps (expecting one worker) exits by itself */
             int other = 1 - killed;
             before = psg_test_failures;

@@ -140,30 +140,8 @@ void psg_dist_session_destroy(psg_dist_session_t **sp) {
     for (int i = 0; i < s->n_peers; i++) psg_ts_client_destroy(&s->peers[i].client);
     free(s->peers);
     free(s->served_by);
+    psg_dist_placement_forget(s);
     free(s);
-}
-
-int psg_dist_session_place(psg_dist_session_t *s) {
-    if (psg_graph_num_nodes(s->g) == s->placed_nodes) return 0;
-    int nj = psg_cluster_num_jobs(s->cluster);
-    psg_job_spec_t jobs[16];
-    if (nj > 16) return psg_error_set("too many jobs in the cluster (%d)", nj);
-    for (int i = 0; i < nj; i++) {
-        jobs[i].name = psg_cluster_job(s->cluster, i);
-        jobs[i].num_tasks = psg_cluster_num_tasks(s->cluster, jobs[i].name);
-        /* a worker's towers may ask for this process's GPUs (every worker has as many);
-         * the ps tasks' variables and updates stay on their CPUs */
-        jobs[i].num_gpus = strcmp(jobs[i].name, "ps") ? psg_gpu_count() : 0;
-    }
-    /* a GPU tower's op without a CUDA kernel runs on the task's CPU, as in one process */
-    psg_placement_options_t po = {.default_device = s->device,
-                                  .allow_soft_placement = true,
-                                  .num_jobs = nj,
-                                  .jobs = jobs,
-                                  .ps_memory_limit = s->ps_memory_limit};
-    if (psg_place(s->g, &po) < 0 || psg_dist_session_apply_failover(s) < 0) return -1;
-    s->placed_nodes = psg_graph_num_nodes(s->g);
-    return 0;
 }
 
 static bool same_signature(const psg_dist_callable_t *c, int nf, const psg_endpoint_t *f, int nx,
@@ -248,8 +226,13 @@ int psg_dist_callable_build(psg_dist_session_t *s, psg_dist_callable_t *c) {
     /* one partition a task: a worker's towers on its logical CPUs or its GPUs run in its
      * one partition, the executor copying between its devices */
     psg_partition_options_t popt = {.by_task = true};
+    if (psg_dist_placement_lock(s) < 0) {
+        free(run_targets);
+        return -1;
+    }
     c->set = psg_partition_graph(s->g, c->n_feeds, c->feeds, c->n_fetches, c->fetches, n_run,
                                  run_targets, &popt);
+    psg_dist_placement_unlock();
     free(run_targets);
     if (!c->set) return -1;
     int np = c->set->num_partitions;
@@ -282,7 +265,6 @@ psg_dist_callable_t *psg_dist_session_make_callable(psg_dist_session_t *s, int n
     for (int i = 0; i < s->n_callables; i++)
         if (same_signature(s->callables[i], n_feeds, feeds, n_fetches, fetches, n_targets, targets))
             return s->callables[i];
-    if (psg_dist_session_place(s) < 0) return NULL;
     psg_dist_callable_t *c = calloc(1, sizeof *c);
     if (!c) {
         psg_error_set("out of memory");
@@ -817,59 +799,20 @@ static psg_msg_t *call_task(psg_dist_session_t *s, const char *task, psg_msg_t *
 
 int psg_dist_session_wait_init(psg_dist_session_t *s, int64_t timeout_ms) {
     if (psg_dist_session_drain(s) < 0) return -1;
-    if (psg_dist_session_place(s) < 0) return -1;
-    /* the variables of the graph, grouped by the task their handle sits on */
-    int nn = psg_graph_num_nodes(s->g), rc = 0;
-    char done[64][PSG_DEVICE_NAME_MAX];
-    int ndone = 0;
-    for (int i = 0; i < nn && rc == 0; i++) {
-        const psg_node_t *n = psg_graph_node(s->g, i);
-        if (!(psg_node_def(n)->flags & PSG_OP_VARIABLE)) continue;
-        psg_device_name_t d;
-        char task[PSG_DEVICE_NAME_MAX];
-        if (psg_device_name_parse(psg_node_assigned_device(n), &d) < 0) return -1;
-        psg_device_name_task_str(&d, task, sizeof task);
-        bool seen = false;
-        for (int k = 0; k < ndone && !seen; k++) seen = !strcmp(done[k], task);
-        if (seen || !strcmp(task, s->task)) continue;
-        if (ndone < 64) snprintf(done[ndone++], sizeof done[0], "%s", task);
-        size_t cap = 4096, len = 0;
-        char *names = malloc(cap);
-        for (int j = i; j < nn && names; j++) {
-            const psg_node_t *v = psg_graph_node(s->g, j);
-            if (!(psg_node_def(v)->flags & PSG_OP_VARIABLE)) continue;
-            psg_device_name_t dv;
-            char tv[PSG_DEVICE_NAME_MAX];
-            if (psg_device_name_parse(psg_node_assigned_device(v), &dv) < 0) continue;
-            if (strcmp(psg_device_name_task_str(&dv, tv, sizeof tv), task)) continue;
-            const char *shared = psg_node_get_str(v, "shared_name", "");
-            const char *name = shared[0] ? shared : psg_node_name(v);
-            size_t l = strlen(name);
-            if (len + l + 2 > cap) {
-                char *b = realloc(names, cap = 2 * (len + l + 2));
-                if (!b) {
-                    free(names);
-                    names = NULL;
-                    break;
-                }
-                names = b;
-            }
-            memcpy(names + len, name, l);
-            len += l;
-            names[len++] = '\n';
-        }
-        psg_msg_t *m =
-            names ? psg_msg_new(PSG_MSG_REQUEST, psg_proto_entry(PSG_REQ_WAIT_INIT)->op) : NULL;
-        if (!m || psg_msg_set_body(m, names, len) < 0) {
+    psg_task_vars_t *lists = NULL;
+    int n = 0, rc = psg_dist_session_variables_by_task(s, &lists, &n);
+    for (int k = 0; k < n && rc == 0; k++) {
+        psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, psg_proto_entry(PSG_REQ_WAIT_INIT)->op);
+        if (!m || psg_msg_set_body(m, lists[k].names, lists[k].len) < 0) {
             psg_msg_destroy(&m);
-            free(names);
-            return psg_error_set("out of memory");
+            rc = psg_error_set("out of memory");
+            break;
         }
-        free(names);
-        psg_msg_t *r = call_task(s, task, &m, timeout_ms);
+        psg_msg_t *r = call_task(s, lists[k].task, &m, timeout_ms);
         if (!r) rc = psg_error_wrap("waiting for the variables to be initialized");
         psg_msg_destroy(&r);
     }
+    psg_task_vars_free(&lists, &n);
     return rc;
 }
 
@@ -979,21 +922,9 @@ int psg_dist_session_reregister(psg_dist_session_t *s) {
 }
 
 int psg_dist_session_run_init_on(psg_dist_session_t *s, const char *task) {
-    int n = 0;
-    const int *init = psg_graph_collection(s->g, "init", &n);
-    if (psg_dist_session_place(s) < 0) return -1;
-    psg_device_name_t want;
-    if (psg_device_name_parse(task, &want) < 0) return -1;
-    if (!want.has_replica) want.has_replica = true, want.replica = 0;
-    int *mine = calloc((size_t)n + 1, sizeof *mine), m = 0;
-    if (!mine) return psg_error_set("out of memory");
-    for (int i = 0; i < n; i++) {
-        psg_device_name_t d;
-        if (psg_device_name_parse(psg_node_assigned_device(psg_graph_node(s->g, init[i])), &d) ==
-                0 &&
-            psg_device_name_same_task(&d, &want))
-            mine[m++] = init[i];
-    }
+    int m = 0;
+    int *mine = psg_dist_session_init_ops_on(s, task, &m);
+    if (!mine) return -1;
     int rc = run_init_parts(s, m, mine);
     free(mine);
     return rc;

@@ -85,8 +85,28 @@ struct psg_dist_session {
     int64_t update_seq;
 };
 
-/* Places the graph when it grew (or placed_nodes was reset), then applies the failovers. */
+/* Takes the lock on the placement of s's graph, shared by every session of the process
+ * (dist_place.c), and places the graph for s when it grew, placed_nodes was reset or
+ * another session placed it last, then applies s's failovers: the nodes' assigned devices
+ * are s's until psg_dist_placement_unlock. -1 (not locked) with the error set. */
+int psg_dist_placement_lock(psg_dist_session_t *s);
+void psg_dist_placement_unlock(void);
+/* After s is gone: another session at its address is not taken for it. */
+void psg_dist_placement_forget(const psg_dist_session_t *s);
+/* psg_dist_placement_lock, then unlock. */
 int psg_dist_session_place(psg_dist_session_t *s);
+
+/* The variables of the graph held by one task other than this one, as WaitInit asks. */
+typedef struct {
+    char task[PSG_DEVICE_NAME_MAX];
+    char *names; /* "NAME\n" each, not terminated */
+    size_t len;
+} psg_task_vars_t;
+/* The graph's variables grouped by the task s places them on; -1 with the error set. */
+int psg_dist_session_variables_by_task(psg_dist_session_t *s, psg_task_vars_t **out, int *n_out);
+void psg_task_vars_free(psg_task_vars_t **lists, int *n);
+/* The init ops s places on task (malloc'd, *n_out of them); NULL with the error set. */
+int *psg_dist_session_init_ops_on(psg_dist_session_t *s, const char *task, int *n_out);
 /* Partitions c's signature on the session's placed graph and registers each piece with
  * its task (dist_session.c). -1 with the error naming the task that refused. */
 int psg_dist_callable_build(psg_dist_session_t *s, psg_dist_callable_t *c);
