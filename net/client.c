@@ -325,6 +325,12 @@ int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id) {
     return send_with_timeout(c, req, id, c->opts.timeout_ms);
 }
 
+int psg_client_send_many(psg_client_t *c, psg_msg_t **req, uint64_t *id, int replies) {
+    if (send_with_timeout(c, req, id, c->opts.timeout_ms) < 0) return -1;
+    if (replies > 1) c->in_flight += replies - 1;
+    return 0;
+}
+
 int psg_client_wait_writable(psg_client_t *c, int wake_fd, int timeout_ms) {
     return wait_out(c, wake_fd, timeout_ms, NULL);
 }

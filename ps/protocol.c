@@ -214,6 +214,44 @@ static void clear_run_recv(psg_req_t *r) {
     r->u.run.n_recv_keys = 0;
 }
 
+/* Splits n bytes of text into its lines, one rendezvous key each: 1 to max keys, every
+ * byte printable, each key 1 to PSG_RENDEZVOUS_KEY_MAX - 1 bytes. *out: the pointers, then
+ * the keys' bytes, in one block (NULL when n is 0). -1 naming the field. */
+static int split_keys(const psg_msg_t *m, const char *what, const char *d, size_t n, int max,
+                      char ***out, int *count) {
+    *out = NULL;
+    *count = 0;
+    if (n == 0) return 0;
+    int lines = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == '\n') {
+            if (++lines > max) return bad(m, "more than %d keys in %s", max, what);
+        } else if (d[i] < 0x20 || d[i] > 0x7e) {
+            return bad(m, "%s has a byte 0x%02x", what, (unsigned char)d[i]);
+        }
+    }
+    char **v = malloc((size_t)lines * sizeof *v + n + 1);
+    if (!v) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
+    char *blk = (char *)(v + lines);
+    memcpy(blk, d, n);
+    blk[n] = 0;
+    for (int k = 0; k < lines; k++) {
+        v[k] = blk;
+        char *end = strchr(blk, '\n');
+        if (end) *end = 0;
+        size_t kl = strlen(blk);
+        if (kl == 0 || kl >= PSG_RENDEZVOUS_KEY_MAX) {
+            free(v);
+            return bad(m, "key %d of %zu bytes (1 to %d) in %s", k, kl, PSG_RENDEZVOUS_KEY_MAX - 1,
+                       what);
+        }
+        blk += kl + 1;
+    }
+    *out = v;
+    *count = lines;
+    return 0;
+}
+
 /* Checks and splits RunGraphRecv's body: the update id's line, then 1 to
  * PSG_PROTO_MAX_RECV_KEYS keys, every byte printable. */
 static int dec_run_recv(const psg_msg_t *m, psg_req_t *r) {
@@ -224,53 +262,55 @@ static int dec_run_recv(const psg_msg_t *m, psg_req_t *r) {
     r->u.run.n_recv_keys = 0;
     size_t n = m->body ? m->body->size : 0;
     const char *d = n ? (const char *)m->body->data : "";
-    int lines = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (d[i] == '\n') {
-            if (++lines > PSG_PROTO_MAX_RECV_KEYS + 1)
-                return bad(m, "more than %d keys", PSG_PROTO_MAX_RECV_KEYS);
-        } else if (d[i] < 0x20 || d[i] > 0x7e) {
-            return bad(m, "the body has a byte 0x%02x", (unsigned char)d[i]);
-        }
-    }
-    if (lines < 2) return bad(m, "no key to send back (the body's lines after the update id)");
     const char *nl = memchr(d, '\n', n);
+    if (!nl) return bad(m, "no key to send back (the body's lines after the update id)");
     size_t ul = (size_t)(nl - d);
+    if (ul + 1 == n)
+        return bad(m, "key 0 of 0 bytes (1 to %d) in the body", PSG_RENDEZVOUS_KEY_MAX - 1);
+    for (size_t i = 0; i < ul; i++)
+        if (d[i] < 0x20 || d[i] > 0x7e)
+            return bad(m, "the body has a byte 0x%02x", (unsigned char)d[i]);
     if (ul >= PSG_PROTO_MAX_UPDATE)
         return bad(m, "update id of %zu bytes (the limit is %d)", ul, PSG_PROTO_MAX_UPDATE - 1);
     memcpy(r->u.run.update, d, ul);
     r->u.run.update[ul] = 0;
-    /* the pointers, then the keys' bytes, in one block */
-    size_t keys_bytes = n - ul; /* each key and its NUL */
-    char **v = malloc((size_t)(lines - 1) * sizeof *v + keys_bytes);
-    if (!v) return psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-    char *blk = (char *)(v + lines - 1);
-    memcpy(blk, nl + 1, keys_bytes - 1);
-    blk[keys_bytes - 1] = 0;
-    for (int k = 0; k < lines - 1; k++) {
-        v[k] = blk;
-        char *end = strchr(blk, '\n');
-        if (end) *end = 0;
-        size_t kl = strlen(blk);
-        if (kl == 0 || kl >= PSG_RENDEZVOUS_KEY_MAX) {
-            free(v);
-            return bad(m, "key %d of %zu bytes (1 to %d)", k, kl, PSG_RENDEZVOUS_KEY_MAX - 1);
-        }
-        blk += kl + 1;
-    }
-    r->u.run.recv_keys = v;
-    r->u.run.n_recv_keys = lines - 1;
-    return 0;
+    return split_keys(m, "the body", nl + 1, n - ul - 1, PSG_PROTO_MAX_RECV_KEYS,
+                      &r->u.run.recv_keys, &r->u.run.n_recv_keys);
+}
+
+/* Recv: the first key, then the body's keys, one a line. */
+static int enc_recv(const psg_req_t *r, psg_msg_t *m) {
+    if (psg_msg_set_key(m, r->u.recv.first) < 0) return -1;
+    if (r->u.recv.n_more == 0) return 0;
+    size_t n = 0;
+    for (int i = 0; i < r->u.recv.n_more; i++) n += strlen(r->u.recv.more[i]) + 1;
+    char *body = malloc(n), *at = body;
+    if (!body) return psg_error_set("out of memory");
+    for (int i = 0; i < r->u.recv.n_more; i++)
+        at += sprintf(at, "%s%s", i ? "\n" : "", r->u.recv.more[i]);
+    int rc = set_body(m, body, (size_t)(at - body));
+    free(body);
+    return rc;
+}
+
+static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
+    r->u.recv.more = NULL;
+    r->u.recv.n_more = 0;
+    if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
+    r->u.recv.first = m->key;
+    size_t n = m->body ? m->body->size : 0;
+    return split_keys(m, "the body", n ? (const char *)m->body->data : "", n,
+                      PSG_PROTO_MAX_RECV_KEYS - 1, &r->u.recv.more, &r->u.recv.n_more);
+}
+
+static void clear_recv(psg_req_t *r) {
+    free(r->u.recv.more);
+    r->u.recv.more = NULL;
+    r->u.recv.n_more = 0;
 }
 
 static int enc_key(const psg_req_t *r, psg_msg_t *m) {
     return psg_msg_set_key(m, r->u.key);
-}
-
-static int dec_recv(const psg_msg_t *m, psg_req_t *r) {
-    if (!m->key || !*m->key) return bad(m, "no rendezvous key (the key)");
-    r->u.key = m->key;
-    return 0;
 }
 
 /* Replicate: the kind, and a name on every tensor (the values themselves are checked
@@ -532,8 +572,10 @@ static const psg_proto_entry_t table[PSG_REQ_COUNT] = {
     {PSG_REQ_RUN_GRAPH, PSG_TS_RUN_GRAPH,
      "key: handle (u64); step; tensors: the feeds; body (optional): update id \"WRITER SEQ\"",
      "step; tensors: the fetches", enc_run, dec_run, NULL, REPLY(tensors), psg_ts_on_run},
-    {PSG_REQ_RECV, PSG_TS_RECV, "key: rendezvous key; step", "step; one tensor", enc_key, dec_recv,
-     NULL, REPLY(tensor), psg_ts_on_recv},
+    {PSG_REQ_RECV, PSG_TS_RECV,
+     "key: rendezvous key; step; body (optional): more keys of the step, one a line",
+     "step; one tensor; key: its rendezvous key when the request named several (a reply each)",
+     enc_recv, dec_recv, clear_recv, REPLY(tensor), psg_ts_on_recv},
     {PSG_REQ_INSPECT, PSG_TS_INSPECT,
      "key (optional): \"brief\", a liveness answer: no variables, no accumulators",
      "body: JSON report", enc_inspect, dec_inspect, NULL, REPLY(json), psg_ts_on_inspect},

@@ -42,7 +42,7 @@ typedef enum {
 #define PSG_PROTO_MAX_PATH 4096 /* SaveShard/RestoreShard's directory, Trace's file */
 #define PSG_PROTO_MAX_SHARDS 4096
 #define PSG_PROTO_MAX_UPDATE 192     /* RunGraph's update id, "WRITER SEQ" (docs/replication.md) */
-#define PSG_PROTO_MAX_RECV_KEYS 1024 /* RunGraphRecv's keys */
+#define PSG_PROTO_MAX_RECV_KEYS 1024 /* RunGraphRecv's keys, a Recv's */
 
 /* RegisterGraph's fields: the graph (body) and its endpoints (i64 tensors "feeds" [n, 2],
  * "fetches" [n, 2], "targets" [n]). */
@@ -76,8 +76,15 @@ typedef struct {
             int n_recv_keys;
             char **recv_keys;
         } run;
-        const char *key;    /* Recv: a rendezvous key; Replicate: "update" or "full";
-                             * Inspect: "brief" or NULL */
+        const char *key; /* Replicate: "update" or "full"; Inspect: "brief" or NULL */
+        struct {         /* Recv: key the first rendezvous key; body (optional) the step's
+                          * further keys from the same task, one a line (a puller asks for
+                          * a step's tensors at once): each key is answered by its own
+                          * reply, which names it in its key when there are several */
+            const char *first;
+            int n_more;
+            char **more; /* owned: one block */
+        } recv;
         const char *reason; /* AbortStep: key the reason ("" when none) */
         struct {            /* WaitInit: body the variable names, one a line */
             int n;

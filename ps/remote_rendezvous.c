@@ -118,6 +118,68 @@ static const char *wait_for_peer(psg_remote_rv_t *r, psg_client_t *c, bool *woke
     }
 }
 
+/* The most keys one Recv asks for, and their bytes: a step's pulls from one task go in one
+ * request, answered a reply a key (issue 33: 9 Recv requests a step each way for the mlp,
+ * each a wake-up of both ends' I/O threads and of the server's) */
+#define BATCH_KEYS 64
+#define BATCH_BYTES 32768
+
+/* Sends the pulls q->v[idx[0..n-1]] (one peer, one step) as one Recv, and gives each its
+ * id. NULL when sent, else why not. */
+static const char *send_batch(psg_remote_rv_t *r, pull_list_t *q, const int *idx, int n,
+                              char *unreachable, bool *woke) {
+    pull_t *p = &q->v[idx[0]];
+    peer_t *peer = &r->peers[p->peer];
+    pthread_mutex_lock(&r->lock);
+    bool stop = r->stop;
+    pthread_mutex_unlock(&r->lock);
+    if (stop) return "the Recv puller is stopping";
+    if (unreachable && unreachable[p->peer]) return "the peer could not be reached";
+    if (!peer->client) {
+        psg_wire_opts_t o = psg_wire_opts_default();
+        o.timeout_ms = r->timeout_ms;
+        o.keys = r->keys;
+        o.peer_timeout_ms = r->peer_timeout_ms;
+        if (!(peer->client = psg_client_new(peer->address, &o))) return psg_error_message();
+    }
+    psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "Recv");
+    size_t len = 0;
+    for (int k = 1; k < n; k++) len += strlen(q->v[idx[k]].key) + 1;
+    char *body = len ? malloc(len) : NULL, *at = body;
+    for (int k = 1; body && k < n; k++)
+        at += sprintf(at, "%s%s", k > 1 ? "\n" : "", q->v[idx[k]].key);
+    bool built = m && psg_msg_set_key(m, p->key) == 0 && (!len || body) &&
+                 (!len || psg_msg_set_body(m, body, (size_t)(at - body)) == 0);
+    free(body);
+    const char *err = built ? NULL : "out of memory";
+    if (!err && (err = wait_for_peer(r, peer->client, woke)) != NULL && unreachable)
+        unreachable[p->peer] = 1;
+    uint64_t id = 0;
+    if (!err) {
+        m->step = p->step;
+        if (psg_client_send_many(peer->client, &m, &id, n) < 0) {
+            err = psg_error_message();
+            if (unreachable) unreachable[p->peer] = 1;
+        }
+    }
+    psg_msg_destroy(&m);
+    for (int k = 0; k < n; k++) q->v[idx[k]].id = id;
+    return err;
+}
+
+/* Under lock: pull p sent (err NULL: now pending) or failed with err. */
+static void settle_locked(psg_remote_rv_t *r, pull_t *p, const char *err) {
+    if (recently_cleaned(r, p->step)) {
+        free(p->key);
+    } else if (err) {
+        fail_pull(r, p, err);
+        free(p->key);
+    } else if (list_push(&r->pending, *p) < 0) {
+        fail_pull(r, p, "out of memory");
+        free(p->key);
+    }
+}
+
 static void send_queued(psg_remote_rv_t *r) {
     pthread_mutex_lock(&r->lock);
     pull_list_t q = r->queued;
@@ -127,48 +189,36 @@ static void send_queued(psg_remote_rv_t *r) {
     /* a peer that could not be reached once in this batch is not waited for again (each
      * send would wait its timeout: a dead worker's pulls once held a stopping ps) */
     char *unreachable = calloc((size_t)npeers + 1, 1);
+    char *taken = calloc((size_t)q.n + 1, 1);
+    int *idx = malloc(((size_t)q.n + 1) * sizeof *idx);
     bool woke = false;
     for (int i = 0; i < q.n; i++) {
-        pull_t *p = &q.v[i];
-        peer_t *peer = &r->peers[p->peer];
-        PSG_ASSERT(p->peer < npeers);
-        const char *err = NULL;
+        PSG_ASSERT(q.v[i].peer < npeers);
+        if (!taken || !idx) { /* out of memory: no batch to make */
+            pthread_mutex_lock(&r->lock);
+            settle_locked(r, &q.v[i], "out of memory");
+            pthread_mutex_unlock(&r->lock);
+            continue;
+        }
+        if (taken[i]) continue;
+        /* i and the later pulls of its peer and step */
+        int n = 0;
+        size_t bytes = 0;
+        for (int j = i; j < q.n && n < BATCH_KEYS; j++) {
+            if (taken[j] || q.v[j].peer != q.v[i].peer || q.v[j].step != q.v[i].step) continue;
+            size_t kl = strlen(q.v[j].key) + 1;
+            if (n && bytes + kl > BATCH_BYTES) break;
+            taken[j] = 1;
+            idx[n++] = j;
+            bytes += kl;
+        }
+        const char *err = send_batch(r, &q, idx, n, unreachable, &woke);
         pthread_mutex_lock(&r->lock);
-        if (r->stop) err = "the Recv puller is stopping";
-        pthread_mutex_unlock(&r->lock);
-        if (!err && unreachable && unreachable[p->peer]) err = "the peer could not be reached";
-        if (!err && !peer->client) {
-            psg_wire_opts_t o = psg_wire_opts_default();
-            o.timeout_ms = r->timeout_ms;
-            o.keys = r->keys;
-            o.peer_timeout_ms = r->peer_timeout_ms;
-            peer->client = psg_client_new(peer->address, &o);
-            if (!peer->client) err = psg_error_message();
-        }
-        psg_msg_t *m = err ? NULL : psg_msg_new(PSG_MSG_REQUEST, "Recv");
-        if (!err && (!m || psg_msg_set_key(m, p->key) < 0)) err = "out of memory";
-        if (!err && (err = wait_for_peer(r, peer->client, &woke)) != NULL && unreachable)
-            unreachable[p->peer] = 1;
-        if (!err) {
-            m->step = p->step;
-            if (psg_client_send(peer->client, &m, &p->id) < 0) {
-                err = psg_error_message();
-                if (unreachable) unreachable[p->peer] = 1;
-            }
-        }
-        psg_msg_destroy(&m);
-        pthread_mutex_lock(&r->lock);
-        if (recently_cleaned(r, p->step)) {
-            free(p->key);
-        } else if (err) {
-            fail_pull(r, p, err);
-            free(p->key);
-        } else if (list_push(&r->pending, *p) < 0) {
-            fail_pull(r, p, "out of memory");
-            free(p->key);
-        }
+        for (int k = 0; k < n; k++) settle_locked(r, &q.v[idx[k]], err);
         pthread_mutex_unlock(&r->lock);
     }
+    free(idx);
+    free(taken);
     free(unreachable);
     free(q.v);
     if (woke) wake(r);
@@ -181,28 +231,38 @@ void psg_remote_rv_set_peer_timeout(psg_remote_rv_t *r, int ms) {
     r->peer_timeout_ms = ms;
 }
 
+/* A reply to a Recv: a tensor for the pull its key names (the first of the request's when it
+ * names none: a Recv of one key), or an error that fails the step and every pull of that
+ * request (its other keys' replies, errors too, then match nothing). */
 static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
+    bool tensor = m->kind == PSG_MSG_REPLY && m->ntensors == 1;
+    const char *named = tensor && m->key && *m->key ? m->key : NULL;
+    bool failed = false;
     pthread_mutex_lock(&r->lock);
-    for (int i = 0; i < r->pending.n; i++) {
+    for (int i = 0; i < r->pending.n;) {
         pull_t *p = &r->pending.v[i];
-        if (p->peer != peer || p->id != m->id) continue;
-        if (m->kind == PSG_MSG_REPLY && m->ntensors == 1) {
+        if (p->peer != peer || p->id != m->id || (named && strcmp(p->key, named))) {
+            i++;
+            continue;
+        }
+        if (tensor) {
             psg_tensor_t *t = psg_tensor_ref(m->tensors[0]);
             atomic_fetch_add(&r->bytes_pulled, (int64_t)psg_tensor_nbytes(t));
             if (psg_rendezvous_send(r->local, p->step, p->key, &t) < 0) {
                 /* the step was aborted here meanwhile: nothing to deliver */
             }
-        } else {
+        } else if (!failed) {
             /* a ps that stopped because the job is done says so: the worker stops, no recovery */
             bool job_done = m->kind == PSG_MSG_ERROR && m->code == PSG_ERR_JOB_DONE;
             fail_pull_code(r, p, job_done ? PSG_ERR_JOB_DONE : PSG_ERR_ABORTED,
                            m->kind == PSG_MSG_ERROR && m->error
                                ? m->error
                                : "a reply to Recv without one tensor");
+            failed = true;
         }
         free(p->key);
         r->pending.v[i] = r->pending.v[--r->pending.n];
-        break;
+        if (tensor) break;
     }
     pthread_mutex_unlock(&r->lock);
 }

@@ -497,61 +497,6 @@ static void *builder_main(void *arg) {
 
 /* ---- Recv, steps, shutdown ---- */
 
-typedef struct {
-    psg_task_server_t *ts;
-    psg_msg_t *req;
-    peer_t *peer;
-} recv_ctx_t;
-
-static void recv_done(void *arg, psg_tensor_t *t, psg_err_code_t code, const char *error) {
-    recv_ctx_t *c = arg;
-    if (!t) {
-        psg_ts_reply_error(c->ts, c->req, code, "%s", error);
-    } else {
-        psg_rep_t rep = {.type = PSG_REQ_RECV, .u.tensor = t};
-        psg_msg_t *m = psg_rep_encode(PSG_REQ_RECV, &rep);
-        if (m) {
-            atomic_fetch_add(&c->ts->bytes_served, (int64_t)psg_tensor_nbytes(t));
-            m->step = c->req->step;
-            psg_ts_reply_ok(c->ts, c->req, &m);
-        } else {
-            psg_ts_reply_error(c->ts, c->req, PSG_ERR_NO_MEMORY, "out of memory");
-        }
-        psg_tensor_destroy(&t);
-    }
-    psg_ts_put_pending(c->ts, c->peer, 0, true);
-    psg_msg_destroy(&c->req);
-    free(c);
-}
-
-void psg_ts_on_recv(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
-    psg_msg_t *req = *reqp;
-    psg_rendezvous_key_t parsed;
-    if (psg_rendezvous_key_parse(r->u.key, &parsed) < 0) {
-        psg_ts_reply_error(ts, req, PSG_ERR_BAD_REQUEST, "Recv: %s", psg_error_message());
-        return;
-    }
-    if (!psg_ts_known_send_key(ts, r->u.key)) {
-        psg_ts_reply_error(ts, req, PSG_ERR_NOT_FOUND,
-                           "unknown rendezvous key '%s' (no registered graph sends it)", r->u.key);
-        return;
-    }
-    recv_ctx_t *c = calloc(1, sizeof *c);
-    pthread_mutex_lock(&ts->lock);
-    int rc = c ? psg_ts_take_pending_locked(ts, req, 0, false, true, &c->peer)
-               : psg_error_set_code(PSG_ERR_NO_MEMORY, "out of memory");
-    pthread_mutex_unlock(&ts->lock);
-    if (rc < 0) {
-        psg_ts_reply_last_error(ts, req);
-        free(c);
-        return;
-    }
-    c->ts = ts;
-    c->req = req;
-    *reqp = NULL;
-    psg_rendezvous_recv_async(ts->rv, req->step, r->u.key, ts->recv_timeout_ms, recv_done, c);
-}
-
 void psg_ts_on_abort_step(psg_task_server_t *ts, psg_msg_t **reqp, psg_req_t *r) {
     char why[PSG_WIRE_MAX_KEY + 128];
     snprintf(why, sizeof why, "aborted by %s: %s", (*reqp)->peer,

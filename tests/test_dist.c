@@ -427,6 +427,17 @@ static void hostile_requests(int port) {
                      "/job:worker/replica:0/task:0/device:CPU:0;nothing:0;0:0",
                      1),
                  "unknown rendezvous key");
+    /* a Recv of several keys: the body's unknown one is named, a byte not printable refused */
+    const char *known_form = "/job:ps/replica:0/task:1/device:CPU:0;0000000000000000;"
+                             "/job:worker/replica:0/task:0/device:CPU:0;nothing:0;0:0";
+    psg_msg_t *m = req(PSG_TS_RECV, known_form, 1);
+    const char *second = "/job:ps/replica:0/task:1/device:CPU:0;0000000000000000;"
+                         "/job:worker/replica:0/task:0/device:CPU:0;second:0;0:0";
+    psg_msg_set_body(m, second, strlen(second));
+    expect_error(port, m, "unknown rendezvous key '/job:ps/replica:0/task:1/device:CPU:0;");
+    m = req(PSG_TS_RECV, known_form, 1);
+    psg_msg_set_body(m, "k\x02", 2);
+    expect_error(port, m, "Recv: the body has a byte 0x02");
     expect_error(port, req(PSG_TS_REGISTER_GRAPH, NULL, 0), "RegisterGraph: no graph (the body)");
     {
         psg_msg_t *m = req(PSG_TS_REGISTER_GRAPH, NULL, 0);

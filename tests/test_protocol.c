@@ -226,6 +226,63 @@ static void test_run_graph_recv_coders(void) {
     psg_msg_destroy(&m);
 }
 
+/* Recv's coders: the first key in the key, the step's further keys through the body, both
+ * ways; a Recv of one key has no body; an empty key, a byte not printable or too many keys
+ * in the body are refused by name. */
+static void test_recv_coders(void) {
+    char *more[2] = {"a;0000000000000001;b;m:1;0:0", "a;0000000000000001;b;k:2;0:0"};
+    psg_req_t r = {.type = PSG_REQ_RECV, .step = 7};
+    r.u.recv.first = "a;0000000000000001;b;n:0;0:0";
+    r.u.recv.n_more = 2;
+    r.u.recv.more = more;
+    psg_msg_t *m = psg_req_encode(&r);
+    psg_req_t back;
+    CHECK(m && !strcmp(m->op, PSG_TS_RECV) && psg_req_decode(m, &back) == 0);
+    if (m && back.type == PSG_REQ_RECV) {
+        CHECK(back.step == 7 && !strcmp(back.u.recv.first, r.u.recv.first));
+        CHECK(back.u.recv.n_more == 2 && !strcmp(back.u.recv.more[0], more[0]) &&
+              !strcmp(back.u.recv.more[1], more[1]));
+        psg_req_clear(&back);
+        CHECK(back.u.recv.more == NULL);
+    }
+    psg_msg_destroy(&m);
+    r.u.recv.n_more = 0;
+    m = psg_req_encode(&r);
+    CHECK(m && !m->body && psg_req_decode(m, &back) == 0 && back.u.recv.n_more == 0);
+    if (m) psg_req_clear(&back);
+    const char *bad[3][2] = {{"k\n", "key 1 of 0 bytes"},
+                             {"k\x01", "the body has a byte 0x01"},
+                             {"\n", "key 0 of 0 bytes"}};
+    for (int i = 0; m && i < 3; i++) {
+        psg_msg_set_body(m, bad[i][0], strlen(bad[i][0]));
+        CHECK(psg_req_decode(m, &back) < 0);
+        CHECK_ERROR_HAS(bad[i][1]);
+        CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
+    }
+    /* PSG_PROTO_MAX_RECV_KEYS in all: the first and that many less one in the body */
+    size_t len = 0;
+    char *body = malloc((size_t)PSG_PROTO_MAX_RECV_KEYS * 2);
+    for (int i = 0; body && i < PSG_PROTO_MAX_RECV_KEYS; i++) {
+        body[len++] = 'k';
+        body[len++] = '\n';
+    }
+    for (int over = 0; m && body && over < 2; over++) {
+        /* 1023 keys fit beside the first, 1024 do not */
+        size_t n = over ? len - 1 : len - 3;
+        psg_msg_set_body(m, body, n);
+        int rc = psg_req_decode(m, &back);
+        CHECK(over ? rc < 0 : rc == 0);
+        if (rc == 0) {
+            CHECK(back.u.recv.n_more == PSG_PROTO_MAX_RECV_KEYS - 1);
+            psg_req_clear(&back);
+        } else {
+            CHECK_ERROR_HAS("more than 1023 keys in the body");
+        }
+    }
+    free(body);
+    psg_msg_destroy(&m);
+}
+
 /* Whether an Inspect reply's JSON holds s. */
 static bool has(const psg_rep_t *rep, const char *s) {
     return memmem(rep->u.json.text, rep->u.json.len, s, strlen(s)) != NULL;
@@ -609,6 +666,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--serve")) return serve(atoi(argv[2]));
     RUN_TEST(test_table);
     RUN_TEST(test_run_graph_recv_coders);
+    RUN_TEST(test_recv_coders);
     RUN_TEST(test_served);
     RUN_TEST(test_limit);
     RUN_TEST(test_replicate_keys);

@@ -218,6 +218,9 @@ psg_msg_t *psg_client_call(psg_client_t *c, psg_msg_t **req, int timeout_ms);
  * connection that went down stayed down for the peer timeout (code PSG_ERR_UNAVAILABLE: the
  * peer is lost). Nothing is sent then, and the connection is left as it is. */
 int psg_client_send(psg_client_t *c, psg_msg_t **req, uint64_t *id);
+/* psg_client_send of a request answered by `replies` replies, all with its id (a Recv of
+ * several keys): each counts as in flight until it comes. */
+int psg_client_send_many(psg_client_t *c, psg_msg_t **req, uint64_t *id, int replies);
 /* Sends a request whose reply nobody waits for (a note: a step's abort or cleanup) only when
  * a connection takes it at once, never waiting: a peer that is down has nothing to be told
  * (a dead or restarted one holds nothing of the step). Consumes *req. 1: sent; 0: not sent
