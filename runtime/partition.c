@@ -23,6 +23,7 @@ typedef struct {
     int *part_of; /* original id -> partition, -1 when not needed */
     int *copy_of; /* original id -> id in its partition's graph */
     int *canon;   /* by_task: original id -> the node that stands for it (a read's twin) */
+    const char *fed; /* original id -> fed this step */
     edge_slot_t *edges;
     int num_edges, cap_edges; /* open addressing, cap a power of 2 */
 } cutter_t;
@@ -116,6 +117,52 @@ static void edge_attrs(cutter_t *c, psg_node_builder_t *b, const char *edge,
 static void add_target(psg_partition_t *p, int *cap, int id) {
     p->targets = xgrow(p->targets, cap, p->num_targets + 1, sizeof(int));
     p->targets[p->num_targets++] = id;
+}
+
+static int canon_of(const cutter_t *c, int id);
+
+/* Whether original node id is a Const with no inputs, not fed. */
+static bool plain_const(const cutter_t *c, int id) {
+    const psg_node_t *n = c->g->nodes[id];
+    return !c->fed[id] && n->num_inputs == 0 && n->num_controls == 0 &&
+           !strcmp(psg_node_op(n), "Const");
+}
+
+/* Whether node n's input `in`, from another task, is a constant that n's task copies rather
+ * than receives (the learning rate and momentum of an optimizer on the ps were two Send/Recv
+ * pairs from the worker every step, issue 33): only when n also receives something else from
+ * that task, which keeps n waiting for that task's step as before (an op fed by constants
+ * alone, a token's enqueue, would run ahead of its step). */
+static bool copied_const(const cutter_t *c, const psg_node_t *n, int in) {
+    int id = canon_of(c, n->inputs[in].node);
+    if (!c->by_task || !plain_const(c, id)) return false;
+    int from = c->part_of[id];
+    for (int i = 0; i < n->num_inputs; i++) {
+        int k = canon_of(c, n->inputs[i].node);
+        if (i != in && c->part_of[k] == from && !plain_const(c, k)) return true;
+    }
+    for (int i = 0; i < n->num_controls; i++)
+        if (c->part_of[canon_of(c, n->controls[i])] == from) return true;
+    return false;
+}
+
+/* The copy in partition `dst` of Const node `node` (copied_const), made the first time. */
+static int const_in(cutter_t *c, int node, int dst) {
+    edge_slot_t *e = edge_find(c, node, 0, dst);
+    if (e->recv >= 0) return e->recv;
+    const psg_node_t *n = c->g->nodes[node];
+    psg_partition_t *to = &c->set->partitions[dst];
+    char name[1200], base[1200];
+    snprintf(base, sizeof base, "%s/_copy_%d", n->name, dst);
+    unique_name(c->g, to->graph, base, name, sizeof name);
+    psg_node_builder_t *b = psg_node_begin(to->graph, "Const", name);
+    for (int i = 0; i < n->num_attrs; i++) copy_attr(b, &n->attrs[i]);
+    int id = finish_in(to, b);
+    if (id < 0) return -1;
+    e = edge_find(c, node, 0, dst); /* the table may have grown */
+    *e = (edge_slot_t){node, 0, dst, id};
+    c->num_edges++;
+    return id;
 }
 
 /* The Recv in partition `dst` of output `index` of original node `node`
@@ -371,7 +418,8 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
             psg_endpoint_t e = n->inputs[i];
             e.node = canon_of(c, e.node);
             ins[i] = c->part_of[e.node] == pi ? c->copy_of[e.node]
-                                              : recv_of(c, e.node, e.index, pi, target_caps);
+                     : copied_const(c, n, i) ? const_in(c, e.node, pi)
+                                               : recv_of(c, e.node, e.index, pi, target_caps);
             if (ins[i] < 0) return free(ins), -1;
         }
         for (int i = 0; i < n->num_controls; i++) {
@@ -404,7 +452,9 @@ psg_partition_set_t *psg_partition_graph(const psg_graph_t *g, int n_feeds,
                                          const int *targets, const psg_partition_options_t *opt) {
     int total = g->num_nodes;
     cutter_t c = {.g = g, .opt = opt, .by_task = opt && opt->by_task};
-    char *fed = calloc((size_t)total + 1, 1), *needed = calloc((size_t)total + 1, 1);
+    char *fed = calloc((size_t)g->num_nodes + 1, 1);
+    c.fed = fed;
+    char *needed = calloc((size_t)total + 1, 1);
     c.set = calloc(1, sizeof *c.set);
     c.part_of = malloc(sizeof(int) * ((size_t)total + 1));
     c.copy_of = malloc(sizeof(int) * ((size_t)total + 1));

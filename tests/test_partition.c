@@ -523,6 +523,50 @@ out:
     psg_graph_destroy(&g);
 }
 
+/* A worker's Const used on the ps (an optimizer's learning rate): copied into the ps's
+ * partition when its user also receives something else from the worker (the gradient),
+ * which keeps that user waiting for the worker's step; sent as before when the user has
+ * only constants from the worker (it would run ahead of the worker's step). The values are
+ * the same either way. */
+static void test_by_task_copies_a_gated_const(void) {
+    psg_graph_t *g = psg_graph_new();
+    const char *ps = "/job:ps/replica:0/task:0/device:CPU:0",
+               *w = "/job:worker/replica:0/task:0/device:CPU:0";
+    psg_shape_t scalar = {0, {0}};
+    psg_graph_push_device(g, w);
+    psg_endpoint_t x = psg_placeholder(g, "x", PSG_DT_F32, &scalar);
+    psg_tensor_t *three = psg_tensor_scalar_f32(3), *two = psg_tensor_scalar_f32(2);
+    psg_endpoint_t lr = psg_const(g, "lr", &three), k = psg_const(g, "k", &two);
+    psg_graph_pop_device(g);
+    psg_graph_push_device(g, ps);
+    psg_endpoint_t gated = psg_mul(g, "gated", x, lr), alone = psg_add(g, "alone", k, k);
+    psg_graph_pop_device(g);
+    CHECK(psg_place(g, NULL) == 0);
+    psg_endpoint_t feed = x, fetches[2] = {gated, alone};
+    psg_partition_options_t opt = {.by_task = true};
+    psg_partition_set_t *set = psg_partition_graph(g, 1, &feed, 2, fetches, 0, NULL, &opt);
+    CHECK(set && set->num_partitions == 2);
+    if (!set || set->num_partitions != 2) goto out;
+    int kw = psg_partition_set_find(set, "/job:worker/task:0"),
+        kp = psg_partition_set_find(set, "/job:ps/task:0");
+    CHECK(kw >= 0 && kp >= 0);
+    if (kw < 0 || kp < 0) goto out;
+    /* x and k received; lr copied */
+    CHECK(set->partitions[kp].num_recvs == 2 && set->partitions[kw].num_sends == 2);
+    CHECK(psg_graph_find(set->partitions[kp].graph, "lr/_copy_1") >= 0 ||
+          psg_graph_find(set->partitions[kp].graph, "lr/_copy_0") >= 0);
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    psg_tensor_t *xv = psg_tensor_scalar_f32(5);
+    expect_two_fetches(set, &cl, rv, 1, &xv, 15.0f, 4.0f);
+    psg_tensor_destroy(&xv);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+out:
+    psg_partition_set_destroy(&set);
+    psg_graph_destroy(&g);
+}
+
 /* v on ps 0, its read sent to the worker, which fetches v + v. */
 static psg_graph_t *build_small(psg_endpoint_t *fetch) {
     psg_graph_t *g = psg_graph_new();
@@ -812,6 +856,7 @@ int main(void) {
     RUN_TEST(test_partitioned_training_matches);
     RUN_TEST(test_by_task_keeps_a_tasks_devices);
     RUN_TEST(test_by_task_reads_a_variable_once);
+    RUN_TEST(test_by_task_copies_a_gated_const);
     RUN_TEST(test_recv_timeout_names_the_key);
     RUN_TEST(test_failed_partition_aborts_the_step);
     RUN_TEST(test_partition_errors);
