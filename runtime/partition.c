@@ -20,9 +20,9 @@ typedef struct {
     const psg_partition_options_t *opt;
     bool by_task; /* opt->by_task */
     psg_partition_set_t *set;
-    int *part_of; /* original id -> partition, -1 when not needed */
-    int *copy_of; /* original id -> id in its partition's graph */
-    int *canon;   /* by_task: original id -> the node that stands for it (a read's twin) */
+    int *part_of;    /* original id -> partition, -1 when not needed */
+    int *copy_of;    /* original id -> id in its partition's graph */
+    int *canon;      /* by_task: original id -> the node that stands for it (a read's twin) */
     const char *fed; /* original id -> fed this step */
     edge_slot_t *edges;
     int num_edges, cap_edges; /* open addressing, cap a power of 2 */
@@ -418,8 +418,8 @@ static int copy_node(cutter_t *c, int id, bool fed, int *target_caps) {
             psg_endpoint_t e = n->inputs[i];
             e.node = canon_of(c, e.node);
             ins[i] = c->part_of[e.node] == pi ? c->copy_of[e.node]
-                     : copied_const(c, n, i) ? const_in(c, e.node, pi)
-                                               : recv_of(c, e.node, e.index, pi, target_caps);
+                     : copied_const(c, n, i)  ? const_in(c, e.node, pi)
+                                              : recv_of(c, e.node, e.index, pi, target_caps);
             if (ins[i] < 0) return free(ins), -1;
         }
         for (int i = 0; i < n->num_controls; i++) {
