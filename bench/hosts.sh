@@ -277,19 +277,22 @@ echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_p
   --latency-ms 0.05 --overhead-ms 0 --cores "$cores" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" |
   sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
 
-# 2. W = 1..4 over 100 Mbit/s and 1 Gbit/s caps on every link
+# 2. W = 1..4 over 100 Mbit/s and 1 Gbit/s caps on every link; the ps's TCP flows keep a
+# window each in its link's queue (BBR's congestion window, `ss -tin` on p0 during such runs:
+# medians of 243-252 KB at 100 Mbit/s and 452-495 KB at 1 Gbit/s; docs/hosts.md)
 for rate in 100mbit 1gbit; do
   for h in p0 w0 w1 w2 w3; do hosts_cap "$h" "$rate"; done
   gbps=$(python3 -c "print($(tc_rate_bps "$rate") / 1e9)")
+  window=$([ "$rate" = 1gbit ] && echo 480000 || echo 250000)
   for w in 1 2 3 4; do
-    both=$(predict_both "$w" 0 --link-gbps "$gbps")
+    both=$(predict_both "$w" 0 --link-gbps "$gbps" --link-window-bytes "$window")
     n_steps=$(steps_for "$both")
     read -r sps _ grads cpu <<<"$(run_steps "$n_steps" "$w")"
     l1=$(load1)
     spred=$(predict "$w" 0 --link-gbps "$gbps")
-    join "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"measured_steps_per_sec\":$sps}" "$both" \
+    join "{\"bench\":\"hosts_scaling\",\"link\":\"$rate\",\"workers\":$w,\"link_window_bytes\":$window,\"measured_steps_per_sec\":$sps}" "$both" \
       "$(ratios "$sps" "$both")" "{\"serial_predicted_steps_per_sec\":${spred:-null},\"serial_ratio\":$(ratio "$sps" "$spred"),\"load1\":$l1}" \
-      "$(cpu_fields "$cpu" "$n_steps" "$w" "$both" "$grads" "$sps")" "$(loaded "$cpu" "$sps" "$w" 0 --link-gbps "$gbps")"
+      "$(cpu_fields "$cpu" "$n_steps" "$w" "$both" "$grads" "$sps")" "$(loaded "$cpu" "$sps" "$w" 0 --link-gbps "$gbps" --link-window-bytes "$window")"
   done
   for h in p0 w0 w1 w2 w3; do hosts_uncap "$h"; done
 done

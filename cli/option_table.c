@@ -292,6 +292,10 @@ static const psg_cli_option_t rows[] = {
      .use = {SIM(c.link_fifo, "--link-fifo",
                  "overlap model: a link sends one peer's queued messages before\n"
                  "the next peer's (first come, first served) instead of round-robin chunks")}},
+    {"--link-window-bytes", PSG_OPT_REAL, 0, 9e18,
+     .use = {SIM(c.window_bytes, "--link-window-bytes N",
+                 "overlap model: a link serves a peer up to N bytes a turn, then the next\n"
+                 "(0: one chunk a turn)")}},
     {"--cores", PSG_OPT_REAL, 0, 1e6,
      .use = {SIM(
          c.cores, "--cores N --worker-cpu-ms X --ps-cpu-ms X",

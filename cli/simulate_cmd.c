@@ -126,6 +126,10 @@ static void print_overlap_assumptions(const psg_sim_config_t *c, const psg_sim_p
            c->burst_min_bytes, c->line_gbps, c->overhead_ms,
            c->ps > 0 ? "fixed" : "ceil((N + b) / 4) parameter servers");
     if (c->ps > 0) printf("  (P = %d)\n", c->ps);
+    if (c->window_bytes > 0 && !c->link_fifo)
+        printf("- a sender's own link serves a peer a TCP window a turn (%.0f bytes, each turn's\n"
+               "  drawn in +-50 %%), then the next peer\n",
+               c->window_bytes);
 }
 
 static void print_cpu_assumptions(const psg_sim_config_t *c, int trace_workers) {

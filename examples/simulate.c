@@ -97,9 +97,10 @@ int psg_sim_check(const psg_sim_config_t *c, int workers, int backups) {
         return psg_error_set("simulate: cores %g, worker CPU %g ms, ps CPU %g ms a step (must be "
                              ">= 0)",
                              c->cores, c->worker_cpu_ms, c->ps_cpu_ms);
-    if (c->burst_ms < 0 || c->burst_min_bytes < 0 || !(c->line_gbps > 0) || !(c->chunk_bytes >= 1))
-        return psg_error_set("simulate: burst, line or chunk out of range (burst >= 0, line > 0, "
-                             "chunk >= 1 byte)");
+    if (c->burst_ms < 0 || c->burst_min_bytes < 0 || !(c->line_gbps > 0) ||
+        !(c->chunk_bytes >= 1) || !(c->window_bytes >= 0) || !isfinite(c->window_bytes))
+        return psg_error_set("simulate: burst, line, chunk or window out of range (burst >= 0, "
+                             "line > 0, chunk >= 1 byte, window >= 0)");
     return 0;
 }
 

@@ -267,6 +267,33 @@ static void test_link_fifo(void) {
     CHECK_NEAR(r.step_ms, 60, 1e-6);
 }
 
+/* The ps's uplink sending each worker's TCP window at once (window_bytes, each turn's
+ * window drawn in [w / 2, 3 w / 2)): 2 workers pull 10 B each (1 B/ms), compute 30, push
+ * 10 B. Window 20 (10-30 B a turn, a whole pull): worker 0's pull ends at 10, worker 1's
+ * at 20; worker 0 pushes 40-50 while worker 1 computes 20-50, then pushes 50-60: the step
+ * is 60, first come, first served. Window 0.5 (under one 1-byte chunk a turn): the two
+ * pulls alternate chunk by chunk as without a window. Window 4 (2-6 B a turn): worker 0's
+ * pull ends a turn or more before worker 1's, so the step lies strictly between the
+ * first-come 60 and the round-robin 70. One worker: nothing shared, 10 + 30 + 10. */
+static void test_link_window(void) {
+    psg_sim_config_t c = unit_config();
+    c.step_ms = 30;
+    c.bytes_per_step = 10;
+    psg_sim_result_t r, rr;
+    CHECK(run_serial(&c, 2, 0, &rr) == 0);
+    c.window_bytes = 20;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 60, 1e-6);
+    CHECK(run_serial(&c, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 50, 1e-6);
+    c.window_bytes = 0.5;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, rr.step_ms, 1e-9);
+    c.window_bytes = 4;
+    CHECK(run_serial(&c, 2, 0, &r) == 0);
+    CHECK(r.step_ms > 60 && r.step_ms < rr.step_ms);
+}
+
 static void test_bad_profile(void) {
     psg_sim_config_t c = unit_config();
     psg_sim_msg_t pushes[1] = {{-5, 0, 0, 0}};
@@ -374,6 +401,7 @@ int main(void) {
     RUN_TEST(test_calibrate);
     RUN_TEST(test_cpu_bounds);
     RUN_TEST(test_link_fifo);
+    RUN_TEST(test_link_window);
     RUN_TEST(test_bad_profile);
     RUN_TEST(test_trace_reader);
     return psg_test_summary();

@@ -49,6 +49,8 @@ typedef struct {
     double chunk_bytes;     /* links share their time in chunks of this size: 65536 */
     bool link_fifo;         /* true: a link sends a peer's queued messages to the end before the
                              * next peer's (first come, first served); false: round-robin chunks */
+    double window_bytes;    /* > 0: a link serves a peer up to this many bytes a turn (TCP's
+                             * bytes in flight in the link's one queue), then the next: 0 */
     /* the shared cores (psg_sim_cpu_step_ms): 0 cores, each host its own (no shared bound) */
     double cores;         /* cores every host shares (emulated hosts on one machine; a part
                            * of one counts: those other jobs leave): 0 */
