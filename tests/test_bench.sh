@@ -70,7 +70,7 @@ else
 fi
 
 # 3. a task that fails names itself
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(python3 "$(dirname "$0")/python/free_ports.py" 1)
 cfg="{\"cluster\": {\"ps\": [\"127.0.0.1:1\"], \"worker\": [\"127.0.0.1:$port\", \"127.0.0.1:2\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}"
 check 1 "/job:worker/task:0: --workers 3 --backup-workers 0: the cluster has 2 worker tasks" \
   env TF_CONFIG="$cfg" "$psgraph" bench inception3 "${tiny[@]}" --steps 1 --workers 3

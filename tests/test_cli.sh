@@ -45,7 +45,7 @@ check 2 'psgraph server: TF_CONFIG: unknown field "clutser"' env TF_CONFIG='{"cl
 check 0 '"event":"done","model":"mlp"' env TF_CONFIG='{}' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8
 check 0 '"event":"done","model":"mlp"' env TF_CONFIG='{"cluster":{}}' "$psgraph" train --model mlp --data synthetic --steps 2 --batch 8
 # a server for a worker task serves it and says it trains nothing
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(python3 "$(dirname "$0")/python/free_ports.py" 1)
 check 0 "/job:worker/replica:0/task:0 is a worker task: this process only serves it" env TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" "$psgraph" server --idle-timeout 1
 # --lr 0 trains nothing, as TensorFlow allows; a 1-step run still measures its pace
 check 0 "psgraph train: model mlp, synthetic, batch 8, momentum lr 0," "$psgraph" train --model mlp --data synthetic --steps 1 --batch 8 --lr 0

@@ -24,7 +24,7 @@ cleanup() {
 trap cleanup EXIT
 ok() { echo "ok   $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "$0")/python/free_ports.py" 1; }
 data_dir=/usr/share/datasets/fashion-mnist
 data=synthetic
 [ -f "$data_dir/t10k-images-idx3-ubyte.gz" ] && data=fashion-mnist

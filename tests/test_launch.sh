@@ -18,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 ok() { echo "ok   $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "$0")/python/free_ports.py" 1; }
 # true when nothing listens on any port in [base, base+n)
 ports_free() {
   python3 - "$1" "$2" <<'PY'

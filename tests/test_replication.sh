@@ -22,13 +22,7 @@ cleanup() {
 trap cleanup EXIT
 ok() { echo "ok   $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-free_ports() {
-  python3 -c "
-import socket
-ss = [socket.socket() for _ in range($1)]
-for s in ss: s.bind(('127.0.0.1', 0))
-print(' '.join(str(s.getsockname()[1]) for s in ss))"
-}
+free_ports() { python3 "$(dirname "$0")/python/free_ports.py" "$1"; }
 data=(--data synthetic)
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && data=(--data fashion-mnist)
 

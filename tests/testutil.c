@@ -2,30 +2,52 @@
 #include "tests/testutil.h"
 
 #include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-/* A port the kernel found free, never one this process was given before: the port is
- * free again once its probe socket closes, so a test that asks for many (jobs of several
- * tasks each, bound later by other processes) could be given one twice. */
+/* The lowest port of the kernel's ephemeral range (outgoing connections take their local
+ * port there), 32768 when it cannot be read. */
+static int ephemeral_low(void) {
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int lo = 0, hi = 0;
+    if (f && fscanf(f, "%d %d", &lo, &hi) != 2) lo = 0;
+    if (f) fclose(f);
+    return lo > 11000 && lo <= 65535 ? lo : 32768;
+}
+
+/* A port free now, below the kernel's ephemeral range, never one this process was given
+ * before. Below that range, because a connection this machine makes (a client's, or a
+ * reconnect to a task that is down) takes its local port from it: a port drawn there by
+ * bind(0) could be taken so before its server binds it ("Address already in use", CI). Drawn
+ * at random from [10000, that range) with a stream seeded by the pid, so that tests running
+ * side by side draw apart; the port is free again once its probe socket closes, so a test
+ * that asks for many is never given one twice. */
 int psg_test_free_port(void) {
     static unsigned char given[65536 / 8];
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t stream;
+    int lo = ephemeral_low();
     for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        PSG_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-                   getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-        close(fd);
-        int port = ntohs(a.sin_port);
         pthread_mutex_lock(&lock);
+        if (!stream) stream = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+        stream = stream * 6364136223846793005ull + 1442695040888963407ull;
+        int port = 10000 + (int)((stream >> 33) % (uint64_t)(lo - 10000));
         bool fresh = !(given[port / 8] & (1u << (port % 8)));
         given[port / 8] |= (unsigned char)(1u << (port % 8));
         pthread_mutex_unlock(&lock);
-        if (fresh) return port;
+        if (!fresh) continue;
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        PSG_ASSERT(fd >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                .sin_port = htons((uint16_t)port)};
+        bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) return port;
     }
 }
 

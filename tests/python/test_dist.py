@@ -4,7 +4,6 @@ MonitoredTrainingSession with its hooks, and a whole job of real processes: ps t
 `psgraph server` or a Python Server, workers in Python or in C, over loopback."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,22 +13,13 @@ import pytest
 
 import psgraph.compat.v1 as tf
 from conftest import fashion_mnist_present
+from free_ports import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 REPLICA = os.path.join(ROOT, "examples", "python", "mnist_replica.py")
 SUPERVISOR = os.path.join(ROOT, "examples", "python", "mnist_replica_supervisor.py")
 needs_data = pytest.mark.skipif(not fashion_mnist_present(), reason="no Fashion-MNIST")
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def cluster(ps, workers):

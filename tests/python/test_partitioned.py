@@ -5,12 +5,12 @@ checkpoints restored across the two layouts (whole and shards) in one process.""
 import json
 import math
 import os
-import socket
 
 import numpy as np
 import pytest
 
 import psgraph.compat.v1 as tf
+from free_ports import free_ports
 
 
 def _dense_model(setter, units=512, inputs=3136):
@@ -146,12 +146,7 @@ def test_a_checkpoint_restores_across_the_two_layouts(tmp_path):
 
 
 def _cluster(ps, workers):
-    socks = [socket.socket() for _ in range(ps + workers)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    ports = free_ports(ps + workers)
     return {"ps": ["127.0.0.1:%d" % p for p in ports[:ps]],
             "worker": ["127.0.0.1:%d" % p for p in ports[ps:]]}
 
