@@ -33,15 +33,6 @@ struct psg_client {
     uint8_t routing_id[16];
 };
 
-/* A send to a peer already lost (down for the peer timeout) still looks this long for its
- * connection: a caller that loops until the peer comes back does not spin, and one that
- * comes after the peer restarted finds the connection ZeroMQ makes again (its next try is at
- * most RECONNECT_MAX_MS away, then the handshake). A worker's Recv puller once gave up on a
- * restarted ps 100 ms after the recovery saw it answer, its reconnects backed off to 1 s
- * (test_replication's second failure, in 2 of 8 runs). */
-#define RECONNECT_MAX_MS 200
-#define LOST_LOOK_MS 400
-
 static atomic_uint_fast64_t monitor_seq;
 
 /* Heartbeats on the socket and a monitor of its connections (before it connects, so that
@@ -74,7 +65,7 @@ static int client_connect(psg_client_t *c) {
     zsock_set_linger(c->zs, 0);
     zsock_set_maxmsgsize(c->zs, (int)PSG_WIRE_MAX_FRAME);
     zsock_set_reconnect_ivl(c->zs, 50);
-    zsock_set_reconnect_ivl_max(c->zs, RECONNECT_MAX_MS);
+    zsock_set_reconnect_ivl_max(c->zs, 1000);
     /* a connect not done in 1 s starts again: TCP's own SYN retries back off to 15 s, so a
      * peer whose link came back would otherwise be reached only that late */
     int connect_ms = 1000;
@@ -232,6 +223,10 @@ static int64_t down_left_ms(const psg_client_t *c) {
     int64_t left = c->down_since + t - psg_codec_now_ms();
     return left > 0 ? left : 0;
 }
+
+/* A send to a peer already lost (down for the peer timeout) still looks this long for its
+ * connection: a caller that loops until the peer comes back does not spin. */
+#define LOST_LOOK_MS 100
 
 /* Waits up to timeout_ms (< 0: no limit) for the socket to take a message at once (a
  * connection is up: IMMEDIATE queues nothing for a peer not connected), or for wake_fd (-1:
