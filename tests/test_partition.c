@@ -413,6 +413,17 @@ static void expect_two_fetches(psg_partition_set_t *set, fake_cluster_t *cl, psg
     psg_tensor_destroy(&out[1]);
 }
 
+/* expect_two_fetches of one step with its one feed x, on a fresh fake cluster. */
+static void expect_fed_fetches(psg_partition_set_t *set, float x, float want0, float want1) {
+    fake_cluster_t cl = {0};
+    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
+    psg_tensor_t *xv = psg_tensor_scalar_f32(x);
+    expect_two_fetches(set, &cl, rv, 1, &xv, want0, want1);
+    psg_tensor_destroy(&xv);
+    psg_rendezvous_destroy(&rv);
+    fake_cluster_free(&cl);
+}
+
 /* One partition a task (by_task, the worker's distributed session): a worker whose nodes
  * sit on its CPU:0 and CPU:1 (towers) gets one partition, each node keeping its device,
  * no Send/Recv between them; only the edge to the ps is cut. The result is the whole
@@ -455,13 +466,7 @@ static void test_by_task_keeps_a_tasks_devices(void) {
     CHECK(!strcmp(psg_node_assigned_device(psg_graph_node(wg, psg_graph_find(wg, "b"))), w0));
     CHECK(count_recvs_of(wg, "a:0") == 0 && set->partitions[kw].num_recvs == 0);
     CHECK(count_recvs_of(set->partitions[kp].graph, "b:0") == 1);
-    fake_cluster_t cl = {0};
-    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
-    psg_tensor_t *xv = psg_tensor_scalar_f32(5);
-    expect_two_fetches(set, &cl, rv, 1, &xv, 33.0f, 10.0f);
-    psg_tensor_destroy(&xv);
-    psg_rendezvous_destroy(&rv);
-    fake_cluster_free(&cl);
+    expect_fed_fetches(set, 5.0f, 33.0f, 10.0f);
 out:
     psg_partition_set_destroy(&per_device);
     psg_partition_set_destroy(&set);
@@ -555,13 +560,7 @@ static void test_by_task_copies_a_gated_const(void) {
     CHECK(set->partitions[kp].num_recvs == 2 && set->partitions[kw].num_sends == 2);
     CHECK(psg_graph_find(set->partitions[kp].graph, "lr/_copy_1") >= 0 ||
           psg_graph_find(set->partitions[kp].graph, "lr/_copy_0") >= 0);
-    fake_cluster_t cl = {0};
-    psg_rendezvous_t *rv = psg_rendezvous_new(10000);
-    psg_tensor_t *xv = psg_tensor_scalar_f32(5);
-    expect_two_fetches(set, &cl, rv, 1, &xv, 15.0f, 4.0f);
-    psg_tensor_destroy(&xv);
-    psg_rendezvous_destroy(&rv);
-    fake_cluster_free(&cl);
+    expect_fed_fetches(set, 5.0f, 15.0f, 4.0f);
 out:
     psg_partition_set_destroy(&set);
     psg_graph_destroy(&g);

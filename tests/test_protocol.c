@@ -194,6 +194,17 @@ static void test_table(void) {
     psg_tensor_destroy(&x);
 }
 
+/* m with each body bad[i][0] is refused by its decoder as a bad request naming bad[i][1]. */
+static void expect_bodies_refused(psg_msg_t *m, const char *const (*bad)[2], int n) {
+    psg_req_t back;
+    for (int i = 0; m && i < n; i++) {
+        psg_msg_set_body(m, bad[i][0], strlen(bad[i][0]));
+        CHECK(psg_req_decode(m, &back) < 0);
+        CHECK_ERROR_HAS(bad[i][1]);
+        CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
+    }
+}
+
 /* RunGraphRecv's coders: the update id and the keys through the body, both ways; a
  * body without a key, with an empty key or a byte not printable is refused by name. */
 static void test_run_graph_recv_coders(void) {
@@ -213,16 +224,11 @@ static void test_run_graph_recv_coders(void) {
         psg_req_clear(&back);
         CHECK(back.u.run.recv_keys == NULL);
     }
-    const char *bad[4][2] = {{"w 3", "no key to send back"},
-                             {"\nk\n", "key 1 of 0 bytes"},
-                             {"\nk\x01", "the body has a byte 0x01"},
-                             {"\n\n", "key 0 of 0 bytes"}};
-    for (int i = 0; m && i < 4; i++) {
-        psg_msg_set_body(m, bad[i][0], strlen(bad[i][0]));
-        CHECK(psg_req_decode(m, &back) < 0);
-        CHECK_ERROR_HAS(bad[i][1]);
-        CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
-    }
+    const char *const bad[4][2] = {{"w 3", "no key to send back"},
+                                   {"\nk\n", "key 1 of 0 bytes"},
+                                   {"\nk\x01", "the body has a byte 0x01"},
+                                   {"\n\n", "key 0 of 0 bytes"}};
+    expect_bodies_refused(m, bad, 4);
     psg_msg_destroy(&m);
 }
 
@@ -250,15 +256,10 @@ static void test_recv_coders(void) {
     m = psg_req_encode(&r);
     CHECK(m && !m->body && psg_req_decode(m, &back) == 0 && back.u.recv.n_more == 0);
     if (m) psg_req_clear(&back);
-    const char *bad[3][2] = {{"k\n", "key 1 of 0 bytes"},
-                             {"k\x01", "the body has a byte 0x01"},
-                             {"\n", "key 0 of 0 bytes"}};
-    for (int i = 0; m && i < 3; i++) {
-        psg_msg_set_body(m, bad[i][0], strlen(bad[i][0]));
-        CHECK(psg_req_decode(m, &back) < 0);
-        CHECK_ERROR_HAS(bad[i][1]);
-        CHECK(psg_error_code() == PSG_ERR_BAD_REQUEST);
-    }
+    const char *const bad[3][2] = {{"k\n", "key 1 of 0 bytes"},
+                                   {"k\x01", "the body has a byte 0x01"},
+                                   {"\n", "key 0 of 0 bytes"}};
+    expect_bodies_refused(m, bad, 3);
     /* PSG_PROTO_MAX_RECV_KEYS in all: the first and that many less one in the body */
     size_t len = 0;
     char *body = malloc((size_t)PSG_PROTO_MAX_RECV_KEYS * 2);

@@ -66,12 +66,14 @@ int psg_dist_session_place(psg_dist_session_t *s) {
 }
 
 /* Appends "NAME\n" to l's body. */
-static int append_name(psg_task_vars_t *l, const char *name, size_t *cap) {
+static int append_name(psg_task_vars_t *l, const char *name) {
     size_t n = strlen(name);
-    if (l->len + n + 2 > *cap) {
-        char *b = realloc(l->names, *cap = 2 * (l->len + n + 2));
+    if (l->len + n + 2 > l->cap) {
+        size_t cap = 2 * (l->len + n + 2);
+        char *b = realloc(l->names, cap);
         if (!b) return psg_error_set("out of memory");
         l->names = b;
+        l->cap = cap;
     }
     memcpy(l->names + l->len, name, n);
     l->len += n;
@@ -80,19 +82,16 @@ static int append_name(psg_task_vars_t *l, const char *name, size_t *cap) {
 }
 
 /* The list of task's variables in *lists, added when new; NULL on out of memory. */
-static psg_task_vars_t *list_of(psg_task_vars_t **lists, int *n, size_t **caps, const char *task) {
+static psg_task_vars_t *list_of(psg_task_vars_t **lists, int *n, const char *task) {
     for (int k = 0; k < *n; k++)
         if (!strcmp((*lists)[k].task, task)) return &(*lists)[k];
     psg_task_vars_t *v = realloc(*lists, (size_t)(*n + 1) * sizeof *v);
-    if (v) *lists = v;
-    size_t *c = v ? realloc(*caps, (size_t)(*n + 1) * sizeof *c) : NULL;
-    if (c) *caps = c;
-    if (!v || !c) {
+    if (!v) {
         psg_error_set("out of memory");
         return NULL;
     }
+    *lists = v;
     v[*n] = (psg_task_vars_t){0};
-    c[*n] = 0;
     snprintf(v[*n].task, sizeof v[*n].task, "%s", task);
     return &v[(*n)++];
 }
@@ -101,7 +100,6 @@ int psg_dist_session_variables_by_task(psg_dist_session_t *s, psg_task_vars_t **
     *out = NULL;
     *n_out = 0;
     if (psg_dist_placement_lock(s) < 0) return -1;
-    size_t *caps = NULL;
     int nn = psg_graph_num_nodes(s->g), rc = 0;
     for (int i = 0; i < nn && rc == 0; i++) {
         const psg_node_t *v = psg_graph_node(s->g, i);
@@ -115,12 +113,10 @@ int psg_dist_session_variables_by_task(psg_dist_session_t *s, psg_task_vars_t **
         psg_device_name_task_str(&d, task, sizeof task);
         if (!strcmp(task, s->task)) continue;
         const char *shared = psg_node_get_str(v, "shared_name", "");
-        psg_task_vars_t *l = list_of(out, n_out, &caps, task);
-        if (!l || append_name(l, shared[0] ? shared : psg_node_name(v), &caps[l - *out]) < 0)
-            rc = -1;
+        psg_task_vars_t *l = list_of(out, n_out, task);
+        if (!l || append_name(l, shared[0] ? shared : psg_node_name(v)) < 0) rc = -1;
     }
     psg_dist_placement_unlock();
-    free(caps);
     if (rc < 0) psg_task_vars_free(out, n_out);
     return rc;
 }

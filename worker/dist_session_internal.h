@@ -100,7 +100,7 @@ int psg_dist_session_place(psg_dist_session_t *s);
 typedef struct {
     char task[PSG_DEVICE_NAME_MAX];
     char *names; /* "NAME\n" each, not terminated */
-    size_t len;
+    size_t len, cap;
 } psg_task_vars_t;
 /* The graph's variables grouped by the task s places them on; -1 with the error set. */
 int psg_dist_session_variables_by_task(psg_dist_session_t *s, psg_task_vars_t **out, int *n_out);
