@@ -239,8 +239,8 @@ class CheckpointSaverHook(SessionRunHook):
             # the checkpoint, not the value fetched before this step's update
             step = int(run_context.session.run(self._gs))
             if self._timer.should_trigger_for_step(step):
+                self._save(run_context.session, step)  # failed (a lost ps): tried again
                 self._timer.update_last_triggered_step(step)
-                self._save(run_context.session, step)
 
     def end(self, session):
         step = int(session.run(self._gs))
@@ -440,7 +440,9 @@ class MonitoredSession:
         out = self._run_recovering({"caller": fetches, "hooks": extra}, feeds or None, options,
                                    run_metadata)
         for i, h in enumerate(self._hooks):
-            h.after_run(ctx, SessionRunValues(out["hooks"].get(i), options, run_metadata))
+            values = SessionRunValues(out["hooks"].get(i), options, run_metadata)
+            # a hook's own calls (the chief's checkpoint) meet a lost ps as a step does
+            self._recovering(lambda: h.after_run(ctx, values))
         if ctx.stop_requested and not self._should_stop:
             self._should_stop = True
             for h in self._hooks:  # the training ends here (sync replicas close it)
@@ -451,12 +453,16 @@ class MonitoredSession:
     def _run_recovering(self, fetches, feeds, options=None, run_metadata=None):
         """A step; over a cluster, a step failed by a lost ps task is retried after the
         recovery (at most _MAX_RECOVERIES in a row)."""
+        return self._recovering(lambda: self._sess.run(fetches, feed_dict=feeds, options=options,
+                                                       run_metadata=run_metadata))
+
+    def _recovering(self, call):
+        """call(), retried after the recovery when a lost ps task fails it (over a cluster)."""
         from . import _dist
         tries = 0
         while True:
             try:
-                return self._sess.run(fetches, feed_dict=feeds, options=options,
-                                      run_metadata=run_metadata)
+                return call()
             except Exception as e:
                 if type(e).__name__ == "OutOfRangeError":
                     self._should_stop = True
@@ -491,7 +497,9 @@ class MonitoredSession:
                 self._on_error(self._hooks)
         finally:
             try:
-                if self._dist:
+                # a script that failed says nothing: restarted (launch --restart), it goes on
+                # in the job, which the ps tasks must not count as done
+                if self._dist and _ending:
                     self._sess._runner.job_done()
             finally:
                 self._sess.close()
