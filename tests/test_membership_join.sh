@@ -12,9 +12,10 @@ psgraph=$1
 asan=${2:-}
 . "$(dirname "$0")/membership_lib.sh"
 
-# 300 steps under ASan too: with 150 the chief could reach its last steps before the
-# "not started" verdict (the peer timeout) and the join, and the join then raced the job's end
-steps=300
+# The job must outlast the "not started" verdict (the peer timeout, 2 s) and the join by far:
+# with 150 steps the chief reached its last steps before them under ASan, and with 300 a quick
+# machine's async job (115 steps/s a worker) ended 0.3 s after the join, before its admission
+steps=800
 join_at=60
 
 # run_case NAME ARGS...: `psgraph train ARGS` on 2 of 3 workers, worker2 joining at the
