@@ -57,7 +57,8 @@ for f in undocumented:
 print("ok   %d flags of %d commands' --help, each in a doc" % (len(flags) - len(undocumented), len(helps)))
 
 # 2. the benchmarks that take options say how, and run nothing, on --help
-for b in ("bench_dist_rtt", "bench_transport", "bench_cuda_gemm", "bench_cuda_conv"):
+for b in ("bench_dist_rtt", "bench_transport", "bench_socket_floor", "bench_cuda_gemm",
+          "bench_cuda_conv"):
     exe = os.path.join(build, "bench", b)
     if not os.path.exists(exe):
         print("skip %s: not built" % b)
