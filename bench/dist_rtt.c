@@ -24,6 +24,7 @@
 #include "psgraph/psgraph.h"
 
 #include <czmq.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -87,6 +88,10 @@ static void stats(double *v, int n, double *median, double *p99) {
 }
 
 static const char *keys_dir; /* --keys: CURVE for the task servers and the raw peers */
+/* --transport ipc: the tasks on Unix sockets (psgraph's stream transport unless
+ * PSGRAPH_IPC=zmq), the raw peers on ZeroMQ's ipc:// in the same folder */
+static bool ipc;
+static char raw_ep[160];
 
 /* The raw peer's socket: plain, or a CURVE server / client with the cluster's pair. */
 static zsock_t *raw_socket(int type, const char *ep) {
@@ -110,7 +115,7 @@ static zsock_t *raw_socket(int type, const char *ep) {
 }
 
 /* The ps process: the task server, and a raw ZeroMQ echo beside it. */
-static int ps_main(const char *tf_config, int raw_port) {
+static int ps_main(const char *tf_config) {
     psg_cluster_t *c = psg_cluster_parse(tf_config, "bench");
     psg_task_server_options_t o = {.cluster = c, .expect_workers = 1, .idle_timeout_ms = 120000};
     psg_task_server_t *ts = c ? psg_task_server_new(&o) : NULL;
@@ -118,9 +123,7 @@ static int ps_main(const char *tf_config, int raw_port) {
         fprintf(stderr, "bench_dist_rtt: ps: %s\n", psg_error_message());
         return 1;
     }
-    char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", raw_port);
-    zsock_t *r = raw_socket(ZMQ_ROUTER, ep);
+    zsock_t *r = raw_socket(ZMQ_ROUTER, raw_ep);
     void *s = zsock_resolve(r);
     char id[256], buf[256];
     for (;;) {
@@ -183,40 +186,54 @@ static void print_line(const char *what, double *v, double *raw, int n, int roun
     double med, p99, raw_med, raw_p99;
     stats(v, n * rounds, &med, &p99);
     stats(raw, n * rounds, &raw_med, &raw_p99);
-    printf("{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"curve\":%s,\"iters\":%d,\"rounds\":%d,"
+    const char *ipc_env = getenv("PSGRAPH_IPC");
+    const char *transport = !ipc                                 ? "tcp"
+                            : ipc_env && !strcmp(ipc_env, "zmq") ? "zmq_ipc"
+                                                                 : "stream";
+    printf("{\"bench\":\"dist_step_rtt\",\"step\":\"%s\",\"transport\":\"%s\",\"curve\":%s,"
+           "\"iters\":%d,\"rounds\":%d,"
            "\"psgraph_median_us\":%.1f,\"psgraph_p99_us\":%.1f,\"raw_zmq_median_us\":%.1f,"
            "\"ratio_to_raw\":%.2f,\"ratio_per_round\":[%s],\"ratio_best_round\":%.2f,"
            "\"cpu_us_per_step\":%.2f,\"raw_cpu_us_per_step\":%.2f,\"preempted_per_step\":%.3f,"
            "\"raw_preempted_per_step\":%.3f,\"target_median_us\":150}\n",
-           what, keys_dir ? "true" : "false", n, rounds, med, p99, raw_med, med / raw_med, per,
-           best, cost.cpu_us / rounds, raw_cost.cpu_us / rounds, cost.preempted / rounds,
-           raw_cost.preempted / rounds);
+           what, transport, keys_dir ? "true" : "false", n, rounds, med, p99, raw_med,
+           med / raw_med, per, best, cost.cpu_us / rounds, raw_cost.cpu_us / rounds,
+           cost.preempted / rounds, raw_cost.preempted / rounds);
     fflush(stdout);
 }
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bench_dist_rtt [--iters N] [--keys DIR]\n"
+            "usage: bench_dist_rtt [--iters N] [--rounds R] [--keys DIR] [--transport tcp|ipc]\n"
             "  round trips of a one-op step, a step with a cross-process Recv and a push\n"
             "  applied on the ps, through the task server (a forked ps task), beside raw\n"
             "  ZeroMQ; one JSON line each\n"
             "  --iters N   round trips a measure in each round (default 3000, at least 10)\n"
             "  --rounds R  rounds, each raw ZeroMQ then the three steps (default 3, 1 to 20)\n"
             "  --keys DIR  the cluster's CURVE keys (psgraph keygen DIR): every connection speaks\n"
-            "              CURVE, the raw one too\n");
+            "              CURVE, the raw one too\n"
+            "  --transport ipc  the tasks on Unix sockets (psgraph's own stream transport;\n"
+            "              PSGRAPH_IPC=zmq: ZeroMQ's ipc://), raw ZeroMQ on ipc:// too\n"
+            "              (default tcp: loopback TCP for both)\n");
 }
 
-int main(int argc, char **argv) {
-    int iters = 3000, rounds = 3;
+/* The command line into iters, rounds and the globals; -1: go on, else the exit status. */
+static int parse_args(int argc, char **argv, int *iters, int *rounds) {
     for (int i = 1; i < argc; i++) {
         bool has_value = i + 1 < argc;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--iters") && has_value) {
-            iters = atoi(argv[++i]);
+            *iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--rounds") && has_value) {
-            rounds = atoi(argv[++i]);
+            *rounds = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--transport") && has_value) {
+            ipc = !strcmp(argv[++i], "ipc");
+            if (!ipc && strcmp(argv[i], "tcp")) {
+                fprintf(stderr, "bench_dist_rtt: --transport is tcp or ipc, not '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--keys") && has_value) {
             keys_dir = argv[++i];
         } else {
@@ -225,21 +242,41 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    int iters = 3000, rounds = 3;
+    int done = parse_args(argc, argv, &iters, &rounds);
+    if (done >= 0) return done;
     if (iters < 10) iters = 10;
     if (rounds < 1 || rounds > 20) rounds = rounds < 1 ? 1 : 20;
-    int ps_port = free_port(), w_port = free_port(), raw_port = free_port();
+    char ps_addr[128], w_addr[128], dir[] = "/tmp/psg_rtt.XXXXXX";
+    if (ipc && !mkdtemp(dir)) {
+        fprintf(stderr, "bench_dist_rtt: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    if (ipc) {
+        snprintf(ps_addr, sizeof ps_addr, "ipc://%s/ps0", dir);
+        snprintf(w_addr, sizeof w_addr, "ipc://%s/w0", dir);
+        snprintf(raw_ep, sizeof raw_ep, "ipc://%s/raw", dir);
+    } else {
+        snprintf(ps_addr, sizeof ps_addr, "127.0.0.1:%d", free_port());
+        snprintf(w_addr, sizeof w_addr, "127.0.0.1:%d", free_port());
+        snprintf(raw_ep, sizeof raw_ep, "tcp://127.0.0.1:%d", free_port());
+    }
     char cfg[1400];
     snprintf(cfg, sizeof cfg,
-             "{\"cluster\": {\"ps\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"]}, "
+             "{\"cluster\": {\"ps\": [\"%s\"], \"worker\": [\"%s\"]}, "
              "\"task\": {\"type\": \"%%s\", \"index\": 0}%s%s%s}",
-             ps_port, w_port, keys_dir ? ", \"keys\": \"" : "", keys_dir ? keys_dir : "",
+             ps_addr, w_addr, keys_dir ? ", \"keys\": \"" : "", keys_dir ? keys_dir : "",
              keys_dir ? "\"" : "");
     char ps_cfg[1500], w_cfg[1500];
     snprintf(ps_cfg, sizeof ps_cfg, cfg, "ps");
     snprintf(w_cfg, sizeof w_cfg, cfg, "worker");
     fflush(stdout);
     pid_t pid = fork(); /* before any ZeroMQ context exists */
-    if (pid == 0) _exit(ps_main(ps_cfg, raw_port));
+    if (pid == 0) _exit(ps_main(ps_cfg));
     psg_cluster_t *c = psg_cluster_parse(w_cfg, "bench");
     psg_task_server_options_t so = {.cluster = c};
     psg_task_server_t *ts = c ? psg_task_server_new(&so) : NULL;
@@ -277,9 +314,7 @@ int main(int argc, char **argv) {
     double *raw = malloc(sizeof(double) * all),
            *v[3] = {malloc(sizeof(double) * all), malloc(sizeof(double) * all),
                     malloc(sizeof(double) * all)};
-    char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", raw_port);
-    zsock_t *d = raw && v[0] && v[1] && v[2] ? raw_socket(ZMQ_DEALER, ep) : NULL;
+    zsock_t *d = raw && v[0] && v[1] && v[2] ? raw_socket(ZMQ_DEALER, raw_ep) : NULL;
     void *ds = d ? zsock_resolve(d) : NULL;
     psg_dist_callable_t *which[3] = {one, pull, push};
     const char *names[3] = {"one_op_on_ps", "ps_read_recv_on_worker", "push_apply_on_ps"};
@@ -316,5 +351,9 @@ done:
     psg_cluster_destroy(&c);
     if (rc) kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    if (ipc) { /* the tasks' sockets went with their servers */
+        unlink(raw_ep + 6);
+        rmdir(dir);
+    }
     return rc;
 }

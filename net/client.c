@@ -3,6 +3,7 @@
  * Not a session: it does not know what the requests mean, nor which tasks exist. */
 #include "net/codec.h"
 #include "net/curve_internal.h"
+#include "net/stream.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -10,6 +11,9 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 struct psg_client {
     zsock_t *zs;
@@ -32,6 +36,12 @@ struct psg_client {
     /* its routing id, drawn once and kept by every connection and reset: a server knows a
      * client that reconnects as the same peer (its registered graphs stay its own) */
     uint8_t routing_id[16];
+    /* ipc:// on psgraph's own transport (net/stream.h): a Unix stream socket this thread
+     * writes and reads, no ZeroMQ socket; fd -1 while not connected */
+    bool stream;
+    int fd;
+    psg_stream_rx_t srx;
+    int64_t dialed_at; /* when a connect was last tried (ms) */
 };
 
 static atomic_uint_fast64_t monitor_seq;
@@ -56,7 +66,52 @@ static int watch_connections(psg_client_t *c) {
     return 0;
 }
 
+/* A connection that broke (the peer closed it, a write failed): closed here; what was in
+ * flight on it is lost, told by psg_client_check. */
+static void stream_lost(psg_client_t *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    psg_stream_rx_clear(&c->srx);
+    if (c->up) {
+        c->up = false;
+        c->down_since = psg_codec_now_ms();
+        c->drops++;
+    }
+}
+
+/* Connects to the stream server and says hello (its routing id). 0: up; -1: not there now
+ * (tried again by the next send: as ZeroMQ's reconnects, without an error). */
+static int stream_dial(psg_client_t *c) {
+    c->dialed_at = psg_codec_now_ms();
+    const char *path = psg_stream_path(c->endpoint);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof addr.sun_path) return -1;
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    uint8_t hello[8 + PSG_STREAM_HELLO_BYTES] = {PSG_STREAM_HELLO_BYTES};
+    memcpy(hello + 8, PSG_STREAM_MAGIC, PSG_STREAM_MAGIC_BYTES);
+    memcpy(hello + 8 + PSG_STREAM_MAGIC_BYTES, c->routing_id, PSG_STREAM_ID_BYTES);
+    /* a fresh socket's buffer takes the hello whole */
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
+        close(fd);
+        return -1;
+    }
+    psg_stream_tune(fd);
+    c->fd = fd;
+    c->up = true;
+    c->down_since = 0;
+    return 0;
+}
+
 static int client_connect(psg_client_t *c) {
+    if (c->stream) {
+        psg_stream_rx_init(&c->srx);
+        if (!(c->rx = psg_codec_rx_new(&c->opts))) return -1;
+        (void)stream_dial(c); /* a server not up yet is waited for by the first send */
+        return 0;
+    }
     c->zs = zsock_new(ZMQ_DEALER);
     if (!c->zs) return psg_error_set("cannot create a ZeroMQ DEALER socket");
     c->sock = zsock_resolve(c->zs);
@@ -86,6 +141,11 @@ static int client_connect(psg_client_t *c) {
 }
 
 static void client_disconnect(psg_client_t *c) {
+    if (c->stream) {
+        if (c->fd >= 0) close(c->fd);
+        c->fd = -1;
+        psg_stream_rx_clear(&c->srx);
+    }
     if (c->events) zmq_socket_monitor(c->sock, NULL, 0);
     zsock_destroy(&c->events);
     zsock_destroy(&c->zs);
@@ -110,6 +170,8 @@ psg_client_t *psg_client_new(const char *endpoint, const psg_wire_opts_t *opts) 
         return NULL;
     }
     psg_codec_init_czmq();
+    c->stream = psg_stream_endpoint(c->endpoint);
+    c->fd = -1;
     psg_wire_random(c->routing_id, sizeof c->routing_id);
     c->routing_id[0] |= 0x80; /* ZeroMQ's own ids start with a 0 byte */
     if (client_connect(c) < 0) {
@@ -132,6 +194,9 @@ const char *psg_client_endpoint(const psg_client_t *c) {
 }
 void *psg_client_socket(psg_client_t *c) {
     return c->sock;
+}
+int psg_client_fd(const psg_client_t *c) {
+    return c->stream ? c->fd : -1;
 }
 void *psg_client_events_socket(psg_client_t *c) {
     return c->events ? zsock_resolve(c->events) : NULL;
@@ -164,6 +229,12 @@ static void read_event(psg_client_t *c) {
 
 /* Reads the connection's events that arrived (up, down), reporting nothing. */
 static void read_events(psg_client_t *c) {
+    /* a stream's peer that closed while nothing is in flight: nothing to read before its end
+     * (with requests in flight their replies come first: the reader meets the end after them) */
+    if (c->stream && c->fd >= 0 && c->in_flight == 0) {
+        struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) stream_lost(c);
+    }
     while (c->events && (zsock_events(c->events) & ZMQ_POLLIN)) read_event(c);
 }
 
@@ -248,6 +319,26 @@ static void redial(psg_client_t *c) {
  * the peer timeout (a send to a dead peer once held a worker's step for its whole step
  * timeout). 1: ready; 0: woken; -1 with the error set, naming the peer and what (NULL:
  * nothing named). */
+/* The error of a send whose peer could not be reached: lost (down for the peer timeout), or
+ * not up within timeout_ms. */
+static int unreachable(psg_client_t *c, bool lost, int timeout_ms, const char *what) {
+    if (lost)
+        return psg_error_set_code(PSG_ERR_UNAVAILABLE,
+                                  "%s: cannot reach the peer to send %s: its connection has "
+                                  "been down for the peer timeout (%d ms)",
+                                  c->endpoint, what ? what : "a request", peer_timeout(c));
+    if (what)
+        return psg_error_set_code(PSG_ERR_UNREACHABLE,
+                                  "%s: cannot reach the peer within %d ms to send %s (is it up?)",
+                                  c->endpoint, timeout_ms, what);
+    return psg_error_set_code(PSG_ERR_UNREACHABLE,
+                              "%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
+                              timeout_ms);
+}
+
+/* A stream client not connected tries again this often while a send waits. */
+#define STREAM_DIAL_MS 20
+
 static int wait_out(psg_client_t *c, int wake_fd, int timeout_ms, const char *what) {
     int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
     for (;;) {
@@ -260,6 +351,18 @@ static int wait_out(psg_client_t *c, int wake_fd, int timeout_ms, const char *wh
                        : left >= 0 && left < LOST_LOOK_MS ? left
                                                           : LOST_LOOK_MS;
         bool last = lost ? down == 0 : left == 0;
+        if (c->stream) { /* up, or connected now: a stream socket takes a message at once */
+            if (c->fd >= 0 || stream_dial(c) == 0) return 1;
+            int64_t nap = wait < 0 || wait > STREAM_DIAL_MS ? STREAM_DIAL_MS : wait;
+            struct pollfd p = {.fd = wake_fd, .events = POLLIN};
+            int n = poll(&p, 1, (int)nap);
+            if (n < 0 && errno != EINTR)
+                return psg_error_set("%s: poll failed: %s", c->endpoint, strerror(errno));
+            if (n > 0) return 0;
+            if (!last || nap < wait) continue;
+            if (stream_dial(c) == 0) return 1;
+            return unreachable(c, lost, timeout_ms, what);
+        }
         if (lost && down == 0) redial(c);
         zmq_pollitem_t items[3] = {{c->sock, 0, ZMQ_POLLOUT, 0},
                                    {NULL, wake_fd, ZMQ_POLLIN, 0},
@@ -270,19 +373,40 @@ static int wait_out(psg_client_t *c, int wake_fd, int timeout_ms, const char *wh
         if (n > 0 && (items[0].revents & ZMQ_POLLOUT)) return 1;
         if (n > 0 && (items[1].revents & ZMQ_POLLIN)) return 0;
         if (n != 0 || !last) continue; /* its events (read above), or time still left */
-        if (lost)
-            return psg_error_set_code(PSG_ERR_UNAVAILABLE,
-                                      "%s: cannot reach the peer to send %s: its connection has "
-                                      "been down for the peer timeout (%d ms)",
-                                      c->endpoint, what ? what : "a request", peer_timeout(c));
-        if (what)
-            return psg_error_set_code(
-                PSG_ERR_UNREACHABLE,
-                "%s: cannot reach the peer within %d ms to send %s (is it up?)", c->endpoint,
-                timeout_ms, what);
-        return psg_error_set_code(PSG_ERR_UNREACHABLE,
-                                  "%s: cannot reach the peer within %d ms (is it up?)", c->endpoint,
-                                  timeout_ms);
+        return unreachable(c, lost, timeout_ms, what);
+    }
+}
+
+/* A request's frames on the stream: connected first if it is not (as a send waits for
+ * ZeroMQ's connection); a peer found gone by the write (it restarted since the last message)
+ * is connected to again once, the message written whole on the new connection. */
+static int stream_send(psg_client_t *c, psg_codec_out_t *out, int timeout_ms, const char *op) {
+    for (int attempt = 0;; attempt++) {
+        if (c->fd < 0 && wait_out(c, -1, timeout_ms, op) <= 0) {
+            psg_codec_out_clear(out);
+            return -1;
+        }
+        if (c->in_flight++ == 0) c->drops_at_send = c->drops;
+        int rc = psg_stream_write(c->fd, out, timeout_ms);
+        int e = errno;
+        if (rc == 0) {
+            psg_codec_out_clear(out);
+            return 0;
+        }
+        c->in_flight--;
+        if ((e == EPIPE || e == ECONNRESET) && attempt == 0) {
+            stream_lost(c);
+            continue;
+        }
+        psg_codec_out_clear(out);
+        if (e == EAGAIN)
+            psg_error_set_code(PSG_ERR_UNREACHABLE,
+                               "%s: the peer took nothing of %s for %d ms (is it stuck?)",
+                               c->endpoint, op, timeout_ms);
+        else
+            psg_error_wrap("%s: sending %s", c->endpoint, op);
+        psg_client_reset(c); /* a message may be half written */
+        return -1;
     }
 }
 
@@ -299,11 +423,12 @@ static int send_with_timeout(psg_client_t *c, psg_msg_t **req, uint64_t *id, int
     psg_codec_copy_text(op, sizeof op, m->op ? m->op : "request");
     psg_msg_destroy(&m);
     if (rc < 0) return psg_error_wrap("%s: cannot encode %s", c->endpoint, op);
-    if (timeout_ms != c->sndtimeo) {
+    if (!c->stream && timeout_ms != c->sndtimeo) {
         c->sndtimeo = timeout_ms;
         zsock_set_sndtimeo(c->zs, timeout_ms);
     }
     (void)psg_client_check(c); /* a loss before this send is not this request's */
+    if (c->stream) return stream_send(c, &out, timeout_ms, op);
     if (c->in_flight++ == 0) c->drops_at_send = c->drops;
     /* the usual case, a connection up that takes it at once, without a poll (a poll of
      * ZeroMQ sockets is several syscalls: a one-op step's send made six) */
@@ -360,6 +485,27 @@ int psg_client_send_note(psg_client_t *c, psg_msg_t **req) {
     return send_with_timeout(c, req, NULL, c->opts.timeout_ms) < 0 ? -1 : 1;
 }
 
+/* One reply from the stream, without waiting. A connection that broke is closed: the loss of
+ * what was in flight on it is told by psg_client_check. */
+static psg_rx_result_t stream_read(psg_client_t *c, psg_msg_t **m, uint64_t *bad_id) {
+    *m = NULL;
+    *bad_id = 0;
+    if (c->fd < 0) return PSG_RX_AGAIN;
+    psg_stream_result_t r = psg_stream_read(&c->srx, c->fd);
+    if (r == PSG_STREAM_AGAIN) return PSG_RX_AGAIN;
+    if (r != PSG_STREAM_MSG) {
+        stream_lost(c);
+        return PSG_RX_AGAIN;
+    }
+    psg_route_t no_route = {0};
+    psg_conn_t conn = {.fd = -1};
+    psg_rx_result_t res = psg_codec_rx_feed(c->rx, c->srx.parts, c->srx.n, c->srx.too_many,
+                                            &no_route, &conn, c->endpoint, "", m, bad_id);
+    c->srx.n = 0;
+    c->srx.too_many = false;
+    return res;
+}
+
 int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
     *out = NULL;
     int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
@@ -368,8 +514,9 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
         uint64_t bad_id;
         psg_route_t no_route;
         char peer[64];
-        psg_rx_result_t r =
-            psg_codec_rx_read(c->rx, c->sock, false, &m, &bad_id, &no_route, peer, sizeof peer);
+        psg_rx_result_t r = c->stream ? stream_read(c, &m, &bad_id)
+                                      : psg_codec_rx_read(c->rx, c->sock, false, &m, &bad_id,
+                                                          &no_route, peer, sizeof peer);
         if (r == PSG_RX_MSG) {
             if (m->kind == PSG_MSG_REQUEST) {
                 psg_msg_destroy(&m);
@@ -395,6 +542,17 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
                                       "%s: no reply within %d ms (peer down or busy)", c->endpoint,
                                       timeout_ms),
                    0;
+        if (c->stream) {
+            struct pollfd p = {.fd = c->fd, .events = POLLIN};
+            /* not connected: nothing comes, the caller's time runs out (a send connects) */
+            if (poll(&p, 1,
+                     left < 0         ? -1
+                     : left > INT_MAX ? INT_MAX
+                                      : (int)left) < 0 &&
+                errno != EINTR)
+                return psg_error_set("%s: poll failed: %s", c->endpoint, strerror(errno));
+            continue;
+        }
         zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0},
                                    {psg_client_events_socket(c), 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, c->events ? 2 : 1, left < 0 ? -1 : (long)left) < 0 && errno != EINTR)
@@ -429,6 +587,14 @@ int psg_client_poll(psg_client_t *const *cs, int n, bool *ready, int timeout_ms)
         int count = 0;
         for (int i = 0; i < n; i++) { /* also re-arms each descriptor's edge */
             psg_client_t *c = cs[i];
+            if (c->stream) { /* read ahead, or a loss not told yet: the caller reads now */
+                ready[i] = psg_stream_buffered(&c->srx) ||
+                           (c->in_flight > 0 && c->drops != c->drops_at_send);
+                count += ready[i];
+                fds[2 * i] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+                fds[2 * i + 1] = (struct pollfd){.fd = -1};
+                continue;
+            }
             void *events = c->events ? zsock_resolve(c->events) : NULL;
             ready[i] = has_message(c->sock) || (events && has_message(events));
             count += ready[i];
@@ -443,7 +609,10 @@ int psg_client_poll(psg_client_t *const *cs, int n, bool *ready, int timeout_ms)
             return psg_error_set("poll of %d connections failed: %s", n, strerror(errno));
         if (rc <= 0) return 0; /* the time ran out, or a signal */
         for (int i = 0; i < n; i++) {
-            if (fds[2 * i + 1].revents) { /* the connection's events: the caller reads them */
+            if (cs[i]->stream) {
+                ready[i] = fds[2 * i].revents != 0;
+            } else if (fds[2 * i + 1]
+                           .revents) { /* the connection's events: the caller reads them */
                 ready[i] = true;
             } else if (fds[2 * i].revents) {
                 ready[i] = has_message(cs[i]->sock); /* not only another command */

@@ -15,7 +15,7 @@
  * and an atomic refcount, more than a small memcpy. */
 #define COPY_BELOW 32768
 /* The most frames one ZeroMQ message may have: route, header, tensors, body. */
-#define MAX_PARTS (PSG_WIRE_MAX_TENSORS + 3)
+#define MAX_PARTS PSG_CODEC_MAX_PARTS
 /* The most partial messages a receiver keeps. */
 #define MAX_PENDING 1024
 
@@ -603,6 +603,36 @@ drop:
     return bad;
 }
 
+psg_rx_result_t psg_codec_rx_feed(psg_codec_rx_t *rx, zmq_msg_t *parts, int np, bool too_many,
+                                  const psg_route_t *route, const psg_conn_t *conn,
+                                  const char *peer, const char *key, psg_msg_t **out,
+                                  uint64_t *bad_id) {
+    psg_rx_result_t res = PSG_RX_BAD;
+    *out = NULL;
+    *bad_id = 0;
+    if (too_many) {
+        psg_error_set("message has more than %d frames", MAX_PARTS);
+        goto done;
+    }
+    if (np < 1) {
+        psg_error_set("message has no header frame");
+        goto done;
+    }
+    if (psg_codec_decode_header(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &rx->hdr) < 0) {
+        *bad_id = rx->hdr.id;
+        psg_error_wrap("bad header");
+        goto done;
+    }
+    *bad_id = rx->hdr.id;
+    if (rx->hdr.kind == PSG_CODEC_CHUNK)
+        res = take_chunk(rx, parts, np, route, out);
+    else
+        res = take_first(rx, parts, np, route, conn, peer, key, out);
+done:
+    for (int i = 0; i < np; i++) zmq_msg_close(&parts[i]);
+    return res;
+}
+
 psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_route, psg_msg_t **out,
                                   uint64_t *bad_id, psg_route_t *bad_route, char *bad_peer,
                                   size_t bad_peer_size) {
@@ -659,24 +689,10 @@ psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_rout
         parts++;
         np--;
     }
-    if (too_many) {
-        psg_error_set("message has more than %d frames", MAX_PARTS);
-        goto done;
-    }
-    if (np < 1) {
-        psg_error_set("message has no header frame");
-        goto done;
-    }
-    if (psg_codec_decode_header(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &rx->hdr) < 0) {
-        *bad_id = rx->hdr.id;
-        psg_error_wrap("bad header");
-        goto done;
-    }
-    *bad_id = rx->hdr.id;
-    if (rx->hdr.kind == PSG_CODEC_CHUNK)
-        res = take_chunk(rx, parts, np, &route, out);
-    else
-        res = take_first(rx, parts, np, &route, &conn, bad_peer, key ? key : "", out);
+    res = psg_codec_rx_feed(rx, parts, np, too_many, &route, &conn, bad_peer, key ? key : "", out,
+                            bad_id);
+    if (with_route) zmq_msg_close(&rx->parts[0]); /* feed closed the others */
+    return res;
 done:
     for (int i = 0; i < n; i++) zmq_msg_close(&rx->parts[i]);
     return res;

@@ -119,6 +119,16 @@ typedef enum {
     PSG_RX_AGAIN = -3 /* nothing to read */
 } psg_rx_result_t;
 
+/* The most frames one message may have (a header, a body, its tensors, a spare). */
+#define PSG_CODEC_MAX_PARTS (PSG_WIRE_MAX_TENSORS + 3)
+
+/* Feeds one received message's frames (np of them, too_many: more came and were dropped) to
+ * the reassembly, and closes them. route: the sender (a server's; len 0 for a client's
+ * replies); conn, peer, key: where it came from, as psg_msg_t's fields say. */
+psg_rx_result_t psg_codec_rx_feed(psg_codec_rx_t *rx, zmq_msg_t *parts, int np, bool too_many,
+                                  const psg_route_t *route, const psg_conn_t *conn,
+                                  const char *peer, const char *key, psg_msg_t **out,
+                                  uint64_t *bad_id);
 /* Reads one ZeroMQ message from sock without waiting (with_route: a ROUTER's first frame
  * is the sender), and feeds it to the reassembly. A bad message is drained entirely. */
 psg_rx_result_t psg_codec_rx_read(psg_codec_rx_t *rx, void *sock, bool with_route, psg_msg_t **out,

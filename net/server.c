@@ -13,6 +13,7 @@
  * an eventfd. */
 #include "net/codec.h"
 #include "net/curve_internal.h"
+#include "net/stream.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -41,7 +42,8 @@ struct psg_server {
     int zmq_fd;           /* the socket's ZMQ_FD: readable when it has commands to process */
     int wake_fd; /* an eventfd another thread writes when its send left a message waiting */
     atomic_uint_fast64_t received, rejected, dropped, replies_lost, refused;
-    char zap_domain[32]; /* its watch under the guard (curve_guard.c); "" when none */
+    char zap_domain[32];         /* its watch under the guard (curve_guard.c); "" when none */
+    psg_stream_server_t *stream; /* ipc:// on psgraph's own transport: no ZeroMQ socket */
 };
 
 /* The cap on open connections: as asked, else what the descriptors allow (ulimit -n) less
@@ -70,6 +72,13 @@ psg_server_t *psg_server_new(const char *endpoint, const psg_wire_opts_t *opts) 
     s->wake_fd = -1;
     s->zmq_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
+    if (psg_stream_endpoint(ep)) {
+        if (!(s->stream = psg_stream_server_new(ep, max_connections(&o), &s->refused)) ||
+            !(s->rx = psg_codec_rx_new(&s->opts)))
+            goto fail;
+        psg_codec_copy_text(s->endpoint, sizeof s->endpoint, ep);
+        return s;
+    }
     s->zs = zsock_new(ZMQ_ROUTER);
     if (!s->zs) {
         psg_error_set("cannot create a ZeroMQ ROUTER socket");
@@ -145,6 +154,7 @@ void psg_server_destroy(psg_server_t **sp) {
         zsock_set_linger(s->zs, SERVER_CLOSE_LINGER_MS);
     }
     zsock_destroy(&s->zs);
+    psg_stream_server_destroy(&s->stream);
     psg_codec_rx_destroy(&s->rx);
     if (s->wake_fd >= 0) close(s->wake_fd);
     pthread_mutex_destroy(&s->lock);
@@ -173,7 +183,15 @@ psg_server_stats_t psg_server_stats(const psg_server_t *s) {
 
 /* Sends encoded frames, on any thread. A vanished or stuck peer only costs the reply
  * (counted); a failure of the socket itself is an error. */
-static int send_out(psg_server_t *s, psg_codec_out_t *out) {
+static int send_out(psg_server_t *s, const psg_route_t *route, psg_codec_out_t *out) {
+    if (s->stream) {
+        int rc = psg_stream_server_send(s->stream, route, out, s->opts.timeout_ms);
+        if (rc < 0 && (errno == EHOSTUNREACH || errno == EAGAIN)) {
+            atomic_fetch_add(&s->replies_lost, 1);
+            return 0;
+        }
+        return rc;
+    }
     bool receiver = pthread_equal(pthread_self(), s->owner);
     pthread_mutex_lock(&s->lock);
     int rc = psg_codec_send(s->sock, out);
@@ -207,10 +225,11 @@ static int reply_to(psg_server_t *s, const psg_route_t *route, uint64_t id, psg_
     }
     r->id = id;
     psg_codec_out_t out = {0};
-    int rc = psg_codec_encode(r, route, &s->opts, &out);
+    /* a ROUTER's message starts with its route; a stream's connection is found by it */
+    int rc = psg_codec_encode(r, s->stream ? NULL : route, &s->opts, &out);
     psg_msg_destroy(&r);
     if (rc < 0) return psg_error_wrap("cannot encode the reply");
-    rc = send_out(s, &out);
+    rc = send_out(s, route, &out);
     psg_codec_out_clear(&out);
     return rc;
 }
@@ -294,10 +313,15 @@ int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms) {
         uint64_t bad_id;
         psg_route_t bad_route;
         char peer[64];
-        pthread_mutex_lock(&s->lock);
-        psg_rx_result_t r =
-            psg_codec_rx_read(s->rx, s->sock, true, &m, &bad_id, &bad_route, peer, sizeof peer);
-        pthread_mutex_unlock(&s->lock);
+        psg_rx_result_t r;
+        if (s->stream) {
+            r = psg_stream_server_read(s->stream, s->rx, &m, &bad_id, &bad_route, peer, sizeof peer,
+                                       &s->dropped);
+        } else {
+            pthread_mutex_lock(&s->lock);
+            r = psg_codec_rx_read(s->rx, s->sock, true, &m, &bad_id, &bad_route, peer, sizeof peer);
+            pthread_mutex_unlock(&s->lock);
+        }
         if (r == PSG_RX_FAIL) return -1;
         if (r == PSG_RX_BAD) {
             char why[PSG_WIRE_MAX_ERROR];
@@ -325,6 +349,7 @@ int psg_server_recv(psg_server_t *s, psg_msg_t **out, int timeout_ms) {
         if (left == 0) return 0;
         /* Wake at least once a second while partial messages wait, to expire them. */
         int64_t wait = psg_codec_rx_pending_bytes(s->rx) && (left < 0 || left > 1000) ? 1000 : left;
-        if (wait_readable(s, wait) < 0) return -1;
+        if ((s->stream ? psg_stream_server_wait(s->stream, wait) : wait_readable(s, wait)) < 0)
+            return -1;
     }
 }

@@ -306,7 +306,10 @@ static void *puller_main(void *arg) {
         for (int i = 0; i < npeers; i++) {
             if (!r->peers[i].client) continue;
             item_peer[n] = i;
-            items[n++] = (zmq_pollitem_t){psg_client_socket(r->peers[i].client), 0, ZMQ_POLLIN, 0};
+            void *sock = psg_client_socket(r->peers[i].client);
+            items[n++] =
+                sock ? (zmq_pollitem_t){sock, 0, ZMQ_POLLIN, 0}
+                     : (zmq_pollitem_t){NULL, psg_client_fd(r->peers[i].client), ZMQ_POLLIN, 0};
             void *events = psg_client_events_socket(r->peers[i].client);
             if (events) { /* a lost connection wakes the poll */
                 item_peer[n] = -1;

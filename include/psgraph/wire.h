@@ -258,8 +258,13 @@ uint64_t psg_client_peer_restarts(const psg_client_t *c);
  * the error set when poll fails. Fewer system calls than zmq_poll of the same sockets. */
 #define PSG_CLIENT_POLL_MAX 64
 int psg_client_poll(psg_client_t *const *cs, int n, bool *ready, int timeout_ms);
-/* The ZeroMQ socket, for zmq_poll beside other clients. Owned by the client. */
+/* The ZeroMQ socket, for zmq_poll beside other clients. Owned by the client. NULL for an
+ * ipc:// client on psgraph's own transport: poll psg_client_fd instead. */
 void *psg_client_socket(psg_client_t *c);
+/* The descriptor of an ipc:// client's stream connection (readable: a reply or its end; call
+ * psg_client_recv until it has nothing), -1 while it is not connected or for a ZeroMQ
+ * client. It changes when the client connects again: ask before each poll. */
+int psg_client_fd(const psg_client_t *c);
 /* The socket of its connection events (readable: call psg_client_check), for zmq_poll
  * beside the client's socket, so that a lost connection wakes a wait. NULL without
  * heartbeats. Owned by the client. */
