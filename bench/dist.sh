@@ -43,4 +43,8 @@ print(json.dumps({"bench": "dist_train", "workload": os.environ["W"], "data": os
                   "target_ratio": float(os.environ["T"])}))
 PY
 done
-build/bench/bench_dist_rtt --iters $([ $quick = 1 ] && echo 1000 || echo 3000)
+# the round trips on loopback TCP (another host's path) and on one host's ipc:// (launch's
+# default: psgraph's stream transport, raw ZeroMQ over ipc:// beside it)
+for transport in tcp ipc; do
+  build/bench/bench_dist_rtt --iters $([ $quick = 1 ] && echo 1000 || echo 3000) --transport $transport
+done

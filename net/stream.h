@@ -77,7 +77,8 @@ void psg_stream_tune(int fd);
  * reads and waits are the owning thread's; psg_stream_server_send may be called from any. */
 typedef struct psg_stream_server psg_stream_server_t;
 /* Binds endpoint's path (a file left there is replaced, as ZeroMQ's ipc:// does). At most
- * max_conns connections: one past them is closed at once and counted in *refused. */
+ * max_conns connections: at the cap the oldest that said no hello yet is closed for a new one,
+ * or when every one did, the new one (each counted in *refused). */
 psg_stream_server_t *psg_stream_server_new(const char *endpoint, int max_conns,
                                            atomic_uint_fast64_t *refused);
 void psg_stream_server_destroy(psg_stream_server_t **ss);

@@ -133,11 +133,24 @@ void psg_stream_server_destroy(psg_stream_server_t **ssp) {
     free(ss);
 }
 
+/* At the cap: the oldest connection that said no hello yet is closed for a new one, as a
+ * ZeroMQ server closes the oldest that never finished its handshake. false: none. */
+static bool close_oldest_silent(psg_stream_server_t *ss) {
+    sconn_t *oldest = NULL;
+    for (int i = 0; i < ss->n; i++)
+        if (!ss->conns[i]->hello && (!oldest || ss->conns[i]->since < oldest->since))
+            oldest = ss->conns[i];
+    if (!oldest) return false;
+    conn_close(ss, oldest);
+    if (ss->refused) atomic_fetch_add(ss->refused, 1);
+    return true;
+}
+
 static void accept_all(psg_stream_server_t *ss) {
     for (;;) {
         int fd = accept4(ss->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return; /* EAGAIN: all taken; anything else: tried again at the next wake */
-        if (ss->n >= ss->max_conns) {
+        if (ss->n >= ss->max_conns && !close_oldest_silent(ss)) {
             close(fd);
             if (ss->refused) atomic_fetch_add(ss->refused, 1);
             continue;

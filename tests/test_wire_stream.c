@@ -298,6 +298,41 @@ static void test_hostile(void) {
     echo_stop(&e);
 }
 
+/* At the cap (max_connections 2), two connections that never say hello: the oldest is closed
+ * for a client that comes, which is served; with every connection past its hello, a new one
+ * is refused. */
+static void test_cap(void) {
+    char ep[256];
+    endpoint(ep, sizeof ep, "cap");
+    psg_wire_opts_t o = psg_wire_opts_default();
+    o.max_connections = 2;
+    psg_server_t *s = psg_server_new(ep, &o);
+    CHECK(s);
+    int silent[2] = {raw_connect(ep), -1};
+    usleep(20000);
+    silent[1] = raw_connect(ep);
+    CHECK(silent[0] >= 0 && silent[1] >= 0);
+    psg_msg_t *got = NULL;
+    CHECK(psg_server_recv(s, &got, 50) == 0); /* the server takes both */
+    psg_client_t *c = psg_client_new(ep, &o);
+    psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "ping");
+    CHECK(c && psg_client_send(c, &req, NULL) == 0);
+    CHECK(psg_server_recv(s, &got, 5000) == 1);
+    psg_msg_destroy(&got);
+    CHECK(closed_by_server(silent[0]));
+    CHECK(psg_server_stats(s).refused == 1);
+    /* now both past their hello (the server reads it first): a third is refused */
+    CHECK(raw_hello(silent[1]) && psg_server_recv(s, &got, 100) == 0);
+    int third = raw_connect(ep);
+    CHECK(third >= 0 && psg_server_recv(s, &got, 100) == 0 && closed_by_server(third));
+    CHECK(psg_server_stats(s).refused == 2);
+    close(third);
+    close(silent[0]);
+    close(silent[1]);
+    psg_client_destroy(&c);
+    psg_server_destroy(&s);
+}
+
 /* ---- losses, restarts, a path with no server ---------------------------------------------- */
 
 static void test_lost_and_back(void) {
@@ -426,9 +461,13 @@ int main(void) {
         const char *name;
         void (*fn)(void);
     } tests[] = {
-        {"round_trip", test_round_trip}, {"clients_at_once", test_clients_at_once},
-        {"hostile", test_hostile},       {"lost_and_back", test_lost_and_back},
-        {"no_server", test_no_server},   {"poll", test_poll},
+        {"round_trip", test_round_trip},
+        {"clients_at_once", test_clients_at_once},
+        {"hostile", test_hostile},
+        {"cap", test_cap},
+        {"lost_and_back", test_lost_and_back},
+        {"no_server", test_no_server},
+        {"poll", test_poll},
         {"zmq_ipc", test_zmq_ipc},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
