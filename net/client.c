@@ -41,6 +41,7 @@ struct psg_client {
     bool stream;
     int fd;
     psg_stream_rx_t srx;
+    psg_stream_tx_t stx;
     int64_t dialed_at; /* when a connect was last tried (ms) */
 };
 
@@ -72,6 +73,7 @@ static void stream_lost(psg_client_t *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
     psg_stream_rx_clear(&c->srx);
+    psg_stream_tx_clear(&c->stx);
     if (c->up) {
         c->up = false;
         c->down_since = psg_codec_now_ms();
@@ -108,6 +110,7 @@ static int stream_dial(psg_client_t *c) {
 static int client_connect(psg_client_t *c) {
     if (c->stream) {
         psg_stream_rx_init(&c->srx);
+        psg_stream_tx_init(&c->stx);
         if (!(c->rx = psg_codec_rx_new(&c->opts))) return -1;
         (void)stream_dial(c); /* a server not up yet is waited for by the first send */
         return 0;
@@ -145,6 +148,7 @@ static void client_disconnect(psg_client_t *c) {
         if (c->fd >= 0) close(c->fd);
         c->fd = -1;
         psg_stream_rx_clear(&c->srx);
+        psg_stream_tx_clear(&c->stx);
     }
     if (c->events) zmq_socket_monitor(c->sock, NULL, 0);
     zsock_destroy(&c->events);
@@ -387,7 +391,7 @@ static int stream_send(psg_client_t *c, psg_codec_out_t *out, int timeout_ms, co
             return -1;
         }
         if (c->in_flight++ == 0) c->drops_at_send = c->drops;
-        int rc = psg_stream_write(c->fd, out, timeout_ms);
+        int rc = psg_stream_write(c->fd, &c->stx, out, timeout_ms);
         int e = errno;
         if (rc == 0) {
             psg_codec_out_clear(out);

@@ -18,6 +18,26 @@
 /* at most this many iovecs a sendmsg (IOV_MAX is 1024 on Linux) */
 #define IOV_BATCH 512
 #define SOCKET_BUFFER (4 * 1024 * 1024)
+/* a head's flags byte */
+#define FLAG_MORE 1u   /* more frames of the message follow */
+#define FLAG_PLACED 2u /* the frame lies in the arena: 16 bytes, its offset and length */
+#define FLAG_ARENA 4u  /* the arena: 8 bytes, its size; its memfd beside them */
+
+static void put_head(uint8_t *h, size_t len, uint8_t flags) {
+    for (int i = 0; i < 4; i++) h[i] = (uint8_t)(len >> (8 * i));
+    h[4] = flags;
+    h[5] = h[6] = h[7] = 0;
+}
+
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
 
 bool psg_stream_endpoint(const char *endpoint) {
     if (strncmp(endpoint, "ipc://", 6) != 0) return false;
@@ -32,12 +52,15 @@ const char *psg_stream_path(const char *endpoint) {
 void psg_stream_rx_init(psg_stream_rx_t *rx) {
     memset(rx, 0, sizeof *rx);
     zmq_msg_init(&rx->body);
+    rx->passed_fd = -1;
 }
 
 void psg_stream_rx_clear(psg_stream_rx_t *rx) {
     for (int i = 0; i < rx->n; i++) zmq_msg_close(&rx->parts[i]);
     zmq_msg_close(&rx->body);
     free(rx->buf);
+    psg_arena_rx_clear(&rx->arena);
+    if (rx->passed_fd >= 0) close(rx->passed_fd);
     psg_stream_rx_init(rx);
 }
 
@@ -52,6 +75,32 @@ static psg_stream_result_t closed(int got, const char *what) {
     }
     psg_error_set("%s: %s", what, strerror(errno));
     return PSG_STREAM_CLOSED;
+}
+
+/* read(2) that also takes a descriptor passed beside the bytes (the arena's): kept for the
+ * arena frame; one more than that, or one with no arena frame to come, is closed. */
+static ssize_t recv_some(psg_stream_rx_t *rx, int fd, void *buf, size_t len) {
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {buf, len};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t got = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    for (struct cmsghdr *c = got >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int passed;
+            memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+            if (rx->passed_fd < 0)
+                rx->passed_fd = passed;
+            else
+                close(passed);
+        }
+    }
+    return got;
 }
 
 /* Reads what the socket has into the read-ahead buffer, after the bytes still there. */
@@ -69,7 +118,7 @@ static psg_stream_result_t fill(psg_stream_rx_t *rx, int fd) {
         rx->start = 0;
     }
     for (;;) {
-        ssize_t got = read(fd, rx->buf + rx->end, rx->cap - rx->end);
+        ssize_t got = recv_some(rx, fd, rx->buf + rx->end, rx->cap - rx->end);
         if (got > 0) {
             rx->end += (size_t)got;
             return PSG_STREAM_MSG;
@@ -94,6 +143,37 @@ static void frame_done(psg_stream_rx_t *rx) {
     rx->in_body = false;
 }
 
+/* The arena passed (its descriptor came with the bytes), or a frame placed in it, copied out.
+ * PSG_STREAM_AGAIN: go on reading; PSG_STREAM_MSG: the message is whole. */
+static psg_stream_result_t take_control(psg_stream_rx_t *rx, uint8_t flags, const uint8_t *p) {
+    if (flags == FLAG_ARENA) {
+        int passed = rx->passed_fd;
+        rx->passed_fd = -1;
+        if (passed < 0) {
+            psg_error_set("the shared arena announced without its descriptor");
+            return PSG_STREAM_BAD;
+        }
+        return psg_arena_rx_map(&rx->arena, passed, get_u64(p)) < 0 ? PSG_STREAM_BAD
+                                                                    : PSG_STREAM_AGAIN;
+    }
+    uint64_t at = get_u64(p), len = get_u64(p + 8);
+    if (len > rx->arena.size) {
+        psg_error_set("a frame of %llu bytes in an arena of %zu", (unsigned long long)len,
+                      rx->arena.size);
+        return PSG_STREAM_BAD;
+    }
+    zmq_msg_close(&rx->body);
+    if (zmq_msg_init_size(&rx->body, len) < 0) {
+        zmq_msg_init(&rx->body);
+        psg_error_set("out of memory for a frame of %llu bytes", (unsigned long long)len);
+        return PSG_STREAM_BAD;
+    }
+    if (psg_arena_rx_take(&rx->arena, at, len, zmq_msg_data(&rx->body)) < 0) return PSG_STREAM_BAD;
+    rx->more = flags & FLAG_MORE;
+    frame_done(rx);
+    return rx->more ? PSG_STREAM_AGAIN : PSG_STREAM_MSG;
+}
+
 static psg_stream_result_t read_message(psg_stream_rx_t *rx, int fd) {
     for (;;) {
         if (rx->in_body) {
@@ -107,7 +187,7 @@ static psg_stream_result_t read_message(psg_stream_rx_t *rx, int fd) {
                 rx->body_got += take;
             }
             while (rx->body_got < len) { /* the rest straight into the frame */
-                ssize_t got = read(fd, dst + rx->body_got, len - rx->body_got);
+                ssize_t got = recv_some(rx, fd, dst + rx->body_got, len - rx->body_got);
                 if (got > 0) {
                     rx->body_got += (size_t)got;
                     continue;
@@ -129,7 +209,9 @@ static psg_stream_result_t read_message(psg_stream_rx_t *rx, int fd) {
         const uint8_t *h = rx->buf + rx->start;
         uint32_t len =
             (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        if ((h[4] & ~1u) || h[5] || h[6] || h[7]) {
+        if ((h[4] & ~(FLAG_MORE | FLAG_PLACED | FLAG_ARENA)) || h[5] || h[6] || h[7] ||
+            (h[4] & FLAG_ARENA && h[4] != FLAG_ARENA) || (h[4] & FLAG_PLACED && len != 16) ||
+            (h[4] & FLAG_ARENA && len != 8)) {
             psg_error_set("a frame's head has unknown flags (%02x %02x %02x %02x): not psgraph's "
                           "stream transport",
                           h[4], h[5], h[6], h[7]);
@@ -140,7 +222,18 @@ static psg_stream_result_t read_message(psg_stream_rx_t *rx, int fd) {
                           (unsigned long long)PSG_WIRE_MAX_FRAME);
             return PSG_STREAM_BAD;
         }
-        rx->more = h[4] & 1;
+        if (h[4] & (FLAG_PLACED | FLAG_ARENA)) { /* small: whole in the buffer first */
+            if (rx->end - rx->start < HEAD_BYTES + len) {
+                psg_stream_result_t r = fill(rx, fd);
+                if (r != PSG_STREAM_MSG) return r;
+                continue;
+            }
+            psg_stream_result_t r = take_control(rx, h[4], h + HEAD_BYTES);
+            rx->start += HEAD_BYTES + len;
+            if (r != PSG_STREAM_AGAIN) return r;
+            continue;
+        }
+        rx->more = h[4] & FLAG_MORE;
         rx->start += HEAD_BYTES;
         zmq_msg_close(&rx->body);
         if (zmq_msg_init_size(&rx->body, len) < 0) {
@@ -175,53 +268,108 @@ static int wait_room(int fd, int64_t deadline) {
     }
 }
 
-int psg_stream_write(int fd, psg_codec_out_t *out, int timeout_ms) {
+/* Sends all of mh's iovecs (its control message, if any, with the first bytes), waiting for
+ * room until the deadline. */
+static int send_all(int fd, struct msghdr *mh, int64_t deadline) {
+    while (mh->msg_iovlen > 0) {
+        ssize_t put = sendmsg(fd, mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (wait_room(fd, deadline) < 0) return -1;
+                continue;
+            }
+            int e = errno;
+            psg_error_set("send failed: %s", strerror(e));
+            errno = e;
+            return -1;
+        }
+        mh->msg_control = NULL; /* the descriptor went with the first bytes */
+        mh->msg_controllen = 0;
+        size_t left = (size_t)put;
+        while (mh->msg_iovlen > 0 && left >= mh->msg_iov->iov_len) {
+            left -= mh->msg_iov->iov_len;
+            mh->msg_iov++;
+            mh->msg_iovlen--;
+        }
+        if (mh->msg_iovlen > 0) {
+            mh->msg_iov->iov_base = (uint8_t *)mh->msg_iov->iov_base + left;
+            mh->msg_iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+/* The arena's frame and its memfd, once a connection, before the first frame placed there. */
+static int tell_arena(int fd, psg_arena_tx_t *a, int64_t deadline) {
+    uint8_t frame[HEAD_BYTES + 8];
+    put_head(frame, 8, FLAG_ARENA);
+    put_u64(frame + HEAD_BYTES, a->size);
+    struct iovec iov = {frame, sizeof frame};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &a->fd, sizeof(int));
+    if (send_all(fd, &mh, deadline) < 0) return -1;
+    a->told = true;
+    return 0;
+}
+
+/* Frame f into the arena when it is large and there is room: its head and the place's
+ * offset and length in head and desc, iov[1] pointing at desc. false: it goes whole. */
+static bool place_frame(int fd, psg_stream_tx_t *tx, zmq_msg_t *f, bool more, uint8_t *head,
+                        uint8_t *desc, struct iovec *iov, int64_t deadline) {
+    size_t len = zmq_msg_size(f), at;
+    if (!tx || len < PSG_ARENA_MIN_FRAME || psg_arena_tx_place(&tx->arena, len, &at) < 0)
+        return false;
+    if (!tx->arena.told && tell_arena(fd, &tx->arena, deadline) < 0) {
+        psg_arena_tx_clear(&tx->arena);
+        tx->arena.fd = -2; /* no arena on this connection: its frames go whole */
+        return false;
+    }
+    memcpy(tx->arena.base + at, zmq_msg_data(f), len);
+    put_head(head, 16, (more ? FLAG_MORE : 0) | FLAG_PLACED);
+    put_u64(desc, at);
+    put_u64(desc + 8, len);
+    iov[0] = (struct iovec){head, HEAD_BYTES};
+    iov[1] = (struct iovec){desc, 16};
+    return true;
+}
+
+int psg_stream_write(int fd, psg_stream_tx_t *tx, psg_codec_out_t *out, int timeout_ms) {
     int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
-    int rc = 0;
-    uint8_t heads[IOV_BATCH / 2][HEAD_BYTES];
+    uint8_t heads[IOV_BATCH / 2][HEAD_BYTES], descs[IOV_BATCH / 2][16];
     struct iovec iov[IOV_BATCH];
-    for (int first = 0; rc == 0 && first < out->n; first += IOV_BATCH / 2) {
+    for (int first = 0; first < out->n; first += IOV_BATCH / 2) {
         int count = out->n - first < IOV_BATCH / 2 ? out->n - first : IOV_BATCH / 2;
         for (int k = 0; k < count; k++) {
             zmq_msg_t *f = &out->parts[first + k];
-            size_t len = zmq_msg_size(f);
-            uint8_t *h = heads[k];
-            h[0] = (uint8_t)len;
-            h[1] = (uint8_t)(len >> 8);
-            h[2] = (uint8_t)(len >> 16);
-            h[3] = (uint8_t)(len >> 24);
-            h[4] = out->more[first + k] ? 1 : 0;
-            h[5] = h[6] = h[7] = 0;
-            iov[2 * k] = (struct iovec){h, HEAD_BYTES};
-            iov[2 * k + 1] = (struct iovec){zmq_msg_data(f), len};
+            bool more = out->more[first + k];
+            if (place_frame(fd, tx, f, more, heads[k], descs[k], &iov[2 * k], deadline)) continue;
+            put_head(heads[k], zmq_msg_size(f), more ? FLAG_MORE : 0);
+            iov[2 * k] = (struct iovec){heads[k], HEAD_BYTES};
+            iov[2 * k + 1] = (struct iovec){zmq_msg_data(f), zmq_msg_size(f)};
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)(2 * count)};
-        while (mh.msg_iovlen > 0) {
-            ssize_t put = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (put < 0) {
-                if (errno == EINTR) continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    if ((rc = wait_room(fd, deadline)) < 0) break;
-                    continue;
-                }
-                int e = errno;
-                rc = psg_error_set("send failed: %s", strerror(e));
-                errno = e;
-                break;
-            }
-            size_t left = (size_t)put;
-            while (mh.msg_iovlen > 0 && left >= mh.msg_iov->iov_len) {
-                left -= mh.msg_iov->iov_len;
-                mh.msg_iov++;
-                mh.msg_iovlen--;
-            }
-            if (mh.msg_iovlen > 0) {
-                mh.msg_iov->iov_base = (uint8_t *)mh.msg_iov->iov_base + left;
-                mh.msg_iov->iov_len -= left;
-            }
-        }
+        if (send_all(fd, &mh, deadline) < 0) return -1;
     }
-    return rc;
+    return 0;
+}
+
+void psg_stream_tx_init(psg_stream_tx_t *tx) {
+    psg_arena_tx_init(&tx->arena);
+}
+
+void psg_stream_tx_clear(psg_stream_tx_t *tx) {
+    psg_arena_tx_clear(&tx->arena);
 }
 
 void psg_stream_tune(int fd) {

@@ -5,11 +5,16 @@
  * transport"). Each frame goes as an 8-byte head (its length, little-endian u32; a flags
  * byte, bit 0: more frames follow; three zero bytes), then its bytes. A connection starts
  * with the client's hello: one frame of PSG_STREAM_HELLO_BYTES, the magic then its routing
- * id, so that a server knows a client that reconnects as the same peer. */
+ * id, so that a server knows a client that reconnects as the same peer. A frame of at least
+ * PSG_ARENA_MIN_FRAME bytes may travel through the connection's shared-memory arena instead
+ * (flags bit 1: its 16 bytes are the place's offset and the frame's length); the arena
+ * itself is passed once before (flags bit 2: 8 bytes, its size, and its memfd beside them,
+ * SCM_RIGHTS). */
 #ifndef PSGRAPH_NET_STREAM_H
 #define PSGRAPH_NET_STREAM_H
 
 #include "net/codec.h"
+#include "net/stream_arena.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -41,7 +46,17 @@ typedef struct {
     zmq_msg_t body;
     size_t body_got;
     bool starved; /* the last read found the socket empty: what is buffered is no whole message */
+    psg_arena_rx_t arena; /* the sender's, once it passed it */
+    int passed_fd;        /* a descriptor that came with the bytes, for the arena frame: -1 */
 } psg_stream_rx_t;
+
+/* The sending side of one connection: its arena for large frames (net/stream_arena.h). */
+typedef struct {
+    psg_arena_tx_t arena;
+} psg_stream_tx_t;
+
+void psg_stream_tx_init(psg_stream_tx_t *tx);
+void psg_stream_tx_clear(psg_stream_tx_t *tx);
 
 void psg_stream_rx_init(psg_stream_rx_t *rx);
 /* Frees what it holds and makes it empty, ready for a new connection. */
@@ -68,7 +83,7 @@ bool psg_stream_buffered(const psg_stream_rx_t *rx);
  * limit); the frames stay the caller's (psg_codec_out_clear). -1 with the error set and errno
  * (EAGAIN: timed out, EPIPE/ECONNRESET: the peer is gone); a message may then be half written: the
  * caller closes the connection. */
-int psg_stream_write(int fd, psg_codec_out_t *out, int timeout_ms);
+int psg_stream_write(int fd, psg_stream_tx_t *tx, psg_codec_out_t *out, int timeout_ms);
 
 /* Socket buffers of a connection made large enough for a tensor's bytes to go in few writes. */
 void psg_stream_tune(int fd);

@@ -32,6 +32,7 @@ typedef struct sconn {
     psg_route_t route;
     int64_t since;
     psg_stream_rx_t rx;
+    psg_stream_tx_t tx;    /* under wlock */
     pthread_mutex_t wlock; /* one message written at a time */
     int refs;              /* under the server's lock: the table's, and each sender's */
     bool broken;           /* shut down: a sender writes nothing more */
@@ -55,6 +56,7 @@ static void conn_unref_locked(sconn_t *c) {
     if (--c->refs > 0) return;
     close(c->fd);
     psg_stream_rx_clear(&c->rx);
+    psg_stream_tx_clear(&c->tx);
     pthread_mutex_destroy(&c->wlock);
     free(c);
 }
@@ -167,6 +169,7 @@ static void accept_all(psg_stream_server_t *ss) {
         c->since = psg_codec_now_ms();
         c->refs = 1;
         psg_stream_rx_init(&c->rx);
+        psg_stream_tx_init(&c->tx);
         pthread_mutex_init(&c->wlock, NULL);
         struct ucred cred;
         socklen_t len = sizeof cred;
@@ -322,7 +325,7 @@ int psg_stream_server_send(psg_stream_server_t *ss, const psg_route_t *route, ps
         return psg_error_set("no connection to the peer");
     }
     pthread_mutex_lock(&c->wlock);
-    int rc = psg_stream_write(c->fd, out, timeout_ms);
+    int rc = psg_stream_write(c->fd, &c->tx, out, timeout_ms);
     int e = errno;
     if (rc < 0) shutdown(c->fd, SHUT_RDWR); /* maybe half written: the owner closes it */
     pthread_mutex_unlock(&c->wlock);

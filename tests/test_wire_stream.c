@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -207,6 +208,33 @@ static void test_clients_at_once(void) {
     CHECK(atomic_load(&bad) == 0);
 }
 
+/* Twelve requests of 1.5 MiB sent before any reply is read: the server's arena (8 MiB) is full
+ * after five replies and the others go through the socket; every byte back, in order. */
+static void test_arena_full(void) {
+    echo_t e;
+    CHECK(echo_start(&e, "full") == 0);
+    psg_client_t *c = psg_client_new(e.endpoint, NULL);
+    psg_tensor_t *t[12];
+    uint64_t id[12];
+    for (int i = 0; i < 12; i++) {
+        t[i] = patterned(PSG_DT_U8, psg_shape_1d((3 << 19) + (size_t)i), (unsigned)i + 50);
+        psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
+        CHECK(c && t[i] && psg_msg_add_tensor(req, "x", t[i]) == 0);
+        CHECK(psg_client_send(c, &req, &id[i]) == 0);
+    }
+    usleep(200000); /* the server answers all while nobody reads */
+    for (int i = 0; i < 12; i++) {
+        psg_msg_t *m = NULL;
+        CHECK(psg_client_recv(c, &m, 10000) == 1);
+        bool ok = m->id == id[i] && m->ntensors == 1 && same_tensor(m->tensors[0], t[i]);
+        psg_msg_destroy(&m);
+        psg_tensor_destroy(&t[i]);
+        CHECK(ok);
+    }
+    psg_client_destroy(&c);
+    echo_stop(&e);
+}
+
 /* ---- hostile peers ------------------------------------------------------------------------ */
 
 static int raw_connect(const char *ep) {
@@ -286,13 +314,52 @@ static void test_hostile(void) {
     ssize_t got = read(fd, buf, sizeof buf - 1);
     CHECK(got > 8);
     CHECK(memmem(buf, (size_t)got, "rejected the message", 20));
+    close(fd);
+    /* after a hello: a frame placed in an arena never passed; an arena without its
+     * descriptor; an arena that is no sealed memfd */
+    uint8_t placed[8 + 16] = {0};
+    head(placed, 16, 0x02);
+    placed[8] = 64;
+    placed[16] = 10;
+    fd = raw_connect(e.endpoint);
+    CHECK(fd >= 0 && raw_hello(fd) && write(fd, placed, sizeof placed) == (ssize_t)sizeof placed &&
+          closed_by_server(fd));
+    close(fd);
+    uint8_t arena[8 + 8] = {0};
+    head(arena, 8, 0x04);
+    arena[8 + 2] = 0x10; /* 1 MiB */
+    fd = raw_connect(e.endpoint);
+    CHECK(fd >= 0 && raw_hello(fd) && write(fd, arena, sizeof arena) == (ssize_t)sizeof arena &&
+          closed_by_server(fd));
+    close(fd);
+    fd = raw_connect(e.endpoint);
+    int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
+    CHECK(fd >= 0 && unsealed >= 0 && ftruncate(unsealed, 1 << 20) == 0 && raw_hello(fd));
+    struct iovec iov = {arena, sizeof arena};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl = {{0}};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &unsealed, sizeof(int));
+    CHECK(sendmsg(fd, &mh, 0) == (ssize_t)sizeof arena && closed_by_server(fd));
+    close(unsealed);
+    close(fd);
+    CHECK(echoed(good, t, 6));
+    fd = raw_connect(e.endpoint);
+    CHECK(fd >= 0 && raw_hello(fd));
     /* half a frame, then gone */
     head(h, 1000, 0);
     CHECK(write(fd, h, 8) == 8 && write(fd, "part", 4) == 4);
     close(fd);
     CHECK(echoed(good, t, 5));
     psg_server_stats_t st = psg_server_stats(e.server);
-    CHECK(st.rejected >= 1 && st.dropped >= 4);
+    CHECK(st.rejected >= 1 && st.dropped >= 7);
     psg_tensor_destroy(&t);
     psg_client_destroy(&good);
     echo_stop(&e);
@@ -463,6 +530,7 @@ int main(void) {
     } tests[] = {
         {"round_trip", test_round_trip},
         {"clients_at_once", test_clients_at_once},
+        {"arena_full", test_arena_full},
         {"hostile", test_hostile},
         {"cap", test_cap},
         {"lost_and_back", test_lost_and_back},
