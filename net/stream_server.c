@@ -148,6 +148,22 @@ static bool close_oldest_silent(psg_stream_server_t *ss) {
     return true;
 }
 
+/* Room for one more connection in the table (senders read it under the lock: it moves only
+ * under it) and in the ready queue. */
+static int grow(psg_stream_server_t *ss) {
+    if (ss->n < ss->cap) return 0;
+    int cap = ss->cap ? 2 * ss->cap : 16;
+    pthread_mutex_lock(&ss->lock);
+    sconn_t **conns = realloc(ss->conns, (size_t)cap * sizeof *conns);
+    if (conns) ss->conns = conns;
+    pthread_mutex_unlock(&ss->lock);
+    sconn_t **ready = conns ? realloc(ss->ready, (size_t)cap * sizeof *ready) : NULL;
+    if (ready) ss->ready = ready;
+    if (!ready) return -1;
+    ss->cap = cap;
+    return 0;
+}
+
 static void accept_all(psg_stream_server_t *ss) {
     for (;;) {
         int fd = accept4(ss->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -179,19 +195,8 @@ static void accept_all(psg_stream_server_t *ss) {
             snprintf(c->peer, sizeof c->peer, "a process on this host");
         psg_stream_tune(fd);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-        if (ss->n == ss->cap) {
-            int cap = ss->cap ? 2 * ss->cap : 16;
-            sconn_t **conns = realloc(ss->conns, (size_t)cap * sizeof *conns);
-            sconn_t **ready = realloc(ss->ready, (size_t)cap * sizeof *ready);
-            if (conns) ss->conns = conns;
-            if (ready) ss->ready = ready;
-            if (!conns || !ready) {
-                conn_unref_locked(c);
-                continue;
-            }
-            ss->cap = cap;
-        }
-        if (epoll_ctl(ss->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        if (epoll_ctl(ss->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 || grow(ss) < 0) {
+            epoll_ctl(ss->epfd, EPOLL_CTL_DEL, fd, NULL);
             conn_unref_locked(c);
             continue;
         }

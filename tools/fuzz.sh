@@ -17,7 +17,7 @@ if [ ! -f build-fuzz/build.ninja ]; then
     -Dbuildtype=debug -Doptimization=1 -Dcuda=disabled -Dnative=false -Dpython=disabled >/dev/null || exit 1
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_wire fuzz_graph fuzz_requests fuzz_cluster fuzz_tfrecord fuzz_jpeg fuzz_png fuzz_idx fuzz_safetensors fuzz_rest fuzz_run)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_wire fuzz_graph fuzz_requests fuzz_cluster fuzz_tfrecord fuzz_jpeg fuzz_png fuzz_idx fuzz_safetensors fuzz_rest fuzz_run fuzz_stream)
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/}" >/dev/null || { echo "fuzz: build failed"; exit 1; }
 mkdir -p build-fuzz/crashes
 failed=0
