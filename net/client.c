@@ -42,7 +42,6 @@ struct psg_client {
     int fd;
     psg_stream_rx_t srx;
     psg_stream_tx_t stx;
-    int64_t dialed_at; /* when a connect was last tried (ms) */
 };
 
 static atomic_uint_fast64_t monitor_seq;
@@ -84,7 +83,6 @@ static void stream_lost(psg_client_t *c) {
 /* Connects to the stream server and says hello (its routing id). 0: up; -1: not there now
  * (tried again by the next send: as ZeroMQ's reconnects, without an error). */
 static int stream_dial(psg_client_t *c) {
-    c->dialed_at = psg_codec_now_ms();
     const char *path = psg_stream_path(c->endpoint);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path) return -1;
@@ -313,16 +311,10 @@ static void redial(psg_client_t *c) {
     int64_t now = psg_codec_now_ms();
     if (now - c->redialed_at < LOST_LOOK_MS) return;
     c->redialed_at = now;
-    zmq_disconnect(c->sock, c->endpoint); /* its pending reconnect, and the back-off, dropped */
-    if (zmq_connect(c->sock, c->endpoint) < 0) return; /* the look fails as before, naming it */
+    zmq_disconnect(c->sock, c->endpoint);    /* its pending reconnect, and the back-off, dropped */
+    (void)zmq_connect(c->sock, c->endpoint); /* if it fails, the look fails as before, naming it */
 }
 
-/* Waits up to timeout_ms (< 0: no limit) for the socket to take a message at once (a
- * connection is up: IMMEDIATE queues nothing for a peer not connected), or for wake_fd (-1:
- * none) to be readable; a connection that went down is waited for until it stayed down for
- * the peer timeout (a send to a dead peer once held a worker's step for its whole step
- * timeout). 1: ready; 0: woken; -1 with the error set, naming the peer and what (NULL:
- * nothing named). */
 /* The error of a send whose peer could not be reached: lost (down for the peer timeout), or
  * not up within timeout_ms. */
 static int unreachable(psg_client_t *c, bool lost, int timeout_ms, const char *what) {
@@ -343,6 +335,12 @@ static int unreachable(psg_client_t *c, bool lost, int timeout_ms, const char *w
 /* A stream client not connected tries again this often while a send waits. */
 #define STREAM_DIAL_MS 20
 
+/* Waits up to timeout_ms (< 0: no limit) for the socket to take a message at once (a
+ * connection is up: IMMEDIATE queues nothing for a peer not connected), or for wake_fd (-1:
+ * none) to be readable; a connection that went down is waited for until it stayed down for
+ * the peer timeout (a send to a dead peer once held a worker's step for its whole step
+ * timeout). 1: ready; 0: woken; -1 with the error set, naming the peer and what (NULL:
+ * nothing named). */
 static int wait_out(psg_client_t *c, int wake_fd, int timeout_ms, const char *what) {
     int64_t deadline = timeout_ms < 0 ? -1 : psg_codec_now_ms() + timeout_ms;
     for (;;) {
@@ -549,11 +547,8 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
         if (c->stream) {
             struct pollfd p = {.fd = c->fd, .events = POLLIN};
             /* not connected: nothing comes, the caller's time runs out (a send connects) */
-            if (poll(&p, 1,
-                     left < 0         ? -1
-                     : left > INT_MAX ? INT_MAX
-                                      : (int)left) < 0 &&
-                errno != EINTR)
+            int ms = left < 0 ? -1 : left > INT_MAX ? INT_MAX : (int)left;
+            if (poll(&p, 1, ms) < 0 && errno != EINTR)
                 return psg_error_set("%s: poll failed: %s", c->endpoint, strerror(errno));
             continue;
         }
@@ -615,9 +610,8 @@ int psg_client_poll(psg_client_t *const *cs, int n, bool *ready, int timeout_ms)
         for (int i = 0; i < n; i++) {
             if (cs[i]->stream) {
                 ready[i] = fds[2 * i].revents != 0;
-            } else if (fds[2 * i + 1]
-                           .revents) { /* the connection's events: the caller reads them */
-                ready[i] = true;
+            } else if (fds[2 * i + 1].revents) {
+                ready[i] = true; /* the connection's events: the caller reads them */
             } else if (fds[2 * i].revents) {
                 ready[i] = has_message(cs[i]->sock); /* not only another command */
             }
