@@ -10,6 +10,11 @@
 # usage: bench/inception3_accuracy.sh [steps, default 200] [eval every, default 50]
 #        PSG_TF_VENV: a venv with tensorflow-cpu==2.21.0 and safetensors (else made in build/)
 #        PSG_ACC_RUNS: which runs (default "keras one cluster")
+#        PSG_ACC_DEVICE=gpu: psgraph's runs on the GPU (tools/gpu_run.sh accuracy)
+#        PSG_ACC_INIT=none: psgraph's own initial weights (its seed), no TF venv (a GPU machine
+#        has none): `one` and `cluster` still start from the same weights, Keras is not run
+#        PSG_ACC_TIMEOUT: seconds each run may take (default none); the evaluations so far
+#        are reported either way
 set -u
 cd "$(dirname "$0")/.."
 steps=${1:-200} every=${2:-50}
@@ -18,16 +23,22 @@ runs=${PSG_ACC_RUNS:-keras one cluster}
 out=${PSG_ACC_OUT:-$(mktemp -d /tmp/psg_inception3_accuracy.XXXXXX)}
 psg=${PSG_BIN:-build/cli/psgraph}
 venv=${PSG_TF_VENV:-build/tf-venv}
-if ! "$venv/bin/python" -c 'import tensorflow, safetensors' 2>/dev/null; then
+init=${PSG_ACC_INIT:-keras}
+[ "$init" = none ] && runs=${runs//keras/}
+limit=()
+[ -n "${PSG_ACC_TIMEOUT:-}" ] && limit=(timeout "$PSG_ACC_TIMEOUT")
+if [ "$init" != none ] && ! "$venv/bin/python" -c 'import tensorflow, safetensors' 2>/dev/null; then
   python3 -m venv "$venv" && "$venv/bin/pip" install -q tensorflow-cpu==2.21.0 safetensors || exit 1
 fi
 mkdir -p "$out"
 [ -d "$out/inet" ] || "$psg" data imagenet --out "$out/inet" >"$out/data.json" || exit 1
-[ -f "$out/init.safetensors" ] || "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" \
+[ "$init" = none ] || [ -f "$out/init.safetensors" ] || "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" \
   --bn-decay $bn --init-out "$out/init.safetensors" >/dev/null 2>&1 || exit 1
 common=(train --model inception3 --data imagenet --data-dir "$out/inet" --image-size 75
         --classes 10 --steps "$steps" --eval-every "$every" --initial-learning-rate $lr
-        --batchnorm-decay $bn --init-from "$out/init.safetensors" --log-every 10)
+        --batchnorm-decay $bn --log-every 10)
+[ "$init" = none ] || common+=(--init-from "$out/init.safetensors")
+[ -n "${PSG_ACC_DEVICE:-}" ] && common+=(--device "$PSG_ACC_DEVICE")
 report() { # run name, metrics.jsonl
   python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -45,12 +56,12 @@ for r in $runs; do
       --batch $B --steps "$steps" --eval-every "$every" --lr $lr --bn-decay $bn --threads 2 \
       2>"$out/keras.err" | sed 's/"peer": "keras"/"run": "keras"/' ;;
   one)
-    "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1 &&
-      report one "$out/one/metrics.jsonl" ;;
+    "${limit[@]}" "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1
+    report one "$out/one/metrics.jsonl" ;;
   cluster)
-    "$psg" launch --ps 1 --workers 3 -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
-      --sync sync --backup-workers 1 --step-timeout 600 --logdir "$out/cluster" >"$out/cluster.log" 2>&1 &&
-      report cluster "$out/cluster/metrics.jsonl" &&
+    "${limit[@]}" "$psg" launch --ps 1 --workers 3 -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
+      --sync sync --backup-workers 1 --step-timeout 600 --logdir "$out/cluster" >"$out/cluster.log" 2>&1
+    report cluster "$out/cluster/metrics.jsonl" &&
       grep -o '"per_worker":[^]]*]],"per_worker_dropped":[^]]*]' "$out/cluster/metrics.jsonl" | tail -1 ;;
   esac
 done
