@@ -68,11 +68,15 @@ static int watch_connections(psg_client_t *c) {
 
 /* A connection that broke (the peer closed it, a write failed): closed here; what was in
  * flight on it is lost, told by psg_client_check. */
-static void stream_lost(psg_client_t *c) {
+static void stream_close(psg_client_t *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
     psg_stream_rx_clear(&c->srx);
     psg_stream_tx_clear(&c->stx);
+}
+
+static void stream_lost(psg_client_t *c) {
+    stream_close(c);
     if (c->up) {
         c->up = false;
         c->down_since = psg_codec_now_ms();
@@ -89,9 +93,8 @@ static int stream_dial(psg_client_t *c) {
     memcpy(addr.sun_path, path, strlen(path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    uint8_t hello[8 + PSG_STREAM_HELLO_BYTES] = {PSG_STREAM_HELLO_BYTES};
-    memcpy(hello + 8, PSG_STREAM_MAGIC, PSG_STREAM_MAGIC_BYTES);
-    memcpy(hello + 8 + PSG_STREAM_MAGIC_BYTES, c->routing_id, PSG_STREAM_ID_BYTES);
+    uint8_t hello[PSG_STREAM_HELLO_WIRE];
+    psg_stream_hello(hello, c->routing_id);
     /* a fresh socket's buffer takes the hello whole */
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
         send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
@@ -142,12 +145,7 @@ static int client_connect(psg_client_t *c) {
 }
 
 static void client_disconnect(psg_client_t *c) {
-    if (c->stream) {
-        if (c->fd >= 0) close(c->fd);
-        c->fd = -1;
-        psg_stream_rx_clear(&c->srx);
-        psg_stream_tx_clear(&c->stx);
-    }
+    if (c->stream) stream_close(c);
     if (c->events) zmq_socket_monitor(c->sock, NULL, 0);
     zsock_destroy(&c->events);
     zsock_destroy(&c->zs);
@@ -231,12 +229,6 @@ static void read_event(psg_client_t *c) {
 
 /* Reads the connection's events that arrived (up, down), reporting nothing. */
 static void read_events(psg_client_t *c) {
-    /* a stream's peer that closed while nothing is in flight: nothing to read before its end
-     * (with requests in flight their replies come first: the reader meets the end after them) */
-    if (c->stream && c->fd >= 0 && c->in_flight == 0) {
-        struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) stream_lost(c);
-    }
     while (c->events && (zsock_events(c->events) & ZMQ_POLLIN)) read_event(c);
 }
 
@@ -245,6 +237,12 @@ static int peer_timeout(const psg_client_t *c) {
     int ivl = 0, timeout = 0;
     psg_wire_heartbeat(c->opts.peer_timeout_ms, &ivl, &timeout);
     return ivl > 0 ? ivl + timeout : 0;
+}
+
+/* Requests in flight when a connection was lost since the oldest of them was sent: their
+ * replies will never come, and no check said so yet. */
+static bool loss_untold(const psg_client_t *c) {
+    return c->in_flight > 0 && c->drops != c->drops_at_send;
 }
 
 int psg_client_check(psg_client_t *c) {
@@ -258,7 +256,7 @@ int psg_client_check(psg_client_t *c) {
         c->drops++;
         c->down_since = psg_codec_now_ms();
     }
-    if (c->in_flight == 0 || c->drops == c->drops_at_send) return 0;
+    if (!loss_untold(c)) return 0;
     int64_t lost = c->in_flight;
     c->in_flight = 0;
     c->drops_at_send = c->drops;
@@ -270,6 +268,13 @@ int psg_client_check(psg_client_t *c) {
 }
 
 bool psg_client_peer_lost(psg_client_t *c) {
+    /* a stream's peer that closed while nothing is in flight: nothing to read before its end
+     * (with requests in flight their replies come first: the reader meets the end after them).
+     * Not looked at before each send: a send to a closed peer finds it out itself (EPIPE) */
+    if (c->stream && c->fd >= 0 && c->in_flight == 0) {
+        struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) stream_lost(c);
+    }
     read_events(c);
     int pt = peer_timeout(c);
     return pt > 0 && !c->up && c->down_since > 0 && psg_codec_now_ms() - c->down_since > pt;
@@ -547,8 +552,7 @@ int psg_client_recv(psg_client_t *c, psg_msg_t **out, int timeout_ms) {
         if (c->stream) {
             struct pollfd p = {.fd = c->fd, .events = POLLIN};
             /* not connected: nothing comes, the caller's time runs out (a send connects) */
-            int ms = left < 0 ? -1 : left > INT_MAX ? INT_MAX : (int)left;
-            if (poll(&p, 1, ms) < 0 && errno != EINTR)
+            if (poll(&p, 1, psg_codec_poll_ms(left)) < 0 && errno != EINTR)
                 return psg_error_set("%s: poll failed: %s", c->endpoint, strerror(errno));
             continue;
         }
@@ -587,8 +591,7 @@ int psg_client_poll(psg_client_t *const *cs, int n, bool *ready, int timeout_ms)
         for (int i = 0; i < n; i++) { /* also re-arms each descriptor's edge */
             psg_client_t *c = cs[i];
             if (c->stream) { /* read ahead, or a loss not told yet: the caller reads now */
-                ready[i] = psg_stream_buffered(&c->srx) ||
-                           (c->in_flight > 0 && c->drops != c->drops_at_send);
+                ready[i] = psg_stream_buffered(&c->srx) || loss_untold(c);
                 count += ready[i];
                 fds[2 * i] = (struct pollfd){.fd = c->fd, .events = POLLIN};
                 fds[2 * i + 1] = (struct pollfd){.fd = -1};

@@ -6,6 +6,7 @@
 
 #include "psgraph/wire.h"
 
+#include <limits.h>
 #include <msgpack.h>
 #include <string.h>
 #include <zmq.h>
@@ -150,6 +151,10 @@ int psg_codec_endpoint(const char *in, char *out, size_t size);
 int psg_codec_poll(void *sock, int fd, int64_t wait_ms);
 /* Milliseconds left until deadline (-1 deadline: forever, returned as -1); never below 0. */
 int64_t psg_codec_left(int64_t deadline);
+/* A wait of ms milliseconds (< 0: forever) as poll(2) takes it. */
+static inline int psg_codec_poll_ms(int64_t ms) {
+    return ms < 0 ? -1 : ms > INT_MAX ? INT_MAX : (int)ms;
+}
 
 /* Monotonic milliseconds. */
 int64_t psg_codec_now_ms(void);

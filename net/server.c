@@ -181,17 +181,9 @@ psg_server_stats_t psg_server_stats(const psg_server_t *s) {
     };
 }
 
-/* Sends encoded frames, on any thread. A vanished or stuck peer only costs the reply
- * (counted); a failure of the socket itself is an error. */
-static int send_out(psg_server_t *s, const psg_route_t *route, psg_codec_out_t *out) {
-    if (s->stream) {
-        int rc = psg_stream_server_send(s->stream, route, out, s->opts.timeout_ms);
-        if (rc < 0 && (errno == EHOSTUNREACH || errno == EAGAIN)) {
-            atomic_fetch_add(&s->replies_lost, 1);
-            return 0;
-        }
-        return rc;
-    }
+/* The ROUTER's send, under the lock, and the receiving thread woken when it must be. -1 with
+ * errno on a failed send. */
+static int send_zmq(psg_server_t *s, psg_codec_out_t *out) {
     bool receiver = pthread_equal(pthread_self(), s->owner);
     pthread_mutex_lock(&s->lock);
     int rc = psg_codec_send(s->sock, out);
@@ -203,14 +195,25 @@ static int send_out(psg_server_t *s, const psg_route_t *route, psg_codec_out_t *
     if (!receiver && zmq_getsockopt(s->sock, ZMQ_EVENTS, &events, &len) < 0) events = 0;
     pthread_mutex_unlock(&s->lock);
     uint64_t one = 1;
-    if ((events & ZMQ_POLLIN) && write(s->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
-        return psg_error_set("cannot wake the server thread: %s", strerror(errno));
+    if ((events & ZMQ_POLLIN) && write(s->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN) {
+        psg_error_set("cannot wake the server thread: %s", strerror(errno));
+        errno = EIO; /* not a lost reply: the server's own failure */
+        return -1;
+    }
+    errno = e;
+    return rc;
+}
+
+/* Sends encoded frames, on any thread. A vanished or stuck peer only costs the reply
+ * (counted); a failure of the socket itself is an error. */
+static int send_out(psg_server_t *s, const psg_route_t *route, psg_codec_out_t *out) {
+    int rc = s->stream ? psg_stream_server_send(s->stream, route, out, s->opts.timeout_ms)
+                       : send_zmq(s, out);
     if (rc == 0) return 0;
-    if (e == EHOSTUNREACH || e == EAGAIN) {
+    if (errno == EHOSTUNREACH || errno == EAGAIN) {
         atomic_fetch_add(&s->replies_lost, 1);
         return 0;
     }
-    errno = e;
     return -1;
 }
 

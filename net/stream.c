@@ -33,10 +33,26 @@ static void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t get_u64(const uint8_t *p) {
+/* n little-endian bytes from p */
+static uint64_t get_le(const uint8_t *p, int n) {
     uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+void psg_stream_hello(uint8_t out[PSG_STREAM_HELLO_WIRE], const uint8_t id[PSG_STREAM_ID_BYTES]) {
+    put_head(out, PSG_STREAM_HELLO_BYTES, 0);
+    memcpy(out + HEAD_BYTES, PSG_STREAM_MAGIC, PSG_STREAM_MAGIC_BYTES);
+    memcpy(out + HEAD_BYTES + PSG_STREAM_MAGIC_BYTES, id, PSG_STREAM_ID_BYTES);
+}
+
+bool psg_stream_hello_id(const zmq_msg_t *parts, int n, psg_route_t *route) {
+    if (n != 1 || zmq_msg_size((zmq_msg_t *)&parts[0]) != PSG_STREAM_HELLO_BYTES) return false;
+    const uint8_t *p = zmq_msg_data((zmq_msg_t *)&parts[0]);
+    if (memcmp(p, PSG_STREAM_MAGIC, PSG_STREAM_MAGIC_BYTES)) return false;
+    route->len = PSG_STREAM_ID_BYTES;
+    memcpy(route->id, p + PSG_STREAM_MAGIC_BYTES, PSG_STREAM_ID_BYTES);
+    return true;
 }
 
 bool psg_stream_endpoint(const char *endpoint) {
@@ -103,6 +119,22 @@ static ssize_t recv_some(psg_stream_rx_t *rx, int fd, void *buf, size_t len) {
     return got;
 }
 
+/* One read of what the socket has into dst[*got, want), *got advanced: PSG_STREAM_MSG when
+ * bytes came, PSG_STREAM_AGAIN when none wait, PSG_STREAM_CLOSED at the end or a failure. */
+static psg_stream_result_t recv_into(psg_stream_rx_t *rx, int fd, uint8_t *dst, size_t *got,
+                                     size_t want) {
+    for (;;) {
+        ssize_t n = recv_some(rx, fd, dst + *got, want - *got);
+        if (n > 0) {
+            *got += (size_t)n;
+            return PSG_STREAM_MSG;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return PSG_STREAM_AGAIN;
+        return closed((int)n, "read");
+    }
+}
+
 /* Reads what the socket has into the read-ahead buffer, after the bytes still there. */
 static psg_stream_result_t fill(psg_stream_rx_t *rx, int fd) {
     if (!rx->buf) {
@@ -117,16 +149,7 @@ static psg_stream_result_t fill(psg_stream_rx_t *rx, int fd) {
         rx->end -= rx->start;
         rx->start = 0;
     }
-    for (;;) {
-        ssize_t got = recv_some(rx, fd, rx->buf + rx->end, rx->cap - rx->end);
-        if (got > 0) {
-            rx->end += (size_t)got;
-            return PSG_STREAM_MSG;
-        }
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return PSG_STREAM_AGAIN;
-        return closed((int)got, "read");
-    }
+    return recv_into(rx, fd, rx->buf, &rx->end, rx->cap);
 }
 
 /* The frame being read is whole: into the message's frames (past the cap: dropped). */
@@ -153,10 +176,10 @@ static psg_stream_result_t take_control(psg_stream_rx_t *rx, uint8_t flags, cons
             psg_error_set("the shared arena announced without its descriptor");
             return PSG_STREAM_BAD;
         }
-        return psg_arena_rx_map(&rx->arena, passed, get_u64(p)) < 0 ? PSG_STREAM_BAD
-                                                                    : PSG_STREAM_AGAIN;
+        return psg_arena_rx_map(&rx->arena, passed, get_le(p, 8)) < 0 ? PSG_STREAM_BAD
+                                                                      : PSG_STREAM_AGAIN;
     }
-    uint64_t at = get_u64(p), len = get_u64(p + 8);
+    uint64_t at = get_le(p, 8), len = get_le(p + 8, 8);
     if (len > rx->arena.size) {
         psg_error_set("a frame of %llu bytes in an arena of %zu", (unsigned long long)len,
                       rx->arena.size);
@@ -187,14 +210,8 @@ static psg_stream_result_t read_message(psg_stream_rx_t *rx, int fd) {
                 rx->body_got += take;
             }
             while (rx->body_got < len) { /* the rest straight into the frame */
-                ssize_t got = recv_some(rx, fd, dst + rx->body_got, len - rx->body_got);
-                if (got > 0) {
-                    rx->body_got += (size_t)got;
-                    continue;
-                }
-                if (got < 0 && errno == EINTR) continue;
-                if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return PSG_STREAM_AGAIN;
-                return closed((int)got, "read");
+                psg_stream_result_t r = recv_into(rx, fd, dst, &rx->body_got, len);
+                if (r != PSG_STREAM_MSG) return r;
             }
             bool last = !rx->more;
             frame_done(rx);
@@ -207,8 +224,7 @@ static psg_stream_result_t read_message(psg_stream_rx_t *rx, int fd) {
             continue;
         }
         const uint8_t *h = rx->buf + rx->start;
-        uint32_t len =
-            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        uint32_t len = (uint32_t)get_le(h, 4);
         if ((h[4] & ~(FLAG_MORE | FLAG_PLACED | FLAG_ARENA)) || h[5] || h[6] || h[7] ||
             (h[4] & FLAG_ARENA && h[4] != FLAG_ARENA) || (h[4] & FLAG_PLACED && len != 16) ||
             (h[4] & FLAG_ARENA && len != 8)) {
@@ -261,7 +277,7 @@ static int wait_room(int fd, int64_t deadline) {
             return psg_error_set("send timed out");
         }
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int rc = poll(&p, 1, left < 0 ? -1 : left > INT_MAX ? INT_MAX : (int)left);
+        int rc = poll(&p, 1, psg_codec_poll_ms(left));
         if (rc < 0 && errno == EINTR) continue;
         if (rc < 0) return psg_error_set("poll failed: %s", strerror(errno));
         if (rc > 0) return 0; /* room, or an error the write will say */

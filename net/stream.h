@@ -34,6 +34,12 @@ bool psg_stream_endpoint(const char *endpoint);
 /* The socket path of an ipc:// endpoint. */
 const char *psg_stream_path(const char *endpoint);
 
+/* The hello a client writes first on a connection (a frame's head and its 24 bytes). */
+#define PSG_STREAM_HELLO_WIRE (8 + PSG_STREAM_HELLO_BYTES)
+void psg_stream_hello(uint8_t out[PSG_STREAM_HELLO_WIRE], const uint8_t id[PSG_STREAM_ID_BYTES]);
+/* Whether the message of frames (n of them) is a hello; its routing id then in *route. */
+bool psg_stream_hello_id(const zmq_msg_t *parts, int n, psg_route_t *route);
+
 /* The reading side of one connection: bytes read ahead, and the message being put together. */
 typedef struct {
     uint8_t *buf;

@@ -223,8 +223,7 @@ static void close_silent(psg_stream_server_t *ss) {
 /* Waits up to wait_ms for events and queues the connections they name. */
 static int gather(psg_stream_server_t *ss, int64_t wait_ms) {
     struct epoll_event evs[EVENTS_AT_ONCE];
-    int timeout = wait_ms < 0 ? -1 : wait_ms > INT_MAX ? INT_MAX : (int)wait_ms;
-    int n = epoll_wait(ss->epfd, evs, EVENTS_AT_ONCE, timeout);
+    int n = epoll_wait(ss->epfd, evs, EVENTS_AT_ONCE, psg_codec_poll_ms(wait_ms));
     if (n < 0 && errno != EINTR) return psg_error_set("epoll_wait failed: %s", strerror(errno));
     for (int i = 0; i < n; i++) {
         void *p = evs[i].data.ptr;
@@ -244,14 +243,7 @@ int psg_stream_server_wait(psg_stream_server_t *ss, int64_t wait_ms) {
 /* A hello: the client's routing id. A connection with the same id before it is replaced. */
 static int take_hello(psg_stream_server_t *ss, sconn_t *c) {
     psg_stream_rx_t *rx = &c->rx;
-    bool ok = rx->n == 1 && !rx->too_many &&
-              zmq_msg_size(&rx->parts[0]) == PSG_STREAM_HELLO_BYTES &&
-              !memcmp(zmq_msg_data(&rx->parts[0]), PSG_STREAM_MAGIC, PSG_STREAM_MAGIC_BYTES);
-    if (ok) {
-        c->route.len = PSG_STREAM_ID_BYTES;
-        memcpy(c->route.id, (uint8_t *)zmq_msg_data(&rx->parts[0]) + PSG_STREAM_MAGIC_BYTES,
-               PSG_STREAM_ID_BYTES);
-    }
+    bool ok = !rx->too_many && psg_stream_hello_id(rx->parts, rx->n, &c->route);
     for (int i = 0; i < rx->n; i++) zmq_msg_close(&rx->parts[i]);
     rx->n = 0;
     rx->too_many = false;

@@ -4,6 +4,7 @@
  * own. */
 #include "net/codec.h"
 #include "psgraph/wire.h"
+#include "tests/tensor_pattern.h"
 
 #include <arpa/inet.h>
 #include <czmq.h>
@@ -125,26 +126,6 @@ static void echo_stop(echo_t *e) {
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-static psg_tensor_t *patterned(psg_dtype_t dt, psg_shape_t shape, unsigned seed) {
-    psg_tensor_t *t = psg_tensor_new(dt, &shape);
-    if (!t) return NULL;
-    uint8_t *p = t->data;
-    size_t n = psg_tensor_nbytes(t);
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-    if (dt == PSG_DT_BOOL)
-        for (size_t i = 0; i < n; i++) p[i] &= 1;
-    return t;
-}
-
-static bool same_tensor(const psg_tensor_t *a, const psg_tensor_t *b) {
-    return a && b && a->dtype == b->dtype && psg_shape_equal(&a->shape, &b->shape) &&
-           memcmp(a->data, b->data, psg_tensor_nbytes(a)) == 0;
-}
-
 /* ---- round trips ---------------------------------------------------------------------- */
 
 static void test_round_trip(void) {
@@ -171,7 +152,7 @@ static void test_round_trip(void) {
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
-        psg_tensor_t *t = patterned(cases[i].dt, cases[i].shape, (unsigned)i);
+        psg_tensor_t *t = psg_test_patterned(cases[i].dt, cases[i].shape, (unsigned)i);
         CHECK(t);
         psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
         CHECK(psg_msg_add_tensor(req, "x", t) == 0);
@@ -183,7 +164,7 @@ static void test_round_trip(void) {
         CHECK(rep->kind == PSG_MSG_REPLY);
         CHECK(rep->ntensors == 1);
         CHECK(rep->names[0] && strcmp(rep->names[0], "x") == 0);
-        CHECK(same_tensor(rep->tensors[0], t));
+        CHECK(psg_test_same_tensor(rep->tensors[0], t));
         CHECK(rep->key && strcmp(rep->key, "edge/x;0") == 0);
         CHECK(rep->step == -42 - i);
         CHECK(((uintptr_t)rep->tensors[0]->data % psg_dtype_size(t->dtype)) == 0);
@@ -197,18 +178,18 @@ static void test_round_trip(void) {
     small.chunk_above = small.chunk_bytes = 1 << 20;
     psg_client_destroy(&c);
     c = psg_client_new(e.endpoint, &small);
-    psg_tensor_t *a = patterned(PSG_DT_F32, psg_shape_1d(3), 1);
-    psg_tensor_t *b = patterned(PSG_DT_F32, psg_shape_1d(3 << 20), 2); /* 12 MB, chunked */
-    psg_tensor_t *cc = patterned(PSG_DT_I64, psg_shape_2d(2, 2), 3);
-    psg_tensor_t *d = patterned(PSG_DT_U8, psg_shape_1d((5 << 20) + 1), 4); /* chunked */
+    psg_tensor_t *a = psg_test_patterned(PSG_DT_F32, psg_shape_1d(3), 1);
+    psg_tensor_t *b = psg_test_patterned(PSG_DT_F32, psg_shape_1d(3 << 20), 2); /* 12 MB, chunked */
+    psg_tensor_t *cc = psg_test_patterned(PSG_DT_I64, psg_shape_2d(2, 2), 3);
+    psg_tensor_t *d = psg_test_patterned(PSG_DT_U8, psg_shape_1d((5 << 20) + 1), 4); /* chunked */
     psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
     CHECK(psg_msg_add_tensor(req, "a", a) == 0 && psg_msg_add_tensor(req, NULL, b) == 0 &&
           psg_msg_add_tensor(req, "c", cc) == 0 && psg_msg_add_tensor(req, "d", d) == 0);
     CHECK(psg_msg_set_body(req, "graph bytes\0with a NUL", 22) == 0);
     psg_msg_t *rep = psg_client_call(c, &req, 20000);
     CHECK(rep && rep->ntensors == 4);
-    CHECK(same_tensor(rep->tensors[0], a) && same_tensor(rep->tensors[1], b) &&
-          same_tensor(rep->tensors[2], cc) && same_tensor(rep->tensors[3], d));
+    CHECK(psg_test_same_tensor(rep->tensors[0], a) && psg_test_same_tensor(rep->tensors[1], b) &&
+          psg_test_same_tensor(rep->tensors[2], cc) && psg_test_same_tensor(rep->tensors[3], d));
     CHECK(rep->names[1] == NULL && psg_msg_tensor(rep, "d") == rep->tensors[3]);
     CHECK(rep->body && rep->body->size == 22 &&
           memcmp(rep->body->data, "graph bytes\0with a NUL", 22) == 0);
@@ -227,13 +208,13 @@ static void test_zero_copy(void) {
     echo_t e;
     CHECK(echo_start(&e, NULL) == 0);
     psg_client_t *c = psg_client_new(e.endpoint, NULL);
-    psg_tensor_t *t = patterned(PSG_DT_F32, psg_shape_1d(1 << 18), 9); /* 1 MB */
+    psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, psg_shape_1d(1 << 18), 9); /* 1 MB */
     psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
     psg_msg_add_tensor(req, "x", t);
     /* The sender keeps the tensor: the reference travels with the frame. */
     CHECK(atomic_load(&t->buf->refcount) == 1);
     psg_msg_t *rep = psg_client_call(c, &req, 5000);
-    CHECK(rep && same_tensor(rep->tensors[0], t));
+    CHECK(rep && psg_test_same_tensor(rep->tensors[0], t));
     CHECK(rep->tensors[0]->buf->free_fn != NULL); /* owned by a zmq message */
     psg_msg_destroy(&rep);
     psg_tensor_destroy(&t);
@@ -675,7 +656,7 @@ static void test_header_fuzz(void) {
     psg_codec_header_t *h = malloc(sizeof *h);
     CHECK(h);
     psg_msg_t *m = psg_msg_new(PSG_MSG_REQUEST, "RunGraph");
-    psg_tensor_t *t = patterned(PSG_DT_F32, psg_shape_2d(3, 4), 1);
+    psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, psg_shape_2d(3, 4), 1);
     psg_msg_add_tensor(m, "w", t);
     psg_msg_set_key(m, "k");
     m->id = 99;

@@ -4,6 +4,7 @@
  * server and client (same thread: ZeroMQ's I/O threads carry the bytes), byte for byte. */
 #include "net/codec.h"
 #include "psgraph/wire.h"
+#include "tests/tensor_pattern.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,23 +20,8 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static psg_tensor_t *patterned(psg_dtype_t dt, psg_shape_t shape, unsigned seed) {
-    psg_tensor_t *t = psg_tensor_new(dt, &shape);
-    if (!t) return NULL;
-    uint8_t *p = t->data;
-    size_t n = psg_tensor_nbytes(t);
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-    if (dt == PSG_DT_BOOL)
-        for (size_t i = 0; i < n; i++) p[i] &= 1;
-    return t;
-}
-
 static void add(psg_msg_t *m, const char *name, psg_dtype_t dt, psg_shape_t shape, unsigned seed) {
-    psg_tensor_t *t = patterned(dt, shape, seed);
+    psg_tensor_t *t = psg_test_patterned(dt, shape, seed);
     psg_msg_add_tensor(m, name, t);
     psg_tensor_destroy(&t);
 }

@@ -6,6 +6,7 @@
  * PSGRAPH_IPC=zmq giving ZeroMQ's ipc:// back. */
 #include "net/codec.h"
 #include "psgraph/wire.h"
+#include "tests/tensor_pattern.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -108,23 +109,6 @@ static void echo_stop(echo_t *e) {
     pthread_join(e->thread, NULL);
 }
 
-static psg_tensor_t *patterned(psg_dtype_t dt, psg_shape_t shape, unsigned seed) {
-    psg_tensor_t *t = psg_tensor_new(dt, &shape);
-    if (!t) return NULL;
-    uint8_t *p = t->data;
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < psg_tensor_nbytes(t); i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-    return t;
-}
-
-static bool same_tensor(const psg_tensor_t *a, const psg_tensor_t *b) {
-    return a && b && a->dtype == b->dtype && psg_shape_equal(&a->shape, &b->shape) &&
-           memcmp(a->data, b->data, psg_tensor_nbytes(a)) == 0;
-}
-
 /* One echo call of t; true when it came back the same. */
 static bool echoed(psg_client_t *c, const psg_tensor_t *t, int64_t step) {
     psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
@@ -132,8 +116,8 @@ static bool echoed(psg_client_t *c, const psg_tensor_t *t, int64_t step) {
     psg_msg_set_key(req, "edge/x;0");
     req->step = step;
     psg_msg_t *rep = psg_client_call(c, &req, 20000);
-    bool ok = rep && rep->ntensors == 1 && same_tensor(rep->tensors[0], t) && rep->step == step &&
-              rep->key && !strcmp(rep->key, "edge/x;0");
+    bool ok = rep && rep->ntensors == 1 && psg_test_same_tensor(rep->tensors[0], t) &&
+              rep->step == step && rep->key && !strcmp(rep->key, "edge/x;0");
     psg_msg_destroy(&rep);
     return ok;
 }
@@ -151,7 +135,7 @@ static void test_round_trip(void) {
         {2, {1024, 4096}}, /* 16 MB whole */ {1, {(16 << 20) + 1}}, /* 64 MB: chunks */
     };
     for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-        psg_tensor_t *t = patterned(PSG_DT_F32, shapes[i], (unsigned)i);
+        psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, shapes[i], (unsigned)i);
         CHECK(t);
         bool ok = echoed(c, t, -42 - i);
         psg_tensor_destroy(&t);
@@ -175,7 +159,7 @@ typedef struct {
 static void *hammer_main(void *arg) {
     hammer_t *h = arg;
     psg_client_t *c = psg_client_new(h->endpoint, NULL);
-    psg_tensor_t *t = patterned(PSG_DT_F32, psg_shape_1d((1 << 18) + h->seed), h->seed);
+    psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, psg_shape_1d((1 << 18) + h->seed), h->seed);
     for (int i = 0; i < 40; i++)
         if (!c || !t || !echoed(c, t, i)) atomic_fetch_add(h->bad, 1);
     psg_tensor_destroy(&t);
@@ -217,7 +201,7 @@ static void test_arena_full(void) {
     psg_tensor_t *t[12];
     uint64_t id[12];
     for (int i = 0; i < 12; i++) {
-        t[i] = patterned(PSG_DT_U8, psg_shape_1d((3 << 19) + (size_t)i), (unsigned)i + 50);
+        t[i] = psg_test_patterned(PSG_DT_U8, psg_shape_1d((3 << 19) + (size_t)i), (unsigned)i + 50);
         psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
         CHECK(c && t[i] && psg_msg_add_tensor(req, "x", t[i]) == 0);
         CHECK(psg_client_send(c, &req, &id[i]) == 0);
@@ -226,7 +210,7 @@ static void test_arena_full(void) {
     for (int i = 0; i < 12; i++) {
         psg_msg_t *m = NULL;
         CHECK(psg_client_recv(c, &m, 10000) == 1);
-        bool ok = m->id == id[i] && m->ntensors == 1 && same_tensor(m->tensors[0], t[i]);
+        bool ok = m->id == id[i] && m->ntensors == 1 && psg_test_same_tensor(m->tensors[0], t[i]);
         psg_msg_destroy(&m);
         psg_tensor_destroy(&t[i]);
         CHECK(ok);
@@ -279,7 +263,7 @@ static void test_hostile(void) {
     echo_t e;
     CHECK(echo_start(&e, "hostile") == 0);
     psg_client_t *good = psg_client_new(e.endpoint, NULL);
-    psg_tensor_t *t = patterned(PSG_DT_F32, psg_shape_1d(1000), 7);
+    psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, psg_shape_1d(1000), 7);
     CHECK(good && t);
     uint8_t h[8];
     /* no hello: bytes that are no frame head */
@@ -510,7 +494,7 @@ static void test_zmq_ipc(void) {
     echo_t e;
     int rc = echo_start(&e, "zmq");
     psg_client_t *c = rc == 0 ? psg_client_new(e.endpoint, NULL) : NULL;
-    psg_tensor_t *t = patterned(PSG_DT_F32, psg_shape_1d(5000), 3);
+    psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, psg_shape_1d(5000), 3);
     bool ok = c && psg_client_socket(c) != NULL && psg_client_fd(c) == -1 && echoed(c, t, 9);
     psg_tensor_destroy(&t);
     psg_client_destroy(&c);

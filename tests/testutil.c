@@ -1,5 +1,6 @@
 /* Shared helpers of the test programs (assert counters, tensor makers). */
 #include "tests/testutil.h"
+#include "tests/tensor_pattern.h"
 
 #include <netinet/in.h>
 #include <stdint.h>
@@ -94,4 +95,24 @@ void psg_test_wait_stopped(pid_t pid) {
         if (close && close[1] == ' ' && close[2] == 'T') return;
         usleep(2000);
     }
+}
+
+psg_tensor_t *psg_test_patterned(psg_dtype_t dt, psg_shape_t shape, unsigned seed) {
+    psg_tensor_t *t = psg_tensor_new(dt, &shape);
+    if (!t) return NULL;
+    uint8_t *p = t->data;
+    size_t n = psg_tensor_nbytes(t);
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(x >> 24);
+    }
+    if (dt == PSG_DT_BOOL)
+        for (size_t i = 0; i < n; i++) p[i] &= 1;
+    return t;
+}
+
+bool psg_test_same_tensor(const psg_tensor_t *a, const psg_tensor_t *b) {
+    return a && b && a->dtype == b->dtype && psg_shape_equal(&a->shape, &b->shape) &&
+           memcmp(a->data, b->data, psg_tensor_nbytes(a)) == 0;
 }
