@@ -15,10 +15,14 @@
 #        has none): `one` and `cluster` still start from the same weights, Keras is not run
 #        PSG_ACC_TIMEOUT: seconds each run may take (default none); the evaluations so far
 #        are reported either way
+#        PSG_ACC_BATCH: B (default 8); PSG_ACC_LR: the initial learning rate (default 0.01);
+#        PSG_ACC_VALIDATION: validation images (default 100)
+#        PSG_ACC_PARALLEL=1: psgraph's runs at the same time (a GPU machine has the cores and
+#        the memory for both), reported in order when all have ended
 set -u
 cd "$(dirname "$0")/.."
 steps=${1:-200} every=${2:-50}
-B=8 lr=${PSG_ACC_LR:-0.01} bn=0.9
+B=${PSG_ACC_BATCH:-8} lr=${PSG_ACC_LR:-0.01} bn=0.9
 runs=${PSG_ACC_RUNS:-keras one cluster}
 out=${PSG_ACC_OUT:-$(mktemp -d /tmp/psg_inception3_accuracy.XXXXXX)}
 psg=${PSG_BIN:-build/cli/psgraph}
@@ -31,7 +35,7 @@ if [ "$init" != none ] && ! "$venv/bin/python" -c 'import tensorflow, safetensor
   python3 -m venv "$venv" && "$venv/bin/pip" install -q tensorflow-cpu==2.21.0 safetensors || exit 1
 fi
 mkdir -p "$out"
-[ -d "$out/inet" ] || "$psg" data imagenet --out "$out/inet" >"$out/data.json" || exit 1
+[ -d "$out/inet" ] || "$psg" data imagenet --out "$out/inet" --validation "${PSG_ACC_VALIDATION:-100}" >"$out/data.json" || exit 1
 [ "$init" = none ] || [ -f "$out/init.safetensors" ] || "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" \
   --bn-decay $bn --init-out "$out/init.safetensors" >/dev/null 2>&1 || exit 1
 common=(train --model inception3 --data imagenet --data-dir "$out/inet" --image-size 75
@@ -49,8 +53,9 @@ for l in open(sys.argv[2]):
                           "top1_ema": d["top1_ema"], "top5_ema": d["top5_ema"], "wall_sec": d["wall_sec"]}))
 PY
 }
-for r in $runs; do
-  case $r in
+# run r: its output to $out/r.log, then its evaluations as JSON lines
+one_run() {
+  case $1 in
   keras)
     "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" --classes 10 --size 75 \
       --batch $B --steps "$steps" --eval-every "$every" --lr $lr --bn-decay $bn --threads 2 \
@@ -64,4 +69,11 @@ for r in $runs; do
     report cluster "$out/cluster/metrics.jsonl" &&
       grep -o '"per_worker":[^]]*]],"per_worker_dropped":[^]]*]' "$out/cluster/metrics.jsonl" | tail -1 ;;
   esac
-done
+}
+if [ -n "${PSG_ACC_PARALLEL:-}" ]; then
+  for r in $runs; do one_run "$r" >"$out/$r.jsonl" & done
+  wait
+  for r in $runs; do cat "$out/$r.jsonl"; done
+else
+  for r in $runs; do one_run "$r"; done
+fi

@@ -4,8 +4,9 @@
 # labels 1..C, boxes): TF's recipe flags printed at start; --eval-every on the validation
 # shards with top-1 and top-5 of the weights and of their moving average in the output,
 # metrics.jsonl, TensorBoard and the done line; checkpoints and a resumed run; then a
-# cluster (1 ps + 2 sync workers) beside an evaluator task, whose numbers for the final
-# checkpoint equal the chief's; and psgraph compare --model inception3 --target-top1.
+# cluster (1 ps + 2 sync workers + 1 backup, the chief slowed: its evaluations at the global
+# step) beside an evaluator task, whose numbers for the final checkpoint equal the chief's;
+# and psgraph compare --model inception3 --target-top1.
 # Under ASan the one-process part only (the cluster's Inception steps take minutes there).
 set -u
 psgraph=$1
@@ -77,14 +78,17 @@ if [ $rc = 1 ] && grep -q "inception3 reads imagenet (TFRecord shards) or synthe
   ok "inception3 refuses fashion-mnist"; else fail "inception3 on fashion-mnist (rc $rc): $out"; fi
 
 if [ -z "$asan" ]; then
-  # 2. a cluster of 2 sync workers and an evaluator task outside it: the evaluator's top-1
-  #    and top-5 of the final checkpoint are the chief's final evaluation's
+  # 2. a cluster of 2 sync workers and a backup, the chief slowed so that it is the dropped
+  #    one, and an evaluator task outside it: the chief's evaluations are the global step's
+  #    (its own steps fall behind), the evaluator's top-1 and top-5 of the final checkpoint
+  #    are the chief's final evaluation's
   log=$tmp/job
-  TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2","127.0.0.1:3"]},"task":{"type":"evaluator","index":0}}' \
-    timeout 600 "$psgraph" "${inc[@]}" --steps 4 --logdir "$log" >"$tmp/eval.out" 2>&1 &
+  TF_CONFIG='{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2","127.0.0.1:3","127.0.0.1:4"]},"task":{"type":"evaluator","index":0}}' \
+    timeout 600 "$psgraph" "${inc[@]}" --steps 8 --logdir "$log" >"$tmp/eval.out" 2>&1 &
   ev=$!
   pids+=("$ev")
-  timeout 600 "$psgraph" launch --ps 1 --workers 2 -- "$psgraph" "${inc[@]}" --threads 1 --steps 4 --sync sync \
+  timeout 600 "$psgraph" launch --ps 1 --workers 3 -- "$psgraph" "${inc[@]}" --threads 1 --steps 8 --sync sync \
+    --backup-workers 1 --straggler worker=0,delay_ms=800 --eval-every 1 \
     --logdir "$log" --checkpoint-every 2 --initial-learning-rate 0.01 >"$tmp/job.out" 2>&1
   rc=$?
   wait "$ev"
@@ -93,18 +97,27 @@ if [ -z "$asan" ]; then
 import json, os, sys
 log = sys.argv[1]
 chief = [json.loads(l) for l in open(os.path.join(log, "metrics.jsonl"))]
-mine = [r for r in chief if r["event"] == "eval" and r["step"] == 4]
+mine = [r for r in chief if r["event"] == "eval" and r["step"] == 8]
 done = [r for r in chief if r["event"] == "done"]
-assert mine and done and done[-1]["sync"] == "sync" and done[-1]["global_steps"] == 4, chief[-3:]
+assert mine and done and done[-1]["sync"] == "sync" and done[-1]["global_steps"] == 8, chief[-3:]
+# each evaluation during training: at the global step the chief's last token gave
+steps, during = [], []
+for r in chief:
+    if r["event"] == "sync_step":
+        steps.append(r)
+    elif r["event"] == "eval" and r is not mine[-1]:
+        assert steps and r["step"] == steps[-1]["next_step"], (r, steps[-1:])
+        during.append((len(steps), r["step"]))
+assert during and any(g > n for n, g in during), (during, "the slowed chief was never behind")
 ev = [json.loads(l) for l in open(os.path.join(log, "metrics.evaluator.jsonl"))]
-last = [r for r in ev if r["step"] == 4]
+last = [r for r in ev if r["step"] == 8]
 assert last, ev
 for k in ("top1", "top5", "top1_ema", "top5_ema", "test_accuracy"):
     assert abs(last[-1][k] - mine[-1][k]) < 1e-9, (k, last[-1], mine[-1])
-print("step 4: chief and evaluator top-1 %.3f top-5 %.3f, EMA top-1 %.3f" % (mine[-1]["top1"], mine[-1]["top5"], mine[-1]["top1_ema"]))
+print("chief's own steps -> global steps evaluated %s; step 8: chief and evaluator top-1 %.3f top-5 %.3f, EMA top-1 %.3f" % (during, mine[-1]["top1"], mine[-1]["top5"], mine[-1]["top1_ema"]))
 PY
   ); then
-    ok "1 ps + 2 sync workers, an evaluator: $res"
+    ok "1 ps + 2 sync workers + 1 backup, an evaluator: $res"
   else
     fail "cluster and evaluator (job rc $rc, evaluator rc $erc): ${res:-} $(tail -5 "$tmp/eval.out") $(grep -v '\] step' "$tmp/job.out" | tail -8)"
   fi

@@ -806,6 +806,10 @@ int64_t psg_sync_train_global_steps(const psg_sync_train_t *st) {
     return st->strategy->chief_runner ? st->chief_steps : st->global_steps;
 }
 
+int64_t psg_sync_train_token_step(const psg_sync_train_t *st) {
+    return st->strategy->chief_runner ? st->w.local_step : -1;
+}
+
 /* The job's staleness from the workers' rows into *out (stale_* fields only). */
 static void job_staleness(const psg_sync_train_t *st, psg_sync_stats_t *out) {
     memset(out, 0, sizeof *out);

@@ -109,6 +109,10 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
 /* After count: the job's global step as the final JSON line gives it ("global_steps": the
  * chief's runner's updates, else the global step variable's value); -1 when unknown. */
 int64_t psg_sync_train_global_steps(const psg_sync_train_t *st);
+/* During training: the global step now, as the worker's last token gave it (the step its
+ * next gradient is for), under a strategy with the chief's runner (sync); -1 under the
+ * others, whose local step is the worker's own clock. */
+int64_t psg_sync_train_token_step(const psg_sync_train_t *st);
 /* The chief's fields for its final JSON line, after finish and count: "sync":NAME, N, b,
  * global_steps, steps_per_sec, gradients_used, gradients_dropped, staleness {min, mean,
  * max, n} over all workers, push_bytes_per_step, pull_bytes_per_step, per_worker, each

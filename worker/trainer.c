@@ -203,22 +203,25 @@ static void topk_json(const trainer_t *t, const psg_train_eval_t *e, char *buf, 
         snprintf(buf + n, size - n, ",\"top1_ema\":%.6f,\"top5_ema\":%.6f", e->top1[1], e->top5[1]);
 }
 
-static void write_eval(trainer_t *t, int64_t step, const psg_train_eval_t *e) {
+/* An evaluation at step (a sync chief's: the global step) after the worker's own steps (its
+ * epoch's measure). */
+static void write_eval(trainer_t *t, int64_t step, int64_t own, const psg_train_eval_t *e) {
     char tk[160];
     topk_json(t, e, tk, sizeof tk);
     if (t->metrics)
         fprintf(
             t->metrics,
             "{\"event\":\"eval\",\"step\":%lld,\"epoch\":%.4f,\"test_accuracy\":%.6f%s,\"examples\":%lld,\"wall_sec\":%.3f}\n",
-            (long long)step, (double)step / (double)t->per_epoch, e->accuracy, tk,
+            (long long)step, (double)own / (double)t->per_epoch, e->accuracy, tk,
             (long long)e->examples, psg_now_sec() - t->run_start);
 }
 
 /* The evaluation's line: "test accuracy A", and inception3's top-1 and top-5. */
-static void print_eval(trainer_t *t, int64_t step, const psg_train_eval_t *e, const char *tail) {
-    int64_t epoch = (step + t->per_epoch - 1) / t->per_epoch;
+static void print_eval(trainer_t *t, int64_t step, int64_t own, const psg_train_eval_t *e,
+                       const char *tail) {
+    int64_t epoch = (own + t->per_epoch - 1) / t->per_epoch;
     if (t->shards) /* the epochs whose shards were all handed out */
-        epoch = step >= t->total ? t->c->epochs : psg_shard_data_epoch(t->shards);
+        epoch = own >= t->total ? t->c->epochs : psg_shard_data_epoch(t->shards);
     fprintf(t->out, "epoch %lld  ", (long long)epoch);
     if (t->inception) fprintf(t->out, "step %lld  ", (long long)step);
     fprintf(t->out, "test accuracy %.4f", e->accuracy);
@@ -238,13 +241,13 @@ static void keep_eval(psg_train_result_t *r, const psg_train_eval_t *e) {
 }
 
 /* Test accuracy now: printed, logged, given to the hooks. */
-static int eval_now(trainer_t *t, int64_t step, psg_train_result_t *r) {
+static int eval_now(trainer_t *t, int64_t step, int64_t own, psg_train_result_t *r) {
     double eval_start = psg_now_sec();
     psg_train_eval_t e;
     if (psg_train_evaluate(t->eval, t->deval, t->em.n, t->test, &e) < 0) return -1;
     keep_eval(r, &e);
-    print_eval(t, step, &e, "");
-    write_eval(t, step, &e);
+    print_eval(t, step, own, &e, "");
+    write_eval(t, step, own, &e);
     if (psg_train_hooks_eval(t->hooks, step, &e, t->inception) < 0) return -1;
     t->interval_start += psg_now_sec() - eval_start; /* evaluation is not training time */
     return 0;
@@ -276,8 +279,8 @@ static int finish_cluster(trainer_t *t, psg_train_result_t *r) {
         char tail[64];
         snprintf(tail, sizeof tail, "  (%s %d workers done%s)", all_done ? "all" : "not all",
                  t->w.num_workers - nlost, nlost ? ", the others lost" : "");
-        print_eval(t, t->total, &e, tail);
-        write_eval(t, t->total, &e);
+        print_eval(t, t->total, t->total, &e, tail);
+        write_eval(t, t->total, t->total, &e);
         if (psg_train_hooks_eval(t->hooks, t->total, &e, t->inception) < 0) return -1;
     }
     return psg_dist_session_job_done(t->dsess);
@@ -643,7 +646,11 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
                    (t->shards && psg_shard_data_epoch(t->shards) > t->evaluated_epoch);
         if (t->shards && due) t->evaluated_epoch = psg_shard_data_epoch(t->shards);
         bool last = step + 1 == t->total && !t->w.cluster && (!c->bench || c->eval_every > 0);
-        if (((due && step + 1 < t->total && chief) || last) && eval_now(t, step + 1, r) < 0)
+        /* a sync chief's evaluation is the global step's, as TF's (a backup worker's own
+         * steps fall behind it) */
+        int64_t at = t->w.cluster && t->sync ? psg_sync_train_token_step(t->sync) : -1;
+        if (((due && step + 1 < t->total && chief && !over) || last) &&
+            eval_now(t, at >= 0 ? at : step + 1, step + 1, r) < 0)
             return -1;
         r->steps = step + 1;
         psg_membership_set_step(t->members, step + 1);
