@@ -110,8 +110,8 @@ void psg_sync_train_count(psg_sync_train_t *st, psg_dist_session_t *s,
  * chief's runner's updates, else the global step variable's value); -1 when unknown. */
 int64_t psg_sync_train_global_steps(const psg_sync_train_t *st);
 /* During training: the global step now, as the worker's last token gave it (the step its
- * next gradient is for), under a strategy with the chief's runner (sync); -1 under the
- * others, whose local step is the worker's own clock. */
+ * next gradient is for), under sync; -1 under the others, whose local step is the
+ * worker's own clock (or a round's). */
 int64_t psg_sync_train_token_step(const psg_sync_train_t *st);
 /* The chief's fields for its final JSON line, after finish and count: "sync":NAME, N, b,
  * global_steps, steps_per_sec, gradients_used, gradients_dropped, staleness {min, mean,

@@ -100,6 +100,7 @@ typedef struct {
     psg_membership_t *members;          /* the chief's: the live workers (worker/membership.c) */
     psg_shard_data_t *shards;           /* --data-shards dispatch: the data (worker/shard_data.c) */
     int64_t evaluated_epoch;            /* with shards: the last epoch evaluated after */
+    int64_t every_mark;                 /* a sync chief: the last --eval-every multiple evaluated */
     psg_train_hooks_t *hooks;           /* checkpoints, TensorBoard, timeline */
     psg_train_config_t hook_cfg;        /* the hooks' config (borrowed by them) */
     /* the recipe and the run */
@@ -610,6 +611,7 @@ static int log_progress(trainer_t *t, int64_t step, double now) {
 static int train_loop(trainer_t *t, psg_train_result_t *r) {
     const psg_train_config_t *c = t->c;
     r->steps = t->start_step;
+    t->every_mark = c->eval_every > 0 ? t->start_step / c->eval_every : 0;
     for (int64_t step = t->start_step; step < t->total; step++) {
         psg_tensor_t *loss = NULL;
         bool over = false;
@@ -640,15 +642,17 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
             log_progress(t, step, t1) < 0)
             return -1;
         bool chief = !t->w.cluster || t->w.chief;
+        /* a sync chief evaluates at the global step, as TF's: its own steps fall behind it
+         * when it is the dropped worker; --eval-every N then counts global steps */
+        int64_t at = t->w.cluster && t->sync ? psg_sync_train_token_step(t->sync) : -1;
+        bool every = c->eval_every > 0 && (at >= 0 ? at / c->eval_every > t->every_mark
+                                                   : (step + 1) % c->eval_every == 0);
+        if (every && at >= 0) t->every_mark = at / c->eval_every;
         /* a benchmark evaluates only when told to (--eval-every) */
-        bool due = (!c->bench && !t->shards && (step + 1) % t->per_epoch == 0) ||
-                   (c->eval_every > 0 && (step + 1) % c->eval_every == 0) ||
+        bool due = (!c->bench && !t->shards && (step + 1) % t->per_epoch == 0) || every ||
                    (t->shards && psg_shard_data_epoch(t->shards) > t->evaluated_epoch);
         if (t->shards && due) t->evaluated_epoch = psg_shard_data_epoch(t->shards);
         bool last = step + 1 == t->total && !t->w.cluster && (!c->bench || c->eval_every > 0);
-        /* a sync chief's evaluation is the global step's, as TF's (a backup worker's own
-         * steps fall behind it) */
-        int64_t at = t->w.cluster && t->sync ? psg_sync_train_token_step(t->sync) : -1;
         if (((due && step + 1 < t->total && chief && !over) || last) &&
             eval_now(t, at >= 0 ? at : step + 1, step + 1, r) < 0)
             return -1;
