@@ -16,13 +16,15 @@
 #        PSG_ACC_TIMEOUT: seconds each run may take (default none); the evaluations so far
 #        are reported either way
 #        PSG_ACC_BATCH: B (default 8); PSG_ACC_LR: the initial learning rate (default 0.01);
-#        PSG_ACC_VALIDATION: validation images (default 100)
+#        PSG_ACC_VALIDATION: validation images (default 100); PSG_ACC_SEED: the seed of
+#        Keras's initial weights and of both frameworks' data order (default 1; a new
+#        seed wants a new PSG_ACC_OUT, which keeps the initial weights)
 #        PSG_ACC_PARALLEL=1: psgraph's runs at the same time (a GPU machine has the cores and
 #        the memory for both), reported in order when all have ended
 set -u
 cd "$(dirname "$0")/.."
 steps=${1:-200} every=${2:-50}
-B=${PSG_ACC_BATCH:-8} lr=${PSG_ACC_LR:-0.01} bn=0.9
+B=${PSG_ACC_BATCH:-8} lr=${PSG_ACC_LR:-0.01} bn=0.9 seed=${PSG_ACC_SEED:-1}
 runs=${PSG_ACC_RUNS:-keras one cluster}
 out=${PSG_ACC_OUT:-$(mktemp -d /tmp/psg_inception3_accuracy.XXXXXX)}
 psg=${PSG_BIN:-build/cli/psgraph}
@@ -37,10 +39,10 @@ fi
 mkdir -p "$out"
 [ -d "$out/inet" ] || "$psg" data imagenet --out "$out/inet" --validation "${PSG_ACC_VALIDATION:-100}" >"$out/data.json" || exit 1
 [ "$init" = none ] || [ -f "$out/init.safetensors" ] || "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" \
-  --bn-decay $bn --init-out "$out/init.safetensors" >/dev/null 2>&1 || exit 1
+  --bn-decay $bn --seed "$seed" --init-out "$out/init.safetensors" >/dev/null 2>&1 || exit 1
 common=(train --model inception3 --data imagenet --data-dir "$out/inet" --image-size 75
         --classes 10 --steps "$steps" --eval-every "$every" --initial-learning-rate $lr
-        --batchnorm-decay $bn --log-every 10)
+        --batchnorm-decay $bn --log-every 10 --seed "$seed")
 [ "$init" = none ] || common+=(--init-from "$out/init.safetensors")
 [ -n "${PSG_ACC_DEVICE:-}" ] && common+=(--device "$PSG_ACC_DEVICE")
 report() { # run name, metrics.jsonl
@@ -58,7 +60,7 @@ one_run() {
   case $1 in
   keras)
     "$venv/bin/python" bench/inception3_keras_peer.py --data-dir "$out/inet" --classes 10 --size 75 \
-      --batch $B --steps "$steps" --eval-every "$every" --lr $lr --bn-decay $bn --threads 2 \
+      --batch $B --steps "$steps" --eval-every "$every" --lr $lr --bn-decay $bn --threads 2 --seed "$seed" \
       2>"$out/keras.err" | sed 's/"peer": "keras"/"run": "keras"/' ;;
   one)
     "${limit[@]}" "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1
