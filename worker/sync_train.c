@@ -808,7 +808,7 @@ int64_t psg_sync_train_global_steps(const psg_sync_train_t *st) {
 
 int64_t psg_sync_train_token_step(const psg_sync_train_t *st) {
     /* local SGD's and DiLoCo's runners count rounds, their tokens a round's first step */
-    return st->cfg.strategy && !strcmp(st->cfg.strategy, "sync") ? st->w.local_step : -1;
+    return !strcmp(st->cfg.strategy, "sync") ? st->w.local_step : -1;
 }
 
 /* The job's staleness from the workers' rows into *out (stale_* fields only). */
