@@ -474,15 +474,17 @@ def run_job(psgraph_bin, spec, args, logdir=None, python_ps=False, slow=False):
 @needs_data
 def test_async_mlp_one_ps_two_workers(psgraph_bin):
     spec = cluster(1, 2)
-    res = run_job(psgraph_bin, spec, ["--train_steps", "300"], python_ps=True)
+    # 500 steps: after 300 the chief's accuracy moved with the two workers' interleaving
+    # (0.74-0.82 in 6 runs, and 0.66 once in a full suite); after 500, 0.79-0.84 in 6 runs
+    res = run_job(psgraph_bin, spec, ["--train_steps", "500"], python_ps=True)
     for rc, text in res:
         assert rc == 0, text
     chief = done_line(res[0][1])
     other = done_line(res[1][1])
-    assert chief["global_step"] >= 300  # StopAtStepHook reads the step again near the end
+    assert chief["global_step"] >= 500  # StopAtStepHook reads the step again near the end
     # both trained: the global step counts the steps of both workers
-    assert chief["local_steps"] + other["local_steps"] >= 300
-    assert other["local_steps"] > 0 and chief["local_steps"] < 300
+    assert chief["local_steps"] + other["local_steps"] >= 500
+    assert other["local_steps"] > 0 and chief["local_steps"] < 500
     assert chief["test_accuracy"] > 0.7, (chief, other)
 
 
