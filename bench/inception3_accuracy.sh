@@ -5,7 +5,7 @@
 #   keras:   Keras's InceptionV3 (TF 2.21, bench/inception3_keras_peer.py) with TF's recipe
 #   one:     psgraph, one process, batch B, the same initial weights (Keras's, --init-from
 #            through the slim <-> Keras name map), the same recipe and steps
-#   cluster: psgraph, 1 ps + 2 workers + 1 backup (sync, N = 2), batch B/2 a worker: the same
+#   cluster: psgraph, 1 ps (PSG_ACC_PS) + 2 workers + 1 backup (sync, N = 2), batch B/2 a worker: the same
 #            effective batch as `one`
 # usage: bench/inception3_accuracy.sh [steps, default 200] [eval every, default 50]
 #        PSG_TF_VENV: a venv with tensorflow-cpu==2.21.0 and safetensors (else made in build/)
@@ -19,6 +19,8 @@
 #        PSG_ACC_VALIDATION: validation images (default 100); PSG_ACC_SEED: the seed of
 #        Keras's initial weights and of both frameworks' data order (default 1; a new
 #        seed wants a new PSG_ACC_OUT, which keeps the initial weights)
+#        PSG_ACC_PS: the cluster's ps tasks (default 1; a GPU cluster's variables on more
+#        than one CPU ps task apply in parallel)
 #        PSG_ACC_PARALLEL=1: psgraph's runs at the same time (a GPU machine has the cores and
 #        the memory for both), reported in order when all have ended
 set -u
@@ -66,7 +68,7 @@ one_run() {
     "${limit[@]}" "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1
     report one "$out/one/metrics.jsonl" ;;
   cluster)
-    "${limit[@]}" "$psg" launch --ps 1 --workers 3 -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
+    "${limit[@]}" "$psg" launch --ps "${PSG_ACC_PS:-1}" --workers 3 -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
       --sync sync --backup-workers 1 --step-timeout 600 --logdir "$out/cluster" >"$out/cluster.log" 2>&1
     report cluster "$out/cluster/metrics.jsonl" &&
       grep -o '"per_worker":[^]]*]],"per_worker_dropped":[^]]*]' "$out/cluster/metrics.jsonl" | tail -1 ;;
