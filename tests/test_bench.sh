@@ -34,7 +34,8 @@ assert d["bench"] == "inception3" and d["ps"] == 1 and d["workers"] == W and d["
 assert d["sync"] == "sync" and math.isfinite(d["images_per_sec"]) and d["images_per_sec"] > 0
 assert d["global_steps"] == 2 and d["gradients_used"] == W * d["global_steps"]
 assert len(d["per_worker_images_per_sec"]) == W + b and all(r > 0 for r in d["per_worker_images_per_sec"])
-assert d["step_ms_median"] > 0 and d["step_ms_p90"] >= d["step_ms_median"]
+# the chief's own timed steps (none when the other workers ended the job first: null)
+assert (d["steps"] == 0 and d["step_ms_median"] is None) or (d["step_ms_median"] > 0 and d["step_ms_p90"] >= d["step_ms_median"]), d
 # why each worker's gradients were dropped adds up to its dropped count
 why = d["per_worker_dropped"]
 assert len(why) == W + b and all(sum(x.values()) == p[1] for x, p in zip(why, d["per_worker"])), (why, d["per_worker"])

@@ -80,8 +80,9 @@ int psg_bench_timing_report(psg_bench_timing_t *b, const psg_bench_line_t *l, FI
     if (b->profile && psg_op_profile_write_json(b->profile, l->g, l->profile_batch, b->n,
                                                 b->timed_sec * 1e3, out) < 0)
         return psg_error_wrap("--op-profile");
-    double ips = b->timed_sec > 0 ? (double)b->n * l->per_step / b->timed_sec : 0, median = 0,
-           p90 = 0;
+    double ips = b->timed_sec > 0 ? (double)b->n * l->per_step / b->timed_sec
+                                  : l->job_steps_per_sec * l->per_step,
+           median = 0, p90 = 0;
     double *sorted = b->n ? malloc(sizeof *sorted * (size_t)b->n) : NULL;
     if (sorted) {
         memcpy(sorted, b->ms, sizeof *sorted * (size_t)b->n);
@@ -91,16 +92,21 @@ int psg_bench_timing_report(psg_bench_timing_t *b, const psg_bench_line_t *l, FI
         free(sorted);
     }
     bool fwd = !strcmp(l->mode, "forward");
+    char med[32] = "null", p90s[32] = "null"; /* null: no step of its own timed */
+    if (b->n) {
+        snprintf(med, sizeof med, "%.1f", median);
+        snprintf(p90s, sizeof p90s, "%.1f", p90);
+    }
     fprintf(out, "total images/sec: %.2f\n", ips);
     fprintf(out,
             "{\"bench\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"towers\":%d,%s"
             "\"mode\":\"%s\",\"data\":\"%s\",\"batch\":%d,\"image_size\":%d,\"classes\":%d,"
             "\"threads\":%d,\"warmup_steps\":%d,\"steps\":%lld,\"images_per_sec\":%.3f,"
-            "\"step_ms_median\":%.1f,\"step_ms_p90\":%.1f,\"final_loss\":%.4f,\"params\":%lld,"
+            "\"step_ms_median\":%s,\"step_ms_p90\":%s,\"final_loss\":%.4f,\"params\":%lld,"
             "\"macs_per_image\":%lld,\"gmacs_per_sec\":%.2f,\"blas\":\"%s\"}\n",
             l->model, l->device, l->precision, l->towers, l->cluster, l->mode, l->data, l->batch,
-            l->image_size, l->classes, l->threads, b->c->bench_warmup, (long long)b->n, ips, median,
-            p90, l->final_loss, (long long)l->params, (long long)l->macs_per_image,
+            l->image_size, l->classes, l->threads, b->c->bench_warmup, (long long)b->n, ips, med,
+            p90s, l->final_loss, (long long)l->params, (long long)l->macs_per_image,
             ips * (double)l->macs_per_image * (fwd ? 1 : 3) / 1e9, psg_blas_core());
     fflush(out);
     return 0;

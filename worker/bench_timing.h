@@ -33,6 +33,9 @@ typedef struct {
     const char *model, *data, *device, *precision, *mode;
     int towers, batch, image_size, classes, threads;
     int per_step; /* images a step as reported (the chief: N workers' batches) */
+    /* a cluster chief's: the job's global steps a second, which give its images/sec when
+     * none of its own steps was timed (the others ended the job first); 0: none */
+    double job_steps_per_sec;
     double final_loss;
     int64_t params, macs_per_image;
     const char *cluster;  /* the cluster's fields, each followed by a comma; "" none */

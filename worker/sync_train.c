@@ -841,15 +841,20 @@ static void measured_bytes(const psg_sync_train_t *st, double *push, double *pul
     if (n > 0) *push /= n, *pull /= n;
 }
 
-void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
+double psg_sync_train_steps_per_sec(const psg_sync_train_t *st) {
     /* the pace between the first and the last global step: not the start-up (the other
      * workers' registration, the first step's plans) */
     double span = st->last_step_at - st->first_step_at;
     int64_t steps = psg_sync_train_global_steps(st);
-    double sps = st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
-                 : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
-                 : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)
-                                                 : 0;
+    return st->chief_steps > 1 && span > 0 ? (double)(st->chief_steps - 1) / span
+           : st->runner_sec > 0            ? (double)st->chief_steps / st->runner_sec
+           : st->end_sec > st->start_sec   ? (double)steps / (st->end_sec - st->start_sec)
+                                           : 0;
+}
+
+void psg_sync_train_json(const psg_sync_train_t *st, char *buf, size_t size) {
+    int64_t steps = psg_sync_train_global_steps(st);
+    double sps = psg_sync_train_steps_per_sec(st);
     /* the ps's accumulators count since they were made: a ps that restarted (recovery)
      * counts from then on, so what the workers reported, each of its own, wins when more */
     int64_t used = st->ps_used, dropped = st->ps_dropped, w_used = 0, w_dropped = 0;

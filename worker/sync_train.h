@@ -113,6 +113,9 @@ int64_t psg_sync_train_global_steps(const psg_sync_train_t *st);
  * next gradient is for), under sync; -1 under the others, whose local step is the
  * worker's own clock (or a round's). */
 int64_t psg_sync_train_token_step(const psg_sync_train_t *st);
+/* The chief, after finish and count: the job's global steps a second ("steps_per_sec" of
+ * the final JSON line), 0 when unknown. */
+double psg_sync_train_steps_per_sec(const psg_sync_train_t *st);
 /* The chief's fields for its final JSON line, after finish and count: "sync":NAME, N, b,
  * global_steps, steps_per_sec, gradients_used, gradients_dropped, staleness {min, mean,
  * max, n} over all workers, push_bytes_per_step, pull_bytes_per_step, per_worker, each

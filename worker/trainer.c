@@ -737,6 +737,8 @@ static int bench_line(trainer_t *t, const psg_train_result_t *r) {
                           .classes = c->classes,
                           .threads = c->threads,
                           .per_step = t->w.cluster ? replicas(t) * t->batch : t->batch,
+                          .job_steps_per_sec =
+                              t->w.cluster && t->sync ? psg_sync_train_steps_per_sec(t->sync) : 0,
                           .final_loss = r->final_loss,
                           .params = t->inc.stats.params,
                           .macs_per_image = t->inc.stats.macs_per_example,
