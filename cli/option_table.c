@@ -528,7 +528,8 @@ static const psg_cli_option_t rows[] = {
                    "overlap as --max-staleness says)")}},
     {"--eval-every", PSG_OPT_INT, 1, 1e12,
      .use = {TRAIN(c.eval_every, "--eval-every N",
-                   "the chief also evaluates every N (sync: global) steps (default: each epoch)"),
+                   "the chief evaluates every N (sync: global) steps, not each epoch\n"
+                   "(default: each epoch)"),
              BENCH(c.eval_every, "--eval-every N",
                    "evaluate every N steps, untimed (default: never)"),
              COMPARE(eval_every)}},

@@ -648,9 +648,11 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
         bool every = c->eval_every > 0 && (at >= 0 ? at / c->eval_every > t->every_mark
                                                    : (step + 1) % c->eval_every == 0);
         if (every && at >= 0) t->every_mark = at / c->eval_every;
-        /* a benchmark evaluates only when told to (--eval-every) */
-        bool due = (!c->bench && !t->shards && (step + 1) % t->per_epoch == 0) || every ||
-                   (t->shards && psg_shard_data_epoch(t->shards) > t->evaluated_epoch);
+        /* each epoch, or instead every N steps (--eval-every N); a benchmark only when
+         * told to (--eval-every) */
+        bool epochs = !c->bench && c->eval_every <= 0;
+        bool due = (epochs && !t->shards && (step + 1) % t->per_epoch == 0) || every ||
+                   (epochs && t->shards && psg_shard_data_epoch(t->shards) > t->evaluated_epoch);
         if (t->shards && due) t->evaluated_epoch = psg_shard_data_epoch(t->shards);
         bool last = step + 1 == t->total && !t->w.cluster && (!c->bench || c->eval_every > 0);
         if (((due && step + 1 < t->total && chief && !over) || last) &&
