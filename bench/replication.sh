@@ -14,11 +14,12 @@
 # --link RATE: the same cost rounds (without replication, with it) on 4 emulated hosts (ps0,
 # ps1, w0, w1: tools/hosts.sh, root), each host's link capped at RATE (tc tbf, e.g. 1gbit),
 # tasks --insecure; no failover runs. Lines {"bench":"replication","link":RATE,...}.
+# PSGRAPH in the environment: this build's psgraph (default build/cli/psgraph).
 #   bench/replication.sh [--against PSGRAPH] [ROUNDS] [STEPS] [FAILOVERS]   (default 3 400 3)
 #   bench/replication.sh [--against PSGRAPH] --link 1gbit [ROUNDS] [STEPS]   (default 2 300)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-case ${1:-} in -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 against=
 if [ "${1:-}" = --against ]; then
   against=$(realpath "${2:?--against PSGRAPH: the psgraph of another build}") || exit 2
@@ -33,7 +34,7 @@ if [ "${1:-}" = --link ]; then
 else
   rounds=${1:-3} steps=${2:-400} failovers=${3:-3}
 fi
-psgraph=build/cli/psgraph
+psgraph=${PSGRAPH:-build/cli/psgraph}
 [ -x "$psgraph" ] || bash tools/build.sh build >/dev/null || exit 1
 data=(--data synthetic)
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && data=(--data fashion-mnist)
