@@ -150,6 +150,33 @@ static void test_round_trip(void) {
     echo_stop(&e);
 }
 
+/* A large frame is read into a block of the buffer cache, and the next one of its size takes
+ * that block again (fresh pages from malloc every step were most of a job's page faults). */
+static void test_frames_cached(void) {
+    echo_t e;
+    CHECK(echo_start(&e, "cached") == 0);
+    psg_client_t *c = psg_client_new(e.endpoint, NULL);
+    psg_tensor_t *t = psg_test_patterned(PSG_DT_F32, (psg_shape_t){1, {1 << 18}}, 7); /* 1 MiB */
+    CHECK(c && t);
+    size_t total = 0;
+    for (int round = 0; round < 5; round++) {
+        size_t live = psg_buffer_live_bytes();
+        psg_msg_t *req = psg_msg_new(PSG_MSG_REQUEST, "echo");
+        CHECK(req && psg_msg_add_tensor(req, "x", t) == 0);
+        psg_msg_t *rep = psg_client_call(c, &req, 20000);
+        CHECK(rep && rep->ntensors == 1 && psg_test_same_tensor(rep->tensors[0], t));
+        /* the reply's frame is a cache block while it is held */
+        CHECK(psg_buffer_live_bytes() >= live + psg_tensor_nbytes(t));
+        psg_msg_destroy(&rep);
+        /* after the first rounds, no new memory: the same blocks each round */
+        if (round == 2) total = psg_buffer_live_bytes() + psg_buffer_cached_bytes();
+        if (round > 2) CHECK(psg_buffer_live_bytes() + psg_buffer_cached_bytes() == total);
+    }
+    psg_tensor_destroy(&t);
+    psg_client_destroy(&c);
+    echo_stop(&e);
+}
+
 typedef struct {
     const char *endpoint;
     unsigned seed;
@@ -513,6 +540,7 @@ int main(void) {
         void (*fn)(void);
     } tests[] = {
         {"round_trip", test_round_trip},
+        {"frames_cached", test_frames_cached},
         {"clients_at_once", test_clients_at_once},
         {"arena_full", test_arena_full},
         {"hostile", test_hostile},
