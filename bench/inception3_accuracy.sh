@@ -20,7 +20,8 @@
 #        Keras's initial weights and of both frameworks' data order (default 1; a new
 #        seed wants a new PSG_ACC_OUT, which keeps the initial weights)
 #        PSG_ACC_PS: the cluster's ps tasks (default 1; a GPU cluster's variables on more
-#        than one CPU ps task apply in parallel)
+#        than one CPU ps task apply in parallel); PSG_ACC_BACKUPS: its backup workers
+#        (default 1; 0: 2 workers, every gradient used)
 #        PSG_ACC_PARALLEL=1: psgraph's runs at the same time (a GPU machine has the cores and
 #        the memory for both), reported in order when all have ended
 set -u
@@ -68,8 +69,9 @@ one_run() {
     "${limit[@]}" "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1
     report one "$out/one/metrics.jsonl" ;;
   cluster)
-    "${limit[@]}" "$psg" launch --ps "${PSG_ACC_PS:-1}" --workers 3 -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
-      --sync sync --backup-workers 1 --step-timeout 600 --logdir "$out/cluster" >"$out/cluster.log" 2>&1
+    local b=${PSG_ACC_BACKUPS:-1}
+    "${limit[@]}" "$psg" launch --ps "${PSG_ACC_PS:-1}" --workers $((2 + b)) -- "$psg" "${common[@]}" --batch $((B / 2)) --threads 1 \
+      --sync sync --backup-workers "$b" --step-timeout 600 --logdir "$out/cluster" >"$out/cluster.log" 2>&1
     report cluster "$out/cluster/metrics.jsonl" &&
       grep -o '"per_worker":[^]]*]],"per_worker_dropped":[^]]*]' "$out/cluster/metrics.jsonl" | tail -1 ;;
   esac
