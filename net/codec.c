@@ -90,7 +90,7 @@ static int out_copy(psg_codec_out_t *out, const void *data, size_t size, bool mo
     return 0;
 }
 
-static void free_buffer_ref(void *data, void *hint) {
+void psg_codec_free_buffer_ref(void *data, void *hint) {
     (void)data;
     psg_buffer_t *b = hint;
     psg_buffer_unref(&b);
@@ -102,7 +102,7 @@ static int out_ref(psg_codec_out_t *out, psg_buffer_t *buf, void *data, size_t s
     if (out_reserve(out, 1) < 0) return -1;
     zmq_msg_t *p = &out->parts[out->n];
     psg_buffer_ref(buf);
-    if (zmq_msg_init_data(p, data, size, free_buffer_ref, buf) < 0) {
+    if (zmq_msg_init_data(p, data, size, psg_codec_free_buffer_ref, buf) < 0) {
         psg_buffer_unref(&buf);
         return psg_error_set("out of memory encoding a frame");
     }

@@ -97,6 +97,8 @@ typedef struct {
  * on an invalid message or one over max_msg_bytes. */
 int psg_codec_encode(const psg_msg_t *m, const psg_route_t *route, const psg_wire_opts_t *o,
                      psg_codec_out_t *out);
+/* ZeroMQ's free function of a frame over a psg_buffer_t's bytes: hint, the buffer, unref'd. */
+void psg_codec_free_buffer_ref(void *data, void *hint);
 /* Sends the frames in order; closes every frame whatever happens. -1 with errno-based
  * error set if a send fails (EHOSTUNREACH: the peer is gone). */
 int psg_codec_send(void *sock, psg_codec_out_t *out);

@@ -31,17 +31,11 @@
  * fresh pages (96 % of an async mlp job's page faults were the copies out of the arena). */
 #define CACHED_FRAME_BYTES (64 * 1024)
 
-static void unref_frame_block(void *data, void *hint) {
-    (void)data;
-    psg_buffer_t *b = hint;
-    psg_buffer_unref(&b);
-}
-
 /* body: a frame of len bytes to be filled; an error said when there is no memory for it */
 static int frame_init(zmq_msg_t *body, size_t len) {
     if (len >= CACHED_FRAME_BYTES) {
         psg_buffer_t *b = psg_buffer_new(len);
-        if (b && zmq_msg_init_data(body, b->data, len, unref_frame_block, b) == 0) return 0;
+        if (b && zmq_msg_init_data(body, b->data, len, psg_codec_free_buffer_ref, b) == 0) return 0;
         psg_buffer_unref(&b);
     } else if (zmq_msg_init_size(body, len) == 0) {
         return 0;

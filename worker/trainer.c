@@ -650,9 +650,9 @@ static int train_loop(trainer_t *t, psg_train_result_t *r) {
         if (every && at >= 0) t->every_mark = at / c->eval_every;
         /* each epoch, or instead every N steps (--eval-every N); a benchmark only when
          * told to (--eval-every) */
-        bool epochs = !c->bench && c->eval_every <= 0;
-        bool due = (epochs && !t->shards && (step + 1) % t->per_epoch == 0) || every ||
-                   (epochs && t->shards && psg_shard_data_epoch(t->shards) > t->evaluated_epoch);
+        bool epoch_end = t->shards ? psg_shard_data_epoch(t->shards) > t->evaluated_epoch
+                                   : (step + 1) % t->per_epoch == 0;
+        bool due = (!c->bench && c->eval_every <= 0 && epoch_end) || every;
         if (t->shards && due) t->evaluated_epoch = psg_shard_data_epoch(t->shards);
         bool last = step + 1 == t->total && !t->w.cluster && (!c->bench || c->eval_every > 0);
         if (((due && step + 1 < t->total && chief && !over) || last) &&
