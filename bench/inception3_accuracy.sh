@@ -16,6 +16,7 @@
 #        PSG_ACC_TIMEOUT: seconds each run may take (default none); the evaluations so far
 #        are reported either way
 #        PSG_ACC_BATCH: B (default 8); PSG_ACC_LR: the initial learning rate (default 0.01);
+#        PSG_ACC_BN: the batch-norm moving statistics' decay of every run (default 0.9);
 #        PSG_ACC_VALIDATION: validation images (default 100); PSG_ACC_SEED: the seed of
 #        Keras's initial weights and of both frameworks' data order (default 1; a new
 #        seed wants a new PSG_ACC_OUT, which keeps the initial weights)
@@ -27,7 +28,7 @@
 set -u
 cd "$(dirname "$0")/.."
 steps=${1:-200} every=${2:-50}
-B=${PSG_ACC_BATCH:-8} lr=${PSG_ACC_LR:-0.01} bn=0.9 seed=${PSG_ACC_SEED:-1}
+B=${PSG_ACC_BATCH:-8} lr=${PSG_ACC_LR:-0.01} bn=${PSG_ACC_BN:-0.9} seed=${PSG_ACC_SEED:-1}
 runs=${PSG_ACC_RUNS:-keras one cluster}
 out=${PSG_ACC_OUT:-$(mktemp -d /tmp/psg_inception3_accuracy.XXXXXX)}
 psg=${PSG_BIN:-build/cli/psgraph}
