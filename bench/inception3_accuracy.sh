@@ -17,6 +17,8 @@
 #        are reported either way
 #        PSG_ACC_BATCH: B (default 8); PSG_ACC_LR: the initial learning rate (default 0.01);
 #        PSG_ACC_BN: the batch-norm moving statistics' decay of every run (default 0.9);
+#        PSG_ACC_ONE_VIRTUAL=V: the one process's batch norm over groups of V images
+#        (--virtual-batch-size: B / 2 normalizes what each cluster worker does);
 #        PSG_ACC_VALIDATION: validation images (default 100); PSG_ACC_SEED: the seed of
 #        Keras's initial weights and of both frameworks' data order (default 1; a new
 #        seed wants a new PSG_ACC_OUT, which keeps the initial weights)
@@ -67,7 +69,10 @@ one_run() {
       --batch $B --steps "$steps" --eval-every "$every" --lr $lr --bn-decay $bn --threads 2 --seed "$seed" \
       2>"$out/keras.err" | sed 's/"peer": "keras"/"run": "keras"/' ;;
   one)
-    "${limit[@]}" "$psg" "${common[@]}" --batch $B --threads 2 --logdir "$out/one" >"$out/one.log" 2>&1
+    local virtual=()
+    [ -n "${PSG_ACC_ONE_VIRTUAL:-}" ] && virtual=(--virtual-batch-size "$PSG_ACC_ONE_VIRTUAL")
+    "${limit[@]}" "$psg" "${common[@]}" --batch $B "${virtual[@]}" --threads 2 --logdir "$out/one" \
+      >"$out/one.log" 2>&1
     report one "$out/one/metrics.jsonl" ;;
   cluster)
     local b=${PSG_ACC_BACKUPS:-1}

@@ -128,6 +128,31 @@ static bool bn_params(builder_t *b, int64_t c, bn_params_t *p) {
     return true;
 }
 
+/* Training batch norm over groups of virtual_batch_size images (its "ghost" batches, as TF's
+ * BatchNormalization(virtual_batch_size=)): each group normalized by its own statistics, the
+ * outputs in the batch's order, and as the batch's statistics the groups' mean (what the
+ * moving statistics move toward). What a worker of a sync cluster at that batch computes. */
+static psg_batch_norm_t ghost_batch_norm(builder_t *b, psg_endpoint_t x, const bn_params_t *p) {
+    psg_graph_t *g = b->g;
+    int64_t v = b->cfg->virtual_batch_size, groups = b->cfg->batch / v;
+    psg_endpoint_t ys[PSG_INCEPTION3_MAX_GHOSTS], means[PSG_INCEPTION3_MAX_GHOSTS],
+        vars[PSG_INCEPTION3_MAX_GHOSTS];
+    for (int64_t k = 0; k < groups; k++) {
+        const int64_t begin[4] = {k * v, 0, 0, 0}, size[4] = {v, -1, -1, -1};
+        psg_batch_norm_t gk =
+            psg_fused_batch_norm(g, NULL, psg_slice(g, NULL, x, 4, begin, size), p->gamma, p->beta,
+                                 PSG_NO_ENDPOINT, PSG_NO_ENDPOINT, b->cfg->bn_epsilon, true);
+        ys[k] = gk.y;
+        means[k] = gk.batch_mean;
+        vars[k] = gk.batch_var;
+    }
+    psg_batch_norm_t bn = {.y = psg_concat(g, NULL, (int)groups, ys, 0)};
+    bn.batch_mean =
+        psg_scale(g, NULL, psg_add_n(g, NULL, (int)groups, means), 1.0 / (double)groups);
+    bn.batch_var = psg_scale(g, NULL, psg_add_n(g, NULL, (int)groups, vars), 1.0 / (double)groups);
+    return bn;
+}
+
 /* Batch norm without scale over the last dim of x, then ReLU. In training
  * the moving statistics move toward the batch's by (1 - bn_decay). */
 static psg_endpoint_t bn_relu(builder_t *b, psg_endpoint_t x, int64_t c) {
@@ -140,8 +165,10 @@ static psg_endpoint_t bn_relu(builder_t *b, psg_endpoint_t x, int64_t c) {
     }
     psg_batch_norm_t bn;
     if (b->cfg->is_training) {
-        bn = psg_fused_batch_norm(g, NULL, x, p.gamma, p.beta, PSG_NO_ENDPOINT, PSG_NO_ENDPOINT,
-                                  b->cfg->bn_epsilon, true);
+        bn = b->cfg->virtual_batch_size > 0
+                 ? ghost_batch_norm(b, x, &p)
+                 : psg_fused_batch_norm(g, NULL, x, p.gamma, p.beta, PSG_NO_ENDPOINT,
+                                        PSG_NO_ENDPOINT, b->cfg->bn_epsilon, true);
         double rate = 1.0 - (double)b->cfg->bn_decay;
         psg_endpoint_t dm = psg_scale(g, NULL, psg_sub(g, NULL, bn.batch_mean, p.mean), rate);
         psg_endpoint_t dv = psg_scale(g, NULL, psg_sub(g, NULL, bn.batch_var, p.variance), rate);
@@ -455,6 +482,13 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
     if (cfg->dropout_rate < 0 || cfg->dropout_rate >= 1 || cfg->label_smoothing < 0 ||
         cfg->label_smoothing >= 1)
         return psg_error_set("inception3: dropout rate and label smoothing must lie in [0, 1)");
+    if (cfg->virtual_batch_size < 0 ||
+        (cfg->virtual_batch_size > 0 && cfg->is_training &&
+         (cfg->batch <= 0 || cfg->batch % cfg->virtual_batch_size ||
+          cfg->batch / cfg->virtual_batch_size > PSG_INCEPTION3_MAX_GHOSTS)))
+        return psg_error_set("inception3: a virtual batch size of %d does not divide the batch "
+                             "of %d into 1 to %d groups",
+                             cfg->virtual_batch_size, cfg->batch, PSG_INCEPTION3_MAX_GHOSTS);
     builder_t b = {
         .g = g, .cfg = cfg, .seed = cfg->seed * 1000 + 1, .outer = strlen(psg_graph_scope(g))};
     int64_t S = cfg->image_size;

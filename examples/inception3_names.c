@@ -45,7 +45,7 @@ int psg_inception3_keras_names(const psg_inception3_config_t *cfg, psg_inception
     char layer[160] = ""; /* the scope of the last convolution */
     for (int i = 0; i < nv; i++) {
         const char *name = psg_node_name(psg_graph_node(g, vars[i]));
-        if (strncmp(name, "InceptionV3/", 12)) continue;
+        if (!name || strncmp(name, "InceptionV3/", 12)) continue;
         psg_inception3_name_t *e = &p[n++];
         snprintf(e->slim, sizeof e->slim, "%s", name);
         e->logits = strstr(name, "/Logits/") != NULL;

@@ -1,7 +1,8 @@
 /* Inception-v3: the published size (parameters, multiply-adds), the
  * label-smoothed loss against its dense form, a few training steps on a fixed
- * batch at 75 x 75, the moving averages, the recipe's decay steps, and the
- * cluster simulator's basic properties. Small enough for ASan in seconds. */
+ * batch at 75 x 75, the moving averages, the recipe's decay steps, "ghost" batch norm over
+ * virtual batches, and the cluster simulator's basic properties. Small enough for ASan in seconds.
+ */
 #include "psgraph/simulate.h"
 #include "tests/gradcheck.h"
 #include "tests/testutil.h"
@@ -258,12 +259,86 @@ static void test_simulator(void) {
     CHECK_ERROR_HAS("step");
 }
 
+/* The training graph's logits and loss for images (B x 75 x 75) with a virtual batch size
+ * of v (0: none); *logits and *xent set, false on failure. */
+static bool train_forward(int v, psg_tensor_t *img, psg_tensor_t *lab, float *logits, float *xent) {
+    psg_inception3_config_t c = psg_inception3_defaults();
+    c.image_size = 75;
+    c.classes = 5;
+    c.dropout_rate = 0;
+    c.virtual_batch_size = v;
+    c.batch = (int)img->shape.dims[0];
+    psg_graph_t *g = psg_graph_new();
+    psg_inception3_t m;
+    bool ok = psg_inception3_build(g, &c, &m) == 0;
+    psg_session_t *s = ok ? psg_session_new(g, &(psg_session_options_t){2}, NULL) : NULL;
+    psg_endpoint_t feeds[2] = {m.images, m.labels}, fetch[2] = {m.logits, m.xent};
+    psg_tensor_t *fv[2] = {img, lab}, *out[2] = {NULL, NULL};
+    ok = s && psg_session_run_init(s) == 0 &&
+         psg_session_run(s, 2, feeds, fv, 2, fetch, out, 0, NULL) == 0;
+    if (ok) {
+        memcpy(logits, psg_tensor_f32(out[0]), psg_tensor_nbytes(out[0]));
+        *xent = psg_tensor_f32(out[1])[0];
+    }
+    psg_tensor_destroy(&out[0]);
+    psg_tensor_destroy(&out[1]);
+    psg_session_destroy(&s);
+    psg_graph_destroy(&g);
+    return ok;
+}
+
+/* "Ghost" batch norm (virtual_batch_size): a batch of 8 in groups of 4 computes, image for
+ * image, what the plain model computes on each half alone (a sync worker's batch), its loss
+ * their mean; groups of the whole batch are the plain model; a size that does not divide
+ * the batch is refused. */
+static void test_virtual_batch(void) {
+    enum { B = 8, H = B / 2, C = 5 };
+    psg_tensor_t *img, *lab, *half_img[2], *half_lab[2];
+    fixed_batch(B, 75, C, &img, &lab);
+    for (int h = 0; h < 2; h++) {
+        half_img[h] = psg_tensor_from_data(PSG_DT_F32, &(psg_shape_t){4, {H, 75, 75, 3}},
+                                           psg_tensor_f32(img) + h * H * 75 * 75 * 3,
+                                           H * 75 * 75 * 3 * sizeof(float));
+        half_lab[h] = psg_tensor_from_data(PSG_DT_I32, &(psg_shape_t){1, {H}},
+                                           psg_tensor_i32(lab) + H * h, H * sizeof(int32_t));
+    }
+    float ghost[B * C], whole[B * C], plain[B * C], halves[B * C], xg, xw, xp, xh[2];
+    CHECK(train_forward(H, img, lab, ghost, &xg));
+    CHECK(train_forward(B, img, lab, whole, &xw));
+    CHECK(train_forward(0, img, lab, plain, &xp));
+    for (int h = 0; h < 2; h++)
+        CHECK(train_forward(0, half_img[h], half_lab[h], halves + h * H * C, &xh[h]));
+    double far = 0, moved = 0;
+    for (int i = 0; i < B * C; i++) {
+        far = fmax(far, fabs(ghost[i] - halves[i]) / fmax(1.0, fabs(halves[i])));
+        moved = fmax(moved, fabs(ghost[i] - plain[i]));
+        CHECK(whole[i] == plain[i]);
+    }
+    printf("virtual batch %d of %d: logits within %.2g of each half alone, %.3g from the whole "
+           "batch's; loss %.5f, the halves' mean %.5f\n",
+           H, B, far, moved, xg, (xh[0] + xh[1]) / 2);
+    CHECK(far <= 1e-4);
+    CHECK(moved > 1e-3); /* the groups' statistics are not the batch's */
+    CHECK_NEAR(xg, (xh[0] + xh[1]) / 2, 1e-4);
+    CHECK(xw == xp);
+    float unused[B * C], x;
+    CHECK(!train_forward(3, img, lab, unused, &x));
+    CHECK_ERROR_HAS("virtual batch size of 3");
+    for (int h = 0; h < 2; h++) {
+        psg_tensor_destroy(&half_img[h]);
+        psg_tensor_destroy(&half_lab[h]);
+    }
+    psg_tensor_destroy(&img);
+    psg_tensor_destroy(&lab);
+}
+
 int main(void) {
     RUN_TEST(test_size_matches_keras);
     RUN_TEST(test_smoothed_loss_is_dense_form);
     RUN_TEST(test_ema_follows_formula);
     RUN_TEST(test_recipe);
     RUN_TEST(test_loss_decreases_on_fixed_batch);
+    RUN_TEST(test_virtual_batch);
     RUN_TEST(test_simulator);
     return psg_test_summary();
 }

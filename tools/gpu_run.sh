@@ -10,7 +10,8 @@
 #              2 workers + 1 backup from the same (psgraph's) initial weights
 #              (bench/inception3_accuracy.sh; ACC_STEPS 2000, ACC_EVERY 250, ACC_TIMEOUT 200 s a run,
 #              ACC_BATCH 8, ACC_LR 0.001, ACC_VALIDATION 100; ACC_PARALLEL=1 both runs at once;
-#              ACC_PS the cluster's ps tasks, default 1)
+#              ACC_PS the cluster's ps tasks, default 1; ACC_ONE_VIRTUAL=V the one process's
+#              batch norm over groups of V, what each cluster worker normalizes: ACC_BATCH / 2)
 #   kernels    bench_cuda_gemm and bench_cuda_conv: psgraph's op against cuBLAS / cuDNN alone
 #   variants   Inception-v3 once with each environment assignment of VARIANTS (at PRECISIONS)
 #   ab         Inception-v3 f32 and mixed, this build against .gpu_before/build (another
@@ -54,6 +55,7 @@ for step in $steps; do
     accuracy) PSG_BIN=build/cli/psgraph PSG_ACC_DEVICE=gpu PSG_ACC_INIT=none PSG_ACC_RUNS="one cluster" \
         PSG_ACC_OUT="$out/acc" PSG_ACC_TIMEOUT=${ACC_TIMEOUT:-200} PSG_ACC_BATCH=${ACC_BATCH:-8} \
         PSG_ACC_LR=${ACC_LR:-0.001} PSG_ACC_PARALLEL=${ACC_PARALLEL:-} PSG_ACC_PS=${ACC_PS:-1} PSG_ACC_VALIDATION=${ACC_VALIDATION:-100} \
+        PSG_ACC_ONE_VIRTUAL=${ACC_ONE_VIRTUAL:-} \
         bash bench/inception3_accuracy.sh "${ACC_STEPS:-2000}" "${ACC_EVERY:-250}" 2>&1 | tee "$out/accuracy.jsonl"
       tail -3 "$out/acc/one.log" "$out/acc/cluster.log" 2>/dev/null ;;
     inception) timeout 420 bash bench/cuda_inception3.sh "${BATCH:-128}" "${STEPS:-10}" 2>&1 \

@@ -20,6 +20,16 @@ int psg_inception_train_init(psg_inception_train_t *it, const psg_train_config_t
     it->cfg.seed = c->seed;
     if (c->label_smoothing >= 0) it->cfg.label_smoothing = (float)c->label_smoothing;
     if (c->batchnorm_decay > 0) it->cfg.bn_decay = (float)c->batchnorm_decay;
+    int towers = c->towers > 1 ? c->towers : 1, per_tower = batch / towers;
+    if (c->virtual_batch_size > 0 &&
+        (batch % towers || per_tower % c->virtual_batch_size ||
+         per_tower / c->virtual_batch_size > PSG_INCEPTION3_MAX_GHOSTS))
+        return psg_error_set("--virtual-batch-size %d: it must divide each tower's batch (--batch "
+                             "%d over %d tower%s) into at most %d groups",
+                             c->virtual_batch_size, batch, towers, towers > 1 ? "s" : "",
+                             PSG_INCEPTION3_MAX_GHOSTS);
+    it->cfg.virtual_batch_size = c->virtual_batch_size;
+    it->cfg.batch = per_tower;
     it->recipe = c->recipe;
     it->recipe.batch = batch;
     it->recipe.replicas = replicas > 0 ? replicas : 1;
@@ -132,9 +142,11 @@ void psg_inception_train_describe(const psg_inception_train_t *it, FILE *out) {
     if (r->warmup_steps > 0)
         fprintf(out, ", linear warm-up over %lld steps", (long long)r->warmup_steps);
     if (r->ema_decay > 0) fprintf(out, ", moving average %g", r->ema_decay);
-    fprintf(out,
-            ", label smoothing %g, weight decay %g, batch-norm decay %g, %d classes, %dx%d%s\n",
+    fprintf(out, ", label smoothing %g, weight decay %g, batch-norm decay %g, %d classes, %dx%d%s",
             (double)it->cfg.label_smoothing, (double)it->cfg.weight_decay, (double)it->cfg.bn_decay,
             it->cfg.classes, it->cfg.image_size, it->cfg.image_size,
             it->cfg.aux_logits ? ", aux head" : "");
+    if (it->cfg.virtual_batch_size > 0)
+        fprintf(out, ", batch norm over virtual batches of %d", it->cfg.virtual_batch_size);
+    fputc('\n', out);
 }

@@ -12,24 +12,33 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* the most groups a batch norm's batch is split into (virtual_batch_size) */
+#define PSG_INCEPTION3_MAX_GHOSTS 64
+
 typedef struct {
-    int image_size;        /* height = width; 299, at least 75 */
-    int classes;           /* 1000 */
-    bool aux_logits;       /* the auxiliary head on Mixed_6e: false */
-    bool is_training;      /* batch statistics, moving-average updates, dropout: true */
-    bool read_ema;         /* read each variable's ExponentialMovingAverage shadow
-                            * (an evaluation graph sharing the training graph's
-                            * resources): false */
-    bool fused_conv;       /* not training: each conv, its batch norm and ReLU as one
-                            * FusedConv2D node (the same floats, one pass over the
-                            * output): false */
-    float dropout_rate;    /* before the logits, training only: 0.2 (slim's keep 0.8) */
-    float label_smoothing; /* 0.1 */
-    float aux_weight;      /* weight of the auxiliary loss: 0.4 */
-    float weight_decay;    /* L2 on the convolution and logits weights: 4e-5 (slim) */
-    float bn_decay;        /* moving-average decay of batch norm: 0.9997 (slim) */
-    float bn_epsilon;      /* 0.001 */
-    uint64_t seed;         /* initialization and dropout */
+    int image_size;         /* height = width; 299, at least 75 */
+    int classes;            /* 1000 */
+    bool aux_logits;        /* the auxiliary head on Mixed_6e: false */
+    bool is_training;       /* batch statistics, moving-average updates, dropout: true */
+    bool read_ema;          /* read each variable's ExponentialMovingAverage shadow
+                             * (an evaluation graph sharing the training graph's
+                             * resources): false */
+    bool fused_conv;        /* not training: each conv, its batch norm and ReLU as one
+                             * FusedConv2D node (the same floats, one pass over the
+                             * output): false */
+    float dropout_rate;     /* before the logits, training only: 0.2 (slim's keep 0.8) */
+    float label_smoothing;  /* 0.1 */
+    float aux_weight;       /* weight of the auxiliary loss: 0.4 */
+    float weight_decay;     /* L2 on the convolution and logits weights: 4e-5 (slim) */
+    float bn_decay;         /* moving-average decay of batch norm: 0.9997 (slim) */
+    float bn_epsilon;       /* 0.001 */
+    int virtual_batch_size; /* training: each batch norm normalizes groups of this many of
+                             * the batch's images ("ghost" batch norm, TF's BatchNormalization
+                             * virtual_batch_size), its moving statistics moved toward the
+                             * groups' mean; 0: the whole batch */
+    int batch;              /* the images a training step is fed, which virtual_batch_size
+                             * must divide: needed with it (the placeholder's batch is open) */
+    uint64_t seed;          /* initialization and dropout */
 } psg_inception3_config_t;
 
 /* What the builder returns: placeholders, outputs and the update ops. */

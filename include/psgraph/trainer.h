@@ -98,6 +98,8 @@ typedef struct {
     psg_inception3_recipe_t recipe; /* TF's inception_distributed_train.py flags */
     double label_smoothing;         /* < 0: 0.1 */
     double batchnorm_decay;         /* <= 0: 0.9997 (slim's) */
+    int virtual_batch_size;         /* > 0: batch norm over groups of this many of a tower's
+                                       images in training (TF's virtual_batch_size) */
     double warmup_epochs;           /* > 0: the rate ramps up linearly over these epochs */
     /* a benchmark of the loop (psgraph bench inception3): the first bench_warmup steps untimed,
      * then each step's time; the final JSON line's fields as tf_cnn_benchmarks' */
