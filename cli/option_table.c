@@ -234,10 +234,10 @@ static const psg_cli_option_t rows[] = {
              BENCH(c.batchnorm_decay, "--batchnorm-decay D", "(0.9997)")}},
     {"--virtual-batch-size", PSG_OPT_INT, 1, 1e6,
      .use = {TRAIN(c.virtual_batch_size, "--virtual-batch-size V",
-                   "inception3: batch norm normalizes groups of V of the batch's\n"
-                   "images in training (TF's virtual_batch_size, \"ghost\" batch\n"
-                   "norm; V divides --batch): one process at batch N x V with V\n"
-                   "computes what N sync workers at V do")}},
+                   "inception3: batch norm normalizes groups of V consecutive\n"
+                   "images in training (as TF's virtual_batch_size, \"ghost\"\n"
+                   "batch norm; V divides --batch): one process at batch N x V\n"
+                   "normalizes as N sync workers at V do")}},
     {"--label-smoothing", PSG_OPT_REAL, 0, 0.999999,
      .use = {TRAIN(c.label_smoothing, "--label-smoothing E", "(0.1)"),
              BENCH(c.label_smoothing, "--label-smoothing E", "(0.1)")}},

@@ -128,10 +128,11 @@ static bool bn_params(builder_t *b, int64_t c, bn_params_t *p) {
     return true;
 }
 
-/* Training batch norm over groups of virtual_batch_size images (its "ghost" batches, as TF's
- * BatchNormalization(virtual_batch_size=)): each group normalized by its own statistics, the
- * outputs in the batch's order, and as the batch's statistics the groups' mean (what the
- * moving statistics move toward). What a worker of a sync cluster at that batch computes. */
+/* Training batch norm over groups of virtual_batch_size consecutive images (its "ghost"
+ * batches, as TF's BatchNormalization(virtual_batch_size=), whose groups take every
+ * (batch / V)-th image instead: here a group is one sync worker's batch). Each group is
+ * normalized by its own statistics, the outputs in the batch's order, and the batch's
+ * statistics are the groups' mean (what the moving statistics move toward). */
 static psg_batch_norm_t ghost_batch_norm(builder_t *b, psg_endpoint_t x, const bn_params_t *p) {
     psg_graph_t *g = b->g;
     int64_t v = b->cfg->virtual_batch_size, groups = b->cfg->batch / v;

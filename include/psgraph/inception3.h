@@ -32,10 +32,10 @@ typedef struct {
     float weight_decay;     /* L2 on the convolution and logits weights: 4e-5 (slim) */
     float bn_decay;         /* moving-average decay of batch norm: 0.9997 (slim) */
     float bn_epsilon;       /* 0.001 */
-    int virtual_batch_size; /* training: each batch norm normalizes groups of this many of
-                             * the batch's images ("ghost" batch norm, TF's BatchNormalization
-                             * virtual_batch_size), its moving statistics moved toward the
-                             * groups' mean; 0: the whole batch */
+    int virtual_batch_size; /* training: each batch norm normalizes groups of this many
+                             * consecutive images of the batch ("ghost" batch norm, as TF's
+                             * BatchNormalization virtual_batch_size), its moving statistics
+                             * moved toward the groups' mean; 0: the whole batch */
     int batch;              /* the images a training step is fed, which virtual_batch_size
                              * must divide: needed with it (the placeholder's batch is open) */
     uint64_t seed;          /* initialization and dropout */
