@@ -5,6 +5,8 @@ build it; batch normalization is FusedBatchNorm with its moving statistics updat
 in UPDATE_OPS."""
 import numbers
 
+import numpy as np
+
 from . import _array_ops
 from . import _dtypes
 from . import _math_ops
@@ -138,6 +140,39 @@ def dropout(inputs, rate=0.5, noise_shape=None, seed=None, training=False, name=
         return _nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
 
 
+def _virtual_batches(x, gamma, beta, epsilon, v):
+    """TF's virtual batches: the batch seen as [v, B / v, ...], each of its B / v groups (every
+    (B / v)-th row) normalized by its own moments; the batch's statistics for the moving
+    averages are the groups' means and biased variances averaged (TF's layer takes its
+    unfused path under virtual batches, whose variance is the biased one)."""
+    dims = x.shape.as_list()
+    if dims[0] is None or dims[0] % v or any(d is None for d in dims[1:]):
+        raise ValueError("batch_normalization: virtual_batch_size=%d needs a static batch it "
+                         "divides and static other dimensions, not %s" % (v, dims))
+    groups = dims[0] // v
+    per_group = v * int(np.prod(dims[1:-1], dtype=np.int64))
+    g = x.graph
+    order = [a * groups + k for k in range(groups) for a in range(v)]  # group k's rows together
+    xs = _array_ops.gather(x, _array_ops.constant(order, _dtypes.int32)) if groups > 1 else x
+    ys, means, variances = [], [], []
+    for k in range(groups):
+        part = xs[k * v:(k + 1) * v]
+        y, bm, bv = g._build().fused_batch_norm("FusedBatchNorm", part._ep, gamma._ep, beta._ep,
+                                                None, None, epsilon, True)
+        ys.append(g._tensor(y))
+        means.append(g._tensor(bm))
+        # FusedBatchNorm's batch variance is the unbiased one: back to the moments' biased
+        variances.append(_math_ops.multiply(g._tensor(bv), (per_group - 1) / per_group))
+    y = ys[0]
+    if groups > 1:
+        back = [0] * dims[0]
+        for i, row in enumerate(order):
+            back[row] = i
+        y = _array_ops.gather(_array_ops.concat(ys, 0), _array_ops.constant(back, _dtypes.int32))
+    return (y, _math_ops.multiply(_math_ops.add_n(means), 1.0 / groups),
+            _math_ops.multiply(_math_ops.add_n(variances), 1.0 / groups))
+
+
 def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True,
                         beta_initializer=vs.zeros_initializer(), gamma_initializer=vs.ones_initializer(),
                         moving_mean_initializer=vs.zeros_initializer(),
@@ -146,8 +181,8 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
                         training=False, trainable=True, name=None, reuse=None, renorm=False,
                         renorm_clipping=None, renorm_momentum=0.99, fused=None, virtual_batch_size=None,
                         adjustment=None):
-    if renorm or virtual_batch_size or adjustment is not None:
-        raise NotImplementedError("psgraph does not have batch renormalization or virtual batches yet")
+    if renorm or adjustment is not None:
+        raise NotImplementedError("psgraph does not have batch renormalization yet")
     x = convert_to_tensor(inputs)
     r = x.shape.ndims
     if r is None or (axis if isinstance(axis, int) else axis[0]) % r != r - 1:
@@ -168,6 +203,8 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
         c = g._build()
 
         def train_branch():
+            if virtual_batch_size:
+                return _virtual_batches(x, ge, be, float(epsilon), int(virtual_batch_size))
             y, bm, bv = g._build().fused_batch_norm("FusedBatchNorm", x._ep, ge._ep, be._ep, None, None,
                                                     float(epsilon), True)
             return g._tensor(y), g._tensor(bm), g._tensor(bv)

@@ -192,6 +192,30 @@ def test_batch_norm_training_and_inference(rng):
         np.testing.assert_allclose(s.run(mm), before)
 
 
+def test_batch_norm_virtual_batches(rng):
+    # TF's virtual_batch_size: the batch as [V, B / V, ...], each of the B / V groups (every
+    # (B / V)-th row) normalized alone, the moving statistics toward the groups' mean and biased
+    # variance averaged (TF 2.21's layer gives the same to float rounding, gradients too)
+    xv = (rng.standard_normal((8, 2, 2, 3)) * 2 + 1).astype(np.float32)
+    x = tf.placeholder(tf.float32, [8, 2, 2, 3])
+    y = tf.layers.batch_normalization(x, momentum=0.9, epsilon=1e-3, training=True, virtual_batch_size=4)
+    updates = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+    mm, mv = tf.global_variables()[2:4]
+    groups = xv.reshape(4, 2, 2, 2, 3)  # [V, B / V, ...]: group k is groups[:, k]
+    mean, var = groups.mean((0, 2, 3), keepdims=True), groups.var((0, 2, 3), keepdims=True)
+    want = ((groups - mean) / np.sqrt(var + 1e-3)).reshape(8, 2, 2, 3)
+    with tf.Session() as s:
+        s.run(tf.global_variables_initializer())
+        got, _ = s.run([y, updates], {x: xv})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(s.run(mm), 0.1 * mean.mean((0, 1, 2, 3)).ravel(), rtol=1e-5)
+        np.testing.assert_allclose(s.run(mv), 0.9 + 0.1 * var.mean((0, 1, 2, 3)).ravel(), rtol=1e-5)
+        whole = (xv - xv.mean((0, 1, 2))) / np.sqrt(xv.var((0, 1, 2)) + 1e-3)
+        assert np.abs(got - whole).max() > 1e-2  # not the whole batch's moments
+    with pytest.raises(ValueError, match="virtual_batch_size=3"):
+        tf.layers.batch_normalization(x, training=True, virtual_batch_size=3)
+
+
 def test_layers_dense_and_dropout(rng):
     xv = rng.standard_normal((4, 3)).astype(np.float32)
     x = tf.constant(xv)
