@@ -485,8 +485,7 @@ int psg_inception3_build(psg_graph_t *g, const psg_inception3_config_t *cfg, psg
         return psg_error_set("inception3: dropout rate and label smoothing must lie in [0, 1)");
     if (cfg->virtual_batch_size < 0 ||
         (cfg->virtual_batch_size > 0 && cfg->is_training &&
-         (cfg->batch <= 0 || cfg->batch % cfg->virtual_batch_size ||
-          cfg->batch / cfg->virtual_batch_size > PSG_INCEPTION3_MAX_GHOSTS)))
+         !psg_inception3_virtual_batch_ok(cfg->batch, cfg->virtual_batch_size)))
         return psg_error_set("inception3: a virtual batch size of %d does not divide the batch "
                              "of %d into 1 to %d groups",
                              cfg->virtual_batch_size, cfg->batch, PSG_INCEPTION3_MAX_GHOSTS);

@@ -22,8 +22,7 @@ int psg_inception_train_init(psg_inception_train_t *it, const psg_train_config_t
     if (c->batchnorm_decay > 0) it->cfg.bn_decay = (float)c->batchnorm_decay;
     int towers = c->towers > 1 ? c->towers : 1, per_tower = batch / towers;
     if (c->virtual_batch_size > 0 &&
-        (batch % towers || per_tower % c->virtual_batch_size ||
-         per_tower / c->virtual_batch_size > PSG_INCEPTION3_MAX_GHOSTS))
+        (batch % towers || !psg_inception3_virtual_batch_ok(per_tower, c->virtual_batch_size)))
         return psg_error_set("--virtual-batch-size %d: it must divide each tower's batch (--batch "
                              "%d over %d tower%s) into at most %d groups",
                              c->virtual_batch_size, batch, towers, towers > 1 ? "s" : "",

@@ -15,6 +15,12 @@
 /* the most groups a batch norm's batch is split into (virtual_batch_size) */
 #define PSG_INCEPTION3_MAX_GHOSTS 64
 
+/* Whether v (virtual_batch_size) splits a batch of `batch` images into 1 to
+ * PSG_INCEPTION3_MAX_GHOSTS groups. */
+static inline bool psg_inception3_virtual_batch_ok(int batch, int v) {
+    return v > 0 && batch > 0 && batch % v == 0 && batch / v <= PSG_INCEPTION3_MAX_GHOSTS;
+}
+
 typedef struct {
     int image_size;         /* height = width; 299, at least 75 */
     int classes;            /* 1000 */

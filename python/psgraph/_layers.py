@@ -140,6 +140,14 @@ def dropout(inputs, rate=0.5, noise_shape=None, seed=None, training=False, name=
         return _nn.dropout(x, rate=rate, noise_shape=noise_shape, seed=seed)
 
 
+def _fused_train(x, gamma, beta, epsilon):
+    """FusedBatchNorm in training: y, the batch mean and the batch's unbiased variance."""
+    g = x.graph
+    y, bm, bv = g._build().fused_batch_norm("FusedBatchNorm", x._ep, gamma._ep, beta._ep, None, None,
+                                            epsilon, True)
+    return g._tensor(y), g._tensor(bm), g._tensor(bv)
+
+
 def _virtual_batches(x, gamma, beta, epsilon, v):
     """TF's virtual batches: the batch seen as [v, B / v, ...], each of its B / v groups (every
     (B / v)-th row) normalized by its own moments; the batch's statistics for the moving
@@ -151,24 +159,19 @@ def _virtual_batches(x, gamma, beta, epsilon, v):
                          "divides and static other dimensions, not %s" % (v, dims))
     groups = dims[0] // v
     per_group = v * int(np.prod(dims[1:-1], dtype=np.int64))
-    g = x.graph
-    order = [a * groups + k for k in range(groups) for a in range(v)]  # group k's rows together
-    xs = _array_ops.gather(x, _array_ops.constant(order, _dtypes.int32)) if groups > 1 else x
+    order = np.arange(dims[0], dtype=np.int32).reshape(v, groups).T.ravel()  # group k's rows together
+    xs = _array_ops.gather(x, _array_ops.constant(order)) if groups > 1 else x
     ys, means, variances = [], [], []
     for k in range(groups):
-        part = xs[k * v:(k + 1) * v]
-        y, bm, bv = g._build().fused_batch_norm("FusedBatchNorm", part._ep, gamma._ep, beta._ep,
-                                                None, None, epsilon, True)
-        ys.append(g._tensor(y))
-        means.append(g._tensor(bm))
+        y, bm, bv = _fused_train(xs[k * v:(k + 1) * v], gamma, beta, epsilon)
+        ys.append(y)
+        means.append(bm)
         # FusedBatchNorm's batch variance is the unbiased one: back to the moments' biased
-        variances.append(_math_ops.multiply(g._tensor(bv), (per_group - 1) / per_group))
+        variances.append(_math_ops.multiply(bv, (per_group - 1) / per_group))
     y = ys[0]
     if groups > 1:
-        back = [0] * dims[0]
-        for i, row in enumerate(order):
-            back[row] = i
-        y = _array_ops.gather(_array_ops.concat(ys, 0), _array_ops.constant(back, _dtypes.int32))
+        back = np.argsort(order).astype(np.int32)
+        y = _array_ops.gather(_array_ops.concat(ys, 0), _array_ops.constant(back))
     return (y, _math_ops.multiply(_math_ops.add_n(means), 1.0 / groups),
             _math_ops.multiply(_math_ops.add_n(variances), 1.0 / groups))
 
@@ -205,9 +208,7 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
         def train_branch():
             if virtual_batch_size:
                 return _virtual_batches(x, ge, be, float(epsilon), int(virtual_batch_size))
-            y, bm, bv = g._build().fused_batch_norm("FusedBatchNorm", x._ep, ge._ep, be._ep, None, None,
-                                                    float(epsilon), True)
-            return g._tensor(y), g._tensor(bm), g._tensor(bv)
+            return _fused_train(x, ge, be, float(epsilon))
 
         def infer_branch():
             y, _, _ = g._build().fused_batch_norm("FusedBatchNorm", x._ep, ge._ep, be._ep,
