@@ -5,9 +5,9 @@
 # 2. sync training (mlp, 1 ps, b = 0) of W = 1..4 workers, every link capped at 100 Mbit/s
 #    and at 1 Gbit/s, launched with `psgraph launch --ssh`: measured steps/sec beside
 #    `psgraph simulate`'s predictions: the overlap model (--trace), calibrated by the trace
-#    of an uncapped W = 1 run made in this same run, and the serial model, calibrated by an
-#    uncapped W = 1 run (its step time is the compute) and the bytes the ps sent per step
-#    (its eth0 counters);
+#    of an uncapped W = 1 run made just before the case (PSG_HOSTS_CALIBRATE=once: one for
+#    every case, at the start), and the serial model, calibrated by that uncapped W = 1 run
+#    (its step time is the compute) and the bytes the ps sent per step (its eth0 counters);
 # 3. 3 workers, one of them on a 50 Mbit/s link, with and without a backup worker: steps/sec
 #    against the same job uncapped, and the simulator's (--slow-link-gbps 0.05).
 # Beside the overlap model, its CPU bounds (--cores: the hosts share this machine's cores;
@@ -19,7 +19,7 @@
 # "disturbed": true (flagged, not left out).
 # Needs root, iperf3 (installed here from Debian when missing), openssh-server.
 #   bash bench/hosts.sh [build/cli/psgraph] [STEPS]     (PSG_HOSTS_ONLY=sim: no wire part)
-# e.g. PSG_HOSTS_ONLY=sim nice -n 5 bash bench/hosts.sh build/cli/psgraph 40 (about 5 minutes)
+# e.g. PSG_HOSTS_ONLY=sim nice -n 5 bash bench/hosts.sh build/cli/psgraph 40 (about 7 minutes)
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 psgraph=$(realpath "${1:-$root/build/cli/psgraph}")
@@ -69,8 +69,10 @@ net_inodes=()
 for h in ctl p0 w0 w1 w2 w3; do net_inodes+=("$(stat -L -c %i "/run/netns/$(hosts_ns "$h")")"); done
 # The CPU time of this run's processes while it runs, those in the emulated hosts' network
 # namespaces: psgraph's by role (argv[1]: train, server, launch), the rest (sshd, ssh:
-# "ssh_s"); the machine's busy time, the runnable tasks; a JSON object into $2 on SIGTERM.
-# $3...: the network namespaces' inodes.
+# "ssh_s"); the machine's busy time, the runnable tasks; the machine's speed (a fixed piece
+# of work timed in this thread's CPU time each sample, "probe_ms": its mean; this VM's cores
+# run the same work up to 1.7x slower from one minute to the next, whatever its own load:
+# docs/hosts.md); a JSON object into $2 on SIGTERM. $3...: the network namespaces' inodes.
 cat >"$HOSTS_DIR/cpu_watch.py" <<'PY'
 import json, os, signal, sys, time
 exe, out, nets = os.path.realpath(sys.argv[1]), sys.argv[2], {f"net:[{i}]" for i in sys.argv[3:]}
@@ -80,10 +82,15 @@ signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 def busy():  # user + nice + system of every core, s
     with open("/proc/stat") as f:
         return sum(int(x) for x in f.readline().split()[1:4]) / tck
+def probe():  # CPU s of a fixed piece of work (~0.4-0.7 ms: ~1 % of a core at one a sample)
+    t, x = time.thread_time(), 0
+    for i in range(5000):
+        x = (x * 31 + i) & 0xFFFFFFFF
+    return time.thread_time() - t
 def runnable():  # less this process
     with open("/proc/loadavg") as f:
         return int(f.read().split()[3].split("/")[0]) - 1
-cpu, known, t0, b0, rsum, n, scan = {}, {}, time.monotonic(), busy(), 0, 0, 0.0
+cpu, known, t0, b0, rsum, n, scan, probes = {}, {}, time.monotonic(), busy(), 0, 0, 0.0, []
 def sample(pid, role):  # cumulative user + system CPU of pid, s; False when gone
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -115,6 +122,7 @@ while True:  # the known processes every 0.05 s (a process's last 0.05 s is lost
         if not sample(pid, role):
             del known[pid]
     rsum, n = rsum + runnable(), n + 1
+    probes.append(probe())
     if stop:
         break
     time.sleep(0.05)
@@ -124,7 +132,8 @@ ours = sum(s for _, s in cpu.values())
 with open(out, "w") as f:
     json.dump({"wall_s": round(wall, 3), "worker_s": role["train"], "ps_s": role["server"],
                "launch_s": role["launch"], "ssh_s": role["ssh"], "others_cores": round(max(0, busy() - b0 - ours - me) / wall, 3),
-               "runnable": round(rsum / max(n, 1), 2)}, f, separators=(",", ":"))
+               "runnable": round(rsum / max(n, 1), 2), "probe_ms": round(1000 * sum(probes) / len(probes), 4)},
+              f, separators=(",", ":"))
 PY
 # a sync run of STEPS steps of W workers (1 ps on p0), extra args after W; prints
 # "steps_per_sec ps_tx_bytes gradients cpu" (gradients: the chief's gradients used and
@@ -169,7 +178,7 @@ predict_both() { # W B extra simulate args...
   local w=$1 b=$2
   shift 2
   local args=(--trace "$cal_trace" --tail none --ps 1 --latency-ms 0.05 --overhead-ms 0
-    --burst-ms 4 --burst-min-bytes 65536 --line-gbps 10 --workers "$w" --backups "$b" --steps 200
+    --burst-ms 4 --burst-min-bytes 65536 --line-gbps "$line" --workers "$w" --backups "$b" --steps 200
     --cores "${pcores:-$cores}" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" "$@")
   { "$psgraph" simulate "${args[@]}"; "$psgraph" simulate "${args[@]}" --link-fifo | sed 's/^{"simulate":"sync_replicas"/{"simulate":"fifo"/'; } | python3 -c '
 import json, sys
@@ -251,15 +260,20 @@ print(json.dumps({"ratio": r("predicted_steps_per_sec"), "cores_ratio": r("cores
 # calibration: W = 1 uncapped, its step the compute; the bytes the ps sent per step (the
 # pull) from runs of 10 x and 20 x STEPS steps, so that start-up and evaluation cancel
 # (the first also writes the overlap model's trace: 2 x STEPS steps from its middle, at most 200)
-cal_trace=$HOSTS_DIR/calibration.json
-trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
-# (the CPU a step of the worker and the ps likewise: the difference of the two runs' CPU
-# time; what is left of the first, its fixed part, is taken off the other runs' CPU)
-read -r _ txa _ cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
-read -r sps1 txb _ cpub <<<"$(run_steps $((20 * steps)) 1)"
-step_ms=$(python3 -c "print(round(1000 / $sps1, 3) if $sps1 > 0 else 1)")
-bytes=$(python3 -c "print(int(($txb - $txa) / (10 * $steps)))")
-read -r wcpu pcpu wfix pfix <<<"$(python3 - "$cpua" "$cpub" "$steps" <<'PY'
+# Every link uncapped when called. Once at the start and again before each case, its line's
+# "case" naming it (PSG_HOSTS_CALIBRATE=once: only at the start): this VM runs the same work
+# up to 1.5x slower from one minute to the next (docs/hosts.md), so a calibration minutes
+# old does not describe the machine a case runs on.
+calibrate() { # [CASE]
+  cal_trace=$HOSTS_DIR/calibration.json
+  trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
+  # (the CPU a step of the worker and the ps likewise: the difference of the two runs' CPU
+  # time; what is left of the first, its fixed part, is taken off the other runs' CPU)
+  read -r _ txa _ cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
+  read -r sps1 txb _ cpub <<<"$(run_steps $((20 * steps)) 1)"
+  step_ms=$(python3 -c "print(round(1000 / $sps1, 3) if $sps1 > 0 else 1)")
+  bytes=$(python3 -c "print(int(($txb - $txa) / (10 * $steps)))")
+  read -r wcpu pcpu wfix pfix <<<"$(python3 - "$cpua" "$cpub" "$steps" <<'PY'
 import json, sys
 a, b, s = json.loads(sys.argv[1] or "{}"), json.loads(sys.argv[2] or "{}"), int(sys.argv[3])
 def per_step(k):  # ms a step, and the fixed part of a run in s
@@ -271,11 +285,24 @@ def per_step(k):  # ms a step, and the fixed part of a run in s
 (w, wf), (p, pf) = per_step("worker_s"), per_step("ps_s")
 print(round(w, 3), round(p, 3), round(wf, 3), round(pf, 3))
 PY
-)"
-echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"worker_cpu_ms\":$wcpu,\"ps_cpu_ms\":$pcpu,\"worker_fixed_cpu_s\":$wfix,\"ps_fixed_cpu_s\":$pfix,\"cores\":$cores,\"cpu_run_a\":${cpua:-null},\"cpu_run_b\":${cpub:-null},\"disturbed\":$(python3 -c 'import json, sys; print(str(any(json.loads(a or "{}").get("others_cores", 0) > 0.25 * float(sys.argv[1]) for a in sys.argv[2:])).lower())' "$cores" "$cpua" "$cpub"),\"load1\":$(load1)}"
-"$psgraph" simulate --trace "$cal_trace" --workers 1 --backups 0 --steps 10 --line-gbps 10 --ps 1 --tail none \
-  --latency-ms 0.05 --overhead-ms 0 --cores "$cores" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" |
-  sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
+  )"
+  # the wire between two hosts uncapped, the overlap model's line (under a cap and uncapped):
+  # the tasks' CURVE, not the 10 Gbit/s veth, bounds it (~3.5 Gbit/s, docs/hosts.md); each
+  # message's encryption then overlaps the previous one's transfer under a cap, as the model
+  # has it, instead of sitting in the calibration's overhead
+  line=$(hosts_exec w0 "$transport" --sizes 1048576 --rtt-iters 0 --curve --server-netns "/run/netns/$(hosts_ns p0)" \
+    --server-ip "$(hosts_ip p0)" 2>/dev/null | python3 -c 'import json, sys
+v = [json.loads(l)["psgraph_curve_MBps"] for l in sys.stdin if "psgraph_curve_MBps" in l]
+print(round(8 * sum(v) / len(v) / 1000, 3) if v else 10)')
+  # the machine's speed while calibrating: the two runs' probes, weighted by their steps
+  cal_probe=$(python3 -c 'import json, sys; a, b = (json.loads(x or "{}").get("probe_ms") for x in sys.argv[1:])
+print(round((a + 2 * b) / 3, 4) if a and b else 0)' "$cpua" "$cpub")
+  echo "{\"bench\":\"hosts_calibration\",\"workers\":1,\"link\":\"none\",\"steps_per_sec\":$sps1,\"step_ms\":$step_ms,\"bytes_per_step\":$bytes,\"worker_cpu_ms\":$wcpu,\"ps_cpu_ms\":$pcpu,\"worker_fixed_cpu_s\":$wfix,\"ps_fixed_cpu_s\":$pfix,\"probe_ms\":$cal_probe,\"line_gbps\":$line,\"cores\":$cores,\"cpu_run_a\":${cpua:-null},\"cpu_run_b\":${cpub:-null},\"disturbed\":$(python3 -c 'import json, sys; print(str(any(json.loads(a or "{}").get("others_cores", 0) > 0.25 * float(sys.argv[1]) for a in sys.argv[2:])).lower())' "$cores" "$cpua" "$cpub"),\"load1\":$(load1)${1:+,\"case\":\"$1\"}}"
+  "$psgraph" simulate --trace "$cal_trace" --workers 1 --backups 0 --steps 10 --line-gbps "$line" --ps 1 --tail none \
+    --latency-ms 0.05 --overhead-ms 0 --cores "$cores" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" |
+    sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
+}
+[ "${PSG_HOSTS_CALIBRATE:-each}" = each ] || calibrate
 
 # 2. W = 1..4 over 100 Mbit/s and 1 Gbit/s caps on every link; the ps's TCP flows keep a
 # window each in its link's queue (BBR's congestion window, `ss -tin` on p0 during such runs:
@@ -285,6 +312,11 @@ for rate in 100mbit 1gbit; do
   gbps=$(python3 -c "print($(tc_rate_bps "$rate") / 1e9)")
   window=$([ "$rate" = 1gbit ] && echo 480000 || echo 250000)
   for w in 1 2 3 4; do
+    if [ "${PSG_HOSTS_CALIBRATE:-each}" = each ]; then
+      for h in p0 w0 w1 w2 w3; do hosts_uncap "$h"; done
+      calibrate "$rate, W = $w"
+      for h in p0 w0 w1 w2 w3; do hosts_cap "$h" "$rate"; done
+    fi
     both=$(predict_both "$w" 0 --link-gbps "$gbps" --link-window-bytes "$window")
     n_steps=$(steps_for "$both")
     read -r sps _ grads cpu <<<"$(run_steps "$n_steps" "$w")"
@@ -302,7 +334,8 @@ done
 for b in 0 1; do
   n=$((3 - b))
   for slow in none 50mbit; do
-    args=(--link-gbps 10)
+    [ "${PSG_HOSTS_CALIBRATE:-each}" = each ] && calibrate "w2 $slow, b = $b"
+    args=(--link-gbps "$line")
     if [ "$slow" = 50mbit ]; then
       hosts_cap w2 50mbit
       args+=(--slow-link-gbps 0.05)

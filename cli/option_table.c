@@ -91,6 +91,9 @@ static const char *const tail_words[] = {"none", "normal", "lognormal", "pareto"
 #define AT(T, f) .at = offsetof(T, f) + 1, .ctype = CTYPE(((T *)0)->f)
 #define USE(cmd, T, f, l, h) [cmd] = {AT(T, f), .label = l, .help = h}
 #define TRAIN(f, l, h) USE(PSG_CLI_TRAIN, psg_train_args_t, f, l, h)
+/* an option of one model's only: refused with another (psg_cli_check_models) */
+#define TRAIN_OF(m, f, l, h)                                                                       \
+    [PSG_CLI_TRAIN] = {AT(psg_train_args_t, f), .label = l, .help = h, .models = m}
 #define BENCH(f, l, h) USE(PSG_CLI_BENCH, psg_bench_opts_t, f, l, h)
 #define LAUNCH(f) USE(PSG_CLI_LAUNCH, psg_launch_args_t, f, NULL, NULL)
 #define COMPARE(f) USE(PSG_CLI_COMPARE, psg_compare_args_t, f, NULL, NULL)
@@ -196,55 +199,60 @@ static const psg_cli_option_t rows[] = {
                    "--label-offset 0: C + 1 logits)"),
              BENCH(c.classes, "--classes C", "(default 1000)")}},
     {"--aux", PSG_OPT_FLAG,
-     .use = {TRAIN(c.aux, "--aux", "inception3: with the auxiliary head (loss weight 0.4)"),
+     .use = {TRAIN_OF("inception3", c.aux, "--aux",
+                      "inception3: with the auxiliary head (loss weight 0.4)"),
              BENCH(c.aux, "--aux", "with the auxiliary head")}},
     /* TF's inception_distributed_train.py's flags and constants, with its defaults */
     {"--initial-learning-rate", PSG_OPT_REAL, 1e-12, 1e6,
-     .use = {TRAIN(c.recipe.learning_rate, "--initial-learning-rate X",
-                   "inception3: TF's recipe (inception_distributed_train.py), its\n"
-                   "defaults: the rate before decay (0.045; --lr too)"),
+     .use = {TRAIN_OF("inception3", c.recipe.learning_rate, "--initial-learning-rate X",
+                      "inception3: TF's recipe (inception_distributed_train.py), its\n"
+                      "defaults: the rate before decay (0.045; --lr too)"),
              BENCH(c.recipe.learning_rate, "--initial-learning-rate X",
                    "TF's recipe, its defaults: the rate before decay (0.045)")}},
     {"--num-epochs-per-decay", PSG_OPT_REAL, 1e-9, 1e9,
-     .use = {TRAIN(c.recipe.epochs_per_decay, "--num-epochs-per-decay E",
-                   "epochs between decays (2); the decay steps are divided by\n"
-                   "the gradients a step aggregates (sync's N), as TF's trainer"),
+     .use = {TRAIN_OF("inception3", c.recipe.epochs_per_decay, "--num-epochs-per-decay E",
+                      "epochs between decays (2); the decay steps are divided by\n"
+                      "the gradients a step aggregates (sync's N), as TF's trainer"),
              BENCH(c.recipe.epochs_per_decay, "--num-epochs-per-decay E", "(2)")}},
     {"--learning-rate-decay-factor", PSG_OPT_REAL, 1e-9, 1,
-     .use = {TRAIN(c.recipe.lr_decay, "--learning-rate-decay-factor F", "each decay's (0.94)"),
+     .use = {TRAIN_OF("inception3", c.recipe.lr_decay, "--learning-rate-decay-factor F",
+                      "each decay's (0.94)"),
              BENCH(c.recipe.lr_decay, "--learning-rate-decay-factor F", "(0.94)")}},
     {"--rmsprop-decay", PSG_OPT_REAL, 0, 1,
-     .use = {TRAIN(c.recipe.rmsprop_decay, "--rmsprop-decay D", "RMSProp's decay (0.9)"),
+     .use = {TRAIN_OF("inception3", c.recipe.rmsprop_decay, "--rmsprop-decay D",
+                      "RMSProp's decay (0.9)"),
              BENCH(c.recipe.rmsprop_decay, "--rmsprop-decay D", "(0.9)")}},
     {"--rmsprop-momentum", PSG_OPT_REAL, 0, 1,
-     .use = {TRAIN(c.recipe.momentum, "--rmsprop-momentum M", "RMSProp's momentum (0.9)"),
+     .use = {TRAIN_OF("inception3", c.recipe.momentum, "--rmsprop-momentum M",
+                      "RMSProp's momentum (0.9)"),
              BENCH(c.recipe.momentum, "--rmsprop-momentum M", "(0.9)")}},
     {"--rmsprop-epsilon", PSG_OPT_REAL, 1e-12, 1e6,
-     .use = {TRAIN(c.recipe.epsilon, "--rmsprop-epsilon E", "RMSProp's epsilon (1.0)"),
+     .use = {TRAIN_OF("inception3", c.recipe.epsilon, "--rmsprop-epsilon E",
+                      "RMSProp's epsilon (1.0)"),
              BENCH(c.recipe.epsilon, "--rmsprop-epsilon E", "(1.0)")}},
     {"--moving-average-decay", PSG_OPT_REAL, 0, 0.999999999,
-     .use = {TRAIN(c.recipe.ema_decay, "--moving-average-decay D",
-                   "the weights' moving average, evaluated beside them (0.9999;\n"
-                   "0: none)"),
+     .use = {TRAIN_OF("inception3", c.recipe.ema_decay, "--moving-average-decay D",
+                      "the weights' moving average, evaluated beside them (0.9999;\n"
+                      "0: none)"),
              BENCH(c.recipe.ema_decay, "--moving-average-decay D", "(0.9999; 0: none)")}},
     {"--batchnorm-decay", PSG_OPT_REAL, 0, 0.999999,
-     .use = {TRAIN(c.batchnorm_decay, "--batchnorm-decay D",
-                   "the batch-norm moving statistics' decay (0.9997, TF's\n"
-                   "BATCHNORM_MOVING_AVERAGE_DECAY; short runs: lower)"),
+     .use = {TRAIN_OF("inception3", c.batchnorm_decay, "--batchnorm-decay D",
+                      "the batch-norm moving statistics' decay (0.9997, TF's\n"
+                      "BATCHNORM_MOVING_AVERAGE_DECAY; short runs: lower)"),
              BENCH(c.batchnorm_decay, "--batchnorm-decay D", "(0.9997)")}},
     {"--virtual-batch-size", PSG_OPT_INT, 1, 1e6,
-     .use = {TRAIN(c.virtual_batch_size, "--virtual-batch-size V",
-                   "inception3: batch norm normalizes groups of V consecutive\n"
-                   "images in training (as TF's virtual_batch_size, \"ghost\"\n"
-                   "batch norm; V divides --batch): one process at batch N x V\n"
-                   "normalizes as N sync workers at V do")}},
+     .use = {TRAIN_OF("inception3", c.virtual_batch_size, "--virtual-batch-size V",
+                      "inception3: batch norm normalizes groups of V consecutive\n"
+                      "images in training (as TF's virtual_batch_size, \"ghost\"\n"
+                      "batch norm; V divides --batch): one process at batch N x V\n"
+                      "normalizes as N sync workers at V do")}},
     {"--label-smoothing", PSG_OPT_REAL, 0, 0.999999,
-     .use = {TRAIN(c.label_smoothing, "--label-smoothing E", "(0.1)"),
+     .use = {TRAIN_OF("inception3", c.label_smoothing, "--label-smoothing E", "(0.1)"),
              BENCH(c.label_smoothing, "--label-smoothing E", "(0.1)")}},
     {"--warmup-epochs", PSG_OPT_REAL, 0, 1e6,
-     .use = {TRAIN(c.warmup_epochs, "--warmup-epochs E",
-                   "the rate ramps up linearly over E epochs (of N replicas'\n"
-                   "steps; Goyal et al. 2017; default 0: none, as TF's trainer)"),
+     .use = {TRAIN_OF("inception3", c.warmup_epochs, "--warmup-epochs E",
+                      "the rate ramps up linearly over E epochs (of N replicas'\n"
+                      "steps; Goyal et al. 2017; default 0: none, as TF's trainer)"),
              BENCH(c.warmup_epochs, "--warmup-epochs E", "linear warm-up of the rate (0)")}},
     {"--forward-only", PSG_OPT_FLAG,
      .use = {BENCH(c.forward_only, "--forward-only", "inference steps (no gradients)")}},
@@ -312,6 +320,11 @@ static const psg_cli_option_t rows[] = {
          "either CPU time, also a worker's X (N + b of them over N cores when\n"
          "more) and then the ps's CPU of the step serial (its critical path)")}},
     {"--worker-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.worker_cpu_ms, NULL, NULL)}},
+    {"--cpu-speed", PSG_OPT_REAL, 1e-6, 1e6,
+     .use = {SIM(cpu_speed, "--cpu-speed X",
+                 "the machine runs CPU work X times as fast as when the inputs\n"
+                 "were measured (a probe beside the run: bench/hosts.sh): the\n"
+                 "compute, the applies, the overheads and the CPU times / X (1)")}},
     {"--ps-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.ps_cpu_ms, NULL, NULL)}},
     /* simulate's ps, steps, workers and backups are a model's, not a cluster's: rows of their
      * own (a command sees one row a name) */

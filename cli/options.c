@@ -165,6 +165,19 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
     return 0;
 }
 
+int psg_cli_check_models(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model) {
+    for (int i = first; i < argc && strcmp(argv[i], "--"); i++) {
+        const psg_cli_option_t *o = find(cmd, argv[i]);
+        if (!o) continue;
+        const char *models = o->use[cmd].models;
+        if (models && strcmp(models, model))
+            return psg_error_set("%s is an option of --model %s, not of --model %s", argv[i],
+                                 models, model);
+        if (o->kind != PSG_OPT_FLAG) i++;
+    }
+    return 0;
+}
+
 void psg_cli_print_help(psg_cli_cmd_t cmd, FILE *f, int width) {
     int n;
     const psg_cli_option_t *rows = psg_cli_options(&n);

@@ -56,6 +56,7 @@ typedef struct {
     const char *help;    /* its text; a '\n' starts a line at the text's column */
     const char *heading; /* NULL, or a line printed before its own */
     int max;             /* PSG_AT_LIST, _PAIRS: values at most (0: PSG_CLI_LIST_MAX) */
+    const char *models;  /* train: the --model it is an option of ("inception3"); NULL: any */
 } psg_cli_use_t;
 
 /* A row: one flag, the same bounds for every command that takes it. */
@@ -114,6 +115,7 @@ typedef struct {
     const char *samples, *workers, *backups;
     const char *trace; /* the overlap model, calibrated from this trace */
     bool overlap;      /* the overlap model on the serial model's inputs */
+    double cpu_speed;  /* --cpu-speed: every CPU time divided by it (psg_sim_scale_cpu); 1 */
 } psg_simulate_args_t;
 
 typedef struct {
@@ -148,6 +150,10 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
  * take name. */
 int psg_cli_parse_one(psg_cli_cmd_t cmd, const char *name, const char *value, void *dst);
 /* --help's lines of cmd's options, in the table's order, the text at column width + 3. */
+/* A flag of argv (from first, up to a "--") that cmd's table gives to other models than
+ * `model`: -1 with the error naming the flag, its model and this one; else 0. A flag that
+ * would do nothing is refused, not ignored (psgraph train --model mlp --label-smoothing). */
+int psg_cli_check_models(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model);
 void psg_cli_print_help(psg_cli_cmd_t cmd, FILE *f, int width);
 /* "1,2,50" into v (at most cap counts, each in [lo, hi]); the count, or -1. */
 #define PSG_CLI_COUNTS_MAX 64

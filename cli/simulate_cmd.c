@@ -53,6 +53,7 @@ static int simulate_parse(int argc, char **argv, psg_simulate_args_t *a, int *wo
     a->c = psg_sim_defaults();
     a->c.overhead_ms = -1; /* not given: the serial model's 2, 0 with a trace (measured) */
     a->tail = (int)a->c.tail;
+    a->cpu_speed = 1;
     int rc = psg_cli_parse(PSG_CLI_SIMULATE, argc, argv, 1, a, NULL);
     if (rc == 1) usage(stdout);
     if (rc < 0) fprintf(stderr, "psgraph simulate: %s\n", psg_error_message());
@@ -217,11 +218,19 @@ int psg_cmd_simulate(int argc, char **argv) {
         free(sv);
         return 1;
     }
+    if (a.cpu_speed != 1) { /* after the calibration: the trace ran at the measured speed */
+        for (int i = 0; sv && i < c.n_samples; i++) sv[i] /= a.cpu_speed;
+        psg_sim_scale_cpu(&c, overlap ? &prof : NULL, a.cpu_speed);
+    }
     if (overlap)
         print_overlap_assumptions(&c, &prof);
     else
         print_serial_assumptions(&c);
     print_cpu_assumptions(&c, overlap ? prof.trace_workers : 0);
+    if (a.cpu_speed != 1)
+        printf("- CPU work %g times as fast as when measured: every compute and CPU time above\n"
+               "  is the measured one / %g\n",
+               a.cpu_speed, a.cpu_speed);
     int rc = 0;
     for (int i = 0; i < nw && rc == 0; i++)
         for (int j = 0; j < nb; j++) {

@@ -600,3 +600,22 @@ int psg_sim_calibrate(const psg_sim_config_t *c, psg_sim_profile_t *p, const cha
     }
     return 0;
 }
+
+int psg_sim_scale_cpu(psg_sim_config_t *c, psg_sim_profile_t *p, double speed) {
+    if (!(speed > 0) || !isfinite(speed))
+        return psg_error_set("simulate: CPU speed %g (must be > 0: 1 is the calibration's)", speed);
+    double k = 1 / speed;
+    c->step_ms *= k;
+    c->overhead_ms *= k;
+    c->worker_cpu_ms *= k;
+    c->ps_cpu_ms *= k;
+    if (!p) return 0;
+    p->compute_ms *= k;
+    p->overhead_ms *= k;
+    for (int i = 0; i < p->n_pulls; i++) p->pulls[i].at_ms *= k;
+    for (int j = 0; j < p->n_pushes; j++) {
+        p->pushes[j].at_ms *= k;
+        p->pushes[j].apply_ms *= k;
+    }
+    return 0;
+}

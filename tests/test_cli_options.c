@@ -158,6 +158,24 @@ int main(int argc, char **argv) {
     CHECK(args.server.lim.memory_bytes == 3 << 20);
     CHECK(parse2(PSG_CLI_TRAIN, "--steps", NULL) == -2);
     CHECK_ERROR_HAS("missing value for '--steps'");
+    /* an option of one model's: taken with it, refused with another, naming both; a flag's
+     * value is not read as a flag, nor is anything after "--" */
+    int of_one = 0;
+    for (int i = 0; i < n; i++) {
+        const char *m = rows[i].use[PSG_CLI_TRAIN].models;
+        if (!m) continue;
+        of_one++;
+        char *argv[] = {"psgraph", (char *)rows[i].name, "1", NULL};
+        int argc = rows[i].kind == PSG_OPT_FLAG ? 2 : 3;
+        CHECK(psg_cli_check_models(PSG_CLI_TRAIN, argc, argv, 1, m) == 0);
+        CHECK(psg_cli_check_models(PSG_CLI_TRAIN, argc, argv, 1, "mlp") < 0);
+        CHECK_ERROR_HAS(rows[i].name);
+        CHECK_ERROR_HAS("--model mlp");
+        CHECK_ERROR_HAS(m);
+    }
+    CHECK(of_one >= 10); /* inception3's recipe and batch norm */
+    char *valued[] = {"psgraph", "--logdir", "--label-smoothing", "--", "--aux", NULL};
+    CHECK(psg_cli_check_models(PSG_CLI_TRAIN, 5, valued, 1, "mlp") == 0);
     for (int c = 0; c < PSG_CLI_NUM_CMDS; c++) free(help[c]);
     return psg_test_summary();
 }

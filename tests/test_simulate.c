@@ -159,6 +159,22 @@ static void test_calibrate(void) {
     CHECK_ERROR_HAS("trace");
 }
 
+/* The CPU bounds' case: compute 5 ms and no bytes, one pull needed at once and one push at
+ * the end whose apply takes 1 ms, a trace of one worker. */
+static psg_sim_profile_t cpu_case(psg_sim_config_t *c, psg_sim_msg_t *pull, psg_sim_msg_t *push) {
+    *c = unit_config();
+    c->step_ms = 5;
+    c->bytes_per_step = 0;
+    *pull = (psg_sim_msg_t){0, 0, 0, 0};
+    *push = (psg_sim_msg_t){0, 5, 1, 0};
+    return (psg_sim_profile_t){.pulls = pull,
+                               .pushes = push,
+                               .n_pulls = 1,
+                               .n_pushes = 1,
+                               .compute_ms = 5,
+                               .trace_workers = 1};
+}
+
 /* The CPU bounds: workers of 10 ms CPU a step, the ps 4 ms with one worker (1 of it its
  * apply, 3 per worker served), compute 5 and no bytes, so the model alone says 5 + the
  * apply = 6 for any count of workers.
@@ -173,16 +189,9 @@ static void test_calibrate(void) {
  * Without CPU times the model's step stands; with workers of 1 ms and a ps of 2 it is the
  * larger (path 1 + 1 + 1 = 3). */
 static void test_cpu_bounds(void) {
-    psg_sim_config_t c = unit_config();
-    c.step_ms = 5;
-    c.bytes_per_step = 0;
-    psg_sim_msg_t pull = {0, 0, 0, 0}, push = {0, 5, 1, 0};
-    psg_sim_profile_t p = {.pulls = &pull,
-                           .pushes = &push,
-                           .n_pulls = 1,
-                           .n_pushes = 1,
-                           .compute_ms = 5,
-                           .trace_workers = 1};
+    psg_sim_config_t c;
+    psg_sim_msg_t pull, push;
+    psg_sim_profile_t p = cpu_case(&c, &pull, &push);
     psg_sim_result_t r;
     CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
     CHECK(r.cpu_step_ms == 0 && r.path_step_ms == 0);
@@ -248,6 +257,45 @@ static void test_cpu_bounds(void) {
     c.worker_cpu_ms = -1;
     CHECK(psg_sim_overlap_run(&c, &p, 1, 0, &r) < 0);
     CHECK_ERROR_HAS("worker CPU");
+}
+
+/* The machine twice as fast (psg_sim_scale_cpu): test_cpu_bounds' three workers and a
+ * backup on 2 cores and 1 ps (path 28 ms) take 14, every CPU time halved; where links bind
+ * they do not move: test_serial_profile's pull 10 + compute 30 + push 10 becomes 10 + 15 +
+ * 10. A speed of 0 is refused. */
+static void test_scale_cpu(void) {
+    psg_sim_config_t c;
+    psg_sim_msg_t pull, push;
+    psg_sim_profile_t p = cpu_case(&c, &pull, &push);
+    c.worker_cpu_ms = 10;
+    c.ps_cpu_ms = 4;
+    c.cores = 2;
+    psg_sim_result_t r;
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.step_ms, 28, 1e-9);
+    CHECK(psg_sim_scale_cpu(&c, &p, 2) == 0);
+    CHECK_NEAR(c.worker_cpu_ms, 5, 1e-12);
+    CHECK_NEAR(c.ps_cpu_ms, 2, 1e-12);
+    CHECK_NEAR(push.at_ms, 2.5, 1e-12);
+    CHECK_NEAR(push.apply_ms, 0.5, 1e-12);
+    CHECK(psg_sim_overlap_run(&c, &p, 3, 1, &r) == 0);
+    CHECK_NEAR(r.path_step_ms, 14, 1e-9);
+    CHECK_NEAR(r.step_ms, 14, 1e-9);
+    CHECK_NEAR(r.link_step_ms, 3, 1e-6); /* compute 2.5, then the apply 0.5 */
+    /* links only: a pull of 10 B and a push of 10 B on 1 B/ms links, compute 30: 50 ms;
+     * at twice the speed the compute is 15: 35 ms, the bytes' 20 ms unchanged */
+    psg_sim_config_t u = unit_config();
+    u.step_ms = 30;
+    u.bytes_per_step = 10;
+    psg_sim_msg_t m[2];
+    psg_sim_profile_serial(&u, m, &p);
+    CHECK(psg_sim_scale_cpu(&u, &p, 2) == 0);
+    CHECK(psg_sim_overlap_run(&u, &p, 1, 0, &r) == 0);
+    CHECK_NEAR(r.step_ms, 35, 1e-6);
+    CHECK(psg_sim_run(&u, 1, 0, &r) == 0); /* the serial model: its step_ms halved too */
+    CHECK_NEAR(r.compute_ms, 15, 1e-9);
+    CHECK(psg_sim_scale_cpu(&u, NULL, 0) < 0);
+    CHECK_ERROR_HAS("speed");
 }
 
 /* The ps's link in turn or first come, first served: 2 workers pull 10 B each (1 B/ms),
@@ -400,6 +448,7 @@ int main(void) {
     RUN_TEST(test_burst);
     RUN_TEST(test_calibrate);
     RUN_TEST(test_cpu_bounds);
+    RUN_TEST(test_scale_cpu);
     RUN_TEST(test_link_fifo);
     RUN_TEST(test_link_window);
     RUN_TEST(test_bad_profile);

@@ -177,4 +177,12 @@ void psg_sim_profile_free(psg_sim_profile_t *p);
  * model alone is already slower (said in *note when note is not NULL). -1 on a bad config. */
 int psg_sim_calibrate(const psg_sim_config_t *c, psg_sim_profile_t *p, const char **note);
 
+/* The machine runs CPU work `speed` times as fast as when c's and p's times were measured
+ * (a speed measured beside the run to predict: bench/hosts.sh's probe): every CPU time is
+ * divided by it: a worker's compute (c->step_ms; p's compute, when each pull is needed and
+ * each push made), the ps's applies, the overheads (c's and p's, calibrated first),
+ * c->worker_cpu_ms and c->ps_cpu_ms. The links do not change. c->samples are borrowed:
+ * the caller scales its own. p may be NULL. -1 with the error set when speed is not > 0. */
+int psg_sim_scale_cpu(psg_sim_config_t *c, psg_sim_profile_t *p, double speed);
+
 #endif
