@@ -96,6 +96,20 @@ static void usage(FILE *f) {
         "  --python P          the script's interpreter (default python3, found on PATH)\n");
 }
 
+/* The train options after "--" as every run's psgraph train will read them, before anything
+ * starts: an unknown one, a value out of range, one of another model's. */
+static int check_train_options(const compare_opts_t *o) {
+    char *argv[PSG_COMPARE_MAX_EXTRA + 1] = {"psgraph"};
+    for (int k = 0; k < o->n_extra; k++) argv[k + 1] = (char *)o->extra[k];
+    psg_train_args_t *t = calloc(1, sizeof *t);
+    if (!t) return psg_error_set("out of memory");
+    int rc = psg_cli_parse(PSG_CLI_TRAIN, o->n_extra + 1, argv, 1, t, NULL);
+    if (rc == 1) rc = psg_error_set("--help is not a train option for every run");
+    if (rc == 0) rc = psg_cli_check_models(PSG_CLI_TRAIN, o->n_extra + 1, argv, 1, o->model);
+    free(t);
+    return rc < 0 ? psg_error_wrap("after --, the train options of every run") : 0;
+}
+
 static int parse(int argc, char **argv, compare_opts_t *o) {
     *o = (compare_opts_t){.model = "mlp",
                           .straggler = "worker=all,dist=lognormal,median_ms=20,sigma=1",
@@ -148,7 +162,7 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
     for (int i = 0; i < o->strategies.n; i++) /* every one before anything starts */
         if (psg_sync_spec_check(o->strategies.v[i]) < 0)
             return psg_error_wrap("--strategy '%s'", o->strategies.v[i]);
-    return 0;
+    return o->script ? 0 : check_train_options(o);
 }
 
 /* Waits for the run pid, sampling the machine's load every 0.25 s meanwhile, into r's

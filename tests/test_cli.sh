@@ -153,6 +153,17 @@ for bad in "sycn|unknown strategy 'sycn' (closest: sync;" \
     --outdir "$nodir" --data synthetic -- --steps 1
   if [ -e "$nodir" ]; then echo "FAIL: compare --variant '${bad%%|*}' made $nodir"; fails=$((fails + 1)); rm -rf "$nodir"; fi
 done
+# so are the train options after --: unknown, out of range, another model's
+for bad in "--bogus|1|unknown option '--bogus'" "--batch|0|--batch: '0' is not an integer in [1," \
+           "--label-smoothing|0.1|--label-smoothing is an option of --model inception3, not of --model mlp"; do
+  IFS='|' read -r flag value want <<<"$bad"
+  nodir=$(mktemp -u /tmp/psg_test_cli_cmp.XXXXXX)
+  check 2 "after --, the train options of every run: $want" "$psgraph" compare --outdir "$nodir" \
+    --data synthetic -- --steps 1 "$flag" "$value"
+  if [ -e "$nodir" ]; then echo "FAIL: compare -- $flag $value made $nodir"; fails=$((fails + 1)); rm -rf "$nodir"; fi
+done
+check 2 "--label-smoothing is an option of --model inception3, not of --model mlp" \
+  "$psgraph" train --model mlp --label-smoothing 0.1
 cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot
