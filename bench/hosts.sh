@@ -264,9 +264,10 @@ print(json.dumps({"ratio": r("predicted_steps_per_sec"), "cores_ratio": r("cores
 # "case" naming it (PSG_HOSTS_CALIBRATE=once: only at the start): this VM runs the same work
 # up to 1.5x slower from one minute to the next (docs/hosts.md), so a calibration minutes
 # old does not describe the machine a case runs on.
+cal_trace=$HOSTS_DIR/calibration.json
+trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
+calibrate_each=$([ "${PSG_HOSTS_CALIBRATE:-each}" = each ] && echo 1)
 calibrate() { # [CASE]
-  cal_trace=$HOSTS_DIR/calibration.json
-  trace_n=$((steps < 100 ? 2 * steps : 200)) # steps traced: their medians ride out a burst of load
   # (the CPU a step of the worker and the ps likewise: the difference of the two runs' CPU
   # time; what is left of the first, its fixed part, is taken off the other runs' CPU)
   read -r _ txa _ cpua <<<"$(run_steps $((10 * steps)) 1 --trace "$cal_trace" --trace-steps $((5 * steps)):$((5 * steps + trace_n)))"
@@ -302,7 +303,7 @@ print(round((a + 2 * b) / 3, 4) if a and b else 0)' "$cpua" "$cpub")
     --latency-ms 0.05 --overhead-ms 0 --cores "$cores" --worker-cpu-ms "$wcpu" --ps-cpu-ms "$pcpu" |
     sed -n 's/^{"simulate":"calibration",/{"bench":"hosts_calibration_trace",/p'
 }
-[ "${PSG_HOSTS_CALIBRATE:-each}" = each ] || calibrate
+[ -n "$calibrate_each" ] || calibrate
 
 # 2. W = 1..4 over 100 Mbit/s and 1 Gbit/s caps on every link; the ps's TCP flows keep a
 # window each in its link's queue (BBR's congestion window, `ss -tin` on p0 during such runs:
@@ -312,7 +313,7 @@ for rate in 100mbit 1gbit; do
   gbps=$(python3 -c "print($(tc_rate_bps "$rate") / 1e9)")
   window=$([ "$rate" = 1gbit ] && echo 480000 || echo 250000)
   for w in 1 2 3 4; do
-    if [ "${PSG_HOSTS_CALIBRATE:-each}" = each ]; then
+    if [ -n "$calibrate_each" ]; then
       for h in p0 w0 w1 w2 w3; do hosts_uncap "$h"; done
       calibrate "$rate, W = $w"
       for h in p0 w0 w1 w2 w3; do hosts_cap "$h" "$rate"; done
@@ -334,7 +335,7 @@ done
 for b in 0 1; do
   n=$((3 - b))
   for slow in none 50mbit; do
-    [ "${PSG_HOSTS_CALIBRATE:-each}" = each ] && calibrate "w2 $slow, b = $b"
+    [ -n "$calibrate_each" ] && calibrate "w2 $slow, b = $b"
     args=(--link-gbps "$line")
     if [ "$slow" = 50mbit ]; then
       hosts_cap w2 50mbit

@@ -320,12 +320,12 @@ static const psg_cli_option_t rows[] = {
          "either CPU time, also a worker's X (N + b of them over N cores when\n"
          "more) and then the ps's CPU of the step serial (its critical path)")}},
     {"--worker-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.worker_cpu_ms, NULL, NULL)}},
+    {"--ps-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.ps_cpu_ms, NULL, NULL)}},
     {"--cpu-speed", PSG_OPT_REAL, 1e-6, 1e6,
      .use = {SIM(cpu_speed, "--cpu-speed X",
-                 "the machine runs CPU work X times as fast as when the inputs\n"
-                 "were measured (a probe beside the run: bench/hosts.sh): the\n"
-                 "compute, the applies, the overheads and the CPU times / X (1)")}},
-    {"--ps-cpu-ms", PSG_OPT_REAL, 0, 1e9, .use = {SIM(c.ps_cpu_ms, NULL, NULL)}},
+                 "the machine runs CPU work X times as fast as the one the inputs\n"
+                 "were measured on: the compute, the applies, the overheads and\n"
+                 "the CPU times / X (default 1)")}},
     /* simulate's ps, steps, workers and backups are a model's, not a cluster's: rows of their
      * own (a command sees one row a name) */
     {"--ps", PSG_OPT_INT, 0, 100000,

@@ -149,11 +149,11 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
 /* One flag's value through the table into dst (as psg_cli_parse); 0 when cmd does not
  * take name. */
 int psg_cli_parse_one(psg_cli_cmd_t cmd, const char *name, const char *value, void *dst);
-/* --help's lines of cmd's options, in the table's order, the text at column width + 3. */
 /* A flag of argv (from first, up to a "--") that cmd's table gives to other models than
  * `model`: -1 with the error naming the flag, its model and this one; else 0. A flag that
  * would do nothing is refused, not ignored (psgraph train --model mlp --label-smoothing). */
 int psg_cli_check_models(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model);
+/* --help's lines of cmd's options, in the table's order, the text at column width + 3. */
 void psg_cli_print_help(psg_cli_cmd_t cmd, FILE *f, int width);
 /* "1,2,50" into v (at most cap counts, each in [lo, hi]); the count, or -1. */
 #define PSG_CLI_COUNTS_MAX 64

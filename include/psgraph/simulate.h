@@ -177,8 +177,8 @@ void psg_sim_profile_free(psg_sim_profile_t *p);
  * model alone is already slower (said in *note when note is not NULL). -1 on a bad config. */
 int psg_sim_calibrate(const psg_sim_config_t *c, psg_sim_profile_t *p, const char **note);
 
-/* The machine runs CPU work `speed` times as fast as when c's and p's times were measured
- * (a speed measured beside the run to predict: bench/hosts.sh's probe): every CPU time is
+/* The machine runs CPU work `speed` times as fast as the one c's and p's times were measured
+ * on (a what-if: a faster machine, a faster minute of a shared one): every CPU time is
  * divided by it: a worker's compute (c->step_ms; p's compute, when each pull is needed and
  * each push made), the ps's applies, the overheads (c's and p's, calibrated first),
  * c->worker_cpu_ms and c->ps_cpu_ms. The links do not change. c->samples are borrowed:
