@@ -3,6 +3,8 @@
 #include "cli/serving_cmds.h"
 #include "ops/cpu/blas.h"
 #include "psgraph/curve.h"
+#include "psgraph/error.h"
+#include "psgraph/fp_mode.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +52,11 @@ static void log_line(void *ctx, const char *line) {
 int main(int argc, char **argv) {
     /* before any thread starts: it may set OPENBLAS_CORETYPE, inherited by the tasks we start */
     psg_blas_init();
+    if (psg_fp_mode_from_env() < 0) {
+        fprintf(stderr, "psgraph: %s\n", psg_error_message());
+        return 2;
+    }
+    (void)psg_fp_enter(); /* this thread's and every thread's it starts: all of the process */
     psg_net_set_log(log_line, NULL);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

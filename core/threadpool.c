@@ -2,6 +2,7 @@
  * A parallel_for caller works through its own chunks, so a kernel running on
  * a pool thread never deadlocks waiting for a busy pool. */
 #include "psgraph/error.h"
+#include "psgraph/fp_mode.h"
 #include "psgraph/threadpool.h"
 
 #include <pthread.h>
@@ -77,7 +78,9 @@ static void *worker_main(void *arg) {
         t->next = p->free_tasks;
         p->free_tasks = t;
         pthread_mutex_unlock(&p->lock);
+        unsigned fp = psg_fp_enter(); /* a task is a kernel's share: its mode */
         fn(targ);
+        psg_fp_leave(fp);
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);

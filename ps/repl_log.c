@@ -5,6 +5,7 @@
 #include "ops/params.h"
 #include "psgraph/device.h"
 #include "psgraph/error.h"
+#include "psgraph/fp_mode.h"
 #include "psgraph/graph.h"
 #include "psgraph/kernel.h"
 #include "psgraph/op.h"
@@ -697,7 +698,9 @@ static int replay_line(psg_repl_log_t *l, psg_resource_mgr_t *rm, psg_applied_t 
                                 .device = -1,
                                 .params = c->params,
                                 .state = c->state};
+        unsigned fp = psg_fp_enter(); /* the primary's mode: the same bits */
         rc = psg_node_def(c->node)->cpu(&ctx);
+        psg_fp_leave(fp);
     }
     /* the copies hold this update: a retry of it here does not apply it twice */
     for (int i = 0; rc == 0 && writer[0] && i < nin; i++)

@@ -11,6 +11,7 @@
 #include "psgraph/device.h"
 #include "psgraph/device_name.h"
 #include "psgraph/error.h"
+#include "psgraph/fp_mode.h"
 #include "psgraph/rendezvous.h"
 
 #include <pthread.h>
@@ -283,7 +284,9 @@ static int execute_node_io(run_t *r, plan_node_t *pn, node_io_t *io) {
                                .device = pn->device - 1,
                                .params = pn->params,
                                .state = pn->state};
+        unsigned fp = psg_fp_enter(); /* denormals as the process chose, on any thread */
         rc = pn->kernel(&kc);
+        psg_fp_leave(fp);
         for (int i = 0; i < ni; i++) psg_tensor_destroy(&moved[i]);
         if (rc == 0 && async) return 1; /* a belongs to psg_async_op_done now */
         for (int o = 0; rc == 0 && o < no; o++)

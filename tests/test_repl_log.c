@@ -365,8 +365,45 @@ static void test_batched_ids(void) {
     rig_close(&r);
 }
 
+/* Gradients of 1e-37 make Adam's first moment 1e-38, a denormal: flushed to zero by the
+ * primary's kernel (the process's choice, core/fp_mode.c), and by the backup's replay too,
+ * which runs here on this test's thread, whose own mode keeps denormals. */
+static void test_denormals_replayed_bitwise(void) {
+    psg_fp_set_flush_denormals(false);
+    unsigned outer = psg_fp_enter();
+    psg_fp_set_flush_denormals(true);
+    rig_t r;
+    rig_open(&r);
+    full_copy(&r);
+    psg_shape_t s = psg_shape_1d(N);
+    float g[N];
+    for (int i = 0; i < N; i++) g[i] = 1e-37f;
+    psg_tensor_t *vals[2] = {psg_test_tensor(&s, g), psg_tensor_scalar_f32(0.01f)};
+    psg_endpoint_t feeds[2] = {r.grad, r.lr};
+    CHECK(psg_session_run(r.sess, 2, feeds, vals, 0, NULL, NULL, 1, &r.train) == 0);
+    psg_tensor_destroy(&vals[0]);
+    psg_tensor_destroy(&vals[1]);
+    int values = 0, replays = 0;
+    size_t bytes = 0;
+    forward(&r, &values, &replays, &bytes);
+    CHECK(values == 0 && replays >= 4);
+    CHECK(same_bytes(&r));
+    psg_resource_mgr_t *rm = psg_session_resources(r.sess);
+    int flushed = 0;
+    for (int i = 0; i < psg_resource_num_variables(rm); i++) {
+        psg_variable_t *v = psg_resource_variable_at(rm, i);
+        if (strcmp(v->name, "w/Adam")) continue;
+        const float *m = v->value->data;
+        for (int k = 0; k < N; k++) flushed += m[k] == 0.0f;
+    }
+    CHECK(flushed == N); /* the case is a denormal's: 0.1 * 1e-37 */
+    rig_close(&r);
+    psg_fp_leave(outer);
+}
+
 int main(void) {
     RUN_TEST(test_replayed_bitwise);
+    RUN_TEST(test_denormals_replayed_bitwise);
     RUN_TEST(test_by_value);
     RUN_TEST(test_gradient_of_a_variable);
     RUN_TEST(test_bad_lines);

@@ -61,7 +61,7 @@ PUBLIC_ONLY = {"python"}
 
 # include/psgraph/<name>.h -> the layer that defines what it declares.
 PUBLIC = {
-    "core": ["error", "clock", "tensor", "threadpool", "half"],
+    "core": ["error", "clock", "tensor", "threadpool", "half", "fp_mode"],
     "graph": ["graph", "op", "resource", "serialize", "device_name"],
     "ops": ["kernel", "ops_array", "ops_math", "ops_nn", "ops_train", "ops_sparse", "precision", "device", "rendezvous"],
     "runtime": ["autodiff", "optimizer", "placement", "session", "trace", "op_profile"],

@@ -6,6 +6,7 @@
 #include "psgraph/clock.h"
 #include "psgraph/tensor.h"
 #include "psgraph/threadpool.h"
+#include "psgraph/fp_mode.h"
 #include "psgraph/graph.h"
 #include "psgraph/op.h"
 #include "psgraph/kernel.h"

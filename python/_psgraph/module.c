@@ -154,6 +154,10 @@ static int add_functions(PyObject *m, PyMethodDef *defs) {
 
 PyMODINIT_FUNC PyInit__psgraph(void) {
     import_array();
+    if (psg_fp_mode_from_env() < 0) { /* the kernels' denormals: a bad value is an error */
+        PyErr_SetString(PyExc_ValueError, psg_error_message());
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
     PyTypeObject *types[] = {&psg_py_graph_type,        &psg_py_session_type,

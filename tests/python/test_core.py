@@ -321,3 +321,36 @@ def test_make_callable(sess):
     a, b = f(np.array([1.0, 2.0], np.float32))
     np.testing.assert_array_equal(a, [2, 4])
     np.testing.assert_array_equal(b, [2, 3])
+
+
+
+_DENORMALS = """
+import numpy as np
+import psgraph.compat.v1 as tf
+x = np.full([4], 2e-38, np.float32)          # normal; a quarter of it is a denormal
+with tf.Session() as s:
+    print(s.run(tf.constant(x) * tf.constant(np.float32(0.25))).tolist())
+print((x * np.float32(0.25)).tolist())
+"""
+
+
+@pytest.mark.parametrize("mode", [None, "flush", "keep", "bad"])
+def test_denormals(mode):
+    """psgraph's kernels flush denormal floats to zero, as TensorFlow's CPU kernels do
+    (PSGRAPH_DENORMALS=keep keeps them, as numpy does); numpy in the same process, after a
+    psgraph run, still computes them: the caller's thread keeps its own mode."""
+    import ast
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "PSGRAPH_DENORMALS"}
+    if mode:
+        env["PSGRAPH_DENORMALS"] = mode
+    r = subprocess.run([sys.executable, "-c", _DENORMALS], capture_output=True, text=True,
+                       env=env)
+    if mode == "bad":
+        assert r.returncode != 0
+        assert "PSGRAPH_DENORMALS='bad': expected flush or keep" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    ours, numpy_after = (ast.literal_eval(line) for line in r.stdout.splitlines())
+    assert numpy_after == [float(np.float32(5e-39))] * 4
+    assert ours == ([0.0] * 4 if mode != "keep" else numpy_after)
