@@ -105,7 +105,9 @@ static int check_train_options(const compare_opts_t *o) {
     if (!t) return psg_error_set("out of memory");
     int rc = psg_cli_parse(PSG_CLI_TRAIN, o->n_extra + 1, argv, 1, t, NULL);
     if (rc == 1) rc = psg_error_set("--help is not a train option for every run");
-    if (rc == 0) rc = psg_cli_check_models(PSG_CLI_TRAIN, o->n_extra + 1, argv, 1, o->model);
+    if (rc == 0)
+        rc = psg_cli_check_scope(PSG_CLI_TRAIN, o->n_extra + 1, argv, 1, o->model,
+                                 o->data ? o->data : t->c.data);
     free(t);
     return rc < 0 ? psg_error_wrap("after --, the train options of every run") : 0;
 }

@@ -91,9 +91,14 @@ static const char *const tail_words[] = {"none", "normal", "lognormal", "pareto"
 #define AT(T, f) .at = offsetof(T, f) + 1, .ctype = CTYPE(((T *)0)->f)
 #define USE(cmd, T, f, l, h) [cmd] = {AT(T, f), .label = l, .help = h}
 #define TRAIN(f, l, h) USE(PSG_CLI_TRAIN, psg_train_args_t, f, l, h)
-/* an option of one model's only: refused with another (psg_cli_check_models) */
+/* an option of one model's only: refused with another (psg_cli_check_scope) */
 #define TRAIN_OF(m, f, l, h)                                                                       \
     [PSG_CLI_TRAIN] = {AT(psg_train_args_t, f), .label = l, .help = h, .models = m}
+/* an option of one data set's only; of a model's or a data set's */
+#define TRAIN_DATA(d, f, l, h)                                                                     \
+    [PSG_CLI_TRAIN] = {AT(psg_train_args_t, f), .label = l, .help = h, .data = d}
+#define TRAIN_OF_OR_DATA(m, d, f, l, h)                                                            \
+    [PSG_CLI_TRAIN] = {AT(psg_train_args_t, f), .label = l, .help = h, .models = m, .data = d}
 #define BENCH(f, l, h) USE(PSG_CLI_BENCH, psg_bench_opts_t, f, l, h)
 #define LAUNCH(f) USE(PSG_CLI_LAUNCH, psg_launch_args_t, f, NULL, NULL)
 #define COMPARE(f) USE(PSG_CLI_COMPARE, psg_compare_args_t, f, NULL, NULL)
@@ -135,43 +140,43 @@ static const psg_cli_option_t rows[] = {
                    "imagenet: the folder of TF's shards (train-*, validation-*)"),
              BENCH(c.data_dir, "--data-dir DIR", "ImageNet TFRecord shards (train-*)")}},
     {"--eval-data", PSG_OPT_STRING,
-     .use = {TRAIN(c.eval_data, "--eval-data DIR|PATTERN",
-                   "imagenet: the validation shards, a folder's validation-* or a\n"
-                   "pattern (default: --data-dir's validation-*)"),
+     .use = {TRAIN_DATA("imagenet", c.eval_data, "--eval-data DIR|PATTERN",
+                        "imagenet: the validation shards, a folder's validation-* or a\n"
+                        "pattern (default: --data-dir's validation-*)"),
              BENCH(c.eval_data, "--eval-data DIR|PATTERN",
                    "the validation shards (default: --data-dir's validation-*)")}},
     {"--label-offset", PSG_OPT_INT, 0, 1,
-     .use = {TRAIN(c.label_offset, "--label-offset 0|1",
-                   "imagenet: subtracted from image/class/label: 0 keeps TF's\n"
-                   "labels 1..C and 0 as the unused background (C + 1 logits, as\n"
-                   "TF's trainer and slim checkpoints; default), 1 gives C logits"),
+     .use = {TRAIN_DATA("imagenet", c.label_offset, "--label-offset 0|1",
+                        "imagenet: subtracted from image/class/label: 0 keeps TF's\n"
+                        "labels 1..C and 0 as the unused background (C + 1 logits, as\n"
+                        "TF's trainer and slim checkpoints; default), 1 gives C logits"),
              BENCH(c.label_offset, "--label-offset 0|1",
                    "0: C + 1 logits with TF's background class (default); 1: C")}},
     {"--no-distort", PSG_OPT_FLAG,
-     .use = {TRAIN(c.no_distort, "--no-distort",
-                   "imagenet: training images centrally cropped as the evaluation's\n"
-                   "(default: inception_preprocessing's distortions)")}},
+     .use = {TRAIN_DATA("imagenet", c.no_distort, "--no-distort",
+                        "imagenet: training images centrally cropped as the evaluation's\n"
+                        "(default: inception_preprocessing's distortions)")}},
     {"--compression", PSG_OPT_STRING, .check = check_compression,
-     .use = {TRAIN(c.compression, "--compression auto|none|gzip|zlib",
-                   "imagenet: of the shards (default auto: from each file's first bytes)"),
+     .use = {TRAIN_DATA("imagenet", c.compression, "--compression auto|none|gzip|zlib",
+                        "imagenet: of the shards (default auto: from each file's first bytes)"),
              BENCH(c.compression, "--compression auto|none|gzip|zlib",
                    "of the shards (default auto: from each file's first bytes)")}},
     {"--dct-method", PSG_OPT_STRING, .check = check_dct_method,
-     .use = {TRAIN(c.dct_method, "--dct-method INTEGER_FAST|INTEGER_ACCURATE",
-                   "imagenet: the JPEG inverse DCT, as decode_jpeg's dct_method\n"
-                   "(default INTEGER_FAST: TensorFlow's default decode_jpeg)"),
+     .use = {TRAIN_DATA("imagenet", c.dct_method, "--dct-method INTEGER_FAST|INTEGER_ACCURATE",
+                        "imagenet: the JPEG inverse DCT, as decode_jpeg's dct_method\n"
+                        "(default INTEGER_FAST: TensorFlow's default decode_jpeg)"),
              BENCH(c.dct_method, "--dct-method INTEGER_FAST|INTEGER_ACCURATE",
                    "the JPEG inverse DCT, as decode_jpeg's dct_method (default\n"
                    "INTEGER_FAST: TensorFlow's default decode_jpeg, pixel for pixel)")}},
     {"--buckets", PSG_OPT_INT, 1, 1099511627776.0,
-     .use = {TRAIN(c.buckets, "--buckets N",
-                   "wide-deep: hash buckets per categorical field (default 1000000)")}},
+     .use = {TRAIN_OF("wide-deep", c.buckets, "--buckets N",
+                      "wide-deep: hash buckets per categorical field (default 1000000)")}},
     {"--table-shards", PSG_OPT_INT, 1, 64,
-     .use = {TRAIN(c.table_shards, "--table-shards N",
-                   "wide-deep: the embedding table's shards (default 1, or the ps tasks)")}},
+     .use = {TRAIN_OF("wide-deep", c.table_shards, "--table-shards N",
+                      "wide-deep: the embedding table's shards (default 1, or the ps tasks)")}},
     {"--partition-strategy", PSG_OPT_WORDS, .words = partition_words,
-     .use = {TRAIN(c.partition_strategy, "--partition-strategy mod|div",
-                   "wide-deep: which shard holds an id (default mod)")}},
+     .use = {TRAIN_OF("wide-deep", c.partition_strategy, "--partition-strategy mod|div",
+                      "wide-deep: which shard holds an id (default mod)")}},
     {"--ps-memory-limit", PSG_OPT_BYTES, 1, 9e18,
      .use = {TRAIN(c.ps_memory_limit, "--ps-memory-limit N[K|M|G]",
                    "bytes of variables one ps task may hold: the wide-deep table\n"
@@ -189,14 +194,14 @@ static const psg_cli_option_t rows[] = {
      .use = {BENCH(c.bench_warmup, "--warmup W", "untimed steps first (default 2)")}},
     {"--image-size", PSG_OPT_INT, 75, 4096,
      .use = {DATA(image_size, "--image-size S", "imagenet: height and width (default 75)"),
-             TRAIN(c.image_size, "--image-size S",
-                   "inception3: input height and width, >= 75 (default 299)"),
+             TRAIN_OF_OR_DATA("inception3", "imagenet", c.image_size, "--image-size S",
+                              "inception3: input height and width, >= 75 (default 299)"),
              BENCH(c.image_size, "--image-size S", "input height and width, >= 75 (default 299)")}},
     {"--classes", PSG_OPT_INT, 2, 1e6,
      .use = {DATA(classes, "--classes C", "imagenet: 2..10 shapes (default 10)"),
-             TRAIN(c.classes, "--classes C",
-                   "inception3: the data's classes (default 1000; imagenet at\n"
-                   "--label-offset 0: C + 1 logits)"),
+             TRAIN_OF_OR_DATA("inception3", "imagenet", c.classes, "--classes C",
+                              "inception3: the data's classes (default 1000; imagenet at\n"
+                              "--label-offset 0: C + 1 logits)"),
              BENCH(c.classes, "--classes C", "(default 1000)")}},
     {"--aux", PSG_OPT_FLAG,
      .use = {TRAIN_OF("inception3", c.aux, "--aux",
@@ -372,8 +377,8 @@ static const psg_cli_option_t rows[] = {
              BENCH(c.threads, "--threads T", "compute threads (default: the cores)"),
              SERVER(threads, "--threads T", "executor threads per step (default 1)")}},
     {"--decode-threads", PSG_OPT_INT, 1, 1024,
-     .use = {TRAIN(c.decode_threads, "--decode-threads T",
-                   "imagenet: JPEG decode and preprocessing threads (default 2)"),
+     .use = {TRAIN_DATA("imagenet", c.decode_threads, "--decode-threads T",
+                        "imagenet: JPEG decode and preprocessing threads (default 2)"),
              BENCH(c.decode_threads, "--decode-threads T", "JPEG decode threads (default 2)")}},
     {"--idle-timeout", PSG_OPT_REAL, 0, 1e9,
      .use = {SERVER(idle, "--idle-timeout S",

@@ -165,14 +165,24 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
     return 0;
 }
 
-int psg_cli_check_models(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model) {
+int psg_cli_check_scope(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model,
+                        const char *data) {
+    if (!data) data = !strcmp(model, "inception3") ? "synthetic" : "fashion-mnist";
     for (int i = first; i < argc && strcmp(argv[i], "--"); i++) {
         const psg_cli_option_t *o = find(cmd, argv[i]);
         if (!o) continue;
-        const char *models = o->use[cmd].models;
-        if (models && strcmp(models, model))
-            return psg_error_set("%s is an option of --model %s, not of --model %s", argv[i],
-                                 models, model);
+        const char *m = o->use[cmd].models, *d = o->use[cmd].data;
+        bool taken = (!m && !d) || (m && !strcmp(m, model)) || (d && !strcmp(d, data));
+        if (!taken && m && d)
+            return psg_error_set("%s is an option of --model %s or --data %s, not of --model %s "
+                                 "--data %s",
+                                 argv[i], m, d, model, data);
+        if (!taken && m)
+            return psg_error_set("%s is an option of --model %s, not of --model %s", argv[i], m,
+                                 model);
+        if (!taken)
+            return psg_error_set("%s is an option of --data %s, not of --data %s", argv[i], d,
+                                 data);
         if (o->kind != PSG_OPT_FLAG) i++;
     }
     return 0;

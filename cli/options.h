@@ -57,6 +57,8 @@ typedef struct {
     const char *heading; /* NULL, or a line printed before its own */
     int max;             /* PSG_AT_LIST, _PAIRS: values at most (0: PSG_CLI_LIST_MAX) */
     const char *models;  /* train: the --model it is an option of ("inception3"); NULL: any */
+    const char *data;    /* train: the --data it is an option of ("imagenet"); NULL: any; with
+                            models: an option of either */
 } psg_cli_use_t;
 
 /* A row: one flag, the same bounds for every command that takes it. */
@@ -150,9 +152,12 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
  * take name. */
 int psg_cli_parse_one(psg_cli_cmd_t cmd, const char *name, const char *value, void *dst);
 /* A flag of argv (from first, up to a "--") that cmd's table gives to other models than
- * `model`: -1 with the error naming the flag, its model and this one; else 0. A flag that
- * would do nothing is refused, not ignored (psgraph train --model mlp --label-smoothing). */
-int psg_cli_check_models(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model);
+ * `model` or to other data sets than `data` (NULL: the model's default, as psgraph train's:
+ * inception3 synthetic, the others fashion-mnist): -1 with the error naming the flag, what it
+ * is an option of and what this run is; else 0. A flag that would do nothing is refused, not
+ * ignored (psgraph train --model mlp --label-smoothing, --data fashion-mnist --classes 5). */
+int psg_cli_check_scope(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model,
+                        const char *data);
 /* --help's lines of cmd's options, in the table's order, the text at column width + 3. */
 void psg_cli_print_help(psg_cli_cmd_t cmd, FILE *f, int width);
 /* "1,2,50" into v (at most cap counts, each in [lo, hi]); the count, or -1. */

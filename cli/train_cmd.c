@@ -34,7 +34,7 @@ static int train_parse(int argc, char **argv, psg_train_args_t *a) {
     a->c.insecure = insecure_env && !strcmp(insecure_env, "1");
     int rc = psg_cli_parse(PSG_CLI_TRAIN, argc, argv, 1, a, NULL);
     if (rc) return rc;
-    if (psg_cli_check_models(PSG_CLI_TRAIN, argc, argv, 1, a->c.model) < 0) return -1;
+    if (psg_cli_check_scope(PSG_CLI_TRAIN, argc, argv, 1, a->c.model, a->c.data) < 0) return -1;
     psg_cli_list_drop(&a->stragglers, "none");
     a->c.stragglers = a->stragglers.v;
     a->c.num_stragglers = a->stragglers.n;

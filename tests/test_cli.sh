@@ -155,7 +155,8 @@ for bad in "sycn|unknown strategy 'sycn' (closest: sync;" \
 done
 # so are the train options after --: unknown, out of range, another model's
 for bad in "--bogus|1|unknown option '--bogus'" "--batch|0|--batch: '0' is not an integer in [1," \
-           "--label-smoothing|0.1|--label-smoothing is an option of --model inception3, not of --model mlp"; do
+           "--label-smoothing|0.1|--label-smoothing is an option of --model inception3, not of --model mlp" \
+           "--label-offset|1|--label-offset is an option of --data imagenet, not of --data synthetic"; do
   IFS='|' read -r flag value want <<<"$bad"
   nodir=$(mktemp -u /tmp/psg_test_cli_cmp.XXXXXX)
   check 2 "after --, the train options of every run: $want" "$psgraph" compare --outdir "$nodir" \
@@ -164,6 +165,11 @@ for bad in "--bogus|1|unknown option '--bogus'" "--batch|0|--batch: '0' is not a
 done
 check 2 "--label-smoothing is an option of --model inception3, not of --model mlp" \
   "$psgraph" train --model mlp --label-smoothing 0.1
+# and a data set's options with another data set (they would do nothing)
+check 2 "--classes is an option of --model inception3 or --data imagenet, not of --model mlp --data fashion-mnist" \
+  "$psgraph" train --model mlp --classes 5
+check 2 "--decode-threads is an option of --data imagenet, not of --data synthetic" \
+  "$psgraph" train --model cnn --data synthetic --decode-threads 3
 cmpdir=$(mktemp -d)
 if command -v gnuplot >/dev/null; then
   # two strategies on the same short synthetic run: a JSON line each, both ran, one plot

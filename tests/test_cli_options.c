@@ -160,22 +160,32 @@ int main(int argc, char **argv) {
     CHECK_ERROR_HAS("missing value for '--steps'");
     /* an option of one model's: taken with it, refused with another, naming both; a flag's
      * value is not read as a flag, nor is anything after "--" */
-    int of_one = 0;
+    int of_one = 0, of_data = 0, of_either = 0;
     for (int i = 0; i < n; i++) {
-        const char *m = rows[i].use[PSG_CLI_TRAIN].models;
-        if (!m) continue;
-        of_one++;
+        const char *m = rows[i].use[PSG_CLI_TRAIN].models, *d = rows[i].use[PSG_CLI_TRAIN].data;
+        if (!m && !d) continue;
         char *argv[] = {"psgraph", (char *)rows[i].name, "1", NULL};
         int argc = rows[i].kind == PSG_OPT_FLAG ? 2 : 3;
-        CHECK(psg_cli_check_models(PSG_CLI_TRAIN, argc, argv, 1, m) == 0);
-        CHECK(psg_cli_check_models(PSG_CLI_TRAIN, argc, argv, 1, "mlp") < 0);
+        if (m) CHECK(psg_cli_check_scope(PSG_CLI_TRAIN, argc, argv, 1, m, NULL) == 0);
+        if (d) CHECK(psg_cli_check_scope(PSG_CLI_TRAIN, argc, argv, 1, "mlp", d) == 0);
+        CHECK(psg_cli_check_scope(PSG_CLI_TRAIN, argc, argv, 1, "mlp", NULL) < 0);
         CHECK_ERROR_HAS(rows[i].name);
-        CHECK_ERROR_HAS("--model mlp");
-        CHECK_ERROR_HAS(m);
+        CHECK_ERROR_HAS(m ? "--model mlp" : "--data fashion-mnist");
+        CHECK_ERROR_HAS(m ? m : d);
+        if (d) CHECK_ERROR_HAS(d);
+        of_one += m && !d, of_data += d && !m, of_either += m && d;
     }
-    CHECK(of_one >= 10); /* inception3's recipe and batch norm */
+    CHECK(of_one >= 13);   /* inception3's recipe and batch norm, wide-deep's table */
+    CHECK(of_data >= 6);   /* the ImageNet reader's */
+    CHECK(of_either == 2); /* --image-size, --classes */
+    /* the data named, or the model's default: inception3's synthetic images are sized */
+    char *sized[] = {"psgraph", "--classes", "5", NULL};
+    CHECK(psg_cli_check_scope(PSG_CLI_TRAIN, 3, sized, 1, "inception3", NULL) == 0);
+    CHECK(psg_cli_check_scope(PSG_CLI_TRAIN, 3, sized, 1, "cnn", "synthetic") < 0);
+    CHECK_ERROR_HAS("--classes is an option of --model inception3 or --data imagenet, not of "
+                    "--model cnn --data synthetic");
     char *valued[] = {"psgraph", "--logdir", "--label-smoothing", "--", "--aux", NULL};
-    CHECK(psg_cli_check_models(PSG_CLI_TRAIN, 5, valued, 1, "mlp") == 0);
+    CHECK(psg_cli_check_scope(PSG_CLI_TRAIN, 5, valued, 1, "mlp", NULL) == 0);
     for (int c = 0; c < PSG_CLI_NUM_CMDS; c++) free(help[c]);
     return psg_test_summary();
 }
