@@ -283,10 +283,14 @@ static void fail_pulls_of(psg_remote_rv_t *r, int peer, const char *why) {
     pthread_mutex_unlock(&r->lock);
 }
 
+/* How often the puller looks for peers lost while their pulls wait (the peer timeout tells). */
+#define CHECK_SEC 0.25
+
 static void *puller_main(void *arg) {
     psg_remote_rv_t *r = arg;
     zmq_pollitem_t *items = NULL;
     int *item_peer = NULL, cap = 0;
+    double next_check = psg_now_sec() + CHECK_SEC;
     for (;;) {
         pthread_mutex_lock(&r->lock);
         bool stop = r->stop;
@@ -316,13 +320,19 @@ static void *puller_main(void *arg) {
                 items[n++] = (zmq_pollitem_t){events, 0, ZMQ_POLLIN, 0};
             }
         }
-        /* woken at least every 250 ms: a pull sent after its connection went down hears
-         * nothing more, its loss is told by the time it stays down (psg_client_check) */
-        int woke = zmq_poll(items, n, 250);
+        /* woken at least every CHECK_SEC: a pull sent after its connection went down hears
+         * nothing more, its loss is told by the time it stays down (psg_client_check). Every
+         * CHECK_SEC whether woken or not: the other peers' replies and new pulls (a failover's
+         * steps) may wake it more often than that for as long as the lost peer's pulls wait */
+        int woke = zmq_poll(items, n, (long)(CHECK_SEC * 1000));
         if (woke < 0) continue; /* EINTR */
-        for (int k = 1; woke == 0 && k < n; k++)
-            if (item_peer[k] >= 0 && psg_client_check(r->peers[item_peer[k]].client) < 0)
-                fail_pulls_of(r, item_peer[k], psg_error_message());
+        double now = psg_now_sec();
+        if (woke == 0 || now >= next_check) {
+            next_check = now + CHECK_SEC;
+            for (int k = 1; k < n; k++)
+                if (item_peer[k] >= 0 && psg_client_check(r->peers[item_peer[k]].client) < 0)
+                    fail_pulls_of(r, item_peer[k], psg_error_message());
+        }
         if (items[0].revents & ZMQ_POLLIN) {
             uint64_t v;
             ssize_t got = read(r->efd, &v, sizeof v);
