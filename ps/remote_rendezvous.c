@@ -267,9 +267,8 @@ static void take_reply(psg_remote_rv_t *r, int peer, psg_msg_t *m) {
     pthread_mutex_unlock(&r->lock);
 }
 
-/* Fails every pull waiting on `peer`: the connection that carried them was lost. */
-static void fail_pulls_of(psg_remote_rv_t *r, int peer, const char *why) {
-    pthread_mutex_lock(&r->lock);
+/* Under lock: fails every pull waiting on `peer`. */
+static void fail_pulls_of_locked(psg_remote_rv_t *r, int peer, const char *why) {
     for (int i = 0; i < r->pending.n;) {
         pull_t *p = &r->pending.v[i];
         if (p->peer != peer) {
@@ -280,6 +279,23 @@ static void fail_pulls_of(psg_remote_rv_t *r, int peer, const char *why) {
         free(p->key);
         r->pending.v[i] = r->pending.v[--r->pending.n];
     }
+}
+
+/* Fails every pull waiting on `peer`: the connection that carried them was lost. */
+static void fail_pulls_of(psg_remote_rv_t *r, int peer, const char *why) {
+    pthread_mutex_lock(&r->lock);
+    fail_pulls_of_locked(r, peer, why);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void psg_remote_rv_fail_task(psg_remote_rv_t *r, const char *task, const char *why) {
+    psg_device_name_t want, have;
+    if (!r || psg_device_name_parse(task, &want) < 0) return;
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->npeers; i++)
+        if (psg_device_name_parse(r->peers[i].task, &have) == 0 &&
+            psg_device_name_same_task(&have, &want))
+            fail_pulls_of_locked(r, i, why);
     pthread_mutex_unlock(&r->lock);
 }
 

@@ -40,6 +40,10 @@ typedef struct {
  * the puller (one at a time, the caller and the puller took turns at the lock for each).
  * -1 with the error set on out of memory or a stopped puller (then none was queued). */
 int psg_remote_rv_pull(psg_remote_rv_t *r, int64_t step, int n, const psg_remote_pull_t *pulls);
+/* Fails at once every pull sent to `task` and not answered yet (their steps aborted with `why`,
+ * naming the task): the caller knows the task is lost (a failover) before the puller's peer
+ * timeout could tell. */
+void psg_remote_rv_fail_task(psg_remote_rv_t *r, const char *task, const char *why);
 /* Forgets the pulls of a step (their late replies are dropped). */
 void psg_remote_rv_cleanup_step(psg_remote_rv_t *r, int64_t step);
 /* Bytes of tensor data pulled from peers so far (the wire's payload, headers excluded). */

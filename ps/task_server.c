@@ -897,6 +897,10 @@ psg_rendezvous_t *psg_task_server_rendezvous(psg_task_server_t *ts) {
     return ts->rv;
 }
 
+void psg_task_server_fail_pulls_from(psg_task_server_t *ts, const char *task, const char *why) {
+    if (ts) psg_remote_rv_fail_task(ts->remote, task, why);
+}
+
 void psg_task_server_tensor_bytes(psg_task_server_t *ts, int64_t *served, int64_t *pulled) {
     *served = ts ? atomic_load(&ts->bytes_served) : 0;
     *pulled = ts ? psg_remote_rv_bytes_pulled(ts->remote) : 0;

@@ -4,7 +4,7 @@
  * a later pull to the dead peer's send read the connection's loss event, and pulls to a third
  * peer every 50 ms keep waking the puller (its check of lost peers runs every 250 ms whatever
  * wakes it: it once ran only when a poll found nothing for 250 ms); the third peer's pulls go
- * on. */
+ * on; a pull to a task a failover found lost fails at once (psg_remote_rv_fail_task). */
 #include "ps/remote_rendezvous.h"
 #include "tests/testutil.h"
 
@@ -95,7 +95,39 @@ static void test_dead_peer_while_busy(void) {
     zmq_ctx_term(ctx);
 }
 
+/* A failover found the peer lost: its pulls fail at once, with the reason and the task named;
+ * the other peer's pull still waits. */
+static void test_fail_task(void) {
+    void *ctx = zmq_ctx_new();
+    int port_a = psg_test_free_port(), port_b = psg_test_free_port();
+    void *a = silent_peer(ctx, port_a), *b = silent_peer(ctx, port_b);
+    psg_rendezvous_t *local = psg_rendezvous_new(60000);
+    psg_remote_rv_t *r = psg_remote_rv_new(local, SEND_TIMEOUT_MS);
+    CHECK(local && r);
+    psg_remote_rv_set_peer_timeout(r, 60000); /* the puller would not find it itself */
+    pull(r, 1, "a", port_a);
+    pull(r, 2, "b", port_b);
+    CHECK(got_request(a, 5000) && got_request(b, 5000)); /* both in flight */
+    char task[64];
+    snprintf(task, sizeof task, "/job:ps/replica:0/task:%d", port_a);
+    double t0 = psg_test_now_sec();
+    psg_remote_rv_fail_task(r, task, "failed over to its backup");
+    psg_tensor_t *t = NULL;
+    CHECK(psg_rendezvous_recv(local, 1, "a", 2000, &t) < 0);
+    CHECK(psg_error_code() != PSG_ERR_TIMEOUT && psg_test_now_sec() - t0 < 1.0);
+    CHECK_ERROR_HAS("failed over to its backup");
+    CHECK_ERROR_HAS(task);
+    CHECK(psg_rendezvous_recv(local, 2, "b", 200, &t) < 0 && psg_error_code() == PSG_ERR_TIMEOUT);
+    psg_remote_rv_fail_task(r, "no such task", "ignored"); /* not a task name: nothing */
+    psg_remote_rv_destroy(&r);
+    psg_rendezvous_destroy(&local);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_ctx_term(ctx);
+}
+
 int main(void) {
     RUN_TEST(test_dead_peer_while_busy);
+    RUN_TEST(test_fail_task);
     return psg_test_summary();
 }

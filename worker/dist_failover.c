@@ -70,6 +70,13 @@ int psg_dist_session_failover(psg_dist_session_t *s, int from, int to) {
     s->served_by[from] = to;
     for (int k = 0; k < nps; k++) /* shards it took over before follow it */
         if (s->served_by[k] == from && k != from) s->served_by[k] = to;
+    /* this process's steps still pulling from it (a sync chief's apply step, on its own
+     * thread) fail now: they would wait for the puller to find the loss itself */
+    char task[PSG_DEVICE_NAME_MAX], why[128];
+    psg_device_name("ps", from, NULL, task, sizeof task);
+    snprintf(why, sizeof why, "failed over to ps%d: its pulls from ps%d are not answered", to,
+             from);
+    psg_task_server_fail_pulls_from(s->server, task, why);
     unbuild_all(s);
     if (psg_dist_session_reregister(s) < 0)
         return psg_error_wrap("failover from ps%d to ps%d", from, to);

@@ -173,6 +173,10 @@ int psg_task_server_num_fetches(psg_task_server_t *ts, uint64_t handle);
 void psg_task_server_cleanup_step(psg_task_server_t *ts, int64_t step);
 /* Fails a step here: its Recvs stop waiting, with `why`. */
 void psg_task_server_abort_step(psg_task_server_t *ts, int64_t step, const char *why);
+/* Fails at once the pulls from `task` still waiting (their steps aborted with `why`): a
+ * failover found the task lost, and a step of another thread (a sync chief's apply) must not
+ * wait for the puller's own peer timeout to learn it. */
+void psg_task_server_fail_pulls_from(psg_task_server_t *ts, const char *task, const char *why);
 /* The Inspect report: JSON {"task", "variables": [{"name", "dtype", "shape", "bytes",
  * "initialized"}], "graphs", "pending", "received", "rejected", "refused" (peers CURVE refused)};
  * malloc'd, caller frees. */
