@@ -50,14 +50,41 @@ static void pull(psg_remote_rv_t *r, int64_t step, const char *key, int port) {
     CHECK(psg_remote_rv_pull(r, step, 1, &p) == 0);
 }
 
+/* Two silent peers a and b and a puller feeding `local`, its peer timeout given. */
+typedef struct {
+    void *ctx, *a, *b;
+    int port_a, port_b;
+    psg_rendezvous_t *local;
+    psg_remote_rv_t *r;
+} rig_t;
+
+static void rig_open(rig_t *g, int peer_timeout_ms) {
+    g->ctx = zmq_ctx_new();
+    g->port_a = psg_test_free_port();
+    g->port_b = psg_test_free_port();
+    g->a = silent_peer(g->ctx, g->port_a);
+    g->b = silent_peer(g->ctx, g->port_b);
+    g->local = psg_rendezvous_new(60000);
+    g->r = psg_remote_rv_new(g->local, SEND_TIMEOUT_MS);
+    CHECK(g->local && g->r);
+    psg_remote_rv_set_peer_timeout(g->r, peer_timeout_ms);
+}
+
+static void rig_close(rig_t *g) {
+    psg_remote_rv_destroy(&g->r);
+    psg_rendezvous_destroy(&g->local);
+    if (g->a) zmq_close(g->a);
+    zmq_close(g->b);
+    zmq_ctx_term(g->ctx);
+}
+
 static void test_dead_peer_while_busy(void) {
-    void *ctx = zmq_ctx_new();
-    int port_a = psg_test_free_port(), port_b = psg_test_free_port();
-    void *a = silent_peer(ctx, port_a), *b = silent_peer(ctx, port_b);
-    psg_rendezvous_t *local = psg_rendezvous_new(60000);
-    psg_remote_rv_t *r = psg_remote_rv_new(local, SEND_TIMEOUT_MS);
-    CHECK(local && r);
-    psg_remote_rv_set_peer_timeout(r, PEER_TIMEOUT_MS);
+    rig_t g;
+    rig_open(&g, PEER_TIMEOUT_MS);
+    psg_remote_rv_t *r = g.r;
+    psg_rendezvous_t *local = g.local;
+    int port_a = g.port_a, port_b = g.port_b;
+    void *a = g.a, *b = g.b;
     pull(r, 1, "a", port_a);
     CHECK(got_request(a, 5000)); /* in flight */
     /* the puller held by a send to a port nobody listens on, while a dies and a second pull
@@ -65,6 +92,7 @@ static void test_dead_peer_while_busy(void) {
     pull(r, 3, "c", psg_test_free_port());
     nanosleep(&(struct timespec){0, 100000000}, NULL);
     zmq_close(a);
+    g.a = NULL;
     double died = psg_test_now_sec();
     nanosleep(&(struct timespec){0, 100000000}, NULL);
     pull(r, 2, "a2", port_a);
@@ -89,22 +117,18 @@ static void test_dead_peer_while_busy(void) {
     CHECK(aborted > 0 && aborted <= bound);
     while (got_request(b, 1000)) busy++;
     CHECK(busy > 0); /* the other peer's pulls went on */
-    psg_remote_rv_destroy(&r);
-    psg_rendezvous_destroy(&local);
-    zmq_close(b);
-    zmq_ctx_term(ctx);
+    rig_close(&g);
 }
 
 /* A failover found the peer lost: its pulls fail at once, with the reason and the task named;
  * the other peer's pull still waits. */
 static void test_fail_task(void) {
-    void *ctx = zmq_ctx_new();
-    int port_a = psg_test_free_port(), port_b = psg_test_free_port();
-    void *a = silent_peer(ctx, port_a), *b = silent_peer(ctx, port_b);
-    psg_rendezvous_t *local = psg_rendezvous_new(60000);
-    psg_remote_rv_t *r = psg_remote_rv_new(local, SEND_TIMEOUT_MS);
-    CHECK(local && r);
-    psg_remote_rv_set_peer_timeout(r, 60000); /* the puller would not find it itself */
+    rig_t g;
+    rig_open(&g, 60000); /* the puller would not find it itself */
+    psg_remote_rv_t *r = g.r;
+    psg_rendezvous_t *local = g.local;
+    int port_a = g.port_a, port_b = g.port_b;
+    void *a = g.a, *b = g.b;
     pull(r, 1, "a", port_a);
     pull(r, 2, "b", port_b);
     CHECK(got_request(a, 5000) && got_request(b, 5000)); /* both in flight */
@@ -119,11 +143,7 @@ static void test_fail_task(void) {
     CHECK_ERROR_HAS(task);
     CHECK(psg_rendezvous_recv(local, 2, "b", 200, &t) < 0 && psg_error_code() == PSG_ERR_TIMEOUT);
     psg_remote_rv_fail_task(r, "no such task", "ignored"); /* not a task name: nothing */
-    psg_remote_rv_destroy(&r);
-    psg_rendezvous_destroy(&local);
-    zmq_close(a);
-    zmq_close(b);
-    zmq_ctx_term(ctx);
+    rig_close(&g);
 }
 
 int main(void) {
