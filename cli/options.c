@@ -5,6 +5,7 @@
 #include "cli/options.h"
 #include "psgraph/error.h"
 #include "psgraph/sync_replicas.h"
+#include "psgraph/trainer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -167,7 +168,7 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
 
 int psg_cli_check_scope(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model,
                         const char *data) {
-    if (!data) data = !strcmp(model, "inception3") ? "synthetic" : "fashion-mnist";
+    if (!data) data = psg_train_default_data(model);
     for (int i = first; i < argc && strcmp(argv[i], "--"); i++) {
         const psg_cli_option_t *o = find(cmd, argv[i]);
         if (!o) continue;

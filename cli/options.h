@@ -152,10 +152,10 @@ int psg_cli_parse(psg_cli_cmd_t cmd, int argc, char **argv, int first, void *dst
  * take name. */
 int psg_cli_parse_one(psg_cli_cmd_t cmd, const char *name, const char *value, void *dst);
 /* A flag of argv (from first, up to a "--") that cmd's table gives to other models than
- * `model` or to other data sets than `data` (NULL: the model's default, as psgraph train's:
- * inception3 synthetic, the others fashion-mnist): -1 with the error naming the flag, what it
- * is an option of and what this run is; else 0. A flag that would do nothing is refused, not
- * ignored (psgraph train --model mlp --label-smoothing, --data fashion-mnist --classes 5). */
+ * `model` or to other data sets than `data` (NULL: the model's, psg_train_default_data):
+ * -1 with the error naming the flag, what it is an option of and what this run is; else 0.
+ * A flag that would do nothing is refused, not ignored (psgraph train --model mlp
+ * --label-smoothing, --data fashion-mnist --classes 5). */
 int psg_cli_check_scope(psg_cli_cmd_t cmd, int argc, char **argv, int first, const char *model,
                         const char *data);
 /* --help's lines of cmd's options, in the table's order, the text at column width + 3. */

@@ -7,9 +7,13 @@
 #include <inttypes.h>
 #include <string.h>
 
+const char *psg_train_default_data(const char *model) {
+    return model && !strcmp(model, "inception3") ? "synthetic" : "fashion-mnist";
+}
+
 void psg_train_resolve(psg_train_config_t *c) {
     bool images = c->model && !strcmp(c->model, "inception3");
-    if (!c->data) c->data = images ? "synthetic" : "fashion-mnist";
+    if (!c->data) c->data = psg_train_default_data(c->model);
     if (!c->data_dir && !strcmp(c->data, "fashion-mnist")) c->data_dir = PSG_FASHION_MNIST_DIR;
     if (images && c->image_size <= 0) c->image_size = 299;
     if (images && c->classes <= 0) c->classes = 1000;

@@ -117,6 +117,9 @@ typedef struct {
 
 /* Fills c with the defaults of `psgraph train`. */
 void psg_train_config_defaults(psg_train_config_t *c);
+/* The data set a model trains on when none is named: inception3 "synthetic", the others
+ * "fashion-mnist". */
+const char *psg_train_default_data(const char *model);
 
 /* The result a caller (or a test) checks. */
 typedef struct {
