@@ -341,9 +341,11 @@ static void *puller_main(void *arg) {
          * CHECK_SEC whether woken or not: the other peers' replies and new pulls (a failover's
          * steps) may wake it more often than that for as long as the lost peer's pulls wait */
         int woke = zmq_poll(items, n, (long)(CHECK_SEC * 1000));
-        if (woke < 0) continue;     /* EINTR */
-        double now = psg_now_sec(); /* past next_check too after a poll that timed out */
-        if (now >= next_check) {
+        if (woke < 0) continue; /* EINTR */
+        double now = psg_now_sec();
+        /* a poll that timed out checks too: its timeout, in ms, may end a little short of
+         * next_check, and one skipped check would make it twice as long to the next */
+        if (woke == 0 || now >= next_check) {
             next_check = now + CHECK_SEC;
             for (int k = 1; k < n; k++)
                 if (item_peer[k] >= 0 && psg_client_check(r->peers[item_peer[k]].client) < 0)

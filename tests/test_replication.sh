@@ -94,7 +94,7 @@ run_cluster() { # name workers train-args...
 if run_cluster async 1 --steps 60 && out=$(compare_backups "$tmp/async.i0.json" "$tmp/async.i1.json" 2>&1); then
   ok "async, 60 steps of Adam: every variable and slot of each shard bitwise equal on its backup ($out)"
 else
-  fail "async backups: ${out:-} $(tail -5 "$tmp"/async.w0.log "$tmp"/async.ps*.log)"
+  fail "async backups: ${out:-} $(tail -n 5 "$tmp"/async.w0.log "$tmp"/async.ps*.log)"
 fi
 # two async workers: their updates of one variable interleave on the primary, in the order the
 # log gives the backup (Adam's beta powers, read by one step while another scales them, logged
@@ -109,7 +109,7 @@ out=
 if run_cluster sync 2 --steps 40 --sync sync && out=$(compare_backups "$tmp/sync.i0.json" "$tmp/sync.i1.json" 2>&1); then
   ok "sync, 2 workers, 40 global steps: every variable (global step included) bitwise equal on its backup ($out)"
 else
-  fail "sync backups: ${out:-} $(tail -5 "$tmp"/sync.w*.log "$tmp"/sync.ps*.log)"
+  fail "sync backups: ${out:-} $(tail -n 5 "$tmp"/sync.w*.log "$tmp"/sync.ps*.log)"
 fi
 
 # 3. SIGKILL of ps0 at step 100 of 1000 under launch --restart on-failure: failover to ps1, which

@@ -109,7 +109,7 @@ if grep -q '^[0-9.]* failover: ps0 is lost (.*); its shard is served by its back
    [ "$steps" = $total ] && grep -q "tensors equal, global_step $total" <<<"$same"; then
   ok "ps0's link cut at step 100: failover to ps1, no checkpoint read, the job went on to step 200 with the link still cut; link back: ps0 was told it was found lost, its shard became backup copies and ps1 re-replicated to it ($held); $total global steps, final checkpoint bitwise equal to the run without a cut ($same); $timing"
 else
-  fail "link cut (global steps ${steps:-none}, went on while cut: $(cat "$tmp/cut.went_on" 2>/dev/null || echo no)): $same; $held; $timing; $(grep -v '^[0-9.]* step ' "$tmp/cut.w0.log" | tail -12) $(tail -6 "$tmp/cut.ps0.log" "$tmp/cut.ps1.log")"
+  fail "link cut (global steps ${steps:-none}, went on while cut: $(cat "$tmp/cut.went_on" 2>/dev/null || echo no)): $same; $held; $timing; $(grep -v '^[0-9.]* step ' "$tmp/cut.w0.log" | tail -12) $(tail -n 6 "$tmp/cut.ps0.log" "$tmp/cut.ps1.log")"
 fi
 [ -n "${PSG_TEST_KEEP:-}" ] && rm -rf "$PSG_TEST_KEEP" && cp -r "$tmp" "$PSG_TEST_KEEP"
 [ $fails = 0 ]
